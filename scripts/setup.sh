@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Installs what `make test` / `make demo` need on a fresh machine, and nothing on a machine that
+# already has it:
+#   - a Vulkan driver when no Vulkan device is present (Linux): Mesa's software driver lavapipe
+#     (`mesa-vulkan-drivers libvulkan1`), so everything runs on the CPU;
+#   - xvfb (a virtual display) for the visualizer's window test.
+# macOS (Metal) and Windows (DX12) need no install. Needs root or sudo for apt-get.
+set -euo pipefail
+
+say() { printf 'setup: %s\n' "$*"; }
+
+if ! command -v cargo >/dev/null 2>&1; then
+  say "cargo not found. Install Rust (https://rustup.rs) and run this again."
+  exit 1
+fi
+
+case "$(uname -s)" in
+  Linux) ;;
+  *) say "$(uname -s): using the system's Metal/DX12 driver; nothing to install."; exit 0 ;;
+esac
+
+have_vulkan() {
+  # The loader and at least one installable client driver (ICD) manifest.
+  ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1' || return 1
+  local d
+  for d in /usr/share/vulkan/icd.d /etc/vulkan/icd.d /usr/local/share/vulkan/icd.d ${VK_DRIVER_FILES:+$(dirname "${VK_DRIVER_FILES%%:*}")} ${VK_ICD_FILENAMES:+$(dirname "${VK_ICD_FILENAMES%%:*}")}; do
+    ls "$d"/*.json >/dev/null 2>&1 && return 0
+  done
+  return 1
+}
+
+pkgs=()
+if have_vulkan; then
+  say "a Vulkan driver is present; not installing one."
+else
+  say "no Vulkan device found: installing Mesa's software Vulkan driver (lavapipe)."
+  pkgs+=(mesa-vulkan-drivers libvulkan1)
+fi
+if [ "${DDL_SETUP_XVFB:-1}" = 1 ] && ! command -v Xvfb >/dev/null 2>&1; then
+  pkgs+=(xvfb)
+fi
+
+if [ ${#pkgs[@]} -gt 0 ]; then
+  if ! command -v apt-get >/dev/null 2>&1; then
+    say "apt-get not found: install ${pkgs[*]} (or your distribution's equivalents) by hand."
+    exit 1
+  fi
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+      SUDO="sudo"
+    else
+      say "need root to install ${pkgs[*]}: run as root or install sudo."
+      exit 1
+    fi
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+  say "installed ${pkgs[*]}."
+fi
+
+if ! have_vulkan; then
+  say "still no Vulkan driver after the install; see 'ddl info' for what wgpu finds."
+  exit 1
+fi

@@ -1,0 +1,389 @@
+//! Adapter choice and device creation.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::kernel::Kernel;
+use super::{GpuError, Result};
+
+/// Which graphics API to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendChoice {
+    Vulkan,
+    Metal,
+    Dx12,
+    Gl,
+}
+
+impl BackendChoice {
+    /// Parses `vulkan`, `metal`, `dx12` or `gl` (case-insensitive).
+    pub fn parse(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "vulkan" | "vk" => Ok(Self::Vulkan),
+            "metal" | "mtl" => Ok(Self::Metal),
+            "dx12" | "d3d12" => Ok(Self::Dx12),
+            "gl" | "gles" | "opengl" => Ok(Self::Gl),
+            _ => Err(GpuError::UnknownBackend(s.to_string())),
+        }
+    }
+
+    fn backends(self) -> wgpu::Backends {
+        match self {
+            Self::Vulkan => wgpu::Backends::VULKAN,
+            Self::Metal => wgpu::Backends::METAL,
+            Self::Dx12 => wgpu::Backends::DX12,
+            Self::Gl => wgpu::Backends::GL,
+        }
+    }
+}
+
+/// How to pick the adapter. Empty fields mean "best available".
+#[derive(Debug, Clone, Default)]
+pub struct GpuOptions {
+    /// Restrict to one backend.
+    pub backend: Option<BackendChoice>,
+    /// An adapter index (as listed by `ddl info`) or a case-insensitive name substring.
+    pub adapter: Option<String>,
+}
+
+impl GpuOptions {
+    /// Options from `DDL_BACKEND` and `DDL_ADAPTER`.
+    pub fn from_env() -> Result<Self> {
+        let backend = match std::env::var("DDL_BACKEND") {
+            Ok(s) if !s.is_empty() => Some(BackendChoice::parse(&s)?),
+            _ => None,
+        };
+        let adapter = std::env::var("DDL_ADAPTER").ok().filter(|s| !s.is_empty());
+        Ok(Self { backend, adapter })
+    }
+}
+
+/// What `ddl info` shows of one adapter.
+#[derive(Debug, Clone)]
+pub struct AdapterSummary {
+    pub index: usize,
+    pub info: wgpu::AdapterInfo,
+}
+
+impl std::fmt::Display for AdapterSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "[{}] {} ({:?}, {:?}, driver: {} {})",
+            self.index,
+            self.info.name,
+            self.info.backend,
+            self.info.device_type,
+            self.info.driver,
+            self.info.driver_info
+        )
+    }
+}
+
+/// An open device on the chosen adapter, with the pipeline cache. Cheap to share (`Arc<Gpu>`).
+pub struct Gpu {
+    pub adapter: wgpu::Adapter,
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    /// The limits the device was opened with: the adapter's own.
+    pub limits: wgpu::Limits,
+    /// The optional features that were enabled (those of TIMESTAMP_QUERY, SHADER_F16, SUBGROUP
+    /// that the adapter has).
+    pub features: wgpu::Features,
+    /// Every adapter that was found, for messages and `ddl info`.
+    pub all_adapters: Vec<AdapterSummary>,
+    pub(crate) pipelines: Mutex<HashMap<String, Arc<Kernel>>>,
+    errors: Arc<Mutex<Vec<String>>>,
+}
+
+fn rank(info: &wgpu::AdapterInfo) -> (u8, u8) {
+    let ty = match info.device_type {
+        wgpu::DeviceType::DiscreteGpu => 4,
+        wgpu::DeviceType::IntegratedGpu => 3,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 1,
+        wgpu::DeviceType::Other => 0,
+    };
+    let be = match info.backend {
+        wgpu::Backend::Vulkan | wgpu::Backend::Metal | wgpu::Backend::Dx12 => 2,
+        wgpu::Backend::Gl => 1,
+        _ => 0,
+    };
+    (ty, be)
+}
+
+/// Lists the adapters of the given backends (all when `None`).
+pub(crate) fn enumerate(backend: Option<BackendChoice>) -> Vec<wgpu::Adapter> {
+    let backends = backend
+        .map(|b| b.backends())
+        .unwrap_or(wgpu::Backends::all());
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = backends;
+    let instance = wgpu::Instance::new(desc);
+    pollster::block_on(instance.enumerate_adapters(backends))
+}
+
+impl Gpu {
+    /// Opens the best adapter, or the one `opts` names, with its own limits.
+    pub fn new(opts: &GpuOptions) -> Result<Arc<Gpu>> {
+        let adapters = enumerate(opts.backend);
+        let all: Vec<AdapterSummary> = adapters
+            .iter()
+            .enumerate()
+            .map(|(index, a)| AdapterSummary {
+                index,
+                info: a.get_info(),
+            })
+            .collect();
+        let listing = || {
+            if all.is_empty() {
+                "  (none)".to_string()
+            } else {
+                all.iter()
+                    .map(|a| format!("  {a}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            }
+        };
+        if adapters.is_empty() {
+            let backends = match opts.backend {
+                Some(b) => format!(" for backend {b:?}"),
+                None => String::new(),
+            };
+            if opts.backend.is_some() {
+                // Another backend may have adapters: say so rather than suggest a driver install.
+                let others = enumerate(None);
+                if !others.is_empty() {
+                    let list = others
+                        .iter()
+                        .enumerate()
+                        .map(|(index, a)| {
+                            format!(
+                                "  {}",
+                                AdapterSummary {
+                                    index,
+                                    info: a.get_info()
+                                }
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n");
+                    return Err(GpuError::AdapterNotFound {
+                        requested: format!("backend {:?}", opts.backend.unwrap()),
+                        available: list,
+                    });
+                }
+            }
+            return Err(GpuError::NoAdapter { backends });
+        }
+        let chosen = match &opts.adapter {
+            Some(sel) => {
+                let by_index = sel.parse::<usize>().ok().filter(|i| *i < adapters.len());
+                let by_name = || {
+                    let s = sel.to_ascii_lowercase();
+                    all.iter()
+                        .position(|a| a.info.name.to_ascii_lowercase().contains(&s))
+                };
+                by_index
+                    .or_else(by_name)
+                    .ok_or_else(|| GpuError::AdapterNotFound {
+                        requested: sel.clone(),
+                        available: listing(),
+                    })?
+            }
+            None => (0..adapters.len())
+                .max_by_key(|&i| (rank(&all[i].info), std::cmp::Reverse(i)))
+                .unwrap(),
+        };
+        let adapter = adapters.into_iter().nth(chosen).unwrap();
+        Self::from_adapter(adapter, all)
+    }
+
+    /// Opens a device on a given adapter with the adapter's limits and optional features.
+    pub fn from_adapter(
+        adapter: wgpu::Adapter,
+        all_adapters: Vec<AdapterSummary>,
+    ) -> Result<Arc<Gpu>> {
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let wanted = wgpu::Features::TIMESTAMP_QUERY
+            | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS
+            | wgpu::Features::SHADER_F16
+            | wgpu::Features::SUBGROUP;
+        let features = adapter.features() & wanted;
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("ddl"),
+            required_features: features,
+            required_limits: limits.clone(),
+            ..Default::default()
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc)).map_err(|e| {
+            GpuError::RequestDevice {
+                adapter: info.name.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+        // Validation errors are collected instead of panicking; `check` turns them into errors.
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let sink = errors.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            sink.lock().unwrap().push(e.to_string());
+        }));
+        Ok(Arc::new(Gpu {
+            adapter,
+            device,
+            queue,
+            info,
+            limits,
+            features,
+            all_adapters,
+            pipelines: Mutex::new(HashMap::new()),
+            errors,
+        }))
+    }
+
+    /// Returns the first error the device reported since the last check, if any.
+    pub fn check(&self) -> Result<()> {
+        let mut errs = self.errors.lock().unwrap();
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            let all = errs.join("\n");
+            errs.clear();
+            Err(GpuError::Device(all))
+        }
+    }
+
+    /// Blocks until all submitted work has finished, then reports device errors.
+    pub fn wait(&self) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| GpuError::Device(e.to_string()))?;
+        self.check()
+    }
+
+    /// Whether GPU timestamps can be written between compute passes.
+    pub fn has_timestamps(&self) -> bool {
+        self.features.contains(wgpu::Features::TIMESTAMP_QUERY)
+    }
+
+    /// A short string that identifies the adapter and driver (for caches keyed per adapter).
+    pub fn adapter_key(&self) -> String {
+        format!(
+            "{}|{:?}|{:x}:{:x}|{}",
+            self.info.name,
+            self.info.backend,
+            self.info.vendor,
+            self.info.device,
+            self.info.driver_info
+        )
+    }
+
+    /// Fails with a clear message when a buffer of `bytes` would not fit this adapter.
+    pub fn check_buffer_size(&self, what: &str, bytes: u64) -> Result<()> {
+        if bytes > self.limits.max_buffer_size {
+            return Err(GpuError::TooLarge {
+                what: what.to_string(),
+                needed: bytes,
+                max: self.limits.max_buffer_size,
+                limit: "buffer",
+                adapter: self.info.name.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A human-readable description of the device for `ddl info`.
+    pub fn describe(&self) -> String {
+        let l = &self.limits;
+        let i = &self.info;
+        let mut s = String::new();
+        s.push_str(&format!("adapter:   {} ({:?})\n", i.name, i.device_type));
+        s.push_str(&format!("backend:   {:?}\n", i.backend));
+        s.push_str(&format!("driver:    {} {}\n", i.driver, i.driver_info));
+        s.push_str(&format!(
+            "vendor:    0x{:04x} device 0x{:04x}\n",
+            i.vendor, i.device
+        ));
+        let feats: Vec<&str> = [
+            (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY"),
+            (
+                wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS,
+                "TIMESTAMP_QUERY_INSIDE_ENCODERS",
+            ),
+            (wgpu::Features::SHADER_F16, "SHADER_F16"),
+            (wgpu::Features::SUBGROUP, "SUBGROUP"),
+        ]
+        .iter()
+        .filter(|(f, _)| self.features.contains(*f))
+        .map(|(_, n)| *n)
+        .collect();
+        s.push_str(&format!(
+            "features:  {}\n",
+            if feats.is_empty() {
+                "(none of the optional ones)".to_string()
+            } else {
+                feats.join(", ")
+            }
+        ));
+        if self.features.contains(wgpu::Features::SUBGROUP) {
+            s.push_str(&format!(
+                "subgroups: {}..{} invocations\n",
+                i.subgroup_min_size, i.subgroup_max_size
+            ));
+        }
+        s.push_str("limits:\n");
+        s.push_str(&format!(
+            "  max_buffer_size                    {}\n",
+            l.max_buffer_size
+        ));
+        s.push_str(&format!(
+            "  max_storage_buffer_binding_size    {}\n",
+            l.max_storage_buffer_binding_size
+        ));
+        s.push_str(&format!(
+            "  max_uniform_buffer_binding_size    {}\n",
+            l.max_uniform_buffer_binding_size
+        ));
+        s.push_str(&format!(
+            "  max_storage_buffers_per_stage      {}\n",
+            l.max_storage_buffers_per_shader_stage
+        ));
+        s.push_str(&format!(
+            "  min_storage_buffer_offset_align    {}\n",
+            l.min_storage_buffer_offset_alignment
+        ));
+        s.push_str(&format!(
+            "  max_compute_workgroup_storage_size {}\n",
+            l.max_compute_workgroup_storage_size
+        ));
+        s.push_str(&format!(
+            "  max_compute_invocations_per_wg     {}\n",
+            l.max_compute_invocations_per_workgroup
+        ));
+        s.push_str(&format!(
+            "  max_compute_workgroup_size         {}x{}x{}\n",
+            l.max_compute_workgroup_size_x,
+            l.max_compute_workgroup_size_y,
+            l.max_compute_workgroup_size_z
+        ));
+        s.push_str(&format!(
+            "  max_compute_workgroups_per_dim     {}\n",
+            l.max_compute_workgroups_per_dimension
+        ));
+        s
+    }
+}
+
+/// Every adapter of the given backends (all when `None`), as `ddl info` lists them.
+pub fn enumerate_adapters(backend: Option<BackendChoice>) -> Vec<AdapterSummary> {
+    enumerate(backend)
+        .iter()
+        .enumerate()
+        .map(|(index, a)| AdapterSummary {
+            index,
+            info: a.get_info(),
+        })
+        .collect()
+}

@@ -1,0 +1,51 @@
+use thiserror::Error;
+
+/// Everything the runtime can fail with. Messages name the problem and what to do.
+#[derive(Debug, Error)]
+pub enum GpuError {
+    #[error(
+        "no GPU adapter found{backends}. Install a Vulkan driver: on Debian/Ubuntu without a GPU \
+         `sudo apt-get install mesa-vulkan-drivers libvulkan1` gives the software driver lavapipe \
+         (`make setup` does this); on macOS Metal and on Windows DX12 need no install"
+    )]
+    NoAdapter { backends: String },
+
+    #[error("no adapter matches '{requested}'. Adapters found:\n{available}")]
+    AdapterNotFound {
+        requested: String,
+        available: String,
+    },
+
+    #[error("unknown backend '{0}': expected one of vulkan, metal, dx12, gl")]
+    UnknownBackend(String),
+
+    #[error("could not open the device on adapter '{adapter}': {reason}")]
+    RequestDevice { adapter: String, reason: String },
+
+    #[error(
+        "{what} needs {needed} bytes but the adapter '{adapter}' allows at most {max} bytes per \
+         {limit}"
+    )]
+    TooLarge {
+        what: String,
+        needed: u64,
+        max: u64,
+        limit: &'static str,
+        adapter: String,
+    },
+
+    #[error("shader '{shader}': {reason}")]
+    Shader { shader: String, reason: String },
+
+    #[error("kernel '{kernel}': {reason}")]
+    Binding { kernel: String, reason: String },
+
+    #[error("reading back '{what}' failed: {reason}")]
+    Readback { what: String, reason: String },
+
+    #[error("the GPU reported an error: {0}")]
+    Device(String),
+
+    #[error("shape error: {0}")]
+    Shape(String),
+}

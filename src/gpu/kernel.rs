@@ -1,0 +1,307 @@
+//! Compute pipelines with explicit bind group layouts, and recorded dispatches.
+//!
+//! A [`Kernel`] is one entry point of one shader variant. Its bind group layout is built
+//! explicitly from naga's reflection of the WGSL: every binding the entry point uses, with
+//! `read_only` exactly where the shader declares `var<storage, read>`. Launchers bind buffers by
+//! the names the shader gives them, so a binding can never be silently swapped.
+
+use std::sync::Arc;
+
+use wgpu::util::DeviceExt;
+
+use super::tensor::View;
+use super::{Gpu, GpuError, Result};
+
+/// How a shader binding is declared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BindingKind {
+    Uniform,
+    Storage { read_only: bool },
+}
+
+/// One binding of a kernel's group 0.
+#[derive(Debug, Clone)]
+pub struct Binding {
+    pub name: String,
+    pub binding: u32,
+    pub kind: BindingKind,
+}
+
+/// A compiled entry point.
+pub struct Kernel {
+    /// `shader[variant]::entry`, used in profiles and messages.
+    pub name: String,
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: wgpu::BindGroupLayout,
+    pub bindings: Vec<Binding>,
+    pub workgroup_size: [u32; 3],
+}
+
+/// A kernel with its buffers and parameters bound, ready to record any number of times.
+pub struct Dispatch {
+    pub kernel: Arc<Kernel>,
+    pub bind_group: wgpu::BindGroup,
+    pub workgroups: [u32; 3],
+    params: Option<wgpu::Buffer>,
+}
+
+impl std::fmt::Debug for Dispatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Dispatch({}, workgroups {:?})",
+            self.kernel.name, self.workgroups
+        )
+    }
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Kernel({}, workgroup {:?})",
+            self.name, self.workgroup_size
+        )
+    }
+}
+
+impl Dispatch {
+    /// Replaces the uniform parameters (same size as when bound); ordered before later submits.
+    pub fn set_params(&self, gpu: &Gpu, params: &[u8]) {
+        if let Some(b) = &self.params {
+            gpu.queue.write_buffer(b, 0, params);
+        }
+    }
+}
+
+fn reflect(
+    module: &naga::Module,
+    info: &naga::valid::ModuleInfo,
+    entry: &str,
+) -> Result<(Vec<Binding>, [u32; 3]), String> {
+    let (idx, ep) = module
+        .entry_points
+        .iter()
+        .enumerate()
+        .find(|(_, e)| e.name == entry && e.stage == naga::ShaderStage::Compute)
+        .ok_or_else(|| {
+            let names: Vec<&str> = module
+                .entry_points
+                .iter()
+                .map(|e| e.name.as_str())
+                .collect();
+            format!(
+                "no compute entry point '{entry}' (has: {})",
+                names.join(", ")
+            )
+        })?;
+    let fi = info.get_entry_point(idx);
+    let mut bindings = Vec::new();
+    for (h, gv) in module.global_variables.iter() {
+        let Some(rb) = &gv.binding else { continue };
+        if fi[h].is_empty() {
+            continue;
+        }
+        if rb.group != 0 {
+            return Err(format!(
+                "binding '{:?}' is in group {}; kernels use group 0 only",
+                gv.name, rb.group
+            ));
+        }
+        let kind = match gv.space {
+            naga::AddressSpace::Uniform => BindingKind::Uniform,
+            naga::AddressSpace::Storage { access } => BindingKind::Storage {
+                read_only: !access.contains(naga::StorageAccess::STORE),
+            },
+            other => {
+                return Err(format!(
+                    "unsupported address space {other:?} for '{:?}'",
+                    gv.name
+                ));
+            }
+        };
+        bindings.push(Binding {
+            name: gv.name.clone().unwrap_or_default(),
+            binding: rb.binding,
+            kind,
+        });
+    }
+    bindings.sort_by_key(|b| b.binding);
+    Ok((bindings, ep.workgroup_size))
+}
+
+impl Gpu {
+    /// The kernel for `entry` of `shader` (variant `variant`), compiled once per device.
+    pub fn kernel(&self, shader: &str, variant: Option<&str>, entry: &str) -> Result<Arc<Kernel>> {
+        let key = format!("{shader}[{}]::{entry}", variant.unwrap_or(""));
+        if let Some(k) = self.pipelines.lock().unwrap().get(&key) {
+            return Ok(k.clone());
+        }
+        let err = |reason: String| GpuError::Shader {
+            shader: key.clone(),
+            reason,
+        };
+        let sh = crate::shaders::get(shader).ok_or_else(|| err("not in shaders::ALL".into()))?;
+        let text = sh.text(variant).map_err(err)?;
+        let (module, info) = crate::shaders::validate(&key, &text).map_err(err)?;
+        let (bindings, workgroup_size) = reflect(&module, &info, entry).map_err(err)?;
+
+        let entries: Vec<wgpu::BindGroupLayoutEntry> = bindings
+            .iter()
+            .map(|b| wgpu::BindGroupLayoutEntry {
+                binding: b.binding,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: match b.kind {
+                        BindingKind::Uniform => wgpu::BufferBindingType::Uniform,
+                        BindingKind::Storage { read_only } => {
+                            wgpu::BufferBindingType::Storage { read_only }
+                        }
+                    },
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            })
+            .collect();
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let layout = self
+            .device
+            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some(&key),
+                entries: &entries,
+            });
+        let pl = self
+            .device
+            .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some(&key),
+                bind_group_layouts: &[Some(&layout)],
+                immediate_size: 0,
+            });
+        let sm = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(&key),
+                source: wgpu::ShaderSource::Wgsl(text.into()),
+            });
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(&key),
+                layout: Some(&pl),
+                module: &sm,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(err(format!("pipeline creation failed: {e}")));
+        }
+        let k = Arc::new(Kernel {
+            name: key.clone(),
+            pipeline,
+            layout,
+            bindings,
+            workgroup_size,
+        });
+        self.pipelines.lock().unwrap().insert(key, k.clone());
+        Ok(k)
+    }
+}
+
+impl Kernel {
+    /// Binds buffers by their WGSL names and the uniform `params` (if the kernel has one).
+    pub fn dispatch(
+        self: &Arc<Self>,
+        gpu: &Gpu,
+        params: Option<&[u8]>,
+        buffers: &[(&str, View<'_>)],
+        workgroups: [u32; 3],
+    ) -> Result<Dispatch> {
+        let err = |reason: String| GpuError::Binding {
+            kernel: self.name.clone(),
+            reason,
+        };
+        let max = gpu.limits.max_compute_workgroups_per_dimension;
+        if workgroups.iter().any(|&w| w > max) {
+            return Err(err(format!(
+                "workgroups {workgroups:?} exceed the adapter's {max} per dimension"
+            )));
+        }
+        for (name, _) in buffers {
+            if !self.bindings.iter().any(|b| b.name == *name) {
+                let names: Vec<&str> = self.bindings.iter().map(|b| b.name.as_str()).collect();
+                return Err(err(format!(
+                    "no binding named '{name}' (has: {})",
+                    names.join(", ")
+                )));
+            }
+        }
+        let mut params_buf = None;
+        let mut entries = Vec::with_capacity(self.bindings.len());
+        for b in &self.bindings {
+            match b.kind {
+                BindingKind::Uniform => {
+                    let data =
+                        params.ok_or_else(|| err(format!("uniform '{}' needs params", b.name)))?;
+                    params_buf = Some(gpu.device.create_buffer_init(
+                        &wgpu::util::BufferInitDescriptor {
+                            label: Some(&self.name),
+                            contents: data,
+                            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                        },
+                    ));
+                }
+                BindingKind::Storage { .. } => {
+                    let (_, v) = buffers.iter().find(|(n, _)| *n == b.name).ok_or_else(|| {
+                        err(format!("binding '{}' was not given a buffer", b.name))
+                    })?;
+                    if v.size > gpu.limits.max_storage_buffer_binding_size {
+                        return Err(GpuError::TooLarge {
+                            what: format!("binding '{}' of kernel '{}'", b.name, self.name),
+                            needed: v.size,
+                            max: gpu.limits.max_storage_buffer_binding_size,
+                            limit: "storage binding",
+                            adapter: gpu.info.name.clone(),
+                        });
+                    }
+                    let align = gpu.limits.min_storage_buffer_offset_alignment as u64;
+                    if v.offset % align != 0 {
+                        return Err(err(format!(
+                            "binding '{}' starts at byte {} which is not a multiple of {align}",
+                            b.name, v.offset
+                        )));
+                    }
+                }
+            }
+        }
+        for b in &self.bindings {
+            let resource = match b.kind {
+                BindingKind::Uniform => params_buf.as_ref().unwrap().as_entire_binding(),
+                BindingKind::Storage { .. } => {
+                    let (_, v) = buffers.iter().find(|(n, _)| *n == b.name).unwrap();
+                    wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: v.buffer,
+                        offset: v.offset,
+                        size: std::num::NonZeroU64::new(v.size),
+                    })
+                }
+            };
+            entries.push(wgpu::BindGroupEntry {
+                binding: b.binding,
+                resource,
+            });
+        }
+        let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(&self.name),
+            layout: &self.layout,
+            entries: &entries,
+        });
+        Ok(Dispatch {
+            kernel: self.clone(),
+            bind_group,
+            workgroups,
+            params: params_buf,
+        })
+    }
+}

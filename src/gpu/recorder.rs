@@ -1,0 +1,226 @@
+//! Command recording: many dispatches into one encoder and one submit, with optional per-kernel
+//! timing (GPU timestamps when the adapter has them, else one submit per kernel timed on the host).
+
+use std::time::Instant;
+
+use super::kernel::Dispatch;
+use super::tensor::{Tensor, read_mapped};
+use super::{Gpu, Result};
+
+/// Time spent in one recorded dispatch.
+#[derive(Debug, Clone)]
+pub struct KernelTime {
+    pub name: String,
+    pub ns: f64,
+}
+
+/// How kernels are timed in a profiled recording.
+pub enum Profiler {
+    /// GPU timestamps around each dispatch's compute pass.
+    Timestamps {
+        sets: Vec<wgpu::QuerySet>,
+        used: u32,
+        names: Vec<String>,
+    },
+    /// No timestamp support: every dispatch is its own submit, timed on the host after a wait.
+    HostClock { times: Vec<KernelTime> },
+}
+
+const QUERIES_PER_SET: u32 = 512;
+
+/// Records dispatches into one command encoder.
+pub struct Recorder<'g> {
+    gpu: &'g Gpu,
+    encoder: Option<wgpu::CommandEncoder>,
+    profiler: Option<Profiler>,
+    /// Number of compute dispatches recorded.
+    pub dispatches: usize,
+}
+
+impl<'g> Recorder<'g> {
+    pub fn new(gpu: &'g Gpu) -> Self {
+        Recorder {
+            gpu,
+            encoder: Some(gpu.device.create_command_encoder(&Default::default())),
+            profiler: None,
+            dispatches: 0,
+        }
+    }
+
+    /// A recorder that times every dispatch (see [`Profiler`]).
+    pub fn profiled(gpu: &'g Gpu) -> Self {
+        let mut r = Self::new(gpu);
+        r.profiler = Some(if gpu.has_timestamps() {
+            Profiler::Timestamps {
+                sets: Vec::new(),
+                used: 0,
+                names: Vec::new(),
+            }
+        } else {
+            Profiler::HostClock { times: Vec::new() }
+        });
+        r
+    }
+
+    /// The underlying encoder, for copies and clears between dispatches.
+    pub fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
+        self.encoder.as_mut().expect("recorder already submitted")
+    }
+
+    /// Records dispatches in order. Without profiling they share one compute pass (wgpu inserts
+    /// the barriers between dependent dispatches).
+    pub fn record(&mut self, ds: &[&Dispatch]) {
+        self.dispatches += ds.len();
+        match &mut self.profiler {
+            None => {
+                let enc = self.encoder.as_mut().expect("recorder already submitted");
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                for d in ds {
+                    pass.set_pipeline(&d.kernel.pipeline);
+                    pass.set_bind_group(0, &d.bind_group, &[]);
+                    let [x, y, z] = d.workgroups;
+                    pass.dispatch_workgroups(x, y, z);
+                }
+            }
+            Some(Profiler::Timestamps { sets, used, names }) => {
+                for d in ds {
+                    if *used % QUERIES_PER_SET == 0
+                        && (*used / QUERIES_PER_SET) as usize == sets.len()
+                    {
+                        sets.push(self.gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+                            label: Some("profiler"),
+                            ty: wgpu::QueryType::Timestamp,
+                            count: QUERIES_PER_SET,
+                        }));
+                    }
+                    let set = &sets[(*used / QUERIES_PER_SET) as usize];
+                    let i = *used % QUERIES_PER_SET;
+                    let enc = self.encoder.as_mut().expect("recorder already submitted");
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some(&d.kernel.name),
+                        timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                            query_set: set,
+                            beginning_of_pass_write_index: Some(i),
+                            end_of_pass_write_index: Some(i + 1),
+                        }),
+                    });
+                    pass.set_pipeline(&d.kernel.pipeline);
+                    pass.set_bind_group(0, &d.bind_group, &[]);
+                    let [x, y, z] = d.workgroups;
+                    pass.dispatch_workgroups(x, y, z);
+                    drop(pass);
+                    *used += 2;
+                    names.push(d.kernel.name.clone());
+                }
+            }
+            Some(Profiler::HostClock { .. }) => {
+                for d in ds {
+                    // Flush what was recorded before, then time this dispatch alone.
+                    let enc = self.encoder.take().unwrap();
+                    self.gpu.queue.submit([enc.finish()]);
+                    let _ = self.gpu.wait();
+                    let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+                    {
+                        let mut pass = enc.begin_compute_pass(&Default::default());
+                        pass.set_pipeline(&d.kernel.pipeline);
+                        pass.set_bind_group(0, &d.bind_group, &[]);
+                        let [x, y, z] = d.workgroups;
+                        pass.dispatch_workgroups(x, y, z);
+                    }
+                    let t0 = Instant::now();
+                    self.gpu.queue.submit([enc.finish()]);
+                    let _ = self.gpu.wait();
+                    let ns = t0.elapsed().as_nanos() as f64;
+                    if let Some(Profiler::HostClock { times }) = &mut self.profiler {
+                        times.push(KernelTime {
+                            name: d.kernel.name.clone(),
+                            ns,
+                        });
+                    }
+                    self.encoder =
+                        Some(self.gpu.device.create_command_encoder(&Default::default()));
+                }
+            }
+        }
+    }
+
+    /// Records a buffer-to-buffer copy of a whole tensor.
+    pub fn copy(&mut self, src: &Tensor, dst: &Tensor) {
+        let n = src.bytes().min(dst.bytes());
+        self.encoder()
+            .copy_buffer_to_buffer(&src.buffer, 0, &dst.buffer, 0, n);
+    }
+
+    /// Records a zero fill of a whole tensor.
+    pub fn zero(&mut self, t: &Tensor) {
+        let size = t.buffer.size();
+        self.encoder().clear_buffer(&t.buffer, 0, Some(size));
+    }
+
+    /// Submits everything recorded (one queue submit) and returns without waiting, unless
+    /// profiling, in which case it waits and returns the per-dispatch times.
+    pub fn submit(mut self) -> Result<Vec<KernelTime>> {
+        let gpu = self.gpu;
+        let mut enc = self.encoder.take().expect("recorder already submitted");
+        match self.profiler.take() {
+            None => {
+                gpu.queue.submit([enc.finish()]);
+                gpu.check()?;
+                Ok(Vec::new())
+            }
+            Some(Profiler::HostClock { times }) => {
+                gpu.queue.submit([enc.finish()]);
+                gpu.wait()?;
+                Ok(times)
+            }
+            Some(Profiler::Timestamps { sets, used, names }) => {
+                let bytes = used as u64 * 8;
+                if bytes == 0 {
+                    gpu.queue.submit([enc.finish()]);
+                    gpu.wait()?;
+                    return Ok(Vec::new());
+                }
+                let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("timestamps"),
+                    size: bytes,
+                    usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: false,
+                });
+                let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("timestamps-readback"),
+                    size: bytes,
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                });
+                for (si, set) in sets.iter().enumerate() {
+                    let start = si as u32 * QUERIES_PER_SET;
+                    let n = (used - start).min(QUERIES_PER_SET);
+                    enc.resolve_query_set(set, 0..n, &resolve, start as u64 * 8);
+                }
+                enc.copy_buffer_to_buffer(&resolve, 0, &staging, 0, bytes);
+                gpu.queue.submit([enc.finish()]);
+                let words = read_mapped(gpu, &staging, "timestamps")?;
+                let ticks: &[u64] = bytemuck::cast_slice(&words);
+                let period = gpu.queue.get_timestamp_period() as f64;
+                Ok(names
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, name)| KernelTime {
+                        name,
+                        ns: ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period,
+                    })
+                    .collect())
+            }
+        }
+    }
+}
+
+impl Gpu {
+    /// Records and submits dispatches in one go, then waits for them.
+    pub fn run(&self, ds: &[&Dispatch]) -> Result<()> {
+        let mut r = Recorder::new(self);
+        r.record(ds);
+        r.submit()?;
+        self.wait()
+    }
+}

@@ -1,0 +1,225 @@
+//! Device buffers with a shape and an element type.
+
+use std::sync::Arc;
+
+use wgpu::util::DeviceExt;
+
+use super::{Gpu, GpuError, Result};
+
+/// Element type of a tensor. All are 4 bytes wide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DType {
+    F32,
+    I32,
+    U32,
+}
+
+impl DType {
+    pub fn size(self) -> u64 {
+        4
+    }
+}
+
+/// A device buffer holding a row-major tensor.
+#[derive(Clone)]
+pub struct Tensor {
+    pub buffer: Arc<wgpu::Buffer>,
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+    pub label: String,
+}
+
+/// A byte range of a buffer, as bound to a shader.
+#[derive(Clone, Copy)]
+pub struct View<'a> {
+    pub buffer: &'a wgpu::Buffer,
+    pub offset: u64,
+    pub size: u64,
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Tensor('{}', {:?}, {:?})",
+            self.label, self.shape, self.dtype
+        )
+    }
+}
+
+const USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+impl Tensor {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Size of the data in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.len() as u64 * self.dtype.size()
+    }
+
+    /// An uninitialised (zeroed by wgpu) tensor.
+    pub fn zeros(gpu: &Gpu, label: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        // Zero-length buffers cannot be bound: keep at least one element.
+        let bytes = (n.max(1) as u64) * dtype.size();
+        gpu.check_buffer_size(&format!("tensor '{label}' {shape:?}"), bytes)?;
+        let buffer = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes,
+            usage: USAGE,
+            mapped_at_creation: false,
+        });
+        Ok(Tensor {
+            buffer: Arc::new(buffer),
+            shape: shape.to_vec(),
+            dtype,
+            label: label.to_string(),
+        })
+    }
+
+    fn from_bytes(
+        gpu: &Gpu,
+        label: &str,
+        shape: &[usize],
+        dtype: DType,
+        data: &[u8],
+    ) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        if data.len() as u64 != n as u64 * dtype.size() {
+            return Err(GpuError::Shape(format!(
+                "tensor '{label}': shape {shape:?} needs {n} elements, got {}",
+                data.len() / 4
+            )));
+        }
+        if n == 0 {
+            return Self::zeros(gpu, label, shape, dtype);
+        }
+        gpu.check_buffer_size(&format!("tensor '{label}' {shape:?}"), data.len() as u64)?;
+        let buffer = gpu
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: data,
+                usage: USAGE,
+            });
+        Ok(Tensor {
+            buffer: Arc::new(buffer),
+            shape: shape.to_vec(),
+            dtype,
+            label: label.to_string(),
+        })
+    }
+
+    /// Uploads f32 data.
+    pub fn from_f32(gpu: &Gpu, label: &str, shape: &[usize], data: &[f32]) -> Result<Tensor> {
+        Self::from_bytes(gpu, label, shape, DType::F32, bytemuck::cast_slice(data))
+    }
+
+    /// Uploads i32 data.
+    pub fn from_i32(gpu: &Gpu, label: &str, shape: &[usize], data: &[i32]) -> Result<Tensor> {
+        Self::from_bytes(gpu, label, shape, DType::I32, bytemuck::cast_slice(data))
+    }
+
+    /// Uploads u32 data.
+    pub fn from_u32(gpu: &Gpu, label: &str, shape: &[usize], data: &[u32]) -> Result<Tensor> {
+        Self::from_bytes(gpu, label, shape, DType::U32, bytemuck::cast_slice(data))
+    }
+
+    /// Overwrites the contents from the host (queued; ordered before later submits).
+    pub fn write_f32(&self, gpu: &Gpu, data: &[f32]) -> Result<()> {
+        self.write_bytes(gpu, bytemuck::cast_slice(data))
+    }
+
+    pub fn write_i32(&self, gpu: &Gpu, data: &[i32]) -> Result<()> {
+        self.write_bytes(gpu, bytemuck::cast_slice(data))
+    }
+
+    fn write_bytes(&self, gpu: &Gpu, data: &[u8]) -> Result<()> {
+        if data.len() as u64 != self.bytes() {
+            return Err(GpuError::Shape(format!(
+                "writing {} elements into tensor '{}' of shape {:?}",
+                data.len() / 4,
+                self.label,
+                self.shape
+            )));
+        }
+        if !data.is_empty() {
+            gpu.queue.write_buffer(&self.buffer, 0, data);
+        }
+        Ok(())
+    }
+
+    /// The whole tensor as a binding.
+    pub fn view(&self) -> View<'_> {
+        View {
+            buffer: &self.buffer,
+            offset: 0,
+            size: self.buffer.size(),
+        }
+    }
+
+    /// Copies the contents to the host as raw 32-bit words (waits for all submitted work).
+    fn read_words(&self, gpu: &Gpu) -> Result<Vec<u32>> {
+        let bytes = self.bytes();
+        if bytes == 0 {
+            return Ok(Vec::new());
+        }
+        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(&self.buffer, 0, &staging, 0, bytes);
+        gpu.queue.submit([enc.finish()]);
+        read_mapped(gpu, &staging, &self.label)
+    }
+
+    /// Reads an f32 tensor back.
+    pub fn read_f32(&self, gpu: &Gpu) -> Result<Vec<f32>> {
+        Ok(bytemuck::cast_vec(self.read_words(gpu)?))
+    }
+
+    /// Reads an i32 tensor back.
+    pub fn read_i32(&self, gpu: &Gpu) -> Result<Vec<i32>> {
+        Ok(bytemuck::cast_vec(self.read_words(gpu)?))
+    }
+}
+
+/// Maps a MAP_READ buffer, waits, and copies it out.
+pub(crate) fn read_mapped(gpu: &Gpu, staging: &wgpu::Buffer, what: &str) -> Result<Vec<u32>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    staging.map_async(wgpu::MapMode::Read, .., move |r| {
+        let _ = tx.send(r);
+    });
+    gpu.wait()?;
+    let mapped = rx.recv().map_err(|e| GpuError::Readback {
+        what: what.to_string(),
+        reason: e.to_string(),
+    })?;
+    mapped.map_err(|e| GpuError::Readback {
+        what: what.to_string(),
+        reason: e.to_string(),
+    })?;
+    let out = {
+        let view = staging
+            .get_mapped_range(..)
+            .map_err(|e| GpuError::Readback {
+                what: what.to_string(),
+                reason: e.to_string(),
+            })?;
+        bytemuck::cast_slice::<u8, u32>(&view).to_vec()
+    };
+    staging.unmap();
+    Ok(out)
+}

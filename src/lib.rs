@@ -1,0 +1,7 @@
+//! `ddl`: a wgpu/WGSL engine that trains, runs and explains Deep Delta Learning language models.
+
+pub mod bench;
+pub mod gpu;
+pub mod kernels;
+pub mod shaders;
+pub mod testing;

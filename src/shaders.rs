@@ -1,0 +1,264 @@
+//! Every WGSL shader of the engine, embedded at compile time, in one list.
+//!
+//! Pipeline creation and the portability test both read [`ALL`], so a shader that is not in the
+//! list cannot be dispatched, and a shader that is in the list is always validated by naga and
+//! translated to SPIR-V, MSL and HLSL (`cargo test shaders`).
+//!
+//! A shader may come in *variants*: the same source compiled with different `const` values
+//! (tile sizes, for example). A variant is a prelude of `const NAME: TYPE = VALUE;` lines put in
+//! front of the source; WGSL allows module-scope declarations in any order, so the source uses
+//! the constants without declaring them.
+
+/// One WGSL source file and the variants it is compiled in.
+#[derive(Debug, Clone, Copy)]
+pub struct Shader {
+    /// File stem under `shaders/`, e.g. `"matmul"`.
+    pub name: &'static str,
+    /// The WGSL text.
+    pub source: &'static str,
+    /// Named constant sets; empty when the source stands alone.
+    pub variants: &'static [Variant],
+}
+
+/// A named set of module-scope constants prepended to a shader's source.
+#[derive(Debug, Clone, Copy)]
+pub struct Variant {
+    pub name: &'static str,
+    /// `(name, WGSL type, value)` triples, e.g. `("BM", "u32", "64u")`.
+    pub consts: &'static [(&'static str, &'static str, &'static str)],
+}
+
+macro_rules! shader {
+    ($name:literal) => {
+        Shader {
+            name: $name,
+            source: include_str!(concat!("../shaders/", $name, ".wgsl")),
+            variants: &[],
+        }
+    };
+    ($name:literal, $variants:expr) => {
+        Shader {
+            name: $name,
+            source: include_str!(concat!("../shaders/", $name, ".wgsl")),
+            variants: $variants,
+        }
+    };
+}
+
+/// Tile configurations of the matmul kernel, smallest first. `BM×BN` outputs per workgroup,
+/// `TM×TN` per invocation, `BK` the depth of one shared-memory stage.
+pub const MATMUL_VARIANTS: &[Variant] = &[
+    Variant {
+        name: "t16",
+        consts: &[
+            ("BM", "u32", "16u"),
+            ("BN", "u32", "16u"),
+            ("BK", "u32", "16u"),
+            ("TM", "u32", "1u"),
+            ("TN", "u32", "1u"),
+        ],
+    },
+    Variant {
+        name: "t32",
+        consts: &[
+            ("BM", "u32", "32u"),
+            ("BN", "u32", "32u"),
+            ("BK", "u32", "16u"),
+            ("TM", "u32", "2u"),
+            ("TN", "u32", "2u"),
+        ],
+    },
+    Variant {
+        name: "t64",
+        consts: &[
+            ("BM", "u32", "64u"),
+            ("BN", "u32", "64u"),
+            ("BK", "u32", "16u"),
+            ("TM", "u32", "4u"),
+            ("TN", "u32", "4u"),
+        ],
+    },
+];
+
+/// Every shader of the engine.
+pub const ALL: &[Shader] = &[shader!("fill"), shader!("matmul", MATMUL_VARIANTS)];
+
+/// Looks a shader up by name.
+pub fn get(name: &str) -> Option<&'static Shader> {
+    ALL.iter().find(|s| s.name == name)
+}
+
+impl Shader {
+    /// The WGSL text of one variant (`None` = the plain source, only for shaders without
+    /// variants).
+    pub fn text(&self, variant: Option<&str>) -> Result<String, String> {
+        match (variant, self.variants.is_empty()) {
+            (None, true) => Ok(self.source.to_string()),
+            (None, false) => Err(format!(
+                "shader '{}' needs a variant, one of: {}",
+                self.name,
+                self.variant_names().join(", ")
+            )),
+            (Some(v), _) => {
+                let var = self.variants.iter().find(|x| x.name == v).ok_or_else(|| {
+                    format!(
+                        "shader '{}' has no variant '{}' (has: {})",
+                        self.name,
+                        v,
+                        self.variant_names().join(", ")
+                    )
+                })?;
+                let mut s = String::new();
+                for (n, t, val) in var.consts {
+                    s.push_str(&format!("const {n}: {t} = {val};\n"));
+                }
+                s.push_str(self.source);
+                Ok(s)
+            }
+        }
+    }
+
+    /// Names of the variants (empty for a plain shader).
+    pub fn variant_names(&self) -> Vec<&'static str> {
+        self.variants.iter().map(|v| v.name).collect()
+    }
+
+    /// Every compilable text of this shader: `(variant name or "", WGSL)`.
+    pub fn all_texts(&self) -> Vec<(&'static str, String)> {
+        if self.variants.is_empty() {
+            vec![("", self.source.to_string())]
+        } else {
+            self.variants
+                .iter()
+                .map(|v| (v.name, self.text(Some(v.name)).expect("listed variant")))
+                .collect()
+        }
+    }
+}
+
+/// Parses and validates WGSL with naga, returning the module and its analysis.
+pub fn validate(
+    label: &str,
+    wgsl: &str,
+) -> Result<(naga::Module, naga::valid::ModuleInfo), String> {
+    let module = naga::front::wgsl::parse_str(wgsl)
+        .map_err(|e| format!("{label}: WGSL parse error:\n{}", e.emit_to_string(wgsl)))?;
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .map_err(|e| {
+        format!(
+            "{label}: naga validation error:\n{}",
+            e.emit_to_string(wgsl)
+        )
+    })?;
+    Ok((module, info))
+}
+
+/// Translates a validated module to SPIR-V (Vulkan), MSL (Metal) and HLSL (DX12): the portability
+/// check that runs without any GPU.
+pub fn translate_all(
+    label: &str,
+    module: &naga::Module,
+    info: &naga::valid::ModuleInfo,
+) -> Result<(), String> {
+    use naga::back::{hlsl, msl, spv};
+    spv::write_vec(module, info, &spv::Options::default(), None)
+        .map_err(|e| format!("{label}: SPIR-V translation failed: {e}"))?;
+    msl::write_string(
+        module,
+        info,
+        &msl::Options::default(),
+        &msl::PipelineOptions::default(),
+    )
+    .map_err(|e| format!("{label}: MSL translation failed: {e}"))?;
+    let mut out = String::new();
+    let opts = hlsl::Options {
+        shader_model: hlsl::ShaderModel::V6_0,
+        ..Default::default()
+    };
+    hlsl::Writer::new(&mut out, &opts, &hlsl::PipelineOptions::default())
+        .write(module, info, None)
+        .map_err(|e| format!("{label}: HLSL translation failed: {e}"))?;
+    Ok(())
+}
+
+/// Validates and translates every variant of every shader; returns all failures.
+pub fn check_all(shaders: &[Shader]) -> Vec<String> {
+    let mut errors = Vec::new();
+    for sh in shaders {
+        for (variant, text) in sh.all_texts() {
+            let label = if variant.is_empty() {
+                format!("shaders/{}.wgsl", sh.name)
+            } else {
+                format!("shaders/{}.wgsl [{}]", sh.name, variant)
+            };
+            match validate(&label, &text) {
+                Ok((m, i)) => {
+                    if let Err(e) = translate_all(&label, &m, &i) {
+                        errors.push(e)
+                    }
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+    }
+    errors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shader_validates_and_translates_to_spirv_msl_hlsl() {
+        let errors = check_all(ALL);
+        assert!(errors.is_empty(), "{}", errors.join("\n\n"));
+    }
+
+    #[test]
+    fn every_shader_file_is_registered() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/shaders");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let p = entry.unwrap().path();
+            if p.extension().is_some_and(|e| e == "wgsl") {
+                let stem = p.file_stem().unwrap().to_str().unwrap();
+                assert!(
+                    get(stem).is_some(),
+                    "shaders/{stem}.wgsl is not in shaders::ALL"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_portability_check_rejects_a_shader_that_does_not_translate() {
+        // A parse error, a type error, and a construct naga accepts but a back end may not are
+        // all failures: the check is only useful if it can fail.
+        let bad = [
+            Shader {
+                name: "bad_parse",
+                source: "fn main( {",
+                variants: &[],
+            },
+            Shader {
+                name: "bad_type",
+                source: "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }",
+                variants: &[],
+            },
+        ];
+        let errs = check_all(&bad);
+        assert_eq!(errs.len(), 2, "{errs:?}");
+    }
+
+    #[test]
+    fn variants_prepend_their_constants() {
+        let s = get("matmul").unwrap();
+        let t = s.text(Some("t64")).unwrap();
+        assert!(t.starts_with("const BM: u32 = 64u;"));
+        assert!(s.text(None).is_err());
+        assert!(s.text(Some("nope")).is_err());
+    }
+}

@@ -1,0 +1,201 @@
+//! Support for kernel tests and numerical comparisons: a shared device, seeded random inputs and
+//! relative-L2 reports against float64 references. Used by `tests/`, `ddl golden` and benches.
+
+use std::sync::{Arc, OnceLock};
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Normal};
+
+use crate::gpu::{Gpu, GpuOptions};
+
+/// The device shared by all tests of a process (chosen like the CLI: `DDL_BACKEND`,
+/// `DDL_ADAPTER`). Panics, failing the test, when there is no adapter: a GPU test never skips.
+pub fn gpu() -> Arc<Gpu> {
+    static GPU: OnceLock<Arc<Gpu>> = OnceLock::new();
+    GPU.get_or_init(|| {
+        let opts = GpuOptions::from_env().unwrap_or_else(|e| panic!("{e}"));
+        match Gpu::new(&opts) {
+            Ok(g) => g,
+            Err(e) => panic!("GPU tests need an adapter and none could be opened: {e}"),
+        }
+    })
+    .clone()
+}
+
+/// The seed of a test: `DDL_TEST_SEED` when set (to replay a failure), else fresh per run.
+pub fn seed() -> u64 {
+    if let Some(s) = std::env::var("DDL_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return s;
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    // Mix in a counter so tests started in the same nanosecond still differ.
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    (t.as_nanos() as u64) ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// A seeded generator of test data.
+pub struct Rng {
+    pub seed: u64,
+    inner: ChaCha8Rng,
+}
+
+impl Rng {
+    /// A generator with a fresh seed (see [`seed`]).
+    pub fn fresh() -> Self {
+        Self::new(seed())
+    }
+
+    pub fn new(seed: u64) -> Self {
+        Rng {
+            seed,
+            inner: ChaCha8Rng::seed_from_u64(seed),
+        }
+    }
+
+    /// `n` values uniform in `[lo, hi)`.
+    pub fn uniform(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        (0..n).map(|_| self.inner.random_range(lo..hi)).collect()
+    }
+
+    /// `n` values from N(0, std²).
+    pub fn normal(&mut self, n: usize, std: f32) -> Vec<f32> {
+        let d = Normal::new(0.0f32, std).unwrap();
+        (0..n).map(|_| d.sample(&mut self.inner)).collect()
+    }
+
+    /// An integer in `[lo, hi)`.
+    pub fn int(&mut self, lo: usize, hi: usize) -> usize {
+        self.inner.random_range(lo..hi)
+    }
+
+    /// `n` integers in `[0, hi)`.
+    pub fn ints(&mut self, n: usize, hi: usize) -> Vec<i32> {
+        (0..n)
+            .map(|_| self.inner.random_range(0..hi) as i32)
+            .collect()
+    }
+}
+
+/// How close a float32 result is to a float64 reference.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub name: String,
+    pub n: usize,
+    /// ‖got − want‖₂ / ‖want‖₂ (NaN if any element is not finite).
+    pub rel_l2: f64,
+    pub max_abs: f64,
+    /// The worst elements: `(index, got, want)`.
+    pub worst: Vec<(usize, f32, f64)>,
+    pub non_finite: usize,
+}
+
+impl Report {
+    pub fn passes(&self, tol: f64) -> bool {
+        // Written so that NaN fails.
+        self.non_finite == 0 && self.rel_l2 <= tol
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: n={} rel_l2={:.3e} max_abs={:.3e}",
+            self.name, self.n, self.rel_l2, self.max_abs
+        )?;
+        if self.non_finite > 0 {
+            write!(f, " NON-FINITE={}", self.non_finite)?;
+        }
+        if !self.worst.is_empty() {
+            write!(f, "\n  worst elements (index: got vs want):")?;
+            for (i, g, w) in &self.worst {
+                write!(f, "\n    [{i}]: {g:e} vs {w:e}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Compares `got` with the reference `want`.
+pub fn compare(name: &str, got: &[f32], want: &[f64]) -> Report {
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{name}: got {} elements, reference has {}",
+        got.len(),
+        want.len()
+    );
+    let mut num = 0.0f64;
+    let mut den = 0.0f64;
+    let mut max_abs = 0.0f64;
+    let mut non_finite = 0;
+    let mut errs: Vec<(f64, usize)> = Vec::with_capacity(got.len());
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if !g.is_finite() {
+            non_finite += 1;
+            errs.push((f64::INFINITY, i));
+            continue;
+        }
+        let e = g as f64 - w;
+        num += e * e;
+        den += w * w;
+        max_abs = max_abs.max(e.abs());
+        errs.push((e.abs(), i));
+    }
+    let rel_l2 = if non_finite > 0 {
+        f64::NAN
+    } else if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    };
+    errs.sort_by(|a, b| b.0.partial_cmp(&a.0).unwrap_or(std::cmp::Ordering::Equal));
+    let worst = errs
+        .iter()
+        .take(5)
+        .map(|&(_, i)| (i, got[i], want[i]))
+        .collect();
+    Report {
+        name: name.to_string(),
+        n: got.len(),
+        rel_l2,
+        max_abs,
+        worst,
+        non_finite,
+    }
+}
+
+/// Asserts relative L2 error ≤ `tol`, printing the report and the seed on failure.
+#[track_caller]
+pub fn assert_close(name: &str, got: &[f32], want: &[f64], tol: f64, seed: u64) {
+    let r = compare(name, got, want);
+    assert!(
+        r.passes(tol),
+        "{r}\n  tolerance {tol:e} exceeded; replay with DDL_TEST_SEED={seed}"
+    );
+}
+
+/// Widens to f64.
+pub fn f64s(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| v as f64).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compare_fails_on_nan_and_on_large_error_and_passes_on_exact() {
+        let want = [1.0, 2.0, 3.0];
+        assert!(compare("x", &[1.0, 2.0, 3.0], &want).passes(1e-7));
+        assert!(!compare("x", &[1.0, f32::NAN, 3.0], &want).passes(1e9));
+        assert!(!compare("x", &[1.0, 2.1, 3.0], &want).passes(1e-3));
+    }
+}

@@ -1,0 +1,6 @@
+//! GPU kernel tests: every kernel against a float64 CPU reference on fresh random inputs.
+//! Runs on whatever adapter `ddl info` would pick (lavapipe on CI); fails when there is none.
+
+mod common;
+mod matmul;
+mod runtime;
