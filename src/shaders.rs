@@ -81,7 +81,22 @@ pub const MATMUL_VARIANTS: &[Variant] = &[
 ];
 
 /// Every shader of the engine.
-pub const ALL: &[Shader] = &[shader!("fill"), shader!("matmul", MATMUL_VARIANTS)];
+pub const ALL: &[Shader] = &[
+    shader!("fill"),
+    shader!("matmul", MATMUL_VARIANTS),
+    shader!("elementwise"),
+    shader!("reduce"),
+    shader!("embedding"),
+    shader!("norm"),
+    shader!("rope"),
+    shader!("attention"),
+    shader!("swiglu"),
+    shader!("loss"),
+    shader!("delta"),
+    shader!("shortconv"),
+    shader!("expand"),
+    shader!("adamw"),
+];
 
 /// Looks a shader up by name.
 pub fn get(name: &str) -> Option<&'static Shader> {

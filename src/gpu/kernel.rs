@@ -43,6 +43,8 @@ pub struct Dispatch {
     pub bind_group: wgpu::BindGroup,
     pub workgroups: [u32; 3],
     params: Option<wgpu::Buffer>,
+    /// Scratch tensors a launcher allocated for this dispatch (kept alive with it).
+    pub scratch: Vec<super::Tensor>,
 }
 
 impl std::fmt::Debug for Dispatch {
@@ -302,6 +304,7 @@ impl Kernel {
             bind_group,
             workgroups,
             params: params_buf,
+            scratch: Vec::new(),
         })
     }
 }

@@ -37,6 +37,35 @@ pub struct View<'a> {
     pub size: u64,
 }
 
+impl<'a> View<'a> {
+    /// Elements `[offset, offset + len)` (4-byte elements) of this view. The byte offset must be
+    /// a multiple of the adapter's `min_storage_buffer_offset_alignment` when bound (checked at
+    /// bind time); the flat parameter layout aligns every tensor to 256 bytes.
+    pub fn sub(&self, offset: usize, len: usize) -> View<'a> {
+        let off = offset as u64 * 4;
+        let size = (len.max(1) as u64) * 4;
+        assert!(
+            off + size <= self.size,
+            "sub-view [{offset}, {offset}+{len}) overruns a view of {} elements",
+            self.size / 4
+        );
+        View {
+            buffer: self.buffer,
+            offset: self.offset + off,
+            size,
+        }
+    }
+
+    /// Number of 4-byte elements.
+    pub fn len(&self) -> usize {
+        (self.size / 4) as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+}
+
 impl std::fmt::Debug for Tensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

@@ -1,6 +1,36 @@
 //! One launcher module per shader: typed arguments, shape checks, dispatch sizes.
+//!
+//! Conventions (every launcher follows them):
+//! - A launcher takes the device, [`View`](crate::gpu::View)s of its buffers and the sizes, checks
+//!   the shapes (an error naming the tensor and the expected vs actual size, never a panic) and
+//!   returns `Vec<Dispatch>`: bound work that the caller records, in order, as often as it likes.
+//!   Launchers never submit. Scratch memory a launcher needs is allocated at bind time and kept
+//!   in `Dispatch::scratch`.
+//! - Row-major layouts, named as in the spec: `[N, d]` with N = B·T tokens, states `[N, d, m]`.
+//! - Gradients of parameters are *added* into their buffers when the doc says `+=` (shared
+//!   parameters and the tied embedding receive several contributions); the caller zeroes the
+//!   gradient buffer once per step.
+//! - Deterministic: no float atomics; every reduction has a fixed order, so the same inputs give
+//!   bit-identical outputs on the same adapter.
+//! - Within one dispatch a buffer is never bound both read-only and read-write (wgpu forbids it):
+//!   activations are separate tensors; parameters (read) and gradients (written) are separate
+//!   flat buffers.
+//! - Correct for any sizes ≥ 1 and any number of workgroups (1-D grids use
+//!   [`grid_1d`](crate::gpu::grid_1d)).
 
+pub mod adamw;
+pub mod attention;
+pub mod delta;
+pub mod elementwise;
+pub mod embedding;
+pub mod expand;
+pub mod loss;
 pub mod matmul;
+pub mod norm;
+pub mod reduce;
+pub mod rope;
+pub mod shortconv;
+pub mod swiglu;
 
 use crate::gpu::{Dispatch, Gpu, GpuError, Result, Tensor, WG_1D, grid_1d};
 

@@ -2,5 +2,18 @@
 //! Runs on whatever adapter `ddl info` would pick (lavapipe on CI); fails when there is none.
 
 mod common;
-mod matmul;
 mod runtime;
+
+mod adamw;
+mod attention;
+mod delta;
+mod elementwise;
+mod embedding;
+mod expand;
+mod loss;
+mod matmul;
+mod norm;
+mod reduce;
+mod rope;
+mod shortconv;
+mod swiglu;

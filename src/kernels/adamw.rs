@@ -1,0 +1,1 @@
+//! Launchers for `shaders/adamw.wgsl` (to be implemented).

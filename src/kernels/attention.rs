@@ -1,0 +1,1 @@
+//! Launchers for `shaders/attention.wgsl` (to be implemented).

@@ -1,0 +1,1 @@
+//! Launchers for `shaders/delta.wgsl` (to be implemented).

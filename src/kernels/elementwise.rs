@@ -1,0 +1,1 @@
+//! Launchers for `shaders/elementwise.wgsl` (to be implemented).

@@ -1,0 +1,1 @@
+//! Launchers for `shaders/embedding.wgsl` (to be implemented).

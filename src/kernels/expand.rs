@@ -1,0 +1,1 @@
+//! Launchers for `shaders/expand.wgsl` (to be implemented).

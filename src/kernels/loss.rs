@@ -1,0 +1,1 @@
+//! Launchers for `shaders/loss.wgsl` (to be implemented).

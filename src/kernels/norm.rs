@@ -1,0 +1,1 @@
+//! Launchers for `shaders/norm.wgsl` (to be implemented).

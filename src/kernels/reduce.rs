@@ -1,0 +1,1 @@
+//! Launchers for `shaders/reduce.wgsl` (to be implemented).

@@ -1,0 +1,1 @@
+//! Launchers for `shaders/rope.wgsl` (to be implemented).

@@ -1,0 +1,1 @@
+//! Launchers for `shaders/shortconv.wgsl` (to be implemented).

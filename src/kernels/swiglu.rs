@@ -1,0 +1,1 @@
+//! Launchers for `shaders/swiglu.wgsl` (to be implemented).

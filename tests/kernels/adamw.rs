@@ -1,0 +1,1 @@
+//! Tests of `shaders/adamw.wgsl` (to be written).

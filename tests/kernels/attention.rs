@@ -1,0 +1,1 @@
+//! Tests of `shaders/attention.wgsl` (to be written).

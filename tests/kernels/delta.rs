@@ -1,0 +1,1 @@
+//! Tests of `shaders/delta.wgsl` (to be written).

@@ -1,0 +1,1 @@
+//! Tests of `shaders/elementwise.wgsl` (to be written).

@@ -1,0 +1,1 @@
+//! Tests of `shaders/embedding.wgsl` (to be written).

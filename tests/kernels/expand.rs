@@ -1,0 +1,1 @@
+//! Tests of `shaders/expand.wgsl` (to be written).

@@ -1,0 +1,1 @@
+//! Tests of `shaders/loss.wgsl` (to be written).

@@ -1,0 +1,1 @@
+//! Tests of `shaders/norm.wgsl` (to be written).

@@ -1,0 +1,1 @@
+//! Tests of `shaders/reduce.wgsl` (to be written).

@@ -1,0 +1,1 @@
+//! Tests of `shaders/rope.wgsl` (to be written).

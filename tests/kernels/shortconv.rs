@@ -1,0 +1,1 @@
+//! Tests of `shaders/shortconv.wgsl` (to be written).

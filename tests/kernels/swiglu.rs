@@ -1,0 +1,1 @@
+//! Tests of `shaders/swiglu.wgsl` (to be written).
