@@ -89,3 +89,71 @@ pub fn matmul_rows(
     }
     Ok(())
 }
+
+/// One kernel benchmark case: bound dispatches plus the work they must do at minimum.
+pub struct KernelBench {
+    /// e.g. `"rmsnorm_forward N=2048 d=384"`.
+    pub name: String,
+    pub dispatches: Vec<crate::gpu::Dispatch>,
+    /// Floating-point operations (0 for pure data movement).
+    pub flops: f64,
+    /// Bytes that must be read and written at least once.
+    pub bytes: f64,
+}
+
+/// Shapes of the `shakespeare-char` preset used by kernel benchmarks: B·T tokens, width, heads,
+/// head size, MLP hidden, vocabulary, value channels.
+pub struct BenchShape {
+    pub b: usize,
+    pub t: usize,
+    pub d: usize,
+    pub heads: usize,
+    pub head_dim: usize,
+    pub f: usize,
+    pub vocab: usize,
+    pub m: usize,
+    pub kernel: usize,
+}
+
+pub const BENCH_SHAPE: BenchShape = BenchShape {
+    b: 8,
+    t: 256,
+    d: 384,
+    heads: 6,
+    head_dim: 64,
+    f: 1024,
+    vocab: 65,
+    m: 4,
+    kernel: 4,
+};
+
+/// Times each case (median of `reps` after a warm-up) and reports achieved rates against the
+/// adapter's copy bandwidth `copy_gbs` (GB/s).
+pub fn kernel_rows(
+    gpu: &Gpu,
+    cases: Vec<KernelBench>,
+    reps: usize,
+    copy_gbs: f64,
+    mut emit: impl FnMut(Row),
+) -> Result<()> {
+    for c in cases {
+        let refs: Vec<&crate::gpu::Dispatch> = c.dispatches.iter().collect();
+        gpu.run(&refs)?;
+        let mut t = Vec::new();
+        for _ in 0..reps.max(1) {
+            let mut r = Recorder::profiled(gpu);
+            r.record(&refs);
+            let kt = r.submit()?;
+            t.push(kt.iter().map(|k| k.ns).sum::<f64>() / 1e6);
+        }
+        t.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let ms = t[t.len() / 2];
+        let floor_ms = c.bytes / (copy_gbs * 1e9) * 1e3;
+        emit(Row(json!({
+            "bench": "kernel", "name": c.name, "ms": ms, "flop": c.flops, "bytes": c.bytes,
+            "gflop_per_s": c.flops / ms / 1e6, "gb_per_s": c.bytes / ms / 1e6,
+            "byte_floor_ms": floor_ms, "of_floor": floor_ms / ms,
+        })));
+    }
+    Ok(())
+}

@@ -71,6 +71,16 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Every kernel at the `shakespeare-char` shapes: time, GFLOP/s, GB/s against the copy floor.
+    Kernels {
+        /// Only kernels whose name contains one of these (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        filter: Vec<String>,
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Device buffer copy bandwidth (the memory ceiling for bandwidth-bound kernels).
     Copy {
         /// Buffer size in MiB.
@@ -143,6 +153,14 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
             v["ms"].as_f64().unwrap_or(0.0),
             v["gb_per_s"].as_f64().unwrap_or(0.0)
         ),
+        Some("kernel") => println!(
+            "{:<52} {:>10.3} {:>10.2} {:>10.2} {:>7.1}%",
+            v["name"].as_str().unwrap_or(""),
+            v["ms"].as_f64().unwrap_or(0.0),
+            v["gflop_per_s"].as_f64().unwrap_or(0.0),
+            v["gb_per_s"].as_f64().unwrap_or(0.0),
+            100.0 * v["of_floor"].as_f64().unwrap_or(0.0)
+        ),
         _ => println!("{v}"),
     }
 }
@@ -193,6 +211,31 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             }
             let cases: Vec<&str> = cases.iter().map(|s| s.as_str()).collect();
             ddl::bench::matmul_rows(&gpu, &sizes, &cases, reps, |r| print_row(&r, json))?;
+        }
+        BenchCmd::Kernels { filter, reps, json } => {
+            let copy = ddl::bench::copy_bandwidth(&gpu, 64, 3)?;
+            let gbs = copy.0["gb_per_s"].as_f64().unwrap_or(1.0);
+            if !json {
+                println!(
+                    "adapter: {} ({:?}); copy bandwidth {gbs:.2} GB/s is the byte floor",
+                    gpu.info.name, gpu.info.backend
+                );
+                println!(
+                    "{:<52} {:>10} {:>10} {:>10} {:>8}",
+                    "kernel", "ms", "GFLOP/s", "GB/s", "floor%"
+                );
+            } else {
+                print_row(&copy, true);
+            }
+            for (_, f) in ddl::kernels::BENCHES {
+                let cases: Vec<_> = f(&gpu)?
+                    .into_iter()
+                    .filter(|c| {
+                        filter.is_empty() || filter.iter().any(|x| c.name.contains(x.as_str()))
+                    })
+                    .collect();
+                ddl::bench::kernel_rows(&gpu, cases, reps, gbs, |r| print_row(&r, json))?;
+            }
         }
         BenchCmd::Copy { mib, reps, json } => {
             let r = ddl::bench::copy_bandwidth(&gpu, mib, reps)?;

@@ -48,7 +48,7 @@ impl Operand {
     }
 
     /// One past the largest element index touched for a `rows × cols` view over `batch` batches.
-    fn extent(&self, rows: usize, cols: usize, batch: usize) -> usize {
+    pub fn extent(&self, rows: usize, cols: usize, batch: usize) -> usize {
         self.offset
             + (batch - 1) * self.batch_stride
             + (rows - 1) * self.row_stride
@@ -421,4 +421,52 @@ pub fn pick(gpu: &Gpu, mm: &Matmul) -> &'static str {
         }
     }
     heuristic(gpu, mm)
+}
+
+/// Benchmark cases for `ddl bench kernels`: the products of one `shakespeare-char` training step.
+pub fn bench(gpu: &Gpu) -> Result<Vec<crate::bench::KernelBench>> {
+    let s = crate::bench::BENCH_SHAPE;
+    let n = s.b * s.t;
+    let dq = s.heads * s.head_dim;
+    let mut out = Vec::new();
+    for (name, mm) in [
+        ("qkv_proj (x·Wᵀ)", Matmul::nt(n, dq, s.d)),
+        ("mlp_up (x·Wᵀ)", Matmul::nt(n, s.f, s.d)),
+        ("mlp_down_dx (dy·W)", Matmul::nn(n, s.f, s.d)),
+        ("mlp_down_dw (dyᵀ·x)", Matmul::tn(s.d, s.f, n)),
+    ] {
+        let a = Tensor::zeros(
+            gpu,
+            "a",
+            &[mm.a.extent(mm.m, mm.k, 1)],
+            crate::gpu::DType::F32,
+        )?;
+        let b = Tensor::zeros(
+            gpu,
+            "b",
+            &[mm.b.extent(mm.k, mm.n, 1)],
+            crate::gpu::DType::F32,
+        )?;
+        let c = Tensor::zeros(
+            gpu,
+            "c",
+            &[mm.c.extent(mm.m, mm.n, 1)],
+            crate::gpu::DType::F32,
+        )?;
+        let mut d = mm.bind(gpu, a.view(), b.view(), c.view())?;
+        d.scratch = vec![a, b, c];
+        out.push(crate::bench::KernelBench {
+            name: format!(
+                "matmul {name} {}x{}x{} [{}]",
+                mm.m,
+                mm.n,
+                mm.k,
+                pick(gpu, &mm)
+            ),
+            dispatches: vec![d],
+            flops: mm.flops(),
+            bytes: mm.min_bytes(),
+        });
+    }
+    Ok(out)
 }

@@ -32,6 +32,23 @@ pub mod rope;
 pub mod shortconv;
 pub mod swiglu;
 
+/// Every kernel module's benchmark cases, for `ddl bench kernels`.
+pub const BENCHES: &[(&str, fn(&Gpu) -> Result<Vec<crate::bench::KernelBench>>)] = &[
+    ("matmul", matmul::bench),
+    ("adamw", adamw::bench),
+    ("attention", attention::bench),
+    ("delta", delta::bench),
+    ("elementwise", elementwise::bench),
+    ("embedding", embedding::bench),
+    ("expand", expand::bench),
+    ("loss", loss::bench),
+    ("norm", norm::bench),
+    ("reduce", reduce::bench),
+    ("rope", rope::bench),
+    ("shortconv", shortconv::bench),
+    ("swiglu", swiglu::bench),
+];
+
 use crate::gpu::{Dispatch, Gpu, GpuError, Result, Tensor, WG_1D, grid_1d};
 
 #[repr(C)]
