@@ -46,6 +46,16 @@ impl DeviceArgs {
 enum Cmd {
     /// Adapters found, the chosen one, its backend, driver, features and limits.
     Info,
+    /// Check the engine against PyTorch golden files (format ddl-golden-1): forward, backward,
+    /// traces and AdamW steps, one row per compared tensor; exits non-zero on any failure.
+    Golden {
+        /// Golden files (e.g. tests/golden/*.safetensors).
+        #[arg(required = true)]
+        files: Vec<std::path::PathBuf>,
+        /// Print only failing rows and the per-file summary.
+        #[arg(long)]
+        quiet: bool,
+    },
     /// Benchmarks (results as a table, or JSON lines with --json).
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -105,6 +115,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Info => info(&cli.device),
         Cmd::Bench(b) => bench(&cli.device, b),
+        Cmd::Golden { files, quiet } => golden(&cli.device, &files, quiet),
     }
 }
 
@@ -122,6 +133,59 @@ fn info(dev: &DeviceArgs) -> Result<()> {
     let gpu = dev.open().context("opening the GPU")?;
     println!("\nchosen:");
     print!("{}", gpu.describe());
+    Ok(())
+}
+
+fn golden(dev: &DeviceArgs, files: &[std::path::PathBuf], quiet: bool) -> Result<()> {
+    let gpu = dev.open().context("opening the GPU")?;
+    let mut failed_files = Vec::new();
+    for f in files {
+        let result = ddl::golden::Golden::load(f).and_then(|g| {
+            let rows = ddl::golden::check(&gpu, &g)?;
+            Ok((g, rows))
+        });
+        match result {
+            Err(e) => {
+                eprintln!("error: {e}");
+                failed_files.push(f.display().to_string());
+            }
+            Ok((g, rows)) => {
+                let fails = rows.iter().filter(|r| !r.pass).count();
+                println!(
+                    "== {} (variant {}, V {}, d {}, L {}, H {}, h {}, d_v {}, B {}, T {})",
+                    f.display(),
+                    g.config.variant,
+                    g.config.vocab_size,
+                    g.config.d_model,
+                    g.config.n_layers,
+                    g.config.n_heads,
+                    g.config.head_dim,
+                    g.config.d_v,
+                    g.batch,
+                    g.seq_len
+                );
+                println!(
+                    "{:<44} {:>10} {:>10} {:>8}  result",
+                    "tensor", "rel_l2", "max_abs", "tol"
+                );
+                for r in rows.iter().filter(|r| !quiet || !r.pass) {
+                    println!("{r}");
+                }
+                println!(
+                    "{}: {} compared, {} failed\n",
+                    f.display(),
+                    rows.len(),
+                    fails
+                );
+                if fails > 0 {
+                    failed_files.push(f.display().to_string());
+                }
+            }
+        }
+    }
+    if !failed_files.is_empty() {
+        anyhow::bail!("golden parity failed for: {}", failed_files.join(", "));
+    }
     Ok(())
 }
 

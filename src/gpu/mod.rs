@@ -10,7 +10,7 @@ mod tensor;
 pub use context::{AdapterSummary, BackendChoice, Gpu, GpuOptions, enumerate_adapters};
 pub use error::GpuError;
 pub use kernel::{Binding, BindingKind, Dispatch, Kernel};
-pub use recorder::{KernelTime, Profiler, Recorder};
+pub use recorder::{KernelTime, Op, Profiler, Recorder};
 pub use tensor::{DType, Tensor, View};
 
 /// Result type of the runtime.

@@ -70,6 +70,9 @@ impl<'g> Recorder<'g> {
     /// Records dispatches in order. Without profiling they share one compute pass (wgpu inserts
     /// the barriers between dependent dispatches).
     pub fn record(&mut self, ds: &[&Dispatch]) {
+        if ds.is_empty() {
+            return;
+        }
         self.dispatches += ds.len();
         match &mut self.profiler {
             None => {
@@ -222,5 +225,71 @@ impl Gpu {
         r.record(ds);
         r.submit()?;
         self.wait()
+    }
+}
+
+/// One step of a recorded program: a dispatch, or a transfer that needs the encoder.
+#[derive(Debug)]
+pub enum Op {
+    Run(Dispatch),
+    /// Zero a whole tensor (no binding-size limit).
+    Zero(Tensor),
+    /// Copy `len` elements from `src[src_off..]` to `dst[dst_off..]`.
+    Copy {
+        src: Tensor,
+        src_off: usize,
+        dst: Tensor,
+        dst_off: usize,
+        len: usize,
+    },
+}
+
+impl Op {
+    /// Copies a whole tensor.
+    pub fn copy(src: &Tensor, dst: &Tensor) -> Op {
+        Op::Copy {
+            src: src.clone(),
+            src_off: 0,
+            dst: dst.clone(),
+            dst_off: 0,
+            len: src.len().min(dst.len()),
+        }
+    }
+}
+
+impl Recorder<'_> {
+    /// Records a program: runs of dispatches share a compute pass; transfers go between passes.
+    pub fn ops(&mut self, ops: &[Op]) {
+        let mut run: Vec<&Dispatch> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Run(d) => run.push(d),
+                Op::Zero(t) => {
+                    self.record(&run);
+                    run.clear();
+                    self.zero(t);
+                }
+                Op::Copy {
+                    src,
+                    src_off,
+                    dst,
+                    dst_off,
+                    len,
+                } => {
+                    self.record(&run);
+                    run.clear();
+                    if *len > 0 {
+                        self.encoder().copy_buffer_to_buffer(
+                            &src.buffer,
+                            *src_off as u64 * 4,
+                            &dst.buffer,
+                            *dst_off as u64 * 4,
+                            *len as u64 * 4,
+                        );
+                    }
+                }
+            }
+        }
+        self.record(&run);
     }
 }

@@ -168,6 +168,10 @@ impl Tensor {
         self.write_bytes(gpu, bytemuck::cast_slice(data))
     }
 
+    pub fn write_u32(&self, gpu: &Gpu, data: &[u32]) -> Result<()> {
+        self.write_bytes(gpu, bytemuck::cast_slice(data))
+    }
+
     pub fn write_i32(&self, gpu: &Gpu, data: &[i32]) -> Result<()> {
         self.write_bytes(gpu, bytemuck::cast_slice(data))
     }

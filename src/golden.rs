@@ -1,0 +1,507 @@
+//! `ddl golden`: parity with the PyTorch float64 golden files (format `ddl-golden-1`, see
+//! `tests/golden/README.md`). The model is rebuilt from the file's metadata alone.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::gpu::Gpu;
+use crate::kernels::adamw::AdamWConfig;
+use crate::model::{Layout, Model, ModelConfig};
+use crate::testing::compare;
+
+/// A malformed or unsupported golden file.
+#[derive(Debug, thiserror::Error)]
+pub enum GoldenError {
+    #[error("{path}: cannot read: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a valid safetensors file: {msg}")]
+    Format { path: PathBuf, msg: String },
+    #[error("{path}: {msg}")]
+    Content { path: PathBuf, msg: String },
+    #[error("{path}: the GPU failed: {source}")]
+    Gpu {
+        path: PathBuf,
+        source: crate::gpu::GpuError,
+    },
+}
+
+/// Tensor data of a golden file.
+#[derive(Debug, Clone)]
+pub enum Data {
+    F32(Vec<f32>),
+    I32(Vec<i32>),
+}
+
+/// The optimizer settings recorded in a file.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct GoldenOpt {
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    pub grad_clip: f64,
+    pub clip_norm_eps: f64,
+    pub decayed: Vec<String>,
+}
+
+/// A loaded golden file.
+pub struct Golden {
+    pub path: PathBuf,
+    pub config: ModelConfig,
+    pub opt: GoldenOpt,
+    pub steps: usize,
+    pub params: Vec<String>,
+    pub batch: usize,
+    pub seq_len: usize,
+    pub tensors: HashMap<String, (Vec<usize>, Data)>,
+}
+
+impl Golden {
+    /// Reads and checks a golden file.
+    pub fn load(path: &Path) -> Result<Golden, GoldenError> {
+        let p = path.to_path_buf();
+        let bytes = std::fs::read(path).map_err(|source| GoldenError::Io {
+            path: p.clone(),
+            source,
+        })?;
+        let content = |msg: String| GoldenError::Content {
+            path: p.clone(),
+            msg,
+        };
+        let st =
+            safetensors::SafeTensors::deserialize(&bytes).map_err(|e| GoldenError::Format {
+                path: p.clone(),
+                msg: e.to_string(),
+            })?;
+        let (_, meta) =
+            safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| GoldenError::Format {
+                path: p.clone(),
+                msg: e.to_string(),
+            })?;
+        let md = meta
+            .metadata()
+            .clone()
+            .ok_or_else(|| content("no __metadata__ in the header".into()))?;
+        let get = |k: &str| {
+            md.get(k)
+                .cloned()
+                .ok_or_else(|| content(format!("metadata key '{k}' is missing")))
+        };
+        let format = get("format")?;
+        if format != "ddl-golden-1" {
+            return Err(content(format!(
+                "unsupported format '{format}' (this build reads 'ddl-golden-1')"
+            )));
+        }
+        let cfg_json: serde_json::Value = serde_json::from_str(&get("config")?)
+            .map_err(|e| content(format!("metadata 'config' is not JSON: {e}")))?;
+        let config =
+            ModelConfig::from_golden_json(&cfg_json).map_err(|e| content(e.to_string()))?;
+        let batch = cfg_json["batch"]
+            .as_u64()
+            .ok_or_else(|| content("config field 'batch' missing".into()))?
+            as usize;
+        let seq_len = cfg_json["seq_len"]
+            .as_u64()
+            .ok_or_else(|| content("config field 'seq_len' missing".into()))?
+            as usize;
+        let opt: GoldenOpt = serde_json::from_str(&get("optimizer")?)
+            .map_err(|e| content(format!("metadata 'optimizer': {e}")))?;
+        let steps: usize = get("steps")?
+            .trim()
+            .parse()
+            .map_err(|e| content(format!("metadata 'steps': {e}")))?;
+        let params: Vec<String> = serde_json::from_str(&get("params")?)
+            .map_err(|e| content(format!("metadata 'params': {e}")))?;
+        let mut tensors = HashMap::new();
+        for (name, view) in st.tensors() {
+            let shape = view.shape().to_vec();
+            let data = view.data();
+            let d = match view.dtype() {
+                safetensors::Dtype::F32 => Data::F32(
+                    data.chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect(),
+                ),
+                safetensors::Dtype::I32 => Data::I32(
+                    data.chunks_exact(4)
+                        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect(),
+                ),
+                other => {
+                    return Err(content(format!(
+                        "tensor '{name}' has dtype {other:?}; expected F32 or I32"
+                    )));
+                }
+            };
+            tensors.insert(name, (shape, d));
+        }
+        Ok(Golden {
+            path: p,
+            config,
+            opt,
+            steps,
+            params,
+            batch,
+            seq_len,
+            tensors,
+        })
+    }
+
+    fn err(&self, msg: String) -> GoldenError {
+        GoldenError::Content {
+            path: self.path.clone(),
+            msg,
+        }
+    }
+
+    /// An f32 tensor with its expected shape checked.
+    pub fn f32(&self, name: &str, shape: Option<&[usize]>) -> Result<&[f32], GoldenError> {
+        match self.tensors.get(name) {
+            Some((s, Data::F32(v))) => {
+                if let Some(want) = shape {
+                    if s != want {
+                        return Err(self.err(format!(
+                            "tensor '{name}' has shape {s:?}, expected {want:?}"
+                        )));
+                    }
+                }
+                Ok(v)
+            }
+            Some(_) => Err(self.err(format!("tensor '{name}' is not F32"))),
+            None => Err(self.err(format!("tensor '{name}' is missing"))),
+        }
+    }
+
+    pub fn i32(&self, name: &str, shape: &[usize]) -> Result<&[i32], GoldenError> {
+        match self.tensors.get(name) {
+            Some((s, Data::I32(v))) if s == shape => Ok(v),
+            Some((s, _)) => Err(self.err(format!(
+                "tensor '{name}' must be I32 {shape:?}, found shape {s:?}"
+            ))),
+            None => Err(self.err(format!("tensor '{name}' is missing"))),
+        }
+    }
+}
+
+/// One compared quantity.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub name: String,
+    pub rel_l2: f64,
+    pub max_abs: f64,
+    pub tol: f64,
+    pub pass: bool,
+    pub note: String,
+}
+
+impl std::fmt::Display for Row {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:<44} {:>10.3e} {:>10.3e} {:>8.0e}  {}{}",
+            self.name,
+            self.rel_l2,
+            self.max_abs,
+            self.tol,
+            if self.pass { "pass" } else { "FAIL" },
+            if self.note.is_empty() {
+                String::new()
+            } else {
+                format!("  {}", self.note)
+            }
+        )
+    }
+}
+
+fn row(name: &str, got: &[f32], want: &[f32], tol: f64) -> Row {
+    let w: Vec<f64> = want.iter().map(|&x| x as f64).collect();
+    let r = compare(name, got, &w);
+    Row {
+        name: name.to_string(),
+        rel_l2: r.rel_l2,
+        max_abs: r.max_abs,
+        tol,
+        pass: r.passes(tol),
+        note: String::new(),
+    }
+}
+
+/// Structural checks (golden README 5.1): names and shapes from the config, and the init scale.
+pub fn structural(g: &Golden) -> Result<Vec<Row>, GoldenError> {
+    let layout = Layout::new(&g.config);
+    let mut rows = Vec::new();
+    let names: Vec<&str> = layout.specs.iter().map(|s| s.name.as_str()).collect();
+    let same_names = names == g.params.iter().map(|s| s.as_str()).collect::<Vec<_>>();
+    let mut shape_msg = String::new();
+    for s in &layout.specs {
+        match g.tensors.get(&format!("param.{}", s.name)) {
+            Some((shape, _)) if *shape == s.shape => {}
+            Some((shape, _)) => {
+                shape_msg = format!(
+                    "param.{} has shape {shape:?}, the config builds {:?}",
+                    s.name, s.shape
+                )
+            }
+            None => shape_msg = format!("param.{} is missing", s.name),
+        }
+    }
+    let note = if !same_names {
+        format!(
+            "parameter names differ: file {:?} … vs built {:?} …",
+            &g.params[..g.params.len().min(3)],
+            &names[..names.len().min(3)]
+        )
+    } else {
+        shape_msg.clone()
+    };
+    let ok = same_names && shape_msg.is_empty();
+    rows.push(Row {
+        name: "structure: names and shapes".into(),
+        rel_l2: 0.0,
+        max_abs: 0.0,
+        tol: 0.0,
+        pass: ok,
+        note,
+    });
+    if !ok {
+        return Ok(rows);
+    }
+    // Init scale per group of N(0, σ²) tensors (block index removed from the name).
+    let own = layout.init(0x5eed);
+    let mut groups: HashMap<String, (f64, f64, usize)> = HashMap::new();
+    for (s, &off) in layout.specs.iter().zip(&layout.offsets) {
+        if !matches!(s.init, crate::model::Init::Normal(_)) {
+            continue;
+        }
+        let key = s
+            .name
+            .split('.')
+            .filter(|p| p.parse::<usize>().is_err())
+            .collect::<Vec<_>>()
+            .join(".");
+        let stored = g.f32(&format!("param.{}", s.name), None)?;
+        let e = groups.entry(key).or_default();
+        e.0 += own[off..off + s.len()]
+            .iter()
+            .map(|x| (*x as f64).powi(2))
+            .sum::<f64>();
+        e.1 += stored.iter().map(|x| (*x as f64).powi(2)).sum::<f64>();
+        e.2 += s.len();
+    }
+    let mut keys: Vec<_> = groups.keys().cloned().collect();
+    keys.sort();
+    for k in keys {
+        let (a, b, n) = groups[&k];
+        let r = (a / n as f64).sqrt() / ((b / n as f64).sqrt() / 2f64.sqrt());
+        let worst = r.max(1.0 / r);
+        rows.push(Row {
+            name: format!("init scale: {k}"),
+            rel_l2: worst,
+            max_abs: r,
+            tol: 3.0,
+            pass: worst <= 3.0,
+            note: String::new(),
+        });
+    }
+    Ok(rows)
+}
+
+/// Runs forward, backward and the recorded AdamW steps and compares everything.
+pub fn check(gpu: &Arc<Gpu>, g: &Golden) -> Result<Vec<Row>, GoldenError> {
+    let mut rows = structural(g)?;
+    if !rows[0].pass {
+        return Ok(rows);
+    }
+    let gpu_err = |source| GoldenError::Gpu {
+        path: g.path.clone(),
+        source,
+    };
+    let cfg = g.config.clone();
+    let layout = Layout::new(&cfg);
+    let mut flat = vec![0.0f32; layout.total];
+    for (s, &off) in layout.specs.iter().zip(&layout.offsets) {
+        let v = g.f32(&format!("param.{}", s.name), Some(&s.shape))?;
+        flat[off..off + s.len()].copy_from_slice(v);
+    }
+    let (b, t) = (g.batch, g.seq_len);
+    let tokens = g.i32("input.tokens", &[b, t])?;
+    let targets = g.i32("input.targets", &[b, t])?;
+    let model = Model::with_params(gpu.clone(), cfg.clone(), &flat).map_err(gpu_err)?;
+    // The file's decayed list must be what our ≥2-D rule gives.
+    let ours: Vec<&str> = layout
+        .specs
+        .iter()
+        .filter(|s| s.decay)
+        .map(|s| s.name.as_str())
+        .collect();
+    let theirs: Vec<&str> = g.opt.decayed.iter().map(|s| s.as_str()).collect();
+    let mut a = ours.clone();
+    a.sort();
+    let mut bb = theirs.clone();
+    bb.sort();
+    rows.push(Row {
+        name: "optimizer: decayed tensors".into(),
+        rel_l2: 0.0,
+        max_abs: 0.0,
+        tol: 0.0,
+        pass: a == bb,
+        note: if a == bb {
+            String::new()
+        } else {
+            format!("file decays {theirs:?}, we decay {ours:?}")
+        },
+    });
+    let mut opt = AdamWConfig {
+        lr: g.opt.lr as f32,
+        beta1: g.opt.beta1 as f32,
+        beta2: g.opt.beta2 as f32,
+        eps: g.opt.eps as f32,
+        weight_decay: g.opt.weight_decay as f32,
+        grad_clip: g.opt.grad_clip as f32,
+        clip_eps: g.opt.clip_norm_eps as f32,
+        step: 1,
+    };
+    let prog = model.program(b, t, &opt).map_err(gpu_err)?;
+    prog.set_batch(&model, tokens, targets).map_err(gpu_err)?;
+    model
+        .run(&[&prog.forward, &prog.backward], None)
+        .map_err(gpu_err)?;
+
+    let rd = |t: &crate::gpu::Tensor| t.read_f32(gpu).map_err(gpu_err);
+    let (v, d, m) = (cfg.vocab_size, cfg.d_model, cfg.m());
+    rows.push(row(
+        "out.logits",
+        &rd(&prog.logits)?,
+        g.f32("out.logits", Some(&[b, t, v]))?,
+        1e-4,
+    ));
+    let stats = rd(&prog.stats)?;
+    rows.push(row(
+        "out.loss",
+        &stats[..1],
+        g.f32("out.loss", Some(&[1]))?,
+        1e-4,
+    ));
+    rows.push(row(
+        "out.grad_norm",
+        &[stats[2].max(0.0).sqrt()],
+        g.f32("out.grad_norm", Some(&[1]))?,
+        1e-4,
+    ));
+    let grads = rd(&model.grads)?;
+    for (s, &off) in layout.specs.iter().zip(&layout.offsets) {
+        let name = format!("grad.{}", s.name);
+        rows.push(row(
+            &name,
+            &grads[off..off + s.len()],
+            g.f32(&name, Some(&s.shape))?,
+            1e-3,
+        ));
+    }
+    // Traces.
+    for l in 0..cfg.n_layers {
+        for (si, sn) in ["attn", "mlp"].iter().enumerate() {
+            let sub = &prog.subs[l][si];
+            let pre = format!("trace.blocks.{l}.{sn}");
+            rows.push(row(
+                &format!("{pre}.a"),
+                &rd(prog.a_tensor(l, si))?,
+                g.f32(&format!("{pre}.a"), Some(&[b, t, d]))?,
+                1e-4,
+            ));
+            rows.push(row(
+                &format!("{pre}.h"),
+                &rd(&sub.h)?,
+                g.f32(&format!("{pre}.h"), Some(&[b, t, d]))?,
+                1e-4,
+            ));
+            if let Some(w) = &sub.write {
+                rows.push(row(
+                    &format!("{pre}.beta"),
+                    &rd(&w.beta)?,
+                    g.f32(&format!("{pre}.beta"), Some(&[b, t]))?,
+                    1e-4,
+                ));
+                rows.push(row(
+                    &format!("{pre}.k"),
+                    &rd(&w.k)?,
+                    g.f32(&format!("{pre}.k"), Some(&[b, t, d]))?,
+                    1e-4,
+                ));
+                rows.push(row(
+                    &format!("{pre}.v"),
+                    &rd(&w.v)?,
+                    g.f32(&format!("{pre}.v"), Some(&[b, t, m]))?,
+                    1e-4,
+                ));
+            }
+            if let Some((_, _, kraw)) = &sub.dir {
+                rows.push(row(
+                    &format!("{pre}.k_raw"),
+                    &rd(kraw)?,
+                    g.f32(&format!("{pre}.k_raw"), Some(&[b, t, d]))?,
+                    1e-4,
+                ));
+            }
+        }
+    }
+    rows.push(row(
+        "trace.final.z",
+        &rd(prog.z_tensor())?,
+        g.f32("trace.final.z", Some(&[b, t, d]))?,
+        1e-4,
+    ));
+
+    // Optimizer steps: step 1 from the state above, then forward+backward+step.
+    let want_losses = g.f32("train.losses", Some(&[g.steps]))?.to_vec();
+    let want_norms = g.f32("train.grad_norms", Some(&[g.steps]))?.to_vec();
+    let mut losses = vec![stats[0]];
+    let mut norms = vec![stats[2].max(0.0).sqrt()];
+    for step in 1..=g.steps {
+        opt.step = step as u32;
+        model.set_optimizer_step(&prog, &opt).map_err(gpu_err)?;
+        model.run(&[], Some(&prog.optimizer)).map_err(gpu_err)?;
+        if step == 1 {
+            let p1 = rd(&model.params)?;
+            for (s, &off) in layout.specs.iter().zip(&layout.offsets) {
+                let name = format!("step1.param.{}", s.name);
+                let want = g.f32(&name, Some(&s.shape))?;
+                rows.push(row(&name, &p1[off..off + s.len()], want, 1e-3));
+                let got_u: Vec<f32> = p1[off..off + s.len()]
+                    .iter()
+                    .zip(&flat[off..])
+                    .map(|(a, b)| a - b)
+                    .collect();
+                let p0 = g.f32(&format!("param.{}", s.name), None)?;
+                let want_u: Vec<f32> = want.iter().zip(p0).map(|(a, b)| a - b).collect();
+                rows.push(row(
+                    &format!("step1.update.{}", s.name),
+                    &got_u,
+                    &want_u,
+                    1e-3,
+                ));
+            }
+        }
+        if step < g.steps {
+            model
+                .run(&[&prog.forward, &prog.backward], None)
+                .map_err(gpu_err)?;
+            let s = rd(&prog.stats)?;
+            losses.push(s[0]);
+            norms.push(s[2].max(0.0).sqrt());
+        }
+    }
+    for (i, (gl, wl)) in losses.iter().zip(&want_losses).enumerate() {
+        rows.push(row(&format!("train.losses[{i}]"), &[*gl], &[*wl], 1e-4));
+    }
+    for (i, (gn, wn)) in norms.iter().zip(&want_norms).enumerate() {
+        rows.push(row(&format!("train.grad_norms[{i}]"), &[*gn], &[*wn], 1e-3));
+    }
+    Ok(rows)
+}

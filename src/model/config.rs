@@ -1,0 +1,392 @@
+//! Model configuration: every field of the spec's config, the variants, and the presets.
+//!
+//! Field names are those of the golden files' `config` JSON (and of our checkpoints' metadata).
+
+use serde::{Deserialize, Serialize};
+
+/// The model families of `DDL_SPEC.md` (sections 4 and 14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Variant {
+    /// Pre-norm Transformer with plain residual additions (4.1).
+    Baseline,
+    /// Delta write on the d-dimensional residual, d_v = 1 (4.2).
+    DdlV1,
+    /// Expanded state d×m, token-axis ShortConv compressor (4.3).
+    Ddl,
+    /// As `ddl` with the EC embedding expansion (4.4).
+    DdlEc,
+    /// Expanded state, value-axis compressor (4.5).
+    DdlCc,
+    /// As `ddl_cc` with the EC embedding expansion (4.6).
+    DdlCcec,
+    /// v-Map, d_v = 1 (14.3).
+    DdlV1Vmap,
+    /// v-Map with expanded state and token-axis compressor (14.4).
+    DdlVmap,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 8] = [
+        Variant::Baseline,
+        Variant::DdlV1,
+        Variant::Ddl,
+        Variant::DdlEc,
+        Variant::DdlCc,
+        Variant::DdlCcec,
+        Variant::DdlV1Vmap,
+        Variant::DdlVmap,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Baseline => "baseline",
+            Variant::DdlV1 => "ddl_v1",
+            Variant::Ddl => "ddl",
+            Variant::DdlEc => "ddl_ec",
+            Variant::DdlCc => "ddl_cc",
+            Variant::DdlCcec => "ddl_ccec",
+            Variant::DdlV1Vmap => "ddl_v1_vmap",
+            Variant::DdlVmap => "ddl_vmap",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Variant, String> {
+        Variant::ALL
+            .iter()
+            .copied()
+            .find(|v| v.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Variant::ALL.iter().map(|v| v.name()).collect();
+                format!(
+                    "unknown variant '{s}' (expected one of {})",
+                    names.join(", ")
+                )
+            })
+    }
+
+    /// Uses delta writes (everything but the baseline).
+    pub fn is_ddl(self) -> bool {
+        self != Variant::Baseline
+    }
+
+    /// Carries an expanded d×m state with compressors and a readout.
+    pub fn expanded(self) -> bool {
+        matches!(
+            self,
+            Variant::Ddl | Variant::DdlEc | Variant::DdlCc | Variant::DdlCcec | Variant::DdlVmap
+        )
+    }
+
+    /// Uses the value-axis (CC) compressor rather than the token-axis one.
+    pub fn value_axis(self) -> bool {
+        matches!(self, Variant::DdlCc | Variant::DdlCcec)
+    }
+
+    /// Uses the EC embedding expansion.
+    pub fn ec(self) -> bool {
+        matches!(self, Variant::DdlEc | Variant::DdlCcec)
+    }
+
+    /// v-Map parameterisation (section 14).
+    pub fn vmap(self) -> bool {
+        matches!(self, Variant::DdlV1Vmap | Variant::DdlVmap)
+    }
+}
+
+impl std::fmt::Display for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The value activation (spec 14.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VActName {
+    Sigmoid4,
+    Sigmoid,
+    Linear,
+}
+
+/// Everything needed to build a model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub variant: Variant,
+    /// V.
+    pub vocab_size: usize,
+    /// d, the model width.
+    pub d_model: usize,
+    /// L, the number of blocks.
+    pub n_layers: usize,
+    /// H, attention heads.
+    pub n_heads: usize,
+    /// h, the head size (H·h may differ from d).
+    pub head_dim: usize,
+    /// F, the SwiGLU hidden size (⌊8d/3⌋ by default).
+    pub mlp_hidden: usize,
+    /// m = d_v, value channels (1 for the d_v = 1 variants, ignored by the baseline).
+    pub d_v: usize,
+    /// K_s (token-axis compressor) or K_c (value-axis compressor).
+    pub state_kernel: usize,
+    /// K_e, the EC embedding-expansion kernel.
+    pub embed_kernel: usize,
+    /// β₀: the gate bias starts at logit(β₀/2).
+    pub beta_init: f64,
+    /// ε_k of the direction normalisation.
+    pub k_eps: f64,
+    /// ε_n added to the mean square in every RMSNorm.
+    pub norm_eps: f64,
+    pub rope_base: f64,
+    /// Value activation (`sigmoid4` for k-Map by default).
+    pub v_act: VActName,
+    /// h_k, hidden width of the v-Map direction MLP.
+    pub k_mlp_hidden: usize,
+    /// v-Map: `w_k2` is initialised N(0, (k_rezero_scale/√h_k)²).
+    pub k_rezero_scale: f64,
+    /// α of the training loss (spec 14.7).
+    pub label_smoothing: f64,
+    /// σ_E of the embedding init.
+    pub embed_init_std: f64,
+    /// σ_H = init_std_factor/√d.
+    pub init_std_factor: f64,
+    /// Longest sequence (context) the model is used with; sizes the RoPE table and caches.
+    pub max_seq_len: usize,
+}
+
+/// A configuration that cannot be built, with the field that is wrong.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("config field '{field}': {msg}")]
+pub struct ConfigError {
+    pub field: String,
+    pub msg: String,
+}
+
+fn cerr(field: &str, msg: impl Into<String>) -> ConfigError {
+    ConfigError {
+        field: field.to_string(),
+        msg: msg.into(),
+    }
+}
+
+impl ModelConfig {
+    /// Defaults of the paper's Small model for a variant (spec sections 0, 6, 14.10).
+    pub fn base(
+        variant: Variant,
+        vocab_size: usize,
+        d: usize,
+        layers: usize,
+        heads: usize,
+        head_dim: usize,
+    ) -> Self {
+        let d_v = match variant {
+            Variant::Baseline => 0,
+            Variant::DdlV1 | Variant::DdlV1Vmap => 1,
+            _ => 4,
+        };
+        let v_act = match variant {
+            Variant::DdlV1Vmap => VActName::Sigmoid,
+            Variant::DdlVmap => VActName::Linear,
+            _ => VActName::Sigmoid4,
+        };
+        ModelConfig {
+            variant,
+            vocab_size,
+            d_model: d,
+            n_layers: layers,
+            n_heads: heads,
+            head_dim,
+            mlp_hidden: 8 * d / 3,
+            d_v,
+            state_kernel: if variant.value_axis() { d_v } else { 4 },
+            embed_kernel: 4,
+            beta_init: 1.0,
+            k_eps: 1e-5,
+            norm_eps: 1e-5,
+            rope_base: 10000.0,
+            v_act,
+            k_mlp_hidden: (d / 4).max(1),
+            k_rezero_scale: 0.01,
+            label_smoothing: 0.0,
+            embed_init_std: 0.02,
+            init_std_factor: 0.5,
+            max_seq_len: 1024,
+        }
+    }
+
+    /// A named preset: `tiny`, `shakespeare-char`, `small-124m`, `medium-353m`.
+    pub fn preset(name: &str, variant: Variant) -> Result<Self, ConfigError> {
+        let c = match name {
+            // Fast on lavapipe: the size of the burn comparison in issue 13.
+            "tiny" => ModelConfig {
+                max_seq_len: 64,
+                ..Self::base(variant, 65, 128, 4, 4, 32)
+            },
+            // nanoGPT's shakespeare-char shapes.
+            "shakespeare-char" => ModelConfig {
+                max_seq_len: 256,
+                ..Self::base(variant, 65, 384, 6, 6, 64)
+            },
+            // The paper's Small and Medium (spec section 0).
+            "small-124m" => Self::base(variant, 50304, 768, 12, 6, 128),
+            "medium-353m" => Self::base(variant, 50304, 1024, 24, 8, 128),
+            _ => {
+                return Err(cerr(
+                    "preset",
+                    format!(
+                        "unknown preset '{name}' (expected tiny, shakespeare-char, small-124m, medium-353m)"
+                    ),
+                ));
+            }
+        };
+        Ok(c)
+    }
+
+    /// m, the state width used by the kernels: 1 for the baseline and the d_v = 1 variants.
+    pub fn m(&self) -> usize {
+        if self.variant.expanded() { self.d_v } else { 1 }
+    }
+
+    /// H·h.
+    pub fn qk_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    /// Checks every field; the error names the field and the expected range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let pos = |f: &str, v: usize| {
+            if v == 0 {
+                Err(cerr(f, "must be at least 1"))
+            } else {
+                Ok(())
+            }
+        };
+        pos("vocab_size", self.vocab_size)?;
+        pos("d_model", self.d_model)?;
+        pos("n_layers", self.n_layers)?;
+        pos("n_heads", self.n_heads)?;
+        pos("head_dim", self.head_dim)?;
+        pos("mlp_hidden", self.mlp_hidden)?;
+        pos("max_seq_len", self.max_seq_len)?;
+        if self.head_dim % 2 != 0 {
+            return Err(cerr(
+                "head_dim",
+                format!("RoPE rotates pairs: must be even, got {}", self.head_dim),
+            ));
+        }
+        match self.variant {
+            Variant::Baseline => {}
+            Variant::DdlV1 | Variant::DdlV1Vmap => {
+                if self.d_v != 1 {
+                    return Err(cerr(
+                        "d_v",
+                        format!("variant {} has d_v = 1, got {}", self.variant, self.d_v),
+                    ));
+                }
+            }
+            _ => {
+                if self.d_v < 1 {
+                    return Err(cerr("d_v", "must be at least 1"));
+                }
+                pos("state_kernel", self.state_kernel)?;
+            }
+        }
+        if self.variant.ec() {
+            pos("embed_kernel", self.embed_kernel)?;
+        }
+        if self.variant.vmap() {
+            pos("k_mlp_hidden", self.k_mlp_hidden)?;
+        }
+        for (f, v) in [
+            ("k_eps", self.k_eps),
+            ("norm_eps", self.norm_eps),
+            ("rope_base", self.rope_base),
+        ] {
+            if !(v > 0.0 && v.is_finite()) {
+                return Err(cerr(f, format!("must be a positive number, got {v}")));
+            }
+        }
+        if !(0.0..=2.0).contains(&self.beta_init) {
+            return Err(cerr(
+                "beta_init",
+                format!("must be in [0, 2], got {}", self.beta_init),
+            ));
+        }
+        if !(0.0..1.0).contains(&self.label_smoothing) {
+            return Err(cerr(
+                "label_smoothing",
+                format!("must be in [0, 1), got {}", self.label_smoothing),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads the `config` object of a golden file (or another tool's config): known fields are
+    /// taken, absent v-Map fields get the spec's k-Map defaults, unknown fields are ignored.
+    pub fn from_golden_json(v: &serde_json::Value) -> Result<Self, ConfigError> {
+        let obj = v
+            .as_object()
+            .ok_or_else(|| cerr("config", "not a JSON object"))?;
+        let variant_s = obj
+            .get("variant")
+            .and_then(|x| x.as_str())
+            .ok_or_else(|| cerr("variant", "missing"))?;
+        let variant = Variant::parse(variant_s).map_err(|e| cerr("variant", e))?;
+        let us = |f: &str| -> Result<usize, ConfigError> {
+            obj.get(f)
+                .and_then(|x| x.as_u64())
+                .map(|x| x as usize)
+                .ok_or_else(|| cerr(f, "missing or not a non-negative integer"))
+        };
+        let fl = |f: &str| -> Result<f64, ConfigError> {
+            obj.get(f)
+                .and_then(|x| x.as_f64())
+                .ok_or_else(|| cerr(f, "missing or not a number"))
+        };
+        let (vocab, d, l, h, hd) = (
+            us("vocab_size")?,
+            us("d_model")?,
+            us("n_layers")?,
+            us("n_heads")?,
+            us("head_dim")?,
+        );
+        let mut c = Self::base(variant, vocab, d, l, h, hd);
+        c.mlp_hidden = us("mlp_hidden")?;
+        c.d_v = us("d_v")?;
+        c.state_kernel = us("state_kernel")?;
+        c.embed_kernel = us("embed_kernel")?;
+        c.beta_init = fl("beta_init")?;
+        c.k_eps = fl("k_eps")?;
+        c.norm_eps = fl("norm_eps")?;
+        c.rope_base = fl("rope_base")?;
+        if let Some(s) = obj.get("v_act") {
+            c.v_act =
+                serde_json::from_value(s.clone()).map_err(|e| cerr("v_act", e.to_string()))?;
+        } else {
+            c.v_act = VActName::Sigmoid4;
+        }
+        if obj.contains_key("k_mlp_hidden") {
+            c.k_mlp_hidden = us("k_mlp_hidden")?;
+        }
+        if obj.contains_key("k_rezero_scale") {
+            c.k_rezero_scale = fl("k_rezero_scale")?;
+        }
+        c.label_smoothing = if obj.contains_key("label_smoothing") {
+            fl("label_smoothing")?
+        } else {
+            0.0
+        };
+        if obj.contains_key("embed_init_std") {
+            c.embed_init_std = fl("embed_init_std")?;
+        }
+        if obj.contains_key("init_std_factor") {
+            c.init_std_factor = fl("init_std_factor")?;
+        }
+        if let Ok(t) = us("seq_len") {
+            c.max_seq_len = c.max_seq_len.max(t);
+        }
+        c.validate()?;
+        Ok(c)
+    }
+}

@@ -1,0 +1,1461 @@
+//! The model on the GPU: parameters in flat buffers, activations allocated once per (B, T), and
+//! the forward, backward and optimizer of every variant recorded as programs of bound dispatches
+//! that are replayed each step (one submit, no allocation, one small readback).
+
+use std::sync::Arc;
+
+use crate::gpu::{DType, Dispatch, Gpu, Op, Recorder, Result, Tensor, View};
+use crate::kernels::attention::AttnShape;
+use crate::kernels::delta::{DeltaShape, VAct};
+use crate::kernels::matmul::Matmul;
+use crate::kernels::rope::RopeShape;
+use crate::kernels::shortconv::ConvShape;
+use crate::kernels::{
+    adamw, attention, delta, elementwise, embedding, expand, loss, norm, reduce, rope, shortconv,
+    swiglu,
+};
+
+use super::config::{ModelConfig, VActName};
+use super::params::Layout;
+
+/// Parameters, gradients and AdamW moments of one model on one device.
+pub struct Model {
+    pub gpu: Arc<Gpu>,
+    pub cfg: ModelConfig,
+    pub layout: Layout,
+    /// Flat parameter buffer (see [`Layout`]).
+    pub params: Tensor,
+    pub grads: Tensor,
+    pub adam_m: Tensor,
+    pub adam_v: Tensor,
+    /// Per-64-element decay flags (u32).
+    pub decay_mask: Tensor,
+    /// RoPE cos/sin table for positions `0..max_seq_len`.
+    pub rope_table: Tensor,
+}
+
+/// The optimizer settings of a training step.
+pub use crate::kernels::adamw::AdamWConfig;
+
+impl Model {
+    /// A model with parameters initialised from `seed` (spec section 5).
+    pub fn new(gpu: Arc<Gpu>, cfg: ModelConfig, seed: u64) -> Result<Model> {
+        let layout = Layout::new(&cfg);
+        let init = layout.init(seed);
+        Self::with_params(gpu, cfg, &init)
+    }
+
+    /// A model with the given flat parameters (length `Layout::new(&cfg).total`).
+    pub fn with_params(gpu: Arc<Gpu>, cfg: ModelConfig, flat: &[f32]) -> Result<Model> {
+        let layout = Layout::new(&cfg);
+        let n = layout.total;
+        if flat.len() != n {
+            return Err(crate::gpu::GpuError::Shape(format!(
+                "flat parameters have {} elements, the layout of this config needs {n}",
+                flat.len()
+            )));
+        }
+        let params = Tensor::from_f32(&gpu, "params", &[n], flat)?;
+        let grads = Tensor::zeros(&gpu, "grads", &[n], DType::F32)?;
+        let adam_m = Tensor::zeros(&gpu, "adam.m", &[n], DType::F32)?;
+        let adam_v = Tensor::zeros(&gpu, "adam.v", &[n], DType::F32)?;
+        let mask = adamw::decay_mask(n, &layout.decay_ranges());
+        let decay_mask = Tensor::from_u32(&gpu, "decay_mask", &[mask.len()], &mask)?;
+        let rope_table = rope::table(&gpu, cfg.max_seq_len.max(1), cfg.head_dim, cfg.rope_base)?;
+        Ok(Model {
+            gpu,
+            cfg,
+            layout,
+            params,
+            grads,
+            adam_m,
+            adam_v,
+            decay_mask,
+            rope_table,
+        })
+    }
+
+    fn pv(&self, name: &str) -> View<'_> {
+        let (o, n) = self.layout.range(name);
+        self.params.view().sub(o, n)
+    }
+
+    fn gv(&self, name: &str) -> View<'_> {
+        let (o, n) = self.layout.range(name);
+        self.grads.view().sub(o, n)
+    }
+
+    /// The flat parameters on the host.
+    pub fn read_params(&self) -> Result<Vec<f32>> {
+        self.params.read_f32(&self.gpu)
+    }
+
+    /// One named tensor (parameters or gradients) on the host.
+    pub fn read_named(&self, flat: &Tensor, name: &str) -> Result<Vec<f32>> {
+        let (o, n) = self.layout.range(name);
+        let all = flat.read_f32(&self.gpu)?;
+        Ok(all[o..o + n].to_vec())
+    }
+
+    fn v_act(&self) -> VAct {
+        match self.cfg.v_act {
+            VActName::Sigmoid4 => VAct::Sigmoid4,
+            VActName::Sigmoid => VAct::Sigmoid,
+            VActName::Linear => VAct::Linear,
+        }
+    }
+}
+
+/// Activations of one sublayer (attention or MLP) of one block.
+pub struct Sub {
+    pub kind: SubKind,
+    /// Compressed input a [N, d] (expanded variants; otherwise a is the state itself).
+    pub a: Option<Tensor>,
+    pub c: Tensor,
+    pub rstd_c: Tensor,
+    /// Sublayer output h [N, d].
+    pub h: Tensor,
+    pub inner: Inner,
+    /// Delta-write saves (DDL variants): k [N, d], rnorm [N], beta [N], v [N, m], delta [N, m].
+    pub write: Option<WriteSaves>,
+    /// v-Map direction branch: q1 = c·W_k1ᵀ, s1 = silu(q1) [N, h_k], kraw [N, d].
+    pub dir: Option<(Tensor, Tensor, Tensor)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubKind {
+    Attn,
+    Mlp,
+}
+
+impl SubKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            SubKind::Attn => "attn",
+            SubKind::Mlp => "mlp",
+        }
+    }
+}
+
+pub enum Inner {
+    Attn {
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        qr: Tensor,
+        kr: Tensor,
+        qn: Tensor,
+        kn: Tensor,
+        rstd_q: Tensor,
+        rstd_k: Tensor,
+        o: Tensor,
+        lse: Tensor,
+    },
+    Mlp {
+        g1: Tensor,
+        g2: Tensor,
+        psi: Tensor,
+    },
+}
+
+pub struct WriteSaves {
+    pub k: Tensor,
+    pub rnorm: Tensor,
+    pub beta: Tensor,
+    pub v: Tensor,
+    pub delta: Tensor,
+}
+
+/// Gradient scratch shared by all layers.
+struct Grads {
+    dlogits: Tensor,
+    dzn: Tensor,
+    dz: Tensor,
+    dx: [Tensor; 2],
+    dh: Tensor,
+    da: Tensor,
+    dc: Tensor,
+    dkraw: Tensor,
+    ds: Tensor,
+    dq1: Tensor,
+    dscratch: Tensor,
+    ones: Tensor,
+    do_: Tensor,
+    dqn: Tensor,
+    dkn: Tensor,
+    dv: Tensor,
+    dqr: Tensor,
+    dkr: Tensor,
+    dq: Tensor,
+    dk: Tensor,
+    dpsi: Tensor,
+    dg1: Tensor,
+    dg2: Tensor,
+    de: Tensor,
+}
+
+/// Everything bound for one batch shape (B, T): activations and the recorded programs.
+pub struct Program {
+    pub b: usize,
+    pub t: usize,
+    /// Token ids [B, T] (i32) and targets (−1 = ignored).
+    pub tokens: Tensor,
+    pub targets: Tensor,
+    /// Deterministic scatter index of the embedding backward (rebuilt from the tokens).
+    pub emb_index: Tensor,
+    /// Embedding output e [N, d].
+    pub e: Tensor,
+    /// States X_0 … X_{2L}, each [N, d, m] (X_0 is `e` itself when not expanded).
+    pub xs: Vec<Tensor>,
+    /// Per block: (attention, MLP) sublayer activations.
+    pub subs: Vec<[Sub; 2]>,
+    /// Readout output z (expanded variants; else the last state is z).
+    pub z: Option<Tensor>,
+    pub zn: Tensor,
+    pub rstd_f: Tensor,
+    pub logits: Tensor,
+    pub lse: Tensor,
+    /// (mean loss, valid targets).
+    pub loss_out: Tensor,
+    /// Σ g² over all gradients.
+    pub norm_sq: Tensor,
+    /// (loss, valid targets, Σ g²): the one small readback of a training step.
+    pub stats: Tensor,
+    pub forward: Vec<Op>,
+    pub backward: Vec<Op>,
+    pub optimizer: Vec<Dispatch>,
+    _grads: Grads,
+}
+
+impl Program {
+    fn n(&self) -> usize {
+        self.b * self.t
+    }
+
+    /// The state entering the readout / final norm.
+    pub fn z_tensor(&self) -> &Tensor {
+        self.z.as_ref().unwrap_or_else(|| self.xs.last().unwrap())
+    }
+
+    /// The sublayer input `a` (compressed state, or the state itself).
+    pub fn a_tensor(&self, block: usize, sub: usize) -> &Tensor {
+        self.subs[block][sub]
+            .a
+            .as_ref()
+            .unwrap_or(&self.xs[2 * block + sub])
+    }
+
+    /// Tokens (and targets, −1 = ignored) for the next run; builds the embedding index too.
+    pub fn set_batch(&self, model: &Model, tokens: &[i32], targets: &[i32]) -> Result<()> {
+        let n = self.n();
+        if tokens.len() != n || targets.len() != n {
+            return Err(crate::gpu::GpuError::Shape(format!(
+                "batch of {}×{} needs {n} tokens and targets, got {} and {}",
+                self.b,
+                self.t,
+                tokens.len(),
+                targets.len()
+            )));
+        }
+        let v = model.cfg.vocab_size as i32;
+        if let Some((i, &t)) = targets
+            .iter()
+            .enumerate()
+            .find(|(_, t)| **t < -1 || **t >= v)
+        {
+            return Err(crate::gpu::GpuError::Shape(format!(
+                "target {t} at position {i} is outside [0, {v}) and is not the ignore index -1"
+            )));
+        }
+        let idx = embedding::build_index(tokens, model.cfg.vocab_size)?;
+        self.tokens.write_i32(&model.gpu, tokens)?;
+        self.targets.write_i32(&model.gpu, targets)?;
+        self.emb_index.write_u32(&model.gpu, &idx)?;
+        Ok(())
+    }
+}
+
+fn run(ops: &mut Vec<Op>, ds: Result<Vec<Dispatch>>) -> Result<()> {
+    ops.extend(ds?.into_iter().map(Op::Run));
+    Ok(())
+}
+
+fn mm(ops: &mut Vec<Op>, gpu: &Gpu, m: Matmul, a: View, b: View, c: View) -> Result<()> {
+    ops.push(Op::Run(m.bind(gpu, a, b, c)?));
+    Ok(())
+}
+
+impl Model {
+    /// Allocates activations for batches of `b` sequences of `t` tokens and records the
+    /// forward, backward and optimizer programs.
+    pub fn program(&self, b: usize, t: usize, opt: &AdamWConfig) -> Result<Program> {
+        let gpu = &*self.gpu;
+        let c = &self.cfg;
+        if t > c.max_seq_len {
+            return Err(crate::gpu::GpuError::Shape(format!(
+                "sequence length {t} exceeds the model's max_seq_len {}",
+                c.max_seq_len
+            )));
+        }
+        let n = b * t;
+        let (d, m, dq, f, v, hh) = (
+            c.d_model,
+            c.m(),
+            c.qk_dim(),
+            c.mlp_hidden,
+            c.vocab_size,
+            c.n_heads,
+        );
+        let hk = c.k_mlp_hidden;
+        let var = c.variant;
+        let z = |label: &str, shape: &[usize]| Tensor::zeros(gpu, label, shape, DType::F32);
+
+        let tokens = Tensor::zeros(gpu, "tokens", &[n], DType::I32)?;
+        let targets = Tensor::zeros(gpu, "targets", &[n], DType::I32)?;
+        let emb_index = Tensor::zeros(gpu, "emb_index", &[embedding::index_len(n)], DType::U32)?;
+        let e = z("e", &[n, d])?;
+        let mut xs = Vec::with_capacity(2 * c.n_layers + 1);
+        if var.expanded() {
+            xs.push(z("x0", &[n, d, m])?);
+        } else {
+            xs.push(e.clone());
+        }
+        for i in 1..=2 * c.n_layers {
+            xs.push(z(&format!("x{i}"), &[n, d, m])?);
+        }
+        let mut subs = Vec::with_capacity(c.n_layers);
+        for l in 0..c.n_layers {
+            let mk = |kind: SubKind| -> Result<Sub> {
+                let p = format!("b{l}.{}", kind.name());
+                let inner = match kind {
+                    SubKind::Attn => Inner::Attn {
+                        q: z(&format!("{p}.q"), &[n, dq])?,
+                        k: z(&format!("{p}.k"), &[n, dq])?,
+                        v: z(&format!("{p}.v"), &[n, dq])?,
+                        qr: z(&format!("{p}.qr"), &[n, dq])?,
+                        kr: z(&format!("{p}.kr"), &[n, dq])?,
+                        qn: z(&format!("{p}.qn"), &[n, dq])?,
+                        kn: z(&format!("{p}.kn"), &[n, dq])?,
+                        rstd_q: z(&format!("{p}.rstd_q"), &[n * hh])?,
+                        rstd_k: z(&format!("{p}.rstd_k"), &[n * hh])?,
+                        o: z(&format!("{p}.o"), &[n, dq])?,
+                        lse: z(&format!("{p}.lse"), &[b, hh, t])?,
+                    },
+                    SubKind::Mlp => Inner::Mlp {
+                        g1: z(&format!("{p}.g1"), &[n, f])?,
+                        g2: z(&format!("{p}.g2"), &[n, f])?,
+                        psi: z(&format!("{p}.psi"), &[n, f])?,
+                    },
+                };
+                Ok(Sub {
+                    kind,
+                    a: if var.expanded() {
+                        Some(z(&format!("{p}.a"), &[n, d])?)
+                    } else {
+                        None
+                    },
+                    c: z(&format!("{p}.c"), &[n, d])?,
+                    rstd_c: z(&format!("{p}.rstd_c"), &[n])?,
+                    h: z(&format!("{p}.h"), &[n, d])?,
+                    inner,
+                    write: if var.is_ddl() {
+                        Some(WriteSaves {
+                            k: z(&format!("{p}.kdir"), &[n, d])?,
+                            rnorm: z(&format!("{p}.rnorm"), &[n])?,
+                            beta: z(&format!("{p}.beta"), &[n])?,
+                            v: z(&format!("{p}.vval"), &[n, m])?,
+                            delta: z(&format!("{p}.delta"), &[n, m])?,
+                        })
+                    } else {
+                        None
+                    },
+                    dir: if var.vmap() {
+                        Some((
+                            z(&format!("{p}.q1"), &[n, hk])?,
+                            z(&format!("{p}.s1"), &[n, hk])?,
+                            z(&format!("{p}.kraw"), &[n, d])?,
+                        ))
+                    } else {
+                        None
+                    },
+                })
+            };
+            subs.push([mk(SubKind::Attn)?, mk(SubKind::Mlp)?]);
+        }
+        let zt = if var.expanded() {
+            Some(z("z", &[n, d])?)
+        } else {
+            None
+        };
+        let zn = z("zn", &[n, d])?;
+        let rstd_f = z("rstd_f", &[n])?;
+        let logits = z("logits", &[n, v])?;
+        let lse = z("lse", &[n])?;
+        let loss_out = z("loss_out", &[2])?;
+        let norm_sq = z("norm_sq", &[1])?;
+        let stats = z("stats", &[4])?;
+        let hkn = if var.vmap() { n * hk } else { 1 };
+        let ones = Tensor::from_f32(gpu, "ones", &[hkn], &vec![1.0; hkn])?;
+        let g = Grads {
+            dlogits: z("dlogits", &[n, v])?,
+            dzn: z("dzn", &[n, d])?,
+            dz: z("dz", &[n, d])?,
+            dx: [z("dxa", &[n, d, m])?, z("dxb", &[n, d, m])?],
+            dh: z("dh", &[n, d])?,
+            da: z("da", &[n, d])?,
+            dc: z("dc", &[n, d])?,
+            dkraw: z("dkraw", &[n, d])?,
+            ds: z("ds", &[hkn])?,
+            dq1: z("dq1", &[hkn])?,
+            dscratch: z("dscratch", &[hkn])?,
+            ones,
+            do_: z("do", &[n, dq])?,
+            dqn: z("dqn", &[n, dq])?,
+            dkn: z("dkn", &[n, dq])?,
+            dv: z("dv", &[n, dq])?,
+            dqr: z("dqr", &[n, dq])?,
+            dkr: z("dkr", &[n, dq])?,
+            dq: z("dq", &[n, dq])?,
+            dk: z("dk", &[n, dq])?,
+            dpsi: z("dpsi", &[n, f])?,
+            dg1: z("dg1", &[n, f])?,
+            dg2: z("dg2", &[n, f])?,
+            de: z("de", &[n, d])?,
+        };
+
+        let mut p = Program {
+            b,
+            t,
+            tokens,
+            targets,
+            emb_index,
+            e,
+            xs,
+            subs,
+            z: zt,
+            zn,
+            rstd_f,
+            logits,
+            lse,
+            loss_out,
+            norm_sq,
+            stats,
+            forward: Vec::new(),
+            backward: Vec::new(),
+            optimizer: Vec::new(),
+            _grads: g,
+        };
+        p.forward = self.record_forward(&p)?;
+        p.backward = self.record_backward(&p)?;
+        p.optimizer = self.record_optimizer(&p, opt)?;
+        Ok(p)
+    }
+
+    fn conv_shape(&self, p: &Program, kernel: usize) -> ConvShape {
+        ConvShape {
+            batch: p.b,
+            seq: p.t,
+            d: self.cfg.d_model,
+            m: self.cfg.m(),
+            kernel,
+        }
+    }
+
+    fn compress_fwd(
+        &self,
+        ops: &mut Vec<Op>,
+        p: &Program,
+        prefix: &str,
+        x: &Tensor,
+        a: &Tensor,
+    ) -> Result<()> {
+        let gpu = &*self.gpu;
+        let c = &self.cfg;
+        let (kappa, rho) = (
+            self.pv(&format!("{prefix}.kernel")),
+            self.pv(&format!("{prefix}.read")),
+        );
+        if c.variant.value_axis() {
+            run(
+                ops,
+                shortconv::value_forward(
+                    gpu,
+                    p.n(),
+                    c.d_model,
+                    c.m(),
+                    c.state_kernel,
+                    x.view(),
+                    kappa,
+                    rho,
+                    a.view(),
+                ),
+            )
+        } else {
+            run(
+                ops,
+                shortconv::token_forward(
+                    gpu,
+                    &self.conv_shape(p, c.state_kernel),
+                    x.view(),
+                    kappa,
+                    rho,
+                    a.view(),
+                ),
+            )
+        }
+    }
+
+    fn compress_bwd(
+        &self,
+        ops: &mut Vec<Op>,
+        p: &Program,
+        prefix: &str,
+        x: &Tensor,
+        da: &Tensor,
+        dx: &Tensor,
+    ) -> Result<()> {
+        let gpu = &*self.gpu;
+        let c = &self.cfg;
+        let (kappa, rho) = (
+            self.pv(&format!("{prefix}.kernel")),
+            self.pv(&format!("{prefix}.read")),
+        );
+        let (dkappa, drho) = (
+            self.gv(&format!("{prefix}.kernel")),
+            self.gv(&format!("{prefix}.read")),
+        );
+        if c.variant.value_axis() {
+            run(
+                ops,
+                shortconv::value_backward(
+                    gpu,
+                    p.n(),
+                    c.d_model,
+                    c.m(),
+                    c.state_kernel,
+                    x.view(),
+                    kappa,
+                    rho,
+                    da.view(),
+                    dx.view(),
+                    dkappa,
+                    drho,
+                ),
+            )
+        } else {
+            run(
+                ops,
+                shortconv::token_backward(
+                    gpu,
+                    &self.conv_shape(p, c.state_kernel),
+                    x.view(),
+                    kappa,
+                    rho,
+                    da.view(),
+                    dx.view(),
+                    dkappa,
+                    drho,
+                ),
+            )
+        }
+    }
+
+    fn rope_shape(&self, p: &Program) -> RopeShape {
+        RopeShape {
+            rows: p.n(),
+            seq_len: p.t,
+            heads: self.cfg.n_heads,
+            head_dim: self.cfg.head_dim,
+            pos0: 0,
+        }
+    }
+
+    fn attn_shape(&self, p: &Program) -> AttnShape {
+        AttnShape {
+            batch: p.b,
+            heads: self.cfg.n_heads,
+            head_dim: self.cfg.head_dim,
+            q_len: p.t,
+            kv_len: p.t,
+            kv_stride: p.t,
+            q_pos0: 0,
+        }
+    }
+
+    fn delta_shape(&self, p: &Program) -> DeltaShape {
+        DeltaShape {
+            n: p.n(),
+            d: self.cfg.d_model,
+            m: self.cfg.m(),
+            k_eps: self.cfg.k_eps as f32,
+            v_act: self.v_act(),
+        }
+    }
+
+    fn record_forward(&self, p: &Program) -> Result<Vec<Op>> {
+        let gpu = &*self.gpu;
+        let c = &self.cfg;
+        let var = c.variant;
+        let n = p.n();
+        let (d, dq, f, hh, hd, hk) = (
+            c.d_model,
+            c.qk_dim(),
+            c.mlp_hidden,
+            c.n_heads,
+            c.head_dim,
+            c.k_mlp_hidden,
+        );
+        let eps = c.norm_eps as f32;
+        let mut ops = Vec::new();
+        let o = &mut ops;
+
+        run(
+            o,
+            embedding::forward(
+                gpu,
+                p.tokens.view(),
+                self.pv("tok_emb"),
+                p.e.view(),
+                n,
+                d,
+                c.vocab_size,
+            ),
+        )?;
+        if var.expanded() {
+            if var.ec() {
+                run(
+                    o,
+                    expand::ec_forward(
+                        gpu,
+                        &self.conv_shape(p, c.embed_kernel),
+                        p.e.view(),
+                        self.pv("embed_expand.kernel"),
+                        p.xs[0].view(),
+                    ),
+                )?;
+            } else {
+                run(
+                    o,
+                    expand::replicate_forward(gpu, n, d, c.m(), p.e.view(), p.xs[0].view()),
+                )?;
+            }
+        }
+        for l in 0..c.n_layers {
+            let blk = format!("blocks.{l}");
+            for si in 0..2 {
+                let s = &p.subs[l][si];
+                let x_in = &p.xs[2 * l + si];
+                let x_out = &p.xs[2 * l + si + 1];
+                let sname = s.kind.name();
+                if let Some(a) = &s.a {
+                    self.compress_fwd(o, p, &format!("{blk}.compress"), x_in, a)?;
+                }
+                let a = p.a_tensor(l, si);
+                let norm_name = format!("{blk}.{sname}_norm.gain");
+                run(
+                    o,
+                    norm::rmsnorm_forward(
+                        gpu,
+                        a.view(),
+                        self.pv(&norm_name),
+                        s.c.view(),
+                        s.rstd_c.view(),
+                        n,
+                        d,
+                        eps,
+                    ),
+                )?;
+                match &s.inner {
+                    Inner::Attn {
+                        q,
+                        k,
+                        v,
+                        qr,
+                        kr,
+                        qn,
+                        kn,
+                        rstd_q,
+                        rstd_k,
+                        o: out,
+                        lse,
+                    } => {
+                        mm(
+                            o,
+                            gpu,
+                            Matmul::nt(n, dq, d),
+                            s.c.view(),
+                            self.pv(&format!("{blk}.attn.wq")),
+                            q.view(),
+                        )?;
+                        mm(
+                            o,
+                            gpu,
+                            Matmul::nt(n, dq, d),
+                            s.c.view(),
+                            self.pv(&format!("{blk}.attn.wk")),
+                            k.view(),
+                        )?;
+                        mm(
+                            o,
+                            gpu,
+                            Matmul::nt(n, dq, d),
+                            s.c.view(),
+                            self.pv(&format!("{blk}.attn.wv")),
+                            v.view(),
+                        )?;
+                        let rs = self.rope_shape(p);
+                        run(
+                            o,
+                            rope::forward(gpu, &rs, self.rope_table.view(), q.view(), qr.view()),
+                        )?;
+                        run(
+                            o,
+                            rope::forward(gpu, &rs, self.rope_table.view(), k.view(), kr.view()),
+                        )?;
+                        run(
+                            o,
+                            norm::rmsnorm_forward(
+                                gpu,
+                                qr.view(),
+                                self.pv(&format!("{blk}.attn.q_norm.gain")),
+                                qn.view(),
+                                rstd_q.view(),
+                                n * hh,
+                                hd,
+                                eps,
+                            ),
+                        )?;
+                        run(
+                            o,
+                            norm::rmsnorm_forward(
+                                gpu,
+                                kr.view(),
+                                self.pv(&format!("{blk}.attn.k_norm.gain")),
+                                kn.view(),
+                                rstd_k.view(),
+                                n * hh,
+                                hd,
+                                eps,
+                            ),
+                        )?;
+                        let scale = 1.0 / (hd as f32).sqrt();
+                        run(
+                            o,
+                            attention::forward(
+                                gpu,
+                                &self.attn_shape(p),
+                                scale,
+                                qn.view(),
+                                kn.view(),
+                                v.view(),
+                                out.view(),
+                                lse.view(),
+                            ),
+                        )?;
+                        mm(
+                            o,
+                            gpu,
+                            Matmul::nt(n, d, dq),
+                            out.view(),
+                            self.pv(&format!("{blk}.attn.wo")),
+                            s.h.view(),
+                        )?;
+                    }
+                    Inner::Mlp { g1, g2, psi } => {
+                        mm(
+                            o,
+                            gpu,
+                            Matmul::nt(n, f, d),
+                            s.c.view(),
+                            self.pv(&format!("{blk}.mlp.w_gate")),
+                            g1.view(),
+                        )?;
+                        mm(
+                            o,
+                            gpu,
+                            Matmul::nt(n, f, d),
+                            s.c.view(),
+                            self.pv(&format!("{blk}.mlp.w_up")),
+                            g2.view(),
+                        )?;
+                        run(
+                            o,
+                            swiglu::forward(gpu, g1.view(), g2.view(), psi.view(), n * f),
+                        )?;
+                        mm(
+                            o,
+                            gpu,
+                            Matmul::nt(n, d, f),
+                            psi.view(),
+                            self.pv(&format!("{blk}.mlp.w_down")),
+                            s.h.view(),
+                        )?;
+                    }
+                }
+                let dn = format!("{blk}.{sname}_delta");
+                match &s.write {
+                    None => {
+                        // Baseline residual: x_out = x_in + h.
+                        o.push(Op::copy(x_in, x_out));
+                        run(o, elementwise::add(gpu, s.h.view(), x_out.view(), n * d))?;
+                    }
+                    Some(w) => {
+                        let (kraw, a_in) = match &s.dir {
+                            Some((q1, s1, kraw)) => {
+                                mm(
+                                    o,
+                                    gpu,
+                                    Matmul::nt(n, hk, d),
+                                    s.c.view(),
+                                    self.pv(&format!("{dn}.w_k1")),
+                                    q1.view(),
+                                )?;
+                                run(
+                                    o,
+                                    swiglu::forward(
+                                        gpu,
+                                        q1.view(),
+                                        p._grads.ones.view(),
+                                        s1.view(),
+                                        n * hk,
+                                    ),
+                                )?;
+                                mm(
+                                    o,
+                                    gpu,
+                                    Matmul::nt(n, d, hk),
+                                    s1.view(),
+                                    self.pv(&format!("{dn}.w_k2")),
+                                    kraw.view(),
+                                )?;
+                                (kraw, &s.h)
+                            }
+                            None => (&s.h, a),
+                        };
+                        run(
+                            o,
+                            delta::forward(
+                                gpu,
+                                &self.delta_shape(p),
+                                x_in.view(),
+                                kraw.view(),
+                                a_in.view(),
+                                s.c.view(),
+                                self.pv(&format!("{dn}.w_beta")),
+                                self.pv(&format!("{dn}.b_beta")),
+                                self.pv(&format!("{dn}.w_v")),
+                                self.pv(&format!("{dn}.b_v")),
+                                x_out.view(),
+                                w.k.view(),
+                                w.rnorm.view(),
+                                w.beta.view(),
+                                w.v.view(),
+                                w.delta.view(),
+                            ),
+                        )?;
+                    }
+                }
+            }
+        }
+        if let Some(zt) = &p.z {
+            self.compress_fwd(o, p, "readout", p.xs.last().unwrap(), zt)?;
+        }
+        let z_in = p.z_tensor();
+        run(
+            o,
+            norm::rmsnorm_forward(
+                gpu,
+                z_in.view(),
+                self.pv("final_norm.gain"),
+                p.zn.view(),
+                p.rstd_f.view(),
+                n,
+                d,
+                eps,
+            ),
+        )?;
+        mm(
+            o,
+            gpu,
+            Matmul::nt(n, c.vocab_size, d),
+            p.zn.view(),
+            self.pv("tok_emb"),
+            p.logits.view(),
+        )?;
+        run(
+            o,
+            loss::cross_entropy_forward(
+                gpu,
+                p.logits.view(),
+                p.targets.view(),
+                p.lse.view(),
+                p.loss_out.view(),
+                n,
+                c.vocab_size,
+                c.label_smoothing as f32,
+            ),
+        )?;
+        Ok(ops)
+    }
+
+    /// Sublayer backward given dh: writes (or adds, `accumulate`) the input gradient into dc.
+    fn sublayer_bwd(
+        &self,
+        o: &mut Vec<Op>,
+        p: &Program,
+        l: usize,
+        s: &Sub,
+        dh: &Tensor,
+        accumulate: bool,
+    ) -> Result<()> {
+        let gpu = &*self.gpu;
+        let c = &self.cfg;
+        let g = &p._grads;
+        let n = p.n();
+        let (d, dq, f, hh, hd) = (c.d_model, c.qk_dim(), c.mlp_hidden, c.n_heads, c.head_dim);
+        let blk = format!("blocks.{l}");
+        match &s.inner {
+            Inner::Attn {
+                v,
+                qr,
+                kr,
+                qn,
+                kn,
+                rstd_q,
+                rstd_k,
+                o: out,
+                lse,
+                ..
+            } => {
+                mm(
+                    o,
+                    gpu,
+                    Matmul::tn(d, dq, n).accumulate(true),
+                    dh.view(),
+                    out.view(),
+                    self.gv(&format!("{blk}.attn.wo")),
+                )?;
+                mm(
+                    o,
+                    gpu,
+                    Matmul::nn(n, dq, d),
+                    dh.view(),
+                    self.pv(&format!("{blk}.attn.wo")),
+                    g.do_.view(),
+                )?;
+                let scale = 1.0 / (hd as f32).sqrt();
+                run(
+                    o,
+                    attention::backward(
+                        gpu,
+                        &self.attn_shape(p),
+                        scale,
+                        qn.view(),
+                        kn.view(),
+                        v.view(),
+                        out.view(),
+                        lse.view(),
+                        g.do_.view(),
+                        g.dqn.view(),
+                        g.dkn.view(),
+                        g.dv.view(),
+                    ),
+                )?;
+                run(
+                    o,
+                    norm::rmsnorm_backward(
+                        gpu,
+                        qr.view(),
+                        self.pv(&format!("{blk}.attn.q_norm.gain")),
+                        rstd_q.view(),
+                        g.dqn.view(),
+                        g.dqr.view(),
+                        self.gv(&format!("{blk}.attn.q_norm.gain")),
+                        n * hh,
+                        hd,
+                        false,
+                    ),
+                )?;
+                run(
+                    o,
+                    norm::rmsnorm_backward(
+                        gpu,
+                        kr.view(),
+                        self.pv(&format!("{blk}.attn.k_norm.gain")),
+                        rstd_k.view(),
+                        g.dkn.view(),
+                        g.dkr.view(),
+                        self.gv(&format!("{blk}.attn.k_norm.gain")),
+                        n * hh,
+                        hd,
+                        false,
+                    ),
+                )?;
+                let rs = self.rope_shape(p);
+                run(
+                    o,
+                    rope::backward(gpu, &rs, self.rope_table.view(), g.dqr.view(), g.dq.view()),
+                )?;
+                run(
+                    o,
+                    rope::backward(gpu, &rs, self.rope_table.view(), g.dkr.view(), g.dk.view()),
+                )?;
+                for (dgrad, w) in [(&g.dq, "wq"), (&g.dk, "wk"), (&g.dv, "wv")] {
+                    mm(
+                        o,
+                        gpu,
+                        Matmul::tn(dq, d, n).accumulate(true),
+                        dgrad.view(),
+                        s.c.view(),
+                        self.gv(&format!("{blk}.attn.{w}")),
+                    )?;
+                }
+                let mut acc = accumulate;
+                for (dgrad, w) in [(&g.dq, "wq"), (&g.dk, "wk"), (&g.dv, "wv")] {
+                    mm(
+                        o,
+                        gpu,
+                        Matmul::nn(n, d, dq).accumulate(acc),
+                        dgrad.view(),
+                        self.pv(&format!("{blk}.attn.{w}")),
+                        g.dc.view(),
+                    )?;
+                    acc = true;
+                }
+            }
+            Inner::Mlp { g1, g2, psi } => {
+                mm(
+                    o,
+                    gpu,
+                    Matmul::tn(d, f, n).accumulate(true),
+                    dh.view(),
+                    psi.view(),
+                    self.gv(&format!("{blk}.mlp.w_down")),
+                )?;
+                mm(
+                    o,
+                    gpu,
+                    Matmul::nn(n, f, d),
+                    dh.view(),
+                    self.pv(&format!("{blk}.mlp.w_down")),
+                    g.dpsi.view(),
+                )?;
+                run(
+                    o,
+                    swiglu::backward(
+                        gpu,
+                        g1.view(),
+                        g2.view(),
+                        g.dpsi.view(),
+                        g.dg1.view(),
+                        g.dg2.view(),
+                        n * f,
+                    ),
+                )?;
+                mm(
+                    o,
+                    gpu,
+                    Matmul::tn(f, d, n).accumulate(true),
+                    g.dg1.view(),
+                    s.c.view(),
+                    self.gv(&format!("{blk}.mlp.w_gate")),
+                )?;
+                mm(
+                    o,
+                    gpu,
+                    Matmul::tn(f, d, n).accumulate(true),
+                    g.dg2.view(),
+                    s.c.view(),
+                    self.gv(&format!("{blk}.mlp.w_up")),
+                )?;
+                mm(
+                    o,
+                    gpu,
+                    Matmul::nn(n, d, f).accumulate(accumulate),
+                    g.dg1.view(),
+                    self.pv(&format!("{blk}.mlp.w_gate")),
+                    g.dc.view(),
+                )?;
+                mm(
+                    o,
+                    gpu,
+                    Matmul::nn(n, d, f).accumulate(true),
+                    g.dg2.view(),
+                    self.pv(&format!("{blk}.mlp.w_up")),
+                    g.dc.view(),
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn record_backward(&self, p: &Program) -> Result<Vec<Op>> {
+        let gpu = &*self.gpu;
+        let c = &self.cfg;
+        let var = c.variant;
+        let g = &p._grads;
+        let n = p.n();
+        let (d, hk) = (c.d_model, c.k_mlp_hidden);
+        let mut ops = vec![Op::Zero(self.grads.clone())];
+        let o = &mut ops;
+
+        // Head: cross-entropy → logits → tied embedding and final norm.
+        run(
+            o,
+            loss::cross_entropy_backward(
+                gpu,
+                p.logits.view(),
+                p.targets.view(),
+                p.lse.view(),
+                p.loss_out.view(),
+                g.dlogits.view(),
+                n,
+                c.vocab_size,
+                c.label_smoothing as f32,
+                1.0,
+            ),
+        )?;
+        mm(
+            o,
+            gpu,
+            Matmul::tn(c.vocab_size, d, n).accumulate(true),
+            g.dlogits.view(),
+            p.zn.view(),
+            self.gv("tok_emb"),
+        )?;
+        mm(
+            o,
+            gpu,
+            Matmul::nn(n, d, c.vocab_size),
+            g.dlogits.view(),
+            self.pv("tok_emb"),
+            g.dzn.view(),
+        )?;
+        // dX (the gradient of the current state) ping-pongs between two buffers.
+        let mut cur = 0usize;
+        if var.expanded() {
+            run(
+                o,
+                norm::rmsnorm_backward(
+                    gpu,
+                    p.z_tensor().view(),
+                    self.pv("final_norm.gain"),
+                    p.rstd_f.view(),
+                    g.dzn.view(),
+                    g.dz.view(),
+                    self.gv("final_norm.gain"),
+                    n,
+                    d,
+                    false,
+                ),
+            )?;
+            o.push(Op::Zero(g.dx[cur].clone()));
+            self.compress_bwd(o, p, "readout", p.xs.last().unwrap(), &g.dz, &g.dx[cur])?;
+        } else {
+            run(
+                o,
+                norm::rmsnorm_backward(
+                    gpu,
+                    p.z_tensor().view(),
+                    self.pv("final_norm.gain"),
+                    p.rstd_f.view(),
+                    g.dzn.view(),
+                    g.dx[cur].view(),
+                    self.gv("final_norm.gain"),
+                    n,
+                    d,
+                    false,
+                ),
+            )?;
+        }
+
+        for l in (0..c.n_layers).rev() {
+            let blk = format!("blocks.{l}");
+            for si in (0..2).rev() {
+                let s = &p.subs[l][si];
+                let x_in = &p.xs[2 * l + si];
+                let a = p.a_tensor(l, si);
+                let sname = s.kind.name();
+                let norm_name = format!("{blk}.{sname}_norm.gain");
+                let dn = format!("{blk}.{sname}_delta");
+                match &s.write {
+                    None => {
+                        // Baseline: dh = dX; dX += RMSNorm backward of the sublayer's input grad.
+                        let dxc = &g.dx[cur];
+                        self.sublayer_bwd(o, p, l, s, dxc, false)?;
+                        run(
+                            o,
+                            norm::rmsnorm_backward(
+                                gpu,
+                                a.view(),
+                                self.pv(&norm_name),
+                                s.rstd_c.view(),
+                                g.dc.view(),
+                                dxc.view(),
+                                self.gv(&norm_name),
+                                n,
+                                d,
+                                true,
+                            ),
+                        )?;
+                    }
+                    Some(w) => {
+                        let (dxc, dxn) = (&g.dx[cur], &g.dx[1 - cur]);
+                        let vmap = s.dir.is_some();
+                        let (kraw, a_in, dkraw_buf, da_buf) = match &s.dir {
+                            Some((_, _, kraw)) => (kraw, &s.h, &g.dkraw, &g.dh),
+                            None => (&s.h, a, &g.dh, &g.da),
+                        };
+                        let _ = kraw;
+                        run(
+                            o,
+                            delta::backward(
+                                gpu,
+                                &self.delta_shape(p),
+                                dxc.view(),
+                                x_in.view(),
+                                w.k.view(),
+                                w.rnorm.view(),
+                                w.beta.view(),
+                                w.v.view(),
+                                w.delta.view(),
+                                a_in.view(),
+                                s.c.view(),
+                                self.pv(&format!("{dn}.w_beta")),
+                                self.pv(&format!("{dn}.w_v")),
+                                dxn.view(),
+                                dkraw_buf.view(),
+                                da_buf.view(),
+                                g.dc.view(),
+                                self.gv(&format!("{dn}.w_beta")),
+                                self.gv(&format!("{dn}.b_beta")),
+                                self.gv(&format!("{dn}.w_v")),
+                                self.gv(&format!("{dn}.b_v")),
+                                false,
+                            ),
+                        )?;
+                        if let Some((q1, s1, _)) = &s.dir {
+                            // Direction branch: kraw = W_k2 silu(W_k1 c).
+                            mm(
+                                o,
+                                gpu,
+                                Matmul::tn(d, hk, n).accumulate(true),
+                                g.dkraw.view(),
+                                s1.view(),
+                                self.gv(&format!("{dn}.w_k2")),
+                            )?;
+                            mm(
+                                o,
+                                gpu,
+                                Matmul::nn(n, hk, d),
+                                g.dkraw.view(),
+                                self.pv(&format!("{dn}.w_k2")),
+                                g.ds.view(),
+                            )?;
+                            run(
+                                o,
+                                swiglu::backward(
+                                    gpu,
+                                    q1.view(),
+                                    g.ones.view(),
+                                    g.ds.view(),
+                                    g.dq1.view(),
+                                    g.dscratch.view(),
+                                    n * hk,
+                                ),
+                            )?;
+                            mm(
+                                o,
+                                gpu,
+                                Matmul::tn(hk, d, n).accumulate(true),
+                                g.dq1.view(),
+                                s.c.view(),
+                                self.gv(&format!("{dn}.w_k1")),
+                            )?;
+                            mm(
+                                o,
+                                gpu,
+                                Matmul::nn(n, d, hk).accumulate(true),
+                                g.dq1.view(),
+                                self.pv(&format!("{dn}.w_k1")),
+                                g.dc.view(),
+                            )?;
+                        }
+                        // The sublayer's input gradient adds to the gate's (and direction MLP's) dc.
+                        self.sublayer_bwd(o, p, l, s, &g.dh, true)?;
+                        if vmap {
+                            if var.expanded() {
+                                run(
+                                    o,
+                                    norm::rmsnorm_backward(
+                                        gpu,
+                                        a.view(),
+                                        self.pv(&norm_name),
+                                        s.rstd_c.view(),
+                                        g.dc.view(),
+                                        g.da.view(),
+                                        self.gv(&norm_name),
+                                        n,
+                                        d,
+                                        false,
+                                    ),
+                                )?;
+                                self.compress_bwd(
+                                    o,
+                                    p,
+                                    &format!("{blk}.compress"),
+                                    x_in,
+                                    &g.da,
+                                    dxn,
+                                )?;
+                            } else {
+                                run(
+                                    o,
+                                    norm::rmsnorm_backward(
+                                        gpu,
+                                        a.view(),
+                                        self.pv(&norm_name),
+                                        s.rstd_c.view(),
+                                        g.dc.view(),
+                                        dxn.view(),
+                                        self.gv(&norm_name),
+                                        n,
+                                        d,
+                                        true,
+                                    ),
+                                )?;
+                            }
+                        } else {
+                            // da holds the value head's W_vᵀ∂u; add the norm's input gradient.
+                            run(
+                                o,
+                                norm::rmsnorm_backward(
+                                    gpu,
+                                    a.view(),
+                                    self.pv(&norm_name),
+                                    s.rstd_c.view(),
+                                    g.dc.view(),
+                                    g.da.view(),
+                                    self.gv(&norm_name),
+                                    n,
+                                    d,
+                                    true,
+                                ),
+                            )?;
+                            if var.expanded() {
+                                self.compress_bwd(
+                                    o,
+                                    p,
+                                    &format!("{blk}.compress"),
+                                    x_in,
+                                    &g.da,
+                                    dxn,
+                                )?;
+                            } else {
+                                run(o, elementwise::add(gpu, g.da.view(), dxn.view(), n * d))?;
+                            }
+                        }
+                        cur = 1 - cur;
+                    }
+                }
+            }
+        }
+        // Embedding: through the expansion, then scatter-add into the tied table.
+        let de = if var.expanded() {
+            if var.ec() {
+                run(
+                    o,
+                    expand::ec_backward(
+                        gpu,
+                        &self.conv_shape(p, c.embed_kernel),
+                        p.e.view(),
+                        self.pv("embed_expand.kernel"),
+                        g.dx[cur].view(),
+                        g.de.view(),
+                        self.gv("embed_expand.kernel"),
+                    ),
+                )?;
+            } else {
+                run(
+                    o,
+                    expand::replicate_backward(gpu, n, d, c.m(), g.dx[cur].view(), g.de.view()),
+                )?;
+            }
+            &g.de
+        } else {
+            &g.dx[cur]
+        };
+        run(
+            o,
+            embedding::backward(
+                gpu,
+                p.emb_index.view(),
+                de.view(),
+                self.gv("tok_emb"),
+                n,
+                d,
+                c.vocab_size,
+            ),
+        )?;
+        run(
+            o,
+            reduce::sum_squares(gpu, &self.grads, self.layout.total, p.norm_sq.view()),
+        )?;
+        o.push(Op::Copy {
+            src: p.loss_out.clone(),
+            src_off: 0,
+            dst: p.stats.clone(),
+            dst_off: 0,
+            len: 2,
+        });
+        o.push(Op::Copy {
+            src: p.norm_sq.clone(),
+            src_off: 0,
+            dst: p.stats.clone(),
+            dst_off: 2,
+            len: 1,
+        });
+        Ok(ops)
+    }
+
+    fn record_optimizer(&self, p: &Program, opt: &AdamWConfig) -> Result<Vec<Dispatch>> {
+        adamw::step(
+            &self.gpu,
+            &self.params,
+            &self.grads,
+            &self.adam_m,
+            &self.adam_v,
+            self.decay_mask.view(),
+            p.norm_sq.view(),
+            self.layout.total,
+            opt,
+        )
+    }
+
+    /// Updates the per-step optimizer values (learning rate, step number).
+    pub fn set_optimizer_step(&self, p: &Program, opt: &AdamWConfig) -> Result<()> {
+        adamw::set_step(&self.gpu, &p.optimizer, opt)
+    }
+
+    /// Runs program parts (and optionally the optimizer) in one submit and waits.
+    pub fn run(&self, parts: &[&[Op]], optimizer: Option<&[Dispatch]>) -> Result<()> {
+        let mut r = Recorder::new(&self.gpu);
+        for ops in parts {
+            r.ops(ops);
+        }
+        if let Some(ds) = optimizer {
+            let refs: Vec<&Dispatch> = ds.iter().collect();
+            r.record(&refs);
+        }
+        r.submit()?;
+        self.gpu.wait()
+    }
+
+    /// One training step (forward, backward, AdamW) in one submit; returns (loss, grad norm).
+    pub fn train_step(&self, p: &Program, opt: &AdamWConfig) -> Result<(f32, f32)> {
+        self.set_optimizer_step(p, opt)?;
+        self.run(&[&p.forward, &p.backward], Some(&p.optimizer))?;
+        let s = p.stats.read_f32(&self.gpu)?;
+        Ok((s[0], s[2].max(0.0).sqrt()))
+    }
+}

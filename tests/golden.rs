@@ -1,0 +1,79 @@
+//! Parity with the PyTorch float64 golden files, through the same code path as `ddl golden`.
+
+use std::path::PathBuf;
+
+fn check(name: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(format!("{name}.safetensors"));
+    let g = ddl::golden::Golden::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let gpu = ddl::testing::gpu();
+    let rows = ddl::golden::check(&gpu, &g).unwrap_or_else(|e| panic!("{e}"));
+    let fails: Vec<String> = rows
+        .iter()
+        .filter(|r| !r.pass)
+        .map(|r| r.to_string())
+        .collect();
+    assert!(rows.len() > 50, "{name}: only {} rows compared", rows.len());
+    assert!(
+        fails.is_empty(),
+        "{name}: {} of {} rows failed:\n{}",
+        fails.len(),
+        rows.len(),
+        fails.join("\n")
+    );
+}
+
+#[test]
+fn golden_baseline() {
+    check("baseline");
+}
+
+#[test]
+fn golden_ddl_v1() {
+    check("ddl_v1");
+}
+
+#[test]
+fn golden_ddl() {
+    check("ddl");
+}
+
+#[test]
+fn golden_ddl_ec() {
+    check("ddl_ec");
+}
+
+#[test]
+fn golden_ddl_cc() {
+    check("ddl_cc");
+}
+
+#[test]
+fn golden_ddl_ccec() {
+    check("ddl_ccec");
+}
+
+#[test]
+fn golden_ddl_v1_vmap() {
+    check("ddl_v1_vmap");
+}
+
+#[test]
+fn golden_ddl_vmap() {
+    check("ddl_vmap");
+}
+
+#[test]
+fn a_malformed_golden_file_is_a_clear_error() {
+    let dir = std::env::temp_dir().join(format!("ddl-golden-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("bad.safetensors");
+    std::fs::write(&p, b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all").unwrap();
+    let e = ddl::golden::Golden::load(&p).err().expect("must fail");
+    assert!(e.to_string().contains("bad.safetensors"), "{e}");
+    let e = ddl::golden::Golden::load(&dir.join("missing.safetensors"))
+        .err()
+        .expect("must fail");
+    assert!(e.to_string().contains("cannot read"), "{e}");
+}
