@@ -21,11 +21,7 @@ pub fn time_dispatch(gpu: &Gpu, d: &crate::gpu::Dispatch, reps: usize) -> Result
         let t0 = Instant::now();
         r.record(&[d]);
         let kt = r.submit()?;
-        t.push(
-            kt.first()
-                .map(|k| k.ns / 1e6)
-                .unwrap_or(t0.elapsed().as_secs_f64() * 1e3),
-        );
+        t.push(kt.first().map(|k| k.ns / 1e6).unwrap_or(t0.elapsed().as_secs_f64() * 1e3));
     }
     t.sort_by(|a, b| a.partial_cmp(b).unwrap());
     Ok(t[t.len() / 2])
@@ -50,9 +46,7 @@ pub fn copy_bandwidth(gpu: &Gpu, mib: usize, reps: usize) -> Result<Row> {
     t.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let s = t[t.len() / 2];
     let bytes = 2.0 * (n * 4) as f64;
-    Ok(Row(
-        json!({"bench": "copy", "mib": mib, "ms": s * 1e3, "gb_per_s": bytes / s / 1e9}),
-    ))
+    Ok(Row(json!({"bench": "copy", "mib": mib, "ms": s * 1e3, "gb_per_s": bytes / s / 1e9})))
 }
 
 /// The matmul forms benchmarked: (name, constructor).
@@ -61,13 +55,7 @@ pub const MATMUL_CASES: &[(&str, fn(usize, usize, usize) -> Matmul)] =
 
 /// GFLOP/s of every matmul form and tile variant at square sizes, plus the variant [`matmul::pick`]
 /// would use (`"auto"`).
-pub fn matmul_rows(
-    gpu: &Gpu,
-    sizes: &[usize],
-    cases: &[&str],
-    reps: usize,
-    mut emit: impl FnMut(Row),
-) -> Result<()> {
+pub fn matmul_rows(gpu: &Gpu, sizes: &[usize], cases: &[&str], reps: usize, mut emit: impl FnMut(Row)) -> Result<()> {
     let mut rng = Rng::new(1);
     for &s in sizes {
         let a = Tensor::from_f32(gpu, "a", &[s * s], &rng.uniform(s * s, -1.0, 1.0))?;
@@ -115,17 +103,8 @@ pub struct BenchShape {
     pub kernel: usize,
 }
 
-pub const BENCH_SHAPE: BenchShape = BenchShape {
-    b: 8,
-    t: 256,
-    d: 384,
-    heads: 6,
-    head_dim: 64,
-    f: 1024,
-    vocab: 65,
-    m: 4,
-    kernel: 4,
-};
+pub const BENCH_SHAPE: BenchShape =
+    BenchShape { b: 8, t: 256, d: 384, heads: 6, head_dim: 64, f: 1024, vocab: 65, m: 4, kernel: 4 };
 
 /// Times each case (median of `reps` after a warm-up) and reports achieved rates against the
 /// adapter's copy bandwidth `copy_gbs` (GB/s).

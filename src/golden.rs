@@ -14,19 +14,13 @@ use crate::testing::compare;
 #[derive(Debug, thiserror::Error)]
 pub enum GoldenError {
     #[error("{path}: cannot read: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: not a valid safetensors file: {msg}")]
     Format { path: PathBuf, msg: String },
     #[error("{path}: {msg}")]
     Content { path: PathBuf, msg: String },
     #[error("{path}: the GPU failed: {source}")]
-    Gpu {
-        path: PathBuf,
-        source: crate::gpu::GpuError,
-    },
+    Gpu { path: PathBuf, source: crate::gpu::GpuError },
 }
 
 /// Tensor data of a golden file.
@@ -65,99 +59,51 @@ impl Golden {
     /// Reads and checks a golden file.
     pub fn load(path: &Path) -> Result<Golden, GoldenError> {
         let p = path.to_path_buf();
-        let bytes = std::fs::read(path).map_err(|source| GoldenError::Io {
-            path: p.clone(),
-            source,
-        })?;
-        let content = |msg: String| GoldenError::Content {
-            path: p.clone(),
-            msg,
-        };
-        let st =
-            safetensors::SafeTensors::deserialize(&bytes).map_err(|e| GoldenError::Format {
-                path: p.clone(),
-                msg: e.to_string(),
-            })?;
-        let (_, meta) =
-            safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| GoldenError::Format {
-                path: p.clone(),
-                msg: e.to_string(),
-            })?;
-        let md = meta
-            .metadata()
-            .clone()
-            .ok_or_else(|| content("no __metadata__ in the header".into()))?;
-        let get = |k: &str| {
-            md.get(k)
-                .cloned()
-                .ok_or_else(|| content(format!("metadata key '{k}' is missing")))
-        };
+        let bytes = std::fs::read(path).map_err(|source| GoldenError::Io { path: p.clone(), source })?;
+        let content = |msg: String| GoldenError::Content { path: p.clone(), msg };
+        let st = safetensors::SafeTensors::deserialize(&bytes)
+            .map_err(|e| GoldenError::Format { path: p.clone(), msg: e.to_string() })?;
+        let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes)
+            .map_err(|e| GoldenError::Format { path: p.clone(), msg: e.to_string() })?;
+        let md = meta.metadata().clone().ok_or_else(|| content("no __metadata__ in the header".into()))?;
+        let get = |k: &str| md.get(k).cloned().ok_or_else(|| content(format!("metadata key '{k}' is missing")));
         let format = get("format")?;
         if format != "ddl-golden-1" {
-            return Err(content(format!(
-                "unsupported format '{format}' (this build reads 'ddl-golden-1')"
-            )));
+            return Err(content(format!("unsupported format '{format}' (this build reads 'ddl-golden-1')")));
         }
         let cfg_json: serde_json::Value = serde_json::from_str(&get("config")?)
             .map_err(|e| content(format!("metadata 'config' is not JSON: {e}")))?;
-        let config =
-            ModelConfig::from_golden_json(&cfg_json).map_err(|e| content(e.to_string()))?;
-        let batch = cfg_json["batch"]
-            .as_u64()
-            .ok_or_else(|| content("config field 'batch' missing".into()))?
-            as usize;
-        let seq_len = cfg_json["seq_len"]
-            .as_u64()
-            .ok_or_else(|| content("config field 'seq_len' missing".into()))?
-            as usize;
-        let opt: GoldenOpt = serde_json::from_str(&get("optimizer")?)
-            .map_err(|e| content(format!("metadata 'optimizer': {e}")))?;
-        let steps: usize = get("steps")?
-            .trim()
-            .parse()
-            .map_err(|e| content(format!("metadata 'steps': {e}")))?;
-        let params: Vec<String> = serde_json::from_str(&get("params")?)
-            .map_err(|e| content(format!("metadata 'params': {e}")))?;
+        let config = ModelConfig::from_golden_json(&cfg_json).map_err(|e| content(e.to_string()))?;
+        let batch = cfg_json["batch"].as_u64().ok_or_else(|| content("config field 'batch' missing".into()))? as usize;
+        let seq_len =
+            cfg_json["seq_len"].as_u64().ok_or_else(|| content("config field 'seq_len' missing".into()))? as usize;
+        let opt: GoldenOpt =
+            serde_json::from_str(&get("optimizer")?).map_err(|e| content(format!("metadata 'optimizer': {e}")))?;
+        let steps: usize = get("steps")?.trim().parse().map_err(|e| content(format!("metadata 'steps': {e}")))?;
+        let params: Vec<String> =
+            serde_json::from_str(&get("params")?).map_err(|e| content(format!("metadata 'params': {e}")))?;
         let mut tensors = HashMap::new();
         for (name, view) in st.tensors() {
             let shape = view.shape().to_vec();
             let data = view.data();
             let d = match view.dtype() {
-                safetensors::Dtype::F32 => Data::F32(
-                    data.chunks_exact(4)
-                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                        .collect(),
-                ),
-                safetensors::Dtype::I32 => Data::I32(
-                    data.chunks_exact(4)
-                        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                        .collect(),
-                ),
+                safetensors::Dtype::F32 => {
+                    Data::F32(data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+                }
+                safetensors::Dtype::I32 => {
+                    Data::I32(data.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+                }
                 other => {
-                    return Err(content(format!(
-                        "tensor '{name}' has dtype {other:?}; expected F32 or I32"
-                    )));
+                    return Err(content(format!("tensor '{name}' has dtype {other:?}; expected F32 or I32")));
                 }
             };
             tensors.insert(name, (shape, d));
         }
-        Ok(Golden {
-            path: p,
-            config,
-            opt,
-            steps,
-            params,
-            batch,
-            seq_len,
-            tensors,
-        })
+        Ok(Golden { path: p, config, opt, steps, params, batch, seq_len, tensors })
     }
 
     fn err(&self, msg: String) -> GoldenError {
-        GoldenError::Content {
-            path: self.path.clone(),
-            msg,
-        }
+        GoldenError::Content { path: self.path.clone(), msg }
     }
 
     /// An f32 tensor with its expected shape checked.
@@ -166,9 +112,7 @@ impl Golden {
             Some((s, Data::F32(v))) => {
                 if let Some(want) = shape {
                     if s != want {
-                        return Err(self.err(format!(
-                            "tensor '{name}' has shape {s:?}, expected {want:?}"
-                        )));
+                        return Err(self.err(format!("tensor '{name}' has shape {s:?}, expected {want:?}")));
                     }
                 }
                 Ok(v)
@@ -181,9 +125,7 @@ impl Golden {
     pub fn i32(&self, name: &str, shape: &[usize]) -> Result<&[i32], GoldenError> {
         match self.tensors.get(name) {
             Some((s, Data::I32(v))) if s == shape => Ok(v),
-            Some((s, _)) => Err(self.err(format!(
-                "tensor '{name}' must be I32 {shape:?}, found shape {s:?}"
-            ))),
+            Some((s, _)) => Err(self.err(format!("tensor '{name}' must be I32 {shape:?}, found shape {s:?}"))),
             None => Err(self.err(format!("tensor '{name}' is missing"))),
         }
     }
@@ -210,11 +152,7 @@ impl std::fmt::Display for Row {
             self.max_abs,
             self.tol,
             if self.pass { "pass" } else { "FAIL" },
-            if self.note.is_empty() {
-                String::new()
-            } else {
-                format!("  {}", self.note)
-            }
+            if self.note.is_empty() { String::new() } else { format!("  {}", self.note) }
         )
     }
 }
@@ -222,14 +160,7 @@ impl std::fmt::Display for Row {
 fn row(name: &str, got: &[f32], want: &[f32], tol: f64) -> Row {
     let w: Vec<f64> = want.iter().map(|&x| x as f64).collect();
     let r = compare(name, got, &w);
-    Row {
-        name: name.to_string(),
-        rel_l2: r.rel_l2,
-        max_abs: r.max_abs,
-        tol,
-        pass: r.passes(tol),
-        note: String::new(),
-    }
+    Row { name: name.to_string(), rel_l2: r.rel_l2, max_abs: r.max_abs, tol, pass: r.passes(tol), note: String::new() }
 }
 
 /// Structural checks (golden README 5.1): names and shapes from the config, and the init scale.
@@ -243,10 +174,7 @@ pub fn structural(g: &Golden) -> Result<Vec<Row>, GoldenError> {
         match g.tensors.get(&format!("param.{}", s.name)) {
             Some((shape, _)) if *shape == s.shape => {}
             Some((shape, _)) => {
-                shape_msg = format!(
-                    "param.{} has shape {shape:?}, the config builds {:?}",
-                    s.name, s.shape
-                )
+                shape_msg = format!("param.{} has shape {shape:?}, the config builds {:?}", s.name, s.shape)
             }
             None => shape_msg = format!("param.{} is missing", s.name),
         }
@@ -261,14 +189,7 @@ pub fn structural(g: &Golden) -> Result<Vec<Row>, GoldenError> {
         shape_msg.clone()
     };
     let ok = same_names && shape_msg.is_empty();
-    rows.push(Row {
-        name: "structure: names and shapes".into(),
-        rel_l2: 0.0,
-        max_abs: 0.0,
-        tol: 0.0,
-        pass: ok,
-        note,
-    });
+    rows.push(Row { name: "structure: names and shapes".into(), rel_l2: 0.0, max_abs: 0.0, tol: 0.0, pass: ok, note });
     if !ok {
         return Ok(rows);
     }
@@ -279,18 +200,10 @@ pub fn structural(g: &Golden) -> Result<Vec<Row>, GoldenError> {
         if !matches!(s.init, crate::model::Init::Normal(_)) {
             continue;
         }
-        let key = s
-            .name
-            .split('.')
-            .filter(|p| p.parse::<usize>().is_err())
-            .collect::<Vec<_>>()
-            .join(".");
+        let key = s.name.split('.').filter(|p| p.parse::<usize>().is_err()).collect::<Vec<_>>().join(".");
         let stored = g.f32(&format!("param.{}", s.name), None)?;
         let e = groups.entry(key).or_default();
-        e.0 += own[off..off + s.len()]
-            .iter()
-            .map(|x| (*x as f64).powi(2))
-            .sum::<f64>();
+        e.0 += own[off..off + s.len()].iter().map(|x| (*x as f64).powi(2)).sum::<f64>();
         e.1 += stored.iter().map(|x| (*x as f64).powi(2)).sum::<f64>();
         e.2 += s.len();
     }
@@ -318,10 +231,7 @@ pub fn check(gpu: &Arc<Gpu>, g: &Golden) -> Result<Vec<Row>, GoldenError> {
     if !rows[0].pass {
         return Ok(rows);
     }
-    let gpu_err = |source| GoldenError::Gpu {
-        path: g.path.clone(),
-        source,
-    };
+    let gpu_err = |source| GoldenError::Gpu { path: g.path.clone(), source };
     let cfg = g.config.clone();
     let layout = Layout::new(&cfg);
     let mut flat = vec![0.0f32; layout.total];
@@ -334,12 +244,7 @@ pub fn check(gpu: &Arc<Gpu>, g: &Golden) -> Result<Vec<Row>, GoldenError> {
     let targets = g.i32("input.targets", &[b, t])?;
     let model = Model::with_params(gpu.clone(), cfg.clone(), &flat).map_err(gpu_err)?;
     // The file's decayed list must be what our ≥2-D rule gives.
-    let ours: Vec<&str> = layout
-        .specs
-        .iter()
-        .filter(|s| s.decay)
-        .map(|s| s.name.as_str())
-        .collect();
+    let ours: Vec<&str> = layout.specs.iter().filter(|s| s.decay).map(|s| s.name.as_str()).collect();
     let theirs: Vec<&str> = g.opt.decayed.iter().map(|s| s.as_str()).collect();
     let mut a = ours.clone();
     a.sort();
@@ -351,11 +256,7 @@ pub fn check(gpu: &Arc<Gpu>, g: &Golden) -> Result<Vec<Row>, GoldenError> {
         max_abs: 0.0,
         tol: 0.0,
         pass: a == bb,
-        note: if a == bb {
-            String::new()
-        } else {
-            format!("file decays {theirs:?}, we decay {ours:?}")
-        },
+        note: if a == bb { String::new() } else { format!("file decays {theirs:?}, we decay {ours:?}") },
     });
     let mut opt = AdamWConfig {
         lr: g.opt.lr as f32,
@@ -369,40 +270,18 @@ pub fn check(gpu: &Arc<Gpu>, g: &Golden) -> Result<Vec<Row>, GoldenError> {
     };
     let prog = model.program(b, t, &opt).map_err(gpu_err)?;
     prog.set_batch(&model, tokens, targets).map_err(gpu_err)?;
-    model
-        .run(&[&prog.forward, &prog.backward], None)
-        .map_err(gpu_err)?;
+    model.run(&[&prog.forward, &prog.backward], None).map_err(gpu_err)?;
 
     let rd = |t: &crate::gpu::Tensor| t.read_f32(gpu).map_err(gpu_err);
     let (v, d, m) = (cfg.vocab_size, cfg.d_model, cfg.m());
-    rows.push(row(
-        "out.logits",
-        &rd(&prog.logits)?,
-        g.f32("out.logits", Some(&[b, t, v]))?,
-        1e-4,
-    ));
+    rows.push(row("out.logits", &rd(&prog.logits)?, g.f32("out.logits", Some(&[b, t, v]))?, 1e-4));
     let stats = rd(&prog.stats)?;
-    rows.push(row(
-        "out.loss",
-        &stats[..1],
-        g.f32("out.loss", Some(&[1]))?,
-        1e-4,
-    ));
-    rows.push(row(
-        "out.grad_norm",
-        &[stats[2].max(0.0).sqrt()],
-        g.f32("out.grad_norm", Some(&[1]))?,
-        1e-4,
-    ));
+    rows.push(row("out.loss", &stats[..1], g.f32("out.loss", Some(&[1]))?, 1e-4));
+    rows.push(row("out.grad_norm", &[stats[2].max(0.0).sqrt()], g.f32("out.grad_norm", Some(&[1]))?, 1e-4));
     let grads = rd(&model.grads)?;
     for (s, &off) in layout.specs.iter().zip(&layout.offsets) {
         let name = format!("grad.{}", s.name);
-        rows.push(row(
-            &name,
-            &grads[off..off + s.len()],
-            g.f32(&name, Some(&s.shape))?,
-            1e-3,
-        ));
+        rows.push(row(&name, &grads[off..off + s.len()], g.f32(&name, Some(&s.shape))?, 1e-3));
     }
     // Traces.
     for l in 0..cfg.n_layers {
@@ -415,12 +294,7 @@ pub fn check(gpu: &Arc<Gpu>, g: &Golden) -> Result<Vec<Row>, GoldenError> {
                 g.f32(&format!("{pre}.a"), Some(&[b, t, d]))?,
                 1e-4,
             ));
-            rows.push(row(
-                &format!("{pre}.h"),
-                &rd(&sub.h)?,
-                g.f32(&format!("{pre}.h"), Some(&[b, t, d]))?,
-                1e-4,
-            ));
+            rows.push(row(&format!("{pre}.h"), &rd(&sub.h)?, g.f32(&format!("{pre}.h"), Some(&[b, t, d]))?, 1e-4));
             if let Some(w) = &sub.write {
                 rows.push(row(
                     &format!("{pre}.beta"),
@@ -428,18 +302,8 @@ pub fn check(gpu: &Arc<Gpu>, g: &Golden) -> Result<Vec<Row>, GoldenError> {
                     g.f32(&format!("{pre}.beta"), Some(&[b, t]))?,
                     1e-4,
                 ));
-                rows.push(row(
-                    &format!("{pre}.k"),
-                    &rd(&w.k)?,
-                    g.f32(&format!("{pre}.k"), Some(&[b, t, d]))?,
-                    1e-4,
-                ));
-                rows.push(row(
-                    &format!("{pre}.v"),
-                    &rd(&w.v)?,
-                    g.f32(&format!("{pre}.v"), Some(&[b, t, m]))?,
-                    1e-4,
-                ));
+                rows.push(row(&format!("{pre}.k"), &rd(&w.k)?, g.f32(&format!("{pre}.k"), Some(&[b, t, d]))?, 1e-4));
+                rows.push(row(&format!("{pre}.v"), &rd(&w.v)?, g.f32(&format!("{pre}.v"), Some(&[b, t, m]))?, 1e-4));
             }
             if let Some((_, _, kraw)) = &sub.dir {
                 rows.push(row(
@@ -451,12 +315,7 @@ pub fn check(gpu: &Arc<Gpu>, g: &Golden) -> Result<Vec<Row>, GoldenError> {
             }
         }
     }
-    rows.push(row(
-        "trace.final.z",
-        &rd(prog.z_tensor())?,
-        g.f32("trace.final.z", Some(&[b, t, d]))?,
-        1e-4,
-    ));
+    rows.push(row("trace.final.z", &rd(prog.z_tensor())?, g.f32("trace.final.z", Some(&[b, t, d]))?, 1e-4));
 
     // Optimizer steps: step 1 from the state above, then forward+backward+step.
     let want_losses = g.f32("train.losses", Some(&[g.steps]))?.to_vec();
@@ -473,25 +332,14 @@ pub fn check(gpu: &Arc<Gpu>, g: &Golden) -> Result<Vec<Row>, GoldenError> {
                 let name = format!("step1.param.{}", s.name);
                 let want = g.f32(&name, Some(&s.shape))?;
                 rows.push(row(&name, &p1[off..off + s.len()], want, 1e-3));
-                let got_u: Vec<f32> = p1[off..off + s.len()]
-                    .iter()
-                    .zip(&flat[off..])
-                    .map(|(a, b)| a - b)
-                    .collect();
+                let got_u: Vec<f32> = p1[off..off + s.len()].iter().zip(&flat[off..]).map(|(a, b)| a - b).collect();
                 let p0 = g.f32(&format!("param.{}", s.name), None)?;
                 let want_u: Vec<f32> = want.iter().zip(p0).map(|(a, b)| a - b).collect();
-                rows.push(row(
-                    &format!("step1.update.{}", s.name),
-                    &got_u,
-                    &want_u,
-                    1e-3,
-                ));
+                rows.push(row(&format!("step1.update.{}", s.name), &got_u, &want_u, 1e-3));
             }
         }
         if step < g.steps {
-            model
-                .run(&[&prog.forward, &prog.backward], None)
-                .map_err(gpu_err)?;
+            model.run(&[&prog.forward, &prog.backward], None).map_err(gpu_err)?;
             let s = rd(&prog.stats)?;
             losses.push(s[0]);
             norms.push(s[2].max(0.0).sqrt());

@@ -1,9 +1,12 @@
 //! `ddl`: a wgpu/WGSL engine that trains, runs and explains Deep Delta Learning language models.
 
 pub mod bench;
+pub mod generate;
 pub mod golden;
 pub mod gpu;
 pub mod kernels;
 pub mod model;
 pub mod shaders;
 pub mod testing;
+pub mod tokenizer;
+pub mod train;

@@ -30,15 +30,8 @@ struct DeviceArgs {
 
 impl DeviceArgs {
     fn open(&self) -> Result<std::sync::Arc<Gpu>> {
-        let backend = self
-            .backend
-            .as_deref()
-            .map(BackendChoice::parse)
-            .transpose()?;
-        Ok(Gpu::new(&GpuOptions {
-            backend,
-            adapter: self.adapter.clone(),
-        })?)
+        let backend = self.backend.as_deref().map(BackendChoice::parse).transpose()?;
+        Ok(Gpu::new(&GpuOptions { backend, adapter: self.adapter.clone() })?)
     }
 }
 
@@ -56,9 +49,74 @@ enum Cmd {
         #[arg(long)]
         quiet: bool,
     },
+    /// Train a model (headless): progress bar, metrics.jsonl, loss.png, checkpoints in --out.
+    Train(TrainArgs),
+    /// Validation loss and perplexity of a checkpoint.
+    Eval {
+        /// Checkpoint directory (a `ddl train --out` directory).
+        #[arg(long)]
+        checkpoint: std::path::PathBuf,
+        /// Validation batches (default: the run's eval_batches).
+        #[arg(long)]
+        batches: Option<usize>,
+    },
+    /// Generate text from a checkpoint (recomputes the context for every token).
+    Sample {
+        #[arg(long)]
+        checkpoint: std::path::PathBuf,
+        #[arg(long, default_value = "\n")]
+        prompt: String,
+        #[arg(long, default_value_t = 200)]
+        max_tokens: usize,
+        #[arg(long, default_value_t = 0.8)]
+        temperature: f32,
+        #[arg(long, default_value_t = 0)]
+        top_k: usize,
+        #[arg(long, default_value_t = 1.0)]
+        top_p: f32,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
     /// Benchmarks (results as a table, or JSON lines with --json).
     #[command(subcommand)]
     Bench(BenchCmd),
+}
+
+#[derive(Args)]
+struct TrainArgs {
+    /// Model and schedule preset: tiny, shakespeare-char, small-124m, medium-353m.
+    #[arg(long, default_value = "tiny")]
+    preset: String,
+    /// baseline, ddl_v1, ddl, ddl_ec, ddl_cc, ddl_ccec, ddl_v1_vmap, ddl_vmap.
+    #[arg(long, default_value = "ddl")]
+    variant: String,
+    /// Stop after this step (the schedule's length is train.decay_steps).
+    #[arg(long, default_value_t = 200)]
+    steps: usize,
+    /// Seed of the initialisation and the batch order.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// A TOML file with [model] / [train] tables and `corpus`.
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
+    /// key=value overrides (train.lr=3e-4, model.d_v=2, batch_size=16 ...).
+    #[arg(long = "set")]
+    sets: Vec<String>,
+    /// A UTF-8 text file or a directory of .txt files.
+    #[arg(long)]
+    corpus: Option<String>,
+    /// Output directory.
+    #[arg(long, required_unless_present = "resume")]
+    out: Option<std::path::PathBuf>,
+    /// Continue the run in this directory exactly where its checkpoint stopped.
+    #[arg(long)]
+    resume: Option<std::path::PathBuf>,
+    /// Skip steps whose loss or gradients are not finite instead of stopping.
+    #[arg(long)]
+    skip_nonfinite: bool,
+    /// Generate this many tokens from the trained model at the end.
+    #[arg(long, default_value_t = 0)]
+    sample: usize,
 }
 
 #[derive(Subcommand)]
@@ -116,15 +174,17 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Info => info(&cli.device),
         Cmd::Bench(b) => bench(&cli.device, b),
         Cmd::Golden { files, quiet } => golden(&cli.device, &files, quiet),
+        Cmd::Train(a) => train(&cli.device, a),
+        Cmd::Eval { checkpoint, batches } => eval(&cli.device, &checkpoint, batches),
+        Cmd::Sample { checkpoint, prompt, max_tokens, temperature, top_k, top_p, seed } => {
+            let s = ddl::generate::SamplerConfig { temperature, top_k, top_p, repetition_penalty: 1.0, seed };
+            sample(&cli.device, &checkpoint, &prompt, max_tokens, s)
+        }
     }
 }
 
 fn info(dev: &DeviceArgs) -> Result<()> {
-    let backend = dev
-        .backend
-        .as_deref()
-        .map(BackendChoice::parse)
-        .transpose()?;
+    let backend = dev.backend.as_deref().map(BackendChoice::parse).transpose()?;
     let adapters = ddl::gpu::enumerate_adapters(backend);
     println!("adapters found: {}", adapters.len());
     for a in &adapters {
@@ -133,6 +193,131 @@ fn info(dev: &DeviceArgs) -> Result<()> {
     let gpu = dev.open().context("opening the GPU")?;
     println!("\nchosen:");
     print!("{}", gpu.describe());
+    Ok(())
+}
+
+fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
+    use ddl::train::{RunConfig, TrainOptions};
+    let variant = ddl::model::Variant::parse(&a.variant).map_err(anyhow::Error::msg)?;
+    let (out, resume) = match (&a.resume, &a.out) {
+        (Some(r), _) => (r.clone(), true),
+        (None, Some(o)) => (o.clone(), false),
+        (None, None) => anyhow::bail!("--out DIR is required"),
+    };
+    let mut run = RunConfig::preset(&a.preset, variant)?;
+    if let Some(path) = &a.config {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
+        run.merge_toml(&text, &path.display().to_string()).map_err(anyhow::Error::msg)?;
+    }
+    if let Some(c) = &a.corpus {
+        run.corpus = c.clone();
+    }
+    if let Some(s) = a.seed {
+        run.train.seed = s;
+    }
+    if a.skip_nonfinite {
+        run.train.skip_nonfinite = true;
+    }
+    for kv in &a.sets {
+        run.set(kv).map_err(anyhow::Error::msg)?;
+    }
+    let gpu = dev.open().context("opening the GPU")?;
+    ddl::kernels::matmul::autotune::set_enabled(true);
+    eprintln!(
+        "training {} ({}) on {} ({:?}) -> {}",
+        run.model.variant,
+        run.preset,
+        gpu.info.name,
+        gpu.info.backend,
+        out.display()
+    );
+    let summary =
+        ddl::train::train(gpu.clone(), TrainOptions { run, steps: a.steps, out: out.clone(), resume, quiet: false })?;
+    if summary.interrupted {
+        eprintln!("interrupted at step {}: checkpoint saved in {}", summary.step, out.display());
+        return Ok(());
+    }
+    println!("step {}: train loss {:.4}", summary.step, summary.last_loss);
+    if let Some(v) = summary.val_loss {
+        println!("validation loss {v:.4} (perplexity {:.2})", v.exp());
+    }
+    println!("loss plot: {}", out.join("loss.png").display());
+    if a.sample > 0 {
+        println!("--- sample ---");
+        sample(dev, &out, "\n", a.sample, ddl::generate::SamplerConfig::default())?;
+        println!();
+    }
+    Ok(())
+}
+
+fn load_for_inference(
+    gpu: &std::sync::Arc<Gpu>,
+    dir: &std::path::Path,
+) -> Result<(ddl::model::Model, ddl::tokenizer::Tokenizer)> {
+    let ck = ddl::train::checkpoint::load(dir, false)?;
+    let model = ddl::model::Model::with_params(gpu.clone(), ck.config.clone(), &ck.params)?;
+    Ok((model, ck.tokenizer))
+}
+
+fn eval(dev: &DeviceArgs, dir: &std::path::Path, batches: Option<usize>) -> Result<()> {
+    let gpu = dev.open().context("opening the GPU")?;
+    let (model, tok) = load_for_inference(&gpu, dir)?;
+    let run_text = std::fs::read_to_string(dir.join("config.toml"))
+        .with_context(|| format!("reading {}", dir.join("config.toml").display()))?;
+    let run: ddl::train::RunConfig =
+        toml::from_str(&run_text).with_context(|| format!("parsing {}", dir.join("config.toml").display()))?;
+    let mut t = run.train.clone();
+    if let Some(b) = batches {
+        t.eval_batches = b;
+    }
+    let text = ddl::train::data::read_corpus(std::path::Path::new(&run.corpus))?;
+    let data =
+        ddl::train::data::Dataset::new(ddl::train::data::tokens_cached(&text, &tok)?, t.val_fraction, t.seq_len)?;
+    let opt = ddl::kernels::adamw::AdamWConfig {
+        lr: 0.0,
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        weight_decay: 0.0,
+        grad_clip: 0.0,
+        clip_eps: 1e-6,
+        step: 1,
+    };
+    let prog = model.program_with(t.batch_size, t.seq_len, &opt, 0.0, 1.0)?;
+    let vl = ddl::train::evaluate(&model, &prog, &data, &t)?;
+    println!(
+        "validation loss {vl:.4} (perplexity {:.2}) over {} batches of {}x{}",
+        vl.exp(),
+        t.eval_batches,
+        t.batch_size,
+        t.seq_len
+    );
+    Ok(())
+}
+
+fn sample(
+    dev: &DeviceArgs,
+    dir: &std::path::Path,
+    prompt: &str,
+    max_tokens: usize,
+    s: ddl::generate::SamplerConfig,
+) -> Result<()> {
+    s.validate().map_err(anyhow::Error::msg)?;
+    let gpu = dev.open().context("opening the GPU")?;
+    let (model, tok) = load_for_inference(&gpu, dir)?;
+    let prompt = prompt.replace("\\n", "\n");
+    let ids = tok.encode(&prompt)?;
+    if ids.is_empty() {
+        anyhow::bail!("--prompt is empty: give at least one token of text");
+    }
+    print!("{prompt}");
+    let mut sampler = ddl::generate::Sampler::new(s);
+    ddl::generate::generate_recompute(&model, &tok, &ids, max_tokens, &mut sampler, |t| {
+        use std::io::Write;
+        print!("{t}");
+        let _ = std::io::stdout().flush();
+    })?;
+    println!();
     Ok(())
 }
 
@@ -164,19 +349,11 @@ fn golden(dev: &DeviceArgs, files: &[std::path::PathBuf], quiet: bool) -> Result
                     g.batch,
                     g.seq_len
                 );
-                println!(
-                    "{:<44} {:>10} {:>10} {:>8}  result",
-                    "tensor", "rel_l2", "max_abs", "tol"
-                );
+                println!("{:<44} {:>10} {:>10} {:>8}  result", "tensor", "rel_l2", "max_abs", "tol");
                 for r in rows.iter().filter(|r| !quiet || !r.pass) {
                     println!("{r}");
                 }
-                println!(
-                    "{}: {} compared, {} failed\n",
-                    f.display(),
-                    rows.len(),
-                    fails
-                );
+                println!("{}: {} compared, {} failed\n", f.display(), rows.len(), fails);
                 if fails > 0 {
                     failed_files.push(f.display().to_string());
                 }
@@ -205,11 +382,7 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
             v["variant"].as_str().unwrap_or(""),
             v["ms"].as_f64().unwrap_or(0.0),
             v["gflop_per_s"].as_f64().unwrap_or(0.0),
-            if v["auto"].as_bool() == Some(true) {
-                "  <- auto"
-            } else {
-                ""
-            }
+            if v["auto"].as_bool() == Some(true) { "  <- auto" } else { "" }
         ),
         Some("copy") => println!(
             "copy {} MiB: {:.3} ms, {:.2} GB/s (read+write)",
@@ -232,40 +405,24 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
 fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
     let gpu = dev.open().context("opening the GPU")?;
     match b {
-        BenchCmd::Matmul {
-            sizes,
-            cases,
-            reps,
-            tune,
-            json,
-        } => {
+        BenchCmd::Matmul { sizes, cases, reps, tune, json } => {
             if !json {
                 println!(
                     "adapter: {} ({:?}), timing: {}",
                     gpu.info.name,
                     gpu.info.backend,
-                    if gpu.has_timestamps() {
-                        "GPU timestamps"
-                    } else {
-                        "host clock"
-                    }
+                    if gpu.has_timestamps() { "GPU timestamps" } else { "host clock" }
                 );
             }
             if let Some(bad) = sizes.iter().find(|&&s| s == 0) {
                 anyhow::bail!("--sizes: {bad} is not a valid size (must be ≥ 1)");
             }
-            if let Some(bad) = cases
-                .iter()
-                .find(|c| !["nn", "nt", "tn"].contains(&c.as_str()))
-            {
+            if let Some(bad) = cases.iter().find(|c| !["nn", "nt", "tn"].contains(&c.as_str())) {
                 anyhow::bail!("--cases: unknown form '{bad}' (expected nn, nt or tn)");
             }
             if tune {
                 for &s in &sizes {
-                    for (name, ctor) in ddl::bench::MATMUL_CASES
-                        .iter()
-                        .filter(|(n, _)| cases.iter().any(|c| c == n))
-                    {
+                    for (name, ctor) in ddl::bench::MATMUL_CASES.iter().filter(|(n, _)| cases.iter().any(|c| c == n)) {
                         let v = ddl::kernels::matmul::autotune::tune(&gpu, &ctor(s, s, s))?;
                         if !json {
                             println!("tuned {name} {s}: {v}");
@@ -284,19 +441,14 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                     "adapter: {} ({:?}); copy bandwidth {gbs:.2} GB/s is the byte floor",
                     gpu.info.name, gpu.info.backend
                 );
-                println!(
-                    "{:<52} {:>10} {:>10} {:>10} {:>8}",
-                    "kernel", "ms", "GFLOP/s", "GB/s", "floor%"
-                );
+                println!("{:<52} {:>10} {:>10} {:>10} {:>8}", "kernel", "ms", "GFLOP/s", "GB/s", "floor%");
             } else {
                 print_row(&copy, true);
             }
             for (_, f) in ddl::kernels::BENCHES {
                 let cases: Vec<_> = f(&gpu)?
                     .into_iter()
-                    .filter(|c| {
-                        filter.is_empty() || filter.iter().any(|x| c.name.contains(x.as_str()))
-                    })
+                    .filter(|c| filter.is_empty() || filter.iter().any(|x| c.name.contains(x.as_str())))
                     .collect();
                 ddl::bench::kernel_rows(&gpu, cases, reps, gbs, |r| print_row(&r, json))?;
             }

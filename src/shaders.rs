@@ -30,18 +30,10 @@ pub struct Variant {
 
 macro_rules! shader {
     ($name:literal) => {
-        Shader {
-            name: $name,
-            source: include_str!(concat!("../shaders/", $name, ".wgsl")),
-            variants: &[],
-        }
+        Shader { name: $name, source: include_str!(concat!("../shaders/", $name, ".wgsl")), variants: &[] }
     };
     ($name:literal, $variants:expr) => {
-        Shader {
-            name: $name,
-            source: include_str!(concat!("../shaders/", $name, ".wgsl")),
-            variants: $variants,
-        }
+        Shader { name: $name, source: include_str!(concat!("../shaders/", $name, ".wgsl")), variants: $variants }
     };
 }
 
@@ -109,19 +101,12 @@ impl Shader {
     pub fn text(&self, variant: Option<&str>) -> Result<String, String> {
         match (variant, self.variants.is_empty()) {
             (None, true) => Ok(self.source.to_string()),
-            (None, false) => Err(format!(
-                "shader '{}' needs a variant, one of: {}",
-                self.name,
-                self.variant_names().join(", ")
-            )),
+            (None, false) => {
+                Err(format!("shader '{}' needs a variant, one of: {}", self.name, self.variant_names().join(", ")))
+            }
             (Some(v), _) => {
                 let var = self.variants.iter().find(|x| x.name == v).ok_or_else(|| {
-                    format!(
-                        "shader '{}' has no variant '{}' (has: {})",
-                        self.name,
-                        v,
-                        self.variant_names().join(", ")
-                    )
+                    format!("shader '{}' has no variant '{}' (has: {})", self.name, v, self.variant_names().join(", "))
                 })?;
                 let mut s = String::new();
                 for (n, t, val) in var.consts {
@@ -143,57 +128,31 @@ impl Shader {
         if self.variants.is_empty() {
             vec![("", self.source.to_string())]
         } else {
-            self.variants
-                .iter()
-                .map(|v| (v.name, self.text(Some(v.name)).expect("listed variant")))
-                .collect()
+            self.variants.iter().map(|v| (v.name, self.text(Some(v.name)).expect("listed variant"))).collect()
         }
     }
 }
 
 /// Parses and validates WGSL with naga, returning the module and its analysis.
-pub fn validate(
-    label: &str,
-    wgsl: &str,
-) -> Result<(naga::Module, naga::valid::ModuleInfo), String> {
+pub fn validate(label: &str, wgsl: &str) -> Result<(naga::Module, naga::valid::ModuleInfo), String> {
     let module = naga::front::wgsl::parse_str(wgsl)
         .map_err(|e| format!("{label}: WGSL parse error:\n{}", e.emit_to_string(wgsl)))?;
-    let info = naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::all(),
-    )
-    .validate(&module)
-    .map_err(|e| {
-        format!(
-            "{label}: naga validation error:\n{}",
-            e.emit_to_string(wgsl)
-        )
-    })?;
+    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+        .validate(&module)
+        .map_err(|e| format!("{label}: naga validation error:\n{}", e.emit_to_string(wgsl)))?;
     Ok((module, info))
 }
 
 /// Translates a validated module to SPIR-V (Vulkan), MSL (Metal) and HLSL (DX12): the portability
 /// check that runs without any GPU.
-pub fn translate_all(
-    label: &str,
-    module: &naga::Module,
-    info: &naga::valid::ModuleInfo,
-) -> Result<(), String> {
+pub fn translate_all(label: &str, module: &naga::Module, info: &naga::valid::ModuleInfo) -> Result<(), String> {
     use naga::back::{hlsl, msl, spv};
     spv::write_vec(module, info, &spv::Options::default(), None)
         .map_err(|e| format!("{label}: SPIR-V translation failed: {e}"))?;
-    msl::write_string(
-        module,
-        info,
-        &msl::Options::default(),
-        &msl::PipelineOptions::default(),
-    )
-    .map_err(|e| format!("{label}: MSL translation failed: {e}"))?;
+    msl::write_string(module, info, &msl::Options::default(), &msl::PipelineOptions::default())
+        .map_err(|e| format!("{label}: MSL translation failed: {e}"))?;
     let mut out = String::new();
-    let opts = hlsl::Options {
-        shader_model: hlsl::ShaderModel::V6_0,
-        ..Default::default()
-    };
+    let opts = hlsl::Options { shader_model: hlsl::ShaderModel::V6_0, ..Default::default() };
     hlsl::Writer::new(&mut out, &opts, &hlsl::PipelineOptions::default())
         .write(module, info, None)
         .map_err(|e| format!("{label}: HLSL translation failed: {e}"))?;
@@ -240,10 +199,7 @@ mod tests {
             let p = entry.unwrap().path();
             if p.extension().is_some_and(|e| e == "wgsl") {
                 let stem = p.file_stem().unwrap().to_str().unwrap();
-                assert!(
-                    get(stem).is_some(),
-                    "shaders/{stem}.wgsl is not in shaders::ALL"
-                );
+                assert!(get(stem).is_some(), "shaders/{stem}.wgsl is not in shaders::ALL");
             }
         }
     }
@@ -253,11 +209,7 @@ mod tests {
         // A parse error, a type error, and a construct naga accepts but a back end may not are
         // all failures: the check is only useful if it can fail.
         let bad = [
-            Shader {
-                name: "bad_parse",
-                source: "fn main( {",
-                variants: &[],
-            },
+            Shader { name: "bad_parse", source: "fn main( {", variants: &[] },
             Shader {
                 name: "bad_type",
                 source: "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }",

@@ -25,15 +25,10 @@ pub fn gpu() -> Arc<Gpu> {
 
 /// The seed of a test: `DDL_TEST_SEED` when set (to replay a failure), else fresh per run.
 pub fn seed() -> u64 {
-    if let Some(s) = std::env::var("DDL_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+    if let Some(s) = std::env::var("DDL_TEST_SEED").ok().and_then(|s| s.parse().ok()) {
         return s;
     }
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
     // Mix in a counter so tests started in the same nanosecond still differ.
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -53,10 +48,7 @@ impl Rng {
     }
 
     pub fn new(seed: u64) -> Self {
-        Rng {
-            seed,
-            inner: ChaCha8Rng::seed_from_u64(seed),
-        }
+        Rng { seed, inner: ChaCha8Rng::seed_from_u64(seed) }
     }
 
     /// `n` values uniform in `[lo, hi)`.
@@ -77,9 +69,7 @@ impl Rng {
 
     /// `n` integers in `[0, hi)`.
     pub fn ints(&mut self, n: usize, hi: usize) -> Vec<i32> {
-        (0..n)
-            .map(|_| self.inner.random_range(0..hi) as i32)
-            .collect()
+        (0..n).map(|_| self.inner.random_range(0..hi) as i32).collect()
     }
 }
 
@@ -105,11 +95,7 @@ impl Report {
 
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}: n={} rel_l2={:.3e} max_abs={:.3e}",
-            self.name, self.n, self.rel_l2, self.max_abs
-        )?;
+        write!(f, "{}: n={} rel_l2={:.3e} max_abs={:.3e}", self.name, self.n, self.rel_l2, self.max_abs)?;
         if self.non_finite > 0 {
             write!(f, " NON-FINITE={}", self.non_finite)?;
         }
@@ -125,13 +111,7 @@ impl std::fmt::Display for Report {
 
 /// Compares `got` with the reference `want`.
 pub fn compare(name: &str, got: &[f32], want: &[f64]) -> Report {
-    assert_eq!(
-        got.len(),
-        want.len(),
-        "{name}: got {} elements, reference has {}",
-        got.len(),
-        want.len()
-    );
+    assert_eq!(got.len(), want.len(), "{name}: got {} elements, reference has {}", got.len(), want.len());
     let mut num = 0.0f64;
     let mut den = 0.0f64;
     let mut max_abs = 0.0f64;
@@ -157,29 +137,15 @@ pub fn compare(name: &str, got: &[f32], want: &[f64]) -> Report {
         (num / den).sqrt()
     };
     errs.sort_by(|a, b| b.0.partial_cmp(&a.0).unwrap_or(std::cmp::Ordering::Equal));
-    let worst = errs
-        .iter()
-        .take(5)
-        .map(|&(_, i)| (i, got[i], want[i]))
-        .collect();
-    Report {
-        name: name.to_string(),
-        n: got.len(),
-        rel_l2,
-        max_abs,
-        worst,
-        non_finite,
-    }
+    let worst = errs.iter().take(5).map(|&(_, i)| (i, got[i], want[i])).collect();
+    Report { name: name.to_string(), n: got.len(), rel_l2, max_abs, worst, non_finite }
 }
 
 /// Asserts relative L2 error ≤ `tol`, printing the report and the seed on failure.
 #[track_caller]
 pub fn assert_close(name: &str, got: &[f32], want: &[f64], tol: f64, seed: u64) {
     let r = compare(name, got, want);
-    assert!(
-        r.passes(tol),
-        "{r}\n  tolerance {tol:e} exceeded; replay with DDL_TEST_SEED={seed}"
-    );
+    assert!(r.passes(tol), "{r}\n  tolerance {tol:e} exceeded; replay with DDL_TEST_SEED={seed}");
 }
 
 /// Widens to f64.

@@ -3,25 +3,13 @@
 use std::path::PathBuf;
 
 fn check(name: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(format!("{name}.safetensors"));
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.safetensors"));
     let g = ddl::golden::Golden::load(&path).unwrap_or_else(|e| panic!("{e}"));
     let gpu = ddl::testing::gpu();
     let rows = ddl::golden::check(&gpu, &g).unwrap_or_else(|e| panic!("{e}"));
-    let fails: Vec<String> = rows
-        .iter()
-        .filter(|r| !r.pass)
-        .map(|r| r.to_string())
-        .collect();
+    let fails: Vec<String> = rows.iter().filter(|r| !r.pass).map(|r| r.to_string()).collect();
     assert!(rows.len() > 50, "{name}: only {} rows compared", rows.len());
-    assert!(
-        fails.is_empty(),
-        "{name}: {} of {} rows failed:\n{}",
-        fails.len(),
-        rows.len(),
-        fails.join("\n")
-    );
+    assert!(fails.is_empty(), "{name}: {} of {} rows failed:\n{}", fails.len(), rows.len(), fails.join("\n"));
 }
 
 #[test]
@@ -72,8 +60,6 @@ fn a_malformed_golden_file_is_a_clear_error() {
     std::fs::write(&p, b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all").unwrap();
     let e = ddl::golden::Golden::load(&p).err().expect("must fail");
     assert!(e.to_string().contains("bad.safetensors"), "{e}");
-    let e = ddl::golden::Golden::load(&dir.join("missing.safetensors"))
-        .err()
-        .expect("must fail");
+    let e = ddl::golden::Golden::load(&dir.join("missing.safetensors")).err().expect("must fail");
     assert!(e.to_string().contains("cannot read"), "{e}");
 }

@@ -2,11 +2,7 @@
 
 fn main() -> eframe::Result<()> {
     let options = eframe::NativeOptions::default();
-    eframe::run_native(
-        "ddl-viz",
-        options,
-        Box::new(|_cc| Ok(Box::new(Placeholder))),
-    )
+    eframe::run_native("ddl-viz", options, Box::new(|_cc| Ok(Box::new(Placeholder))))
 }
 
 struct Placeholder;

@@ -115,9 +115,7 @@ fn rank(info: &wgpu::AdapterInfo) -> (u8, u8) {
 
 /// Lists the adapters of the given backends (all when `None`).
 pub(crate) fn enumerate(backend: Option<BackendChoice>) -> Vec<wgpu::Adapter> {
-    let backends = backend
-        .map(|b| b.backends())
-        .unwrap_or(wgpu::Backends::all());
+    let backends = backend.map(|b| b.backends()).unwrap_or(wgpu::Backends::all());
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
     desc.backends = backends;
     let instance = wgpu::Instance::new(desc);
@@ -128,22 +126,13 @@ impl Gpu {
     /// Opens the best adapter, or the one `opts` names, with its own limits.
     pub fn new(opts: &GpuOptions) -> Result<Arc<Gpu>> {
         let adapters = enumerate(opts.backend);
-        let all: Vec<AdapterSummary> = adapters
-            .iter()
-            .enumerate()
-            .map(|(index, a)| AdapterSummary {
-                index,
-                info: a.get_info(),
-            })
-            .collect();
+        let all: Vec<AdapterSummary> =
+            adapters.iter().enumerate().map(|(index, a)| AdapterSummary { index, info: a.get_info() }).collect();
         let listing = || {
             if all.is_empty() {
                 "  (none)".to_string()
             } else {
-                all.iter()
-                    .map(|a| format!("  {a}"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
+                all.iter().map(|a| format!("  {a}")).collect::<Vec<_>>().join("\n")
             }
         };
         if adapters.is_empty() {
@@ -158,15 +147,7 @@ impl Gpu {
                     let list = others
                         .iter()
                         .enumerate()
-                        .map(|(index, a)| {
-                            format!(
-                                "  {}",
-                                AdapterSummary {
-                                    index,
-                                    info: a.get_info()
-                                }
-                            )
-                        })
+                        .map(|(index, a)| format!("  {}", AdapterSummary { index, info: a.get_info() }))
                         .collect::<Vec<_>>()
                         .join("\n");
                     return Err(GpuError::AdapterNotFound {
@@ -182,29 +163,20 @@ impl Gpu {
                 let by_index = sel.parse::<usize>().ok().filter(|i| *i < adapters.len());
                 let by_name = || {
                     let s = sel.to_ascii_lowercase();
-                    all.iter()
-                        .position(|a| a.info.name.to_ascii_lowercase().contains(&s))
+                    all.iter().position(|a| a.info.name.to_ascii_lowercase().contains(&s))
                 };
                 by_index
                     .or_else(by_name)
-                    .ok_or_else(|| GpuError::AdapterNotFound {
-                        requested: sel.clone(),
-                        available: listing(),
-                    })?
+                    .ok_or_else(|| GpuError::AdapterNotFound { requested: sel.clone(), available: listing() })?
             }
-            None => (0..adapters.len())
-                .max_by_key(|&i| (rank(&all[i].info), std::cmp::Reverse(i)))
-                .unwrap(),
+            None => (0..adapters.len()).max_by_key(|&i| (rank(&all[i].info), std::cmp::Reverse(i))).unwrap(),
         };
         let adapter = adapters.into_iter().nth(chosen).unwrap();
         Self::from_adapter(adapter, all)
     }
 
     /// Opens a device on a given adapter with the adapter's limits and optional features.
-    pub fn from_adapter(
-        adapter: wgpu::Adapter,
-        all_adapters: Vec<AdapterSummary>,
-    ) -> Result<Arc<Gpu>> {
+    pub fn from_adapter(adapter: wgpu::Adapter, all_adapters: Vec<AdapterSummary>) -> Result<Arc<Gpu>> {
         let info = adapter.get_info();
         let limits = adapter.limits();
         let wanted = wgpu::Features::TIMESTAMP_QUERY
@@ -218,12 +190,8 @@ impl Gpu {
             required_limits: limits.clone(),
             ..Default::default()
         };
-        let (device, queue) = pollster::block_on(adapter.request_device(&desc)).map_err(|e| {
-            GpuError::RequestDevice {
-                adapter: info.name.clone(),
-                reason: e.to_string(),
-            }
-        })?;
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
+            .map_err(|e| GpuError::RequestDevice { adapter: info.name.clone(), reason: e.to_string() })?;
         // Validation errors are collected instead of panicking; `check` turns them into errors.
         let errors = Arc::new(Mutex::new(Vec::new()));
         let sink = errors.clone();
@@ -257,9 +225,7 @@ impl Gpu {
 
     /// Blocks until all submitted work has finished, then reports device errors.
     pub fn wait(&self) -> Result<()> {
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| GpuError::Device(e.to_string()))?;
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| GpuError::Device(e.to_string()))?;
         self.check()
     }
 
@@ -272,11 +238,7 @@ impl Gpu {
     pub fn adapter_key(&self) -> String {
         format!(
             "{}|{:?}|{:x}:{:x}|{}",
-            self.info.name,
-            self.info.backend,
-            self.info.vendor,
-            self.info.device,
-            self.info.driver_info
+            self.info.name, self.info.backend, self.info.vendor, self.info.device, self.info.driver_info
         )
     }
 
@@ -302,16 +264,10 @@ impl Gpu {
         s.push_str(&format!("adapter:   {} ({:?})\n", i.name, i.device_type));
         s.push_str(&format!("backend:   {:?}\n", i.backend));
         s.push_str(&format!("driver:    {} {}\n", i.driver, i.driver_info));
-        s.push_str(&format!(
-            "vendor:    0x{:04x} device 0x{:04x}\n",
-            i.vendor, i.device
-        ));
+        s.push_str(&format!("vendor:    0x{:04x} device 0x{:04x}\n", i.vendor, i.device));
         let feats: Vec<&str> = [
             (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY"),
-            (
-                wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS,
-                "TIMESTAMP_QUERY_INSIDE_ENCODERS",
-            ),
+            (wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS, "TIMESTAMP_QUERY_INSIDE_ENCODERS"),
             (wgpu::Features::SHADER_F16, "SHADER_F16"),
             (wgpu::Features::SUBGROUP, "SUBGROUP"),
         ]
@@ -321,69 +277,29 @@ impl Gpu {
         .collect();
         s.push_str(&format!(
             "features:  {}\n",
-            if feats.is_empty() {
-                "(none of the optional ones)".to_string()
-            } else {
-                feats.join(", ")
-            }
+            if feats.is_empty() { "(none of the optional ones)".to_string() } else { feats.join(", ") }
         ));
         if self.features.contains(wgpu::Features::SUBGROUP) {
-            s.push_str(&format!(
-                "subgroups: {}..{} invocations\n",
-                i.subgroup_min_size, i.subgroup_max_size
-            ));
+            s.push_str(&format!("subgroups: {}..{} invocations\n", i.subgroup_min_size, i.subgroup_max_size));
         }
         s.push_str("limits:\n");
-        s.push_str(&format!(
-            "  max_buffer_size                    {}\n",
-            l.max_buffer_size
-        ));
-        s.push_str(&format!(
-            "  max_storage_buffer_binding_size    {}\n",
-            l.max_storage_buffer_binding_size
-        ));
-        s.push_str(&format!(
-            "  max_uniform_buffer_binding_size    {}\n",
-            l.max_uniform_buffer_binding_size
-        ));
-        s.push_str(&format!(
-            "  max_storage_buffers_per_stage      {}\n",
-            l.max_storage_buffers_per_shader_stage
-        ));
-        s.push_str(&format!(
-            "  min_storage_buffer_offset_align    {}\n",
-            l.min_storage_buffer_offset_alignment
-        ));
-        s.push_str(&format!(
-            "  max_compute_workgroup_storage_size {}\n",
-            l.max_compute_workgroup_storage_size
-        ));
-        s.push_str(&format!(
-            "  max_compute_invocations_per_wg     {}\n",
-            l.max_compute_invocations_per_workgroup
-        ));
+        s.push_str(&format!("  max_buffer_size                    {}\n", l.max_buffer_size));
+        s.push_str(&format!("  max_storage_buffer_binding_size    {}\n", l.max_storage_buffer_binding_size));
+        s.push_str(&format!("  max_uniform_buffer_binding_size    {}\n", l.max_uniform_buffer_binding_size));
+        s.push_str(&format!("  max_storage_buffers_per_stage      {}\n", l.max_storage_buffers_per_shader_stage));
+        s.push_str(&format!("  min_storage_buffer_offset_align    {}\n", l.min_storage_buffer_offset_alignment));
+        s.push_str(&format!("  max_compute_workgroup_storage_size {}\n", l.max_compute_workgroup_storage_size));
+        s.push_str(&format!("  max_compute_invocations_per_wg     {}\n", l.max_compute_invocations_per_workgroup));
         s.push_str(&format!(
             "  max_compute_workgroup_size         {}x{}x{}\n",
-            l.max_compute_workgroup_size_x,
-            l.max_compute_workgroup_size_y,
-            l.max_compute_workgroup_size_z
+            l.max_compute_workgroup_size_x, l.max_compute_workgroup_size_y, l.max_compute_workgroup_size_z
         ));
-        s.push_str(&format!(
-            "  max_compute_workgroups_per_dim     {}\n",
-            l.max_compute_workgroups_per_dimension
-        ));
+        s.push_str(&format!("  max_compute_workgroups_per_dim     {}\n", l.max_compute_workgroups_per_dimension));
         s
     }
 }
 
 /// Every adapter of the given backends (all when `None`), as `ddl info` lists them.
 pub fn enumerate_adapters(backend: Option<BackendChoice>) -> Vec<AdapterSummary> {
-    enumerate(backend)
-        .iter()
-        .enumerate()
-        .map(|(index, a)| AdapterSummary {
-            index,
-            info: a.get_info(),
-        })
-        .collect()
+    enumerate(backend).iter().enumerate().map(|(index, a)| AdapterSummary { index, info: a.get_info() }).collect()
 }

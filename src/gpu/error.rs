@@ -11,10 +11,7 @@ pub enum GpuError {
     NoAdapter { backends: String },
 
     #[error("no adapter matches '{requested}'. Adapters found:\n{available}")]
-    AdapterNotFound {
-        requested: String,
-        available: String,
-    },
+    AdapterNotFound { requested: String, available: String },
 
     #[error("unknown backend '{0}': expected one of vulkan, metal, dx12, gl")]
     UnknownBackend(String),
@@ -26,13 +23,7 @@ pub enum GpuError {
         "{what} needs {needed} bytes but the adapter '{adapter}' allows at most {max} bytes per \
          {limit}"
     )]
-    TooLarge {
-        what: String,
-        needed: u64,
-        max: u64,
-        limit: &'static str,
-        adapter: String,
-    },
+    TooLarge { what: String, needed: u64, max: u64, limit: &'static str, adapter: String },
 
     #[error("shader '{shader}': {reason}")]
     Shader { shader: String, reason: String },

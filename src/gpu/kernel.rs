@@ -49,21 +49,13 @@ pub struct Dispatch {
 
 impl std::fmt::Debug for Dispatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Dispatch({}, workgroups {:?})",
-            self.kernel.name, self.workgroups
-        )
+        write!(f, "Dispatch({}, workgroups {:?})", self.kernel.name, self.workgroups)
     }
 }
 
 impl std::fmt::Debug for Kernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Kernel({}, workgroup {:?})",
-            self.name, self.workgroup_size
-        )
+        write!(f, "Kernel({}, workgroup {:?})", self.name, self.workgroup_size)
     }
 }
 
@@ -87,15 +79,8 @@ fn reflect(
         .enumerate()
         .find(|(_, e)| e.name == entry && e.stage == naga::ShaderStage::Compute)
         .ok_or_else(|| {
-            let names: Vec<&str> = module
-                .entry_points
-                .iter()
-                .map(|e| e.name.as_str())
-                .collect();
-            format!(
-                "no compute entry point '{entry}' (has: {})",
-                names.join(", ")
-            )
+            let names: Vec<&str> = module.entry_points.iter().map(|e| e.name.as_str()).collect();
+            format!("no compute entry point '{entry}' (has: {})", names.join(", "))
         })?;
     let fi = info.get_entry_point(idx);
     let mut bindings = Vec::new();
@@ -105,28 +90,18 @@ fn reflect(
             continue;
         }
         if rb.group != 0 {
-            return Err(format!(
-                "binding '{:?}' is in group {}; kernels use group 0 only",
-                gv.name, rb.group
-            ));
+            return Err(format!("binding '{:?}' is in group {}; kernels use group 0 only", gv.name, rb.group));
         }
         let kind = match gv.space {
             naga::AddressSpace::Uniform => BindingKind::Uniform,
-            naga::AddressSpace::Storage { access } => BindingKind::Storage {
-                read_only: !access.contains(naga::StorageAccess::STORE),
-            },
+            naga::AddressSpace::Storage { access } => {
+                BindingKind::Storage { read_only: !access.contains(naga::StorageAccess::STORE) }
+            }
             other => {
-                return Err(format!(
-                    "unsupported address space {other:?} for '{:?}'",
-                    gv.name
-                ));
+                return Err(format!("unsupported address space {other:?} for '{:?}'", gv.name));
             }
         };
-        bindings.push(Binding {
-            name: gv.name.clone().unwrap_or_default(),
-            binding: rb.binding,
-            kind,
-        });
+        bindings.push(Binding { name: gv.name.clone().unwrap_or_default(), binding: rb.binding, kind });
     }
     bindings.sort_by_key(|b| b.binding);
     Ok((bindings, ep.workgroup_size))
@@ -139,10 +114,7 @@ impl Gpu {
         if let Some(k) = self.pipelines.lock().unwrap().get(&key) {
             return Ok(k.clone());
         }
-        let err = |reason: String| GpuError::Shader {
-            shader: key.clone(),
-            reason,
-        };
+        let err = |reason: String| GpuError::Shader { shader: key.clone(), reason };
         let sh = crate::shaders::get(shader).ok_or_else(|| err("not in shaders::ALL".into()))?;
         let text = sh.text(variant).map_err(err)?;
         let (module, info) = crate::shaders::validate(&key, &text).map_err(err)?;
@@ -156,9 +128,7 @@ impl Gpu {
                 ty: wgpu::BindingType::Buffer {
                     ty: match b.kind {
                         BindingKind::Uniform => wgpu::BufferBindingType::Uniform,
-                        BindingKind::Storage { read_only } => {
-                            wgpu::BufferBindingType::Storage { read_only }
-                        }
+                        BindingKind::Storage { read_only } => wgpu::BufferBindingType::Storage { read_only },
                     },
                     has_dynamic_offset: false,
                     min_binding_size: None,
@@ -169,43 +139,28 @@ impl Gpu {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let layout = self
             .device
-            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                label: Some(&key),
-                entries: &entries,
-            });
-        let pl = self
-            .device
-            .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                label: Some(&key),
-                bind_group_layouts: &[Some(&layout)],
-                immediate_size: 0,
-            });
-        let sm = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(&key),
-                source: wgpu::ShaderSource::Wgsl(text.into()),
-            });
-        let pipeline = self
-            .device
-            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(&key),
-                layout: Some(&pl),
-                module: &sm,
-                entry_point: Some(entry),
-                compilation_options: Default::default(),
-                cache: None,
-            });
+            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(&key), entries: &entries });
+        let pl = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(&key),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let sm = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(&key),
+            source: wgpu::ShaderSource::Wgsl(text.into()),
+        });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(&key),
+            layout: Some(&pl),
+            module: &sm,
+            entry_point: Some(entry),
+            compilation_options: Default::default(),
+            cache: None,
+        });
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(err(format!("pipeline creation failed: {e}")));
         }
-        let k = Arc::new(Kernel {
-            name: key.clone(),
-            pipeline,
-            layout,
-            bindings,
-            workgroup_size,
-        });
+        let k = Arc::new(Kernel { name: key.clone(), pipeline, layout, bindings, workgroup_size });
         self.pipelines.lock().unwrap().insert(key, k.clone());
         Ok(k)
     }
@@ -220,23 +175,15 @@ impl Kernel {
         buffers: &[(&str, View<'_>)],
         workgroups: [u32; 3],
     ) -> Result<Dispatch> {
-        let err = |reason: String| GpuError::Binding {
-            kernel: self.name.clone(),
-            reason,
-        };
+        let err = |reason: String| GpuError::Binding { kernel: self.name.clone(), reason };
         let max = gpu.limits.max_compute_workgroups_per_dimension;
         if workgroups.iter().any(|&w| w > max) {
-            return Err(err(format!(
-                "workgroups {workgroups:?} exceed the adapter's {max} per dimension"
-            )));
+            return Err(err(format!("workgroups {workgroups:?} exceed the adapter's {max} per dimension")));
         }
         for (name, _) in buffers {
             if !self.bindings.iter().any(|b| b.name == *name) {
                 let names: Vec<&str> = self.bindings.iter().map(|b| b.name.as_str()).collect();
-                return Err(err(format!(
-                    "no binding named '{name}' (has: {})",
-                    names.join(", ")
-                )));
+                return Err(err(format!("no binding named '{name}' (has: {})", names.join(", "))));
             }
         }
         let mut params_buf = None;
@@ -244,20 +191,18 @@ impl Kernel {
         for b in &self.bindings {
             match b.kind {
                 BindingKind::Uniform => {
-                    let data =
-                        params.ok_or_else(|| err(format!("uniform '{}' needs params", b.name)))?;
-                    params_buf = Some(gpu.device.create_buffer_init(
-                        &wgpu::util::BufferInitDescriptor {
-                            label: Some(&self.name),
-                            contents: data,
-                            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-                        },
-                    ));
+                    let data = params.ok_or_else(|| err(format!("uniform '{}' needs params", b.name)))?;
+                    params_buf = Some(gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                        label: Some(&self.name),
+                        contents: data,
+                        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                    }));
                 }
                 BindingKind::Storage { .. } => {
-                    let (_, v) = buffers.iter().find(|(n, _)| *n == b.name).ok_or_else(|| {
-                        err(format!("binding '{}' was not given a buffer", b.name))
-                    })?;
+                    let (_, v) = buffers
+                        .iter()
+                        .find(|(n, _)| *n == b.name)
+                        .ok_or_else(|| err(format!("binding '{}' was not given a buffer", b.name)))?;
                     if v.size > gpu.limits.max_storage_buffer_binding_size {
                         return Err(GpuError::TooLarge {
                             what: format!("binding '{}' of kernel '{}'", b.name, self.name),
@@ -289,22 +234,13 @@ impl Kernel {
                     })
                 }
             };
-            entries.push(wgpu::BindGroupEntry {
-                binding: b.binding,
-                resource,
-            });
+            entries.push(wgpu::BindGroupEntry { binding: b.binding, resource });
         }
         let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(&self.name),
             layout: &self.layout,
             entries: &entries,
         });
-        Ok(Dispatch {
-            kernel: self.clone(),
-            bind_group,
-            workgroups,
-            params: params_buf,
-            scratch: Vec::new(),
-        })
+        Ok(Dispatch { kernel: self.clone(), bind_group, workgroups, params: params_buf, scratch: Vec::new() })
     }
 }

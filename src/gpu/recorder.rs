@@ -17,11 +17,7 @@ pub struct KernelTime {
 /// How kernels are timed in a profiled recording.
 pub enum Profiler {
     /// GPU timestamps around each dispatch's compute pass.
-    Timestamps {
-        sets: Vec<wgpu::QuerySet>,
-        used: u32,
-        names: Vec<String>,
-    },
+    Timestamps { sets: Vec<wgpu::QuerySet>, used: u32, names: Vec<String> },
     /// No timestamp support: every dispatch is its own submit, timed on the host after a wait.
     HostClock { times: Vec<KernelTime> },
 }
@@ -51,11 +47,7 @@ impl<'g> Recorder<'g> {
     pub fn profiled(gpu: &'g Gpu) -> Self {
         let mut r = Self::new(gpu);
         r.profiler = Some(if gpu.has_timestamps() {
-            Profiler::Timestamps {
-                sets: Vec::new(),
-                used: 0,
-                names: Vec::new(),
-            }
+            Profiler::Timestamps { sets: Vec::new(), used: 0, names: Vec::new() }
         } else {
             Profiler::HostClock { times: Vec::new() }
         });
@@ -87,9 +79,7 @@ impl<'g> Recorder<'g> {
             }
             Some(Profiler::Timestamps { sets, used, names }) => {
                 for d in ds {
-                    if *used % QUERIES_PER_SET == 0
-                        && (*used / QUERIES_PER_SET) as usize == sets.len()
-                    {
+                    if *used % QUERIES_PER_SET == 0 && (*used / QUERIES_PER_SET) as usize == sets.len() {
                         sets.push(self.gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
                             label: Some("profiler"),
                             ty: wgpu::QueryType::Timestamp,
@@ -135,13 +125,9 @@ impl<'g> Recorder<'g> {
                     let _ = self.gpu.wait();
                     let ns = t0.elapsed().as_nanos() as f64;
                     if let Some(Profiler::HostClock { times }) = &mut self.profiler {
-                        times.push(KernelTime {
-                            name: d.kernel.name.clone(),
-                            ns,
-                        });
+                        times.push(KernelTime { name: d.kernel.name.clone(), ns });
                     }
-                    self.encoder =
-                        Some(self.gpu.device.create_command_encoder(&Default::default()));
+                    self.encoder = Some(self.gpu.device.create_command_encoder(&Default::default()));
                 }
             }
         }
@@ -150,8 +136,7 @@ impl<'g> Recorder<'g> {
     /// Records a buffer-to-buffer copy of a whole tensor.
     pub fn copy(&mut self, src: &Tensor, dst: &Tensor) {
         let n = src.bytes().min(dst.bytes());
-        self.encoder()
-            .copy_buffer_to_buffer(&src.buffer, 0, &dst.buffer, 0, n);
+        self.encoder().copy_buffer_to_buffer(&src.buffer, 0, &dst.buffer, 0, n);
     }
 
     /// Records a zero fill of a whole tensor.
@@ -247,13 +232,7 @@ pub enum Op {
 impl Op {
     /// Copies a whole tensor.
     pub fn copy(src: &Tensor, dst: &Tensor) -> Op {
-        Op::Copy {
-            src: src.clone(),
-            src_off: 0,
-            dst: dst.clone(),
-            dst_off: 0,
-            len: src.len().min(dst.len()),
-        }
+        Op::Copy { src: src.clone(), src_off: 0, dst: dst.clone(), dst_off: 0, len: src.len().min(dst.len()) }
     }
 }
 
@@ -269,13 +248,7 @@ impl Recorder<'_> {
                     run.clear();
                     self.zero(t);
                 }
-                Op::Copy {
-                    src,
-                    src_off,
-                    dst,
-                    dst_off,
-                    len,
-                } => {
+                Op::Copy { src, src_off, dst, dst_off, len } => {
                     self.record(&run);
                     run.clear();
                     if *len > 0 {

@@ -49,11 +49,7 @@ impl<'a> View<'a> {
             "sub-view [{offset}, {offset}+{len}) overruns a view of {} elements",
             self.size / 4
         );
-        View {
-            buffer: self.buffer,
-            offset: self.offset + off,
-            size,
-        }
+        View { buffer: self.buffer, offset: self.offset + off, size }
     }
 
     /// Number of 4-byte elements.
@@ -68,17 +64,12 @@ impl<'a> View<'a> {
 
 impl std::fmt::Debug for Tensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Tensor('{}', {:?}, {:?})",
-            self.label, self.shape, self.dtype
-        )
+        write!(f, "Tensor('{}', {:?}, {:?})", self.label, self.shape, self.dtype)
     }
 }
 
-const USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
-    .union(wgpu::BufferUsages::COPY_SRC)
-    .union(wgpu::BufferUsages::COPY_DST);
+const USAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC).union(wgpu::BufferUsages::COPY_DST);
 
 impl Tensor {
     /// Number of elements.
@@ -107,21 +98,10 @@ impl Tensor {
             usage: USAGE,
             mapped_at_creation: false,
         });
-        Ok(Tensor {
-            buffer: Arc::new(buffer),
-            shape: shape.to_vec(),
-            dtype,
-            label: label.to_string(),
-        })
+        Ok(Tensor { buffer: Arc::new(buffer), shape: shape.to_vec(), dtype, label: label.to_string() })
     }
 
-    fn from_bytes(
-        gpu: &Gpu,
-        label: &str,
-        shape: &[usize],
-        dtype: DType,
-        data: &[u8],
-    ) -> Result<Tensor> {
+    fn from_bytes(gpu: &Gpu, label: &str, shape: &[usize], dtype: DType, data: &[u8]) -> Result<Tensor> {
         let n: usize = shape.iter().product();
         if data.len() as u64 != n as u64 * dtype.size() {
             return Err(GpuError::Shape(format!(
@@ -133,19 +113,12 @@ impl Tensor {
             return Self::zeros(gpu, label, shape, dtype);
         }
         gpu.check_buffer_size(&format!("tensor '{label}' {shape:?}"), data.len() as u64)?;
-        let buffer = gpu
-            .device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some(label),
-                contents: data,
-                usage: USAGE,
-            });
-        Ok(Tensor {
-            buffer: Arc::new(buffer),
-            shape: shape.to_vec(),
-            dtype,
-            label: label.to_string(),
-        })
+        let buffer = gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: data,
+            usage: USAGE,
+        });
+        Ok(Tensor { buffer: Arc::new(buffer), shape: shape.to_vec(), dtype, label: label.to_string() })
     }
 
     /// Uploads f32 data.
@@ -193,11 +166,7 @@ impl Tensor {
 
     /// The whole tensor as a binding.
     pub fn view(&self) -> View<'_> {
-        View {
-            buffer: &self.buffer,
-            offset: 0,
-            size: self.buffer.size(),
-        }
+        View { buffer: &self.buffer, offset: 0, size: self.buffer.size() }
     }
 
     /// Copies the contents to the host as raw 32-bit words (waits for all submitted work).
@@ -236,21 +205,12 @@ pub(crate) fn read_mapped(gpu: &Gpu, staging: &wgpu::Buffer, what: &str) -> Resu
         let _ = tx.send(r);
     });
     gpu.wait()?;
-    let mapped = rx.recv().map_err(|e| GpuError::Readback {
-        what: what.to_string(),
-        reason: e.to_string(),
-    })?;
-    mapped.map_err(|e| GpuError::Readback {
-        what: what.to_string(),
-        reason: e.to_string(),
-    })?;
+    let mapped = rx.recv().map_err(|e| GpuError::Readback { what: what.to_string(), reason: e.to_string() })?;
+    mapped.map_err(|e| GpuError::Readback { what: what.to_string(), reason: e.to_string() })?;
     let out = {
         let view = staging
             .get_mapped_range(..)
-            .map_err(|e| GpuError::Readback {
-                what: what.to_string(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| GpuError::Readback { what: what.to_string(), reason: e.to_string() })?;
         bytemuck::cast_slice::<u8, u32>(&view).to_vec()
     };
     staging.unmap();

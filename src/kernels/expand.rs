@@ -8,13 +8,7 @@ pub fn bench(_gpu: &Gpu) -> Result<Vec<KernelBench>> {
 }
 
 use crate::kernels::shortconv::ConvShape;
-pub fn ec_forward(
-    _gpu: &Gpu,
-    _s: &ConvShape,
-    _e: View,
-    _ekernel: View,
-    _x0: View,
-) -> Result<Vec<Dispatch>> {
+pub fn ec_forward(_gpu: &Gpu, _s: &ConvShape, _e: View, _ekernel: View, _x0: View) -> Result<Vec<Dispatch>> {
     todo!()
 }
 pub fn ec_backward(
@@ -28,23 +22,9 @@ pub fn ec_backward(
 ) -> Result<Vec<Dispatch>> {
     todo!()
 }
-pub fn replicate_forward(
-    _gpu: &Gpu,
-    _n: usize,
-    _d: usize,
-    _m: usize,
-    _e: View,
-    _x0: View,
-) -> Result<Vec<Dispatch>> {
+pub fn replicate_forward(_gpu: &Gpu, _n: usize, _d: usize, _m: usize, _e: View, _x0: View) -> Result<Vec<Dispatch>> {
     todo!()
 }
-pub fn replicate_backward(
-    _gpu: &Gpu,
-    _n: usize,
-    _d: usize,
-    _m: usize,
-    _g: View,
-    _de: View,
-) -> Result<Vec<Dispatch>> {
+pub fn replicate_backward(_gpu: &Gpu, _n: usize, _d: usize, _m: usize, _g: View, _de: View) -> Result<Vec<Dispatch>> {
     todo!()
 }

@@ -29,31 +29,17 @@ pub struct Operand {
 impl Operand {
     /// A packed row-major `rows × cols` matrix (batches follow each other).
     pub fn row_major(rows: usize, cols: usize) -> Self {
-        Operand {
-            offset: 0,
-            row_stride: cols,
-            col_stride: 1,
-            batch_stride: rows * cols,
-        }
+        Operand { offset: 0, row_stride: cols, col_stride: 1, batch_stride: rows * cols }
     }
 
     /// The transpose of a packed row-major `cols × rows` matrix, seen as `rows × cols`.
     pub fn transposed(rows: usize, cols: usize) -> Self {
-        Operand {
-            offset: 0,
-            row_stride: 1,
-            col_stride: rows,
-            batch_stride: rows * cols,
-        }
+        Operand { offset: 0, row_stride: 1, col_stride: rows, batch_stride: rows * cols }
     }
 
     /// One past the largest element index touched for a `rows × cols` view over `batch` batches.
     pub fn extent(&self, rows: usize, cols: usize, batch: usize) -> usize {
-        self.offset
-            + (batch - 1) * self.batch_stride
-            + (rows - 1) * self.row_stride
-            + (cols - 1) * self.col_stride
-            + 1
+        self.offset + (batch - 1) * self.batch_stride + (rows - 1) * self.row_stride + (cols - 1) * self.col_stride + 1
     }
 }
 
@@ -111,27 +97,17 @@ impl Matmul {
 
     /// C = A·Bᵀ with B stored `[N, K]` (a linear layer with weights `[out, in]`).
     pub fn nt(m: usize, n: usize, k: usize) -> Self {
-        Matmul {
-            b: Operand::transposed(k, n),
-            ..Self::nn(m, n, k)
-        }
+        Matmul { b: Operand::transposed(k, n), ..Self::nn(m, n, k) }
     }
 
     /// C = Aᵀ·B with A stored `[K, M]` (a weight gradient: dW = dYᵀ·X).
     pub fn tn(m: usize, n: usize, k: usize) -> Self {
-        Matmul {
-            a: Operand::transposed(m, k),
-            ..Self::nn(m, n, k)
-        }
+        Matmul { a: Operand::transposed(m, k), ..Self::nn(m, n, k) }
     }
 
     /// C = Aᵀ·Bᵀ with A stored `[K, M]` and B stored `[N, K]`.
     pub fn tt(m: usize, n: usize, k: usize) -> Self {
-        Matmul {
-            a: Operand::transposed(m, k),
-            b: Operand::transposed(k, n),
-            ..Self::nn(m, n, k)
-        }
+        Matmul { a: Operand::transposed(m, k), b: Operand::transposed(k, n), ..Self::nn(m, n, k) }
     }
 
     /// `batch` independent products; packed operands are laid one after the other.
@@ -165,10 +141,7 @@ impl Matmul {
 
     fn check(&self, a: &View, b: &View, c: &View) -> Result<()> {
         let bad = |s: String| {
-            Err(GpuError::Shape(format!(
-                "matmul {}x{}x{} (batch {}): {s}",
-                self.m, self.n, self.k, self.batch
-            )))
+            Err(GpuError::Shape(format!("matmul {}x{}x{} (batch {}): {s}", self.m, self.n, self.k, self.batch)))
         };
         if self.m == 0 || self.n == 0 || self.k == 0 || self.batch == 0 {
             return bad("every size must be at least 1".into());
@@ -176,22 +149,15 @@ impl Matmul {
         if self.c.col_stride != 1 {
             return bad("C must have unit column stride".into());
         }
-        for (name, op, rows, cols, v) in [
-            ("A", &self.a, self.m, self.k, a),
-            ("B", &self.b, self.k, self.n, b),
-            ("C", &self.c, self.m, self.n, c),
-        ] {
+        for (name, op, rows, cols, v) in
+            [("A", &self.a, self.m, self.k, a), ("B", &self.b, self.k, self.n, b), ("C", &self.c, self.m, self.n, c)]
+        {
             let need = op.extent(rows, cols, self.batch) as u64 * 4;
             if need > v.size {
-                return bad(format!(
-                    "{name} needs {need} bytes of its buffer, the binding has {}",
-                    v.size
-                ));
+                return bad(format!("{name} needs {need} bytes of its buffer, the binding has {}", v.size));
             }
             if need / 4 > u32::MAX as u64 {
-                return bad(format!(
-                    "{name} spans more than 2^32 elements; split the product"
-                ));
+                return bad(format!("{name} spans more than 2^32 elements; split the product"));
             }
         }
         Ok(())
@@ -204,14 +170,7 @@ impl Matmul {
     }
 
     /// Binds with an explicit tile variant (a name from `shaders::MATMUL_VARIANTS`).
-    pub fn bind_variant(
-        &self,
-        gpu: &Gpu,
-        variant: &str,
-        a: View<'_>,
-        b: View<'_>,
-        c: View<'_>,
-    ) -> Result<Dispatch> {
+    pub fn bind_variant(&self, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
         self.check(&a, &b, &c)?;
         let (bm, bn) = tile(variant)?;
         let p = Params {
@@ -232,18 +191,9 @@ impl Matmul {
             c_bs: self.c.batch_stride as u32,
             alpha: self.alpha,
         };
-        let wg = [
-            self.n.div_ceil(bn) as u32,
-            self.m.div_ceil(bm) as u32,
-            self.batch as u32,
-        ];
+        let wg = [self.n.div_ceil(bn) as u32, self.m.div_ceil(bm) as u32, self.batch as u32];
         let kern = gpu.kernel("matmul", Some(variant), "matmul")?;
-        kern.dispatch(
-            gpu,
-            Some(bytemuck::bytes_of(&p)),
-            &[("a", a), ("b", b), ("c", c)],
-            wg,
-        )
+        kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[("a", a), ("b", b), ("c", c)], wg)
     }
 }
 
@@ -252,16 +202,9 @@ pub fn tile(variant: &str) -> Result<(usize, usize)> {
     let v = MATMUL_VARIANTS
         .iter()
         .find(|v| v.name == variant)
-        .ok_or_else(|| GpuError::Shader {
-            shader: "matmul".into(),
-            reason: format!("no variant '{variant}'"),
-        })?;
+        .ok_or_else(|| GpuError::Shader { shader: "matmul".into(), reason: format!("no variant '{variant}'") })?;
     let get = |n: &str| -> usize {
-        v.consts
-            .iter()
-            .find(|c| c.0 == n)
-            .map(|c| c.2.trim_end_matches('u').parse().unwrap())
-            .unwrap()
+        v.consts.iter().find(|c| c.0 == n).map(|c| c.2.trim_end_matches('u').parse().unwrap()).unwrap()
     };
     Ok((get("BM"), get("BN")))
 }
@@ -274,14 +217,7 @@ pub fn variants() -> Vec<&'static str> {
 /// Shape bucket for the autotune cache: powers of two of M, N, K and the operand layouts.
 fn bucket(mm: &Matmul) -> String {
     let l = |x: usize| (x.max(1) as f64).log2().round() as u32;
-    format!(
-        "{}x{}x{}|a{}b{}",
-        l(mm.m),
-        l(mm.n),
-        l(mm.k),
-        (mm.a.col_stride == 1) as u8,
-        (mm.b.col_stride == 1) as u8
-    )
+    format!("{}x{}x{}|a{}b{}", l(mm.m), l(mm.n), l(mm.k), (mm.a.col_stride == 1) as u8, (mm.b.col_stride == 1) as u8)
 }
 
 /// The heuristic choice: the biggest tile that still gives the adapter enough workgroups.
@@ -322,9 +258,7 @@ pub mod autotune {
         } else if let Ok(d) = std::env::var("XDG_CACHE_HOME") {
             PathBuf::from(d).join("ddl")
         } else {
-            PathBuf::from(std::env::var("HOME").ok()?)
-                .join(".cache")
-                .join("ddl")
+            PathBuf::from(std::env::var("HOME").ok()?).join(".cache").join("ddl")
         };
         Some(dir.join("matmul-autotune.json"))
     }
@@ -355,24 +289,9 @@ pub mod autotune {
     /// Times every variant on scratch buffers of this shape and returns `(variant, ms)`, fastest
     /// first.
     pub fn measure(gpu: &Gpu, mm: &Matmul, reps: usize) -> Result<Vec<(&'static str, f64)>> {
-        let a = Tensor::zeros(
-            gpu,
-            "tune.a",
-            &[mm.a.extent(mm.m, mm.k, mm.batch)],
-            crate::gpu::DType::F32,
-        )?;
-        let b = Tensor::zeros(
-            gpu,
-            "tune.b",
-            &[mm.b.extent(mm.k, mm.n, mm.batch)],
-            crate::gpu::DType::F32,
-        )?;
-        let c = Tensor::zeros(
-            gpu,
-            "tune.c",
-            &[mm.c.extent(mm.m, mm.n, mm.batch)],
-            crate::gpu::DType::F32,
-        )?;
+        let a = Tensor::zeros(gpu, "tune.a", &[mm.a.extent(mm.m, mm.k, mm.batch)], crate::gpu::DType::F32)?;
+        let b = Tensor::zeros(gpu, "tune.b", &[mm.b.extent(mm.k, mm.n, mm.batch)], crate::gpu::DType::F32)?;
+        let c = Tensor::zeros(gpu, "tune.c", &[mm.c.extent(mm.m, mm.n, mm.batch)], crate::gpu::DType::F32)?;
         let mut out = Vec::new();
         for v in variants() {
             let d = mm.bind_variant(gpu, v, a.view(), b.view(), c.view())?;
@@ -383,10 +302,7 @@ pub mod autotune {
                 let t0 = Instant::now();
                 r.record(&[&d]);
                 let kt = r.submit()?;
-                let ms = kt
-                    .first()
-                    .map(|k| k.ns / 1e6)
-                    .unwrap_or(t0.elapsed().as_secs_f64() * 1e3);
+                let ms = kt.first().map(|k| k.ns / 1e6).unwrap_or(t0.elapsed().as_secs_f64() * 1e3);
                 times.push(ms);
             }
             times.sort_by(|x, y| x.partial_cmp(y).unwrap());
@@ -435,34 +351,13 @@ pub fn bench(gpu: &Gpu) -> Result<Vec<crate::bench::KernelBench>> {
         ("mlp_down_dx (dy·W)", Matmul::nn(n, s.f, s.d)),
         ("mlp_down_dw (dyᵀ·x)", Matmul::tn(s.d, s.f, n)),
     ] {
-        let a = Tensor::zeros(
-            gpu,
-            "a",
-            &[mm.a.extent(mm.m, mm.k, 1)],
-            crate::gpu::DType::F32,
-        )?;
-        let b = Tensor::zeros(
-            gpu,
-            "b",
-            &[mm.b.extent(mm.k, mm.n, 1)],
-            crate::gpu::DType::F32,
-        )?;
-        let c = Tensor::zeros(
-            gpu,
-            "c",
-            &[mm.c.extent(mm.m, mm.n, 1)],
-            crate::gpu::DType::F32,
-        )?;
+        let a = Tensor::zeros(gpu, "a", &[mm.a.extent(mm.m, mm.k, 1)], crate::gpu::DType::F32)?;
+        let b = Tensor::zeros(gpu, "b", &[mm.b.extent(mm.k, mm.n, 1)], crate::gpu::DType::F32)?;
+        let c = Tensor::zeros(gpu, "c", &[mm.c.extent(mm.m, mm.n, 1)], crate::gpu::DType::F32)?;
         let mut d = mm.bind(gpu, a.view(), b.view(), c.view())?;
         d.scratch = vec![a, b, c];
         out.push(crate::bench::KernelBench {
-            name: format!(
-                "matmul {name} {}x{}x{} [{}]",
-                mm.m,
-                mm.n,
-                mm.k,
-                pick(gpu, &mm)
-            ),
+            name: format!("matmul {name} {}x{}x{} [{}]", mm.m, mm.n, mm.k, pick(gpu, &mm)),
             dispatches: vec![d],
             flops: mm.flops(),
             bytes: mm.min_bytes(),

@@ -70,21 +70,12 @@ pub fn fill(gpu: &Gpu, t: &Tensor, offset: usize, n: usize, value: f32) -> Resul
         )));
     }
     let k = gpu.kernel("fill", None, "fill")?;
-    let p = FillParams {
-        n: n as u32,
-        offset: offset as u32,
-        bits: value.to_bits(),
-        _pad: 0,
-    };
+    let p = FillParams { n: n as u32, offset: offset as u32, bits: value.to_bits(), _pad: 0 };
     k.dispatch(
         gpu,
         Some(bytemuck::bytes_of(&p)),
         &[("out", t.view())],
-        grid_1d(
-            n as u64,
-            WG_1D,
-            gpu.limits.max_compute_workgroups_per_dimension,
-        ),
+        grid_1d(n as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension),
     )
 }
 

@@ -17,22 +17,10 @@ pub struct RopeShape {
 pub fn table(_gpu: &Gpu, _max_pos: usize, _head_dim: usize, _base: f64) -> Result<Tensor> {
     todo!()
 }
-pub fn forward(
-    _gpu: &Gpu,
-    _s: &RopeShape,
-    _table: View,
-    _x: View,
-    _y: View,
-) -> Result<Vec<Dispatch>> {
+pub fn forward(_gpu: &Gpu, _s: &RopeShape, _table: View, _x: View, _y: View) -> Result<Vec<Dispatch>> {
     todo!()
 }
-pub fn backward(
-    _gpu: &Gpu,
-    _s: &RopeShape,
-    _table: View,
-    _dy: View,
-    _dx: View,
-) -> Result<Vec<Dispatch>> {
+pub fn backward(_gpu: &Gpu, _s: &RopeShape, _table: View, _dy: View, _dx: View) -> Result<Vec<Dispatch>> {
     todo!()
 }
 pub fn set_pos0(_gpu: &Gpu, _ds: &[Dispatch], _s: &RopeShape) -> Result<()> {

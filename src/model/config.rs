@@ -52,17 +52,10 @@ impl Variant {
     }
 
     pub fn parse(s: &str) -> Result<Variant, String> {
-        Variant::ALL
-            .iter()
-            .copied()
-            .find(|v| v.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Variant::ALL.iter().map(|v| v.name()).collect();
-                format!(
-                    "unknown variant '{s}' (expected one of {})",
-                    names.join(", ")
-                )
-            })
+        Variant::ALL.iter().copied().find(|v| v.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Variant::ALL.iter().map(|v| v.name()).collect();
+            format!("unknown variant '{s}' (expected one of {})", names.join(", "))
+        })
     }
 
     /// Uses delta writes (everything but the baseline).
@@ -72,10 +65,7 @@ impl Variant {
 
     /// Carries an expanded d×m state with compressors and a readout.
     pub fn expanded(self) -> bool {
-        matches!(
-            self,
-            Variant::Ddl | Variant::DdlEc | Variant::DdlCc | Variant::DdlCcec | Variant::DdlVmap
-        )
+        matches!(self, Variant::Ddl | Variant::DdlEc | Variant::DdlCc | Variant::DdlCcec | Variant::DdlVmap)
     }
 
     /// Uses the value-axis (CC) compressor rather than the token-axis one.
@@ -164,22 +154,12 @@ pub struct ConfigError {
 }
 
 fn cerr(field: &str, msg: impl Into<String>) -> ConfigError {
-    ConfigError {
-        field: field.to_string(),
-        msg: msg.into(),
-    }
+    ConfigError { field: field.to_string(), msg: msg.into() }
 }
 
 impl ModelConfig {
     /// Defaults of the paper's Small model for a variant (spec sections 0, 6, 14.10).
-    pub fn base(
-        variant: Variant,
-        vocab_size: usize,
-        d: usize,
-        layers: usize,
-        heads: usize,
-        head_dim: usize,
-    ) -> Self {
+    pub fn base(variant: Variant, vocab_size: usize, d: usize, layers: usize, heads: usize, head_dim: usize) -> Self {
         let d_v = match variant {
             Variant::Baseline => 0,
             Variant::DdlV1 | Variant::DdlV1Vmap => 1,
@@ -219,24 +199,16 @@ impl ModelConfig {
     pub fn preset(name: &str, variant: Variant) -> Result<Self, ConfigError> {
         let c = match name {
             // Fast on lavapipe: the size of the burn comparison in issue 13.
-            "tiny" => ModelConfig {
-                max_seq_len: 64,
-                ..Self::base(variant, 65, 128, 4, 4, 32)
-            },
+            "tiny" => ModelConfig { max_seq_len: 64, ..Self::base(variant, 65, 128, 4, 4, 32) },
             // nanoGPT's shakespeare-char shapes.
-            "shakespeare-char" => ModelConfig {
-                max_seq_len: 256,
-                ..Self::base(variant, 65, 384, 6, 6, 64)
-            },
+            "shakespeare-char" => ModelConfig { max_seq_len: 256, ..Self::base(variant, 65, 384, 6, 6, 64) },
             // The paper's Small and Medium (spec section 0).
             "small-124m" => Self::base(variant, 50304, 768, 12, 6, 128),
             "medium-353m" => Self::base(variant, 50304, 1024, 24, 8, 128),
             _ => {
                 return Err(cerr(
                     "preset",
-                    format!(
-                        "unknown preset '{name}' (expected tiny, shakespeare-char, small-124m, medium-353m)"
-                    ),
+                    format!("unknown preset '{name}' (expected tiny, shakespeare-char, small-124m, medium-353m)"),
                 ));
             }
         };
@@ -256,11 +228,7 @@ impl ModelConfig {
     /// Checks every field; the error names the field and the expected range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let pos = |f: &str, v: usize| {
-            if v == 0 {
-                Err(cerr(f, "must be at least 1"))
-            } else {
-                Ok(())
-            }
+            if v == 0 { Err(cerr(f, "must be at least 1")) } else { Ok(()) }
         };
         pos("vocab_size", self.vocab_size)?;
         pos("d_model", self.d_model)?;
@@ -270,19 +238,13 @@ impl ModelConfig {
         pos("mlp_hidden", self.mlp_hidden)?;
         pos("max_seq_len", self.max_seq_len)?;
         if self.head_dim % 2 != 0 {
-            return Err(cerr(
-                "head_dim",
-                format!("RoPE rotates pairs: must be even, got {}", self.head_dim),
-            ));
+            return Err(cerr("head_dim", format!("RoPE rotates pairs: must be even, got {}", self.head_dim)));
         }
         match self.variant {
             Variant::Baseline => {}
             Variant::DdlV1 | Variant::DdlV1Vmap => {
                 if self.d_v != 1 {
-                    return Err(cerr(
-                        "d_v",
-                        format!("variant {} has d_v = 1, got {}", self.variant, self.d_v),
-                    ));
+                    return Err(cerr("d_v", format!("variant {} has d_v = 1, got {}", self.variant, self.d_v)));
                 }
             }
             _ => {
@@ -298,26 +260,16 @@ impl ModelConfig {
         if self.variant.vmap() {
             pos("k_mlp_hidden", self.k_mlp_hidden)?;
         }
-        for (f, v) in [
-            ("k_eps", self.k_eps),
-            ("norm_eps", self.norm_eps),
-            ("rope_base", self.rope_base),
-        ] {
+        for (f, v) in [("k_eps", self.k_eps), ("norm_eps", self.norm_eps), ("rope_base", self.rope_base)] {
             if !(v > 0.0 && v.is_finite()) {
                 return Err(cerr(f, format!("must be a positive number, got {v}")));
             }
         }
         if !(0.0..=2.0).contains(&self.beta_init) {
-            return Err(cerr(
-                "beta_init",
-                format!("must be in [0, 2], got {}", self.beta_init),
-            ));
+            return Err(cerr("beta_init", format!("must be in [0, 2], got {}", self.beta_init)));
         }
         if !(0.0..1.0).contains(&self.label_smoothing) {
-            return Err(cerr(
-                "label_smoothing",
-                format!("must be in [0, 1), got {}", self.label_smoothing),
-            ));
+            return Err(cerr("label_smoothing", format!("must be in [0, 1), got {}", self.label_smoothing)));
         }
         Ok(())
     }
@@ -325,13 +277,8 @@ impl ModelConfig {
     /// Reads the `config` object of a golden file (or another tool's config): known fields are
     /// taken, absent v-Map fields get the spec's k-Map defaults, unknown fields are ignored.
     pub fn from_golden_json(v: &serde_json::Value) -> Result<Self, ConfigError> {
-        let obj = v
-            .as_object()
-            .ok_or_else(|| cerr("config", "not a JSON object"))?;
-        let variant_s = obj
-            .get("variant")
-            .and_then(|x| x.as_str())
-            .ok_or_else(|| cerr("variant", "missing"))?;
+        let obj = v.as_object().ok_or_else(|| cerr("config", "not a JSON object"))?;
+        let variant_s = obj.get("variant").and_then(|x| x.as_str()).ok_or_else(|| cerr("variant", "missing"))?;
         let variant = Variant::parse(variant_s).map_err(|e| cerr("variant", e))?;
         let us = |f: &str| -> Result<usize, ConfigError> {
             obj.get(f)
@@ -340,17 +287,10 @@ impl ModelConfig {
                 .ok_or_else(|| cerr(f, "missing or not a non-negative integer"))
         };
         let fl = |f: &str| -> Result<f64, ConfigError> {
-            obj.get(f)
-                .and_then(|x| x.as_f64())
-                .ok_or_else(|| cerr(f, "missing or not a number"))
+            obj.get(f).and_then(|x| x.as_f64()).ok_or_else(|| cerr(f, "missing or not a number"))
         };
-        let (vocab, d, l, h, hd) = (
-            us("vocab_size")?,
-            us("d_model")?,
-            us("n_layers")?,
-            us("n_heads")?,
-            us("head_dim")?,
-        );
+        let (vocab, d, l, h, hd) =
+            (us("vocab_size")?, us("d_model")?, us("n_layers")?, us("n_heads")?, us("head_dim")?);
         let mut c = Self::base(variant, vocab, d, l, h, hd);
         c.mlp_hidden = us("mlp_hidden")?;
         c.d_v = us("d_v")?;
@@ -361,8 +301,7 @@ impl ModelConfig {
         c.norm_eps = fl("norm_eps")?;
         c.rope_base = fl("rope_base")?;
         if let Some(s) = obj.get("v_act") {
-            c.v_act =
-                serde_json::from_value(s.clone()).map_err(|e| cerr("v_act", e.to_string()))?;
+            c.v_act = serde_json::from_value(s.clone()).map_err(|e| cerr("v_act", e.to_string()))?;
         } else {
             c.v_act = VActName::Sigmoid4;
         }
@@ -372,11 +311,7 @@ impl ModelConfig {
         if obj.contains_key("k_rezero_scale") {
             c.k_rezero_scale = fl("k_rezero_scale")?;
         }
-        c.label_smoothing = if obj.contains_key("label_smoothing") {
-            fl("label_smoothing")?
-        } else {
-            0.0
-        };
+        c.label_smoothing = if obj.contains_key("label_smoothing") { fl("label_smoothing")? } else { 0.0 };
         if obj.contains_key("embed_init_std") {
             c.embed_init_std = fl("embed_init_std")?;
         }

@@ -11,8 +11,7 @@ use crate::kernels::matmul::Matmul;
 use crate::kernels::rope::RopeShape;
 use crate::kernels::shortconv::ConvShape;
 use crate::kernels::{
-    adamw, attention, delta, elementwise, embedding, expand, loss, norm, reduce, rope, shortconv,
-    swiglu,
+    adamw, attention, delta, elementwise, embedding, expand, loss, norm, reduce, rope, shortconv, swiglu,
 };
 
 use super::config::{ModelConfig, VActName};
@@ -62,17 +61,7 @@ impl Model {
         let mask = adamw::decay_mask(n, &layout.decay_ranges());
         let decay_mask = Tensor::from_u32(&gpu, "decay_mask", &[mask.len()], &mask)?;
         let rope_table = rope::table(&gpu, cfg.max_seq_len.max(1), cfg.head_dim, cfg.rope_base)?;
-        Ok(Model {
-            gpu,
-            cfg,
-            layout,
-            params,
-            grads,
-            adam_m,
-            adam_v,
-            decay_mask,
-            rope_table,
-        })
+        Ok(Model { gpu, cfg, layout, params, grads, adam_m, adam_v, decay_mask, rope_table })
     }
 
     fn pv(&self, name: &str) -> View<'_> {
@@ -221,9 +210,17 @@ pub struct Program {
     pub norm_sq: Tensor,
     /// (loss, valid targets, Σ g²): the one small readback of a training step.
     pub stats: Tensor,
+    /// Zeroes the gradient buffer (once per optimizer step, before the first micro-batch).
+    pub zero: Vec<Op>,
     pub forward: Vec<Op>,
+    /// Adds this batch's gradients into the gradient buffer.
     pub backward: Vec<Op>,
+    /// Gradient norm and the step's statistics into `stats` (after the last micro-batch).
+    pub finish: Vec<Op>,
     pub optimizer: Vec<Dispatch>,
+    /// Loss objective: label smoothing α and the gradient scale (1 / micro-batches).
+    pub label_smoothing: f32,
+    pub loss_scale: f32,
     _grads: Grads,
 }
 
@@ -239,10 +236,7 @@ impl Program {
 
     /// The sublayer input `a` (compressed state, or the state itself).
     pub fn a_tensor(&self, block: usize, sub: usize) -> &Tensor {
-        self.subs[block][sub]
-            .a
-            .as_ref()
-            .unwrap_or(&self.xs[2 * block + sub])
+        self.subs[block][sub].a.as_ref().unwrap_or(&self.xs[2 * block + sub])
     }
 
     /// Tokens (and targets, −1 = ignored) for the next run; builds the embedding index too.
@@ -258,11 +252,7 @@ impl Program {
             )));
         }
         let v = model.cfg.vocab_size as i32;
-        if let Some((i, &t)) = targets
-            .iter()
-            .enumerate()
-            .find(|(_, t)| **t < -1 || **t >= v)
-        {
+        if let Some((i, &t)) = targets.iter().enumerate().find(|(_, t)| **t < -1 || **t >= v) {
             return Err(crate::gpu::GpuError::Shape(format!(
                 "target {t} at position {i} is outside [0, {v}) and is not the ignore index -1"
             )));
@@ -287,8 +277,21 @@ fn mm(ops: &mut Vec<Op>, gpu: &Gpu, m: Matmul, a: View, b: View, c: View) -> Res
 
 impl Model {
     /// Allocates activations for batches of `b` sequences of `t` tokens and records the
-    /// forward, backward and optimizer programs.
+    /// forward, backward and optimizer programs, with the config's training objective.
     pub fn program(&self, b: usize, t: usize, opt: &AdamWConfig) -> Result<Program> {
+        self.program_with(b, t, opt, self.cfg.label_smoothing as f32, 1.0)
+    }
+
+    /// As [`Model::program`] with an explicit label smoothing (0 for evaluation) and gradient
+    /// scale (1/k when k micro-batches accumulate into one step).
+    pub fn program_with(
+        &self,
+        b: usize,
+        t: usize,
+        opt: &AdamWConfig,
+        label_smoothing: f32,
+        loss_scale: f32,
+    ) -> Result<Program> {
         let gpu = &*self.gpu;
         let c = &self.cfg;
         if t > c.max_seq_len {
@@ -298,14 +301,7 @@ impl Model {
             )));
         }
         let n = b * t;
-        let (d, m, dq, f, v, hh) = (
-            c.d_model,
-            c.m(),
-            c.qk_dim(),
-            c.mlp_hidden,
-            c.vocab_size,
-            c.n_heads,
-        );
+        let (d, m, dq, f, v, hh) = (c.d_model, c.m(), c.qk_dim(), c.mlp_hidden, c.vocab_size, c.n_heads);
         let hk = c.k_mlp_hidden;
         let var = c.variant;
         let z = |label: &str, shape: &[usize]| Tensor::zeros(gpu, label, shape, DType::F32);
@@ -349,11 +345,7 @@ impl Model {
                 };
                 Ok(Sub {
                     kind,
-                    a: if var.expanded() {
-                        Some(z(&format!("{p}.a"), &[n, d])?)
-                    } else {
-                        None
-                    },
+                    a: if var.expanded() { Some(z(&format!("{p}.a"), &[n, d])?) } else { None },
                     c: z(&format!("{p}.c"), &[n, d])?,
                     rstd_c: z(&format!("{p}.rstd_c"), &[n])?,
                     h: z(&format!("{p}.h"), &[n, d])?,
@@ -382,11 +374,7 @@ impl Model {
             };
             subs.push([mk(SubKind::Attn)?, mk(SubKind::Mlp)?]);
         }
-        let zt = if var.expanded() {
-            Some(z("z", &[n, d])?)
-        } else {
-            None
-        };
+        let zt = if var.expanded() { Some(z("z", &[n, d])?) } else { None };
         let zn = z("zn", &[n, d])?;
         let rstd_f = z("rstd_f", &[n])?;
         let logits = z("logits", &[n, v])?;
@@ -440,68 +428,37 @@ impl Model {
             loss_out,
             norm_sq,
             stats,
+            zero: vec![Op::Zero(self.grads.clone())],
             forward: Vec::new(),
             backward: Vec::new(),
+            finish: Vec::new(),
             optimizer: Vec::new(),
+            label_smoothing,
+            loss_scale,
             _grads: g,
         };
         p.forward = self.record_forward(&p)?;
         p.backward = self.record_backward(&p)?;
+        p.finish = self.record_finish(&p)?;
         p.optimizer = self.record_optimizer(&p, opt)?;
         Ok(p)
     }
 
     fn conv_shape(&self, p: &Program, kernel: usize) -> ConvShape {
-        ConvShape {
-            batch: p.b,
-            seq: p.t,
-            d: self.cfg.d_model,
-            m: self.cfg.m(),
-            kernel,
-        }
+        ConvShape { batch: p.b, seq: p.t, d: self.cfg.d_model, m: self.cfg.m(), kernel }
     }
 
-    fn compress_fwd(
-        &self,
-        ops: &mut Vec<Op>,
-        p: &Program,
-        prefix: &str,
-        x: &Tensor,
-        a: &Tensor,
-    ) -> Result<()> {
+    fn compress_fwd(&self, ops: &mut Vec<Op>, p: &Program, prefix: &str, x: &Tensor, a: &Tensor) -> Result<()> {
         let gpu = &*self.gpu;
         let c = &self.cfg;
-        let (kappa, rho) = (
-            self.pv(&format!("{prefix}.kernel")),
-            self.pv(&format!("{prefix}.read")),
-        );
+        let (kappa, rho) = (self.pv(&format!("{prefix}.kernel")), self.pv(&format!("{prefix}.read")));
         if c.variant.value_axis() {
             run(
                 ops,
-                shortconv::value_forward(
-                    gpu,
-                    p.n(),
-                    c.d_model,
-                    c.m(),
-                    c.state_kernel,
-                    x.view(),
-                    kappa,
-                    rho,
-                    a.view(),
-                ),
+                shortconv::value_forward(gpu, p.n(), c.d_model, c.m(), c.state_kernel, x.view(), kappa, rho, a.view()),
             )
         } else {
-            run(
-                ops,
-                shortconv::token_forward(
-                    gpu,
-                    &self.conv_shape(p, c.state_kernel),
-                    x.view(),
-                    kappa,
-                    rho,
-                    a.view(),
-                ),
-            )
+            run(ops, shortconv::token_forward(gpu, &self.conv_shape(p, c.state_kernel), x.view(), kappa, rho, a.view()))
         }
     }
 
@@ -516,14 +473,8 @@ impl Model {
     ) -> Result<()> {
         let gpu = &*self.gpu;
         let c = &self.cfg;
-        let (kappa, rho) = (
-            self.pv(&format!("{prefix}.kernel")),
-            self.pv(&format!("{prefix}.read")),
-        );
-        let (dkappa, drho) = (
-            self.gv(&format!("{prefix}.kernel")),
-            self.gv(&format!("{prefix}.read")),
-        );
+        let (kappa, rho) = (self.pv(&format!("{prefix}.kernel")), self.pv(&format!("{prefix}.read")));
+        let (dkappa, drho) = (self.gv(&format!("{prefix}.kernel")), self.gv(&format!("{prefix}.read")));
         if c.variant.value_axis() {
             run(
                 ops,
@@ -561,13 +512,7 @@ impl Model {
     }
 
     fn rope_shape(&self, p: &Program) -> RopeShape {
-        RopeShape {
-            rows: p.n(),
-            seq_len: p.t,
-            heads: self.cfg.n_heads,
-            head_dim: self.cfg.head_dim,
-            pos0: 0,
-        }
+        RopeShape { rows: p.n(), seq_len: p.t, heads: self.cfg.n_heads, head_dim: self.cfg.head_dim, pos0: 0 }
     }
 
     fn attn_shape(&self, p: &Program) -> AttnShape {
@@ -583,13 +528,7 @@ impl Model {
     }
 
     fn delta_shape(&self, p: &Program) -> DeltaShape {
-        DeltaShape {
-            n: p.n(),
-            d: self.cfg.d_model,
-            m: self.cfg.m(),
-            k_eps: self.cfg.k_eps as f32,
-            v_act: self.v_act(),
-        }
+        DeltaShape { n: p.n(), d: self.cfg.d_model, m: self.cfg.m(), k_eps: self.cfg.k_eps as f32, v_act: self.v_act() }
     }
 
     fn record_forward(&self, p: &Program) -> Result<Vec<Op>> {
@@ -597,30 +536,12 @@ impl Model {
         let c = &self.cfg;
         let var = c.variant;
         let n = p.n();
-        let (d, dq, f, hh, hd, hk) = (
-            c.d_model,
-            c.qk_dim(),
-            c.mlp_hidden,
-            c.n_heads,
-            c.head_dim,
-            c.k_mlp_hidden,
-        );
+        let (d, dq, f, hh, hd, hk) = (c.d_model, c.qk_dim(), c.mlp_hidden, c.n_heads, c.head_dim, c.k_mlp_hidden);
         let eps = c.norm_eps as f32;
         let mut ops = Vec::new();
         let o = &mut ops;
 
-        run(
-            o,
-            embedding::forward(
-                gpu,
-                p.tokens.view(),
-                self.pv("tok_emb"),
-                p.e.view(),
-                n,
-                d,
-                c.vocab_size,
-            ),
-        )?;
+        run(o, embedding::forward(gpu, p.tokens.view(), self.pv("tok_emb"), p.e.view(), n, d, c.vocab_size))?;
         if var.expanded() {
             if var.ec() {
                 run(
@@ -634,10 +555,7 @@ impl Model {
                     ),
                 )?;
             } else {
-                run(
-                    o,
-                    expand::replicate_forward(gpu, n, d, c.m(), p.e.view(), p.xs[0].view()),
-                )?;
+                run(o, expand::replicate_forward(gpu, n, d, c.m(), p.e.view(), p.xs[0].view()))?;
             }
         }
         for l in 0..c.n_layers {
@@ -654,64 +572,16 @@ impl Model {
                 let norm_name = format!("{blk}.{sname}_norm.gain");
                 run(
                     o,
-                    norm::rmsnorm_forward(
-                        gpu,
-                        a.view(),
-                        self.pv(&norm_name),
-                        s.c.view(),
-                        s.rstd_c.view(),
-                        n,
-                        d,
-                        eps,
-                    ),
+                    norm::rmsnorm_forward(gpu, a.view(), self.pv(&norm_name), s.c.view(), s.rstd_c.view(), n, d, eps),
                 )?;
                 match &s.inner {
-                    Inner::Attn {
-                        q,
-                        k,
-                        v,
-                        qr,
-                        kr,
-                        qn,
-                        kn,
-                        rstd_q,
-                        rstd_k,
-                        o: out,
-                        lse,
-                    } => {
-                        mm(
-                            o,
-                            gpu,
-                            Matmul::nt(n, dq, d),
-                            s.c.view(),
-                            self.pv(&format!("{blk}.attn.wq")),
-                            q.view(),
-                        )?;
-                        mm(
-                            o,
-                            gpu,
-                            Matmul::nt(n, dq, d),
-                            s.c.view(),
-                            self.pv(&format!("{blk}.attn.wk")),
-                            k.view(),
-                        )?;
-                        mm(
-                            o,
-                            gpu,
-                            Matmul::nt(n, dq, d),
-                            s.c.view(),
-                            self.pv(&format!("{blk}.attn.wv")),
-                            v.view(),
-                        )?;
+                    Inner::Attn { q, k, v, qr, kr, qn, kn, rstd_q, rstd_k, o: out, lse } => {
+                        mm(o, gpu, Matmul::nt(n, dq, d), s.c.view(), self.pv(&format!("{blk}.attn.wq")), q.view())?;
+                        mm(o, gpu, Matmul::nt(n, dq, d), s.c.view(), self.pv(&format!("{blk}.attn.wk")), k.view())?;
+                        mm(o, gpu, Matmul::nt(n, dq, d), s.c.view(), self.pv(&format!("{blk}.attn.wv")), v.view())?;
                         let rs = self.rope_shape(p);
-                        run(
-                            o,
-                            rope::forward(gpu, &rs, self.rope_table.view(), q.view(), qr.view()),
-                        )?;
-                        run(
-                            o,
-                            rope::forward(gpu, &rs, self.rope_table.view(), k.view(), kr.view()),
-                        )?;
+                        run(o, rope::forward(gpu, &rs, self.rope_table.view(), q.view(), qr.view()))?;
+                        run(o, rope::forward(gpu, &rs, self.rope_table.view(), k.view(), kr.view()))?;
                         run(
                             o,
                             norm::rmsnorm_forward(
@@ -752,44 +622,13 @@ impl Model {
                                 lse.view(),
                             ),
                         )?;
-                        mm(
-                            o,
-                            gpu,
-                            Matmul::nt(n, d, dq),
-                            out.view(),
-                            self.pv(&format!("{blk}.attn.wo")),
-                            s.h.view(),
-                        )?;
+                        mm(o, gpu, Matmul::nt(n, d, dq), out.view(), self.pv(&format!("{blk}.attn.wo")), s.h.view())?;
                     }
                     Inner::Mlp { g1, g2, psi } => {
-                        mm(
-                            o,
-                            gpu,
-                            Matmul::nt(n, f, d),
-                            s.c.view(),
-                            self.pv(&format!("{blk}.mlp.w_gate")),
-                            g1.view(),
-                        )?;
-                        mm(
-                            o,
-                            gpu,
-                            Matmul::nt(n, f, d),
-                            s.c.view(),
-                            self.pv(&format!("{blk}.mlp.w_up")),
-                            g2.view(),
-                        )?;
-                        run(
-                            o,
-                            swiglu::forward(gpu, g1.view(), g2.view(), psi.view(), n * f),
-                        )?;
-                        mm(
-                            o,
-                            gpu,
-                            Matmul::nt(n, d, f),
-                            psi.view(),
-                            self.pv(&format!("{blk}.mlp.w_down")),
-                            s.h.view(),
-                        )?;
+                        mm(o, gpu, Matmul::nt(n, f, d), s.c.view(), self.pv(&format!("{blk}.mlp.w_gate")), g1.view())?;
+                        mm(o, gpu, Matmul::nt(n, f, d), s.c.view(), self.pv(&format!("{blk}.mlp.w_up")), g2.view())?;
+                        run(o, swiglu::forward(gpu, g1.view(), g2.view(), psi.view(), n * f))?;
+                        mm(o, gpu, Matmul::nt(n, d, f), psi.view(), self.pv(&format!("{blk}.mlp.w_down")), s.h.view())?;
                     }
                 }
                 let dn = format!("{blk}.{sname}_delta");
@@ -810,16 +649,7 @@ impl Model {
                                     self.pv(&format!("{dn}.w_k1")),
                                     q1.view(),
                                 )?;
-                                run(
-                                    o,
-                                    swiglu::forward(
-                                        gpu,
-                                        q1.view(),
-                                        p._grads.ones.view(),
-                                        s1.view(),
-                                        n * hk,
-                                    ),
-                                )?;
+                                run(o, swiglu::forward(gpu, q1.view(), p._grads.ones.view(), s1.view(), n * hk))?;
                                 mm(
                                     o,
                                     gpu,
@@ -874,14 +704,7 @@ impl Model {
                 eps,
             ),
         )?;
-        mm(
-            o,
-            gpu,
-            Matmul::nt(n, c.vocab_size, d),
-            p.zn.view(),
-            self.pv("tok_emb"),
-            p.logits.view(),
-        )?;
+        mm(o, gpu, Matmul::nt(n, c.vocab_size, d), p.zn.view(), self.pv("tok_emb"), p.logits.view())?;
         run(
             o,
             loss::cross_entropy_forward(
@@ -892,9 +715,10 @@ impl Model {
                 p.loss_out.view(),
                 n,
                 c.vocab_size,
-                c.label_smoothing as f32,
+                p.label_smoothing,
             ),
         )?;
+        ops.push(Op::Copy { src: p.loss_out.clone(), src_off: 0, dst: p.stats.clone(), dst_off: 0, len: 2 });
         Ok(ops)
     }
 
@@ -915,18 +739,7 @@ impl Model {
         let (d, dq, f, hh, hd) = (c.d_model, c.qk_dim(), c.mlp_hidden, c.n_heads, c.head_dim);
         let blk = format!("blocks.{l}");
         match &s.inner {
-            Inner::Attn {
-                v,
-                qr,
-                kr,
-                qn,
-                kn,
-                rstd_q,
-                rstd_k,
-                o: out,
-                lse,
-                ..
-            } => {
+            Inner::Attn { v, qr, kr, qn, kn, rstd_q, rstd_k, o: out, lse, .. } => {
                 mm(
                     o,
                     gpu,
@@ -935,14 +748,7 @@ impl Model {
                     out.view(),
                     self.gv(&format!("{blk}.attn.wo")),
                 )?;
-                mm(
-                    o,
-                    gpu,
-                    Matmul::nn(n, dq, d),
-                    dh.view(),
-                    self.pv(&format!("{blk}.attn.wo")),
-                    g.do_.view(),
-                )?;
+                mm(o, gpu, Matmul::nn(n, dq, d), dh.view(), self.pv(&format!("{blk}.attn.wo")), g.do_.view())?;
                 let scale = 1.0 / (hd as f32).sqrt();
                 run(
                     o,
@@ -992,14 +798,8 @@ impl Model {
                     ),
                 )?;
                 let rs = self.rope_shape(p);
-                run(
-                    o,
-                    rope::backward(gpu, &rs, self.rope_table.view(), g.dqr.view(), g.dq.view()),
-                )?;
-                run(
-                    o,
-                    rope::backward(gpu, &rs, self.rope_table.view(), g.dkr.view(), g.dk.view()),
-                )?;
+                run(o, rope::backward(gpu, &rs, self.rope_table.view(), g.dqr.view(), g.dq.view()))?;
+                run(o, rope::backward(gpu, &rs, self.rope_table.view(), g.dkr.view(), g.dk.view()))?;
                 for (dgrad, w) in [(&g.dq, "wq"), (&g.dk, "wk"), (&g.dv, "wv")] {
                     mm(
                         o,
@@ -1032,26 +832,8 @@ impl Model {
                     psi.view(),
                     self.gv(&format!("{blk}.mlp.w_down")),
                 )?;
-                mm(
-                    o,
-                    gpu,
-                    Matmul::nn(n, f, d),
-                    dh.view(),
-                    self.pv(&format!("{blk}.mlp.w_down")),
-                    g.dpsi.view(),
-                )?;
-                run(
-                    o,
-                    swiglu::backward(
-                        gpu,
-                        g1.view(),
-                        g2.view(),
-                        g.dpsi.view(),
-                        g.dg1.view(),
-                        g.dg2.view(),
-                        n * f,
-                    ),
-                )?;
+                mm(o, gpu, Matmul::nn(n, f, d), dh.view(), self.pv(&format!("{blk}.mlp.w_down")), g.dpsi.view())?;
+                run(o, swiglu::backward(gpu, g1.view(), g2.view(), g.dpsi.view(), g.dg1.view(), g.dg2.view(), n * f))?;
                 mm(
                     o,
                     gpu,
@@ -1096,7 +878,7 @@ impl Model {
         let g = &p._grads;
         let n = p.n();
         let (d, hk) = (c.d_model, c.k_mlp_hidden);
-        let mut ops = vec![Op::Zero(self.grads.clone())];
+        let mut ops = Vec::new();
         let o = &mut ops;
 
         // Head: cross-entropy → logits → tied embedding and final norm.
@@ -1111,26 +893,12 @@ impl Model {
                 g.dlogits.view(),
                 n,
                 c.vocab_size,
-                c.label_smoothing as f32,
-                1.0,
+                p.label_smoothing,
+                p.loss_scale,
             ),
         )?;
-        mm(
-            o,
-            gpu,
-            Matmul::tn(c.vocab_size, d, n).accumulate(true),
-            g.dlogits.view(),
-            p.zn.view(),
-            self.gv("tok_emb"),
-        )?;
-        mm(
-            o,
-            gpu,
-            Matmul::nn(n, d, c.vocab_size),
-            g.dlogits.view(),
-            self.pv("tok_emb"),
-            g.dzn.view(),
-        )?;
+        mm(o, gpu, Matmul::tn(c.vocab_size, d, n).accumulate(true), g.dlogits.view(), p.zn.view(), self.gv("tok_emb"))?;
+        mm(o, gpu, Matmul::nn(n, d, c.vocab_size), g.dlogits.view(), self.pv("tok_emb"), g.dzn.view())?;
         // dX (the gradient of the current state) ping-pongs between two buffers.
         let mut cur = 0usize;
         if var.expanded() {
@@ -1300,14 +1068,7 @@ impl Model {
                                         false,
                                     ),
                                 )?;
-                                self.compress_bwd(
-                                    o,
-                                    p,
-                                    &format!("{blk}.compress"),
-                                    x_in,
-                                    &g.da,
-                                    dxn,
-                                )?;
+                                self.compress_bwd(o, p, &format!("{blk}.compress"), x_in, &g.da, dxn)?;
                             } else {
                                 run(
                                     o,
@@ -1343,14 +1104,7 @@ impl Model {
                                 ),
                             )?;
                             if var.expanded() {
-                                self.compress_bwd(
-                                    o,
-                                    p,
-                                    &format!("{blk}.compress"),
-                                    x_in,
-                                    &g.da,
-                                    dxn,
-                                )?;
+                                self.compress_bwd(o, p, &format!("{blk}.compress"), x_in, &g.da, dxn)?;
                             } else {
                                 run(o, elementwise::add(gpu, g.da.view(), dxn.view(), n * d))?;
                             }
@@ -1376,45 +1130,20 @@ impl Model {
                     ),
                 )?;
             } else {
-                run(
-                    o,
-                    expand::replicate_backward(gpu, n, d, c.m(), g.dx[cur].view(), g.de.view()),
-                )?;
+                run(o, expand::replicate_backward(gpu, n, d, c.m(), g.dx[cur].view(), g.de.view()))?;
             }
             &g.de
         } else {
             &g.dx[cur]
         };
-        run(
-            o,
-            embedding::backward(
-                gpu,
-                p.emb_index.view(),
-                de.view(),
-                self.gv("tok_emb"),
-                n,
-                d,
-                c.vocab_size,
-            ),
-        )?;
-        run(
-            o,
-            reduce::sum_squares(gpu, &self.grads, self.layout.total, p.norm_sq.view()),
-        )?;
-        o.push(Op::Copy {
-            src: p.loss_out.clone(),
-            src_off: 0,
-            dst: p.stats.clone(),
-            dst_off: 0,
-            len: 2,
-        });
-        o.push(Op::Copy {
-            src: p.norm_sq.clone(),
-            src_off: 0,
-            dst: p.stats.clone(),
-            dst_off: 2,
-            len: 1,
-        });
+        run(o, embedding::backward(gpu, p.emb_index.view(), de.view(), self.gv("tok_emb"), n, d, c.vocab_size))?;
+        Ok(ops)
+    }
+
+    fn record_finish(&self, p: &Program) -> Result<Vec<Op>> {
+        let mut ops = Vec::new();
+        run(&mut ops, reduce::sum_squares(&self.gpu, &self.grads, self.layout.total, p.norm_sq.view()))?;
+        ops.push(Op::Copy { src: p.norm_sq.clone(), src_off: 0, dst: p.stats.clone(), dst_off: 2, len: 1 });
         Ok(ops)
     }
 
@@ -1451,10 +1180,26 @@ impl Model {
         self.gpu.wait()
     }
 
-    /// One training step (forward, backward, AdamW) in one submit; returns (loss, grad norm).
+    /// Forward, backward and gradient norm without an optimizer step (gradients left in
+    /// `grads`); returns (loss, grad norm).
+    pub fn forward_backward(&self, p: &Program) -> Result<(f32, f32)> {
+        self.run(&[&p.zero, &p.forward, &p.backward, &p.finish], None)?;
+        let s = p.stats.read_f32(&self.gpu)?;
+        Ok((s[0], s[2].max(0.0).sqrt()))
+    }
+
+    /// Forward only; returns (mean loss, valid targets).
+    pub fn eval_loss(&self, p: &Program) -> Result<(f32, f32)> {
+        self.run(&[&p.forward], None)?;
+        let s = p.stats.read_f32(&self.gpu)?;
+        Ok((s[0], s[1]))
+    }
+
+    /// One training step with a single batch (already set with [`Program::set_batch`]):
+    /// forward, backward, norm and AdamW in one submit; returns (loss, grad norm before clipping).
     pub fn train_step(&self, p: &Program, opt: &AdamWConfig) -> Result<(f32, f32)> {
         self.set_optimizer_step(p, opt)?;
-        self.run(&[&p.forward, &p.backward], Some(&p.optimizer))?;
+        self.run(&[&p.zero, &p.forward, &p.backward, &p.finish], Some(&p.optimizer))?;
         let s = p.stats.read_f32(&self.gpu)?;
         Ok((s[0], s[2].max(0.0).sqrt()))
     }

@@ -52,37 +52,16 @@ pub fn specs(c: &ModelConfig) -> Vec<ParamSpec> {
     let mut v = Vec::new();
     let mut p = |name: String, shape: Vec<usize>, init: Init| {
         let decay = shape.len() >= 2;
-        v.push(ParamSpec {
-            name,
-            shape,
-            init,
-            decay,
-        });
+        v.push(ParamSpec { name, shape, init, decay });
     };
-    p(
-        "tok_emb".into(),
-        vec![c.vocab_size, d],
-        Init::Normal(c.embed_init_std),
-    );
+    p("tok_emb".into(), vec![c.vocab_size, d], Init::Normal(c.embed_init_std));
     if c.variant.ec() {
-        p(
-            "embed_expand.kernel".into(),
-            vec![d, m, c.embed_kernel],
-            Init::EcIdentity,
-        );
+        p("embed_expand.kernel".into(), vec![d, m, c.embed_kernel], Init::EcIdentity);
     }
     let compressor = |p: &mut dyn FnMut(String, Vec<usize>, Init), prefix: &str| {
-        let shape = if c.variant.value_axis() {
-            vec![d, c.state_kernel]
-        } else {
-            vec![d, m, c.state_kernel]
-        };
+        let shape = if c.variant.value_axis() { vec![d, c.state_kernel] } else { vec![d, m, c.state_kernel] };
         p(format!("{prefix}.kernel"), shape, Init::Normal(sigma_h));
-        p(
-            format!("{prefix}.read"),
-            vec![m],
-            Init::Const(1.0 / m as f64),
-        );
+        p(format!("{prefix}.read"), vec![m], Init::Const(1.0 / m as f64));
     };
     for i in 0..c.n_layers {
         let b = format!("blocks.{i}");
@@ -94,32 +73,12 @@ pub fn specs(c: &ModelConfig) -> Vec<ParamSpec> {
         p(format!("{b}.attn.wk"), vec![dq, d], Init::Normal(sigma_h));
         p(format!("{b}.attn.wv"), vec![dq, d], Init::Normal(sigma_h));
         p(format!("{b}.attn.wo"), vec![d, dq], Init::Normal(sigma_o));
-        p(
-            format!("{b}.attn.q_norm.gain"),
-            vec![c.head_dim],
-            Init::Const(1.0),
-        );
-        p(
-            format!("{b}.attn.k_norm.gain"),
-            vec![c.head_dim],
-            Init::Const(1.0),
-        );
+        p(format!("{b}.attn.q_norm.gain"), vec![c.head_dim], Init::Const(1.0));
+        p(format!("{b}.attn.k_norm.gain"), vec![c.head_dim], Init::Const(1.0));
         p(format!("{b}.mlp_norm.gain"), vec![d], Init::Const(1.0));
-        p(
-            format!("{b}.mlp.w_gate"),
-            vec![c.mlp_hidden, d],
-            Init::Normal(sigma_h),
-        );
-        p(
-            format!("{b}.mlp.w_up"),
-            vec![c.mlp_hidden, d],
-            Init::Normal(sigma_h),
-        );
-        p(
-            format!("{b}.mlp.w_down"),
-            vec![d, c.mlp_hidden],
-            Init::Normal(sigma_o),
-        );
+        p(format!("{b}.mlp.w_gate"), vec![c.mlp_hidden, d], Init::Normal(sigma_h));
+        p(format!("{b}.mlp.w_up"), vec![c.mlp_hidden, d], Init::Normal(sigma_h));
+        p(format!("{b}.mlp.w_down"), vec![d, c.mlp_hidden], Init::Normal(sigma_o));
         if c.variant.is_ddl() {
             let beta0 = c.beta_init.clamp(0.0, 2.0);
             let pb = (beta0 / 2.0).clamp(1e-6, 1.0 - 1e-6);
@@ -131,18 +90,10 @@ pub fn specs(c: &ModelConfig) -> Vec<ParamSpec> {
                 if c.variant.vmap() {
                     let hk = c.k_mlp_hidden;
                     p(format!("{q}.w_k1"), vec![hk, d], Init::Normal(sigma_h));
-                    p(
-                        format!("{q}.w_k2"),
-                        vec![d, hk],
-                        Init::Normal(c.k_rezero_scale / (hk as f64).sqrt()),
-                    );
+                    p(format!("{q}.w_k2"), vec![d, hk], Init::Normal(c.k_rezero_scale / (hk as f64).sqrt()));
                 }
                 p(format!("{q}.w_v"), vec![m, d], Init::Normal(sigma_h));
-                p(
-                    format!("{q}.b_v"),
-                    vec![m],
-                    Init::Uniform(1.0 / (d as f64).sqrt()),
-                );
+                p(format!("{q}.b_v"), vec![m], Init::Uniform(1.0 / (d as f64).sqrt()));
             }
         }
     }
@@ -172,11 +123,7 @@ impl Layout {
             offsets.push(off);
             off += s.len().div_ceil(ALIGN) * ALIGN;
         }
-        Layout {
-            specs,
-            offsets,
-            total: off.max(ALIGN),
-        }
+        Layout { specs, offsets, total: off.max(ALIGN) }
     }
 
     /// Index of a parameter by name.
@@ -187,9 +134,7 @@ impl Layout {
     /// `(offset, len)` of a parameter by name; panics with the name when it does not exist
     /// (model code asks only for names it built).
     pub fn range(&self, name: &str) -> (usize, usize) {
-        let i = self
-            .index(name)
-            .unwrap_or_else(|| panic!("no parameter named '{name}' in this model"));
+        let i = self.index(name).unwrap_or_else(|| panic!("no parameter named '{name}' in this model"));
         (self.offsets[i], self.specs[i].len())
     }
 
@@ -200,12 +145,7 @@ impl Layout {
 
     /// Per-64-element-block decay flags for AdamW.
     pub fn decay_ranges(&self) -> Vec<(usize, usize)> {
-        self.specs
-            .iter()
-            .zip(&self.offsets)
-            .filter(|(s, _)| s.decay)
-            .map(|(s, &o)| (o, s.len()))
-            .collect()
+        self.specs.iter().zip(&self.offsets).filter(|(s, _)| s.decay).map(|(s, &o)| (o, s.len())).collect()
     }
 
     /// Initial values (spec section 5), deterministic in `seed`, as a flat host vector.
@@ -213,8 +153,7 @@ impl Layout {
         let mut flat = vec![0.0f32; self.total];
         for (i, (s, &off)) in self.specs.iter().zip(&self.offsets).enumerate() {
             // One stream per tensor: adding a tensor does not change the others' values.
-            let mut rng =
-                ChaCha8Rng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
             let out = &mut flat[off..off + s.len()];
             match s.init {
                 Init::Normal(std) => {

@@ -21,13 +21,7 @@ pub fn upload(gpu: &Gpu, label: &str, data: &[f32]) -> Tensor {
 /// Central finite-difference check of a CPU backward: for a scalar function `f(x)` and its
 /// claimed gradient `grad` at `x`, probes `probes` random coordinates and returns the worst
 /// relative error |fd − grad| / max(|fd|, |grad|, floor).
-pub fn fd_check(
-    f: &mut dyn FnMut(&[f64]) -> f64,
-    x: &[f64],
-    grad: &[f64],
-    probes: usize,
-    rng: &mut Rng,
-) -> f64 {
+pub fn fd_check(f: &mut dyn FnMut(&[f64]) -> f64, x: &[f64], grad: &[f64], probes: usize, rng: &mut Rng) -> f64 {
     let mut worst = 0.0f64;
     let mut xp = x.to_vec();
     let scale = grad.iter().fold(0.0f64, |m, g| m.max(g.abs())).max(1e-12);

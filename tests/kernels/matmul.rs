@@ -7,9 +7,7 @@ use ddl::kernels::matmul::{self, Matmul, Operand};
 /// float64 reference of `C (+)= alpha·A·B` over the operands' strided views.
 fn reference(mm: &Matmul, a: &[f32], b: &[f32], c0: &[f32]) -> Vec<f64> {
     let mut c: Vec<f64> = c0.iter().map(|&x| x as f64).collect();
-    let at = |o: &Operand, bt, r, col| {
-        o.offset + bt * o.batch_stride + r * o.row_stride + col * o.col_stride
-    };
+    let at = |o: &Operand, bt, r, col| o.offset + bt * o.batch_stride + r * o.row_stride + col * o.col_stride;
     for bt in 0..mm.batch {
         for i in 0..mm.m {
             for j in 0..mm.n {
@@ -26,11 +24,7 @@ fn reference(mm: &Matmul, a: &[f32], b: &[f32], c0: &[f32]) -> Vec<f64> {
 }
 
 fn extent(o: &Operand, rows: usize, cols: usize, batch: usize) -> usize {
-    o.offset
-        + (batch - 1) * o.batch_stride
-        + (rows - 1) * o.row_stride
-        + (cols - 1) * o.col_stride
-        + 1
+    o.offset + (batch - 1) * o.batch_stride + (rows - 1) * o.row_stride + (cols - 1) * o.col_stride + 1
 }
 
 /// Runs `mm` with `variant` (None = the runtime's pick) on random data and checks it.
@@ -48,9 +42,7 @@ fn check(mm: Matmul, variant: Option<&str>) -> Vec<f32> {
         (poisoned(&gpu, "c", &[c_len]), vec![0.0; c_len])
     };
     let d = match variant {
-        Some(v) => mm
-            .bind_variant(&gpu, v, ta.view(), tb.view(), tc.view())
-            .unwrap(),
+        Some(v) => mm.bind_variant(&gpu, v, ta.view(), tb.view(), tc.view()).unwrap(),
         None => mm.bind(&gpu, ta.view(), tb.view(), tc.view()).unwrap(),
     };
     gpu.run(&[&d]).unwrap();
@@ -64,46 +56,28 @@ fn check(mm: Matmul, variant: Option<&str>) -> Vec<f32> {
             *w = 0.0;
         }
     }
-    let name = format!(
-        "matmul {}x{}x{} b{} {:?}",
-        mm.m, mm.n, mm.k, mm.batch, variant
-    );
+    let name = format!("matmul {}x{}x{} b{} {:?}", mm.m, mm.n, mm.k, mm.batch, variant);
     assert_close(&name, &got_cmp, &want, 1e-5, rng.seed);
     // …but every element inside the product must have been written.
     let at = |bt, i, j| mm.c.offset + bt * mm.c.batch_stride + i * mm.c.row_stride + j;
     for bt in 0..mm.batch {
         for i in 0..mm.m {
             for j in 0..mm.n {
-                assert!(
-                    !got[at(bt, i, j)].is_nan(),
-                    "{name}: C[{bt},{i},{j}] not written"
-                );
+                assert!(!got[at(bt, i, j)].is_nan(), "{name}: C[{bt},{i},{j}] not written");
             }
         }
     }
     got
 }
 
-const SIZES: &[(usize, usize, usize)] = &[
-    (1, 1, 1),
-    (67, 85, 33),
-    (1000, 3, 7),
-    (3, 1000, 2),
-    (2, 5, 300),
-    (64, 64, 64),
-    (129, 65, 17),
-];
+const SIZES: &[(usize, usize, usize)] =
+    &[(1, 1, 1), (67, 85, 33), (1000, 3, 7), (3, 1000, 2), (2, 5, 300), (64, 64, 64), (129, 65, 17)];
 
 #[test]
 fn every_form_and_variant_matches_float64_at_odd_sizes() {
     for v in matmul::variants() {
         for &(m, n, k) in SIZES {
-            for mm in [
-                Matmul::nn(m, n, k),
-                Matmul::nt(m, n, k),
-                Matmul::tn(m, n, k),
-                Matmul::tt(m, n, k),
-            ] {
+            for mm in [Matmul::nn(m, n, k), Matmul::nt(m, n, k), Matmul::tn(m, n, k), Matmul::tt(m, n, k)] {
                 check(mm, Some(v));
             }
         }
@@ -133,24 +107,9 @@ fn batched_products_with_offsets_and_strides() {
         n: t,
         k: h,
         batch: heads,
-        a: Operand {
-            offset: 0,
-            row_stride: row,
-            col_stride: 1,
-            batch_stride: h,
-        },
-        b: Operand {
-            offset: 5,
-            row_stride: 1,
-            col_stride: row,
-            batch_stride: h,
-        },
-        c: Operand {
-            offset: 3,
-            row_stride: t + 2,
-            col_stride: 1,
-            batch_stride: t * (t + 2) + 1,
-        },
+        a: Operand { offset: 0, row_stride: row, col_stride: 1, batch_stride: h },
+        b: Operand { offset: 5, row_stride: 1, col_stride: row, batch_stride: h },
+        c: Operand { offset: 3, row_stride: t + 2, col_stride: 1, batch_stride: t * (t + 2) + 1 },
         accumulate: false,
         alpha: 0.5,
     };
@@ -171,23 +130,14 @@ fn all_variants_give_bit_identical_results() {
     let mut outs = Vec::new();
     for v in matmul::variants() {
         let c = poisoned(&gpu, "c", &[77 * 93]);
-        let d = mm
-            .bind_variant(&gpu, v, a.view(), b.view(), c.view())
-            .unwrap();
+        let d = mm.bind_variant(&gpu, v, a.view(), b.view(), c.view()).unwrap();
         gpu.run(&[&d]).unwrap();
         gpu.run(&[&d]).unwrap();
         outs.push((v, c.read_f32(&gpu).unwrap()));
     }
     for (v, o) in &outs[1..] {
-        let same = o
-            .iter()
-            .zip(&outs[0].1)
-            .all(|(x, y)| x.to_bits() == y.to_bits());
-        assert!(
-            same,
-            "variant {v} differs from {} (seed {})",
-            outs[0].0, rng.seed
-        );
+        let same = o.iter().zip(&outs[0].1).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "variant {v} differs from {} (seed {})", outs[0].0, rng.seed);
     }
 }
 
@@ -196,12 +146,8 @@ fn shape_errors_are_reported_not_panicked() {
     let gpu = gpu();
     let a = upload(&gpu, "a", &[1.0; 6]);
     let c = upload(&gpu, "c", &[0.0; 4]);
-    let e = Matmul::nn(2, 2, 4)
-        .bind(&gpu, a.view(), a.view(), c.view())
-        .unwrap_err();
+    let e = Matmul::nn(2, 2, 4).bind(&gpu, a.view(), a.view(), c.view()).unwrap_err();
     assert!(e.to_string().contains("A needs 32 bytes"), "{e}");
-    let e = Matmul::nn(0, 2, 3)
-        .bind(&gpu, a.view(), a.view(), c.view())
-        .unwrap_err();
+    let e = Matmul::nn(0, 2, 3).bind(&gpu, a.view(), a.view(), c.view()).unwrap_err();
     assert!(e.to_string().contains("at least 1"), "{e}");
 }

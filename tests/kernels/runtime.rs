@@ -48,10 +48,7 @@ fn a_buffer_larger_than_the_adapter_allows_is_a_clear_error() {
     let err = Tensor::zeros(&gpu, "huge", &[too_many], DType::F32).unwrap_err();
     assert!(matches!(err, GpuError::TooLarge { .. }), "{err}");
     let msg = err.to_string();
-    assert!(
-        msg.contains("huge") && msg.contains("allows at most"),
-        "{msg}"
-    );
+    assert!(msg.contains("huge") && msg.contains("allows at most"), "{msg}");
 }
 
 #[test]
@@ -60,23 +57,10 @@ fn binding_a_wrong_name_or_missing_buffer_is_an_error_not_a_panic() {
     let t = Tensor::zeros(&gpu, "t", &[4], DType::F32).unwrap();
     let k = gpu.kernel("fill", None, "fill").unwrap();
     let p = [4u32, 0, 0, 0];
-    let e = k.dispatch(
-        &gpu,
-        Some(bytemuck::cast_slice(&p)),
-        &[("nope", t.view())],
-        [1, 1, 1],
-    );
-    assert!(
-        e.unwrap_err()
-            .to_string()
-            .contains("no binding named 'nope'")
-    );
+    let e = k.dispatch(&gpu, Some(bytemuck::cast_slice(&p)), &[("nope", t.view())], [1, 1, 1]);
+    assert!(e.unwrap_err().to_string().contains("no binding named 'nope'"));
     let e = k.dispatch(&gpu, Some(bytemuck::cast_slice(&p)), &[], [1, 1, 1]);
-    assert!(
-        e.unwrap_err()
-            .to_string()
-            .contains("was not given a buffer")
-    );
+    assert!(e.unwrap_err().to_string().contains("was not given a buffer"));
     let e = gpu.kernel("no_such_shader", None, "main");
     assert!(e.is_err());
 }
@@ -93,10 +77,7 @@ fn the_bind_group_layout_marks_inputs_read_only() {
             _ => None,
         })
         .collect();
-    assert_eq!(
-        ro,
-        vec![("a".into(), true), ("b".into(), true), ("c".into(), false)]
-    );
+    assert_eq!(ro, vec![("a".into(), true), ("b".into(), true), ("c".into(), false)]);
 }
 
 #[test]
@@ -109,15 +90,7 @@ fn profiled_recording_reports_one_time_per_dispatch() {
     r.record(&[&d1, &d2]);
     let times = r.submit().unwrap();
     assert_eq!(times.len(), 2);
-    assert!(
-        times
-            .iter()
-            .all(|t| t.ns.is_finite() && t.ns >= 0.0 && t.name.contains("fill"))
-    );
+    assert!(times.iter().all(|t| t.ns.is_finite() && t.ns >= 0.0 && t.name.contains("fill")));
     let v = t.read_f32(&gpu).unwrap();
-    assert_eq!(
-        (v[0], v[(1 << 15) + 1]),
-        (2.0, 1.0),
-        "dispatch order must be kept"
-    );
+    assert_eq!((v[0], v[(1 << 15) + 1]), (2.0, 1.0), "dispatch order must be kept");
 }

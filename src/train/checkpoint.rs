@@ -1,0 +1,265 @@
+//! Checkpoints: `model.safetensors` (parameters under the spec's names, with the config, the
+//! tokenizer and the step as metadata — readable by Python's `safetensors`) and
+//! `optim.safetensors` (AdamW moments and the run state). Every file is written to a temporary
+//! name, synced, then renamed, so a crash never leaves a half-written checkpoint.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::model::{Layout, ModelConfig};
+use crate::tokenizer::Tokenizer;
+
+pub const MODEL_FILE: &str = "model.safetensors";
+pub const OPTIM_FILE: &str = "optim.safetensors";
+pub const FORMAT: &str = "ddl-checkpoint-1";
+/// Newest checkpoint format version this build reads.
+pub const VERSION: u32 = 1;
+
+/// A checkpoint that cannot be read, naming the file and the problem.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("checkpoint directory '{0}' does not exist")]
+    MissingDir(PathBuf),
+    #[error("checkpoint file '{0}' is missing")]
+    MissingFile(PathBuf),
+    #[error("cannot read or write '{path}': {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("'{path}' is not a valid safetensors file (truncated or corrupt): {msg}")]
+    Corrupt { path: PathBuf, msg: String },
+    #[error("'{path}': {msg}")]
+    Content { path: PathBuf, msg: String },
+}
+
+/// Writes `bytes` to `path` atomically (temp file in the same directory, fsync, rename).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(".{}.tmp-{}", path.file_name().unwrap().to_string_lossy(), std::process::id()));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+fn serialize(named: Vec<(String, Vec<usize>, &[f32])>, meta: HashMap<String, String>) -> Vec<u8> {
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = named
+        .into_iter()
+        .map(|(n, shape, data)| {
+            (
+                n,
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, bytemuck::cast_slice(data))
+                    .unwrap(),
+            )
+        })
+        .collect();
+    safetensors::serialize(views, Some(meta)).expect("valid tensors")
+}
+
+/// The run state saved beside the moments.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RunState {
+    /// Optimizer steps completed.
+    pub step: usize,
+    /// Wall-clock seconds trained so far.
+    pub elapsed: f64,
+}
+
+/// Saves parameters (and, when given, the moments and run state) into `dir`.
+pub fn save(
+    dir: &Path,
+    cfg: &ModelConfig,
+    tok: &Tokenizer,
+    layout: &Layout,
+    params: &[f32],
+    moments: Option<(&[f32], &[f32], &RunState, &str)>,
+) -> Result<(), CheckpointError> {
+    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
+        move |source| CheckpointError::Io { path: path.to_path_buf(), source }
+    }
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let step = moments.map(|m| m.2.step).unwrap_or(0);
+    let mut meta = HashMap::new();
+    meta.insert("format".to_string(), FORMAT.to_string());
+    meta.insert("version".to_string(), VERSION.to_string());
+    meta.insert("config".to_string(), serde_json::to_string(cfg).unwrap());
+    meta.insert("tokenizer".to_string(), tok.to_json());
+    meta.insert("step".to_string(), step.to_string());
+    let named = |flat: &[f32], prefix: &str| -> Vec<(String, Vec<usize>, Vec<f32>)> {
+        layout
+            .specs
+            .iter()
+            .zip(&layout.offsets)
+            .map(|(s, &o)| (format!("{prefix}{}", s.name), s.shape.clone(), flat[o..o + s.len()].to_vec()))
+            .collect()
+    };
+    let p = named(params, "");
+    let bytes = serialize(p.iter().map(|(n, s, d)| (n.clone(), s.clone(), d.as_slice())).collect(), meta.clone());
+    if let Some((m, v, state, run_cfg)) = moments {
+        // Moments first: a crash between the two renames leaves the old model with new moments
+        // only if the process dies in between; the step in each file lets `load` detect it.
+        let mut om = meta.clone();
+        om.insert("state".to_string(), serde_json::to_string(state).unwrap());
+        om.insert("run_config".to_string(), run_cfg.to_string());
+        let mut t = named(m, "adam.m.");
+        t.extend(named(v, "adam.v."));
+        let ob = serialize(t.iter().map(|(n, s, d)| (n.clone(), s.clone(), d.as_slice())).collect(), om);
+        let op = dir.join(OPTIM_FILE);
+        write_atomic(&op, &ob).map_err(io(&op))?;
+    }
+    let mp = dir.join(MODEL_FILE);
+    write_atomic(&mp, &bytes).map_err(io(&mp))?;
+    Ok(())
+}
+
+/// A loaded checkpoint.
+pub struct Loaded {
+    pub config: ModelConfig,
+    pub tokenizer: Tokenizer,
+    pub step: usize,
+    /// Flat parameters in the layout of `config`.
+    pub params: Vec<f32>,
+    /// Flat moments and the run state, when `optim.safetensors` was read.
+    pub optim: Option<(Vec<f32>, Vec<f32>, RunState, String)>,
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, CheckpointError> {
+    if !path.exists() {
+        return Err(CheckpointError::MissingFile(path.to_path_buf()));
+    }
+    std::fs::read(path).map_err(|source| CheckpointError::Io { path: path.to_path_buf(), source })
+}
+
+fn parse_tensors(
+    path: &Path,
+    bytes: &[u8],
+    layout: &Layout,
+    prefix: &str,
+    out: &mut [f32],
+) -> Result<(), CheckpointError> {
+    let content = |msg: String| CheckpointError::Content { path: path.to_path_buf(), msg };
+    let st = safetensors::SafeTensors::deserialize(bytes)
+        .map_err(|e| CheckpointError::Corrupt { path: path.to_path_buf(), msg: e.to_string() })?;
+    let mut expected: std::collections::HashSet<String> = std::collections::HashSet::new();
+    for (s, &o) in layout.specs.iter().zip(&layout.offsets) {
+        let name = format!("{prefix}{}", s.name);
+        expected.insert(name.clone());
+        let t = st.tensor(&name).map_err(|_| content(format!("tensor '{name}' is missing")))?;
+        if t.shape() != s.shape.as_slice() {
+            return Err(content(format!("tensor '{name}' has shape {:?}, the config needs {:?}", t.shape(), s.shape)));
+        }
+        if t.dtype() != safetensors::Dtype::F32 {
+            return Err(content(format!("tensor '{name}' has dtype {:?}, expected F32", t.dtype())));
+        }
+        let dst = &mut out[o..o + s.len()];
+        for (d, c) in dst.iter_mut().zip(t.data().chunks_exact(4)) {
+            *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        }
+        if let Some(i) = dst.iter().position(|x| !x.is_finite()) {
+            return Err(content(format!("tensor '{name}' holds a non-finite value ({}) at element {i}", dst[i])));
+        }
+    }
+    let mut extra: Vec<String> =
+        st.names().into_iter().filter(|n| !expected.contains(*n)).map(|s| s.to_string()).collect();
+    if !extra.is_empty() {
+        extra.sort();
+        return Err(content(format!("unknown tensor(s) for this model: {}", extra.join(", "))));
+    }
+    Ok(())
+}
+
+fn metadata(path: &Path, bytes: &[u8]) -> Result<HashMap<String, String>, CheckpointError> {
+    let (_, m) = safetensors::SafeTensors::read_metadata(bytes)
+        .map_err(|e| CheckpointError::Corrupt { path: path.to_path_buf(), msg: e.to_string() })?;
+    let md = m.metadata().clone().unwrap_or_default();
+    let content = |msg: String| CheckpointError::Content { path: path.to_path_buf(), msg };
+    match md.get("format").map(|s| s.as_str()) {
+        Some(FORMAT) => {}
+        Some(f) => return Err(content(format!("format '{f}' is not a ddl checkpoint ('{FORMAT}')"))),
+        None => return Err(content("no 'format' metadata: not a ddl checkpoint".into())),
+    }
+    let version: u32 = md.get("version").and_then(|v| v.parse().ok()).unwrap_or(1);
+    if version > VERSION {
+        return Err(content(format!(
+            "checkpoint format version {version} is newer than this build reads ({VERSION}); upgrade ddl"
+        )));
+    }
+    Ok(md)
+}
+
+/// Loads `dir/model.safetensors` (and `optim.safetensors` when `with_optim`).
+pub fn load(dir: &Path, with_optim: bool) -> Result<Loaded, CheckpointError> {
+    if !dir.is_dir() {
+        return Err(CheckpointError::MissingDir(dir.to_path_buf()));
+    }
+    let mp = dir.join(MODEL_FILE);
+    let bytes = read_file(&mp)?;
+    let md = metadata(&mp, &bytes)?;
+    let content = |p: &Path, msg: String| CheckpointError::Content { path: p.to_path_buf(), msg };
+    let cfg_s = md.get("config").ok_or_else(|| content(&mp, "metadata 'config' is missing".into()))?;
+    let config: ModelConfig =
+        serde_json::from_str(cfg_s).map_err(|e| content(&mp, format!("metadata 'config' is invalid: {e}")))?;
+    config.validate().map_err(|e| content(&mp, e.to_string()))?;
+    let tokenizer = Tokenizer::from_json(
+        md.get("tokenizer").ok_or_else(|| content(&mp, "metadata 'tokenizer' is missing".into()))?,
+    )
+    .map_err(|e| content(&mp, e.to_string()))?;
+    if tokenizer.vocab_size() > config.vocab_size {
+        return Err(content(
+            &mp,
+            format!(
+                "the tokenizer has {} tokens but the model's vocabulary is {}",
+                tokenizer.vocab_size(),
+                config.vocab_size
+            ),
+        ));
+    }
+    let step: usize = md.get("step").and_then(|s| s.parse().ok()).unwrap_or(0);
+    let layout = Layout::new(&config);
+    let mut params = vec![0.0f32; layout.total];
+    parse_tensors(&mp, &bytes, &layout, "", &mut params)?;
+    let optim = if with_optim {
+        let op = dir.join(OPTIM_FILE);
+        let ob = read_file(&op)?;
+        let om = metadata(&op, &ob)?;
+        let state: RunState = serde_json::from_str(om.get("state").map(|s| s.as_str()).unwrap_or(""))
+            .map_err(|e| content(&op, format!("metadata 'state' is invalid: {e}")))?;
+        if state.step != step {
+            return Err(content(&op, format!("holds step {} but model.safetensors holds step {step}", state.step)));
+        }
+        let run_cfg = om.get("run_config").cloned().unwrap_or_default();
+        let mut m = vec![0.0f32; layout.total];
+        let mut v = vec![0.0f32; layout.total];
+        parse_two(&op, &ob, &layout, &mut m, &mut v)?;
+        Some((m, v, state, run_cfg))
+    } else {
+        None
+    };
+    Ok(Loaded { config, tokenizer, step, params, optim })
+}
+
+fn parse_two(path: &Path, bytes: &[u8], layout: &Layout, m: &mut [f32], v: &mut [f32]) -> Result<(), CheckpointError> {
+    let content = |msg: String| CheckpointError::Content { path: path.to_path_buf(), msg };
+    let st = safetensors::SafeTensors::deserialize(bytes)
+        .map_err(|e| CheckpointError::Corrupt { path: path.to_path_buf(), msg: e.to_string() })?;
+    for (prefix, out) in [("adam.m.", m), ("adam.v.", v)] {
+        for (s, &o) in layout.specs.iter().zip(&layout.offsets) {
+            let name = format!("{prefix}{}", s.name);
+            let t = st.tensor(&name).map_err(|_| content(format!("tensor '{name}' is missing")))?;
+            if t.shape() != s.shape.as_slice() {
+                return Err(content(format!("tensor '{name}' has shape {:?}, expected {:?}", t.shape(), s.shape)));
+            }
+            for (d, c) in out[o..o + s.len()].iter_mut().zip(t.data().chunks_exact(4)) {
+                *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+    }
+    Ok(())
+}
