@@ -1,0 +1,166 @@
+//! Training end to end on the real adapter: exact resume, checkpoints, the CLI.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ddl::model::Variant;
+use ddl::train::{RunConfig, TrainOptions};
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ddl-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A small corpus (the first 20k characters of TinyShakespeare).
+fn corpus(dir: &Path) -> String {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/tinyshakespeare.txt")).unwrap();
+    let p = dir.join("corpus.txt");
+    std::fs::write(&p, &text[..20_000]).unwrap();
+    p.display().to_string()
+}
+
+/// A model small enough to train a few steps in seconds on lavapipe.
+fn small_run(variant: Variant, corpus: &str) -> RunConfig {
+    let mut r = RunConfig::preset("tiny", variant).unwrap();
+    r.corpus = corpus.to_string();
+    for kv in [
+        "model.d_model=32",
+        "model.n_layers=1",
+        "model.n_heads=2",
+        "model.head_dim=16",
+        "model.mlp_hidden=85",
+        "train.batch_size=2",
+        "train.seq_len=16",
+        "train.eval_every=0",
+        "train.eval_batches=2",
+        "train.checkpoint_every=0",
+        "train.warmup_steps=2",
+    ] {
+        r.set(kv).unwrap();
+    }
+    r
+}
+
+fn env_cache(dir: &Path) {
+    // Token caches go to the test's own directory.
+    unsafe { std::env::set_var("DDL_CACHE_DIR", dir.join("cache")) };
+}
+
+#[test]
+fn resuming_gives_bit_identical_losses_to_an_uninterrupted_run() {
+    let dir = tmpdir("resume");
+    env_cache(&dir);
+    let c = corpus(&dir);
+    let gpu = ddl::testing::gpu();
+    for variant in [Variant::Ddl, Variant::Baseline] {
+        let run = small_run(variant, &c);
+        let a = dir.join(format!("{variant}-a"));
+        let b = dir.join(format!("{variant}-b"));
+        let full = ddl::train::train(
+            gpu.clone(),
+            TrainOptions { run: run.clone(), steps: 6, out: a, resume: false, quiet: true },
+        )
+        .unwrap();
+        let first = ddl::train::train(
+            gpu.clone(),
+            TrainOptions { run: run.clone(), steps: 3, out: b.clone(), resume: false, quiet: true },
+        )
+        .unwrap();
+        let second =
+            ddl::train::train(gpu.clone(), TrainOptions { run, steps: 6, out: b.clone(), resume: true, quiet: true })
+                .unwrap();
+        let resumed: Vec<u32> = first.losses.iter().chain(&second.losses).map(|x| x.to_bits()).collect();
+        let straight: Vec<u32> = full.losses.iter().map(|x| x.to_bits()).collect();
+        assert_eq!(resumed, straight, "{variant}: losses {:?} vs {:?}", first.losses, full.losses);
+        assert!(full.losses[5] < full.losses[0], "{variant}: loss did not go down: {:?}", full.losses);
+        assert!(
+            b.join("model.safetensors").exists()
+                && b.join("optim.safetensors").exists()
+                && b.join("metrics.jsonl").exists()
+        );
+        assert!(b.join("loss.png").exists(), "loss plot missing");
+    }
+}
+
+#[test]
+fn a_checkpoint_round_trips_and_rejects_a_mismatched_tensor() {
+    let dir = tmpdir("ckpt");
+    let cfg = ddl::model::ModelConfig::preset("tiny", Variant::DdlCcec).unwrap();
+    let layout = ddl::model::Layout::new(&cfg);
+    let p = layout.init(3);
+    let tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_corpus("abc").unwrap());
+    ddl::train::checkpoint::save(&dir, &cfg, &tok, &layout, &p, None).unwrap();
+    let back = ddl::train::checkpoint::load(&dir, false).unwrap();
+    assert_eq!(back.config, cfg);
+    assert_eq!(back.params, p);
+    assert_eq!(back.tokenizer, tok);
+    // Truncate the file: a clear error naming it.
+    let f = dir.join("model.safetensors");
+    let bytes = std::fs::read(&f).unwrap();
+    std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
+    let e = ddl::train::checkpoint::load(&dir, false).err().unwrap().to_string();
+    assert!(e.contains("model.safetensors"), "{e}");
+    let e = ddl::train::checkpoint::load(&dir.join("nope"), false).err().unwrap().to_string();
+    assert!(e.contains("does not exist"), "{e}");
+}
+
+fn ddl_cmd(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ddl"));
+    c.env("DDL_CACHE_DIR", dir.join("cache"));
+    c
+}
+
+#[test]
+fn the_cli_trains_evaluates_and_samples() {
+    let dir = tmpdir("cli");
+    let c = corpus(&dir);
+    let out = dir.join("run");
+    let st = ddl_cmd(&dir)
+        .args(["train", "--preset", "tiny", "--variant", "ddl_v1", "--steps", "3", "--corpus", &c, "--out"])
+        .arg(&out)
+        .args(["--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.n_heads=2"])
+        .args(["--set", "model.head_dim=16", "--set", "model.mlp_hidden=85", "--set", "train.batch_size=2"])
+        .args(["--set", "train.seq_len=16", "--set", "train.eval_batches=2", "--sample", "5"])
+        .output()
+        .unwrap();
+    let so = String::from_utf8_lossy(&st.stdout);
+    assert!(st.status.success(), "train failed: {so}\n{}", String::from_utf8_lossy(&st.stderr));
+    assert!(so.contains("validation loss") && so.contains("--- sample ---"), "{so}");
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    assert!(metrics.lines().count() >= 4 && metrics.contains("beta_mean"), "{metrics}");
+    let cfg = std::fs::read_to_string(out.join("config.toml")).unwrap();
+    assert!(cfg.contains("d_model = 32"), "{cfg}");
+
+    let ev = ddl_cmd(&dir).args(["eval", "--checkpoint"]).arg(&out).output().unwrap();
+    assert!(ev.status.success(), "{}", String::from_utf8_lossy(&ev.stderr));
+    assert!(String::from_utf8_lossy(&ev.stdout).contains("perplexity"));
+}
+
+#[test]
+fn bad_training_inputs_are_clear_errors() {
+    let dir = tmpdir("bad");
+    let run = |args: &[&str]| {
+        let o = ddl_cmd(&dir).args(args).output().unwrap();
+        assert!(!o.status.success(), "{args:?} should fail");
+        let e = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(!e.contains("panicked"), "{args:?} panicked: {e}");
+        e
+    };
+    let out = dir.join("o").display().to_string();
+    let e = run(&["train", "--corpus", "/nonexistent/x.txt", "--out", &out, "--steps", "1"]);
+    assert!(e.contains("/nonexistent/x.txt") && e.contains("does not exist"), "{e}");
+    let e = run(&["train", "--set", "train.nope=1", "--out", &out]);
+    assert!(e.contains("unknown key"), "{e}");
+    let e = run(&["train", "--set", "model.d_v=0", "--out", &out]);
+    assert!(e.contains("d_v"), "{e}");
+    let e = run(&["train", "--variant", "ddl_x", "--out", &out]);
+    assert!(e.contains("unknown variant"), "{e}");
+    let e = run(&["eval", "--checkpoint", "/nonexistent/run"]);
+    assert!(e.contains("does not exist"), "{e}");
+    let empty = dir.join("empty.txt");
+    std::fs::write(&empty, "").unwrap();
+    let e = run(&["train", "--corpus", empty.to_str().unwrap(), "--out", &out]);
+    assert!(e.contains("empty"), "{e}");
+}
