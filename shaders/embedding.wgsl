@@ -1,4 +1,83 @@
-// Placeholder: replaced by the kernel's implementation.
-@group(0) @binding(0) var<storage, read_write> out: array<f32>;
-@compute @workgroup_size(1)
-fn placeholder() { out[0] = 0.0; }
+// Token embedding (spec 4, 11.4): forward gather and deterministic scatter-add backward.
+//
+// forward: out[r, :] = table[tokens[r], :]; a token id outside [0, vocab) gives a zero row and
+// never reads out of bounds. Grid: 1-D over n·d elements (wid.y·nwg.x + wid.x).
+//
+// backward: dtable[v, :] += Σ_{r: tokens[r] = v} dout[r, :], summed in increasing r, without
+// atomics, from a host-built index (u32 words, see `embedding::build_index`):
+//   [0]                      u = number of unique ids
+//   [1 .. 1+n)               ids[k], k < u (sorted ascending)
+//   [1+n .. 2+2n)            starts[k], k ≤ u: the positions of ids[k] are pos[starts[k] .. starts[k+1])
+//   [2+2n .. 2+3n)           pos: token positions sorted stably by id (so increasing r per id)
+// One invocation per (slot k, column c) over slots·d with slots = min(n, vocab) ≥ u: the grid
+// depends on n, d and vocab only; slots k ≥ u do nothing. Each id's row has exactly one writer.
+
+struct Params {
+    n: u32,        // tokens
+    d: u32,        // width
+    vocab: u32,
+    slots: u32,    // backward: min(n, vocab)
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> tokens: array<i32>;
+@group(0) @binding(2) var<storage, read> table: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<storage, read> tok_index: array<u32>;
+@group(0) @binding(5) var<storage, read> dout: array<f32>;
+@group(0) @binding(6) var<storage, read_write> dtable: array<f32>;
+
+@compute @workgroup_size(256)
+fn embedding_forward(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+    let d = params.d;
+    if (i >= params.n * d) {
+        return;
+    }
+    let r = i / d;
+    let c = i - r * d;
+    let t = tokens[r];
+    var v = 0.0;
+    if (t >= 0 && u32(t) < params.vocab) {
+        v = table[u32(t) * d + c];
+    }
+    out[i] = v;
+}
+
+@compute @workgroup_size(256)
+fn embedding_backward(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+    let d = params.d;
+    let n = params.n;
+    if (i >= params.slots * d) {
+        return;
+    }
+    let k = i / d;
+    let c = i - k * d;
+    let u = min(tok_index[0], params.slots);
+    if (k >= u) {
+        return;
+    }
+    let v = tok_index[1u + k];
+    if (v >= params.vocab) {
+        return;
+    }
+    let s0 = tok_index[1u + n + k];
+    let s1 = min(tok_index[2u + n + k], n);
+    var s = 0.0;
+    for (var j = s0; j < s1; j++) {
+        let r = tok_index[2u + 2u * n + j];
+        if (r < n) {
+            s = s + dout[r * d + c];
+        }
+    }
+    dtable[v * d + c] = dtable[v * d + c] + s;
+}

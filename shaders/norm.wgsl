@@ -1,4 +1,185 @@
-// Placeholder: replaced by the kernel's implementation.
-@group(0) @binding(0) var<storage, read_write> out: array<f32>;
-@compute @workgroup_size(1)
-fn placeholder() { out[0] = 0.0; }
+// RMSNorm with gain (spec 0, 11.5): y = γ ⊙ x·r, r = 1/sqrt(mean(x²) + ε), over the last axis.
+//
+// Row kernels (forward, dx): a workgroup of 256 invocations is split into teams of `team`
+// invocations (a power of two chosen by the launcher from `dim` alone); each team owns one row.
+// A lane sums its strided elements sequentially, then the team reduces in workgroup memory with
+// a fixed binary tree: the summation order depends only on `dim`, never on timing.
+// Grid: 1-D over workgroups of 256/team rows each, split over x and y (wid.y·nwg.x + wid.x).
+//
+// dγ (rows can be 16k+): pass 1 sums fixed chunks of `chunk` rows per column into `partial`
+// [chunks, dim]; pass 2 gives each column one workgroup that sums the chunk partials (strided,
+// then a tree) and adds the total into dgain. No atomics.
+
+struct Params {
+    rows: u32,
+    dim: u32,
+    team: u32,        // invocations per row (power of two, ≤ 256)
+    flag: u32,        // backward: 1 = add into dx instead of writing it
+    eps: f32,
+    chunk: u32,       // dγ pass 1: rows per chunk
+    chunks: u32,      // dγ: number of chunks = ceil(rows / chunk)
+    _pad: u32,
+}
+
+const WG: u32 = 256u;
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> gain: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<storage, read_write> rstd: array<f32>;
+@group(0) @binding(5) var<storage, read> rstd_in: array<f32>;
+@group(0) @binding(6) var<storage, read> dy: array<f32>;
+@group(0) @binding(7) var<storage, read_write> dx: array<f32>;
+@group(0) @binding(8) var<storage, read_write> partial: array<f32>;
+@group(0) @binding(9) var<storage, read> partial_in: array<f32>;
+@group(0) @binding(10) var<storage, read_write> dgain: array<f32>;
+
+var<workgroup> red: array<f32, 256>;
+
+// Tree-reduces red[] within each team of `team` lanes; every team's sum ends in red[team·k].
+// Must be called from uniform control flow by the whole workgroup.
+fn team_reduce(lid: u32, lane: u32) {
+    workgroupBarrier();
+    var s = params.team / 2u;
+    loop {
+        if (s == 0u) {
+            break;
+        }
+        if (lane < s) {
+            red[lid] = red[lid] + red[lid + s];
+        }
+        workgroupBarrier();
+        s = s / 2u;
+    }
+}
+
+@compute @workgroup_size(256)
+fn rmsnorm_forward(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let team = params.team;
+    let dim = params.dim;
+    let slot = lid / team;
+    let lane = lid - slot * team;
+    let row = (wid.y * nwg.x + wid.x) * (WG / team) + slot;
+    let valid = row < params.rows;
+    let base = row * dim;
+
+    var ss = 0.0;
+    if (valid) {
+        for (var i = lane; i < dim; i += team) {
+            let v = x[base + i];
+            ss = ss + v * v;
+        }
+    }
+    red[lid] = ss;
+    team_reduce(lid, lane);
+    let total = red[slot * team];
+    let r = 1.0 / sqrt(total / f32(dim) + params.eps);
+    if (valid) {
+        if (lane == 0u) {
+            rstd[row] = r;
+        }
+        for (var i = lane; i < dim; i += team) {
+            y[base + i] = gain[i] * (x[base + i] * r);
+        }
+    }
+}
+
+// dx = r(γ ⊙ dy) − (r³/D)·x·Σ_i x_i γ_i dy_i   (written, or added when params.flag = 1)
+@compute @workgroup_size(256)
+fn rmsnorm_backward_dx(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let team = params.team;
+    let dim = params.dim;
+    let slot = lid / team;
+    let lane = lid - slot * team;
+    let row = (wid.y * nwg.x + wid.x) * (WG / team) + slot;
+    let valid = row < params.rows;
+    let base = row * dim;
+
+    var s = 0.0;
+    if (valid) {
+        for (var i = lane; i < dim; i += team) {
+            s = s + x[base + i] * (gain[i] * dy[base + i]);
+        }
+    }
+    red[lid] = s;
+    team_reduce(lid, lane);
+    let total = red[slot * team];
+    if (valid) {
+        let r = rstd_in[row];
+        let c = (r * r * r / f32(dim)) * total;
+        for (var i = lane; i < dim; i += team) {
+            let g = r * (gain[i] * dy[base + i]) - c * x[base + i];
+            if (params.flag == 1u) {
+                dx[base + i] = dx[base + i] + g;
+            } else {
+                dx[base + i] = g;
+            }
+        }
+    }
+}
+
+// Pass 1 of dγ: partial[c, i] = Σ_{rows of chunk c, in order} dy·x·r. 1-D grid over chunks·dim.
+@compute @workgroup_size(256)
+fn rmsnorm_dgain_partial(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let item = (wid.y * nwg.x + wid.x) * WG + lid;
+    let dim = params.dim;
+    if (item >= params.chunks * dim) {
+        return;
+    }
+    let c = item / dim;
+    let i = item - c * dim;
+    let r0 = c * params.chunk;
+    let r1 = min(r0 + params.chunk, params.rows);
+    var s = 0.0;
+    for (var r = r0; r < r1; r++) {
+        s = s + (dy[r * dim + i] * x[r * dim + i]) * rstd_in[r];
+    }
+    partial[item] = s;
+}
+
+// Pass 2 of dγ: one workgroup per column; dgain[i] += Σ_c partial[c, i] (fixed tree order).
+@compute @workgroup_size(256)
+fn rmsnorm_dgain_reduce(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let col = wid.y * nwg.x + wid.x;
+    let dim = params.dim;
+    let valid = col < dim;
+    var s = 0.0;
+    if (valid) {
+        for (var c = lid; c < params.chunks; c += WG) {
+            s = s + partial_in[c * dim + col];
+        }
+    }
+    red[lid] = s;
+    workgroupBarrier();
+    var st = WG / 2u;
+    loop {
+        if (st == 0u) {
+            break;
+        }
+        if (lid < st) {
+            red[lid] = red[lid] + red[lid + st];
+        }
+        workgroupBarrier();
+        st = st / 2u;
+    }
+    if (valid && lid == 0u) {
+        dgain[col] = dgain[col] + red[0];
+    }
+}

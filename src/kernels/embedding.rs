@@ -1,37 +1,190 @@
-//! STUB (type-checking only; replaced by the real launcher).
-#![allow(unused, clippy::all)]
+//! Token embedding (`shaders/embedding.wgsl`, spec 4 and 11.4): the forward gather
+//! `out[r, :] = table[tokens[r], :]` and the scatter-add backward into the (tied) table gradient.
+//!
+//! The backward is deterministic without atomics: the host builds an index of the batch's token
+//! ids ([`build_index`]: positions sorted stably by id, the unique ids, and where each id's
+//! positions start), the caller uploads it into a u32 tensor of [`index_len`]`(n)` words, and
+//! one invocation per (unique id, column) sums that id's rows of `dout` in increasing position.
+//! The dispatch size depends on `n`, `d` and `vocab` only, so bound dispatches can be replayed
+//! every step with a freshly uploaded index.
+
 use crate::bench::KernelBench;
-use crate::gpu::{Dispatch, Gpu, Result, Tensor, View};
+use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D, grid_1d};
 
-pub fn bench(_gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    Ok(Vec::new())
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    d: u32,
+    vocab: u32,
+    slots: u32,
 }
 
+fn check(what: &str, n: usize, d: usize, vocab: usize, views: &[(&str, &View, usize)]) -> Result<Params> {
+    if n == 0 || d == 0 || vocab == 0 {
+        return Err(GpuError::Shape(format!(
+            "{what}: n, d and vocab must be at least 1, got n {n} d {d} vocab {vocab}"
+        )));
+    }
+    let lim = (u32::MAX / 2) as usize;
+    for (a, b, name) in [(n, d, "n × d"), (vocab, d, "vocab × d")] {
+        if a.checked_mul(b).is_none_or(|x| x > lim) {
+            return Err(GpuError::Shape(format!(
+                "{what}: {name} = {a} × {b} exceeds the 2^31 elements of one dispatch"
+            )));
+        }
+    }
+    if index_len(n) > lim {
+        return Err(GpuError::Shape(format!("{what}: n {n} is too large")));
+    }
+    for (name, v, need) in views {
+        if v.len() < *need {
+            return Err(GpuError::Shape(format!(
+                "{what}: tensor '{name}' needs {need} elements, the view has {}",
+                v.len()
+            )));
+        }
+    }
+    Ok(Params { n: n as u32, d: d as u32, vocab: vocab as u32, slots: n.min(vocab) as u32 })
+}
+
+/// `out[r, :] = table[tokens[r], :]` for `r < n`; tokens i32 `[n]`, table `[vocab, d]`,
+/// out `[n, d]`. A token id outside `[0, vocab)` gives a row of zeros (never an out-of-bounds
+/// read); the host is expected to have validated the ids.
 pub fn forward(
-    _gpu: &Gpu,
-    _tokens: View,
-    _table: View,
-    _out: View,
-    _n: usize,
-    _d: usize,
-    _vocab: usize,
+    gpu: &Gpu,
+    tokens: View,
+    table: View,
+    out: View,
+    n: usize,
+    d: usize,
+    vocab: usize,
 ) -> Result<Vec<Dispatch>> {
-    todo!()
+    let p = check(
+        "embedding forward",
+        n,
+        d,
+        vocab,
+        &[("tokens", &tokens, n), ("table", &table, vocab * d), ("out", &out, n * d)],
+    )?;
+    let k = gpu.kernel("embedding", None, "embedding_forward")?;
+    Ok(vec![k.dispatch(
+        gpu,
+        Some(bytemuck::bytes_of(&p)),
+        &[("tokens", tokens), ("table", table), ("out", out)],
+        grid_1d((n * d) as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension),
+    )?])
 }
-pub fn index_len(_n: usize) -> usize {
-    todo!()
+
+/// Words of the backward index for a batch of `n` tokens: `3n + 2` (fixed for a given `n`).
+///
+/// Layout: `[0]` the number `u` of unique ids; `[1, 1+n)` the unique ids ascending (first `u`
+/// used); `[1+n, 2+2n)` row starts (`u + 1` used: id `k`'s positions are
+/// `pos[starts[k]..starts[k+1]]`); `[2+2n, 2+3n)` the positions sorted stably by id.
+pub fn index_len(n: usize) -> usize {
+    3 * n + 2
 }
-pub fn build_index(_tokens: &[i32], _vocab: usize) -> Result<Vec<u32>> {
-    todo!()
+
+/// Builds the backward index of a batch (see [`index_len`] for the layout). Fails with
+/// `GpuError::Shape` naming the position, the id and the vocabulary when an id is outside
+/// `[0, vocab)`.
+pub fn build_index(tokens: &[i32], vocab: usize) -> Result<Vec<u32>> {
+    let n = tokens.len();
+    if n > (u32::MAX / 4) as usize {
+        return Err(GpuError::Shape(format!("embedding index: {n} tokens is too many for one index")));
+    }
+    for (r, &t) in tokens.iter().enumerate() {
+        if t < 0 || t as usize >= vocab {
+            return Err(GpuError::Shape(format!(
+                "embedding index: token id {t} at position {r} is outside the vocabulary \
+                 [0, {vocab})"
+            )));
+        }
+    }
+    let mut pos: Vec<u32> = (0..n as u32).collect();
+    // Stable: positions of one id stay in increasing order.
+    pos.sort_by_key(|&r| tokens[r as usize]);
+    let mut idx = vec![0u32; index_len(n)];
+    let (ids_at, starts_at, pos_at) = (1, 1 + n, 2 + 2 * n);
+    let mut u = 0;
+    for (j, &r) in pos.iter().enumerate() {
+        let t = tokens[r as usize] as u32;
+        if u == 0 || idx[ids_at + u - 1] != t {
+            idx[ids_at + u] = t;
+            idx[starts_at + u] = j as u32;
+            u += 1;
+        }
+    }
+    for s in &mut idx[starts_at + u..pos_at] {
+        *s = n as u32;
+    }
+    idx[0] = u as u32;
+    idx[pos_at..].copy_from_slice(&pos);
+    Ok(idx)
 }
+
+/// `dtable[v, :] += Σ_{r: tokens[r] = v} dout[r, :]`, summed in increasing `r`; rows of ids
+/// not in the batch are untouched. Always accumulates (the tied LM head writes `dtable` first).
+/// `index`: u32 `[index_len(n)]` from [`build_index`]; `dout` `[n, d]`; `dtable` `[vocab, d]`.
+/// The dispatch size depends on `n`, `d` and `vocab` only (the number of unique ids is read
+/// from the index on the GPU).
 pub fn backward(
-    _gpu: &Gpu,
-    _index: View,
-    _dout: View,
-    _dtable: View,
-    _n: usize,
-    _d: usize,
-    _vocab: usize,
+    gpu: &Gpu,
+    index: View,
+    dout: View,
+    dtable: View,
+    n: usize,
+    d: usize,
+    vocab: usize,
 ) -> Result<Vec<Dispatch>> {
-    todo!()
+    let p = check(
+        "embedding backward",
+        n,
+        d,
+        vocab,
+        &[("index", &index, index_len(n)), ("dout", &dout, n * d), ("dtable", &dtable, vocab * d)],
+    )?;
+    let k = gpu.kernel("embedding", None, "embedding_backward")?;
+    Ok(vec![k.dispatch(
+        gpu,
+        Some(bytemuck::bytes_of(&p)),
+        &[("tok_index", index), ("dout", dout), ("dtable", dtable)],
+        grid_1d(p.slots as u64 * d as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension),
+    )?])
+}
+
+/// Benchmark cases for `ddl bench kernels` at the `shakespeare-char` shapes: N = B·T tokens of
+/// width d from a vocabulary of V, forward gather and backward scatter-add.
+pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
+    let s = crate::bench::BENCH_SHAPE;
+    let (n, d, v) = (s.b * s.t, s.d, s.vocab);
+    let toks = crate::testing::Rng::new(1).ints(n, v);
+    let index = build_index(&toks, v)?;
+    let u = index[0] as usize;
+    let tokens = Tensor::from_i32(gpu, "tokens", &[n], &toks)?;
+    let idx = Tensor::from_u32(gpu, "tok_index", &[index.len()], &index)?;
+    let table = Tensor::zeros(gpu, "table", &[v, d], DType::F32)?;
+    let out = Tensor::zeros(gpu, "emb", &[n, d], DType::F32)?;
+    let mut fwd = forward(gpu, tokens.view(), table.view(), out.view(), n, d, v)?;
+    fwd[0].scratch = vec![tokens, table.clone(), out.clone()];
+    let mut bwd = backward(gpu, idx.view(), out.view(), table.view(), n, d, v)?;
+    bwd[0].scratch = vec![idx, out, table];
+    let (nd, ud) = ((n * d) as f64, (u * d) as f64);
+    Ok(vec![
+        KernelBench {
+            name: format!("embedding_forward N={n} d={d} V={v}"),
+            dispatches: fwd,
+            flops: 0.0,
+            // read the ids and the used table rows, write the output
+            bytes: 4.0 * (n as f64 + ud + nd),
+        },
+        KernelBench {
+            name: format!("embedding_backward N={n} d={d} V={v}"),
+            dispatches: bwd,
+            // one add per dout element (plus one per touched dtable element)
+            flops: nd + ud,
+            // read the index and dout, read and write the touched dtable rows
+            bytes: 4.0 * (index_len(n) as f64 + nd + 2.0 * ud),
+        },
+    ])
 }

@@ -1,35 +1,217 @@
-//! STUB (type-checking only; replaced by the real launcher).
-#![allow(unused, clippy::all)]
+//! RMSNorm with gain (`shaders/norm.wgsl`, spec 0 and 11.5): `y = γ ⊙ x·r` with
+//! `r = 1/sqrt(mean(x²) + ε)` over the last axis (ε added to the mean square), and its backward.
+//!
+//! Used for the block pre-norms and the final norm (`dim = d`) and for the per-head QK-norm
+//! (`rows = N·H`, `dim = h`, the gain shared across heads).
+//!
+//! Each row is reduced by a team of invocations whose size depends only on `dim`, with a fixed
+//! tree, so results are bit-identical run after run. The gain gradient is a deterministic
+//! two-pass column reduction over rows (chunks of rows into a scratch buffer, then one
+//! workgroup per column); the scratch tensor is allocated at bind time and kept in
+//! `Dispatch::scratch`.
+
 use crate::bench::KernelBench;
-use crate::gpu::{Dispatch, Gpu, Result, Tensor, View};
+use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
 
-pub fn bench(_gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    Ok(Vec::new())
+/// Invocations per workgroup of every norm kernel.
+const WG: usize = 256;
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    rows: u32,
+    dim: u32,
+    team: u32,
+    flag: u32,
+    eps: f32,
+    chunk: u32,
+    chunks: u32,
+    _pad: u32,
 }
 
+/// Invocations that reduce one row: a power of two, about `dim/4` (each lane sums ~4 elements),
+/// at most one workgroup. Depends on `dim` only, so the summation order does too.
+fn team(dim: usize) -> usize {
+    dim.div_ceil(4).next_power_of_two().min(WG)
+}
+
+/// Rows per chunk of the first dγ pass: at least 16, and at most 1024 chunks.
+fn chunk(rows: usize) -> usize {
+    rows.div_ceil(1024).max(16)
+}
+
+fn params(rows: usize, dim: usize, eps: f32, flag: bool) -> Params {
+    let chunk = chunk(rows);
+    Params {
+        rows: rows as u32,
+        dim: dim as u32,
+        team: team(dim) as u32,
+        flag: flag as u32,
+        eps,
+        chunk: chunk as u32,
+        chunks: rows.div_ceil(chunk) as u32,
+        _pad: 0,
+    }
+}
+
+fn check(what: &str, rows: usize, dim: usize, views: &[(&str, &View, usize)]) -> Result<()> {
+    if rows == 0 || dim == 0 {
+        return Err(GpuError::Shape(format!("{what}: rows and dim must be at least 1, got rows {rows} dim {dim}")));
+    }
+    if rows.checked_mul(dim).is_none_or(|n| n > (u32::MAX / 2) as usize) {
+        return Err(GpuError::Shape(format!(
+            "{what}: rows {rows} × dim {dim} exceeds the 2^31 elements of one dispatch; split it"
+        )));
+    }
+    for (name, v, need) in views {
+        if v.len() < *need {
+            return Err(GpuError::Shape(format!(
+                "{what}: tensor '{name}' needs {need} elements, the view has {}",
+                v.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Workgroups of the row kernels: `256 / team` rows per workgroup.
+fn row_grid(gpu: &Gpu, rows: usize, dim: usize) -> [u32; 3] {
+    grid_1d(rows as u64, (WG / team(dim)) as u32, gpu.limits.max_compute_workgroups_per_dimension)
+}
+
+/// RMSNorm forward: `y = gain ⊙ x·r` per row, `rstd[row] = r` saved for the backward.
+/// `x`, `y`: `[rows, dim]`; `gain`: `[dim]`; `rstd`: `[rows]`.
+#[allow(clippy::too_many_arguments)]
 pub fn rmsnorm_forward(
-    _gpu: &Gpu,
-    _x: View,
-    _gain: View,
-    _y: View,
-    _rstd: View,
-    _rows: usize,
-    _dim: usize,
-    _eps: f32,
+    gpu: &Gpu,
+    x: View,
+    gain: View,
+    y: View,
+    rstd: View,
+    rows: usize,
+    dim: usize,
+    eps: f32,
 ) -> Result<Vec<Dispatch>> {
-    todo!()
+    let n = rows.saturating_mul(dim);
+    check("rmsnorm forward", rows, dim, &[("x", &x, n), ("gain", &gain, dim), ("y", &y, n), ("rstd", &rstd, rows)])?;
+    let p = params(rows, dim, eps, false);
+    let k = gpu.kernel("norm", None, "rmsnorm_forward")?;
+    Ok(vec![k.dispatch(
+        gpu,
+        Some(bytemuck::bytes_of(&p)),
+        &[("x", x), ("gain", gain), ("y", y), ("rstd", rstd)],
+        row_grid(gpu, rows, dim),
+    )?])
 }
+
+/// RMSNorm backward from the saved `rstd`:
+/// `dx = r(γ⊙dy) − (r³/D)·x·Σ_i x_i γ_i dy_i` (written, or added when `accumulate_dx`), and
+/// `dgain[i] += Σ_rows dy·x·r` (always accumulates, fixed-order reduction over rows).
+///
+/// Three dispatches: dx, then the two dγ passes (a `[chunks, dim]` scratch in their `scratch`).
+///
+/// Conditioning: dx removes from `r·γ⊙dy` its component along `x` up to a factor `ε r²`; when
+/// `γ⊙dy` is nearly parallel to `x` and `mean(x²) ≫ ε` (always the case for `dim = 1`, where
+/// `dx = r γ dy · ε r²`) the result is a small difference of large terms and f32 (including the
+/// f32 `rstd` this function receives) keeps only ~`7 − log10(mean(x²)/ε)` digits.
+#[allow(clippy::too_many_arguments)]
 pub fn rmsnorm_backward(
-    _gpu: &Gpu,
-    _x: View,
-    _gain: View,
-    _rstd: View,
-    _dy: View,
-    _dx: View,
-    _dgain: View,
-    _rows: usize,
-    _dim: usize,
-    _accumulate_dx: bool,
+    gpu: &Gpu,
+    x: View,
+    gain: View,
+    rstd: View,
+    dy: View,
+    dx: View,
+    dgain: View,
+    rows: usize,
+    dim: usize,
+    accumulate_dx: bool,
 ) -> Result<Vec<Dispatch>> {
-    todo!()
+    let n = rows.saturating_mul(dim);
+    check(
+        "rmsnorm backward",
+        rows,
+        dim,
+        &[
+            ("x", &x, n),
+            ("gain", &gain, dim),
+            ("rstd", &rstd, rows),
+            ("dy", &dy, n),
+            ("dx", &dx, n),
+            ("dgain", &dgain, dim),
+        ],
+    )?;
+    let p = params(rows, dim, 0.0, accumulate_dx);
+    let pb = bytemuck::bytes_of(&p);
+    let max = gpu.limits.max_compute_workgroups_per_dimension;
+
+    let kdx = gpu.kernel("norm", None, "rmsnorm_backward_dx")?;
+    let d_dx = kdx.dispatch(
+        gpu,
+        Some(pb),
+        &[("x", x), ("gain", gain), ("rstd_in", rstd), ("dy", dy), ("dx", dx)],
+        row_grid(gpu, rows, dim),
+    )?;
+
+    let chunks = p.chunks as usize;
+    let partial = Tensor::zeros(gpu, "rmsnorm.dgain_partial", &[chunks, dim], DType::F32)?;
+    let k1 = gpu.kernel("norm", None, "rmsnorm_dgain_partial")?;
+    let mut d1 = k1.dispatch(
+        gpu,
+        Some(pb),
+        &[("x", x), ("rstd_in", rstd), ("dy", dy), ("partial", partial.view())],
+        grid_1d((chunks * dim) as u64, WG as u32, max),
+    )?;
+    let k2 = gpu.kernel("norm", None, "rmsnorm_dgain_reduce")?;
+    let mut d2 =
+        k2.dispatch(gpu, Some(pb), &[("partial_in", partial.view()), ("dgain", dgain)], grid_1d(dim as u64, 1, max))?;
+    d1.scratch.push(partial.clone());
+    d2.scratch.push(partial);
+    Ok(vec![d_dx, d1, d2])
+}
+
+/// Benchmark cases for `ddl bench kernels` at the `shakespeare-char` shapes: the block norm
+/// (rows N, dim d) and the QK-norm (rows N·H, dim h), forward and backward.
+pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
+    let s = crate::bench::BENCH_SHAPE;
+    let n = s.b * s.t;
+    let mut out = Vec::new();
+    for (label, rows, dim) in [("block", n, s.d), ("qk", n * s.heads, s.head_dim)] {
+        let t = |l: &str, len: usize| Tensor::zeros(gpu, l, &[len], DType::F32);
+        let (x, y, dy, dx) = (t("x", rows * dim)?, t("y", rows * dim)?, t("dy", rows * dim)?, t("dx", rows * dim)?);
+        let (gain, dgain, rstd) = (t("gain", dim)?, t("dgain", dim)?, t("rstd", rows)?);
+        let mut fwd = rmsnorm_forward(gpu, x.view(), gain.view(), y.view(), rstd.view(), rows, dim, 1e-5)?;
+        fwd[0].scratch = vec![x.clone(), gain.clone(), y, rstd.clone()];
+        let mut bwd = rmsnorm_backward(
+            gpu,
+            x.view(),
+            gain.view(),
+            rstd.view(),
+            dy.view(),
+            dx.view(),
+            dgain.view(),
+            rows,
+            dim,
+            false,
+        )?;
+        bwd[0].scratch = vec![x, gain, rstd, dy, dx, dgain];
+        let (r, e) = (rows as f64, (rows * dim) as f64);
+        out.push(KernelBench {
+            name: format!("rmsnorm_forward {label} rows={rows} dim={dim}"),
+            dispatches: fwd,
+            // x² and sum (2), γ·(x·r) (2) per element; mean, +ε, sqrt, divide per row.
+            flops: 4.0 * e + 4.0 * r,
+            // read x, gain; write y, rstd
+            bytes: 4.0 * (2.0 * e + dim as f64 + r),
+        });
+        out.push(KernelBench {
+            name: format!("rmsnorm_backward {label} rows={rows} dim={dim}"),
+            dispatches: bwd,
+            // Σ xγdy (3), dx (4), dγ terms and sums (3) per element.
+            flops: 10.0 * e + 5.0 * r,
+            // read x, dy, gain, rstd; write dx; read and write dgain
+            bytes: 4.0 * (3.0 * e + 3.0 * dim as f64 + r),
+        });
+    }
+    Ok(out)
 }

@@ -1,23 +1,99 @@
-//! STUB (type-checking only; replaced by the real launcher).
-#![allow(unused, clippy::all)]
+//! SwiGLU gating (`shaders/swiglu.wgsl`, spec 3.2 and 11.5): `out = silu(gate) ⊙ up` over `n`
+//! elements, and its backward. The projections around it are matmuls.
+//!
+//! The sigmoid is evaluated from `exp(−|g|)`, so both σ(g) and 1 − σ(g) are accurate and
+//! finite for any finite gate value (no overflow for large |g|).
+
 use crate::bench::KernelBench;
-use crate::gpu::{Dispatch, Gpu, Result, Tensor, View};
+use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D, grid_1d};
 
-pub fn bench(_gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    Ok(Vec::new())
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    _pad: [u32; 3],
 }
 
-pub fn forward(_gpu: &Gpu, _gate: View, _up: View, _out: View, _n: usize) -> Result<Vec<Dispatch>> {
-    todo!()
+fn check(what: &str, n: usize, views: &[(&str, &View)]) -> Result<Params> {
+    if n == 0 {
+        return Err(GpuError::Shape(format!("{what}: n must be at least 1, got 0")));
+    }
+    if n > (u32::MAX / 2) as usize {
+        return Err(GpuError::Shape(format!(
+            "{what}: n = {n} elements exceeds the 2^31 limit of one dispatch; split it"
+        )));
+    }
+    for (name, v) in views {
+        if v.len() < n {
+            return Err(GpuError::Shape(format!(
+                "{what}: tensor '{name}' needs {n} elements, the view has {}",
+                v.len()
+            )));
+        }
+    }
+    Ok(Params { n: n as u32, _pad: [0; 3] })
 }
+
+/// `out = silu(gate) ⊙ up` over `n` elements (`gate`, `up`, `out`: `[n]`).
+pub fn forward(gpu: &Gpu, gate: View, up: View, out: View, n: usize) -> Result<Vec<Dispatch>> {
+    let p = check("swiglu forward", n, &[("gate", &gate), ("up", &up), ("out", &out)])?;
+    let k = gpu.kernel("swiglu", None, "swiglu_forward")?;
+    let wg = grid_1d(n as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension);
+    Ok(vec![k.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[("gate", gate), ("up", up), ("out", out)], wg)?])
+}
+
+/// Backward of [`forward`]: `dup = dout ⊙ silu(gate)`,
+/// `dgate = dout ⊙ up ⊙ σ(gate)(1 + gate(1 − σ(gate)))`. Both are written (not accumulated).
 pub fn backward(
-    _gpu: &Gpu,
-    _gate: View,
-    _up: View,
-    _dout: View,
-    _dgate: View,
-    _dup: View,
-    _n: usize,
+    gpu: &Gpu,
+    gate: View,
+    up: View,
+    dout: View,
+    dgate: View,
+    dup: View,
+    n: usize,
 ) -> Result<Vec<Dispatch>> {
-    todo!()
+    let p = check(
+        "swiglu backward",
+        n,
+        &[("gate", &gate), ("up", &up), ("dout", &dout), ("dgate", &dgate), ("dup", &dup)],
+    )?;
+    let k = gpu.kernel("swiglu", None, "swiglu_backward")?;
+    let wg = grid_1d(n as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension);
+    Ok(vec![k.dispatch(
+        gpu,
+        Some(bytemuck::bytes_of(&p)),
+        &[("gate", gate), ("up", up), ("dout", dout), ("dgate", dgate), ("dup", dup)],
+        wg,
+    )?])
+}
+
+/// Benchmark cases for `ddl bench kernels` at the `shakespeare-char` shapes: n = N·F.
+pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
+    let s = crate::bench::BENCH_SHAPE;
+    let n = s.b * s.t * s.f;
+    let t = |label: &str| Tensor::zeros(gpu, label, &[n], DType::F32);
+    let (gate, up, out) = (t("gate")?, t("up")?, t("out")?);
+    let (dout, dgate, dup) = (t("dout")?, t("dgate")?, t("dup")?);
+    let mut fwd = forward(gpu, gate.view(), up.view(), out.view(), n)?;
+    fwd[0].scratch = vec![gate.clone(), up.clone(), out];
+    let mut bwd = backward(gpu, gate.view(), up.view(), dout.view(), dgate.view(), dup.view(), n)?;
+    bwd[0].scratch = vec![gate, up, dout, dgate, dup];
+    let nf = n as f64;
+    Ok(vec![
+        KernelBench {
+            name: format!("swiglu_forward n={n}"),
+            dispatches: fwd,
+            // exp, 1 + e, divide, g·σ, ·up (the |g| and select are not counted).
+            flops: 5.0 * nf,
+            bytes: 4.0 * 3.0 * nf,
+        },
+        KernelBench {
+            name: format!("swiglu_backward n={n}"),
+            dispatches: bwd,
+            // exp, 1 + e, two divides, g·σ, dy·silu, g·(1−σ), 1 + …, σ·(…), dy·u, product.
+            flops: 11.0 * nf,
+            bytes: 4.0 * 5.0 * nf,
+        },
+    ])
 }

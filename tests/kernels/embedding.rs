@@ -1,1 +1,252 @@
-//! Tests of `shaders/embedding.wgsl` (to be written).
+//! Token embedding against float64 and against the exact f32 sum in increasing position:
+//! forward gather (out-of-range ids give zero rows), backward scatter-add through the host index
+//! (duplicates, one id everywhere, every id once, rows outside the batch untouched), replaying
+//! one bound dispatch with a new index, determinism, index errors, shape errors, and finite
+//! differences of the reference backward.
+
+use super::common::*;
+use ddl::gpu::{DType, Tensor};
+use ddl::kernels::embedding;
+
+fn f64v(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| v as f64).collect()
+}
+
+fn ref_forward(tokens: &[i32], table: &[f64], d: usize, vocab: usize) -> Vec<f64> {
+    let mut out = vec![0.0; tokens.len() * d];
+    for (r, &t) in tokens.iter().enumerate() {
+        if t >= 0 && (t as usize) < vocab {
+            let t = t as usize;
+            out[r * d..(r + 1) * d].copy_from_slice(&table[t * d..(t + 1) * d]);
+        }
+    }
+    out
+}
+
+/// dtable contribution in float64.
+fn ref_backward(tokens: &[i32], dout: &[f64], d: usize, vocab: usize) -> Vec<f64> {
+    let mut g = vec![0.0; vocab * d];
+    for (r, &t) in tokens.iter().enumerate() {
+        for c in 0..d {
+            g[t as usize * d + c] += dout[r * d + c];
+        }
+    }
+    g
+}
+
+/// The exact f32 result the kernel promises: per row, 0 + Σ in increasing r, then added once.
+fn exact_f32(tokens: &[i32], dout: &[f32], dtable0: &[f32], d: usize) -> Vec<f32> {
+    let mut want = dtable0.to_vec();
+    let vocab = dtable0.len() / d;
+    for v in 0..vocab {
+        if !tokens.contains(&(v as i32)) {
+            continue;
+        }
+        for c in 0..d {
+            let mut s = 0.0f32;
+            for (r, &t) in tokens.iter().enumerate() {
+                if t as usize == v {
+                    s += dout[r * d + c];
+                }
+            }
+            want[v * d + c] += s;
+        }
+    }
+    want
+}
+
+fn index_tensor(gpu: &ddl::gpu::Gpu, tokens: &[i32], vocab: usize) -> Tensor {
+    let idx = embedding::build_index(tokens, vocab).unwrap();
+    assert_eq!(idx.len(), embedding::index_len(tokens.len()));
+    Tensor::from_u32(gpu, "index", &[idx.len()], &idx).unwrap()
+}
+
+fn check_forward(tokens: &[i32], d: usize, vocab: usize) {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let n = tokens.len();
+    let table = rng.normal(vocab * d, 1.0);
+    let tt = Tensor::from_i32(&gpu, "tokens", &[n], tokens).unwrap();
+    let tab = upload(&gpu, "table", &table);
+    let out = poisoned(&gpu, "out", &[n * d]);
+    run(&gpu, &embedding::forward(&gpu, tt.view(), tab.view(), out.view(), n, d, vocab).unwrap());
+    let got = read(&gpu, &out);
+    let want = ref_forward(tokens, &f64v(&table), d, vocab);
+    let name = format!("embedding forward n={n} d={d} vocab={vocab}");
+    assert_close(&name, &got, &want, 1e-5, rng.seed);
+    // A gather is exact.
+    assert!(got.iter().zip(&want).all(|(g, w)| *g as f64 == *w), "{name}: not an exact copy (seed {})", rng.seed);
+}
+
+fn check_backward(tokens: &[i32], d: usize, vocab: usize) {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let n = tokens.len();
+    let dout = rng.normal(n * d, 1.0);
+    let dtable0 = rng.normal(vocab * d, 1.0);
+    let idx = index_tensor(&gpu, tokens, vocab);
+    let td = upload(&gpu, "dout", &dout);
+    let dtable = upload(&gpu, "dtable", &dtable0);
+    run(&gpu, &embedding::backward(&gpu, idx.view(), td.view(), dtable.view(), n, d, vocab).unwrap());
+    let got = read(&gpu, &dtable);
+    let mut want = ref_backward(tokens, &f64v(&dout), d, vocab);
+    for (w, a) in want.iter_mut().zip(&dtable0) {
+        *w += *a as f64;
+    }
+    let name = format!("embedding backward n={n} d={d} vocab={vocab}");
+    assert_close(&name, &got, &want, 1e-4, rng.seed);
+    // Summed in increasing position, then added once: bit-exact with the f32 sequential sum;
+    // rows of ids not in the batch keep their bits.
+    let exact = exact_f32(tokens, &dout, &dtable0, d);
+    for (i, (g, w)) in got.iter().zip(&exact).enumerate() {
+        assert!(
+            g.to_bits() == w.to_bits(),
+            "{name}: dtable[{}, {}] = {g:e}, the in-order f32 sum is {w:e} (seed {})",
+            i / d,
+            i % d,
+            rng.seed
+        );
+    }
+}
+
+#[test]
+fn embedding_forward_matches_float64_for_odd_widths() {
+    let mut rng = Rng::fresh();
+    for &(n, d, vocab) in &[(1, 1, 1), (7, 85, 67), (300, 33, 67), (300, 1, 67), (5, 384, 3), (2048, 7, 67)] {
+        check_forward(&rng.ints(n, vocab), d, vocab);
+    }
+}
+
+#[test]
+fn embedding_forward_writes_zero_rows_for_out_of_range_ids() {
+    let vocab = 67;
+    let tokens = [3, -1, 66, 67, i32::MAX, i32::MIN, 0, 1000];
+    for d in [1, 33, 85] {
+        check_forward(&tokens, d, vocab);
+    }
+}
+
+#[test]
+fn embedding_backward_matches_float64_and_sums_in_increasing_position() {
+    let mut rng = Rng::fresh();
+    for &(n, d, vocab) in &[(1, 1, 1), (7, 85, 67), (300, 33, 67), (300, 1, 67), (7, 384, 3), (3000, 5, 67)] {
+        check_backward(&rng.ints(n, vocab), d, vocab);
+    }
+}
+
+#[test]
+fn embedding_backward_handles_one_id_everywhere_and_every_id_once() {
+    let vocab = 67;
+    check_backward(&[5; 300], 33, vocab);
+    check_backward(&[66; 7], 85, vocab);
+    let mut every: Vec<i32> = (0..vocab as i32).rev().collect();
+    every.swap(3, 40);
+    check_backward(&every, 33, vocab);
+    // More tokens than ids and fewer tokens than ids (slots = min(n, vocab)).
+    let mut rng = Rng::fresh();
+    check_backward(&rng.ints(5, 1000), 9, 1000);
+}
+
+#[test]
+fn embedding_backward_dispatch_replays_with_a_new_index_each_step() {
+    // Bound once; the caller re-uploads the index each step (the grid does not depend on it).
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let (n, d, vocab) = (300, 33, 67);
+    let idx = Tensor::zeros(&gpu, "index", &[embedding::index_len(n)], DType::U32).unwrap();
+    let dout = rng.normal(n * d, 1.0);
+    let td = upload(&gpu, "dout", &dout);
+    let dtable = Tensor::zeros(&gpu, "dtable", &[vocab * d], DType::F32).unwrap();
+    let ds = embedding::backward(&gpu, idx.view(), td.view(), dtable.view(), n, d, vocab).unwrap();
+    let mut want = vec![0.0f64; vocab * d];
+    for step in 0..3 {
+        let tokens = if step == 1 { vec![7; n] } else { rng.ints(n, vocab) };
+        let index = embedding::build_index(&tokens, vocab).unwrap();
+        idx.write_i32(&gpu, bytemuck::cast_slice(&index)).unwrap();
+        run(&gpu, &ds);
+        for (w, g) in want.iter_mut().zip(ref_backward(&tokens, &f64v(&dout), d, vocab)) {
+            *w += g;
+        }
+        assert_close(&format!("embedding backward step {step}"), &read(&gpu, &dtable), &want, 1e-4, rng.seed);
+    }
+    let other = embedding::backward(&gpu, idx.view(), td.view(), dtable.view(), n, d, vocab).unwrap();
+    assert_eq!(ds[0].workgroups, other[0].workgroups);
+}
+
+#[test]
+fn embedding_index_layout_is_stable_sorted_positions_with_unique_ids_and_starts() {
+    let tokens = [3, 1, 3, 0, 1, 3];
+    let idx = embedding::build_index(&tokens, 5).unwrap();
+    let n = tokens.len();
+    assert_eq!(idx.len(), 3 * n + 2);
+    assert_eq!(idx[0], 3, "unique ids");
+    assert_eq!(&idx[1..4], &[0, 1, 3], "ids");
+    assert_eq!(&idx[1 + n..1 + n + 4], &[0, 1, 3, 6], "starts");
+    assert_eq!(&idx[2 + 2 * n..], &[3, 1, 4, 0, 2, 5], "positions");
+}
+
+#[test]
+fn embedding_index_rejects_ids_outside_the_vocabulary() {
+    let e = embedding::build_index(&[1, 2, 67, 0], 67).unwrap_err();
+    let m = e.to_string();
+    assert!(m.contains("token id 67 at position 2") && m.contains("[0, 67)"), "{m}");
+    let e = embedding::build_index(&[-1], 67).unwrap_err();
+    assert!(e.to_string().contains("token id -1 at position 0"), "{e}");
+}
+
+#[test]
+fn embedding_backward_reference_matches_finite_differences() {
+    let mut rng = Rng::fresh();
+    let (n, d, vocab) = (9, 4, 5);
+    let tokens = rng.ints(n, vocab);
+    let table = f64v(&rng.normal(vocab * d, 1.0));
+    let w = f64v(&rng.normal(n * d, 1.0));
+    let grad = ref_backward(&tokens, &w, d, vocab);
+    let err = fd_check(
+        &mut |t| ref_forward(&tokens, t, d, vocab).iter().zip(&w).map(|(a, b)| a * b).sum(),
+        &table,
+        &grad,
+        30,
+        &mut rng,
+    );
+    assert!(err < 1e-6, "fd {err:e} (seed {})", rng.seed);
+}
+
+#[test]
+fn embedding_is_bit_identical_run_after_run() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let (n, d, vocab) = (2048, 33, 67);
+    let tokens = rng.ints(n, vocab);
+    let table = rng.normal(vocab * d, 1.0);
+    let dout = rng.normal(n * d, 1.0);
+    let tt = Tensor::from_i32(&gpu, "tokens", &[n], &tokens).unwrap();
+    let idx = index_tensor(&gpu, &tokens, vocab);
+    let (tab, td) = (upload(&gpu, "table", &table), upload(&gpu, "dout", &dout));
+    let mut outs = Vec::new();
+    for _ in 0..2 {
+        let out = poisoned(&gpu, "out", &[n * d]);
+        let dtable = upload(&gpu, "dtable", &table);
+        let mut ds = embedding::forward(&gpu, tt.view(), tab.view(), out.view(), n, d, vocab).unwrap();
+        ds.extend(embedding::backward(&gpu, idx.view(), td.view(), dtable.view(), n, d, vocab).unwrap());
+        run(&gpu, &ds);
+        let bits = |t| read(&gpu, t).iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        outs.push((bits(&out), bits(&dtable)));
+    }
+    assert!(outs[0] == outs[1], "two runs differ (seed {})", rng.seed);
+}
+
+#[test]
+fn embedding_shape_errors_are_reported_not_panicked() {
+    let gpu = gpu();
+    let toks = Tensor::from_i32(&gpu, "tokens", &[4], &[0, 1, 2, 3]).unwrap();
+    let f = upload(&gpu, "f", &[0.0; 64]);
+    let e = embedding::forward(&gpu, toks.view(), f.view(), f.view(), 4, 8, 10).unwrap_err();
+    assert!(e.to_string().contains("'table' needs 80 elements, the view has 64"), "{e}");
+    let e = embedding::forward(&gpu, toks.view(), f.view(), f.view(), 5, 2, 10).unwrap_err();
+    assert!(e.to_string().contains("'tokens' needs 5 elements"), "{e}");
+    let e = embedding::backward(&gpu, toks.view(), f.view(), f.view(), 4, 2, 10).unwrap_err();
+    assert!(e.to_string().contains("'index' needs 14 elements, the view has 4"), "{e}");
+    let e = embedding::forward(&gpu, toks.view(), f.view(), f.view(), 0, 2, 10).unwrap_err();
+    assert!(e.to_string().contains("at least 1"), "{e}");
+}

@@ -1,1 +1,266 @@
-//! Tests of `shaders/norm.wgsl` (to be written).
+//! RMSNorm against float64: forward (y and the saved rstd) and backward (dx written or
+//! accumulated, dγ accumulated) at odd widths and row counts, the ε-dominated regime, many rows
+//! for the two-pass dγ reduction, determinism, shape errors, and finite differences of the
+//! reference backward.
+
+use super::common::*;
+use ddl::gpu::Tensor;
+use ddl::kernels::norm;
+
+const EPS: f32 = 1e-5;
+
+fn f64v(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| v as f64).collect()
+}
+
+/// (y, rstd) in float64.
+fn ref_forward(x: &[f64], gain: &[f64], rows: usize, dim: usize, eps: f64) -> (Vec<f64>, Vec<f64>) {
+    let mut y = vec![0.0; rows * dim];
+    let mut rs = vec![0.0; rows];
+    for (r, rs) in rs.iter_mut().enumerate() {
+        let row = &x[r * dim..(r + 1) * dim];
+        let ms = row.iter().map(|v| v * v).sum::<f64>() / dim as f64;
+        let rstd = 1.0 / (ms + eps).sqrt();
+        *rs = rstd;
+        for i in 0..dim {
+            y[r * dim + i] = gain[i] * row[i] * rstd;
+        }
+    }
+    (y, rs)
+}
+
+/// (dx, dgain contribution) in float64.
+fn ref_backward(x: &[f64], gain: &[f64], dy: &[f64], rows: usize, dim: usize, eps: f64) -> (Vec<f64>, Vec<f64>) {
+    let (_, rs) = ref_forward(x, gain, rows, dim, eps);
+    let mut dx = vec![0.0; rows * dim];
+    let mut dg = vec![0.0; dim];
+    for (r, &rstd) in rs.iter().enumerate() {
+        let o = r * dim;
+        let s: f64 = (0..dim).map(|i| x[o + i] * gain[i] * dy[o + i]).sum();
+        let c = rstd.powi(3) / dim as f64 * s;
+        for i in 0..dim {
+            dx[o + i] = rstd * gain[i] * dy[o + i] - c * x[o + i];
+            dg[i] += dy[o + i] * x[o + i] * rstd;
+        }
+    }
+    (dx, dg)
+}
+
+struct Out {
+    y: Vec<f32>,
+    rstd: Vec<f32>,
+    dx: Vec<f32>,
+    dgain: Vec<f32>,
+}
+
+/// Runs forward then backward on the GPU; `dx0`/`dgain0` are the accumulation starting values.
+#[allow(clippy::too_many_arguments)]
+fn run_gpu(
+    x: &[f32],
+    gain: &[f32],
+    dy: &[f32],
+    dx0: Option<&[f32]>,
+    dgain0: &[f32],
+    rows: usize,
+    dim: usize,
+    eps: f32,
+) -> Out {
+    let gpu = gpu();
+    let (tx, tg, tdy) = (upload(&gpu, "x", x), upload(&gpu, "gain", gain), upload(&gpu, "dy", dy));
+    let y = poisoned(&gpu, "y", &[rows * dim]);
+    let rstd = poisoned(&gpu, "rstd", &[rows]);
+    let dx = match dx0 {
+        Some(d) => upload(&gpu, "dx", d),
+        None => poisoned(&gpu, "dx", &[rows * dim]),
+    };
+    let dgain = upload(&gpu, "dgain", dgain0);
+    let mut ds = norm::rmsnorm_forward(&gpu, tx.view(), tg.view(), y.view(), rstd.view(), rows, dim, eps).unwrap();
+    ds.extend(
+        norm::rmsnorm_backward(
+            &gpu,
+            tx.view(),
+            tg.view(),
+            rstd.view(),
+            tdy.view(),
+            dx.view(),
+            dgain.view(),
+            rows,
+            dim,
+            dx0.is_some(),
+        )
+        .unwrap(),
+    );
+    run(&gpu, &ds);
+    Out { y: read(&gpu, &y), rstd: read(&gpu, &rstd), dx: read(&gpu, &dx), dgain: read(&gpu, &dgain) }
+}
+
+/// Random inputs at `scale`, GPU vs float64 for forward and backward.
+fn check(rows: usize, dim: usize, scale: f32, accumulate_dx: bool) {
+    let mut rng = Rng::fresh();
+    let x = rng.normal(rows * dim, scale);
+    let gain = rng.uniform(dim, 0.5, 1.5);
+    let dy = rng.normal(rows * dim, 1.0);
+    let dx0 = rng.normal(rows * dim, 1.0);
+    let dgain0 = rng.normal(dim, 1.0);
+    let got = run_gpu(&x, &gain, &dy, accumulate_dx.then_some(&dx0[..]), &dgain0, rows, dim, EPS);
+    let (xd, gd, dyd) = (f64v(&x), f64v(&gain), f64v(&dy));
+    let (wy, wr) = ref_forward(&xd, &gd, rows, dim, EPS as f64);
+    let (mut wdx, mut wdg) = ref_backward(&xd, &gd, &dyd, rows, dim, EPS as f64);
+    if accumulate_dx {
+        for (w, a) in wdx.iter_mut().zip(&dx0) {
+            *w += *a as f64;
+        }
+    }
+    for (w, a) in wdg.iter_mut().zip(&dgain0) {
+        *w += *a as f64;
+    }
+    let tag = format!("rows={rows} dim={dim} scale={scale} acc={accumulate_dx}");
+    assert_close(&format!("rmsnorm y {tag}"), &got.y, &wy, 1e-5, rng.seed);
+    assert_close(&format!("rmsnorm rstd {tag}"), &got.rstd, &wr, 1e-5, rng.seed);
+    assert_close(&format!("rmsnorm dx {tag}"), &got.dx, &wdx, 1e-4, rng.seed);
+    assert_close(&format!("rmsnorm dgain {tag}"), &got.dgain, &wdg, 1e-4, rng.seed);
+}
+
+#[test]
+fn rmsnorm_forward_and_backward_match_float64_for_odd_widths() {
+    for &(rows, dim) in &[(1, 85), (7, 85), (300, 33), (7, 384), (3, 257), (2, 1000), (300, 16), (17, 6), (5, 2)] {
+        check(rows, dim, 1.0, false);
+    }
+}
+
+#[test]
+fn rmsnorm_matches_float64_for_width_one_where_it_is_well_conditioned() {
+    // With dim = 1, dx = rγdy·εr² is ε/(x²+ε) times the size of the two terms the formula
+    // subtracts, so f32 (and the f32 rstd the backward receives) loses ~log10(x²/ε) digits.
+    // Inputs of size √ε keep it well-conditioned; the forward is exact-ish at any size.
+    for rows in [1, 7, 300] {
+        check(rows, 1, 3e-3, false);
+        check(rows, 1, 3e-3, true);
+    }
+}
+
+#[test]
+fn rmsnorm_backward_accumulates_into_dx_when_asked() {
+    for &(rows, dim) in &[(1, 1), (7, 85), (300, 33), (5, 384)] {
+        check(rows, dim, 1.0, true);
+    }
+}
+
+#[test]
+fn rmsnorm_matches_float64_when_epsilon_dominates_the_mean_square() {
+    // RMS 1e-4 ≪ √ε ≈ 3.2e-3: the output is ε-dominated (spec 10.1), ε on the mean square.
+    for &(rows, dim) in &[(7, 85), (300, 33), (5, 16)] {
+        check(rows, dim, 1e-4, false);
+    }
+}
+
+#[test]
+fn rmsnorm_gain_gradient_reduces_many_rows_for_qk_norm_shapes() {
+    // rows = N·H with a small head dim (more than 1024 chunks of 16 rows), and a tall block
+    // norm: exercises both dγ passes with many chunks and a grid over many workgroups.
+    check(20001, 3, 1.0, false);
+    check(2048 * 6, 16, 1.0, true);
+    check(4099, 85, 1.0, false);
+}
+
+#[test]
+fn rmsnorm_backward_reference_matches_finite_differences() {
+    let mut rng = Rng::fresh();
+    let (rows, dim) = (3, 7);
+    let x = f64v(&rng.normal(rows * dim, 1.0));
+    let gain = f64v(&rng.uniform(dim, 0.5, 1.5));
+    let w = f64v(&rng.normal(rows * dim, 1.0));
+    let eps = 1e-2; // large, so the ε term matters in the check
+    let (dx, dg) = ref_backward(&x, &gain, &w, rows, dim, eps);
+    let loss = |x: &[f64], g: &[f64]| -> f64 {
+        let (y, _) = ref_forward(x, g, rows, dim, eps);
+        y.iter().zip(&w).map(|(a, b)| a * b).sum()
+    };
+    let e_x = fd_check(&mut |v| loss(v, &gain), &x, &dx, 40, &mut rng);
+    let e_g = fd_check(&mut |v| loss(&x, v), &gain, &dg, 20, &mut rng);
+    assert!(e_x < 1e-6 && e_g < 1e-6, "fd: dx {e_x:e} dgain {e_g:e} (seed {})", rng.seed);
+}
+
+#[test]
+fn rmsnorm_is_bit_identical_run_after_run() {
+    let mut rng = Rng::fresh();
+    let (rows, dim) = (3001, 85);
+    let x = rng.normal(rows * dim, 1.0);
+    let gain = rng.uniform(dim, 0.5, 1.5);
+    let dy = rng.normal(rows * dim, 1.0);
+    let dg0 = rng.normal(dim, 1.0);
+    let a = run_gpu(&x, &gain, &dy, None, &dg0, rows, dim, EPS);
+    let b = run_gpu(&x, &gain, &dy, None, &dg0, rows, dim, EPS);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (name, p, q) in
+        [("y", &a.y, &b.y), ("rstd", &a.rstd, &b.rstd), ("dx", &a.dx, &b.dx), ("dgain", &a.dgain, &b.dgain)]
+    {
+        assert!(bits(p) == bits(q), "{name} differs between runs (seed {})", rng.seed);
+    }
+}
+
+#[test]
+fn rmsnorm_recorded_dispatches_can_be_replayed() {
+    // The same bound dispatches recorded twice: dγ accumulates twice, dx is rewritten.
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let (rows, dim) = (37, 33);
+    let x = rng.normal(rows * dim, 1.0);
+    let gain = rng.uniform(dim, 0.5, 1.5);
+    let dy = rng.normal(rows * dim, 1.0);
+    let (tx, tg, tdy) = (upload(&gpu, "x", &x), upload(&gpu, "gain", &gain), upload(&gpu, "dy", &dy));
+    let y = poisoned(&gpu, "y", &[rows * dim]);
+    let rstd = poisoned(&gpu, "rstd", &[rows]);
+    let dx = poisoned(&gpu, "dx", &[rows * dim]);
+    let dgain = upload(&gpu, "dgain", &vec![0.0; dim]);
+    let mut ds = norm::rmsnorm_forward(&gpu, tx.view(), tg.view(), y.view(), rstd.view(), rows, dim, EPS).unwrap();
+    ds.extend(
+        norm::rmsnorm_backward(
+            &gpu,
+            tx.view(),
+            tg.view(),
+            rstd.view(),
+            tdy.view(),
+            dx.view(),
+            dgain.view(),
+            rows,
+            dim,
+            false,
+        )
+        .unwrap(),
+    );
+    run(&gpu, &ds);
+    run(&gpu, &ds);
+    let (xd, gd, dyd) = (f64v(&x), f64v(&gain), f64v(&dy));
+    let (wdx, wdg) = ref_backward(&xd, &gd, &dyd, rows, dim, EPS as f64);
+    let wdg2: Vec<f64> = wdg.iter().map(|v| 2.0 * v).collect();
+    assert_close("replayed dx", &read(&gpu, &dx), &wdx, 1e-4, rng.seed);
+    assert_close("replayed dgain", &read(&gpu, &dgain), &wdg2, 1e-4, rng.seed);
+}
+
+#[test]
+fn rmsnorm_shape_errors_are_reported_not_panicked() {
+    let gpu = gpu();
+    let big = upload(&gpu, "big", &[0.0; 64]);
+    let small = Tensor::from_f32(&gpu, "small", &[5], &[0.0; 5]).unwrap();
+    let e = norm::rmsnorm_forward(&gpu, big.view(), small.view(), big.view(), big.view(), 4, 8, EPS).unwrap_err();
+    assert!(e.to_string().contains("'gain' needs 8 elements, the view has 5"), "{e}");
+    let e = norm::rmsnorm_forward(&gpu, big.view(), big.view(), big.view(), small.view(), 8, 8, EPS).unwrap_err();
+    assert!(e.to_string().contains("'rstd' needs 8 elements"), "{e}");
+    let e = norm::rmsnorm_backward(
+        &gpu,
+        big.view(),
+        big.view(),
+        big.view(),
+        small.view(),
+        big.view(),
+        big.view(),
+        4,
+        8,
+        false,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("'dy' needs 32 elements, the view has 5"), "{e}");
+    let e = norm::rmsnorm_forward(&gpu, big.view(), big.view(), big.view(), big.view(), 0, 8, EPS).unwrap_err();
+    assert!(e.to_string().contains("at least 1"), "{e}");
+}

@@ -1,1 +1,180 @@
-//! Tests of `shaders/swiglu.wgsl` (to be written).
+//! SwiGLU gating against float64: forward and backward at odd sizes, extreme gate values, a grid
+//! larger than 65535 workgroups, determinism, and a finite-difference check of the reference.
+
+use super::common::*;
+use ddl::kernels::swiglu;
+
+fn sigmoid(g: f64) -> f64 {
+    if g >= 0.0 {
+        1.0 / (1.0 + (-g).exp())
+    } else {
+        let e = g.exp();
+        e / (1.0 + e)
+    }
+}
+
+fn ref_forward(gate: &[f32], up: &[f32]) -> Vec<f64> {
+    gate.iter()
+        .zip(up)
+        .map(|(&g, &u)| {
+            let g = g as f64;
+            g * sigmoid(g) * u as f64
+        })
+        .collect()
+}
+
+/// (dgate, dup) in float64.
+fn ref_backward(gate: &[f64], up: &[f64], dout: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let mut dg = Vec::with_capacity(gate.len());
+    let mut du = Vec::with_capacity(gate.len());
+    for i in 0..gate.len() {
+        let (g, u, dy) = (gate[i], up[i], dout[i]);
+        let s = sigmoid(g);
+        du.push(dy * g * s);
+        dg.push(dy * u * s * (1.0 + g * (1.0 - s)));
+    }
+    (dg, du)
+}
+
+fn f64v(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| v as f64).collect()
+}
+
+/// Gate values: mostly N(0, 3²), with some very large magnitudes mixed in.
+fn gates(rng: &mut Rng, n: usize) -> Vec<f32> {
+    let mut g = rng.normal(n, 3.0);
+    let extremes = [-1e4f32, -200.0, -88.0, -30.0, 30.0, 88.0, 200.0, 1e4];
+    for (j, &e) in extremes.iter().enumerate() {
+        if n > 4 * extremes.len() {
+            g[(j * 4 + 1) % n] = e;
+        }
+    }
+    g
+}
+
+fn check(n: usize) {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let gate = gates(&mut rng, n);
+    let up = rng.normal(n, 1.0);
+    let dout = rng.normal(n, 1.0);
+    let (tg, tu, td) = (upload(&gpu, "gate", &gate), upload(&gpu, "up", &up), upload(&gpu, "dout", &dout));
+    let out = poisoned(&gpu, "out", &[n]);
+    let dgate = poisoned(&gpu, "dgate", &[n]);
+    let dup = poisoned(&gpu, "dup", &[n]);
+    run(&gpu, &swiglu::forward(&gpu, tg.view(), tu.view(), out.view(), n).unwrap());
+    run(&gpu, &swiglu::backward(&gpu, tg.view(), tu.view(), td.view(), dgate.view(), dup.view(), n).unwrap());
+    assert_close(&format!("swiglu forward n={n}"), &read(&gpu, &out), &ref_forward(&gate, &up), 1e-5, rng.seed);
+    let (wg, wu) = ref_backward(&f64v(&gate), &f64v(&up), &f64v(&dout));
+    assert_close(&format!("swiglu dgate n={n}"), &read(&gpu, &dgate), &wg, 1e-4, rng.seed);
+    assert_close(&format!("swiglu dup n={n}"), &read(&gpu, &dup), &wu, 1e-4, rng.seed);
+}
+
+#[test]
+fn swiglu_forward_and_backward_match_float64_at_odd_sizes() {
+    for n in [1, 7, 33, 85, 300, 85 * 33, 256 * 7 + 1] {
+        check(n);
+    }
+}
+
+#[test]
+fn swiglu_is_finite_and_exact_in_the_limits_of_large_gates() {
+    // silu(g) → g for g ≫ 0 and → 0 for g ≪ 0; σ'(g) terms vanish without NaN or overflow.
+    let gpu = gpu();
+    let gate = [-1e30f32, -1e4, -100.0, -20.0, 0.0, 20.0, 100.0, 1e4, 1e30];
+    let n = gate.len();
+    let up = vec![1.0f32; n];
+    let dout = vec![1.0f32; n];
+    let (tg, tu, td) = (upload(&gpu, "gate", &gate), upload(&gpu, "up", &up), upload(&gpu, "dout", &dout));
+    let (out, dgate, dup) = (poisoned(&gpu, "out", &[n]), poisoned(&gpu, "dgate", &[n]), poisoned(&gpu, "dup", &[n]));
+    let mut ds = swiglu::forward(&gpu, tg.view(), tu.view(), out.view(), n).unwrap();
+    ds.extend(swiglu::backward(&gpu, tg.view(), tu.view(), td.view(), dgate.view(), dup.view(), n).unwrap());
+    run(&gpu, &ds);
+    let (o, dg, du) = (read(&gpu, &out), read(&gpu, &dgate), read(&gpu, &dup));
+    for i in 0..n {
+        assert!(
+            o[i].is_finite() && dg[i].is_finite() && du[i].is_finite(),
+            "gate {}: out {} dgate {} dup {}",
+            gate[i],
+            o[i],
+            dg[i],
+            du[i]
+        );
+    }
+    for i in [5, 6, 7, 8] {
+        assert_eq!(o[i], gate[i], "silu({}) should be the identity", gate[i]);
+        assert_eq!(du[i], gate[i]);
+        assert_eq!(dg[i], 1.0, "silu'({}) should be 1", gate[i]);
+    }
+    for i in [0, 1, 2] {
+        assert!(o[i].abs() < 1e-30 && dg[i].abs() < 1e-30, "gate {}", gate[i]);
+    }
+    assert_eq!(o[4], 0.0);
+    assert_eq!(dg[4], 0.5);
+}
+
+#[test]
+fn swiglu_forward_covers_a_grid_of_more_than_65535_workgroups() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let n = 65535 * 256 + 300;
+    let gate = rng.uniform(n, -6.0, 6.0);
+    let up = rng.uniform(n, -1.0, 1.0);
+    let (tg, tu) = (upload(&gpu, "gate", &gate), upload(&gpu, "up", &up));
+    let out = poisoned(&gpu, "out", &[n]);
+    let ds = swiglu::forward(&gpu, tg.view(), tu.view(), out.view(), n).unwrap();
+    assert!(ds[0].workgroups[1] > 1, "{:?}", ds[0].workgroups);
+    run(&gpu, &ds);
+    assert_close("swiglu forward (2-D grid)", &read(&gpu, &out), &ref_forward(&gate, &up), 1e-5, rng.seed);
+}
+
+#[test]
+fn swiglu_backward_reference_matches_finite_differences() {
+    let mut rng = Rng::fresh();
+    let n = 41;
+    let gate = f64v(&rng.normal(n, 3.0));
+    let up = f64v(&rng.normal(n, 1.0));
+    let w = f64v(&rng.normal(n, 1.0));
+    let (dg, du) = ref_backward(&gate, &up, &w);
+    // L = Σ w ⊙ silu(gate) ⊙ up, differentiated in gate and in up.
+    let loss = |g: &[f64], u: &[f64]| -> f64 { (0..n).map(|i| w[i] * g[i] * sigmoid(g[i]) * u[i]).sum::<f64>() };
+    let e_g = fd_check(&mut |g| loss(g, &up), &gate, &dg, 30, &mut rng);
+    let e_u = fd_check(&mut |u| loss(&gate, u), &up, &du, 30, &mut rng);
+    assert!(e_g < 1e-6 && e_u < 1e-6, "fd: dgate {e_g:e} dup {e_u:e} (seed {})", rng.seed);
+}
+
+#[test]
+fn swiglu_is_bit_identical_run_after_run() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let n = 1000;
+    let (tg, tu, td) = (
+        upload(&gpu, "gate", &gates(&mut rng, n)),
+        upload(&gpu, "up", &rng.normal(n, 1.0)),
+        upload(&gpu, "dout", &rng.normal(n, 1.0)),
+    );
+    let mut outs = Vec::new();
+    for _ in 0..2 {
+        let (out, dgate, dup) =
+            (poisoned(&gpu, "out", &[n]), poisoned(&gpu, "dgate", &[n]), poisoned(&gpu, "dup", &[n]));
+        let mut ds = swiglu::forward(&gpu, tg.view(), tu.view(), out.view(), n).unwrap();
+        ds.extend(swiglu::backward(&gpu, tg.view(), tu.view(), td.view(), dgate.view(), dup.view(), n).unwrap());
+        run(&gpu, &ds);
+        let bits = |t| read(&gpu, t).iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        outs.push((bits(&out), bits(&dgate), bits(&dup)));
+    }
+    assert!(outs[0] == outs[1], "two runs differ (seed {})", rng.seed);
+}
+
+#[test]
+fn swiglu_shape_errors_are_reported_not_panicked() {
+    let gpu = gpu();
+    let a = upload(&gpu, "a", &[0.0; 8]);
+    let short = upload(&gpu, "short", &[0.0; 5]);
+    let e = swiglu::forward(&gpu, a.view(), short.view(), a.view(), 8).unwrap_err();
+    assert!(e.to_string().contains("'up' needs 8 elements, the view has 5"), "{e}");
+    let e = swiglu::backward(&gpu, a.view(), a.view(), a.view(), short.view(), a.view(), 8).unwrap_err();
+    assert!(e.to_string().contains("'dgate'"), "{e}");
+    let e = swiglu::forward(&gpu, a.view(), a.view(), a.view(), 0).unwrap_err();
+    assert!(e.to_string().contains("at least 1"), "{e}");
+}
