@@ -1,30 +1,198 @@
-//! STUB (type-checking only; replaced by the real launcher).
-#![allow(unused, clippy::all)]
-use crate::bench::KernelBench;
-use crate::gpu::{Dispatch, Gpu, Result, Tensor, View};
+//! Input expansion X⁰ from the token embeddings (`shaders/expand.wgsl`), forward and backward:
+//! the EC token-axis convolution e → X⁰ (spec 3.5, 11.4) and plain replication.
+//!
+//! Layouts: embeddings `[B, T, d]` (= `[N, d]`), states `[B, T, d, m]` (value index fastest), EC
+//! kernel `[d, m, K]` (tap `K−1` = current token). A view may be longer than its tensor; only the
+//! leading elements are used.
+//!
+//! `dekernel` is accumulated deterministically: per-workgroup partial sums over fixed chunks of
+//! tokens in launcher-allocated scratch ([`Dispatch::scratch`]), then a fixed-order sum over the
+//! chunks.
 
-pub fn bench(_gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    Ok(Vec::new())
+pub use super::shortconv::ConvShape;
+
+use super::shortconv::{chunking, fits_u32, launch, need};
+use crate::bench::{BENCH_SHAPE, KernelBench};
+use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D};
+
+/// Uniform parameters shared by every entry point of `expand.wgsl` (32 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    seq: u32,
+    d: u32,
+    m: u32,
+    k: u32,
+    chunk: u32,
+    chunks: u32,
+    _pad: u32,
 }
 
-use crate::kernels::shortconv::ConvShape;
-pub fn ec_forward(_gpu: &Gpu, _s: &ConvShape, _e: View, _ekernel: View, _x0: View) -> Result<Vec<Dispatch>> {
-    todo!()
+fn params(n: usize, seq: usize, d: usize, m: usize, k: usize) -> Params {
+    let (chunk, chunks) = chunking(n);
+    Params {
+        n: n as u32,
+        seq: seq as u32,
+        d: d as u32,
+        m: m as u32,
+        k: k as u32,
+        chunk: chunk as u32,
+        chunks: chunks as u32,
+        _pad: 0,
+    }
 }
+
+/// EC forward (spec 3.5): `x0[b,t,i,j] = Σ_{s<K} E[i,j,s]·e[b, t−(K−1)+s, i]`, zero before
+/// position 0.
+///
+/// `e` `[B, T, d]`, `ekernel` `[d, m, K]`; `x0` `[B, T, d, m]` is written.
+pub fn ec_forward(gpu: &Gpu, s: &ConvShape, e: View, ekernel: View, x0: View) -> Result<Vec<Dispatch>> {
+    let what = "expand::ec_forward";
+    s.validate(what)?;
+    let n = s.tokens();
+    let (d, m, k) = (s.d, s.m, s.kernel);
+    need(what, "e", "[B, T, d]", &e, n * d)?;
+    need(what, "ekernel", "[d, m, K]", &ekernel, d * m * k)?;
+    need(what, "x0", "[B, T, d, m]", &x0, n * d * m)?;
+    let p = params(n, s.seq, d, m, k);
+    Ok(vec![launch(
+        gpu,
+        "expand",
+        "ec_forward",
+        bytemuck::bytes_of(&p),
+        &[("e", e), ("ekernel", ekernel), ("x0", x0)],
+        n * d * m,
+    )?])
+}
+
+/// EC backward (spec 11.4), with `g` = ∂X⁰ `[B, T, d, m]`:
+/// - `de[b,τ,i] = Σ_j Σ_s E[i,j,s]·g[b, τ+K−1−s, i, j]` (terms beyond T−1 dropped), **written**;
+/// - `dekernel[i,j,s] += Σ_{b,t} g[b,t,i,j]·e[b, t−K+1+s, i]`, **accumulated**.
+///
+/// Three dispatches: de; per-chunk partials of dekernel (scratch `[chunks, d, m, K]`); the
+/// chunk sum added into dekernel.
+#[allow(clippy::too_many_arguments)]
 pub fn ec_backward(
-    _gpu: &Gpu,
-    _s: &ConvShape,
-    _e: View,
-    _ekernel: View,
-    _g: View,
-    _de: View,
-    _dekernel: View,
+    gpu: &Gpu,
+    s: &ConvShape,
+    e: View,
+    ekernel: View,
+    g: View,
+    de: View,
+    dekernel: View,
 ) -> Result<Vec<Dispatch>> {
-    todo!()
+    let what = "expand::ec_backward";
+    s.validate(what)?;
+    let n = s.tokens();
+    let (d, m, k) = (s.d, s.m, s.kernel);
+    let dm = d * m;
+    need(what, "e", "[B, T, d]", &e, n * d)?;
+    need(what, "ekernel", "[d, m, K]", &ekernel, dm * k)?;
+    need(what, "g", "[B, T, d, m]", &g, n * dm)?;
+    need(what, "de", "[B, T, d]", &de, n * d)?;
+    need(what, "dekernel", "[d, m, K]", &dekernel, dm * k)?;
+    let p = params(n, s.seq, d, m, k);
+    let pb = bytemuck::bytes_of(&p);
+    let chunks = p.chunks as usize;
+    let partial = Tensor::zeros(gpu, "expand.ec.partial", &[chunks * dm * k], DType::F32)?;
+    let d_de = launch(gpu, "expand", "ec_backward_de", pb, &[("ekernel", ekernel), ("g", g), ("de", de)], n * d)?;
+    let mut d_part = launch(
+        gpu,
+        "expand",
+        "ec_backward_partial",
+        pb,
+        &[("e", e), ("g", g), ("partial", partial.view())],
+        dm.div_ceil(WG_1D as usize) * k * chunks * WG_1D as usize,
+    )?;
+    let mut d_fin = launch(
+        gpu,
+        "expand",
+        "ec_backward_finalize",
+        pb,
+        &[("dekernel", dekernel), ("partial", partial.view())],
+        dm * k,
+    )?;
+    d_part.scratch.push(partial.clone());
+    d_fin.scratch.push(partial);
+    Ok(vec![d_de, d_part, d_fin])
 }
-pub fn replicate_forward(_gpu: &Gpu, _n: usize, _d: usize, _m: usize, _e: View, _x0: View) -> Result<Vec<Dispatch>> {
-    todo!()
+
+fn replicate_validate(what: &str, n: usize, d: usize, m: usize) -> Result<()> {
+    if n == 0 || d == 0 || m == 0 {
+        return Err(GpuError::Shape(format!("{what}: every size must be at least 1, got n={n} d={d} m={m}")));
+    }
+    fits_u32(what, &[n as u128 * (d * m) as u128])
 }
-pub fn replicate_backward(_gpu: &Gpu, _n: usize, _d: usize, _m: usize, _g: View, _de: View) -> Result<Vec<Dispatch>> {
-    todo!()
+
+/// Replication forward: `x0[t,i,j] = e[t,i]`. `e` `[n, d]`; `x0` `[n, d, m]` is written.
+pub fn replicate_forward(gpu: &Gpu, n: usize, d: usize, m: usize, e: View, x0: View) -> Result<Vec<Dispatch>> {
+    let what = "expand::replicate_forward";
+    replicate_validate(what, n, d, m)?;
+    need(what, "e", "[n, d]", &e, n * d)?;
+    need(what, "x0", "[n, d, m]", &x0, n * d * m)?;
+    let p = params(n, n, d, m, 1);
+    Ok(vec![launch(gpu, "expand", "replicate_forward", bytemuck::bytes_of(&p), &[("e", e), ("x0", x0)], n * d * m)?])
+}
+
+/// Replication backward: `de[t,i] = Σ_j g[t,i,j]` (j in order). `g` `[n, d, m]`; `de` `[n, d]` is
+/// written.
+pub fn replicate_backward(gpu: &Gpu, n: usize, d: usize, m: usize, g: View, de: View) -> Result<Vec<Dispatch>> {
+    let what = "expand::replicate_backward";
+    replicate_validate(what, n, d, m)?;
+    need(what, "g", "[n, d, m]", &g, n * d * m)?;
+    need(what, "de", "[n, d]", &de, n * d)?;
+    let p = params(n, n, d, m, 1);
+    Ok(vec![launch(gpu, "expand", "replicate_backward", bytemuck::bytes_of(&p), &[("g", g), ("de", de)], n * d)?])
+}
+
+/// Benchmark cases for `ddl bench kernels` at [`BENCH_SHAPE`]: EC and replication, forward and
+/// backward.
+pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
+    let b = BENCH_SHAPE;
+    let s = ConvShape { batch: b.b, seq: b.t, d: b.d, m: b.m, kernel: b.kernel };
+    let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
+    let (ndf, dmf, kf) = (n as f64 * d as f64, (d * m) as f64, k as f64);
+    let state = n as f64 * dmf;
+    let t = |label: &str, elems: usize| Tensor::zeros(gpu, label, &[elems], DType::F32);
+    let e = t("e", n * d)?;
+    let ek = t("ekernel", d * m * k)?;
+    let x0 = t("x0", n * d * m)?;
+    let g = t("g", n * d * m)?;
+    let de = t("de", n * d)?;
+    let dek = t("dekernel", d * m * k)?;
+    let keep = [e.clone(), ek.clone(), x0.clone(), g.clone(), de.clone(), dek.clone()];
+    let shape = format!("B={} T={} d={d} m={m}", b.b, b.t);
+    let mut out = vec![
+        KernelBench {
+            name: format!("expand ec_forward {shape} K={k}"),
+            dispatches: ec_forward(gpu, &s, e.view(), ek.view(), x0.view())?,
+            flops: 2.0 * state * kf,
+            bytes: 4.0 * (ndf + dmf * kf + state),
+        },
+        KernelBench {
+            name: format!("expand ec_backward {shape} K={k}"),
+            dispatches: ec_backward(gpu, &s, e.view(), ek.view(), g.view(), de.view(), dek.view())?,
+            // de: K taps per state element; dekernel: K taps per state element.
+            flops: 4.0 * state * kf,
+            // Read g and e, write de, read+write dekernel, read ekernel.
+            bytes: 4.0 * (state + 2.0 * ndf + 3.0 * dmf * kf),
+        },
+        KernelBench {
+            name: format!("expand replicate_forward {shape}"),
+            dispatches: replicate_forward(gpu, n, d, m, e.view(), x0.view())?,
+            flops: 0.0,
+            bytes: 4.0 * (ndf + state),
+        },
+        KernelBench {
+            name: format!("expand replicate_backward {shape}"),
+            dispatches: replicate_backward(gpu, n, d, m, g.view(), de.view())?,
+            flops: state,
+            bytes: 4.0 * (state + ndf),
+        },
+    ];
+    for case in &mut out {
+        case.dispatches[0].scratch.extend(keep.iter().cloned());
+    }
+    Ok(out)
 }

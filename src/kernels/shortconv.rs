@@ -1,12 +1,21 @@
-//! STUB (type-checking only; replaced by the real launcher).
-#![allow(unused, clippy::all)]
-use crate::bench::KernelBench;
-use crate::gpu::{Dispatch, Gpu, Result, Tensor, View};
+//! The two DDL compressors a = Comp(X) (`shaders/shortconv.wgsl`), forward and backward: the
+//! token-axis causal depthwise ShortConv with read vector (spec 3.3, 11.2) and the value-axis CC
+//! compressor (spec 3.4, 11.3).
+//!
+//! Layouts: states `[B, T, d, m]` (= `[N, d, m]`, value index fastest), compressed outputs
+//! `[B, T, d]`; token kernel `[d, m, K]` (tap `K−1` = current token), CC kernel `[d, kc]`, read
+//! vector `[m]`. A view may be longer than its tensor; only the leading elements are used.
+//!
+//! Parameter gradients are accumulated (`+=`) deterministically: per-workgroup partial sums over
+//! fixed chunks of tokens in launcher-allocated scratch ([`Dispatch::scratch`]), then fixed-order
+//! passes over the chunks and over the features. The chunking depends only on the shape, so the
+//! same inputs give bit-identical gradients.
 
-pub fn bench(_gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    Ok(Vec::new())
-}
+use crate::bench::{BENCH_SHAPE, KernelBench};
+use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D, grid_1d};
 
+/// Sizes of a token-axis convolution over a batch of sequences: `batch` sequences of `seq`
+/// tokens, `d` features, `m` value channels, `kernel` taps.
 #[derive(Clone, Copy, Debug)]
 pub struct ConvShape {
     pub batch: usize,
@@ -15,55 +24,427 @@ pub struct ConvShape {
     pub m: usize,
     pub kernel: usize,
 }
-pub fn token_forward(
-    _gpu: &Gpu,
-    _s: &ConvShape,
-    _x: View,
-    _kappa: View,
-    _rho: View,
-    _a: View,
-) -> Result<Vec<Dispatch>> {
-    todo!()
+
+impl ConvShape {
+    /// Number of tokens B·T.
+    pub fn tokens(&self) -> usize {
+        self.batch * self.seq
+    }
+
+    /// Errors unless every size is at least 1 and every index fits the shaders' u32 arithmetic.
+    pub(crate) fn validate(&self, what: &str) -> Result<()> {
+        let s = self;
+        if s.batch == 0 || s.seq == 0 || s.d == 0 || s.m == 0 || s.kernel == 0 {
+            return Err(GpuError::Shape(format!("{what}: every size must be at least 1, got {s:?}")));
+        }
+        let (_, chunks) = chunking(s.tokens());
+        fits_u32(
+            what,
+            &[
+                s.tokens() as u128 * (s.d * s.m) as u128 + s.kernel as u128,
+                chunks as u128 * (s.d * s.m * s.kernel) as u128,
+            ],
+        )
+    }
 }
+
+/// Uniform parameters shared by every entry point of `shortconv.wgsl` (48 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    seq: u32,
+    d: u32,
+    m: u32,
+    k: u32,
+    chunk: u32,
+    chunks: u32,
+    pi: u32,
+    rk: u32,
+    _pad: [u32; 3],
+}
+
+/// Fewest tokens summed sequentially by one invocation of a partial-sum pass.
+const MIN_CHUNK: usize = 32;
+/// Most chunks (partial sums per parameter element) of a partial-sum pass.
+const MAX_CHUNKS: usize = 256;
+
+/// `(chunk, chunks)`: tokens per chunk and number of chunks for a reduction over `n` tokens.
+/// Depends on `n` only (determinism).
+pub(crate) fn chunking(n: usize) -> (usize, usize) {
+    let chunks = n.div_ceil(MIN_CHUNK).clamp(1, MAX_CHUNKS);
+    let chunk = n.div_ceil(chunks).max(1);
+    (chunk, n.div_ceil(chunk).max(1))
+}
+
+/// Errors when an index the shaders compute could overflow u32.
+pub(crate) fn fits_u32(what: &str, extents: &[u128]) -> Result<()> {
+    for &e in extents {
+        if e >= u32::MAX as u128 {
+            return Err(GpuError::Shape(format!(
+                "{what}: {e} elements exceed the 2^32 indexable by the shader; split the batch"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Errors unless `view` holds at least `elems` f32 (`shape` describes the expected tensor).
+pub(crate) fn need(what: &str, tensor: &str, shape: &str, view: &View, elems: usize) -> Result<()> {
+    if view.len() < elems {
+        return Err(GpuError::Shape(format!(
+            "{what}: '{tensor}' {shape} needs {elems} elements, the view has {}",
+            view.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Binds `entry` of `shader` over `threads` invocations (1-D grid of 256-wide workgroups).
+pub(crate) fn launch(
+    gpu: &Gpu,
+    shader: &str,
+    entry: &str,
+    params: &[u8],
+    buffers: &[(&str, View<'_>)],
+    threads: usize,
+) -> Result<Dispatch> {
+    let k = gpu.kernel(shader, None, entry)?;
+    let grid = grid_1d(threads as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension);
+    k.dispatch(gpu, Some(params), buffers, grid)
+}
+
+fn scratch(gpu: &Gpu, label: &str, elems: usize) -> Result<Tensor> {
+    Tensor::zeros(gpu, label, &[elems], DType::F32)
+}
+
+/// Token-axis compressor forward (spec 3.3):
+/// `a[b,t,i] = Σ_j ρ_j Σ_{s<K} κ[i,j,s]·X[b, t−(K−1)+s, i, j]`, zero before position 0.
+///
+/// `x` `[B, T, d, m]`, `kappa` `[d, m, K]`, `rho` `[m]`; `a` `[B, T, d]` is written. Correct for
+/// any T ≥ 1 (T < K included: decoding runs it on a window of the last states).
+pub fn token_forward(gpu: &Gpu, s: &ConvShape, x: View, kappa: View, rho: View, a: View) -> Result<Vec<Dispatch>> {
+    let what = "shortconv::token_forward";
+    s.validate(what)?;
+    let n = s.tokens();
+    let (d, m, k) = (s.d, s.m, s.kernel);
+    need(what, "x", "[B, T, d, m]", &x, n * d * m)?;
+    need(what, "kappa", "[d, m, K]", &kappa, d * m * k)?;
+    need(what, "rho", "[m]", &rho, m)?;
+    need(what, "a", "[B, T, d]", &a, n * d)?;
+    let p = token_params(s);
+    Ok(vec![launch(
+        gpu,
+        "shortconv",
+        "token_forward",
+        bytemuck::bytes_of(&p),
+        &[("x", x), ("kappa", kappa), ("rho", rho), ("a", a)],
+        n * d,
+    )?])
+}
+
+fn token_params(s: &ConvShape) -> Params {
+    let (chunk, chunks) = chunking(s.tokens());
+    Params {
+        n: s.tokens() as u32,
+        seq: s.seq as u32,
+        d: s.d as u32,
+        m: s.m as u32,
+        k: s.kernel as u32,
+        chunk: chunk as u32,
+        chunks: chunks as u32,
+        pi: 0,
+        rk: s.kernel as u32,
+        _pad: [0; 3],
+    }
+}
+
+/// Token-axis compressor backward (spec 11.2), all three outputs **accumulated**:
+/// - `dx[b,τ,i,j] += Σ_s κ[i,j,s]·ρ_j·da[b, τ+K−1−s, i]` (terms beyond T−1 dropped),
+/// - `dkappa[i,j,s] += Σ_{b,t} ρ_j·da[b,t,i]·X[b, t−K+1+s, i, j]`,
+/// - `drho[j] += Σ_{b,t,i} da[b,t,i]·X̃[b,t,i,j]`, evaluated as `Σ_{i,s} κ[i,j,s]·P[i,j,s]` with
+///   `P[i,j,s] = Σ_{b,t} da[b,t,i]·X[b,t−K+1+s,i,j]` (the same sum regrouped; X̃ is not stored).
+///
+/// Four dispatches: dx; per-chunk partials of P (scratch `[chunks, d, m, K]`); chunk sum into
+/// dkappa plus the drho terms (scratch `[d, m, K]`); one workgroup per j for drho.
+#[allow(clippy::too_many_arguments)]
 pub fn token_backward(
-    _gpu: &Gpu,
-    _s: &ConvShape,
-    _x: View,
-    _kappa: View,
-    _rho: View,
-    _da: View,
-    _dx: View,
-    _dkappa: View,
-    _drho: View,
+    gpu: &Gpu,
+    s: &ConvShape,
+    x: View,
+    kappa: View,
+    rho: View,
+    da: View,
+    dx: View,
+    dkappa: View,
+    drho: View,
 ) -> Result<Vec<Dispatch>> {
-    todo!()
+    let what = "shortconv::token_backward";
+    s.validate(what)?;
+    let n = s.tokens();
+    let (d, m, k) = (s.d, s.m, s.kernel);
+    let dm = d * m;
+    need(what, "x", "[B, T, d, m]", &x, n * dm)?;
+    need(what, "kappa", "[d, m, K]", &kappa, dm * k)?;
+    need(what, "rho", "[m]", &rho, m)?;
+    need(what, "da", "[B, T, d]", &da, n * d)?;
+    need(what, "dx", "[B, T, d, m]", &dx, n * dm)?;
+    need(what, "dkappa", "[d, m, K]", &dkappa, dm * k)?;
+    need(what, "drho", "[m]", &drho, m)?;
+    let p = token_params(s);
+    let pb = bytemuck::bytes_of(&p);
+    let chunks = p.chunks as usize;
+    let partial = scratch(gpu, "shortconv.token.partial", chunks * dm * k)?;
+    let q = scratch(gpu, "shortconv.token.q", dm * k)?;
+
+    let d_dx = launch(
+        gpu,
+        "shortconv",
+        "token_backward_dx",
+        pb,
+        &[("kappa", kappa), ("rho", rho), ("da", da), ("dx", dx)],
+        n * dm,
+    )?;
+    let mut d_part = launch(
+        gpu,
+        "shortconv",
+        "token_backward_partial",
+        pb,
+        &[("x", x), ("da", da), ("partial", partial.view())],
+        dm.div_ceil(WG_1D as usize) * k * chunks * WG_1D as usize,
+    )?;
+    let mut d_fin = launch(
+        gpu,
+        "shortconv",
+        "token_backward_finalize",
+        pb,
+        &[("kappa", kappa), ("rho", rho), ("dkappa", dkappa), ("partial", partial.view()), ("q", q.view())],
+        dm * k,
+    )?;
+    let mut d_rho =
+        launch(gpu, "shortconv", "reduce_drho", pb, &[("drho", drho), ("q", q.view())], m * WG_1D as usize)?;
+    d_part.scratch.push(partial.clone());
+    d_fin.scratch.extend([partial, q.clone()]);
+    d_rho.scratch.push(q);
+    Ok(vec![d_dx, d_part, d_fin, d_rho])
 }
+
+fn value_params(n: usize, d: usize, m: usize, kc: usize) -> Params {
+    let (chunk, chunks) = chunking(n);
+    Params {
+        n: n as u32,
+        seq: n as u32,
+        d: d as u32,
+        m: m as u32,
+        k: kc as u32,
+        chunk: chunk as u32,
+        chunks: chunks as u32,
+        pi: ((kc - 1) / 2) as u32,
+        rk: 1,
+        _pad: [0; 3],
+    }
+}
+
+fn value_validate(what: &str, n: usize, d: usize, m: usize, kc: usize) -> Result<()> {
+    if n == 0 || d == 0 || m == 0 || kc == 0 {
+        return Err(GpuError::Shape(format!("{what}: every size must be at least 1, got n={n} d={d} m={m} kc={kc}")));
+    }
+    let (_, chunks) = chunking(n);
+    fits_u32(what, &[n as u128 * (d * m) as u128, chunks as u128 * (d * m) as u128, (d * kc) as u128])
+}
+
+/// Value-axis (CC) compressor forward (spec 3.4), per token:
+/// `a[i] = Σ_j Ω[i,j]·X[i,j]`, `Ω[i,j] = Σ_{r<m} ρ_r·κ[i, π+j−r]`, `π = ⌊(kc−1)/2⌋`, terms
+/// with `π+j−r ∉ [0, kc)` dropped.
+///
+/// `x` `[n, d, m]`, `kappa` `[d, kc]`, `rho` `[m]`; `a` `[n, d]` is written. Any kc ≥ 1 (the
+/// reference configurations have kc = m).
+#[allow(clippy::too_many_arguments)]
 pub fn value_forward(
-    _gpu: &Gpu,
-    _n: usize,
-    _d: usize,
-    _m: usize,
-    _kc: usize,
-    _x: View,
-    _kappa: View,
-    _rho: View,
-    _a: View,
+    gpu: &Gpu,
+    n: usize,
+    d: usize,
+    m: usize,
+    kc: usize,
+    x: View,
+    kappa: View,
+    rho: View,
+    a: View,
 ) -> Result<Vec<Dispatch>> {
-    todo!()
+    let what = "shortconv::value_forward";
+    value_validate(what, n, d, m, kc)?;
+    need(what, "x", "[n, d, m]", &x, n * d * m)?;
+    need(what, "kappa", "[d, kc]", &kappa, d * kc)?;
+    need(what, "rho", "[m]", &rho, m)?;
+    need(what, "a", "[n, d]", &a, n * d)?;
+    let p = value_params(n, d, m, kc);
+    Ok(vec![launch(
+        gpu,
+        "shortconv",
+        "value_forward",
+        bytemuck::bytes_of(&p),
+        &[("x", x), ("kappa", kappa), ("rho", rho), ("a", a)],
+        n * d,
+    )?])
 }
+
+/// Value-axis (CC) compressor backward (spec 11.3), all three outputs **accumulated**:
+/// `dx[n,i,j] += da[n,i]·Ω[i,j]`; with `∂Ω[i,j] = Σ_n da[n,i]·X[n,i,j]`:
+/// `dkappa[i,q] += Σ_r ρ_r·∂Ω[i, q−π+r]`, `drho[r] += Σ_{i,j} ∂Ω[i,j]·κ[i, π+j−r]`.
+///
+/// Three dispatches: dx together with per-chunk partials of ∂Ω (one pass over X, da, dx;
+/// scratch `[chunks, d, m]`); per feature, the chunk sum (scratch ∂Ω `[d, m]`), dkappa and the
+/// drho terms (scratch `[d, m]`); one workgroup per r for drho.
+#[allow(clippy::too_many_arguments)]
 pub fn value_backward(
-    _gpu: &Gpu,
-    _n: usize,
-    _d: usize,
-    _m: usize,
-    _kc: usize,
-    _x: View,
-    _kappa: View,
-    _rho: View,
-    _da: View,
-    _dx: View,
-    _dkappa: View,
-    _drho: View,
+    gpu: &Gpu,
+    n: usize,
+    d: usize,
+    m: usize,
+    kc: usize,
+    x: View,
+    kappa: View,
+    rho: View,
+    da: View,
+    dx: View,
+    dkappa: View,
+    drho: View,
 ) -> Result<Vec<Dispatch>> {
-    todo!()
+    let what = "shortconv::value_backward";
+    value_validate(what, n, d, m, kc)?;
+    let dm = d * m;
+    need(what, "x", "[n, d, m]", &x, n * dm)?;
+    need(what, "kappa", "[d, kc]", &kappa, d * kc)?;
+    need(what, "rho", "[m]", &rho, m)?;
+    need(what, "da", "[n, d]", &da, n * d)?;
+    need(what, "dx", "[n, d, m]", &dx, n * dm)?;
+    need(what, "dkappa", "[d, kc]", &dkappa, d * kc)?;
+    need(what, "drho", "[m]", &drho, m)?;
+    let p = value_params(n, d, m, kc);
+    let pb = bytemuck::bytes_of(&p);
+    let chunks = p.chunks as usize;
+    let partial = scratch(gpu, "shortconv.value.partial", chunks * dm)?;
+    let domega = scratch(gpu, "shortconv.value.domega", dm)?;
+    let q = scratch(gpu, "shortconv.value.q", dm)?;
+
+    let mut d_part = launch(
+        gpu,
+        "shortconv",
+        "value_backward_partial",
+        pb,
+        &[("x", x), ("kappa", kappa), ("rho", rho), ("da", da), ("dx", dx), ("partial", partial.view())],
+        dm.div_ceil(WG_1D as usize) * chunks * WG_1D as usize,
+    )?;
+    let mut d_fin = launch(
+        gpu,
+        "shortconv",
+        "value_backward_finalize",
+        pb,
+        &[
+            ("kappa", kappa),
+            ("rho", rho),
+            ("dkappa", dkappa),
+            ("partial", partial.view()),
+            ("q", q.view()),
+            ("domega", domega.view()),
+        ],
+        d,
+    )?;
+    let mut d_rho =
+        launch(gpu, "shortconv", "reduce_drho", pb, &[("drho", drho), ("q", q.view())], m * WG_1D as usize)?;
+    d_part.scratch.push(partial.clone());
+    d_fin.scratch.extend([partial, domega, q.clone()]);
+    d_rho.scratch.push(q);
+    Ok(vec![d_part, d_fin, d_rho])
+}
+
+/// Benchmark cases for `ddl bench kernels` at [`BENCH_SHAPE`]: both compressors, forward and
+/// backward (CC with kc = m).
+pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
+    let b = BENCH_SHAPE;
+    let s = ConvShape { batch: b.b, seq: b.t, d: b.d, m: b.m, kernel: b.kernel };
+    let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
+    let (nf, dmf, ndf, kf) = (n as f64, (d * m) as f64, (n * d) as f64, k as f64);
+    let state = nf * dmf;
+    let t = |label: &str, elems: usize| scratch(gpu, label, elems);
+    let x = t("x", n * d * m)?;
+    let kt = t("kappa", d * m * k)?;
+    let kv = t("kappa_cc", d * m)?;
+    let rho = t("rho", m)?;
+    let a = t("a", n * d)?;
+    let da = t("da", n * d)?;
+    let dx = t("dx", n * d * m)?;
+    let dkt = t("dkappa", d * m * k)?;
+    let dkv = t("dkappa_cc", d * m)?;
+    let drho = t("drho", m)?;
+    let keep = [
+        x.clone(),
+        kt.clone(),
+        kv.clone(),
+        rho.clone(),
+        a.clone(),
+        da.clone(),
+        dx.clone(),
+        dkt.clone(),
+        dkv.clone(),
+        drho.clone(),
+    ];
+    let shape = format!("B={} T={} d={d} m={m}", b.b, b.t);
+    let mut out = vec![
+        KernelBench {
+            name: format!("shortconv token_forward {shape} K={k}"),
+            dispatches: token_forward(gpu, &s, x.view(), kt.view(), rho.view(), a.view())?,
+            // Σ_s κ·X per channel, then the ρ-weighted sum over j.
+            flops: 2.0 * state * kf + 2.0 * state,
+            bytes: 4.0 * (state + dmf * kf + ndf),
+        },
+        KernelBench {
+            name: format!("shortconv token_backward {shape} K={k}"),
+            dispatches: token_backward(
+                gpu,
+                &s,
+                x.view(),
+                kt.view(),
+                rho.view(),
+                da.view(),
+                dx.view(),
+                dkt.view(),
+                drho.view(),
+            )?,
+            // dx: K taps + scale + add; P: K taps; finalize and drho are O(d·m·K).
+            flops: 2.0 * state * kf + 2.0 * state + 2.0 * state * kf,
+            // Read X, da, dx; write dx; read+write dkappa.
+            bytes: 4.0 * (3.0 * state + ndf + 2.0 * dmf * kf),
+        },
+        KernelBench {
+            name: format!("shortconv value_forward {shape} kc={m}"),
+            dispatches: value_forward(gpu, n, d, m, m, x.view(), kv.view(), rho.view(), a.view())?,
+            flops: 2.0 * state,
+            bytes: 4.0 * (state + ndf + dmf),
+        },
+        KernelBench {
+            name: format!("shortconv value_backward {shape} kc={m}"),
+            dispatches: value_backward(
+                gpu,
+                n,
+                d,
+                m,
+                m,
+                x.view(),
+                kv.view(),
+                rho.view(),
+                da.view(),
+                dx.view(),
+                dkv.view(),
+                drho.view(),
+            )?,
+            // dx += da·Ω and ∂Ω += da·X per state element.
+            flops: 4.0 * state,
+            bytes: 4.0 * (3.0 * state + ndf + 2.0 * dmf),
+        },
+    ];
+    for case in &mut out {
+        case.dispatches[0].scratch.extend(keep.iter().cloned());
+    }
+    Ok(out)
 }

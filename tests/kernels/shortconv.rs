@@ -1,1 +1,579 @@
-//! Tests of `shaders/shortconv.wgsl` (to be written).
+//! The two DDL compressors (spec 3.3, 3.4, 11.2, 11.3) against float64 references: forward and
+//! backward at odd shapes (T < K, T = 1, single features and channels), accumulation into the
+//! gradient buffers, chunked reductions that straddle sequences, more than 65535 workgroups,
+//! bit-identical reruns, and finite-difference checks of the references themselves.
+
+use super::common::*;
+use ddl::gpu::{Dispatch, GpuError};
+use ddl::kernels::shortconv::{self, ConvShape};
+use ddl::testing::f64s;
+
+fn shape(batch: usize, seq: usize, d: usize, m: usize, kernel: usize) -> ConvShape {
+    ConvShape { batch, seq, d, m, kernel }
+}
+
+// ------------------------------------------------------------------------------------------------
+// float64 references
+
+/// Token axis, spec 3.3: a[b,t,i] = Σ_j ρ_j Σ_s κ[i,j,s]·X[b, t−(K−1)+s, i, j].
+fn token_ref(s: &ConvShape, x: &[f64], kappa: &[f64], rho: &[f64]) -> Vec<f64> {
+    let (tn, d, m, k) = (s.seq, s.d, s.m, s.kernel);
+    let mut a = vec![0.0; s.tokens() * d];
+    for b in 0..s.batch {
+        for t in 0..tn {
+            for i in 0..d {
+                let mut acc = 0.0;
+                for (j, &rj) in rho.iter().enumerate().take(m) {
+                    let c = i * m + j;
+                    let mut xt = 0.0;
+                    for tap in 0..k {
+                        let Some(tau) = (t + tap + 1).checked_sub(k) else {
+                            continue;
+                        };
+                        xt += kappa[c * k + tap] * x[(b * tn + tau) * d * m + c];
+                    }
+                    acc += rj * xt;
+                }
+                a[(b * tn + t) * d + i] = acc;
+            }
+        }
+    }
+    a
+}
+
+/// Token axis backward, spec 11.2 (plain gradients, nothing accumulated): (dx, dkappa, drho).
+fn token_grad_ref(s: &ConvShape, x: &[f64], kappa: &[f64], rho: &[f64], da: &[f64]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (tn, d, m, k) = (s.seq, s.d, s.m, s.kernel);
+    let dm = d * m;
+    let mut dx = vec![0.0; s.tokens() * dm];
+    let mut dk = vec![0.0; dm * k];
+    let mut dr = vec![0.0; m];
+    let xs = |b: usize, tau: usize, c: usize| x[(b * tn + tau) * dm + c];
+    for b in 0..s.batch {
+        for t in 0..tn {
+            for i in 0..d {
+                let g = da[(b * tn + t) * d + i];
+                for (j, &rj) in rho.iter().enumerate().take(m) {
+                    let c = i * m + j;
+                    let dxt = rj * g; // ∂X̃
+                    let mut xt = 0.0; // X̃
+                    for tap in 0..k {
+                        if let Some(tau) = (t + tap + 1).checked_sub(k) {
+                            xt += kappa[c * k + tap] * xs(b, tau, c);
+                            dk[c * k + tap] += dxt * xs(b, tau, c);
+                        }
+                    }
+                    dr[j] += g * xt;
+                }
+            }
+            // ∂X_τ += Σ_s κ[:,:,s] ∂X̃_{τ+K−1−s} (anti-causal, terms beyond T−1 dropped).
+            let tau = t;
+            for i in 0..d {
+                for (j, &rj) in rho.iter().enumerate().take(m) {
+                    let c = i * m + j;
+                    let mut acc = 0.0;
+                    for tap in 0..k {
+                        let src = tau + k - 1 - tap;
+                        if src < tn {
+                            acc += kappa[c * k + tap] * rj * da[(b * tn + src) * d + i];
+                        }
+                    }
+                    dx[(b * tn + tau) * dm + c] = acc;
+                }
+            }
+        }
+    }
+    (dx, dk, dr)
+}
+
+/// Value axis (CC), spec 3.4: Ω[i,j] = Σ_r ρ_r κ[i, π+j−r].
+fn omega_ref(d: usize, m: usize, kc: usize, kappa: &[f64], rho: &[f64]) -> Vec<f64> {
+    let pi = (kc - 1) / 2;
+    let mut om = vec![0.0; d * m];
+    for i in 0..d {
+        for j in 0..m {
+            for (r, &rr) in rho.iter().enumerate().take(m) {
+                let q = pi as isize + j as isize - r as isize;
+                if q >= 0 && (q as usize) < kc {
+                    om[i * m + j] += rr * kappa[i * kc + q as usize];
+                }
+            }
+        }
+    }
+    om
+}
+
+fn value_ref(n: usize, d: usize, m: usize, kc: usize, x: &[f64], kappa: &[f64], rho: &[f64]) -> Vec<f64> {
+    let om = omega_ref(d, m, kc, kappa, rho);
+    let mut a = vec![0.0; n * d];
+    for t in 0..n {
+        for i in 0..d {
+            a[t * d + i] = (0..m).map(|j| om[i * m + j] * x[(t * d + i) * m + j]).sum();
+        }
+    }
+    a
+}
+
+/// Value axis backward, spec 11.3: (dx, dkappa, drho).
+#[allow(clippy::too_many_arguments)]
+fn value_grad_ref(
+    n: usize,
+    d: usize,
+    m: usize,
+    kc: usize,
+    x: &[f64],
+    kappa: &[f64],
+    rho: &[f64],
+    da: &[f64],
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let pi = (kc - 1) / 2;
+    let om = omega_ref(d, m, kc, kappa, rho);
+    let mut dx = vec![0.0; n * d * m];
+    let mut dom = vec![0.0; d * m];
+    for t in 0..n {
+        for i in 0..d {
+            for j in 0..m {
+                dx[(t * d + i) * m + j] = da[t * d + i] * om[i * m + j];
+                dom[i * m + j] += da[t * d + i] * x[(t * d + i) * m + j];
+            }
+        }
+    }
+    let mut dk = vec![0.0; d * kc];
+    let mut dr = vec![0.0; m];
+    for i in 0..d {
+        for j in 0..m {
+            for r in 0..m {
+                let q = pi as isize + j as isize - r as isize;
+                if q >= 0 && (q as usize) < kc {
+                    dk[i * kc + q as usize] += rho[r] * dom[i * m + j];
+                    dr[r] += dom[i * m + j] * kappa[i * kc + q as usize];
+                }
+            }
+        }
+    }
+    (dx, dk, dr)
+}
+
+/// `assert_close` for very large outputs: the relative L2 error and the NaN count are computed
+/// here in one pass; only a failure pays for the full report (which sorts every element).
+#[track_caller]
+fn assert_close_large(name: &str, got: &[f32], want: &[f64], tol: f64, seed: u64) {
+    assert_eq!(got.len(), want.len(), "{name}: length");
+    let (mut num, mut den, mut finite) = (0.0f64, 0.0f64, true);
+    for (&g, &w) in got.iter().zip(want) {
+        finite &= g.is_finite();
+        num += (g as f64 - w) * (g as f64 - w);
+        den += w * w;
+    }
+    if !(finite && (num / den.max(f64::MIN_POSITIVE)).sqrt() <= tol) {
+        assert_close(name, got, want, tol, seed);
+    }
+}
+
+fn plus(a: &[f32], b: &[f64]) -> Vec<f64> {
+    a.iter().zip(b).map(|(&x, &y)| x as f64 + y).collect()
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+// ------------------------------------------------------------------------------------------------
+// GPU runs
+
+/// Inputs of one compressor test: state, kernel, read vector, upstream gradient and the initial
+/// contents of the three accumulated gradients.
+struct Inputs {
+    x: Vec<f32>,
+    kappa: Vec<f32>,
+    rho: Vec<f32>,
+    da: Vec<f32>,
+    dx0: Vec<f32>,
+    dk0: Vec<f32>,
+    dr0: Vec<f32>,
+}
+
+impl Inputs {
+    fn draw(rng: &mut Rng, state: usize, kernel: usize, m: usize, out: usize) -> Inputs {
+        Inputs {
+            x: rng.normal(state, 1.0),
+            kappa: rng.uniform(kernel, -1.0, 1.0),
+            rho: rng.uniform(m, -1.0, 1.0),
+            da: rng.normal(out, 1.0),
+            dx0: rng.uniform(state, -1.0, 1.0),
+            dk0: rng.uniform(kernel, -1.0, 1.0),
+            dr0: rng.uniform(m, -1.0, 1.0),
+        }
+    }
+}
+
+/// GPU outputs: a, and dx, dkappa, drho after accumulation.
+struct Outputs {
+    a: Vec<f32>,
+    dx: Vec<f32>,
+    dk: Vec<f32>,
+    dr: Vec<f32>,
+}
+
+type Fwd<'a> = dyn Fn(
+        &ddl::gpu::Gpu,
+        ddl::gpu::View,
+        ddl::gpu::View,
+        ddl::gpu::View,
+        ddl::gpu::View,
+    ) -> ddl::gpu::Result<Vec<Dispatch>>
+    + 'a;
+type Bwd<'a> = dyn Fn(&ddl::gpu::Gpu, [ddl::gpu::View; 7]) -> ddl::gpu::Result<Vec<Dispatch>> + 'a;
+
+/// Runs a forward (a poisoned) and a backward (accumulators preloaded) on the GPU.
+fn run_gpu(inp: &Inputs, out_len: usize, fwd: &Fwd, bwd: &Bwd) -> Outputs {
+    let gpu = gpu();
+    let x = upload(&gpu, "x", &inp.x);
+    let kappa = upload(&gpu, "kappa", &inp.kappa);
+    let rho = upload(&gpu, "rho", &inp.rho);
+    let a = poisoned(&gpu, "a", &[out_len]);
+    run(&gpu, &fwd(&gpu, x.view(), kappa.view(), rho.view(), a.view()).unwrap());
+    let da = upload(&gpu, "da", &inp.da);
+    let dx = upload(&gpu, "dx", &inp.dx0);
+    let dk = upload(&gpu, "dkappa", &inp.dk0);
+    let dr = upload(&gpu, "drho", &inp.dr0);
+    run(&gpu, &bwd(&gpu, [x.view(), kappa.view(), rho.view(), da.view(), dx.view(), dk.view(), dr.view()]).unwrap());
+    Outputs { a: read(&gpu, &a), dx: read(&gpu, &dx), dk: read(&gpu, &dk), dr: read(&gpu, &dr) }
+}
+
+fn run_token(s: &ConvShape, inp: &Inputs) -> Outputs {
+    run_gpu(inp, s.tokens() * s.d, &|g, x, k, r, a| shortconv::token_forward(g, s, x, k, r, a), &|g,
+                                                                                                  [
+        x,
+        k,
+        r,
+        da,
+        dx,
+        dk,
+        dr,
+    ]| {
+        shortconv::token_backward(g, s, x, k, r, da, dx, dk, dr)
+    })
+}
+
+fn run_value(n: usize, d: usize, m: usize, kc: usize, inp: &Inputs) -> Outputs {
+    run_gpu(inp, n * d, &|g, x, k, r, a| shortconv::value_forward(g, n, d, m, kc, x, k, r, a), &|g,
+                                                                                                 [
+        x,
+        k,
+        r,
+        da,
+        dx,
+        dk,
+        dr,
+    ]| {
+        shortconv::value_backward(g, n, d, m, kc, x, k, r, da, dx, dk, dr)
+    })
+}
+
+/// Compares with `assert_close`, or with [`assert_close_large`] beyond a million elements.
+#[track_caller]
+fn close(name: &str, got: &[f32], want: &[f64], tol: f64, seed: u64) {
+    if got.len() > 1 << 20 {
+        assert_close_large(name, got, want, tol, seed);
+    } else {
+        assert_close(name, got, want, tol, seed);
+    }
+}
+
+/// Initial contents of an accumulated gradient: magnitudes at the gradient's own scale, each
+/// element's sign matched to the gradient's, so that preload + gradient never cancels to near
+/// zero (the relative error would then measure the rounding of the preload, not the kernel).
+fn preload(rng: &mut Rng, grad: &[f64]) -> Vec<f32> {
+    let rms = (grad.iter().map(|g| g * g).sum::<f64>() / grad.len() as f64).sqrt().max(1e-3);
+    let u = rng.uniform(grad.len(), 0.5, 1.5);
+    u.iter().zip(grad).map(|(&u, &g)| (u as f64 * rms).copysign(g) as f32).collect()
+}
+
+/// Runs `gpu` on `inp` (accumulators preloaded, see [`preload`]) and compares the forward with
+/// `a` (≤ 1e-5) and each accumulated gradient with preload + `grads` (≤ 1e-4).
+fn check_against(
+    name: &str,
+    mut inp: Inputs,
+    rng: &mut Rng,
+    a: &[f64],
+    grads: [&[f64]; 3],
+    gpu: impl Fn(&Inputs) -> Outputs,
+) {
+    inp.dx0 = preload(rng, grads[0]);
+    inp.dk0 = preload(rng, grads[1]);
+    inp.dr0 = preload(rng, grads[2]);
+    let got = gpu(&inp);
+    let seed = rng.seed;
+    close(&format!("{name} a"), &got.a, a, 1e-5, seed);
+    for (what, out, init, grad) in [
+        ("dx", &got.dx, &inp.dx0, grads[0]),
+        ("dkappa", &got.dk, &inp.dk0, grads[1]),
+        ("drho", &got.dr, &inp.dr0, grads[2]),
+    ] {
+        close(&format!("{name} {what}"), out, &plus(init, grad), 1e-4, seed);
+    }
+}
+
+/// Token axis at one shape.
+fn check_token(s: ConvShape) {
+    let mut rng = Rng::fresh();
+    let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
+    let inp = Inputs::draw(&mut rng, n * d * m, d * m * k, m, n * d);
+    let (x, kappa, rho, da) = (f64s(&inp.x), f64s(&inp.kappa), f64s(&inp.rho), f64s(&inp.da));
+    let a = token_ref(&s, &x, &kappa, &rho);
+    let (dx, dk, dr) = token_grad_ref(&s, &x, &kappa, &rho, &da);
+    let name = format!("token {s:?}");
+    check_against(&name, inp, &mut rng, &a, [&dx, &dk, &dr], |inp| run_token(&s, inp));
+}
+
+/// Value axis at one shape.
+fn check_value(n: usize, d: usize, m: usize, kc: usize) {
+    let mut rng = Rng::fresh();
+    let inp = Inputs::draw(&mut rng, n * d * m, d * kc, m, n * d);
+    let (x, kappa, rho, da) = (f64s(&inp.x), f64s(&inp.kappa), f64s(&inp.rho), f64s(&inp.da));
+    let a = value_ref(n, d, m, kc, &x, &kappa, &rho);
+    let (dx, dk, dr) = value_grad_ref(n, d, m, kc, &x, &kappa, &rho, &da);
+    let name = format!("value n={n} d={d} m={m} kc={kc}");
+    check_against(&name, inp, &mut rng, &a, [&dx, &dk, &dr], |inp| run_value(n, d, m, kc, inp));
+}
+
+const BS: [usize; 3] = [1, 2, 3];
+const TS: [usize; 5] = [1, 2, 3, 9, 40];
+const DS: [usize; 3] = [1, 5, 33];
+const MS: [usize; 3] = [1, 3, 4];
+const KS: [usize; 4] = [1, 2, 4, 5];
+
+// ------------------------------------------------------------------------------------------------
+// Token axis
+
+#[test]
+fn token_compressor_forward_and_backward_match_float64_over_odd_shapes_and_short_sequences() {
+    // Every (T, K) pair, including T < K and T = 1 (the decoding window); B, d and m cycle so
+    // that every listed value meets several (T, K).
+    let mut idx = 0;
+    for &t in &TS {
+        for &k in &KS {
+            check_token(shape(BS[idx % 3], t, DS[(idx / 3) % 3], MS[(idx + idx / 3) % 3], k));
+            idx += 1;
+        }
+    }
+}
+
+#[test]
+fn token_compressor_reductions_over_many_chunks_and_sequence_boundaries_match_float64() {
+    // 3·700 tokens: 66 chunks of 32 that straddle the sequence ends; 9000 tokens: the chunk
+    // count is capped and each chunk holds more tokens.
+    check_token(shape(3, 700, 7, 3, 4));
+    check_token(shape(1, 9000, 2, 2, 3));
+}
+
+#[test]
+fn token_compressor_with_more_than_65535_workgroups_matches_float64() {
+    let gpu = gpu();
+    let max = gpu.limits.max_compute_workgroups_per_dimension as usize;
+    // n·d invocations for the forward, n·d·m for dx: both beyond one grid dimension.
+    let d = 4099;
+    let t = (max * 256).div_ceil(d) + 3;
+    check_token(shape(1, t, d, 1, 2));
+}
+
+#[test]
+fn token_compressor_on_a_zero_padded_window_of_the_last_k_states_reproduces_each_full_output() {
+    // Decoding (spec 7): the newest output from a buffer of the last K states (zeros before the
+    // sequence start) must equal the full-sequence output at that position.
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let full = shape(1, 11, 5, 3, 4);
+    let (tn, d, m, k) = (full.seq, full.d, full.m, full.kernel);
+    let dm = d * m;
+    let x = rng.normal(tn * dm, 1.0);
+    let kappa = upload(&gpu, "kappa", &rng.uniform(dm * k, -1.0, 1.0));
+    let rho = upload(&gpu, "rho", &rng.uniform(m, -1.0, 1.0));
+    let a_full = poisoned(&gpu, "a_full", &[tn * d]);
+    let tx = upload(&gpu, "x", &x);
+    run(&gpu, &shortconv::token_forward(&gpu, &full, tx.view(), kappa.view(), rho.view(), a_full.view()).unwrap());
+    let a_full = read(&gpu, &a_full);
+    let window = shape(1, k, d, m, k);
+    for t in 0..tn {
+        let mut w = vec![0.0f32; k * dm];
+        for slot in 0..k {
+            if let Some(tau) = (t + slot + 1).checked_sub(k) {
+                w[slot * dm..(slot + 1) * dm].copy_from_slice(&x[tau * dm..(tau + 1) * dm]);
+            }
+        }
+        let tw = upload(&gpu, "window", &w);
+        let aw = poisoned(&gpu, "a_window", &[k * d]);
+        run(&gpu, &shortconv::token_forward(&gpu, &window, tw.view(), kappa.view(), rho.view(), aw.view()).unwrap());
+        let newest = read(&gpu, &aw)[(k - 1) * d..].to_vec();
+        let want: Vec<f64> = f64s(&a_full[t * d..(t + 1) * d]);
+        assert_close(&format!("window at t={t}"), &newest, &want, 1e-6, rng.seed);
+    }
+}
+
+#[test]
+fn token_compressor_backward_is_bit_identical_run_to_run() {
+    let mut rng = Rng::fresh();
+    let s = shape(2, 300, 33, 4, 4);
+    let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
+    let inp = Inputs::draw(&mut rng, n * d * m, d * m * k, m, n * d);
+    let first = run_token(&s, &inp);
+    let second = run_token(&s, &inp);
+    for (name, p, q) in [
+        ("a", &first.a, &second.a),
+        ("dx", &first.dx, &second.dx),
+        ("dkappa", &first.dk, &second.dk),
+        ("drho", &first.dr, &second.dr),
+    ] {
+        let same = p.iter().zip(q).all(|(u, v)| u.to_bits() == v.to_bits());
+        assert!(same, "token {name} differs between runs (seed {})", rng.seed);
+    }
+}
+
+#[test]
+fn token_compressor_reference_backward_matches_central_finite_differences() {
+    let mut rng = Rng::fresh();
+    for s in [shape(1, 1, 2, 3, 4), shape(2, 3, 3, 2, 5), shape(2, 9, 4, 3, 2), shape(3, 7, 2, 4, 4)] {
+        let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
+        let x = f64s(&rng.normal(n * d * m, 1.0));
+        let kappa = f64s(&rng.uniform(d * m * k, -1.0, 1.0));
+        let rho = f64s(&rng.uniform(m, -1.0, 1.0));
+        let w = f64s(&rng.normal(n * d, 1.0));
+        let (dx, dk, dr) = token_grad_ref(&s, &x, &kappa, &rho, &w);
+        let ex = fd_check(&mut |v| dot(&w, &token_ref(&s, v, &kappa, &rho)), &x, &dx, 40, &mut rng);
+        let ek = fd_check(&mut |v| dot(&w, &token_ref(&s, &x, v, &rho)), &kappa, &dk, 40, &mut rng);
+        let er = fd_check(&mut |v| dot(&w, &token_ref(&s, &x, &kappa, v)), &rho, &dr, 10, &mut rng);
+        for (what, e) in [("dx", ex), ("dkappa", ek), ("drho", er)] {
+            assert!(e < 1e-6, "{s:?} {what}: fd error {e:e} (seed {})", rng.seed);
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Value axis (CC)
+
+#[test]
+fn cc_compressor_forward_and_backward_match_float64_for_kc_equal_and_unequal_to_m() {
+    let mut idx = 0;
+    for &n in &[1usize, 2, 3, 9, 40, 120] {
+        for &m in &MS {
+            // kc = m (the reference configurations) and kc ≠ m, narrower and wider.
+            for kc in 1..=5 {
+                check_value(n, DS[idx % 3], m, kc);
+                idx += 1;
+            }
+        }
+    }
+}
+
+#[test]
+fn cc_compressor_reductions_over_many_chunks_and_large_grids_match_float64() {
+    check_value(9000, 3, 4, 4);
+    let gpu = gpu();
+    let max = gpu.limits.max_compute_workgroups_per_dimension as usize;
+    let d = 4099;
+    check_value((max * 256).div_ceil(d) + 5, d, 1, 3);
+}
+
+#[test]
+fn cc_compressor_backward_is_bit_identical_run_to_run() {
+    let mut rng = Rng::fresh();
+    let (n, d, m, kc) = (1100, 33, 4, 4);
+    let inp = Inputs::draw(&mut rng, n * d * m, d * kc, m, n * d);
+    let first = run_value(n, d, m, kc, &inp);
+    let second = run_value(n, d, m, kc, &inp);
+    for (name, p, q) in [
+        ("a", &first.a, &second.a),
+        ("dx", &first.dx, &second.dx),
+        ("dkappa", &first.dk, &second.dk),
+        ("drho", &first.dr, &second.dr),
+    ] {
+        let same = p.iter().zip(q).all(|(u, v)| u.to_bits() == v.to_bits());
+        assert!(same, "cc {name} differs between runs (seed {})", rng.seed);
+    }
+}
+
+#[test]
+fn cc_compressor_reference_matches_the_spec_omega_for_m_4_and_finite_differences() {
+    let mut rng = Rng::fresh();
+    // Spec 3.4 spelled out for m = kc = 4 (π = 1).
+    let kappa = f64s(&rng.uniform(4, -1.0, 1.0));
+    let rho = f64s(&rng.uniform(4, -1.0, 1.0));
+    let (k, r) = (&kappa, &rho);
+    let want = [
+        r[0] * k[1] + r[1] * k[0],
+        r[0] * k[2] + r[1] * k[1] + r[2] * k[0],
+        r[0] * k[3] + r[1] * k[2] + r[2] * k[1] + r[3] * k[0],
+        r[1] * k[3] + r[2] * k[2] + r[3] * k[1],
+    ];
+    let om = omega_ref(1, 4, 4, &kappa, &rho);
+    for j in 0..4 {
+        assert!((om[j] - want[j]).abs() < 1e-12, "Ω[{j}] {} vs {}", om[j], want[j]);
+    }
+    for (n, d, m, kc) in [(3, 2, 4, 4), (2, 3, 3, 5), (4, 2, 4, 2), (2, 2, 1, 3)] {
+        let x = f64s(&rng.normal(n * d * m, 1.0));
+        let kappa = f64s(&rng.uniform(d * kc, -1.0, 1.0));
+        let rho = f64s(&rng.uniform(m, -1.0, 1.0));
+        let w = f64s(&rng.normal(n * d, 1.0));
+        let (dx, dk, dr) = value_grad_ref(n, d, m, kc, &x, &kappa, &rho, &w);
+        let f = |x: &[f64], kp: &[f64], rh: &[f64]| dot(&w, &value_ref(n, d, m, kc, x, kp, rh));
+        let ex = fd_check(&mut |v| f(v, &kappa, &rho), &x, &dx, 30, &mut rng);
+        let ek = fd_check(&mut |v| f(&x, v, &rho), &kappa, &dk, 20, &mut rng);
+        let er = fd_check(&mut |v| f(&x, &kappa, v), &rho, &dr, 10, &mut rng);
+        for (what, e) in [("dx", ex), ("dkappa", ek), ("drho", er)] {
+            assert!(e < 1e-6, "n={n} d={d} m={m} kc={kc} {what}: fd error {e:e} (seed {})", rng.seed);
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Errors
+
+#[test]
+fn compressor_shape_errors_name_the_tensor_and_are_not_panics() {
+    let gpu = gpu();
+    let s = shape(2, 3, 4, 2, 3);
+    let x = upload(&gpu, "x", &[0.0; 2 * 3 * 4 * 2]);
+    let short = upload(&gpu, "short", &[0.0; 5]);
+    let kappa = upload(&gpu, "kappa", &[0.0; 4 * 2 * 3]);
+    let rho = upload(&gpu, "rho", &[0.0; 2]);
+    let a = upload(&gpu, "a", &[0.0; 2 * 3 * 4]);
+    let e = shortconv::token_forward(&gpu, &s, x.view(), short.view(), rho.view(), a.view()).unwrap_err();
+    assert!(matches!(e, GpuError::Shape(_)), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("kappa") && msg.contains("24") && msg.contains('5'), "{msg}");
+    let e = shortconv::token_forward(&gpu, &shape(2, 0, 4, 2, 3), x.view(), kappa.view(), rho.view(), a.view())
+        .unwrap_err();
+    assert!(matches!(e, GpuError::Shape(_)), "{e}");
+    let e = shortconv::token_backward(
+        &gpu,
+        &s,
+        x.view(),
+        kappa.view(),
+        rho.view(),
+        a.view(),
+        short.view(),
+        kappa.view(),
+        rho.view(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("'dx'"), "{e}");
+    let e = shortconv::value_forward(&gpu, 3, 2, 8, 3, x.view(), kappa.view(), short.view(), a.view()).unwrap_err();
+    assert!(e.to_string().contains("'rho'"), "{e}");
+    let e = shortconv::value_backward(
+        &gpu,
+        6,
+        4,
+        2,
+        0,
+        x.view(),
+        kappa.view(),
+        rho.view(),
+        a.view(),
+        x.view(),
+        kappa.view(),
+        rho.view(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, GpuError::Shape(_)), "{e}");
+}
