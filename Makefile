@@ -7,10 +7,12 @@ export XDG_RUNTIME_DIR ?= /tmp/ddl-xdg
 setup:
 	@bash scripts/setup.sh
 
-## Main job: show the adapter, then measure the matmul kernels on it.
+## Main job: show the adapter, train the tiny DDL model on TinyShakespeare for a few minutes,
+## then print the validation loss, the loss plot's path and a generated sample.
+DEMO_STEPS ?= 300
 demo: setup
 	$(CARGO) run --release --bin ddl -- info
-	$(CARGO) run --release --bin ddl -- bench matmul --sizes 256,512,1024
+	$(CARGO) run --release --bin ddl -- train --preset tiny --variant ddl --steps $(DEMO_STEPS) --out runs/demo --sample 300
 
 ## Every test: shader portability (no GPU needed), kernels vs float64 on the Vulkan adapter, CLI.
 test: setup

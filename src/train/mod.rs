@@ -301,12 +301,12 @@ pub fn train(gpu: Arc<Gpu>, opts: TrainOptions) -> Result<Summary, TrainError> {
         }
         let ts = Instant::now();
         let opt = adamw_cfg(&t, step);
-        model.run(&[&prog.zero], None)?;
         for micro in 0..t.grad_accum {
             let (x, y) = data.train_batch(t.seed, step, micro, t.batch_size, t.seq_len);
             prog.set_batch(&model, &x, &y)?;
-            let last = micro + 1 == t.grad_accum;
-            model.run(&[&prog.forward, &prog.backward, if last { &prog.finish } else { &[] }], None)?;
+            let first: &[crate::gpu::Op] = if micro == 0 { &prog.zero } else { &[] };
+            let last: &[crate::gpu::Op] = if micro + 1 == t.grad_accum { &prog.finish } else { &[] };
+            model.run(&[first, &prog.forward, &prog.backward, last], None)?;
         }
         let stats = prog.stats.read_f32(&gpu)?;
         let (loss, gnorm) = (stats[0], stats[2].max(0.0).sqrt());
