@@ -1,4 +1,40 @@
-// Placeholder: replaced by the kernel's implementation.
-@group(0) @binding(0) var<storage, read_write> out: array<f32>;
-@compute @workgroup_size(1)
-fn placeholder() { out[0] = 0.0; }
+// Elementwise helpers on flat f32 buffers: y += x (gradient and residual sums) and y *= alpha.
+// Grid: 1-D over elements, 256 per workgroup, split over x and y so any length fits the
+// 65535-per-dimension limit (the launcher binds buffers larger than one binding in chunks).
+
+struct Params {
+    n: u32,        // elements in this dispatch
+    alpha: f32,    // scale: the factor
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+
+// y[i] += x[i]
+@compute @workgroup_size(256)
+fn add(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+    if (i < params.n) {
+        y[i] = y[i] + x[i];
+    }
+}
+
+// y[i] *= alpha (in place; the launcher's `x` is bound as `y`)
+@compute @workgroup_size(256)
+fn scale(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+    if (i < params.n) {
+        y[i] = y[i] * params.alpha;
+    }
+}

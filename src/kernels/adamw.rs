@@ -1,12 +1,19 @@
-//! STUB (type-checking only; replaced by the real launcher).
-#![allow(unused, clippy::all)]
+//! AdamW with global-norm gradient clipping (`shaders/adamw.wgsl`), over the flat parameter
+//! buffer and its gradient and moment buffers (same layout, every tensor aligned to 64
+//! elements).
+//!
+//! The update is the golden README's (section 4) and `torch.optim.AdamW`'s: decoupled decay
+//! applied first, bias corrections computed on the host in f64. The clipping factor
+//! `min(1, grad_clip / (sqrt(norm_sq) + clip_eps))` is computed on the GPU from the Σ g² that
+//! [`sum_squares`](crate::kernels::reduce::sum_squares) wrote, so a training step needs no host
+//! round trip. The step's dispatches are bound once; [`set_step`] rewrites their learning rate
+//! and bias corrections each step.
+
 use crate::bench::KernelBench;
-use crate::gpu::{Dispatch, Gpu, Result, Tensor, View};
+use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D, grid_1d};
+use crate::kernels::reduce::{binding_elems, check_distinct, check_len, chunks};
 
-pub fn bench(_gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    Ok(Vec::new())
-}
-
+/// Optimizer settings and the (1-based) step number the bias corrections use.
 #[derive(Clone, Copy, Debug)]
 pub struct AdamWConfig {
     pub lr: f32,
@@ -14,26 +21,193 @@ pub struct AdamWConfig {
     pub beta2: f32,
     pub eps: f32,
     pub weight_decay: f32,
+    /// Max global gradient norm; 0 = no clipping.
     pub grad_clip: f32,
+    /// Added to the norm before dividing (torch's `clip_grad_norm_` uses 1e-6).
     pub clip_eps: f32,
+    /// 1-based.
     pub step: u32,
 }
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    /// The config-dependent prefix ([`CFG_FLOATS`] floats) that [`set_step`] rewrites.
+    cfg: [f32; CFG_FLOATS],
+    n: u32,
+    _pad: u32,
+}
+
+/// step_size, bc2_sqrt, decay, beta1, beta2, 1−beta1, 1−beta2, eps, grad_clip, clip_eps.
+const CFG_FLOATS: usize = 10;
+
+/// The uniform prefix for `cfg`: bias corrections and the decay factor computed in f64.
+fn cfg_floats(cfg: &AdamWConfig) -> Result<[f32; CFG_FLOATS]> {
+    if cfg.step == 0 {
+        return Err(GpuError::Shape(
+            "adamw: step is 1-based (the bias corrections divide by 1 − β^step), got 0".into(),
+        ));
+    }
+    let t = cfg.step as f64;
+    let (lr, b1, b2) = (cfg.lr as f64, cfg.beta1 as f64, cfg.beta2 as f64);
+    let bc1 = 1.0 - b1.powf(t);
+    let bc2 = 1.0 - b2.powf(t);
+    if !(bc1 > 0.0 && bc2 > 0.0) {
+        return Err(GpuError::Shape(format!(
+            "adamw: betas must be in [0, 1), got beta1 {} beta2 {}",
+            cfg.beta1, cfg.beta2
+        )));
+    }
+    Ok([
+        (lr / bc1) as f32,
+        bc2.sqrt() as f32,
+        (1.0 - lr * cfg.weight_decay as f64) as f32,
+        cfg.beta1,
+        cfg.beta2,
+        (1.0 - b1) as f32,
+        (1.0 - b2) as f32,
+        cfg.eps,
+        cfg.grad_clip,
+        cfg.clip_eps,
+    ])
+}
+
+/// One AdamW step over the first `n` elements of `params` (updated in place), using `grads`
+/// (read), the moments `m` and `v` (updated), `decay_mask` (u32 `[ceil(n/64)]`: element e is
+/// decayed iff `decay_mask[e / 64] != 0`, see [`decay_mask`]) and `norm_sq[0]` = Σ grads² (read on
+/// the GPU for the clipping factor). Buffers larger than one storage binding are bound in chunks.
+#[allow(clippy::too_many_arguments)]
 pub fn step(
-    _gpu: &Gpu,
-    _params: &Tensor,
-    _grads: &Tensor,
-    _m: &Tensor,
-    _v: &Tensor,
-    _decay_mask: View,
-    _norm_sq: View,
-    _n: usize,
-    _cfg: &AdamWConfig,
+    gpu: &Gpu,
+    params: &Tensor,
+    grads: &Tensor,
+    m: &Tensor,
+    v: &Tensor,
+    decay_mask: View,
+    norm_sq: View,
+    n: usize,
+    cfg: &AdamWConfig,
 ) -> Result<Vec<Dispatch>> {
-    todo!()
+    // The mask's sub-view starts at chunk_start / 64 words: chunk starts are multiples of
+    // 16 · alignment elements so that both it and the f32 sub-views are aligned.
+    let quantum = 16 * gpu.limits.min_storage_buffer_offset_alignment as usize;
+    step_chunked(gpu, params, grads, m, v, decay_mask, norm_sq, n, cfg, binding_elems(gpu, quantum))
 }
-pub fn set_step(_gpu: &Gpu, _ds: &[Dispatch], _cfg: &AdamWConfig) -> Result<()> {
-    todo!()
+
+/// [`step`] with at most `max_chunk` elements per binding (rounded down to a multiple of
+/// 16 · `min_storage_buffer_offset_alignment`, 4096 on most adapters); for testing the chunking.
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn step_chunked(
+    gpu: &Gpu,
+    params: &Tensor,
+    grads: &Tensor,
+    m: &Tensor,
+    v: &Tensor,
+    decay_mask: View,
+    norm_sq: View,
+    n: usize,
+    cfg: &AdamWConfig,
+    max_chunk: usize,
+) -> Result<Vec<Dispatch>> {
+    const OP: &str = "adamw";
+    let cfg = cfg_floats(cfg)?;
+    for (name, t) in [("params", params), ("grads", grads), ("m", m), ("v", v)] {
+        if t.len() < n {
+            return Err(GpuError::Shape(format!("{OP}: '{name}' needs {n} elements (n), the tensor has {}", t.len())));
+        }
+    }
+    check_len(OP, "decay_mask", &decay_mask, n.div_ceil(64), "ceil(n / 64) words")?;
+    check_len(OP, "norm_sq", &norm_sq, 1, "one scalar")?;
+    check_distinct(
+        OP,
+        &[("params", &params.buffer), ("m", &m.buffer), ("v", &v.buffer)],
+        &[("grads", &grads.buffer), ("decay_mask", decay_mask.buffer), ("norm_sq", norm_sq.buffer)],
+    )?;
+    let quantum = 16 * gpu.limits.min_storage_buffer_offset_alignment as usize;
+    let max_chunk = (max_chunk / quantum * quantum).max(quantum).min(binding_elems(gpu, quantum));
+    let k = gpu.kernel("adamw", None, "adamw_step")?;
+    let maxdim = gpu.limits.max_compute_workgroups_per_dimension;
+    chunks(n, max_chunk)
+        .into_iter()
+        .map(|(start, len)| {
+            let p = Params { cfg, n: len as u32, _pad: 0 };
+            k.dispatch(
+                gpu,
+                Some(bytemuck::bytes_of(&p)),
+                &[
+                    ("param", params.view().sub(start, len)),
+                    ("grad", grads.view().sub(start, len)),
+                    ("exp_avg", m.view().sub(start, len)),
+                    ("exp_avg_sq", v.view().sub(start, len)),
+                    ("decay_mask", decay_mask.sub(start / 64, len.div_ceil(64))),
+                    ("norm_sq", norm_sq.sub(0, 1)),
+                ],
+                grid_1d(len as u64, WG_1D, maxdim),
+            )
+        })
+        .collect()
 }
-pub fn decay_mask(_n: usize, _decayed: &[(usize, usize)]) -> Vec<u32> {
-    todo!()
+
+/// Rewrites the learning rate, step and bias corrections (the whole config) in the uniform
+/// parameters of dispatches made by [`step`]: no rebinding, no allocation. Ordered before the
+/// next submit.
+pub fn set_step(gpu: &Gpu, ds: &[Dispatch], cfg: &AdamWConfig) -> Result<()> {
+    let floats = cfg_floats(cfg)?;
+    for d in ds {
+        if !d.kernel.name.ends_with("::adamw_step") {
+            return Err(GpuError::Shape(format!(
+                "adamw::set_step: dispatch '{}' was not made by adamw::step",
+                d.kernel.name
+            )));
+        }
+    }
+    for d in ds {
+        d.set_params(gpu, bytemuck::cast_slice(&floats));
+    }
+    Ok(())
+}
+
+/// The decay mask for a flat buffer of `n` elements: word `e / 64` is 1 for every element `e`
+/// in one of the `(offset, len)` ranges, 0 elsewhere. Offsets must be multiples of 64 (the flat
+/// parameter layout aligns every tensor to 64 elements) and ranges must lie inside `n`.
+pub fn decay_mask(n: usize, decayed: &[(usize, usize)]) -> Vec<u32> {
+    let mut mask = vec![0u32; n.div_ceil(64)];
+    for &(off, len) in decayed {
+        assert!(off % 64 == 0, "decay_mask: range at offset {off} is not aligned to 64 elements");
+        assert!(off + len <= n, "decay_mask: range [{off}, {}) overruns the {n} elements", off + len);
+        for w in &mut mask[off / 64..(off + len).div_ceil(64)] {
+            *w = 1;
+        }
+    }
+    mask
+}
+
+/// Benchmark case for `ddl bench kernels`: one step over a 10.7M-parameter model.
+pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
+    let n = 10_700_000;
+    let t = |label: &str| Tensor::zeros(gpu, label, &[n], DType::F32);
+    let (p, g, m, v) = (t("bench.params")?, t("bench.grads")?, t("bench.m")?, t("bench.v")?);
+    let mask = Tensor::from_u32(gpu, "bench.mask", &[n.div_ceil(64)], &decay_mask(n, &[(0, n / 2)]))?;
+    let norm = Tensor::from_f32(gpu, "bench.norm_sq", &[1], &[4.0])?;
+    let cfg = AdamWConfig {
+        lr: 1e-3,
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        weight_decay: 0.1,
+        grad_clip: 1.0,
+        clip_eps: 1e-6,
+        step: 1,
+    };
+    let mut ds = step(gpu, &p, &g, &m, &v, mask.view(), norm.view(), n, &cfg)?;
+    ds[0].scratch.extend([p, g, m, v, mask, norm]);
+    Ok(vec![KernelBench {
+        name: format!("adamw_step n={n} (clip, decay half)"),
+        dispatches: ds,
+        // clip 1, decay 1, m 3, v 4, update 5
+        flops: 14.0 * n as f64,
+        // read θ, g, m, v; write θ, m, v; the mask
+        bytes: 28.0 * n as f64 + 4.0 * n.div_ceil(64) as f64,
+    }])
 }

@@ -1,35 +1,294 @@
-//! STUB (type-checking only; replaced by the real launcher).
-#![allow(unused, clippy::all)]
+//! Cross-entropy loss with label smoothing and ignored targets (`shaders/loss.wgsl`; spec 4,
+//! 11.5, 14.7, 14.8).
+//!
+//! Forward: per row `lse` (saved for the backward) and the row loss
+//! `(1−α)(lse − ℓ[y]) + α(lse − mean_c ℓ[c])`, then the mean over the valid rows and their count,
+//! both left on the GPU in `out = [mean, count]`. Backward reads the count from `out[1]` on the
+//! GPU, so the two need no host round trip. Targets outside `[0, vocab)` (−1 by convention) are
+//! ignored: they count in neither the sum nor the count, and get zero gradient.
+//!
+//! Logits larger than one storage binding (e.g. N·V·4 > 128 MiB with V = 50304) are bound in
+//! aligned chunks of rows; per-row results do not depend on the chunking.
+
 use crate::bench::KernelBench;
-use crate::gpu::{Dispatch, Gpu, Result, Tensor, View};
+use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
+use crate::kernels::reduce::{align_elems, binding_elems, check_distinct, check_len, chunk_too_small, chunks};
 
-pub fn bench(_gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    Ok(Vec::new())
+/// Rows one `ce_partials` workgroup sums (`BLOCK` in the shader).
+const BLOCK: usize = 4096;
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    rows: u32,
+    vocab: u32,
+    row0: u32,
+    tpr: u32,
+    alpha: f32,
+    scale: f32,
+    nparts: u32,
+    _pad: u32,
 }
 
+/// Invocations per row: the largest power of two ≤ V, at most 256.
+fn threads_per_row(vocab: usize) -> usize {
+    let p = 1usize << (usize::BITS - 1 - vocab.leading_zeros());
+    p.min(256)
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// `(first row, rows)` chunks whose logits fit `max_chunk` elements and start aligned.
+fn row_chunks(gpu: &Gpu, op: &str, n: usize, vocab: usize, max_chunk: usize) -> Result<Vec<(usize, usize)>> {
+    let max_chunk = max_chunk.min(binding_elems(gpu, 1));
+    if n * vocab <= max_chunk {
+        return Ok(vec![(0, n)]);
+    }
+    let a = align_elems(gpu);
+    let unit = a / gcd(vocab, a);
+    let rows = max_chunk / vocab / unit * unit;
+    if rows == 0 {
+        return Err(chunk_too_small(
+            gpu,
+            format!("{op}: {unit} rows of logits (vocab {vocab})"),
+            unit * vocab,
+            max_chunk,
+        ));
+    }
+    Ok(chunks(n, rows))
+}
+
+fn check_common(op: &str, logits: &View, targets: &View, lse: &View, out: &View, n: usize, vocab: usize) -> Result<()> {
+    if vocab == 0 || vocab >= 1 << 24 {
+        return Err(GpuError::Shape(format!("{op}: vocab must be in [1, 2^24), got {vocab}")));
+    }
+    check_len(op, "logits", logits, n * vocab, &format!("n {n} × vocab {vocab}"))?;
+    check_len(op, "targets", targets, n, &format!("n {n}"))?;
+    check_len(op, "lse", lse, n, &format!("n {n}"))?;
+    check_len(op, "out", out, 2, "mean loss and valid count")
+}
+
+/// Cross-entropy forward. `logits` `[n, vocab]`, `targets` i32 `[n]` (−1 = ignored); writes
+/// `lse` `[n]` (saved for the backward) and `out` `[2]` = (mean loss over the valid rows,
+/// number of valid rows as f32); all rows ignored → (0, 0). Scratch: per-row losses and
+/// per-4096-row partials.
+#[allow(clippy::too_many_arguments)]
 pub fn cross_entropy_forward(
-    _gpu: &Gpu,
-    _logits: View,
-    _targets: View,
-    _lse: View,
-    _out: View,
-    _n: usize,
-    _vocab: usize,
-    _label_smoothing: f32,
+    gpu: &Gpu,
+    logits: View,
+    targets: View,
+    lse: View,
+    out: View,
+    n: usize,
+    vocab: usize,
+    label_smoothing: f32,
 ) -> Result<Vec<Dispatch>> {
-    todo!()
+    cross_entropy_forward_chunked(gpu, logits, targets, lse, out, n, vocab, label_smoothing, usize::MAX)
 }
-pub fn cross_entropy_backward(
-    _gpu: &Gpu,
-    _logits: View,
-    _targets: View,
-    _lse: View,
-    _out: View,
-    _dlogits: View,
-    _n: usize,
-    _vocab: usize,
-    _label_smoothing: f32,
-    _scale: f32,
+
+/// [`cross_entropy_forward`] binding at most `max_chunk` logits per dispatch; for testing the
+/// row chunking.
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn cross_entropy_forward_chunked(
+    gpu: &Gpu,
+    logits: View,
+    targets: View,
+    lse: View,
+    out: View,
+    n: usize,
+    vocab: usize,
+    label_smoothing: f32,
+    max_chunk: usize,
 ) -> Result<Vec<Dispatch>> {
-    todo!()
+    const OP: &str = "cross_entropy_forward";
+    check_common(OP, &logits, &targets, &lse, &out, n, vocab)?;
+    check_distinct(OP, &[("lse", lse.buffer)], &[("logits", logits.buffer), ("targets", targets.buffer)])?;
+    let maxdim = gpu.limits.max_compute_workgroups_per_dimension;
+    let tpr = threads_per_row(vocab);
+    let rpw = 256 / tpr;
+    let nparts = n.div_ceil(BLOCK).max(1);
+    let row_loss = Tensor::zeros(gpu, "cross_entropy.row_loss", &[n.max(1)], DType::F32)?;
+    let parts = Tensor::zeros(gpu, "cross_entropy.partials", &[2 * nparts], DType::F32)?;
+    let targets = targets.sub(0, n);
+    let base = Params {
+        rows: n as u32,
+        vocab: vocab as u32,
+        tpr: tpr as u32,
+        alpha: label_smoothing,
+        nparts: nparts as u32,
+        ..Default::default()
+    };
+    let mut ds = Vec::new();
+    let fwd = gpu.kernel("loss", None, "ce_forward")?;
+    for (r0, rows) in row_chunks(gpu, OP, n, vocab, max_chunk)? {
+        let p = Params { rows: rows as u32, row0: r0 as u32, ..base };
+        let mut d = fwd.dispatch(
+            gpu,
+            Some(bytemuck::bytes_of(&p)),
+            &[
+                ("logits", logits.sub(r0 * vocab, rows * vocab)),
+                ("targets", targets),
+                ("lse_out", lse.sub(0, n)),
+                ("row_loss", row_loss.view()),
+            ],
+            grid_1d(rows as u64, rpw as u32, maxdim),
+        )?;
+        d.scratch.push(row_loss.clone());
+        ds.push(d);
+    }
+    let mut d = gpu.kernel("loss", None, "ce_partials")?.dispatch(
+        gpu,
+        Some(bytemuck::bytes_of(&base)),
+        &[("row_loss", row_loss.view()), ("targets", targets), ("partials", parts.view())],
+        grid_1d(nparts as u64, 1, maxdim),
+    )?;
+    d.scratch.extend([row_loss, parts.clone()]);
+    ds.push(d);
+    let mut d = gpu.kernel("loss", None, "ce_finish")?.dispatch(
+        gpu,
+        Some(bytemuck::bytes_of(&base)),
+        &[("partials", parts.view()), ("out", out.sub(0, 2))],
+        [1, 1, 1],
+    )?;
+    d.scratch.push(parts);
+    ds.push(d);
+    Ok(ds)
+}
+
+/// Cross-entropy backward: `dlogits` `[n, vocab]` (written) =
+/// `scale·(softmax − (1−α)·onehot(y) − α/V) / n_valid` for valid rows, 0 for ignored rows, with
+/// `n_valid = out[1]` read on the GPU (0 → all zeros). `lse` and `out` are the forward's.
+#[allow(clippy::too_many_arguments)]
+pub fn cross_entropy_backward(
+    gpu: &Gpu,
+    logits: View,
+    targets: View,
+    lse: View,
+    out: View,
+    dlogits: View,
+    n: usize,
+    vocab: usize,
+    label_smoothing: f32,
+    scale: f32,
+) -> Result<Vec<Dispatch>> {
+    cross_entropy_backward_chunked(
+        gpu,
+        logits,
+        targets,
+        lse,
+        out,
+        dlogits,
+        n,
+        vocab,
+        label_smoothing,
+        scale,
+        usize::MAX,
+    )
+}
+
+/// [`cross_entropy_backward`] binding at most `max_chunk` logits per dispatch; for testing.
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn cross_entropy_backward_chunked(
+    gpu: &Gpu,
+    logits: View,
+    targets: View,
+    lse: View,
+    out: View,
+    dlogits: View,
+    n: usize,
+    vocab: usize,
+    label_smoothing: f32,
+    scale: f32,
+    max_chunk: usize,
+) -> Result<Vec<Dispatch>> {
+    const OP: &str = "cross_entropy_backward";
+    check_common(OP, &logits, &targets, &lse, &out, n, vocab)?;
+    check_len(OP, "dlogits", &dlogits, n * vocab, &format!("n {n} × vocab {vocab}"))?;
+    check_distinct(
+        OP,
+        &[("dlogits", dlogits.buffer)],
+        &[("logits", logits.buffer), ("targets", targets.buffer), ("lse", lse.buffer), ("out", out.buffer)],
+    )?;
+    let maxdim = gpu.limits.max_compute_workgroups_per_dimension;
+    let tpr = threads_per_row(vocab);
+    let rpw = 256 / tpr;
+    let k = gpu.kernel("loss", None, "ce_backward")?;
+    row_chunks(gpu, OP, n, vocab, max_chunk)?
+        .into_iter()
+        .map(|(r0, rows)| {
+            let p = Params {
+                rows: rows as u32,
+                vocab: vocab as u32,
+                row0: r0 as u32,
+                tpr: tpr as u32,
+                alpha: label_smoothing,
+                scale,
+                ..Default::default()
+            };
+            k.dispatch(
+                gpu,
+                Some(bytemuck::bytes_of(&p)),
+                &[
+                    ("logits", logits.sub(r0 * vocab, rows * vocab)),
+                    ("targets", targets.sub(0, n)),
+                    ("lse", lse.sub(0, n)),
+                    ("stats", out.sub(0, 2)),
+                    ("dlogits", dlogits.sub(r0 * vocab, rows * vocab)),
+                ],
+                grid_1d(rows as u64, rpw as u32, maxdim),
+            )
+        })
+        .collect()
+}
+
+/// Benchmark cases for `ddl bench kernels`: forward and backward at N = 2048, V = 65 (the
+/// `shakespeare-char` head) and N = 512, V = 50304 (GPT-2 vocabulary).
+pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
+    let s = crate::bench::BENCH_SHAPE;
+    let mut out = Vec::new();
+    for (n, vocab) in [(s.b * s.t, s.vocab), (512, 50304)] {
+        let logits = Tensor::zeros(gpu, "bench.logits", &[n * vocab], DType::F32)?;
+        let targets: Vec<i32> = (0..n).map(|i| (i % vocab) as i32).collect();
+        let targets = Tensor::from_i32(gpu, "bench.targets", &[n], &targets)?;
+        let lse = Tensor::zeros(gpu, "bench.lse", &[n], DType::F32)?;
+        let stats = Tensor::zeros(gpu, "bench.out", &[2], DType::F32)?;
+        let dlogits = Tensor::zeros(gpu, "bench.dlogits", &[n * vocab], DType::F32)?;
+        let mut f = cross_entropy_forward(gpu, logits.view(), targets.view(), lse.view(), stats.view(), n, vocab, 0.1)?;
+        let mut b = cross_entropy_backward(
+            gpu,
+            logits.view(),
+            targets.view(),
+            lse.view(),
+            stats.view(),
+            dlogits.view(),
+            n,
+            vocab,
+            0.1,
+            1.0,
+        )?;
+        let nv = (n * vocab) as f64;
+        f[0].scratch.extend([logits.clone(), targets.clone(), lse.clone(), stats.clone()]);
+        b[0].scratch.extend([logits, targets, lse, stats, dlogits]);
+        out.push(KernelBench {
+            name: format!("cross_entropy_forward N={n} V={vocab} (α=0.1)"),
+            dispatches: f,
+            // compare, exp, multiply-add, shifted sum per logit
+            flops: 5.0 * nv,
+            // logits, targets, lse, out
+            bytes: 4.0 * (nv + 2.0 * n as f64 + 2.0),
+        });
+        out.push(KernelBench {
+            name: format!("cross_entropy_backward N={n} V={vocab} (α=0.1)"),
+            dispatches: b,
+            // subtract, exp, subtract twice, multiply
+            flops: 5.0 * nv,
+            // read logits, write dlogits, targets, lse
+            bytes: 4.0 * (2.0 * nv + 2.0 * n as f64 + 2.0),
+        });
+    }
+    Ok(out)
 }

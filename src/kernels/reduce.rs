@@ -1,22 +1,298 @@
-//! STUB (type-checking only; replaced by the real launcher).
-#![allow(unused, clippy::all)]
+//! Deterministic reductions (`shaders/reduce.wgsl`): the sum of squares of a flat buffer (the
+//! global gradient norm before clipping) and column sums of a row-major matrix (bias and gain
+//! gradients summed over tokens).
+//!
+//! Both sum in an order fixed by the sizes alone (sequential per invocation, then a fixed tree per
+//! workgroup, then the same again over the per-workgroup partials), so results are bit-identical
+//! run to run. Buffers larger than the adapter's `max_storage_buffer_binding_size` are bound in
+//! aligned chunks; [`sum_squares`] chunks at whole blocks, so its bits do not depend on the
+//! chunking either.
+
 use crate::bench::KernelBench;
-use crate::gpu::{Dispatch, Gpu, Result, Tensor, View};
+use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
 
-pub fn bench(_gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    Ok(Vec::new())
+/// Elements one `sum_squares_partial` / `sum_partial` workgroup reduces (`BLOCK` in the shader).
+pub const BLOCK: usize = 4096;
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    out_base: u32,
+    rows: u32,
+    cols: u32,
+    ct: u32,
+    rpb: u32,
+    ctiles: u32,
+    nblocks: u32,
+    out_block0: u32,
+    accumulate: u32,
+    _pad0: u32,
+    _pad1: u32,
 }
 
-pub fn sum_squares(_gpu: &Gpu, _x: &Tensor, _n: usize, _out: View) -> Result<Vec<Dispatch>> {
-    todo!()
+/// `min_storage_buffer_offset_alignment` in 4-byte elements: sub-views must start at multiples.
+pub(crate) fn align_elems(gpu: &Gpu) -> usize {
+    (gpu.limits.min_storage_buffer_offset_alignment as usize / 4).max(1)
 }
-pub fn col_sum(
-    _gpu: &Gpu,
-    _x: View,
-    _out: View,
-    _rows: usize,
-    _cols: usize,
-    _accumulate: bool,
+
+/// The most 4-byte elements one storage binding may hold, rounded down to a multiple of `quantum`.
+pub(crate) fn binding_elems(gpu: &Gpu, quantum: usize) -> usize {
+    let max = (gpu.limits.max_storage_buffer_binding_size / 4) as usize;
+    // Indices inside a binding are u32 in the shaders.
+    let max = max.min(u32::MAX as usize);
+    max / quantum * quantum
+}
+
+/// `(start, len)` ranges covering `[0, n)` with at most `max` elements each (`max ≥ 1`).
+pub(crate) fn chunks(n: usize, max: usize) -> Vec<(usize, usize)> {
+    let max = max.max(1);
+    (0..n.div_ceil(max)).map(|i| (i * max, max.min(n - i * max))).collect()
+}
+
+/// The error for a chunk size too small for the data (or a binding too small for the adapter).
+pub(crate) fn chunk_too_small(gpu: &Gpu, what: String, needed: usize, max: usize) -> GpuError {
+    GpuError::TooLarge {
+        what,
+        needed: needed as u64 * 4,
+        max: max as u64 * 4,
+        limit: "storage binding (chunk)",
+        adapter: gpu.info.name.clone(),
+    }
+}
+
+/// `Err(Shape)` unless the view `name` holds at least `need` elements.
+pub(crate) fn check_len(op: &str, name: &str, v: &View, need: usize, what: &str) -> Result<()> {
+    if v.len() < need {
+        return Err(GpuError::Shape(format!(
+            "{op}: '{name}' needs {need} elements ({what}), the view has {}",
+            v.len()
+        )));
+    }
+    Ok(())
+}
+
+/// `Err(Shape)` when a buffer one dispatch writes is also bound as another of its buffers: wgpu
+/// cannot bind one buffer both read-write and read-only (or twice read-write) in a dispatch.
+pub(crate) fn check_distinct(
+    op: &str,
+    writes: &[(&str, &wgpu::Buffer)],
+    reads: &[(&str, &wgpu::Buffer)],
+) -> Result<()> {
+    for (i, (w, wb)) in writes.iter().enumerate() {
+        for (o, ob) in writes[..i].iter().chain(reads) {
+            if std::ptr::eq(*wb, *ob) {
+                return Err(GpuError::Shape(format!(
+                    "{op}: '{w}' and '{o}' are views of the same buffer; a buffer the kernel \
+                     writes must be a separate buffer"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+fn dispatch(gpu: &Gpu, entry: &str, p: &Params, src: View, dst: View, wg: [u32; 3]) -> Result<Dispatch> {
+    gpu.kernel("reduce", None, entry)?.dispatch(gpu, Some(bytemuck::bytes_of(p)), &[("src", src), ("dst", dst)], wg)
+}
+
+/// `out[0]` (written) = Σ x² over the first `n` elements of `x`, deterministically. `x` may be
+/// larger than one storage binding. Scratch: one partial per 4096 elements.
+pub fn sum_squares(gpu: &Gpu, x: &Tensor, n: usize, out: View) -> Result<Vec<Dispatch>> {
+    sum_squares_chunked(gpu, x, n, out, binding_elems(gpu, BLOCK))
+}
+
+/// [`sum_squares`] binding `x` in chunks of at most `max_chunk` elements (rounded down to a
+/// multiple of [`BLOCK`]); for testing the chunking without a huge buffer.
+#[doc(hidden)]
+pub fn sum_squares_chunked(gpu: &Gpu, x: &Tensor, n: usize, out: View, max_chunk: usize) -> Result<Vec<Dispatch>> {
+    const OP: &str = "sum_squares";
+    if n > x.len() {
+        return Err(GpuError::Shape(format!("{OP}: '{}' needs {n} elements, the tensor has {}", x.label, x.len())));
+    }
+    check_len(OP, "out", &out, 1, "one scalar")?;
+    check_distinct(OP, &[("out", out.buffer)], &[("x", &x.buffer)])?;
+    let max_chunk = (max_chunk / BLOCK * BLOCK).min(binding_elems(gpu, BLOCK));
+    if max_chunk == 0 {
+        return Err(chunk_too_small(gpu, format!("{OP} chunk"), BLOCK, max_chunk));
+    }
+    let maxdim = gpu.limits.max_compute_workgroups_per_dimension;
+    let nblocks = n.div_ceil(BLOCK).max(1);
+    let xv = x.view();
+    let out = out.sub(0, 1);
+    if nblocks == 1 {
+        let p = Params { n: n as u32, ..Default::default() };
+        return Ok(vec![dispatch(gpu, "sum_squares_partial", &p, xv.sub(0, n), out, [1, 1, 1])?]);
+    }
+    let mut ds = Vec::new();
+    let partials = Tensor::zeros(gpu, "sum_squares.partials", &[nblocks], DType::F32)?;
+    for (start, len) in chunks(n, max_chunk) {
+        let p = Params { n: len as u32, out_base: (start / BLOCK) as u32, ..Default::default() };
+        let mut d = dispatch(
+            gpu,
+            "sum_squares_partial",
+            &p,
+            xv.sub(start, len),
+            partials.view(),
+            grid_1d(len as u64, BLOCK as u32, maxdim),
+        )?;
+        d.scratch.push(partials.clone());
+        ds.push(d);
+    }
+    ds.extend(sum_levels(gpu, partials, nblocks, out)?);
+    Ok(ds)
+}
+
+/// Sums the first `m` values of `cur` into `out[0]`, one level of partials at a time.
+fn sum_levels(gpu: &Gpu, mut cur: Tensor, mut m: usize, out: View) -> Result<Vec<Dispatch>> {
+    let maxdim = gpu.limits.max_compute_workgroups_per_dimension;
+    let mut ds = Vec::new();
+    loop {
+        let next = m.div_ceil(BLOCK);
+        let p = Params { n: m as u32, ..Default::default() };
+        let wg = grid_1d(m as u64, BLOCK as u32, maxdim);
+        if next == 1 {
+            let mut d = dispatch(gpu, "sum_partial", &p, cur.view().sub(0, m), out, wg)?;
+            d.scratch.push(cur);
+            ds.push(d);
+            return Ok(ds);
+        }
+        let t = Tensor::zeros(gpu, "sum.partials", &[next], DType::F32)?;
+        let mut d = dispatch(gpu, "sum_partial", &p, cur.view().sub(0, m), t.view(), wg)?;
+        d.scratch.extend([cur, t.clone()]);
+        ds.push(d);
+        cur = t;
+        m = next;
+    }
+}
+
+/// `out[c]` (written, or added to when `accumulate`) = Σ_r x[r, c] for a row-major
+/// `[rows, cols]` matrix, in a fixed order. One dispatch for up to a few thousand rows, two
+/// (per-block partials, then their sum) beyond; `x` may exceed one storage binding.
+pub fn col_sum(gpu: &Gpu, x: View, out: View, rows: usize, cols: usize, accumulate: bool) -> Result<Vec<Dispatch>> {
+    col_sum_chunked(gpu, x, out, rows, cols, accumulate, binding_elems(gpu, 1))
+}
+
+/// [`col_sum`] binding `x` in chunks of at most `max_chunk` elements; for testing the chunking.
+#[doc(hidden)]
+pub fn col_sum_chunked(
+    gpu: &Gpu,
+    x: View,
+    out: View,
+    rows: usize,
+    cols: usize,
+    accumulate: bool,
+    max_chunk: usize,
 ) -> Result<Vec<Dispatch>> {
-    todo!()
+    const OP: &str = "col_sum";
+    let total = rows * cols;
+    check_len(OP, "x", &x, total, &format!("rows {rows} × cols {cols}"))?;
+    check_len(OP, "out", &out, cols, &format!("cols {cols}"))?;
+    check_distinct(OP, &[("out", out.buffer)], &[("x", x.buffer)])?;
+    if cols == 0 {
+        return Ok(Vec::new());
+    }
+    let max_chunk = max_chunk.min(binding_elems(gpu, 1));
+    let maxdim = gpu.limits.max_compute_workgroups_per_dimension;
+    let ct = cols.next_power_of_two().min(64);
+    let lanes = 256 / ct;
+    let ctiles = cols.div_ceil(ct);
+    let out = out.sub(0, cols);
+    let base = Params {
+        rows: rows as u32,
+        cols: cols as u32,
+        ct: ct as u32,
+        ctiles: ctiles as u32,
+        nblocks: 1,
+        accumulate: accumulate as u32,
+        ..Default::default()
+    };
+    if rows <= lanes * 32 && total <= max_chunk {
+        let p = Params { rpb: rows.max(1) as u32, ..base };
+        let wg = grid_1d(ctiles as u64, 1, maxdim);
+        return Ok(vec![dispatch(gpu, "col_sum", &p, x.sub(0, total), out, wg)?]);
+    }
+    // Blocks of `rpb` rows (at least 16 rows per lane, at most ~256 blocks), then one block over
+    // the partials. When chunking, a chunk is whole blocks that start at aligned offsets.
+    let mut rpb = (lanes * 16).max(rows.div_ceil(256));
+    let chunk_rows = if total <= max_chunk {
+        rows
+    } else {
+        let unit = align_elems(gpu) / gcd(cols, align_elems(gpu));
+        rpb = rpb.div_ceil(unit) * unit;
+        (max_chunk / cols) / rpb * rpb
+    };
+    if chunk_rows == 0 {
+        return Err(chunk_too_small(gpu, format!("{OP} chunk of {rpb} rows × {cols} cols"), rpb * cols, max_chunk));
+    }
+    let nblocks = rows.div_ceil(rpb);
+    if nblocks * cols > binding_elems(gpu, 1) {
+        return Err(chunk_too_small(
+            gpu,
+            format!("{OP} partials [{nblocks}, {cols}]"),
+            nblocks * cols,
+            binding_elems(gpu, 1),
+        ));
+    }
+    let partials = Tensor::zeros(gpu, "col_sum.partials", &[nblocks * cols], DType::F32)?;
+    let mut ds = Vec::new();
+    for (r0, cr) in chunks(rows, chunk_rows) {
+        let nb = cr.div_ceil(rpb);
+        let p = Params {
+            rows: cr as u32,
+            rpb: rpb as u32,
+            nblocks: nb as u32,
+            out_block0: (r0 / rpb) as u32,
+            accumulate: 0,
+            ..base
+        };
+        let wg = grid_1d((ctiles * nb) as u64, 1, maxdim);
+        let mut d = dispatch(gpu, "col_sum", &p, x.sub(r0 * cols, cr * cols), partials.view(), wg)?;
+        d.scratch.push(partials.clone());
+        ds.push(d);
+    }
+    let p = Params { rows: nblocks as u32, rpb: nblocks as u32, ..base };
+    let wg = grid_1d(ctiles as u64, 1, maxdim);
+    let mut d = dispatch(gpu, "col_sum", &p, partials.view(), out, wg)?;
+    d.scratch.push(partials);
+    ds.push(d);
+    Ok(ds)
+}
+
+/// Benchmark cases for `ddl bench kernels`: the gradient norm over a 10.7M-parameter model and
+/// the column sums of a gain gradient `[N, d]` and a value-bias gradient `[N, m]`.
+pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
+    let s = crate::bench::BENCH_SHAPE;
+    let n_tok = s.b * s.t;
+    let mut out = Vec::new();
+
+    let n = 10_700_000;
+    let x = Tensor::zeros(gpu, "bench.grads", &[n], DType::F32)?;
+    let o = Tensor::zeros(gpu, "bench.norm_sq", &[1], DType::F32)?;
+    let mut ds = sum_squares(gpu, &x, n, o.view())?;
+    ds[0].scratch.extend([x, o]);
+    out.push(KernelBench {
+        name: format!("sum_squares n={n}"),
+        dispatches: ds,
+        flops: 2.0 * n as f64,
+        bytes: 4.0 * n as f64,
+    });
+
+    for cols in [s.d, s.m] {
+        let x = Tensor::zeros(gpu, "bench.x", &[n_tok * cols], DType::F32)?;
+        let o = Tensor::zeros(gpu, "bench.out", &[cols], DType::F32)?;
+        let mut ds = col_sum(gpu, x.view(), o.view(), n_tok, cols, true)?;
+        ds[0].scratch.extend([x, o]);
+        out.push(KernelBench {
+            name: format!("col_sum rows={n_tok} cols={cols} (+=)"),
+            dispatches: ds,
+            flops: (n_tok * cols) as f64,
+            bytes: 4.0 * (n_tok * cols + 2 * cols) as f64,
+        });
+    }
+    Ok(out)
 }

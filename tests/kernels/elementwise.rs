@@ -1,1 +1,106 @@
-//! Tests of `shaders/elementwise.wgsl` (to be written).
+//! `y += x` and `x *= alpha` against float64: odd lengths, grids over 65535 workgroups, chunked
+//! bindings, determinism, shape errors.
+
+use super::common::*;
+use ddl::kernels::elementwise;
+
+fn check_add(n: usize, chunk: Option<usize>) {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let x = rng.normal(n + 5, 1.0);
+    let y0 = rng.normal(n + 5, 1.0);
+    let (tx, ty) = (upload(&gpu, "x", &x), upload(&gpu, "y", &y0));
+    let ds = match chunk {
+        Some(c) => elementwise::add_chunked(&gpu, tx.view(), ty.view(), n, c),
+        None => elementwise::add(&gpu, tx.view(), ty.view(), n),
+    }
+    .unwrap();
+    run(&gpu, &ds);
+    let got = read(&gpu, &ty);
+    // y accumulates: the reference adds to the random starting values; past n, y is untouched.
+    let want: Vec<f64> = (0..n + 5).map(|i| y0[i] as f64 + if i < n { x[i] as f64 } else { 0.0 }).collect();
+    assert_close(&format!("add n={n} chunk={chunk:?}"), &got, &want, 1e-6, rng.seed);
+    assert!(got[n..].iter().zip(&y0[n..]).all(|(a, b)| a == b));
+}
+
+fn check_scale(n: usize, alpha: f32, chunk: Option<usize>) {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let x0 = rng.normal(n + 3, 1.0);
+    let t = upload(&gpu, "x", &x0);
+    let ds = match chunk {
+        Some(c) => elementwise::scale_chunked(&gpu, t.view(), alpha, n, c),
+        None => elementwise::scale(&gpu, t.view(), alpha, n),
+    }
+    .unwrap();
+    run(&gpu, &ds);
+    let got = read(&gpu, &t);
+    let want: Vec<f64> = (0..n + 3).map(|i| x0[i] as f64 * if i < n { alpha as f64 } else { 1.0 }).collect();
+    assert_close(&format!("scale n={n} a={alpha}"), &got, &want, 1e-6, rng.seed);
+}
+
+#[test]
+fn add_matches_float64_for_odd_lengths() {
+    for n in [1, 7, 255, 256, 257, 100_003] {
+        check_add(n, None);
+    }
+}
+
+#[test]
+fn scale_matches_float64_for_odd_lengths() {
+    for (n, a) in [(1, 0.5), (7, -3.25), (257, 0.0), (100_003, 1.7)] {
+        check_scale(n, a, None);
+    }
+}
+
+#[test]
+fn more_than_65535_workgroups_reach_every_element() {
+    let n = 65535 * 256 + 333;
+    check_add(n, None);
+    check_scale(n, 0.75, None);
+}
+
+#[test]
+fn chunked_bindings_match_float64() {
+    let gpu = gpu();
+    let (t, u) = (upload(&gpu, "t", &[0.0; 10_007]), upload(&gpu, "u", &[0.0; 10_007]));
+    // Chunks start at multiples of the offset alignment whatever size is asked for.
+    for c in [1, 100, 1000, 4096] {
+        let ds = elementwise::add_chunked(&gpu, t.view(), u.view(), 10_007, c).unwrap();
+        assert!(ds.len() > 1, "chunk {c}: {} dispatches", ds.len());
+        check_add(10_007, Some(c));
+        check_scale(10_007, 1.5, Some(c));
+    }
+}
+
+#[test]
+fn results_are_bit_identical_run_to_run() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let n = 5001;
+    let x = upload(&gpu, "x", &rng.normal(n, 1.0));
+    let y0 = rng.normal(n, 1.0);
+    let mut outs = Vec::new();
+    for _ in 0..2 {
+        let y = upload(&gpu, "y", &y0);
+        let mut ds = elementwise::add(&gpu, x.view(), y.view(), n).unwrap();
+        ds.extend(elementwise::scale(&gpu, y.view(), 0.3, n).unwrap());
+        run(&gpu, &ds);
+        outs.push(read(&gpu, &y));
+    }
+    let same = outs[0].iter().zip(&outs[1]).all(|(a, b)| a.to_bits() == b.to_bits());
+    assert!(same, "seed {}", rng.seed);
+}
+
+#[test]
+fn shape_errors_are_reported_not_panicked() {
+    let gpu = gpu();
+    let x = upload(&gpu, "x", &[1.0; 10]);
+    let y = upload(&gpu, "y", &[1.0; 8]);
+    let e = elementwise::add(&gpu, x.view(), y.view(), 9).unwrap_err();
+    assert!(e.to_string().contains("'y' needs 9 elements"), "{e}");
+    let e = elementwise::scale(&gpu, y.view(), 2.0, 11).unwrap_err();
+    assert!(e.to_string().contains("'x' needs 11 elements"), "{e}");
+    let e = elementwise::add(&gpu, x.view().sub(0, 5), x.view().sub(5, 5), 5).unwrap_err();
+    assert!(e.to_string().contains("same buffer"), "{e}");
+}

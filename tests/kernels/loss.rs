@@ -1,1 +1,277 @@
-//! Tests of `shaders/loss.wgsl` (to be written).
+//! Cross-entropy forward and backward against float64: label smoothing α = 0, 0.1, 0.7 with
+//! ignored targets, vocabularies 1, 65, 67, 1000 and 50304, logits of ±1e4, all rows ignored,
+//! more than 4096 rows (two-pass mean) and more than 65535 workgroups, row chunking,
+//! determinism, and the CPU backward against finite differences of the CPU forward.
+
+use super::common::*;
+use ddl::gpu::Tensor;
+use ddl::kernels::loss;
+
+/// float64 forward on f64 logits: per-row lse, the mean loss over the valid rows, and their
+/// count. Targets outside [0, V) are ignored.
+fn forward_f64(x: &[f64], y: &[i32], v: usize, alpha: f64) -> (Vec<f64>, f64, usize) {
+    let n = y.len();
+    let mut lse = vec![0.0; n];
+    let (mut sum, mut count) = (0.0, 0);
+    for r in 0..n {
+        let row = &x[r * v..(r + 1) * v];
+        let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        lse[r] = m + row.iter().map(|a| (a - m).exp()).sum::<f64>().ln();
+        if y[r] >= 0 && (y[r] as usize) < v {
+            let mean = row.iter().sum::<f64>() / v as f64;
+            sum += (1.0 - alpha) * (lse[r] - row[y[r] as usize]) + alpha * (lse[r] - mean);
+            count += 1;
+        }
+    }
+    let mean = if count > 0 { sum / count as f64 } else { 0.0 };
+    (lse, mean, count)
+}
+
+/// [`forward_f64`] of f32 logits.
+fn forward_ref(x: &[f32], y: &[i32], v: usize, alpha: f64) -> (Vec<f64>, f64, usize) {
+    forward_f64(&ddl::testing::f64s(x), y, v, alpha)
+}
+
+/// float64 backward of `scale · mean loss`.
+fn backward_ref(x: &[f32], y: &[i32], v: usize, alpha: f64, scale: f64) -> Vec<f64> {
+    let (lse, _, count) = forward_ref(x, y, v, alpha);
+    let mut d = vec![0.0; x.len()];
+    for r in 0..y.len() {
+        if y[r] < 0 || y[r] as usize >= v {
+            continue;
+        }
+        for c in 0..v {
+            let p = (x[r * v + c] as f64 - lse[r]).exp();
+            let onehot = if c == y[r] as usize { 1.0 - alpha } else { 0.0 };
+            d[r * v + c] = scale * (p - onehot - alpha / v as f64) / count as f64;
+        }
+    }
+    d
+}
+
+/// Targets in [0, v) with about a fifth ignored (−1, and a few other out-of-range values).
+fn targets(rng: &mut Rng, n: usize, v: usize) -> Vec<i32> {
+    let mut y = rng.ints(n, v);
+    for t in &mut y {
+        match rng.int(0, 20) {
+            0..=2 => *t = -1,
+            3 => *t = v as i32 + rng.int(0, 3) as i32,
+            4 => *t = -7,
+            _ => {}
+        }
+    }
+    y
+}
+
+struct Run {
+    lse: Vec<f32>,
+    out: Vec<f32>,
+    dlogits: Vec<f32>,
+}
+
+/// Forward then backward on the GPU in one submission (the backward reads the valid count
+/// from `out` on the GPU), with outputs poisoned first.
+fn gpu_ce(x: &[f32], y: &[i32], v: usize, alpha: f32, scale: f32, chunk: Option<usize>) -> Run {
+    let gpu = gpu();
+    let n = y.len();
+    let tx = upload(&gpu, "logits", x);
+    let ty = Tensor::from_i32(&gpu, "targets", &[n], y).unwrap();
+    let lse = poisoned(&gpu, "lse", &[n]);
+    let out = poisoned(&gpu, "out", &[2]);
+    let dl = poisoned(&gpu, "dlogits", &[n * v]);
+    let c = chunk.unwrap_or(usize::MAX);
+    let mut ds =
+        loss::cross_entropy_forward_chunked(&gpu, tx.view(), ty.view(), lse.view(), out.view(), n, v, alpha, c)
+            .unwrap();
+    ds.extend(
+        loss::cross_entropy_backward_chunked(
+            &gpu,
+            tx.view(),
+            ty.view(),
+            lse.view(),
+            out.view(),
+            dl.view(),
+            n,
+            v,
+            alpha,
+            scale,
+            c,
+        )
+        .unwrap(),
+    );
+    run(&gpu, &ds);
+    Run { lse: read(&gpu, &lse), out: read(&gpu, &out), dlogits: read(&gpu, &dl) }
+}
+
+/// Runs forward and backward and checks lse, the mean loss, the count and the gradient.
+fn check(x: &[f32], y: &[i32], v: usize, alpha: f32, scale: f32, seed: u64) -> Run {
+    let got = gpu_ce(x, y, v, alpha, scale, None);
+    let name = format!("ce n={} V={v} α={alpha}", y.len());
+    let (lse, mean, count) = forward_ref(x, y, v, alpha as f64);
+    assert_close(&format!("{name} lse"), &got.lse, &lse, 1e-5, seed);
+    assert_close(&format!("{name} loss"), &got.out[..1], &[mean], 1e-5, seed);
+    assert_eq!(got.out[1], count as f32, "{name}: count (seed {seed})");
+    let d = backward_ref(x, y, v, alpha as f64, scale as f64);
+    assert_close(&format!("{name} dlogits"), &got.dlogits, &d, 1e-4, seed);
+    got
+}
+
+#[test]
+fn forward_and_backward_match_float64_with_label_smoothing_and_ignored_targets() {
+    let mut rng = Rng::fresh();
+    for (v, n) in [(1, 257), (65, 300), (67, 131), (1000, 37), (67, 1)] {
+        for alpha in [0.0, 0.1, 0.7] {
+            let x = rng.normal(n * v, 2.0);
+            let mut y = targets(&mut rng, n, v);
+            if n == 1 {
+                y[0] = 0;
+            }
+            check(&x, &y, v, alpha, 0.75, rng.seed);
+        }
+    }
+}
+
+#[test]
+fn logits_of_plus_minus_1e4_are_numerically_stable() {
+    let mut rng = Rng::fresh();
+    let (n, v) = (61, 67);
+    for alpha in [0.0, 0.1] {
+        // Spread over ±1e4: the softmax is nearly one-hot.
+        let x = rng.uniform(n * v, -1e4, 1e4);
+        check(&x, &targets(&mut rng, n, v), v, alpha, 1.0, rng.seed);
+        // Shifted by ±1e4 with O(1) spread: a dense softmax whose lse is ~1e4 (renormalised).
+        for shift in [1e4f32, -1e4] {
+            let x: Vec<f32> = rng.normal(n * v, 2.0).iter().map(|a| a + shift).collect();
+            check(&x, &targets(&mut rng, n, v), v, alpha, 1.0, rng.seed);
+        }
+        // Shifted by 40: below the renormalisation threshold, the saved lse is used as is.
+        let x: Vec<f32> = rng.normal(n * v, 2.0).iter().map(|a| a + 40.0).collect();
+        check(&x, &targets(&mut rng, n, v), v, alpha, 1.0, rng.seed);
+    }
+}
+
+#[test]
+fn all_rows_ignored_give_loss_0_count_0_and_zero_gradients() {
+    let mut rng = Rng::fresh();
+    for (n, v) in [(1, 5), (40, 67), (9000, 3)] {
+        let x = rng.normal(n * v, 1.0);
+        let y: Vec<i32> = (0..n).map(|i| if i % 2 == 0 { -1 } else { -3 }).collect();
+        let got = check(&x, &y, v, 0.1, 1.0, rng.seed);
+        assert_eq!(got.out, [0.0, 0.0]);
+        assert!(got.dlogits.iter().all(|&d| d == 0.0));
+    }
+}
+
+#[test]
+fn the_gpt2_vocabulary_of_50304_matches_float64() {
+    let mut rng = Rng::fresh();
+    let (n, v) = (5, 50304);
+    let x = rng.normal(n * v, 3.0);
+    let mut y = targets(&mut rng, n, v);
+    y[0] = 17;
+    check(&x, &y, v, 0.1, 1.0, rng.seed);
+}
+
+#[test]
+fn more_than_4096_rows_and_more_than_65535_workgroups_match_float64() {
+    let mut rng = Rng::fresh();
+    // V = 3 packs 128 rows per workgroup: 9000 rows need three partials of the mean.
+    let (n, v) = (9000, 3);
+    check(&rng.normal(n * v, 1.0), &targets(&mut rng, n, v), v, 0.1, 1.0, rng.seed);
+    // V = 65 packs 4 rows per workgroup: 65535·4 + 7 rows need a second grid dimension.
+    let (n, v) = (65535 * 4 + 7, 65);
+    check(&rng.normal(n * v, 1.0), &targets(&mut rng, n, v), v, 0.0, 1.0, rng.seed);
+}
+
+#[test]
+fn row_chunks_give_the_same_bits_as_one_binding() {
+    let mut rng = Rng::fresh();
+    // Chunks start at aligned offsets: with V = 67 or 1 that is a multiple of 64 rows on an
+    // adapter with 256-byte alignment; any row of V = 50304 = 64·786 starts aligned.
+    for (n, v, chunk_rows) in [(300, 67, 128), (7, 50304, 2), (200, 1, 64)] {
+        let x = rng.normal(n * v, 2.0);
+        let y = targets(&mut rng, n, v);
+        let whole = check(&x, &y, v, 0.1, 0.5, rng.seed);
+        let gpu = gpu();
+        let dummy = Tensor::zeros(&gpu, "d", &[n * v], ddl::gpu::DType::F32).unwrap();
+        let ds = loss::cross_entropy_backward_chunked(
+            &gpu,
+            dummy.view(),
+            dummy.view(),
+            dummy.view(),
+            dummy.view(),
+            Tensor::zeros(&gpu, "o", &[n * v], ddl::gpu::DType::F32).unwrap().view(),
+            n,
+            v,
+            0.1,
+            0.5,
+            chunk_rows * v,
+        )
+        .unwrap();
+        assert!(ds.len() > 1, "n {n} V {v}: {} chunks", ds.len());
+        let chunked = gpu_ce(&x, &y, v, 0.1, 0.5, Some(chunk_rows * v));
+        for (name, a, b) in [
+            ("lse", &whole.lse, &chunked.lse),
+            ("out", &whole.out, &chunked.out),
+            ("dlogits", &whole.dlogits, &chunked.dlogits),
+        ] {
+            let same = a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits());
+            assert!(same, "V {v}: chunked {name} differs (seed {})", rng.seed);
+        }
+    }
+}
+
+#[test]
+fn results_are_bit_identical_run_to_run() {
+    let mut rng = Rng::fresh();
+    let (n, v) = (333, 1000);
+    let x = rng.normal(n * v, 2.0);
+    let y = targets(&mut rng, n, v);
+    let a = gpu_ce(&x, &y, v, 0.1, 1.0, None);
+    let b = gpu_ce(&x, &y, v, 0.1, 1.0, None);
+    for (name, p, q) in [("lse", &a.lse, &b.lse), ("out", &a.out, &b.out), ("dlogits", &a.dlogits, &b.dlogits)] {
+        let same = p.iter().zip(q).all(|(s, t)| s.to_bits() == t.to_bits());
+        assert!(same, "{name} differs between runs (seed {})", rng.seed);
+    }
+}
+
+#[test]
+fn reference_backward_matches_finite_differences_of_reference_forward() {
+    let mut rng = Rng::fresh();
+    let (n, v) = (9, 7);
+    for alpha in [0.0, 0.1, 0.7] {
+        let x32 = rng.normal(n * v, 1.5);
+        let y = targets(&mut rng, n, v);
+        let scale = 0.8;
+        let grad = backward_ref(&x32, &y, v, alpha, scale);
+        let x: Vec<f64> = x32.iter().map(|&a| a as f64).collect();
+        let mut f = |xp: &[f64]| forward_f64(xp, &y, v, alpha).1 * scale;
+        // Central differences with h = 1e-6 carry ~1e-10 of rounding noise, ~1e-6 relative on
+        // the smallest gradient elements: a wrong formula is off by far more than 1e-5.
+        let worst = fd_check(&mut f, &x, &grad, 60, &mut rng);
+        assert!(worst < 1e-5, "α {alpha}: worst relative error {worst:e} (seed {})", rng.seed);
+    }
+}
+
+#[test]
+fn shape_errors_are_reported_not_panicked() {
+    let gpu = gpu();
+    let x = upload(&gpu, "x", &[0.0; 20]);
+    let y = Tensor::from_i32(&gpu, "y", &[4], &[0; 4]).unwrap();
+    let s = upload(&gpu, "s", &[0.0; 4]);
+    let e = loss::cross_entropy_forward(&gpu, x.view(), y.view(), s.view(), s.view(), 4, 6, 0.0).unwrap_err();
+    assert!(e.to_string().contains("'logits' needs 24 elements"), "{e}");
+    let e = loss::cross_entropy_forward(&gpu, x.view(), y.view(), s.view(), s.view(), 5, 4, 0.0).unwrap_err();
+    assert!(e.to_string().contains("'targets' needs 5 elements"), "{e}");
+    let e = loss::cross_entropy_forward(&gpu, x.view(), y.view(), s.view(), s.view(), 4, 0, 0.0).unwrap_err();
+    assert!(e.to_string().contains("vocab"), "{e}");
+    let e = loss::cross_entropy_backward(&gpu, x.view(), y.view(), s.view(), s.view(), s.view(), 4, 5, 0.0, 1.0)
+        .unwrap_err();
+    assert!(e.to_string().contains("'dlogits' needs 20 elements"), "{e}");
+    let d = upload(&gpu, "d", &[0.0; 20]);
+    let e = loss::cross_entropy_backward(&gpu, x.view(), y.view(), s.view(), s.view(), x.view(), 4, 5, 0.0, 1.0)
+        .unwrap_err();
+    assert!(e.to_string().contains("same buffer"), "{e}");
+    let e = loss::cross_entropy_forward(&gpu, d.view(), y.view(), d.view(), s.view(), 4, 5, 0.0).unwrap_err();
+    assert!(e.to_string().contains("same buffer"), "{e}");
+}

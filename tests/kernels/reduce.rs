@@ -1,1 +1,188 @@
-//! Tests of `shaders/reduce.wgsl` (to be written).
+//! Deterministic reductions against float64: Σ x² over odd lengths, chunked bindings and buffers
+//! larger than one storage binding; column sums over odd shapes, up to 100k rows, accumulating
+//! and chunked.
+
+use super::common::*;
+use ddl::gpu::{DType, Tensor};
+use ddl::kernels::reduce;
+
+fn sum_squares_ref(x: &[f32]) -> f64 {
+    x.iter().map(|&v| v as f64 * v as f64).sum()
+}
+
+fn col_sum_ref(x: &[f32], rows: usize, cols: usize, out0: Option<&[f32]>) -> Vec<f64> {
+    let mut out: Vec<f64> = match out0 {
+        Some(o) => o.iter().map(|&v| v as f64).collect(),
+        None => vec![0.0; cols],
+    };
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c] += x[r * cols + c] as f64;
+        }
+    }
+    out
+}
+
+/// Σ x² of the first `n` elements of a tensor holding `x` (which may be longer), with at most
+/// `chunk` elements per binding (None = the adapter's limit).
+fn gpu_sum_squares(x: &Tensor, n: usize, chunk: Option<usize>) -> f32 {
+    let gpu = gpu();
+    let out = poisoned(&gpu, "out", &[1]);
+    let ds = match chunk {
+        Some(c) => reduce::sum_squares_chunked(&gpu, x, n, out.view(), c).unwrap(),
+        None => reduce::sum_squares(&gpu, x, n, out.view()).unwrap(),
+    };
+    run(&gpu, &ds);
+    read(&gpu, &out)[0]
+}
+
+#[test]
+fn sum_squares_matches_float64_for_odd_lengths_and_ignores_elements_past_n() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    for n in [1, 7, 255, 4095, 4096, 4097, 100_003, 1_000_001] {
+        let mut x = rng.normal(n + 13, 1.5);
+        for v in &mut x[n..] {
+            *v = 1e6; // must not be counted
+        }
+        let t = upload(&gpu, "x", &x);
+        let got = gpu_sum_squares(&t, n, None);
+        let want = sum_squares_ref(&x[..n]);
+        assert_close(&format!("sum_squares n={n}"), &[got], &[want], 1e-5, rng.seed);
+    }
+}
+
+#[test]
+fn sum_squares_of_a_buffer_larger_than_one_storage_binding_matches_float64() {
+    // More elements than one binding holds (so it is chunked for real) and more than 4096²
+    // (so the partials need a second partial level before the final sum).
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let max = (gpu.limits.max_storage_buffer_binding_size / 4) as usize;
+    let n = (max + 5003).max(4096 * 4096 + 4097);
+    let x = rng.uniform(n, -1.0, 1.0);
+    let t = Tensor::from_f32(&gpu, "x", &[n], &x).unwrap();
+    let out = poisoned(&gpu, "out", &[1]);
+    let ds = reduce::sum_squares(&gpu, &t, n, out.view()).unwrap();
+    // chunks + two levels of partials
+    assert!(ds.len() >= 4, "{} dispatches", ds.len());
+    run(&gpu, &ds);
+    let got = read(&gpu, &out)[0];
+    assert_close("sum_squares huge", &[got], &[sum_squares_ref(&x)], 1e-5, rng.seed);
+}
+
+#[test]
+fn sum_squares_in_small_chunks_is_bit_identical_to_one_binding() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let n = 30_001;
+    let x = rng.normal(n, 1.0);
+    let t = upload(&gpu, "x", &x);
+    let whole = gpu_sum_squares(&t, n, None);
+    assert_close("sum_squares", &[whole], &[sum_squares_ref(&x)], 1e-5, rng.seed);
+    for chunk in [4096, 3 * 4096, 5000, 8 * 4096] {
+        let ds = reduce::sum_squares_chunked(&gpu, &t, n, poisoned(&gpu, "o", &[1]).view(), chunk).unwrap();
+        let expect_chunks = n.div_ceil(chunk / 4096 * 4096);
+        assert_eq!(ds.len(), expect_chunks + 1, "chunk {chunk}");
+        let got = gpu_sum_squares(&t, n, Some(chunk));
+        assert_eq!(got.to_bits(), whole.to_bits(), "chunk {chunk}: {got} vs {whole} (seed {})", rng.seed);
+    }
+}
+
+#[test]
+fn sum_squares_is_bit_identical_run_to_run() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let n = 77_777;
+    let t = upload(&gpu, "x", &rng.normal(n, 1.0));
+    let a = gpu_sum_squares(&t, n, None);
+    let b = gpu_sum_squares(&t, n, None);
+    assert_eq!(a.to_bits(), b.to_bits(), "seed {}", rng.seed);
+}
+
+/// Runs col_sum on random data (accumulating into random values when asked) and checks it.
+fn check_col_sum(rows: usize, cols: usize, accumulate: bool, chunk: Option<usize>) -> Vec<f32> {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let x = rng.normal(rows * cols, 1.0);
+    let tx = upload(&gpu, "x", &x);
+    let (out, out0) = if accumulate {
+        let o = rng.normal(cols, 1.0);
+        (upload(&gpu, "out", &o), Some(o))
+    } else {
+        (poisoned(&gpu, "out", &[cols]), None)
+    };
+    let ds = match chunk {
+        Some(c) => reduce::col_sum_chunked(&gpu, tx.view(), out.view(), rows, cols, accumulate, c),
+        None => reduce::col_sum(&gpu, tx.view(), out.view(), rows, cols, accumulate),
+    }
+    .unwrap();
+    run(&gpu, &ds);
+    let got = read(&gpu, &out);
+    let want = col_sum_ref(&x, rows, cols, out0.as_deref());
+    let name = format!("col_sum {rows}x{cols} acc={accumulate} chunk={chunk:?}");
+    assert_close(&name, &got, &want, 1e-5, rng.seed);
+    got
+}
+
+#[test]
+fn col_sum_matches_float64_for_odd_shapes_up_to_100k_rows() {
+    for (rows, cols) in
+        [(1, 1), (7, 3), (33, 65), (1000, 1), (8193, 2), (100_000, 1), (100_000, 4), (3001, 385), (5, 1000), (513, 64)]
+    {
+        check_col_sum(rows, cols, false, None);
+    }
+}
+
+#[test]
+fn col_sum_accumulate_adds_into_the_output() {
+    for (rows, cols) in [(1, 1), (9, 5), (20_000, 3), (700, 130)] {
+        check_col_sum(rows, cols, true, None);
+    }
+}
+
+#[test]
+fn col_sum_in_small_chunks_matches_float64() {
+    // Chunk rows must start aligned: with 7 columns that is a multiple of 64 rows.
+    check_col_sum(20_000, 7, false, Some(7 * 1024));
+    check_col_sum(3000, 384, true, Some(384 * 200));
+    check_col_sum(10_001, 1, false, Some(4096));
+    let gpu = gpu();
+    let x = upload(&gpu, "x", &[0.0; 7000]);
+    let o = upload(&gpu, "o", &[0.0; 7]);
+    let err = reduce::col_sum_chunked(&gpu, x.view(), o.view(), 1000, 7, false, 70).unwrap_err();
+    assert!(err.to_string().contains("chunk"), "{err}");
+}
+
+#[test]
+fn col_sum_is_bit_identical_run_to_run() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let (rows, cols) = (30_011, 13);
+    let x = upload(&gpu, "x", &rng.normal(rows * cols, 1.0));
+    let out = Tensor::zeros(&gpu, "out", &[cols], DType::F32).unwrap();
+    let ds = reduce::col_sum(&gpu, x.view(), out.view(), rows, cols, false).unwrap();
+    run(&gpu, &ds);
+    let a = read(&gpu, &out);
+    run(&gpu, &ds);
+    let b = read(&gpu, &out);
+    let same = a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits());
+    assert!(same, "seed {}", rng.seed);
+}
+
+#[test]
+fn shape_errors_are_reported_not_panicked() {
+    let gpu = gpu();
+    let x = upload(&gpu, "x", &[1.0; 10]);
+    let o = upload(&gpu, "o", &[0.0; 2]);
+    let e = reduce::sum_squares(&gpu, &x, 11, o.view()).unwrap_err();
+    assert!(e.to_string().contains("needs 11 elements"), "{e}");
+    let e = reduce::col_sum(&gpu, x.view(), o.view(), 4, 3, false).unwrap_err();
+    assert!(e.to_string().contains("'x' needs 12 elements"), "{e}");
+    let e = reduce::col_sum(&gpu, x.view(), o.view(), 2, 3, false).unwrap_err();
+    assert!(e.to_string().contains("'out' needs 3 elements"), "{e}");
+    let e = reduce::col_sum(&gpu, x.view(), x.view(), 2, 3, false).unwrap_err();
+    assert!(e.to_string().contains("same buffer"), "{e}");
+    let e = reduce::sum_squares(&gpu, &x, 5, x.view()).unwrap_err();
+    assert!(e.to_string().contains("same buffer"), "{e}");
+}
