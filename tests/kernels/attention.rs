@@ -1,1 +1,445 @@
-//! Tests of `shaders/attention.wgsl` (to be written).
+//! Causal multi-head attention (`shaders/attention.wgsl`) against a float64 CPU reference with a
+//! naive softmax: forward and backward at odd head dims and lengths, several head-dim chunks,
+//! KV-cache shapes (q_pos0, kv_stride > kv_len), token-by-token decoding through `set_kv`,
+//! run-to-run determinism and shape errors.
+
+use super::common::*;
+use ddl::gpu::{Dispatch, Gpu, Tensor};
+use ddl::kernels::attention::{self, AttnShape};
+
+// ---------------------------------------------------------------------------------------------
+// float64 reference
+
+fn qx(s: &AttnShape, b: usize, i: usize, h: usize) -> usize {
+    ((b * s.q_len + i) * s.heads + h) * s.head_dim
+}
+
+fn kx(s: &AttnShape, b: usize, t: usize, h: usize) -> usize {
+    ((b * s.kv_stride + t) * s.heads + h) * s.head_dim
+}
+
+fn lx(s: &AttnShape, b: usize, h: usize, i: usize) -> usize {
+    (b * s.heads + h) * s.q_len + i
+}
+
+/// The keys query i sees.
+fn keys(s: &AttnShape, i: usize) -> std::ops::Range<usize> {
+    0..(s.q_pos0 + i + 1).min(s.kv_len)
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Softmax probabilities of query (b, i, h) over its visible keys, and the log-sum-exp.
+fn probs(s: &AttnShape, scale: f64, q: &[f64], k: &[f64], b: usize, i: usize, h: usize) -> (Vec<f64>, f64) {
+    let hd = s.head_dim;
+    let qr = &q[qx(s, b, i, h)..][..hd];
+    let sc: Vec<f64> = keys(s, i).map(|t| scale * dot(qr, &k[kx(s, b, t, h)..][..hd])).collect();
+    let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
+    let l: f64 = e.iter().sum();
+    (e.iter().map(|x| x / l).collect(), m + l.ln())
+}
+
+/// `(out, lse)`.
+fn ref_forward(s: &AttnShape, scale: f64, q: &[f64], k: &[f64], v: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let hd = s.head_dim;
+    let mut out = vec![0.0; s.q_elems()];
+    let mut lse = vec![0.0; s.lse_elems()];
+    for b in 0..s.batch {
+        for h in 0..s.heads {
+            for i in 0..s.q_len {
+                let (p, l) = probs(s, scale, q, k, b, i, h);
+                lse[lx(s, b, h, i)] = l;
+                let o = qx(s, b, i, h);
+                for (t, pt) in keys(s, i).zip(&p) {
+                    for d in 0..hd {
+                        out[o + d] += pt * v[kx(s, b, t, h) + d];
+                    }
+                }
+            }
+        }
+    }
+    (out, lse)
+}
+
+/// `(dq, dk, dv)` for the upstream gradient `dout` (spec 11.5).
+fn ref_backward(
+    s: &AttnShape,
+    scale: f64,
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    dout: &[f64],
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let hd = s.head_dim;
+    let mut dq = vec![0.0; s.q_elems()];
+    let mut dk = vec![0.0; s.kv_elems()];
+    let mut dv = vec![0.0; s.kv_elems()];
+    for b in 0..s.batch {
+        for h in 0..s.heads {
+            for i in 0..s.q_len {
+                let (p, _) = probs(s, scale, q, k, b, i, h);
+                let qo = qx(s, b, i, h);
+                let go = &dout[qo..][..hd];
+                let dp: Vec<f64> = keys(s, i).map(|t| dot(go, &v[kx(s, b, t, h)..][..hd])).collect();
+                let dd: f64 = p.iter().zip(&dp).map(|(a, b)| a * b).sum();
+                for (j, t) in keys(s, i).enumerate() {
+                    let ds = p[j] * (dp[j] - dd);
+                    let ko = kx(s, b, t, h);
+                    for d in 0..hd {
+                        dq[qo + d] += ds * scale * k[ko + d];
+                        dk[ko + d] += ds * scale * q[qo + d];
+                        dv[ko + d] += p[j] * go[d];
+                    }
+                }
+            }
+        }
+    }
+    (dq, dk, dv)
+}
+
+fn f64v(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| v as f64).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// GPU harness
+
+/// Random inputs for a shape; k/v rows at τ ≥ kv_len (cache padding) are NaN, so reading them
+/// would poison the result. `amp` scales q (larger = peakier softmax).
+struct Inputs {
+    s: AttnShape,
+    scale: f32,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    dout: Vec<f32>,
+}
+
+impl Inputs {
+    fn new(rng: &mut Rng, s: AttnShape, amp: f32) -> Self {
+        let q = rng.normal(s.q_elems(), amp);
+        let mut k = rng.normal(s.kv_elems(), 1.0);
+        let mut v = rng.normal(s.kv_elems(), 1.0);
+        for b in 0..s.batch {
+            for t in s.kv_len..s.kv_stride {
+                for h in 0..s.heads {
+                    let o = kx(&s, b, t, h);
+                    k[o..o + s.head_dim].fill(f32::NAN);
+                    v[o..o + s.head_dim].fill(f32::NAN);
+                }
+            }
+        }
+        let dout = rng.normal(s.q_elems(), 1.0);
+        Inputs { s, scale: 1.0 / (s.head_dim as f32).sqrt(), q, k, v, dout }
+    }
+
+    /// The reference sees the NaN padding rows as zeros: they must not matter.
+    fn k64(&self) -> Vec<f64> {
+        self.k.iter().map(|&x| if x.is_nan() { 0.0 } else { x as f64 }).collect()
+    }
+
+    fn v64(&self) -> Vec<f64> {
+        self.v.iter().map(|&x| if x.is_nan() { 0.0 } else { x as f64 }).collect()
+    }
+}
+
+struct Gpus {
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+}
+
+fn gpu_forward(gpu: &Gpu, x: &Inputs) -> (Gpus, Vec<Dispatch>) {
+    let s = &x.s;
+    let t = Gpus {
+        q: upload(gpu, "q", &x.q),
+        k: upload(gpu, "k", &x.k),
+        v: upload(gpu, "v", &x.v),
+        out: poisoned(gpu, "out", &[s.q_elems()]),
+        lse: poisoned(gpu, "lse", &[s.lse_elems()]),
+    };
+    let ds =
+        attention::forward(gpu, s, x.scale, t.q.view(), t.k.view(), t.v.view(), t.out.view(), t.lse.view()).unwrap();
+    run(gpu, &ds);
+    (t, ds)
+}
+
+/// Runs forward then backward on the GPU: `(out, lse, dq, dk, dv)`.
+fn gpu_both(gpu: &Gpu, x: &Inputs) -> [Vec<f32>; 5] {
+    let s = &x.s;
+    let (t, _) = gpu_forward(gpu, x);
+    let dout = upload(gpu, "dout", &x.dout);
+    let dq = poisoned(gpu, "dq", &[s.q_elems()]);
+    let dk = poisoned(gpu, "dk", &[s.kv_elems()]);
+    let dv = poisoned(gpu, "dv", &[s.kv_elems()]);
+    let ds = attention::backward(
+        gpu,
+        s,
+        x.scale,
+        t.q.view(),
+        t.k.view(),
+        t.v.view(),
+        t.out.view(),
+        t.lse.view(),
+        dout.view(),
+        dq.view(),
+        dk.view(),
+        dv.view(),
+    )
+    .unwrap();
+    run(gpu, &ds);
+    [read(gpu, &t.out), read(gpu, &t.lse), read(gpu, &dq), read(gpu, &dk), read(gpu, &dv)]
+}
+
+fn check_forward(gpu: &Gpu, rng: &mut Rng, s: AttnShape, amp: f32) {
+    let x = Inputs::new(rng, s, amp);
+    let (t, _) = gpu_forward(gpu, &x);
+    let (out, lse) = ref_forward(&s, x.scale as f64, &f64v(&x.q), &x.k64(), &x.v64());
+    let name = format!("{s:?}");
+    assert_close(&format!("out {name}"), &read(gpu, &t.out), &out, 1e-5, rng.seed);
+    assert_close(&format!("lse {name}"), &read(gpu, &t.lse), &lse, 1e-5, rng.seed);
+}
+
+fn check_both(gpu: &Gpu, rng: &mut Rng, s: AttnShape, amp: f32) {
+    let x = Inputs::new(rng, s, amp);
+    let [out, lse, dq, dk, dv] = gpu_both(gpu, &x);
+    let (q64, k64, v64) = (f64v(&x.q), x.k64(), x.v64());
+    let sc = x.scale as f64;
+    let (r_out, r_lse) = ref_forward(&s, sc, &q64, &k64, &v64);
+    let (r_dq, r_dk, r_dv) = ref_backward(&s, sc, &q64, &k64, &v64, &f64v(&x.dout));
+    let name = format!("{s:?}");
+    let seed = rng.seed;
+    assert_close(&format!("out {name}"), &out, &r_out, 1e-5, seed);
+    assert_close(&format!("lse {name}"), &lse, &r_lse, 1e-5, seed);
+    assert_close(&format!("dq {name}"), &dq, &r_dq, 1e-4, seed);
+    assert_close(&format!("dk {name}"), &dk, &r_dk, 1e-4, seed);
+    assert_close(&format!("dv {name}"), &dv, &r_dv, 1e-4, seed);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+
+#[test]
+fn cpu_backward_matches_finite_differences_of_the_cpu_forward() {
+    let mut rng = Rng::fresh();
+    // A cache-shaped call exercises both mask bounds (q_pos0 and kv_len) and the padding rows.
+    for s in [
+        AttnShape::training(2, 2, 5, 6),
+        AttnShape { batch: 1, heads: 2, head_dim: 3, q_len: 4, kv_len: 7, kv_stride: 9, q_pos0: 2 },
+    ] {
+        let x = Inputs::new(&mut rng, s, 1.5);
+        let (q, k, v, g) = (f64v(&x.q), x.k64(), x.v64(), f64v(&x.dout));
+        let sc = x.scale as f64;
+        let loss = |q: &[f64], k: &[f64], v: &[f64]| dot(&ref_forward(&s, sc, q, k, v).0, &g);
+        let (dq, dk, dv) = ref_backward(&s, sc, &q, &k, &v, &g);
+        let e_q = fd_check(&mut |x| loss(x, &k, &v), &q, &dq, 40, &mut rng);
+        let e_k = fd_check(&mut |x| loss(&q, x, &v), &k, &dk, 40, &mut rng);
+        let e_v = fd_check(&mut |x| loss(&q, &k, x), &v, &dv, 40, &mut rng);
+        for (n, e) in [("dq", e_q), ("dk", e_k), ("dv", e_v)] {
+            assert!(e < 1e-5, "{n} finite-difference error {e:e} for {s:?} (seed {})", rng.seed);
+        }
+    }
+}
+
+#[test]
+fn forward_matches_float64_for_odd_head_dims_and_lengths() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    for h in [1, 7, 16, 64] {
+        for t in [1, 2, 17, 65, 130] {
+            check_forward(&gpu, &mut rng, AttnShape::training(2, 3, h, t), 1.0);
+        }
+    }
+}
+
+#[test]
+fn backward_matches_float64_for_odd_head_dims_and_lengths() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    for h in [1, 7, 16, 64] {
+        for t in [1, 2, 17, 65, 130] {
+            check_both(&gpu, &mut rng, AttnShape::training(2, 3, h, t), 1.0);
+        }
+    }
+}
+
+#[test]
+fn head_dims_above_64_are_processed_in_several_chunks() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    for h in [65, 100, 128, 131] {
+        check_both(&gpu, &mut rng, AttnShape::training(1, 2, h, 37), 1.0);
+    }
+    check_both(
+        &gpu,
+        &mut rng,
+        AttnShape { batch: 2, heads: 1, head_dim: 97, q_len: 6, kv_len: 21, kv_stride: 24, q_pos0: 15 },
+        1.0,
+    );
+}
+
+#[test]
+fn peaked_softmax_with_large_scores_stays_accurate() {
+    // Scores spread over tens of units: the online max must rescale correctly across tiles.
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    check_both(&gpu, &mut rng, AttnShape::training(1, 2, 32, 77), 6.0);
+    check_both(&gpu, &mut rng, AttnShape::training(2, 1, 9, 40), 12.0);
+}
+
+#[test]
+fn cache_shapes_with_q_pos0_and_kv_stride_match_float64() {
+    // (q_len, kv_len, kv_stride, q_pos0): prompt chunks against a cache, queries beyond the cache,
+    // and a single query.
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    for (ql, kl, ks, p0) in
+        [(5, 12, 16, 7), (9, 23, 30, 3), (20, 7, 7, 0), (1, 1, 4, 0), (33, 50, 64, 17), (17, 40, 41, 30)]
+    {
+        let s = AttnShape { batch: 2, heads: 3, head_dim: 13, q_len: ql, kv_len: kl, kv_stride: ks, q_pos0: p0 };
+        check_both(&gpu, &mut rng, s, 1.0);
+    }
+}
+
+/// The decoding loop: a cache of `cap` rows filled up to `n` (NaN beyond), `q_len` new queries
+/// per step at positions n − q_len …, moved with `set_kv`; each step's rows must equal the full
+/// training forward's rows.
+fn decode_against_full(gpu: &Gpu, rng: &mut Rng, step: usize) {
+    let (b, heads, hd, t, cap) = (2, 3, 16, 37, 40);
+    let full = AttnShape::training(b, heads, hd, t);
+    let x = Inputs::new(rng, full, 1.0);
+    let (ft, _) = gpu_forward(gpu, &x);
+    let f_out = read(gpu, &ft.out);
+    let (r_out, r_lse) = ref_forward(&full, x.scale as f64, &f64v(&x.q), &x.k64(), &x.v64());
+
+    let s0 = AttnShape::decode(b, heads, hd, step, step, cap);
+    let kc = poisoned(gpu, "k_cache", &[s0.kv_elems()]);
+    let vc = poisoned(gpu, "v_cache", &[s0.kv_elems()]);
+    let qd = poisoned(gpu, "q_step", &[s0.q_elems()]);
+    let out = poisoned(gpu, "out_step", &[s0.q_elems()]);
+    let lse = poisoned(gpu, "lse_step", &[s0.lse_elems()]);
+    let ds = attention::forward(gpu, &s0, x.scale, qd.view(), kc.view(), vc.view(), out.view(), lse.view()).unwrap();
+    let row = heads * hd;
+    let mut n = step;
+    while n <= t {
+        let s = AttnShape::decode(b, heads, hd, step, n, cap);
+        // Cache rows < n hold the true keys/values, the rest NaN.
+        let mut kk = vec![f32::NAN; s.kv_elems()];
+        let mut vv = vec![f32::NAN; s.kv_elems()];
+        let mut qq = vec![0.0f32; s.q_elems()];
+        for bb in 0..b {
+            let src = bb * t * row;
+            let dst = bb * cap * row;
+            kk[dst..dst + n * row].copy_from_slice(&x.k[src..src + n * row]);
+            vv[dst..dst + n * row].copy_from_slice(&x.v[src..src + n * row]);
+            let qs = src + (n - step) * row;
+            qq[bb * step * row..][..step * row].copy_from_slice(&x.q[qs..qs + step * row]);
+        }
+        kc.write_f32(gpu, &kk).unwrap();
+        vc.write_f32(gpu, &vv).unwrap();
+        qd.write_f32(gpu, &qq).unwrap();
+        attention::set_kv(gpu, &ds, &s, x.scale).unwrap();
+        run(gpu, &ds);
+        let (got, got_lse) = (read(gpu, &out), read(gpu, &lse));
+        let (mut want, mut want_gpu, mut want_lse) = (vec![], vec![], vec![]);
+        for bb in 0..b {
+            let o = (bb * t + n - step) * row;
+            want.extend_from_slice(&r_out[o..o + step * row]);
+            want_gpu.extend(f_out[o..o + step * row].iter().map(|&x| x as f64));
+            for h in 0..heads {
+                let l = lx(&full, bb, h, n - step);
+                want_lse.extend_from_slice(&r_lse[l..l + step]);
+            }
+        }
+        let name = format!("decode q_len {step} kv_len {n}");
+        assert_close(&name, &got, &want, 1e-5, rng.seed);
+        assert_close(&format!("{name} lse"), &got_lse, &want_lse, 1e-5, rng.seed);
+        // And it agrees with the full forward on the GPU to float32 rounding.
+        assert_close(&format!("{name} vs full"), &got, &want_gpu, 1e-6, rng.seed);
+        n += step;
+    }
+}
+
+#[test]
+fn decoding_one_token_at_a_time_reproduces_the_full_forward() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    decode_against_full(&gpu, &mut rng, 1);
+}
+
+#[test]
+fn decoding_prompt_chunks_reproduces_the_full_forward() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    decode_against_full(&gpu, &mut rng, 4);
+    decode_against_full(&gpu, &mut rng, 18);
+}
+
+#[test]
+fn forward_and_backward_are_bit_identical_run_to_run() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    for s in [AttnShape::training(2, 2, 24, 70), AttnShape::training(1, 2, 100, 33)] {
+        let x = Inputs::new(&mut rng, s, 2.0);
+        let a = gpu_both(&gpu, &x);
+        let b = gpu_both(&gpu, &x);
+        for (i, (ga, gb)) in a.iter().zip(&b).enumerate() {
+            let same = ga.iter().zip(gb).all(|(u, w)| u.to_bits() == w.to_bits());
+            assert!(same, "output {i} (out, lse, dq, dk, dv) differs between runs for {s:?} (seed {})", rng.seed);
+        }
+    }
+}
+
+#[test]
+fn more_than_65535_workgroups_cover_every_head() {
+    // One query and one key per head, 65 537 heads: the grids spill over the x dimension.
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    check_both(&gpu, &mut rng, AttnShape::training(1, 65_537, 1, 1), 1.0);
+}
+
+#[test]
+fn shape_errors_are_reported_not_panicked() {
+    let gpu = gpu();
+    let s = AttnShape::training(2, 3, 8, 5);
+    let big = upload(&gpu, "big", &vec![0.0; s.q_elems()]);
+    let small = upload(&gpu, "small", &vec![0.0; s.q_elems() - 1]);
+    let lse = upload(&gpu, "lse", &vec![0.0; s.lse_elems()]);
+    let e =
+        attention::forward(&gpu, &s, 1.0, big.view(), small.view(), big.view(), big.view(), lse.view()).unwrap_err();
+    assert!(e.to_string().contains("k [batch, kv_stride"), "{e}");
+    assert!(e.to_string().contains("needs 240 elements"), "{e}");
+    assert!(e.to_string().contains("has 239"), "{e}");
+    let e = attention::backward(
+        &gpu,
+        &s,
+        1.0,
+        big.view(),
+        big.view(),
+        big.view(),
+        big.view(),
+        lse.view(),
+        big.view(),
+        big.view(),
+        big.view(),
+        small.view(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("dv"), "{e}");
+    for bad in [AttnShape { head_dim: 0, ..s }, AttnShape { kv_len: 0, ..s }, AttnShape { kv_stride: 4, ..s }] {
+        let e = attention::forward(&gpu, &bad, 1.0, big.view(), big.view(), big.view(), big.view(), lse.view())
+            .unwrap_err();
+        assert!(matches!(e, ddl::gpu::GpuError::Shape(_)), "{e}");
+    }
+    // set_kv refuses dispatches bound for another q_len, or that are not the forward.
+    let ds = attention::forward(&gpu, &s, 1.0, big.view(), big.view(), big.view(), big.view(), lse.view()).unwrap();
+    let other = AttnShape::training(2, 3, 8, 40);
+    assert!(attention::set_kv(&gpu, &ds, &other, 1.0).is_err());
+    assert!(attention::set_kv(&gpu, &ds[..0], &s, 1.0).is_err());
+    attention::set_kv(&gpu, &ds, &AttnShape { kv_len: 3, ..s }, 1.0).unwrap();
+}
