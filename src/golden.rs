@@ -270,7 +270,7 @@ pub fn check(gpu: &Arc<Gpu>, g: &Golden) -> Result<Vec<Row>, GoldenError> {
     };
     let prog = model.program(b, t, &opt).map_err(gpu_err)?;
     prog.set_batch(&model, tokens, targets).map_err(gpu_err)?;
-    model.run(&[&prog.forward, &prog.backward], None).map_err(gpu_err)?;
+    model.run(&[&prog.zero, &prog.forward, &prog.backward, &prog.finish], None).map_err(gpu_err)?;
 
     let rd = |t: &crate::gpu::Tensor| t.read_f32(gpu).map_err(gpu_err);
     let (v, d, m) = (cfg.vocab_size, cfg.d_model, cfg.m());
@@ -339,7 +339,7 @@ pub fn check(gpu: &Arc<Gpu>, g: &Golden) -> Result<Vec<Row>, GoldenError> {
             }
         }
         if step < g.steps {
-            model.run(&[&prog.forward, &prog.backward], None).map_err(gpu_err)?;
+            model.run(&[&prog.zero, &prog.forward, &prog.backward, &prog.finish], None).map_err(gpu_err)?;
             let s = rd(&prog.stats)?;
             losses.push(s[0]);
             norms.push(s[2].max(0.0).sqrt());
