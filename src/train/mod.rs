@@ -340,7 +340,9 @@ pub fn train(gpu: Arc<Gpu>, opts: TrainOptions) -> Result<Summary, TrainError> {
             val_loss = Some(vl);
             append_line(&metrics, &json!({"step": step, "val_loss": vl, "val_ppl": vl.exp()}))?;
             progress.println(format!("step {step}: val loss {vl:.4} (perplexity {:.2})", vl.exp()));
-            let _ = plot_metrics(&out);
+            if let Err(e) = plot_metrics(&out) {
+                progress.println(format!("warning: could not write the loss plot: {e}"));
+            }
         }
         if t.checkpoint_every > 0 && step % t.checkpoint_every == 0 && step < opts.steps {
             save(&model, step, elapsed0 + t0.elapsed().as_secs_f64())?;
@@ -353,6 +355,8 @@ pub fn train(gpu: Arc<Gpu>, opts: TrainOptions) -> Result<Summary, TrainError> {
         append_line(&metrics, &json!({"step": step, "val_loss": vl, "val_ppl": vl.exp()}))?;
     }
     save(&model, step, elapsed0 + t0.elapsed().as_secs_f64())?;
-    let _ = plot_metrics(&out);
+    if let Err(e) = plot_metrics(&out) {
+        eprintln!("warning: could not write the loss plot: {e}");
+    }
     Ok(Summary { step, last_loss, val_loss, tokens_per_s: tok_s, interrupted, losses })
 }

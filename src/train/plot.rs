@@ -40,7 +40,8 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
         x1 = x0 + 1.0;
     }
     let pad = ((y1 - y0) * 0.05).max(1e-6);
-    let tmp = path.with_extension("png.tmp");
+    // The image encoder picks the format from the extension: keep .png on the temporary name.
+    let tmp = path.with_file_name(format!(".tmp-{}", path.file_name().unwrap().to_string_lossy()));
     {
         let root = BitMapBackend::new(&tmp, (900, 540)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
@@ -72,4 +73,18 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
         root.present().map_err(|e| e.to_string())?;
     }
     std::fs::rename(&tmp, path).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_line_plot_is_written_as_png() {
+        let dir = std::env::temp_dir().join(format!("ddl-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("x.png");
+        let s = super::Series { name: "train".into(), points: (0..50).map(|i| (i as f64, 1.0 / (1.0 + i as f64))).collect() };
+        super::line_plot(&p, "loss", "step", "nats", &[s]).unwrap();
+        let bytes = std::fs::read(&p).unwrap();
+        assert_eq!(&bytes[1..4], b"PNG");
+    }
 }
