@@ -4,7 +4,11 @@ use std::path::PathBuf;
 
 fn check(name: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.safetensors"));
-    let g = ddl::golden::Golden::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    check_path(name, &path);
+}
+
+fn check_path(name: &str, path: &std::path::Path) {
+    let g = ddl::golden::Golden::load(path).unwrap_or_else(|e| panic!("{e}"));
     let gpu = ddl::testing::gpu();
     let rows = ddl::golden::check(&gpu, &g).unwrap_or_else(|e| panic!("{e}"));
     let fails: Vec<String> = rows.iter().filter(|r| !r.pass).map(|r| r.to_string()).collect();
@@ -50,6 +54,15 @@ fn golden_ddl_v1_vmap() {
 #[test]
 fn golden_ddl_vmap() {
     check("ddl_vmap");
+}
+
+/// Every variant of the second set (H·h ≠ d, odd d_v, K_s ≠ K_e, T < K, other β₀, v_act, h_k).
+#[test]
+fn golden_odd_shapes_every_variant() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/odd");
+    for v in ["baseline", "ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_v1_vmap", "ddl_vmap"] {
+        check_path(&format!("odd/{v}"), &dir.join(format!("{v}.safetensors")));
+    }
 }
 
 #[test]
