@@ -15,6 +15,7 @@ use crate::kernels::{
 };
 
 use super::config::{ModelConfig, VActName};
+pub use super::decode::DecodeBufs;
 use super::params::Layout;
 
 /// Parameters, gradients and AdamW moments of one model on one device.
@@ -221,6 +222,8 @@ pub struct Program {
     /// Loss objective: label smoothing α and the gradient scale (1 / micro-batches).
     pub label_smoothing: f32,
     pub loss_scale: f32,
+    /// Cached decoding: windows and cache views of a decode chunk program (None for training).
+    pub decode: Option<DecodeBufs>,
     _grads: Grads,
 }
 
@@ -291,6 +294,18 @@ impl Model {
         opt: &AdamWConfig,
         label_smoothing: f32,
         loss_scale: f32,
+    ) -> Result<Program> {
+        self.program_inner(b, t, opt, label_smoothing, loss_scale, None)
+    }
+
+    fn program_inner(
+        &self,
+        b: usize,
+        t: usize,
+        opt: &AdamWConfig,
+        label_smoothing: f32,
+        loss_scale: f32,
+        decode: Option<super::decode::DecodeBufs>,
     ) -> Result<Program> {
         let gpu = &*self.gpu;
         let c = &self.cfg;
@@ -435,23 +450,58 @@ impl Model {
             optimizer: Vec::new(),
             label_smoothing,
             loss_scale,
+            decode,
             _grads: g,
         };
         p.forward = self.record_forward(&p)?;
-        p.backward = self.record_backward(&p)?;
-        p.finish = self.record_finish(&p)?;
-        p.optimizer = self.record_optimizer(&p, opt)?;
+        if p.decode.is_none() {
+            p.backward = self.record_backward(&p)?;
+            p.finish = self.record_finish(&p)?;
+            p.optimizer = self.record_optimizer(&p, opt)?;
+        }
         Ok(p)
+    }
+
+    /// A forward-only program over `q` tokens of one sequence bound to a decode cache.
+    pub(crate) fn program_decode(&self, q: usize, opt: &AdamWConfig, bufs: super::decode::DecodeBufs) -> Result<Program> {
+        self.program_inner(1, q, opt, 0.0, 1.0, Some(bufs))
     }
 
     fn conv_shape(&self, p: &Program, kernel: usize) -> ConvShape {
         ConvShape { batch: p.b, seq: p.t, d: self.cfg.d_model, m: self.cfg.m(), kernel }
     }
 
-    fn compress_fwd(&self, ops: &mut Vec<Op>, p: &Program, prefix: &str, x: &Tensor, a: &Tensor) -> Result<()> {
+    fn compress_fwd(
+        &self,
+        ops: &mut Vec<Op>,
+        p: &Program,
+        prefix: &str,
+        boundary: usize,
+        x: &Tensor,
+        a: &Tensor,
+    ) -> Result<()> {
         let gpu = &*self.gpu;
         let c = &self.cfg;
         let (kappa, rho) = (self.pv(&format!("{prefix}.kernel")), self.pv(&format!("{prefix}.read")));
+        if let (Some(db), false) = (&p.decode, c.variant.value_axis()) {
+            // Decoding: the compressor sees the last K−1 states of the cache, then the new ones.
+            let (hist, xwin, awin) = (&db.hist[boundary], &db.xwin[boundary], &db.awin[boundary]);
+            let k1 = c.state_kernel - 1;
+            let (dm, n) = (c.d_model * c.m(), p.n());
+            ops.push(Op::Copy { src: hist.clone(), src_off: 0, dst: xwin.clone(), dst_off: 0, len: k1 * dm });
+            ops.push(Op::Copy { src: x.clone(), src_off: 0, dst: xwin.clone(), dst_off: k1 * dm, len: n * dm });
+            let cs = ConvShape { batch: 1, seq: k1 + n, d: c.d_model, m: c.m(), kernel: c.state_kernel };
+            run(ops, shortconv::token_forward(gpu, &cs, xwin.view(), kappa, rho, awin.view()))?;
+            ops.push(Op::Copy {
+                src: awin.clone(),
+                src_off: k1 * c.d_model,
+                dst: a.clone(),
+                dst_off: 0,
+                len: n * c.d_model,
+            });
+            ops.push(Op::Copy { src: xwin.clone(), src_off: n * dm, dst: hist.clone(), dst_off: 0, len: k1 * dm });
+            return Ok(());
+        }
         if c.variant.value_axis() {
             run(
                 ops,
@@ -543,7 +593,18 @@ impl Model {
 
         run(o, embedding::forward(gpu, p.tokens.view(), self.pv("tok_emb"), p.e.view(), n, d, c.vocab_size))?;
         if var.expanded() {
-            if var.ec() {
+            if let (true, Some(db)) = (var.ec(), &p.decode) {
+                // Decoding: the expansion sees the last K_e−1 embeddings of the cache.
+                let (eh, ew, xw) = (db.ehist.as_ref().unwrap(), db.ewin.as_ref().unwrap(), db.x0win.as_ref().unwrap());
+                let k1 = c.embed_kernel - 1;
+                let dm = d * c.m();
+                o.push(Op::Copy { src: eh.clone(), src_off: 0, dst: ew.clone(), dst_off: 0, len: k1 * d });
+                o.push(Op::Copy { src: p.e.clone(), src_off: 0, dst: ew.clone(), dst_off: k1 * d, len: n * d });
+                let cs = ConvShape { batch: 1, seq: k1 + n, d, m: c.m(), kernel: c.embed_kernel };
+                run(o, expand::ec_forward(gpu, &cs, ew.view(), self.pv("embed_expand.kernel"), xw.view()))?;
+                o.push(Op::Copy { src: xw.clone(), src_off: k1 * dm, dst: p.xs[0].clone(), dst_off: 0, len: n * dm });
+                o.push(Op::Copy { src: ew.clone(), src_off: n * d, dst: eh.clone(), dst_off: 0, len: k1 * d });
+            } else if var.ec() {
                 run(
                     o,
                     expand::ec_forward(
@@ -566,7 +627,7 @@ impl Model {
                 let x_out = &p.xs[2 * l + si + 1];
                 let sname = s.kind.name();
                 if let Some(a) = &s.a {
-                    self.compress_fwd(o, p, &format!("{blk}.compress"), x_in, a)?;
+                    self.compress_fwd(o, p, &format!("{blk}.compress"), 2 * l + si, x_in, a)?;
                 }
                 let a = p.a_tensor(l, si);
                 let norm_name = format!("{blk}.{sname}_norm.gain");
@@ -609,19 +670,37 @@ impl Model {
                             ),
                         )?;
                         let scale = 1.0 / (hd as f32).sqrt();
-                        run(
-                            o,
-                            attention::forward(
-                                gpu,
-                                &self.attn_shape(p),
-                                scale,
-                                qn.view(),
-                                kn.view(),
-                                v.view(),
-                                out.view(),
-                                lse.view(),
-                            ),
-                        )?;
+                        if let Some(db) = &p.decode {
+                            // Append the new keys/values to the cache (offsets set per chunk), then
+                            // attend over everything cached.
+                            let (kc, vc) = (&db.kcache[l], &db.vcache[l]);
+                            o.push(Op::Copy { src: kn.clone(), src_off: 0, dst: kc.clone(), dst_off: 0, len: n * dq });
+                            o.push(Op::Copy { src: v.clone(), src_off: 0, dst: vc.clone(), dst_off: 0, len: n * dq });
+                            let s = AttnShape {
+                                batch: 1,
+                                heads: hh,
+                                head_dim: hd,
+                                q_len: n,
+                                kv_len: n,
+                                kv_stride: db.capacity,
+                                q_pos0: 0,
+                            };
+                            run(o, attention::forward(gpu, &s, scale, qn.view(), kc.view(), vc.view(), out.view(), lse.view()))?;
+                        } else {
+                            run(
+                                o,
+                                attention::forward(
+                                    gpu,
+                                    &self.attn_shape(p),
+                                    scale,
+                                    qn.view(),
+                                    kn.view(),
+                                    v.view(),
+                                    out.view(),
+                                    lse.view(),
+                                ),
+                            )?;
+                        }
                         mm(o, gpu, Matmul::nt(n, d, dq), out.view(), self.pv(&format!("{blk}.attn.wo")), s.h.view())?;
                     }
                     Inner::Mlp { g1, g2, psi } => {
@@ -688,7 +767,7 @@ impl Model {
             }
         }
         if let Some(zt) = &p.z {
-            self.compress_fwd(o, p, "readout", p.xs.last().unwrap(), zt)?;
+            self.compress_fwd(o, p, "readout", 2 * c.n_layers, p.xs.last().unwrap(), zt)?;
         }
         let z_in = p.z_tensor();
         run(

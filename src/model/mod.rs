@@ -7,3 +7,5 @@ pub use config::{ConfigError, ModelConfig, VActName, Variant};
 pub use params::{Init, Layout, ParamSpec};
 pub mod gpu_model;
 pub use gpu_model::{Model, Program};
+pub mod decode;
+pub use decode::DecodeCache;
