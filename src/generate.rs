@@ -171,3 +171,129 @@ mod tests {
         assert!(SamplerConfig { temperature: -1.0, ..Default::default() }.validate().is_err());
     }
 }
+
+/// Options of [`generate`].
+#[derive(Debug, Clone)]
+pub struct GenOptions {
+    pub max_tokens: usize,
+    /// Stop when the generated text contains one of these.
+    pub stop: Vec<String>,
+    /// Stop at this token (e.g. `<|endoftext|>`).
+    pub stop_token: Option<u32>,
+    /// Record a per-token trace of every delta write.
+    pub trace: bool,
+}
+
+/// Regime of a gate value: identity (β < 0.5: λ = 1−β > 0.5), reflection (β > 1.5: λ < −0.5),
+/// projection in between (λ ≈ 0: the k-component is replaced by v).
+pub fn regime(beta: f32) -> &'static str {
+    if beta < 0.5 {
+        "identity"
+    } else if beta > 1.5 {
+        "reflection"
+    } else {
+        "projection"
+    }
+}
+
+/// What every delta write did for one generated token.
+#[derive(Debug, Clone, Default)]
+pub struct TokenTrace {
+    pub token: u32,
+    pub text: String,
+    /// Per sublayer (block-major, attention then MLP): β.
+    pub beta: Vec<f32>,
+    /// Unit directions k [sublayers × d].
+    pub k: Vec<f32>,
+    /// Written values v [sublayers × m].
+    pub v: Vec<f32>,
+    /// kᵀX, what the write erases [sublayers × m].
+    pub ktx: Vec<f32>,
+    /// ‖β (v − kᵀX)‖, the size of the write.
+    pub write: Vec<f32>,
+}
+
+fn read_trace(model: &Model, p: &crate::model::Program, row: usize, tr: &mut TokenTrace) -> Result<()> {
+    let (d, m) = (model.cfg.d_model, model.cfg.m());
+    for blk in &p.subs {
+        for s in blk {
+            let Some(w) = &s.write else { continue };
+            let beta = w.beta.read_f32(&model.gpu)?[row];
+            let k = w.k.read_f32(&model.gpu)?;
+            let v = w.v.read_f32(&model.gpu)?;
+            let delta = w.delta.read_f32(&model.gpu)?;
+            let (vr, dr) = (&v[row * m..(row + 1) * m], &delta[row * m..(row + 1) * m]);
+            tr.beta.push(beta);
+            tr.k.extend_from_slice(&k[row * d..(row + 1) * d]);
+            tr.v.extend_from_slice(vr);
+            tr.ktx.extend(vr.iter().zip(dr).map(|(a, b)| a - b));
+            tr.write.push(beta.abs() * dr.iter().map(|x| x * x).sum::<f32>().sqrt());
+        }
+    }
+    Ok(())
+}
+
+/// Generates with the KV and conv caches: the prompt is prefilled in one batched forward, then
+/// one token per step. When the context is full, the last half of the text is kept and
+/// re-prefilled (documented behaviour). Returns the new tokens and, if asked, their traces.
+pub fn generate(
+    model: &Model,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    opts: &GenOptions,
+    sampler: &mut Sampler,
+    mut on_token: impl FnMut(&str),
+) -> Result<(Vec<u32>, Vec<TokenTrace>)> {
+    let cap = model.cfg.max_seq_len;
+    let v = model.cfg.vocab_size;
+    let mut history: Vec<u32> = prompt.to_vec();
+    let mut cache = model.decode_cache()?;
+    let mut out = Vec::new();
+    let mut traces = Vec::new();
+    let mut text = String::new();
+    let mut step_prog = model.decode_program(&cache, 1)?;
+    // Prefill (the last `cap` tokens of the prompt at most).
+    let prefill = |history: &[u32], cache: &mut crate::model::DecodeCache| -> Result<Vec<f32>> {
+        let keep = &history[history.len().saturating_sub(cap.max(2) / 2).min(history.len().saturating_sub(cap))..];
+        let keep = if keep.len() > cap { &keep[keep.len() - cap..] } else { keep };
+        *cache = model.decode_cache()?;
+        let mut p = model.decode_program(cache, keep.len())?;
+        let logits = model.decode(&mut p, cache, keep)?;
+        Ok(logits[(keep.len() - 1) * v..].to_vec())
+    };
+    let mut logits = prefill(&history, &mut cache)?;
+    for _ in 0..opts.max_tokens {
+        let next = sampler.sample(&logits, &history);
+        history.push(next);
+        out.push(next);
+        let piece = tok.decode(&[next]).unwrap_or_default();
+        text.push_str(&piece);
+        if opts.trace {
+            let mut tr = TokenTrace { token: next, text: piece.clone(), ..Default::default() };
+            // The trace of the write that *produced* this token's logits is in the last run.
+            let _ = &mut tr;
+            traces.push(tr);
+        }
+        on_token(&piece);
+        if opts.stop_token == Some(next) || opts.stop.iter().any(|s| !s.is_empty() && text.ends_with(s.as_str())) {
+            break;
+        }
+        if cache.pos + 1 > cap {
+            // Slide: keep the last half of the context and re-prefill it.
+            let keep_from = history.len() - cap / 2;
+            let kept: Vec<u32> = history[keep_from..].to_vec();
+            cache = model.decode_cache()?;
+            let mut p = model.decode_program(&cache, kept.len())?;
+            let l = model.decode(&mut p, &mut cache, &kept)?;
+            logits = l[(kept.len() - 1) * v..].to_vec();
+            step_prog = model.decode_program(&cache, 1)?;
+            continue;
+        }
+        logits = model.decode(&mut step_prog, &mut cache, &[next])?;
+        if opts.trace {
+            let tr = traces.last_mut().unwrap();
+            read_trace(model, &step_prog, 0, tr)?;
+        }
+    }
+    Ok((out, traces))
+}
