@@ -1,69 +1,480 @@
-//! STUB (type-checking only; replaced by the real launcher).
-#![allow(unused, clippy::all)]
-use crate::bench::KernelBench;
-use crate::gpu::{Dispatch, Gpu, Result, Tensor, View};
+//! The DDL delta write (`shaders/delta.wgsl`), forward and backward: spec sections 2, 11.1 and
+//! 14.4/14.8 (the v-Map variants use the same write with other inputs).
+//!
+//! Layouts (row-major, N = `n` tokens): the state `x`, `x_out`, `g`, `dx` are `[N, d, m]` with the
+//! value index j fastest (element (t, i, j) at `(t·d + i)·m + j`); `kraw`, `a`, `c`, `k` and their
+//! gradients are `[N, d]`; `w_beta` `[d]`, `b_beta` `[1]`, `w_v` `[m, d]` (row j holds the weights
+//! of u_j), `b_v` `[m]`; per-token traces `rnorm`, `beta` `[N]`, `v`, `delta` `[N, m]`.
+//!
+//! One workgroup (128 invocations) per token, or several tokens per workgroup when d < 128, does
+//! every reduction over d in one pass and reads the state once while d ≤ 512 (4 rows per
+//! invocation stay in registers; the rows of wider states beyond the first 512 are read twice,
+//! still correct). Parameter gradients are summed
+//! over tokens by deterministic [`Matmul`]s from per-token ∂z `[N]` and ∂u `[N, m]` kept in
+//! launcher-allocated scratch.
 
-pub fn bench(_gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    Ok(Vec::new())
-}
+use crate::bench::{BENCH_SHAPE, KernelBench};
+use crate::gpu::{Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
+use crate::kernels::matmul::Matmul;
+use crate::testing::Rng;
 
+/// Tokens per matmul in the backward's sums over tokens. Longer sums are split into chunks
+/// added one after the other: llvmpipe (lavapipe) stops any shader loop after 65 535 iterations,
+/// which silently truncates a matmul over ≳ 40 000 tokens there.
+pub const TOKEN_CHUNK: usize = 16384;
+
+/// Largest number of value channels `m` the kernel supports (`MMAX` in the shader).
+pub const MAX_VALUE_CHANNELS: usize = 8;
+
+/// The value activation `v = act(u)` (spec 14.4, config field `v_act`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VAct {
+    /// v = 4σ(u), the k-Map default.
     Sigmoid4,
+    /// v = σ(u).
     Sigmoid,
+    /// v = u.
     Linear,
 }
+
+impl VAct {
+    fn code(self) -> u32 {
+        match self {
+            VAct::Sigmoid4 => 0,
+            VAct::Sigmoid => 1,
+            VAct::Linear => 2,
+        }
+    }
+}
+
+/// Sizes and options of one delta write.
 #[derive(Clone, Copy, Debug)]
 pub struct DeltaShape {
+    /// Tokens (B·T).
     pub n: usize,
+    /// Model width.
     pub d: usize,
+    /// Value channels d_v, 1 ..= [`MAX_VALUE_CHANNELS`].
     pub m: usize,
+    /// ε_k of the direction normalisation n = sqrt(‖k̃‖² + ε_k²).
     pub k_eps: f32,
     pub v_act: VAct,
 }
-pub fn forward(
-    _gpu: &Gpu,
-    _s: &DeltaShape,
-    _x: View,
-    _kraw: View,
-    _a: View,
-    _c: View,
-    _w_beta: View,
-    _b_beta: View,
-    _w_v: View,
-    _b_v: View,
-    _x_out: View,
-    _k: View,
-    _rnorm: View,
-    _beta: View,
-    _v: View,
-    _delta: View,
-) -> Result<Vec<Dispatch>> {
-    todo!()
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    d: u32,
+    m: u32,
+    v_act: u32,
+    k_eps: f32,
+    accumulate_da: u32,
+    seg: u32,
+    _pad0: u32,
 }
-pub fn backward(
-    _gpu: &Gpu,
-    _s: &DeltaShape,
-    _g: View,
-    _x: View,
-    _k: View,
-    _rnorm: View,
-    _beta: View,
-    _v: View,
-    _delta: View,
-    _a: View,
-    _c: View,
-    _w_beta: View,
-    _w_v: View,
-    _dx: View,
-    _dkraw: View,
-    _da: View,
-    _dc: View,
-    _dw_beta: View,
-    _db_beta: View,
-    _dw_v: View,
-    _db_v: View,
-    _accumulate_da: bool,
+
+/// Invocations per workgroup of both entry points (`WG` in the shader).
+const WG: usize = 128;
+
+impl DeltaShape {
+    fn check(&self) -> Result<()> {
+        let bad = |s: String| Err(GpuError::Shape(format!("delta write n={} d={} m={}: {s}", self.n, self.d, self.m)));
+        if self.n == 0 || self.d == 0 || self.m == 0 {
+            return bad("n, d and m must be at least 1".into());
+        }
+        if self.m > MAX_VALUE_CHANNELS {
+            return bad(format!("m = {} value channels; the kernel supports at most {MAX_VALUE_CHANNELS}", self.m));
+        }
+        if !(self.k_eps.is_finite() && self.k_eps >= 0.0) {
+            return bad(format!("k_eps must be finite and ≥ 0, got {}", self.k_eps));
+        }
+        let state = self.n as u128 * self.d as u128 * self.m as u128;
+        if state > u32::MAX as u128 {
+            return bad(format!("the state has {state} elements, more than 2^32 − 1; split the tokens"));
+        }
+        Ok(())
+    }
+
+    fn params(&self, accumulate_da: bool) -> Params {
+        Params {
+            n: self.n as u32,
+            d: self.d as u32,
+            m: self.m as u32,
+            v_act: self.v_act.code(),
+            k_eps: self.k_eps,
+            accumulate_da: accumulate_da as u32,
+            seg: self.seg() as u32,
+            _pad0: 0,
+        }
+    }
+
+    /// Invocations per token: the power of two that covers d, at most a workgroup. Narrow
+    /// states put several tokens in one workgroup.
+    fn seg(&self) -> usize {
+        self.d.next_power_of_two().min(WG)
+    }
+
+    fn grid(&self, gpu: &Gpu) -> [u32; 3] {
+        grid_1d(self.n as u64, (WG / self.seg()) as u32, gpu.limits.max_compute_workgroups_per_dimension)
+    }
+}
+
+/// Fails unless `view` holds at least `need` elements.
+fn need(op: &str, name: &str, view: &View, need: usize) -> Result<()> {
+    if view.len() < need {
+        return Err(GpuError::Shape(format!(
+            "delta {op}: '{name}' needs {need} elements, its view has {}",
+            view.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Fails when a written view shares its buffer with a read view (wgpu forbids binding a buffer
+/// read-only and read-write in one dispatch) or overlaps another written view.
+fn check_aliasing(op: &str, reads: &[(&str, &View)], writes: &[(&str, &View)]) -> Result<()> {
+    for (wn, w) in writes {
+        for (rn, r) in reads {
+            if w.buffer == r.buffer {
+                return Err(GpuError::Shape(format!(
+                    "delta {op}: output '{wn}' shares a buffer with input '{rn}'; \
+                     outputs must be separate buffers"
+                )));
+            }
+        }
+    }
+    for (i, (an, a)) in writes.iter().enumerate() {
+        for (bn, b) in &writes[i + 1..] {
+            if a.buffer == b.buffer && a.offset < b.offset + b.size && b.offset < a.offset + a.size {
+                return Err(GpuError::Shape(format!("delta {op}: outputs '{an}' and '{bn}' overlap")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The delta write, per token: n = sqrt(‖k̃‖² + ε_k²), k = k̃/n, β = 2σ(w_β·c + b_β),
+/// v = act(W_v a + b_v), p = Xᵀk, δ = v − p, X' = X + β k δᵀ.
+///
+/// Writes `x_out` (X') and the saved traces `k`, `rnorm` (1/n), `beta`, `v`, `delta`. Every output
+/// must be a buffer separate from the inputs (inputs may share buffers among themselves).
+/// One dispatch.
+#[allow(clippy::too_many_arguments)]
+pub fn forward(
+    gpu: &Gpu,
+    s: &DeltaShape,
+    x: View,
+    kraw: View,
+    a: View,
+    c: View,
+    w_beta: View,
+    b_beta: View,
+    w_v: View,
+    b_v: View,
+    x_out: View,
+    k: View,
+    rnorm: View,
+    beta: View,
+    v: View,
+    delta: View,
 ) -> Result<Vec<Dispatch>> {
-    todo!()
+    s.check()?;
+    let (n, d, m) = (s.n, s.d, s.m);
+    let reads = [
+        ("x", &x, n * d * m),
+        ("kraw", &kraw, n * d),
+        ("a", &a, n * d),
+        ("c", &c, n * d),
+        ("w_beta", &w_beta, d),
+        ("b_beta", &b_beta, 1),
+        ("w_v", &w_v, m * d),
+        ("b_v", &b_v, m),
+    ];
+    let writes = [
+        ("x_out", &x_out, n * d * m),
+        ("k", &k, n * d),
+        ("rnorm", &rnorm, n),
+        ("beta", &beta, n),
+        ("v", &v, n * m),
+        ("delta", &delta, n * m),
+    ];
+    for (name, view, len) in reads.iter().chain(&writes) {
+        need("forward", name, view, *len)?;
+    }
+    check_aliasing("forward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
+    let kern = gpu.kernel("delta", None, "delta_forward")?;
+    let p = s.params(false);
+    let d = kern.dispatch(
+        gpu,
+        Some(bytemuck::bytes_of(&p)),
+        &[
+            ("x", x),
+            ("kraw", kraw),
+            ("a", a),
+            ("c", c),
+            ("w_beta", w_beta),
+            ("b_beta", b_beta),
+            ("w_v", w_v),
+            ("b_v", b_v),
+            ("x_out", x_out),
+            ("k_out", k),
+            ("rnorm_out", rnorm),
+            ("beta_out", beta),
+            ("v_out", v),
+            ("delta_out", delta),
+        ],
+        s.grid(gpu),
+    )?;
+    Ok(vec![d])
+}
+
+/// Backward of [`forward`] (spec 11.1, 14.8) given `g` = ∂X' and the saved `k`, `rnorm`, `beta`,
+/// `v`, `delta` plus the inputs `x`, `a`, `c` and the weights `w_beta`, `w_v`.
+///
+/// Writes `dx` = G − β k gᵀ (g = Gᵀk), `dkraw` = ∂k̃, `dc` = ∂z·w_β and `da` = W_vᵀ∂u (added into
+/// `da` when `accumulate_da`). Adds the parameter gradients: `dw_beta` += Σ_t ∂z_t c_t,
+/// `db_beta` += Σ_t ∂z_t, `dw_v` += Σ_t ∂u_t a_tᵀ, `db_v` += Σ_t ∂u_t. Every output must be a
+/// buffer separate from the inputs (`dx` ≠ `g`). Dispatches: the per-token kernel, then four
+/// accumulating matmuls per [`TOKEN_CHUNK`] tokens (five in all up to 16 384 tokens) reading its
+/// scratch (∂z `[n]`, ∂u `[n, m]` and a ones vector, kept in the first dispatch's `scratch`).
+#[allow(clippy::too_many_arguments)]
+pub fn backward(
+    gpu: &Gpu,
+    s: &DeltaShape,
+    g: View,
+    x: View,
+    k: View,
+    rnorm: View,
+    beta: View,
+    v: View,
+    delta: View,
+    a: View,
+    c: View,
+    w_beta: View,
+    w_v: View,
+    dx: View,
+    dkraw: View,
+    da: View,
+    dc: View,
+    dw_beta: View,
+    db_beta: View,
+    dw_v: View,
+    db_v: View,
+    accumulate_da: bool,
+) -> Result<Vec<Dispatch>> {
+    s.check()?;
+    let (n, d, m) = (s.n, s.d, s.m);
+    let reads = [
+        ("g", &g, n * d * m),
+        ("x", &x, n * d * m),
+        ("k", &k, n * d),
+        ("rnorm", &rnorm, n),
+        ("beta", &beta, n),
+        ("v", &v, n * m),
+        ("delta", &delta, n * m),
+        ("a", &a, n * d),
+        ("c", &c, n * d),
+        ("w_beta", &w_beta, d),
+        ("w_v", &w_v, m * d),
+    ];
+    let writes = [
+        ("dx", &dx, n * d * m),
+        ("dkraw", &dkraw, n * d),
+        ("da", &da, n * d),
+        ("dc", &dc, n * d),
+        ("dw_beta", &dw_beta, d),
+        ("db_beta", &db_beta, 1),
+        ("dw_v", &dw_v, m * d),
+        ("db_v", &db_v, m),
+    ];
+    for (name, view, len) in reads.iter().chain(&writes) {
+        need("backward", name, view, *len)?;
+    }
+    check_aliasing("backward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
+
+    let dz = Tensor::zeros(gpu, "delta.dz", &[n], crate::gpu::DType::F32)?;
+    let du = Tensor::zeros(gpu, "delta.du", &[n, m], crate::gpu::DType::F32)?;
+    let chunk = n.min(TOKEN_CHUNK);
+    let ones = Tensor::from_f32(gpu, "delta.ones", &[chunk], &vec![1.0; chunk])?;
+
+    let kern = gpu.kernel("delta", None, "delta_backward")?;
+    let p = s.params(accumulate_da);
+    let main = kern.dispatch(
+        gpu,
+        Some(bytemuck::bytes_of(&p)),
+        &[
+            ("g", g),
+            ("x", x),
+            ("k", k),
+            ("rnorm", rnorm),
+            ("beta", beta),
+            ("v", v),
+            ("delta", delta),
+            ("w_beta", w_beta),
+            ("w_v", w_v),
+            ("dx", dx),
+            ("dkraw", dkraw),
+            ("da", da),
+            ("dc", dc),
+            ("dz", dz.view()),
+            ("du", du.view()),
+        ],
+        s.grid(gpu),
+    )?;
+    let mut out = vec![main];
+    // Sums over tokens, in a fixed order: products with the per-token scratch, one chunk of
+    // tokens after the other, each added into the gradient.
+    for start in (0..n).step_by(TOKEN_CHUNK) {
+        let len = (n - start).min(TOKEN_CHUNK);
+        // dw_beta += dzᵀ c, db_beta += dzᵀ 1 (dz as a [len, 1] matrix)
+        let mut mm = Matmul::tn(1, d, len).accumulate(true);
+        mm.a.offset = start;
+        mm.b.offset = start * d;
+        out.push(mm.bind(gpu, dz.view(), c, dw_beta)?);
+        let mut mm = Matmul::tn(1, 1, len).accumulate(true);
+        mm.a.offset = start;
+        out.push(mm.bind(gpu, dz.view(), ones.view(), db_beta)?);
+        // dw_v += duᵀ a, db_v += duᵀ 1 (du [len, m])
+        let mut mm = Matmul::tn(m, d, len).accumulate(true);
+        mm.a.offset = start * m;
+        mm.b.offset = start * d;
+        out.push(mm.bind(gpu, du.view(), a, dw_v)?);
+        let mut mm = Matmul::tn(m, 1, len).accumulate(true);
+        mm.a.offset = start * m;
+        out.push(mm.bind(gpu, du.view(), ones.view(), db_v)?);
+    }
+    out[0].scratch = vec![dz, du, ones];
+    Ok(out)
+}
+
+/// FLOPs of [`forward`]: four reductions over d (2d + 2d + 2md + 2md), k = k̃/n (d) and the
+/// rank-1 update (2md), per token.
+pub fn forward_flops(s: &DeltaShape) -> f64 {
+    let (n, d, m) = (s.n as f64, s.d as f64, s.m as f64);
+    n * (5.0 * d + 6.0 * m * d)
+}
+
+/// Bytes [`forward`] must move: read X, write X', read k̃, a, c, write k, the weights once and
+/// the per-token traces.
+pub fn forward_bytes(s: &DeltaShape) -> f64 {
+    let (n, d, m) = (s.n as f64, s.d as f64, s.m as f64);
+    4.0 * (2.0 * n * d * m + 4.0 * n * d + d * (1.0 + m) + 1.0 + m + n * (2.0 + 2.0 * m))
+}
+
+/// FLOPs of [`backward`]: per token Gᵀk, ∂X, Gδ, Xg, W_vᵀ∂u (2md each), kᵀ∂k, ∂k̃, ∂c
+/// (~7d); over tokens the parameter sums (2nd(1 + m) + 2n(1 + m)).
+pub fn backward_flops(s: &DeltaShape) -> f64 {
+    let (n, d, m) = (s.n as f64, s.d as f64, s.m as f64);
+    n * (10.0 * m * d + 7.0 * d) + 2.0 * n * (d + 1.0) * (1.0 + m)
+}
+
+/// Bytes [`backward`] must move: read G and X, write ∂X; read k, a, c, write ∂k̃, ∂a, ∂c; the
+/// per-token traces; the weights once; the parameter gradients read and written once
+/// (not counting the scratch round trip).
+pub fn backward_bytes(s: &DeltaShape, accumulate_da: bool) -> f64 {
+    let (n, d, m) = (s.n as f64, s.d as f64, s.m as f64);
+    let da = if accumulate_da { 2.0 } else { 1.0 };
+    4.0 * (3.0 * n * d * m + (5.0 + da) * n * d + n * (2.0 + 2.0 * m) + d * (1.0 + m) + 2.0 * (d * (1.0 + m) + 1.0 + m))
+}
+
+/// Benchmark cases for `ddl bench kernels` at the `shakespeare-char` shapes: forward and
+/// backward for m = 4 and m = 1.
+pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
+    let mut out = Vec::new();
+    let mut rng = Rng::new(7);
+    let n = BENCH_SHAPE.b * BENCH_SHAPE.t;
+    let d = BENCH_SHAPE.d;
+    for m in [BENCH_SHAPE.m, 1] {
+        let s = DeltaShape { n, d, m, k_eps: 1e-5, v_act: VAct::Sigmoid4 };
+        let mut t = |label: &str, len: usize| Tensor::from_f32(gpu, label, &[len], &rng.normal(len, 1.0));
+        let x = t("x", n * d * m)?;
+        let kraw = t("kraw", n * d)?;
+        let a = t("a", n * d)?;
+        let c = t("c", n * d)?;
+        let w_beta = t("w_beta", d)?;
+        let b_beta = t("b_beta", 1)?;
+        let w_v = t("w_v", m * d)?;
+        let b_v = t("b_v", m)?;
+        let g = t("g", n * d * m)?;
+        let zeros = |label: &str, len: usize| Tensor::zeros(gpu, label, &[len], crate::gpu::DType::F32);
+        let x_out = zeros("x_out", n * d * m)?;
+        let k = zeros("k", n * d)?;
+        let rnorm = zeros("rnorm", n)?;
+        let beta = zeros("beta", n)?;
+        let v = zeros("v", n * m)?;
+        let delta = zeros("delta", n * m)?;
+        let dx = zeros("dx", n * d * m)?;
+        let dkraw = zeros("dkraw", n * d)?;
+        let da = zeros("da", n * d)?;
+        let dc = zeros("dc", n * d)?;
+        let dw_beta = zeros("dw_beta", d)?;
+        let db_beta = zeros("db_beta", 1)?;
+        let dw_v = zeros("dw_v", m * d)?;
+        let db_v = zeros("db_v", m)?;
+
+        let mut fwd = forward(
+            gpu,
+            &s,
+            x.view(),
+            kraw.view(),
+            a.view(),
+            c.view(),
+            w_beta.view(),
+            b_beta.view(),
+            w_v.view(),
+            b_v.view(),
+            x_out.view(),
+            k.view(),
+            rnorm.view(),
+            beta.view(),
+            v.view(),
+            delta.view(),
+        )?;
+        // Realistic saved values for the backward.
+        gpu.run(&fwd.iter().collect::<Vec<_>>())?;
+        let bwd = backward(
+            gpu,
+            &s,
+            g.view(),
+            x.view(),
+            k.view(),
+            rnorm.view(),
+            beta.view(),
+            v.view(),
+            delta.view(),
+            a.view(),
+            c.view(),
+            w_beta.view(),
+            w_v.view(),
+            dx.view(),
+            dkraw.view(),
+            da.view(),
+            dc.view(),
+            dw_beta.view(),
+            db_beta.view(),
+            dw_v.view(),
+            db_v.view(),
+            false,
+        )?;
+        let mut bwd = bwd;
+        // Keep every tensor alive with the dispatches that use it.
+        fwd[0].scratch.extend([x.clone(), kraw, a.clone(), c.clone(), w_beta.clone(), b_beta, w_v.clone(), b_v, x_out]);
+        bwd[0].scratch.extend([
+            g, x, k, rnorm, beta, v, delta, a, c, w_beta, w_v, dx, dkraw, da, dc, dw_beta, db_beta, dw_v, db_v,
+        ]);
+        out.push(KernelBench {
+            name: format!("delta_forward N={n} d={d} m={m}"),
+            dispatches: fwd,
+            flops: forward_flops(&s),
+            bytes: forward_bytes(&s),
+        });
+        out.push(KernelBench {
+            name: format!("delta_backward N={n} d={d} m={m}"),
+            dispatches: bwd,
+            flops: backward_flops(&s),
+            bytes: backward_bytes(&s, false),
+        });
+    }
+    Ok(out)
 }

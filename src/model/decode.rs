@@ -97,7 +97,16 @@ impl Model {
             ewin,
             x0win,
         };
-        let opt = AdamWConfig { lr: 0.0, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.0, grad_clip: 0.0, clip_eps: 1e-6, step: 1 };
+        let opt = AdamWConfig {
+            lr: 0.0,
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            grad_clip: 0.0,
+            clip_eps: 1e-6,
+            step: 1,
+        };
         self.program_decode(q, &opt, bufs)
     }
 
@@ -135,7 +144,9 @@ impl Model {
         let vc: Vec<_> = cache.vcache.iter().map(|t| t.buffer.clone()).collect();
         for op in p.forward.iter_mut() {
             match op {
-                Op::Run(d) if d.kernel.name.starts_with("rope[") => rope::set_pos0(&self.gpu, std::slice::from_ref(d), &rs)?,
+                Op::Run(d) if d.kernel.name.starts_with("rope[") => {
+                    rope::set_pos0(&self.gpu, std::slice::from_ref(d), &rs)?
+                }
                 Op::Run(d) if d.kernel.name.ends_with("::attn_fwd") => {
                     attention::set_kv(&self.gpu, std::slice::from_ref(d), &at, scale)?
                 }

@@ -463,7 +463,12 @@ impl Model {
     }
 
     /// A forward-only program over `q` tokens of one sequence bound to a decode cache.
-    pub(crate) fn program_decode(&self, q: usize, opt: &AdamWConfig, bufs: super::decode::DecodeBufs) -> Result<Program> {
+    pub(crate) fn program_decode(
+        &self,
+        q: usize,
+        opt: &AdamWConfig,
+        bufs: super::decode::DecodeBufs,
+    ) -> Result<Program> {
         self.program_inner(1, q, opt, 0.0, 1.0, Some(bufs))
     }
 
@@ -685,7 +690,19 @@ impl Model {
                                 kv_stride: db.capacity,
                                 q_pos0: 0,
                             };
-                            run(o, attention::forward(gpu, &s, scale, qn.view(), kc.view(), vc.view(), out.view(), lse.view()))?;
+                            run(
+                                o,
+                                attention::forward(
+                                    gpu,
+                                    &s,
+                                    scale,
+                                    qn.view(),
+                                    kc.view(),
+                                    vc.view(),
+                                    out.view(),
+                                    lse.view(),
+                                ),
+                            )?;
                         } else {
                             run(
                                 o,

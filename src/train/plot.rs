@@ -82,7 +82,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ddl-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("x.png");
-        let s = super::Series { name: "train".into(), points: (0..50).map(|i| (i as f64, 1.0 / (1.0 + i as f64))).collect() };
+        let s = super::Series {
+            name: "train".into(),
+            points: (0..50).map(|i| (i as f64, 1.0 / (1.0 + i as f64))).collect(),
+        };
         super::line_plot(&p, "loss", "step", "nats", &[s]).unwrap();
         let bytes = std::fs::read(&p).unwrap();
         assert_eq!(&bytes[1..4], b"PNG");

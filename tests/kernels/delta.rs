@@ -1,1 +1,887 @@
-//! Tests of `shaders/delta.wgsl` (to be written).
+//! The delta write against a float64 reference written straight from spec sections 2, 11.1 and
+//! 14.4/14.8: every size class (d below, at and beyond the workgroup and the register cache,
+//! m = 1 … 8, one to 66 000 tokens), all three value activations, the ε_k guard, saturated
+//! sigmoids, accumulation, determinism and shape errors. The reference backward is itself checked
+//! against central finite differences of the reference forward.
+
+// The references index like the formulas they transcribe.
+#![allow(clippy::needless_range_loop)]
+
+use super::common::*;
+use ddl::gpu::{GpuError, Tensor};
+use ddl::kernels::delta::{self, DeltaShape, VAct};
+
+const EPS_K: f32 = 1e-5;
+const ACTS: [VAct; 3] = [VAct::Sigmoid4, VAct::Sigmoid, VAct::Linear];
+
+// ---------------------------------------------------------------------------------------------
+// float64 reference
+
+fn sigmoid(z: f64) -> f64 {
+    if z >= 0.0 {
+        1.0 / (1.0 + (-z).exp())
+    } else {
+        let e = z.exp();
+        e / (1.0 + e)
+    }
+}
+
+fn act(f: VAct, u: f64) -> f64 {
+    match f {
+        VAct::Sigmoid4 => 4.0 * sigmoid(u),
+        VAct::Sigmoid => sigmoid(u),
+        VAct::Linear => u,
+    }
+}
+
+fn act_grad_from_v(f: VAct, v: f64) -> f64 {
+    match f {
+        VAct::Sigmoid4 => v * (1.0 - v / 4.0),
+        VAct::Sigmoid => v * (1.0 - v),
+        VAct::Linear => 1.0,
+    }
+}
+
+/// Forward inputs and parameters (float64 copies of what the GPU gets).
+#[derive(Clone)]
+struct Inputs {
+    x: Vec<f64>,
+    kraw: Vec<f64>,
+    a: Vec<f64>,
+    c: Vec<f64>,
+    w_beta: Vec<f64>,
+    b_beta: Vec<f64>,
+    w_v: Vec<f64>,
+    b_v: Vec<f64>,
+}
+
+/// Forward outputs: the new state and the saved traces.
+struct Outputs {
+    x_out: Vec<f64>,
+    k: Vec<f64>,
+    rnorm: Vec<f64>,
+    beta: Vec<f64>,
+    v: Vec<f64>,
+    delta: Vec<f64>,
+    /// The scales x_out, δ and v are computed from (as for the backward, see
+    /// [`ref_backward_scale`]): float32 rounding is proportional to them where they cancel.
+    x_out_scale: Vec<f64>,
+    delta_scale: Vec<f64>,
+    v_scale: Vec<f64>,
+}
+
+fn ref_forward(s: &DeltaShape, p: &Inputs) -> Outputs {
+    let (n, d, m) = (s.n, s.d, s.m);
+    let eps = s.k_eps as f64;
+    let mut o = Outputs {
+        x_out: vec![0.0; n * d * m],
+        k: vec![0.0; n * d],
+        rnorm: vec![0.0; n],
+        beta: vec![0.0; n],
+        v: vec![0.0; n * m],
+        delta: vec![0.0; n * m],
+        x_out_scale: vec![0.0; n * d * m],
+        delta_scale: vec![0.0; n * m],
+        v_scale: vec![0.0; n * m],
+    };
+    for t in 0..n {
+        let kr = &p.kraw[t * d..(t + 1) * d];
+        let norm = (kr.iter().map(|q| q * q).sum::<f64>() + eps * eps).sqrt();
+        let k: Vec<f64> = kr.iter().map(|q| q / norm).collect();
+        let z = (0..d).map(|i| p.w_beta[i] * p.c[t * d + i]).sum::<f64>() + p.b_beta[0];
+        let beta = 2.0 * sigmoid(z);
+        for j in 0..m {
+            let u = (0..d).map(|i| p.w_v[j * d + i] * p.a[t * d + i]).sum::<f64>() + p.b_v[j];
+            let v = act(s.v_act, u);
+            let proj = (0..d).map(|i| k[i] * p.x[(t * d + i) * m + j]).sum::<f64>();
+            let dl = v - proj;
+            let u_scale = (0..d).map(|i| (p.w_v[j * d + i] * p.a[t * d + i]).abs()).sum::<f64>() + p.b_v[j].abs();
+            let v_scale = act_grad_from_v(s.v_act, v) * u_scale;
+            let dl_scale = v_scale + v.abs() + (0..d).map(|i| (k[i] * p.x[(t * d + i) * m + j]).abs()).sum::<f64>();
+            for i in 0..d {
+                let e = (t * d + i) * m + j;
+                o.x_out[e] = p.x[e] + beta * k[i] * dl;
+                o.x_out_scale[e] = p.x[e].abs() + beta * k[i].abs() * dl_scale;
+            }
+            o.v[t * m + j] = v;
+            o.delta[t * m + j] = dl;
+            o.v_scale[t * m + j] = v_scale;
+            o.delta_scale[t * m + j] = dl_scale;
+        }
+        o.k[t * d..(t + 1) * d].copy_from_slice(&k);
+        o.rnorm[t] = 1.0 / norm;
+        o.beta[t] = beta;
+    }
+    o
+}
+
+/// What the backward reads besides G.
+struct Saved<'a> {
+    x: &'a [f64],
+    k: &'a [f64],
+    rnorm: &'a [f64],
+    beta: &'a [f64],
+    v: &'a [f64],
+    delta: &'a [f64],
+    a: &'a [f64],
+    c: &'a [f64],
+    w_beta: &'a [f64],
+    w_v: &'a [f64],
+}
+
+/// Gradients of one backward (da not accumulated, parameter gradients from zero).
+#[derive(Clone)]
+struct Grads {
+    dx: Vec<f64>,
+    dkraw: Vec<f64>,
+    da: Vec<f64>,
+    dc: Vec<f64>,
+    dw_beta: Vec<f64>,
+    db_beta: Vec<f64>,
+    dw_v: Vec<f64>,
+    db_v: Vec<f64>,
+}
+
+fn ref_backward(s: &DeltaShape, gr: &[f64], sv: &Saved) -> Grads {
+    backward_impl(s, gr, sv, false)
+}
+
+/// The scale each gradient is computed from: the backward with every input replaced by its
+/// magnitude and every difference by a sum. Rounding in float32 is proportional to it, so where a
+/// result cancels (∂k̃ is ∂k/n minus its component along k: for d = 1 nothing but rounding is
+/// left; a gradient sum over tokens can come out near 0) the error is measured against it.
+fn ref_backward_scale(s: &DeltaShape, gr: &[f64], sv: &Saved) -> Grads {
+    backward_impl(s, gr, sv, true)
+}
+
+fn backward_impl(s: &DeltaShape, gr: &[f64], sv: &Saved, abs: bool) -> Grads {
+    let (n, d, m) = (s.n, s.d, s.m);
+    let f = |x: f64| if abs { x.abs() } else { x };
+    let sub = |a: f64, b: f64| if abs { a + b } else { a - b };
+    let mut o = Grads {
+        dx: vec![0.0; n * d * m],
+        dkraw: vec![0.0; n * d],
+        da: vec![0.0; n * d],
+        dc: vec![0.0; n * d],
+        dw_beta: vec![0.0; d],
+        db_beta: vec![0.0; 1],
+        dw_v: vec![0.0; m * d],
+        db_v: vec![0.0; m],
+    };
+    for t in 0..n {
+        let k: Vec<f64> = sv.k[t * d..(t + 1) * d].iter().map(|&x| f(x)).collect();
+        let st = |i: usize, j: usize| (t * d + i) * m + j;
+        let g = |i: usize, j: usize| f(gr[st(i, j)]);
+        let beta = sv.beta[t];
+        // g = Gᵀk
+        let gv: Vec<f64> = (0..m).map(|j| (0..d).map(|i| k[i] * g(i, j)).sum()).collect();
+        for i in 0..d {
+            for j in 0..m {
+                o.dx[st(i, j)] = sub(g(i, j), beta * k[i] * gv[j]);
+            }
+        }
+        let dl: Vec<f64> = sv.delta[t * m..(t + 1) * m].iter().map(|&x| f(x)).collect();
+        let dbeta: f64 = (0..m).map(|j| gv[j] * dl[j]).sum();
+        // ∂k = β(Gδ − Xg)
+        let dk: Vec<f64> = (0..d)
+            .map(|i| {
+                let gd: f64 = (0..m).map(|j| g(i, j) * dl[j]).sum();
+                let xg: f64 = (0..m).map(|j| f(sv.x[st(i, j)]) * gv[j]).sum();
+                beta * sub(gd, xg)
+            })
+            .collect();
+        let kdk: f64 = (0..d).map(|i| k[i] * dk[i]).sum();
+        for i in 0..d {
+            o.dkraw[t * d + i] = sub(dk[i], k[i] * kdk) * sv.rnorm[t];
+        }
+        let dz = dbeta * beta * (1.0 - beta / 2.0);
+        let du: Vec<f64> = (0..m).map(|j| beta * gv[j] * act_grad_from_v(s.v_act, sv.v[t * m + j])).collect();
+        for i in 0..d {
+            o.dc[t * d + i] = dz * f(sv.w_beta[i]);
+            o.da[t * d + i] = (0..m).map(|j| f(sv.w_v[j * d + i]) * du[j]).sum();
+            o.dw_beta[i] += dz * f(sv.c[t * d + i]);
+            for j in 0..m {
+                o.dw_v[j * d + i] += du[j] * f(sv.a[t * d + i]);
+            }
+        }
+        o.db_beta[0] += dz;
+        for j in 0..m {
+            o.db_v[j] += du[j];
+        }
+    }
+    o
+}
+
+// ---------------------------------------------------------------------------------------------
+// inputs
+
+fn f64v(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| v as f64).collect()
+}
+
+/// Random inputs. With `special`, token 0 has ‖k̃‖ = 3ε_k, token 1 (if any) a zero direction,
+/// and token 2 (if any) gate and value logits of order ±100 (saturated sigmoids).
+fn draw(rng: &mut Rng, s: &DeltaShape, special: bool) -> Vec<Vec<f32>> {
+    let (n, d, m) = (s.n, s.d, s.m);
+    let sd = 1.0 / (d as f32).sqrt();
+    let x = rng.normal(n * d * m, 1.0);
+    let mut kraw = rng.normal(n * d, 1.0);
+    let mut a = rng.normal(n * d, 1.0);
+    let mut c = rng.normal(n * d, 1.0);
+    let w_beta = rng.normal(d, sd);
+    let b_beta = rng.normal(1, 0.5);
+    let w_v = rng.normal(m * d, sd);
+    let b_v = rng.normal(m, 0.5);
+    if special {
+        let row = &mut kraw[0..d];
+        let norm = row.iter().map(|q| q * q).sum::<f32>().sqrt();
+        row.iter_mut().for_each(|q| *q *= 3.0 * EPS_K / norm);
+        if n > 1 {
+            kraw[d..2 * d].iter_mut().for_each(|q| *q = 0.0);
+        }
+        if n > 2 {
+            c[2 * d..3 * d].iter_mut().for_each(|q| *q *= 100.0);
+            a[2 * d..3 * d].iter_mut().for_each(|q| *q *= 100.0);
+        }
+    }
+    vec![x, kraw, a, c, w_beta, b_beta, w_v, b_v]
+}
+
+fn inputs_f64(v: &[Vec<f32>]) -> Inputs {
+    Inputs {
+        x: f64v(&v[0]),
+        kraw: f64v(&v[1]),
+        a: f64v(&v[2]),
+        c: f64v(&v[3]),
+        w_beta: f64v(&v[4]),
+        b_beta: f64v(&v[5]),
+        w_v: f64v(&v[6]),
+        b_v: f64v(&v[7]),
+    }
+}
+
+/// Compares per-token data by relative L2 error: the first `special` tokens one by one, then all
+/// the others together. A special token's error is measured against the larger of its own norm
+/// and a typical token's norm (a saturated β of 1e-40 flushed to 0 is not an error). `floor`, when
+/// given, is a per-element scale the error is also measured against: the size of the terms a
+/// result is computed from when it cancels (∂k̃ projects ∂k/n orthogonally to k; for d = 1 the
+/// projection leaves only rounding).
+#[allow(clippy::too_many_arguments)]
+#[track_caller]
+fn close(
+    name: &str,
+    got: &[f32],
+    want: &[f64],
+    per_token: usize,
+    special: usize,
+    floor: Option<&[f64]>,
+    tol: f64,
+    seed: u64,
+) {
+    assert_eq!(got.len(), want.len(), "{name}: lengths differ");
+    let tokens = got.len().div_ceil(per_token);
+    let special = special.min(tokens);
+    let sq = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>();
+    let rest = special * per_token..got.len();
+    let typical = if tokens > special { sq(&want[rest.clone()]) / (tokens - special) as f64 } else { 0.0 };
+    let mut groups: Vec<(String, std::ops::Range<usize>, f64)> =
+        (0..special).map(|t| (format!("{name} [token {t}]"), t * per_token..(t + 1) * per_token, typical)).collect();
+    if !rest.is_empty() {
+        groups.push((name.to_string(), rest, 0.0));
+    }
+    for (label, r, typical) in groups {
+        let (g, w) = (&got[r.clone()], &want[r.clone()]);
+        let finite = g.iter().all(|v| v.is_finite());
+        let num: f64 = g.iter().zip(w).map(|(a, b)| (*a as f64 - b).powi(2)).sum();
+        let fl = floor.map(|f| sq(&f[r.clone()])).unwrap_or(0.0);
+        let den = sq(w).max(fl).max(typical);
+        let err = if den > 0.0 { (num / den).sqrt() } else { num.sqrt() };
+        if !(finite && err <= tol) {
+            let report = ddl::testing::compare(&label, g, w);
+            panic!("{report}\n  error {err:e} (scaled) exceeds {tol:e}; replay with DDL_TEST_SEED={seed}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GPU runs
+
+struct GpuFwd {
+    x_out: Vec<f32>,
+    k: Vec<f32>,
+    rnorm: Vec<f32>,
+    beta: Vec<f32>,
+    v: Vec<f32>,
+    delta: Vec<f32>,
+}
+
+struct GpuBwd {
+    dx: Vec<f32>,
+    dkraw: Vec<f32>,
+    da: Vec<f32>,
+    dc: Vec<f32>,
+    dw_beta: Vec<f32>,
+    db_beta: Vec<f32>,
+    dw_v: Vec<f32>,
+    db_v: Vec<f32>,
+}
+
+fn gpu_forward(s: &DeltaShape, inp: &[Vec<f32>]) -> GpuFwd {
+    let gpu = gpu();
+    let (n, d, m) = (s.n, s.d, s.m);
+    let t: Vec<Tensor> = ["x", "kraw", "a", "c", "w_beta", "b_beta", "w_v", "b_v"]
+        .iter()
+        .zip(inp)
+        .map(|(l, v)| upload(&gpu, l, v))
+        .collect();
+    let x_out = poisoned(&gpu, "x_out", &[n * d * m]);
+    let k = poisoned(&gpu, "k", &[n * d]);
+    let rnorm = poisoned(&gpu, "rnorm", &[n]);
+    let beta = poisoned(&gpu, "beta", &[n]);
+    let v = poisoned(&gpu, "v", &[n * m]);
+    let dl = poisoned(&gpu, "delta", &[n * m]);
+    let ds = delta::forward(
+        &gpu,
+        s,
+        t[0].view(),
+        t[1].view(),
+        t[2].view(),
+        t[3].view(),
+        t[4].view(),
+        t[5].view(),
+        t[6].view(),
+        t[7].view(),
+        x_out.view(),
+        k.view(),
+        rnorm.view(),
+        beta.view(),
+        v.view(),
+        dl.view(),
+    )
+    .unwrap();
+    run(&gpu, &ds);
+    GpuFwd {
+        x_out: read(&gpu, &x_out),
+        k: read(&gpu, &k),
+        rnorm: read(&gpu, &rnorm),
+        beta: read(&gpu, &beta),
+        v: read(&gpu, &v),
+        delta: read(&gpu, &dl),
+    }
+}
+
+/// Backward inputs: G, the saved traces (from the GPU forward) and the gradient buffers' initial
+/// values (`da0` = None: da is overwritten and poisoned before the run).
+struct BwdIn<'a> {
+    g: &'a [f32],
+    inp: &'a [Vec<f32>],
+    fwd: &'a GpuFwd,
+    da0: Option<&'a [f32]>,
+    dw_beta0: &'a [f32],
+    db_beta0: &'a [f32],
+    dw_v0: &'a [f32],
+    db_v0: &'a [f32],
+}
+
+fn gpu_backward(s: &DeltaShape, b: &BwdIn) -> GpuBwd {
+    let gpu = gpu();
+    let (n, d, m) = (s.n, s.d, s.m);
+    let up = |l: &str, v: &[f32]| upload(&gpu, l, v);
+    let g = up("g", b.g);
+    let x = up("x", &b.inp[0]);
+    let a = up("a", &b.inp[2]);
+    let c = up("c", &b.inp[3]);
+    let w_beta = up("w_beta", &b.inp[4]);
+    let w_v = up("w_v", &b.inp[6]);
+    let k = up("k", &b.fwd.k);
+    let rnorm = up("rnorm", &b.fwd.rnorm);
+    let beta = up("beta", &b.fwd.beta);
+    let v = up("v", &b.fwd.v);
+    let dl = up("delta", &b.fwd.delta);
+    let dx = poisoned(&gpu, "dx", &[n * d * m]);
+    let dkraw = poisoned(&gpu, "dkraw", &[n * d]);
+    let dc = poisoned(&gpu, "dc", &[n * d]);
+    let da = match b.da0 {
+        Some(v) => up("da", v),
+        None => poisoned(&gpu, "da", &[n * d]),
+    };
+    let dw_beta = up("dw_beta", b.dw_beta0);
+    let db_beta = up("db_beta", b.db_beta0);
+    let dw_v = up("dw_v", b.dw_v0);
+    let db_v = up("db_v", b.db_v0);
+    let ds = delta::backward(
+        &gpu,
+        s,
+        g.view(),
+        x.view(),
+        k.view(),
+        rnorm.view(),
+        beta.view(),
+        v.view(),
+        dl.view(),
+        a.view(),
+        c.view(),
+        w_beta.view(),
+        w_v.view(),
+        dx.view(),
+        dkraw.view(),
+        da.view(),
+        dc.view(),
+        dw_beta.view(),
+        db_beta.view(),
+        dw_v.view(),
+        db_v.view(),
+        b.da0.is_some(),
+    )
+    .unwrap();
+    run(&gpu, &ds);
+    GpuBwd {
+        dx: read(&gpu, &dx),
+        dkraw: read(&gpu, &dkraw),
+        da: read(&gpu, &da),
+        dc: read(&gpu, &dc),
+        dw_beta: read(&gpu, &dw_beta),
+        db_beta: read(&gpu, &db_beta),
+        dw_v: read(&gpu, &dw_v),
+        db_v: read(&gpu, &db_v),
+    }
+}
+
+fn plus(a: &[f64], b: &[f32]) -> Vec<f64> {
+    a.iter().zip(b).map(|(x, y)| x + *y as f64).collect()
+}
+
+/// Runs forward and backward on fresh random data and checks both against float64:
+/// forward ≤ 1e-5, backward ≤ 1e-4 (relative L2), parameter gradients added onto random values.
+fn check(s: DeltaShape, accumulate_da: bool, special: bool) {
+    let mut rng = Rng::fresh();
+    let seed = rng.seed;
+    let (n, d, m) = (s.n, s.d, s.m);
+    let inp = draw(&mut rng, &s, special);
+    let sp = if special { 3 } else { 0 };
+    let tag = format!("n={n} d={d} m={m} {:?} acc_da={accumulate_da}", s.v_act);
+
+    let f = gpu_forward(&s, &inp);
+    let p = inputs_f64(&inp);
+    let want = ref_forward(&s, &p);
+    // Per-token outputs: the special tokens are compared one by one.
+    let chk = |what: &str, got: &[f32], want: &[f64], per: usize, floor: Option<&[f64]>, tol| {
+        let sp = if per == usize::MAX { 0 } else { sp };
+        let per = per.min(got.len().max(1));
+        close(&format!("{what} {tag}"), got, want, per, sp, floor, tol, seed)
+    };
+    let all = usize::MAX;
+    let tol = 1e-5;
+    chk("x_out", &f.x_out, &want.x_out, d * m, Some(&want.x_out_scale), tol);
+    chk("k", &f.k, &want.k, d, None, tol);
+    chk("rnorm", &f.rnorm, &want.rnorm, 1, None, tol);
+    chk("beta", &f.beta, &want.beta, 1, None, tol);
+    chk("v", &f.v, &want.v, m, Some(&want.v_scale), tol);
+    chk("delta", &f.delta, &want.delta, m, Some(&want.delta_scale), tol);
+
+    let g = rng.normal(n * d * m, 1.0);
+    let da0 = rng.normal(n * d, 1.0);
+    let dw_beta0 = rng.normal(d, 1.0);
+    let db_beta0 = rng.normal(1, 1.0);
+    let dw_v0 = rng.normal(m * d, 1.0);
+    let db_v0 = rng.normal(m, 1.0);
+    let got = gpu_backward(
+        &s,
+        &BwdIn {
+            g: &g,
+            inp: &inp,
+            fwd: &f,
+            da0: accumulate_da.then_some(&da0[..]),
+            dw_beta0: &dw_beta0,
+            db_beta0: &db_beta0,
+            dw_v0: &dw_v0,
+            db_v0: &db_v0,
+        },
+    );
+    // The reference backward reads exactly the saved values the GPU backward read.
+    let (k, rnorm, beta, v, dl) = (f64v(&f.k), f64v(&f.rnorm), f64v(&f.beta), f64v(&f.v), f64v(&f.delta));
+    let saved = Saved {
+        x: &p.x,
+        k: &k,
+        rnorm: &rnorm,
+        beta: &beta,
+        v: &v,
+        delta: &dl,
+        a: &p.a,
+        c: &p.c,
+        w_beta: &p.w_beta,
+        w_v: &p.w_v,
+    };
+    let g = f64v(&g);
+    let w = ref_backward(&s, &g, &saved);
+    let ws = ref_backward_scale(&s, &g, &saved);
+    // Accumulated outputs: the reference and its scale include the initial values.
+    let acc = |w: &[f64], ws: &[f64], init: &[f32]| -> (Vec<f64>, Vec<f64>) {
+        let abs: Vec<f32> = init.iter().map(|x| x.abs()).collect();
+        (plus(w, init), plus(ws, &abs))
+    };
+    let (want_da, da_scale) = if accumulate_da { acc(&w.da, &ws.da, &da0) } else { (w.da.clone(), ws.da.clone()) };
+    let tol = 1e-4;
+    chk("dx", &got.dx, &w.dx, d * m, Some(&ws.dx), tol);
+    chk("dkraw", &got.dkraw, &w.dkraw, d, Some(&ws.dkraw), tol);
+    chk("da", &got.da, &want_da, d, Some(&da_scale), tol);
+    chk("dc", &got.dc, &w.dc, d, Some(&ws.dc), tol);
+    for (name, got, w, ws, init) in [
+        ("dw_beta", &got.dw_beta, &w.dw_beta, &ws.dw_beta, &dw_beta0),
+        ("db_beta", &got.db_beta, &w.db_beta, &ws.db_beta, &db_beta0),
+        ("dw_v", &got.dw_v, &w.dw_v, &ws.dw_v, &dw_v0),
+        ("db_v", &got.db_v, &w.db_v, &ws.db_v, &db_v0),
+    ] {
+        let (want, scale) = acc(w, ws, init);
+        chk(name, got, &want, all, Some(&scale), tol);
+    }
+}
+
+fn shape(n: usize, d: usize, m: usize, v_act: VAct) -> DeltaShape {
+    DeltaShape { n, d, m, k_eps: EPS_K, v_act }
+}
+
+fn grid(v_act: VAct) {
+    let mut i = 0;
+    for &d in &[1, 5, 33, 300] {
+        for &m in &[1, 3, 4] {
+            for &n in &[1, 7, 50] {
+                check(shape(n, d, m, v_act), i % 2 == 1, true);
+                i += 1;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// tests
+
+#[test]
+fn reference_backward_matches_finite_differences_of_reference_forward_for_every_input() {
+    // L = ⟨R, X'⟩ for a random R: a random linear functional of the write's output, whose gradient
+    // is the backward with G = R. Every coordinate of every input and parameter is probed, with
+    // tokens at ‖k̃‖ = 3ε_k and ‖k̃‖ = 0 among them.
+    let mut rng = Rng::fresh();
+    for v_act in ACTS {
+        for (n, d, m) in [(4, 5, 1), (4, 6, 3)] {
+            let s = shape(n, d, m, v_act);
+            let inp = draw(&mut rng, &s, true);
+            let p = inputs_f64(&inp);
+            let r = f64v(&rng.normal(n * d * m, 1.0));
+            let o = ref_forward(&s, &p);
+            let gr = ref_backward(
+                &s,
+                &r,
+                &Saved {
+                    x: &p.x,
+                    k: &o.k,
+                    rnorm: &o.rnorm,
+                    beta: &o.beta,
+                    v: &o.v,
+                    delta: &o.delta,
+                    a: &p.a,
+                    c: &p.c,
+                    w_beta: &p.w_beta,
+                    w_v: &p.w_v,
+                },
+            );
+            // L(q+) − L(q−) summed element by element, so that the parts of X' a probe does not
+            // change cancel exactly instead of adding rounding.
+            let loss_diff = |qp: &Inputs, qm: &Inputs| -> f64 {
+                let (op, om) = (ref_forward(&s, qp), ref_forward(&s, qm));
+                (op.x_out.iter().zip(&om.x_out).zip(&r)).map(|((a, b), y)| (a - b) * y).sum()
+            };
+            // (name, the input, its gradient, elements per token; usize::MAX: a parameter)
+            type Field = fn(&mut Inputs) -> &mut Vec<f64>;
+            let fields: [(&str, Field, &[f64], usize); 8] = [
+                ("x", |q| &mut q.x, &gr.dx, d * m),
+                ("kraw", |q| &mut q.kraw, &gr.dkraw, d),
+                ("a", |q| &mut q.a, &gr.da, d),
+                ("c", |q| &mut q.c, &gr.dc, d),
+                ("w_beta", |q| &mut q.w_beta, &gr.dw_beta, usize::MAX),
+                ("b_beta", |q| &mut q.b_beta, &gr.db_beta, usize::MAX),
+                ("w_v", |q| &mut q.w_v, &gr.dw_v, usize::MAX),
+                ("b_v", |q| &mut q.b_v, &gr.db_v, usize::MAX),
+            ];
+            for (name, field, grad, per) in fields {
+                let mut q = p.clone();
+                let len = field(&mut q).len();
+                let per = per.min(len);
+                let mut worst = (0.0f64, 0usize, 0.0, 0.0);
+                for e in 0..len {
+                    let x0 = field(&mut q)[e];
+                    // Steps relative to the scale of the coordinate: for k̃, that of its token's
+                    // norm, at least 10 ε_k (the ε_k tokens have components ~1e-5 or 0).
+                    let tok = e / per * per..(e / per + 1) * per;
+                    let floor = if name == "kraw" {
+                        let nrm = p.kraw[tok.clone()].iter().map(|v| v * v).sum::<f64>().sqrt();
+                        (0.1 * nrm).max(10.0 * EPS_K as f64)
+                    } else {
+                        1.0
+                    };
+                    // Central differences at h and 2h, Richardson-extrapolated (error O(h⁴)), so
+                    // that h can be large enough for rounding in the loss not to matter.
+                    let h = 1e-4 * x0.abs().max(floor);
+                    let mut central = |h: f64| {
+                        let mut qm = q.clone();
+                        field(&mut q)[e] = x0 + h;
+                        field(&mut qm)[e] = x0 - h;
+                        let diff = loss_diff(&q, &qm);
+                        field(&mut q)[e] = x0;
+                        diff / (2.0 * h)
+                    };
+                    let fd = (4.0 * central(h) - central(2.0 * h)) / 3.0;
+                    // Relative error, with floors: 1e-4 of the token's largest gradient, and 1e-3
+                    // absolute (the difference quotient carries up to ~1e-10 of rounding): a
+                    // gradient that is ~0 (saturated sigmoids) or zero by chance cannot be checked
+                    // more finely than that.
+                    let scale = grad[tok].iter().fold(0.0f64, |a, g| a.max(g.abs()));
+                    let err = (fd - grad[e]).abs() / fd.abs().max(grad[e].abs()).max(1e-4 * scale).max(1e-3);
+                    if err > worst.0 {
+                        worst = (err, e, fd, grad[e]);
+                    }
+                }
+                assert!(
+                    worst.0 < 1e-6,
+                    "{name} ({v_act:?}, n={n} d={d} m={m}): finite differences differ by {:e} at \
+                     element {} ({:e} vs {:e}; seed {})",
+                    worst.0,
+                    worst.1,
+                    worst.2,
+                    worst.3,
+                    rng.seed
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn sigmoid4_write_matches_float64_for_every_size_in_the_grid() {
+    grid(VAct::Sigmoid4);
+}
+
+#[test]
+fn sigmoid_write_matches_float64_for_every_size_in_the_grid() {
+    grid(VAct::Sigmoid);
+}
+
+#[test]
+fn linear_write_matches_float64_for_every_size_in_the_grid() {
+    grid(VAct::Linear);
+}
+
+#[test]
+fn states_wider_than_the_register_cache_and_eight_value_channels_match_float64() {
+    // Rows past 4 per invocation (d > 512) are read twice and their ∂k is parked in dkraw;
+    // m = 8 is the largest supported.
+    check(shape(5, 1500, 8, VAct::Sigmoid4), true, true);
+    check(shape(4, 1025, 2, VAct::Linear), false, true);
+    check(shape(5, 256, 8, VAct::Sigmoid), false, true);
+    check(shape(2, 1024, 5, VAct::Sigmoid4), true, false);
+    check(shape(3, 512, 4, VAct::Sigmoid4), false, false);
+    check(shape(5, 513, 3, VAct::Sigmoid), true, true);
+    // Segment boundaries: 64 → two tokens per workgroup, 128 → one, 129 → one, two rows a lane.
+    check(shape(9, 64, 3, VAct::Sigmoid4), false, true);
+    check(shape(9, 128, 4, VAct::Sigmoid), true, true);
+    check(shape(9, 129, 1, VAct::Linear), false, true);
+}
+
+#[test]
+fn more_tokens_than_one_grid_dimension_holds_are_all_written() {
+    // 66 000 workgroups: one token each (d > 64), the grid is split over x and y.
+    check(shape(66_000, 65, 1, VAct::Sigmoid4), true, true);
+}
+
+#[test]
+fn token_sums_longer_than_one_matmul_chunk_are_added_chunk_by_chunk() {
+    // 40 000 tokens: three chunks of at most 16 384 tokens for the parameter gradients.
+    check(shape(40_000, 3, 2, VAct::Sigmoid4), false, true);
+    check(shape(16_385, 2, 1, VAct::Linear), true, false);
+}
+
+#[test]
+fn accumulate_da_adds_into_da_and_otherwise_overwrites_it() {
+    for acc in [false, true] {
+        check(shape(9, 70, 4, VAct::Sigmoid4), acc, true);
+        check(shape(9, 70, 1, VAct::Linear), acc, false);
+    }
+}
+
+#[test]
+fn forward_and_backward_are_bit_identical_run_to_run() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let s = shape(300, 257, 4, VAct::Sigmoid4);
+    let (n, d, m) = (s.n, s.d, s.m);
+    let inp = draw(&mut rng, &s, true);
+    let g = rng.normal(n * d * m, 1.0);
+    let da0 = rng.normal(n * d, 1.0);
+    let (dw_beta0, db_beta0) = (rng.normal(d, 1.0), rng.normal(1, 1.0));
+    let (dw_v0, db_v0) = (rng.normal(m * d, 1.0), rng.normal(m, 1.0));
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let f = gpu_forward(&s, &inp);
+        let b = gpu_backward(
+            &s,
+            &BwdIn {
+                g: &g,
+                inp: &inp,
+                fwd: &f,
+                da0: Some(&da0),
+                dw_beta0: &dw_beta0,
+                db_beta0: &db_beta0,
+                dw_v0: &dw_v0,
+                db_v0: &db_v0,
+            },
+        );
+        let all: Vec<Vec<u32>> = [
+            &f.x_out, &f.k, &f.rnorm, &f.beta, &f.v, &f.delta, &b.dx, &b.dkraw, &b.da, &b.dc, &b.dw_beta, &b.db_beta,
+            &b.dw_v, &b.db_v,
+        ]
+        .iter()
+        .map(|v| bits(v))
+        .collect();
+        runs.push(all);
+    }
+    let _ = &gpu;
+    assert!(runs[0] == runs[1], "two runs on the same inputs differ (seed {})", rng.seed);
+}
+
+#[test]
+fn traces_may_be_disjoint_views_of_one_buffer_and_params_of_another() {
+    // How a model binds them: the saved traces carved out of one buffer, the head parameters
+    // out of the flat parameter buffer, at offsets aligned as the adapter requires.
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let s = shape(5, 7, 3, VAct::Sigmoid4);
+    let (n, d, m) = (s.n, s.d, s.m);
+    let inp = draw(&mut rng, &s, false);
+    let want = gpu_forward(&s, &inp);
+    let align = (gpu.limits.min_storage_buffer_offset_alignment as usize / 4).max(1);
+    let at = |i: usize| i * 64usize.div_ceil(align) * align;
+    let mut flat = vec![0.0f32; at(4)];
+    for (q, v) in inp[4..8].iter().enumerate() {
+        flat[at(q)..at(q) + v.len()].copy_from_slice(v);
+    }
+    let params = upload(&gpu, "params", &flat);
+    let pv = |q: usize, len: usize| params.view().sub(at(q), len);
+    let traces = poisoned(&gpu, "traces", &[at(5)]);
+    let tv = |q: usize, len: usize| traces.view().sub(at(q), len);
+    let t: Vec<Tensor> = inp[..4].iter().map(|v| upload(&gpu, "in", v)).collect();
+    let x_out = poisoned(&gpu, "x_out", &[n * d * m]);
+    let ds = delta::forward(
+        &gpu,
+        &s,
+        t[0].view(),
+        t[1].view(),
+        t[2].view(),
+        t[3].view(),
+        pv(0, d),
+        pv(1, 1),
+        pv(2, m * d),
+        pv(3, m),
+        x_out.view(),
+        tv(0, n * d),
+        tv(1, n),
+        tv(2, n),
+        tv(3, n * m),
+        tv(4, n * m),
+    )
+    .unwrap();
+    run(&gpu, &ds);
+    let all = read(&gpu, &traces);
+    let part = |q: usize, len: usize| &all[at(q)..at(q) + len];
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&read(&gpu, &x_out)), bits(&want.x_out));
+    assert_eq!(bits(part(0, n * d)), bits(&want.k));
+    assert_eq!(bits(part(1, n)), bits(&want.rnorm));
+    assert_eq!(bits(part(2, n)), bits(&want.beta));
+    assert_eq!(bits(part(3, n * m)), bits(&want.v));
+    assert_eq!(bits(part(4, n * m)), bits(&want.delta));
+}
+
+#[test]
+fn shape_errors_and_aliased_outputs_are_reported_not_panicked() {
+    let gpu = gpu();
+    let s = shape(3, 4, 2, VAct::Sigmoid4);
+    let t = |len: usize| upload(&gpu, "t", &vec![0.5; len]);
+    let (sd, nd, n, nm) = (3 * 4 * 2, 3 * 4, 3, 3 * 2);
+    let (x, kr, a, c) = (t(sd), t(nd), t(nd), t(nd));
+    let (wb, bb, wv, bv) = (t(4), t(1), t(8), t(2));
+    let (xo, k, rn, bt, v, dl) = (t(sd), t(nd), t(n), t(n), t(nm), t(nm));
+    let fwd = |s: &DeltaShape, x: &Tensor, xo: &Tensor| {
+        delta::forward(
+            &gpu,
+            s,
+            x.view(),
+            kr.view(),
+            a.view(),
+            c.view(),
+            wb.view(),
+            bb.view(),
+            wv.view(),
+            bv.view(),
+            xo.view(),
+            k.view(),
+            rn.view(),
+            bt.view(),
+            v.view(),
+            dl.view(),
+        )
+    };
+    assert!(fwd(&s, &x, &xo).is_ok());
+    let short = t(sd - 1);
+    match fwd(&s, &short, &xo) {
+        Err(GpuError::Shape(msg)) => {
+            assert!(msg.contains("'x'") && msg.contains("24") && msg.contains("23"), "{msg}")
+        }
+        other => panic!("expected a shape error, got {other:?}"),
+    }
+    assert!(matches!(fwd(&s, &x, &x), Err(GpuError::Shape(_))));
+    for bad in [
+        shape(0, 4, 2, VAct::Sigmoid4),
+        shape(3, 0, 2, VAct::Sigmoid4),
+        shape(3, 4, 0, VAct::Sigmoid4),
+        shape(3, 4, 9, VAct::Sigmoid4),
+        DeltaShape { k_eps: f32::NAN, ..s },
+    ] {
+        assert!(matches!(fwd(&bad, &x, &xo), Err(GpuError::Shape(_))), "{bad:?} accepted");
+    }
+    // Backward: dx must not be g, and every view must be long enough.
+    let (g, dx, dkr, da, dc) = (t(sd), t(sd), t(nd), t(nd), t(nd));
+    let (dwb, dbb, dwv, dbv) = (t(4), t(1), t(8), t(2));
+    let bwd = |g: &Tensor, dx: &Tensor, dwv: &Tensor| {
+        delta::backward(
+            &gpu,
+            &s,
+            g.view(),
+            x.view(),
+            k.view(),
+            rn.view(),
+            bt.view(),
+            v.view(),
+            dl.view(),
+            a.view(),
+            c.view(),
+            wb.view(),
+            wv.view(),
+            dx.view(),
+            dkr.view(),
+            da.view(),
+            dc.view(),
+            dwb.view(),
+            dbb.view(),
+            dwv.view(),
+            dbv.view(),
+            false,
+        )
+    };
+    assert!(bwd(&g, &dx, &dwv).is_ok());
+    assert!(matches!(bwd(&g, &g, &dwv), Err(GpuError::Shape(_))));
+    match bwd(&g, &dx, &t(7)) {
+        Err(GpuError::Shape(msg)) => assert!(msg.contains("dw_v"), "{msg}"),
+        other => panic!("expected a shape error, got {other:?}"),
+    }
+}
