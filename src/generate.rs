@@ -252,16 +252,14 @@ pub fn generate(
     let mut traces = Vec::new();
     let mut text = String::new();
     let mut step_prog = model.decode_program(&cache, 1)?;
-    // Prefill (the last `cap` tokens of the prompt at most).
-    let prefill = |history: &[u32], cache: &mut crate::model::DecodeCache| -> Result<Vec<f32>> {
-        let keep = &history[history.len().saturating_sub(cap.max(2) / 2).min(history.len().saturating_sub(cap))..];
-        let keep = if keep.len() > cap { &keep[keep.len() - cap..] } else { keep };
-        *cache = model.decode_cache()?;
-        let mut p = model.decode_program(cache, keep.len())?;
-        let logits = model.decode(&mut p, cache, keep)?;
-        Ok(logits[(keep.len() - 1) * v..].to_vec())
-    };
-    let mut logits = prefill(&history, &mut cache)?;
+    // Prefill the prompt (its last `cap` tokens when it is longer than the context).
+    let keep = &history[history.len().saturating_sub(cap)..];
+    if keep.is_empty() {
+        return Err(crate::gpu::GpuError::Shape("generation needs a prompt of at least one token".into()));
+    }
+    let mut pre = model.decode_program(&cache, keep.len())?;
+    let first = model.decode(&mut pre, &mut cache, keep)?;
+    let mut logits = first[(keep.len() - 1) * v..].to_vec();
     for _ in 0..opts.max_tokens {
         let next = sampler.sample(&logits, &history);
         history.push(next);
@@ -269,10 +267,7 @@ pub fn generate(
         let piece = tok.decode(&[next]).unwrap_or_default();
         text.push_str(&piece);
         if opts.trace {
-            let mut tr = TokenTrace { token: next, text: piece.clone(), ..Default::default() };
-            // The trace of the write that *produced* this token's logits is in the last run.
-            let _ = &mut tr;
-            traces.push(tr);
+            traces.push(TokenTrace { token: next, text: piece.clone(), ..Default::default() });
         }
         on_token(&piece);
         if opts.stop_token == Some(next) || opts.stop.iter().any(|s| !s.is_empty() && text.ends_with(s.as_str())) {
@@ -296,4 +291,67 @@ pub fn generate(
         }
     }
     Ok((out, traces))
+}
+
+/// Writes a generation trace: `path` (safetensors arrays `beta` [T, S], `lambda` = 1−β,
+/// `k` [T, S, d], `v` / `ktx` [T, S, m], `write` [T, S], `tokens` [T], S = 2·L sublayers in block
+/// order, attention then MLP) and `path.json` (tokens, text, regimes and per-sublayer counts).
+pub fn write_trace(path: &std::path::Path, cfg: &crate::model::ModelConfig, traces: &[TokenTrace]) -> std::io::Result<()> {
+    let t = traces.len();
+    let s = if cfg.variant.is_ddl() { 2 * cfg.n_layers } else { 0 };
+    let (d, m) = (cfg.d_model, cfg.m());
+    let cat = |f: &dyn Fn(&TokenTrace) -> &Vec<f32>, per: usize| -> Vec<f32> {
+        traces.iter().flat_map(|tr| {
+            let v = f(tr);
+            let mut v = v.clone();
+            v.resize(s * per, f32::NAN);
+            v
+        }).collect()
+    };
+    let beta = cat(&|tr| &tr.beta, 1);
+    let lambda: Vec<f32> = beta.iter().map(|b| 1.0 - b).collect();
+    let tokens: Vec<f32> = traces.iter().map(|tr| tr.token as f32).collect();
+    let arrays: Vec<(String, Vec<usize>, Vec<f32>)> = vec![
+        ("beta".into(), vec![t, s], beta.clone()),
+        ("lambda".into(), vec![t, s], lambda),
+        ("k".into(), vec![t, s, d], cat(&|tr| &tr.k, d)),
+        ("v".into(), vec![t, s, m], cat(&|tr| &tr.v, m)),
+        ("ktx".into(), vec![t, s, m], cat(&|tr| &tr.ktx, m)),
+        ("write".into(), vec![t, s], cat(&|tr| &tr.write, 1)),
+        ("tokens".into(), vec![t], tokens),
+    ];
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = arrays
+        .iter()
+        .map(|(n, shape, data)| {
+            (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytemuck::cast_slice(data)).unwrap())
+        })
+        .collect();
+    let mut meta = std::collections::HashMap::new();
+    meta.insert("format".to_string(), "ddl-trace-1".to_string());
+    meta.insert("config".to_string(), serde_json::to_string(cfg).unwrap());
+    let bytes = safetensors::serialize(views, Some(meta)).map_err(std::io::Error::other)?;
+    crate::train::checkpoint::write_atomic(path, &bytes)?;
+    let mut counts = vec![[0usize; 3]; s];
+    for tr in traces {
+        for (i, b) in tr.beta.iter().enumerate() {
+            let r = match regime(*b) {
+                "identity" => 0,
+                "projection" => 1,
+                _ => 2,
+            };
+            counts[i][r] += 1;
+        }
+    }
+    let summary = serde_json::json!({
+        "format": "ddl-trace-1",
+        "regime_thresholds": {"identity": "beta < 0.5", "projection": "0.5 <= beta <= 1.5", "reflection": "beta > 1.5"},
+        "sublayers": (0..s).map(|i| format!("blocks.{}.{}", i / 2, if i % 2 == 0 { "attn" } else { "mlp" })).collect::<Vec<_>>(),
+        "tokens": traces.iter().map(|tr| serde_json::json!({
+            "id": tr.token, "text": tr.text,
+            "beta": tr.beta, "regime": tr.beta.iter().map(|b| regime(*b)).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "regime_counts": counts.iter().map(|c| serde_json::json!({"identity": c[0], "projection": c[1], "reflection": c[2]})).collect::<Vec<_>>(),
+    });
+    let json_path = path.with_extension("json");
+    crate::train::checkpoint::write_atomic(&json_path, serde_json::to_string_pretty(&summary).unwrap().as_bytes())
 }

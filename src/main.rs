@@ -60,26 +60,70 @@ enum Cmd {
         #[arg(long)]
         batches: Option<usize>,
     },
-    /// Generate text from a checkpoint (recomputes the context for every token).
-    Sample {
+    /// Generate text from a checkpoint with the KV and conv caches, streaming tokens to stdout.
+    Generate {
         #[arg(long)]
         checkpoint: std::path::PathBuf,
-        #[arg(long, default_value = "\n")]
+        /// The prompt; `-` reads it from standard input.
+        #[arg(long)]
         prompt: String,
-        #[arg(long, default_value_t = 200)]
-        max_tokens: usize,
-        #[arg(long, default_value_t = 0.8)]
-        temperature: f32,
-        #[arg(long, default_value_t = 0)]
-        top_k: usize,
-        #[arg(long, default_value_t = 1.0)]
-        top_p: f32,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
+        #[command(flatten)]
+        sampling: SamplingArgs,
+        /// Write a per-token trace of every delta write (safetensors + a JSON summary).
+        #[arg(long)]
+        trace: Option<std::path::PathBuf>,
+    },
+    /// Interactive generation that keeps the context across turns (/reset, /set NAME VALUE, /quit).
+    Chat {
+        #[arg(long)]
+        checkpoint: std::path::PathBuf,
+        #[command(flatten)]
+        sampling: SamplingArgs,
     },
     /// Benchmarks (results as a table, or JSON lines with --json).
     #[command(subcommand)]
     Bench(BenchCmd),
+}
+
+#[derive(Args, Clone)]
+struct SamplingArgs {
+    /// Tokens to generate at most.
+    #[arg(long, default_value_t = 200)]
+    max_tokens: usize,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f32,
+    /// Keep the k most likely tokens (0 = all).
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// Nucleus sampling: keep the most likely tokens up to this probability mass.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Penalise tokens already in the context (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    repetition_penalty: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Stop when the output ends with this text (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+}
+
+impl SamplingArgs {
+    fn sampler(&self) -> Result<ddl::generate::SamplerConfig> {
+        let s = ddl::generate::SamplerConfig {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            repetition_penalty: self.repetition_penalty,
+            seed: self.seed,
+        };
+        s.validate().map_err(anyhow::Error::msg)?;
+        if self.max_tokens == 0 {
+            anyhow::bail!("--max-tokens must be at least 1");
+        }
+        Ok(s)
+    }
 }
 
 #[derive(Args)]
@@ -176,10 +220,10 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Golden { files, quiet } => golden(&cli.device, &files, quiet),
         Cmd::Train(a) => train(&cli.device, a),
         Cmd::Eval { checkpoint, batches } => eval(&cli.device, &checkpoint, batches),
-        Cmd::Sample { checkpoint, prompt, max_tokens, temperature, top_k, top_p, seed } => {
-            let s = ddl::generate::SamplerConfig { temperature, top_k, top_p, repetition_penalty: 1.0, seed };
-            sample(&cli.device, &checkpoint, &prompt, max_tokens, s)
+        Cmd::Generate { checkpoint, prompt, sampling, trace } => {
+            generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, trace.as_deref())
         }
+        Cmd::Chat { checkpoint, sampling } => chat(&cli.device, &checkpoint, sampling),
     }
 }
 
@@ -244,7 +288,17 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     println!("loss plot: {}", out.join("loss.png").display());
     if a.sample > 0 {
         println!("--- sample ---");
-        sample(dev, &out, "\n", a.sample, ddl::generate::SamplerConfig::default())?;
+        let s = SamplingArgs {
+            max_tokens: a.sample,
+            temperature: 0.8,
+            top_k: 0,
+            top_p: 1.0,
+            repetition_penalty: 1.0,
+            seed: 0,
+            stop: Vec::new(),
+        };
+        generate_cmd(dev, &out, "\n", &s, None)?;
+
         println!();
     }
     Ok(())
@@ -295,29 +349,132 @@ fn eval(dev: &DeviceArgs, dir: &std::path::Path, batches: Option<usize>) -> Resu
     Ok(())
 }
 
-fn sample(
+fn generate_cmd(
     dev: &DeviceArgs,
     dir: &std::path::Path,
     prompt: &str,
-    max_tokens: usize,
-    s: ddl::generate::SamplerConfig,
+    sa: &SamplingArgs,
+    trace: Option<&std::path::Path>,
 ) -> Result<()> {
-    s.validate().map_err(anyhow::Error::msg)?;
-    let gpu = dev.open().context("opening the GPU")?;
-    let (model, tok) = load_for_inference(&gpu, dir)?;
-    let prompt = prompt.replace("\\n", "\n");
-    let ids = tok.encode(&prompt)?;
-    if ids.is_empty() {
+    use std::io::{Read, Write};
+    let s = sa.sampler()?;
+    let prompt = if prompt == "-" {
+        let mut t = String::new();
+        std::io::stdin().read_to_string(&mut t).context("reading the prompt from standard input")?;
+        t
+    } else {
+        prompt.to_string()
+    };
+    if prompt.is_empty() {
         anyhow::bail!("--prompt is empty: give at least one token of text");
     }
+    let gpu = dev.open().context("opening the GPU")?;
+    let (model, tok) = load_for_inference(&gpu, dir)?;
+    let ids = tok.encode(&prompt)?;
+    if ids.len() > model.cfg.max_seq_len {
+        eprintln!(
+            "note: the prompt has {} tokens, more than the context of {}; only its last part is used",
+            ids.len(),
+            model.cfg.max_seq_len
+        );
+    }
     print!("{prompt}");
+    let opts = ddl::generate::GenOptions {
+        max_tokens: sa.max_tokens,
+        stop: sa.stop.clone(),
+        stop_token: None,
+        trace: trace.is_some(),
+    };
     let mut sampler = ddl::generate::Sampler::new(s);
-    ddl::generate::generate_recompute(&model, &tok, &ids, max_tokens, &mut sampler, |t| {
-        use std::io::Write;
+    let (_, traces) = ddl::generate::generate(&model, &tok, &ids, &opts, &mut sampler, |t| {
         print!("{t}");
         let _ = std::io::stdout().flush();
     })?;
     println!();
+    if let Some(path) = trace {
+        ddl::generate::write_trace(path, &model.cfg, &traces)
+            .with_context(|| format!("writing the trace {}", path.display()))?;
+        eprintln!("trace written to {} (+ .json summary)", path.display());
+    }
+    Ok(())
+}
+
+fn chat(dev: &DeviceArgs, dir: &std::path::Path, mut sa: SamplingArgs) -> Result<()> {
+    use std::io::{BufRead, Write};
+    sa.sampler()?;
+    let gpu = dev.open().context("opening the GPU")?;
+    let (model, tok) = load_for_inference(&gpu, dir)?;
+    eprintln!(
+        "chat with {} ({} parameters). Commands: /reset, /set temperature|top_k|top_p|max_tokens|seed VALUE, /quit",
+        dir.display(),
+        model.layout.count()
+    );
+    let mut context = String::new();
+    let stdin = std::io::stdin();
+    let mut turn = 0u64;
+    loop {
+        eprint!("> ");
+        let _ = std::io::stderr().flush();
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            break;
+        }
+        let line = line.trim_end_matches(['\n', '\r']).to_string();
+        if let Some(cmd) = line.strip_prefix('/') {
+            let parts: Vec<&str> = cmd.split_whitespace().collect();
+            match parts.as_slice() {
+                ["quit"] | ["exit"] => break,
+                ["reset"] => {
+                    context.clear();
+                    eprintln!("(context cleared)");
+                }
+                ["set", name, value] => {
+                    let mut next = sa.clone();
+                    let r: Result<(), String> = match *name {
+                        "temperature" => value.parse().map(|v| next.temperature = v).map_err(|e| format!("{e}")),
+                        "top_k" => value.parse().map(|v| next.top_k = v).map_err(|e| format!("{e}")),
+                        "top_p" => value.parse().map(|v| next.top_p = v).map_err(|e| format!("{e}")),
+                        "max_tokens" => value.parse().map(|v| next.max_tokens = v).map_err(|e| format!("{e}")),
+                        "seed" => value.parse().map(|v| next.seed = v).map_err(|e| format!("{e}")),
+                        _ => Err(format!("unknown setting '{name}'")),
+                    };
+                    match r.map_err(anyhow::Error::msg).and_then(|_| next.sampler().map(|_| ())) {
+                        Ok(()) => {
+                            sa = next;
+                            eprintln!("({name} = {value})");
+                        }
+                        Err(e) => eprintln!("error: {e}"),
+                    }
+                }
+                _ => eprintln!("unknown command '/{cmd}' (try /reset, /set temperature 0.7, /quit)"),
+            }
+            continue;
+        }
+        let before = context.len();
+        context.push_str(&line);
+        context.push('\n');
+        let ids = match tok.encode(&context) {
+            Ok(ids) => ids,
+            Err(e) => {
+                eprintln!("error: {e}");
+                context.truncate(before);
+                continue;
+            }
+        };
+        let mut cfg = sa.sampler()?;
+        cfg.seed = cfg.seed.wrapping_add(turn);
+        turn += 1;
+        let mut sampler = ddl::generate::Sampler::new(cfg);
+        let mut stop = sa.stop.clone();
+        stop.push("\n\n".into());
+        let opts = ddl::generate::GenOptions { max_tokens: sa.max_tokens, stop, stop_token: None, trace: false };
+        let (out, _) = ddl::generate::generate(&model, &tok, &ids, &opts, &mut sampler, |t| {
+            print!("{t}");
+            let _ = std::io::stdout().flush();
+        })?;
+        println!();
+        context.push_str(&tok.decode(&out).unwrap_or_default());
+    }
     Ok(())
 }
 
