@@ -83,6 +83,33 @@ enum Cmd {
     /// Benchmarks (results as a table, or JSON lines with --json).
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// Byte-level BPE tokenizers: train one on a corpus, encode text with one.
+    #[command(subcommand)]
+    Tokenizer(TokenizerCmd),
+}
+
+#[derive(Subcommand)]
+enum TokenizerCmd {
+    /// Train a byte-level BPE (with <|endoftext|>) and write it as a Hugging Face tokenizer.json.
+    Train {
+        /// A UTF-8 text file or a directory of .txt files.
+        #[arg(long)]
+        corpus: std::path::PathBuf,
+        /// Vocabulary size, byte tokens and <|endoftext|> included (at least 258).
+        #[arg(long)]
+        vocab_size: usize,
+        /// Output file.
+        #[arg(long, default_value = "tokenizer.json")]
+        out: std::path::PathBuf,
+    },
+    /// Print the token ids of a text.
+    Encode {
+        /// A tokenizer.json (Hugging Face format).
+        #[arg(long)]
+        tokenizer: std::path::PathBuf,
+        #[arg(long)]
+        text: String,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -149,6 +176,9 @@ struct TrainArgs {
     /// A UTF-8 text file or a directory of .txt files.
     #[arg(long)]
     corpus: Option<String>,
+    /// `char`, or a tokenizer.json (e.g. from `ddl tokenizer train`).
+    #[arg(long)]
+    tokenizer: Option<String>,
     /// Output directory.
     #[arg(long, required_unless_present = "resume")]
     out: Option<std::path::PathBuf>,
@@ -217,6 +247,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Info => info(&cli.device),
         Cmd::Bench(b) => bench(&cli.device, b),
+        Cmd::Tokenizer(t) => tokenizer(t),
         Cmd::Golden { files, quiet } => golden(&cli.device, &files, quiet),
         Cmd::Train(a) => train(&cli.device, a),
         Cmd::Eval { checkpoint, batches } => eval(&cli.device, &checkpoint, batches),
@@ -225,6 +256,33 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Chat { checkpoint, sampling } => chat(&cli.device, &checkpoint, sampling),
     }
+}
+
+fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
+    use ddl::tokenizer::Tokenizer;
+    match cmd {
+        TokenizerCmd::Train { corpus, vocab_size, out } => {
+            let text = ddl::train::data::read_corpus(&corpus)?;
+            let t0 = std::time::Instant::now();
+            let tok = ddl::tokenizer::train_bpe(&text, vocab_size)?;
+            let secs = t0.elapsed().as_secs_f64();
+            let n = tok.encode(&text)?.len();
+            tok.save(&out)?;
+            println!("trained in {secs:.1} s: vocab size {} (asked for {vocab_size})", tok.vocab_size());
+            println!(
+                "compression: {:.3} bytes per token ({} bytes -> {n} tokens)",
+                text.len() as f64 / n.max(1) as f64,
+                text.len()
+            );
+            println!("wrote {}", out.display());
+        }
+        TokenizerCmd::Encode { tokenizer, text } => {
+            let tok = Tokenizer::load(&tokenizer)?;
+            let ids = tok.encode(&text)?;
+            println!("{}", ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(" "));
+        }
+    }
+    Ok(())
 }
 
 fn info(dev: &DeviceArgs) -> Result<()> {
@@ -255,6 +313,9 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     }
     if let Some(c) = &a.corpus {
         run.corpus = c.clone();
+    }
+    if let Some(t) = &a.tokenizer {
+        run.tokenizer = t.clone();
     }
     if let Some(s) = a.seed {
         run.train.seed = s;

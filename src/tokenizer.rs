@@ -1,11 +1,27 @@
-//! Tokenizers behind one type: a character-level vocabulary built from a corpus, and (in the
-//! generation issue) Hugging Face byte-level BPE. Serialised as JSON inside checkpoints.
+//! Tokenizers behind one type: a character-level vocabulary built from a corpus, and Hugging Face
+//! byte-level BPE (trained here or loaded from a standard `tokenizer.json`). Serialised as JSON
+//! inside checkpoints.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use tokenizers::models::TrainerWrapper;
+use tokenizers::models::bpe::{BPE, BpeTrainer};
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::{AddedToken, Tokenizer as HfTokenizer};
 
-/// Why text could not be tokenised (or a tokenizer could not be read).
+/// The end-of-text special token of byte-level BPE tokenizers (GPT-2's spelling).
+pub const EOT: &str = "<|endoftext|>";
+
+/// Tokens every byte-level BPE vocabulary holds before any merge: 256 bytes and [`EOT`].
+pub const BPE_BASE_VOCAB: usize = 256 + 1;
+
+/// Texts longer than this are tokenised in pieces cut where the pre-tokenizer splits anyway.
+const CHUNK_BYTES: usize = 64 * 1024;
+
+/// Why text could not be tokenised (or a tokenizer could not be built, read or written).
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
     #[error("character {ch:?} at byte {pos} is not in the tokenizer's vocabulary of {vocab} characters")]
@@ -14,8 +30,25 @@ pub enum TokenizerError {
     OutOfRange { id: u32, vocab: usize },
     #[error("malformed tokenizer JSON: {0}")]
     Json(String),
-    #[error("the corpus is empty: a character tokenizer needs at least one character")]
+    #[error("the corpus is empty: a tokenizer needs at least one character to learn from")]
     Empty,
+    #[error(
+        "vocab_size {got} is too small for a byte-level BPE: it must be at least {min} \
+         (256 byte tokens + {EOT} + at least one merge)"
+    )]
+    VocabTooSmall { got: usize, min: usize },
+    #[error("tokenizer file '{0}' does not exist (expected a Hugging Face tokenizer.json)")]
+    Missing(PathBuf),
+    #[error("cannot read tokenizer file '{path}': {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("cannot write tokenizer file '{path}': {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("'{path}' is not a valid tokenizer file (expected a Hugging Face tokenizer.json): {msg}")]
+    Malformed { path: PathBuf, msg: String },
+    #[error("BPE training failed: {0}")]
+    Train(String),
+    #[error("the BPE tokenizer failed on the text: {0}")]
+    Encode(String),
 }
 
 /// A character-level tokenizer: one id per distinct character, in sorted order.
@@ -37,6 +70,7 @@ impl CharTokenizer {
         Ok(Self::from_chars(chars))
     }
 
+    /// A tokenizer whose id `i` is `chars[i]`.
     pub fn from_chars(chars: Vec<char>) -> Self {
         let index = chars.iter().enumerate().map(|(i, &c)| (c, i as u32)).collect();
         CharTokenizer { chars, index }
@@ -44,24 +78,134 @@ impl CharTokenizer {
 }
 
 /// Any tokenizer the engine can train with.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Tokenizer {
     Char(CharTokenizer),
+    /// A Hugging Face tokenizer; [`train_bpe`] makes lossless byte-level BPE ones.
+    Bpe(Box<HfTokenizer>),
 }
 
+impl PartialEq for Tokenizer {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Tokenizer::Char(a), Tokenizer::Char(b)) => a == b,
+            (Tokenizer::Bpe(_), Tokenizer::Bpe(_)) => self.to_json() == other.to_json(),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Tokenizer {}
+
+/// The checkpoint format: `{"kind": "char", "chars": ...}` or `{"kind": "bpe", "tokenizer":
+/// <the Hugging Face tokenizer.json object>}`.
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum Stored {
     Char { chars: String },
+    Bpe { tokenizer: serde_json::Value },
+}
+
+impl Stored {
+    fn into_tokenizer(self) -> Result<Tokenizer, String> {
+        Ok(match self {
+            Stored::Char { chars } => Tokenizer::Char(CharTokenizer::from_chars(chars.chars().collect())),
+            Stored::Bpe { tokenizer } => {
+                Tokenizer::Bpe(Box::new(serde_json::from_value(tokenizer).map_err(|e| e.to_string())?))
+            }
+        })
+    }
+}
+
+/// Trains a byte-level BPE (GPT-2 pre-tokenisation, all 256 bytes in the base vocabulary, so any
+/// text round-trips exactly) with `vocab_size` tokens at most, [`EOT`] included; merges need a
+/// pair seen at least twice, so a small corpus may give fewer tokens.
+pub fn train_bpe(corpus_text: &str, vocab_size: usize) -> Result<Tokenizer, TokenizerError> {
+    if vocab_size <= BPE_BASE_VOCAB {
+        return Err(TokenizerError::VocabTooSmall { got: vocab_size, min: BPE_BASE_VOCAB + 1 });
+    }
+    if corpus_text.is_empty() {
+        return Err(TokenizerError::Empty);
+    }
+    let mut t = HfTokenizer::new(BPE::default());
+    t.with_pre_tokenizer(Some(ByteLevel::default().add_prefix_space(false)));
+    t.with_post_processor(Some(ByteLevel::default().trim_offsets(false)));
+    t.with_decoder(Some(ByteLevel::default()));
+    let mut trainer: TrainerWrapper = BpeTrainer::builder()
+        .vocab_size(vocab_size)
+        .min_frequency(2)
+        .show_progress(false)
+        .special_tokens(vec![AddedToken::from(EOT, true)])
+        .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
+        .build()
+        .into();
+    t.train(&mut trainer, chunks(corpus_text, CHUNK_BYTES).into_iter())
+        .map_err(|e| TokenizerError::Train(e.to_string()))?;
+    Ok(Tokenizer::Bpe(Box::new(t)))
+}
+
+/// Pieces of `text` of about `target` bytes or more, cut only after a `\n` with a letter, digit or
+/// ASCII punctuation mark on each side: there GPT-2's pre-tokenizer ends a word anyway, so
+/// tokenising the pieces gives exactly the ids of the whole text.
+fn chunks(text: &str, target: usize) -> Vec<&str> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut from = target;
+    while from < bytes.len() {
+        let Some(nl) = bytes[from..].iter().position(|&b| b == b'\n').map(|p| from + p) else { break };
+        let before = text[start..nl].chars().next_back();
+        let after = text[nl + 1..].chars().next();
+        let solid = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c.is_ascii_punctuation());
+        if solid(before) && solid(after) {
+            out.push(&text[start..=nl]);
+            start = nl + 1;
+            from = start + target;
+        } else {
+            from = nl + 1;
+        }
+    }
+    if start < text.len() || out.is_empty() {
+        out.push(&text[start..]);
+    }
+    out
+}
+
+/// Whether [`chunks`] cannot change how `t` tokenises: no normaliser, GPT-2 byte-level
+/// pre-tokenisation without a prefix space, and no added token spanning a newline.
+fn chunkable(t: &HfTokenizer) -> bool {
+    t.get_normalizer().is_none()
+        && matches!(t.get_pre_tokenizer(), Some(PreTokenizerWrapper::ByteLevel(b)) if !b.add_prefix_space && b.use_regex)
+        && t.get_added_tokens_decoder().values().all(|a| !a.content.contains('\n'))
 }
 
 impl Tokenizer {
+    /// Number of token ids (the model's vocabulary must be at least this).
     pub fn vocab_size(&self) -> usize {
         match self {
             Tokenizer::Char(c) => c.chars.len(),
+            Tokenizer::Bpe(t) => t.get_vocab(true).values().max().map_or(0, |&m| m as usize + 1),
         }
     }
 
+    /// `"char"` or `"bpe"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Tokenizer::Char(_) => "char",
+            Tokenizer::Bpe(_) => "bpe",
+        }
+    }
+
+    /// The id of [`EOT`] (None for character tokenizers and BPE files without it).
+    pub fn eot_id(&self) -> Option<u32> {
+        match self {
+            Tokenizer::Char(_) => None,
+            Tokenizer::Bpe(t) => t.token_to_id(EOT),
+        }
+    }
+
+    /// Token ids of `text`; for BPE, special tokens written in the text (such as [`EOT`]) become
+    /// their single id, and nothing is added around the text.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
         match self {
             Tokenizer::Char(c) => text
@@ -70,9 +214,19 @@ impl Tokenizer {
                     c.index.get(&ch).copied().ok_or(TokenizerError::Unknown { ch, pos, vocab: c.chars.len() })
                 })
                 .collect(),
+            Tokenizer::Bpe(t) => {
+                let err = |e: tokenizers::Error| TokenizerError::Encode(e.to_string());
+                if text.len() > CHUNK_BYTES && chunkable(t) {
+                    let encs = t.encode_batch_fast(chunks(text, CHUNK_BYTES), false).map_err(err)?;
+                    Ok(encs.iter().flat_map(|e| e.get_ids().iter().copied()).collect())
+                } else {
+                    Ok(t.encode_fast(text, false).map_err(err)?.get_ids().to_vec())
+                }
+            }
         }
     }
 
+    /// The text of `ids` (special tokens included); every id must be in the vocabulary.
     pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
         match self {
             Tokenizer::Char(c) => ids
@@ -81,22 +235,63 @@ impl Tokenizer {
                     c.chars.get(id as usize).copied().ok_or(TokenizerError::OutOfRange { id, vocab: c.chars.len() })
                 })
                 .collect(),
+            Tokenizer::Bpe(t) => {
+                if let Some(&id) = ids.iter().find(|&&id| t.id_to_token(id).is_none()) {
+                    return Err(TokenizerError::OutOfRange { id, vocab: self.vocab_size() });
+                }
+                t.decode(ids, false).map_err(|e| TokenizerError::Encode(e.to_string()))
+            }
         }
     }
 
-    /// JSON stored in checkpoints.
+    /// JSON stored in checkpoints (tagged with `kind`; BPE embeds the Hugging Face tokenizer.json).
     pub fn to_json(&self) -> String {
-        let s = match self {
-            Tokenizer::Char(c) => Stored::Char { chars: c.chars.iter().collect() },
-        };
-        serde_json::to_string(&s).expect("serialisable")
+        match self {
+            Tokenizer::Char(c) => {
+                serde_json::to_string(&Stored::Char { chars: c.chars.iter().collect() }).expect("serialisable")
+            }
+            Tokenizer::Bpe(t) => {
+                format!(r#"{{"kind":"bpe","tokenizer":{}}}"#, t.to_string(false).expect("serialisable"))
+            }
+        }
     }
 
+    /// Reads what [`Tokenizer::to_json`] wrote.
     pub fn from_json(s: &str) -> Result<Self, TokenizerError> {
         let st: Stored = serde_json::from_str(s).map_err(|e| TokenizerError::Json(e.to_string()))?;
-        Ok(match st {
-            Stored::Char { chars } => Tokenizer::Char(CharTokenizer::from_chars(chars.chars().collect())),
-        })
+        st.into_tokenizer().map_err(TokenizerError::Json)
+    }
+
+    /// Reads a Hugging Face `tokenizer.json` (as Python's `tokenizers` or [`Tokenizer::save`]
+    /// writes it), or a tokenizer in the checkpoint format of [`Tokenizer::to_json`].
+    pub fn load(path: &Path) -> Result<Self, TokenizerError> {
+        let text = std::fs::read_to_string(path).map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound => TokenizerError::Missing(path.to_path_buf()),
+            _ => TokenizerError::Read { path: path.to_path_buf(), source },
+        })?;
+        let malformed = |msg: String| TokenizerError::Malformed { path: path.to_path_buf(), msg };
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| malformed(format!("not JSON: {e}")))?;
+        if v.get("kind").is_some() {
+            let st: Stored = serde_json::from_value(v).map_err(|e| malformed(e.to_string()))?;
+            st.into_tokenizer().map_err(malformed)
+        } else {
+            Ok(Tokenizer::Bpe(Box::new(serde_json::from_value(v).map_err(|e| malformed(e.to_string()))?)))
+        }
+    }
+
+    /// Writes the tokenizer for [`Tokenizer::load`]: BPE as a Hugging Face `tokenizer.json`
+    /// (loadable by Python's `tokenizers`), a character tokenizer in the checkpoint format.
+    pub fn save(&self, path: &Path) -> Result<(), TokenizerError> {
+        let text = match self {
+            Tokenizer::Char(_) => self.to_json(),
+            Tokenizer::Bpe(t) => t.to_string(true).expect("serialisable"),
+        };
+        std::fs::write(path, text).map_err(|source| TokenizerError::Write { path: path.to_path_buf(), source })
+    }
+
+    /// A decoder for ids produced one at a time (generation).
+    pub fn stream(&self) -> StreamDecoder<'_> {
+        StreamDecoder { tok: self, bytes: Vec::new(), ids: Vec::new() }
     }
 
     /// Short identity of the tokenizer (for cache keys).
@@ -104,6 +299,99 @@ impl Tokenizer {
         use sha2::Digest;
         let h = sha2::Sha256::digest(self.to_json().as_bytes());
         h.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// Turns ids arriving one at a time into text, holding back a character whose UTF-8 bytes are
+/// split across tokens (byte-level BPE does that) until it is complete.
+pub struct StreamDecoder<'a> {
+    tok: &'a Tokenizer,
+    /// Byte-level BPE: bytes not yet emitted (an incomplete character).
+    bytes: Vec<u8>,
+    /// Other Hugging Face decoders: ids not yet emitted.
+    ids: Vec<u32>,
+}
+
+/// GPT-2's byte-to-character table reversed: printable bytes stand for themselves, the other
+/// bytes for U+0100, U+0101, ... in byte order.
+fn byte_level_bytes() -> &'static HashMap<char, u8> {
+    static M: std::sync::OnceLock<HashMap<char, u8>> = std::sync::OnceLock::new();
+    M.get_or_init(|| {
+        let mut next = 0x100;
+        (0..=255u8)
+            .map(|b| {
+                if matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF) {
+                    (b as char, b)
+                } else {
+                    next += 1;
+                    (char::from_u32(next - 1).expect("below U+0200"), b)
+                }
+            })
+            .collect()
+    })
+}
+
+impl StreamDecoder<'_> {
+    /// The text that `id` completes (empty while a character is still incomplete).
+    pub fn push(&mut self, id: u32) -> Result<String, TokenizerError> {
+        let t = match self.tok {
+            Tokenizer::Char(_) => return self.tok.decode(&[id]),
+            Tokenizer::Bpe(t) => t,
+        };
+        if !matches!(t.get_decoder(), Some(tokenizers::DecoderWrapper::ByteLevel(_))) {
+            // Without the bytes, wait while the text ends in an incomplete character (at most 4
+            // tokens: a character has at most 4 bytes and every token at least one).
+            self.ids.push(id);
+            let s = self.tok.decode(&self.ids)?;
+            if s.ends_with(char::REPLACEMENT_CHARACTER) && self.ids.len() < 4 {
+                return Ok(String::new());
+            }
+            self.ids.clear();
+            return Ok(s);
+        }
+        let piece = t.id_to_token(id).ok_or(TokenizerError::OutOfRange { id, vocab: self.tok.vocab_size() })?;
+        // As the byte-level decoder does: map every character to its byte, or if some character
+        // has none (an added token), take the token's UTF-8 as it is.
+        let table = byte_level_bytes();
+        match piece.chars().map(|c| table.get(&c).copied()).collect::<Option<Vec<u8>>>() {
+            Some(b) => self.bytes.extend(b),
+            None => self.bytes.extend(piece.as_bytes()),
+        }
+        let mut out = String::new();
+        loop {
+            match std::str::from_utf8(&self.bytes) {
+                Ok(s) => {
+                    out.push_str(s);
+                    self.bytes.clear();
+                    return Ok(out);
+                }
+                Err(e) => {
+                    let valid = e.valid_up_to();
+                    out.push_str(std::str::from_utf8(&self.bytes[..valid]).expect("valid prefix"));
+                    match e.error_len() {
+                        // Incomplete at the end: keep it for the next token.
+                        None => {
+                            self.bytes.drain(..valid);
+                            return Ok(out);
+                        }
+                        // Bytes that can never form a character: U+FFFD, as `decode` writes.
+                        Some(n) => {
+                            out.push(char::REPLACEMENT_CHARACTER);
+                            self.bytes.drain(..valid + n);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whatever is still held back (incomplete bytes as U+FFFD).
+    pub fn finish(self) -> Result<String, TokenizerError> {
+        if self.bytes.is_empty() {
+            self.tok.decode(&self.ids)
+        } else {
+            Ok(String::from_utf8_lossy(&self.bytes).into_owned())
+        }
     }
 }
 
@@ -121,5 +409,46 @@ mod tests {
         let back = Tokenizer::from_json(&t.to_json()).unwrap();
         assert_eq!(back, t);
         assert!(Tokenizer::from_json("{\"kind\": 3}").is_err());
+        assert_eq!(t.eot_id(), None);
+    }
+
+    #[test]
+    fn the_char_checkpoint_format_is_unchanged() {
+        let t = Tokenizer::Char(CharTokenizer::from_corpus("ba\n").unwrap());
+        assert_eq!(t.to_json(), r#"{"kind":"char","chars":"\nab"}"#);
+        assert_eq!(Tokenizer::from_json(r#"{"kind":"char","chars":"\nab"}"#).unwrap(), t);
+    }
+
+    #[test]
+    fn the_byte_table_is_gpt2s_byte_level_alphabet() {
+        let ours: std::collections::HashSet<char> = byte_level_bytes().keys().copied().collect();
+        assert_eq!(ours, ByteLevel::alphabet().into_iter().collect());
+        assert_eq!((byte_level_bytes()[&'Ġ'], byte_level_bytes()[&'Ċ'], byte_level_bytes()[&'A']), (b' ', b'\n', b'A'));
+    }
+
+    #[test]
+    fn chunks_cut_only_after_a_newline_between_two_words_and_cover_the_text() {
+        let text = "ab\ncd\n\nef\n gh\nij";
+        let c = chunks(text, 1);
+        assert_eq!(c.concat(), text);
+        assert_eq!(c, ["ab\n", "cd\n\nef\n gh\n", "ij"]);
+        assert_eq!(chunks("", 4), [""]);
+        assert_eq!(chunks("no newline at all", 2), ["no newline at all"]);
+        assert_eq!(chunks("é\nü\n漢\n字", 1), ["é\n", "ü\n", "漢\n", "字"]);
+    }
+
+    #[test]
+    fn chunked_bpe_encoding_equals_encoding_the_whole_text() {
+        let text = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n  \tx\n";
+        let tok = train_bpe(&text.repeat(20), 300).unwrap();
+        let Tokenizer::Bpe(t) = &tok else { unreachable!() };
+        assert!(chunkable(t));
+        let big = text.repeat(50);
+        let whole = t.encode_fast(big.as_str(), false).unwrap().get_ids().to_vec();
+        let pieces: Vec<u32> = chunks(&big, 100).iter().flat_map(|c| tok.encode(c).unwrap()).collect();
+        assert_eq!(pieces, whole);
+        let huge = big.repeat(30);
+        assert!(huge.len() > CHUNK_BYTES);
+        assert_eq!(tok.encode(&huge).unwrap(), t.encode_fast(huge.as_str(), false).unwrap().get_ids());
     }
 }

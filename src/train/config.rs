@@ -141,6 +141,10 @@ impl TrainConfig {
     }
 }
 
+fn default_tokenizer() -> String {
+    "char".to_string()
+}
+
 /// Everything a run is made of, as written to `DIR/config.toml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -148,6 +152,9 @@ pub struct RunConfig {
     pub preset: String,
     /// Text file or directory of .txt files.
     pub corpus: String,
+    /// `"char"` (the corpus's characters) or the path of a tokenizer.json (`ddl tokenizer train`).
+    #[serde(default = "default_tokenizer")]
+    pub tokenizer: String,
     pub model: ModelConfig,
     pub train: TrainConfig,
 }
@@ -158,12 +165,13 @@ impl RunConfig {
         Ok(RunConfig {
             preset: preset.to_string(),
             corpus: "assets/tinyshakespeare.txt".to_string(),
+            tokenizer: default_tokenizer(),
             model: ModelConfig::preset(preset, variant)?,
             train: TrainConfig::preset(preset),
         })
     }
 
-    /// Applies a TOML file's tables (`[model]`, `[train]`, top-level `corpus`) over `self`.
+    /// Applies a TOML file's tables (`[model]`, `[train]`, top-level `corpus`, `tokenizer`) over `self`.
     pub fn merge_toml(&mut self, text: &str, origin: &str) -> Result<(), String> {
         let overlay: toml::Table = toml::from_str(text).map_err(|e| format!("{origin}: {e}"))?;
         let mut base = toml::Table::try_from(&*self).map_err(|e| e.to_string())?;
@@ -179,7 +187,9 @@ impl RunConfig {
                 }
                 (Some(slot), v) => *slot = v,
                 (None, _) => {
-                    return Err(format!("{origin}: unknown key '{k}' (expected preset, corpus, [model], [train])"));
+                    return Err(format!(
+                        "{origin}: unknown key '{k}' (expected preset, corpus, tokenizer, [model], [train])"
+                    ));
                 }
             }
         }
@@ -187,7 +197,7 @@ impl RunConfig {
         Ok(())
     }
 
-    /// Applies `key=value` (`train.lr=3e-4`, `model.d_v=2`, `corpus=...`; a bare train or
+    /// Applies `key=value` (`train.lr=3e-4`, `model.d_v=2`, `corpus=...`, `tokenizer=...`; a bare train or
     /// model key such as `lr=3e-4` is looked up in both tables).
     pub fn set(&mut self, kv: &str) -> Result<(), String> {
         let (k, v) = kv.split_once('=').ok_or_else(|| format!("--set '{kv}': expected key=value"))?;
@@ -245,6 +255,20 @@ mod tests {
         c.merge_toml("[train]\nsteps_typo = 3\n", "run.toml").unwrap_err();
         c.merge_toml("corpus = \"a.txt\"\n[train]\nwarmup_steps = 3\n", "run.toml").unwrap();
         assert_eq!((c.corpus.as_str(), c.train.warmup_steps), ("a.txt", 3));
+    }
+
+    #[test]
+    fn the_tokenizer_defaults_to_char_and_older_config_files_without_it_still_load() {
+        let mut c = RunConfig::preset("tiny", Variant::Ddl).unwrap();
+        assert_eq!(c.tokenizer, "char");
+        let mut table = toml::Table::try_from(&c).unwrap();
+        table.remove("tokenizer");
+        let old: RunConfig = toml::from_str(&toml::to_string(&table).unwrap()).unwrap();
+        assert_eq!(old, c);
+        c.set("tokenizer=runs/tok/tokenizer.json").unwrap();
+        assert_eq!(c.tokenizer, "runs/tok/tokenizer.json");
+        c.merge_toml("tokenizer = \"char\"\n", "run.toml").unwrap();
+        assert_eq!(c.tokenizer, "char");
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub enum TrainError {
     Settings(String),
     #[error(transparent)]
     Data(#[from] data::DataError),
+    #[error("tokenizer = {setting:?} (expected \"char\" or the path of a tokenizer.json): {source}")]
+    Tokenizer { setting: String, source: crate::tokenizer::TokenizerError },
     #[error(transparent)]
     Checkpoint(#[from] checkpoint::CheckpointError),
     #[error(transparent)]
@@ -217,6 +219,15 @@ impl Progress {
     }
 }
 
+/// The tokenizer a run's `tokenizer` setting names: `"char"` builds one from the corpus text,
+/// anything else is the path of a tokenizer.json.
+pub fn build_tokenizer(setting: &str, corpus_text: &str) -> Result<Tokenizer, TrainError> {
+    if setting == "char" {
+        return Ok(Tokenizer::Char(CharTokenizer::from_corpus(corpus_text).map_err(data::DataError::from)?));
+    }
+    Tokenizer::load(Path::new(setting)).map_err(|source| TrainError::Tokenizer { setting: setting.to_string(), source })
+}
+
 /// Trains (or resumes) a model and writes everything into `opts.out`.
 pub fn train(gpu: Arc<Gpu>, opts: TrainOptions) -> Result<Summary, TrainError> {
     let out = opts.out.clone();
@@ -246,7 +257,7 @@ pub fn train(gpu: Arc<Gpu>, opts: TrainOptions) -> Result<Summary, TrainError> {
         (model, ck.tokenizer, state.step, state.elapsed)
     } else {
         let text = data::read_corpus(Path::new(&run.corpus))?;
-        let tok = Tokenizer::Char(CharTokenizer::from_corpus(&text).map_err(data::DataError::from)?);
+        let tok = build_tokenizer(&run.tokenizer, &text)?;
         run.model.vocab_size = tok.vocab_size();
         run.validate()?;
         let model = Model::new(gpu.clone(), run.model.clone(), run.train.seed)?;
