@@ -260,11 +260,13 @@ pub fn generate(
     let mut pre = model.decode_program(&cache, keep.len())?;
     let first = model.decode(&mut pre, &mut cache, keep)?;
     let mut logits = first[(keep.len() - 1) * v..].to_vec();
+    // Byte-level BPE can split a character over tokens: stream whole characters only.
+    let mut stream = tok.stream();
     for _ in 0..opts.max_tokens {
         let next = sampler.sample(&logits, &history);
         history.push(next);
         out.push(next);
-        let piece = tok.decode(&[next]).unwrap_or_default();
+        let piece = stream.push(next).unwrap_or_default();
         text.push_str(&piece);
         if opts.trace {
             traces.push(TokenTrace { token: next, text: piece.clone(), ..Default::default() });
@@ -290,23 +292,35 @@ pub fn generate(
             read_trace(model, &step_prog, 0, tr)?;
         }
     }
+    if let Ok(rest) = stream.finish() {
+        if !rest.is_empty() {
+            on_token(&rest);
+        }
+    }
     Ok((out, traces))
 }
 
 /// Writes a generation trace: `path` (safetensors arrays `beta` [T, S], `lambda` = 1−β,
 /// `k` [T, S, d], `v` / `ktx` [T, S, m], `write` [T, S], `tokens` [T], S = 2·L sublayers in block
 /// order, attention then MLP) and `path.json` (tokens, text, regimes and per-sublayer counts).
-pub fn write_trace(path: &std::path::Path, cfg: &crate::model::ModelConfig, traces: &[TokenTrace]) -> std::io::Result<()> {
+pub fn write_trace(
+    path: &std::path::Path,
+    cfg: &crate::model::ModelConfig,
+    traces: &[TokenTrace],
+) -> std::io::Result<()> {
     let t = traces.len();
     let s = if cfg.variant.is_ddl() { 2 * cfg.n_layers } else { 0 };
     let (d, m) = (cfg.d_model, cfg.m());
     let cat = |f: &dyn Fn(&TokenTrace) -> &Vec<f32>, per: usize| -> Vec<f32> {
-        traces.iter().flat_map(|tr| {
-            let v = f(tr);
-            let mut v = v.clone();
-            v.resize(s * per, f32::NAN);
-            v
-        }).collect()
+        traces
+            .iter()
+            .flat_map(|tr| {
+                let v = f(tr);
+                let mut v = v.clone();
+                v.resize(s * per, f32::NAN);
+                v
+            })
+            .collect()
     };
     let beta = cat(&|tr| &tr.beta, 1);
     let lambda: Vec<f32> = beta.iter().map(|b| 1.0 - b).collect();
@@ -323,7 +337,15 @@ pub fn write_trace(path: &std::path::Path, cfg: &crate::model::ModelConfig, trac
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = arrays
         .iter()
         .map(|(n, shape, data)| {
-            (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytemuck::cast_slice(data)).unwrap())
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(
+                    safetensors::Dtype::F32,
+                    shape.clone(),
+                    bytemuck::cast_slice(data),
+                )
+                .unwrap(),
+            )
         })
         .collect();
     let mut meta = std::collections::HashMap::new();

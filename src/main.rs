@@ -443,7 +443,7 @@ fn generate_cmd(
     let opts = ddl::generate::GenOptions {
         max_tokens: sa.max_tokens,
         stop: sa.stop.clone(),
-        stop_token: None,
+        stop_token: tok.eot_id(),
         trace: trace.is_some(),
     };
     let mut sampler = ddl::generate::Sampler::new(s);
@@ -528,7 +528,8 @@ fn chat(dev: &DeviceArgs, dir: &std::path::Path, mut sa: SamplingArgs) -> Result
         let mut sampler = ddl::generate::Sampler::new(cfg);
         let mut stop = sa.stop.clone();
         stop.push("\n\n".into());
-        let opts = ddl::generate::GenOptions { max_tokens: sa.max_tokens, stop, stop_token: None, trace: false };
+        let opts =
+            ddl::generate::GenOptions { max_tokens: sa.max_tokens, stop, stop_token: tok.eot_id(), trace: false };
         let (out, _) = ddl::generate::generate(&model, &tok, &ids, &opts, &mut sampler, |t| {
             print!("{t}");
             let _ = std::io::stdout().flush();
