@@ -223,6 +223,36 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Training throughput (tok/s, step time, MFU estimate, per-kernel split) on random tokens.
+    Train {
+        #[arg(long, default_value = "tiny")]
+        preset: String,
+        #[arg(long, default_value = "ddl")]
+        variant: String,
+        /// Timed steps (median reported).
+        #[arg(long, default_value_t = 5)]
+        steps: usize,
+        /// Override the preset's batch size / sequence length.
+        #[arg(long)]
+        batch: Option<usize>,
+        #[arg(long)]
+        seq: Option<usize>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Per-token latency of cached decoding vs recomputing the full context.
+    Generate {
+        #[arg(long, default_value = "tiny")]
+        preset: String,
+        #[arg(long, default_value = "ddl")]
+        variant: String,
+        #[arg(long, value_delimiter = ',', default_value = "64,256")]
+        contexts: Vec<usize>,
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Device buffer copy bandwidth (the memory ceiling for bandwidth-bound kernels).
     Copy {
         /// Buffer size in MiB.
@@ -617,6 +647,28 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
             v["gb_per_s"].as_f64().unwrap_or(0.0),
             100.0 * v["of_floor"].as_f64().unwrap_or(0.0)
         ),
+        Some("train") => {
+            println!(
+                "{} d={} L={} B={} T={}: {:.1} tok/s, {:.1} ms/step, {:.2} model GFLOP/s, matmul {:.0}% of kernel time, {} dispatches",
+                v["variant"].as_str().unwrap_or(""), v["d"], v["layers"], v["batch"], v["seq"],
+                v["tok_per_s"].as_f64().unwrap_or(0.0), v["step_ms"].as_f64().unwrap_or(0.0),
+                v["model_gflop_per_s"].as_f64().unwrap_or(0.0), 100.0 * v["matmul_share"].as_f64().unwrap_or(0.0),
+                v["dispatches_per_step"]
+            );
+            if let Some(split) = v["split_ms"].as_object() {
+                let mut items: Vec<(&String, f64)> = split.iter().map(|(k, x)| (k, x.as_f64().unwrap_or(0.0))).collect();
+                items.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
+                for (k, ms) in items {
+                    println!("    {k:<40} {ms:>10.2} ms");
+                }
+            }
+        }
+        Some("generate") => println!(
+            "{} context {}: cached {:.2} ms/token, recompute {:.2} ms/token ({:.1}x)",
+            v["variant"].as_str().unwrap_or(""), v["context"],
+            v["cached_ms_per_token"].as_f64().unwrap_or(0.0), v["recompute_ms_per_token"].as_f64().unwrap_or(0.0),
+            v["speedup"].as_f64().unwrap_or(0.0)
+        ),
         _ => println!("{v}"),
     }
 }
@@ -671,6 +723,23 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                     .collect();
                 ddl::bench::kernel_rows(&gpu, cases, reps, gbs, |r| print_row(&r, json))?;
             }
+        }
+        BenchCmd::Train { preset, variant, steps, batch, seq, json } => {
+            let v = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
+            let cfg = ddl::model::ModelConfig::preset(&preset, v)?;
+            let t = ddl::train::TrainConfig::preset(&preset);
+            ddl::kernels::matmul::autotune::set_enabled(true);
+            ddl::bench::train_rows(&gpu, &cfg, batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len), steps, |r| {
+                print_row(&r, json)
+            })?;
+        }
+        BenchCmd::Generate { preset, variant, contexts, reps, json } => {
+            let v = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
+            let cfg = ddl::model::ModelConfig::preset(&preset, v)?;
+            if let Some(bad) = contexts.iter().find(|&&c| c < 2) {
+                anyhow::bail!("--contexts: {bad} is too short (at least 2)");
+            }
+            ddl::bench::generate_rows(&gpu, &cfg, &contexts, reps, |r| print_row(&r, json))?;
         }
         BenchCmd::Copy { mib, reps, json } => {
             let r = ddl::bench::copy_bandwidth(&gpu, mib, reps)?;
