@@ -373,3 +373,20 @@ fn shape_errors_are_reported_not_panicked() {
         .unwrap_err();
     assert!(e.to_string().contains("at least 1"), "{e}");
 }
+
+#[test]
+fn autotune_times_every_variant_and_ranks_them_fastest_first() {
+    let gpu = gpu();
+    let mm = Matmul::nt(64, 96, 40);
+    let ranked = matmul::autotune::measure(&gpu, &mm, 2).unwrap();
+    let mut names: Vec<&str> = ranked.iter().map(|r| r.0).collect();
+    names.sort();
+    let mut all = matmul::variants();
+    all.sort();
+    assert_eq!(names, all);
+    assert!(ranked.windows(2).all(|w| w[0].1 <= w[1].1), "{ranked:?}");
+    assert!(
+        ranked.iter().all(|r| r.1.is_finite() && r.1 >= 0.0),
+        "{ranked:?}"
+    );
+}
