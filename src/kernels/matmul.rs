@@ -283,12 +283,14 @@ impl Matmul {
         }
         // vec4 reads need the operand's offset and batch stride, and the stride between its
         // vec4s, to be multiples of 4. Reading along M or N also needs M or N a multiple of 4
-        // (a vec4 never straddles the edge of the product).
+        // (a vec4 never straddles the edge of the product). K ≥ 4 (M, N ≥ 4) also keeps every
+        // operand bound as `array<vec4<f32>>` at least one vec4 long, as binding requires.
         let q = |x: usize| x.is_multiple_of(4);
         let base = |o: &Operand| q(o.offset) && (self.batch == 1 || q(o.batch_stride));
-        let a_k = base(&self.a) && self.a.col_stride == 1 && q(self.a.row_stride);
+        let k4 = self.k >= 4;
+        let a_k = base(&self.a) && k4 && self.a.col_stride == 1 && q(self.a.row_stride);
         let a_m = base(&self.a) && self.a.row_stride == 1 && q(self.a.col_stride) && q(self.m);
-        let b_k = base(&self.b) && self.b.row_stride == 1 && q(self.b.col_stride);
+        let b_k = base(&self.b) && k4 && self.b.row_stride == 1 && q(self.b.col_stride);
         let b_n = base(&self.b) && self.b.col_stride == 1 && q(self.b.row_stride) && q(self.n);
         Ok(match (a_k, a_m, b_k, b_n) {
             (true, _, true, _) => "mm_kk",

@@ -251,6 +251,25 @@ fn entry_point_cases() -> Vec<(Matmul, &'static str)> {
         (Matmul::nt(67, 85, 33), "mm_ss"),
         (Matmul::tn(65, 384, 30), "mm_ss"),
         (Matmul::nn(9, 132, 4).alpha(-0.5), "mm_kn"),
+        // Aligned strides but K < 4: buffers shorter than one vec4 cannot be bound as vec4s.
+        (
+            Matmul {
+                a: Operand {
+                    offset: 0,
+                    row_stride: 4,
+                    col_stride: 1,
+                    batch_stride: 4,
+                },
+                b: Operand {
+                    offset: 0,
+                    row_stride: 1,
+                    col_stride: 4,
+                    batch_stride: 4,
+                },
+                ..Matmul::nt(1, 1, 2)
+            },
+            "mm_ss",
+        ),
     ]
 }
 
