@@ -7,9 +7,10 @@
 //
 // THE SUMMATION ORDER IS PART OF THE CONTRACT. Every entry point computes every output as
 //     acc = 0;  for p = 0, 1, …, K−1 in order: acc = fma(A[i,p], B[p,j], acc);  out = alpha·acc
-// (then + C when accumulating), with exactly K steps. So all entry points and all variants give
-// bit-identical results on one adapter (the autotuner may switch between them freely), and results
-// are identical run to run. (fma() is whatever the adapter's fma is: fused on GPUs, a multiply and
+// (then + C when accumulating). So all entry points and all variants give bit-identical results
+// on one adapter (the autotuner may switch between them freely), and results are identical run to
+// run. (`matmul` rounds K up to its stage depth with zero operands; those steps are exact no-ops,
+// see there.) (fma() is whatever the adapter's fma is: fused on GPUs, a multiply and
 // an add on llvmpipe; it is the same for every entry point.)
 //
 // Two families of entry points, chosen per variant (constants from the prelude, see src/shaders.rs):
@@ -31,8 +32,8 @@
 //       mm_mk  A along M, B along K                                      (Aᵀ·Bᵀ)
 //       mm_ss  scalar loads, any strides (unaligned views, odd packed sizes)
 //   The vec4 entry points need the vec4-read operand's offset, batch stride and the stride across
-//   its vec4s to be multiples of 4, and (for mm_mn/mm_kn/mm_mk's M- or N-vec4s) M or N a multiple
-//   of 4; the launcher checks. Rows/columns past the edge of C are clamped to the last one when
+//   its vec4s to be multiples of 4, M or N a multiple of 4 for vec4s along M or N, and K ≥ 4 for
+//   vec4s along K; the launcher checks. K % 4 last steps use scalar loads. Rows/columns past the edge of C are clamped to the last one when
 //   loading and never stored.
 
 struct Params {

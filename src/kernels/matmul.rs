@@ -373,7 +373,7 @@ fn cpu_threads() -> usize {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()))
-        .clamp(1, 256)
+        .clamp(1, 64)
 }
 
 /// The CPU choice: each variant's time is estimated as (rounds of `threads` workgroups) × (tile
