@@ -348,6 +348,17 @@ fn bucket(mm: &Matmul) -> String {
     )
 }
 
+/// The autotune cache key: adapter, shape bucket, and the variant set the measurement chose
+/// from (a choice made before variants were added is measured again).
+fn cache_key(gpu: &Gpu, mm: &Matmul) -> String {
+    format!(
+        "{}|{}|{}",
+        gpu.adapter_key(),
+        bucket(mm),
+        variants().join(",")
+    )
+}
+
 /// The heuristic choice. On a CPU adapter (llvmpipe, SwiftShader): the register-block variant
 /// with the least estimated time — padded work per thread-round over measured efficiency (see
 /// `docs/PERF.md`). On a GPU: the biggest workgroup-memory tile that still gives enough
@@ -505,7 +516,7 @@ pub mod autotune {
     /// Measures this shape's bucket now (regardless of [`enabled`]) and stores the winner.
     pub fn tune(gpu: &Gpu, mm: &Matmul) -> Result<&'static str> {
         let best = measure(gpu, mm, 3)?[0].0;
-        let key = format!("{}|{}", gpu.adapter_key(), bucket(mm));
+        let key = cache_key(gpu, mm);
         cache().lock().unwrap().insert(key, best.to_string());
         save();
         Ok(best)
@@ -515,7 +526,7 @@ pub mod autotune {
 /// The variant used for a product: a cached measurement for this adapter and shape bucket,
 /// a fresh measurement when autotuning is enabled, else the heuristic.
 pub fn pick(gpu: &Gpu, mm: &Matmul) -> &'static str {
-    let key = format!("{}|{}", gpu.adapter_key(), bucket(mm));
+    let key = cache_key(gpu, mm);
     if let Some(v) = autotune::cache().lock().unwrap().get(&key)
         && let Some(name) = variants().into_iter().find(|n| n == v)
     {
