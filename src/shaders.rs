@@ -51,10 +51,11 @@ macro_rules! shader {
 ///
 /// - `t16`, `t32`, `t64` (`DIRECT = 0`): the workgroup-memory kernel for GPUs. `BM×BN` outputs
 ///   per workgroup, `TM×TN` per invocation, `BK` the depth of one shared-memory stage.
-/// - `r128`, `r32`, `r8` (`DIRECT = 1`): the register-block kernels for CPU adapters (llvmpipe):
-///   `DX×DY` invocations, each `4·DM × 4·DN` outputs, so `BM = 4·DM·DY`, `BN = 4·DN·DX`. Their
-///   `BK`, `TM`, `TN` only keep the module's workgroup-memory entry point well-formed (it is never
-///   launched with them). `DX` is 8: llvmpipe runs 8 invocations along x as one SIMD vector.
+/// - `r128`, `c64`, `r32`, `r8` (`DIRECT = 1`): the register-block kernels for CPU adapters
+///   (llvmpipe): `DX×DY` invocations, each `4·DM × 4·DN` outputs, so `BM = 4·DM·DY` and
+///   `BN = 4·DN·DX`. Their `BK`, `TM`, `TN` only keep the module's workgroup-memory entry point
+///   well-formed (it is never launched with them). `DX` is 8: llvmpipe runs 8 invocations along
+///   x as one SIMD vector.
 pub const MATMUL_VARIANTS: &[Variant] = &[
     Variant {
         name: "t16",
@@ -114,6 +115,21 @@ pub const MATMUL_VARIANTS: &[Variant] = &[
             ("DY", "u32", "8u"),
             ("DM", "u32", "4u"),
             ("DN", "u32", "4u"),
+        ],
+    },
+    Variant {
+        name: "c64",
+        consts: &[
+            ("BM", "u32", "128u"),
+            ("BN", "u32", "64u"),
+            ("BK", "u32", "8u"),
+            ("TM", "u32", "8u"),
+            ("TN", "u32", "4u"),
+            ("DIRECT", "u32", "1u"),
+            ("DX", "u32", "8u"),
+            ("DY", "u32", "8u"),
+            ("DM", "u32", "4u"),
+            ("DN", "u32", "2u"),
         ],
     },
     Variant {

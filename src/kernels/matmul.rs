@@ -11,8 +11,9 @@
 //!
 //! Two kernel families (see `shaders/matmul.wgsl` and `docs/PERF.md`):
 //! - `t16`/`t32`/`t64`: workgroup-memory tiles, the GPU kernel (entry point `matmul`).
-//! - `r128`/`r32`/`r8`: register blocks streamed straight from the buffers with vec4 loads, no
-//!   workgroup memory or barriers — the CPU-adapter (llvmpipe) kernels, about 12× faster there.
+//! - `r128`/`c64`/`r32`/`r8`: register blocks streamed straight from the buffers with vec4
+//!   loads, no workgroup memory or barriers — the CPU-adapter (llvmpipe) kernels, about 12×
+//!   faster there.
 //!   One entry point per operand layout ([`Matmul::entry_point`]): `mm_kk` (A·Bᵀ), `mm_kn`
 //!   (A·B), `mm_mn` (Aᵀ·B), `mm_mk` (Aᵀ·Bᵀ) when offsets and strides allow vec4 loads, else
 //!   `mm_ss` (scalar loads, any strides).
@@ -392,7 +393,7 @@ fn cpu_threads() -> usize {
 /// the big tile would be mostly padding or leave threads idle.
 fn cpu_heuristic(mm: &Matmul, threads: usize) -> &'static str {
     let mut best = ("r128", f64::INFINITY);
-    for (v, eff) in [("r128", 1.0), ("r32", 0.95), ("r8", 0.85)] {
+    for (v, eff) in [("r128", 1.0), ("c64", 0.8), ("r32", 0.95), ("r8", 0.85)] {
         let (bm, bn) = tile(v).unwrap();
         let groups = mm.m.div_ceil(bm) * mm.n.div_ceil(bn) * mm.batch;
         let cost = groups.div_ceil(threads) as f64 * (bm * bn) as f64 / eff;

@@ -372,6 +372,9 @@ fn the_heuristic_picks_register_blocks_on_cpus_and_shared_tiles_on_gpus() {
     );
     if gpu.info.device_type == wgpu::DeviceType::Cpu {
         assert_eq!((hb, hd), ("r128", "r8"));
+        // Attention P·V per head (N = head size 64): the 64-column tile, not half a 128 one.
+        let pv = Matmul::nn(256, 64, 256).batched(48);
+        assert_eq!(matmul::heuristic(&gpu, &pv), "c64");
     } else {
         assert_eq!(hb, "t64");
         assert!(!matmul::direct(hd).unwrap(), "{hd}");
