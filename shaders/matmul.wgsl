@@ -5,24 +5,66 @@
 // same kernel. Likewise B is K×N with (p, j) at b_off + b·b_bs + p·b_rs + j·b_cs, and C is a
 // row-major M×N at c_off + b·c_bs + i·c_rs + j. All offsets are in elements.
 //
-// Tiling (constants from the variant prelude, see src/shaders.rs): a workgroup owns a BM×BN tile
-// of C, each invocation TM×TN outputs spaced WY rows / WX columns apart (so neighbouring
-// invocations read neighbouring shared-memory words). K advances BK at a time through shared
-// memory. Out-of-range rows, columns and depths load zeros, so any M, N, K ≥ 1 works. Every output
-// is summed over p = 0, 1, …, K−1 in order: results do not depend on the variant's tiling of M, N
-// and are identical run to run.
+// THE SUMMATION ORDER IS PART OF THE CONTRACT. Every entry point computes every output as
+//     acc = 0;  for p = 0, 1, …, K−1 in order: acc = fma(A[i,p], B[p,j], acc);  out = alpha·acc
+// (then + C when accumulating). So all entry points and all variants give bit-identical results
+// on one adapter (the autotuner may switch between them freely), and results are identical run to
+// run. (`matmul` rounds K up to its stage depth with zero operands; those steps are exact no-ops,
+// see there.) (fma() is whatever the adapter's fma is: fused on GPUs, a multiply and
+// an add on llvmpipe; it is the same for every entry point.)
+//
+// Two families of entry points, chosen per variant (constants from the prelude, see src/shaders.rs):
+//
+// * `matmul` (DIRECT = 0 variants t16/t32/t64): the classic GPU kernel. A workgroup owns a BM×BN
+//   tile of C, each invocation TM×TN outputs spaced WY rows / WX columns apart, K advances BK at a
+//   time through workgroup memory. Any strides.
+//
+// * `mm_*` (DIRECT = 1 variants): no workgroup memory and no barriers. Each invocation keeps a
+//   (4·DM)×(4·DN) block of C in registers (DM×DN 4×4 blocks) and streams its rows of A and columns
+//   of B straight from the storage buffers, four K steps per iteration, as vec4 loads where the
+//   layout allows. Made for CPU adapters (llvmpipe/lavapipe, SwiftShader): there every load is a
+//   per-lane scalar loop and a barrier is a coroutine switch, so the cost is the number of
+//   loaded components per FMA, (1/(4·DM) + 1/(4·DN)) — big register blocks, no staging. The
+//   launcher picks the entry point from the operands' layouts:
+//       mm_kk  A rows contiguous along K, B columns contiguous along K   (A·Bᵀ, weights [out, in])
+//       mm_kn  A along K, B rows contiguous along N                      (A·B)
+//       mm_mn  A contiguous along M, B along N                           (Aᵀ·B, weight gradients)
+//       mm_mk  A along M, B along K                                      (Aᵀ·Bᵀ)
+//       mm_ss  scalar loads, any strides (unaligned views, odd packed sizes)
+//   The vec4 entry points need the vec4-read operand's offset, batch stride and the stride across
+//   its vec4s to be multiples of 4, M or N a multiple of 4 for vec4s along M or N, and K ≥ 4 for
+//   vec4s along K; the launcher checks. K % 4 last steps use scalar loads. Rows/columns past the edge of C are clamped to the last one when
+//   loading and never stored.
 
 struct Params {
     m: u32, n: u32, k: u32, accumulate: u32,
     a_off: u32, a_rs: u32, a_cs: u32, a_bs: u32,
     b_off: u32, b_rs: u32, b_cs: u32, b_bs: u32,
     c_off: u32, c_rs: u32, c_bs: u32, alpha: f32,
+    // The grid: tiles_n × tiles_m tiles per batch, `total` in all, linearised over the
+    // workgroups' x and y (each at most 65535) in the order n, m, batch.
+    tiles_n: u32, tiles_m: u32, total: u32, _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;
+// The same buffers as `a` and `b`, read four floats at a time (bound only by the mm_* entry points
+// that use them).
+@group(0) @binding(4) var<storage, read> a4: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read> b4: array<vec4<f32>>;
+
+// (tile along N, tile along M, batch, 1 if this workgroup has a tile else 0).
+fn tile_index(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
+    let p = params;
+    let lin = wid.y * nwg.x + wid.x;
+    let r = lin / p.tiles_n;
+    return vec4<u32>(lin % p.tiles_n, r % p.tiles_m, r / p.tiles_m, select(0u, 1u, lin < p.total));
+}
+
+// ---------------------------------------------------------------------------------------------
+// `matmul`: workgroup-memory tiles (GPU kernel).
 
 const WX: u32 = BN / TN;   // invocations along N
 const WY: u32 = BM / TM;   // invocations along M
@@ -34,14 +76,17 @@ var<workgroup> Bs: array<f32, BK * BN>;   // [BK][BN]
 @compute @workgroup_size(WX, WY, 1)
 fn matmul(
     @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_id) lid: vec3<u32>,
 ) {
     let p = params;
-    let row0 = wid.y * BM;
-    let col0 = wid.x * BN;
+    let ti = tile_index(wid, nwg);
+    if (ti.w == 0u) { return; }
+    let row0 = ti.y * BM;
+    let col0 = ti.x * BN;
     let tid = lid.y * WX + lid.x;
-    let a_base = p.a_off + wid.z * p.a_bs;
-    let b_base = p.b_off + wid.z * p.b_bs;
+    let a_base = p.a_off + ti.z * p.a_bs;
+    let b_base = p.b_off + ti.z * p.b_bs;
     // Walk memory contiguously when loading: along K if A's rows are contiguous, else along M.
     let a_k_fast = p.a_cs == 1u;
     let b_n_fast = p.b_cs == 1u;
@@ -69,6 +114,9 @@ fn matmul(
             Bs[kk * BN + cc] = v;
         }
         workgroupBarrier();
+        // Past K both operands are zero-padded, and acc + 0·0 = acc exactly (acc starts at +0.0
+        // and a sum that starts at +0.0 is never -0.0), so the padded steps of the last stage
+        // leave the K-step result bit for bit unchanged.
         for (var kk = 0u; kk < BK; kk++) {
             var af: array<f32, TM>;
             var bf: array<f32, TN>;
@@ -83,7 +131,7 @@ fn matmul(
         workgroupBarrier();
     }
 
-    let c_base = p.c_off + wid.z * p.c_bs;
+    let c_base = p.c_off + ti.z * p.c_bs;
     for (var i = 0u; i < TM; i++) {
         let gi = row0 + lid.y + i * WY;
         for (var j = 0u; j < TN; j++) {
@@ -96,4 +144,396 @@ fn matmul(
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `mm_*`: register blocks streamed from the buffers (CPU kernels).
+//
+// An invocation owns rows row0 + 4·I + i and columns col0 + 4·J + j (I < DM, J < DN, i, j < 4).
+// Block (I, J) of its accumulators is a mat4x4 whose column i is row i's four outputs. For one
+// group of four K steps, an A block is a mat4x4 whose column i holds row i's four A values (one
+// per step) and a B block one whose column s holds the four B values of step s. Blocks beyond
+// DM/DN are dead code: the conditions are constants, so compilers drop them.
+
+struct Acc {
+    c00: mat4x4<f32>, c01: mat4x4<f32>, c02: mat4x4<f32>, c03: mat4x4<f32>,
+    c10: mat4x4<f32>, c11: mat4x4<f32>, c12: mat4x4<f32>, c13: mat4x4<f32>,
+    c20: mat4x4<f32>, c21: mat4x4<f32>, c22: mat4x4<f32>, c23: mat4x4<f32>,
+    c30: mat4x4<f32>, c31: mat4x4<f32>, c32: mat4x4<f32>, c33: mat4x4<f32>,
+}
+
+// Four row blocks of A (or index vectors for them).
+struct Ablk { a0: mat4x4<f32>, a1: mat4x4<f32>, a2: mat4x4<f32>, a3: mat4x4<f32> }
+struct Idx { i0: vec4<u32>, i1: vec4<u32>, i2: vec4<u32>, i3: vec4<u32> }
+
+// Where one invocation works.
+struct Tile { row0: u32, col0: u32, abase: u32, bbase: u32, cbase: u32 }
+
+fn tile_of(ti: vec4<u32>, lid: vec3<u32>) -> Tile {
+    let p = params;
+    return Tile(
+        ti.y * (DY * DM * 4u) + lid.y * (DM * 4u),
+        ti.x * (DX * DN * 4u) + lid.x * (DN * 4u),
+        p.a_off + ti.z * p.a_bs,
+        p.b_off + ti.z * p.b_bs,
+        p.c_off + ti.z * p.c_bs);
+}
+
+// The four K steps of one block, in order: r[i] += a[i][s] · b[s] for s = 0, 1, 2, 3.
+fn upd(c: mat4x4<f32>, a: mat4x4<f32>, b: mat4x4<f32>) -> mat4x4<f32> {
+    var r = c;
+    r[0] = fma(vec4(a[0].x), b[0], r[0]); r[0] = fma(vec4(a[0].y), b[1], r[0]);
+    r[0] = fma(vec4(a[0].z), b[2], r[0]); r[0] = fma(vec4(a[0].w), b[3], r[0]);
+    r[1] = fma(vec4(a[1].x), b[0], r[1]); r[1] = fma(vec4(a[1].y), b[1], r[1]);
+    r[1] = fma(vec4(a[1].z), b[2], r[1]); r[1] = fma(vec4(a[1].w), b[3], r[1]);
+    r[2] = fma(vec4(a[2].x), b[0], r[2]); r[2] = fma(vec4(a[2].y), b[1], r[2]);
+    r[2] = fma(vec4(a[2].z), b[2], r[2]); r[2] = fma(vec4(a[2].w), b[3], r[2]);
+    r[3] = fma(vec4(a[3].x), b[0], r[3]); r[3] = fma(vec4(a[3].y), b[1], r[3]);
+    r[3] = fma(vec4(a[3].z), b[2], r[3]); r[3] = fma(vec4(a[3].w), b[3], r[3]);
+    return r;
+}
+
+// One K step (the K % 4 tail): r[i] += a[i] · b.
+fn upd1(c: mat4x4<f32>, a: vec4<f32>, b: vec4<f32>) -> mat4x4<f32> {
+    var r = c;
+    r[0] = fma(vec4(a.x), b, r[0]);
+    r[1] = fma(vec4(a.y), b, r[1]);
+    r[2] = fma(vec4(a.z), b, r[2]);
+    r[3] = fma(vec4(a.w), b, r[3]);
+    return r;
+}
+
+// Column block J of the accumulators takes B block `bj` (A blocks in `ab`).
+fn col0(acc: ptr<function, Acc>, ab: Ablk, bj: mat4x4<f32>) {
+    (*acc).c00 = upd((*acc).c00, ab.a0, bj);
+    if (DM > 1u) { (*acc).c10 = upd((*acc).c10, ab.a1, bj); }
+    if (DM > 2u) { (*acc).c20 = upd((*acc).c20, ab.a2, bj); }
+    if (DM > 3u) { (*acc).c30 = upd((*acc).c30, ab.a3, bj); }
+}
+fn col1(acc: ptr<function, Acc>, ab: Ablk, bj: mat4x4<f32>) {
+    (*acc).c01 = upd((*acc).c01, ab.a0, bj);
+    if (DM > 1u) { (*acc).c11 = upd((*acc).c11, ab.a1, bj); }
+    if (DM > 2u) { (*acc).c21 = upd((*acc).c21, ab.a2, bj); }
+    if (DM > 3u) { (*acc).c31 = upd((*acc).c31, ab.a3, bj); }
+}
+fn col2(acc: ptr<function, Acc>, ab: Ablk, bj: mat4x4<f32>) {
+    (*acc).c02 = upd((*acc).c02, ab.a0, bj);
+    if (DM > 1u) { (*acc).c12 = upd((*acc).c12, ab.a1, bj); }
+    if (DM > 2u) { (*acc).c22 = upd((*acc).c22, ab.a2, bj); }
+    if (DM > 3u) { (*acc).c32 = upd((*acc).c32, ab.a3, bj); }
+}
+fn col3(acc: ptr<function, Acc>, ab: Ablk, bj: mat4x4<f32>) {
+    (*acc).c03 = upd((*acc).c03, ab.a0, bj);
+    if (DM > 1u) { (*acc).c13 = upd((*acc).c13, ab.a1, bj); }
+    if (DM > 2u) { (*acc).c23 = upd((*acc).c23, ab.a2, bj); }
+    if (DM > 3u) { (*acc).c33 = upd((*acc).c33, ab.a3, bj); }
+}
+
+// Element offsets of rows r0..r0+3 (clamped to `last`) with stride `rs`, plus `base`.
+fn offs(base: u32, r0: u32, rs: u32, last: u32) -> vec4<u32> {
+    return vec4<u32>(
+        base + min(r0, last) * rs, base + min(r0 + 1u, last) * rs,
+        base + min(r0 + 2u, last) * rs, base + min(r0 + 3u, last) * rs);
+}
+
+// Offsets of the DM row blocks of A along its row stride (or of DN column blocks of B along its
+// column stride), in elements.
+fn a_rows(t: Tile) -> Idx {
+    let p = params;
+    return Idx(offs(t.abase, t.row0, p.a_rs, p.m - 1u), offs(t.abase, t.row0 + 4u, p.a_rs, p.m - 1u),
+               offs(t.abase, t.row0 + 8u, p.a_rs, p.m - 1u), offs(t.abase, t.row0 + 12u, p.a_rs, p.m - 1u));
+}
+fn b_cols(t: Tile) -> Idx {
+    let p = params;
+    return Idx(offs(t.bbase, t.col0, p.b_cs, p.n - 1u), offs(t.bbase, t.col0 + 4u, p.b_cs, p.n - 1u),
+               offs(t.bbase, t.col0 + 8u, p.b_cs, p.n - 1u), offs(t.bbase, t.col0 + 12u, p.b_cs, p.n - 1u));
+}
+// Element offsets → vec4 indices (the offsets are multiples of 4 for the vec4 loads).
+fn quarter(x: Idx) -> Idx {
+    return Idx(x.i0 / 4u, x.i1 / 4u, x.i2 / 4u, x.i3 / 4u);
+}
+
+// Element offsets of the first of four rows of each A row block (M a multiple of 4: blocks past
+// the edge are clamped to the last whole one), and likewise for B's column blocks.
+fn a_groups(t: Tile) -> vec4<u32> {
+    let p = params;
+    let last = p.m - 4u;
+    return t.abase + vec4<u32>(min(t.row0, last), min(t.row0 + 4u, last),
+                               min(t.row0 + 8u, last), min(t.row0 + 12u, last)) * p.a_rs;
+}
+fn b_groups(t: Tile) -> vec4<u32> {
+    let p = params;
+    let last = p.n - 4u;
+    return t.bbase + vec4<u32>(min(t.col0, last), min(t.col0 + 4u, last),
+                               min(t.col0 + 8u, last), min(t.col0 + 12u, last)) * p.b_cs;
+}
+
+// Loads of one block for K steps k..k+3. `o` holds element offsets (multiples of 4 for the vec4
+// forms); `s` is the stride between consecutive K steps in elements.
+// Along K, contiguous: one vec4 per row of A / column of B; `o` are vec4 indices, q = k / 4.
+fn lda_k4(o: vec4<u32>, q: u32) -> mat4x4<f32> {
+    return mat4x4<f32>(a4[o.x + q], a4[o.y + q], a4[o.z + q], a4[o.w + q]);
+}
+fn ldb_k4(o: vec4<u32>, q: u32) -> mat4x4<f32> {
+    return transpose(mat4x4<f32>(b4[o.x + q], b4[o.y + q], b4[o.z + q], b4[o.w + q]));
+}
+// Four consecutive rows of A / columns of B contiguous (starting at element g): one vec4 per K
+// step.
+fn lda_x4(g: u32, k: u32, s: u32) -> mat4x4<f32> {
+    let o = g + k * s;
+    return transpose(mat4x4<f32>(a4[o / 4u], a4[(o + s) / 4u], a4[(o + 2u * s) / 4u], a4[(o + 3u * s) / 4u]));
+}
+fn ldb_x4(g: u32, k: u32, s: u32) -> mat4x4<f32> {
+    let o = g + k * s;
+    return mat4x4<f32>(b4[o / 4u], b4[(o + s) / 4u], b4[(o + 2u * s) / 4u], b4[(o + 3u * s) / 4u]);
+}
+// Scalar loads, any strides.
+fn lda_s(o: vec4<u32>, k: u32, s: u32) -> mat4x4<f32> {
+    let k0 = k * s;
+    let k1 = k0 + s;
+    let k2 = k1 + s;
+    let k3 = k2 + s;
+    return mat4x4<f32>(
+        vec4(a[o.x + k0], a[o.x + k1], a[o.x + k2], a[o.x + k3]),
+        vec4(a[o.y + k0], a[o.y + k1], a[o.y + k2], a[o.y + k3]),
+        vec4(a[o.z + k0], a[o.z + k1], a[o.z + k2], a[o.z + k3]),
+        vec4(a[o.w + k0], a[o.w + k1], a[o.w + k2], a[o.w + k3]));
+}
+fn ldb_s(o: vec4<u32>, k: u32, s: u32) -> mat4x4<f32> {
+    let k0 = k * s;
+    let k1 = k0 + s;
+    let k2 = k1 + s;
+    let k3 = k2 + s;
+    return mat4x4<f32>(
+        vec4(b[o.x + k0], b[o.y + k0], b[o.z + k0], b[o.w + k0]),
+        vec4(b[o.x + k1], b[o.y + k1], b[o.z + k1], b[o.w + k1]),
+        vec4(b[o.x + k2], b[o.y + k2], b[o.z + k2], b[o.w + k2]),
+        vec4(b[o.x + k3], b[o.y + k3], b[o.z + k3], b[o.w + k3]));
+}
+
+// The K % 4 last steps, scalar loads (any layout), in order.
+fn tail(acc: ptr<function, Acc>, t: Tile, k_from: u32) {
+    let p = params;
+    let ar = a_rows(t);
+    let bc = b_cols(t);
+    for (var k = k_from; k < p.k; k++) {
+        let ka = k * p.a_cs;
+        let kb = k * p.b_rs;
+        let a0 = vec4(a[ar.i0.x + ka], a[ar.i0.y + ka], a[ar.i0.z + ka], a[ar.i0.w + ka]);
+        let a1 = vec4(a[ar.i1.x + ka], a[ar.i1.y + ka], a[ar.i1.z + ka], a[ar.i1.w + ka]);
+        let a2 = vec4(a[ar.i2.x + ka], a[ar.i2.y + ka], a[ar.i2.z + ka], a[ar.i2.w + ka]);
+        let a3 = vec4(a[ar.i3.x + ka], a[ar.i3.y + ka], a[ar.i3.z + ka], a[ar.i3.w + ka]);
+        let b0 = vec4(b[bc.i0.x + kb], b[bc.i0.y + kb], b[bc.i0.z + kb], b[bc.i0.w + kb]);
+        (*acc).c00 = upd1((*acc).c00, a0, b0);
+        if (DM > 1u) { (*acc).c10 = upd1((*acc).c10, a1, b0); }
+        if (DM > 2u) { (*acc).c20 = upd1((*acc).c20, a2, b0); }
+        if (DM > 3u) { (*acc).c30 = upd1((*acc).c30, a3, b0); }
+        if (DN > 1u) {
+            let b1 = vec4(b[bc.i1.x + kb], b[bc.i1.y + kb], b[bc.i1.z + kb], b[bc.i1.w + kb]);
+            (*acc).c01 = upd1((*acc).c01, a0, b1);
+            if (DM > 1u) { (*acc).c11 = upd1((*acc).c11, a1, b1); }
+            if (DM > 2u) { (*acc).c21 = upd1((*acc).c21, a2, b1); }
+            if (DM > 3u) { (*acc).c31 = upd1((*acc).c31, a3, b1); }
+        }
+        if (DN > 2u) {
+            let b2 = vec4(b[bc.i2.x + kb], b[bc.i2.y + kb], b[bc.i2.z + kb], b[bc.i2.w + kb]);
+            (*acc).c02 = upd1((*acc).c02, a0, b2);
+            if (DM > 1u) { (*acc).c12 = upd1((*acc).c12, a1, b2); }
+            if (DM > 2u) { (*acc).c22 = upd1((*acc).c22, a2, b2); }
+            if (DM > 3u) { (*acc).c32 = upd1((*acc).c32, a3, b2); }
+        }
+        if (DN > 3u) {
+            let b3 = vec4(b[bc.i3.x + kb], b[bc.i3.y + kb], b[bc.i3.z + kb], b[bc.i3.w + kb]);
+            (*acc).c03 = upd1((*acc).c03, a0, b3);
+            if (DM > 1u) { (*acc).c13 = upd1((*acc).c13, a1, b3); }
+            if (DM > 2u) { (*acc).c23 = upd1((*acc).c23, a2, b3); }
+            if (DM > 3u) { (*acc).c33 = upd1((*acc).c33, a3, b3); }
+        }
+    }
+}
+
+// Writes alpha·v (+ C) to row `row`, columns `col`..`col`+3 (those inside C).
+fn put4(t: Tile, row: u32, col: u32, v: vec4<f32>) {
+    let p = params;
+    if (row >= p.m) { return; }
+    let base = t.cbase + row * p.c_rs + col;
+    var x = p.alpha * v;
+    if (p.accumulate != 0u) {
+        if (col < p.n) { x.x += c[base]; }
+        if (col + 1u < p.n) { x.y += c[base + 1u]; }
+        if (col + 2u < p.n) { x.z += c[base + 2u]; }
+        if (col + 3u < p.n) { x.w += c[base + 3u]; }
+    }
+    if (col < p.n) { c[base] = x.x; }
+    if (col + 1u < p.n) { c[base + 1u] = x.y; }
+    if (col + 2u < p.n) { c[base + 2u] = x.z; }
+    if (col + 3u < p.n) { c[base + 3u] = x.w; }
+}
+
+// Writes block rows t.row0 + r .. + 3, columns t.col0 + j .. + 3.
+fn put(t: Tile, r: u32, j: u32, m: mat4x4<f32>) {
+    put4(t, t.row0 + r, t.col0 + j, m[0]);
+    put4(t, t.row0 + r + 1u, t.col0 + j, m[1]);
+    put4(t, t.row0 + r + 2u, t.col0 + j, m[2]);
+    put4(t, t.row0 + r + 3u, t.col0 + j, m[3]);
+}
+
+fn store(t: Tile, acc: Acc) {
+    put(t, 0u, 0u, acc.c00);
+    if (DN > 1u) { put(t, 0u, 4u, acc.c01); }
+    if (DN > 2u) { put(t, 0u, 8u, acc.c02); }
+    if (DN > 3u) { put(t, 0u, 12u, acc.c03); }
+    if (DM > 1u) {
+        put(t, 4u, 0u, acc.c10);
+        if (DN > 1u) { put(t, 4u, 4u, acc.c11); }
+        if (DN > 2u) { put(t, 4u, 8u, acc.c12); }
+        if (DN > 3u) { put(t, 4u, 12u, acc.c13); }
+    }
+    if (DM > 2u) {
+        put(t, 8u, 0u, acc.c20);
+        if (DN > 1u) { put(t, 8u, 4u, acc.c21); }
+        if (DN > 2u) { put(t, 8u, 8u, acc.c22); }
+        if (DN > 3u) { put(t, 8u, 12u, acc.c23); }
+    }
+    if (DM > 3u) {
+        put(t, 12u, 0u, acc.c30);
+        if (DN > 1u) { put(t, 12u, 4u, acc.c31); }
+        if (DN > 2u) { put(t, 12u, 8u, acc.c32); }
+        if (DN > 3u) { put(t, 12u, 12u, acc.c33); }
+    }
+}
+
+// The entry points differ only in how a group of four K steps is loaded. Each loads all of A's
+// row blocks, then one B column block at a time (fewest values live at once).
+
+@compute @workgroup_size(DX, DY, 1)
+fn mm_kk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_id) lid: vec3<u32>) {
+    let p = params;
+    let ti = tile_index(wid, nwg);
+    if (ti.w == 0u) { return; }
+    let t = tile_of(ti, lid);
+    let ar = quarter(a_rows(t));
+    let bc = quarter(b_cols(t));
+    var acc: Acc;
+    let nq = p.k / 4u;
+    for (var q = 0u; q < nq; q++) {
+        var ab: Ablk;
+        ab.a0 = lda_k4(ar.i0, q);
+        if (DM > 1u) { ab.a1 = lda_k4(ar.i1, q); }
+        if (DM > 2u) { ab.a2 = lda_k4(ar.i2, q); }
+        if (DM > 3u) { ab.a3 = lda_k4(ar.i3, q); }
+        col0(&acc, ab, ldb_k4(bc.i0, q));
+        if (DN > 1u) { col1(&acc, ab, ldb_k4(bc.i1, q)); }
+        if (DN > 2u) { col2(&acc, ab, ldb_k4(bc.i2, q)); }
+        if (DN > 3u) { col3(&acc, ab, ldb_k4(bc.i3, q)); }
+    }
+    tail(&acc, t, nq * 4u);
+    store(t, acc);
+}
+
+@compute @workgroup_size(DX, DY, 1)
+fn mm_kn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_id) lid: vec3<u32>) {
+    let p = params;
+    let ti = tile_index(wid, nwg);
+    if (ti.w == 0u) { return; }
+    let t = tile_of(ti, lid);
+    let ar = quarter(a_rows(t));
+    let bg = b_groups(t);
+    var acc: Acc;
+    let nq = p.k / 4u;
+    for (var q = 0u; q < nq; q++) {
+        let k = q * 4u;
+        var ab: Ablk;
+        ab.a0 = lda_k4(ar.i0, q);
+        if (DM > 1u) { ab.a1 = lda_k4(ar.i1, q); }
+        if (DM > 2u) { ab.a2 = lda_k4(ar.i2, q); }
+        if (DM > 3u) { ab.a3 = lda_k4(ar.i3, q); }
+        col0(&acc, ab, ldb_x4(bg.x, k, p.b_rs));
+        if (DN > 1u) { col1(&acc, ab, ldb_x4(bg.y, k, p.b_rs)); }
+        if (DN > 2u) { col2(&acc, ab, ldb_x4(bg.z, k, p.b_rs)); }
+        if (DN > 3u) { col3(&acc, ab, ldb_x4(bg.w, k, p.b_rs)); }
+    }
+    tail(&acc, t, nq * 4u);
+    store(t, acc);
+}
+
+@compute @workgroup_size(DX, DY, 1)
+fn mm_mn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_id) lid: vec3<u32>) {
+    let p = params;
+    let ti = tile_index(wid, nwg);
+    if (ti.w == 0u) { return; }
+    let t = tile_of(ti, lid);
+    let ag = a_groups(t);
+    let bg = b_groups(t);
+    var acc: Acc;
+    let k4 = p.k & ~3u;
+    for (var k = 0u; k < k4; k += 4u) {
+        var ab: Ablk;
+        ab.a0 = lda_x4(ag.x, k, p.a_cs);
+        if (DM > 1u) { ab.a1 = lda_x4(ag.y, k, p.a_cs); }
+        if (DM > 2u) { ab.a2 = lda_x4(ag.z, k, p.a_cs); }
+        if (DM > 3u) { ab.a3 = lda_x4(ag.w, k, p.a_cs); }
+        col0(&acc, ab, ldb_x4(bg.x, k, p.b_rs));
+        if (DN > 1u) { col1(&acc, ab, ldb_x4(bg.y, k, p.b_rs)); }
+        if (DN > 2u) { col2(&acc, ab, ldb_x4(bg.z, k, p.b_rs)); }
+        if (DN > 3u) { col3(&acc, ab, ldb_x4(bg.w, k, p.b_rs)); }
+    }
+    tail(&acc, t, k4);
+    store(t, acc);
+}
+
+@compute @workgroup_size(DX, DY, 1)
+fn mm_mk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_id) lid: vec3<u32>) {
+    let p = params;
+    let ti = tile_index(wid, nwg);
+    if (ti.w == 0u) { return; }
+    let t = tile_of(ti, lid);
+    let ag = a_groups(t);
+    let bc = quarter(b_cols(t));
+    var acc: Acc;
+    let nq = p.k / 4u;
+    for (var q = 0u; q < nq; q++) {
+        let k = q * 4u;
+        var ab: Ablk;
+        ab.a0 = lda_x4(ag.x, k, p.a_cs);
+        if (DM > 1u) { ab.a1 = lda_x4(ag.y, k, p.a_cs); }
+        if (DM > 2u) { ab.a2 = lda_x4(ag.z, k, p.a_cs); }
+        if (DM > 3u) { ab.a3 = lda_x4(ag.w, k, p.a_cs); }
+        col0(&acc, ab, ldb_k4(bc.i0, q));
+        if (DN > 1u) { col1(&acc, ab, ldb_k4(bc.i1, q)); }
+        if (DN > 2u) { col2(&acc, ab, ldb_k4(bc.i2, q)); }
+        if (DN > 3u) { col3(&acc, ab, ldb_k4(bc.i3, q)); }
+    }
+    tail(&acc, t, nq * 4u);
+    store(t, acc);
+}
+
+@compute @workgroup_size(DX, DY, 1)
+fn mm_ss(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_id) lid: vec3<u32>) {
+    let p = params;
+    let ti = tile_index(wid, nwg);
+    if (ti.w == 0u) { return; }
+    let t = tile_of(ti, lid);
+    let ar = a_rows(t);
+    let bc = b_cols(t);
+    var acc: Acc;
+    let k4 = p.k & ~3u;
+    for (var k = 0u; k < k4; k += 4u) {
+        var ab: Ablk;
+        ab.a0 = lda_s(ar.i0, k, p.a_cs);
+        if (DM > 1u) { ab.a1 = lda_s(ar.i1, k, p.a_cs); }
+        if (DM > 2u) { ab.a2 = lda_s(ar.i2, k, p.a_cs); }
+        if (DM > 3u) { ab.a3 = lda_s(ar.i3, k, p.a_cs); }
+        col0(&acc, ab, ldb_s(bc.i0, k, p.b_rs));
+        if (DN > 1u) { col1(&acc, ab, ldb_s(bc.i1, k, p.b_rs)); }
+        if (DN > 2u) { col2(&acc, ab, ldb_s(bc.i2, k, p.b_rs)); }
+        if (DN > 3u) { col3(&acc, ab, ldb_s(bc.i3, k, p.b_rs)); }
+    }
+    tail(&acc, t, k4);
+    store(t, acc);
 }

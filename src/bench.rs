@@ -186,12 +186,20 @@ pub fn train_rows(
     let kt = r.submit()?;
     let mut split: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
     for k in &kt {
-        let base = k.name.split('[').next().unwrap_or(&k.name).to_string() + "::" + k.name.rsplit("::").next().unwrap_or("");
+        let base =
+            k.name.split('[').next().unwrap_or(&k.name).to_string() + "::" + k.name.rsplit("::").next().unwrap_or("");
         *split.entry(base).or_default() += k.ns / 1e6;
     }
     let total: f64 = split.values().sum();
     let matmul_ms: f64 = split.iter().filter(|(k, _)| k.starts_with("matmul")).map(|(_, v)| v).sum();
-    let zero_ops = prog.zero.iter().chain(&prog.forward).chain(&prog.backward).chain(&prog.finish).filter(|o| !matches!(o, Op::Run(_))).count();
+    let zero_ops = prog
+        .zero
+        .iter()
+        .chain(&prog.forward)
+        .chain(&prog.backward)
+        .chain(&prog.finish)
+        .filter(|o| !matches!(o, Op::Run(_)))
+        .count();
     let params = model.layout.count() as f64;
     // 6·N·P for the dense part (the usual estimate), attention scores excluded.
     let flops = 6.0 * params * n as f64;
@@ -208,7 +216,13 @@ pub fn train_rows(
 }
 
 /// `ddl bench generate`: per-token latency of cached decoding vs recomputing the whole context.
-pub fn generate_rows(gpu: &std::sync::Arc<Gpu>, cfg: &crate::model::ModelConfig, contexts: &[usize], reps: usize, mut emit: impl FnMut(Row)) -> Result<()> {
+pub fn generate_rows(
+    gpu: &std::sync::Arc<Gpu>,
+    cfg: &crate::model::ModelConfig,
+    contexts: &[usize],
+    reps: usize,
+    mut emit: impl FnMut(Row),
+) -> Result<()> {
     for &ctx in contexts {
         let mut c = cfg.clone();
         c.max_seq_len = c.max_seq_len.max(ctx + 1);
@@ -229,7 +243,16 @@ pub fn generate_rows(gpu: &std::sync::Arc<Gpu>, cfg: &crate::model::ModelConfig,
             let _ = r;
         }
         // Recompute: a full forward over the context for one new token.
-        let opt = crate::kernels::adamw::AdamWConfig { lr: 0.0, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.0, grad_clip: 0.0, clip_eps: 1e-6, step: 1 };
+        let opt = crate::kernels::adamw::AdamWConfig {
+            lr: 0.0,
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            grad_clip: 0.0,
+            clip_eps: 1e-6,
+            step: 1,
+        };
         let prog = model.program_with(1, ctx, &opt, 0.0, 1.0)?;
         let x: Vec<i32> = toks.iter().map(|&t| t as i32).collect();
         prog.set_batch(&model, &x, &vec![-1; ctx])?;

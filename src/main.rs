@@ -650,13 +650,20 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
         Some("train") => {
             println!(
                 "{} d={} L={} B={} T={}: {:.1} tok/s, {:.1} ms/step, {:.2} model GFLOP/s, matmul {:.0}% of kernel time, {} dispatches",
-                v["variant"].as_str().unwrap_or(""), v["d"], v["layers"], v["batch"], v["seq"],
-                v["tok_per_s"].as_f64().unwrap_or(0.0), v["step_ms"].as_f64().unwrap_or(0.0),
-                v["model_gflop_per_s"].as_f64().unwrap_or(0.0), 100.0 * v["matmul_share"].as_f64().unwrap_or(0.0),
+                v["variant"].as_str().unwrap_or(""),
+                v["d"],
+                v["layers"],
+                v["batch"],
+                v["seq"],
+                v["tok_per_s"].as_f64().unwrap_or(0.0),
+                v["step_ms"].as_f64().unwrap_or(0.0),
+                v["model_gflop_per_s"].as_f64().unwrap_or(0.0),
+                100.0 * v["matmul_share"].as_f64().unwrap_or(0.0),
                 v["dispatches_per_step"]
             );
             if let Some(split) = v["split_ms"].as_object() {
-                let mut items: Vec<(&String, f64)> = split.iter().map(|(k, x)| (k, x.as_f64().unwrap_or(0.0))).collect();
+                let mut items: Vec<(&String, f64)> =
+                    split.iter().map(|(k, x)| (k, x.as_f64().unwrap_or(0.0))).collect();
                 items.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
                 for (k, ms) in items {
                     println!("    {k:<40} {ms:>10.2} ms");
@@ -665,8 +672,10 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
         }
         Some("generate") => println!(
             "{} context {}: cached {:.2} ms/token, recompute {:.2} ms/token ({:.1}x)",
-            v["variant"].as_str().unwrap_or(""), v["context"],
-            v["cached_ms_per_token"].as_f64().unwrap_or(0.0), v["recompute_ms_per_token"].as_f64().unwrap_or(0.0),
+            v["variant"].as_str().unwrap_or(""),
+            v["context"],
+            v["cached_ms_per_token"].as_f64().unwrap_or(0.0),
+            v["recompute_ms_per_token"].as_f64().unwrap_or(0.0),
             v["speedup"].as_f64().unwrap_or(0.0)
         ),
         _ => println!("{v}"),

@@ -37,8 +37,17 @@ macro_rules! shader {
     };
 }
 
-/// Tile configurations of the matmul kernel, smallest first. `BM×BN` outputs per workgroup,
-/// `TM×TN` per invocation, `BK` the depth of one shared-memory stage.
+/// Tile configurations of the matmul kernel (`shaders/matmul.wgsl`; `docs/PERF.md` has the
+/// measurements behind them). Every variant computes every output in the same order, so they
+/// give bit-identical results.
+///
+/// - `t16`, `t32`, `t64` (`DIRECT = 0`): the workgroup-memory kernel for GPUs. `BM×BN` outputs
+///   per workgroup, `TM×TN` per invocation, `BK` the depth of one shared-memory stage.
+/// - `r128`, `c64`, `r32`, `r8` (`DIRECT = 1`): the register-block kernels for CPU adapters
+///   (llvmpipe): `DX×DY` invocations, each `4·DM × 4·DN` outputs, so `BM = 4·DM·DY` and
+///   `BN = 4·DN·DX`. Their `BK`, `TM`, `TN` only keep the module's workgroup-memory entry point
+///   well-formed (it is never launched with them). `DX` is 8: llvmpipe runs 8 invocations along
+///   x as one SIMD vector.
 pub const MATMUL_VARIANTS: &[Variant] = &[
     Variant {
         name: "t16",
@@ -48,6 +57,11 @@ pub const MATMUL_VARIANTS: &[Variant] = &[
             ("BK", "u32", "16u"),
             ("TM", "u32", "1u"),
             ("TN", "u32", "1u"),
+            ("DIRECT", "u32", "0u"),
+            ("DX", "u32", "8u"),
+            ("DY", "u32", "1u"),
+            ("DM", "u32", "1u"),
+            ("DN", "u32", "1u"),
         ],
     },
     Variant {
@@ -58,6 +72,11 @@ pub const MATMUL_VARIANTS: &[Variant] = &[
             ("BK", "u32", "16u"),
             ("TM", "u32", "2u"),
             ("TN", "u32", "2u"),
+            ("DIRECT", "u32", "0u"),
+            ("DX", "u32", "8u"),
+            ("DY", "u32", "1u"),
+            ("DM", "u32", "1u"),
+            ("DN", "u32", "1u"),
         ],
     },
     Variant {
@@ -68,6 +87,71 @@ pub const MATMUL_VARIANTS: &[Variant] = &[
             ("BK", "u32", "16u"),
             ("TM", "u32", "4u"),
             ("TN", "u32", "4u"),
+            ("DIRECT", "u32", "0u"),
+            ("DX", "u32", "8u"),
+            ("DY", "u32", "1u"),
+            ("DM", "u32", "1u"),
+            ("DN", "u32", "1u"),
+        ],
+    },
+    Variant {
+        name: "r128",
+        consts: &[
+            ("BM", "u32", "128u"),
+            ("BN", "u32", "128u"),
+            ("BK", "u32", "8u"),
+            ("TM", "u32", "8u"),
+            ("TN", "u32", "8u"),
+            ("DIRECT", "u32", "1u"),
+            ("DX", "u32", "8u"),
+            ("DY", "u32", "8u"),
+            ("DM", "u32", "4u"),
+            ("DN", "u32", "4u"),
+        ],
+    },
+    Variant {
+        name: "c64",
+        consts: &[
+            ("BM", "u32", "128u"),
+            ("BN", "u32", "64u"),
+            ("BK", "u32", "8u"),
+            ("TM", "u32", "8u"),
+            ("TN", "u32", "4u"),
+            ("DIRECT", "u32", "1u"),
+            ("DX", "u32", "8u"),
+            ("DY", "u32", "8u"),
+            ("DM", "u32", "4u"),
+            ("DN", "u32", "2u"),
+        ],
+    },
+    Variant {
+        name: "r32",
+        consts: &[
+            ("BM", "u32", "32u"),
+            ("BN", "u32", "128u"),
+            ("BK", "u32", "8u"),
+            ("TM", "u32", "2u"),
+            ("TN", "u32", "8u"),
+            ("DIRECT", "u32", "1u"),
+            ("DX", "u32", "8u"),
+            ("DY", "u32", "2u"),
+            ("DM", "u32", "4u"),
+            ("DN", "u32", "4u"),
+        ],
+    },
+    Variant {
+        name: "r8",
+        consts: &[
+            ("BM", "u32", "8u"),
+            ("BN", "u32", "128u"),
+            ("BK", "u32", "8u"),
+            ("TM", "u32", "1u"),
+            ("TN", "u32", "8u"),
+            ("DIRECT", "u32", "1u"),
+            ("DX", "u32", "8u"),
+            ("DY", "u32", "1u"),
+            ("DM", "u32", "2u"),
+            ("DN", "u32", "4u"),
         ],
     },
 ];

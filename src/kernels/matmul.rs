@@ -4,16 +4,26 @@
 //! `[out, in]`), Aᵀ·B (weight gradients), with accumulation into C for gradient sums, and a
 //! batched form (attention heads). Correct for any M, N, K ≥ 1.
 //!
-//! Tile variants (`shaders::MATMUL_VARIANTS`) all sum each output over K in the same order, so
-//! they give bit-identical results; which one runs is a speed choice made per adapter and shape
-//! bucket: a heuristic, or a measurement cached on disk (see [`autotune`]).
+//! Tile variants (`shaders::MATMUL_VARIANTS`) all sum each output over K in the same order
+//! (`acc = fma(a, b, acc)` for p = 0, 1, …, K−1, then `alpha·acc`), so they give bit-identical
+//! results; which one runs is a speed choice made per adapter and shape bucket: a heuristic, or a
+//! measurement cached on disk (see [`autotune`]).
+//!
+//! Two kernel families (see `shaders/matmul.wgsl` and `docs/PERF.md`):
+//! - `t16`/`t32`/`t64`: workgroup-memory tiles, the GPU kernel (entry point `matmul`).
+//! - `r128`/`c64`/`r32`/`r8`: register blocks streamed straight from the buffers with vec4
+//!   loads, no workgroup memory or barriers — the CPU-adapter (llvmpipe) kernels, about 12×
+//!   faster there.
+//!   One entry point per operand layout ([`Matmul::entry_point`]): `mm_kk` (A·Bᵀ), `mm_kn`
+//!   (A·B), `mm_mn` (Aᵀ·B), `mm_mk` (Aᵀ·Bᵀ) when offsets and strides allow vec4 loads, else
+//!   `mm_ss` (scalar loads, any strides).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
-use crate::gpu::{Dispatch, Gpu, GpuError, Recorder, Result, Tensor, View};
+use crate::gpu::{Dispatch, Gpu, GpuError, Recorder, Result, Tensor, View, grid_1d};
 use crate::shaders::MATMUL_VARIANTS;
 
 /// Where one matrix operand lives: element (r, c) of batch b is at
@@ -77,6 +87,10 @@ struct Params {
     c_rs: u32,
     c_bs: u32,
     alpha: f32,
+    tiles_n: u32,
+    tiles_m: u32,
+    total: u32,
+    _pad: u32,
 }
 
 impl Matmul {
@@ -173,6 +187,16 @@ impl Matmul {
     pub fn bind_variant(&self, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
         self.check(&a, &b, &c)?;
         let (bm, bn) = tile(variant)?;
+        let entry = self.entry_point(variant)?;
+        let (tiles_m, tiles_n) = (self.m.div_ceil(bm), self.n.div_ceil(bn));
+        let total = tiles_m as u64 * tiles_n as u64 * self.batch as u64;
+        let max = gpu.limits.max_compute_workgroups_per_dimension;
+        if total > max as u64 * max as u64 || total > u32::MAX as u64 {
+            return Err(GpuError::Shape(format!(
+                "matmul {}x{}x{} (batch {}): {total} tiles of {bm}x{bn} exceed one dispatch",
+                self.m, self.n, self.k, self.batch
+            )));
+        }
         let p = Params {
             m: self.m as u32,
             n: self.n as u32,
@@ -190,23 +214,67 @@ impl Matmul {
             c_rs: self.c.row_stride as u32,
             c_bs: self.c.batch_stride as u32,
             alpha: self.alpha,
+            tiles_n: tiles_n as u32,
+            tiles_m: tiles_m as u32,
+            total: total as u32,
+            _pad: 0,
         };
-        let wg = [self.n.div_ceil(bn) as u32, self.m.div_ceil(bm) as u32, self.batch as u32];
-        let kern = gpu.kernel("matmul", Some(variant), "matmul")?;
-        kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[("a", a), ("b", b), ("c", c)], wg)
+        let kern = gpu.kernel("matmul", Some(variant), entry)?;
+        let mut bufs = vec![("a", a), ("b", b), ("c", c)];
+        if entry != "matmul" && entry != "mm_ss" {
+            // The vec4 entry points read the same buffers four floats at a time.
+            bufs.push(("a4", a));
+            bufs.push(("b4", b));
+        }
+        kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &bufs, grid_1d(total, 1, max))
+    }
+
+    /// The entry point `variant` runs this product with: `matmul` for the workgroup-memory
+    /// variants; for the register-block variants, the vec4 entry point matching the operands'
+    /// layouts (`mm_kk`, `mm_kn`, `mm_mn`, `mm_mk`) or `mm_ss` when no vec4 form applies.
+    pub fn entry_point(&self, variant: &str) -> Result<&'static str> {
+        if !direct(variant)? {
+            return Ok("matmul");
+        }
+        // vec4 reads need the operand's offset and batch stride, and the stride between its
+        // vec4s, to be multiples of 4. Reading along M or N also needs M or N a multiple of 4
+        // (a vec4 never straddles the edge of the product). K ≥ 4 (M, N ≥ 4) also keeps every
+        // operand bound as `array<vec4<f32>>` at least one vec4 long, as binding requires.
+        let q = |x: usize| x.is_multiple_of(4);
+        let base = |o: &Operand| q(o.offset) && (self.batch == 1 || q(o.batch_stride));
+        let k4 = self.k >= 4;
+        let a_k = base(&self.a) && k4 && self.a.col_stride == 1 && q(self.a.row_stride);
+        let a_m = base(&self.a) && self.a.row_stride == 1 && q(self.a.col_stride) && q(self.m);
+        let b_k = base(&self.b) && k4 && self.b.row_stride == 1 && q(self.b.col_stride);
+        let b_n = base(&self.b) && self.b.col_stride == 1 && q(self.b.row_stride) && q(self.n);
+        Ok(match (a_k, a_m, b_k, b_n) {
+            (true, _, true, _) => "mm_kk",
+            (true, _, _, true) => "mm_kn",
+            (_, true, _, true) => "mm_mn",
+            (_, true, true, _) => "mm_mk",
+            _ => "mm_ss",
+        })
     }
 }
 
-/// The BM×BN tile of a variant.
-pub fn tile(variant: &str) -> Result<(usize, usize)> {
+fn variant_const(variant: &str, name: &str) -> Result<usize> {
     let v = MATMUL_VARIANTS
         .iter()
         .find(|v| v.name == variant)
         .ok_or_else(|| GpuError::Shader { shader: "matmul".into(), reason: format!("no variant '{variant}'") })?;
-    let get = |n: &str| -> usize {
-        v.consts.iter().find(|c| c.0 == n).map(|c| c.2.trim_end_matches('u').parse().unwrap()).unwrap()
-    };
-    Ok((get("BM"), get("BN")))
+    v.consts.iter().find(|c| c.0 == name).and_then(|c| c.2.trim_end_matches('u').parse().ok()).ok_or_else(|| {
+        GpuError::Shader { shader: "matmul".into(), reason: format!("variant '{variant}' has no constant {name}") }
+    })
+}
+
+/// Whether a variant is a register-block (`mm_*`, CPU) variant rather than a workgroup-memory one.
+pub fn direct(variant: &str) -> Result<bool> {
+    Ok(variant_const(variant, "DIRECT")? != 0)
+}
+
+/// The BM×BN tile of a variant (outputs per workgroup).
+pub fn tile(variant: &str) -> Result<(usize, usize)> {
+    Ok((variant_const(variant, "BM")?, variant_const(variant, "BN")?))
 }
 
 /// Names of all tile variants.
@@ -220,18 +288,54 @@ fn bucket(mm: &Matmul) -> String {
     format!("{}x{}x{}|a{}b{}", l(mm.m), l(mm.n), l(mm.k), (mm.a.col_stride == 1) as u8, (mm.b.col_stride == 1) as u8)
 }
 
-/// The heuristic choice: the biggest tile that still gives the adapter enough workgroups.
+/// The autotune cache key: adapter, shape bucket, and the variant set the measurement chose
+/// from (a choice made before variants were added is measured again).
+fn cache_key(gpu: &Gpu, mm: &Matmul) -> String {
+    format!("{}|{}|{}", gpu.adapter_key(), bucket(mm), variants().join(","))
+}
+
+/// The heuristic choice. On a CPU adapter (llvmpipe, SwiftShader): the register-block variant
+/// with the least estimated time — padded work per thread-round over measured efficiency (see
+/// `docs/PERF.md`). On a GPU: the biggest workgroup-memory tile that still gives enough
+/// workgroups.
 pub fn heuristic(gpu: &Gpu, mm: &Matmul) -> &'static str {
-    let parallel = gpu.info.device_type != wgpu::DeviceType::Cpu;
-    let want_groups = if parallel { 64 } else { 8 };
+    if gpu.info.device_type == wgpu::DeviceType::Cpu {
+        return cpu_heuristic(mm, cpu_threads());
+    }
     for v in ["t64", "t32"] {
         let (bm, bn) = tile(v).unwrap();
         let groups = mm.m.div_ceil(bm) * mm.n.div_ceil(bn) * mm.batch;
-        if mm.m >= bm / 2 && mm.n >= bn / 2 && groups >= want_groups {
+        if mm.m >= bm / 2 && mm.n >= bn / 2 && groups >= 64 {
             return v;
         }
     }
     "t16"
+}
+
+/// Worker threads a CPU adapter runs workgroups on (llvmpipe: `LP_NUM_THREADS`, else one per
+/// core).
+fn cpu_threads() -> usize {
+    std::env::var("LP_NUM_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()))
+        .clamp(1, 64)
+}
+
+/// The CPU choice: each variant's time is estimated as (rounds of `threads` workgroups) × (tile
+/// outputs) ÷ (its measured throughput relative to `r128` on llvmpipe). Smaller tiles win when
+/// the big tile would be mostly padding or leave threads idle.
+fn cpu_heuristic(mm: &Matmul, threads: usize) -> &'static str {
+    let mut best = ("r128", f64::INFINITY);
+    for (v, eff) in [("r128", 1.0), ("c64", 0.8), ("r32", 0.95), ("r8", 0.85)] {
+        let (bm, bn) = tile(v).unwrap();
+        let groups = mm.m.div_ceil(bm) * mm.n.div_ceil(bn) * mm.batch;
+        let cost = groups.div_ceil(threads) as f64 * (bm * bn) as f64 / eff;
+        if cost < best.1 {
+            best = (v, cost);
+        }
+    }
+    best.0
 }
 
 /// Autotune state: measured choices per (adapter, bucket), persisted as JSON.
@@ -287,26 +391,38 @@ pub mod autotune {
     }
 
     /// Times every variant on scratch buffers of this shape and returns `(variant, ms)`, fastest
-    /// first.
+    /// first. The heuristic's choice is timed first; a variant whose first timed run takes more
+    /// than 3× the best median so far is not repeated (the other kernel family is 10–50× slower
+    /// on some adapters, and repeating it would make tuning cost minutes).
     pub fn measure(gpu: &Gpu, mm: &Matmul, reps: usize) -> Result<Vec<(&'static str, f64)>> {
         let a = Tensor::zeros(gpu, "tune.a", &[mm.a.extent(mm.m, mm.k, mm.batch)], crate::gpu::DType::F32)?;
         let b = Tensor::zeros(gpu, "tune.b", &[mm.b.extent(mm.k, mm.n, mm.batch)], crate::gpu::DType::F32)?;
         let c = Tensor::zeros(gpu, "tune.c", &[mm.c.extent(mm.m, mm.n, mm.batch)], crate::gpu::DType::F32)?;
-        let mut out = Vec::new();
-        for v in variants() {
+        let first = heuristic(gpu, mm);
+        let mut order = vec![first];
+        order.extend(variants().into_iter().filter(|v| *v != first));
+        let mut out: Vec<(&'static str, f64)> = Vec::new();
+        let mut best = f64::INFINITY;
+        for v in order {
             let d = mm.bind_variant(gpu, v, a.view(), b.view(), c.view())?;
             gpu.run(&[&d])?; // warm-up (pipeline compile, caches)
-            let mut times = Vec::new();
-            for _ in 0..reps.max(1) {
+            let time_once = || -> Result<f64> {
                 let mut r = Recorder::profiled(gpu);
                 let t0 = Instant::now();
                 r.record(&[&d]);
                 let kt = r.submit()?;
-                let ms = kt.first().map(|k| k.ns / 1e6).unwrap_or(t0.elapsed().as_secs_f64() * 1e3);
-                times.push(ms);
+                Ok(kt.first().map(|k| k.ns / 1e6).unwrap_or(t0.elapsed().as_secs_f64() * 1e3))
+            };
+            let mut times = vec![time_once()?];
+            if times[0] <= 3.0 * best {
+                for _ in 1..reps.max(1) {
+                    times.push(time_once()?);
+                }
             }
             times.sort_by(|x, y| x.partial_cmp(y).unwrap());
-            out.push((v, times[times.len() / 2]));
+            let med = times[times.len() / 2];
+            best = best.min(med);
+            out.push((v, med));
         }
         out.sort_by(|x, y| x.1.partial_cmp(&y.1).unwrap());
         Ok(out)
@@ -315,7 +431,7 @@ pub mod autotune {
     /// Measures this shape's bucket now (regardless of [`enabled`]) and stores the winner.
     pub fn tune(gpu: &Gpu, mm: &Matmul) -> Result<&'static str> {
         let best = measure(gpu, mm, 3)?[0].0;
-        let key = format!("{}|{}", gpu.adapter_key(), bucket(mm));
+        let key = cache_key(gpu, mm);
         cache().lock().unwrap().insert(key, best.to_string());
         save();
         Ok(best)
@@ -325,16 +441,16 @@ pub mod autotune {
 /// The variant used for a product: a cached measurement for this adapter and shape bucket,
 /// a fresh measurement when autotuning is enabled, else the heuristic.
 pub fn pick(gpu: &Gpu, mm: &Matmul) -> &'static str {
-    let key = format!("{}|{}", gpu.adapter_key(), bucket(mm));
-    if let Some(v) = autotune::cache().lock().unwrap().get(&key) {
-        if let Some(name) = variants().into_iter().find(|n| n == v) {
-            return name;
-        }
+    let key = cache_key(gpu, mm);
+    if let Some(v) = autotune::cache().lock().unwrap().get(&key)
+        && let Some(name) = variants().into_iter().find(|n| n == v)
+    {
+        return name;
     }
-    if autotune::enabled() {
-        if let Ok(v) = autotune::tune(gpu, mm) {
-            return v;
-        }
+    if autotune::enabled()
+        && let Ok(v) = autotune::tune(gpu, mm)
+    {
+        return v;
     }
     heuristic(gpu, mm)
 }
@@ -354,10 +470,11 @@ pub fn bench(gpu: &Gpu) -> Result<Vec<crate::bench::KernelBench>> {
         let a = Tensor::zeros(gpu, "a", &[mm.a.extent(mm.m, mm.k, 1)], crate::gpu::DType::F32)?;
         let b = Tensor::zeros(gpu, "b", &[mm.b.extent(mm.k, mm.n, 1)], crate::gpu::DType::F32)?;
         let c = Tensor::zeros(gpu, "c", &[mm.c.extent(mm.m, mm.n, 1)], crate::gpu::DType::F32)?;
-        let mut d = mm.bind(gpu, a.view(), b.view(), c.view())?;
+        let v = pick(gpu, &mm);
+        let mut d = mm.bind_variant(gpu, v, a.view(), b.view(), c.view())?;
         d.scratch = vec![a, b, c];
         out.push(crate::bench::KernelBench {
-            name: format!("matmul {name} {}x{}x{} [{}]", mm.m, mm.n, mm.k, pick(gpu, &mm)),
+            name: format!("matmul {name} {}x{}x{} [{v} {}]", mm.m, mm.n, mm.k, mm.entry_point(v)?),
             dispatches: vec![d],
             flops: mm.flops(),
             bytes: mm.min_bytes(),

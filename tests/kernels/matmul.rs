@@ -4,12 +4,13 @@
 use super::common::*;
 use ddl::kernels::matmul::{self, Matmul, Operand};
 
-/// float64 reference of `C (+)= alpha·A·B` over the operands' strided views.
-fn reference(mm: &Matmul, a: &[f32], b: &[f32], c0: &[f32]) -> Vec<f64> {
+/// float64 reference of `C (+)= alpha·A·B` over the operands' strided views, for the rows
+/// `i % row_step == 0` (other rows of C are left as in `c0`).
+fn reference(mm: &Matmul, a: &[f32], b: &[f32], c0: &[f32], row_step: usize) -> Vec<f64> {
     let mut c: Vec<f64> = c0.iter().map(|&x| x as f64).collect();
     let at = |o: &Operand, bt, r, col| o.offset + bt * o.batch_stride + r * o.row_stride + col * o.col_stride;
     for bt in 0..mm.batch {
-        for i in 0..mm.m {
+        for i in (0..mm.m).step_by(row_step) {
             for j in 0..mm.n {
                 let mut s = 0.0f64;
                 for p in 0..mm.k {
@@ -29,6 +30,12 @@ fn extent(o: &Operand, rows: usize, cols: usize, batch: usize) -> usize {
 
 /// Runs `mm` with `variant` (None = the runtime's pick) on random data and checks it.
 fn check(mm: Matmul, variant: Option<&str>) -> Vec<f32> {
+    check_rows(mm, variant, 1)
+}
+
+/// `check`, comparing only every `row_step`-th row with float64 (every element of the product
+/// must still have been written).
+fn check_rows(mm: Matmul, variant: Option<&str>, row_step: usize) -> Vec<f32> {
     let gpu = gpu();
     let mut rng = Rng::fresh();
     let a = rng.uniform(extent(&mm.a, mm.m, mm.k, mm.batch), -1.0, 1.0);
@@ -47,13 +54,24 @@ fn check(mm: Matmul, variant: Option<&str>) -> Vec<f32> {
     };
     gpu.run(&[&d]).unwrap();
     let got = tc.read_f32(&gpu).unwrap();
-    let mut want = reference(&mm, &a, &b, &c0);
+    let mut want = reference(&mm, &a, &b, &c0, row_step);
     // Elements of C outside the product (strided layouts) must stay as they were: NaN.
     let mut got_cmp = got.clone();
     for (g, w) in got_cmp.iter_mut().zip(want.iter_mut()) {
         if !mm.accumulate && g.is_nan() {
             *g = 0.0;
             *w = 0.0;
+        }
+    }
+    // Rows the reference skipped compare equal by construction.
+    if row_step > 1 {
+        for bt in 0..mm.batch {
+            for i in (0..mm.m).filter(|i| i % row_step != 0) {
+                for j in 0..mm.n {
+                    let idx = mm.c.offset + bt * mm.c.batch_stride + i * mm.c.row_stride + j;
+                    want[idx] = got_cmp[idx] as f64;
+                }
+            }
         }
     }
     let name = format!("matmul {}x{}x{} b{} {:?}", mm.m, mm.n, mm.k, mm.batch, variant);
@@ -86,7 +104,9 @@ fn every_form_and_variant_matches_float64_at_odd_sizes() {
 
 #[test]
 fn the_runtime_pick_is_correct_at_1024_cubed() {
-    check(Matmul::nn(1024, 1024, 1024), None);
+    // Every element is checked for being written; every 8th row against float64.
+    check_rows(Matmul::nn(1024, 1024, 1024), None, 8);
+    check_rows(Matmul::tn(1024, 1024, 1024), None, 8);
 }
 
 #[test]
@@ -119,25 +139,145 @@ fn batched_products_with_offsets_and_strides() {
     check(Matmul::nn(17, 23, 9).batched(5), None);
 }
 
+/// Strided operands whose offsets and strides allow vec4 loads although K is not a multiple of
+/// 4 (the register kernels' K tail): `form` is "nt" (A along K, B along K) or "tn" (A along M,
+/// B along N); batched, with a C wider than the product.
+fn strided_tail(form: &str, m: usize, n: usize, k: usize, batch: usize) -> Matmul {
+    let pad = |x: usize| x.div_ceil(4) * 4 + 4;
+    let (a, b) = if form == "nt" {
+        let (ars, brs) = (pad(k), pad(k));
+        (
+            Operand { offset: 4, row_stride: ars, col_stride: 1, batch_stride: m * ars + 8 },
+            Operand { offset: 8, row_stride: 1, col_stride: brs, batch_stride: n * brs + 4 },
+        )
+    } else {
+        let (acs, brs) = (pad(m), pad(n));
+        (
+            Operand { offset: 4, row_stride: 1, col_stride: acs, batch_stride: k * acs + 8 },
+            Operand { offset: 8, row_stride: brs, col_stride: 1, batch_stride: k * brs + 4 },
+        )
+    };
+    Matmul {
+        m,
+        n,
+        k,
+        batch,
+        a,
+        b,
+        c: Operand { offset: 1, row_stride: n + 3, col_stride: 1, batch_stride: m * (n + 3) + 2 },
+        accumulate: false,
+        alpha: 1.0,
+    }
+}
+
+/// Products that reach every entry point of the register-block variants (edge tiles: M and N
+/// are not multiples of any tile), with the entry point each must use.
+fn entry_point_cases() -> Vec<(Matmul, &'static str)> {
+    vec![
+        (Matmul::nt(132, 68, 36), "mm_kk"),
+        (Matmul::nn(132, 68, 36), "mm_kn"),
+        (Matmul::tn(132, 68, 36), "mm_mn"),
+        (Matmul::tt(132, 68, 36), "mm_mk"),
+        (Matmul::nt(1, 20, 64), "mm_kk"),
+        (Matmul::tn(12, 4, 7), "mm_mn"),
+        (strided_tail("nt", 20, 37, 37, 3), "mm_kk"),
+        (strided_tail("tn", 20, 36, 39, 2), "mm_mn"),
+        (Matmul::nt(67, 85, 33), "mm_ss"),
+        (Matmul::tn(65, 384, 30), "mm_ss"),
+        (Matmul::nn(9, 132, 4).alpha(-0.5), "mm_kn"),
+        // Aligned strides but K < 4: buffers shorter than one vec4 cannot be bound as vec4s.
+        (
+            Matmul {
+                a: Operand { offset: 0, row_stride: 4, col_stride: 1, batch_stride: 4 },
+                b: Operand { offset: 0, row_stride: 1, col_stride: 4, batch_stride: 4 },
+                ..Matmul::nt(1, 1, 2)
+            },
+            "mm_ss",
+        ),
+    ]
+}
+
+fn register_variants() -> Vec<&'static str> {
+    matmul::variants().into_iter().filter(|v| matmul::direct(v).unwrap()).collect()
+}
+
+#[test]
+fn every_entry_point_of_the_register_kernels_matches_float64() {
+    let direct = register_variants();
+    assert!(direct.len() >= 2, "{direct:?}");
+    for v in direct {
+        for (mm, entry) in entry_point_cases() {
+            assert_eq!(mm.entry_point(v).unwrap(), entry, "{mm:?}");
+            check(mm, Some(v));
+            check(mm.accumulate(true), Some(v));
+        }
+    }
+}
+
 #[test]
 fn all_variants_give_bit_identical_results() {
-    // Same summation order in every variant: the autotuner may switch without changing training.
+    // Same summation order in every variant and entry point: the autotuner may switch without
+    // changing training. Each variant also runs twice and must repeat itself bit for bit.
     let gpu = gpu();
     let mut rng = Rng::fresh();
-    let mm = Matmul::nt(77, 93, 131);
-    let a = upload(&gpu, "a", &rng.normal(77 * 131, 1.0));
-    let b = upload(&gpu, "b", &rng.normal(93 * 131, 1.0));
-    let mut outs = Vec::new();
-    for v in matmul::variants() {
-        let c = poisoned(&gpu, "c", &[77 * 93]);
-        let d = mm.bind_variant(&gpu, v, a.view(), b.view(), c.view()).unwrap();
-        gpu.run(&[&d]).unwrap();
-        gpu.run(&[&d]).unwrap();
-        outs.push((v, c.read_f32(&gpu).unwrap()));
+    let mut cases: Vec<Matmul> = vec![Matmul::nt(77, 93, 131)];
+    cases.extend(entry_point_cases().into_iter().map(|(mm, _)| mm));
+    for mm in cases {
+        let a = upload(&gpu, "a", &rng.normal(mm.a.extent(mm.m, mm.k, mm.batch), 1.0));
+        let b = upload(&gpu, "b", &rng.normal(mm.b.extent(mm.k, mm.n, mm.batch), 1.0));
+        let c_len = mm.c.extent(mm.m, mm.n, mm.batch);
+        let mut outs = Vec::new();
+        for v in matmul::variants() {
+            let c = poisoned(&gpu, "c", &[c_len]);
+            let d = mm.bind_variant(&gpu, v, a.view(), b.view(), c.view()).unwrap();
+            gpu.run(&[&d]).unwrap();
+            let first = c.read_f32(&gpu).unwrap();
+            gpu.run(&[&d]).unwrap();
+            let second = c.read_f32(&gpu).unwrap();
+            let same = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+            assert!(same(&first, &second), "variant {v} is not deterministic on {mm:?} (seed {})", rng.seed);
+            outs.push((v, second));
+        }
+        for (v, o) in &outs[1..] {
+            let same = o.iter().zip(&outs[0].1).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(
+                same,
+                "variant {v} ({}) differs from {} ({}) on {mm:?} (seed {})",
+                mm.entry_point(v).unwrap(),
+                outs[0].0,
+                mm.entry_point(outs[0].0).unwrap(),
+                rng.seed
+            );
+        }
     }
-    for (v, o) in &outs[1..] {
-        let same = o.iter().zip(&outs[0].1).all(|(x, y)| x.to_bits() == y.to_bits());
-        assert!(same, "variant {v} differs from {} (seed {})", outs[0].0, rng.seed);
+}
+
+#[test]
+fn more_than_65535_workgroups_cover_every_tile() {
+    // t16 needs 65537 workgroups here and r8 131073: the grid is split over x and y.
+    let m = 16 * 65536 + 3;
+    for v in ["t16", "r8"] {
+        let mm = Matmul::nn(m, 3, 2);
+        let (bm, bn) = matmul::tile(v).unwrap();
+        assert!(m.div_ceil(bm) * 3usize.div_ceil(bn) > 65535);
+        check(mm, Some(v));
+    }
+}
+
+#[test]
+fn the_heuristic_picks_register_blocks_on_cpus_and_shared_tiles_on_gpus() {
+    let gpu = gpu();
+    let big = Matmul::nt(2048, 1024, 384);
+    let decode = Matmul::nt(1, 1024, 384);
+    let (hb, hd) = (matmul::heuristic(&gpu, &big), matmul::heuristic(&gpu, &decode));
+    if gpu.info.device_type == wgpu::DeviceType::Cpu {
+        assert_eq!((hb, hd), ("r128", "r8"));
+        // Attention P·V per head (N = head size 64): the 64-column tile, not half a 128 one.
+        let pv = Matmul::nn(256, 64, 256).batched(48);
+        assert_eq!(matmul::heuristic(&gpu, &pv), "c64");
+    } else {
+        assert_eq!(hb, "t64");
+        assert!(!matmul::direct(hd).unwrap(), "{hd}");
     }
 }
 
@@ -150,4 +290,18 @@ fn shape_errors_are_reported_not_panicked() {
     assert!(e.to_string().contains("A needs 32 bytes"), "{e}");
     let e = Matmul::nn(0, 2, 3).bind(&gpu, a.view(), a.view(), c.view()).unwrap_err();
     assert!(e.to_string().contains("at least 1"), "{e}");
+}
+
+#[test]
+fn autotune_times_every_variant_and_ranks_them_fastest_first() {
+    let gpu = gpu();
+    let mm = Matmul::nt(64, 96, 40);
+    let ranked = matmul::autotune::measure(&gpu, &mm, 2).unwrap();
+    let mut names: Vec<&str> = ranked.iter().map(|r| r.0).collect();
+    names.sort();
+    let mut all = matmul::variants();
+    all.sort();
+    assert_eq!(names, all);
+    assert!(ranked.windows(2).all(|w| w[0].1 <= w[1].1), "{ranked:?}");
+    assert!(ranked.iter().all(|r| r.1.is_finite() && r.1 >= 0.0), "{ranked:?}");
 }
