@@ -37,8 +37,20 @@ impl DeviceArgs {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Adapters found, the chosen one, its backend, driver, features and limits.
-    Info,
+    /// Adapters found, the chosen one, its backend, driver, features and limits; with --preset,
+    /// the model's parameter count and memory plan.
+    Info {
+        /// A model preset to plan: tiny, shakespeare-char, small-124m, medium-353m.
+        #[arg(long)]
+        preset: Option<String>,
+        #[arg(long, default_value = "ddl")]
+        variant: String,
+        /// Batch size and sequence length of the plan (default: the preset's training values).
+        #[arg(long)]
+        batch: Option<usize>,
+        #[arg(long)]
+        seq: Option<usize>,
+    },
     /// Check the engine against PyTorch golden files (format ddl-golden-1): forward, backward,
     /// traces and AdamW steps, one row per compared tensor; exits non-zero on any failure.
     Golden {
@@ -275,7 +287,10 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Info => info(&cli.device),
+        Cmd::Info { preset, variant, batch, seq } => match preset {
+            Some(p) => info_model(&cli.device, &p, &variant, batch, seq),
+            None => info(&cli.device),
+        },
         Cmd::Bench(b) => bench(&cli.device, b),
         Cmd::Tokenizer(t) => tokenizer(t),
         Cmd::Golden { files, quiet } => golden(&cli.device, &files, quiet),
@@ -611,6 +626,48 @@ fn golden(dev: &DeviceArgs, files: &[std::path::PathBuf], quiet: bool) -> Result
     }
     if !failed_files.is_empty() {
         anyhow::bail!("golden parity failed for: {}", failed_files.join(", "));
+    }
+    Ok(())
+}
+
+fn info_model(dev: &DeviceArgs, preset: &str, variant: &str, batch: Option<usize>, seq: Option<usize>) -> Result<()> {
+    let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
+    let cfg = ddl::model::ModelConfig::preset(preset, v)?;
+    let t = ddl::train::TrainConfig::preset(preset);
+    let (b, s) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
+    let plan = ddl::model::memory_plan(&cfg, b, s);
+    println!(
+        "preset {preset}, variant {v}: V {} d {} L {} H {} h {} F {} d_v {}",
+        cfg.vocab_size,
+        cfg.d_model,
+        cfg.n_layers,
+        cfg.n_heads,
+        cfg.head_dim,
+        cfg.mlp_hidden,
+        cfg.m()
+    );
+    println!("parameters: {}", plan.params);
+    let mib = |x: u64| x as f64 / (1024.0 * 1024.0);
+    println!("memory plan at B {b}, T {s} (bytes):");
+    for (name, bytes) in [
+        ("parameters", plan.param_bytes),
+        ("gradients", plan.param_bytes),
+        ("AdamW moments", 2 * plan.param_bytes),
+        ("activations", plan.activation_bytes),
+        ("gradient scratch", plan.grad_scratch_bytes),
+    ] {
+        println!("  {name:<18} {bytes:>14}  ({:.1} MiB)", mib(bytes));
+    }
+    println!("  {:<18} {:>14}  ({:.1} MiB)", "total", plan.total(), mib(plan.total()));
+    println!("largest single tensor: {} bytes ({})", plan.largest.1, plan.largest.0);
+    if let Ok(gpu) = dev.open() {
+        let limit = gpu.limits.max_storage_buffer_binding_size;
+        if plan.largest.1 > limit {
+            println!(
+                "note: '{}' ({} bytes) exceeds this adapter's max storage binding ({limit} bytes): it must be bound in chunks",
+                plan.largest.0, plan.largest.1
+            );
+        }
     }
     Ok(())
 }

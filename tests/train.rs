@@ -164,3 +164,92 @@ fn bad_training_inputs_are_clear_errors() {
     let e = run(&["train", "--corpus", empty.to_str().unwrap(), "--out", &out]);
     assert!(e.contains("empty"), "{e}");
 }
+
+#[test]
+fn generate_streams_text_writes_a_trace_and_chat_keeps_context() {
+    let dir = tmpdir("gen");
+    let c = corpus(&dir);
+    let out = dir.join("run");
+    let st = ddl_cmd(&dir)
+        .args(["train", "--preset", "tiny", "--variant", "ddl", "--steps", "2", "--corpus", &c, "--out"])
+        .arg(&out)
+        .args(["--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.n_heads=2"])
+        .args(["--set", "model.head_dim=16", "--set", "model.mlp_hidden=85", "--set", "train.batch_size=2"])
+        .args(["--set", "train.seq_len=16", "--set", "model.max_seq_len=16", "--set", "train.eval_batches=1"])
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    // 40 tokens through a context of 16: the window slides instead of failing.
+    let trace = dir.join("trace.safetensors");
+    let g = ddl_cmd(&dir)
+        .args(["generate", "--checkpoint"])
+        .arg(&out)
+        .args(["--prompt", "First Citizen:", "--max-tokens", "40", "--temperature", "0", "--trace"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&g.stdout).to_string();
+    assert!(g.status.success(), "{}", String::from_utf8_lossy(&g.stderr));
+    assert!(text.starts_with("First Citizen:") && text.chars().count() >= "First Citizen:".len() + 40, "{text:?}");
+    let bytes = std::fs::read(&trace).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let beta = st.tensor("beta").unwrap();
+    assert_eq!(beta.shape(), &[40, 2], "40 tokens × 2 sublayers");
+    let k = st.tensor("k").unwrap();
+    assert_eq!(k.shape(), &[40, 2, 32]);
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(trace.with_extension("json")).unwrap()).unwrap();
+    assert_eq!(summary["tokens"].as_array().unwrap().len(), 40);
+    assert!(summary["regime_counts"][0]["projection"].is_u64());
+    // Greedy decoding is deterministic.
+    let g2 = ddl_cmd(&dir)
+        .args(["generate", "--checkpoint"])
+        .arg(&out)
+        .args(["--prompt", "First Citizen:", "--max-tokens", "40", "--temperature", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&g2.stdout), text);
+    // Invalid sampling values and an empty prompt are clear errors.
+    for (args, want) in [
+        (vec!["--temperature=-1"], "--temperature"),
+        (vec!["--top-p=1.5"], "--top-p"),
+        (vec!["--max-tokens", "0"], "--max-tokens"),
+    ] {
+        let o = ddl_cmd(&dir)
+            .args(["generate", "--checkpoint"])
+            .arg(&out)
+            .args(["--prompt", "a"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && e.contains(want), "{args:?}: {e}");
+    }
+    let o = ddl_cmd(&dir).args(["generate", "--checkpoint"]).arg(&out).args(["--prompt", ""]).output().unwrap();
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("empty"));
+    // Chat: two turns, a setting, a reset, quit.
+    let mut child = ddl_cmd(&dir)
+        .args(["chat", "--checkpoint"])
+        .arg(&out)
+        .args(["--max-tokens", "5", "--temperature", "0"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let stdin = child.stdin.as_mut().unwrap();
+        stdin.write_all(b"First\n/set temperature 0.5\n/set nope 1\nSecond\n/reset\n/quit\n").unwrap();
+    }
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("(temperature = 0.5)")
+            && err.contains("unknown setting 'nope'")
+            && err.contains("context cleared"),
+        "{err}"
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).lines().count() >= 2, "a reply per turn");
+}

@@ -1300,3 +1300,68 @@ impl Model {
         Ok((s[0], s[2].max(0.0).sqrt()))
     }
 }
+
+/// The analytic memory of training a model at (B, T), in bytes.
+#[derive(Debug, Clone)]
+pub struct MemoryPlan {
+    pub params: usize,
+    /// One flat buffer (parameters; gradients and each moment are the same size).
+    pub param_bytes: u64,
+    /// Activations kept for the backward (every tensor a training `Program` allocates).
+    pub activation_bytes: u64,
+    /// Gradient scratch shared by all layers.
+    pub grad_scratch_bytes: u64,
+    /// The largest single tensor (name, bytes).
+    pub largest: (String, u64),
+}
+
+impl MemoryPlan {
+    /// Parameters, gradients, two moments, activations and scratch.
+    pub fn total(&self) -> u64 {
+        4 * self.param_bytes + self.activation_bytes + self.grad_scratch_bytes
+    }
+}
+
+/// Computes the memory plan of [`Model::program`] without a device (mirrors its allocations).
+pub fn memory_plan(c: &ModelConfig, b: usize, t: usize) -> MemoryPlan {
+    let layout = Layout::new(c);
+    let n = (b * t) as u64;
+    let (d, m, dq, f, v, hh, hk) = (
+        c.d_model as u64,
+        c.m() as u64,
+        c.qk_dim() as u64,
+        c.mlp_hidden as u64,
+        c.vocab_size as u64,
+        c.n_heads as u64,
+        c.k_mlp_hidden as u64,
+    );
+    let l = c.n_layers as u64;
+    let var = c.variant;
+    let mut acts = 3 * n + n * d; // tokens, targets, index (≈), e
+    acts += 2 * l * n * d * m + if var.expanded() { n * d * m } else { 0 };
+    let attn = 7 * n * dq + 2 * n * hh + n * dq + n * hh;
+    let mlp = 3 * n * f;
+    let per_sub = if var.expanded() { n * d } else { 0 }
+        + 2 * n * d
+        + n
+        + if var.is_ddl() { n * d + 2 * n + 2 * n * m } else { 0 }
+        + if var.vmap() { 2 * n * hk + n * d } else { 0 };
+    acts += l * (attn + mlp + 2 * per_sub);
+    acts += if var.expanded() { n * d } else { 0 } + n * d + n + n * v + n + 8;
+    let hkn = if var.vmap() { n * hk } else { 1 };
+    let scratch = n * v + 2 * n * d + 2 * n * d * m + 4 * n * d + 4 * hkn + 8 * n * dq + 3 * n * f + n * d;
+    let mut largest = ("logits".to_string(), 4 * n * v);
+    for s in &layout.specs {
+        let bytes = 4 * s.len() as u64;
+        if bytes > largest.1 {
+            largest = (s.name.clone(), bytes);
+        }
+    }
+    MemoryPlan {
+        params: layout.count(),
+        param_bytes: 4 * layout.total as u64,
+        activation_bytes: 4 * acts,
+        grad_scratch_bytes: 4 * scratch,
+        largest,
+    }
+}

@@ -141,7 +141,9 @@ fn rmsnorm_matches_float64_for_width_one_where_it_is_well_conditioned() {
 
 #[test]
 fn rmsnorm_backward_accumulates_into_dx_when_asked() {
-    for &(rows, dim) in &[(1, 1), (7, 85), (300, 33), (5, 384)] {
+    // dim = 1 with x² ≫ ε is ill-conditioned (dx = rγ·dy·εr², a difference of two nearly equal
+    // terms): it is covered at x ≈ √ε where it is well-conditioned, so use dim ≥ 2 here.
+    for &(rows, dim) in &[(1, 2), (7, 85), (300, 33), (5, 384)] {
         check(rows, dim, 1.0, true);
     }
 }
