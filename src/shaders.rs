@@ -243,6 +243,26 @@ pub fn translate_all(label: &str, module: &naga::Module, info: &naga::valid::Mod
     Ok(())
 }
 
+/// [`translate_all`], with a back end's panic (naga's writers assert on some constructs, e.g.
+/// 64-bit floats in MSL) reported as a failure of that shader instead of aborting the check.
+pub fn translate_all_caught(label: &str, module: &naga::Module, info: &naga::valid::ModuleInfo) -> Result<(), String> {
+    let prev = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| translate_all(label, module, info)));
+    std::panic::set_hook(prev);
+    match r {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(format!("{label}: a back end (SPIR-V/MSL/HLSL) could not translate it: {msg}"))
+        }
+    }
+}
+
 /// Validates and translates every variant of every shader; returns all failures.
 pub fn check_all(shaders: &[Shader]) -> Vec<String> {
     let mut errors = Vec::new();
@@ -255,7 +275,7 @@ pub fn check_all(shaders: &[Shader]) -> Vec<String> {
             };
             match validate(&label, &text) {
                 Ok((m, i)) => {
-                    if let Err(e) = translate_all(&label, &m, &i) {
+                    if let Err(e) = translate_all_caught(&label, &m, &i) {
                         errors.push(e)
                     }
                 }
@@ -302,6 +322,16 @@ mod tests {
         ];
         let errs = check_all(&bad);
         assert_eq!(errs.len(), 2, "{errs:?}");
+        // Valid WGSL for naga (with every capability) that Metal cannot express: 64-bit floats.
+        let metal_only_fails = Shader {
+            name: "f64_storage",
+            source: "@group(0) @binding(0) var<storage, read_write> o: array<f64>;\n\
+                     @compute @workgroup_size(1) fn main() { o[0] = o[0] * 2.0lf; }",
+            variants: &[],
+        };
+        let errs = check_all(&[metal_only_fails]);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].contains("f64_storage"), "{}", errs[0]);
     }
 
     #[test]
