@@ -253,3 +253,46 @@ fn generate_streams_text_writes_a_trace_and_chat_keeps_context() {
     );
     assert!(String::from_utf8_lossy(&o.stdout).lines().count() >= 2, "a reply per turn");
 }
+
+#[test]
+fn ctrl_c_saves_a_checkpoint_and_exits_cleanly_and_the_run_resumes() {
+    let dir = tmpdir("sigint");
+    let c = corpus(&dir);
+    let out = dir.join("run");
+    let args = |steps: &str| -> Vec<String> {
+        let mut v: Vec<String> =
+            ["train", "--preset", "tiny", "--variant", "baseline", "--steps", steps, "--corpus", &c]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        for kv in
+            ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.head_dim=16", "model.mlp_hidden=85"]
+        {
+            v.push("--set".into());
+            v.push(kv.into());
+        }
+        for kv in ["train.batch_size=2", "train.seq_len=16", "train.eval_batches=1", "train.eval_every=0"] {
+            v.push("--set".into());
+            v.push(kv.into());
+        }
+        v
+    };
+    let mut child = ddl_cmd(&dir).args(args("100000")).arg("--out").arg(&out).spawn().unwrap();
+    // Wait until a few steps are logged, then interrupt.
+    let metrics = out.join("metrics.jsonl");
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(&metrics).map(|s| s.lines().count()).unwrap_or(0) < 3 {
+        assert!(t0.elapsed().as_secs() < 120, "training did not start");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "Ctrl-C must exit cleanly, got {status:?}");
+    let ck = ddl::train::checkpoint::load(&out, true).unwrap();
+    assert!(ck.step >= 3, "checkpoint at step {}", ck.step);
+    // The interrupted run resumes from its checkpoint.
+    let o = ddl_cmd(&dir).args(args(&(ck.step + 2).to_string())).arg("--resume").arg(&out).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(ddl::train::checkpoint::load(&out, false).unwrap().step, ck.step + 2);
+}
