@@ -43,6 +43,11 @@ fn adamw_step(
     if (i >= p.n) {
         return;
     }
+    // A non-finite gradient norm (inf or NaN: exponent bits all ones) means this step's gradients
+    // are unusable: leave parameters and moments untouched, so no corrupt state is ever written.
+    if ((bitcast<u32>(norm_sq[0]) & 0x7f800000u) == 0x7f800000u) {
+        return;
+    }
     var clip = 1.0;
     if (p.grad_clip > 0.0) {
         clip = min(1.0, p.grad_clip / (sqrt(norm_sq[0]) + p.clip_eps));

@@ -312,12 +312,19 @@ pub fn train(gpu: Arc<Gpu>, opts: TrainOptions) -> Result<Summary, TrainError> {
         }
         let ts = Instant::now();
         let opt = adamw_cfg(&t, step);
+        // One submit per micro-batch; the last one also runs AdamW, which skips its update on the
+        // GPU when the gradient norm is not finite (so a bad step never reaches the parameters).
+        model.set_optimizer_step(&prog, &opt)?;
         for micro in 0..t.grad_accum {
             let (x, y) = data.train_batch(t.seed, step, micro, t.batch_size, t.seq_len);
             prog.set_batch(&model, &x, &y)?;
             let first: &[crate::gpu::Op] = if micro == 0 { &prog.zero } else { &[] };
-            let last: &[crate::gpu::Op] = if micro + 1 == t.grad_accum { &prog.finish } else { &[] };
-            model.run(&[first, &prog.forward, &prog.backward, last], None)?;
+            let last = micro + 1 == t.grad_accum;
+            let finish: &[crate::gpu::Op] = if last { &prog.finish } else { &[] };
+            model.run(
+                &[first, &prog.forward, &prog.backward, finish],
+                if last { Some(&prog.optimizer) } else { None },
+            )?;
         }
         let stats = prog.stats.read_f32(&gpu)?;
         let (loss, gnorm) = (stats[0], stats[2].max(0.0).sqrt());
@@ -326,10 +333,6 @@ pub fn train(gpu: Arc<Gpu>, opts: TrainOptions) -> Result<Summary, TrainError> {
             progress.finish();
             let (what, value) = if loss.is_finite() { ("gradient norm", gnorm) } else { ("loss", loss) };
             return Err(TrainError::NonFinite { step: step + 1, what, value });
-        }
-        if finite {
-            model.set_optimizer_step(&prog, &opt)?;
-            model.run(&[], Some(&prog.optimizer))?;
         }
         step += 1;
         last_loss = loss;

@@ -207,3 +207,38 @@ fn bad_sizes_steps_and_dispatches_are_errors_not_panics() {
     let e = adamw::set_step(&gpu, &other, &c).unwrap_err();
     assert!(e.to_string().contains("not made by adamw::step"), "{e}");
 }
+
+#[test]
+fn a_non_finite_gradient_norm_leaves_parameters_and_moments_untouched() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let n = 300;
+    let p0 = rng.normal(n, 1.0);
+    let params = upload(&gpu, "p", &p0);
+    let grads = upload(&gpu, "g", &rng.normal(n, 1.0));
+    let m = upload(&gpu, "m", &vec![0.5; n]);
+    let v = upload(&gpu, "v", &vec![0.25; n]);
+    let mask = ddl::gpu::Tensor::from_u32(&gpu, "mask", &[n.div_ceil(64)], &vec![1; n.div_ceil(64)]).unwrap();
+    let cfg = ddl::kernels::adamw::AdamWConfig {
+        lr: 1e-2,
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        weight_decay: 0.1,
+        grad_clip: 1.0,
+        clip_eps: 1e-6,
+        step: 1,
+    };
+    for bad in [f32::NAN, f32::INFINITY] {
+        let norm = upload(&gpu, "norm", &[bad]);
+        let ds = ddl::kernels::adamw::step(&gpu, &params, &grads, &m, &v, mask.view(), norm.view(), n, &cfg).unwrap();
+        run(&gpu, &ds);
+        assert_eq!(read(&gpu, &params), p0, "norm {bad}: parameters changed");
+        assert!(read(&gpu, &m).iter().all(|&x| x == 0.5) && read(&gpu, &v).iter().all(|&x| x == 0.25));
+    }
+    // A finite norm does update (the guard is not always on).
+    let norm = upload(&gpu, "norm", &[4.0]);
+    let ds = ddl::kernels::adamw::step(&gpu, &params, &grads, &m, &v, mask.view(), norm.view(), n, &cfg).unwrap();
+    run(&gpu, &ds);
+    assert_ne!(read(&gpu, &params), p0);
+}
