@@ -4,7 +4,6 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::gpu::Result;
-use crate::kernels::adamw::AdamWConfig;
 use crate::model::Model;
 use crate::tokenizer::Tokenizer;
 
@@ -107,51 +106,6 @@ impl Sampler {
         }
         *idx.last().unwrap() as u32
     }
-}
-
-/// Generates by recomputing the full forward over the last `max_seq_len` tokens for each new
-/// token (no cache); `on_token` receives each token's text as it is produced.
-pub fn generate_recompute(
-    model: &Model,
-    tok: &Tokenizer,
-    prompt: &[u32],
-    max_tokens: usize,
-    sampler: &mut Sampler,
-    mut on_token: impl FnMut(&str),
-) -> Result<Vec<u32>> {
-    let t = model.cfg.max_seq_len;
-    let opt = AdamWConfig {
-        lr: 0.0,
-        beta1: 0.9,
-        beta2: 0.95,
-        eps: 1e-8,
-        weight_decay: 0.0,
-        grad_clip: 0.0,
-        clip_eps: 1e-6,
-        step: 1,
-    };
-    let prog = model.program_with(1, t, &opt, 0.0, 1.0)?;
-    let v = model.cfg.vocab_size;
-    let mut ids: Vec<u32> = prompt.to_vec();
-    let mut out = Vec::new();
-    for _ in 0..max_tokens {
-        let start = ids.len().saturating_sub(t);
-        let window = &ids[start..];
-        let mut x: Vec<i32> = window.iter().map(|&i| i as i32).collect();
-        let last = x.len().max(1) - 1;
-        x.resize(t, 0);
-        let y = vec![-1i32; t];
-        prog.set_batch(model, &x, &y)?;
-        model.run(&[&prog.forward], None)?;
-        let logits = prog.logits.read_f32(&model.gpu)?;
-        let next = sampler.sample(&logits[last * v..(last + 1) * v], &ids);
-        ids.push(next);
-        out.push(next);
-        if let Ok(s) = tok.decode(&[next]) {
-            on_token(&s);
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

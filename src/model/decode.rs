@@ -8,7 +8,7 @@ use crate::kernels::adamw::AdamWConfig;
 use crate::kernels::attention::{self, AttnShape};
 use crate::kernels::rope::{self, RopeShape};
 
-use super::gpu_model::{Inner, Model, Program};
+use super::gpu_model::{Model, Program};
 
 /// The cache of one sequence.
 pub struct DecodeCache {
@@ -168,6 +168,3 @@ impl Model {
         p.logits.read_f32(&self.gpu)
     }
 }
-
-/// The `Inner` type is re-exported for the trace readers.
-pub type SublayerInner = Inner;
