@@ -1,6 +1,7 @@
 //! `ddl`: a wgpu/WGSL engine that trains, runs and explains Deep Delta Learning language models.
 
 pub mod bench;
+pub mod experiment;
 pub mod generate;
 pub mod golden;
 pub mod gpu;

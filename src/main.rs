@@ -63,6 +63,23 @@ enum Cmd {
     },
     /// Train a model (headless): progress bar, metrics.jsonl, loss.png, checkpoints in --out.
     Train(TrainArgs),
+    /// Run a grid of training runs (variants × seeds, shared settings) from a spec file, then
+    /// write report.md, val_loss.png and beta_regimes.png into --out. Resumable: finished runs
+    /// are not re-run, an interrupted one continues from its checkpoint.
+    Experiment {
+        /// The spec (e.g. experiments/shakespeare.toml).
+        #[arg(long)]
+        spec: std::path::PathBuf,
+        /// Output directory: one `ddl train` directory per run under runs/, and the report.
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// Only rebuild the report from the runs finished so far.
+        #[arg(long)]
+        report_only: bool,
+        /// List the runs and their parameter counts, train nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Validation loss and perplexity of a checkpoint.
     Eval {
         /// Checkpoint directory (a `ddl train --out` directory).
@@ -296,6 +313,9 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Golden { files, quiet } => golden(&cli.device, &files, quiet),
         Cmd::Train(a) => train(&cli.device, a),
         Cmd::Eval { checkpoint, batches } => eval(&cli.device, &checkpoint, batches),
+        Cmd::Experiment { spec, out, report_only, dry_run } => {
+            experiment(&cli.device, &spec, &out, report_only, dry_run)
+        }
         Cmd::Generate { checkpoint, prompt, sampling, trace } => {
             generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, trace.as_deref())
         }
@@ -406,6 +426,52 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         generate_cmd(dev, &out, "\n", &s, None)?;
 
         println!();
+    }
+    Ok(())
+}
+
+fn experiment(
+    dev: &DeviceArgs,
+    spec_path: &std::path::Path,
+    out: &std::path::Path,
+    report_only: bool,
+    dry_run: bool,
+) -> Result<()> {
+    use ddl::experiment::{ExperimentOptions, ExperimentSpec, run_name};
+    let spec = ExperimentSpec::load(spec_path)?;
+    let variants = spec.variant_list().map_err(anyhow::Error::msg)?;
+    if dry_run {
+        println!("{} runs of {} steps, preset {}:", variants.len() * spec.seeds.len(), spec.steps, spec.preset);
+        for &seed in &spec.seeds {
+            for &v in &variants {
+                let run = spec.run_config(v, seed).map_err(anyhow::Error::msg)?;
+                let mut m = run.model.clone();
+                if run.tokenizer == "char" {
+                    let text = ddl::train::data::read_corpus(std::path::Path::new(&run.corpus))?;
+                    m.vocab_size = ddl::train::build_tokenizer("char", &text)?.vocab_size();
+                }
+                println!(
+                    "  {:<20} {:>10} params  batch {}x{}  lr {}",
+                    run_name(v, seed),
+                    ddl::model::Layout::new(&m).count(),
+                    run.train.batch_size,
+                    run.train.seq_len,
+                    run.train.lr
+                );
+            }
+        }
+        return Ok(());
+    }
+    let gpu = dev.open().context("opening the GPU")?;
+    ddl::kernels::matmul::autotune::set_enabled(true);
+    eprintln!("experiment {} on {} ({:?}) -> {}", spec_path.display(), gpu.info.name, gpu.info.backend, out.display());
+    let opts = ExperimentOptions { out: out.to_path_buf(), report_only, quiet: false };
+    match ddl::experiment::run(gpu, &spec, &opts)? {
+        Some(report) => {
+            println!("{}", std::fs::read_to_string(&report).unwrap_or_default());
+            println!("report: {}", report.display());
+        }
+        None => println!("interrupted: run the same command again to continue"),
     }
     Ok(())
 }

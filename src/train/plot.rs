@@ -15,6 +15,24 @@ fn register_font() {
     });
 }
 
+/// Distinct line colours (Tableau 10), so six or more curves stay tellable apart.
+pub const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+fn pick(i: usize) -> RGBAColor {
+    PALETTE[i % PALETTE.len()].to_rgba()
+}
+
 /// One curve: a name and (x, y) points.
 pub struct Series {
     pub name: String,
@@ -54,7 +72,7 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
             .map_err(|e| e.to_string())?;
         chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(|e| e.to_string())?;
         for (i, s) in series.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
+            let color = pick(i);
             chart
                 .draw_series(LineSeries::new(
                     s.points.iter().copied().filter(|p| p.1.is_finite()),
@@ -75,6 +93,166 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
     std::fs::rename(&tmp, path).map_err(|e| e.to_string())
 }
 
+/// One curve with an uncertainty band: (x, centre, low, high) points.
+pub struct Band {
+    pub name: String,
+    pub points: Vec<(f64, f64, f64, f64)>,
+}
+
+/// Writes through a temporary file next to `path` (keeping the .png extension the encoder needs).
+fn tmp_png(path: &Path) -> std::path::PathBuf {
+    path.with_file_name(format!(".tmp-{}", path.file_name().unwrap_or_default().to_string_lossy()))
+}
+
+/// Draws curves with shaded bands (e.g. the mean over seeds with a min..max band) into a PNG.
+pub fn band_plot(path: &Path, title: &str, x_label: &str, y_label: &str, bands: &[Band]) -> Result<(), String> {
+    register_font();
+    let pts: Vec<(f64, f64, f64, f64)> = bands
+        .iter()
+        .flat_map(|b| b.points.iter().copied())
+        .filter(|p| p.1.is_finite() && p.2.is_finite() && p.3.is_finite())
+        .collect();
+    if pts.is_empty() {
+        return Err(format!("{}: nothing to plot", path.display()));
+    }
+    let x0 = pts.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
+    let mut x1 = pts.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+    let y0 = pts.iter().map(|p| p.2).fold(f64::INFINITY, f64::min);
+    let y1 = pts.iter().map(|p| p.3).fold(f64::NEG_INFINITY, f64::max);
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    let pad = ((y1 - y0) * 0.05).max(1e-6);
+    let tmp = tmp_png(path);
+    {
+        let root = BitMapBackend::new(&tmp, (960, 600)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 22))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(x0..x1, (y0 - pad)..(y1 + pad))
+            .map_err(|e| e.to_string())?;
+        chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(|e| e.to_string())?;
+        for (i, b) in bands.iter().enumerate() {
+            let color = pick(i);
+            let ok: Vec<_> =
+                b.points.iter().copied().filter(|p| p.1.is_finite() && p.2.is_finite() && p.3.is_finite()).collect();
+            if ok.len() > 1 {
+                let mut poly: Vec<(f64, f64)> = ok.iter().map(|p| (p.0, p.2)).collect();
+                poly.extend(ok.iter().rev().map(|p| (p.0, p.3)));
+                chart
+                    .draw_series(std::iter::once(Polygon::new(poly, color.mix(0.18).filled())))
+                    .map_err(|e| e.to_string())?;
+            }
+            chart
+                .draw_series(LineSeries::new(ok.iter().map(|p| (p.0, p.1)), color.stroke_width(2)))
+                .map_err(|e| e.to_string())?
+                .label(b.name.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    std::fs::rename(&tmp, path).map_err(|e| e.to_string())
+}
+
+/// One panel of [`regime_plot`]: per row (sublayer) the shares of identity, projection, reflection.
+pub struct RegimePanel {
+    pub name: String,
+    pub labels: Vec<String>,
+    pub shares: Vec<[f64; 3]>,
+}
+
+/// Regime colours: identity (β ≈ 0) blue, projection (β ≈ 1) green, reflection (β ≈ 2) red.
+pub const REGIME_COLORS: [RGBColor; 3] = [RGBColor(52, 101, 164), RGBColor(78, 154, 6), RGBColor(204, 0, 0)];
+pub const REGIME_NAMES: [&str; 3] = ["identity β<0.5", "projection 0.5≤β≤1.5", "reflection β>1.5"];
+
+/// Stacked horizontal bars, one panel per model: for each sublayer the share of tokens in each
+/// β regime.
+pub fn regime_plot(path: &Path, title: &str, panels: &[RegimePanel]) -> Result<(), String> {
+    register_font();
+    if panels.is_empty() {
+        return Err(format!("{}: nothing to plot", path.display()));
+    }
+    let cols = panels.len().min(3);
+    let rows = panels.len().div_ceil(cols);
+    let tmp = tmp_png(path);
+    {
+        let root = BitMapBackend::new(&tmp, (360 * cols as u32 + 20, 300 * rows as u32 + 90)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let root = root.titled(title, ("sans-serif", 22)).map_err(|e| e.to_string())?;
+        let (legend, body) = root.split_vertically(34);
+        for (k, name) in REGIME_NAMES.iter().enumerate() {
+            let x = 20 + 230 * k as i32;
+            legend
+                .draw(&Rectangle::new([(x, 8), (x + 18, 26)], REGIME_COLORS[k].filled()))
+                .map_err(|e| e.to_string())?;
+            legend
+                .draw(&Text::new(name.to_string(), (x + 24, 9), ("sans-serif", 16).into_font()))
+                .map_err(|e| e.to_string())?;
+        }
+        let areas = body.split_evenly((rows, cols));
+        for (p, area) in panels.iter().zip(areas) {
+            let n = p.shares.len();
+            let mut chart = ChartBuilder::on(&area)
+                .caption(&p.name, ("sans-serif", 18))
+                .margin(8)
+                .x_label_area_size(28)
+                .y_label_area_size(36)
+                .margin_right(22)
+                .build_cartesian_2d(0.0..1.0f64, (0..n.max(1) as i32 - 1).into_segmented())
+                .map_err(|e| e.to_string())?;
+            let labels = p.labels.clone();
+            chart
+                .configure_mesh()
+                .disable_y_mesh()
+                .x_labels(5)
+                .x_label_formatter(&|x| format!("{:.0}%", x * 100.0))
+                .y_label_formatter(&|y| match y {
+                    SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
+                    _ => String::new(),
+                })
+                .draw()
+                .map_err(|e| e.to_string())?;
+            for (row, sh) in p.shares.iter().enumerate() {
+                let mut x = 0.0;
+                for k in 0..3 {
+                    let w = sh[k].clamp(0.0, 1.0);
+                    if w > 0.0 {
+                        chart
+                            .draw_series(std::iter::once(Rectangle::new(
+                                [
+                                    (x, SegmentValue::Exact(row as i32)),
+                                    (
+                                        x + w,
+                                        if row + 1 == n {
+                                            SegmentValue::Last
+                                        } else {
+                                            SegmentValue::Exact(row as i32 + 1)
+                                        },
+                                    ),
+                                ],
+                                REGIME_COLORS[k].filled(),
+                            )))
+                            .map_err(|e| e.to_string())?;
+                    }
+                    x += w;
+                }
+            }
+        }
+        root.present().map_err(|e| e.to_string())?;
+    }
+    std::fs::rename(&tmp, path).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -89,5 +267,12 @@ mod tests {
         super::line_plot(&p, "loss", "step", "nats", &[s]).unwrap();
         let bytes = std::fs::read(&p).unwrap();
         assert_eq!(&bytes[1..4], b"PNG");
+        let b = super::Band { name: "a".into(), points: (0..5).map(|i| (i as f64, 2.0, 1.5, 2.5)).collect() };
+        super::band_plot(&dir.join("b.png"), "bands", "step", "nats", &[b]).unwrap();
+        assert_eq!(&std::fs::read(dir.join("b.png")).unwrap()[1..4], b"PNG");
+        let r = super::RegimePanel { name: "ddl".into(), labels: vec!["0A".into()], shares: vec![[0.2, 0.5, 0.3]] };
+        super::regime_plot(&dir.join("r.png"), "regimes", &[r]).unwrap();
+        assert_eq!(&std::fs::read(dir.join("r.png")).unwrap()[1..4], b"PNG");
+        assert!(super::band_plot(&dir.join("c.png"), "x", "x", "y", &[]).is_err());
     }
 }

@@ -1,0 +1,178 @@
+//! `ddl experiment` end to end: a miniature grid (2 variants × 2 seeds × a few steps) through the
+//! real CLI, its report files, resumability, and bad specs.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ddl-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn ddl(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ddl"))
+        .args(args)
+        .env("DDL_CACHE_DIR", dir.join("cache"))
+        .output()
+        .expect("running the ddl binary")
+}
+
+fn text(o: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn spec(dir: &Path, steps: usize) -> PathBuf {
+    let full = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/tinyshakespeare.txt")).unwrap();
+    let corpus = dir.join("corpus.txt");
+    std::fs::write(&corpus, &full[..20_000]).unwrap();
+    let p = dir.join("mini.toml");
+    std::fs::write(
+        &p,
+        format!(
+            r#"name = "mini"
+preset = "tiny"
+variants = ["baseline", "ddl"]
+seeds = [1, 2]
+steps = {steps}
+corpus = "{}"
+beta_batches = 2
+[model]
+d_model = 32
+n_layers = 1
+n_heads = 2
+head_dim = 16
+mlp_hidden = 85
+[train]
+batch_size = 2
+seq_len = 16
+eval_every = 2
+eval_batches = 2
+checkpoint_every = 0
+"#,
+            corpus.display()
+        ),
+    )
+    .unwrap();
+    p
+}
+
+#[test]
+fn a_miniature_grid_runs_resumes_and_writes_the_report() {
+    let dir = tmpdir("experiment");
+    let s = spec(&dir, 4);
+    let out = dir.join("out");
+    let (s, o) = (s.to_str().unwrap(), out.to_str().unwrap());
+    let r = ddl(&dir, &["experiment", "--spec", s, "--out", o]);
+    assert!(r.status.success(), "{}", text(&r));
+    for f in ["report.md", "val_loss.png", "beta_regimes.png", "experiment.toml"] {
+        let p = out.join(f);
+        assert!(p.is_file(), "{} missing:\n{}", p.display(), text(&r));
+    }
+    for png in ["val_loss.png", "beta_regimes.png"] {
+        let b = std::fs::read(out.join(png)).unwrap();
+        assert_eq!(&b[1..4], b"PNG");
+        assert!(b.len() > 5_000, "{png} is suspiciously small ({} bytes)", b.len());
+    }
+    // Each run is a normal `ddl train` directory with a result.
+    for run in ["baseline-seed1", "baseline-seed2", "ddl-seed1", "ddl-seed2"] {
+        let d = out.join("runs").join(run);
+        for f in ["config.toml", "metrics.jsonl", "model.safetensors", "result.json"] {
+            assert!(d.join(f).is_file(), "{run}/{f} missing");
+        }
+        let res: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join("result.json")).unwrap()).unwrap();
+        assert_eq!(res["steps"], 4);
+        assert!(res["final_val_loss"].as_f64().unwrap().is_finite());
+        let regimes = res["regimes"].as_array().unwrap();
+        if run.starts_with("ddl") {
+            // 2 sublayers, 2 batches of 2×16 tokens each.
+            assert_eq!(regimes.len(), 2, "{run}");
+            for r in regimes {
+                let n: u64 = r.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).sum();
+                assert_eq!(n, 2 * 2 * 16, "{run}");
+            }
+        } else {
+            assert!(regimes.is_empty());
+        }
+    }
+    // Matched comparison: the two variants of a seed trained with the same training settings.
+    let cfg = |run: &str| -> toml::Table {
+        toml::from_str(&std::fs::read_to_string(out.join("runs").join(run).join("config.toml")).unwrap()).unwrap()
+    };
+    assert_eq!(cfg("baseline-seed1")["train"], cfg("ddl-seed1")["train"]);
+    assert_ne!(cfg("ddl-seed1")["train"], cfg("ddl-seed2")["train"]);
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for needle in
+        ["| baseline |", "| ddl |", "2.854", "2.835", "± ", "Does the paper's ordering reproduce?", "identity"]
+    {
+        assert!(report.contains(needle), "report lacks {needle:?}:\n{report}");
+    }
+    let mtime =
+        |run: &str| std::fs::metadata(out.join("runs").join(run).join("result.json")).unwrap().modified().unwrap();
+    let before = mtime("ddl-seed2");
+    // Run again: nothing is re-run.
+    let r2 = ddl(&dir, &["experiment", "--spec", s, "--out", o]);
+    assert!(r2.status.success(), "{}", text(&r2));
+    assert_eq!(text(&r2).matches("finished earlier, not re-run").count(), 4, "{}", text(&r2));
+    assert_eq!(mtime("ddl-seed2"), before);
+    // A run whose result is lost but whose checkpoint is there resumes; a missing run is trained.
+    std::fs::remove_file(out.join("runs/ddl-seed2/result.json")).unwrap();
+    std::fs::remove_dir_all(out.join("runs/baseline-seed2")).unwrap();
+    let r3 = ddl(&dir, &["experiment", "--spec", s, "--out", o]);
+    assert!(r3.status.success(), "{}", text(&r3));
+    let t3 = text(&r3);
+    assert!(t3.contains("ddl-seed2: resuming"), "{t3}");
+    assert!(t3.contains("baseline-seed2: training"), "{t3}");
+    assert!(out.join("runs/ddl-seed2/result.json").is_file());
+    // --report-only rebuilds the report without training.
+    std::fs::remove_file(out.join("report.md")).unwrap();
+    let r4 = ddl(&dir, &["experiment", "--spec", s, "--out", o, "--report-only"]);
+    assert!(r4.status.success() && out.join("report.md").is_file(), "{}", text(&r4));
+    // The same directory with a changed spec is refused, naming the problem.
+    let s5 = spec(&dir.join("other").tap_mkdir(), 5);
+    let r5 = ddl(&dir, &["experiment", "--spec", s5.to_str().unwrap(), "--out", o]);
+    assert!(!r5.status.success());
+    assert!(text(&r5).contains("different spec"), "{}", text(&r5));
+}
+
+trait TapMkdir {
+    fn tap_mkdir(self) -> PathBuf;
+}
+
+impl TapMkdir for PathBuf {
+    fn tap_mkdir(self) -> PathBuf {
+        std::fs::create_dir_all(&self).unwrap();
+        self
+    }
+}
+
+#[test]
+fn bad_specs_are_clear_errors() {
+    let dir = tmpdir("experiment-bad");
+    let out = dir.join("out");
+    let cases: &[(&str, &str)] = &[
+        ("preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\n", "steps"),
+        ("preset = \"tiny\"\nvariants = [\"ddl\", \"nope\"]\nseeds = [1]\nsteps = 3\n", "unknown variant 'nope'"),
+        ("preset = \"tiny\"\nvariants = []\nseeds = [1]\nsteps = 3\n", "variants"),
+        ("preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = 3\ncolour = 1\n", "colour"),
+        ("preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = 3\n[train]\nlr = -1.0\n", "lr"),
+        ("preset = \"huge\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = 3\n", "unknown preset"),
+    ];
+    for (i, (spec, needle)) in cases.iter().enumerate() {
+        let p = dir.join(format!("bad{i}.toml"));
+        std::fs::write(&p, spec).unwrap();
+        let r = ddl(&dir, &["experiment", "--spec", p.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+        let t = text(&r);
+        assert!(!r.status.success(), "case {i} succeeded: {t}");
+        assert!(
+            t.contains(needle) && t.contains(&format!("bad{i}.toml")),
+            "case {i}: expected {needle:?} and the file name in: {t}"
+        );
+        assert!(!t.contains("panicked"), "{t}");
+    }
+    let r = ddl(&dir, &["experiment", "--spec", dir.join("missing.toml").to_str().unwrap(), "--out", "x"]);
+    assert!(!r.status.success() && text(&r).contains("missing.toml"), "{}", text(&r));
+    assert!(!out.exists(), "a bad spec must not create the output directory");
+}
