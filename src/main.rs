@@ -184,12 +184,12 @@ impl SamplingArgs {
 
 #[derive(Args)]
 struct TrainArgs {
-    /// Model and schedule preset: tiny, shakespeare-char, small-124m, medium-353m.
-    #[arg(long, default_value = "tiny")]
-    preset: String,
-    /// baseline, ddl_v1, ddl, ddl_ec, ddl_cc, ddl_ccec, ddl_v1_vmap, ddl_vmap.
-    #[arg(long, default_value = "ddl")]
-    variant: String,
+    /// Model and schedule preset: tiny, shakespeare-char, small-124m, medium-353m [default: tiny].
+    #[arg(long)]
+    preset: Option<String>,
+    /// baseline, ddl_v1, ddl, ddl_ec, ddl_cc, ddl_ccec, ddl_v1_vmap, ddl_vmap [default: ddl].
+    #[arg(long)]
+    variant: Option<String>,
     /// Stop after this step (the schedule's length is train.decay_steps).
     #[arg(long, default_value_t = 200)]
     steps: usize,
@@ -297,9 +297,23 @@ enum BenchCmd {
 fn main() {
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", error_text(&e));
         std::process::exit(1);
     }
+}
+
+/// The error and its causes on one line, each cause once: our error types already include their
+/// source's text in their message, so a cause whose text is already there is not repeated.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !msg.contains(&c) {
+            msg.push_str(": ");
+            msg.push_str(&c);
+        }
+    }
+    msg
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -365,13 +379,13 @@ fn info(dev: &DeviceArgs) -> Result<()> {
 
 fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     use ddl::train::{RunConfig, TrainOptions};
-    let variant = ddl::model::Variant::parse(&a.variant).map_err(anyhow::Error::msg)?;
+    let variant = ddl::model::Variant::parse(a.variant.as_deref().unwrap_or("ddl")).map_err(anyhow::Error::msg)?;
     let (out, resume) = match (&a.resume, &a.out) {
         (Some(r), _) => (r.clone(), true),
         (None, Some(o)) => (o.clone(), false),
         (None, None) => anyhow::bail!("--out DIR is required"),
     };
-    let mut run = RunConfig::preset(&a.preset, variant)?;
+    let mut run = RunConfig::preset(a.preset.as_deref().unwrap_or("tiny"), variant)?;
     if let Some(path) = &a.config {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
         run.merge_toml(&text, &path.display().to_string()).map_err(anyhow::Error::msg)?;
@@ -390,6 +404,53 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     }
     for kv in &a.sets {
         run.set(kv).map_err(anyhow::Error::msg)?;
+    }
+    let flags_given = a.preset.is_some()
+        || a.variant.is_some()
+        || a.config.is_some()
+        || !a.sets.is_empty()
+        || a.corpus.is_some()
+        || a.tokenizer.is_some()
+        || a.seed.is_some();
+    if resume && flags_given {
+        // A resumed run continues with its saved settings; flags may repeat them but not change
+        // them (a changed setting would be silently ignored otherwise).
+        let path = out.join("config.toml");
+        let saved_text = std::fs::read_to_string(&path)
+            .with_context(|| format!("--resume: reading the run's saved settings {}", path.display()))?;
+        let saved: toml::Table =
+            toml::from_str(&saved_text).with_context(|| format!("--resume: parsing {}", path.display()))?;
+        let given = toml::Table::try_from(&run)?;
+        let mut diffs = Vec::new();
+        for (k, v) in &given {
+            let pairs: Vec<(String, &toml::Value, Option<&toml::Value>)> = match v {
+                toml::Value::Table(t) => t
+                    .iter()
+                    .map(|(k2, v2)| {
+                        (format!("{k}.{k2}"), v2, saved.get(k).and_then(|s| s.as_table()).and_then(|s| s.get(k2)))
+                    })
+                    .collect(),
+                v => vec![(k.clone(), v, saved.get(k))],
+            };
+            for (key, want, have) in pairs {
+                // The vocabulary comes from the tokenizer; skip_nonfinite may change between runs.
+                if key == "model.vocab_size" || key == "train.skip_nonfinite" || have == Some(want) {
+                    continue;
+                }
+                let have = have.map(|h| h.to_string()).unwrap_or_else(|| "(unset)".into());
+                diffs.push(format!("{key}: saved {have}, given {want}"));
+            }
+        }
+        if !diffs.is_empty() {
+            anyhow::bail!(
+                "--resume continues '{}' with the settings saved in {}; the flags given change {} setting(s): {}. \
+                 Drop those flags to resume, or start a new run with --out to change them",
+                out.display(),
+                path.display(),
+                diffs.len(),
+                diffs.join("; ")
+            );
+        }
     }
     let gpu = dev.open().context("opening the GPU")?;
     ddl::kernels::matmul::autotune::set_enabled(true);

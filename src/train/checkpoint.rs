@@ -12,6 +12,8 @@ use crate::tokenizer::Tokenizer;
 
 pub const MODEL_FILE: &str = "model.safetensors";
 pub const OPTIM_FILE: &str = "optim.safetensors";
+/// The previous moments, kept only while a save renames its files.
+pub const OPTIM_PREV_FILE: &str = "optim.prev.safetensors";
 pub const FORMAT: &str = "ddl-checkpoint-1";
 /// Newest checkpoint format version this build reads.
 pub const VERSION: u32 = 1;
@@ -31,22 +33,71 @@ pub enum CheckpointError {
     Content { path: PathBuf, msg: String },
 }
 
-/// Writes `bytes` to `path` atomically (temp file in the same directory, fsync, rename).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Where [`write_tmp`] puts the bytes of `path` before the rename.
+fn tmp_path(path: &Path) -> PathBuf {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{}.tmp-{}", path.file_name().unwrap().to_string_lossy(), std::process::id()));
-    {
+    dir.join(format!(".{}.tmp-{}", path.file_name().unwrap_or_default().to_string_lossy(), std::process::id()))
+}
+
+/// Fault injection for the disk-full test: with `DDL_FAULT_ENOSPC_SAVE=N`, checkpoint saves
+/// after the first N of this process fail half-way through a file with "No space left on device".
+fn injected_enospc() -> bool {
+    static SAVES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let Some(n) = std::env::var("DDL_FAULT_ENOSPC_SAVE").ok().and_then(|v| v.parse::<usize>().ok()) else {
+        return false;
+    };
+    SAVES.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= n
+}
+
+/// Writes `bytes` into the temporary file of `path` and syncs it; on failure removes it.
+fn write_tmp(path: &Path, bytes: &[u8], fail: bool) -> std::io::Result<PathBuf> {
+    let tmp = tmp_path(path);
+    let res = (|| {
         let mut f = std::fs::File::create(&tmp)?;
+        if fail {
+            f.write_all(&bytes[..bytes.len() / 2])?;
+            return Err(std::io::Error::from_raw_os_error(28));
+        }
         f.write_all(bytes)?;
-        f.sync_all()?;
+        f.sync_all()
+    })();
+    match res {
+        Ok(()) => Ok(tmp),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
     }
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })?;
+}
+
+fn sync_dir(dir: &Path) {
     if let Ok(d) = std::fs::File::open(dir) {
         let _ = d.sync_all();
     }
+}
+
+/// Writes `bytes` to `path` atomically (temp file in the same directory, fsync, rename): a
+/// crash or a full disk leaves either the old file or the new one, never a torn one.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = write_tmp(path, bytes, false)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")));
     Ok(())
+}
+
+/// Removes temporary files left in a run directory by writers that were killed (not ours).
+pub fn remove_stale_tmp(dir: &Path) {
+    let ours = format!(".tmp-{}", std::process::id());
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let ours_kind = [MODEL_FILE, OPTIM_FILE, "config.toml"].iter().any(|f| name.starts_with(&format!(".{f}.tmp-")));
+        if ours_kind && !name.ends_with(&ours) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 fn serialize(named: Vec<(String, Vec<usize>, &[f32])>, meta: HashMap<String, String>) -> Vec<u8> {
@@ -102,21 +153,48 @@ pub fn save(
     };
     let p = named(params, "");
     let bytes = serialize(p.iter().map(|(n, s, d)| (n.clone(), s.clone(), d.as_slice())).collect(), meta.clone());
-    if let Some((m, v, state, run_cfg)) = moments {
-        // Moments first: a crash between the two renames leaves the old model with new moments
-        // only if the process dies in between; the step in each file lets `load` detect it.
-        let mut om = meta.clone();
-        om.insert("state".to_string(), serde_json::to_string(state).unwrap());
-        om.insert("run_config".to_string(), run_cfg.to_string());
-        let mut t = named(m, "adam.m.");
-        t.extend(named(v, "adam.v."));
-        let ob = serialize(t.iter().map(|(n, s, d)| (n.clone(), s.clone(), d.as_slice())).collect(), om);
-        let op = dir.join(OPTIM_FILE);
-        write_atomic(&op, &ob).map_err(io(&op))?;
-    }
+    remove_stale_tmp(dir);
     let mp = dir.join(MODEL_FILE);
-    write_atomic(&mp, &bytes).map_err(io(&mp))?;
-    Ok(())
+    let Some((m, v, state, run_cfg)) = moments else {
+        return write_atomic(&mp, &bytes).map_err(io(&mp));
+    };
+    let mut om = meta.clone();
+    om.insert("state".to_string(), serde_json::to_string(state).unwrap());
+    om.insert("run_config".to_string(), run_cfg.to_string());
+    let mut t = named(m, "adam.m.");
+    t.extend(named(v, "adam.v."));
+    let ob = serialize(t.iter().map(|(n, s, d)| (n.clone(), s.clone(), d.as_slice())).collect(), om);
+    let op = dir.join(OPTIM_FILE);
+    let prev = dir.join(OPTIM_PREV_FILE);
+    // Both new files are complete on disk before anything is replaced (a full disk stops here
+    // with the old checkpoint untouched). Then the renames keep a consistent (model, moments)
+    // pair loadable at every instant: the old moments move to optim.prev first, so a crash
+    // between the renames leaves the old model with its moments in optim.prev (`load` picks the
+    // moments file whose step matches the model's).
+    let fail = injected_enospc();
+    let tmp_o = write_tmp(&op, &ob, false).map_err(io(&op))?;
+    let tmp_m = match write_tmp(&mp, &bytes, fail) {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp_o);
+            return Err(io(&mp)(e));
+        }
+    };
+    let renames = || -> std::io::Result<()> {
+        if op.exists() {
+            std::fs::rename(&op, &prev)?;
+        }
+        std::fs::rename(&tmp_o, &op)?;
+        std::fs::rename(&tmp_m, &mp)?;
+        sync_dir(dir);
+        let _ = std::fs::remove_file(&prev);
+        Ok(())
+    };
+    renames().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp_o);
+        let _ = std::fs::remove_file(&tmp_m);
+        io(dir)(e)
+    })
 }
 
 /// A loaded checkpoint.
@@ -143,17 +221,28 @@ fn parse_tensors(
     layout: &Layout,
     prefix: &str,
     out: &mut [f32],
+    cfg: &ModelConfig,
 ) -> Result<(), CheckpointError> {
     let content = |msg: String| CheckpointError::Content { path: path.to_path_buf(), msg };
+    // Tensors that do not fit the config: say which config they were checked against.
+    let cfg_note = format!(
+        "; the metadata config is variant {}, d_model {}, n_layers {}, d_v {}: the tensors were written for a \
+         different model (or the config was edited)",
+        cfg.variant, cfg.d_model, cfg.n_layers, cfg.d_v
+    );
     let st = safetensors::SafeTensors::deserialize(bytes)
         .map_err(|e| CheckpointError::Corrupt { path: path.to_path_buf(), msg: e.to_string() })?;
     let mut expected: std::collections::HashSet<String> = std::collections::HashSet::new();
     for (s, &o) in layout.specs.iter().zip(&layout.offsets) {
         let name = format!("{prefix}{}", s.name);
         expected.insert(name.clone());
-        let t = st.tensor(&name).map_err(|_| content(format!("tensor '{name}' is missing")))?;
+        let t = st.tensor(&name).map_err(|_| content(format!("tensor '{name}' is missing{cfg_note}")))?;
         if t.shape() != s.shape.as_slice() {
-            return Err(content(format!("tensor '{name}' has shape {:?}, the config needs {:?}", t.shape(), s.shape)));
+            return Err(content(format!(
+                "tensor '{name}' has shape {:?}, the config needs {:?}{cfg_note}",
+                t.shape(),
+                s.shape
+            )));
         }
         if t.dtype() != safetensors::Dtype::F32 {
             return Err(content(format!("tensor '{name}' has dtype {:?}, expected F32", t.dtype())));
@@ -170,7 +259,7 @@ fn parse_tensors(
         st.names().into_iter().filter(|n| !expected.contains(*n)).map(|s| s.to_string()).collect();
     if !extra.is_empty() {
         extra.sort();
-        return Err(content(format!("unknown tensor(s) for this model: {}", extra.join(", "))));
+        return Err(content(format!("unknown tensor(s) for this model: {}{cfg_note}", extra.join(", "))));
     }
     Ok(())
 }
@@ -224,16 +313,17 @@ pub fn load(dir: &Path, with_optim: bool) -> Result<Loaded, CheckpointError> {
     let step: usize = md.get("step").and_then(|s| s.parse().ok()).unwrap_or(0);
     let layout = Layout::new(&config);
     let mut params = vec![0.0f32; layout.total];
-    parse_tensors(&mp, &bytes, &layout, "", &mut params)?;
+    parse_tensors(&mp, &bytes, &layout, "", &mut params, &config)?;
     let optim = if with_optim {
         let op = dir.join(OPTIM_FILE);
-        let ob = read_file(&op)?;
-        let om = metadata(&op, &ob)?;
-        let state: RunState = serde_json::from_str(om.get("state").map(|s| s.as_str()).unwrap_or(""))
-            .map_err(|e| content(&op, format!("metadata 'state' is invalid: {e}")))?;
-        if state.step != step {
-            return Err(content(&op, format!("holds step {} but model.safetensors holds step {step}", state.step)));
-        }
+        let prev = dir.join(OPTIM_PREV_FILE);
+        // A save interrupted between its renames leaves the moments of the model's step in
+        // optim.prev: take whichever file matches the model.
+        let (op, ob, om, state) = match read_optim(&op, step) {
+            Ok(x) => x,
+            Err(e) if prev.exists() => read_optim(&prev, step).map_err(|_| e)?,
+            Err(e) => return Err(e),
+        };
         let run_cfg = om.get("run_config").cloned().unwrap_or_default();
         let mut m = vec![0.0f32; layout.total];
         let mut v = vec![0.0f32; layout.total];
@@ -243,6 +333,21 @@ pub fn load(dir: &Path, with_optim: bool) -> Result<Loaded, CheckpointError> {
         None
     };
     Ok(Loaded { config, tokenizer, step, params, optim })
+}
+
+type OptimFile = (PathBuf, Vec<u8>, HashMap<String, String>, RunState);
+
+/// Reads a moments file and checks it holds `step`.
+fn read_optim(op: &Path, step: usize) -> Result<OptimFile, CheckpointError> {
+    let content = |p: &Path, msg: String| CheckpointError::Content { path: p.to_path_buf(), msg };
+    let ob = read_file(op)?;
+    let om = metadata(op, &ob)?;
+    let state: RunState = serde_json::from_str(om.get("state").map(|s| s.as_str()).unwrap_or(""))
+        .map_err(|e| content(op, format!("metadata 'state' is invalid: {e}")))?;
+    if state.step != step {
+        return Err(content(op, format!("holds step {} but model.safetensors holds step {step}", state.step)));
+    }
+    Ok((op.to_path_buf(), ob, om, state))
 }
 
 fn parse_two(path: &Path, bytes: &[u8], layout: &Layout, m: &mut [f32], v: &mut [f32]) -> Result<(), CheckpointError> {
@@ -255,6 +360,9 @@ fn parse_two(path: &Path, bytes: &[u8], layout: &Layout, m: &mut [f32], v: &mut 
             let t = st.tensor(&name).map_err(|_| content(format!("tensor '{name}' is missing")))?;
             if t.shape() != s.shape.as_slice() {
                 return Err(content(format!("tensor '{name}' has shape {:?}, expected {:?}", t.shape(), s.shape)));
+            }
+            if t.dtype() != safetensors::Dtype::F32 {
+                return Err(content(format!("tensor '{name}' has dtype {:?}, expected F32", t.dtype())));
             }
             for (d, c) in out[o..o + s.len()].iter_mut().zip(t.data().chunks_exact(4)) {
                 *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);

@@ -174,6 +174,7 @@ impl RunConfig {
     /// Applies a TOML file's tables (`[model]`, `[train]`, top-level `corpus`, `tokenizer`) over `self`.
     pub fn merge_toml(&mut self, text: &str, origin: &str) -> Result<(), String> {
         let overlay: toml::Table = toml::from_str(text).map_err(|e| format!("{origin}: {e}"))?;
+        let overlay_copy = overlay.clone();
         let mut base = toml::Table::try_from(&*self).map_err(|e| e.to_string())?;
         for (k, v) in overlay {
             match (base.get_mut(&k), v) {
@@ -193,7 +194,41 @@ impl RunConfig {
                 }
             }
         }
-        *self = base.try_into().map_err(|e: toml::de::Error| format!("{origin}: {}", e.message()))?;
+        *self = base.clone().try_into().map_err(|e: toml::de::Error| {
+            // Name the key whose value has the wrong type: the first overlay key that alone
+            // fails to deserialise over the old config.
+            let mut key = None;
+            if let Ok(old) = toml::Table::try_from(&*self) {
+                'find: for (k, v) in &overlay_copy {
+                    let pairs: Vec<(Option<&str>, &toml::Value)> = match v {
+                        toml::Value::Table(t) => t.iter().map(|(k2, v2)| (Some(k2.as_str()), v2)).collect(),
+                        v => vec![(None, v)],
+                    };
+                    for (k2, v2) in pairs {
+                        let mut probe = old.clone();
+                        match (k2, probe.get_mut(k)) {
+                            (Some(k2), Some(toml::Value::Table(t))) => {
+                                t.insert(k2.to_string(), v2.clone());
+                            }
+                            _ => {
+                                probe.insert(k.clone(), v2.clone());
+                            }
+                        }
+                        if probe.try_into::<RunConfig>().is_err() {
+                            key = Some(match k2 {
+                                Some(k2) => format!("{k}.{k2} = {v2}"),
+                                None => format!("{k} = {v2}"),
+                            });
+                            break 'find;
+                        }
+                    }
+                }
+            }
+            match key {
+                Some(k) => format!("{origin}: {k}: {}", e.message()),
+                None => format!("{origin}: {}", e.message()),
+            }
+        })?;
         Ok(())
     }
 

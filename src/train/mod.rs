@@ -45,6 +45,13 @@ pub enum TrainError {
     NonFinite { step: usize, what: &'static str, value: f32 },
     #[error("cannot write '{path}': {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error(
+        "step {step}: saving the checkpoint failed: {source}. Any earlier checkpoint in '{}' is intact; free \
+         disk space or fix the directory's permissions, then continue with `ddl train --resume {}`",
+        dir.display(),
+        dir.display()
+    )]
+    Save { step: usize, dir: PathBuf, source: checkpoint::CheckpointError },
 }
 
 /// What a finished (or interrupted) run reports.
@@ -232,6 +239,7 @@ pub fn build_tokenizer(setting: &str, corpus_text: &str) -> Result<Tokenizer, Tr
 pub fn train(gpu: Arc<Gpu>, opts: TrainOptions) -> Result<Summary, TrainError> {
     let out = opts.out.clone();
     check_writable(&out)?;
+    checkpoint::remove_stale_tmp(&out);
     let mut run = opts.run.clone();
     let (model, tok, start, elapsed0) = if opts.resume {
         let ck = checkpoint::load(&out, true)?;
@@ -243,7 +251,10 @@ pub fn train(gpu: Arc<Gpu>, opts: TrainOptions) -> Result<Summary, TrainError> {
                     out.join(checkpoint::OPTIM_FILE).display()
                 ))
             })?;
+            // The saved settings, except the one flag that may change between invocations.
+            let skip = run.train.skip_nonfinite;
             run = saved;
+            run.train.skip_nonfinite |= skip;
         }
         if run.model != ck.config {
             return Err(TrainError::Settings(format!(
@@ -256,6 +267,8 @@ pub fn train(gpu: Arc<Gpu>, opts: TrainOptions) -> Result<Summary, TrainError> {
         model.adam_v.write_f32(&gpu, &v)?;
         (model, ck.tokenizer, state.step, state.elapsed)
     } else {
+        // Settings first: a bad value is reported before the corpus is read and tokenised.
+        run.validate()?;
         let text = data::read_corpus(Path::new(&run.corpus))?;
         let tok = build_tokenizer(&run.tokenizer, &text)?;
         run.model.vocab_size = tok.vocab_size();
@@ -275,14 +288,19 @@ pub fn train(gpu: Arc<Gpu>, opts: TrainOptions) -> Result<Summary, TrainError> {
     let data = data::Dataset::new(tokens, t.val_fraction, t.seq_len)?;
 
     let opt0 = adamw_cfg(&t, start);
-    let prog = model.program_with(
-        t.batch_size,
-        t.seq_len,
-        &opt0,
-        run.model.label_smoothing as f32,
-        1.0 / t.grad_accum as f32,
-    )?;
-    let eval_prog = model.program_with(t.batch_size, t.seq_len, &opt0, 0.0, 1.0)?;
+    // Activations that do not fit the adapter: say which settings make them smaller.
+    let hint = |e: crate::gpu::GpuError| match e {
+        crate::gpu::GpuError::TooLarge { .. } => TrainError::Settings(format!(
+            "{e}. The activations of a batch of {} × {} tokens do not fit this adapter: lower \
+             train.batch_size or train.seq_len (train.grad_accum keeps the global batch)",
+            t.batch_size, t.seq_len
+        )),
+        e => TrainError::Gpu(e),
+    };
+    let prog = model
+        .program_with(t.batch_size, t.seq_len, &opt0, run.model.label_smoothing as f32, 1.0 / t.grad_accum as f32)
+        .map_err(hint)?;
+    let eval_prog = model.program_with(t.batch_size, t.seq_len, &opt0, 0.0, 1.0).map_err(hint)?;
     let metrics = out.join("metrics.jsonl");
     if !opts.resume {
         let _ = std::fs::remove_file(&metrics);
@@ -301,8 +319,8 @@ pub fn train(gpu: Arc<Gpu>, opts: TrainOptions) -> Result<Summary, TrainError> {
         let m = model.adam_m.read_f32(&model.gpu)?;
         let v = model.adam_v.read_f32(&model.gpu)?;
         let state = checkpoint::RunState { step, elapsed };
-        checkpoint::save(&out, &model.cfg, &tok, &model.layout, &p, Some((&m, &v, &state, &run_toml)))?;
-        Ok(())
+        checkpoint::save(&out, &model.cfg, &tok, &model.layout, &p, Some((&m, &v, &state, &run_toml)))
+            .map_err(|source| TrainError::Save { step, dir: out.clone(), source })
     };
     let mut tok_s = 0.0;
     while step < opts.steps {
@@ -327,7 +345,9 @@ pub fn train(gpu: Arc<Gpu>, opts: TrainOptions) -> Result<Summary, TrainError> {
             )?;
         }
         let stats = prog.stats.read_f32(&gpu)?;
-        let (loss, gnorm) = (stats[0], stats[2].max(0.0).sqrt());
+        // A non-finite norm² is reported as it is (NaN.max(0) would read as 0).
+        let gnorm = if stats[2].is_finite() { stats[2].max(0.0).sqrt() } else { stats[2] };
+        let loss = stats[0];
         let finite = loss.is_finite() && stats[2].is_finite();
         if !finite && !t.skip_nonfinite {
             progress.finish();

@@ -1,0 +1,497 @@
+//! Reliability through the real CLI: every bad input is a non-zero exit with a message that names
+//! the problem (file, field, expected vs got, what to do) and no panic; faults (kill -9 during a
+//! save, non-finite steps, a full disk, an unwritable directory) lose no data.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ddl-rel-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn cmd(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ddl"));
+    c.env("DDL_CACHE_DIR", dir.join("cache")).env_remove("DDL_FAULT_ENOSPC_SAVE");
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Runs `ddl args` and checks it fails cleanly with every needle in its output.
+fn fails(dir: &Path, args: &[&str], needles: &[&str]) -> String {
+    let o = cmd(dir).args(args).output().unwrap();
+    let t = text(&o);
+    assert!(!o.status.success(), "`ddl {}` should fail but succeeded:\n{t}", args.join(" "));
+    // 1: our errors; 2: command-line usage errors reported by clap. Never a panic (101) or a signal.
+    assert!(matches!(o.status.code(), Some(1 | 2)), "`ddl {}`: exit status {:?}:\n{t}", args.join(" "), o.status);
+    assert!(!t.contains("panicked") && !t.contains("RUST_BACKTRACE"), "`ddl {}` panicked:\n{t}", args.join(" "));
+    for n in needles {
+        assert!(t.contains(n), "`ddl {}`: expected {n:?} in:\n{t}", args.join(" "));
+    }
+    t
+}
+
+fn corpus(dir: &Path) -> String {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/tinyshakespeare.txt")).unwrap();
+    let p = dir.join("corpus.txt");
+    std::fs::write(&p, &text[..20_000]).unwrap();
+    p.display().to_string()
+}
+
+/// Flags of a model that trains a step in well under a second on lavapipe.
+const SMALL: &[&str] = &[
+    "--set",
+    "model.d_model=32",
+    "--set",
+    "model.n_layers=1",
+    "--set",
+    "model.n_heads=2",
+    "--set",
+    "model.head_dim=16",
+    "--set",
+    "model.mlp_hidden=85",
+    "--set",
+    "train.batch_size=2",
+    "--set",
+    "train.seq_len=16",
+    "--set",
+    "train.eval_batches=1",
+];
+
+fn train_args<'a>(corpus: &'a str, out: &'a str, steps: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec!["train", "--variant", "ddl", "--corpus", corpus, "--out", out, "--steps", steps];
+    a.extend_from_slice(SMALL);
+    a.extend_from_slice(extra);
+    a
+}
+
+/// A small trained checkpoint in `dir/ck`.
+fn checkpoint(dir: &Path) -> PathBuf {
+    let c = corpus(dir);
+    let out = dir.join("ck");
+    let o = cmd(dir).args(train_args(&c, out.to_str().unwrap(), "2", &[])).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    out
+}
+
+type Tensors = Vec<(String, Vec<usize>, Vec<f32>)>;
+
+fn read_st(path: &Path) -> (Tensors, HashMap<String, String>) {
+    let bytes = std::fs::read(path).unwrap();
+    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut t: Tensors = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| {
+            let data = v.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            (n, v.shape().to_vec(), data)
+        })
+        .collect();
+    t.sort_by(|a, b| a.0.cmp(&b.0));
+    (t, meta.metadata().clone().unwrap_or_default())
+}
+
+fn write_st(path: &Path, t: &Tensors, meta: HashMap<String, String>) {
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = t
+        .iter()
+        .map(|(n, s, d)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), bytemuck::cast_slice(d))
+                    .unwrap(),
+            )
+        })
+        .collect();
+    std::fs::write(path, safetensors::serialize(views, Some(meta)).unwrap()).unwrap();
+}
+
+/// A copy of checkpoint `src` named `name`, with its model file changed by `f`.
+fn mutated(src: &Path, name: &str, f: impl FnOnce(&mut Tensors, &mut HashMap<String, String>)) -> PathBuf {
+    let dst = src.parent().unwrap().join(name);
+    std::fs::create_dir_all(&dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap().flatten() {
+        std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+    }
+    let (mut t, mut meta) = read_st(&src.join("model.safetensors"));
+    f(&mut t, &mut meta);
+    write_st(&dst.join("model.safetensors"), &t, meta);
+    dst
+}
+
+fn gen_args(ck: &Path) -> Vec<String> {
+    ["generate", "--checkpoint", ck.to_str().unwrap(), "--prompt", "To be", "--max-tokens", "2"]
+        .map(String::from)
+        .to_vec()
+}
+
+fn fails_gen(dir: &Path, ck: &Path, needles: &[&str]) -> String {
+    let a = gen_args(ck);
+    let a: Vec<&str> = a.iter().map(|s| s.as_str()).collect();
+    fails(dir, &a, needles)
+}
+
+#[test]
+fn checkpoint_problems_are_clear_errors() {
+    let dir = tmpdir("ckpt");
+    let ck = checkpoint(&dir);
+    // The untouched checkpoint works (so each failure below is the mutation's doing).
+    let a = gen_args(&ck);
+    let o = cmd(&dir).args(&a).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+
+    fails_gen(&dir, &dir.join("nope"), &["nope", "does not exist"]);
+    let m = mutated(&ck, "missing-file", |_, _| {});
+    std::fs::remove_file(m.join("model.safetensors")).unwrap();
+    fails_gen(&dir, &m, &["model.safetensors", "missing"]);
+    let m = mutated(&ck, "truncated", |_, _| {});
+    let b = std::fs::read(m.join("model.safetensors")).unwrap();
+    std::fs::write(m.join("model.safetensors"), &b[..b.len() * 2 / 3]).unwrap();
+    fails_gen(&dir, &m, &["model.safetensors", "truncated or corrupt"]);
+    let m = mutated(&ck, "header", |_, _| {});
+    let mut b = std::fs::read(m.join("model.safetensors")).unwrap();
+    b[8..40].copy_from_slice(&[b'#'; 32]);
+    std::fs::write(m.join("model.safetensors"), &b).unwrap();
+    fails_gen(&dir, &m, &["model.safetensors", "not a valid safetensors"]);
+    let m = mutated(&ck, "shape", |t, _| {
+        let e = t.iter_mut().find(|x| x.0 == "final_norm.gain" || x.0.ends_with("norm.gain")).unwrap();
+        e.1 = vec![e.2.len() - 1];
+        e.2.pop();
+    });
+    fails_gen(&dir, &m, &["model.safetensors", "has shape", "the config needs"]);
+    let m = mutated(&ck, "missing-tensor", |t, _| {
+        t.retain(|x| x.0 != "tok_emb");
+    });
+    fails_gen(&dir, &m, &["tensor 'tok_emb' is missing", "variant ddl"]);
+    let m = mutated(&ck, "extra", |t, _| t.push(("blocks.7.mystery".into(), vec![2], vec![0.0, 1.0])));
+    fails_gen(&dir, &m, &["unknown tensor(s)", "blocks.7.mystery"]);
+    let m = mutated(&ck, "variant", |_, meta| {
+        let c = meta.get_mut("config").unwrap();
+        *c = c.replace("\"variant\":\"ddl\"", "\"variant\":\"ddl_cc\"");
+        assert!(c.contains("ddl_cc"), "{c}");
+    });
+    fails_gen(&dir, &m, &["model.safetensors", "variant ddl_cc", "different model"]);
+    let m = mutated(&ck, "nan", |t, _| {
+        let e = t.iter_mut().find(|x| x.0 == "tok_emb").unwrap();
+        e.2[5] = f32::NAN;
+    });
+    fails_gen(&dir, &m, &["tok_emb", "non-finite", "element 5"]);
+    let m = mutated(&ck, "version", |_, meta| {
+        meta.insert("version".into(), "99".into());
+    });
+    fails_gen(&dir, &m, &["version 99", "newer", "upgrade"]);
+    let m = mutated(&ck, "format", |_, meta| {
+        meta.insert("format".into(), "something-else".into());
+    });
+    fails_gen(&dir, &m, &["something-else", "not a ddl checkpoint"]);
+    // Resuming needs the moments too: a missing or mismatched optim file is named.
+    let m = mutated(&ck, "no-optim", |_, _| {});
+    std::fs::remove_file(m.join("optim.safetensors")).unwrap();
+    fails(&dir, &["train", "--resume", m.to_str().unwrap(), "--steps", "3"], &["optim.safetensors", "missing"]);
+    let m = mutated(&ck, "step", |_, meta| {
+        meta.insert("step".into(), "7".into());
+    });
+    fails(&dir, &["train", "--resume", m.to_str().unwrap(), "--steps", "9"], &["holds step 2", "holds step 7"]);
+}
+
+#[test]
+fn config_problems_are_clear_errors() {
+    let dir = tmpdir("config");
+    let c = corpus(&dir);
+    let out = dir.join("o").display().to_string();
+    let t = |extra: &[&str], needles: &[&str]| {
+        let mut a = vec!["train", "--corpus", &c, "--out", &out, "--steps", "1"];
+        a.extend_from_slice(extra);
+        fails(&dir, &a, needles);
+    };
+    t(&["--set", "train.nope=1"], &["unknown key 'train.nope'"]);
+    t(&["--set", "train.batch_size=\"many\""], &["batch_size"]);
+    t(&["--set", "model.d_v=0"], &["d_v"]);
+    t(&["--set", "model.n_heads=0"], &["n_heads"]);
+    t(&["--set", "model.head_dim=0"], &["head_dim"]);
+    t(&["--set", "model.state_kernel=0"], &["state_kernel"]);
+    t(&["--set", "train.lr=-1"], &["train.lr", "≥ 0", "-1"]);
+    t(&["--set", "train.seq_len=128"], &["train.seq_len", "128", "max_seq_len 64"]);
+    t(&["--set", "train.warmup_steps=5000", "--set", "train.decay_steps=10"], &["decay_steps"]);
+    t(&["--variant", "ddl_x"], &["unknown variant 'ddl_x'", "baseline"]);
+    t(&["--preset", "gigantic"], &["unknown preset 'gigantic'"]);
+    fails(&dir, &["train", "--corpus", &c, "--out", &out, "--steps=-1"], &["--steps", "-1"]);
+    // A batch whose activations exceed the adapter's buffer limit: how much, and what to lower.
+    t(&["--set", "train.batch_size=100000"], &["bytes", "allows at most", "lower train.batch_size"]);
+    let cfg = dir.join("run.toml");
+    std::fs::write(&cfg, "[train]\nlr = \"fast\"\n").unwrap();
+    t(&["--config", cfg.to_str().unwrap()], &["run.toml", "lr"]);
+    std::fs::write(&cfg, "[trian]\nlr = 1.0\n").unwrap();
+    t(&["--config", cfg.to_str().unwrap()], &["run.toml", "unknown key 'trian'"]);
+    t(&["--config", dir.join("none.toml").to_str().unwrap()], &["none.toml"]);
+    // Resuming keeps the run's settings: changing the variant or a setting is refused, not ignored.
+    let ck = checkpoint(&dir);
+    let r = ck.to_str().unwrap();
+    fails(
+        &dir,
+        &["train", "--resume", r, "--variant", "ddl_cc", "--steps", "3"],
+        &["model.variant", "saved \"ddl\"", "given \"ddl_cc\""],
+    );
+    fails(
+        &dir,
+        &["train", "--resume", r, "--set", "train.lr=1", "--steps", "3"],
+        &["train.lr: saved 0.003, given 1", "--out"],
+    );
+    // Repeating the run's own flags is fine.
+    let c2 = c.clone();
+    let mut a = train_args(&c2, r, "3", &[]);
+    a[5] = "--resume";
+    let o = cmd(&dir).args(&a).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+#[test]
+fn corpus_problems_are_clear_errors() {
+    let dir = tmpdir("corpus");
+    let out = dir.join("o").display().to_string();
+    let t = |corpus: &str, needles: &[&str]| {
+        let mut a = vec!["train", "--corpus", corpus, "--out", &out, "--steps", "1"];
+        a.extend_from_slice(SMALL);
+        fails(&dir, &a, needles)
+    };
+    t("/nonexistent/x.txt", &["/nonexistent/x.txt", "does not exist"]);
+    let p = dir.join("empty.txt");
+    std::fs::write(&p, "").unwrap();
+    t(p.to_str().unwrap(), &["empty.txt", "empty"]);
+    let p = dir.join("short.txt");
+    std::fs::write(&p, "To be, or not to be").unwrap();
+    t(p.to_str().unwrap(), &["fewer than one sequence", "seq_len"]);
+    let p = dir.join("latin1.txt");
+    std::fs::write(&p, b"caf\xe9 au lait").unwrap();
+    t(p.to_str().unwrap(), &["latin1.txt", "not UTF-8", "offset 3"]);
+    let d = dir.join("no-txt");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("notes.md"), "# notes").unwrap();
+    t(d.to_str().unwrap(), &["no-txt", "no .txt files"]);
+}
+
+#[test]
+fn tokenizer_problems_are_clear_errors() {
+    let dir = tmpdir("tok");
+    let c = corpus(&dir);
+    let out = dir.join("o").display().to_string();
+    let t = |tok: &str, needles: &[&str]| {
+        let mut a = vec!["train", "--corpus", &c, "--out", &out, "--steps", "1", "--tokenizer", tok];
+        a.extend_from_slice(SMALL);
+        fails(&dir, &a, needles)
+    };
+    t("/nonexistent/tok.json", &["/nonexistent/tok.json", "does not exist"]);
+    let p = dir.join("bad.json");
+    std::fs::write(&p, "{ this is not json").unwrap();
+    t(p.to_str().unwrap(), &["bad.json"]);
+    fails(&dir, &["tokenizer", "encode", "--tokenizer", p.to_str().unwrap(), "--text", "x"], &["bad.json"]);
+    // A checkpoint whose tokenizer has more tokens than the model's vocabulary (its ids would
+    // index outside the embedding).
+    let ck = checkpoint(&dir);
+    let bpe = dir.join("bpe.json");
+    let o = cmd(&dir)
+        .args(["tokenizer", "train", "--corpus", &c, "--vocab-size", "300", "--out", bpe.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let big = std::fs::read_to_string(&bpe).unwrap();
+    let m = mutated(&ck, "big-vocab", |_, meta| {
+        let json = format!(r#"{{"kind":"bpe","tokenizer":{big}}}"#);
+        let old = meta.insert("tokenizer".into(), json);
+        assert!(old.is_some());
+    });
+    fails_gen(&dir, &m, &["model.safetensors", "the tokenizer has 300 tokens but the model's vocabulary is"]);
+}
+
+#[test]
+fn generation_problems_are_clear_errors() {
+    let dir = tmpdir("gen");
+    let ck = checkpoint(&dir);
+    let k = ck.to_str().unwrap();
+    let g = |extra: &[&str], needles: &[&str]| {
+        let mut a = vec!["generate", "--checkpoint", k];
+        a.extend_from_slice(extra);
+        fails(&dir, &a, needles)
+    };
+    g(&["--prompt", ""], &["--prompt is empty"]);
+    g(&["--prompt", "hi", "--max-tokens", "0"], &["--max-tokens", "at least 1"]);
+    g(&["--prompt", "hi", "--temperature=-0.5"], &["--temperature", "-0.5"]);
+    g(&["--prompt", "hi", "--top-p", "0"], &["--top-p", "(0, 1]", "got 0"]);
+    g(&["--prompt", "hi", "--top-p", "1.5"], &["--top-p", "1.5"]);
+    g(&["--prompt", "hi", "--temperature", "nan"], &["--temperature"]);
+    // Characters the char-level tokenizer never saw are named.
+    g(&["--prompt", "日本"], &["日"]);
+    // A prompt longer than the context is documented behaviour, not an error: its last part is
+    // used (with a note) and generation proceeds.
+    let long = "To be, or not to be: that is the question. ".repeat(4);
+    let o = cmd(&dir).args(["generate", "--checkpoint", k, "--prompt", &long, "--max-tokens", "3"]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("more than the context of 64"), "{}", text(&o));
+}
+
+#[test]
+fn device_problems_are_clear_errors() {
+    let dir = tmpdir("device");
+    fails(&dir, &["--backend", "metal", "info"], &["no adapter matches", "Metal", "Adapters found"]);
+    fails(&dir, &["--backend", "quantum", "info"], &["unknown backend 'quantum'", "vulkan"]);
+    fails(&dir, &["--adapter", "7", "info"], &["no adapter matches '7'", "[0]"]);
+    fails(&dir, &["--adapter", "no-such-gpu", "info"], &["no-such-gpu", "Adapters found"]);
+    // No Vulkan driver at all: the message says how to install one.
+    let o = cmd(&dir)
+        .args(["--backend", "vulkan", "info"])
+        .env("VK_ICD_FILENAMES", "/nonexistent/icd.json")
+        .env("VK_DRIVER_FILES", "/nonexistent/icd.json")
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(!o.status.success() && !t.contains("panicked"), "{t}");
+    assert!(t.contains("mesa-vulkan-drivers") || t.contains("no adapter matches"), "{t}");
+}
+
+/// Names of the files in `dir`.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|r| r.flatten().map(|e| e.file_name().to_string_lossy().to_string()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn kill_9_during_checkpoint_writes_never_loses_the_checkpoint() {
+    let dir = tmpdir("kill");
+    let c = corpus(&dir);
+    let out = dir.join("run");
+    let o = out.to_str().unwrap();
+    // A bigger model (the tiny preset, ~10 MB per checkpoint) saved after every step, so the
+    // saves take a good share of the time.
+    let args = |steps: &'static str| -> Vec<String> {
+        ["train", "--variant", "ddl", "--corpus", &c, "--out", o, "--steps", steps]
+            .into_iter()
+            .map(String::from)
+            .chain(
+                [
+                    "--set",
+                    "train.batch_size=1",
+                    "--set",
+                    "train.seq_len=8",
+                    "--set",
+                    "train.checkpoint_every=1",
+                    "--set",
+                    "train.eval_batches=1",
+                ]
+                .map(String::from),
+            )
+            .collect()
+    };
+    let first = cmd(&dir).args(args("2")).output().unwrap();
+    assert!(first.status.success(), "{}", text(&first));
+    let mut hits = 0;
+    let mut kills = 0;
+    let deadline = Instant::now() + Duration::from_secs(150);
+    while hits < 3 && kills < 25 && Instant::now() < deadline {
+        let mut resume = cmd(&dir);
+        resume.args(["train", "--resume", o, "--steps", "1000000"]);
+        let mut child = resume.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+        // Wait for a save in progress (a temporary checkpoint file), then kill -9.
+        let t0 = Instant::now();
+        let mut hit = false;
+        while t0.elapsed() < Duration::from_secs(20) {
+            if names(&out).iter().any(|n| n.contains("safetensors.tmp-") || n.contains("prev")) {
+                hit = true;
+                break;
+            }
+            if let Ok(Some(_)) = child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        kills += 1;
+        hits += hit as usize;
+        // Whatever moment the kill hit, a consistent checkpoint loads, with its moments.
+        let ck = ddl::train::checkpoint::load(&out, true)
+            .unwrap_or_else(|e| panic!("after kill {kills} (files {:?}): {e}", names(&out)));
+        assert!(ck.step >= 2 && ck.optim.is_some(), "after kill {kills}: step {}", ck.step);
+    }
+    assert!(hits >= 1, "no kill landed during a save in {kills} tries (files: {:?})", names(&out));
+    // And the run resumes from there and finishes.
+    let step = ddl::train::checkpoint::load(&out, false).unwrap().step;
+    let target = (step + 2).to_string();
+    let r = cmd(&dir).args(["train", "--resume", o, "--steps", &target]).output().unwrap();
+    assert!(r.status.success(), "{}", text(&r));
+    assert_eq!(ddl::train::checkpoint::load(&out, true).unwrap().step, step + 2);
+    assert!(!names(&out).iter().any(|n| n.contains(".tmp-")), "stale temporary files: {:?}", names(&out));
+}
+
+#[test]
+fn a_non_finite_step_stops_the_run_or_is_skipped_and_no_checkpoint_is_corrupted() {
+    let dir = tmpdir("nan");
+    let c = corpus(&dir);
+    // A learning rate of 1e4 without clipping makes the loss overflow within a few steps.
+    let diverge = ["--set", "train.lr=1e4", "--set", "train.grad_clip=0", "--set", "train.warmup_steps=1"];
+    let every = ["--set", "train.checkpoint_every=1", "--set", "train.log_every=1"];
+    let out = dir.join("stop");
+    let mut extra: Vec<&str> = diverge.to_vec();
+    extra.extend_from_slice(&every);
+    let a = train_args(&c, out.to_str().unwrap(), "8", &extra);
+    let e = fails(&dir, &a, &["not finite", "the last good one is kept", "--skip-nonfinite"]);
+    let bad: usize = e.split("step ").filter_map(|s| s.split(':').next()?.trim().parse().ok()).last().unwrap();
+    assert!(bad >= 2, "{e}");
+    // The checkpoint on disk is the last good step, loads (no NaN in it) and resumes.
+    let ck = ddl::train::checkpoint::load(&out, true).unwrap();
+    assert_eq!(ck.step, bad - 1, "{e}");
+    let lines = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    assert!(!lines.contains(&format!("\"step\":{bad},")), "the failed step must not be logged as done");
+
+    // --skip-nonfinite: such steps are skipped (logged as skipped), the run finishes, and the
+    // saved parameters are finite.
+    let out2 = dir.join("skip");
+    let mut extra: Vec<&str> = diverge.to_vec();
+    extra.extend_from_slice(&every);
+    extra.push("--skip-nonfinite");
+    let a = train_args(&c, out2.to_str().unwrap(), "8", &extra);
+    let o = cmd(&dir).args(&a).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let lines = std::fs::read_to_string(out2.join("metrics.jsonl")).unwrap();
+    let skipped = lines.lines().filter(|l| l.contains("\"skipped\":true")).count();
+    assert!(skipped >= 1, "{lines}");
+    let ck = ddl::train::checkpoint::load(&out2, true).unwrap();
+    assert_eq!(ck.step, 8);
+    assert!(ck.params.iter().all(|x| x.is_finite()));
+}
+
+#[test]
+fn a_full_disk_or_an_unwritable_directory_is_a_clear_error_and_keeps_the_last_checkpoint() {
+    let dir = tmpdir("disk");
+    let c = corpus(&dir);
+    // Not writable: the output path runs through a regular file (fails before training starts,
+    // even as root, where permission bits would not stop us).
+    std::fs::write(dir.join("file"), "x").unwrap();
+    let bad = dir.join("file").join("run");
+    let a = train_args(&c, bad.to_str().unwrap(), "2", &[]);
+    fails(&dir, &a, &["output directory", "not writable"]);
+    // A full disk during a save (injected: the checkpoint saves after the first one fail half-way
+    // through a file with ENOSPC): the run stops with a clear error and the previous checkpoint stays loadable.
+    let out = dir.join("run");
+    let a = train_args(&c, out.to_str().unwrap(), "6", &["--set", "train.checkpoint_every=1"]);
+    let o = cmd(&dir).args(&a).env("DDL_FAULT_ENOSPC_SAVE", "1").output().unwrap();
+    let t = text(&o);
+    assert!(!o.status.success() && !t.contains("panicked"), "{t}");
+    for n in ["step 2", "saving the checkpoint failed", "No space left on device", "--resume"] {
+        assert!(t.contains(n), "expected {n:?} in: {t}");
+    }
+    let ck = ddl::train::checkpoint::load(&out, true).unwrap();
+    assert_eq!(ck.step, 1);
+    assert!(!names(&out).iter().any(|n| n.contains(".tmp-")), "temporary files left: {:?}", names(&out));
+    let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "3"]).output().unwrap();
+    assert!(r.status.success(), "{}", text(&r));
+}
