@@ -76,7 +76,13 @@ impl ExperimentSpec {
     pub fn load(path: &Path) -> Result<ExperimentSpec, ExperimentError> {
         let err = |msg: String| ExperimentError::Spec { path: path.to_path_buf(), msg };
         let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read the spec: {e}")))?;
-        let spec: ExperimentSpec = toml::from_str(&text).map_err(|e| err(e.message().to_string()))?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and checks the text of a spec (`path` names it in errors).
+    pub fn parse(text: &str, path: &Path) -> Result<ExperimentSpec, ExperimentError> {
+        let err = |msg: String| ExperimentError::Spec { path: path.to_path_buf(), msg };
+        let spec: ExperimentSpec = toml::from_str(text).map_err(|e| err(e.message().to_string()))?;
         spec.check().map_err(err)?;
         // Every run's config must resolve now, not an hour into the grid.
         for v in spec.variant_list().map_err(err)? {

@@ -58,8 +58,14 @@ pub struct Golden {
 impl Golden {
     /// Reads and checks a golden file.
     pub fn load(path: &Path) -> Result<Golden, GoldenError> {
+        let bytes = std::fs::read(path).map_err(|source| GoldenError::Io { path: path.to_path_buf(), source })?;
+        Self::parse(path, &bytes)
+    }
+
+    /// Parses the bytes of a golden file (`path` names it in errors).
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Golden, GoldenError> {
         let p = path.to_path_buf();
-        let bytes = std::fs::read(path).map_err(|source| GoldenError::Io { path: p.clone(), source })?;
+        let bytes = bytes;
         let content = |msg: String| GoldenError::Content { path: p.clone(), msg };
         let st = safetensors::SafeTensors::deserialize(&bytes)
             .map_err(|e| GoldenError::Format { path: p.clone(), msg: e.to_string() })?;

@@ -495,3 +495,22 @@ fn a_full_disk_or_an_unwritable_directory_is_a_clear_error_and_keeps_the_last_ch
     let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "3"]).output().unwrap();
     assert!(r.status.success(), "{}", text(&r));
 }
+
+#[test]
+fn a_lost_device_is_a_clear_error_and_keeps_the_last_checkpoint() {
+    let dir = tmpdir("lost");
+    let c = corpus(&dir);
+    let out = dir.join("run");
+    let a = train_args(&c, out.to_str().unwrap(), "6", &["--set", "train.checkpoint_every=1"]);
+    // Injected: the device is destroyed (as a driver reset would lose it) before step 3 runs.
+    let o = cmd(&dir).args(&a).env("DDL_FAULT_DEVICE_LOST_STEP", "3").output().unwrap();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    for n in ["step 3", "device was lost", "checkpoint of step 2", "--resume"] {
+        assert!(t.contains(n), "expected {n:?} in: {t}");
+    }
+    assert!(!t.contains("panicked"), "{t}");
+    assert_eq!(ddl::train::checkpoint::load(&out, true).unwrap().step, 2);
+    let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "4"]).output().unwrap();
+    assert!(r.status.success(), "{}", text(&r));
+}

@@ -1,5 +1,8 @@
 //! Adapter choice and device creation.
 
+const DEVICE_LOST: &str = "the GPU device was lost";
+const OUT_OF_MEMORY: &str = "the GPU ran out of memory";
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -196,8 +199,22 @@ impl Gpu {
         let errors = Arc::new(Mutex::new(Vec::new()));
         let sink = errors.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
-            sink.lock().unwrap().push(e.to_string());
+            let msg = match &e {
+                wgpu::Error::OutOfMemory { .. } => format!("{OUT_OF_MEMORY}: {e}"),
+                _ => e.to_string(),
+            };
+            if let Ok(mut v) = sink.lock() {
+                v.push(msg);
+            }
         }));
+        // A lost device (driver reset, GPU removed, or `destroy`) is reported by `check`.
+        let lost_sink = errors.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            if let Ok(mut v) = lost_sink.lock() {
+                let detail = if msg.trim().is_empty() { String::new() } else { format!(": {}", msg.trim()) };
+                v.push(format!("{DEVICE_LOST} (reason: {reason:?}{detail})"));
+            }
+        });
         Ok(Arc::new(Gpu {
             adapter,
             device,
@@ -211,22 +228,31 @@ impl Gpu {
         }))
     }
 
-    /// Returns the first error the device reported since the last check, if any.
+    /// Returns the errors the device reported since the last check, if any (a lost device or an
+    /// out-of-memory error as their own kinds).
     pub fn check(&self) -> Result<()> {
-        let mut errs = self.errors.lock().unwrap();
+        let mut errs = self.errors.lock().unwrap_or_else(|p| p.into_inner());
         if errs.is_empty() {
-            Ok(())
+            return Ok(());
+        }
+        let all = errs.join("\n");
+        errs.clear();
+        if all.contains(DEVICE_LOST) {
+            Err(GpuError::DeviceLost(all))
+        } else if all.contains(OUT_OF_MEMORY) {
+            Err(GpuError::OutOfMemory(all))
         } else {
-            let all = errs.join("\n");
-            errs.clear();
             Err(GpuError::Device(all))
         }
     }
 
     /// Blocks until all submitted work has finished, then reports device errors.
     pub fn wait(&self) -> Result<()> {
-        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| GpuError::Device(e.to_string()))?;
-        self.check()
+        let polled = self.device.poll(wgpu::PollType::wait_indefinitely());
+        // A lost device makes the poll fail too: report the cause the callback recorded first.
+        self.check()?;
+        polled.map_err(|e| GpuError::Device(e.to_string()))?;
+        Ok(())
     }
 
     /// Whether GPU timestamps can be written between compute passes.
@@ -254,6 +280,16 @@ impl Gpu {
             });
         }
         Ok(())
+    }
+
+    /// Whether the device was lost (after which nothing can run on it).
+    pub fn is_lost(&self) -> bool {
+        self.errors.lock().map(|v| v.iter().any(|e| e.contains(DEVICE_LOST))).unwrap_or(false)
+    }
+
+    /// Fault injection for tests: destroys the device, as a driver reset would lose it.
+    pub fn simulate_device_loss(&self) {
+        self.device.destroy();
     }
 
     /// A human-readable description of the device for `ddl info`.

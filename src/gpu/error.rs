@@ -37,6 +37,15 @@ pub enum GpuError {
     #[error("the GPU reported an error: {0}")]
     Device(String),
 
+    #[error(
+        "{0}. Nothing more can run on this device: restart the program (a training run continues from its \
+         last checkpoint with `ddl train --resume DIR`)"
+    )]
+    DeviceLost(String),
+
+    #[error("{0}. Lower the batch size or sequence length, or use a smaller model")]
+    OutOfMemory(String),
+
     #[error("shape error: {0}")]
     Shape(String),
 }

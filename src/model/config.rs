@@ -237,6 +237,33 @@ impl ModelConfig {
         pos("head_dim", self.head_dim)?;
         pos("mlp_hidden", self.mlp_hidden)?;
         pos("max_seq_len", self.max_seq_len)?;
+        // Upper bounds far beyond any real model, so size arithmetic cannot overflow (and a
+        // corrupt config cannot ask for absurd allocations).
+        for (f, v, max) in [
+            ("vocab_size", self.vocab_size, 1usize << 24),
+            ("d_model", self.d_model, 1 << 17),
+            ("n_layers", self.n_layers, 1 << 12),
+            ("n_heads", self.n_heads, 1 << 12),
+            ("head_dim", self.head_dim, 1 << 14),
+            ("mlp_hidden", self.mlp_hidden, 1 << 20),
+            ("max_seq_len", self.max_seq_len, 1 << 24),
+            ("d_v", self.d_v, 1 << 10),
+            ("state_kernel", self.state_kernel, 1 << 12),
+            ("embed_kernel", self.embed_kernel, 1 << 12),
+            ("k_mlp_hidden", self.k_mlp_hidden, 1 << 20),
+        ] {
+            if v > max {
+                return Err(cerr(f, format!("{v} is larger than this build supports ({max})")));
+            }
+        }
+        let params = (self.vocab_size as u128 * self.d_model as u128)
+            + self.n_layers as u128
+                * (4 * self.d_model as u128 * (self.n_heads * self.head_dim) as u128
+                    + 3 * self.d_model as u128 * self.mlp_hidden as u128
+                    + (self.d_model * self.d_v) as u128 * (self.state_kernel + self.embed_kernel + 4) as u128);
+        if params > 1u128 << 36 {
+            return Err(cerr("d_model", format!("the model would have about {params} parameters, more than 2^36")));
+        }
         if self.head_dim % 2 != 0 {
             return Err(cerr("head_dim", format!("RoPE rotates pairs: must be even, got {}", self.head_dim)));
         }

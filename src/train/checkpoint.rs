@@ -33,10 +33,13 @@ pub enum CheckpointError {
     Content { path: PathBuf, msg: String },
 }
 
-/// Where [`write_tmp`] puts the bytes of `path` before the rename.
+/// Where [`write_tmp`] puts the bytes of `path` before the rename: unique per process and per
+/// write, so threads writing the same file at once do not share a temporary file.
 fn tmp_path(path: &Path) -> PathBuf {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = path.parent().unwrap_or(Path::new("."));
-    dir.join(format!(".{}.tmp-{}", path.file_name().unwrap_or_default().to_string_lossy(), std::process::id()))
+    dir.join(format!(".{}.tmp-{}-{n}", path.file_name().unwrap_or_default().to_string_lossy(), std::process::id()))
 }
 
 /// Fault injection for the disk-full test: with `DDL_FAULT_ENOSPC_SAVE=N`, checkpoint saves
@@ -89,12 +92,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Removes temporary files left in a run directory by writers that were killed (not ours).
 pub fn remove_stale_tmp(dir: &Path) {
-    let ours = format!(".tmp-{}", std::process::id());
+    let ours = format!(".tmp-{}-", std::process::id());
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().to_string();
         let ours_kind = [MODEL_FILE, OPTIM_FILE, "config.toml"].iter().any(|f| name.starts_with(&format!(".{f}.tmp-")));
-        if ours_kind && !name.ends_with(&ours) {
+        if ours_kind && !name.contains(&ours) {
             let _ = std::fs::remove_file(e.path());
         }
     }
@@ -220,9 +223,8 @@ fn parse_tensors(
     bytes: &[u8],
     layout: &Layout,
     prefix: &str,
-    out: &mut [f32],
     cfg: &ModelConfig,
-) -> Result<(), CheckpointError> {
+) -> Result<Vec<f32>, CheckpointError> {
     let content = |msg: String| CheckpointError::Content { path: path.to_path_buf(), msg };
     // Tensors that do not fit the config: say which config they were checked against.
     let cfg_note = format!(
@@ -232,8 +234,11 @@ fn parse_tensors(
     );
     let st = safetensors::SafeTensors::deserialize(bytes)
         .map_err(|e| CheckpointError::Corrupt { path: path.to_path_buf(), msg: e.to_string() })?;
+    // Names, shapes and dtypes first: only a file that holds every tensor of the config (so at
+    // least as many bytes as the parameters need) gets the parameter buffer allocated.
     let mut expected: std::collections::HashSet<String> = std::collections::HashSet::new();
-    for (s, &o) in layout.specs.iter().zip(&layout.offsets) {
+    let mut views = Vec::with_capacity(layout.specs.len());
+    for s in &layout.specs {
         let name = format!("{prefix}{}", s.name);
         expected.insert(name.clone());
         let t = st.tensor(&name).map_err(|_| content(format!("tensor '{name}' is missing{cfg_note}")))?;
@@ -247,6 +252,16 @@ fn parse_tensors(
         if t.dtype() != safetensors::Dtype::F32 {
             return Err(content(format!("tensor '{name}' has dtype {:?}, expected F32", t.dtype())));
         }
+        views.push((name, t));
+    }
+    let mut extra: Vec<String> =
+        st.names().into_iter().filter(|n| !expected.contains(*n)).map(|s| s.to_string()).collect();
+    if !extra.is_empty() {
+        extra.sort();
+        return Err(content(format!("unknown tensor(s) for this model: {}{cfg_note}", extra.join(", "))));
+    }
+    let mut out = vec![0.0f32; layout.total];
+    for ((name, t), (s, &o)) in views.iter().zip(layout.specs.iter().zip(&layout.offsets)) {
         let dst = &mut out[o..o + s.len()];
         for (d, c) in dst.iter_mut().zip(t.data().chunks_exact(4)) {
             *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
@@ -255,13 +270,7 @@ fn parse_tensors(
             return Err(content(format!("tensor '{name}' holds a non-finite value ({}) at element {i}", dst[i])));
         }
     }
-    let mut extra: Vec<String> =
-        st.names().into_iter().filter(|n| !expected.contains(*n)).map(|s| s.to_string()).collect();
-    if !extra.is_empty() {
-        extra.sort();
-        return Err(content(format!("unknown tensor(s) for this model: {}{cfg_note}", extra.join(", "))));
-    }
-    Ok(())
+    Ok(out)
 }
 
 fn metadata(path: &Path, bytes: &[u8]) -> Result<HashMap<String, String>, CheckpointError> {
@@ -283,26 +292,21 @@ fn metadata(path: &Path, bytes: &[u8]) -> Result<HashMap<String, String>, Checkp
     Ok(md)
 }
 
-/// Loads `dir/model.safetensors` (and `optim.safetensors` when `with_optim`).
-pub fn load(dir: &Path, with_optim: bool) -> Result<Loaded, CheckpointError> {
-    if !dir.is_dir() {
-        return Err(CheckpointError::MissingDir(dir.to_path_buf()));
-    }
-    let mp = dir.join(MODEL_FILE);
-    let bytes = read_file(&mp)?;
-    let md = metadata(&mp, &bytes)?;
+/// Parses the bytes of a `model.safetensors` (`mp` names it in errors): config, tokenizer, step
+/// and the flat parameters.
+pub fn parse_model(mp: &Path, bytes: &[u8]) -> Result<(ModelConfig, Tokenizer, usize, Vec<f32>), CheckpointError> {
     let content = |p: &Path, msg: String| CheckpointError::Content { path: p.to_path_buf(), msg };
-    let cfg_s = md.get("config").ok_or_else(|| content(&mp, "metadata 'config' is missing".into()))?;
+    let md = metadata(mp, bytes)?;
+    let cfg_s = md.get("config").ok_or_else(|| content(mp, "metadata 'config' is missing".into()))?;
     let config: ModelConfig =
-        serde_json::from_str(cfg_s).map_err(|e| content(&mp, format!("metadata 'config' is invalid: {e}")))?;
-    config.validate().map_err(|e| content(&mp, e.to_string()))?;
-    let tokenizer = Tokenizer::from_json(
-        md.get("tokenizer").ok_or_else(|| content(&mp, "metadata 'tokenizer' is missing".into()))?,
-    )
-    .map_err(|e| content(&mp, e.to_string()))?;
+        serde_json::from_str(cfg_s).map_err(|e| content(mp, format!("metadata 'config' is invalid: {e}")))?;
+    config.validate().map_err(|e| content(mp, e.to_string()))?;
+    let tokenizer =
+        Tokenizer::from_json(md.get("tokenizer").ok_or_else(|| content(mp, "metadata 'tokenizer' is missing".into()))?)
+            .map_err(|e| content(mp, e.to_string()))?;
     if tokenizer.vocab_size() > config.vocab_size {
         return Err(content(
-            &mp,
+            mp,
             format!(
                 "the tokenizer has {} tokens but the model's vocabulary is {}",
                 tokenizer.vocab_size(),
@@ -312,8 +316,19 @@ pub fn load(dir: &Path, with_optim: bool) -> Result<Loaded, CheckpointError> {
     }
     let step: usize = md.get("step").and_then(|s| s.parse().ok()).unwrap_or(0);
     let layout = Layout::new(&config);
-    let mut params = vec![0.0f32; layout.total];
-    parse_tensors(&mp, &bytes, &layout, "", &mut params, &config)?;
+    let params = parse_tensors(mp, bytes, &layout, "", &config)?;
+    Ok((config, tokenizer, step, params))
+}
+
+/// Loads `dir/model.safetensors` (and `optim.safetensors` when `with_optim`).
+pub fn load(dir: &Path, with_optim: bool) -> Result<Loaded, CheckpointError> {
+    if !dir.is_dir() {
+        return Err(CheckpointError::MissingDir(dir.to_path_buf()));
+    }
+    let mp = dir.join(MODEL_FILE);
+    let bytes = read_file(&mp)?;
+    let (config, tokenizer, step, params) = parse_model(&mp, &bytes)?;
+    let layout = Layout::new(&config);
     let optim = if with_optim {
         let op = dir.join(OPTIM_FILE);
         let prev = dir.join(OPTIM_PREV_FILE);

@@ -52,6 +52,8 @@ pub enum TrainError {
         dir.display()
     )]
     Save { step: usize, dir: PathBuf, source: checkpoint::CheckpointError },
+    #[error("step {step}: {source}. {kept}")]
+    GpuAtStep { step: usize, kept: String, source: crate::gpu::GpuError },
 }
 
 /// What a finished (or interrupted) run reports.
@@ -323,6 +325,24 @@ pub fn train(gpu: Arc<Gpu>, opts: TrainOptions) -> Result<Summary, TrainError> {
             .map_err(|source| TrainError::Save { step, dir: out.clone(), source })
     };
     let mut tok_s = 0.0;
+    let mut last_saved = opts.resume.then_some(start);
+    let fault_lost_at: Option<usize> = std::env::var("DDL_FAULT_DEVICE_LOST_STEP").ok().and_then(|v| v.parse().ok());
+    // A GPU failure during a step (device lost, out of memory): say which step, and what is kept.
+    let at_step = |step: usize, saved: Option<usize>| {
+        let out = out.clone();
+        move |source: crate::gpu::GpuError| TrainError::GpuAtStep {
+            step,
+            kept: match saved {
+                Some(s) => format!(
+                    "The checkpoint of step {s} in '{}' is intact: `ddl train --resume {}` continues from it",
+                    out.display(),
+                    out.display()
+                ),
+                None => "No checkpoint had been written yet".to_string(),
+            },
+            source,
+        }
+    };
     while step < opts.steps {
         if INTERRUPTED.load(Ordering::SeqCst) {
             interrupted = true;
@@ -332,19 +352,22 @@ pub fn train(gpu: Arc<Gpu>, opts: TrainOptions) -> Result<Summary, TrainError> {
         let opt = adamw_cfg(&t, step);
         // One submit per micro-batch; the last one also runs AdamW, which skips its update on the
         // GPU when the gradient norm is not finite (so a bad step never reaches the parameters).
-        model.set_optimizer_step(&prog, &opt)?;
+        if fault_lost_at == Some(step + 1) {
+            gpu.simulate_device_loss();
+        }
+        let ctx = at_step(step + 1, last_saved);
+        model.set_optimizer_step(&prog, &opt).map_err(ctx.clone())?;
         for micro in 0..t.grad_accum {
             let (x, y) = data.train_batch(t.seed, step, micro, t.batch_size, t.seq_len);
-            prog.set_batch(&model, &x, &y)?;
+            prog.set_batch(&model, &x, &y).map_err(ctx.clone())?;
             let first: &[crate::gpu::Op] = if micro == 0 { &prog.zero } else { &[] };
             let last = micro + 1 == t.grad_accum;
             let finish: &[crate::gpu::Op] = if last { &prog.finish } else { &[] };
-            model.run(
-                &[first, &prog.forward, &prog.backward, finish],
-                if last { Some(&prog.optimizer) } else { None },
-            )?;
+            model
+                .run(&[first, &prog.forward, &prog.backward, finish], if last { Some(&prog.optimizer) } else { None })
+                .map_err(ctx.clone())?;
         }
-        let stats = prog.stats.read_f32(&gpu)?;
+        let stats = prog.stats.read_f32(&gpu).map_err(ctx)?;
         // A non-finite norm² is reported as it is (NaN.max(0) would read as 0).
         let gnorm = if stats[2].is_finite() { stats[2].max(0.0).sqrt() } else { stats[2] };
         let loss = stats[0];
@@ -380,6 +403,7 @@ pub fn train(gpu: Arc<Gpu>, opts: TrainOptions) -> Result<Summary, TrainError> {
         }
         if t.checkpoint_every > 0 && step % t.checkpoint_every == 0 && step < opts.steps {
             save(&model, step, elapsed0 + t0.elapsed().as_secs_f64())?;
+            last_saved = Some(step);
         }
     }
     progress.finish();
