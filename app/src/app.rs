@@ -406,7 +406,7 @@ impl VizApp {
                     Level::Error => ("error:", Color32::from_rgb(240, 90, 80)),
                     Level::Info => ("note:", Color32::from_rgb(120, 170, 240)),
                 };
-                if ui.small_button("✕").on_hover_text("dismiss").clicked() {
+                if ui.small_button("x").on_hover_text("dismiss").clicked() {
                     remove = Some(i);
                 }
                 ui.colored_label(c, RichText::new(icon).strong());

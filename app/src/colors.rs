@@ -49,12 +49,10 @@ pub fn magnitude_color(x: f32) -> Color32 {
     lerp([40, 40, 60], [250, 200, 60], x.sqrt())
 }
 
-/// A distinct colour per sublayer (hue around the circle; attention and MLP of a block alike
-/// in hue, MLP lighter).
+/// A distinct colour per sublayer (hues spread around the circle; MLP sublayers lighter).
 pub fn layer_color(s: usize, n_sub: usize) -> Color32 {
-    let n_blocks = n_sub.div_ceil(2).max(1);
-    let h = (s / 2) as f32 / n_blocks as f32;
-    let (l, sat) = if s % 2 == 0 { (0.45, 0.75) } else { (0.65, 0.65) };
+    let h = s as f32 / n_sub.max(1) as f32;
+    let (l, sat) = if s % 2 == 0 { (0.55, 0.75) } else { (0.62, 0.7) };
     hsl(h, sat, l)
 }
 

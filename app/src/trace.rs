@@ -29,7 +29,7 @@ pub struct TraceData {
     pub n_layers: usize,
     /// Model width d (length of every k).
     pub d: usize,
-    /// Value width d_v (length of every v and kᵀX).
+    /// Value width d_v (length of every v and k^T X).
     pub m: usize,
     pub rows: Vec<Row>,
     pca: RefCell<Option<(usize, Pca)>>,
@@ -344,7 +344,7 @@ pub fn norm(a: &[f32]) -> f64 {
 /// How a token's text shows on a chip: whitespace made visible.
 pub fn chip_text(text: &str) -> String {
     if text.is_empty() {
-        return "∅".into();
+        return "''".into();
     }
     text.replace('\n', "\\n").replace('\t', "\\t").replace(' ', "·")
 }

@@ -54,8 +54,8 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
     let t_n = data.len();
     let label_w = 78.0;
     let avail = (ui.available_width() - label_w - 8.0).max(50.0);
-    let cw = (avail / t_n as f32).clamp(5.0, 22.0);
-    let ch = ((ui.available_height() - 40.0) / s as f32).clamp(10.0, 26.0);
+    let cw = (avail / t_n as f32).clamp(5.0, 28.0);
+    let ch = ((ui.available_height() - 40.0) / s as f32).clamp(10.0, 44.0);
     egui::ScrollArea::horizontal().id_salt("beta-map-scroll").show(ui, |ui| {
         let size = vec2(label_w + cw * t_n as f32 + 4.0, ch * s as f32 + 18.0);
         let (resp, painter) = ui.allocate_painter(size, Sense::click());

@@ -63,7 +63,7 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
             .legend(Legend::default())
             .link_axis(group, [true, false])
             .x_axis_label("step")
-            .y_axis_label("‖g‖")
+            .y_axis_label("|g|")
             .show(&mut cols[0], |p| {
                 p.line(Line::new("grad norm", series(&|r| r.grad_norm)).color(Color32::from_rgb(200, 120, 220)));
             });

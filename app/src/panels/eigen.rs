@@ -17,8 +17,8 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
         ui.strong(format!("Eigenvalues of the delta operator for {}", super::token_label(data, t)));
     });
     ui.label(format!(
-        "A = I − β k kᵀ has eigenvalue λ = 1−β along k; the other d−1 = {} eigenvalues stay 1. On the state \
-         X ∈ ℝ^(d×d_v) it acts on d_v = {} columns, so det A = (1−β)^{}.",
+        "A = I − β k k^T has eigenvalue λ = 1−β along k; the other d−1 = {} eigenvalues stay 1. On the state \
+         X (d × d_v) it acts on d_v = {} columns, so det A = (1−β)^{}.",
         data.d.saturating_sub(1),
         data.m,
         data.m

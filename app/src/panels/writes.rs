@@ -1,4 +1,4 @@
-//! Write strength per sublayer: ‖β (v − kᵀX)‖, what is erased (kᵀX) and written (v).
+//! Write strength per sublayer: |β (v − k^T X)|, what is erased (k^T X) and written (v).
 
 use eframe::egui;
 use egui_plot::{Bar, BarChart, Legend, Line, Plot};
@@ -14,7 +14,7 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
     let Some(t) = sel.shown_token(data) else { return };
     let s = data.s();
     ui.strong(format!("Writes of {}", super::token_label(data, t)));
-    ui.label("Each sublayer erases kᵀX (the state's component along k) and writes v there, scaled by β: the update is β·k·(v − kᵀX)ᵀ.");
+    ui.label("Each sublayer erases k^T X (the state's component along k) and writes v there, scaled by β: the update is β·k·(v − k^T X)^T.");
     let h = (ui.available_height() * 0.5).clamp(140.0, 320.0);
     let fmt = move |m: egui_plot::GridMark, _: &std::ops::RangeInclusive<f64>| {
         let v = m.value.round();
@@ -32,13 +32,13 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
             BarChart::new(name, bars.collect()).color(c)
         };
         let write = mk(
-            "write ‖β(v − kᵀX)‖",
+            "write |β(v − k^T X)|",
             -0.27,
             &|i| data.write(t, i).map(|x| x as f64),
             egui::Color32::from_rgb(240, 190, 60),
         );
-        let erased = mk("erased ‖kᵀX‖", 0.0, &|i| data.ktx(t, i).map(norm), egui::Color32::from_rgb(90, 140, 230));
-        let written = mk("written ‖v‖", 0.27, &|i| data.v(t, i).map(norm), egui::Color32::from_rgb(90, 190, 110));
+        let erased = mk("erased |k^T X|", 0.0, &|i| data.ktx(t, i).map(norm), egui::Color32::from_rgb(90, 140, 230));
+        let written = mk("written |v|", 0.27, &|i| data.v(t, i).map(norm), egui::Color32::from_rgb(90, 190, 110));
         Plot::new("writes-bars")
             .height(h)
             .legend(Legend::default())
@@ -55,7 +55,7 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
         let ui = &mut cols[1];
         egui::ScrollArea::vertical().id_salt("writes-table").max_height(h).show(ui, |ui| {
             egui::Grid::new("writes-grid").striped(true).num_columns(5).show(ui, |ui| {
-                for head in ["sublayer", "β", "write", "‖kᵀX‖ erased", "‖v‖ written"] {
+                for head in ["sublayer", "β", "write", "|k^T X| erased", "|v| written"] {
                     ui.strong(head);
                 }
                 ui.end_row();

@@ -1,0 +1,54 @@
+//! Shared test helpers: fixtures and a tiny checkpoint trained at test time.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use ddl::model::Variant;
+use ddl::train::{RunConfig, TrainOptions};
+
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+pub fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ddl-viz-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Trains a tiny DDL model (2 blocks, d = 32) for a few steps into `dir/run`: seconds on lavapipe.
+pub fn tiny_checkpoint(dir: &Path) -> PathBuf {
+    // Token caches go to the test's own directory.
+    unsafe { std::env::set_var("DDL_CACHE_DIR", dir.join("cache")) };
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../assets/tinyshakespeare.txt")).unwrap();
+    let corpus = dir.join("corpus.txt");
+    std::fs::write(&corpus, &text[..20_000]).unwrap();
+    let mut r = RunConfig::preset("tiny", Variant::Ddl).unwrap();
+    r.corpus = corpus.display().to_string();
+    for kv in [
+        "model.d_model=32",
+        "model.n_layers=2",
+        "model.n_heads=2",
+        "model.head_dim=16",
+        "model.mlp_hidden=85",
+        "model.max_seq_len=64",
+        "train.batch_size=2",
+        "train.seq_len=16",
+        "train.eval_every=0",
+        "train.eval_batches=1",
+        "train.checkpoint_every=0",
+        "train.warmup_steps=2",
+    ] {
+        r.set(kv).unwrap();
+    }
+    let out = dir.join("run");
+    ddl::train::train(
+        ddl::testing::gpu(),
+        TrainOptions { run: r, steps: 4, out: out.clone(), resume: false, quiet: true },
+    )
+    .unwrap();
+    assert!(out.join("model.safetensors").exists());
+    out
+}

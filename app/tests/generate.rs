@@ -1,0 +1,79 @@
+//! The app with its model thread on a tiny checkpoint: Generate streams tokens into chips, Step
+//! adds one, Stop stops; bad checkpoints are messages.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use ddl_viz::app::{Options, VizApp};
+use ddl_viz::trace::chip_text;
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+
+fn wait(h: &mut Harness<'_, VizApp>, what: &str, done: impl Fn(&VizApp) -> bool) {
+    let t0 = Instant::now();
+    loop {
+        h.step();
+        if done(h.state()) {
+            h.run();
+            return;
+        }
+        let errs: Vec<String> = h.state().messages.iter().map(|m| m.1.clone()).collect();
+        assert!(t0.elapsed() < Duration::from_secs(120), "timed out waiting for {what}; messages {errs:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn generate_step_and_errors_with_a_tiny_model() {
+    let dir = common::tmpdir("gen");
+    let ck = common::tiny_checkpoint(&dir);
+    let app = VizApp::new(
+        None,
+        Options { checkpoint: Some(ck.clone()), prompt: Some("First Citizen:".into()), ..Default::default() },
+    );
+    let mut h =
+        Harness::builder().with_size([1280.0, 800.0]).build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), app);
+    wait(&mut h, "the model to load", |a| a.model.is_some() && !a.busy());
+    assert_eq!(h.state().model.as_ref().unwrap().config.n_layers, 2);
+    h.state_mut().max_tokens = 6;
+    h.get_by_label("Generate").click();
+    wait(&mut h, "generation", |a| !a.busy() && a.trace.rows.iter().any(|r| !r.prompt));
+    let app = h.state();
+    let prompt = app.trace.rows.iter().filter(|r| r.prompt).count();
+    let generated = app.trace.len() - prompt;
+    assert_eq!(prompt, "First Citizen:".len(), "char tokenizer: one prompt token per character");
+    assert!(generated > 0 && generated <= 6, "{generated} tokens generated");
+    assert!((0..app.trace.len()).all(|t| app.trace.has(t)), "every token, prompt included, has its writes");
+    assert!(app.messages.is_empty(), "{:?}", app.messages);
+    // The generated tokens are shown as chips.
+    let last = chip_text(&app.trace.rows.last().unwrap().trace.text);
+    assert!(h.query_all_by_label(&last).count() > 0, "chip {last:?} shown");
+    // Step one token continues the session.
+    let n = h.state().trace.len();
+    h.get_by_label("Step one token").click();
+    wait(&mut h, "one step", |a| !a.busy() && a.trace.len() > n);
+    assert_eq!(h.state().trace.len(), n + 1);
+    // A long generation stops on Stop.
+    h.state_mut().max_tokens = 500;
+    h.get_by_label("Generate").click();
+    h.step();
+    h.state_mut().stop();
+    wait(&mut h, "stop", |a| !a.busy() && a.status.starts_with("done"));
+    assert!(h.state().trace.len() < prompt + 500);
+    // Errors are messages: a missing directory, a corrupt checkpoint, then the good one again.
+    h.state_mut().open_checkpoint(&dir.join("nope"));
+    wait(&mut h, "an error", |a| !a.messages.is_empty() && !a.busy());
+    assert!(h.state().messages.last().unwrap().1.contains("does not exist"), "{:?}", h.state().messages);
+    let bad = dir.join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("model.safetensors"), b"garbage").unwrap();
+    h.state_mut().open_checkpoint(&bad);
+    wait(&mut h, "a second error", |a| a.messages.len() >= 2 && !a.busy());
+    assert!(h.state().messages.last().unwrap().1.contains("cannot open the checkpoint"));
+    h.state_mut().open_checkpoint(&ck);
+    wait(&mut h, "reload", |a| a.status.starts_with("loaded") && !a.busy());
+    h.state_mut().step_one();
+    wait(&mut h, "a step after reload", |a| !a.busy() && !a.trace.is_empty());
+    assert_eq!(h.state().trace.rows.iter().filter(|r| !r.prompt).count(), 1);
+}
