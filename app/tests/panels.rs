@@ -38,14 +38,14 @@ fn snap_panel(
 #[test]
 fn fixture_trace_loads_with_texts_and_all_sublayers() {
     let t = trace();
-    assert_eq!(t.len(), 40);
+    assert_eq!(t.len(), 48);
     assert_eq!((t.n_layers, t.d, t.m), (2, 32, 4));
     assert!((0..t.len()).all(|i| t.has(i)));
     let text: String = t.rows.iter().map(|r| r.trace.text.as_str()).collect();
     assert!(!text.is_empty());
     // β is in the open interval the gate allows, and the regimes are counted over every token.
     assert!((0..t.len()).all(|i| (0..4).all(|s| t.beta(i, s).is_some_and(|b| b > 0.0 && b < 2.0))));
-    assert!(t.regime_counts().iter().all(|c| c.iter().sum::<usize>() == 40));
+    assert!(t.regime_counts().iter().all(|c| c.iter().sum::<usize>() == 48));
     // A corrupt trace is an error, not a panic.
     let dir = common::tmpdir("badtrace");
     let bad = dir.join("bad.safetensors");

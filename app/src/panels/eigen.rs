@@ -44,7 +44,6 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
                     String::new()
                 }
             })
-            .legend(Legend::default())
             .show(ui, |p| {
                 for (r, range) in [(2usize, -1.0..=-0.5), (1, -0.5..=0.5), (0, 0.5..=1.0)] {
                     p.span(Span::new(REGIMES[r], range).axis(Axis::X).fill(regime_color(r).gamma_multiply(0.18)));
