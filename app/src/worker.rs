@@ -80,10 +80,12 @@ impl Worker {
     }
 
     pub fn send(&self, cmd: Command) {
-        if matches!(cmd, Command::Generate { .. } | Command::Step { .. } | Command::Load(_)) {
-            self.stop.store(false, Ordering::SeqCst);
-            self.busy.store(true, Ordering::SeqCst);
+        match cmd {
+            // A new checkpoint ends a running generation first.
+            Command::Load(_) => self.stop.store(true, Ordering::SeqCst),
+            Command::Generate { .. } | Command::Step { .. } => self.stop.store(false, Ordering::SeqCst),
         }
+        self.busy.store(true, Ordering::SeqCst);
         if self.tx.as_ref().is_none_or(|tx| tx.send(cmd).is_err()) {
             self.busy.store(false, Ordering::SeqCst);
         }

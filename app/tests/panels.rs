@@ -8,7 +8,7 @@ use ddl_viz::metrics::Metrics;
 use ddl_viz::panels::{self, Selection, tokens::ChipColour};
 use ddl_viz::trace::{TraceData, chip_text};
 use eframe::egui;
-use egui_kittest::kittest::Queryable;
+use egui_kittest::kittest::{NodeT, Queryable};
 use egui_kittest::{Harness, SnapshotOptions, SnapshotResults};
 
 fn trace() -> TraceData {
@@ -115,4 +115,69 @@ fn app_snapshots_and_clicking_a_token_selects_it() {
     h.state_mut().generate();
     h.run();
     assert!(h.state().messages.iter().any(|(_, m)| m.contains("open a checkpoint")));
+}
+
+#[test]
+fn hovering_the_beta_map_shows_the_cell_and_clicking_selects_its_token() {
+    let data = trace();
+    let mut h = Harness::builder().with_size([900.0, 300.0]).build_ui_state(
+        |ui, sel: &mut Selection| {
+            egui::CentralPanel::default().show(ui, |ui| panels::beta_map::show(ui, &data, sel));
+        },
+        Selection::default(),
+    );
+    h.run();
+    let cell0: egui::Rect = h.ctx.data(|d| d.get_temp(panels::beta_map::cell_rect_id())).expect("the map was drawn");
+    let (t, s) = (9, 3);
+    let p = cell0.center() + egui::vec2(cell0.width() * t as f32, cell0.height() * s as f32);
+    h.hover_at(p);
+    h.run();
+    let b = trace().beta(t, s).unwrap();
+    let tip = h.get_by_label_contains("1−β");
+    let text = tip.accesskit_node().label().or(tip.accesskit_node().value()).unwrap_or_default().to_string();
+    assert!(text.contains(&format!("β = {b:.4}")) && text.contains(&format!("{:.4}", 1.0 - b)), "{text}");
+    assert!(h.query_by_label_contains("block 1 MLP").is_some(), "the tooltip names the sublayer");
+    h.event(egui::Event::PointerButton {
+        pos: p,
+        button: egui::PointerButton::Primary,
+        pressed: true,
+        modifiers: Default::default(),
+    });
+    h.event(egui::Event::PointerButton {
+        pos: p,
+        button: egui::PointerButton::Primary,
+        pressed: false,
+        modifiers: Default::default(),
+    });
+    h.run();
+    assert_eq!(h.state().token, Some(t));
+}
+
+#[test]
+fn the_open_dialog_opens_a_trace_and_reports_bad_paths() {
+    let mut app = VizApp::without_worker();
+    app.dialog = Some(ddl_viz::app::OpenDialog { path: common::fixture("trace.safetensors").display().to_string() });
+    let mut h =
+        Harness::builder().with_size([1280.0, 800.0]).build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), app);
+    h.run();
+    // The trace is a file: only "Open trace" is enabled.
+    h.get_by_label("Open trace").click();
+    h.run();
+    assert_eq!(h.state().trace.len(), 48);
+    assert!(h.state().dialog.is_none(), "the dialog closes after opening");
+    // The fixtures directory lists the run and the trace.
+    h.state_mut().dialog = Some(ddl_viz::app::OpenDialog { path: common::fixture("").display().to_string() });
+    h.run();
+    assert!(h.query_by_label_contains("run/  [run]").is_some());
+    assert!(h.query_by_label_contains("trace.safetensors  [trace]").is_some());
+    h.get_by_label_contains("run/  [run]").click();
+    h.run();
+    h.get_by_label("Open run").click();
+    h.run();
+    assert!(h.state().metrics.as_ref().is_some_and(|m| m.train.len() > 10));
+    h.state_mut().open_run(std::path::Path::new("/nonexistent/run"));
+    h.state_mut().open_trace(std::path::Path::new("/nonexistent/trace.safetensors"));
+    h.run();
+    let msgs: Vec<&str> = h.state().messages.iter().map(|m| m.1.as_str()).collect();
+    assert!(msgs.len() == 2 && msgs[0].contains("does not exist") && msgs[1].contains("cannot read"), "{msgs:?}");
 }

@@ -97,6 +97,8 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
             let col = Rect::from_min_size(origin + vec2(cw * t as f32, 0.0), vec2(cw, ch * s as f32));
             painter.rect_stroke(col, 0.0, Stroke::new(2.0, ui.visuals().strong_text_color()), StrokeKind::Outside);
         }
+        // The first cell's rectangle, for tests that hover or click a given cell.
+        ui.data_mut(|d| d.insert_temp(cell_rect_id(), Rect::from_min_size(origin, vec2(cw, ch))));
         let cell_at = |p: egui::Pos2| {
             let (x, y) = (p.x - origin.x, p.y - origin.y);
             if x < 0.0 || y < 0.0 {
@@ -127,4 +129,9 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
             });
         }
     });
+}
+
+/// Where [`show`] keeps the rectangle of its cell (token 0, sublayer 0) in the context's temp data.
+pub fn cell_rect_id() -> egui::Id {
+    egui::Id::unique("ddl-viz-beta-map-cell0")
 }
