@@ -493,10 +493,10 @@ impl VizApp {
             ui.horizontal(|ui| {
                 let l = ui.label("path");
                 ui.add(egui::TextEdit::singleline(&mut d.path).desired_width(380.0)).labelled_by(l.id);
-                if ui.button("Up").clicked() {
-                    if let Some(p) = Path::new(&d.path).parent() {
-                        d.path = p.display().to_string();
-                    }
+                if ui.button("Up").clicked()
+                    && let Some(p) = Path::new(&d.path).parent()
+                {
+                    d.path = p.display().to_string();
                 }
             });
             let p = PathBuf::from(&d.path);

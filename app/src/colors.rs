@@ -52,7 +52,7 @@ pub fn magnitude_color(x: f32) -> Color32 {
 /// A distinct colour per sublayer (hues spread around the circle; MLP sublayers lighter).
 pub fn layer_color(s: usize, n_sub: usize) -> Color32 {
     let h = s as f32 / n_sub.max(1) as f32;
-    let (l, sat) = if s % 2 == 0 { (0.55, 0.75) } else { (0.62, 0.7) };
+    let (l, sat) = if s.is_multiple_of(2) { (0.55, 0.75) } else { (0.62, 0.7) };
     hsl(h, sat, l)
 }
 

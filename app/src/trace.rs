@@ -161,10 +161,10 @@ impl TraceData {
 
     /// The two principal components of all k vectors (tokens × sublayers), cached.
     pub fn pca(&self) -> Pca {
-        if let Some((n, p)) = &*self.pca.borrow() {
-            if *n == self.len() {
-                return p.clone();
-            }
+        if let Some((n, p)) = &*self.pca.borrow()
+            && *n == self.len()
+        {
+            return p.clone();
         }
         let p = self.compute_pca();
         *self.pca.borrow_mut() = Some((self.len(), p.clone()));
@@ -177,11 +177,11 @@ impl TraceData {
         let mut x: Vec<f64> = Vec::new();
         for t in 0..self.len() {
             for s in 0..self.s() {
-                if let Some(k) = self.k(t, s) {
-                    if k.iter().all(|v| v.is_finite()) {
-                        ids.push((t, s));
-                        x.extend(k.iter().map(|&v| v as f64));
-                    }
+                if let Some(k) = self.k(t, s)
+                    && k.iter().all(|v| v.is_finite())
+                {
+                    ids.push((t, s));
+                    x.extend(k.iter().map(|&v| v as f64));
                 }
             }
         }
@@ -201,7 +201,7 @@ impl TraceData {
         // deflation against the first component for the second.
         let mut comps: Vec<Vec<f64>> = Vec::new();
         let mut explained = [0.0; 2];
-        for c in 0..2 {
+        for (c, explained) in explained.iter_mut().enumerate() {
             let mut v: Vec<f64> = (0..d).map(|i| ((i * 7919 + c * 104729) % 97) as f64 / 97.0 - 0.5).collect();
             let mut lambda = 0.0;
             for _ in 0..100 {
@@ -228,7 +228,7 @@ impl TraceData {
             }
             let norm = v.iter().map(|a| a * a).sum::<f64>().sqrt().max(1e-300);
             v.iter_mut().for_each(|a| *a /= norm);
-            explained[c] = if total > 0.0 { lambda / total } else { 0.0 };
+            *explained = if total > 0.0 { lambda / total } else { 0.0 };
             comps.push(v);
         }
         let points = ids
@@ -310,12 +310,12 @@ impl TraceData {
 
 /// Display name of sublayer `s` (block-major: attention then MLP).
 pub fn sublayer_name(s: usize) -> String {
-    format!("block {} {}", s / 2, if s % 2 == 0 { "attn" } else { "MLP" })
+    format!("block {} {}", s / 2, if s.is_multiple_of(2) { "attn" } else { "MLP" })
 }
 
 /// Short name of sublayer `s`.
 pub fn sublayer_short(s: usize) -> String {
-    format!("{}{}", s / 2, if s % 2 == 0 { "a" } else { "m" })
+    format!("{}{}", s / 2, if s.is_multiple_of(2) { "a" } else { "m" })
 }
 
 /// 0 = identity, 1 = projection, 2 = reflection (the thresholds of [`ddl::generate::regime`]).

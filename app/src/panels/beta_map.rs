@@ -108,10 +108,10 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
             (t < t_n && i < s).then_some((t, i))
         };
         let hovered = resp.hover_pos().and_then(cell_at);
-        if resp.clicked() {
-            if let Some((t, _)) = resp.interact_pointer_pos().and_then(cell_at) {
-                sel.token = Some(t);
-            }
+        if resp.clicked()
+            && let Some((t, _)) = resp.interact_pointer_pos().and_then(cell_at)
+        {
+            sel.token = Some(t);
         }
         if let Some((t, i)) = hovered {
             resp.on_hover_ui_at_pointer(|ui| {

@@ -58,11 +58,11 @@ pub fn controls(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection, colour
             })
             .response
             .labelled_by(l.id);
-        if let Some(t) = sel.token {
-            if t < data.len() {
-                ui.separator();
-                ui.label(super::token_label(data, t));
-            }
+        if let Some(t) = sel.token
+            && t < data.len()
+        {
+            ui.separator();
+            ui.label(super::token_label(data, t));
         }
     });
 }
