@@ -77,3 +77,42 @@ fn generate_step_and_errors_with_a_tiny_model() {
     wait(&mut h, "a step after reload", |a| !a.busy() && !a.trace.is_empty());
     assert_eq!(h.state().trace.rows.iter().filter(|r| !r.prompt).count(), 1);
 }
+
+/// The library's stateful generator: the prompt's traces (prefill rows) agree with a shorter
+/// prompt's rows (causal) and with the trace a decoding step records for the same token.
+#[test]
+fn prompt_traces_agree_with_step_traces() {
+    use ddl::generate::{Generator, Sampler, SamplerConfig};
+    let dir = common::tmpdir("gentrace");
+    let ck = common::tiny_checkpoint(&dir);
+    let (model, tok) = ddl::generate::load_for_inference(&ddl::testing::gpu(), &ck).unwrap();
+    let ids = tok.encode("First Citizen:").unwrap();
+    let greedy = || Sampler::new(SamplerConfig { temperature: 0.0, ..Default::default() });
+    let close = |a: &[f32], b: &[f32], what: &str| {
+        assert_eq!(a.len(), b.len(), "{what}");
+        let err = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        let scale = a.iter().fold(1e-3f32, |m, x| m.max(x.abs()));
+        assert!(err <= 1e-3 * scale, "{what}: max error {err} (scale {scale})");
+    };
+    let mut g = Generator::new(&model, &tok, &ids, greedy(), true).unwrap();
+    let full: Vec<_> = g.prompt_traces().to_vec();
+    assert_eq!(full.len(), ids.len());
+    assert!(full.iter().all(|t| t.beta.len() == 4 && t.k.len() == 4 * 32));
+    let step = g.step().unwrap();
+    let tr = step.trace.expect("a traced step");
+    let mut longer = ids.clone();
+    longer.push(step.token);
+    let g2 = Generator::new(&model, &tok, &longer, greedy(), true).unwrap();
+    let rows = g2.prompt_traces();
+    for (i, (a, b)) in full.iter().zip(rows).enumerate() {
+        assert_eq!(a.token, b.token);
+        close(&a.beta, &b.beta, &format!("β of prompt row {i}"));
+        close(&a.k, &b.k, &format!("k of prompt row {i}"));
+    }
+    let last = rows.last().unwrap();
+    close(&tr.beta, &last.beta, "β: step vs prefill");
+    close(&tr.k, &last.k, "k: step vs prefill");
+    close(&tr.v, &last.v, "v: step vs prefill");
+    close(&tr.ktx, &last.ktx, "kᵀX: step vs prefill");
+    close(&tr.write, &last.write, "write: step vs prefill");
+}

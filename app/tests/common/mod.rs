@@ -18,8 +18,14 @@ pub fn tmpdir(name: &str) -> PathBuf {
     d
 }
 
-/// Trains a tiny DDL model (2 blocks, d = 32) for a few steps into `dir/run`: seconds on lavapipe.
-pub fn tiny_checkpoint(dir: &Path) -> PathBuf {
+/// A tiny DDL model (2 blocks, d = 32) trained for a few steps: seconds on lavapipe. Trained once
+/// per test process (the tests of a file share it); `_dir` is the calling test's directory.
+pub fn tiny_checkpoint(_dir: &Path) -> PathBuf {
+    static CK: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    CK.get_or_init(|| train_tiny(&tmpdir("tiny"))).clone()
+}
+
+fn train_tiny(dir: &Path) -> PathBuf {
     // Token caches go to the test's own directory.
     unsafe { std::env::set_var("DDL_CACHE_DIR", dir.join("cache")) };
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../assets/tinyshakespeare.txt")).unwrap();
