@@ -32,7 +32,7 @@ pub struct TraceData {
     /// Value width d_v (length of every v and k^T X).
     pub m: usize,
     pub rows: Vec<Row>,
-    pca: RefCell<Option<(usize, Pca)>>,
+    pca: RefCell<Option<(usize, std::time::Instant, Pca)>>,
 }
 
 impl TraceData {
@@ -60,7 +60,6 @@ impl TraceData {
 
     pub fn push(&mut self, trace: TokenTrace, prompt: bool) {
         self.rows.push(Row { trace, prompt });
-        *self.pca.borrow_mut() = None;
     }
 
     /// Whether token `t` has a full trace (not a baseline model, not a token whose write was skipped).
@@ -159,16 +158,21 @@ impl TraceData {
         Some(out)
     }
 
-    /// The two principal components of all k vectors (tokens × sublayers), cached.
-    pub fn pca(&self) -> Pca {
-        if let Some((n, p)) = &*self.pca.borrow()
-            && *n == self.len()
-        {
-            return p.clone();
+    /// The two principal components of all k vectors (tokens × sublayers), cached. While tokens
+    /// stream in it is recomputed at most twice a second (then `false`: the picture is of fewer
+    /// tokens than the text has; ask for a repaint).
+    pub fn pca(&self) -> (Pca, bool) {
+        if let Some((n, at, p)) = &*self.pca.borrow() {
+            if *n == self.len() {
+                return (p.clone(), true);
+            }
+            if at.elapsed() < std::time::Duration::from_millis(500) {
+                return (p.clone(), false);
+            }
         }
         let p = self.compute_pca();
-        *self.pca.borrow_mut() = Some((self.len(), p.clone()));
-        p
+        *self.pca.borrow_mut() = Some((self.len(), std::time::Instant::now(), p.clone()));
+        (p, true)
     }
 
     fn compute_pca(&self) -> Pca {
@@ -196,7 +200,10 @@ impl TraceData {
         for r in x.chunks_mut(d) {
             r.iter_mut().zip(&mean).for_each(|(v, m)| *v -= m);
         }
-        let total: f64 = x.iter().map(|v| v * v).sum::<f64>();
+        // Fit on at most ~3000 vectors (a stride through the text), project all of them.
+        let stride = n.div_ceil(3000).max(1);
+        let fit = || x.chunks(d).step_by(stride);
+        let total: f64 = fit().flatten().map(|v| v * v).sum::<f64>();
         // Power iteration on the covariance through the data (O(n·d) per iteration), with
         // deflation against the first component for the second.
         let mut comps: Vec<Vec<f64>> = Vec::new();
@@ -204,7 +211,7 @@ impl TraceData {
         for (c, explained) in explained.iter_mut().enumerate() {
             let mut v: Vec<f64> = (0..d).map(|i| ((i * 7919 + c * 104729) % 97) as f64 / 97.0 - 0.5).collect();
             let mut lambda = 0.0;
-            for _ in 0..100 {
+            for _ in 0..60 {
                 for p in &comps {
                     let dot: f64 = v.iter().zip(p).map(|(a, b)| a * b).sum();
                     v.iter_mut().zip(p).for_each(|(a, b)| *a -= dot * b);
@@ -215,7 +222,7 @@ impl TraceData {
                 }
                 v.iter_mut().for_each(|a| *a /= norm);
                 let mut w = vec![0.0; d];
-                for r in x.chunks(d) {
+                for r in fit() {
                     let proj: f64 = r.iter().zip(&v).map(|(a, b)| a * b).sum();
                     w.iter_mut().zip(r).for_each(|(w, a)| *w += proj * a);
                 }
@@ -372,7 +379,8 @@ mod tests {
         assert!(t.k_turn(1)[1].unwrap().abs() < 1e-9, "k and −k are the same line");
         let c = t.k_cosines(0).unwrap();
         assert!((c[0] - 1.0).abs() < 1e-12 && c[1].abs() < 1e-12);
-        let p = t.pca();
+        let (p, fresh) = t.pca();
+        assert!(fresh);
         assert_eq!(p.points.len(), 4);
         assert!(p.explained[0] >= p.explained[1] && p.explained[0] > 0.0);
         assert!(!t.has(2) && t.mean_beta(2).is_none());

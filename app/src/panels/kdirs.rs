@@ -21,7 +21,10 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
             cosine_matrix(ui, &c, s, h - 20.0);
         }
         let ui = &mut cols[1];
-        let pca = data.pca();
+        let (pca, fresh) = data.pca();
+        if !fresh {
+            ui.ctx().request_repaint_after(std::time::Duration::from_millis(500));
+        }
         ui.strong(format!(
             "PCA of all k (tokens × sublayers): {:.0}% + {:.0}% of the variance",
             100.0 * pca.explained[0],
