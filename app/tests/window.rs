@@ -3,16 +3,74 @@
 
 mod common;
 
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// A virtual X display, killed on drop.
+struct Xvfb {
+    child: Child,
+    display: String,
+}
+
+impl Drop for Xvfb {
+    fn drop(&mut self) {
+        // SIGTERM lets Xvfb remove its lock file and socket; SIGKILL only if it does not exit.
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn find_xvfb() -> PathBuf {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("Xvfb")).find(|p| p.is_file()))
+        .unwrap_or_default()
+        .unwrap_or_else(|| panic!("this test needs Xvfb (Debian package `xvfb`; run scripts/setup.sh)"))
+}
+
+/// Starts Xvfb on the first free display from :120 (no xauth needed, unlike xvfb-run).
+fn start_xvfb(log: &Path) -> Xvfb {
+    let bin = find_xvfb();
+    let first = 120 + std::process::id() % 100;
+    for n in first..first + 40 {
+        if Path::new(&format!("/tmp/.X{n}-lock")).exists() {
+            continue;
+        }
+        let mut child = Command::new(&bin)
+            .arg(format!(":{n}"))
+            .args(["-screen", "0", "1280x800x24", "-nolisten", "tcp"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(15) {
+            if child.try_wait().unwrap().is_some() {
+                break; // display taken (or Xvfb failed): try the next one
+            }
+            if Path::new(&format!("/tmp/.X11-unix/X{n}")).exists() {
+                return Xvfb { child, display: format!(":{n}") };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("Xvfb did not start on any display: {}", std::fs::read_to_string(log).unwrap_or_default());
+}
 
 #[test]
 fn the_window_generates_and_screenshots_under_xvfb() {
-    let xvfb_run = ["/usr/bin/xvfb-run", "/usr/local/bin/xvfb-run"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .unwrap_or_else(|| panic!("this test needs xvfb-run (Debian package `xvfb`; run scripts/setup.sh)"));
     let dir = common::tmpdir("window");
+    let xvfb = start_xvfb(&dir.join("xvfb.log"));
     let ck = common::tiny_checkpoint(&dir);
     let shot = dir.join("shot.png");
     let xdg = dir.join("xdg");
@@ -22,9 +80,7 @@ fn the_window_generates_and_screenshots_under_xvfb() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
     }
-    let mut child = Command::new(xvfb_run)
-        .args(["-a", "-s", "-screen 0 1280x800x24"])
-        .arg(env!("CARGO_BIN_EXE_ddl-viz"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ddl-viz"))
         .arg("--checkpoint")
         .arg(&ck)
         .args(["--prompt", "First Citizen:", "--generate", "8", "--width", "1100", "--height", "700"])
@@ -32,11 +88,12 @@ fn the_window_generates_and_screenshots_under_xvfb() {
         .arg(&shot)
         .arg("--exit-after-screenshot")
         .env_remove("WAYLAND_DISPLAY")
+        .env("DISPLAY", &xvfb.display)
         .env("XDG_RUNTIME_DIR", &xdg)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
-        .expect("starting xvfb-run");
+        .expect("starting ddl-viz");
     let t0 = Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
