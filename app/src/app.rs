@@ -94,6 +94,8 @@ pub struct VizApp {
     pub status: String,
     pub dialog: Option<OpenDialog>,
     session_prompt: Option<String>,
+    /// When the running generation started and how many tokens it has produced.
+    gen_started: Option<(std::time::Instant, usize)>,
     auto: Automation,
 }
 
@@ -141,6 +143,7 @@ impl VizApp {
             status: String::new(),
             dialog: None,
             session_prompt: None,
+            gen_started: None,
             auto: Automation::default(),
         }
     }
@@ -276,6 +279,7 @@ impl VizApp {
                     }
                 }
                 Event::Started { prompt } => {
+                    self.gen_started = Some((std::time::Instant::now(), 0));
                     self.trace.clear();
                     for t in prompt {
                         self.trace.push(t, true);
@@ -284,8 +288,13 @@ impl VizApp {
                 Event::Token(s) => {
                     let tr = s.trace.unwrap_or(TokenTrace { token: s.token, text: s.piece, ..Default::default() });
                     self.trace.push(tr, false);
+                    let (t0, n) = self.gen_started.get_or_insert((std::time::Instant::now(), 0));
+                    *n += 1;
+                    let rate = *n as f64 / t0.elapsed().as_secs_f64().max(1e-3);
+                    self.status = format!("generating… {n} token(s), {rate:.1} tokens/s");
                 }
                 Event::Done { reason } => {
+                    self.gen_started = None;
                     self.status = format!("done: {reason}; {} tokens", self.trace.len());
                     if self.auto.started {
                         self.auto.done = true;
@@ -462,10 +471,24 @@ impl VizApp {
     }
 
     fn central(&mut self, ui: &mut egui::Ui) {
+        // ← / → move the selection when no text field has the keyboard.
+        if !self.trace.is_empty() && ui.ctx().memory(|m| m.focused().is_none()) {
+            let (left, right) =
+                ui.input(|i| (i.key_pressed(egui::Key::ArrowLeft), i.key_pressed(egui::Key::ArrowRight)));
+            let last = self.trace.len() - 1;
+            if right {
+                self.sel.token = Some(self.sel.token.map_or(0, |t| (t + 1).min(last)));
+            }
+            if left {
+                self.sel.token = Some(self.sel.token.map_or(last, |t| t.saturating_sub(1)));
+            }
+        }
         panels::tokens::controls(ui, &self.trace, &mut self.sel, &mut self.chip_colour);
         egui::ScrollArea::vertical().id_salt("chips").max_height(130.0).auto_shrink([false, true]).show(ui, |ui| {
             if self.trace.is_empty() {
-                ui.weak("The text appears here as tokens while it is generated; click a token to select it.");
+                ui.weak(
+                    "The text appears here as tokens while it is generated; click a token (or use the arrow keys) to select it.",
+                );
             }
             panels::tokens::chips(ui, &self.trace, &mut self.sel, self.chip_colour);
         });

@@ -61,7 +61,11 @@ fn panel_snapshots() {
     snap_panel(&mut results, "eigen", [900.0, 560.0], panels::eigen::show);
     snap_panel(&mut results, "kdirs", [1000.0, 640.0], panels::kdirs::show);
     snap_panel(&mut results, "writes", [900.0, 560.0], panels::writes::show);
-    for (name, colour) in [("chips_mean_beta", ChipColour::MeanBeta), ("chips_write", ChipColour::WriteSize)] {
+    for (name, colour) in [
+        ("chips_mean_beta", ChipColour::MeanBeta),
+        ("chips_regime", ChipColour::Regime),
+        ("chips_write", ChipColour::WriteSize),
+    ] {
         snap_panel(&mut results, name, [560.0, 120.0], move |ui, d, s| {
             panels::tokens::chips(ui, d, s, colour);
         });
@@ -103,6 +107,13 @@ fn app_snapshots_and_clicking_a_token_selects_it() {
     assert_eq!(h.state().sel.token, None);
     h.get_all_by_label(&label).nth(nth).unwrap().click();
     h.run();
+    // The arrow keys move the selection.
+    h.key_press(egui::Key::ArrowRight);
+    h.run();
+    assert_eq!(h.state().sel.token, Some(t + 1));
+    h.key_press(egui::Key::ArrowLeft);
+    h.run();
+    assert_eq!(h.state().sel.token, Some(t));
     for (tab, name) in [(Tab::KDirs, "app_kdirs"), (Tab::Training, "app_training")] {
         h.get_by_label(tab.name()).click();
         h.run();
