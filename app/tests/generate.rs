@@ -116,3 +116,20 @@ fn prompt_traces_agree_with_step_traces() {
     close(&tr.ktx, &last.ktx, "kᵀX: step vs prefill");
     close(&tr.write, &last.write, "write: step vs prefill");
 }
+
+/// A baseline model has no delta writes: the text streams in, the panels say why they are empty.
+#[test]
+fn a_baseline_model_generates_text_without_traces() {
+    let ck = common::tiny_baseline_checkpoint();
+    let app = VizApp::new(None, Options { checkpoint: Some(ck), ..Default::default() });
+    let mut h =
+        Harness::builder().with_size([1280.0, 800.0]).build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), app);
+    wait(&mut h, "the model to load", |a| a.model.is_some() && !a.busy());
+    h.state_mut().max_tokens = 3;
+    h.get_by_label("Generate").click();
+    wait(&mut h, "generation", |a| !a.busy() && a.trace.rows.iter().any(|r| !r.prompt));
+    let app = h.state();
+    assert!(app.trace.len() > 3 && !app.trace.any_traced());
+    assert!(app.messages.iter().any(|m| m.1.contains("no delta writes")), "{:?}", app.messages);
+    assert!(h.query_by_label_contains("no delta writes to show").is_some());
+}

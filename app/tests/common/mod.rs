@@ -22,16 +22,31 @@ pub fn tmpdir(name: &str) -> PathBuf {
 /// per test process (the tests of a file share it); `_dir` is the calling test's directory.
 pub fn tiny_checkpoint(_dir: &Path) -> PathBuf {
     static CK: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    CK.get_or_init(|| train_tiny(&tmpdir("tiny"))).clone()
+    CK.get_or_init(|| train_tiny(&tmpdir("tiny"), Variant::Ddl)).clone()
 }
 
-fn train_tiny(dir: &Path) -> PathBuf {
-    // Token caches go to the test's own directory.
-    unsafe { std::env::set_var("DDL_CACHE_DIR", dir.join("cache")) };
+/// The same for the baseline Transformer (no delta writes).
+pub fn tiny_baseline_checkpoint() -> PathBuf {
+    static CK: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    CK.get_or_init(|| train_tiny(&tmpdir("tiny-baseline"), Variant::Baseline)).clone()
+}
+
+fn train_tiny(dir: &Path, variant: Variant) -> PathBuf {
+    // Token caches: one directory for the whole process (tests run in parallel).
+    static CACHE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(|| {
+        let c = tmpdir("cache");
+        unsafe { std::env::set_var("DDL_CACHE_DIR", &c) };
+        c
+    });
+    let _ = cache;
+    // One training at a time: two runs writing the same token cache entry at once race.
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../assets/tinyshakespeare.txt")).unwrap();
     let corpus = dir.join("corpus.txt");
     std::fs::write(&corpus, &text[..20_000]).unwrap();
-    let mut r = RunConfig::preset("tiny", Variant::Ddl).unwrap();
+    let mut r = RunConfig::preset("tiny", variant).unwrap();
     r.corpus = corpus.display().to_string();
     for kv in [
         "model.d_model=32",
