@@ -167,29 +167,161 @@ pub struct TokenTrace {
     pub write: Vec<f32>,
 }
 
-fn read_trace(model: &Model, p: &crate::model::Program, row: usize, tr: &mut TokenTrace) -> Result<()> {
+/// Reads what every delta write did for the rows `rows` of program `p` into `trs` (one per row):
+/// each buffer is read back once for all the rows.
+fn read_traces(
+    model: &Model,
+    p: &crate::model::Program,
+    rows: std::ops::Range<usize>,
+    trs: &mut [TokenTrace],
+) -> Result<()> {
     let (d, m) = (model.cfg.d_model, model.cfg.m());
     for blk in &p.subs {
         for s in blk {
             let Some(w) = &s.write else { continue };
-            let beta = w.beta.read_f32(&model.gpu)?[row];
+            let beta = w.beta.read_f32(&model.gpu)?;
             let k = w.k.read_f32(&model.gpu)?;
             let v = w.v.read_f32(&model.gpu)?;
             let delta = w.delta.read_f32(&model.gpu)?;
-            let (vr, dr) = (&v[row * m..(row + 1) * m], &delta[row * m..(row + 1) * m]);
-            tr.beta.push(beta);
-            tr.k.extend_from_slice(&k[row * d..(row + 1) * d]);
-            tr.v.extend_from_slice(vr);
-            tr.ktx.extend(vr.iter().zip(dr).map(|(a, b)| a - b));
-            tr.write.push(beta.abs() * dr.iter().map(|x| x * x).sum::<f32>().sqrt());
+            for (row, tr) in rows.clone().zip(trs.iter_mut()) {
+                let b = beta[row];
+                let (vr, dr) = (&v[row * m..(row + 1) * m], &delta[row * m..(row + 1) * m]);
+                tr.beta.push(b);
+                tr.k.extend_from_slice(&k[row * d..(row + 1) * d]);
+                tr.v.extend_from_slice(vr);
+                tr.ktx.extend(vr.iter().zip(dr).map(|(a, b)| a - b));
+                tr.write.push(b.abs() * dr.iter().map(|x| x * x).sum::<f32>().sqrt());
+            }
         }
     }
     Ok(())
 }
 
-/// Generates with the KV and conv caches: the prompt is prefilled in one batched forward, then
-/// one token per step. When the context is full, the last half of the text is kept and
-/// re-prefilled (documented behaviour). Returns the new tokens and, if asked, their traces.
+/// One token of a [`Generator`].
+#[derive(Debug, Clone)]
+pub struct GenStep {
+    pub token: u32,
+    /// The text this token completes (empty while a character is split over tokens).
+    pub piece: String,
+    /// What every delta write did while the model read this token (when tracing).
+    pub trace: Option<TokenTrace>,
+}
+
+/// Stateful generation with the KV and conv caches, one token per [`Generator::step`]: the
+/// prompt is prefilled in one batched forward by [`Generator::new`]. When the context is full,
+/// the last half of the text is kept and re-prefilled (documented behaviour).
+pub struct Generator<'a> {
+    model: &'a Model,
+    cache: crate::model::DecodeCache,
+    step_prog: crate::model::Program,
+    logits: Vec<f32>,
+    history: Vec<u32>,
+    sampler: Sampler,
+    stream: crate::tokenizer::StreamDecoder<'a>,
+    text: String,
+    trace: bool,
+    prompt_traces: Vec<TokenTrace>,
+}
+
+impl<'a> Generator<'a> {
+    /// Prefills `prompt` (its last `max_seq_len` tokens when it is longer than the context).
+    /// With `trace`, the writes of the prefilled prompt tokens are recorded too
+    /// ([`Generator::prompt_traces`]).
+    pub fn new(model: &'a Model, tok: &'a Tokenizer, prompt: &[u32], sampler: Sampler, trace: bool) -> Result<Self> {
+        let cap = model.cfg.max_seq_len;
+        let v = model.cfg.vocab_size;
+        let keep = &prompt[prompt.len().saturating_sub(cap)..];
+        if keep.is_empty() {
+            return Err(crate::gpu::GpuError::Shape("generation needs a prompt of at least one token".into()));
+        }
+        let mut cache = model.decode_cache()?;
+        let step_prog = model.decode_program(&cache, 1)?;
+        let mut pre = model.decode_program(&cache, keep.len())?;
+        let first = model.decode(&mut pre, &mut cache, keep)?;
+        let logits = first[(keep.len() - 1) * v..].to_vec();
+        let mut prompt_traces = Vec::new();
+        if trace {
+            let mut st = tok.stream();
+            prompt_traces = keep
+                .iter()
+                .map(|&t| TokenTrace { token: t, text: st.push(t).unwrap_or_default(), ..Default::default() })
+                .collect();
+            if model.cfg.variant.is_ddl() {
+                read_traces(model, &pre, 0..keep.len(), &mut prompt_traces)?;
+            }
+        }
+        Ok(Generator {
+            model,
+            cache,
+            step_prog,
+            logits,
+            history: prompt.to_vec(),
+            sampler,
+            // Byte-level BPE can split a character over tokens: stream whole characters only.
+            stream: tok.stream(),
+            text: String::new(),
+            trace,
+            prompt_traces,
+        })
+    }
+
+    /// The traces of the prefilled prompt tokens (empty unless tracing).
+    pub fn prompt_traces(&self) -> &[TokenTrace] {
+        &self.prompt_traces
+    }
+
+    /// The prompt and every token generated so far.
+    pub fn history(&self) -> &[u32] {
+        &self.history
+    }
+
+    /// The text generated so far.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Samples the next token and feeds it to the model (so its trace, and the logits of the
+    /// token after it, are ready).
+    pub fn step(&mut self) -> Result<GenStep> {
+        let model = self.model;
+        let (cap, v) = (model.cfg.max_seq_len, model.cfg.vocab_size);
+        let next = self.sampler.sample(&self.logits, &self.history);
+        self.history.push(next);
+        let piece = self.stream.push(next).unwrap_or_default();
+        self.text.push_str(&piece);
+        let mut trace = self.trace.then(|| TokenTrace { token: next, text: piece.clone(), ..Default::default() });
+        let ddl = model.cfg.variant.is_ddl();
+        if self.cache.pos + 1 > cap {
+            // Slide: keep the last half of the context (this token included) and re-prefill it.
+            let keep_from = self.history.len() - cap / 2;
+            let kept: Vec<u32> = self.history[keep_from..].to_vec();
+            self.cache = model.decode_cache()?;
+            let mut p = model.decode_program(&self.cache, kept.len())?;
+            let l = model.decode(&mut p, &mut self.cache, &kept)?;
+            self.logits = l[(kept.len() - 1) * v..].to_vec();
+            self.step_prog = model.decode_program(&self.cache, 1)?;
+            if let (Some(tr), true) = (trace.as_mut(), ddl) {
+                read_traces(model, &p, kept.len() - 1..kept.len(), std::slice::from_mut(tr))?;
+            }
+        } else {
+            self.logits = model.decode(&mut self.step_prog, &mut self.cache, &[next])?;
+            if let (Some(tr), true) = (trace.as_mut(), ddl) {
+                read_traces(model, &self.step_prog, 0..1, std::slice::from_mut(tr))?;
+            }
+        }
+        Ok(GenStep { token: next, piece, trace })
+    }
+
+    /// Whatever text the stream decoder still holds back (an incomplete character).
+    pub fn finish(self) -> String {
+        self.stream.finish().unwrap_or_default()
+    }
+}
+
+/// Generates with the KV and conv caches (through a [`Generator`]): the prompt is prefilled in
+/// one batched forward, then one token per step. When the context is full, the last half of the
+/// text is kept and re-prefilled (documented behaviour). Returns the new tokens and, if asked,
+/// their traces (generated tokens only; see [`Generator::prompt_traces`] for the prompt's).
 pub fn generate(
     model: &Model,
     tok: &Tokenizer,
@@ -198,60 +330,40 @@ pub fn generate(
     sampler: &mut Sampler,
     mut on_token: impl FnMut(&str),
 ) -> Result<(Vec<u32>, Vec<TokenTrace>)> {
-    let cap = model.cfg.max_seq_len;
-    let v = model.cfg.vocab_size;
-    let mut history: Vec<u32> = prompt.to_vec();
-    let mut cache = model.decode_cache()?;
+    let owned = std::mem::replace(sampler, Sampler::new(sampler.cfg.clone()));
+    let mut g = Generator::new(model, tok, prompt, owned, opts.trace)?;
     let mut out = Vec::new();
     let mut traces = Vec::new();
-    let mut text = String::new();
-    let mut step_prog = model.decode_program(&cache, 1)?;
-    // Prefill the prompt (its last `cap` tokens when it is longer than the context).
-    let keep = &history[history.len().saturating_sub(cap)..];
-    if keep.is_empty() {
-        return Err(crate::gpu::GpuError::Shape("generation needs a prompt of at least one token".into()));
-    }
-    let mut pre = model.decode_program(&cache, keep.len())?;
-    let first = model.decode(&mut pre, &mut cache, keep)?;
-    let mut logits = first[(keep.len() - 1) * v..].to_vec();
-    // Byte-level BPE can split a character over tokens: stream whole characters only.
-    let mut stream = tok.stream();
     for _ in 0..opts.max_tokens {
-        let next = sampler.sample(&logits, &history);
-        history.push(next);
-        out.push(next);
-        let piece = stream.push(next).unwrap_or_default();
-        text.push_str(&piece);
-        if opts.trace {
-            traces.push(TokenTrace { token: next, text: piece.clone(), ..Default::default() });
+        let s = g.step()?;
+        out.push(s.token);
+        on_token(&s.piece);
+        if let Some(t) = s.trace {
+            traces.push(t);
         }
-        on_token(&piece);
-        if opts.stop_token == Some(next) || opts.stop.iter().any(|s| !s.is_empty() && text.ends_with(s.as_str())) {
+        if opts.stop_token == Some(s.token)
+            || opts.stop.iter().any(|st| !st.is_empty() && g.text().ends_with(st.as_str()))
+        {
             break;
         }
-        if cache.pos + 1 > cap {
-            // Slide: keep the last half of the context and re-prefill it.
-            let keep_from = history.len() - cap / 2;
-            let kept: Vec<u32> = history[keep_from..].to_vec();
-            cache = model.decode_cache()?;
-            let mut p = model.decode_program(&cache, kept.len())?;
-            let l = model.decode(&mut p, &mut cache, &kept)?;
-            logits = l[(kept.len() - 1) * v..].to_vec();
-            step_prog = model.decode_program(&cache, 1)?;
-            continue;
-        }
-        logits = model.decode(&mut step_prog, &mut cache, &[next])?;
-        if opts.trace {
-            let tr = traces.last_mut().unwrap();
-            read_trace(model, &step_prog, 0, tr)?;
-        }
     }
-    if let Ok(rest) = stream.finish() {
-        if !rest.is_empty() {
-            on_token(&rest);
-        }
+    let rest = std::mem::replace(&mut g.stream, tok.stream()).finish().unwrap_or_default();
+    *sampler = g.sampler;
+    if !rest.is_empty() {
+        on_token(&rest);
     }
     Ok((out, traces))
+}
+
+/// Loads a checkpoint directory for inference (no optimizer state): the model on `gpu` and its
+/// tokenizer.
+pub fn load_for_inference(
+    gpu: &std::sync::Arc<crate::gpu::Gpu>,
+    dir: &std::path::Path,
+) -> anyhow::Result<(Model, Tokenizer)> {
+    let ck = crate::train::checkpoint::load(dir, false)?;
+    let model = Model::with_params(gpu.clone(), ck.config.clone(), &ck.params)?;
+    Ok((model, ck.tokenizer))
 }
 
 /// Writes a generation trace: `path` (safetensors arrays `beta` [T, S], `lambda` = 1−β,

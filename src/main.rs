@@ -537,18 +537,9 @@ fn experiment(
     Ok(())
 }
 
-fn load_for_inference(
-    gpu: &std::sync::Arc<Gpu>,
-    dir: &std::path::Path,
-) -> Result<(ddl::model::Model, ddl::tokenizer::Tokenizer)> {
-    let ck = ddl::train::checkpoint::load(dir, false)?;
-    let model = ddl::model::Model::with_params(gpu.clone(), ck.config.clone(), &ck.params)?;
-    Ok((model, ck.tokenizer))
-}
-
 fn eval(dev: &DeviceArgs, dir: &std::path::Path, batches: Option<usize>) -> Result<()> {
     let gpu = dev.open().context("opening the GPU")?;
-    let (model, tok) = load_for_inference(&gpu, dir)?;
+    let (model, tok) = ddl::generate::load_for_inference(&gpu, dir)?;
     let run_text = std::fs::read_to_string(dir.join("config.toml"))
         .with_context(|| format!("reading {}", dir.join("config.toml").display()))?;
     let run: ddl::train::RunConfig =
@@ -602,7 +593,7 @@ fn generate_cmd(
         anyhow::bail!("--prompt is empty: give at least one token of text");
     }
     let gpu = dev.open().context("opening the GPU")?;
-    let (model, tok) = load_for_inference(&gpu, dir)?;
+    let (model, tok) = ddl::generate::load_for_inference(&gpu, dir)?;
     let ids = tok.encode(&prompt)?;
     if ids.len() > model.cfg.max_seq_len {
         eprintln!(
@@ -636,7 +627,7 @@ fn chat(dev: &DeviceArgs, dir: &std::path::Path, mut sa: SamplingArgs) -> Result
     use std::io::{BufRead, Write};
     sa.sampler()?;
     let gpu = dev.open().context("opening the GPU")?;
-    let (model, tok) = load_for_inference(&gpu, dir)?;
+    let (model, tok) = ddl::generate::load_for_inference(&gpu, dir)?;
     eprintln!(
         "chat with {} ({} parameters). Commands: /reset, /set temperature|top_k|top_p|max_tokens|seed VALUE, /quit",
         dir.display(),

@@ -1,15 +1,100 @@
-//! `ddl-viz`: desktop visualizer for DDL models. Placeholder window until the visualizer issue.
+//! `ddl-viz`: desktop visualizer for DDL models.
 
-fn main() -> eframe::Result<()> {
-    let options = eframe::NativeOptions::default();
-    eframe::run_native("ddl-viz", options, Box::new(|_cc| Ok(Box::new(Placeholder))))
+use std::path::PathBuf;
+
+use clap::Parser;
+use ddl_viz::app::{Options, Tab, VizApp};
+use eframe::egui;
+
+/// Per-layer β, k directions and eigenvalue regimes of a DDL model, live while it generates; and
+/// the training dashboard of a run.
+#[derive(Parser, Debug)]
+#[command(name = "ddl-viz", version)]
+struct Args {
+    /// A checkpoint directory (the --out of `ddl train`) to load on the model thread.
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
+    /// A training run directory (with metrics.jsonl) for the dashboard; followed while it trains.
+    #[arg(long)]
+    run: Option<PathBuf>,
+    /// A trace file written by `ddl generate --trace FILE`.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// The initial prompt.
+    #[arg(long)]
+    prompt: Option<String>,
+    /// Automation: generate this many tokens as soon as the checkpoint is loaded.
+    #[arg(long)]
+    generate: Option<usize>,
+    /// Automation: save a PNG screenshot of the window once generation is done.
+    #[arg(long)]
+    screenshot: Option<PathBuf>,
+    /// Automation: close the window after the screenshot (exit status 1 if something failed).
+    #[arg(long)]
+    exit_after_screenshot: bool,
+    /// The view to open: beta, eigen, k, writes, training.
+    #[arg(long)]
+    tab: Option<String>,
+    /// Window size in points.
+    #[arg(long, default_value_t = 1280.0)]
+    width: f32,
+    #[arg(long, default_value_t = 820.0)]
+    height: f32,
 }
 
-struct Placeholder;
-
-impl eframe::App for Placeholder {
-    fn ui(&mut self, ui: &mut eframe::egui::Ui, _frame: &mut eframe::Frame) {
-        ui.heading("ddl-viz");
-        ui.label("The Deep Delta Learning visualizer is not built yet.");
+fn main() -> std::process::ExitCode {
+    let a = Args::parse();
+    let tab = match a.tab.as_deref() {
+        None => None,
+        Some("beta") => Some(Tab::BetaMap),
+        Some("eigen") => Some(Tab::Eigen),
+        Some("k") => Some(Tab::KDirs),
+        Some("writes") => Some(Tab::Writes),
+        Some("training") => Some(Tab::Training),
+        Some(t) => {
+            eprintln!("error: unknown --tab {t} (beta, eigen, k, writes, training)");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    if a.generate.is_some() && a.checkpoint.is_none() {
+        eprintln!("error: --generate needs --checkpoint DIR");
+        return std::process::ExitCode::from(2);
+    }
+    let opts = Options {
+        checkpoint: a.checkpoint,
+        run: a.run,
+        trace: a.trace,
+        prompt: a.prompt,
+        generate: a.generate,
+        screenshot: a.screenshot,
+        exit_after_screenshot: a.exit_after_screenshot,
+        tab,
+    };
+    let native = eframe::NativeOptions {
+        viewport: egui::ViewportBuilder::default().with_title("ddl-viz").with_inner_size([a.width, a.height]),
+        ..Default::default()
+    };
+    let result = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let r2 = result.clone();
+    let run = eframe::run_native(
+        "ddl-viz",
+        native,
+        Box::new(move |cc| {
+            let app = VizApp::new(Some(cc.egui_ctx.clone()), opts);
+            *r2.lock().unwrap() = Some(app.auto_result());
+            Ok(Box::new(app))
+        }),
+    );
+    if let Err(e) = run {
+        eprintln!("error: the window could not be opened: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
+    let auto = result.lock().unwrap().clone();
+    match auto.and_then(|r| r.lock().unwrap().clone()) {
+        Some(Err(e)) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+        _ => std::process::ExitCode::SUCCESS,
     }
 }

@@ -1,0 +1,628 @@
+//! The eframe application: model controls, token chips and the panels.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use ddl::generate::{SamplerConfig, TokenTrace};
+use eframe::egui::{self, Color32, RichText};
+
+use crate::metrics::Metrics;
+use crate::panels::{self, Selection, tokens::ChipColour};
+use crate::trace::TraceData;
+use crate::worker::{Command, Event, ModelInfo, Worker};
+
+/// The views of the central area.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Tab {
+    #[default]
+    BetaMap,
+    Eigen,
+    KDirs,
+    Writes,
+    Training,
+}
+
+impl Tab {
+    pub const ALL: [Tab; 5] = [Tab::BetaMap, Tab::Eigen, Tab::KDirs, Tab::Writes, Tab::Training];
+    pub fn name(self) -> &'static str {
+        match self {
+            Tab::BetaMap => "β map",
+            Tab::Eigen => "Eigenvalue regimes",
+            Tab::KDirs => "k directions",
+            Tab::Writes => "Write strength",
+            Tab::Training => "Training",
+        }
+    }
+}
+
+/// Startup options (the command line).
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub checkpoint: Option<PathBuf>,
+    pub run: Option<PathBuf>,
+    pub trace: Option<PathBuf>,
+    pub prompt: Option<String>,
+    /// Automation: generate this many tokens once the checkpoint is loaded.
+    pub generate: Option<usize>,
+    /// Automation: save a screenshot here once generation is done.
+    pub screenshot: Option<PathBuf>,
+    pub exit_after_screenshot: bool,
+    pub tab: Option<Tab>,
+}
+
+/// What the automation reports to `main` (exit status).
+pub type AutoResult = Arc<Mutex<Option<Result<(), String>>>>;
+
+#[derive(Default)]
+struct Automation {
+    generate: Option<usize>,
+    started: bool,
+    done: bool,
+    screenshot: Option<PathBuf>,
+    requested: bool,
+    frames_after_done: u32,
+    exit: bool,
+    failure: Option<String>,
+    result: AutoResult,
+    t0: Option<std::time::Instant>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Info,
+    Error,
+}
+
+/// The in-app file dialog: a path field and a directory browser.
+#[derive(Debug, Clone)]
+pub struct OpenDialog {
+    pub path: String,
+}
+
+pub struct VizApp {
+    worker: Option<Worker>,
+    pub model: Option<ModelInfo>,
+    pub trace: TraceData,
+    pub sel: Selection,
+    pub chip_colour: ChipColour,
+    pub prompt: String,
+    pub sampling: SamplerConfig,
+    pub max_tokens: usize,
+    pub tab: Tab,
+    pub metrics: Option<Metrics>,
+    pub messages: Vec<(Level, String)>,
+    pub status: String,
+    pub dialog: Option<OpenDialog>,
+    session_prompt: Option<String>,
+    /// When the running generation started and how many tokens it has produced.
+    gen_started: Option<(std::time::Instant, usize)>,
+    auto: Automation,
+}
+
+impl VizApp {
+    /// An app with a model thread (repainting `ctx` on its events), opening what `opts` names.
+    pub fn new(ctx: Option<egui::Context>, opts: Options) -> Self {
+        let mut app = Self::without_worker();
+        app.worker = Some(Worker::spawn(ctx));
+        if let Some(p) = &opts.prompt {
+            app.prompt = p.clone();
+        }
+        app.auto.generate = opts.generate;
+        app.auto.screenshot = opts.screenshot.clone();
+        app.auto.exit = opts.exit_after_screenshot;
+        app.auto.t0 = Some(std::time::Instant::now());
+        if let Some(t) = opts.tab {
+            app.tab = t;
+        }
+        if let Some(dir) = &opts.checkpoint {
+            app.open_checkpoint(dir);
+        }
+        if let Some(dir) = &opts.run {
+            app.open_run(dir);
+        }
+        if let Some(f) = &opts.trace {
+            app.open_trace(f);
+        }
+        app
+    }
+
+    /// An app without a model thread (for showing traces, and tests).
+    pub fn without_worker() -> Self {
+        VizApp {
+            worker: None,
+            model: None,
+            trace: TraceData::default(),
+            sel: Selection::default(),
+            chip_colour: ChipColour::default(),
+            prompt: "First Citizen:".into(),
+            sampling: SamplerConfig { temperature: 0.8, top_k: 40, top_p: 0.95, ..Default::default() },
+            max_tokens: 64,
+            tab: Tab::default(),
+            metrics: None,
+            messages: Vec::new(),
+            status: String::new(),
+            dialog: None,
+            session_prompt: None,
+            gen_started: None,
+            auto: Automation::default(),
+        }
+    }
+
+    /// An app showing `trace` (no model).
+    pub fn with_trace(trace: TraceData) -> Self {
+        let mut a = Self::without_worker();
+        a.trace = trace;
+        a
+    }
+
+    /// The handle on which `main` learns how the automation ended.
+    pub fn auto_result(&self) -> AutoResult {
+        self.auto.result.clone()
+    }
+
+    pub fn error(&mut self, msg: impl Into<String>) {
+        let msg = msg.into();
+        if self.auto.screenshot.is_some() && self.auto.failure.is_none() {
+            self.auto.failure = Some(msg.clone());
+        }
+        self.messages.push((Level::Error, msg));
+    }
+
+    pub fn busy(&self) -> bool {
+        self.worker.as_ref().is_some_and(|w| w.busy())
+    }
+
+    pub fn open_checkpoint(&mut self, dir: &Path) {
+        match &self.worker {
+            Some(w) => {
+                w.send(Command::Load(dir.to_path_buf()));
+                self.status = format!("loading {}…", dir.display());
+            }
+            None => self.error("no model thread in this view"),
+        }
+        // A run directory is also a checkpoint: show its training curves too.
+        if dir.join("metrics.jsonl").exists() && self.metrics.is_none() {
+            self.open_run(dir);
+        }
+    }
+
+    pub fn open_run(&mut self, dir: &Path) {
+        match Metrics::open(dir) {
+            Ok(m) => {
+                self.status = format!("following {}", m.path().display());
+                self.metrics = Some(m);
+            }
+            Err(e) => self.error(e),
+        }
+    }
+
+    pub fn open_trace(&mut self, file: &Path) {
+        match TraceData::load(file) {
+            Ok(t) => {
+                self.status = format!("trace {} ({} tokens)", file.display(), t.len());
+                self.trace = t;
+                self.sel = Selection::default();
+            }
+            Err(e) => self.error(e),
+        }
+    }
+
+    fn send(&mut self, cmd: Command) {
+        if let Some(w) = &self.worker {
+            w.send(cmd);
+        } else {
+            self.error("no model thread in this view");
+        }
+    }
+
+    /// Starts generating from the prompt.
+    pub fn generate(&mut self) {
+        if self.model.is_none() {
+            self.error("open a checkpoint first (Open… or --checkpoint DIR)");
+            return;
+        }
+        self.session_prompt = Some(self.prompt.clone());
+        self.sel.token = None;
+        self.send(Command::Generate {
+            prompt: self.prompt.clone(),
+            sampling: self.sampling.clone(),
+            max_tokens: self.max_tokens,
+        });
+        self.status = "generating…".into();
+    }
+
+    /// One more token (a new session when the prompt changed).
+    pub fn step_one(&mut self) {
+        if self.model.is_none() {
+            self.error("open a checkpoint first (Open… or --checkpoint DIR)");
+            return;
+        }
+        let fresh = self.session_prompt.as_deref() != Some(self.prompt.as_str());
+        self.session_prompt = Some(self.prompt.clone());
+        self.send(Command::Step { prompt: self.prompt.clone(), sampling: self.sampling.clone(), fresh });
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(w) = &self.worker {
+            w.stop();
+        }
+    }
+
+    /// Applies the model thread's events.
+    pub fn poll(&mut self) {
+        let Some(w) = &self.worker else { return };
+        let events: Vec<Event> = w.rx.try_iter().collect();
+        for e in events {
+            match e {
+                Event::Loading(d) => self.status = format!("loading {}…", d.display()),
+                Event::Loaded(info) => {
+                    let c = &info.config;
+                    self.trace = TraceData::new(c.n_layers, c.d_model, c.m());
+                    self.sel = Selection::default();
+                    self.session_prompt = None;
+                    self.status = format!("loaded {} (step {})", info.dir.display(), info.step);
+                    if !c.variant.is_ddl() {
+                        self.messages.push((
+                            Level::Info,
+                            format!(
+                                "{} is a {} model: it has no delta writes, so only the text is shown",
+                                info.dir.display(),
+                                c.variant
+                            ),
+                        ));
+                    }
+                    self.model = Some(info);
+                    if let (Some(_), false) = (self.auto.generate, self.auto.started) {
+                        self.auto.started = true;
+                        self.max_tokens = self.auto.generate.unwrap_or(self.max_tokens);
+                        self.generate();
+                    }
+                }
+                Event::Started { prompt } => {
+                    self.gen_started = Some((std::time::Instant::now(), 0));
+                    self.trace.clear();
+                    for t in prompt {
+                        self.trace.push(t, true);
+                    }
+                }
+                Event::Token(s) => {
+                    let tr = s.trace.unwrap_or(TokenTrace { token: s.token, text: s.piece, ..Default::default() });
+                    self.trace.push(tr, false);
+                    let (t0, n) = self.gen_started.get_or_insert((std::time::Instant::now(), 0));
+                    *n += 1;
+                    let rate = *n as f64 / t0.elapsed().as_secs_f64().max(1e-3);
+                    self.status = format!("generating… {n} token(s), {rate:.1} tokens/s");
+                }
+                Event::Done { reason } => {
+                    self.gen_started = None;
+                    self.status = format!("done: {reason}; {} tokens", self.trace.len());
+                    if self.auto.started {
+                        self.auto.done = true;
+                    }
+                }
+                Event::Error(e) => {
+                    self.status = "error".into();
+                    self.error(e);
+                    if self.auto.screenshot.is_some() {
+                        self.auto.done = true;
+                    }
+                }
+            }
+        }
+    }
+
+    fn automation(&mut self, ctx: &egui::Context) {
+        let Some(path) = self.auto.screenshot.clone() else { return };
+        let timed_out = self.auto.t0.is_some_and(|t| t.elapsed().as_secs() > 300);
+        if timed_out && self.auto.failure.is_none() {
+            self.auto.failure = Some("timed out waiting for generation".into());
+        }
+        let ready = self.auto.done || timed_out || (self.auto.generate.is_none() && self.auto.t0.is_some());
+        if !ready || self.auto.requested {
+            if self.auto.requested && self.auto.exit && self.auto.result.lock().unwrap().is_some() {
+                ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+            }
+            return;
+        }
+        // Let the last tokens lay out before the picture.
+        self.auto.frames_after_done += 1;
+        if self.auto.frames_after_done < 5 {
+            ctx.request_repaint();
+            return;
+        }
+        self.auto.requested = true;
+        let result = self.auto.result.clone();
+        let failure = self.auto.failure.clone();
+        let c2 = ctx.clone();
+        ctx.request_screenshot(move |img| {
+            let r = save_png(&img, &path).and(match failure {
+                Some(f) => Err(f),
+                None => Ok(()),
+            });
+            *result.lock().unwrap() = Some(r);
+            c2.request_repaint();
+        });
+    }
+
+    /// The whole window.
+    pub fn ui_root(&mut self, ui: &mut egui::Ui) {
+        self.poll();
+        let ctx = ui.ctx().clone();
+        if let Some(m) = &mut self.metrics {
+            match m.poll_every(std::time::Duration::from_secs(1)) {
+                Ok(_) => {}
+                Err(e) => {
+                    let e = format!("run {}: {e}", m.dir.display());
+                    self.metrics = None;
+                    self.error(e);
+                }
+            }
+            ctx.request_repaint_after(std::time::Duration::from_secs(1));
+        }
+        if self.busy() {
+            ctx.request_repaint_after(std::time::Duration::from_millis(100));
+        }
+        egui::Panel::top("top-bar").show(ui, |ui| self.top_bar(ui));
+        if !self.messages.is_empty() || !self.status.is_empty() {
+            egui::Panel::bottom("messages").show(ui, |ui| self.messages_ui(ui));
+        }
+        egui::Panel::left("generation").resizable(true).default_size(250.0).show(ui, |ui| self.generation_ui(ui));
+        egui::CentralPanel::default().show(ui, |ui| self.central(ui));
+        self.dialog_ui(&ctx);
+        self.automation(&ctx);
+    }
+
+    fn top_bar(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
+            ui.heading("ddl-viz");
+            if ui.button("Open…").on_hover_text("Open a checkpoint, a training run or a trace file").clicked() {
+                let start = self
+                    .model
+                    .as_ref()
+                    .map(|m| m.dir.clone())
+                    .or_else(|| std::env::current_dir().ok())
+                    .unwrap_or_default();
+                self.dialog = Some(OpenDialog { path: start.display().to_string() });
+            }
+            ui.separator();
+            match &self.model {
+                Some(m) => {
+                    let c = &m.config;
+                    ui.label(format!(
+                        "{} · {} · d={} L={} d_v={} · vocab {} · step {}",
+                        m.dir.display(),
+                        c.variant,
+                        c.d_model,
+                        c.n_layers,
+                        c.m(),
+                        m.vocab,
+                        m.step
+                    ))
+                    .on_hover_text(format!("model thread on {}", m.adapter));
+                }
+                None => {
+                    ui.weak("no model loaded");
+                }
+            }
+        });
+    }
+
+    fn messages_ui(&mut self, ui: &mut egui::Ui) {
+        let mut remove = None;
+        for (i, (lvl, m)) in self.messages.iter().enumerate().rev().take(4) {
+            ui.horizontal(|ui| {
+                let (icon, c) = match lvl {
+                    Level::Error => ("error:", Color32::from_rgb(240, 90, 80)),
+                    Level::Info => ("note:", Color32::from_rgb(120, 170, 240)),
+                };
+                if ui.small_button("x").on_hover_text("dismiss").clicked() {
+                    remove = Some(i);
+                }
+                ui.colored_label(c, RichText::new(icon).strong());
+                ui.label(m);
+            });
+        }
+        if let Some(i) = remove {
+            self.messages.remove(i);
+        }
+        if !self.status.is_empty() {
+            ui.weak(&self.status);
+        }
+    }
+
+    fn generation_ui(&mut self, ui: &mut egui::Ui) {
+        ui.strong("Prompt");
+        let l = ui.label("text to continue");
+        ui.add(egui::TextEdit::multiline(&mut self.prompt).desired_rows(4).desired_width(f32::INFINITY))
+            .labelled_by(l.id);
+        let busy = self.busy();
+        let has_model = self.model.is_some();
+        ui.horizontal(|ui| {
+            if ui.add_enabled(has_model && !busy, egui::Button::new("Generate")).clicked() {
+                self.generate();
+            }
+            if ui.add_enabled(busy, egui::Button::new("Stop")).clicked() {
+                self.stop();
+            }
+            if ui.add_enabled(has_model && !busy, egui::Button::new("Step one token")).clicked() {
+                self.step_one();
+            }
+        });
+        if busy {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label("working…");
+            });
+        }
+        ui.separator();
+        ui.strong("Sampling");
+        let s = &mut self.sampling;
+        ui.add(egui::Slider::new(&mut s.temperature, 0.0..=2.0).text("temperature")).on_hover_text("0 = greedy");
+        ui.add(egui::Slider::new(&mut s.top_k, 0..=200).text("top-k")).on_hover_text("0 = all tokens");
+        ui.add(egui::Slider::new(&mut s.top_p, 0.01..=1.0).text("top-p"));
+        ui.add(egui::Slider::new(&mut self.max_tokens, 1..=512).text("max tokens"));
+        ui.horizontal(|ui| {
+            let l = ui.label("seed");
+            ui.add(egui::DragValue::new(&mut s.seed)).labelled_by(l.id);
+        });
+        if let Err(e) = s.validate() {
+            ui.colored_label(Color32::from_rgb(240, 90, 80), e);
+        }
+    }
+
+    fn central(&mut self, ui: &mut egui::Ui) {
+        // ← / → move the selection when no text field has the keyboard.
+        if !self.trace.is_empty() && ui.ctx().memory(|m| m.focused().is_none()) {
+            let (left, right) =
+                ui.input(|i| (i.key_pressed(egui::Key::ArrowLeft), i.key_pressed(egui::Key::ArrowRight)));
+            let last = self.trace.len() - 1;
+            if right {
+                self.sel.token = Some(self.sel.token.map_or(0, |t| (t + 1).min(last)));
+            }
+            if left {
+                self.sel.token = Some(self.sel.token.map_or(last, |t| t.saturating_sub(1)));
+            }
+        }
+        panels::tokens::controls(ui, &self.trace, &mut self.sel, &mut self.chip_colour);
+        egui::ScrollArea::vertical().id_salt("chips").max_height(130.0).auto_shrink([false, true]).show(ui, |ui| {
+            if self.trace.is_empty() {
+                ui.weak(
+                    "The text appears here as tokens while it is generated; click a token (or use the arrow keys) to select it.",
+                );
+            }
+            panels::tokens::chips(ui, &self.trace, &mut self.sel, self.chip_colour);
+        });
+        ui.separator();
+        ui.horizontal(|ui| {
+            for t in Tab::ALL {
+                ui.selectable_value(&mut self.tab, t, t.name());
+            }
+        });
+        ui.separator();
+        match self.tab {
+            Tab::BetaMap => panels::beta_map::show(ui, &self.trace, &mut self.sel),
+            Tab::Eigen => panels::eigen::show(ui, &self.trace, &mut self.sel),
+            Tab::KDirs => panels::kdirs::show(ui, &self.trace, &mut self.sel),
+            Tab::Writes => panels::writes::show(ui, &self.trace, &mut self.sel),
+            Tab::Training => panels::dashboard::show(ui, self.metrics.as_ref()),
+        }
+    }
+
+    fn dialog_ui(&mut self, ctx: &egui::Context) {
+        let Some(mut d) = self.dialog.take() else { return };
+        let mut open = true;
+        let mut action: Option<(u8, PathBuf)> = None;
+        egui::Window::new("Open…").open(&mut open).default_size([520.0, 420.0]).show(ctx, |ui| {
+            ui.horizontal(|ui| {
+                let l = ui.label("path");
+                ui.add(egui::TextEdit::singleline(&mut d.path).desired_width(380.0)).labelled_by(l.id);
+                if ui.button("Up").clicked()
+                    && let Some(p) = Path::new(&d.path).parent()
+                {
+                    d.path = p.display().to_string();
+                }
+            });
+            let p = PathBuf::from(&d.path);
+            let kind = classify(&p);
+            ui.horizontal(|ui| {
+                if ui.add_enabled(kind.checkpoint, egui::Button::new("Open checkpoint")).clicked() {
+                    action = Some((0, p.clone()));
+                }
+                if ui.add_enabled(kind.run, egui::Button::new("Open run")).clicked() {
+                    action = Some((1, p.clone()));
+                }
+                if ui.add_enabled(kind.trace, egui::Button::new("Open trace")).clicked() {
+                    action = Some((2, p.clone()));
+                }
+            });
+            ui.separator();
+            let dir = if p.is_dir() { p.clone() } else { p.parent().map(Path::to_path_buf).unwrap_or_default() };
+            match std::fs::read_dir(&dir) {
+                Ok(rd) => {
+                    let mut entries: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+                    entries.sort();
+                    egui::ScrollArea::vertical().id_salt("open-list").max_height(300.0).show(ui, |ui| {
+                        for e in entries {
+                            let name = e.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+                            if name.starts_with('.') {
+                                continue;
+                            }
+                            let k = classify(&e);
+                            if !e.is_dir() && !k.trace {
+                                continue;
+                            }
+                            let mut tags = Vec::new();
+                            if k.checkpoint {
+                                tags.push("checkpoint");
+                            }
+                            if k.run {
+                                tags.push("run");
+                            }
+                            if k.trace {
+                                tags.push("trace");
+                            }
+                            let label = format!(
+                                "{}{}  {}",
+                                name,
+                                if e.is_dir() { "/" } else { "" },
+                                if tags.is_empty() { String::new() } else { format!("[{}]", tags.join(", ")) }
+                            );
+                            if ui.selectable_label(false, label).clicked() {
+                                d.path = e.display().to_string();
+                            }
+                        }
+                    });
+                }
+                Err(e) => {
+                    ui.colored_label(Color32::from_rgb(240, 90, 80), format!("cannot list {}: {e}", dir.display()));
+                }
+            }
+        });
+        match action {
+            Some((0, p)) => self.open_checkpoint(&p),
+            Some((1, p)) => self.open_run(&p),
+            Some((_, p)) => self.open_trace(&p),
+            None => {
+                if open {
+                    self.dialog = Some(d);
+                }
+            }
+        }
+    }
+}
+
+struct Kind {
+    checkpoint: bool,
+    run: bool,
+    trace: bool,
+}
+
+fn classify(p: &Path) -> Kind {
+    let is_trace = p.is_file()
+        && p.extension().is_some_and(|e| e == "safetensors")
+        && !p
+            .file_name()
+            .is_some_and(|n| n == ddl::train::checkpoint::MODEL_FILE || n == ddl::train::checkpoint::OPTIM_FILE);
+    Kind {
+        checkpoint: p.join(ddl::train::checkpoint::MODEL_FILE).is_file(),
+        run: p.join("metrics.jsonl").is_file(),
+        trace: is_trace,
+    }
+}
+
+/// Writes a screenshot as PNG.
+pub fn save_png(img: &egui::ColorImage, path: &Path) -> Result<(), String> {
+    let [w, h] = img.size;
+    let mut buf = Vec::with_capacity(w * h * 4);
+    for c in &img.pixels {
+        buf.extend_from_slice(&c.to_srgba_unmultiplied());
+    }
+    let im = image::RgbaImage::from_raw(w as u32, h as u32, buf).ok_or("screenshot has the wrong size")?;
+    im.save(path).map_err(|e| format!("cannot write the screenshot {}: {e}", path.display()))
+}
+
+impl eframe::App for VizApp {
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        self.ui_root(ui);
+    }
+}

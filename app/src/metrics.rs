@@ -1,0 +1,157 @@
+//! Training metrics of a run directory: `metrics.jsonl`, read incrementally so that a run that
+//! is still training is followed (new lines are picked up; a rewritten file is re-read).
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// One training step.
+#[derive(Debug, Clone, Default)]
+pub struct TrainRow {
+    pub step: f64,
+    pub loss: Option<f64>,
+    pub lr: Option<f64>,
+    pub grad_norm: Option<f64>,
+    pub tok_per_s: Option<f64>,
+    /// Mean β per sublayer (DDL variants, on logged steps).
+    pub beta_mean: Option<Vec<f64>>,
+}
+
+/// The metrics of a run, followed as the file grows.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub dir: PathBuf,
+    pub train: Vec<TrainRow>,
+    /// (step, validation loss).
+    pub val: Vec<(f64, f64)>,
+    /// Lines that were not valid JSON (reported, skipped).
+    pub bad_lines: usize,
+    offset: u64,
+    partial: String,
+    last_poll: Option<std::time::Instant>,
+}
+
+impl Metrics {
+    /// Opens a run directory (it must hold `metrics.jsonl`).
+    pub fn open(dir: &Path) -> Result<Metrics, String> {
+        if !dir.is_dir() {
+            return Err(format!("the run directory {} does not exist", dir.display()));
+        }
+        let mut m = Metrics { dir: dir.to_path_buf(), ..Default::default() };
+        if !m.path().exists() {
+            return Err(format!("{} has no metrics.jsonl: not a training run directory", dir.display()));
+        }
+        m.poll()?;
+        Ok(m)
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.join("metrics.jsonl")
+    }
+
+    /// Polls at most once per `every`; returns whether new rows arrived.
+    pub fn poll_every(&mut self, every: std::time::Duration) -> Result<bool, String> {
+        if self.last_poll.is_some_and(|t| t.elapsed() < every) {
+            return Ok(false);
+        }
+        self.poll()
+    }
+
+    /// Reads the lines appended since the last call; returns whether new rows arrived.
+    pub fn poll(&mut self) -> Result<bool, String> {
+        self.last_poll = Some(std::time::Instant::now());
+        let path = self.path();
+        let mut f = std::fs::File::open(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let len = f.metadata().map_err(|e| e.to_string())?.len();
+        if len < self.offset {
+            // The file was rewritten (a new run in the same directory): start over.
+            self.train.clear();
+            self.val.clear();
+            self.bad_lines = 0;
+            self.offset = 0;
+            self.partial.clear();
+        }
+        if len == self.offset {
+            return Ok(false);
+        }
+        f.seek(SeekFrom::Start(self.offset)).map_err(|e| e.to_string())?;
+        let mut buf = Vec::new();
+        f.take(len - self.offset).read_to_end(&mut buf).map_err(|e| e.to_string())?;
+        self.offset += buf.len() as u64;
+        self.partial.push_str(&String::from_utf8_lossy(&buf));
+        let before = self.train.len() + self.val.len();
+        // Only complete lines: a line still being written stays in `partial`.
+        while let Some(nl) = self.partial.find('\n') {
+            let line: String = self.partial.drain(..=nl).collect();
+            self.parse_line(line.trim());
+        }
+        Ok(self.train.len() + self.val.len() > before)
+    }
+
+    fn parse_line(&mut self, line: &str) {
+        if line.is_empty() {
+            return;
+        }
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            self.bad_lines += 1;
+            return;
+        };
+        let Some(step) = v["step"].as_f64() else {
+            self.bad_lines += 1;
+            return;
+        };
+        if let Some(vl) = v["val_loss"].as_f64() {
+            self.val.push((step, vl));
+            return;
+        }
+        self.train.push(TrainRow {
+            step,
+            loss: v["loss"].as_f64(),
+            lr: v["lr"].as_f64(),
+            grad_norm: v["grad_norm"].as_f64(),
+            tok_per_s: v["tok_per_s"].as_f64(),
+            beta_mean: v["beta_mean"].as_array().map(|a| a.iter().map(|x| x.as_f64().unwrap_or(f64::NAN)).collect()),
+        });
+    }
+
+    /// Number of sublayers in the β means (0 for baseline runs).
+    pub fn n_sublayers(&self) -> usize {
+        self.train.iter().filter_map(|r| r.beta_mean.as_ref().map(|b| b.len())).max().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn follows_a_growing_file_and_skips_partial_and_bad_lines() {
+        let dir = std::env::temp_dir().join(format!("ddl-viz-metrics-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("metrics.jsonl");
+        std::fs::write(
+            &p,
+            "{\"step\":1,\"loss\":4.0,\"lr\":0.001,\"grad_norm\":1.5,\"beta_mean\":[0.5,1.0]}\n{\"step\":2,",
+        )
+        .unwrap();
+        let mut m = Metrics::open(&dir).unwrap();
+        assert_eq!(m.train.len(), 1);
+        assert_eq!(m.n_sublayers(), 2);
+        let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(b"\"loss\":3.5}\nnot json\n{\"step\":2,\"val_loss\":3.7,\"val_ppl\":40}\n").unwrap();
+        assert!(m.poll().unwrap());
+        assert_eq!(m.train.len(), 2);
+        assert_eq!(m.train[1].loss, Some(3.5));
+        assert_eq!(m.val, vec![(2.0, 3.7)]);
+        assert_eq!(m.bad_lines, 1);
+        assert!(!m.poll().unwrap());
+        // Rewritten (shorter): re-read from the start.
+        std::fs::write(&p, "{\"step\":1,\"loss\":9.0}\n").unwrap();
+        assert!(m.poll().unwrap());
+        assert_eq!(m.train.len(), 1);
+        assert_eq!(m.train[0].loss, Some(9.0));
+        assert!(Metrics::open(&dir.join("nope")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

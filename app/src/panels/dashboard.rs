@@ -1,0 +1,94 @@
+//! The training dashboard of a run directory.
+
+use eframe::egui::{self, Color32};
+use egui_plot::{HLine, Legend, Line, Plot};
+
+use crate::colors;
+use crate::metrics::Metrics;
+use crate::trace::sublayer_name;
+
+pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
+    let Some(m) = m else {
+        ui.weak("No run open: use Open… → run directory (the --out of `ddl train`), or start with --run DIR.");
+        return;
+    };
+    let last = m.train.last();
+    ui.horizontal(|ui| {
+        ui.strong(format!("Run {}", m.dir.display()));
+        ui.label(format!(
+            "{} steps logged{}{}",
+            m.train.len(),
+            last.and_then(|r| r.loss).map(|l| format!(", last loss {l:.4}")).unwrap_or_default(),
+            m.val.last().map(|v| format!(", val loss {:.4} at step {}", v.1, v.0)).unwrap_or_default(),
+        ));
+        if m.bad_lines > 0 {
+            ui.colored_label(Color32::from_rgb(230, 160, 60), format!("{} unreadable line(s) skipped", m.bad_lines));
+        }
+    });
+    if m.train.is_empty() && m.val.is_empty() {
+        ui.weak("metrics.jsonl has no rows yet; waiting for the run to log.");
+        return;
+    }
+    let h = ((ui.available_height() - 40.0) * 0.5).max(120.0);
+    let group = egui::Id::unique("dash-steps");
+    let series = |f: &dyn Fn(&crate::metrics::TrainRow) -> Option<f64>| -> Vec<[f64; 2]> {
+        m.train.iter().filter_map(|r| f(r).filter(|v| v.is_finite()).map(|v| [r.step, v])).collect()
+    };
+    ui.columns(2, |cols| {
+        Plot::new("dash-loss")
+            .height(h)
+            .legend(Legend::default())
+            .link_axis(group, [true, false])
+            .x_axis_label("step")
+            .y_axis_label("loss")
+            .show(&mut cols[0], |p| {
+                p.line(Line::new("train loss", series(&|r| r.loss)).color(Color32::from_rgb(90, 160, 240)));
+                let v: Vec<[f64; 2]> = m.val.iter().map(|&(s, l)| [s, l]).collect();
+                p.line(Line::new("val loss", v.clone()).color(Color32::from_rgb(240, 140, 60)).width(2.0));
+                p.points(egui_plot::Points::new("val loss", v).radius(3.0).color(Color32::from_rgb(240, 140, 60)));
+            });
+        Plot::new("dash-lr")
+            .height(h)
+            .legend(Legend::default())
+            .link_axis(group, [true, false])
+            .x_axis_label("step")
+            .y_axis_label("learning rate")
+            .show(&mut cols[1], |p| {
+                p.line(Line::new("learning rate", series(&|r| r.lr)).color(Color32::from_rgb(150, 200, 120)));
+            });
+    });
+    ui.columns(2, |cols| {
+        Plot::new("dash-gnorm")
+            .height(h)
+            .legend(Legend::default())
+            .link_axis(group, [true, false])
+            .x_axis_label("step")
+            .y_axis_label("|g|")
+            .show(&mut cols[0], |p| {
+                p.line(Line::new("grad norm", series(&|r| r.grad_norm)).color(Color32::from_rgb(200, 120, 220)));
+            });
+        let s = m.n_sublayers();
+        Plot::new("dash-beta")
+            .height(h)
+            .legend(Legend::default())
+            .link_axis(group, [true, false])
+            .include_y(0.0)
+            .include_y(2.0)
+            .x_axis_label("step")
+            .y_axis_label("mean β")
+            .show(&mut cols[1], |p| {
+                p.hline(HLine::new("regime thresholds", 0.5).color(Color32::from_gray(120)));
+                p.hline(HLine::new("regime thresholds", 1.5).color(Color32::from_gray(120)));
+                for i in 0..s {
+                    let pts: Vec<[f64; 2]> = m
+                        .train
+                        .iter()
+                        .filter_map(|r| {
+                            r.beta_mean.as_ref().and_then(|b| b.get(i)).filter(|v| v.is_finite()).map(|&v| [r.step, v])
+                        })
+                        .collect();
+                    p.line(Line::new(sublayer_name(i), pts).color(colors::layer_color(i, s)));
+                }
+            });
+    });
+}

@@ -1,0 +1,47 @@
+//! The panels: pure functions over a [`TraceData`] (or [`Metrics`]) and the selection, so tests
+//! can draw them from fixture traces without a model.
+
+pub mod beta_map;
+pub mod dashboard;
+pub mod eigen;
+pub mod kdirs;
+pub mod tokens;
+pub mod writes;
+
+use crate::trace::TraceData;
+
+/// What the user selected.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Selection {
+    /// The selected token (index into the text), if any.
+    pub token: Option<usize>,
+    /// The sublayer for per-layer views (chip regime colours, k components).
+    pub sublayer: usize,
+}
+
+impl Selection {
+    /// The token the per-token panels show: the selected one if it has a trace, else the last
+    /// traced token.
+    pub fn shown_token(&self, data: &TraceData) -> Option<usize> {
+        self.token.filter(|&t| data.has(t)).or_else(|| (0..data.len()).rev().find(|&t| data.has(t)))
+    }
+}
+
+/// A line telling why a panel is empty.
+pub(crate) fn empty_note(ui: &mut eframe::egui::Ui, data: &TraceData) -> bool {
+    if data.is_empty() {
+        ui.weak("No tokens yet: open a checkpoint and generate, or open a trace file.");
+        return true;
+    }
+    if !data.any_traced() {
+        ui.weak("This model has no delta writes to show (a baseline model, or no traced token yet).");
+        return true;
+    }
+    false
+}
+
+/// "token 12 'abc'" for headings.
+pub(crate) fn token_label(data: &TraceData, t: usize) -> String {
+    let r = &data.rows[t];
+    format!("token {t} “{}”{}", crate::trace::chip_text(&r.trace.text), if r.prompt { " (prompt)" } else { "" })
+}

@@ -1,0 +1,93 @@
+//! Write strength per sublayer: |β (v − k^T X)|, what is erased (k^T X) and written (v).
+
+use eframe::egui;
+use egui_plot::{Bar, BarChart, Legend, Line, Plot};
+
+use super::Selection;
+use crate::colors;
+use crate::trace::{TraceData, norm, sublayer_name, sublayer_short};
+
+pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
+    if super::empty_note(ui, data) {
+        return;
+    }
+    let Some(t) = sel.shown_token(data) else { return };
+    let s = data.s();
+    ui.strong(format!("Writes of {}", super::token_label(data, t)));
+    ui.label("Each sublayer erases k^T X (the state's component along k) and writes v there, scaled by β: the update is β·k·(v − k^T X)^T.");
+    let h = (ui.available_height() * 0.5).clamp(140.0, 320.0);
+    let fmt = move |m: egui_plot::GridMark, _: &std::ops::RangeInclusive<f64>| {
+        let v = m.value.round();
+        if (m.value - v).abs() < 1e-6 && v >= 0.0 && (v as usize) < s {
+            sublayer_short(v as usize)
+        } else {
+            String::new()
+        }
+    };
+    ui.columns(2, |cols| {
+        let ui = &mut cols[0];
+        let mk = |name: &str, off: f64, f: &dyn Fn(usize) -> Option<f64>, c: egui::Color32| {
+            let bars =
+                (0..s).filter_map(|i| f(i).map(|v| Bar::new(i as f64 + off, v).width(0.25).name(sublayer_name(i))));
+            BarChart::new(name, bars.collect()).color(c)
+        };
+        let write = mk(
+            "write |β(v − k^T X)|",
+            -0.27,
+            &|i| data.write(t, i).map(|x| x as f64),
+            egui::Color32::from_rgb(240, 190, 60),
+        );
+        let erased = mk("erased |k^T X|", 0.0, &|i| data.ktx(t, i).map(norm), egui::Color32::from_rgb(90, 140, 230));
+        let written = mk("written |v|", 0.27, &|i| data.v(t, i).map(norm), egui::Color32::from_rgb(90, 190, 110));
+        Plot::new("writes-bars")
+            .height(h)
+            .legend(Legend::default())
+            .include_y(0.0)
+            .allow_zoom(false)
+            .allow_drag(false)
+            .allow_scroll(false)
+            .x_axis_formatter(fmt)
+            .show(ui, |p| {
+                p.bar_chart(write);
+                p.bar_chart(erased);
+                p.bar_chart(written);
+            });
+        let ui = &mut cols[1];
+        egui::ScrollArea::vertical().id_salt("writes-table").max_height(h).show(ui, |ui| {
+            egui::Grid::new("writes-grid").striped(true).num_columns(5).show(ui, |ui| {
+                for head in ["sublayer", "β", "write", "|k^T X| erased", "|v| written"] {
+                    ui.strong(head);
+                }
+                ui.end_row();
+                for i in 0..s {
+                    let (Some(b), Some(w), Some(e), Some(v)) =
+                        (data.beta(t, i), data.write(t, i), data.ktx(t, i), data.v(t, i))
+                    else {
+                        continue;
+                    };
+                    ui.label(sublayer_name(i));
+                    ui.monospace(format!("{b:.3}"));
+                    ui.monospace(format!("{w:.4}"));
+                    ui.monospace(format!("{:.4}", norm(e)));
+                    ui.monospace(format!("{:.4}", norm(v)));
+                    ui.end_row();
+                }
+            });
+        });
+    });
+    ui.separator();
+    ui.strong("Write size over the text, per sublayer");
+    Plot::new("writes-over-text")
+        .height(ui.available_height().max(120.0))
+        .legend(Legend::default())
+        .include_y(0.0)
+        .x_axis_label("token")
+        .show(ui, |p| {
+            for i in 0..s {
+                let pts: Vec<[f64; 2]> =
+                    (0..data.len()).filter_map(|tt| data.write(tt, i).map(|w| [tt as f64, w as f64])).collect();
+                p.line(Line::new(sublayer_name(i), pts).color(colors::layer_color(i, s)));
+            }
+            p.vline(egui_plot::VLine::new("selected", t as f64).color(egui::Color32::GRAY));
+        });
+}

@@ -1,0 +1,389 @@
+//! The in-memory trace: what every delta write did for every token of the text, from live
+//! generation or from a trace file written by `ddl generate --trace`.
+
+use std::cell::RefCell;
+use std::path::Path;
+
+use ddl::generate::TokenTrace;
+
+/// One token of the text and, for DDL models, its writes.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub trace: TokenTrace,
+    /// Part of the prompt (prefilled) rather than generated.
+    pub prompt: bool,
+}
+
+/// A 2-D PCA projection of all k vectors (cached; recomputed when the trace grows).
+#[derive(Debug, Clone, Default)]
+pub struct Pca {
+    /// (token, sublayer, x, y) per k vector.
+    pub points: Vec<(usize, usize, f64, f64)>,
+    /// Fraction of the variance the two components explain.
+    pub explained: [f64; 2],
+}
+
+/// All the tokens of a text with their traces.
+#[derive(Debug, Default)]
+pub struct TraceData {
+    pub n_layers: usize,
+    /// Model width d (length of every k).
+    pub d: usize,
+    /// Value width d_v (length of every v and k^T X).
+    pub m: usize,
+    pub rows: Vec<Row>,
+    pca: RefCell<Option<(usize, std::time::Instant, Pca)>>,
+}
+
+impl TraceData {
+    pub fn new(n_layers: usize, d: usize, m: usize) -> Self {
+        TraceData { n_layers, d, m, ..Default::default() }
+    }
+
+    /// Number of sublayers S = 2·L (block-major: attention then MLP).
+    pub fn s(&self) -> usize {
+        2 * self.n_layers
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.rows.clear();
+        *self.pca.borrow_mut() = None;
+    }
+
+    pub fn push(&mut self, trace: TokenTrace, prompt: bool) {
+        self.rows.push(Row { trace, prompt });
+    }
+
+    /// Whether token `t` has a full trace (not a baseline model, not a token whose write was skipped).
+    pub fn has(&self, t: usize) -> bool {
+        self.rows.get(t).is_some_and(|r| r.trace.beta.len() == self.s() && self.s() > 0)
+    }
+
+    /// Whether any token has a trace.
+    pub fn any_traced(&self) -> bool {
+        (0..self.len()).any(|t| self.has(t))
+    }
+
+    pub fn beta(&self, t: usize, s: usize) -> Option<f32> {
+        self.has(t).then(|| self.rows[t].trace.beta[s]).filter(|b| b.is_finite())
+    }
+
+    pub fn k(&self, t: usize, s: usize) -> Option<&[f32]> {
+        let d = self.d;
+        self.has(t).then(|| &self.rows[t].trace.k[s * d..(s + 1) * d])
+    }
+
+    pub fn v(&self, t: usize, s: usize) -> Option<&[f32]> {
+        let m = self.m;
+        self.has(t).then(|| &self.rows[t].trace.v[s * m..(s + 1) * m])
+    }
+
+    pub fn ktx(&self, t: usize, s: usize) -> Option<&[f32]> {
+        let m = self.m;
+        self.has(t).then(|| &self.rows[t].trace.ktx[s * m..(s + 1) * m])
+    }
+
+    pub fn write(&self, t: usize, s: usize) -> Option<f32> {
+        self.has(t).then(|| self.rows[t].trace.write[s])
+    }
+
+    /// Mean β over the sublayers of token `t`.
+    pub fn mean_beta(&self, t: usize) -> Option<f32> {
+        self.has(t).then(|| self.rows[t].trace.beta.iter().sum::<f32>() / self.s() as f32)
+    }
+
+    /// Total write size of token `t` (sum over sublayers).
+    pub fn total_write(&self, t: usize) -> Option<f32> {
+        self.has(t).then(|| self.rows[t].trace.write.iter().sum())
+    }
+
+    /// Display name of sublayer `s`.
+    pub fn sublayer_name(&self, s: usize) -> String {
+        sublayer_name(s)
+    }
+
+    /// Largest total write over the tokens (for normalising colours).
+    pub fn max_total_write(&self) -> f32 {
+        (0..self.len()).filter_map(|t| self.total_write(t)).fold(0.0, f32::max)
+    }
+
+    /// Regime counts per sublayer over the whole text: [identity, projection, reflection].
+    pub fn regime_counts(&self) -> Vec<[usize; 3]> {
+        let mut c = vec![[0usize; 3]; self.s()];
+        for t in 0..self.len() {
+            for (s, c) in c.iter_mut().enumerate() {
+                if let Some(b) = self.beta(t, s) {
+                    c[regime_index(b)] += 1;
+                }
+            }
+        }
+        c
+    }
+
+    /// How far k turns from one token to the next, per sublayer: the angle in degrees between
+    /// the lines of k_t and k_{t−1} (k and −k give the same write direction). `None` where a
+    /// token has no trace.
+    pub fn k_turn(&self, s: usize) -> Vec<Option<f64>> {
+        (0..self.len())
+            .map(|t| {
+                if t == 0 {
+                    return None;
+                }
+                let (a, b) = (self.k(t - 1, s)?, self.k(t, s)?);
+                Some(cosine(a, b).abs().min(1.0).acos().to_degrees())
+            })
+            .collect()
+    }
+
+    /// Cosine similarity between the k of every pair of sublayers, for token `t` (S×S, row-major).
+    pub fn k_cosines(&self, t: usize) -> Option<Vec<f64>> {
+        let s = self.s();
+        if !self.has(t) {
+            return None;
+        }
+        let mut out = vec![0.0; s * s];
+        for i in 0..s {
+            for j in 0..s {
+                out[i * s + j] = cosine(self.k(t, i)?, self.k(t, j)?);
+            }
+        }
+        Some(out)
+    }
+
+    /// The two principal components of all k vectors (tokens × sublayers), cached. While tokens
+    /// stream in it is recomputed at most twice a second (then `false`: the picture is of fewer
+    /// tokens than the text has; ask for a repaint).
+    pub fn pca(&self) -> (Pca, bool) {
+        if let Some((n, at, p)) = &*self.pca.borrow() {
+            if *n == self.len() {
+                return (p.clone(), true);
+            }
+            if at.elapsed() < std::time::Duration::from_millis(500) {
+                return (p.clone(), false);
+            }
+        }
+        let p = self.compute_pca();
+        *self.pca.borrow_mut() = Some((self.len(), std::time::Instant::now(), p.clone()));
+        (p, true)
+    }
+
+    fn compute_pca(&self) -> Pca {
+        let d = self.d;
+        let mut ids = Vec::new();
+        let mut x: Vec<f64> = Vec::new();
+        for t in 0..self.len() {
+            for s in 0..self.s() {
+                if let Some(k) = self.k(t, s)
+                    && k.iter().all(|v| v.is_finite())
+                {
+                    ids.push((t, s));
+                    x.extend(k.iter().map(|&v| v as f64));
+                }
+            }
+        }
+        let n = ids.len();
+        if n < 2 || d == 0 {
+            return Pca { points: ids.iter().map(|&(t, s)| (t, s, 0.0, 0.0)).collect(), explained: [0.0; 2] };
+        }
+        let mut mean = vec![0.0; d];
+        for r in x.chunks(d) {
+            mean.iter_mut().zip(r).for_each(|(m, v)| *m += v / n as f64);
+        }
+        for r in x.chunks_mut(d) {
+            r.iter_mut().zip(&mean).for_each(|(v, m)| *v -= m);
+        }
+        // Fit on at most ~3000 vectors (a stride through the text), project all of them.
+        let stride = n.div_ceil(3000).max(1);
+        let fit = || x.chunks(d).step_by(stride);
+        let total: f64 = fit().flatten().map(|v| v * v).sum::<f64>();
+        // Power iteration on the covariance through the data (O(n·d) per iteration), with
+        // deflation against the first component for the second.
+        let mut comps: Vec<Vec<f64>> = Vec::new();
+        let mut explained = [0.0; 2];
+        for (c, explained) in explained.iter_mut().enumerate() {
+            let mut v: Vec<f64> = (0..d).map(|i| ((i * 7919 + c * 104729) % 97) as f64 / 97.0 - 0.5).collect();
+            let mut lambda = 0.0;
+            for _ in 0..60 {
+                for p in &comps {
+                    let dot: f64 = v.iter().zip(p).map(|(a, b)| a * b).sum();
+                    v.iter_mut().zip(p).for_each(|(a, b)| *a -= dot * b);
+                }
+                let norm = v.iter().map(|a| a * a).sum::<f64>().sqrt();
+                if norm < 1e-300 {
+                    break;
+                }
+                v.iter_mut().for_each(|a| *a /= norm);
+                let mut w = vec![0.0; d];
+                for r in fit() {
+                    let proj: f64 = r.iter().zip(&v).map(|(a, b)| a * b).sum();
+                    w.iter_mut().zip(r).for_each(|(w, a)| *w += proj * a);
+                }
+                lambda = v.iter().zip(&w).map(|(a, b)| a * b).sum();
+                v = w;
+            }
+            for p in &comps {
+                let dot: f64 = v.iter().zip(p).map(|(a, b)| a * b).sum();
+                v.iter_mut().zip(p).for_each(|(a, b)| *a -= dot * b);
+            }
+            let norm = v.iter().map(|a| a * a).sum::<f64>().sqrt().max(1e-300);
+            v.iter_mut().for_each(|a| *a /= norm);
+            *explained = if total > 0.0 { lambda / total } else { 0.0 };
+            comps.push(v);
+        }
+        let points = ids
+            .iter()
+            .zip(x.chunks(d))
+            .map(|(&(t, s), r)| {
+                let px: f64 = r.iter().zip(&comps[0]).map(|(a, b)| a * b).sum();
+                let py: f64 = r.iter().zip(&comps[1]).map(|(a, b)| a * b).sum();
+                (t, s, px, py)
+            })
+            .collect();
+        Pca { points, explained }
+    }
+
+    /// Reads a trace written by `ddl generate --trace FILE` (FILE and its `.json` summary, which
+    /// holds the token texts; without it tokens show as their ids).
+    pub fn load(path: &Path) -> Result<TraceData, String> {
+        let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let st = safetensors::SafeTensors::deserialize(&bytes)
+            .map_err(|e| format!("{} is not a trace (safetensors): {e}", path.display()))?;
+        let get = |name: &str| -> Result<(Vec<usize>, Vec<f32>), String> {
+            let t = st.tensor(name).map_err(|_| format!("{}: tensor '{name}' is missing", path.display()))?;
+            if t.dtype() != safetensors::Dtype::F32 {
+                return Err(format!("{}: tensor '{name}' is not F32", path.display()));
+            }
+            let data = t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            Ok((t.shape().to_vec(), data))
+        };
+        let (bs, beta) = get("beta")?;
+        let (ks, k) = get("k")?;
+        let (vs, v) = get("v")?;
+        let (_, ktx) = get("ktx")?;
+        let (_, write) = get("write")?;
+        let (_, tokens) = get("tokens")?;
+        let bad = || format!("{}: inconsistent tensor shapes", path.display());
+        if bs.len() != 2 || ks.len() != 3 || vs.len() != 3 {
+            return Err(bad());
+        }
+        let (t, s, d, m) = (bs[0], bs[1], ks[2], vs[2]);
+        if s % 2 != 0
+            || ks[..2] != [t, s]
+            || vs[..2] != [t, s]
+            || tokens.len() != t
+            || k.len() != t * s * d
+            || v.len() != t * s * m
+            || ktx.len() != t * s * m
+            || write.len() != t * s
+        {
+            return Err(bad());
+        }
+        let texts: Vec<String> = std::fs::read_to_string(path.with_extension("json"))
+            .ok()
+            .and_then(|j| serde_json::from_str::<serde_json::Value>(&j).ok())
+            .and_then(|j| {
+                j["tokens"].as_array().map(|a| a.iter().map(|x| x["text"].as_str().unwrap_or("").to_string()).collect())
+            })
+            .unwrap_or_default();
+        let mut data = TraceData::new(s / 2, d, m);
+        for i in 0..t {
+            let traced = (0..s).all(|j| beta[i * s + j].is_finite());
+            let slice = |a: &[f32], w: usize| if traced { a[i * s * w..(i + 1) * s * w].to_vec() } else { Vec::new() };
+            let id = tokens[i] as u32;
+            data.push(
+                TokenTrace {
+                    token: id,
+                    text: texts.get(i).cloned().unwrap_or_else(|| format!("#{id}")),
+                    beta: slice(&beta, 1),
+                    k: slice(&k, d),
+                    v: slice(&v, m),
+                    ktx: slice(&ktx, m),
+                    write: slice(&write, 1),
+                },
+                false,
+            );
+        }
+        Ok(data)
+    }
+}
+
+/// Display name of sublayer `s` (block-major: attention then MLP).
+pub fn sublayer_name(s: usize) -> String {
+    format!("block {} {}", s / 2, if s.is_multiple_of(2) { "attn" } else { "MLP" })
+}
+
+/// Short name of sublayer `s`.
+pub fn sublayer_short(s: usize) -> String {
+    format!("{}{}", s / 2, if s.is_multiple_of(2) { "a" } else { "m" })
+}
+
+/// 0 = identity, 1 = projection, 2 = reflection (the thresholds of [`ddl::generate::regime`]).
+pub fn regime_index(beta: f32) -> usize {
+    match ddl::generate::regime(beta) {
+        "identity" => 0,
+        "projection" => 1,
+        _ => 2,
+    }
+}
+
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let (mut ab, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        ab += x as f64 * y as f64;
+        aa += x as f64 * x as f64;
+        bb += y as f64 * y as f64;
+    }
+    if aa == 0.0 || bb == 0.0 { 0.0 } else { ab / (aa.sqrt() * bb.sqrt()) }
+}
+
+pub fn norm(a: &[f32]) -> f64 {
+    a.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt()
+}
+
+/// How a token's text shows on a chip: whitespace made visible.
+pub fn chip_text(text: &str) -> String {
+    if text.is_empty() {
+        return "''".into();
+    }
+    text.replace('\n', "\\n").replace('\t', "\\t").replace(' ', "·")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(beta: Vec<f32>, k: Vec<f32>) -> TokenTrace {
+        let s = beta.len();
+        TokenTrace { token: 1, text: "a".into(), beta, k, v: vec![0.0; s], ktx: vec![0.0; s], write: vec![1.0; s] }
+    }
+
+    #[test]
+    fn regimes_turns_and_pca() {
+        let mut t = TraceData::new(1, 2, 1);
+        t.push(row(vec![0.1, 1.0], vec![1.0, 0.0, 0.0, 1.0]), true);
+        t.push(row(vec![1.9, 1.2], vec![0.0, 1.0, 0.0, -1.0]), false);
+        t.push(TokenTrace::default(), false);
+        assert_eq!(t.regime_counts(), vec![[1, 0, 1], [0, 2, 0]]);
+        let turn = t.k_turn(0);
+        assert_eq!(turn[0], None);
+        assert!((turn[1].unwrap() - 90.0).abs() < 1e-9);
+        assert_eq!(turn[2], None);
+        assert!(t.k_turn(1)[1].unwrap().abs() < 1e-9, "k and −k are the same line");
+        let c = t.k_cosines(0).unwrap();
+        assert!((c[0] - 1.0).abs() < 1e-12 && c[1].abs() < 1e-12);
+        let (p, fresh) = t.pca();
+        assert!(fresh);
+        assert_eq!(p.points.len(), 4);
+        assert!(p.explained[0] >= p.explained[1] && p.explained[0] > 0.0);
+        assert!(!t.has(2) && t.mean_beta(2).is_none());
+        assert_eq!(chip_text(" a\n"), "·a\\n");
+    }
+}

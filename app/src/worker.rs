@@ -1,0 +1,255 @@
+//! The model thread: the GPU device, the model and the generation session live here; the UI
+//! talks to it through channels and never waits on the GPU.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+
+use ddl::generate::{GenStep, Generator, Sampler, SamplerConfig, TokenTrace};
+use ddl::model::ModelConfig;
+use eframe::egui;
+
+/// What the UI asks of the model thread.
+#[derive(Debug, Clone)]
+pub enum Command {
+    /// Load a checkpoint directory.
+    Load(PathBuf),
+    /// Start from `prompt` (prefill) and generate up to `max_tokens` tokens (until Stop).
+    Generate { prompt: String, sampling: SamplerConfig, max_tokens: usize },
+    /// One more token of the current session, or a new session from `prompt` and its first token.
+    Step { prompt: String, sampling: SamplerConfig, fresh: bool },
+}
+
+/// A loaded model.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    pub dir: PathBuf,
+    pub config: ModelConfig,
+    pub step: usize,
+    pub vocab: usize,
+    pub adapter: String,
+}
+
+/// What the model thread reports.
+#[derive(Debug, Clone)]
+pub enum Event {
+    Loading(PathBuf),
+    Loaded(ModelInfo),
+    /// A new session started: the prompt's tokens with their traces.
+    Started {
+        prompt: Vec<TokenTrace>,
+    },
+    Token(GenStep),
+    /// Generation ended (max tokens, stopped, end of text).
+    Done {
+        reason: String,
+    },
+    Error(String),
+}
+
+/// The UI's handle on the model thread.
+pub struct Worker {
+    tx: Option<Sender<Command>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    pub rx: Receiver<Event>,
+    stop: Arc<AtomicBool>,
+    busy: Arc<AtomicBool>,
+}
+
+impl Worker {
+    /// Starts the thread; `ctx` (when given) is repainted whenever an event is sent.
+    pub fn spawn(ctx: Option<egui::Context>) -> Worker {
+        let (tx, crx) = channel();
+        let (etx, rx) = channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let busy = Arc::new(AtomicBool::new(false));
+        let (s, b) = (stop.clone(), busy.clone());
+        let thread = std::thread::Builder::new()
+            .name("ddl-model".into())
+            .spawn(move || {
+                let out = Out { tx: etx, ctx };
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(crx, &out, &s, &b)));
+                if r.is_err() {
+                    out.send(Event::Error("the model thread crashed (see stderr); reload the checkpoint".into()));
+                }
+                b.store(false, Ordering::SeqCst);
+            })
+            .expect("spawning the model thread");
+        Worker { tx: Some(tx), thread: Some(thread), rx, stop, busy }
+    }
+
+    pub fn send(&self, cmd: Command) {
+        match cmd {
+            // A new checkpoint ends a running generation first.
+            Command::Load(_) => self.stop.store(true, Ordering::SeqCst),
+            Command::Generate { .. } | Command::Step { .. } => self.stop.store(false, Ordering::SeqCst),
+        }
+        self.busy.store(true, Ordering::SeqCst);
+        if self.tx.as_ref().is_none_or(|tx| tx.send(cmd).is_err()) {
+            self.busy.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Asks a running generation to stop after the current token.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the thread is loading or generating.
+    pub fn busy(&self) -> bool {
+        self.busy.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Worker {
+    /// Stops a generation, closes the channel and waits for the thread to release the GPU (so
+    /// the device is not torn down by the process exit under a running thread).
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Out {
+    tx: Sender<Event>,
+    ctx: Option<egui::Context>,
+}
+
+impl Out {
+    fn send(&self, e: Event) {
+        let _ = self.tx.send(e);
+        if let Some(c) = &self.ctx {
+            c.request_repaint();
+        }
+    }
+}
+
+fn run(rx: Receiver<Command>, out: &Out, stop: &AtomicBool, busy: &AtomicBool) {
+    let mut gpu = None;
+    let mut next_load: Option<PathBuf> = None;
+    loop {
+        let dir = match next_load.take() {
+            Some(d) => d,
+            None => match rx.recv() {
+                Ok(Command::Load(d)) => d,
+                Ok(_) => {
+                    out.send(Event::Error("no model is loaded: open a checkpoint first".into()));
+                    busy.store(false, Ordering::SeqCst);
+                    continue;
+                }
+                Err(_) => return,
+            },
+        };
+        out.send(Event::Loading(dir.clone()));
+        if gpu.is_none() {
+            match ddl::gpu::GpuOptions::from_env().map_err(|e| e.to_string()).and_then(|o| {
+                ddl::gpu::Gpu::new(&o).map_err(|e| format!("no GPU adapter for the model could be opened: {e}"))
+            }) {
+                Ok(g) => gpu = Some(g),
+                Err(e) => {
+                    out.send(Event::Error(e));
+                    busy.store(false, Ordering::SeqCst);
+                    continue;
+                }
+            }
+        }
+        let g = gpu.as_ref().unwrap();
+        let loaded = ddl::train::checkpoint::load(&dir, false).map_err(|e| e.to_string()).and_then(|ck| {
+            let m = ddl::model::Model::with_params(g.clone(), ck.config.clone(), &ck.params);
+            m.map(|m| (m, ck.tokenizer, ck.step)).map_err(|e| e.to_string())
+        });
+        let (model, tok, step) = match loaded {
+            Ok(x) => x,
+            Err(e) => {
+                out.send(Event::Error(format!("cannot open the checkpoint {}: {e}", dir.display())));
+                busy.store(false, Ordering::SeqCst);
+                continue;
+            }
+        };
+        out.send(Event::Loaded(ModelInfo {
+            dir: dir.clone(),
+            config: model.cfg.clone(),
+            step,
+            vocab: tok.vocab_size(),
+            adapter: g.info.name.clone(),
+        }));
+        busy.store(false, Ordering::SeqCst);
+        let mut session: Option<Generator<'_>> = None;
+        while let Ok(cmd) = rx.recv() {
+            let (prompt, sampling, max, fresh) = match cmd {
+                Command::Load(d) => {
+                    next_load = Some(d);
+                    break;
+                }
+                Command::Generate { prompt, sampling, max_tokens } => (prompt, sampling, max_tokens, true),
+                Command::Step { prompt, sampling, fresh } => (prompt, sampling, 1, fresh || session.is_none()),
+            };
+            if fresh {
+                session = None;
+                if let Err(e) = sampling.validate() {
+                    out.send(Event::Error(e));
+                    busy.store(false, Ordering::SeqCst);
+                    continue;
+                }
+                let ids = match tok.encode(&prompt) {
+                    Ok(ids) if !ids.is_empty() => ids,
+                    Ok(_) => {
+                        out.send(Event::Error("the prompt is empty: type some text first".into()));
+                        busy.store(false, Ordering::SeqCst);
+                        continue;
+                    }
+                    Err(e) => {
+                        out.send(Event::Error(format!("the tokenizer cannot encode the prompt: {e}")));
+                        busy.store(false, Ordering::SeqCst);
+                        continue;
+                    }
+                };
+                match Generator::new(&model, &tok, &ids, Sampler::new(sampling), true) {
+                    Ok(g) => {
+                        out.send(Event::Started { prompt: g.prompt_traces().to_vec() });
+                        session = Some(g);
+                    }
+                    Err(e) => {
+                        out.send(Event::Error(format!("prefill failed: {e}")));
+                        busy.store(false, Ordering::SeqCst);
+                        continue;
+                    }
+                }
+            }
+            let g = session.as_mut().unwrap();
+            let eot = tok.eot_id();
+            let mut reason = format!("{max} token(s)");
+            for _ in 0..max {
+                if stop.load(Ordering::SeqCst) {
+                    reason = "stopped".into();
+                    break;
+                }
+                match g.step() {
+                    Ok(s) => {
+                        let end = eot == Some(s.token);
+                        out.send(Event::Token(s));
+                        if end {
+                            reason = "end of text".into();
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        out.send(Event::Error(format!("generation failed: {e}")));
+                        session = None;
+                        reason = "error".into();
+                        break;
+                    }
+                }
+            }
+            busy.store(false, Ordering::SeqCst);
+            out.send(Event::Done { reason });
+        }
+        if next_load.is_none() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! The app with its model thread on a tiny checkpoint: Generate streams tokens into chips, Step
+//! adds one, Stop stops; bad checkpoints are messages.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use ddl_viz::app::{Options, VizApp};
+use ddl_viz::trace::chip_text;
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+
+fn wait(h: &mut Harness<'_, VizApp>, what: &str, done: impl Fn(&VizApp) -> bool) {
+    let t0 = Instant::now();
+    loop {
+        h.step();
+        if done(h.state()) {
+            h.run();
+            return;
+        }
+        let errs: Vec<String> = h.state().messages.iter().map(|m| m.1.clone()).collect();
+        assert!(t0.elapsed() < Duration::from_secs(120), "timed out waiting for {what}; messages {errs:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn generate_step_and_errors_with_a_tiny_model() {
+    let dir = common::tmpdir("gen");
+    let ck = common::tiny_checkpoint(&dir);
+    let app = VizApp::new(
+        None,
+        Options { checkpoint: Some(ck.clone()), prompt: Some("First Citizen:".into()), ..Default::default() },
+    );
+    let mut h =
+        Harness::builder().with_size([1280.0, 800.0]).build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), app);
+    wait(&mut h, "the model to load", |a| a.model.is_some() && !a.busy());
+    assert_eq!(h.state().model.as_ref().unwrap().config.n_layers, 2);
+    h.state_mut().max_tokens = 6;
+    h.get_by_label("Generate").click();
+    wait(&mut h, "generation", |a| !a.busy() && a.trace.rows.iter().any(|r| !r.prompt));
+    let app = h.state();
+    let prompt = app.trace.rows.iter().filter(|r| r.prompt).count();
+    let generated = app.trace.len() - prompt;
+    assert_eq!(prompt, "First Citizen:".len(), "char tokenizer: one prompt token per character");
+    assert!(generated > 0 && generated <= 6, "{generated} tokens generated");
+    assert!((0..app.trace.len()).all(|t| app.trace.has(t)), "every token, prompt included, has its writes");
+    assert!(app.messages.is_empty(), "{:?}", app.messages);
+    // The generated tokens are shown as chips.
+    let last = chip_text(&app.trace.rows.last().unwrap().trace.text);
+    assert!(h.query_all_by_label(&last).count() > 0, "chip {last:?} shown");
+    // Step one token continues the session.
+    let n = h.state().trace.len();
+    h.get_by_label("Step one token").click();
+    wait(&mut h, "one step", |a| !a.busy() && a.trace.len() > n);
+    assert_eq!(h.state().trace.len(), n + 1);
+    // A long generation stops on Stop.
+    h.state_mut().max_tokens = 500;
+    h.get_by_label("Generate").click();
+    h.step();
+    h.state_mut().stop();
+    wait(&mut h, "stop", |a| !a.busy() && a.status.starts_with("done"));
+    assert!(h.state().trace.len() < prompt + 500);
+    // Errors are messages: a missing directory, a corrupt checkpoint, then the good one again.
+    h.state_mut().open_checkpoint(&dir.join("nope"));
+    wait(&mut h, "an error", |a| !a.messages.is_empty() && !a.busy());
+    assert!(h.state().messages.last().unwrap().1.contains("does not exist"), "{:?}", h.state().messages);
+    let bad = dir.join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("model.safetensors"), b"garbage").unwrap();
+    h.state_mut().open_checkpoint(&bad);
+    wait(&mut h, "a second error", |a| a.messages.len() >= 2 && !a.busy());
+    assert!(h.state().messages.last().unwrap().1.contains("cannot open the checkpoint"));
+    h.state_mut().open_checkpoint(&ck);
+    wait(&mut h, "reload", |a| a.status.starts_with("loaded") && !a.busy());
+    h.state_mut().step_one();
+    wait(&mut h, "a step after reload", |a| !a.busy() && !a.trace.is_empty());
+    assert_eq!(h.state().trace.rows.iter().filter(|r| !r.prompt).count(), 1);
+}
+
+/// The library's stateful generator: the prompt's traces (prefill rows) agree with a shorter
+/// prompt's rows (causal) and with the trace a decoding step records for the same token.
+#[test]
+fn prompt_traces_agree_with_step_traces() {
+    use ddl::generate::{Generator, Sampler, SamplerConfig};
+    let dir = common::tmpdir("gentrace");
+    let ck = common::tiny_checkpoint(&dir);
+    let (model, tok) = ddl::generate::load_for_inference(&ddl::testing::gpu(), &ck).unwrap();
+    let ids = tok.encode("First Citizen:").unwrap();
+    let greedy = || Sampler::new(SamplerConfig { temperature: 0.0, ..Default::default() });
+    let close = |a: &[f32], b: &[f32], what: &str| {
+        assert_eq!(a.len(), b.len(), "{what}");
+        let err = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        let scale = a.iter().fold(1e-3f32, |m, x| m.max(x.abs()));
+        assert!(err <= 1e-3 * scale, "{what}: max error {err} (scale {scale})");
+    };
+    let mut g = Generator::new(&model, &tok, &ids, greedy(), true).unwrap();
+    let full: Vec<_> = g.prompt_traces().to_vec();
+    assert_eq!(full.len(), ids.len());
+    assert!(full.iter().all(|t| t.beta.len() == 4 && t.k.len() == 4 * 32));
+    let step = g.step().unwrap();
+    let tr = step.trace.expect("a traced step");
+    let mut longer = ids.clone();
+    longer.push(step.token);
+    let g2 = Generator::new(&model, &tok, &longer, greedy(), true).unwrap();
+    let rows = g2.prompt_traces();
+    for (i, (a, b)) in full.iter().zip(rows).enumerate() {
+        assert_eq!(a.token, b.token);
+        close(&a.beta, &b.beta, &format!("β of prompt row {i}"));
+        close(&a.k, &b.k, &format!("k of prompt row {i}"));
+    }
+    let last = rows.last().unwrap();
+    close(&tr.beta, &last.beta, "β: step vs prefill");
+    close(&tr.k, &last.k, "k: step vs prefill");
+    close(&tr.v, &last.v, "v: step vs prefill");
+    close(&tr.ktx, &last.ktx, "kᵀX: step vs prefill");
+    close(&tr.write, &last.write, "write: step vs prefill");
+}
+
+/// A baseline model has no delta writes: the text streams in, the panels say why they are empty.
+#[test]
+fn a_baseline_model_generates_text_without_traces() {
+    let ck = common::tiny_baseline_checkpoint();
+    let app = VizApp::new(None, Options { checkpoint: Some(ck), ..Default::default() });
+    let mut h =
+        Harness::builder().with_size([1280.0, 800.0]).build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), app);
+    wait(&mut h, "the model to load", |a| a.model.is_some() && !a.busy());
+    h.state_mut().max_tokens = 3;
+    h.get_by_label("Generate").click();
+    wait(&mut h, "generation", |a| !a.busy() && a.trace.rows.iter().any(|r| !r.prompt));
+    let app = h.state();
+    assert!(app.trace.len() > 3 && !app.trace.any_traced());
+    assert!(app.messages.iter().any(|m| m.1.contains("no delta writes")), "{:?}", app.messages);
+    assert!(h.query_by_label_contains("no delta writes to show").is_some());
+}

@@ -1,0 +1,194 @@
+//! Snapshot tests of every panel, drawn from the fixture trace and metrics (no model needed;
+//! rendered with wgpu on the test adapter), and the token selection.
+
+mod common;
+
+use ddl_viz::app::{Tab, VizApp};
+use ddl_viz::metrics::Metrics;
+use ddl_viz::panels::{self, Selection, tokens::ChipColour};
+use ddl_viz::trace::{TraceData, chip_text};
+use eframe::egui;
+use egui_kittest::kittest::{NodeT, Queryable};
+use egui_kittest::{Harness, SnapshotOptions, SnapshotResults};
+
+fn trace() -> TraceData {
+    TraceData::load(&common::fixture("trace.safetensors")).expect("the fixture trace loads")
+}
+
+/// Same lavapipe on every machine: the default per-pixel tolerance and a handful of pixels.
+fn opts() -> SnapshotOptions {
+    SnapshotOptions::new().threshold(0.6).max_failed_pixels(8)
+}
+
+fn snap_panel(
+    results: &mut SnapshotResults,
+    name: &str,
+    size: [f32; 2],
+    f: impl Fn(&mut egui::Ui, &TraceData, &mut Selection),
+) {
+    let data = trace();
+    let mut sel = Selection { token: Some(7), sublayer: 2 };
+    let mut h = Harness::builder().with_size(size).wgpu().build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| f(ui, &data, &mut sel));
+    });
+    h.run();
+    results.add(h.try_snapshot_options(name, &opts()));
+}
+
+#[test]
+fn fixture_trace_loads_with_texts_and_all_sublayers() {
+    let t = trace();
+    assert_eq!(t.len(), 48);
+    assert_eq!((t.n_layers, t.d, t.m), (2, 32, 4));
+    assert!((0..t.len()).all(|i| t.has(i)));
+    let text: String = t.rows.iter().map(|r| r.trace.text.as_str()).collect();
+    assert!(!text.is_empty());
+    // β is in the open interval the gate allows, and the regimes are counted over every token.
+    assert!((0..t.len()).all(|i| (0..4).all(|s| t.beta(i, s).is_some_and(|b| b > 0.0 && b < 2.0))));
+    assert!(t.regime_counts().iter().all(|c| c.iter().sum::<usize>() == 48));
+    // A corrupt trace is an error, not a panic.
+    let dir = common::tmpdir("badtrace");
+    let bad = dir.join("bad.safetensors");
+    std::fs::write(&bad, b"not a trace").unwrap();
+    assert!(TraceData::load(&bad).unwrap_err().contains("not a trace"));
+    assert!(TraceData::load(&dir.join("missing.safetensors")).is_err());
+}
+
+#[test]
+fn panel_snapshots() {
+    let mut results = SnapshotResults::new();
+    snap_panel(&mut results, "beta_map", [900.0, 260.0], panels::beta_map::show);
+    snap_panel(&mut results, "eigen", [900.0, 560.0], panels::eigen::show);
+    snap_panel(&mut results, "kdirs", [1000.0, 640.0], panels::kdirs::show);
+    snap_panel(&mut results, "writes", [900.0, 560.0], panels::writes::show);
+    for (name, colour) in [
+        ("chips_mean_beta", ChipColour::MeanBeta),
+        ("chips_regime", ChipColour::Regime),
+        ("chips_write", ChipColour::WriteSize),
+    ] {
+        snap_panel(&mut results, name, [560.0, 120.0], move |ui, d, s| {
+            panels::tokens::chips(ui, d, s, colour);
+        });
+    }
+    let m = Metrics::open(&common::fixture("run")).unwrap();
+    assert!(m.train.len() > 10 && !m.val.is_empty() && m.n_sublayers() == 4);
+    let mut h = Harness::builder().with_size([1000.0, 560.0]).wgpu().build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::dashboard::show(ui, Some(&m)));
+    });
+    h.run();
+    results.add(h.try_snapshot_options("dashboard", &opts()));
+}
+
+/// The whole window showing the fixture trace (the README's picture).
+#[test]
+fn app_snapshots_and_clicking_a_token_selects_it() {
+    let mut app = VizApp::with_trace(trace());
+    app.metrics = Some(Metrics::open(&common::fixture("run")).unwrap());
+    let mut h = Harness::builder()
+        .with_size([1280.0, 800.0])
+        .wgpu()
+        .build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), app);
+    h.run();
+    assert_eq!(h.state().sel.token, None);
+    // Click the 6th token's chip (the n-th chip with that text).
+    let t = 5;
+    let label = chip_text(&h.state().trace.rows[t].trace.text);
+    let nth = h.state().trace.rows[..t].iter().filter(|r| chip_text(&r.trace.text) == label).count();
+    h.get_all_by_label(&label).nth(nth).expect("the chip is shown").click();
+    h.run();
+    assert_eq!(h.state().sel.token, Some(t), "clicking a chip selects its token");
+    h.remove_cursor();
+    h.run();
+    let mut results = SnapshotResults::new();
+    results.add(h.try_snapshot_options("app_beta_map", &opts()));
+    // Clicking it again clears the selection.
+    h.get_all_by_label(&label).nth(nth).unwrap().click();
+    h.run();
+    assert_eq!(h.state().sel.token, None);
+    h.get_all_by_label(&label).nth(nth).unwrap().click();
+    h.run();
+    // The arrow keys move the selection.
+    h.key_press(egui::Key::ArrowRight);
+    h.run();
+    assert_eq!(h.state().sel.token, Some(t + 1));
+    h.key_press(egui::Key::ArrowLeft);
+    h.run();
+    assert_eq!(h.state().sel.token, Some(t));
+    for (tab, name) in [(Tab::KDirs, "app_kdirs"), (Tab::Training, "app_training")] {
+        h.get_by_label(tab.name()).click();
+        h.run();
+        assert_eq!(h.state().tab, tab);
+        h.remove_cursor();
+        h.run();
+        results.add(h.try_snapshot_options(name, &opts()));
+    }
+    // Without a model, Generate is disabled and the panel says why nothing runs.
+    h.state_mut().generate();
+    h.run();
+    assert!(h.state().messages.iter().any(|(_, m)| m.contains("open a checkpoint")));
+}
+
+#[test]
+fn hovering_the_beta_map_shows_the_cell_and_clicking_selects_its_token() {
+    let data = trace();
+    let mut h = Harness::builder().with_size([900.0, 300.0]).build_ui_state(
+        |ui, sel: &mut Selection| {
+            egui::CentralPanel::default().show(ui, |ui| panels::beta_map::show(ui, &data, sel));
+        },
+        Selection::default(),
+    );
+    h.run();
+    let cell0: egui::Rect = h.ctx.data(|d| d.get_temp(panels::beta_map::cell_rect_id())).expect("the map was drawn");
+    let (t, s) = (9, 3);
+    let p = cell0.center() + egui::vec2(cell0.width() * t as f32, cell0.height() * s as f32);
+    h.hover_at(p);
+    h.run();
+    let b = trace().beta(t, s).unwrap();
+    let tip = h.get_by_label_contains("1−β");
+    let text = tip.accesskit_node().label().or(tip.accesskit_node().value()).unwrap_or_default().to_string();
+    assert!(text.contains(&format!("β = {b:.4}")) && text.contains(&format!("{:.4}", 1.0 - b)), "{text}");
+    assert!(h.query_by_label_contains("block 1 MLP").is_some(), "the tooltip names the sublayer");
+    h.event(egui::Event::PointerButton {
+        pos: p,
+        button: egui::PointerButton::Primary,
+        pressed: true,
+        modifiers: Default::default(),
+    });
+    h.event(egui::Event::PointerButton {
+        pos: p,
+        button: egui::PointerButton::Primary,
+        pressed: false,
+        modifiers: Default::default(),
+    });
+    h.run();
+    assert_eq!(h.state().token, Some(t));
+}
+
+#[test]
+fn the_open_dialog_opens_a_trace_and_reports_bad_paths() {
+    let mut app = VizApp::without_worker();
+    app.dialog = Some(ddl_viz::app::OpenDialog { path: common::fixture("trace.safetensors").display().to_string() });
+    let mut h =
+        Harness::builder().with_size([1280.0, 800.0]).build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), app);
+    h.run();
+    // The trace is a file: only "Open trace" is enabled.
+    h.get_by_label("Open trace").click();
+    h.run();
+    assert_eq!(h.state().trace.len(), 48);
+    assert!(h.state().dialog.is_none(), "the dialog closes after opening");
+    // The fixtures directory lists the run and the trace.
+    h.state_mut().dialog = Some(ddl_viz::app::OpenDialog { path: common::fixture("").display().to_string() });
+    h.run();
+    assert!(h.query_by_label_contains("run/  [run]").is_some());
+    assert!(h.query_by_label_contains("trace.safetensors  [trace]").is_some());
+    h.get_by_label_contains("run/  [run]").click();
+    h.run();
+    h.get_by_label("Open run").click();
+    h.run();
+    assert!(h.state().metrics.as_ref().is_some_and(|m| m.train.len() > 10));
+    h.state_mut().open_run(std::path::Path::new("/nonexistent/run"));
+    h.state_mut().open_trace(std::path::Path::new("/nonexistent/trace.safetensors"));
+    h.run();
+    let msgs: Vec<&str> = h.state().messages.iter().map(|m| m.1.as_str()).collect();
+    assert!(msgs.len() == 2 && msgs[0].contains("does not exist") && msgs[1].contains("cannot read"), "{msgs:?}");
+}

@@ -1,0 +1,135 @@
+//! End to end: the real `ddl-viz` window under Xvfb opens a tiny checkpoint, generates a few
+//! tokens and saves a screenshot, which must not be blank.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A virtual X display, killed on drop.
+struct Xvfb {
+    child: Child,
+    display: String,
+}
+
+impl Drop for Xvfb {
+    fn drop(&mut self) {
+        // SIGTERM lets Xvfb remove its lock file and socket; SIGKILL only if it does not exit.
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn find_xvfb() -> PathBuf {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("Xvfb")).find(|p| p.is_file()))
+        .unwrap_or_default()
+        .unwrap_or_else(|| panic!("this test needs Xvfb (Debian package `xvfb`; run scripts/setup.sh)"))
+}
+
+/// Starts Xvfb on the first free display from :120 (no xauth needed, unlike xvfb-run).
+fn start_xvfb(log: &Path) -> Xvfb {
+    let bin = find_xvfb();
+    let first = 120 + std::process::id() % 100;
+    for n in first..first + 40 {
+        if Path::new(&format!("/tmp/.X{n}-lock")).exists() {
+            continue;
+        }
+        let mut child = Command::new(&bin)
+            .arg(format!(":{n}"))
+            .args(["-screen", "0", "1280x800x24", "-nolisten", "tcp"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(15) {
+            if child.try_wait().unwrap().is_some() {
+                break; // display taken (or Xvfb failed): try the next one
+            }
+            if Path::new(&format!("/tmp/.X11-unix/X{n}")).exists() {
+                return Xvfb { child, display: format!(":{n}") };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("Xvfb did not start on any display: {}", std::fs::read_to_string(log).unwrap_or_default());
+}
+
+#[test]
+fn the_window_generates_and_screenshots_under_xvfb() {
+    let dir = common::tmpdir("window");
+    let xvfb = start_xvfb(&dir.join("xvfb.log"));
+    let ck = common::tiny_checkpoint(&dir);
+    let shot = dir.join("shot.png");
+    let xdg = dir.join("xdg");
+    std::fs::create_dir_all(&xdg).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ddl-viz"))
+        .arg("--checkpoint")
+        .arg(&ck)
+        .args(["--prompt", "First Citizen:", "--generate", "8", "--width", "1100", "--height", "700"])
+        .arg("--screenshot")
+        .arg(&shot)
+        .arg("--exit-after-screenshot")
+        .env_remove("WAYLAND_DISPLAY")
+        .env("DISPLAY", &xvfb.display)
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting ddl-viz");
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(180) {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("ddl-viz did not exit within 180 s: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(status.success(), "ddl-viz failed ({status}): {stderr}");
+    let img =
+        image::open(&shot).unwrap_or_else(|e| panic!("no screenshot at {}: {e}; {stderr}", shot.display())).to_rgba8();
+    assert!(img.width() >= 800 && img.height() >= 500, "{}x{}", img.width(), img.height());
+    let mut counts = std::collections::HashMap::new();
+    for p in img.pixels() {
+        *counts.entry(p.0).or_insert(0usize) += 1;
+    }
+    let most = counts.values().max().copied().unwrap_or(0) as f64 / (img.width() * img.height()) as f64;
+    assert!(counts.len() > 50, "only {} distinct colours: a blank window", counts.len());
+    assert!(most < 0.9, "one colour covers {:.0}% of the window", 100.0 * most);
+    // The β map is drawn: some pixels are the projection green or another β colour.
+    let beta_px = img
+        .pixels()
+        .filter(|p| {
+            (0..=40).any(|i| {
+                let c = ddl_viz::colors::beta_color(i as f32 / 20.0);
+                (p.0[0] as i32 - c.r() as i32).abs() <= 2
+                    && (p.0[1] as i32 - c.g() as i32).abs() <= 2
+                    && (p.0[2] as i32 - c.b() as i32).abs() <= 2
+            })
+        })
+        .count();
+    assert!(beta_px > 500, "the β map is missing: {beta_px} β-coloured pixels");
+}
