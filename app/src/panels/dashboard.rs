@@ -14,7 +14,11 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
     };
     let last = m.train.last();
     ui.horizontal(|ui| {
-        ui.strong(format!("Run {}", m.dir.display()));
+        // The directory's name (the full path on hover): snapshots stay the same wherever the
+        // repository is checked out.
+        let name =
+            m.dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| m.dir.display().to_string());
+        ui.strong(format!("Run {name}")).on_hover_text(m.dir.display().to_string());
         ui.label(format!(
             "{} steps logged{}{}",
             m.train.len(),
