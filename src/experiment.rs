@@ -213,18 +213,32 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
     let spec_path = out.join("experiment.toml");
     let spec_text = toml::to_string(spec).map_err(|e| ExperimentError::Report(e.to_string()))?;
     if let Ok(old) = std::fs::read_to_string(&spec_path) {
-        let old_spec: Result<ExperimentSpec, _> = toml::from_str(&old);
-        if old_spec.as_ref().ok() != Some(spec) {
-            return Err(ExperimentError::Spec {
-                path: spec_path,
-                msg: "this directory holds an experiment with a different spec; use a new --out \
-                      directory (or delete this one) to run the changed spec"
-                    .into(),
-            });
+        // The grid may grow (more variants or seeds: the finished runs still count), but the
+        // settings every run shares may not change under finished runs.
+        let same = |a: &ExperimentSpec, b: &ExperimentSpec| {
+            let strip = |s: &ExperimentSpec| ExperimentSpec {
+                name: String::new(),
+                description: String::new(),
+                variants: Vec::new(),
+                seeds: Vec::new(),
+                ..s.clone()
+            };
+            strip(a) == strip(b)
+        };
+        match toml::from_str::<ExperimentSpec>(&old) {
+            Ok(o) if same(&o, spec) => {}
+            _ => {
+                return Err(ExperimentError::Spec {
+                    path: spec_path,
+                    msg: "this directory holds an experiment whose shared settings (preset, steps, corpus, \
+                          tokenizer, [model], [train], beta_batches) differ from this spec's; use a new --out \
+                          directory (or delete this one) to run the changed spec. Adding variants or seeds is fine"
+                        .into(),
+                });
+            }
         }
-    } else {
-        checkpoint::write_atomic(&spec_path, spec_text.as_bytes()).map_err(io(&spec_path))?;
     }
+    checkpoint::write_atomic(&spec_path, spec_text.as_bytes()).map_err(io(&spec_path))?;
     let variants = spec.variant_list().map_err(|m| ExperimentError::Spec { path: spec_path.clone(), msg: m })?;
     let total = variants.len() * spec.seeds.len();
     let mut i = 0;

@@ -130,11 +130,22 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
     std::fs::remove_file(out.join("report.md")).unwrap();
     let r4 = ddl(&dir, &["experiment", "--spec", s, "--out", o, "--report-only"]);
     assert!(r4.status.success() && out.join("report.md").is_file(), "{}", text(&r4));
-    // The same directory with a changed spec is refused, naming the problem.
+    // The same directory with changed shared settings is refused, naming the problem.
     let s5 = spec(&dir.join("other").tap_mkdir(), 5);
     let r5 = ddl(&dir, &["experiment", "--spec", s5.to_str().unwrap(), "--out", o]);
     assert!(!r5.status.success());
-    assert!(text(&r5).contains("different spec"), "{}", text(&r5));
+    assert!(text(&r5).contains("shared settings") && text(&r5).contains("differ"), "{}", text(&r5));
+    // A grown grid (one more variant) keeps the finished runs and trains only the new ones.
+    let grown =
+        std::fs::read_to_string(s).unwrap().replace(r#"["baseline", "ddl"]"#, r#"["baseline", "ddl", "ddl_v1"]"#);
+    let s6 = dir.join("grown.toml");
+    std::fs::write(&s6, grown).unwrap();
+    let r6 = ddl(&dir, &["experiment", "--spec", s6.to_str().unwrap(), "--out", o]);
+    let t6 = text(&r6);
+    assert!(r6.status.success(), "{t6}");
+    assert_eq!(t6.matches("finished earlier, not re-run").count(), 4, "{t6}");
+    assert!(t6.contains("ddl_v1-seed1: training") && t6.contains("ddl_v1-seed2: training"), "{t6}");
+    assert!(std::fs::read_to_string(out.join("report.md")).unwrap().contains("| ddl_v1 |"));
 }
 
 trait TapMkdir {
