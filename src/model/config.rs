@@ -177,7 +177,7 @@ impl ModelConfig {
             n_layers: layers,
             n_heads: heads,
             head_dim,
-            mlp_hidden: 8 * d / 3,
+            mlp_hidden: d.saturating_mul(8) / 3,
             d_v,
             state_kernel: if variant.value_axis() { d_v } else { 4 },
             embed_kernel: 4,
@@ -350,5 +350,23 @@ impl ModelConfig {
         }
         c.validate()?;
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_golden_config_with_absurd_sizes_is_an_error_not_an_overflow() {
+        // Found by fuzzing the golden reader: d_model near u64::MAX overflowed 8·d/3.
+        let mut v = serde_json::json!({
+            "variant": "ddl", "vocab_size": 65, "d_model": u64::MAX, "n_layers": 1, "n_heads": 1,
+            "head_dim": 8, "mlp_hidden": 8, "d_v": 2, "state_kernel": 4, "embed_kernel": 4,
+            "beta_init": 1.0, "k_eps": 1e-5, "norm_eps": 1e-5, "rope_base": 10000.0
+        });
+        assert!(ModelConfig::from_golden_json(&v).unwrap_err().to_string().contains("d_model"));
+        v["d_model"] = serde_json::json!(8);
+        assert!(ModelConfig::from_golden_json(&v).is_ok());
     }
 }
