@@ -71,6 +71,22 @@ fn generate_step_and_errors_with_a_tiny_model() {
     h.state_mut().open_checkpoint(&bad);
     wait(&mut h, "a second error", |a| a.messages.len() >= 2 && !a.busy());
     assert!(h.state().messages.last().unwrap().1.contains("cannot open the checkpoint"));
+    // A wrong tokenizer: the checkpoint's tokenizer has more tokens than the model's vocabulary.
+    let wrong = dir.join("wrong-tokenizer");
+    std::fs::create_dir_all(&wrong).unwrap();
+    let bytes = std::fs::read(ck.join("model.safetensors")).unwrap();
+    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let mut meta = meta.metadata().clone().unwrap();
+    let chars: String = (0..300u32).filter_map(|i| char::from_u32(0x100 + i)).collect();
+    let big = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_corpus(&chars).unwrap());
+    meta.insert("tokenizer".into(), big.to_json());
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = st.tensors();
+    std::fs::write(wrong.join("model.safetensors"), safetensors::serialize(views, Some(meta)).unwrap()).unwrap();
+    h.state_mut().open_checkpoint(&wrong);
+    wait(&mut h, "a third error", |a| a.messages.len() >= 3 && !a.busy());
+    let m = &h.state().messages.last().unwrap().1;
+    assert!(m.contains("tokenizer has") && m.contains("vocabulary"), "{m}");
     h.state_mut().open_checkpoint(&ck);
     wait(&mut h, "reload", |a| a.status.starts_with("loaded") && !a.busy());
     h.state_mut().step_one();
