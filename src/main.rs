@@ -231,7 +231,7 @@ struct TrainArgs {
     mpi_timeout: f64,
     /// With --distributed: gradients are all-reduced in buckets of this many MiB, overlapping the
     /// readback of the next bucket; 0 = one bucket (no overlap).
-    #[arg(long, default_value_t = 4.0)]
+    #[arg(long, default_value_t = 1.0)]
     mpi_bucket_mib: f64,
 }
 

@@ -271,7 +271,7 @@ pub struct DistOptions {
 
 impl Default for DistOptions {
     fn default() -> Self {
-        DistOptions { bucket_mib: 4.0 }
+        DistOptions { bucket_mib: 1.0 }
     }
 }
 
@@ -289,7 +289,10 @@ impl DistOptions {
 /// Wall times of one step's gradient exchange, in seconds.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CommTimes {
-    /// The whole exchange as the step sees it (what it adds to the step).
+    /// Waiting for the slowest rank to finish its micro-batches (a barrier before the exchange,
+    /// so that `allreduce` measures the transfer, not the load imbalance).
+    pub wait: f64,
+    /// The exchange after the barrier as the step sees it (what it adds to the step).
     pub total: f64,
     /// Reading gradients back from the GPU (on the helper thread when bucketed).
     pub readback: f64,
@@ -301,6 +304,7 @@ pub struct CommTimes {
 
 impl std::ops::AddAssign for CommTimes {
     fn add_assign(&mut self, o: CommTimes) {
+        self.wait += o.wait;
         self.total += o.total;
         self.readback += o.readback;
         self.allreduce += o.allreduce;
@@ -310,10 +314,12 @@ impl std::ops::AddAssign for CommTimes {
 
 /// Replaces every rank's gradients by their sum over the ranks, bucket by bucket.
 fn reduce_gradients(model: &Model, comm: &dyn Collective, bucket: usize) -> Result<CommTimes, TrainError> {
+    let tb = Instant::now();
+    comm.barrier("gradient exchange (waiting for every rank's micro-batches)");
+    let mut times = CommTimes { wait: tb.elapsed().as_secs_f64(), ..CommTimes::default() };
     let t0 = Instant::now();
     let total = model.layout.total;
     let ranges: Vec<(usize, usize)> = (0..total).step_by(bucket.max(1)).map(|o| (o, bucket.min(total - o))).collect();
-    let mut times = CommTimes::default();
     let mut recv = Vec::new();
     let mut exchange = |offset: usize, send: &[f32], times: &mut CommTimes| -> Result<(), TrainError> {
         recv.resize(send.len(), 0.0);
@@ -614,7 +620,7 @@ pub fn train_with(
             loss_sum = red[0];
             stop = red[1] > 0.0;
             model.run(&[&prog.finish], Some(&prog.optimizer))?;
-            comm_s = Some(c.total);
+            comm_s = Some((c.wait, c.total));
             if step > start {
                 comm_sum += c;
             }
@@ -642,8 +648,9 @@ pub fn train_with(
             "step": step, "lr": opt.lr, "loss": loss, "grad_norm": gnorm, "tok_per_s": tok_s,
             "elapsed": elapsed0 + t0.elapsed().as_secs_f64(), "skipped": !finite,
         });
-        if let Some(c) = comm_s {
-            line["comm_s"] = json!(c);
+        if let Some((wait, exchange)) = comm_s {
+            line["comm_wait_s"] = json!(wait);
+            line["comm_s"] = json!(exchange);
         }
         if lead && log && run.model.variant.is_ddl() {
             line["beta_mean"] = json!(beta_means(&model, &prog)?);
@@ -688,6 +695,7 @@ pub fn train_with(
                 "buckets_per_step": model.layout.total.div_ceil(bucket),
                 "timed_steps": timed_steps,
                 "mean_step_s": timed_s / n,
+                "mean_wait_s": comm_sum.wait / n,
                 "mean_exchange_s": comm_sum.total / n,
                 "mean_readback_s": comm_sum.readback / n,
                 "mean_allreduce_s": comm_sum.allreduce / n,
