@@ -226,7 +226,7 @@ struct TrainArgs {
     #[arg(long, value_enum)]
     distributed: Option<Distributed>,
     /// With --distributed: a rank waiting this many seconds in one collective (a dead or hung
-    /// peer) reports it and exits, which ends the job.
+    /// peer) reports it and exits, which ends the job (10× as long until the first step is done).
     #[arg(long, default_value_t = 300.0)]
     mpi_timeout: f64,
     /// With --distributed: gradients are all-reduced in buckets of this many MiB, overlapping the

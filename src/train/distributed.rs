@@ -24,6 +24,8 @@ struct Watch {
     /// The collective in progress and when it began.
     current: Mutex<Option<(Instant, String)>>,
     step: AtomicUsize,
+    /// Steps begun in this process.
+    steps_begun: AtomicUsize,
 }
 
 /// The MPI world: this process's rank, the rank count, its rank among the processes of its
@@ -42,7 +44,9 @@ pub struct Mpi {
 
 impl Mpi {
     /// Initialises MPI (MPI calls are made from the calling thread only) and starts the watchdog,
-    /// which ends the process when one collective waits longer than `timeout`.
+    /// which ends the process when one collective waits longer than `timeout` — 10 × `timeout`
+    /// until the first step is done, since ranks compile pipelines and may tune matmuls at
+    /// different speeds before it.
     pub fn init(timeout: Duration) -> Result<Mpi, String> {
         let (universe, threading) = mpi::initialize_with_threading(mpi::Threading::Funneled)
             .ok_or_else(|| "MPI was already initialised in this process".to_string())?;
@@ -67,16 +71,17 @@ impl Mpi {
                 let tick = (timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
                 loop {
                     std::thread::sleep(tick);
+                    let limit = if w.steps_begun.load(Ordering::Relaxed) <= 1 { timeout * 10 } else { timeout };
                     let stuck = w.current.lock().unwrap().as_ref().and_then(|(t0, what)| {
-                        (t0.elapsed() > timeout).then(|| (what.clone(), t0.elapsed().as_secs_f64()))
+                        (t0.elapsed() > limit).then(|| (what.clone(), t0.elapsed().as_secs_f64()))
                     });
                     if let Some((what, secs)) = stuck {
                         eprintln!(
                             "error: {tag}: step {}: the collective '{what}' made no progress for {secs:.0} s \
-                             (--mpi-timeout {} s): another rank has probably died or hangs. Exiting so that \
-                             mpirun ends the job.",
+                             (limit {} s, from --mpi-timeout): another rank has probably died or hangs. \
+                             Exiting so that mpirun ends the job.",
                             w.step.load(Ordering::Relaxed) + 1,
-                            timeout.as_secs_f64()
+                            limit.as_secs_f64()
                         );
                         std::process::exit(WATCHDOG_EXIT);
                     }
@@ -158,6 +163,7 @@ impl Collective for Mpi {
 
     fn set_step(&self, step: usize) {
         self.watch.step.store(step, Ordering::Relaxed);
+        self.watch.steps_begun.fetch_add(1, Ordering::Relaxed);
     }
 
     fn describe(&self) -> String {
