@@ -524,7 +524,7 @@ pub fn train_with(
         let digest = collective::digest_f32(&model.read_params()?);
         handshake(comm, &run_toml, model.layout.total, data.tokens.len(), start, opts.steps, bucket, digest)
             .map_err(derr)?;
-        if t.grad_accum % size != 0 {
+        if !t.grad_accum.is_multiple_of(size) {
             return Err(derr(format!(
                 "train.grad_accum = {} is not a multiple of the {size} ranks: each global batch (batch_size × \
                  grad_accum = {} sequences, as one process would draw them) is shared out by micro-batches, rank r \
