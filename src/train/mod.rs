@@ -375,6 +375,7 @@ fn handshake(
     run_toml: &str,
     params: usize,
     tokens: usize,
+    corpus_key: &str,
     start: usize,
     steps: usize,
     bucket: usize,
@@ -384,6 +385,7 @@ fn handshake(
         "the run config digest",
         "the parameter count",
         "the corpus token count",
+        "the corpus digest (text and tokenizer)",
         "the start step (checkpoint)",
         "--steps",
         "the gradient bucket (--mpi-bucket-mib, in elements)",
@@ -393,6 +395,7 @@ fn handshake(
         collective::digest64(run_toml.as_bytes()),
         params as u64,
         tokens as u64,
+        collective::digest64(corpus_key.as_bytes()),
         start as u64,
         steps as u64,
         bucket as u64,
@@ -522,8 +525,20 @@ pub fn train_with(
     let bucket = dist.bucket_elems(model.layout.total);
     if distributed {
         let digest = collective::digest_f32(&model.read_params()?);
-        handshake(comm, &run_toml, model.layout.total, data.tokens.len(), start, opts.steps, bucket, digest)
-            .map_err(derr)?;
+        // The token cache is named by a digest of the corpus text and the tokenizer.
+        let corpus_key = data.tokens.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        handshake(
+            comm,
+            &run_toml,
+            model.layout.total,
+            data.tokens.len(),
+            &corpus_key,
+            start,
+            opts.steps,
+            bucket,
+            digest,
+        )
+        .map_err(derr)?;
         if !t.grad_accum.is_multiple_of(size) {
             return Err(derr(format!(
                 "train.grad_accum = {} is not a multiple of the {size} ranks: each global batch (batch_size × \
