@@ -233,6 +233,18 @@ struct TrainArgs {
     /// readback of the next bucket; 0 = one bucket (no overlap).
     #[arg(long, default_value_t = 1.0)]
     mpi_bucket_mib: f64,
+    /// With --distributed: what the gradient all-reduce overlaps. `backward`: the last
+    /// micro-batch's backward is submitted block by block and each finished block is all-reduced
+    /// while the GPU computes the next; `readback`: after the backward, only with the readback of
+    /// the next bucket.
+    #[arg(long, value_enum, default_value = "backward")]
+    mpi_overlap: MpiOverlap,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum MpiOverlap {
+    Backward,
+    Readback,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -517,7 +529,12 @@ fn train_mpi(
             eprintln!("training {} ({}) -> {}", run.model.variant, run.preset, out.display());
         }
         let opts = TrainOptions { run, steps: a.steps, out: out.clone(), resume, quiet: false };
-        let summary = ddl::train::train_with(gpu, opts, &mpi, &DistOptions { bucket_mib: a.mpi_bucket_mib })?;
+        let summary = ddl::train::train_with(
+            gpu,
+            opts,
+            &mpi,
+            &DistOptions { bucket_mib: a.mpi_bucket_mib, overlap_backward: a.mpi_overlap == MpiOverlap::Backward },
+        )?;
         if mpi.rank() == 0 {
             report_training(dev, a, &out, &summary)?;
         }

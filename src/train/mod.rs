@@ -267,11 +267,14 @@ pub struct DistOptions {
     /// Gradients travel in buckets of this many MiB: bucket i + 1 is read back from the GPU (on a
     /// helper thread) while bucket i is all-reduced and written back. 0 = one bucket, no overlap.
     pub bucket_mib: f64,
+    /// Also overlap with the backward pass: the last micro-batch's backward is submitted block by
+    /// block, and each block's gradients are all-reduced while the GPU computes the next block.
+    pub overlap_backward: bool,
 }
 
 impl Default for DistOptions {
     fn default() -> Self {
-        DistOptions { bucket_mib: 1.0 }
+        DistOptions { bucket_mib: 1.0, overlap_backward: true }
     }
 }
 
@@ -367,6 +370,104 @@ fn reduce_gradients(model: &Model, comm: &dyn Collective, bucket: usize) -> Resu
     Ok(times)
 }
 
+/// All-reduces (sum) `send` in pieces of `bucket` elements and queues the result into the
+/// gradients at `offset`.
+fn exchange_range(
+    model: &Model,
+    comm: &dyn Collective,
+    bucket: usize,
+    offset: usize,
+    send: &[f32],
+    times: &mut CommTimes,
+) -> Result<(), TrainError> {
+    let mut recv = vec![0.0f32; send.len().min(bucket.max(1))];
+    for (i, piece) in send.chunks(bucket.max(1)).enumerate() {
+        let r = &mut recv[..piece.len()];
+        let ta = Instant::now();
+        comm.all_reduce_sum_f32(piece, r, "gradient all-reduce");
+        times.allreduce += ta.elapsed().as_secs_f64();
+        let tw = Instant::now();
+        model.grads.write_f32_range(&model.gpu, offset + i * bucket.max(1), r)?;
+        times.write += tw.elapsed().as_secs_f64();
+    }
+    Ok(())
+}
+
+/// The last micro-batch of a rank with the gradient exchange overlapping its backward pass:
+/// `first` (zeroing, on a rank's only micro-batch), forward and the backward up to the end of the
+/// last block are submitted, then each later block's backward is submitted before the previous
+/// block's gradients — complete by then — are all-reduced, so the GPU computes while MPI
+/// communicates. The parameters outside the blocks (embedding, final norm, ...) are exchanged
+/// after the embedding backward.
+fn backward_with_exchange(
+    model: &Model,
+    prog: &Program,
+    first: &[crate::gpu::Op],
+    comm: &dyn Collective,
+    bucket: usize,
+) -> Result<CommTimes, TrainError> {
+    let submit = |parts: &[&[crate::gpu::Op]]| -> Result<(), TrainError> {
+        let mut r = crate::gpu::Recorder::new(&model.gpu);
+        for ops in parts {
+            r.ops(ops);
+        }
+        r.submit()?;
+        Ok(())
+    };
+    let mut times = CommTimes::default();
+    let mut pending: Option<(usize, Vec<f32>)> = None;
+    let mut start = 0;
+    let mut covered = Vec::new();
+    for &(end, l) in &prog.backward_blocks {
+        let seg = &prog.backward[start..end];
+        if start == 0 {
+            submit(&[first, &prog.forward, seg])?;
+        } else {
+            submit(&[seg])?;
+        }
+        start = end;
+        if let Some((off, send)) = pending.take() {
+            exchange_range(model, comm, bucket, off, &send, &mut times)?;
+        }
+        let Some((off, len)) = model.layout.block_range(l) else { continue };
+        let tr = Instant::now();
+        pending = Some((off, model.grads.read_f32_range(&model.gpu, off, len)?));
+        times.readback += tr.elapsed().as_secs_f64();
+        covered.push((off, len));
+    }
+    if start == 0 {
+        submit(&[first, &prog.forward, &prog.backward])?;
+    } else {
+        submit(&[&prog.backward[start..]])?;
+    }
+    if let Some((off, send)) = pending.take() {
+        exchange_range(model, comm, bucket, off, &send, &mut times)?;
+    }
+    // What the blocks do not cover: embedding, expansion, readout, final norm.
+    covered.sort();
+    let mut rest = Vec::new();
+    let mut at = 0;
+    for &(off, len) in &covered {
+        if off > at {
+            rest.push((at, off - at));
+        }
+        at = at.max(off + len);
+    }
+    if at < model.layout.total {
+        rest.push((at, model.layout.total - at));
+    }
+    for (off, len) in rest {
+        let tr = Instant::now();
+        let send = model.grads.read_f32_range(&model.gpu, off, len)?;
+        times.readback += tr.elapsed().as_secs_f64();
+        exchange_range(model, comm, bucket, off, &send, &mut times)?;
+    }
+    // Readbacks here include waiting for the GPU to finish each block: only the communication
+    // is counted as exchange time (compare step times to see what the overlap gains).
+    times.total = times.allreduce + times.write;
+    Ok(times)
+}
+
 /// Compares every rank's values of the settings that must agree (exchanged at start-up), and
 /// names what differs on every rank.
 #[allow(clippy::too_many_arguments)]
@@ -379,6 +480,7 @@ fn handshake(
     start: usize,
     steps: usize,
     bucket: usize,
+    overlap_backward: bool,
     params_digest: u64,
 ) -> Result<(), String> {
     let names = [
@@ -389,6 +491,7 @@ fn handshake(
         "the start step (checkpoint)",
         "--steps",
         "the gradient bucket (--mpi-bucket-mib, in elements)",
+        "the overlap with the backward pass (--mpi-overlap)",
         "the initial parameter digest",
     ];
     let mine = [
@@ -399,6 +502,7 @@ fn handshake(
         start as u64,
         steps as u64,
         bucket as u64,
+        overlap_backward as u64,
         params_digest,
     ];
     let k = mine.len();
@@ -536,6 +640,7 @@ pub fn train_with(
             start,
             opts.steps,
             bucket,
+            dist.overlap_backward,
             digest,
         )
         .map_err(derr)?;
@@ -615,21 +720,30 @@ pub fn train_with(
         // step never reaches the parameters). Ranks first sum their gradients.
         model.set_optimizer_step(&prog, &opt)?;
         let mut loss_sum = 0.0f64;
+        let mut exchanged = None;
         for (i, &micro) in micros.iter().enumerate() {
             let (x, y) = data.train_batch(t.seed, step, micro, t.batch_size, t.seq_len);
             prog.set_batch(&model, &x, &y)?;
             let first: &[crate::gpu::Op] = if i == 0 { &prog.zero } else { &[] };
-            let last = i + 1 == micros.len() && !distributed;
-            let finish: &[crate::gpu::Op] = if last { &prog.finish } else { &[] };
-            model.run(
-                &[first, &prog.forward, &prog.backward, finish],
-                if last { Some(&prog.optimizer) } else { None },
-            )?;
+            let last = i + 1 == micros.len();
+            if distributed && last && dist.overlap_backward {
+                exchanged = Some(backward_with_exchange(&model, &prog, first, comm, bucket)?);
+            } else {
+                let optimize = last && !distributed;
+                let finish: &[crate::gpu::Op] = if optimize { &prog.finish } else { &[] };
+                model.run(
+                    &[first, &prog.forward, &prog.backward, finish],
+                    if optimize { Some(&prog.optimizer) } else { None },
+                )?;
+            }
             loss_sum += prog.stats.read_f32(&gpu)?[0] as f64;
         }
         let mut comm_s = None;
         if distributed {
-            let c = reduce_gradients(&model, comm, bucket)?;
+            let c = match exchanged {
+                Some(c) => c,
+                None => reduce_gradients(&model, comm, bucket)?,
+            };
             let mut red = [loss_sum, if INTERRUPTED.load(Ordering::SeqCst) { 1.0 } else { 0.0 }];
             comm.all_reduce_sum_f64(&mut red, "loss all-reduce");
             loss_sum = red[0];
@@ -707,6 +821,7 @@ pub fn train_with(
                 "params_digest_by_rank": digests.iter().map(|d| format!("{d:016x}")).collect::<Vec<_>>(),
                 "allreduce_bytes_per_step": 4 * model.layout.total,
                 "bucket_elems": bucket,
+                "overlap_backward": dist.overlap_backward,
                 "buckets_per_step": model.layout.total.div_ceil(bucket),
                 "timed_steps": timed_steps,
                 "mean_step_s": timed_s / n,
