@@ -233,11 +233,11 @@ struct TrainArgs {
     /// readback of the next bucket; 0 = one bucket (no overlap).
     #[arg(long, default_value_t = 1.0)]
     mpi_bucket_mib: f64,
-    /// With --distributed: what the gradient all-reduce overlaps. `backward`: the last
+    /// With --distributed: what the gradient all-reduce overlaps. `readback`: after the
+    /// backward, each bucket's all-reduce overlaps the readback of the next; `backward`: the last
     /// micro-batch's backward is submitted block by block and each finished block is all-reduced
-    /// while the GPU computes the next; `readback`: after the backward, only with the readback of
-    /// the next bucket.
-    #[arg(long, value_enum, default_value = "backward")]
+    /// while the GPU computes the next (for real GPUs; slower on a CPU adapter, docs/PERF.md).
+    #[arg(long, value_enum, default_value = "readback")]
     mpi_overlap: MpiOverlap,
 }
 

@@ -167,6 +167,20 @@ fn two_ranks_match_one_process_keep_identical_parameters_and_resume_exactly() {
     assert_eq!(digests[0], digests[1], "parameters differ between the ranks: {report}");
     assert_eq!(report["allreduce_bytes_per_step"].as_u64().unwrap() % 4, 0);
 
+    // The exchange overlapped with the backward pass (block by block) gives the same result.
+    ranks(6, &["--out", "overlapped", "--mpi-overlap", "backward"]);
+    let o = losses(&dir.join("overlapped"));
+    assert_eq!(o.len(), 6, "{o:?}");
+    assert_eq!(a[0], o[0], "step 1, --mpi-overlap backward: single {a:?} ranks {o:?}");
+    for (i, (x, y)) in a.iter().zip(&o).enumerate() {
+        assert!((x - y).abs() <= LOSS_RTOL * x.abs(), "step {}, --mpi-overlap backward: {x} vs {y}", i + 1);
+    }
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("overlapped/distributed.json")).unwrap()).unwrap();
+    assert_eq!(report["overlap_backward"], true, "{report}");
+    let digests = report["params_digest_by_rank"].as_array().unwrap();
+    assert_eq!(digests[0], digests[1], "--mpi-overlap backward: parameters differ between the ranks: {report}");
+
     // Resume: 3 steps, then on to 6 from the checkpoint, gives the uninterrupted losses exactly.
     ranks(3, &["--out", "resumed"]);
     ranks(6, &["--resume", "resumed"]);

@@ -274,7 +274,7 @@ pub struct DistOptions {
 
 impl Default for DistOptions {
     fn default() -> Self {
-        DistOptions { bucket_mib: 1.0, overlap_backward: true }
+        DistOptions { bucket_mib: 1.0, overlap_backward: false }
     }
 }
 
