@@ -14,13 +14,22 @@ demo: setup
 	$(CARGO) run --release --bin ddl -- info
 	$(CARGO) run --release --bin ddl -- train --preset tiny --variant ddl --steps $(DEMO_STEPS) --out runs/demo --sample 300
 
-## Every test: shader portability (no GPU needed), kernels vs float64 on the Vulkan adapter, CLI.
+## Every test: shader portability (no GPU needed), kernels vs float64 on the Vulkan adapter, CLI,
+## and (when mpirun is installed) data-parallel training with 2 MPI ranks.
 test: setup
 	@# lavapipe's window-system code complains without a runtime dir; compute does not need one.
 	@mkdir -p /tmp/ddl-xdg && chmod 700 /tmp/ddl-xdg
 	@# Tests get an empty cache dir: matmul autotune choices and token caches left by earlier
 	@# benchmarks or training runs on this machine must not change what the tests run.
 	DDL_CACHE_DIR=$$(mktemp -d) $(CARGO) test --workspace --no-fail-fast
+	@# Data-parallel training (2 MPI ranks vs one process) when MPI is installed (scripts/setup.sh
+	@# installs it on Debian/Ubuntu unless DDL_SETUP_MPI=0).
+	@if command -v mpirun >/dev/null 2>&1; then \
+		echo "DDL_CACHE_DIR=\$$(mktemp -d) $(CARGO) test -p ddl --features mpi --test mpi"; \
+		DDL_CACHE_DIR=$$(mktemp -d) $(CARGO) test -p ddl --features mpi --test mpi; \
+	else \
+		echo "mpirun not found: skipping the MPI test (see README, Multi-GPU / multi-machine training)"; \
+	fi
 
 fmt:
 	$(CARGO) fmt --all

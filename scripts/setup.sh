@@ -3,7 +3,9 @@
 # already has it:
 #   - a Vulkan driver when no Vulkan device is present (Linux): Mesa's software driver lavapipe
 #     (`mesa-vulkan-drivers libvulkan1`), so everything runs on the CPU;
-#   - xvfb (a virtual display) for the visualizer's window test.
+#   - xvfb (a virtual display) for the visualizer's window test;
+#   - Open MPI and libclang (`libopenmpi-dev openmpi-bin libclang-dev`) for the data-parallel
+#     build (`--features mpi`) and its test; DDL_SETUP_MPI=0 skips them.
 # macOS (Metal) and Windows (DX12) need no install. Needs root or sudo for apt-get.
 set -euo pipefail
 
@@ -38,6 +40,18 @@ else
 fi
 if [ "${DDL_SETUP_XVFB:-1}" = 1 ] && ! command -v Xvfb >/dev/null 2>&1; then
   pkgs+=(xvfb)
+fi
+have_mpi() {
+  # mpirun to launch, mpicc/mpi.h to link (rsmpi's build probes them), libclang for its bindgen.
+  command -v mpirun >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1 || return 1
+  ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/*/libclang*.so* >/dev/null 2>&1
+}
+if [ "${DDL_SETUP_MPI:-1}" = 1 ] && ! have_mpi; then
+  if command -v apt-get >/dev/null 2>&1; then
+    pkgs+=(libopenmpi-dev openmpi-bin libclang-dev)
+  else
+    say "no MPI found: the data-parallel build (--features mpi) and its test need Open MPI (or MPICH) and libclang."
+  fi
 fi
 
 if [ ${#pkgs[@]} -gt 0 ]; then

@@ -220,6 +220,37 @@ struct TrainArgs {
     /// Generate this many tokens from the trained model at the end.
     #[arg(long, default_value_t = 0)]
     sample: usize,
+    /// Data-parallel training as one rank of `mpirun -n N ddl train ... --distributed mpi`
+    /// (needs a build with `--features mpi`). Each rank drives one adapter (default: its rank on
+    /// the machine modulo the adapters of the best kind found; --adapter overrides).
+    #[arg(long, value_enum)]
+    distributed: Option<Distributed>,
+    /// With --distributed: a rank waiting this many seconds in one collective (a dead or hung
+    /// peer) reports it and exits, which ends the job (10× as long until the first step is done).
+    #[arg(long, default_value_t = 300.0)]
+    mpi_timeout: f64,
+    /// With --distributed: gradients are all-reduced in buckets of this many MiB, overlapping the
+    /// readback of the next bucket; 0 = one bucket (no overlap).
+    #[arg(long, default_value_t = 1.0)]
+    mpi_bucket_mib: f64,
+    /// With --distributed: what the gradient all-reduce overlaps. `readback`: after the
+    /// backward, each bucket's all-reduce overlaps the readback of the next; `backward`: the last
+    /// micro-batch's backward is submitted block by block and each finished block is all-reduced
+    /// while the GPU computes the next (for real GPUs; slower on a CPU adapter, docs/PERF.md).
+    #[arg(long, value_enum, default_value = "readback")]
+    mpi_overlap: MpiOverlap,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum MpiOverlap {
+    Backward,
+    Readback,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Distributed {
+    /// MPI (Open MPI, MPICH ...) through rsmpi; launch with mpirun.
+    Mpi,
 }
 
 #[derive(Subcommand)]
@@ -452,6 +483,9 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             );
         }
     }
+    if a.distributed == Some(Distributed::Mpi) {
+        return train_mpi(dev, &a, run, out, resume);
+    }
     let gpu = dev.open().context("opening the GPU")?;
     ddl::kernels::matmul::autotune::set_enabled(true);
     eprintln!(
@@ -464,6 +498,15 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     );
     let summary =
         ddl::train::train(gpu.clone(), TrainOptions { run, steps: a.steps, out: out.clone(), resume, quiet: false })?;
+    report_training(dev, &a, &out, &summary)
+}
+
+fn report_training(
+    dev: &DeviceArgs,
+    a: &TrainArgs,
+    out: &std::path::Path,
+    summary: &ddl::train::Summary,
+) -> Result<()> {
     if summary.interrupted {
         eprintln!("interrupted at step {}: checkpoint saved in {}", summary.step, out.display());
         return Ok(());
@@ -484,11 +527,96 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             seed: 0,
             stop: Vec::new(),
         };
-        generate_cmd(dev, &out, "\n", &s, None)?;
-
+        generate_cmd(dev, out, "\n", &s, None)?;
         println!();
     }
     Ok(())
+}
+
+#[cfg(not(feature = "mpi"))]
+fn train_mpi(
+    _dev: &DeviceArgs,
+    _a: &TrainArgs,
+    _run: ddl::train::RunConfig,
+    _out: std::path::PathBuf,
+    _resume: bool,
+) -> Result<()> {
+    anyhow::bail!(
+        "--distributed mpi: this ddl was built without MPI support; rebuild with --features mpi \
+         (`cargo build --release --features mpi`; needs an MPI library and libclang, on Debian/Ubuntu \
+         `apt-get install libopenmpi-dev openmpi-bin libclang-dev`)"
+    )
+}
+
+/// One rank of `mpirun -n N ddl train ... --distributed mpi`. Any error is printed with the rank
+/// and ends the whole job (`MPI_Abort`): the other ranks may be waiting in a collective.
+#[cfg(feature = "mpi")]
+fn train_mpi(
+    dev: &DeviceArgs,
+    a: &TrainArgs,
+    run: ddl::train::RunConfig,
+    out: std::path::PathBuf,
+    resume: bool,
+) -> Result<()> {
+    use ddl::train::{Collective, DistOptions, TrainOptions};
+    if !(a.mpi_timeout > 0.0 && a.mpi_timeout.is_finite()) {
+        anyhow::bail!("--mpi-timeout {}: expected a number of seconds > 0", a.mpi_timeout);
+    }
+    if !(a.mpi_bucket_mib >= 0.0 && a.mpi_bucket_mib.is_finite()) {
+        anyhow::bail!("--mpi-bucket-mib {}: expected a size in MiB ≥ 0", a.mpi_bucket_mib);
+    }
+    let mpi = ddl::train::distributed::Mpi::init(std::time::Duration::from_secs_f64(a.mpi_timeout))
+        .map_err(anyhow::Error::msg)
+        .context("starting MPI")?;
+    let tag = format!("rank {}/{} ({})", mpi.rank(), mpi.size(), mpi.host());
+    let result = (|| -> Result<()> {
+        let backend = dev.backend.as_deref().map(BackendChoice::parse).transpose()?;
+        let adapter = match &dev.adapter {
+            Some(sel) => sel.clone(),
+            None => ddl::gpu::adapter_for_local_rank(backend, mpi.local_rank())
+                .map(|i| i.to_string())
+                .ok_or_else(|| anyhow::anyhow!("no adapter found (see `ddl info`)"))?,
+        };
+        let gpu = Gpu::new(&GpuOptions { backend, adapter: Some(adapter.clone()) }).context("opening the GPU")?;
+        eprintln!(
+            "{tag}: local rank {} of {} drives adapter {adapter}: {} ({:?})",
+            mpi.local_rank(),
+            mpi.local_size(),
+            gpu.info.name,
+            gpu.info.backend
+        );
+        ddl::kernels::matmul::autotune::set_enabled(true);
+        if mpi.rank() == 0 {
+            eprintln!("training {} ({}) -> {}", run.model.variant, run.preset, out.display());
+        }
+        let opts = TrainOptions { run, steps: a.steps, out: out.clone(), resume, quiet: false };
+        let summary = ddl::train::train_with(
+            gpu,
+            opts,
+            &mpi,
+            &DistOptions { bucket_mib: a.mpi_bucket_mib, overlap_backward: a.mpi_overlap == MpiOverlap::Backward },
+        )?;
+        if mpi.rank() == 0 {
+            report_training(dev, a, &out, &summary)?;
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => {
+            // Ranks finish together, so a rank that leaves first is not mistaken for a failure.
+            mpi.barrier("finish");
+            Ok(())
+        }
+        Err(e) => {
+            // One write, so that mpirun does not interleave it with other ranks' output.
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("error: {tag}: {e:#}\n").as_bytes());
+            if e.downcast_ref::<ddl::train::TrainError>().is_some_and(|e| e.on_every_rank()) {
+                // Every rank reports this error: let them all print it before the job ends.
+                mpi.barrier("error report");
+            }
+            mpi.abort(1)
+        }
+    }
 }
 
 fn experiment(

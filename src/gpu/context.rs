@@ -339,3 +339,13 @@ impl Gpu {
 pub fn enumerate_adapters(backend: Option<BackendChoice>) -> Vec<AdapterSummary> {
     enumerate(backend).iter().enumerate().map(|(index, a)| AdapterSummary { index, info: a.get_info() }).collect()
 }
+
+/// The adapter (index as `ddl info` lists them) that the process with this rank among a
+/// machine's ranks drives by default: the adapters of the best kind found (discrete GPUs when
+/// there are any, else integrated, ... CPU), taken in turn — local rank modulo their count.
+pub fn adapter_for_local_rank(backend: Option<BackendChoice>, local_rank: usize) -> Option<usize> {
+    let all = enumerate_adapters(backend);
+    let best = all.iter().map(|a| rank(&a.info)).max()?;
+    let kind: Vec<usize> = all.iter().filter(|a| rank(&a.info) == best).map(|a| a.index).collect();
+    Some(kind[local_rank % kind.len()])
+}

@@ -7,7 +7,7 @@ mod kernel;
 mod recorder;
 mod tensor;
 
-pub use context::{AdapterSummary, BackendChoice, Gpu, GpuOptions, enumerate_adapters};
+pub use context::{AdapterSummary, BackendChoice, Gpu, GpuOptions, adapter_for_local_rank, enumerate_adapters};
 pub use error::GpuError;
 pub use kernel::{Binding, BindingKind, Dispatch, Kernel};
 pub use recorder::{KernelTime, Op, Profiler, Recorder};

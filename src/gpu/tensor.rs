@@ -192,6 +192,46 @@ impl Tensor {
         Ok(bytemuck::cast_vec(self.read_words(gpu)?))
     }
 
+    /// Reads `len` f32 elements starting at element `offset` (waits for all submitted work).
+    pub fn read_f32_range(&self, gpu: &Gpu, offset: usize, len: usize) -> Result<Vec<f32>> {
+        self.check_range(offset, len)?;
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let bytes = 4 * len as u64;
+        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(&self.buffer, 4 * offset as u64, &staging, 0, bytes);
+        gpu.queue.submit([enc.finish()]);
+        Ok(bytemuck::cast_vec(read_mapped(gpu, &staging, &self.label)?))
+    }
+
+    /// Overwrites `data.len()` f32 elements starting at element `offset` (queued; ordered before
+    /// later submits).
+    pub fn write_f32_range(&self, gpu: &Gpu, offset: usize, data: &[f32]) -> Result<()> {
+        self.check_range(offset, data.len())?;
+        if !data.is_empty() {
+            gpu.queue.write_buffer(&self.buffer, 4 * offset as u64, bytemuck::cast_slice(data));
+        }
+        Ok(())
+    }
+
+    fn check_range(&self, offset: usize, len: usize) -> Result<()> {
+        let n = self.len();
+        if offset.checked_add(len).is_none_or(|end| end > n) {
+            return Err(GpuError::Shape(format!(
+                "range of {len} elements at {offset} is outside tensor '{}' of {n} elements",
+                self.label
+            )));
+        }
+        Ok(())
+    }
+
     /// Reads an i32 tensor back.
     pub fn read_i32(&self, gpu: &Gpu) -> Result<Vec<i32>> {
         Ok(bytemuck::cast_vec(self.read_words(gpu)?))

@@ -216,6 +216,9 @@ pub struct Program {
     pub forward: Vec<Op>,
     /// Adds this batch's gradients into the gradient buffer.
     pub backward: Vec<Op>,
+    /// `(end, block)`: after `backward[..end]` no later backward op writes the gradients of
+    /// `blocks.{block}.*` (blocks in the order the backward finishes them: last block first).
+    pub backward_blocks: Vec<(usize, usize)>,
     /// Gradient norm and the step's statistics into `stats` (after the last micro-batch).
     pub finish: Vec<Op>,
     pub optimizer: Vec<Dispatch>,
@@ -446,6 +449,7 @@ impl Model {
             zero: vec![Op::Zero(self.grads.clone())],
             forward: Vec::new(),
             backward: Vec::new(),
+            backward_blocks: Vec::new(),
             finish: Vec::new(),
             optimizer: Vec::new(),
             label_smoothing,
@@ -455,7 +459,7 @@ impl Model {
         };
         p.forward = self.record_forward(&p)?;
         if p.decode.is_none() {
-            p.backward = self.record_backward(&p)?;
+            (p.backward, p.backward_blocks) = self.record_backward(&p)?;
             p.finish = self.record_finish(&p)?;
             p.optimizer = self.record_optimizer(&p, opt)?;
         }
@@ -967,7 +971,7 @@ impl Model {
         Ok(())
     }
 
-    fn record_backward(&self, p: &Program) -> Result<Vec<Op>> {
+    fn record_backward(&self, p: &Program) -> Result<(Vec<Op>, Vec<(usize, usize)>)> {
         let gpu = &*self.gpu;
         let c = &self.cfg;
         let var = c.variant;
@@ -975,6 +979,7 @@ impl Model {
         let n = p.n();
         let (d, hk) = (c.d_model, c.k_mlp_hidden);
         let mut ops = Vec::new();
+        let mut blocks_done = Vec::new();
         let o = &mut ops;
 
         // Head: cross-entropy → logits → tied embedding and final norm.
@@ -1209,6 +1214,7 @@ impl Model {
                     }
                 }
             }
+            blocks_done.push((o.len(), l));
         }
         // Embedding: through the expansion, then scatter-add into the tied table.
         let de = if var.expanded() {
@@ -1233,7 +1239,7 @@ impl Model {
             &g.dx[cur]
         };
         run(o, embedding::backward(gpu, p.emb_index.view(), de.view(), self.gv("tok_emb"), n, d, c.vocab_size))?;
-        Ok(ops)
+        Ok((ops, blocks_done))
     }
 
     fn record_finish(&self, p: &Program) -> Result<Vec<Op>> {

@@ -131,6 +131,16 @@ impl Layout {
         self.specs.iter().position(|s| s.name == name)
     }
 
+    /// `(offset, len)` of block `l`'s parameters, which are contiguous in the flat buffer
+    /// (alignment padding included); `None` when there is no such block.
+    pub fn block_range(&self, l: usize) -> Option<(usize, usize)> {
+        let prefix = format!("blocks.{l}.");
+        let first = self.specs.iter().position(|s| s.name.starts_with(&prefix))?;
+        let after = (first..self.specs.len()).find(|&i| !self.specs[i].name.starts_with(&prefix));
+        let end = after.map_or(self.total, |i| self.offsets[i]);
+        Some((self.offsets[first], end - self.offsets[first]))
+    }
+
     /// `(offset, len)` of a parameter by name; panics with the name when it does not exist
     /// (model code asks only for names it built).
     pub fn range(&self, name: &str) -> (usize, usize) {

@@ -1,0 +1,283 @@
+//! Data-parallel training with MPI (`cargo test -p ddl --features mpi --test mpi`; needs
+//! `mpirun` on the PATH, e.g. Debian's `openmpi-bin`): two ranks on one machine (both on the same
+//! adapter) against one process with the same global batch, resume, and failures that must end
+//! the job with a clear error instead of hanging.
+#![cfg(feature = "mpi")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const DDL: &str = env!("CARGO_BIN_EXE_ddl");
+
+/// The tests run one after another: each starts several processes that share the machine's
+/// cores (and, with lavapipe, the adapter is those cores too).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ddl-mpi-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The first 20k characters of TinyShakespeare.
+fn corpus(dir: &Path) -> String {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/tinyshakespeare.txt")).unwrap();
+    let p = dir.join("corpus.txt");
+    std::fs::write(&p, &text[..20_000]).unwrap();
+    p.display().to_string()
+}
+
+/// `ddl train` arguments of a model small enough to train in seconds on lavapipe; the global
+/// batch is 2 micro-batches of 2 sequences.
+fn train_args(corpus: &str, steps: usize) -> Vec<String> {
+    let mut a: Vec<String> =
+        ["train", "--preset", "tiny", "--variant", "ddl", "--corpus", corpus].iter().map(|s| s.to_string()).collect();
+    a.extend(["--steps".to_string(), steps.to_string()]);
+    for kv in [
+        "model.d_model=32",
+        "model.n_layers=1",
+        "model.n_heads=2",
+        "model.head_dim=16",
+        "model.mlp_hidden=85",
+        "train.batch_size=2",
+        "train.seq_len=16",
+        "train.grad_accum=2",
+        "train.eval_every=0",
+        "train.eval_batches=3",
+        "train.checkpoint_every=0",
+        "train.warmup_steps=2",
+    ] {
+        a.extend(["--set".to_string(), kv.to_string()]);
+    }
+    a
+}
+
+/// `mpirun` with the settings that work in a container as root: root allowed, more ranks than
+/// cores allowed, ranks yield the CPU while they wait (the adapters here are CPU threads too).
+fn mpirun(dir: &Path) -> Command {
+    let mut c = Command::new("mpirun");
+    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .env("OMPI_MCA_mpi_yield_when_idle", "1")
+        .env("DDL_CACHE_DIR", dir.join("cache"))
+        .current_dir(dir);
+    c
+}
+
+/// Runs `cmd`, killing it after `limit`; returns its output and whether it finished in time.
+fn run_limited(mut cmd: Command, limit: Duration) -> (Output, bool) {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("cannot start the command");
+    let t0 = Instant::now();
+    let mut in_time = true;
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > limit {
+            in_time = false;
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (child.wait_with_output().unwrap(), in_time)
+}
+
+fn show(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The training losses of `metrics.jsonl`, in order.
+fn losses(run: &Path) -> Vec<f64> {
+    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter_map(|v| v.get("loss").and_then(|l| l.as_f64()))
+        .collect()
+}
+
+fn mpirun_available() -> bool {
+    let ok = Command::new("mpirun").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("mpirun not found: skipping (install openmpi-bin, or run scripts/setup.sh)");
+    }
+    ok
+}
+
+/// Relative tolerance between the losses of one process and of 2 ranks. The ranks compute the
+/// same sequences with the same kernels; only the order of the float32 gradient sums differs
+/// (single process: accumulated on the GPU micro-batch after micro-batch; ranks: per-rank sums
+/// added by MPI), which moves the parameters by a few ulps per step.
+const LOSS_RTOL: f64 = 1e-5;
+
+#[test]
+fn two_ranks_match_one_process_keep_identical_parameters_and_resume_exactly() {
+    let _serial = serial();
+    if !mpirun_available() {
+        return;
+    }
+    let dir = tmpdir("match");
+    let c = corpus(&dir);
+    let limit = Duration::from_secs(240);
+    // One process first: it also fills the matmul autotune cache the ranks then read, so both
+    // runs use the same kernels.
+    let mut single = Command::new(DDL);
+    single.args(train_args(&c, 6)).args(["--out", "single"]).env("DDL_CACHE_DIR", dir.join("cache")).current_dir(&dir);
+    let (o, in_time) = run_limited(single, limit);
+    assert!(in_time && o.status.success(), "single process: {}", show(&o));
+
+    let ranks = |steps: usize, extra: &[&str]| {
+        let mut m = mpirun(&dir);
+        m.args(["-n", "2", DDL]).args(train_args(&c, steps)).args(["--distributed", "mpi", "--mpi-timeout", "60"]);
+        m.args(extra);
+        let (o, in_time) = run_limited(m, limit);
+        assert!(in_time && o.status.success(), "mpirun -n 2 {extra:?}: {}", show(&o));
+        o
+    };
+    let o = ranks(6, &["--out", "ranks"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    for r in 0..2 {
+        assert!(err.contains(&format!("rank {r}/2")) && err.contains("drives adapter"), "rank {r} adapter line: {err}");
+    }
+
+    let a = losses(&dir.join("single"));
+    let b = losses(&dir.join("ranks"));
+    // Rank 0 alone writes metrics: six lines, not twelve.
+    assert_eq!((a.len(), b.len()), (6, 6), "single {a:?} ranks {b:?}");
+    // The first step starts from the same parameters: the same sequences give the same loss.
+    assert_eq!(a[0], b[0], "step 1 must see the same global batch: single {a:?} ranks {b:?}");
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!((x - y).abs() <= LOSS_RTOL * x.abs(), "step {}: single {x} vs 2 ranks {y} (rtol {LOSS_RTOL})", i + 1);
+    }
+    assert!(b[5] < b[0], "the loss did not go down: {b:?}");
+
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("ranks/distributed.json")).unwrap()).unwrap();
+    let digests = report["params_digest_by_rank"].as_array().unwrap();
+    assert_eq!(digests.len(), 2, "{report}");
+    assert_eq!(digests[0], digests[1], "parameters differ between the ranks: {report}");
+    assert_eq!(report["allreduce_bytes_per_step"].as_u64().unwrap() % 4, 0);
+
+    // The exchange overlapped with the backward pass (block by block) gives the same result.
+    ranks(6, &["--out", "overlapped", "--mpi-overlap", "backward"]);
+    let o = losses(&dir.join("overlapped"));
+    assert_eq!(o.len(), 6, "{o:?}");
+    assert_eq!(a[0], o[0], "step 1, --mpi-overlap backward: single {a:?} ranks {o:?}");
+    for (i, (x, y)) in a.iter().zip(&o).enumerate() {
+        assert!((x - y).abs() <= LOSS_RTOL * x.abs(), "step {}, --mpi-overlap backward: {x} vs {y}", i + 1);
+    }
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("overlapped/distributed.json")).unwrap()).unwrap();
+    assert_eq!(report["overlap_backward"], true, "{report}");
+    let digests = report["params_digest_by_rank"].as_array().unwrap();
+    assert_eq!(digests[0], digests[1], "--mpi-overlap backward: parameters differ between the ranks: {report}");
+
+    // Resume: 3 steps, then on to 6 from the checkpoint, gives the uninterrupted losses exactly.
+    ranks(3, &["--out", "resumed"]);
+    ranks(6, &["--resume", "resumed"]);
+    let r = losses(&dir.join("resumed"));
+    assert_eq!(r, b, "resumed 2-rank run vs uninterrupted 2-rank run");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ranks_with_different_settings_all_fail_clearly_without_hanging() {
+    let _serial = serial();
+    if !mpirun_available() {
+        return;
+    }
+    let dir = tmpdir("mismatch");
+    let c = corpus(&dir);
+    // MPMD: rank 1 is given another learning rate.
+    let mut m = mpirun(&dir);
+    m.args(["-n", "1", DDL]).args(train_args(&c, 4)).args(["--distributed", "mpi", "--out", "run"]);
+    m.args([":", "-n", "1", DDL]).args(train_args(&c, 4));
+    m.args(["--set", "train.lr=0.002", "--distributed", "mpi", "--out", "run"]);
+    let (o, in_time) = run_limited(m, Duration::from_secs(120));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(in_time, "mpirun did not end within 120 s: {}", show(&o));
+    assert!(!o.status.success(), "{}", show(&o));
+    for r in 0..2 {
+        assert!(
+            err.contains(&format!("error: rank {r}/2")) && err.contains("started with different settings"),
+            "rank {r} must report the mismatch: {err}"
+        );
+    }
+    assert!(err.contains("train.lr = 0.002 here, 0.003 on rank 0"), "the differing setting must be named: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn rank_pid(mpirun_pid: u32, rank: usize) -> Option<u32> {
+    let children = std::fs::read_to_string(format!("/proc/{mpirun_pid}/task/{mpirun_pid}/children")).ok()?;
+    children.split_whitespace().filter_map(|p| p.parse::<u32>().ok()).find(|p| {
+        std::fs::read(format!("/proc/{p}/environ"))
+            .is_ok_and(|e| e.split(|&b| b == 0).any(|kv| kv == format!("OMPI_COMM_WORLD_RANK={rank}").as_bytes()))
+    })
+}
+
+/// Starts a long 2-rank run, waits until it trains, sends `signal` to rank 1 and returns how long
+/// mpirun took to end afterwards and its output.
+fn signal_rank_1(name: &str, signal: &str) -> (Duration, Output) {
+    let dir = tmpdir(name);
+    let c = corpus(&dir);
+    let mut m = mpirun(&dir);
+    m.args(["-n", "2", DDL]).args(train_args(&c, 1_000_000));
+    m.args(["--distributed", "mpi", "--mpi-timeout", "5", "--out", "run"]);
+    let mut child = m.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let metrics = dir.join("run/metrics.jsonl");
+    let t0 = Instant::now();
+    while std::fs::read_to_string(&metrics).map_or(0, |s| s.lines().count()) < 5 {
+        if t0.elapsed() > Duration::from_secs(240) || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            panic!("the 2-rank run did not start training: {}", show(&child.wait_with_output().unwrap()));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let pid = rank_pid(child.id(), 1).expect("rank 1 is not a child of mpirun");
+    let ok = Command::new("kill").args([signal, &pid.to_string()]).status().unwrap().success();
+    assert!(ok, "kill {signal} {pid}");
+    let t1 = Instant::now();
+    while child.try_wait().unwrap().is_none() && t1.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let waited = t1.elapsed();
+    if child.try_wait().unwrap().is_none() {
+        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        let _ = child.kill();
+    }
+    let o = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    (waited, o)
+}
+
+#[test]
+fn a_rank_that_dies_or_hangs_ends_the_job_with_an_error() {
+    let _serial = serial();
+    if !mpirun_available() {
+        return;
+    }
+    // Killed: Open MPI notices the exit and ends the job.
+    let (waited, o) = signal_rank_1("killed", "-KILL");
+    assert!(waited < Duration::from_secs(60), "mpirun still running {waited:?} after rank 1 was killed");
+    assert!(!o.status.success(), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("rank 1") && err.contains("signal 9"), "mpirun should name the dead rank: {err}");
+    // Hung (stopped): nothing tells Open MPI, so rank 0's watchdog (--mpi-timeout 5) reports it.
+    let (waited, o) = signal_rank_1("stopped", "-STOP");
+    assert!(waited < Duration::from_secs(60), "mpirun still running {waited:?} after rank 1 stopped");
+    assert!(!o.status.success(), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("error: rank 0/2") && err.contains("made no progress for"),
+        "rank 0 should report the hung peer: {err}"
+    );
+}
