@@ -824,7 +824,7 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
         ),
         Some("train") => {
             println!(
-                "{} d={} L={} B={} T={}: {:.1} tok/s, {:.1} ms/step, {:.2} model GFLOP/s, matmul {:.0}% of kernel time, {} dispatches",
+                "{} d={} L={} B={} T={}: {:.1} tok/s, {:.1} ms/step, {:.2} model GFLOP/s, matmul {:.0}% of kernel time, {} dispatches, loss {:.4} at init, {:.4} after the timed steps",
                 v["variant"].as_str().unwrap_or(""),
                 v["d"],
                 v["layers"],
@@ -834,7 +834,9 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
                 v["step_ms"].as_f64().unwrap_or(0.0),
                 v["model_gflop_per_s"].as_f64().unwrap_or(0.0),
                 100.0 * v["matmul_share"].as_f64().unwrap_or(0.0),
-                v["dispatches_per_step"]
+                v["dispatches_per_step"],
+                v["loss_init"].as_f64().unwrap_or(f64::NAN),
+                v["loss_last"].as_f64().unwrap_or(f64::NAN)
             );
             if let Some(split) = v["split_ms"].as_object() {
                 let mut items: Vec<(&String, f64)> =
