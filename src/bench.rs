@@ -212,8 +212,8 @@ pub fn train_rows(
         "matmul_share": if total > 0.0 { matmul_ms / total } else { 0.0 },
         "dispatches_per_step": dispatches, "transfers_per_step": zero_ops,
         "submits_per_step": 1, "profiled_ms": total,
-        // The same batch every step: the loss at initialisation, then after the AdamW updates.
-        "loss_init": loss_init, "loss_last": loss_last,
+        // The same batch every step: the loss at initialisation, then after `steps` AdamW updates.
+        "steps": steps.max(1), "loss_init": loss_init, "loss_last": loss_last,
         "split_ms": split,
     })));
     Ok(())

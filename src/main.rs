@@ -824,7 +824,7 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
         ),
         Some("train") => {
             println!(
-                "{} d={} L={} B={} T={}: {:.1} tok/s, {:.1} ms/step, {:.2} model GFLOP/s, matmul {:.0}% of kernel time, {} dispatches, loss {:.4} at init, {:.4} after the timed steps",
+                "{} d={} L={} B={} T={}: {:.1} tok/s, {:.1} ms/step, {:.2} model GFLOP/s, matmul {:.0}% of kernel time, {} dispatches, loss {:.4} at init, {:.4} after {} AdamW step(s) on that batch",
                 v["variant"].as_str().unwrap_or(""),
                 v["d"],
                 v["layers"],
@@ -836,7 +836,8 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
                 100.0 * v["matmul_share"].as_f64().unwrap_or(0.0),
                 v["dispatches_per_step"],
                 v["loss_init"].as_f64().unwrap_or(f64::NAN),
-                v["loss_last"].as_f64().unwrap_or(f64::NAN)
+                v["loss_last"].as_f64().unwrap_or(f64::NAN),
+                v["steps"]
             );
             if let Some(split) = v["split_ms"].as_object() {
                 let mut items: Vec<(&String, f64)> =
