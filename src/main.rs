@@ -782,7 +782,7 @@ fn info_model(dev: &DeviceArgs, preset: &str, variant: &str, batch: Option<usize
         let limit = gpu.limits.max_storage_buffer_binding_size;
         if plan.largest.1 > limit {
             println!(
-                "note: '{}' ({} bytes) exceeds this adapter's max storage binding ({limit} bytes): it must be bound in chunks",
+                "note: '{}' ({} bytes) exceeds this adapter's max storage binding ({limit} bytes): the kernels bind it in chunks",
                 plan.largest.0, plan.largest.1
             );
         }
