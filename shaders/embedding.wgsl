@@ -3,6 +3,11 @@
 // forward: out[r, :] = table[tokens[r], :]; a token id outside [0, vocab) gives a zero row and
 // never reads out of bounds. Grid: 1-D over n·d elements (wid.y·nwg.x + wid.x).
 //
+// Chunked vocabulary (a table larger than one storage binding): one dispatch per chunk of rows
+// [v0, v0 + rows), with `table` / `dtable` bound from row v0. A dispatch handles only the ids in
+// its chunk (forward: writes nothing for the others; backward: adds nothing for them); the chunk
+// with v0 = 0 also writes the zero rows of ids outside [0, vocab). Unchunked: v0 = 0, rows = vocab.
+//
 // backward: dtable[v, :] += Σ_{r: tokens[r] = v} dout[r, :], summed in increasing r, without
 // atomics, from a host-built index (u32 words, see `embedding::build_index`):
 //   [0]                      u = number of unique ids
@@ -17,6 +22,10 @@ struct Params {
     d: u32,        // width
     vocab: u32,
     slots: u32,    // backward: min(n, vocab)
+    v0: u32,       // first vocabulary row of this dispatch's chunk
+    rows: u32,     // rows in the chunk (`table` / `dtable` hold rows·d elements from row v0)
+    _pad0: u32,
+    _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -41,11 +50,15 @@ fn embedding_forward(
     let r = i / d;
     let c = i - r * d;
     let t = tokens[r];
-    var v = 0.0;
     if (t >= 0 && u32(t) < params.vocab) {
-        v = table[u32(t) * d + c];
+        // u32(t) - v0 wraps to a huge value for ids below the chunk.
+        let lr = u32(t) - params.v0;
+        if (lr < params.rows) {
+            out[i] = table[lr * d + c];
+        }
+    } else if (params.v0 == 0u) {
+        out[i] = 0.0;
     }
-    out[i] = v;
 }
 
 @compute @workgroup_size(256)
@@ -67,7 +80,8 @@ fn embedding_backward(
         return;
     }
     let v = tok_index[1u + k];
-    if (v >= params.vocab) {
+    let lv = v - params.v0;
+    if (v >= params.vocab || lv >= params.rows) {
         return;
     }
     let s0 = tok_index[1u + n + k];
@@ -79,5 +93,5 @@ fn embedding_backward(
             s = s + dout[r * d + c];
         }
     }
-    dtable[v * d + c] = dtable[v * d + c] + s;
+    dtable[lv * d + c] = dtable[lv * d + c] + s;
 }

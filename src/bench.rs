@@ -165,12 +165,14 @@ pub fn train_rows(
     let x = rng.ints(n, cfg.vocab_size);
     let y = rng.ints(n, cfg.vocab_size);
     prog.set_batch(&model, &x, &y)?;
-    model.train_step(&prog, &opt)?; // warm-up: pipelines, autotune
+    // Warm-up (pipelines, autotune); its loss is the loss at initialisation.
+    let (loss_init, _) = model.train_step(&prog, &opt)?;
     let mut times = Vec::new();
+    let mut loss_last = loss_init;
     for s in 0..steps.max(1) {
         let o = crate::kernels::adamw::AdamWConfig { step: s as u32 + 2, ..opt };
         let t0 = Instant::now();
-        model.train_step(&prog, &o)?;
+        loss_last = model.train_step(&prog, &o)?.0;
         times.push(t0.elapsed().as_secs_f64() * 1e3);
     }
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -210,6 +212,8 @@ pub fn train_rows(
         "matmul_share": if total > 0.0 { matmul_ms / total } else { 0.0 },
         "dispatches_per_step": dispatches, "transfers_per_step": zero_ops,
         "submits_per_step": 1, "profiled_ms": total,
+        // The same batch every step: the loss at initialisation, then after `steps` AdamW updates.
+        "steps": steps.max(1), "loss_init": loss_init, "loss_last": loss_last,
         "split_ms": split,
     })));
     Ok(())

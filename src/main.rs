@@ -910,7 +910,7 @@ fn info_model(dev: &DeviceArgs, preset: &str, variant: &str, batch: Option<usize
         let limit = gpu.limits.max_storage_buffer_binding_size;
         if plan.largest.1 > limit {
             println!(
-                "note: '{}' ({} bytes) exceeds this adapter's max storage binding ({limit} bytes): it must be bound in chunks",
+                "note: '{}' ({} bytes) exceeds this adapter's max storage binding ({limit} bytes): the kernels bind it in chunks",
                 plan.largest.0, plan.largest.1
             );
         }
@@ -952,7 +952,7 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
         ),
         Some("train") => {
             println!(
-                "{} d={} L={} B={} T={}: {:.1} tok/s, {:.1} ms/step, {:.2} model GFLOP/s, matmul {:.0}% of kernel time, {} dispatches",
+                "{} d={} L={} B={} T={}: {:.1} tok/s, {:.1} ms/step, {:.2} model GFLOP/s, matmul {:.0}% of kernel time, {} dispatches, loss {:.4} at init, {:.4} after {} AdamW step(s) on that batch",
                 v["variant"].as_str().unwrap_or(""),
                 v["d"],
                 v["layers"],
@@ -962,7 +962,10 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
                 v["step_ms"].as_f64().unwrap_or(0.0),
                 v["model_gflop_per_s"].as_f64().unwrap_or(0.0),
                 100.0 * v["matmul_share"].as_f64().unwrap_or(0.0),
-                v["dispatches_per_step"]
+                v["dispatches_per_step"],
+                v["loss_init"].as_f64().unwrap_or(f64::NAN),
+                v["loss_last"].as_f64().unwrap_or(f64::NAN),
+                v["steps"]
             );
             if let Some(split) = v["split_ms"].as_object() {
                 let mut items: Vec<(&String, f64)> =

@@ -180,8 +180,28 @@ impl Gpu {
 
     /// Opens a device on a given adapter with the adapter's limits and optional features.
     pub fn from_adapter(adapter: wgpu::Adapter, all_adapters: Vec<AdapterSummary>) -> Result<Arc<Gpu>> {
-        let info = adapter.get_info();
         let limits = adapter.limits();
+        Self::from_adapter_limits(adapter, all_adapters, limits)
+    }
+
+    /// A second device on this adapter whose storage bindings hold at most `bytes` (a multiple
+    /// of 4, at most the adapter's limit): runs the chunked paths of every kernel on small data,
+    /// for testing.
+    #[doc(hidden)]
+    pub fn with_max_storage_binding(&self, bytes: u64) -> Result<Arc<Gpu>> {
+        let limits = wgpu::Limits {
+            max_storage_buffer_binding_size: bytes.min(self.limits.max_storage_buffer_binding_size) / 4 * 4,
+            ..self.limits.clone()
+        };
+        Self::from_adapter_limits(self.adapter.clone(), self.all_adapters.clone(), limits)
+    }
+
+    fn from_adapter_limits(
+        adapter: wgpu::Adapter,
+        all_adapters: Vec<AdapterSummary>,
+        limits: wgpu::Limits,
+    ) -> Result<Arc<Gpu>> {
+        let info = adapter.get_info();
         let wanted = wgpu::Features::TIMESTAMP_QUERY
             | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS
             | wgpu::Features::SHADER_F16

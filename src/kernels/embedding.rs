@@ -7,9 +7,16 @@
 //! one invocation per (unique id, column) sums that id's rows of `dout` in increasing position.
 //! The dispatch size depends on `n`, `d` and `vocab` only, so bound dispatches can be replayed
 //! every step with a freshly uploaded index.
+//!
+//! A table larger than the adapter's `max_storage_buffer_binding_size` (GPT-2's 50304 × 768
+//! floats is 154 MB, lavapipe binds at most 128 MiB) is bound in chunks of whole rows that start
+//! at aligned offsets, one dispatch per chunk; each dispatch handles only the ids in its chunk, so
+//! every output element and every gradient row is still written by exactly one invocation with the
+//! same arithmetic: the results are bit-identical to the unchunked dispatch.
 
 use crate::bench::KernelBench;
 use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D, grid_1d};
+use crate::kernels::reduce::{align_elems, binding_elems, chunk_too_small, chunks, gcd};
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -18,6 +25,10 @@ struct Params {
     d: u32,
     vocab: u32,
     slots: u32,
+    v0: u32,
+    rows: u32,
+    _pad0: u32,
+    _pad1: u32,
 }
 
 fn check(what: &str, n: usize, d: usize, vocab: usize, views: &[(&str, &View, usize)]) -> Result<Params> {
@@ -45,7 +56,34 @@ fn check(what: &str, n: usize, d: usize, vocab: usize, views: &[(&str, &View, us
             )));
         }
     }
-    Ok(Params { n: n as u32, d: d as u32, vocab: vocab as u32, slots: n.min(vocab) as u32 })
+    Ok(Params {
+        n: n as u32,
+        d: d as u32,
+        vocab: vocab as u32,
+        slots: n.min(vocab) as u32,
+        v0: 0,
+        rows: vocab as u32,
+        _pad0: 0,
+        _pad1: 0,
+    })
+}
+
+/// `(first row, rows)` chunks of a `[vocab, d]` table, each at most `max_chunk` elements (and
+/// one storage binding) and starting at an element offset the adapter can bind; one chunk when
+/// the whole table fits.
+fn vocab_chunks(gpu: &Gpu, what: &str, d: usize, vocab: usize, max_chunk: usize) -> Result<Vec<(usize, usize)>> {
+    let max = max_chunk.min(binding_elems(gpu, 1));
+    if vocab * d <= max {
+        return Ok(vec![(0, vocab)]);
+    }
+    // Chunks start at multiples of `unit` rows, whose offset `unit·d` is a multiple of the alignment.
+    let align = align_elems(gpu);
+    let unit = align / gcd(d, align);
+    let rows = (max / d) / unit * unit;
+    if rows == 0 {
+        return Err(chunk_too_small(gpu, format!("{what} chunk of {unit} rows × {d} cols"), unit * d, max));
+    }
+    Ok(chunks(vocab, rows))
 }
 
 /// `out[r, :] = table[tokens[r], :]` for `r < n`; tokens i32 `[n]`, table `[vocab, d]`,
@@ -60,6 +98,23 @@ pub fn forward(
     d: usize,
     vocab: usize,
 ) -> Result<Vec<Dispatch>> {
+    forward_chunked(gpu, tokens, table, out, n, d, vocab, binding_elems(gpu, 1))
+}
+
+/// [`forward`] binding the table in chunks of at most `max_chunk` elements (whole rows at
+/// aligned offsets); for testing the chunking without a huge table.
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn forward_chunked(
+    gpu: &Gpu,
+    tokens: View,
+    table: View,
+    out: View,
+    n: usize,
+    d: usize,
+    vocab: usize,
+    max_chunk: usize,
+) -> Result<Vec<Dispatch>> {
     let p = check(
         "embedding forward",
         n,
@@ -68,12 +123,15 @@ pub fn forward(
         &[("tokens", &tokens, n), ("table", &table, vocab * d), ("out", &out, n * d)],
     )?;
     let k = gpu.kernel("embedding", None, "embedding_forward")?;
-    Ok(vec![k.dispatch(
-        gpu,
-        Some(bytemuck::bytes_of(&p)),
-        &[("tokens", tokens), ("table", table), ("out", out)],
-        grid_1d((n * d) as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension),
-    )?])
+    let wg = grid_1d((n * d) as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension);
+    vocab_chunks(gpu, "embedding forward table", d, vocab, max_chunk)?
+        .into_iter()
+        .map(|(v0, rows)| {
+            let p = Params { v0: v0 as u32, rows: rows as u32, ..p };
+            let table = table.sub(v0 * d, rows * d);
+            k.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[("tokens", tokens), ("table", table), ("out", out)], wg)
+        })
+        .collect()
 }
 
 /// Words of the backward index for a batch of `n` tokens: `3n + 2` (fixed for a given `n`).
@@ -137,6 +195,24 @@ pub fn backward(
     d: usize,
     vocab: usize,
 ) -> Result<Vec<Dispatch>> {
+    backward_chunked(gpu, index, dout, dtable, n, d, vocab, binding_elems(gpu, 1))
+}
+
+/// [`backward`] binding `dtable` in chunks of at most `max_chunk` elements (whole rows at
+/// aligned offsets); for testing the chunking without a huge table. Every chunk's dispatch runs
+/// over all `slots` (the ids are on the GPU) and skips the ids outside its rows.
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn backward_chunked(
+    gpu: &Gpu,
+    index: View,
+    dout: View,
+    dtable: View,
+    n: usize,
+    d: usize,
+    vocab: usize,
+    max_chunk: usize,
+) -> Result<Vec<Dispatch>> {
     let p = check(
         "embedding backward",
         n,
@@ -145,12 +221,20 @@ pub fn backward(
         &[("index", &index, index_len(n)), ("dout", &dout, n * d), ("dtable", &dtable, vocab * d)],
     )?;
     let k = gpu.kernel("embedding", None, "embedding_backward")?;
-    Ok(vec![k.dispatch(
-        gpu,
-        Some(bytemuck::bytes_of(&p)),
-        &[("tok_index", index), ("dout", dout), ("dtable", dtable)],
-        grid_1d(p.slots as u64 * d as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension),
-    )?])
+    let wg = grid_1d(p.slots as u64 * d as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension);
+    vocab_chunks(gpu, "embedding backward dtable", d, vocab, max_chunk)?
+        .into_iter()
+        .map(|(v0, rows)| {
+            let p = Params { v0: v0 as u32, rows: rows as u32, ..p };
+            let dtable = dtable.sub(v0 * d, rows * d);
+            k.dispatch(
+                gpu,
+                Some(bytemuck::bytes_of(&p)),
+                &[("tok_index", index), ("dout", dout), ("dtable", dtable)],
+                wg,
+            )
+        })
+        .collect()
 }
 
 /// Benchmark cases for `ddl bench kernels` at the `shakespeare-char` shapes: N = B·T tokens of

@@ -17,6 +17,14 @@
 //!   One entry point per operand layout ([`Matmul::entry_point`]): `mm_kk` (A·Bᵀ), `mm_kn`
 //!   (A·B), `mm_mn` (Aᵀ·B), `mm_mk` (Aᵀ·Bᵀ) when offsets and strides allow vec4 loads, else
 //!   `mm_ss` (scalar loads, any strides).
+//!
+//! Operands larger than one storage binding (the tied LM head: the 50304 × 768 embedding is
+//! 154 MB, lavapipe binds at most 128 MiB) go through [`Matmul::bind_split`]: the product is cut
+//! along the batch, M and N (and K only when one operand's K extent alone exceeds a binding)
+//! into pieces whose operands each fit one aligned sub-view. Splitting along batch, M and N keeps
+//! every output's summation order, so the result is bit-identical to the unsplit product; pieces
+//! along K accumulate into C one after the other (`C = alpha·A₁B₁ (+C)`, then `C += alpha·A₂B₂`,
+//! …), which differs from the unsplit product by float32 rounding of the partial sums only.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -24,6 +32,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use crate::gpu::{Dispatch, Gpu, GpuError, Recorder, Result, Tensor, View, grid_1d};
+use crate::kernels::reduce::{align_elems, binding_elems, chunk_too_small, chunks};
 use crate::shaders::MATMUL_VARIANTS;
 
 /// Where one matrix operand lives: element (r, c) of batch b is at
@@ -181,6 +190,136 @@ impl Matmul {
     pub fn bind(&self, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
         let v = pick(gpu, self);
         self.bind_variant(gpu, v, a, b, c)
+    }
+
+    /// [`Matmul::bind`] for operands of any size: one dispatch when every view fits one storage
+    /// binding, else the product split into pieces whose operands each fit one (see the module
+    /// documentation; bit-identical unless K has to be split).
+    pub fn bind_split(&self, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Vec<Dispatch>> {
+        self.bind_split_chunked(gpu, a, b, c, binding_elems(gpu, 1))
+    }
+
+    /// [`Matmul::bind_split`] with bindings of at most `max_chunk` elements (and the adapter's
+    /// limit); for testing the splitting without huge buffers.
+    #[doc(hidden)]
+    pub fn bind_split_chunked(
+        &self,
+        gpu: &Gpu,
+        a: View<'_>,
+        b: View<'_>,
+        c: View<'_>,
+        max_chunk: usize,
+    ) -> Result<Vec<Dispatch>> {
+        self.check(&a, &b, &c)?;
+        let max = max_chunk.min(binding_elems(gpu, 1));
+        if [&a, &b, &c].iter().all(|v| v.len() <= max) {
+            return Ok(vec![self.bind(gpu, a, b, c)?]);
+        }
+        let align = align_elems(gpu);
+        let [bs, ms, ns, ks] = self.split_sizes(gpu, max)?;
+        // Sub-view from the aligned element at or below `off`; the remainder stays in the offset.
+        fn narrow<'v>(v: &View<'v>, op: Operand, off: usize, dims: [usize; 3], align: usize) -> (Operand, View<'v>) {
+            let start = off / align * align;
+            let op = Operand { offset: off - start, ..op };
+            (op, v.sub(start, op.extent(dims[0], dims[1], dims[2])))
+        }
+        let mut out = Vec::new();
+        for (b0, bt) in chunks(self.batch, bs) {
+            for (m0, mc) in chunks(self.m, ms) {
+                for (n0, nc) in chunks(self.n, ns) {
+                    for (k0, kc) in chunks(self.k, ks) {
+                        let (pa, va) = narrow(
+                            &a,
+                            self.a,
+                            self.a.offset + b0 * self.a.batch_stride + m0 * self.a.row_stride + k0 * self.a.col_stride,
+                            [mc, kc, bt],
+                            align,
+                        );
+                        let (pb, vb) = narrow(
+                            &b,
+                            self.b,
+                            self.b.offset + b0 * self.b.batch_stride + k0 * self.b.row_stride + n0 * self.b.col_stride,
+                            [kc, nc, bt],
+                            align,
+                        );
+                        let (pc, vc) = narrow(
+                            &c,
+                            self.c,
+                            self.c.offset + b0 * self.c.batch_stride + m0 * self.c.row_stride + n0,
+                            [mc, nc, bt],
+                            align,
+                        );
+                        let piece = Matmul {
+                            m: mc,
+                            n: nc,
+                            k: kc,
+                            batch: bt,
+                            a: pa,
+                            b: pb,
+                            c: pc,
+                            // K pieces after the first add to what the earlier ones wrote.
+                            accumulate: self.accumulate || k0 > 0,
+                            alpha: self.alpha,
+                        };
+                        out.push(piece.bind(gpu, va, vb, vc)?);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Piece sizes `[batch, M, N, K]` [`Matmul::bind_split_chunked`] uses with bindings of at
+    /// most `max_chunk` elements: every operand of every piece spans at most that many elements
+    /// from an aligned start. Batch, M and N shrink first (largest span contribution first); K
+    /// only when an operand's K extent alone is too large. Sizes are multiples of 4 where
+    /// possible (vec4 loads keep their alignment) and even across pieces.
+    #[doc(hidden)]
+    pub fn split_sizes(&self, gpu: &Gpu, max_chunk: usize) -> Result<[usize; 4]> {
+        const K: usize = 3;
+        let (max, align) = (max_chunk.min(binding_elems(gpu, 1)), align_elems(gpu));
+        // Each operand's dimensions as (index into the sizes, stride).
+        let ops = [
+            ("A", [(0, self.a.batch_stride), (1, self.a.row_stride), (K, self.a.col_stride)]),
+            ("B", [(0, self.b.batch_stride), (K, self.b.row_stride), (2, self.b.col_stride)]),
+            ("C", [(0, self.c.batch_stride), (1, self.c.row_stride), (2, self.c.col_stride)]),
+        ];
+        // Worst-case elements bound: the misalignment of the start, then first to last element.
+        let span = |dims: &[(usize, usize); 3], s: &[usize; 4]| {
+            align + dims.iter().map(|&(i, st)| (s[i] - 1) * st).sum::<usize>()
+        };
+        let full = [self.batch, self.m, self.n, self.k];
+        let mut s = full;
+        while let Some((name, dims)) = ops.iter().find(|(_, dims)| span(dims, &s) > max) {
+            let k_alone = dims.iter().filter(|d| d.0 == K).map(|&(i, st)| (s[i] - 1) * st).sum::<usize>();
+            let shrinkable = |&&(i, st): &&(usize, usize)| s[i] > 1 && st > 0;
+            let target = if align + k_alone > max {
+                dims.iter().find(|d| d.0 == K)
+            } else {
+                dims.iter().filter(|d| d.0 != K).filter(shrinkable).max_by_key(|&&(i, st)| (s[i] - 1) * st)
+            };
+            let Some(&(i, st)) = target.filter(shrinkable) else {
+                return Err(chunk_too_small(
+                    gpu,
+                    format!("matmul {}x{}x{} operand {name} piece", self.m, self.n, self.k),
+                    span(dims, &s),
+                    max,
+                ));
+            };
+            let rest = span(dims, &s) - (s[i] - 1) * st;
+            let mut size = if rest > max { 1 } else { (max - rest) / st + 1 };
+            if i != 0 && size >= 4 {
+                size = size / 4 * 4;
+            }
+            s[i] = size.min(s[i] - 1).max(1);
+        }
+        // Even pieces: as many as the sizes need, each as equal as multiples of 4 allow.
+        for i in 0..4 {
+            let pieces = full[i].div_ceil(s[i]);
+            let even = full[i].div_ceil(pieces);
+            s[i] = if i != 0 && s[i] >= 4 { even.div_ceil(4) * 4 } else { even }.min(s[i]);
+        }
+        Ok(s)
     }
 
     /// Binds with an explicit tile variant (a name from `shaders::MATMUL_VARIANTS`).

@@ -92,7 +92,7 @@ pub(crate) fn check_distinct(
     Ok(())
 }
 
-fn gcd(a: usize, b: usize) -> usize {
+pub(crate) fn gcd(a: usize, b: usize) -> usize {
     if b == 0 { a } else { gcd(b, a % b) }
 }
 

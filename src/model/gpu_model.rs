@@ -276,9 +276,9 @@ fn run(ops: &mut Vec<Op>, ds: Result<Vec<Dispatch>>) -> Result<()> {
     Ok(())
 }
 
+/// Records a product; operands larger than one storage binding (the tied LM head) are split.
 fn mm(ops: &mut Vec<Op>, gpu: &Gpu, m: Matmul, a: View, b: View, c: View) -> Result<()> {
-    ops.push(Op::Run(m.bind(gpu, a, b, c)?));
-    Ok(())
+    run(ops, m.bind_split(gpu, a, b, c))
 }
 
 impl Model {

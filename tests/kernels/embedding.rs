@@ -250,3 +250,123 @@ fn embedding_shape_errors_are_reported_not_panicked() {
     let e = embedding::forward(&gpu, toks.view(), f.view(), f.view(), 0, 2, 10).unwrap_err();
     assert!(e.to_string().contains("at least 1"), "{e}");
 }
+
+/// Forward and backward with the table bound in chunks of at most `max_chunk` elements, against
+/// float64 and bit for bit against what the unchunked dispatches promise (an exact gather, the
+/// in-order f32 sum); returns how many dispatches (chunks) each used.
+fn check_chunked(tokens: &[i32], d: usize, vocab: usize, max_chunk: usize) -> usize {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let n = tokens.len();
+    let name = format!("chunked embedding n={n} d={d} vocab={vocab} chunk={max_chunk}");
+    let table = rng.normal(vocab * d, 1.0);
+    let tt = Tensor::from_i32(&gpu, "tokens", &[n], tokens).unwrap();
+    let tab = upload(&gpu, "table", &table);
+    let out = poisoned(&gpu, "out", &[n * d]);
+    let fwd = embedding::forward_chunked(&gpu, tt.view(), tab.view(), out.view(), n, d, vocab, max_chunk).unwrap();
+    run(&gpu, &fwd);
+    let got = read(&gpu, &out);
+    let want = ref_forward(tokens, &f64v(&table), d, vocab);
+    assert_close(&format!("{name} forward"), &got, &want, 1e-5, rng.seed);
+    assert!(
+        got.iter().zip(&want).all(|(g, w)| *g as f64 == *w),
+        "{name}: forward not an exact copy (seed {})",
+        rng.seed
+    );
+
+    // Backward only over valid ids (the index rejects the others).
+    let valid: Vec<i32> = tokens.iter().map(|&t| if t >= 0 && (t as usize) < vocab { t } else { 0 }).collect();
+    let dout = rng.normal(n * d, 1.0);
+    let dtable0 = rng.normal(vocab * d, 1.0);
+    let idx = index_tensor(&gpu, &valid, vocab);
+    let td = upload(&gpu, "dout", &dout);
+    let dtable = upload(&gpu, "dtable", &dtable0);
+    let bwd = embedding::backward_chunked(&gpu, idx.view(), td.view(), dtable.view(), n, d, vocab, max_chunk).unwrap();
+    assert_eq!(bwd.len(), fwd.len(), "{name}: forward and backward chunk the table alike");
+    run(&gpu, &bwd);
+    let got = read(&gpu, &dtable);
+    let mut want = ref_backward(&valid, &f64v(&dout), d, vocab);
+    for (w, a) in want.iter_mut().zip(&dtable0) {
+        *w += *a as f64;
+    }
+    assert_close(&format!("{name} backward"), &got, &want, 1e-4, rng.seed);
+    let exact = exact_f32(&valid, &dout, &dtable0, d);
+    for (i, (g, w)) in got.iter().zip(&exact).enumerate() {
+        assert!(
+            g.to_bits() == w.to_bits(),
+            "{name}: dtable[{}, {}] = {g:e}, the in-order f32 sum is {w:e} (seed {})",
+            i / d,
+            i % d,
+            rng.seed
+        );
+    }
+    fwd.len()
+}
+
+#[test]
+fn embedding_chunked_table_matches_float64_and_the_unchunked_bits() {
+    let mut rng = Rng::fresh();
+    // vocab 1000 × d 37: 37 is odd, so chunks start at multiples of `align` rows; a chunk of a
+    // few rows gives hundreds of dispatches, ids at every chunk boundary included.
+    let (d, vocab) = (37, 1000);
+    let align = (gpu().limits.min_storage_buffer_offset_alignment / 4) as usize;
+    for rows in [1, 3] {
+        let max_chunk = rows * align * d + d - 1; // not a whole number of rows
+        let mut tokens = rng.ints(500, vocab);
+        // Ids on both sides of every chunk boundary, the first and last ids, and repeats.
+        for v0 in (0..vocab).step_by(rows * align) {
+            tokens.extend([v0 as i32, v0.saturating_sub(1) as i32, (v0 + 1).min(vocab - 1) as i32, v0 as i32]);
+        }
+        tokens.extend([0, vocab as i32 - 1, vocab as i32 - 1]);
+        let chunks = check_chunked(&tokens, d, vocab, max_chunk);
+        assert_eq!(chunks, vocab.div_ceil(rows * align), "chunks for {rows}·{align} rows");
+    }
+    // Small batches (most chunks see no id), d = 1, an aligned width, one chunk of the whole table.
+    check_chunked(&rng.ints(5, vocab), 9, vocab, 100);
+    check_chunked(&rng.ints(300, 67), 1, 67, 16);
+    check_chunked(&rng.ints(300, 67), 64, 67, 64 * 5);
+    assert_eq!(check_chunked(&rng.ints(30, 67), 33, 67, 67 * 33), 1);
+}
+
+#[test]
+fn embedding_chunked_forward_writes_zero_rows_for_out_of_range_ids_once() {
+    // Ids outside [0, vocab) belong to no chunk: the first chunk writes their zero rows.
+    let tokens = [3, -1, 66, 67, i32::MAX, i32::MIN, 0, 1000, 40];
+    for d in [1, 33, 85] {
+        assert!(check_chunked(&tokens, d, 67, 8 * d) > 1);
+    }
+}
+
+#[test]
+fn embedding_chunked_backward_replays_with_a_new_index_and_is_bit_identical() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let (n, d, vocab, max_chunk) = (300, 33, 67, 16 * 33);
+    let dout = upload(&gpu, "dout", &rng.normal(n * d, 1.0));
+    let idx = Tensor::zeros(&gpu, "index", &[embedding::index_len(n)], DType::U32).unwrap();
+    let chunked = Tensor::zeros(&gpu, "dtable.chunked", &[vocab * d], DType::F32).unwrap();
+    let whole = Tensor::zeros(&gpu, "dtable.whole", &[vocab * d], DType::F32).unwrap();
+    let ds =
+        embedding::backward_chunked(&gpu, idx.view(), dout.view(), chunked.view(), n, d, vocab, max_chunk).unwrap();
+    let one = embedding::backward(&gpu, idx.view(), dout.view(), whole.view(), n, d, vocab).unwrap();
+    assert!(ds.len() > 1 && one.len() == 1, "{} chunks, {} unchunked", ds.len(), one.len());
+    for step in 0..3 {
+        let tokens = if step == 1 { vec![66; n] } else { rng.ints(n, vocab) };
+        idx.write_u32(&gpu, &embedding::build_index(&tokens, vocab).unwrap()).unwrap();
+        run(&gpu, &ds);
+        run(&gpu, &one);
+        let bits = |t| read(&gpu, t).iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert!(bits(&chunked) == bits(&whole), "step {step}: chunked and unchunked differ (seed {})", rng.seed);
+    }
+}
+
+#[test]
+fn embedding_chunk_smaller_than_an_aligned_row_group_is_an_error() {
+    let gpu = gpu();
+    let toks = Tensor::from_i32(&gpu, "tokens", &[4], &[0, 1, 2, 3]).unwrap();
+    let f = upload(&gpu, "f", &[0.0; 370]);
+    let o = upload(&gpu, "o", &[0.0; 4 * 37]);
+    // 37 is odd: chunks start at multiples of `align` rows, which 37 elements cannot hold.
+    let e = embedding::forward_chunked(&gpu, toks.view(), f.view(), o.view(), 4, 37, 10, 37).unwrap_err();
+    assert!(e.to_string().contains("embedding forward table chunk"), "{e}");
+}

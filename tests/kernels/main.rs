@@ -6,6 +6,7 @@ mod runtime;
 
 mod adamw;
 mod attention;
+mod chunked_model;
 mod delta;
 mod elementwise;
 mod embedding;

@@ -2,6 +2,7 @@
 //! accumulation.
 
 use super::common::*;
+use ddl::gpu::View;
 use ddl::kernels::matmul::{self, Matmul, Operand};
 
 /// float64 reference of `C (+)= alpha·A·B` over the operands' strided views, for the rows
@@ -24,6 +25,8 @@ fn reference(mm: &Matmul, a: &[f32], b: &[f32], c0: &[f32], row_step: usize) -> 
     c
 }
 
+type Bind<'a> = dyn Fn(&ddl::gpu::Gpu, View, View, View) -> Vec<ddl::gpu::Dispatch> + 'a;
+
 fn extent(o: &Operand, rows: usize, cols: usize, batch: usize) -> usize {
     o.offset + (batch - 1) * o.batch_stride + (rows - 1) * o.row_stride + (cols - 1) * o.col_stride + 1
 }
@@ -36,6 +39,14 @@ fn check(mm: Matmul, variant: Option<&str>) -> Vec<f32> {
 /// `check`, comparing only every `row_step`-th row with float64 (every element of the product
 /// must still have been written).
 fn check_rows(mm: Matmul, variant: Option<&str>, row_step: usize) -> Vec<f32> {
+    check_bound(mm, row_step, &format!("{variant:?}"), &|gpu, a, b, c| match variant {
+        Some(v) => vec![mm.bind_variant(gpu, v, a, b, c).unwrap()],
+        None => vec![mm.bind(gpu, a, b, c).unwrap()],
+    })
+}
+
+/// `check_rows` with the dispatches made by `bind` (A, B and C views given).
+fn check_bound(mm: Matmul, row_step: usize, how: &str, bind: &Bind<'_>) -> Vec<f32> {
     let gpu = gpu();
     let mut rng = Rng::fresh();
     let a = rng.uniform(extent(&mm.a, mm.m, mm.k, mm.batch), -1.0, 1.0);
@@ -48,11 +59,7 @@ fn check_rows(mm: Matmul, variant: Option<&str>, row_step: usize) -> Vec<f32> {
     } else {
         (poisoned(&gpu, "c", &[c_len]), vec![0.0; c_len])
     };
-    let d = match variant {
-        Some(v) => mm.bind_variant(&gpu, v, ta.view(), tb.view(), tc.view()).unwrap(),
-        None => mm.bind(&gpu, ta.view(), tb.view(), tc.view()).unwrap(),
-    };
-    gpu.run(&[&d]).unwrap();
+    run(&gpu, &bind(&gpu, ta.view(), tb.view(), tc.view()));
     let got = tc.read_f32(&gpu).unwrap();
     let mut want = reference(&mm, &a, &b, &c0, row_step);
     // Elements of C outside the product (strided layouts) must stay as they were: NaN.
@@ -74,7 +81,7 @@ fn check_rows(mm: Matmul, variant: Option<&str>, row_step: usize) -> Vec<f32> {
             }
         }
     }
-    let name = format!("matmul {}x{}x{} b{} {:?}", mm.m, mm.n, mm.k, mm.batch, variant);
+    let name = format!("matmul {}x{}x{} b{} {how}", mm.m, mm.n, mm.k, mm.batch);
     // A short dot product can cancel (e.g. K = 2 giving 1e-3 from inputs of size 1): judge the
     // error against the products' magnitude Σ|a||b| as well, the scale float32 rounding is
     // relative to; either bound passing is correct float32 arithmetic.
@@ -326,4 +333,104 @@ fn autotune_times_every_variant_and_ranks_them_fastest_first() {
     assert_eq!(names, all);
     assert!(ranked.windows(2).all(|w| w[0].1 <= w[1].1), "{ranked:?}");
     assert!(ranked.iter().all(|r| r.1.is_finite() && r.1 >= 0.0), "{ranked:?}");
+}
+
+/// `mm` bound with `bind_split_chunked(max_chunk)` against float64 (K split: float32 rounding
+/// of the partial sums) and, when K is not split, bit for bit against the unsplit product.
+/// Returns the piece sizes `[batch, M, N, K]`.
+fn check_split(mm: Matmul, max_chunk: usize) -> [usize; 4] {
+    let gpu = gpu();
+    let sizes = mm.split_sizes(&gpu, max_chunk).unwrap();
+    let pieces: usize = [mm.batch, mm.m, mm.n, mm.k].iter().zip(&sizes).map(|(f, s)| f.div_ceil(*s)).product();
+    let how = format!("split {max_chunk} into {sizes:?}");
+    check_bound(mm, 1, &how, &|gpu, a, b, c| {
+        let ds = mm.bind_split_chunked(gpu, a, b, c, max_chunk).unwrap();
+        assert_eq!(ds.len(), pieces, "{mm:?} {how}");
+        ds
+    });
+    if sizes[3] == mm.k {
+        // Same summation order per output: the same bits as one dispatch (on fresh inputs).
+        let mut rng = Rng::fresh();
+        let a = rng.uniform(extent(&mm.a, mm.m, mm.k, mm.batch), -1.0, 1.0);
+        let b = rng.uniform(extent(&mm.b, mm.k, mm.n, mm.batch), -1.0, 1.0);
+        let c_len = extent(&mm.c, mm.m, mm.n, mm.batch);
+        let c0 = rng.uniform(c_len, -1.0, 1.0);
+        let (ta, tb) = (upload(&gpu, "a", &a), upload(&gpu, "b", &b));
+        let (split, whole) = (upload(&gpu, "c.split", &c0), upload(&gpu, "c.whole", &c0));
+        run(&gpu, &mm.bind_split_chunked(&gpu, ta.view(), tb.view(), split.view(), max_chunk).unwrap());
+        run(&gpu, &[mm.bind(&gpu, ta.view(), tb.view(), whole.view()).unwrap()]);
+        let bits = |t| read(&gpu, t).iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert!(bits(&split) == bits(&whole), "{mm:?} {how}: not bit-identical to one dispatch (seed {})", rng.seed);
+    }
+    sizes
+}
+
+#[test]
+fn split_products_match_float64_in_every_form() {
+    let align = (gpu().limits.min_storage_buffer_offset_alignment / 4) as usize;
+    let mut k_split = 0;
+    let mut mn_split = 0;
+    for &(m, n, k) in &[(67, 85, 33), (129, 65, 17), (5, 300, 70), (300, 7, 129), (64, 64, 64)] {
+        for mm in [Matmul::nn(m, n, k), Matmul::nt(m, n, k), Matmul::tn(m, n, k), Matmul::tt(m, n, k)] {
+            for max_chunk in [700, 3000, 64 * align] {
+                for mm in [mm, mm.accumulate(true).alpha(-0.75)] {
+                    let s = check_split(mm, max_chunk);
+                    k_split += (s[3] < k) as usize;
+                    mn_split += (s[1] < m || s[2] < n) as usize;
+                }
+            }
+        }
+    }
+    // Both kinds of split were exercised.
+    assert!(k_split > 0 && mn_split > 0, "K split {k_split} times, M/N {mn_split}");
+}
+
+#[test]
+fn split_products_keep_batches_offsets_and_strides() {
+    // Strided, offset, batched operands (attention-like and register-kernel tails).
+    let (t, h, heads) = (19, 7, 3);
+    let row = heads * h;
+    let attn = Matmul {
+        m: t,
+        n: t,
+        k: h,
+        batch: heads,
+        a: Operand { offset: 0, row_stride: row, col_stride: 1, batch_stride: h },
+        b: Operand { offset: 5, row_stride: 1, col_stride: row, batch_stride: h },
+        c: Operand { offset: 3, row_stride: t + 2, col_stride: 1, batch_stride: t * (t + 2) + 1 },
+        accumulate: false,
+        alpha: 0.5,
+    };
+    for max_chunk in [100, 300] {
+        check_split(attn, max_chunk);
+        check_split(strided_tail("nt", 20, 37, 37, 3), max_chunk * 4);
+        check_split(strided_tail("tn", 20, 36, 39, 2), max_chunk * 4);
+        // Packed batches split along the batch only: exact.
+        let s = check_split(Matmul::nn(17, 23, 9).batched(5), max_chunk * 4);
+        assert!(s[0] < 5, "{s:?}");
+    }
+}
+
+#[test]
+fn lm_head_shapes_split_along_the_vocabulary() {
+    // The tied LM head at a reduced scale: E [V, d] larger than the binding, X [N, d].
+    let (n, v, d) = (8, 1003, 24);
+    let max_chunk = 8000; // E has 24072 elements
+    // logits = X·Eᵀ and dE += dlogitsᵀ·X split along V only: exact.
+    let s = check_split(Matmul::nt(n, v, d), max_chunk);
+    assert!(s[2] < v && s[3] == d, "{s:?}");
+    let s = check_split(Matmul::tn(v, d, n).accumulate(true), max_chunk);
+    assert!(s[1] < v && s[3] == n, "{s:?}");
+    // dX = dlogits·E reduces over V: E's rows must be split along K.
+    let s = check_split(Matmul::nn(n, d, v), max_chunk);
+    assert!(s[3] < v, "{s:?}");
+}
+
+#[test]
+fn a_split_too_small_for_one_aligned_element_is_an_error() {
+    let gpu = gpu();
+    let a = upload(&gpu, "a", &[1.0; 64]);
+    let c = upload(&gpu, "c", &[0.0; 64]);
+    let e = Matmul::nn(8, 8, 8).bind_split_chunked(&gpu, a.view(), a.view(), c.view(), 1).unwrap_err();
+    assert!(e.to_string().contains("matmul 8x8x8 operand"), "{e}");
 }
