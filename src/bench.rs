@@ -247,16 +247,7 @@ pub fn generate_rows(
             let _ = r;
         }
         // Recompute: a full forward over the context for one new token.
-        let opt = crate::kernels::adamw::AdamWConfig {
-            lr: 0.0,
-            beta1: 0.9,
-            beta2: 0.95,
-            eps: 1e-8,
-            weight_decay: 0.0,
-            grad_clip: 0.0,
-            clip_eps: 1e-6,
-            step: 1,
-        };
+        let opt = crate::kernels::adamw::AdamWConfig::inference();
         let prog = model.program_with(1, ctx, &opt, 0.0, 1.0)?;
         let x: Vec<i32> = toks.iter().map(|&t| t as i32).collect();
         prog.set_batch(&model, &x, &vec![-1; ctx])?;

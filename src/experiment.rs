@@ -392,16 +392,7 @@ pub fn beta_regimes(
     let tokens = data::tokens_cached(&text, &ck.tokenizer).map_err(|e| e.to_string())?;
     let t = &run.train;
     let ds = data::Dataset::new(tokens, t.val_fraction, t.seq_len).map_err(|e| e.to_string())?;
-    let opt = crate::kernels::adamw::AdamWConfig {
-        lr: 0.0,
-        beta1: 0.9,
-        beta2: 0.95,
-        eps: 1e-8,
-        weight_decay: 0.0,
-        grad_clip: 0.0,
-        clip_eps: 1e-6,
-        step: 1,
-    };
+    let opt = crate::kernels::adamw::AdamWConfig::inference();
     let prog = model.program_with(t.batch_size, t.seq_len, &opt, 0.0, 1.0).map_err(|e| e.to_string())?;
     let mut counts: RegimeCounts = Vec::new();
     let mut sums: Vec<f64> = Vec::new();

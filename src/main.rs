@@ -679,16 +679,7 @@ fn eval(dev: &DeviceArgs, dir: &std::path::Path, batches: Option<usize>) -> Resu
     let text = ddl::train::data::read_corpus(std::path::Path::new(&run.corpus))?;
     let data =
         ddl::train::data::Dataset::new(ddl::train::data::tokens_cached(&text, &tok)?, t.val_fraction, t.seq_len)?;
-    let opt = ddl::kernels::adamw::AdamWConfig {
-        lr: 0.0,
-        beta1: 0.9,
-        beta2: 0.95,
-        eps: 1e-8,
-        weight_decay: 0.0,
-        grad_clip: 0.0,
-        clip_eps: 1e-6,
-        step: 1,
-    };
+    let opt = ddl::kernels::adamw::AdamWConfig::inference();
     let prog = model.program_with(t.batch_size, t.seq_len, &opt, 0.0, 1.0)?;
     let vl = ddl::train::evaluate(&model, &prog, &data, &t)?;
     println!(

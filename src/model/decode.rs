@@ -97,16 +97,7 @@ impl Model {
             ewin,
             x0win,
         };
-        let opt = AdamWConfig {
-            lr: 0.0,
-            beta1: 0.9,
-            beta2: 0.95,
-            eps: 1e-8,
-            weight_decay: 0.0,
-            grad_clip: 0.0,
-            clip_eps: 1e-6,
-            step: 1,
-        };
+        let opt = AdamWConfig::inference();
         self.program_decode(q, &opt, bufs)
     }
 

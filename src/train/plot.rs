@@ -59,7 +59,7 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
     }
     let pad = ((y1 - y0) * 0.05).max(1e-6);
     // The image encoder picks the format from the extension: keep .png on the temporary name.
-    let tmp = path.with_file_name(format!(".tmp-{}", path.file_name().unwrap().to_string_lossy()));
+    let tmp = tmp_png(path);
     {
         let root = BitMapBackend::new(&tmp, (900, 540)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
