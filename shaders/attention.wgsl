@@ -331,8 +331,20 @@ fn attn_bwd_d(
     let i = bi % p.q_len;
     let b = bi / p.q_len;
     let base = row * p.hd;
+    // Summed as the dq and dk/dv kernels sum dP = dout·v (4-wide dots in dimension order): where a
+    // row sees one key, out = v exactly, so dP − delta is exactly 0 as in exact arithmetic (and the
+    // q/k gradients of that row are 0, not rounding noise that AdamW would amplify to a full step).
     var s = 0.0;
-    for (var d = 0u; d < p.hd; d++) { s = fma(dout[base + d], o_saved[base + d], s); }
+    for (var d = 0u; d < p.hd; d += 4u) {
+        var a = vec4<f32>();
+        var o = vec4<f32>();
+        a.x = dout[base + d];
+        o.x = o_saved[base + d];
+        if (d + 1u < p.hd) { a.y = dout[base + d + 1u]; o.y = o_saved[base + d + 1u]; }
+        if (d + 2u < p.hd) { a.z = dout[base + d + 2u]; o.z = o_saved[base + d + 2u]; }
+        if (d + 3u < p.hd) { a.w = dout[base + d + 3u]; o.w = o_saved[base + d + 3u]; }
+        s += dot(a, o);
+    }
     delta[(b * p.heads + head) * p.q_len + i] = s;
 }
 

@@ -65,6 +65,16 @@ fn golden_odd_shapes_every_variant() {
     }
 }
 
+/// Every variant at T = 1 (one key per query: the q/k gradients are exactly zero, and AdamW must
+/// not turn rounding noise there into an update).
+#[test]
+fn golden_one_token_every_variant() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/t1");
+    for v in ["baseline", "ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_v1_vmap", "ddl_vmap"] {
+        check_path(&format!("t1/{v}"), &dir.join(format!("{v}.safetensors")));
+    }
+}
+
 #[test]
 fn a_malformed_golden_file_is_a_clear_error() {
     let dir = std::env::temp_dir().join(format!("ddl-golden-bad-{}", std::process::id()));

@@ -37,6 +37,13 @@ use crate::shaders::MATMUL_VARIANTS;
 
 /// Where one matrix operand lives: element (r, c) of batch b is at
 /// `offset + b·batch_stride + r·row_stride + c·col_stride` (in elements).
+/// Longest sum over K one dispatch runs. The kernels loop over K one term (or one tile row) per
+/// iteration, and llvmpipe (lavapipe) stops any shader loop after 65 535 iterations without an
+/// error; longer sums (weight gradients over more tokens than that) are split into accumulating
+/// pieces by [`Matmul::bind_split`]. A multiple of every tile's K step; on other adapters the
+/// extra dispatch per 32 768 terms costs nothing measurable.
+pub const MAX_K_PER_DISPATCH: usize = 32768;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Operand {
     pub offset: usize,
@@ -186,7 +193,9 @@ impl Matmul {
         Ok(())
     }
 
-    /// Binds the product to buffers with the variant picked for this adapter and shape.
+    /// Binds the product to buffers with the variant picked for this adapter and shape (one
+    /// dispatch: the caller keeps K ≤ [`MAX_K_PER_DISPATCH`]; [`Matmul::bind_split`] does it for
+    /// any K).
     pub fn bind(&self, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
         let v = pick(gpu, self);
         self.bind_variant(gpu, v, a, b, c)
@@ -212,7 +221,7 @@ impl Matmul {
     ) -> Result<Vec<Dispatch>> {
         self.check(&a, &b, &c)?;
         let max = max_chunk.min(binding_elems(gpu, 1));
-        if [&a, &b, &c].iter().all(|v| v.len() <= max) {
+        if self.k <= MAX_K_PER_DISPATCH && [&a, &b, &c].iter().all(|v| v.len() <= max) {
             return Ok(vec![self.bind(gpu, a, b, c)?]);
         }
         let align = align_elems(gpu);
@@ -272,8 +281,9 @@ impl Matmul {
     /// Piece sizes `[batch, M, N, K]` [`Matmul::bind_split_chunked`] uses with bindings of at
     /// most `max_chunk` elements: every operand of every piece spans at most that many elements
     /// from an aligned start. Batch, M and N shrink first (largest span contribution first); K
-    /// only when an operand's K extent alone is too large. Sizes are multiples of 4 where
-    /// possible (vec4 loads keep their alignment) and even across pieces.
+    /// only when an operand's K extent alone is too large, or K exceeds [`MAX_K_PER_DISPATCH`].
+    /// Sizes are multiples of 4 where possible (vec4 loads keep their alignment) and even across
+    /// pieces.
     #[doc(hidden)]
     pub fn split_sizes(&self, gpu: &Gpu, max_chunk: usize) -> Result<[usize; 4]> {
         const K: usize = 3;
@@ -313,6 +323,7 @@ impl Matmul {
             }
             s[i] = size.min(s[i] - 1).max(1);
         }
+        s[3] = s[3].min(MAX_K_PER_DISPATCH);
         // Even pieces: as many as the sizes need, each as equal as multiples of 4 allow.
         for i in 0..4 {
             let pieces = full[i].div_ceil(s[i]);

@@ -396,6 +396,34 @@ fn forward_and_backward_are_bit_identical_run_to_run() {
 }
 
 #[test]
+fn a_query_that_sees_one_key_gets_exactly_zero_score_gradients() {
+    // Its softmax is exactly 1 (out = v), so dS = P·(dP − dout·out) is 0 in exact arithmetic. The
+    // kernels must give exactly 0 too: rounding noise here would become a full AdamW step on wq/wk
+    // (tests/golden/t1). T = 1 checks dq and dk; longer sequences check the first query's dq row.
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    for (hd, t) in [(8, 1), (5, 1), (33, 1), (70, 1), (130, 1), (8, 9), (37, 20), (100, 3)] {
+        let s = AttnShape::training(3, 2, hd, t);
+        let x = Inputs::new(&mut rng, s, 2.0);
+        let [out, _, dq, dk, dv] = gpu_both(&gpu, &x);
+        for b in 0..s.batch {
+            for h in 0..s.heads {
+                let o = qx(&s, b, 0, h);
+                let row = &dq[o..o + hd];
+                assert!(row.iter().all(|&g| g == 0.0), "dq of query 0 (b {b}, head {h}) for {s:?} is {row:?}, not 0");
+                assert_eq!(&out[o..o + hd], &x.v[o..o + hd], "out of query 0 is not exactly v_0 for {s:?}");
+            }
+        }
+        if t == 1 {
+            assert!(dk.iter().all(|&g| g == 0.0), "dk at T = 1 for {s:?} is not exactly 0: {dk:?}");
+            assert_eq!(dv, x.dout, "dv at T = 1 must be dout for {s:?}");
+        } else {
+            check_both(&gpu, &mut rng, s, 2.0);
+        }
+    }
+}
+
+#[test]
 fn more_than_65535_workgroups_cover_every_head() {
     // One query and one key per head, 65 537 heads: the grids spill over the x dimension.
     let gpu = gpu();

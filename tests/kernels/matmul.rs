@@ -3,7 +3,7 @@
 
 use super::common::*;
 use ddl::gpu::View;
-use ddl::kernels::matmul::{self, Matmul, Operand};
+use ddl::kernels::matmul::{self, MAX_K_PER_DISPATCH, Matmul, Operand};
 
 /// float64 reference of `C (+)= alpha·A·B` over the operands' strided views, for the rows
 /// `i % row_step == 0` (other rows of C are left as in `c0`).
@@ -424,6 +424,20 @@ fn lm_head_shapes_split_along_the_vocabulary() {
     // dX = dlogits·E reduces over V: E's rows must be split along K.
     let s = check_split(Matmul::nn(n, d, v), max_chunk);
     assert!(s[3] < v, "{s:?}");
+}
+
+#[test]
+fn sums_over_more_than_65535_terms_are_split_along_k() {
+    // Weight gradients sum over every token of a micro-batch (K = B·T). llvmpipe stops any shader
+    // loop after 65 535 iterations, silently truncating the sum: bind_split caps K per dispatch
+    // at MAX_K_PER_DISPATCH whatever the binding size, and the pieces accumulate.
+    // (nn 9×4×300 001 in one dispatch: rel-L2 0.37 on lavapipe.)
+    for mm in [Matmul::tn(3, 5, 70_001), Matmul::nn(9, 4, 300_001), Matmul::tn(33, 17, 262_147).accumulate(true)] {
+        let s = check_split(mm, usize::MAX);
+        assert!(s[3] <= MAX_K_PER_DISPATCH && s[3] < mm.k, "{mm:?}: K pieces of {}", s[3]);
+    }
+    // Below the cap nothing is split.
+    assert_eq!(Matmul::tn(3, 5, MAX_K_PER_DISPATCH).split_sizes(&gpu(), usize::MAX).unwrap()[3], MAX_K_PER_DISPATCH);
 }
 
 #[test]
