@@ -1,38 +1,43 @@
 // The DDL delta write (spec sections 2, 11.1, 14.4/14.8), forward and backward, per token.
 //
 // Forward, for token t with state X ∈ R^{d×m} (row-major, value index j fastest):
-//   n = sqrt(‖k̃‖² + ε_k²), k = k̃/n, β = 2σ(w_β·c + b_β), v = act(W_v a + b_v),
-//   p = Xᵀk, δ = v − p, X' = X + β k δᵀ.
+//   n = sqrt(‖k̃‖² + ε_k²), k = k̃/n, β = 2σ(z + b_β), v = act(u + b_v),
+//   p = Xᵀk, δ = v − p, X' = X + β k δᵀ,
+// where z = w_β·c and u = W_v a come in precomputed (`zu`, one matmul pair before this kernel:
+// the heads' reductions over d are matmuls, not per-token loops over the weights).
 // Backward, given G = ∂X':
 //   g = Gᵀk, ∂X = G − β k gᵀ, ∂v = β g, ∂β = gᵀδ, ∂k = β(Gδ − Xg),
-//   ∂k̃ = (∂k − k(kᵀ∂k))/n, ∂z = ∂β·β(1 − β/2), ∂u = ∂v ⊙ act'(v),
-//   ∂c = ∂z w_β, ∂a (+)= W_vᵀ∂u; per-token ∂z and ∂u go to scratch for the parameter sums
-//   (done by the launcher with deterministic matmuls).
+//   ∂k̃ = (∂k − k(kᵀ∂k))/n, ∂z = ∂β·β(1 − β/2), ∂u = ∂v ⊙ act'(v).
+// Per-token ∂z and ∂u go to `dz`/`du`; the launcher turns them into ∂c = ∂z w_β, ∂a (+)= W_vᵀ∂u
+// and the parameter sums with deterministic matmuls.
 //
-// Grid: workgroups of WG invocations cut into segments of `seg` invocations (a power of two,
-// seg = min(WG, next power of two ≥ d), chosen by the launcher); each segment owns one token, so a
+// Compiled once per value width: the variant constant MM is m (1 ..= 8), so every loop over the
+// values has a constant trip count and its per-lane arrays live in registers; `Row` (from the
+// variant) is one state row X[t, i, ·] — a vec4 for m = 4, so a row is one load or store.
+//
+// Grid: workgroups of WG invocations cut into segments of `seg` invocations (a power of two ≤ WG,
+// chosen by the launcher per adapter: on GPUs it covers d, on CPU adapters it is 1 — one token per
+// invocation, no reduction across invocations at all); each segment owns one token, so a
 // workgroup handles WG/seg tokens (1-D over workgroups, split over x and y:
 // group = wid.y·nwg.x + wid.x, token = group·(WG/seg) + lid/seg). Lane `lane` of a segment owns
-// rows i = lane, lane + seg, lane + 2·seg, … and reads the m values of each of its rows. The first
-// R rows of every lane (all of them while d ≤ R·WG = 512) stay in registers between the reduction
-// and the write, so X (forward) and G (backward) are read from memory once; rows beyond are read
-// again right after their first read (still correct, usually served from cache). Every reduction
-// over d: each lane sums its rows in increasing i, then runs of 8 lanes, then the run sums, in a
-// fixed order, so results are bit-identical run to run. No subgroup operations, no atomics.
+// rows i = lane, lane + seg, lane + 2·seg, … The first R rows of every lane stay in registers
+// between the reduction and the write, so X (forward) and G (backward) are read from memory once
+// for them; rows beyond are read again (usually from cache). Every reduction over d: each lane
+// sums its rows in increasing i, then runs of 8 lanes, then the run sums, in a fixed order, so
+// results are bit-identical run to run for a given seg. No subgroup operations, no atomics.
 
 const WG: u32 = 128u;
 const R: u32 = 4u;          // rows per lane kept in registers
-const MMAX: u32 = 8u;       // largest m (value channels) supported
-const NV: u32 = 18u;        // values reduced together at most: 2 + 2·MMAX
+const NV: u32 = MM + 1u;    // values reduced together at most
 const RUN: u32 = 8u;        // partials added by one lane in the first step of a reduction
 
 struct Params {
     n: u32,              // tokens
     d: u32,              // width
-    m: u32,              // value channels, 1 ..= MMAX
+    m: u32,              // value channels (= MM)
     v_act: u32,          // 0: v = 4σ(u), 1: v = σ(u), 2: v = u
     k_eps: f32,          // ε_k of the direction normalisation
-    accumulate_da: u32,  // backward: 1 = da += W_vᵀ∂u, 0 = da = W_vᵀ∂u
+    _pad1: u32,
     seg: u32,            // invocations per token: a power of two ≤ WG
     _pad0: u32,
 }
@@ -40,18 +45,15 @@ struct Params {
 @group(0) @binding(0) var<uniform> params: Params;
 
 // Shared by both passes (read only).
-@group(0) @binding(1) var<storage, read> x: array<f32>;        // [n, d, m]
-@group(0) @binding(2) var<storage, read> w_beta: array<f32>;   // [d]
-@group(0) @binding(3) var<storage, read> w_v: array<f32>;      // [m, d]
+@group(0) @binding(1) var<storage, read> x: array<Row>;        // [n, d] rows of m
 
 // Forward inputs.
 @group(0) @binding(4) var<storage, read> kraw: array<f32>;     // [n, d]
-@group(0) @binding(5) var<storage, read> a: array<f32>;        // [n, d]
-@group(0) @binding(6) var<storage, read> c: array<f32>;        // [n, d]
+@group(0) @binding(5) var<storage, read> zu: array<f32>;       // [n, 1 + m]: z, u
 @group(0) @binding(7) var<storage, read> b_beta: array<f32>;   // [1]
 @group(0) @binding(8) var<storage, read> b_v: array<f32>;      // [m]
 // Forward outputs.
-@group(0) @binding(9) var<storage, read_write> x_out: array<f32>;      // [n, d, m]
+@group(0) @binding(9) var<storage, read_write> x_out: array<Row>;      // [n, d] rows of m
 @group(0) @binding(10) var<storage, read_write> k_out: array<f32>;     // [n, d]
 @group(0) @binding(11) var<storage, read_write> rnorm_out: array<f32>; // [n]
 @group(0) @binding(12) var<storage, read_write> beta_out: array<f32>;  // [n]
@@ -59,29 +61,29 @@ struct Params {
 @group(0) @binding(14) var<storage, read_write> delta_out: array<f32>; // [n, m]
 
 // Backward inputs (saved by the forward).
-@group(0) @binding(15) var<storage, read> g: array<f32>;       // [n, d, m] = ∂X'
+@group(0) @binding(15) var<storage, read> g: array<Row>;       // [n, d] rows = ∂X'
 @group(0) @binding(16) var<storage, read> k: array<f32>;       // [n, d]
 @group(0) @binding(17) var<storage, read> rnorm: array<f32>;   // [n]
 @group(0) @binding(18) var<storage, read> beta: array<f32>;    // [n]
 @group(0) @binding(19) var<storage, read> v: array<f32>;       // [n, m]
 @group(0) @binding(20) var<storage, read> delta: array<f32>;   // [n, m]
 // Backward outputs.
-@group(0) @binding(21) var<storage, read_write> dx: array<f32>;    // [n, d, m]
+@group(0) @binding(21) var<storage, read_write> dx: array<Row>;    // [n, d] rows
 @group(0) @binding(22) var<storage, read_write> dkraw: array<f32>; // [n, d]
-@group(0) @binding(23) var<storage, read_write> da: array<f32>;    // [n, d]
-@group(0) @binding(24) var<storage, read_write> dc: array<f32>;    // [n, d]
-@group(0) @binding(25) var<storage, read_write> dz: array<f32>;    // [n]    scratch
-@group(0) @binding(26) var<storage, read_write> du: array<f32>;    // [n, m] scratch
+@group(0) @binding(25) var<storage, read_write> dz: array<f32>;    // [n]
+@group(0) @binding(26) var<storage, read_write> du: array<f32>;    // [n, m]
 
-// Reduction buffer: NV rows of WG partial sums (9 KiB).
+// Reduction buffer: NV rows of WG partial sums.
 var<workgroup> red: array<f32, NV * WG>;
 
 // Sums part[0..nv) over the `seg` lanes of each segment in a fixed order and gives every lane
 // its segment's totals: lanes 0, 1, … first add runs of 8 consecutive partials in order, then
 // every lane adds the run sums in order (all lanes the same sums, so they agree bit for bit).
-// Three barriers whatever the width. Must be called by every invocation (uniform control flow).
+// Three barriers whatever the width; nothing (no barrier) when seg = 1. Must be called by every
+// invocation (uniform control flow: seg is a uniform).
 fn segment_sum(part: ptr<function, array<f32, NV>>, nv: u32, lid: u32, lane: u32) {
     let seg = params.seg;
+    if (seg == 1u) { return; }
     let head = lid - lane;
     for (var q = 0u; q < NV; q++) {
         if (q < nv) { red[q * WG + lid] = (*part)[q]; }
@@ -143,42 +145,6 @@ fn token_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.y * nwg.x + wid.x) * (WG / params.seg) + lid / params.seg;
 }
 
-// Forward partial sums of row i of token t: ‖k̃‖², w_β·c, W_v a (m values), Xᵀk̃ (m values).
-// Returns k̃_i; stores X[i, 0..m) in xrow.
-fn forward_row(t: u32, i: u32, part: ptr<function, array<f32, NV>>,
-               xrow: ptr<function, array<f32, MMAX>>) -> f32 {
-    let d = params.d;
-    let m = params.m;
-    let ti = t * d + i;
-    let kt = kraw[ti];
-    let ai = a[ti];
-    (*part)[0] = fma(kt, kt, (*part)[0]);
-    (*part)[1] = fma(w_beta[i], c[ti], (*part)[1]);
-    let xb = ti * m;
-    for (var j = 0u; j < MMAX; j++) {
-        if (j < m) {
-            let xv = x[xb + j];
-            (*xrow)[j] = xv;
-            (*part)[2u + j] = fma(w_v[j * d + i], ai, (*part)[2u + j]);
-            (*part)[2u + MMAX + j] = fma(kt, xv, (*part)[2u + MMAX + j]);
-        }
-    }
-    return kt;
-}
-
-// Writes k_i and X'[i, ·] = X[i, ·] + k_i (β δ).
-fn forward_write(t: u32, i: u32, kt: f32, rn: f32, coef: ptr<function, array<f32, MMAX>>,
-                 xrow: ptr<function, array<f32, MMAX>>) {
-    let ti = t * params.d + i;
-    let m = params.m;
-    let ki = kt * rn;
-    k_out[ti] = ki;
-    let xb = ti * m;
-    for (var j = 0u; j < MMAX; j++) {
-        if (j < m) { x_out[xb + j] = fma(ki, (*coef)[j], (*xrow)[j]); }
-    }
-}
-
 @compute @workgroup_size(128)
 fn delta_forward(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -191,40 +157,46 @@ fn delta_forward(
     // Segments past the last token idle, but take part in the barriers.
     let live = t < params.n;
     let d = params.d;
-    let m = params.m;
 
+    // part[0] = ‖k̃‖², part[1 + j] = (Xᵀk̃)_j
     var part: array<f32, NV>;
-    var xc: array<f32, R * MMAX>;   // cached X rows
-    var kc: array<f32, R>;          // cached k̃
-    var xrow: array<f32, MMAX>;
+    var xc: array<Row, R>;              // cached X rows
+    var kc: array<f32, R>;              // cached k̃
     if (live) {
         for (var r = 0u; r < R; r++) {
             let i = lane + r * seg;
             if (i < d) {
-                kc[r] = forward_row(t, i, &part, &xrow);
-                for (var j = 0u; j < MMAX; j++) { xc[r * MMAX + j] = xrow[j]; }
+                let ti = t * d + i;
+                let kt = kraw[ti];
+                kc[r] = kt;
+                part[0] = fma(kt, kt, part[0]);
+                var xr = x[ti];
+                for (var j = 0u; j < MM; j++) { part[1u + j] = fma(kt, xr[j], part[1u + j]); }
+                xc[r] = xr;
             }
         }
         for (var i = lane + R * seg; i < d; i += seg) {
-            _ = forward_row(t, i, &part, &xrow);
+            let ti = t * d + i;
+            let kt = kraw[ti];
+            part[0] = fma(kt, kt, part[0]);
+            var xr = x[ti];
+            for (var j = 0u; j < MM; j++) { part[1u + j] = fma(kt, xr[j], part[1u + j]); }
         }
     }
-    segment_sum(&part, 2u + MMAX + m, lid, lane);
+    segment_sum(&part, NV, lid, lane);
     if (!live) { return; }
 
     let rn = 1.0 / sqrt(part[0] + params.k_eps * params.k_eps);
-    let z = part[1] + b_beta[0];
-    let bt = 2.0 * sigmoid(z);
-    var coef: array<f32, MMAX>;   // β δ_j
-    for (var j = 0u; j < MMAX; j++) {
-        if (j < m) {
-            let vj = value_act(part[2u + j] + b_v[j]);
-            let dj = vj - part[2u + MMAX + j] * rn;
-            coef[j] = bt * dj;
-            if (lane == 0u) {
-                v_out[t * m + j] = vj;
-                delta_out[t * m + j] = dj;
-            }
+    let zb = t * (MM + 1u);
+    let bt = 2.0 * sigmoid(zu[zb] + b_beta[0]);
+    var coef: array<f32, MM>;   // β δ_j
+    for (var j = 0u; j < MM; j++) {
+        let vj = value_act(zu[zb + 1u + j] + b_v[j]);
+        let dj = vj - part[1u + j] * rn;
+        coef[j] = bt * dj;
+        if (lane == 0u) {
+            v_out[t * MM + j] = vj;
+            delta_out[t * MM + j] = dj;
         }
     }
     if (lane == 0u) {
@@ -235,68 +207,24 @@ fn delta_forward(
     for (var r = 0u; r < R; r++) {
         let i = lane + r * seg;
         if (i < d) {
-            for (var j = 0u; j < MMAX; j++) { xrow[j] = xc[r * MMAX + j]; }
-            forward_write(t, i, kc[r], rn, &coef, &xrow);
+            let ti = t * d + i;
+            let ki = kc[r] * rn;
+            k_out[ti] = ki;
+            var xr = xc[r];
+            var nr: Row;
+            for (var j = 0u; j < MM; j++) { nr[j] = fma(ki, coef[j], xr[j]); }
+            x_out[ti] = nr;
         }
     }
     for (var i = lane + R * seg; i < d; i += seg) {
-        let kt = kraw[t * d + i];
-        let xb = (t * d + i) * m;
-        for (var j = 0u; j < MMAX; j++) {
-            if (j < m) { xrow[j] = x[xb + j]; }
-        }
-        forward_write(t, i, kt, rn, &coef, &xrow);
+        let ti = t * d + i;
+        let ki = kraw[ti] * rn;
+        k_out[ti] = ki;
+        var xr = x[ti];
+        var nr: Row;
+        for (var j = 0u; j < MM; j++) { nr[j] = fma(ki, coef[j], xr[j]); }
+        x_out[ti] = nr;
     }
-}
-
-// Backward phase A for row i: reads k_i and G[i, ·], adds k_i G[i, j] to part[j].
-fn backward_row_a(t: u32, i: u32, part: ptr<function, array<f32, NV>>,
-                  grow: ptr<function, array<f32, MMAX>>) -> f32 {
-    let m = params.m;
-    let ti = t * params.d + i;
-    let ki = k[ti];
-    let gb = ti * m;
-    for (var j = 0u; j < MMAX; j++) {
-        if (j < m) {
-            let gij = g[gb + j];
-            (*grow)[j] = gij;
-            (*part)[j] = fma(ki, gij, (*part)[j]);
-        }
-    }
-    return ki;
-}
-
-// Backward phase B for row i: writes ∂X[i, ·], ∂c_i, ∂a_i and returns ∂k_i = β(Gδ − Xg)_i.
-// gs = g (Gᵀk), dl = δ, dus = ∂u (all per token).
-fn backward_row_b(t: u32, i: u32, ki: f32, bt: f32, dzt: f32,
-                  grow: ptr<function, array<f32, MMAX>>,
-                  gs: ptr<function, array<f32, MMAX>>,
-                  dl: ptr<function, array<f32, MMAX>>,
-                  dus: ptr<function, array<f32, MMAX>>) -> f32 {
-    let d = params.d;
-    let m = params.m;
-    let ti = t * d + i;
-    let xb = ti * m;
-    var gd = 0.0;    // (G δ)_i
-    var xg = 0.0;    // (X g)_i
-    var wu = 0.0;    // (W_vᵀ ∂u)_i
-    let bk = bt * ki;
-    for (var j = 0u; j < MMAX; j++) {
-        if (j < m) {
-            let gij = (*grow)[j];
-            gd = fma(gij, (*dl)[j], gd);
-            xg = fma(x[xb + j], (*gs)[j], xg);
-            dx[xb + j] = gij - bk * (*gs)[j];
-            wu = fma(w_v[j * d + i], (*dus)[j], wu);
-        }
-    }
-    dc[ti] = dzt * w_beta[i];
-    if (params.accumulate_da != 0u) {
-        da[ti] = da[ti] + wu;
-    } else {
-        da[ti] = wu;
-    }
-    return bt * (gd - xg);
 }
 
 @compute @workgroup_size(128)
@@ -311,76 +239,93 @@ fn delta_backward(
     // Segments past the last token idle, but take part in the barriers.
     let live = t < params.n;
     let d = params.d;
-    let m = params.m;
 
     // Phase A: g = Gᵀk.
     var part: array<f32, NV>;
-    var gc: array<f32, R * MMAX>;   // cached G rows
-    var kc: array<f32, R>;          // cached k
-    var grow: array<f32, MMAX>;
+    var gc: array<Row, R>;              // cached G rows
+    var kc: array<f32, R>;              // cached k
     if (live) {
         for (var r = 0u; r < R; r++) {
             let i = lane + r * seg;
             if (i < d) {
-                kc[r] = backward_row_a(t, i, &part, &grow);
-                for (var j = 0u; j < MMAX; j++) { gc[r * MMAX + j] = grow[j]; }
+                let ti = t * d + i;
+                let ki = k[ti];
+                kc[r] = ki;
+                var gr = g[ti];
+                for (var j = 0u; j < MM; j++) { part[j] = fma(ki, gr[j], part[j]); }
+                gc[r] = gr;
             }
         }
         for (var i = lane + R * seg; i < d; i += seg) {
-            _ = backward_row_a(t, i, &part, &grow);
+            let ti = t * d + i;
+            let ki = k[ti];
+            var gr = g[ti];
+            for (var j = 0u; j < MM; j++) { part[j] = fma(ki, gr[j], part[j]); }
         }
     }
-    segment_sum(&part, m, lid, lane);
+    segment_sum(&part, MM, lid, lane);
 
-    // Per-token scalars: ∂β = gᵀδ, ∂z, ∂u.
-    var bt = 0.0;
-    var rn = 0.0;
-    var gs: array<f32, MMAX>;
-    var dl: array<f32, MMAX>;
-    var dus: array<f32, MMAX>;
-    var dzt = 0.0;
-    // Phase B: ∂X, ∂c, ∂a, ∂k and kᵀ∂k. Uncached rows park ∂k in dkraw until phase C.
+    // Phase B: ∂X and ∂k = β(Gδ − Xg) per row, and kᵀ∂k. Uncached rows park ∂k in dkraw until
+    // phase C.
     var part2: array<f32, NV>;
     var dkc: array<f32, R>;
+    var bt = 0.0;
+    var rn = 0.0;
     if (live) {
         bt = beta[t];
         rn = rnorm[t];
+        var gs: array<f32, MM>;     // g
+        var gb: array<f32, MM>;     // β g
+        var dl: array<f32, MM>;     // δ
         var dbeta = 0.0;
-        for (var j = 0u; j < MMAX; j++) {
-            if (j < m) {
-                gs[j] = part[j];
-                dl[j] = delta[t * m + j];
-                dbeta = fma(gs[j], dl[j], dbeta);
-            }
+        for (var j = 0u; j < MM; j++) {
+            gs[j] = part[j];
+            gb[j] = bt * gs[j];
+            dl[j] = delta[t * MM + j];
+            dbeta = fma(gs[j], dl[j], dbeta);
         }
-        for (var j = 0u; j < MMAX; j++) {
-            if (j < m) { dus[j] = (bt * gs[j]) * value_act_grad(v[t * m + j]); }
-        }
-        dzt = dbeta * bt * (1.0 - 0.5 * bt);
         if (lane == 0u) {
-            dz[t] = dzt;
-            for (var j = 0u; j < MMAX; j++) {
-                if (j < m) { du[t * m + j] = dus[j]; }
-            }
+            dz[t] = dbeta * bt * (1.0 - 0.5 * bt);
+            for (var j = 0u; j < MM; j++) { du[t * MM + j] = gb[j] * value_act_grad(v[t * MM + j]); }
         }
 
         for (var r = 0u; r < R; r++) {
             let i = lane + r * seg;
             if (i < d) {
-                for (var j = 0u; j < MMAX; j++) { grow[j] = gc[r * MMAX + j]; }
-                let dk = backward_row_b(t, i, kc[r], bt, dzt, &grow, &gs, &dl, &dus);
+                let ti = t * d + i;
+                let ki = kc[r];
+                var gr = gc[r];
+                var xr = x[ti];
+                var nr: Row;
+                var gd = 0.0;    // (G δ)_i
+                var xg = 0.0;    // (X g)_i
+                for (var j = 0u; j < MM; j++) {
+                    gd = fma(gr[j], dl[j], gd);
+                    xg = fma(xr[j], gs[j], xg);
+                    nr[j] = gr[j] - ki * gb[j];
+                }
+                dx[ti] = nr;
+                let dk = bt * (gd - xg);
                 dkc[r] = dk;
-                part2[0] = fma(kc[r], dk, part2[0]);
+                part2[0] = fma(ki, dk, part2[0]);
             }
         }
         for (var i = lane + R * seg; i < d; i += seg) {
-            let ki = k[t * d + i];
-            let gb = (t * d + i) * m;
-            for (var j = 0u; j < MMAX; j++) {
-                if (j < m) { grow[j] = g[gb + j]; }
+            let ti = t * d + i;
+            let ki = k[ti];
+            var gr = g[ti];
+            var xr = x[ti];
+            var nr: Row;
+            var gd = 0.0;
+            var xg = 0.0;
+            for (var j = 0u; j < MM; j++) {
+                gd = fma(gr[j], dl[j], gd);
+                xg = fma(xr[j], gs[j], xg);
+                nr[j] = gr[j] - ki * gb[j];
             }
-            let dk = backward_row_b(t, i, ki, bt, dzt, &grow, &gs, &dl, &dus);
-            dkraw[t * d + i] = dk;
+            dx[ti] = nr;
+            let dk = bt * (gd - xg);
+            dkraw[ti] = dk;
             part2[0] = fma(ki, dk, part2[0]);
         }
     }

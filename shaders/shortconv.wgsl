@@ -47,6 +47,9 @@ struct Params {
 @group(0) @binding(10) var<storage, read_write> q: array<f32>;
 // Scratch (CC): dOmega [d, m].
 @group(0) @binding(11) var<storage, read_write> domega: array<f32>;
+// The windowed token-axis kernels see X and dx as rows of m (`Row` from the variant, m ≤ 4).
+@group(0) @binding(12) var<storage, read> xr: array<Row>;
+@group(0) @binding(13) var<storage, read_write> dxr: array<Row>;
 
 const WG: u32 = 256u;
 
@@ -198,6 +201,177 @@ fn reduce_drho(
     }
     if (lid == 0u) {
         drho[j] = drho[j] + red[0];
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Token axis, windowed (m ≤ 4 = MM of the variant, K ≤ KW): one invocation per (feature i, chunk of tokens) walks its
+// chunk in order, keeping the last KW token states of feature i as vec4s (value j in component
+// j) in a sliding window, so X and ∂a are read once per token instead of once per tap. Window
+// slot KW−1 is the current token, slot KW−1−lag the token `lag` back; slots with lag ≥ K, and
+// tokens before the sequence start, are zero. Every loop over slots has a constant trip count,
+// so the windows live in registers. Invocation e: i = e % d, chunk = e / d (features fastest:
+// neighbouring invocations read neighbouring memory).
+
+const KW: u32 = 8u;
+
+// X[n, i, 0..m) as a vec4 (zeros beyond m): one row load.
+fn load_x4(n: u32, i: u32) -> vec4<f32> {
+    return row4(xr[n * params.d + i]);
+}
+
+// kappa[i, 0..m, tap] as a vec4 (zeros beyond m).
+fn load_kappa4(i: u32, tap: u32) -> vec4<f32> {
+    let p = params;
+    let b = i * p.m * p.k + tap;
+    var v = vec4<f32>(kappa[b], 0.0, 0.0, 0.0);
+    if (p.m > 1u) { v.y = kappa[b + p.k]; }
+    if (p.m > 2u) { v.z = kappa[b + 2u * p.k]; }
+    if (p.m > 3u) { v.w = kappa[b + 3u * p.k]; }
+    return v;
+}
+
+fn load_rho4() -> vec4<f32> {
+    let p = params;
+    var v = vec4<f32>(rho[0], 0.0, 0.0, 0.0);
+    if (p.m > 1u) { v.y = rho[1]; }
+    if (p.m > 2u) { v.z = rho[2]; }
+    if (p.m > 3u) { v.w = rho[3]; }
+    return v;
+}
+
+// The window of feature i just before token n0 (tokens n0 − lag of the same sequence, lag < K).
+fn preload_x4(n0: u32, i: u32) -> array<vec4<f32>, KW> {
+    let p = params;
+    let t0 = n0 % p.seq;
+    var w: array<vec4<f32>, KW>;
+    // The walk shifts the window before it loads token n0: the token `lag` back goes to slot
+    // KW − lag now, to land in slot KW − 1 − lag.
+    for (var s = 1u; s < KW; s++) {
+        let lag = KW - s;
+        if (lag < p.k && lag <= t0) { w[s] = load_x4(n0 - lag, i); }
+    }
+    return w;
+}
+
+@compute @workgroup_size(256)
+fn token_forward_w(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let e = group_index(wid, nwg) * WG + lid;
+    if (e >= p.d * p.chunks) { return; }
+    let i = e % p.d;
+    let n0 = (e / p.d) * p.chunk;
+    let n1 = min(n0 + p.chunk, p.n);
+    // kw[s] = ρ ⊙ κ[i, ·, K−1−lag] for slot s = KW−1−lag.
+    let r4 = load_rho4();
+    var kw: array<vec4<f32>, KW>;
+    for (var s = 0u; s < KW; s++) {
+        let lag = KW - 1u - s;
+        if (lag < p.k) { kw[s] = r4 * load_kappa4(i, p.k - 1u - lag); }
+    }
+    var w = preload_x4(n0, i);
+    var t = n0 % p.seq;
+    for (var n = n0; n < n1; n++) {
+        if (t == 0u) {
+            for (var s = 0u; s < KW; s++) { w[s] = vec4<f32>(); }
+        }
+        for (var s = 0u; s < KW - 1u; s++) { w[s] = w[s + 1u]; }
+        w[KW - 1u] = load_x4(n, i);
+        var acc = vec4<f32>();
+        for (var s = 0u; s < KW; s++) { acc = fma(kw[s], w[s], acc); }
+        a[n * p.d + i] = acc.x + acc.y + acc.z + acc.w;
+        t += 1u;
+        if (t == p.seq) { t = 0u; }
+    }
+}
+
+// dx[n, i, j] += Σ_lead ρ_j κ[i, j, K−1−lead] · ∂a[n + lead, i] (same sequence), walking the chunk
+// backwards with a window of the next K values of ∂a (slot lead).
+@compute @workgroup_size(256)
+fn token_backward_dx_w(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let e = group_index(wid, nwg) * WG + lid;
+    if (e >= p.d * p.chunks) { return; }
+    let i = e % p.d;
+    let n0 = (e / p.d) * p.chunk;
+    let n1 = min(n0 + p.chunk, p.n);
+    let r4 = load_rho4();
+    var kw: array<vec4<f32>, KW>;
+    for (var lead = 0u; lead < KW; lead++) {
+        if (lead < p.k) { kw[lead] = r4 * load_kappa4(i, p.k - 1u - lead); }
+    }
+    // Window just after the chunk: ∂a at n1 − 1 + lead for 1 ≤ lead < K, same sequence only, one
+    // slot early (the walk shifts before it loads).
+    let tl = (n1 - 1u) % p.seq;
+    var w: array<f32, KW>;
+    for (var lead = 1u; lead < KW; lead++) {
+        if (lead < p.k && tl + lead < p.seq) { w[lead - 1u] = da[(n1 - 1u + lead) * p.d + i]; }
+    }
+    var t = tl;
+    for (var n = n1; n > n0; n--) {
+        let nn = n - 1u;
+        // The last token of a sequence: nothing after it counts.
+        if (t == p.seq - 1u) {
+            for (var s = 0u; s < KW; s++) { w[s] = 0.0; }
+        }
+        for (var s = KW - 1u; s > 0u; s--) { w[s] = w[s - 1u]; }
+        w[0] = da[nn * p.d + i];
+        var g = vec4<f32>();
+        for (var lead = 0u; lead < KW; lead++) { g = fma(kw[lead], vec4<f32>(w[lead]), g); }
+        let b = nn * p.d + i;
+        dxr[b] = from4(row4(dxr[b]) + g);
+        if (t == 0u) { t = p.seq; }
+        t -= 1u;
+    }
+}
+
+// partial[chunk, i·m + j, s] = Σ_{n in chunk} ∂a[n, i] · X[n − (K−1−s), i, j]: the same sums as
+// `token_backward_partial`, every tap from one pass over the chunk.
+@compute @workgroup_size(256)
+fn token_backward_partial_w(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let e = group_index(wid, nwg) * WG + lid;
+    if (e >= p.d * p.chunks) { return; }
+    let i = e % p.d;
+    let ch = e / p.d;
+    let n0 = ch * p.chunk;
+    let n1 = min(n0 + p.chunk, p.n);
+    var w = preload_x4(n0, i);
+    var acc: array<vec4<f32>, KW>;
+    var t = n0 % p.seq;
+    for (var n = n0; n < n1; n++) {
+        if (t == 0u) {
+            for (var s = 0u; s < KW; s++) { w[s] = vec4<f32>(); }
+        }
+        for (var s = 0u; s < KW - 1u; s++) { w[s] = w[s + 1u]; }
+        w[KW - 1u] = load_x4(n, i);
+        let g = vec4<f32>(da[n * p.d + i]);
+        for (var s = 0u; s < KW; s++) { acc[s] = fma(g, w[s], acc[s]); }
+        t += 1u;
+        if (t == p.seq) { t = 0u; }
+    }
+    let dm = p.d * p.m;
+    for (var s = 0u; s < KW; s++) {
+        let lag = KW - 1u - s;
+        if (lag < p.k) {
+            let b = (ch * dm + i * p.m) * p.k + (p.k - 1u - lag);
+            partial[b] = acc[s].x;
+            if (p.m > 1u) { partial[b + p.k] = acc[s].y; }
+            if (p.m > 2u) { partial[b + 2u * p.k] = acc[s].z; }
+            if (p.m > 3u) { partial[b + 3u * p.k] = acc[s].w; }
+        }
     }
 }
 

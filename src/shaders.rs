@@ -26,6 +26,8 @@ pub struct Variant {
     pub name: &'static str,
     /// `(name, WGSL type, value)` triples, e.g. `("BM", "u32", "64u")`.
     pub consts: &'static [(&'static str, &'static str, &'static str)],
+    /// Further module-scope WGSL put after the constants (type aliases, small helpers), or "".
+    pub code: &'static str,
 }
 
 macro_rules! shader {
@@ -36,6 +38,59 @@ macro_rules! shader {
         Shader { name: $name, source: include_str!(concat!("../shaders/", $name, ".wgsl")), variants: $variants }
     };
 }
+
+/// One row of a `[.., m]` state as a WGSL type (`Row`): vectors where WGSL has an array-stride
+/// match (m = 2, 4: one vector load per row), arrays otherwise. `row4`/`from4` convert rows of
+/// m ≤ 4 to and from a `vec4<f32>` (zeros beyond m).
+macro_rules! row_code {
+    (1) => {
+        "alias Row = array<f32, 1>;\n\
+         fn row4(r: Row) -> vec4<f32> { return vec4<f32>(r[0], 0.0, 0.0, 0.0); }\n\
+         fn from4(v: vec4<f32>) -> Row { return Row(v.x); }\n"
+    };
+    (2) => {
+        "alias Row = vec2<f32>;\n\
+         fn row4(r: Row) -> vec4<f32> { return vec4<f32>(r, 0.0, 0.0); }\n\
+         fn from4(v: vec4<f32>) -> Row { return v.xy; }\n"
+    };
+    (3) => {
+        "alias Row = array<f32, 3>;\n\
+         fn row4(r: Row) -> vec4<f32> { return vec4<f32>(r[0], r[1], r[2], 0.0); }\n\
+         fn from4(v: vec4<f32>) -> Row { return Row(v.x, v.y, v.z); }\n"
+    };
+    (4) => {
+        "alias Row = vec4<f32>;\n\
+         fn row4(r: Row) -> vec4<f32> { return r; }\n\
+         fn from4(v: vec4<f32>) -> Row { return v; }\n"
+    };
+    (wide) => {
+        "alias Row = array<f32, MM>;\n"
+    };
+}
+
+/// Value widths of the delta-write kernel (`shaders/delta.wgsl`): variant `mJ` has `MM = J` and
+/// the row type of that width, so the loops over the m value channels have constant trip counts
+/// (registers, not stack arrays) and a state row is one load where WGSL allows it.
+pub const DELTA_VARIANTS: &[Variant] = &[
+    Variant { name: "m1", consts: &[("MM", "u32", "1u")], code: row_code!(1) },
+    Variant { name: "m2", consts: &[("MM", "u32", "2u")], code: row_code!(2) },
+    Variant { name: "m3", consts: &[("MM", "u32", "3u")], code: row_code!(3) },
+    Variant { name: "m4", consts: &[("MM", "u32", "4u")], code: row_code!(4) },
+    Variant { name: "m5", consts: &[("MM", "u32", "5u")], code: row_code!(wide) },
+    Variant { name: "m6", consts: &[("MM", "u32", "6u")], code: row_code!(wide) },
+    Variant { name: "m7", consts: &[("MM", "u32", "7u")], code: row_code!(wide) },
+    Variant { name: "m8", consts: &[("MM", "u32", "8u")], code: row_code!(wide) },
+];
+
+/// Variants of the compressor shader (`shaders/shortconv.wgsl`): the windowed token-axis kernels
+/// read state rows of width m ≤ 4 as `Row` (variant `mJ`); every other entry point ignores it
+/// and is launched from `m1`.
+pub const SHORTCONV_VARIANTS: &[Variant] = &[
+    Variant { name: "m1", consts: &[("MM", "u32", "1u")], code: row_code!(1) },
+    Variant { name: "m2", consts: &[("MM", "u32", "2u")], code: row_code!(2) },
+    Variant { name: "m3", consts: &[("MM", "u32", "3u")], code: row_code!(3) },
+    Variant { name: "m4", consts: &[("MM", "u32", "4u")], code: row_code!(4) },
+];
 
 /// Tile configurations of the matmul kernel (`shaders/matmul.wgsl`; `docs/PERF.md` has the
 /// measurements behind them). Every variant computes every output in the same order, so they
@@ -63,6 +118,7 @@ pub const MATMUL_VARIANTS: &[Variant] = &[
             ("DM", "u32", "1u"),
             ("DN", "u32", "1u"),
         ],
+        code: "",
     },
     Variant {
         name: "t32",
@@ -78,6 +134,7 @@ pub const MATMUL_VARIANTS: &[Variant] = &[
             ("DM", "u32", "1u"),
             ("DN", "u32", "1u"),
         ],
+        code: "",
     },
     Variant {
         name: "t64",
@@ -93,6 +150,7 @@ pub const MATMUL_VARIANTS: &[Variant] = &[
             ("DM", "u32", "1u"),
             ("DN", "u32", "1u"),
         ],
+        code: "",
     },
     Variant {
         name: "r128",
@@ -108,6 +166,7 @@ pub const MATMUL_VARIANTS: &[Variant] = &[
             ("DM", "u32", "4u"),
             ("DN", "u32", "4u"),
         ],
+        code: "",
     },
     Variant {
         name: "c64",
@@ -123,6 +182,7 @@ pub const MATMUL_VARIANTS: &[Variant] = &[
             ("DM", "u32", "4u"),
             ("DN", "u32", "2u"),
         ],
+        code: "",
     },
     Variant {
         name: "r32",
@@ -138,6 +198,7 @@ pub const MATMUL_VARIANTS: &[Variant] = &[
             ("DM", "u32", "4u"),
             ("DN", "u32", "4u"),
         ],
+        code: "",
     },
     Variant {
         name: "r8",
@@ -153,6 +214,7 @@ pub const MATMUL_VARIANTS: &[Variant] = &[
             ("DM", "u32", "2u"),
             ("DN", "u32", "4u"),
         ],
+        code: "",
     },
 ];
 
@@ -168,8 +230,8 @@ pub const ALL: &[Shader] = &[
     shader!("attention"),
     shader!("swiglu"),
     shader!("loss"),
-    shader!("delta"),
-    shader!("shortconv"),
+    shader!("delta", DELTA_VARIANTS),
+    shader!("shortconv", SHORTCONV_VARIANTS),
     shader!("expand"),
     shader!("adamw"),
 ];
@@ -196,6 +258,7 @@ impl Shader {
                 for (n, t, val) in var.consts {
                     s.push_str(&format!("const {n}: {t} = {val};\n"));
                 }
+                s.push_str(var.code);
                 s.push_str(self.source);
                 Ok(s)
             }

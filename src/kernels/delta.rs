@@ -15,7 +15,7 @@
 
 use crate::bench::{BENCH_SHAPE, KernelBench};
 use crate::gpu::{Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
-use crate::kernels::matmul::Matmul;
+use crate::kernels::matmul::{Matmul, Operand};
 use crate::testing::Rng;
 
 /// Tokens per matmul in the backward's sums over tokens. Longer sums are split into chunks
@@ -69,7 +69,7 @@ struct Params {
     m: u32,
     v_act: u32,
     k_eps: f32,
-    accumulate_da: u32,
+    _pad1: u32,
     seg: u32,
     _pad0: u32,
 }
@@ -96,28 +96,59 @@ impl DeltaShape {
         Ok(())
     }
 
-    fn params(&self, accumulate_da: bool) -> Params {
+    fn params(&self, seg: usize) -> Params {
         Params {
             n: self.n as u32,
             d: self.d as u32,
             m: self.m as u32,
             v_act: self.v_act.code(),
             k_eps: self.k_eps,
-            accumulate_da: accumulate_da as u32,
-            seg: self.seg() as u32,
+            _pad1: 0,
+            seg: seg as u32,
             _pad0: 0,
         }
     }
 
-    /// Invocations per token: the power of two that covers d, at most a workgroup. Narrow
-    /// states put several tokens in one workgroup.
-    fn seg(&self) -> usize {
-        self.d.next_power_of_two().min(WG)
+    /// The shader variant for this value width.
+    fn variant(&self) -> String {
+        format!("m{}", self.m)
     }
 
-    fn grid(&self, gpu: &Gpu) -> [u32; 3] {
-        grid_1d(self.n as u64, (WG / self.seg()) as u32, gpu.limits.max_compute_workgroups_per_dimension)
+    fn grid(&self, gpu: &Gpu, seg: usize) -> [u32; 3] {
+        grid_1d(self.n as u64, (WG / seg) as u32, gpu.limits.max_compute_workgroups_per_dimension)
     }
+}
+
+thread_local! {
+    static FORCED_SEG: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with the segment width of the delta kernels bound on this thread forced to `seg`
+/// (a power of two ≤ 128; capped at d's power of two like the adapter's choice): tests use it to
+/// run the GPU layout on a CPU adapter and the CPU layout anywhere.
+#[doc(hidden)]
+pub fn with_segment_width<R>(seg: usize, f: impl FnOnce() -> R) -> R {
+    let old = FORCED_SEG.with(|c| c.replace(Some(seg)));
+    let out = f();
+    FORCED_SEG.with(|c| c.set(old));
+    out
+}
+
+/// Invocations per token. On GPUs: the power of two that covers d, at most a workgroup (narrow
+/// states put several tokens in one workgroup), so a token's reductions over d are spread over
+/// many lanes. On CPU adapters (llvmpipe): 1 — a barrier is a coroutine switch and every
+/// workgroup-memory access a loop over the SIMD lanes there, so one token per invocation with no
+/// cross-invocation reduction is 4–5× faster (docs/PERF.md). `DDL_DELTA_SEG` (a power of two ≤
+/// 128) overrides the choice, for benchmarks and tests.
+pub fn segment_width(gpu: &Gpu, d: usize) -> usize {
+    let forced = FORCED_SEG.with(|f| f.get());
+    let env = std::env::var("DDL_DELTA_SEG").ok().and_then(|v| v.parse::<usize>().ok());
+    let choice = match forced.or(env) {
+        Some(s) if s.is_power_of_two() && s <= WG => s,
+        _ if gpu.info.device_type == wgpu::DeviceType::Cpu => 1,
+        _ => WG,
+    };
+    d.next_power_of_two().min(choice)
 }
 
 /// Fails unless `view` holds at least `need` elements.
@@ -159,7 +190,8 @@ fn check_aliasing(op: &str, reads: &[(&str, &View)], writes: &[(&str, &View)]) -
 ///
 /// Writes `x_out` (X') and the saved traces `k`, `rnorm` (1/n), `beta`, `v`, `delta`. Every output
 /// must be a buffer separate from the inputs (inputs may share buffers among themselves).
-/// One dispatch.
+/// Dispatches: two matmuls for the heads' pre-activations z = c·w_β and u = a·W_vᵀ into a
+/// scratch `[n, 1 + m]` (kept in the first dispatch), then the per-token kernel.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
     gpu: &Gpu,
@@ -203,19 +235,26 @@ pub fn forward(
         need("forward", name, view, *len)?;
     }
     check_aliasing("forward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
-    let kern = gpu.kernel("delta", None, "delta_forward")?;
-    let p = s.params(false);
-    let d = kern.dispatch(
+    // zu[:, 0] = c·w_β (w_β as a [d, 1] column), zu[:, 1..] = a·W_vᵀ (W_v stored [m, d]).
+    let zu = Tensor::zeros(gpu, "delta.zu", &[n, 1 + m], crate::gpu::DType::F32)?;
+    let mut mz = Matmul::nn(n, 1, d);
+    mz.c.row_stride = 1 + m;
+    let mut mu = Matmul::nt(n, m, d);
+    mu.c = Operand { offset: 1, row_stride: 1 + m, col_stride: 1, batch_stride: n * (1 + m) };
+    let mut out = mz.bind_split(gpu, c, w_beta, zu.view())?;
+    out.extend(mu.bind_split(gpu, a, w_v, zu.view())?);
+
+    let seg = segment_width(gpu, d);
+    let kern = gpu.kernel("delta", Some(&s.variant()), "delta_forward")?;
+    let p = s.params(seg);
+    let main = kern.dispatch(
         gpu,
         Some(bytemuck::bytes_of(&p)),
         &[
             ("x", x),
             ("kraw", kraw),
-            ("a", a),
-            ("c", c),
-            ("w_beta", w_beta),
+            ("zu", zu.view()),
             ("b_beta", b_beta),
-            ("w_v", w_v),
             ("b_v", b_v),
             ("x_out", x_out),
             ("k_out", k),
@@ -224,9 +263,11 @@ pub fn forward(
             ("v_out", v),
             ("delta_out", delta),
         ],
-        s.grid(gpu),
+        s.grid(gpu, seg),
     )?;
-    Ok(vec![d])
+    out.push(main);
+    out[0].scratch.push(zu);
+    Ok(out)
 }
 
 /// Backward of [`forward`] (spec 11.1, 14.8) given `g` = ∂X' and the saved `k`, `rnorm`, `beta`,
@@ -235,9 +276,10 @@ pub fn forward(
 /// Writes `dx` = G − β k gᵀ (g = Gᵀk), `dkraw` = ∂k̃, `dc` = ∂z·w_β and `da` = W_vᵀ∂u (added into
 /// `da` when `accumulate_da`). Adds the parameter gradients: `dw_beta` += Σ_t ∂z_t c_t,
 /// `db_beta` += Σ_t ∂z_t, `dw_v` += Σ_t ∂u_t a_tᵀ, `db_v` += Σ_t ∂u_t. Every output must be a
-/// buffer separate from the inputs (`dx` ≠ `g`). Dispatches: the per-token kernel, then four
-/// accumulating matmuls per [`TOKEN_CHUNK`] tokens (five in all up to 16 384 tokens) reading its
-/// scratch (∂z `[n]`, ∂u `[n, m]` and a ones vector, kept in the first dispatch's `scratch`).
+/// buffer separate from the inputs (`dx` ≠ `g`). Dispatches: the per-token kernel, the two
+/// matmuls for ∂c and ∂a, then four accumulating matmuls per [`TOKEN_CHUNK`] tokens (seven in all
+/// up to 16 384 tokens) reading its scratch (∂z `[n]`, ∂u `[n, m]` and a ones vector, kept in
+/// the first dispatch's `scratch`).
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
     gpu: &Gpu,
@@ -298,8 +340,9 @@ pub fn backward(
     let chunk = n.min(TOKEN_CHUNK);
     let ones = Tensor::from_f32(gpu, "delta.ones", &[chunk], &vec![1.0; chunk])?;
 
-    let kern = gpu.kernel("delta", None, "delta_backward")?;
-    let p = s.params(accumulate_da);
+    let seg = segment_width(gpu, d);
+    let kern = gpu.kernel("delta", Some(&s.variant()), "delta_backward")?;
+    let p = s.params(seg);
     let main = kern.dispatch(
         gpu,
         Some(bytemuck::bytes_of(&p)),
@@ -311,18 +354,17 @@ pub fn backward(
             ("beta", beta),
             ("v", v),
             ("delta", delta),
-            ("w_beta", w_beta),
-            ("w_v", w_v),
             ("dx", dx),
             ("dkraw", dkraw),
-            ("da", da),
-            ("dc", dc),
             ("dz", dz.view()),
             ("du", du.view()),
         ],
-        s.grid(gpu),
+        s.grid(gpu, seg),
     )?;
     let mut out = vec![main];
+    // ∂c = ∂z w_β ([n, 1]·[1, d]) and ∂a (+)= ∂u W_v ([n, m]·[m, d]).
+    out.extend(Matmul::nn(n, d, 1).bind_split(gpu, dz.view(), w_beta, dc)?);
+    out.extend(Matmul::nn(n, d, m).accumulate(accumulate_da).bind_split(gpu, du.view(), w_v, da)?);
     // Sums over tokens, in a fixed order: products with the per-token scratch, one chunk of
     // tokens after the other, each added into the gradient.
     for start in (0..n).step_by(TOKEN_CHUNK) {

@@ -109,7 +109,20 @@ pub(crate) fn launch(
     buffers: &[(&str, View<'_>)],
     threads: usize,
 ) -> Result<Dispatch> {
-    let k = gpu.kernel(shader, None, entry)?;
+    launch_variant(gpu, shader, None, entry, params, buffers, threads)
+}
+
+/// [`launch`] from a shader variant.
+fn launch_variant(
+    gpu: &Gpu,
+    shader: &str,
+    variant: Option<&str>,
+    entry: &str,
+    params: &[u8],
+    buffers: &[(&str, View<'_>)],
+    threads: usize,
+) -> Result<Dispatch> {
+    let k = gpu.kernel(shader, variant, entry)?;
     let grid = grid_1d(threads as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension);
     k.dispatch(gpu, Some(params), buffers, grid)
 }
@@ -133,14 +146,35 @@ pub fn token_forward(gpu: &Gpu, s: &ConvShape, x: View, kappa: View, rho: View, 
     need(what, "rho", "[m]", &rho, m)?;
     need(what, "a", "[B, T, d]", &a, n * d)?;
     let p = token_params(s);
-    Ok(vec![launch(
-        gpu,
-        "shortconv",
-        "token_forward",
-        bytemuck::bytes_of(&p),
-        &[("x", x), ("kappa", kappa), ("rho", rho), ("a", a)],
-        n * d,
-    )?])
+    let pb = bytemuck::bytes_of(&p);
+    let disp = if windowed(s) {
+        let v = window_variant(s);
+        let bufs = [("xr", x), ("kappa", kappa), ("rho", rho), ("a", a)];
+        launch_variant(gpu, "shortconv", Some(&v), "token_forward_w", pb, &bufs, d * p.chunks as usize)?
+    } else {
+        let bufs = [("x", x), ("kappa", kappa), ("rho", rho), ("a", a)];
+        launch_variant(gpu, "shortconv", Some(GENERIC), "token_forward", pb, &bufs, n * d)?
+    };
+    Ok(vec![disp])
+}
+
+/// The shader variant the per-element kernels are launched from (they do not use its `Row`).
+const GENERIC: &str = "m1";
+
+/// The shader variant of the windowed kernels for `s`.
+fn window_variant(s: &ConvShape) -> String {
+    format!("m{}", s.m)
+}
+
+/// Largest m and K of the windowed token-axis kernels (`*_w` in the shader: the state of a
+/// feature as one vec4, a window of 8 tokens). Other shapes use the per-element kernels.
+const WINDOW_M: usize = 4;
+const WINDOW_K: usize = 8;
+
+/// Whether the token-axis compressor of `s` runs the windowed kernels, which read X and ∂a once
+/// per token instead of once per tap (3–8× fewer loads; docs/PERF.md).
+pub fn windowed(s: &ConvShape) -> bool {
+    s.m <= WINDOW_M && s.kernel <= WINDOW_K
 }
 
 fn token_params(s: &ConvShape) -> Params {
@@ -197,32 +231,37 @@ pub fn token_backward(
     let partial = scratch(gpu, "shortconv.token.partial", chunks * dm * k)?;
     let q = scratch(gpu, "shortconv.token.q", dm * k)?;
 
-    let d_dx = launch(
+    let (d_dx, mut d_part) = if windowed(s) {
+        let v = window_variant(s);
+        let bufs = [("kappa", kappa), ("rho", rho), ("da", da), ("dxr", dx)];
+        let d_dx = launch_variant(gpu, "shortconv", Some(&v), "token_backward_dx_w", pb, &bufs, d * chunks)?;
+        let bufs = [("xr", x), ("da", da), ("partial", partial.view())];
+        (d_dx, launch_variant(gpu, "shortconv", Some(&v), "token_backward_partial_w", pb, &bufs, d * chunks)?)
+    } else {
+        let bufs = [("kappa", kappa), ("rho", rho), ("da", da), ("dx", dx)];
+        let d_dx = launch_variant(gpu, "shortconv", Some(GENERIC), "token_backward_dx", pb, &bufs, n * dm)?;
+        let bufs = [("x", x), ("da", da), ("partial", partial.view())];
+        let threads = dm.div_ceil(WG_1D as usize) * k * chunks * WG_1D as usize;
+        (d_dx, launch_variant(gpu, "shortconv", Some(GENERIC), "token_backward_partial", pb, &bufs, threads)?)
+    };
+    let mut d_fin = launch_variant(
         gpu,
         "shortconv",
-        "token_backward_dx",
-        pb,
-        &[("kappa", kappa), ("rho", rho), ("da", da), ("dx", dx)],
-        n * dm,
-    )?;
-    let mut d_part = launch(
-        gpu,
-        "shortconv",
-        "token_backward_partial",
-        pb,
-        &[("x", x), ("da", da), ("partial", partial.view())],
-        dm.div_ceil(WG_1D as usize) * k * chunks * WG_1D as usize,
-    )?;
-    let mut d_fin = launch(
-        gpu,
-        "shortconv",
+        Some(GENERIC),
         "token_backward_finalize",
         pb,
         &[("kappa", kappa), ("rho", rho), ("dkappa", dkappa), ("partial", partial.view()), ("q", q.view())],
         dm * k,
     )?;
-    let mut d_rho =
-        launch(gpu, "shortconv", "reduce_drho", pb, &[("drho", drho), ("q", q.view())], m * WG_1D as usize)?;
+    let mut d_rho = launch_variant(
+        gpu,
+        "shortconv",
+        Some(GENERIC),
+        "reduce_drho",
+        pb,
+        &[("drho", drho), ("q", q.view())],
+        m * WG_1D as usize,
+    )?;
     d_part.scratch.push(partial.clone());
     d_fin.scratch.extend([partial, q.clone()]);
     d_rho.scratch.push(q);
@@ -278,9 +317,10 @@ pub fn value_forward(
     need(what, "rho", "[m]", &rho, m)?;
     need(what, "a", "[n, d]", &a, n * d)?;
     let p = value_params(n, d, m, kc);
-    Ok(vec![launch(
+    Ok(vec![launch_variant(
         gpu,
         "shortconv",
+        Some(GENERIC),
         "value_forward",
         bytemuck::bytes_of(&p),
         &[("x", x), ("kappa", kappa), ("rho", rho), ("a", a)],
@@ -327,17 +367,19 @@ pub fn value_backward(
     let domega = scratch(gpu, "shortconv.value.domega", dm)?;
     let q = scratch(gpu, "shortconv.value.q", dm)?;
 
-    let mut d_part = launch(
+    let mut d_part = launch_variant(
         gpu,
         "shortconv",
+        Some(GENERIC),
         "value_backward_partial",
         pb,
         &[("x", x), ("kappa", kappa), ("rho", rho), ("da", da), ("dx", dx), ("partial", partial.view())],
         dm.div_ceil(WG_1D as usize) * chunks * WG_1D as usize,
     )?;
-    let mut d_fin = launch(
+    let mut d_fin = launch_variant(
         gpu,
         "shortconv",
+        Some(GENERIC),
         "value_backward_finalize",
         pb,
         &[
@@ -350,8 +392,15 @@ pub fn value_backward(
         ],
         d,
     )?;
-    let mut d_rho =
-        launch(gpu, "shortconv", "reduce_drho", pb, &[("drho", drho), ("q", q.view())], m * WG_1D as usize)?;
+    let mut d_rho = launch_variant(
+        gpu,
+        "shortconv",
+        Some(GENERIC),
+        "reduce_drho",
+        pb,
+        &[("drho", drho), ("q", q.view())],
+        m * WG_1D as usize,
+    )?;
     d_part.scratch.push(partial.clone());
     d_fin.scratch.extend([partial, domega, q.clone()]);
     d_rho.scratch.push(q);

@@ -688,6 +688,20 @@ fn states_wider_than_the_register_cache_and_eight_value_channels_match_float64()
 }
 
 #[test]
+fn every_segment_width_matches_float64() {
+    // The adapter picks the width (GPUs: up to 128 invocations per token with a workgroup
+    // reduction; CPU adapters: 1, no reduction); every width must give the same results.
+    for seg in [1, 2, 8, 32, 128] {
+        delta::with_segment_width(seg, || {
+            for (i, &(n, d, m)) in [(7, 5, 1), (50, 33, 3), (9, 300, 4), (4, 1025, 2), (9, 129, 8)].iter().enumerate() {
+                let act = [VAct::Sigmoid4, VAct::Sigmoid, VAct::Linear][i % 3];
+                check(shape(n, d, m, act), i % 2 == 0, true);
+            }
+        });
+    }
+}
+
+#[test]
 fn more_tokens_than_one_grid_dimension_holds_are_all_written() {
     // 66 000 workgroups: one token each (d > 64), the grid is split over x and y.
     check(shape(66_000, 65, 1, VAct::Sigmoid4), true, true);

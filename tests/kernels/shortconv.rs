@@ -369,6 +369,20 @@ fn token_compressor_reductions_over_many_chunks_and_sequence_boundaries_match_fl
 }
 
 #[test]
+fn token_compressor_beyond_the_windowed_kernels_matches_float64() {
+    // m ≤ 4 and K ≤ 8 run the windowed kernels (every shape above); wider states and longer
+    // kernels the per-element ones.
+    for s in [shape(2, 9, 5, 6, 4), shape(1, 40, 3, 8, 2), shape(3, 12, 4, 2, 9), shape(2, 3, 7, 5, 11)] {
+        assert!(!ddl::kernels::shortconv::windowed(&s));
+        check_token(s);
+    }
+    for s in [shape(2, 70, 5, 4, 8), shape(2, 33, 6, 2, 7)] {
+        assert!(ddl::kernels::shortconv::windowed(&s));
+        check_token(s);
+    }
+}
+
+#[test]
 fn token_compressor_with_more_than_65535_workgroups_matches_float64() {
     let gpu = gpu();
     let max = gpu.limits.max_compute_workgroups_per_dimension as usize;
