@@ -436,6 +436,29 @@ pub fn paper_val_loss(v: Variant) -> Option<f64> {
     }
 }
 
+/// The paper column for variants without a number: EC/CC are reported between the two DDL rows;
+/// the v-Map variants have no Small-scale number.
+fn paper_note(v: Variant) -> &'static str {
+    match v {
+        Variant::DdlV1Vmap | Variant::DdlVmap => "—",
+        _ => "between the two DDL rows",
+    }
+}
+
+/// Mean ± std of the same-seed differences `a − b` of final validation losses (seeds both ran).
+fn paired_diff(results: &[RunResult], a: Variant, b: Variant) -> Option<(f64, f64, usize)> {
+    let of = |v: Variant| -> BTreeMap<u64, f64> {
+        results.iter().filter(|r| r.variant == v.name()).map(|r| (r.seed, r.final_val_loss)).collect()
+    };
+    let (ra, rb) = (of(a), of(b));
+    let d: Vec<f64> = ra.iter().filter_map(|(s, x)| rb.get(s).map(|y| x - y)).collect();
+    if d.is_empty() {
+        return None;
+    }
+    let (m, sd) = mean_std(&d);
+    Some((m, sd, d.len()))
+}
+
 fn mean_std(x: &[f64]) -> (f64, f64) {
     let n = x.len() as f64;
     let m = x.iter().sum::<f64>() / n;
@@ -512,7 +535,7 @@ fn write_report(
             if pst.is_finite() { format!("{pmn:.2} ± {pst:.2}") } else { format!("{pmn:.2}") },
             delta,
             mean_std(&tps).0,
-            paper_val_loss(*v).map(|x| format!("{x:.3}")).unwrap_or_else(|| "between the two DDL rows".into()),
+            paper_val_loss(*v).map(|x| format!("{x:.3}")).unwrap_or_else(|| paper_note(*v).into()),
         ));
     }
     md.push('\n');
@@ -547,6 +570,48 @@ fn write_report(
             ));
         }
         _ => md.push_str("The grid does not contain baseline, ddl_v1 and ddl all three; nothing to compare.\n\n"),
+    }
+    // k-Map (sublayer output = direction) against v-Map (sublayer output = value), per width.
+    let pairs = [(Variant::DdlV1, Variant::DdlV1Vmap, "d_v = 1"), (Variant::Ddl, Variant::DdlVmap, "d_v = 4")];
+    let rows: Vec<String> = pairs
+        .iter()
+        .filter_map(|&(k, v, width)| {
+            let (km, ks) = get(k)?;
+            let (vm, vs) = get(v)?;
+            let (dm, ds, n) = paired_diff(results, v, k)?;
+            let z = if ds.is_finite() && ds > 0.0 { dm / (ds / (n as f64).sqrt()) } else { f64::NAN };
+            let verdict = if !z.is_finite() || z.abs() < 2.0 {
+                "no clear winner (within seed noise)"
+            } else if dm > 0.0 {
+                "**k-Map**"
+            } else {
+                "**v-Map**"
+            };
+            Some(format!(
+                "| {width} | {} {} | {} {} | {} | {:.1} | {verdict} |\n",
+                k.name(),
+                pm(km, ks),
+                v.name(),
+                pm(vm, vs),
+                if ds.is_finite() { format!("{dm:+.4} ± {ds:.4}") } else { format!("{dm:+.4}") },
+                z
+            ))
+        })
+        .collect();
+    if !rows.is_empty() {
+        md.push_str("## k-Map or v-Map?\n\n");
+        md.push_str(
+            "k-Map (the paper's primary form): the sublayer output is the direction k, a linear head on the \
+             compressed input the value v. v-Map: the sublayer output goes through the value head, a small \
+             MLP on the normalised input gives k (spec section 14). Same gate, same backbone. The difference \
+             is paired by seed (v-Map − k-Map, same batches); t = mean / (std / √seeds).\n\n",
+        );
+        md.push_str("| width | k-Map val loss | v-Map val loss | v − k (paired) | t | better here |\n");
+        md.push_str("|---|---|---|---:|---:|---|\n");
+        for r in rows {
+            md.push_str(&r);
+        }
+        md.push('\n');
     }
     // β regimes.
     let ddl_rows: Vec<(Variant, Vec<[f64; 3]>, Vec<f64>)> = variants
@@ -688,6 +753,56 @@ mod tests {
         assert!(a.train.warmup_steps <= 4);
         assert_eq!(s.run_config(Variant::Ddl, 2).unwrap().train.seed, 2);
         assert_ne!(a.model.variant, b.model.variant);
+    }
+
+    #[test]
+    fn the_report_says_which_of_k_map_and_v_map_wins_per_width() {
+        let names = ["baseline", "ddl_v1", "ddl_v1_vmap", "ddl", "ddl_vmap"];
+        let s = ExperimentSpec {
+            variants: names.iter().map(|v| v.to_string()).collect(),
+            seeds: vec![1, 2, 3],
+            ..spec("").unwrap()
+        };
+        let variants = s.variant_list().unwrap();
+        // d_v = 1: v-Map worse by 0.121–0.123 on every seed; d_v = 4: differences of both signs.
+        let loss = |v: &str, seed: u64| match v {
+            "baseline" => 2.12,
+            "ddl_v1" => 2.09 + 0.01 * seed as f64,
+            "ddl_v1_vmap" => 2.21 + 0.011 * seed as f64,
+            "ddl" => 2.03 + [0.0, 0.03, -0.02][seed as usize - 1],
+            _ => 2.03 + [0.02, -0.01, 0.01][seed as usize - 1],
+        };
+        let results: Vec<RunResult> = names
+            .iter()
+            .flat_map(|v| (1..=3).map(move |seed| (v, seed)))
+            .map(|(v, seed)| RunResult {
+                variant: v.to_string(),
+                seed,
+                params: 1000,
+                steps: 20,
+                tokens: 640,
+                final_train_loss: loss(v, seed) + 0.01,
+                final_val_loss: loss(v, seed),
+                val_curve: vec![(10.0, 2.5), (20.0, loss(v, seed))],
+                tok_per_s: 100.0,
+                elapsed_s: 1.0,
+                regimes: Vec::new(),
+                beta_mean: Vec::new(),
+            })
+            .collect();
+        let dir = std::env::temp_dir().join(format!("ddl-report-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = write_report(&dir, &s, &variants, &results, &[]).unwrap();
+        let md = std::fs::read_to_string(path).unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+        let row = |w: &str| md.lines().find(|l| l.starts_with(&format!("| {w} |"))).unwrap_or_default().to_string();
+        assert!(md.contains("## k-Map or v-Map?"), "{md}");
+        assert!(row("d_v = 1").ends_with("| **k-Map** |"), "{}", row("d_v = 1"));
+        assert!(row("d_v = 1").contains("+0.1220"), "{}", row("d_v = 1"));
+        assert!(row("d_v = 4").contains("no clear winner"), "{}", row("d_v = 4"));
+        // The paper has no Small-scale number for v-Map.
+        let vmap = md.lines().find(|l| l.starts_with("| ddl_vmap |")).unwrap();
+        assert!(vmap.ends_with("| — |"), "{vmap}");
     }
 
     #[test]
