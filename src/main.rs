@@ -958,6 +958,20 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
                 v["loss_last"].as_f64().unwrap_or(f64::NAN),
                 v["steps"]
             );
+            let mib = |k: &str| v[k].as_f64().unwrap_or(0.0) / (1 << 20) as f64;
+            println!(
+                "    best step {:.1} ms; MFU {:.0}% of the engine's matmul rate ({:.1} GFLOP/s at 1024³); {} submit, \
+                 {:.1} allocations per step; peak device memory {:.1} MiB = {:.2}× the plan ({:.1} MiB, activations {:.1} MiB)",
+                v["best_step_ms"].as_f64().unwrap_or(0.0),
+                100.0 * v["mfu"].as_f64().unwrap_or(0.0),
+                v["matmul_gflop_per_s"].as_f64().unwrap_or(0.0),
+                v["submits_per_step"],
+                v["allocs_per_step"].as_f64().unwrap_or(f64::NAN),
+                mib("peak_bytes"),
+                v["peak_over_plan"].as_f64().unwrap_or(f64::NAN),
+                mib("plan_bytes"),
+                mib("activation_plan_bytes"),
+            );
             if let Some(split) = v["split_ms"].as_object() {
                 let mut items: Vec<(&String, f64)> =
                     split.iter().map(|(k, x)| (k, x.as_f64().unwrap_or(0.0))).collect();

@@ -98,6 +98,62 @@ pub struct Gpu {
     pub all_adapters: Vec<AdapterSummary>,
     pub(crate) pipelines: Mutex<HashMap<String, Arc<Kernel>>>,
     errors: Arc<Mutex<Vec<String>>>,
+    /// Device allocations made through this runtime (buffers, bind groups, tensor bytes).
+    pub stats: Arc<AllocStats>,
+}
+
+/// Counters of what the runtime allocated on the device: every buffer (tensors, uniforms,
+/// staging), every bind group, and the bytes of live tensors with their peak. Benchmarks read
+/// them to show that a training step allocates nothing and how close memory stays to the plan.
+#[derive(Debug, Default)]
+pub struct AllocStats {
+    pub buffers: std::sync::atomic::AtomicU64,
+    pub bind_groups: std::sync::atomic::AtomicU64,
+    pub live_bytes: std::sync::atomic::AtomicU64,
+    pub peak_bytes: std::sync::atomic::AtomicU64,
+}
+
+impl AllocStats {
+    /// Buffers plus bind groups created so far.
+    pub fn allocations(&self) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.buffers.load(Relaxed) + self.bind_groups.load(Relaxed)
+    }
+
+    /// Bytes of tensors alive now.
+    pub fn live(&self) -> u64 {
+        self.live_bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Most tensor bytes alive at once since the device was opened (or the last
+    /// [`AllocStats::reset_peak`]).
+    pub fn peak(&self) -> u64 {
+        self.peak_bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Starts a new peak from the bytes alive now.
+    pub fn reset_peak(&self) {
+        self.peak_bytes.store(self.live(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn buffer(&self) {
+        self.buffers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn bind_group(&self) {
+        self.bind_groups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn tensor_alloc(&self, bytes: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.buffer();
+        let now = self.live_bytes.fetch_add(bytes, Relaxed) + bytes;
+        self.peak_bytes.fetch_max(now, Relaxed);
+    }
+
+    pub(crate) fn tensor_free(&self, bytes: u64) {
+        self.live_bytes.fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 fn rank(info: &wgpu::AdapterInfo) -> (u8, u8) {
@@ -245,6 +301,7 @@ impl Gpu {
             all_adapters,
             pipelines: Mutex::new(HashMap::new()),
             errors,
+            stats: Arc::new(AllocStats::default()),
         }))
     }
 

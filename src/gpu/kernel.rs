@@ -192,6 +192,7 @@ impl Kernel {
             match b.kind {
                 BindingKind::Uniform => {
                     let data = params.ok_or_else(|| err(format!("uniform '{}' needs params", b.name)))?;
+                    gpu.stats.buffer();
                     params_buf = Some(gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                         label: Some(&self.name),
                         contents: data,
@@ -236,6 +237,7 @@ impl Kernel {
             };
             entries.push(wgpu::BindGroupEntry { binding: b.binding, resource });
         }
+        gpu.stats.bind_group();
         let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(&self.name),
             layout: &self.layout,

@@ -7,11 +7,13 @@ mod kernel;
 mod recorder;
 mod tensor;
 
-pub use context::{AdapterSummary, BackendChoice, Gpu, GpuOptions, adapter_for_local_rank, enumerate_adapters};
+pub use context::{
+    AdapterSummary, AllocStats, BackendChoice, Gpu, GpuOptions, adapter_for_local_rank, enumerate_adapters,
+};
 pub use error::GpuError;
 pub use kernel::{Binding, BindingKind, Dispatch, Kernel};
 pub use recorder::{KernelTime, Op, Profiler, Recorder};
-pub use tensor::{DType, Tensor, View};
+pub use tensor::{DType, DeviceBuffer, Readback, Tensor, View};
 
 /// Result type of the runtime.
 pub type Result<T, E = GpuError> = std::result::Result<T, E>;

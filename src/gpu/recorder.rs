@@ -139,6 +139,13 @@ impl<'g> Recorder<'g> {
         self.encoder().copy_buffer_to_buffer(&src.buffer, 0, &dst.buffer, 0, n);
     }
 
+    /// Copies the readback's tensor into its staging buffer in this recording; after
+    /// [`Recorder::submit`], [`super::Readback::read_f32`] returns the copied values.
+    pub fn read_into(&mut self, rb: &super::Readback) {
+        let n = rb.src.buffer.size();
+        self.encoder().copy_buffer_to_buffer(&rb.src.buffer, 0, &rb.staging, 0, n);
+    }
+
     /// Records a zero fill of a whole tensor.
     pub fn zero(&mut self, t: &Tensor) {
         let size = t.buffer.size();
@@ -168,6 +175,8 @@ impl<'g> Recorder<'g> {
                     gpu.wait()?;
                     return Ok(Vec::new());
                 }
+                gpu.stats.buffer();
+                gpu.stats.buffer();
                 let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some("timestamps"),
                     size: bytes,

@@ -20,10 +20,36 @@ impl DType {
     }
 }
 
+/// A device buffer that counts itself in the device's [`super::AllocStats`] while it lives.
+pub struct DeviceBuffer {
+    buffer: wgpu::Buffer,
+    stats: Arc<super::AllocStats>,
+}
+
+impl DeviceBuffer {
+    fn new(gpu: &Gpu, buffer: wgpu::Buffer) -> Self {
+        gpu.stats.tensor_alloc(buffer.size());
+        DeviceBuffer { buffer, stats: gpu.stats.clone() }
+    }
+}
+
+impl std::ops::Deref for DeviceBuffer {
+    type Target = wgpu::Buffer;
+    fn deref(&self) -> &wgpu::Buffer {
+        &self.buffer
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        self.stats.tensor_free(self.buffer.size());
+    }
+}
+
 /// A device buffer holding a row-major tensor.
 #[derive(Clone)]
 pub struct Tensor {
-    pub buffer: Arc<wgpu::Buffer>,
+    pub buffer: Arc<DeviceBuffer>,
     pub shape: Vec<usize>,
     pub dtype: DType,
     pub label: String,
@@ -98,7 +124,8 @@ impl Tensor {
             usage: USAGE,
             mapped_at_creation: false,
         });
-        Ok(Tensor { buffer: Arc::new(buffer), shape: shape.to_vec(), dtype, label: label.to_string() })
+        let buffer = Arc::new(DeviceBuffer::new(gpu, buffer));
+        Ok(Tensor { buffer, shape: shape.to_vec(), dtype, label: label.to_string() })
     }
 
     fn from_bytes(gpu: &Gpu, label: &str, shape: &[usize], dtype: DType, data: &[u8]) -> Result<Tensor> {
@@ -118,7 +145,8 @@ impl Tensor {
             contents: data,
             usage: USAGE,
         });
-        Ok(Tensor { buffer: Arc::new(buffer), shape: shape.to_vec(), dtype, label: label.to_string() })
+        let buffer = Arc::new(DeviceBuffer::new(gpu, buffer));
+        Ok(Tensor { buffer, shape: shape.to_vec(), dtype, label: label.to_string() })
     }
 
     /// Uploads f32 data.
@@ -175,12 +203,7 @@ impl Tensor {
         if bytes == 0 {
             return Ok(Vec::new());
         }
-        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("readback"),
-            size: bytes,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let staging = staging_buffer(gpu, bytes);
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(&self.buffer, 0, &staging, 0, bytes);
         gpu.queue.submit([enc.finish()]);
@@ -199,12 +222,7 @@ impl Tensor {
             return Ok(Vec::new());
         }
         let bytes = 4 * len as u64;
-        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("readback"),
-            size: bytes,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let staging = staging_buffer(gpu, bytes);
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(&self.buffer, 4 * offset as u64, &staging, 0, bytes);
         gpu.queue.submit([enc.finish()]);
@@ -239,6 +257,37 @@ impl Tensor {
 }
 
 /// Maps a MAP_READ buffer, waits, and copies it out.
+/// A host-mappable buffer for reading `bytes` back (counted as an allocation).
+pub(crate) fn staging_buffer(gpu: &Gpu, bytes: u64) -> wgpu::Buffer {
+    gpu.stats.buffer();
+    gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("readback"),
+        size: bytes,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    })
+}
+
+/// A tensor's persistent host-readable copy: a training step records the copy into its own
+/// submit ([`super::Recorder::read_into`]) and maps it afterwards, so reading a few words back
+/// costs neither a second submit nor an allocation.
+pub struct Readback {
+    pub(crate) staging: wgpu::Buffer,
+    pub(crate) src: Tensor,
+}
+
+impl Readback {
+    pub fn new(gpu: &Gpu, src: &Tensor) -> Readback {
+        Readback { staging: staging_buffer(gpu, src.buffer.size()), src: src.clone() }
+    }
+
+    /// The words copied by the last submitted recording (waits for it).
+    pub fn read_f32(&self, gpu: &Gpu) -> Result<Vec<f32>> {
+        let words = read_mapped(gpu, &self.staging, &self.src.label)?;
+        Ok(bytemuck::cast_vec(words[..self.src.len()].to_vec()))
+    }
+}
+
 pub(crate) fn read_mapped(gpu: &Gpu, staging: &wgpu::Buffer, what: &str) -> Result<Vec<u32>> {
     let (tx, rx) = std::sync::mpsc::channel();
     staging.map_async(wgpu::MapMode::Read, .., move |r| {

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::gpu::{DType, Dispatch, Gpu, Op, Recorder, Result, Tensor, View};
+use crate::gpu::{DType, Dispatch, Gpu, Op, Readback, Recorder, Result, Tensor, View};
 use crate::kernels::attention::AttnShape;
 use crate::kernels::delta::{DeltaShape, VAct};
 use crate::kernels::matmul::Matmul;
@@ -211,6 +211,8 @@ pub struct Program {
     pub norm_sq: Tensor,
     /// (loss, valid targets, Σ g²): the one small readback of a training step.
     pub stats: Tensor,
+    /// `stats`' persistent staging copy, filled in the same submit as the step.
+    pub stats_rb: Readback,
     /// Zeroes the gradient buffer (once per optimizer step, before the first micro-batch).
     pub zero: Vec<Op>,
     pub forward: Vec<Op>,
@@ -445,6 +447,7 @@ impl Model {
             lse,
             loss_out,
             norm_sq,
+            stats_rb: Readback::new(&self.gpu, &stats),
             stats,
             zero: vec![Op::Zero(self.grads.clone())],
             forward: Vec::new(),
@@ -1282,27 +1285,43 @@ impl Model {
         self.gpu.wait()
     }
 
+    /// [`Model::run`] that also copies the program's `stats` to the host in the same submit
+    /// (no second submit, no allocation) and returns them: (loss, valid targets, Σ g², ·).
+    pub fn run_read(&self, p: &Program, parts: &[&[Op]], optimizer: Option<&[Dispatch]>) -> Result<Vec<f32>> {
+        let mut r = Recorder::new(&self.gpu);
+        for ops in parts {
+            r.ops(ops);
+        }
+        if let Some(ds) = optimizer {
+            let refs: Vec<&Dispatch> = ds.iter().collect();
+            r.record(&refs);
+        }
+        r.read_into(&p.stats_rb);
+        r.submit()?;
+        let s = p.stats_rb.read_f32(&self.gpu)?;
+        self.gpu.check()?;
+        Ok(s)
+    }
+
     /// Forward, backward and gradient norm without an optimizer step (gradients left in
     /// `grads`); returns (loss, grad norm).
     pub fn forward_backward(&self, p: &Program) -> Result<(f32, f32)> {
-        self.run(&[&p.zero, &p.forward, &p.backward, &p.finish], None)?;
-        let s = p.stats.read_f32(&self.gpu)?;
+        let s = self.run_read(p, &[&p.zero, &p.forward, &p.backward, &p.finish], None)?;
         Ok((s[0], s[2].max(0.0).sqrt()))
     }
 
     /// Forward only; returns (mean loss, valid targets).
     pub fn eval_loss(&self, p: &Program) -> Result<(f32, f32)> {
-        self.run(&[&p.forward], None)?;
-        let s = p.stats.read_f32(&self.gpu)?;
+        let s = self.run_read(p, &[&p.forward], None)?;
         Ok((s[0], s[1]))
     }
 
     /// One training step with a single batch (already set with [`Program::set_batch`]):
-    /// forward, backward, norm and AdamW in one submit; returns (loss, grad norm before clipping).
+    /// forward, backward, norm and AdamW in one submit that also copies the statistics to the
+    /// host; returns (loss, grad norm before clipping).
     pub fn train_step(&self, p: &Program, opt: &AdamWConfig) -> Result<(f32, f32)> {
         self.set_optimizer_step(p, opt)?;
-        self.run(&[&p.zero, &p.forward, &p.backward, &p.finish], Some(&p.optimizer))?;
-        let s = p.stats.read_f32(&self.gpu)?;
+        let s = self.run_read(p, &[&p.zero, &p.forward, &p.backward, &p.finish], Some(&p.optimizer))?;
         Ok((s[0], s[2].max(0.0).sqrt()))
     }
 }
