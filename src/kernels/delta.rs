@@ -15,7 +15,7 @@
 
 use crate::bench::{BENCH_SHAPE, KernelBench};
 use crate::gpu::{Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
-use crate::kernels::matmul::{Matmul, Operand};
+use crate::kernels::matmul::Matmul;
 use crate::testing::Rng;
 
 /// Tokens per matmul in the backward's sums over tokens. Longer sums are split into chunks
@@ -190,8 +190,7 @@ fn check_aliasing(op: &str, reads: &[(&str, &View)], writes: &[(&str, &View)]) -
 ///
 /// Writes `x_out` (X') and the saved traces `k`, `rnorm` (1/n), `beta`, `v`, `delta`. Every output
 /// must be a buffer separate from the inputs (inputs may share buffers among themselves).
-/// Dispatches: two matmuls for the heads' pre-activations z = c·w_β and u = a·W_vᵀ into a
-/// scratch `[n, 1 + m]` (kept in the first dispatch), then the per-token kernel.
+/// One dispatch.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
     gpu: &Gpu,
@@ -235,15 +234,6 @@ pub fn forward(
         need("forward", name, view, *len)?;
     }
     check_aliasing("forward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
-    // zu[:, 0] = c·w_β (w_β as a [d, 1] column), zu[:, 1..] = a·W_vᵀ (W_v stored [m, d]).
-    let zu = Tensor::zeros(gpu, "delta.zu", &[n, 1 + m], crate::gpu::DType::F32)?;
-    let mut mz = Matmul::nn(n, 1, d);
-    mz.c.row_stride = 1 + m;
-    let mut mu = Matmul::nt(n, m, d);
-    mu.c = Operand { offset: 1, row_stride: 1 + m, col_stride: 1, batch_stride: n * (1 + m) };
-    let mut out = mz.bind_split(gpu, c, w_beta, zu.view())?;
-    out.extend(mu.bind_split(gpu, a, w_v, zu.view())?);
-
     let seg = segment_width(gpu, d);
     let kern = gpu.kernel("delta", Some(&s.variant()), "delta_forward")?;
     let p = s.params(seg);
@@ -253,7 +243,10 @@ pub fn forward(
         &[
             ("x", x),
             ("kraw", kraw),
-            ("zu", zu.view()),
+            ("a", a),
+            ("c", c),
+            ("w_beta", w_beta),
+            ("w_v", w_v),
             ("b_beta", b_beta),
             ("b_v", b_v),
             ("x_out", x_out),
@@ -265,9 +258,7 @@ pub fn forward(
         ],
         s.grid(gpu, seg),
     )?;
-    out.push(main);
-    out[0].scratch.push(zu);
-    Ok(out)
+    Ok(vec![main])
 }
 
 /// Backward of [`forward`] (spec 11.1, 14.8) given `g` = ∂X' and the saved `k`, `rnorm`, `beta`,
