@@ -218,25 +218,22 @@ fn delta_forward(
 
     for (var r = 0u; r < R; r++) {
         let i = lane + r * seg;
-        if (i < d) {
-            let ti = t * d + i;
-            let ki = kc[r] * rn;
-            k_out[ti] = ki;
-            var xr = xc[r];
-            var nr: Row;
-            for (var j = 0u; j < MM; j++) { nr[j] = fma(ki, coef[j], xr[j]); }
-            x_out[ti] = nr;
-        }
+        if (i < d) { write_row(t * d + i, kc[r] * rn, coef, xc[r]); }
     }
     for (var i = lane + R * seg; i < d; i += seg) {
         let ti = t * d + i;
-        let ki = kraw[ti] * rn;
-        k_out[ti] = ki;
-        var xr = x[ti];
-        var nr: Row;
-        for (var j = 0u; j < MM; j++) { nr[j] = fma(ki, coef[j], xr[j]); }
-        x_out[ti] = nr;
+        write_row(ti, kraw[ti] * rn, coef, x[ti]);
     }
+}
+
+// Row ti of the outputs: k_i and X'[i, ·] = X[i, ·] + k_i (β δ).
+fn write_row(ti: u32, ki: f32, coef: array<f32, MM>, xr_in: Row) {
+    k_out[ti] = ki;
+    var xr = xr_in;
+    var cf = coef;
+    var nr: Row;
+    for (var j = 0u; j < MM; j++) { nr[j] = fma(ki, cf[j], xr[j]); }
+    x_out[ti] = nr;
 }
 
 @compute @workgroup_size(128)

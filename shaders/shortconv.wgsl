@@ -254,6 +254,16 @@ fn preload_x4(n0: u32, i: u32) -> array<vec4<f32>, KW> {
     return w;
 }
 
+// Moves feature i's window to token n, the t-th of its sequence: cleared at a sequence start,
+// shifted one slot, X[n] loaded into the last slot.
+fn window_step(w: ptr<function, array<vec4<f32>, KW>>, n: u32, i: u32, t: u32) {
+    if (t == 0u) {
+        for (var s = 0u; s < KW; s++) { (*w)[s] = vec4<f32>(); }
+    }
+    for (var s = 0u; s < KW - 1u; s++) { (*w)[s] = (*w)[s + 1u]; }
+    (*w)[KW - 1u] = load_x4(n, i);
+}
+
 @compute @workgroup_size(256)
 fn token_forward_w(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -276,11 +286,7 @@ fn token_forward_w(
     var w = preload_x4(n0, i);
     var t = n0 % p.seq;
     for (var n = n0; n < n1; n++) {
-        if (t == 0u) {
-            for (var s = 0u; s < KW; s++) { w[s] = vec4<f32>(); }
-        }
-        for (var s = 0u; s < KW - 1u; s++) { w[s] = w[s + 1u]; }
-        w[KW - 1u] = load_x4(n, i);
+        window_step(&w, n, i, t);
         var acc = vec4<f32>();
         for (var s = 0u; s < KW; s++) { acc = fma(kw[s], w[s], acc); }
         a[n * p.d + i] = acc.x + acc.y + acc.z + acc.w;
@@ -352,11 +358,7 @@ fn token_backward_partial_w(
     var acc: array<vec4<f32>, KW>;
     var t = n0 % p.seq;
     for (var n = n0; n < n1; n++) {
-        if (t == 0u) {
-            for (var s = 0u; s < KW; s++) { w[s] = vec4<f32>(); }
-        }
-        for (var s = 0u; s < KW - 1u; s++) { w[s] = w[s + 1u]; }
-        w[KW - 1u] = load_x4(n, i);
+        window_step(&w, n, i, t);
         let g = vec4<f32>(da[n * p.d + i]);
         for (var s = 0u; s < KW; s++) { acc[s] = fma(g, w[s], acc[s]); }
         t += 1u;

@@ -158,6 +158,12 @@ pub fn token_forward(gpu: &Gpu, s: &ConvShape, x: View, kappa: View, rho: View, 
     Ok(vec![disp])
 }
 
+/// `drho[j] += Σ q[·, j, ·]`: one workgroup per value channel.
+fn drho_dispatch(gpu: &Gpu, pb: &[u8], drho: View, q: &Tensor, m: usize) -> Result<Dispatch> {
+    let bufs = [("drho", drho), ("q", q.view())];
+    launch_variant(gpu, "shortconv", Some(GENERIC), "reduce_drho", pb, &bufs, m * WG_1D as usize)
+}
+
 /// The shader variant the per-element kernels are launched from (they do not use its `Row`).
 const GENERIC: &str = "m1";
 
@@ -253,15 +259,7 @@ pub fn token_backward(
         &[("kappa", kappa), ("rho", rho), ("dkappa", dkappa), ("partial", partial.view()), ("q", q.view())],
         dm * k,
     )?;
-    let mut d_rho = launch_variant(
-        gpu,
-        "shortconv",
-        Some(GENERIC),
-        "reduce_drho",
-        pb,
-        &[("drho", drho), ("q", q.view())],
-        m * WG_1D as usize,
-    )?;
+    let mut d_rho = drho_dispatch(gpu, pb, drho, &q, m)?;
     d_part.scratch.push(partial.clone());
     d_fin.scratch.extend([partial, q.clone()]);
     d_rho.scratch.push(q);
@@ -392,15 +390,7 @@ pub fn value_backward(
         ],
         d,
     )?;
-    let mut d_rho = launch_variant(
-        gpu,
-        "shortconv",
-        Some(GENERIC),
-        "reduce_drho",
-        pb,
-        &[("drho", drho), ("q", q.view())],
-        m * WG_1D as usize,
-    )?;
+    let mut d_rho = drho_dispatch(gpu, pb, drho, &q, m)?;
     d_part.scratch.push(partial.clone());
     d_fin.scratch.extend([partial, domega, q.clone()]);
     d_rho.scratch.push(q);

@@ -1271,8 +1271,8 @@ impl Model {
         adamw::set_step(&self.gpu, &p.optimizer, opt)
     }
 
-    /// Runs program parts (and optionally the optimizer) in one submit and waits.
-    pub fn run(&self, parts: &[&[Op]], optimizer: Option<&[Dispatch]>) -> Result<()> {
+    /// Records program parts and optionally the optimizer into one recording.
+    fn record(&self, parts: &[&[Op]], optimizer: Option<&[Dispatch]>) -> Recorder<'_> {
         let mut r = Recorder::new(&self.gpu);
         for ops in parts {
             r.ops(ops);
@@ -1281,21 +1281,19 @@ impl Model {
             let refs: Vec<&Dispatch> = ds.iter().collect();
             r.record(&refs);
         }
-        r.submit()?;
+        r
+    }
+
+    /// Runs program parts (and optionally the optimizer) in one submit and waits.
+    pub fn run(&self, parts: &[&[Op]], optimizer: Option<&[Dispatch]>) -> Result<()> {
+        self.record(parts, optimizer).submit()?;
         self.gpu.wait()
     }
 
     /// [`Model::run`] that also copies the program's `stats` to the host in the same submit
     /// (no second submit, no allocation) and returns them: (loss, valid targets, Σ g², ·).
     pub fn run_read(&self, p: &Program, parts: &[&[Op]], optimizer: Option<&[Dispatch]>) -> Result<Vec<f32>> {
-        let mut r = Recorder::new(&self.gpu);
-        for ops in parts {
-            r.ops(ops);
-        }
-        if let Some(ds) = optimizer {
-            let refs: Vec<&Dispatch> = ds.iter().collect();
-            r.record(&refs);
-        }
+        let mut r = self.record(parts, optimizer);
         r.read_into(&p.stats_rb);
         r.submit()?;
         let s = p.stats_rb.read_f32(&self.gpu)?;
