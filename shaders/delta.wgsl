@@ -236,6 +236,26 @@ fn write_row(ti: u32, ki: f32, coef: array<f32, MM>, xr_in: Row) {
     x_out[ti] = nr;
 }
 
+// Row ti of the backward: writes ∂X[i, ·] = G[i, ·] − k_i β g and returns ∂k_i = β(Gδ − Xg)_i.
+fn backward_row(ti: u32, ki: f32, g_in: Row, bt: f32, gs_in: array<f32, MM>, gb_in: array<f32, MM>,
+                dl_in: array<f32, MM>) -> f32 {
+    var gr = g_in;
+    var gs = gs_in;
+    var gb = gb_in;
+    var dl = dl_in;
+    var xr = x[ti];
+    var nr: Row;
+    var gd = 0.0;    // (G δ)_i
+    var xg = 0.0;    // (X g)_i
+    for (var j = 0u; j < MM; j++) {
+        gd = fma(gr[j], dl[j], gd);
+        xg = fma(xr[j], gs[j], xg);
+        nr[j] = gr[j] - ki * gb[j];
+    }
+    dx[ti] = nr;
+    return bt * (gd - xg);
+}
+
 @compute @workgroup_size(128)
 fn delta_backward(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -304,39 +324,15 @@ fn delta_backward(
         for (var r = 0u; r < R; r++) {
             let i = lane + r * seg;
             if (i < d) {
-                let ti = t * d + i;
-                let ki = kc[r];
-                var gr = gc[r];
-                var xr = x[ti];
-                var nr: Row;
-                var gd = 0.0;    // (G δ)_i
-                var xg = 0.0;    // (X g)_i
-                for (var j = 0u; j < MM; j++) {
-                    gd = fma(gr[j], dl[j], gd);
-                    xg = fma(xr[j], gs[j], xg);
-                    nr[j] = gr[j] - ki * gb[j];
-                }
-                dx[ti] = nr;
-                let dk = bt * (gd - xg);
+                let dk = backward_row(t * d + i, kc[r], gc[r], bt, gs, gb, dl);
                 dkc[r] = dk;
-                part2[0] = fma(ki, dk, part2[0]);
+                part2[0] = fma(kc[r], dk, part2[0]);
             }
         }
         for (var i = lane + R * seg; i < d; i += seg) {
             let ti = t * d + i;
             let ki = k[ti];
-            var gr = g[ti];
-            var xr = x[ti];
-            var nr: Row;
-            var gd = 0.0;
-            var xg = 0.0;
-            for (var j = 0u; j < MM; j++) {
-                gd = fma(gr[j], dl[j], gd);
-                xg = fma(xr[j], gs[j], xg);
-                nr[j] = gr[j] - ki * gb[j];
-            }
-            dx[ti] = nr;
-            let dk = bt * (gd - xg);
+            let dk = backward_row(ti, ki, g[ti], bt, gs, gb, dl);
             dkraw[ti] = dk;
             part2[0] = fma(ki, dk, part2[0]);
         }
