@@ -205,13 +205,15 @@ fn reduce_drho(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Token axis, windowed (m ≤ 4 = MM of the variant, K ≤ KW): one invocation per (feature i, chunk of tokens) walks its
-// chunk in order, keeping the last KW token states of feature i as vec4s (value j in component
-// j) in a sliding window, so X and ∂a are read once per token instead of once per tap. Window
-// slot KW−1 is the current token, slot KW−1−lag the token `lag` back; slots with lag ≥ K, and
-// tokens before the sequence start, are zero. Every loop over slots has a constant trip count,
-// so the windows live in registers. Invocation e: i = e % d, chunk = e / d (features fastest:
-// neighbouring invocations read neighbouring memory).
+// Token axis, windowed (m ≤ 4 = MM of the variant, K ≤ KW): one invocation per (feature i, chunk
+// of tokens) walks its chunk in order, keeping the last KW token states of feature i as vec4s
+// (value j in component j) in a sliding window, so X and ∂a are read once per token instead of
+// once per tap. Window slot KW−1 is the current token, slot KW−1−lag the token `lag` back (zero
+// before the sequence start); slots with lag ≥ K are skipped. Every loop over slots has a
+// constant trip count (the K bound is a uniform branch inside), so the windows live in
+// registers: with K as the loop bound they went to the stack and the forward took 2.5× longer.
+// Invocation e: i = e % d, chunk = e / d (features fastest: neighbouring invocations read
+// neighbouring memory).
 
 const KW: u32 = 8u;
 
@@ -288,7 +290,9 @@ fn token_forward_w(
     for (var n = n0; n < n1; n++) {
         window_step(&w, n, i, t);
         var acc = vec4<f32>();
-        for (var s = 0u; s < KW; s++) { acc = fma(kw[s], w[s], acc); }
+        for (var s = 0u; s < KW; s++) {
+            if (s + p.k >= KW) { acc = fma(kw[s], w[s], acc); }
+        }
         a[n * p.d + i] = acc.x + acc.y + acc.z + acc.w;
         t += 1u;
         if (t == p.seq) { t = 0u; }
@@ -331,7 +335,9 @@ fn token_backward_dx_w(
         for (var s = KW - 1u; s > 0u; s--) { w[s] = w[s - 1u]; }
         w[0] = da[nn * p.d + i];
         var g = vec4<f32>();
-        for (var lead = 0u; lead < KW; lead++) { g = fma(kw[lead], vec4<f32>(w[lead]), g); }
+        for (var lead = 0u; lead < KW; lead++) {
+            if (lead < p.k) { g = fma(kw[lead], vec4<f32>(w[lead]), g); }
+        }
         let b = nn * p.d + i;
         dxr[b] = from4(row4(dxr[b]) + g);
         if (t == 0u) { t = p.seq; }
@@ -360,7 +366,9 @@ fn token_backward_partial_w(
     for (var n = n0; n < n1; n++) {
         window_step(&w, n, i, t);
         let g = vec4<f32>(da[n * p.d + i]);
-        for (var s = 0u; s < KW; s++) { acc[s] = fma(g, w[s], acc[s]); }
+        for (var s = 0u; s < KW; s++) {
+            if (s + p.k >= KW) { acc[s] = fma(g, w[s], acc[s]); }
+        }
         t += 1u;
         if (t == p.seq) { t = 0u; }
     }
