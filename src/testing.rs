@@ -165,3 +165,22 @@ mod tests {
         assert!(!compare("x", &[1.0, 2.1, 3.0], &want).passes(1e-3));
     }
 }
+
+/// A fresh, empty directory `$TMPDIR/ddl-{name}-{pid}` for one test (anything left there by an
+/// earlier run of the same process id is removed).
+pub fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("ddl-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create a test directory under the temp dir");
+    d
+}
+
+/// Writes the first 20,000 characters of TinyShakespeare (`assets/`) to `dir/corpus.txt`, a
+/// corpus small enough to tokenise and train on in seconds; returns its path.
+pub fn small_corpus(dir: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/tinyshakespeare.txt"))
+        .expect("assets/tinyshakespeare.txt");
+    let p = dir.join("corpus.txt");
+    std::fs::write(&p, &text[..20_000]).expect("write the test corpus");
+    p.display().to_string()
+}

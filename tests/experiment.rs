@@ -5,10 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ddl-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    ddl::testing::scratch_dir(&format!("test-{name}"))
 }
 
 fn ddl(dir: &Path, args: &[&str]) -> std::process::Output {
@@ -24,9 +21,7 @@ fn text(o: &std::process::Output) -> String {
 }
 
 fn spec(dir: &Path, steps: usize) -> PathBuf {
-    let full = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/tinyshakespeare.txt")).unwrap();
-    let corpus = dir.join("corpus.txt");
-    std::fs::write(&corpus, &full[..20_000]).unwrap();
+    let corpus = ddl::testing::small_corpus(dir);
     let p = dir.join("mini.toml");
     std::fs::write(
         &p,
@@ -51,7 +46,7 @@ eval_every = 2
 eval_batches = 2
 checkpoint_every = 0
 "#,
-            corpus.display()
+            corpus
         ),
     )
     .unwrap();

@@ -19,18 +19,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ddl-mpi-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// The first 20k characters of TinyShakespeare.
-fn corpus(dir: &Path) -> String {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/tinyshakespeare.txt")).unwrap();
-    let p = dir.join("corpus.txt");
-    std::fs::write(&p, &text[..20_000]).unwrap();
-    p.display().to_string()
+    ddl::testing::scratch_dir(&format!("mpi-test-{name}"))
 }
 
 /// `ddl train` arguments of a model small enough to train in seconds on lavapipe; the global
@@ -126,7 +115,7 @@ fn two_ranks_match_one_process_keep_identical_parameters_and_resume_exactly() {
         return;
     }
     let dir = tmpdir("match");
-    let c = corpus(&dir);
+    let c = ddl::testing::small_corpus(&dir);
     let limit = Duration::from_secs(240);
     // One process first: it also fills the matmul autotune cache the ranks then read, so both
     // runs use the same kernels.
@@ -196,7 +185,7 @@ fn ranks_with_different_settings_all_fail_clearly_without_hanging() {
         return;
     }
     let dir = tmpdir("mismatch");
-    let c = corpus(&dir);
+    let c = ddl::testing::small_corpus(&dir);
     // MPMD: rank 1 is given another learning rate.
     let mut m = mpirun(&dir);
     m.args(["-n", "1", DDL]).args(train_args(&c, 4)).args(["--distributed", "mpi", "--out", "run"]);
@@ -228,7 +217,7 @@ fn rank_pid(mpirun_pid: u32, rank: usize) -> Option<u32> {
 /// mpirun took to end afterwards and its output.
 fn signal_rank_1(name: &str, signal: &str) -> (Duration, Output) {
     let dir = tmpdir(name);
-    let c = corpus(&dir);
+    let c = ddl::testing::small_corpus(&dir);
     let mut m = mpirun(&dir);
     m.args(["-n", "2", DDL]).args(train_args(&c, 1_000_000));
     m.args(["--distributed", "mpi", "--mpi-timeout", "5", "--out", "run"]);

@@ -8,10 +8,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ddl-rel-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    ddl::testing::scratch_dir(&format!("rel-{name}"))
 }
 
 fn cmd(dir: &Path) -> Command {
@@ -36,13 +33,6 @@ fn fails(dir: &Path, args: &[&str], needles: &[&str]) -> String {
         assert!(t.contains(n), "`ddl {}`: expected {n:?} in:\n{t}", args.join(" "));
     }
     t
-}
-
-fn corpus(dir: &Path) -> String {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/tinyshakespeare.txt")).unwrap();
-    let p = dir.join("corpus.txt");
-    std::fs::write(&p, &text[..20_000]).unwrap();
-    p.display().to_string()
 }
 
 /// Flags of a model that trains a step in well under a second on lavapipe.
@@ -74,7 +64,7 @@ fn train_args<'a>(corpus: &'a str, out: &'a str, steps: &'a str, extra: &[&'a st
 
 /// A small trained checkpoint in `dir/ck`.
 fn checkpoint(dir: &Path) -> PathBuf {
-    let c = corpus(dir);
+    let c = ddl::testing::small_corpus(dir);
     let out = dir.join("ck");
     let o = cmd(dir).args(train_args(&c, out.to_str().unwrap(), "2", &[])).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
@@ -204,7 +194,7 @@ fn checkpoint_problems_are_clear_errors() {
 #[test]
 fn config_problems_are_clear_errors() {
     let dir = tmpdir("config");
-    let c = corpus(&dir);
+    let c = ddl::testing::small_corpus(&dir);
     let out = dir.join("o").display().to_string();
     let t = |extra: &[&str], needles: &[&str]| {
         let mut a = vec!["train", "--corpus", &c, "--out", &out, "--steps", "1"];
@@ -280,7 +270,7 @@ fn corpus_problems_are_clear_errors() {
 #[test]
 fn tokenizer_problems_are_clear_errors() {
     let dir = tmpdir("tok");
-    let c = corpus(&dir);
+    let c = ddl::testing::small_corpus(&dir);
     let out = dir.join("o").display().to_string();
     let t = |tok: &str, needles: &[&str]| {
         let mut a = vec!["train", "--corpus", &c, "--out", &out, "--steps", "1", "--tokenizer", tok];
@@ -367,7 +357,7 @@ fn names(dir: &Path) -> Vec<String> {
 #[test]
 fn kill_9_during_checkpoint_writes_never_loses_the_checkpoint() {
     let dir = tmpdir("kill");
-    let c = corpus(&dir);
+    let c = ddl::testing::small_corpus(&dir);
     let out = dir.join("run");
     let o = out.to_str().unwrap();
     // A bigger model (the tiny preset, ~10 MB per checkpoint) saved after every step, so the
@@ -435,7 +425,7 @@ fn kill_9_during_checkpoint_writes_never_loses_the_checkpoint() {
 #[test]
 fn a_non_finite_step_stops_the_run_or_is_skipped_and_no_checkpoint_is_corrupted() {
     let dir = tmpdir("nan");
-    let c = corpus(&dir);
+    let c = ddl::testing::small_corpus(&dir);
     // A learning rate of 1e4 without clipping makes the loss overflow within a few steps.
     let diverge = ["--set", "train.lr=1e4", "--set", "train.grad_clip=0", "--set", "train.warmup_steps=1"];
     let every = ["--set", "train.checkpoint_every=1", "--set", "train.log_every=1"];
@@ -472,7 +462,7 @@ fn a_non_finite_step_stops_the_run_or_is_skipped_and_no_checkpoint_is_corrupted(
 #[test]
 fn a_full_disk_or_an_unwritable_directory_is_a_clear_error_and_keeps_the_last_checkpoint() {
     let dir = tmpdir("disk");
-    let c = corpus(&dir);
+    let c = ddl::testing::small_corpus(&dir);
     // Not writable: the output path runs through a regular file (fails before training starts,
     // even as root, where permission bits would not stop us).
     std::fs::write(dir.join("file"), "x").unwrap();
@@ -499,7 +489,7 @@ fn a_full_disk_or_an_unwritable_directory_is_a_clear_error_and_keeps_the_last_ch
 #[test]
 fn a_lost_device_is_a_clear_error_and_keeps_the_last_checkpoint() {
     let dir = tmpdir("lost");
-    let c = corpus(&dir);
+    let c = ddl::testing::small_corpus(&dir);
     let out = dir.join("run");
     let a = train_args(&c, out.to_str().unwrap(), "6", &["--set", "train.checkpoint_every=1"]);
     // Injected: the device is destroyed (as a driver reset would lose it) before step 3 runs.

@@ -9,10 +9,7 @@ use std::sync::OnceLock;
 use ddl::tokenizer::{EOT, Tokenizer, TokenizerError, train_bpe};
 
 fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ddl-test-tok-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    ddl::testing::scratch_dir(&format!("test-tok-{name}"))
 }
 
 /// The first `n` bytes of TinyShakespeare (cut at a character boundary).

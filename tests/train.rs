@@ -7,18 +7,7 @@ use ddl::model::Variant;
 use ddl::train::{RunConfig, TrainOptions};
 
 fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ddl-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// A small corpus (the first 20k characters of TinyShakespeare).
-fn corpus(dir: &Path) -> String {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/tinyshakespeare.txt")).unwrap();
-    let p = dir.join("corpus.txt");
-    std::fs::write(&p, &text[..20_000]).unwrap();
-    p.display().to_string()
+    ddl::testing::scratch_dir(&format!("test-{name}"))
 }
 
 /// A model small enough to train a few steps in seconds on lavapipe.
@@ -52,7 +41,7 @@ fn env_cache(dir: &Path) {
 fn resuming_gives_bit_identical_losses_to_an_uninterrupted_run() {
     let dir = tmpdir("resume");
     env_cache(&dir);
-    let c = corpus(&dir);
+    let c = ddl::testing::small_corpus(&dir);
     let gpu = ddl::testing::gpu();
     for variant in [Variant::Ddl, Variant::Baseline] {
         let run = small_run(variant, &c);
@@ -115,7 +104,7 @@ fn ddl_cmd(dir: &Path) -> Command {
 #[test]
 fn the_cli_trains_evaluates_and_samples() {
     let dir = tmpdir("cli");
-    let c = corpus(&dir);
+    let c = ddl::testing::small_corpus(&dir);
     let out = dir.join("run");
     let st = ddl_cmd(&dir)
         .args(["train", "--preset", "tiny", "--variant", "ddl_v1", "--steps", "3", "--corpus", &c, "--out"])
@@ -168,7 +157,7 @@ fn bad_training_inputs_are_clear_errors() {
 #[test]
 fn generate_streams_text_writes_a_trace_and_chat_keeps_context() {
     let dir = tmpdir("gen");
-    let c = corpus(&dir);
+    let c = ddl::testing::small_corpus(&dir);
     let out = dir.join("run");
     let st = ddl_cmd(&dir)
         .args(["train", "--preset", "tiny", "--variant", "ddl", "--steps", "2", "--corpus", &c, "--out"])
@@ -257,7 +246,7 @@ fn generate_streams_text_writes_a_trace_and_chat_keeps_context() {
 #[test]
 fn ctrl_c_saves_a_checkpoint_and_exits_cleanly_and_the_run_resumes() {
     let dir = tmpdir("sigint");
-    let c = corpus(&dir);
+    let c = ddl::testing::small_corpus(&dir);
     let out = dir.join("run");
     let args = |steps: &str| -> Vec<String> {
         let mut v: Vec<String> =

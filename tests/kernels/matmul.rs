@@ -146,12 +146,12 @@ fn accumulate_adds_into_c_and_alpha_scales() {
     }
 }
 
-#[test]
-fn batched_products_with_offsets_and_strides() {
-    // Attention-like: per head, Q_h (T×h) · K_hᵀ where heads are interleaved in rows of H·h.
+/// Attention-like: per head, Q_h (T×h) · K_hᵀ where heads are interleaved in rows of H·h; C
+/// offset, padded rows and batch gaps.
+fn attention_like() -> Matmul {
     let (t, h, heads) = (19, 7, 3);
     let row = heads * h;
-    let mm = Matmul {
+    Matmul {
         m: t,
         n: t,
         k: h,
@@ -161,7 +161,12 @@ fn batched_products_with_offsets_and_strides() {
         c: Operand { offset: 3, row_stride: t + 2, col_stride: 1, batch_stride: t * (t + 2) + 1 },
         accumulate: false,
         alpha: 0.5,
-    };
+    }
+}
+
+#[test]
+fn batched_products_with_offsets_and_strides() {
+    let mm = attention_like();
     for v in matmul::variants() {
         check(mm, Some(v));
     }
@@ -388,19 +393,7 @@ fn split_products_match_float64_in_every_form() {
 #[test]
 fn split_products_keep_batches_offsets_and_strides() {
     // Strided, offset, batched operands (attention-like and register-kernel tails).
-    let (t, h, heads) = (19, 7, 3);
-    let row = heads * h;
-    let attn = Matmul {
-        m: t,
-        n: t,
-        k: h,
-        batch: heads,
-        a: Operand { offset: 0, row_stride: row, col_stride: 1, batch_stride: h },
-        b: Operand { offset: 5, row_stride: 1, col_stride: row, batch_stride: h },
-        c: Operand { offset: 3, row_stride: t + 2, col_stride: 1, batch_stride: t * (t + 2) + 1 },
-        accumulate: false,
-        alpha: 0.5,
-    };
+    let attn = attention_like();
     for max_chunk in [100, 300] {
         check_split(attn, max_chunk);
         check_split(strided_tail("nt", 20, 37, 37, 3), max_chunk * 4);

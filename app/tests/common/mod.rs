@@ -12,10 +12,7 @@ pub fn fixture(name: &str) -> PathBuf {
 }
 
 pub fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ddl-viz-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    ddl::testing::scratch_dir(&format!("viz-test-{name}"))
 }
 
 /// A tiny DDL model (2 blocks, d = 32) trained for a few steps: seconds on lavapipe. Trained once
@@ -43,11 +40,8 @@ fn train_tiny(dir: &Path, variant: Variant) -> PathBuf {
     // One training at a time: two runs writing the same token cache entry at once race.
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../assets/tinyshakespeare.txt")).unwrap();
-    let corpus = dir.join("corpus.txt");
-    std::fs::write(&corpus, &text[..20_000]).unwrap();
     let mut r = RunConfig::preset("tiny", variant).unwrap();
-    r.corpus = corpus.display().to_string();
+    r.corpus = ddl::testing::small_corpus(dir);
     for kv in [
         "model.d_model=32",
         "model.n_layers=2",
