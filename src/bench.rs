@@ -149,16 +149,7 @@ pub fn train_rows(
 ) -> Result<()> {
     use crate::gpu::Op;
     let model = crate::model::Model::new(gpu.clone(), cfg.clone(), 1)?;
-    let opt = crate::kernels::adamw::AdamWConfig {
-        lr: 1e-4,
-        beta1: 0.9,
-        beta2: 0.95,
-        eps: 1e-8,
-        weight_decay: 0.1,
-        grad_clip: 1.0,
-        clip_eps: 1e-6,
-        step: 1,
-    };
+    let opt = crate::kernels::adamw::AdamWConfig::paper(1e-4);
     let prog = model.program(batch, seq, &opt)?;
     let mut rng = Rng::new(7);
     let n = batch * seq;

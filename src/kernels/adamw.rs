@@ -30,6 +30,21 @@ pub struct AdamWConfig {
 }
 
 impl AdamWConfig {
+    /// The paper's optimizer settings (section 9.1: β (0.9, 0.95), ε 1e-8, weight decay 0.1,
+    /// clipping at 1.0) with learning rate `lr`, at step 1.
+    pub const fn paper(lr: f32) -> Self {
+        AdamWConfig {
+            lr,
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.1,
+            grad_clip: 1.0,
+            clip_eps: 1e-6,
+            step: 1,
+        }
+    }
+
     /// Settings for programs that never step the optimizer (evaluation, decoding, tracing):
     /// a program needs one, nothing reads it.
     pub fn inference() -> Self {
@@ -207,16 +222,7 @@ pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
     let (p, g, m, v) = (t("bench.params")?, t("bench.grads")?, t("bench.m")?, t("bench.v")?);
     let mask = Tensor::from_u32(gpu, "bench.mask", &[n.div_ceil(64)], &decay_mask(n, &[(0, n / 2)]))?;
     let norm = Tensor::from_f32(gpu, "bench.norm_sq", &[1], &[4.0])?;
-    let cfg = AdamWConfig {
-        lr: 1e-3,
-        beta1: 0.9,
-        beta2: 0.95,
-        eps: 1e-8,
-        weight_decay: 0.1,
-        grad_clip: 1.0,
-        clip_eps: 1e-6,
-        step: 1,
-    };
+    let cfg = AdamWConfig::paper(1e-3);
     let mut ds = step(gpu, &p, &g, &m, &v, mask.view(), norm.view(), n, &cfg)?;
     ds[0].scratch.extend([p, g, m, v, mask, norm]);
     Ok(vec![KernelBench {

@@ -219,16 +219,7 @@ fn a_non_finite_gradient_norm_leaves_parameters_and_moments_untouched() {
     let m = upload(&gpu, "m", &vec![0.5; n]);
     let v = upload(&gpu, "v", &vec![0.25; n]);
     let mask = ddl::gpu::Tensor::from_u32(&gpu, "mask", &[n.div_ceil(64)], &vec![1; n.div_ceil(64)]).unwrap();
-    let cfg = ddl::kernels::adamw::AdamWConfig {
-        lr: 1e-2,
-        beta1: 0.9,
-        beta2: 0.95,
-        eps: 1e-8,
-        weight_decay: 0.1,
-        grad_clip: 1.0,
-        clip_eps: 1e-6,
-        step: 1,
-    };
+    let cfg = ddl::kernels::adamw::AdamWConfig::paper(1e-2);
     for bad in [f32::NAN, f32::INFINITY] {
         let norm = upload(&gpu, "norm", &[bad]);
         let ds = ddl::kernels::adamw::step(&gpu, &params, &grads, &m, &v, mask.view(), norm.view(), n, &cfg).unwrap();

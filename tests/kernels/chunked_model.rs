@@ -8,16 +8,7 @@ use ddl::gpu::Op;
 use ddl::kernels::adamw::AdamWConfig;
 use ddl::model::{Model, ModelConfig, Program, Variant};
 
-const OPT: AdamWConfig = AdamWConfig {
-    lr: 1e-3,
-    beta1: 0.9,
-    beta2: 0.95,
-    eps: 1e-8,
-    weight_decay: 0.1,
-    grad_clip: 1.0,
-    clip_eps: 1e-6,
-    step: 1,
-};
+const OPT: AdamWConfig = AdamWConfig::paper(1e-3);
 
 fn runs(p: &Program) -> usize {
     [&p.zero, &p.forward, &p.backward, &p.finish]
