@@ -5,7 +5,7 @@ use egui_plot::{Axis, Bar, BarChart, Legend, Plot, Points, Span};
 
 use super::Selection;
 use crate::colors::{REGIMES, regime_color};
-use crate::trace::{TraceData, regime_index, sublayer_name, sublayer_short};
+use crate::trace::{TraceData, regime_index, sublayer_name};
 
 pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
     if super::empty_note(ui, data) {
@@ -36,14 +36,7 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
             .allow_drag(false)
             .allow_scroll(false)
             .x_axis_label("λ = 1 − β")
-            .y_axis_formatter(move |m, _| {
-                let v = m.value.round();
-                if (m.value - v).abs() < 1e-6 && v >= 0.0 && (v as usize) < s {
-                    sublayer_short(v as usize)
-                } else {
-                    String::new()
-                }
-            })
+            .y_axis_formatter(super::sublayer_ticks(s))
             .show(ui, |p| {
                 for (r, range) in [(2usize, -1.0..=-0.5), (1, -0.5..=0.5), (0, 0.5..=1.0)] {
                     p.span(Span::new(REGIMES[r], range).axis(Axis::X).fill(regime_color(r).gamma_multiply(0.18)));
@@ -102,14 +95,7 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
         .allow_scroll(false)
         .include_y(0.0)
         .y_axis_label("tokens")
-        .x_axis_formatter(move |m, _| {
-            let v = m.value.round();
-            if (m.value - v).abs() < 1e-6 && v >= 0.0 && (v as usize) < s {
-                sublayer_short(v as usize)
-            } else {
-                String::new()
-            }
-        })
+        .x_axis_formatter(super::sublayer_ticks(s))
         .show(ui, |p| {
             for c in charts {
                 p.bar_chart(c);

@@ -40,6 +40,19 @@ pub(crate) fn empty_note(ui: &mut eframe::egui::Ui, data: &TraceData) -> bool {
     false
 }
 
+/// Axis labels for a plot whose integer coordinates 0..s are sublayers ("0a", "0m", …): blank
+/// between them and outside the range.
+pub(crate) fn sublayer_ticks(s: usize) -> impl Fn(egui_plot::GridMark, &std::ops::RangeInclusive<f64>) -> String {
+    move |m, _| {
+        let v = m.value.round();
+        if (m.value - v).abs() < 1e-6 && v >= 0.0 && (v as usize) < s {
+            crate::trace::sublayer_short(v as usize)
+        } else {
+            String::new()
+        }
+    }
+}
+
 /// "token 12 'abc'" for headings.
 pub(crate) fn token_label(data: &TraceData, t: usize) -> String {
     let r = &data.rows[t];

@@ -5,7 +5,7 @@ use egui_plot::{Bar, BarChart, Legend, Line, Plot};
 
 use super::Selection;
 use crate::colors;
-use crate::trace::{TraceData, norm, sublayer_name, sublayer_short};
+use crate::trace::{TraceData, norm, sublayer_name};
 
 pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
     if super::empty_note(ui, data) {
@@ -16,14 +16,7 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
     ui.strong(format!("Writes of {}", super::token_label(data, t)));
     ui.label("Each sublayer erases k^T X (the state's component along k) and writes v there, scaled by β: the update is β·k·(v − k^T X)^T.");
     let h = (ui.available_height() * 0.5).clamp(140.0, 320.0);
-    let fmt = move |m: egui_plot::GridMark, _: &std::ops::RangeInclusive<f64>| {
-        let v = m.value.round();
-        if (m.value - v).abs() < 1e-6 && v >= 0.0 && (v as usize) < s {
-            sublayer_short(v as usize)
-        } else {
-            String::new()
-        }
-    };
+    let fmt = super::sublayer_ticks(s);
     ui.columns(2, |cols| {
         let ui = &mut cols[0];
         let mk = |name: &str, off: f64, f: &dyn Fn(usize) -> Option<f64>, c: egui::Color32| {
