@@ -284,7 +284,7 @@ impl Readback {
     /// The words copied by the last submitted recording (waits for it).
     pub fn read_f32(&self, gpu: &Gpu) -> Result<Vec<f32>> {
         let words = read_mapped(gpu, &self.staging, &self.src.label)?;
-        Ok(bytemuck::cast_vec(words[..self.src.len()].to_vec()))
+        Ok(bytemuck::cast_slice(&words[..self.src.len()]).to_vec())
     }
 }
 

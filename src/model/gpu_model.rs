@@ -1296,9 +1296,7 @@ impl Model {
         let mut r = self.record(parts, optimizer);
         r.read_into(&p.stats_rb);
         r.submit()?;
-        let s = p.stats_rb.read_f32(&self.gpu)?;
-        self.gpu.check()?;
-        Ok(s)
+        p.stats_rb.read_f32(&self.gpu)
     }
 
     /// Forward, backward and gradient norm without an optimizer step (gradients left in

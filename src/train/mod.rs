@@ -763,30 +763,29 @@ pub fn train_with(
         model.set_optimizer_step(&prog, &opt).map_err(ctx.clone())?;
         let mut loss_sum = 0.0f64;
         let mut exchanged = None;
-        let mut last_stats: Option<Vec<f32>> = None;
+        // (loss, valid targets, Σ g²) of the step's last submit.
+        let mut stats = Vec::new();
         for (i, &micro) in micros.iter().enumerate() {
             let (x, y) = data.train_batch(t.seed, step, micro, t.batch_size, t.seq_len);
             prog.set_batch(&model, &x, &y).map_err(ctx.clone())?;
             let first: &[crate::gpu::Op] = if i == 0 { &prog.zero } else { &[] };
             let last = i + 1 == micros.len();
-            if distributed && last && dist.overlap_backward {
+            stats = if distributed && last && dist.overlap_backward {
                 exchanged = Some(backward_with_exchange(&model, &prog, first, comm, bucket)?);
+                prog.stats.read_f32(&gpu).map_err(ctx.clone())?
             } else {
                 let optimize = last && !distributed;
                 let finish: &[crate::gpu::Op] = if optimize { &prog.finish } else { &[] };
                 // One submit per micro-batch, its statistics read back in the same submit.
-                let s = model
+                model
                     .run_read(
                         &prog,
                         &[first, &prog.forward, &prog.backward, finish],
                         if optimize { Some(&prog.optimizer) } else { None },
                     )
-                    .map_err(ctx.clone())?;
-                loss_sum += s[0] as f64;
-                last_stats = Some(s);
-                continue;
-            }
-            loss_sum += prog.stats.read_f32(&gpu).map_err(ctx.clone())?[0] as f64;
+                    .map_err(ctx.clone())?
+            };
+            loss_sum += stats[0] as f64;
         }
         let mut comm_s = None;
         if distributed {
@@ -798,16 +797,12 @@ pub fn train_with(
             comm.all_reduce_sum_f64(&mut red, "loss all-reduce");
             loss_sum = red[0];
             stop = red[1] > 0.0;
-            last_stats = Some(model.run_read(&prog, &[&prog.finish], Some(&prog.optimizer)).map_err(ctx.clone())?);
+            stats = model.run_read(&prog, &[&prog.finish], Some(&prog.optimizer)).map_err(ctx.clone())?;
             comm_s = Some((c.wait, c.total));
             if step > start {
                 comm_sum += c;
             }
         }
-        let stats = match last_stats {
-            Some(s) => s,
-            None => prog.stats.read_f32(&gpu).map_err(ctx)?,
-        };
         // The step's loss: the mean of its micro-batches' mean losses (what the gradient is of).
         let loss = (loss_sum / t.grad_accum as f64) as f32;
         // A non-finite norm² is reported as it is (NaN.max(0) would read as 0).
