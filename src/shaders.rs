@@ -68,6 +68,11 @@ macro_rules! row_code {
     };
 }
 
+/// The name of the `DELTA_VARIANTS` / `SHORTCONV_VARIANTS` variant for value width `m`.
+pub fn width_variant(m: usize) -> String {
+    format!("m{m}")
+}
+
 /// Value widths of the delta-write kernel (`shaders/delta.wgsl`): variant `mJ` has `MM = J` and
 /// the row type of that width, so the loops over the m value channels have constant trip counts
 /// (registers, not stack arrays) and a state row is one load where WGSL allows it.

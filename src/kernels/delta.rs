@@ -18,11 +18,6 @@ use crate::gpu::{Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
 use crate::kernels::matmul::Matmul;
 use crate::testing::Rng;
 
-/// Tokens per matmul in the backward's sums over tokens. Longer sums are split into chunks
-/// added one after the other: llvmpipe (lavapipe) stops any shader loop after 65 535 iterations,
-/// which silently truncates a matmul over ≳ 40 000 tokens there.
-pub const TOKEN_CHUNK: usize = 16384;
-
 /// Largest number of value channels `m` the kernel supports (`MMAX` in the shader).
 pub const MAX_VALUE_CHANNELS: usize = 8;
 
@@ -111,7 +106,7 @@ impl DeltaShape {
 
     /// The shader variant for this value width.
     fn variant(&self) -> String {
-        format!("m{}", self.m)
+        crate::shaders::width_variant(self.m)
     }
 
     fn grid(&self, gpu: &Gpu, seg: usize) -> [u32; 3] {
@@ -268,8 +263,9 @@ pub fn forward(
 /// `da` when `accumulate_da`). Adds the parameter gradients: `dw_beta` += Σ_t ∂z_t c_t,
 /// `db_beta` += Σ_t ∂z_t, `dw_v` += Σ_t ∂u_t a_tᵀ, `db_v` += Σ_t ∂u_t. Every output must be a
 /// buffer separate from the inputs (`dx` ≠ `g`). Dispatches: the per-token kernel, the two
-/// matmuls for ∂c and ∂a, then four accumulating matmuls per [`TOKEN_CHUNK`] tokens (seven in all
-/// up to 16 384 tokens) reading its scratch (∂z `[n]`, ∂u `[n, m]` and a ones vector, kept in
+/// matmuls for ∂c and ∂a, then four accumulating matmuls over the tokens (seven in all; sums over
+/// more than [`crate::kernels::matmul::MAX_K_PER_DISPATCH`] tokens are split by
+/// [`Matmul::bind_split`]) reading its scratch (∂z `[n]`, ∂u `[n, m]` and a ones vector, kept in
 /// the first dispatch's `scratch`).
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
@@ -328,8 +324,7 @@ pub fn backward(
 
     let dz = Tensor::zeros(gpu, "delta.dz", &[n], crate::gpu::DType::F32)?;
     let du = Tensor::zeros(gpu, "delta.du", &[n, m], crate::gpu::DType::F32)?;
-    let chunk = n.min(TOKEN_CHUNK);
-    let ones = Tensor::from_f32(gpu, "delta.ones", &[chunk], &vec![1.0; chunk])?;
+    let ones = Tensor::from_f32(gpu, "delta.ones", &[n], &vec![1.0; n])?;
 
     let seg = segment_width(gpu, d);
     let kern = gpu.kernel("delta", Some(&s.variant()), "delta_backward")?;
@@ -356,27 +351,13 @@ pub fn backward(
     // ∂c = ∂z w_β ([n, 1]·[1, d]) and ∂a (+)= ∂u W_v ([n, m]·[m, d]).
     out.extend(Matmul::nn(n, d, 1).bind_split(gpu, dz.view(), w_beta, dc)?);
     out.extend(Matmul::nn(n, d, m).accumulate(accumulate_da).bind_split(gpu, du.view(), w_v, da)?);
-    // Sums over tokens, in a fixed order: products with the per-token scratch, one chunk of
-    // tokens after the other, each added into the gradient.
-    for start in (0..n).step_by(TOKEN_CHUNK) {
-        let len = (n - start).min(TOKEN_CHUNK);
-        // dw_beta += dzᵀ c, db_beta += dzᵀ 1 (dz as a [len, 1] matrix)
-        let mut mm = Matmul::tn(1, d, len).accumulate(true);
-        mm.a.offset = start;
-        mm.b.offset = start * d;
-        out.push(mm.bind(gpu, dz.view(), c, dw_beta)?);
-        let mut mm = Matmul::tn(1, 1, len).accumulate(true);
-        mm.a.offset = start;
-        out.push(mm.bind(gpu, dz.view(), ones.view(), db_beta)?);
-        // dw_v += duᵀ a, db_v += duᵀ 1 (du [len, m])
-        let mut mm = Matmul::tn(m, d, len).accumulate(true);
-        mm.a.offset = start * m;
-        mm.b.offset = start * d;
-        out.push(mm.bind(gpu, du.view(), a, dw_v)?);
-        let mut mm = Matmul::tn(m, 1, len).accumulate(true);
-        mm.a.offset = start * m;
-        out.push(mm.bind(gpu, du.view(), ones.view(), db_v)?);
-    }
+    // Sums over tokens, in a fixed order: products with the per-token scratch added into the
+    // gradients. dw_beta += dzᵀ c, db_beta += dzᵀ 1 (dz as an [n, 1] matrix); dw_v += duᵀ a,
+    // db_v += duᵀ 1 (du [n, m]).
+    out.extend(Matmul::tn(1, d, n).accumulate(true).bind_split(gpu, dz.view(), c, dw_beta)?);
+    out.extend(Matmul::tn(1, 1, n).accumulate(true).bind_split(gpu, dz.view(), ones.view(), db_beta)?);
+    out.extend(Matmul::tn(m, d, n).accumulate(true).bind_split(gpu, du.view(), a, dw_v)?);
+    out.extend(Matmul::tn(m, 1, n).accumulate(true).bind_split(gpu, du.view(), ones.view(), db_v)?);
     out[0].scratch = vec![dz, du, ones];
     Ok(out)
 }

@@ -150,10 +150,10 @@ pub fn token_forward(gpu: &Gpu, s: &ConvShape, x: View, kappa: View, rho: View, 
     let disp = if windowed(s) {
         let v = window_variant(s);
         let bufs = [("xr", x), ("kappa", kappa), ("rho", rho), ("a", a)];
-        launch_variant(gpu, "shortconv", Some(&v), "token_forward_w", pb, &bufs, d * p.chunks as usize)?
+        conv(gpu, &v, "token_forward_w", pb, &bufs, d * p.chunks as usize)?
     } else {
         let bufs = [("x", x), ("kappa", kappa), ("rho", rho), ("a", a)];
-        launch_variant(gpu, "shortconv", Some(GENERIC), "token_forward", pb, &bufs, n * d)?
+        conv(gpu, GENERIC, "token_forward", pb, &bufs, n * d)?
     };
     Ok(vec![disp])
 }
@@ -161,7 +161,7 @@ pub fn token_forward(gpu: &Gpu, s: &ConvShape, x: View, kappa: View, rho: View, 
 /// `drho[j] += Σ q[·, j, ·]`: one workgroup per value channel.
 fn drho_dispatch(gpu: &Gpu, pb: &[u8], drho: View, q: &Tensor, m: usize) -> Result<Dispatch> {
     let bufs = [("drho", drho), ("q", q.view())];
-    launch_variant(gpu, "shortconv", Some(GENERIC), "reduce_drho", pb, &bufs, m * WG_1D as usize)
+    conv(gpu, GENERIC, "reduce_drho", pb, &bufs, m * WG_1D as usize)
 }
 
 /// The shader variant the per-element kernels are launched from (they do not use its `Row`).
@@ -169,7 +169,19 @@ const GENERIC: &str = "m1";
 
 /// The shader variant of the windowed kernels for `s`.
 fn window_variant(s: &ConvShape) -> String {
-    format!("m{}", s.m)
+    crate::shaders::width_variant(s.m)
+}
+
+/// Binds `entry` of the compressor shader, variant `variant`, over `threads` invocations.
+fn conv(
+    gpu: &Gpu,
+    variant: &str,
+    entry: &str,
+    pb: &[u8],
+    bufs: &[(&str, View<'_>)],
+    threads: usize,
+) -> Result<Dispatch> {
+    launch_variant(gpu, "shortconv", Some(variant), entry, pb, bufs, threads)
 }
 
 /// Largest m and K of the windowed token-axis kernels (`*_w` in the shader: the state of a
@@ -240,20 +252,19 @@ pub fn token_backward(
     let (d_dx, mut d_part) = if windowed(s) {
         let v = window_variant(s);
         let bufs = [("kappa", kappa), ("rho", rho), ("da", da), ("dxr", dx)];
-        let d_dx = launch_variant(gpu, "shortconv", Some(&v), "token_backward_dx_w", pb, &bufs, d * chunks)?;
+        let d_dx = conv(gpu, &v, "token_backward_dx_w", pb, &bufs, d * chunks)?;
         let bufs = [("xr", x), ("da", da), ("partial", partial.view())];
-        (d_dx, launch_variant(gpu, "shortconv", Some(&v), "token_backward_partial_w", pb, &bufs, d * chunks)?)
+        (d_dx, conv(gpu, &v, "token_backward_partial_w", pb, &bufs, d * chunks)?)
     } else {
         let bufs = [("kappa", kappa), ("rho", rho), ("da", da), ("dx", dx)];
-        let d_dx = launch_variant(gpu, "shortconv", Some(GENERIC), "token_backward_dx", pb, &bufs, n * dm)?;
+        let d_dx = conv(gpu, GENERIC, "token_backward_dx", pb, &bufs, n * dm)?;
         let bufs = [("x", x), ("da", da), ("partial", partial.view())];
         let threads = dm.div_ceil(WG_1D as usize) * k * chunks * WG_1D as usize;
-        (d_dx, launch_variant(gpu, "shortconv", Some(GENERIC), "token_backward_partial", pb, &bufs, threads)?)
+        (d_dx, conv(gpu, GENERIC, "token_backward_partial", pb, &bufs, threads)?)
     };
-    let mut d_fin = launch_variant(
+    let mut d_fin = conv(
         gpu,
-        "shortconv",
-        Some(GENERIC),
+        GENERIC,
         "token_backward_finalize",
         pb,
         &[("kappa", kappa), ("rho", rho), ("dkappa", dkappa), ("partial", partial.view()), ("q", q.view())],
@@ -315,10 +326,9 @@ pub fn value_forward(
     need(what, "rho", "[m]", &rho, m)?;
     need(what, "a", "[n, d]", &a, n * d)?;
     let p = value_params(n, d, m, kc);
-    Ok(vec![launch_variant(
+    Ok(vec![conv(
         gpu,
-        "shortconv",
-        Some(GENERIC),
+        GENERIC,
         "value_forward",
         bytemuck::bytes_of(&p),
         &[("x", x), ("kappa", kappa), ("rho", rho), ("a", a)],
@@ -365,19 +375,17 @@ pub fn value_backward(
     let domega = scratch(gpu, "shortconv.value.domega", dm)?;
     let q = scratch(gpu, "shortconv.value.q", dm)?;
 
-    let mut d_part = launch_variant(
+    let mut d_part = conv(
         gpu,
-        "shortconv",
-        Some(GENERIC),
+        GENERIC,
         "value_backward_partial",
         pb,
         &[("x", x), ("kappa", kappa), ("rho", rho), ("da", da), ("dx", dx), ("partial", partial.view())],
         dm.div_ceil(WG_1D as usize) * chunks * WG_1D as usize,
     )?;
-    let mut d_fin = launch_variant(
+    let mut d_fin = conv(
         gpu,
-        "shortconv",
-        Some(GENERIC),
+        GENERIC,
         "value_backward_finalize",
         pb,
         &[

@@ -709,7 +709,8 @@ fn more_tokens_than_one_grid_dimension_holds_are_all_written() {
 
 #[test]
 fn token_sums_longer_than_one_matmul_chunk_are_added_chunk_by_chunk() {
-    // 40 000 tokens: three chunks of at most 16 384 tokens for the parameter gradients.
+    // 40 000 tokens: the parameter gradients' sums over tokens are split into accumulating pieces
+    // of at most MAX_K_PER_DISPATCH (32 768) tokens.
     check(shape(40_000, 3, 2, VAct::Sigmoid4), false, true);
     check(shape(16_385, 2, 1, VAct::Linear), true, false);
 }
