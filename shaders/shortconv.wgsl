@@ -242,6 +242,17 @@ fn load_rho4() -> vec4<f32> {
     return v;
 }
 
+// taps[lag] = ρ ⊙ κ[i, ·, K−1−lag], the weight of the state `lag` tokens back (lag < K).
+fn taps4(i: u32) -> array<vec4<f32>, KW> {
+    let p = params;
+    let r4 = load_rho4();
+    var taps: array<vec4<f32>, KW>;
+    for (var lag = 0u; lag < KW; lag++) {
+        if (lag < p.k) { taps[lag] = r4 * load_kappa4(i, p.k - 1u - lag); }
+    }
+    return taps;
+}
+
 // The window of feature i just before token n0 (tokens n0 − lag of the same sequence, lag < K).
 fn preload_x4(n0: u32, i: u32) -> array<vec4<f32>, KW> {
     let p = params;
@@ -278,20 +289,14 @@ fn token_forward_w(
     let i = e % p.d;
     let n0 = (e / p.d) * p.chunk;
     let n1 = min(n0 + p.chunk, p.n);
-    // kw[s] = ρ ⊙ κ[i, ·, K−1−lag] for slot s = KW−1−lag.
-    let r4 = load_rho4();
-    var kw: array<vec4<f32>, KW>;
-    for (var s = 0u; s < KW; s++) {
-        let lag = KW - 1u - s;
-        if (lag < p.k) { kw[s] = r4 * load_kappa4(i, p.k - 1u - lag); }
-    }
+    var kw = taps4(i);
     var w = preload_x4(n0, i);
     var t = n0 % p.seq;
     for (var n = n0; n < n1; n++) {
         window_step(&w, n, i, t);
         var acc = vec4<f32>();
         for (var s = 0u; s < KW; s++) {
-            if (s + p.k >= KW) { acc = fma(kw[s], w[s], acc); }
+            if (s + p.k >= KW) { acc = fma(kw[KW - 1u - s], w[s], acc); }
         }
         a[n * p.d + i] = acc.x + acc.y + acc.z + acc.w;
         t += 1u;
@@ -313,11 +318,7 @@ fn token_backward_dx_w(
     let i = e % p.d;
     let n0 = (e / p.d) * p.chunk;
     let n1 = min(n0 + p.chunk, p.n);
-    let r4 = load_rho4();
-    var kw: array<vec4<f32>, KW>;
-    for (var lead = 0u; lead < KW; lead++) {
-        if (lead < p.k) { kw[lead] = r4 * load_kappa4(i, p.k - 1u - lead); }
-    }
+    var kw = taps4(i);
     // Window just after the chunk: ∂a at n1 − 1 + lead for 1 ≤ lead < K, same sequence only, one
     // slot early (the walk shifts before it loads).
     let tl = (n1 - 1u) % p.seq;
