@@ -148,12 +148,17 @@ fn token_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.y * nwg.x + wid.x) * (WG / params.seg) + lid / params.seg;
 }
 
-// Adds row i of token t to the heads' sums: part[1] += w_β[i] c_i, part[2 + j] += W_v[j, i] a_i.
-fn heads_row(ti: u32, i: u32, part: ptr<function, array<f32, NV>>) {
+// Adds row i (element ti) of a token to the forward's sums: part[0] += k̃_i², part[1] +=
+// w_β[i] c_i, part[2 + j] += W_v[j, i] a_i, part[2 + MM + j] += k̃_i X[i, j]. Returns X[i, ·].
+fn forward_row(ti: u32, i: u32, kt: f32, part: ptr<function, array<f32, NV>>) -> Row {
     let d = params.d;
     let ai = a[ti];
+    (*part)[0] = fma(kt, kt, (*part)[0]);
     (*part)[1] = fma(w_beta[i], c[ti], (*part)[1]);
     for (var j = 0u; j < MM; j++) { (*part)[2u + j] = fma(w_v[j * d + i], ai, (*part)[2u + j]); }
+    var xr = x[ti];
+    for (var j = 0u; j < MM; j++) { (*part)[2u + MM + j] = fma(kt, xr[j], (*part)[2u + MM + j]); }
+    return xr;
 }
 
 @compute @workgroup_size(128)
@@ -178,22 +183,13 @@ fn delta_forward(
             let i = lane + r * seg;
             if (i < d) {
                 let ti = t * d + i;
-                let kt = kraw[ti];
-                kc[r] = kt;
-                heads_row(ti, i, &part);
-                part[0] = fma(kt, kt, part[0]);
-                var xr = x[ti];
-                for (var j = 0u; j < MM; j++) { part[2u + MM + j] = fma(kt, xr[j], part[2u + MM + j]); }
-                xc[r] = xr;
+                kc[r] = kraw[ti];
+                xc[r] = forward_row(ti, i, kc[r], &part);
             }
         }
         for (var i = lane + R * seg; i < d; i += seg) {
             let ti = t * d + i;
-            let kt = kraw[ti];
-            heads_row(ti, i, &part);
-            part[0] = fma(kt, kt, part[0]);
-            var xr = x[ti];
-            for (var j = 0u; j < MM; j++) { part[2u + MM + j] = fma(kt, xr[j], part[2u + MM + j]); }
+            _ = forward_row(ti, i, kraw[ti], &part);
         }
     }
     segment_sum(&part, NV, lid, lane);
@@ -234,6 +230,13 @@ fn write_row(ti: u32, ki: f32, coef: array<f32, MM>, xr_in: Row) {
     var nr: Row;
     for (var j = 0u; j < MM; j++) { nr[j] = fma(ki, cf[j], xr[j]); }
     x_out[ti] = nr;
+}
+
+// Adds k_i G[i, ·] (element ti) to part[0..MM) (g = Gᵀk); returns G[i, ·].
+fn gk_row(ti: u32, ki: f32, part: ptr<function, array<f32, NV>>) -> Row {
+    var gr = g[ti];
+    for (var j = 0u; j < MM; j++) { (*part)[j] = fma(ki, gr[j], (*part)[j]); }
+    return gr;
 }
 
 // Row ti of the backward: writes ∂X[i, ·] = G[i, ·] − k_i β g and returns ∂k_i = β(Gδ − Xg)_i.
@@ -278,18 +281,13 @@ fn delta_backward(
             let i = lane + r * seg;
             if (i < d) {
                 let ti = t * d + i;
-                let ki = k[ti];
-                kc[r] = ki;
-                var gr = g[ti];
-                for (var j = 0u; j < MM; j++) { part[j] = fma(ki, gr[j], part[j]); }
-                gc[r] = gr;
+                kc[r] = k[ti];
+                gc[r] = gk_row(ti, kc[r], &part);
             }
         }
         for (var i = lane + R * seg; i < d; i += seg) {
             let ti = t * d + i;
-            let ki = k[ti];
-            var gr = g[ti];
-            for (var j = 0u; j < MM; j++) { part[j] = fma(ki, gr[j], part[j]); }
+            _ = gk_row(ti, k[ti], &part);
         }
     }
     segment_sum(&part, MM, lid, lane);
@@ -306,19 +304,17 @@ fn delta_backward(
         var gs: array<f32, MM>;     // g
         var gb: array<f32, MM>;     // β g
         var dl: array<f32, MM>;     // δ
-        var dus: array<f32, MM>;    // ∂u
         var dbeta = 0.0;
         for (var j = 0u; j < MM; j++) {
             gs[j] = part[j];
             gb[j] = bt * gs[j];
             dl[j] = delta[t * MM + j];
             dbeta = fma(gs[j], dl[j], dbeta);
-            dus[j] = gb[j] * value_act_grad(v[t * MM + j]);
         }
         let dzt = dbeta * bt * (1.0 - 0.5 * bt);
         if (lane == 0u) {
             dz[t] = dzt;
-            for (var j = 0u; j < MM; j++) { du[t * MM + j] = dus[j]; }
+            for (var j = 0u; j < MM; j++) { du[t * MM + j] = gb[j] * value_act_grad(v[t * MM + j]); }
         }
 
         for (var r = 0u; r < R; r++) {
