@@ -466,6 +466,11 @@ fn mean_std(x: &[f64]) -> (f64, f64) {
     (m, s)
 }
 
+/// `+m ± s` (just `+m` without a std).
+fn signed_pm(m: f64, s: f64) -> String {
+    if s.is_finite() { format!("{m:+.4} ± {s:.4}") } else { format!("{m:+.4}") }
+}
+
 fn pm(m: f64, s: f64) -> String {
     if s.is_finite() { format!("{m:.4} ± {s:.4}") } else { format!("{m:.4}") }
 }
@@ -501,8 +506,6 @@ fn write_report(
     }
     md.push_str("| variant | params | runs | train loss | val loss | val perplexity | Δ val vs baseline (paired) | tok/s | paper val loss (Small 124M) |\n");
     md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    let baseline: BTreeMap<u64, f64> =
-        results.iter().filter(|r| r.variant == Variant::Baseline.name()).map(|r| (r.seed, r.final_val_loss)).collect();
     let mut means: Vec<(Variant, f64, f64)> = Vec::new();
     for (i, v) in variants.iter().enumerate() {
         let rs = &by_variant[&i];
@@ -516,12 +519,9 @@ fn write_report(
         let tps: Vec<f64> = rs.iter().map(|r| r.tok_per_s).collect();
         let (vm, vs) = mean_std(&vl);
         means.push((*v, vm, vs));
-        let paired: Vec<f64> = rs.iter().filter_map(|r| baseline.get(&r.seed).map(|b| r.final_val_loss - b)).collect();
-        let delta = if *v == Variant::Baseline || paired.is_empty() {
-            "—".to_string()
-        } else {
-            let (m, s) = mean_std(&paired);
-            if s.is_finite() { format!("{m:+.4} ± {s:.4}") } else { format!("{m:+.4}") }
+        let delta = match paired_diff(results, *v, Variant::Baseline) {
+            Some((m, s, _)) if *v != Variant::Baseline => signed_pm(m, s),
+            _ => "—".to_string(),
         };
         let (tm, ts) = mean_std(&tl);
         let (pmn, pst) = mean_std(&ppl);
@@ -593,7 +593,7 @@ fn write_report(
                 pm(km, ks),
                 v.name(),
                 pm(vm, vs),
-                if ds.is_finite() { format!("{dm:+.4} ± {ds:.4}") } else { format!("{dm:+.4}") },
+                signed_pm(dm, ds),
                 z
             ))
         })
