@@ -233,6 +233,7 @@ pub const ALL: &[Shader] = &[
     shader!("norm"),
     shader!("rope"),
     shader!("attention"),
+    shader!("attention_rows"),
     shader!("swiglu"),
     shader!("loss"),
     shader!("delta", DELTA_VARIANTS),

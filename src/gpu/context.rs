@@ -97,6 +97,8 @@ pub struct Gpu {
     /// Every adapter that was found, for messages and `ddl info`.
     pub all_adapters: Vec<AdapterSummary>,
     pub(crate) pipelines: Mutex<HashMap<String, Arc<Kernel>>>,
+    /// Scratch tensors shared by every dispatch that names the same key (see [`Gpu::shared_scratch`]).
+    scratch: Mutex<HashMap<String, super::Tensor>>,
     errors: Arc<Mutex<Vec<String>>>,
     /// Device allocations made through this runtime (buffers, bind groups, tensor bytes).
     pub stats: Arc<AllocStats>,
@@ -300,9 +302,28 @@ impl Gpu {
             features,
             all_adapters,
             pipelines: Mutex::new(HashMap::new()),
+            scratch: Mutex::new(HashMap::new()),
             errors,
             stats: Arc::new(AllocStats::default()),
         }))
+    }
+
+    /// A scratch tensor of at least `elems` f32 elements shared by every caller that names `key`:
+    /// for launchers whose intermediate results live only within their own dispatches (written
+    /// and consumed before the launcher's last dispatch ends), so that one buffer serves every
+    /// layer of a model instead of one per call. Dispatches on one queue run in order, so the
+    /// users never overlap. A request larger than the current tensor replaces it with a larger
+    /// one (dispatches bound to the old one keep it alive).
+    pub fn shared_scratch(&self, key: &str, elems: usize) -> Result<super::Tensor> {
+        let mut map = self.scratch.lock().unwrap();
+        if let Some(t) = map.get(key)
+            && t.len() >= elems
+        {
+            return Ok(t.clone());
+        }
+        let t = super::Tensor::zeros(self, key, &[elems], super::DType::F32)?;
+        map.insert(key.to_string(), t.clone());
+        Ok(t)
     }
 
     /// Returns the errors the device reported since the last check, if any (a lost device or an

@@ -23,6 +23,7 @@
 
 use crate::bench::KernelBench;
 use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D, grid_1d};
+use crate::kernels::matmul::{Matmul, Operand};
 
 /// Sizes of one attention call (see the module doc for the layouts and the mask).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,13 +227,43 @@ pub fn set_kv(gpu: &Gpu, ds: &[Dispatch], s: &AttnShape, scale: f32) -> Result<(
     Ok(())
 }
 
-/// Gradients of [`forward`]: `dq`, `dk`, `dv` are written (not accumulated); rows of dk/dv at
-/// `τ ≥ kv_len` (cache padding) get zeros. `out` and `lse` are the forward's outputs, `dout`
-/// the gradient of `out`. Works for every shape the forward accepts (training: q_pos0 = 0,
-/// q_len = kv_len). Three dispatches: delta = rowwise dout·out into a `[batch, heads, q_len]`
-/// scratch, then dq (loop over keys per query block) and dk/dv (loop over queries per key block).
+/// Gradients of [`forward`] (or [`forward_seq`]): `dq`, `dk`, `dv` are written (not accumulated);
+/// rows of dk/dv at `τ ≥ kv_len` (cache padding) get zeros. `out` and `lse` are the forward's
+/// outputs, `dout` the gradient of `out`. Works for every shape the forward accepts (training:
+/// q_pos0 = 0, q_len = kv_len), by the adapter's [`method`]: the blocked method where it is chosen
+/// and the shape allows it (every key seen by some query, no cache padding), else the tiled
+/// kernels.
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
+    gpu: &Gpu,
+    s: &AttnShape,
+    scale: f32,
+    q: View<'_>,
+    k: View<'_>,
+    v: View<'_>,
+    out: View<'_>,
+    lse: View<'_>,
+    dout: View<'_>,
+    dq: View<'_>,
+    dk: View<'_>,
+    dv: View<'_>,
+) -> Result<Vec<Dispatch>> {
+    if let Method::Blocked(rows) = method(gpu)
+        && s.kv_stride == s.kv_len
+        && s.q_pos0 + s.q_len >= s.kv_len
+    {
+        s.check("backward")?;
+        if let Some(nq) = block_rows(gpu, s, rows) {
+            return backward_blocked(gpu, s, scale, nq, q, k, v, lse, dout, dq, dk, dv);
+        }
+    }
+    backward_tiled(gpu, s, scale, q, k, v, out, lse, dout, dq, dk, dv)
+}
+
+/// The tiled backward: three dispatches: delta = rowwise dout·out into a `[batch, heads, q_len]`
+/// scratch, then dq (loop over keys per query block) and dk/dv (loop over queries per key block).
+#[allow(clippy::too_many_arguments)]
+pub fn backward_tiled(
     gpu: &Gpu,
     s: &AttnShape,
     scale: f32,
@@ -306,6 +337,308 @@ pub fn backward(
     Ok(vec![d_delta, d_dq, d_dkdv])
 }
 
+// ------------------------------------------------------------------------------------------------
+// The blocked method: matmuls per block of queries.
+
+/// How [`forward_seq`] and [`backward`] compute attention on an adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// The flash-attention kernels above: tiles through workgroup memory, nothing T×T stored.
+    /// The GPU method.
+    Tiled,
+    /// Blocks of (at most) this many queries: the block's scores S = scale·Q·Kᵀ over the keys it
+    /// sees and the products P·V (forward), dO·Vᵀ, Pᵀ·dO, dS·K, dSᵀ·Q (backward) run through the
+    /// matmul kernels, with a row kernel (`shaders/attention_rows.wgsl`) for the softmax steps
+    /// in between. The block's scores live in a scratch of `batch·heads·rows·keys` floats shared
+    /// by every layer ([`Gpu::shared_scratch`]), never the whole T×T matrix when T exceeds the
+    /// block. The CPU-adapter method: llvmpipe runs the tiled kernels' workgroup-memory loads and
+    /// barriers slowly (docs/PERF.md) and the register-blocked matmuls fast.
+    Blocked(usize),
+}
+
+/// Queries per block of the blocked method unless overridden: causal blocks skip the keys no
+/// query of theirs sees (at T = 256, 64-query blocks compute 62.5 % of the full score matrix).
+pub const BLOCK_ROWS: usize = 64;
+
+/// Most floats of one blocked-method scratch (scores, and their gradient in the backward).
+const BLOCK_SCRATCH_ELEMS: usize = 16 << 20;
+
+thread_local! {
+    static FORCED_METHOD: std::cell::Cell<Option<Method>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with this thread's attention method forced to `m` (tests run every method against
+/// float64 through this).
+pub fn with_method<R>(m: Method, f: impl FnOnce() -> R) -> R {
+    let old = FORCED_METHOD.with(|c| c.replace(Some(m)));
+    let out = f();
+    FORCED_METHOD.with(|c| c.set(old));
+    out
+}
+
+/// The method for this adapter: [`Method::Blocked`] with [`BLOCK_ROWS`] on CPU adapters, tiled
+/// elsewhere. `DDL_ATTENTION=tiled` or `DDL_ATTENTION=blocked[:ROWS]` overrides it (for
+/// measurements).
+pub fn method(gpu: &Gpu) -> Method {
+    if let Some(m) = FORCED_METHOD.with(|c| c.get()) {
+        return m;
+    }
+    if let Ok(v) = std::env::var("DDL_ATTENTION") {
+        let v = v.trim().to_ascii_lowercase();
+        if v == "tiled" {
+            return Method::Tiled;
+        }
+        if let Some(rest) = v.strip_prefix("blocked") {
+            let rows = rest.strip_prefix(':').and_then(|r| r.parse::<usize>().ok()).filter(|&r| r > 0);
+            return Method::Blocked(rows.unwrap_or(BLOCK_ROWS));
+        }
+    }
+    if gpu.info.device_type == wgpu::DeviceType::Cpu { Method::Blocked(BLOCK_ROWS) } else { Method::Tiled }
+}
+
+/// Keys the last query sees: the score matrices' width.
+fn keys_seen(s: &AttnShape) -> usize {
+    s.kv_len.min(s.q_pos0 + s.q_len)
+}
+
+/// Row stride of the block scratch (a multiple of 4 for vec4 rows).
+fn ldk(s: &AttnShape) -> usize {
+    keys_seen(s).div_ceil(4) * 4
+}
+
+/// Queries per block for the blocked method (at most `rows`), so that one scratch fits
+/// [`BLOCK_SCRATCH_ELEMS`] and one storage binding; `None` when not even one query per block
+/// fits (the caller falls back to the tiled kernels).
+fn block_rows(gpu: &Gpu, s: &AttnShape, rows: usize) -> Option<usize> {
+    let per_row = s.batch * s.heads * ldk(s);
+    let cap = BLOCK_SCRATCH_ELEMS.min((gpu.limits.max_storage_buffer_binding_size / 4) as usize);
+    let nq = rows.min(s.q_len).min(cap / per_row);
+    (nq > 0).then_some(nq)
+}
+
+/// Scratch elements one blocked call uses per buffer (0 when the tiled kernels run): for the
+/// memory plan.
+pub fn block_scratch_elems(s: &AttnShape, rows: usize) -> usize {
+    let per_row = s.batch * s.heads * ldk(s);
+    rows.min(s.q_len).min(BLOCK_SCRATCH_ELEMS / per_row.max(1)) * per_row
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct RowParams {
+    heads: u32,
+    nq: u32,
+    i0: u32,
+    q_len: u32,
+    q_pos0: u32,
+    kv_len: u32,
+    ldk: u32,
+    total: u32,
+    scale: f32,
+    _pad: [u32; 3],
+}
+
+/// The blocks: (first query, queries, keys they see), in query order.
+fn blocks(s: &AttnShape, nq: usize) -> Vec<(usize, usize, usize)> {
+    (0..s.q_len)
+        .step_by(nq)
+        .map(|i0| {
+            let n = nq.min(s.q_len - i0);
+            (i0, n, s.kv_len.min(s.q_pos0 + i0 + n))
+        })
+        .collect()
+}
+
+/// Operands of the per-sequence products (batch = heads) of sequence `b`.
+struct Ops {
+    /// Rows i0.. of a `[batch, q_len, heads, hd]` tensor (q, dout, out, dq), K or N along hd.
+    qrows: Operand,
+    /// A `[batch, kv_stride, heads, hd]` tensor (k, v, dk, dv), rows τ, columns along hd.
+    kvrows: Operand,
+    /// The same, transposed (hd × keys), for the score products.
+    kvcols: Operand,
+    /// The block scratch `[heads, n, ldk]` of sequence b.
+    srows: Operand,
+    /// The same, transposed (keys × queries).
+    scols: Operand,
+}
+
+fn ops(s: &AttnShape, b: usize, i0: usize, n: usize, ldk: usize) -> Ops {
+    let (hd, rs) = (s.head_dim, s.heads * s.head_dim);
+    let q_off = (b * s.q_len + i0) * rs;
+    let kv_off = b * s.kv_stride * rs;
+    let s_off = b * s.heads * n * ldk;
+    Ops {
+        qrows: Operand { offset: q_off, row_stride: rs, col_stride: 1, batch_stride: hd },
+        kvrows: Operand { offset: kv_off, row_stride: rs, col_stride: 1, batch_stride: hd },
+        kvcols: Operand { offset: kv_off, row_stride: 1, col_stride: rs, batch_stride: hd },
+        srows: Operand { offset: s_off, row_stride: ldk, col_stride: 1, batch_stride: n * ldk },
+        scols: Operand { offset: s_off, row_stride: 1, col_stride: ldk, batch_stride: n * ldk },
+    }
+}
+
+fn product(m: usize, n: usize, k: usize, heads: usize, a: Operand, b: Operand, c: Operand) -> Matmul {
+    Matmul { m, n, k, batch: heads, a, b, c, accumulate: false, alpha: 1.0 }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn rows_dispatch(
+    gpu: &Gpu,
+    entry: &str,
+    s: &AttnShape,
+    scale: f32,
+    (i0, n): (usize, usize),
+    ldk: usize,
+    bind: &[(&str, View<'_>)],
+) -> Result<Dispatch> {
+    let total = s.batch * s.heads * n;
+    let p = RowParams {
+        heads: s.heads as u32,
+        nq: n as u32,
+        i0: i0 as u32,
+        q_len: s.q_len as u32,
+        q_pos0: s.q_pos0 as u32,
+        kv_len: s.kv_len as u32,
+        ldk: ldk as u32,
+        total: total as u32,
+        scale,
+        _pad: [0; 3],
+    };
+    gpu.kernel("attention_rows", None, entry)?.dispatch(
+        gpu,
+        Some(bytemuck::bytes_of(&p)),
+        bind,
+        grid_1d(total as u64, 64, gpu.limits.max_compute_workgroups_per_dimension),
+    )
+}
+
+/// The forward for whole sequences (training, full recompute): by the adapter's [`method`]
+/// (tiled kernels, or blocks of queries through the matmul kernels). Same outputs as
+/// [`forward`]; decoding programs use [`forward`] itself, whose single dispatch [`set_kv`]
+/// moves.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_seq(
+    gpu: &Gpu,
+    s: &AttnShape,
+    scale: f32,
+    q: View<'_>,
+    k: View<'_>,
+    v: View<'_>,
+    out: View<'_>,
+    lse: View<'_>,
+) -> Result<Vec<Dispatch>> {
+    if let Method::Blocked(rows) = method(gpu) {
+        let w = "forward";
+        s.check(w)?;
+        let ql = "[batch, q_len, heads, head_dim]";
+        let kl = "[batch, kv_stride, heads, head_dim]";
+        need(w, "q", &q, s.q_elems(), ql)?;
+        need(w, "k", &k, s.kv_elems(), kl)?;
+        need(w, "v", &v, s.kv_elems(), kl)?;
+        need(w, "out", &out, s.q_elems(), ql)?;
+        need(w, "lse", &lse, s.lse_elems(), "[batch, heads, q_len]")?;
+        if let Some(nq) = block_rows(gpu, s, rows) {
+            return forward_blocked(gpu, s, scale, nq, q, k, v, out, lse);
+        }
+    }
+    forward(gpu, s, scale, q, k, v, out, lse)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn forward_blocked(
+    gpu: &Gpu,
+    s: &AttnShape,
+    scale: f32,
+    nq: usize,
+    q: View<'_>,
+    k: View<'_>,
+    v: View<'_>,
+    out: View<'_>,
+    lse: View<'_>,
+) -> Result<Vec<Dispatch>> {
+    let (hh, hd, ldk) = (s.heads, s.head_dim, ldk(s));
+    let sc = gpu.shared_scratch("attention.blocked.s", s.batch * hh * nq * ldk)?;
+    let mut ds = Vec::new();
+    for (i0, n, nk) in blocks(s, nq) {
+        for b in 0..s.batch {
+            let o = ops(s, b, i0, n, ldk);
+            let mm = Matmul { alpha: scale, ..product(n, nk, hd, hh, o.qrows, o.kvcols, o.srows) };
+            ds.extend(mm.bind_split(gpu, q, k, sc.view())?);
+        }
+        ds.push(rows_dispatch(gpu, "rows_fwd", s, scale, (i0, n), ldk, &[("s", sc.view()), ("lse", lse)])?);
+        for b in 0..s.batch {
+            let o = ops(s, b, i0, n, ldk);
+            ds.extend(product(n, hd, nk, hh, o.srows, o.kvrows, o.qrows).bind_split(gpu, sc.view(), v, out)?);
+        }
+    }
+    ds[0].scratch.push(sc);
+    Ok(ds)
+}
+
+/// The blocked backward (`kv_stride = kv_len`, every key seen by the last query). Blocks run last
+/// to first: the last one sees every key and writes all of dk and dv; the earlier ones add into
+/// the rows they see.
+#[allow(clippy::too_many_arguments)]
+fn backward_blocked(
+    gpu: &Gpu,
+    s: &AttnShape,
+    scale: f32,
+    nq: usize,
+    q: View<'_>,
+    k: View<'_>,
+    v: View<'_>,
+    lse: View<'_>,
+    dout: View<'_>,
+    dq: View<'_>,
+    dk: View<'_>,
+    dv: View<'_>,
+) -> Result<Vec<Dispatch>> {
+    let w = "backward";
+    let ql = "[batch, q_len, heads, head_dim]";
+    let kl = "[batch, kv_stride, heads, head_dim]";
+    need(w, "q", &q, s.q_elems(), ql)?;
+    need(w, "k", &k, s.kv_elems(), kl)?;
+    need(w, "v", &v, s.kv_elems(), kl)?;
+    need(w, "lse", &lse, s.lse_elems(), "[batch, heads, q_len]")?;
+    need(w, "dout", &dout, s.q_elems(), ql)?;
+    need(w, "dq", &dq, s.q_elems(), ql)?;
+    need(w, "dk", &dk, s.kv_elems(), kl)?;
+    need(w, "dv", &dv, s.kv_elems(), kl)?;
+    let (hh, hd, ldk) = (s.heads, s.head_dim, ldk(s));
+    let sc = gpu.shared_scratch("attention.blocked.s", s.batch * hh * nq * ldk)?;
+    let gs = gpu.shared_scratch("attention.blocked.ds", s.batch * hh * nq * ldk)?;
+    let mut ds = Vec::new();
+    for &(i0, n, nk) in blocks(s, nq).iter().rev() {
+        let first = ds.is_empty();
+        for b in 0..s.batch {
+            let o = ops(s, b, i0, n, ldk);
+            let mm = Matmul { alpha: scale, ..product(n, nk, hd, hh, o.qrows, o.kvcols, o.srows) };
+            ds.extend(mm.bind_split(gpu, q, k, sc.view())?);
+            ds.extend(product(n, nk, hd, hh, o.qrows, o.kvcols, o.srows).bind_split(gpu, dout, v, gs.view())?);
+        }
+        ds.push(rows_dispatch(
+            gpu,
+            "rows_bwd",
+            s,
+            scale,
+            (i0, n),
+            ldk,
+            &[("s", sc.view()), ("g", gs.view()), ("lse_saved", lse)],
+        )?);
+        for b in 0..s.batch {
+            let o = ops(s, b, i0, n, ldk);
+            let acc = !first;
+            let dvp = product(nk, hd, n, hh, o.scols, o.qrows, o.kvrows).accumulate(acc);
+            ds.extend(dvp.bind_split(gpu, sc.view(), dout, dv)?);
+            let dkp = product(nk, hd, n, hh, o.scols, o.qrows, o.kvrows).accumulate(acc);
+            ds.extend(dkp.bind_split(gpu, gs.view(), q, dk)?);
+            ds.extend(product(n, hd, nk, hh, o.srows, o.kvrows, o.qrows).bind_split(gpu, gs.view(), k, dq)?);
+        }
+    }
+    ds[0].scratch.extend([sc, gs]);
+    Ok(ds)
+}
+
 /// FLOPs of the forward: two products (q·kᵀ, P·v) over the visible (query, key) pairs, which is
 /// the causal half 2·2·B·H·T²·h/2 for training (up to the diagonal).
 pub fn forward_flops(s: &AttnShape) -> f64 {
@@ -338,41 +671,53 @@ pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
     let scale = 1.0 / (b.head_dim as f32).sqrt();
     let mut cases = Vec::new();
 
-    let s = AttnShape::training(b.b, b.heads, b.head_dim, b.t);
-    let (q, k, v) = (z("q", s.q_elems())?, z("k", s.kv_elems())?, z("v", s.kv_elems())?);
-    let (out, lse) = (z("out", s.q_elems())?, z("lse", s.lse_elems())?);
-    let (dout, dq) = (z("dout", s.q_elems())?, z("dq", s.q_elems())?);
-    let (dk, dv) = (z("dk", s.kv_elems())?, z("dv", s.kv_elems())?);
-    let mut fwd = forward(gpu, &s, scale, q.view(), k.view(), v.view(), out.view(), lse.view())?;
-    fwd[0].scratch = vec![q.clone(), k.clone(), v.clone(), out.clone(), lse.clone()];
-    let tag = format!("B{} T{} H{} h{}", s.batch, s.q_len, s.heads, s.head_dim);
-    cases.push(KernelBench {
-        name: format!("attention_forward {tag}"),
-        dispatches: fwd,
-        flops: forward_flops(&s),
-        bytes: forward_bytes(&s),
-    });
-    let mut bwd = backward(
-        gpu,
-        &s,
-        scale,
-        q.view(),
-        k.view(),
-        v.view(),
-        out.view(),
-        lse.view(),
-        dout.view(),
-        dq.view(),
-        dk.view(),
-        dv.view(),
-    )?;
-    bwd[0].scratch.extend([q, k, v, out, lse, dout, dq, dk, dv]);
-    cases.push(KernelBench {
-        name: format!("attention_backward {tag}"),
-        dispatches: bwd,
-        flops: backward_flops(&s),
-        bytes: backward_bytes(&s),
-    });
+    // The adapter's method first, then the other one for comparison.
+    let chosen = method(gpu);
+    let other = if chosen == Method::Tiled { Method::Blocked(BLOCK_ROWS) } else { Method::Tiled };
+    for m in [chosen, other] {
+        let tag = match m {
+            Method::Tiled => "tiled".to_string(),
+            Method::Blocked(r) => format!("blocked{r}"),
+        };
+        let s = AttnShape::training(b.b, b.heads, b.head_dim, b.t);
+        let (q, k, v) = (z("q", s.q_elems())?, z("k", s.kv_elems())?, z("v", s.kv_elems())?);
+        let (out, lse) = (z("out", s.q_elems())?, z("lse", s.lse_elems())?);
+        let (dout, dq) = (z("dout", s.q_elems())?, z("dq", s.q_elems())?);
+        let (dk, dv) = (z("dk", s.kv_elems())?, z("dv", s.kv_elems())?);
+        let mut fwd =
+            with_method(m, || forward_seq(gpu, &s, scale, q.view(), k.view(), v.view(), out.view(), lse.view()))?;
+        fwd[0].scratch.extend([q.clone(), k.clone(), v.clone(), out.clone(), lse.clone()]);
+        let shape = format!("B{} T{} H{} h{}", s.batch, s.q_len, s.heads, s.head_dim);
+        cases.push(KernelBench {
+            name: format!("attention_forward[{tag}] {shape}"),
+            dispatches: fwd,
+            flops: forward_flops(&s),
+            bytes: forward_bytes(&s),
+        });
+        let mut bwd = with_method(m, || {
+            backward(
+                gpu,
+                &s,
+                scale,
+                q.view(),
+                k.view(),
+                v.view(),
+                out.view(),
+                lse.view(),
+                dout.view(),
+                dq.view(),
+                dk.view(),
+                dv.view(),
+            )
+        })?;
+        bwd[0].scratch.extend([q, k, v, out, lse, dout, dq, dk, dv]);
+        cases.push(KernelBench {
+            name: format!("attention_backward[{tag}] {shape}"),
+            dispatches: bwd,
+            flops: backward_flops(&s),
+            bytes: backward_bytes(&s),
+        });
+    }
 
     // One generated token per sequence against a full cache of T keys.
     let s = AttnShape::decode(b.b, b.heads, b.head_dim, 1, b.t, b.t);

@@ -713,7 +713,7 @@ impl Model {
                         } else {
                             run(
                                 o,
-                                attention::forward(
+                                attention::forward_seq(
                                     gpu,
                                     &self.attn_shape(p),
                                     scale,
@@ -1330,7 +1330,7 @@ pub struct MemoryPlan {
     pub param_bytes: u64,
     /// Activations kept for the backward (every tensor a training `Program` allocates).
     pub activation_bytes: u64,
-    /// Gradient scratch shared by all layers.
+    /// Gradient scratch shared by all layers (with the blocked attention's score blocks).
     pub grad_scratch_bytes: u64,
     /// The largest single tensor (name, bytes).
     pub largest: (String, u64),
@@ -1370,7 +1370,11 @@ pub fn memory_plan(c: &ModelConfig, b: usize, t: usize) -> MemoryPlan {
     acts += l * (attn + mlp + 2 * per_sub);
     acts += if var.expanded() { n * d } else { 0 } + n * d + n + n * v + n + 8;
     let hkn = if var.vmap() { n * hk } else { 1 };
-    let scratch = n * v + 2 * n * d + 2 * n * d * m + 4 * n * d + 4 * hkn + 8 * n * dq + 3 * n * f + n * d;
+    // The blocked attention's two block scratches (CPU adapters; shared by all layers).
+    let attn_s = AttnShape::training(b, c.n_heads, c.head_dim, t);
+    let attn_blocks = 2 * attention::block_scratch_elems(&attn_s, attention::BLOCK_ROWS) as u64;
+    let scratch =
+        n * v + 2 * n * d + 2 * n * d * m + 4 * n * d + 4 * hkn + 8 * n * dq + 3 * n * f + n * d + attn_blocks;
     let mut largest = ("logits".to_string(), 4 * n * v);
     for s in &layout.specs {
         let bytes = 4 * s.len() as u64;

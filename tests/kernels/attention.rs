@@ -5,7 +5,7 @@
 
 use super::common::*;
 use ddl::gpu::{Dispatch, Gpu, Tensor};
-use ddl::kernels::attention::{self, AttnShape};
+use ddl::kernels::attention::{self, AttnShape, Method};
 
 // ---------------------------------------------------------------------------------------------
 // float64 reference
@@ -163,11 +163,15 @@ fn gpu_forward(gpu: &Gpu, x: &Inputs) -> (Gpus, Vec<Dispatch>) {
         out: poisoned(gpu, "out", &[s.q_elems()]),
         lse: poisoned(gpu, "lse", &[s.lse_elems()]),
     };
-    let ds =
-        attention::forward(gpu, s, x.scale, t.q.view(), t.k.view(), t.v.view(), t.out.view(), t.lse.view()).unwrap();
+    let ds = attention::forward_seq(gpu, s, x.scale, t.q.view(), t.k.view(), t.v.view(), t.out.view(), t.lse.view())
+        .unwrap();
     run(gpu, &ds);
     (t, ds)
 }
+
+/// Every method of `forward_seq` / `backward`: the tiled kernels, and blocks of queries through the
+/// matmuls with the CPU adapters' block size and with a small one (many blocks).
+const METHODS: [Method; 3] = [Method::Tiled, Method::Blocked(attention::BLOCK_ROWS), Method::Blocked(5)];
 
 /// Runs forward then backward on the GPU: `(out, lse, dq, dk, dv)`.
 fn gpu_both(gpu: &Gpu, x: &Inputs) -> [Vec<f32>; 5] {
@@ -198,22 +202,30 @@ fn gpu_both(gpu: &Gpu, x: &Inputs) -> [Vec<f32>; 5] {
 
 fn check_forward(gpu: &Gpu, rng: &mut Rng, s: AttnShape, amp: f32) {
     let x = Inputs::new(rng, s, amp);
-    let (t, _) = gpu_forward(gpu, &x);
     let (out, lse) = ref_forward(&s, x.scale as f64, &f64v(&x.q), &x.k64(), &x.v64());
-    let name = format!("{s:?}");
-    assert_close(&format!("out {name}"), &read(gpu, &t.out), &out, 1e-5, rng.seed);
-    assert_close(&format!("lse {name}"), &read(gpu, &t.lse), &lse, 1e-5, rng.seed);
+    for m in METHODS {
+        let (t, _) = attention::with_method(m, || gpu_forward(gpu, &x));
+        let name = format!("{s:?} {m:?}");
+        assert_close(&format!("out {name}"), &read(gpu, &t.out), &out, 1e-5, rng.seed);
+        assert_close(&format!("lse {name}"), &read(gpu, &t.lse), &lse, 1e-5, rng.seed);
+    }
 }
 
 fn check_both(gpu: &Gpu, rng: &mut Rng, s: AttnShape, amp: f32) {
     let x = Inputs::new(rng, s, amp);
-    let [out, lse, dq, dk, dv] = gpu_both(gpu, &x);
+    for m in METHODS {
+        attention::with_method(m, || check_both_with(gpu, rng.seed, &x, &format!("{m:?}")));
+    }
+}
+
+fn check_both_with(gpu: &Gpu, seed: u64, x: &Inputs, method: &str) {
+    let s = x.s;
+    let [out, lse, dq, dk, dv] = gpu_both(gpu, x);
     let (q64, k64, v64) = (f64v(&x.q), x.k64(), x.v64());
     let sc = x.scale as f64;
     let (r_out, r_lse) = ref_forward(&s, sc, &q64, &k64, &v64);
     let (r_dq, r_dk, r_dv) = ref_backward(&s, sc, &q64, &k64, &v64, &f64v(&x.dout));
-    let name = format!("{s:?}");
-    let seed = rng.seed;
+    let name = format!("{s:?} {method}");
     assert_close(&format!("out {name}"), &out, &r_out, 1e-5, seed);
     assert_close(&format!("lse {name}"), &lse, &r_lse, 1e-5, seed);
     assert_close(&format!("dq {name}"), &dq, &r_dq, 1e-4, seed);
@@ -386,11 +398,17 @@ fn forward_and_backward_are_bit_identical_run_to_run() {
     let mut rng = Rng::fresh();
     for s in [AttnShape::training(2, 2, 24, 70), AttnShape::training(1, 2, 100, 33)] {
         let x = Inputs::new(&mut rng, s, 2.0);
-        let a = gpu_both(&gpu, &x);
-        let b = gpu_both(&gpu, &x);
-        for (i, (ga, gb)) in a.iter().zip(&b).enumerate() {
-            let same = ga.iter().zip(gb).all(|(u, w)| u.to_bits() == w.to_bits());
-            assert!(same, "output {i} (out, lse, dq, dk, dv) differs between runs for {s:?} (seed {})", rng.seed);
+        for m in METHODS {
+            let a = attention::with_method(m, || gpu_both(&gpu, &x));
+            let b = attention::with_method(m, || gpu_both(&gpu, &x));
+            for (i, (ga, gb)) in a.iter().zip(&b).enumerate() {
+                let same = ga.iter().zip(gb).all(|(u, w)| u.to_bits() == w.to_bits());
+                assert!(
+                    same,
+                    "output {i} (out, lse, dq, dk, dv) differs between runs for {s:?} {m:?} (seed {})",
+                    rng.seed
+                );
+            }
         }
     }
 }
@@ -405,19 +423,25 @@ fn a_query_that_sees_one_key_gets_exactly_zero_score_gradients() {
     for (hd, t) in [(8, 1), (5, 1), (33, 1), (70, 1), (130, 1), (8, 9), (37, 20), (100, 3)] {
         let s = AttnShape::training(3, 2, hd, t);
         let x = Inputs::new(&mut rng, s, 2.0);
-        let [out, _, dq, dk, dv] = gpu_both(&gpu, &x);
-        for b in 0..s.batch {
-            for h in 0..s.heads {
-                let o = qx(&s, b, 0, h);
-                let row = &dq[o..o + hd];
-                assert!(row.iter().all(|&g| g == 0.0), "dq of query 0 (b {b}, head {h}) for {s:?} is {row:?}, not 0");
-                assert_eq!(&out[o..o + hd], &x.v[o..o + hd], "out of query 0 is not exactly v_0 for {s:?}");
+        for m in METHODS {
+            let [out, _, dq, dk, dv] = attention::with_method(m, || gpu_both(&gpu, &x));
+            for b in 0..s.batch {
+                for h in 0..s.heads {
+                    let o = qx(&s, b, 0, h);
+                    let row = &dq[o..o + hd];
+                    assert!(
+                        row.iter().all(|&g| g == 0.0),
+                        "dq of query 0 (b {b}, head {h}) for {s:?} {m:?} is {row:?}, not 0"
+                    );
+                    assert_eq!(&out[o..o + hd], &x.v[o..o + hd], "out of query 0 is not exactly v_0 for {s:?}");
+                }
+            }
+            if t == 1 {
+                assert!(dk.iter().all(|&g| g == 0.0), "dk at T = 1 for {s:?} {m:?} is not exactly 0: {dk:?}");
+                assert_eq!(dv, x.dout, "dv at T = 1 must be dout for {s:?} {m:?}");
             }
         }
-        if t == 1 {
-            assert!(dk.iter().all(|&g| g == 0.0), "dk at T = 1 for {s:?} is not exactly 0: {dk:?}");
-            assert_eq!(dv, x.dout, "dv at T = 1 must be dout for {s:?}");
-        } else {
+        if t > 1 {
             check_both(&gpu, &mut rng, s, 2.0);
         }
     }
