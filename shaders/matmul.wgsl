@@ -1,5 +1,6 @@
 // Batched, strided matrix multiply: C[b] = alpha · op(A[b]) · op(B[b])  (+ C[b] when accumulating).
 //
+// (With two batch levels, b·a_bs stands for (b % nb_in)·a_bs + (b / nb_in)·a_os; see Params.)
 // A is the logical M×K matrix whose element (i, p) lives at a_off + b·a_bs + i·a_rs + p·a_cs, so a
 // row-major A (a_rs = K, a_cs = 1) and a transposed one stored K×M (a_rs = 1, a_cs = M) are the
 // same kernel. Likewise B is K×N with (p, j) at b_off + b·b_bs + p·b_rs + j·b_cs, and C is a
@@ -44,6 +45,10 @@ struct Params {
     // The grid: tiles_n × tiles_m tiles per batch, `total` in all, linearised over the
     // workgroups' x and y (each at most 65535) in the order n, m, batch.
     tiles_n: u32, tiles_m: u32, total: u32, _pad: u32,
+    // Two batch levels: batch index z is product z % nb_in of group z / nb_in; a group moves the
+    // operands by a_os / b_os / c_os elements (nb_in = the batch count and zero strides when
+    // there is one level).
+    nb_in: u32, a_os: u32, b_os: u32, c_os: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -54,6 +59,11 @@ struct Params {
 // that use them).
 @group(0) @binding(4) var<storage, read> a4: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read> b4: array<vec4<f32>>;
+
+// Element offset of batch index z for an operand with batch stride `bs` and group stride `os`.
+fn batch_off(z: u32, bs: u32, os: u32) -> u32 {
+    return (z % params.nb_in) * bs + (z / params.nb_in) * os;
+}
 
 // (tile along N, tile along M, batch, 1 if this workgroup has a tile else 0).
 fn tile_index(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
@@ -85,8 +95,8 @@ fn matmul(
     let row0 = ti.y * BM;
     let col0 = ti.x * BN;
     let tid = lid.y * WX + lid.x;
-    let a_base = p.a_off + ti.z * p.a_bs;
-    let b_base = p.b_off + ti.z * p.b_bs;
+    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
+    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
     // Walk memory contiguously when loading: along K if A's rows are contiguous, else along M.
     let a_k_fast = p.a_cs == 1u;
     let b_n_fast = p.b_cs == 1u;
@@ -131,7 +141,7 @@ fn matmul(
         workgroupBarrier();
     }
 
-    let c_base = p.c_off + ti.z * p.c_bs;
+    let c_base = p.c_off + batch_off(ti.z, p.c_bs, p.c_os);
     for (var i = 0u; i < TM; i++) {
         let gi = row0 + lid.y + i * WY;
         for (var j = 0u; j < TN; j++) {
@@ -174,9 +184,9 @@ fn tile_of(ti: vec4<u32>, lid: vec3<u32>) -> Tile {
     return Tile(
         ti.y * (DY * DM * 4u) + lid.y * (DM * 4u),
         ti.x * (DX * DN * 4u) + lid.x * (DN * 4u),
-        p.a_off + ti.z * p.a_bs,
-        p.b_off + ti.z * p.b_bs,
-        p.c_off + ti.z * p.c_bs);
+        p.a_off + batch_off(ti.z, p.a_bs, p.a_os),
+        p.b_off + batch_off(ti.z, p.b_bs, p.b_os),
+        p.c_off + batch_off(ti.z, p.c_bs, p.c_os));
 }
 
 // The four K steps of one block, in order: r[i] += a[i][s] · b[s] for s = 0, 1, 2, 3.

@@ -106,13 +106,27 @@ pub struct BenchShape {
 pub const BENCH_SHAPE: BenchShape =
     BenchShape { b: 8, t: 256, d: 384, heads: 6, head_dim: 64, f: 1024, vocab: 65, m: 4, kernel: 4 };
 
+/// The engine's own matmul rate on this adapter in GFLOP/s (the MFU denominator and the
+/// compute floor of `ddl bench kernels`): a 1024³ product with the variant the runtime picks,
+/// the median of 3 runs.
+pub fn matmul_rate(gpu: &Gpu) -> Result<f64> {
+    let mm = crate::kernels::matmul::Matmul::nn(1024, 1024, 1024);
+    let a = crate::gpu::Tensor::from_f32(gpu, "rate.a", &[1024, 1024], &Rng::new(3).normal(1 << 20, 1.0))?;
+    let c = crate::gpu::Tensor::zeros(gpu, "rate.c", &[1024, 1024], crate::gpu::DType::F32)?;
+    let d = mm.bind(gpu, a.view(), a.view(), c.view())?;
+    let mm_ms = time_dispatch(gpu, &d, 3)?;
+    Ok(mm.flops() / mm_ms / 1e6)
+}
+
 /// Times each case (median of `reps` after a warm-up) and reports achieved rates against the
-/// adapter's copy bandwidth `copy_gbs` (GB/s).
+/// floor its work implies on this adapter: the larger of its bytes at the copy bandwidth
+/// `copy_gbs` (GB/s) and its FLOPs at the engine's matmul rate `matmul_gflops`.
 pub fn kernel_rows(
     gpu: &Gpu,
     cases: Vec<KernelBench>,
     reps: usize,
     copy_gbs: f64,
+    matmul_gflops: f64,
     mut emit: impl FnMut(Row),
 ) -> Result<()> {
     for c in cases {
@@ -127,11 +141,15 @@ pub fn kernel_rows(
         }
         t.sort_by(|a, b| a.partial_cmp(b).unwrap());
         let ms = t[t.len() / 2];
-        let floor_ms = c.bytes / (copy_gbs * 1e9) * 1e3;
+        let byte_floor_ms = c.bytes / (copy_gbs * 1e9) * 1e3;
+        let flop_floor_ms = c.flops / (matmul_gflops * 1e9) * 1e3;
+        let floor_ms = byte_floor_ms.max(flop_floor_ms);
         emit(Row(json!({
             "bench": "kernel", "name": c.name, "ms": ms, "flop": c.flops, "bytes": c.bytes,
             "gflop_per_s": c.flops / ms / 1e6, "gb_per_s": c.bytes / ms / 1e6,
-            "byte_floor_ms": floor_ms, "of_floor": floor_ms / ms,
+            "byte_floor_ms": byte_floor_ms, "flop_floor_ms": flop_floor_ms, "floor_ms": floor_ms,
+            "bound": if flop_floor_ms > byte_floor_ms { "flops" } else { "bytes" },
+            "of_floor": floor_ms / ms,
         })));
     }
     Ok(())
@@ -161,6 +179,7 @@ pub fn train_rows(
     let mut times = Vec::new();
     let mut loss_last = loss_init;
     let allocs0 = gpu.stats.allocations();
+    let (submits0, maps0) = gpu.stats.submits_and_maps();
     for s in 0..steps.max(1) {
         let o = crate::kernels::adamw::AdamWConfig { step: s as u32 + 2, ..opt };
         let t0 = Instant::now();
@@ -168,6 +187,10 @@ pub fn train_rows(
         times.push(t0.elapsed().as_secs_f64() * 1e3);
     }
     let allocs_per_step = (gpu.stats.allocations() - allocs0) as f64 / steps.max(1) as f64;
+    // Counted by the runtime over the timed steps: queue submits and mapped readbacks.
+    let (submits1, maps1) = gpu.stats.submits_and_maps();
+    let submits_per_step = (submits1 - submits0) as f64 / steps.max(1) as f64;
+    let readbacks_per_step = (maps1 - maps0) as f64 / steps.max(1) as f64;
     // Every tensor alive since the device was opened: model, moments, program, scratch.
     let peak_bytes = gpu.stats.peak();
     let plan = crate::model::memory_plan(cfg, batch, seq);
@@ -202,14 +225,7 @@ pub fn train_rows(
     let params = model.layout.count() as f64;
     // 6·N·P for the dense part (the usual estimate), attention scores excluded.
     let flops = 6.0 * params * n as f64;
-    // The engine's own best matmul rate on this adapter (the MFU denominator): a 1024³ product
-    // with the variant the runtime picks, best of 3.
-    let mm = crate::kernels::matmul::Matmul::nn(1024, 1024, 1024);
-    let a = crate::gpu::Tensor::from_f32(gpu, "mfu.a", &[1024, 1024], &rng.normal(1 << 20, 1.0))?;
-    let c = crate::gpu::Tensor::zeros(gpu, "mfu.c", &[1024, 1024], crate::gpu::DType::F32)?;
-    let d = mm.bind(gpu, a.view(), a.view(), c.view())?;
-    let mm_ms = time_dispatch(gpu, &d, 3)?;
-    let matmul_gflops = mm.flops() / mm_ms / 1e6;
+    let matmul_gflops = matmul_rate(gpu)?;
     let mfu = flops / step_ms / 1e6 / matmul_gflops;
     emit(Row(json!({
         "bench": "train", "variant": cfg.variant.name(), "d": cfg.d_model, "layers": cfg.n_layers,
@@ -217,7 +233,7 @@ pub fn train_rows(
         "tok_per_s": n as f64 / (step_ms / 1e3), "model_gflop_per_s": flops / step_ms / 1e6,
         "matmul_share": if total > 0.0 { matmul_ms / total } else { 0.0 },
         "dispatches_per_step": dispatches, "transfers_per_step": zero_ops,
-        "submits_per_step": 1, "profiled_ms": total, "best_step_ms": best_ms,
+        "submits_per_step": submits_per_step, "readbacks_per_step": readbacks_per_step, "profiled_ms": total, "best_step_ms": best_ms,
         "matmul_gflop_per_s": matmul_gflops, "mfu": mfu,
         "allocs_per_step": allocs_per_step, "peak_bytes": peak_bytes, "plan_bytes": plan.total(),
         "activation_plan_bytes": plan.activation_bytes,

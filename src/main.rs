@@ -934,12 +934,13 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
             v["gb_per_s"].as_f64().unwrap_or(0.0)
         ),
         Some("kernel") => println!(
-            "{:<52} {:>10.3} {:>10.2} {:>10.2} {:>7.1}%",
+            "{:<52} {:>10.3} {:>10.2} {:>10.2} {:>7.1}% {:>7}",
             v["name"].as_str().unwrap_or(""),
             v["ms"].as_f64().unwrap_or(0.0),
             v["gflop_per_s"].as_f64().unwrap_or(0.0),
             v["gb_per_s"].as_f64().unwrap_or(0.0),
-            100.0 * v["of_floor"].as_f64().unwrap_or(0.0)
+            100.0 * v["of_floor"].as_f64().unwrap_or(0.0),
+            v["bound"].as_str().unwrap_or("")
         ),
         Some("train") => {
             println!(
@@ -960,12 +961,13 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
             );
             let mib = |k: &str| v[k].as_f64().unwrap_or(0.0) / (1 << 20) as f64;
             println!(
-                "    best step {:.1} ms; MFU {:.0}% of the engine's matmul rate ({:.1} GFLOP/s at 1024³); {} submit, \
-                 {:.1} allocations per step; peak device memory {:.1} MiB = {:.2}× the plan ({:.1} MiB, activations {:.1} MiB)",
+                "    best step {:.1} ms; MFU {:.0}% of the engine's matmul rate ({:.1} GFLOP/s at 1024³); {:.1} submits, \
+                 {:.1} readbacks, {:.1} allocations per step; peak device memory {:.1} MiB = {:.2}× the plan ({:.1} MiB, activations {:.1} MiB)",
                 v["best_step_ms"].as_f64().unwrap_or(0.0),
                 100.0 * v["mfu"].as_f64().unwrap_or(0.0),
                 v["matmul_gflop_per_s"].as_f64().unwrap_or(0.0),
-                v["submits_per_step"],
+                v["submits_per_step"].as_f64().unwrap_or(f64::NAN),
+                v["readbacks_per_step"].as_f64().unwrap_or(f64::NAN),
                 v["allocs_per_step"].as_f64().unwrap_or(f64::NAN),
                 mib("peak_bytes"),
                 v["peak_over_plan"].as_f64().unwrap_or(f64::NAN),
@@ -1027,21 +1029,27 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
         BenchCmd::Kernels { filter, reps, json } => {
             let copy = ddl::bench::copy_bandwidth(&gpu, 64, 3)?;
             let gbs = copy.0["gb_per_s"].as_f64().unwrap_or(1.0);
+            let gflops = ddl::bench::matmul_rate(&gpu)?;
             if !json {
                 println!(
-                    "adapter: {} ({:?}); copy bandwidth {gbs:.2} GB/s is the byte floor",
+                    "adapter: {} ({:?}); floors: bytes at the copy bandwidth {gbs:.2} GB/s, FLOPs at the \
+                     1024³ matmul rate {gflops:.2} GFLOP/s (the larger one is each kernel's floor)",
                     gpu.info.name, gpu.info.backend
                 );
-                println!("{:<52} {:>10} {:>10} {:>10} {:>8}", "kernel", "ms", "GFLOP/s", "GB/s", "floor%");
+                println!(
+                    "{:<52} {:>10} {:>10} {:>10} {:>8} {:>7}",
+                    "kernel", "ms", "GFLOP/s", "GB/s", "floor%", "bound"
+                );
             } else {
                 print_row(&copy, true);
+                print_row(&ddl::bench::Row(serde_json::json!({"bench": "matmul_rate", "gflop_per_s": gflops})), true);
             }
             for (_, f) in ddl::kernels::BENCHES {
                 let cases: Vec<_> = f(&gpu)?
                     .into_iter()
                     .filter(|c| filter.is_empty() || filter.iter().any(|x| c.name.contains(x.as_str())))
                     .collect();
-                ddl::bench::kernel_rows(&gpu, cases, reps, gbs, |r| print_row(&r, json))?;
+                ddl::bench::kernel_rows(&gpu, cases, reps, gbs, gflops, |r| print_row(&r, json))?;
             }
         }
         BenchCmd::Train { preset, variant, steps, batch, seq, json } => {

@@ -145,7 +145,28 @@ pub fn compare(name: &str, got: &[f32], want: &[f64]) -> Report {
 #[track_caller]
 pub fn assert_close(name: &str, got: &[f32], want: &[f64], tol: f64, seed: u64) {
     let r = compare(name, got, want);
-    assert!(r.passes(tol), "{r}\n  tolerance {tol:e} exceeded; replay with DDL_TEST_SEED={seed}");
+    if !r.passes(tol) {
+        let first = first_mismatches(got, want, tol, 5);
+        let list: String = first.iter().map(|(i, g, w)| format!("\n    [{i}]: {g:e} vs {w:e}")).collect();
+        panic!(
+            "{r}\n  first mismatches (error above tolerance × the reference's RMS, or not finite):{list}\n  \
+             tolerance {tol:e} exceeded; replay with DDL_TEST_SEED={seed}"
+        );
+    }
+}
+
+/// The first `count` elements (in index order) that are not finite or whose error exceeds
+/// `tol` times the reference's root mean square: where a wrong result starts.
+pub fn first_mismatches(got: &[f32], want: &[f64], tol: f64, count: usize) -> Vec<(usize, f32, f64)> {
+    let rms = (want.iter().map(|w| w * w).sum::<f64>() / want.len().max(1) as f64).sqrt();
+    let bound = tol * if rms > 0.0 { rms } else { 1.0 };
+    got.iter()
+        .zip(want)
+        .enumerate()
+        .filter(|(_, (g, w))| !g.is_finite() || (**g as f64 - **w).abs() > bound)
+        .take(count)
+        .map(|(i, (&g, &w))| (i, g, w))
+        .collect()
 }
 
 /// Widens to f64.
@@ -163,6 +184,15 @@ mod tests {
         assert!(compare("x", &[1.0, 2.0, 3.0], &want).passes(1e-7));
         assert!(!compare("x", &[1.0, f32::NAN, 3.0], &want).passes(1e9));
         assert!(!compare("x", &[1.0, 2.1, 3.0], &want).passes(1e-3));
+    }
+
+    #[test]
+    fn first_mismatches_are_listed_in_index_order() {
+        let want = [1.0, 2.0, 3.0, 4.0, 5.0];
+        let got = [1.0, 2.5, 3.0, f32::NAN, 9.0];
+        let idx: Vec<usize> = first_mismatches(&got, &want, 1e-3, 2).iter().map(|m| m.0).collect();
+        assert_eq!(idx, [1, 3]);
+        assert!(first_mismatches(&[1.0, 2.0, 3.0, 4.0, 5.0], &want, 1e-6, 5).is_empty());
     }
 }
 

@@ -113,6 +113,10 @@ pub struct AllocStats {
     pub bind_groups: std::sync::atomic::AtomicU64,
     pub live_bytes: std::sync::atomic::AtomicU64,
     pub peak_bytes: std::sync::atomic::AtomicU64,
+    /// Queue submits made through the runtime.
+    pub submits: std::sync::atomic::AtomicU64,
+    /// Buffers mapped for reading (readbacks).
+    pub maps: std::sync::atomic::AtomicU64,
 }
 
 impl AllocStats {
@@ -120,6 +124,17 @@ impl AllocStats {
     pub fn allocations(&self) -> u64 {
         use std::sync::atomic::Ordering::Relaxed;
         self.buffers.load(Relaxed) + self.bind_groups.load(Relaxed)
+    }
+
+    /// Counts one queue submit.
+    pub(crate) fn submitted(&self) {
+        self.submits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Queue submits and readback maps so far.
+    pub fn submits_and_maps(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.submits.load(Relaxed), self.maps.load(Relaxed))
     }
 
     /// Bytes of tensors alive now.
@@ -221,14 +236,16 @@ impl Gpu {
         }
         let chosen = match &opts.adapter {
             Some(sel) => {
-                let by_index = sel.parse::<usize>().ok().filter(|i| *i < adapters.len());
-                let by_name = || {
-                    let s = sel.to_ascii_lowercase();
-                    all.iter().position(|a| a.info.name.to_ascii_lowercase().contains(&s))
+                // A number is an index and nothing else: `--adapter 5` with two adapters is an
+                // error, not the first adapter whose name happens to contain "5".
+                let found = match sel.trim().parse::<usize>() {
+                    Ok(i) => (i < adapters.len()).then_some(i),
+                    Err(_) => {
+                        let s = sel.to_ascii_lowercase();
+                        all.iter().position(|a| a.info.name.to_ascii_lowercase().contains(&s))
+                    }
                 };
-                by_index
-                    .or_else(by_name)
-                    .ok_or_else(|| GpuError::AdapterNotFound { requested: sel.clone(), available: listing() })?
+                found.ok_or_else(|| GpuError::AdapterNotFound { requested: sel.clone(), available: listing() })?
             }
             None => (0..adapters.len()).max_by_key(|&i| (rank(&all[i].info), std::cmp::Reverse(i))).unwrap(),
         };

@@ -110,6 +110,7 @@ impl<'g> Recorder<'g> {
                 for d in ds {
                     // Flush what was recorded before, then time this dispatch alone.
                     let enc = self.encoder.take().unwrap();
+                    self.gpu.stats.submitted();
                     self.gpu.queue.submit([enc.finish()]);
                     let _ = self.gpu.wait();
                     let mut enc = self.gpu.device.create_command_encoder(&Default::default());
@@ -121,6 +122,7 @@ impl<'g> Recorder<'g> {
                         pass.dispatch_workgroups(x, y, z);
                     }
                     let t0 = Instant::now();
+                    self.gpu.stats.submitted();
                     self.gpu.queue.submit([enc.finish()]);
                     let _ = self.gpu.wait();
                     let ns = t0.elapsed().as_nanos() as f64;
@@ -159,11 +161,13 @@ impl<'g> Recorder<'g> {
         let mut enc = self.encoder.take().expect("recorder already submitted");
         match self.profiler.take() {
             None => {
+                gpu.stats.submitted();
                 gpu.queue.submit([enc.finish()]);
                 gpu.check()?;
                 Ok(Vec::new())
             }
             Some(Profiler::HostClock { times }) => {
+                gpu.stats.submitted();
                 gpu.queue.submit([enc.finish()]);
                 gpu.wait()?;
                 Ok(times)
@@ -171,6 +175,7 @@ impl<'g> Recorder<'g> {
             Some(Profiler::Timestamps { sets, used, names }) => {
                 let bytes = used as u64 * 8;
                 if bytes == 0 {
+                    gpu.stats.submitted();
                     gpu.queue.submit([enc.finish()]);
                     gpu.wait()?;
                     return Ok(Vec::new());
@@ -195,6 +200,7 @@ impl<'g> Recorder<'g> {
                     enc.resolve_query_set(set, 0..n, &resolve, start as u64 * 8);
                 }
                 enc.copy_buffer_to_buffer(&resolve, 0, &staging, 0, bytes);
+                gpu.stats.submitted();
                 gpu.queue.submit([enc.finish()]);
                 let words = read_mapped(gpu, &staging, "timestamps")?;
                 let ticks: &[u64] = bytemuck::cast_slice(&words);

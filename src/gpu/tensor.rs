@@ -206,6 +206,7 @@ impl Tensor {
         let staging = staging_buffer(gpu, bytes);
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(&self.buffer, 0, &staging, 0, bytes);
+        gpu.stats.submitted();
         gpu.queue.submit([enc.finish()]);
         read_mapped(gpu, &staging, &self.label)
     }
@@ -225,6 +226,7 @@ impl Tensor {
         let staging = staging_buffer(gpu, bytes);
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(&self.buffer, 4 * offset as u64, &staging, 0, bytes);
+        gpu.stats.submitted();
         gpu.queue.submit([enc.finish()]);
         Ok(bytemuck::cast_vec(read_mapped(gpu, &staging, &self.label)?))
     }
@@ -289,6 +291,7 @@ impl Readback {
 }
 
 pub(crate) fn read_mapped(gpu: &Gpu, staging: &wgpu::Buffer, what: &str) -> Result<Vec<u32>> {
+    gpu.stats.maps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (tx, rx) = std::sync::mpsc::channel();
     staging.map_async(wgpu::MapMode::Read, .., move |r| {
         let _ = tx.send(r);

@@ -350,9 +350,10 @@ pub enum Method {
     /// sees and the products P·V (forward), dO·Vᵀ, Pᵀ·dO, dS·K, dSᵀ·Q (backward) run through the
     /// matmul kernels, with a row kernel (`shaders/attention_rows.wgsl`) for the softmax steps
     /// in between. The block's scores live in a scratch of `batch·heads·rows·keys` floats shared
-    /// by every layer ([`Gpu::shared_scratch`]), never the whole T×T matrix when T exceeds the
-    /// block. The CPU-adapter method: llvmpipe runs the tiled kernels' workgroup-memory loads and
-    /// barriers slowly (docs/PERF.md) and the register-blocked matmuls fast.
+    /// by every layer ([`Gpu::shared_scratch`]); a block has at most half the queries, so the
+    /// whole T×T matrix is never stored. The CPU-adapter method: llvmpipe runs the tiled
+    /// kernels' workgroup-memory loads and barriers slowly (docs/PERF.md) and the register-blocked
+    /// matmuls fast.
     Blocked(usize),
 }
 
@@ -406,21 +407,26 @@ fn ldk(s: &AttnShape) -> usize {
     keys_seen(s).div_ceil(4) * 4
 }
 
-/// Queries per block for the blocked method (at most `rows`), so that one scratch fits
+/// Queries per block: at most `rows`, and at most half the queries (rounded up), so the whole
+/// q_len × keys score matrix is never stored (two blocks at least whenever q_len ≥ 2).
+fn rows_cap(s: &AttnShape, rows: usize) -> usize {
+    rows.min(s.q_len.div_ceil(2)).max(1)
+}
+
+/// Queries per block for the blocked method (see [`rows_cap`]), so that one scratch fits
 /// [`BLOCK_SCRATCH_ELEMS`] and one storage binding; `None` when not even one query per block
 /// fits (the caller falls back to the tiled kernels).
 fn block_rows(gpu: &Gpu, s: &AttnShape, rows: usize) -> Option<usize> {
     let per_row = s.batch * s.heads * ldk(s);
     let cap = BLOCK_SCRATCH_ELEMS.min((gpu.limits.max_storage_buffer_binding_size / 4) as usize);
-    let nq = rows.min(s.q_len).min(cap / per_row);
+    let nq = rows_cap(s, rows).min(cap / per_row);
     (nq > 0).then_some(nq)
 }
 
-/// Scratch elements one blocked call uses per buffer (0 when the tiled kernels run): for the
-/// memory plan.
+/// Scratch elements one blocked call uses per buffer: for the memory plan.
 pub fn block_scratch_elems(s: &AttnShape, rows: usize) -> usize {
     let per_row = s.batch * s.heads * ldk(s);
-    rows.min(s.q_len).min(BLOCK_SCRATCH_ELEMS / per_row.max(1)) * per_row
+    rows_cap(s, rows).min(BLOCK_SCRATCH_ELEMS / per_row.max(1)) * per_row
 }
 
 #[repr(C)]
@@ -449,7 +455,8 @@ fn blocks(s: &AttnShape, nq: usize) -> Vec<(usize, usize, usize)> {
         .collect()
 }
 
-/// Operands of the per-sequence products (batch = heads) of sequence `b`.
+/// Operands of the products of sequence 0 (batch = heads); the sequences are the products'
+/// outer batch level ([`Matmul::outer`], strides from [`Ops::outer`]).
 struct Ops {
     /// Rows i0.. of a `[batch, q_len, heads, hd]` tensor (q, dout, out, dq), K or N along hd.
     qrows: Operand,
@@ -463,11 +470,11 @@ struct Ops {
     scols: Operand,
 }
 
-fn ops(s: &AttnShape, b: usize, i0: usize, n: usize, ldk: usize) -> Ops {
+fn ops(s: &AttnShape, i0: usize, n: usize, ldk: usize) -> Ops {
     let (hd, rs) = (s.head_dim, s.heads * s.head_dim);
-    let q_off = (b * s.q_len + i0) * rs;
-    let kv_off = b * s.kv_stride * rs;
-    let s_off = b * s.heads * n * ldk;
+    let q_off = i0 * rs;
+    let kv_off = 0;
+    let s_off = 0;
     Ops {
         qrows: Operand { offset: q_off, row_stride: rs, col_stride: 1, batch_stride: hd },
         kvrows: Operand { offset: kv_off, row_stride: rs, col_stride: 1, batch_stride: hd },
@@ -477,8 +484,42 @@ fn ops(s: &AttnShape, b: usize, i0: usize, n: usize, ldk: usize) -> Ops {
     }
 }
 
-fn product(m: usize, n: usize, k: usize, heads: usize, a: Operand, b: Operand, c: Operand) -> Matmul {
-    Matmul { m, n, k, batch: heads, a, b, c, accumulate: false, alpha: 1.0 }
+/// Element strides between sequences of the q-like tensors, the k/v-like ones and the block
+/// scratch.
+fn seq_strides(s: &AttnShape, n: usize, ldk: usize) -> (usize, usize, usize) {
+    let rs = s.heads * s.head_dim;
+    (s.q_len * rs, s.kv_stride * rs, s.heads * n * ldk)
+}
+
+/// The product `a·b → c` for every (sequence, head): heads are the batch, sequences the outer
+/// level; `which` names the kind of tensor each operand is ('q', 'k' or 's').
+#[allow(clippy::too_many_arguments)]
+fn product(
+    s: &AttnShape,
+    (n_blk, ldk): (usize, usize),
+    (m, n, k): (usize, usize, usize),
+    (a, b, c): (Operand, Operand, Operand),
+    which: [char; 3],
+) -> Matmul {
+    let (qs, ks, ss) = seq_strides(s, n_blk, ldk);
+    let st = |w: char| match w {
+        'q' => qs,
+        'k' => ks,
+        _ => ss,
+    };
+    Matmul {
+        m,
+        n,
+        k,
+        batch: s.heads,
+        a,
+        b,
+        c,
+        accumulate: false,
+        alpha: 1.0,
+        outer: s.batch,
+        outer_strides: [st(which[0]), st(which[1]), st(which[2])],
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -560,16 +601,13 @@ fn forward_blocked(
     let sc = gpu.shared_scratch("attention.blocked.s", s.batch * hh * nq * ldk)?;
     let mut ds = Vec::new();
     for (i0, n, nk) in blocks(s, nq) {
-        for b in 0..s.batch {
-            let o = ops(s, b, i0, n, ldk);
-            let mm = Matmul { alpha: scale, ..product(n, nk, hd, hh, o.qrows, o.kvcols, o.srows) };
-            ds.extend(mm.bind_split(gpu, q, k, sc.view())?);
-        }
+        let o = ops(s, i0, n, ldk);
+        let blk = (n, ldk);
+        let scores = product(s, blk, (n, nk, hd), (o.qrows, o.kvcols, o.srows), ['q', 'k', 's']);
+        ds.extend(Matmul { alpha: scale, ..scores }.bind_split(gpu, q, k, sc.view())?);
         ds.push(rows_dispatch(gpu, "rows_fwd", s, scale, (i0, n), ldk, &[("s", sc.view()), ("lse", lse)])?);
-        for b in 0..s.batch {
-            let o = ops(s, b, i0, n, ldk);
-            ds.extend(product(n, hd, nk, hh, o.srows, o.kvrows, o.qrows).bind_split(gpu, sc.view(), v, out)?);
-        }
+        let pv = product(s, blk, (n, hd, nk), (o.srows, o.kvrows, o.qrows), ['s', 'k', 'q']);
+        ds.extend(pv.bind_split(gpu, sc.view(), v, out)?);
     }
     ds[0].scratch.push(sc);
     Ok(ds)
@@ -610,12 +648,11 @@ fn backward_blocked(
     let mut ds = Vec::new();
     for &(i0, n, nk) in blocks(s, nq).iter().rev() {
         let first = ds.is_empty();
-        for b in 0..s.batch {
-            let o = ops(s, b, i0, n, ldk);
-            let mm = Matmul { alpha: scale, ..product(n, nk, hd, hh, o.qrows, o.kvcols, o.srows) };
-            ds.extend(mm.bind_split(gpu, q, k, sc.view())?);
-            ds.extend(product(n, nk, hd, hh, o.qrows, o.kvcols, o.srows).bind_split(gpu, dout, v, gs.view())?);
-        }
+        let o = ops(s, i0, n, ldk);
+        let blk = (n, ldk);
+        let scores = product(s, blk, (n, nk, hd), (o.qrows, o.kvcols, o.srows), ['q', 'k', 's']);
+        ds.extend(Matmul { alpha: scale, ..scores }.bind_split(gpu, q, k, sc.view())?);
+        ds.extend(scores.bind_split(gpu, dout, v, gs.view())?);
         ds.push(rows_dispatch(
             gpu,
             "rows_bwd",
@@ -625,15 +662,12 @@ fn backward_blocked(
             ldk,
             &[("s", sc.view()), ("g", gs.view()), ("lse_saved", lse)],
         )?);
-        for b in 0..s.batch {
-            let o = ops(s, b, i0, n, ldk);
-            let acc = !first;
-            let dvp = product(nk, hd, n, hh, o.scols, o.qrows, o.kvrows).accumulate(acc);
-            ds.extend(dvp.bind_split(gpu, sc.view(), dout, dv)?);
-            let dkp = product(nk, hd, n, hh, o.scols, o.qrows, o.kvrows).accumulate(acc);
-            ds.extend(dkp.bind_split(gpu, gs.view(), q, dk)?);
-            ds.extend(product(n, hd, nk, hh, o.srows, o.kvrows, o.qrows).bind_split(gpu, gs.view(), k, dq)?);
-        }
+        // dV (+)= Pᵀ·dO and dK (+)= dSᵀ·Q (the same shapes), then dQ = dS·K.
+        let tq = product(s, blk, (nk, hd, n), (o.scols, o.qrows, o.kvrows), ['s', 'q', 'k']).accumulate(!first);
+        ds.extend(tq.bind_split(gpu, sc.view(), dout, dv)?);
+        ds.extend(tq.bind_split(gpu, gs.view(), q, dk)?);
+        let dqp = product(s, blk, (n, hd, nk), (o.srows, o.kvrows, o.qrows), ['s', 'k', 'q']);
+        ds.extend(dqp.bind_split(gpu, gs.view(), k, dq)?);
     }
     ds[0].scratch.extend([sc, gs]);
     Ok(ds)
@@ -732,4 +766,25 @@ pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
         bytes: forward_bytes(&s),
     });
     Ok(cases)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_never_cover_the_whole_score_matrix_and_see_only_their_keys() {
+        for t in [2, 3, 17, 64, 65, 256, 1024] {
+            let s = AttnShape::training(2, 3, 8, t);
+            let nq = rows_cap(&s, BLOCK_ROWS);
+            assert!(nq < t, "T {t}: a block of {nq} queries is the whole T×T matrix");
+            let bl = blocks(&s, nq);
+            assert_eq!(bl.iter().map(|b| b.1).sum::<usize>(), t, "T {t}: blocks must cover every query once");
+            for &(i0, n, nk) in &bl {
+                assert_eq!(nk, i0 + n, "T {t}: causal block at {i0} sees keys < {}", i0 + n);
+            }
+        }
+        assert_eq!(rows_cap(&AttnShape::training(1, 1, 8, 1), BLOCK_ROWS), 1);
+        assert_eq!(rows_cap(&AttnShape::training(1, 1, 8, 1000), BLOCK_ROWS), BLOCK_ROWS);
+    }
 }

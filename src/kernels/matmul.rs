@@ -82,6 +82,12 @@ pub struct Matmul {
     pub c: Operand,
     pub accumulate: bool,
     pub alpha: f32,
+    /// A second, outer batch level: `outer` groups of `batch` products, group `o` at element
+    /// offsets `o · outer_strides[0]` (A), `[1]` (B), `[2]` (C) added to everything above. For
+    /// layouts whose products are not evenly spaced along one stride, e.g. (sequence, head)
+    /// pairs of a `[batch, T, heads, hd]` tensor. 1 (and zero strides) for one level.
+    pub outer: usize,
+    pub outer_strides: [usize; 3],
 }
 
 #[repr(C)]
@@ -107,6 +113,10 @@ struct Params {
     tiles_m: u32,
     total: u32,
     _pad: u32,
+    nb_in: u32,
+    a_os: u32,
+    b_os: u32,
+    c_os: u32,
 }
 
 impl Matmul {
@@ -122,6 +132,8 @@ impl Matmul {
             c: Operand::row_major(m, n),
             accumulate: false,
             alpha: 1.0,
+            outer: 1,
+            outer_strides: [0; 3],
         }
     }
 
@@ -146,6 +158,24 @@ impl Matmul {
         self
     }
 
+    /// `count` groups of the `batch` products, group `o` shifted by `o · strides` elements in A, B
+    /// and C (see [`Matmul::outer`]).
+    pub fn outer(mut self, count: usize, strides: [usize; 3]) -> Self {
+        self.outer = count;
+        self.outer_strides = strides;
+        self
+    }
+
+    /// Elements of A, B and C the product spans from element 0 (one past the last touched).
+    pub fn extents(&self) -> [usize; 3] {
+        let o = self.outer.max(1) - 1;
+        [
+            self.a.extent(self.m, self.k, self.batch) + o * self.outer_strides[0],
+            self.b.extent(self.k, self.n, self.batch) + o * self.outer_strides[1],
+            self.c.extent(self.m, self.n, self.batch) + o * self.outer_strides[2],
+        ]
+    }
+
     /// Adds into C instead of overwriting it.
     pub fn accumulate(mut self, yes: bool) -> Self {
         self.accumulate = yes;
@@ -160,29 +190,27 @@ impl Matmul {
 
     /// FLOPs of the product (2·M·N·K per batch).
     pub fn flops(&self) -> f64 {
-        2.0 * self.m as f64 * self.n as f64 * self.k as f64 * self.batch as f64
+        2.0 * self.m as f64 * self.n as f64 * self.k as f64 * (self.batch * self.outer) as f64
     }
 
     /// Bytes that must move at least once: read A and B, write C (and read it when accumulating).
     pub fn min_bytes(&self) -> f64 {
         let c = (self.m * self.n) as f64 * if self.accumulate { 2.0 } else { 1.0 };
-        4.0 * self.batch as f64 * ((self.m * self.k + self.k * self.n) as f64 + c)
+        4.0 * (self.batch * self.outer) as f64 * ((self.m * self.k + self.k * self.n) as f64 + c)
     }
 
     fn check(&self, a: &View, b: &View, c: &View) -> Result<()> {
         let bad = |s: String| {
             Err(GpuError::Shape(format!("matmul {}x{}x{} (batch {}): {s}", self.m, self.n, self.k, self.batch)))
         };
-        if self.m == 0 || self.n == 0 || self.k == 0 || self.batch == 0 {
+        if self.m == 0 || self.n == 0 || self.k == 0 || self.batch == 0 || self.outer == 0 {
             return bad("every size must be at least 1".into());
         }
         if self.c.col_stride != 1 {
             return bad("C must have unit column stride".into());
         }
-        for (name, op, rows, cols, v) in
-            [("A", &self.a, self.m, self.k, a), ("B", &self.b, self.k, self.n, b), ("C", &self.c, self.m, self.n, c)]
-        {
-            let need = op.extent(rows, cols, self.batch) as u64 * 4;
+        for (name, ext, v) in [("A", self.extents()[0], a), ("B", self.extents()[1], b), ("C", self.extents()[2], c)] {
+            let need = ext as u64 * 4;
             if need > v.size {
                 return bad(format!("{name} needs {need} bytes of its buffer, the binding has {}", v.size));
             }
@@ -223,6 +251,23 @@ impl Matmul {
         let max = max_chunk.min(binding_elems(gpu, 1));
         if self.k <= MAX_K_PER_DISPATCH && [&a, &b, &c].iter().all(|v| v.len() <= max) {
             return Ok(vec![self.bind(gpu, a, b, c)?]);
+        }
+        if self.outer > 1 {
+            // Split the outer level first: each group is an ordinary one-level product.
+            let mut out = Vec::new();
+            for o in 0..self.outer {
+                let sh = |op: Operand, i: usize| Operand { offset: op.offset + o * self.outer_strides[i], ..op };
+                let g = Matmul {
+                    a: sh(self.a, 0),
+                    b: sh(self.b, 1),
+                    c: sh(self.c, 2),
+                    outer: 1,
+                    outer_strides: [0; 3],
+                    ..*self
+                };
+                out.extend(g.bind_split_chunked(gpu, a, b, c, max_chunk)?);
+            }
+            return Ok(out);
         }
         let align = align_elems(gpu);
         let [bs, ms, ns, ks] = self.split_sizes(gpu, max)?;
@@ -269,6 +314,8 @@ impl Matmul {
                             // K pieces after the first add to what the earlier ones wrote.
                             accumulate: self.accumulate || k0 > 0,
                             alpha: self.alpha,
+                            outer: 1,
+                            outer_strides: [0; 3],
                         };
                         out.push(piece.bind(gpu, va, vb, vc)?);
                     }
@@ -339,7 +386,7 @@ impl Matmul {
         let (bm, bn) = tile(variant)?;
         let entry = self.entry_point(variant)?;
         let (tiles_m, tiles_n) = (self.m.div_ceil(bm), self.n.div_ceil(bn));
-        let total = tiles_m as u64 * tiles_n as u64 * self.batch as u64;
+        let total = tiles_m as u64 * tiles_n as u64 * (self.batch * self.outer) as u64;
         let max = gpu.limits.max_compute_workgroups_per_dimension;
         if total > max as u64 * max as u64 || total > u32::MAX as u64 {
             return Err(GpuError::Shape(format!(
@@ -368,6 +415,10 @@ impl Matmul {
             tiles_m: tiles_m as u32,
             total: total as u32,
             _pad: 0,
+            nb_in: self.batch as u32,
+            a_os: self.outer_strides[0] as u32,
+            b_os: self.outer_strides[1] as u32,
+            c_os: self.outer_strides[2] as u32,
         };
         let kern = gpu.kernel("matmul", Some(variant), entry)?;
         let mut bufs = vec![("a", a), ("b", b), ("c", c)];
@@ -391,12 +442,13 @@ impl Matmul {
         // (a vec4 never straddles the edge of the product). K ≥ 4 (M, N ≥ 4) also keeps every
         // operand bound as `array<vec4<f32>>` at least one vec4 long, as binding requires.
         let q = |x: usize| x.is_multiple_of(4);
-        let base = |o: &Operand| q(o.offset) && (self.batch == 1 || q(o.batch_stride));
+        let outer = |i: usize| self.outer == 1 || q(self.outer_strides[i]);
+        let base = |o: &Operand, i: usize| q(o.offset) && (self.batch == 1 || q(o.batch_stride)) && outer(i);
         let k4 = self.k >= 4;
-        let a_k = base(&self.a) && k4 && self.a.col_stride == 1 && q(self.a.row_stride);
-        let a_m = base(&self.a) && self.a.row_stride == 1 && q(self.a.col_stride) && q(self.m);
-        let b_k = base(&self.b) && k4 && self.b.row_stride == 1 && q(self.b.col_stride);
-        let b_n = base(&self.b) && self.b.col_stride == 1 && q(self.b.row_stride) && q(self.n);
+        let a_k = base(&self.a, 0) && k4 && self.a.col_stride == 1 && q(self.a.row_stride);
+        let a_m = base(&self.a, 0) && self.a.row_stride == 1 && q(self.a.col_stride) && q(self.m);
+        let b_k = base(&self.b, 1) && k4 && self.b.row_stride == 1 && q(self.b.col_stride);
+        let b_n = base(&self.b, 1) && self.b.col_stride == 1 && q(self.b.row_stride) && q(self.n);
         Ok(match (a_k, a_m, b_k, b_n) {
             (true, _, true, _) => "mm_kk",
             (true, _, _, true) => "mm_kn",
@@ -454,7 +506,7 @@ pub fn heuristic(gpu: &Gpu, mm: &Matmul) -> &'static str {
     }
     for v in ["t64", "t32"] {
         let (bm, bn) = tile(v).unwrap();
-        let groups = mm.m.div_ceil(bm) * mm.n.div_ceil(bn) * mm.batch;
+        let groups = mm.m.div_ceil(bm) * mm.n.div_ceil(bn) * mm.batch * mm.outer;
         if mm.m >= bm / 2 && mm.n >= bn / 2 && groups >= 64 {
             return v;
         }
@@ -479,7 +531,7 @@ fn cpu_heuristic(mm: &Matmul, threads: usize) -> &'static str {
     let mut best = ("r128", f64::INFINITY);
     for (v, eff) in [("r128", 1.0), ("c64", 0.8), ("r32", 0.95), ("r8", 0.85)] {
         let (bm, bn) = tile(v).unwrap();
-        let groups = mm.m.div_ceil(bm) * mm.n.div_ceil(bn) * mm.batch;
+        let groups = mm.m.div_ceil(bm) * mm.n.div_ceil(bn) * mm.batch * mm.outer;
         let cost = groups.div_ceil(threads) as f64 * (bm * bn) as f64 / eff;
         if cost < best.1 {
             best = (v, cost);
@@ -545,9 +597,10 @@ pub mod autotune {
     /// than 3× the best median so far is not repeated (the other kernel family is 10–50× slower
     /// on some adapters, and repeating it would make tuning cost minutes).
     pub fn measure(gpu: &Gpu, mm: &Matmul, reps: usize) -> Result<Vec<(&'static str, f64)>> {
-        let a = Tensor::zeros(gpu, "tune.a", &[mm.a.extent(mm.m, mm.k, mm.batch)], crate::gpu::DType::F32)?;
-        let b = Tensor::zeros(gpu, "tune.b", &[mm.b.extent(mm.k, mm.n, mm.batch)], crate::gpu::DType::F32)?;
-        let c = Tensor::zeros(gpu, "tune.c", &[mm.c.extent(mm.m, mm.n, mm.batch)], crate::gpu::DType::F32)?;
+        let [ea, eb, ec] = mm.extents();
+        let a = Tensor::zeros(gpu, "tune.a", &[ea], crate::gpu::DType::F32)?;
+        let b = Tensor::zeros(gpu, "tune.b", &[eb], crate::gpu::DType::F32)?;
+        let c = Tensor::zeros(gpu, "tune.c", &[ec], crate::gpu::DType::F32)?;
         let first = heuristic(gpu, mm);
         let mut order = vec![first];
         order.extend(variants().into_iter().filter(|v| *v != first));

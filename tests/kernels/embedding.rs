@@ -61,9 +61,9 @@ fn index_tensor(gpu: &ddl::gpu::Gpu, tokens: &[i32], vocab: usize) -> Tensor {
     Tensor::from_u32(gpu, "index", &[idx.len()], &idx).unwrap()
 }
 
-fn check_forward(tokens: &[i32], d: usize, vocab: usize) {
+/// `rng` is the test's one generator (it also drew `tokens`): its seed replays the whole case.
+fn check_forward(rng: &mut Rng, tokens: &[i32], d: usize, vocab: usize) {
     let gpu = gpu();
-    let mut rng = Rng::fresh();
     let n = tokens.len();
     let table = rng.normal(vocab * d, 1.0);
     let tt = Tensor::from_i32(&gpu, "tokens", &[n], tokens).unwrap();
@@ -78,9 +78,8 @@ fn check_forward(tokens: &[i32], d: usize, vocab: usize) {
     assert!(got.iter().zip(&want).all(|(g, w)| *g as f64 == *w), "{name}: not an exact copy (seed {})", rng.seed);
 }
 
-fn check_backward(tokens: &[i32], d: usize, vocab: usize) {
+fn check_backward(rng: &mut Rng, tokens: &[i32], d: usize, vocab: usize) {
     let gpu = gpu();
-    let mut rng = Rng::fresh();
     let n = tokens.len();
     let dout = rng.normal(n * d, 1.0);
     let dtable0 = rng.normal(vocab * d, 1.0);
@@ -113,7 +112,8 @@ fn check_backward(tokens: &[i32], d: usize, vocab: usize) {
 fn embedding_forward_matches_float64_for_odd_widths() {
     let mut rng = Rng::fresh();
     for &(n, d, vocab) in &[(1, 1, 1), (7, 85, 67), (300, 33, 67), (300, 1, 67), (5, 384, 3), (2048, 7, 67)] {
-        check_forward(&rng.ints(n, vocab), d, vocab);
+        let tokens = rng.ints(n, vocab);
+        check_forward(&mut rng, &tokens, d, vocab);
     }
 }
 
@@ -121,8 +121,9 @@ fn embedding_forward_matches_float64_for_odd_widths() {
 fn embedding_forward_writes_zero_rows_for_out_of_range_ids() {
     let vocab = 67;
     let tokens = [3, -1, 66, 67, i32::MAX, i32::MIN, 0, 1000];
+    let mut rng = Rng::fresh();
     for d in [1, 33, 85] {
-        check_forward(&tokens, d, vocab);
+        check_forward(&mut rng, &tokens, d, vocab);
     }
 }
 
@@ -130,21 +131,23 @@ fn embedding_forward_writes_zero_rows_for_out_of_range_ids() {
 fn embedding_backward_matches_float64_and_sums_in_increasing_position() {
     let mut rng = Rng::fresh();
     for &(n, d, vocab) in &[(1, 1, 1), (7, 85, 67), (300, 33, 67), (300, 1, 67), (7, 384, 3), (3000, 5, 67)] {
-        check_backward(&rng.ints(n, vocab), d, vocab);
+        let tokens = rng.ints(n, vocab);
+        check_backward(&mut rng, &tokens, d, vocab);
     }
 }
 
 #[test]
 fn embedding_backward_handles_one_id_everywhere_and_every_id_once() {
     let vocab = 67;
-    check_backward(&[5; 300], 33, vocab);
-    check_backward(&[66; 7], 85, vocab);
+    let mut rng = Rng::fresh();
+    check_backward(&mut rng, &[5; 300], 33, vocab);
+    check_backward(&mut rng, &[66; 7], 85, vocab);
     let mut every: Vec<i32> = (0..vocab as i32).rev().collect();
     every.swap(3, 40);
-    check_backward(&every, 33, vocab);
+    check_backward(&mut rng, &every, 33, vocab);
     // More tokens than ids and fewer tokens than ids (slots = min(n, vocab)).
-    let mut rng = Rng::fresh();
-    check_backward(&rng.ints(5, 1000), 9, 1000);
+    let tokens = rng.ints(5, 1000);
+    check_backward(&mut rng, &tokens, 9, 1000);
 }
 
 #[test]

@@ -161,6 +161,8 @@ fn attention_like() -> Matmul {
         c: Operand { offset: 3, row_stride: t + 2, col_stride: 1, batch_stride: t * (t + 2) + 1 },
         accumulate: false,
         alpha: 0.5,
+        outer: 1,
+        outer_strides: [0; 3],
     }
 }
 
@@ -201,6 +203,8 @@ fn strided_tail(form: &str, m: usize, n: usize, k: usize, batch: usize) -> Matmu
         c: Operand { offset: 1, row_stride: n + 3, col_stride: 1, batch_stride: m * (n + 3) + 2 },
         accumulate: false,
         alpha: 1.0,
+        outer: 1,
+        outer_strides: [0; 3],
     }
 }
 
@@ -440,4 +444,82 @@ fn a_split_too_small_for_one_aligned_element_is_an_error() {
     let c = upload(&gpu, "c", &[0.0; 64]);
     let e = Matmul::nn(8, 8, 8).bind_split_chunked(&gpu, a.view(), a.view(), c.view(), 1).unwrap_err();
     assert!(e.to_string().contains("matmul 8x8x8 operand"), "{e}");
+}
+
+/// Two batch levels (heads inside sequences of a `[seq, T, heads, h]` layout): every variant, and
+/// the split path, against float64 per group, and bit-identical to one product per group.
+#[test]
+fn two_batch_levels_match_float64_and_one_product_per_group() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    for (seqs, t, heads, h) in [(3, 19, 2, 7), (2, 16, 3, 8), (4, 5, 1, 4)] {
+        let row = heads * h;
+        let (sq, sc) = (t * row + 4, heads * t * (t + 1) + 8);
+        let mm = Matmul {
+            m: t,
+            n: t,
+            k: h,
+            batch: heads,
+            a: Operand { offset: 4, row_stride: row, col_stride: 1, batch_stride: h },
+            b: Operand { offset: 0, row_stride: 1, col_stride: row, batch_stride: h },
+            c: Operand { offset: 0, row_stride: t + 1, col_stride: 1, batch_stride: t * (t + 1) },
+            accumulate: false,
+            alpha: 0.75,
+            outer: seqs,
+            outer_strides: [sq, sq, sc],
+        };
+        let [ea, eb, ec] = mm.extents();
+        let a = rng.uniform(ea, -1.0, 1.0);
+        let b = rng.uniform(eb, -1.0, 1.0);
+        let (ta, tb) = (upload(&gpu, "a", &a), upload(&gpu, "b", &b));
+        // The reference: each group as a one-level product with shifted offsets.
+        let group = |o: usize| {
+            let sh = |op: Operand, s: usize| Operand { offset: op.offset + o * s, ..op };
+            Matmul { a: sh(mm.a, sq), b: sh(mm.b, sq), c: sh(mm.c, sc), outer: 1, outer_strides: [0; 3], ..mm }
+        };
+        let mut want = vec![0.0f64; ec];
+        for o in 0..seqs {
+            let g = group(o);
+            let got = reference(&g, &a, &b, &vec![0.0; ec], 1);
+            for bt in 0..heads {
+                for i in 0..t {
+                    for j in 0..t {
+                        let idx = g.c.offset + bt * g.c.batch_stride + i * g.c.row_stride + j;
+                        want[idx] = got[idx];
+                    }
+                }
+            }
+        }
+        let mut per_group = None;
+        for how in matmul::variants().into_iter().map(Some).chain([None]) {
+            let tc = poisoned(&gpu, "c", &[ec]);
+            let ds = match how {
+                Some(v) => vec![mm.bind_variant(&gpu, v, ta.view(), tb.view(), tc.view()).unwrap()],
+                // Bindings of 64 elements force the split path (one group per piece, or less).
+                None => mm.bind_split_chunked(&gpu, ta.view(), tb.view(), tc.view(), 64).unwrap(),
+            };
+            run(&gpu, &ds);
+            let mut got = read(&gpu, &tc);
+            // Gaps between the products stay NaN (never written); compare only the products.
+            let mut w = want.clone();
+            for (g, x) in got.iter_mut().zip(w.iter_mut()) {
+                if g.is_nan() && *x == 0.0 {
+                    *g = 0.0;
+                }
+            }
+            assert_close(&format!("two-level {seqs}x{heads} t{t} h{h} {how:?}"), &got, &w, 1e-5, rng.seed);
+            if how == Some("r128") {
+                // One one-level product per group gives the same bits.
+                let tc1 = poisoned(&gpu, "c1", &[ec]);
+                for o in 0..seqs {
+                    run(&gpu, &[group(o).bind_variant(&gpu, "r128", ta.view(), tb.view(), tc1.view()).unwrap()]);
+                }
+                per_group = Some((got.clone(), read(&gpu, &tc1)));
+            }
+        }
+        let (two, one) = per_group.unwrap();
+        for (x, y) in two.iter().zip(&one) {
+            assert!(x.to_bits() == y.to_bits() || (y.is_nan() && *x == 0.0), "two levels vs per group: {x} vs {y}");
+        }
+    }
 }

@@ -72,7 +72,8 @@ fn check(n: usize) {
 
 #[test]
 fn swiglu_forward_and_backward_match_float64_at_odd_sizes() {
-    for n in [1, 7, 33, 85, 300, 85 * 33, 256 * 7 + 1] {
+    // 85 and 2730 are the spec's odd MLP widths F = ⌊8d/3⌋ (d = 32, 1024): rows of 3 × F.
+    for n in [1, 7, 33, 85, 300, 85 * 33, 256 * 7 + 1, 2730, 3 * 2730] {
         check(n);
     }
 }
