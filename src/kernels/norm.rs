@@ -4,8 +4,8 @@
 //! Used for the block pre-norms and the final norm (`dim = d`) and for the per-head QK-norm
 //! (`rows = N·H`, `dim = h`, the gain shared across heads).
 //!
-//! Each row is reduced by a team of invocations whose size depends only on `dim`, with a fixed
-//! tree, so results are bit-identical run after run. The gain gradient is a deterministic
+//! Each row is reduced by a team of invocations whose size depends only on the adapter and `dim`
+//! ([`team`]), with a fixed tree, so results are bit-identical run after run. The gain gradient is a deterministic
 //! two-pass column reduction over rows (chunks of rows into a scratch buffer, then one
 //! workgroup per column); the scratch tensor is allocated at bind time and kept in
 //! `Dispatch::scratch`.
@@ -29,10 +29,32 @@ struct Params {
     _pad: u32,
 }
 
-/// Invocations that reduce one row: a power of two, about `dim/4` (each lane sums ~4 elements),
-/// at most one workgroup. Depends on `dim` only, so the summation order does too.
-fn team(dim: usize) -> usize {
-    dim.div_ceil(4).next_power_of_two().min(WG)
+thread_local! {
+    static FORCED_TEAM: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with this thread's row-team size forced to `team` (a power of two ≤ 256; tests run
+/// every size against float64 through this).
+pub fn with_team<R>(team: usize, f: impl FnOnce() -> R) -> R {
+    let old = FORCED_TEAM.with(|c| c.replace(Some(team)));
+    let out = f();
+    FORCED_TEAM.with(|c| c.set(old));
+    out
+}
+
+/// Invocations that reduce one row. On GPUs: a power of two, about `dim/4` (each lane sums ~4
+/// elements), at most one workgroup. On CPU adapters (llvmpipe): 1 — one row per invocation, no
+/// workgroup-memory tree (a barrier is a coroutine switch there and every workgroup-memory
+/// access a loop over the SIMD lanes; docs/PERF.md). Depends on the adapter and `dim` only, so
+/// the summation order does too. `DDL_NORM_TEAM` overrides it (for measurements).
+pub fn team(gpu: &Gpu, dim: usize) -> usize {
+    let forced = FORCED_TEAM.with(|c| c.get());
+    let env = std::env::var("DDL_NORM_TEAM").ok().and_then(|v| v.parse::<usize>().ok());
+    match forced.or(env) {
+        Some(t) if t.is_power_of_two() && t <= WG => t,
+        _ if gpu.info.device_type == wgpu::DeviceType::Cpu => 1,
+        _ => dim.div_ceil(4).next_power_of_two().min(WG),
+    }
 }
 
 /// Rows per chunk of the first dγ pass: at least 16, and at most 1024 chunks.
@@ -40,12 +62,12 @@ fn chunk(rows: usize) -> usize {
     rows.div_ceil(1024).max(16)
 }
 
-fn params(rows: usize, dim: usize, eps: f32, flag: bool) -> Params {
+fn params(gpu: &Gpu, rows: usize, dim: usize, eps: f32, flag: bool) -> Params {
     let chunk = chunk(rows);
     Params {
         rows: rows as u32,
         dim: dim as u32,
-        team: team(dim) as u32,
+        team: team(gpu, dim) as u32,
         flag: flag as u32,
         eps,
         chunk: chunk as u32,
@@ -76,7 +98,7 @@ fn check(what: &str, rows: usize, dim: usize, views: &[(&str, &View, usize)]) ->
 
 /// Workgroups of the row kernels: `256 / team` rows per workgroup.
 fn row_grid(gpu: &Gpu, rows: usize, dim: usize) -> [u32; 3] {
-    grid_1d(rows as u64, (WG / team(dim)) as u32, gpu.limits.max_compute_workgroups_per_dimension)
+    grid_1d(rows as u64, (WG / team(gpu, dim)) as u32, gpu.limits.max_compute_workgroups_per_dimension)
 }
 
 /// RMSNorm forward: `y = gain ⊙ x·r` per row, `rstd[row] = r` saved for the backward.
@@ -94,7 +116,7 @@ pub fn rmsnorm_forward(
 ) -> Result<Vec<Dispatch>> {
     let n = rows.saturating_mul(dim);
     check("rmsnorm forward", rows, dim, &[("x", &x, n), ("gain", &gain, dim), ("y", &y, n), ("rstd", &rstd, rows)])?;
-    let p = params(rows, dim, eps, false);
+    let p = params(gpu, rows, dim, eps, false);
     let k = gpu.kernel("norm", None, "rmsnorm_forward")?;
     Ok(vec![k.dispatch(
         gpu,
@@ -141,7 +163,7 @@ pub fn rmsnorm_backward(
             ("dgain", &dgain, dim),
         ],
     )?;
-    let p = params(rows, dim, 0.0, accumulate_dx);
+    let p = params(gpu, rows, dim, 0.0, accumulate_dx);
     let pb = bytemuck::bytes_of(&p);
     let max = gpu.limits.max_compute_workgroups_per_dimension;
 

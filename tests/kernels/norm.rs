@@ -94,8 +94,15 @@ fn run_gpu(
     Out { y: read(&gpu, &y), rstd: read(&gpu, &rstd), dx: read(&gpu, &dx), dgain: read(&gpu, &dgain) }
 }
 
-/// Random inputs at `scale`, GPU vs float64 for forward and backward.
+/// Random inputs at `scale`, GPU vs float64 for forward and backward, with every row-team size
+/// the adapters use (1 on CPU adapters, up to 256 on GPUs).
 fn check(rows: usize, dim: usize, scale: f32, accumulate_dx: bool) {
+    for team in [1, 4, 128, 256] {
+        norm::with_team(team, || check_team(rows, dim, scale, accumulate_dx, team));
+    }
+}
+
+fn check_team(rows: usize, dim: usize, scale: f32, accumulate_dx: bool, team: usize) {
     let mut rng = Rng::fresh();
     let x = rng.normal(rows * dim, scale);
     let gain = rng.uniform(dim, 0.5, 1.5);
@@ -114,7 +121,7 @@ fn check(rows: usize, dim: usize, scale: f32, accumulate_dx: bool) {
     for (w, a) in wdg.iter_mut().zip(&dgain0) {
         *w += *a as f64;
     }
-    let tag = format!("rows={rows} dim={dim} scale={scale} acc={accumulate_dx}");
+    let tag = format!("rows={rows} dim={dim} scale={scale} acc={accumulate_dx} team={team}");
     assert_close(&format!("rmsnorm y {tag}"), &got.y, &wy, 1e-5, rng.seed);
     assert_close(&format!("rmsnorm rstd {tag}"), &got.rstd, &wr, 1e-5, rng.seed);
     assert_close(&format!("rmsnorm dx {tag}"), &got.dx, &wdx, 1e-4, rng.seed);
