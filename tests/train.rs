@@ -74,6 +74,27 @@ fn resuming_gives_bit_identical_losses_to_an_uninterrupted_run() {
 }
 
 #[test]
+fn the_step_statistics_carry_each_sublayers_mean_beta() {
+    // The β sums copied into the step's one readback equal the mean of β read back directly.
+    let gpu = ddl::testing::gpu();
+    let mut cfg = ddl::model::ModelConfig::preset("tiny", Variant::Ddl).unwrap();
+    (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.head_dim, cfg.mlp_hidden) = (32, 2, 2, 16, 85);
+    let model = ddl::model::Model::new(gpu.clone(), cfg.clone(), 5).unwrap();
+    let opt = ddl::kernels::adamw::AdamWConfig::paper(1e-3);
+    let prog = model.program(3, 16, &opt).unwrap();
+    let mut rng = ddl::testing::Rng::new(11);
+    let (x, y) = (rng.ints(48, cfg.vocab_size), rng.ints(48, cfg.vocab_size));
+    prog.set_batch(&model, &x, &y).unwrap();
+    let stats = model.run_read(&prog, &[&prog.zero, &prog.forward, &prog.backward, &prog.finish], None).unwrap();
+    let from_stats = ddl::model::gpu_model::beta_means_of(&stats, 48);
+    let direct = ddl::train::beta_means(&model, &prog).unwrap();
+    assert_eq!(from_stats.len(), 4);
+    for (a, b) in from_stats.iter().zip(&direct) {
+        assert!((a - b).abs() <= 1e-5 * b.abs(), "β mean from the statistics {a} vs read back {b}");
+    }
+}
+
+#[test]
 fn a_checkpoint_round_trips_and_rejects_a_mismatched_tensor() {
     let dir = tmpdir("ckpt");
     let cfg = ddl::model::ModelConfig::preset("tiny", Variant::DdlCcec).unwrap();
@@ -118,7 +139,14 @@ fn the_cli_trains_evaluates_and_samples() {
     assert!(st.status.success(), "train failed: {so}\n{}", String::from_utf8_lossy(&st.stderr));
     assert!(so.contains("validation loss") && so.contains("--- sample ---"), "{so}");
     let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
-    assert!(metrics.lines().count() >= 4 && metrics.contains("beta_mean"), "{metrics}");
+    assert!(metrics.lines().count() >= 4, "{metrics}");
+    // Every step's line has the mean β of each sublayer (1 layer: attention and MLP), in (0, 2).
+    for line in metrics.lines().filter(|l| l.contains("\"loss\"")) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let betas = v["beta_mean"].as_array().unwrap_or_else(|| panic!("no beta_mean in {line}"));
+        assert_eq!(betas.len(), 2, "{line}");
+        assert!(betas.iter().all(|b| b.as_f64().is_some_and(|b| b > 0.0 && b < 2.0)), "{line}");
+    }
     let cfg = std::fs::read_to_string(out.join("config.toml")).unwrap();
     assert!(cfg.contains("d_model = 32"), "{cfg}");
 

@@ -209,7 +209,8 @@ pub struct Program {
     pub loss_out: Tensor,
     /// Σ g² over all gradients.
     pub norm_sq: Tensor,
-    /// (loss, valid targets, Σ g²): the one small readback of a training step.
+    /// (loss, valid targets, Σ g², unused, Σ β of each delta write in sublayer order): the one
+    /// small readback of a training step.
     pub stats: Tensor,
     /// `stats`' persistent staging copy, filled in the same submit as the step.
     pub stats_rb: Readback,
@@ -401,7 +402,9 @@ impl Model {
         let lse = z("lse", &[n])?;
         let loss_out = z("loss_out", &[2])?;
         let norm_sq = z("norm_sq", &[1])?;
-        let stats = z("stats", &[4])?;
+        // (loss, valid targets, Σ g², ·, then Σ β over the tokens of each delta write).
+        let writes = subs.iter().flatten().filter(|s| s.write.is_some()).count();
+        let stats = z("stats", &[STATS_BETA + writes])?;
         let hkn = if var.vmap() { n * hk } else { 1 };
         let ones = Tensor::from_f32(gpu, "ones", &[hkn], &vec![1.0; hkn])?;
         let g = Grads {
@@ -462,6 +465,7 @@ impl Model {
         };
         p.forward = self.record_forward(&p)?;
         if p.decode.is_none() {
+            p.forward.extend(self.record_beta_sums(&p)?);
             (p.backward, p.backward_blocks) = self.record_backward(&p)?;
             p.finish = self.record_finish(&p)?;
             p.optimizer = self.record_optimizer(&p, opt)?;
@@ -1245,6 +1249,19 @@ impl Model {
         Ok((ops, blocks_done))
     }
 
+    /// Σ β over the tokens of every delta write into `stats[STATS_BETA..]`, at the end of the
+    /// forward: the metrics get each sublayer's mean β from the step's one readback.
+    fn record_beta_sums(&self, p: &Program) -> Result<Vec<Op>> {
+        let mut ops = Vec::new();
+        let n = p.b * p.t;
+        for (j, w) in p.subs.iter().flatten().filter_map(|s| s.write.as_ref()).enumerate() {
+            let sum = Tensor::zeros(&self.gpu, "beta_sum", &[1], crate::gpu::DType::F32)?;
+            run(&mut ops, reduce::col_sum(&self.gpu, w.beta.view(), sum.view(), n, 1, false))?;
+            ops.push(Op::Copy { src: sum, src_off: 0, dst: p.stats.clone(), dst_off: STATS_BETA + j, len: 1 });
+        }
+        Ok(ops)
+    }
+
     fn record_finish(&self, p: &Program) -> Result<Vec<Op>> {
         let mut ops = Vec::new();
         run(&mut ops, reduce::sum_squares(&self.gpu, &self.grads, self.layout.total, p.norm_sq.view()))?;
@@ -1320,6 +1337,15 @@ impl Model {
         let s = self.run_read(p, &[&p.zero, &p.forward, &p.backward, &p.finish], Some(&p.optimizer))?;
         Ok((s[0], s[2].max(0.0).sqrt()))
     }
+}
+
+/// Index of the first β sum in a training program's `stats` (see [`Program::stats`]).
+pub const STATS_BETA: usize = 4;
+
+/// Mean β of every delta write (sublayer order) from a training step's statistics
+/// ([`Model::run_read`]'s result) for a program of `tokens` tokens; empty for the baseline.
+pub fn beta_means_of(stats: &[f32], tokens: usize) -> Vec<f64> {
+    stats.iter().skip(STATS_BETA).map(|&s| s as f64 / tokens.max(1) as f64).collect()
 }
 
 /// The analytic memory of training a model at (B, T), in bytes.

@@ -830,8 +830,9 @@ pub fn train_with(
             line["comm_wait_s"] = json!(wait);
             line["comm_s"] = json!(exchange);
         }
-        if lead && log && run.model.variant.is_ddl() {
-            line["beta_mean"] = json!(beta_means(&model, &prog)?);
+        if lead && run.model.variant.is_ddl() {
+            // Every step, from the step's one readback (the last micro-batch's forward).
+            line["beta_mean"] = json!(crate::model::gpu_model::beta_means_of(&stats, prog.b * prog.t));
         }
         append(&line)?;
         progress.update(step, format!("loss {loss:.4} |g| {gnorm:.3} lr {:.2e} {tok_s:.0} tok/s", opt.lr), log);
