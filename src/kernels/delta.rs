@@ -354,9 +354,7 @@ pub fn backward(
     // Sums over tokens, in a fixed order: products with the per-token scratch added into the
     // gradients. dw_beta += dzᵀ c, db_beta += dzᵀ 1 (dz as an [n, 1] matrix); dw_v += duᵀ a,
     // db_v += duᵀ 1 (du [n, m]).
-    // dw_beta as the [d, 1] product cᵀ·dz (the same memory as [1, d], the same sums in the same
-    // order): d rows spread over workgroups, where a 1-row product is one workgroup's work.
-    out.extend(Matmul::tn(d, 1, n).accumulate(true).bind_split(gpu, c, dz.view(), dw_beta)?);
+    out.extend(Matmul::tn(1, d, n).accumulate(true).bind_split(gpu, dz.view(), c, dw_beta)?);
     out.extend(Matmul::tn(1, 1, n).accumulate(true).bind_split(gpu, dz.view(), ones.view(), db_beta)?);
     out.extend(Matmul::tn(m, d, n).accumulate(true).bind_split(gpu, du.view(), a, dw_v)?);
     out.extend(Matmul::tn(m, 1, n).accumulate(true).bind_split(gpu, du.view(), ones.view(), db_v)?);
