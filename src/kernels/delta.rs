@@ -263,10 +263,11 @@ pub fn forward(
 /// `da` when `accumulate_da`). Adds the parameter gradients: `dw_beta` += Σ_t ∂z_t c_t,
 /// `db_beta` += Σ_t ∂z_t, `dw_v` += Σ_t ∂u_t a_tᵀ, `db_v` += Σ_t ∂u_t. Every output must be a
 /// buffer separate from the inputs (`dx` ≠ `g`). Dispatches: the per-token kernel, the two
-/// matmuls for ∂c and ∂a, then four accumulating matmuls over the tokens (seven in all; sums over
-/// more than [`crate::kernels::matmul::MAX_K_PER_DISPATCH`] tokens are split by
-/// [`Matmul::bind_split`]) reading its scratch (∂z `[n]`, ∂u `[n, m]` and a ones vector, kept in
-/// the first dispatch's `scratch`).
+/// matmuls for ∂c and ∂a, the two accumulating weight products over the tokens (sums over more
+/// than [`crate::kernels::matmul::MAX_K_PER_DISPATCH`] tokens are split by
+/// [`Matmul::bind_split`]) and the bias sums as column sums (`reduce::col_sum`; a 1-column
+/// product runs in one workgroup, ≈ 10× slower), all reading the kernel's scratch (∂z `[n]`,
+/// ∂u `[n, m]`, kept in the first dispatch's `scratch`).
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
     gpu: &Gpu,
@@ -324,7 +325,6 @@ pub fn backward(
 
     let dz = Tensor::zeros(gpu, "delta.dz", &[n], crate::gpu::DType::F32)?;
     let du = Tensor::zeros(gpu, "delta.du", &[n, m], crate::gpu::DType::F32)?;
-    let ones = Tensor::from_f32(gpu, "delta.ones", &[n], &vec![1.0; n])?;
 
     let seg = segment_width(gpu, d);
     let kern = gpu.kernel("delta", Some(&s.variant()), "delta_backward")?;
@@ -352,13 +352,13 @@ pub fn backward(
     out.extend(Matmul::nn(n, d, 1).bind_split(gpu, dz.view(), w_beta, dc)?);
     out.extend(Matmul::nn(n, d, m).accumulate(accumulate_da).bind_split(gpu, du.view(), w_v, da)?);
     // Sums over tokens, in a fixed order: products with the per-token scratch added into the
-    // gradients. dw_beta += dzᵀ c, db_beta += dzᵀ 1 (dz as an [n, 1] matrix); dw_v += duᵀ a,
-    // db_v += duᵀ 1 (du [n, m]).
+    // gradients. dw_beta += dzᵀ c (dz as an [n, 1] matrix), db_beta += Σ dz; dw_v += duᵀ a,
+    // db_v += column sums of du [n, m].
     out.extend(Matmul::tn(1, d, n).accumulate(true).bind_split(gpu, dz.view(), c, dw_beta)?);
-    out.extend(Matmul::tn(1, 1, n).accumulate(true).bind_split(gpu, dz.view(), ones.view(), db_beta)?);
+    out.extend(crate::kernels::reduce::col_sum(gpu, dz.view(), db_beta, n, 1, true)?);
     out.extend(Matmul::tn(m, d, n).accumulate(true).bind_split(gpu, du.view(), a, dw_v)?);
-    out.extend(Matmul::tn(m, 1, n).accumulate(true).bind_split(gpu, du.view(), ones.view(), db_v)?);
-    out[0].scratch = vec![dz, du, ones];
+    out.extend(crate::kernels::reduce::col_sum(gpu, du.view(), db_v, n, m, true)?);
+    out[0].scratch = vec![dz, du];
     Ok(out)
 }
 
