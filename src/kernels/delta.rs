@@ -133,14 +133,17 @@ pub fn with_segment_width<R>(seg: usize, f: impl FnOnce() -> R) -> R {
 /// states put several tokens in one workgroup), so a token's reductions over d are spread over
 /// many lanes. On CPU adapters (llvmpipe): 1 — a barrier is a coroutine switch and every
 /// workgroup-memory access a loop over the SIMD lanes there, so one token per invocation with no
-/// cross-invocation reduction is 4–5× faster (docs/PERF.md). `DDL_DELTA_SEG` (a power of two ≤
-/// 128) overrides the choice, for benchmarks and tests.
-pub fn segment_width(gpu: &Gpu, d: usize) -> usize {
+/// cross-invocation reduction is 4–5× faster (docs/PERF.md) — when there are enough tokens
+/// (`n` ≥ [`crate::kernels::norm::CPU_ROWS_PER_INVOCATION`]) to fill the SIMD lanes and worker
+/// threads; a decoding step's one token keeps the wide segment. `DDL_DELTA_SEG` (a power of
+/// two ≤ 128) overrides the choice, for benchmarks and tests.
+pub fn segment_width(gpu: &Gpu, n: usize, d: usize) -> usize {
     let forced = FORCED_SEG.with(|f| f.get());
     let env = std::env::var("DDL_DELTA_SEG").ok().and_then(|v| v.parse::<usize>().ok());
+    let cpu_many = gpu.info.device_type == wgpu::DeviceType::Cpu && n >= crate::kernels::norm::CPU_ROWS_PER_INVOCATION;
     let choice = match forced.or(env) {
         Some(s) if s.is_power_of_two() && s <= WG => s,
-        _ if gpu.info.device_type == wgpu::DeviceType::Cpu => 1,
+        _ if cpu_many => 1,
         _ => WG,
     };
     d.next_power_of_two().min(choice)
@@ -229,7 +232,7 @@ pub fn forward(
         need("forward", name, view, *len)?;
     }
     check_aliasing("forward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
-    let seg = segment_width(gpu, d);
+    let seg = segment_width(gpu, n, d);
     let kern = gpu.kernel("delta", Some(&s.variant()), "delta_forward")?;
     let p = s.params(seg);
     let main = kern.dispatch(
@@ -326,7 +329,7 @@ pub fn backward(
     let dz = Tensor::zeros(gpu, "delta.dz", &[n], crate::gpu::DType::F32)?;
     let du = Tensor::zeros(gpu, "delta.du", &[n, m], crate::gpu::DType::F32)?;
 
-    let seg = segment_width(gpu, d);
+    let seg = segment_width(gpu, n, d);
     let kern = gpu.kernel("delta", Some(&s.variant()), "delta_backward")?;
     let p = s.params(seg);
     let main = kern.dispatch(

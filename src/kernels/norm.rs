@@ -43,19 +43,25 @@ pub fn with_team<R>(team: usize, f: impl FnOnce() -> R) -> R {
 }
 
 /// Invocations that reduce one row. On GPUs: a power of two, about `dim/4` (each lane sums ~4
-/// elements), at most one workgroup. On CPU adapters (llvmpipe): 1 — one row per invocation, no
-/// workgroup-memory tree (a barrier is a coroutine switch there and every workgroup-memory
-/// access a loop over the SIMD lanes; docs/PERF.md). Depends on the adapter and `dim` only, so
-/// the summation order does too. `DDL_NORM_TEAM` overrides it (for measurements).
-pub fn team(gpu: &Gpu, dim: usize) -> usize {
+/// elements), at most one workgroup. On CPU adapters (llvmpipe) with many rows (≥
+/// [`CPU_ROWS_PER_INVOCATION`]): 1 — one row per invocation, no workgroup-memory tree (a barrier
+/// is a coroutine switch there and every workgroup-memory access a loop over the SIMD lanes;
+/// docs/PERF.md); with few rows (decoding: one token) the team, so that a row is not one lane's
+/// sequential loop. Depends on the adapter, `rows` and `dim` only, so the summation order does
+/// too. `DDL_NORM_TEAM` overrides it (for measurements).
+pub fn team(gpu: &Gpu, rows: usize, dim: usize) -> usize {
     let forced = FORCED_TEAM.with(|c| c.get());
     let env = std::env::var("DDL_NORM_TEAM").ok().and_then(|v| v.parse::<usize>().ok());
     match forced.or(env) {
         Some(t) if t.is_power_of_two() && t <= WG => t,
-        _ if gpu.info.device_type == wgpu::DeviceType::Cpu => 1,
+        _ if gpu.info.device_type == wgpu::DeviceType::Cpu && rows >= CPU_ROWS_PER_INVOCATION => 1,
         _ => dim.div_ceil(4).next_power_of_two().min(WG),
     }
 }
+
+/// Rows from which CPU adapters reduce one row per invocation (enough 8-lane groups for the
+/// worker threads).
+pub const CPU_ROWS_PER_INVOCATION: usize = 64;
 
 /// Rows per chunk of the first dγ pass: at least 16, and at most 1024 chunks.
 fn chunk(rows: usize) -> usize {
@@ -67,7 +73,7 @@ fn params(gpu: &Gpu, rows: usize, dim: usize, eps: f32, flag: bool) -> Params {
     Params {
         rows: rows as u32,
         dim: dim as u32,
-        team: team(gpu, dim) as u32,
+        team: team(gpu, rows, dim) as u32,
         flag: flag as u32,
         eps,
         chunk: chunk as u32,
@@ -98,7 +104,7 @@ fn check(what: &str, rows: usize, dim: usize, views: &[(&str, &View, usize)]) ->
 
 /// Workgroups of the row kernels: `256 / team` rows per workgroup.
 fn row_grid(gpu: &Gpu, rows: usize, dim: usize) -> [u32; 3] {
-    grid_1d(rows as u64, (WG / team(gpu, dim)) as u32, gpu.limits.max_compute_workgroups_per_dimension)
+    grid_1d(rows as u64, (WG / team(gpu, rows, dim)) as u32, gpu.limits.max_compute_workgroups_per_dimension)
 }
 
 /// RMSNorm forward: `y = gain ⊙ x·r` per row, `rstd[row] = r` saved for the backward.
