@@ -606,3 +606,79 @@ fn attn_bwd_dkdv(
         put_dv(row, lane, pw, dv0, dv1, dv2, dv3);
     }
 }
+
+// ------------------------------------------------------------------------------------------------
+// Forward for a few queries (decoding) on CPU adapters: one invocation per (batch, query, head)
+// row, no workgroup memory and no barriers. The query row and the output accumulator live in
+// registers as 16 vec4 (head dims ≤ 64; the launcher checks); keys are visited in order with an
+// online softmax. Same outputs as attn_fwd (out and lse), summed in a fixed order.
+
+@compute @workgroup_size(64)
+fn attn_fwd_rows(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let r = (wid.y * nwg.x + wid.x) * 64u + lid;
+    if (r >= p.total) { return; }
+    let head = r % p.heads;
+    let bi = r / p.heads;
+    let i = bi % p.q_len;
+    let b = bi / p.q_len;
+    let ts = p.heads * p.hd;
+    let qrow = (b * p.q_len + i) * ts + head * p.hd;
+    let kv_base = (b * p.kv_stride * p.heads + head) * p.hd;
+    let lim = min(p.kv_len, p.q_pos0 + i + 1u);
+    var qv: array<vec4<f32>, 16>;
+    var acc: array<vec4<f32>, 16>;
+    for (var c = 0u; c < 16u; c++) {
+        var x = vec4<f32>();
+        let d = 4u * c;
+        if (d < p.hd) { x.x = q[qrow + d]; }
+        if (d + 1u < p.hd) { x.y = q[qrow + d + 1u]; }
+        if (d + 2u < p.hd) { x.z = q[qrow + d + 2u]; }
+        if (d + 3u < p.hd) { x.w = q[qrow + d + 3u]; }
+        qv[c] = x;
+        acc[c] = vec4<f32>();
+    }
+    var m_run = NEG;
+    var l_run = 0.0;
+    for (var t = 0u; t < lim; t++) {
+        let kr = kv_base + t * ts;
+        var s = 0.0;
+        for (var c = 0u; c < 16u; c++) {
+            var x = vec4<f32>();
+            let d = 4u * c;
+            if (d < p.hd) { x.x = k[kr + d]; }
+            if (d + 1u < p.hd) { x.y = k[kr + d + 1u]; }
+            if (d + 2u < p.hd) { x.z = k[kr + d + 2u]; }
+            if (d + 3u < p.hd) { x.w = k[kr + d + 3u]; }
+            s += dot(qv[c], x);
+        }
+        let sc = s * p.scale;
+        let m_new = max(m_run, sc);
+        let alpha = exp(m_run - m_new);
+        let pj = exp(sc - m_new);
+        for (var c = 0u; c < 16u; c++) {
+            var x = vec4<f32>();
+            let d = 4u * c;
+            if (d < p.hd) { x.x = v[kr + d]; }
+            if (d + 1u < p.hd) { x.y = v[kr + d + 1u]; }
+            if (d + 2u < p.hd) { x.z = v[kr + d + 2u]; }
+            if (d + 3u < p.hd) { x.w = v[kr + d + 3u]; }
+            acc[c] = fma(vec4<f32>(pj), x, acc[c] * alpha);
+        }
+        l_run = l_run * alpha + pj;
+        m_run = m_new;
+    }
+    for (var c = 0u; c < 16u; c++) {
+        let y = acc[c] / vec4<f32>(l_run);
+        let d = 4u * c;
+        if (d < p.hd) { out[qrow + d] = y.x; }
+        if (d + 1u < p.hd) { out[qrow + d + 1u] = y.y; }
+        if (d + 2u < p.hd) { out[qrow + d + 2u] = y.z; }
+        if (d + 3u < p.hd) { out[qrow + d + 3u] = y.w; }
+    }
+    lse[(b * p.heads + head) * p.q_len + i] = m_run + log(l_run);
+}

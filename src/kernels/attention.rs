@@ -151,10 +151,31 @@ fn need(what: &str, name: &str, v: &View, n: usize, layout: &str) -> Result<()> 
     Ok(())
 }
 
-/// Forward work: blocks of F_BQ queries × head-dim chunks, per (batch, head).
-fn forward_work(s: &AttnShape) -> (usize, usize) {
+/// Queries up to which [`forward`] uses the row kernel on CPU adapters (decoding steps).
+pub const ROWS_KERNEL_MAX_QUERIES: usize = 4;
+
+/// Whether [`forward`] runs `attn_fwd_rows` (one invocation per query row, no workgroup memory):
+/// on adapters whose [`method`] is the blocked one (CPU adapters), for a few queries (decoding)
+/// and head dims ≤ 64. Else the tiled flash kernel.
+fn rows_kernel(gpu: &Gpu, s: &AttnShape) -> bool {
+    matches!(method(gpu), Method::Blocked(_)) && s.q_len <= ROWS_KERNEL_MAX_QUERIES && s.head_dim <= DC
+}
+
+/// Forward work: (blocks, workgroups). The tiled kernel: blocks of F_BQ queries × head-dim chunks,
+/// per (batch, head); the row kernel: one invocation per (batch, query, head) row.
+fn forward_work(gpu: &Gpu, s: &AttnShape) -> (usize, usize) {
+    if rows_kernel(gpu, s) {
+        let rows = s.batch * s.q_len * s.heads;
+        return (1, rows);
+    }
     let nblk = s.q_len.div_ceil(F_BQ);
     (nblk, s.batch * s.heads * nblk * s.chunks())
+}
+
+/// The grid of [`forward`]: one workgroup per work item (tiled), or 64 rows per workgroup.
+fn fwd_groups(gpu: &Gpu, s: &AttnShape, total: usize) -> [u32; 3] {
+    let per = if rows_kernel(gpu, s) { 64 } else { 1 };
+    grid_1d(total as u64, per, gpu.limits.max_compute_workgroups_per_dimension)
 }
 
 fn groups(gpu: &Gpu, total: usize) -> [u32; 3] {
@@ -184,14 +205,14 @@ pub fn forward(
     need(w, "v", &v, s.kv_elems(), kl)?;
     need(w, "out", &out, s.q_elems(), ql)?;
     need(w, "lse", &lse, s.lse_elems(), "[batch, heads, q_len]")?;
-    let (nblk, total) = forward_work(s);
+    let (nblk, total) = forward_work(gpu, s);
     let p = params(s, scale, nblk, total);
-    let kern = gpu.kernel("attention", None, "attn_fwd")?;
+    let kern = gpu.kernel("attention", None, if rows_kernel(gpu, s) { "attn_fwd_rows" } else { "attn_fwd" })?;
     let d = kern.dispatch(
         gpu,
         Some(bytemuck::bytes_of(&p)),
         &[("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)],
-        groups(gpu, total),
+        fwd_groups(gpu, s, total),
     )?;
     Ok(vec![d])
 }
@@ -201,25 +222,25 @@ pub fn forward(
 /// with (the buffers are the same). Takes effect for submits after this call.
 pub fn set_kv(gpu: &Gpu, ds: &[Dispatch], s: &AttnShape, scale: f32) -> Result<()> {
     s.check("set_kv")?;
-    let (nblk, total) = forward_work(s);
+    let (nblk, total) = forward_work(gpu, s);
     let [d] = ds else {
         return Err(GpuError::Shape(format!(
             "attention set_kv: expected the one dispatch of attention::forward, got {}",
             ds.len()
         )));
     };
-    if !d.kernel.name.ends_with("::attn_fwd") {
+    if !d.kernel.name.ends_with("::attn_fwd") && !d.kernel.name.ends_with("::attn_fwd_rows") {
         return Err(GpuError::Shape(format!(
             "attention set_kv: {} is not an attention forward dispatch",
             d.kernel.name
         )));
     }
-    if d.workgroups != groups(gpu, total) {
+    if d.workgroups != fwd_groups(gpu, s, total) {
         return Err(GpuError::Shape(format!(
             "attention set_kv: the dispatch was bound for another batch/heads/head_dim/q_len \
              ({:?} workgroups, {s:?} needs {:?})",
             d.workgroups,
-            groups(gpu, total)
+            fwd_groups(gpu, s, total)
         )));
     }
     let p = params(s, scale, nblk, total);

@@ -138,7 +138,7 @@ impl Model {
                 Op::Run(d) if d.kernel.name.starts_with("rope[") => {
                     rope::set_pos0(&self.gpu, std::slice::from_ref(d), &rs)?
                 }
-                Op::Run(d) if d.kernel.name.ends_with("::attn_fwd") => {
+                Op::Run(d) if d.kernel.name.ends_with("::attn_fwd") || d.kernel.name.ends_with("::attn_fwd_rows") => {
                     attention::set_kv(&self.gpu, std::slice::from_ref(d), &at, scale)?
                 }
                 Op::Copy { dst, dst_off, len, .. }

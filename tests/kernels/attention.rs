@@ -377,18 +377,52 @@ fn decode_against_full(gpu: &Gpu, rng: &mut Rng, step: usize) {
     }
 }
 
+/// `forward` itself (the decoding entry: the flash kernel, or on the blocked method's adapters the
+/// row kernel for ≤ 4 queries and head dims ≤ 64) at decoding shapes against float64, under every
+/// method.
+#[test]
+fn decoding_forward_matches_float64_with_the_tiled_and_the_row_kernel() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    for m in METHODS {
+        for hd in [1, 5, 16, 33, 64, 70] {
+            for (ql, kl, ks) in [(1, 1, 3), (1, 37, 40), (3, 20, 24), (4, 9, 9), (5, 30, 31)] {
+                let s = AttnShape::decode(2, 3, hd, ql, kl, ks);
+                let x = Inputs::new(&mut rng, s, 1.5);
+                let q = upload(&gpu, "q", &x.q);
+                let (k, v) = (upload(&gpu, "k", &x.k), upload(&gpu, "v", &x.v));
+                let out = poisoned(&gpu, "out", &[s.q_elems()]);
+                let lse = poisoned(&gpu, "lse", &[s.lse_elems()]);
+                let ds = attention::with_method(m, || {
+                    attention::forward(&gpu, &s, x.scale, q.view(), k.view(), v.view(), out.view(), lse.view())
+                })
+                .unwrap();
+                run(&gpu, &ds);
+                let (r_out, r_lse) = ref_forward(&s, x.scale as f64, &f64v(&x.q), &x.k64(), &x.v64());
+                let name = format!("{s:?} {m:?} ({})", ds[0].kernel.name);
+                assert_close(&format!("out {name}"), &read(&gpu, &out), &r_out, 1e-5, rng.seed);
+                assert_close(&format!("lse {name}"), &read(&gpu, &lse), &r_lse, 1e-5, rng.seed);
+            }
+        }
+    }
+}
+
 #[test]
 fn decoding_one_token_at_a_time_reproduces_the_full_forward() {
     let gpu = gpu();
     let mut rng = Rng::fresh();
-    decode_against_full(&gpu, &mut rng, 1);
+    for m in METHODS {
+        attention::with_method(m, || decode_against_full(&gpu, &mut rng, 1));
+    }
 }
 
 #[test]
 fn decoding_prompt_chunks_reproduces_the_full_forward() {
     let gpu = gpu();
     let mut rng = Rng::fresh();
-    decode_against_full(&gpu, &mut rng, 4);
+    for m in METHODS {
+        attention::with_method(m, || decode_against_full(&gpu, &mut rng, 4));
+    }
     decode_against_full(&gpu, &mut rng, 18);
 }
 
