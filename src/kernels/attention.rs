@@ -10,6 +10,11 @@
 //! the scores recomputed per chunk), so any head_dim ≥ 1 works, h ≤ 64 being the fast case.
 //! Deterministic: fixed reduction orders, no atomics.
 //!
+//! Per adapter ([`method`]): GPUs run these tiled kernels; CPU adapters run whole sequences by
+//! blocks of queries through the matmul kernels ([`Method::Blocked`], [`forward_seq`] and
+//! [`backward`]) and decoding steps (≤ 4 queries, head dims ≤ 64) with a row kernel
+//! (`attn_fwd_rows`); every form is tested against float64 on any adapter (`with_method`).
+//!
 //! Layouts (row-major, f32):
 //! - `q`, `out`, `dout`, `dq`: `[batch, q_len, heads, head_dim]`
 //! - `k`, `v`, `dk`, `dv`: `[batch, kv_stride, heads, head_dim]`
