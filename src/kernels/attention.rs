@@ -156,6 +156,32 @@ fn need(what: &str, name: &str, v: &View, n: usize, layout: &str) -> Result<()> 
     Ok(())
 }
 
+/// Shape and view checks of a forward call (`out` and `lse` as the forward writes them).
+fn check_forward(w: &str, s: &AttnShape, views: [&View; 5]) -> Result<()> {
+    s.check(w)?;
+    let ql = "[batch, q_len, heads, head_dim]";
+    let kl = "[batch, kv_stride, heads, head_dim]";
+    let [q, k, v, out, lse] = views;
+    need(w, "q", q, s.q_elems(), ql)?;
+    need(w, "k", k, s.kv_elems(), kl)?;
+    need(w, "v", v, s.kv_elems(), kl)?;
+    need(w, "out", out, s.q_elems(), ql)?;
+    need(w, "lse", lse, s.lse_elems(), "[batch, heads, q_len]")
+}
+
+/// [`check_forward`] plus the gradient views of a backward call.
+fn check_backward(s: &AttnShape, fwd: [&View; 5], grads: [&View; 4]) -> Result<()> {
+    let w = "backward";
+    check_forward(w, s, fwd)?;
+    let ql = "[batch, q_len, heads, head_dim]";
+    let kl = "[batch, kv_stride, heads, head_dim]";
+    let [dout, dq, dk, dv] = grads;
+    need(w, "dout", dout, s.q_elems(), ql)?;
+    need(w, "dq", dq, s.q_elems(), ql)?;
+    need(w, "dk", dk, s.kv_elems(), kl)?;
+    need(w, "dv", dv, s.kv_elems(), kl)
+}
+
 /// Queries up to which [`forward`] uses the row kernel on CPU adapters (decoding steps).
 pub const ROWS_KERNEL_MAX_QUERIES: usize = 4;
 
@@ -201,15 +227,7 @@ pub fn forward(
     out: View<'_>,
     lse: View<'_>,
 ) -> Result<Vec<Dispatch>> {
-    let w = "forward";
-    s.check(w)?;
-    let ql = "[batch, q_len, heads, head_dim]";
-    let kl = "[batch, kv_stride, heads, head_dim]";
-    need(w, "q", &q, s.q_elems(), ql)?;
-    need(w, "k", &k, s.kv_elems(), kl)?;
-    need(w, "v", &v, s.kv_elems(), kl)?;
-    need(w, "out", &out, s.q_elems(), ql)?;
-    need(w, "lse", &lse, s.lse_elems(), "[batch, heads, q_len]")?;
+    check_forward("forward", s, [&q, &k, &v, &out, &lse])?;
     let (nblk, total) = forward_work(gpu, s);
     let p = params(s, scale, nblk, total);
     let kern = gpu.kernel("attention", None, if rows_kernel(gpu, s) { "attn_fwd_rows" } else { "attn_fwd" })?;
@@ -278,7 +296,7 @@ pub fn backward(
         && s.kv_stride == s.kv_len
         && s.q_pos0 + s.q_len >= s.kv_len
     {
-        s.check("backward")?;
+        check_backward(s, [&q, &k, &v, &out, &lse], [&dout, &dq, &dk, &dv])?;
         if let Some(nq) = block_rows(gpu, s, rows) {
             return backward_blocked(gpu, s, scale, nq, q, k, v, lse, dout, dq, dk, dv);
         }
@@ -303,19 +321,7 @@ pub fn backward_tiled(
     dk: View<'_>,
     dv: View<'_>,
 ) -> Result<Vec<Dispatch>> {
-    let w = "backward";
-    s.check(w)?;
-    let ql = "[batch, q_len, heads, head_dim]";
-    let kl = "[batch, kv_stride, heads, head_dim]";
-    need(w, "q", &q, s.q_elems(), ql)?;
-    need(w, "k", &k, s.kv_elems(), kl)?;
-    need(w, "v", &v, s.kv_elems(), kl)?;
-    need(w, "out", &out, s.q_elems(), ql)?;
-    need(w, "lse", &lse, s.lse_elems(), "[batch, heads, q_len]")?;
-    need(w, "dout", &dout, s.q_elems(), ql)?;
-    need(w, "dq", &dq, s.q_elems(), ql)?;
-    need(w, "dk", &dk, s.kv_elems(), kl)?;
-    need(w, "dv", &dv, s.kv_elems(), kl)?;
+    check_backward(s, [&q, &k, &v, &out, &lse], [&dout, &dq, &dk, &dv])?;
 
     let delta = Tensor::zeros(gpu, "attention.delta", &[s.batch, s.heads, s.q_len], DType::F32)?;
     let max = gpu.limits.max_compute_workgroups_per_dimension;
@@ -595,15 +601,7 @@ pub fn forward_seq(
     lse: View<'_>,
 ) -> Result<Vec<Dispatch>> {
     if let Method::Blocked(rows) = method(gpu) {
-        let w = "forward";
-        s.check(w)?;
-        let ql = "[batch, q_len, heads, head_dim]";
-        let kl = "[batch, kv_stride, heads, head_dim]";
-        need(w, "q", &q, s.q_elems(), ql)?;
-        need(w, "k", &k, s.kv_elems(), kl)?;
-        need(w, "v", &v, s.kv_elems(), kl)?;
-        need(w, "out", &out, s.q_elems(), ql)?;
-        need(w, "lse", &lse, s.lse_elems(), "[batch, heads, q_len]")?;
+        check_forward("forward", s, [&q, &k, &v, &out, &lse])?;
         if let Some(nq) = block_rows(gpu, s, rows) {
             return forward_blocked(gpu, s, scale, nq, q, k, v, out, lse);
         }
@@ -639,7 +637,8 @@ fn forward_blocked(
     Ok(ds)
 }
 
-/// The blocked backward (`kv_stride = kv_len`, every key seen by the last query). Blocks run last
+/// The blocked backward (`kv_stride = kv_len`, every key seen by the last query; [`backward`]
+/// checked the views). Blocks run last
 /// to first: the last one sees every key and writes all of dk and dv; the earlier ones add into
 /// the rows they see.
 #[allow(clippy::too_many_arguments)]
@@ -657,17 +656,6 @@ fn backward_blocked(
     dk: View<'_>,
     dv: View<'_>,
 ) -> Result<Vec<Dispatch>> {
-    let w = "backward";
-    let ql = "[batch, q_len, heads, head_dim]";
-    let kl = "[batch, kv_stride, heads, head_dim]";
-    need(w, "q", &q, s.q_elems(), ql)?;
-    need(w, "k", &k, s.kv_elems(), kl)?;
-    need(w, "v", &v, s.kv_elems(), kl)?;
-    need(w, "lse", &lse, s.lse_elems(), "[batch, heads, q_len]")?;
-    need(w, "dout", &dout, s.q_elems(), ql)?;
-    need(w, "dq", &dq, s.q_elems(), ql)?;
-    need(w, "dk", &dk, s.kv_elems(), kl)?;
-    need(w, "dv", &dv, s.kv_elems(), kl)?;
     let (hh, hd, ldk) = (s.heads, s.head_dim, ldk(s));
     let sc = gpu.shared_scratch("attention.blocked.s", s.batch * hh * nq * ldk)?;
     let gs = gpu.shared_scratch("attention.blocked.ds", s.batch * hh * nq * ldk)?;
