@@ -1,12 +1,17 @@
-// Elementwise helpers on flat f32 buffers: y += x (gradient and residual sums) and y *= alpha.
+// Elementwise helpers on flat f32 buffers: y += x (gradient and residual sums), y *= alpha, and
+// a strided row copy (a matrix into a buffer with another row stride).
 // Grid: 1-D over elements, 256 per workgroup, split over x and y so any length fits the
 // 65535-per-dimension limit (the launcher binds buffers larger than one binding in chunks).
 
 struct Params {
     n: u32,        // elements in this dispatch
     alpha: f32,    // scale: the factor
+    cols: u32,     // copy_rows: columns per row
+    xs: u32,       // copy_rows: row stride of x
+    ys: u32,       // copy_rows: row stride of y
+    x_off: u32,    // copy_rows: first element of x (within the bound chunk)
+    y_off: u32,    // copy_rows: first element of y
     _pad0: u32,
-    _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -36,5 +41,21 @@ fn scale(
     let i = (wid.y * nwg.x + wid.x) * 256u + lid;
     if (i < params.n) {
         y[i] = y[i] * params.alpha;
+    }
+}
+
+// y[r·ys + c] = x[r·xs + c] for element i = r·cols + c < n (a row-major matrix into another
+// row stride, e.g. a weight into a copy whose rows are padded to a multiple of 4).
+@compute @workgroup_size(256)
+fn copy_rows(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+    if (i < params.n) {
+        let r = i / params.cols;
+        let c = i - r * params.cols;
+        y[params.y_off + r * params.ys + c] = x[params.x_off + r * params.xs + c];
     }
 }

@@ -263,17 +263,18 @@ fn quarter(x: Idx) -> Idx {
     return Idx(x.i0 / 4u, x.i1 / 4u, x.i2 / 4u, x.i3 / 4u);
 }
 
-// Element offsets of the first of four rows of each A row block (M a multiple of 4: blocks past
-// the edge are clamped to the last whole one), and likewise for B's column blocks.
+// Element offsets of the first of four rows of each A row block (M a multiple of 4, or the
+// operand padded to one: blocks past the edge are clamped to the last whole one), and likewise
+// for B's column blocks.
 fn a_groups(t: Tile) -> vec4<u32> {
     let p = params;
-    let last = p.m - 4u;
+    let last = ((p.m + 3u) & ~3u) - 4u;
     return t.abase + vec4<u32>(min(t.row0, last), min(t.row0 + 4u, last),
                                min(t.row0 + 8u, last), min(t.row0 + 12u, last)) * p.a_rs;
 }
 fn b_groups(t: Tile) -> vec4<u32> {
     let p = params;
-    let last = p.n - 4u;
+    let last = ((p.n + 3u) & ~3u) - 4u;
     return t.bbase + vec4<u32>(min(t.col0, last), min(t.col0 + 4u, last),
                                min(t.col0 + 8u, last), min(t.col0 + 12u, last)) * p.b_cs;
 }

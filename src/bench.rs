@@ -174,6 +174,7 @@ pub fn train_rows(
     batch: usize,
     seq: usize,
     steps: usize,
+    list_dispatches: bool,
     mut emit: impl FnMut(Row),
 ) -> Result<()> {
     use crate::gpu::Op;
@@ -253,6 +254,13 @@ pub fn train_rows(
         "steps": steps.max(1), "loss_init": loss_init, "loss_last": loss_last,
         "split_ms": split,
     })));
+    if list_dispatches {
+        for (i, k) in kt.iter().enumerate() {
+            emit(Row(
+                json!({"bench": "train_dispatch", "index": i, "kernel": k.name, "workgroups": k.workgroups, "ms": k.ns / 1e6}),
+            ));
+        }
+    }
     Ok(())
 }
 

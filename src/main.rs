@@ -297,6 +297,9 @@ enum BenchCmd {
         batch: Option<usize>,
         #[arg(long)]
         seq: Option<usize>,
+        /// Also list every dispatch of the profiled step in order (kernel, workgroups, ms).
+        #[arg(long)]
+        dispatches: bool,
         #[arg(long)]
         json: bool,
     },
@@ -942,6 +945,13 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
             100.0 * v["of_floor"].as_f64().unwrap_or(0.0),
             v["bound"].as_str().unwrap_or("")
         ),
+        Some("train_dispatch") => println!(
+            "{:>5} {:<44} {:>16} {:>9.3} ms",
+            v["index"],
+            v["kernel"].as_str().unwrap_or(""),
+            format!("{}", v["workgroups"]),
+            v["ms"].as_f64().unwrap_or(0.0)
+        ),
         Some("train") => {
             println!(
                 "{} d={} L={} B={} T={}: {:.1} tok/s, {:.1} ms/step, {:.2} model GFLOP/s, matmul {:.0}% of kernel time, {} dispatches, loss {:.4} at init, {:.4} after {} AdamW step(s) on that batch",
@@ -1052,14 +1062,13 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 ddl::bench::kernel_rows(&gpu, cases, reps, gbs, gflops, |r| print_row(&r, json))?;
             }
         }
-        BenchCmd::Train { preset, variant, steps, batch, seq, json } => {
+        BenchCmd::Train { preset, variant, steps, batch, seq, dispatches, json } => {
             let v = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
             let cfg = ddl::model::ModelConfig::preset(&preset, v)?;
             let t = ddl::train::TrainConfig::preset(&preset);
             ddl::kernels::matmul::autotune::set_enabled(true);
-            ddl::bench::train_rows(&gpu, &cfg, batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len), steps, |r| {
-                print_row(&r, json)
-            })?;
+            let (b, t) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
+            ddl::bench::train_rows(&gpu, &cfg, b, t, steps, dispatches, |r| print_row(&r, json))?;
         }
         BenchCmd::Generate { preset, variant, contexts, reps, json } => {
             let v = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;

@@ -11,13 +11,15 @@ use super::{Gpu, Result};
 #[derive(Debug, Clone)]
 pub struct KernelTime {
     pub name: String,
+    /// The dispatch's workgroup counts (x, y, z).
+    pub workgroups: [u32; 3],
     pub ns: f64,
 }
 
 /// How kernels are timed in a profiled recording.
 pub enum Profiler {
     /// GPU timestamps around each dispatch's compute pass.
-    Timestamps { sets: Vec<wgpu::QuerySet>, used: u32, names: Vec<String> },
+    Timestamps { sets: Vec<wgpu::QuerySet>, used: u32, names: Vec<(String, [u32; 3])> },
     /// No timestamp support: every dispatch is its own submit, timed on the host after a wait.
     HostClock { times: Vec<KernelTime> },
 }
@@ -103,7 +105,7 @@ impl<'g> Recorder<'g> {
                     pass.dispatch_workgroups(x, y, z);
                     drop(pass);
                     *used += 2;
-                    names.push(d.kernel.name.clone());
+                    names.push((d.kernel.name.clone(), d.workgroups));
                 }
             }
             Some(Profiler::HostClock { .. }) => {
@@ -127,7 +129,7 @@ impl<'g> Recorder<'g> {
                     let _ = self.gpu.wait();
                     let ns = t0.elapsed().as_nanos() as f64;
                     if let Some(Profiler::HostClock { times }) = &mut self.profiler {
-                        times.push(KernelTime { name: d.kernel.name.clone(), ns });
+                        times.push(KernelTime { name: d.kernel.name.clone(), workgroups: d.workgroups, ns });
                     }
                     self.encoder = Some(self.gpu.device.create_command_encoder(&Default::default()));
                 }
@@ -208,8 +210,9 @@ impl<'g> Recorder<'g> {
                 Ok(names
                     .into_iter()
                     .enumerate()
-                    .map(|(i, name)| KernelTime {
+                    .map(|(i, (name, workgroups))| KernelTime {
                         name,
+                        workgroups,
                         ns: ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period,
                     })
                     .collect())

@@ -551,6 +551,7 @@ fn product(
         alpha: 1.0,
         outer: s.batch,
         outer_strides: [st(which[0]), st(which[1]), st(which[2])],
+        pad_reads: false,
     }
 }
 

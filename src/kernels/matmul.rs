@@ -88,6 +88,11 @@ pub struct Matmul {
     /// pairs of a `[batch, T, heads, hd]` tensor. 1 (and zero strides) for one level.
     pub outer: usize,
     pub outer_strides: [usize; 3],
+    /// The buffers hold A's rows past M and B's columns past N up to the next multiple of 4
+    /// (a padded activation such as `[tokens, round4(F)]`): vec4 loads along M or N may read
+    /// them, so those layouts keep their vec4 kernels when M or N is not a multiple of 4. What
+    /// is read there only feeds outputs that are never stored (any value, NaN included).
+    pub pad_reads: bool,
 }
 
 #[repr(C)]
@@ -134,6 +139,7 @@ impl Matmul {
             alpha: 1.0,
             outer: 1,
             outer_strides: [0; 3],
+            pad_reads: false,
         }
     }
 
@@ -166,12 +172,25 @@ impl Matmul {
         self
     }
 
-    /// Elements of A, B and C the product spans from element 0 (one past the last touched).
+    /// Lets the vec4 kernels read A's rows and B's columns up to the next multiple of 4 (see
+    /// [`Matmul::pad_reads`]); the views must hold them.
+    pub fn pad_reads(mut self, yes: bool) -> Self {
+        self.pad_reads = yes;
+        self
+    }
+
+    /// Elements of A, B and C the product spans from element 0 (one past the last touched;
+    /// with `pad_reads`, A's rows (when read along M) and B's columns (along N) rounded up to a
+    /// multiple of 4).
     pub fn extents(&self) -> [usize; 3] {
         let o = self.outer.max(1) - 1;
+        // Padding is read only by the loads along M (A with unit row stride) or N (B with unit
+        // column stride).
+        let m = if self.pad_reads && self.a.row_stride == 1 { self.m.next_multiple_of(4) } else { self.m };
+        let n = if self.pad_reads && self.b.col_stride == 1 { self.n.next_multiple_of(4) } else { self.n };
         [
-            self.a.extent(self.m, self.k, self.batch) + o * self.outer_strides[0],
-            self.b.extent(self.k, self.n, self.batch) + o * self.outer_strides[1],
+            self.a.extent(m, self.k, self.batch) + o * self.outer_strides[0],
+            self.b.extent(self.k, n, self.batch) + o * self.outer_strides[1],
             self.c.extent(self.m, self.n, self.batch) + o * self.outer_strides[2],
         ]
     }
@@ -316,6 +335,8 @@ impl Matmul {
                             alpha: self.alpha,
                             outer: 1,
                             outer_strides: [0; 3],
+                            // Pieces are cut at aligned sizes from views that only hold them.
+                            pad_reads: false,
                         };
                         out.push(piece.bind(gpu, va, vb, vc)?);
                     }
@@ -439,16 +460,16 @@ impl Matmul {
         }
         // vec4 reads need the operand's offset and batch stride, and the stride between its
         // vec4s, to be multiples of 4. Reading along M or N also needs M or N a multiple of 4
-        // (a vec4 never straddles the edge of the product). K ≥ 4 (M, N ≥ 4) also keeps every
+        // (a vec4 never straddles the edge of the product), or room past the edge (`pad_reads`). K ≥ 4 (M, N ≥ 4) also keeps every
         // operand bound as `array<vec4<f32>>` at least one vec4 long, as binding requires.
         let q = |x: usize| x.is_multiple_of(4);
         let outer = |i: usize| self.outer == 1 || q(self.outer_strides[i]);
         let base = |o: &Operand, i: usize| q(o.offset) && (self.batch == 1 || q(o.batch_stride)) && outer(i);
         let k4 = self.k >= 4;
         let a_k = base(&self.a, 0) && k4 && self.a.col_stride == 1 && q(self.a.row_stride);
-        let a_m = base(&self.a, 0) && self.a.row_stride == 1 && q(self.a.col_stride) && q(self.m);
+        let a_m = base(&self.a, 0) && self.a.row_stride == 1 && q(self.a.col_stride) && (q(self.m) || self.pad_reads);
         let b_k = base(&self.b, 1) && k4 && self.b.row_stride == 1 && q(self.b.col_stride);
-        let b_n = base(&self.b, 1) && self.b.col_stride == 1 && q(self.b.row_stride) && q(self.n);
+        let b_n = base(&self.b, 1) && self.b.col_stride == 1 && q(self.b.row_stride) && (q(self.n) || self.pad_reads);
         Ok(match (a_k, a_m, b_k, b_n) {
             (true, _, true, _) => "mm_kk",
             (true, _, _, true) => "mm_kn",

@@ -158,6 +158,12 @@ fn cerr(field: &str, msg: impl Into<String>) -> ConfigError {
 }
 
 impl ModelConfig {
+    /// Floats per row of the MLP activations (gate, up, ψ and their gradients): `mlp_hidden`
+    /// rounded up to a multiple of 4, so the matmuls read them with vec4 loads.
+    pub fn mlp_stride(&self) -> usize {
+        self.mlp_hidden.next_multiple_of(4)
+    }
+
     /// Defaults of the paper's Small model for a variant (spec sections 0, 6, 14.10).
     pub fn base(variant: Variant, vocab_size: usize, d: usize, layers: usize, heads: usize, head_dim: usize) -> Self {
         let d_v = match variant {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::gpu::{DType, Dispatch, Gpu, Op, Readback, Recorder, Result, Tensor, View};
 use crate::kernels::attention::AttnShape;
 use crate::kernels::delta::{DeltaShape, VAct};
-use crate::kernels::matmul::Matmul;
+use crate::kernels::matmul::{Matmul, Operand};
 use crate::kernels::rope::RopeShape;
 use crate::kernels::shortconv::ConvShape;
 use crate::kernels::{
@@ -181,6 +181,9 @@ struct Grads {
     dpsi: Tensor,
     dg1: Tensor,
     dg2: Tensor,
+    /// `mlp.w_down` [d, F] copied into rows of `mlp_stride()` floats (only when F is not a
+    /// multiple of 4), shared by all layers: refreshed before each product that reads it.
+    w_down_rows: Option<Tensor>,
     de: Tensor,
 }
 
@@ -324,6 +327,10 @@ impl Model {
         let n = b * t;
         let (d, m, dq, f, v, hh) = (c.d_model, c.m(), c.qk_dim(), c.mlp_hidden, c.vocab_size, c.n_heads);
         let hk = c.k_mlp_hidden;
+        // MLP activations have rows of a multiple of 4 floats (the vec4 matmul kernels need
+        // aligned rows); the padding columns are never stored to, and read only into outputs
+        // that are discarded (`Matmul::pad_reads`).
+        let f4 = c.mlp_stride();
         let var = c.variant;
         let z = |label: &str, shape: &[usize]| Tensor::zeros(gpu, label, shape, DType::F32);
 
@@ -359,9 +366,9 @@ impl Model {
                         lse: z(&format!("{p}.lse"), &[b, hh, t])?,
                     },
                     SubKind::Mlp => Inner::Mlp {
-                        g1: z(&format!("{p}.g1"), &[n, f])?,
-                        g2: z(&format!("{p}.g2"), &[n, f])?,
-                        psi: z(&format!("{p}.psi"), &[n, f])?,
+                        g1: z(&format!("{p}.g1"), &[n, f4])?,
+                        g2: z(&format!("{p}.g2"), &[n, f4])?,
+                        psi: z(&format!("{p}.psi"), &[n, f4])?,
                     },
                 };
                 Ok(Sub {
@@ -428,9 +435,10 @@ impl Model {
             dkr: z("dkr", &[n, dq])?,
             dq: z("dq", &[n, dq])?,
             dk: z("dk", &[n, dq])?,
-            dpsi: z("dpsi", &[n, f])?,
-            dg1: z("dg1", &[n, f])?,
-            dg2: z("dg2", &[n, f])?,
+            dpsi: z("dpsi", &[n, f4])?,
+            dg1: z("dg1", &[n, f4])?,
+            dg2: z("dg2", &[n, f4])?,
+            w_down_rows: if f4 != f { Some(z("w_down_rows", &[d, f4])?) } else { None },
             de: z("de", &[n, d])?,
         };
 
@@ -575,6 +583,17 @@ impl Model {
                 ),
             )
         }
+    }
+
+    /// `mlp.w_down` of block `blk` with rows of `mlp_stride()` floats: the parameter itself when
+    /// F is a multiple of 4, else the program's padded copy (refreshed here, so every product
+    /// that reads it sees the current weights).
+    fn w_down_rows<'a>(&'a self, ops: &mut Vec<Op>, p: &'a Program, blk: &str) -> Result<View<'a>> {
+        let w = self.pv(&format!("{blk}.mlp.w_down"));
+        let Some(rows) = &p._grads.w_down_rows else { return Ok(w) };
+        let (d, f) = (self.cfg.d_model, self.cfg.mlp_hidden);
+        run(ops, elementwise::copy_rows(&self.gpu, w, rows.view(), d, f, f, self.cfg.mlp_stride()))?;
+        Ok(rows.view())
     }
 
     fn rope_shape(&self, p: &Program) -> RopeShape {
@@ -732,10 +751,18 @@ impl Model {
                         mm(o, gpu, Matmul::nt(n, d, dq), out.view(), self.pv(&format!("{blk}.attn.wo")), s.h.view())?;
                     }
                     Inner::Mlp { g1, g2, psi } => {
-                        mm(o, gpu, Matmul::nt(n, f, d), s.c.view(), self.pv(&format!("{blk}.mlp.w_gate")), g1.view())?;
-                        mm(o, gpu, Matmul::nt(n, f, d), s.c.view(), self.pv(&format!("{blk}.mlp.w_up")), g2.view())?;
-                        run(o, swiglu::forward(gpu, g1.view(), g2.view(), psi.view(), n * f))?;
-                        mm(o, gpu, Matmul::nt(n, d, f), psi.view(), self.pv(&format!("{blk}.mlp.w_down")), s.h.view())?;
+                        let f4 = c.mlp_stride();
+                        let up = Matmul { c: Operand::row_major(n, f4), ..Matmul::nt(n, f, d) };
+                        mm(o, gpu, up, s.c.view(), self.pv(&format!("{blk}.mlp.w_gate")), g1.view())?;
+                        mm(o, gpu, up, s.c.view(), self.pv(&format!("{blk}.mlp.w_up")), g2.view())?;
+                        run(o, swiglu::forward(gpu, g1.view(), g2.view(), psi.view(), n * f4))?;
+                        let w_down = self.w_down_rows(o, p, &blk)?;
+                        let down = Matmul {
+                            a: Operand::row_major(n, f4),
+                            b: Operand::transposed(f4, d),
+                            ..Matmul::nt(n, d, f)
+                        };
+                        mm(o, gpu, down, psi.view(), w_down, s.h.view())?;
                     }
                 }
                 let dn = format!("{blk}.{sname}_delta");
@@ -931,48 +958,35 @@ impl Model {
                 }
             }
             Inner::Mlp { g1, g2, psi } => {
+                // Activations in rows of f4 floats (see `ModelConfig::mlp_stride`).
+                let f4 = c.mlp_stride();
+                let dw_down = Matmul { b: Operand::row_major(n, f4), ..Matmul::tn(d, f, n) };
                 mm(
                     o,
                     gpu,
-                    Matmul::tn(d, f, n).accumulate(true),
+                    dw_down.pad_reads(true).accumulate(true),
                     dh.view(),
                     psi.view(),
                     self.gv(&format!("{blk}.mlp.w_down")),
                 )?;
-                mm(o, gpu, Matmul::nn(n, f, d), dh.view(), self.pv(&format!("{blk}.mlp.w_down")), g.dpsi.view())?;
-                run(o, swiglu::backward(gpu, g1.view(), g2.view(), g.dpsi.view(), g.dg1.view(), g.dg2.view(), n * f))?;
+                let w_down = self.w_down_rows(o, p, &blk)?;
+                let dpsi = Matmul { b: Operand::row_major(d, f4), c: Operand::row_major(n, f4), ..Matmul::nn(n, f, d) };
+                mm(o, gpu, dpsi.pad_reads(true), dh.view(), w_down, g.dpsi.view())?;
+                run(o, swiglu::backward(gpu, g1.view(), g2.view(), g.dpsi.view(), g.dg1.view(), g.dg2.view(), n * f4))?;
+                let dw =
+                    Matmul { a: Operand::transposed(f4, n), ..Matmul::tn(f, d, n) }.pad_reads(true).accumulate(true);
+                mm(o, gpu, dw, g.dg1.view(), s.c.view(), self.gv(&format!("{blk}.mlp.w_gate")))?;
+                mm(o, gpu, dw, g.dg2.view(), s.c.view(), self.gv(&format!("{blk}.mlp.w_up")))?;
+                let dc = Matmul { a: Operand::row_major(n, f4), ..Matmul::nn(n, d, f) };
                 mm(
                     o,
                     gpu,
-                    Matmul::tn(f, d, n).accumulate(true),
-                    g.dg1.view(),
-                    s.c.view(),
-                    self.gv(&format!("{blk}.mlp.w_gate")),
-                )?;
-                mm(
-                    o,
-                    gpu,
-                    Matmul::tn(f, d, n).accumulate(true),
-                    g.dg2.view(),
-                    s.c.view(),
-                    self.gv(&format!("{blk}.mlp.w_up")),
-                )?;
-                mm(
-                    o,
-                    gpu,
-                    Matmul::nn(n, d, f).accumulate(accumulate),
+                    dc.accumulate(accumulate),
                     g.dg1.view(),
                     self.pv(&format!("{blk}.mlp.w_gate")),
                     g.dc.view(),
                 )?;
-                mm(
-                    o,
-                    gpu,
-                    Matmul::nn(n, d, f).accumulate(true),
-                    g.dg2.view(),
-                    self.pv(&format!("{blk}.mlp.w_up")),
-                    g.dc.view(),
-                )?;
+                mm(o, gpu, dc.accumulate(true), g.dg2.view(), self.pv(&format!("{blk}.mlp.w_up")), g.dc.view())?;
             }
         }
         Ok(())
@@ -1387,7 +1401,8 @@ pub fn memory_plan(c: &ModelConfig, b: usize, t: usize) -> MemoryPlan {
     let mut acts = 3 * n + n * d; // tokens, targets, index (≈), e
     acts += 2 * l * n * d * m + if var.expanded() { n * d * m } else { 0 };
     let attn = 7 * n * dq + 2 * n * hh + n * dq + n * hh;
-    let mlp = 3 * n * f;
+    let f4 = c.mlp_stride() as u64;
+    let mlp = 3 * n * f4;
     let per_sub = if var.expanded() { n * d } else { 0 }
         + 2 * n * d
         + n
@@ -1399,8 +1414,16 @@ pub fn memory_plan(c: &ModelConfig, b: usize, t: usize) -> MemoryPlan {
     // The blocked attention's two block scratches (CPU adapters; shared by all layers).
     let attn_s = AttnShape::training(b, c.n_heads, c.head_dim, t);
     let attn_blocks = 2 * attention::block_scratch_elems(&attn_s, attention::BLOCK_ROWS) as u64;
-    let scratch =
-        n * v + 2 * n * d + 2 * n * d * m + 4 * n * d + 4 * hkn + 8 * n * dq + 3 * n * f + n * d + attn_blocks;
+    let scratch = n * v
+        + 2 * n * d
+        + 2 * n * d * m
+        + 4 * n * d
+        + 4 * hkn
+        + 8 * n * dq
+        + 3 * n * f4
+        + n * d
+        + attn_blocks
+        + if f4 != f { d * f4 } else { 0 };
     let mut largest = ("logits".to_string(), 4 * n * v);
     for s in &layout.specs {
         let bytes = 4 * s.len() as u64;

@@ -104,3 +104,46 @@ fn shape_errors_are_reported_not_panicked() {
     let e = elementwise::add(&gpu, x.view().sub(0, 5), x.view().sub(5, 5), 5).unwrap_err();
     assert!(e.to_string().contains("same buffer"), "{e}");
 }
+
+#[test]
+fn copy_rows_moves_every_row_into_the_new_stride_and_leaves_the_gaps() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    // (rows, cols, x stride, y stride): the padded w_down of tiny (128 × 341 → 344), odd cases.
+    for (rows, cols, xs, ys) in
+        [(128, 341, 341, 344), (1, 1, 1, 1), (7, 5, 9, 5), (3, 2730, 2730, 2732), (300, 3, 3, 4)]
+    {
+        let x = rng.normal((rows - 1) * xs + cols, 1.0);
+        let ylen = (rows - 1) * ys + cols + 2;
+        for chunk in [None, Some(700), Some(cols + 64)] {
+            let y = poisoned(&gpu, "y", &[ylen]);
+            let tx = upload(&gpu, "x", &x);
+            let ds = match chunk {
+                None => elementwise::copy_rows(&gpu, tx.view(), y.view(), rows, cols, xs, ys).unwrap(),
+                Some(c) if c >= cols + 64 => {
+                    elementwise::copy_rows_chunked(&gpu, tx.view(), y.view(), rows, cols, xs, ys, c).unwrap()
+                }
+                Some(_) => continue,
+            };
+            if chunk == Some(700) && rows * ys > 1400 {
+                assert!(ds.len() > 1, "{rows}x{cols}: one dispatch for bindings of 700 elements");
+            }
+            run(&gpu, &ds);
+            let got = read(&gpu, &y);
+            for (i, g) in got.iter().enumerate() {
+                let (r, c) = (i / ys, i % ys);
+                if r < rows && c < cols {
+                    assert_eq!(g.to_bits(), x[r * xs + c].to_bits(), "{rows}x{cols} ({xs}→{ys}): y[{r},{c}]");
+                } else {
+                    assert!(g.is_nan(), "{rows}x{cols} ({xs}→{ys}): y[{i}] outside the rows was written");
+                }
+            }
+        }
+    }
+    // Bad shapes are errors, not panics.
+    let t = upload(&gpu, "t", &[0.0; 8]);
+    let u = poisoned(&gpu, "u", &[8]);
+    assert!(elementwise::copy_rows(&gpu, t.view(), u.view(), 3, 3, 3, 3).is_err());
+    assert!(elementwise::copy_rows(&gpu, t.view(), u.view(), 2, 4, 3, 4).is_err());
+    assert!(elementwise::copy_rows(&gpu, t.view(), u.view(), 0, 4, 4, 4).is_err());
+}

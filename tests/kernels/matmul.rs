@@ -163,6 +163,7 @@ fn attention_like() -> Matmul {
         alpha: 0.5,
         outer: 1,
         outer_strides: [0; 3],
+        pad_reads: false,
     }
 }
 
@@ -205,6 +206,7 @@ fn strided_tail(form: &str, m: usize, n: usize, k: usize, batch: usize) -> Matmu
         alpha: 1.0,
         outer: 1,
         outer_strides: [0; 3],
+        pad_reads: false,
     }
 }
 
@@ -467,6 +469,7 @@ fn two_batch_levels_match_float64_and_one_product_per_group() {
             alpha: 0.75,
             outer: seqs,
             outer_strides: [sq, sq, sc],
+            pad_reads: false,
         };
         let [ea, eb, ec] = mm.extents();
         let a = rng.uniform(ea, -1.0, 1.0);
@@ -521,5 +524,49 @@ fn two_batch_levels_match_float64_and_one_product_per_group() {
         for (x, y) in two.iter().zip(&one) {
             assert!(x.to_bits() == y.to_bits() || (y.is_nan() && *x == 0.0), "two levels vs per group: {x} vs {y}");
         }
+    }
+}
+
+/// `pad_reads`: A's rows past M and B's columns past N (up to a multiple of 4) are read by the
+/// vec4 kernels when M, N are not multiples of 4; NaN there must not reach any stored output.
+#[test]
+fn padded_operands_keep_the_vec4_kernels_and_ignore_what_lies_in_the_padding() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    // (M, N, K): the MLP products of F = 341 (tiny) at odd token counts, and small edges.
+    for &(m, n, k) in &[(341usize, 128usize, 70usize), (128, 341, 77), (5, 3, 9), (341, 341, 33), (1, 2, 5)] {
+        let (m4, n4) = (m.next_multiple_of(4), n.next_multiple_of(4));
+        // Aᵀ·B with A stored [K, M4] and B stored [K, N4] (weight gradients over padded activations).
+        let mm = Matmul {
+            a: Operand { offset: 0, row_stride: 1, col_stride: m4, batch_stride: k * m4 },
+            b: Operand { offset: 0, row_stride: n4, col_stride: 1, batch_stride: k * n4 },
+            ..Matmul::tn(m, n, k)
+        }
+        .pad_reads(true);
+        let mut a = rng.uniform(k * m4, -1.0, 1.0);
+        let mut b = rng.uniform(k * n4, -1.0, 1.0);
+        for p in 0..k {
+            a[p * m4 + m..(p + 1) * m4].fill(f32::NAN);
+            b[p * n4 + n..(p + 1) * n4].fill(f32::NAN);
+        }
+        for v in register_variants() {
+            assert_eq!(mm.entry_point(v).unwrap(), "mm_mn", "{m}x{n}x{k} {v}");
+            for acc in [false, true] {
+                let mm = mm.accumulate(acc);
+                let c0 = rng.uniform(m * n, -1.0, 1.0);
+                let (ta, tb) = (upload(&gpu, "a", &a), upload(&gpu, "b", &b));
+                let tc = if acc { upload(&gpu, "c", &c0) } else { poisoned(&gpu, "c", &[m * n]) };
+                run(&gpu, &[mm.bind_variant(&gpu, v, ta.view(), tb.view(), tc.view()).unwrap()]);
+                let got = tc.read_f32(&gpu).unwrap();
+                let want = reference(&mm, &a, &b, &if acc { c0 } else { vec![0.0; m * n] }, 1);
+                let r = ddl::testing::compare(&format!("padded tn {m}x{n}x{k} {v} acc {acc}"), &got, &want);
+                assert!(r.passes(1e-5), "{r}; replay with DDL_TEST_SEED={}", rng.seed);
+            }
+        }
+        // Without the flag the same layout falls back to scalar loads.
+        assert_eq!(
+            Matmul { pad_reads: false, ..mm }.entry_point("r8").unwrap(),
+            if m % 4 == 0 && n % 4 == 0 { "mm_mn" } else { "mm_ss" }
+        );
     }
 }
