@@ -215,7 +215,7 @@ fn reduce_drho(
 // Invocation e: i = e % d, chunk = e / d (features fastest: neighbouring invocations read
 // neighbouring memory).
 
-const KW: u32 = 8u;
+// KW (window slots, 8 or 4 ≥ K) comes from the variant.
 
 // X[n, i, 0..m) as a vec4 (zeros beyond m): one row load.
 fn load_x4(n: u32, i: u32) -> vec4<f32> {

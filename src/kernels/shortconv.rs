@@ -167,9 +167,12 @@ fn drho_dispatch(gpu: &Gpu, pb: &[u8], drho: View, q: &Tensor, m: usize) -> Resu
 /// The shader variant the per-element kernels are launched from (they do not use its `Row`).
 const GENERIC: &str = "m1";
 
-/// The shader variant of the windowed kernels for `s`.
+/// The shader variant of the windowed kernels for `s`: rows of m, and windows of 4 token states
+/// when K ≤ 4 (else 8). `DDL_CONV_WINDOW=8` forces the wide window (for measurements).
 fn window_variant(s: &ConvShape) -> String {
-    crate::shaders::width_variant(s.m)
+    let wide = std::env::var("DDL_CONV_WINDOW").is_ok_and(|v| v.trim() == "8");
+    let k4 = if s.kernel <= 4 && !wide { "k4" } else { "" };
+    format!("{}{k4}", crate::shaders::width_variant(s.m))
 }
 
 /// Binds `entry` of the compressor shader, variant `variant`, over `threads` invocations.
