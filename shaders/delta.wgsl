@@ -5,7 +5,8 @@
 //   p = Xᵀk, δ = v − p, X' = X + β k δᵀ.
 // Backward, given G = ∂X':
 //   g = Gᵀk, ∂X = G − β k gᵀ, ∂v = β g, ∂β = gᵀδ, ∂k = β(Gδ − Xg),
-//   ∂k̃ = (∂k − k(kᵀ∂k))/n, ∂z = ∂β·β(1 − β/2), ∂u = ∂v ⊙ act'(v).
+//   ∂k̃ = (∂k − k(kᵀ∂k))/n with kᵀ∂k = β gᵀ(δ − p), p = v − δ (no second reduction),
+//   ∂z = ∂β·β(1 − β/2), ∂u = ∂v ⊙ act'(v).
 // Per-token ∂z and ∂u go to `dz`/`du`; the launcher turns them into ∂c = ∂z w_β, ∂a (+)= W_vᵀ∂u
 // and the parameter sums with deterministic matmuls (measured faster than doing ∂c, ∂a here).
 // In the forward, the heads' reductions over d (w_β·c, W_v a) ride along the state's: the same
@@ -292,60 +293,40 @@ fn delta_backward(
     }
     segment_sum(&part, MM, lid, lane);
 
-    // Phase B: ∂X and ∂k = β(Gδ − Xg) per row, and kᵀ∂k. Uncached rows park ∂k in dkraw until
-    // phase C.
-    var part2: array<f32, NV>;
-    var dkc: array<f32, R>;
-    var bt = 0.0;
-    var rn = 0.0;
-    if (live) {
-        bt = beta[t];
-        rn = rnorm[t];
-        var gs: array<f32, MM>;     // g
-        var gb: array<f32, MM>;     // β g
-        var dl: array<f32, MM>;     // δ
-        var dbeta = 0.0;
-        for (var j = 0u; j < MM; j++) {
-            gs[j] = part[j];
-            gb[j] = bt * gs[j];
-            dl[j] = delta[t * MM + j];
-            dbeta = fma(gs[j], dl[j], dbeta);
-        }
-        let dzt = dbeta * bt * (1.0 - 0.5 * bt);
-        if (lane == 0u) {
-            dz[t] = dzt;
-            for (var j = 0u; j < MM; j++) { du[t * MM + j] = gb[j] * value_act_grad(v[t * MM + j]); }
-        }
-
-        for (var r = 0u; r < R; r++) {
-            let i = lane + r * seg;
-            if (i < d) {
-                let dk = backward_row(t * d + i, kc[r], gc[r], bt, gs, gb, dl);
-                dkc[r] = dk;
-                part2[0] = fma(kc[r], dk, part2[0]);
-            }
-        }
-        for (var i = lane + R * seg; i < d; i += seg) {
-            let ti = t * d + i;
-            let ki = k[ti];
-            let dk = backward_row(ti, ki, g[ti], bt, gs, gb, dl);
-            dkraw[ti] = dk;
-            part2[0] = fma(ki, dk, part2[0]);
-        }
-    }
-    segment_sum(&part2, 1u, lid, lane);
+    // Phase B: ∂X, ∂k = β(Gδ − Xg) and ∂k̃ = (∂k − k (kᵀ∂k)) / n per row. kᵀ∂k needs no pass of
+    // its own: kᵀ∂k = β(kᵀGδ − kᵀXg) = β(gᵀδ − gᵀp), with p = Xᵀk = v − δ from the forward.
     if (!live) { return; }
-    let kdk = part2[0];
-
-    // Phase C: ∂k̃ = (∂k − k (kᵀ∂k)) / n.
+    let bt = beta[t];
+    let rn = rnorm[t];
+    var gs: array<f32, MM>;     // g
+    var gb: array<f32, MM>;     // β g
+    var dl: array<f32, MM>;     // δ
+    var dbeta = 0.0;
+    var gp = 0.0;               // gᵀp
+    for (var j = 0u; j < MM; j++) {
+        gs[j] = part[j];
+        gb[j] = bt * gs[j];
+        dl[j] = delta[t * MM + j];
+        dbeta = fma(gs[j], dl[j], dbeta);
+        gp = fma(gs[j], v[t * MM + j] - dl[j], gp);
+    }
+    let kdk = bt * (dbeta - gp);
+    let dzt = dbeta * bt * (1.0 - 0.5 * bt);
+    if (lane == 0u) {
+        dz[t] = dzt;
+        for (var j = 0u; j < MM; j++) { du[t * MM + j] = gb[j] * value_act_grad(v[t * MM + j]); }
+    }
     for (var r = 0u; r < R; r++) {
         let i = lane + r * seg;
         if (i < d) {
-            dkraw[t * d + i] = (dkc[r] - kc[r] * kdk) * rn;
+            let dk = backward_row(t * d + i, kc[r], gc[r], bt, gs, gb, dl);
+            dkraw[t * d + i] = (dk - kc[r] * kdk) * rn;
         }
     }
     for (var i = lane + R * seg; i < d; i += seg) {
         let ti = t * d + i;
-        dkraw[ti] = (dkraw[ti] - k[ti] * kdk) * rn;
+        let ki = k[ti];
+        let dk = backward_row(ti, ki, g[ti], bt, gs, gb, dl);
+        dkraw[ti] = (dk - ki * kdk) * rn;
     }
 }
