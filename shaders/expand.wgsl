@@ -140,7 +140,7 @@ fn ec_backward_finalize(
     dekernel[o] = dekernel[o] + sum;
 }
 
-// x0[n, i, j] = e[n, i]. One invocation per (n, c).
+// x0[n, i, j] = e[n, i]. One invocation per (n, i).
 @compute @workgroup_size(256)
 fn replicate_forward(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -149,8 +149,13 @@ fn replicate_forward(
 ) {
     let p = params;
     let o = group_index(wid, nwg) * WG + lid;
-    if (o >= p.n * p.d * p.m) { return; }
-    x0[o] = e[o / p.m];
+    if (o >= p.n * p.d) { return; }
+    // One invocation per (n, i): one load, m stores (no per-element division by m).
+    let v = e[o];
+    let base = o * p.m;
+    for (var j = 0u; j < p.m; j++) {
+        x0[base + j] = v;
+    }
 }
 
 // de[n, i] = Σ_j g[n, i, j]. One invocation per (n, i).

@@ -132,7 +132,7 @@ pub fn replicate_forward(gpu: &Gpu, n: usize, d: usize, m: usize, e: View, x0: V
     need(what, "e", "[n, d]", &e, n * d)?;
     need(what, "x0", "[n, d, m]", &x0, n * d * m)?;
     let p = params(n, n, d, m, 1);
-    Ok(vec![launch(gpu, "expand", "replicate_forward", bytemuck::bytes_of(&p), &[("e", e), ("x0", x0)], n * d * m)?])
+    Ok(vec![launch(gpu, "expand", "replicate_forward", bytemuck::bytes_of(&p), &[("e", e), ("x0", x0)], n * d)?])
 }
 
 /// Replication backward: `de[t,i] = Σ_j g[t,i,j]` (j in order). `g` `[n, d, m]`; `de` `[n, d]` is

@@ -269,6 +269,10 @@ impl Matmul {
         self.check(&a, &b, &c)?;
         let max = max_chunk.min(binding_elems(gpu, 1));
         if self.k <= MAX_K_PER_DISPATCH && [&a, &b, &c].iter().all(|v| v.len() <= max) {
+            let pieces = self.k_pieces(gpu);
+            if pieces > 1 {
+                return self.bind_split_k(gpu, pieces, a, b, c);
+            }
             return Ok(vec![self.bind(gpu, a, b, c)?]);
         }
         if self.outer > 1 {
@@ -343,6 +347,70 @@ impl Matmul {
                 }
             }
         }
+        Ok(out)
+    }
+
+    /// Pieces along K for a product with too few output tiles to keep the adapter busy (a
+    /// weight gradient of a small head: `[1, d]` or `[m, d]` summed over thousands of tokens ran
+    /// in one workgroup): 1 (no split) unless the product is one packed `[M, N]` output with
+    /// fewer tiles than the adapter runs at once and K ≥ 512. See [`Matmul::bind_split_k`].
+    pub fn k_pieces(&self, gpu: &Gpu) -> usize {
+        let packed_c = self.c.row_stride == self.n && self.c.offset == 0;
+        if self.batch * self.outer != 1 || !packed_c || self.k < 512 || self.m * self.n > 1 << 16 {
+            return 1;
+        }
+        let Ok((bm, bn)) = tile(pick(gpu, self)) else { return 1 };
+        let tiles = self.m.div_ceil(bm) * self.n.div_ceil(bn);
+        let busy = if gpu.info.device_type == wgpu::DeviceType::Cpu { 2 * cpu_threads() } else { 64 };
+        if tiles >= busy {
+            return 1;
+        }
+        busy.div_ceil(tiles).min(self.k / 128).clamp(1, 32)
+    }
+
+    /// `pieces` partial products over consecutive K ranges (one batched dispatch, the remainder
+    /// of K in a second one that adds into the first partial) into a scratch `[pieces, M, N]`,
+    /// then their column sum into C (added when accumulating): a fixed order, bit-identical run
+    /// to run; against the unsplit product only float32 rounding of the partial sums differs.
+    pub fn bind_split_k(
+        &self,
+        gpu: &Gpu,
+        pieces: usize,
+        a: View<'_>,
+        b: View<'_>,
+        c: View<'_>,
+    ) -> Result<Vec<Dispatch>> {
+        let (m, n) = (self.m, self.n);
+        // K per piece, a multiple of 4 so every piece keeps the vec4 alignment.
+        let q = (self.k / pieces) / 4 * 4;
+        if q == 0 || pieces < 2 {
+            return Ok(vec![self.bind(gpu, a, b, c)?]);
+        }
+        let rest = self.k - pieces * q;
+        let part = Tensor::zeros(gpu, "matmul.k_pieces", &[pieces * m * n], crate::gpu::DType::F32)?;
+        let batched = Matmul {
+            k: q,
+            batch: pieces,
+            a: Operand { batch_stride: q * self.a.col_stride, ..self.a },
+            b: Operand { batch_stride: q * self.b.row_stride, ..self.b },
+            c: Operand::row_major(m, n),
+            accumulate: false,
+            ..*self
+        };
+        let mut out = vec![batched.bind(gpu, a, b, part.view())?];
+        if rest > 0 {
+            let tail = Matmul {
+                k: rest,
+                a: Operand { offset: self.a.offset + pieces * q * self.a.col_stride, ..self.a },
+                b: Operand { offset: self.b.offset + pieces * q * self.b.row_stride, ..self.b },
+                c: Operand::row_major(m, n),
+                accumulate: true,
+                ..*self
+            };
+            out.push(tail.bind(gpu, a, b, part.view())?);
+        }
+        out.extend(crate::kernels::reduce::col_sum(gpu, part.view(), c, pieces, m * n, self.accumulate)?);
+        out[0].scratch.push(part);
         Ok(out)
     }
 

@@ -570,3 +570,48 @@ fn padded_operands_keep_the_vec4_kernels_and_ignore_what_lies_in_the_padding() {
         );
     }
 }
+
+/// Products with one or two output tiles and a long K (a small head's weight gradient over many
+/// tokens) are cut into K pieces summed afterwards: more than one dispatch, still float64-close,
+/// with accumulation, alpha, a K remainder and strided operands, and bit-identical reruns.
+#[test]
+fn few_tile_products_with_long_sums_are_split_along_k() {
+    let gpu = gpu();
+    let cases = [
+        Matmul::tn(1, 128, 768),
+        Matmul::tn(4, 128, 2047),
+        Matmul::nt(3, 5, 4099).alpha(-0.5),
+        Matmul {
+            a: Operand { offset: 4, row_stride: 1, col_stride: 12, batch_stride: 0 },
+            b: Operand { offset: 8, row_stride: 36, col_stride: 1, batch_stride: 0 },
+            ..Matmul::tn(9, 33, 1001)
+        },
+    ];
+    for mm in cases {
+        let pieces = mm.k_pieces(&gpu);
+        assert!(pieces > 1, "{mm:?}: not split");
+        for acc in [false, true] {
+            let mm = mm.accumulate(acc);
+            check_bound(mm, 1, "split along K", &|gpu, a, b, c| {
+                let ds = mm.bind_split(gpu, a, b, c).unwrap();
+                assert!(ds.len() >= 2, "{mm:?}: {} dispatch(es)", ds.len());
+                ds
+            });
+        }
+        // Same inputs twice: bit-identical.
+        let mut rng = Rng::fresh();
+        let [ea, eb, ec] = mm.extents();
+        let (ta, tb) = (upload(&gpu, "a", &rng.uniform(ea, -1.0, 1.0)), upload(&gpu, "b", &rng.uniform(eb, -1.0, 1.0)));
+        let runs: Vec<Vec<u32>> = (0..2)
+            .map(|_| {
+                let tc = poisoned(&gpu, "c", &[ec]);
+                run(&gpu, &mm.bind_split(&gpu, ta.view(), tb.view(), tc.view()).unwrap());
+                tc.read_f32(&gpu).unwrap().iter().map(|x| x.to_bits()).collect()
+            })
+            .collect();
+        assert_eq!(runs[0], runs[1], "{mm:?}: reruns differ");
+    }
+    // Many tiles or a short K: one dispatch as before.
+    assert_eq!(Matmul::tn(128, 128, 768).k_pieces(&gpu), 1);
+    assert_eq!(Matmul::tn(1, 128, 300).k_pieces(&gpu), 1);
+}
