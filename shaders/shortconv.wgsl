@@ -215,7 +215,13 @@ fn reduce_drho(
 // Invocation e: i = e % d, chunk = e / d (features fastest: neighbouring invocations read
 // neighbouring memory).
 
-// KW (window slots, 8 or 4 ≥ K) comes from the variant.
+// KW (window slots, 8 or 4 ≥ K) and KFIX (K when compiled in, else 0) come from the variant.
+
+// K of the windowed loops: a constant in the K = 4 variant, so the per-slot tests fold away.
+fn taps_k() -> u32 {
+    if (KFIX > 0u) { return KFIX; }
+    return params.k;
+}
 
 // X[n, i, 0..m) as a vec4 (zeros beyond m): one row load.
 fn load_x4(n: u32, i: u32) -> vec4<f32> {
@@ -296,7 +302,7 @@ fn token_forward_w(
         window_step(&w, n, i, t);
         var acc = vec4<f32>();
         for (var s = 0u; s < KW; s++) {
-            if (s + p.k >= KW) { acc = fma(kw[KW - 1u - s], w[s], acc); }
+            if (s + taps_k() >= KW) { acc = fma(kw[KW - 1u - s], w[s], acc); }
         }
         a[n * p.d + i] = acc.x + acc.y + acc.z + acc.w;
         t += 1u;
@@ -337,7 +343,7 @@ fn token_backward_dx_w(
         w[0] = da[nn * p.d + i];
         var g = vec4<f32>();
         for (var lead = 0u; lead < KW; lead++) {
-            if (lead < p.k) { g = fma(kw[lead], vec4<f32>(w[lead]), g); }
+            if (lead < taps_k()) { g = fma(kw[lead], vec4<f32>(w[lead]), g); }
         }
         let b = nn * p.d + i;
         dxr[b] = from4(row4(dxr[b]) + g);
@@ -368,7 +374,7 @@ fn token_backward_partial_w(
         window_step(&w, n, i, t);
         let g = vec4<f32>(da[n * p.d + i]);
         for (var s = 0u; s < KW; s++) {
-            if (s + p.k >= KW) { acc[s] = fma(g, w[s], acc[s]); }
+            if (s + taps_k() >= KW) { acc[s] = fma(g, w[s], acc[s]); }
         }
         t += 1u;
         if (t == p.seq) { t = 0u; }

@@ -88,18 +88,51 @@ pub const DELTA_VARIANTS: &[Variant] = &[
 ];
 
 /// Variants of the compressor shader (`shaders/shortconv.wgsl`): the windowed token-axis kernels
-/// read state rows of width m ≤ 4 as `Row` (variant `mJ`) and keep windows of `KW` token states
-/// (8, or 4 in `mJk4` for K ≤ 4: half the registers, no spills); every other entry point ignores
-/// both and is launched from `m1`.
+/// read state rows of width m ≤ 4 as `Row` (variant `mJ`) and keep windows of `KW` token states:
+/// 8 with K read from the parameters, or in `mJk4` (K = 4, every preset) 4 with K a constant
+/// (`KFIX`), which halves the registers and turns the per-slot tap tests into constants. Every
+/// other entry point ignores these and is launched from `m1`.
 pub const SHORTCONV_VARIANTS: &[Variant] = &[
-    Variant { name: "m1", consts: &[("MM", "u32", "1u"), ("KW", "u32", "8u")], code: row_code!(1) },
-    Variant { name: "m2", consts: &[("MM", "u32", "2u"), ("KW", "u32", "8u")], code: row_code!(2) },
-    Variant { name: "m3", consts: &[("MM", "u32", "3u"), ("KW", "u32", "8u")], code: row_code!(3) },
-    Variant { name: "m4", consts: &[("MM", "u32", "4u"), ("KW", "u32", "8u")], code: row_code!(4) },
-    Variant { name: "m1k4", consts: &[("MM", "u32", "1u"), ("KW", "u32", "4u")], code: row_code!(1) },
-    Variant { name: "m2k4", consts: &[("MM", "u32", "2u"), ("KW", "u32", "4u")], code: row_code!(2) },
-    Variant { name: "m3k4", consts: &[("MM", "u32", "3u"), ("KW", "u32", "4u")], code: row_code!(3) },
-    Variant { name: "m4k4", consts: &[("MM", "u32", "4u"), ("KW", "u32", "4u")], code: row_code!(4) },
+    Variant {
+        name: "m1",
+        consts: &[("MM", "u32", "1u"), ("KW", "u32", "8u"), ("KFIX", "u32", "0u")],
+        code: row_code!(1),
+    },
+    Variant {
+        name: "m2",
+        consts: &[("MM", "u32", "2u"), ("KW", "u32", "8u"), ("KFIX", "u32", "0u")],
+        code: row_code!(2),
+    },
+    Variant {
+        name: "m3",
+        consts: &[("MM", "u32", "3u"), ("KW", "u32", "8u"), ("KFIX", "u32", "0u")],
+        code: row_code!(3),
+    },
+    Variant {
+        name: "m4",
+        consts: &[("MM", "u32", "4u"), ("KW", "u32", "8u"), ("KFIX", "u32", "0u")],
+        code: row_code!(4),
+    },
+    Variant {
+        name: "m1k4",
+        consts: &[("MM", "u32", "1u"), ("KW", "u32", "4u"), ("KFIX", "u32", "4u")],
+        code: row_code!(1),
+    },
+    Variant {
+        name: "m2k4",
+        consts: &[("MM", "u32", "2u"), ("KW", "u32", "4u"), ("KFIX", "u32", "4u")],
+        code: row_code!(2),
+    },
+    Variant {
+        name: "m3k4",
+        consts: &[("MM", "u32", "3u"), ("KW", "u32", "4u"), ("KFIX", "u32", "4u")],
+        code: row_code!(3),
+    },
+    Variant {
+        name: "m4k4",
+        consts: &[("MM", "u32", "4u"), ("KW", "u32", "4u"), ("KFIX", "u32", "4u")],
+        code: row_code!(4),
+    },
 ];
 
 /// Tile configurations of the matmul kernel (`shaders/matmul.wgsl`; `docs/PERF.md` has the

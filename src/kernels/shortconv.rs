@@ -167,11 +167,12 @@ fn drho_dispatch(gpu: &Gpu, pb: &[u8], drho: View, q: &Tensor, m: usize) -> Resu
 /// The shader variant the per-element kernels are launched from (they do not use its `Row`).
 const GENERIC: &str = "m1";
 
-/// The shader variant of the windowed kernels for `s`: rows of m, and windows of 4 token states
-/// when K ≤ 4 (else 8). `DDL_CONV_WINDOW=8` forces the wide window (for measurements).
+/// The shader variant of the windowed kernels for `s`: rows of m, and a window of 4 token states
+/// with K = 4 compiled in when K = 4 (else 8 slots, K from the parameters). `DDL_CONV_WINDOW=8`
+/// forces the general variant (for measurements).
 fn window_variant(s: &ConvShape) -> String {
     let wide = std::env::var("DDL_CONV_WINDOW").is_ok_and(|v| v.trim() == "8");
-    let k4 = if s.kernel <= 4 && !wide { "k4" } else { "" };
+    let k4 = if s.kernel == 4 && !wide { "k4" } else { "" };
     format!("{}{k4}", crate::shaders::width_variant(s.m))
 }
 
