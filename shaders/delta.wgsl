@@ -77,6 +77,13 @@ struct Params {
 @group(0) @binding(25) var<storage, read_write> dz: array<f32>;    // [n]
 @group(0) @binding(26) var<storage, read_write> du: array<f32>;    // [n, m]
 
+// Invocations per token: compiled in (SEGFIX, from the variant) for the one-token-per-invocation
+// layout, else the launcher's choice.
+fn seg_w() -> u32 {
+    if (SEGFIX > 0u) { return SEGFIX; }
+    return params.seg;
+}
+
 // Reduction buffer: NV rows of WG partial sums.
 var<workgroup> red: array<f32, NV * WG>;
 
@@ -86,7 +93,7 @@ var<workgroup> red: array<f32, NV * WG>;
 // Three barriers whatever the width; nothing (no barrier) when seg = 1. Must be called by every
 // invocation (uniform control flow: seg is a uniform).
 fn segment_sum(part: ptr<function, array<f32, NV>>, nv: u32, lid: u32, lane: u32) {
-    let seg = params.seg;
+    let seg = seg_w();
     if (seg == 1u) { return; }
     let head = lid - lane;
     for (var q = 0u; q < NV; q++) {
@@ -146,7 +153,7 @@ fn value_act_grad(vv: f32) -> f32 {
 
 // The token of this invocation's segment (may be ≥ n in the last workgroup).
 fn token_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-    return (wid.y * nwg.x + wid.x) * (WG / params.seg) + lid / params.seg;
+    return (wid.y * nwg.x + wid.x) * (WG / seg_w()) + lid / seg_w();
 }
 
 // Adds row i (element ti) of a token to the forward's sums: part[0] += k̃_i², part[1] +=
@@ -168,7 +175,7 @@ fn delta_forward(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let seg = params.seg;
+    let seg = seg_w();
     let lane = lid & (seg - 1u);
     let t = token_index(wid, nwg, lid);
     // Segments past the last token idle, but take part in the barriers.
@@ -266,7 +273,7 @@ fn delta_backward(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let seg = params.seg;
+    let seg = seg_w();
     let lane = lid & (seg - 1u);
     let t = token_index(wid, nwg, lid);
     // Segments past the last token idle, but take part in the barriers.

@@ -75,16 +75,26 @@ pub fn width_variant(m: usize) -> String {
 
 /// Value widths of the delta-write kernel (`shaders/delta.wgsl`): variant `mJ` has `MM = J` and
 /// the row type of that width, so the loops over the m value channels have constant trip counts
-/// (registers, not stack arrays) and a state row is one load where WGSL allows it.
+/// (registers, not stack arrays) and a state row is one load where WGSL allows it. `mJs1` compiles
+/// in the segment width 1 (one token per invocation, the CPU-adapter layout): the row loops get a
+/// constant stride and the cross-lane reduction folds away.
 pub const DELTA_VARIANTS: &[Variant] = &[
-    Variant { name: "m1", consts: &[("MM", "u32", "1u")], code: row_code!(1) },
-    Variant { name: "m2", consts: &[("MM", "u32", "2u")], code: row_code!(2) },
-    Variant { name: "m3", consts: &[("MM", "u32", "3u")], code: row_code!(3) },
-    Variant { name: "m4", consts: &[("MM", "u32", "4u")], code: row_code!(4) },
-    Variant { name: "m5", consts: &[("MM", "u32", "5u")], code: row_code!(wide) },
-    Variant { name: "m6", consts: &[("MM", "u32", "6u")], code: row_code!(wide) },
-    Variant { name: "m7", consts: &[("MM", "u32", "7u")], code: row_code!(wide) },
-    Variant { name: "m8", consts: &[("MM", "u32", "8u")], code: row_code!(wide) },
+    Variant { name: "m1", consts: &[("MM", "u32", "1u"), ("SEGFIX", "u32", "0u")], code: row_code!(1) },
+    Variant { name: "m2", consts: &[("MM", "u32", "2u"), ("SEGFIX", "u32", "0u")], code: row_code!(2) },
+    Variant { name: "m3", consts: &[("MM", "u32", "3u"), ("SEGFIX", "u32", "0u")], code: row_code!(3) },
+    Variant { name: "m4", consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "0u")], code: row_code!(4) },
+    Variant { name: "m5", consts: &[("MM", "u32", "5u"), ("SEGFIX", "u32", "0u")], code: row_code!(wide) },
+    Variant { name: "m6", consts: &[("MM", "u32", "6u"), ("SEGFIX", "u32", "0u")], code: row_code!(wide) },
+    Variant { name: "m7", consts: &[("MM", "u32", "7u"), ("SEGFIX", "u32", "0u")], code: row_code!(wide) },
+    Variant { name: "m8", consts: &[("MM", "u32", "8u"), ("SEGFIX", "u32", "0u")], code: row_code!(wide) },
+    Variant { name: "m1s1", consts: &[("MM", "u32", "1u"), ("SEGFIX", "u32", "1u")], code: row_code!(1) },
+    Variant { name: "m2s1", consts: &[("MM", "u32", "2u"), ("SEGFIX", "u32", "1u")], code: row_code!(2) },
+    Variant { name: "m3s1", consts: &[("MM", "u32", "3u"), ("SEGFIX", "u32", "1u")], code: row_code!(3) },
+    Variant { name: "m4s1", consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "1u")], code: row_code!(4) },
+    Variant { name: "m5s1", consts: &[("MM", "u32", "5u"), ("SEGFIX", "u32", "1u")], code: row_code!(wide) },
+    Variant { name: "m6s1", consts: &[("MM", "u32", "6u"), ("SEGFIX", "u32", "1u")], code: row_code!(wide) },
+    Variant { name: "m7s1", consts: &[("MM", "u32", "7u"), ("SEGFIX", "u32", "1u")], code: row_code!(wide) },
+    Variant { name: "m8s1", consts: &[("MM", "u32", "8u"), ("SEGFIX", "u32", "1u")], code: row_code!(wide) },
 ];
 
 /// Variants of the compressor shader (`shaders/shortconv.wgsl`): the windowed token-axis kernels

@@ -104,9 +104,10 @@ impl DeltaShape {
         }
     }
 
-    /// The shader variant for this value width.
-    fn variant(&self) -> String {
-        crate::shaders::width_variant(self.m)
+    /// The shader variant for this value width and segment width (`s1`: seg = 1 compiled in).
+    fn variant(&self, seg: usize) -> String {
+        let fixed = if seg == 1 { "s1" } else { "" };
+        format!("{}{fixed}", crate::shaders::width_variant(self.m))
     }
 
     fn grid(&self, gpu: &Gpu, seg: usize) -> [u32; 3] {
@@ -233,7 +234,7 @@ pub fn forward(
     }
     check_aliasing("forward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
     let seg = segment_width(gpu, n, d);
-    let kern = gpu.kernel("delta", Some(&s.variant()), "delta_forward")?;
+    let kern = gpu.kernel("delta", Some(&s.variant(seg)), "delta_forward")?;
     let p = s.params(seg);
     let main = kern.dispatch(
         gpu,
@@ -330,7 +331,7 @@ pub fn backward(
     let du = Tensor::zeros(gpu, "delta.du", &[n, m], crate::gpu::DType::F32)?;
 
     let seg = segment_width(gpu, n, d);
-    let kern = gpu.kernel("delta", Some(&s.variant()), "delta_backward")?;
+    let kern = gpu.kernel("delta", Some(&s.variant(seg)), "delta_backward")?;
     let p = s.params(seg);
     let main = kern.dispatch(
         gpu,
