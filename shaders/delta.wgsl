@@ -7,8 +7,10 @@
 //   g = Gᵀk, ∂X = G − β k gᵀ, ∂v = β g, ∂β = gᵀδ, ∂k = β(Gδ − Xg),
 //   ∂k̃ = (∂k − k(kᵀ∂k))/n with kᵀ∂k = β gᵀ(δ − p), p = v − δ (no second reduction),
 //   ∂z = ∂β·β(1 − β/2), ∂u = ∂v ⊙ act'(v).
-// Per-token ∂z and ∂u go to `dz`/`du`; the launcher turns them into ∂c = ∂z w_β, ∂a (+)= W_vᵀ∂u
-// and the parameter sums with deterministic matmuls (measured faster than doing ∂c, ∂a here).
+// Per-token ∂z and ∂u go to `dz`/`du`; `delta_heads` (one invocation per feature and chunk of
+// tokens, the head weights in registers) turns them into ∂c = ∂z w_β, ∂a (+)= W_vᵀ∂u and chunk
+// partials of the head gradients (adding ∂c, ∂a in the per-token kernel was measured slower:
+// the weights would be reloaded for every token).
 // In the forward, the heads' reductions over d (w_β·c, W_v a) ride along the state's: the same
 // pass over the rows, the same reduction (measured 1.9× faster than two matmuls before it).
 //
@@ -38,9 +40,13 @@ struct Params {
     m: u32,              // value channels (= MM)
     v_act: u32,          // 0: v = 4σ(u), 1: v = σ(u), 2: v = u
     k_eps: f32,          // ε_k of the direction normalisation
-    _pad1: u32,
+    chunk: u32,          // delta_heads: tokens per chunk
     seg: u32,            // invocations per token: a power of two ≤ WG
-    _pad0: u32,
+    chunks: u32,         // delta_heads: chunks
+    accumulate_da: u32,  // delta_heads: 1 = ∂a is added to da
+    o_bb: u32,           // delta_heads: offsets of the b_β, W_v, b_v partial blocks
+    o_wv: u32,
+    o_bv: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -76,6 +82,13 @@ struct Params {
 @group(0) @binding(22) var<storage, read_write> dkraw: array<f32>; // [n, d]
 @group(0) @binding(25) var<storage, read_write> dz: array<f32>;    // [n]
 @group(0) @binding(26) var<storage, read_write> du: array<f32>;    // [n, m]
+
+// Heads backward (`delta_heads`): ∂z, ∂u from the backward above (read), ∂a and ∂c out, and the
+// per-chunk partial sums of the head gradients (four blocks at the offsets in `params`).
+@group(0) @binding(23) var<storage, read_write> da: array<f32>;    // [n, d]
+@group(0) @binding(24) var<storage, read_write> dc: array<f32>;    // [n, d]
+@group(0) @binding(27) var<storage, read_write> hpart: array<f32>;
+@group(0) @binding(29) var<storage, read> du_rows: array<Row>;    // ∂u again, one row per token
 
 // Invocations per token: compiled in (SEGFIX, from the variant) for the one-token-per-invocation
 // layout, else the launcher's choice.
@@ -335,5 +348,59 @@ fn delta_backward(
         let ki = k[ti];
         let dk = backward_row(ti, ki, g[ti], bt, gs, gb, dl);
         dkraw[ti] = (dk - ki * kdk) * rn;
+    }
+}
+
+// The heads' backward, one invocation per (feature i, chunk of tokens), tokens in order:
+//   ∂c[t, i] = ∂z_t w_β[i],   ∂a[t, i] (+)= Σ_j W_v[j, i] ∂u_t[j],
+// and the chunk's sums of ∂w_β[i] (Σ ∂z_t c[t, i]), ∂W_v[j, i] (Σ ∂u_t[j] a[t, i]) and, in the
+// invocations of feature 0, ∂b_β (Σ ∂z_t) and ∂b_v[j] (Σ ∂u_t[j]). w_β[i] and W_v[·, i] stay in
+// registers for the whole chunk. Partials (`hpart`, blocks one after the other): [chunks, d]
+// (w_β), [chunks] (b_β), [chunks, m·d] (W_v, column j·d + i), [chunks, m] (b_v); the launcher's
+// column sums add the chunks in order (no atomics, bit-identical run to run).
+@compute @workgroup_size(128)
+fn delta_heads(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let d = params.d;
+    let e = (wid.y * nwg.x + wid.x) * WG + lid;
+    if (e >= d * params.chunks) { return; }
+    let i = e % d;
+    let ch = e / d;
+    let n0 = ch * params.chunk;
+    let n1 = min(n0 + params.chunk, params.n);
+    let wb = w_beta[i];
+    var wv: array<f32, MM>;
+    for (var j = 0u; j < MM; j++) { wv[j] = w_v[j * d + i]; }
+    var s_wb = 0.0;
+    var s_bb = 0.0;
+    var s_wv: array<f32, MM>;
+    var s_bv: array<f32, MM>;
+    for (var t = n0; t < n1; t++) {
+        let ti = t * d + i;
+        let dzt = dz[t];
+        let ai = a[ti];
+        let ci = c[ti];
+        dc[ti] = dzt * wb;
+        var acc = 0.0;
+        var dur = du_rows[t];
+        for (var j = 0u; j < MM; j++) {
+            let duj = dur[j];
+            acc = fma(duj, wv[j], acc);
+            s_wv[j] = fma(duj, ai, s_wv[j]);
+            s_bv[j] += duj;
+        }
+        if (params.accumulate_da != 0u) { acc += da[ti]; }
+        da[ti] = acc;
+        s_wb = fma(dzt, ci, s_wb);
+        s_bb += dzt;
+    }
+    hpart[ch * d + i] = s_wb;
+    for (var j = 0u; j < MM; j++) { hpart[params.o_wv + ch * MM * d + j * d + i] = s_wv[j]; }
+    if (i == 0u) {
+        hpart[params.o_bb + ch] = s_bb;
+        for (var j = 0u; j < MM; j++) { hpart[params.o_bv + ch * MM + j] = s_bv[j]; }
     }
 }

@@ -15,7 +15,6 @@
 
 use crate::bench::{BENCH_SHAPE, KernelBench};
 use crate::gpu::{Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
-use crate::kernels::matmul::Matmul;
 use crate::testing::Rng;
 
 /// Largest number of value channels `m` the kernel supports (`MMAX` in the shader).
@@ -64,9 +63,14 @@ struct Params {
     m: u32,
     v_act: u32,
     k_eps: f32,
-    _pad1: u32,
+    chunk: u32,
     seg: u32,
-    _pad0: u32,
+    chunks: u32,
+    accumulate_da: u32,
+    /// delta_heads: element offsets of the b_β, W_v and b_v blocks of the partials.
+    o_bb: u32,
+    o_wv: u32,
+    o_bv: u32,
 }
 
 /// Invocations per workgroup of both entry points (`WG` in the shader).
@@ -98,9 +102,13 @@ impl DeltaShape {
             m: self.m as u32,
             v_act: self.v_act.code(),
             k_eps: self.k_eps,
-            _pad1: 0,
+            chunk: 0,
             seg: seg as u32,
-            _pad0: 0,
+            chunks: 0,
+            accumulate_da: 0,
+            o_bb: 0,
+            o_wv: 0,
+            o_bv: 0,
         }
     }
 
@@ -266,12 +274,11 @@ pub fn forward(
 /// Writes `dx` = G − β k gᵀ (g = Gᵀk), `dkraw` = ∂k̃, `dc` = ∂z·w_β and `da` = W_vᵀ∂u (added into
 /// `da` when `accumulate_da`). Adds the parameter gradients: `dw_beta` += Σ_t ∂z_t c_t,
 /// `db_beta` += Σ_t ∂z_t, `dw_v` += Σ_t ∂u_t a_tᵀ, `db_v` += Σ_t ∂u_t. Every output must be a
-/// buffer separate from the inputs (`dx` ≠ `g`). Dispatches: the per-token kernel, the two
-/// matmuls for ∂c and ∂a, the two accumulating weight products over the tokens (sums over more
-/// than [`crate::kernels::matmul::MAX_K_PER_DISPATCH`] tokens are split by
-/// [`Matmul::bind_split`]) and the bias sums as column sums (`reduce::col_sum`; a 1-column
-/// product runs in one workgroup, ≈ 10× slower), all reading the kernel's scratch (∂z `[n]`,
-/// ∂u `[n, m]`, kept in the first dispatch's `scratch`).
+/// buffer separate from the inputs (`dx` ≠ `g`). Dispatches: the per-token kernel (∂X, ∂k̃ and
+/// the per-token ∂z `[n]`, ∂u `[n, m]` into scratch), the heads kernel (one invocation per
+/// feature and chunk of tokens: ∂c, ∂a and chunk partials of the four head gradients, weights
+/// in registers; it replaced two matmuls, two products over the tokens and their column sums:
+/// 9 dispatches per write → 6), and four column sums of the chunk partials in chunk order.
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
     gpu: &Gpu,
@@ -351,17 +358,49 @@ pub fn backward(
         ],
         s.grid(gpu, seg),
     )?;
-    let mut out = vec![main];
-    // ∂c = ∂z w_β ([n, 1]·[1, d]) and ∂a (+)= ∂u W_v ([n, m]·[m, d]).
-    out.extend(Matmul::nn(n, d, 1).bind_split(gpu, dz.view(), w_beta, dc)?);
-    out.extend(Matmul::nn(n, d, m).accumulate(accumulate_da).bind_split(gpu, du.view(), w_v, da)?);
-    // Sums over tokens, in a fixed order: products with the per-token scratch added into the
-    // gradients. dw_beta += dzᵀ c (dz as an [n, 1] matrix), db_beta += Σ dz; dw_v += duᵀ a,
-    // db_v += column sums of du [n, m].
-    out.extend(Matmul::tn(1, d, n).accumulate(true).bind_split(gpu, dz.view(), c, dw_beta)?);
-    out.extend(crate::kernels::reduce::col_sum(gpu, dz.view(), db_beta, n, 1, true)?);
-    out.extend(Matmul::tn(m, d, n).accumulate(true).bind_split(gpu, du.view(), a, dw_v)?);
-    out.extend(crate::kernels::reduce::col_sum(gpu, du.view(), db_v, n, m, true)?);
+    // The heads: ∂c, ∂a and per-chunk partial sums of the head gradients in one pass over
+    // (feature, chunk of tokens), then the chunks' column sums into the gradients.
+    let (chunk, chunks) = crate::kernels::shortconv::chunking(n);
+    // Partials: [chunks, d] (w_β), [chunks] (b_β), [chunks, m·d] (W_v), [chunks, m] (b_v), each
+    // block at an offset a storage binding may start at.
+    let q = crate::kernels::reduce::align_elems(gpu);
+    let o_bb = (chunks * d).next_multiple_of(q);
+    let o_wv = (o_bb + chunks).next_multiple_of(q);
+    let o_bv = (o_wv + chunks * m * d).next_multiple_of(q);
+    let hpart = Tensor::zeros(gpu, "delta.heads_partial", &[o_bv + chunks * m], crate::gpu::DType::F32)?;
+    let hparams = Params {
+        chunk: chunk as u32,
+        chunks: chunks as u32,
+        accumulate_da: accumulate_da as u32,
+        o_bb: o_bb as u32,
+        o_wv: o_wv as u32,
+        o_bv: o_bv as u32,
+        ..p
+    };
+    let heads = gpu.kernel("delta", Some(&s.variant(1)), "delta_heads")?.dispatch(
+        gpu,
+        Some(bytemuck::bytes_of(&hparams)),
+        &[
+            ("a", a),
+            ("c", c),
+            ("w_beta", w_beta),
+            ("w_v", w_v),
+            ("dz", dz.view()),
+            ("du_rows", du.view()),
+            ("da", da),
+            ("dc", dc),
+            ("hpart", hpart.view()),
+        ],
+        grid_1d((d * chunks) as u64, WG as u32, gpu.limits.max_compute_workgroups_per_dimension),
+    )?;
+    let mut out = vec![main, heads];
+    let col_sum = crate::kernels::reduce::col_sum;
+    let hv = hpart.view();
+    out.extend(col_sum(gpu, hv.sub(0, chunks * d), dw_beta, chunks, d, true)?);
+    out.extend(col_sum(gpu, hv.sub(o_bb, chunks), db_beta, chunks, 1, true)?);
+    out.extend(col_sum(gpu, hv.sub(o_wv, chunks * m * d), dw_v, chunks, m * d, true)?);
+    out.extend(col_sum(gpu, hv.sub(o_bv, chunks * m), db_v, chunks, m, true)?);
+    out[1].scratch.push(hpart);
     out[0].scratch = vec![dz, du];
     Ok(out)
 }

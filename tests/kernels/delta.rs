@@ -708,9 +708,9 @@ fn more_tokens_than_one_grid_dimension_holds_are_all_written() {
 }
 
 #[test]
-fn token_sums_longer_than_one_matmul_chunk_are_added_chunk_by_chunk() {
-    // 40 000 tokens: the parameter gradients' sums over tokens are split into accumulating pieces
-    // of at most MAX_K_PER_DISPATCH (32 768) tokens.
+fn token_sums_over_the_most_chunks_are_added_chunk_by_chunk() {
+    // 40 000 tokens: the head gradients' sums over tokens run in the most chunks (256, of 157
+    // tokens, the last one shorter), added in chunk order; 16 385 tokens: 256 chunks of 65.
     check(shape(40_000, 3, 2, VAct::Sigmoid4), false, true);
     check(shape(16_385, 2, 1, VAct::Linear), true, false);
 }
