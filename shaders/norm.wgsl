@@ -6,9 +6,9 @@
 // a fixed binary tree: the summation order depends only on `dim`, never on timing.
 // Grid: 1-D over workgroups of 256/team rows each, split over x and y (wid.y·nwg.x + wid.x).
 //
-// dγ (rows can be 16k+): pass 1 sums fixed chunks of `chunk` rows per column into `partial`
-// [chunks, dim]; pass 2 gives each column one workgroup that sums the chunk partials (strided,
-// then a tree) and adds the total into dgain. No atomics.
+// dγ (rows can be 16k+): `rmsnorm_dgain_partial` sums fixed chunks of `chunk` rows per column
+// into `partial` [chunks, dim]; the launcher adds their column sums (`reduce::col_sum`, chunk
+// order) into dgain. No atomics.
 
 struct Params {
     rows: u32,
@@ -32,16 +32,30 @@ const WG: u32 = 256u;
 @group(0) @binding(6) var<storage, read> dy: array<f32>;
 @group(0) @binding(7) var<storage, read_write> dx: array<f32>;
 @group(0) @binding(8) var<storage, read_write> partial: array<f32>;
-@group(0) @binding(9) var<storage, read> partial_in: array<f32>;
-@group(0) @binding(10) var<storage, read_write> dgain: array<f32>;
 
 var<workgroup> red: array<f32, 256>;
+
+// Invocations per row: compiled in by the `t1` variant (TEAMFIX = 1), else the launcher's.
+fn team_w() -> u32 {
+    if (TEAMFIX > 0u) { return TEAMFIX; }
+    return params.team;
+}
+
+// The sum of the team's partials `part`: itself for teams of one, else a tree reduction in
+// red[] (every team's sum ends in red[team·k]). Must be called from uniform control flow by the
+// whole workgroup.
+fn team_sum(part: f32, lid: u32, lane: u32, slot: u32) -> f32 {
+    if (team_w() == 1u) { return part; }
+    red[lid] = part;
+    team_reduce(lid, lane);
+    return red[slot * team_w()];
+}
 
 // Tree-reduces red[] within each team of `team` lanes; every team's sum ends in red[team·k].
 // Must be called from uniform control flow by the whole workgroup.
 fn team_reduce(lid: u32, lane: u32) {
     workgroupBarrier();
-    var s = params.team / 2u;
+    var s = team_w() / 2u;
     loop {
         if (s == 0u) {
             break;
@@ -60,7 +74,7 @@ fn rmsnorm_forward(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let team = params.team;
+    let team = team_w();
     let dim = params.dim;
     let slot = lid / team;
     let lane = lid - slot * team;
@@ -75,9 +89,7 @@ fn rmsnorm_forward(
             ss = ss + v * v;
         }
     }
-    red[lid] = ss;
-    team_reduce(lid, lane);
-    let total = red[slot * team];
+    let total = team_sum(ss, lid, lane, slot);
     let r = 1.0 / sqrt(total / f32(dim) + params.eps);
     if (valid) {
         if (lane == 0u) {
@@ -96,7 +108,7 @@ fn rmsnorm_backward_dx(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let team = params.team;
+    let team = team_w();
     let dim = params.dim;
     let slot = lid / team;
     let lane = lid - slot * team;
@@ -110,9 +122,7 @@ fn rmsnorm_backward_dx(
             s = s + x[base + i] * (gain[i] * dy[base + i]);
         }
     }
-    red[lid] = s;
-    team_reduce(lid, lane);
-    let total = red[slot * team];
+    let total = team_sum(s, lid, lane, slot);
     if (valid) {
         let r = rstd_in[row];
         let c = (r * r * r / f32(dim)) * total;
@@ -148,38 +158,4 @@ fn rmsnorm_dgain_partial(
         s = s + (dy[r * dim + i] * x[r * dim + i]) * rstd_in[r];
     }
     partial[item] = s;
-}
-
-// Pass 2 of dγ: one workgroup per column; dgain[i] += Σ_c partial[c, i] (fixed tree order).
-@compute @workgroup_size(256)
-fn rmsnorm_dgain_reduce(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    let col = wid.y * nwg.x + wid.x;
-    let dim = params.dim;
-    let valid = col < dim;
-    var s = 0.0;
-    if (valid) {
-        for (var c = lid; c < params.chunks; c += WG) {
-            s = s + partial_in[c * dim + col];
-        }
-    }
-    red[lid] = s;
-    workgroupBarrier();
-    var st = WG / 2u;
-    loop {
-        if (st == 0u) {
-            break;
-        }
-        if (lid < st) {
-            red[lid] = red[lid] + red[lid + st];
-        }
-        workgroupBarrier();
-        st = st / 2u;
-    }
-    if (valid && lid == 0u) {
-        dgain[col] = dgain[col] + red[0];
-    }
 }

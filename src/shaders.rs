@@ -271,6 +271,14 @@ pub const MATMUL_VARIANTS: &[Variant] = &[
     },
 ];
 
+/// Variants of the RMSNorm shader (`shaders/norm.wgsl`): `team` reads the team size from the
+/// parameters; `t1` compiles in teams of one invocation (one row per invocation, the CPU-adapter
+/// layout), so the row loops have a constant stride and the team reduction folds away.
+pub const NORM_VARIANTS: &[Variant] = &[
+    Variant { name: "team", consts: &[("TEAMFIX", "u32", "0u")], code: "" },
+    Variant { name: "t1", consts: &[("TEAMFIX", "u32", "1u")], code: "" },
+];
+
 /// Every shader of the engine.
 pub const ALL: &[Shader] = &[
     shader!("fill"),
@@ -278,7 +286,7 @@ pub const ALL: &[Shader] = &[
     shader!("elementwise"),
     shader!("reduce"),
     shader!("embedding"),
-    shader!("norm"),
+    shader!("norm", NORM_VARIANTS),
     shader!("rope"),
     shader!("attention"),
     shader!("attention_rows"),
