@@ -362,7 +362,7 @@ fn token_compressor_forward_and_backward_match_float64_over_odd_shapes_and_short
 
 #[test]
 fn token_compressor_reductions_over_many_chunks_and_sequence_boundaries_match_float64() {
-    // 3·700 tokens: 66 chunks of 32 that straddle the sequence ends; 9000 tokens: the chunk
+    // 3·700 tokens: 132 chunks of 16 that straddle the sequence ends; 9000 tokens: the chunk
     // count is capped and each chunk holds more tokens.
     check_token(shape(3, 700, 7, 3, 4));
     check_token(shape(1, 9000, 2, 2, 3));
