@@ -81,7 +81,7 @@ pub(crate) fn chunking(n: usize) -> (usize, usize) {
 }
 
 /// [`chunking`] with at least `min_chunk` tokens per chunk.
-fn chunking_min(n: usize, min_chunk: usize) -> (usize, usize) {
+pub(crate) fn chunking_min(n: usize, min_chunk: usize) -> (usize, usize) {
     let chunks = n.div_ceil(min_chunk).clamp(1, MAX_CHUNKS);
     let chunk = n.div_ceil(chunks).max(1);
     (chunk, n.div_ceil(chunk).max(1))

@@ -710,7 +710,8 @@ fn more_tokens_than_one_grid_dimension_holds_are_all_written() {
 #[test]
 fn token_sums_over_the_most_chunks_are_added_chunk_by_chunk() {
     // 40 000 tokens: the head gradients' sums over tokens run in the most chunks (256, of 157
-    // tokens, the last one shorter), added in chunk order; 16 385 tokens: 256 chunks of 65.
+    // tokens, the last one shorter), added in chunk order; 16 385 tokens: 257 tokens per chunk
+    // would exceed the cap, so 256 chunks of 65 (the last 10).
     check(shape(40_000, 3, 2, VAct::Sigmoid4), false, true);
     check(shape(16_385, 2, 1, VAct::Linear), true, false);
 }
