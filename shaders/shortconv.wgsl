@@ -392,6 +392,62 @@ fn token_backward_partial_w(
     }
 }
 
+// Both backward sums in one forward walk, for the K = KW variant (KFIX = KW): with the ∂a
+// window dw[q] = ∂a[n + q] (terms past the end of token n's sequence skipped),
+//   ∂X[n] += Σ_lead ρ ⊙ κ[i, ·, K−1−lead] · dw[lead]   (the sums of `token_backward_dx_w`),
+//   acc[lag] += dw[lag] · X[n]                          (= Σ ∂a[n′]·X[n′ − lag] over n′ = n + lag),
+// so each token needs one X row, one ∂a value (K−1 ahead) and the ∂X row, and no X window.
+// A chunk's partials hold the terms whose X token is in the chunk (those of `partial_w` hold the
+// terms whose ∂a token is); the sums over all chunks are the same terms.
+@compute @workgroup_size(256)
+fn token_backward_w(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let e = group_index(wid, nwg) * WG + lid;
+    if (e >= p.d * p.chunks) { return; }
+    let i = e % p.d;
+    let ch = e / p.d;
+    let n0 = ch * p.chunk;
+    let n1 = min(n0 + p.chunk, p.n);
+    let kw = taps4(i);
+    var acc: array<vec4<f32>, KW>;
+    var dw: array<f32, KW>;
+    // dw[q + 1] = ∂a[n0 + q]: the first shift moves them into place. The window is not cut at
+    // sequence ends (it slides across them); each use skips what lies past token n's sequence.
+    for (var q = 0u; q + 1u < KW; q++) {
+        if (n0 + q < p.n) { dw[q + 1u] = da[(n0 + q) * p.d + i]; }
+    }
+    var t = n0 % p.seq;
+    for (var n = n0; n < n1; n++) {
+        for (var q = 0u; q + 1u < KW; q++) { dw[q] = dw[q + 1u]; }
+        dw[KW - 1u] = 0.0;
+        if (n + KW - 1u < p.n) { dw[KW - 1u] = da[(n + KW - 1u) * p.d + i]; }
+        let b = n * p.d + i;
+        let xv = row4(xr[b]);
+        var gx = vec4<f32>();
+        for (var lead = 0u; lead < KW; lead++) {
+            if (t + lead < p.seq) {
+                gx = fma(kw[lead], vec4<f32>(dw[lead]), gx);
+                acc[lead] = fma(vec4<f32>(dw[lead]), xv, acc[lead]);
+            }
+        }
+        dxr[b] = from4(row4(dxr[b]) + gx);
+        t += 1u;
+        if (t == p.seq) { t = 0u; }
+    }
+    let dm = p.d * p.m;
+    for (var lag = 0u; lag < KW; lag++) {
+        let b = (ch * dm + i * p.m) * p.k + (p.k - 1u - lag);
+        partial[b] = acc[lag].x;
+        if (p.m > 1u) { partial[b + p.k] = acc[lag].y; }
+        if (p.m > 2u) { partial[b + 2u * p.k] = acc[lag].z; }
+        if (p.m > 3u) { partial[b + 3u * p.k] = acc[lag].w; }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Value axis (CC)
 
