@@ -44,9 +44,13 @@ struct Params {
     seg: u32,            // invocations per token: a power of two ≤ WG
     chunks: u32,         // delta_heads: chunks
     accumulate_da: u32,  // delta_heads: 1 = ∂a is added to da
-    o_bb: u32,           // delta_heads: offsets of the b_β, W_v, b_v partial blocks
+    o_bb: u32,           // delta_heads: offsets of the b_β, W_v, b_v partials
     o_wv: u32,
     o_bv: u32,
+    s_wb: u32,           // delta_heads: row strides (per chunk) of the w_β, b_β, W_v, b_v partials
+    s_bb: u32,
+    s_wv: u32,
+    s_bv: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -355,9 +359,11 @@ fn delta_backward(
 //   ∂c[t, i] = ∂z_t w_β[i],   ∂a[t, i] (+)= Σ_j W_v[j, i] ∂u_t[j],
 // and the chunk's sums of ∂w_β[i] (Σ ∂z_t c[t, i]), ∂W_v[j, i] (Σ ∂u_t[j] a[t, i]) and, in the
 // invocations of feature 0, ∂b_β (Σ ∂z_t) and ∂b_v[j] (Σ ∂u_t[j]). w_β[i] and W_v[·, i] stay in
-// registers for the whole chunk. Partials (`hpart`, blocks one after the other): [chunks, d]
-// (w_β), [chunks] (b_β), [chunks, m·d] (W_v, column j·d + i), [chunks, m] (b_v); the launcher's
-// column sums add the chunks in order (no atomics, bit-identical run to run).
+// registers for the whole chunk. Partials (`hpart`) per chunk: w_β [d], b_β, W_v [m·d] (column
+// j·d + i), b_v [m], at the offsets and row strides in `params`: either four blocks, or two —
+// rows [w_β | b_β] and [W_v | b_v] — when each pair of gradients is contiguous in the gradient
+// buffer; the launcher's column sums add the chunks in order (no atomics, bit-identical run to
+// run).
 @compute @workgroup_size(128)
 fn delta_heads(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -397,10 +403,10 @@ fn delta_heads(
         s_wb = fma(dzt, ci, s_wb);
         s_bb += dzt;
     }
-    hpart[ch * d + i] = s_wb;
-    for (var j = 0u; j < MM; j++) { hpart[params.o_wv + ch * MM * d + j * d + i] = s_wv[j]; }
+    hpart[ch * params.s_wb + i] = s_wb;
+    for (var j = 0u; j < MM; j++) { hpart[params.o_wv + ch * params.s_wv + j * d + i] = s_wv[j]; }
     if (i == 0u) {
-        hpart[params.o_bb + ch] = s_bb;
-        for (var j = 0u; j < MM; j++) { hpart[params.o_bv + ch * MM + j] = s_bv[j]; }
+        hpart[params.o_bb + ch * params.s_bb] = s_bb;
+        for (var j = 0u; j < MM; j++) { hpart[params.o_bv + ch * params.s_bv + j] = s_bv[j]; }
     }
 }

@@ -71,6 +71,11 @@ struct Params {
     o_bb: u32,
     o_wv: u32,
     o_bv: u32,
+    /// delta_heads: row strides of the w_β, b_β, W_v and b_v partials.
+    s_wb: u32,
+    s_bb: u32,
+    s_wv: u32,
+    s_bv: u32,
 }
 
 /// Fewest tokens one invocation of the heads kernel walks (one partial sum per chunk): 64
@@ -113,6 +118,10 @@ impl DeltaShape {
             o_bb: 0,
             o_wv: 0,
             o_bv: 0,
+            s_wb: 0,
+            s_bb: 0,
+            s_wv: 0,
+            s_bv: 0,
         }
     }
 
@@ -365,20 +374,40 @@ pub fn backward(
     // The heads: ∂c, ∂a and per-chunk partial sums of the head gradients in one pass over
     // (feature, chunk of tokens), then the chunks' column sums into the gradients.
     let (chunk, chunks) = crate::kernels::shortconv::chunking_min(n, HEADS_MIN_CHUNK);
-    // Partials: [chunks, d] (w_β), [chunks] (b_β), [chunks, m·d] (W_v), [chunks, m] (b_v), each
-    // block at an offset a storage binding may start at.
+    // Partials per chunk: w_β [d], b_β, W_v [m·d], b_v [m]. When b_β directly follows w_β in the
+    // gradient buffer (and b_v follows W_v), as with d a multiple of the parameter alignment,
+    // rows [w_β | b_β] and [W_v | b_v] need one column sum each; else four blocks, each at an
+    // offset a storage binding may start at, and four column sums.
     let q = crate::kernels::reduce::align_elems(gpu);
-    let o_bb = (chunks * d).next_multiple_of(q);
-    let o_wv = (o_bb + chunks).next_multiple_of(q);
-    let o_bv = (o_wv + chunks * m * d).next_multiple_of(q);
-    let hpart = Tensor::zeros(gpu, "delta.heads_partial", &[o_bv + chunks * m], crate::gpu::DType::F32)?;
+    let follows = |a: &View, b: &View, len: usize| a.buffer == b.buffer && b.offset == a.offset + 4 * len as u64;
+    let paired = follows(&dw_beta, &db_beta, d) && follows(&dw_v, &db_v, m * d);
+    let (o_bb, o_wv, o_bv, s_wb, s_bb, s_wv, s_bv, len);
+    if paired {
+        (s_wb, s_bb, s_wv, s_bv) = (d + 1, d + 1, m * d + m, m * d + m);
+        o_bb = d;
+        o_wv = (chunks * (d + 1)).next_multiple_of(q);
+        o_bv = o_wv + m * d;
+        len = o_wv + chunks * (m * d + m);
+    } else {
+        (s_wb, s_bb, s_wv, s_bv) = (d, 1, m * d, m);
+        o_bb = (chunks * d).next_multiple_of(q);
+        o_wv = (o_bb + chunks).next_multiple_of(q);
+        o_bv = (o_wv + chunks * m * d).next_multiple_of(q);
+        len = o_bv + chunks * m;
+    }
+    let hpart = Tensor::zeros(gpu, "delta.heads_partial", &[len], crate::gpu::DType::F32)?;
+    let u = |x: usize| x as u32;
     let hparams = Params {
-        chunk: chunk as u32,
-        chunks: chunks as u32,
+        chunk: u(chunk),
+        chunks: u(chunks),
         accumulate_da: accumulate_da as u32,
-        o_bb: o_bb as u32,
-        o_wv: o_wv as u32,
-        o_bv: o_bv as u32,
+        o_bb: u(o_bb),
+        o_wv: u(o_wv),
+        o_bv: u(o_bv),
+        s_wb: u(s_wb),
+        s_bb: u(s_bb),
+        s_wv: u(s_wv),
+        s_bv: u(s_bv),
         ..p
     };
     let heads = gpu.kernel("delta", Some(&s.variant(1)), "delta_heads")?.dispatch(
@@ -400,10 +429,18 @@ pub fn backward(
     let mut out = vec![main, heads];
     let col_sum = crate::kernels::reduce::col_sum;
     let hv = hpart.view();
-    out.extend(col_sum(gpu, hv.sub(0, chunks * d), dw_beta, chunks, d, true)?);
-    out.extend(col_sum(gpu, hv.sub(o_bb, chunks), db_beta, chunks, 1, true)?);
-    out.extend(col_sum(gpu, hv.sub(o_wv, chunks * m * d), dw_v, chunks, m * d, true)?);
-    out.extend(col_sum(gpu, hv.sub(o_bv, chunks * m), db_v, chunks, m, true)?);
+    if paired {
+        // The gradient pairs as one view each (checked adjacent above).
+        let wb = View { buffer: dw_beta.buffer, offset: dw_beta.offset, size: 4 * (d + 1) as u64 };
+        let wv = View { buffer: dw_v.buffer, offset: dw_v.offset, size: 4 * (m * d + m) as u64 };
+        out.extend(col_sum(gpu, hv.sub(0, chunks * (d + 1)), wb, chunks, d + 1, true)?);
+        out.extend(col_sum(gpu, hv.sub(o_wv, chunks * (m * d + m)), wv, chunks, m * d + m, true)?);
+    } else {
+        out.extend(col_sum(gpu, hv.sub(0, chunks * d), dw_beta, chunks, d, true)?);
+        out.extend(col_sum(gpu, hv.sub(o_bb, chunks), db_beta, chunks, 1, true)?);
+        out.extend(col_sum(gpu, hv.sub(o_wv, chunks * m * d), dw_v, chunks, m * d, true)?);
+        out.extend(col_sum(gpu, hv.sub(o_bv, chunks * m), db_v, chunks, m, true)?);
+    }
     out[1].scratch.push(hpart);
     out[0].scratch = vec![dz, du];
     Ok(out)

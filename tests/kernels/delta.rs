@@ -405,10 +405,33 @@ fn gpu_backward(s: &DeltaShape, b: &BwdIn) -> GpuBwd {
         Some(v) => up("da", v),
         None => poisoned(&gpu, "da", &[n * d]),
     };
+    // The head gradients in four buffers, or (PACKED) in one, laid out like a model's: b_β right
+    // after w_β, then W_v at an aligned offset with b_v right after it.
+    let packed = PACKED.with(|p| p.get());
+    let o_wv = (d + 1).next_multiple_of(64);
+    let grads = packed.then(|| {
+        let mut all = vec![f32::NAN; o_wv + m * d + m];
+        all[..d].copy_from_slice(b.dw_beta0);
+        all[d] = b.db_beta0[0];
+        all[o_wv..o_wv + m * d].copy_from_slice(b.dw_v0);
+        all[o_wv + m * d..].copy_from_slice(b.db_v0);
+        up("grads", &all)
+    });
     let dw_beta = up("dw_beta", b.dw_beta0);
     let db_beta = up("db_beta", b.db_beta0);
     let dw_v = up("dw_v", b.dw_v0);
     let db_v = up("db_v", b.db_v0);
+    fn gv<'t>(
+        grads: &'t Option<ddl::gpu::Tensor>,
+        t: &'t ddl::gpu::Tensor,
+        off: usize,
+        len: usize,
+    ) -> ddl::gpu::View<'t> {
+        match grads {
+            Some(all) => all.view().sub(off, len),
+            None => t.view(),
+        }
+    }
     let ds = delta::backward(
         &gpu,
         s,
@@ -427,24 +450,48 @@ fn gpu_backward(s: &DeltaShape, b: &BwdIn) -> GpuBwd {
         dkraw.view(),
         da.view(),
         dc.view(),
-        dw_beta.view(),
-        db_beta.view(),
-        dw_v.view(),
-        db_v.view(),
+        gv(&grads, &dw_beta, 0, d),
+        // (sub-views must start aligned: b_β is reached through the pair's view in the kernel)
+        match &grads {
+            Some(all) => ddl::gpu::View { offset: 4 * d as u64, size: 4, ..all.view() },
+            None => db_beta.view(),
+        },
+        gv(&grads, &dw_v, o_wv, m * d),
+        match &grads {
+            Some(all) => ddl::gpu::View { offset: 4 * (o_wv + m * d) as u64, size: 4 * m as u64, ..all.view() },
+            None => db_v.view(),
+        },
         b.da0.is_some(),
     )
     .unwrap();
+    if packed {
+        // One column sum per gradient pair.
+        assert_eq!(ds.len(), 4, "packed head gradients: kernel, heads, two column sums");
+    }
     run(&gpu, &ds);
+    let (dw_beta, db_beta, dw_v, db_v) = match &grads {
+        Some(all) => {
+            let v = read(&gpu, all);
+            (v[..d].to_vec(), vec![v[d]], v[o_wv..o_wv + m * d].to_vec(), v[o_wv + m * d..].to_vec())
+        }
+        None => (read(&gpu, &dw_beta), read(&gpu, &db_beta), read(&gpu, &dw_v), read(&gpu, &db_v)),
+    };
     GpuBwd {
         dx: read(&gpu, &dx),
         dkraw: read(&gpu, &dkraw),
         da: read(&gpu, &da),
         dc: read(&gpu, &dc),
-        dw_beta: read(&gpu, &dw_beta),
-        db_beta: read(&gpu, &db_beta),
-        dw_v: read(&gpu, &dw_v),
-        db_v: read(&gpu, &db_v),
+        dw_beta,
+        db_beta,
+        dw_v,
+        db_v,
     }
+}
+
+thread_local! {
+    /// Whether `gpu_backward` passes the head gradients as views into one buffer (the model's
+    /// layout, one column sum per pair) instead of four buffers.
+    static PACKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 fn plus(a: &[f64], b: &[f32]) -> Vec<f64> {
@@ -722,6 +769,17 @@ fn accumulate_da_adds_into_da_and_otherwise_overwrites_it() {
         check(shape(9, 70, 4, VAct::Sigmoid4), acc, true);
         check(shape(9, 70, 1, VAct::Linear), acc, false);
     }
+}
+
+#[test]
+fn head_gradients_laid_out_like_the_models_match_float64() {
+    // b_β right after w_β and b_v right after W_v in one buffer: the heads' partials are summed
+    // one pair per column sum. Odd token counts, several chunks, both da modes.
+    PACKED.with(|p| p.set(true));
+    for (i, (n, d, m)) in [(9, 70, 4), (200, 33, 3), (130, 64, 1), (1, 5, 2)].into_iter().enumerate() {
+        check(shape(n, d, m, VAct::Sigmoid4), i % 2 == 0, true);
+    }
+    PACKED.with(|p| p.set(false));
 }
 
 #[test]
