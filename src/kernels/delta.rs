@@ -6,12 +6,12 @@
 //! gradients are `[N, d]`; `w_beta` `[d]`, `b_beta` `[1]`, `w_v` `[m, d]` (row j holds the weights
 //! of u_j), `b_v` `[m]`; per-token traces `rnorm`, `beta` `[N]`, `v`, `delta` `[N, m]`.
 //!
-//! One workgroup (128 invocations) per token, or several tokens per workgroup when d < 128, does
-//! every reduction over d in one pass and reads the state once while d ≤ 512 (4 rows per
-//! invocation stay in registers; the rows of wider states beyond the first 512 are read twice,
-//! still correct). Parameter gradients are summed
-//! over tokens by deterministic [`Matmul`]s from per-token ∂z `[N]` and ∂u `[N, m]` kept in
-//! launcher-allocated scratch.
+//! The per-token kernels spread a token over a segment of invocations (`segment_width`: the
+//! power of two covering d on GPUs, one invocation per token on CPU adapters, where the width-1
+//! variants `mJs1` have it compiled in) and do every reduction over d in one pass. The backward
+//! leaves per-token ∂z `[N]` and ∂u `[N, m]` in launcher-allocated scratch; the heads kernel
+//! (one invocation per feature and chunk of tokens) turns them into ∂c, ∂a and chunk partials
+//! of the head gradients, which column sums add in chunk order (deterministic, no atomics).
 
 use crate::bench::{BENCH_SHAPE, KernelBench};
 use crate::gpu::{Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
@@ -444,6 +444,13 @@ pub fn backward(
     out[1].scratch.push(hpart);
     out[0].scratch = vec![dz, du];
     Ok(out)
+}
+
+/// Elements of scratch one [`backward`] keeps (∂z, ∂u and the heads' chunk partials at the
+/// largest offset alignment, 64 elements), for memory plans.
+pub fn backward_scratch_elems(n: usize, d: usize, m: usize) -> usize {
+    let (_, chunks) = crate::kernels::shortconv::chunking_min(n, HEADS_MIN_CHUNK);
+    n * (1 + m) + chunks * (d + 1) * (1 + m) + 3 * 64
 }
 
 /// FLOPs of [`forward`]: four reductions over d (2d + 2d + 2md + 2md), k = k̃/n (d) and the

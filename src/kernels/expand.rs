@@ -70,6 +70,12 @@ pub fn ec_forward(gpu: &Gpu, s: &ConvShape, e: View, ekernel: View, x0: View) ->
 /// - `de[b,τ,i] = Σ_j Σ_s E[i,j,s]·g[b, τ+K−1−s, i, j]` (terms beyond T−1 dropped), **written**;
 /// - `dekernel[i,j,s] += Σ_{b,t} g[b,t,i,j]·e[b, t−K+1+s, i]`, **accumulated**.
 ///
+/// Elements of scratch one [`ec_backward`] keeps (the chunk partials), for memory plans.
+pub fn ec_backward_scratch_elems(s: &ConvShape) -> usize {
+    let (_, chunks) = chunking(s.tokens());
+    chunks * s.d * s.m * s.kernel
+}
+
 /// Three dispatches: de; per-chunk partials of dekernel (scratch `[chunks, d, m, K]`); the
 /// chunk sum added into dekernel.
 #[allow(clippy::too_many_arguments)]

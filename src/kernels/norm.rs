@@ -68,6 +68,11 @@ fn chunk(rows: usize) -> usize {
     rows.div_ceil(1024).max(16)
 }
 
+/// Elements of scratch one [`rmsnorm_backward`] keeps (the dγ chunk partials), for memory plans.
+pub fn backward_scratch_elems(rows: usize, dim: usize) -> usize {
+    rows.div_ceil(chunk(rows)) * dim
+}
+
 /// The shader variant for a team size: `t1` has teams of one compiled in.
 fn variant(team: u32) -> &'static str {
     if team == 1 { "t1" } else { "team" }

@@ -87,6 +87,19 @@ pub(crate) fn chunking_min(n: usize, min_chunk: usize) -> (usize, usize) {
     (chunk, n.div_ceil(chunk).max(1))
 }
 
+/// Elements of scratch one token-axis backward ([`token_backward`]) keeps: the chunk partials
+/// and the drho terms, for memory plans.
+pub fn token_backward_scratch_elems(s: &ConvShape) -> usize {
+    let (_, chunks) = chunking_min(s.tokens(), TOKEN_MIN_CHUNK);
+    (chunks + 1) * s.d * s.m * s.kernel
+}
+
+/// Elements of scratch one value-axis backward ([`value_backward`]) keeps.
+pub fn value_backward_scratch_elems(n: usize, d: usize, m: usize) -> usize {
+    let (_, chunks) = chunking(n);
+    (chunks + 2) * d * m
+}
+
 /// Errors when an index the shaders compute could overflow u32.
 pub(crate) fn fits_u32(what: &str, extents: &[u128]) -> Result<()> {
     for &e in extents {

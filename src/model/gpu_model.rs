@@ -1383,6 +1383,32 @@ impl MemoryPlan {
     }
 }
 
+/// Scratch the launchers of one training program keep for its backward (chunk partials of the
+/// parameter sums: RMSNorm dγ, the delta write's heads, the compressors, the EC expansion).
+fn launcher_scratch(c: &ModelConfig, b: usize, t: usize) -> u64 {
+    let (n, l, d, m) = (b * t, c.n_layers, c.d_model, c.m());
+    let var = c.variant;
+    // Block norms (two per layer and the final one), QK norms (two per layer).
+    let mut e = (2 * l + 1) * norm::backward_scratch_elems(n, d)
+        + 2 * l * norm::backward_scratch_elems(n * c.n_heads, c.head_dim);
+    if var.is_ddl() {
+        e += 2 * l * delta::backward_scratch_elems(n, d, m);
+    }
+    if var.expanded() {
+        let calls = 2 * l + 1;
+        e += calls
+            * if var.value_axis() {
+                shortconv::value_backward_scratch_elems(n, d, m)
+            } else {
+                shortconv::token_backward_scratch_elems(&ConvShape { batch: b, seq: t, d, m, kernel: c.state_kernel })
+            };
+        if var.ec() {
+            e += expand::ec_backward_scratch_elems(&ConvShape { batch: b, seq: t, d, m, kernel: c.embed_kernel });
+        }
+    }
+    e as u64
+}
+
 /// Computes the memory plan of [`Model::program`] without a device (mirrors its allocations).
 pub fn memory_plan(c: &ModelConfig, b: usize, t: usize) -> MemoryPlan {
     let layout = Layout::new(c);
@@ -1423,7 +1449,8 @@ pub fn memory_plan(c: &ModelConfig, b: usize, t: usize) -> MemoryPlan {
         + 3 * n * f4
         + n * d
         + attn_blocks
-        + if f4 != f { d * f4 } else { 0 };
+        + if f4 != f { d * f4 } else { 0 }
+        + launcher_scratch(c, b, t);
     let mut largest = ("logits".to_string(), 4 * n * v);
     for s in &layout.specs {
         let bytes = 4 * s.len() as u64;
