@@ -352,6 +352,17 @@ fn token_backward_dx_w(
     }
 }
 
+// partial[chunk, i·m + j, K−1−lag] = v[j] for the value channels j < m: one chunk's sums of the
+// tap `lag` tokens back.
+fn store_partial(ch: u32, i: u32, lag: u32, v: vec4<f32>) {
+    let p = params;
+    let b = (ch * p.d * p.m + i * p.m) * p.k + (p.k - 1u - lag);
+    partial[b] = v.x;
+    if (p.m > 1u) { partial[b + p.k] = v.y; }
+    if (p.m > 2u) { partial[b + 2u * p.k] = v.z; }
+    if (p.m > 3u) { partial[b + 3u * p.k] = v.w; }
+}
+
 // partial[chunk, i·m + j, s] = Σ_{n in chunk} ∂a[n, i] · X[n − (K−1−s), i, j]: the same sums as
 // `token_backward_partial`, every tap from one pass over the chunk.
 @compute @workgroup_size(256)
@@ -379,16 +390,9 @@ fn token_backward_partial_w(
         t += 1u;
         if (t == p.seq) { t = 0u; }
     }
-    let dm = p.d * p.m;
     for (var s = 0u; s < KW; s++) {
         let lag = KW - 1u - s;
-        if (lag < p.k) {
-            let b = (ch * dm + i * p.m) * p.k + (p.k - 1u - lag);
-            partial[b] = acc[s].x;
-            if (p.m > 1u) { partial[b + p.k] = acc[s].y; }
-            if (p.m > 2u) { partial[b + 2u * p.k] = acc[s].z; }
-            if (p.m > 3u) { partial[b + 3u * p.k] = acc[s].w; }
-        }
+        if (lag < p.k) { store_partial(ch, i, lag, acc[s]); }
     }
 }
 
@@ -438,14 +442,7 @@ fn token_backward_w(
         t += 1u;
         if (t == p.seq) { t = 0u; }
     }
-    let dm = p.d * p.m;
-    for (var lag = 0u; lag < KW; lag++) {
-        let b = (ch * dm + i * p.m) * p.k + (p.k - 1u - lag);
-        partial[b] = acc[lag].x;
-        if (p.m > 1u) { partial[b + p.k] = acc[lag].y; }
-        if (p.m > 2u) { partial[b + 2u * p.k] = acc[lag].z; }
-        if (p.m > 3u) { partial[b + 3u * p.k] = acc[lag].w; }
-    }
+    for (var lag = 0u; lag < KW; lag++) { store_partial(ch, i, lag, acc[lag]); }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -277,37 +277,24 @@ pub fn token_backward(
     let partial = scratch(gpu, "shortconv.token.partial", chunks * dm * k)?;
     let q = scratch(gpu, "shortconv.token.q", dm * k)?;
 
-    if windowed(s) && window_variant(s).ends_with("k4") {
-        // K = 4 compiled in: ∂X and the partials in one walk (`token_backward_w`: 12-25 % faster
-        // than the two walks; a first fusion that kept both windows was slower, see PERF.md).
+    // ∂X and the chunk partials of P: one walk with K = 4 compiled in (`token_backward_w`:
+    // 12-25 % faster than two walks; a first fusion that kept both windows was slower, see
+    // PERF.md), else two passes (windowed or per element).
+    let mut out = if windowed(s) && window_variant(s).ends_with("k4") {
         let bufs = [("kappa", kappa), ("rho", rho), ("da", da), ("dxr", dx), ("xr", x), ("partial", partial.view())];
-        let mut d_both = conv(gpu, &window_variant(s), "token_backward_w", pb, &bufs, d * chunks)?;
-        let mut d_fin = conv(
-            gpu,
-            GENERIC,
-            "token_backward_finalize",
-            pb,
-            &[("kappa", kappa), ("rho", rho), ("dkappa", dkappa), ("partial", partial.view()), ("q", q.view())],
-            dm * k,
-        )?;
-        let mut d_rho = drho_dispatch(gpu, pb, drho, &q, m)?;
-        d_both.scratch.push(partial.clone());
-        d_fin.scratch.extend([partial, q.clone()]);
-        d_rho.scratch.push(q);
-        return Ok(vec![d_both, d_fin, d_rho]);
-    }
-    let (d_dx, mut d_part) = if windowed(s) {
+        vec![conv(gpu, &window_variant(s), "token_backward_w", pb, &bufs, d * chunks)?]
+    } else if windowed(s) {
         let v = window_variant(s);
         let bufs = [("kappa", kappa), ("rho", rho), ("da", da), ("dxr", dx)];
         let d_dx = conv(gpu, &v, "token_backward_dx_w", pb, &bufs, d * chunks)?;
         let bufs = [("xr", x), ("da", da), ("partial", partial.view())];
-        (d_dx, conv(gpu, &v, "token_backward_partial_w", pb, &bufs, d * chunks)?)
+        vec![d_dx, conv(gpu, &v, "token_backward_partial_w", pb, &bufs, d * chunks)?]
     } else {
         let bufs = [("kappa", kappa), ("rho", rho), ("da", da), ("dx", dx)];
         let d_dx = conv(gpu, GENERIC, "token_backward_dx", pb, &bufs, n * dm)?;
         let bufs = [("x", x), ("da", da), ("partial", partial.view())];
         let threads = dm.div_ceil(WG_1D as usize) * k * chunks * WG_1D as usize;
-        (d_dx, conv(gpu, GENERIC, "token_backward_partial", pb, &bufs, threads)?)
+        vec![d_dx, conv(gpu, GENERIC, "token_backward_partial", pb, &bufs, threads)?]
     };
     let mut d_fin = conv(
         gpu,
@@ -318,10 +305,11 @@ pub fn token_backward(
         dm * k,
     )?;
     let mut d_rho = drho_dispatch(gpu, pb, drho, &q, m)?;
-    d_part.scratch.push(partial.clone());
+    out.last_mut().expect("at least one pass").scratch.push(partial.clone());
     d_fin.scratch.extend([partial, q.clone()]);
     d_rho.scratch.push(q);
-    Ok(vec![d_dx, d_part, d_fin, d_rho])
+    out.extend([d_fin, d_rho]);
+    Ok(out)
 }
 
 fn value_params(n: usize, d: usize, m: usize, kc: usize) -> Params {
