@@ -290,8 +290,9 @@ pub fn forward(
 /// buffer separate from the inputs (`dx` ≠ `g`). Dispatches: the per-token kernel (∂X, ∂k̃ and
 /// the per-token ∂z `[n]`, ∂u `[n, m]` into scratch), the heads kernel (one invocation per
 /// feature and chunk of tokens: ∂c, ∂a and chunk partials of the four head gradients, weights
-/// in registers; it replaced two matmuls, two products over the tokens and their column sums:
-/// 9 dispatches per write → 6), and four column sums of the chunk partials in chunk order.
+/// in registers; it replaced two matmuls and two products over the tokens), and the column sums
+/// of the chunk partials in chunk order: two when b_β follows w_β and b_v follows W_v in one
+/// buffer (the model's layout when d is a multiple of 64), else four.
 #[allow(clippy::too_many_arguments)]
 pub fn backward(
     gpu: &Gpu,
