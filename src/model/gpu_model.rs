@@ -181,9 +181,9 @@ struct Grads {
     dpsi: Tensor,
     dg1: Tensor,
     dg2: Tensor,
-    /// `mlp.w_down` [d, F] copied into rows of `mlp_stride()` floats (only when F is not a
-    /// multiple of 4), shared by all layers: refreshed before each product that reads it.
-    w_down_rows: Option<Tensor>,
+    /// Per layer, `mlp.w_down` [d, F] copied into rows of `mlp_stride()` floats (only when F is
+    /// not a multiple of 4; else empty): copied by the forward, read again by the backward.
+    w_down_rows: Vec<Tensor>,
     de: Tensor,
 }
 
@@ -438,7 +438,11 @@ impl Model {
             dpsi: z("dpsi", &[n, f4])?,
             dg1: z("dg1", &[n, f4])?,
             dg2: z("dg2", &[n, f4])?,
-            w_down_rows: if f4 != f { Some(z("w_down_rows", &[d, f4])?) } else { None },
+            w_down_rows: if f4 != f {
+                (0..c.n_layers).map(|l| z(&format!("b{l}.w_down_rows"), &[d, f4])).collect::<Result<_>>()?
+            } else {
+                Vec::new()
+            },
             de: z("de", &[n, d])?,
         };
 
@@ -585,14 +589,16 @@ impl Model {
         }
     }
 
-    /// `mlp.w_down` of block `blk` with rows of `mlp_stride()` floats: the parameter itself when
-    /// F is a multiple of 4, else the program's padded copy (refreshed here, so every product
-    /// that reads it sees the current weights).
-    fn w_down_rows<'a>(&'a self, ops: &mut Vec<Op>, p: &'a Program, blk: &str) -> Result<View<'a>> {
-        let w = self.pv(&format!("{blk}.mlp.w_down"));
-        let Some(rows) = &p._grads.w_down_rows else { return Ok(w) };
-        let (d, f) = (self.cfg.d_model, self.cfg.mlp_hidden);
-        run(ops, elementwise::copy_rows(&self.gpu, w, rows.view(), d, f, f, self.cfg.mlp_stride()))?;
+    /// `mlp.w_down` of layer `l` with rows of `mlp_stride()` floats: the parameter itself when F
+    /// is a multiple of 4, else the program's padded copy of that layer, which the forward
+    /// (`copy`) refreshes so the forward and the backward after it see the current weights.
+    fn w_down_rows<'a>(&'a self, ops: &mut Vec<Op>, p: &'a Program, l: usize, copy: bool) -> Result<View<'a>> {
+        let w = self.pv(&format!("blocks.{l}.mlp.w_down"));
+        let Some(rows) = p._grads.w_down_rows.get(l) else { return Ok(w) };
+        if copy {
+            let (d, f) = (self.cfg.d_model, self.cfg.mlp_hidden);
+            run(ops, elementwise::copy_rows(&self.gpu, w, rows.view(), d, f, f, self.cfg.mlp_stride()))?;
+        }
         Ok(rows.view())
     }
 
@@ -756,7 +762,7 @@ impl Model {
                         mm(o, gpu, up, s.c.view(), self.pv(&format!("{blk}.mlp.w_gate")), g1.view())?;
                         mm(o, gpu, up, s.c.view(), self.pv(&format!("{blk}.mlp.w_up")), g2.view())?;
                         run(o, swiglu::forward(gpu, g1.view(), g2.view(), psi.view(), n * f4))?;
-                        let w_down = self.w_down_rows(o, p, &blk)?;
+                        let w_down = self.w_down_rows(o, p, l, true)?;
                         let down = Matmul {
                             a: Operand::row_major(n, f4),
                             b: Operand::transposed(f4, d),
@@ -969,7 +975,7 @@ impl Model {
                     psi.view(),
                     self.gv(&format!("{blk}.mlp.w_down")),
                 )?;
-                let w_down = self.w_down_rows(o, p, &blk)?;
+                let w_down = self.w_down_rows(o, p, l, false)?;
                 let dpsi = Matmul { b: Operand::row_major(d, f4), c: Operand::row_major(n, f4), ..Matmul::nn(n, f, d) };
                 mm(o, gpu, dpsi.pad_reads(true), dh.view(), w_down, g.dpsi.view())?;
                 run(o, swiglu::backward(gpu, g1.view(), g2.view(), g.dpsi.view(), g.dg1.view(), g.dg2.view(), n * f4))?;
@@ -1449,7 +1455,7 @@ pub fn memory_plan(c: &ModelConfig, b: usize, t: usize) -> MemoryPlan {
         + 3 * n * f4
         + n * d
         + attn_blocks
-        + if f4 != f { d * f4 } else { 0 }
+        + if f4 != f { l * d * f4 } else { 0 }
         + launcher_scratch(c, b, t);
     let mut largest = ("logits".to_string(), 4 * n * v);
     for s in &layout.specs {
