@@ -94,6 +94,20 @@ struct Params {
 @group(0) @binding(27) var<storage, read_write> hpart: array<f32>;
 @group(0) @binding(29) var<storage, read> du_rows: array<Row>;    // ∂u again, one row per token
 
+// The quad entry points (`*_q`: d a multiple of 4, one token per invocation) see the [n, d] and
+// [m, d] operands as vec4s of four consecutive features, so one load or store moves four rows'
+// values (llvmpipe's cost is about one per memory operation, whatever its width).
+@group(0) @binding(30) var<storage, read> kraw4: array<vec4<f32>>;       // [n, d/4]
+@group(0) @binding(31) var<storage, read> a4: array<vec4<f32>>;          // [n, d/4]
+@group(0) @binding(32) var<storage, read> c4: array<vec4<f32>>;          // [n, d/4]
+@group(0) @binding(33) var<storage, read> w_beta4: array<vec4<f32>>;     // [d/4]
+@group(0) @binding(34) var<storage, read> w_v4: array<vec4<f32>>;        // [m, d/4]
+@group(0) @binding(35) var<storage, read_write> k_out4: array<vec4<f32>>; // [n, d/4]
+@group(0) @binding(36) var<storage, read> k4: array<vec4<f32>>;          // [n, d/4]
+@group(0) @binding(37) var<storage, read_write> dkraw4: array<vec4<f32>>; // [n, d/4]
+@group(0) @binding(38) var<storage, read_write> da4: array<vec4<f32>>;   // [n, d/4]
+@group(0) @binding(39) var<storage, read_write> dc4: array<vec4<f32>>;   // [n, d/4]
+
 // Invocations per token: compiled in (SEGFIX, from the variant) for the one-token-per-invocation
 // layout, else the launcher's choice.
 fn seg_w() -> u32 {
@@ -250,6 +264,11 @@ fn delta_forward(
 // Row ti of the outputs: k_i and X'[i, ·] = X[i, ·] + k_i (β δ).
 fn write_row(ti: u32, ki: f32, coef: array<f32, MM>, xr_in: Row) {
     k_out[ti] = ki;
+    write_x_row(ti, ki, coef, xr_in);
+}
+
+// X'[i, ·] = X[i, ·] + k_i (β δ) for row ti.
+fn write_x_row(ti: u32, ki: f32, coef: array<f32, MM>, xr_in: Row) {
     var xr = xr_in;
     var cf = coef;
     var nr: Row;
@@ -406,6 +425,165 @@ fn delta_heads(
     hpart[ch * params.s_wb + i] = s_wb;
     for (var j = 0u; j < MM; j++) { hpart[params.o_wv + ch * params.s_wv + j * d + i] = s_wv[j]; }
     if (i == 0u) {
+        hpart[params.o_bb + ch * params.s_bb] = s_bb;
+        for (var j = 0u; j < MM; j++) { hpart[params.o_bv + ch * params.s_bv + j] = s_bv[j]; }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quads: the same three passes for one token per invocation (the SEGFIX = 1 variants) with d a
+// multiple of 4, four features per step: k̃, a, c, k, ∂k̃, ∂a, ∂c and the head weights move as
+// vec4s (the state rows stay one `Row` per feature). Same formulas and outputs as above; the
+// sums over d run in quads (the four features of a quad first), a fixed order again.
+
+// part[j] += Σ_r k_r R_r[j] over a quad's four rows R_0..R_3 (X in the forward, G in the
+// backward; the writes reload them: caching rows in registers measured no faster).
+fn quad_dot(part: ptr<function, array<f32, MM>>, kq: vec4<f32>, r0_in: Row, r1_in: Row, r2_in: Row, r3_in: Row) {
+    var r0 = r0_in;
+    var r1 = r1_in;
+    var r2 = r2_in;
+    var r3 = r3_in;
+    for (var j = 0u; j < MM; j++) {
+        (*part)[j] = fma(kq.w, r3[j], fma(kq.z, r2[j], fma(kq.y, r1[j], fma(kq.x, r0[j], (*part)[j]))));
+    }
+}
+
+@compute @workgroup_size(128)
+fn delta_forward_q(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let t = token_index(wid, nwg, lid);
+    if (t >= params.n) { return; }
+    let d = params.d;
+    let dq = d / 4u;
+    var kk = 0.0;                  // ‖k̃‖²
+    var zs = 0.0;                  // w_β·c
+    var us: array<f32, MM>;        // W_v a
+    var ps: array<f32, MM>;        // Xᵀk̃
+    for (var q = 0u; q < dq; q++) {
+        let tq = t * dq + q;
+        let kq = kraw4[tq];
+        let aq = a4[tq];
+        kk += dot(kq, kq);
+        zs += dot(w_beta4[q], c4[tq]);
+        for (var j = 0u; j < MM; j++) { us[j] += dot(w_v4[j * dq + q], aq); }
+        let b = t * d + 4u * q;
+        quad_dot(&ps, kq, x[b], x[b + 1u], x[b + 2u], x[b + 3u]);
+    }
+    let rn = 1.0 / sqrt(kk + params.k_eps * params.k_eps);
+    let bt = 2.0 * sigmoid(zs + b_beta[0]);
+    var coef: array<f32, MM>;   // β δ_j
+    for (var j = 0u; j < MM; j++) {
+        let vj = value_act(us[j] + b_v[j]);
+        let dj = vj - ps[j] * rn;
+        coef[j] = bt * dj;
+        v_out[t * MM + j] = vj;
+        delta_out[t * MM + j] = dj;
+    }
+    rnorm_out[t] = rn;
+    beta_out[t] = bt;
+    for (var q = 0u; q < dq; q++) {
+        let tq = t * dq + q;
+        let kq = kraw4[tq] * rn;
+        k_out4[tq] = kq;
+        let b = t * d + 4u * q;
+        for (var r = 0u; r < 4u; r++) { write_x_row(b + r, kq[r], coef, x[b + r]); }
+    }
+}
+
+@compute @workgroup_size(128)
+fn delta_backward_q(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let t = token_index(wid, nwg, lid);
+    if (t >= params.n) { return; }
+    let d = params.d;
+    let dq = d / 4u;
+    var gs: array<f32, MM>;     // g = Gᵀk
+    for (var q = 0u; q < dq; q++) {
+        let b = t * d + 4u * q;
+        quad_dot(&gs, k4[t * dq + q], g[b], g[b + 1u], g[b + 2u], g[b + 3u]);
+    }
+    let bt = beta[t];
+    let rn = rnorm[t];
+    var gb: array<f32, MM>;     // β g
+    var dl: array<f32, MM>;     // δ
+    var dbeta = 0.0;
+    var gp = 0.0;               // gᵀp
+    for (var j = 0u; j < MM; j++) {
+        gb[j] = bt * gs[j];
+        dl[j] = delta[t * MM + j];
+        dbeta = fma(gs[j], dl[j], dbeta);
+        gp = fma(gs[j], v[t * MM + j] - dl[j], gp);
+        du[t * MM + j] = gb[j] * value_act_grad(v[t * MM + j]);
+    }
+    let kdk = bt * (dbeta - gp);
+    dz[t] = dbeta * bt * (1.0 - 0.5 * bt);
+    for (var q = 0u; q < dq; q++) {
+        let tq = t * dq + q;
+        let kq = k4[tq];
+        let b = t * d + 4u * q;
+        let dk = vec4<f32>(
+            backward_row(b, kq.x, g[b], bt, gs, gb, dl),
+            backward_row(b + 1u, kq.y, g[b + 1u], bt, gs, gb, dl),
+            backward_row(b + 2u, kq.z, g[b + 2u], bt, gs, gb, dl),
+            backward_row(b + 3u, kq.w, g[b + 3u], bt, gs, gb, dl),
+        );
+        dkraw4[tq] = (dk - kq * kdk) * rn;
+    }
+}
+
+// `delta_heads` for a quad of features per invocation (invocation e: quad e % (d/4), chunk
+// e / (d/4)).
+@compute @workgroup_size(128)
+fn delta_heads_q(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let d = params.d;
+    let dq = d / 4u;
+    let e = (wid.y * nwg.x + wid.x) * WG + lid;
+    if (e >= dq * params.chunks) { return; }
+    let q = e % dq;
+    let ch = e / dq;
+    let n0 = ch * params.chunk;
+    let n1 = min(n0 + params.chunk, params.n);
+    let wb = w_beta4[q];
+    var wv: array<vec4<f32>, MM>;
+    for (var j = 0u; j < MM; j++) { wv[j] = w_v4[j * dq + q]; }
+    var s_wb = vec4<f32>();
+    var s_bb = 0.0;
+    var s_wv: array<vec4<f32>, MM>;
+    var s_bv: array<f32, MM>;
+    for (var t = n0; t < n1; t++) {
+        let tq = t * dq + q;
+        let dzt = dz[t];
+        let aq = a4[tq];
+        dc4[tq] = dzt * wb;
+        var acc = vec4<f32>();
+        var dur = du_rows[t];
+        for (var j = 0u; j < MM; j++) {
+            let duj = dur[j];
+            acc = fma(vec4<f32>(duj), wv[j], acc);
+            s_wv[j] = fma(vec4<f32>(duj), aq, s_wv[j]);
+            s_bv[j] += duj;
+        }
+        if (params.accumulate_da != 0u) { acc += da4[tq]; }
+        da4[tq] = acc;
+        s_wb = fma(vec4<f32>(dzt), c4[tq], s_wb);
+        s_bb += dzt;
+    }
+    let i0 = 4u * q;
+    for (var r = 0u; r < 4u; r++) {
+        hpart[ch * params.s_wb + i0 + r] = s_wb[r];
+        for (var j = 0u; j < MM; j++) { hpart[params.o_wv + ch * params.s_wv + j * d + i0 + r] = s_wv[j][r]; }
+    }
+    if (q == 0u) {
         hpart[params.o_bb + ch * params.s_bb] = s_bb;
         for (var j = 0u; j < MM; j++) { hpart[params.o_bv + ch * params.s_bv + j] = s_bv[j]; }
     }

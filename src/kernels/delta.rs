@@ -8,7 +8,9 @@
 //!
 //! The per-token kernels spread a token over a segment of invocations (`segment_width`: the
 //! power of two covering d on GPUs, one invocation per token on CPU adapters, where the width-1
-//! variants `mJs1` have it compiled in) and do every reduction over d in one pass. The backward
+//! variants `mJs1` have it compiled in) and do every reduction over d in one pass. With one
+//! token per invocation and d a multiple of 4 they run the quad entry points ([`quads`]), which
+//! load the `[N, d]` operands and the head weights four features at a time. The backward
 //! leaves per-token ∂z `[N]` and ∂u `[N, m]` in launcher-allocated scratch; the heads kernel
 //! (one invocation per feature and chunk of tokens) turns them into ∂c, ∂a and chunk partials
 //! of the head gradients, which column sums add in chunk order (deterministic, no atomics).
@@ -171,6 +173,29 @@ pub fn segment_width(gpu: &Gpu, n: usize, d: usize) -> usize {
     d.next_power_of_two().min(choice)
 }
 
+/// Whether the delta kernels run their quad entry points (`*_q`: one token per invocation, four
+/// features per load): on the one-token-per-invocation layout (`seg` = 1, CPU adapters) when d is
+/// a multiple of 4. `DDL_DELTA_QUADS=0` turns them off (benchmarks, tests).
+pub fn quads(seg: usize, d: usize) -> bool {
+    let forced = FORCED_QUADS.with(|f| f.get());
+    let env = std::env::var("DDL_DELTA_QUADS").ok().map(|v| v != "0");
+    seg == 1 && d % 4 == 0 && forced.or(env).unwrap_or(true)
+}
+
+thread_local! {
+    static FORCED_QUADS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with the quad entry points allowed (`true`, still only where [`quads`] applies) or
+/// off on this thread: tests compare both forms.
+#[doc(hidden)]
+pub fn with_quads<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    let old = FORCED_QUADS.with(|c| c.replace(Some(on)));
+    let out = f();
+    FORCED_QUADS.with(|c| c.set(old));
+    out
+}
+
 /// Fails unless `view` holds at least `need` elements.
 fn need(op: &str, name: &str, view: &View, need: usize) -> Result<()> {
     if view.len() < need {
@@ -255,22 +280,24 @@ pub fn forward(
     }
     check_aliasing("forward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
     let seg = segment_width(gpu, n, d);
-    let kern = gpu.kernel("delta", Some(&s.variant(seg)), "delta_forward")?;
+    let q = quads(seg, d);
+    let entry = if q { "delta_forward_q" } else { "delta_forward" };
+    let kern = gpu.kernel("delta", Some(&s.variant(seg)), entry)?;
     let p = s.params(seg);
     let main = kern.dispatch(
         gpu,
         Some(bytemuck::bytes_of(&p)),
         &[
             ("x", x),
-            ("kraw", kraw),
-            ("a", a),
-            ("c", c),
-            ("w_beta", w_beta),
-            ("w_v", w_v),
+            (if q { "kraw4" } else { "kraw" }, kraw),
+            (if q { "a4" } else { "a" }, a),
+            (if q { "c4" } else { "c" }, c),
+            (if q { "w_beta4" } else { "w_beta" }, w_beta),
+            (if q { "w_v4" } else { "w_v" }, w_v),
             ("b_beta", b_beta),
             ("b_v", b_v),
             ("x_out", x_out),
-            ("k_out", k),
+            (if q { "k_out4" } else { "k_out" }, k),
             ("rnorm_out", rnorm),
             ("beta_out", beta),
             ("v_out", v),
@@ -352,7 +379,9 @@ pub fn backward(
     let du = Tensor::zeros(gpu, "delta.du", &[n, m], crate::gpu::DType::F32)?;
 
     let seg = segment_width(gpu, n, d);
-    let kern = gpu.kernel("delta", Some(&s.variant(seg)), "delta_backward")?;
+    let quad = quads(seg, d);
+    let entry = if quad { "delta_backward_q" } else { "delta_backward" };
+    let kern = gpu.kernel("delta", Some(&s.variant(seg)), entry)?;
     let p = s.params(seg);
     let main = kern.dispatch(
         gpu,
@@ -360,13 +389,13 @@ pub fn backward(
         &[
             ("g", g),
             ("x", x),
-            ("k", k),
+            (if quad { "k4" } else { "k" }, k),
             ("rnorm", rnorm),
             ("beta", beta),
             ("v", v),
             ("delta", delta),
             ("dx", dx),
-            ("dkraw", dkraw),
+            (if quad { "dkraw4" } else { "dkraw" }, dkraw),
             ("dz", dz.view()),
             ("du", du.view()),
         ],
@@ -411,21 +440,23 @@ pub fn backward(
         s_bv: u(s_bv),
         ..p
     };
-    let heads = gpu.kernel("delta", Some(&s.variant(1)), "delta_heads")?.dispatch(
+    let (entry, lanes) = if quad { ("delta_heads_q", d / 4) } else { ("delta_heads", d) };
+    let n4 = |name: &'static str, quad_name: &'static str| if quad { quad_name } else { name };
+    let heads = gpu.kernel("delta", Some(&s.variant(1)), entry)?.dispatch(
         gpu,
         Some(bytemuck::bytes_of(&hparams)),
         &[
-            ("a", a),
-            ("c", c),
-            ("w_beta", w_beta),
-            ("w_v", w_v),
+            (n4("a", "a4"), a),
+            (n4("c", "c4"), c),
+            (n4("w_beta", "w_beta4"), w_beta),
+            (n4("w_v", "w_v4"), w_v),
             ("dz", dz.view()),
             ("du_rows", du.view()),
-            ("da", da),
-            ("dc", dc),
+            (n4("da", "da4"), da),
+            (n4("dc", "dc4"), dc),
             ("hpart", hpart.view()),
         ],
-        grid_1d((d * chunks) as u64, WG as u32, gpu.limits.max_compute_workgroups_per_dimension),
+        grid_1d((lanes * chunks) as u64, WG as u32, gpu.limits.max_compute_workgroups_per_dimension),
     )?;
     let mut out = vec![main, heads];
     let col_sum = crate::kernels::reduce::col_sum;

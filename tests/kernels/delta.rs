@@ -754,6 +754,29 @@ fn every_segment_width_matches_float64() {
 }
 
 #[test]
+fn quad_kernels_of_the_one_token_per_invocation_layout_match_float64() {
+    // One token per invocation with d a multiple of 4 runs the `*_q` entry points (four
+    // features per load); with them off the same shapes run the per-feature ones. Odd token
+    // counts, several heads chunks, every value width class, both da modes and both gradient
+    // layouts.
+    let shapes = [(7, 4, 1), (65, 44, 4), (9, 128, 3), (130, 300, 8), (3, 1028, 2), (50, 12, 5), (200, 64, 4)];
+    delta::with_segment_width(1, || {
+        for on in [true, false] {
+            delta::with_quads(on, || {
+                for (i, &(n, d, m)) in shapes.iter().enumerate() {
+                    assert_eq!(delta::quads(1, d), on, "quads at d = {d}");
+                    let act = [VAct::Sigmoid4, VAct::Sigmoid, VAct::Linear][i % 3];
+                    PACKED.with(|p| p.set(i % 2 == 1));
+                    check(shape(n, d, m, act), i % 3 == 1, i % 4 != 3);
+                }
+                PACKED.with(|p| p.set(false));
+                assert!(!delta::quads(1, 45) && !delta::quads(2, 44));
+            });
+        }
+    });
+}
+
+#[test]
 fn more_tokens_than_one_grid_dimension_holds_are_all_written() {
     // 66 000 workgroups: one token each (d > 64), the grid is split over x and y.
     check(shape(66_000, 65, 1, VAct::Sigmoid4), true, true);
