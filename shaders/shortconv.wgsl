@@ -397,12 +397,19 @@ fn token_backward_partial_w(
 }
 
 // Both backward sums in one forward walk, for the K = KW variant (KFIX = KW): with the ∂a
-// window dw[q] = ∂a[n + q] (terms past the end of token n's sequence skipped),
+// window dw[q] = ∂a[n + q] (zero past the end of token n's sequence),
 //   ∂X[n] += Σ_lead ρ ⊙ κ[i, ·, K−1−lead] · dw[lead]   (the sums of `token_backward_dx_w`),
 //   acc[lag] += dw[lag] · X[n]                          (= Σ ∂a[n′]·X[n′ − lag] over n′ = n + lag),
 // so each token needs one X row, one ∂a value (K−1 ahead) and the ∂X row, and no X window.
 // A chunk's partials hold the terms whose X token is in the chunk (those of `partial_w` hold the
 // terms whose ∂a token is); the sums over all chunks are the same terms.
+// ∂a[m, i] for the token m, the tm-th position of token n's sequence counted from its start
+// (tm ≥ seq: past its end), else 0.
+fn da_in_seq(m: u32, tm: u32, i: u32) -> f32 {
+    if (tm < params.seq && m < params.n) { return da[m * params.d + i]; }
+    return 0.0;
+}
+
 @compute @workgroup_size(256)
 fn token_backward_w(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -418,25 +425,25 @@ fn token_backward_w(
     let n1 = min(n0 + p.chunk, p.n);
     let kw = taps4(i);
     var acc: array<vec4<f32>, KW>;
+    // After the shift at token n (the t-th of its sequence), dw[q] = ∂a[n + q], or 0 where n + q
+    // lies past the end of that sequence: the window is refilled at every sequence start, so the
+    // lead loop adds every term unconditionally (zeros add nothing). Before the first shift,
+    // dw[q + 1] holds ∂a[n0 + q].
     var dw: array<f32, KW>;
-    // dw[q + 1] = ∂a[n0 + q]: the first shift moves them into place. The window is not cut at
-    // sequence ends (it slides across them); each use skips what lies past token n's sequence.
-    for (var q = 0u; q + 1u < KW; q++) {
-        if (n0 + q < p.n) { dw[q + 1u] = da[(n0 + q) * p.d + i]; }
-    }
     var t = n0 % p.seq;
+    for (var q = 0u; q + 1u < KW; q++) { dw[q + 1u] = da_in_seq(n0 + q, t + q, i); }
     for (var n = n0; n < n1; n++) {
+        if (t == 0u && n != n0) {
+            for (var q = 0u; q + 1u < KW; q++) { dw[q + 1u] = da_in_seq(n + q, q, i); }
+        }
         for (var q = 0u; q + 1u < KW; q++) { dw[q] = dw[q + 1u]; }
-        dw[KW - 1u] = 0.0;
-        if (n + KW - 1u < p.n) { dw[KW - 1u] = da[(n + KW - 1u) * p.d + i]; }
+        dw[KW - 1u] = da_in_seq(n + KW - 1u, t + KW - 1u, i);
         let b = n * p.d + i;
         let xv = row4(xr[b]);
         var gx = vec4<f32>();
         for (var lead = 0u; lead < KW; lead++) {
-            if (t + lead < p.seq) {
-                gx = fma(kw[lead], vec4<f32>(dw[lead]), gx);
-                acc[lead] = fma(vec4<f32>(dw[lead]), xv, acc[lead]);
-            }
+            gx = fma(kw[lead], vec4<f32>(dw[lead]), gx);
+            acc[lead] = fma(vec4<f32>(dw[lead]), xv, acc[lead]);
         }
         dxr[b] = from4(row4(dxr[b]) + gx);
         t += 1u;
