@@ -12,9 +12,10 @@
 //
 // Parameter gradients are sums over all tokens. They are computed without atomics in a fixed
 // order: each workgroup of a `*_partial` pass sums one chunk of `chunk` consecutive tokens
-// sequentially into its own slot of a scratch buffer; a `*_finalize` pass adds the chunk partials
-// in chunk order; `reduce_drho` sums the per-feature terms of drho with one workgroup per value
-// channel (a fixed strided loop, then a fixed tree). Every pass indexes its grid as
+// sequentially into its own slot of a scratch buffer; a finishing pass adds the chunk partials
+// in chunk order and sums the per-feature terms of drho with one workgroup per value channel (a
+// fixed strided loop, then a fixed tree): `token_backward_finish` in one dispatch, CC in two
+// (`value_backward_finalize`, `reduce_drho`). Every pass indexes its grid as
 // `wid.y * nwg.x + wid.x` so that any number of workgroups fits the per-dimension limit.
 
 struct Params {
@@ -151,26 +152,43 @@ fn token_backward_partial(
     partial[(ch * dm + c) * p.k + s] = acc;
 }
 
-// P[c, s] = Σ_chunks partial; dkappa[c, s] += rho_j · P; q[c, s] = kappa[c, s] · P (its sum over
-// (i, s) is drho[j]). One invocation per (c, s).
+// Per value channel j (one workgroup each), over the pairs (i, s) in the order e = lid,
+// lid + WG, … of e = i·K + s: P[c, s] = Σ_chunks partial (chunk order) with c = i·m + j;
+// dkappa[c, s] += rho_j · P; drho[j] += Σ_{i,s} kappa[c, s] · P, each lane's terms in order,
+// then a fixed tree over the lanes (the order `reduce_drho` adds the same terms in for CC).
 @compute @workgroup_size(256)
-fn token_backward_finalize(
+fn token_backward_finish(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
     let p = params;
-    let dm = p.d * p.m;
-    let e = group_index(wid, nwg) * WG + lid;
-    if (e >= dm * p.k) { return; }
-    let c = e / p.k;
-    let j = c % p.m;
-    var sum = 0.0;
-    for (var ch = 0u; ch < p.chunks; ch++) {
-        sum += partial[ch * dm * p.k + e];
+    let j = group_index(wid, nwg);
+    if (j >= p.m) { return; }
+    let dmk = p.d * p.m * p.k;
+    let rj = rho[j];
+    var acc = 0.0;
+    for (var e = lid; e < p.d * p.k; e += WG) {
+        let i = e / p.k;
+        let f = (i * p.m + j) * p.k + (e - i * p.k);
+        var sum = 0.0;
+        for (var ch = 0u; ch < p.chunks; ch++) {
+            sum += partial[ch * dmk + f];
+        }
+        dkappa[f] = dkappa[f] + rj * sum;
+        acc += kappa[f] * sum;
     }
-    dkappa[e] = dkappa[e] + rho[j] * sum;
-    q[e] = kappa[e] * sum;
+    red[lid] = acc;
+    workgroupBarrier();
+    for (var w = WG / 2u; w > 0u; w >>= 1u) {
+        if (lid < w) {
+            red[lid] += red[lid + w];
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        drho[j] = drho[j] + red[0];
+    }
 }
 
 // drho[j] += Σ_i Σ_{s < rk} q[i, j, s]. One workgroup per j.

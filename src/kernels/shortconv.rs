@@ -87,11 +87,11 @@ pub(crate) fn chunking_min(n: usize, min_chunk: usize) -> (usize, usize) {
     (chunk, n.div_ceil(chunk).max(1))
 }
 
-/// Elements of scratch one token-axis backward ([`token_backward`]) keeps: the chunk partials
-/// and the drho terms, for memory plans.
+/// Elements of scratch one token-axis backward ([`token_backward`]) keeps: the chunk partials,
+/// for memory plans.
 pub fn token_backward_scratch_elems(s: &ConvShape) -> usize {
     let (_, chunks) = chunking_min(s.tokens(), TOKEN_MIN_CHUNK);
-    (chunks + 1) * s.d * s.m * s.kernel
+    chunks * s.d * s.m * s.kernel
 }
 
 /// Elements of scratch one value-axis backward ([`value_backward`]) keeps.
@@ -244,9 +244,9 @@ fn token_params(s: &ConvShape) -> Params {
 /// - `drho[j] += Σ_{b,t,i} da[b,t,i]·X̃[b,t,i,j]`, evaluated as `Σ_{i,s} κ[i,j,s]·P[i,j,s]` with
 ///   `P[i,j,s] = Σ_{b,t} da[b,t,i]·X[b,t−K+1+s,i,j]` (the same sum regrouped; X̃ is not stored).
 ///
-/// Four dispatches: dx; per-chunk partials of P (scratch `[chunks, d, m, K]`); chunk sum into
-/// dkappa plus the drho terms (scratch `[d, m, K]`); one workgroup per j for drho. With K = 4
-/// (every preset) dx and the partials come from one walk: three dispatches.
+/// Three dispatches: dx; per-chunk partials of P (scratch `[chunks, d, m, K]`); the chunk sums
+/// into dkappa and the drho sums (one workgroup per j). With K = 4 (every preset) dx and the
+/// partials come from one walk: two dispatches.
 #[allow(clippy::too_many_arguments)]
 pub fn token_backward(
     gpu: &Gpu,
@@ -275,7 +275,6 @@ pub fn token_backward(
     let pb = bytemuck::bytes_of(&p);
     let chunks = p.chunks as usize;
     let partial = scratch(gpu, "shortconv.token.partial", chunks * dm * k)?;
-    let q = scratch(gpu, "shortconv.token.q", dm * k)?;
 
     // ∂X and the chunk partials of P: one walk with K = 4 compiled in (`token_backward_w`:
     // 12-25 % faster than two walks; a first fusion that kept both windows was slower, see
@@ -296,19 +295,18 @@ pub fn token_backward(
         let threads = dm.div_ceil(WG_1D as usize) * k * chunks * WG_1D as usize;
         vec![d_dx, conv(gpu, GENERIC, "token_backward_partial", pb, &bufs, threads)?]
     };
+    // Chunk sums into dkappa and the drho sums: one workgroup per value channel.
     let mut d_fin = conv(
         gpu,
         GENERIC,
-        "token_backward_finalize",
+        "token_backward_finish",
         pb,
-        &[("kappa", kappa), ("rho", rho), ("dkappa", dkappa), ("partial", partial.view()), ("q", q.view())],
-        dm * k,
+        &[("kappa", kappa), ("rho", rho), ("dkappa", dkappa), ("drho", drho), ("partial", partial.view())],
+        m * WG_1D as usize,
     )?;
-    let mut d_rho = drho_dispatch(gpu, pb, drho, &q, m)?;
     out.last_mut().expect("at least one pass").scratch.push(partial.clone());
-    d_fin.scratch.extend([partial, q.clone()]);
-    d_rho.scratch.push(q);
-    out.extend([d_fin, d_rho]);
+    d_fin.scratch.push(partial);
+    out.push(d_fin);
     Ok(out)
 }
 
