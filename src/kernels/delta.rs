@@ -84,6 +84,9 @@ struct Params {
 /// measured faster than 32 (and 16: 2×), 128 the same.
 const HEADS_MIN_CHUNK: usize = 64;
 
+/// Largest gap (elements) between two head gradients that still shares their column sum.
+const HEADS_GAP: usize = 64;
+
 /// Invocations per workgroup of both entry points (`WG` in the shader).
 const WG: usize = 128;
 
@@ -404,26 +407,39 @@ pub fn backward(
     // The heads: ∂c, ∂a and per-chunk partial sums of the head gradients in one pass over
     // (feature, chunk of tokens), then the chunks' column sums into the gradients.
     let (chunk, chunks) = crate::kernels::shortconv::chunking_min(n, HEADS_MIN_CHUNK);
-    // Partials per chunk: w_β [d], b_β, W_v [m·d], b_v [m]. When b_β directly follows w_β in the
-    // gradient buffer (and b_v follows W_v), as with d a multiple of the parameter alignment,
-    // rows [w_β | b_β] and [W_v | b_v] need one column sum each; else four blocks, each at an
-    // offset a storage binding may start at, and four column sums.
+    // Partials per chunk: w_β [d], b_β, W_v [m·d], b_v [m], grouped in runs: gradients that lie
+    // in order in one buffer, each starting less than HEADS_GAP elements after the previous
+    // one ends (the model's layout: alignment padding between them), share one row per chunk
+    // laid out like the buffer, and one column sum adds the run (the gap columns of the
+    // partials stay zero, so what lies between the gradients gets + 0). Runs start at offsets a
+    // storage binding may start at; the run of w_β at 0.
     let q = crate::kernels::reduce::align_elems(gpu);
-    let follows = |a: &View, b: &View, len: usize| a.buffer == b.buffer && b.offset == a.offset + 4 * len as u64;
-    let paired = follows(&dw_beta, &db_beta, d) && follows(&dw_v, &db_v, m * d);
-    let (o_bb, o_wv, o_bv, s_wb, s_bb, s_wv, s_bv, len);
-    if paired {
-        (s_wb, s_bb, s_wv, s_bv) = (d + 1, d + 1, m * d + m, m * d + m);
-        o_bb = d;
-        o_wv = (chunks * (d + 1)).next_multiple_of(q);
-        o_bv = o_wv + m * d;
-        len = o_wv + chunks * (m * d + m);
-    } else {
-        (s_wb, s_bb, s_wv, s_bv) = (d, 1, m * d, m);
-        o_bb = (chunks * d).next_multiple_of(q);
-        o_wv = (o_bb + chunks).next_multiple_of(q);
-        o_bv = (o_wv + chunks * m * d).next_multiple_of(q);
-        len = o_bv + chunks * m;
+    let grads = [(&dw_beta, d), (&db_beta, 1), (&dw_v, m * d), (&db_v, m)];
+    let mut runs: Vec<std::ops::Range<usize>> = vec![0..1];
+    for t in 1..grads.len() {
+        let ((prev, plen), (cur, _)) = (grads[t - 1], grads[t]);
+        let end = prev.offset + 4 * plen as u64;
+        let near = cur.buffer == prev.buffer && cur.offset >= end && cur.offset - end < 4 * HEADS_GAP as u64;
+        if near && (cur.offset - end) % 4 == 0 {
+            runs.last_mut().expect("a first run").end = t + 1;
+        } else {
+            runs.push(t..t + 1);
+        }
+    }
+    // Per run: its first gradient, width in elements, offset in the partials.
+    let mut run_at = Vec::new();
+    let (mut offs, mut strides) = ([0usize; 4], [0usize; 4]);
+    let mut len = 0usize;
+    for r in &runs {
+        let (first, last) = (grads[r.start], grads[r.end - 1]);
+        let width = ((last.0.offset - first.0.offset) / 4) as usize + last.1;
+        let base = len.next_multiple_of(q);
+        for t in r.clone() {
+            offs[t] = base + ((grads[t].0.offset - first.0.offset) / 4) as usize;
+            strides[t] = width;
+        }
+        run_at.push((first.0, width, base));
+        len = base + chunks * width;
     }
     let hpart = Tensor::zeros(gpu, "delta.heads_partial", &[len], crate::gpu::DType::F32)?;
     let u = |x: usize| x as u32;
@@ -431,13 +447,13 @@ pub fn backward(
         chunk: u(chunk),
         chunks: u(chunks),
         accumulate_da: accumulate_da as u32,
-        o_bb: u(o_bb),
-        o_wv: u(o_wv),
-        o_bv: u(o_bv),
-        s_wb: u(s_wb),
-        s_bb: u(s_bb),
-        s_wv: u(s_wv),
-        s_bv: u(s_bv),
+        o_bb: u(offs[1]),
+        o_wv: u(offs[2]),
+        o_bv: u(offs[3]),
+        s_wb: u(strides[0]),
+        s_bb: u(strides[1]),
+        s_wv: u(strides[2]),
+        s_bv: u(strides[3]),
         ..p
     };
     let (entry, lanes) = if quad { ("delta_heads_q", d / 4) } else { ("delta_heads", d) };
@@ -461,28 +477,24 @@ pub fn backward(
     let mut out = vec![main, heads];
     let col_sum = crate::kernels::reduce::col_sum;
     let hv = hpart.view();
-    if paired {
-        // The gradient pairs as one view each (checked adjacent above).
-        let wb = View { buffer: dw_beta.buffer, offset: dw_beta.offset, size: 4 * (d + 1) as u64 };
-        let wv = View { buffer: dw_v.buffer, offset: dw_v.offset, size: 4 * (m * d + m) as u64 };
-        out.extend(col_sum(gpu, hv.sub(0, chunks * (d + 1)), wb, chunks, d + 1, true)?);
-        out.extend(col_sum(gpu, hv.sub(o_wv, chunks * (m * d + m)), wv, chunks, m * d + m, true)?);
-    } else {
-        out.extend(col_sum(gpu, hv.sub(0, chunks * d), dw_beta, chunks, d, true)?);
-        out.extend(col_sum(gpu, hv.sub(o_bb, chunks), db_beta, chunks, 1, true)?);
-        out.extend(col_sum(gpu, hv.sub(o_wv, chunks * m * d), dw_v, chunks, m * d, true)?);
-        out.extend(col_sum(gpu, hv.sub(o_bv, chunks * m), db_v, chunks, m, true)?);
+    for (first, width, base) in run_at {
+        let dst = View { buffer: first.buffer, offset: first.offset, size: 4 * width as u64 };
+        out.extend(col_sum(gpu, hv.sub(base, chunks * width), dst, chunks, width, true)?);
     }
     out[1].scratch.push(hpart);
     out[0].scratch = vec![dz, du];
     Ok(out)
 }
 
-/// Elements of scratch one [`backward`] keeps (∂z, ∂u and the heads' chunk partials at the
-/// largest offset alignment, 64 elements), for memory plans.
+/// Elements of scratch one [`backward`] keeps (∂z, ∂u and the heads' chunk partials), for memory
+/// plans: exact for head gradients laid out like the model's (w_β, b_β, W_v, b_v in one buffer,
+/// each at the next 64-element boundary after the previous one, or right after it), an upper
+/// bound for other layouts with offsets aligned to at most 64 elements.
 pub fn backward_scratch_elems(n: usize, d: usize, m: usize) -> usize {
     let (_, chunks) = crate::kernels::shortconv::chunking_min(n, HEADS_MIN_CHUNK);
-    n * (1 + m) + chunks * (d + 1) * (1 + m) + 3 * 64
+    let a = |x: usize| x.next_multiple_of(64);
+    let width = a(a(d) + 1) + a(m * d) + m;
+    n * (1 + m) + chunks * width
 }
 
 /// FLOPs of [`forward`]: four reductions over d (2d + 2d + 2md + 2md), k = k̃/n (d) and the
