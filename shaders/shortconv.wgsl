@@ -42,7 +42,7 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> dx: array<f32>;
 @group(0) @binding(7) var<storage, read_write> dkappa: array<f32>;
 @group(0) @binding(8) var<storage, read_write> drho: array<f32>;
-// Scratch: per-chunk partial sums [chunks, d·m, K] (token) or [chunks, d·m] (CC).
+// Scratch: per-chunk partial sums [chunks, m, d, K] (token) or [chunks, d·m] (CC).
 @group(0) @binding(9) var<storage, read_write> partial: array<f32>;
 // Scratch: per-(i, j[, s]) terms of drho, [d, m, rk].
 @group(0) @binding(10) var<storage, read_write> q: array<f32>;
@@ -117,7 +117,9 @@ fn token_backward_dx(
     dx[e] = dx[e] + rho[j] * g;
 }
 
-// partial[chunk, c, s] = Σ_{n in chunk} da[n, i] · X[n − (K−1−s), c]. Workgroup = (channel tile,
+// partial[chunk, j, i, s] = Σ_{n in chunk} da[n, i] · X[n − (K−1−s), i, j] (the token-axis
+// partials are laid out value channel first, so `token_backward_finish` reads each channel's
+// contiguously), c = i·m + j. Workgroup = (channel tile,
 // tap s, chunk), channel tile fastest; one invocation per channel, tokens in order.
 @compute @workgroup_size(256)
 fn token_backward_partial(
@@ -149,11 +151,12 @@ fn token_backward_partial(
         t += 1u;
         if (t == p.seq) { t = 0u; }
     }
-    partial[(ch * dm + c) * p.k + s] = acc;
+    partial[(ch * dm + (c - i * p.m) * p.d + i) * p.k + s] = acc;
 }
 
 // Per value channel j (one workgroup each), over the pairs (i, s) in the order e = lid,
-// lid + WG, … of e = i·K + s: P[c, s] = Σ_chunks partial (chunk order) with c = i·m + j;
+// lid + WG, … of e = i·K + s: P[c, s] = Σ_chunks partial[chunk, j, i, s] (chunk order; channel
+// j's partials are contiguous) with c = i·m + j;
 // dkappa[c, s] += rho_j · P; drho[j] += Σ_{i,s} kappa[c, s] · P, each lane's terms in order,
 // then a fixed tree over the lanes (the order `reduce_drho` adds the same terms in for CC).
 @compute @workgroup_size(256)
@@ -171,9 +174,10 @@ fn token_backward_finish(
     for (var e = lid; e < p.d * p.k; e += WG) {
         let i = e / p.k;
         let f = (i * p.m + j) * p.k + (e - i * p.k);
+        let pj = j * p.d * p.k + e;
         var sum = 0.0;
         for (var ch = 0u; ch < p.chunks; ch++) {
-            sum += partial[ch * dmk + f];
+            sum += partial[ch * dmk + pj];
         }
         dkappa[f] = dkappa[f] + rj * sum;
         acc += kappa[f] * sum;
@@ -370,18 +374,19 @@ fn token_backward_dx_w(
     }
 }
 
-// partial[chunk, i·m + j, K−1−lag] = v[j] for the value channels j < m: one chunk's sums of the
+// partial[chunk, j, i, K−1−lag] = v[j] for the value channels j < m: one chunk's sums of the
 // tap `lag` tokens back.
 fn store_partial(ch: u32, i: u32, lag: u32, v: vec4<f32>) {
     let p = params;
-    let b = (ch * p.d * p.m + i * p.m) * p.k + (p.k - 1u - lag);
+    let b = (ch * p.d * p.m + i) * p.k + (p.k - 1u - lag);
+    let js = p.d * p.k;
     partial[b] = v.x;
-    if (p.m > 1u) { partial[b + p.k] = v.y; }
-    if (p.m > 2u) { partial[b + 2u * p.k] = v.z; }
-    if (p.m > 3u) { partial[b + 3u * p.k] = v.w; }
+    if (p.m > 1u) { partial[b + js] = v.y; }
+    if (p.m > 2u) { partial[b + 2u * js] = v.z; }
+    if (p.m > 3u) { partial[b + 3u * js] = v.w; }
 }
 
-// partial[chunk, i·m + j, s] = Σ_{n in chunk} ∂a[n, i] · X[n − (K−1−s), i, j]: the same sums as
+// partial[chunk, j, i, s] = Σ_{n in chunk} ∂a[n, i] · X[n − (K−1−s), i, j]: the same sums as
 // `token_backward_partial`, every tap from one pass over the chunk.
 @compute @workgroup_size(256)
 fn token_backward_partial_w(

@@ -244,7 +244,7 @@ fn token_params(s: &ConvShape) -> Params {
 /// - `drho[j] += Σ_{b,t,i} da[b,t,i]·X̃[b,t,i,j]`, evaluated as `Σ_{i,s} κ[i,j,s]·P[i,j,s]` with
 ///   `P[i,j,s] = Σ_{b,t} da[b,t,i]·X[b,t−K+1+s,i,j]` (the same sum regrouped; X̃ is not stored).
 ///
-/// Three dispatches: dx; per-chunk partials of P (scratch `[chunks, d, m, K]`); the chunk sums
+/// Three dispatches: dx; per-chunk partials of P (scratch `[chunks, m, d, K]`); the chunk sums
 /// into dkappa and the drho sums (one workgroup per j). With K = 4 (every preset) dx and the
 /// partials come from one walk: two dispatches.
 #[allow(clippy::too_many_arguments)]
