@@ -105,8 +105,6 @@ struct Params {
 @group(0) @binding(35) var<storage, read_write> k_out4: array<vec4<f32>>; // [n, d/4]
 @group(0) @binding(36) var<storage, read> k4: array<vec4<f32>>;          // [n, d/4]
 @group(0) @binding(37) var<storage, read_write> dkraw4: array<vec4<f32>>; // [n, d/4]
-@group(0) @binding(38) var<storage, read_write> da4: array<vec4<f32>>;   // [n, d/4]
-@group(0) @binding(39) var<storage, read_write> dc4: array<vec4<f32>>;   // [n, d/4]
 
 // Invocations per token: compiled in (SEGFIX, from the variant) for the one-token-per-invocation
 // layout, else the launcher's choice.
@@ -431,10 +429,10 @@ fn delta_heads(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Quads: the same three passes for one token per invocation (the SEGFIX = 1 variants) with d a
-// multiple of 4, four features per step: k̃, a, c, k, ∂k̃, ∂a, ∂c and the head weights move as
-// vec4s (the state rows stay one `Row` per feature). Same formulas and outputs as above; the
-// sums over d run in quads (the four features of a quad first), a fixed order again.
+// Quads: the per-token forward and backward for one token per invocation (the SEGFIX = 1
+// variants) with d a multiple of 4, four features per step: k̃, a, c, k, ∂k̃ and the head weights
+// move as vec4s (the state rows stay one `Row` per feature). Same formulas and outputs as above;
+// the sums over d run in quads (the four features of a quad first), a fixed order again.
 
 // part[j] += Σ_r k_r R_r[j] over a quad's four rows R_0..R_3 (X in the forward, G in the
 // backward; the writes reload them: caching rows in registers measured no faster).
@@ -534,57 +532,5 @@ fn delta_backward_q(
             backward_row(b + 3u, kq.w, g[b + 3u], bt, gs, gb, dl),
         );
         dkraw4[tq] = (dk - kq * kdk) * rn;
-    }
-}
-
-// `delta_heads` for a quad of features per invocation (invocation e: quad e % (d/4), chunk
-// e / (d/4)).
-@compute @workgroup_size(128)
-fn delta_heads_q(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    let d = params.d;
-    let dq = d / 4u;
-    let e = (wid.y * nwg.x + wid.x) * WG + lid;
-    if (e >= dq * params.chunks) { return; }
-    let q = e % dq;
-    let ch = e / dq;
-    let n0 = ch * params.chunk;
-    let n1 = min(n0 + params.chunk, params.n);
-    let wb = w_beta4[q];
-    var wv: array<vec4<f32>, MM>;
-    for (var j = 0u; j < MM; j++) { wv[j] = w_v4[j * dq + q]; }
-    var s_wb = vec4<f32>();
-    var s_bb = 0.0;
-    var s_wv: array<vec4<f32>, MM>;
-    var s_bv: array<f32, MM>;
-    for (var t = n0; t < n1; t++) {
-        let tq = t * dq + q;
-        let dzt = dz[t];
-        let aq = a4[tq];
-        dc4[tq] = dzt * wb;
-        var acc = vec4<f32>();
-        var dur = du_rows[t];
-        for (var j = 0u; j < MM; j++) {
-            let duj = dur[j];
-            acc = fma(vec4<f32>(duj), wv[j], acc);
-            s_wv[j] = fma(vec4<f32>(duj), aq, s_wv[j]);
-            s_bv[j] += duj;
-        }
-        if (params.accumulate_da != 0u) { acc += da4[tq]; }
-        da4[tq] = acc;
-        s_wb = fma(vec4<f32>(dzt), c4[tq], s_wb);
-        s_bb += dzt;
-    }
-    let i0 = 4u * q;
-    for (var r = 0u; r < 4u; r++) {
-        hpart[ch * params.s_wb + i0 + r] = s_wb[r];
-        for (var j = 0u; j < MM; j++) { hpart[params.o_wv + ch * params.s_wv + j * d + i0 + r] = s_wv[j][r]; }
-    }
-    if (q == 0u) {
-        hpart[params.o_bb + ch * params.s_bb] = s_bb;
-        for (var j = 0u; j < MM; j++) { hpart[params.o_bv + ch * params.s_bv + j] = s_bv[j]; }
     }
 }
