@@ -264,6 +264,73 @@ pub fn train_rows(
     Ok(())
 }
 
+/// `ddl bench train --against V`: the training steps of `cfg` and of `against` alternated in one
+/// process, in blocks of four in the order A B B A (A = `against`), so that a drift of the
+/// machine's speed that is linear over a block cancels in the block's ratio
+/// (B₁ + B₂) / (A₁ + A₂). Reports both variants' best and median step, the ratio of the best
+/// steps, and the median, lowest and highest block ratio. Each side trains its own model on its
+/// own random batch (the same tokens for both), exactly as `train_rows` times it.
+pub fn train_compare_rows(
+    gpu: &std::sync::Arc<Gpu>,
+    cfg: &crate::model::ModelConfig,
+    against: &crate::model::ModelConfig,
+    batch: usize,
+    seq: usize,
+    blocks: usize,
+    mut emit: impl FnMut(Row),
+) -> Result<()> {
+    struct Side {
+        model: crate::model::Model,
+        prog: crate::model::Program,
+        step: u32,
+        times: Vec<f64>,
+    }
+    let opt = crate::kernels::adamw::AdamWConfig::paper(1e-4);
+    let mut rng = Rng::new(7);
+    let n = batch * seq;
+    let x = rng.ints(n, cfg.vocab_size.min(against.vocab_size));
+    let y = rng.ints(n, cfg.vocab_size.min(against.vocab_size));
+    let mut sides = Vec::new();
+    for c in [against, cfg] {
+        let model = crate::model::Model::new(gpu.clone(), c.clone(), 1)?;
+        let prog = model.program(batch, seq, &opt)?;
+        prog.set_batch(&model, &x, &y)?;
+        // Warm-up (pipelines, autotune).
+        model.train_step(&prog, &opt)?;
+        sides.push(Side { model, prog, step: 2, times: Vec::new() });
+    }
+    let mut ratios = Vec::new();
+    for _ in 0..blocks.max(1) {
+        let mut block = [0.0; 4];
+        for (k, who) in [0, 1, 1, 0].into_iter().enumerate() {
+            let s = &mut sides[who];
+            let o = crate::kernels::adamw::AdamWConfig { step: s.step, ..opt };
+            let t0 = Instant::now();
+            s.model.train_step(&s.prog, &o)?;
+            block[k] = t0.elapsed().as_secs_f64() * 1e3;
+            s.times.push(block[k]);
+            s.step += 1;
+        }
+        ratios.push((block[1] + block[2]) / (block[0] + block[3]));
+    }
+    let sorted = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v
+    };
+    let (ta, tb, r) = (sorted(&sides[0].times), sorted(&sides[1].times), sorted(&ratios));
+    let median = |v: &[f64]| if v.len() % 2 == 1 { v[v.len() / 2] } else { 0.5 * (v[v.len() / 2 - 1] + v[v.len() / 2]) };
+    emit(Row(json!({
+        "bench": "train_compare", "variant": cfg.variant.name(), "against": against.variant.name(),
+        "d": cfg.d_model, "layers": cfg.n_layers, "batch": batch, "seq": seq, "blocks": ratios.len(),
+        "best_step_ms": tb[0], "against_best_step_ms": ta[0],
+        "median_step_ms": median(&tb), "against_median_step_ms": median(&ta),
+        "ratio_best": tb[0] / ta[0], "ratio_median_block": median(&r),
+        "ratio_min_block": r[0], "ratio_max_block": r[r.len() - 1],
+    })));
+    Ok(())
+}
+
 /// `ddl bench generate`: per-token latency of cached decoding vs recomputing the whole context.
 pub fn generate_rows(
     gpu: &std::sync::Arc<Gpu>,

@@ -300,6 +300,11 @@ enum BenchCmd {
         /// Also list every dispatch of the profiled step in order (kernel, workgroups, ms).
         #[arg(long)]
         dispatches: bool,
+        /// Compare against this variant instead: both models' steps alternated in one process
+        /// (blocks A B B A, `--steps` blocks), reporting the step ratio per block, which a
+        /// machine whose speed drifts cannot skew the way separate runs can.
+        #[arg(long, value_name = "VARIANT")]
+        against: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -952,6 +957,25 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
             format!("{}", v["workgroups"]),
             v["ms"].as_f64().unwrap_or(0.0)
         ),
+        Some("train_compare") => println!(
+            "{} vs {} d={} L={} B={} T={}, {} blocks (A B B A): step ratio {:.3} median of blocks ({:.3}–{:.3}), \
+             {:.3} best to best ({:.1} vs {:.1} ms; medians {:.1} vs {:.1} ms)",
+            v["variant"].as_str().unwrap_or(""),
+            v["against"].as_str().unwrap_or(""),
+            v["d"],
+            v["layers"],
+            v["batch"],
+            v["seq"],
+            v["blocks"],
+            v["ratio_median_block"].as_f64().unwrap_or(f64::NAN),
+            v["ratio_min_block"].as_f64().unwrap_or(f64::NAN),
+            v["ratio_max_block"].as_f64().unwrap_or(f64::NAN),
+            v["ratio_best"].as_f64().unwrap_or(f64::NAN),
+            v["best_step_ms"].as_f64().unwrap_or(f64::NAN),
+            v["against_best_step_ms"].as_f64().unwrap_or(f64::NAN),
+            v["median_step_ms"].as_f64().unwrap_or(f64::NAN),
+            v["against_median_step_ms"].as_f64().unwrap_or(f64::NAN),
+        ),
         Some("train") => {
             println!(
                 "{} d={} L={} B={} T={}: {:.1} tok/s, {:.1} ms/step, {:.2} model GFLOP/s, matmul {:.0}% of kernel time, {} dispatches, loss {:.4} at init, {:.4} after {} AdamW step(s) on that batch",
@@ -1062,13 +1086,20 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 ddl::bench::kernel_rows(&gpu, cases, reps, gbs, gflops, |r| print_row(&r, json))?;
             }
         }
-        BenchCmd::Train { preset, variant, steps, batch, seq, dispatches, json } => {
+        BenchCmd::Train { preset, variant, steps, batch, seq, dispatches, against, json } => {
             let v = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
             let cfg = ddl::model::ModelConfig::preset(&preset, v)?;
             let t = ddl::train::TrainConfig::preset(&preset);
             ddl::kernels::matmul::autotune::set_enabled(true);
             let (b, t) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
-            ddl::bench::train_rows(&gpu, &cfg, b, t, steps, dispatches, |r| print_row(&r, json))?;
+            match against {
+                Some(a) => {
+                    let va = ddl::model::Variant::parse(&a).map_err(anyhow::Error::msg)?;
+                    let ca = ddl::model::ModelConfig::preset(&preset, va)?;
+                    ddl::bench::train_compare_rows(&gpu, &cfg, &ca, b, t, steps, |r| print_row(&r, json))?;
+                }
+                None => ddl::bench::train_rows(&gpu, &cfg, b, t, steps, dispatches, |r| print_row(&r, json))?,
+            }
         }
         BenchCmd::Generate { preset, variant, contexts, reps, json } => {
             let v = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
