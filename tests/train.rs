@@ -313,3 +313,72 @@ fn ctrl_c_saves_a_checkpoint_and_exits_cleanly_and_the_run_resumes() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(ddl::train::checkpoint::load(&out, false).unwrap().step, ck.step + 2);
 }
+
+/// A tiny model of `variant` (the benchmark tests' size).
+fn bench_cfg(variant: Variant) -> ddl::model::ModelConfig {
+    let mut cfg = ddl::model::ModelConfig::preset("tiny", variant).unwrap();
+    (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.head_dim, cfg.mlp_hidden) = (32, 2, 2, 16, 85);
+    cfg
+}
+
+/// A device of the test's own, so the runtime's counters (submits, allocations, peak bytes) see
+/// only what the test runs.
+fn own_gpu() -> std::sync::Arc<ddl::gpu::Gpu> {
+    let opts = ddl::gpu::GpuOptions::from_env().unwrap();
+    ddl::gpu::Gpu::new(&opts).unwrap_or_else(|e| panic!("GPU tests need an adapter and none could be opened: {e}"))
+}
+
+#[test]
+fn the_training_benchmark_counts_one_submit_one_readback_no_allocations_and_a_peak_within_the_plan() {
+    for v in [Variant::Baseline, Variant::Ddl, Variant::DdlCcec] {
+        let gpu = own_gpu();
+        let mut rows = Vec::new();
+        ddl::bench::train_rows(&gpu, &bench_cfg(v), 2, 16, 3, true, |r| rows.push(r.0)).unwrap();
+        let r = &rows[0];
+        let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{v:?}: field {k} missing in {r}"));
+        assert_eq!(r["bench"], "train");
+        assert_eq!((f("submits_per_step"), f("readbacks_per_step"), f("allocs_per_step")), (1.0, 1.0, 0.0), "{v:?}: {r}");
+        let peak = f("peak_over_plan");
+        assert!((0.9..=1.1).contains(&peak), "{v:?}: peak {peak}× the plan");
+        assert!(f("step_ms") > 0.0 && f("tok_per_s") > 0.0 && f("mfu") > 0.0 && f("best_step_ms") <= f("step_ms"));
+        assert!(f("loss_init").is_finite() && f("loss_last").is_finite());
+        // --dispatches: one row per dispatch of the profiled step, in order.
+        let listed: Vec<_> = rows[1..].iter().filter(|r| r["bench"] == "train_dispatch").collect();
+        assert_eq!(listed.len() as u64, r["dispatches_per_step"].as_u64().unwrap(), "{v:?}");
+        assert!(listed.iter().enumerate().all(|(i, d)| d["index"].as_u64() == Some(i as u64)));
+    }
+}
+
+#[test]
+fn the_compared_training_benchmark_alternates_blocks_and_reports_their_ratios() {
+    let gpu = ddl::testing::gpu();
+    let mut rows = Vec::new();
+    ddl::bench::train_compare_rows(&gpu, &bench_cfg(Variant::Ddl), &bench_cfg(Variant::Baseline), 2, 16, 3, |r| {
+        rows.push(r.0)
+    })
+    .unwrap();
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("field {k} missing in {r}"));
+    assert_eq!((r["bench"].as_str(), r["variant"].as_str(), r["against"].as_str()), (Some("train_compare"), Some("ddl"), Some("baseline")));
+    assert_eq!(r["blocks"], 3);
+    // Two steps of each side per block: the best step is at most the median.
+    assert!(f("best_step_ms") > 0.0 && f("best_step_ms") <= f("median_step_ms"));
+    assert!(f("against_best_step_ms") > 0.0 && f("against_best_step_ms") <= f("against_median_step_ms"));
+    assert!(f("ratio_min_block") > 0.0 && f("ratio_min_block") <= f("ratio_median_block"));
+    assert!(f("ratio_median_block") <= f("ratio_max_block"));
+    assert!((f("ratio_best") - f("best_step_ms") / f("against_best_step_ms")).abs() < 1e-12);
+}
+
+#[test]
+fn the_generation_benchmark_reports_cached_and_recomputed_token_times_per_context() {
+    let gpu = ddl::testing::gpu();
+    let mut rows = Vec::new();
+    ddl::bench::generate_rows(&gpu, &bench_cfg(Variant::Ddl), &[5, 12], 2, |r| rows.push(r.0)).unwrap();
+    assert_eq!(rows.len(), 2);
+    for (r, ctx) in rows.iter().zip([5, 12]) {
+        assert_eq!((r["bench"].as_str(), r["context"].as_u64()), (Some("generate"), Some(ctx)));
+        let (c, f) = (r["cached_ms_per_token"].as_f64().unwrap(), r["recompute_ms_per_token"].as_f64().unwrap());
+        assert!(c > 0.0 && f > 0.0 && (r["speedup"].as_f64().unwrap() - f / c).abs() < 1e-9, "{r}");
+    }
+}
