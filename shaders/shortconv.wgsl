@@ -419,6 +419,13 @@ fn token_backward_partial_w(
     }
 }
 
+// ∂a[m, i], or 0 when token m lies past the end of the sequence being walked (tm, its position
+// counted from that sequence's start, ≥ seq) or past the last token.
+fn da_in_seq(m: u32, tm: u32, i: u32) -> f32 {
+    if (tm < params.seq && m < params.n) { return da[m * params.d + i]; }
+    return 0.0;
+}
+
 // Both backward sums in one forward walk, for the K = KW variant (KFIX = KW): with the ∂a
 // window dw[q] = ∂a[n + q] (zero past the end of token n's sequence),
 //   ∂X[n] += Σ_lead ρ ⊙ κ[i, ·, K−1−lead] · dw[lead]   (the sums of `token_backward_dx_w`),
@@ -426,13 +433,6 @@ fn token_backward_partial_w(
 // so each token needs one X row, one ∂a value (K−1 ahead) and the ∂X row, and no X window.
 // A chunk's partials hold the terms whose X token is in the chunk (those of `partial_w` hold the
 // terms whose ∂a token is); the sums over all chunks are the same terms.
-// ∂a[m, i] for the token m, the tm-th position of token n's sequence counted from its start
-// (tm ≥ seq: past its end), else 0.
-fn da_in_seq(m: u32, tm: u32, i: u32) -> f32 {
-    if (tm < params.seq && m < params.n) { return da[m * params.d + i]; }
-    return 0.0;
-}
-
 @compute @workgroup_size(256)
 fn token_backward_w(
     @builtin(workgroup_id) wid: vec3<u32>,
