@@ -319,7 +319,8 @@ pub fn train_compare_rows(
         v
     };
     let (ta, tb, r) = (sorted(&sides[0].times), sorted(&sides[1].times), sorted(&ratios));
-    let median = |v: &[f64]| if v.len() % 2 == 1 { v[v.len() / 2] } else { 0.5 * (v[v.len() / 2 - 1] + v[v.len() / 2]) };
+    let median =
+        |v: &[f64]| if v.len() % 2 == 1 { v[v.len() / 2] } else { 0.5 * (v[v.len() / 2 - 1] + v[v.len() / 2]) };
     emit(Row(json!({
         "bench": "train_compare", "variant": cfg.variant.name(), "against": against.variant.name(),
         "d": cfg.d_model, "layers": cfg.n_layers, "batch": batch, "seq": seq, "blocks": ratios.len(),

@@ -337,7 +337,11 @@ fn the_training_benchmark_counts_one_submit_one_readback_no_allocations_and_a_pe
         let r = &rows[0];
         let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{v:?}: field {k} missing in {r}"));
         assert_eq!(r["bench"], "train");
-        assert_eq!((f("submits_per_step"), f("readbacks_per_step"), f("allocs_per_step")), (1.0, 1.0, 0.0), "{v:?}: {r}");
+        assert_eq!(
+            (f("submits_per_step"), f("readbacks_per_step"), f("allocs_per_step")),
+            (1.0, 1.0, 0.0),
+            "{v:?}: {r}"
+        );
         let peak = f("peak_over_plan");
         assert!((0.9..=1.1).contains(&peak), "{v:?}: peak {peak}× the plan");
         assert!(f("step_ms") > 0.0 && f("tok_per_s") > 0.0 && f("mfu") > 0.0 && f("best_step_ms") <= f("step_ms"));
@@ -360,7 +364,10 @@ fn the_compared_training_benchmark_alternates_blocks_and_reports_their_ratios() 
     assert_eq!(rows.len(), 1);
     let r = &rows[0];
     let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("field {k} missing in {r}"));
-    assert_eq!((r["bench"].as_str(), r["variant"].as_str(), r["against"].as_str()), (Some("train_compare"), Some("ddl"), Some("baseline")));
+    assert_eq!(
+        (r["bench"].as_str(), r["variant"].as_str(), r["against"].as_str()),
+        (Some("train_compare"), Some("ddl"), Some("baseline"))
+    );
     assert_eq!(r["blocks"], 3);
     // Two steps of each side per block: the best step is at most the median.
     assert!(f("best_step_ms") > 0.0 && f("best_step_ms") <= f("median_step_ms"));

@@ -300,7 +300,8 @@ fn close(
         // Differences below the smallest normal f32 are subnormals flushed to zero (allowed on
         // GPUs), not errors.
         let diff = |a: f32, b: f64| (a as f64 - b).abs();
-        let num: f64 = g.iter().zip(w).map(|(a, b)| diff(*a, *b)).filter(|e| *e >= f32::MIN_POSITIVE as f64).map(|e| e * e).sum();
+        let num: f64 =
+            g.iter().zip(w).map(|(a, b)| diff(*a, *b)).filter(|e| *e >= f32::MIN_POSITIVE as f64).map(|e| e * e).sum();
         let fl = floor.map(|f| sq(&f[r.clone()])).unwrap_or(0.0);
         let den = sq(w).max(fl).max(typical);
         let err = if den > 0.0 { (num / den).sqrt() } else { num.sqrt() };
