@@ -183,7 +183,7 @@ pub fn segment_width(gpu: &Gpu, n: usize, d: usize) -> usize {
 pub fn quads(seg: usize, d: usize) -> bool {
     let forced = FORCED_QUADS.with(|f| f.get());
     let env = std::env::var("DDL_DELTA_QUADS").ok().map(|v| v != "0");
-    seg == 1 && d % 4 == 0 && forced.or(env).unwrap_or(true)
+    seg == 1 && d.is_multiple_of(4) && forced.or(env).unwrap_or(true)
 }
 
 thread_local! {
@@ -416,26 +416,27 @@ pub fn backward(
     // storage binding may start at; the run of w_β at 0.
     let q = crate::kernels::reduce::align_elems(gpu);
     let grads = [(&dw_beta, d), (&db_beta, 1), (&dw_v, m * d), (&db_v, m)];
-    let mut runs: Vec<std::ops::Range<usize>> = vec![0..1];
+    // Runs as (first, one past the last) gradient index.
+    let mut runs: Vec<(usize, usize)> = vec![(0, 1)];
     for t in 1..grads.len() {
         let ((prev, plen), (cur, _)) = (grads[t - 1], grads[t]);
         let end = prev.offset + 4 * plen as u64;
         let near = cur.buffer == prev.buffer && cur.offset >= end && cur.offset - end < 4 * HEADS_GAP as u64;
-        if near && (cur.offset - end) % 4 == 0 {
-            runs.last_mut().expect("a first run").end = t + 1;
+        if near && (cur.offset - end).is_multiple_of(4) {
+            runs.last_mut().expect("a first run").1 = t + 1;
         } else {
-            runs.push(t..t + 1);
+            runs.push((t, t + 1));
         }
     }
     // Per run: its first gradient, width in elements, offset in the partials.
     let mut run_at = Vec::new();
     let (mut offs, mut strides) = ([0usize; 4], [0usize; 4]);
     let mut len = 0usize;
-    for r in &runs {
-        let (first, last) = (grads[r.start], grads[r.end - 1]);
+    for &(r0, r1) in &runs {
+        let (first, last) = (grads[r0], grads[r1 - 1]);
         let width = ((last.0.offset - first.0.offset) / 4) as usize + last.1;
         let base = len.next_multiple_of(q);
-        for t in r.clone() {
+        for t in r0..r1 {
             offs[t] = base + ((grads[t].0.offset - first.0.offset) / 4) as usize;
             strides[t] = width;
         }
