@@ -403,10 +403,7 @@ thread_local! {
 /// Runs `f` with this thread's attention method forced to `m` (tests run every method against
 /// float64 through this).
 pub fn with_method<R>(m: Method, f: impl FnOnce() -> R) -> R {
-    let old = FORCED_METHOD.with(|c| c.replace(Some(m)));
-    let out = f();
-    FORCED_METHOD.with(|c| c.set(old));
-    out
+    super::with_override(&FORCED_METHOD, m, f)
 }
 
 /// The method for this adapter: [`Method::Blocked`] with [`BLOCK_ROWS`] on CPU adapters, tiled

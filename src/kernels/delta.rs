@@ -151,10 +151,7 @@ thread_local! {
 /// run the GPU layout on a CPU adapter and the CPU layout anywhere.
 #[doc(hidden)]
 pub fn with_segment_width<R>(seg: usize, f: impl FnOnce() -> R) -> R {
-    let old = FORCED_SEG.with(|c| c.replace(Some(seg)));
-    let out = f();
-    FORCED_SEG.with(|c| c.set(old));
-    out
+    super::with_override(&FORCED_SEG, seg, f)
 }
 
 /// Invocations per token. On GPUs: the power of two that covers d, at most a workgroup (narrow
@@ -194,10 +191,7 @@ thread_local! {
 /// off on this thread: tests compare both forms.
 #[doc(hidden)]
 pub fn with_quads<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    let old = FORCED_QUADS.with(|c| c.replace(Some(on)));
-    let out = f();
-    FORCED_QUADS.with(|c| c.set(old));
-    out
+    super::with_override(&FORCED_QUADS, on, f)
 }
 
 /// Fails unless `view` holds at least `need` elements.

@@ -32,6 +32,17 @@ pub mod rope;
 pub mod shortconv;
 pub mod swiglu;
 
+/// A per-thread override of a launcher's per-adapter choice (tests run every form through one).
+type Override<T> = std::thread::LocalKey<std::cell::Cell<Option<T>>>;
+
+/// Runs `f` with this thread's override `key` set to `v`, then restores the previous value.
+fn with_override<T: Copy + 'static, R>(key: &'static Override<T>, v: T, f: impl FnOnce() -> R) -> R {
+    let old = key.with(|c| c.replace(Some(v)));
+    let out = f();
+    key.with(|c| c.set(old));
+    out
+}
+
 /// Every kernel module's benchmark cases, for `ddl bench kernels`.
 pub const BENCHES: &[(&str, fn(&Gpu) -> Result<Vec<crate::bench::KernelBench>>)] = &[
     ("matmul", matmul::bench),

@@ -36,10 +36,7 @@ thread_local! {
 /// Runs `f` with this thread's row-team size forced to `team` (a power of two ≤ 256; tests run
 /// every size against float64 through this).
 pub fn with_team<R>(team: usize, f: impl FnOnce() -> R) -> R {
-    let old = FORCED_TEAM.with(|c| c.replace(Some(team)));
-    let out = f();
-    FORCED_TEAM.with(|c| c.set(old));
-    out
+    super::with_override(&FORCED_TEAM, team, f)
 }
 
 /// Invocations that reduce one row. On GPUs: a power of two, about `dim/4` (each lane sums ~4
