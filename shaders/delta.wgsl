@@ -199,6 +199,59 @@ fn forward_row(ti: u32, i: u32, kt: f32, part: ptr<function, array<f32, NV>>) ->
     return xr;
 }
 
+// A token's forward from its sums over d (part, laid out as in `delta_forward`): returns 1/n and
+// sets coef = β δ; `store` (one lane per token) writes the saved traces v, δ, 1/n and β.
+fn token_forward(t: u32, part: array<f32, NV>, store: bool, coef: ptr<function, array<f32, MM>>) -> f32 {
+    var pt = part;
+    let rn = 1.0 / sqrt(pt[0] + params.k_eps * params.k_eps);
+    let bt = 2.0 * sigmoid(pt[1] + b_beta[0]);
+    for (var j = 0u; j < MM; j++) {
+        let vj = value_act(pt[2u + j] + b_v[j]);
+        let dj = vj - pt[2u + MM + j] * rn;
+        (*coef)[j] = bt * dj;
+        if (store) {
+            v_out[t * MM + j] = vj;
+            delta_out[t * MM + j] = dj;
+        }
+    }
+    if (store) {
+        rnorm_out[t] = rn;
+        beta_out[t] = bt;
+    }
+    return rn;
+}
+
+// A token's backward terms from g = Gᵀk: β g, δ, β, 1/n and kᵀ∂k = β gᵀ(δ − p) (p = v − δ from the
+// forward, so kᵀ∂k needs no reduction of its own); `store` (one lane per token) writes ∂z and ∂u.
+struct TokenBackward {
+    gb: array<f32, MM>,
+    dl: array<f32, MM>,
+    bt: f32,
+    rn: f32,
+    kdk: f32,
+}
+
+fn token_backward(t: u32, gs_in: array<f32, MM>, store: bool) -> TokenBackward {
+    var gs = gs_in;
+    var o: TokenBackward;
+    o.bt = beta[t];
+    o.rn = rnorm[t];
+    var dbeta = 0.0;
+    var gp = 0.0;               // gᵀp
+    for (var j = 0u; j < MM; j++) {
+        o.gb[j] = o.bt * gs[j];
+        o.dl[j] = delta[t * MM + j];
+        dbeta = fma(gs[j], o.dl[j], dbeta);
+        gp = fma(gs[j], v[t * MM + j] - o.dl[j], gp);
+    }
+    o.kdk = o.bt * (dbeta - gp);
+    if (store) {
+        dz[t] = dbeta * o.bt * (1.0 - 0.5 * o.bt);
+        for (var j = 0u; j < MM; j++) { du[t * MM + j] = o.gb[j] * value_act_grad(v[t * MM + j]); }
+    }
+    return o;
+}
+
 @compute @workgroup_size(128)
 fn delta_forward(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -233,22 +286,8 @@ fn delta_forward(
     segment_sum(&part, NV, lid, lane);
     if (!live) { return; }
 
-    let rn = 1.0 / sqrt(part[0] + params.k_eps * params.k_eps);
-    let bt = 2.0 * sigmoid(part[1] + b_beta[0]);
     var coef: array<f32, MM>;   // β δ_j
-    for (var j = 0u; j < MM; j++) {
-        let vj = value_act(part[2u + j] + b_v[j]);
-        let dj = vj - part[2u + MM + j] * rn;
-        coef[j] = bt * dj;
-        if (lane == 0u) {
-            v_out[t * MM + j] = vj;
-            delta_out[t * MM + j] = dj;
-        }
-    }
-    if (lane == 0u) {
-        rnorm_out[t] = rn;
-        beta_out[t] = bt;
-    }
+    let rn = token_forward(t, part, lane == 0u, &coef);
 
     for (var r = 0u; r < R; r++) {
         let i = lane + r * seg;
@@ -338,38 +377,21 @@ fn delta_backward(
     // Phase B: ∂X, ∂k = β(Gδ − Xg) and ∂k̃ = (∂k − k (kᵀ∂k)) / n per row. kᵀ∂k needs no pass of
     // its own: kᵀ∂k = β(kᵀGδ − kᵀXg) = β(gᵀδ − gᵀp), with p = Xᵀk = v − δ from the forward.
     if (!live) { return; }
-    let bt = beta[t];
-    let rn = rnorm[t];
     var gs: array<f32, MM>;     // g
-    var gb: array<f32, MM>;     // β g
-    var dl: array<f32, MM>;     // δ
-    var dbeta = 0.0;
-    var gp = 0.0;               // gᵀp
-    for (var j = 0u; j < MM; j++) {
-        gs[j] = part[j];
-        gb[j] = bt * gs[j];
-        dl[j] = delta[t * MM + j];
-        dbeta = fma(gs[j], dl[j], dbeta);
-        gp = fma(gs[j], v[t * MM + j] - dl[j], gp);
-    }
-    let kdk = bt * (dbeta - gp);
-    let dzt = dbeta * bt * (1.0 - 0.5 * bt);
-    if (lane == 0u) {
-        dz[t] = dzt;
-        for (var j = 0u; j < MM; j++) { du[t * MM + j] = gb[j] * value_act_grad(v[t * MM + j]); }
-    }
+    for (var j = 0u; j < MM; j++) { gs[j] = part[j]; }
+    let tb = token_backward(t, gs, lane == 0u);
     for (var r = 0u; r < R; r++) {
         let i = lane + r * seg;
         if (i < d) {
-            let dk = backward_row(t * d + i, kc[r], gc[r], bt, gs, gb, dl);
-            dkraw[t * d + i] = (dk - kc[r] * kdk) * rn;
+            let dk = backward_row(t * d + i, kc[r], gc[r], tb.bt, gs, tb.gb, tb.dl);
+            dkraw[t * d + i] = (dk - kc[r] * tb.kdk) * tb.rn;
         }
     }
     for (var i = lane + R * seg; i < d; i += seg) {
         let ti = t * d + i;
         let ki = k[ti];
-        let dk = backward_row(ti, ki, g[ti], bt, gs, gb, dl);
-        dkraw[ti] = (dk - ki * kdk) * rn;
+        let dk = backward_row(ti, ki, g[ti], tb.bt, gs, tb.gb, tb.dl);
+        dkraw[ti] = (dk - ki * tb.kdk) * tb.rn;
     }
 }
 
@@ -457,32 +479,23 @@ fn delta_forward_q(
     if (t >= params.n) { return; }
     let d = params.d;
     let dq = d / 4u;
-    var kk = 0.0;                  // ‖k̃‖²
-    var zs = 0.0;                  // w_β·c
-    var us: array<f32, MM>;        // W_v a
-    var ps: array<f32, MM>;        // Xᵀk̃
+    // The sums of `delta_forward`: part[0] = ‖k̃‖², part[1] = w_β·c, part[2 + j] = (W_v a)_j,
+    // part[2 + MM + j] = (Xᵀk̃)_j.
+    var part: array<f32, NV>;
+    var ps: array<f32, MM>;
     for (var q = 0u; q < dq; q++) {
         let tq = t * dq + q;
         let kq = kraw4[tq];
         let aq = a4[tq];
-        kk += dot(kq, kq);
-        zs += dot(w_beta4[q], c4[tq]);
-        for (var j = 0u; j < MM; j++) { us[j] += dot(w_v4[j * dq + q], aq); }
+        part[0] += dot(kq, kq);
+        part[1] += dot(w_beta4[q], c4[tq]);
+        for (var j = 0u; j < MM; j++) { part[2u + j] += dot(w_v4[j * dq + q], aq); }
         let b = t * d + 4u * q;
         quad_dot(&ps, kq, x[b], x[b + 1u], x[b + 2u], x[b + 3u]);
     }
-    let rn = 1.0 / sqrt(kk + params.k_eps * params.k_eps);
-    let bt = 2.0 * sigmoid(zs + b_beta[0]);
+    for (var j = 0u; j < MM; j++) { part[2u + MM + j] = ps[j]; }
     var coef: array<f32, MM>;   // β δ_j
-    for (var j = 0u; j < MM; j++) {
-        let vj = value_act(us[j] + b_v[j]);
-        let dj = vj - ps[j] * rn;
-        coef[j] = bt * dj;
-        v_out[t * MM + j] = vj;
-        delta_out[t * MM + j] = dj;
-    }
-    rnorm_out[t] = rn;
-    beta_out[t] = bt;
+    let rn = token_forward(t, part, true, &coef);
     for (var q = 0u; q < dq; q++) {
         let tq = t * dq + q;
         let kq = kraw4[tq] * rn;
@@ -507,31 +520,17 @@ fn delta_backward_q(
         let b = t * d + 4u * q;
         quad_dot(&gs, k4[t * dq + q], g[b], g[b + 1u], g[b + 2u], g[b + 3u]);
     }
-    let bt = beta[t];
-    let rn = rnorm[t];
-    var gb: array<f32, MM>;     // β g
-    var dl: array<f32, MM>;     // δ
-    var dbeta = 0.0;
-    var gp = 0.0;               // gᵀp
-    for (var j = 0u; j < MM; j++) {
-        gb[j] = bt * gs[j];
-        dl[j] = delta[t * MM + j];
-        dbeta = fma(gs[j], dl[j], dbeta);
-        gp = fma(gs[j], v[t * MM + j] - dl[j], gp);
-        du[t * MM + j] = gb[j] * value_act_grad(v[t * MM + j]);
-    }
-    let kdk = bt * (dbeta - gp);
-    dz[t] = dbeta * bt * (1.0 - 0.5 * bt);
+    let tb = token_backward(t, gs, true);
     for (var q = 0u; q < dq; q++) {
         let tq = t * dq + q;
         let kq = k4[tq];
         let b = t * d + 4u * q;
         let dk = vec4<f32>(
-            backward_row(b, kq.x, g[b], bt, gs, gb, dl),
-            backward_row(b + 1u, kq.y, g[b + 1u], bt, gs, gb, dl),
-            backward_row(b + 2u, kq.z, g[b + 2u], bt, gs, gb, dl),
-            backward_row(b + 3u, kq.w, g[b + 3u], bt, gs, gb, dl),
+            backward_row(b, kq.x, g[b], tb.bt, gs, tb.gb, tb.dl),
+            backward_row(b + 1u, kq.y, g[b + 1u], tb.bt, gs, tb.gb, tb.dl),
+            backward_row(b + 2u, kq.z, g[b + 2u], tb.bt, gs, tb.gb, tb.dl),
+            backward_row(b + 3u, kq.w, g[b + 3u], tb.bt, gs, tb.gb, tb.dl),
         );
-        dkraw4[tq] = (dk - kq * kdk) * rn;
+        dkraw4[tq] = (dk - kq * tb.kdk) * tb.rn;
     }
 }
