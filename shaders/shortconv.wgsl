@@ -56,6 +56,20 @@ const WG: u32 = 256u;
 
 var<workgroup> red: array<f32, WG>;
 
+// Σ of `acc` over the workgroup's lanes in a fixed tree order. Every lane must call it (uniform
+// control flow); every lane gets the total.
+fn workgroup_sum(lid: u32, acc: f32) -> f32 {
+    red[lid] = acc;
+    workgroupBarrier();
+    for (var w = WG / 2u; w > 0u; w >>= 1u) {
+        if (lid < w) {
+            red[lid] += red[lid + w];
+        }
+        workgroupBarrier();
+    }
+    return red[0];
+}
+
 fn group_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return wid.y * nwg.x + wid.x;
 }
@@ -182,16 +196,9 @@ fn token_backward_finish(
         dkappa[f] = dkappa[f] + rj * sum;
         acc += kappa[f] * sum;
     }
-    red[lid] = acc;
-    workgroupBarrier();
-    for (var w = WG / 2u; w > 0u; w >>= 1u) {
-        if (lid < w) {
-            red[lid] += red[lid + w];
-        }
-        workgroupBarrier();
-    }
+    let total_j = workgroup_sum(lid, acc);
     if (lid == 0u) {
-        drho[j] = drho[j] + red[0];
+        drho[j] = drho[j] + total_j;
     }
 }
 
@@ -213,16 +220,9 @@ fn reduce_drho(
         let s = e - i * p.rk;
         acc += q[i * row + j * p.rk + s];
     }
-    red[lid] = acc;
-    workgroupBarrier();
-    for (var w = WG / 2u; w > 0u; w >>= 1u) {
-        if (lid < w) {
-            red[lid] += red[lid + w];
-        }
-        workgroupBarrier();
-    }
+    let total_j = workgroup_sum(lid, acc);
     if (lid == 0u) {
-        drho[j] = drho[j] + red[0];
+        drho[j] = drho[j] + total_j;
     }
 }
 
