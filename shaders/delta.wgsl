@@ -399,22 +399,33 @@ fn delta_backward(
 //   ∂c[t, i] = ∂z_t w_β[i],   ∂a[t, i] (+)= Σ_j W_v[j, i] ∂u_t[j],
 // and the chunk's sums of ∂w_β[i] (Σ ∂z_t c[t, i]), ∂W_v[j, i] (Σ ∂u_t[j] a[t, i]) and, in the
 // invocations of feature 0, ∂b_β (Σ ∂z_t) and ∂b_v[j] (Σ ∂u_t[j]). w_β[i] and W_v[·, i] stay in
-// registers for the whole chunk. Partials (`hpart`) per chunk: w_β [d], b_β, W_v [m·d] (column
-// j·d + i), b_v [m], at the offsets and row strides in `params`: either four blocks, or two —
-// rows [w_β | b_β] and [W_v | b_v] — when each pair of gradients is contiguous in the gradient
-// buffer; the launcher's column sums add the chunks in order (no atomics, bit-identical run to
-// run).
+// registers for the whole chunk. A workgroup covers WG features of one chunk (grid: feature
+// tiles fastest, then chunks), so every invocation of a workgroup walks the same tokens and ∂z_t,
+// ∂u_t are loaded once per subgroup in the `g` variants. Partials (`hpart`) per chunk: w_β [d],
+// b_β, W_v [m·d] (column j·d + i), b_v [m], at the offsets and row strides in `params`: either
+// four blocks, or two — rows [w_β | b_β] and [W_v | b_v] — when each pair of gradients is
+// contiguous in the gradient buffer; the launcher's column sums add the chunks in order (no
+// atomics, bit-identical run to run).
 @compute @workgroup_size(128)
 fn delta_heads(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
+    heads(wid, nwg, lid, true);
+}
+
+// The heads of invocation `lid`'s feature and chunk; `lead` as in `forward_q` (the shared values
+// are ∂z_t and ∂u_t). Invocations past the last feature walk the last one and store nothing.
+fn heads(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool) {
     let d = params.d;
-    let e = (wid.y * nwg.x + wid.x) * WG + lid;
-    if (e >= d * params.chunks) { return; }
-    let i = e % d;
-    let ch = e / d;
+    let tiles = (d + WG - 1u) / WG;
+    let grp = wid.y * nwg.x + wid.x;
+    if (grp >= tiles * params.chunks) { return; }
+    let ch = grp / tiles;
+    let i_grid = (grp - ch * tiles) * WG + lid;
+    let live = i_grid < d;
+    let i = min(i_grid, d - 1u);
     let n0 = ch * params.chunk;
     let n1 = min(n0 + params.chunk, params.n);
     let wb = w_beta[i];
@@ -426,23 +437,32 @@ fn delta_heads(
     var s_bv: array<f32, MM>;
     for (var t = n0; t < n1; t++) {
         let ti = t * d + i;
-        let dzt = dz[t];
+        // ∂z_t and ∂u_t: the same for every invocation of the workgroup.
+        var dzt = 0.0;
+        var dur: Row;
+        if (lead) {
+            dzt = dz[t];
+            dur = du_rows[t];
+        }
+        dzt = sg_first(dzt);
         let ai = a[ti];
         let ci = c[ti];
-        dc[ti] = dzt * wb;
         var acc = 0.0;
-        var dur = du_rows[t];
         for (var j = 0u; j < MM; j++) {
-            let duj = dur[j];
+            let duj = sg_first(dur[j]);
             acc = fma(duj, wv[j], acc);
             s_wv[j] = fma(duj, ai, s_wv[j]);
             s_bv[j] += duj;
         }
-        if (params.accumulate_da != 0u) { acc += da[ti]; }
-        da[ti] = acc;
+        if (live) {
+            dc[ti] = dzt * wb;
+            if (params.accumulate_da != 0u) { acc += da[ti]; }
+            da[ti] = acc;
+        }
         s_wb = fma(dzt, ci, s_wb);
         s_bb += dzt;
     }
+    if (!live) { return; }
     hpart[ch * params.s_wb + i] = s_wb;
     for (var j = 0u; j < MM; j++) { hpart[params.o_wv + ch * params.s_wv + j * d + i] = s_wv[j]; }
     if (i == 0u) {
@@ -475,8 +495,18 @@ fn delta_forward_q(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let t = token_index(wid, nwg, lid);
-    if (t >= params.n) { return; }
+    forward_q(wid, nwg, lid, true);
+}
+
+// The quad forward of invocation `lid`'s token. `lead`: this invocation loads the values its
+// whole subgroup shares (the head weights; `sg_first4` hands them out): every invocation in
+// `delta_forward_q`, invocation 0 of each subgroup in the `g` variants' `delta_forward_qg`.
+// Invocations past the last token run the sums of the last token (they take part in the shared
+// loads, so invocation 0 of a subgroup is never missing) and store nothing.
+fn forward_q(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool) {
+    let t_grid = token_index(wid, nwg, lid);
+    let live = t_grid < params.n;
+    let t = min(t_grid, params.n - 1u);
     let d = params.d;
     let dq = d / 4u;
     // The sums of `delta_forward`: part[0] = ‖k̃‖², part[1] = w_β·c, part[2 + j] = (W_v a)_j,
@@ -487,12 +517,21 @@ fn delta_forward_q(
         let tq = t * dq + q;
         let kq = kraw4[tq];
         let aq = a4[tq];
+        // The head weights of quad q, the same for every token: loaded by the subgroup's lead
+        // invocation in the `g` variants.
+        var wb = vec4<f32>();
+        var wv: array<vec4<f32>, MM>;
+        if (lead) {
+            wb = w_beta4[q];
+            for (var j = 0u; j < MM; j++) { wv[j] = w_v4[j * dq + q]; }
+        }
         part[0] += dot(kq, kq);
-        part[1] += dot(w_beta4[q], c4[tq]);
-        for (var j = 0u; j < MM; j++) { part[2u + j] += dot(w_v4[j * dq + q], aq); }
+        part[1] += dot(sg_first4(wb), c4[tq]);
+        for (var j = 0u; j < MM; j++) { part[2u + j] += dot(sg_first4(wv[j]), aq); }
         let b = t * d + 4u * q;
         quad_dot(&ps, kq, x[b], x[b + 1u], x[b + 2u], x[b + 3u]);
     }
+    if (!live) { return; }
     for (var j = 0u; j < MM; j++) { part[2u + MM + j] = ps[j]; }
     var coef: array<f32, MM>;   // β δ_j
     let rn = token_forward(t, part, true, &coef);

@@ -415,11 +415,19 @@ fn store(t: Tile, acc: Acc) {
 }
 
 // The entry points differ only in how a group of four K steps is loaded. Each loads all of A's
-// row blocks, then one B column block at a time (fewest values live at once).
+// row blocks, then one B column block at a time (fewest values live at once). A's row blocks are
+// the same for every invocation with the same lid.y (the same rows): in the `…g` variants (CPU
+// adapters whose subgroups are DX invocations of one lid.y or fewer) invocation 0 of each
+// subgroup loads them (`lead`) and `sg_ablk` broadcasts them, through the `mm_*_g` entry points
+// the variant adds; elsewhere `lead` is true and `sg_ablk` returns its argument.
 
 @compute @workgroup_size(DX, DY, 1)
 fn mm_kk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_id) lid: vec3<u32>) {
+    body_kk(wid, nwg, lid, true);
+}
+
+fn body_kk(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, lead: bool) {
     let p = params;
     let ti = tile_index(wid, nwg);
     if (ti.w == 0u) { return; }
@@ -430,10 +438,13 @@ fn mm_kk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     let nq = p.k / 4u;
     for (var q = 0u; q < nq; q++) {
         var ab: Ablk;
-        ab.a0 = lda_k4(ar.i0, q);
-        if (DM > 1u) { ab.a1 = lda_k4(ar.i1, q); }
-        if (DM > 2u) { ab.a2 = lda_k4(ar.i2, q); }
-        if (DM > 3u) { ab.a3 = lda_k4(ar.i3, q); }
+        if (lead) {
+            ab.a0 = lda_k4(ar.i0, q);
+            if (DM > 1u) { ab.a1 = lda_k4(ar.i1, q); }
+            if (DM > 2u) { ab.a2 = lda_k4(ar.i2, q); }
+            if (DM > 3u) { ab.a3 = lda_k4(ar.i3, q); }
+        }
+        ab = sg_ablk(ab);
         col0(&acc, ab, ldb_k4(bc.i0, q));
         if (DN > 1u) { col1(&acc, ab, ldb_k4(bc.i1, q)); }
         if (DN > 2u) { col2(&acc, ab, ldb_k4(bc.i2, q)); }
@@ -446,6 +457,10 @@ fn mm_kk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
 @compute @workgroup_size(DX, DY, 1)
 fn mm_kn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_id) lid: vec3<u32>) {
+    body_kn(wid, nwg, lid, true);
+}
+
+fn body_kn(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, lead: bool) {
     let p = params;
     let ti = tile_index(wid, nwg);
     if (ti.w == 0u) { return; }
@@ -457,10 +472,13 @@ fn mm_kn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     for (var q = 0u; q < nq; q++) {
         let k = q * 4u;
         var ab: Ablk;
-        ab.a0 = lda_k4(ar.i0, q);
-        if (DM > 1u) { ab.a1 = lda_k4(ar.i1, q); }
-        if (DM > 2u) { ab.a2 = lda_k4(ar.i2, q); }
-        if (DM > 3u) { ab.a3 = lda_k4(ar.i3, q); }
+        if (lead) {
+            ab.a0 = lda_k4(ar.i0, q);
+            if (DM > 1u) { ab.a1 = lda_k4(ar.i1, q); }
+            if (DM > 2u) { ab.a2 = lda_k4(ar.i2, q); }
+            if (DM > 3u) { ab.a3 = lda_k4(ar.i3, q); }
+        }
+        ab = sg_ablk(ab);
         col0(&acc, ab, ldb_x4(bg.x, k, p.b_rs));
         if (DN > 1u) { col1(&acc, ab, ldb_x4(bg.y, k, p.b_rs)); }
         if (DN > 2u) { col2(&acc, ab, ldb_x4(bg.z, k, p.b_rs)); }
@@ -473,6 +491,10 @@ fn mm_kn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
 @compute @workgroup_size(DX, DY, 1)
 fn mm_mn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_id) lid: vec3<u32>) {
+    body_mn(wid, nwg, lid, true);
+}
+
+fn body_mn(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, lead: bool) {
     let p = params;
     let ti = tile_index(wid, nwg);
     if (ti.w == 0u) { return; }
@@ -483,10 +505,13 @@ fn mm_mn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     let k4 = p.k & ~3u;
     for (var k = 0u; k < k4; k += 4u) {
         var ab: Ablk;
-        ab.a0 = lda_x4(ag.x, k, p.a_cs);
-        if (DM > 1u) { ab.a1 = lda_x4(ag.y, k, p.a_cs); }
-        if (DM > 2u) { ab.a2 = lda_x4(ag.z, k, p.a_cs); }
-        if (DM > 3u) { ab.a3 = lda_x4(ag.w, k, p.a_cs); }
+        if (lead) {
+            ab.a0 = lda_x4(ag.x, k, p.a_cs);
+            if (DM > 1u) { ab.a1 = lda_x4(ag.y, k, p.a_cs); }
+            if (DM > 2u) { ab.a2 = lda_x4(ag.z, k, p.a_cs); }
+            if (DM > 3u) { ab.a3 = lda_x4(ag.w, k, p.a_cs); }
+        }
+        ab = sg_ablk(ab);
         col0(&acc, ab, ldb_x4(bg.x, k, p.b_rs));
         if (DN > 1u) { col1(&acc, ab, ldb_x4(bg.y, k, p.b_rs)); }
         if (DN > 2u) { col2(&acc, ab, ldb_x4(bg.z, k, p.b_rs)); }
@@ -499,6 +524,10 @@ fn mm_mn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
 @compute @workgroup_size(DX, DY, 1)
 fn mm_mk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_id) lid: vec3<u32>) {
+    body_mk(wid, nwg, lid, true);
+}
+
+fn body_mk(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, lead: bool) {
     let p = params;
     let ti = tile_index(wid, nwg);
     if (ti.w == 0u) { return; }
@@ -510,10 +539,13 @@ fn mm_mk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     for (var q = 0u; q < nq; q++) {
         let k = q * 4u;
         var ab: Ablk;
-        ab.a0 = lda_x4(ag.x, k, p.a_cs);
-        if (DM > 1u) { ab.a1 = lda_x4(ag.y, k, p.a_cs); }
-        if (DM > 2u) { ab.a2 = lda_x4(ag.z, k, p.a_cs); }
-        if (DM > 3u) { ab.a3 = lda_x4(ag.w, k, p.a_cs); }
+        if (lead) {
+            ab.a0 = lda_x4(ag.x, k, p.a_cs);
+            if (DM > 1u) { ab.a1 = lda_x4(ag.y, k, p.a_cs); }
+            if (DM > 2u) { ab.a2 = lda_x4(ag.z, k, p.a_cs); }
+            if (DM > 3u) { ab.a3 = lda_x4(ag.w, k, p.a_cs); }
+        }
+        ab = sg_ablk(ab);
         col0(&acc, ab, ldb_k4(bc.i0, q));
         if (DN > 1u) { col1(&acc, ab, ldb_k4(bc.i1, q)); }
         if (DN > 2u) { col2(&acc, ab, ldb_k4(bc.i2, q)); }

@@ -64,7 +64,7 @@ pub fn matmul_rows(gpu: &Gpu, sizes: &[usize], cases: &[&str], reps: usize, mut 
         for (name, ctor) in MATMUL_CASES.iter().filter(|(n, _)| cases.contains(n)) {
             let mm = ctor(s, s, s);
             let auto = matmul::pick(gpu, &mm);
-            for v in matmul::variants() {
+            for v in matmul::variants_for(gpu) {
                 let d = mm.bind_variant(gpu, v, a.view(), b.view(), c.view())?;
                 let ms = time_dispatch(gpu, &d, reps)?;
                 emit(Row(json!({

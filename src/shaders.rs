@@ -68,6 +68,42 @@ macro_rules! row_code {
     };
 }
 
+/// Loads of values that every invocation of a subgroup needs (the same address in all of them):
+/// the kernel passes `lead` = "this invocation loads" to its body, and `sg_first`/`sg_first4` give
+/// the lead's value to the whole subgroup. `on`: the lead is invocation 0 of each subgroup
+/// (`subgroup_invocation_id` = 0, which needs an entry point of the variant: `delta_sg_entries!`)
+/// and `subgroupBroadcast(·, 0)` shares the value — correct for any subgroup size as long as the
+/// address is the same in every invocation of the subgroup and all of them are active; on
+/// llvmpipe, where every load is a loop over the 8 SIMD lanes, a load by lane 0 (a constant
+/// mask) plus the broadcast measured 8× cheaper than every lane loading (docs/PERF.md). `off`
+/// (no subgroup operations in the text, for adapters without them): every invocation loads.
+macro_rules! sg_code {
+    (on) => {
+        "fn sg_first(v: f32) -> f32 { return subgroupBroadcast(v, 0u); }\n\
+         fn sg_first4(v: vec4<f32>) -> vec4<f32> { return subgroupBroadcast(v, 0u); }\n"
+    };
+    (off) => {
+        "fn sg_first(v: f32) -> f32 { return v; }\n\
+         fn sg_first4(v: vec4<f32>) -> vec4<f32> { return v; }\n"
+    };
+}
+
+/// The delta shader's entry points with subgroup-shared loads (`…g` variants only).
+macro_rules! delta_sg_entries {
+    () => {
+        "@compute @workgroup_size(128)\n\
+         fn delta_forward_qg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
+             @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
+             forward_q(wid, nwg, lid, sid == 0u);\n\
+         }\n\
+         @compute @workgroup_size(128)\n\
+         fn delta_heads_g(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
+             @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
+             heads(wid, nwg, lid, sid == 0u);\n\
+         }\n"
+    };
+}
+
 /// The name of the `DELTA_VARIANTS` / `SHORTCONV_VARIANTS` variant for value width `m`.
 pub fn width_variant(m: usize) -> String {
     format!("m{m}")
@@ -77,24 +113,130 @@ pub fn width_variant(m: usize) -> String {
 /// the row type of that width, so the loops over the m value channels have constant trip counts
 /// (registers, not stack arrays) and a state row is one load where WGSL allows it. `mJs1` compiles
 /// in the segment width 1 (one token per invocation, the CPU-adapter layout): the row loops get a
-/// constant stride and the cross-lane reduction folds away.
+/// constant stride and the cross-lane reduction folds away. `mJs1g` adds the entry points with
+/// subgroup-shared loads (`sg_code!`, `delta_sg_entries!`), used where
+/// [`crate::kernels::subgroup_loads`] says so.
 pub const DELTA_VARIANTS: &[Variant] = &[
-    Variant { name: "m1", consts: &[("MM", "u32", "1u"), ("SEGFIX", "u32", "0u")], code: row_code!(1) },
-    Variant { name: "m2", consts: &[("MM", "u32", "2u"), ("SEGFIX", "u32", "0u")], code: row_code!(2) },
-    Variant { name: "m3", consts: &[("MM", "u32", "3u"), ("SEGFIX", "u32", "0u")], code: row_code!(3) },
-    Variant { name: "m4", consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "0u")], code: row_code!(4) },
-    Variant { name: "m5", consts: &[("MM", "u32", "5u"), ("SEGFIX", "u32", "0u")], code: row_code!(wide) },
-    Variant { name: "m6", consts: &[("MM", "u32", "6u"), ("SEGFIX", "u32", "0u")], code: row_code!(wide) },
-    Variant { name: "m7", consts: &[("MM", "u32", "7u"), ("SEGFIX", "u32", "0u")], code: row_code!(wide) },
-    Variant { name: "m8", consts: &[("MM", "u32", "8u"), ("SEGFIX", "u32", "0u")], code: row_code!(wide) },
-    Variant { name: "m1s1", consts: &[("MM", "u32", "1u"), ("SEGFIX", "u32", "1u")], code: row_code!(1) },
-    Variant { name: "m2s1", consts: &[("MM", "u32", "2u"), ("SEGFIX", "u32", "1u")], code: row_code!(2) },
-    Variant { name: "m3s1", consts: &[("MM", "u32", "3u"), ("SEGFIX", "u32", "1u")], code: row_code!(3) },
-    Variant { name: "m4s1", consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "1u")], code: row_code!(4) },
-    Variant { name: "m5s1", consts: &[("MM", "u32", "5u"), ("SEGFIX", "u32", "1u")], code: row_code!(wide) },
-    Variant { name: "m6s1", consts: &[("MM", "u32", "6u"), ("SEGFIX", "u32", "1u")], code: row_code!(wide) },
-    Variant { name: "m7s1", consts: &[("MM", "u32", "7u"), ("SEGFIX", "u32", "1u")], code: row_code!(wide) },
-    Variant { name: "m8s1", consts: &[("MM", "u32", "8u"), ("SEGFIX", "u32", "1u")], code: row_code!(wide) },
+    Variant {
+        name: "m1",
+        consts: &[("MM", "u32", "1u"), ("SEGFIX", "u32", "0u")],
+        code: concat!(row_code!(1), sg_code!(off)),
+    },
+    Variant {
+        name: "m2",
+        consts: &[("MM", "u32", "2u"), ("SEGFIX", "u32", "0u")],
+        code: concat!(row_code!(2), sg_code!(off)),
+    },
+    Variant {
+        name: "m3",
+        consts: &[("MM", "u32", "3u"), ("SEGFIX", "u32", "0u")],
+        code: concat!(row_code!(3), sg_code!(off)),
+    },
+    Variant {
+        name: "m4",
+        consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "0u")],
+        code: concat!(row_code!(4), sg_code!(off)),
+    },
+    Variant {
+        name: "m5",
+        consts: &[("MM", "u32", "5u"), ("SEGFIX", "u32", "0u")],
+        code: concat!(row_code!(wide), sg_code!(off)),
+    },
+    Variant {
+        name: "m6",
+        consts: &[("MM", "u32", "6u"), ("SEGFIX", "u32", "0u")],
+        code: concat!(row_code!(wide), sg_code!(off)),
+    },
+    Variant {
+        name: "m7",
+        consts: &[("MM", "u32", "7u"), ("SEGFIX", "u32", "0u")],
+        code: concat!(row_code!(wide), sg_code!(off)),
+    },
+    Variant {
+        name: "m8",
+        consts: &[("MM", "u32", "8u"), ("SEGFIX", "u32", "0u")],
+        code: concat!(row_code!(wide), sg_code!(off)),
+    },
+    Variant {
+        name: "m1s1",
+        consts: &[("MM", "u32", "1u"), ("SEGFIX", "u32", "1u")],
+        code: concat!(row_code!(1), sg_code!(off)),
+    },
+    Variant {
+        name: "m2s1",
+        consts: &[("MM", "u32", "2u"), ("SEGFIX", "u32", "1u")],
+        code: concat!(row_code!(2), sg_code!(off)),
+    },
+    Variant {
+        name: "m3s1",
+        consts: &[("MM", "u32", "3u"), ("SEGFIX", "u32", "1u")],
+        code: concat!(row_code!(3), sg_code!(off)),
+    },
+    Variant {
+        name: "m4s1",
+        consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "1u")],
+        code: concat!(row_code!(4), sg_code!(off)),
+    },
+    Variant {
+        name: "m5s1",
+        consts: &[("MM", "u32", "5u"), ("SEGFIX", "u32", "1u")],
+        code: concat!(row_code!(wide), sg_code!(off)),
+    },
+    Variant {
+        name: "m6s1",
+        consts: &[("MM", "u32", "6u"), ("SEGFIX", "u32", "1u")],
+        code: concat!(row_code!(wide), sg_code!(off)),
+    },
+    Variant {
+        name: "m7s1",
+        consts: &[("MM", "u32", "7u"), ("SEGFIX", "u32", "1u")],
+        code: concat!(row_code!(wide), sg_code!(off)),
+    },
+    Variant {
+        name: "m8s1",
+        consts: &[("MM", "u32", "8u"), ("SEGFIX", "u32", "1u")],
+        code: concat!(row_code!(wide), sg_code!(off)),
+    },
+    Variant {
+        name: "m1s1g",
+        consts: &[("MM", "u32", "1u"), ("SEGFIX", "u32", "1u")],
+        code: concat!(row_code!(1), sg_code!(on), delta_sg_entries!()),
+    },
+    Variant {
+        name: "m2s1g",
+        consts: &[("MM", "u32", "2u"), ("SEGFIX", "u32", "1u")],
+        code: concat!(row_code!(2), sg_code!(on), delta_sg_entries!()),
+    },
+    Variant {
+        name: "m3s1g",
+        consts: &[("MM", "u32", "3u"), ("SEGFIX", "u32", "1u")],
+        code: concat!(row_code!(3), sg_code!(on), delta_sg_entries!()),
+    },
+    Variant {
+        name: "m4s1g",
+        consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "1u")],
+        code: concat!(row_code!(4), sg_code!(on), delta_sg_entries!()),
+    },
+    Variant {
+        name: "m5s1g",
+        consts: &[("MM", "u32", "5u"), ("SEGFIX", "u32", "1u")],
+        code: concat!(row_code!(wide), sg_code!(on), delta_sg_entries!()),
+    },
+    Variant {
+        name: "m6s1g",
+        consts: &[("MM", "u32", "6u"), ("SEGFIX", "u32", "1u")],
+        code: concat!(row_code!(wide), sg_code!(on), delta_sg_entries!()),
+    },
+    Variant {
+        name: "m7s1g",
+        consts: &[("MM", "u32", "7u"), ("SEGFIX", "u32", "1u")],
+        code: concat!(row_code!(wide), sg_code!(on), delta_sg_entries!()),
+    },
+    Variant {
+        name: "m8s1g",
+        consts: &[("MM", "u32", "8u"), ("SEGFIX", "u32", "1u")],
+        code: concat!(row_code!(wide), sg_code!(on), delta_sg_entries!()),
+    },
 ];
 
 /// Variants of the compressor shader (`shaders/shortconv.wgsl`): the windowed token-axis kernels
@@ -145,6 +287,130 @@ pub const SHORTCONV_VARIANTS: &[Variant] = &[
     },
 ];
 
+/// The matmul shader's A-block broadcast (`sg_ablk`, see `shaders/matmul.wgsl`): `off` returns
+/// the block; `on` (the `…g` register-block variants) broadcasts invocation 0's block to its
+/// subgroup and adds the `mm_*_g` entry points, which make invocation 0 of each subgroup the one
+/// that loads A (one-dimensional workgroups of DX·DY invocations, x = index % DX: subgroup
+/// builtins need a one-dimensional workgroup).
+macro_rules! matmul_sg {
+    (off) => {
+        "fn sg_ablk(x: Ablk) -> Ablk { return x; }\n"
+    };
+    (on) => {
+        "fn sg_m4(m: mat4x4<f32>) -> mat4x4<f32> {\n\
+             return mat4x4<f32>(subgroupBroadcast(m[0], 0u), subgroupBroadcast(m[1], 0u),\n\
+                                subgroupBroadcast(m[2], 0u), subgroupBroadcast(m[3], 0u));\n\
+         }\n\
+         fn sg_ablk(x: Ablk) -> Ablk { return Ablk(sg_m4(x.a0), sg_m4(x.a1), sg_m4(x.a2), sg_m4(x.a3)); }\n\
+         @compute @workgroup_size(DX * DY)\n\
+         fn mm_kk_g(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
+             @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
+             body_kk(wid, nwg, vec3<u32>(li % DX, li / DX, 0u), sid == 0u);\n\
+         }\n\
+         @compute @workgroup_size(DX * DY)\n\
+         fn mm_kn_g(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
+             @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
+             body_kn(wid, nwg, vec3<u32>(li % DX, li / DX, 0u), sid == 0u);\n\
+         }\n\
+         @compute @workgroup_size(DX * DY)\n\
+         fn mm_mn_g(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
+             @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
+             body_mn(wid, nwg, vec3<u32>(li % DX, li / DX, 0u), sid == 0u);\n\
+         }\n\
+         @compute @workgroup_size(DX * DY)\n\
+         fn mm_mk_g(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
+             @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
+             body_mk(wid, nwg, vec3<u32>(li % DX, li / DX, 0u), sid == 0u);\n\
+         }\n"
+    };
+}
+
+// The constants of the matmul variants (MATMUL_VARIANTS).
+const MM_T16: &[(&str, &str, &str)] = &[
+    ("BM", "u32", "16u"),
+    ("BN", "u32", "16u"),
+    ("BK", "u32", "16u"),
+    ("TM", "u32", "1u"),
+    ("TN", "u32", "1u"),
+    ("DIRECT", "u32", "0u"),
+    ("DX", "u32", "8u"),
+    ("DY", "u32", "1u"),
+    ("DM", "u32", "1u"),
+    ("DN", "u32", "1u"),
+];
+const MM_T32: &[(&str, &str, &str)] = &[
+    ("BM", "u32", "32u"),
+    ("BN", "u32", "32u"),
+    ("BK", "u32", "16u"),
+    ("TM", "u32", "2u"),
+    ("TN", "u32", "2u"),
+    ("DIRECT", "u32", "0u"),
+    ("DX", "u32", "8u"),
+    ("DY", "u32", "1u"),
+    ("DM", "u32", "1u"),
+    ("DN", "u32", "1u"),
+];
+const MM_T64: &[(&str, &str, &str)] = &[
+    ("BM", "u32", "64u"),
+    ("BN", "u32", "64u"),
+    ("BK", "u32", "16u"),
+    ("TM", "u32", "4u"),
+    ("TN", "u32", "4u"),
+    ("DIRECT", "u32", "0u"),
+    ("DX", "u32", "8u"),
+    ("DY", "u32", "1u"),
+    ("DM", "u32", "1u"),
+    ("DN", "u32", "1u"),
+];
+const MM_R128: &[(&str, &str, &str)] = &[
+    ("BM", "u32", "128u"),
+    ("BN", "u32", "128u"),
+    ("BK", "u32", "8u"),
+    ("TM", "u32", "8u"),
+    ("TN", "u32", "8u"),
+    ("DIRECT", "u32", "1u"),
+    ("DX", "u32", "8u"),
+    ("DY", "u32", "8u"),
+    ("DM", "u32", "4u"),
+    ("DN", "u32", "4u"),
+];
+const MM_C64: &[(&str, &str, &str)] = &[
+    ("BM", "u32", "128u"),
+    ("BN", "u32", "64u"),
+    ("BK", "u32", "8u"),
+    ("TM", "u32", "8u"),
+    ("TN", "u32", "4u"),
+    ("DIRECT", "u32", "1u"),
+    ("DX", "u32", "8u"),
+    ("DY", "u32", "8u"),
+    ("DM", "u32", "4u"),
+    ("DN", "u32", "2u"),
+];
+const MM_R32: &[(&str, &str, &str)] = &[
+    ("BM", "u32", "32u"),
+    ("BN", "u32", "128u"),
+    ("BK", "u32", "8u"),
+    ("TM", "u32", "2u"),
+    ("TN", "u32", "8u"),
+    ("DIRECT", "u32", "1u"),
+    ("DX", "u32", "8u"),
+    ("DY", "u32", "2u"),
+    ("DM", "u32", "4u"),
+    ("DN", "u32", "4u"),
+];
+const MM_R8: &[(&str, &str, &str)] = &[
+    ("BM", "u32", "8u"),
+    ("BN", "u32", "128u"),
+    ("BK", "u32", "8u"),
+    ("TM", "u32", "1u"),
+    ("TN", "u32", "8u"),
+    ("DIRECT", "u32", "1u"),
+    ("DX", "u32", "8u"),
+    ("DY", "u32", "1u"),
+    ("DM", "u32", "2u"),
+    ("DN", "u32", "4u"),
+];
+
 /// Tile configurations of the matmul kernel (`shaders/matmul.wgsl`; `docs/PERF.md` has the
 /// measurements behind them). Every variant computes every output in the same order, so they
 /// give bit-identical results.
@@ -157,118 +423,17 @@ pub const SHORTCONV_VARIANTS: &[Variant] = &[
 ///   well-formed (it is never launched with them). `DX` is 8: llvmpipe runs 8 invocations along
 ///   x as one SIMD vector.
 pub const MATMUL_VARIANTS: &[Variant] = &[
-    Variant {
-        name: "t16",
-        consts: &[
-            ("BM", "u32", "16u"),
-            ("BN", "u32", "16u"),
-            ("BK", "u32", "16u"),
-            ("TM", "u32", "1u"),
-            ("TN", "u32", "1u"),
-            ("DIRECT", "u32", "0u"),
-            ("DX", "u32", "8u"),
-            ("DY", "u32", "1u"),
-            ("DM", "u32", "1u"),
-            ("DN", "u32", "1u"),
-        ],
-        code: "",
-    },
-    Variant {
-        name: "t32",
-        consts: &[
-            ("BM", "u32", "32u"),
-            ("BN", "u32", "32u"),
-            ("BK", "u32", "16u"),
-            ("TM", "u32", "2u"),
-            ("TN", "u32", "2u"),
-            ("DIRECT", "u32", "0u"),
-            ("DX", "u32", "8u"),
-            ("DY", "u32", "1u"),
-            ("DM", "u32", "1u"),
-            ("DN", "u32", "1u"),
-        ],
-        code: "",
-    },
-    Variant {
-        name: "t64",
-        consts: &[
-            ("BM", "u32", "64u"),
-            ("BN", "u32", "64u"),
-            ("BK", "u32", "16u"),
-            ("TM", "u32", "4u"),
-            ("TN", "u32", "4u"),
-            ("DIRECT", "u32", "0u"),
-            ("DX", "u32", "8u"),
-            ("DY", "u32", "1u"),
-            ("DM", "u32", "1u"),
-            ("DN", "u32", "1u"),
-        ],
-        code: "",
-    },
-    Variant {
-        name: "r128",
-        consts: &[
-            ("BM", "u32", "128u"),
-            ("BN", "u32", "128u"),
-            ("BK", "u32", "8u"),
-            ("TM", "u32", "8u"),
-            ("TN", "u32", "8u"),
-            ("DIRECT", "u32", "1u"),
-            ("DX", "u32", "8u"),
-            ("DY", "u32", "8u"),
-            ("DM", "u32", "4u"),
-            ("DN", "u32", "4u"),
-        ],
-        code: "",
-    },
-    Variant {
-        name: "c64",
-        consts: &[
-            ("BM", "u32", "128u"),
-            ("BN", "u32", "64u"),
-            ("BK", "u32", "8u"),
-            ("TM", "u32", "8u"),
-            ("TN", "u32", "4u"),
-            ("DIRECT", "u32", "1u"),
-            ("DX", "u32", "8u"),
-            ("DY", "u32", "8u"),
-            ("DM", "u32", "4u"),
-            ("DN", "u32", "2u"),
-        ],
-        code: "",
-    },
-    Variant {
-        name: "r32",
-        consts: &[
-            ("BM", "u32", "32u"),
-            ("BN", "u32", "128u"),
-            ("BK", "u32", "8u"),
-            ("TM", "u32", "2u"),
-            ("TN", "u32", "8u"),
-            ("DIRECT", "u32", "1u"),
-            ("DX", "u32", "8u"),
-            ("DY", "u32", "2u"),
-            ("DM", "u32", "4u"),
-            ("DN", "u32", "4u"),
-        ],
-        code: "",
-    },
-    Variant {
-        name: "r8",
-        consts: &[
-            ("BM", "u32", "8u"),
-            ("BN", "u32", "128u"),
-            ("BK", "u32", "8u"),
-            ("TM", "u32", "1u"),
-            ("TN", "u32", "8u"),
-            ("DIRECT", "u32", "1u"),
-            ("DX", "u32", "8u"),
-            ("DY", "u32", "1u"),
-            ("DM", "u32", "2u"),
-            ("DN", "u32", "4u"),
-        ],
-        code: "",
-    },
+    Variant { name: "t16", consts: MM_T16, code: matmul_sg!(off) },
+    Variant { name: "t32", consts: MM_T32, code: matmul_sg!(off) },
+    Variant { name: "t64", consts: MM_T64, code: matmul_sg!(off) },
+    Variant { name: "r128", consts: MM_R128, code: matmul_sg!(off) },
+    Variant { name: "c64", consts: MM_C64, code: matmul_sg!(off) },
+    Variant { name: "r32", consts: MM_R32, code: matmul_sg!(off) },
+    Variant { name: "r8", consts: MM_R8, code: matmul_sg!(off) },
+    Variant { name: "r128g", consts: MM_R128, code: matmul_sg!(on) },
+    Variant { name: "c64g", consts: MM_C64, code: matmul_sg!(on) },
+    Variant { name: "r32g", consts: MM_R32, code: matmul_sg!(on) },
+    Variant { name: "r8g", consts: MM_R8, code: matmul_sg!(on) },
 ];
 
 /// Variants of the RMSNorm shader (`shaders/norm.wgsl`): `team` reads the team size from the

@@ -131,9 +131,14 @@ impl DeltaShape {
         }
     }
 
-    /// The shader variant for this value width and segment width (`s1`: seg = 1 compiled in).
-    fn variant(&self, seg: usize) -> String {
-        let fixed = if seg == 1 { "s1" } else { "" };
+    /// The shader variant for this value width and segment width (`s1`: seg = 1 compiled in;
+    /// `s1g`: also the entry points with subgroup-shared loads, see [`shared_loads`]).
+    fn variant(&self, gpu: &Gpu, seg: usize) -> String {
+        let fixed = match (seg == 1, shared_loads(gpu, seg)) {
+            (true, true) => "s1g",
+            (true, false) => "s1",
+            _ => "",
+        };
         format!("{}{fixed}", crate::shaders::width_variant(self.m))
     }
 
@@ -192,6 +197,13 @@ thread_local! {
 #[doc(hidden)]
 pub fn with_quads<R>(on: bool, f: impl FnOnce() -> R) -> R {
     super::with_override(&FORCED_QUADS, on, f)
+}
+
+/// Whether the one-token-per-invocation layout (`seg` = 1) loads what a whole subgroup shares
+/// once per subgroup ([`crate::kernels::subgroup_loads`]): the quad forward's head weights
+/// (`delta_forward_qg`) and the heads kernel's ∂z_t, ∂u_t (`delta_heads_g`).
+fn shared_loads(gpu: &Gpu, seg: usize) -> bool {
+    seg == 1 && crate::kernels::subgroup_loads(gpu)
 }
 
 /// Fails unless `view` holds at least `need` elements.
@@ -279,8 +291,12 @@ pub fn forward(
     check_aliasing("forward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
     let seg = segment_width(gpu, n, d);
     let q = quads(seg, d);
-    let entry = if q { "delta_forward_q" } else { "delta_forward" };
-    let kern = gpu.kernel("delta", Some(&s.variant(seg)), entry)?;
+    let entry = match (q, shared_loads(gpu, seg)) {
+        (true, true) => "delta_forward_qg",
+        (true, false) => "delta_forward_q",
+        _ => "delta_forward",
+    };
+    let kern = gpu.kernel("delta", Some(&s.variant(gpu, seg)), entry)?;
     let p = s.params(seg);
     let main = kern.dispatch(
         gpu,
@@ -379,7 +395,7 @@ pub fn backward(
     let seg = segment_width(gpu, n, d);
     let quad = quads(seg, d);
     let entry = if quad { "delta_backward_q" } else { "delta_backward" };
-    let kern = gpu.kernel("delta", Some(&s.variant(seg)), entry)?;
+    let kern = gpu.kernel("delta", Some(&s.variant(gpu, seg)), entry)?;
     let p = s.params(seg);
     let main = kern.dispatch(
         gpu,
@@ -454,7 +470,8 @@ pub fn backward(
     };
     // (A quad form of the heads, four features per invocation, measured slower: tiny the same,
     // shakespeare-char 45 → 57 ms per step.)
-    let heads = gpu.kernel("delta", Some(&s.variant(1)), "delta_heads")?.dispatch(
+    let heads_entry = if shared_loads(gpu, 1) { "delta_heads_g" } else { "delta_heads" };
+    let heads = gpu.kernel("delta", Some(&s.variant(gpu, 1)), heads_entry)?.dispatch(
         gpu,
         Some(bytemuck::bytes_of(&hparams)),
         &[
@@ -468,7 +485,8 @@ pub fn backward(
             ("dc", dc),
             ("hpart", hpart.view()),
         ],
-        grid_1d((d * chunks) as u64, WG as u32, gpu.limits.max_compute_workgroups_per_dimension),
+        // Workgroups of WG features of one chunk: feature tiles fastest, then chunks.
+        grid_1d((d.div_ceil(WG) * WG * chunks) as u64, WG as u32, gpu.limits.max_compute_workgroups_per_dimension),
     )?;
     let mut out = vec![main, heads];
     let col_sum = crate::kernels::reduce::col_sum;

@@ -473,6 +473,19 @@ impl Matmul {
     pub fn bind_variant(&self, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
         self.check(&a, &b, &c)?;
         let (bm, bn) = tile(variant)?;
+        if subgroup_variant(variant) && !subgroup_variants(gpu) {
+            return Err(GpuError::Shader {
+                shader: "matmul".into(),
+                reason: format!(
+                    "variant '{variant}' needs subgroups of at most 8 invocations of one fixed size; this adapter has {}",
+                    if gpu.features.contains(wgpu::Features::SUBGROUP) {
+                        format!("{}..{}", gpu.info.subgroup_min_size, gpu.info.subgroup_max_size)
+                    } else {
+                        "none".to_string()
+                    }
+                ),
+            });
+        }
         let entry = self.entry_point(variant)?;
         let (tiles_m, tiles_n) = (self.m.div_ceil(bm), self.n.div_ceil(bn));
         let total = tiles_m as u64 * tiles_n as u64 * (self.batch * self.outer) as u64;
@@ -538,7 +551,12 @@ impl Matmul {
         let a_m = base(&self.a, 0) && self.a.row_stride == 1 && q(self.a.col_stride) && (q(self.m) || self.pad_reads);
         let b_k = base(&self.b, 1) && k4 && self.b.row_stride == 1 && q(self.b.col_stride);
         let b_n = base(&self.b, 1) && self.b.col_stride == 1 && q(self.b.row_stride) && (q(self.n) || self.pad_reads);
+        let g = subgroup_variant(variant);
         Ok(match (a_k, a_m, b_k, b_n) {
+            (true, _, true, _) if g => "mm_kk_g",
+            (true, _, _, true) if g => "mm_kn_g",
+            (_, true, _, true) if g => "mm_mn_g",
+            (_, true, true, _) if g => "mm_mk_g",
             (true, _, true, _) => "mm_kk",
             (true, _, _, true) => "mm_kn",
             (_, true, _, true) => "mm_mn",
@@ -573,6 +591,32 @@ pub fn variants() -> Vec<&'static str> {
     MATMUL_VARIANTS.iter().map(|v| v.name).collect()
 }
 
+/// Whether a variant loads A once per subgroup (`…g`: the register-block tiles with the
+/// `mm_*_g` entry points).
+pub fn subgroup_variant(variant: &str) -> bool {
+    variant.ends_with('g')
+}
+
+/// Whether this adapter can run the `…g` variants: it has subgroups, and every subgroup lies
+/// within one row of the workgroup (DX = 8 invocations along x, which share their A rows): the
+/// subgroup size is fixed and divides 8 (llvmpipe: 8; GPUs with 16–64 are excluded). Subgroups are
+/// taken to be runs of consecutive invocation indices, as every Vulkan, Metal and D3D12
+/// implementation forms them. `DDL_MATMUL_SUBGROUP=0` leaves them out.
+pub fn subgroup_variants(gpu: &Gpu) -> bool {
+    let (lo, hi) = (gpu.info.subgroup_min_size, gpu.info.subgroup_max_size);
+    gpu.features.contains(wgpu::Features::SUBGROUP)
+        && lo == hi
+        && hi >= 1
+        && 8 % hi == 0
+        && std::env::var("DDL_MATMUL_SUBGROUP").map_or(true, |v| v != "0")
+}
+
+/// The tile variants this adapter can run (the `…g` ones only where [`subgroup_variants`]).
+pub fn variants_for(gpu: &Gpu) -> Vec<&'static str> {
+    let g = subgroup_variants(gpu);
+    variants().into_iter().filter(|v| g || !subgroup_variant(v)).collect()
+}
+
 /// Shape bucket for the autotune cache: powers of two of M, N, K and the operand layouts.
 fn bucket(mm: &Matmul) -> String {
     let l = |x: usize| (x.max(1) as f64).log2().round() as u32;
@@ -582,7 +626,7 @@ fn bucket(mm: &Matmul) -> String {
 /// The autotune cache key: adapter, shape bucket, and the variant set the measurement chose
 /// from (a choice made before variants were added is measured again).
 fn cache_key(gpu: &Gpu, mm: &Matmul) -> String {
-    format!("{}|{}|{}", gpu.adapter_key(), bucket(mm), variants().join(","))
+    format!("{}|{}|{}", gpu.adapter_key(), bucket(mm), variants_for(gpu).join(","))
 }
 
 /// The heuristic choice. On a CPU adapter (llvmpipe, SwiftShader): the register-block variant
@@ -591,7 +635,16 @@ fn cache_key(gpu: &Gpu, mm: &Matmul) -> String {
 /// workgroups.
 pub fn heuristic(gpu: &Gpu, mm: &Matmul) -> &'static str {
     if gpu.info.device_type == wgpu::DeviceType::Cpu {
-        return cpu_heuristic(mm, cpu_threads());
+        let v = cpu_heuristic(mm, cpu_threads());
+        if subgroup_variants(gpu) {
+            return match v {
+                "r128" => "r128g",
+                "c64" => "c64g",
+                "r32" => "r32g",
+                _ => "r8g",
+            };
+        }
+        return v;
     }
     for v in ["t64", "t32"] {
         let (bm, bn) = tile(v).unwrap();
@@ -692,7 +745,7 @@ pub mod autotune {
         let c = Tensor::zeros(gpu, "tune.c", &[ec], crate::gpu::DType::F32)?;
         let first = heuristic(gpu, mm);
         let mut order = vec![first];
-        order.extend(variants().into_iter().filter(|v| *v != first));
+        order.extend(variants_for(gpu).into_iter().filter(|v| *v != first));
         let mut out: Vec<(&'static str, f64)> = Vec::new();
         let mut best = f64::INFINITY;
         for v in order {
@@ -735,7 +788,7 @@ pub mod autotune {
 pub fn pick(gpu: &Gpu, mm: &Matmul) -> &'static str {
     let key = cache_key(gpu, mm);
     if let Some(v) = autotune::cache().lock().unwrap().get(&key)
-        && let Some(name) = variants().into_iter().find(|n| n == v)
+        && let Some(name) = variants_for(gpu).into_iter().find(|n| n == v)
     {
         return name;
     }

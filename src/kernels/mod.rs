@@ -43,6 +43,33 @@ fn with_override<T: Copy + 'static, R>(key: &'static Override<T>, v: T, f: impl 
     out
 }
 
+thread_local! {
+    static FORCED_SG_LOADS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether kernels load values that a whole subgroup needs (the same address in every
+/// invocation: weights in a loop over features, a token's scalars in a walk over tokens) once
+/// per subgroup and broadcast them (`sg_code!` in `shaders.rs`, the `…g` shader variants).
+/// Chosen on CPU adapters that have subgroup operations: llvmpipe runs every load as a loop over
+/// its 8 SIMD lanes, uniform address or not, and one lane's load plus `subgroupBroadcastFirst`
+/// measured 8× cheaper (docs/PERF.md). GPUs broadcast uniform loads in hardware, so they keep
+/// the plain loads. `DDL_SUBGROUP_LOADS=0|1` overrides the choice (still only with subgroups).
+pub fn subgroup_loads(gpu: &Gpu) -> bool {
+    if !gpu.features.contains(wgpu::Features::SUBGROUP) {
+        return false;
+    }
+    let forced = FORCED_SG_LOADS.with(|f| f.get());
+    let env = std::env::var("DDL_SUBGROUP_LOADS").ok().map(|v| v != "0");
+    forced.or(env).unwrap_or(gpu.info.device_type == wgpu::DeviceType::Cpu)
+}
+
+/// Runs `f` with subgroup-shared loads on or off on this thread (still only where the adapter
+/// has subgroups): tests compare both forms.
+#[doc(hidden)]
+pub fn with_subgroup_loads<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    with_override(&FORCED_SG_LOADS, on, f)
+}
+
 /// Every kernel module's benchmark cases, for `ddl bench kernels`.
 pub const BENCHES: &[(&str, fn(&Gpu) -> Result<Vec<crate::bench::KernelBench>>)] = &[
     ("matmul", matmul::bench),

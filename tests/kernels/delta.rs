@@ -768,21 +768,25 @@ fn every_segment_width_matches_float64() {
 #[test]
 fn quad_kernels_of_the_one_token_per_invocation_layout_match_float64() {
     // One token per invocation with d a multiple of 4 runs the `*_q` entry points (four
-    // features per load); with them off the same shapes run the per-feature ones. Odd token
+    // features per load; with subgroup-shared loads of the head weights, and of ∂z, ∂u in the
+    // heads, where the adapter has subgroups); with them off the same shapes run the
+    // per-feature ones. Odd token
     // counts, several heads chunks, every value width class, both da modes and both gradient
     // layouts.
     let shapes = [(7, 4, 1), (65, 44, 4), (9, 128, 3), (130, 300, 8), (3, 1028, 2), (50, 12, 5), (200, 64, 4)];
     delta::with_segment_width(1, || {
-        for on in [true, false] {
-            delta::with_quads(on, || {
-                for (i, &(n, d, m)) in shapes.iter().enumerate() {
-                    assert_eq!(delta::quads(1, d), on, "quads at d = {d}");
-                    let act = [VAct::Sigmoid4, VAct::Sigmoid, VAct::Linear][i % 3];
-                    PACKED.with(|p| p.set(i % 2 == 1));
-                    check(shape(n, d, m, act), i % 3 == 1, i % 4 != 3);
-                }
-                PACKED.with(|p| p.set(false));
-                assert!(!delta::quads(1, 45) && !delta::quads(2, 44));
+        for (on, shared) in [(true, true), (true, false), (false, true)] {
+            ddl::kernels::with_subgroup_loads(shared, || {
+                delta::with_quads(on, || {
+                    for (i, &(n, d, m)) in shapes.iter().enumerate() {
+                        assert_eq!(delta::quads(1, d), on, "quads at d = {d}");
+                        let act = [VAct::Sigmoid4, VAct::Sigmoid, VAct::Linear][i % 3];
+                        PACKED.with(|p| p.set(i % 2 == 1));
+                        check(shape(n, d, m, act), i % 3 == 1, i % 4 != 3);
+                    }
+                    PACKED.with(|p| p.set(false));
+                    assert!(!delta::quads(1, 45) && !delta::quads(2, 44));
+                })
             });
         }
     });
@@ -823,20 +827,18 @@ fn head_gradients_laid_out_like_the_models_match_float64() {
     PACKED.with(|p| p.set(false));
 }
 
-#[test]
-fn forward_and_backward_are_bit_identical_run_to_run() {
-    let gpu = gpu();
-    let mut rng = Rng::fresh();
-    let s = shape(300, 257, 4, VAct::Sigmoid4);
+/// Random inputs of one forward + backward, and a function that runs both on the GPU and returns
+/// the bits of every output.
+fn bits_of_a_run(s: &DeltaShape, rng: &mut Rng) -> impl Fn() -> Vec<Vec<u32>> + use<> {
     let (n, d, m) = (s.n, s.d, s.m);
-    let inp = draw(&mut rng, &s, true);
+    let inp = draw(rng, s, true);
     let g = rng.normal(n * d * m, 1.0);
     let da0 = rng.normal(n * d, 1.0);
     let (dw_beta0, db_beta0) = (rng.normal(d, 1.0), rng.normal(1, 1.0));
     let (dw_v0, db_v0) = (rng.normal(m * d, 1.0), rng.normal(m, 1.0));
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
-    let mut runs = Vec::new();
-    for _ in 0..2 {
+    let s = *s;
+    move || {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
         let f = gpu_forward(&s, &inp);
         let b = gpu_backward(
             &s,
@@ -851,17 +853,46 @@ fn forward_and_backward_are_bit_identical_run_to_run() {
                 db_v0: &db_v0,
             },
         );
-        let all: Vec<Vec<u32>> = [
+        [
             &f.x_out, &f.k, &f.rnorm, &f.beta, &f.v, &f.delta, &b.dx, &b.dkraw, &b.da, &b.dc, &b.dw_beta, &b.db_beta,
             &b.dw_v, &b.db_v,
         ]
         .iter()
         .map(|v| bits(v))
-        .collect();
-        runs.push(all);
+        .collect()
     }
-    let _ = &gpu;
-    assert!(runs[0] == runs[1], "two runs on the same inputs differ (seed {})", rng.seed);
+}
+
+#[test]
+fn forward_and_backward_are_bit_identical_run_to_run() {
+    let mut rng = Rng::fresh();
+    let run = bits_of_a_run(&shape(300, 257, 4, VAct::Sigmoid4), &mut rng);
+    assert!(run() == run(), "two runs on the same inputs differ (seed {})", rng.seed);
+}
+
+#[test]
+fn subgroup_shared_loads_give_the_bits_of_per_invocation_loads() {
+    // The `g` entry points (head weights and ∂z, ∂u loaded once per subgroup) add the same terms
+    // in the same order: bit-identical to every invocation loading. Token counts that leave idle
+    // invocations in the last workgroup, d that leaves idle ones in the heads' last feature tile,
+    // several heads chunks. The adapter's choice: on for CPU adapters with subgroups.
+    let gpu = gpu();
+    let has = gpu.features.contains(wgpu::Features::SUBGROUP);
+    assert_eq!(
+        ddl::kernels::subgroup_loads(&gpu),
+        has && gpu.info.device_type == wgpu::DeviceType::Cpu,
+        "subgroup-shared loads are chosen on CPU adapters with subgroups"
+    );
+    let mut rng = Rng::fresh();
+    delta::with_segment_width(1, || {
+        for (n, d, m) in [(130, 300, 4), (7, 132, 1), (200, 44, 3), (65, 1028, 8)] {
+            let run = bits_of_a_run(&shape(n, d, m, VAct::Sigmoid4), &mut rng);
+            let on = ddl::kernels::with_subgroup_loads(true, &run);
+            let off = ddl::kernels::with_subgroup_loads(false, &run);
+            assert!(on == off, "n {n} d {d} m {m}: shared loads change the results (seed {})", rng.seed);
+        }
+    });
+    assert!(has || !ddl::kernels::with_subgroup_loads(true, || ddl::kernels::subgroup_loads(&gpu)));
 }
 
 #[test]

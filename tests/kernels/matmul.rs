@@ -122,7 +122,7 @@ const SIZES: &[(usize, usize, usize)] =
 
 #[test]
 fn every_form_and_variant_matches_float64_at_odd_sizes() {
-    for v in matmul::variants() {
+    for v in matmul::variants_for(&ddl::testing::gpu()) {
         for &(m, n, k) in SIZES {
             for mm in [Matmul::nn(m, n, k), Matmul::nt(m, n, k), Matmul::tn(m, n, k), Matmul::tt(m, n, k)] {
                 check(mm, Some(v));
@@ -140,7 +140,7 @@ fn the_runtime_pick_is_correct_at_1024_cubed() {
 
 #[test]
 fn accumulate_adds_into_c_and_alpha_scales() {
-    for v in matmul::variants() {
+    for v in matmul::variants_for(&ddl::testing::gpu()) {
         check(Matmul::nt(37, 29, 41).accumulate(true).alpha(0.37), Some(v));
         check(Matmul::tn(5, 71, 13).accumulate(true), Some(v));
     }
@@ -170,7 +170,7 @@ fn attention_like() -> Matmul {
 #[test]
 fn batched_products_with_offsets_and_strides() {
     let mm = attention_like();
-    for v in matmul::variants() {
+    for v in matmul::variants_for(&ddl::testing::gpu()) {
         check(mm, Some(v));
     }
     check(Matmul::nn(17, 23, 9).batched(5), None);
@@ -237,8 +237,14 @@ fn entry_point_cases() -> Vec<(Matmul, &'static str)> {
     ]
 }
 
+/// The entry point a register-block variant runs for the vec4 form `entry`: the `_g` one in
+/// the subgroup variants (`mm_ss` has none).
+fn subgroup_entry(v: &str, entry: &'static str) -> String {
+    if matmul::subgroup_variant(v) && entry != "mm_ss" { format!("{entry}_g") } else { entry.to_string() }
+}
+
 fn register_variants() -> Vec<&'static str> {
-    matmul::variants().into_iter().filter(|v| matmul::direct(v).unwrap()).collect()
+    matmul::variants_for(&ddl::testing::gpu()).into_iter().filter(|v| matmul::direct(v).unwrap()).collect()
 }
 
 #[test]
@@ -247,7 +253,7 @@ fn every_entry_point_of_the_register_kernels_matches_float64() {
     assert!(direct.len() >= 2, "{direct:?}");
     for v in direct {
         for (mm, entry) in entry_point_cases() {
-            assert_eq!(mm.entry_point(v).unwrap(), entry, "{mm:?}");
+            assert_eq!(mm.entry_point(v).unwrap(), subgroup_entry(v, entry), "{mm:?}");
             check(mm, Some(v));
             check(mm.accumulate(true), Some(v));
         }
@@ -267,7 +273,7 @@ fn all_variants_give_bit_identical_results() {
         let b = upload(&gpu, "b", &rng.normal(mm.b.extent(mm.k, mm.n, mm.batch), 1.0));
         let c_len = mm.c.extent(mm.m, mm.n, mm.batch);
         let mut outs = Vec::new();
-        for v in matmul::variants() {
+        for v in matmul::variants_for(&ddl::testing::gpu()) {
             let c = poisoned(&gpu, "c", &[c_len]);
             let d = mm.bind_variant(&gpu, v, a.view(), b.view(), c.view()).unwrap();
             gpu.run(&[&d]).unwrap();
@@ -311,13 +317,33 @@ fn the_heuristic_picks_register_blocks_on_cpus_and_shared_tiles_on_gpus() {
     let decode = Matmul::nt(1, 1024, 384);
     let (hb, hd) = (matmul::heuristic(&gpu, &big), matmul::heuristic(&gpu, &decode));
     if gpu.info.device_type == wgpu::DeviceType::Cpu {
-        assert_eq!((hb, hd), ("r128", "r8"));
+        // With subgroups of at most 8 (llvmpipe) the same tiles loading A once per subgroup.
+        let g = if matmul::subgroup_variants(&gpu) { "g" } else { "" };
+        assert_eq!((hb.to_string(), hd.to_string()), (format!("r128{g}"), format!("r8{g}")));
         // Attention P·V per head (N = head size 64): the 64-column tile, not half a 128 one.
         let pv = Matmul::nn(256, 64, 256).batched(48);
-        assert_eq!(matmul::heuristic(&gpu, &pv), "c64");
+        assert_eq!(matmul::heuristic(&gpu, &pv), format!("c64{g}"));
     } else {
         assert_eq!(hb, "t64");
         assert!(!matmul::direct(hd).unwrap(), "{hd}");
+    }
+}
+
+#[test]
+fn subgroup_variants_exist_exactly_where_subgroups_fit_in_one_row_of_eight() {
+    // The `…g` variants share A's row blocks over a subgroup, so every subgroup must lie within
+    // one row of DX = 8 invocations: a fixed subgroup size dividing 8 (llvmpipe: 8).
+    let gpu = gpu();
+    let (lo, hi) = (gpu.info.subgroup_min_size, gpu.info.subgroup_max_size);
+    let fits = gpu.features.contains(wgpu::Features::SUBGROUP) && lo == hi && 8 % hi.max(1) == 0 && hi >= 1;
+    assert_eq!(matmul::subgroup_variants(&gpu), fits, "subgroups {lo}..{hi}");
+    let with_g: Vec<_> = matmul::variants_for(&gpu).into_iter().filter(|v| matmul::subgroup_variant(v)).collect();
+    assert_eq!(with_g.len(), if fits { 4 } else { 0 }, "{with_g:?}");
+    if !fits {
+        let a = upload(&gpu, "a", &[1.0; 16]);
+        let c = upload(&gpu, "c", &[0.0; 16]);
+        let e = Matmul::nn(4, 4, 4).bind_variant(&gpu, "r128g", a.view(), a.view(), c.view()).unwrap_err();
+        assert!(e.to_string().contains("needs subgroups"), "{e}");
     }
 }
 
@@ -339,7 +365,7 @@ fn autotune_times_every_variant_and_ranks_them_fastest_first() {
     let ranked = matmul::autotune::measure(&gpu, &mm, 2).unwrap();
     let mut names: Vec<&str> = ranked.iter().map(|r| r.0).collect();
     names.sort();
-    let mut all = matmul::variants();
+    let mut all = matmul::variants_for(&ddl::testing::gpu());
     all.sort();
     assert_eq!(names, all);
     assert!(ranked.windows(2).all(|w| w[0].1 <= w[1].1), "{ranked:?}");
@@ -494,7 +520,7 @@ fn two_batch_levels_match_float64_and_one_product_per_group() {
             }
         }
         let mut per_group = None;
-        for how in matmul::variants().into_iter().map(Some).chain([None]) {
+        for how in matmul::variants_for(&ddl::testing::gpu()).into_iter().map(Some).chain([None]) {
             let tc = poisoned(&gpu, "c", &[ec]);
             let ds = match how {
                 Some(v) => vec![mm.bind_variant(&gpu, v, ta.view(), tb.view(), tc.view()).unwrap()],
@@ -550,7 +576,7 @@ fn padded_operands_keep_the_vec4_kernels_and_ignore_what_lies_in_the_padding() {
             b[p * n4 + n..(p + 1) * n4].fill(f32::NAN);
         }
         for v in register_variants() {
-            assert_eq!(mm.entry_point(v).unwrap(), "mm_mn", "{m}x{n}x{k} {v}");
+            assert_eq!(mm.entry_point(v).unwrap(), subgroup_entry(v, "mm_mn"), "{m}x{n}x{k} {v}");
             for acc in [false, true] {
                 let mm = mm.accumulate(acc);
                 let c0 = rng.uniform(m * n, -1.0, 1.0);
