@@ -166,6 +166,25 @@ pub fn kernel_rows(
     Ok(())
 }
 
+/// CPU time used so far by the whole process (every thread, so on a CPU adapter such as llvmpipe
+/// also the adapter's worker threads), in ms; `None` where the platform has no such clock. On a
+/// shared virtual machine it leaves out the time other tenants take from this one (steal), which
+/// wall-clock steps include, so ratios of it are steadier there. On a GPU adapter it counts only
+/// the host side, so the benchmarks report it beside wall time, never instead of it.
+pub fn process_cpu_ms() -> Option<f64> {
+    #[cfg(unix)]
+    {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime only writes the one timespec it is given.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+        (rc == 0).then(|| ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 / 1e6)
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
 /// `ddl bench train`: tokens per second of full training steps (forward, backward, norm, AdamW)
 /// on random tokens, with the per-kernel time split of one profiled step.
 pub fn train_rows(
@@ -192,12 +211,18 @@ pub fn train_rows(
     let mut loss_last = loss_init;
     let allocs0 = gpu.stats.allocations();
     let (submits0, maps0) = gpu.stats.submits_and_maps();
+    let mut cpu_times = Vec::new();
     for s in 0..steps.max(1) {
         let o = crate::kernels::adamw::AdamWConfig { step: s as u32 + 2, ..opt };
-        let t0 = Instant::now();
+        let (t0, c0) = (Instant::now(), process_cpu_ms());
         loss_last = model.train_step(&prog, &o)?.0;
         times.push(t0.elapsed().as_secs_f64() * 1e3);
+        if let (Some(c0), Some(c1)) = (c0, process_cpu_ms()) {
+            cpu_times.push(c1 - c0);
+        }
     }
+    cpu_times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let cpu_step_ms = cpu_times.get(cpu_times.len() / 2).copied();
     let allocs_per_step = (gpu.stats.allocations() - allocs0) as f64 / steps.max(1) as f64;
     // Counted by the runtime over the timed steps: queue submits and mapped readbacks.
     let (submits1, maps1) = gpu.stats.submits_and_maps();
@@ -252,6 +277,8 @@ pub fn train_rows(
         "peak_over_plan": peak_bytes as f64 / plan.total() as f64,
         // The same batch every step: the loss at initialisation, then after `steps` AdamW updates.
         "steps": steps.max(1), "loss_init": loss_init, "loss_last": loss_last,
+        // Median CPU time of the process per step (all threads; null where not measurable).
+        "cpu_step_ms": cpu_step_ms,
         "split_ms": split,
     })));
     if list_dispatches {
@@ -284,6 +311,7 @@ pub fn train_compare_rows(
         prog: crate::model::Program,
         step: u32,
         times: Vec<f64>,
+        cpu: Vec<f64>,
     }
     let opt = crate::kernels::adamw::AdamWConfig::paper(1e-4);
     let mut rng = Rng::new(7);
@@ -297,21 +325,29 @@ pub fn train_compare_rows(
         prog.set_batch(&model, &x, &y)?;
         // Warm-up (pipelines, autotune).
         model.train_step(&prog, &opt)?;
-        sides.push(Side { model, prog, step: 2, times: Vec::new() });
+        sides.push(Side { model, prog, step: 2, times: Vec::new(), cpu: Vec::new() });
     }
-    let mut ratios = Vec::new();
+    let (mut ratios, mut cpu_ratios) = (Vec::new(), Vec::new());
     for _ in 0..blocks.max(1) {
-        let mut block = [0.0; 4];
+        let (mut block, mut cpu_block) = ([0.0; 4], [f64::NAN; 4]);
         for (k, who) in [0, 1, 1, 0].into_iter().enumerate() {
             let s = &mut sides[who];
             let o = crate::kernels::adamw::AdamWConfig { step: s.step, ..opt };
-            let t0 = Instant::now();
+            let (t0, c0) = (Instant::now(), process_cpu_ms());
             s.model.train_step(&s.prog, &o)?;
             block[k] = t0.elapsed().as_secs_f64() * 1e3;
+            if let (Some(c0), Some(c1)) = (c0, process_cpu_ms()) {
+                cpu_block[k] = c1 - c0;
+                s.cpu.push(c1 - c0);
+            }
             s.times.push(block[k]);
             s.step += 1;
         }
         ratios.push((block[1] + block[2]) / (block[0] + block[3]));
+        let cr = (cpu_block[1] + cpu_block[2]) / (cpu_block[0] + cpu_block[3]);
+        if cr.is_finite() {
+            cpu_ratios.push(cr);
+        }
     }
     let sorted = |v: &[f64]| {
         let mut v = v.to_vec();
@@ -321,6 +357,9 @@ pub fn train_compare_rows(
     let (ta, tb, r) = (sorted(&sides[0].times), sorted(&sides[1].times), sorted(&ratios));
     let median =
         |v: &[f64]| if v.len() % 2 == 1 { v[v.len() / 2] } else { 0.5 * (v[v.len() / 2 - 1] + v[v.len() / 2]) };
+    // The same in process CPU time (all threads), where the platform measures it: null otherwise.
+    let (ca, cb, cr) = (sorted(&sides[0].cpu), sorted(&sides[1].cpu), sorted(&cpu_ratios));
+    let cpu = !cr.is_empty() && !ca.is_empty() && !cb.is_empty();
     emit(Row(json!({
         "bench": "train_compare", "variant": cfg.variant.name(), "against": against.variant.name(),
         "d": cfg.d_model, "layers": cfg.n_layers, "batch": batch, "seq": seq, "blocks": ratios.len(),
@@ -328,6 +367,8 @@ pub fn train_compare_rows(
         "median_step_ms": median(&tb), "against_median_step_ms": median(&ta),
         "ratio_best": tb[0] / ta[0], "ratio_median_block": median(&r),
         "ratio_min_block": r[0], "ratio_max_block": r[r.len() - 1],
+        "cpu_ratio_median_block": cpu.then(|| median(&cr)), "cpu_ratio_best": cpu.then(|| cb[0] / ca[0]),
+        "cpu_median_step_ms": cpu.then(|| median(&cb)), "against_cpu_median_step_ms": cpu.then(|| median(&ca)),
     })));
     Ok(())
 }

@@ -959,7 +959,7 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
         ),
         Some("train_compare") => println!(
             "{} vs {} d={} L={} B={} T={}, {} blocks (A B B A): step ratio {:.3} median of blocks ({:.3}–{:.3}), \
-             {:.3} best to best ({:.1} vs {:.1} ms; medians {:.1} vs {:.1} ms)",
+             {:.3} best to best ({:.1} vs {:.1} ms; medians {:.1} vs {:.1} ms){}",
             v["variant"].as_str().unwrap_or(""),
             v["against"].as_str().unwrap_or(""),
             v["d"],
@@ -975,6 +975,14 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
             v["against_best_step_ms"].as_f64().unwrap_or(f64::NAN),
             v["median_step_ms"].as_f64().unwrap_or(f64::NAN),
             v["against_median_step_ms"].as_f64().unwrap_or(f64::NAN),
+            match (v["cpu_ratio_median_block"].as_f64(), v["cpu_ratio_best"].as_f64()) {
+                (Some(m), Some(b)) => format!(
+                    "; process CPU time: ratio {m:.3} median of blocks, {b:.3} best to best (medians {:.1} vs {:.1} ms)",
+                    v["cpu_median_step_ms"].as_f64().unwrap_or(f64::NAN),
+                    v["against_cpu_median_step_ms"].as_f64().unwrap_or(f64::NAN)
+                ),
+                _ => String::new(),
+            },
         ),
         Some("train") => {
             println!(
