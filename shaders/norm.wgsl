@@ -32,6 +32,12 @@ const WG: u32 = 256u;
 @group(0) @binding(6) var<storage, read> dy: array<f32>;
 @group(0) @binding(7) var<storage, read_write> dx: array<f32>;
 @group(0) @binding(8) var<storage, read_write> partial: array<f32>;
+// The quad entry points (`*_q`) see x, gain, y, dy, dx as vec4s of four consecutive features.
+@group(0) @binding(9) var<storage, read> x4: array<vec4<f32>>;
+@group(0) @binding(10) var<storage, read> gain4: array<vec4<f32>>;
+@group(0) @binding(11) var<storage, read_write> y4: array<vec4<f32>>;
+@group(0) @binding(12) var<storage, read> dy4: array<vec4<f32>>;
+@group(0) @binding(13) var<storage, read_write> dx4: array<vec4<f32>>;
 
 var<workgroup> red: array<f32, 256>;
 
@@ -158,4 +164,70 @@ fn rmsnorm_dgain_partial(
         s = s + (dy[r * dim + i] * x[r * dim + i]) * rstd_in[r];
     }
     partial[item] = s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quads: one row per invocation (teams of one, the CPU-adapter layout) with dim a multiple of 4,
+// four features per load (on llvmpipe a load is a loop over the SIMD lanes, so a vec4 moves four
+// floats for about the price of two scalar loads). Each row's sums add the elements one by one
+// in increasing i, as the `t1` loops do, so the results are the same bits.
+
+fn quad_row(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.y * nwg.x + wid.x) * WG + lid;
+}
+
+@compute @workgroup_size(256)
+fn rmsnorm_forward_q(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let row = quad_row(wid, nwg, lid);
+    if (row >= params.rows) { return; }
+    let dq = params.dim / 4u;
+    let base = row * dq;
+    var ss = 0.0;
+    for (var q = 0u; q < dq; q++) {
+        let v = x4[base + q];
+        ss = ss + v.x * v.x;
+        ss = ss + v.y * v.y;
+        ss = ss + v.z * v.z;
+        ss = ss + v.w * v.w;
+    }
+    let r = 1.0 / sqrt(ss / f32(params.dim) + params.eps);
+    rstd[row] = r;
+    for (var q = 0u; q < dq; q++) {
+        y4[base + q] = gain4[q] * (x4[base + q] * r);
+    }
+}
+
+@compute @workgroup_size(256)
+fn rmsnorm_backward_dx_q(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let row = quad_row(wid, nwg, lid);
+    if (row >= params.rows) { return; }
+    let dq = params.dim / 4u;
+    let base = row * dq;
+    var s = 0.0;
+    for (var q = 0u; q < dq; q++) {
+        let xv = x4[base + q];
+        let gd = gain4[q] * dy4[base + q];
+        s = s + xv.x * gd.x;
+        s = s + xv.y * gd.y;
+        s = s + xv.z * gd.z;
+        s = s + xv.w * gd.w;
+    }
+    let r = rstd_in[row];
+    let c = (r * r * r / f32(params.dim)) * s;
+    for (var q = 0u; q < dq; q++) {
+        let g = r * (gain4[q] * dy4[base + q]) - c * x4[base + q];
+        if (params.flag == 1u) {
+            dx4[base + q] = dx4[base + q] + g;
+        } else {
+            dx4[base + q] = g;
+        }
+    }
 }

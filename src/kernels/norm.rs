@@ -56,6 +56,35 @@ pub fn team(gpu: &Gpu, rows: usize, dim: usize) -> usize {
     }
 }
 
+thread_local! {
+    static FORCED_QUADS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with the quad entry points allowed (`true`, still only where [`quads`] applies) or
+/// off on this thread: tests compare both forms.
+#[doc(hidden)]
+pub fn with_quads<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    super::with_override(&FORCED_QUADS, on, f)
+}
+
+/// Whether the row kernels run their quad entry points (`*_q`: one row per invocation, four
+/// features per vec4 load): with teams of one (CPU adapters) when `dim` is a multiple of 4 and
+/// every row view starts on a vec4. `DDL_NORM_QUADS=0` turns them off (benchmarks, tests).
+pub fn quads(team: usize, dim: usize, views: &[&View]) -> bool {
+    let forced = FORCED_QUADS.with(|f| f.get());
+    let env = std::env::var("DDL_NORM_QUADS").ok().map(|v| v != "0");
+    team == 1
+        && dim.is_multiple_of(4)
+        && views.iter().all(|v| v.offset.is_multiple_of(16))
+        && forced.or(env).unwrap_or(true)
+}
+
+/// `view` cut to `len` floats (the vec4 bindings must cover whole vec4s: `len` is a multiple of
+/// 4 where the quads run).
+fn exact(view: View, len: usize) -> View {
+    View { buffer: view.buffer, offset: view.offset, size: 4 * len as u64 }
+}
+
 /// Rows from which CPU adapters reduce one row per invocation (enough 8-lane groups for the
 /// worker threads).
 pub const CPU_ROWS_PER_INVOCATION: usize = 64;
@@ -130,6 +159,15 @@ pub fn rmsnorm_forward(
     let n = rows.saturating_mul(dim);
     check("rmsnorm forward", rows, dim, &[("x", &x, n), ("gain", &gain, dim), ("y", &y, n), ("rstd", &rstd, rows)])?;
     let p = params(gpu, rows, dim, eps, false);
+    if quads(p.team as usize, dim, &[&x, &gain, &y]) {
+        let k = gpu.kernel("norm", Some("t1"), "rmsnorm_forward_q")?;
+        return Ok(vec![k.dispatch(
+            gpu,
+            Some(bytemuck::bytes_of(&p)),
+            &[("x4", exact(x, n)), ("gain4", exact(gain, dim)), ("y4", exact(y, n)), ("rstd", rstd)],
+            row_grid(gpu, rows, dim),
+        )?]);
+    }
     let k = gpu.kernel("norm", Some(variant(p.team)), "rmsnorm_forward")?;
     Ok(vec![k.dispatch(
         gpu,
@@ -180,13 +218,27 @@ pub fn rmsnorm_backward(
     let pb = bytemuck::bytes_of(&p);
     let max = gpu.limits.max_compute_workgroups_per_dimension;
 
-    let kdx = gpu.kernel("norm", Some(variant(p.team)), "rmsnorm_backward_dx")?;
-    let d_dx = kdx.dispatch(
-        gpu,
-        Some(pb),
-        &[("x", x), ("gain", gain), ("rstd_in", rstd), ("dy", dy), ("dx", dx)],
-        row_grid(gpu, rows, dim),
-    )?;
+    let d_dx = if quads(p.team as usize, dim, &[&x, &gain, &dy, &dx]) {
+        gpu.kernel("norm", Some("t1"), "rmsnorm_backward_dx_q")?.dispatch(
+            gpu,
+            Some(pb),
+            &[
+                ("x4", exact(x, n)),
+                ("gain4", exact(gain, dim)),
+                ("rstd_in", rstd),
+                ("dy4", exact(dy, n)),
+                ("dx4", exact(dx, n)),
+            ],
+            row_grid(gpu, rows, dim),
+        )?
+    } else {
+        gpu.kernel("norm", Some(variant(p.team)), "rmsnorm_backward_dx")?.dispatch(
+            gpu,
+            Some(pb),
+            &[("x", x), ("gain", gain), ("rstd_in", rstd), ("dy", dy), ("dx", dx)],
+            row_grid(gpu, rows, dim),
+        )?
+    };
 
     let chunks = p.chunks as usize;
     let partial = Tensor::zeros(gpu, "rmsnorm.dgain_partial", &[chunks, dim], DType::F32)?;

@@ -95,11 +95,13 @@ fn run_gpu(
 }
 
 /// Random inputs at `scale`, GPU vs float64 for forward and backward, with every row-team size
-/// the adapters use (1 on CPU adapters, up to 256 on GPUs).
+/// the adapters use (1 on CPU adapters, up to 256 on GPUs); teams of one with the quad entry
+/// points (dim a multiple of 4) and without.
 fn check(rows: usize, dim: usize, scale: f32, accumulate_dx: bool) {
     for team in [1, 4, 128, 256] {
         norm::with_team(team, || check_team(rows, dim, scale, accumulate_dx, team));
     }
+    norm::with_team(1, || norm::with_quads(false, || check_team(rows, dim, scale, accumulate_dx, 1)));
 }
 
 fn check_team(rows: usize, dim: usize, scale: f32, accumulate_dx: bool, team: usize) {
@@ -205,6 +207,37 @@ fn rmsnorm_is_bit_identical_run_after_run() {
         [("y", &a.y, &b.y), ("rstd", &a.rstd, &b.rstd), ("dx", &a.dx, &b.dx), ("dgain", &a.dgain, &b.dgain)]
     {
         assert!(bits(p) == bits(q), "{name} differs between runs (seed {})", rng.seed);
+    }
+}
+
+#[test]
+fn quad_entry_points_give_the_bits_of_the_one_row_per_invocation_loops() {
+    // Same sums in the same order, four features per load: bit-identical. Rows that leave idle
+    // invocations in the last workgroup, both dx modes.
+    let mut rng = Rng::fresh();
+    for &(rows, dim, acc) in &[(300usize, 384usize, false), (77, 64, true), (5, 4, false), (257, 128, true)] {
+        let x = rng.normal(rows * dim, 1.0);
+        let gain = rng.uniform(dim, 0.5, 1.5);
+        let dy = rng.normal(rows * dim, 1.0);
+        let dx0 = rng.normal(rows * dim, 1.0);
+        let dg0 = rng.normal(dim, 1.0);
+        assert!(norm::quads(1, dim, &[]) && !norm::quads(1, dim + 2, &[]) && !norm::quads(4, dim, &[]));
+        let run = |q: bool| {
+            norm::with_team(1, || {
+                norm::with_quads(q, || run_gpu(&x, &gain, &dy, acc.then_some(&dx0[..]), &dg0, rows, dim, EPS))
+            })
+        };
+        let (a, b) = (run(true), run(false));
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (name, p, q) in
+            [("y", &a.y, &b.y), ("rstd", &a.rstd, &b.rstd), ("dx", &a.dx, &b.dx), ("dgain", &a.dgain, &b.dgain)]
+        {
+            assert!(
+                bits(p) == bits(q),
+                "{name} rows={rows} dim={dim}: quads differ from the loops (seed {})",
+                rng.seed
+            );
+        }
     }
 }
 
