@@ -34,9 +34,39 @@ fn check(what: &str, n: usize, views: &[(&str, &View)]) -> Result<Params> {
     Ok(Params { n: n as u32, _pad: [0; 3] })
 }
 
+/// Whether the vec4 entry points (`*4`, four elements per invocation) apply: n a multiple of 4
+/// and every view starting on a vec4. `DDL_SWIGLU_VEC4=0` turns them off (tests, benchmarks).
+pub fn vec4(n: usize, views: &[&View]) -> bool {
+    let forced = FORCED_VEC4.with(|f| f.get());
+    let env = std::env::var("DDL_SWIGLU_VEC4").ok().map(|v| v != "0");
+    n.is_multiple_of(4) && views.iter().all(|v| v.offset.is_multiple_of(16)) && forced.or(env).unwrap_or(true)
+}
+
+thread_local! {
+    static FORCED_VEC4: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with the vec4 entry points allowed (`true`, still only where [`vec4`] applies) or off
+/// on this thread: tests compare both forms.
+#[doc(hidden)]
+pub fn with_vec4<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    super::with_override(&FORCED_VEC4, on, f)
+}
+
+/// `view` cut to exactly `n` floats (a vec4 binding covers whole vec4s).
+fn exact(view: View, n: usize) -> View {
+    View { buffer: view.buffer, offset: view.offset, size: 4 * n as u64 }
+}
+
 /// `out = silu(gate) ⊙ up` over `n` elements (`gate`, `up`, `out`: `[n]`).
 pub fn forward(gpu: &Gpu, gate: View, up: View, out: View, n: usize) -> Result<Vec<Dispatch>> {
     let p = check("swiglu forward", n, &[("gate", &gate), ("up", &up), ("out", &out)])?;
+    if vec4(n, &[&gate, &up, &out]) {
+        let k = gpu.kernel("swiglu", None, "swiglu_forward4")?;
+        let wg = grid_1d((n / 4) as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension);
+        let b = [("gate4", exact(gate, n)), ("up4", exact(up, n)), ("out4", exact(out, n))];
+        return Ok(vec![k.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &b, wg)?]);
+    }
     let k = gpu.kernel("swiglu", None, "swiglu_forward")?;
     let wg = grid_1d(n as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension);
     Ok(vec![k.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[("gate", gate), ("up", up), ("out", out)], wg)?])
@@ -58,6 +88,18 @@ pub fn backward(
         n,
         &[("gate", &gate), ("up", &up), ("dout", &dout), ("dgate", &dgate), ("dup", &dup)],
     )?;
+    if vec4(n, &[&gate, &up, &dout, &dgate, &dup]) {
+        let k = gpu.kernel("swiglu", None, "swiglu_backward4")?;
+        let wg = grid_1d((n / 4) as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension);
+        let b = [
+            ("gate4", exact(gate, n)),
+            ("up4", exact(up, n)),
+            ("dout4", exact(dout, n)),
+            ("dgate4", exact(dgate, n)),
+            ("dup4", exact(dup, n)),
+        ];
+        return Ok(vec![k.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &b, wg)?]);
+    }
     let k = gpu.kernel("swiglu", None, "swiglu_backward")?;
     let wg = grid_1d(n as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension);
     Ok(vec![k.dispatch(
