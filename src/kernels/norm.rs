@@ -79,12 +79,6 @@ pub fn quads(team: usize, dim: usize, views: &[&View]) -> bool {
         && forced.or(env).unwrap_or(true)
 }
 
-/// `view` cut to `len` floats (the vec4 bindings must cover whole vec4s: `len` is a multiple of
-/// 4 where the quads run).
-fn exact(view: View, len: usize) -> View {
-    View { buffer: view.buffer, offset: view.offset, size: 4 * len as u64 }
-}
-
 /// Rows from which CPU adapters reduce one row per invocation (enough 8-lane groups for the
 /// worker threads).
 pub const CPU_ROWS_PER_INVOCATION: usize = 64;
@@ -164,7 +158,7 @@ pub fn rmsnorm_forward(
         return Ok(vec![k.dispatch(
             gpu,
             Some(bytemuck::bytes_of(&p)),
-            &[("x4", exact(x, n)), ("gain4", exact(gain, dim)), ("y4", exact(y, n)), ("rstd", rstd)],
+            &[("x4", x.sub(0, n)), ("gain4", gain.sub(0, dim)), ("y4", y.sub(0, n)), ("rstd", rstd)],
             row_grid(gpu, rows, dim),
         )?]);
     }
@@ -223,11 +217,11 @@ pub fn rmsnorm_backward(
             gpu,
             Some(pb),
             &[
-                ("x4", exact(x, n)),
-                ("gain4", exact(gain, dim)),
+                ("x4", x.sub(0, n)),
+                ("gain4", gain.sub(0, dim)),
                 ("rstd_in", rstd),
-                ("dy4", exact(dy, n)),
-                ("dx4", exact(dx, n)),
+                ("dy4", dy.sub(0, n)),
+                ("dx4", dx.sub(0, n)),
             ],
             row_grid(gpu, rows, dim),
         )?

@@ -83,6 +83,25 @@ fn shape_params(what: &str, s: &RopeShape) -> Result<Params> {
     })
 }
 
+/// Whether the vec4 entry points (`*4`: four pairs of one head per invocation) apply: h/2 a
+/// multiple of 4 and every view starting on a vec4. `DDL_ROPE_VEC4=0` turns them off.
+pub fn vec4(head_dim: usize, views: &[&View]) -> bool {
+    let forced = FORCED_VEC4.with(|f| f.get());
+    let env = std::env::var("DDL_ROPE_VEC4").ok().map(|v| v != "0");
+    head_dim.is_multiple_of(8) && views.iter().all(|v| v.offset.is_multiple_of(16)) && forced.or(env).unwrap_or(true)
+}
+
+thread_local! {
+    static FORCED_VEC4: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with the vec4 entry points allowed (`true`, still only where [`vec4`] applies) or off
+/// on this thread: tests compare both forms.
+#[doc(hidden)]
+pub fn with_vec4<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    super::with_override(&FORCED_VEC4, on, f)
+}
+
 fn grid(gpu: &Gpu, p: &Params) -> [u32; 3] {
     grid_1d(p.pairs as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension)
 }
@@ -122,13 +141,23 @@ fn bind(
             )));
         }
     }
-    let k = gpu.kernel("rope", None, entry)?;
-    let mut d = k.dispatch(
-        gpu,
-        Some(bytemuck::bytes_of(&p)),
-        &[("table", table), ("src", src.1), ("dst", dst.1)],
-        grid(gpu, &p),
-    )?;
+    let mut d = if vec4(s.head_dim, &[&table, &src.1, &dst.1]) {
+        // Views cut to whole vec4s (lengths checked above; the table holds max_pos·h floats).
+        let table_len = table.len() / 4 * 4;
+        gpu.kernel("rope", None, &format!("{entry}4"))?.dispatch(
+            gpu,
+            Some(bytemuck::bytes_of(&p)),
+            &[("table4", table.sub(0, table_len)), ("src4", src.1.sub(0, n)), ("dst4", dst.1.sub(0, n))],
+            grid_1d((p.pairs / 4) as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension),
+        )?
+    } else {
+        gpu.kernel("rope", None, entry)?.dispatch(
+            gpu,
+            Some(bytemuck::bytes_of(&p)),
+            &[("table", table), ("src", src.1), ("dst", dst.1)],
+            grid(gpu, &p),
+        )?
+    };
     // What set_pos0 must check against, kept with the dispatch (a 1-element marker tensor).
     let mark = format!("{MARK}{} {} {} {} {max_pos}", s.rows, s.seq_len, s.heads, s.head_dim);
     d.scratch.push(Tensor::zeros(gpu, &mark, &[1], DType::U32)?);

@@ -53,18 +53,13 @@ pub fn with_vec4<R>(on: bool, f: impl FnOnce() -> R) -> R {
     super::with_override(&FORCED_VEC4, on, f)
 }
 
-/// `view` cut to exactly `n` floats (a vec4 binding covers whole vec4s).
-fn exact(view: View, n: usize) -> View {
-    View { buffer: view.buffer, offset: view.offset, size: 4 * n as u64 }
-}
-
 /// `out = silu(gate) ⊙ up` over `n` elements (`gate`, `up`, `out`: `[n]`).
 pub fn forward(gpu: &Gpu, gate: View, up: View, out: View, n: usize) -> Result<Vec<Dispatch>> {
     let p = check("swiglu forward", n, &[("gate", &gate), ("up", &up), ("out", &out)])?;
     if vec4(n, &[&gate, &up, &out]) {
         let k = gpu.kernel("swiglu", None, "swiglu_forward4")?;
         let wg = grid_1d((n / 4) as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension);
-        let b = [("gate4", exact(gate, n)), ("up4", exact(up, n)), ("out4", exact(out, n))];
+        let b = [("gate4", gate.sub(0, n)), ("up4", up.sub(0, n)), ("out4", out.sub(0, n))];
         return Ok(vec![k.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &b, wg)?]);
     }
     let k = gpu.kernel("swiglu", None, "swiglu_forward")?;
@@ -92,11 +87,11 @@ pub fn backward(
         let k = gpu.kernel("swiglu", None, "swiglu_backward4")?;
         let wg = grid_1d((n / 4) as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension);
         let b = [
-            ("gate4", exact(gate, n)),
-            ("up4", exact(up, n)),
-            ("dout4", exact(dout, n)),
-            ("dgate4", exact(dgate, n)),
-            ("dup4", exact(dup, n)),
+            ("gate4", gate.sub(0, n)),
+            ("up4", up.sub(0, n)),
+            ("dout4", dout.sub(0, n)),
+            ("dgate4", dgate.sub(0, n)),
+            ("dup4", dup.sub(0, n)),
         ];
         return Ok(vec![k.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &b, wg)?]);
     }

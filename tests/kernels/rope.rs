@@ -46,12 +46,23 @@ fn check(s: RopeShape, max_pos: usize) {
     let dy = rng.normal(n, 1.0);
     let tab = rope::table(&gpu, max_pos, s.head_dim, BASE).unwrap();
     let (tx, tdy) = (upload(&gpu, "x", &x), upload(&gpu, "dy", &dy));
-    let (y, dx) = (poisoned(&gpu, "y", &[n]), poisoned(&gpu, "dx", &[n]));
-    let mut ds = rope::forward(&gpu, &s, tab.view(), tx.view(), y.view()).unwrap();
-    ds.extend(rope::backward(&gpu, &s, tab.view(), tdy.view(), dx.view()).unwrap());
-    run(&gpu, &ds);
-    assert_close(&format!("rope forward {s:?}"), &read(&gpu, &y), &reference(&s, &f64v(&x), 1.0), 1e-5, rng.seed);
-    assert_close(&format!("rope backward {s:?}"), &read(&gpu, &dx), &reference(&s, &f64v(&dy), -1.0), 1e-4, rng.seed);
+    // Four pairs per invocation where h/2 is a multiple of 4, else one; forced off, one: the
+    // same operations per element, so the same bits.
+    let mut runs = Vec::new();
+    for v4 in [true, false] {
+        rope::with_vec4(v4, || {
+            let (y, dx) = (poisoned(&gpu, "y", &[n]), poisoned(&gpu, "dx", &[n]));
+            let mut ds = rope::forward(&gpu, &s, tab.view(), tx.view(), y.view()).unwrap();
+            ds.extend(rope::backward(&gpu, &s, tab.view(), tdy.view(), dx.view()).unwrap());
+            run(&gpu, &ds);
+            let (gy, gdx) = (read(&gpu, &y), read(&gpu, &dx));
+            let tag = format!("{s:?} vec4 {}", v4 && s.head_dim % 8 == 0);
+            assert_close(&format!("rope forward {tag}"), &gy, &reference(&s, &f64v(&x), 1.0), 1e-5, rng.seed);
+            assert_close(&format!("rope backward {tag}"), &gdx, &reference(&s, &f64v(&dy), -1.0), 1e-4, rng.seed);
+            runs.push([gy, gdx].map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>()));
+        });
+    }
+    assert!(runs[0] == runs[1], "{s:?}: the vec4 entry points differ from the scalar ones (seed {})", rng.seed);
 }
 
 fn shape(rows: usize, seq_len: usize, heads: usize, head_dim: usize, pos0: usize) -> RopeShape {
@@ -60,7 +71,7 @@ fn shape(rows: usize, seq_len: usize, heads: usize, head_dim: usize, pos0: usize
 
 #[test]
 fn rope_forward_and_backward_match_float64_for_several_head_dims() {
-    for &h in &[2, 6, 16, 64] {
+    for &h in &[2, 6, 8, 16, 24, 64] {
         check(shape(1, 1, 1, h, 0), 1);
         check(shape(7, 7, 3, h, 0), 7);
         check(shape(300, 100, 2, h, 0), 100);
