@@ -1026,12 +1026,15 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
             }
         }
         Some("generate") => println!(
-            "{} context {}: cached {:.2} ms/token, recompute {:.2} ms/token ({:.1}x)",
+            "{} context {}: cached {:.2} ms/token, recompute {:.2} ms/token ({:.1}x; medians), fastest runs {:.2} vs {:.2} ms ({:.1}x)",
             v["variant"].as_str().unwrap_or(""),
             v["context"],
             v["cached_ms_per_token"].as_f64().unwrap_or(0.0),
             v["recompute_ms_per_token"].as_f64().unwrap_or(0.0),
-            v["speedup"].as_f64().unwrap_or(0.0)
+            v["speedup"].as_f64().unwrap_or(0.0),
+            v["cached_best_ms"].as_f64().unwrap_or(0.0),
+            v["recompute_best_ms"].as_f64().unwrap_or(0.0),
+            v["speedup_best"].as_f64().unwrap_or(0.0)
         ),
         _ => println!("{v}"),
     }
