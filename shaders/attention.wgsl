@@ -62,6 +62,11 @@ struct Params {
 @group(0) @binding(11) var<storage, read_write> dq: array<f32>;
 @group(0) @binding(12) var<storage, read_write> dk: array<f32>;
 @group(0) @binding(13) var<storage, read_write> dv: array<f32>;
+// q, k, v, out as vec4s (`attn_fwd_rows4`: head dim a multiple of 4).
+@group(0) @binding(14) var<storage, read> q4: array<vec4<f32>>;
+@group(0) @binding(15) var<storage, read> k4: array<vec4<f32>>;
+@group(0) @binding(16) var<storage, read> v4: array<vec4<f32>>;
+@group(0) @binding(17) var<storage, read_write> out4: array<vec4<f32>>;
 
 const DC: u32 = 64u;          // head-dim chunk = 16 vec4
 const RS: u32 = 17u;          // vec4 row stride of staged tiles (16 + 1 padding)
@@ -679,6 +684,56 @@ fn attn_fwd_rows(
         if (d + 1u < p.hd) { out[qrow + d + 1u] = y.y; }
         if (d + 2u < p.hd) { out[qrow + d + 2u] = y.z; }
         if (d + 3u < p.hd) { out[qrow + d + 3u] = y.w; }
+    }
+    lse[(b * p.heads + head) * p.q_len + i] = m_run + log(l_run);
+}
+
+// attn_fwd_rows for a head dim that is a multiple of 4 (rows on vec4 boundaries): each row of q,
+// k, v and out is hd/4 vec4 loads instead of hd scalar ones; the same sums in the same order.
+@compute @workgroup_size(64)
+fn attn_fwd_rows4(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let r = (wid.y * nwg.x + wid.x) * 64u + lid;
+    if (r >= p.total) { return; }
+    let head = r % p.heads;
+    let bi = r / p.heads;
+    let i = bi % p.q_len;
+    let b = bi / p.q_len;
+    let hq = p.hd / 4u;
+    let ts = p.heads * hq;
+    let qrow = (b * p.q_len + i) * ts + head * hq;
+    let kv_base = (b * p.kv_stride * p.heads + head) * hq;
+    let lim = min(p.kv_len, p.q_pos0 + i + 1u);
+    var qv: array<vec4<f32>, 16>;
+    var acc: array<vec4<f32>, 16>;
+    for (var c = 0u; c < 16u; c++) {
+        if (c < hq) { qv[c] = q4[qrow + c]; }
+        acc[c] = vec4<f32>();
+    }
+    var m_run = NEG;
+    var l_run = 0.0;
+    for (var t = 0u; t < lim; t++) {
+        let kr = kv_base + t * ts;
+        var s = 0.0;
+        for (var c = 0u; c < 16u; c++) {
+            if (c < hq) { s += dot(qv[c], k4[kr + c]); }
+        }
+        let sc = s * p.scale;
+        let m_new = max(m_run, sc);
+        let alpha = exp(m_run - m_new);
+        let pj = exp(sc - m_new);
+        for (var c = 0u; c < 16u; c++) {
+            if (c < hq) { acc[c] = fma(vec4<f32>(pj), v4[kr + c], acc[c] * alpha); }
+        }
+        l_run = l_run * alpha + pj;
+        m_run = m_new;
+    }
+    for (var c = 0u; c < 16u; c++) {
+        if (c < hq) { out4[qrow + c] = acc[c] / vec4<f32>(l_run); }
     }
     lse[(b * p.heads + head) * p.q_len + i] = m_run + log(l_run);
 }

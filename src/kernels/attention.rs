@@ -230,13 +230,26 @@ pub fn forward(
     check_forward("forward", s, [&q, &k, &v, &out, &lse])?;
     let (nblk, total) = forward_work(gpu, s);
     let p = params(s, scale, nblk, total);
-    let kern = gpu.kernel("attention", None, if rows_kernel(gpu, s) { "attn_fwd_rows" } else { "attn_fwd" })?;
-    let d = kern.dispatch(
-        gpu,
-        Some(bytemuck::bytes_of(&p)),
-        &[("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)],
-        fwd_groups(gpu, s, total),
-    )?;
+    let rows = rows_kernel(gpu, s);
+    // The row kernel with vec4 rows: head dim a multiple of 4, every view on a vec4 boundary.
+    let rows4 = rows && s.head_dim.is_multiple_of(4) && [&q, &k, &v, &out].iter().all(|x| x.offset.is_multiple_of(16));
+    let d = if rows4 {
+        let cut = |x: View<'_>| x.len() / 4 * 4;
+        let (lq, lk, lv, lo) = (cut(q), cut(k), cut(v), cut(out));
+        gpu.kernel("attention", None, "attn_fwd_rows4")?.dispatch(
+            gpu,
+            Some(bytemuck::bytes_of(&p)),
+            &[("q4", q.sub(0, lq)), ("k4", k.sub(0, lk)), ("v4", v.sub(0, lv)), ("out4", out.sub(0, lo)), ("lse", lse)],
+            fwd_groups(gpu, s, total),
+        )?
+    } else {
+        gpu.kernel("attention", None, if rows { "attn_fwd_rows" } else { "attn_fwd" })?.dispatch(
+            gpu,
+            Some(bytemuck::bytes_of(&p)),
+            &[("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)],
+            fwd_groups(gpu, s, total),
+        )?
+    };
     Ok(vec![d])
 }
 
@@ -252,7 +265,7 @@ pub fn set_kv(gpu: &Gpu, ds: &[Dispatch], s: &AttnShape, scale: f32) -> Result<(
             ds.len()
         )));
     };
-    if !d.kernel.name.ends_with("::attn_fwd") && !d.kernel.name.ends_with("::attn_fwd_rows") {
+    if !["::attn_fwd", "::attn_fwd_rows", "::attn_fwd_rows4"].iter().any(|e| d.kernel.name.ends_with(e)) {
         return Err(GpuError::Shape(format!(
             "attention set_kv: {} is not an attention forward dispatch",
             d.kernel.name

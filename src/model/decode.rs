@@ -138,7 +138,11 @@ impl Model {
                 Op::Run(d) if d.kernel.name.starts_with("rope[") => {
                     rope::set_pos0(&self.gpu, std::slice::from_ref(d), &rs)?
                 }
-                Op::Run(d) if d.kernel.name.ends_with("::attn_fwd") || d.kernel.name.ends_with("::attn_fwd_rows") => {
+                Op::Run(d)
+                    if ["::attn_fwd", "::attn_fwd_rows", "::attn_fwd_rows4"]
+                        .iter()
+                        .any(|e| d.kernel.name.ends_with(e)) =>
+                {
                     attention::set_kv(&self.gpu, std::slice::from_ref(d), &at, scale)?
                 }
                 Op::Copy { dst, dst_off, len, .. }
@@ -153,6 +157,13 @@ impl Model {
         }
         let mut r = Recorder::new(&self.gpu);
         r.ops(&p.forward);
+        if let Some(rb) = &p.logits_rb {
+            // The logits come back with the forward: one submit, no allocation per token.
+            r.read_into(rb);
+            r.submit()?;
+            cache.pos += q;
+            return rb.read_f32(&self.gpu);
+        }
         r.submit()?;
         self.gpu.wait()?;
         cache.pos += q;

@@ -217,6 +217,9 @@ pub struct Program {
     pub stats: Tensor,
     /// `stats`' persistent staging copy, filled in the same submit as the step.
     pub stats_rb: Readback,
+    /// Decode programs: `logits`' persistent staging copy, filled in the same submit as the
+    /// token's forward (no second submit, no allocation per token).
+    pub logits_rb: Option<Readback>,
     /// Zeroes the gradient buffer (once per optimizer step, before the first micro-batch).
     pub zero: Vec<Op>,
     pub forward: Vec<Op>,
@@ -446,6 +449,7 @@ impl Model {
             de: z("de", &[n, d])?,
         };
 
+        let logits_rb = decode.as_ref().map(|_| Readback::new(&self.gpu, &logits));
         let mut p = Program {
             b,
             t,
@@ -463,6 +467,7 @@ impl Model {
             loss_out,
             norm_sq,
             stats_rb: Readback::new(&self.gpu, &stats),
+            logits_rb,
             stats,
             zero: vec![Op::Zero(self.grads.clone())],
             forward: Vec::new(),

@@ -378,8 +378,8 @@ fn decode_against_full(gpu: &Gpu, rng: &mut Rng, step: usize) {
 }
 
 /// `forward` itself (the decoding entry: the flash kernel, or on the blocked method's adapters the
-/// row kernel for ≤ 4 queries and head dims ≤ 64) at decoding shapes against float64, under every
-/// method.
+/// row kernel for ≤ 4 queries and head dims ≤ 64, with vec4 rows when the head dim is a multiple
+/// of 4) at decoding shapes against float64, under every method.
 #[test]
 fn decoding_forward_matches_float64_with_the_tiled_and_the_row_kernel() {
     let gpu = gpu();
@@ -397,6 +397,14 @@ fn decoding_forward_matches_float64_with_the_tiled_and_the_row_kernel() {
                     attention::forward(&gpu, &s, x.scale, q.view(), k.view(), v.view(), out.view(), lse.view())
                 })
                 .unwrap();
+                // The row kernel reads rows as vec4s when the head dim allows it.
+                let rows = matches!(m, Method::Blocked(_)) && ql <= attention::ROWS_KERNEL_MAX_QUERIES && hd <= 64;
+                let want = match (rows, hd % 4 == 0) {
+                    (true, true) => "::attn_fwd_rows4",
+                    (true, false) => "::attn_fwd_rows",
+                    _ => "::attn_fwd",
+                };
+                assert!(ds[0].kernel.name.ends_with(want), "{s:?} {m:?}: {} (want {want})", ds[0].kernel.name);
                 run(&gpu, &ds);
                 let (r_out, r_lse) = ref_forward(&s, x.scale as f64, &f64v(&x.q), &x.k64(), &x.v64());
                 let name = format!("{s:?} {m:?} ({})", ds[0].kernel.name);
