@@ -31,6 +31,11 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> exp_avg_sq: array<f32>;
 @group(0) @binding(5) var<storage, read> decay_mask: array<u32>;
 @group(0) @binding(6) var<storage, read> norm_sq: array<f32>;
+// The same four buffers four elements at a time (`adamw_step4`: a chunk of a multiple of 4).
+@group(0) @binding(7) var<storage, read_write> param4: array<vec4<f32>>;
+@group(0) @binding(8) var<storage, read> grad4: array<vec4<f32>>;
+@group(0) @binding(9) var<storage, read_write> exp_avg4: array<vec4<f32>>;
+@group(0) @binding(10) var<storage, read_write> exp_avg_sq4: array<vec4<f32>>;
 
 @compute @workgroup_size(256)
 fn adamw_step(
@@ -63,4 +68,39 @@ fn adamw_step(
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
     param[i] = theta;
+}
+
+// adamw_step for four consecutive elements per invocation (the chunk's length a multiple of 4):
+// the same operations per element, so the same bits. The four share their decay-mask word (words
+// cover 64 elements, chunks start on word boundaries).
+@compute @workgroup_size(256)
+fn adamw_step4(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+    if (i >= p.n / 4u) {
+        return;
+    }
+    let ns = norm_sq[0];
+    if ((bitcast<u32>(ns) & 0x7f800000u) == 0x7f800000u) {
+        return;
+    }
+    var clip = 1.0;
+    if (p.grad_clip > 0.0) {
+        clip = min(1.0, p.grad_clip / (sqrt(ns) + p.clip_eps));
+    }
+    let g = grad4[i] * clip;
+    var theta = param4[i];
+    if (decay_mask[i / 16u] != 0u) {
+        theta = theta * p.decay;
+    }
+    let m = p.beta1 * exp_avg4[i] + p.one_minus_beta1 * g;
+    let v = p.beta2 * exp_avg_sq4[i] + p.one_minus_beta2 * (g * g);
+    theta = theta - p.step_size * (m / (sqrt(v) / p.bc2_sqrt + p.eps));
+    exp_avg4[i] = m;
+    exp_avg_sq4[i] = v;
+    param4[i] = theta;
 }

@@ -158,27 +158,69 @@ pub fn step_chunked(
     )?;
     let quantum = 16 * gpu.limits.min_storage_buffer_offset_alignment as usize;
     let max_chunk = (max_chunk / quantum * quantum).max(quantum).min(binding_elems(gpu, quantum));
-    let k = gpu.kernel("adamw", None, "adamw_step")?;
     let maxdim = gpu.limits.max_compute_workgroups_per_dimension;
     chunks(n, max_chunk)
         .into_iter()
         .map(|(start, len)| {
             let p = Params { cfg, n: len as u32, _pad: 0 };
-            k.dispatch(
-                gpu,
-                Some(bytemuck::bytes_of(&p)),
-                &[
-                    ("param", params.view().sub(start, len)),
-                    ("grad", grads.view().sub(start, len)),
-                    ("exp_avg", m.view().sub(start, len)),
-                    ("exp_avg_sq", v.view().sub(start, len)),
-                    ("decay_mask", decay_mask.sub(start / 64, len.div_ceil(64))),
-                    ("norm_sq", norm_sq.sub(0, 1)),
-                ],
-                grid_1d(len as u64, WG_1D, maxdim),
-            )
+            let (mask, norm) = (decay_mask.sub(start / 64, len.div_ceil(64)), norm_sq.sub(0, 1));
+            let (pv, gv, mv, vv) = (
+                params.view().sub(start, len),
+                grads.view().sub(start, len),
+                m.view().sub(start, len),
+                v.view().sub(start, len),
+            );
+            if vec4(len) {
+                // Four elements per invocation (chunk starts are multiples of 16·alignment).
+                gpu.kernel("adamw", None, "adamw_step4")?.dispatch(
+                    gpu,
+                    Some(bytemuck::bytes_of(&p)),
+                    &[
+                        ("param4", pv),
+                        ("grad4", gv),
+                        ("exp_avg4", mv),
+                        ("exp_avg_sq4", vv),
+                        ("decay_mask", mask),
+                        ("norm_sq", norm),
+                    ],
+                    grid_1d((len / 4) as u64, WG_1D, maxdim),
+                )
+            } else {
+                gpu.kernel("adamw", None, "adamw_step")?.dispatch(
+                    gpu,
+                    Some(bytemuck::bytes_of(&p)),
+                    &[
+                        ("param", pv),
+                        ("grad", gv),
+                        ("exp_avg", mv),
+                        ("exp_avg_sq", vv),
+                        ("decay_mask", mask),
+                        ("norm_sq", norm),
+                    ],
+                    grid_1d(len as u64, WG_1D, maxdim),
+                )
+            }
         })
         .collect()
+}
+
+/// Whether a chunk of `len` elements runs `adamw_step4` (four elements per invocation): `len` a
+/// multiple of 4 (the model's layout pads every tensor to 64). `DDL_ADAMW_VEC4=0` turns it off.
+pub fn vec4(len: usize) -> bool {
+    let forced = FORCED_VEC4.with(|f| f.get());
+    let env = std::env::var("DDL_ADAMW_VEC4").ok().map(|v| v != "0");
+    len.is_multiple_of(4) && forced.or(env).unwrap_or(true)
+}
+
+thread_local! {
+    static FORCED_VEC4: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with `adamw_step4` allowed (`true`, still only where [`vec4`] applies) or off on this
+/// thread: tests compare both forms.
+#[doc(hidden)]
+pub fn with_vec4<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    super::with_override(&FORCED_VEC4, on, f)
 }
 
 /// Rewrites the learning rate, step and bias corrections (the whole config) in the uniform
@@ -187,7 +229,7 @@ pub fn step_chunked(
 pub fn set_step(gpu: &Gpu, ds: &[Dispatch], cfg: &AdamWConfig) -> Result<()> {
     let floats = cfg_floats(cfg)?;
     for d in ds {
-        if !d.kernel.name.ends_with("::adamw_step") {
+        if !d.kernel.name.ends_with("::adamw_step") && !d.kernel.name.ends_with("::adamw_step4") {
             return Err(GpuError::Shape(format!(
                 "adamw::set_step: dispatch '{}' was not made by adamw::step",
                 d.kernel.name

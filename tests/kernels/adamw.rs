@@ -158,6 +158,22 @@ fn chunked_bindings_match_float64_and_are_bit_identical_to_one_binding() {
 }
 
 #[test]
+fn four_elements_per_invocation_give_the_bits_of_one() {
+    // adamw_step4 (the model's case: sizes padded to 64) against the scalar kernel, whole and
+    // chunked, clipping on.
+    let seed = Rng::fresh().seed;
+    for chunk in [None, Some(1)] {
+        let a = adamw::with_vec4(true, || five_steps(Rng::new(seed), SIZES, 5.0, [1.0, 3.0, 0.5, 1.0, 2.0], chunk));
+        let b = adamw::with_vec4(false, || five_steps(Rng::new(seed), SIZES, 5.0, [1.0, 3.0, 0.5, 1.0, 2.0], chunk));
+        for (x, y) in [(&a.p, &b.p), (&a.m, &b.m), (&a.v, &b.v)] {
+            let same = x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+            assert!(same, "chunk {chunk:?}: vec4 and scalar steps differ (seed {seed})");
+        }
+    }
+    assert!(adamw::vec4(64) && !adamw::vec4(66));
+}
+
+#[test]
 fn results_are_bit_identical_run_to_run() {
     let seed = Rng::fresh().seed;
     let a = five_steps(Rng::new(seed), SIZES, 5.0, [1.0; 5], None);
