@@ -38,6 +38,7 @@ const WG: u32 = 256u;
 @group(0) @binding(11) var<storage, read_write> y4: array<vec4<f32>>;
 @group(0) @binding(12) var<storage, read> dy4: array<vec4<f32>>;
 @group(0) @binding(13) var<storage, read_write> dx4: array<vec4<f32>>;
+@group(0) @binding(14) var<storage, read_write> partial4: array<vec4<f32>>;
 
 var<workgroup> red: array<f32, 256>;
 
@@ -230,4 +231,28 @@ fn rmsnorm_backward_dx_q(
             dx4[base + q] = g;
         }
     }
+}
+
+// Pass 1 of dγ for dim a multiple of 4: four columns per invocation, each summed over the chunk's
+// rows in order as in `rmsnorm_dgain_partial` (the same bits). 1-D grid over chunks·dim/4.
+@compute @workgroup_size(256)
+fn rmsnorm_dgain_partial_q(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let item = (wid.y * nwg.x + wid.x) * WG + lid;
+    let dq = params.dim / 4u;
+    if (item >= params.chunks * dq) {
+        return;
+    }
+    let c = item / dq;
+    let i = item - c * dq;
+    let r0 = c * params.chunk;
+    let r1 = min(r0 + params.chunk, params.rows);
+    var s = vec4<f32>();
+    for (var r = r0; r < r1; r++) {
+        s = s + (dy4[r * dq + i] * x4[r * dq + i]) * rstd_in[r];
+    }
+    partial4[item] = s;
 }

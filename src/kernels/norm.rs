@@ -69,7 +69,9 @@ pub fn with_quads<R>(on: bool, f: impl FnOnce() -> R) -> R {
 
 /// Whether the row kernels run their quad entry points (`*_q`: one row per invocation, four
 /// features per vec4 load): with teams of one (CPU adapters) when `dim` is a multiple of 4 and
-/// every row view starts on a vec4. `DDL_NORM_QUADS=0` turns them off (benchmarks, tests).
+/// every row view starts on a vec4. `DDL_NORM_QUADS=0` turns them off (benchmarks, tests); it
+/// also turns off the dγ pass's four-columns-per-invocation form (any adapter, dim a multiple
+/// of 4).
 pub fn quads(team: usize, dim: usize, views: &[&View]) -> bool {
     let forced = FORCED_QUADS.with(|f| f.get());
     let env = std::env::var("DDL_NORM_QUADS").ok().map(|v| v != "0");
@@ -236,13 +238,23 @@ pub fn rmsnorm_backward(
 
     let chunks = p.chunks as usize;
     let partial = Tensor::zeros(gpu, "rmsnorm.dgain_partial", &[chunks, dim], DType::F32)?;
-    let k1 = gpu.kernel("norm", Some("team"), "rmsnorm_dgain_partial")?;
-    let mut d1 = k1.dispatch(
-        gpu,
-        Some(pb),
-        &[("x", x), ("rstd_in", rstd), ("dy", dy), ("partial", partial.view())],
-        grid_1d((chunks * dim) as u64, WG as u32, max),
-    )?;
+    // Four columns per invocation where dim is a multiple of 4 (same sums, same order).
+    let mut d1 = if dim.is_multiple_of(4) && [&x, &dy].iter().all(|v| v.offset.is_multiple_of(16)) && quads(1, dim, &[])
+    {
+        gpu.kernel("norm", Some("team"), "rmsnorm_dgain_partial_q")?.dispatch(
+            gpu,
+            Some(pb),
+            &[("x4", x.sub(0, n)), ("rstd_in", rstd), ("dy4", dy.sub(0, n)), ("partial4", partial.view())],
+            grid_1d((chunks * dim / 4) as u64, WG as u32, max),
+        )?
+    } else {
+        gpu.kernel("norm", Some("team"), "rmsnorm_dgain_partial")?.dispatch(
+            gpu,
+            Some(pb),
+            &[("x", x), ("rstd_in", rstd), ("dy", dy), ("partial", partial.view())],
+            grid_1d((chunks * dim) as u64, WG as u32, max),
+        )?
+    };
     // dγ += the chunks' column sums, in chunk order (a one-workgroup-per-column tree reduction
     // took 0.3-0.6 ms per norm on CPU adapters; the column sum ≈ 0.05).
     let mut d2 = crate::kernels::reduce::col_sum(gpu, partial.view(), dgain, chunks, dim, true)?;
