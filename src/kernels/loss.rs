@@ -30,10 +30,34 @@ struct Params {
     _pad: u32,
 }
 
-/// Invocations per row: the largest power of two ≤ V, at most 256.
-fn threads_per_row(vocab: usize) -> usize {
-    let p = 1usize << (usize::BITS - 1 - vocab.leading_zeros());
-    p.min(256)
+/// Invocations per row. On GPUs: the largest power of two ≤ V, at most 256 (a team walks the row
+/// with stride tpr and combines with a tree). On CPU adapters (llvmpipe) with V ≤
+/// [`CPU_ROW_VOCAB`]: 1 — one row per invocation, no tree (a barrier is a coroutine switch
+/// there, every workgroup-memory access a loop over the SIMD lanes). `DDL_CE_TPR` (a power of
+/// two ≤ 256) overrides it.
+pub fn threads_per_row(gpu: &Gpu, vocab: usize) -> usize {
+    let team = (1usize << (usize::BITS - 1 - vocab.leading_zeros())).min(256);
+    let forced = FORCED_TPR.with(|f| f.get());
+    let env = std::env::var("DDL_CE_TPR").ok().and_then(|v| v.parse::<usize>().ok());
+    match forced.or(env) {
+        Some(t) if t.is_power_of_two() && t <= 256 => t,
+        _ if gpu.info.device_type == wgpu::DeviceType::Cpu && vocab <= CPU_ROW_VOCAB => 1,
+        _ => team,
+    }
+}
+
+/// Largest vocabulary for which CPU adapters give a row to one invocation.
+pub const CPU_ROW_VOCAB: usize = 4096;
+
+thread_local! {
+    static FORCED_TPR: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with the invocations per row forced to `tpr` (a power of two ≤ 256) on this thread:
+/// tests run both layouts on any adapter.
+#[doc(hidden)]
+pub fn with_threads_per_row<R>(tpr: usize, f: impl FnOnce() -> R) -> R {
+    super::with_override(&FORCED_TPR, tpr, f)
 }
 
 fn gcd(a: usize, b: usize) -> usize {
@@ -107,7 +131,7 @@ pub fn cross_entropy_forward_chunked(
     check_common(OP, &logits, &targets, &lse, &out, n, vocab)?;
     check_distinct(OP, &[("lse", lse.buffer)], &[("logits", logits.buffer), ("targets", targets.buffer)])?;
     let maxdim = gpu.limits.max_compute_workgroups_per_dimension;
-    let tpr = threads_per_row(vocab);
+    let tpr = threads_per_row(gpu, vocab);
     let rpw = 256 / tpr;
     let nparts = n.div_ceil(BLOCK).max(1);
     let row_loss = Tensor::zeros(gpu, "cross_entropy.row_loss", &[n.max(1)], DType::F32)?;
@@ -214,7 +238,7 @@ pub fn cross_entropy_backward_chunked(
         &[("logits", logits.buffer), ("targets", targets.buffer), ("lse", lse.buffer), ("out", out.buffer)],
     )?;
     let maxdim = gpu.limits.max_compute_workgroups_per_dimension;
-    let tpr = threads_per_row(vocab);
+    let tpr = threads_per_row(gpu, vocab);
     let rpw = 256 / tpr;
     let k = gpu.kernel("loss", None, "ce_backward")?;
     row_chunks(gpu, OP, n, vocab, max_chunk)?

@@ -103,10 +103,21 @@ fn gpu_ce(x: &[f32], y: &[i32], v: usize, alpha: f32, scale: f32, chunk: Option<
     Run { lse: read(&gpu, &lse), out: read(&gpu, &out), dlogits: read(&gpu, &dl) }
 }
 
-/// Runs forward and backward and checks lse, the mean loss, the count and the gradient.
+/// Runs forward and backward and checks lse, the mean loss, the count and the gradient, with the
+/// adapter's invocations per row and with the full team forced, and one per row where an adapter
+/// would choose it (V ≤ CPU_ROW_VOCAB).
 fn check(x: &[f32], y: &[i32], v: usize, alpha: f32, scale: f32, seed: u64) -> Run {
+    let team = (1usize << (usize::BITS - 1 - v.leading_zeros())).min(256);
+    let one = if v <= loss::CPU_ROW_VOCAB { 1 } else { team };
+    for tpr in [one, team] {
+        loss::with_threads_per_row(tpr, || check_tpr(x, y, v, alpha, scale, seed, &format!(" tpr={tpr}")));
+    }
+    check_tpr(x, y, v, alpha, scale, seed, "")
+}
+
+fn check_tpr(x: &[f32], y: &[i32], v: usize, alpha: f32, scale: f32, seed: u64, tag: &str) -> Run {
     let got = gpu_ce(x, y, v, alpha, scale, None);
-    let name = format!("ce n={} V={v} α={alpha}", y.len());
+    let name = format!("ce n={} V={v} α={alpha}{tag}", y.len());
     let (lse, mean, count) = forward_ref(x, y, v, alpha as f64);
     assert_close(&format!("{name} lse"), &got.lse, &lse, 1e-5, seed);
     assert_close(&format!("{name} loss"), &got.out[..1], &[mean], 1e-5, seed);
@@ -178,9 +189,11 @@ fn more_than_4096_rows_and_more_than_65535_workgroups_match_float64() {
     // V = 3 packs 128 rows per workgroup: 9000 rows need three partials of the mean.
     let (n, v) = (9000, 3);
     check(&rng.normal(n * v, 1.0), &targets(&mut rng, n, v), v, 0.1, 1.0, rng.seed);
-    // V = 65 packs 4 rows per workgroup: 65535·4 + 7 rows need a second grid dimension.
+    // V = 65 with the team of 64 packs 4 rows per workgroup: 65535·4 + 7 rows need a second
+    // grid dimension.
     let (n, v) = (65535 * 4 + 7, 65);
-    check(&rng.normal(n * v, 1.0), &targets(&mut rng, n, v), v, 0.0, 1.0, rng.seed);
+    let (x, y) = (rng.normal(n * v, 1.0), targets(&mut rng, n, v));
+    loss::with_threads_per_row(64, || check_tpr(&x, &y, v, 0.0, 1.0, rng.seed, " tpr=64"));
 }
 
 #[test]
