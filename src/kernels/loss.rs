@@ -46,7 +46,11 @@ pub fn threads_per_row(gpu: &Gpu, vocab: usize) -> usize {
     }
 }
 
-/// Largest vocabulary for which CPU adapters give a row to one invocation.
+/// Largest vocabulary for which CPU adapters give a row to one invocation. Also what keeps one
+/// invocation's loops far below llvmpipe's limit of 65 535 loop iterations per invocation (its
+/// loop limiter is not reset between sibling loops: forcing one row per invocation at V = 50 304
+/// left the second loop of the backward, the zeros of ignored rows, cut short after 15 219
+/// iterations).
 pub const CPU_ROW_VOCAB: usize = 4096;
 
 thread_local! {
