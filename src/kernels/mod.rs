@@ -51,9 +51,10 @@ thread_local! {
 /// invocation: weights in a loop over features, a token's scalars in a walk over tokens) once
 /// per subgroup and broadcast them (`sg_code!` in `shaders.rs`, the `…g` shader variants).
 /// Chosen on CPU adapters that have subgroup operations: llvmpipe runs every load as a loop over
-/// its 8 SIMD lanes, uniform address or not, and one lane's load plus `subgroupBroadcastFirst`
-/// measured 8× cheaper (docs/PERF.md). GPUs broadcast uniform loads in hardware, so they keep
-/// the plain loads. `DDL_SUBGROUP_LOADS=0|1` overrides the choice (still only with subgroups).
+/// its 8 SIMD lanes, uniform address or not, while a load made by lane 0 only (a constant mask)
+/// plus `subgroupBroadcast` costs a fraction of that (2–3× less for four floats, docs/PERF.md).
+/// GPUs broadcast uniform loads in hardware, so they keep the plain loads.
+/// `DDL_SUBGROUP_LOADS=0|1` overrides the choice (still only with subgroups).
 pub fn subgroup_loads(gpu: &Gpu) -> bool {
     if !gpu.features.contains(wgpu::Features::SUBGROUP) {
         return false;

@@ -239,8 +239,7 @@ pub fn rmsnorm_backward(
     let chunks = p.chunks as usize;
     let partial = Tensor::zeros(gpu, "rmsnorm.dgain_partial", &[chunks, dim], DType::F32)?;
     // Four columns per invocation where dim is a multiple of 4 (same sums, same order).
-    let mut d1 = if dim.is_multiple_of(4) && [&x, &dy].iter().all(|v| v.offset.is_multiple_of(16)) && quads(1, dim, &[])
-    {
+    let mut d1 = if quads(1, dim, &[&x, &dy]) {
         gpu.kernel("norm", Some("team"), "rmsnorm_dgain_partial_q")?.dispatch(
             gpu,
             Some(pb),
