@@ -31,6 +31,9 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> dekernel: array<f32>;
 // Scratch: per-chunk partial sums of dekernel, [chunks, d·m, K].
 @group(0) @binding(7) var<storage, read_write> partial: array<f32>;
+// Replication with m = 4: a state row as one vec4.
+@group(0) @binding(8) var<storage, read_write> x04: array<vec4<f32>>;
+@group(0) @binding(9) var<storage, read> g4: array<vec4<f32>>;
 
 const WG: u32 = 256u;
 
@@ -173,5 +176,37 @@ fn replicate_backward(
     for (var j = 0u; j < p.m; j++) {
         acc += g[base + j];
     }
+    de[o] = acc;
+}
+
+// replicate_forward / replicate_backward for m = 4: one vec4 store / load per row, the same sum
+// order (j = 0, 1, 2, 3).
+@compute @workgroup_size(256)
+fn replicate_forward4(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let o = group_index(wid, nwg) * WG + lid;
+    if (o >= p.n * p.d) { return; }
+    x04[o] = vec4<f32>(e[o]);
+}
+
+@compute @workgroup_size(256)
+fn replicate_backward4(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let o = group_index(wid, nwg) * WG + lid;
+    if (o >= p.n * p.d) { return; }
+    let r = g4[o];
+    var acc = 0.0;
+    acc += r.x;
+    acc += r.y;
+    acc += r.z;
+    acc += r.w;
     de[o] = acc;
 }

@@ -138,6 +138,11 @@ pub fn replicate_forward(gpu: &Gpu, n: usize, d: usize, m: usize, e: View, x0: V
     need(what, "e", "[n, d]", &e, n * d)?;
     need(what, "x0", "[n, d, m]", &x0, n * d * m)?;
     let p = params(n, n, d, m, 1);
+    if m == 4 && x0.offset.is_multiple_of(16) {
+        // One vec4 store per row.
+        let b = [("e", e), ("x04", x0.sub(0, n * d * m))];
+        return Ok(vec![launch(gpu, "expand", "replicate_forward4", bytemuck::bytes_of(&p), &b, n * d)?]);
+    }
     Ok(vec![launch(gpu, "expand", "replicate_forward", bytemuck::bytes_of(&p), &[("e", e), ("x0", x0)], n * d)?])
 }
 
@@ -149,6 +154,11 @@ pub fn replicate_backward(gpu: &Gpu, n: usize, d: usize, m: usize, g: View, de: 
     need(what, "g", "[n, d, m]", &g, n * d * m)?;
     need(what, "de", "[n, d]", &de, n * d)?;
     let p = params(n, n, d, m, 1);
+    if m == 4 && g.offset.is_multiple_of(16) {
+        // One vec4 load per row, summed in the same order.
+        let b = [("g4", g.sub(0, n * d * m)), ("de", de)];
+        return Ok(vec![launch(gpu, "expand", "replicate_backward4", bytemuck::bytes_of(&p), &b, n * d)?]);
+    }
     Ok(vec![launch(gpu, "expand", "replicate_backward", bytemuck::bytes_of(&p), &[("g", g), ("de", de)], n * d)?])
 }
 

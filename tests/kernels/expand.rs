@@ -167,10 +167,16 @@ fn check_replicate(n: usize, d: usize, m: usize) {
     let g = rng.normal(n * d * m, 1.0);
     let te = upload(&gpu, "e", &e);
     let x0 = poisoned(&gpu, "x0", &[n * d * m]);
-    run(&gpu, &expand::replicate_forward(&gpu, n, d, m, te.view(), x0.view()).unwrap());
+    let fwd = expand::replicate_forward(&gpu, n, d, m, te.view(), x0.view()).unwrap();
+    run(&gpu, &fwd);
     let tg = upload(&gpu, "g", &g);
     let de = poisoned(&gpu, "de", &[n * d]);
-    run(&gpu, &expand::replicate_backward(&gpu, n, d, m, tg.view(), de.view()).unwrap());
+    let bwd = expand::replicate_backward(&gpu, n, d, m, tg.view(), de.view()).unwrap();
+    run(&gpu, &bwd);
+    // m = 4: a state row is one vec4 (the `*4` entry points).
+    for ds in [&fwd, &bwd] {
+        assert_eq!(ds[0].kernel.name.ends_with('4'), m == 4, "{}", ds[0].kernel.name);
+    }
     let name = format!("replicate n={n} d={d} m={m}");
     let want = replicate_ref(n, d, m, &f64s(&e));
     close(&format!("{name} x0"), &read(&gpu, &x0), &want, 0.0, rng.seed);
