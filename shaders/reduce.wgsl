@@ -9,7 +9,8 @@
 // dst[out_base + g]. The launcher chains them: squares of the input into per-block partials, then
 // plain sums of the partials until one value is left. A buffer larger than one binding is bound in
 // chunks of whole blocks, each chunk writing its partials at its own `out_base`, so the result does
-// not depend on the chunking.
+// not depend on the chunking. `sum_squares_partial4` (n a multiple of 4) reads the same block as
+// vec4s: each invocation PER/4 vec4s 256 apart, their components added in order.
 //
 // col_sum: dst[(out_block0 + blk)·cols + c] (+)= Σ_{r in block blk} src[r·cols + c]. A workgroup
 // owns `ct` columns (a power of two ≤ 256) and one block of `rpb` rows; its 256/ct "row lanes" each
@@ -35,6 +36,8 @@ struct Params {
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> src: array<f32>;
 @group(0) @binding(2) var<storage, read_write> dst: array<f32>;
+// `src` four elements at a time (`sum_squares_partial4`: n a multiple of 4).
+@group(0) @binding(3) var<storage, read> src4: array<vec4<f32>>;
 
 const WG: u32 = 256u;
 const PER: u32 = 16u;
@@ -86,6 +89,36 @@ fn sum_squares_partial(
         return;
     }
     block_sum(g, lid, true);
+}
+
+@compute @workgroup_size(256)
+fn sum_squares_partial4(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let g = wid.y * nwg.x + wid.x;
+    if (g > 0u && g * BLOCK >= params.n) {
+        return;
+    }
+    let start = g * (BLOCK / 4u);
+    let n4 = params.n / 4u;
+    var acc = 0.0;
+    for (var k = 0u; k < PER / 4u; k++) {
+        let i = start + k * WG + lid;
+        if (i < n4) {
+            let x = src4[i];
+            acc = fma(x.x, x.x, acc);
+            acc = fma(x.y, x.y, acc);
+            acc = fma(x.z, x.z, acc);
+            acc = fma(x.w, x.w, acc);
+        }
+    }
+    sh[lid] = acc;
+    tree_sum(lid);
+    if (lid == 0u) {
+        dst[params.out_base + g] = sh[0];
+    }
 }
 
 @compute @workgroup_size(256)

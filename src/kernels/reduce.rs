@@ -124,22 +124,25 @@ pub fn sum_squares_chunked(gpu: &Gpu, x: &Tensor, n: usize, out: View, max_chunk
     let nblocks = n.div_ceil(BLOCK).max(1);
     let xv = x.view();
     let out = out.sub(0, 1);
+    // Four elements per load where n is a multiple of 4 (chunks start on whole blocks).
+    let v4 = n.is_multiple_of(4);
+    let partial = |p: &Params, src: View<'_>, dst: View<'_>, wg: [u32; 3]| -> Result<Dispatch> {
+        if v4 {
+            let k = gpu.kernel("reduce", None, "sum_squares_partial4")?;
+            k.dispatch(gpu, Some(bytemuck::bytes_of(p)), &[("src4", src), ("dst", dst)], wg)
+        } else {
+            dispatch(gpu, "sum_squares_partial", p, src, dst, wg)
+        }
+    };
     if nblocks == 1 {
         let p = Params { n: n as u32, ..Default::default() };
-        return Ok(vec![dispatch(gpu, "sum_squares_partial", &p, xv.sub(0, n), out, [1, 1, 1])?]);
+        return Ok(vec![partial(&p, xv.sub(0, n), out, [1, 1, 1])?]);
     }
     let mut ds = Vec::new();
     let partials = Tensor::zeros(gpu, "sum_squares.partials", &[nblocks], DType::F32)?;
     for (start, len) in chunks(n, max_chunk) {
         let p = Params { n: len as u32, out_base: (start / BLOCK) as u32, ..Default::default() };
-        let mut d = dispatch(
-            gpu,
-            "sum_squares_partial",
-            &p,
-            xv.sub(start, len),
-            partials.view(),
-            grid_1d(len as u64, BLOCK as u32, maxdim),
-        )?;
+        let mut d = partial(&p, xv.sub(start, len), partials.view(), grid_1d(len as u64, BLOCK as u32, maxdim))?;
         d.scratch.push(partials.clone());
         ds.push(d);
     }

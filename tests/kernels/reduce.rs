@@ -75,17 +75,20 @@ fn sum_squares_of_a_buffer_larger_than_one_storage_binding_matches_float64() {
 fn sum_squares_in_small_chunks_is_bit_identical_to_one_binding() {
     let gpu = gpu();
     let mut rng = Rng::fresh();
-    let n = 30_001;
-    let x = rng.normal(n, 1.0);
-    let t = upload(&gpu, "x", &x);
-    let whole = gpu_sum_squares(&t, n, None);
-    assert_close("sum_squares", &[whole], &[sum_squares_ref(&x)], 1e-5, rng.seed);
-    for chunk in [4096, 3 * 4096, 5000, 8 * 4096] {
-        let ds = reduce::sum_squares_chunked(&gpu, &t, n, poisoned(&gpu, "o", &[1]).view(), chunk).unwrap();
-        let expect_chunks = n.div_ceil(chunk / 4096 * 4096);
-        assert_eq!(ds.len(), expect_chunks + 1, "chunk {chunk}");
-        let got = gpu_sum_squares(&t, n, Some(chunk));
-        assert_eq!(got.to_bits(), whole.to_bits(), "chunk {chunk}: {got} vs {whole} (seed {})", rng.seed);
+    // An odd length (scalar loads) and a multiple of 4 (`sum_squares_partial4`, vec4 loads).
+    for n in [30_001, 30_000] {
+        let x = rng.normal(n, 1.0);
+        let t = upload(&gpu, "x", &x);
+        let whole = gpu_sum_squares(&t, n, None);
+        assert_close("sum_squares", &[whole], &[sum_squares_ref(&x)], 1e-5, rng.seed);
+        for chunk in [4096, 3 * 4096, 5000, 8 * 4096] {
+            let ds = reduce::sum_squares_chunked(&gpu, &t, n, poisoned(&gpu, "o", &[1]).view(), chunk).unwrap();
+            let expect_chunks = n.div_ceil(chunk / 4096 * 4096);
+            assert_eq!(ds.len(), expect_chunks + 1, "chunk {chunk}");
+            assert_eq!(ds[0].kernel.name.ends_with('4'), n % 4 == 0, "{}", ds[0].kernel.name);
+            let got = gpu_sum_squares(&t, n, Some(chunk));
+            assert_eq!(got.to_bits(), whole.to_bits(), "n {n} chunk {chunk}: {got} vs {whole} (seed {})", rng.seed);
+        }
     }
 }
 
