@@ -34,13 +34,16 @@ struct Params {
 /// with stride tpr and combines with a tree). On CPU adapters (llvmpipe) with V ≤
 /// [`CPU_ROW_VOCAB`]: 1 — one row per invocation, no tree (a barrier is a coroutine switch
 /// there, every workgroup-memory access a loop over the SIMD lanes). `DDL_CE_TPR` (a power of
-/// two ≤ 256) overrides it.
+/// two ≤ 256) overrides it, within [V / CPU_ROW_VOCAB, the team].
 pub fn threads_per_row(gpu: &Gpu, vocab: usize) -> usize {
     let team = (1usize << (usize::BITS - 1 - vocab.leading_zeros())).min(256);
     let forced = FORCED_TPR.with(|f| f.get());
     let env = std::env::var("DDL_CE_TPR").ok().and_then(|v| v.parse::<usize>().ok());
+    // A forced width never leaves one invocation more than CPU_ROW_VOCAB logits of a row (the
+    // loop-limit hazard below), nor more invocations than the team.
+    let least = vocab.div_ceil(CPU_ROW_VOCAB).next_power_of_two().min(team);
     match forced.or(env) {
-        Some(t) if t.is_power_of_two() && t <= 256 => t,
+        Some(t) if t.is_power_of_two() && t <= 256 => t.clamp(least, team.max(least)),
         _ if gpu.info.device_type == wgpu::DeviceType::Cpu && vocab <= CPU_ROW_VOCAB => 1,
         _ => team,
     }

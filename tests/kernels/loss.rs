@@ -235,6 +235,17 @@ fn row_chunks_give_the_same_bits_as_one_binding() {
 }
 
 #[test]
+fn a_forced_row_width_stays_within_safe_bounds() {
+    // One invocation per row is refused where a row would be one invocation's loop of more than
+    // CPU_ROW_VOCAB logits (llvmpipe cuts loops past 65 535 iterations per invocation).
+    let gpu = gpu();
+    assert_eq!(loss::with_threads_per_row(1, || loss::threads_per_row(&gpu, 50304)), 16);
+    assert_eq!(loss::with_threads_per_row(1, || loss::threads_per_row(&gpu, 4096)), 1);
+    assert_eq!(loss::with_threads_per_row(256, || loss::threads_per_row(&gpu, 65)), 64);
+    assert_eq!(loss::with_threads_per_row(8, || loss::threads_per_row(&gpu, 65)), 8);
+}
+
+#[test]
 fn results_are_bit_identical_run_to_run() {
     let mut rng = Rng::fresh();
     let (n, v) = (333, 1000);
