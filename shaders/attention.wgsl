@@ -737,3 +737,76 @@ fn attn_fwd_rows4(
     }
     lse[(b * p.heads + head) * p.q_len + i] = m_run + log(l_run);
 }
+
+// Decoding with few rows (a handful of heads × ≤ 4 queries): attn_fwd_rows4 would run every row in
+// one SIMD group on one worker thread. Here each row is a workgroup of SPLIT invocations that
+// take its keys in turn (t ≡ lane mod SPLIT), each with its own online softmax, and lane 0
+// merges the SPLIT partial states in lane order through workgroup memory (one barrier).
+const SPLIT: u32 = 8u;
+var<workgroup> sp_m: array<f32, SPLIT>;
+var<workgroup> sp_l: array<f32, SPLIT>;
+var<workgroup> sp_acc: array<vec4<f32>, 128>;   // SPLIT × 16 vec4
+
+@compute @workgroup_size(8)
+fn attn_fwd_split4(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let r = wid.y * nwg.x + wid.x;
+    if (r >= p.total) { return; }      // the whole workgroup: uniform
+    let head = r % p.heads;
+    let bi = r / p.heads;
+    let i = bi % p.q_len;
+    let b = bi / p.q_len;
+    let hq = p.hd / 4u;
+    let ts = p.heads * hq;
+    let qrow = (b * p.q_len + i) * ts + head * hq;
+    let kv_base = (b * p.kv_stride * p.heads + head) * hq;
+    let lim = min(p.kv_len, p.q_pos0 + i + 1u);
+    var qv: array<vec4<f32>, 16>;
+    var acc: array<vec4<f32>, 16>;
+    for (var c = 0u; c < 16u; c++) {
+        if (c < hq) { qv[c] = q4[qrow + c]; }
+        acc[c] = vec4<f32>();
+    }
+    var m_run = NEG;
+    var l_run = 0.0;
+    for (var t = lid; t < lim; t += SPLIT) {
+        let kr = kv_base + t * ts;
+        var s = 0.0;
+        for (var c = 0u; c < 16u; c++) {
+            if (c < hq) { s += dot(qv[c], k4[kr + c]); }
+        }
+        let sc = s * p.scale;
+        let m_new = max(m_run, sc);
+        let alpha = exp(m_run - m_new);
+        let pj = exp(sc - m_new);
+        for (var c = 0u; c < 16u; c++) {
+            if (c < hq) { acc[c] = fma(vec4<f32>(pj), v4[kr + c], acc[c] * alpha); }
+        }
+        l_run = l_run * alpha + pj;
+        m_run = m_new;
+    }
+    sp_m[lid] = m_run;
+    sp_l[lid] = l_run;
+    for (var c = 0u; c < 16u; c++) { sp_acc[lid * 16u + c] = acc[c]; }
+    workgroupBarrier();
+    if (lid != 0u) { return; }
+    // Lane 0 holds key 0 (every query sees it), so the merged maximum is finite; a lane without
+    // keys (m = NEG, l = 0, acc = 0) adds nothing.
+    var mx = NEG;
+    for (var j = 0u; j < SPLIT; j++) { mx = max(mx, sp_m[j]); }
+    var l = 0.0;
+    var o: array<vec4<f32>, 16>;
+    for (var j = 0u; j < SPLIT; j++) {
+        let f = exp(sp_m[j] - mx);
+        l += sp_l[j] * f;
+        for (var c = 0u; c < 16u; c++) { o[c] = fma(sp_acc[j * 16u + c], vec4<f32>(f), o[c]); }
+    }
+    for (var c = 0u; c < 16u; c++) {
+        if (c < hq) { out4[qrow + c] = o[c] / vec4<f32>(l); }
+    }
+    lse[(b * p.heads + head) * p.q_len + i] = mx + log(l);
+}

@@ -203,9 +203,27 @@ fn forward_work(gpu: &Gpu, s: &AttnShape) -> (usize, usize) {
     (nblk, s.batch * s.heads * nblk * s.chunks())
 }
 
-/// The grid of [`forward`]: one workgroup per work item (tiled), or 64 rows per workgroup.
+/// Rows up to which the row kernel splits each row's keys over a workgroup of 8 invocations
+/// (`attn_fwd_split4`): a decoding step's few rows would otherwise all run in one SIMD group on one
+/// worker thread.
+pub const SPLIT_ROWS_MAX: usize = 32;
+
+/// Whether [`forward`] runs `attn_fwd_split4`: the row kernel's case with vec4 rows (head dim a
+/// multiple of 4) and at most [`SPLIT_ROWS_MAX`] rows.
+fn split_kernel(gpu: &Gpu, s: &AttnShape) -> bool {
+    rows_kernel(gpu, s) && s.head_dim.is_multiple_of(4) && s.batch * s.q_len * s.heads <= SPLIT_ROWS_MAX
+}
+
+/// The grid of [`forward`]: one workgroup per work item (tiled), 64 rows per workgroup (row
+/// kernel) or one row per workgroup (split row kernel).
 fn fwd_groups(gpu: &Gpu, s: &AttnShape, total: usize) -> [u32; 3] {
-    let per = if rows_kernel(gpu, s) { 64 } else { 1 };
+    let per = if split_kernel(gpu, s) {
+        1
+    } else if rows_kernel(gpu, s) {
+        64
+    } else {
+        1
+    };
     grid_1d(total as u64, per, gpu.limits.max_compute_workgroups_per_dimension)
 }
 
@@ -233,7 +251,22 @@ pub fn forward(
     let rows = rows_kernel(gpu, s);
     // The row kernel with vec4 rows: head dim a multiple of 4, every view on a vec4 boundary.
     let rows4 = rows && s.head_dim.is_multiple_of(4) && [&q, &k, &v, &out].iter().all(|x| x.offset.is_multiple_of(16));
-    let d = if rows4 {
+    if split_kernel(gpu, s) && !rows4 {
+        // (Unreachable for bindable views: they start on the adapter's storage offset alignment.)
+        return Err(GpuError::Shape(
+            "attention forward: the split row kernel needs q, k, v, out on 16-byte boundaries".into(),
+        ));
+    }
+    let d = if split_kernel(gpu, s) {
+        let cut = |x: View<'_>| x.len() / 4 * 4;
+        let (lq, lk, lv, lo) = (cut(q), cut(k), cut(v), cut(out));
+        gpu.kernel("attention", None, "attn_fwd_split4")?.dispatch(
+            gpu,
+            Some(bytemuck::bytes_of(&p)),
+            &[("q4", q.sub(0, lq)), ("k4", k.sub(0, lk)), ("v4", v.sub(0, lv)), ("out4", out.sub(0, lo)), ("lse", lse)],
+            fwd_groups(gpu, s, total),
+        )?
+    } else if rows4 {
         let cut = |x: View<'_>| x.len() / 4 * 4;
         let (lq, lk, lv, lo) = (cut(q), cut(k), cut(v), cut(out));
         gpu.kernel("attention", None, "attn_fwd_rows4")?.dispatch(
@@ -265,7 +298,10 @@ pub fn set_kv(gpu: &Gpu, ds: &[Dispatch], s: &AttnShape, scale: f32) -> Result<(
             ds.len()
         )));
     };
-    if !["::attn_fwd", "::attn_fwd_rows", "::attn_fwd_rows4"].iter().any(|e| d.kernel.name.ends_with(e)) {
+    if !["::attn_fwd", "::attn_fwd_rows", "::attn_fwd_rows4", "::attn_fwd_split4"]
+        .iter()
+        .any(|e| d.kernel.name.ends_with(e))
+    {
         return Err(GpuError::Shape(format!(
             "attention set_kv: {} is not an attention forward dispatch",
             d.kernel.name

@@ -139,7 +139,7 @@ impl Model {
                     rope::set_pos0(&self.gpu, std::slice::from_ref(d), &rs)?
                 }
                 Op::Run(d)
-                    if ["::attn_fwd", "::attn_fwd_rows", "::attn_fwd_rows4"]
+                    if ["::attn_fwd", "::attn_fwd_rows", "::attn_fwd_rows4", "::attn_fwd_split4"]
                         .iter()
                         .any(|e| d.kernel.name.ends_with(e)) =>
                 {

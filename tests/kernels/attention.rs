@@ -398,10 +398,13 @@ fn decoding_forward_matches_float64_with_the_tiled_and_the_row_kernel() {
                 })
                 .unwrap();
                 // The row kernel reads rows as vec4s when the head dim allows it.
+                // (with few rows, split over a workgroup per row).
                 let rows = matches!(m, Method::Blocked(_)) && ql <= attention::ROWS_KERNEL_MAX_QUERIES && hd <= 64;
-                let want = match (rows, hd % 4 == 0) {
-                    (true, true) => "::attn_fwd_rows4",
-                    (true, false) => "::attn_fwd_rows",
+                let split = 2 * 3 * ql <= attention::SPLIT_ROWS_MAX;
+                let want = match (rows, hd % 4 == 0, split) {
+                    (true, true, true) => "::attn_fwd_split4",
+                    (true, true, false) => "::attn_fwd_rows4",
+                    (true, false, _) => "::attn_fwd_rows",
                     _ => "::attn_fwd",
                 };
                 assert!(ds[0].kernel.name.ends_with(want), "{s:?} {m:?}: {} (want {want})", ds[0].kernel.name);
@@ -412,6 +415,32 @@ fn decoding_forward_matches_float64_with_the_tiled_and_the_row_kernel() {
                 assert_close(&format!("lse {name}"), &read(&gpu, &lse), &r_lse, 1e-5, rng.seed);
             }
         }
+    }
+}
+
+#[test]
+fn decoding_rows_beyond_the_split_limit_use_the_vec4_row_kernel() {
+    // More than SPLIT_ROWS_MAX rows (batch · queries · heads): one invocation per row, vec4 rows.
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let m = Method::Blocked(attention::BLOCK_ROWS);
+    for (b, heads, ql, hd) in [(4, 9, 1, 16), (3, 4, 3, 64)] {
+        let s = AttnShape::decode(b, heads, hd, ql, 37, 40);
+        assert!(b * heads * ql > attention::SPLIT_ROWS_MAX);
+        let x = Inputs::new(&mut rng, s, 1.5);
+        let q = upload(&gpu, "q", &x.q);
+        let (k, v) = (upload(&gpu, "k", &x.k), upload(&gpu, "v", &x.v));
+        let out = poisoned(&gpu, "out", &[s.q_elems()]);
+        let lse = poisoned(&gpu, "lse", &[s.lse_elems()]);
+        let ds = attention::with_method(m, || {
+            attention::forward(&gpu, &s, x.scale, q.view(), k.view(), v.view(), out.view(), lse.view())
+        })
+        .unwrap();
+        assert!(ds[0].kernel.name.ends_with("::attn_fwd_rows4"), "{}", ds[0].kernel.name);
+        run(&gpu, &ds);
+        let (r_out, r_lse) = ref_forward(&s, x.scale as f64, &f64v(&x.q), &x.k64(), &x.v64());
+        assert_close(&format!("out {s:?}"), &read(&gpu, &out), &r_out, 1e-5, rng.seed);
+        assert_close(&format!("lse {s:?}"), &read(&gpu, &lse), &r_lse, 1e-5, rng.seed);
     }
 }
 
