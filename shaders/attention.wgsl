@@ -690,58 +690,96 @@ fn attn_fwd_rows(
 
 // attn_fwd_rows for a head dim that is a multiple of 4 (rows on vec4 boundaries): each row of q,
 // k, v and out is hd/4 vec4 loads instead of hd scalar ones; the same sums in the same order.
+
+// Where row r (= (batch, query, head)) of a decoding forward lives, in vec4 units.
+struct Row4 {
+    hq: u32,        // head dim / 4
+    ts: u32,        // vec4s per token row of q / k / v
+    qrow: u32,      // first vec4 of the query row (and of its output row)
+    kv_base: u32,   // first vec4 of key / value 0 of the row's head
+    lim: u32,       // keys the query sees
+    li: u32,        // index into lse
+}
+
+fn row4_of(r: u32) -> Row4 {
+    let p = params;
+    let head = r % p.heads;
+    let bi = r / p.heads;
+    let i = bi % p.q_len;
+    let b = bi / p.q_len;
+    var o: Row4;
+    o.hq = p.hd / 4u;
+    o.ts = p.heads * o.hq;
+    o.qrow = (b * p.q_len + i) * o.ts + head * o.hq;
+    o.kv_base = (b * p.kv_stride * p.heads + head) * o.hq;
+    o.lim = min(p.kv_len, p.q_pos0 + i + 1u);
+    o.li = (b * p.heads + head) * p.q_len + i;
+    return o;
+}
+
+// An online softmax over some of a row's keys: running max, Σ exp and the weighted values.
+struct Part4 {
+    m: f32,
+    l: f32,
+    acc: array<vec4<f32>, 16>,
+}
+
+// The row's keys t0, t0 + step, … in order (none when t0 ≥ lim: m = NEG, l = 0, acc = 0).
+fn row4_keys(w: Row4, t0: u32, step: u32) -> Part4 {
+    let p = params;
+    var qv: array<vec4<f32>, 16>;
+    var o: Part4;
+    for (var c = 0u; c < 16u; c++) {
+        if (c < w.hq) { qv[c] = q4[w.qrow + c]; }
+        o.acc[c] = vec4<f32>();
+    }
+    o.m = NEG;
+    o.l = 0.0;
+    for (var t = t0; t < w.lim; t += step) {
+        let kr = w.kv_base + t * w.ts;
+        var s = 0.0;
+        for (var c = 0u; c < 16u; c++) {
+            if (c < w.hq) { s += dot(qv[c], k4[kr + c]); }
+        }
+        let sc = s * p.scale;
+        let m_new = max(o.m, sc);
+        let alpha = exp(o.m - m_new);
+        let pj = exp(sc - m_new);
+        for (var c = 0u; c < 16u; c++) {
+            if (c < w.hq) { o.acc[c] = fma(vec4<f32>(pj), v4[kr + c], o.acc[c] * alpha); }
+        }
+        o.l = o.l * alpha + pj;
+        o.m = m_new;
+    }
+    return o;
+}
+
+// out = acc / l and lse = m + log l of row w.
+fn row4_store(w: Row4, acc_in: array<vec4<f32>, 16>, m: f32, l: f32) {
+    var acc = acc_in;
+    for (var c = 0u; c < 16u; c++) {
+        if (c < w.hq) { out4[w.qrow + c] = acc[c] / vec4<f32>(l); }
+    }
+    lse[w.li] = m + log(l);
+}
+
 @compute @workgroup_size(64)
 fn attn_fwd_rows4(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let p = params;
     let r = (wid.y * nwg.x + wid.x) * 64u + lid;
-    if (r >= p.total) { return; }
-    let head = r % p.heads;
-    let bi = r / p.heads;
-    let i = bi % p.q_len;
-    let b = bi / p.q_len;
-    let hq = p.hd / 4u;
-    let ts = p.heads * hq;
-    let qrow = (b * p.q_len + i) * ts + head * hq;
-    let kv_base = (b * p.kv_stride * p.heads + head) * hq;
-    let lim = min(p.kv_len, p.q_pos0 + i + 1u);
-    var qv: array<vec4<f32>, 16>;
-    var acc: array<vec4<f32>, 16>;
-    for (var c = 0u; c < 16u; c++) {
-        if (c < hq) { qv[c] = q4[qrow + c]; }
-        acc[c] = vec4<f32>();
-    }
-    var m_run = NEG;
-    var l_run = 0.0;
-    for (var t = 0u; t < lim; t++) {
-        let kr = kv_base + t * ts;
-        var s = 0.0;
-        for (var c = 0u; c < 16u; c++) {
-            if (c < hq) { s += dot(qv[c], k4[kr + c]); }
-        }
-        let sc = s * p.scale;
-        let m_new = max(m_run, sc);
-        let alpha = exp(m_run - m_new);
-        let pj = exp(sc - m_new);
-        for (var c = 0u; c < 16u; c++) {
-            if (c < hq) { acc[c] = fma(vec4<f32>(pj), v4[kr + c], acc[c] * alpha); }
-        }
-        l_run = l_run * alpha + pj;
-        m_run = m_new;
-    }
-    for (var c = 0u; c < 16u; c++) {
-        if (c < hq) { out4[qrow + c] = acc[c] / vec4<f32>(l_run); }
-    }
-    lse[(b * p.heads + head) * p.q_len + i] = m_run + log(l_run);
+    if (r >= params.total) { return; }
+    let w = row4_of(r);
+    let o = row4_keys(w, 0u, 1u);
+    row4_store(w, o.acc, o.m, o.l);
 }
 
 // Decoding with few rows (a handful of heads × ≤ 4 queries): attn_fwd_rows4 would run every row in
 // one SIMD group on one worker thread. Here each row is a workgroup of SPLIT invocations that
-// take its keys in turn (t ≡ lane mod SPLIT), each with its own online softmax, and lane 0
-// merges the SPLIT partial states in lane order through workgroup memory (one barrier).
+// take its keys in turn (t ≡ lane mod SPLIT), each with its own online softmax (`row4_keys`), and
+// lane 0 merges the SPLIT partial states in lane order through workgroup memory (one barrier).
 const SPLIT: u32 = 8u;
 var<workgroup> sp_m: array<f32, SPLIT>;
 var<workgroup> sp_l: array<f32, SPLIT>;
@@ -753,45 +791,13 @@ fn attn_fwd_split4(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let p = params;
     let r = wid.y * nwg.x + wid.x;
-    if (r >= p.total) { return; }      // the whole workgroup: uniform
-    let head = r % p.heads;
-    let bi = r / p.heads;
-    let i = bi % p.q_len;
-    let b = bi / p.q_len;
-    let hq = p.hd / 4u;
-    let ts = p.heads * hq;
-    let qrow = (b * p.q_len + i) * ts + head * hq;
-    let kv_base = (b * p.kv_stride * p.heads + head) * hq;
-    let lim = min(p.kv_len, p.q_pos0 + i + 1u);
-    var qv: array<vec4<f32>, 16>;
-    var acc: array<vec4<f32>, 16>;
-    for (var c = 0u; c < 16u; c++) {
-        if (c < hq) { qv[c] = q4[qrow + c]; }
-        acc[c] = vec4<f32>();
-    }
-    var m_run = NEG;
-    var l_run = 0.0;
-    for (var t = lid; t < lim; t += SPLIT) {
-        let kr = kv_base + t * ts;
-        var s = 0.0;
-        for (var c = 0u; c < 16u; c++) {
-            if (c < hq) { s += dot(qv[c], k4[kr + c]); }
-        }
-        let sc = s * p.scale;
-        let m_new = max(m_run, sc);
-        let alpha = exp(m_run - m_new);
-        let pj = exp(sc - m_new);
-        for (var c = 0u; c < 16u; c++) {
-            if (c < hq) { acc[c] = fma(vec4<f32>(pj), v4[kr + c], acc[c] * alpha); }
-        }
-        l_run = l_run * alpha + pj;
-        m_run = m_new;
-    }
-    sp_m[lid] = m_run;
-    sp_l[lid] = l_run;
-    for (var c = 0u; c < 16u; c++) { sp_acc[lid * 16u + c] = acc[c]; }
+    if (r >= params.total) { return; }      // the whole workgroup: uniform
+    let w = row4_of(r);
+    let o = row4_keys(w, lid, SPLIT);
+    sp_m[lid] = o.m;
+    sp_l[lid] = o.l;
+    for (var c = 0u; c < 16u; c++) { sp_acc[lid * 16u + c] = o.acc[c]; }
     workgroupBarrier();
     if (lid != 0u) { return; }
     // Lane 0 holds key 0 (every query sees it), so the merged maximum is finite; a lane without
@@ -799,14 +805,11 @@ fn attn_fwd_split4(
     var mx = NEG;
     for (var j = 0u; j < SPLIT; j++) { mx = max(mx, sp_m[j]); }
     var l = 0.0;
-    var o: array<vec4<f32>, 16>;
+    var acc: array<vec4<f32>, 16>;
     for (var j = 0u; j < SPLIT; j++) {
         let f = exp(sp_m[j] - mx);
         l += sp_l[j] * f;
-        for (var c = 0u; c < 16u; c++) { o[c] = fma(sp_acc[j * 16u + c], vec4<f32>(f), o[c]); }
+        for (var c = 0u; c < 16u; c++) { acc[c] = fma(sp_acc[j * 16u + c], vec4<f32>(f), acc[c]); }
     }
-    for (var c = 0u; c < 16u; c++) {
-        if (c < hq) { out4[qrow + c] = o[c] / vec4<f32>(l); }
-    }
-    lse[(b * p.heads + head) * p.q_len + i] = mx + log(l);
+    row4_store(w, acc, mx, l);
 }

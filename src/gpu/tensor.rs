@@ -78,6 +78,12 @@ impl<'a> View<'a> {
         View { buffer: self.buffer, offset: self.offset + off, size }
     }
 
+    /// The longest prefix of whole vec4s (16-byte units) of this view, for a binding declared
+    /// `array<vec4<f32>>`.
+    pub fn vec4s(&self) -> View<'a> {
+        self.sub(0, self.len() / 4 * 4)
+    }
+
     /// Number of 4-byte elements.
     pub fn len(&self) -> usize {
         (self.size / 4) as usize

@@ -217,13 +217,7 @@ fn split_kernel(gpu: &Gpu, s: &AttnShape) -> bool {
 /// The grid of [`forward`]: one workgroup per work item (tiled), 64 rows per workgroup (row
 /// kernel) or one row per workgroup (split row kernel).
 fn fwd_groups(gpu: &Gpu, s: &AttnShape, total: usize) -> [u32; 3] {
-    let per = if split_kernel(gpu, s) {
-        1
-    } else if rows_kernel(gpu, s) {
-        64
-    } else {
-        1
-    };
+    let per = if rows_kernel(gpu, s) && !split_kernel(gpu, s) { 64 } else { 1 };
     grid_1d(total as u64, per, gpu.limits.max_compute_workgroups_per_dimension)
 }
 
@@ -257,22 +251,12 @@ pub fn forward(
             "attention forward: the split row kernel needs q, k, v, out on 16-byte boundaries".into(),
         ));
     }
-    let d = if split_kernel(gpu, s) {
-        let cut = |x: View<'_>| x.len() / 4 * 4;
-        let (lq, lk, lv, lo) = (cut(q), cut(k), cut(v), cut(out));
-        gpu.kernel("attention", None, "attn_fwd_split4")?.dispatch(
+    let d = if rows4 {
+        let entry = if split_kernel(gpu, s) { "attn_fwd_split4" } else { "attn_fwd_rows4" };
+        gpu.kernel("attention", None, entry)?.dispatch(
             gpu,
             Some(bytemuck::bytes_of(&p)),
-            &[("q4", q.sub(0, lq)), ("k4", k.sub(0, lk)), ("v4", v.sub(0, lv)), ("out4", out.sub(0, lo)), ("lse", lse)],
-            fwd_groups(gpu, s, total),
-        )?
-    } else if rows4 {
-        let cut = |x: View<'_>| x.len() / 4 * 4;
-        let (lq, lk, lv, lo) = (cut(q), cut(k), cut(v), cut(out));
-        gpu.kernel("attention", None, "attn_fwd_rows4")?.dispatch(
-            gpu,
-            Some(bytemuck::bytes_of(&p)),
-            &[("q4", q.sub(0, lq)), ("k4", k.sub(0, lk)), ("v4", v.sub(0, lv)), ("out4", out.sub(0, lo)), ("lse", lse)],
+            &[("q4", q.vec4s()), ("k4", k.vec4s()), ("v4", v.vec4s()), ("out4", out.vec4s()), ("lse", lse)],
             fwd_groups(gpu, s, total),
         )?
     } else {
@@ -284,6 +268,13 @@ pub fn forward(
         )?
     };
     Ok(vec![d])
+}
+
+/// Whether `d` is a dispatch of [`forward`] (any of its entry points), which [`set_kv`] can move.
+pub fn is_forward(d: &Dispatch) -> bool {
+    ["::attn_fwd", "::attn_fwd_rows", "::attn_fwd_rows4", "::attn_fwd_split4"]
+        .iter()
+        .any(|e| d.kernel.name.ends_with(e))
 }
 
 /// Rewrites the parameters of [`forward`]'s dispatches for a new `kv_len` / `q_pos0` (and
@@ -298,10 +289,7 @@ pub fn set_kv(gpu: &Gpu, ds: &[Dispatch], s: &AttnShape, scale: f32) -> Result<(
             ds.len()
         )));
     };
-    if !["::attn_fwd", "::attn_fwd_rows", "::attn_fwd_rows4", "::attn_fwd_split4"]
-        .iter()
-        .any(|e| d.kernel.name.ends_with(e))
-    {
+    if !is_forward(d) {
         return Err(GpuError::Shape(format!(
             "attention set_kv: {} is not an attention forward dispatch",
             d.kernel.name

@@ -142,12 +142,11 @@ fn bind(
         }
     }
     let mut d = if vec4(s.head_dim, &[&table, &src.1, &dst.1]) {
-        // Views cut to whole vec4s (lengths checked above; the table holds max_pos·h floats).
-        let table_len = table.len() / 4 * 4;
+        // Views of whole vec4s (lengths checked above).
         gpu.kernel("rope", None, &format!("{entry}4"))?.dispatch(
             gpu,
             Some(bytemuck::bytes_of(&p)),
-            &[("table4", table.sub(0, table_len)), ("src4", src.1.sub(0, n)), ("dst4", dst.1.sub(0, n))],
+            &[("table4", table.vec4s()), ("src4", src.1.sub(0, n)), ("dst4", dst.1.sub(0, n))],
             grid_1d((p.pairs / 4) as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension),
         )?
     } else {

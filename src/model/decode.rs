@@ -138,11 +138,7 @@ impl Model {
                 Op::Run(d) if d.kernel.name.starts_with("rope[") => {
                     rope::set_pos0(&self.gpu, std::slice::from_ref(d), &rs)?
                 }
-                Op::Run(d)
-                    if ["::attn_fwd", "::attn_fwd_rows", "::attn_fwd_rows4", "::attn_fwd_split4"]
-                        .iter()
-                        .any(|e| d.kernel.name.ends_with(e)) =>
-                {
+                Op::Run(d) if attention::is_forward(d) => {
                     attention::set_kv(&self.gpu, std::slice::from_ref(d), &at, scale)?
                 }
                 Op::Copy { dst, dst_off, len, .. }
