@@ -207,9 +207,7 @@ pub fn step_chunked(
 /// Whether a chunk of `len` elements runs `adamw_step4` (four elements per invocation): `len` a
 /// multiple of 4 (the model's layout pads every tensor to 64). `DDL_ADAMW_VEC4=0` turns it off.
 pub fn vec4(len: usize) -> bool {
-    let forced = FORCED_VEC4.with(|f| f.get());
-    let env = std::env::var("DDL_ADAMW_VEC4").ok().map(|v| v != "0");
-    len.is_multiple_of(4) && forced.or(env).unwrap_or(true)
+    len.is_multiple_of(4) && super::switch(&FORCED_VEC4, "DDL_ADAMW_VEC4", true)
 }
 
 thread_local! {

@@ -183,9 +183,7 @@ pub fn segment_width(gpu: &Gpu, n: usize, d: usize) -> usize {
 /// features per load): on the one-token-per-invocation layout (`seg` = 1, CPU adapters) when d is
 /// a multiple of 4. `DDL_DELTA_QUADS=0` turns them off (benchmarks, tests).
 pub fn quads(seg: usize, d: usize) -> bool {
-    let forced = FORCED_QUADS.with(|f| f.get());
-    let env = std::env::var("DDL_DELTA_QUADS").ok().map(|v| v != "0");
-    seg == 1 && d.is_multiple_of(4) && forced.or(env).unwrap_or(true)
+    seg == 1 && d.is_multiple_of(4) && super::switch(&FORCED_QUADS, "DDL_DELTA_QUADS", true)
 }
 
 thread_local! {

@@ -43,6 +43,12 @@ fn with_override<T: Copy + 'static, R>(key: &'static Override<T>, v: T, f: impl 
     out
 }
 
+/// An on/off choice of a launcher: this thread's override `key` (the `with_*` helpers of the
+/// tests), else the environment variable `env` (`0` = off, anything else = on), else `default`.
+fn switch(key: &'static Override<bool>, env: &str, default: bool) -> bool {
+    key.with(|c| c.get()).or_else(|| std::env::var(env).ok().map(|v| v != "0")).unwrap_or(default)
+}
+
 thread_local! {
     static FORCED_SG_LOADS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
@@ -59,9 +65,7 @@ pub fn subgroup_loads(gpu: &Gpu) -> bool {
     if !gpu.features.contains(wgpu::Features::SUBGROUP) {
         return false;
     }
-    let forced = FORCED_SG_LOADS.with(|f| f.get());
-    let env = std::env::var("DDL_SUBGROUP_LOADS").ok().map(|v| v != "0");
-    forced.or(env).unwrap_or(gpu.info.device_type == wgpu::DeviceType::Cpu)
+    switch(&FORCED_SG_LOADS, "DDL_SUBGROUP_LOADS", gpu.info.device_type == wgpu::DeviceType::Cpu)
 }
 
 /// Runs `f` with subgroup-shared loads on or off on this thread (still only where the adapter

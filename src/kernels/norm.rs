@@ -73,12 +73,10 @@ pub fn with_quads<R>(on: bool, f: impl FnOnce() -> R) -> R {
 /// also turns off the dγ pass's four-columns-per-invocation form (any adapter, dim a multiple
 /// of 4).
 pub fn quads(team: usize, dim: usize, views: &[&View]) -> bool {
-    let forced = FORCED_QUADS.with(|f| f.get());
-    let env = std::env::var("DDL_NORM_QUADS").ok().map(|v| v != "0");
     team == 1
         && dim.is_multiple_of(4)
         && views.iter().all(|v| v.offset.is_multiple_of(16))
-        && forced.or(env).unwrap_or(true)
+        && super::switch(&FORCED_QUADS, "DDL_NORM_QUADS", true)
 }
 
 /// Rows from which CPU adapters reduce one row per invocation (enough 8-lane groups for the

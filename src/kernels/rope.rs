@@ -86,9 +86,9 @@ fn shape_params(what: &str, s: &RopeShape) -> Result<Params> {
 /// Whether the vec4 entry points (`*4`: four pairs of one head per invocation) apply: h/2 a
 /// multiple of 4 and every view starting on a vec4. `DDL_ROPE_VEC4=0` turns them off.
 pub fn vec4(head_dim: usize, views: &[&View]) -> bool {
-    let forced = FORCED_VEC4.with(|f| f.get());
-    let env = std::env::var("DDL_ROPE_VEC4").ok().map(|v| v != "0");
-    head_dim.is_multiple_of(8) && views.iter().all(|v| v.offset.is_multiple_of(16)) && forced.or(env).unwrap_or(true)
+    head_dim.is_multiple_of(8)
+        && views.iter().all(|v| v.offset.is_multiple_of(16))
+        && super::switch(&FORCED_VEC4, "DDL_ROPE_VEC4", true)
 }
 
 thread_local! {

@@ -37,9 +37,9 @@ fn check(what: &str, n: usize, views: &[(&str, &View)]) -> Result<Params> {
 /// Whether the vec4 entry points (`*4`, four elements per invocation) apply: n a multiple of 4
 /// and every view starting on a vec4. `DDL_SWIGLU_VEC4=0` turns them off (tests, benchmarks).
 pub fn vec4(n: usize, views: &[&View]) -> bool {
-    let forced = FORCED_VEC4.with(|f| f.get());
-    let env = std::env::var("DDL_SWIGLU_VEC4").ok().map(|v| v != "0");
-    n.is_multiple_of(4) && views.iter().all(|v| v.offset.is_multiple_of(16)) && forced.or(env).unwrap_or(true)
+    n.is_multiple_of(4)
+        && views.iter().all(|v| v.offset.is_multiple_of(16))
+        && super::switch(&FORCED_VEC4, "DDL_SWIGLU_VEC4", true)
 }
 
 thread_local! {
