@@ -37,6 +37,19 @@ struct Params {
 @group(0) @binding(9) var<storage, read_write> exp_avg4: array<vec4<f32>>;
 @group(0) @binding(10) var<storage, read_write> exp_avg_sq4: array<vec4<f32>>;
 
+// The clipping factor min(1, grad_clip / (‖g‖ + clip_eps)) (1 without clipping), or −1 when the
+// gradient norm is not finite (the step must change nothing).
+fn clip_factor() -> f32 {
+    let ns = norm_sq[0];
+    if ((bitcast<u32>(ns) & 0x7f800000u) == 0x7f800000u) {
+        return -1.0;
+    }
+    if (params.grad_clip > 0.0) {
+        return min(1.0, params.grad_clip / (sqrt(ns) + params.clip_eps));
+    }
+    return 1.0;
+}
+
 @compute @workgroup_size(256)
 fn adamw_step(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -50,12 +63,9 @@ fn adamw_step(
     }
     // A non-finite gradient norm (inf or NaN: exponent bits all ones) means this step's gradients
     // are unusable: leave parameters and moments untouched, so no corrupt state is ever written.
-    if ((bitcast<u32>(norm_sq[0]) & 0x7f800000u) == 0x7f800000u) {
+    let clip = clip_factor();
+    if (clip < 0.0) {
         return;
-    }
-    var clip = 1.0;
-    if (p.grad_clip > 0.0) {
-        clip = min(1.0, p.grad_clip / (sqrt(norm_sq[0]) + p.clip_eps));
     }
     let g = grad[i] * clip;
     var theta = param[i];
@@ -84,13 +94,9 @@ fn adamw_step4(
     if (i >= p.n / 4u) {
         return;
     }
-    let ns = norm_sq[0];
-    if ((bitcast<u32>(ns) & 0x7f800000u) == 0x7f800000u) {
+    let clip = clip_factor();
+    if (clip < 0.0) {
         return;
-    }
-    var clip = 1.0;
-    if (p.grad_clip > 0.0) {
-        clip = min(1.0, p.grad_clip / (sqrt(ns) + p.clip_eps));
     }
     let g = grad4[i] * clip;
     var theta = param4[i];

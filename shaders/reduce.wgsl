@@ -70,6 +70,11 @@ fn block_sum(g: u32, lid: u32, square: bool) {
             }
         }
     }
+    block_store(g, lid, acc);
+}
+
+// Combines the invocations' sums of block g with the fixed tree into dst[out_base + g].
+fn block_store(g: u32, lid: u32, acc: f32) {
     sh[lid] = acc;
     tree_sum(lid);
     if (lid == 0u) {
@@ -114,11 +119,7 @@ fn sum_squares_partial4(
             acc = fma(x.w, x.w, acc);
         }
     }
-    sh[lid] = acc;
-    tree_sum(lid);
-    if (lid == 0u) {
-        dst[params.out_base + g] = sh[0];
-    }
+    block_store(g, lid, acc);
 }
 
 @compute @workgroup_size(256)
