@@ -185,6 +185,16 @@ pub fn process_cpu_ms() -> Option<f64> {
     }
 }
 
+/// Runs `f` and returns its result with the wall time and (where measurable) the process CPU
+/// time it took, both in ms.
+fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, f64, Option<f64>)> {
+    let (t0, c0) = (Instant::now(), process_cpu_ms());
+    let out = f()?;
+    let wall = t0.elapsed().as_secs_f64() * 1e3;
+    let cpu = c0.zip(process_cpu_ms()).map(|(c0, c1)| c1 - c0);
+    Ok((out, wall, cpu))
+}
+
 /// `ddl bench train`: tokens per second of full training steps (forward, backward, norm, AdamW)
 /// on random tokens, with the per-kernel time split of one profiled step.
 pub fn train_rows(
@@ -214,12 +224,10 @@ pub fn train_rows(
     let mut cpu_times = Vec::new();
     for s in 0..steps.max(1) {
         let o = crate::kernels::adamw::AdamWConfig { step: s as u32 + 2, ..opt };
-        let (t0, c0) = (Instant::now(), process_cpu_ms());
-        loss_last = model.train_step(&prog, &o)?.0;
-        times.push(t0.elapsed().as_secs_f64() * 1e3);
-        if let (Some(c0), Some(c1)) = (c0, process_cpu_ms()) {
-            cpu_times.push(c1 - c0);
-        }
+        let ((loss, _), wall, cpu) = timed(|| model.train_step(&prog, &o))?;
+        loss_last = loss;
+        times.push(wall);
+        cpu_times.extend(cpu);
     }
     cpu_times.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let cpu_step_ms = cpu_times.get(cpu_times.len() / 2).copied();
@@ -333,12 +341,11 @@ pub fn train_compare_rows(
         for (k, who) in [0, 1, 1, 0].into_iter().enumerate() {
             let s = &mut sides[who];
             let o = crate::kernels::adamw::AdamWConfig { step: s.step, ..opt };
-            let (t0, c0) = (Instant::now(), process_cpu_ms());
-            s.model.train_step(&s.prog, &o)?;
-            block[k] = t0.elapsed().as_secs_f64() * 1e3;
-            if let (Some(c0), Some(c1)) = (c0, process_cpu_ms()) {
-                cpu_block[k] = c1 - c0;
-                s.cpu.push(c1 - c0);
+            let (_, wall, cpu) = timed(|| s.model.train_step(&s.prog, &o))?;
+            block[k] = wall;
+            if let Some(c) = cpu {
+                cpu_block[k] = c;
+                s.cpu.push(c);
             }
             s.times.push(block[k]);
             s.step += 1;
