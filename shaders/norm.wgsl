@@ -18,7 +18,19 @@ struct Params {
     eps: f32,
     chunk: u32,       // dγ pass 1: rows per chunk
     chunks: u32,      // dγ: number of chunks = ceil(rows / chunk)
-    _pad: u32,
+    _pad: u32,        // `rmsnorm_dgain_partial_qh`: items per chunk (dim/4 or more)
+    // The DDL heads folded into the backward (`*_qh`; zero for every other entry point): value
+    // channels m ≤ 4, and where the heads' chunk partials go in `hpart` (offsets and row
+    // strides of ∂b_β, ∂W_v, ∂b_v; ∂w_β's rows start at 0), laid out as the delta write's heads
+    // kernel lays them out (`delta::HeadLayout`).
+    m: u32,
+    o_bb: u32,
+    o_wv: u32,
+    o_bv: u32,
+    s_wb: u32,
+    s_bb: u32,
+    s_wv: u32,
+    s_bv: u32,
 }
 
 const WG: u32 = 256u;
@@ -39,6 +51,12 @@ const WG: u32 = 256u;
 @group(0) @binding(12) var<storage, read> dy4: array<vec4<f32>>;
 @group(0) @binding(13) var<storage, read_write> dx4: array<vec4<f32>>;
 @group(0) @binding(14) var<storage, read_write> partial4: array<vec4<f32>>;
+// The DDL heads (`*_qh`): ∂z [rows], ∂u [rows, m], w_β [dim], W_v [m, dim], chunk partials.
+@group(0) @binding(15) var<storage, read> hdz: array<f32>;
+@group(0) @binding(16) var<storage, read> hdu: array<f32>;
+@group(0) @binding(17) var<storage, read> w_beta4: array<vec4<f32>>;
+@group(0) @binding(18) var<storage, read> w_v4: array<vec4<f32>>;
+@group(0) @binding(19) var<storage, read_write> hpart: array<f32>;
 
 var<workgroup> red: array<f32, 256>;
 
@@ -255,4 +273,165 @@ fn rmsnorm_dgain_partial_q(
         s = s + (dy4[r * dq + i] * x4[r * dq + i]) * rstd_in[r];
     }
     partial4[item] = s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The DDL heads folded into the block norm's backward (quads only; `norm::rmsnorm_backward_heads`).
+// A delta write's gate z = w_β·c + b_β and value u = W_v a + b_v read the norm's output c and
+// input a, so with the write's per-token ∂z_t and ∂u_t (spec 11.1):
+//   ∂c_t  = dy_t + ∂z_t w_β               (dy: the sublayer's input gradient)
+//   ∂a_t  = RMSNorm backward of ∂c_t + W_vᵀ ∂u_t
+//   ∂w_β += Σ_t ∂z_t c_t,  ∂b_β += Σ_t ∂z_t,  ∂W_v += Σ_t ∂u_t a_tᵀ,  ∂b_v += Σ_t ∂u_t,
+// with c_t = γ ⊙ (a_t·r_t) recomputed with the forward's operations (the same bits). The norm's
+// passes load a and dy anyway, and w_β, W_v (per feature) are uniform loads in the row kernel,
+// ∂z_t, ∂u_t (per token) in the column kernel: the heads' own pass over (token, feature) (two
+// loads and two stores per element) and its column sums are gone.
+
+// ∂u_t[0..m) as a vec4 (zeros beyond m).
+fn head_du(row: u32) -> vec4<f32> {
+    let b = row * params.m;
+    var u = vec4<f32>(hdu[b], 0.0, 0.0, 0.0);
+    if (params.m > 1u) { u.y = hdu[b + 1u]; }
+    if (params.m > 2u) { u.z = hdu[b + 2u]; }
+    if (params.m > 3u) { u.w = hdu[b + 3u]; }
+    return u;
+}
+
+@compute @workgroup_size(256)
+fn rmsnorm_backward_dx_qh(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    backward_dx_qh(wid, nwg, lid, true);
+}
+
+// w_β and W_v at quad q (the same for every row): loaded by every invocation (`lead` true) or,
+// in the `t1g` variant's entry point, by each subgroup's first invocation and broadcast
+// (`sg_first4`; llvmpipe runs a load as a loop over its SIMD lanes, uniform address or not).
+fn head_w4(lead: bool, i: u32) -> vec4<f32> {
+    var w = vec4<f32>();
+    if (lead) { w = w_beta4[i]; }
+    return sg_first4(w);
+}
+
+fn head_wv4(lead: bool, i: u32) -> vec4<f32> {
+    var w = vec4<f32>();
+    if (lead) { w = w_v4[i]; }
+    return sg_first4(w);
+}
+
+// Invocations past the last row compute the last row and store nothing (the subgroup
+// broadcasts need every invocation of the subgroup).
+fn backward_dx_qh(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool) {
+    let row_grid = quad_row(wid, nwg, lid);
+    let live = row_grid < params.rows;
+    let row = min(row_grid, params.rows - 1u);
+    let dq = params.dim / 4u;
+    let base = row * dq;
+    let dz = hdz[row];
+    let du = head_du(row);
+    var s = 0.0;
+    for (var q = 0u; q < dq; q++) {
+        let xv = x4[base + q];
+        let gd = gain4[q] * fma(vec4<f32>(dz), head_w4(lead, q), dy4[base + q]);
+        s = s + xv.x * gd.x;
+        s = s + xv.y * gd.y;
+        s = s + xv.z * gd.z;
+        s = s + xv.w * gd.w;
+    }
+    let r = rstd_in[row];
+    let c = (r * r * r / f32(params.dim)) * s;
+    for (var q = 0u; q < dq; q++) {
+        var g = r * (gain4[q] * fma(vec4<f32>(dz), head_w4(lead, q), dy4[base + q])) - c * x4[base + q];
+        for (var j = 0u; j < 4u; j++) {
+            if (j < params.m) { g = fma(vec4<f32>(du[j]), head_wv4(lead, j * dq + q), g); }
+        }
+        if (live) {
+            if (params.flag == 1u) {
+                dx4[base + q] = dx4[base + q] + g;
+            } else {
+                dx4[base + q] = g;
+            }
+        }
+    }
+}
+
+// dγ's chunk partials as `rmsnorm_dgain_partial_q` (with ∂c = dy + ∂z w_β), and the heads'
+// chunk partials of the same chunk and four features. Items: chunk c, quad i < dq, at
+// c·`_pad` + i (`_pad` = dq, or in the `t1g` entry point dq rounded up to the subgroup size so
+// that a subgroup never spans two chunks; the invocations of the padding compute quad dq − 1 and
+// store nothing).
+@compute @workgroup_size(256)
+fn rmsnorm_dgain_partial_qh(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    dgain_partial_qh(wid, nwg, lid, true);
+}
+
+// A row's r, ∂z and ∂u, the same in every invocation of a chunk: see `head_w4`.
+fn head_row(lead: bool, r: u32) -> vec4<f32> {
+    var v = vec4<f32>();
+    if (lead) { v = vec4<f32>(rstd_in[r], hdz[r], 0.0, 0.0); }
+    return sg_first4(v);
+}
+
+fn head_du_shared(lead: bool, r: u32) -> vec4<f32> {
+    var v = vec4<f32>();
+    if (lead) { v = head_du(r); }
+    return sg_first4(v);
+}
+
+fn dgain_partial_qh(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool) {
+    let item = (wid.y * nwg.x + wid.x) * WG + lid;
+    let dq = params.dim / 4u;
+    let stride = params._pad;
+    let c = item / stride;
+    if (c >= params.chunks) {
+        return;
+    }
+    let live = item - c * stride < dq;
+    let i = min(item - c * stride, dq - 1u);
+    let r0 = c * params.chunk;
+    let r1 = min(r0 + params.chunk, params.rows);
+    let wb = w_beta4[i];
+    let gq = gain4[i];
+    var s = vec4<f32>();
+    var s_wb = vec4<f32>();
+    var s_bb = 0.0;
+    var s_wv: array<vec4<f32>, 4>;
+    var s_bv = vec4<f32>();
+    for (var r = r0; r < r1; r++) {
+        let xv = x4[r * dq + i];
+        let h = head_row(lead, r);
+        let rr = h.x;
+        let dz = h.y;
+        let du = head_du_shared(lead, r);
+        s = s + (fma(vec4<f32>(dz), wb, dy4[r * dq + i]) * xv) * rr;
+        s_wb = fma(vec4<f32>(dz), gq * (xv * rr), s_wb);
+        s_bb += dz;
+        for (var j = 0u; j < 4u; j++) {
+            s_wv[j] = fma(vec4<f32>(du[j]), xv, s_wv[j]);
+        }
+        s_bv += du;
+    }
+    if (!live) { return; }
+    partial4[c * dq + i] = s;
+    let e0 = 4u * i;
+    let pw = c * params.s_wb + e0;
+    for (var e = 0u; e < 4u; e++) { hpart[pw + e] = s_wb[e]; }
+    for (var j = 0u; j < 4u; j++) {
+        if (j < params.m) {
+            let pv = params.o_wv + c * params.s_wv + j * params.dim + e0;
+            for (var e = 0u; e < 4u; e++) { hpart[pv + e] = s_wv[j][e]; }
+        }
+    }
+    if (i == 0u) {
+        hpart[params.o_bb + c * params.s_bb] = s_bb;
+        for (var j = 0u; j < 4u; j++) {
+            if (j < params.m) { hpart[params.o_bv + c * params.s_bv + j] = s_bv[j]; }
+        }
+    }
 }

@@ -65,6 +65,24 @@ fn golden_odd_shapes_every_variant() {
     }
 }
 
+/// The DDL variants whose heads' backward the CPU adapters fold into the norm backward
+/// (`norm::rmsnorm_backward_heads`), forced on here: the golden batch has too few rows for the
+/// one-row-per-invocation norm kernels that path needs, so the tests above run the heads kernel.
+#[test]
+fn golden_with_the_heads_in_the_norm_backward() {
+    let gpu = ddl::testing::gpu();
+    ddl::kernels::norm::with_team(1, || {
+        assert!(ddl::kernels::norm::folds_heads(&gpu, 18, 32, 4, &[]), "the fold must be on for this test");
+        for v in ["ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec"] {
+            check(v);
+        }
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/odd");
+        for v in ["ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec"] {
+            check_path(&format!("odd/{v}"), &dir.join(format!("{v}.safetensors")));
+        }
+    });
+}
+
 /// Every variant at T = 1 (one key per query: the q/k gradients are exactly zero, and AdamW must
 /// not turn rounding noise there into an update).
 #[test]

@@ -320,6 +320,89 @@ pub fn forward(
     Ok(vec![main])
 }
 
+/// The per-token part of [`backward`] alone: `dx`, `dkraw`, and ∂z `[n]`, ∂u `[n, m]` returned as
+/// new tensors, for a caller that folds the heads into the norm backward that follows
+/// (`norm::rmsnorm_backward_heads`, CPU adapters): then `dc` gets no ∂z·w_β and `da` no W_vᵀ∂u
+/// from here. One dispatch (∂z and ∂u kept in its scratch too).
+#[allow(clippy::too_many_arguments)]
+pub fn backward_write(
+    gpu: &Gpu,
+    s: &DeltaShape,
+    g: View,
+    x: View,
+    k: View,
+    rnorm: View,
+    beta: View,
+    v: View,
+    delta: View,
+    dx: View,
+    dkraw: View,
+) -> Result<(Dispatch, Tensor, Tensor)> {
+    s.check()?;
+    let (n, d, m) = (s.n, s.d, s.m);
+    let reads = [
+        ("g", &g, n * d * m),
+        ("x", &x, n * d * m),
+        ("k", &k, n * d),
+        ("rnorm", &rnorm, n),
+        ("beta", &beta, n),
+        ("v", &v, n * m),
+        ("delta", &delta, n * m),
+    ];
+    let writes = [("dx", &dx, n * d * m), ("dkraw", &dkraw, n * d)];
+    for (name, view, len) in reads.iter().chain(&writes) {
+        need("backward", name, view, *len)?;
+    }
+    check_aliasing("backward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
+    write_backward(gpu, s, g, x, k, rnorm, beta, v, delta, dx, dkraw)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_backward(
+    gpu: &Gpu,
+    s: &DeltaShape,
+    g: View,
+    x: View,
+    k: View,
+    rnorm: View,
+    beta: View,
+    v: View,
+    delta: View,
+    dx: View,
+    dkraw: View,
+) -> Result<(Dispatch, Tensor, Tensor)> {
+    let (n, d, m) = (s.n, s.d, s.m);
+    let dz = Tensor::zeros(gpu, "delta.dz", &[n], crate::gpu::DType::F32)?;
+    let du = Tensor::zeros(gpu, "delta.du", &[n, m], crate::gpu::DType::F32)?;
+
+    let seg = segment_width(gpu, n, d);
+    let quad = quads(seg, d);
+    let entry = if quad { "delta_backward_q" } else { "delta_backward" };
+    let kern = gpu.kernel("delta", Some(&s.variant(gpu, seg)), entry)?;
+    let p = s.params(seg);
+    let main = kern.dispatch(
+        gpu,
+        Some(bytemuck::bytes_of(&p)),
+        &[
+            ("g", g),
+            ("x", x),
+            (if quad { "k4" } else { "k" }, k),
+            ("rnorm", rnorm),
+            ("beta", beta),
+            ("v", v),
+            ("delta", delta),
+            ("dx", dx),
+            (if quad { "dkraw4" } else { "dkraw" }, dkraw),
+            ("dz", dz.view()),
+            ("du", du.view()),
+        ],
+        s.grid(gpu, seg),
+    )?;
+    let mut main = main;
+    main.scratch = vec![dz.clone(), du.clone()];
+    Ok((main, dz, du))
+}
+
 /// Backward of [`forward`] (spec 11.1, 14.8) given `g` = ∂X' and the saved `k`, `rnorm`, `beta`,
 /// `v`, `delta` plus the inputs `x`, `a`, `c` and the weights `w_beta`, `w_v`.
 ///
@@ -387,83 +470,27 @@ pub fn backward(
     }
     check_aliasing("backward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
 
-    let dz = Tensor::zeros(gpu, "delta.dz", &[n], crate::gpu::DType::F32)?;
-    let du = Tensor::zeros(gpu, "delta.du", &[n, m], crate::gpu::DType::F32)?;
-
-    let seg = segment_width(gpu, n, d);
-    let quad = quads(seg, d);
-    let entry = if quad { "delta_backward_q" } else { "delta_backward" };
-    let kern = gpu.kernel("delta", Some(&s.variant(gpu, seg)), entry)?;
-    let p = s.params(seg);
-    let main = kern.dispatch(
-        gpu,
-        Some(bytemuck::bytes_of(&p)),
-        &[
-            ("g", g),
-            ("x", x),
-            (if quad { "k4" } else { "k" }, k),
-            ("rnorm", rnorm),
-            ("beta", beta),
-            ("v", v),
-            ("delta", delta),
-            ("dx", dx),
-            (if quad { "dkraw4" } else { "dkraw" }, dkraw),
-            ("dz", dz.view()),
-            ("du", du.view()),
-        ],
-        s.grid(gpu, seg),
-    )?;
+    let (main, dz, du) = write_backward(gpu, s, g, x, k, rnorm, beta, v, delta, dx, dkraw)?;
+    let p = s.params(segment_width(gpu, n, d));
     // The heads: ∂c, ∂a and per-chunk partial sums of the head gradients in one pass over
     // (feature, chunk of tokens), then the chunks' column sums into the gradients.
     let (chunk, chunks) = crate::kernels::shortconv::chunking_min(n, HEADS_MIN_CHUNK);
-    // Partials per chunk: w_β [d], b_β, W_v [m·d], b_v [m], grouped in runs: gradients that lie
-    // in order in one buffer, each starting less than HEADS_GAP elements after the previous
-    // one ends (the model's layout: alignment padding between them), share one row per chunk
-    // laid out like the buffer, and one column sum adds the run (the gap columns of the
-    // partials stay zero, so what lies between the gradients gets + 0). Runs start at offsets a
-    // storage binding may start at; the run of w_β at 0.
-    let q = crate::kernels::reduce::align_elems(gpu);
-    let grads = [(&dw_beta, d), (&db_beta, 1), (&dw_v, m * d), (&db_v, m)];
-    // Runs as (first, one past the last) gradient index.
-    let mut runs: Vec<(usize, usize)> = vec![(0, 1)];
-    for t in 1..grads.len() {
-        let ((prev, plen), (cur, _)) = (grads[t - 1], grads[t]);
-        let end = prev.offset + 4 * plen as u64;
-        let near = cur.buffer == prev.buffer && cur.offset >= end && cur.offset - end < 4 * HEADS_GAP as u64;
-        if near && (cur.offset - end).is_multiple_of(4) {
-            runs.last_mut().expect("a first run").1 = t + 1;
-        } else {
-            runs.push((t, t + 1));
-        }
-    }
-    // Per run: its first gradient, width in elements, offset in the partials.
-    let mut run_at = Vec::new();
-    let (mut offs, mut strides) = ([0usize; 4], [0usize; 4]);
-    let mut len = 0usize;
-    for &(r0, r1) in &runs {
-        let (first, last) = (grads[r0], grads[r1 - 1]);
-        let width = ((last.0.offset - first.0.offset) / 4) as usize + last.1;
-        let base = len.next_multiple_of(q);
-        for t in r0..r1 {
-            offs[t] = base + ((grads[t].0.offset - first.0.offset) / 4) as usize;
-            strides[t] = width;
-        }
-        run_at.push((first.0, width, base));
-        len = base + chunks * width;
-    }
-    let hpart = Tensor::zeros(gpu, "delta.heads_partial", &[len], crate::gpu::DType::F32)?;
-    let u = |x: usize| x as u32;
+    let lay = HeadLayout::new(gpu, [(&dw_beta, d), (&db_beta, 1), (&dw_v, m * d), (&db_v, m)], chunks);
+    let hpart = Tensor::zeros(gpu, "delta.heads_partial", &[lay.len], crate::gpu::DType::F32)?;
+    let [o_wb, o_bb, o_wv, o_bv] = lay.offs.map(|x| x as u32);
+    let [s_wb, s_bb, s_wv, s_bv] = lay.strides.map(|x| x as u32);
+    debug_assert_eq!(o_wb, 0);
     let hparams = Params {
-        chunk: u(chunk),
-        chunks: u(chunks),
+        chunk: chunk as u32,
+        chunks: chunks as u32,
         accumulate_da: accumulate_da as u32,
-        o_bb: u(offs[1]),
-        o_wv: u(offs[2]),
-        o_bv: u(offs[3]),
-        s_wb: u(strides[0]),
-        s_bb: u(strides[1]),
-        s_wv: u(strides[2]),
-        s_bv: u(strides[3]),
+        o_bb,
+        o_wv,
+        o_bv,
+        s_wb,
+        s_bb,
+        s_wv,
+        s_bv,
         ..p
     };
     // (A quad form of the heads, four features per invocation, measured slower: tiny the same,
@@ -487,15 +514,73 @@ pub fn backward(
         grid_1d((d.div_ceil(WG) * WG * chunks) as u64, WG as u32, gpu.limits.max_compute_workgroups_per_dimension),
     )?;
     let mut out = vec![main, heads];
-    let col_sum = crate::kernels::reduce::col_sum;
-    let hv = hpart.view();
-    for (first, width, base) in run_at {
-        let dst = View { buffer: first.buffer, offset: first.offset, size: 4 * width as u64 };
-        out.extend(col_sum(gpu, hv.sub(base, chunks * width), dst, chunks, width, true)?);
-    }
+    out.extend(lay.col_sums(gpu, &hpart)?);
     out[1].scratch.push(hpart);
-    out[0].scratch = vec![dz, du];
     Ok(out)
+}
+
+/// Where the heads' chunk partials of ∂w_β [d], ∂b_β, ∂W_v [m·d], ∂b_v [m] lie in one scratch
+/// buffer of `chunks` rows, and the column sums that add them into the gradients. Gradients that
+/// lie in order in one buffer, each starting less than `HEADS_GAP` elements after the previous
+/// one ends (the model's layout: alignment padding between them), form a run: one row per chunk
+/// laid out like the buffer, one column sum for the whole run (the gap columns of the partials
+/// stay zero, so what lies between the gradients gets + 0). Runs start at offsets a storage
+/// binding may start at; the run of ∂w_β at 0. Used by the heads kernel and by the norm backward
+/// that folds the heads in (`norm::rmsnorm_backward_heads`).
+pub(crate) struct HeadLayout<'a> {
+    /// Offset of each gradient's row in the partials (∂w_β: 0) and the row stride of its run.
+    pub offs: [usize; 4],
+    pub strides: [usize; 4],
+    /// Per run: its first gradient's view, its width in elements, its offset in the partials.
+    runs: Vec<(View<'a>, usize, usize)>,
+    chunks: usize,
+    /// Elements of the partials.
+    pub len: usize,
+}
+
+impl<'a> HeadLayout<'a> {
+    /// The layout of `chunks` rows of partials for the gradients `grads` (view, elements).
+    pub fn new(gpu: &Gpu, grads: [(&View<'a>, usize); 4], chunks: usize) -> Self {
+        let q = crate::kernels::reduce::align_elems(gpu);
+        // Runs as (first, one past the last) gradient index.
+        let mut runs: Vec<(usize, usize)> = vec![(0, 1)];
+        for t in 1..grads.len() {
+            let ((prev, plen), (cur, _)) = (grads[t - 1], grads[t]);
+            let end = prev.offset + 4 * plen as u64;
+            let near = cur.buffer == prev.buffer && cur.offset >= end && cur.offset - end < 4 * HEADS_GAP as u64;
+            if near && (cur.offset - end).is_multiple_of(4) {
+                runs.last_mut().expect("a first run").1 = t + 1;
+            } else {
+                runs.push((t, t + 1));
+            }
+        }
+        let (mut offs, mut strides) = ([0usize; 4], [0usize; 4]);
+        let mut at = Vec::new();
+        let mut len = 0usize;
+        for &(r0, r1) in &runs {
+            let (first, last) = (grads[r0], grads[r1 - 1]);
+            let width = ((last.0.offset - first.0.offset) / 4) as usize + last.1;
+            let base = len.next_multiple_of(q);
+            for t in r0..r1 {
+                offs[t] = base + ((grads[t].0.offset - first.0.offset) / 4) as usize;
+                strides[t] = width;
+            }
+            at.push((*first.0, width, base));
+            len = base + chunks * width;
+        }
+        HeadLayout { offs, strides, runs: at, chunks, len }
+    }
+
+    /// Adds the chunks' column sums of `hpart` into the gradients, in chunk order.
+    pub fn col_sums(&self, gpu: &Gpu, hpart: &Tensor) -> Result<Vec<Dispatch>> {
+        let (hv, chunks) = (hpart.view(), self.chunks);
+        let mut out = Vec::new();
+        for (first, width, base) in &self.runs {
+            let dst = View { buffer: first.buffer, offset: first.offset, size: 4 * *width as u64 };
+            out.extend(crate::kernels::reduce::col_sum(gpu, hv.sub(*base, chunks * width), dst, chunks, *width, true)?);
+        }
+        Ok(out)
+    }
 }
 
 /// Elements of scratch one [`backward`] keeps (∂z, ∂u and the heads' chunk partials), for memory
@@ -503,7 +588,9 @@ pub fn backward(
 /// each at the next 64-element boundary after the previous one, or right after it), an upper
 /// bound for other layouts with offsets aligned to at most 64 elements.
 pub fn backward_scratch_elems(n: usize, d: usize, m: usize) -> usize {
+    // The heads kernel's chunks, or the norm's where it takes the heads in (the larger count).
     let (_, chunks) = crate::kernels::shortconv::chunking_min(n, HEADS_MIN_CHUNK);
+    let chunks = chunks.max(crate::kernels::norm::dgain_chunks(n));
     let a = |x: usize| x.next_multiple_of(64);
     let width = a(a(d) + 1) + a(m * d) + m;
     n * (1 + m) + chunks * width

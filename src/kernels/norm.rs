@@ -27,6 +27,16 @@ struct Params {
     chunk: u32,
     chunks: u32,
     _pad: u32,
+    // The heads of `rmsnorm_backward_heads` (zero elsewhere): m, then the partials' offsets and
+    // row strides (`delta::HeadLayout`).
+    m: u32,
+    o_bb: u32,
+    o_wv: u32,
+    o_bv: u32,
+    s_wb: u32,
+    s_bb: u32,
+    s_wv: u32,
+    s_bv: u32,
 }
 
 thread_local! {
@@ -88,6 +98,11 @@ fn chunk(rows: usize) -> usize {
     rows.div_ceil(1024).max(16)
 }
 
+/// Chunks of rows of the dγ partials (and of the heads' partials in [`rmsnorm_backward_heads`]).
+pub(crate) fn dgain_chunks(rows: usize) -> usize {
+    rows.div_ceil(chunk(rows))
+}
+
 /// Elements of scratch one [`rmsnorm_backward`] keeps (the dγ chunk partials), for memory plans.
 pub fn backward_scratch_elems(rows: usize, dim: usize) -> usize {
     rows.div_ceil(chunk(rows)) * dim
@@ -108,7 +123,7 @@ fn params(gpu: &Gpu, rows: usize, dim: usize, eps: f32, flag: bool) -> Params {
         eps,
         chunk: chunk as u32,
         chunks: rows.div_ceil(chunk) as u32,
-        _pad: 0,
+        ..bytemuck::Zeroable::zeroed()
     }
 }
 
@@ -257,6 +272,169 @@ pub fn rmsnorm_backward(
     let mut d2 = crate::kernels::reduce::col_sum(gpu, partial.view(), dgain, chunks, dim, true)?;
     d1.scratch.push(partial.clone());
     d2[0].scratch.push(partial);
+    let mut out = vec![d_dx, d1];
+    out.extend(d2);
+    Ok(out)
+}
+
+/// A delta write's gate and value heads, whose backward [`rmsnorm_backward_heads`] folds into the
+/// norm backward of the sublayer's input: the write's per-token `dz` `[rows]` and `du`
+/// `[rows, m]` (`delta::backward_write`), the weights `w_beta` `[dim]`, `w_v` `[m, dim]`, and
+/// the gradients the heads add into.
+pub struct HeadTerms<'a> {
+    pub m: usize,
+    pub dz: View<'a>,
+    pub du: View<'a>,
+    pub w_beta: View<'a>,
+    pub w_v: View<'a>,
+    pub dw_beta: View<'a>,
+    pub db_beta: View<'a>,
+    pub dw_v: View<'a>,
+    pub db_v: View<'a>,
+}
+
+thread_local! {
+    static FORCED_HEADS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with the heads folded into the norm backward allowed (`true`, still only where
+/// [`folds_heads`] applies) or not on this thread: tests compare both.
+#[doc(hidden)]
+pub fn with_heads<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    super::with_override(&FORCED_HEADS, on, f)
+}
+
+/// Whether a model folds its delta writes' heads into the norm backward
+/// ([`rmsnorm_backward_heads`]) for `rows` rows of `dim` features and `m` value channels: where
+/// that backward runs its quad kernels (CPU adapters, `dim` a multiple of 4, teams of one) and
+/// m ≤ 4. There the heads kernel's own pass over (token, feature), two loads and two stores per
+/// element, costs more than the few extra loads of the norm's passes (docs/PERF.md).
+/// `DDL_NORM_HEADS=0` turns it off.
+/// `views`: those the quad kernels read as vec4s (x, gain, dy, dx, w_β, W_v), which must start on
+/// 16-byte boundaries.
+pub fn folds_heads(gpu: &Gpu, rows: usize, dim: usize, m: usize, views: &[&View]) -> bool {
+    (1..=4).contains(&m)
+        && views.iter().all(|v| v.offset.is_multiple_of(16))
+        && team(gpu, rows, dim) == 1
+        && dim.is_multiple_of(4)
+        && gpu.limits.max_storage_buffers_per_shader_stage >= 9
+        && super::switch(&FORCED_QUADS, "DDL_NORM_QUADS", true)
+        && super::switch(&FORCED_HEADS, "DDL_NORM_HEADS", true)
+}
+
+/// [`rmsnorm_backward`] of a delta write's sublayer input with the write's heads folded in (spec
+/// 11.1): with ∂c = `dy` + ∂z_t·w_β, writes (or adds, `accumulate_dx`) `dx` = the norm's
+/// backward of ∂c plus W_vᵀ∂u_t, adds dγ of ∂c into `dgain`, and adds the head gradients
+/// ∂w_β += Σ_t ∂z_t c_t (c recomputed as the forward computes it), ∂b_β += Σ_t ∂z_t,
+/// ∂W_v += Σ_t ∂u_t x_tᵀ, ∂b_v += Σ_t ∂u_t. So `dy` holds the sublayer's input gradient only
+/// and `dx` needs no W_vᵀ∂u beforehand. Needs [`folds_heads`] (an error otherwise). Dispatches:
+/// the row pass, the column pass (dγ's and the heads' chunk partials), their column sums.
+#[allow(clippy::too_many_arguments)]
+pub fn rmsnorm_backward_heads(
+    gpu: &Gpu,
+    x: View,
+    gain: View,
+    rstd: View,
+    dy: View,
+    dx: View,
+    dgain: View,
+    rows: usize,
+    dim: usize,
+    accumulate_dx: bool,
+    h: &HeadTerms,
+) -> Result<Vec<Dispatch>> {
+    let n = rows.saturating_mul(dim);
+    let m = h.m;
+    check(
+        "rmsnorm backward with heads",
+        rows,
+        dim,
+        &[
+            ("x", &x, n),
+            ("gain", &gain, dim),
+            ("rstd", &rstd, rows),
+            ("dy", &dy, n),
+            ("dx", &dx, n),
+            ("dgain", &dgain, dim),
+            ("dz", &h.dz, rows),
+            ("du", &h.du, rows * m),
+            ("w_beta", &h.w_beta, dim),
+            ("w_v", &h.w_v, m * dim),
+            ("dw_beta", &h.dw_beta, dim),
+            ("db_beta", &h.db_beta, 1),
+            ("dw_v", &h.dw_v, m * dim),
+            ("db_v", &h.db_v, m),
+        ],
+    )?;
+    if !folds_heads(gpu, rows, dim, m, &[&x, &gain, &dy, &dx, &h.w_beta, &h.w_v]) {
+        return Err(GpuError::Shape(format!(
+            "rmsnorm backward with heads: needs the quad kernels (a CPU adapter, dim a multiple of 4, \
+             rows ≥ {CPU_ROWS_PER_INVOCATION}, views on 16-byte boundaries) and 1 ≤ m ≤ 4; got rows {rows}, \
+             dim {dim}, m {m}"
+        )));
+    }
+    let chunks = dgain_chunks(rows);
+    let lay = super::delta::HeadLayout::new(
+        gpu,
+        [(&h.dw_beta, dim), (&h.db_beta, 1), (&h.dw_v, m * dim), (&h.db_v, m)],
+        chunks,
+    );
+    let [_, o_bb, o_wv, o_bv] = lay.offs.map(|x| x as u32);
+    let [s_wb, s_bb, s_wv, s_bv] = lay.strides.map(|x| x as u32);
+    let p =
+        Params { m: m as u32, o_bb, o_wv, o_bv, s_wb, s_bb, s_wv, s_bv, ..params(gpu, rows, dim, 0.0, accumulate_dx) };
+    let pb = bytemuck::bytes_of(&p);
+    let max = gpu.limits.max_compute_workgroups_per_dimension;
+    // Subgroup-shared loads: the weights in the row pass, each row's r, ∂z, ∂u in the column
+    // pass, whose items are then laid out per chunk in whole subgroups (dim/4 rounded up to the
+    // largest subgroup size, which divides the workgroup size: invocation 0 of a subgroup and the
+    // rest walk the same rows).
+    let sgs = gpu.info.subgroup_max_size.max(1);
+    let sg = super::subgroup_loads(gpu) && (WG as u32).is_multiple_of(sgs);
+    let (var, entry) = if sg { ("t1g", "rmsnorm_backward_dx_qhg") } else { ("t1", "rmsnorm_backward_dx_qh") };
+    let stride = if sg { (dim / 4).next_multiple_of(sgs as usize) } else { dim / 4 };
+    let d_dx = gpu.kernel("norm", Some(var), entry)?.dispatch(
+        gpu,
+        Some(pb),
+        &[
+            ("x4", x.sub(0, n)),
+            ("gain4", gain.sub(0, dim)),
+            ("rstd_in", rstd),
+            ("dy4", dy.sub(0, n)),
+            ("dx4", dx.sub(0, n)),
+            ("hdz", h.dz),
+            ("hdu", h.du),
+            ("w_beta4", h.w_beta.sub(0, dim)),
+            ("w_v4", h.w_v.sub(0, m * dim)),
+        ],
+        row_grid(gpu, rows, dim),
+    )?;
+    let partial = Tensor::zeros(gpu, "rmsnorm.dgain_partial", &[chunks, dim], DType::F32)?;
+    let hpart = Tensor::zeros(gpu, "rmsnorm.heads_partial", &[lay.len], DType::F32)?;
+    let pc = Params { _pad: stride as u32, ..p };
+    let (var, entry) = if sg { ("t1g", "rmsnorm_dgain_partial_qhg") } else { ("t1", "rmsnorm_dgain_partial_qh") };
+    let mut d1 = gpu.kernel("norm", Some(var), entry)?.dispatch(
+        gpu,
+        Some(bytemuck::bytes_of(&pc)),
+        &[
+            ("x4", x.sub(0, n)),
+            ("gain4", gain.sub(0, dim)),
+            ("rstd_in", rstd),
+            ("dy4", dy.sub(0, n)),
+            ("partial4", partial.view()),
+            ("hdz", h.dz),
+            ("hdu", h.du),
+            ("w_beta4", h.w_beta.sub(0, dim)),
+            ("hpart", hpart.view()),
+        ],
+        grid_1d((chunks * stride) as u64, WG as u32, max),
+    )?;
+    let mut d2 = crate::kernels::reduce::col_sum(gpu, partial.view(), dgain, chunks, dim, true)?;
+    d2.extend(lay.col_sums(gpu, &hpart)?);
+    d1.scratch.push(partial.clone());
+    d1.scratch.push(hpart.clone());
+    d2[0].scratch.push(partial);
+    d2[0].scratch.push(hpart);
     let mut out = vec![d_dx, d1];
     out.extend(d2);
     Ok(out)

@@ -1108,9 +1108,19 @@ impl Model {
                             None => (&s.h, a, &g.dh, &g.da),
                         };
                         let _ = kraw;
-                        run(
-                            o,
-                            delta::backward(
+                        // CPU adapters: the heads' backward goes into the norm backward below.
+                        let (w_beta, w_v) = (self.pv(&format!("{dn}.w_beta")), self.pv(&format!("{dn}.w_v")));
+                        let fold = !vmap
+                            && norm::folds_heads(
+                                gpu,
+                                n,
+                                d,
+                                c.m(),
+                                &[&a.view(), &self.pv(&norm_name), &g.dc.view(), &g.da.view(), &w_beta, &w_v],
+                            );
+                        let mut heads = None;
+                        if fold {
+                            let (main, hdz, hdu) = delta::backward_write(
                                 gpu,
                                 &self.delta_shape(p),
                                 dxc.view(),
@@ -1120,21 +1130,40 @@ impl Model {
                                 w.beta.view(),
                                 w.v.view(),
                                 w.delta.view(),
-                                a_in.view(),
-                                s.c.view(),
-                                self.pv(&format!("{dn}.w_beta")),
-                                self.pv(&format!("{dn}.w_v")),
                                 dxn.view(),
                                 dkraw_buf.view(),
-                                da_buf.view(),
-                                g.dc.view(),
-                                self.gv(&format!("{dn}.w_beta")),
-                                self.gv(&format!("{dn}.b_beta")),
-                                self.gv(&format!("{dn}.w_v")),
-                                self.gv(&format!("{dn}.b_v")),
-                                false,
-                            ),
-                        )?;
+                            )?;
+                            run(o, Ok(vec![main]))?;
+                            heads = Some((hdz, hdu));
+                        } else {
+                            run(
+                                o,
+                                delta::backward(
+                                    gpu,
+                                    &self.delta_shape(p),
+                                    dxc.view(),
+                                    x_in.view(),
+                                    w.k.view(),
+                                    w.rnorm.view(),
+                                    w.beta.view(),
+                                    w.v.view(),
+                                    w.delta.view(),
+                                    a_in.view(),
+                                    s.c.view(),
+                                    self.pv(&format!("{dn}.w_beta")),
+                                    self.pv(&format!("{dn}.w_v")),
+                                    dxn.view(),
+                                    dkraw_buf.view(),
+                                    da_buf.view(),
+                                    g.dc.view(),
+                                    self.gv(&format!("{dn}.w_beta")),
+                                    self.gv(&format!("{dn}.b_beta")),
+                                    self.gv(&format!("{dn}.w_v")),
+                                    self.gv(&format!("{dn}.b_v")),
+                                    false,
+                                ),
+                            )?;
+                        }
                         if let Some((q1, s1, _)) = &s.dir {
                             // Direction branch: kraw = W_k2 silu(W_k1 c).
                             mm(
@@ -1182,8 +1211,9 @@ impl Model {
                                 g.dc.view(),
                             )?;
                         }
-                        // The sublayer's input gradient adds to the gate's (and direction MLP's) dc.
-                        self.sublayer_bwd(o, p, l, s, &g.dh, true)?;
+                        // The sublayer's input gradient adds to the gate's (and direction MLP's) dc
+                        // (or starts dc when the norm backward takes the heads in).
+                        self.sublayer_bwd(o, p, l, s, &g.dh, heads.is_none())?;
                         if vmap {
                             if var.expanded() {
                                 run(
@@ -1218,6 +1248,41 @@ impl Model {
                                         true,
                                     ),
                                 )?;
+                            }
+                        } else if let Some((hdz, hdu)) = &heads {
+                            // ∂c = dc + ∂z w_β, ∂a = its norm backward + W_vᵀ∂u, and the heads'
+                            // parameter gradients, in the norm's two passes.
+                            let terms = norm::HeadTerms {
+                                m: c.m(),
+                                dz: hdz.view(),
+                                du: hdu.view(),
+                                w_beta,
+                                w_v,
+                                dw_beta: self.gv(&format!("{dn}.w_beta")),
+                                db_beta: self.gv(&format!("{dn}.b_beta")),
+                                dw_v: self.gv(&format!("{dn}.w_v")),
+                                db_v: self.gv(&format!("{dn}.b_v")),
+                            };
+                            run(
+                                o,
+                                norm::rmsnorm_backward_heads(
+                                    gpu,
+                                    a.view(),
+                                    self.pv(&norm_name),
+                                    s.rstd_c.view(),
+                                    g.dc.view(),
+                                    g.da.view(),
+                                    self.gv(&norm_name),
+                                    n,
+                                    d,
+                                    false,
+                                    &terms,
+                                ),
+                            )?;
+                            if var.expanded() {
+                                self.compress_bwd(o, p, &format!("{blk}.compress"), x_in, &g.da, dxn)?;
+                            } else {
+                                run(o, elementwise::add(gpu, g.da.view(), dxn.view(), n * d))?;
                             }
                         } else {
                             // da holds the value head's W_vᵀ∂u; add the norm's input gradient.

@@ -306,3 +306,142 @@ fn rmsnorm_shape_errors_are_reported_not_panicked() {
     let e = norm::rmsnorm_forward(&gpu, big.view(), big.view(), big.view(), big.view(), 0, 8, EPS).unwrap_err();
     assert!(e.to_string().contains("at least 1"), "{e}");
 }
+
+/// The delta write's heads folded into the norm backward (`norm::rmsnorm_backward_heads`, the
+/// CPU-adapter path of the model's DDL sublayers) against float64: ∂c = dy + ∂z_t w_β, dx = the
+/// norm backward of ∂c + W_vᵀ∂u_t (written or added), dγ, and the four head gradients added into
+/// one buffer laid out like the model's (each at a 64-element boundary; the gaps must stay as
+/// they were). Rows past the subgroup tiles (odd), m = 1, 3, 4, with and without the
+/// subgroup-shared loads.
+fn check_heads(rows: usize, dim: usize, m: usize, accumulate_dx: bool) {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let x = rng.normal(rows * dim, 1.3);
+    let gain = rng.uniform(dim, 0.5, 1.5);
+    let dy = rng.normal(rows * dim, 1.0);
+    let dx0 = rng.normal(rows * dim, 1.0);
+    let dgain0 = rng.normal(dim, 1.0);
+    let (dz, du) = (rng.normal(rows, 1.0), rng.normal(rows * m, 1.0));
+    let (wb, wv) = (rng.normal(dim, 0.5), rng.normal(m * dim, 0.5));
+    let a = |v: usize| v.next_multiple_of(64);
+    let (o_wb, o_bb) = (0, a(dim));
+    let o_wv = a(o_bb + 1);
+    let o_bv = a(o_wv + m * dim);
+    let hg0 = rng.normal(o_bv + m + 5, 1.0);
+
+    let (tx, tg, tdy) = (upload(&gpu, "x", &x), upload(&gpu, "gain", &gain), upload(&gpu, "dy", &dy));
+    let (tdz, tdu, twb, twv) =
+        (upload(&gpu, "dz", &dz), upload(&gpu, "du", &du), upload(&gpu, "wb", &wb), upload(&gpu, "wv", &wv));
+    let y = poisoned(&gpu, "y", &[rows * dim]);
+    let rstd = poisoned(&gpu, "rstd", &[rows]);
+    let dx = if accumulate_dx { upload(&gpu, "dx", &dx0) } else { poisoned(&gpu, "dx", &[rows * dim]) };
+    let dgain = upload(&gpu, "dgain", &dgain0);
+    let hg = upload(&gpu, "head grads", &hg0);
+    let hv = hg.view();
+    let terms = norm::HeadTerms {
+        m,
+        dz: tdz.view(),
+        du: tdu.view(),
+        w_beta: twb.view(),
+        w_v: twv.view(),
+        dw_beta: hv.sub(o_wb, dim),
+        db_beta: hv.sub(o_bb, 1),
+        dw_v: hv.sub(o_wv, m * dim),
+        db_v: hv.sub(o_bv, m),
+    };
+    assert!(norm::folds_heads(&gpu, rows, dim, m, &[]), "the heads must fold at rows {rows} dim {dim} m {m}");
+    let mut ds = norm::rmsnorm_forward(&gpu, tx.view(), tg.view(), y.view(), rstd.view(), rows, dim, EPS).unwrap();
+    ds.extend(
+        norm::rmsnorm_backward_heads(
+            &gpu,
+            tx.view(),
+            tg.view(),
+            rstd.view(),
+            tdy.view(),
+            dx.view(),
+            dgain.view(),
+            rows,
+            dim,
+            accumulate_dx,
+            &terms,
+        )
+        .unwrap(),
+    );
+    run(&gpu, &ds);
+
+    // float64
+    let (xd, gd) = (f64v(&x), f64v(&gain));
+    let (_, rs) = ref_forward(&xd, &gd, rows, dim, EPS as f64);
+    let mut dyt = f64v(&dy);
+    for t in 0..rows {
+        for i in 0..dim {
+            dyt[t * dim + i] += dz[t] as f64 * wb[i] as f64;
+        }
+    }
+    let (mut wdx, mut wdg) = ref_backward(&xd, &gd, &dyt, rows, dim, EPS as f64);
+    let mut whg = f64v(&hg0);
+    for t in 0..rows {
+        whg[o_bb] += dz[t] as f64;
+        for i in 0..dim {
+            let ti = t * dim + i;
+            if accumulate_dx {
+                wdx[ti] += dx0[ti] as f64;
+            }
+            whg[o_wb + i] += dz[t] as f64 * gd[i] * xd[ti] * rs[t];
+            for j in 0..m {
+                let u = du[t * m + j] as f64;
+                wdx[ti] += wv[j * dim + i] as f64 * u;
+                whg[o_wv + j * dim + i] += u * xd[ti];
+            }
+        }
+        for j in 0..m {
+            whg[o_bv + j] += du[t * m + j] as f64;
+        }
+    }
+    for (w, g0) in wdg.iter_mut().zip(&dgain0) {
+        *w += *g0 as f64;
+    }
+    let tag = format!("rows={rows} dim={dim} m={m} acc={accumulate_dx}");
+    assert_close(&format!("heads norm dx {tag}"), &read(&gpu, &dx), &wdx, 1e-4, rng.seed);
+    assert_close(&format!("heads norm dgain {tag}"), &read(&gpu, &dgain), &wdg, 1e-4, rng.seed);
+    let got = read(&gpu, &hg);
+    for (name, off, len) in [("dw_beta", o_wb, dim), ("db_beta", o_bb, 1), ("dw_v", o_wv, m * dim), ("db_v", o_bv, m)] {
+        assert_close(&format!("heads {name} {tag}"), &got[off..off + len], &whg[off..off + len], 1e-4, rng.seed);
+    }
+    let inside = |k: usize| {
+        (o_wb..o_wb + dim).contains(&k)
+            || k == o_bb
+            || (o_wv..o_wv + m * dim).contains(&k)
+            || (o_bv..o_bv + m).contains(&k)
+    };
+    for (k, (g, g0)) in got.iter().zip(&hg0).enumerate() {
+        assert!(inside(k) || g.to_bits() == g0.to_bits(), "{tag}: element {k} between the head gradients changed");
+    }
+}
+
+#[test]
+fn the_heads_folded_into_the_norm_backward_match_float64() {
+    for sg in [true, false] {
+        ddl::kernels::with_subgroup_loads(sg, || {
+            norm::with_team(1, || {
+                for (rows, dim, m, acc) in
+                    [(67, 12, 4, false), (130, 36, 3, true), (64, 4, 1, false), (301, 128, 4, true)]
+                {
+                    check_heads(rows, dim, m, acc);
+                }
+            })
+        });
+    }
+}
+
+#[test]
+fn the_heads_fold_only_where_the_quad_kernels_run() {
+    let gpu = gpu();
+    norm::with_team(1, || {
+        assert!(norm::folds_heads(&gpu, 64, 8, 4, &[]));
+        assert!(!norm::folds_heads(&gpu, 64, 10, 4, &[]), "dim not a multiple of 4");
+        assert!(!norm::folds_heads(&gpu, 64, 8, 5, &[]), "m above 4");
+        assert!(norm::with_heads(false, || !norm::folds_heads(&gpu, 64, 8, 4, &[])));
+    });
+    norm::with_team(4, || assert!(!norm::folds_heads(&gpu, 64, 8, 4, &[]), "teams of four"));
+}
