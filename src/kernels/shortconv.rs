@@ -271,43 +271,121 @@ pub fn token_backward(
     need(what, "dx", "[B, T, d, m]", &dx, n * dm)?;
     need(what, "dkappa", "[d, m, K]", &dkappa, dm * k)?;
     need(what, "drho", "[m]", &drho, m)?;
+    let partial = token_partials(gpu, s, 1)?;
+    let mut out = token_backward_walk(gpu, s, x, kappa, rho, da, dx, partial.view())?;
+    out.last_mut().expect("at least one pass").scratch.push(partial.clone());
+    out.push(token_backward_finish(gpu, s, kappa, rho, dkappa, drho, &partial, 1)?);
+    Ok(out)
+}
+
+/// The first part of [`token_backward`]: adds into `dx` and writes this call's chunk partials of
+/// P (`[chunks, m, d, K]`, [`token_backward_scratch_elems`] elements) into `partial`. Calls that
+/// share κ and ρ (a block's two compressor calls) can write consecutive slots of one buffer and
+/// have [`token_backward_finish`] add all of them at once.
+#[allow(clippy::too_many_arguments)]
+pub fn token_backward_walk(
+    gpu: &Gpu,
+    s: &ConvShape,
+    x: View,
+    kappa: View,
+    rho: View,
+    da: View,
+    dx: View,
+    partial: View,
+) -> Result<Vec<Dispatch>> {
+    let what = "shortconv::token_backward";
+    s.validate(what)?;
+    let n = s.tokens();
+    let (d, m, k) = (s.d, s.m, s.kernel);
+    let dm = d * m;
+    need(what, "x", "[B, T, d, m]", &x, n * dm)?;
+    need(what, "kappa", "[d, m, K]", &kappa, dm * k)?;
+    need(what, "rho", "[m]", &rho, m)?;
+    need(what, "da", "[B, T, d]", &da, n * d)?;
+    need(what, "dx", "[B, T, d, m]", &dx, n * dm)?;
+    need(what, "partial", "[chunks, m, d, K]", &partial, token_backward_scratch_elems(s))?;
     let p = token_params(s);
     let pb = bytemuck::bytes_of(&p);
     let chunks = p.chunks as usize;
-    let partial = scratch(gpu, "shortconv.token.partial", chunks * dm * k)?;
-
     // ∂X and the chunk partials of P: one walk with K = 4 compiled in (`token_backward_w`:
     // 12-25 % faster than two walks; a first fusion that kept both windows was slower, see
     // PERF.md), else two passes (windowed or per element).
-    let mut out = if windowed(s) && window_variant(s).ends_with("k4") {
-        let bufs = [("kappa", kappa), ("rho", rho), ("da", da), ("dxr", dx), ("xr", x), ("partial", partial.view())];
+    Ok(if windowed(s) && window_variant(s).ends_with("k4") {
+        let bufs = [("kappa", kappa), ("rho", rho), ("da", da), ("dxr", dx), ("xr", x), ("partial", partial)];
         vec![conv(gpu, &window_variant(s), "token_backward_w", pb, &bufs, d * chunks)?]
     } else if windowed(s) {
         let v = window_variant(s);
         let bufs = [("kappa", kappa), ("rho", rho), ("da", da), ("dxr", dx)];
         let d_dx = conv(gpu, &v, "token_backward_dx_w", pb, &bufs, d * chunks)?;
-        let bufs = [("xr", x), ("da", da), ("partial", partial.view())];
+        let bufs = [("xr", x), ("da", da), ("partial", partial)];
         vec![d_dx, conv(gpu, &v, "token_backward_partial_w", pb, &bufs, d * chunks)?]
     } else {
         let bufs = [("kappa", kappa), ("rho", rho), ("da", da), ("dx", dx)];
         let d_dx = conv(gpu, GENERIC, "token_backward_dx", pb, &bufs, n * dm)?;
-        let bufs = [("x", x), ("da", da), ("partial", partial.view())];
+        let bufs = [("x", x), ("da", da), ("partial", partial)];
         let threads = dm.div_ceil(WG_1D as usize) * k * chunks * WG_1D as usize;
         vec![d_dx, conv(gpu, GENERIC, "token_backward_partial", pb, &bufs, threads)?]
-    };
-    // Chunk sums into dkappa and the drho sums: one workgroup per value channel.
+    })
+}
+
+/// Chunk rows of one slot of [`token_partials`]: the walk's chunks, rounded up so that every
+/// slot starts where a storage binding may start (the extra rows stay zero).
+fn slot_chunks(gpu: &Gpu, s: &ConvShape) -> usize {
+    let (_, chunks) = chunking_min(s.tokens(), TOKEN_MIN_CHUNK);
+    let row = s.d * s.m * s.kernel;
+    let q = crate::kernels::reduce::align_elems(gpu);
+    let step = q / gcd(q, row);
+    chunks.next_multiple_of(step)
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// Zeroed chunk partials for `calls` calls of one compressor (same shape, κ and ρ: a block's
+/// two): slot `c` is [`token_partial_slot`]`(…, c)`; [`token_backward_finish`] sums all slots.
+pub fn token_partials(gpu: &Gpu, s: &ConvShape, calls: usize) -> Result<Tensor> {
+    scratch(gpu, "shortconv.token.partial", calls * slot_chunks(gpu, s) * s.d * s.m * s.kernel)
+}
+
+/// Slot `c` of [`token_partials`], for [`token_backward_walk`].
+pub fn token_partial_slot<'a>(gpu: &Gpu, s: &ConvShape, partial: &'a Tensor, c: usize) -> View<'a> {
+    let len = slot_chunks(gpu, s) * s.d * s.m * s.kernel;
+    partial.view().sub(c * len, len)
+}
+
+/// The last part of [`token_backward`]: the sums over the `calls` slots of [`token_partials`]
+/// (written by [`token_backward_walk`] with the same shape, κ and ρ), in slot and chunk order,
+/// into `dkappa` (+= ρ_j·P) and `drho` (+= Σ_{i,s} κ·P): one workgroup per value channel. Keeps
+/// `partial` alive.
+#[allow(clippy::too_many_arguments)]
+pub fn token_backward_finish(
+    gpu: &Gpu,
+    s: &ConvShape,
+    kappa: View,
+    rho: View,
+    dkappa: View,
+    drho: View,
+    partial: &Tensor,
+    calls: usize,
+) -> Result<Dispatch> {
+    let what = "shortconv::token_backward";
+    let (dm, k) = (s.d * s.m, s.kernel);
+    need(what, "dkappa", "[d, m, K]", &dkappa, dm * k)?;
+    need(what, "drho", "[m]", &drho, s.m)?;
+    let rows = calls * slot_chunks(gpu, s);
+    need(what, "partial", "[calls, chunks, m, d, K]", &partial.view(), rows * dm * k)?;
+    let p = Params { chunks: rows as u32, ..token_params(s) };
     let mut d_fin = conv(
         gpu,
         GENERIC,
         "token_backward_finish",
-        pb,
+        bytemuck::bytes_of(&p),
         &[("kappa", kappa), ("rho", rho), ("dkappa", dkappa), ("drho", drho), ("partial", partial.view())],
-        m * WG_1D as usize,
+        s.m * WG_1D as usize,
     )?;
-    out.last_mut().expect("at least one pass").scratch.push(partial.clone());
-    d_fin.scratch.push(partial);
-    out.push(d_fin);
-    Ok(out)
+    d_fin.scratch.push(partial.clone());
+    Ok(d_fin)
 }
 
 fn value_params(n: usize, d: usize, m: usize, kc: usize) -> Params {

@@ -545,6 +545,10 @@ impl Model {
         }
     }
 
+    /// `shared`: a block's token-axis compressor, whose two calls (MLP side first) write slots 0
+    /// and 1 of one buffer of chunk partials, summed once by the second call (`None`: the readout,
+    /// or the value-axis kind, on its own).
+    #[allow(clippy::too_many_arguments)]
     fn compress_bwd(
         &self,
         ops: &mut Vec<Op>,
@@ -553,6 +557,7 @@ impl Model {
         x: &Tensor,
         da: &Tensor,
         dx: &Tensor,
+        shared: Option<(&Tensor, usize)>,
     ) -> Result<()> {
         let gpu = &*self.gpu;
         let c = &self.cfg;
@@ -576,6 +581,23 @@ impl Model {
                     drho,
                 ),
             )
+        } else if let Some((part, slot)) = shared {
+            let cs = self.conv_shape(p, c.state_kernel);
+            let mut walk = shortconv::token_backward_walk(
+                gpu,
+                &cs,
+                x.view(),
+                kappa,
+                rho,
+                da.view(),
+                dx.view(),
+                shortconv::token_partial_slot(gpu, &cs, part, slot),
+            )?;
+            walk.last_mut().expect("at least one pass").scratch.push(part.clone());
+            if slot == 1 {
+                walk.push(shortconv::token_backward_finish(gpu, &cs, kappa, rho, dkappa, drho, part, 2)?);
+            }
+            run(ops, Ok(walk))
         } else {
             run(
                 ops,
@@ -1051,7 +1073,7 @@ impl Model {
                 ),
             )?;
             o.push(Op::Zero(g.dx[cur].clone()));
-            self.compress_bwd(o, p, "readout", p.xs.last().unwrap(), &g.dz, &g.dx[cur])?;
+            self.compress_bwd(o, p, "readout", p.xs.last().unwrap(), &g.dz, &g.dx[cur], None)?;
         } else {
             run(
                 o,
@@ -1072,6 +1094,12 @@ impl Model {
 
         for l in (0..c.n_layers).rev() {
             let blk = format!("blocks.{l}");
+            // The block's compressor: both calls' chunk partials in one buffer, one finish.
+            let shared = if var.expanded() && !var.value_axis() {
+                Some(shortconv::token_partials(gpu, &self.conv_shape(p, c.state_kernel), 2)?)
+            } else {
+                None
+            };
             for si in (0..2).rev() {
                 let s = &p.subs[l][si];
                 let x_in = &p.xs[2 * l + si];
@@ -1231,7 +1259,15 @@ impl Model {
                                         false,
                                     ),
                                 )?;
-                                self.compress_bwd(o, p, &format!("{blk}.compress"), x_in, &g.da, dxn)?;
+                                self.compress_bwd(
+                                    o,
+                                    p,
+                                    &format!("{blk}.compress"),
+                                    x_in,
+                                    &g.da,
+                                    dxn,
+                                    shared.as_ref().map(|t| (t, 1 - si)),
+                                )?;
                             } else {
                                 run(
                                     o,
@@ -1280,7 +1316,15 @@ impl Model {
                                 ),
                             )?;
                             if var.expanded() {
-                                self.compress_bwd(o, p, &format!("{blk}.compress"), x_in, &g.da, dxn)?;
+                                self.compress_bwd(
+                                    o,
+                                    p,
+                                    &format!("{blk}.compress"),
+                                    x_in,
+                                    &g.da,
+                                    dxn,
+                                    shared.as_ref().map(|t| (t, 1 - si)),
+                                )?;
                             } else {
                                 run(o, elementwise::add(gpu, g.da.view(), dxn.view(), n * d))?;
                             }
@@ -1302,7 +1346,15 @@ impl Model {
                                 ),
                             )?;
                             if var.expanded() {
-                                self.compress_bwd(o, p, &format!("{blk}.compress"), x_in, &g.da, dxn)?;
+                                self.compress_bwd(
+                                    o,
+                                    p,
+                                    &format!("{blk}.compress"),
+                                    x_in,
+                                    &g.da,
+                                    dxn,
+                                    shared.as_ref().map(|t| (t, 1 - si)),
+                                )?;
                             } else {
                                 run(o, elementwise::add(gpu, g.da.view(), dxn.view(), n * d))?;
                             }

@@ -591,3 +591,68 @@ fn compressor_shape_errors_name_the_tensor_and_are_not_panics() {
     .unwrap_err();
     assert!(matches!(e, GpuError::Shape(_)), "{e}");
 }
+
+/// A block's two compressor calls (same κ, ρ; different states and ∂a) writing consecutive slots
+/// of one buffer of chunk partials, summed by one finish (`token_backward_walk` twice, then
+/// `token_backward_finish` over both): each dx gets its own call's gradient, dκ and dρ the sum of
+/// both calls', against float64. Windowed (K = 4) and general (K = 3, K = 6) walks.
+#[test]
+fn two_compressor_calls_sharing_one_finish_match_float64() {
+    for s in [shape(3, 37, 5, 4, 4), shape(2, 19, 3, 3, 3), shape(1, 70, 4, 2, 6)] {
+        let gpu = gpu();
+        let mut rng = Rng::fresh();
+        let (n, dm, k) = (s.tokens(), s.d * s.m, s.kernel);
+        let kappa = rng.uniform(dm * k, -1.0, 1.0);
+        let rho = rng.uniform(s.m, -1.0, 1.0);
+        let (x1, x2) = (rng.normal(n * dm, 1.0), rng.normal(n * dm, 1.0));
+        let (da1, da2) = (rng.normal(n * s.d, 1.0), rng.normal(n * s.d, 1.0));
+        let f = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<f64>>();
+        let (kd, rd) = (f(&kappa), f(&rho));
+        let (wdx1, wdk1, wdr1) = token_grad_ref(&s, &f(&x1), &kd, &rd, &f(&da1));
+        let (wdx2, wdk2, wdr2) = token_grad_ref(&s, &f(&x2), &kd, &rd, &f(&da2));
+        let wdk: Vec<f64> = wdk1.iter().zip(&wdk2).map(|(a, b)| a + b).collect();
+        let wdr: Vec<f64> = wdr1.iter().zip(&wdr2).map(|(a, b)| a + b).collect();
+        let (dx01, dx02) = (preload(&mut rng, &wdx1), preload(&mut rng, &wdx2));
+        let (dk0, dr0) = (preload(&mut rng, &wdk), preload(&mut rng, &wdr));
+
+        let up = |l: &str, v: &[f32]| upload(&gpu, l, v);
+        let (tk, tr) = (up("kappa", &kappa), up("rho", &rho));
+        let (tx1, tx2, tda1, tda2) = (up("x1", &x1), up("x2", &x2), up("da1", &da1), up("da2", &da2));
+        let (tdx1, tdx2, tdk, tdr) = (up("dx1", &dx01), up("dx2", &dx02), up("dk", &dk0), up("dr", &dr0));
+        let part = shortconv::token_partials(&gpu, &s, 2).unwrap();
+        let slot = |c| shortconv::token_partial_slot(&gpu, &s, &part, c);
+        let mut ds = shortconv::token_backward_walk(
+            &gpu,
+            &s,
+            tx1.view(),
+            tk.view(),
+            tr.view(),
+            tda1.view(),
+            tdx1.view(),
+            slot(0),
+        )
+        .unwrap();
+        ds.extend(
+            shortconv::token_backward_walk(
+                &gpu,
+                &s,
+                tx2.view(),
+                tk.view(),
+                tr.view(),
+                tda2.view(),
+                tdx2.view(),
+                slot(1),
+            )
+            .unwrap(),
+        );
+        ds.push(
+            shortconv::token_backward_finish(&gpu, &s, tk.view(), tr.view(), tdk.view(), tdr.view(), &part, 2).unwrap(),
+        );
+        run(&gpu, &ds);
+        let tag = format!("{s:?}");
+        close(&format!("shared dx1 {tag}"), &read(&gpu, &tdx1), &plus(&dx01, &wdx1), 1e-4, rng.seed);
+        close(&format!("shared dx2 {tag}"), &read(&gpu, &tdx2), &plus(&dx02, &wdx2), 1e-4, rng.seed);
+        close(&format!("shared dkappa {tag}"), &read(&gpu, &tdk), &plus(&dk0, &wdk), 1e-4, rng.seed);
+        close(&format!("shared drho {tag}"), &read(&gpu, &tdr), &plus(&dr0, &wdr), 1e-4, rng.seed);
+    }
+}
