@@ -380,7 +380,7 @@ fn write_backward(
     let entry = if quad { "delta_backward_q" } else { "delta_backward" };
     let kern = gpu.kernel("delta", Some(&s.variant(gpu, seg)), entry)?;
     let p = s.params(seg);
-    let main = kern.dispatch(
+    let mut main = kern.dispatch(
         gpu,
         Some(bytemuck::bytes_of(&p)),
         &[
@@ -398,7 +398,6 @@ fn write_backward(
         ],
         s.grid(gpu, seg),
     )?;
-    let mut main = main;
     main.scratch = vec![dz.clone(), du.clone()];
     Ok((main, dz, du))
 }

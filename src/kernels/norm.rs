@@ -388,7 +388,8 @@ pub fn rmsnorm_backward_heads(
     // Subgroup-shared loads: the weights in the row pass, each row's r, ∂z, ∂u in the column
     // pass, whose items are then laid out per chunk in whole subgroups (dim/4 rounded up to the
     // largest subgroup size, which divides the workgroup size: invocation 0 of a subgroup and the
-    // rest walk the same rows).
+    // rest walk the same rows, subgroups being runs of consecutive invocations as on the CPU
+    // adapters that choose subgroup-shared loads, `kernels::subgroup_loads`).
     let sgs = gpu.info.subgroup_max_size.max(1);
     let sg = super::subgroup_loads(gpu) && (WG as u32).is_multiple_of(sgs);
     let (var, entry) = if sg { ("t1g", "rmsnorm_backward_dx_qhg") } else { ("t1", "rmsnorm_backward_dx_qh") };

@@ -1144,7 +1144,15 @@ impl Model {
                                 n,
                                 d,
                                 c.m(),
-                                &[&a.view(), &self.pv(&norm_name), &g.dc.view(), &g.da.view(), &w_beta, &w_v],
+                                &[
+                                    &a.view(),
+                                    &self.pv(&norm_name),
+                                    &g.dc.view(),
+                                    &g.da.view(),
+                                    &dxn.view(),
+                                    &w_beta,
+                                    &w_v,
+                                ],
                             );
                         let mut heads = None;
                         if fold {
@@ -1178,8 +1186,8 @@ impl Model {
                                     w.delta.view(),
                                     a_in.view(),
                                     s.c.view(),
-                                    self.pv(&format!("{dn}.w_beta")),
-                                    self.pv(&format!("{dn}.w_v")),
+                                    w_beta,
+                                    w_v,
                                     dxn.view(),
                                     dkraw_buf.view(),
                                     da_buf.view(),
@@ -1299,6 +1307,8 @@ impl Model {
                                 dw_v: self.gv(&format!("{dn}.w_v")),
                                 db_v: self.gv(&format!("{dn}.b_v")),
                             };
+                            // d_v = 1 (the state is [N, d]): straight into the state's gradient.
+                            let (da_out, add) = if var.expanded() { (&g.da, false) } else { (dxn, true) };
                             run(
                                 o,
                                 norm::rmsnorm_backward_heads(
@@ -1307,11 +1317,11 @@ impl Model {
                                     self.pv(&norm_name),
                                     s.rstd_c.view(),
                                     g.dc.view(),
-                                    g.da.view(),
+                                    da_out.view(),
                                     self.gv(&norm_name),
                                     n,
                                     d,
-                                    false,
+                                    add,
                                     &terms,
                                 ),
                             )?;
@@ -1325,8 +1335,6 @@ impl Model {
                                     dxn,
                                     shared.as_ref().map(|t| (t, 1 - si)),
                                 )?;
-                            } else {
-                                run(o, elementwise::add(gpu, g.da.view(), dxn.view(), n * d))?;
                             }
                         } else {
                             // da holds the value head's W_vᵀ∂u; add the norm's input gradient.
