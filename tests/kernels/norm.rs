@@ -307,6 +307,97 @@ fn rmsnorm_shape_errors_are_reported_not_panicked() {
     assert!(e.to_string().contains("at least 1"), "{e}");
 }
 
+/// Gradients of the heads folded into the norm backward, float64: with c = RMSNorm(x), the
+/// write's z_t = w_β·c_t + b_β and u_t = W_v x_t + b_v, and upstream dy (into c), ∂z, ∂u.
+struct HeadsRef {
+    dx: Vec<f64>,
+    dg: Vec<f64>,
+    dwb: Vec<f64>,
+    dbb: f64,
+    dwv: Vec<f64>,
+    dbv: Vec<f64>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn ref_heads(
+    x: &[f64],
+    gain: &[f64],
+    dy: &[f64],
+    dz: &[f64],
+    du: &[f64],
+    wb: &[f64],
+    wv: &[f64],
+    rows: usize,
+    dim: usize,
+    m: usize,
+) -> HeadsRef {
+    let eps = EPS as f64;
+    let (c, _) = ref_forward(x, gain, rows, dim, eps);
+    let mut dyt = dy.to_vec();
+    for t in 0..rows {
+        for i in 0..dim {
+            dyt[t * dim + i] += dz[t] * wb[i];
+        }
+    }
+    let (mut dx, dg) = ref_backward(x, gain, &dyt, rows, dim, eps);
+    let (mut dwb, mut dbb, mut dwv, mut dbv) = (vec![0.0; dim], 0.0, vec![0.0; m * dim], vec![0.0; m]);
+    for t in 0..rows {
+        dbb += dz[t];
+        for i in 0..dim {
+            let ti = t * dim + i;
+            dwb[i] += dz[t] * c[ti];
+            for j in 0..m {
+                dx[ti] += wv[j * dim + i] * du[t * m + j];
+                dwv[j * dim + i] += du[t * m + j] * x[ti];
+            }
+        }
+        for j in 0..m {
+            dbv[j] += du[t * m + j];
+        }
+    }
+    HeadsRef { dx, dg, dwb, dbb, dwv, dbv }
+}
+
+#[test]
+fn the_heads_reference_matches_finite_differences() {
+    let mut rng = Rng::fresh();
+    let (rows, dim, m) = (5, 6, 3);
+    let x = f64v(&rng.normal(rows * dim, 1.0));
+    let gain = f64v(&rng.uniform(dim, 0.5, 1.5));
+    let (dy, dz, du) =
+        (f64v(&rng.normal(rows * dim, 1.0)), f64v(&rng.normal(rows, 1.0)), f64v(&rng.normal(rows * m, 1.0)));
+    let (wb, wv) = (f64v(&rng.normal(dim, 1.0)), f64v(&rng.normal(m * dim, 1.0)));
+    let (bb, bv) = (0.3, f64v(&rng.normal(m, 1.0)));
+    let h = ref_heads(&x, &gain, &dy, &dz, &du, &wb, &wv, rows, dim, m);
+    // L = Σ_t dy_t·c_t + ∂z_t (w_β·c_t + b_β) + ∂u_t·(W_v x_t + b_v)
+    let loss = |x: &[f64], g: &[f64], wb: &[f64], bb: f64, wv: &[f64], bv: &[f64]| -> f64 {
+        let (c, _) = ref_forward(x, g, rows, dim, EPS as f64);
+        let mut l = 0.0;
+        for t in 0..rows {
+            let mut z = bb;
+            for i in 0..dim {
+                l += dy[t * dim + i] * c[t * dim + i];
+                z += wb[i] * c[t * dim + i];
+            }
+            l += dz[t] * z;
+            for j in 0..m {
+                let u = bv[j] + (0..dim).map(|i| wv[j * dim + i] * x[t * dim + i]).sum::<f64>();
+                l += du[t * m + j] * u;
+            }
+        }
+        l
+    };
+    let e = [
+        fd_check(&mut |v| loss(v, &gain, &wb, bb, &wv, &bv), &x, &h.dx, 30, &mut rng),
+        fd_check(&mut |v| loss(&x, v, &wb, bb, &wv, &bv), &gain, &h.dg, 6, &mut rng),
+        fd_check(&mut |v| loss(&x, &gain, v, bb, &wv, &bv), &wb, &h.dwb, 6, &mut rng),
+        fd_check(&mut |v| loss(&x, &gain, &wb, v[0], &wv, &bv), &[bb], &[h.dbb], 1, &mut rng),
+        fd_check(&mut |v| loss(&x, &gain, &wb, bb, v, &bv), &wv, &h.dwv, 10, &mut rng),
+        fd_check(&mut |v| loss(&x, &gain, &wb, bb, &wv, v), &bv, &h.dbv, 3, &mut rng),
+    ];
+    assert!(e.iter().all(|&e| e < 1e-6), "fd errors (dx, dγ, dw_β, db_β, dW_v, db_v) {e:?} (seed {})", rng.seed);
+}
+
 /// The delta write's heads folded into the norm backward (`norm::rmsnorm_backward_heads`, the
 /// CPU-adapter path of the model's DDL sublayers) against float64: ∂c = dy + ∂z_t w_β, dx = the
 /// norm backward of ∂c + W_vᵀ∂u_t (written or added), dγ, and the four head gradients added into
@@ -370,33 +461,24 @@ fn check_heads(rows: usize, dim: usize, m: usize, accumulate_dx: bool) {
     run(&gpu, &ds);
 
     // float64
-    let (xd, gd) = (f64v(&x), f64v(&gain));
-    let (_, rs) = ref_forward(&xd, &gd, rows, dim, EPS as f64);
-    let mut dyt = f64v(&dy);
-    for t in 0..rows {
-        for i in 0..dim {
-            dyt[t * dim + i] += dz[t] as f64 * wb[i] as f64;
+    let h =
+        ref_heads(&f64v(&x), &f64v(&gain), &f64v(&dy), &f64v(&dz), &f64v(&du), &f64v(&wb), &f64v(&wv), rows, dim, m);
+    let (mut wdx, mut wdg) = (h.dx, h.dg);
+    if accumulate_dx {
+        for (w, a) in wdx.iter_mut().zip(&dx0) {
+            *w += *a as f64;
         }
     }
-    let (mut wdx, mut wdg) = ref_backward(&xd, &gd, &dyt, rows, dim, EPS as f64);
     let mut whg = f64v(&hg0);
-    for t in 0..rows {
-        whg[o_bb] += dz[t] as f64;
-        for i in 0..dim {
-            let ti = t * dim + i;
-            if accumulate_dx {
-                wdx[ti] += dx0[ti] as f64;
-            }
-            whg[o_wb + i] += dz[t] as f64 * gd[i] * xd[ti] * rs[t];
-            for j in 0..m {
-                let u = du[t * m + j] as f64;
-                wdx[ti] += wv[j * dim + i] as f64 * u;
-                whg[o_wv + j * dim + i] += u * xd[ti];
-            }
-        }
-        for j in 0..m {
-            whg[o_bv + j] += du[t * m + j] as f64;
-        }
+    for i in 0..dim {
+        whg[o_wb + i] += h.dwb[i];
+    }
+    whg[o_bb] += h.dbb;
+    for k in 0..m * dim {
+        whg[o_wv + k] += h.dwv[k];
+    }
+    for j in 0..m {
+        whg[o_bv + j] += h.dbv[j];
     }
     for (w, g0) in wdg.iter_mut().zip(&dgain0) {
         *w += *g0 as f64;
