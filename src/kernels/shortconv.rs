@@ -74,6 +74,31 @@ const MAX_CHUNKS: usize = 256;
 /// better), whatever the extra preloads and partial sums cost.
 const TOKEN_MIN_CHUNK: usize = 16;
 
+thread_local! {
+    static FORCED_FWD_CHUNK: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with this thread's forward walk length forced to `chunk` tokens (tests run several
+/// against float64).
+#[doc(hidden)]
+pub fn with_forward_chunk<R>(chunk: usize, f: impl FnOnce() -> R) -> R {
+    super::with_override(&FORCED_FWD_CHUNK, chunk, f)
+}
+
+/// Fewest tokens one invocation of the windowed forward walks. The forward has no partial sums,
+/// so a longer walk only saves window preloads (K − 1 state rows per walk): CPU adapters walk 64
+/// tokens (−12 % at tiny against 16, docs/PERF.md), GPUs 16 (more invocations).
+/// `DDL_CONV_FWD_CHUNK` overrides it.
+fn forward_chunk(gpu: &Gpu) -> usize {
+    let forced = FORCED_FWD_CHUNK.with(|c| c.get());
+    let env = std::env::var("DDL_CONV_FWD_CHUNK").ok().and_then(|v| v.parse::<usize>().ok());
+    match forced.or(env) {
+        Some(c) if c >= 1 => c,
+        _ if gpu.info.device_type == wgpu::DeviceType::Cpu => 64,
+        _ => TOKEN_MIN_CHUNK,
+    }
+}
+
 /// `(chunk, chunks)`: tokens per chunk and number of chunks for a reduction over `n` tokens.
 /// Depends on `n` only (determinism).
 pub(crate) fn chunking(n: usize) -> (usize, usize) {
@@ -168,7 +193,8 @@ pub fn token_forward(gpu: &Gpu, s: &ConvShape, x: View, kappa: View, rho: View, 
     need(what, "kappa", "[d, m, K]", &kappa, d * m * k)?;
     need(what, "rho", "[m]", &rho, m)?;
     need(what, "a", "[B, T, d]", &a, n * d)?;
-    let p = token_params(s);
+    let (chunk, chunks) = chunking_min(n, forward_chunk(gpu));
+    let p = Params { chunk: chunk as u32, chunks: chunks as u32, ..token_params(s) };
     let pb = bytemuck::bytes_of(&p);
     let disp = if windowed(s) {
         let v = window_variant(s);

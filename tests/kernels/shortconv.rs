@@ -656,3 +656,16 @@ fn two_compressor_calls_sharing_one_finish_match_float64() {
         close(&format!("shared drho {tag}"), &read(&gpu, &tdr), &plus(&dr0, &wdr), 1e-4, rng.seed);
     }
 }
+
+/// The forward walks of every length the adapters use (64 tokens on CPU adapters, 16 on GPUs)
+/// and odd ones, across sequence boundaries inside and between walks, against float64.
+#[test]
+fn token_compressor_forward_matches_float64_for_every_walk_length() {
+    for chunk in [1, 5, 16, 64, 200] {
+        shortconv::with_forward_chunk(chunk, || {
+            for s in [shape(3, 37, 5, 4, 4), shape(2, 70, 3, 3, 3), shape(1, 130, 4, 2, 6), shape(4, 1, 3, 4, 4)] {
+                check_token(s);
+            }
+        });
+    }
+}
