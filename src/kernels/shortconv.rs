@@ -61,7 +61,8 @@ struct Params {
     chunks: u32,
     pi: u32,
     rk: u32,
-    _pad: [u32; 3],
+    sum_out: u32,
+    _pad: [u32; 2],
 }
 
 /// Fewest tokens summed sequentially by one invocation of a partial-sum pass.
@@ -248,6 +249,12 @@ pub fn windowed(s: &ConvShape) -> bool {
     s.m <= WINDOW_M && s.kernel <= WINDOW_K
 }
 
+/// Whether [`token_backward_walk`] can write Σ_j of the state gradient (`de`) itself: the
+/// one-walk kernel (windowed, K = 4 compiled in).
+pub fn sums_into_de(s: &ConvShape) -> bool {
+    windowed(s) && window_variant(s).ends_with("k4")
+}
+
 fn token_params(s: &ConvShape) -> Params {
     let (chunk, chunks) = chunking_min(s.tokens(), TOKEN_MIN_CHUNK);
     Params {
@@ -260,7 +267,8 @@ fn token_params(s: &ConvShape) -> Params {
         chunks: chunks as u32,
         pi: 0,
         rk: s.kernel as u32,
-        _pad: [0; 3],
+        sum_out: 0,
+        _pad: [0; 2],
     }
 }
 
@@ -298,7 +306,7 @@ pub fn token_backward(
     need(what, "dkappa", "[d, m, K]", &dkappa, dm * k)?;
     need(what, "drho", "[m]", &drho, m)?;
     let partial = token_partials(gpu, s, 1)?;
-    let mut out = token_backward_walk(gpu, s, x, kappa, rho, da, dx, partial.view())?;
+    let mut out = token_backward_walk(gpu, s, x, kappa, rho, da, dx, partial.view(), None)?;
     out.last_mut().expect("at least one pass").scratch.push(partial.clone());
     out.push(token_backward_finish(gpu, s, kappa, rho, dkappa, drho, &partial, 1)?);
     Ok(out)
@@ -308,6 +316,10 @@ pub fn token_backward(
 /// P (`[chunks, m, d, K]`, [`token_backward_scratch_elems`] elements) into `partial`. Calls that
 /// share κ and ρ (a block's two compressor calls) can write consecutive slots of one buffer and
 /// have [`token_backward_finish`] add all of them at once.
+///
+/// With `de` (`[B, T, d]`, only where [`sums_into_de`] holds): `dx` is left as it was and
+/// `de[b,t,i]` = Σ_j (dx + the compressor's gradient)[b,t,i,j] is written instead — the
+/// backward of a replicated embedding (`expand::replicate_backward`) fused into the last call.
 #[allow(clippy::too_many_arguments)]
 pub fn token_backward_walk(
     gpu: &Gpu,
@@ -318,6 +330,7 @@ pub fn token_backward_walk(
     da: View,
     dx: View,
     partial: View,
+    de: Option<View>,
 ) -> Result<Vec<Dispatch>> {
     let what = "shortconv::token_backward";
     s.validate(what)?;
@@ -330,15 +343,32 @@ pub fn token_backward_walk(
     need(what, "da", "[B, T, d]", &da, n * d)?;
     need(what, "dx", "[B, T, d, m]", &dx, n * dm)?;
     need(what, "partial", "[chunks, m, d, K]", &partial, token_backward_scratch_elems(s))?;
-    let p = token_params(s);
+    if de.is_some() && !sums_into_de(s) {
+        return Err(GpuError::Shape(format!(
+            "{what}: Σ_j into de needs the one-walk kernel (m ≤ 4, K = 4), got {s:?}"
+        )));
+    }
+    if let Some(de) = &de {
+        need(what, "de", "[B, T, d]", de, n * d)?;
+    }
+    let p = Params { sum_out: de.is_some() as u32, ..token_params(s) };
     let pb = bytemuck::bytes_of(&p);
     let chunks = p.chunks as usize;
     // ∂X and the chunk partials of P: one walk with K = 4 compiled in (`token_backward_w`:
     // 12-25 % faster than two walks; a first fusion that kept both windows was slower, see
     // PERF.md), else two passes (windowed or per element).
-    Ok(if windowed(s) && window_variant(s).ends_with("k4") {
-        let bufs = [("kappa", kappa), ("rho", rho), ("da", da), ("dxr", dx), ("xr", x), ("partial", partial)];
-        vec![conv(gpu, &window_variant(s), "token_backward_w", pb, &bufs, d * chunks)?]
+    Ok(if sums_into_de(s) {
+        // `de` is bound either way (the entry point uses it); a one-element stand-in when unused.
+        let unused = match de {
+            Some(_) => None,
+            None => Some(scratch(gpu, "shortconv.de_unused", 1)?),
+        };
+        let de = de.unwrap_or_else(|| unused.as_ref().expect("a stand-in").view());
+        let bufs =
+            [("kappa", kappa), ("rho", rho), ("da", da), ("dxr", dx), ("xr", x), ("partial", partial), ("de", de)];
+        let mut walk = conv(gpu, &window_variant(s), "token_backward_w", pb, &bufs, d * chunks)?;
+        walk.scratch.extend(unused.clone());
+        vec![walk]
     } else if windowed(s) {
         let v = window_variant(s);
         let bufs = [("kappa", kappa), ("rho", rho), ("da", da), ("dxr", dx)];
@@ -426,7 +456,8 @@ fn value_params(n: usize, d: usize, m: usize, kc: usize) -> Params {
         chunks: chunks as u32,
         pi: ((kc - 1) / 2) as u32,
         rk: 1,
-        _pad: [0; 3],
+        sum_out: 0,
+        _pad: [0; 2],
     }
 }
 

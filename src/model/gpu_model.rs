@@ -547,7 +547,8 @@ impl Model {
 
     /// `shared`: a block's token-axis compressor, whose two calls (MLP side first) write slots 0
     /// and 1 of one buffer of chunk partials, summed once by the second call (`None`: the readout,
-    /// or the value-axis kind, on its own).
+    /// or the value-axis kind, on its own). `de`: the last call of a replicated-embedding model
+    /// writes the embedding's gradient Σ_j ∂X directly (`shortconv::sums_into_de`).
     #[allow(clippy::too_many_arguments)]
     fn compress_bwd(
         &self,
@@ -558,6 +559,7 @@ impl Model {
         da: &Tensor,
         dx: &Tensor,
         shared: Option<(&Tensor, usize)>,
+        de: Option<&Tensor>,
     ) -> Result<()> {
         let gpu = &*self.gpu;
         let c = &self.cfg;
@@ -592,6 +594,7 @@ impl Model {
                 da.view(),
                 dx.view(),
                 shortconv::token_partial_slot(gpu, &cs, part, slot),
+                de.map(|t| t.view()),
             )?;
             walk.last_mut().expect("at least one pass").scratch.push(part.clone());
             if slot == 1 {
@@ -1073,7 +1076,7 @@ impl Model {
                 ),
             )?;
             o.push(Op::Zero(g.dx[cur].clone()));
-            self.compress_bwd(o, p, "readout", p.xs.last().unwrap(), &g.dz, &g.dx[cur], None)?;
+            self.compress_bwd(o, p, "readout", p.xs.last().unwrap(), &g.dz, &g.dx[cur], None, None)?;
         } else {
             run(
                 o,
@@ -1092,6 +1095,11 @@ impl Model {
             )?;
         }
 
+        // Replicated embedding: the last compressor call writes ∂e = Σ_j ∂X⁰ itself.
+        let fuse_rep = var.expanded()
+            && !var.ec()
+            && !var.value_axis()
+            && shortconv::sums_into_de(&self.conv_shape(p, c.state_kernel));
         for l in (0..c.n_layers).rev() {
             let blk = format!("blocks.{l}");
             // The block's compressor: both calls' chunk partials in one buffer, one finish.
@@ -1275,6 +1283,7 @@ impl Model {
                                     &g.da,
                                     dxn,
                                     shared.as_ref().map(|t| (t, 1 - si)),
+                                    (fuse_rep && l == 0 && si == 0).then_some(&g.de),
                                 )?;
                             } else {
                                 run(
@@ -1334,6 +1343,7 @@ impl Model {
                                     &g.da,
                                     dxn,
                                     shared.as_ref().map(|t| (t, 1 - si)),
+                                    (fuse_rep && l == 0 && si == 0).then_some(&g.de),
                                 )?;
                             }
                         } else {
@@ -1362,6 +1372,7 @@ impl Model {
                                     &g.da,
                                     dxn,
                                     shared.as_ref().map(|t| (t, 1 - si)),
+                                    (fuse_rep && l == 0 && si == 0).then_some(&g.de),
                                 )?;
                             } else {
                                 run(o, elementwise::add(gpu, g.da.view(), dxn.view(), n * d))?;
@@ -1389,7 +1400,9 @@ impl Model {
                     ),
                 )?;
             } else {
-                run(o, expand::replicate_backward(gpu, n, d, c.m(), g.dx[cur].view(), g.de.view()))?;
+                if !fuse_rep {
+                    run(o, expand::replicate_backward(gpu, n, d, c.m(), g.dx[cur].view(), g.de.view()))?;
+                }
             }
             &g.de
         } else {

@@ -630,6 +630,7 @@ fn two_compressor_calls_sharing_one_finish_match_float64() {
             tda1.view(),
             tdx1.view(),
             slot(0),
+            None,
         )
         .unwrap();
         ds.extend(
@@ -642,6 +643,7 @@ fn two_compressor_calls_sharing_one_finish_match_float64() {
                 tda2.view(),
                 tdx2.view(),
                 slot(1),
+                None,
             )
             .unwrap(),
         );
@@ -668,4 +670,63 @@ fn token_compressor_forward_matches_float64_for_every_walk_length() {
             }
         });
     }
+}
+
+/// The last compressor call of a replicated-embedding model writes ∂e = Σ_j (∂X + its gradient)
+/// instead of ∂X (`token_backward_walk` with `de`, the one-walk kernel): against float64, with
+/// ∂X left exactly as it was; shapes the kernel does not take are an error.
+#[test]
+fn the_compressor_walk_can_write_the_replication_gradient_instead_of_dx() {
+    for s in [shape(3, 37, 5, 4, 4), shape(2, 19, 6, 3, 4), shape(1, 70, 4, 1, 4)] {
+        assert!(shortconv::sums_into_de(&s));
+        let gpu = gpu();
+        let mut rng = Rng::fresh();
+        let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
+        let kappa = rng.uniform(d * m * k, -1.0, 1.0);
+        let rho = rng.uniform(m, -1.0, 1.0);
+        let (x, da, dx0) = (rng.normal(n * d * m, 1.0), rng.normal(n * d, 1.0), rng.normal(n * d * m, 1.0));
+        let f = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<f64>>();
+        let (wdx, _, _) = token_grad_ref(&s, &f(&x), &f(&kappa), &f(&rho), &f(&da));
+        let want: Vec<f64> =
+            (0..n * d).map(|e| (0..m).map(|j| dx0[e * m + j] as f64 + wdx[e * m + j]).sum::<f64>()).collect();
+        let up = |l: &str, v: &[f32]| upload(&gpu, l, v);
+        let (tx, tk, tr, tda, tdx) = (up("x", &x), up("kappa", &kappa), up("rho", &rho), up("da", &da), up("dx", &dx0));
+        let de = poisoned(&gpu, "de", &[n * d]);
+        let part = shortconv::token_partials(&gpu, &s, 1).unwrap();
+        let ds = shortconv::token_backward_walk(
+            &gpu,
+            &s,
+            tx.view(),
+            tk.view(),
+            tr.view(),
+            tda.view(),
+            tdx.view(),
+            part.view(),
+            Some(de.view()),
+        )
+        .unwrap();
+        run(&gpu, &ds);
+        close(&format!("de {s:?}"), &read(&gpu, &de), &want, 1e-5, rng.seed);
+        let after = read(&gpu, &tdx);
+        assert!(after.iter().zip(&dx0).all(|(a, b)| a.to_bits() == b.to_bits()), "{s:?}: dx changed");
+    }
+    let gpu = gpu();
+    let s = shape(1, 9, 2, 2, 3);
+    let t = |l: &str, len: usize| poisoned(&gpu, l, &[len]);
+    let (x, k, r, da, dx, de) = (t("x", 36), t("k", 12), t("r", 2), t("da", 18), t("dx", 36), t("de", 18));
+    let part = shortconv::token_partials(&gpu, &s, 1).unwrap();
+    let err = shortconv::token_backward_walk(
+        &gpu,
+        &s,
+        x.view(),
+        k.view(),
+        r.view(),
+        da.view(),
+        dx.view(),
+        part.view(),
+        Some(de.view()),
+    )
+    .err()
+    .expect("K = 3 has no one-walk kernel");
+    assert!(err.to_string().contains("de"), "{err}");
 }
