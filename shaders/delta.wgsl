@@ -51,6 +51,10 @@ struct Params {
     s_bb: u32,
     s_wv: u32,
     s_bv: u32,
+    store_k: u32,        // forward: 1 = store k (traces, decoding); the backward recomputes k = k̃·r
+    _p0: u32,
+    _p1: u32,
+    _p2: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -76,7 +80,6 @@ struct Params {
 
 // Backward inputs (saved by the forward).
 @group(0) @binding(15) var<storage, read> g: array<Row>;       // [n, d] rows = ∂X'
-@group(0) @binding(16) var<storage, read> k: array<f32>;       // [n, d]
 @group(0) @binding(17) var<storage, read> rnorm: array<f32>;   // [n]
 @group(0) @binding(18) var<storage, read> beta: array<f32>;    // [n]
 @group(0) @binding(19) var<storage, read> v: array<f32>;       // [n, m]
@@ -104,7 +107,6 @@ struct Params {
 @group(0) @binding(33) var<storage, read> w_beta4: array<vec4<f32>>;     // [d/4]
 @group(0) @binding(34) var<storage, read> w_v4: array<vec4<f32>>;        // [m, d/4]
 @group(0) @binding(35) var<storage, read_write> k_out4: array<vec4<f32>>; // [n, d/4]
-@group(0) @binding(36) var<storage, read> k4: array<vec4<f32>>;          // [n, d/4]
 @group(0) @binding(37) var<storage, read_write> dkraw4: array<vec4<f32>>; // [n, d/4]
 
 // Invocations per token: compiled in (SEGFIX, from the variant) for the one-token-per-invocation
@@ -301,7 +303,7 @@ fn delta_forward(
 
 // Row ti of the outputs: k_i and X'[i, ·] = X[i, ·] + k_i (β δ).
 fn write_row(ti: u32, ki: f32, coef: array<f32, MM>, xr_in: Row) {
-    k_out[ti] = ki;
+    if (params.store_k != 0u) { k_out[ti] = ki; }
     write_x_row(ti, ki, coef, xr_in);
 }
 
@@ -354,7 +356,8 @@ fn delta_backward(
     let live = t < params.n;
     let d = params.d;
 
-    // Phase A: g = Gᵀk.
+    // Phase A: g = Gᵀk, with k = k̃·r recomputed as the forward computed it (the same bits).
+    let rn = rnorm[min(t, params.n - 1u)];
     var part: array<f32, NV>;
     var gc: array<Row, R>;              // cached G rows
     var kc: array<f32, R>;              // cached k
@@ -363,13 +366,13 @@ fn delta_backward(
             let i = lane + r * seg;
             if (i < d) {
                 let ti = t * d + i;
-                kc[r] = k[ti];
+                kc[r] = kraw[ti] * rn;
                 gc[r] = gk_row(ti, kc[r], &part);
             }
         }
         for (var i = lane + R * seg; i < d; i += seg) {
             let ti = t * d + i;
-            _ = gk_row(ti, k[ti], &part);
+            _ = gk_row(ti, kraw[ti] * rn, &part);
         }
     }
     segment_sum(&part, MM, lid, lane);
@@ -389,7 +392,7 @@ fn delta_backward(
     }
     for (var i = lane + R * seg; i < d; i += seg) {
         let ti = t * d + i;
-        let ki = k[ti];
+        let ki = kraw[ti] * rn;
         let dk = backward_row(ti, ki, g[ti], tb.bt, gs, tb.gb, tb.dl);
         dkraw[ti] = (dk - ki * tb.kdk) * tb.rn;
     }
@@ -538,7 +541,7 @@ fn forward_q(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool) {
     for (var q = 0u; q < dq; q++) {
         let tq = t * dq + q;
         let kq = kraw4[tq] * rn;
-        k_out4[tq] = kq;
+        if (params.store_k != 0u) { k_out4[tq] = kq; }
         let b = t * d + 4u * q;
         for (var r = 0u; r < 4u; r++) { write_x_row(b + r, kq[r], coef, x[b + r]); }
     }
@@ -554,15 +557,16 @@ fn delta_backward_q(
     if (t >= params.n) { return; }
     let d = params.d;
     let dq = d / 4u;
-    var gs: array<f32, MM>;     // g = Gᵀk
+    var gs: array<f32, MM>;     // g = Gᵀk, k = k̃·r as the forward computed it
+    let rn = rnorm[t];
     for (var q = 0u; q < dq; q++) {
         let b = t * d + 4u * q;
-        quad_dot(&gs, k4[t * dq + q], g[b], g[b + 1u], g[b + 2u], g[b + 3u]);
+        quad_dot(&gs, kraw4[t * dq + q] * rn, g[b], g[b + 1u], g[b + 2u], g[b + 3u]);
     }
     let tb = token_backward(t, gs, true);
     for (var q = 0u; q < dq; q++) {
         let tq = t * dq + q;
-        let kq = k4[tq];
+        let kq = kraw4[tq] * rn;
         let b = t * d + 4u * q;
         let dk = vec4<f32>(
             backward_row(b, kq.x, g[b], tb.bt, gs, tb.gb, tb.dl),

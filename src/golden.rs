@@ -308,7 +308,12 @@ pub fn check(gpu: &Arc<Gpu>, g: &Golden) -> Result<Vec<Row>, GoldenError> {
                     g.f32(&format!("{pre}.beta"), Some(&[b, t]))?,
                     1e-4,
                 ));
-                rows.push(row(&format!("{pre}.k"), &rd(&w.k)?, g.f32(&format!("{pre}.k"), Some(&[b, t, d]))?, 1e-4));
+                // Training programs do not store k (the backward recomputes it): k = k̃·r, the
+                // forward's own f32 product, from the saved k̃ and r.
+                let kraw = rd(sub.dir.as_ref().map_or(&sub.h, |(_, _, kraw)| kraw))?;
+                let rn = rd(&w.rnorm)?;
+                let k: Vec<f32> = kraw.iter().enumerate().map(|(e, &v)| v * rn[e / d]).collect();
+                rows.push(row(&format!("{pre}.k"), &k, g.f32(&format!("{pre}.k"), Some(&[b, t, d]))?, 1e-4));
                 rows.push(row(&format!("{pre}.v"), &rd(&w.v)?, g.f32(&format!("{pre}.v"), Some(&[b, t, m]))?, 1e-4));
             }
             if let Some((_, _, kraw)) = &sub.dir {

@@ -79,6 +79,9 @@ struct Params {
     s_bb: u32,
     s_wv: u32,
     s_bv: u32,
+    /// forward: 1 = store k.
+    store_k: u32,
+    _pad: [u32; 3],
 }
 
 /// Fewest tokens one invocation of the heads kernel walks (one partial sum per chunk): 64
@@ -128,6 +131,8 @@ impl DeltaShape {
             s_bb: 0,
             s_wv: 0,
             s_bv: 0,
+            store_k: 1,
+            _pad: [0; 3],
         }
     }
 
@@ -241,8 +246,9 @@ fn check_aliasing(op: &str, reads: &[(&str, &View)], writes: &[(&str, &View)]) -
 /// The delta write, per token: n = sqrt(‖k̃‖² + ε_k²), k = k̃/n, β = 2σ(w_β·c + b_β),
 /// v = act(W_v a + b_v), p = Xᵀk, δ = v − p, X' = X + β k δᵀ.
 ///
-/// Writes `x_out` (X') and the saved traces `k`, `rnorm` (1/n), `beta`, `v`, `delta`. Every output
-/// must be a buffer separate from the inputs (inputs may share buffers among themselves).
+/// Writes `x_out` (X') and the saved traces `rnorm` (1/n), `beta`, `v`, `delta`, and `k` when
+/// given (traces and decoding; training passes `None`: the backward needs only k̃ and r). Every
+/// output must be a buffer separate from the inputs (inputs may share buffers among themselves).
 /// One dispatch.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
@@ -257,7 +263,7 @@ pub fn forward(
     w_v: View,
     b_v: View,
     x_out: View,
-    k: View,
+    k: Option<View>,
     rnorm: View,
     beta: View,
     v: View,
@@ -265,6 +271,14 @@ pub fn forward(
 ) -> Result<Vec<Dispatch>> {
     s.check()?;
     let (n, d, m) = (s.n, s.d, s.m);
+    // Without `k` (training: the backward recomputes k = k̃·r) the kernel stores nothing there;
+    // its binding gets a four-element stand-in.
+    let stand_in = match k {
+        Some(_) => None,
+        None => Some(Tensor::zeros(gpu, "delta.k_unused", &[4], crate::gpu::DType::F32)?),
+    };
+    let store_k = k.is_some();
+    let k = k.unwrap_or_else(|| stand_in.as_ref().expect("a stand-in").view());
     let reads = [
         ("x", &x, n * d * m),
         ("kraw", &kraw, n * d),
@@ -277,7 +291,7 @@ pub fn forward(
     ];
     let writes = [
         ("x_out", &x_out, n * d * m),
-        ("k", &k, n * d),
+        ("k", &k, if store_k { n * d } else { 1 }),
         ("rnorm", &rnorm, n),
         ("beta", &beta, n),
         ("v", &v, n * m),
@@ -295,8 +309,8 @@ pub fn forward(
         _ => "delta_forward",
     };
     let kern = gpu.kernel("delta", Some(&s.variant(gpu, seg)), entry)?;
-    let p = s.params(seg);
-    let main = kern.dispatch(
+    let p = Params { store_k: store_k as u32, ..s.params(seg) };
+    let mut main = kern.dispatch(
         gpu,
         Some(bytemuck::bytes_of(&p)),
         &[
@@ -317,6 +331,7 @@ pub fn forward(
         ],
         s.grid(gpu, seg),
     )?;
+    main.scratch.extend(stand_in);
     Ok(vec![main])
 }
 
@@ -330,7 +345,7 @@ pub fn backward_write(
     s: &DeltaShape,
     g: View,
     x: View,
-    k: View,
+    kraw: View,
     rnorm: View,
     beta: View,
     v: View,
@@ -343,7 +358,7 @@ pub fn backward_write(
     let reads = [
         ("g", &g, n * d * m),
         ("x", &x, n * d * m),
-        ("k", &k, n * d),
+        ("kraw", &kraw, n * d),
         ("rnorm", &rnorm, n),
         ("beta", &beta, n),
         ("v", &v, n * m),
@@ -354,7 +369,7 @@ pub fn backward_write(
         need("backward", name, view, *len)?;
     }
     check_aliasing("backward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
-    write_backward(gpu, s, g, x, k, rnorm, beta, v, delta, dx, dkraw)
+    write_backward(gpu, s, g, x, kraw, rnorm, beta, v, delta, dx, dkraw)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -363,7 +378,7 @@ fn write_backward(
     s: &DeltaShape,
     g: View,
     x: View,
-    k: View,
+    kraw: View,
     rnorm: View,
     beta: View,
     v: View,
@@ -386,7 +401,7 @@ fn write_backward(
         &[
             ("g", g),
             ("x", x),
-            (if quad { "k4" } else { "k" }, k),
+            (if quad { "kraw4" } else { "kraw" }, kraw),
             ("rnorm", rnorm),
             ("beta", beta),
             ("v", v),
@@ -402,8 +417,9 @@ fn write_backward(
     Ok((main, dz, du))
 }
 
-/// Backward of [`forward`] (spec 11.1, 14.8) given `g` = ∂X' and the saved `k`, `rnorm`, `beta`,
-/// `v`, `delta` plus the inputs `x`, `a`, `c` and the weights `w_beta`, `w_v`.
+/// Backward of [`forward`] (spec 11.1, 14.8) given `g` = ∂X', the forward's inputs `x`, `kraw`,
+/// `a`, `c`, the weights `w_beta`, `w_v` and its saved `rnorm`, `beta`, `v`, `delta`: k = k̃·r is
+/// recomputed as the forward computed it (the same bits), so the forward need not store k.
 ///
 /// Writes `dx` = G − β k gᵀ (g = Gᵀk), `dkraw` = ∂k̃, `dc` = ∂z·w_β and `da` = W_vᵀ∂u (added into
 /// `da` when `accumulate_da`). Adds the parameter gradients: `dw_beta` += Σ_t ∂z_t c_t,
@@ -420,7 +436,7 @@ pub fn backward(
     s: &DeltaShape,
     g: View,
     x: View,
-    k: View,
+    kraw: View,
     rnorm: View,
     beta: View,
     v: View,
@@ -444,7 +460,7 @@ pub fn backward(
     let reads = [
         ("g", &g, n * d * m),
         ("x", &x, n * d * m),
-        ("k", &k, n * d),
+        ("kraw", &kraw, n * d),
         ("rnorm", &rnorm, n),
         ("beta", &beta, n),
         ("v", &v, n * m),
@@ -469,7 +485,7 @@ pub fn backward(
     }
     check_aliasing("backward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
 
-    let (main, dz, du) = write_backward(gpu, s, g, x, k, rnorm, beta, v, delta, dx, dkraw)?;
+    let (main, dz, du) = write_backward(gpu, s, g, x, kraw, rnorm, beta, v, delta, dx, dkraw)?;
     let p = s.params(segment_width(gpu, n, d));
     // The heads: ∂c, ∂a and per-chunk partial sums of the head gradients in one pass over
     // (feature, chunk of tokens), then the chunks' column sums into the gradients.
@@ -646,7 +662,6 @@ pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
         let g = t("g", n * d * m)?;
         let zeros = |label: &str, len: usize| Tensor::zeros(gpu, label, &[len], crate::gpu::DType::F32);
         let x_out = zeros("x_out", n * d * m)?;
-        let k = zeros("k", n * d)?;
         let rnorm = zeros("rnorm", n)?;
         let beta = zeros("beta", n)?;
         let v = zeros("v", n * m)?;
@@ -672,7 +687,8 @@ pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
             w_v.view(),
             b_v.view(),
             x_out.view(),
-            k.view(),
+            // As training runs it: no k (the backward recomputes it).
+            None,
             rnorm.view(),
             beta.view(),
             v.view(),
@@ -685,7 +701,7 @@ pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
             &s,
             g.view(),
             x.view(),
-            k.view(),
+            kraw.view(),
             rnorm.view(),
             beta.view(),
             v.view(),
@@ -706,9 +722,19 @@ pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
         )?;
         let mut bwd = bwd;
         // Keep every tensor alive with the dispatches that use it.
-        fwd[0].scratch.extend([x.clone(), kraw, a.clone(), c.clone(), w_beta.clone(), b_beta, w_v.clone(), b_v, x_out]);
+        fwd[0].scratch.extend([
+            x.clone(),
+            kraw.clone(),
+            a.clone(),
+            c.clone(),
+            w_beta.clone(),
+            b_beta,
+            w_v.clone(),
+            b_v,
+            x_out,
+        ]);
         bwd[0].scratch.extend([
-            g, x, k, rnorm, beta, v, delta, a, c, w_beta, w_v, dx, dkraw, da, dc, dw_beta, db_beta, dw_v, db_v,
+            g, x, kraw, rnorm, beta, v, delta, a, c, w_beta, w_v, dx, dkraw, da, dc, dw_beta, db_beta, dw_v, db_v,
         ]);
         out.push(KernelBench {
             name: format!("delta_forward N={n} d={d} m={m}"),

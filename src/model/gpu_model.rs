@@ -846,7 +846,8 @@ impl Model {
                                 self.pv(&format!("{dn}.w_v")),
                                 self.pv(&format!("{dn}.b_v")),
                                 x_out.view(),
-                                w.k.view(),
+                                // k only for decoding's traces: the backward recomputes k̃·r.
+                                p.decode.is_some().then(|| w.k.view()),
                                 w.rnorm.view(),
                                 w.beta.view(),
                                 w.v.view(),
@@ -1143,7 +1144,6 @@ impl Model {
                             Some((_, _, kraw)) => (kraw, &s.h, &g.dkraw, &g.dh),
                             None => (&s.h, a, &g.dh, &g.da),
                         };
-                        let _ = kraw;
                         // CPU adapters: the heads' backward goes into the norm backward below.
                         let (w_beta, w_v) = (self.pv(&format!("{dn}.w_beta")), self.pv(&format!("{dn}.w_v")));
                         let fold = !vmap
@@ -1169,7 +1169,7 @@ impl Model {
                                 &self.delta_shape(p),
                                 dxc.view(),
                                 x_in.view(),
-                                w.k.view(),
+                                kraw.view(),
                                 w.rnorm.view(),
                                 w.beta.view(),
                                 w.v.view(),
@@ -1187,7 +1187,7 @@ impl Model {
                                     &self.delta_shape(p),
                                     dxc.view(),
                                     x_in.view(),
-                                    w.k.view(),
+                                    kraw.view(),
                                     w.rnorm.view(),
                                     w.beta.view(),
                                     w.v.view(),

@@ -336,6 +336,11 @@ struct GpuBwd {
 }
 
 fn gpu_forward(s: &DeltaShape, inp: &[Vec<f32>]) -> GpuFwd {
+    gpu_forward_k(s, inp, true)
+}
+
+/// The forward with or without storing k (training passes none: the backward recomputes k̃·r).
+fn gpu_forward_k(s: &DeltaShape, inp: &[Vec<f32>], store_k: bool) -> GpuFwd {
     let gpu = gpu();
     let (n, d, m) = (s.n, s.d, s.m);
     let t: Vec<Tensor> = ["x", "kraw", "a", "c", "w_beta", "b_beta", "w_v", "b_v"]
@@ -361,7 +366,7 @@ fn gpu_forward(s: &DeltaShape, inp: &[Vec<f32>]) -> GpuFwd {
         t[6].view(),
         t[7].view(),
         x_out.view(),
-        k.view(),
+        store_k.then(|| k.view()),
         rnorm.view(),
         beta.view(),
         v.view(),
@@ -402,7 +407,7 @@ fn gpu_backward(s: &DeltaShape, b: &BwdIn) -> GpuBwd {
     let c = up("c", &b.inp[3]);
     let w_beta = up("w_beta", &b.inp[4]);
     let w_v = up("w_v", &b.inp[6]);
-    let k = up("k", &b.fwd.k);
+    let kraw = up("kraw", &b.inp[1]);
     let rnorm = up("rnorm", &b.fwd.rnorm);
     let beta = up("beta", &b.fwd.beta);
     let v = up("v", &b.fwd.v);
@@ -451,7 +456,7 @@ fn gpu_backward(s: &DeltaShape, b: &BwdIn) -> GpuBwd {
         s,
         g.view(),
         x.view(),
-        k.view(),
+        kraw.view(),
         rnorm.view(),
         beta.view(),
         v.view(),
@@ -929,7 +934,7 @@ fn traces_may_be_disjoint_views_of_one_buffer_and_params_of_another() {
         pv(2, m * d),
         pv(3, m),
         x_out.view(),
-        tv(0, n * d),
+        Some(tv(0, n * d)),
         tv(1, n),
         tv(2, n),
         tv(3, n * m),
@@ -970,7 +975,7 @@ fn shape_errors_and_aliased_outputs_are_reported_not_panicked() {
             wv.view(),
             bv.view(),
             xo.view(),
-            k.view(),
+            Some(k.view()),
             rn.view(),
             bt.view(),
             v.view(),
@@ -1029,5 +1034,27 @@ fn shape_errors_and_aliased_outputs_are_reported_not_panicked() {
     match bwd(&g, &dx, &t(7)) {
         Err(GpuError::Shape(msg)) => assert!(msg.contains("dw_v"), "{msg}"),
         other => panic!("expected a shape error, got {other:?}"),
+    }
+}
+
+/// Without k (as training runs it) the forward writes the same X' and traces, bit for bit, and
+/// leaves k untouched; the backward recomputes k = k̃·r, so its results do not depend on it (the
+/// backward tests above run from k̃ and r only). Every segment width and both entry forms.
+#[test]
+fn the_forward_without_k_writes_the_same_state_and_traces() {
+    for (seg, quads) in [(1, true), (1, false), (4, false), (32, false)] {
+        delta::with_segment_width(seg, || {
+            delta::with_quads(quads, || {
+                let mut rng = Rng::fresh();
+                let s = shape(37, 12, 4, VAct::Sigmoid4);
+                let inp = draw(&mut rng, &s, false);
+                let (a, b) = (gpu_forward_k(&s, &inp, true), gpu_forward_k(&s, &inp, false));
+                let same = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+                let tag = format!("seg {seg} quads {quads} (seed {})", rng.seed);
+                assert!(same(&a.x_out, &b.x_out) && same(&a.rnorm, &b.rnorm), "{tag}: X' or r differs");
+                assert!(same(&a.beta, &b.beta) && same(&a.v, &b.v) && same(&a.delta, &b.delta), "{tag}: traces differ");
+                assert!(b.k.iter().all(|v| v.is_nan()), "{tag}: k was written");
+            })
+        });
     }
 }
