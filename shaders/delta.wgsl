@@ -52,8 +52,8 @@ struct Params {
     s_wv: u32,
     s_bv: u32,
     store_k: u32,        // forward: 1 = store k (traces, decoding); the backward recomputes k = k̃·r
-    _p0: u32,
-    _p1: u32,
+    beta_col: u32,       // forward: β_t also into beta_all[t · beta_stride + beta_col] (0 = not)
+    beta_stride: u32,
     _p2: u32,
 }
 
@@ -77,6 +77,8 @@ struct Params {
 @group(0) @binding(12) var<storage, read_write> beta_out: array<f32>;  // [n]
 @group(0) @binding(13) var<storage, read_write> v_out: array<f32>;     // [n, m]
 @group(0) @binding(14) var<storage, read_write> delta_out: array<f32>; // [n, m]
+// Every write's β of a model in one [n, writes] buffer (one column sum gives the step's Σ β).
+@group(0) @binding(38) var<storage, read_write> beta_all: array<f32>;
 
 // Backward inputs (saved by the forward).
 @group(0) @binding(15) var<storage, read> g: array<Row>;       // [n, d] rows = ∂X'
@@ -219,6 +221,7 @@ fn token_forward(t: u32, part: array<f32, NV>, store: bool, coef: ptr<function, 
     if (store) {
         rnorm_out[t] = rn;
         beta_out[t] = bt;
+        if (params.beta_stride != 0u) { beta_all[t * params.beta_stride + params.beta_col] = bt; }
     }
     return rn;
 }

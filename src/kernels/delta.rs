@@ -81,7 +81,10 @@ struct Params {
     s_bv: u32,
     /// forward: 1 = store k.
     store_k: u32,
-    _pad: [u32; 3],
+    /// forward: β also into column `beta_col` of a `[n, beta_stride]` buffer (stride 0: not).
+    beta_col: u32,
+    beta_stride: u32,
+    _pad: u32,
 }
 
 /// Fewest tokens one invocation of the heads kernel walks (one partial sum per chunk): 64
@@ -132,7 +135,9 @@ impl DeltaShape {
             s_wv: 0,
             s_bv: 0,
             store_k: 1,
-            _pad: [0; 3],
+            beta_col: 0,
+            beta_stride: 0,
+            _pad: 0,
         }
     }
 
@@ -268,17 +273,29 @@ pub fn forward(
     beta: View,
     v: View,
     delta: View,
+    beta_all: Option<(View, usize, usize)>,
 ) -> Result<Vec<Dispatch>> {
     s.check()?;
     let (n, d, m) = (s.n, s.d, s.m);
-    // Without `k` (training: the backward recomputes k = k̃·r) the kernel stores nothing there;
-    // its binding gets a four-element stand-in.
-    let stand_in = match k {
-        Some(_) => None,
-        None => Some(Tensor::zeros(gpu, "delta.k_unused", &[4], crate::gpu::DType::F32)?),
+    // Without `k` (training: the backward recomputes k = k̃·r) the kernel stores nothing there,
+    // nor without `beta_all`; their bindings get four-element stand-ins.
+    let stand_in = |on: bool, label: &str| -> Result<Option<Tensor>> {
+        Ok(if on { None } else { Some(Tensor::zeros(gpu, label, &[4], crate::gpu::DType::F32)?) })
     };
+    let (k_unused, b_unused) =
+        (stand_in(k.is_some(), "delta.k_unused")?, stand_in(beta_all.is_some(), "delta.beta_unused")?);
     let store_k = k.is_some();
-    let k = k.unwrap_or_else(|| stand_in.as_ref().expect("a stand-in").view());
+    let k = k.unwrap_or_else(|| k_unused.as_ref().expect("a stand-in").view());
+    let (beta_all, beta_col, beta_stride) = match beta_all {
+        Some((view, col, stride)) => {
+            if col >= stride {
+                return Err(GpuError::Shape(format!("delta forward: β column {col} of {stride}")));
+            }
+            need("forward", "beta_all", &view, n * stride)?;
+            (view, col, stride)
+        }
+        None => (b_unused.as_ref().expect("a stand-in").view(), 0, 0),
+    };
     let reads = [
         ("x", &x, n * d * m),
         ("kraw", &kraw, n * d),
@@ -309,7 +326,8 @@ pub fn forward(
         _ => "delta_forward",
     };
     let kern = gpu.kernel("delta", Some(&s.variant(gpu, seg)), entry)?;
-    let p = Params { store_k: store_k as u32, ..s.params(seg) };
+    let p =
+        Params { store_k: store_k as u32, beta_col: beta_col as u32, beta_stride: beta_stride as u32, ..s.params(seg) };
     let mut main = kern.dispatch(
         gpu,
         Some(bytemuck::bytes_of(&p)),
@@ -328,10 +346,11 @@ pub fn forward(
             ("beta_out", beta),
             ("v_out", v),
             ("delta_out", delta),
+            ("beta_all", beta_all),
         ],
         s.grid(gpu, seg),
     )?;
-    main.scratch.extend(stand_in);
+    main.scratch.extend(k_unused.into_iter().chain(b_unused));
     Ok(vec![main])
 }
 
@@ -693,6 +712,7 @@ pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
             beta.view(),
             v.view(),
             delta.view(),
+            None,
         )?;
         // Realistic saved values for the backward.
         gpu.run(&fwd.iter().collect::<Vec<_>>())?;

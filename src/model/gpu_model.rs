@@ -215,6 +215,9 @@ pub struct Program {
     /// (loss, valid targets, Σ g², unused, Σ β of each delta write in sublayer order): the one
     /// small readback of a training step.
     pub stats: Tensor,
+    /// β of every delta write, `[n, writes]` (column j: the j-th write in sublayer order), summed
+    /// over the tokens into `stats` by one column sum.
+    betas: Tensor,
     /// `stats`' persistent staging copy, filled in the same submit as the step.
     pub stats_rb: Readback,
     /// Decode programs: `logits`' persistent staging copy, filled in the same submit as the
@@ -415,6 +418,7 @@ impl Model {
         // (loss, valid targets, Σ g², ·, then Σ β over the tokens of each delta write).
         let writes = subs.iter().flatten().filter(|s| s.write.is_some()).count();
         let stats = z("stats", &[STATS_BETA + writes])?;
+        let betas = z("betas", &[n * writes.max(1)])?;
         let hkn = if var.vmap() { n * hk } else { 1 };
         let ones = Tensor::from_f32(gpu, "ones", &[hkn], &vec![1.0; hkn])?;
         let g = Grads {
@@ -469,6 +473,7 @@ impl Model {
             stats_rb: Readback::new(&self.gpu, &stats),
             logits_rb,
             stats,
+            betas,
             zero: vec![Op::Zero(self.grads.clone())],
             forward: Vec::new(),
             backward: Vec::new(),
@@ -661,6 +666,9 @@ impl Model {
         let eps = c.norm_eps as f32;
         let mut ops = Vec::new();
         let o = &mut ops;
+        // Delta writes in sublayer order: each stores its β in its column of `p.betas`.
+        let writes = p.subs.iter().flatten().filter(|s| s.write.is_some()).count();
+        let mut write_j = 0;
 
         run(o, embedding::forward(gpu, p.tokens.view(), self.pv("tok_emb"), p.e.view(), n, d, c.vocab_size))?;
         if var.expanded() {
@@ -852,8 +860,10 @@ impl Model {
                                 w.beta.view(),
                                 w.v.view(),
                                 w.delta.view(),
+                                Some((p.betas.view(), write_j, writes)),
                             ),
                         )?;
+                        write_j += 1;
                     }
                 }
             }
@@ -1417,11 +1427,14 @@ impl Model {
     fn record_beta_sums(&self, p: &Program) -> Result<Vec<Op>> {
         let mut ops = Vec::new();
         let n = p.b * p.t;
-        for (j, w) in p.subs.iter().flatten().filter_map(|s| s.write.as_ref()).enumerate() {
-            let sum = Tensor::zeros(&self.gpu, "beta_sum", &[1], crate::gpu::DType::F32)?;
-            run(&mut ops, reduce::col_sum(&self.gpu, w.beta.view(), sum.view(), n, 1, false))?;
-            ops.push(Op::Copy { src: sum, src_off: 0, dst: p.stats.clone(), dst_off: STATS_BETA + j, len: 1 });
+        let writes = p.subs.iter().flatten().filter(|s| s.write.is_some()).count();
+        if writes == 0 {
+            return Ok(ops);
         }
+        // The forward put each write's β in a column of `betas`: one column sum for all of them.
+        let sums = Tensor::zeros(&self.gpu, "beta_sums", &[writes], crate::gpu::DType::F32)?;
+        run(&mut ops, reduce::col_sum(&self.gpu, p.betas.view(), sums.view(), n, writes, false))?;
+        ops.push(Op::Copy { src: sums, src_off: 0, dst: p.stats.clone(), dst_off: STATS_BETA, len: writes });
         Ok(ops)
     }
 
@@ -1598,6 +1611,7 @@ pub fn memory_plan(c: &ModelConfig, b: usize, t: usize) -> MemoryPlan {
         + 3 * n * f4
         + n * d
         + attn_blocks
+        + if var.is_ddl() { 2 * l * (n + 1) } else { 0 } // every write's β, and their sums
         + if f4 != f { l * d * f4 } else { 0 }
         + launcher_scratch(c, b, t);
     let mut largest = ("logits".to_string(), 4 * n * v);

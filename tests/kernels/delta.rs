@@ -341,6 +341,16 @@ fn gpu_forward(s: &DeltaShape, inp: &[Vec<f32>]) -> GpuFwd {
 
 /// The forward with or without storing k (training passes none: the backward recomputes k̃·r).
 fn gpu_forward_k(s: &DeltaShape, inp: &[Vec<f32>], store_k: bool) -> GpuFwd {
+    gpu_forward_kb(s, inp, store_k, None).0
+}
+
+/// … and with β also into column `col` of a poisoned `[n, stride]` buffer (returned).
+fn gpu_forward_kb(
+    s: &DeltaShape,
+    inp: &[Vec<f32>],
+    store_k: bool,
+    betas: Option<(usize, usize)>,
+) -> (GpuFwd, Vec<f32>) {
     let gpu = gpu();
     let (n, d, m) = (s.n, s.d, s.m);
     let t: Vec<Tensor> = ["x", "kraw", "a", "c", "w_beta", "b_beta", "w_v", "b_v"]
@@ -354,6 +364,7 @@ fn gpu_forward_k(s: &DeltaShape, inp: &[Vec<f32>], store_k: bool) -> GpuFwd {
     let beta = poisoned(&gpu, "beta", &[n]);
     let v = poisoned(&gpu, "v", &[n * m]);
     let dl = poisoned(&gpu, "delta", &[n * m]);
+    let ball = poisoned(&gpu, "betas", &[n * betas.map_or(1, |b| b.1)]);
     let ds = delta::forward(
         &gpu,
         s,
@@ -371,17 +382,19 @@ fn gpu_forward_k(s: &DeltaShape, inp: &[Vec<f32>], store_k: bool) -> GpuFwd {
         beta.view(),
         v.view(),
         dl.view(),
+        betas.map(|(c, st)| (ball.view(), c, st)),
     )
     .unwrap();
     run(&gpu, &ds);
-    GpuFwd {
+    let f = GpuFwd {
         x_out: read(&gpu, &x_out),
         k: read(&gpu, &k),
         rnorm: read(&gpu, &rnorm),
         beta: read(&gpu, &beta),
         v: read(&gpu, &v),
         delta: read(&gpu, &dl),
-    }
+    };
+    (f, read(&gpu, &ball))
 }
 
 /// Backward inputs: G, the saved traces (from the GPU forward) and the gradient buffers' initial
@@ -939,6 +952,7 @@ fn traces_may_be_disjoint_views_of_one_buffer_and_params_of_another() {
         tv(2, n),
         tv(3, n * m),
         tv(4, n * m),
+        None,
     )
     .unwrap();
     run(&gpu, &ds);
@@ -980,6 +994,7 @@ fn shape_errors_and_aliased_outputs_are_reported_not_panicked() {
             bt.view(),
             v.view(),
             dl.view(),
+            None,
         )
     };
     assert!(fwd(&s, &x, &xo).is_ok());
@@ -1054,6 +1069,12 @@ fn the_forward_without_k_writes_the_same_state_and_traces() {
                 assert!(same(&a.x_out, &b.x_out) && same(&a.rnorm, &b.rnorm), "{tag}: X' or r differs");
                 assert!(same(&a.beta, &b.beta) && same(&a.v, &b.v) && same(&a.delta, &b.delta), "{tag}: traces differ");
                 assert!(b.k.iter().all(|v| v.is_nan()), "{tag}: k was written");
+                // β of a write also into its column of a model's [n, writes] buffer.
+                let (c, ball) = gpu_forward_kb(&s, &inp, false, Some((2, 3)));
+                for t in 0..s.n {
+                    assert_eq!(ball[t * 3 + 2].to_bits(), c.beta[t].to_bits(), "{tag}: β column, token {t}");
+                    assert!(ball[t * 3].is_nan() && ball[t * 3 + 1].is_nan(), "{tag}: other columns written");
+                }
             })
         });
     }
