@@ -149,6 +149,8 @@ pub enum Inner {
 }
 
 pub struct WriteSaves {
+    /// k [n, d] in decode programs (for the traces); one unused element in training programs,
+    /// whose backward recomputes k = k̃·r.
     pub k: Tensor,
     pub rnorm: Tensor,
     pub beta: Tensor,
@@ -333,6 +335,7 @@ impl Model {
         let n = b * t;
         let (d, m, dq, f, v, hh) = (c.d_model, c.m(), c.qk_dim(), c.mlp_hidden, c.vocab_size, c.n_heads);
         let hk = c.k_mlp_hidden;
+        let keep_k = decode.is_some();
         // MLP activations have rows of a multiple of 4 floats (the vec4 matmul kernels need
         // aligned rows); the padding columns are never stored to, and read only into outputs
         // that are discarded (`Matmul::pad_reads`).
@@ -386,7 +389,8 @@ impl Model {
                     inner,
                     write: if var.is_ddl() {
                         Some(WriteSaves {
-                            k: z(&format!("{p}.kdir"), &[n, d])?,
+                            // k only where the forward stores it: decoding (its traces).
+                            k: z(&format!("{p}.kdir"), &[if keep_k { n * d } else { 1 }])?,
                             rnorm: z(&format!("{p}.rnorm"), &[n])?,
                             beta: z(&format!("{p}.beta"), &[n])?,
                             v: z(&format!("{p}.vval"), &[n, m])?,
@@ -1594,7 +1598,7 @@ pub fn memory_plan(c: &ModelConfig, b: usize, t: usize) -> MemoryPlan {
     let per_sub = if var.expanded() { n * d } else { 0 }
         + 2 * n * d
         + n
-        + if var.is_ddl() { n * d + 2 * n + 2 * n * m } else { 0 }
+        + if var.is_ddl() { 1 + 2 * n + 2 * n * m } else { 0 }
         + if var.vmap() { 2 * n * hk + n * d } else { 0 };
     acts += l * (attn + mlp + 2 * per_sub);
     acts += if var.expanded() { n * d } else { 0 } + n * d + n + n * v + n + 8;
