@@ -28,7 +28,7 @@ struct Params {
     chunks: u32,  // number of chunks = ceil(n / chunk)
     pi: u32,      // value axis: left pad ⌊(kc−1)/2⌋
     rk: u32,      // reduce_drho: taps per (i, j) entry of q (K for the token axis, 1 for CC)
-    sum_out: u32, // token_backward_w: 1 = write Σ_j of the state gradient into `de` instead of dxr
+    out_mode: u32, // token_backward_w: 0 = add into dxr, 1 = Σ_j of dxr + ∂X into `de`, 2 = write ∂X into dxr
     _pad1: u32,
     _pad2: u32,
 }
@@ -51,7 +51,7 @@ struct Params {
 // The windowed token-axis kernels see X and dx as rows of m (`Row` from the variant, m ≤ 4).
 @group(0) @binding(12) var<storage, read> xr: array<Row>;
 @group(0) @binding(13) var<storage, read_write> dxr: array<Row>;
-// token_backward_w with `sum_out`: ∂e [N, d] = Σ_j of the finished state gradient (the
+// token_backward_w with out_mode 1: ∂e [N, d] = Σ_j of the finished state gradient (the
 // replication's backward, for the last compressor call of a replicated-embedding model).
 @group(0) @binding(14) var<storage, read_write> de: array<f32>;
 
@@ -471,8 +471,9 @@ fn token_backward_w(
             gx = fma(kw[lead], vec4<f32>(dw[lead]), gx);
             acc[lead] = fma(vec4<f32>(dw[lead]), xv, acc[lead]);
         }
-        let row = row4(dxr[b]) + gx;
-        if (p.sum_out != 0u) {
+        var row = gx;
+        if (p.out_mode != 2u) { row += row4(dxr[b]); }
+        if (p.out_mode == 1u) {
             // Σ_j in the order of `replicate_backward4` (zeros beyond m add nothing).
             var acc = 0.0;
             acc += row.x;

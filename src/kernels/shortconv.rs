@@ -61,7 +61,7 @@ struct Params {
     chunks: u32,
     pi: u32,
     rk: u32,
-    sum_out: u32,
+    out_mode: u32,
     _pad: [u32; 2],
 }
 
@@ -249,8 +249,19 @@ pub fn windowed(s: &ConvShape) -> bool {
     s.m <= WINDOW_M && s.kernel <= WINDOW_K
 }
 
-/// Whether [`token_backward_walk`] can write Σ_j of the state gradient (`de`) itself: the
-/// one-walk kernel (windowed, K = 4 compiled in).
+/// Where [`token_backward_walk`] puts the state gradient.
+pub enum WalkOut<'a> {
+    /// Added into `dx` (which holds the rest of the state's gradient).
+    AddToDx,
+    /// `de[b,t,i]` = Σ_j (dx + the compressor's gradient)[b,t,i,j], `dx` left as it was: the
+    /// backward of a replicated embedding (`expand::replicate_backward`) fused into the last call.
+    SumIntoDe(View<'a>),
+    /// Written into `dx` (nothing read from it: the readout's call, the first into a fresh ∂X).
+    WriteDx,
+}
+
+/// Whether [`token_backward_walk`] can write Σ_j of the state gradient (`de`), or write `dx`
+/// without reading it: the one-walk kernel (windowed, K = 4 compiled in).
 pub fn sums_into_de(s: &ConvShape) -> bool {
     windowed(s) && window_variant(s).ends_with("k4")
 }
@@ -267,7 +278,7 @@ fn token_params(s: &ConvShape) -> Params {
         chunks: chunks as u32,
         pi: 0,
         rk: s.kernel as u32,
-        sum_out: 0,
+        out_mode: 0,
         _pad: [0; 2],
     }
 }
@@ -305,8 +316,28 @@ pub fn token_backward(
     need(what, "dx", "[B, T, d, m]", &dx, n * dm)?;
     need(what, "dkappa", "[d, m, K]", &dkappa, dm * k)?;
     need(what, "drho", "[m]", &drho, m)?;
+    token_backward_out(gpu, s, x, kappa, rho, da, dx, dkappa, drho, WalkOut::AddToDx)
+}
+
+/// [`token_backward`] with the state gradient put where `out` says ([`WalkOut`]).
+#[allow(clippy::too_many_arguments)]
+pub fn token_backward_out(
+    gpu: &Gpu,
+    s: &ConvShape,
+    x: View,
+    kappa: View,
+    rho: View,
+    da: View,
+    dx: View,
+    dkappa: View,
+    drho: View,
+    out: WalkOut,
+) -> Result<Vec<Dispatch>> {
+    let what = "shortconv::token_backward";
+    need(what, "dkappa", "[d, m, K]", &dkappa, s.d * s.m * s.kernel)?;
+    need(what, "drho", "[m]", &drho, s.m)?;
     let partial = token_partials(gpu, s, 1)?;
-    let mut out = token_backward_walk(gpu, s, x, kappa, rho, da, dx, partial.view(), None)?;
+    let mut out = token_backward_walk(gpu, s, x, kappa, rho, da, dx, partial.view(), out)?;
     out.last_mut().expect("at least one pass").scratch.push(partial.clone());
     out.push(token_backward_finish(gpu, s, kappa, rho, dkappa, drho, &partial, 1)?);
     Ok(out)
@@ -317,9 +348,8 @@ pub fn token_backward(
 /// share κ and ρ (a block's two compressor calls) can write consecutive slots of one buffer and
 /// have [`token_backward_finish`] add all of them at once.
 ///
-/// With `de` (`[B, T, d]`, only where [`sums_into_de`] holds): `dx` is left as it was and
-/// `de[b,t,i]` = Σ_j (dx + the compressor's gradient)[b,t,i,j] is written instead — the
-/// backward of a replicated embedding (`expand::replicate_backward`) fused into the last call.
+/// `out`: where the state gradient goes ([`WalkOut`]; the last two only where
+/// [`sums_into_de`] holds).
 #[allow(clippy::too_many_arguments)]
 pub fn token_backward_walk(
     gpu: &Gpu,
@@ -330,8 +360,13 @@ pub fn token_backward_walk(
     da: View,
     dx: View,
     partial: View,
-    de: Option<View>,
+    out: WalkOut,
 ) -> Result<Vec<Dispatch>> {
+    let (de, mode) = match out {
+        WalkOut::AddToDx => (None, 0),
+        WalkOut::SumIntoDe(de) => (Some(de), 1),
+        WalkOut::WriteDx => (None, 2),
+    };
     let what = "shortconv::token_backward";
     s.validate(what)?;
     let n = s.tokens();
@@ -343,15 +378,15 @@ pub fn token_backward_walk(
     need(what, "da", "[B, T, d]", &da, n * d)?;
     need(what, "dx", "[B, T, d, m]", &dx, n * dm)?;
     need(what, "partial", "[chunks, m, d, K]", &partial, token_backward_scratch_elems(s))?;
-    if de.is_some() && !sums_into_de(s) {
+    if mode != 0 && !sums_into_de(s) {
         return Err(GpuError::Shape(format!(
-            "{what}: Σ_j into de needs the one-walk kernel (m ≤ 4, K = 4), got {s:?}"
+            "{what}: writing dx or Σ_j into de needs the one-walk kernel (m ≤ 4, K = 4), got {s:?}"
         )));
     }
     if let Some(de) = &de {
         need(what, "de", "[B, T, d]", de, n * d)?;
     }
-    let p = Params { sum_out: de.is_some() as u32, ..token_params(s) };
+    let p = Params { out_mode: mode, ..token_params(s) };
     let pb = bytemuck::bytes_of(&p);
     let chunks = p.chunks as usize;
     // ∂X and the chunk partials of P: one walk with K = 4 compiled in (`token_backward_w`:
@@ -456,7 +491,7 @@ fn value_params(n: usize, d: usize, m: usize, kc: usize) -> Params {
         chunks: chunks as u32,
         pi: ((kc - 1) / 2) as u32,
         rk: 1,
-        sum_out: 0,
+        out_mode: 0,
         _pad: [0; 2],
     }
 }

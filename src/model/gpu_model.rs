@@ -603,7 +603,7 @@ impl Model {
                 da.view(),
                 dx.view(),
                 shortconv::token_partial_slot(gpu, &cs, part, slot),
-                de.map(|t| t.view()),
+                de.map_or(shortconv::WalkOut::AddToDx, |t| shortconv::WalkOut::SumIntoDe(t.view())),
             )?;
             walk.last_mut().expect("at least one pass").scratch.push(part.clone());
             if slot == 1 {
@@ -1090,8 +1090,31 @@ impl Model {
                     false,
                 ),
             )?;
-            o.push(Op::Zero(g.dx[cur].clone()));
-            self.compress_bwd(o, p, "readout", p.xs.last().unwrap(), &g.dz, &g.dx[cur], None, None)?;
+            // The readout's gradient starts the state's: written by the one-walk kernel, else
+            // added into a zeroed ∂X.
+            let cs = self.conv_shape(p, c.state_kernel);
+            if !var.value_axis() && shortconv::sums_into_de(&cs) {
+                let (kappa, rho) = (self.pv("readout.kernel"), self.pv("readout.read"));
+                let (dkappa, drho) = (self.gv("readout.kernel"), self.gv("readout.read"));
+                run(
+                    o,
+                    shortconv::token_backward_out(
+                        gpu,
+                        &cs,
+                        p.xs.last().unwrap().view(),
+                        kappa,
+                        rho,
+                        g.dz.view(),
+                        g.dx[cur].view(),
+                        dkappa,
+                        drho,
+                        shortconv::WalkOut::WriteDx,
+                    ),
+                )?;
+            } else {
+                o.push(Op::Zero(g.dx[cur].clone()));
+                self.compress_bwd(o, p, "readout", p.xs.last().unwrap(), &g.dz, &g.dx[cur], None, None)?;
+            }
         } else {
             run(
                 o,

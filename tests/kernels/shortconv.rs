@@ -630,7 +630,7 @@ fn two_compressor_calls_sharing_one_finish_match_float64() {
             tda1.view(),
             tdx1.view(),
             slot(0),
-            None,
+            shortconv::WalkOut::AddToDx,
         )
         .unwrap();
         ds.extend(
@@ -643,7 +643,7 @@ fn two_compressor_calls_sharing_one_finish_match_float64() {
                 tda2.view(),
                 tdx2.view(),
                 slot(1),
-                None,
+                shortconv::WalkOut::AddToDx,
             )
             .unwrap(),
         );
@@ -676,7 +676,7 @@ fn token_compressor_forward_matches_float64_for_every_walk_length() {
 /// instead of ∂X (`token_backward_walk` with `de`, the one-walk kernel): against float64, with
 /// ∂X left exactly as it was; shapes the kernel does not take are an error.
 #[test]
-fn the_compressor_walk_can_write_the_replication_gradient_instead_of_dx() {
+fn the_compressor_walk_can_write_dx_or_the_replication_gradient_instead_of_adding_into_dx() {
     for s in [shape(3, 37, 5, 4, 4), shape(2, 19, 6, 3, 4), shape(1, 70, 4, 1, 4)] {
         assert!(shortconv::sums_into_de(&s));
         let gpu = gpu();
@@ -702,13 +702,30 @@ fn the_compressor_walk_can_write_the_replication_gradient_instead_of_dx() {
             tda.view(),
             tdx.view(),
             part.view(),
-            Some(de.view()),
+            shortconv::WalkOut::SumIntoDe(de.view()),
         )
         .unwrap();
         run(&gpu, &ds);
         close(&format!("de {s:?}"), &read(&gpu, &de), &want, 1e-5, rng.seed);
         let after = read(&gpu, &tdx);
         assert!(after.iter().zip(&dx0).all(|(a, b)| a.to_bits() == b.to_bits()), "{s:?}: dx changed");
+        // WriteDx: the gradient alone into a poisoned dx (nothing read from it).
+        let fresh = poisoned(&gpu, "dx fresh", &[n * d * m]);
+        let part = shortconv::token_partials(&gpu, &s, 1).unwrap();
+        let ds = shortconv::token_backward_walk(
+            &gpu,
+            &s,
+            tx.view(),
+            tk.view(),
+            tr.view(),
+            tda.view(),
+            fresh.view(),
+            part.view(),
+            shortconv::WalkOut::WriteDx,
+        )
+        .unwrap();
+        run(&gpu, &ds);
+        close(&format!("written dx {s:?}"), &read(&gpu, &fresh), &wdx, 1e-5, rng.seed);
     }
     let gpu = gpu();
     let s = shape(1, 9, 2, 2, 3);
@@ -724,7 +741,7 @@ fn the_compressor_walk_can_write_the_replication_gradient_instead_of_dx() {
         da.view(),
         dx.view(),
         part.view(),
-        Some(de.view()),
+        shortconv::WalkOut::SumIntoDe(de.view()),
     )
     .err()
     .expect("K = 3 has no one-walk kernel");
