@@ -388,24 +388,6 @@ pub fn backward_write(
         need("backward", name, view, *len)?;
     }
     check_aliasing("backward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
-    write_backward(gpu, s, g, x, kraw, rnorm, beta, v, delta, dx, dkraw)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn write_backward(
-    gpu: &Gpu,
-    s: &DeltaShape,
-    g: View,
-    x: View,
-    kraw: View,
-    rnorm: View,
-    beta: View,
-    v: View,
-    delta: View,
-    dx: View,
-    dkraw: View,
-) -> Result<(Dispatch, Tensor, Tensor)> {
-    let (n, d, m) = (s.n, s.d, s.m);
     let dz = Tensor::zeros(gpu, "delta.dz", &[n], crate::gpu::DType::F32)?;
     let du = Tensor::zeros(gpu, "delta.du", &[n, m], crate::gpu::DType::F32)?;
 
@@ -504,7 +486,7 @@ pub fn backward(
     }
     check_aliasing("backward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
 
-    let (main, dz, du) = write_backward(gpu, s, g, x, kraw, rnorm, beta, v, delta, dx, dkraw)?;
+    let (main, dz, du) = backward_write(gpu, s, g, x, kraw, rnorm, beta, v, delta, dx, dkraw)?;
     let p = s.params(segment_width(gpu, n, d));
     // The heads: ∂c, ∂a and per-chunk partial sums of the head gradients in one pass over
     // (feature, chunk of tokens), then the chunks' column sums into the gradients.

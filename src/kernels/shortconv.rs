@@ -304,18 +304,6 @@ pub fn token_backward(
     dkappa: View,
     drho: View,
 ) -> Result<Vec<Dispatch>> {
-    let what = "shortconv::token_backward";
-    s.validate(what)?;
-    let n = s.tokens();
-    let (d, m, k) = (s.d, s.m, s.kernel);
-    let dm = d * m;
-    need(what, "x", "[B, T, d, m]", &x, n * dm)?;
-    need(what, "kappa", "[d, m, K]", &kappa, dm * k)?;
-    need(what, "rho", "[m]", &rho, m)?;
-    need(what, "da", "[B, T, d]", &da, n * d)?;
-    need(what, "dx", "[B, T, d, m]", &dx, n * dm)?;
-    need(what, "dkappa", "[d, m, K]", &dkappa, dm * k)?;
-    need(what, "drho", "[m]", &drho, m)?;
     token_backward_out(gpu, s, x, kappa, rho, da, dx, dkappa, drho, WalkOut::AddToDx)
 }
 
@@ -334,6 +322,7 @@ pub fn token_backward_out(
     out: WalkOut,
 ) -> Result<Vec<Dispatch>> {
     let what = "shortconv::token_backward";
+    s.validate(what)?;
     need(what, "dkappa", "[d, m, K]", &dkappa, s.d * s.m * s.kernel)?;
     need(what, "drho", "[m]", &drho, s.m)?;
     let partial = token_partials(gpu, s, 1)?;

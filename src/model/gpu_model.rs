@@ -1176,6 +1176,19 @@ impl Model {
                     }
                     Some(w) => {
                         let (dxc, dxn) = (&g.dx[cur], &g.dx[1 - cur]);
+                        // The block compressor's backward from ∂a (`g.da`) into ∂X (expanded variants).
+                        let block_compress = |o: &mut Vec<Op>| {
+                            self.compress_bwd(
+                                o,
+                                p,
+                                &format!("{blk}.compress"),
+                                x_in,
+                                &g.da,
+                                dxn,
+                                shared.as_ref().map(|t| (t, 1 - si)),
+                                (fuse_rep && l == 0 && si == 0).then_some(&g.de),
+                            )
+                        };
                         let vmap = s.dir.is_some();
                         let (kraw, a_in, dkraw_buf, da_buf) = match &s.dir {
                             Some((_, _, kraw)) => (kraw, &s.h, &g.dkraw, &g.dh),
@@ -1312,16 +1325,7 @@ impl Model {
                                         false,
                                     ),
                                 )?;
-                                self.compress_bwd(
-                                    o,
-                                    p,
-                                    &format!("{blk}.compress"),
-                                    x_in,
-                                    &g.da,
-                                    dxn,
-                                    shared.as_ref().map(|t| (t, 1 - si)),
-                                    (fuse_rep && l == 0 && si == 0).then_some(&g.de),
-                                )?;
+                                block_compress(o)?;
                             } else {
                                 run(
                                     o,
@@ -1372,16 +1376,7 @@ impl Model {
                                 ),
                             )?;
                             if var.expanded() {
-                                self.compress_bwd(
-                                    o,
-                                    p,
-                                    &format!("{blk}.compress"),
-                                    x_in,
-                                    &g.da,
-                                    dxn,
-                                    shared.as_ref().map(|t| (t, 1 - si)),
-                                    (fuse_rep && l == 0 && si == 0).then_some(&g.de),
-                                )?;
+                                block_compress(o)?;
                             }
                         } else {
                             // da holds the value head's W_vᵀ∂u; add the norm's input gradient.
@@ -1401,16 +1396,7 @@ impl Model {
                                 ),
                             )?;
                             if var.expanded() {
-                                self.compress_bwd(
-                                    o,
-                                    p,
-                                    &format!("{blk}.compress"),
-                                    x_in,
-                                    &g.da,
-                                    dxn,
-                                    shared.as_ref().map(|t| (t, 1 - si)),
-                                    (fuse_rep && l == 0 && si == 0).then_some(&g.de),
-                                )?;
+                                block_compress(o)?;
                             } else {
                                 run(o, elementwise::add(gpu, g.da.view(), dxn.view(), n * d))?;
                             }
