@@ -33,7 +33,10 @@ struct Params {
     s_bv: u32,
 }
 
-const WG: u32 = 256u;
+// Invocations per workgroup: 256 in the `team` variant, T1_WG (64) in the teams-of-one
+// variants, whose workgroups are one row per invocation: at the `tiny` preset's 768 rows that
+// makes 12 workgroups instead of 3, which two worker threads of a CPU adapter share evenly.
+const WG: u32 = NORM_WG;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -93,7 +96,7 @@ fn team_reduce(lid: u32, lane: u32) {
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn rmsnorm_forward(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -127,7 +130,7 @@ fn rmsnorm_forward(
 }
 
 // dx = r(γ ⊙ dy) − (r³/D)·x·Σ_i x_i γ_i dy_i   (written, or added when params.flag = 1)
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn rmsnorm_backward_dx(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -163,7 +166,7 @@ fn rmsnorm_backward_dx(
 }
 
 // Pass 1 of dγ: partial[c, i] = Σ_{rows of chunk c, in order} dy·x·r. 1-D grid over chunks·dim.
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn rmsnorm_dgain_partial(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -195,7 +198,7 @@ fn quad_row(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.y * nwg.x + wid.x) * WG + lid;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn rmsnorm_forward_q(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -220,7 +223,7 @@ fn rmsnorm_forward_q(
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn rmsnorm_backward_dx_q(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -253,7 +256,7 @@ fn rmsnorm_backward_dx_q(
 
 // Pass 1 of dγ for dim a multiple of 4: four columns per invocation, each summed over the chunk's
 // rows in order as in `rmsnorm_dgain_partial` (the same bits). 1-D grid over chunks·dim/4.
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn rmsnorm_dgain_partial_q(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -297,7 +300,7 @@ fn head_du(row: u32) -> vec4<f32> {
     return u;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn rmsnorm_backward_dx_qh(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -362,7 +365,7 @@ fn backward_dx_qh(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool) {
 // c·`_pad` + i (`_pad` = dq, or in the `t1g` entry point dq rounded up to the subgroup size so
 // that a subgroup never spans two chunks; the invocations of the padding compute quad dq − 1 and
 // store nothing).
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn rmsnorm_dgain_partial_qh(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,

@@ -440,20 +440,20 @@ pub const MATMUL_VARIANTS: &[Variant] = &[
 /// parameters; `t1` compiles in teams of one invocation (one row per invocation, the CPU-adapter
 /// layout), so the row loops have a constant stride and the team reduction folds away.
 pub const NORM_VARIANTS: &[Variant] = &[
-    Variant { name: "team", consts: &[("TEAMFIX", "u32", "0u")], code: sg_code!(off) },
-    Variant { name: "t1", consts: &[("TEAMFIX", "u32", "1u")], code: sg_code!(off) },
+    Variant { name: "team", consts: &[("TEAMFIX", "u32", "0u"), ("NORM_WG", "u32", "256u")], code: sg_code!(off) },
+    Variant { name: "t1", consts: &[("TEAMFIX", "u32", "1u"), ("NORM_WG", "u32", "64u")], code: sg_code!(off) },
     // Teams of one with the subgroup-shared weight loads of the heads' backward.
     Variant {
         name: "t1g",
-        consts: &[("TEAMFIX", "u32", "1u")],
+        consts: &[("TEAMFIX", "u32", "1u"), ("NORM_WG", "u32", "64u")],
         code: concat!(
             sg_code!(on),
-            "@compute @workgroup_size(256)\n\
+            "@compute @workgroup_size(WG)\n\
              fn rmsnorm_backward_dx_qhg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
                  @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
                  backward_dx_qh(wid, nwg, lid, sid == 0u);\n\
              }\n\
-             @compute @workgroup_size(256)\n\
+             @compute @workgroup_size(WG)\n\
              fn rmsnorm_dgain_partial_qhg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
                  @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
                  dgain_partial_qh(wid, nwg, lid, sid == 0u);\n\

@@ -15,6 +15,13 @@ use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
 
 /// Invocations per workgroup of every norm kernel.
 const WG: usize = 256;
+/// Invocations per workgroup of the teams-of-one variants (`t1`, `t1g`; shaders/norm.wgsl).
+const T1_WG: usize = 64;
+
+/// Invocations per workgroup of the variant that runs teams of `team`.
+fn wg_of(team: usize) -> usize {
+    if team == 1 { T1_WG } else { WG }
+}
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -147,9 +154,10 @@ fn check(what: &str, rows: usize, dim: usize, views: &[(&str, &View, usize)]) ->
     Ok(())
 }
 
-/// Workgroups of the row kernels: `256 / team` rows per workgroup.
+/// Workgroups of the row kernels: `256 / team` rows per workgroup, 64 with teams of one.
 fn row_grid(gpu: &Gpu, rows: usize, dim: usize) -> [u32; 3] {
-    grid_1d(rows as u64, (WG / team(gpu, rows, dim)) as u32, gpu.limits.max_compute_workgroups_per_dimension)
+    let t = team(gpu, rows, dim);
+    grid_1d(rows as u64, (wg_of(t) / t) as u32, gpu.limits.max_compute_workgroups_per_dimension)
 }
 
 /// RMSNorm forward: `y = gain ⊙ x·r` per row, `rstd[row] = r` saved for the backward.
@@ -391,7 +399,7 @@ pub fn rmsnorm_backward_heads(
     // rest walk the same rows, subgroups being runs of consecutive invocations as on the CPU
     // adapters that choose subgroup-shared loads, `kernels::subgroup_loads`).
     let sgs = gpu.info.subgroup_max_size.max(1);
-    let sg = super::subgroup_loads(gpu) && (WG as u32).is_multiple_of(sgs);
+    let sg = super::subgroup_loads(gpu) && (T1_WG as u32).is_multiple_of(sgs);
     let (var, entry) = if sg { ("t1g", "rmsnorm_backward_dx_qhg") } else { ("t1", "rmsnorm_backward_dx_qh") };
     let stride = if sg { (dim / 4).next_multiple_of(sgs as usize) } else { dim / 4 };
     let d_dx = gpu.kernel("norm", Some(var), entry)?.dispatch(
@@ -428,7 +436,7 @@ pub fn rmsnorm_backward_heads(
             ("w_beta4", h.w_beta.sub(0, dim)),
             ("hpart", hpart.view()),
         ],
-        grid_1d((chunks * stride) as u64, WG as u32, max),
+        grid_1d((chunks * stride) as u64, T1_WG as u32, max),
     )?;
     let mut d2 = crate::kernels::reduce::col_sum(gpu, partial.view(), dgain, chunks, dim, true)?;
     d2.extend(lay.col_sums(gpu, &hpart)?);
