@@ -28,7 +28,7 @@ struct Params {
     chunks: u32,  // number of chunks = ceil(n / chunk)
     pi: u32,      // value axis: left pad ⌊(kc−1)/2⌋
     rk: u32,      // reduce_drho: taps per (i, j) entry of q (K for the token axis, 1 for CC)
-    out_mode: u32, // token_backward_w: 0 = add into dxr, 1 = Σ_j of dxr + ∂X into `de`, 2 = write ∂X into dxr
+    _pad0: u32,
     _pad1: u32,
     _pad2: u32,
 }
@@ -51,7 +51,7 @@ struct Params {
 // The windowed token-axis kernels see X and dx as rows of m (`Row` from the variant, m ≤ 4).
 @group(0) @binding(12) var<storage, read> xr: array<Row>;
 @group(0) @binding(13) var<storage, read_write> dxr: array<Row>;
-// token_backward_w with out_mode 1: ∂e [N, d] = Σ_j of the finished state gradient (the
+// token_backward_w_de: ∂e [N, d] = Σ_j of the finished state gradient (the
 // replication's backward, for the last compressor call of a replicated-embedding model).
 @group(0) @binding(14) var<storage, read_write> de: array<f32>;
 
@@ -422,26 +422,47 @@ fn token_backward_partial_w(
     }
 }
 
-// ∂a[m, i], or 0 when token m lies past the end of the sequence being walked (tm, its position
-// counted from that sequence's start, ≥ seq) or past the last token.
-fn da_in_seq(m: u32, tm: u32, i: u32) -> f32 {
-    if (tm < params.seq && m < params.n) { return da[m * params.d + i]; }
-    return 0.0;
-}
-
 // Both backward sums in one forward walk, for the K = KW variant (KFIX = KW): with the ∂a
-// window dw[q] = ∂a[n + q] (zero past the end of token n's sequence),
+// window dw[q] = ∂a[n + q] (counted only where token n + q lies in token n's sequence),
 //   ∂X[n] += Σ_lead ρ ⊙ κ[i, ·, K−1−lead] · dw[lead]   (the sums of `token_backward_dx_w`),
 //   acc[lag] += dw[lag] · X[n]                          (= Σ ∂a[n′]·X[n′ − lag] over n′ = n + lag),
 // so each token needs one X row, one ∂a value (K−1 ahead) and the ∂X row, and no X window.
 // A chunk's partials hold the terms whose X token is in the chunk (those of `partial_w` hold the
 // terms whose ∂a token is); the sums over all chunks are the same terms.
+//
+// Where the state gradient goes is a constant of each entry point (`mode`: 0 adds the walk's
+// terms into ∂X, 1 writes Σ_j of ∂X plus them into `de`, 2 writes them into ∂X), and the window
+// holds ∂a as stored (index clamped to the last token) with the sequence test applied to the
+// value: no load or store in the loop is conditional. (llvmpipe runs a conditional load or store
+// as a loop over the SIMD lanes whether or not any lane takes it.)
 @compute @workgroup_size(256)
 fn token_backward_w(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
+    backward_walk(wid, nwg, lid, 0u);
+}
+
+@compute @workgroup_size(256)
+fn token_backward_w_de(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    backward_walk(wid, nwg, lid, 1u);
+}
+
+@compute @workgroup_size(256)
+fn token_backward_w_write(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    backward_walk(wid, nwg, lid, 2u);
+}
+
+fn backward_walk(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32) {
     let p = params;
     let e = group_index(wid, nwg) * WG + lid;
     if (e >= p.d * p.chunks) { return; }
@@ -449,38 +470,37 @@ fn token_backward_w(
     let ch = e / p.d;
     let n0 = ch * p.chunk;
     let n1 = min(n0 + p.chunk, p.n);
+    let last = p.n - 1u;
     let kw = taps4(i);
     var acc: array<vec4<f32>, KW>;
-    // After the shift at token n (the t-th of its sequence), dw[q] = ∂a[n + q], or 0 where n + q
-    // lies past the end of that sequence: the window is refilled at every sequence start, so the
-    // lead loop adds every term unconditionally (zeros add nothing). Before the first shift,
+    // After the shift at token n, dw[q] = ∂a[min(n + q, N − 1)]; before the first shift,
     // dw[q + 1] holds ∂a[n0 + q].
     var dw: array<f32, KW>;
+    for (var q = 0u; q + 1u < KW; q++) { dw[q + 1u] = da[min(n0 + q, last) * p.d + i]; }
     var t = n0 % p.seq;
-    for (var q = 0u; q + 1u < KW; q++) { dw[q + 1u] = da_in_seq(n0 + q, t + q, i); }
     for (var n = n0; n < n1; n++) {
-        if (t == 0u && n != n0) {
-            for (var q = 0u; q + 1u < KW; q++) { dw[q + 1u] = da_in_seq(n + q, q, i); }
-        }
         for (var q = 0u; q + 1u < KW; q++) { dw[q] = dw[q + 1u]; }
-        dw[KW - 1u] = da_in_seq(n + KW - 1u, t + KW - 1u, i);
+        dw[KW - 1u] = da[min(n + KW - 1u, last) * p.d + i];
         let b = n * p.d + i;
         let xv = row4(xr[b]);
         var gx = vec4<f32>();
         for (var lead = 0u; lead < KW; lead++) {
-            gx = fma(kw[lead], vec4<f32>(dw[lead]), gx);
-            acc[lead] = fma(vec4<f32>(dw[lead]), xv, acc[lead]);
+            // Token n + lead counts while it is in token n's sequence (sequences are whole, so
+            // it is then also below N).
+            let g = vec4<f32>(select(0.0, dw[lead], t + lead < p.seq));
+            gx = fma(kw[lead], g, gx);
+            acc[lead] = fma(g, xv, acc[lead]);
         }
         var row = gx;
-        if (p.out_mode != 2u) { row += row4(dxr[b]); }
-        if (p.out_mode == 1u) {
+        if (mode != 2u) { row += row4(dxr[b]); }
+        if (mode == 1u) {
             // Σ_j in the order of `replicate_backward4` (zeros beyond m add nothing).
-            var acc = 0.0;
-            acc += row.x;
-            acc += row.y;
-            acc += row.z;
-            acc += row.w;
-            de[b] = acc;
+            var sj = 0.0;
+            sj += row.x;
+            sj += row.y;
+            sj += row.z;
+            sj += row.w;
+            de[b] = sj;
         } else {
             dxr[b] = from4(row);
         }

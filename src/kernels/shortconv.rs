@@ -61,8 +61,7 @@ struct Params {
     chunks: u32,
     pi: u32,
     rk: u32,
-    out_mode: u32,
-    _pad: [u32; 2],
+    _pad: [u32; 3],
 }
 
 /// Fewest tokens summed sequentially by one invocation of a partial-sum pass.
@@ -278,8 +277,7 @@ fn token_params(s: &ConvShape) -> Params {
         chunks: chunks as u32,
         pi: 0,
         rk: s.kernel as u32,
-        out_mode: 0,
-        _pad: [0; 2],
+        _pad: [0; 3],
     }
 }
 
@@ -351,11 +349,12 @@ pub fn token_backward_walk(
     partial: View,
     out: WalkOut,
 ) -> Result<Vec<Dispatch>> {
-    let (de, mode) = match out {
-        WalkOut::AddToDx => (None, 0),
-        WalkOut::SumIntoDe(de) => (Some(de), 1),
-        WalkOut::WriteDx => (None, 2),
+    let (de, entry) = match out {
+        WalkOut::AddToDx => (None, "token_backward_w"),
+        WalkOut::SumIntoDe(de) => (Some(de), "token_backward_w_de"),
+        WalkOut::WriteDx => (None, "token_backward_w_write"),
     };
+    let mode_add = matches!(entry, "token_backward_w");
     let what = "shortconv::token_backward";
     s.validate(what)?;
     let n = s.tokens();
@@ -367,7 +366,7 @@ pub fn token_backward_walk(
     need(what, "da", "[B, T, d]", &da, n * d)?;
     need(what, "dx", "[B, T, d, m]", &dx, n * dm)?;
     need(what, "partial", "[chunks, m, d, K]", &partial, token_backward_scratch_elems(s))?;
-    if mode != 0 && !sums_into_de(s) {
+    if !mode_add && !sums_into_de(s) {
         return Err(GpuError::Shape(format!(
             "{what}: writing dx or Σ_j into de needs the one-walk kernel (m ≤ 4, K = 4), got {s:?}"
         )));
@@ -375,7 +374,7 @@ pub fn token_backward_walk(
     if let Some(de) = &de {
         need(what, "de", "[B, T, d]", de, n * d)?;
     }
-    let p = Params { out_mode: mode, ..token_params(s) };
+    let p = token_params(s);
     let pb = bytemuck::bytes_of(&p);
     let chunks = p.chunks as usize;
     // ∂X and the chunk partials of P: one walk with K = 4 compiled in (`token_backward_w`:
@@ -390,7 +389,7 @@ pub fn token_backward_walk(
         let de = de.unwrap_or_else(|| unused.as_ref().expect("a stand-in").view());
         let bufs =
             [("kappa", kappa), ("rho", rho), ("da", da), ("dxr", dx), ("xr", x), ("partial", partial), ("de", de)];
-        let mut walk = conv(gpu, &window_variant(s), "token_backward_w", pb, &bufs, d * chunks)?;
+        let mut walk = conv(gpu, &window_variant(s), entry, pb, &bufs, d * chunks)?;
         walk.scratch.extend(unused.clone());
         vec![walk]
     } else if windowed(s) && !(gpu.info.backend == wgpu::Backend::Gl && !window_variant(s).ends_with("k4")) {
@@ -483,8 +482,7 @@ fn value_params(n: usize, d: usize, m: usize, kc: usize) -> Params {
         chunks: chunks as u32,
         pi: ((kc - 1) / 2) as u32,
         rk: 1,
-        out_mode: 0,
-        _pad: [0; 2],
+        _pad: [0; 3],
     }
 }
 
