@@ -51,7 +51,7 @@ struct Params {
     s_bb: u32,
     s_wv: u32,
     s_bv: u32,
-    store_k: u32,        // forward: 1 = store k (traces, decoding); the backward recomputes k = k̃·r
+    store_k: u32,        // `delta_forward`: 1 = store k (traces, decoding; the quad entries: `…k`); the backward recomputes k = k̃·r
     beta_col: u32,       // forward: β_t also into beta_all[t · beta_stride + beta_col] (0 = not)
     beta_stride: u32,
     _p2: u32,
@@ -501,15 +501,28 @@ fn delta_forward_q(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    forward_q(wid, nwg, lid, true);
+    forward_q(wid, nwg, lid, true, false);
+}
+
+// `delta_forward_q` that also stores k (decoding's traces).
+@compute @workgroup_size(128)
+fn delta_forward_qk(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    forward_q(wid, nwg, lid, true, true);
 }
 
 // The quad forward of invocation `lid`'s token. `lead`: this invocation loads the values its
 // whole subgroup shares (the head weights; `sg_first4` hands them out): every invocation in
 // `delta_forward_q`, invocation 0 of each subgroup in the `g` variants' `delta_forward_qg`.
 // Invocations past the last token run the sums of the last token (they take part in the shared
-// loads, so invocation 0 of a subgroup is never missing) and store nothing.
-fn forward_q(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool) {
+// loads, so invocation 0 of a subgroup is never missing) and store nothing. `store_k`: also
+// store k, a constant of each entry point (`…k`) rather than a parameter, so that the training
+// forward has no conditional store in its loop (llvmpipe runs one as a loop over the SIMD lanes
+// even when no lane stores).
+fn forward_q(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool, store_k: bool) {
     let t_grid = token_index(wid, nwg, lid);
     let live = t_grid < params.n;
     let t = min(t_grid, params.n - 1u);
@@ -544,7 +557,7 @@ fn forward_q(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool) {
     for (var q = 0u; q < dq; q++) {
         let tq = t * dq + q;
         let kq = kraw4[tq] * rn;
-        if (params.store_k != 0u) { k_out4[tq] = kq; }
+        if (store_k) { k_out4[tq] = kq; }
         let b = t * d + 4u * q;
         for (var r = 0u; r < 4u; r++) { write_x_row(b + r, kq[r], coef, x[b + r]); }
     }

@@ -94,7 +94,12 @@ macro_rules! delta_sg_entries {
         "@compute @workgroup_size(128)\n\
          fn delta_forward_qg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
              @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
-             forward_q(wid, nwg, lid, sid == 0u);\n\
+             forward_q(wid, nwg, lid, sid == 0u, false);\n\
+         }\n\
+         @compute @workgroup_size(128)\n\
+         fn delta_forward_qgk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
+             @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
+             forward_q(wid, nwg, lid, sid == 0u, true);\n\
          }\n\
          @compute @workgroup_size(128)\n\
          fn delta_heads_g(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\

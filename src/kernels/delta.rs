@@ -320,9 +320,11 @@ pub fn forward(
     check_aliasing("forward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
     let seg = segment_width(gpu, n, d);
     let q = quads(seg, d);
-    let entry = match (q, shared_loads(gpu, seg)) {
-        (true, true) => "delta_forward_qg",
-        (true, false) => "delta_forward_q",
+    let entry = match (q, shared_loads(gpu, seg), store_k) {
+        (true, true, false) => "delta_forward_qg",
+        (true, true, true) => "delta_forward_qgk",
+        (true, false, false) => "delta_forward_q",
+        (true, false, true) => "delta_forward_qk",
         _ => "delta_forward",
     };
     let kern = gpu.kernel("delta", Some(&s.variant(gpu, seg)), entry)?;
