@@ -54,6 +54,10 @@ struct Params {
 // token_backward_w_de: ∂e [N, d] = Σ_j of the finished state gradient (the
 // replication's backward, for the last compressor call of a replicated-embedding model).
 @group(0) @binding(14) var<storage, read_write> de: array<f32>;
+// The K = 4 walk (`token_backward_w*`) sees kappa [d, m, 4] as one vec4 of taps per (i, j) and
+// writes its chunk partials [chunks, m, d, 4] as one vec4 per (chunk, j, i).
+@group(0) @binding(15) var<storage, read> kappa4: array<vec4<f32>>;
+@group(0) @binding(16) var<storage, read_write> partial4: array<vec4<f32>>;
 
 const WG: u32 = 256u;
 
@@ -462,6 +466,23 @@ fn token_backward_w_write(
     backward_walk(wid, nwg, lid, 2u);
 }
 
+// `taps4` for K = 4 (KW = 4): κ[i, j, 0..4) loaded as one vec4 per value channel; the same
+// products.
+fn taps4_q(i: u32) -> array<vec4<f32>, KW> {
+    var r4 = vec4<f32>();
+    var rows: array<vec4<f32>, 4>;
+    for (var j = 0u; j < MM; j++) {
+        r4[j] = rho[j];
+        rows[j] = kappa4[i * MM + j];
+    }
+    var taps: array<vec4<f32>, KW>;
+    for (var lag = 0u; lag < 4u; lag++) {
+        let s = 3u - lag;
+        taps[lag] = r4 * vec4<f32>(rows[0][s], rows[1][s], rows[2][s], rows[3][s]);
+    }
+    return taps;
+}
+
 fn backward_walk(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32) {
     let p = params;
     let e = group_index(wid, nwg) * WG + lid;
@@ -471,7 +492,7 @@ fn backward_walk(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32) {
     let n0 = ch * p.chunk;
     let n1 = min(n0 + p.chunk, p.n);
     let last = p.n - 1u;
-    let kw = taps4(i);
+    let kw = taps4_q(i);
     var acc: array<vec4<f32>, KW>;
     // After the shift at token n, dw[q] = ∂a[min(n + q, N − 1)]; before the first shift,
     // dw[q + 1] holds ∂a[n0 + q].
@@ -507,7 +528,10 @@ fn backward_walk(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32) {
         t += 1u;
         if (t == p.seq) { t = 0u; }
     }
-    for (var lag = 0u; lag < KW; lag++) { store_partial(ch, i, lag, acc[lag]); }
+    // partial[ch, j, i, K−1−lag] = acc[lag][j]: one vec4 per value channel.
+    for (var j = 0u; j < MM; j++) {
+        partial4[(ch * MM + j) * p.d + i] = vec4<f32>(acc[3][j], acc[2][j], acc[1][j], acc[0][j]);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

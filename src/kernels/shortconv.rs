@@ -388,7 +388,7 @@ pub fn token_backward_walk(
         };
         let de = de.unwrap_or_else(|| unused.as_ref().expect("a stand-in").view());
         let bufs =
-            [("kappa", kappa), ("rho", rho), ("da", da), ("dxr", dx), ("xr", x), ("partial", partial), ("de", de)];
+            [("kappa4", kappa), ("rho", rho), ("da", da), ("dxr", dx), ("xr", x), ("partial4", partial), ("de", de)];
         let mut walk = conv(gpu, &window_variant(s), entry, pb, &bufs, d * chunks)?;
         walk.scratch.extend(unused.clone());
         vec![walk]
