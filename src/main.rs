@@ -31,7 +31,16 @@ struct DeviceArgs {
 impl DeviceArgs {
     fn open(&self) -> Result<std::sync::Arc<Gpu>> {
         let backend = self.backend.as_deref().map(BackendChoice::parse).transpose()?;
-        Ok(Gpu::new(&GpuOptions { backend, adapter: self.adapter.clone() })?)
+        let gpu = Gpu::new(&GpuOptions { backend, adapter: self.adapter.clone() })?;
+        if gpu.info.backend == wgpu::Backend::Gl && backend.is_none() && self.adapter.is_none() {
+            eprintln!(
+                "note: running on OpenGL ({}): no Vulkan, Metal or DX12 adapter was found. The engine is \
+                 tested and tuned on those; on Linux without a GPU install Mesa's Vulkan driver \
+                 (`make setup`, or apt install mesa-vulkan-drivers libvulkan1) for lavapipe.",
+                gpu.info.name
+            );
+        }
+        Ok(gpu)
     }
 }
 
