@@ -365,6 +365,7 @@ pub fn train_compare_rows(
     let median =
         |v: &[f64]| if v.len() % 2 == 1 { v[v.len() / 2] } else { 0.5 * (v[v.len() / 2 - 1] + v[v.len() / 2]) };
     // The same in process CPU time (all threads), where the platform measures it: null otherwise.
+    let ci = median_ci95(&r);
     let (ca, cb, cr) = (sorted(&sides[0].cpu), sorted(&sides[1].cpu), sorted(&cpu_ratios));
     let cpu = !cr.is_empty() && !ca.is_empty() && !cb.is_empty();
     emit(Row(json!({
@@ -374,10 +375,34 @@ pub fn train_compare_rows(
         "median_step_ms": median(&tb), "against_median_step_ms": median(&ta),
         "ratio_best": tb[0] / ta[0], "ratio_median_block": median(&r),
         "ratio_min_block": r[0], "ratio_max_block": r[r.len() - 1],
+        "ratio_median_ci95": ci.map(|(lo, hi)| [lo, hi]),
         "cpu_ratio_median_block": cpu.then(|| median(&cr)), "cpu_ratio_best": cpu.then(|| cb[0] / ca[0]),
         "cpu_median_step_ms": cpu.then(|| median(&cb)), "against_cpu_median_step_ms": cpu.then(|| median(&ca)),
     })));
     Ok(())
+}
+
+/// A distribution-free 95 % confidence interval for the median of the ascending `sorted` values
+/// (order statistics: [x₍ₖ₎, x₍ₙ₋ₖ₊₁₎] with the largest k whose two binomial(n, ½) tails
+/// P(X < k) sum to at most 5 %), or `None` for fewer than 6 values (no such k). No assumption
+/// about the distribution of the block ratios, which has long tails on a noisy machine.
+pub fn median_ci95(sorted: &[f64]) -> Option<(f64, f64)> {
+    let n = sorted.len();
+    // P(X ≤ j) for X ~ binomial(n, ½), by the running binomial coefficient (in f64: n ≤ ~1000).
+    let mut best = None;
+    let (mut coef, mut cdf) = (1.0f64, 0.0f64);
+    let total = 2f64.powi(n as i32);
+    for j in 0..n {
+        cdf += coef / total;
+        coef = coef * (n - j) as f64 / (j + 1) as f64;
+        // With k = j + 1: the interval misses the median with probability 2·P(X ≤ j).
+        if 2.0 * cdf <= 0.05 {
+            best = Some(j + 1);
+        } else {
+            break;
+        }
+    }
+    best.map(|k| (sorted[k - 1], sorted[n - k]))
 }
 
 /// `ddl bench generate`: per-token latency of cached decoding vs recomputing the whole context.
@@ -431,4 +456,22 @@ pub fn generate_rows(
         })));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median_ci95;
+
+    #[test]
+    fn the_median_interval_uses_the_binomial_order_statistics() {
+        let v: Vec<f64> = (1..=30).map(f64::from).collect();
+        // n = 30: P(X ≤ 9) = 0.0214 (two tails 0.043), P(X ≤ 10) = 0.0494: k = 10.
+        assert_eq!(median_ci95(&v), Some((10.0, 21.0)));
+        let v: Vec<f64> = (1..=6).map(f64::from).collect();
+        // n = 6: P(X ≤ 0) = 1/64, two tails 0.031: the whole range.
+        assert_eq!(median_ci95(&v), Some((1.0, 6.0)));
+        let v: Vec<f64> = (1..=5).map(f64::from).collect();
+        assert_eq!(median_ci95(&v), None);
+        assert_eq!(median_ci95(&[]), None);
+    }
 }

@@ -311,7 +311,8 @@ enum BenchCmd {
         dispatches: bool,
         /// Compare against this variant instead: both models' steps alternated in one process
         /// (blocks A B B A, `--steps` blocks), reporting the step ratio per block, which a
-        /// machine whose speed drifts cannot skew the way separate runs can.
+        /// machine whose speed drifts cannot skew the way separate runs can: the median block
+        /// ratio with its distribution-free 95 % interval (from 6 blocks), the range, best to best.
         #[arg(long, value_name = "VARIANT")]
         against: Option<String>,
         #[arg(long)]
@@ -967,7 +968,7 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
             v["ms"].as_f64().unwrap_or(0.0)
         ),
         Some("train_compare") => println!(
-            "{} vs {} d={} L={} B={} T={}, {} blocks (A B B A): step ratio {:.3} median of blocks ({:.3}–{:.3}), \
+            "{} vs {} d={} L={} B={} T={}, {} blocks (A B B A): step ratio {:.3} median of blocks ({}range {:.3}–{:.3}), \
              {:.3} best to best ({:.1} vs {:.1} ms; medians {:.1} vs {:.1} ms){}",
             v["variant"].as_str().unwrap_or(""),
             v["against"].as_str().unwrap_or(""),
@@ -977,6 +978,10 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
             v["seq"],
             v["blocks"],
             v["ratio_median_block"].as_f64().unwrap_or(f64::NAN),
+            match (v["ratio_median_ci95"][0].as_f64(), v["ratio_median_ci95"][1].as_f64()) {
+                (Some(lo), Some(hi)) => format!("95 % interval of the median {lo:.3}–{hi:.3}; "),
+                _ => String::new(),
+            },
             v["ratio_min_block"].as_f64().unwrap_or(f64::NAN),
             v["ratio_max_block"].as_f64().unwrap_or(f64::NAN),
             v["ratio_best"].as_f64().unwrap_or(f64::NAN),
