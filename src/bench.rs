@@ -364,8 +364,8 @@ pub fn train_compare_rows(
     let (ta, tb, r) = (sorted(&sides[0].times), sorted(&sides[1].times), sorted(&ratios));
     let median =
         |v: &[f64]| if v.len() % 2 == 1 { v[v.len() / 2] } else { 0.5 * (v[v.len() / 2 - 1] + v[v.len() / 2]) };
-    // The same in process CPU time (all threads), where the platform measures it: null otherwise.
     let ci = median_ci95(&r);
+    // The same in process CPU time (all threads), where the platform measures it: null otherwise.
     let (ca, cb, cr) = (sorted(&sides[0].cpu), sorted(&sides[1].cpu), sorted(&cpu_ratios));
     let cpu = !cr.is_empty() && !ca.is_empty() && !cb.is_empty();
     emit(Row(json!({
