@@ -349,12 +349,12 @@ pub fn token_backward_walk(
     partial: View,
     out: WalkOut,
 ) -> Result<Vec<Dispatch>> {
+    let adds = matches!(out, WalkOut::AddToDx);
     let (de, entry) = match out {
         WalkOut::AddToDx => (None, "token_backward_w"),
         WalkOut::SumIntoDe(de) => (Some(de), "token_backward_w_de"),
         WalkOut::WriteDx => (None, "token_backward_w_write"),
     };
-    let mode_add = matches!(entry, "token_backward_w");
     let what = "shortconv::token_backward";
     s.validate(what)?;
     let n = s.tokens();
@@ -366,7 +366,7 @@ pub fn token_backward_walk(
     need(what, "da", "[B, T, d]", &da, n * d)?;
     need(what, "dx", "[B, T, d, m]", &dx, n * dm)?;
     need(what, "partial", "[chunks, m, d, K]", &partial, token_backward_scratch_elems(s))?;
-    if !mode_add && !sums_into_de(s) {
+    if !adds && !sums_into_de(s) {
         return Err(GpuError::Shape(format!(
             "{what}: writing dx or Σ_j into de needs the one-walk kernel (m ≤ 4, K = 4), got {s:?}"
         )));
