@@ -60,7 +60,7 @@ struct Params {
 @group(0) @binding(0) var<uniform> params: Params;
 
 // Shared by both passes (read only).
-@group(0) @binding(1) var<storage, read> x: array<Row>;        // [n, d] rows of m
+@group(0) @binding(1) var<storage, read> x: array<XRow>;        // [n, d] rows of m
 @group(0) @binding(2) var<storage, read> w_beta: array<f32>;   // [d]
 @group(0) @binding(3) var<storage, read> w_v: array<f32>;      // [m, d]
 
@@ -71,7 +71,7 @@ struct Params {
 @group(0) @binding(7) var<storage, read> b_beta: array<f32>;   // [1]
 @group(0) @binding(8) var<storage, read> b_v: array<f32>;      // [m]
 // Forward outputs.
-@group(0) @binding(9) var<storage, read_write> x_out: array<Row>;      // [n, d] rows of m
+@group(0) @binding(9) var<storage, read_write> x_out: array<XRow>;      // [n, d] rows of m
 @group(0) @binding(10) var<storage, read_write> k_out: array<f32>;     // [n, d]
 @group(0) @binding(11) var<storage, read_write> rnorm_out: array<f32>; // [n]
 @group(0) @binding(12) var<storage, read_write> beta_out: array<f32>;  // [n]
@@ -198,7 +198,7 @@ fn forward_row(ti: u32, i: u32, kt: f32, part: ptr<function, array<f32, NV>>) ->
     (*part)[0] = fma(kt, kt, (*part)[0]);
     (*part)[1] = fma(w_beta[i], c[ti], (*part)[1]);
     for (var j = 0u; j < MM; j++) { (*part)[2u + j] = fma(w_v[j * d + i], ai, (*part)[2u + j]); }
-    var xr = x[ti];
+    var xr = xin(x[ti]);
     for (var j = 0u; j < MM; j++) { (*part)[2u + MM + j] = fma(kt, xr[j], (*part)[2u + MM + j]); }
     return xr;
 }
@@ -300,7 +300,7 @@ fn delta_forward(
     }
     for (var i = lane + R * seg; i < d; i += seg) {
         let ti = t * d + i;
-        write_row(ti, kraw[ti] * rn, coef, x[ti]);
+        write_row(ti, kraw[ti] * rn, coef, xin(x[ti]));
     }
 }
 
@@ -316,7 +316,7 @@ fn write_x_row(ti: u32, ki: f32, coef: array<f32, MM>, xr_in: Row) {
     var cf = coef;
     var nr: Row;
     for (var j = 0u; j < MM; j++) { nr[j] = fma(ki, cf[j], xr[j]); }
-    x_out[ti] = nr;
+    x_out[ti] = xout(nr);
 }
 
 // Adds k_i G[i, ·] (element ti) to part[0..MM) (g = Gᵀk); returns G[i, ·].
@@ -333,7 +333,7 @@ fn backward_row(ti: u32, ki: f32, g_in: Row, bt: f32, gs_in: array<f32, MM>, gb_
     var gs = gs_in;
     var gb = gb_in;
     var dl = dl_in;
-    var xr = x[ti];
+    var xr = xin(x[ti]);
     var nr: Row;
     var gd = 0.0;    // (G δ)_i
     var xg = 0.0;    // (X g)_i
@@ -548,7 +548,7 @@ fn forward_q(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool, store_k: bool
         part[1] += dot(sg_first4(wb), c4[tq]);
         for (var j = 0u; j < MM; j++) { part[2u + j] += dot(sg_first4(wv[j]), aq); }
         let b = t * d + 4u * q;
-        quad_dot(&ps, kq, x[b], x[b + 1u], x[b + 2u], x[b + 3u]);
+        quad_dot(&ps, kq, xin(x[b]), xin(x[b + 1u]), xin(x[b + 2u]), xin(x[b + 3u]));
     }
     if (!live) { return; }
     for (var j = 0u; j < MM; j++) { part[2u + MM + j] = ps[j]; }
@@ -559,7 +559,7 @@ fn forward_q(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool, store_k: bool
         let kq = kraw4[tq] * rn;
         if (store_k) { k_out4[tq] = kq; }
         let b = t * d + 4u * q;
-        for (var r = 0u; r < 4u; r++) { write_x_row(b + r, kq[r], coef, x[b + r]); }
+        for (var r = 0u; r < 4u; r++) { write_x_row(b + r, kq[r], coef, xin(x[b + r])); }
     }
 }
 

@@ -34,7 +34,7 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<XS>;
 @group(0) @binding(2) var<storage, read> kappa: array<f32>;
 @group(0) @binding(3) var<storage, read> rho: array<f32>;
 @group(0) @binding(4) var<storage, read_write> a: array<f32>;
@@ -49,7 +49,7 @@ struct Params {
 // Scratch (CC): dOmega [d, m].
 @group(0) @binding(11) var<storage, read_write> domega: array<f32>;
 // The windowed token-axis kernels see X and dx as rows of m (`Row` from the variant, m ≤ 4).
-@group(0) @binding(12) var<storage, read> xr: array<Row>;
+@group(0) @binding(12) var<storage, read> xr: array<XRow>;
 @group(0) @binding(13) var<storage, read_write> dxr: array<Row>;
 // token_backward_w_de: ∂e [N, d] = Σ_j of the finished state gradient (the
 // replication's backward, for the last compressor call of a replicated-embedding model).
@@ -105,7 +105,7 @@ fn token_forward(
         let c = i * p.m + j;
         var xt = 0.0;
         for (var s = s0; s < p.k; s++) {
-            xt += kappa[c * p.k + s] * x[(n + s + 1u - p.k) * dm + c];
+            xt += kappa[c * p.k + s] * f32(x[(n + s + 1u - p.k) * dm + c]);
         }
         acc += rho[j] * xt;
     }
@@ -167,7 +167,7 @@ fn token_backward_partial(
     var acc = 0.0;
     for (var n = n0; n < n1; n++) {
         if (t >= lag) {
-            acc += da[n * p.d + i] * x[(n - lag) * dm + c];
+            acc += da[n * p.d + i] * f32(x[(n - lag) * dm + c]);
         }
         t += 1u;
         if (t == p.seq) { t = 0u; }
@@ -254,7 +254,7 @@ fn taps_k() -> u32 {
 
 // X[n, i, 0..m) as a vec4 (zeros beyond m): one row load.
 fn load_x4(n: u32, i: u32) -> vec4<f32> {
-    return row4(xr[n * params.d + i]);
+    return row4(xin(xr[n * params.d + i]));
 }
 
 // kappa[i, 0..m, tap] as a vec4 (zeros beyond m).
@@ -503,7 +503,7 @@ fn backward_walk(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32) {
         for (var q = 0u; q + 1u < KW; q++) { dw[q] = dw[q + 1u]; }
         dw[KW - 1u] = da[min(n + KW - 1u, last) * p.d + i];
         let b = n * p.d + i;
-        let xv = row4(xr[b]);
+        let xv = row4(xin(xr[b]));
         var gx = vec4<f32>();
         for (var lead = 0u; lead < KW; lead++) {
             // Token n + lead counts while it is in token n's sequence (sequences are whole, so
@@ -564,7 +564,7 @@ fn value_forward(
     let base = e * p.m;                       // = n·d·m + i·m
     var acc = 0.0;
     for (var j = 0u; j < p.m; j++) {
-        acc += omega(i, j) * x[base + j];
+        acc += omega(i, j) * f32(x[base + j]);
     }
     a[e] = acc;
 }
@@ -595,7 +595,7 @@ fn value_backward_partial(
     for (var n = n0; n < n1; n++) {
         let gi = da[n * p.d + i];
         let o = n * dm + c;
-        acc += gi * x[o];
+        acc += gi * f32(x[o]);
         dx[o] = dx[o] + gi * w;
     }
     partial[ch * dm + c] = acc;

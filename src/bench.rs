@@ -204,10 +204,12 @@ pub fn train_rows(
     seq: usize,
     steps: usize,
     list_dispatches: bool,
+    state_f16: bool,
     mut emit: impl FnMut(Row),
 ) -> Result<()> {
     use crate::gpu::Op;
-    let model = crate::model::Model::new(gpu.clone(), cfg.clone(), 1)?;
+    let mut model = crate::model::Model::new(gpu.clone(), cfg.clone(), 1)?;
+    model.set_state_f16(state_f16)?;
     let opt = crate::kernels::adamw::AdamWConfig::paper(1e-4);
     let prog = model.program(batch, seq, &opt)?;
     let mut rng = Rng::new(7);
@@ -238,7 +240,7 @@ pub fn train_rows(
     let readbacks_per_step = (maps1 - maps0) as f64 / steps.max(1) as f64;
     // Every tensor alive since the device was opened: model, moments, program, scratch.
     let peak_bytes = gpu.stats.peak();
-    let plan = crate::model::memory_plan(cfg, batch, seq);
+    let plan = crate::model::memory_plan_with(cfg, batch, seq, state_f16);
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let step_ms = times[times.len() / 2];
     let best_ms = times[0];
@@ -304,7 +306,9 @@ pub fn train_rows(
 /// machine's speed that is linear over a block cancels in the block's ratio
 /// (B₁ + B₂) / (A₁ + A₂). Reports both variants' best and median step, the ratio of the best
 /// steps, and the median, lowest and highest block ratio. Each side trains its own model on its
-/// own random batch (the same tokens for both), exactly as `train_rows` times it.
+/// own random batch (the same tokens for both), exactly as `train_rows` times it. `state_f16`
+/// applies to `cfg` only (so `--variant ddl --f16-state --against ddl` compares the two storages).
+#[allow(clippy::too_many_arguments)]
 pub fn train_compare_rows(
     gpu: &std::sync::Arc<Gpu>,
     cfg: &crate::model::ModelConfig,
@@ -312,6 +316,7 @@ pub fn train_compare_rows(
     batch: usize,
     seq: usize,
     blocks: usize,
+    state_f16: bool,
     mut emit: impl FnMut(Row),
 ) -> Result<()> {
     struct Side {
@@ -327,8 +332,9 @@ pub fn train_compare_rows(
     let x = rng.ints(n, cfg.vocab_size.min(against.vocab_size));
     let y = rng.ints(n, cfg.vocab_size.min(against.vocab_size));
     let mut sides = Vec::new();
-    for c in [against, cfg] {
-        let model = crate::model::Model::new(gpu.clone(), c.clone(), 1)?;
+    for (c, f16) in [(against, false), (cfg, state_f16)] {
+        let mut model = crate::model::Model::new(gpu.clone(), c.clone(), 1)?;
+        model.set_state_f16(f16)?;
         let prog = model.program(batch, seq, &opt)?;
         prog.set_batch(&model, &x, &y)?;
         // Warm-up (pipelines, autotune).

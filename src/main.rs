@@ -315,6 +315,10 @@ enum BenchCmd {
         /// ratio with its distribution-free 95 % interval (from 6 blocks), the range, best to best.
         #[arg(long, value_name = "VARIANT")]
         against: Option<String>,
+        /// Store the measured variant's expanded states in half precision (SHADER_F16; ddl and
+        /// ddl_vmap at d_v = 4); with --against, the other side keeps f32.
+        #[arg(long)]
+        f16_state: bool,
         #[arg(long)]
         json: bool,
     },
@@ -1111,7 +1115,7 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 ddl::bench::kernel_rows(&gpu, cases, reps, gbs, gflops, |r| print_row(&r, json))?;
             }
         }
-        BenchCmd::Train { preset, variant, steps, batch, seq, dispatches, against, json } => {
+        BenchCmd::Train { preset, variant, steps, batch, seq, dispatches, against, f16_state, json } => {
             let v = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
             let cfg = ddl::model::ModelConfig::preset(&preset, v)?;
             let t = ddl::train::TrainConfig::preset(&preset);
@@ -1121,9 +1125,11 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 Some(a) => {
                     let va = ddl::model::Variant::parse(&a).map_err(anyhow::Error::msg)?;
                     let ca = ddl::model::ModelConfig::preset(&preset, va)?;
-                    ddl::bench::train_compare_rows(&gpu, &cfg, &ca, b, t, steps, |r| print_row(&r, json))?;
+                    ddl::bench::train_compare_rows(&gpu, &cfg, &ca, b, t, steps, f16_state, |r| print_row(&r, json))?;
                 }
-                None => ddl::bench::train_rows(&gpu, &cfg, b, t, steps, dispatches, |r| print_row(&r, json))?,
+                None => {
+                    ddl::bench::train_rows(&gpu, &cfg, b, t, steps, dispatches, f16_state, |r| print_row(&r, json))?
+                }
             }
         }
         BenchCmd::Generate { preset, variant, contexts, reps, json } => {

@@ -68,6 +68,27 @@ macro_rules! row_code {
     };
 }
 
+/// How a kernel stores the *saved state* X (`x`, `x_out` of the delta write; `x`, `xr` of the
+/// compressor): `XRow` / `XS` are its row and element types and `xin` / `xout` convert a row to and
+/// from `Row`. `f32`: X is stored as computed. `f16` (m = 4 only, needs SHADER_F16): X is stored in
+/// half precision, every sum and product still in f32 (the float32 islands of spec 10.3 stay
+/// f32: p = Xᵀk is accumulated in f32 from the converted rows).
+macro_rules! state_code {
+    (f32) => {
+        "alias XRow = Row;\n\
+         alias XS = f32;\n\
+         fn xin(r: XRow) -> Row { return r; }\n\
+         fn xout(r: Row) -> XRow { return r; }\n"
+    };
+    (f16) => {
+        "enable f16;\n\
+         alias XRow = vec4<f16>;\n\
+         alias XS = f16;\n\
+         fn xin(r: XRow) -> Row { return Row(r); }\n\
+         fn xout(r: Row) -> XRow { return XRow(r); }\n"
+    };
+}
+
 /// Loads of values that every invocation of a subgroup needs (the same address in all of them):
 /// the kernel passes `lead` = "this invocation loads" to its body, and `sg_first`/`sg_first4` give
 /// the lead's value to the whole subgroup. `on`: the lead is invocation 0 of each subgroup
@@ -125,122 +146,138 @@ pub const DELTA_VARIANTS: &[Variant] = &[
     Variant {
         name: "m1",
         consts: &[("MM", "u32", "1u"), ("SEGFIX", "u32", "0u")],
-        code: concat!(row_code!(1), sg_code!(off)),
+        code: concat!(row_code!(1), state_code!(f32), sg_code!(off)),
     },
     Variant {
         name: "m2",
         consts: &[("MM", "u32", "2u"), ("SEGFIX", "u32", "0u")],
-        code: concat!(row_code!(2), sg_code!(off)),
+        code: concat!(row_code!(2), state_code!(f32), sg_code!(off)),
     },
     Variant {
         name: "m3",
         consts: &[("MM", "u32", "3u"), ("SEGFIX", "u32", "0u")],
-        code: concat!(row_code!(3), sg_code!(off)),
+        code: concat!(row_code!(3), state_code!(f32), sg_code!(off)),
     },
     Variant {
         name: "m4",
         consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "0u")],
-        code: concat!(row_code!(4), sg_code!(off)),
+        code: concat!(row_code!(4), state_code!(f32), sg_code!(off)),
     },
     Variant {
         name: "m5",
         consts: &[("MM", "u32", "5u"), ("SEGFIX", "u32", "0u")],
-        code: concat!(row_code!(wide), sg_code!(off)),
+        code: concat!(row_code!(wide), state_code!(f32), sg_code!(off)),
     },
     Variant {
         name: "m6",
         consts: &[("MM", "u32", "6u"), ("SEGFIX", "u32", "0u")],
-        code: concat!(row_code!(wide), sg_code!(off)),
+        code: concat!(row_code!(wide), state_code!(f32), sg_code!(off)),
     },
     Variant {
         name: "m7",
         consts: &[("MM", "u32", "7u"), ("SEGFIX", "u32", "0u")],
-        code: concat!(row_code!(wide), sg_code!(off)),
+        code: concat!(row_code!(wide), state_code!(f32), sg_code!(off)),
     },
     Variant {
         name: "m8",
         consts: &[("MM", "u32", "8u"), ("SEGFIX", "u32", "0u")],
-        code: concat!(row_code!(wide), sg_code!(off)),
+        code: concat!(row_code!(wide), state_code!(f32), sg_code!(off)),
     },
     Variant {
         name: "m1s1",
         consts: &[("MM", "u32", "1u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(1), sg_code!(off)),
+        code: concat!(row_code!(1), state_code!(f32), sg_code!(off)),
     },
     Variant {
         name: "m2s1",
         consts: &[("MM", "u32", "2u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(2), sg_code!(off)),
+        code: concat!(row_code!(2), state_code!(f32), sg_code!(off)),
     },
     Variant {
         name: "m3s1",
         consts: &[("MM", "u32", "3u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(3), sg_code!(off)),
+        code: concat!(row_code!(3), state_code!(f32), sg_code!(off)),
     },
     Variant {
         name: "m4s1",
         consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(4), sg_code!(off)),
+        code: concat!(row_code!(4), state_code!(f32), sg_code!(off)),
     },
     Variant {
         name: "m5s1",
         consts: &[("MM", "u32", "5u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(wide), sg_code!(off)),
+        code: concat!(row_code!(wide), state_code!(f32), sg_code!(off)),
     },
     Variant {
         name: "m6s1",
         consts: &[("MM", "u32", "6u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(wide), sg_code!(off)),
+        code: concat!(row_code!(wide), state_code!(f32), sg_code!(off)),
     },
     Variant {
         name: "m7s1",
         consts: &[("MM", "u32", "7u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(wide), sg_code!(off)),
+        code: concat!(row_code!(wide), state_code!(f32), sg_code!(off)),
     },
     Variant {
         name: "m8s1",
         consts: &[("MM", "u32", "8u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(wide), sg_code!(off)),
+        code: concat!(row_code!(wide), state_code!(f32), sg_code!(off)),
     },
     Variant {
         name: "m1s1g",
         consts: &[("MM", "u32", "1u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(1), sg_code!(on), delta_sg_entries!()),
+        code: concat!(row_code!(1), state_code!(f32), sg_code!(on), delta_sg_entries!()),
     },
     Variant {
         name: "m2s1g",
         consts: &[("MM", "u32", "2u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(2), sg_code!(on), delta_sg_entries!()),
+        code: concat!(row_code!(2), state_code!(f32), sg_code!(on), delta_sg_entries!()),
     },
     Variant {
         name: "m3s1g",
         consts: &[("MM", "u32", "3u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(3), sg_code!(on), delta_sg_entries!()),
+        code: concat!(row_code!(3), state_code!(f32), sg_code!(on), delta_sg_entries!()),
     },
     Variant {
         name: "m4s1g",
         consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(4), sg_code!(on), delta_sg_entries!()),
+        code: concat!(row_code!(4), state_code!(f32), sg_code!(on), delta_sg_entries!()),
     },
     Variant {
         name: "m5s1g",
         consts: &[("MM", "u32", "5u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(wide), sg_code!(on), delta_sg_entries!()),
+        code: concat!(row_code!(wide), state_code!(f32), sg_code!(on), delta_sg_entries!()),
     },
     Variant {
         name: "m6s1g",
         consts: &[("MM", "u32", "6u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(wide), sg_code!(on), delta_sg_entries!()),
+        code: concat!(row_code!(wide), state_code!(f32), sg_code!(on), delta_sg_entries!()),
     },
     Variant {
         name: "m7s1g",
         consts: &[("MM", "u32", "7u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(wide), sg_code!(on), delta_sg_entries!()),
+        code: concat!(row_code!(wide), state_code!(f32), sg_code!(on), delta_sg_entries!()),
     },
     Variant {
         name: "m8s1g",
         consts: &[("MM", "u32", "8u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(wide), sg_code!(on), delta_sg_entries!()),
+        code: concat!(row_code!(wide), state_code!(f32), sg_code!(on), delta_sg_entries!()),
+    },
+    // f16 saved state (`state_code!(f16)`): the m = 4 layouts.
+    Variant {
+        name: "m4h",
+        consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "0u")],
+        code: concat!(row_code!(4), state_code!(f16), sg_code!(off)),
+    },
+    Variant {
+        name: "m4s1h",
+        consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "1u")],
+        code: concat!(row_code!(4), state_code!(f16), sg_code!(off)),
+    },
+    Variant {
+        name: "m4s1gh",
+        consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "1u")],
+        code: concat!(row_code!(4), state_code!(f16), sg_code!(on), delta_sg_entries!()),
     },
 ];
 
@@ -253,42 +290,53 @@ pub const SHORTCONV_VARIANTS: &[Variant] = &[
     Variant {
         name: "m1",
         consts: &[("MM", "u32", "1u"), ("KW", "u32", "8u"), ("KFIX", "u32", "0u")],
-        code: row_code!(1),
+        code: concat!(row_code!(1), state_code!(f32)),
     },
     Variant {
         name: "m2",
         consts: &[("MM", "u32", "2u"), ("KW", "u32", "8u"), ("KFIX", "u32", "0u")],
-        code: row_code!(2),
+        code: concat!(row_code!(2), state_code!(f32)),
     },
     Variant {
         name: "m3",
         consts: &[("MM", "u32", "3u"), ("KW", "u32", "8u"), ("KFIX", "u32", "0u")],
-        code: row_code!(3),
+        code: concat!(row_code!(3), state_code!(f32)),
     },
     Variant {
         name: "m4",
         consts: &[("MM", "u32", "4u"), ("KW", "u32", "8u"), ("KFIX", "u32", "0u")],
-        code: row_code!(4),
+        code: concat!(row_code!(4), state_code!(f32)),
     },
     Variant {
         name: "m1k4",
         consts: &[("MM", "u32", "1u"), ("KW", "u32", "4u"), ("KFIX", "u32", "4u")],
-        code: row_code!(1),
+        code: concat!(row_code!(1), state_code!(f32)),
     },
     Variant {
         name: "m2k4",
         consts: &[("MM", "u32", "2u"), ("KW", "u32", "4u"), ("KFIX", "u32", "4u")],
-        code: row_code!(2),
+        code: concat!(row_code!(2), state_code!(f32)),
     },
     Variant {
         name: "m3k4",
         consts: &[("MM", "u32", "3u"), ("KW", "u32", "4u"), ("KFIX", "u32", "4u")],
-        code: row_code!(3),
+        code: concat!(row_code!(3), state_code!(f32)),
     },
     Variant {
         name: "m4k4",
         consts: &[("MM", "u32", "4u"), ("KW", "u32", "4u"), ("KFIX", "u32", "4u")],
-        code: row_code!(4),
+        code: concat!(row_code!(4), state_code!(f32)),
+    },
+    // f16 saved state (`state_code!(f16)`), m = 4.
+    Variant {
+        name: "m4h",
+        consts: &[("MM", "u32", "4u"), ("KW", "u32", "8u"), ("KFIX", "u32", "0u")],
+        code: concat!(row_code!(4), state_code!(f16)),
+    },
+    Variant {
+        name: "m4k4h",
+        consts: &[("MM", "u32", "4u"), ("KW", "u32", "4u"), ("KFIX", "u32", "4u")],
+        code: concat!(row_code!(4), state_code!(f16)),
     },
 ];
 
@@ -483,6 +531,7 @@ pub const ALL: &[Shader] = &[
     shader!("delta", DELTA_VARIANTS),
     shader!("shortconv", SHORTCONV_VARIANTS),
     shader!("expand"),
+    shader!("state16"),
     shader!("adamw"),
 ];
 
@@ -504,11 +553,19 @@ impl Shader {
                 let var = self.variants.iter().find(|x| x.name == v).ok_or_else(|| {
                     format!("shader '{}' has no variant '{}' (has: {})", self.name, v, self.variant_names().join(", "))
                 })?;
+                // Enable directives (`enable f16;`) must come before every declaration.
                 let mut s = String::new();
+                for line in var.code.lines().filter(|l| l.starts_with("enable ")) {
+                    s.push_str(line);
+                    s.push('\n');
+                }
                 for (n, t, val) in var.consts {
                     s.push_str(&format!("const {n}: {t} = {val};\n"));
                 }
-                s.push_str(var.code);
+                for line in var.code.lines().filter(|l| !l.starts_with("enable ")) {
+                    s.push_str(line);
+                    s.push('\n');
+                }
                 s.push_str(self.source);
                 Ok(s)
             }

@@ -104,3 +104,33 @@ fn a_malformed_golden_file_is_a_clear_error() {
     let e = ddl::golden::Golden::load(&dir.join("missing.safetensors")).err().expect("must fail");
     assert!(e.to_string().contains("cannot read"), "{e}");
 }
+
+/// The f16 saved-state path (`--f16-state`) against the same float64 goldens at the looser
+/// tolerances of [`ddl::golden::f16_state_tol`]: every variant it supports (d_v = 4), in the
+/// CPU adapters' layouts (quads, and one token per invocation without them) and the GPUs'
+/// (segments of invocations per token). The check cannot pass vacuously: the f16
+/// rows must differ from the f32 ones by more than f32 rounding.
+#[test]
+fn golden_f16_state() {
+    let gpu = ddl::testing::gpu();
+    assert!(gpu.features.contains(wgpu::Features::SHADER_F16), "adapter {} has no SHADER_F16", gpu.info.name);
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let worst = |rows: &[ddl::golden::Row]| {
+        rows.iter().filter(|r| r.tol > 0.0 && r.tol < 1.0).map(|r| r.rel_l2).fold(0.0, f64::max)
+    };
+    let run = |name: &str| {
+        let g = ddl::golden::Golden::load(&root.join(format!("{name}.safetensors"))).unwrap_or_else(|e| panic!("{e}"));
+        let rows = ddl::golden::check_with(&gpu, &g, true).unwrap_or_else(|e| panic!("{e}"));
+        let f32_rows = ddl::golden::check(&gpu, &g).unwrap_or_else(|e| panic!("{e}"));
+        let fails: Vec<String> = rows.iter().filter(|r| !r.pass).map(|r| r.to_string()).collect();
+        assert!(rows.len() > 50, "{name}: only {} rows compared", rows.len());
+        assert!(fails.is_empty(), "{name}: {} of {} rows failed:\n{}", fails.len(), rows.len(), fails.join("\n"));
+        let (w16, w32) = (worst(&rows), worst(&f32_rows));
+        assert!(w16 > 2.0 * w32, "{name}: the f16 state changed nothing (worst {w16:e} vs f32 {w32:e})");
+    };
+    for name in ["ddl", "ddl_vmap"] {
+        run(name);
+    }
+    ddl::kernels::delta::with_quads(false, || run("ddl"));
+    ddl::kernels::delta::with_segment_width(8, || run("ddl"));
+}

@@ -333,7 +333,7 @@ fn the_training_benchmark_counts_one_submit_one_readback_no_allocations_and_a_pe
     for v in [Variant::Baseline, Variant::Ddl, Variant::DdlCcec] {
         let gpu = own_gpu();
         let mut rows = Vec::new();
-        ddl::bench::train_rows(&gpu, &bench_cfg(v), 2, 16, 3, true, |r| rows.push(r.0)).unwrap();
+        ddl::bench::train_rows(&gpu, &bench_cfg(v), 2, 16, 3, true, false, |r| rows.push(r.0)).unwrap();
         let r = &rows[0];
         let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{v:?}: field {k} missing in {r}"));
         assert_eq!(r["bench"], "train");
@@ -357,9 +357,16 @@ fn the_training_benchmark_counts_one_submit_one_readback_no_allocations_and_a_pe
 fn the_compared_training_benchmark_alternates_blocks_and_reports_their_ratios() {
     let gpu = ddl::testing::gpu();
     let mut rows = Vec::new();
-    ddl::bench::train_compare_rows(&gpu, &bench_cfg(Variant::Ddl), &bench_cfg(Variant::Baseline), 2, 16, 3, |r| {
-        rows.push(r.0)
-    })
+    ddl::bench::train_compare_rows(
+        &gpu,
+        &bench_cfg(Variant::Ddl),
+        &bench_cfg(Variant::Baseline),
+        2,
+        16,
+        3,
+        false,
+        |r| rows.push(r.0),
+    )
     .unwrap();
     assert_eq!(rows.len(), 1);
     let r = &rows[0];

@@ -56,6 +56,9 @@ pub struct DeltaShape {
     /// ε_k of the direction normalisation n = sqrt(‖k̃‖² + ε_k²).
     pub k_eps: f32,
     pub v_act: VAct,
+    /// X and X' are stored in half precision (`--f16-state`, m = 4 only, needs SHADER_F16):
+    /// their views hold n·d·m/2 four-byte elements. Every sum (p = Xᵀk included) stays f32.
+    pub state_f16: bool,
 }
 
 #[repr(C)]
@@ -109,6 +112,9 @@ impl DeltaShape {
         if !(self.k_eps.is_finite() && self.k_eps >= 0.0) {
             return bad(format!("k_eps must be finite and ≥ 0, got {}", self.k_eps));
         }
+        if self.state_f16 && self.m != 4 {
+            return bad(format!("an f16 state needs m = 4 value channels, got m = {}", self.m));
+        }
         let state = self.n as u128 * self.d as u128 * self.m as u128;
         if state > u32::MAX as u128 {
             return bad(format!("the state has {state} elements, more than 2^32 − 1; split the tokens"));
@@ -149,7 +155,14 @@ impl DeltaShape {
             (true, false) => "s1",
             _ => "",
         };
-        format!("{}{fixed}", crate::shaders::width_variant(self.m))
+        let h = if self.state_f16 { "h" } else { "" };
+        format!("{}{fixed}{h}", crate::shaders::width_variant(self.m))
+    }
+
+    /// Four-byte elements a view of X (or X') must hold: n·d·m, or half that in f16.
+    pub fn state_elems(&self) -> usize {
+        let e = self.n * self.d * self.m;
+        if self.state_f16 { e / 2 } else { e }
     }
 
     fn grid(&self, gpu: &Gpu, seg: usize) -> [u32; 3] {
@@ -297,7 +310,7 @@ pub fn forward(
         None => (b_unused.as_ref().expect("a stand-in").view(), 0, 0),
     };
     let reads = [
-        ("x", &x, n * d * m),
+        ("x", &x, s.state_elems()),
         ("kraw", &kraw, n * d),
         ("a", &a, n * d),
         ("c", &c, n * d),
@@ -307,7 +320,7 @@ pub fn forward(
         ("b_v", &b_v, m),
     ];
     let writes = [
-        ("x_out", &x_out, n * d * m),
+        ("x_out", &x_out, s.state_elems()),
         ("k", &k, if store_k { n * d } else { 1 }),
         ("rnorm", &rnorm, n),
         ("beta", &beta, n),
@@ -378,7 +391,7 @@ pub fn backward_write(
     let (n, d, m) = (s.n, s.d, s.m);
     let reads = [
         ("g", &g, n * d * m),
-        ("x", &x, n * d * m),
+        ("x", &x, s.state_elems()),
         ("kraw", &kraw, n * d),
         ("rnorm", &rnorm, n),
         ("beta", &beta, n),
@@ -462,7 +475,7 @@ pub fn backward(
     let (n, d, m) = (s.n, s.d, s.m);
     let reads = [
         ("g", &g, n * d * m),
-        ("x", &x, n * d * m),
+        ("x", &x, s.state_elems()),
         ("kraw", &kraw, n * d),
         ("rnorm", &rnorm, n),
         ("beta", &beta, n),
@@ -652,7 +665,7 @@ pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
     let n = BENCH_SHAPE.b * BENCH_SHAPE.t;
     let d = BENCH_SHAPE.d;
     for m in [BENCH_SHAPE.m, 1] {
-        let s = DeltaShape { n, d, m, k_eps: 1e-5, v_act: VAct::Sigmoid4 };
+        let s = DeltaShape { n, d, m, k_eps: 1e-5, v_act: VAct::Sigmoid4, state_f16: false };
         let mut t = |label: &str, len: usize| Tensor::from_f32(gpu, label, &[len], &rng.normal(len, 1.0));
         let x = t("x", n * d * m)?;
         let kraw = t("kraw", n * d)?;

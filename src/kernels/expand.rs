@@ -50,6 +50,11 @@ fn params(n: usize, seq: usize, d: usize, m: usize, k: usize) -> Params {
 pub fn ec_forward(gpu: &Gpu, s: &ConvShape, e: View, ekernel: View, x0: View) -> Result<Vec<Dispatch>> {
     let what = "expand::ec_forward";
     s.validate(what)?;
+    if s.state_f16 {
+        return Err(GpuError::Shape(format!(
+            "{what}: the EC expansion writes an f32 state; an f16 state is not supported"
+        )));
+    }
     let n = s.tokens();
     let (d, m, k) = (s.d, s.m, s.kernel);
     need(what, "e", "[B, T, d]", &e, n * d)?;
@@ -146,6 +151,24 @@ pub fn replicate_forward(gpu: &Gpu, n: usize, d: usize, m: usize, e: View, x0: V
     Ok(vec![launch(gpu, "expand", "replicate_forward", bytemuck::bytes_of(&p), &[("e", e), ("x0", x0)], n * d)?])
 }
 
+/// [`replicate_forward`] for m = 4 into a half-precision state (`--f16-state`, needs
+/// SHADER_F16): `x0` holds n·d rows of four f16 (n·d·2 four-byte elements).
+pub fn replicate_forward_f16(gpu: &Gpu, n: usize, d: usize, e: View, x0: View) -> Result<Vec<Dispatch>> {
+    let what = "expand::replicate_forward_f16";
+    replicate_validate(what, n, d, 4)?;
+    need(what, "e", "[n, d]", &e, n * d)?;
+    need(what, "x0", "[n, d, 4] in f16", &x0, n * d * 2)?;
+    #[repr(C)]
+    #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+    struct P16 {
+        count: u32,
+        _pad: [u32; 3],
+    }
+    let p = P16 { count: (n * d) as u32, _pad: [0; 3] };
+    let b = [("e", e), ("x0h", x0.sub(0, n * d * 2))];
+    Ok(vec![launch(gpu, "state16", "replicate_forward4_h", bytemuck::bytes_of(&p), &b, n * d)?])
+}
+
 /// Replication backward: `de[t,i] = Σ_j g[t,i,j]` (j in order). `g` `[n, d, m]`; `de` `[n, d]` is
 /// written.
 pub fn replicate_backward(gpu: &Gpu, n: usize, d: usize, m: usize, g: View, de: View) -> Result<Vec<Dispatch>> {
@@ -166,7 +189,7 @@ pub fn replicate_backward(gpu: &Gpu, n: usize, d: usize, m: usize, g: View, de: 
 /// backward.
 pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
     let b = BENCH_SHAPE;
-    let s = ConvShape { batch: b.b, seq: b.t, d: b.d, m: b.m, kernel: b.kernel };
+    let s = ConvShape { batch: b.b, seq: b.t, d: b.d, m: b.m, kernel: b.kernel, state_f16: false };
     let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
     let (ndf, dmf, kf) = (n as f64 * d as f64, (d * m) as f64, k as f64);
     let state = n as f64 * dmf;

@@ -23,6 +23,9 @@ pub struct ConvShape {
     pub d: usize,
     pub m: usize,
     pub kernel: usize,
+    /// The states X are stored in half precision (`--f16-state`: m = 4, windowed kernels, needs
+    /// SHADER_F16): views of X then hold n·d·m/2 four-byte elements. Sums stay f32.
+    pub state_f16: bool,
 }
 
 impl ConvShape {
@@ -31,11 +34,23 @@ impl ConvShape {
         self.batch * self.seq
     }
 
+    /// Four-byte elements a view of the states X must hold: n·d·m, or half that in f16.
+    pub fn state_elems(&self) -> usize {
+        let e = self.tokens() * self.d * self.m;
+        if self.state_f16 { e / 2 } else { e }
+    }
+
     /// Errors unless every size is at least 1 and every index fits the shaders' u32 arithmetic.
     pub(crate) fn validate(&self, what: &str) -> Result<()> {
         let s = self;
         if s.batch == 0 || s.seq == 0 || s.d == 0 || s.m == 0 || s.kernel == 0 {
             return Err(GpuError::Shape(format!("{what}: every size must be at least 1, got {s:?}")));
+        }
+        if s.state_f16 && (s.m != 4 || !windowed(s)) {
+            return Err(GpuError::Shape(format!(
+                "{what}: an f16 state needs m = 4 value channels and K ≤ {WINDOW_K} taps, got m = {}, K = {}",
+                s.m, s.kernel
+            )));
         }
         let (_, chunks) = chunking_min(s.tokens(), TOKEN_MIN_CHUNK);
         fits_u32(
@@ -189,7 +204,7 @@ pub fn token_forward(gpu: &Gpu, s: &ConvShape, x: View, kappa: View, rho: View, 
     s.validate(what)?;
     let n = s.tokens();
     let (d, m, k) = (s.d, s.m, s.kernel);
-    need(what, "x", "[B, T, d, m]", &x, n * d * m)?;
+    need(what, "x", "[B, T, d, m]", &x, s.state_elems())?;
     need(what, "kappa", "[d, m, K]", &kappa, d * m * k)?;
     need(what, "rho", "[m]", &rho, m)?;
     need(what, "a", "[B, T, d]", &a, n * d)?;
@@ -222,7 +237,8 @@ const GENERIC: &str = "m1";
 fn window_variant(s: &ConvShape) -> String {
     let wide = std::env::var("DDL_CONV_WINDOW").is_ok_and(|v| v.trim() == "8");
     let k4 = if s.kernel == 4 && !wide { "k4" } else { "" };
-    format!("{}{k4}", crate::shaders::width_variant(s.m))
+    let h = if s.state_f16 { "h" } else { "" };
+    format!("{}{k4}{h}", crate::shaders::width_variant(s.m))
 }
 
 /// Binds `entry` of the compressor shader, variant `variant`, over `threads` invocations.
@@ -262,7 +278,7 @@ pub enum WalkOut<'a> {
 /// Whether [`token_backward_walk`] can write Σ_j of the state gradient (`de`), or write `dx`
 /// without reading it: the one-walk kernel (windowed, K = 4 compiled in).
 pub fn sums_into_de(s: &ConvShape) -> bool {
-    windowed(s) && window_variant(s).ends_with("k4")
+    windowed(s) && window_variant(s).trim_end_matches('h').ends_with("k4")
 }
 
 fn token_params(s: &ConvShape) -> Params {
@@ -360,7 +376,7 @@ pub fn token_backward_walk(
     let n = s.tokens();
     let (d, m, k) = (s.d, s.m, s.kernel);
     let dm = d * m;
-    need(what, "x", "[B, T, d, m]", &x, n * dm)?;
+    need(what, "x", "[B, T, d, m]", &x, s.state_elems())?;
     need(what, "kappa", "[d, m, K]", &kappa, dm * k)?;
     need(what, "rho", "[m]", &rho, m)?;
     need(what, "da", "[B, T, d]", &da, n * d)?;
@@ -392,7 +408,9 @@ pub fn token_backward_walk(
         let mut walk = conv(gpu, &window_variant(s), entry, pb, &bufs, d * chunks)?;
         walk.scratch.extend(unused.clone());
         vec![walk]
-    } else if windowed(s) && !(gpu.info.backend == wgpu::Backend::Gl && !window_variant(s).ends_with("k4")) {
+    } else if windowed(s)
+        && !(gpu.info.backend == wgpu::Backend::Gl && !window_variant(s).trim_end_matches('h').ends_with("k4"))
+    {
         // (Not on OpenGL with the 8-slot window: there its backward walks give wrong ∂X on
         // Mesa 22.3's llvmpipe — the same WGSL is right on Vulkan, and the per-element kernels
         // are right on both; tests/kernels/shortconv.rs checks whichever path runs.)
@@ -401,6 +419,11 @@ pub fn token_backward_walk(
         let d_dx = conv(gpu, &v, "token_backward_dx_w", pb, &bufs, d * chunks)?;
         let bufs = [("xr", x), ("da", da), ("partial", partial)];
         vec![d_dx, conv(gpu, &v, "token_backward_partial_w", pb, &bufs, d * chunks)?]
+    } else if s.state_f16 {
+        return Err(GpuError::Shape(format!(
+            "{what}: an f16 state needs the windowed kernels, which this adapter's backend ({:?}) does not run for K = {k}",
+            gpu.info.backend
+        )));
     } else {
         let bufs = [("kappa", kappa), ("rho", rho), ("da", da), ("dx", dx)];
         let d_dx = conv(gpu, GENERIC, "token_backward_dx", pb, &bufs, n * dm)?;
@@ -602,7 +625,7 @@ pub fn value_backward(
 /// backward (CC with kc = m).
 pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
     let b = BENCH_SHAPE;
-    let s = ConvShape { batch: b.b, seq: b.t, d: b.d, m: b.m, kernel: b.kernel };
+    let s = ConvShape { batch: b.b, seq: b.t, d: b.d, m: b.m, kernel: b.kernel, state_f16: false };
     let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
     let (nf, dmf, ndf, kf) = (n as f64, (d * m) as f64, (n * d) as f64, k as f64);
     let state = nf * dmf;

@@ -32,6 +32,9 @@ pub struct Model {
     pub decay_mask: Tensor,
     /// RoPE cos/sin table for positions `0..max_seq_len`.
     pub rope_table: Tensor,
+    /// Training and evaluation programs store the expanded states X in half precision
+    /// ([`Model::set_state_f16`]); decoding programs always keep them in f32.
+    pub state_f16: bool,
 }
 
 /// The optimizer settings of a training step.
@@ -62,7 +65,40 @@ impl Model {
         let mask = adamw::decay_mask(n, &layout.decay_ranges());
         let decay_mask = Tensor::from_u32(&gpu, "decay_mask", &[mask.len()], &mask)?;
         let rope_table = rope::table(&gpu, cfg.max_seq_len.max(1), cfg.head_dim, cfg.rope_base)?;
-        Ok(Model { gpu, cfg, layout, params, grads, adam_m, adam_v, decay_mask, rope_table })
+        Ok(Model { gpu, cfg, layout, params, grads, adam_m, adam_v, decay_mask, rope_table, state_f16: false })
+    }
+
+    /// Stores the expanded states X of later training / evaluation programs in half precision
+    /// (`--f16-state`): half the activation memory of the states and half their bytes moved, with
+    /// every sum, the gate, the projection p = Xᵀk and the write's coefficient still in f32 (spec
+    /// 10.3). Supported for the token-axis variants with replicated embeddings (`ddl`,
+    /// `ddl_vmap`) at d_v = 4 on adapters with SHADER_F16 (not OpenGL).
+    pub fn set_state_f16(&mut self, on: bool) -> Result<()> {
+        if on {
+            let c = &self.cfg;
+            let v = c.variant;
+            let bad = |why: String| Err(crate::gpu::GpuError::Shape(format!("f16 state: {why}")));
+            if !v.expanded() || v.value_axis() || v.ec() {
+                return bad(format!(
+                    "variant '{}' is not supported (only the token-axis variants with replicated embeddings: ddl, ddl_vmap)",
+                    v.name()
+                ));
+            }
+            if c.m() != 4 {
+                return bad(format!("needs d_v = 4 value channels, the config has d_v = {}", c.m()));
+            }
+            if c.state_kernel > 8 {
+                return bad(format!("needs a compressor of at most 8 taps, the config has {}", c.state_kernel));
+            }
+            if !self.gpu.features.contains(wgpu::Features::SHADER_F16) {
+                return bad(format!("adapter '{}' has no SHADER_F16", self.gpu.info.name));
+            }
+            if self.gpu.info.backend == wgpu::Backend::Gl {
+                return bad("not supported on the OpenGL backend".into());
+            }
+        }
+        self.state_f16 = on;
+        Ok(())
     }
 
     fn pv(&self, name: &str) -> View<'_> {
@@ -241,6 +277,8 @@ pub struct Program {
     pub loss_scale: f32,
     /// Cached decoding: windows and cache views of a decode chunk program (None for training).
     pub decode: Option<DecodeBufs>,
+    /// The states `xs` are stored in half precision ([`Model::set_state_f16`]).
+    pub state_f16: bool,
     _grads: Grads,
 }
 
@@ -347,14 +385,17 @@ impl Model {
         let targets = Tensor::zeros(gpu, "targets", &[n], DType::I32)?;
         let emb_index = Tensor::zeros(gpu, "emb_index", &[embedding::index_len(n)], DType::U32)?;
         let e = z("e", &[n, d])?;
+        // f16 states: n·d rows of four halves = n·d·2 four-byte elements.
+        let state_f16 = self.state_f16 && decode.is_none();
+        let state = |label: &str| if state_f16 { z(label, &[n, d * m / 2]) } else { z(label, &[n, d, m]) };
         let mut xs = Vec::with_capacity(2 * c.n_layers + 1);
         if var.expanded() {
-            xs.push(z("x0", &[n, d, m])?);
+            xs.push(state("x0")?);
         } else {
             xs.push(e.clone());
         }
         for i in 1..=2 * c.n_layers {
-            xs.push(z(&format!("x{i}"), &[n, d, m])?);
+            xs.push(state(&format!("x{i}"))?);
         }
         let mut subs = Vec::with_capacity(c.n_layers);
         for l in 0..c.n_layers {
@@ -461,6 +502,7 @@ impl Model {
         let mut p = Program {
             b,
             t,
+            state_f16,
             tokens,
             targets,
             emb_index,
@@ -510,7 +552,7 @@ impl Model {
     }
 
     fn conv_shape(&self, p: &Program, kernel: usize) -> ConvShape {
-        ConvShape { batch: p.b, seq: p.t, d: self.cfg.d_model, m: self.cfg.m(), kernel }
+        ConvShape { batch: p.b, seq: p.t, d: self.cfg.d_model, m: self.cfg.m(), kernel, state_f16: p.state_f16 }
     }
 
     fn compress_fwd(
@@ -532,7 +574,8 @@ impl Model {
             let (dm, n) = (c.d_model * c.m(), p.n());
             ops.push(Op::Copy { src: hist.clone(), src_off: 0, dst: xwin.clone(), dst_off: 0, len: k1 * dm });
             ops.push(Op::Copy { src: x.clone(), src_off: 0, dst: xwin.clone(), dst_off: k1 * dm, len: n * dm });
-            let cs = ConvShape { batch: 1, seq: k1 + n, d: c.d_model, m: c.m(), kernel: c.state_kernel };
+            let cs =
+                ConvShape { batch: 1, seq: k1 + n, d: c.d_model, m: c.m(), kernel: c.state_kernel, state_f16: false };
             run(ops, shortconv::token_forward(gpu, &cs, xwin.view(), kappa, rho, awin.view()))?;
             ops.push(Op::Copy {
                 src: awin.clone(),
@@ -658,7 +701,14 @@ impl Model {
     }
 
     fn delta_shape(&self, p: &Program) -> DeltaShape {
-        DeltaShape { n: p.n(), d: self.cfg.d_model, m: self.cfg.m(), k_eps: self.cfg.k_eps as f32, v_act: self.v_act() }
+        DeltaShape {
+            n: p.n(),
+            d: self.cfg.d_model,
+            m: self.cfg.m(),
+            k_eps: self.cfg.k_eps as f32,
+            v_act: self.v_act(),
+            state_f16: p.state_f16,
+        }
     }
 
     fn record_forward(&self, p: &Program) -> Result<Vec<Op>> {
@@ -683,7 +733,7 @@ impl Model {
                 let dm = d * c.m();
                 o.push(Op::Copy { src: eh.clone(), src_off: 0, dst: ew.clone(), dst_off: 0, len: k1 * d });
                 o.push(Op::Copy { src: p.e.clone(), src_off: 0, dst: ew.clone(), dst_off: k1 * d, len: n * d });
-                let cs = ConvShape { batch: 1, seq: k1 + n, d, m: c.m(), kernel: c.embed_kernel };
+                let cs = ConvShape { batch: 1, seq: k1 + n, d, m: c.m(), kernel: c.embed_kernel, state_f16: false };
                 run(o, expand::ec_forward(gpu, &cs, ew.view(), self.pv("embed_expand.kernel"), xw.view()))?;
                 o.push(Op::Copy { src: xw.clone(), src_off: k1 * dm, dst: p.xs[0].clone(), dst_off: 0, len: n * dm });
                 o.push(Op::Copy { src: ew.clone(), src_off: n * d, dst: eh.clone(), dst_off: 0, len: k1 * d });
@@ -698,6 +748,8 @@ impl Model {
                         p.xs[0].view(),
                     ),
                 )?;
+            } else if p.state_f16 {
+                run(o, expand::replicate_forward_f16(gpu, n, d, p.e.view(), p.xs[0].view()))?;
             } else {
                 run(o, expand::replicate_forward(gpu, n, d, c.m(), p.e.view(), p.xs[0].view()))?;
             }
@@ -1575,10 +1627,24 @@ fn launcher_scratch(c: &ModelConfig, b: usize, t: usize) -> u64 {
             * if var.value_axis() {
                 shortconv::value_backward_scratch_elems(n, d, m)
             } else {
-                shortconv::token_backward_scratch_elems(&ConvShape { batch: b, seq: t, d, m, kernel: c.state_kernel })
+                shortconv::token_backward_scratch_elems(&ConvShape {
+                    batch: b,
+                    seq: t,
+                    d,
+                    m,
+                    kernel: c.state_kernel,
+                    state_f16: false,
+                })
             };
         if var.ec() {
-            e += expand::ec_backward_scratch_elems(&ConvShape { batch: b, seq: t, d, m, kernel: c.embed_kernel });
+            e += expand::ec_backward_scratch_elems(&ConvShape {
+                batch: b,
+                seq: t,
+                d,
+                m,
+                kernel: c.embed_kernel,
+                state_f16: false,
+            });
         }
     }
     e as u64
@@ -1586,6 +1652,12 @@ fn launcher_scratch(c: &ModelConfig, b: usize, t: usize) -> u64 {
 
 /// Computes the memory plan of [`Model::program`] without a device (mirrors its allocations).
 pub fn memory_plan(c: &ModelConfig, b: usize, t: usize) -> MemoryPlan {
+    memory_plan_with(c, b, t, false)
+}
+
+/// [`memory_plan`] with the expanded states stored in half precision or not
+/// ([`Model::set_state_f16`]).
+pub fn memory_plan_with(c: &ModelConfig, b: usize, t: usize, state_f16: bool) -> MemoryPlan {
     let layout = Layout::new(c);
     let n = (b * t) as u64;
     let (d, m, dq, f, v, hh, hk) = (
@@ -1600,7 +1672,9 @@ pub fn memory_plan(c: &ModelConfig, b: usize, t: usize) -> MemoryPlan {
     let l = c.n_layers as u64;
     let var = c.variant;
     let mut acts = 3 * n + n * d; // tokens, targets, index (≈), e
-    acts += 2 * l * n * d * m + if var.expanded() { n * d * m } else { 0 };
+    // The states X_1 … X_2L (and X_0 when expanded): half the four-byte elements in f16.
+    let states = 2 * l * n * d * m + if var.expanded() { n * d * m } else { 0 };
+    acts += if state_f16 { states / 2 } else { states };
     let attn = 7 * n * dq + 2 * n * hh + n * dq + n * hh;
     let f4 = c.mlp_stride() as u64;
     let mlp = 3 * n * f4;
