@@ -226,6 +226,10 @@ struct TrainArgs {
     /// Skip steps whose loss or gradients are not finite instead of stopping.
     #[arg(long)]
     skip_nonfinite: bool,
+    /// Store the expanded states in half precision (train.state_f16): half their activation
+    /// memory, every sum still f32; ddl and ddl_vmap at d_v = 4 on adapters with SHADER_F16.
+    #[arg(long)]
+    f16_state: bool,
     /// Generate this many tokens from the trained model at the end.
     #[arg(long, default_value_t = 0)]
     sample: usize,
@@ -454,6 +458,9 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     }
     if a.skip_nonfinite {
         run.train.skip_nonfinite = true;
+    }
+    if a.f16_state {
+        run.train.state_f16 = true;
     }
     for kv in &a.sets {
         run.set(kv).map_err(anyhow::Error::msg)?;

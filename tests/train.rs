@@ -43,8 +43,11 @@ fn resuming_gives_bit_identical_losses_to_an_uninterrupted_run() {
     env_cache(&dir);
     let c = ddl::testing::small_corpus(&dir);
     let gpu = ddl::testing::gpu();
-    for variant in [Variant::Ddl, Variant::Baseline] {
-        let run = small_run(variant, &c);
+    // The f16-state path (train.state_f16) resumes exactly too: the setting is part of the run.
+    for (variant, f16) in [(Variant::Ddl, false), (Variant::Baseline, false), (Variant::Ddl, true)] {
+        let mut run = small_run(variant, &c);
+        run.set(&format!("train.state_f16={f16}")).unwrap();
+        let variant = if f16 { format!("{variant}-f16") } else { variant.to_string() };
         let a = dir.join(format!("{variant}-a"));
         let b = dir.join(format!("{variant}-b"));
         let full = ddl::train::train(
@@ -70,7 +73,25 @@ fn resuming_gives_bit_identical_losses_to_an_uninterrupted_run() {
                 && b.join("metrics.jsonl").exists()
         );
         assert!(b.join("loss.png").exists(), "loss plot missing");
+        let saved = std::fs::read_to_string(b.join("config.toml")).unwrap();
+        assert!(saved.contains(&format!("state_f16 = {f16}")), "{variant}: config.toml lacks the setting:\n{saved}");
     }
+}
+
+#[test]
+fn the_f16_state_is_refused_where_it_is_not_supported_with_a_clear_error() {
+    let gpu = ddl::testing::gpu();
+    let mut m = ddl::model::Model::new(gpu.clone(), bench_cfg(Variant::Baseline), 1).unwrap();
+    let e = m.set_state_f16(true).unwrap_err().to_string();
+    assert!(e.contains("f16 state") && e.contains("baseline"), "{e}");
+    let mut cfg = bench_cfg(Variant::Ddl);
+    cfg.d_v = 3;
+    let mut m = ddl::model::Model::new(gpu.clone(), cfg, 1).unwrap();
+    let e = m.set_state_f16(true).unwrap_err().to_string();
+    assert!(e.contains("d_v = 4") && e.contains("d_v = 3"), "{e}");
+    let mut m = ddl::model::Model::new(gpu, bench_cfg(Variant::DdlEc), 1).unwrap();
+    assert!(m.set_state_f16(true).unwrap_err().to_string().contains("ddl_ec"));
+    assert!(!m.state_f16, "a refused setting must leave the model as it was");
 }
 
 #[test]
@@ -330,10 +351,11 @@ fn own_gpu() -> std::sync::Arc<ddl::gpu::Gpu> {
 
 #[test]
 fn the_training_benchmark_counts_one_submit_one_readback_no_allocations_and_a_peak_within_the_plan() {
-    for v in [Variant::Baseline, Variant::Ddl, Variant::DdlCcec] {
+    for (v, f16) in [(Variant::Baseline, false), (Variant::Ddl, false), (Variant::DdlCcec, false), (Variant::Ddl, true)]
+    {
         let gpu = own_gpu();
         let mut rows = Vec::new();
-        ddl::bench::train_rows(&gpu, &bench_cfg(v), 2, 16, 3, true, false, |r| rows.push(r.0)).unwrap();
+        ddl::bench::train_rows(&gpu, &bench_cfg(v), 2, 16, 3, true, f16, |r| rows.push(r.0)).unwrap();
         let r = &rows[0];
         let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{v:?}: field {k} missing in {r}"));
         assert_eq!(r["bench"], "train");

@@ -638,7 +638,8 @@ pub fn forward_flops(s: &DeltaShape) -> f64 {
 /// the per-token traces.
 pub fn forward_bytes(s: &DeltaShape) -> f64 {
     let (n, d, m) = (s.n as f64, s.d as f64, s.m as f64);
-    4.0 * (2.0 * n * d * m + 4.0 * n * d + d * (1.0 + m) + 1.0 + m + n * (2.0 + 2.0 * m))
+    let xb = if s.state_f16 { 2.0 } else { 4.0 };
+    xb * 2.0 * n * d * m + 4.0 * (4.0 * n * d + d * (1.0 + m) + 1.0 + m + n * (2.0 + 2.0 * m))
 }
 
 /// FLOPs of [`backward`]: per token Gᵀk, ∂X, Gδ, Xg, W_vᵀ∂u (2md each), kᵀ∂k, ∂k̃, ∂c
@@ -654,7 +655,14 @@ pub fn backward_flops(s: &DeltaShape) -> f64 {
 pub fn backward_bytes(s: &DeltaShape, accumulate_da: bool) -> f64 {
     let (n, d, m) = (s.n as f64, s.d as f64, s.m as f64);
     let da = if accumulate_da { 2.0 } else { 1.0 };
-    4.0 * (3.0 * n * d * m + (5.0 + da) * n * d + n * (2.0 + 2.0 * m) + d * (1.0 + m) + 2.0 * (d * (1.0 + m) + 1.0 + m))
+    let xb = if s.state_f16 { 2.0 } else { 4.0 };
+    xb * n * d * m
+        + 4.0
+            * (2.0 * n * d * m
+                + (5.0 + da) * n * d
+                + n * (2.0 + 2.0 * m)
+                + d * (1.0 + m)
+                + 2.0 * (d * (1.0 + m) + 1.0 + m))
 }
 
 /// Benchmark cases for `ddl bench kernels` at the `shakespeare-char` shapes: forward and
@@ -664,10 +672,27 @@ pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
     let mut rng = Rng::new(7);
     let n = BENCH_SHAPE.b * BENCH_SHAPE.t;
     let d = BENCH_SHAPE.d;
-    for m in [BENCH_SHAPE.m, 1] {
-        let s = DeltaShape { n, d, m, k_eps: 1e-5, v_act: VAct::Sigmoid4, state_f16: false };
+    // m = 4 with the state in f32 and, where the adapter has SHADER_F16, in f16; and m = 1.
+    let f16 = gpu.features.contains(wgpu::Features::SHADER_F16);
+    let cases = [(BENCH_SHAPE.m, false), (BENCH_SHAPE.m, true), (1, false)];
+    for (m, state_f16) in cases.into_iter().filter(|&(m, h)| !h || (f16 && m == 4)) {
+        let s = DeltaShape { n, d, m, k_eps: 1e-5, v_act: VAct::Sigmoid4, state_f16 };
+        // An f16 state: n·d·m halves of small normal values (the f32 bits of a normal draw would
+        // hold f16 NaNs and subnormals).
+        let x = if state_f16 {
+            let bits: Vec<f32> = rng
+                .normal(s.state_elems(), 1.0)
+                .iter()
+                .map(|v| {
+                    let h = |b: u32| (0x3800 | (b & 0x83ff)) & 0xffff; // ±[0.5, 1)
+                    f32::from_bits(h(v.to_bits()) | h(v.to_bits() >> 13) << 16)
+                })
+                .collect();
+            Tensor::from_f32(gpu, "x", &[bits.len()], &bits)?
+        } else {
+            Tensor::from_f32(gpu, "x", &[n * d * m], &rng.normal(n * d * m, 1.0))?
+        };
         let mut t = |label: &str, len: usize| Tensor::from_f32(gpu, label, &[len], &rng.normal(len, 1.0));
-        let x = t("x", n * d * m)?;
         let kraw = t("kraw", n * d)?;
         let a = t("a", n * d)?;
         let c = t("c", n * d)?;
@@ -677,7 +702,7 @@ pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
         let b_v = t("b_v", m)?;
         let g = t("g", n * d * m)?;
         let zeros = |label: &str, len: usize| Tensor::zeros(gpu, label, &[len], crate::gpu::DType::F32);
-        let x_out = zeros("x_out", n * d * m)?;
+        let x_out = zeros("x_out", s.state_elems())?;
         let rnorm = zeros("rnorm", n)?;
         let beta = zeros("beta", n)?;
         let v = zeros("v", n * m)?;
@@ -754,13 +779,13 @@ pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
             g, x, kraw, rnorm, beta, v, delta, a, c, w_beta, w_v, dx, dkraw, da, dc, dw_beta, db_beta, dw_v, db_v,
         ]);
         out.push(KernelBench {
-            name: format!("delta_forward N={n} d={d} m={m}"),
+            name: format!("delta_forward N={n} d={d} m={m}{}", if state_f16 { " f16 state" } else { "" }),
             dispatches: fwd,
             flops: forward_flops(&s),
             bytes: forward_bytes(&s),
         });
         out.push(KernelBench {
-            name: format!("delta_backward N={n} d={d} m={m}"),
+            name: format!("delta_backward N={n} d={d} m={m}{}", if state_f16 { " f16 state" } else { "" }),
             dispatches: bwd,
             flops: backward_flops(&s),
             bytes: backward_bytes(&s, false),

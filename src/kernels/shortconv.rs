@@ -706,6 +706,28 @@ pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
             bytes: 4.0 * (3.0 * state + ndf + 2.0 * dmf),
         },
     ];
+    // The token axis with the state in f16 (`--f16-state`), where the adapter has SHADER_F16.
+    if m == 4 && gpu.features.contains(wgpu::Features::SHADER_F16) {
+        let s = ConvShape { state_f16: true, ..s };
+        let x16 = t("x_f16", s.state_elems())?;
+        let mut f = token_forward(gpu, &s, x16.view(), kt.view(), rho.view(), a.view())?;
+        let mut bk =
+            token_backward(gpu, &s, x16.view(), kt.view(), rho.view(), da.view(), dx.view(), dkt.view(), drho.view())?;
+        f[0].scratch.push(x16.clone());
+        bk[0].scratch.push(x16);
+        out.push(KernelBench {
+            name: format!("shortconv token_forward {shape} K={k} f16 state"),
+            dispatches: f,
+            flops: 2.0 * state * kf + 2.0 * state,
+            bytes: 2.0 * state + 4.0 * (dmf * kf + ndf),
+        });
+        out.push(KernelBench {
+            name: format!("shortconv token_backward {shape} K={k} f16 state"),
+            dispatches: bk,
+            flops: 2.0 * state * kf + 2.0 * state + 2.0 * state * kf,
+            bytes: 2.0 * state + 4.0 * (2.0 * state + ndf + 2.0 * dmf * kf),
+        });
+    }
     for case in &mut out {
         case.dispatches[0].scratch.extend(keep.iter().cloned());
     }

@@ -45,6 +45,9 @@ pub struct TrainConfig {
     pub seed: u64,
     /// Skip (instead of stopping at) a step whose loss or gradients are not finite.
     pub skip_nonfinite: bool,
+    /// Store the expanded states in half precision (`--f16-state`; [`crate::model::Model::set_state_f16`]).
+    #[serde(default)]
+    pub state_f16: bool,
 }
 
 impl TrainConfig {
@@ -75,6 +78,7 @@ impl TrainConfig {
             val_fraction: 0.1,
             seed: 1337,
             skip_nonfinite: false,
+            state_f16: false,
         }
     }
 

@@ -593,7 +593,7 @@ pub fn train_with(
         checkpoint::remove_stale_tmp(&out);
     }
     let mut run = opts.run.clone();
-    let (model, tok, start, elapsed0) = if opts.resume {
+    let (mut model, tok, start, elapsed0) = if opts.resume {
         let ck = checkpoint::load(&out, true)?;
         let (m, v, state, run_cfg) = ck.optim.expect("loaded with optimizer state");
         if !run_cfg.is_empty() {
@@ -629,6 +629,7 @@ pub fn train_with(
         (model, tok, 0, 0.0)
     };
     run.validate()?;
+    model.set_state_f16(run.train.state_f16)?;
     let t = run.train.clone();
     let run_toml = toml::to_string(&run).map_err(|e| TrainError::Settings(e.to_string()))?;
     if lead {

@@ -50,3 +50,37 @@ pub fn run(gpu: &Gpu, ds: &[ddl::gpu::Dispatch]) {
     let refs: Vec<&ddl::gpu::Dispatch> = ds.iter().collect();
     gpu.run(&refs).unwrap();
 }
+
+/// Each value rounded to the nearest f16 (what an f16 state holds), back as f32.
+pub fn f16_round(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
+}
+
+/// Values packed two f16 per four-byte element (little-endian: element 2i in the low half), the
+/// layout of an f16 state buffer; uploaded with [`upload`] as raw bits.
+pub fn f16_pack(v: &[f32]) -> Vec<f32> {
+    assert!(v.len().is_multiple_of(2), "an f16 buffer holds pairs");
+    v.chunks(2)
+        .map(|p| {
+            let lo = half::f16::from_f32(p[0]).to_bits() as u32;
+            let hi = half::f16::from_f32(p[1]).to_bits() as u32;
+            f32::from_bits(lo | hi << 16)
+        })
+        .collect()
+}
+
+/// The inverse of [`f16_pack`]: two f32 per four-byte element.
+pub fn f16_unpack(raw: &[f32]) -> Vec<f32> {
+    raw.iter()
+        .flat_map(|w| {
+            let b = w.to_bits();
+            [half::f16::from_bits(b as u16).to_f32(), half::f16::from_bits((b >> 16) as u16).to_f32()]
+        })
+        .collect()
+}
+
+/// An f16 output buffer of `halves` values, every one an f16 NaN (so unwritten halves fail).
+pub fn poisoned_f16(gpu: &Gpu, label: &str, halves: usize) -> Tensor {
+    let nan2 = f32::from_bits(0x7e00_7e00);
+    upload(gpu, label, &vec![nan2; halves.div_ceil(2)])
+}

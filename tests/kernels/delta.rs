@@ -229,7 +229,8 @@ fn f64v(x: &[f32]) -> Vec<f64> {
 fn draw(rng: &mut Rng, s: &DeltaShape, special: bool) -> Vec<Vec<f32>> {
     let (n, d, m) = (s.n, s.d, s.m);
     let sd = 1.0 / (d as f32).sqrt();
-    let x = rng.normal(n * d * m, 1.0);
+    // An f16 state holds the rounded values: the reference sees exactly those.
+    let x = if s.state_f16 { f16_round(&rng.normal(n * d * m, 1.0)) } else { rng.normal(n * d * m, 1.0) };
     let mut kraw = rng.normal(n * d, 1.0);
     let mut a = rng.normal(n * d, 1.0);
     let mut c = rng.normal(n * d, 1.0);
@@ -356,9 +357,10 @@ fn gpu_forward_kb(
     let t: Vec<Tensor> = ["x", "kraw", "a", "c", "w_beta", "b_beta", "w_v", "b_v"]
         .iter()
         .zip(inp)
-        .map(|(l, v)| upload(&gpu, l, v))
+        .map(|(l, v)| if *l == "x" && s.state_f16 { upload(&gpu, l, &f16_pack(v)) } else { upload(&gpu, l, v) })
         .collect();
-    let x_out = poisoned(&gpu, "x_out", &[n * d * m]);
+    let x_out =
+        if s.state_f16 { poisoned_f16(&gpu, "x_out", n * d * m) } else { poisoned(&gpu, "x_out", &[n * d * m]) };
     let k = poisoned(&gpu, "k", &[n * d]);
     let rnorm = poisoned(&gpu, "rnorm", &[n]);
     let beta = poisoned(&gpu, "beta", &[n]);
@@ -387,7 +389,7 @@ fn gpu_forward_kb(
     .unwrap();
     run(&gpu, &ds);
     let f = GpuFwd {
-        x_out: read(&gpu, &x_out),
+        x_out: if s.state_f16 { f16_unpack(&read(&gpu, &x_out)) } else { read(&gpu, &x_out) },
         k: read(&gpu, &k),
         rnorm: read(&gpu, &rnorm),
         beta: read(&gpu, &beta),
@@ -415,7 +417,7 @@ fn gpu_backward(s: &DeltaShape, b: &BwdIn) -> GpuBwd {
     let (n, d, m) = (s.n, s.d, s.m);
     let up = |l: &str, v: &[f32]| upload(&gpu, l, v);
     let g = up("g", b.g);
-    let x = up("x", &b.inp[0]);
+    let x = if s.state_f16 { up("x", &f16_pack(&b.inp[0])) } else { up("x", &b.inp[0]) };
     let a = up("a", &b.inp[2]);
     let c = up("c", &b.inp[3]);
     let w_beta = up("w_beta", &b.inp[4]);
@@ -554,7 +556,9 @@ fn check(s: DeltaShape, accumulate_da: bool, special: bool) {
     };
     let all = usize::MAX;
     let tol = 1e-5;
-    chk("x_out", &f.x_out, &want.x_out, d * m, Some(&want.x_out_scale), tol);
+    // An f16 X' is the f32 result rounded once: relative error ≤ 2⁻¹¹ per element.
+    let x_tol = if s.state_f16 { 1e-3 } else { tol };
+    chk("x_out", &f.x_out, &want.x_out, d * m, Some(&want.x_out_scale), x_tol);
     chk("k", &f.k, &want.k, d, None, tol);
     chk("rnorm", &f.rnorm, &want.rnorm, 1, None, tol);
     chk("beta", &f.beta, &want.beta, 1, Some(&want.beta_scale), tol);
@@ -620,7 +624,7 @@ fn check(s: DeltaShape, accumulate_da: bool, special: bool) {
 }
 
 fn shape(n: usize, d: usize, m: usize, v_act: VAct) -> DeltaShape {
-    DeltaShape { n, d, m, k_eps: EPS_K, v_act }
+    DeltaShape { n, d, m, k_eps: EPS_K, v_act, state_f16: false }
 }
 
 fn grid(v_act: VAct) {
@@ -781,6 +785,61 @@ fn every_segment_width_matches_float64() {
             }
         });
     }
+}
+
+#[test]
+fn f16_state_kernels_match_float64_on_the_rounded_state_in_every_layout() {
+    // `--f16-state`: X is read from and X' written to half-precision rows (m = 4), every sum in
+    // f32. The reference runs on the f16-rounded X, so everything but X' must match as tightly
+    // as in f32; X' is the f32 result rounded once. Every layout: one token per invocation with
+    // quads (with and without subgroup-shared loads) and without, and segments (GPUs).
+    let gpu = gpu();
+    assert!(gpu.features.contains(wgpu::Features::SHADER_F16), "adapter {} has no SHADER_F16", gpu.info.name);
+    let shapes = [(7, 4), (65, 44), (9, 300), (50, 33), (1, 8)];
+    let f16 = |n: usize, d: usize, act: VAct| DeltaShape { state_f16: true, ..shape(n, d, 4, act) };
+    for seg in [1, 8, 32] {
+        delta::with_segment_width(seg, || {
+            for (on, shared) in [(true, true), (true, false), (false, true)] {
+                if seg > 1 && !(on && shared) {
+                    continue;
+                }
+                ddl::kernels::with_subgroup_loads(shared, || {
+                    delta::with_quads(on, || {
+                        for (i, &(n, d)) in shapes.iter().enumerate() {
+                            let act = [VAct::Sigmoid4, VAct::Sigmoid, VAct::Linear][i % 3];
+                            check(f16(n, d, act), i % 2 == 1, i % 3 != 2);
+                        }
+                    })
+                });
+            }
+        });
+    }
+    // Only m = 4 has f16 rows: other widths are a clear error.
+    let bad = DeltaShape { state_f16: true, ..shape(3, 8, 3, VAct::Sigmoid4) };
+    let inp = draw(&mut Rng::fresh(), &DeltaShape { state_f16: false, ..bad }, false);
+    let t = upload(&gpu, "t", &inp[0]);
+    let e = delta::forward(
+        &gpu,
+        &bad,
+        t.view(),
+        t.view(),
+        t.view(),
+        t.view(),
+        t.view(),
+        t.view(),
+        t.view(),
+        t.view(),
+        t.view(),
+        None,
+        t.view(),
+        t.view(),
+        t.view(),
+        t.view(),
+        None,
+    )
+    .err()
+    .expect("m = 3 with an f16 state must fail");
+    assert!(e.to_string().contains("f16 state needs m = 4"), "{e}");
 }
 
 #[test]

@@ -9,7 +9,7 @@ use ddl::kernels::expand::{self, ConvShape};
 use ddl::testing::f64s;
 
 fn shape(batch: usize, seq: usize, d: usize, m: usize, kernel: usize) -> ConvShape {
-    ConvShape { batch, seq, d, m, kernel }
+    ConvShape { batch, seq, d, m, kernel, state_f16: false }
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -282,6 +282,32 @@ fn ec_reference_backward_matches_central_finite_differences() {
 
 // ------------------------------------------------------------------------------------------------
 // Replication
+
+#[test]
+fn replicate_into_an_f16_state_writes_every_row_rounded_once() {
+    // `--f16-state`: X⁰[t, i, j] = f16(e[t, i]) for j < 4, exactly (a single rounding), every
+    // half written (the buffer starts as f16 NaN); odd sizes and more rows than one workgroup.
+    let gpu = gpu();
+    assert!(gpu.features.contains(wgpu::Features::SHADER_F16), "adapter {} has no SHADER_F16", gpu.info.name);
+    let mut rng = Rng::fresh();
+    for (n, d) in [(1, 1), (3, 5), (37, 33), (300, 7)] {
+        let e = rng.normal(n * d, 3.0);
+        let te = upload(&gpu, "e", &e);
+        let x0 = poisoned_f16(&gpu, "x0", n * d * 4);
+        run(&gpu, &expand::replicate_forward_f16(&gpu, n, d, te.view(), x0.view()).unwrap());
+        let got = f16_unpack(&read(&gpu, &x0));
+        let want: Vec<f32> = f16_round(&e).iter().flat_map(|&v| [v; 4]).collect();
+        assert_eq!(got.len(), want.len());
+        for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(g.to_bits() == w.to_bits(), "n={n} d={d}: x0[{o}] = {g}, want {w} (seed {})", rng.seed);
+        }
+    }
+    // A view too short for the rows is a clear error.
+    let te = upload(&gpu, "e", &[0.0; 20]);
+    let short = upload(&gpu, "x0", &[0.0; 10]);
+    let e = expand::replicate_forward_f16(&gpu, 4, 5, te.view(), short.view()).unwrap_err();
+    assert!(e.to_string().contains("x0"), "{e}");
+}
 
 #[test]
 fn replicate_forward_and_backward_match_float64_for_odd_sizes() {

@@ -9,7 +9,7 @@ use ddl::kernels::shortconv::{self, ConvShape};
 use ddl::testing::f64s;
 
 fn shape(batch: usize, seq: usize, d: usize, m: usize, kernel: usize) -> ConvShape {
-    ConvShape { batch, seq, d, m, kernel }
+    ConvShape { batch, seq, d, m, kernel, state_f16: false }
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -327,6 +327,32 @@ fn check_token(s: ConvShape) {
     check_against(&name, inp, &mut rng, &a, [&dx, &dk, &dr], |inp| run_token(&s, inp));
 }
 
+/// Token axis at one shape with the state in f16 (`--f16-state`): the reference runs on the
+/// f16-rounded X the GPU reads, so the tolerances are those of f32.
+fn check_token_f16(s: ConvShape) {
+    let s = ConvShape { state_f16: true, ..s };
+    let mut rng = Rng::fresh();
+    let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
+    let mut inp = Inputs::draw(&mut rng, n * d * m, d * m * k, m, n * d);
+    inp.x = f16_round(&inp.x);
+    let (x, kappa, rho, da) = (f64s(&inp.x), f64s(&inp.kappa), f64s(&inp.rho), f64s(&inp.da));
+    let a = token_ref(&s, &x, &kappa, &rho);
+    let (dx, dk, dr) = token_grad_ref(&s, &x, &kappa, &rho, &da);
+    let name = format!("token f16 {s:?}");
+    check_against(&name, inp, &mut rng, &a, [&dx, &dk, &dr], |inp| {
+        let packed = Inputs {
+            x: f16_pack(&inp.x),
+            kappa: inp.kappa.clone(),
+            rho: inp.rho.clone(),
+            da: inp.da.clone(),
+            dx0: inp.dx0.clone(),
+            dk0: inp.dk0.clone(),
+            dr0: inp.dr0.clone(),
+        };
+        run_token(&s, &packed)
+    });
+}
+
 /// Value axis at one shape.
 fn check_value(n: usize, d: usize, m: usize, kc: usize) {
     let mut rng = Rng::fresh();
@@ -357,6 +383,25 @@ fn token_compressor_forward_and_backward_match_float64_over_odd_shapes_and_short
             check_token(shape(BS[idx % 3], t, DS[(idx / 3) % 3], MS[(idx + idx / 3) % 3], k));
             idx += 1;
         }
+    }
+}
+
+#[test]
+fn token_compressor_on_an_f16_state_matches_float64_on_the_rounded_state() {
+    // `--f16-state` (m = 4): the one-walk K = 4 kernel and the two-walk 8-slot one (K ≠ 4),
+    // T < K and T = 1, odd d, several chunks; then the shapes it refuses.
+    let gpu = gpu();
+    assert!(gpu.features.contains(wgpu::Features::SHADER_F16), "adapter {} has no SHADER_F16", gpu.info.name);
+    for (b, t, d, k) in
+        [(1, 1, 1, 4), (2, 3, 5, 4), (3, 40, 33, 4), (2, 9, 5, 1), (1, 40, 33, 5), (3, 9, 4, 8), (2, 70, 6, 2)]
+    {
+        check_token_f16(shape(b, t, d, 4, k));
+    }
+    for (m, k) in [(3, 4), (4, 9)] {
+        let s = ConvShape { state_f16: true, ..shape(1, 5, 4, m, k) };
+        let t = upload(&gpu, "t", &vec![0.0; 4096]);
+        let e = shortconv::token_forward(&gpu, &s, t.view(), t.view(), t.view(), t.view()).err().expect("must fail");
+        assert!(e.to_string().contains("f16 state needs m = 4"), "m = {m}, K = {k}: {e}");
     }
 }
 
