@@ -196,7 +196,9 @@ fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, f64, Option<f64>)> {
 }
 
 /// `ddl bench train`: tokens per second of full training steps (forward, backward, norm, AdamW)
-/// on random tokens, with the per-kernel time split of one profiled step.
+/// on random tokens, with the per-kernel time split of one profiled step. `state_f16`: the
+/// model stores its expanded states in half precision ([`crate::model::Model::set_state_f16`]).
+#[allow(clippy::too_many_arguments)]
 pub fn train_rows(
     gpu: &std::sync::Arc<Gpu>,
     cfg: &crate::model::ModelConfig,

@@ -59,6 +59,9 @@ enum Cmd {
         batch: Option<usize>,
         #[arg(long)]
         seq: Option<usize>,
+        /// Plan the expanded states in half precision (`ddl train --f16-state`).
+        #[arg(long)]
+        f16_state: bool,
     },
     /// Check the engine against PyTorch golden files (format ddl-golden-1): forward, backward,
     /// traces and AdamW steps, one row per compared tensor; exits non-zero on any failure.
@@ -69,6 +72,10 @@ enum Cmd {
         /// Print only failing rows and the per-file summary.
         #[arg(long)]
         quiet: bool,
+        /// Run with the expanded states in half precision (`--f16-state`) at its looser stated
+        /// tolerances (d_v = 4 files of ddl and ddl_vmap).
+        #[arg(long)]
+        f16_state: bool,
     },
     /// Train a model (headless): progress bar, metrics.jsonl, loss.png, checkpoints in --out.
     Train(TrainArgs),
@@ -375,13 +382,13 @@ fn error_text(e: &anyhow::Error) -> String {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Info { preset, variant, batch, seq } => match preset {
-            Some(p) => info_model(&cli.device, &p, &variant, batch, seq),
+        Cmd::Info { preset, variant, batch, seq, f16_state } => match preset {
+            Some(p) => info_model(&cli.device, &p, &variant, batch, seq, f16_state),
             None => info(&cli.device),
         },
         Cmd::Bench(b) => bench(&cli.device, b),
         Cmd::Tokenizer(t) => tokenizer(t),
-        Cmd::Golden { files, quiet } => golden(&cli.device, &files, quiet),
+        Cmd::Golden { files, quiet, f16_state } => golden(&cli.device, &files, quiet, f16_state),
         Cmd::Train(a) => train(&cli.device, a),
         Cmd::Eval { checkpoint, batches } => eval(&cli.device, &checkpoint, batches),
         Cmd::Experiment { spec, out, report_only, dry_run } => {
@@ -851,12 +858,12 @@ fn chat(dev: &DeviceArgs, dir: &std::path::Path, mut sa: SamplingArgs) -> Result
     Ok(())
 }
 
-fn golden(dev: &DeviceArgs, files: &[std::path::PathBuf], quiet: bool) -> Result<()> {
+fn golden(dev: &DeviceArgs, files: &[std::path::PathBuf], quiet: bool, f16_state: bool) -> Result<()> {
     let gpu = dev.open().context("opening the GPU")?;
     let mut failed_files = Vec::new();
     for f in files {
         let result = ddl::golden::Golden::load(f).and_then(|g| {
-            let rows = ddl::golden::check(&gpu, &g)?;
+            let rows = ddl::golden::check_with(&gpu, &g, f16_state)?;
             Ok((g, rows))
         });
         match result {
@@ -896,14 +903,22 @@ fn golden(dev: &DeviceArgs, files: &[std::path::PathBuf], quiet: bool) -> Result
     Ok(())
 }
 
-fn info_model(dev: &DeviceArgs, preset: &str, variant: &str, batch: Option<usize>, seq: Option<usize>) -> Result<()> {
+fn info_model(
+    dev: &DeviceArgs,
+    preset: &str,
+    variant: &str,
+    batch: Option<usize>,
+    seq: Option<usize>,
+    f16_state: bool,
+) -> Result<()> {
     let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
     let cfg = ddl::model::ModelConfig::preset(preset, v)?;
     let t = ddl::train::TrainConfig::preset(preset);
     let (b, s) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
-    let plan = ddl::model::memory_plan(&cfg, b, s);
+    let plan = ddl::model::memory_plan_with(&cfg, b, s, f16_state);
     println!(
-        "preset {preset}, variant {v}: V {} d {} L {} H {} h {} F {} d_v {}",
+        "preset {preset}, variant {v}{}: V {} d {} L {} H {} h {} F {} d_v {}",
+        if f16_state { " (f16 states)" } else { "" },
         cfg.vocab_size,
         cfg.d_model,
         cfg.n_layers,
