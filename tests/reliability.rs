@@ -211,6 +211,8 @@ fn config_problems_are_clear_errors() {
     t(&["--set", "train.seq_len=128"], &["train.seq_len", "128", "max_seq_len 64"]);
     t(&["--set", "train.warmup_steps=5000", "--set", "train.decay_steps=10"], &["decay_steps"]);
     t(&["--variant", "ddl_x"], &["unknown variant 'ddl_x'", "baseline"]);
+    t(&["--variant", "baseline", "--f16-state"], &["train.state_f16", "ddl or ddl_vmap", "baseline"]);
+    t(&["--f16-state", "--set", "model.d_v=3"], &["train.state_f16", "d_v = 4, got 3"]);
     t(&["--preset", "gigantic"], &["unknown preset 'gigantic'"]);
     fails(&dir, &["train", "--corpus", &c, "--out", &out, "--steps=-1"], &["--steps", "-1"]);
     // A batch whose activations exceed the adapter's buffer limit: how much, and what to lower.

@@ -127,6 +127,24 @@ impl TrainConfig {
                 format!("{} is shorter than warmup_steps {}", self.decay_steps, self.warmup_steps),
             );
         }
+        if self.state_f16 {
+            let v = model.variant;
+            if !v.expanded() || v.value_axis() || v.ec() {
+                return e(
+                    "state_f16",
+                    format!(
+                        "f16 states need variant ddl or ddl_vmap (token-axis compressor, replicated embedding), got {}",
+                        v.name()
+                    ),
+                );
+            }
+            if model.m() != 4 {
+                return e("state_f16", format!("f16 states need model.d_v = 4, got {}", model.m()));
+            }
+            if model.state_kernel > 8 {
+                return e("state_f16", format!("f16 states need model.state_kernel ≤ 8, got {}", model.state_kernel));
+            }
+        }
         Ok(())
     }
 
@@ -280,6 +298,25 @@ impl RunConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn f16_states_are_refused_for_variants_and_shapes_without_them() {
+        let mut c = RunConfig::preset("tiny", Variant::Ddl).unwrap();
+        c.set("train.state_f16=true").unwrap();
+        c.validate().unwrap();
+        let mut b = RunConfig::preset("tiny", Variant::Baseline).unwrap();
+        b.set("train.state_f16=true").unwrap();
+        let e = b.validate().unwrap_err().to_string();
+        assert!(e.contains("train.state_f16") && e.contains("baseline"), "{e}");
+        c.set("model.d_v=2").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("train.state_f16") && e.contains("d_v = 4, got 2"), "{e}");
+        // Older run configs without the key still load, as f32 states.
+        let mut t = toml::Value::try_from(RunConfig::preset("tiny", Variant::Ddl).unwrap()).unwrap();
+        t["train"].as_table_mut().unwrap().remove("state_f16");
+        let back: RunConfig = t.try_into().unwrap();
+        assert!(!back.train.state_f16);
+    }
 
     #[test]
     fn set_and_toml_override_defaults_and_reject_unknown_keys_and_wrong_types() {

@@ -629,7 +629,10 @@ pub fn train_with(
         (model, tok, 0, 0.0)
     };
     run.validate()?;
-    model.set_state_f16(run.train.state_f16)?;
+    // (The variant and shape were validated with the settings; what is left is the adapter.)
+    model
+        .set_state_f16(run.train.state_f16)
+        .map_err(|e| TrainError::Settings(format!("train.state_f16 (--f16-state): {e}")))?;
     let t = run.train.clone();
     let run_toml = toml::to_string(&run).map_err(|e| TrainError::Settings(e.to_string()))?;
     if lead {
