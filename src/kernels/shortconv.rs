@@ -234,11 +234,16 @@ const GENERIC: &str = "m1";
 /// The shader variant of the windowed kernels for `s`: rows of m, and a window of 4 token states
 /// with K = 4 compiled in when K = 4 (else 8 slots, K from the parameters). `DDL_CONV_WINDOW=8`
 /// forces the general variant (for measurements).
+/// An f16 state adds `h` (the `…h` variants).
 fn window_variant(s: &ConvShape) -> String {
-    let wide = std::env::var("DDL_CONV_WINDOW").is_ok_and(|v| v.trim() == "8");
-    let k4 = if s.kernel == 4 && !wide { "k4" } else { "" };
+    let k4 = if window_k4(s) { "k4" } else { "" };
     let h = if s.state_f16 { "h" } else { "" };
     format!("{}{k4}{h}", crate::shaders::width_variant(s.m))
+}
+
+/// Whether the windowed kernels of `s` have K = 4 compiled in.
+fn window_k4(s: &ConvShape) -> bool {
+    s.kernel == 4 && !std::env::var("DDL_CONV_WINDOW").is_ok_and(|v| v.trim() == "8")
 }
 
 /// Binds `entry` of the compressor shader, variant `variant`, over `threads` invocations.
@@ -278,7 +283,7 @@ pub enum WalkOut<'a> {
 /// Whether [`token_backward_walk`] can write Σ_j of the state gradient (`de`), or write `dx`
 /// without reading it: the one-walk kernel (windowed, K = 4 compiled in).
 pub fn sums_into_de(s: &ConvShape) -> bool {
-    windowed(s) && window_variant(s).trim_end_matches('h').ends_with("k4")
+    windowed(s) && window_k4(s)
 }
 
 fn token_params(s: &ConvShape) -> Params {
@@ -408,9 +413,7 @@ pub fn token_backward_walk(
         let mut walk = conv(gpu, &window_variant(s), entry, pb, &bufs, d * chunks)?;
         walk.scratch.extend(unused.clone());
         vec![walk]
-    } else if windowed(s)
-        && !(gpu.info.backend == wgpu::Backend::Gl && !window_variant(s).trim_end_matches('h').ends_with("k4"))
-    {
+    } else if windowed(s) && !(gpu.info.backend == wgpu::Backend::Gl && !window_k4(s)) {
         // (Not on OpenGL with the 8-slot window: there its backward walks give wrong ∂X on
         // Mesa 22.3's llvmpipe — the same WGSL is right on Vulkan, and the per-element kernels
         // are right on both; tests/kernels/shortconv.rs checks whichever path runs.)
