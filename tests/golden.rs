@@ -113,7 +113,11 @@ fn a_malformed_golden_file_is_a_clear_error() {
 #[test]
 fn golden_f16_state() {
     let gpu = ddl::testing::gpu();
-    assert!(gpu.features.contains(wgpu::Features::SHADER_F16), "adapter {} has no SHADER_F16", gpu.info.name);
+    assert!(
+        gpu.features.contains(wgpu::Features::SHADER_F16),
+        "adapter {} has no SHADER_F16, which the f16-state tests need",
+        gpu.info.name
+    );
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let worst = |rows: &[ddl::golden::Row]| {
         rows.iter().filter(|r| r.tol > 0.0 && r.tol < 1.0).map(|r| r.rel_l2).fold(0.0, f64::max)
