@@ -84,3 +84,18 @@ pub fn poisoned_f16(gpu: &Gpu, label: &str, halves: usize) -> Tensor {
     let nan2 = f32::from_bits(0x7e00_7e00);
     upload(gpu, label, &vec![nan2; halves.div_ceil(2)])
 }
+
+/// Whether `got` is within `tol` of `want` in L2 norm relative to the L2 norm of `scale` (the
+/// same sums over absolute values): for outputs that cancel to much less than their terms, whose
+/// f32 rounding is that of the terms. Callers fall back to their usual comparison (which reports
+/// the details) when this is false.
+pub fn within_scale(got: &[f32], want: &[f64], scale: &[f64], tol: f64) -> bool {
+    let err = got.iter().zip(want).map(|(&g, &w)| (g as f64 - w).powi(2)).sum::<f64>().sqrt();
+    let s = scale.iter().map(|x| x * x).sum::<f64>().sqrt();
+    got.len() == want.len() && got.iter().all(|g| g.is_finite()) && err <= tol * s
+}
+
+/// Absolute values, as f64 (the inputs of a scale reference, see [`within_scale`]).
+pub fn abs64(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|x| x.abs() as f64).collect()
+}
