@@ -822,7 +822,7 @@ fn f16_state_kernels_match_float64_on_the_rounded_state_in_every_layout() {
     let bad = DeltaShape { state_f16: true, ..shape(3, 8, 3, VAct::Sigmoid4) };
     let inp = draw(&mut Rng::fresh(), &DeltaShape { state_f16: false, ..bad }, false);
     let t = upload(&gpu, "t", &inp[0]);
-    let e = delta::forward(
+    let Err(e) = delta::forward(
         &gpu,
         &bad,
         t.view(),
@@ -840,9 +840,9 @@ fn f16_state_kernels_match_float64_on_the_rounded_state_in_every_layout() {
         t.view(),
         t.view(),
         None,
-    )
-    .err()
-    .expect("m = 3 with an f16 state must fail");
+    ) else {
+        panic!("m = 3 with an f16 state must fail")
+    };
     assert!(e.to_string().contains("f16 state needs m = 4"), "{e}");
 }
 

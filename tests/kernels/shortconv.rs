@@ -420,7 +420,9 @@ fn token_compressor_on_an_f16_state_matches_float64_on_the_rounded_state() {
     for (m, k) in [(3, 4), (4, 9)] {
         let s = ConvShape { state_f16: true, ..shape(1, 5, 4, m, k) };
         let t = upload(&gpu, "t", &vec![0.0; 4096]);
-        let e = shortconv::token_forward(&gpu, &s, t.view(), t.view(), t.view(), t.view()).err().expect("must fail");
+        let Err(e) = shortconv::token_forward(&gpu, &s, t.view(), t.view(), t.view(), t.view()) else {
+            panic!("m = {m}, K = {k} with an f16 state must fail")
+        };
         assert!(e.to_string().contains("f16 state needs m = 4"), "m = {m}, K = {k}: {e}");
     }
 }
