@@ -226,6 +226,30 @@ impl ModelConfig {
         if self.variant.expanded() { self.d_v } else { 1 }
     }
 
+    /// Whether this config can store its expanded states in half precision (`--f16-state`): the
+    /// token-axis variants with replicated embeddings (`ddl`, `ddl_vmap`), d_v = 4, K ≤ 8. The
+    /// reason when not (the adapter's part is [`crate::model::Model::set_state_f16`]'s).
+    pub fn f16_state_support(&self) -> Result<(), String> {
+        let v = self.variant;
+        if !v.expanded() || v.value_axis() || v.ec() {
+            return Err(format!(
+                "f16 states need variant ddl or ddl_vmap (token-axis compressor, replicated embedding), got {}",
+                v.name()
+            ));
+        }
+        if self.m() != 4 {
+            return Err(format!(
+                "f16 states need model.d_v = 4, got {} (rows of d_v = {} values have no f16 form)",
+                self.m(),
+                self.m()
+            ));
+        }
+        if self.state_kernel > 8 {
+            return Err(format!("f16 states need model.state_kernel ≤ 8, got {}", self.state_kernel));
+        }
+        Ok(())
+    }
+
     /// H·h.
     pub fn qk_dim(&self) -> usize {
         self.n_heads * self.head_dim

@@ -75,21 +75,8 @@ impl Model {
     /// `ddl_vmap`) at d_v = 4 on adapters with SHADER_F16 (not OpenGL).
     pub fn set_state_f16(&mut self, on: bool) -> Result<()> {
         if on {
-            let c = &self.cfg;
-            let v = c.variant;
             let bad = |why: String| Err(crate::gpu::GpuError::Shape(format!("f16 state: {why}")));
-            if !v.expanded() || v.value_axis() || v.ec() {
-                return bad(format!(
-                    "variant '{}' is not supported (only the token-axis variants with replicated embeddings: ddl, ddl_vmap)",
-                    v.name()
-                ));
-            }
-            if c.m() != 4 {
-                return bad(format!("needs d_v = 4 value channels, the config has d_v = {}", c.m()));
-            }
-            if c.state_kernel > 8 {
-                return bad(format!("needs a compressor of at most 8 taps, the config has {}", c.state_kernel));
-            }
+            self.cfg.f16_state_support().or_else(bad)?;
             if !self.gpu.features.contains(wgpu::Features::SHADER_F16) {
                 return bad(format!("adapter '{}' has no SHADER_F16", self.gpu.info.name));
             }

@@ -127,23 +127,10 @@ impl TrainConfig {
                 format!("{} is shorter than warmup_steps {}", self.decay_steps, self.warmup_steps),
             );
         }
-        if self.state_f16 {
-            let v = model.variant;
-            if !v.expanded() || v.value_axis() || v.ec() {
-                return e(
-                    "state_f16",
-                    format!(
-                        "f16 states need variant ddl or ddl_vmap (token-axis compressor, replicated embedding), got {}",
-                        v.name()
-                    ),
-                );
-            }
-            if model.m() != 4 {
-                return e("state_f16", format!("f16 states need model.d_v = 4, got {}", model.m()));
-            }
-            if model.state_kernel > 8 {
-                return e("state_f16", format!("f16 states need model.state_kernel ≤ 8, got {}", model.state_kernel));
-            }
+        if self.state_f16
+            && let Err(why) = model.f16_state_support()
+        {
+            return e("state_f16", why);
         }
         Ok(())
     }

@@ -99,3 +99,15 @@ pub fn within_scale(got: &[f32], want: &[f64], scale: &[f64], tol: f64) -> bool 
 pub fn abs64(v: &[f32]) -> Vec<f64> {
     v.iter().map(|x| x.abs() as f64).collect()
 }
+
+/// The test device, which must have SHADER_F16 (the f16-state tests fail without it rather than
+/// pass without testing anything).
+pub fn f16_gpu() -> std::sync::Arc<Gpu> {
+    let gpu = gpu();
+    assert!(
+        gpu.features.contains(wgpu::Features::SHADER_F16),
+        "adapter {} has no SHADER_F16, which the f16-state tests need",
+        gpu.info.name
+    );
+    gpu
+}

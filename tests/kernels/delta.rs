@@ -793,12 +793,7 @@ fn f16_state_kernels_match_float64_on_the_rounded_state_in_every_layout() {
     // f32. The reference runs on the f16-rounded X, so everything but X' must match as tightly
     // as in f32; X' is the f32 result rounded once. Every layout: one token per invocation with
     // quads (with and without subgroup-shared loads) and without, and segments (GPUs).
-    let gpu = gpu();
-    assert!(
-        gpu.features.contains(wgpu::Features::SHADER_F16),
-        "adapter {} has no SHADER_F16, which the f16-state tests need",
-        gpu.info.name
-    );
+    let gpu = f16_gpu();
     let shapes = [(7, 4), (65, 44), (9, 300), (50, 33), (1, 8)];
     let f16 = |n: usize, d: usize, act: VAct| DeltaShape { state_f16: true, ..shape(n, d, 4, act) };
     for seg in [1, 8, 32] {

@@ -291,12 +291,7 @@ fn ec_reference_backward_matches_central_finite_differences() {
 fn replicate_into_an_f16_state_writes_every_row_rounded_once() {
     // `--f16-state`: X⁰[t, i, j] = f16(e[t, i]) for j < 4, exactly (a single rounding), every
     // half written (the buffer starts as f16 NaN); odd sizes and more rows than one workgroup.
-    let gpu = gpu();
-    assert!(
-        gpu.features.contains(wgpu::Features::SHADER_F16),
-        "adapter {} has no SHADER_F16, which the f16-state tests need",
-        gpu.info.name
-    );
+    let gpu = f16_gpu();
     let mut rng = Rng::fresh();
     for (n, d) in [(1, 1), (3, 5), (37, 33), (300, 7)] {
         let e = rng.normal(n * d, 3.0);

@@ -406,12 +406,7 @@ fn token_compressor_forward_and_backward_match_float64_over_odd_shapes_and_short
 fn token_compressor_on_an_f16_state_matches_float64_on_the_rounded_state() {
     // `--f16-state` (m = 4): the one-walk K = 4 kernel and the two-walk 8-slot one (K ≠ 4),
     // T < K and T = 1, odd d, several chunks; then the shapes it refuses.
-    let gpu = gpu();
-    assert!(
-        gpu.features.contains(wgpu::Features::SHADER_F16),
-        "adapter {} has no SHADER_F16, which the f16-state tests need",
-        gpu.info.name
-    );
+    let gpu = f16_gpu();
     for (b, t, d, k) in
         [(1, 1, 1, 4), (2, 3, 5, 4), (3, 40, 33, 4), (2, 9, 5, 1), (1, 40, 33, 5), (3, 9, 4, 8), (2, 70, 6, 2)]
     {
