@@ -17,6 +17,11 @@
 // add every (256/ct)-th row of the block, then a tree combines the lanes. The launcher runs it once
 // (one block covering all rows, straight into the output) or twice (per-block partials, then one
 // block over the partials).
+//
+// col_sum_seq / col_sum_seq4: the same sums for few rows (the K pieces of a split matmul, a handful
+// of chunk partials): one invocation per column (per 4 columns as a vec4 when `cols` is a multiple
+// of 4), rows added in order, no workgroup memory and no barriers. The tree above spent ~9
+// barriers per workgroup to add 2–6 rows; on llvmpipe a barrier costs more than the loads.
 
 struct Params {
     n: u32,            // sum_*: elements of `src` in this dispatch
@@ -36,8 +41,10 @@ struct Params {
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> src: array<f32>;
 @group(0) @binding(2) var<storage, read_write> dst: array<f32>;
-// `src` four elements at a time (`sum_squares_partial4`: n a multiple of 4).
+// `src` four elements at a time (`sum_squares_partial4`: n a multiple of 4; `col_sum_seq4`).
 @group(0) @binding(3) var<storage, read> src4: array<vec4<f32>>;
+// `dst` four elements at a time (`col_sum_seq4`).
+@group(0) @binding(4) var<storage, read_write> dst4: array<vec4<f32>>;
 
 const WG: u32 = 256u;
 const PER: u32 = 16u;
@@ -176,4 +183,47 @@ fn col_sum(
         }
         dst[o] = v;
     }
+}
+
+@compute @workgroup_size(64)
+fn col_sum_seq(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let c = (wid.y * nwg.x + wid.x) * 64u + lid;
+    if (c >= p.cols) {
+        return;
+    }
+    var acc = 0.0;
+    for (var r = 0u; r < p.rows; r++) {
+        acc += src[r * p.cols + c];
+    }
+    if (p.accumulate != 0u) {
+        acc += dst[c];
+    }
+    dst[c] = acc;
+}
+
+@compute @workgroup_size(64)
+fn col_sum_seq4(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let c = (wid.y * nwg.x + wid.x) * 64u + lid;
+    let c4 = p.cols / 4u;
+    if (c >= c4) {
+        return;
+    }
+    var acc = vec4<f32>();
+    for (var r = 0u; r < p.rows; r++) {
+        acc += src4[r * c4 + c];
+    }
+    if (p.accumulate != 0u) {
+        acc += dst4[c];
+    }
+    dst4[c] = acc;
 }

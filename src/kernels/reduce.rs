@@ -11,6 +11,11 @@
 use crate::bench::KernelBench;
 use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
 
+/// Most rows [`col_sum`] adds with one invocation per column in order (`col_sum_seq*`, no
+/// workgroup tree): the K pieces of a split product and other short stacks of partials.
+/// `DDL_COL_SUM_SEQ=0` sends them through the tree as before (for measurements).
+const SEQ_ROWS: usize = 16;
+
 /// Elements one `sum_squares_partial` / `sum_partial` workgroup reduces (`BLOCK` in the shader).
 pub const BLOCK: usize = 4096;
 
@@ -214,6 +219,17 @@ pub fn col_sum_chunked(
         accumulate: accumulate as u32,
         ..Default::default()
     };
+    let seq = std::env::var("DDL_COL_SUM_SEQ").map_or(true, |v| v != "0");
+    if seq && rows <= SEQ_ROWS && total <= max_chunk {
+        // Few rows, many columns: one invocation per column (or vec4 of columns), no tree.
+        let p = Params { rows: rows as u32, ..base };
+        let vec4 = cols % 4 == 0;
+        let (entry, n) = if vec4 { ("col_sum_seq4", cols / 4) } else { ("col_sum_seq", cols) };
+        let wg = grid_1d(n.div_ceil(64) as u64, 1, maxdim);
+        let (src, dst) = if vec4 { ("src4", "dst4") } else { ("src", "dst") };
+        let k = gpu.kernel("reduce", None, entry)?;
+        return Ok(vec![k.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[(src, x.sub(0, total)), (dst, out)], wg)?]);
+    }
     if rows <= lanes * 32 && total <= max_chunk {
         let p = Params { rpb: rows.max(1) as u32, ..base };
         let wg = grid_1d(ctiles as u64, 1, maxdim);

@@ -152,6 +152,28 @@ fn col_sum_matches_float64_for_odd_shapes_up_to_100k_rows() {
 }
 
 #[test]
+fn col_sum_of_few_rows_runs_per_column_in_order_and_matches_float64() {
+    // Up to 16 rows (split-K pieces, chunk partials) take the barrier-free per-column kernels:
+    // vec4 columns when cols is a multiple of 4, scalar otherwise; 17 rows take the tree.
+    let gpu = gpu();
+    for (rows, cols, entry) in [
+        (2, 16384, "col_sum_seq4"),
+        (6, 128 * 341, "col_sum_seq4"),
+        (16, 4, "col_sum_seq4"),
+        (5, 1001, "col_sum_seq"),
+        (1, 3, "col_sum_seq"),
+        (17, 12, "::col_sum"),
+    ] {
+        let x = upload(&gpu, "x", &vec![0.0; rows * cols]);
+        let o = upload(&gpu, "o", &vec![0.0; cols]);
+        let ds = reduce::col_sum(&gpu, x.view(), o.view(), rows, cols, false).unwrap();
+        assert!(ds[0].kernel.name.ends_with(entry), "{rows}x{cols}: {} is not {entry}", ds[0].kernel.name);
+        check_col_sum(rows, cols, false, None);
+        check_col_sum(rows, cols, true, None);
+    }
+}
+
+#[test]
 fn col_sum_accumulate_adds_into_the_output() {
     for (rows, cols) in [(1, 1), (9, 5), (20_000, 3), (700, 130)] {
         check_col_sum(rows, cols, true, None);
