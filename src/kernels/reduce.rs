@@ -222,13 +222,7 @@ pub fn col_sum_chunked(
     let seq = std::env::var("DDL_COL_SUM_SEQ").map_or(true, |v| v != "0");
     if seq && rows <= SEQ_ROWS && total <= max_chunk {
         // Few rows, many columns: one invocation per column (or vec4 of columns), no tree.
-        let p = Params { rows: rows as u32, ..base };
-        let vec4 = cols % 4 == 0;
-        let (entry, n) = if vec4 { ("col_sum_seq4", cols / 4) } else { ("col_sum_seq", cols) };
-        let wg = grid_1d(n.div_ceil(64) as u64, 1, maxdim);
-        let (src, dst) = if vec4 { ("src4", "dst4") } else { ("src", "dst") };
-        let k = gpu.kernel("reduce", None, entry)?;
-        return Ok(vec![k.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[(src, x.sub(0, total)), (dst, out)], wg)?]);
+        return col_sum_in_order(gpu, x, out, rows, cols, accumulate);
     }
     if rows <= lanes * 32 && total <= max_chunk {
         let p = Params { rpb: rows.max(1) as u32, ..base };
@@ -280,6 +274,39 @@ pub fn col_sum_chunked(
     d.scratch.push(partials);
     ds.push(d);
     Ok(ds)
+}
+
+/// `out[c]` (+)= Σ_r x[r·cols + c] added in row order (r = 0, 1, …, from 0.0; then `+ out[c]` when
+/// accumulating): one invocation per column, or per 4 columns as a vec4 when `cols % 4 == 0`, no
+/// workgroup memory. The same bits as a sequential loop over the rows; for any number of rows,
+/// but each invocation walks all of them, so [`col_sum`] uses it for few rows only. `x` must fit
+/// one storage binding.
+pub fn col_sum_in_order(
+    gpu: &Gpu,
+    x: View,
+    out: View,
+    rows: usize,
+    cols: usize,
+    accumulate: bool,
+) -> Result<Vec<Dispatch>> {
+    const OP: &str = "col_sum_in_order";
+    let total = rows * cols;
+    check_len(OP, "x", &x, total, &format!("rows {rows} × cols {cols}"))?;
+    check_len(OP, "out", &out, cols, &format!("cols {cols}"))?;
+    check_distinct(OP, &[("out", out.buffer)], &[("x", x.buffer)])?;
+    if cols == 0 {
+        return Ok(Vec::new());
+    }
+    if total > binding_elems(gpu, 1) {
+        return Err(chunk_too_small(gpu, format!("{OP} of {rows} rows × {cols} cols"), total, binding_elems(gpu, 1)));
+    }
+    let p = Params { rows: rows as u32, cols: cols as u32, accumulate: accumulate as u32, ..Default::default() };
+    let vec4 = cols % 4 == 0;
+    let (entry, n) = if vec4 { ("col_sum_seq4", cols / 4) } else { ("col_sum_seq", cols) };
+    let wg = grid_1d(n.div_ceil(64) as u64, 1, gpu.limits.max_compute_workgroups_per_dimension);
+    let (src, dst) = if vec4 { ("src4", "dst4") } else { ("src", "dst") };
+    let k = gpu.kernel("reduce", None, entry)?;
+    Ok(vec![k.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[(src, x.sub(0, total)), (dst, out.sub(0, cols))], wg)?])
 }
 
 /// Benchmark cases for `ddl bench kernels`: the gradient norm over a 10.7M-parameter model and
