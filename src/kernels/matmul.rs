@@ -355,8 +355,11 @@ impl Matmul {
     /// in one workgroup): 1 (no split) unless the product is one packed `[M, N]` output with
     /// fewer tiles than the adapter runs at once and K ≥ 512. See [`Matmul::bind_split_k`].
     pub fn k_pieces(&self, gpu: &Gpu) -> usize {
+        if k_pieces_bound(self.m, self.n, self.k) == 0 {
+            return 1;
+        }
         let packed_c = self.c.row_stride == self.n && self.c.offset == 0;
-        if self.batch * self.outer != 1 || !packed_c || self.k < 512 || self.m * self.n > 1 << 16 {
+        if self.batch * self.outer != 1 || !packed_c {
             return 1;
         }
         let Ok((bm, bn)) = tile(pick(gpu, self)) else { return 1 };
@@ -387,7 +390,9 @@ impl Matmul {
             return Ok(vec![self.bind(gpu, a, b, c)?]);
         }
         let rest = self.k - pieces * q;
-        let part = Tensor::zeros(gpu, "matmul.k_pieces", &[pieces * m * n], crate::gpu::DType::F32)?;
+        // One scratch for every split product of the device (they run one after another).
+        let part_t = gpu.shared_scratch(K_PIECES_SCRATCH, pieces * m * n)?;
+        let part = part_t.view().sub(0, pieces * m * n);
         let batched = Matmul {
             k: q,
             batch: pieces,
@@ -397,7 +402,7 @@ impl Matmul {
             accumulate: false,
             ..*self
         };
-        let mut out = vec![batched.bind(gpu, a, b, part.view())?];
+        let mut out = vec![batched.bind(gpu, a, b, part)?];
         if rest > 0 {
             let tail = Matmul {
                 k: rest,
@@ -407,10 +412,10 @@ impl Matmul {
                 accumulate: true,
                 ..*self
             };
-            out.push(tail.bind(gpu, a, b, part.view())?);
+            out.push(tail.bind(gpu, a, b, part)?);
         }
-        out.extend(crate::kernels::reduce::col_sum(gpu, part.view(), c, pieces, m * n, self.accumulate)?);
-        out[0].scratch.push(part);
+        out.extend(crate::kernels::reduce::col_sum(gpu, part, c, pieces, m * n, self.accumulate)?);
+        out[0].scratch.push(part_t.clone());
         Ok(out)
     }
 
@@ -826,4 +831,16 @@ pub fn bench(gpu: &Gpu) -> Result<Vec<crate::bench::KernelBench>> {
         });
     }
     Ok(out)
+}
+
+/// [`Gpu::shared_scratch`] key of the K-pieces scratch ([`Matmul::bind_split_k`]): one buffer for
+/// every split product of a device.
+pub const K_PIECES_SCRATCH: &str = "matmul.k_pieces";
+
+/// The most scratch elements ([`Matmul::k_pieces`] pieces × m × n) a packed `[m, n]` product over
+/// `k` can ask for: 0 where it is never split (k < 512 or m·n > 2^16), else at most
+/// min(k / 128, 32) pieces. Programs reserve the largest over their weight gradients up front
+/// (and memory plans count it), so the products share one buffer.
+pub fn k_pieces_bound(m: usize, n: usize, k: usize) -> usize {
+    if k < 512 || m * n > 1 << 16 { 0 } else { (k / 128).clamp(1, 32) * m * n }
 }

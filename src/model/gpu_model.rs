@@ -361,6 +361,12 @@ impl Model {
         let (d, m, dq, f, v, hh) = (c.d_model, c.m(), c.qk_dim(), c.mlp_hidden, c.vocab_size, c.n_heads);
         let hk = c.k_mlp_hidden;
         let keep_k = decode.is_some();
+        // The weight gradients' K-pieces scratch at its largest before any product asks for it,
+        // so that one buffer serves them all (the plan counts it).
+        let kp = k_pieces_scratch_elems(&self.layout, n);
+        if kp > 0 {
+            gpu.shared_scratch(crate::kernels::matmul::K_PIECES_SCRATCH, kp)?;
+        }
         // MLP activations have rows of a multiple of 4 floats (the vec4 matmul kernels need
         // aligned rows); the padding columns are never stored to, and read only into outputs
         // that are discarded (`Matmul::pad_reads`).
@@ -1637,6 +1643,19 @@ fn launcher_scratch(c: &ModelConfig, b: usize, t: usize) -> u64 {
     e as u64
 }
 
+/// Elements of the K-pieces scratch the split weight-gradient products of a program over `n`
+/// tokens share: the largest [`crate::kernels::matmul::k_pieces_bound`] over the 2-D parameters
+/// (their gradients are `[rows, cols]` products summed over the tokens).
+fn k_pieces_scratch_elems(layout: &Layout, n: usize) -> usize {
+    layout
+        .specs
+        .iter()
+        .filter(|s| s.shape.len() == 2)
+        .map(|s| crate::kernels::matmul::k_pieces_bound(s.shape[0], s.shape[1], n))
+        .max()
+        .unwrap_or(0)
+}
+
 /// Computes the memory plan of [`Model::program`] without a device (mirrors its allocations).
 pub fn memory_plan(c: &ModelConfig, b: usize, t: usize) -> MemoryPlan {
     memory_plan_with(c, b, t, false)
@@ -1687,7 +1706,8 @@ pub fn memory_plan_with(c: &ModelConfig, b: usize, t: usize, state_f16: bool) ->
         + attn_blocks
         + if var.is_ddl() { 2 * l * (n + 1) } else { 0 } // every write's β, and their sums
         + if f4 != f { l * d * f4 } else { 0 }
-        + launcher_scratch(c, b, t);
+        + launcher_scratch(c, b, t)
+        + k_pieces_scratch_elems(&layout, b * t) as u64;
     let mut largest = ("logits".to_string(), 4 * n * v);
     for s in &layout.specs {
         let bytes = 4 * s.len() as u64;

@@ -600,6 +600,39 @@ fn padded_operands_keep_the_vec4_kernels_and_ignore_what_lies_in_the_padding() {
 /// Products with one or two output tiles and a long K (a small head's weight gradient over many
 /// tokens) are cut into K pieces summed afterwards: more than one dispatch, still float64-close,
 /// with accumulation, alpha, a K remainder and strided operands, and bit-identical reruns.
+/// Split products share one K-pieces scratch per device: two of them recorded back to back (the
+/// second overwrites the first one's pieces) both match float64.
+#[test]
+fn split_products_share_one_scratch_and_stay_correct_back_to_back() {
+    // A device of its own: other tests' products must not grow the shared scratch in between.
+    let opts = ddl::gpu::GpuOptions::from_env().unwrap();
+    let gpu =
+        ddl::gpu::Gpu::new(&opts).unwrap_or_else(|e| panic!("GPU tests need an adapter and none could be opened: {e}"));
+    let mut rng = Rng::fresh();
+    let mms = [Matmul::tn(4, 128, 2047), Matmul::nt(3, 5, 4099).alpha(-0.5).accumulate(true)];
+    let mut ds = Vec::new();
+    let mut cases = Vec::new();
+    for mm in mms {
+        assert!(mm.k_pieces(&gpu) > 1, "{mm:?}: not split");
+        let [ea, eb, ec] = mm.extents();
+        let (a, b, c0) = (rng.uniform(ea, -1.0, 1.0), rng.uniform(eb, -1.0, 1.0), rng.uniform(ec, -1.0, 1.0));
+        let (ta, tb, tc) = (upload(&gpu, "a", &a), upload(&gpu, "b", &b), upload(&gpu, "c", &c0));
+        ds.extend(mm.bind_split(&gpu, ta.view(), tb.view(), tc.view()).unwrap());
+        cases.push((mm, a, b, c0, ta, tb, tc));
+    }
+    let scratches: Vec<_> =
+        ds.iter().flat_map(|d| d.scratch.iter()).filter(|t| t.label == matmul::K_PIECES_SCRATCH).collect();
+    assert_eq!(scratches.len(), 2, "one kept scratch per split product");
+    assert!(std::sync::Arc::ptr_eq(&scratches[0].buffer, &scratches[1].buffer), "the products use different buffers");
+    run(&gpu, &ds);
+    for (mm, a, b, c0, _ta, _tb, tc) in &cases {
+        let want = reference(mm, a, b, c0, 1);
+        let r =
+            ddl::testing::compare(&format!("{mm:?} after another split product"), &tc.read_f32(&gpu).unwrap(), &want);
+        assert!(r.passes(1e-5), "{r}; replay with DDL_TEST_SEED={}", rng.seed);
+    }
+}
+
 #[test]
 fn few_tile_products_with_long_sums_are_split_along_k() {
     let gpu = gpu();
@@ -616,6 +649,9 @@ fn few_tile_products_with_long_sums_are_split_along_k() {
     for mm in cases {
         let pieces = mm.k_pieces(&gpu);
         assert!(pieces > 1, "{mm:?}: not split");
+        // Programs reserve the shared scratch from this bound before any product asks.
+        let bound = matmul::k_pieces_bound(mm.m, mm.n, mm.k);
+        assert!(pieces * mm.m * mm.n <= bound, "{mm:?}: {pieces} pieces exceed the bound {bound}");
         for acc in [false, true] {
             let mm = mm.accumulate(acc);
             check_bound(mm, 1, "split along K", &|gpu, a, b, c| {
