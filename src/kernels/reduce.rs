@@ -12,9 +12,14 @@ use crate::bench::KernelBench;
 use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
 
 /// Most rows [`col_sum`] adds with one invocation per column in order (`col_sum_seq*`, no
-/// workgroup tree): the K pieces of a split product and other short stacks of partials.
-/// `DDL_COL_SUM_SEQ=0` sends them through the tree as before (for measurements).
-const SEQ_ROWS: usize = 16;
+/// workgroup tree): the K pieces of a split product and other short stacks of partials (16), and
+/// on CPU adapters, where a workgroup barrier costs more than a hundred loads, the chunk partials
+/// of gain and head gradients too (128: tiny's head sums 1.9–2.6 → 0.8–1.0 ms per step, the dγ
+/// sums 0.9–1.2 → 0.5–0.7 ms, docs/PERF.md). `DDL_COL_SUM_SEQ=0` sends every sum through the
+/// tree as before (for measurements).
+pub fn seq_rows(gpu: &Gpu) -> usize {
+    if gpu.info.device_type == wgpu::DeviceType::Cpu { 128 } else { 16 }
+}
 
 /// Elements one `sum_squares_partial` / `sum_partial` workgroup reduces (`BLOCK` in the shader).
 pub const BLOCK: usize = 4096;
@@ -220,7 +225,7 @@ pub fn col_sum_chunked(
         ..Default::default()
     };
     let seq = std::env::var("DDL_COL_SUM_SEQ").map_or(true, |v| v != "0");
-    if seq && rows <= SEQ_ROWS && total <= max_chunk {
+    if seq && rows <= seq_rows(gpu) && total <= max_chunk {
         // Few rows, many columns: one invocation per column (or vec4 of columns), no tree.
         return col_sum_in_order(gpu, x, out, rows, cols, accumulate);
     }

@@ -153,16 +153,20 @@ fn col_sum_matches_float64_for_odd_shapes_up_to_100k_rows() {
 
 #[test]
 fn col_sum_of_few_rows_runs_per_column_in_order_and_matches_float64() {
-    // Up to 16 rows (split-K pieces, chunk partials) take the barrier-free per-column kernels:
-    // vec4 columns when cols is a multiple of 4, scalar otherwise; 17 rows take the tree.
+    // Up to `seq_rows` rows (16; 128 on CPU adapters) take the barrier-free per-column kernels:
+    // vec4 columns when cols is a multiple of 4, scalar otherwise; one row more takes the tree.
     let gpu = gpu();
+    let top = reduce::seq_rows(&gpu);
     for (rows, cols, entry) in [
         (2, 16384, "col_sum_seq4"),
         (6, 128 * 341, "col_sum_seq4"),
         (16, 4, "col_sum_seq4"),
         (5, 1001, "col_sum_seq"),
         (1, 3, "col_sum_seq"),
-        (17, 12, "::col_sum"),
+        (top, 640, "col_sum_seq4"),
+        (top, 7, "col_sum_seq"),
+        (top + 1, 12, "::col_sum"),
+        (top + 1, 640, "::col_sum"),
     ] {
         let x = upload(&gpu, "x", &vec![0.0; rows * cols]);
         let o = upload(&gpu, "o", &vec![0.0; cols]);
