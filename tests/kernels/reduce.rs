@@ -228,4 +228,8 @@ fn shape_errors_are_reported_not_panicked() {
     assert!(e.to_string().contains("same buffer"), "{e}");
     let e = reduce::sum_squares(&gpu, &x, 5, x.view()).unwrap_err();
     assert!(e.to_string().contains("same buffer"), "{e}");
+    let e = reduce::col_sum_in_order(&gpu, x.view(), o.view(), 4, 3, false).unwrap_err();
+    assert!(e.to_string().contains("'x' needs 12 elements"), "{e}");
+    let e = reduce::col_sum_in_order(&gpu, x.view(), o.view(), 2, 3, true).unwrap_err();
+    assert!(e.to_string().contains("'out' needs 3 elements"), "{e}");
 }
