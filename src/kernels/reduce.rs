@@ -306,7 +306,7 @@ pub fn col_sum_in_order(
         return Err(chunk_too_small(gpu, format!("{OP} of {rows} rows × {cols} cols"), total, binding_elems(gpu, 1)));
     }
     let p = Params { rows: rows as u32, cols: cols as u32, accumulate: accumulate as u32, ..Default::default() };
-    let vec4 = cols % 4 == 0;
+    let vec4 = cols.is_multiple_of(4);
     let (entry, n) = if vec4 { ("col_sum_seq4", cols / 4) } else { ("col_sum_seq", cols) };
     let wg = grid_1d(n.div_ceil(64) as u64, 1, gpu.limits.max_compute_workgroups_per_dimension);
     let (src, dst) = if vec4 { ("src4", "dst4") } else { ("src", "dst") };
