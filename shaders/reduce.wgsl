@@ -227,3 +227,31 @@ fn col_sum_seq4(
     }
     dst4[c] = acc;
 }
+
+// sum_squares_seq4 (CPU adapters): dst[out_base + g] = Σ x² over block g, the block's vec4s added
+// in order by one invocation (components x, y, z, w in order) — no workgroup tree. One partial per
+// BLOCK elements as in `sum_squares_partial4`, so chunking keeps the bits. n a multiple of 4.
+@compute @workgroup_size(32)
+fn sum_squares_seq4(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let g = (wid.y * nwg.x + wid.x) * 32u + lid;
+    // Always write block 0, so that an empty input sums to 0.
+    if (g > 0u && g * BLOCK >= params.n) {
+        return;
+    }
+    let n4 = params.n / 4u;
+    let start = g * (BLOCK / 4u);
+    let end = min(start + BLOCK / 4u, n4);
+    var acc = 0.0;
+    for (var i = start; i < end; i++) {
+        let x = src4[i];
+        acc = fma(x.x, x.x, acc);
+        acc = fma(x.y, x.y, acc);
+        acc = fma(x.z, x.z, acc);
+        acc = fma(x.w, x.w, acc);
+    }
+    dst[params.out_base + g] = acc;
+}

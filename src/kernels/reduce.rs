@@ -21,6 +21,25 @@ pub fn seq_rows(gpu: &Gpu) -> usize {
     if gpu.info.device_type == wgpu::DeviceType::Cpu { 128 } else { 16 }
 }
 
+thread_local! {
+    static FORCED_SEQ_BLOCKS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with [`seq_blocks`] forced on or off on this thread: tests check both forms on any
+/// adapter.
+#[doc(hidden)]
+pub fn with_seq_blocks<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    super::with_override(&FORCED_SEQ_BLOCKS, on, f)
+}
+
+/// Whether [`sum_squares`] sums each block (n a multiple of 4) with one invocation in order
+/// (`sum_squares_seq4`; CPU adapters, where the workgroup tree's barriers cost more than the
+/// block's loads, docs/PERF.md) rather than with a workgroup and a tree.
+/// `DDL_SUM_SQUARES_SEQ=0|1` overrides.
+pub fn seq_blocks(gpu: &Gpu) -> bool {
+    super::switch(&FORCED_SEQ_BLOCKS, "DDL_SUM_SQUARES_SEQ", gpu.info.device_type == wgpu::DeviceType::Cpu)
+}
+
 /// Elements one `sum_squares_partial` / `sum_partial` workgroup reduces (`BLOCK` in the shader).
 pub const BLOCK: usize = 4096;
 
@@ -136,8 +155,15 @@ pub fn sum_squares_chunked(gpu: &Gpu, x: &Tensor, n: usize, out: View, max_chunk
     let out = out.sub(0, 1);
     // Four elements per load where n is a multiple of 4 (chunks start on whole blocks).
     let v4 = n.is_multiple_of(4);
+    // On CPU adapters one invocation sums a block in order (no 9-barrier tree per block).
+    let seq = v4 && seq_blocks(gpu);
     let partial = |p: &Params, src: View<'_>, dst: View<'_>, wg: [u32; 3]| -> Result<Dispatch> {
-        if v4 {
+        if seq {
+            let blocks = (p.n as usize).div_ceil(BLOCK).max(1);
+            let wg = grid_1d(blocks.div_ceil(32) as u64, 1, maxdim);
+            let k = gpu.kernel("reduce", None, "sum_squares_seq4")?;
+            k.dispatch(gpu, Some(bytemuck::bytes_of(p)), &[("src4", src), ("dst", dst)], wg)
+        } else if v4 {
             let k = gpu.kernel("reduce", None, "sum_squares_partial4")?;
             k.dispatch(gpu, Some(bytemuck::bytes_of(p)), &[("src4", src), ("dst", dst)], wg)
         } else {

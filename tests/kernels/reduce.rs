@@ -40,15 +40,25 @@ fn gpu_sum_squares(x: &Tensor, n: usize, chunk: Option<usize>) -> f32 {
 fn sum_squares_matches_float64_for_odd_lengths_and_ignores_elements_past_n() {
     let gpu = gpu();
     let mut rng = Rng::fresh();
-    for n in [1, 7, 255, 4095, 4096, 4097, 100_003, 1_000_001] {
-        let mut x = rng.normal(n + 13, 1.5);
-        for v in &mut x[n..] {
-            *v = 1e6; // must not be counted
+    // Both block forms (one invocation per block in order, CPU adapters' default; a workgroup
+    // with a tree) on any adapter; the in-order one applies where n is a multiple of 4.
+    for seq in [true, false] {
+        for n in [1, 7, 255, 4092, 4095, 4096, 4097, 4100, 100_003, 100_004, 1_000_001, 1_000_000] {
+            let mut x = rng.normal(n + 13, 1.5);
+            for v in &mut x[n..] {
+                *v = 1e6; // must not be counted
+            }
+            let t = upload(&gpu, "x", &x);
+            let got = reduce::with_seq_blocks(seq, || gpu_sum_squares(&t, n, None));
+            let want = sum_squares_ref(&x[..n]);
+            assert_close(&format!("sum_squares n={n} seq={seq}"), &[got], &[want], 1e-5, rng.seed);
         }
-        let t = upload(&gpu, "x", &x);
-        let got = gpu_sum_squares(&t, n, None);
-        let want = sum_squares_ref(&x[..n]);
-        assert_close(&format!("sum_squares n={n}"), &[got], &[want], 1e-5, rng.seed);
+    }
+    let t = upload(&gpu, "x", &[1.0; 8192]);
+    for (seq, entry) in [(true, "sum_squares_seq4"), (false, "sum_squares_partial4")] {
+        let ds = reduce::with_seq_blocks(seq, || reduce::sum_squares(&gpu, &t, 8192, poisoned(&gpu, "o", &[1]).view()))
+            .unwrap();
+        assert!(ds[0].kernel.name.ends_with(entry), "seq={seq}: {}", ds[0].kernel.name);
     }
 }
 
@@ -88,6 +98,11 @@ fn sum_squares_in_small_chunks_is_bit_identical_to_one_binding() {
             assert_eq!(ds[0].kernel.name.ends_with('4'), n % 4 == 0, "{}", ds[0].kernel.name);
             let got = gpu_sum_squares(&t, n, Some(chunk));
             assert_eq!(got.to_bits(), whole.to_bits(), "n {n} chunk {chunk}: {got} vs {whole} (seed {})", rng.seed);
+            // The other block form keeps its bits across chunkings too.
+            let other = !reduce::seq_blocks(&gpu);
+            let (w2, g2) =
+                reduce::with_seq_blocks(other, || (gpu_sum_squares(&t, n, None), gpu_sum_squares(&t, n, Some(chunk))));
+            assert_eq!(g2.to_bits(), w2.to_bits(), "seq={other} n {n} chunk {chunk} (seed {})", rng.seed);
         }
     }
 }
