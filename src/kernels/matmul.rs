@@ -415,7 +415,7 @@ impl Matmul {
             out.push(tail.bind(gpu, a, b, part)?);
         }
         out.extend(crate::kernels::reduce::col_sum(gpu, part, c, pieces, m * n, self.accumulate)?);
-        out[0].scratch.push(part_t.clone());
+        out[0].scratch.push(part_t);
         Ok(out)
     }
 

@@ -157,10 +157,12 @@ pub fn sum_squares_chunked(gpu: &Gpu, x: &Tensor, n: usize, out: View, max_chunk
     let v4 = n.is_multiple_of(4);
     // On CPU adapters one invocation sums a block in order (no 9-barrier tree per block).
     let seq = v4 && seq_blocks(gpu);
-    let partial = |p: &Params, src: View<'_>, dst: View<'_>, wg: [u32; 3]| -> Result<Dispatch> {
+    // One partial per block either way: a workgroup per block, or (in order) 32 blocks per
+    // workgroup of one invocation each.
+    let partial = |p: &Params, src: View<'_>, dst: View<'_>| -> Result<Dispatch> {
+        let per_group = if seq { 32 * BLOCK } else { BLOCK };
+        let wg = grid_1d(p.n as u64, per_group as u32, maxdim);
         if seq {
-            let blocks = (p.n as usize).div_ceil(BLOCK).max(1);
-            let wg = grid_1d(blocks.div_ceil(32) as u64, 1, maxdim);
             let k = gpu.kernel("reduce", None, "sum_squares_seq4")?;
             k.dispatch(gpu, Some(bytemuck::bytes_of(p)), &[("src4", src), ("dst", dst)], wg)
         } else if v4 {
@@ -172,13 +174,13 @@ pub fn sum_squares_chunked(gpu: &Gpu, x: &Tensor, n: usize, out: View, max_chunk
     };
     if nblocks == 1 {
         let p = Params { n: n as u32, ..Default::default() };
-        return Ok(vec![partial(&p, xv.sub(0, n), out, [1, 1, 1])?]);
+        return Ok(vec![partial(&p, xv.sub(0, n), out)?]);
     }
     let mut ds = Vec::new();
     let partials = Tensor::zeros(gpu, "sum_squares.partials", &[nblocks], DType::F32)?;
     for (start, len) in chunks(n, max_chunk) {
         let p = Params { n: len as u32, out_base: (start / BLOCK) as u32, ..Default::default() };
-        let mut d = partial(&p, xv.sub(start, len), partials.view(), grid_1d(len as u64, BLOCK as u32, maxdim))?;
+        let mut d = partial(&p, xv.sub(start, len), partials.view())?;
         d.scratch.push(partials.clone());
         ds.push(d);
     }
@@ -209,9 +211,20 @@ fn sum_levels(gpu: &Gpu, mut cur: Tensor, mut m: usize, out: View) -> Result<Vec
     }
 }
 
+/// The operand checks of the column sums: `x` holds `[rows, cols]`, `out` `cols`, and they are
+/// different buffers. Returns rows · cols.
+fn check_col_sum(op: &str, x: &View, out: &View, rows: usize, cols: usize) -> Result<usize> {
+    let total = rows * cols;
+    check_len(op, "x", x, total, &format!("rows {rows} × cols {cols}"))?;
+    check_len(op, "out", out, cols, &format!("cols {cols}"))?;
+    check_distinct(op, &[("out", out.buffer)], &[("x", x.buffer)])?;
+    Ok(total)
+}
+
 /// `out[c]` (written, or added to when `accumulate`) = Σ_r x[r, c] for a row-major
-/// `[rows, cols]` matrix, in a fixed order. One dispatch for up to a few thousand rows, two
-/// (per-block partials, then their sum) beyond; `x` may exceed one storage binding.
+/// `[rows, cols]` matrix, in a fixed order. One dispatch for up to a few thousand rows (in row
+/// order per column for up to [`seq_rows`] rows, else a workgroup tree), two (per-block partials,
+/// then their sum) beyond; `x` may exceed one storage binding.
 pub fn col_sum(gpu: &Gpu, x: View, out: View, rows: usize, cols: usize, accumulate: bool) -> Result<Vec<Dispatch>> {
     col_sum_chunked(gpu, x, out, rows, cols, accumulate, binding_elems(gpu, 1))
 }
@@ -228,10 +241,7 @@ pub fn col_sum_chunked(
     max_chunk: usize,
 ) -> Result<Vec<Dispatch>> {
     const OP: &str = "col_sum";
-    let total = rows * cols;
-    check_len(OP, "x", &x, total, &format!("rows {rows} × cols {cols}"))?;
-    check_len(OP, "out", &out, cols, &format!("cols {cols}"))?;
-    check_distinct(OP, &[("out", out.buffer)], &[("x", x.buffer)])?;
+    let total = check_col_sum(OP, &x, &out, rows, cols)?;
     if cols == 0 {
         return Ok(Vec::new());
     }
@@ -321,10 +331,7 @@ pub fn col_sum_in_order(
     accumulate: bool,
 ) -> Result<Vec<Dispatch>> {
     const OP: &str = "col_sum_in_order";
-    let total = rows * cols;
-    check_len(OP, "x", &x, total, &format!("rows {rows} × cols {cols}"))?;
-    check_len(OP, "out", &out, cols, &format!("cols {cols}"))?;
-    check_distinct(OP, &[("out", out.buffer)], &[("x", x.buffer)])?;
+    let total = check_col_sum(OP, &x, &out, rows, cols)?;
     if cols == 0 {
         return Ok(Vec::new());
     }
