@@ -483,6 +483,48 @@ fn taps4_q(i: u32) -> array<vec4<f32>, KW> {
     return taps;
 }
 
+// Token n of a backward walk (feature i, the t-th token of its sequence): shifts the ∂a window to
+// tokens n..n+K−1, adds the token's terms to the chunk sums `acc` and puts its state gradient
+// where `mode` says.
+fn walk_token(n: u32, i: u32, t: u32, kw: array<vec4<f32>, KW>, dw: ptr<function, array<f32, KW>>,
+              acc: ptr<function, array<vec4<f32>, KW>>, mode: u32) {
+    let p = params;
+    var taps = kw;
+    for (var q = 0u; q + 1u < KW; q++) { (*dw)[q] = (*dw)[q + 1u]; }
+    (*dw)[KW - 1u] = da[min(n + KW - 1u, p.n - 1u) * p.d + i];
+    let b = n * p.d + i;
+    let xv = row4(xin(xr[b]));
+    var gx = vec4<f32>();
+    for (var lead = 0u; lead < KW; lead++) {
+        // Token n + lead counts while it is in token n's sequence (sequences are whole, so
+        // it is then also below N).
+        let g = vec4<f32>(select(0.0, (*dw)[lead], t + lead < p.seq));
+        gx = fma(taps[lead], g, gx);
+        (*acc)[lead] = fma(g, xv, (*acc)[lead]);
+    }
+    var row = gx;
+    if (mode != 2u) { row += row4(dxr[b]); }
+    if (mode == 1u) {
+        // Σ_j in the order of `replicate_backward4` (zeros beyond m add nothing).
+        var sj = 0.0;
+        sj += row.x;
+        sj += row.y;
+        sj += row.z;
+        sj += row.w;
+        de[b] = sj;
+    } else {
+        dxr[b] = from4(row);
+    }
+}
+
+// partial[ch, j, i, K−1−lag] = acc[lag][j]: one vec4 per value channel.
+fn walk_store(ch: u32, i: u32, acc: array<vec4<f32>, KW>) {
+    var a = acc;
+    for (var j = 0u; j < MM; j++) {
+        partial4[(ch * MM + j) * params.d + i] = vec4<f32>(a[3][j], a[2][j], a[1][j], a[0][j]);
+    }
+}
+
 fn backward_walk(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32) {
     let p = params;
     let e = group_index(wid, nwg) * WG + lid;
@@ -491,47 +533,80 @@ fn backward_walk(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32) {
     let ch = e / p.d;
     let n0 = ch * p.chunk;
     let n1 = min(n0 + p.chunk, p.n);
-    let last = p.n - 1u;
     let kw = taps4_q(i);
     var acc: array<vec4<f32>, KW>;
     // After the shift at token n, dw[q] = ∂a[min(n + q, N − 1)]; before the first shift,
     // dw[q + 1] holds ∂a[n0 + q].
     var dw: array<f32, KW>;
-    for (var q = 0u; q + 1u < KW; q++) { dw[q + 1u] = da[min(n0 + q, last) * p.d + i]; }
+    for (var q = 0u; q + 1u < KW; q++) { dw[q + 1u] = da[min(n0 + q, p.n - 1u) * p.d + i]; }
     var t = n0 % p.seq;
     for (var n = n0; n < n1; n++) {
-        for (var q = 0u; q + 1u < KW; q++) { dw[q] = dw[q + 1u]; }
-        dw[KW - 1u] = da[min(n + KW - 1u, last) * p.d + i];
-        let b = n * p.d + i;
-        let xv = row4(xin(xr[b]));
-        var gx = vec4<f32>();
-        for (var lead = 0u; lead < KW; lead++) {
-            // Token n + lead counts while it is in token n's sequence (sequences are whole, so
-            // it is then also below N).
-            let g = vec4<f32>(select(0.0, dw[lead], t + lead < p.seq));
-            gx = fma(kw[lead], g, gx);
-            acc[lead] = fma(g, xv, acc[lead]);
-        }
-        var row = gx;
-        if (mode != 2u) { row += row4(dxr[b]); }
-        if (mode == 1u) {
-            // Σ_j in the order of `replicate_backward4` (zeros beyond m add nothing).
-            var sj = 0.0;
-            sj += row.x;
-            sj += row.y;
-            sj += row.z;
-            sj += row.w;
-            de[b] = sj;
-        } else {
-            dxr[b] = from4(row);
-        }
+        walk_token(n, i, t, kw, &dw, &acc, mode);
         t += 1u;
         if (t == p.seq) { t = 0u; }
     }
-    // partial[ch, j, i, K−1−lag] = acc[lag][j]: one vec4 per value channel.
-    for (var j = 0u; j < MM; j++) {
-        partial4[(ch * MM + j) * p.d + i] = vec4<f32>(acc[3][j], acc[2][j], acc[1][j], acc[0][j]);
+    walk_store(ch, i, acc);
+}
+
+// The same walk as a sweep (the `_s` entry points, CPU adapters): a workgroup barrier after every
+// token step, so that the workgroup's SIMD batches (on llvmpipe each runs its invocations' whole
+// loop before the next batch starts, unless a barrier switches them) take the step's rows one
+// after the other: the rows of a token are read in memory order instead of each batch striding
+// through the chunk's tokens 16·d·m bytes apart (a cache miss per row and array; the walk spent
+// half its time on the first load of a row). Every invocation runs every step (the barrier needs
+// uniform control flow): invocations past the last feature and chunk, and steps past the end of
+// a short last chunk, only wait. The same sums in the same order as `backward_walk`.
+fn backward_walk_sweep(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32) {
+    let p = params;
+    let e0 = group_index(wid, nwg) * WG + lid;
+    let live = e0 < p.d * p.chunks;
+    let e = min(e0, p.d * p.chunks - 1u);
+    let i = e % p.d;
+    let ch = e / p.d;
+    let n0 = ch * p.chunk;
+    let n1 = min(n0 + p.chunk, p.n);
+    let kw = taps4_q(i);
+    var acc: array<vec4<f32>, KW>;
+    var dw: array<f32, KW>;
+    for (var q = 0u; q + 1u < KW; q++) { dw[q + 1u] = da[min(n0 + q, p.n - 1u) * p.d + i]; }
+    var t = n0 % p.seq;
+    for (var step = 0u; step < p.chunk; step++) {
+        let n = n0 + step;
+        if (live && n < n1) {
+            walk_token(n, i, t, kw, &dw, &acc, mode);
+            t += 1u;
+            if (t == p.seq) { t = 0u; }
+        }
+        workgroupBarrier();
     }
+    if (live) { walk_store(ch, i, acc); }
+}
+
+@compute @workgroup_size(256)
+fn token_backward_w_s(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    backward_walk_sweep(wid, nwg, lid, 0u);
+}
+
+@compute @workgroup_size(256)
+fn token_backward_w_de_s(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    backward_walk_sweep(wid, nwg, lid, 1u);
+}
+
+@compute @workgroup_size(256)
+fn token_backward_w_write_s(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    backward_walk_sweep(wid, nwg, lid, 2u);
 }
 
 // ---------------------------------------------------------------------------------------------

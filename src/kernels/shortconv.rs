@@ -91,6 +91,25 @@ const TOKEN_MIN_CHUNK: usize = 16;
 
 thread_local! {
     static FORCED_FWD_CHUNK: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+    static FORCED_SWEEP: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with [`walk_sweep`] forced on or off on this thread: tests check both walks on any
+/// adapter.
+#[doc(hidden)]
+pub fn with_walk_sweep<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    super::with_override(&FORCED_SWEEP, on, f)
+}
+
+/// Whether the one-walk backward ([`token_backward_walk`]) runs as a sweep (`token_backward_w*_s`:
+/// a workgroup barrier after every token step, so that a step's rows are read in memory order).
+/// On CPU adapters (llvmpipe runs each SIMD batch's whole walk before the next one unless a
+/// barrier switches them, so without the barrier every batch strides through the chunk's tokens
+/// and misses the cache on each row: −30 % per walk with the barrier, docs/PERF.md); GPUs keep
+/// the barrier-free walk, whose neighbouring invocations already read neighbouring memory.
+/// `DDL_CONV_SWEEP=0|1` overrides.
+pub fn walk_sweep(gpu: &Gpu) -> bool {
+    super::switch(&FORCED_SWEEP, "DDL_CONV_SWEEP", gpu.info.device_type == wgpu::DeviceType::Cpu)
 }
 
 /// Runs `f` with this thread's forward walk length forced to `chunk` tokens (tests run several
@@ -410,7 +429,8 @@ pub fn token_backward_walk(
         let de = de.unwrap_or_else(|| unused.as_ref().expect("a stand-in").view());
         let bufs =
             [("kappa4", kappa), ("rho", rho), ("da", da), ("dxr", dx), ("xr", x), ("partial4", partial), ("de", de)];
-        let mut walk = conv(gpu, &window_variant(s), entry, pb, &bufs, d * chunks)?;
+        let entry = if walk_sweep(gpu) { format!("{entry}_s") } else { entry.to_string() };
+        let mut walk = conv(gpu, &window_variant(s), &entry, pb, &bufs, d * chunks)?;
         walk.scratch.extend(unused.clone());
         vec![walk]
     } else if windowed(s) && !(gpu.info.backend == wgpu::Backend::Gl && !window_k4(s)) {

@@ -734,11 +734,80 @@ fn token_compressor_forward_matches_float64_for_every_walk_length() {
     }
 }
 
+/// The backward walk as a sweep (a workgroup barrier per token step: CPU adapters) and without
+/// (GPUs), each forced on this adapter: against float64 over shapes whose last workgroup is part
+/// idle, whose last chunk is short and whose sequences end inside chunks (T = 1 included), and the
+/// two forms bit-identical (the same sums in the same order). Also the ∂e and write modes.
+#[test]
+fn the_compressor_walk_as_a_sweep_and_without_matches_float64_and_gives_the_same_bits() {
+    let shapes = [
+        shape(3, 37, 5, 4, 4),
+        shape(2, 70, 3, 3, 4),
+        shape(1, 130, 129, 2, 4),
+        shape(4, 1, 3, 4, 4),
+        shape(2, 41, 64, 1, 4),
+    ];
+    for s in shapes {
+        assert!(shortconv::sums_into_de(&s), "{s:?} must take the one-walk kernel");
+        let mut rng = Rng::fresh();
+        let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
+        let inp = Inputs::draw(&mut rng, n * d * m, d * m * k, m, n * d);
+        let (x, kappa, rho, da) = (f64s(&inp.x), f64s(&inp.kappa), f64s(&inp.rho), f64s(&inp.da));
+        let (wdx, wdk, wdr) = token_grad_ref(&s, &x, &kappa, &rho, &da);
+        let mut outs = vec![];
+        for sweep in [true, false] {
+            let got = shortconv::with_walk_sweep(sweep, || {
+                assert_eq!(shortconv::walk_sweep(&gpu()), sweep);
+                run_token(&s, &inp)
+            });
+            let tag = format!("{s:?} sweep {sweep}");
+            close(&format!("dx {tag}"), &got.dx, &plus(&inp.dx0, &wdx), 1e-4, rng.seed);
+            close(&format!("dkappa {tag}"), &got.dk, &plus(&inp.dk0, &wdk), 1e-4, rng.seed);
+            close(&format!("drho {tag}"), &got.dr, &plus(&inp.dr0, &wdr), 1e-4, rng.seed);
+            outs.push(got);
+        }
+        for (name, p, q) in
+            [("dx", &outs[0].dx, &outs[1].dx), ("dkappa", &outs[0].dk, &outs[1].dk), ("drho", &outs[0].dr, &outs[1].dr)]
+        {
+            let same = p.iter().zip(q).all(|(u, v)| u.to_bits() == v.to_bits());
+            assert!(same, "{s:?}: {name} differs between the sweep and the plain walk (seed {})", rng.seed);
+        }
+    }
+    // The ∂e and write modes of the sweep (the other test runs the adapter's own choice).
+    for sweep in [true, false] {
+        shortconv::with_walk_sweep(sweep, the_walk_writes_dx_or_de_against_float64);
+    }
+}
+
 /// The last compressor call of a replicated-embedding model writes ∂e = Σ_j (∂X + its gradient)
 /// instead of ∂X (`token_backward_walk` with `de`, the one-walk kernel): against float64, with
 /// ∂X left exactly as it was; shapes the kernel does not take are an error.
 #[test]
 fn the_compressor_walk_can_write_dx_or_the_replication_gradient_instead_of_adding_into_dx() {
+    the_walk_writes_dx_or_de_against_float64();
+    let gpu = gpu();
+    let s = shape(1, 9, 2, 2, 3);
+    let t = |l: &str, len: usize| poisoned(&gpu, l, &[len]);
+    let (x, k, r, da, dx, de) = (t("x", 36), t("k", 12), t("r", 2), t("da", 18), t("dx", 36), t("de", 18));
+    let part = shortconv::token_partials(&gpu, &s, 1).unwrap();
+    let err = shortconv::token_backward_walk(
+        &gpu,
+        &s,
+        x.view(),
+        k.view(),
+        r.view(),
+        da.view(),
+        dx.view(),
+        part.view(),
+        shortconv::WalkOut::SumIntoDe(de.view()),
+    )
+    .err()
+    .expect("K = 3 has no one-walk kernel");
+    assert!(err.to_string().contains("de"), "{err}");
+}
+
+/// ∂e and written ∂X of the one-walk kernel against float64 (∂X untouched when writing ∂e).
+fn the_walk_writes_dx_or_de_against_float64() {
     for s in [shape(3, 37, 5, 4, 4), shape(2, 19, 6, 3, 4), shape(1, 70, 4, 1, 4)] {
         assert!(shortconv::sums_into_de(&s));
         let gpu = gpu();
@@ -789,23 +858,4 @@ fn the_compressor_walk_can_write_dx_or_the_replication_gradient_instead_of_addin
         run(&gpu, &ds);
         close(&format!("written dx {s:?}"), &read(&gpu, &fresh), &wdx, 1e-5, rng.seed);
     }
-    let gpu = gpu();
-    let s = shape(1, 9, 2, 2, 3);
-    let t = |l: &str, len: usize| poisoned(&gpu, l, &[len]);
-    let (x, k, r, da, dx, de) = (t("x", 36), t("k", 12), t("r", 2), t("da", 18), t("dx", 36), t("de", 18));
-    let part = shortconv::token_partials(&gpu, &s, 1).unwrap();
-    let err = shortconv::token_backward_walk(
-        &gpu,
-        &s,
-        x.view(),
-        k.view(),
-        r.view(),
-        da.view(),
-        dx.view(),
-        part.view(),
-        shortconv::WalkOut::SumIntoDe(de.view()),
-    )
-    .err()
-    .expect("K = 3 has no one-walk kernel");
-    assert!(err.to_string().contains("de"), "{err}");
 }
