@@ -119,16 +119,17 @@ pub fn with_forward_chunk<R>(chunk: usize, f: impl FnOnce() -> R) -> R {
     super::with_override(&FORCED_FWD_CHUNK, chunk, f)
 }
 
-/// Fewest tokens one invocation of the windowed forward walks. The forward has no partial sums,
-/// so a longer walk only saves window preloads (K − 1 state rows per walk): CPU adapters walk 64
-/// tokens (−12 % at tiny against 16, docs/PERF.md), GPUs 16 (more invocations).
+/// Fewest tokens one invocation of the windowed forward walks: 16 on every adapter. The forward
+/// has no partial sums, so a longer walk only saves window preloads (K − 1 state rows per walk),
+/// but on CPU adapters a SIMD batch strides through its walk's tokens one state row apart, and
+/// with 64-token walks the rows that the next batch needs were evicted first: 64 measured 10–35 %
+/// slower than 16 in the training step (tiny, shakespeare-char; docs/PERF.md, session 12).
 /// `DDL_CONV_FWD_CHUNK` overrides it.
-fn forward_chunk(gpu: &Gpu) -> usize {
+fn forward_chunk() -> usize {
     let forced = FORCED_FWD_CHUNK.with(|c| c.get());
     let env = std::env::var("DDL_CONV_FWD_CHUNK").ok().and_then(|v| v.parse::<usize>().ok());
     match forced.or(env) {
         Some(c) if c >= 1 => c,
-        _ if gpu.info.device_type == wgpu::DeviceType::Cpu => 64,
         _ => TOKEN_MIN_CHUNK,
     }
 }
@@ -227,7 +228,7 @@ pub fn token_forward(gpu: &Gpu, s: &ConvShape, x: View, kappa: View, rho: View, 
     need(what, "kappa", "[d, m, K]", &kappa, d * m * k)?;
     need(what, "rho", "[m]", &rho, m)?;
     need(what, "a", "[B, T, d]", &a, n * d)?;
-    let (chunk, chunks) = chunking_min(n, forward_chunk(gpu));
+    let (chunk, chunks) = chunking_min(n, forward_chunk());
     let p = Params { chunk: chunk as u32, chunks: chunks as u32, ..token_params(s) };
     let pb = bytemuck::bytes_of(&p);
     let disp = if windowed(s) {

@@ -721,8 +721,7 @@ fn two_compressor_calls_sharing_one_finish_match_float64() {
     }
 }
 
-/// The forward walks of every length the adapters use (64 tokens on CPU adapters, 16 on GPUs)
-/// and odd ones, across sequence boundaries inside and between walks, against float64.
+/// The forward walks of the length the adapters use (16 tokens) and others, odd ones included, across sequence boundaries inside and between walks, against float64.
 #[test]
 fn token_compressor_forward_matches_float64_for_every_walk_length() {
     for chunk in [1, 5, 16, 64, 200] {
