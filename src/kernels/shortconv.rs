@@ -89,6 +89,18 @@ const MAX_CHUNKS: usize = 256;
 /// better), whatever the extra preloads and partial sums cost.
 const TOKEN_MIN_CHUNK: usize = 16;
 
+/// Fewest tokens per chunk of the one-walk backward (K = 4, m ≤ 4: [`sums_into_de`]): half the
+/// chunk partials of 16-token walks, so half the finish's loads. On CPU adapters the walk is a
+/// sweep ([`walk_sweep`]), which reads a step's rows in memory order whatever the walk length:
+/// walks and finish together measured 20–26 → 18–19.5 ms per tiny step and 232–237 → 206–215
+/// ms per shakespeare-char step with 32 instead of 16 (docs/PERF.md, session 12).
+const ONE_WALK_CHUNK: usize = 32;
+
+/// Fewest tokens per chunk of the backward's partial sums for shape `s`.
+fn walk_chunk(s: &ConvShape) -> usize {
+    if sums_into_de(s) { ONE_WALK_CHUNK } else { TOKEN_MIN_CHUNK }
+}
+
 thread_local! {
     static FORCED_FWD_CHUNK: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
     static FORCED_SWEEP: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
@@ -150,7 +162,7 @@ pub(crate) fn chunking_min(n: usize, min_chunk: usize) -> (usize, usize) {
 /// Elements of scratch one token-axis backward ([`token_backward`]) keeps: the chunk partials,
 /// for memory plans.
 pub fn token_backward_scratch_elems(s: &ConvShape) -> usize {
-    let (_, chunks) = chunking_min(s.tokens(), TOKEN_MIN_CHUNK);
+    let (_, chunks) = chunking_min(s.tokens(), walk_chunk(s));
     chunks * s.d * s.m * s.kernel
 }
 
@@ -307,7 +319,7 @@ pub fn sums_into_de(s: &ConvShape) -> bool {
 }
 
 fn token_params(s: &ConvShape) -> Params {
-    let (chunk, chunks) = chunking_min(s.tokens(), TOKEN_MIN_CHUNK);
+    let (chunk, chunks) = chunking_min(s.tokens(), walk_chunk(s));
     Params {
         n: s.tokens() as u32,
         seq: s.seq as u32,
@@ -460,7 +472,7 @@ pub fn token_backward_walk(
 /// Chunk rows of one slot of [`token_partials`]: the walk's chunks, rounded up so that every
 /// slot starts where a storage binding may start (the extra rows stay zero).
 fn slot_chunks(gpu: &Gpu, s: &ConvShape) -> usize {
-    let (_, chunks) = chunking_min(s.tokens(), TOKEN_MIN_CHUNK);
+    let (_, chunks) = chunking_min(s.tokens(), walk_chunk(s));
     let row = s.d * s.m * s.kernel;
     let q = crate::kernels::reduce::align_elems(gpu);
     let step = q / gcd(q, row);

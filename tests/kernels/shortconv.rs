@@ -424,8 +424,9 @@ fn token_compressor_on_an_f16_state_matches_float64_on_the_rounded_state() {
 
 #[test]
 fn token_compressor_reductions_over_many_chunks_and_sequence_boundaries_match_float64() {
-    // 3·700 tokens: 132 chunks of 16 that straddle the sequence ends; 9000 tokens: the chunk
-    // count is capped and each chunk holds more tokens.
+    // 3·700 tokens: 66 chunks of 32 (the one-walk kernel, K = 4) that straddle the sequence ends;
+    // 9000 tokens (K = 3, chunks of at least 16): the chunk count is capped and each chunk holds
+    // more tokens.
     check_token(shape(3, 700, 7, 3, 4));
     check_token(shape(1, 9000, 2, 2, 3));
 }
