@@ -58,6 +58,11 @@ struct Params {
 // writes its chunk partials [chunks, m, d, 4] as one vec4 per (chunk, j, i).
 @group(0) @binding(15) var<storage, read> kappa4: array<vec4<f32>>;
 @group(0) @binding(16) var<storage, read_write> partial4: array<vec4<f32>>;
+// The quad kernels (`token_forward_wq`, `token_backward_wq*`): a, ∂a and ∂e as vec4s of four
+// consecutive features.
+@group(0) @binding(17) var<storage, read_write> a4: array<vec4<f32>>;
+@group(0) @binding(18) var<storage, read> da4: array<vec4<f32>>;
+@group(0) @binding(19) var<storage, read_write> de4: array<vec4<f32>>;
 
 const WG: u32 = 256u;
 
@@ -329,11 +334,54 @@ fn token_forward_w(
     var t = n0 % p.seq;
     for (var n = n0; n < n1; n++) {
         window_step(&w, n, i, t);
-        var acc = vec4<f32>();
-        for (var s = 0u; s < KW; s++) {
-            if (s + taps_k() >= KW) { acc = fma(kw[KW - 1u - s], w[s], acc); }
-        }
-        a[n * p.d + i] = acc.x + acc.y + acc.z + acc.w;
+        a[n * p.d + i] = window_out(kw, w);
+        t += 1u;
+        if (t == p.seq) { t = 0u; }
+    }
+}
+
+// One output of the forward walks: Σ over the window's slots of taps ⊙ states, then over j.
+fn window_out(kw: array<vec4<f32>, KW>, w: array<vec4<f32>, KW>) -> f32 {
+    var taps = kw;
+    var win = w;
+    var acc = vec4<f32>();
+    for (var s = 0u; s < KW; s++) {
+        if (s + taps_k() >= KW) { acc = fma(taps[KW - 1u - s], win[s], acc); }
+    }
+    return acc.x + acc.y + acc.z + acc.w;
+}
+
+// `token_forward_w` in quads (CPU adapters, d a multiple of 4; see `backward_walk_q`): one
+// invocation per four consecutive features and chunk, a[n, i0..i0+4) stored as one vec4.
+@compute @workgroup_size(64)
+fn token_forward_wq(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let dq = p.d / 4u;
+    let e = quad_index(wid, nwg, lid);
+    if (e >= dq * p.chunks) { return; }
+    let iq = e % dq;
+    let i0 = 4u * iq;
+    let n0 = (e / dq) * p.chunk;
+    let n1 = min(n0 + p.chunk, p.n);
+    let kw0 = taps4(i0);
+    let kw1 = taps4(i0 + 1u);
+    let kw2 = taps4(i0 + 2u);
+    let kw3 = taps4(i0 + 3u);
+    var w0 = preload_x4(n0, i0);
+    var w1 = preload_x4(n0, i0 + 1u);
+    var w2 = preload_x4(n0, i0 + 2u);
+    var w3 = preload_x4(n0, i0 + 3u);
+    var t = n0 % p.seq;
+    for (var n = n0; n < n1; n++) {
+        window_step(&w0, n, i0, t);
+        window_step(&w1, n, i0 + 1u, t);
+        window_step(&w2, n, i0 + 2u, t);
+        window_step(&w3, n, i0 + 3u, t);
+        a4[n * dq + iq] = vec4<f32>(window_out(kw0, w0), window_out(kw1, w1), window_out(kw2, w2), window_out(kw3, w3));
         t += 1u;
         if (t == p.seq) { t = 0u; }
     }
@@ -493,28 +541,41 @@ fn walk_token(n: u32, i: u32, t: u32, kw: array<vec4<f32>, KW>, dw: ptr<function
     for (var q = 0u; q + 1u < KW; q++) { (*dw)[q] = (*dw)[q + 1u]; }
     (*dw)[KW - 1u] = da[min(n + KW - 1u, p.n - 1u) * p.d + i];
     let b = n * p.d + i;
-    let xv = row4(xin(xr[b]));
+    var row = walk_feature(taps, *dw, t, row4(xin(xr[b])), acc);
+    if (mode != 2u) { row += row4(dxr[b]); }
+    if (mode == 1u) {
+        de[b] = sum_j(row);
+    } else {
+        dxr[b] = from4(row);
+    }
+}
+
+// One feature's terms of a token in the backward walks, from its ∂a window dw (slot lead = token
+// n + lead) and its state row xv: adds dw[lead]·xv to the chunk sums acc[lead] and returns the
+// walk's ∂X terms Σ_lead taps[lead]·dw[lead].
+fn walk_feature(kw: array<vec4<f32>, KW>, dw: array<f32, KW>, t: u32, xv: vec4<f32>,
+                acc: ptr<function, array<vec4<f32>, KW>>) -> vec4<f32> {
+    var taps = kw;
+    var win = dw;
     var gx = vec4<f32>();
     for (var lead = 0u; lead < KW; lead++) {
         // Token n + lead counts while it is in token n's sequence (sequences are whole, so
         // it is then also below N).
-        let g = vec4<f32>(select(0.0, (*dw)[lead], t + lead < p.seq));
+        let g = vec4<f32>(select(0.0, win[lead], t + lead < params.seq));
         gx = fma(taps[lead], g, gx);
         (*acc)[lead] = fma(g, xv, (*acc)[lead]);
     }
-    var row = gx;
-    if (mode != 2u) { row += row4(dxr[b]); }
-    if (mode == 1u) {
-        // Σ_j in the order of `replicate_backward4` (zeros beyond m add nothing).
-        var sj = 0.0;
-        sj += row.x;
-        sj += row.y;
-        sj += row.z;
-        sj += row.w;
-        de[b] = sj;
-    } else {
-        dxr[b] = from4(row);
-    }
+    return gx;
+}
+
+// Σ_j of a state-gradient row in the order of `replicate_backward4` (zeros beyond m add nothing).
+fn sum_j(row: vec4<f32>) -> f32 {
+    var sj = 0.0;
+    sj += row.x;
+    sj += row.y;
+    sj += row.z;
+    sj += row.w;
+    return sj;
 }
 
 // partial[ch, j, i, K−1−lag] = acc[lag][j]: one vec4 per value channel.
@@ -607,6 +668,112 @@ fn token_backward_w_write_s(
     @builtin(local_invocation_index) lid: u32,
 ) {
     backward_walk_sweep(wid, nwg, lid, 2u);
+}
+
+// The one-walk backward in quads (CPU adapters, d a multiple of 4: the `…_wq` entry points, and
+// `token_forward_wq`): one invocation per four consecutive features i0..i0+4 and chunk, ∂a and ∂e
+// moved as vec4s of the four features, the state rows one per feature as before; the same sums in
+// the same order as `backward_walk`, so the same bits. On llvmpipe every SIMD batch runs its whole
+// walk before the next batch starts, striding through the chunk's tokens one state row
+// (d·m·4 bytes) apart: with one feature per invocation a batch read 8 features' rows (128 bytes)
+// per token step and missed the cache on nearly every row; with quads it reads 32 features'
+// rows (512 bytes) per step, and ∂a, ∂e take one memory operation per four features. Probe at
+// tiny's shape: 3.0–3.3 ms per walk → 1.2–1.4 ms (docs/PERF.md, session 12). Workgroups of 64.
+const WGQ: u32 = 64u;
+
+fn quad_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.y * nwg.x + wid.x) * WGQ + lid;
+}
+
+fn backward_walk_q(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32) {
+    let p = params;
+    let dq = p.d / 4u;
+    let e = quad_index(wid, nwg, lid);
+    if (e >= dq * p.chunks) { return; }
+    let iq = e % dq;
+    let i0 = 4u * iq;
+    let ch = e / dq;
+    let n0 = ch * p.chunk;
+    let n1 = min(n0 + p.chunk, p.n);
+    let kw0 = taps4_q(i0);
+    let kw1 = taps4_q(i0 + 1u);
+    let kw2 = taps4_q(i0 + 2u);
+    let kw3 = taps4_q(i0 + 3u);
+    var acc0: array<vec4<f32>, KW>;
+    var acc1: array<vec4<f32>, KW>;
+    var acc2: array<vec4<f32>, KW>;
+    var acc3: array<vec4<f32>, KW>;
+    // dw[q] = the ∂a quad of token min(n + q, N − 1) after the shift at token n.
+    var dw: array<vec4<f32>, KW>;
+    for (var q = 0u; q + 1u < KW; q++) { dw[q + 1u] = da4[min(n0 + q, p.n - 1u) * dq + iq]; }
+    var t = n0 % p.seq;
+    for (var n = n0; n < n1; n++) {
+        for (var q = 0u; q + 1u < KW; q++) { dw[q] = dw[q + 1u]; }
+        dw[KW - 1u] = da4[min(n + KW - 1u, p.n - 1u) * dq + iq];
+        // Each feature's ∂a window.
+        var f0: array<f32, KW>;
+        var f1: array<f32, KW>;
+        var f2: array<f32, KW>;
+        var f3: array<f32, KW>;
+        for (var q = 0u; q < KW; q++) {
+            f0[q] = dw[q].x;
+            f1[q] = dw[q].y;
+            f2[q] = dw[q].z;
+            f3[q] = dw[q].w;
+        }
+        let b = n * p.d + i0;
+        var r0 = walk_feature(kw0, f0, t, row4(xin(xr[b])), &acc0);
+        var r1 = walk_feature(kw1, f1, t, row4(xin(xr[b + 1u])), &acc1);
+        var r2 = walk_feature(kw2, f2, t, row4(xin(xr[b + 2u])), &acc2);
+        var r3 = walk_feature(kw3, f3, t, row4(xin(xr[b + 3u])), &acc3);
+        if (mode != 2u) {
+            r0 += row4(dxr[b]);
+            r1 += row4(dxr[b + 1u]);
+            r2 += row4(dxr[b + 2u]);
+            r3 += row4(dxr[b + 3u]);
+        }
+        if (mode == 1u) {
+            de4[n * dq + iq] = vec4<f32>(sum_j(r0), sum_j(r1), sum_j(r2), sum_j(r3));
+        } else {
+            dxr[b] = from4(r0);
+            dxr[b + 1u] = from4(r1);
+            dxr[b + 2u] = from4(r2);
+            dxr[b + 3u] = from4(r3);
+        }
+        t += 1u;
+        if (t == p.seq) { t = 0u; }
+    }
+    walk_store(ch, i0, acc0);
+    walk_store(ch, i0 + 1u, acc1);
+    walk_store(ch, i0 + 2u, acc2);
+    walk_store(ch, i0 + 3u, acc3);
+}
+
+@compute @workgroup_size(64)
+fn token_backward_wq(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    backward_walk_q(wid, nwg, lid, 0u);
+}
+
+@compute @workgroup_size(64)
+fn token_backward_wq_de(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    backward_walk_q(wid, nwg, lid, 1u);
+}
+
+@compute @workgroup_size(64)
+fn token_backward_wq_write(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    backward_walk_q(wid, nwg, lid, 2u);
 }
 
 // ---------------------------------------------------------------------------------------------

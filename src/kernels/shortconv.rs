@@ -104,6 +104,26 @@ fn walk_chunk(s: &ConvShape) -> usize {
 thread_local! {
     static FORCED_FWD_CHUNK: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
     static FORCED_SWEEP: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+    static FORCED_QUADS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with [`conv_quads`] forced on or off on this thread (where d is a multiple of 4):
+/// tests check both layouts on any adapter.
+#[doc(hidden)]
+pub fn with_conv_quads<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    super::with_override(&FORCED_QUADS, on, f)
+}
+
+/// Whether the windowed forward and the one-walk backward run in quads (`token_forward_wq`,
+/// `token_backward_wq*`: one invocation per four consecutive features, ∂a, a and ∂e as vec4s):
+/// on CPU adapters where d is a multiple of 4. There a SIMD batch walks its chunk's tokens one
+/// state row apart, and quads make it read 32 features' rows per step instead of 8 (probe: the
+/// walk 3.0–3.3 → 1.2–1.4 ms, the forward −15 to −25 %; docs/PERF.md, session 12). GPUs keep one
+/// feature per invocation (neighbouring invocations read neighbouring memory).
+/// `DDL_CONV_QUADS=0|1` overrides (where d is a multiple of 4).
+pub fn conv_quads(gpu: &Gpu, s: &ConvShape) -> bool {
+    s.d.is_multiple_of(4)
+        && super::switch(&FORCED_QUADS, "DDL_CONV_QUADS", gpu.info.device_type == wgpu::DeviceType::Cpu)
 }
 
 /// Runs `f` with [`walk_sweep`] forced on or off on this thread: tests check both walks on any
@@ -222,6 +242,23 @@ fn launch_variant(
     k.dispatch(gpu, Some(params), buffers, grid)
 }
 
+/// [`conv`] for the quad entry points (workgroups of `WGQ` = 64 invocations).
+fn conv_q(
+    gpu: &Gpu,
+    variant: &str,
+    entry: &str,
+    pb: &[u8],
+    bufs: &[(&str, View<'_>)],
+    threads: usize,
+) -> Result<Dispatch> {
+    let k = gpu.kernel("shortconv", Some(variant), entry)?;
+    let grid = grid_1d(threads as u64, WGQ, gpu.limits.max_compute_workgroups_per_dimension);
+    k.dispatch(gpu, Some(pb), bufs, grid)
+}
+
+/// Invocations per workgroup of the quad entry points (`WGQ` in the shader).
+const WGQ: u32 = 64;
+
 fn scratch(gpu: &Gpu, label: &str, elems: usize) -> Result<Tensor> {
     Tensor::zeros(gpu, label, &[elems], DType::F32)
 }
@@ -243,7 +280,10 @@ pub fn token_forward(gpu: &Gpu, s: &ConvShape, x: View, kappa: View, rho: View, 
     let (chunk, chunks) = chunking_min(n, forward_chunk());
     let p = Params { chunk: chunk as u32, chunks: chunks as u32, ..token_params(s) };
     let pb = bytemuck::bytes_of(&p);
-    let disp = if windowed(s) {
+    let disp = if windowed(s) && conv_quads(gpu, s) {
+        let bufs = [("xr", x), ("kappa", kappa), ("rho", rho), ("a4", a)];
+        conv_q(gpu, &window_variant(s), "token_forward_wq", pb, &bufs, d / 4 * p.chunks as usize)?
+    } else if windowed(s) {
         let v = window_variant(s);
         let bufs = [("xr", x), ("kappa", kappa), ("rho", rho), ("a", a)];
         conv(gpu, &v, "token_forward_w", pb, &bufs, d * p.chunks as usize)?
@@ -403,10 +443,10 @@ pub fn token_backward_walk(
     out: WalkOut,
 ) -> Result<Vec<Dispatch>> {
     let adds = matches!(out, WalkOut::AddToDx);
-    let (de, entry) = match out {
-        WalkOut::AddToDx => (None, "token_backward_w"),
-        WalkOut::SumIntoDe(de) => (Some(de), "token_backward_w_de"),
-        WalkOut::WriteDx => (None, "token_backward_w_write"),
+    let (de, entry, entry_q) = match out {
+        WalkOut::AddToDx => (None, "token_backward_w", "token_backward_wq"),
+        WalkOut::SumIntoDe(de) => (Some(de), "token_backward_w_de", "token_backward_wq_de"),
+        WalkOut::WriteDx => (None, "token_backward_w_write", "token_backward_wq_write"),
     };
     let what = "shortconv::token_backward";
     s.validate(what)?;
@@ -437,13 +477,26 @@ pub fn token_backward_walk(
         // `de` is bound either way (the entry point uses it); a one-element stand-in when unused.
         let unused = match de {
             Some(_) => None,
-            None => Some(scratch(gpu, "shortconv.de_unused", 1)?),
+            None => Some(scratch(gpu, "shortconv.de_unused", 4)?),
         };
         let de = de.unwrap_or_else(|| unused.as_ref().expect("a stand-in").view());
         let bufs =
             [("kappa4", kappa), ("rho", rho), ("da", da), ("dxr", dx), ("xr", x), ("partial4", partial), ("de", de)];
-        let entry = if walk_sweep(gpu) { format!("{entry}_s") } else { entry.to_string() };
-        let mut walk = conv(gpu, &window_variant(s), &entry, pb, &bufs, d * chunks)?;
+        let mut walk = if conv_quads(gpu, s) {
+            let bufs = [
+                ("kappa4", kappa),
+                ("rho", rho),
+                ("da4", da),
+                ("dxr", dx),
+                ("xr", x),
+                ("partial4", partial),
+                ("de4", de),
+            ];
+            conv_q(gpu, &window_variant(s), entry_q, pb, &bufs, d / 4 * chunks)?
+        } else {
+            let entry = if walk_sweep(gpu) { format!("{entry}_s") } else { entry.to_string() };
+            conv(gpu, &window_variant(s), &entry, pb, &bufs, d * chunks)?
+        };
         walk.scratch.extend(unused.clone());
         vec![walk]
     } else if windowed(s) && !(gpu.info.backend == wgpu::Backend::Gl && !window_k4(s)) {

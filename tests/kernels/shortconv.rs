@@ -734,48 +734,66 @@ fn token_compressor_forward_matches_float64_for_every_walk_length() {
     }
 }
 
-/// The backward walk as a sweep (a workgroup barrier per token step: CPU adapters) and without
-/// (GPUs), each forced on this adapter: against float64 over shapes whose last workgroup is part
-/// idle, whose last chunk is short and whose sequences end inside chunks (T = 1 included), and the
-/// two forms bit-identical (the same sums in the same order). Also the ∂e and write modes.
+/// The compressor's CPU-adapter layouts, each forced on this adapter: the forward and the one-walk
+/// backward in quads (four features per invocation, d a multiple of 4), the backward walk as a
+/// sweep (a workgroup barrier per token step, for d not a multiple of 4), and the GPU layout (one
+/// feature per invocation, no barrier). Against float64 over shapes whose last workgroup is part
+/// idle, whose last chunk is short and whose sequences end inside chunks (T = 1 included), and
+/// all forms bit-identical (the same sums in the same order). Also the ∂e and write modes.
 #[test]
-fn the_compressor_walk_as_a_sweep_and_without_matches_float64_and_gives_the_same_bits() {
+fn the_compressor_layouts_match_float64_and_give_the_same_bits() {
     let shapes = [
-        shape(3, 37, 5, 4, 4),
-        shape(2, 70, 3, 3, 4),
-        shape(1, 130, 129, 2, 4),
-        shape(4, 1, 3, 4, 4),
+        shape(3, 37, 8, 4, 4),
+        shape(2, 70, 12, 3, 4),
+        shape(1, 130, 132, 2, 4),
+        shape(4, 1, 4, 4, 4),
         shape(2, 41, 64, 1, 4),
+        shape(3, 37, 5, 4, 4),
+        shape(1, 50, 6, 4, 3),
     ];
+    let forms = [(true, false), (false, true), (false, false)];
     for s in shapes {
-        assert!(shortconv::sums_into_de(&s), "{s:?} must take the one-walk kernel");
         let mut rng = Rng::fresh();
         let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
         let inp = Inputs::draw(&mut rng, n * d * m, d * m * k, m, n * d);
         let (x, kappa, rho, da) = (f64s(&inp.x), f64s(&inp.kappa), f64s(&inp.rho), f64s(&inp.da));
+        let a = token_ref(&s, &x, &kappa, &rho);
+        let a_scale = token_ref(&s, &abs64(&inp.x), &abs64(&inp.kappa), &abs64(&inp.rho));
         let (wdx, wdk, wdr) = token_grad_ref(&s, &x, &kappa, &rho, &da);
         let mut outs = vec![];
-        for sweep in [true, false] {
-            let got = shortconv::with_walk_sweep(sweep, || {
-                assert_eq!(shortconv::walk_sweep(&gpu()), sweep);
-                run_token(&s, &inp)
+        for (quads, sweep) in forms {
+            let got = shortconv::with_conv_quads(quads, || {
+                shortconv::with_walk_sweep(sweep, || {
+                    let g = gpu();
+                    assert_eq!(shortconv::conv_quads(&g, &s), quads && d % 4 == 0);
+                    assert_eq!(shortconv::walk_sweep(&g), sweep);
+                    run_token(&s, &inp)
+                })
             });
-            let tag = format!("{s:?} sweep {sweep}");
+            let tag = format!("{s:?} quads {quads} sweep {sweep}");
+            close_scaled(&format!("a {tag}"), &got.a, &a, &a_scale, 1e-5, rng.seed);
             close(&format!("dx {tag}"), &got.dx, &plus(&inp.dx0, &wdx), 1e-4, rng.seed);
             close(&format!("dkappa {tag}"), &got.dk, &plus(&inp.dk0, &wdk), 1e-4, rng.seed);
             close(&format!("drho {tag}"), &got.dr, &plus(&inp.dr0, &wdr), 1e-4, rng.seed);
-            outs.push(got);
+            outs.push((tag, got));
         }
-        for (name, p, q) in
-            [("dx", &outs[0].dx, &outs[1].dx), ("dkappa", &outs[0].dk, &outs[1].dk), ("drho", &outs[0].dr, &outs[1].dr)]
-        {
-            let same = p.iter().zip(q).all(|(u, v)| u.to_bits() == v.to_bits());
-            assert!(same, "{s:?}: {name} differs between the sweep and the plain walk (seed {})", rng.seed);
+        for (tag, got) in &outs[1..] {
+            for (name, p, q) in [
+                ("a", &outs[0].1.a, &got.a),
+                ("dx", &outs[0].1.dx, &got.dx),
+                ("dkappa", &outs[0].1.dk, &got.dk),
+                ("drho", &outs[0].1.dr, &got.dr),
+            ] {
+                let same = p.iter().zip(q).all(|(u, v)| u.to_bits() == v.to_bits());
+                assert!(same, "{name} differs between {} and {tag} (seed {})", outs[0].0, rng.seed);
+            }
         }
     }
-    // The ∂e and write modes of the sweep (the other test runs the adapter's own choice).
-    for sweep in [true, false] {
-        shortconv::with_walk_sweep(sweep, the_walk_writes_dx_or_de_against_float64);
+    // The ∂e and write modes of every form (the other test runs the adapter's own choice).
+    for (quads, sweep) in forms {
+        shortconv::with_conv_quads(quads, || {
+            shortconv::with_walk_sweep(sweep, the_walk_writes_dx_or_de_against_float64)
+        });
     }
 }
 
@@ -808,7 +826,7 @@ fn the_compressor_walk_can_write_dx_or_the_replication_gradient_instead_of_addin
 
 /// ∂e and written ∂X of the one-walk kernel against float64 (∂X untouched when writing ∂e).
 fn the_walk_writes_dx_or_de_against_float64() {
-    for s in [shape(3, 37, 5, 4, 4), shape(2, 19, 6, 3, 4), shape(1, 70, 4, 1, 4)] {
+    for s in [shape(3, 37, 5, 4, 4), shape(2, 19, 8, 3, 4), shape(1, 70, 4, 1, 4), shape(2, 33, 12, 4, 4)] {
         assert!(shortconv::sums_into_de(&s));
         let gpu = gpu();
         let mut rng = Rng::fresh();
