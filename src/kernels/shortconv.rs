@@ -90,10 +90,11 @@ const MAX_CHUNKS: usize = 256;
 const TOKEN_MIN_CHUNK: usize = 16;
 
 /// Fewest tokens per chunk of the one-walk backward (K = 4, m ≤ 4: [`sums_into_de`]): half the
-/// chunk partials of 16-token walks, so half the finish's loads. On CPU adapters the walk is a
-/// sweep ([`walk_sweep`]), which reads a step's rows in memory order whatever the walk length:
-/// walks and finish together measured 20–26 → 18–19.5 ms per tiny step and 232–237 → 206–215
-/// ms per shakespeare-char step with 32 instead of 16 (docs/PERF.md, session 12).
+/// chunk partials of 16-token walks, so half the finish's loads. On CPU adapters the walk runs
+/// in quads ([`conv_quads`]) or as a sweep ([`walk_sweep`]), which keep its reads local whatever
+/// the walk length: with the sweep, walks and finish together measured 20–26 → 18–19.5 ms per
+/// tiny step and 232–237 → 206–215 ms per shakespeare-char step with 32 instead of 16, and with
+/// quads 14–21 ms against 15–31 ms (docs/PERF.md, session 12).
 const ONE_WALK_CHUNK: usize = 32;
 
 /// Fewest tokens per chunk of the backward's partial sums for shape `s`.
@@ -133,13 +134,14 @@ pub fn with_walk_sweep<R>(on: bool, f: impl FnOnce() -> R) -> R {
     super::with_override(&FORCED_SWEEP, on, f)
 }
 
-/// Whether the one-walk backward ([`token_backward_walk`]) runs as a sweep (`token_backward_w*_s`:
-/// a workgroup barrier after every token step, so that a step's rows are read in memory order).
-/// On CPU adapters (llvmpipe runs each SIMD batch's whole walk before the next one unless a
-/// barrier switches them, so without the barrier every batch strides through the chunk's tokens
-/// and misses the cache on each row: −30 % per walk with the barrier, docs/PERF.md); GPUs keep
-/// the barrier-free walk, whose neighbouring invocations already read neighbouring memory.
-/// `DDL_CONV_SWEEP=0|1` overrides.
+/// Whether the one-walk backward ([`token_backward_walk`]), where it does not run in quads
+/// ([`conv_quads`]: d not a multiple of 4, or quads turned off), runs as a sweep
+/// (`token_backward_w*_s`: a workgroup barrier after every token step, so that a step's rows are
+/// read in memory order). On CPU adapters (llvmpipe runs each SIMD batch's whole walk before the
+/// next one unless a barrier switches them, so without the barrier every batch strides through
+/// the chunk's tokens and misses the cache on each row: −30 % per walk with the barrier,
+/// docs/PERF.md); GPUs keep the barrier-free walk, whose neighbouring invocations already read
+/// neighbouring memory. `DDL_CONV_SWEEP=0|1` overrides.
 pub fn walk_sweep(gpu: &Gpu) -> bool {
     super::switch(&FORCED_SWEEP, "DDL_CONV_SWEEP", gpu.info.device_type == wgpu::DeviceType::Cpu)
 }
@@ -224,10 +226,11 @@ pub(crate) fn launch(
     buffers: &[(&str, View<'_>)],
     threads: usize,
 ) -> Result<Dispatch> {
-    launch_variant(gpu, shader, None, entry, params, buffers, threads)
+    launch_variant(gpu, shader, None, entry, params, buffers, threads, WG_1D)
 }
 
-/// [`launch`] from a shader variant.
+/// [`launch`] from a shader variant, in workgroups of `wg` invocations (the entry point's size).
+#[allow(clippy::too_many_arguments)]
 fn launch_variant(
     gpu: &Gpu,
     shader: &str,
@@ -236,9 +239,10 @@ fn launch_variant(
     params: &[u8],
     buffers: &[(&str, View<'_>)],
     threads: usize,
+    wg: u32,
 ) -> Result<Dispatch> {
     let k = gpu.kernel(shader, variant, entry)?;
-    let grid = grid_1d(threads as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension);
+    let grid = grid_1d(threads as u64, wg, gpu.limits.max_compute_workgroups_per_dimension);
     k.dispatch(gpu, Some(params), buffers, grid)
 }
 
@@ -251,9 +255,7 @@ fn conv_q(
     bufs: &[(&str, View<'_>)],
     threads: usize,
 ) -> Result<Dispatch> {
-    let k = gpu.kernel("shortconv", Some(variant), entry)?;
-    let grid = grid_1d(threads as u64, WGQ, gpu.limits.max_compute_workgroups_per_dimension);
-    k.dispatch(gpu, Some(pb), bufs, grid)
+    launch_variant(gpu, "shortconv", Some(variant), entry, pb, bufs, threads, WGQ)
 }
 
 /// Invocations per workgroup of the quad entry points (`WGQ` in the shader).
@@ -327,7 +329,7 @@ fn conv(
     bufs: &[(&str, View<'_>)],
     threads: usize,
 ) -> Result<Dispatch> {
-    launch_variant(gpu, "shortconv", Some(variant), entry, pb, bufs, threads)
+    launch_variant(gpu, "shortconv", Some(variant), entry, pb, bufs, threads, WG_1D)
 }
 
 /// Largest m and K of the windowed token-axis kernels (`*_w` in the shader: the state of a
