@@ -811,6 +811,53 @@ fn value_forward(
     a[e] = acc;
 }
 
+// Ω[i, 0..m) as a vec4 (zeros beyond m; the `mJ` variants, m ≤ 4).
+fn omega4(i: u32) -> vec4<f32> {
+    var w = vec4<f32>();
+    for (var j = 0u; j < MM; j++) { w[j] = omega(i, j); }
+    return w;
+}
+
+// a = Σ_j Ω[i, j]·X[n, i, j] in `value_forward`'s order.
+fn value_out(om: vec4<f32>, xv: vec4<f32>) -> f32 {
+    var acc = 0.0;
+    for (var j = 0u; j < MM; j++) { acc += om[j] * xv[j]; }
+    return acc;
+}
+
+// `value_forward` in quads (CPU adapters, d a multiple of 4, m ≤ 4; see `backward_walk_q`): one
+// invocation per four consecutive features and chunk of tokens, Ω of its four features formed
+// once (`value_forward` forms it again for every token, m·kc loads), each token's four state rows
+// loaded and its four outputs stored as one vec4. The same sums, the same bits.
+@compute @workgroup_size(64)
+fn value_forward_wq(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let dq = p.d / 4u;
+    let e = quad_index(wid, nwg, lid);
+    if (e >= dq * p.chunks) { return; }
+    let iq = e % dq;
+    let i0 = 4u * iq;
+    let n0 = (e / dq) * p.chunk;
+    let n1 = min(n0 + p.chunk, p.n);
+    let om0 = omega4(i0);
+    let om1 = omega4(i0 + 1u);
+    let om2 = omega4(i0 + 2u);
+    let om3 = omega4(i0 + 3u);
+    for (var n = n0; n < n1; n++) {
+        let b = n * p.d + i0;
+        a4[n * dq + iq] = vec4<f32>(
+            value_out(om0, row4(xin(xr[b]))),
+            value_out(om1, row4(xin(xr[b + 1u]))),
+            value_out(om2, row4(xin(xr[b + 2u]))),
+            value_out(om3, row4(xin(xr[b + 3u]))),
+        );
+    }
+}
+
 // dx[n, c] += da[n, i] · Omega[c]; partial[chunk, c] = Σ_{n in chunk} da[n, i] · X[n, c].
 // Workgroup = (channel tile, chunk), channel tile fastest; one invocation per channel, tokens in
 // order. X, da and dx are each read once.

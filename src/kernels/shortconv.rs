@@ -633,6 +633,21 @@ pub fn value_forward(
     need(what, "rho", "[m]", &rho, m)?;
     need(what, "a", "[n, d]", &a, n * d)?;
     let p = value_params(n, d, m, kc);
+    // CPU adapters: quads of features walking chunks of tokens, Ω formed once per quad (m ≤ 4).
+    let quads = m <= WINDOW_M && conv_quads(gpu, &ConvShape { batch: 1, seq: n, d, m, kernel: kc, state_f16: false });
+    if quads {
+        let (chunk, chunks) = chunking_min(n, forward_chunk());
+        let p = Params { chunk: chunk as u32, chunks: chunks as u32, ..p };
+        let bufs = [("xr", x), ("kappa", kappa), ("rho", rho), ("a4", a)];
+        return Ok(vec![conv_q(
+            gpu,
+            &crate::shaders::width_variant(m),
+            "value_forward_wq",
+            bytemuck::bytes_of(&p),
+            &bufs,
+            d / 4 * chunks,
+        )?]);
+    }
     Ok(vec![conv(
         gpu,
         GENERIC,
