@@ -63,6 +63,8 @@ struct Params {
 @group(0) @binding(17) var<storage, read_write> a4: array<vec4<f32>>;
 @group(0) @binding(18) var<storage, read> da4: array<vec4<f32>>;
 @group(0) @binding(19) var<storage, read_write> de4: array<vec4<f32>>;
+// `value_backward_partial_wq`: the ∂Ω chunk partials [chunks, d, m] as rows of m.
+@group(0) @binding(20) var<storage, read_write> partialr: array<Row>;
 
 const WG: u32 = 256u;
 
@@ -888,6 +890,52 @@ fn value_backward_partial(
         dx[o] = dx[o] + gi * w;
     }
     partial[ch * dm + c] = acc;
+}
+
+// `value_backward_partial` in quads (CPU adapters, d a multiple of 4, m ≤ 4; see
+// `backward_walk_q`): one invocation per four consecutive features and chunk, ∂a as a vec4 of the
+// four features, the state and ∂X rows one per feature, Ω formed once; the same sums in the same
+// order (the same bits), and the same chunks, so `value_backward_finalize` is unchanged.
+@compute @workgroup_size(64)
+fn value_backward_partial_wq(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let dq = p.d / 4u;
+    let e = quad_index(wid, nwg, lid);
+    if (e >= dq * p.chunks) { return; }
+    let iq = e % dq;
+    let i0 = 4u * iq;
+    let ch = e / dq;
+    let n0 = ch * p.chunk;
+    let n1 = min(n0 + p.chunk, p.n);
+    let om0 = omega4(i0);
+    let om1 = omega4(i0 + 1u);
+    let om2 = omega4(i0 + 2u);
+    let om3 = omega4(i0 + 3u);
+    var acc0 = vec4<f32>();
+    var acc1 = vec4<f32>();
+    var acc2 = vec4<f32>();
+    var acc3 = vec4<f32>();
+    for (var n = n0; n < n1; n++) {
+        let g = da4[n * dq + iq];
+        let b = n * p.d + i0;
+        acc0 += vec4<f32>(g.x) * row4(xin(xr[b]));
+        acc1 += vec4<f32>(g.y) * row4(xin(xr[b + 1u]));
+        acc2 += vec4<f32>(g.z) * row4(xin(xr[b + 2u]));
+        acc3 += vec4<f32>(g.w) * row4(xin(xr[b + 3u]));
+        dxr[b] = from4(row4(dxr[b]) + vec4<f32>(g.x) * om0);
+        dxr[b + 1u] = from4(row4(dxr[b + 1u]) + vec4<f32>(g.y) * om1);
+        dxr[b + 2u] = from4(row4(dxr[b + 2u]) + vec4<f32>(g.z) * om2);
+        dxr[b + 3u] = from4(row4(dxr[b + 3u]) + vec4<f32>(g.w) * om3);
+    }
+    let r = ch * p.d + i0;
+    partialr[r] = from4(acc0);
+    partialr[r + 1u] = from4(acc1);
+    partialr[r + 2u] = from4(acc2);
+    partialr[r + 3u] = from4(acc3);
 }
 
 // Per feature i: dOmega[i, j] = Σ_chunks partial; dkappa[i, q] += Σ_r rho_r dOmega[i, q − pi + r];

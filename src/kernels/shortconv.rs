@@ -634,8 +634,7 @@ pub fn value_forward(
     need(what, "a", "[n, d]", &a, n * d)?;
     let p = value_params(n, d, m, kc);
     // CPU adapters: quads of features walking chunks of tokens, Ω formed once per quad (m ≤ 4).
-    let quads = m <= WINDOW_M && conv_quads(gpu, &ConvShape { batch: 1, seq: n, d, m, kernel: kc, state_f16: false });
-    if quads {
+    if value_quads(gpu, n, d, m, kc) {
         let (chunk, chunks) = chunking_min(n, forward_chunk());
         let p = Params { chunk: chunk as u32, chunks: chunks as u32, ..p };
         let bufs = [("xr", x), ("kappa", kappa), ("rho", rho), ("a4", a)];
@@ -656,6 +655,13 @@ pub fn value_forward(
         &[("x", x), ("kappa", kappa), ("rho", rho), ("a", a)],
         n * d,
     )?])
+}
+
+/// Whether the CC compressor's forward and its backward's first pass run in quads
+/// (`value_forward_wq`, `value_backward_partial_wq`): [`conv_quads`] and m ≤ 4 (a state row is
+/// one `Row`).
+fn value_quads(gpu: &Gpu, n: usize, d: usize, m: usize, kc: usize) -> bool {
+    m <= WINDOW_M && conv_quads(gpu, &ConvShape { batch: 1, seq: n, d, m, kernel: kc, state_f16: false })
 }
 
 /// Value-axis (CC) compressor backward (spec 11.3), all three outputs **accumulated**:
@@ -697,14 +703,20 @@ pub fn value_backward(
     let domega = scratch(gpu, "shortconv.value.domega", dm)?;
     let q = scratch(gpu, "shortconv.value.q", dm)?;
 
-    let mut d_part = conv(
-        gpu,
-        GENERIC,
-        "value_backward_partial",
-        pb,
-        &[("x", x), ("kappa", kappa), ("rho", rho), ("da", da), ("dx", dx), ("partial", partial.view())],
-        dm.div_ceil(WG_1D as usize) * chunks * WG_1D as usize,
-    )?;
+    // CPU adapters: quads of features (m ≤ 4), as the forward.
+    let mut d_part = if value_quads(gpu, n, d, m, kc) {
+        let bufs = [("xr", x), ("kappa", kappa), ("rho", rho), ("da4", da), ("dxr", dx), ("partialr", partial.view())];
+        conv_q(gpu, &crate::shaders::width_variant(m), "value_backward_partial_wq", pb, &bufs, d / 4 * chunks)?
+    } else {
+        conv(
+            gpu,
+            GENERIC,
+            "value_backward_partial",
+            pb,
+            &[("x", x), ("kappa", kappa), ("rho", rho), ("da", da), ("dx", dx), ("partial", partial.view())],
+            dm.div_ceil(WG_1D as usize) * chunks * WG_1D as usize,
+        )?
+    };
     let mut d_fin = conv(
         gpu,
         GENERIC,

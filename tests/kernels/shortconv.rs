@@ -543,37 +543,53 @@ fn cc_compressor_forward_and_backward_match_float64_for_kc_equal_and_unequal_to_
     }
 }
 
-/// The CC forward in quads (CPU adapters, d a multiple of 4, m ≤ 4: four features per invocation,
-/// Ω formed once per quad), forced on and off on this adapter: against float64 and bit-identical,
-/// over m = 1..4, kc equal to m and not, short sequences and chunks that end mid-way.
+/// The CC compressor in quads (CPU adapters, d a multiple of 4, m ≤ 4: four features per
+/// invocation, Ω formed once per quad; the forward and the backward's first pass), forced on and
+/// off on this adapter: against float64 and bit-identical, over m = 1..4, kc equal to m and not,
+/// short sequences and chunks that end mid-way.
 #[test]
-fn cc_compressor_forward_in_quads_matches_float64_and_the_plain_kernel() {
-    for (n, d, m, kc) in [(1, 4, 1, 1), (3, 8, 2, 3), (40, 12, 3, 3), (70, 36, 4, 4), (33, 64, 4, 5), (17, 4, 4, 2)] {
+fn cc_compressor_in_quads_matches_float64_and_the_plain_kernels() {
+    for (n, d, m, kc) in [(1, 4, 1, 1), (3, 8, 2, 3), (40, 12, 3, 3), (70, 36, 4, 4), (33, 64, 4, 5), (97, 4, 4, 2)] {
         let mut rng = Rng::fresh();
         let inp = Inputs::draw(&mut rng, n * d * m, d * kc, m, n * d);
-        let (x, kappa, rho) = (f64s(&inp.x), f64s(&inp.kappa), f64s(&inp.rho));
-        let want = value_ref(n, d, m, kc, &x, &kappa, &rho);
-        let scale = value_ref(n, d, m, kc, &abs64(&inp.x), &abs64(&inp.kappa), &abs64(&inp.rho));
+        let (x, kappa, rho, da) = (f64s(&inp.x), f64s(&inp.kappa), f64s(&inp.rho), f64s(&inp.da));
+        let a = value_ref(n, d, m, kc, &x, &kappa, &rho);
+        let a_scale = value_ref(n, d, m, kc, &abs64(&inp.x), &abs64(&inp.kappa), &abs64(&inp.rho));
+        let (wdx, wdk, wdr) = value_grad_ref(n, d, m, kc, &x, &kappa, &rho, &da);
         let mut outs = vec![];
         for quads in [true, false] {
             let got = shortconv::with_conv_quads(quads, || {
-                let gpu = gpu();
                 let s = ConvShape { batch: 1, seq: n, d, m, kernel: kc, state_f16: false };
-                assert_eq!(shortconv::conv_quads(&gpu, &s), quads);
+                assert_eq!(shortconv::conv_quads(&gpu(), &s), quads);
+                let gpu = gpu();
                 let (tx, tk, tr) =
                     (upload(&gpu, "x", &inp.x), upload(&gpu, "kappa", &inp.kappa), upload(&gpu, "rho", &inp.rho));
-                let a = poisoned(&gpu, "a", &[n * d]);
+                let out = poisoned(&gpu, "a", &[n * d]);
                 let ds =
-                    shortconv::value_forward(&gpu, n, d, m, kc, tx.view(), tk.view(), tr.view(), a.view()).unwrap();
+                    shortconv::value_forward(&gpu, n, d, m, kc, tx.view(), tk.view(), tr.view(), out.view()).unwrap();
                 assert_eq!(ds[0].kernel.name.contains("value_forward_wq"), quads, "{}", ds[0].kernel.name);
-                run(&gpu, &ds);
-                read(&gpu, &a)
+                run_value(n, d, m, kc, &inp)
             });
-            close_scaled(&format!("cc a n={n} d={d} m={m} kc={kc} quads {quads}"), &got, &want, &scale, 1e-5, rng.seed);
+            let tag = format!("cc n={n} d={d} m={m} kc={kc} quads {quads}");
+            close_scaled(&format!("a {tag}"), &got.a, &a, &a_scale, 1e-5, rng.seed);
+            close(&format!("dx {tag}"), &got.dx, &plus(&inp.dx0, &wdx), 1e-4, rng.seed);
+            close(&format!("dkappa {tag}"), &got.dk, &plus(&inp.dk0, &wdk), 1e-4, rng.seed);
+            close(&format!("drho {tag}"), &got.dr, &plus(&inp.dr0, &wdr), 1e-4, rng.seed);
             outs.push(got);
         }
-        let same = outs[0].iter().zip(&outs[1]).all(|(u, v)| u.to_bits() == v.to_bits());
-        assert!(same, "n={n} d={d} m={m} kc={kc}: the quad forward differs from the plain one (seed {})", rng.seed);
+        for (name, p, q) in [
+            ("a", &outs[0].a, &outs[1].a),
+            ("dx", &outs[0].dx, &outs[1].dx),
+            ("dkappa", &outs[0].dk, &outs[1].dk),
+            ("drho", &outs[0].dr, &outs[1].dr),
+        ] {
+            let same = p.iter().zip(q).all(|(u, v)| u.to_bits() == v.to_bits());
+            assert!(
+                same,
+                "n={n} d={d} m={m} kc={kc}: {name} differs between quads and the plain kernels (seed {})",
+                rng.seed
+            );
+        }
     }
 }
 
