@@ -869,8 +869,7 @@ fn the_compressor_walk_can_write_dx_or_the_replication_gradient_instead_of_addin
         part.view(),
         shortconv::WalkOut::SumIntoDe(de.view()),
     )
-    .err()
-    .expect("K = 3 has no one-walk kernel");
+    .expect_err("K = 3 has no one-walk kernel");
     assert!(err.to_string().contains("de"), "{err}");
 }
 
