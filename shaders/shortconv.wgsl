@@ -495,7 +495,7 @@ fn token_backward_w(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    backward_walk(wid, nwg, lid, 0u);
+    backward_walk(wid, nwg, lid, 0u, false);
 }
 
 @compute @workgroup_size(256)
@@ -504,7 +504,7 @@ fn token_backward_w_de(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    backward_walk(wid, nwg, lid, 1u);
+    backward_walk(wid, nwg, lid, 1u, false);
 }
 
 @compute @workgroup_size(256)
@@ -513,7 +513,7 @@ fn token_backward_w_write(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    backward_walk(wid, nwg, lid, 2u);
+    backward_walk(wid, nwg, lid, 2u, false);
 }
 
 // `taps4` for K = 4 (KW = 4): κ[i, j, 0..4) loaded as one vec4 per value channel; the same
@@ -588,10 +588,19 @@ fn walk_store(ch: u32, i: u32, acc: array<vec4<f32>, KW>) {
     }
 }
 
-fn backward_walk(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32) {
+// `sweep` (the `_s` entry points, CPU adapters without quads): a workgroup barrier after every
+// token step, so that the workgroup's SIMD batches (on llvmpipe each runs its invocations' whole
+// loop before the next batch starts, unless a barrier switches them) take the step's rows one
+// after the other: the rows of a token are read in memory order instead of each batch striding
+// through the chunk's tokens 16·d·m bytes apart (a cache miss per row and array; the walk spent
+// half its time on the first load of a row). Every invocation runs every step (a barrier needs
+// uniform control flow): invocations past the last feature and chunk, and steps past the end of
+// a short last chunk, do nothing (and wait). The same sums in the same order either way.
+fn backward_walk(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32, sweep: bool) {
     let p = params;
-    let e = group_index(wid, nwg) * WG + lid;
-    if (e >= p.d * p.chunks) { return; }
+    let e0 = group_index(wid, nwg) * WG + lid;
+    let live = e0 < p.d * p.chunks;
+    let e = min(e0, p.d * p.chunks - 1u);
     let i = e % p.d;
     let ch = e / p.d;
     let n0 = ch * p.chunk;
@@ -603,36 +612,6 @@ fn backward_walk(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32) {
     var dw: array<f32, KW>;
     for (var q = 0u; q + 1u < KW; q++) { dw[q + 1u] = da[min(n0 + q, p.n - 1u) * p.d + i]; }
     var t = n0 % p.seq;
-    for (var n = n0; n < n1; n++) {
-        walk_token(n, i, t, kw, &dw, &acc, mode);
-        t += 1u;
-        if (t == p.seq) { t = 0u; }
-    }
-    walk_store(ch, i, acc);
-}
-
-// The same walk as a sweep (the `_s` entry points, CPU adapters): a workgroup barrier after every
-// token step, so that the workgroup's SIMD batches (on llvmpipe each runs its invocations' whole
-// loop before the next batch starts, unless a barrier switches them) take the step's rows one
-// after the other: the rows of a token are read in memory order instead of each batch striding
-// through the chunk's tokens 16·d·m bytes apart (a cache miss per row and array; the walk spent
-// half its time on the first load of a row). Every invocation runs every step (the barrier needs
-// uniform control flow): invocations past the last feature and chunk, and steps past the end of
-// a short last chunk, only wait. The same sums in the same order as `backward_walk`.
-fn backward_walk_sweep(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32) {
-    let p = params;
-    let e0 = group_index(wid, nwg) * WG + lid;
-    let live = e0 < p.d * p.chunks;
-    let e = min(e0, p.d * p.chunks - 1u);
-    let i = e % p.d;
-    let ch = e / p.d;
-    let n0 = ch * p.chunk;
-    let n1 = min(n0 + p.chunk, p.n);
-    let kw = taps4_q(i);
-    var acc: array<vec4<f32>, KW>;
-    var dw: array<f32, KW>;
-    for (var q = 0u; q + 1u < KW; q++) { dw[q + 1u] = da[min(n0 + q, p.n - 1u) * p.d + i]; }
-    var t = n0 % p.seq;
     for (var step = 0u; step < p.chunk; step++) {
         let n = n0 + step;
         if (live && n < n1) {
@@ -640,7 +619,7 @@ fn backward_walk_sweep(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32) {
             t += 1u;
             if (t == p.seq) { t = 0u; }
         }
-        workgroupBarrier();
+        if (sweep) { workgroupBarrier(); }
     }
     if (live) { walk_store(ch, i, acc); }
 }
@@ -651,7 +630,7 @@ fn token_backward_w_s(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    backward_walk_sweep(wid, nwg, lid, 0u);
+    backward_walk(wid, nwg, lid, 0u, true);
 }
 
 @compute @workgroup_size(256)
@@ -660,7 +639,7 @@ fn token_backward_w_de_s(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    backward_walk_sweep(wid, nwg, lid, 1u);
+    backward_walk(wid, nwg, lid, 1u, true);
 }
 
 @compute @workgroup_size(256)
@@ -669,7 +648,7 @@ fn token_backward_w_write_s(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    backward_walk_sweep(wid, nwg, lid, 2u);
+    backward_walk(wid, nwg, lid, 2u, true);
 }
 
 // The one-walk backward in quads (CPU adapters, d a multiple of 4: the `…_wq` entry points, and
