@@ -215,6 +215,64 @@ struct Outputs {
     dr: Vec<f32>,
 }
 
+impl Outputs {
+    /// Asserts that every output has the same bits as `other`'s (`what`: which two runs).
+    fn assert_same_bits(&self, other: &Outputs, what: &str, seed: u64) {
+        for (name, p, q) in [
+            ("a", &self.a, &other.a),
+            ("dx", &self.dx, &other.dx),
+            ("dkappa", &self.dk, &other.dk),
+            ("drho", &self.dr, &other.dr),
+        ] {
+            let same = p.iter().zip(q).all(|(u, v)| u.to_bits() == v.to_bits());
+            assert!(same, "{name} differs {what} (seed {seed})");
+        }
+    }
+
+    /// Asserts that the outputs of a run on `inp` (accumulators as drawn) match float64.
+    fn assert_close_to(&self, want: &Want, inp: &Inputs, tag: &str, seed: u64) {
+        close_scaled(&format!("a {tag}"), &self.a, &want.a, &want.a_scale, 1e-5, seed);
+        close(&format!("dx {tag}"), &self.dx, &plus(&inp.dx0, &want.dx), 1e-4, seed);
+        close(&format!("dkappa {tag}"), &self.dk, &plus(&inp.dk0, &want.dk), 1e-4, seed);
+        close(&format!("drho {tag}"), &self.dr, &plus(&inp.dr0, &want.dr), 1e-4, seed);
+    }
+}
+
+/// The float64 forward (and its scale: the same sums over absolute values) and gradients.
+struct Want {
+    a: Vec<f64>,
+    a_scale: Vec<f64>,
+    dx: Vec<f64>,
+    dk: Vec<f64>,
+    dr: Vec<f64>,
+}
+
+/// [`Want`] of the token-axis compressor at shape `s` on `inp`.
+fn token_want(s: &ConvShape, inp: &Inputs) -> Want {
+    let (x, kappa, rho, da) = (f64s(&inp.x), f64s(&inp.kappa), f64s(&inp.rho), f64s(&inp.da));
+    let (dx, dk, dr) = token_grad_ref(s, &x, &kappa, &rho, &da);
+    Want {
+        a: token_ref(s, &x, &kappa, &rho),
+        a_scale: token_ref(s, &abs64(&inp.x), &abs64(&inp.kappa), &abs64(&inp.rho)),
+        dx,
+        dk,
+        dr,
+    }
+}
+
+/// [`Want`] of the value-axis (CC) compressor on `inp`.
+fn value_want(n: usize, d: usize, m: usize, kc: usize, inp: &Inputs) -> Want {
+    let (x, kappa, rho, da) = (f64s(&inp.x), f64s(&inp.kappa), f64s(&inp.rho), f64s(&inp.da));
+    let (dx, dk, dr) = value_grad_ref(n, d, m, kc, &x, &kappa, &rho, &da);
+    Want {
+        a: value_ref(n, d, m, kc, &x, &kappa, &rho),
+        a_scale: value_ref(n, d, m, kc, &abs64(&inp.x), &abs64(&inp.kappa), &abs64(&inp.rho)),
+        dx,
+        dk,
+        dr,
+    }
+}
+
 type Fwd<'a> = dyn Fn(
         &ddl::gpu::Gpu,
         ddl::gpu::View,
@@ -333,12 +391,9 @@ fn check_token(s: ConvShape) {
     let mut rng = Rng::fresh();
     let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
     let inp = Inputs::draw(&mut rng, n * d * m, d * m * k, m, n * d);
-    let (x, kappa, rho, da) = (f64s(&inp.x), f64s(&inp.kappa), f64s(&inp.rho), f64s(&inp.da));
-    let a = token_ref(&s, &x, &kappa, &rho);
-    let a_scale = token_ref(&s, &abs64(&inp.x), &abs64(&inp.kappa), &abs64(&inp.rho));
-    let (dx, dk, dr) = token_grad_ref(&s, &x, &kappa, &rho, &da);
+    let w = token_want(&s, &inp);
     let name = format!("token {s:?}");
-    check_against(&name, inp, &mut rng, &a, &a_scale, [&dx, &dk, &dr], |inp| run_token(&s, inp));
+    check_against(&name, inp, &mut rng, &w.a, &w.a_scale, [&w.dx, &w.dk, &w.dr], |inp| run_token(&s, inp));
 }
 
 /// Token axis at one shape with the state in f16 (`--f16-state`): the reference runs on the
@@ -372,12 +427,9 @@ fn check_token_f16(s: ConvShape) {
 fn check_value(n: usize, d: usize, m: usize, kc: usize) {
     let mut rng = Rng::fresh();
     let inp = Inputs::draw(&mut rng, n * d * m, d * kc, m, n * d);
-    let (x, kappa, rho, da) = (f64s(&inp.x), f64s(&inp.kappa), f64s(&inp.rho), f64s(&inp.da));
-    let a = value_ref(n, d, m, kc, &x, &kappa, &rho);
-    let a_scale = value_ref(n, d, m, kc, &abs64(&inp.x), &abs64(&inp.kappa), &abs64(&inp.rho));
-    let (dx, dk, dr) = value_grad_ref(n, d, m, kc, &x, &kappa, &rho, &da);
+    let w = value_want(n, d, m, kc, &inp);
     let name = format!("value n={n} d={d} m={m} kc={kc}");
-    check_against(&name, inp, &mut rng, &a, &a_scale, [&dx, &dk, &dr], |inp| run_value(n, d, m, kc, inp));
+    check_against(&name, inp, &mut rng, &w.a, &w.a_scale, [&w.dx, &w.dk, &w.dr], |inp| run_value(n, d, m, kc, inp));
 }
 
 const BS: [usize; 3] = [1, 2, 3];
@@ -494,17 +546,7 @@ fn token_compressor_backward_is_bit_identical_run_to_run() {
     let s = shape(2, 300, 33, 4, 4);
     let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
     let inp = Inputs::draw(&mut rng, n * d * m, d * m * k, m, n * d);
-    let first = run_token(&s, &inp);
-    let second = run_token(&s, &inp);
-    for (name, p, q) in [
-        ("a", &first.a, &second.a),
-        ("dx", &first.dx, &second.dx),
-        ("dkappa", &first.dk, &second.dk),
-        ("drho", &first.dr, &second.dr),
-    ] {
-        let same = p.iter().zip(q).all(|(u, v)| u.to_bits() == v.to_bits());
-        assert!(same, "token {name} differs between runs (seed {})", rng.seed);
-    }
+    run_token(&s, &inp).assert_same_bits(&run_token(&s, &inp), "between token runs", rng.seed);
 }
 
 #[test]
@@ -552,10 +594,7 @@ fn cc_compressor_in_quads_matches_float64_and_the_plain_kernels() {
     for (n, d, m, kc) in [(1, 4, 1, 1), (3, 8, 2, 3), (40, 12, 3, 3), (70, 36, 4, 4), (33, 64, 4, 5), (97, 4, 4, 2)] {
         let mut rng = Rng::fresh();
         let inp = Inputs::draw(&mut rng, n * d * m, d * kc, m, n * d);
-        let (x, kappa, rho, da) = (f64s(&inp.x), f64s(&inp.kappa), f64s(&inp.rho), f64s(&inp.da));
-        let a = value_ref(n, d, m, kc, &x, &kappa, &rho);
-        let a_scale = value_ref(n, d, m, kc, &abs64(&inp.x), &abs64(&inp.kappa), &abs64(&inp.rho));
-        let (wdx, wdk, wdr) = value_grad_ref(n, d, m, kc, &x, &kappa, &rho, &da);
+        let want = value_want(n, d, m, kc, &inp);
         let mut outs = vec![];
         for quads in [true, false] {
             let got = shortconv::with_conv_quads(quads, || {
@@ -570,26 +609,11 @@ fn cc_compressor_in_quads_matches_float64_and_the_plain_kernels() {
                 assert_eq!(ds[0].kernel.name.contains("value_forward_wq"), quads, "{}", ds[0].kernel.name);
                 run_value(n, d, m, kc, &inp)
             });
-            let tag = format!("cc n={n} d={d} m={m} kc={kc} quads {quads}");
-            close_scaled(&format!("a {tag}"), &got.a, &a, &a_scale, 1e-5, rng.seed);
-            close(&format!("dx {tag}"), &got.dx, &plus(&inp.dx0, &wdx), 1e-4, rng.seed);
-            close(&format!("dkappa {tag}"), &got.dk, &plus(&inp.dk0, &wdk), 1e-4, rng.seed);
-            close(&format!("drho {tag}"), &got.dr, &plus(&inp.dr0, &wdr), 1e-4, rng.seed);
+            got.assert_close_to(&want, &inp, &format!("cc n={n} d={d} m={m} kc={kc} quads {quads}"), rng.seed);
             outs.push(got);
         }
-        for (name, p, q) in [
-            ("a", &outs[0].a, &outs[1].a),
-            ("dx", &outs[0].dx, &outs[1].dx),
-            ("dkappa", &outs[0].dk, &outs[1].dk),
-            ("drho", &outs[0].dr, &outs[1].dr),
-        ] {
-            let same = p.iter().zip(q).all(|(u, v)| u.to_bits() == v.to_bits());
-            assert!(
-                same,
-                "n={n} d={d} m={m} kc={kc}: {name} differs between quads and the plain kernels (seed {})",
-                rng.seed
-            );
-        }
+        let what = format!("between quads and the plain kernels, n={n} d={d} m={m} kc={kc}");
+        outs[0].assert_same_bits(&outs[1], &what, rng.seed);
     }
 }
 
@@ -607,17 +631,7 @@ fn cc_compressor_backward_is_bit_identical_run_to_run() {
     let mut rng = Rng::fresh();
     let (n, d, m, kc) = (1100, 33, 4, 4);
     let inp = Inputs::draw(&mut rng, n * d * m, d * kc, m, n * d);
-    let first = run_value(n, d, m, kc, &inp);
-    let second = run_value(n, d, m, kc, &inp);
-    for (name, p, q) in [
-        ("a", &first.a, &second.a),
-        ("dx", &first.dx, &second.dx),
-        ("dkappa", &first.dk, &second.dk),
-        ("drho", &first.dr, &second.dr),
-    ] {
-        let same = p.iter().zip(q).all(|(u, v)| u.to_bits() == v.to_bits());
-        assert!(same, "cc {name} differs between runs (seed {})", rng.seed);
-    }
+    run_value(n, d, m, kc, &inp).assert_same_bits(&run_value(n, d, m, kc, &inp), "between cc runs", rng.seed);
 }
 
 #[test]
@@ -806,10 +820,7 @@ fn the_compressor_layouts_match_float64_and_give_the_same_bits() {
         let mut rng = Rng::fresh();
         let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
         let inp = Inputs::draw(&mut rng, n * d * m, d * m * k, m, n * d);
-        let (x, kappa, rho, da) = (f64s(&inp.x), f64s(&inp.kappa), f64s(&inp.rho), f64s(&inp.da));
-        let a = token_ref(&s, &x, &kappa, &rho);
-        let a_scale = token_ref(&s, &abs64(&inp.x), &abs64(&inp.kappa), &abs64(&inp.rho));
-        let (wdx, wdk, wdr) = token_grad_ref(&s, &x, &kappa, &rho, &da);
+        let want = token_want(&s, &inp);
         let mut outs = vec![];
         for (quads, sweep) in forms {
             let got = shortconv::with_conv_quads(quads, || {
@@ -821,22 +832,11 @@ fn the_compressor_layouts_match_float64_and_give_the_same_bits() {
                 })
             });
             let tag = format!("{s:?} quads {quads} sweep {sweep}");
-            close_scaled(&format!("a {tag}"), &got.a, &a, &a_scale, 1e-5, rng.seed);
-            close(&format!("dx {tag}"), &got.dx, &plus(&inp.dx0, &wdx), 1e-4, rng.seed);
-            close(&format!("dkappa {tag}"), &got.dk, &plus(&inp.dk0, &wdk), 1e-4, rng.seed);
-            close(&format!("drho {tag}"), &got.dr, &plus(&inp.dr0, &wdr), 1e-4, rng.seed);
+            got.assert_close_to(&want, &inp, &tag, rng.seed);
             outs.push((tag, got));
         }
         for (tag, got) in &outs[1..] {
-            for (name, p, q) in [
-                ("a", &outs[0].1.a, &got.a),
-                ("dx", &outs[0].1.dx, &got.dx),
-                ("dkappa", &outs[0].1.dk, &got.dk),
-                ("drho", &outs[0].1.dr, &got.dr),
-            ] {
-                let same = p.iter().zip(q).all(|(u, v)| u.to_bits() == v.to_bits());
-                assert!(same, "{name} differs between {} and {tag} (seed {})", outs[0].0, rng.seed);
-            }
+            outs[0].1.assert_same_bits(got, &format!("between {} and {tag}", outs[0].0), rng.seed);
         }
     }
     // The ∂e and write modes of every form (the other test runs the adapter's own choice).
