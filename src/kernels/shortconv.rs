@@ -123,8 +123,12 @@ pub fn with_conv_quads<R>(on: bool, f: impl FnOnce() -> R) -> R {
 /// feature per invocation (neighbouring invocations read neighbouring memory).
 /// `DDL_CONV_QUADS=0|1` overrides (where d is a multiple of 4).
 pub fn conv_quads(gpu: &Gpu, s: &ConvShape) -> bool {
-    s.d.is_multiple_of(4)
-        && super::switch(&FORCED_QUADS, "DDL_CONV_QUADS", gpu.info.device_type == wgpu::DeviceType::Cpu)
+    quads_for_width(gpu, s.d)
+}
+
+/// [`conv_quads`] for width `d` (either compressor axis).
+fn quads_for_width(gpu: &Gpu, d: usize) -> bool {
+    d.is_multiple_of(4) && super::switch(&FORCED_QUADS, "DDL_CONV_QUADS", gpu.info.device_type == wgpu::DeviceType::Cpu)
 }
 
 /// Runs `f` with [`walk_sweep`] forced on or off on this thread: tests check both walks on any
@@ -476,24 +480,18 @@ pub fn token_backward_walk(
     // 12-25 % faster than two walks; a first fusion that kept both windows was slower, see
     // PERF.md), else two passes (windowed or per element).
     Ok(if sums_into_de(s) {
-        // `de` is bound either way (the entry point uses it); a one-element stand-in when unused.
+        // `de` is bound either way (the entry point uses it); a stand-in of one vec4 when unused.
         let unused = match de {
             Some(_) => None,
             None => Some(scratch(gpu, "shortconv.de_unused", 4)?),
         };
         let de = de.unwrap_or_else(|| unused.as_ref().expect("a stand-in").view());
+        // The quad entry points see ∂a and ∂e as vec4s (bindings `da4`, `de4`).
+        let quads = conv_quads(gpu, s);
+        let (da_at, de_at) = if quads { ("da4", "de4") } else { ("da", "de") };
         let bufs =
-            [("kappa4", kappa), ("rho", rho), ("da", da), ("dxr", dx), ("xr", x), ("partial4", partial), ("de", de)];
-        let mut walk = if conv_quads(gpu, s) {
-            let bufs = [
-                ("kappa4", kappa),
-                ("rho", rho),
-                ("da4", da),
-                ("dxr", dx),
-                ("xr", x),
-                ("partial4", partial),
-                ("de4", de),
-            ];
+            [("kappa4", kappa), ("rho", rho), (da_at, da), ("dxr", dx), ("xr", x), ("partial4", partial), (de_at, de)];
+        let mut walk = if quads {
             conv_q(gpu, &window_variant(s), entry_q, pb, &bufs, d / 4 * chunks)?
         } else {
             let entry = if walk_sweep(gpu) { format!("{entry}_s") } else { entry.to_string() };
@@ -634,7 +632,7 @@ pub fn value_forward(
     need(what, "a", "[n, d]", &a, n * d)?;
     let p = value_params(n, d, m, kc);
     // CPU adapters: quads of features walking chunks of tokens, Ω formed once per quad (m ≤ 4).
-    if value_quads(gpu, n, d, m, kc) {
+    if value_quads(gpu, d, m) {
         let (chunk, chunks) = chunking_min(n, forward_chunk());
         let p = Params { chunk: chunk as u32, chunks: chunks as u32, ..p };
         let bufs = [("xr", x), ("kappa", kappa), ("rho", rho), ("a4", a)];
@@ -660,8 +658,8 @@ pub fn value_forward(
 /// Whether the CC compressor's forward and its backward's first pass run in quads
 /// (`value_forward_wq`, `value_backward_partial_wq`): [`conv_quads`] and m ≤ 4 (a state row is
 /// one `Row`).
-fn value_quads(gpu: &Gpu, n: usize, d: usize, m: usize, kc: usize) -> bool {
-    m <= WINDOW_M && conv_quads(gpu, &ConvShape { batch: 1, seq: n, d, m, kernel: kc, state_f16: false })
+fn value_quads(gpu: &Gpu, d: usize, m: usize) -> bool {
+    m <= WINDOW_M && quads_for_width(gpu, d)
 }
 
 /// Value-axis (CC) compressor backward (spec 11.3), all three outputs **accumulated**:
@@ -704,7 +702,7 @@ pub fn value_backward(
     let q = scratch(gpu, "shortconv.value.q", dm)?;
 
     // CPU adapters: quads of features (m ≤ 4), as the forward.
-    let mut d_part = if value_quads(gpu, n, d, m, kc) {
+    let mut d_part = if value_quads(gpu, d, m) {
         let bufs = [("xr", x), ("kappa", kappa), ("rho", rho), ("da4", da), ("dxr", dx), ("partialr", partial.view())];
         conv_q(gpu, &crate::shaders::width_variant(m), "value_backward_partial_wq", pb, &bufs, d / 4 * chunks)?
     } else {
