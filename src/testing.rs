@@ -23,6 +23,36 @@ pub fn gpu() -> Arc<Gpu> {
     .clone()
 }
 
+/// The folder that holds the tests' data (`tests/golden/`, `tests/fixtures/`, `assets/`), so
+/// that test binaries run away from the source tree (the GPU check's bundle runs them on another
+/// machine): `DDL_TEST_DATA` when set, else the working directory when it has `tests/golden/`,
+/// else the source tree the binary was built from. Panics, failing the test, with the remedy
+/// when `DDL_TEST_DATA` names a folder without `tests/golden/`.
+pub fn data_root() -> std::path::PathBuf {
+    use std::path::PathBuf;
+    if let Some(d) = std::env::var_os("DDL_TEST_DATA").filter(|d| !d.is_empty()) {
+        let d = PathBuf::from(d);
+        assert!(
+            d.join("tests/golden").is_dir(),
+            "DDL_TEST_DATA={}: no tests/golden/ in that folder; point it at a checkout of the \
+             repository or an unpacked GPU-check bundle, or unset it",
+            d.display()
+        );
+        return d;
+    }
+    if let Ok(cwd) = std::env::current_dir()
+        && cwd.join("tests/golden").is_dir()
+    {
+        return cwd;
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A file or folder of the tests' data under [`data_root`], e.g. `data_path("tests/golden/ddl.safetensors")`.
+pub fn data_path(rel: &str) -> std::path::PathBuf {
+    data_root().join(rel)
+}
+
 /// The seed of a test: `DDL_TEST_SEED` when set (to replay a failure), else fresh per run.
 pub fn seed() -> u64 {
     if let Some(s) = std::env::var("DDL_TEST_SEED").ok().and_then(|s| s.parse().ok()) {
@@ -208,8 +238,8 @@ pub fn scratch_dir(name: &str) -> std::path::PathBuf {
 /// Writes the first 20,000 characters of TinyShakespeare (`assets/`) to `dir/corpus.txt`, a
 /// corpus small enough to tokenise and train on in seconds; returns its path.
 pub fn small_corpus(dir: &std::path::Path) -> String {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/tinyshakespeare.txt"))
-        .expect("assets/tinyshakespeare.txt");
+    let path = data_path("assets/tinyshakespeare.txt");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let p = dir.join("corpus.txt");
     std::fs::write(&p, &text[..20_000]).expect("write the test corpus");
     p.display().to_string()

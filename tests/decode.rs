@@ -1,13 +1,11 @@
 //! Cached decoding reproduces the full-sequence forward, for every variant: prefill of a prompt
 //! (1 token, and prompts shorter than K−1) then one token at a time.
 
-use std::path::PathBuf;
-
 use ddl::golden::Golden;
 use ddl::model::{Layout, Model};
 
 fn model_from_golden(name: &str) -> (Model, Golden) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.safetensors"));
+    let path = ddl::testing::data_path("tests/golden").join(format!("{name}.safetensors"));
     let g = Golden::load(&path).unwrap();
     let layout = Layout::new(&g.config);
     let mut flat = vec![0.0f32; layout.total];

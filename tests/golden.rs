@@ -1,9 +1,7 @@
 //! Parity with the PyTorch float64 golden files, through the same code path as `ddl golden`.
 
-use std::path::PathBuf;
-
 fn check(name: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.safetensors"));
+    let path = ddl::testing::data_path("tests/golden").join(format!("{name}.safetensors"));
     check_path(name, &path);
 }
 
@@ -59,7 +57,7 @@ fn golden_ddl_vmap() {
 /// Every variant of the second set (H·h ≠ d, odd d_v, K_s ≠ K_e, T < K, other β₀, v_act, h_k).
 #[test]
 fn golden_odd_shapes_every_variant() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/odd");
+    let dir = ddl::testing::data_path("tests/golden/odd");
     for v in ["baseline", "ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_v1_vmap", "ddl_vmap"] {
         check_path(&format!("odd/{v}"), &dir.join(format!("{v}.safetensors")));
     }
@@ -76,7 +74,7 @@ fn golden_with_the_heads_in_the_norm_backward() {
         for v in ["ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec"] {
             check(v);
         }
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/odd");
+        let dir = ddl::testing::data_path("tests/golden/odd");
         for v in ["ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec"] {
             check_path(&format!("odd/{v}"), &dir.join(format!("{v}.safetensors")));
         }
@@ -87,7 +85,7 @@ fn golden_with_the_heads_in_the_norm_backward() {
 /// not turn rounding noise there into an update).
 #[test]
 fn golden_one_token_every_variant() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/t1");
+    let dir = ddl::testing::data_path("tests/golden/t1");
     for v in ["baseline", "ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_v1_vmap", "ddl_vmap"] {
         check_path(&format!("t1/{v}"), &dir.join(format!("{v}.safetensors")));
     }
@@ -118,7 +116,7 @@ fn golden_f16_state() {
         "adapter {} has no SHADER_F16, which the f16-state tests need",
         gpu.info.name
     );
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let root = ddl::testing::data_path("tests/golden");
     let worst = |rows: &[ddl::golden::Row]| {
         rows.iter().filter(|r| r.tol > 0.0 && r.tol < 1.0).map(|r| r.rel_l2).fold(0.0, f64::max)
     };

@@ -2,7 +2,7 @@
 //! tokenizer.json files (including one written by Python's `tokenizers`), clear errors, the CLI
 //! and the training integration.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -14,7 +14,7 @@ fn tmpdir(name: &str) -> PathBuf {
 
 /// The first `n` bytes of TinyShakespeare (cut at a character boundary).
 fn shakespeare(n: usize) -> String {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/tinyshakespeare.txt")).unwrap();
+    let text = std::fs::read_to_string(ddl::testing::data_path("assets/tinyshakespeare.txt")).unwrap();
     let n = (0..=n.min(text.len())).rev().find(|&i| text.is_char_boundary(i)).unwrap();
     text[..n].to_string()
 }
@@ -28,7 +28,7 @@ fn bpe() -> &'static Tokenizer {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    ddl::testing::data_path("tests/fixtures").join(name)
 }
 
 /// `n` characters drawn from ASCII, controls, Latin-1, combining marks, CJK, emoji and the rest
