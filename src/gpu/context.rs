@@ -433,6 +433,34 @@ impl Gpu {
         if self.features.contains(wgpu::Features::SUBGROUP) {
             s.push_str(&format!("subgroups: {}..{} invocations\n", i.subgroup_min_size, i.subgroup_max_size));
         }
+        // What the adapter offers beyond what the engine enables (cooperative matrices, ...):
+        // the GPU check records it so that forms for other features can be planned per adapter.
+        let offered = self.adapter.features();
+        s.push_str(&format!("adapter offers: {offered:?}\n"));
+        let coop = if offered.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+            self.adapter.cooperative_matrix_properties()
+        } else {
+            Vec::new()
+        };
+        if coop.is_empty() {
+            s.push_str("cooperative matrices: none offered\n");
+        } else {
+            s.push_str(&format!(
+                "cooperative matrices: {} configurations (M x N x K, A/B type -> C type)\n",
+                coop.len()
+            ));
+            for c in &coop {
+                s.push_str(&format!(
+                    "  {}x{}x{} {:?} -> {:?}{}\n",
+                    c.m_size,
+                    c.n_size,
+                    c.k_size,
+                    c.ab_type,
+                    c.cr_type,
+                    if c.saturating_accumulation { " (saturating)" } else { "" }
+                ));
+            }
+        }
         s.push_str("limits:\n");
         s.push_str(&format!("  max_buffer_size                    {}\n", l.max_buffer_size));
         s.push_str(&format!("  max_storage_buffer_binding_size    {}\n", l.max_storage_buffer_binding_size));
