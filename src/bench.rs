@@ -53,26 +53,99 @@ pub fn copy_bandwidth(gpu: &Gpu, mib: usize, reps: usize) -> Result<Row> {
 pub const MATMUL_CASES: &[(&str, fn(usize, usize, usize) -> Matmul)] =
     &[("nn", Matmul::nn), ("nt", Matmul::nt), ("tn", Matmul::tn)];
 
-/// GFLOP/s of every matmul form and tile variant at square sizes, plus the variant [`matmul::pick`]
-/// would use (`"auto"`).
-pub fn matmul_rows(gpu: &Gpu, sizes: &[usize], cases: &[&str], reps: usize, mut emit: impl FnMut(Row)) -> Result<()> {
-    let mut rng = Rng::new(1);
+/// Square products of the given sizes in the given forms (`nn`, `nt`, `tn`), named by form.
+pub fn square_matmuls(sizes: &[usize], cases: &[&str]) -> Vec<(String, Matmul)> {
+    let mut out = Vec::new();
     for &s in sizes {
-        let a = Tensor::from_f32(gpu, "a", &[s * s], &rng.uniform(s * s, -1.0, 1.0))?;
-        let b = Tensor::from_f32(gpu, "b", &[s * s], &rng.uniform(s * s, -1.0, 1.0))?;
-        let c = Tensor::zeros(gpu, "c", &[s * s], DType::F32)?;
         for (name, ctor) in MATMUL_CASES.iter().filter(|(n, _)| cases.contains(n)) {
-            let mm = ctor(s, s, s);
-            let auto = matmul::pick(gpu, &mm);
-            for v in matmul::variants_for(gpu) {
-                let d = mm.bind_variant(gpu, v, a.view(), b.view(), c.view())?;
-                let ms = time_dispatch(gpu, &d, reps)?;
-                emit(Row(json!({
-                    "bench": "matmul", "case": name, "m": s, "n": s, "k": s, "variant": v,
-                    "auto": v == auto, "ms": ms, "gflop_per_s": mm.flops() / ms / 1e6,
-                    "flop": mm.flops(), "bytes": mm.min_bytes(),
-                })));
+            out.push((name.to_string(), ctor(s, s, s)));
+        }
+    }
+    out
+}
+
+/// The linear-layer products of one training step of a model with width `d`, `dq` = H·h query
+/// width, MLP hidden `f` and vocabulary `vocab` at `n` = B·T tokens: for the attention's q/k/v
+/// and output projections, the MLP's gate/up and down projections and the tied LM head, the
+/// forward x·Wᵀ, the weight gradient dYᵀ·X and the input gradient dY·W (the model's own forms;
+/// its MLP rows are padded to a multiple of 4, which these leave out).
+pub fn model_matmuls(n: usize, d: usize, dq: usize, f: usize, vocab: usize) -> Vec<(String, Matmul)> {
+    let mut out = Vec::new();
+    for (layer, fan_in, fan_out) in [
+        ("attn.wq/wk/wv", d, dq),
+        ("attn.wo", dq, d),
+        ("mlp.w_gate/w_up", d, f),
+        ("mlp.w_down", f, d),
+        ("lm_head", d, vocab),
+    ] {
+        out.push((format!("{layer} fwd x·Wᵀ"), Matmul::nt(n, fan_out, fan_in)));
+        out.push((format!("{layer} dW = dYᵀ·X"), Matmul::tn(fan_out, fan_in, n)));
+        out.push((format!("{layer} dX = dY·W"), Matmul::nn(n, fan_in, fan_out)));
+    }
+    out
+}
+
+/// Which tile variants `ddl bench matmul` times for each product.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VariantSet {
+    /// Every variant the adapter can run.
+    All,
+    /// Only the variant [`matmul::pick`] uses (the autotuner's measurement where there is one).
+    Auto,
+    /// These, by name.
+    Named(Vec<String>),
+}
+
+/// GFLOP/s of each product (`(name, product)`) with the chosen tile variants, marking the
+/// variant [`matmul::pick`] would use (`"auto"`). Operands are random (never zeros, which can
+/// run faster than real data); products too large for one dispatch on this adapter (an operand
+/// over its storage binding, K over [`matmul::MAX_K_PER_DISPATCH`]) get a row with `"skipped"`.
+pub fn matmul_rows(
+    gpu: &Gpu,
+    cases: &[(String, Matmul)],
+    variants: &VariantSet,
+    reps: usize,
+    mut emit: impl FnMut(Row),
+) -> Result<()> {
+    let mut rng = Rng::new(1);
+    let binding = gpu.limits.max_storage_buffer_binding_size / 4;
+    for (name, mm) in cases {
+        let [ea, eb, ec] = mm.extents();
+        let base = json!({
+            "bench": "matmul", "case": name, "m": mm.m, "n": mm.n, "k": mm.k,
+            "flop": mm.flops(), "bytes": mm.min_bytes(),
+        });
+        let too_big = [ea, eb, ec].iter().any(|&e| e as u64 > binding) || mm.k > matmul::MAX_K_PER_DISPATCH;
+        if too_big {
+            let mut r = base.clone();
+            r["skipped"] = json!(format!(
+                "an operand exceeds this adapter's storage binding ({} elements) or K > {}",
+                binding,
+                matmul::MAX_K_PER_DISPATCH
+            ));
+            emit(Row(r));
+            continue;
+        }
+        let a = Tensor::from_f32(gpu, "a", &[ea], &rng.uniform(ea, -1.0, 1.0))?;
+        let b = Tensor::from_f32(gpu, "b", &[eb], &rng.uniform(eb, -1.0, 1.0))?;
+        let c = Tensor::zeros(gpu, "c", &[ec], DType::F32)?;
+        let auto = matmul::pick(gpu, mm);
+        let chosen: Vec<&str> = match variants {
+            VariantSet::All => matmul::variants_for(gpu),
+            VariantSet::Auto => vec![auto],
+            VariantSet::Named(v) => {
+                matmul::variants_for(gpu).into_iter().filter(|x| v.iter().any(|y| y == x)).collect()
             }
+        };
+        for v in chosen {
+            let d = mm.bind_variant(gpu, v, a.view(), b.view(), c.view())?;
+            let ms = time_dispatch(gpu, &d, reps)?;
+            let mut r = base.clone();
+            r["variant"] = json!(v);
+            r["auto"] = json!(v == auto);
+            r["ms"] = json!(ms);
+            r["gflop_per_s"] = json!(mm.flops() / ms / 1e6);
+            emit(Row(r));
         }
     }
     Ok(())
@@ -89,8 +162,10 @@ pub struct KernelBench {
     pub bytes: f64,
 }
 
-/// Shapes of the `shakespeare-char` preset used by kernel benchmarks: B·T tokens, width, heads,
-/// head size, MLP hidden, vocabulary, value channels.
+/// The shapes kernel benchmarks run at (`ddl bench kernels --preset P`): B·T tokens, width,
+/// heads, head size, MLP hidden, vocabulary, value channels, compressor kernel size, and the
+/// parameter count (AdamW's step).
+#[derive(Debug, Clone, Copy)]
 pub struct BenchShape {
     pub b: usize,
     pub t: usize,
@@ -101,10 +176,42 @@ pub struct BenchShape {
     pub vocab: usize,
     pub m: usize,
     pub kernel: usize,
+    pub params: usize,
 }
 
-pub const BENCH_SHAPE: BenchShape =
-    BenchShape { b: 8, t: 256, d: 384, heads: 6, head_dim: 64, f: 1024, vocab: 65, m: 4, kernel: 4 };
+/// The `shakespeare-char` shapes (batch 8 × 256 tokens), the default of `ddl bench kernels`.
+pub const BENCH_SHAPE: BenchShape = BenchShape {
+    b: 8,
+    t: 256,
+    d: 384,
+    heads: 6,
+    head_dim: 64,
+    f: 1024,
+    vocab: 65,
+    m: 4,
+    kernel: 4,
+    params: 10_700_000,
+};
+
+impl BenchShape {
+    /// The shapes of a preset's `ddl` model (d_v of the preset; 4 where the preset has fewer
+    /// value channels, so that the state kernels have a state) at `batch` × `seq` tokens.
+    pub fn preset(preset: &str, batch: usize, seq: usize) -> std::result::Result<Self, crate::model::ConfigError> {
+        let cfg = crate::model::ModelConfig::preset(preset, crate::model::Variant::Ddl)?;
+        Ok(BenchShape {
+            b: batch,
+            t: seq,
+            d: cfg.d_model,
+            heads: cfg.n_heads,
+            head_dim: cfg.head_dim,
+            f: cfg.mlp_hidden,
+            vocab: cfg.vocab_size,
+            m: cfg.m().max(1),
+            kernel: cfg.state_kernel,
+            params: crate::model::Layout::new(&cfg).total,
+        })
+    }
+}
 
 /// The engine's own best matmul rate on this adapter in GFLOP/s (the MFU denominator and the
 /// compute floor of `ddl bench kernels`): 1024³ products A·B and A·Bᵀ with the variants the

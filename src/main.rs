@@ -283,6 +283,21 @@ enum BenchCmd {
         /// Forms to run: nn, nt, tn.
         #[arg(long, value_delimiter = ',', default_value = "nn,nt,tn")]
         cases: Vec<String>,
+        /// Instead of square sizes: the linear-layer products (forward, weight and input
+        /// gradients) of one training step of this preset, at --batch × --seq tokens.
+        #[arg(long, conflicts_with = "sizes")]
+        preset: Option<String>,
+        /// With --preset: batch size (default: the preset's).
+        #[arg(long, requires = "preset")]
+        batch: Option<usize>,
+        /// With --preset: sequence length (default: the preset's).
+        #[arg(long, requires = "preset")]
+        seq: Option<usize>,
+        /// Tile variants to time: all (every one the adapter runs), auto (only the one the
+        /// engine picks: the autotuner's measurement where there is one, else its heuristic),
+        /// or a comma-separated list of names.
+        #[arg(long, default_value = "all")]
+        variants: String,
         /// Timed repetitions per measurement (median reported).
         #[arg(long, default_value_t = 5)]
         reps: usize,
@@ -293,11 +308,20 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Every kernel at the `shakespeare-char` shapes: time, GFLOP/s, GB/s against the copy floor.
+    /// Every kernel at a preset's shapes: time, GFLOP/s, GB/s against the copy floor.
     Kernels {
         /// Only kernels whose name contains one of these (comma-separated).
         #[arg(long, value_delimiter = ',')]
         filter: Vec<String>,
+        /// The preset whose shapes the kernels run at (its ddl model).
+        #[arg(long, default_value = "shakespeare-char")]
+        preset: String,
+        /// Batch size (default: the preset's).
+        #[arg(long)]
+        batch: Option<usize>,
+        /// Sequence length (default: the preset's).
+        #[arg(long)]
+        seq: Option<usize>,
         #[arg(long, default_value_t = 5)]
         reps: usize,
         #[arg(long)]
@@ -953,6 +977,17 @@ fn info_model(
     Ok(())
 }
 
+/// The shapes of `preset` at `batch` × `seq` tokens (the preset's own by default) for
+/// `ddl bench matmul --preset` and `ddl bench kernels`.
+fn bench_shape(preset: &str, batch: Option<usize>, seq: Option<usize>) -> Result<ddl::bench::BenchShape> {
+    let t = ddl::train::TrainConfig::preset(preset);
+    let (b, s) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
+    if b == 0 || s == 0 {
+        anyhow::bail!("--batch {b} --seq {s}: both must be at least 1");
+    }
+    Ok(ddl::bench::BenchShape::preset(preset, b, s)?)
+}
+
 fn print_row(row: &ddl::bench::Row, json: bool) {
     if json {
         println!("{}", row.0);
@@ -960,8 +995,16 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
     }
     let v = &row.0;
     match v["bench"].as_str() {
+        Some("matmul") if v.get("skipped").is_some() => println!(
+            "{:<26} {:>6}x{:<6}x{:<6} skipped: {}",
+            v["case"].as_str().unwrap_or(""),
+            v["m"],
+            v["n"],
+            v["k"],
+            v["skipped"].as_str().unwrap_or("")
+        ),
         Some("matmul") => println!(
-            "{:<4} {:>5}x{:<5}x{:<5} {:<4} {:>10.3} ms {:>9.2} GFLOP/s{}",
+            "{:<26} {:>6}x{:<6}x{:<6} {:<5} {:>10.3} ms {:>9.2} GFLOP/s{}",
             v["case"].as_str().unwrap_or(""),
             v["m"],
             v["n"],
@@ -1083,7 +1126,7 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
 fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
     let gpu = dev.open().context("opening the GPU")?;
     match b {
-        BenchCmd::Matmul { sizes, cases, reps, tune, json } => {
+        BenchCmd::Matmul { sizes, cases, preset, batch, seq, variants, reps, tune, json } => {
             if !json {
                 println!(
                     "adapter: {} ({:?}), timing: {}",
@@ -1098,28 +1141,69 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             if let Some(bad) = cases.iter().find(|c| !["nn", "nt", "tn"].contains(&c.as_str())) {
                 anyhow::bail!("--cases: unknown form '{bad}' (expected nn, nt or tn)");
             }
+            let variants = match variants.as_str() {
+                "all" => ddl::bench::VariantSet::All,
+                "auto" => ddl::bench::VariantSet::Auto,
+                list => {
+                    let names: Vec<String> = list.split(',').map(|x| x.trim().to_string()).collect();
+                    let known = ddl::kernels::matmul::variants_for(&gpu);
+                    if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
+                        anyhow::bail!(
+                            "--variants: '{bad}' is not a tile variant this adapter runs (expected all, auto or \
+                             a list of: {})",
+                            known.join(", ")
+                        );
+                    }
+                    ddl::bench::VariantSet::Named(names)
+                }
+            };
+            let products = match &preset {
+                Some(p) => {
+                    let shape = bench_shape(p, batch, seq)?;
+                    ddl::bench::model_matmuls(
+                        shape.b * shape.t,
+                        shape.d,
+                        shape.heads * shape.head_dim,
+                        shape.f,
+                        shape.vocab,
+                    )
+                }
+                None => {
+                    let cases: Vec<&str> = cases.iter().map(|s| s.as_str()).collect();
+                    ddl::bench::square_matmuls(&sizes, &cases)
+                }
+            };
             if tune {
-                for &s in &sizes {
-                    for (name, ctor) in ddl::bench::MATMUL_CASES.iter().filter(|(n, _)| cases.iter().any(|c| c == n)) {
-                        let v = ddl::kernels::matmul::autotune::tune(&gpu, &ctor(s, s, s))?;
-                        if !json {
-                            println!("tuned {name} {s}: {v}");
-                        }
+                for (name, mm) in &products {
+                    if mm.k > ddl::kernels::matmul::MAX_K_PER_DISPATCH {
+                        continue;
+                    }
+                    let v = ddl::kernels::matmul::autotune::tune(&gpu, mm)?;
+                    if json {
+                        print_row(
+                            &ddl::bench::Row(serde_json::json!({
+                                "bench": "matmul_tune", "case": name, "m": mm.m, "n": mm.n, "k": mm.k, "variant": v,
+                            })),
+                            true,
+                        );
+                    } else {
+                        println!("tuned {name} {}x{}x{}: {v}", mm.m, mm.n, mm.k);
                     }
                 }
             }
-            let cases: Vec<&str> = cases.iter().map(|s| s.as_str()).collect();
-            ddl::bench::matmul_rows(&gpu, &sizes, &cases, reps, |r| print_row(&r, json))?;
+            ddl::bench::matmul_rows(&gpu, &products, &variants, reps, |r| print_row(&r, json))?;
         }
-        BenchCmd::Kernels { filter, reps, json } => {
+        BenchCmd::Kernels { filter, preset, batch, seq, reps, json } => {
+            let shape = bench_shape(&preset, batch, seq)?;
             let copy = ddl::bench::copy_bandwidth(&gpu, 64, 3)?;
             let gbs = copy.0["gb_per_s"].as_f64().unwrap_or(1.0);
             let gflops = ddl::bench::matmul_rate(&gpu)?;
             if !json {
                 println!(
-                    "adapter: {} ({:?}); floors: bytes at the copy bandwidth {gbs:.2} GB/s, FLOPs at the \
-                     1024³ matmul rate {gflops:.2} GFLOP/s (the larger one is each kernel's floor)",
-                    gpu.info.name, gpu.info.backend
+                    "adapter: {} ({:?}); shapes of {preset} at B {} × T {}; floors: bytes at the copy \
+                     bandwidth {gbs:.2} GB/s, FLOPs at the 1024³ matmul rate {gflops:.2} GFLOP/s (the \
+                     larger one is each kernel's floor)",
+                    gpu.info.name, gpu.info.backend, shape.b, shape.t
                 );
                 println!(
                     "{:<52} {:>10} {:>10} {:>10} {:>8} {:>7}",
@@ -1129,12 +1213,29 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 print_row(&copy, true);
                 print_row(&ddl::bench::Row(serde_json::json!({"bench": "matmul_rate", "gflop_per_s": gflops})), true);
             }
-            for (_, f) in ddl::kernels::BENCHES {
-                let cases: Vec<_> = f(&gpu)?
-                    .into_iter()
-                    .filter(|c| filter.is_empty() || filter.iter().any(|x| c.name.contains(x.as_str())))
-                    .collect();
-                ddl::bench::kernel_rows(&gpu, cases, reps, gbs, gflops, |r| print_row(&r, json))?;
+            // A module whose cases cannot run at these shapes on this adapter (a tensor over its
+            // storage binding, say) gets an error row; the other modules still run.
+            let mut failed = Vec::new();
+            for (module, f) in ddl::kernels::BENCHES {
+                let run = f(&gpu, &shape).and_then(|cases| {
+                    let cases: Vec<_> = cases
+                        .into_iter()
+                        .filter(|c| filter.is_empty() || filter.iter().any(|x| c.name.contains(x.as_str())))
+                        .collect();
+                    ddl::bench::kernel_rows(&gpu, cases, reps, gbs, gflops, |r| print_row(&r, json))
+                });
+                if let Err(e) = run {
+                    let row = serde_json::json!({"bench": "kernel_error", "module": module, "error": e.to_string()});
+                    if json {
+                        print_row(&ddl::bench::Row(row), true);
+                    } else {
+                        println!("{module}: could not run at these shapes: {e}");
+                    }
+                    failed.push(*module);
+                }
+            }
+            if !failed.is_empty() {
+                anyhow::bail!("the benchmarks of {} could not run at these shapes (above)", failed.join(", "));
             }
         }
         BenchCmd::Train { preset, variant, steps, batch, seq, dispatches, against, f16_state, json } => {

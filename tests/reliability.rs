@@ -351,6 +351,17 @@ fn device_problems_are_clear_errors() {
     assert!(t.contains("mesa-vulkan-drivers") || t.contains("no adapter matches"), "{t}");
 }
 
+#[test]
+fn bench_problems_are_clear_errors() {
+    let dir = tmpdir("bench");
+    fails(&dir, &["bench", "matmul", "--variants", "t999"], &["--variants", "'t999'", "expected all, auto"]);
+    fails(&dir, &["bench", "matmul", "--preset", "gpt-9"], &["unknown preset 'gpt-9'"]);
+    fails(&dir, &["bench", "matmul", "--preset", "tiny", "--sizes", "64"], &["--sizes", "--preset"]);
+    fails(&dir, &["bench", "matmul", "--batch", "2"], &["--preset"]);
+    fails(&dir, &["bench", "kernels", "--preset", "tiny", "--batch", "0"], &["--batch 0", "at least 1"]);
+    fails(&dir, &["bench", "kernels", "--preset", "gpt-9"], &["unknown preset 'gpt-9'"]);
+}
+
 /// Names of the files in `dir`.
 fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)

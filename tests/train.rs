@@ -418,3 +418,88 @@ fn the_generation_benchmark_reports_cached_and_recomputed_token_times_per_contex
         assert!(c > 0.0 && f > 0.0 && (r["speedup"].as_f64().unwrap() - f / c).abs() < 1e-9, "{r}");
     }
 }
+
+#[test]
+fn the_matmul_benchmark_times_a_models_products_marks_the_engines_pick_and_skips_what_does_not_fit() {
+    use ddl::bench::VariantSet;
+    let gpu = ddl::testing::gpu();
+    let products = ddl::bench::model_matmuls(24, 32, 48, 85, 65);
+    assert_eq!(products.len(), 15, "five layers × (forward, dW, dX)");
+    let variants = ddl::kernels::matmul::variants_for(&gpu);
+    // Every variant: one row each, exactly one of them the engine's pick.
+    let mut rows = Vec::new();
+    ddl::bench::matmul_rows(&gpu, &products[..1], &VariantSet::All, 1, |r| rows.push(r.0)).unwrap();
+    assert_eq!(rows.len(), variants.len());
+    for (name, mm) in &products[..1] {
+        let mine: Vec<_> = rows.iter().filter(|r| r["case"] == name.as_str()).collect();
+        assert_eq!(mine.len(), variants.len(), "{name}");
+        assert_eq!(mine.iter().filter(|r| r["auto"] == true).count(), 1, "{name}");
+        for r in &mine {
+            assert_eq!(
+                (r["m"].as_u64(), r["n"].as_u64(), r["k"].as_u64()),
+                (Some(mm.m as u64), Some(mm.n as u64), Some(mm.k as u64))
+            );
+            let g = r["gflop_per_s"].as_f64().unwrap();
+            assert!(g.is_finite() && g > 0.0, "{r}");
+        }
+    }
+    // Only the pick, and a named list.
+    let mut rows = Vec::new();
+    ddl::bench::matmul_rows(&gpu, &products, &VariantSet::Auto, 1, |r| rows.push(r.0)).unwrap();
+    assert_eq!(rows.len(), 15);
+    assert!(rows.iter().all(|r| r["auto"] == true && r["ms"].as_f64().unwrap() > 0.0));
+    let named = VariantSet::Named(vec![variants[0].to_string()]);
+    let mut rows = Vec::new();
+    ddl::bench::matmul_rows(&gpu, &products[..2], &named, 1, |r| rows.push(r.0)).unwrap();
+    assert!(rows.len() == 2 && rows.iter().all(|r| r["variant"] == variants[0]));
+    // On a device whose bindings hold 1 KiB, the LM head's products (65 × 32 floats) are reported
+    // as skipped, the small ones still run.
+    let small = gpu.with_max_storage_binding(1024).unwrap();
+    let few = ddl::bench::model_matmuls(4, 8, 8, 8, 65);
+    let mut rows = Vec::new();
+    ddl::bench::matmul_rows(&small, &few, &VariantSet::Auto, 1, |r| rows.push(r.0)).unwrap();
+    let skipped: Vec<_> =
+        rows.iter().filter(|r| r.get("skipped").is_some()).map(|r| r["case"].as_str().unwrap()).collect();
+    assert_eq!(skipped.len(), 3, "{rows:?}");
+    assert!(skipped.iter().all(|c| c.starts_with("lm_head")), "{skipped:?}");
+    assert_eq!(rows.len() - skipped.len(), 12);
+}
+
+#[test]
+fn every_kernel_benchmark_runs_at_the_shapes_it_is_given() {
+    let gpu = ddl::testing::gpu();
+    // Odd sizes, none of them shakespeare-char's.
+    let shape = ddl::bench::BenchShape {
+        b: 1,
+        t: 9,
+        d: 36,
+        heads: 3,
+        head_dim: 12,
+        f: 97,
+        vocab: 67,
+        m: 3,
+        kernel: 3,
+        params: 5_001,
+    };
+    for (module, f) in ddl::kernels::BENCHES {
+        let cases = f(&gpu, &shape).unwrap_or_else(|e| panic!("{module}: {e}"));
+        assert!(!cases.is_empty(), "{module}: no cases");
+        let mut rows = Vec::new();
+        ddl::bench::kernel_rows(&gpu, cases, 1, 1.0, 1.0, |r| rows.push(r.0))
+            .unwrap_or_else(|e| panic!("{module}: {e}"));
+        for r in &rows {
+            let ms = r["ms"].as_f64().unwrap();
+            assert!(ms.is_finite() && ms > 0.0, "{module}: {r}");
+        }
+    }
+    // A preset's shapes are its ddl model's.
+    let s = ddl::bench::BenchShape::preset("small-124m", 8, 1024).unwrap();
+    let cfg = ddl::model::ModelConfig::preset("small-124m", Variant::Ddl).unwrap();
+    assert_eq!(
+        (s.b, s.t, s.d, s.heads, s.head_dim, s.f, s.vocab, s.m, s.kernel),
+        (8, 1024, 768, 6, 128, 2048, 50304, 4, 4)
+    );
+    assert_eq!(s.params, ddl::model::Layout::new(&cfg).total);
+    let e = ddl::bench::BenchShape::preset("gpt-9", 1, 1).unwrap_err().to_string();
+    assert!(e.contains("unknown preset 'gpt-9'"), "{e}");
+}

@@ -255,9 +255,9 @@ pub fn decay_mask(n: usize, decayed: &[(usize, usize)]) -> Vec<u32> {
     mask
 }
 
-/// Benchmark case for `ddl bench kernels`: one step over a 10.7M-parameter model.
-pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    let n = 10_700_000;
+/// Benchmark case for `ddl bench kernels`: one step over the parameters of the benchmarked model.
+pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBench>> {
+    let n = shape.params;
     let t = |label: &str| Tensor::zeros(gpu, label, &[n], DType::F32);
     let (p, g, m, v) = (t("bench.params")?, t("bench.grads")?, t("bench.m")?, t("bench.v")?);
     let mask = Tensor::from_u32(gpu, "bench.mask", &[n.div_ceil(64)], &decay_mask(n, &[(0, n / 2)]))?;

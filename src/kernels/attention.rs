@@ -746,10 +746,10 @@ pub fn backward_bytes(s: &AttnShape) -> f64 {
     4.0 * (4 * s.q_elems() + 4 * kv + s.lse_elems()) as f64
 }
 
-/// Benchmark cases for `ddl bench kernels` at the `shakespeare-char` shapes: the training forward
+/// Benchmark cases for `ddl bench kernels` at the benchmarked preset's shapes: the training forward
 /// and backward (B 8, T 256, H 6, h 64) and one decoding step against a full cache.
-pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    let b = crate::bench::BENCH_SHAPE;
+pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBench>> {
+    let b = *shape;
     let z = |label: &str, n: usize| Tensor::zeros(gpu, label, &[n], DType::F32);
     let scale = 1.0 / (b.head_dim as f32).sqrt();
     let mut cases = Vec::new();

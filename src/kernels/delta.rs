@@ -16,7 +16,7 @@
 //! turns them into ∂c, ∂a and chunk partials of the head gradients, which column sums add in
 //! chunk order (deterministic, no atomics).
 
-use crate::bench::{BENCH_SHAPE, KernelBench};
+use crate::bench::KernelBench;
 use crate::gpu::{Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
 use crate::testing::Rng;
 
@@ -665,16 +665,16 @@ pub fn backward_bytes(s: &DeltaShape, accumulate_da: bool) -> f64 {
                 + 2.0 * (d * (1.0 + m) + 1.0 + m))
 }
 
-/// Benchmark cases for `ddl bench kernels` at the `shakespeare-char` shapes: forward and
+/// Benchmark cases for `ddl bench kernels` at the benchmarked preset's shapes: forward and
 /// backward for m = 4 and m = 1.
-pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
+pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBench>> {
     let mut out = Vec::new();
     let mut rng = Rng::new(7);
-    let n = BENCH_SHAPE.b * BENCH_SHAPE.t;
-    let d = BENCH_SHAPE.d;
+    let n = shape.b * shape.t;
+    let d = shape.d;
     // m = 4 with the state in f32 and, where the adapter has SHADER_F16, in f16; and m = 1.
     let f16 = gpu.features.contains(wgpu::Features::SHADER_F16);
-    let cases = [(BENCH_SHAPE.m, false), (BENCH_SHAPE.m, true), (1, false)];
+    let cases = [(shape.m, false), (shape.m, true), (1, false)];
     for (m, state_f16) in cases.into_iter().filter(|&(m, h)| !h || (f16 && m == 4)) {
         let s = DeltaShape { n, d, m, k_eps: 1e-5, v_act: VAct::Sigmoid4, state_f16 };
         // An f16 state: n·d·m halves of small normal values (the f32 bits of a normal draw would

@@ -147,8 +147,8 @@ pub fn copy_rows_chunked(
 }
 
 /// Benchmark cases for `ddl bench kernels`: a residual add and a gradient scale over `[N, d]`.
-pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    let s = crate::bench::BENCH_SHAPE;
+pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBench>> {
+    let s = *shape;
     let n = s.b * s.t * s.d;
     let x = Tensor::zeros(gpu, "bench.x", &[n], DType::F32)?;
     let y = Tensor::zeros(gpu, "bench.y", &[n], DType::F32)?;

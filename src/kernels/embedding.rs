@@ -237,10 +237,10 @@ pub fn backward_chunked(
         .collect()
 }
 
-/// Benchmark cases for `ddl bench kernels` at the `shakespeare-char` shapes: N = B·T tokens of
+/// Benchmark cases for `ddl bench kernels` at the benchmarked preset's shapes: N = B·T tokens of
 /// width d from a vocabulary of V, forward gather and backward scatter-add.
-pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    let s = crate::bench::BENCH_SHAPE;
+pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBench>> {
+    let s = *shape;
     let (n, d, v) = (s.b * s.t, s.d, s.vocab);
     let toks = crate::testing::Rng::new(1).ints(n, v);
     let index = build_index(&toks, v)?;

@@ -12,7 +12,7 @@
 pub use super::shortconv::ConvShape;
 
 use super::shortconv::{chunking, fits_u32, launch, need};
-use crate::bench::{BENCH_SHAPE, KernelBench};
+use crate::bench::KernelBench;
 use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D};
 
 /// Uniform parameters shared by every entry point of `expand.wgsl` (32 bytes).
@@ -185,10 +185,10 @@ pub fn replicate_backward(gpu: &Gpu, n: usize, d: usize, m: usize, g: View, de: 
     Ok(vec![launch(gpu, "expand", "replicate_backward", bytemuck::bytes_of(&p), &[("g", g), ("de", de)], n * d)?])
 }
 
-/// Benchmark cases for `ddl bench kernels` at [`BENCH_SHAPE`]: EC and replication, forward and
+/// Benchmark cases for `ddl bench kernels` at the given [`BenchShape`](crate::bench::BenchShape): EC and replication, forward and
 /// backward.
-pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    let b = BENCH_SHAPE;
+pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBench>> {
+    let b = *shape;
     let s = ConvShape { batch: b.b, seq: b.t, d: b.d, m: b.m, kernel: b.kernel, state_f16: false };
     let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
     let (ndf, dmf, kf) = (n as f64 * d as f64, (d * m) as f64, k as f64);

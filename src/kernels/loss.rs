@@ -277,9 +277,9 @@ pub fn cross_entropy_backward_chunked(
 }
 
 /// Benchmark cases for `ddl bench kernels`: forward and backward at N = 2048, V = 65 (the
-/// `shakespeare-char` head) and N = 512, V = 50304 (GPT-2 vocabulary).
-pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    let s = crate::bench::BENCH_SHAPE;
+/// benchmarked preset's head) and N = 512, V = 50304 (GPT-2 vocabulary).
+pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBench>> {
+    let s = *shape;
     let mut out = Vec::new();
     for (n, vocab) in [(s.b * s.t, s.vocab), (512, 50304)] {
         let logits = Tensor::zeros(gpu, "bench.logits", &[n * vocab], DType::F32)?;

@@ -805,9 +805,9 @@ pub fn pick(gpu: &Gpu, mm: &Matmul) -> &'static str {
     heuristic(gpu, mm)
 }
 
-/// Benchmark cases for `ddl bench kernels`: the products of one `shakespeare-char` training step.
-pub fn bench(gpu: &Gpu) -> Result<Vec<crate::bench::KernelBench>> {
-    let s = crate::bench::BENCH_SHAPE;
+/// Benchmark cases for `ddl bench kernels`: the products of one training step of the benchmarked preset.
+pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<crate::bench::KernelBench>> {
+    let s = *shape;
     let n = s.b * s.t;
     let dq = s.heads * s.head_dim;
     let mut out = Vec::new();

@@ -75,8 +75,11 @@ pub fn with_subgroup_loads<R>(on: bool, f: impl FnOnce() -> R) -> R {
     with_override(&FORCED_SG_LOADS, on, f)
 }
 
+/// A kernel module's benchmark cases at the given shapes.
+pub type BenchFn = fn(&Gpu, &crate::bench::BenchShape) -> Result<Vec<crate::bench::KernelBench>>;
+
 /// Every kernel module's benchmark cases, for `ddl bench kernels`.
-pub const BENCHES: &[(&str, fn(&Gpu) -> Result<Vec<crate::bench::KernelBench>>)] = &[
+pub const BENCHES: &[(&str, BenchFn)] = &[
     ("matmul", matmul::bench),
     ("adamw", adamw::bench),
     ("attention", attention::bench),

@@ -449,10 +449,10 @@ pub fn rmsnorm_backward_heads(
     Ok(out)
 }
 
-/// Benchmark cases for `ddl bench kernels` at the `shakespeare-char` shapes: the block norm
+/// Benchmark cases for `ddl bench kernels` at the benchmarked preset's shapes: the block norm
 /// (rows N, dim d) and the QK-norm (rows N·H, dim h), forward and backward.
-pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    let s = crate::bench::BENCH_SHAPE;
+pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBench>> {
+    let s = *shape;
     let n = s.b * s.t;
     let mut out = Vec::new();
     for (label, rows, dim) in [("block", n, s.d), ("qk", n * s.heads, s.head_dim)] {

@@ -349,8 +349,8 @@ pub fn col_sum_in_order(
 
 /// Benchmark cases for `ddl bench kernels`: the gradient norm over a 10.7M-parameter model and
 /// the column sums of a gain gradient `[N, d]` and a value-bias gradient `[N, m]`.
-pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    let s = crate::bench::BENCH_SHAPE;
+pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBench>> {
+    let s = *shape;
     let n_tok = s.b * s.t;
     let mut out = Vec::new();
 

@@ -223,9 +223,9 @@ pub fn set_pos0(gpu: &Gpu, ds: &[Dispatch], s: &RopeShape) -> Result<()> {
     Ok(())
 }
 
-/// Benchmark cases for `ddl bench kernels` at the `shakespeare-char` shapes: q `[N, H, h]`.
-pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    let b = crate::bench::BENCH_SHAPE;
+/// Benchmark cases for `ddl bench kernels` at the benchmarked preset's shapes: q `[N, H, h]`.
+pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBench>> {
+    let b = *shape;
     let s = RopeShape { rows: b.b * b.t, seq_len: b.t, heads: b.heads, head_dim: b.head_dim, pos0: 0 };
     let n = s.rows * s.heads * s.head_dim;
     let tab = table(gpu, b.t, b.head_dim, 10000.0)?;

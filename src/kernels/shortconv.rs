@@ -11,7 +11,7 @@
 //! passes over the chunks and over the features. The chunking depends only on the shape, so the
 //! same inputs give bit-identical gradients.
 
-use crate::bench::{BENCH_SHAPE, KernelBench};
+use crate::bench::KernelBench;
 use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D, grid_1d};
 
 /// Sizes of a token-axis convolution over a batch of sequences: `batch` sequences of `seq`
@@ -737,10 +737,10 @@ pub fn value_backward(
     Ok(vec![d_part, d_fin, d_rho])
 }
 
-/// Benchmark cases for `ddl bench kernels` at [`BENCH_SHAPE`]: both compressors, forward and
+/// Benchmark cases for `ddl bench kernels` at the given [`BenchShape`](crate::bench::BenchShape): both compressors, forward and
 /// backward (CC with kc = m).
-pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    let b = BENCH_SHAPE;
+pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBench>> {
+    let b = *shape;
     let s = ConvShape { batch: b.b, seq: b.t, d: b.d, m: b.m, kernel: b.kernel, state_f16: false };
     let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
     let (nf, dmf, ndf, kf) = (n as f64, (d * m) as f64, (n * d) as f64, k as f64);

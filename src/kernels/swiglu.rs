@@ -105,9 +105,9 @@ pub fn backward(
     )?])
 }
 
-/// Benchmark cases for `ddl bench kernels` at the `shakespeare-char` shapes: n = N·F.
-pub fn bench(gpu: &Gpu) -> Result<Vec<KernelBench>> {
-    let s = crate::bench::BENCH_SHAPE;
+/// Benchmark cases for `ddl bench kernels` at the benchmarked preset's shapes: n = N·F.
+pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBench>> {
+    let s = *shape;
     let n = s.b * s.t * s.f;
     let t = |label: &str| Tensor::zeros(gpu, label, &[n], DType::F32);
     let (gate, up, out) = (t("gate")?, t("up")?, t("out")?);
