@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export XDG_RUNTIME_DIR ?= /tmp/ddl-xdg
 
-.PHONY: setup demo test bench fmt
+.PHONY: setup demo test bench fmt gpu-bundle gpu-check-local
 
 setup:
 	@bash scripts/setup.sh
@@ -36,3 +36,13 @@ test: setup
 
 fmt:
 	$(CARGO) fmt --all
+
+## The GPU check (docs/GPU.md): gpu-bundle builds gpu-bundle/ (release binaries, golden files,
+## Vulkan loader packages, the PyTorch benchmark, run.sh) for a GPU machine without Rust;
+## gpu-check-local builds it and runs every stage here at small sizes (CI runs it).
+gpu-bundle: setup
+	bash scripts/gpu-check.sh bundle
+
+gpu-check-local: setup
+	@mkdir -p /tmp/ddl-xdg && chmod 700 /tmp/ddl-xdg
+	bash scripts/gpu-check.sh local

@@ -1,0 +1,382 @@
+#!/usr/bin/env bash
+# The GPU check: runs the engine's release build (from this bundle, made by
+# `scripts/gpu-check.sh bundle`) on the machine's adapter, stage by stage, and writes
+#   $OUT/summary.md       every stage with its status (pass / fail / skipped and why), time and
+#                         headline numbers;
+#   $OUT/results.tar.gz   the raw logs and JSON lines of every stage.
+# Both are rewritten after each stage, so a run cut off by its time limit still leaves what it
+# finished.
+#
+#   run.sh [--local] [--stages info,golden,kernels,bench,torch] [--budget SECONDS] [--out DIR]
+#
+# Stages, in priority order, each under its own timeout (and the whole under --budget):
+#   info     adapter, driver, features, limits, subgroup sizes, cooperative matrices; nvidia-smi
+#   golden   every golden file through `ddl golden` (f32, and --f16-state where it applies)
+#   kernels  the release test binaries: every kernel form against float64, decode, golden
+#   bench    ddl bench copy / matmul (square and small-124m's products, autotuned) / train
+#            (small-124m and shakespeare-char, ddl against baseline) / kernels / generate
+#   torch    the PyTorch reference on the same device: float32 eager with TF32 off, then bf16
+#            autocast + torch.compile, each under its own timeout
+# --local runs every stage at small sizes on whatever adapter there is (lavapipe in CI) and
+# skips torch when PyTorch is absent; it never touches system folders. Without --local the
+# check expects a GPU: it unpacks the bundled Vulkan loader when the machine has none, and the
+# info stage fails on a CPU adapter.
+set -uo pipefail
+
+BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+LOCAL=0
+STAGES="info,golden,kernels,bench,torch"
+BUDGET=""
+OUTDIR="${OUT:-}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --local) LOCAL=1 ;;
+    --stages) STAGES="$2"; shift ;;
+    --stages=*) STAGES="${1#*=}" ;;
+    --budget) BUDGET="$2"; shift ;;
+    --budget=*) BUDGET="${1#*=}" ;;
+    --out) OUTDIR="$2"; shift ;;
+    --out=*) OUTDIR="${1#*=}" ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument '$1' (expected --local, --stages LIST, --budget SECONDS, --out DIR)" >&2; exit 2 ;;
+  esac
+  shift
+done
+for s in ${STAGES//,/ }; do
+  case "$s" in info|golden|kernels|bench|torch) ;; *)
+    echo "run.sh: --stages: unknown stage '$s' (expected a comma-separated list of info, golden, kernels, bench, torch)" >&2; exit 2 ;;
+  esac
+done
+if [ -z "$BUDGET" ]; then BUDGET=$([ $LOCAL = 1 ] && echo 3000 || echo 285); fi
+case "$BUDGET" in ''|*[!0-9]*) echo "run.sh: --budget '$BUDGET' is not a number of seconds" >&2; exit 2 ;; esac
+if [ -z "$OUTDIR" ]; then OUTDIR="$BUNDLE/out-$([ $LOCAL = 1 ] && echo local || echo gpu)"; fi
+mkdir -p "$OUTDIR" || { echo "run.sh: cannot create --out $OUTDIR" >&2; exit 2; }
+OUTDIR="$(cd "$OUTDIR" && pwd)"
+
+T_START=$(date +%s)
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/ddl-gpu-check.XXXXXX")"
+RAW="$WORK/raw"
+mkdir -p "$RAW" "$WORK/bin" "$WORK/cache" "$WORK/run"
+trap 'rm -rf "$WORK"' EXIT
+export DDL_CACHE_DIR="$WORK/cache"          # a fresh autotune cache: the check measures this card
+export DDL_TEST_DATA="$BUNDLE/data"         # the test binaries' golden files
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$WORK/xdg}"; mkdir -p "$XDG_RUNTIME_DIR"; chmod 700 "$XDG_RUNTIME_DIR"
+: > "$RAW/status.tsv"
+
+log() { printf '[gpu-check %4ss] %s\n' "$(( $(date +%s) - T_START ))" "$*"; }
+left() { echo $(( BUDGET - ($(date +%s) - T_START) )); }
+# One field of a one-line JSON object (numbers, strings, booleans; first match).
+jget() { grep -o "\"$1\":[^,}]*" | head -1 | sed -e "s/^\"$1\"://" -e 's/^"//' -e 's/"$//'; }
+# That field of every line.
+jget_all() { grep -o "\"$1\":[^,}]*" | sed -e "s/^\"$1\"://"; }
+F32_PEAK_TFLOPS="${F32_PEAK_TFLOPS:-67}"
+fmt() { awk -v x="$1" -v p="${2:-1}" 'BEGIN { if (x == "" || x == "null") print "–"; else printf("%.*f", p, x) }'; }
+
+# ---------------------------------------------------------------------------- the binaries
+for f in "$BUNDLE"/bin/*.xz; do
+  n="$(basename "$f" .xz)"
+  xz -dc "$f" > "$WORK/bin/$n" && chmod +x "$WORK/bin/$n" || { echo "run.sh: cannot unpack $f" >&2; exit 1; }
+done
+DDL="$WORK/bin/ddl"
+cp "$BUNDLE/MANIFEST.txt" "$RAW/" 2>/dev/null
+
+# ---------------------------------------------------------------------------- Vulkan
+have_icd() {
+  local d
+  for d in /usr/share/vulkan/icd.d /etc/vulkan/icd.d /usr/local/share/vulkan/icd.d; do
+    ls "$d"/*.json >/dev/null 2>&1 && return 0
+  done
+  [ -n "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ]
+}
+VK_NOTE=""
+if [ $LOCAL = 0 ]; then
+  if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1'; then
+    if ls "$BUNDLE"/debs/*.deb >/dev/null 2>&1; then
+      for f in "$BUNDLE"/debs/*.deb; do dpkg -x "$f" / || echo "run.sh: dpkg -x $f failed" >&2; done
+      ldconfig
+      VK_NOTE="unpacked the bundled loader packages ($(cd "$BUNDLE/debs" && ls *.deb | tr '\n' ' '))"
+    else
+      VK_NOTE="no libvulkan.so.1 and no bundled loader packages"
+    fi
+  else
+    VK_NOTE="the machine's own Vulkan loader"
+  fi
+  if ! have_icd; then
+    for j in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json; do
+      if [ -f "$j" ]; then
+        export VK_DRIVER_FILES="$j" VK_ICD_FILENAMES="$j"
+        VK_NOTE="$VK_NOTE; VK_DRIVER_FILES=$j"
+        break
+      fi
+    done
+  fi
+fi
+
+# ---------------------------------------------------------------------------- the summary
+STAGE_ROWS=""
+NOTES=""
+note() { NOTES="$NOTES$*"$'\n'; }
+write_summary() {
+  local s="$OUTDIR/summary.md.tmp"
+  {
+    echo "# GPU check: $([ $LOCAL = 1 ] && echo 'local (small sizes)' || echo 'device run')"
+    echo
+    echo "- when: $(date -u '+%Y-%m-%d %H:%M UTC'), $(( $(date +%s) - T_START )) s after the start (budget $BUDGET s)"
+    echo "- bundle: $(grep -m1 '^commit' "$BUNDLE/MANIFEST.txt" 2>/dev/null | cut -d' ' -f2-)"
+    echo "- adapter: ${ADAPTER:-not opened yet}"
+    echo "- driver: ${DRIVER:-?}; ${VK_NOTE:-Vulkan as found}"
+    echo "- stages asked for: $STAGES"
+    echo
+    echo "| stage | status | s | details |"
+    echo "|---|---|---|---|"
+    printf '%s' "$STAGE_ROWS"
+    if [ -n "$NOTES" ]; then
+      echo
+      echo "## Numbers"
+      echo
+      printf '%s' "$NOTES"
+    fi
+    echo
+    echo "Raw logs and JSON lines: results.tar.gz (status.tsv, one .log and .jsonl per command)."
+  } > "$s" && mv "$s" "$OUTDIR/summary.md"
+  cp "$OUTDIR/summary.md" "$RAW/summary.md"
+  tar -C "$WORK" -czf "$OUTDIR/results.tar.gz.tmp" raw && mv "$OUTDIR/results.tar.gz.tmp" "$OUTDIR/results.tar.gz"
+}
+stage_row() { # stage status seconds details
+  STAGE_ROWS="$STAGE_ROWS| $1 | $2 | $3 | $4 |"$'\n'
+  printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >> "$RAW/status.tsv"
+  write_summary
+  log "stage $1: $2 ($3 s) $4"
+}
+
+# Runs one command of a stage under a timeout bounded by the budget: name, seconds, command...
+# Output to raw/NAME.log (JSON lines also to raw/NAME.jsonl). Returns the command's status
+# (124 on a timeout).
+step() {
+  local name="$1" secs="$2"; shift 2
+  local l; l=$(left)
+  [ "$secs" -gt "$l" ] && secs=$l
+  if [ "$secs" -le 2 ]; then echo "skipped: no budget left" > "$RAW/$name.log"; return 125; fi
+  log "$name (timeout ${secs}s): $*"
+  (cd "$WORK/run" && timeout -k 5 "$secs" "$@") > "$RAW/$name.log" 2>&1
+  local rc=$?
+  grep '^{' "$RAW/$name.log" > "$RAW/$name.jsonl" 2>/dev/null || rm -f "$RAW/$name.jsonl"
+  [ $rc = 124 ] || [ $rc = 137 ] && echo "TIMED OUT after ${secs}s" >> "$RAW/$name.log"
+  return $rc
+}
+why() { case "$1" in 0) echo ok ;; 124|137) echo "timed out" ;; 125) echo "no budget left" ;; *) echo "exit $1" ;; esac; }
+
+want() { [[ ",$STAGES," == *",$1,"* ]]; }
+
+# ---------------------------------------------------------------------------- info
+stage_info() {
+  local t0=$(date +%s) rc st
+  step info 60 "$DDL" info; rc=$?
+  ADAPTER="$(grep -m1 '^adapter:' "$RAW/info.log" | sed 's/^adapter: *//')"
+  DRIVER="$(grep -m1 '^driver:' "$RAW/info.log" | sed 's/^driver: *//')"
+  local backend sg coop
+  backend="$(grep -m1 '^backend:' "$RAW/info.log" | sed 's/^backend: *//')"
+  sg="$(grep -m1 '^subgroups:' "$RAW/info.log" | sed 's/^subgroups: *//')"
+  coop="$(grep -m1 '^cooperative matrices:' "$RAW/info.log" | sed 's/^cooperative matrices: *//')"
+  { command -v nvidia-smi >/dev/null && nvidia-smi; uname -a; ldd --version | head -1; ldconfig -p | grep -i vulkan; env | grep -E '^VK_'; } > "$RAW/machine.log" 2>&1
+  if [ $rc != 0 ]; then
+    st="fail"
+  elif [ $LOCAL = 0 ] && [[ "$ADAPTER" == *"(Cpu)"* ]]; then
+    st="fail"; note "- info: the chosen adapter is a CPU adapter ($ADAPTER): no GPU Vulkan driver was found"
+  else
+    st="pass"
+  fi
+  local plan=""
+  if [ $LOCAL = 0 ]; then
+    step info-plan 20 "$DDL" info --preset small-124m --variant ddl --batch 8 --seq 1024
+  else
+    step info-plan 20 "$DDL" info --preset tiny --variant ddl
+  fi
+  plan="$(grep -m1 -i 'total' "$RAW/info-plan.log" | sed 's/  */ /g')"
+  stage_row info "$st" $(( $(date +%s) - t0 )) "$(why $rc); $backend; subgroups ${sg:-none}; cooperative matrices: ${coop:-?}; plan: ${plan:-?}"
+}
+
+# ---------------------------------------------------------------------------- golden
+stage_golden() {
+  local t0=$(date +%s) rc rc16 st
+  local files=("$BUNDLE"/data/tests/golden/*.safetensors "$BUNDLE"/data/tests/golden/odd/*.safetensors "$BUNDLE"/data/tests/golden/t1/*.safetensors)
+  step golden 90 "$DDL" golden --quiet "${files[@]}"; rc=$?
+  step golden-f16 60 "$DDL" golden --quiet --f16-state "$BUNDLE"/data/tests/golden/ddl.safetensors "$BUNDLE"/data/tests/golden/ddl_vmap.safetensors; rc16=$?
+  # Each file ends with "PATH: N compared, M failed".
+  counts() { grep -o '[0-9]* compared, [0-9]* failed' "$RAW/$1.log" 2>/dev/null | awk '{ f++; c += $1; x += $3 } END { printf("%d files, %d tensors compared, %d failed", f, c, x) }'; }
+  st=$([ $rc = 0 ] && [ $rc16 = 0 ] && echo pass || echo fail)
+  stage_row golden "$st" $(( $(date +%s) - t0 )) "f32 ($(why $rc)): $(counts golden) of ${#files[@]} files asked; f16 states ($(why $rc16)): $(counts golden-f16)"
+}
+
+# ---------------------------------------------------------------------------- kernels
+stage_kernels() {
+  local t0=$(date +%s) st=pass details="" b rc secs res failing
+  for b in kernels golden decode; do
+    [ -x "$WORK/bin/test-$b" ] || { details="$details $b: missing from the bundle;"; st=fail; continue; }
+    case $b in kernels) secs=$([ $LOCAL = 1 ] && echo 2400 || echo 150) ;; *) secs=$([ $LOCAL = 1 ] && echo 900 || echo 60) ;; esac
+    step "test-$b" "$secs" "$WORK/bin/test-$b" --color never; rc=$?
+    res="$(grep -E '^test result:' "$RAW/test-$b.log" | tail -1 | grep -o '[0-9]* passed; [0-9]* failed; [0-9]* ignored' | sed 's/;/,/g')"
+    failing="$(grep -E '^test .* \.\.\. FAILED$' "$RAW/test-$b.log" | sed -e 's/^test //' -e 's/ \.\.\. FAILED$//' | head -20 | tr '\n' ' ')"
+    [ $rc = 0 ] || st=fail
+    details="$details $b: ${res:-$(why $rc)}${failing:+ — failing: $failing};"
+  done
+  stage_row kernels "$st" $(( $(date +%s) - t0 )) "${details# }"
+}
+
+# ---------------------------------------------------------------------------- bench
+bench_line() { # raw name -> one markdown line of its headline
+  local f="$RAW/$1.jsonl"
+  [ -s "$f" ] || { echo "- $1: no results ($(tail -1 "$RAW/$1.log" 2>/dev/null))"; return; }
+  case "$1" in
+    bench-copy) echo "- copy bandwidth: $(fmt "$(jget gb_per_s < "$f")" 1) GB/s (read + write, $(jget mib < "$f") MiB)" ;;
+    bench-matmul-*)
+      echo "- $1 (GFLOP/s; the engine's pick marked *):"
+      grep '"bench":"matmul"' "$f" | while read -r l; do
+        local c v g a
+        c="$(jget case <<<"$l") $(jget m <<<"$l")x$(jget n <<<"$l")x$(jget k <<<"$l")"
+        v="$(jget variant <<<"$l")"; g="$(jget gflop_per_s <<<"$l")"; a="$(jget auto <<<"$l")"
+        if [ -n "$(jget skipped <<<"$l")" ]; then echo "$c skipped"; else echo "$c $v $(fmt "$g" 0)$([ "$a" = true ] && echo '*')"; fi
+      done | awk '{ key=$1; for (i=2;i<NF-1;i++) key=key" "$i; row[key]=row[key]" "$(NF-1)"="$NF; if (!(key in seen)) { seen[key]=1; order[++n]=key } }
+                  END { for (i=1;i<=n;i++) print "  - " order[i] ":" row[order[i]] }'
+      local best; best="$(grep '"bench":"matmul"' "$f" | jget_all gflop_per_s | sort -g | tail -1)"
+      [ -n "$best" ] && echo "  - best: $(fmt "$best" 0) GFLOP/s$([ $LOCAL = 0 ] && echo " = $(awk -v g="$best" -v p="$F32_PEAK_TFLOPS" 'BEGIN { printf("%.1f", g / (10 * p)) }') % of the ${F32_PEAK_TFLOPS} TFLOP/s f32 FMA peak (H100/H200 SXM; F32_PEAK_TFLOPS overrides)")" ;;
+    bench-train-*)
+      local l; l="$(grep '"bench":"train_compare"' "$f" | head -1)"
+      if [ -n "$l" ]; then
+        echo "- $1: $(jget variant <<<"$l") / $(jget against <<<"$l") step ratio $(fmt "$(jget ratio_median_block <<<"$l")" 3) (median of $(jget blocks <<<"$l") blocks, 95 % interval $(grep -o '"ratio_median_ci95":\[[^]]*]' <<<"$l" | sed 's/.*://' | grep . || echo 'none: fewer than 6 blocks'), best/best $(fmt "$(jget ratio_best <<<"$l")" 3)); medians $(fmt "$(jget median_step_ms <<<"$l")" 2) / $(fmt "$(jget against_median_step_ms <<<"$l")" 2) ms"
+      else
+        l="$(grep '"bench":"train"' "$f" | head -1)"
+        echo "- $1: $(jget variant <<<"$l") B $(jget batch <<<"$l") T $(jget seq <<<"$l"): $(fmt "$(jget step_ms <<<"$l")" 2) ms/step, $(fmt "$(jget tok_per_s <<<"$l")" 0) tok/s, MFU $(fmt "$(jget mfu <<<"$l")" 3), matmul share $(fmt "$(jget matmul_share <<<"$l")" 2), $(jget submits_per_step <<<"$l") submits and $(jget readbacks_per_step <<<"$l") readbacks per step, peak/plan $(fmt "$(jget peak_over_plan <<<"$l")" 2)"
+      fi ;;
+    bench-kernels) echo "- kernels: $(grep -c '"bench":"kernel"' "$f") cases (per-kernel ms, GFLOP/s, GB/s and share of the floor in results.tar.gz); the five furthest from their floor: $(grep '"bench":"kernel"' "$f" | while read -r l; do echo "$(jget of_floor <<<"$l") $(jget name <<<"$l" | tr ' ' '_')"; done | sort -g | head -5 | awk '{ printf("%s (%.0f %%) ", $2, 100*$1) }')" ;;
+    bench-generate) echo "- generate: $(grep '"bench":"generate"' "$f" | while read -r l; do echo -n "context $(jget context <<<"$l"): $(fmt "$(jget cached_ms_per_token <<<"$l")" 2) ms/token cached, $(fmt "$(jget recompute_ms_per_token <<<"$l")" 2) recomputed; "; done)" ;;
+    *) echo "- $1: $(wc -l < "$f") JSON lines" ;;
+  esac
+}
+stage_bench() {
+  local t0=$(date +%s) st=pass details="" n rc
+  local -a cmds
+  if [ $LOCAL = 1 ]; then
+    cmds=(
+      "bench-copy|60|bench copy --mib 16 --reps 3 --json"
+      "bench-matmul-square|120|bench matmul --sizes 64,96 --reps 1 --json"
+      "bench-matmul-model|300|bench matmul --preset tiny --batch 2 --variants auto --reps 1 --json"
+      "bench-train-baseline|300|bench train --preset tiny --variant baseline --steps 2 --json"
+      "bench-train-ddl|300|bench train --preset tiny --variant ddl --steps 2 --json"
+      "bench-train-ddl-vs-baseline|600|bench train --preset tiny --variant ddl --against baseline --batch 4 --steps 1 --json"
+      "bench-kernels|600|bench kernels --preset tiny --batch 2 --reps 1 --json"
+      "bench-generate|300|bench generate --preset tiny --variant ddl --contexts 8 --reps 1 --json"
+    )
+  else
+    cmds=(
+      "bench-copy|30|bench copy --mib 1024 --reps 10 --json"
+      "bench-matmul-square|60|bench matmul --sizes 1024,2048,4096 --reps 3 --json"
+      "bench-matmul-8192|30|bench matmul --sizes 8192 --variants auto --reps 5 --json"
+      "bench-matmul-model|60|bench matmul --preset small-124m --batch 8 --seq 1024 --tune --variants auto --reps 5 --json"
+      "bench-train-small-baseline|40|bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --steps 5 --json"
+      "bench-train-small-ddl|40|bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5 --json"
+      "bench-train-small-ddl-vs-baseline|60|bench train --preset small-124m --variant ddl --against baseline --batch 8 --seq 1024 --steps 6 --json"
+      "bench-train-char-ddl-vs-baseline|30|bench train --preset shakespeare-char --variant ddl --against baseline --steps 6 --json"
+      "bench-kernels|40|bench kernels --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
+      "bench-generate|30|bench generate --preset small-124m --variant ddl --contexts 64,512 --reps 3 --json"
+    )
+  fi
+  local c name secs args
+  for c in "${cmds[@]}"; do
+    IFS='|' read -r name secs args <<<"$c"
+    # shellcheck disable=SC2086
+    step "$name" "$secs" "$DDL" $args; rc=$?
+    [ $rc = 0 ] || { st=fail; details="$details $name: $(why $rc);"; }
+    note "$(bench_line "$name")"
+    write_summary
+  done
+  stage_row bench "$st" $(( $(date +%s) - t0 )) "${details:- every command ran; numbers below}"
+}
+
+# ---------------------------------------------------------------------------- torch
+torch_line() {
+  local f="$RAW/$1.jsonl" l
+  l="$(grep '"impl": *"torch"' "$f" 2>/dev/null | head -1)"
+  [ -n "$l" ] || { echo "- $1: no result ($(tail -1 "$RAW/$1.log" 2>/dev/null))"; return; }
+  l="$(tr -d ' ' <<<"$l")"
+  echo "- $1: torch $(jget torch <<<"$l") $(jget variant <<<"$l") $(jget preset <<<"$l") B $(jget batch <<<"$l") T $(jget seq_len <<<"$l") on $(jget device_name <<<"$l"), $(jget dtype <<<"$l")$([ "$(jget compile <<<"$l")" = true ] && echo ' + compile'): $(fmt "$(jget median_ms <<<"$l")" 2) ms/step, $(fmt "$(jget tokens_per_s <<<"$l")" 0) tok/s"
+}
+stage_torch() {
+  local t0=$(date +%s) st=pass details="" py script="$BUNDLE/torch/torch_reference_bench.py"
+  py="$(command -v python3 || true)"
+  if [ -z "$py" ] || ! "$py" -c 'import torch' >/dev/null 2>&1; then
+    stage_row torch skipped 0 "PyTorch is not installed here (python3: ${py:-none}); the engine's own stages do not need it"
+    return
+  fi
+  local dev; dev="$("$py" -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")' 2>/dev/null)"
+  if [ $LOCAL = 0 ] && [ "$dev" != cuda ]; then
+    stage_row torch fail 0 "torch sees no CUDA device"
+    return
+  fi
+  local -a cmds
+  if [ $LOCAL = 1 ]; then
+    cmds=(
+      "torch-tiny-baseline-f32|120|--preset tiny --variant baseline --steps 2"
+      "torch-tiny-ddl-f32|120|--preset tiny --variant ddl --steps 2"
+    )
+  else
+    cmds=(
+      "torch-small-baseline-f32|45|--preset small-124m --variant baseline --batch 8 --seq 1024 --steps 5"
+      "torch-small-ddl-f32|60|--preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5"
+      "torch-char-baseline-f32|20|--preset shakespeare-char --variant baseline --steps 10"
+      "torch-char-ddl-f32|20|--preset shakespeare-char --variant ddl --steps 10"
+      "torch-small-baseline-bf16-compile|90|--preset small-124m --variant baseline --batch 8 --seq 1024 --dtype bf16 --compile --steps 5"
+      "torch-small-ddl-bf16-compile|120|--preset small-124m --variant ddl --batch 8 --seq 1024 --dtype bf16 --compile --steps 5"
+    )
+  fi
+  local c name secs args rc
+  for c in "${cmds[@]}"; do
+    IFS='|' read -r name secs args <<<"$c"
+    # shellcheck disable=SC2086
+    step "$name" "$secs" env PYTHONUNBUFFERED=1 "$py" "$script" --device "$dev" $args --json; rc=$?
+    [ $rc = 0 ] || { st=fail; details="$details $name: $(why $rc);"; }
+    note "$(torch_line "$name")"
+    write_summary
+  done
+  compare_torch
+  stage_row torch "$st" $(( $(date +%s) - t0 )) "${details:- every run finished; numbers below}"
+}
+# The engine's training throughput over PyTorch's on the same device, where both ran.
+compare_torch() {
+  local pairs p e t label et tt
+  if [ $LOCAL = 1 ]; then
+    pairs=("bench-train-baseline|torch-tiny-baseline-f32|tiny baseline, torch float32" "bench-train-ddl|torch-tiny-ddl-f32|tiny ddl, torch float32")
+  else
+    pairs=("bench-train-small-baseline|torch-small-baseline-f32|small-124m baseline, torch float32 eager (TF32 off)"
+           "bench-train-small-ddl|torch-small-ddl-f32|small-124m ddl, torch float32 eager (TF32 off)"
+           "bench-train-small-baseline|torch-small-baseline-bf16-compile|small-124m baseline, torch bf16 + compile"
+           "bench-train-small-ddl|torch-small-ddl-bf16-compile|small-124m ddl, torch bf16 + compile")
+  fi
+  for p in "${pairs[@]}"; do
+    IFS='|' read -r e t label <<<"$p"
+    et="$(grep -h '"bench":"train"' "$RAW/$e.jsonl" 2>/dev/null | head -1 | jget tok_per_s)"
+    tt="$(tr -d ' ' < "$RAW/$t.jsonl" 2>/dev/null | grep -h '"impl":"torch"' | head -1 | jget tokens_per_s)"
+    if [ -n "$et" ] && [ -n "$tt" ]; then
+      note "- engine / PyTorch tok/s, $label: $(fmt "$et" 0) / $(fmt "$tt" 0) = $(awk -v a="$et" -v b="$tt" 'BEGIN { printf("%.2f", a / b) }')×"
+    fi
+  done
+}
+
+# ---------------------------------------------------------------------------- run
+log "bundle $BUNDLE, out $OUTDIR, stages $STAGES, budget ${BUDGET}s$([ $LOCAL = 1 ] && echo ', local')"
+write_summary
+for s in info golden kernels bench torch; do
+  want "$s" || continue
+  if [ "$(left)" -le 2 ]; then stage_row "$s" skipped 0 "no budget left"; continue; fi
+  "stage_$s"
+done
+write_summary
+echo
+cat "$OUTDIR/summary.md"
+# The stages as a closing line, and the exit status: 0 when no asked-for stage failed.
+np=$(cut -f2 "$RAW/status.tsv" | grep -cx pass)
+nf=$(cut -f2 "$RAW/status.tsv" | grep -cx fail)
+ns=$(cut -f2 "$RAW/status.tsv" | grep -cx skipped)
+echo
+echo "gpu-check: $np passed, $nf failed, $ns skipped"
+[ "$nf" = 0 ]
