@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Digests of what the engine computes, for refactors that must not change results (issue 28):
+# the loss of every step and a digest of the final parameters of 20-step fixed-seed `ddl train`
+# runs of tiny ddl and ddl_ccec, of a run stopped at step 10 and resumed to 20, and of the trace
+# of a greedy `ddl generate`. Same binary, same adapter => the same lines; compare two trees'
+# outputs with diff.
+#   scripts/house-digests.sh [DDL_BINARY] > digests.txt
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DDL="${1:-target/release/ddl}"
+[ -x "$DDL" ] || { echo "house-digests: $DDL is not an executable (build with cargo build --release)" >&2; exit 1; }
+W="$(mktemp -d)"; trap 'rm -rf "$W"' EXIT
+export DDL_CACHE_DIR="$W/cache" XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$W/xdg}"
+mkdir -p "$XDG_RUNTIME_DIR"; chmod 700 "$XDG_RUNTIME_DIR"
+losses() { grep -o '"loss":[^,}]*' "$1/metrics.jsonl" | tr '\n' ' '; }
+params() { python3 - "$1/model.safetensors" 2>/dev/null <<'PY' || sha256sum "$1/model.safetensors" | cut -c1-16
+import hashlib, json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+print(hashlib.sha256(b[8 + n:]).hexdigest()[:16], "(tensor bytes)")
+PY
+}
+for v in ddl ddl_ccec; do
+  "$DDL" train --preset tiny --variant "$v" --steps 20 --seed 7 --out "$W/$v" >/dev/null 2>&1
+  echo "$v losses: $(losses "$W/$v")"
+  echo "$v params: $(params "$W/$v")"
+done
+"$DDL" train --preset tiny --variant ddl --steps 10 --seed 7 --out "$W/resumed" >/dev/null 2>&1
+"$DDL" train --resume "$W/resumed" --steps 20 >/dev/null 2>&1
+echo "ddl resumed 10 -> 20 params: $(params "$W/resumed")"
+"$DDL" generate --checkpoint "$W/ddl" --prompt "ROMEO:" --max-tokens 40 --temperature 0 --trace "$W/trace.safetensors" > "$W/gen.txt" 2>/dev/null
+echo "generate text: $(sha256sum < "$W/gen.txt" | cut -c1-16)"
+echo "generate trace: $(sha256sum < "$W/trace.safetensors" | cut -c1-16)"
