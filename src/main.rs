@@ -1125,6 +1125,19 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
 
 fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
     let gpu = dev.open().context("opening the GPU")?;
+    // Every benchmark says which kernel forms it measured.
+    let json = match &b {
+        BenchCmd::Matmul { json, .. }
+        | BenchCmd::Kernels { json, .. }
+        | BenchCmd::Train { json, .. }
+        | BenchCmd::Generate { json, .. }
+        | BenchCmd::Copy { json, .. } => *json,
+    };
+    if json {
+        println!("{}", gpu.forms.to_json());
+    } else {
+        print!("{}", gpu.forms.describe());
+    }
     match b {
         BenchCmd::Matmul { sizes, cases, preset, batch, seq, variants, reps, tune, json } => {
             if !json {

@@ -1,14 +1,25 @@
 //! Parity with the PyTorch float64 golden files, through the same code path as `ddl golden`.
 
+use std::sync::Arc;
+
+use ddl::gpu::Gpu;
+
 fn check(name: &str) {
+    check_on(&ddl::testing::gpu(), name);
+}
+
+fn check_on(gpu: &Arc<Gpu>, name: &str) {
     let path = ddl::testing::data_path("tests/golden").join(format!("{name}.safetensors"));
-    check_path(name, &path);
+    check_path_on(gpu, name, &path);
 }
 
 fn check_path(name: &str, path: &std::path::Path) {
+    check_path_on(&ddl::testing::gpu(), name, path);
+}
+
+fn check_path_on(gpu: &Arc<Gpu>, name: &str, path: &std::path::Path) {
     let g = ddl::golden::Golden::load(path).unwrap_or_else(|e| panic!("{e}"));
-    let gpu = ddl::testing::gpu();
-    let rows = ddl::golden::check(&gpu, &g).unwrap_or_else(|e| panic!("{e}"));
+    let rows = ddl::golden::check(gpu, &g).unwrap_or_else(|e| panic!("{e}"));
     let fails: Vec<String> = rows.iter().filter(|r| !r.pass).map(|r| r.to_string()).collect();
     assert!(rows.len() > 50, "{name}: only {} rows compared", rows.len());
     assert!(fails.is_empty(), "{name}: {} of {} rows failed:\n{}", fails.len(), rows.len(), fails.join("\n"));
@@ -68,17 +79,15 @@ fn golden_odd_shapes_every_variant() {
 /// one-row-per-invocation norm kernels that path needs, so the tests above run the heads kernel.
 #[test]
 fn golden_with_the_heads_in_the_norm_backward() {
-    let gpu = ddl::testing::gpu();
-    ddl::kernels::norm::with_team(1, || {
-        assert!(ddl::kernels::norm::folds_heads(&gpu, 18, 32, 4, &[]), "the fold must be on for this test");
-        for v in ["ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec"] {
-            check(v);
-        }
-        let dir = ddl::testing::data_path("tests/golden/odd");
-        for v in ["ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec"] {
-            check_path(&format!("odd/{v}"), &dir.join(format!("{v}.safetensors")));
-        }
-    });
+    let gpu = ddl::testing::gpu().with_forms(|f| f.norm_team = Some(1));
+    assert!(ddl::kernels::norm::folds_heads(&gpu, 18, 32, 4, &[]), "the fold must be on for this test");
+    for v in ["ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec"] {
+        check_on(&gpu, v);
+    }
+    let dir = ddl::testing::data_path("tests/golden/odd");
+    for v in ["ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec"] {
+        check_path_on(&gpu, &format!("odd/{v}"), &dir.join(format!("{v}.safetensors")));
+    }
 }
 
 /// Every variant at T = 1 (one key per query: the q/k gradients are exactly zero, and AdamW must
@@ -120,10 +129,10 @@ fn golden_f16_state() {
     let worst = |rows: &[ddl::golden::Row]| {
         rows.iter().filter(|r| r.tol > 0.0 && r.tol < 1.0).map(|r| r.rel_l2).fold(0.0, f64::max)
     };
-    let run = |name: &str| {
+    let run = |gpu: &Arc<Gpu>, name: &str| {
         let g = ddl::golden::Golden::load(&root.join(format!("{name}.safetensors"))).unwrap_or_else(|e| panic!("{e}"));
-        let rows = ddl::golden::check_with(&gpu, &g, true).unwrap_or_else(|e| panic!("{e}"));
-        let f32_rows = ddl::golden::check(&gpu, &g).unwrap_or_else(|e| panic!("{e}"));
+        let rows = ddl::golden::check_with(gpu, &g, true).unwrap_or_else(|e| panic!("{e}"));
+        let f32_rows = ddl::golden::check(gpu, &g).unwrap_or_else(|e| panic!("{e}"));
         let fails: Vec<String> = rows.iter().filter(|r| !r.pass).map(|r| r.to_string()).collect();
         assert!(rows.len() > 50, "{name}: only {} rows compared", rows.len());
         assert!(fails.is_empty(), "{name}: {} of {} rows failed:\n{}", fails.len(), rows.len(), fails.join("\n"));
@@ -131,8 +140,8 @@ fn golden_f16_state() {
         assert!(w16 > 2.0 * w32, "{name}: the f16 state changed nothing (worst {w16:e} vs f32 {w32:e})");
     };
     for name in ["ddl", "ddl_vmap"] {
-        run(name);
+        run(&gpu, name);
     }
-    ddl::kernels::delta::with_quads(false, || run("ddl"));
-    ddl::kernels::delta::with_segment_width(8, || run("ddl"));
+    run(&gpu.with_forms(|f| f.delta_quads = false), "ddl");
+    run(&gpu.with_forms(|f| f.delta_segment = Some(8)), "ddl");
 }

@@ -193,6 +193,10 @@ stage_info() {
     step info-plan 20 "$DDL" info --preset tiny --variant ddl
   fi
   plan="$(grep -m1 -i 'total' "$RAW/info-plan.log" | sed 's/  */ /g')"
+  # The kernel forms this adapter gets (src/kernels/forms.rs): what the GPU runs by default.
+  local forms
+  forms="$(sed -n '/^kernel forms/,$p' "$RAW/info.log" | tail -n +2 | awk '{ printf("%s%s=%s", n++ ? ", " : "", $1, $2) }')"
+  [ -n "$forms" ] && note "- kernel forms chosen for this adapter: $forms"
   stage_row info "$st" $(( $(date +%s) - t0 )) "$(why $rc); $backend; subgroups ${sg:-none}; cooperative matrices: ${coop:-?}; plan: ${plan:-?}"
 }
 

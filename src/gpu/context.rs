@@ -96,9 +96,11 @@ pub struct Gpu {
     pub features: wgpu::Features,
     /// Every adapter that was found, for messages and `ddl info`.
     pub all_adapters: Vec<AdapterSummary>,
-    pub(crate) pipelines: Mutex<HashMap<String, Arc<Kernel>>>,
+    /// Which form each kernel takes on this device (`DDL_FORMS` overrides; [`Gpu::with_forms`]).
+    pub forms: crate::kernels::forms::Forms,
+    pub(crate) pipelines: Arc<Mutex<HashMap<String, Arc<Kernel>>>>,
     /// Scratch tensors shared by every dispatch that names the same key (see [`Gpu::shared_scratch`]).
-    scratch: Mutex<HashMap<String, super::Tensor>>,
+    scratch: Arc<Mutex<HashMap<String, super::Tensor>>>,
     errors: Arc<Mutex<Vec<String>>>,
     /// Device allocations made through this runtime (buffers, bind groups, tensor bytes).
     pub stats: Arc<AllocStats>,
@@ -268,7 +270,9 @@ impl Gpu {
             max_storage_buffer_binding_size: bytes.min(self.limits.max_storage_buffer_binding_size) / 4 * 4,
             ..self.limits.clone()
         };
-        Self::from_adapter_limits(self.adapter.clone(), self.all_adapters.clone(), limits)
+        let mut g = Self::open(self.adapter.clone(), self.all_adapters.clone(), limits)?;
+        g.forms = self.forms.clone();
+        Ok(Arc::new(g))
     }
 
     fn from_adapter_limits(
@@ -276,6 +280,10 @@ impl Gpu {
         all_adapters: Vec<AdapterSummary>,
         limits: wgpu::Limits,
     ) -> Result<Arc<Gpu>> {
+        Ok(Arc::new(Self::open(adapter, all_adapters, limits)?))
+    }
+
+    fn open(adapter: wgpu::Adapter, all_adapters: Vec<AdapterSummary>, limits: wgpu::Limits) -> Result<Gpu> {
         let info = adapter.get_info();
         let wanted = wgpu::Features::TIMESTAMP_QUERY
             | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS
@@ -310,7 +318,8 @@ impl Gpu {
                 v.push(format!("{DEVICE_LOST} (reason: {reason:?}{detail})"));
             }
         });
-        Ok(Arc::new(Gpu {
+        let forms = crate::kernels::forms::Forms::from_env(&info, features).map_err(GpuError::Forms)?;
+        Ok(Gpu {
             adapter,
             device,
             queue,
@@ -318,11 +327,34 @@ impl Gpu {
             limits,
             features,
             all_adapters,
-            pipelines: Mutex::new(HashMap::new()),
-            scratch: Mutex::new(HashMap::new()),
+            forms,
+            pipelines: Arc::new(Mutex::new(HashMap::new())),
+            scratch: Arc::new(Mutex::new(HashMap::new())),
             errors,
             stats: Arc::new(AllocStats::default()),
-        }))
+        })
+    }
+
+    /// A handle to the same device whose launchers take the forms `change` makes of this one's
+    /// (tests run every form of a kernel on any adapter; benchmarks compare forms). It shares the
+    /// device, queue, pipelines, scratch and counters.
+    pub fn with_forms(&self, change: impl FnOnce(&mut crate::kernels::forms::Forms)) -> Arc<Gpu> {
+        let mut forms = self.forms.clone();
+        change(&mut forms);
+        Arc::new(Gpu {
+            adapter: self.adapter.clone(),
+            device: self.device.clone(),
+            queue: self.queue.clone(),
+            info: self.info.clone(),
+            limits: self.limits.clone(),
+            features: self.features,
+            all_adapters: self.all_adapters.clone(),
+            forms,
+            pipelines: self.pipelines.clone(),
+            scratch: self.scratch.clone(),
+            errors: self.errors.clone(),
+            stats: self.stats.clone(),
+        })
     }
 
     /// A scratch tensor of at least `elems` f32 elements shared by every caller that names `key`:
@@ -474,6 +506,7 @@ impl Gpu {
             l.max_compute_workgroup_size_x, l.max_compute_workgroup_size_y, l.max_compute_workgroup_size_z
         ));
         s.push_str(&format!("  max_compute_workgroups_per_dim     {}\n", l.max_compute_workgroups_per_dimension));
+        s.push_str(&self.forms.describe());
         s
     }
 }

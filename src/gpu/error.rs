@@ -48,4 +48,7 @@ pub enum GpuError {
 
     #[error("shape error: {0}")]
     Shape(String),
+
+    #[error("{0}. Fix or unset DDL_FORMS (`ddl info` lists the kernel forms and their keys)")]
+    Forms(String),
 }

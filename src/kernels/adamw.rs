@@ -170,7 +170,7 @@ pub fn step_chunked(
                 m.view().sub(start, len),
                 v.view().sub(start, len),
             );
-            if vec4(len) {
+            if vec4(gpu, len) {
                 // Four elements per invocation (chunk starts are multiples of 16·alignment).
                 gpu.kernel("adamw", None, "adamw_step4")?.dispatch(
                     gpu,
@@ -204,21 +204,11 @@ pub fn step_chunked(
         .collect()
 }
 
-/// Whether a chunk of `len` elements runs `adamw_step4` (four elements per invocation): `len` a
-/// multiple of 4 (the model's layout pads every tensor to 64). `DDL_ADAMW_VEC4=0` turns it off.
-pub fn vec4(len: usize) -> bool {
-    len.is_multiple_of(4) && super::switch(&FORCED_VEC4, "DDL_ADAMW_VEC4", true)
-}
-
-thread_local! {
-    static FORCED_VEC4: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-/// Runs `f` with `adamw_step4` allowed (`true`, still only where [`vec4`] applies) or off on this
-/// thread: tests compare both forms.
-#[doc(hidden)]
-pub fn with_vec4<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    super::with_override(&FORCED_VEC4, on, f)
+/// Whether a chunk of `len` elements runs `adamw_step4` (four elements per invocation): the
+/// device's `adamw_vec4` form and `len` a multiple of 4 (the model's layout pads every tensor to
+/// 64). The same bits as the scalar form.
+pub fn vec4(gpu: &Gpu, len: usize) -> bool {
+    len.is_multiple_of(4) && gpu.forms.adamw_vec4
 }
 
 /// Rewrites the learning rate, step and bias corrections (the whole config) in the uniform

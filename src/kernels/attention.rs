@@ -433,34 +433,10 @@ pub const BLOCK_ROWS: usize = 64;
 /// Most floats of one blocked-method scratch (scores, and their gradient in the backward).
 const BLOCK_SCRATCH_ELEMS: usize = 16 << 20;
 
-thread_local! {
-    static FORCED_METHOD: std::cell::Cell<Option<Method>> = const { std::cell::Cell::new(None) };
-}
-
-/// Runs `f` with this thread's attention method forced to `m` (tests run every method against
-/// float64 through this).
-pub fn with_method<R>(m: Method, f: impl FnOnce() -> R) -> R {
-    super::with_override(&FORCED_METHOD, m, f)
-}
-
-/// The method for this adapter: [`Method::Blocked`] with [`BLOCK_ROWS`] on CPU adapters, tiled
-/// elsewhere. `DDL_ATTENTION=tiled` or `DDL_ATTENTION=blocked[:ROWS]` overrides it (for
-/// measurements).
+/// The method of this device: its `attention` form ([`super::forms::Forms`]): blocks of
+/// [`BLOCK_ROWS`] queries on CPU adapters, tiled elsewhere (`DDL_FORMS=attention=tiled|blocked:ROWS`).
 pub fn method(gpu: &Gpu) -> Method {
-    if let Some(m) = FORCED_METHOD.with(|c| c.get()) {
-        return m;
-    }
-    if let Ok(v) = std::env::var("DDL_ATTENTION") {
-        let v = v.trim().to_ascii_lowercase();
-        if v == "tiled" {
-            return Method::Tiled;
-        }
-        if let Some(rest) = v.strip_prefix("blocked") {
-            let rows = rest.strip_prefix(':').and_then(|r| r.parse::<usize>().ok()).filter(|&r| r > 0);
-            return Method::Blocked(rows.unwrap_or(BLOCK_ROWS));
-        }
-    }
-    if gpu.info.device_type == wgpu::DeviceType::Cpu { Method::Blocked(BLOCK_ROWS) } else { Method::Tiled }
+    gpu.forms.attention
 }
 
 /// Keys the last query sees: the score matrices' width.
@@ -767,8 +743,9 @@ pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBe
         let (out, lse) = (z("out", s.q_elems())?, z("lse", s.lse_elems())?);
         let (dout, dq) = (z("dout", s.q_elems())?, z("dq", s.q_elems())?);
         let (dk, dv) = (z("dk", s.kv_elems())?, z("dv", s.kv_elems())?);
-        let mut fwd =
-            with_method(m, || forward_seq(gpu, &s, scale, q.view(), k.view(), v.view(), out.view(), lse.view()))?;
+        let gm = gpu.with_forms(|f| f.attention = m);
+        let gpu = &*gm;
+        let mut fwd = forward_seq(gpu, &s, scale, q.view(), k.view(), v.view(), out.view(), lse.view())?;
         fwd[0].scratch.extend([q.clone(), k.clone(), v.clone(), out.clone(), lse.clone()]);
         let shape = format!("B{} T{} H{} h{}", s.batch, s.q_len, s.heads, s.head_dim);
         cases.push(KernelBench {
@@ -777,22 +754,20 @@ pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBe
             flops: forward_flops(&s),
             bytes: forward_bytes(&s),
         });
-        let mut bwd = with_method(m, || {
-            backward(
-                gpu,
-                &s,
-                scale,
-                q.view(),
-                k.view(),
-                v.view(),
-                out.view(),
-                lse.view(),
-                dout.view(),
-                dq.view(),
-                dk.view(),
-                dv.view(),
-            )
-        })?;
+        let mut bwd = backward(
+            gpu,
+            &s,
+            scale,
+            q.view(),
+            k.view(),
+            v.view(),
+            out.view(),
+            lse.view(),
+            dout.view(),
+            dq.view(),
+            dk.view(),
+            dv.view(),
+        )?;
         bwd[0].scratch.extend([q, k, v, out, lse, dout, dq, dk, dv]);
         cases.push(KernelBench {
             name: format!("attention_backward[{tag}] {shape}"),

@@ -170,33 +170,19 @@ impl DeltaShape {
     }
 }
 
-thread_local! {
-    static FORCED_SEG: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
-}
-
-/// Runs `f` with the segment width of the delta kernels bound on this thread forced to `seg`
-/// (a power of two ≤ 128; capped at d's power of two like the adapter's choice): tests use it to
-/// run the GPU layout on a CPU adapter and the CPU layout anywhere.
-#[doc(hidden)]
-pub fn with_segment_width<R>(seg: usize, f: impl FnOnce() -> R) -> R {
-    super::with_override(&FORCED_SEG, seg, f)
-}
-
 /// Invocations per token. On GPUs: the power of two that covers d, at most a workgroup (narrow
 /// states put several tokens in one workgroup), so a token's reductions over d are spread over
 /// many lanes. On CPU adapters (llvmpipe): 1 — a barrier is a coroutine switch and every
 /// workgroup-memory access a loop over the SIMD lanes there, so one token per invocation with no
 /// cross-invocation reduction is 4–5× faster (docs/PERF.md) — when there are enough tokens
 /// (`n` ≥ [`crate::kernels::norm::CPU_ROWS_PER_INVOCATION`]) to fill the SIMD lanes and worker
-/// threads; a decoding step's one token keeps the wide segment. `DDL_DELTA_SEG` (a power of
-/// two ≤ 128) overrides the choice, for benchmarks and tests.
+/// threads; a decoding step's one token keeps the wide segment. The device's forms
+/// `delta_rows` (the CPU rule) and `delta_seg` (a fixed width, capped at d's power of two) choose.
 pub fn segment_width(gpu: &Gpu, n: usize, d: usize) -> usize {
-    let forced = FORCED_SEG.with(|f| f.get());
-    let env = std::env::var("DDL_DELTA_SEG").ok().and_then(|v| v.parse::<usize>().ok());
-    let cpu_many = gpu.info.device_type == wgpu::DeviceType::Cpu && n >= crate::kernels::norm::CPU_ROWS_PER_INVOCATION;
-    let choice = match forced.or(env) {
+    let one_per_token = gpu.forms.delta_one_token_per_invocation && n >= crate::kernels::norm::CPU_ROWS_PER_INVOCATION;
+    let choice = match gpu.forms.delta_segment {
         Some(s) if s.is_power_of_two() && s <= WG => s,
-        _ if cpu_many => 1,
+        _ if one_per_token => 1,
         _ => WG,
     };
     d.next_power_of_two().min(choice)
@@ -204,20 +190,9 @@ pub fn segment_width(gpu: &Gpu, n: usize, d: usize) -> usize {
 
 /// Whether the delta kernels run their quad entry points (`*_q`: one token per invocation, four
 /// features per load): on the one-token-per-invocation layout (`seg` = 1, CPU adapters) when d is
-/// a multiple of 4. `DDL_DELTA_QUADS=0` turns them off (benchmarks, tests).
-pub fn quads(seg: usize, d: usize) -> bool {
-    seg == 1 && d.is_multiple_of(4) && super::switch(&FORCED_QUADS, "DDL_DELTA_QUADS", true)
-}
-
-thread_local! {
-    static FORCED_QUADS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-/// Runs `f` with the quad entry points allowed (`true`, still only where [`quads`] applies) or
-/// off on this thread: tests compare both forms.
-#[doc(hidden)]
-pub fn with_quads<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    super::with_override(&FORCED_QUADS, on, f)
+/// a multiple of 4 and the device's `delta_quads` form is on.
+pub fn quads(gpu: &Gpu, seg: usize, d: usize) -> bool {
+    seg == 1 && d.is_multiple_of(4) && gpu.forms.delta_quads
 }
 
 /// Whether the one-token-per-invocation layout (`seg` = 1) loads what a whole subgroup shares
@@ -332,7 +307,7 @@ pub fn forward(
     }
     check_aliasing("forward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
     let seg = segment_width(gpu, n, d);
-    let q = quads(seg, d);
+    let q = quads(gpu, seg, d);
     let entry = match (q, shared_loads(gpu, seg), store_k) {
         (true, true, false) => "delta_forward_qg",
         (true, true, true) => "delta_forward_qgk",
@@ -407,7 +382,7 @@ pub fn backward_write(
     let du = Tensor::zeros(gpu, "delta.du", &[n, m], crate::gpu::DType::F32)?;
 
     let seg = segment_width(gpu, n, d);
-    let quad = quads(seg, d);
+    let quad = quads(gpu, seg, d);
     let entry = if quad { "delta_backward_q" } else { "delta_backward" };
     let kern = gpu.kernel("delta", Some(&s.variant(gpu, seg)), entry)?;
     let p = s.params(seg);

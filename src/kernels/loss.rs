@@ -33,18 +33,17 @@ struct Params {
 /// Invocations per row. On GPUs: the largest power of two ≤ V, at most 256 (a team walks the row
 /// with stride tpr and combines with a tree). On CPU adapters (llvmpipe) with V ≤
 /// [`CPU_ROW_VOCAB`]: 1 — one row per invocation, no tree (a barrier is a coroutine switch
-/// there, every workgroup-memory access a loop over the SIMD lanes). `DDL_CE_TPR` (a power of
-/// two ≤ 256) overrides it, within [V / CPU_ROW_VOCAB, the team].
+/// there, every workgroup-memory access a loop over the SIMD lanes). The device's forms
+/// `ce_rows` (the CPU rule) and `ce_tpr` (a fixed width, kept within [V / CPU_ROW_VOCAB, the
+/// team]) choose.
 pub fn threads_per_row(gpu: &Gpu, vocab: usize) -> usize {
     let team = (1usize << (usize::BITS - 1 - vocab.leading_zeros())).min(256);
-    let forced = FORCED_TPR.with(|f| f.get());
-    let env = std::env::var("DDL_CE_TPR").ok().and_then(|v| v.parse::<usize>().ok());
     // A forced width never leaves one invocation more than CPU_ROW_VOCAB logits of a row (the
     // loop-limit hazard below), nor more invocations than the team.
     let least = vocab.div_ceil(CPU_ROW_VOCAB).next_power_of_two().min(team);
-    match forced.or(env) {
+    match gpu.forms.ce_threads_per_row {
         Some(t) if t.is_power_of_two() && t <= 256 => t.clamp(least, team.max(least)),
-        _ if gpu.info.device_type == wgpu::DeviceType::Cpu && vocab <= CPU_ROW_VOCAB => 1,
+        _ if gpu.forms.ce_one_row_per_invocation && vocab <= CPU_ROW_VOCAB => 1,
         _ => team,
     }
 }
@@ -55,17 +54,6 @@ pub fn threads_per_row(gpu: &Gpu, vocab: usize) -> usize {
 /// left the second loop of the backward, the zeros of ignored rows, cut short after 15 219
 /// iterations).
 pub const CPU_ROW_VOCAB: usize = 4096;
-
-thread_local! {
-    static FORCED_TPR: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
-}
-
-/// Runs `f` with the invocations per row forced to `tpr` (a power of two ≤ 256) on this thread:
-/// tests run both layouts on any adapter.
-#[doc(hidden)]
-pub fn with_threads_per_row<R>(tpr: usize, f: impl FnOnce() -> R) -> R {
-    super::with_override(&FORCED_TPR, tpr, f)
-}
 
 fn gcd(a: usize, b: usize) -> usize {
     if b == 0 { a } else { gcd(b, a % b) }

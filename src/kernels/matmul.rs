@@ -364,7 +364,7 @@ impl Matmul {
         }
         let Ok((bm, bn)) = tile(pick(gpu, self)) else { return 1 };
         let tiles = self.m.div_ceil(bm) * self.n.div_ceil(bn);
-        let busy = if gpu.info.device_type == wgpu::DeviceType::Cpu { 2 * cpu_threads() } else { 64 };
+        let busy = if gpu.forms.cpu { 2 * gpu.forms.cpu_threads } else { 64 };
         if tiles >= busy {
             return 1;
         }
@@ -606,14 +606,10 @@ pub fn subgroup_variant(variant: &str) -> bool {
 /// within one row of the workgroup (DX = 8 invocations along x, which share their A rows): the
 /// subgroup size is fixed and divides 8 (llvmpipe: 8; GPUs with 16–64 are excluded). Subgroups are
 /// taken to be runs of consecutive invocation indices, as every Vulkan, Metal and D3D12
-/// implementation forms them. `DDL_MATMUL_SUBGROUP=0` leaves them out.
+/// implementation forms them. The device's `matmul_subgroup` form ([`super::forms::Forms`]:
+/// on where the subgroups fit; `DDL_FORMS=matmul_subgroup=0` leaves them out).
 pub fn subgroup_variants(gpu: &Gpu) -> bool {
-    let (lo, hi) = (gpu.info.subgroup_min_size, gpu.info.subgroup_max_size);
-    gpu.features.contains(wgpu::Features::SUBGROUP)
-        && lo == hi
-        && hi >= 1
-        && 8 % hi == 0
-        && std::env::var("DDL_MATMUL_SUBGROUP").map_or(true, |v| v != "0")
+    gpu.features.contains(wgpu::Features::SUBGROUP) && gpu.forms.matmul_subgroup
 }
 
 /// The tile variants this adapter can run (the `…g` ones only where [`subgroup_variants`]).
@@ -639,8 +635,8 @@ fn cache_key(gpu: &Gpu, mm: &Matmul) -> String {
 /// `docs/PERF.md`). On a GPU: the biggest workgroup-memory tile that still gives enough
 /// workgroups.
 pub fn heuristic(gpu: &Gpu, mm: &Matmul) -> &'static str {
-    if gpu.info.device_type == wgpu::DeviceType::Cpu {
-        let v = cpu_heuristic(mm, cpu_threads());
+    if gpu.forms.cpu {
+        let v = cpu_heuristic(mm, gpu.forms.cpu_threads);
         if subgroup_variants(gpu) {
             return match v {
                 "r128" => "r128g",
@@ -659,16 +655,6 @@ pub fn heuristic(gpu: &Gpu, mm: &Matmul) -> &'static str {
         }
     }
     "t16"
-}
-
-/// Worker threads a CPU adapter runs workgroups on (llvmpipe: `LP_NUM_THREADS`, else one per
-/// core).
-fn cpu_threads() -> usize {
-    std::env::var("LP_NUM_THREADS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()))
-        .clamp(1, 64)
 }
 
 /// The CPU choice: each variant's time is estimated as (rounds of `threads` workgroups) × (tile

@@ -24,6 +24,7 @@ pub mod delta;
 pub mod elementwise;
 pub mod embedding;
 pub mod expand;
+pub mod forms;
 pub mod loss;
 pub mod matmul;
 pub mod norm;
@@ -32,47 +33,15 @@ pub mod rope;
 pub mod shortconv;
 pub mod swiglu;
 
-/// A per-thread override of a launcher's per-adapter choice (tests run every form through one).
-type Override<T> = std::thread::LocalKey<std::cell::Cell<Option<T>>>;
-
-/// Runs `f` with this thread's override `key` set to `v`, then restores the previous value.
-fn with_override<T: Copy + 'static, R>(key: &'static Override<T>, v: T, f: impl FnOnce() -> R) -> R {
-    let old = key.with(|c| c.replace(Some(v)));
-    let out = f();
-    key.with(|c| c.set(old));
-    out
-}
-
-/// An on/off choice of a launcher: this thread's override `key` (the `with_*` helpers of the
-/// tests), else the environment variable `env` (`0` = off, anything else = on), else `default`.
-fn switch(key: &'static Override<bool>, env: &str, default: bool) -> bool {
-    key.with(|c| c.get()).or_else(|| std::env::var(env).ok().map(|v| v != "0")).unwrap_or(default)
-}
-
-thread_local! {
-    static FORCED_SG_LOADS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
 /// Whether kernels load values that a whole subgroup needs (the same address in every
 /// invocation: weights in a loop over features, a token's scalars in a walk over tokens) once
-/// per subgroup and broadcast them (`sg_code!` in `shaders.rs`, the `…g` shader variants).
-/// Chosen on CPU adapters that have subgroup operations: llvmpipe runs every load as a loop over
-/// its 8 SIMD lanes, uniform address or not, while a load made by lane 0 only (a constant mask)
-/// plus `subgroupBroadcast` costs a fraction of that (2–3× less for four floats, docs/PERF.md).
-/// GPUs broadcast uniform loads in hardware, so they keep the plain loads.
-/// `DDL_SUBGROUP_LOADS=0|1` overrides the choice (still only with subgroups).
+/// per subgroup and broadcast them (`sg_code!` in `shaders.rs`, the `…g` shader variants): the
+/// device's `subgroup_loads` form ([`forms::Forms`]; CPU adapters with subgroups, where llvmpipe
+/// runs every load as a loop over its 8 SIMD lanes, uniform address or not, while a load made by
+/// lane 0 only plus `subgroupBroadcast` costs a fraction of that, 2–3× less for four floats,
+/// docs/PERF.md; GPUs broadcast uniform loads in hardware), and only with subgroups.
 pub fn subgroup_loads(gpu: &Gpu) -> bool {
-    if !gpu.features.contains(wgpu::Features::SUBGROUP) {
-        return false;
-    }
-    switch(&FORCED_SG_LOADS, "DDL_SUBGROUP_LOADS", gpu.info.device_type == wgpu::DeviceType::Cpu)
-}
-
-/// Runs `f` with subgroup-shared loads on or off on this thread (still only where the adapter
-/// has subgroups): tests compare both forms.
-#[doc(hidden)]
-pub fn with_subgroup_loads<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    with_override(&FORCED_SG_LOADS, on, f)
+    gpu.features.contains(wgpu::Features::SUBGROUP) && gpu.forms.subgroup_loads
 }
 
 /// A kernel module's benchmark cases at the given shapes.

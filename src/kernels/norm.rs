@@ -46,54 +46,27 @@ struct Params {
     s_bv: u32,
 }
 
-thread_local! {
-    static FORCED_TEAM: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
-}
-
-/// Runs `f` with this thread's row-team size forced to `team` (a power of two ≤ 256; tests run
-/// every size against float64 through this).
-pub fn with_team<R>(team: usize, f: impl FnOnce() -> R) -> R {
-    super::with_override(&FORCED_TEAM, team, f)
-}
-
 /// Invocations that reduce one row. On GPUs: a power of two, about `dim/4` (each lane sums ~4
 /// elements), at most one workgroup. On CPU adapters (llvmpipe) with many rows (≥
 /// [`CPU_ROWS_PER_INVOCATION`]): 1 — one row per invocation, no workgroup-memory tree (a barrier
 /// is a coroutine switch there and every workgroup-memory access a loop over the SIMD lanes;
 /// docs/PERF.md); with few rows (decoding: one token) the team, so that a row is not one lane's
 /// sequential loop. Depends on the adapter, `rows` and `dim` only, so the summation order does
-/// too. `DDL_NORM_TEAM` overrides it (for measurements).
+/// too. The device's forms `norm_rows` (the CPU rule) and `norm_team` (a fixed size) choose.
 pub fn team(gpu: &Gpu, rows: usize, dim: usize) -> usize {
-    let forced = FORCED_TEAM.with(|c| c.get());
-    let env = std::env::var("DDL_NORM_TEAM").ok().and_then(|v| v.parse::<usize>().ok());
-    match forced.or(env) {
+    match gpu.forms.norm_team {
         Some(t) if t.is_power_of_two() && t <= WG => t,
-        _ if gpu.info.device_type == wgpu::DeviceType::Cpu && rows >= CPU_ROWS_PER_INVOCATION => 1,
+        _ if gpu.forms.norm_one_row_per_invocation && rows >= CPU_ROWS_PER_INVOCATION => 1,
         _ => dim.div_ceil(4).next_power_of_two().min(WG),
     }
 }
 
-thread_local! {
-    static FORCED_QUADS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-/// Runs `f` with the quad entry points allowed (`true`, still only where [`quads`] applies) or
-/// off on this thread: tests compare both forms.
-#[doc(hidden)]
-pub fn with_quads<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    super::with_override(&FORCED_QUADS, on, f)
-}
-
 /// Whether the row kernels run their quad entry points (`*_q`: one row per invocation, four
 /// features per vec4 load): with teams of one (CPU adapters) when `dim` is a multiple of 4 and
-/// every row view starts on a vec4. `DDL_NORM_QUADS=0` turns them off (benchmarks, tests); it
-/// also turns off the dγ pass's four-columns-per-invocation form (any adapter, dim a multiple
-/// of 4).
-pub fn quads(team: usize, dim: usize, views: &[&View]) -> bool {
-    team == 1
-        && dim.is_multiple_of(4)
-        && views.iter().all(|v| v.offset.is_multiple_of(16))
-        && super::switch(&FORCED_QUADS, "DDL_NORM_QUADS", true)
+/// every row view starts on a vec4, when the device's `norm_quads` form is on; that form off also
+/// turns off the dγ pass's four-columns-per-invocation form (any adapter, dim a multiple of 4).
+pub fn quads(gpu: &Gpu, team: usize, dim: usize, views: &[&View]) -> bool {
+    team == 1 && dim.is_multiple_of(4) && views.iter().all(|v| v.offset.is_multiple_of(16)) && gpu.forms.norm_quads
 }
 
 /// Rows from which CPU adapters reduce one row per invocation (enough 8-lane groups for the
@@ -176,7 +149,7 @@ pub fn rmsnorm_forward(
     let n = rows.saturating_mul(dim);
     check("rmsnorm forward", rows, dim, &[("x", &x, n), ("gain", &gain, dim), ("y", &y, n), ("rstd", &rstd, rows)])?;
     let p = params(gpu, rows, dim, eps, false);
-    if quads(p.team as usize, dim, &[&x, &gain, &y]) {
+    if quads(gpu, p.team as usize, dim, &[&x, &gain, &y]) {
         let k = gpu.kernel("norm", Some("t1"), "rmsnorm_forward_q")?;
         return Ok(vec![k.dispatch(
             gpu,
@@ -235,7 +208,7 @@ pub fn rmsnorm_backward(
     let pb = bytemuck::bytes_of(&p);
     let max = gpu.limits.max_compute_workgroups_per_dimension;
 
-    let d_dx = if quads(p.team as usize, dim, &[&x, &gain, &dy, &dx]) {
+    let d_dx = if quads(gpu, p.team as usize, dim, &[&x, &gain, &dy, &dx]) {
         gpu.kernel("norm", Some("t1"), "rmsnorm_backward_dx_q")?.dispatch(
             gpu,
             Some(pb),
@@ -260,7 +233,7 @@ pub fn rmsnorm_backward(
     let chunks = p.chunks as usize;
     let partial = Tensor::zeros(gpu, "rmsnorm.dgain_partial", &[chunks, dim], DType::F32)?;
     // Four columns per invocation where dim is a multiple of 4 (same sums, same order).
-    let mut d1 = if quads(1, dim, &[&x, &dy]) {
+    let mut d1 = if quads(gpu, 1, dim, &[&x, &dy]) {
         gpu.kernel("norm", Some("team"), "rmsnorm_dgain_partial_q")?.dispatch(
             gpu,
             Some(pb),
@@ -301,23 +274,12 @@ pub struct HeadTerms<'a> {
     pub db_v: View<'a>,
 }
 
-thread_local! {
-    static FORCED_HEADS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-/// Runs `f` with the heads folded into the norm backward allowed (`true`, still only where
-/// [`folds_heads`] applies) or not on this thread: tests compare both.
-#[doc(hidden)]
-pub fn with_heads<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    super::with_override(&FORCED_HEADS, on, f)
-}
-
 /// Whether a model folds its delta writes' heads into the norm backward
 /// ([`rmsnorm_backward_heads`]) for `rows` rows of `dim` features and `m` value channels: where
 /// that backward runs its quad kernels (CPU adapters, `dim` a multiple of 4, teams of one) and
 /// m ≤ 4. There the heads kernel's own pass over (token, feature), two loads and two stores per
 /// element, costs more than the few extra loads of the norm's passes (docs/PERF.md).
-/// `DDL_NORM_HEADS=0` turns it off.
+/// The device's `norm_heads` form (and `norm_quads`) off turns it off.
 /// `views`: those the quad kernels read as vec4s (x, gain, dy, dx, w_β, W_v), which must start on
 /// 16-byte boundaries.
 pub fn folds_heads(gpu: &Gpu, rows: usize, dim: usize, m: usize, views: &[&View]) -> bool {
@@ -326,8 +288,8 @@ pub fn folds_heads(gpu: &Gpu, rows: usize, dim: usize, m: usize, views: &[&View]
         && team(gpu, rows, dim) == 1
         && dim.is_multiple_of(4)
         && gpu.limits.max_storage_buffers_per_shader_stage >= 9
-        && super::switch(&FORCED_QUADS, "DDL_NORM_QUADS", true)
-        && super::switch(&FORCED_HEADS, "DDL_NORM_HEADS", true)
+        && gpu.forms.norm_quads
+        && gpu.forms.norm_heads
 }
 
 /// [`rmsnorm_backward`] of a delta write's sublayer input with the write's heads folded in (spec

@@ -15,29 +15,18 @@ use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
 /// workgroup tree): the K pieces of a split product and other short stacks of partials (16), and
 /// on CPU adapters, where a workgroup barrier costs more than a hundred loads, the chunk partials
 /// of gain and head gradients too (128: tiny's head sums 1.9–2.6 → 0.8–1.0 ms per step, the dγ
-/// sums 0.9–1.2 → 0.5–0.7 ms, docs/PERF.md). `DDL_COL_SUM_SEQ=0` sends every sum through the
-/// tree as before (for measurements).
+/// sums 0.9–1.2 → 0.5–0.7 ms, docs/PERF.md): the device's `col_sum_seq` form (0 sends every sum
+/// through the tree).
 pub fn seq_rows(gpu: &Gpu) -> usize {
-    if gpu.info.device_type == wgpu::DeviceType::Cpu { 128 } else { 16 }
-}
-
-thread_local! {
-    static FORCED_SEQ_BLOCKS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-/// Runs `f` with [`seq_blocks`] forced on or off on this thread: tests check both forms on any
-/// adapter.
-#[doc(hidden)]
-pub fn with_seq_blocks<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    super::with_override(&FORCED_SEQ_BLOCKS, on, f)
+    gpu.forms.col_sum_seq_rows
 }
 
 /// Whether [`sum_squares`] sums each block (n a multiple of 4) with one invocation in order
 /// (`sum_squares_seq4`; CPU adapters, where the workgroup tree's barriers cost more than the
 /// block's loads, docs/PERF.md) rather than with a workgroup and a tree.
-/// `DDL_SUM_SQUARES_SEQ=0|1` overrides.
+/// The device's `sum_squares_seq` form.
 pub fn seq_blocks(gpu: &Gpu) -> bool {
-    super::switch(&FORCED_SEQ_BLOCKS, "DDL_SUM_SQUARES_SEQ", gpu.info.device_type == wgpu::DeviceType::Cpu)
+    gpu.forms.sum_squares_seq
 }
 
 /// Elements one `sum_squares_partial` / `sum_partial` workgroup reduces (`BLOCK` in the shader).
@@ -260,8 +249,7 @@ pub fn col_sum_chunked(
         accumulate: accumulate as u32,
         ..Default::default()
     };
-    let seq = std::env::var("DDL_COL_SUM_SEQ").map_or(true, |v| v != "0");
-    if seq && rows <= seq_rows(gpu) && total <= max_chunk {
+    if rows <= seq_rows(gpu) && total <= max_chunk {
         // Few rows, many columns: one invocation per column (or vec4 of columns), no tree.
         return col_sum_in_order(gpu, x, out, rows, cols, accumulate);
     }

@@ -83,23 +83,10 @@ fn shape_params(what: &str, s: &RopeShape) -> Result<Params> {
     })
 }
 
-/// Whether the vec4 entry points (`*4`: four pairs of one head per invocation) apply: h/2 a
-/// multiple of 4 and every view starting on a vec4. `DDL_ROPE_VEC4=0` turns them off.
-pub fn vec4(head_dim: usize, views: &[&View]) -> bool {
-    head_dim.is_multiple_of(8)
-        && views.iter().all(|v| v.offset.is_multiple_of(16))
-        && super::switch(&FORCED_VEC4, "DDL_ROPE_VEC4", true)
-}
-
-thread_local! {
-    static FORCED_VEC4: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-/// Runs `f` with the vec4 entry points allowed (`true`, still only where [`vec4`] applies) or off
-/// on this thread: tests compare both forms.
-#[doc(hidden)]
-pub fn with_vec4<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    super::with_override(&FORCED_VEC4, on, f)
+/// Whether the vec4 entry points (`*4`: four pairs of one head per invocation) apply: the
+/// device's `rope_vec4` form, h/2 a multiple of 4 and every view starting on a vec4.
+pub fn vec4(gpu: &Gpu, head_dim: usize, views: &[&View]) -> bool {
+    gpu.forms.rope_vec4 && head_dim.is_multiple_of(8) && views.iter().all(|v| v.offset.is_multiple_of(16))
 }
 
 fn grid(gpu: &Gpu, p: &Params) -> [u32; 3] {
@@ -141,7 +128,7 @@ fn bind(
             )));
         }
     }
-    let mut d = if vec4(s.head_dim, &[&table, &src.1, &dst.1]) {
+    let mut d = if vec4(gpu, s.head_dim, &[&table, &src.1, &dst.1]) {
         // Views of whole vec4s (lengths checked above).
         gpu.kernel("rope", None, &format!("{entry}4"))?.dispatch(
             gpu,

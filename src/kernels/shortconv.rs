@@ -98,78 +98,46 @@ const TOKEN_MIN_CHUNK: usize = 16;
 const ONE_WALK_CHUNK: usize = 32;
 
 /// Fewest tokens per chunk of the backward's partial sums for shape `s`.
-fn walk_chunk(s: &ConvShape) -> usize {
-    if sums_into_de(s) { ONE_WALK_CHUNK } else { TOKEN_MIN_CHUNK }
-}
-
-thread_local! {
-    static FORCED_FWD_CHUNK: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
-    static FORCED_SWEEP: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-    static FORCED_QUADS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-/// Runs `f` with [`conv_quads`] forced on or off on this thread (where d is a multiple of 4):
-/// tests check both layouts on any adapter.
-#[doc(hidden)]
-pub fn with_conv_quads<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    super::with_override(&FORCED_QUADS, on, f)
+fn walk_chunk(gpu: &Gpu, s: &ConvShape) -> usize {
+    if sums_into_de(gpu, s) { ONE_WALK_CHUNK } else { TOKEN_MIN_CHUNK }
 }
 
 /// Whether the windowed forward and the one-walk backward run in quads (`token_forward_wq`,
 /// `token_backward_wq*`: one invocation per four consecutive features, ∂a, a and ∂e as vec4s):
-/// on CPU adapters where d is a multiple of 4. There a SIMD batch walks its chunk's tokens one
-/// state row apart, and quads make it read 32 features' rows per step instead of 8 (probe: the
-/// walk 3.0–3.3 → 1.2–1.4 ms, the forward −15 to −25 %; docs/PERF.md, session 12). GPUs keep one
-/// feature per invocation (neighbouring invocations read neighbouring memory).
-/// `DDL_CONV_QUADS=0|1` overrides (where d is a multiple of 4).
+/// where the device's `conv_quads` form is on (CPU adapters) and d is a multiple of 4. There a
+/// SIMD batch walks its chunk's tokens one state row apart, and quads make it read 32 features'
+/// rows per step instead of 8 (probe: the walk 3.0–3.3 → 1.2–1.4 ms, the forward −15 to −25 %;
+/// docs/PERF.md, session 12). GPUs keep one feature per invocation (neighbouring invocations
+/// read neighbouring memory).
 pub fn conv_quads(gpu: &Gpu, s: &ConvShape) -> bool {
     quads_for_width(gpu, s.d)
 }
 
 /// [`conv_quads`] for width `d` (either compressor axis).
 fn quads_for_width(gpu: &Gpu, d: usize) -> bool {
-    d.is_multiple_of(4) && super::switch(&FORCED_QUADS, "DDL_CONV_QUADS", gpu.info.device_type == wgpu::DeviceType::Cpu)
-}
-
-/// Runs `f` with [`walk_sweep`] forced on or off on this thread: tests check both walks on any
-/// adapter.
-#[doc(hidden)]
-pub fn with_walk_sweep<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    super::with_override(&FORCED_SWEEP, on, f)
+    d.is_multiple_of(4) && gpu.forms.conv_quads
 }
 
 /// Whether the one-walk backward ([`token_backward_walk`]), where it does not run in quads
 /// ([`conv_quads`]: d not a multiple of 4, or quads turned off), runs as a sweep
 /// (`token_backward_w*_s`: a workgroup barrier after every token step, so that a step's rows are
-/// read in memory order). On CPU adapters (llvmpipe runs each SIMD batch's whole walk before the
-/// next one unless a barrier switches them, so without the barrier every batch strides through
-/// the chunk's tokens and misses the cache on each row: −30 % per walk with the barrier,
-/// docs/PERF.md); GPUs keep the barrier-free walk, whose neighbouring invocations already read
-/// neighbouring memory. `DDL_CONV_SWEEP=0|1` overrides.
+/// read in memory order): the device's `conv_sweep` form. On CPU adapters (llvmpipe runs each
+/// SIMD batch's whole walk before the next one unless a barrier switches them, so without the
+/// barrier every batch strides through the chunk's tokens and misses the cache on each row:
+/// −30 % per walk with the barrier, docs/PERF.md); GPUs keep the barrier-free walk, whose
+/// neighbouring invocations already read neighbouring memory.
 pub fn walk_sweep(gpu: &Gpu) -> bool {
-    super::switch(&FORCED_SWEEP, "DDL_CONV_SWEEP", gpu.info.device_type == wgpu::DeviceType::Cpu)
+    gpu.forms.conv_sweep
 }
 
-/// Runs `f` with this thread's forward walk length forced to `chunk` tokens (tests run several
-/// against float64).
-#[doc(hidden)]
-pub fn with_forward_chunk<R>(chunk: usize, f: impl FnOnce() -> R) -> R {
-    super::with_override(&FORCED_FWD_CHUNK, chunk, f)
-}
-
-/// Fewest tokens one invocation of the windowed forward walks: 16 on every adapter. The forward
-/// has no partial sums, so a longer walk only saves window preloads (K − 1 state rows per walk),
-/// but on CPU adapters a SIMD batch strides through its walk's tokens one state row apart, and
-/// with 64-token walks the rows that the next batch needs were evicted first: 64 measured 10–35 %
-/// slower than 16 in the training step (tiny, shakespeare-char; docs/PERF.md, session 12).
-/// `DDL_CONV_FWD_CHUNK` overrides it.
-fn forward_chunk() -> usize {
-    let forced = FORCED_FWD_CHUNK.with(|c| c.get());
-    let env = std::env::var("DDL_CONV_FWD_CHUNK").ok().and_then(|v| v.parse::<usize>().ok());
-    match forced.or(env) {
-        Some(c) if c >= 1 => c,
-        _ => TOKEN_MIN_CHUNK,
-    }
+/// Fewest tokens one invocation of the windowed forward walks: the device's `conv_fwd_chunk`
+/// form, 16 on every adapter. The forward has no partial sums, so a longer walk only saves window
+/// preloads (K − 1 state rows per walk), but on CPU adapters a SIMD batch strides through its
+/// walk's tokens one state row apart, and with 64-token walks the rows that the next batch needs
+/// were evicted first: 64 measured 10–35 % slower than 16 in the training step (tiny,
+/// shakespeare-char; docs/PERF.md, session 12).
+fn forward_chunk(gpu: &Gpu) -> usize {
+    gpu.forms.conv_forward_chunk.max(1)
 }
 
 /// `(chunk, chunks)`: tokens per chunk and number of chunks for a reduction over `n` tokens.
@@ -185,10 +153,20 @@ pub(crate) fn chunking_min(n: usize, min_chunk: usize) -> (usize, usize) {
     (chunk, n.div_ceil(chunk).max(1))
 }
 
-/// Elements of scratch one token-axis backward ([`token_backward`]) keeps: the chunk partials,
-/// for memory plans.
+/// Elements of scratch one token-axis backward ([`token_backward`]) keeps with the default forms
+/// (`conv_k4` on): the chunk partials, for memory plans.
 pub fn token_backward_scratch_elems(s: &ConvShape) -> usize {
-    let (_, chunks) = chunking_min(s.tokens(), walk_chunk(s));
+    let chunk = if windowed(s) && s.kernel == 4 { ONE_WALK_CHUNK } else { TOKEN_MIN_CHUNK };
+    partial_elems(s, chunk)
+}
+
+/// The chunk partials of a token-axis backward of `s` on `gpu`.
+fn token_partial_elems(gpu: &Gpu, s: &ConvShape) -> usize {
+    partial_elems(s, walk_chunk(gpu, s))
+}
+
+fn partial_elems(s: &ConvShape, chunk: usize) -> usize {
+    let (_, chunks) = chunking_min(s.tokens(), chunk);
     chunks * s.d * s.m * s.kernel
 }
 
@@ -283,14 +261,14 @@ pub fn token_forward(gpu: &Gpu, s: &ConvShape, x: View, kappa: View, rho: View, 
     need(what, "kappa", "[d, m, K]", &kappa, d * m * k)?;
     need(what, "rho", "[m]", &rho, m)?;
     need(what, "a", "[B, T, d]", &a, n * d)?;
-    let (chunk, chunks) = chunking_min(n, forward_chunk());
-    let p = Params { chunk: chunk as u32, chunks: chunks as u32, ..token_params(s) };
+    let (chunk, chunks) = chunking_min(n, forward_chunk(gpu));
+    let p = Params { chunk: chunk as u32, chunks: chunks as u32, ..token_params(gpu, s) };
     let pb = bytemuck::bytes_of(&p);
     let disp = if windowed(s) && conv_quads(gpu, s) {
         let bufs = [("xr", x), ("kappa", kappa), ("rho", rho), ("a4", a)];
-        conv_q(gpu, &window_variant(s), "token_forward_wq", pb, &bufs, d / 4 * p.chunks as usize)?
+        conv_q(gpu, &window_variant(gpu, s), "token_forward_wq", pb, &bufs, d / 4 * p.chunks as usize)?
     } else if windowed(s) {
-        let v = window_variant(s);
+        let v = window_variant(gpu, s);
         let bufs = [("xr", x), ("kappa", kappa), ("rho", rho), ("a", a)];
         conv(gpu, &v, "token_forward_w", pb, &bufs, d * p.chunks as usize)?
     } else {
@@ -310,18 +288,19 @@ fn drho_dispatch(gpu: &Gpu, pb: &[u8], drho: View, q: &Tensor, m: usize) -> Resu
 const GENERIC: &str = "m1";
 
 /// The shader variant of the windowed kernels for `s`: rows of m, and a window of 4 token states
-/// with K = 4 compiled in when K = 4 (else 8 slots, K from the parameters). `DDL_CONV_WINDOW=8`
-/// forces the general variant (for measurements).
+/// with K = 4 compiled in when K = 4 (else 8 slots, K from the parameters). The form
+/// `conv_k4=0` forces the general variant (for measurements).
 /// An f16 state adds `h` (the `…h` variants).
-fn window_variant(s: &ConvShape) -> String {
-    let k4 = if window_k4(s) { "k4" } else { "" };
+fn window_variant(gpu: &Gpu, s: &ConvShape) -> String {
+    let k4 = if window_k4(gpu, s) { "k4" } else { "" };
     let h = if s.state_f16 { "h" } else { "" };
     format!("{}{k4}{h}", crate::shaders::width_variant(s.m))
 }
 
-/// Whether the windowed kernels of `s` have K = 4 compiled in.
-fn window_k4(s: &ConvShape) -> bool {
-    s.kernel == 4 && !std::env::var("DDL_CONV_WINDOW").is_ok_and(|v| v.trim() == "8")
+/// Whether the windowed kernels of `s` have K = 4 compiled in (K = 4 and the device's `conv_k4`
+/// form).
+fn window_k4(gpu: &Gpu, s: &ConvShape) -> bool {
+    s.kernel == 4 && gpu.forms.conv_k4
 }
 
 /// Binds `entry` of the compressor shader, variant `variant`, over `threads` invocations.
@@ -360,12 +339,12 @@ pub enum WalkOut<'a> {
 
 /// Whether [`token_backward_walk`] can write Σ_j of the state gradient (`de`), or write `dx`
 /// without reading it: the one-walk kernel (windowed, K = 4 compiled in).
-pub fn sums_into_de(s: &ConvShape) -> bool {
-    windowed(s) && window_k4(s)
+pub fn sums_into_de(gpu: &Gpu, s: &ConvShape) -> bool {
+    windowed(s) && window_k4(gpu, s)
 }
 
-fn token_params(s: &ConvShape) -> Params {
-    let (chunk, chunks) = chunking_min(s.tokens(), walk_chunk(s));
+fn token_params(gpu: &Gpu, s: &ConvShape) -> Params {
+    let (chunk, chunks) = chunking_min(s.tokens(), walk_chunk(gpu, s));
     Params {
         n: s.tokens() as u32,
         seq: s.seq as u32,
@@ -464,8 +443,8 @@ pub fn token_backward_walk(
     need(what, "rho", "[m]", &rho, m)?;
     need(what, "da", "[B, T, d]", &da, n * d)?;
     need(what, "dx", "[B, T, d, m]", &dx, n * dm)?;
-    need(what, "partial", "[chunks, m, d, K]", &partial, token_backward_scratch_elems(s))?;
-    if !adds && !sums_into_de(s) {
+    need(what, "partial", "[chunks, m, d, K]", &partial, token_partial_elems(gpu, s))?;
+    if !adds && !sums_into_de(gpu, s) {
         return Err(GpuError::Shape(format!(
             "{what}: writing dx or Σ_j into de needs the one-walk kernel (m ≤ 4, K = 4), got {s:?}"
         )));
@@ -473,13 +452,13 @@ pub fn token_backward_walk(
     if let Some(de) = &de {
         need(what, "de", "[B, T, d]", de, n * d)?;
     }
-    let p = token_params(s);
+    let p = token_params(gpu, s);
     let pb = bytemuck::bytes_of(&p);
     let chunks = p.chunks as usize;
     // ∂X and the chunk partials of P: one walk with K = 4 compiled in (`token_backward_w`:
     // 12-25 % faster than two walks; a first fusion that kept both windows was slower, see
     // PERF.md), else two passes (windowed or per element).
-    Ok(if sums_into_de(s) {
+    Ok(if sums_into_de(gpu, s) {
         // `de` is bound either way (the entry point uses it); a stand-in of one vec4 when unused.
         let unused = match de {
             Some(_) => None,
@@ -492,18 +471,18 @@ pub fn token_backward_walk(
         let bufs =
             [("kappa4", kappa), ("rho", rho), (da_at, da), ("dxr", dx), ("xr", x), ("partial4", partial), (de_at, de)];
         let mut walk = if quads {
-            conv_q(gpu, &window_variant(s), entry_q, pb, &bufs, d / 4 * chunks)?
+            conv_q(gpu, &window_variant(gpu, s), entry_q, pb, &bufs, d / 4 * chunks)?
         } else {
             let entry = if walk_sweep(gpu) { format!("{entry}_s") } else { entry.to_string() };
-            conv(gpu, &window_variant(s), &entry, pb, &bufs, d * chunks)?
+            conv(gpu, &window_variant(gpu, s), &entry, pb, &bufs, d * chunks)?
         };
         walk.scratch.extend(unused.clone());
         vec![walk]
-    } else if windowed(s) && !(gpu.info.backend == wgpu::Backend::Gl && !window_k4(s)) {
+    } else if windowed(s) && !(gpu.info.backend == wgpu::Backend::Gl && !window_k4(gpu, s)) {
         // (Not on OpenGL with the 8-slot window: there its backward walks give wrong ∂X on
         // Mesa 22.3's llvmpipe — the same WGSL is right on Vulkan, and the per-element kernels
         // are right on both; tests/kernels/shortconv.rs checks whichever path runs.)
-        let v = window_variant(s);
+        let v = window_variant(gpu, s);
         let bufs = [("kappa", kappa), ("rho", rho), ("da", da), ("dxr", dx)];
         let d_dx = conv(gpu, &v, "token_backward_dx_w", pb, &bufs, d * chunks)?;
         let bufs = [("xr", x), ("da", da), ("partial", partial)];
@@ -525,7 +504,7 @@ pub fn token_backward_walk(
 /// Chunk rows of one slot of [`token_partials`]: the walk's chunks, rounded up so that every
 /// slot starts where a storage binding may start (the extra rows stay zero).
 fn slot_chunks(gpu: &Gpu, s: &ConvShape) -> usize {
-    let (_, chunks) = chunking_min(s.tokens(), walk_chunk(s));
+    let (_, chunks) = chunking_min(s.tokens(), walk_chunk(gpu, s));
     let row = s.d * s.m * s.kernel;
     let q = crate::kernels::reduce::align_elems(gpu);
     let step = q / gcd(q, row);
@@ -569,7 +548,7 @@ pub fn token_backward_finish(
     need(what, "drho", "[m]", &drho, s.m)?;
     let rows = calls * slot_chunks(gpu, s);
     need(what, "partial", "[calls, chunks, m, d, K]", &partial.view(), rows * dm * k)?;
-    let p = Params { chunks: rows as u32, ..token_params(s) };
+    let p = Params { chunks: rows as u32, ..token_params(gpu, s) };
     let mut d_fin = conv(
         gpu,
         GENERIC,
@@ -633,7 +612,7 @@ pub fn value_forward(
     let p = value_params(n, d, m, kc);
     // CPU adapters: quads of features walking chunks of tokens, Ω formed once per quad (m ≤ 4).
     if value_quads(gpu, d, m) {
-        let (chunk, chunks) = chunking_min(n, forward_chunk());
+        let (chunk, chunks) = chunking_min(n, forward_chunk(gpu));
         let p = Params { chunk: chunk as u32, chunks: chunks as u32, ..p };
         let bufs = [("xr", x), ("kappa", kappa), ("rho", rho), ("a4", a)];
         return Ok(vec![conv_q(

@@ -34,29 +34,16 @@ fn check(what: &str, n: usize, views: &[(&str, &View)]) -> Result<Params> {
     Ok(Params { n: n as u32, _pad: [0; 3] })
 }
 
-/// Whether the vec4 entry points (`*4`, four elements per invocation) apply: n a multiple of 4
-/// and every view starting on a vec4. `DDL_SWIGLU_VEC4=0` turns them off (tests, benchmarks).
-pub fn vec4(n: usize, views: &[&View]) -> bool {
-    n.is_multiple_of(4)
-        && views.iter().all(|v| v.offset.is_multiple_of(16))
-        && super::switch(&FORCED_VEC4, "DDL_SWIGLU_VEC4", true)
-}
-
-thread_local! {
-    static FORCED_VEC4: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-/// Runs `f` with the vec4 entry points allowed (`true`, still only where [`vec4`] applies) or off
-/// on this thread: tests compare both forms.
-#[doc(hidden)]
-pub fn with_vec4<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    super::with_override(&FORCED_VEC4, on, f)
+/// Whether the vec4 entry points (`*4`, four elements per invocation) apply: the device's
+/// `swiglu_vec4` form, n a multiple of 4 and every view starting on a vec4.
+pub fn vec4(gpu: &Gpu, n: usize, views: &[&View]) -> bool {
+    gpu.forms.swiglu_vec4 && n.is_multiple_of(4) && views.iter().all(|v| v.offset.is_multiple_of(16))
 }
 
 /// `out = silu(gate) ⊙ up` over `n` elements (`gate`, `up`, `out`: `[n]`).
 pub fn forward(gpu: &Gpu, gate: View, up: View, out: View, n: usize) -> Result<Vec<Dispatch>> {
     let p = check("swiglu forward", n, &[("gate", &gate), ("up", &up), ("out", &out)])?;
-    if vec4(n, &[&gate, &up, &out]) {
+    if vec4(gpu, n, &[&gate, &up, &out]) {
         let k = gpu.kernel("swiglu", None, "swiglu_forward4")?;
         let wg = grid_1d((n / 4) as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension);
         let b = [("gate4", gate.sub(0, n)), ("up4", up.sub(0, n)), ("out4", out.sub(0, n))];
@@ -83,7 +70,7 @@ pub fn backward(
         n,
         &[("gate", &gate), ("up", &up), ("dout", &dout), ("dgate", &dgate), ("dup", &dup)],
     )?;
-    if vec4(n, &[&gate, &up, &dout, &dgate, &dup]) {
+    if vec4(gpu, n, &[&gate, &up, &dout, &dgate, &dup]) {
         let k = gpu.kernel("swiglu", None, "swiglu_backward4")?;
         let wg = grid_1d((n / 4) as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension);
         let b = [

@@ -1138,7 +1138,7 @@ impl Model {
             // The readout's gradient starts the state's: written by the one-walk kernel, else
             // added into a zeroed ∂X.
             let cs = self.conv_shape(p, c.state_kernel);
-            if !var.value_axis() && shortconv::sums_into_de(&cs) {
+            if !var.value_axis() && shortconv::sums_into_de(gpu, &cs) {
                 let (kappa, rho) = (self.pv("readout.kernel"), self.pv("readout.read"));
                 let (dkappa, drho) = (self.gv("readout.kernel"), self.gv("readout.read"));
                 run(
@@ -1182,7 +1182,7 @@ impl Model {
         let fuse_rep = var.expanded()
             && !var.ec()
             && !var.value_axis()
-            && shortconv::sums_into_de(&self.conv_shape(p, c.state_kernel));
+            && shortconv::sums_into_de(gpu, &self.conv_shape(p, c.state_kernel));
         for l in (0..c.n_layers).rev() {
             let blk = format!("blocks.{l}");
             // The block's compressor: both calls' chunk partials in one buffer, one finish.

@@ -69,8 +69,14 @@ struct Outcome {
 
 /// Five steps on the GPU (sum_squares of the gradients, then the AdamW step bound once and
 /// updated with set_step) and on the CPU; asserts they agree and returns the GPU state.
-fn five_steps(mut rng: Rng, sizes: &[usize], grad_clip: f32, factors: [f32; 5], chunk: Option<usize>) -> Outcome {
-    let gpu = gpu();
+fn five_steps(
+    gpu: &Gpu,
+    mut rng: Rng,
+    sizes: &[usize],
+    grad_clip: f32,
+    factors: [f32; 5],
+    chunk: Option<usize>,
+) -> Outcome {
     let (n, ranges) = layout(sizes);
     let mask = adamw::decay_mask(n, &ranges);
     let decayed: Vec<bool> = (0..n).map(|i| mask[i / 64] != 0).collect();
@@ -117,18 +123,18 @@ const SIZES: &[usize] = &[130, 64, 77, 1, 300, 5];
 #[test]
 fn five_steps_match_float64_with_clipping_active_at_every_step() {
     // ‖g‖ ≈ sqrt(n) ≈ 24: a clip at 5 is always active.
-    five_steps(Rng::fresh(), SIZES, 5.0, [1.0; 5], None);
+    five_steps(&gpu(), Rng::fresh(), SIZES, 5.0, [1.0; 5], None);
 }
 
 #[test]
 fn five_steps_match_float64_with_clipping_switching_on_and_off() {
-    five_steps(Rng::fresh(), SIZES, 24.0, [2.0, 0.3, 3.0, 0.2, 2.5], None);
+    five_steps(&gpu(), Rng::fresh(), SIZES, 24.0, [2.0, 0.3, 3.0, 0.2, 2.5], None);
 }
 
 #[test]
 fn five_steps_match_float64_without_clipping() {
-    five_steps(Rng::fresh(), SIZES, 0.0, [1.0, 0.5, 2.0, 1.0, 0.1], None);
-    five_steps(Rng::fresh(), SIZES, 1e4, [1.0; 5], None);
+    five_steps(&gpu(), Rng::fresh(), SIZES, 0.0, [1.0, 0.5, 2.0, 1.0, 0.1], None);
+    five_steps(&gpu(), Rng::fresh(), SIZES, 1e4, [1.0; 5], None);
 }
 
 #[test]
@@ -136,10 +142,10 @@ fn chunked_bindings_match_float64_and_are_bit_identical_to_one_binding() {
     let sizes = [1000, 2049, 17, 3000, 64, 999];
     let factors = [1.0, 2.0, 0.5, 3.0, 1.0];
     let seed = Rng::fresh().seed;
-    let whole = five_steps(Rng::new(seed), &sizes, 30.0, factors, None);
+    let whole = five_steps(&gpu(), Rng::new(seed), &sizes, 30.0, factors, None);
     // A requested size becomes a multiple of 16·alignment (the mask's alignment), at least one.
     for c in [1, 5000] {
-        let chunked = five_steps(Rng::new(seed), &sizes, 30.0, factors, Some(c));
+        let chunked = five_steps(&gpu(), Rng::new(seed), &sizes, 30.0, factors, Some(c));
         for (x, y) in [(&whole.p, &chunked.p), (&whole.m, &chunked.m), (&whole.v, &chunked.v)] {
             let same = x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
             assert!(same, "chunk {c}: differs from one binding (seed {seed})");
@@ -163,21 +169,31 @@ fn four_elements_per_invocation_give_the_bits_of_one() {
     // chunked, clipping on.
     let seed = Rng::fresh().seed;
     for chunk in [None, Some(1)] {
-        let a = adamw::with_vec4(true, || five_steps(Rng::new(seed), SIZES, 5.0, [1.0, 3.0, 0.5, 1.0, 2.0], chunk));
-        let b = adamw::with_vec4(false, || five_steps(Rng::new(seed), SIZES, 5.0, [1.0, 3.0, 0.5, 1.0, 2.0], chunk));
+        let a = with_forms(
+            &gpu(),
+            |f| f.adamw_vec4 = true,
+            |gpu| five_steps(gpu, Rng::new(seed), SIZES, 5.0, [1.0, 3.0, 0.5, 1.0, 2.0], chunk),
+        );
+        let b = with_forms(
+            &gpu(),
+            |f| f.adamw_vec4 = false,
+            |gpu| five_steps(gpu, Rng::new(seed), SIZES, 5.0, [1.0, 3.0, 0.5, 1.0, 2.0], chunk),
+        );
         for (x, y) in [(&a.p, &b.p), (&a.m, &b.m), (&a.v, &b.v)] {
             let same = x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
             assert!(same, "chunk {chunk:?}: vec4 and scalar steps differ (seed {seed})");
         }
     }
-    assert!(adamw::vec4(64) && !adamw::vec4(66));
+    let gpu = gpu();
+    assert!(adamw::vec4(&gpu, 64) && !adamw::vec4(&gpu, 66));
+    assert!(!adamw::vec4(&gpu.with_forms(|f| f.adamw_vec4 = false), 64));
 }
 
 #[test]
 fn results_are_bit_identical_run_to_run() {
     let seed = Rng::fresh().seed;
-    let a = five_steps(Rng::new(seed), SIZES, 5.0, [1.0; 5], None);
-    let b = five_steps(Rng::new(seed), SIZES, 5.0, [1.0; 5], None);
+    let a = five_steps(&gpu(), Rng::new(seed), SIZES, 5.0, [1.0; 5], None);
+    let b = five_steps(&gpu(), Rng::new(seed), SIZES, 5.0, [1.0; 5], None);
     for (x, y) in [(&a.p, &b.p), (&a.m, &b.m), (&a.v, &b.v)] {
         let same = x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
         assert!(same, "seed {seed}");

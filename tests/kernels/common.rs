@@ -2,9 +2,10 @@
 
 #![allow(dead_code)]
 
+pub use ddl::gpu::Gpu;
 pub use ddl::testing::{Rng, assert_close, gpu};
 
-use ddl::gpu::{DType, Gpu, Tensor};
+use ddl::gpu::{DType, Tensor};
 
 /// An output tensor filled with NaN, so unwritten elements fail the comparison.
 pub fn poisoned(gpu: &Gpu, label: &str, shape: &[usize]) -> Tensor {
@@ -110,4 +111,11 @@ pub fn f16_gpu() -> std::sync::Arc<Gpu> {
         gpu.info.name
     );
     gpu
+}
+
+/// Runs `f` on a handle to the same device whose kernel forms `change` sets (every form of a
+/// kernel is tested on any adapter this way).
+pub fn with_forms<R>(gpu: &Gpu, change: impl FnOnce(&mut ddl::kernels::forms::Forms), f: impl FnOnce(&Gpu) -> R) -> R {
+    let g = gpu.with_forms(change);
+    f(&g)
 }

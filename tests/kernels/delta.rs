@@ -10,6 +10,7 @@
 use super::common::*;
 use ddl::gpu::{GpuError, Tensor};
 use ddl::kernels::delta::{self, DeltaShape, VAct};
+use ddl::kernels::forms::Forms;
 
 const EPS_K: f32 = 1e-5;
 const ACTS: [VAct; 3] = [VAct::Sigmoid4, VAct::Sigmoid, VAct::Linear];
@@ -338,23 +339,23 @@ struct GpuBwd {
     db_v: Vec<f32>,
 }
 
-fn gpu_forward(s: &DeltaShape, inp: &[Vec<f32>]) -> GpuFwd {
-    gpu_forward_k(s, inp, true)
+fn gpu_forward(gpu: &Gpu, s: &DeltaShape, inp: &[Vec<f32>]) -> GpuFwd {
+    gpu_forward_k(gpu, s, inp, true)
 }
 
 /// The forward with or without storing k (training passes none: the backward recomputes k̃·r).
-fn gpu_forward_k(s: &DeltaShape, inp: &[Vec<f32>], store_k: bool) -> GpuFwd {
-    gpu_forward_kb(s, inp, store_k, None).0
+fn gpu_forward_k(gpu: &Gpu, s: &DeltaShape, inp: &[Vec<f32>], store_k: bool) -> GpuFwd {
+    gpu_forward_kb(gpu, s, inp, store_k, None).0
 }
 
 /// … and with β also into column `col` of a poisoned `[n, stride]` buffer (returned).
 fn gpu_forward_kb(
+    gpu: &Gpu,
     s: &DeltaShape,
     inp: &[Vec<f32>],
     store_k: bool,
     betas: Option<(usize, usize)>,
 ) -> (GpuFwd, Vec<f32>) {
-    let gpu = gpu();
     let (n, d, m) = (s.n, s.d, s.m);
     let t: Vec<Tensor> = ["x", "kraw", "a", "c", "w_beta", "b_beta", "w_v", "b_v"]
         .iter()
@@ -414,8 +415,7 @@ struct BwdIn<'a> {
     db_v0: &'a [f32],
 }
 
-fn gpu_backward(s: &DeltaShape, b: &BwdIn) -> GpuBwd {
-    let gpu = gpu();
+fn gpu_backward(gpu: &Gpu, s: &DeltaShape, b: &BwdIn) -> GpuBwd {
     let (n, d, m) = (s.n, s.d, s.m);
     let up = |l: &str, v: &[f32]| upload(&gpu, l, v);
     let g = up("g", b.g);
@@ -539,7 +539,7 @@ fn plus(a: &[f64], b: &[f32]) -> Vec<f64> {
 
 /// Runs forward and backward on fresh random data and checks both against float64:
 /// forward ≤ 1e-5, backward ≤ 1e-4 (relative L2), parameter gradients added onto random values.
-fn check(s: DeltaShape, accumulate_da: bool, special: bool) {
+fn check(gpu: &Gpu, s: DeltaShape, accumulate_da: bool, special: bool) {
     let mut rng = Rng::fresh();
     let seed = rng.seed;
     let (n, d, m) = (s.n, s.d, s.m);
@@ -547,7 +547,7 @@ fn check(s: DeltaShape, accumulate_da: bool, special: bool) {
     let sp = if special { 3 } else { 0 };
     let tag = format!("n={n} d={d} m={m} {:?} acc_da={accumulate_da}", s.v_act);
 
-    let f = gpu_forward(&s, &inp);
+    let f = gpu_forward(gpu, &s, &inp);
     let p = inputs_f64(&inp);
     let want = ref_forward(&s, &p);
     // Per-token outputs: the special tokens are compared one by one.
@@ -574,6 +574,7 @@ fn check(s: DeltaShape, accumulate_da: bool, special: bool) {
     let dw_v0 = rng.normal(m * d, 1.0);
     let db_v0 = rng.normal(m, 1.0);
     let got = gpu_backward(
+        gpu,
         &s,
         &BwdIn {
             g: &g,
@@ -629,12 +630,12 @@ fn shape(n: usize, d: usize, m: usize, v_act: VAct) -> DeltaShape {
     DeltaShape { n, d, m, k_eps: EPS_K, v_act, state_f16: false }
 }
 
-fn grid(v_act: VAct) {
+fn grid(gpu: &Gpu, v_act: VAct) {
     let mut i = 0;
     for &d in &[1, 5, 33, 300] {
         for &m in &[1, 3, 4] {
             for &n in &[1, 7, 50] {
-                check(shape(n, d, m, v_act), i % 2 == 1, true);
+                check(gpu, shape(n, d, m, v_act), i % 2 == 1, true);
                 i += 1;
             }
         }
@@ -746,33 +747,33 @@ fn reference_backward_matches_finite_differences_of_reference_forward_for_every_
 
 #[test]
 fn sigmoid4_write_matches_float64_for_every_size_in_the_grid() {
-    grid(VAct::Sigmoid4);
+    grid(&gpu(), VAct::Sigmoid4);
 }
 
 #[test]
 fn sigmoid_write_matches_float64_for_every_size_in_the_grid() {
-    grid(VAct::Sigmoid);
+    grid(&gpu(), VAct::Sigmoid);
 }
 
 #[test]
 fn linear_write_matches_float64_for_every_size_in_the_grid() {
-    grid(VAct::Linear);
+    grid(&gpu(), VAct::Linear);
 }
 
 #[test]
 fn states_wider_than_the_register_cache_and_eight_value_channels_match_float64() {
     // Rows past 4 per invocation (d > 512) are read twice and their ∂k is parked in dkraw;
     // m = 8 is the largest supported.
-    check(shape(5, 1500, 8, VAct::Sigmoid4), true, true);
-    check(shape(4, 1025, 2, VAct::Linear), false, true);
-    check(shape(5, 256, 8, VAct::Sigmoid), false, true);
-    check(shape(2, 1024, 5, VAct::Sigmoid4), true, false);
-    check(shape(3, 512, 4, VAct::Sigmoid4), false, false);
-    check(shape(5, 513, 3, VAct::Sigmoid), true, true);
+    check(&gpu(), shape(5, 1500, 8, VAct::Sigmoid4), true, true);
+    check(&gpu(), shape(4, 1025, 2, VAct::Linear), false, true);
+    check(&gpu(), shape(5, 256, 8, VAct::Sigmoid), false, true);
+    check(&gpu(), shape(2, 1024, 5, VAct::Sigmoid4), true, false);
+    check(&gpu(), shape(3, 512, 4, VAct::Sigmoid4), false, false);
+    check(&gpu(), shape(5, 513, 3, VAct::Sigmoid), true, true);
     // Segment boundaries: 64 → two tokens per workgroup, 128 → one, 129 → one, two rows a lane.
-    check(shape(9, 64, 3, VAct::Sigmoid4), false, true);
-    check(shape(9, 128, 4, VAct::Sigmoid), true, true);
-    check(shape(9, 129, 1, VAct::Linear), false, true);
+    check(&gpu(), shape(9, 64, 3, VAct::Sigmoid4), false, true);
+    check(&gpu(), shape(9, 128, 4, VAct::Sigmoid), true, true);
+    check(&gpu(), shape(9, 129, 1, VAct::Linear), false, true);
 }
 
 #[test]
@@ -780,12 +781,18 @@ fn every_segment_width_matches_float64() {
     // The adapter picks the width (GPUs: up to 128 invocations per token with a workgroup
     // reduction; CPU adapters: 1, no reduction); every width must give the same results.
     for seg in [1, 2, 8, 32, 128] {
-        delta::with_segment_width(seg, || {
-            for (i, &(n, d, m)) in [(7, 5, 1), (50, 33, 3), (9, 300, 4), (4, 1025, 2), (9, 129, 8)].iter().enumerate() {
-                let act = [VAct::Sigmoid4, VAct::Sigmoid, VAct::Linear][i % 3];
-                check(shape(n, d, m, act), i % 2 == 0, true);
-            }
-        });
+        with_forms(
+            &gpu(),
+            |f| f.delta_segment = Some(seg),
+            |gpu| {
+                for (i, &(n, d, m)) in
+                    [(7, 5, 1), (50, 33, 3), (9, 300, 4), (4, 1025, 2), (9, 129, 8)].iter().enumerate()
+                {
+                    let act = [VAct::Sigmoid4, VAct::Sigmoid, VAct::Linear][i % 3];
+                    check(gpu, shape(n, d, m, act), i % 2 == 0, true);
+                }
+            },
+        );
     }
 }
 
@@ -799,21 +806,18 @@ fn f16_state_kernels_match_float64_on_the_rounded_state_in_every_layout() {
     let shapes = [(7, 4), (65, 44), (9, 300), (50, 33), (1, 8)];
     let f16 = |n: usize, d: usize, act: VAct| DeltaShape { state_f16: true, ..shape(n, d, 4, act) };
     for seg in [1, 8, 32] {
-        delta::with_segment_width(seg, || {
-            for (on, shared) in [(true, true), (true, false), (false, true)] {
-                if seg > 1 && !(on && shared) {
-                    continue;
-                }
-                ddl::kernels::with_subgroup_loads(shared, || {
-                    delta::with_quads(on, || {
-                        for (i, &(n, d)) in shapes.iter().enumerate() {
-                            let act = [VAct::Sigmoid4, VAct::Sigmoid, VAct::Linear][i % 3];
-                            check(f16(n, d, act), i % 2 == 1, i % 3 != 2);
-                        }
-                    })
-                });
+        for (on, shared) in [(true, true), (true, false), (false, true)] {
+            if seg > 1 && !(on && shared) {
+                continue;
             }
-        });
+            let forms = |f: &mut Forms| (f.delta_segment, f.subgroup_loads, f.delta_quads) = (Some(seg), shared, on);
+            with_forms(&gpu, forms, |gpu| {
+                for (i, &(n, d)) in shapes.iter().enumerate() {
+                    let act = [VAct::Sigmoid4, VAct::Sigmoid, VAct::Linear][i % 3];
+                    check(gpu, f16(n, d, act), i % 2 == 1, i % 3 != 2);
+                }
+            });
+        }
     }
     // Only m = 4 has f16 rows: other widths are a clear error.
     let bad = DeltaShape { state_f16: true, ..shape(3, 8, 3, VAct::Sigmoid4) };
@@ -852,28 +856,25 @@ fn quad_kernels_of_the_one_token_per_invocation_layout_match_float64() {
     // counts, several heads chunks, every value width class, both da modes and both gradient
     // layouts.
     let shapes = [(7, 4, 1), (65, 44, 4), (9, 128, 3), (130, 300, 8), (3, 1028, 2), (50, 12, 5), (200, 64, 4)];
-    delta::with_segment_width(1, || {
-        for (on, shared) in [(true, true), (true, false), (false, true)] {
-            ddl::kernels::with_subgroup_loads(shared, || {
-                delta::with_quads(on, || {
-                    for (i, &(n, d, m)) in shapes.iter().enumerate() {
-                        assert_eq!(delta::quads(1, d), on, "quads at d = {d}");
-                        let act = [VAct::Sigmoid4, VAct::Sigmoid, VAct::Linear][i % 3];
-                        PACKED.with(|p| p.set(i % 2 == 1));
-                        check(shape(n, d, m, act), i % 3 == 1, i % 4 != 3);
-                    }
-                    PACKED.with(|p| p.set(false));
-                    assert!(!delta::quads(1, 45) && !delta::quads(2, 44));
-                })
-            });
-        }
-    });
+    for (on, shared) in [(true, true), (true, false), (false, true)] {
+        let forms = |f: &mut Forms| (f.delta_segment, f.subgroup_loads, f.delta_quads) = (Some(1), shared, on);
+        with_forms(&gpu(), forms, |gpu| {
+            for (i, &(n, d, m)) in shapes.iter().enumerate() {
+                assert_eq!(delta::quads(gpu, 1, d), on, "quads at d = {d}");
+                let act = [VAct::Sigmoid4, VAct::Sigmoid, VAct::Linear][i % 3];
+                PACKED.with(|p| p.set(i % 2 == 1));
+                check(gpu, shape(n, d, m, act), i % 3 == 1, i % 4 != 3);
+            }
+            PACKED.with(|p| p.set(false));
+            assert!(!delta::quads(gpu, 1, 45) && !delta::quads(gpu, 2, 44));
+        });
+    }
 }
 
 #[test]
 fn more_tokens_than_one_grid_dimension_holds_are_all_written() {
     // 66 000 workgroups: one token each (d > 64), the grid is split over x and y.
-    check(shape(66_000, 65, 1, VAct::Sigmoid4), true, true);
+    check(&gpu(), shape(66_000, 65, 1, VAct::Sigmoid4), true, true);
 }
 
 #[test]
@@ -881,15 +882,15 @@ fn token_sums_over_the_most_chunks_are_added_chunk_by_chunk() {
     // 40 000 tokens: the head gradients' sums over tokens run in the most chunks (256, of 157
     // tokens, the last one shorter), added in chunk order; 16 385 tokens: 257 tokens per chunk
     // would exceed the cap, so 256 chunks of 65 (the last 10).
-    check(shape(40_000, 3, 2, VAct::Sigmoid4), false, true);
-    check(shape(16_385, 2, 1, VAct::Linear), true, false);
+    check(&gpu(), shape(40_000, 3, 2, VAct::Sigmoid4), false, true);
+    check(&gpu(), shape(16_385, 2, 1, VAct::Linear), true, false);
 }
 
 #[test]
 fn accumulate_da_adds_into_da_and_otherwise_overwrites_it() {
     for acc in [false, true] {
-        check(shape(9, 70, 4, VAct::Sigmoid4), acc, true);
-        check(shape(9, 70, 1, VAct::Linear), acc, false);
+        check(&gpu(), shape(9, 70, 4, VAct::Sigmoid4), acc, true);
+        check(&gpu(), shape(9, 70, 1, VAct::Linear), acc, false);
     }
 }
 
@@ -900,14 +901,14 @@ fn head_gradients_laid_out_like_the_models_match_float64() {
     // several chunks, both da modes.
     PACKED.with(|p| p.set(true));
     for (i, (n, d, m)) in [(9, 70, 4), (200, 33, 3), (130, 64, 1), (1, 5, 2)].into_iter().enumerate() {
-        check(shape(n, d, m, VAct::Sigmoid4), i % 2 == 0, true);
+        check(&gpu(), shape(n, d, m, VAct::Sigmoid4), i % 2 == 0, true);
     }
     PACKED.with(|p| p.set(false));
 }
 
 /// Random inputs of one forward + backward, and a function that runs both on the GPU and returns
 /// the bits of every output.
-fn bits_of_a_run(s: &DeltaShape, rng: &mut Rng) -> impl Fn() -> Vec<Vec<u32>> + use<> {
+fn bits_of_a_run(s: &DeltaShape, rng: &mut Rng) -> impl Fn(&Gpu) -> Vec<Vec<u32>> + use<> {
     let (n, d, m) = (s.n, s.d, s.m);
     let inp = draw(rng, s, true);
     let g = rng.normal(n * d * m, 1.0);
@@ -915,10 +916,11 @@ fn bits_of_a_run(s: &DeltaShape, rng: &mut Rng) -> impl Fn() -> Vec<Vec<u32>> + 
     let (dw_beta0, db_beta0) = (rng.normal(d, 1.0), rng.normal(1, 1.0));
     let (dw_v0, db_v0) = (rng.normal(m * d, 1.0), rng.normal(m, 1.0));
     let s = *s;
-    move || {
+    move |gpu: &Gpu| {
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
-        let f = gpu_forward(&s, &inp);
+        let f = gpu_forward(gpu, &s, &inp);
         let b = gpu_backward(
+            gpu,
             &s,
             &BwdIn {
                 g: &g,
@@ -945,7 +947,8 @@ fn bits_of_a_run(s: &DeltaShape, rng: &mut Rng) -> impl Fn() -> Vec<Vec<u32>> + 
 fn forward_and_backward_are_bit_identical_run_to_run() {
     let mut rng = Rng::fresh();
     let run = bits_of_a_run(&shape(300, 257, 4, VAct::Sigmoid4), &mut rng);
-    assert!(run() == run(), "two runs on the same inputs differ (seed {})", rng.seed);
+    let gpu = gpu();
+    assert!(run(&gpu) == run(&gpu), "two runs on the same inputs differ (seed {})", rng.seed);
 }
 
 #[test]
@@ -962,15 +965,19 @@ fn subgroup_shared_loads_give_the_bits_of_per_invocation_loads() {
         "subgroup-shared loads are chosen on CPU adapters with subgroups"
     );
     let mut rng = Rng::fresh();
-    delta::with_segment_width(1, || {
-        for (n, d, m) in [(130, 300, 4), (7, 132, 1), (200, 44, 3), (65, 1028, 8)] {
-            let run = bits_of_a_run(&shape(n, d, m, VAct::Sigmoid4), &mut rng);
-            let on = ddl::kernels::with_subgroup_loads(true, &run);
-            let off = ddl::kernels::with_subgroup_loads(false, &run);
-            assert!(on == off, "n {n} d {d} m {m}: shared loads change the results (seed {})", rng.seed);
-        }
-    });
-    assert!(has || !ddl::kernels::with_subgroup_loads(true, || ddl::kernels::subgroup_loads(&gpu)));
+    with_forms(
+        &gpu,
+        |f| f.delta_segment = Some(1),
+        |gpu| {
+            for (n, d, m) in [(130, 300, 4), (7, 132, 1), (200, 44, 3), (65, 1028, 8)] {
+                let run = bits_of_a_run(&shape(n, d, m, VAct::Sigmoid4), &mut rng);
+                let on = run(&gpu.with_forms(|f| f.subgroup_loads = true));
+                let off = run(&gpu.with_forms(|f| f.subgroup_loads = false));
+                assert!(on == off, "n {n} d {d} m {m}: shared loads change the results (seed {})", rng.seed);
+            }
+        },
+    );
+    assert!(has || !with_forms(&gpu, |f| f.subgroup_loads = true, |gpu| ddl::kernels::subgroup_loads(&gpu)));
 }
 
 #[test]
@@ -982,7 +989,7 @@ fn traces_may_be_disjoint_views_of_one_buffer_and_params_of_another() {
     let s = shape(5, 7, 3, VAct::Sigmoid4);
     let (n, d, m) = (s.n, s.d, s.m);
     let inp = draw(&mut rng, &s, false);
-    let want = gpu_forward(&s, &inp);
+    let want = gpu_forward(&gpu, &s, &inp);
     let align = (gpu.limits.min_storage_buffer_offset_alignment as usize / 4).max(1);
     let at = |i: usize| i * 64usize.div_ceil(align) * align;
     let mut flat = vec![0.0f32; at(4)];
@@ -1118,24 +1125,31 @@ fn shape_errors_and_aliased_outputs_are_reported_not_panicked() {
 #[test]
 fn the_forward_without_k_writes_the_same_state_and_traces() {
     for (seg, quads) in [(1, true), (1, false), (4, false), (32, false)] {
-        delta::with_segment_width(seg, || {
-            delta::with_quads(quads, || {
-                let mut rng = Rng::fresh();
-                let s = shape(37, 12, 4, VAct::Sigmoid4);
-                let inp = draw(&mut rng, &s, false);
-                let (a, b) = (gpu_forward_k(&s, &inp, true), gpu_forward_k(&s, &inp, false));
-                let same = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
-                let tag = format!("seg {seg} quads {quads} (seed {})", rng.seed);
-                assert!(same(&a.x_out, &b.x_out) && same(&a.rnorm, &b.rnorm), "{tag}: X' or r differs");
-                assert!(same(&a.beta, &b.beta) && same(&a.v, &b.v) && same(&a.delta, &b.delta), "{tag}: traces differ");
-                assert!(b.k.iter().all(|v| v.is_nan()), "{tag}: k was written");
-                // β of a write also into its column of a model's [n, writes] buffer.
-                let (c, ball) = gpu_forward_kb(&s, &inp, false, Some((2, 3)));
-                for t in 0..s.n {
-                    assert_eq!(ball[t * 3 + 2].to_bits(), c.beta[t].to_bits(), "{tag}: β column, token {t}");
-                    assert!(ball[t * 3].is_nan() && ball[t * 3 + 1].is_nan(), "{tag}: other columns written");
+        with_forms(
+            &gpu(),
+            |f| (f.delta_segment, f.delta_quads) = (Some(seg), quads),
+            |gpu| {
+                {
+                    let mut rng = Rng::fresh();
+                    let s = shape(37, 12, 4, VAct::Sigmoid4);
+                    let inp = draw(&mut rng, &s, false);
+                    let (a, b) = (gpu_forward_k(gpu, &s, &inp, true), gpu_forward_k(gpu, &s, &inp, false));
+                    let same = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+                    let tag = format!("seg {seg} quads {quads} (seed {})", rng.seed);
+                    assert!(same(&a.x_out, &b.x_out) && same(&a.rnorm, &b.rnorm), "{tag}: X' or r differs");
+                    assert!(
+                        same(&a.beta, &b.beta) && same(&a.v, &b.v) && same(&a.delta, &b.delta),
+                        "{tag}: traces differ"
+                    );
+                    assert!(b.k.iter().all(|v| v.is_nan()), "{tag}: k was written");
+                    // β of a write also into its column of a model's [n, writes] buffer.
+                    let (c, ball) = gpu_forward_kb(gpu, &s, &inp, false, Some((2, 3)));
+                    for t in 0..s.n {
+                        assert_eq!(ball[t * 3 + 2].to_bits(), c.beta[t].to_bits(), "{tag}: β column, token {t}");
+                        assert!(ball[t * 3].is_nan() && ball[t * 3 + 1].is_nan(), "{tag}: other columns written");
+                    }
                 }
-            })
-        });
+            },
+        );
     }
 }

@@ -71,8 +71,7 @@ struct Run {
 
 /// Forward then backward on the GPU in one submission (the backward reads the valid count
 /// from `out` on the GPU), with outputs poisoned first.
-fn gpu_ce(x: &[f32], y: &[i32], v: usize, alpha: f32, scale: f32, chunk: Option<usize>) -> Run {
-    let gpu = gpu();
+fn gpu_ce(gpu: &Gpu, x: &[f32], y: &[i32], v: usize, alpha: f32, scale: f32, chunk: Option<usize>) -> Run {
     let n = y.len();
     let tx = upload(&gpu, "logits", x);
     let ty = Tensor::from_i32(&gpu, "targets", &[n], y).unwrap();
@@ -110,13 +109,17 @@ fn check(x: &[f32], y: &[i32], v: usize, alpha: f32, scale: f32, seed: u64) -> R
     let team = (1usize << (usize::BITS - 1 - v.leading_zeros())).min(256);
     let one = if v <= loss::CPU_ROW_VOCAB { 1 } else { team };
     for tpr in [one, team] {
-        loss::with_threads_per_row(tpr, || check_tpr(x, y, v, alpha, scale, seed, &format!(" tpr={tpr}")));
+        with_forms(
+            &gpu(),
+            |f| f.ce_threads_per_row = Some(tpr),
+            |gpu| check_tpr(gpu, x, y, v, alpha, scale, seed, &format!(" tpr={tpr}")),
+        );
     }
-    check_tpr(x, y, v, alpha, scale, seed, "")
+    check_tpr(&gpu(), x, y, v, alpha, scale, seed, "")
 }
 
-fn check_tpr(x: &[f32], y: &[i32], v: usize, alpha: f32, scale: f32, seed: u64, tag: &str) -> Run {
-    let got = gpu_ce(x, y, v, alpha, scale, None);
+fn check_tpr(gpu: &Gpu, x: &[f32], y: &[i32], v: usize, alpha: f32, scale: f32, seed: u64, tag: &str) -> Run {
+    let got = gpu_ce(gpu, x, y, v, alpha, scale, None);
     let name = format!("ce n={} V={v} α={alpha}{tag}", y.len());
     let (lse, mean, count) = forward_ref(x, y, v, alpha as f64);
     assert_close(&format!("{name} lse"), &got.lse, &lse, 1e-5, seed);
@@ -193,7 +196,11 @@ fn more_than_4096_rows_and_more_than_65535_workgroups_match_float64() {
     // grid dimension.
     let (n, v) = (65535 * 4 + 7, 65);
     let (x, y) = (rng.normal(n * v, 1.0), targets(&mut rng, n, v));
-    loss::with_threads_per_row(64, || check_tpr(&x, &y, v, 0.0, 1.0, rng.seed, " tpr=64"));
+    with_forms(
+        &gpu(),
+        |f| f.ce_threads_per_row = Some(64),
+        |gpu| check_tpr(gpu, &x, &y, v, 0.0, 1.0, rng.seed, " tpr=64"),
+    );
 }
 
 #[test]
@@ -222,7 +229,7 @@ fn row_chunks_give_the_same_bits_as_one_binding() {
         )
         .unwrap();
         assert!(ds.len() > 1, "n {n} V {v}: {} chunks", ds.len());
-        let chunked = gpu_ce(&x, &y, v, 0.1, 0.5, Some(chunk_rows * v));
+        let chunked = gpu_ce(&gpu, &x, &y, v, 0.1, 0.5, Some(chunk_rows * v));
         for (name, a, b) in [
             ("lse", &whole.lse, &chunked.lse),
             ("out", &whole.out, &chunked.out),
@@ -239,10 +246,10 @@ fn a_forced_row_width_stays_within_safe_bounds() {
     // One invocation per row is refused where a row would be one invocation's loop of more than
     // CPU_ROW_VOCAB logits (llvmpipe cuts loops past 65 535 iterations per invocation).
     let gpu = gpu();
-    assert_eq!(loss::with_threads_per_row(1, || loss::threads_per_row(&gpu, 50304)), 16);
-    assert_eq!(loss::with_threads_per_row(1, || loss::threads_per_row(&gpu, 4096)), 1);
-    assert_eq!(loss::with_threads_per_row(256, || loss::threads_per_row(&gpu, 65)), 64);
-    assert_eq!(loss::with_threads_per_row(8, || loss::threads_per_row(&gpu, 65)), 8);
+    assert_eq!(with_forms(&gpu, |f| f.ce_threads_per_row = Some(1), |gpu| loss::threads_per_row(&gpu, 50304)), 16);
+    assert_eq!(with_forms(&gpu, |f| f.ce_threads_per_row = Some(1), |gpu| loss::threads_per_row(&gpu, 4096)), 1);
+    assert_eq!(with_forms(&gpu, |f| f.ce_threads_per_row = Some(256), |gpu| loss::threads_per_row(&gpu, 65)), 64);
+    assert_eq!(with_forms(&gpu, |f| f.ce_threads_per_row = Some(8), |gpu| loss::threads_per_row(&gpu, 65)), 8);
 }
 
 #[test]
@@ -251,8 +258,8 @@ fn results_are_bit_identical_run_to_run() {
     let (n, v) = (333, 1000);
     let x = rng.normal(n * v, 2.0);
     let y = targets(&mut rng, n, v);
-    let a = gpu_ce(&x, &y, v, 0.1, 1.0, None);
-    let b = gpu_ce(&x, &y, v, 0.1, 1.0, None);
+    let a = gpu_ce(&gpu(), &x, &y, v, 0.1, 1.0, None);
+    let b = gpu_ce(&gpu(), &x, &y, v, 0.1, 1.0, None);
     for (name, p, q) in [("lse", &a.lse, &b.lse), ("out", &a.out, &b.out), ("dlogits", &a.dlogits, &b.dlogits)] {
         let same = p.iter().zip(q).all(|(s, t)| s.to_bits() == t.to_bits());
         assert!(same, "{name} differs between runs (seed {})", rng.seed);

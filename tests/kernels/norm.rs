@@ -56,6 +56,7 @@ struct Out {
 /// Runs forward then backward on the GPU; `dx0`/`dgain0` are the accumulation starting values.
 #[allow(clippy::too_many_arguments)]
 fn run_gpu(
+    gpu: &Gpu,
     x: &[f32],
     gain: &[f32],
     dy: &[f32],
@@ -65,7 +66,6 @@ fn run_gpu(
     dim: usize,
     eps: f32,
 ) -> Out {
-    let gpu = gpu();
     let (tx, tg, tdy) = (upload(&gpu, "x", x), upload(&gpu, "gain", gain), upload(&gpu, "dy", dy));
     let y = poisoned(&gpu, "y", &[rows * dim]);
     let rstd = poisoned(&gpu, "rstd", &[rows]);
@@ -99,12 +99,16 @@ fn run_gpu(
 /// points (dim a multiple of 4) and without.
 fn check(rows: usize, dim: usize, scale: f32, accumulate_dx: bool) {
     for team in [1, 4, 128, 256] {
-        norm::with_team(team, || check_team(rows, dim, scale, accumulate_dx, team));
+        with_forms(&gpu(), |f| f.norm_team = Some(team), |gpu| check_team(gpu, rows, dim, scale, accumulate_dx, team));
     }
-    norm::with_team(1, || norm::with_quads(false, || check_team(rows, dim, scale, accumulate_dx, 1)));
+    with_forms(
+        &gpu(),
+        |f| (f.norm_team, f.norm_quads) = (Some(1), false),
+        |gpu| check_team(gpu, rows, dim, scale, accumulate_dx, 1),
+    );
 }
 
-fn check_team(rows: usize, dim: usize, scale: f32, accumulate_dx: bool, team: usize) {
+fn check_team(gpu: &Gpu, rows: usize, dim: usize, scale: f32, accumulate_dx: bool, team: usize) {
     let mut rng = Rng::fresh();
     let x = rng.normal(rows * dim, scale);
     let gain = rng.uniform(dim, 0.5, 1.5);
@@ -119,7 +123,7 @@ fn check_team(rows: usize, dim: usize, scale: f32, accumulate_dx: bool, team: us
     let rms = (wdg.iter().map(|g| g * g).sum::<f64>() / dim as f64).sqrt().max(1e-3);
     let dgain0: Vec<f32> =
         rng.uniform(dim, 0.5, 1.5).iter().zip(&wdg).map(|(&u, &g)| (u as f64 * rms).copysign(g) as f32).collect();
-    let got = run_gpu(&x, &gain, &dy, accumulate_dx.then_some(&dx0[..]), &dgain0, rows, dim, EPS);
+    let got = run_gpu(gpu, &x, &gain, &dy, accumulate_dx.then_some(&dx0[..]), &dgain0, rows, dim, EPS);
     if accumulate_dx {
         for (w, a) in wdx.iter_mut().zip(&dx0) {
             *w += *a as f64;
@@ -205,8 +209,8 @@ fn rmsnorm_is_bit_identical_run_after_run() {
     let gain = rng.uniform(dim, 0.5, 1.5);
     let dy = rng.normal(rows * dim, 1.0);
     let dg0 = rng.normal(dim, 1.0);
-    let a = run_gpu(&x, &gain, &dy, None, &dg0, rows, dim, EPS);
-    let b = run_gpu(&x, &gain, &dy, None, &dg0, rows, dim, EPS);
+    let a = run_gpu(&gpu(), &x, &gain, &dy, None, &dg0, rows, dim, EPS);
+    let b = run_gpu(&gpu(), &x, &gain, &dy, None, &dg0, rows, dim, EPS);
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     for (name, p, q) in
         [("y", &a.y, &b.y), ("rstd", &a.rstd, &b.rstd), ("dx", &a.dx, &b.dx), ("dgain", &a.dgain, &b.dgain)]
@@ -226,11 +230,15 @@ fn quad_entry_points_give_the_bits_of_the_one_row_per_invocation_loops() {
         let dy = rng.normal(rows * dim, 1.0);
         let dx0 = rng.normal(rows * dim, 1.0);
         let dg0 = rng.normal(dim, 1.0);
-        assert!(norm::quads(1, dim, &[]) && !norm::quads(1, dim + 2, &[]) && !norm::quads(4, dim, &[]));
+        let g = gpu();
+        assert!(norm::quads(&g, 1, dim, &[]) && !norm::quads(&g, 1, dim + 2, &[]) && !norm::quads(&g, 4, dim, &[]));
+        assert!(!norm::quads(&g.with_forms(|f| f.norm_quads = false), 1, dim, &[]));
         let run = |q: bool| {
-            norm::with_team(1, || {
-                norm::with_quads(q, || run_gpu(&x, &gain, &dy, acc.then_some(&dx0[..]), &dg0, rows, dim, EPS))
-            })
+            with_forms(
+                &g,
+                |f| (f.norm_team, f.norm_quads) = (Some(1), q),
+                |gpu| run_gpu(gpu, &x, &gain, &dy, acc.then_some(&dx0[..]), &dg0, rows, dim, EPS),
+            )
         };
         let (a, b) = (run(true), run(false));
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -409,8 +417,7 @@ fn the_heads_reference_matches_finite_differences() {
 /// one buffer laid out like the model's (each at a 64-element boundary; the gaps must stay as
 /// they were). Rows past the subgroup tiles (odd), m = 1, 3, 4, with and without the
 /// subgroup-shared loads.
-fn check_heads(rows: usize, dim: usize, m: usize, accumulate_dx: bool) {
-    let gpu = gpu();
+fn check_heads(gpu: &Gpu, rows: usize, dim: usize, m: usize, accumulate_dx: bool) {
     let mut rng = Rng::fresh();
     let x = rng.normal(rows * dim, 1.3);
     let gain = rng.uniform(dim, 0.5, 1.5);
@@ -509,26 +516,38 @@ fn check_heads(rows: usize, dim: usize, m: usize, accumulate_dx: bool) {
 #[test]
 fn the_heads_folded_into_the_norm_backward_match_float64() {
     for sg in [true, false] {
-        ddl::kernels::with_subgroup_loads(sg, || {
-            norm::with_team(1, || {
+        let g = gpu();
+        let sg = sg && g.features.contains(wgpu::Features::SUBGROUP);
+        with_forms(
+            &g,
+            |f| (f.subgroup_loads, f.norm_team) = (sg, Some(1)),
+            |gpu| {
                 for (rows, dim, m, acc) in
                     [(67, 12, 4, false), (130, 36, 3, true), (64, 4, 1, false), (301, 128, 4, true)]
                 {
-                    check_heads(rows, dim, m, acc);
+                    check_heads(gpu, rows, dim, m, acc);
                 }
-            })
-        });
+            },
+        );
     }
 }
 
 #[test]
 fn the_heads_fold_only_where_the_quad_kernels_run() {
     let gpu = gpu();
-    norm::with_team(1, || {
-        assert!(norm::folds_heads(&gpu, 64, 8, 4, &[]));
-        assert!(!norm::folds_heads(&gpu, 64, 10, 4, &[]), "dim not a multiple of 4");
-        assert!(!norm::folds_heads(&gpu, 64, 8, 5, &[]), "m above 4");
-        assert!(norm::with_heads(false, || !norm::folds_heads(&gpu, 64, 8, 4, &[])));
-    });
-    norm::with_team(4, || assert!(!norm::folds_heads(&gpu, 64, 8, 4, &[]), "teams of four"));
+    with_forms(
+        &gpu,
+        |f| f.norm_team = Some(1),
+        |gpu| {
+            assert!(norm::folds_heads(&gpu, 64, 8, 4, &[]));
+            assert!(!norm::folds_heads(&gpu, 64, 10, 4, &[]), "dim not a multiple of 4");
+            assert!(!norm::folds_heads(&gpu, 64, 8, 5, &[]), "m above 4");
+            assert!(with_forms(&gpu, |f| f.norm_heads = false, |gpu| !norm::folds_heads(&gpu, 64, 8, 4, &[])));
+        },
+    );
+    with_forms(
+        &gpu,
+        |f| f.norm_team = Some(4),
+        |gpu| assert!(!norm::folds_heads(&gpu, 64, 8, 4, &[]), "teams of four"),
+    );
 }

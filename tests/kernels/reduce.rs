@@ -25,8 +25,7 @@ fn col_sum_ref(x: &[f32], rows: usize, cols: usize, out0: Option<&[f32]>) -> Vec
 
 /// Σ x² of the first `n` elements of a tensor holding `x` (which may be longer), with at most
 /// `chunk` elements per binding (None = the adapter's limit).
-fn gpu_sum_squares(x: &Tensor, n: usize, chunk: Option<usize>) -> f32 {
-    let gpu = gpu();
+fn gpu_sum_squares(gpu: &Gpu, x: &Tensor, n: usize, chunk: Option<usize>) -> f32 {
     let out = poisoned(&gpu, "out", &[1]);
     let ds = match chunk {
         Some(c) => reduce::sum_squares_chunked(&gpu, x, n, out.view(), c).unwrap(),
@@ -49,15 +48,19 @@ fn sum_squares_matches_float64_for_odd_lengths_and_ignores_elements_past_n() {
                 *v = 1e6; // must not be counted
             }
             let t = upload(&gpu, "x", &x);
-            let got = reduce::with_seq_blocks(seq, || gpu_sum_squares(&t, n, None));
+            let got = with_forms(&gpu, |f| f.sum_squares_seq = seq, |gpu| gpu_sum_squares(gpu, &t, n, None));
             let want = sum_squares_ref(&x[..n]);
             assert_close(&format!("sum_squares n={n} seq={seq}"), &[got], &[want], 1e-5, rng.seed);
         }
     }
     let t = upload(&gpu, "x", &[1.0; 8192]);
     for (seq, entry) in [(true, "sum_squares_seq4"), (false, "sum_squares_partial4")] {
-        let ds = reduce::with_seq_blocks(seq, || reduce::sum_squares(&gpu, &t, 8192, poisoned(&gpu, "o", &[1]).view()))
-            .unwrap();
+        let ds = with_forms(
+            &gpu,
+            |f| f.sum_squares_seq = seq,
+            |gpu| reduce::sum_squares(&gpu, &t, 8192, poisoned(&gpu, "o", &[1]).view()),
+        )
+        .unwrap();
         assert!(ds[0].kernel.name.ends_with(entry), "seq={seq}: {}", ds[0].kernel.name);
     }
 }
@@ -89,19 +92,22 @@ fn sum_squares_in_small_chunks_is_bit_identical_to_one_binding() {
     for n in [30_001, 30_000] {
         let x = rng.normal(n, 1.0);
         let t = upload(&gpu, "x", &x);
-        let whole = gpu_sum_squares(&t, n, None);
+        let whole = gpu_sum_squares(&gpu, &t, n, None);
         assert_close("sum_squares", &[whole], &[sum_squares_ref(&x)], 1e-5, rng.seed);
         for chunk in [4096, 3 * 4096, 5000, 8 * 4096] {
             let ds = reduce::sum_squares_chunked(&gpu, &t, n, poisoned(&gpu, "o", &[1]).view(), chunk).unwrap();
             let expect_chunks = n.div_ceil(chunk / 4096 * 4096);
             assert_eq!(ds.len(), expect_chunks + 1, "chunk {chunk}");
             assert_eq!(ds[0].kernel.name.ends_with('4'), n % 4 == 0, "{}", ds[0].kernel.name);
-            let got = gpu_sum_squares(&t, n, Some(chunk));
+            let got = gpu_sum_squares(&gpu, &t, n, Some(chunk));
             assert_eq!(got.to_bits(), whole.to_bits(), "n {n} chunk {chunk}: {got} vs {whole} (seed {})", rng.seed);
             // The other block form keeps its bits across chunkings too.
             let other = !reduce::seq_blocks(&gpu);
-            let (w2, g2) =
-                reduce::with_seq_blocks(other, || (gpu_sum_squares(&t, n, None), gpu_sum_squares(&t, n, Some(chunk))));
+            let (w2, g2) = with_forms(
+                &gpu,
+                |f| f.sum_squares_seq = other,
+                |gpu| (gpu_sum_squares(gpu, &t, n, None), gpu_sum_squares(gpu, &t, n, Some(chunk))),
+            );
             assert_eq!(g2.to_bits(), w2.to_bits(), "seq={other} n {n} chunk {chunk} (seed {})", rng.seed);
         }
     }
@@ -113,8 +119,8 @@ fn sum_squares_is_bit_identical_run_to_run() {
     let mut rng = Rng::fresh();
     let n = 77_777;
     let t = upload(&gpu, "x", &rng.normal(n, 1.0));
-    let a = gpu_sum_squares(&t, n, None);
-    let b = gpu_sum_squares(&t, n, None);
+    let a = gpu_sum_squares(&gpu, &t, n, None);
+    let b = gpu_sum_squares(&gpu, &t, n, None);
     assert_eq!(a.to_bits(), b.to_bits(), "seed {}", rng.seed);
 }
 

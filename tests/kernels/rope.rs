@@ -50,17 +50,21 @@ fn check(s: RopeShape, max_pos: usize) {
     // same operations per element, so the same bits.
     let mut runs = Vec::new();
     for v4 in [true, false] {
-        rope::with_vec4(v4, || {
-            let (y, dx) = (poisoned(&gpu, "y", &[n]), poisoned(&gpu, "dx", &[n]));
-            let mut ds = rope::forward(&gpu, &s, tab.view(), tx.view(), y.view()).unwrap();
-            ds.extend(rope::backward(&gpu, &s, tab.view(), tdy.view(), dx.view()).unwrap());
-            run(&gpu, &ds);
-            let (gy, gdx) = (read(&gpu, &y), read(&gpu, &dx));
-            let tag = format!("{s:?} vec4 {}", v4 && s.head_dim % 8 == 0);
-            assert_close(&format!("rope forward {tag}"), &gy, &reference(&s, &f64v(&x), 1.0), 1e-5, rng.seed);
-            assert_close(&format!("rope backward {tag}"), &gdx, &reference(&s, &f64v(&dy), -1.0), 1e-4, rng.seed);
-            runs.push([gy, gdx].map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>()));
-        });
+        with_forms(
+            &gpu,
+            |f| f.rope_vec4 = v4,
+            |gpu| {
+                let (y, dx) = (poisoned(&gpu, "y", &[n]), poisoned(&gpu, "dx", &[n]));
+                let mut ds = rope::forward(&gpu, &s, tab.view(), tx.view(), y.view()).unwrap();
+                ds.extend(rope::backward(&gpu, &s, tab.view(), tdy.view(), dx.view()).unwrap());
+                run(&gpu, &ds);
+                let (gy, gdx) = (read(&gpu, &y), read(&gpu, &dx));
+                let tag = format!("{s:?} vec4 {}", v4 && s.head_dim % 8 == 0);
+                assert_close(&format!("rope forward {tag}"), &gy, &reference(&s, &f64v(&x), 1.0), 1e-5, rng.seed);
+                assert_close(&format!("rope backward {tag}"), &gdx, &reference(&s, &f64v(&dy), -1.0), 1e-4, rng.seed);
+                runs.push([gy, gdx].map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>()));
+            },
+        );
     }
     assert!(runs[0] == runs[1], "{s:?}: the vec4 entry points differ from the scalar ones (seed {})", rng.seed);
 }

@@ -284,8 +284,7 @@ type Fwd<'a> = dyn Fn(
 type Bwd<'a> = dyn Fn(&ddl::gpu::Gpu, [ddl::gpu::View; 7]) -> ddl::gpu::Result<Vec<Dispatch>> + 'a;
 
 /// Runs a forward (a poisoned) and a backward (accumulators preloaded) on the GPU.
-fn run_gpu(inp: &Inputs, out_len: usize, fwd: &Fwd, bwd: &Bwd) -> Outputs {
-    let gpu = gpu();
+fn run_gpu(gpu: &Gpu, inp: &Inputs, out_len: usize, fwd: &Fwd, bwd: &Bwd) -> Outputs {
     let x = upload(&gpu, "x", &inp.x);
     let kappa = upload(&gpu, "kappa", &inp.kappa);
     let rho = upload(&gpu, "rho", &inp.rho);
@@ -299,9 +298,9 @@ fn run_gpu(inp: &Inputs, out_len: usize, fwd: &Fwd, bwd: &Bwd) -> Outputs {
     Outputs { a: read(&gpu, &a), dx: read(&gpu, &dx), dk: read(&gpu, &dk), dr: read(&gpu, &dr) }
 }
 
-fn run_token(s: &ConvShape, inp: &Inputs) -> Outputs {
-    run_gpu(inp, s.tokens() * s.d, &|g, x, k, r, a| shortconv::token_forward(g, s, x, k, r, a), &|g,
-                                                                                                  [
+fn run_token(gpu: &Gpu, s: &ConvShape, inp: &Inputs) -> Outputs {
+    run_gpu(gpu, inp, s.tokens() * s.d, &|g, x, k, r, a| shortconv::token_forward(g, s, x, k, r, a), &|g,
+                                                                                                       [
         x,
         k,
         r,
@@ -314,9 +313,9 @@ fn run_token(s: &ConvShape, inp: &Inputs) -> Outputs {
     })
 }
 
-fn run_value(n: usize, d: usize, m: usize, kc: usize, inp: &Inputs) -> Outputs {
-    run_gpu(inp, n * d, &|g, x, k, r, a| shortconv::value_forward(g, n, d, m, kc, x, k, r, a), &|g,
-                                                                                                 [
+fn run_value(gpu: &Gpu, n: usize, d: usize, m: usize, kc: usize, inp: &Inputs) -> Outputs {
+    run_gpu(gpu, inp, n * d, &|g, x, k, r, a| shortconv::value_forward(g, n, d, m, kc, x, k, r, a), &|g,
+                                                                                                      [
         x,
         k,
         r,
@@ -387,13 +386,13 @@ fn check_against(
 }
 
 /// Token axis at one shape.
-fn check_token(s: ConvShape) {
+fn check_token(gpu: &Gpu, s: ConvShape) {
     let mut rng = Rng::fresh();
     let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
     let inp = Inputs::draw(&mut rng, n * d * m, d * m * k, m, n * d);
     let w = token_want(&s, &inp);
     let name = format!("token {s:?}");
-    check_against(&name, inp, &mut rng, &w.a, &w.a_scale, [&w.dx, &w.dk, &w.dr], |inp| run_token(&s, inp));
+    check_against(&name, inp, &mut rng, &w.a, &w.a_scale, [&w.dx, &w.dk, &w.dr], |inp| run_token(gpu, &s, inp));
 }
 
 /// Token axis at one shape with the state in f16 (`--f16-state`): the reference runs on the
@@ -419,17 +418,19 @@ fn check_token_f16(s: ConvShape) {
             dk0: inp.dk0.clone(),
             dr0: inp.dr0.clone(),
         };
-        run_token(&s, &packed)
+        run_token(&gpu(), &s, &packed)
     });
 }
 
 /// Value axis at one shape.
-fn check_value(n: usize, d: usize, m: usize, kc: usize) {
+fn check_value(gpu: &Gpu, n: usize, d: usize, m: usize, kc: usize) {
     let mut rng = Rng::fresh();
     let inp = Inputs::draw(&mut rng, n * d * m, d * kc, m, n * d);
     let w = value_want(n, d, m, kc, &inp);
     let name = format!("value n={n} d={d} m={m} kc={kc}");
-    check_against(&name, inp, &mut rng, &w.a, &w.a_scale, [&w.dx, &w.dk, &w.dr], |inp| run_value(n, d, m, kc, inp));
+    check_against(&name, inp, &mut rng, &w.a, &w.a_scale, [&w.dx, &w.dk, &w.dr], |inp| {
+        run_value(gpu, n, d, m, kc, inp)
+    });
 }
 
 const BS: [usize; 3] = [1, 2, 3];
@@ -448,7 +449,7 @@ fn token_compressor_forward_and_backward_match_float64_over_odd_shapes_and_short
     let mut idx = 0;
     for &t in &TS {
         for &k in &KS {
-            check_token(shape(BS[idx % 3], t, DS[(idx / 3) % 3], MS[(idx + idx / 3) % 3], k));
+            check_token(&gpu(), shape(BS[idx % 3], t, DS[(idx / 3) % 3], MS[(idx + idx / 3) % 3], k));
             idx += 1;
         }
     }
@@ -479,8 +480,8 @@ fn token_compressor_reductions_over_many_chunks_and_sequence_boundaries_match_fl
     // 3·700 tokens: 66 chunks of 32 (the one-walk kernel, K = 4) that straddle the sequence ends;
     // 9000 tokens (K = 3, chunks of at least 16): the chunk count is capped and each chunk holds
     // more tokens.
-    check_token(shape(3, 700, 7, 3, 4));
-    check_token(shape(1, 9000, 2, 2, 3));
+    check_token(&gpu(), shape(3, 700, 7, 3, 4));
+    check_token(&gpu(), shape(1, 9000, 2, 2, 3));
 }
 
 #[test]
@@ -489,11 +490,11 @@ fn token_compressor_beyond_the_windowed_kernels_matches_float64() {
     // kernels the per-element ones.
     for s in [shape(2, 9, 5, 6, 4), shape(1, 40, 3, 8, 2), shape(3, 12, 4, 2, 9), shape(2, 3, 7, 5, 11)] {
         assert!(!ddl::kernels::shortconv::windowed(&s));
-        check_token(s);
+        check_token(&gpu(), s);
     }
     for s in [shape(2, 70, 5, 4, 8), shape(2, 33, 6, 2, 7)] {
         assert!(ddl::kernels::shortconv::windowed(&s));
-        check_token(s);
+        check_token(&gpu(), s);
     }
 }
 
@@ -504,7 +505,7 @@ fn token_compressor_with_more_than_65535_workgroups_matches_float64() {
     // n·d invocations for the forward, n·d·m for dx: both beyond one grid dimension.
     let d = 4099;
     let t = (max * 256).div_ceil(d) + 3;
-    check_token(shape(1, t, d, 1, 2));
+    check_token(&gpu, shape(1, t, d, 1, 2));
 }
 
 #[test]
@@ -546,7 +547,7 @@ fn token_compressor_backward_is_bit_identical_run_to_run() {
     let s = shape(2, 300, 33, 4, 4);
     let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
     let inp = Inputs::draw(&mut rng, n * d * m, d * m * k, m, n * d);
-    run_token(&s, &inp).assert_same_bits(&run_token(&s, &inp), "between token runs", rng.seed);
+    run_token(&gpu(), &s, &inp).assert_same_bits(&run_token(&gpu(), &s, &inp), "between token runs", rng.seed);
 }
 
 #[test]
@@ -578,7 +579,7 @@ fn cc_compressor_forward_and_backward_match_float64_for_kc_equal_and_unequal_to_
         for &m in &MS {
             // kc = m (the reference configurations) and kc ≠ m, narrower and wider.
             for kc in 1..=5 {
-                check_value(n, DS[idx % 3], m, kc);
+                check_value(&gpu(), n, DS[idx % 3], m, kc);
                 idx += 1;
             }
         }
@@ -597,18 +598,21 @@ fn cc_compressor_in_quads_matches_float64_and_the_plain_kernels() {
         let want = value_want(n, d, m, kc, &inp);
         let mut outs = vec![];
         for quads in [true, false] {
-            let got = shortconv::with_conv_quads(quads, || {
-                let s = ConvShape { batch: 1, seq: n, d, m, kernel: kc, state_f16: false };
-                assert_eq!(shortconv::conv_quads(&gpu(), &s), quads);
-                let gpu = gpu();
-                let (tx, tk, tr) =
-                    (upload(&gpu, "x", &inp.x), upload(&gpu, "kappa", &inp.kappa), upload(&gpu, "rho", &inp.rho));
-                let out = poisoned(&gpu, "a", &[n * d]);
-                let ds =
-                    shortconv::value_forward(&gpu, n, d, m, kc, tx.view(), tk.view(), tr.view(), out.view()).unwrap();
-                assert_eq!(ds[0].kernel.name.contains("value_forward_wq"), quads, "{}", ds[0].kernel.name);
-                run_value(n, d, m, kc, &inp)
-            });
+            let got = with_forms(
+                &gpu(),
+                |f| f.conv_quads = quads,
+                |gpu| {
+                    let s = ConvShape { batch: 1, seq: n, d, m, kernel: kc, state_f16: false };
+                    assert_eq!(shortconv::conv_quads(gpu, &s), quads);
+                    let (tx, tk, tr) =
+                        (upload(&gpu, "x", &inp.x), upload(&gpu, "kappa", &inp.kappa), upload(&gpu, "rho", &inp.rho));
+                    let out = poisoned(&gpu, "a", &[n * d]);
+                    let ds = shortconv::value_forward(&gpu, n, d, m, kc, tx.view(), tk.view(), tr.view(), out.view())
+                        .unwrap();
+                    assert_eq!(ds[0].kernel.name.contains("value_forward_wq"), quads, "{}", ds[0].kernel.name);
+                    run_value(gpu, n, d, m, kc, &inp)
+                },
+            );
             got.assert_close_to(&want, &inp, &format!("cc n={n} d={d} m={m} kc={kc} quads {quads}"), rng.seed);
             outs.push(got);
         }
@@ -619,11 +623,11 @@ fn cc_compressor_in_quads_matches_float64_and_the_plain_kernels() {
 
 #[test]
 fn cc_compressor_reductions_over_many_chunks_and_large_grids_match_float64() {
-    check_value(9000, 3, 4, 4);
+    check_value(&gpu(), 9000, 3, 4, 4);
     let gpu = gpu();
     let max = gpu.limits.max_compute_workgroups_per_dimension as usize;
     let d = 4099;
-    check_value((max * 256).div_ceil(d) + 5, d, 1, 3);
+    check_value(&gpu, (max * 256).div_ceil(d) + 5, d, 1, 3);
 }
 
 #[test]
@@ -631,7 +635,11 @@ fn cc_compressor_backward_is_bit_identical_run_to_run() {
     let mut rng = Rng::fresh();
     let (n, d, m, kc) = (1100, 33, 4, 4);
     let inp = Inputs::draw(&mut rng, n * d * m, d * kc, m, n * d);
-    run_value(n, d, m, kc, &inp).assert_same_bits(&run_value(n, d, m, kc, &inp), "between cc runs", rng.seed);
+    run_value(&gpu(), n, d, m, kc, &inp).assert_same_bits(
+        &run_value(&gpu(), n, d, m, kc, &inp),
+        "between cc runs",
+        rng.seed,
+    );
 }
 
 #[test]
@@ -790,11 +798,15 @@ fn two_compressor_calls_sharing_one_finish_match_float64() {
 #[test]
 fn token_compressor_forward_matches_float64_for_every_walk_length() {
     for chunk in [1, 5, 16, 64, 200] {
-        shortconv::with_forward_chunk(chunk, || {
-            for s in [shape(3, 37, 5, 4, 4), shape(2, 70, 3, 3, 3), shape(1, 130, 4, 2, 6), shape(4, 1, 3, 4, 4)] {
-                check_token(s);
-            }
-        });
+        with_forms(
+            &gpu(),
+            |f| f.conv_forward_chunk = chunk,
+            |gpu| {
+                for s in [shape(3, 37, 5, 4, 4), shape(2, 70, 3, 3, 3), shape(1, 130, 4, 2, 6), shape(4, 1, 3, 4, 4)] {
+                    check_token(gpu, s);
+                }
+            },
+        );
     }
 }
 
@@ -823,14 +835,15 @@ fn the_compressor_layouts_match_float64_and_give_the_same_bits() {
         let want = token_want(&s, &inp);
         let mut outs = vec![];
         for (quads, sweep) in forms {
-            let got = shortconv::with_conv_quads(quads, || {
-                shortconv::with_walk_sweep(sweep, || {
-                    let g = gpu();
-                    assert_eq!(shortconv::conv_quads(&g, &s), quads && d % 4 == 0);
-                    assert_eq!(shortconv::walk_sweep(&g), sweep);
-                    run_token(&s, &inp)
-                })
-            });
+            let got = with_forms(
+                &gpu(),
+                |f| (f.conv_quads, f.conv_sweep) = (quads, sweep),
+                |gpu| {
+                    assert_eq!(shortconv::conv_quads(gpu, &s), quads && d % 4 == 0);
+                    assert_eq!(shortconv::walk_sweep(gpu), sweep);
+                    run_token(gpu, &s, &inp)
+                },
+            );
             let tag = format!("{s:?} quads {quads} sweep {sweep}");
             got.assert_close_to(&want, &inp, &tag, rng.seed);
             outs.push((tag, got));
@@ -841,9 +854,7 @@ fn the_compressor_layouts_match_float64_and_give_the_same_bits() {
     }
     // The ∂e and write modes of every form (the other test runs the adapter's own choice).
     for (quads, sweep) in forms {
-        shortconv::with_conv_quads(quads, || {
-            shortconv::with_walk_sweep(sweep, the_walk_writes_dx_or_de_against_float64)
-        });
+        with_forms(&gpu(), |f| (f.conv_quads, f.conv_sweep) = (quads, sweep), the_walk_writes_dx_or_de_against_float64);
     }
 }
 
@@ -852,7 +863,7 @@ fn the_compressor_layouts_match_float64_and_give_the_same_bits() {
 /// ∂X left exactly as it was; shapes the kernel does not take are an error.
 #[test]
 fn the_compressor_walk_can_write_dx_or_the_replication_gradient_instead_of_adding_into_dx() {
-    the_walk_writes_dx_or_de_against_float64();
+    the_walk_writes_dx_or_de_against_float64(&gpu());
     let gpu = gpu();
     let s = shape(1, 9, 2, 2, 3);
     let t = |l: &str, len: usize| poisoned(&gpu, l, &[len]);
@@ -874,10 +885,9 @@ fn the_compressor_walk_can_write_dx_or_the_replication_gradient_instead_of_addin
 }
 
 /// ∂e and written ∂X of the one-walk kernel against float64 (∂X untouched when writing ∂e).
-fn the_walk_writes_dx_or_de_against_float64() {
+fn the_walk_writes_dx_or_de_against_float64(gpu: &Gpu) {
     for s in [shape(3, 37, 5, 4, 4), shape(2, 19, 8, 3, 4), shape(1, 70, 4, 1, 4), shape(2, 33, 12, 4, 4)] {
-        assert!(shortconv::sums_into_de(&s));
-        let gpu = gpu();
+        assert!(shortconv::sums_into_de(gpu, &s));
         let mut rng = Rng::fresh();
         let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
         let kappa = rng.uniform(d * m * k, -1.0, 1.0);

@@ -62,20 +62,27 @@ fn check(n: usize) {
     // Four elements per invocation where n is a multiple of 4, else one; forced off, one.
     let mut runs = Vec::new();
     for v4 in [true, false] {
-        swiglu::with_vec4(v4, || {
-            let out = poisoned(&gpu, "out", &[n]);
-            let dgate = poisoned(&gpu, "dgate", &[n]);
-            let dup = poisoned(&gpu, "dup", &[n]);
-            run(&gpu, &swiglu::forward(&gpu, tg.view(), tu.view(), out.view(), n).unwrap());
-            run(&gpu, &swiglu::backward(&gpu, tg.view(), tu.view(), td.view(), dgate.view(), dup.view(), n).unwrap());
-            let tag = format!("n={n} vec4={}", v4 && n % 4 == 0);
-            let (o, dg, du) = (read(&gpu, &out), read(&gpu, &dgate), read(&gpu, &dup));
-            assert_close(&format!("swiglu forward {tag}"), &o, &ref_forward(&gate, &up), 1e-5, rng.seed);
-            let (wg, wu) = ref_backward(&f64v(&gate), &f64v(&up), &f64v(&dout));
-            assert_close(&format!("swiglu dgate {tag}"), &dg, &wg, 1e-4, rng.seed);
-            assert_close(&format!("swiglu dup {tag}"), &du, &wu, 1e-4, rng.seed);
-            runs.push([o, dg, du].map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>()));
-        });
+        with_forms(
+            &gpu,
+            |f| f.swiglu_vec4 = v4,
+            |gpu| {
+                let out = poisoned(&gpu, "out", &[n]);
+                let dgate = poisoned(&gpu, "dgate", &[n]);
+                let dup = poisoned(&gpu, "dup", &[n]);
+                run(&gpu, &swiglu::forward(&gpu, tg.view(), tu.view(), out.view(), n).unwrap());
+                run(
+                    &gpu,
+                    &swiglu::backward(&gpu, tg.view(), tu.view(), td.view(), dgate.view(), dup.view(), n).unwrap(),
+                );
+                let tag = format!("n={n} vec4={}", v4 && n % 4 == 0);
+                let (o, dg, du) = (read(&gpu, &out), read(&gpu, &dgate), read(&gpu, &dup));
+                assert_close(&format!("swiglu forward {tag}"), &o, &ref_forward(&gate, &up), 1e-5, rng.seed);
+                let (wg, wu) = ref_backward(&f64v(&gate), &f64v(&up), &f64v(&dout));
+                assert_close(&format!("swiglu dgate {tag}"), &dg, &wg, 1e-4, rng.seed);
+                assert_close(&format!("swiglu dup {tag}"), &du, &wu, 1e-4, rng.seed);
+                runs.push([o, dg, du].map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>()));
+            },
+        );
     }
     // The same operations per element either way: the same bits.
     assert!(runs[0] == runs[1], "n={n}: the vec4 entry points differ from the scalar ones (seed {})", rng.seed);
@@ -136,7 +143,11 @@ fn swiglu_forward_covers_a_grid_of_more_than_65535_workgroups() {
     let out = poisoned(&gpu, "out", &[n]);
     // One element per invocation (the vec4 form needs a quarter of the workgroups and shares
     // the same grid_1d split).
-    let ds = swiglu::with_vec4(false, || swiglu::forward(&gpu, tg.view(), tu.view(), out.view(), n).unwrap());
+    let ds = with_forms(
+        &gpu,
+        |f| f.swiglu_vec4 = false,
+        |gpu| swiglu::forward(&gpu, tg.view(), tu.view(), out.view(), n).unwrap(),
+    );
     assert!(ds[0].workgroups[1] > 1, "{:?}", ds[0].workgroups);
     run(&gpu, &ds);
     assert_close("swiglu forward (2-D grid)", &read(&gpu, &out), &ref_forward(&gate, &up), 1e-5, rng.seed);

@@ -1,0 +1,373 @@
+//! Which form every kernel takes on a device: one [`Forms`] value per device, made from the
+//! adapter's type, limits and features by [`Forms::for_adapter`] — the only place that says "on
+//! a CPU adapter …" — and overridden by one variable, `DDL_FORMS` (e.g.
+//! `DDL_FORMS="conv_quads=0,norm_team=32"`). The launchers read `gpu.forms`; tests make device
+//! handles with the forms they want ([`crate::gpu::Gpu::with_forms`]); `ddl info` and `ddl bench`
+//! print the table ([`Forms::table`]).
+//!
+//! Every form of a kernel computes the same function and is tested against float64 on any
+//! adapter; forms that give the same bits as each other say so where they are chosen. Where a
+//! form depends on the shape too (a layout only pays with enough rows, vec4 loads need aligned
+//! views), the field says whether the adapter wants it and the launcher checks the shape.
+//!
+//! Why each default is what it is: the kernel module's documentation of the field's function
+//! and docs/PERF.md. GPU defaults are the forms written for GPUs; they are to be replaced by what
+//! the GPU check (docs/GPU.md) measures.
+
+use std::fmt::Write as _;
+
+pub use crate::kernels::attention::Method as AttentionForm;
+
+/// The kernel forms of one device. Fields are public so that a test or a benchmark can ask for
+/// any form on any adapter; the launchers still check what a form needs of the shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Forms {
+    /// The adapter runs workgroups as SIMD batches on CPU threads (llvmpipe, SwiftShader, WARP):
+    /// barriers are coroutine switches and workgroup memory a loop over the lanes. The shape
+    /// rules below use it only through the fields that follow; the matmul heuristic and its
+    /// split-K rule read it directly (their CPU cost model).
+    pub cpu: bool,
+    /// Worker threads of a CPU adapter (`LP_NUM_THREADS`, else the cores): the matmul's CPU cost
+    /// model and split-K rule.
+    pub cpu_threads: usize,
+    /// Attention: `attention=tiled|blocked|blocked:ROWS`.
+    pub attention: AttentionForm,
+    /// RMSNorm reduces a row with one invocation when there are many rows (else a team):
+    /// `norm_rows`.
+    pub norm_one_row_per_invocation: bool,
+    /// A fixed RMSNorm team size (a power of two ≤ 256) instead of the rule: `norm_team=N`.
+    pub norm_team: Option<usize>,
+    /// One-row-per-invocation RMSNorm loads four features at a time where it can: `norm_quads`.
+    /// Off also turns off the dγ pass's four-columns form and the folded heads below.
+    pub norm_quads: bool,
+    /// A DDL sublayer's gate and value heads are backpropagated inside the norm backward where
+    /// that runs in quads: `norm_heads`.
+    pub norm_heads: bool,
+    /// The delta write handles a token with one invocation when there are many tokens (else a
+    /// segment of invocations): `delta_rows`.
+    pub delta_one_token_per_invocation: bool,
+    /// A fixed delta-write segment width (a power of two ≤ 128): `delta_seg=N`.
+    pub delta_segment: Option<usize>,
+    /// One-token-per-invocation delta kernels load four features at a time: `delta_quads`.
+    pub delta_quads: bool,
+    /// Values a whole subgroup needs are loaded once per subgroup and broadcast (needs
+    /// SUBGROUP): `subgroup_loads`.
+    pub subgroup_loads: bool,
+    /// Cross-entropy gives a row to one invocation for vocabularies ≤ 4096 (else a team):
+    /// `ce_rows`.
+    pub ce_one_row_per_invocation: bool,
+    /// A fixed number of invocations per cross-entropy row (a power of two ≤ 256): `ce_tpr=N`.
+    pub ce_threads_per_row: Option<usize>,
+    /// Rows up to which column sums add in order with one invocation per column: `col_sum_seq=N`
+    /// (0: always the tree).
+    pub col_sum_seq_rows: usize,
+    /// The gradient norm's blocks are summed by one invocation in order: `sum_squares_seq`.
+    pub sum_squares_seq: bool,
+    /// The compressors walk four features per invocation (d a multiple of 4): `conv_quads`.
+    pub conv_quads: bool,
+    /// The one-walk compressor backward without quads runs as a sweep (a barrier per token
+    /// step): `conv_sweep`.
+    pub conv_sweep: bool,
+    /// Tokens one invocation of the compressor's forward walks: `conv_fwd_chunk=N`.
+    pub conv_forward_chunk: usize,
+    /// The compressor kernels with K = 4 have K compiled in (else the general window of 8):
+    /// `conv_k4`.
+    pub conv_k4: bool,
+    /// Four elements per invocation where sizes and offsets allow: `rope_vec4`, `swiglu_vec4`,
+    /// `adamw_vec4` (the same bits as the scalar forms).
+    pub rope_vec4: bool,
+    pub swiglu_vec4: bool,
+    pub adamw_vec4: bool,
+    /// The matmul's `…g` register-block variants (A loaded once per subgroup) are offered: only
+    /// where subgroups have one fixed size dividing 8: `matmul_subgroup`.
+    pub matmul_subgroup: bool,
+}
+
+/// Worker threads a CPU adapter runs workgroups on (llvmpipe: `LP_NUM_THREADS`, else one per
+/// core).
+fn cpu_threads() -> usize {
+    std::env::var("LP_NUM_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()))
+        .clamp(1, 64)
+}
+
+impl Forms {
+    /// The forms for an adapter, before `DDL_FORMS`.
+    pub fn for_adapter(info: &wgpu::AdapterInfo, features: wgpu::Features) -> Forms {
+        let cpu = info.device_type == wgpu::DeviceType::Cpu;
+        Self::defaults(cpu, (info.subgroup_min_size, info.subgroup_max_size), features)
+    }
+
+    /// The forms of a CPU adapter (`cpu`) or a GPU with these subgroup sizes (min, max) and
+    /// features.
+    pub fn defaults(cpu: bool, subgroup_sizes: (u32, u32), features: wgpu::Features) -> Forms {
+        let subgroups = features.contains(wgpu::Features::SUBGROUP);
+        let (lo, hi) = subgroup_sizes;
+        Forms {
+            cpu,
+            cpu_threads: cpu_threads(),
+            attention: if cpu {
+                AttentionForm::Blocked(crate::kernels::attention::BLOCK_ROWS)
+            } else {
+                AttentionForm::Tiled
+            },
+            norm_one_row_per_invocation: cpu,
+            norm_team: None,
+            norm_quads: true,
+            norm_heads: true,
+            delta_one_token_per_invocation: cpu,
+            delta_segment: None,
+            delta_quads: true,
+            subgroup_loads: cpu && subgroups,
+            ce_one_row_per_invocation: cpu,
+            ce_threads_per_row: None,
+            col_sum_seq_rows: if cpu { 128 } else { 16 },
+            sum_squares_seq: cpu,
+            conv_quads: cpu,
+            conv_sweep: cpu,
+            conv_forward_chunk: 16,
+            conv_k4: true,
+            rope_vec4: true,
+            swiglu_vec4: true,
+            adamw_vec4: true,
+            matmul_subgroup: subgroups && lo == hi && hi >= 1 && 8 % hi == 0,
+        }
+    }
+
+    /// The forms for an adapter with `DDL_FORMS` applied; a bad `DDL_FORMS` is an error that
+    /// names it.
+    pub fn from_env(info: &wgpu::AdapterInfo, features: wgpu::Features) -> Result<Forms, String> {
+        let mut f = Self::for_adapter(info, features);
+        if let Ok(spec) = std::env::var("DDL_FORMS") {
+            f.apply(&spec, features).map_err(|e| format!("DDL_FORMS={spec:?}: {e}"))?;
+        }
+        Ok(f)
+    }
+
+    /// Applies `key=value,…` overrides (booleans `0`/`1`, `off`/`on`, `false`/`true`; `KEY` alone
+    /// means on). Keys: see [`Forms::table`]. Forms the adapter cannot run (`subgroup_loads` or
+    /// `matmul_subgroup` without fitting subgroups) are refused.
+    pub fn apply(&mut self, spec: &str, features: wgpu::Features) -> Result<(), String> {
+        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, value) = match item.split_once('=') {
+                Some((k, v)) => (k.trim(), v.trim()),
+                None => (item, "1"),
+            };
+            let flag = || -> Result<bool, String> {
+                match value.to_ascii_lowercase().as_str() {
+                    "1" | "on" | "true" | "yes" => Ok(true),
+                    "0" | "off" | "false" | "no" => Ok(false),
+                    _ => Err(format!("{key}={value}: expected 0 or 1")),
+                }
+            };
+            let pow2 = |max: usize| -> Result<usize, String> {
+                match value.parse::<usize>() {
+                    Ok(n) if n.is_power_of_two() && n <= max => Ok(n),
+                    _ => Err(format!("{key}={value}: expected a power of two from 1 to {max}")),
+                }
+            };
+            match key {
+                "attention" => {
+                    let v = value.to_ascii_lowercase();
+                    self.attention = if v == "tiled" {
+                        AttentionForm::Tiled
+                    } else if let Some(rest) = v.strip_prefix("blocked") {
+                        let rows = match rest.strip_prefix(':') {
+                            None if rest.is_empty() => crate::kernels::attention::BLOCK_ROWS,
+                            Some(r) => r
+                                .parse::<usize>()
+                                .ok()
+                                .filter(|&r| r > 0)
+                                .ok_or_else(|| format!("attention={value}: expected blocked:ROWS with ROWS ≥ 1"))?,
+                            None => return Err(format!("attention={value}: expected tiled, blocked or blocked:ROWS")),
+                        };
+                        AttentionForm::Blocked(rows)
+                    } else {
+                        return Err(format!("attention={value}: expected tiled, blocked or blocked:ROWS"));
+                    }
+                }
+                "norm_rows" => self.norm_one_row_per_invocation = flag()?,
+                "norm_team" => self.norm_team = Some(pow2(256)?),
+                "norm_quads" => self.norm_quads = flag()?,
+                "norm_heads" => self.norm_heads = flag()?,
+                "delta_rows" => self.delta_one_token_per_invocation = flag()?,
+                "delta_seg" => self.delta_segment = Some(pow2(128)?),
+                "delta_quads" => self.delta_quads = flag()?,
+                "subgroup_loads" => {
+                    let on = flag()?;
+                    if on && !features.contains(wgpu::Features::SUBGROUP) {
+                        return Err("subgroup_loads=1: this adapter has no subgroup operations".into());
+                    }
+                    self.subgroup_loads = on;
+                }
+                "ce_rows" => self.ce_one_row_per_invocation = flag()?,
+                "ce_tpr" => self.ce_threads_per_row = Some(pow2(256)?),
+                "col_sum_seq" => {
+                    self.col_sum_seq_rows =
+                        value.parse().map_err(|_| format!("{key}={value}: expected a number of rows (0: never)"))?
+                }
+                "sum_squares_seq" => self.sum_squares_seq = flag()?,
+                "conv_quads" => self.conv_quads = flag()?,
+                "conv_sweep" => self.conv_sweep = flag()?,
+                "conv_fwd_chunk" => {
+                    self.conv_forward_chunk = value
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|&c| c >= 1)
+                        .ok_or_else(|| format!("{key}={value}: expected a number of tokens ≥ 1"))?
+                }
+                "conv_k4" => self.conv_k4 = flag()?,
+                "rope_vec4" => self.rope_vec4 = flag()?,
+                "swiglu_vec4" => self.swiglu_vec4 = flag()?,
+                "adamw_vec4" => self.adamw_vec4 = flag()?,
+                "matmul_subgroup" => {
+                    let on = flag()?;
+                    if on && !self.matmul_subgroup {
+                        return Err("matmul_subgroup=1: needs subgroups of one fixed size dividing 8 (this adapter's do not fit)".into());
+                    }
+                    self.matmul_subgroup = on;
+                }
+                _ => {
+                    return Err(format!(
+                        "unknown form '{key}' (expected one of: {})",
+                        Self::KEYS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The override keys and what each chooses.
+    pub const KEYS: &'static [(&'static str, &'static str)] = &[
+        ("attention", "tiled flash kernel, or blocks of queries through the matmuls (blocked[:ROWS])"),
+        ("norm_rows", "RMSNorm: one row per invocation when rows are many"),
+        ("norm_team", "RMSNorm: a fixed team size (forced)"),
+        ("norm_quads", "RMSNorm one-row kernels: four features per load"),
+        ("norm_heads", "delta heads' backward folded into the norm backward"),
+        ("delta_rows", "delta write: one token per invocation when tokens are many"),
+        ("delta_seg", "delta write: a fixed segment width (forced)"),
+        ("delta_quads", "delta write one-token kernels: four features per load"),
+        ("subgroup_loads", "uniform values loaded once per subgroup and broadcast"),
+        ("ce_rows", "cross-entropy: one row per invocation for V ≤ 4096"),
+        ("ce_tpr", "cross-entropy: fixed invocations per row (forced)"),
+        ("col_sum_seq", "column sums in order up to this many rows"),
+        ("sum_squares_seq", "gradient norm: blocks summed in order"),
+        ("conv_quads", "compressor walks: four features per invocation"),
+        ("conv_sweep", "compressor backward walk: a barrier per token step"),
+        ("conv_fwd_chunk", "compressor forward: tokens per walk"),
+        ("conv_k4", "compressor: K = 4 compiled in"),
+        ("rope_vec4", "RoPE: four pairs per invocation"),
+        ("swiglu_vec4", "SwiGLU: four elements per invocation"),
+        ("adamw_vec4", "AdamW: four elements per invocation"),
+        ("matmul_subgroup", "matmul: the …g register-block variants offered"),
+    ];
+
+    /// `(key, value, what)` rows for `ddl info` and `ddl bench`.
+    pub fn table(&self) -> Vec<(&'static str, String, &'static str)> {
+        let b = |x: bool| if x { "on".to_string() } else { "off".to_string() };
+        let opt = |x: Option<usize>| x.map_or("rule".to_string(), |n| n.to_string());
+        let value = |key: &str| -> String {
+            match key {
+                "attention" => match self.attention {
+                    AttentionForm::Tiled => "tiled".into(),
+                    AttentionForm::Blocked(r) => format!("blocked:{r}"),
+                },
+                "norm_rows" => b(self.norm_one_row_per_invocation),
+                "norm_team" => opt(self.norm_team),
+                "norm_quads" => b(self.norm_quads),
+                "norm_heads" => b(self.norm_heads),
+                "delta_rows" => b(self.delta_one_token_per_invocation),
+                "delta_seg" => opt(self.delta_segment),
+                "delta_quads" => b(self.delta_quads),
+                "subgroup_loads" => b(self.subgroup_loads),
+                "ce_rows" => b(self.ce_one_row_per_invocation),
+                "ce_tpr" => opt(self.ce_threads_per_row),
+                "col_sum_seq" => self.col_sum_seq_rows.to_string(),
+                "sum_squares_seq" => b(self.sum_squares_seq),
+                "conv_quads" => b(self.conv_quads),
+                "conv_sweep" => b(self.conv_sweep),
+                "conv_fwd_chunk" => self.conv_forward_chunk.to_string(),
+                "conv_k4" => b(self.conv_k4),
+                "rope_vec4" => b(self.rope_vec4),
+                "swiglu_vec4" => b(self.swiglu_vec4),
+                "adamw_vec4" => b(self.adamw_vec4),
+                "matmul_subgroup" => b(self.matmul_subgroup),
+                _ => unreachable!("every key has a value"),
+            }
+        };
+        Self::KEYS.iter().map(|&(k, what)| (k, value(k), what)).collect()
+    }
+
+    /// The table as text (`ddl info`, `ddl bench`).
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "kernel forms ({} adapter; DDL_FORMS=\"key=value,...\" overrides):\n",
+            if self.cpu { "CPU" } else { "GPU" }
+        );
+        for (k, v, what) in self.table() {
+            let _ = writeln!(s, "  {k:<16} {v:<10} {what}");
+        }
+        s
+    }
+
+    /// The table as one JSON object (`ddl bench --json`).
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        m.insert("bench".into(), "forms".into());
+        for (k, v, _) in self.table() {
+            m.insert(k.into(), v.into());
+        }
+        serde_json::Value::Object(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_and_gpu_adapters_get_their_forms_and_overrides_apply() {
+        let sg = wgpu::Features::SUBGROUP;
+        let cpu = Forms::defaults(true, (8, 8), sg);
+        let gpu = Forms::defaults(false, (32, 32), sg);
+        assert!(cpu.cpu && cpu.conv_quads && cpu.subgroup_loads && cpu.matmul_subgroup);
+        assert_eq!(cpu.attention, AttentionForm::Blocked(crate::kernels::attention::BLOCK_ROWS));
+        assert!(!gpu.cpu && !gpu.conv_quads && !gpu.subgroup_loads && !gpu.matmul_subgroup);
+        assert_eq!((gpu.attention, gpu.col_sum_seq_rows), (AttentionForm::Tiled, 16));
+        let mut f = gpu.clone();
+        f.apply("conv_quads=1, norm_team=32,attention=blocked:16,col_sum_seq=0,delta_quads=off", sg).unwrap();
+        assert!(f.conv_quads && !f.delta_quads);
+        assert_eq!((f.norm_team, f.attention, f.col_sum_seq_rows), (Some(32), AttentionForm::Blocked(16), 0));
+        // The table shows every key once, with the overridden values.
+        let t = f.table();
+        assert_eq!(t.len(), Forms::KEYS.len());
+        assert!(t.iter().any(|(k, v, _)| *k == "norm_team" && v == "32"));
+        assert!(f.describe().contains("attention        blocked:16"));
+    }
+
+    #[test]
+    fn bad_overrides_are_clear_errors() {
+        let sg = wgpu::Features::SUBGROUP;
+        let mut f = Forms::defaults(false, (32, 32), sg);
+        for (spec, needle) in [
+            ("conv_quadz=1", "unknown form 'conv_quadz'"),
+            ("norm_team=3", "power of two from 1 to 256"),
+            ("delta_seg=256", "power of two from 1 to 128"),
+            ("attention=flash", "expected tiled, blocked"),
+            ("attention=blocked:0", "ROWS ≥ 1"),
+            ("conv_quads=maybe", "expected 0 or 1"),
+            ("conv_fwd_chunk=0", "≥ 1"),
+            ("matmul_subgroup=1", "fixed size dividing 8"),
+        ] {
+            let e = f.apply(spec, sg).unwrap_err();
+            assert!(e.contains(needle), "{spec}: {e}");
+        }
+        let e = f.apply("subgroup_loads=1", wgpu::Features::empty()).unwrap_err();
+        assert!(e.contains("no subgroup operations"), "{e}");
+        let e = f.apply("bogus", sg).unwrap_err();
+        assert!(e.contains("conv_quads") && e.contains("attention"), "the keys are listed: {e}");
+    }
+}
