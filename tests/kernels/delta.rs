@@ -961,7 +961,7 @@ fn subgroup_shared_loads_give_the_bits_of_per_invocation_loads() {
     let has = gpu.features.contains(wgpu::Features::SUBGROUP);
     assert_eq!(
         ddl::kernels::subgroup_loads(&gpu),
-        has && gpu.info.device_type == wgpu::DeviceType::Cpu,
+        has && gpu.forms.cpu,
         "subgroup-shared loads are chosen on CPU adapters with subgroups"
     );
     let mut rng = Rng::fresh();

@@ -312,20 +312,24 @@ fn more_than_65535_workgroups_cover_every_tile() {
 
 #[test]
 fn the_heuristic_picks_register_blocks_on_cpus_and_shared_tiles_on_gpus() {
-    let gpu = gpu();
-    let big = Matmul::nt(2048, 1024, 384);
-    let decode = Matmul::nt(1, 1024, 384);
-    let (hb, hd) = (matmul::heuristic(&gpu, &big), matmul::heuristic(&gpu, &decode));
-    if gpu.info.device_type == wgpu::DeviceType::Cpu {
-        // With subgroups of at most 8 (llvmpipe) the same tiles loading A once per subgroup.
-        let g = if matmul::subgroup_variants(&gpu) { "g" } else { "" };
-        assert_eq!((hb.to_string(), hd.to_string()), (format!("r128{g}"), format!("r8{g}")));
-        // Attention P·V per head (N = head size 64): the 64-column tile, not half a 128 one.
-        let pv = Matmul::nn(256, 64, 256).batched(48);
-        assert_eq!(matmul::heuristic(&gpu, &pv), format!("c64{g}"));
-    } else {
-        assert_eq!(hb, "t64");
-        assert!(!matmul::direct(hd).unwrap(), "{hd}");
+    // Both cost models on any adapter (the `cpu` form says which one a device uses), the CPU one
+    // with 2 worker threads (the development and CI machines').
+    for cpu in [true, false] {
+        let gpu = gpu().with_forms(|f| (f.cpu, f.cpu_threads) = (cpu, 2));
+        let big = Matmul::nt(2048, 1024, 384);
+        let decode = Matmul::nt(1, 1024, 384);
+        let (hb, hd) = (matmul::heuristic(&gpu, &big), matmul::heuristic(&gpu, &decode));
+        if cpu {
+            // With subgroups of at most 8 (llvmpipe) the same tiles loading A once per subgroup.
+            let g = if matmul::subgroup_variants(&gpu) { "g" } else { "" };
+            assert_eq!((hb.to_string(), hd.to_string()), (format!("r128{g}"), format!("r8{g}")));
+            // Attention P·V per head (N = head size 64): the 64-column tile, not half a 128 one.
+            let pv = Matmul::nn(256, 64, 256).batched(48);
+            assert_eq!(matmul::heuristic(&gpu, &pv), format!("c64{g}"));
+        } else {
+            assert_eq!(hb, "t64");
+            assert!(!matmul::direct(hd).unwrap(), "{hd}");
+        }
     }
 }
 
