@@ -1229,7 +1229,7 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             // A module whose cases cannot run at these shapes on this adapter (a tensor over its
             // storage binding, say) gets an error row; the other modules still run.
             let mut failed = Vec::new();
-            for (module, f) in ddl::kernels::BENCHES {
+            for (module, f) in ddl::bench::BENCHES {
                 let run = f(&gpu, &shape).and_then(|cases| {
                     let cases: Vec<_> = cases
                         .into_iter()

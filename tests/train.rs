@@ -481,7 +481,7 @@ fn every_kernel_benchmark_runs_at_the_shapes_it_is_given() {
         kernel: 3,
         params: 5_001,
     };
-    for (module, f) in ddl::kernels::BENCHES {
+    for (module, f) in ddl::bench::BENCHES {
         let cases = f(&gpu, &shape).unwrap_or_else(|e| panic!("{module}: {e}"));
         assert!(!cases.is_empty(), "{module}: no cases");
         let mut rows = Vec::new();

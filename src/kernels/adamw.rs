@@ -9,8 +9,7 @@
 //! round trip. The step's dispatches are bound once; [`set_step`] rewrites their learning rate
 //! and bias corrections each step.
 
-use crate::bench::KernelBench;
-use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D, grid_1d};
+use crate::gpu::{Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D, grid_1d};
 use crate::kernels::reduce::{binding_elems, check_distinct, check_len, chunks};
 
 /// Optimizer settings and the (1-based) step number the bias corrections use.
@@ -243,24 +242,4 @@ pub fn decay_mask(n: usize, decayed: &[(usize, usize)]) -> Vec<u32> {
         }
     }
     mask
-}
-
-/// Benchmark case for `ddl bench kernels`: one step over the parameters of the benchmarked model.
-pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBench>> {
-    let n = shape.params;
-    let t = |label: &str| Tensor::zeros(gpu, label, &[n], DType::F32);
-    let (p, g, m, v) = (t("bench.params")?, t("bench.grads")?, t("bench.m")?, t("bench.v")?);
-    let mask = Tensor::from_u32(gpu, "bench.mask", &[n.div_ceil(64)], &decay_mask(n, &[(0, n / 2)]))?;
-    let norm = Tensor::from_f32(gpu, "bench.norm_sq", &[1], &[4.0])?;
-    let cfg = AdamWConfig::paper(1e-3);
-    let mut ds = step(gpu, &p, &g, &m, &v, mask.view(), norm.view(), n, &cfg)?;
-    ds[0].scratch.extend([p, g, m, v, mask, norm]);
-    Ok(vec![KernelBench {
-        name: format!("adamw_step n={n} (clip, decay half)"),
-        dispatches: ds,
-        // clip 1, decay 1, m 3, v 4, update 5
-        flops: 14.0 * n as f64,
-        // read θ, g, m, v; write θ, m, v; the mask
-        bytes: 28.0 * n as f64 + 4.0 * n.div_ceil(64) as f64,
-    }])
 }

@@ -2,8 +2,7 @@
 //! buffers of any length, bound in aligned chunks when larger than one storage binding, and a
 //! strided row copy.
 
-use crate::bench::KernelBench;
-use crate::gpu::{DType, Dispatch, Gpu, Result, Tensor, View, WG_1D, grid_1d};
+use crate::gpu::{Dispatch, Gpu, Result, View, WG_1D, grid_1d};
 use crate::kernels::reduce::{align_elems, binding_elems, check_distinct, check_len, chunks};
 
 #[repr(C)]
@@ -144,30 +143,4 @@ pub fn copy_rows_chunked(
             k.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[("y", yv), ("x", xv)], grid_1d(n as u64, WG_1D, maxdim))
         })
         .collect()
-}
-
-/// Benchmark cases for `ddl bench kernels`: a residual add and a gradient scale over `[N, d]`.
-pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBench>> {
-    let s = *shape;
-    let n = s.b * s.t * s.d;
-    let x = Tensor::zeros(gpu, "bench.x", &[n], DType::F32)?;
-    let y = Tensor::zeros(gpu, "bench.y", &[n], DType::F32)?;
-    let mut a = add(gpu, x.view(), y.view(), n)?;
-    a[0].scratch.extend([x, y.clone()]);
-    let mut sc = scale(gpu, y.view(), 0.5, n)?;
-    sc[0].scratch.push(y);
-    Ok(vec![
-        KernelBench {
-            name: format!("add (y += x) N={} d={}", s.b * s.t, s.d),
-            dispatches: a,
-            flops: n as f64,
-            bytes: 12.0 * n as f64,
-        },
-        KernelBench {
-            name: format!("scale (x *= a) N={} d={}", s.b * s.t, s.d),
-            dispatches: sc,
-            flops: n as f64,
-            bytes: 8.0 * n as f64,
-        },
-    ])
 }

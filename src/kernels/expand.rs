@@ -12,7 +12,6 @@
 pub use super::shortconv::ConvShape;
 
 use super::shortconv::{chunking, fits_u32, launch, need};
-use crate::bench::KernelBench;
 use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D};
 
 /// Uniform parameters shared by every entry point of `expand.wgsl` (32 bytes).
@@ -183,55 +182,4 @@ pub fn replicate_backward(gpu: &Gpu, n: usize, d: usize, m: usize, g: View, de: 
         return Ok(vec![launch(gpu, "expand", "replicate_backward4", bytemuck::bytes_of(&p), &b, n * d)?]);
     }
     Ok(vec![launch(gpu, "expand", "replicate_backward", bytemuck::bytes_of(&p), &[("g", g), ("de", de)], n * d)?])
-}
-
-/// Benchmark cases for `ddl bench kernels` at the given [`BenchShape`](crate::bench::BenchShape): EC and replication, forward and
-/// backward.
-pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBench>> {
-    let b = *shape;
-    let s = ConvShape { batch: b.b, seq: b.t, d: b.d, m: b.m, kernel: b.kernel, state_f16: false };
-    let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
-    let (ndf, dmf, kf) = (n as f64 * d as f64, (d * m) as f64, k as f64);
-    let state = n as f64 * dmf;
-    let t = |label: &str, elems: usize| Tensor::zeros(gpu, label, &[elems], DType::F32);
-    let e = t("e", n * d)?;
-    let ek = t("ekernel", d * m * k)?;
-    let x0 = t("x0", n * d * m)?;
-    let g = t("g", n * d * m)?;
-    let de = t("de", n * d)?;
-    let dek = t("dekernel", d * m * k)?;
-    let keep = [e.clone(), ek.clone(), x0.clone(), g.clone(), de.clone(), dek.clone()];
-    let shape = format!("B={} T={} d={d} m={m}", b.b, b.t);
-    let mut out = vec![
-        KernelBench {
-            name: format!("expand ec_forward {shape} K={k}"),
-            dispatches: ec_forward(gpu, &s, e.view(), ek.view(), x0.view())?,
-            flops: 2.0 * state * kf,
-            bytes: 4.0 * (ndf + dmf * kf + state),
-        },
-        KernelBench {
-            name: format!("expand ec_backward {shape} K={k}"),
-            dispatches: ec_backward(gpu, &s, e.view(), ek.view(), g.view(), de.view(), dek.view())?,
-            // de: K taps per state element; dekernel: K taps per state element.
-            flops: 4.0 * state * kf,
-            // Read g and e, write de, read+write dekernel, read ekernel.
-            bytes: 4.0 * (state + 2.0 * ndf + 3.0 * dmf * kf),
-        },
-        KernelBench {
-            name: format!("expand replicate_forward {shape}"),
-            dispatches: replicate_forward(gpu, n, d, m, e.view(), x0.view())?,
-            flops: 0.0,
-            bytes: 4.0 * (ndf + state),
-        },
-        KernelBench {
-            name: format!("expand replicate_backward {shape}"),
-            dispatches: replicate_backward(gpu, n, d, m, g.view(), de.view())?,
-            flops: state,
-            bytes: 4.0 * (state + ndf),
-        },
-    ];
-    for case in &mut out {
-        case.dispatches[0].scratch.extend(keep.iter().cloned());
-    }
-    Ok(out)
 }

@@ -791,34 +791,6 @@ pub fn pick(gpu: &Gpu, mm: &Matmul) -> &'static str {
     heuristic(gpu, mm)
 }
 
-/// Benchmark cases for `ddl bench kernels`: the products of one training step of the benchmarked preset.
-pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<crate::bench::KernelBench>> {
-    let s = *shape;
-    let n = s.b * s.t;
-    let dq = s.heads * s.head_dim;
-    let mut out = Vec::new();
-    for (name, mm) in [
-        ("qkv_proj (x·Wᵀ)", Matmul::nt(n, dq, s.d)),
-        ("mlp_up (x·Wᵀ)", Matmul::nt(n, s.f, s.d)),
-        ("mlp_down_dx (dy·W)", Matmul::nn(n, s.f, s.d)),
-        ("mlp_down_dw (dyᵀ·x)", Matmul::tn(s.d, s.f, n)),
-    ] {
-        let a = Tensor::zeros(gpu, "a", &[mm.a.extent(mm.m, mm.k, 1)], crate::gpu::DType::F32)?;
-        let b = Tensor::zeros(gpu, "b", &[mm.b.extent(mm.k, mm.n, 1)], crate::gpu::DType::F32)?;
-        let c = Tensor::zeros(gpu, "c", &[mm.c.extent(mm.m, mm.n, 1)], crate::gpu::DType::F32)?;
-        let v = pick(gpu, &mm);
-        let mut d = mm.bind_variant(gpu, v, a.view(), b.view(), c.view())?;
-        d.scratch = vec![a, b, c];
-        out.push(crate::bench::KernelBench {
-            name: format!("matmul {name} {}x{}x{} [{v} {}]", mm.m, mm.n, mm.k, mm.entry_point(v)?),
-            dispatches: vec![d],
-            flops: mm.flops(),
-            bytes: mm.min_bytes(),
-        });
-    }
-    Ok(out)
-}
-
 /// [`Gpu::shared_scratch`] key of the K-pieces scratch ([`Matmul::bind_split_k`]): one buffer for
 /// every split product of a device.
 pub const K_PIECES_SCRATCH: &str = "matmul.k_pieces";

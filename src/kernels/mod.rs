@@ -44,26 +44,6 @@ pub fn subgroup_loads(gpu: &Gpu) -> bool {
     gpu.features.contains(wgpu::Features::SUBGROUP) && gpu.forms.subgroup_loads
 }
 
-/// A kernel module's benchmark cases at the given shapes.
-pub type BenchFn = fn(&Gpu, &crate::bench::BenchShape) -> Result<Vec<crate::bench::KernelBench>>;
-
-/// Every kernel module's benchmark cases, for `ddl bench kernels`.
-pub const BENCHES: &[(&str, BenchFn)] = &[
-    ("matmul", matmul::bench),
-    ("adamw", adamw::bench),
-    ("attention", attention::bench),
-    ("delta", delta::bench),
-    ("elementwise", elementwise::bench),
-    ("embedding", embedding::bench),
-    ("expand", expand::bench),
-    ("loss", loss::bench),
-    ("norm", norm::bench),
-    ("reduce", reduce::bench),
-    ("rope", rope::bench),
-    ("shortconv", shortconv::bench),
-    ("swiglu", swiglu::bench),
-];
-
 use crate::gpu::{Dispatch, Gpu, GpuError, Result, Tensor, WG_1D, grid_1d};
 
 #[repr(C)]

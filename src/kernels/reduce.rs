@@ -8,7 +8,6 @@
 //! aligned chunks; [`sum_squares`] chunks at whole blocks, so its bits do not depend on the
 //! chunking either.
 
-use crate::bench::KernelBench;
 use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
 
 /// Most rows [`col_sum`] adds with one invocation per column in order (`col_sum_seq*`, no
@@ -333,38 +332,4 @@ pub fn col_sum_in_order(
     let (src, dst) = if vec4 { ("src4", "dst4") } else { ("src", "dst") };
     let k = gpu.kernel("reduce", None, entry)?;
     Ok(vec![k.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[(src, x.sub(0, total)), (dst, out.sub(0, cols))], wg)?])
-}
-
-/// Benchmark cases for `ddl bench kernels`: the gradient norm over a 10.7M-parameter model and
-/// the column sums of a gain gradient `[N, d]` and a value-bias gradient `[N, m]`.
-pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBench>> {
-    let s = *shape;
-    let n_tok = s.b * s.t;
-    let mut out = Vec::new();
-
-    let n = 10_700_000;
-    let x = Tensor::zeros(gpu, "bench.grads", &[n], DType::F32)?;
-    let o = Tensor::zeros(gpu, "bench.norm_sq", &[1], DType::F32)?;
-    let mut ds = sum_squares(gpu, &x, n, o.view())?;
-    ds[0].scratch.extend([x, o]);
-    out.push(KernelBench {
-        name: format!("sum_squares n={n}"),
-        dispatches: ds,
-        flops: 2.0 * n as f64,
-        bytes: 4.0 * n as f64,
-    });
-
-    for cols in [s.d, s.m] {
-        let x = Tensor::zeros(gpu, "bench.x", &[n_tok * cols], DType::F32)?;
-        let o = Tensor::zeros(gpu, "bench.out", &[cols], DType::F32)?;
-        let mut ds = col_sum(gpu, x.view(), o.view(), n_tok, cols, true)?;
-        ds[0].scratch.extend([x, o]);
-        out.push(KernelBench {
-            name: format!("col_sum rows={n_tok} cols={cols} (+=)"),
-            dispatches: ds,
-            flops: (n_tok * cols) as f64,
-            bytes: 4.0 * (n_tok * cols + 2 * cols) as f64,
-        });
-    }
-    Ok(out)
 }

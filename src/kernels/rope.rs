@@ -7,7 +7,6 @@
 //! Forward and backward read one tensor and write another (they may not alias: wgpu forbids
 //! binding a buffer read-only and read-write in one dispatch).
 
-use crate::bench::KernelBench;
 use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D, grid_1d};
 
 /// The shape of a RoPE application. `x` is `[rows, heads, head_dim]`; row `r` has position
@@ -208,26 +207,4 @@ pub fn set_pos0(gpu: &Gpu, ds: &[Dispatch], s: &RopeShape) -> Result<()> {
         d.set_params(gpu, bytemuck::bytes_of(&p));
     }
     Ok(())
-}
-
-/// Benchmark cases for `ddl bench kernels` at the benchmarked preset's shapes: q `[N, H, h]`.
-pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBench>> {
-    let b = *shape;
-    let s = RopeShape { rows: b.b * b.t, seq_len: b.t, heads: b.heads, head_dim: b.head_dim, pos0: 0 };
-    let n = s.rows * s.heads * s.head_dim;
-    let tab = table(gpu, b.t, b.head_dim, 10000.0)?;
-    let x = Tensor::zeros(gpu, "q", &[n], DType::F32)?;
-    let y = Tensor::zeros(gpu, "q_rot", &[n], DType::F32)?;
-    let mut fwd = forward(gpu, &s, tab.view(), x.view(), y.view())?;
-    fwd[0].scratch = vec![tab.clone(), x.clone(), y.clone()];
-    let mut bwd = backward(gpu, &s, tab.view(), y.view(), x.view())?;
-    bwd[0].scratch = vec![tab, y, x];
-    let name = |e: &str| format!("rope_{e} q [N={}, H={}, h={}]", s.rows, s.heads, s.head_dim);
-    // 4 multiplies and 2 adds per pair = 3 per element; read x and the T·h table, write y.
-    let flops = 3.0 * n as f64;
-    let bytes = 4.0 * (2.0 * n as f64 + (s.seq_len * s.head_dim) as f64);
-    Ok(vec![
-        KernelBench { name: name("forward"), dispatches: fwd, flops, bytes },
-        KernelBench { name: name("backward"), dispatches: bwd, flops, bytes },
-    ])
 }

@@ -4,8 +4,7 @@
 //! The sigmoid is evaluated from `exp(−|g|)`, so both σ(g) and 1 − σ(g) are accurate and
 //! finite for any finite gate value (no overflow for large |g|).
 
-use crate::bench::KernelBench;
-use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D, grid_1d};
+use crate::gpu::{Dispatch, Gpu, GpuError, Result, View, WG_1D, grid_1d};
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -90,34 +89,4 @@ pub fn backward(
         &[("gate", gate), ("up", up), ("dout", dout), ("dgate", dgate), ("dup", dup)],
         wg,
     )?])
-}
-
-/// Benchmark cases for `ddl bench kernels` at the benchmarked preset's shapes: n = N·F.
-pub fn bench(gpu: &Gpu, shape: &crate::bench::BenchShape) -> Result<Vec<KernelBench>> {
-    let s = *shape;
-    let n = s.b * s.t * s.f;
-    let t = |label: &str| Tensor::zeros(gpu, label, &[n], DType::F32);
-    let (gate, up, out) = (t("gate")?, t("up")?, t("out")?);
-    let (dout, dgate, dup) = (t("dout")?, t("dgate")?, t("dup")?);
-    let mut fwd = forward(gpu, gate.view(), up.view(), out.view(), n)?;
-    fwd[0].scratch = vec![gate.clone(), up.clone(), out];
-    let mut bwd = backward(gpu, gate.view(), up.view(), dout.view(), dgate.view(), dup.view(), n)?;
-    bwd[0].scratch = vec![gate, up, dout, dgate, dup];
-    let nf = n as f64;
-    Ok(vec![
-        KernelBench {
-            name: format!("swiglu_forward n={n}"),
-            dispatches: fwd,
-            // exp, 1 + e, divide, g·σ, ·up (the |g| and select are not counted).
-            flops: 5.0 * nf,
-            bytes: 4.0 * 3.0 * nf,
-        },
-        KernelBench {
-            name: format!("swiglu_backward n={n}"),
-            dispatches: bwd,
-            // exp, 1 + e, two divides, g·σ, dy·silu, g·(1−σ), 1 + …, σ·(…), dy·u, product.
-            flops: 11.0 * nf,
-            bytes: 4.0 * 5.0 * nf,
-        },
-    ])
 }

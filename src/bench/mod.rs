@@ -1,5 +1,7 @@
 //! Benchmarks behind `ddl bench ...`. Each result is a row for humans or a JSON line for scripts.
 
+mod cases;
+
 use std::time::Instant;
 
 use serde_json::json;
@@ -590,3 +592,24 @@ mod tests {
         assert_eq!(median_ci95(&[]), None);
     }
 }
+
+/// A kernel module's benchmark cases at the given shapes.
+pub type BenchFn = fn(&Gpu, &BenchShape) -> Result<Vec<KernelBench>>;
+
+/// Every kernel module's benchmark cases, for `ddl bench kernels` (`src/bench/<kernel>.rs`; the
+/// kernel modules themselves only launch).
+pub const BENCHES: &[(&str, BenchFn)] = &[
+    ("matmul", cases::matmul::cases),
+    ("adamw", cases::adamw::cases),
+    ("attention", cases::attention::cases),
+    ("delta", cases::delta::cases),
+    ("elementwise", cases::elementwise::cases),
+    ("embedding", cases::embedding::cases),
+    ("expand", cases::expand::cases),
+    ("loss", cases::loss::cases),
+    ("norm", cases::norm::cases),
+    ("reduce", cases::reduce::cases),
+    ("rope", cases::rope::cases),
+    ("shortconv", cases::shortconv::cases),
+    ("swiglu", cases::swiglu::cases),
+];

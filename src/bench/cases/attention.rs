@@ -1,0 +1,75 @@
+//! `ddl bench kernels` cases of [`crate::kernels::attention`].
+
+use crate::bench::{BenchShape, KernelBench};
+use crate::gpu::{DType, Gpu, Result, Tensor};
+use crate::kernels::attention::*;
+
+/// Benchmark cases for `ddl bench kernels` at the benchmarked preset's shapes: the training forward
+/// and backward (B 8, T 256, H 6, h 64) and one decoding step against a full cache.
+pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
+    let b = *shape;
+    let z = |label: &str, n: usize| Tensor::zeros(gpu, label, &[n], DType::F32);
+    let scale = 1.0 / (b.head_dim as f32).sqrt();
+    let mut cases = Vec::new();
+
+    // The adapter's method first, then the other one for comparison.
+    let chosen = method(gpu);
+    let other = if chosen == Method::Tiled { Method::Blocked(BLOCK_ROWS) } else { Method::Tiled };
+    for m in [chosen, other] {
+        let tag = match m {
+            Method::Tiled => "tiled".to_string(),
+            Method::Blocked(r) => format!("blocked{r}"),
+        };
+        let s = AttnShape::training(b.b, b.heads, b.head_dim, b.t);
+        let (q, k, v) = (z("q", s.q_elems())?, z("k", s.kv_elems())?, z("v", s.kv_elems())?);
+        let (out, lse) = (z("out", s.q_elems())?, z("lse", s.lse_elems())?);
+        let (dout, dq) = (z("dout", s.q_elems())?, z("dq", s.q_elems())?);
+        let (dk, dv) = (z("dk", s.kv_elems())?, z("dv", s.kv_elems())?);
+        let gm = gpu.with_forms(|f| f.attention = m);
+        let gpu = &*gm;
+        let mut fwd = forward_seq(gpu, &s, scale, q.view(), k.view(), v.view(), out.view(), lse.view())?;
+        fwd[0].scratch.extend([q.clone(), k.clone(), v.clone(), out.clone(), lse.clone()]);
+        let shape = format!("B{} T{} H{} h{}", s.batch, s.q_len, s.heads, s.head_dim);
+        cases.push(KernelBench {
+            name: format!("attention_forward[{tag}] {shape}"),
+            dispatches: fwd,
+            flops: forward_flops(&s),
+            bytes: forward_bytes(&s),
+        });
+        let mut bwd = backward(
+            gpu,
+            &s,
+            scale,
+            q.view(),
+            k.view(),
+            v.view(),
+            out.view(),
+            lse.view(),
+            dout.view(),
+            dq.view(),
+            dk.view(),
+            dv.view(),
+        )?;
+        bwd[0].scratch.extend([q, k, v, out, lse, dout, dq, dk, dv]);
+        cases.push(KernelBench {
+            name: format!("attention_backward[{tag}] {shape}"),
+            dispatches: bwd,
+            flops: backward_flops(&s),
+            bytes: backward_bytes(&s),
+        });
+    }
+
+    // One generated token per sequence against a full cache of T keys.
+    let s = AttnShape::decode(b.b, b.heads, b.head_dim, 1, b.t, b.t);
+    let (q, k, v) = (z("q", s.q_elems())?, z("k", s.kv_elems())?, z("v", s.kv_elems())?);
+    let (out, lse) = (z("out", s.q_elems())?, z("lse", s.lse_elems())?);
+    let mut dec = forward(gpu, &s, scale, q.view(), k.view(), v.view(), out.view(), lse.view())?;
+    dec[0].scratch = vec![q, k, v, out, lse];
+    cases.push(KernelBench {
+        name: format!("attention_decode B{} q1 kv{} H{} h{}", s.batch, s.kv_len, s.heads, s.head_dim),
+        dispatches: dec,
+        flops: forward_flops(&s),
+        bytes: forward_bytes(&s),
+    });
+    Ok(cases)
+}

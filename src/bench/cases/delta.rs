@@ -1,0 +1,135 @@
+//! `ddl bench kernels` cases of [`crate::kernels::delta`].
+
+use crate::bench::{BenchShape, KernelBench};
+use crate::gpu::{Gpu, Result, Tensor};
+use crate::kernels::delta::*;
+use crate::testing::Rng;
+
+/// Benchmark cases for `ddl bench kernels` at the benchmarked preset's shapes: forward and
+/// backward for m = 4 and m = 1.
+pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
+    let mut out = Vec::new();
+    let mut rng = Rng::new(7);
+    let n = shape.b * shape.t;
+    let d = shape.d;
+    // m = 4 with the state in f32 and, where the adapter has SHADER_F16, in f16; and m = 1.
+    let f16 = gpu.features.contains(wgpu::Features::SHADER_F16);
+    let cases = [(shape.m, false), (shape.m, true), (1, false)];
+    for (m, state_f16) in cases.into_iter().filter(|&(m, h)| !h || (f16 && m == 4)) {
+        let s = DeltaShape { n, d, m, k_eps: 1e-5, v_act: VAct::Sigmoid4, state_f16 };
+        // An f16 state: n·d·m halves of small normal values (the f32 bits of a normal draw would
+        // hold f16 NaNs and subnormals).
+        let x = if state_f16 {
+            let bits: Vec<f32> = rng
+                .normal(s.state_elems(), 1.0)
+                .iter()
+                .map(|v| {
+                    let h = |b: u32| (0x3800 | (b & 0x83ff)) & 0xffff; // ±[0.5, 1)
+                    f32::from_bits(h(v.to_bits()) | h(v.to_bits() >> 13) << 16)
+                })
+                .collect();
+            Tensor::from_f32(gpu, "x", &[bits.len()], &bits)?
+        } else {
+            Tensor::from_f32(gpu, "x", &[n * d * m], &rng.normal(n * d * m, 1.0))?
+        };
+        let mut t = |label: &str, len: usize| Tensor::from_f32(gpu, label, &[len], &rng.normal(len, 1.0));
+        let kraw = t("kraw", n * d)?;
+        let a = t("a", n * d)?;
+        let c = t("c", n * d)?;
+        let w_beta = t("w_beta", d)?;
+        let b_beta = t("b_beta", 1)?;
+        let w_v = t("w_v", m * d)?;
+        let b_v = t("b_v", m)?;
+        let g = t("g", n * d * m)?;
+        let zeros = |label: &str, len: usize| Tensor::zeros(gpu, label, &[len], crate::gpu::DType::F32);
+        let x_out = zeros("x_out", s.state_elems())?;
+        let rnorm = zeros("rnorm", n)?;
+        let beta = zeros("beta", n)?;
+        let v = zeros("v", n * m)?;
+        let delta = zeros("delta", n * m)?;
+        let dx = zeros("dx", n * d * m)?;
+        let dkraw = zeros("dkraw", n * d)?;
+        let da = zeros("da", n * d)?;
+        let dc = zeros("dc", n * d)?;
+        let dw_beta = zeros("dw_beta", d)?;
+        let db_beta = zeros("db_beta", 1)?;
+        let dw_v = zeros("dw_v", m * d)?;
+        let db_v = zeros("db_v", m)?;
+
+        let mut fwd = forward(
+            gpu,
+            &s,
+            x.view(),
+            kraw.view(),
+            a.view(),
+            c.view(),
+            w_beta.view(),
+            b_beta.view(),
+            w_v.view(),
+            b_v.view(),
+            x_out.view(),
+            // As training runs it: no k (the backward recomputes it).
+            None,
+            rnorm.view(),
+            beta.view(),
+            v.view(),
+            delta.view(),
+            None,
+        )?;
+        // Realistic saved values for the backward.
+        gpu.run(&fwd.iter().collect::<Vec<_>>())?;
+        let bwd = backward(
+            gpu,
+            &s,
+            g.view(),
+            x.view(),
+            kraw.view(),
+            rnorm.view(),
+            beta.view(),
+            v.view(),
+            delta.view(),
+            a.view(),
+            c.view(),
+            w_beta.view(),
+            w_v.view(),
+            dx.view(),
+            dkraw.view(),
+            da.view(),
+            dc.view(),
+            dw_beta.view(),
+            db_beta.view(),
+            dw_v.view(),
+            db_v.view(),
+            false,
+        )?;
+        let mut bwd = bwd;
+        // Keep every tensor alive with the dispatches that use it.
+        fwd[0].scratch.extend([
+            x.clone(),
+            kraw.clone(),
+            a.clone(),
+            c.clone(),
+            w_beta.clone(),
+            b_beta,
+            w_v.clone(),
+            b_v,
+            x_out,
+        ]);
+        bwd[0].scratch.extend([
+            g, x, kraw, rnorm, beta, v, delta, a, c, w_beta, w_v, dx, dkraw, da, dc, dw_beta, db_beta, dw_v, db_v,
+        ]);
+        out.push(KernelBench {
+            name: format!("delta_forward N={n} d={d} m={m}{}", if state_f16 { " f16 state" } else { "" }),
+            dispatches: fwd,
+            flops: forward_flops(&s),
+            bytes: forward_bytes(&s),
+        });
+        out.push(KernelBench {
+            name: format!("delta_backward N={n} d={d} m={m}{}", if state_f16 { " f16 state" } else { "" }),
+            dispatches: bwd,
+            flops: backward_flops(&s),
+            bytes: backward_bytes(&s, false),
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,53 @@
+//! `ddl bench kernels` cases of [`crate::kernels::loss`].
+
+use crate::bench::{BenchShape, KernelBench};
+use crate::gpu::{DType, Gpu, Result, Tensor};
+use crate::kernels::loss::*;
+
+/// Benchmark cases for `ddl bench kernels`: forward and backward at N = 2048, V = 65 (the
+/// benchmarked preset's head) and N = 512, V = 50304 (GPT-2 vocabulary).
+pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
+    let s = *shape;
+    let mut out = Vec::new();
+    for (n, vocab) in [(s.b * s.t, s.vocab), (512, 50304)] {
+        let logits = Tensor::zeros(gpu, "bench.logits", &[n * vocab], DType::F32)?;
+        let targets: Vec<i32> = (0..n).map(|i| (i % vocab) as i32).collect();
+        let targets = Tensor::from_i32(gpu, "bench.targets", &[n], &targets)?;
+        let lse = Tensor::zeros(gpu, "bench.lse", &[n], DType::F32)?;
+        let stats = Tensor::zeros(gpu, "bench.out", &[2], DType::F32)?;
+        let dlogits = Tensor::zeros(gpu, "bench.dlogits", &[n * vocab], DType::F32)?;
+        let mut f = cross_entropy_forward(gpu, logits.view(), targets.view(), lse.view(), stats.view(), n, vocab, 0.1)?;
+        let mut b = cross_entropy_backward(
+            gpu,
+            logits.view(),
+            targets.view(),
+            lse.view(),
+            stats.view(),
+            dlogits.view(),
+            n,
+            vocab,
+            0.1,
+            1.0,
+        )?;
+        let nv = (n * vocab) as f64;
+        f[0].scratch.extend([logits.clone(), targets.clone(), lse.clone(), stats.clone()]);
+        b[0].scratch.extend([logits, targets, lse, stats, dlogits]);
+        out.push(KernelBench {
+            name: format!("cross_entropy_forward N={n} V={vocab} (α=0.1)"),
+            dispatches: f,
+            // compare, exp, multiply-add, shifted sum per logit
+            flops: 5.0 * nv,
+            // logits, targets, lse, out
+            bytes: 4.0 * (nv + 2.0 * n as f64 + 2.0),
+        });
+        out.push(KernelBench {
+            name: format!("cross_entropy_backward N={n} V={vocab} (α=0.1)"),
+            dispatches: b,
+            // subtract, exp, subtract twice, multiply
+            flops: 5.0 * nv,
+            // read logits, write dlogits, targets, lse
+            bytes: 4.0 * (2.0 * nv + 2.0 * n as f64 + 2.0),
+        });
+    }
+    Ok(out)
+}

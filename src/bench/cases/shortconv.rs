@@ -1,0 +1,122 @@
+//! `ddl bench kernels` cases of [`crate::kernels::shortconv`].
+
+use crate::bench::{BenchShape, KernelBench};
+use crate::gpu::{DType, Gpu, Result, Tensor};
+use crate::kernels::shortconv::*;
+
+/// Benchmark cases for `ddl bench kernels` at the given [`BenchShape`](crate::bench::BenchShape): both compressors, forward and
+/// backward (CC with kc = m).
+pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
+    let b = *shape;
+    let s = ConvShape { batch: b.b, seq: b.t, d: b.d, m: b.m, kernel: b.kernel, state_f16: false };
+    let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
+    let (nf, dmf, ndf, kf) = (n as f64, (d * m) as f64, (n * d) as f64, k as f64);
+    let state = nf * dmf;
+    let t = |label: &str, elems: usize| scratch(gpu, label, elems);
+    let x = t("x", n * d * m)?;
+    let kt = t("kappa", d * m * k)?;
+    let kv = t("kappa_cc", d * m)?;
+    let rho = t("rho", m)?;
+    let a = t("a", n * d)?;
+    let da = t("da", n * d)?;
+    let dx = t("dx", n * d * m)?;
+    let dkt = t("dkappa", d * m * k)?;
+    let dkv = t("dkappa_cc", d * m)?;
+    let drho = t("drho", m)?;
+    let keep = [
+        x.clone(),
+        kt.clone(),
+        kv.clone(),
+        rho.clone(),
+        a.clone(),
+        da.clone(),
+        dx.clone(),
+        dkt.clone(),
+        dkv.clone(),
+        drho.clone(),
+    ];
+    let shape = format!("B={} T={} d={d} m={m}", b.b, b.t);
+    let mut out = vec![
+        KernelBench {
+            name: format!("shortconv token_forward {shape} K={k}"),
+            dispatches: token_forward(gpu, &s, x.view(), kt.view(), rho.view(), a.view())?,
+            // Σ_s κ·X per channel, then the ρ-weighted sum over j.
+            flops: 2.0 * state * kf + 2.0 * state,
+            bytes: 4.0 * (state + dmf * kf + ndf),
+        },
+        KernelBench {
+            name: format!("shortconv token_backward {shape} K={k}"),
+            dispatches: token_backward(
+                gpu,
+                &s,
+                x.view(),
+                kt.view(),
+                rho.view(),
+                da.view(),
+                dx.view(),
+                dkt.view(),
+                drho.view(),
+            )?,
+            // dx: K taps + scale + add; P: K taps; finalize and drho are O(d·m·K).
+            flops: 2.0 * state * kf + 2.0 * state + 2.0 * state * kf,
+            // Read X, da, dx; write dx; read+write dkappa.
+            bytes: 4.0 * (3.0 * state + ndf + 2.0 * dmf * kf),
+        },
+        KernelBench {
+            name: format!("shortconv value_forward {shape} kc={m}"),
+            dispatches: value_forward(gpu, n, d, m, m, x.view(), kv.view(), rho.view(), a.view())?,
+            flops: 2.0 * state,
+            bytes: 4.0 * (state + ndf + dmf),
+        },
+        KernelBench {
+            name: format!("shortconv value_backward {shape} kc={m}"),
+            dispatches: value_backward(
+                gpu,
+                n,
+                d,
+                m,
+                m,
+                x.view(),
+                kv.view(),
+                rho.view(),
+                da.view(),
+                dx.view(),
+                dkv.view(),
+                drho.view(),
+            )?,
+            // dx += da·Ω and ∂Ω += da·X per state element.
+            flops: 4.0 * state,
+            bytes: 4.0 * (3.0 * state + ndf + 2.0 * dmf),
+        },
+    ];
+    // The token axis with the state in f16 (`--f16-state`), where the adapter has SHADER_F16.
+    if m == 4 && gpu.features.contains(wgpu::Features::SHADER_F16) {
+        let s = ConvShape { state_f16: true, ..s };
+        let x16 = t("x_f16", s.state_elems())?;
+        let mut f = token_forward(gpu, &s, x16.view(), kt.view(), rho.view(), a.view())?;
+        let mut bk =
+            token_backward(gpu, &s, x16.view(), kt.view(), rho.view(), da.view(), dx.view(), dkt.view(), drho.view())?;
+        f[0].scratch.push(x16.clone());
+        bk[0].scratch.push(x16);
+        out.push(KernelBench {
+            name: format!("shortconv token_forward {shape} K={k} f16 state"),
+            dispatches: f,
+            flops: 2.0 * state * kf + 2.0 * state,
+            bytes: 2.0 * state + 4.0 * (dmf * kf + ndf),
+        });
+        out.push(KernelBench {
+            name: format!("shortconv token_backward {shape} K={k} f16 state"),
+            dispatches: bk,
+            flops: 2.0 * state * kf + 2.0 * state + 2.0 * state * kf,
+            bytes: 2.0 * state + 4.0 * (2.0 * state + ndf + 2.0 * dmf * kf),
+        });
+    }
+    for case in &mut out {
+        case.dispatches[0].scratch.extend(keep.iter().cloned());
+    }
+    Ok(out)
+}
+
+fn scratch(gpu: &Gpu, label: &str, elems: usize) -> Result<Tensor> {
+    Tensor::zeros(gpu, label, &[elems], DType::F32)
+}
