@@ -146,13 +146,7 @@ fn params(s: &AttnShape, scale: f32, nblk: usize, total: usize) -> Params {
 }
 
 fn need(what: &str, name: &str, v: &View, n: usize, layout: &str) -> Result<()> {
-    if v.len() < n {
-        return Err(GpuError::Shape(format!(
-            "attention {what}: {name} {layout} needs {n} elements, the view has {}",
-            v.len()
-        )));
-    }
-    Ok(())
+    super::need(&format!("attention {what}"), name, layout, v, n)
 }
 
 /// Shape and view checks of a forward call (`out` and `lse` as the forward writes them).

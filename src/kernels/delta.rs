@@ -202,13 +202,7 @@ fn shared_loads(gpu: &Gpu, seg: usize) -> bool {
 
 /// Fails unless `view` holds at least `need` elements.
 fn need(op: &str, name: &str, view: &View, need: usize) -> Result<()> {
-    if view.len() < need {
-        return Err(GpuError::Shape(format!(
-            "delta {op}: '{name}' needs {need} elements, its view has {}",
-            view.len()
-        )));
-    }
-    Ok(())
+    super::need(&format!("delta {op}"), name, "", view, need)
 }
 
 /// Fails when a written view shares its buffer with a read view (wgpu forbids binding a buffer

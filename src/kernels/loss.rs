@@ -54,9 +54,7 @@ pub fn threads_per_row(gpu: &Gpu, vocab: usize) -> usize {
 /// iterations).
 pub const CPU_ROW_VOCAB: usize = 4096;
 
-fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 { a } else { gcd(b, a % b) }
-}
+use super::gcd;
 
 /// `(first row, rows)` chunks whose logits fit `max_chunk` elements and start aligned.
 fn row_chunks(gpu: &Gpu, op: &str, n: usize, vocab: usize, max_chunk: usize) -> Result<Vec<(usize, usize)>> {

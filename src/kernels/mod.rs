@@ -55,6 +55,24 @@ struct FillParams {
     _pad: u32,
 }
 
+/// Fails unless `view` holds at least `elems` elements, with an error naming the call (`what`),
+/// the tensor, its layout (`shape`, may be empty) and both sizes. The launchers' shared check.
+pub(crate) fn need(what: &str, name: &str, shape: &str, view: &crate::gpu::View, elems: usize) -> Result<()> {
+    if view.len() < elems {
+        let shape = if shape.is_empty() { String::new() } else { format!(" {shape}") };
+        return Err(GpuError::Shape(format!(
+            "{what}: '{name}'{shape} needs {elems} elements, the view has {}",
+            view.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Greatest common divisor (chunk and alignment arithmetic).
+pub(crate) fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
 /// Fills elements `[offset, offset + n)` of an f32 (or any 4-byte) tensor with `value`.
 pub fn fill(gpu: &Gpu, t: &Tensor, offset: usize, n: usize, value: f32) -> Result<Dispatch> {
     if offset + n > t.len() {

@@ -109,9 +109,7 @@ pub(crate) fn check_distinct(
     Ok(())
 }
 
-pub(crate) fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 { a } else { gcd(b, a % b) }
-}
+pub(crate) use super::gcd;
 
 fn dispatch(gpu: &Gpu, entry: &str, p: &Params, src: View, dst: View, wg: [u32; 3]) -> Result<Dispatch> {
     gpu.kernel("reduce", None, entry)?.dispatch(gpu, Some(bytemuck::bytes_of(p)), &[("src", src), ("dst", dst)], wg)

@@ -187,16 +187,7 @@ pub(crate) fn fits_u32(what: &str, extents: &[u128]) -> Result<()> {
     Ok(())
 }
 
-/// Errors unless `view` holds at least `elems` f32 (`shape` describes the expected tensor).
-pub(crate) fn need(what: &str, tensor: &str, shape: &str, view: &View, elems: usize) -> Result<()> {
-    if view.len() < elems {
-        return Err(GpuError::Shape(format!(
-            "{what}: '{tensor}' {shape} needs {elems} elements, the view has {}",
-            view.len()
-        )));
-    }
-    Ok(())
-}
+pub(crate) use super::need;
 
 /// Binds `entry` of `shader` over `threads` invocations (1-D grid of 256-wide workgroups).
 pub(crate) fn launch(
@@ -510,9 +501,7 @@ fn slot_chunks(gpu: &Gpu, s: &ConvShape) -> usize {
     chunks.next_multiple_of(step)
 }
 
-fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 { a } else { gcd(b, a % b) }
-}
+use super::gcd;
 
 /// Zeroed chunk partials for `calls` calls of one compressor (same shape, κ and ρ: a block's
 /// two): slot `c` is [`token_partial_slot`]`(…, c)`; [`token_backward_finish`] sums all slots.

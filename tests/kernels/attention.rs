@@ -539,7 +539,7 @@ fn shape_errors_are_reported_not_panicked() {
     let lse = upload(&gpu, "lse", &vec![0.0; s.lse_elems()]);
     let e =
         attention::forward(&gpu, &s, 1.0, big.view(), small.view(), big.view(), big.view(), lse.view()).unwrap_err();
-    assert!(e.to_string().contains("k [batch, kv_stride"), "{e}");
+    assert!(e.to_string().contains("'k' [batch, kv_stride"), "{e}");
     assert!(e.to_string().contains("needs 240 elements"), "{e}");
     assert!(e.to_string().contains("has 239"), "{e}");
     let e = attention::backward(
