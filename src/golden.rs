@@ -67,9 +67,9 @@ impl Golden {
         let p = path.to_path_buf();
         let bytes = bytes;
         let content = |msg: String| GoldenError::Content { path: p.clone(), msg };
-        let st = safetensors::SafeTensors::deserialize(&bytes)
+        let st = safetensors::SafeTensors::deserialize(bytes)
             .map_err(|e| GoldenError::Format { path: p.clone(), msg: e.to_string() })?;
-        let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes)
+        let (_, meta) = safetensors::SafeTensors::read_metadata(bytes)
             .map_err(|e| GoldenError::Format { path: p.clone(), msg: e.to_string() })?;
         let md = meta.metadata().clone().ok_or_else(|| content("no __metadata__ in the header".into()))?;
         let get = |k: &str| md.get(k).cloned().ok_or_else(|| content(format!("metadata key '{k}' is missing")));
@@ -116,10 +116,10 @@ impl Golden {
     pub fn f32(&self, name: &str, shape: Option<&[usize]>) -> Result<&[f32], GoldenError> {
         match self.tensors.get(name) {
             Some((s, Data::F32(v))) => {
-                if let Some(want) = shape {
-                    if s != want {
-                        return Err(self.err(format!("tensor '{name}' has shape {s:?}, expected {want:?}")));
-                    }
+                if let Some(want) = shape
+                    && s != want
+                {
+                    return Err(self.err(format!("tensor '{name}' has shape {s:?}, expected {want:?}")));
                 }
                 Ok(v)
             }

@@ -204,6 +204,25 @@ pub fn f64s(x: &[f32]) -> Vec<f64> {
     x.iter().map(|&v| v as f64).collect()
 }
 
+/// A fresh, empty directory `$TMPDIR/ddl-{name}-{pid}` for one test (anything left there by an
+/// earlier run of the same process id is removed).
+pub fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("ddl-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create a test directory under the temp dir");
+    d
+}
+
+/// Writes the first 20,000 characters of TinyShakespeare (`assets/`) to `dir/corpus.txt`, a
+/// corpus small enough to tokenise and train on in seconds; returns its path.
+pub fn small_corpus(dir: &std::path::Path) -> String {
+    let path = data_path("assets/tinyshakespeare.txt");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let p = dir.join("corpus.txt");
+    std::fs::write(&p, &text[..20_000]).expect("write the test corpus");
+    p.display().to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,23 +243,4 @@ mod tests {
         assert_eq!(idx, [1, 3]);
         assert!(first_mismatches(&[1.0, 2.0, 3.0, 4.0, 5.0], &want, 1e-6, 5).is_empty());
     }
-}
-
-/// A fresh, empty directory `$TMPDIR/ddl-{name}-{pid}` for one test (anything left there by an
-/// earlier run of the same process id is removed).
-pub fn scratch_dir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("ddl-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("create a test directory under the temp dir");
-    d
-}
-
-/// Writes the first 20,000 characters of TinyShakespeare (`assets/`) to `dir/corpus.txt`, a
-/// corpus small enough to tokenise and train on in seconds; returns its path.
-pub fn small_corpus(dir: &std::path::Path) -> String {
-    let path = data_path("assets/tinyshakespeare.txt");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let p = dir.join("corpus.txt");
-    std::fs::write(&p, &text[..20_000]).expect("write the test corpus");
-    p.display().to_string()
 }

@@ -575,24 +575,6 @@ pub fn generate_rows(
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::median_ci95;
-
-    #[test]
-    fn the_median_interval_uses_the_binomial_order_statistics() {
-        let v: Vec<f64> = (1..=30).map(f64::from).collect();
-        // n = 30: P(X ≤ 9) = 0.0214 (two tails 0.043), P(X ≤ 10) = 0.0494: k = 10.
-        assert_eq!(median_ci95(&v), Some((10.0, 21.0)));
-        let v: Vec<f64> = (1..=6).map(f64::from).collect();
-        // n = 6: P(X ≤ 0) = 1/64, two tails 0.031: the whole range.
-        assert_eq!(median_ci95(&v), Some((1.0, 6.0)));
-        let v: Vec<f64> = (1..=5).map(f64::from).collect();
-        assert_eq!(median_ci95(&v), None);
-        assert_eq!(median_ci95(&[]), None);
-    }
-}
-
 /// A kernel module's benchmark cases at the given shapes.
 pub type BenchFn = fn(&Gpu, &BenchShape) -> Result<Vec<KernelBench>>;
 
@@ -613,3 +595,21 @@ pub const BENCHES: &[(&str, BenchFn)] = &[
     ("shortconv", cases::shortconv::cases),
     ("swiglu", cases::swiglu::cases),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::median_ci95;
+
+    #[test]
+    fn the_median_interval_uses_the_binomial_order_statistics() {
+        let v: Vec<f64> = (1..=30).map(f64::from).collect();
+        // n = 30: P(X ≤ 9) = 0.0214 (two tails 0.043), P(X ≤ 10) = 0.0494: k = 10.
+        assert_eq!(median_ci95(&v), Some((10.0, 21.0)));
+        let v: Vec<f64> = (1..=6).map(f64::from).collect();
+        // n = 6: P(X ≤ 0) = 1/64, two tails 0.031: the whole range.
+        assert_eq!(median_ci95(&v), Some((1.0, 6.0)));
+        let v: Vec<f64> = (1..=5).map(f64::from).collect();
+        assert_eq!(median_ci95(&v), None);
+        assert_eq!(median_ci95(&[]), None);
+    }
+}

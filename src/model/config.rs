@@ -294,7 +294,7 @@ impl ModelConfig {
         if params > 1u128 << 36 {
             return Err(cerr("d_model", format!("the model would have about {params} parameters, more than 2^36")));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(cerr("head_dim", format!("RoPE rotates pairs: must be even, got {}", self.head_dim)));
         }
         match self.variant {

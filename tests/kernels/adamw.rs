@@ -81,32 +81,32 @@ fn five_steps(
     let mask = adamw::decay_mask(n, &ranges);
     let decayed: Vec<bool> = (0..n).map(|i| mask[i / 64] != 0).collect();
     let p0 = rng.normal(n, 0.5);
-    let params = upload(&gpu, "params", &p0);
-    let grads = Tensor::zeros(&gpu, "grads", &[n], DType::F32).unwrap();
-    let m = Tensor::zeros(&gpu, "m", &[n], DType::F32).unwrap();
-    let v = Tensor::zeros(&gpu, "v", &[n], DType::F32).unwrap();
-    let tmask = Tensor::from_u32(&gpu, "mask", &[mask.len()], &mask).unwrap();
-    let norm_sq = poisoned(&gpu, "norm_sq", &[1]);
-    let norm_ds = reduce::sum_squares(&gpu, &grads, n, norm_sq.view()).unwrap();
+    let params = upload(gpu, "params", &p0);
+    let grads = Tensor::zeros(gpu, "grads", &[n], DType::F32).unwrap();
+    let m = Tensor::zeros(gpu, "m", &[n], DType::F32).unwrap();
+    let v = Tensor::zeros(gpu, "v", &[n], DType::F32).unwrap();
+    let tmask = Tensor::from_u32(gpu, "mask", &[mask.len()], &mask).unwrap();
+    let norm_sq = poisoned(gpu, "norm_sq", &[1]);
+    let norm_ds = reduce::sum_squares(gpu, &grads, n, norm_sq.view()).unwrap();
     let c1 = config(1, grad_clip);
     let step_ds = match chunk {
-        Some(c) => adamw::step_chunked(&gpu, &params, &grads, &m, &v, tmask.view(), norm_sq.view(), n, &c1, c),
-        None => adamw::step(&gpu, &params, &grads, &m, &v, tmask.view(), norm_sq.view(), n, &c1),
+        Some(c) => adamw::step_chunked(gpu, &params, &grads, &m, &v, tmask.view(), norm_sq.view(), n, &c1, c),
+        None => adamw::step(gpu, &params, &grads, &m, &v, tmask.view(), norm_sq.view(), n, &c1),
     }
     .unwrap();
     let mut cpu = CpuAdamW { p: p0.iter().map(|&x| x as f64).collect(), m: vec![0.0; n], v: vec![0.0; n] };
     for (t, f) in (1..=5).zip(factors) {
         let c = config(t, grad_clip);
         let g: Vec<f32> = rng.normal(n, 1.0).iter().map(|x| x * f).collect();
-        grads.write_f32(&gpu, &g).unwrap();
+        grads.write_f32(gpu, &g).unwrap();
         if t > 1 {
-            adamw::set_step(&gpu, &step_ds, &c).unwrap();
+            adamw::set_step(gpu, &step_ds, &c).unwrap();
         }
         let all: Vec<&ddl::gpu::Dispatch> = norm_ds.iter().chain(&step_ds).collect();
         gpu.run(&all).unwrap();
         cpu.step(&g, &decayed, &c);
     }
-    let out = Outcome { p: read(&gpu, &params), m: read(&gpu, &m), v: read(&gpu, &v) };
+    let out = Outcome { p: read(gpu, &params), m: read(gpu, &m), v: read(gpu, &v) };
     let name = format!("adamw n={n} clip={grad_clip} {factors:?} chunk={chunk:?}");
     assert_close(&format!("{name} params"), &out.p, &cpu.p, 1e-5, rng.seed);
     assert_close(&format!("{name} m"), &out.m, &cpu.m, 1e-5, rng.seed);

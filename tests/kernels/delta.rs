@@ -360,18 +360,17 @@ fn gpu_forward_kb(
     let t: Vec<Tensor> = ["x", "kraw", "a", "c", "w_beta", "b_beta", "w_v", "b_v"]
         .iter()
         .zip(inp)
-        .map(|(l, v)| if *l == "x" && s.state_f16 { upload(&gpu, l, &f16_pack(v)) } else { upload(&gpu, l, v) })
+        .map(|(l, v)| if *l == "x" && s.state_f16 { upload(gpu, l, &f16_pack(v)) } else { upload(gpu, l, v) })
         .collect();
-    let x_out =
-        if s.state_f16 { poisoned_f16(&gpu, "x_out", n * d * m) } else { poisoned(&gpu, "x_out", &[n * d * m]) };
-    let k = poisoned(&gpu, "k", &[n * d]);
-    let rnorm = poisoned(&gpu, "rnorm", &[n]);
-    let beta = poisoned(&gpu, "beta", &[n]);
-    let v = poisoned(&gpu, "v", &[n * m]);
-    let dl = poisoned(&gpu, "delta", &[n * m]);
-    let ball = poisoned(&gpu, "betas", &[n * betas.map_or(1, |b| b.1)]);
+    let x_out = if s.state_f16 { poisoned_f16(gpu, "x_out", n * d * m) } else { poisoned(gpu, "x_out", &[n * d * m]) };
+    let k = poisoned(gpu, "k", &[n * d]);
+    let rnorm = poisoned(gpu, "rnorm", &[n]);
+    let beta = poisoned(gpu, "beta", &[n]);
+    let v = poisoned(gpu, "v", &[n * m]);
+    let dl = poisoned(gpu, "delta", &[n * m]);
+    let ball = poisoned(gpu, "betas", &[n * betas.map_or(1, |b| b.1)]);
     let ds = delta::forward(
-        &gpu,
+        gpu,
         s,
         t[0].view(),
         t[1].view(),
@@ -390,16 +389,16 @@ fn gpu_forward_kb(
         betas.map(|(c, st)| (ball.view(), c, st)),
     )
     .unwrap();
-    run(&gpu, &ds);
+    run(gpu, &ds);
     let f = GpuFwd {
-        x_out: if s.state_f16 { f16_unpack(&read(&gpu, &x_out)) } else { read(&gpu, &x_out) },
-        k: read(&gpu, &k),
-        rnorm: read(&gpu, &rnorm),
-        beta: read(&gpu, &beta),
-        v: read(&gpu, &v),
-        delta: read(&gpu, &dl),
+        x_out: if s.state_f16 { f16_unpack(&read(gpu, &x_out)) } else { read(gpu, &x_out) },
+        k: read(gpu, &k),
+        rnorm: read(gpu, &rnorm),
+        beta: read(gpu, &beta),
+        v: read(gpu, &v),
+        delta: read(gpu, &dl),
     };
-    (f, read(&gpu, &ball))
+    (f, read(gpu, &ball))
 }
 
 /// Backward inputs: G, the saved traces (from the GPU forward) and the gradient buffers' initial
@@ -417,7 +416,7 @@ struct BwdIn<'a> {
 
 fn gpu_backward(gpu: &Gpu, s: &DeltaShape, b: &BwdIn) -> GpuBwd {
     let (n, d, m) = (s.n, s.d, s.m);
-    let up = |l: &str, v: &[f32]| upload(&gpu, l, v);
+    let up = |l: &str, v: &[f32]| upload(gpu, l, v);
     let g = up("g", b.g);
     let x = if s.state_f16 { up("x", &f16_pack(&b.inp[0])) } else { up("x", &b.inp[0]) };
     let a = up("a", &b.inp[2]);
@@ -429,12 +428,12 @@ fn gpu_backward(gpu: &Gpu, s: &DeltaShape, b: &BwdIn) -> GpuBwd {
     let beta = up("beta", &b.fwd.beta);
     let v = up("v", &b.fwd.v);
     let dl = up("delta", &b.fwd.delta);
-    let dx = poisoned(&gpu, "dx", &[n * d * m]);
-    let dkraw = poisoned(&gpu, "dkraw", &[n * d]);
-    let dc = poisoned(&gpu, "dc", &[n * d]);
+    let dx = poisoned(gpu, "dx", &[n * d * m]);
+    let dkraw = poisoned(gpu, "dkraw", &[n * d]);
+    let dc = poisoned(gpu, "dc", &[n * d]);
     let da = match b.da0 {
         Some(v) => up("da", v),
-        None => poisoned(&gpu, "da", &[n * d]),
+        None => poisoned(gpu, "da", &[n * d]),
     };
     // The head gradients in four buffers, or (PACKED) in one, laid out like a model's
     // parameters: each at the next 64-element boundary after the previous one (so b_β right
@@ -469,7 +468,7 @@ fn gpu_backward(gpu: &Gpu, s: &DeltaShape, b: &BwdIn) -> GpuBwd {
         }
     }
     let ds = delta::backward(
-        &gpu,
+        gpu,
         s,
         g.view(),
         x.view(),
@@ -504,22 +503,22 @@ fn gpu_backward(gpu: &Gpu, s: &DeltaShape, b: &BwdIn) -> GpuBwd {
         // The model's layout: one column sum.
         assert_eq!(ds.len(), 3, "kernel, heads and one column sum");
     }
-    run(&gpu, &ds);
+    run(gpu, &ds);
     let (dw_beta, db_beta, dw_v, db_v) = match &grads {
         Some(all) => {
-            let v = read(&gpu, all);
+            let v = read(gpu, all);
             for e in (0..v.len()).filter(|&e| !owned(e)) {
                 assert_eq!(v[e], 1000.0 + e as f32, "padding element {e} between the head gradients changed");
             }
             (v[..d].to_vec(), vec![v[o_bb]], v[o_wv..o_wv + m * d].to_vec(), v[o_bv..].to_vec())
         }
-        None => (read(&gpu, &dw_beta), read(&gpu, &db_beta), read(&gpu, &dw_v), read(&gpu, &db_v)),
+        None => (read(gpu, &dw_beta), read(gpu, &db_beta), read(gpu, &dw_v), read(gpu, &db_v)),
     };
     GpuBwd {
-        dx: read(&gpu, &dx),
-        dkraw: read(&gpu, &dkraw),
-        da: read(&gpu, &da),
-        dc: read(&gpu, &dc),
+        dx: read(gpu, &dx),
+        dkraw: read(gpu, &dkraw),
+        da: read(gpu, &da),
+        dc: read(gpu, &dc),
         dw_beta,
         db_beta,
         dw_v,
@@ -977,7 +976,7 @@ fn subgroup_shared_loads_give_the_bits_of_per_invocation_loads() {
             }
         },
     );
-    assert!(has || !with_forms(&gpu, |f| f.subgroup_loads = true, |gpu| ddl::kernels::subgroup_loads(&gpu)));
+    assert!(has || !with_forms(&gpu, |f| f.subgroup_loads = true, ddl::kernels::subgroup_loads));
 }
 
 #[test]

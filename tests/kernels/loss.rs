@@ -73,18 +73,17 @@ struct Run {
 /// from `out` on the GPU), with outputs poisoned first.
 fn gpu_ce(gpu: &Gpu, x: &[f32], y: &[i32], v: usize, alpha: f32, scale: f32, chunk: Option<usize>) -> Run {
     let n = y.len();
-    let tx = upload(&gpu, "logits", x);
-    let ty = Tensor::from_i32(&gpu, "targets", &[n], y).unwrap();
-    let lse = poisoned(&gpu, "lse", &[n]);
-    let out = poisoned(&gpu, "out", &[2]);
-    let dl = poisoned(&gpu, "dlogits", &[n * v]);
+    let tx = upload(gpu, "logits", x);
+    let ty = Tensor::from_i32(gpu, "targets", &[n], y).unwrap();
+    let lse = poisoned(gpu, "lse", &[n]);
+    let out = poisoned(gpu, "out", &[2]);
+    let dl = poisoned(gpu, "dlogits", &[n * v]);
     let c = chunk.unwrap_or(usize::MAX);
     let mut ds =
-        loss::cross_entropy_forward_chunked(&gpu, tx.view(), ty.view(), lse.view(), out.view(), n, v, alpha, c)
-            .unwrap();
+        loss::cross_entropy_forward_chunked(gpu, tx.view(), ty.view(), lse.view(), out.view(), n, v, alpha, c).unwrap();
     ds.extend(
         loss::cross_entropy_backward_chunked(
-            &gpu,
+            gpu,
             tx.view(),
             ty.view(),
             lse.view(),
@@ -98,8 +97,8 @@ fn gpu_ce(gpu: &Gpu, x: &[f32], y: &[i32], v: usize, alpha: f32, scale: f32, chu
         )
         .unwrap(),
     );
-    run(&gpu, &ds);
-    Run { lse: read(&gpu, &lse), out: read(&gpu, &out), dlogits: read(&gpu, &dl) }
+    run(gpu, &ds);
+    Run { lse: read(gpu, &lse), out: read(gpu, &out), dlogits: read(gpu, &dl) }
 }
 
 /// Runs forward and backward and checks lse, the mean loss, the count and the gradient, with the
@@ -118,6 +117,7 @@ fn check(x: &[f32], y: &[i32], v: usize, alpha: f32, scale: f32, seed: u64) -> R
     check_tpr(&gpu(), x, y, v, alpha, scale, seed, "")
 }
 
+#[allow(clippy::too_many_arguments)]
 fn check_tpr(gpu: &Gpu, x: &[f32], y: &[i32], v: usize, alpha: f32, scale: f32, seed: u64, tag: &str) -> Run {
     let got = gpu_ce(gpu, x, y, v, alpha, scale, None);
     let name = format!("ce n={} V={v} α={alpha}{tag}", y.len());
@@ -246,10 +246,10 @@ fn a_forced_row_width_stays_within_safe_bounds() {
     // One invocation per row is refused where a row would be one invocation's loop of more than
     // CPU_ROW_VOCAB logits (llvmpipe cuts loops past 65 535 iterations per invocation).
     let gpu = gpu();
-    assert_eq!(with_forms(&gpu, |f| f.ce_threads_per_row = Some(1), |gpu| loss::threads_per_row(&gpu, 50304)), 16);
-    assert_eq!(with_forms(&gpu, |f| f.ce_threads_per_row = Some(1), |gpu| loss::threads_per_row(&gpu, 4096)), 1);
-    assert_eq!(with_forms(&gpu, |f| f.ce_threads_per_row = Some(256), |gpu| loss::threads_per_row(&gpu, 65)), 64);
-    assert_eq!(with_forms(&gpu, |f| f.ce_threads_per_row = Some(8), |gpu| loss::threads_per_row(&gpu, 65)), 8);
+    assert_eq!(with_forms(&gpu, |f| f.ce_threads_per_row = Some(1), |gpu| loss::threads_per_row(gpu, 50304)), 16);
+    assert_eq!(with_forms(&gpu, |f| f.ce_threads_per_row = Some(1), |gpu| loss::threads_per_row(gpu, 4096)), 1);
+    assert_eq!(with_forms(&gpu, |f| f.ce_threads_per_row = Some(256), |gpu| loss::threads_per_row(gpu, 65)), 64);
+    assert_eq!(with_forms(&gpu, |f| f.ce_threads_per_row = Some(8), |gpu| loss::threads_per_row(gpu, 65)), 8);
 }
 
 #[test]

@@ -66,18 +66,18 @@ fn run_gpu(
     dim: usize,
     eps: f32,
 ) -> Out {
-    let (tx, tg, tdy) = (upload(&gpu, "x", x), upload(&gpu, "gain", gain), upload(&gpu, "dy", dy));
-    let y = poisoned(&gpu, "y", &[rows * dim]);
-    let rstd = poisoned(&gpu, "rstd", &[rows]);
+    let (tx, tg, tdy) = (upload(gpu, "x", x), upload(gpu, "gain", gain), upload(gpu, "dy", dy));
+    let y = poisoned(gpu, "y", &[rows * dim]);
+    let rstd = poisoned(gpu, "rstd", &[rows]);
     let dx = match dx0 {
-        Some(d) => upload(&gpu, "dx", d),
-        None => poisoned(&gpu, "dx", &[rows * dim]),
+        Some(d) => upload(gpu, "dx", d),
+        None => poisoned(gpu, "dx", &[rows * dim]),
     };
-    let dgain = upload(&gpu, "dgain", dgain0);
-    let mut ds = norm::rmsnorm_forward(&gpu, tx.view(), tg.view(), y.view(), rstd.view(), rows, dim, eps).unwrap();
+    let dgain = upload(gpu, "dgain", dgain0);
+    let mut ds = norm::rmsnorm_forward(gpu, tx.view(), tg.view(), y.view(), rstd.view(), rows, dim, eps).unwrap();
     ds.extend(
         norm::rmsnorm_backward(
-            &gpu,
+            gpu,
             tx.view(),
             tg.view(),
             rstd.view(),
@@ -90,8 +90,8 @@ fn run_gpu(
         )
         .unwrap(),
     );
-    run(&gpu, &ds);
-    Out { y: read(&gpu, &y), rstd: read(&gpu, &rstd), dx: read(&gpu, &dx), dgain: read(&gpu, &dgain) }
+    run(gpu, &ds);
+    Out { y: read(gpu, &y), rstd: read(gpu, &rstd), dx: read(gpu, &dx), dgain: read(gpu, &dgain) }
 }
 
 /// Random inputs at `scale`, GPU vs float64 for forward and backward, with every row-team size
@@ -331,11 +331,11 @@ struct HeadsRef {
     dbv: Vec<f64>,
 }
 
-#[allow(clippy::too_many_arguments)]
 fn abs(v: &[f32]) -> Vec<f64> {
     v.iter().map(|x| x.abs() as f64).collect()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn ref_heads(
     x: &[f64],
     gain: &[f64],
@@ -436,14 +436,14 @@ fn check_heads(gpu: &Gpu, rows: usize, dim: usize, m: usize, accumulate_dx: bool
     let o_bv = a(o_wv + m * dim);
     let hg0 = rng.normal(o_bv + m + 5, 1.0);
 
-    let (tx, tg, tdy) = (upload(&gpu, "x", &x), upload(&gpu, "gain", &gain), upload(&gpu, "dy", &dy));
+    let (tx, tg, tdy) = (upload(gpu, "x", &x), upload(gpu, "gain", &gain), upload(gpu, "dy", &dy));
     let (tdz, tdu, twb, twv) =
-        (upload(&gpu, "dz", &dz), upload(&gpu, "du", &du), upload(&gpu, "wb", &wb), upload(&gpu, "wv", &wv));
-    let y = poisoned(&gpu, "y", &[rows * dim]);
-    let rstd = poisoned(&gpu, "rstd", &[rows]);
-    let dx = if accumulate_dx { upload(&gpu, "dx", &dx0) } else { poisoned(&gpu, "dx", &[rows * dim]) };
-    let dgain = upload(&gpu, "dgain", &dgain0);
-    let hg = upload(&gpu, "head grads", &hg0);
+        (upload(gpu, "dz", &dz), upload(gpu, "du", &du), upload(gpu, "wb", &wb), upload(gpu, "wv", &wv));
+    let y = poisoned(gpu, "y", &[rows * dim]);
+    let rstd = poisoned(gpu, "rstd", &[rows]);
+    let dx = if accumulate_dx { upload(gpu, "dx", &dx0) } else { poisoned(gpu, "dx", &[rows * dim]) };
+    let dgain = upload(gpu, "dgain", &dgain0);
+    let hg = upload(gpu, "head grads", &hg0);
     let hv = hg.view();
     let terms = norm::HeadTerms {
         m,
@@ -456,11 +456,11 @@ fn check_heads(gpu: &Gpu, rows: usize, dim: usize, m: usize, accumulate_dx: bool
         dw_v: hv.sub(o_wv, m * dim),
         db_v: hv.sub(o_bv, m),
     };
-    assert!(norm::folds_heads(&gpu, rows, dim, m, &[]), "the heads must fold at rows {rows} dim {dim} m {m}");
-    let mut ds = norm::rmsnorm_forward(&gpu, tx.view(), tg.view(), y.view(), rstd.view(), rows, dim, EPS).unwrap();
+    assert!(norm::folds_heads(gpu, rows, dim, m, &[]), "the heads must fold at rows {rows} dim {dim} m {m}");
+    let mut ds = norm::rmsnorm_forward(gpu, tx.view(), tg.view(), y.view(), rstd.view(), rows, dim, EPS).unwrap();
     ds.extend(
         norm::rmsnorm_backward_heads(
-            &gpu,
+            gpu,
             tx.view(),
             tg.view(),
             rstd.view(),
@@ -474,7 +474,7 @@ fn check_heads(gpu: &Gpu, rows: usize, dim: usize, m: usize, accumulate_dx: bool
         )
         .unwrap(),
     );
-    run(&gpu, &ds);
+    run(gpu, &ds);
 
     // float64
     let h =
@@ -500,9 +500,9 @@ fn check_heads(gpu: &Gpu, rows: usize, dim: usize, m: usize, accumulate_dx: bool
         *w += *g0 as f64;
     }
     let tag = format!("rows={rows} dim={dim} m={m} acc={accumulate_dx}");
-    assert_close(&format!("heads norm dx {tag}"), &read(&gpu, &dx), &wdx, 1e-4, rng.seed);
-    assert_close(&format!("heads norm dgain {tag}"), &read(&gpu, &dgain), &wdg, 1e-4, rng.seed);
-    let got = read(&gpu, &hg);
+    assert_close(&format!("heads norm dx {tag}"), &read(gpu, &dx), &wdx, 1e-4, rng.seed);
+    assert_close(&format!("heads norm dgain {tag}"), &read(gpu, &dgain), &wdg, 1e-4, rng.seed);
+    let got = read(gpu, &hg);
     // A head gradient is a preload plus a sum over the rows of terms of both signs: where it
     // nearly cancels (db_beta is one such sum), its own size says nothing of the rounding, so an
     // element also passes within 1e-4 of its scale, the preload's and the terms' magnitudes
@@ -563,15 +563,11 @@ fn the_heads_fold_only_where_the_quad_kernels_run() {
         &gpu,
         |f| f.norm_team = Some(1),
         |gpu| {
-            assert!(norm::folds_heads(&gpu, 64, 8, 4, &[]));
-            assert!(!norm::folds_heads(&gpu, 64, 10, 4, &[]), "dim not a multiple of 4");
-            assert!(!norm::folds_heads(&gpu, 64, 8, 5, &[]), "m above 4");
-            assert!(with_forms(&gpu, |f| f.norm_heads = false, |gpu| !norm::folds_heads(&gpu, 64, 8, 4, &[])));
+            assert!(norm::folds_heads(gpu, 64, 8, 4, &[]));
+            assert!(!norm::folds_heads(gpu, 64, 10, 4, &[]), "dim not a multiple of 4");
+            assert!(!norm::folds_heads(gpu, 64, 8, 5, &[]), "m above 4");
+            assert!(with_forms(gpu, |f| f.norm_heads = false, |gpu| !norm::folds_heads(gpu, 64, 8, 4, &[])));
         },
     );
-    with_forms(
-        &gpu,
-        |f| f.norm_team = Some(4),
-        |gpu| assert!(!norm::folds_heads(&gpu, 64, 8, 4, &[]), "teams of four"),
-    );
+    with_forms(&gpu, |f| f.norm_team = Some(4), |gpu| assert!(!norm::folds_heads(gpu, 64, 8, 4, &[]), "teams of four"));
 }

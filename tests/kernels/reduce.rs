@@ -26,13 +26,13 @@ fn col_sum_ref(x: &[f32], rows: usize, cols: usize, out0: Option<&[f32]>) -> Vec
 /// Σ x² of the first `n` elements of a tensor holding `x` (which may be longer), with at most
 /// `chunk` elements per binding (None = the adapter's limit).
 fn gpu_sum_squares(gpu: &Gpu, x: &Tensor, n: usize, chunk: Option<usize>) -> f32 {
-    let out = poisoned(&gpu, "out", &[1]);
+    let out = poisoned(gpu, "out", &[1]);
     let ds = match chunk {
-        Some(c) => reduce::sum_squares_chunked(&gpu, x, n, out.view(), c).unwrap(),
-        None => reduce::sum_squares(&gpu, x, n, out.view()).unwrap(),
+        Some(c) => reduce::sum_squares_chunked(gpu, x, n, out.view(), c).unwrap(),
+        None => reduce::sum_squares(gpu, x, n, out.view()).unwrap(),
     };
-    run(&gpu, &ds);
-    read(&gpu, &out)[0]
+    run(gpu, &ds);
+    read(gpu, &out)[0]
 }
 
 #[test]
@@ -58,7 +58,7 @@ fn sum_squares_matches_float64_for_odd_lengths_and_ignores_elements_past_n() {
         let ds = with_forms(
             &gpu,
             |f| f.sum_squares_seq = seq,
-            |gpu| reduce::sum_squares(&gpu, &t, 8192, poisoned(&gpu, "o", &[1]).view()),
+            |gpu| reduce::sum_squares(gpu, &t, 8192, poisoned(gpu, "o", &[1]).view()),
         )
         .unwrap();
         assert!(ds[0].kernel.name.ends_with(entry), "seq={seq}: {}", ds[0].kernel.name);

@@ -285,17 +285,17 @@ type Bwd<'a> = dyn Fn(&ddl::gpu::Gpu, [ddl::gpu::View; 7]) -> ddl::gpu::Result<V
 
 /// Runs a forward (a poisoned) and a backward (accumulators preloaded) on the GPU.
 fn run_gpu(gpu: &Gpu, inp: &Inputs, out_len: usize, fwd: &Fwd, bwd: &Bwd) -> Outputs {
-    let x = upload(&gpu, "x", &inp.x);
-    let kappa = upload(&gpu, "kappa", &inp.kappa);
-    let rho = upload(&gpu, "rho", &inp.rho);
-    let a = poisoned(&gpu, "a", &[out_len]);
-    run(&gpu, &fwd(&gpu, x.view(), kappa.view(), rho.view(), a.view()).unwrap());
-    let da = upload(&gpu, "da", &inp.da);
-    let dx = upload(&gpu, "dx", &inp.dx0);
-    let dk = upload(&gpu, "dkappa", &inp.dk0);
-    let dr = upload(&gpu, "drho", &inp.dr0);
-    run(&gpu, &bwd(&gpu, [x.view(), kappa.view(), rho.view(), da.view(), dx.view(), dk.view(), dr.view()]).unwrap());
-    Outputs { a: read(&gpu, &a), dx: read(&gpu, &dx), dk: read(&gpu, &dk), dr: read(&gpu, &dr) }
+    let x = upload(gpu, "x", &inp.x);
+    let kappa = upload(gpu, "kappa", &inp.kappa);
+    let rho = upload(gpu, "rho", &inp.rho);
+    let a = poisoned(gpu, "a", &[out_len]);
+    run(gpu, &fwd(gpu, x.view(), kappa.view(), rho.view(), a.view()).unwrap());
+    let da = upload(gpu, "da", &inp.da);
+    let dx = upload(gpu, "dx", &inp.dx0);
+    let dk = upload(gpu, "dkappa", &inp.dk0);
+    let dr = upload(gpu, "drho", &inp.dr0);
+    run(gpu, &bwd(gpu, [x.view(), kappa.view(), rho.view(), da.view(), dx.view(), dk.view(), dr.view()]).unwrap());
+    Outputs { a: read(gpu, &a), dx: read(gpu, &dx), dk: read(gpu, &dk), dr: read(gpu, &dr) }
 }
 
 fn run_token(gpu: &Gpu, s: &ConvShape, inp: &Inputs) -> Outputs {
@@ -605,9 +605,9 @@ fn cc_compressor_in_quads_matches_float64_and_the_plain_kernels() {
                     let s = ConvShape { batch: 1, seq: n, d, m, kernel: kc, state_f16: false };
                     assert_eq!(shortconv::conv_quads(gpu, &s), quads);
                     let (tx, tk, tr) =
-                        (upload(&gpu, "x", &inp.x), upload(&gpu, "kappa", &inp.kappa), upload(&gpu, "rho", &inp.rho));
-                    let out = poisoned(&gpu, "a", &[n * d]);
-                    let ds = shortconv::value_forward(&gpu, n, d, m, kc, tx.view(), tk.view(), tr.view(), out.view())
+                        (upload(gpu, "x", &inp.x), upload(gpu, "kappa", &inp.kappa), upload(gpu, "rho", &inp.rho));
+                    let out = poisoned(gpu, "a", &[n * d]);
+                    let ds = shortconv::value_forward(gpu, n, d, m, kc, tx.view(), tk.view(), tr.view(), out.view())
                         .unwrap();
                     assert_eq!(ds[0].kernel.name.contains("value_forward_wq"), quads, "{}", ds[0].kernel.name);
                     run_value(gpu, n, d, m, kc, &inp)
@@ -897,12 +897,12 @@ fn the_walk_writes_dx_or_de_against_float64(gpu: &Gpu) {
         let (wdx, _, _) = token_grad_ref(&s, &f(&x), &f(&kappa), &f(&rho), &f(&da));
         let want: Vec<f64> =
             (0..n * d).map(|e| (0..m).map(|j| dx0[e * m + j] as f64 + wdx[e * m + j]).sum::<f64>()).collect();
-        let up = |l: &str, v: &[f32]| upload(&gpu, l, v);
+        let up = |l: &str, v: &[f32]| upload(gpu, l, v);
         let (tx, tk, tr, tda, tdx) = (up("x", &x), up("kappa", &kappa), up("rho", &rho), up("da", &da), up("dx", &dx0));
-        let de = poisoned(&gpu, "de", &[n * d]);
-        let part = shortconv::token_partials(&gpu, &s, 1).unwrap();
+        let de = poisoned(gpu, "de", &[n * d]);
+        let part = shortconv::token_partials(gpu, &s, 1).unwrap();
         let ds = shortconv::token_backward_walk(
-            &gpu,
+            gpu,
             &s,
             tx.view(),
             tk.view(),
@@ -913,15 +913,15 @@ fn the_walk_writes_dx_or_de_against_float64(gpu: &Gpu) {
             shortconv::WalkOut::SumIntoDe(de.view()),
         )
         .unwrap();
-        run(&gpu, &ds);
-        close(&format!("de {s:?}"), &read(&gpu, &de), &want, 1e-5, rng.seed);
-        let after = read(&gpu, &tdx);
+        run(gpu, &ds);
+        close(&format!("de {s:?}"), &read(gpu, &de), &want, 1e-5, rng.seed);
+        let after = read(gpu, &tdx);
         assert!(after.iter().zip(&dx0).all(|(a, b)| a.to_bits() == b.to_bits()), "{s:?}: dx changed");
         // WriteDx: the gradient alone into a poisoned dx (nothing read from it).
-        let fresh = poisoned(&gpu, "dx fresh", &[n * d * m]);
-        let part = shortconv::token_partials(&gpu, &s, 1).unwrap();
+        let fresh = poisoned(gpu, "dx fresh", &[n * d * m]);
+        let part = shortconv::token_partials(gpu, &s, 1).unwrap();
         let ds = shortconv::token_backward_walk(
-            &gpu,
+            gpu,
             &s,
             tx.view(),
             tk.view(),
@@ -932,7 +932,7 @@ fn the_walk_writes_dx_or_de_against_float64(gpu: &Gpu) {
             shortconv::WalkOut::WriteDx,
         )
         .unwrap();
-        run(&gpu, &ds);
-        close(&format!("written dx {s:?}"), &read(&gpu, &fresh), &wdx, 1e-5, rng.seed);
+        run(gpu, &ds);
+        close(&format!("written dx {s:?}"), &read(gpu, &fresh), &wdx, 1e-5, rng.seed);
     }
 }

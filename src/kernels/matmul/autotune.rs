@@ -1,0 +1,99 @@
+//! Autotune state: measured choices per (adapter, bucket), persisted as JSON.
+
+use super::*;
+
+static ENABLED: OnceLock<Mutex<bool>> = OnceLock::new();
+static CACHE: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
+
+/// Turns measuring on or off for this process (off by default: the heuristic and earlier
+/// measurements are used). The CLI enables it for training and benchmarks.
+pub fn set_enabled(on: bool) {
+    *ENABLED.get_or_init(|| Mutex::new(false)).lock().unwrap() = on;
+}
+
+pub fn enabled() -> bool {
+    *ENABLED.get_or_init(|| Mutex::new(false)).lock().unwrap()
+}
+
+/// `$DDL_CACHE_DIR`, else `$XDG_CACHE_HOME/ddl`, else `~/.cache/ddl`.
+pub fn cache_path() -> Option<PathBuf> {
+    let dir = if let Ok(d) = std::env::var("DDL_CACHE_DIR") {
+        PathBuf::from(d)
+    } else if let Ok(d) = std::env::var("XDG_CACHE_HOME") {
+        PathBuf::from(d).join("ddl")
+    } else {
+        PathBuf::from(std::env::var("HOME").ok()?).join(".cache").join("ddl")
+    };
+    Some(dir.join("matmul-autotune.json"))
+}
+
+pub(super) fn cache() -> &'static Mutex<HashMap<String, String>> {
+    CACHE.get_or_init(|| {
+        let map = cache_path()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default();
+        Mutex::new(map)
+    })
+}
+
+pub(super) fn save() {
+    let Some(path) = cache_path() else { return };
+    let map = cache().lock().unwrap().clone();
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    // Atomic replace: a crash never leaves a half-written cache.
+    let tmp = path.with_extension("json.tmp");
+    if std::fs::write(&tmp, serde_json::to_string_pretty(&map).unwrap_or_default()).is_ok() {
+        let _ = std::fs::rename(&tmp, &path);
+    }
+}
+
+/// Times every variant on scratch buffers of this shape and returns `(variant, ms)`, fastest
+/// first. The heuristic's choice is timed first; a variant whose first timed run takes more
+/// than 3× the best median so far is not repeated (the other kernel family is 10–50× slower
+/// on some adapters, and repeating it would make tuning cost minutes).
+pub fn measure(gpu: &Gpu, mm: &Matmul, reps: usize) -> Result<Vec<(&'static str, f64)>> {
+    let [ea, eb, ec] = mm.extents();
+    let a = Tensor::zeros(gpu, "tune.a", &[ea], crate::gpu::DType::F32)?;
+    let b = Tensor::zeros(gpu, "tune.b", &[eb], crate::gpu::DType::F32)?;
+    let c = Tensor::zeros(gpu, "tune.c", &[ec], crate::gpu::DType::F32)?;
+    let first = heuristic(gpu, mm);
+    let mut order = vec![first];
+    order.extend(variants_for(gpu).into_iter().filter(|v| *v != first));
+    let mut out: Vec<(&'static str, f64)> = Vec::new();
+    let mut best = f64::INFINITY;
+    for v in order {
+        let d = mm.bind_variant(gpu, v, a.view(), b.view(), c.view())?;
+        gpu.run(&[&d])?; // warm-up (pipeline compile, caches)
+        let time_once = || -> Result<f64> {
+            let mut r = Recorder::profiled(gpu);
+            let t0 = Instant::now();
+            r.record(&[&d]);
+            let kt = r.submit()?;
+            Ok(kt.first().map(|k| k.ns / 1e6).unwrap_or(t0.elapsed().as_secs_f64() * 1e3))
+        };
+        let mut times = vec![time_once()?];
+        if times[0] <= 3.0 * best {
+            for _ in 1..reps.max(1) {
+                times.push(time_once()?);
+            }
+        }
+        times.sort_by(|x, y| x.partial_cmp(y).unwrap());
+        let med = times[times.len() / 2];
+        best = best.min(med);
+        out.push((v, med));
+    }
+    out.sort_by(|x, y| x.1.partial_cmp(&y.1).unwrap());
+    Ok(out)
+}
+
+/// Measures this shape's bucket now (regardless of [`enabled`]) and stores the winner.
+pub fn tune(gpu: &Gpu, mm: &Matmul) -> Result<&'static str> {
+    let best = measure(gpu, mm, 3)?[0].0;
+    let key = cache_key(gpu, mm);
+    cache().lock().unwrap().insert(key, best.to_string());
+    save();
+    Ok(best)
+}

@@ -1,0 +1,359 @@
+//! Batched, strided matrix multiply (`shaders/matmul.wgsl`): C = alpha·op(A)·op(B) (+ C).
+//!
+//! Covers every product a Transformer's forward and backward need: A·B, A·Bᵀ (weights stored
+//! `[out, in]`), Aᵀ·B (weight gradients), with accumulation into C for gradient sums, and a
+//! batched form (attention heads). Correct for any M, N, K ≥ 1.
+//!
+//! Tile variants (`shaders::MATMUL_VARIANTS`) all sum each output over K in the same order
+//! (`acc = fma(a, b, acc)` for p = 0, 1, …, K−1, then `alpha·acc`), so they give bit-identical
+//! results; which one runs is a speed choice made per adapter and shape bucket: a heuristic, or a
+//! measurement cached on disk (see [`autotune`]).
+//!
+//! Two kernel families (see `shaders/matmul.wgsl` and `docs/PERF.md`):
+//! - `t16`/`t32`/`t64`: workgroup-memory tiles, the GPU kernel (entry point `matmul`).
+//! - `r128`/`c64`/`r32`/`r8`: register blocks streamed straight from the buffers with vec4
+//!   loads, no workgroup memory or barriers — the CPU-adapter (llvmpipe) kernels, about 12×
+//!   faster there.
+//!   One entry point per operand layout ([`Matmul::entry_point`]): `mm_kk` (A·Bᵀ), `mm_kn`
+//!   (A·B), `mm_mn` (Aᵀ·B), `mm_mk` (Aᵀ·Bᵀ) when offsets and strides allow vec4 loads, else
+//!   `mm_ss` (scalar loads, any strides).
+//!
+//! Operands larger than one storage binding (the tied LM head: the 50304 × 768 embedding is
+//! 154 MB, lavapipe binds at most 128 MiB) go through [`Matmul::bind_split`]: the product is cut
+//! along the batch, M and N (and K only when one operand's K extent alone exceeds a binding)
+//! into pieces whose operands each fit one aligned sub-view. Splitting along batch, M and N keeps
+//! every output's summation order, so the result is bit-identical to the unsplit product; pieces
+//! along K accumulate into C one after the other (`C = alpha·A₁B₁ (+C)`, then `C += alpha·A₂B₂`,
+//! …), which differs from the unsplit product by float32 rounding of the partial sums only.
+
+//!
+//! The folder: this file holds the product's description ([`Matmul`], [`Operand`]), its checks
+//! and the one-dispatch launcher; `split.rs` the pieces for operands over one binding and
+//! split-K; `variants.rs` the tile variants, the heuristic and [`pick`]; `autotune.rs` the
+//! measured choices cached on disk.
+
+pub mod autotune;
+mod split;
+mod variants;
+
+pub use split::{K_PIECES_SCRATCH, k_pieces_bound};
+pub use variants::*;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use crate::gpu::{Dispatch, Gpu, GpuError, Recorder, Result, Tensor, View, grid_1d};
+use crate::kernels::reduce::{align_elems, binding_elems, chunk_too_small, chunks};
+use crate::shaders::MATMUL_VARIANTS;
+
+/// Where one matrix operand lives: element (r, c) of batch b is at
+/// `offset + b·batch_stride + r·row_stride + c·col_stride` (in elements).
+/// Longest sum over K one dispatch runs. The kernels loop over K one term (or one tile row) per
+/// iteration, and llvmpipe (lavapipe) stops any shader loop after 65 535 iterations without an
+/// error; longer sums (weight gradients over more tokens than that) are split into accumulating
+/// pieces by [`Matmul::bind_split`]. A multiple of every tile's K step; on other adapters the
+/// extra dispatch per 32 768 terms costs nothing measurable.
+pub const MAX_K_PER_DISPATCH: usize = 32768;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Operand {
+    pub offset: usize,
+    pub row_stride: usize,
+    pub col_stride: usize,
+    pub batch_stride: usize,
+}
+
+impl Operand {
+    /// A packed row-major `rows × cols` matrix (batches follow each other).
+    pub fn row_major(rows: usize, cols: usize) -> Self {
+        Operand { offset: 0, row_stride: cols, col_stride: 1, batch_stride: rows * cols }
+    }
+
+    /// The transpose of a packed row-major `cols × rows` matrix, seen as `rows × cols`.
+    pub fn transposed(rows: usize, cols: usize) -> Self {
+        Operand { offset: 0, row_stride: 1, col_stride: rows, batch_stride: rows * cols }
+    }
+
+    /// One past the largest element index touched for a `rows × cols` view over `batch` batches.
+    pub fn extent(&self, rows: usize, cols: usize, batch: usize) -> usize {
+        self.offset + (batch - 1) * self.batch_stride + (rows - 1) * self.row_stride + (cols - 1) * self.col_stride + 1
+    }
+}
+
+/// A matrix product `C[b] (+)= alpha · A[b] · B[b]` with A: M×K, B: K×N, C: M×N.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Matmul {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub batch: usize,
+    pub a: Operand,
+    pub b: Operand,
+    /// C's `col_stride` must be 1.
+    pub c: Operand,
+    pub accumulate: bool,
+    pub alpha: f32,
+    /// A second, outer batch level: `outer` groups of `batch` products, group `o` at element
+    /// offsets `o · outer_strides[0]` (A), `[1]` (B), `[2]` (C) added to everything above. For
+    /// layouts whose products are not evenly spaced along one stride, e.g. (sequence, head)
+    /// pairs of a `[batch, T, heads, hd]` tensor. 1 (and zero strides) for one level.
+    pub outer: usize,
+    pub outer_strides: [usize; 3],
+    /// The buffers hold A's rows past M and B's columns past N up to the next multiple of 4
+    /// (a padded activation such as `[tokens, round4(F)]`): vec4 loads along M or N may read
+    /// them, so those layouts keep their vec4 kernels when M or N is not a multiple of 4. What
+    /// is read there only feeds outputs that are never stored (any value, NaN included).
+    pub pad_reads: bool,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    accumulate: u32,
+    a_off: u32,
+    a_rs: u32,
+    a_cs: u32,
+    a_bs: u32,
+    b_off: u32,
+    b_rs: u32,
+    b_cs: u32,
+    b_bs: u32,
+    c_off: u32,
+    c_rs: u32,
+    c_bs: u32,
+    alpha: f32,
+    tiles_n: u32,
+    tiles_m: u32,
+    total: u32,
+    _pad: u32,
+    nb_in: u32,
+    a_os: u32,
+    b_os: u32,
+    c_os: u32,
+}
+
+impl Matmul {
+    /// C = A·B, all packed row-major: A `[M, K]`, B `[K, N]`, C `[M, N]`.
+    pub fn nn(m: usize, n: usize, k: usize) -> Self {
+        Matmul {
+            m,
+            n,
+            k,
+            batch: 1,
+            a: Operand::row_major(m, k),
+            b: Operand::row_major(k, n),
+            c: Operand::row_major(m, n),
+            accumulate: false,
+            alpha: 1.0,
+            outer: 1,
+            outer_strides: [0; 3],
+            pad_reads: false,
+        }
+    }
+
+    /// C = A·Bᵀ with B stored `[N, K]` (a linear layer with weights `[out, in]`).
+    pub fn nt(m: usize, n: usize, k: usize) -> Self {
+        Matmul { b: Operand::transposed(k, n), ..Self::nn(m, n, k) }
+    }
+
+    /// C = Aᵀ·B with A stored `[K, M]` (a weight gradient: dW = dYᵀ·X).
+    pub fn tn(m: usize, n: usize, k: usize) -> Self {
+        Matmul { a: Operand::transposed(m, k), ..Self::nn(m, n, k) }
+    }
+
+    /// C = Aᵀ·Bᵀ with A stored `[K, M]` and B stored `[N, K]`.
+    pub fn tt(m: usize, n: usize, k: usize) -> Self {
+        Matmul { a: Operand::transposed(m, k), b: Operand::transposed(k, n), ..Self::nn(m, n, k) }
+    }
+
+    /// `batch` independent products; packed operands are laid one after the other.
+    pub fn batched(mut self, batch: usize) -> Self {
+        self.batch = batch;
+        self
+    }
+
+    /// `count` groups of the `batch` products, group `o` shifted by `o · strides` elements in A, B
+    /// and C (see [`Matmul::outer`]).
+    pub fn outer(mut self, count: usize, strides: [usize; 3]) -> Self {
+        self.outer = count;
+        self.outer_strides = strides;
+        self
+    }
+
+    /// Lets the vec4 kernels read A's rows and B's columns up to the next multiple of 4 (see
+    /// [`Matmul::pad_reads`]); the views must hold them.
+    pub fn pad_reads(mut self, yes: bool) -> Self {
+        self.pad_reads = yes;
+        self
+    }
+
+    /// Elements of A, B and C the product spans from element 0 (one past the last touched;
+    /// with `pad_reads`, A's rows (when read along M) and B's columns (along N) rounded up to a
+    /// multiple of 4).
+    pub fn extents(&self) -> [usize; 3] {
+        let o = self.outer.max(1) - 1;
+        // Padding is read only by the loads along M (A with unit row stride) or N (B with unit
+        // column stride).
+        let m = if self.pad_reads && self.a.row_stride == 1 { self.m.next_multiple_of(4) } else { self.m };
+        let n = if self.pad_reads && self.b.col_stride == 1 { self.n.next_multiple_of(4) } else { self.n };
+        [
+            self.a.extent(m, self.k, self.batch) + o * self.outer_strides[0],
+            self.b.extent(self.k, n, self.batch) + o * self.outer_strides[1],
+            self.c.extent(self.m, self.n, self.batch) + o * self.outer_strides[2],
+        ]
+    }
+
+    /// Adds into C instead of overwriting it.
+    pub fn accumulate(mut self, yes: bool) -> Self {
+        self.accumulate = yes;
+        self
+    }
+
+    /// Scales the product.
+    pub fn alpha(mut self, alpha: f32) -> Self {
+        self.alpha = alpha;
+        self
+    }
+
+    /// FLOPs of the product (2·M·N·K per batch).
+    pub fn flops(&self) -> f64 {
+        2.0 * self.m as f64 * self.n as f64 * self.k as f64 * (self.batch * self.outer) as f64
+    }
+
+    /// Bytes that must move at least once: read A and B, write C (and read it when accumulating).
+    pub fn min_bytes(&self) -> f64 {
+        let c = (self.m * self.n) as f64 * if self.accumulate { 2.0 } else { 1.0 };
+        4.0 * (self.batch * self.outer) as f64 * ((self.m * self.k + self.k * self.n) as f64 + c)
+    }
+
+    fn check(&self, a: &View, b: &View, c: &View) -> Result<()> {
+        let bad = |s: String| {
+            Err(GpuError::Shape(format!("matmul {}x{}x{} (batch {}): {s}", self.m, self.n, self.k, self.batch)))
+        };
+        if self.m == 0 || self.n == 0 || self.k == 0 || self.batch == 0 || self.outer == 0 {
+            return bad("every size must be at least 1".into());
+        }
+        if self.c.col_stride != 1 {
+            return bad("C must have unit column stride".into());
+        }
+        for (name, ext, v) in [("A", self.extents()[0], a), ("B", self.extents()[1], b), ("C", self.extents()[2], c)] {
+            let need = ext as u64 * 4;
+            if need > v.size {
+                return bad(format!("{name} needs {need} bytes of its buffer, the binding has {}", v.size));
+            }
+            if need / 4 > u32::MAX as u64 {
+                return bad(format!("{name} spans more than 2^32 elements; split the product"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Binds the product to buffers with the variant picked for this adapter and shape (one
+    /// dispatch: the caller keeps K ≤ [`MAX_K_PER_DISPATCH`]; [`Matmul::bind_split`] does it for
+    /// any K).
+    pub fn bind(&self, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
+        let v = pick(gpu, self);
+        self.bind_variant(gpu, v, a, b, c)
+    }
+
+    /// Binds with an explicit tile variant (a name from `shaders::MATMUL_VARIANTS`).
+    pub fn bind_variant(&self, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
+        self.check(&a, &b, &c)?;
+        let (bm, bn) = tile(variant)?;
+        if subgroup_variant(variant) && !subgroup_variants(gpu) {
+            return Err(GpuError::Shader {
+                shader: "matmul".into(),
+                reason: format!(
+                    "variant '{variant}' needs subgroups of at most 8 invocations of one fixed size; this adapter has {}",
+                    if gpu.features.contains(wgpu::Features::SUBGROUP) {
+                        format!("{}..{}", gpu.info.subgroup_min_size, gpu.info.subgroup_max_size)
+                    } else {
+                        "none".to_string()
+                    }
+                ),
+            });
+        }
+        let entry = self.entry_point(variant)?;
+        let (tiles_m, tiles_n) = (self.m.div_ceil(bm), self.n.div_ceil(bn));
+        let total = tiles_m as u64 * tiles_n as u64 * (self.batch * self.outer) as u64;
+        let max = gpu.limits.max_compute_workgroups_per_dimension;
+        if total > max as u64 * max as u64 || total > u32::MAX as u64 {
+            return Err(GpuError::Shape(format!(
+                "matmul {}x{}x{} (batch {}): {total} tiles of {bm}x{bn} exceed one dispatch",
+                self.m, self.n, self.k, self.batch
+            )));
+        }
+        let p = Params {
+            m: self.m as u32,
+            n: self.n as u32,
+            k: self.k as u32,
+            accumulate: self.accumulate as u32,
+            a_off: self.a.offset as u32,
+            a_rs: self.a.row_stride as u32,
+            a_cs: self.a.col_stride as u32,
+            a_bs: self.a.batch_stride as u32,
+            b_off: self.b.offset as u32,
+            b_rs: self.b.row_stride as u32,
+            b_cs: self.b.col_stride as u32,
+            b_bs: self.b.batch_stride as u32,
+            c_off: self.c.offset as u32,
+            c_rs: self.c.row_stride as u32,
+            c_bs: self.c.batch_stride as u32,
+            alpha: self.alpha,
+            tiles_n: tiles_n as u32,
+            tiles_m: tiles_m as u32,
+            total: total as u32,
+            _pad: 0,
+            nb_in: self.batch as u32,
+            a_os: self.outer_strides[0] as u32,
+            b_os: self.outer_strides[1] as u32,
+            c_os: self.outer_strides[2] as u32,
+        };
+        let kern = gpu.kernel("matmul", Some(variant), entry)?;
+        let mut bufs = vec![("a", a), ("b", b), ("c", c)];
+        if entry != "matmul" && entry != "mm_ss" {
+            // The vec4 entry points read the same buffers four floats at a time.
+            bufs.push(("a4", a));
+            bufs.push(("b4", b));
+        }
+        kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &bufs, grid_1d(total, 1, max))
+    }
+
+    /// The entry point `variant` runs this product with: `matmul` for the workgroup-memory
+    /// variants; for the register-block variants, the vec4 entry point matching the operands'
+    /// layouts (`mm_kk`, `mm_kn`, `mm_mn`, `mm_mk`) or `mm_ss` when no vec4 form applies.
+    pub fn entry_point(&self, variant: &str) -> Result<&'static str> {
+        if !direct(variant)? {
+            return Ok("matmul");
+        }
+        // vec4 reads need the operand's offset and batch stride, and the stride between its
+        // vec4s, to be multiples of 4. Reading along M or N also needs M or N a multiple of 4
+        // (a vec4 never straddles the edge of the product), or room past the edge (`pad_reads`). K ≥ 4 (M, N ≥ 4) also keeps every
+        // operand bound as `array<vec4<f32>>` at least one vec4 long, as binding requires.
+        let q = |x: usize| x.is_multiple_of(4);
+        let outer = |i: usize| self.outer == 1 || q(self.outer_strides[i]);
+        let base = |o: &Operand, i: usize| q(o.offset) && (self.batch == 1 || q(o.batch_stride)) && outer(i);
+        let k4 = self.k >= 4;
+        let a_k = base(&self.a, 0) && k4 && self.a.col_stride == 1 && q(self.a.row_stride);
+        let a_m = base(&self.a, 0) && self.a.row_stride == 1 && q(self.a.col_stride) && (q(self.m) || self.pad_reads);
+        let b_k = base(&self.b, 1) && k4 && self.b.row_stride == 1 && q(self.b.col_stride);
+        let b_n = base(&self.b, 1) && self.b.col_stride == 1 && q(self.b.row_stride) && (q(self.n) || self.pad_reads);
+        let g = subgroup_variant(variant);
+        Ok(match (a_k, a_m, b_k, b_n) {
+            (true, _, true, _) if g => "mm_kk_g",
+            (true, _, _, true) if g => "mm_kn_g",
+            (_, true, _, true) if g => "mm_mn_g",
+            (_, true, true, _) if g => "mm_mk_g",
+            (true, _, true, _) => "mm_kk",
+            (true, _, _, true) => "mm_kn",
+            (_, true, _, true) => "mm_mn",
+            (_, true, true, _) => "mm_mk",
+            _ => "mm_ss",
+        })
+    }
+}

@@ -1,0 +1,244 @@
+//! Products larger than one dispatch or binding: pieces along batch, M, N (bit-identical) and K
+//! (accumulated), and split-K for weight gradients with few output tiles.
+
+use super::*;
+
+impl Matmul {
+    /// [`Matmul::bind`] for operands of any size: one dispatch when every view fits one storage
+    /// binding, else the product split into pieces whose operands each fit one (see the module
+    /// documentation; bit-identical unless K has to be split).
+    pub fn bind_split(&self, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Vec<Dispatch>> {
+        self.bind_split_chunked(gpu, a, b, c, binding_elems(gpu, 1))
+    }
+
+    /// [`Matmul::bind_split`] with bindings of at most `max_chunk` elements (and the adapter's
+    /// limit); for testing the splitting without huge buffers.
+    #[doc(hidden)]
+    pub fn bind_split_chunked(
+        &self,
+        gpu: &Gpu,
+        a: View<'_>,
+        b: View<'_>,
+        c: View<'_>,
+        max_chunk: usize,
+    ) -> Result<Vec<Dispatch>> {
+        self.check(&a, &b, &c)?;
+        let max = max_chunk.min(binding_elems(gpu, 1));
+        if self.k <= MAX_K_PER_DISPATCH && [&a, &b, &c].iter().all(|v| v.len() <= max) {
+            let pieces = self.k_pieces(gpu);
+            if pieces > 1 {
+                return self.bind_split_k(gpu, pieces, a, b, c);
+            }
+            return Ok(vec![self.bind(gpu, a, b, c)?]);
+        }
+        if self.outer > 1 {
+            // Split the outer level first: each group is an ordinary one-level product.
+            let mut out = Vec::new();
+            for o in 0..self.outer {
+                let sh = |op: Operand, i: usize| Operand { offset: op.offset + o * self.outer_strides[i], ..op };
+                let g = Matmul {
+                    a: sh(self.a, 0),
+                    b: sh(self.b, 1),
+                    c: sh(self.c, 2),
+                    outer: 1,
+                    outer_strides: [0; 3],
+                    ..*self
+                };
+                out.extend(g.bind_split_chunked(gpu, a, b, c, max_chunk)?);
+            }
+            return Ok(out);
+        }
+        let align = align_elems(gpu);
+        let [bs, ms, ns, ks] = self.split_sizes(gpu, max)?;
+        // Sub-view from the aligned element at or below `off`; the remainder stays in the offset.
+        fn narrow<'v>(v: &View<'v>, op: Operand, off: usize, dims: [usize; 3], align: usize) -> (Operand, View<'v>) {
+            let start = off / align * align;
+            let op = Operand { offset: off - start, ..op };
+            (op, v.sub(start, op.extent(dims[0], dims[1], dims[2])))
+        }
+        let mut out = Vec::new();
+        for (b0, bt) in chunks(self.batch, bs) {
+            for (m0, mc) in chunks(self.m, ms) {
+                for (n0, nc) in chunks(self.n, ns) {
+                    for (k0, kc) in chunks(self.k, ks) {
+                        let (pa, va) = narrow(
+                            &a,
+                            self.a,
+                            self.a.offset + b0 * self.a.batch_stride + m0 * self.a.row_stride + k0 * self.a.col_stride,
+                            [mc, kc, bt],
+                            align,
+                        );
+                        let (pb, vb) = narrow(
+                            &b,
+                            self.b,
+                            self.b.offset + b0 * self.b.batch_stride + k0 * self.b.row_stride + n0 * self.b.col_stride,
+                            [kc, nc, bt],
+                            align,
+                        );
+                        let (pc, vc) = narrow(
+                            &c,
+                            self.c,
+                            self.c.offset + b0 * self.c.batch_stride + m0 * self.c.row_stride + n0,
+                            [mc, nc, bt],
+                            align,
+                        );
+                        let piece = Matmul {
+                            m: mc,
+                            n: nc,
+                            k: kc,
+                            batch: bt,
+                            a: pa,
+                            b: pb,
+                            c: pc,
+                            // K pieces after the first add to what the earlier ones wrote.
+                            accumulate: self.accumulate || k0 > 0,
+                            alpha: self.alpha,
+                            outer: 1,
+                            outer_strides: [0; 3],
+                            // Pieces are cut at aligned sizes from views that only hold them.
+                            pad_reads: false,
+                        };
+                        out.push(piece.bind(gpu, va, vb, vc)?);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Pieces along K for a product with too few output tiles to keep the adapter busy (a
+    /// weight gradient of a small head: `[1, d]` or `[m, d]` summed over thousands of tokens ran
+    /// in one workgroup): 1 (no split) unless the product is one packed `[M, N]` output with
+    /// fewer tiles than the adapter runs at once and K ≥ 512. See [`Matmul::bind_split_k`].
+    pub fn k_pieces(&self, gpu: &Gpu) -> usize {
+        if k_pieces_bound(self.m, self.n, self.k) == 0 {
+            return 1;
+        }
+        let packed_c = self.c.row_stride == self.n && self.c.offset == 0;
+        if self.batch * self.outer != 1 || !packed_c {
+            return 1;
+        }
+        let Ok((bm, bn)) = tile(pick(gpu, self)) else { return 1 };
+        let tiles = self.m.div_ceil(bm) * self.n.div_ceil(bn);
+        let busy = if gpu.forms.cpu { 2 * gpu.forms.cpu_threads } else { 64 };
+        if tiles >= busy {
+            return 1;
+        }
+        busy.div_ceil(tiles).min(self.k / 128).clamp(1, 32)
+    }
+
+    /// `pieces` partial products over consecutive K ranges (one batched dispatch, the remainder
+    /// of K in a second one that adds into the first partial) into a scratch `[pieces, M, N]`,
+    /// then their column sum into C (added when accumulating): a fixed order, bit-identical run
+    /// to run; against the unsplit product only float32 rounding of the partial sums differs.
+    pub fn bind_split_k(
+        &self,
+        gpu: &Gpu,
+        pieces: usize,
+        a: View<'_>,
+        b: View<'_>,
+        c: View<'_>,
+    ) -> Result<Vec<Dispatch>> {
+        let (m, n) = (self.m, self.n);
+        // K per piece, a multiple of 4 so every piece keeps the vec4 alignment.
+        let q = (self.k / pieces) / 4 * 4;
+        if q == 0 || pieces < 2 {
+            return Ok(vec![self.bind(gpu, a, b, c)?]);
+        }
+        let rest = self.k - pieces * q;
+        // One scratch for every split product of the device (they run one after another).
+        let part_t = gpu.shared_scratch(K_PIECES_SCRATCH, pieces * m * n)?;
+        let part = part_t.view().sub(0, pieces * m * n);
+        let batched = Matmul {
+            k: q,
+            batch: pieces,
+            a: Operand { batch_stride: q * self.a.col_stride, ..self.a },
+            b: Operand { batch_stride: q * self.b.row_stride, ..self.b },
+            c: Operand::row_major(m, n),
+            accumulate: false,
+            ..*self
+        };
+        let mut out = vec![batched.bind(gpu, a, b, part)?];
+        if rest > 0 {
+            let tail = Matmul {
+                k: rest,
+                a: Operand { offset: self.a.offset + pieces * q * self.a.col_stride, ..self.a },
+                b: Operand { offset: self.b.offset + pieces * q * self.b.row_stride, ..self.b },
+                c: Operand::row_major(m, n),
+                accumulate: true,
+                ..*self
+            };
+            out.push(tail.bind(gpu, a, b, part)?);
+        }
+        out.extend(crate::kernels::reduce::col_sum(gpu, part, c, pieces, m * n, self.accumulate)?);
+        out[0].scratch.push(part_t);
+        Ok(out)
+    }
+
+    /// Piece sizes `[batch, M, N, K]` [`Matmul::bind_split_chunked`] uses with bindings of at
+    /// most `max_chunk` elements: every operand of every piece spans at most that many elements
+    /// from an aligned start. Batch, M and N shrink first (largest span contribution first); K
+    /// only when an operand's K extent alone is too large, or K exceeds [`MAX_K_PER_DISPATCH`].
+    /// Sizes are multiples of 4 where possible (vec4 loads keep their alignment) and even across
+    /// pieces.
+    #[doc(hidden)]
+    pub fn split_sizes(&self, gpu: &Gpu, max_chunk: usize) -> Result<[usize; 4]> {
+        const K: usize = 3;
+        let (max, align) = (max_chunk.min(binding_elems(gpu, 1)), align_elems(gpu));
+        // Each operand's dimensions as (index into the sizes, stride).
+        let ops = [
+            ("A", [(0, self.a.batch_stride), (1, self.a.row_stride), (K, self.a.col_stride)]),
+            ("B", [(0, self.b.batch_stride), (K, self.b.row_stride), (2, self.b.col_stride)]),
+            ("C", [(0, self.c.batch_stride), (1, self.c.row_stride), (2, self.c.col_stride)]),
+        ];
+        // Worst-case elements bound: the misalignment of the start, then first to last element.
+        let span = |dims: &[(usize, usize); 3], s: &[usize; 4]| {
+            align + dims.iter().map(|&(i, st)| (s[i] - 1) * st).sum::<usize>()
+        };
+        let full = [self.batch, self.m, self.n, self.k];
+        let mut s = full;
+        while let Some((name, dims)) = ops.iter().find(|(_, dims)| span(dims, &s) > max) {
+            let k_alone = dims.iter().filter(|d| d.0 == K).map(|&(i, st)| (s[i] - 1) * st).sum::<usize>();
+            let shrinkable = |&&(i, st): &&(usize, usize)| s[i] > 1 && st > 0;
+            let target = if align + k_alone > max {
+                dims.iter().find(|d| d.0 == K)
+            } else {
+                dims.iter().filter(|d| d.0 != K).filter(shrinkable).max_by_key(|&&(i, st)| (s[i] - 1) * st)
+            };
+            let Some(&(i, st)) = target.filter(shrinkable) else {
+                return Err(chunk_too_small(
+                    gpu,
+                    format!("matmul {}x{}x{} operand {name} piece", self.m, self.n, self.k),
+                    span(dims, &s),
+                    max,
+                ));
+            };
+            let rest = span(dims, &s) - (s[i] - 1) * st;
+            let mut size = if rest > max { 1 } else { (max - rest) / st + 1 };
+            if i != 0 && size >= 4 {
+                size = size / 4 * 4;
+            }
+            s[i] = size.min(s[i] - 1).max(1);
+        }
+        s[3] = s[3].min(MAX_K_PER_DISPATCH);
+        // Even pieces: as many as the sizes need, each as equal as multiples of 4 allow.
+        for i in 0..4 {
+            let pieces = full[i].div_ceil(s[i]);
+            let even = full[i].div_ceil(pieces);
+            s[i] = if i != 0 && s[i] >= 4 { even.div_ceil(4) * 4 } else { even }.min(s[i]);
+        }
+        Ok(s)
+    }
+}
+
+/// [`Gpu::shared_scratch`] key of the K-pieces scratch ([`Matmul::bind_split_k`]): one buffer for
+/// every split product of a device.
+pub const K_PIECES_SCRATCH: &str = "matmul.k_pieces";
+
+/// The most scratch elements ([`Matmul::k_pieces`] pieces × m × n) a packed `[m, n]` product over
+/// `k` can ask for: 0 where it is never split (k < 512 or m·n > 2^16), else at most
+/// min(k / 128, 32) pieces. Programs reserve the largest over their weight gradients up front
+/// (and memory plans count it), so the products share one buffer.
+pub fn k_pieces_bound(m: usize, n: usize, k: usize) -> usize {
+    if k < 512 || m * n > 1 << 16 { 0 } else { (k / 128).clamp(1, 32) * m * n }
+}

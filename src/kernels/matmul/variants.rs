@@ -1,0 +1,123 @@
+//! The tile variants: their constants, which ones an adapter runs, the heuristic choice and the
+//! pick (the autotuner's measurement where there is one).
+
+use super::*;
+
+pub(super) fn variant_const(variant: &str, name: &str) -> Result<usize> {
+    let v = MATMUL_VARIANTS
+        .iter()
+        .find(|v| v.name == variant)
+        .ok_or_else(|| GpuError::Shader { shader: "matmul".into(), reason: format!("no variant '{variant}'") })?;
+    v.consts.iter().find(|c| c.0 == name).and_then(|c| c.2.trim_end_matches('u').parse().ok()).ok_or_else(|| {
+        GpuError::Shader { shader: "matmul".into(), reason: format!("variant '{variant}' has no constant {name}") }
+    })
+}
+
+/// Whether a variant is a register-block (`mm_*`, CPU) variant rather than a workgroup-memory one.
+pub fn direct(variant: &str) -> Result<bool> {
+    Ok(variant_const(variant, "DIRECT")? != 0)
+}
+
+/// The BM×BN tile of a variant (outputs per workgroup).
+pub fn tile(variant: &str) -> Result<(usize, usize)> {
+    Ok((variant_const(variant, "BM")?, variant_const(variant, "BN")?))
+}
+
+/// Names of all tile variants.
+pub fn variants() -> Vec<&'static str> {
+    MATMUL_VARIANTS.iter().map(|v| v.name).collect()
+}
+
+/// Whether a variant loads A once per subgroup (`…g`: the register-block tiles with the
+/// `mm_*_g` entry points).
+pub fn subgroup_variant(variant: &str) -> bool {
+    variant.ends_with('g')
+}
+
+/// Whether this adapter can run the `…g` variants: it has subgroups, and every subgroup lies
+/// within one row of the workgroup (DX = 8 invocations along x, which share their A rows): the
+/// subgroup size is fixed and divides 8 (llvmpipe: 8; GPUs with 16–64 are excluded). Subgroups are
+/// taken to be runs of consecutive invocation indices, as every Vulkan, Metal and D3D12
+/// implementation forms them. The device's `matmul_subgroup` form ([`super::forms::Forms`]:
+/// on where the subgroups fit; `DDL_FORMS=matmul_subgroup=0` leaves them out).
+pub fn subgroup_variants(gpu: &Gpu) -> bool {
+    gpu.features.contains(wgpu::Features::SUBGROUP) && gpu.forms.matmul_subgroup
+}
+
+/// The tile variants this adapter can run (the `…g` ones only where [`subgroup_variants`]).
+pub fn variants_for(gpu: &Gpu) -> Vec<&'static str> {
+    let g = subgroup_variants(gpu);
+    variants().into_iter().filter(|v| g || !subgroup_variant(v)).collect()
+}
+
+/// Shape bucket for the autotune cache: powers of two of M, N, K and the operand layouts.
+pub(super) fn bucket(mm: &Matmul) -> String {
+    let l = |x: usize| (x.max(1) as f64).log2().round() as u32;
+    format!("{}x{}x{}|a{}b{}", l(mm.m), l(mm.n), l(mm.k), (mm.a.col_stride == 1) as u8, (mm.b.col_stride == 1) as u8)
+}
+
+/// The autotune cache key: adapter, shape bucket, and the variant set the measurement chose
+/// from (a choice made before variants were added is measured again).
+pub(super) fn cache_key(gpu: &Gpu, mm: &Matmul) -> String {
+    format!("{}|{}|{}", gpu.adapter_key(), bucket(mm), variants_for(gpu).join(","))
+}
+
+/// The heuristic choice. On a CPU adapter (llvmpipe, SwiftShader): the register-block variant
+/// with the least estimated time — padded work per thread-round over measured efficiency (see
+/// `docs/PERF.md`). On a GPU: the biggest workgroup-memory tile that still gives enough
+/// workgroups.
+pub fn heuristic(gpu: &Gpu, mm: &Matmul) -> &'static str {
+    if gpu.forms.cpu {
+        let v = cpu_heuristic(mm, gpu.forms.cpu_threads);
+        if subgroup_variants(gpu) {
+            return match v {
+                "r128" => "r128g",
+                "c64" => "c64g",
+                "r32" => "r32g",
+                _ => "r8g",
+            };
+        }
+        return v;
+    }
+    for v in ["t64", "t32"] {
+        let (bm, bn) = tile(v).unwrap();
+        let groups = mm.m.div_ceil(bm) * mm.n.div_ceil(bn) * mm.batch * mm.outer;
+        if mm.m >= bm / 2 && mm.n >= bn / 2 && groups >= 64 {
+            return v;
+        }
+    }
+    "t16"
+}
+
+/// The CPU choice: each variant's time is estimated as (rounds of `threads` workgroups) × (tile
+/// outputs) ÷ (its measured throughput relative to `r128` on llvmpipe). Smaller tiles win when
+/// the big tile would be mostly padding or leave threads idle.
+pub(super) fn cpu_heuristic(mm: &Matmul, threads: usize) -> &'static str {
+    let mut best = ("r128", f64::INFINITY);
+    for (v, eff) in [("r128", 1.0), ("c64", 0.8), ("r32", 0.95), ("r8", 0.85)] {
+        let (bm, bn) = tile(v).unwrap();
+        let groups = mm.m.div_ceil(bm) * mm.n.div_ceil(bn) * mm.batch * mm.outer;
+        let cost = groups.div_ceil(threads) as f64 * (bm * bn) as f64 / eff;
+        if cost < best.1 {
+            best = (v, cost);
+        }
+    }
+    best.0
+}
+
+/// The variant used for a product: a cached measurement for this adapter and shape bucket,
+/// a fresh measurement when autotuning is enabled, else the heuristic.
+pub fn pick(gpu: &Gpu, mm: &Matmul) -> &'static str {
+    let key = cache_key(gpu, mm);
+    if let Some(v) = autotune::cache().lock().unwrap().get(&key)
+        && let Some(name) = variants_for(gpu).into_iter().find(|n| n == v)
+    {
+        return name;
+    }
+    if autotune::enabled()
+        && let Ok(v) = autotune::tune(gpu, mm)
+    {
+        return v;
+    }
+    heuristic(gpu, mm)
+}
