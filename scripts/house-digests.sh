@@ -10,16 +10,25 @@ cd "$(dirname "$0")/.."
 DDL="${1:-target/release/ddl}"
 [ -x "$DDL" ] || { echo "house-digests: $DDL is not an executable (build with cargo build --release)" >&2; exit 1; }
 W="$(mktemp -d)"; trap 'rm -rf "$W"' EXIT
-export DDL_CACHE_DIR="$W/cache" XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$W/xdg}"
+export DDL_CACHE_DIR="${DDL_CACHE_DIR:-$W/cache}" XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$W/xdg}"
 mkdir -p "$XDG_RUNTIME_DIR"; chmod 700 "$XDG_RUNTIME_DIR"
 losses() { grep -o '"loss":[^,}]*' "$1/metrics.jsonl" | tr '\n' ' '; }
-params() { python3 - "$1/model.safetensors" 2>/dev/null <<'PY' || sha256sum "$1/model.safetensors" | cut -c1-16
+# A safetensors file's tensors in name order (name, dtype, shape, bytes): writers may lay the
+# tensors out in any order (a hash map's), so the file's own bytes can differ for the same content.
+tensors() { python3 - "$1" 2>/dev/null <<'PY' || { sha256sum "$1" | cut -c1-16; echo "(file bytes: python3 missing)"; }
 import hashlib, json, struct, sys
 b = open(sys.argv[1], "rb").read()
 n = struct.unpack("<Q", b[:8])[0]
-print(hashlib.sha256(b[8 + n:]).hexdigest()[:16], "(tensor bytes)")
+head, data, h = json.loads(b[8:8 + n]), b[8 + n:], hashlib.sha256()
+for name in sorted(k for k in head if k != "__metadata__"):
+    t = head[name]
+    s, e = t["data_offsets"]
+    h.update(json.dumps([name, t["dtype"], t["shape"]]).encode())
+    h.update(data[s:e])
+print(h.hexdigest()[:16], "(tensors by name)")
 PY
 }
+params() { tensors "$1/model.safetensors"; }
 for v in ddl ddl_ccec; do
   "$DDL" train --preset tiny --variant "$v" --steps 20 --seed 7 --out "$W/$v" >/dev/null 2>&1
   echo "$v losses: $(losses "$W/$v")"
@@ -30,4 +39,4 @@ done
 echo "ddl resumed 10 -> 20 params: $(params "$W/resumed")"
 "$DDL" generate --checkpoint "$W/ddl" --prompt "ROMEO:" --max-tokens 40 --temperature 0 --trace "$W/trace.safetensors" > "$W/gen.txt" 2>/dev/null
 echo "generate text: $(sha256sum < "$W/gen.txt" | cut -c1-16)"
-echo "generate trace: $(sha256sum < "$W/trace.safetensors" | cut -c1-16)"
+echo "generate trace: $(tensors "$W/trace.safetensors")"
