@@ -479,23 +479,22 @@ fn check_heads(gpu: &Gpu, rows: usize, dim: usize, m: usize, accumulate_dx: bool
     // float64
     let h =
         ref_heads(&f64v(&x), &f64v(&gain), &f64v(&dy), &f64v(&dz), &f64v(&du), &f64v(&wb), &f64v(&wv), rows, dim, m);
-    let (mut wdx, mut wdg) = (h.dx, h.dg);
+    let (mut wdx, mut wdg) = (h.dx.clone(), h.dg.clone());
     if accumulate_dx {
         for (w, a) in wdx.iter_mut().zip(&dx0) {
             *w += *a as f64;
         }
     }
-    let mut whg = f64v(&hg0);
-    for i in 0..dim {
-        whg[o_wb + i] += h.dwb[i];
-    }
-    whg[o_bb] += h.dbb;
-    for k in 0..m * dim {
-        whg[o_wv + k] += h.dwv[k];
-    }
-    for j in 0..m {
-        whg[o_bv + j] += h.dbv[j];
-    }
+    // The head gradients added into their places in the flat gradient buffer.
+    let placed = |mut v: Vec<f64>, h: &HeadsRef| {
+        for (off, g) in [(o_wb, &h.dwb[..]), (o_bb, &[h.dbb][..]), (o_wv, &h.dwv[..]), (o_bv, &h.dbv[..])] {
+            for (k, g) in g.iter().enumerate() {
+                v[off + k] += g;
+            }
+        }
+        v
+    };
+    let whg = placed(f64v(&hg0), &h);
     for (w, g0) in wdg.iter_mut().zip(&dgain0) {
         *w += *g0 as f64;
     }
@@ -508,17 +507,7 @@ fn check_heads(gpu: &Gpu, rows: usize, dim: usize, m: usize, accumulate_dx: bool
     // element also passes within 1e-4 of its scale, the preload's and the terms' magnitudes
     // (the reference on absolute values: |c| = c(|x|, |γ|), the rstd being the same).
     let ha = ref_heads(&abs(&x), &abs(&gain), &abs(&dy), &abs(&dz), &abs(&du), &abs(&wb), &abs(&wv), rows, dim, m);
-    let mut scale: Vec<f64> = hg0.iter().map(|v| v.abs() as f64).collect();
-    for i in 0..dim {
-        scale[o_wb + i] += ha.dwb[i];
-    }
-    scale[o_bb] += ha.dbb;
-    for k in 0..m * dim {
-        scale[o_wv + k] += ha.dwv[k];
-    }
-    for j in 0..m {
-        scale[o_bv + j] += ha.dbv[j];
-    }
+    let scale = placed(abs(&hg0), &ha);
     for (name, off, len) in [("dw_beta", o_wb, dim), ("db_beta", o_bb, 1), ("dw_v", o_wv, m * dim), ("db_v", o_bv, m)] {
         let (g, w, sc) = (&got[off..off + len], &whg[off..off + len], &scale[off..off + len]);
         let within = g.iter().zip(w).zip(sc).all(|((&g, &w), &sc)| g.is_finite() && (g as f64 - w).abs() <= 1e-4 * sc);

@@ -110,6 +110,10 @@ impl Matmul {
     /// weight gradient of a small head: `[1, d]` or `[m, d]` summed over thousands of tokens ran
     /// in one workgroup): 1 (no split) unless the product is one packed `[M, N]` output with
     /// fewer tiles than the adapter runs at once and K ≥ 512. See [`Matmul::bind_split_k`].
+    /// The tiles are counted for the [`heuristic`]'s variant, never the autotuner's: the pieces
+    /// decide the summation order, and a timing-dependent choice would make results depend on
+    /// what was measured (two fixed-seed runs with fresh autotune caches differed in the last
+    /// bits before).
     pub fn k_pieces(&self, gpu: &Gpu) -> usize {
         if k_pieces_bound(self.m, self.n, self.k) == 0 {
             return 1;
@@ -118,7 +122,7 @@ impl Matmul {
         if self.batch * self.outer != 1 || !packed_c {
             return 1;
         }
-        let Ok((bm, bn)) = tile(pick(gpu, self)) else { return 1 };
+        let Ok((bm, bn)) = tile(heuristic(gpu, self)) else { return 1 };
         let tiles = self.m.div_ceil(bm) * self.n.div_ceil(bn);
         let busy = if gpu.forms.cpu { 2 * gpu.forms.cpu_threads } else { 64 };
         if tiles >= busy {
