@@ -48,12 +48,7 @@ fn check(what: &str, n: usize, d: usize, vocab: usize, views: &[(&str, &View, us
         return Err(GpuError::Shape(format!("{what}: n {n} is too large")));
     }
     for (name, v, need) in views {
-        if v.len() < *need {
-            return Err(GpuError::Shape(format!(
-                "{what}: tensor '{name}' needs {need} elements, the view has {}",
-                v.len()
-            )));
-        }
+        super::need(what, name, "", v, *need)?;
     }
     Ok(Params {
         n: n as u32,

@@ -116,12 +116,7 @@ fn check(what: &str, rows: usize, dim: usize, views: &[(&str, &View, usize)]) ->
         )));
     }
     for (name, v, need) in views {
-        if v.len() < *need {
-            return Err(GpuError::Shape(format!(
-                "{what}: tensor '{name}' needs {need} elements, the view has {}",
-                v.len()
-            )));
-        }
+        super::need(what, name, "", v, *need)?;
     }
     Ok(())
 }

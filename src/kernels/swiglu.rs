@@ -23,12 +23,7 @@ fn check(what: &str, n: usize, views: &[(&str, &View)]) -> Result<Params> {
         )));
     }
     for (name, v) in views {
-        if v.len() < n {
-            return Err(GpuError::Shape(format!(
-                "{what}: tensor '{name}' needs {n} elements, the view has {}",
-                v.len()
-            )));
-        }
+        super::need(what, name, "", v, n)?;
     }
     Ok(Params { n: n as u32, _pad: [0; 3] })
 }
