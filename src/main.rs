@@ -1187,10 +1187,8 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 }
             };
             if tune {
-                for (name, mm) in &products {
-                    if mm.k > ddl::kernels::matmul::MAX_K_PER_DISPATCH {
-                        continue;
-                    }
+                // What does not fit one dispatch is not tuned (its row says skipped).
+                for (name, mm) in products.iter().filter(|(_, mm)| ddl::bench::matmul_skip(&gpu, mm).is_none()) {
                     let v = ddl::kernels::matmul::autotune::tune(&gpu, mm)?;
                     if json {
                         print_row(

@@ -98,10 +98,23 @@ pub enum VariantSet {
     Named(Vec<String>),
 }
 
+/// Why `mm` cannot be benchmarked as one dispatch on this adapter (an operand over its storage
+/// binding, K over [`matmul::MAX_K_PER_DISPATCH`]), or `None` when it can.
+pub fn matmul_skip(gpu: &Gpu, mm: &Matmul) -> Option<String> {
+    let binding = gpu.limits.max_storage_buffer_binding_size / 4;
+    let too_big = mm.extents().iter().any(|&e| e as u64 > binding) || mm.k > matmul::MAX_K_PER_DISPATCH;
+    too_big.then(|| {
+        format!(
+            "an operand exceeds this adapter's storage binding ({binding} elements) or K > {}",
+            matmul::MAX_K_PER_DISPATCH
+        )
+    })
+}
+
 /// GFLOP/s of each product (`(name, product)`) with the chosen tile variants, marking the
 /// variant [`matmul::pick`] would use (`"auto"`). Operands are random (never zeros, which can
-/// run faster than real data); products too large for one dispatch on this adapter (an operand
-/// over its storage binding, K over [`matmul::MAX_K_PER_DISPATCH`]) get a row with `"skipped"`.
+/// run faster than real data); products too large for one dispatch ([`matmul_skip`]) get a row
+/// with `"skipped"`.
 pub fn matmul_rows(
     gpu: &Gpu,
     cases: &[(String, Matmul)],
@@ -110,21 +123,15 @@ pub fn matmul_rows(
     mut emit: impl FnMut(Row),
 ) -> Result<()> {
     let mut rng = Rng::new(1);
-    let binding = gpu.limits.max_storage_buffer_binding_size / 4;
     for (name, mm) in cases {
         let [ea, eb, ec] = mm.extents();
         let base = json!({
             "bench": "matmul", "case": name, "m": mm.m, "n": mm.n, "k": mm.k,
             "flop": mm.flops(), "bytes": mm.min_bytes(),
         });
-        let too_big = [ea, eb, ec].iter().any(|&e| e as u64 > binding) || mm.k > matmul::MAX_K_PER_DISPATCH;
-        if too_big {
+        if let Some(why) = matmul_skip(gpu, mm) {
             let mut r = base.clone();
-            r["skipped"] = json!(format!(
-                "an operand exceeds this adapter's storage binding ({} elements) or K > {}",
-                binding,
-                matmul::MAX_K_PER_DISPATCH
-            ));
+            r["skipped"] = json!(why);
             emit(Row(r));
             continue;
         }

@@ -83,7 +83,10 @@ impl std::fmt::Display for AdapterSummary {
     }
 }
 
-/// An open device on the chosen adapter, with the pipeline cache. Cheap to share (`Arc<Gpu>`).
+/// An open device on the chosen adapter, with the pipeline cache. Cheap to share (`Arc<Gpu>`); a
+/// clone is another handle to the same device (device, queue, pipelines, scratch and counters
+/// shared), which [`Gpu::with_forms`] uses.
+#[derive(Clone)]
 pub struct Gpu {
     pub adapter: wgpu::Adapter,
     pub device: wgpu::Device,
@@ -339,22 +342,9 @@ impl Gpu {
     /// (tests run every form of a kernel on any adapter; benchmarks compare forms). It shares the
     /// device, queue, pipelines, scratch and counters.
     pub fn with_forms(&self, change: impl FnOnce(&mut crate::kernels::forms::Forms)) -> Arc<Gpu> {
-        let mut forms = self.forms.clone();
-        change(&mut forms);
-        Arc::new(Gpu {
-            adapter: self.adapter.clone(),
-            device: self.device.clone(),
-            queue: self.queue.clone(),
-            info: self.info.clone(),
-            limits: self.limits.clone(),
-            features: self.features,
-            all_adapters: self.all_adapters.clone(),
-            forms,
-            pipelines: self.pipelines.clone(),
-            scratch: self.scratch.clone(),
-            errors: self.errors.clone(),
-            stats: self.stats.clone(),
-        })
+        let mut g = self.clone();
+        change(&mut g.forms);
+        Arc::new(g)
     }
 
     /// A scratch tensor of at least `elems` f32 elements shared by every caller that names `key`:

@@ -15,7 +15,8 @@
 //! same arithmetic: the results are bit-identical to the unchunked dispatch.
 
 use crate::gpu::{Dispatch, Gpu, GpuError, Result, View, WG_1D, grid_1d};
-use crate::kernels::reduce::{align_elems, binding_elems, chunk_too_small, chunks, gcd};
+use crate::kernels::gcd;
+use crate::kernels::reduce::{align_elems, binding_elems, chunk_too_small, chunks};
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]

@@ -11,7 +11,8 @@
 
 pub use super::shortconv::ConvShape;
 
-use super::shortconv::{chunking, fits_u32, launch, need};
+use super::need;
+use super::shortconv::{chunking, fits_u32, launch};
 use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D};
 
 /// Uniform parameters shared by every entry point of `expand.wgsl` (32 bytes).

@@ -11,6 +11,7 @@
 //! aligned chunks of rows; per-row results do not depend on the chunking.
 
 use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
+use crate::kernels::gcd;
 use crate::kernels::reduce::{align_elems, binding_elems, check_distinct, check_len, chunk_too_small, chunks};
 
 /// Rows one `ce_partials` workgroup sums (`BLOCK` in the shader).
@@ -53,8 +54,6 @@ pub fn threads_per_row(gpu: &Gpu, vocab: usize) -> usize {
 /// left the second loop of the backward, the zeros of ignored rows, cut short after 15 219
 /// iterations).
 pub const CPU_ROW_VOCAB: usize = 4096;
-
-use super::gcd;
 
 /// `(first row, rows)` chunks whose logits fit `max_chunk` elements and start aligned.
 fn row_chunks(gpu: &Gpu, op: &str, n: usize, vocab: usize, max_chunk: usize) -> Result<Vec<(usize, usize)>> {

@@ -8,6 +8,7 @@
 //! aligned chunks; [`sum_squares`] chunks at whole blocks, so its bits do not depend on the
 //! chunking either.
 
+use super::gcd;
 use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
 
 /// Most rows [`col_sum`] adds with one invocation per column in order (`col_sum_seq*`, no
@@ -108,8 +109,6 @@ pub(crate) fn check_distinct(
     }
     Ok(())
 }
-
-pub(crate) use super::gcd;
 
 fn dispatch(gpu: &Gpu, entry: &str, p: &Params, src: View, dst: View, wg: [u32; 3]) -> Result<Dispatch> {
     gpu.kernel("reduce", None, entry)?.dispatch(gpu, Some(bytemuck::bytes_of(p)), &[("src", src), ("dst", dst)], wg)

@@ -12,6 +12,7 @@
 //! same inputs give bit-identical gradients.
 
 use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D, grid_1d};
+use crate::kernels::{gcd, need};
 
 /// Sizes of a token-axis convolution over a batch of sequences: `batch` sequences of `seq`
 /// tokens, `d` features, `m` value channels, `kernel` taps.
@@ -186,8 +187,6 @@ pub(crate) fn fits_u32(what: &str, extents: &[u128]) -> Result<()> {
     }
     Ok(())
 }
-
-pub(crate) use super::need;
 
 /// Binds `entry` of `shader` over `threads` invocations (1-D grid of 256-wide workgroups).
 pub(crate) fn launch(
@@ -500,8 +499,6 @@ fn slot_chunks(gpu: &Gpu, s: &ConvShape) -> usize {
     let step = q / gcd(q, row);
     chunks.next_multiple_of(step)
 }
-
-use super::gcd;
 
 /// Zeroed chunk partials for `calls` calls of one compressor (same shape, κ and ρ: a block's
 /// two): slot `c` is [`token_partial_slot`]`(…, c)`; [`token_backward_finish`] sums all slots.
