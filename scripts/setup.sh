@@ -4,6 +4,7 @@
 #   - a Vulkan driver when no Vulkan device is present (Linux): Mesa's software driver lavapipe
 #     (`mesa-vulkan-drivers libvulkan1`), so everything runs on the CPU;
 #   - xvfb (a virtual display) for the visualizer's window test;
+#   - xz-utils and binutils when missing, for the GPU check's bundle (`make gpu-bundle`);
 #   - Open MPI and libclang (`libopenmpi-dev openmpi-bin libclang-dev`) for the data-parallel
 #     build (`--features mpi`) and its test; DDL_SETUP_MPI=0 skips them.
 # macOS (Metal) and Windows (DX12) need no install. Needs root or sudo for apt-get.
@@ -40,6 +41,11 @@ else
 fi
 if [ "${DDL_SETUP_XVFB:-1}" = 1 ] && ! command -v Xvfb >/dev/null 2>&1; then
   pkgs+=(xvfb)
+fi
+# The GPU check's bundle (scripts/gpu-check.sh) strips and xz-compresses the binaries.
+if command -v apt-get >/dev/null 2>&1; then
+  command -v xz >/dev/null 2>&1 || pkgs+=(xz-utils)
+  { command -v strip && command -v strings; } >/dev/null 2>&1 || pkgs+=(binutils)
 fi
 have_mpi() {
   # mpirun to launch, mpicc/mpi.h to link (rsmpi's build probes them), libclang for its bindgen.
