@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Digests of what the engine computes, for refactors that must not change results (issue 28):
 # the loss of every step and a digest of the final parameters of 20-step fixed-seed `ddl train`
-# runs of tiny ddl and ddl_ccec, of a run stopped at step 10 and resumed to 20, and of the trace
-# of a greedy `ddl generate`. Same binary, same adapter => the same lines; compare two trees'
+# runs of tiny ddl and ddl_ccec (every variant with VARIANTS=all), of a run stopped at step 10 and
+# resumed to 20, and of the trace of a greedy `ddl generate` (of ddl_ccec too with VARIANTS=all). Same binary, same adapter => the same lines; compare two trees'
 # outputs with diff.
 #   scripts/house-digests.sh [DDL_BINARY] > digests.txt
 set -euo pipefail
@@ -29,7 +29,11 @@ print(h.hexdigest()[:16], "(tensors by name)")
 PY
 }
 params() { tensors "$1/model.safetensors"; }
-for v in ddl ddl_ccec; do
+case "${VARIANTS:-}" in
+  "") VARIANTS="ddl ddl_ccec" ;;
+  all) VARIANTS="baseline ddl_v1 ddl ddl_ec ddl_cc ddl_ccec ddl_v1_vmap ddl_vmap" ;;
+esac
+for v in $VARIANTS; do
   "$DDL" train --preset tiny --variant "$v" --steps 20 --seed 7 --out "$W/$v" >/dev/null 2>&1
   echo "$v losses: $(losses "$W/$v")"
   echo "$v params: $(params "$W/$v")"
@@ -40,3 +44,8 @@ echo "ddl resumed 10 -> 20 params: $(params "$W/resumed")"
 "$DDL" generate --checkpoint "$W/ddl" --prompt "ROMEO:" --max-tokens 40 --temperature 0 --trace "$W/trace.safetensors" > "$W/gen.txt" 2>/dev/null
 echo "generate text: $(sha256sum < "$W/gen.txt" | cut -c1-16)"
 echo "generate trace: $(tensors "$W/trace.safetensors")"
+if [ -d "$W/ddl_ccec" ] && [ "${VARIANTS}" != "ddl ddl_ccec" ]; then
+  "$DDL" generate --checkpoint "$W/ddl_ccec" --prompt "ROMEO:" --max-tokens 24 --temperature 0 --trace "$W/trace2.safetensors" > "$W/gen2.txt" 2>/dev/null
+  echo "generate ddl_ccec text: $(sha256sum < "$W/gen2.txt" | cut -c1-16)"
+  echo "generate ddl_ccec trace: $(tensors "$W/trace2.safetensors")"
+fi

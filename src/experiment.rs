@@ -392,33 +392,27 @@ pub fn beta_regimes(
     let tokens = data::tokens_cached(&text, &ck.tokenizer).map_err(|e| e.to_string())?;
     let t = &run.train;
     let ds = data::Dataset::new(tokens, t.val_fraction, t.seq_len).map_err(|e| e.to_string())?;
-    let opt = crate::kernels::adamw::AdamWConfig::inference();
-    let prog = model.program_with(t.batch_size, t.seq_len, &opt, 0.0, 1.0).map_err(|e| e.to_string())?;
+    let prog = model.forward_program(t.batch_size, t.seq_len).map_err(|e| e.to_string())?;
     let mut counts: RegimeCounts = Vec::new();
     let mut sums: Vec<f64> = Vec::new();
     for i in 0..batches {
         let (x, y) = ds.val_batch(0, i, t.batch_size, t.seq_len);
         prog.set_batch(&model, &x, &y).map_err(|e| e.to_string())?;
         model.eval_loss(&prog).map_err(|e| e.to_string())?;
-        let mut s = 0;
-        for blk in &prog.subs {
-            for sub in blk {
-                let Some(w) = &sub.write else { continue };
-                let b = w.beta.read_f32(&model.gpu).map_err(|e| e.to_string())?;
-                if counts.len() <= s {
-                    counts.push([0; 3]);
-                    sums.push(0.0);
-                }
-                for &beta in &b[..t.batch_size * t.seq_len] {
-                    let r = match crate::generate::regime(beta) {
-                        "identity" => 0,
-                        "projection" => 1,
-                        _ => 2,
-                    };
-                    counts[s][r] += 1;
-                    sums[s] += beta as f64;
-                }
-                s += 1;
+        for (s, w) in prog.acts().writes().enumerate() {
+            let b = w.beta.read_f32(&model.gpu).map_err(|e| e.to_string())?;
+            if counts.len() <= s {
+                counts.push([0; 3]);
+                sums.push(0.0);
+            }
+            for &beta in &b[..t.batch_size * t.seq_len] {
+                let r = match crate::generate::regime(beta) {
+                    "identity" => 0,
+                    "projection" => 1,
+                    _ => 2,
+                };
+                counts[s][r] += 1;
+                sums[s] += beta as f64;
             }
         }
     }

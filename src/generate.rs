@@ -171,27 +171,24 @@ pub struct TokenTrace {
 /// each buffer is read back once for all the rows.
 fn read_traces(
     model: &Model,
-    p: &crate::model::Program,
+    p: &crate::model::DecodeProgram,
     rows: std::ops::Range<usize>,
     trs: &mut [TokenTrace],
 ) -> Result<()> {
     let (d, m) = (model.cfg.d_model, model.cfg.m());
-    for blk in &p.subs {
-        for s in blk {
-            let Some(w) = &s.write else { continue };
-            let beta = w.beta.read_f32(&model.gpu)?;
-            let k = w.k.read_f32(&model.gpu)?;
-            let v = w.v.read_f32(&model.gpu)?;
-            let delta = w.delta.read_f32(&model.gpu)?;
-            for (row, tr) in rows.clone().zip(trs.iter_mut()) {
-                let b = beta[row];
-                let (vr, dr) = (&v[row * m..(row + 1) * m], &delta[row * m..(row + 1) * m]);
-                tr.beta.push(b);
-                tr.k.extend_from_slice(&k[row * d..(row + 1) * d]);
-                tr.v.extend_from_slice(vr);
-                tr.ktx.extend(vr.iter().zip(dr).map(|(a, b)| a - b));
-                tr.write.push(b.abs() * dr.iter().map(|x| x * x).sum::<f32>().sqrt());
-            }
+    for w in p.acts().writes() {
+        let beta = w.beta.read_f32(&model.gpu)?;
+        let k = w.k.read_f32(&model.gpu)?;
+        let v = w.v.read_f32(&model.gpu)?;
+        let delta = w.delta.read_f32(&model.gpu)?;
+        for (row, tr) in rows.clone().zip(trs.iter_mut()) {
+            let b = beta[row];
+            let (vr, dr) = (&v[row * m..(row + 1) * m], &delta[row * m..(row + 1) * m]);
+            tr.beta.push(b);
+            tr.k.extend_from_slice(&k[row * d..(row + 1) * d]);
+            tr.v.extend_from_slice(vr);
+            tr.ktx.extend(vr.iter().zip(dr).map(|(a, b)| a - b));
+            tr.write.push(b.abs() * dr.iter().map(|x| x * x).sum::<f32>().sqrt());
         }
     }
     Ok(())
@@ -213,7 +210,7 @@ pub struct GenStep {
 pub struct Generator<'a> {
     model: &'a Model,
     cache: crate::model::DecodeCache,
-    step_prog: crate::model::Program,
+    step_prog: crate::model::DecodeProgram,
     logits: Vec<f32>,
     history: Vec<u32>,
     sampler: Sampler,
@@ -237,7 +234,7 @@ impl<'a> Generator<'a> {
         let mut cache = model.decode_cache()?;
         let step_prog = model.decode_program(&cache, 1)?;
         let mut pre = model.decode_program(&cache, keep.len())?;
-        let first = model.decode(&mut pre, &mut cache, keep)?;
+        let first = pre.forward(model, keep, &mut cache)?;
         let logits = first[(keep.len() - 1) * v..].to_vec();
         let mut prompt_traces = Vec::new();
         if trace {
@@ -297,14 +294,14 @@ impl<'a> Generator<'a> {
             let kept: Vec<u32> = self.history[keep_from..].to_vec();
             self.cache = model.decode_cache()?;
             let mut p = model.decode_program(&self.cache, kept.len())?;
-            let l = model.decode(&mut p, &mut self.cache, &kept)?;
+            let l = p.forward(model, &kept, &mut self.cache)?;
             self.logits = l[(kept.len() - 1) * v..].to_vec();
             self.step_prog = model.decode_program(&self.cache, 1)?;
             if let (Some(tr), true) = (trace.as_mut(), ddl) {
                 read_traces(model, &p, kept.len() - 1..kept.len(), std::slice::from_mut(tr))?;
             }
         } else {
-            self.logits = model.decode(&mut self.step_prog, &mut self.cache, &[next])?;
+            self.logits = self.step_prog.forward(model, &[next], &mut self.cache)?;
             if let (Some(tr), true) = (trace.as_mut(), ddl) {
                 read_traces(model, &self.step_prog, 0..1, std::slice::from_mut(tr))?;
             }

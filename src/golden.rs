@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::gpu::Gpu;
 use crate::kernels::adamw::AdamWConfig;
-use crate::model::{Layout, Model, ModelConfig};
+use crate::model::{Layout, Model, ModelConfig, Parts};
 use crate::testing::compare;
 
 /// A malformed or unsupported golden file.
@@ -308,12 +308,12 @@ pub fn check_with(gpu: &Arc<Gpu>, g: &Golden, state_f16: bool) -> Result<Vec<Row
     };
     let prog = model.program(b, t, &opt).map_err(gpu_err)?;
     prog.set_batch(&model, tokens, targets).map_err(gpu_err)?;
-    model.run(&[&prog.zero, &prog.forward, &prog.backward, &prog.finish], None).map_err(gpu_err)?;
+    prog.run(&model, Parts::GRADIENTS).map_err(gpu_err)?;
 
     let rd = |t: &crate::gpu::Tensor| t.read_f32(gpu).map_err(gpu_err);
     let (v, d, m) = (cfg.vocab_size, cfg.d_model, cfg.m());
-    rows.push(row("out.logits", &rd(&prog.logits)?, g.f32("out.logits", Some(&[b, t, v]))?, 1e-4));
-    let stats = rd(&prog.stats)?;
+    rows.push(row("out.logits", &rd(prog.logits())?, g.f32("out.logits", Some(&[b, t, v]))?, 1e-4));
+    let stats = rd(prog.stats())?;
     rows.push(row("out.loss", &stats[..1], g.f32("out.loss", Some(&[1]))?, 1e-4));
     rows.push(row("out.grad_norm", &[stats[2].max(0.0).sqrt()], g.f32("out.grad_norm", Some(&[1]))?, 1e-4));
     let grads = rd(&model.grads)?;
@@ -324,11 +324,11 @@ pub fn check_with(gpu: &Arc<Gpu>, g: &Golden, state_f16: bool) -> Result<Vec<Row
     // Traces.
     for l in 0..cfg.n_layers {
         for (si, sn) in ["attn", "mlp"].iter().enumerate() {
-            let sub = &prog.subs[l][si];
+            let sub = &prog.acts().subs[l][si];
             let pre = format!("trace.blocks.{l}.{sn}");
             rows.push(row(
                 &format!("{pre}.a"),
-                &rd(prog.a_tensor(l, si))?,
+                &rd(prog.acts().a_tensor(l, si))?,
                 g.f32(&format!("{pre}.a"), Some(&[b, t, d]))?,
                 1e-4,
             ));
@@ -342,7 +342,7 @@ pub fn check_with(gpu: &Arc<Gpu>, g: &Golden, state_f16: bool) -> Result<Vec<Row
                 ));
                 // Training programs do not store k (the backward recomputes it): k = k̃·r, the
                 // forward's own f32 product, from the saved k̃ and r.
-                let kraw = rd(sub.dir.as_ref().map_or(&sub.h, |(_, _, kraw)| kraw))?;
+                let kraw = rd(sub.kraw())?;
                 let rn = rd(&w.rnorm)?;
                 let k: Vec<f32> = kraw.iter().enumerate().map(|(e, &v)| v * rn[e / d]).collect();
                 rows.push(row(&format!("{pre}.k"), &k, g.f32(&format!("{pre}.k"), Some(&[b, t, d]))?, 1e-4));
@@ -358,7 +358,7 @@ pub fn check_with(gpu: &Arc<Gpu>, g: &Golden, state_f16: bool) -> Result<Vec<Row
             }
         }
     }
-    rows.push(row("trace.final.z", &rd(prog.z_tensor())?, g.f32("trace.final.z", Some(&[b, t, d]))?, 1e-4));
+    rows.push(row("trace.final.z", &rd(prog.acts().z_tensor())?, g.f32("trace.final.z", Some(&[b, t, d]))?, 1e-4));
 
     // Optimizer steps: step 1 from the state above, then forward+backward+step.
     let want_losses = g.f32("train.losses", Some(&[g.steps]))?.to_vec();
@@ -368,7 +368,7 @@ pub fn check_with(gpu: &Arc<Gpu>, g: &Golden, state_f16: bool) -> Result<Vec<Row
     for step in 1..=g.steps {
         opt.step = step as u32;
         model.set_optimizer_step(&prog, &opt).map_err(gpu_err)?;
-        model.run(&[], Some(&prog.optimizer)).map_err(gpu_err)?;
+        prog.run(&model, Parts::OPTIMIZER).map_err(gpu_err)?;
         if step == 1 {
             let p1 = rd(&model.params)?;
             for (s, &off) in layout.specs.iter().zip(&layout.offsets) {
@@ -382,8 +382,8 @@ pub fn check_with(gpu: &Arc<Gpu>, g: &Golden, state_f16: bool) -> Result<Vec<Row
             }
         }
         if step < g.steps {
-            model.run(&[&prog.zero, &prog.forward, &prog.backward, &prog.finish], None).map_err(gpu_err)?;
-            let s = rd(&prog.stats)?;
+            prog.run(&model, Parts::GRADIENTS).map_err(gpu_err)?;
+            let s = rd(prog.stats())?;
             losses.push(s[0]);
             norms.push(s[2].max(0.0).sqrt());
         }

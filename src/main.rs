@@ -739,8 +739,7 @@ fn eval(dev: &DeviceArgs, dir: &std::path::Path, batches: Option<usize>) -> Resu
     let text = ddl::train::data::read_corpus(std::path::Path::new(&run.corpus))?;
     let data =
         ddl::train::data::Dataset::new(ddl::train::data::tokens_cached(&text, &tok)?, t.val_fraction, t.seq_len)?;
-    let opt = ddl::kernels::adamw::AdamWConfig::inference();
-    let prog = model.program_with(t.batch_size, t.seq_len, &opt, 0.0, 1.0)?;
+    let prog = model.forward_program(t.batch_size, t.seq_len)?;
     let vl = ddl::train::evaluate(&model, &prog, &data, &t)?;
     println!(
         "validation loss {vl:.4} (perplexity {:.2}) over {} batches of {}x{}",

@@ -25,10 +25,10 @@ fn check(name: &str) {
             let toks: Vec<u32> = tokens[seq * t..(seq + 1) * t].iter().map(|&x| x as u32).collect();
             let mut cache = model.decode_cache().unwrap();
             let mut pre = model.decode_program(&cache, prefill).unwrap();
-            let mut got = model.decode(&mut pre, &mut cache, &toks[..prefill]).unwrap();
+            let mut got = pre.forward(&model, &toks[..prefill], &mut cache).unwrap();
             let mut step = model.decode_program(&cache, 1).unwrap();
             for &tk in &toks[prefill..] {
-                got.extend(model.decode(&mut step, &mut cache, &[tk]).unwrap());
+                got.extend(step.forward(&model, &[tk], &mut cache).unwrap());
             }
             let w: Vec<f64> = want[seq * t * v..(seq + 1) * t * v].iter().map(|&x| x as f64).collect();
             let r = ddl::testing::compare(&format!("{name} seq {seq} prefill {prefill}"), &got, &w);
@@ -92,6 +92,53 @@ fn a_full_context_is_a_clear_error() {
     let mut cache = model.decode_cache().unwrap();
     cache.pos = cache.capacity;
     let mut p = model.decode_program(&cache, 1).unwrap();
-    let e = model.decode(&mut p, &mut cache, &[0]).unwrap_err().to_string();
+    let e = p.forward(&model, &[0], &mut cache).unwrap_err().to_string();
     assert!(e.contains("context is full"), "{e}");
+}
+
+#[test]
+fn an_awaited_decode_gives_the_blocking_decodes_logits() {
+    // The awaitable readback (for a browser's event loop) returns the same bits as the blocking
+    // one, and advances the cache the same way.
+    let (model, g) = model_from_golden("ddl_ccec");
+    let toks: Vec<u32> = g.i32("input.tokens", &[g.batch, g.seq_len]).unwrap()[..4].iter().map(|&x| x as u32).collect();
+    let run = |awaited: bool| {
+        let mut cache = model.decode_cache().unwrap();
+        let mut pre = model.decode_program(&cache, 3).unwrap();
+        let mut step = model.decode_program(&cache, 1).unwrap();
+        let mut out = Vec::new();
+        if awaited {
+            out.extend(pollster::block_on(pre.forward_async(&model, &toks[..3], &mut cache)).unwrap());
+            out.extend(pollster::block_on(step.forward_async(&model, &toks[3..], &mut cache)).unwrap());
+        } else {
+            out.extend(pre.forward(&model, &toks[..3], &mut cache).unwrap());
+            out.extend(step.forward(&model, &toks[3..], &mut cache).unwrap());
+        }
+        (out, cache.pos)
+    };
+    let (blocking, awaited) = (run(false), run(true));
+    assert_eq!(blocking.1, 4);
+    assert_eq!(awaited.1, 4);
+    assert_eq!(blocking.0.len(), 4 * g.config.vocab_size);
+    assert!(blocking.0.iter().zip(&awaited.0).all(|(a, b)| a.to_bits() == b.to_bits()), "awaited logits differ");
+}
+
+#[test]
+fn a_decode_program_lists_its_delta_writes_and_refuses_another_cache() {
+    let (model, _) = model_from_golden("ddl");
+    let cache = model.decode_cache().unwrap();
+    let mut p = model.decode_program(&cache, 1).unwrap();
+    // One entry per sublayer, in sublayer order, each with the ops that record its write.
+    let writes: Vec<_> = p.write_ops().map(|(l, k, ops)| (l, k, ops.len())).collect();
+    let want: Vec<_> =
+        (0..model.cfg.n_layers).flat_map(|l| [(l, ddl::model::SubKind::Attn), (l, ddl::model::SubKind::Mlp)]).collect();
+    assert_eq!(writes.iter().map(|w| (w.0, w.1)).collect::<Vec<_>>(), want);
+    assert!(writes.iter().all(|w| w.2 >= 1), "{writes:?}");
+    let mut other = model.decode_cache().unwrap();
+    let e = p.forward(&model, &[0], &mut other).unwrap_err().to_string();
+    assert!(e.contains("another cache"), "{e}");
+    // The baseline has no delta writes to override.
+    let (base, _) = model_from_golden("baseline");
+    let bc = base.decode_cache().unwrap();
+    assert_eq!(base.decode_program(&bc, 1).unwrap().write_ops().count(), 0);
 }

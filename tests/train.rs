@@ -106,8 +106,8 @@ fn the_step_statistics_carry_each_sublayers_mean_beta() {
     let mut rng = ddl::testing::Rng::new(11);
     let (x, y) = (rng.ints(48, cfg.vocab_size), rng.ints(48, cfg.vocab_size));
     prog.set_batch(&model, &x, &y).unwrap();
-    let stats = model.run_read(&prog, &[&prog.zero, &prog.forward, &prog.backward, &prog.finish], None).unwrap();
-    let from_stats = ddl::model::gpu_model::beta_means_of(&stats, 48);
+    let stats = prog.run(&model, ddl::model::Parts::GRADIENTS).unwrap();
+    let from_stats = ddl::model::beta_means_of(&stats, 48);
     let direct = ddl::train::beta_means(&model, &prog).unwrap();
     assert_eq!(from_stats.len(), 4);
     for (a, b) in from_stats.iter().zip(&direct) {

@@ -1,6 +1,7 @@
 //! Benchmarks behind `ddl bench ...`. Each result is a row for humans or a JSON line for scripts.
 
 mod cases;
+mod text;
 
 use std::time::Instant;
 
@@ -364,11 +365,7 @@ pub fn train_rows(
     let best_ms = times[0];
     // One profiled step for the split (per kernel, summed over dispatches of the same kernel).
     let mut r = Recorder::profiled(gpu);
-    for ops in [&prog.zero, &prog.forward, &prog.backward, &prog.finish] {
-        r.ops(ops);
-    }
-    let refs: Vec<&crate::gpu::Dispatch> = prog.optimizer.iter().collect();
-    r.record(&refs);
+    prog.record(&mut r, crate::model::Parts::STEP);
     let dispatches = r.dispatches;
     let kt = r.submit()?;
     let mut split: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
@@ -380,11 +377,11 @@ pub fn train_rows(
     let total: f64 = split.values().sum();
     let matmul_ms: f64 = split.iter().filter(|(k, _)| k.starts_with("matmul")).map(|(_, v)| v).sum();
     let zero_ops = prog
-        .zero
+        .zero_ops()
         .iter()
-        .chain(&prog.forward)
-        .chain(&prog.backward)
-        .chain(&prog.finish)
+        .chain(prog.forward_ops())
+        .chain(prog.backward_ops())
+        .chain(prog.finish_ops())
         .filter(|o| !matches!(o, Op::Run(_)))
         .count();
     let params = model.layout.count() as f64;
@@ -546,26 +543,25 @@ pub fn generate_rows(
         // Cached: prefill ctx−1 tokens, then time single-token steps.
         let mut cache = model.decode_cache()?;
         let mut pre = model.decode_program(&cache, ctx - 1)?;
-        model.decode(&mut pre, &mut cache, &toks[..ctx - 1])?;
+        pre.forward(&model, &toks[..ctx - 1], &mut cache)?;
         let mut step = model.decode_program(&cache, 1)?;
         let mut cached = Vec::new();
         for r in 0..reps.max(1) {
             let t0 = Instant::now();
-            model.decode(&mut step, &mut cache, &[toks[ctx - 1]])?;
+            step.forward(&model, &[toks[ctx - 1]], &mut cache)?;
             cached.push(t0.elapsed().as_secs_f64() * 1e3);
             cache.pos -= 1; // decode the same position again
             let _ = r;
         }
         // Recompute: a full forward over the context for one new token.
-        let opt = crate::kernels::adamw::AdamWConfig::inference();
-        let prog = model.program_with(1, ctx, &opt, 0.0, 1.0)?;
+        let prog = model.forward_program(1, ctx)?;
         let x: Vec<i32> = toks.iter().map(|&t| t as i32).collect();
         prog.set_batch(&model, &x, &vec![-1; ctx])?;
         let mut full = Vec::new();
         for _ in 0..reps.max(1) {
             let t0 = Instant::now();
-            model.run(&[&prog.forward], None)?;
-            prog.logits.read_f32(gpu)?;
+            prog.run(&model, crate::model::Parts::FORWARD)?;
+            prog.logits().read_f32(gpu)?;
             full.push(t0.elapsed().as_secs_f64() * 1e3);
         }
         cached.sort_by(|a, b| a.partial_cmp(b).unwrap());

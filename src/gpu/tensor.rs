@@ -294,6 +294,75 @@ impl Readback {
         let words = read_mapped(gpu, &self.staging, &self.src.label)?;
         Ok(bytemuck::cast_slice(&words[..self.src.len()]).to_vec())
     }
+
+    /// [`Readback::read_f32`] that can be awaited instead of blocking the thread: the future
+    /// completes when the mapping does. On native backends it polls the device without waiting
+    /// each time it is polled (and asks to be polled again); on WebGPU the browser's event loop
+    /// completes the mapping.
+    pub async fn read_f32_async(&self, gpu: &Gpu) -> Result<Vec<f32>> {
+        let words = read_mapped_async(gpu, &self.staging, &self.src.label).await?;
+        Ok(bytemuck::cast_slice(&words[..self.src.len()]).to_vec())
+    }
+}
+
+/// The mapping's outcome and the task to wake when it arrives.
+#[derive(Default)]
+struct MapState {
+    done: Option<std::result::Result<(), wgpu::BufferAsyncError>>,
+    waker: Option<std::task::Waker>,
+}
+
+/// Resolves when the staging buffer's `map_async` callback has run.
+struct MapWait<'g> {
+    gpu: &'g Gpu,
+    state: Arc<std::sync::Mutex<MapState>>,
+}
+
+impl std::future::Future for MapWait<'_> {
+    type Output = Result<std::result::Result<(), wgpu::BufferAsyncError>>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        // Native backends run map callbacks inside `Device::poll`: check once, without waiting.
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Err(e) = self.gpu.device.poll(wgpu::PollType::Poll) {
+            // A lost device makes the poll fail too: report the cause the callback recorded.
+            let err = self.gpu.check().err().unwrap_or_else(|| GpuError::Device(e.to_string()));
+            return std::task::Poll::Ready(Err(err));
+        }
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = s.done.take() {
+            return std::task::Poll::Ready(Ok(r));
+        }
+        s.waker = Some(cx.waker().clone());
+        // Nothing else drives a native device: ask the executor to poll again.
+        #[cfg(not(target_arch = "wasm32"))]
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
+
+pub(crate) async fn read_mapped_async(gpu: &Gpu, staging: &wgpu::Buffer, what: &str) -> Result<Vec<u32>> {
+    gpu.stats.maps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let state = Arc::new(std::sync::Mutex::new(MapState::default()));
+    let cb = state.clone();
+    staging.map_async(wgpu::MapMode::Read, .., move |r| {
+        let mut s = cb.lock().unwrap_or_else(|e| e.into_inner());
+        s.done = Some(r);
+        if let Some(w) = s.waker.take() {
+            w.wake();
+        }
+    });
+    let mapped = MapWait { gpu, state }.await?;
+    gpu.check()?;
+    mapped.map_err(|e| GpuError::Readback { what: what.to_string(), reason: e.to_string() })?;
+    let out = {
+        let view = staging
+            .get_mapped_range(..)
+            .map_err(|e| GpuError::Readback { what: what.to_string(), reason: e.to_string() })?;
+        bytemuck::cast_slice::<u8, u32>(&view).to_vec()
+    };
+    staging.unmap();
+    Ok(out)
 }
 
 pub(crate) fn read_mapped(gpu: &Gpu, staging: &wgpu::Buffer, what: &str) -> Result<Vec<u32>> {

@@ -43,21 +43,6 @@ impl AdamWConfig {
             step: 1,
         }
     }
-
-    /// Settings for programs that never step the optimizer (evaluation, decoding, tracing):
-    /// a program needs one, nothing reads it.
-    pub fn inference() -> Self {
-        AdamWConfig {
-            lr: 0.0,
-            beta1: 0.9,
-            beta2: 0.95,
-            eps: 1e-8,
-            weight_decay: 0.0,
-            grad_clip: 0.0,
-            clip_eps: 1e-6,
-            step: 1,
-        }
-    }
 }
 
 #[repr(C)]

@@ -172,7 +172,7 @@ impl DeltaShape {
 /// states put several tokens in one workgroup), so a token's reductions over d are spread over
 /// many lanes. On CPU adapters (llvmpipe): 1 — a barrier is a coroutine switch and every
 /// workgroup-memory access a loop over the SIMD lanes there, so one token per invocation with no
-/// cross-invocation reduction is 4–5× faster (docs/PERF.md) — when there are enough tokens
+/// cross-invocation reduction is 4–5× faster (docs/PERF-LOG.md) — when there are enough tokens
 /// (`n` ≥ [`crate::kernels::norm::CPU_ROWS_PER_INVOCATION`]) to fill the SIMD lanes and worker
 /// threads; a decoding step's one token keeps the wide segment. The device's forms
 /// `delta_rows` (the CPU rule) and `delta_seg` (a fixed width, capped at d's power of two) choose.
@@ -228,34 +228,71 @@ fn check_aliasing(op: &str, reads: &[(&str, &View)], writes: &[(&str, &View)]) -
     Ok(())
 }
 
+/// The forward's per-token inputs: the state X, the unnormalised direction k̃, the value head's
+/// input a and the gate's input c.
+#[derive(Clone, Copy)]
+pub struct WriteIn<'a> {
+    pub x: View<'a>,
+    pub kraw: View<'a>,
+    pub a: View<'a>,
+    pub c: View<'a>,
+}
+
+/// The gate and value heads w_β [d], b_β [1], W_v [m, d], b_v [m] (or their gradients).
+#[derive(Clone, Copy)]
+pub struct Heads<'a> {
+    pub w_beta: View<'a>,
+    pub b_beta: View<'a>,
+    pub w_v: View<'a>,
+    pub b_v: View<'a>,
+}
+
+/// What the forward saves for the backward: r = 1/‖k̃‖ [n], β [n], v [n, m], δ = v − kᵀX [n, m].
+#[derive(Clone, Copy)]
+pub struct Saves<'a> {
+    pub rnorm: View<'a>,
+    pub beta: View<'a>,
+    pub v: View<'a>,
+    pub delta: View<'a>,
+}
+
+/// What the forward writes: X' [n, d, m], the saves, and k [n, d] when given (traces and
+/// decoding; training passes `None`: the backward recomputes k = k̃·r).
+#[derive(Clone, Copy)]
+pub struct WriteOut<'a> {
+    pub x_out: View<'a>,
+    pub k: Option<View<'a>>,
+    pub saves: Saves<'a>,
+}
+
+/// The backward's input gradients ∂X [n, d, m], ∂k̃ [n, d], ∂a [n, d], ∂c [n, d].
+#[derive(Clone, Copy)]
+pub struct WriteGrads<'a> {
+    pub dx: View<'a>,
+    pub dkraw: View<'a>,
+    pub da: View<'a>,
+    pub dc: View<'a>,
+}
+
 /// The delta write, per token: n = sqrt(‖k̃‖² + ε_k²), k = k̃/n, β = 2σ(w_β·c + b_β),
 /// v = act(W_v a + b_v), p = Xᵀk, δ = v − p, X' = X + β k δᵀ.
 ///
 /// Writes `x_out` (X') and the saved traces `rnorm` (1/n), `beta`, `v`, `delta`, and `k` when
 /// given (traces and decoding; training passes `None`: the backward needs only k̃ and r). Every
 /// output must be a buffer separate from the inputs (inputs may share buffers among themselves).
-/// One dispatch.
-#[allow(clippy::too_many_arguments)]
+/// `beta_all`: also store β in column `.1` of the `.2` columns of this view (the program's β of
+/// every write, summed over the tokens for the step's statistics). One dispatch.
 pub fn forward(
     gpu: &Gpu,
     s: &DeltaShape,
-    x: View,
-    kraw: View,
-    a: View,
-    c: View,
-    w_beta: View,
-    b_beta: View,
-    w_v: View,
-    b_v: View,
-    x_out: View,
-    k: Option<View>,
-    rnorm: View,
-    beta: View,
-    v: View,
-    delta: View,
+    inp: WriteIn,
+    heads: Heads,
+    out: WriteOut,
     beta_all: Option<(View, usize, usize)>,
 ) -> Result<Vec<Dispatch>> {
     s.check()?;
+    let (WriteIn { x, kraw, a, c }, Heads { w_beta, b_beta, w_v, b_v }) = (inp, heads);
+    let WriteOut { x_out, k, saves: Saves { rnorm, beta, v, delta } } = out;
     let (n, d, m) = (s.n, s.d, s.m);
     // Without `k` (training: the backward recomputes k = k̃·r) the kernel stores nothing there,
     // nor without `beta_all`; their bindings get four-element stand-ins.
@@ -347,14 +384,12 @@ pub fn backward_write(
     g: View,
     x: View,
     kraw: View,
-    rnorm: View,
-    beta: View,
-    v: View,
-    delta: View,
+    saves: Saves,
     dx: View,
     dkraw: View,
 ) -> Result<(Dispatch, Tensor, Tensor)> {
     s.check()?;
+    let Saves { rnorm, beta, v, delta } = saves;
     let (n, d, m) = (s.n, s.d, s.m);
     let reads = [
         ("g", &g, n * d * m),
@@ -418,27 +453,18 @@ pub fn backward(
     gpu: &Gpu,
     s: &DeltaShape,
     g: View,
-    x: View,
-    kraw: View,
-    rnorm: View,
-    beta: View,
-    v: View,
-    delta: View,
-    a: View,
-    c: View,
-    w_beta: View,
-    w_v: View,
-    dx: View,
-    dkraw: View,
-    da: View,
-    dc: View,
-    dw_beta: View,
-    db_beta: View,
-    dw_v: View,
-    db_v: View,
+    inp: WriteIn,
+    heads: Heads,
+    saves: Saves,
+    out: WriteGrads,
+    dheads: Heads,
     accumulate_da: bool,
 ) -> Result<Vec<Dispatch>> {
     s.check()?;
+    let (WriteIn { x, kraw, a, c }, Heads { w_beta, w_v, .. }) = (inp, heads);
+    let Saves { rnorm, beta, v, delta } = saves;
+    let WriteGrads { dx, dkraw, da, dc } = out;
+    let Heads { w_beta: dw_beta, b_beta: db_beta, w_v: dw_v, b_v: db_v } = dheads;
     let (n, d, m) = (s.n, s.d, s.m);
     let reads = [
         ("g", &g, n * d * m),
@@ -468,7 +494,7 @@ pub fn backward(
     }
     check_aliasing("backward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
 
-    let (main, dz, du) = backward_write(gpu, s, g, x, kraw, rnorm, beta, v, delta, dx, dkraw)?;
+    let (main, dz, du) = backward_write(gpu, s, g, x, kraw, saves, dx, dkraw)?;
     let p = s.params(segment_width(gpu, n, d));
     // The heads: ∂c, ∂a and per-chunk partial sums of the head gradients in one pass over
     // (feature, chunk of tokens), then the chunks' column sums into the gradients.

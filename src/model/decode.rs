@@ -2,13 +2,22 @@
 //! and, per variant, the conv buffers of the token-axis compressors, the readout and the EC
 //! embedding expansion — the last K−1 inputs of each, zero at the start of a sequence. A prompt is
 //! prefilled in one batched forward; then each token is one forward over a single position.
+//!
+//! A [`DecodeProgram`] is forward-only and owns no training state: `forward(model, tokens,
+//! &mut cache)` as candle's models do, its logits copied back in the same submit, blocking or
+//! awaited ([`DecodeProgram::forward_async`], for a browser's event loop).
 
-use crate::gpu::{DType, Op, Recorder, Result, Tensor};
-use crate::kernels::adamw::AdamWConfig;
+use std::ops::Range;
+
+use crate::gpu::{DType, Op, Readback, Recorder, Result, Tensor};
 use crate::kernels::attention::{self, AttnShape};
+use crate::kernels::matmul;
 use crate::kernels::rope::{self, RopeShape};
 
-use super::gpu_model::{Model, Program};
+use super::acts::{Acts, Purpose, SubKind};
+use super::layers::{self, Objective, Rec};
+use super::memory::k_pieces_scratch_elems;
+use super::model::Model;
 
 /// The cache of one sequence.
 pub struct DecodeCache {
@@ -25,8 +34,8 @@ pub struct DecodeCache {
     pub ehist: Option<Tensor>,
 }
 
-/// Windows and cache handles a decode chunk program binds (held by [`Program::decode`]).
-pub struct DecodeBufs {
+/// Windows and cache handles a decode program binds.
+pub(crate) struct DecodeBufs {
     pub capacity: usize,
     pub kcache: Vec<Tensor>,
     pub vcache: Vec<Tensor>,
@@ -36,6 +45,17 @@ pub struct DecodeBufs {
     pub ehist: Option<Tensor>,
     pub ewin: Option<Tensor>,
     pub x0win: Option<Tensor>,
+}
+
+/// A forward-only program over `q` new tokens of one sequence, bound to a [`DecodeCache`].
+pub struct DecodeProgram {
+    acts: Acts,
+    bufs: DecodeBufs,
+    forward: Vec<Op>,
+    logits_rb: Readback,
+    /// Per delta write in sublayer order: (block, sublayer, the ops that record it in
+    /// `forward`). The place where per-sublayer overrides (interventions) bind.
+    writes: Vec<(usize, SubKind, Range<usize>)>,
 }
 
 impl Model {
@@ -65,9 +85,15 @@ impl Model {
     }
 
     /// A program that runs `q` new tokens of one sequence through the model with `cache`.
-    pub fn decode_program(&self, cache: &DecodeCache, q: usize) -> Result<Program> {
+    pub fn decode_program(&self, cache: &DecodeCache, q: usize) -> Result<DecodeProgram> {
         let c = &self.cfg;
         let g = &*self.gpu;
+        if q > c.max_seq_len {
+            return Err(crate::gpu::GpuError::Shape(format!(
+                "a decode program of {q} tokens exceeds the model's max_seq_len {}",
+                c.max_seq_len
+            )));
+        }
         let token_axis = c.variant.expanded() && !c.variant.value_axis();
         let k1 = if token_axis { c.state_kernel - 1 } else { 0 };
         let (d, m) = (c.d_model, c.m());
@@ -97,15 +123,58 @@ impl Model {
             ewin,
             x0win,
         };
-        let opt = AdamWConfig::inference();
-        self.program_decode(q, &opt, bufs)
+        // As a training program does: the products' K-pieces scratch at its largest first.
+        let kp = k_pieces_scratch_elems(&self.layout, q);
+        if kp > 0 {
+            g.shared_scratch(matmul::K_PIECES_SCRATCH, kp)?;
+        }
+        let acts = Acts::new(self, 1, q, Purpose::Decode)?;
+        let mut r = Rec::new(self, &acts, Objective { label_smoothing: 0.0, loss_scale: 1.0 }, Some(&bufs));
+        layers::forward(&mut r)?;
+        let (forward, writes) = (std::mem::take(&mut r.ops), std::mem::take(&mut r.writes));
+        let logits_rb = Readback::new(&self.gpu, &acts.logits);
+        Ok(DecodeProgram { acts, bufs, forward, logits_rb, writes })
+    }
+}
+
+impl DecodeProgram {
+    /// Tokens per call.
+    pub fn len(&self) -> usize {
+        self.acts.t
     }
 
-    /// Runs the `q` tokens of `tokens` (q = the program's length) at the cache's position and
-    /// advances the cache; returns the logits `[q, V]`.
-    pub fn decode(&self, p: &mut Program, cache: &mut DecodeCache, tokens: &[u32]) -> Result<Vec<f32>> {
-        let q = p.t;
-        let c = &self.cfg;
+    pub fn is_empty(&self) -> bool {
+        self.acts.t == 0
+    }
+
+    /// The activations and write saves of the last call (β, k, v of every delta write).
+    pub fn acts(&self) -> &Acts {
+        &self.acts
+    }
+
+    /// The delta writes' ops in the forward, per sublayer: where per-sublayer overrides apply.
+    pub fn write_ops(&self) -> impl Iterator<Item = (usize, SubKind, &[Op])> {
+        self.writes.iter().map(|(l, k, r)| (*l, *k, &self.forward[r.clone()]))
+    }
+
+    /// Runs `tokens` (as many as the program's length) at the cache's position and advances
+    /// the cache; returns the logits `[q, V]`. Blocks until they are back.
+    pub fn forward(&mut self, model: &Model, tokens: &[u32], cache: &mut DecodeCache) -> Result<Vec<f32>> {
+        self.submit(model, tokens, cache)?;
+        self.logits_rb.read_f32(&model.gpu)
+    }
+
+    /// [`DecodeProgram::forward`] whose logits are awaited instead of blocking the thread.
+    pub async fn forward_async(&mut self, model: &Model, tokens: &[u32], cache: &mut DecodeCache) -> Result<Vec<f32>> {
+        self.submit(model, tokens, cache)?;
+        self.logits_rb.read_f32_async(&model.gpu).await
+    }
+
+    /// Sets the cache position in the recorded ops, submits the forward with the logits' copy
+    /// (one submit, no allocation per token) and advances the cache.
+    fn submit(&mut self, model: &Model, tokens: &[u32], cache: &mut DecodeCache) -> Result<()> {
+        let q = self.acts.t;
+        let c = &model.cfg;
         if tokens.len() != q {
             return Err(crate::gpu::GpuError::Shape(format!("decode program takes {q} tokens, got {}", tokens.len())));
         }
@@ -115,9 +184,16 @@ impl Model {
                 cache.pos, cache.capacity
             )));
         }
+        let same =
+            |a: &[Tensor], b: &[Tensor]| a.iter().zip(b).all(|(x, y)| std::sync::Arc::ptr_eq(&x.buffer, &y.buffer));
+        if !same(&cache.kcache, &self.bufs.kcache) || !same(&cache.hist, &self.bufs.hist) {
+            return Err(crate::gpu::GpuError::Shape(
+                "this decode program was made for another cache: make it with Model::decode_program(&cache, q)".into(),
+            ));
+        }
         let x: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         let y = vec![-1i32; q];
-        p.set_batch(self, &x, &y)?;
+        self.acts.set_batch(model, &x, &y)?;
         let pos0 = cache.pos;
         let dq = c.qk_dim();
         let scale = 1.0 / (c.head_dim as f32).sqrt();
@@ -133,13 +209,13 @@ impl Model {
         };
         let kc: Vec<_> = cache.kcache.iter().map(|t| t.buffer.clone()).collect();
         let vc: Vec<_> = cache.vcache.iter().map(|t| t.buffer.clone()).collect();
-        for op in p.forward.iter_mut() {
+        for op in self.forward.iter_mut() {
             match op {
                 Op::Run(d) if d.kernel.name.starts_with("rope[") => {
-                    rope::set_pos0(&self.gpu, std::slice::from_ref(d), &rs)?
+                    rope::set_pos0(&model.gpu, std::slice::from_ref(d), &rs)?
                 }
                 Op::Run(d) if attention::is_forward(d) => {
-                    attention::set_kv(&self.gpu, std::slice::from_ref(d), &at, scale)?
+                    attention::set_kv(&model.gpu, std::slice::from_ref(d), &at, scale)?
                 }
                 Op::Copy { dst, dst_off, len, .. }
                     if *len == q * dq
@@ -151,18 +227,11 @@ impl Model {
                 _ => {}
             }
         }
-        let mut r = Recorder::new(&self.gpu);
-        r.ops(&p.forward);
-        if let Some(rb) = &p.logits_rb {
-            // The logits come back with the forward: one submit, no allocation per token.
-            r.read_into(rb);
-            r.submit()?;
-            cache.pos += q;
-            return rb.read_f32(&self.gpu);
-        }
+        let mut r = Recorder::new(&model.gpu);
+        r.ops(&self.forward);
+        r.read_into(&self.logits_rb);
         r.submit()?;
-        self.gpu.wait()?;
         cache.pos += q;
-        p.logits.read_f32(&self.gpu)
+        Ok(())
     }
 }

@@ -1,11 +1,31 @@
 //! The DDL models: configuration, parameters, and the GPU forward/backward of every variant.
+//!
+//! - [`config`], [`params`]: the spec's shapes, names and initialisation;
+//! - [`model`]: the parameters, gradients and moments on a device;
+//! - [`acts`]: what a program allocates (activations, saves, gradient scratch);
+//! - [`layers`]: forward/backward pairs per layer, recorded as bound dispatches;
+//! - [`program`]: training and forward-only programs (closed; [`Parts`] choose what runs);
+//! - [`decode`]: the forward-only decode program over an explicit cache;
+//! - [`memory`]: the analytic memory plan.
 
+pub mod acts;
 pub mod config;
-pub mod params;
-
-pub use config::{ConfigError, ModelConfig, VActName, Variant};
-pub use params::{Init, Layout, ParamSpec};
-pub mod gpu_model;
-pub use gpu_model::{MemoryPlan, Model, Program, memory_plan, memory_plan_with};
 pub mod decode;
-pub use decode::DecodeCache;
+pub(crate) mod layers;
+pub mod memory;
+#[allow(clippy::module_inception)]
+pub mod model;
+pub mod params;
+pub mod program;
+
+pub use acts::{Acts, Inner, STATS_BETA, Sub, SubKind, WriteSaves};
+pub use config::{ConfigError, ModelConfig, VActName, Variant};
+pub use decode::{DecodeCache, DecodeProgram};
+pub use layers::Objective;
+pub use memory::{MemoryPlan, memory_plan, memory_plan_with};
+pub use model::Model;
+pub use params::{Init, Layout, ParamSpec};
+pub use program::{Parts, Program, beta_means_of};
+
+/// The optimizer settings of a training step.
+pub use crate::kernels::adamw::AdamWConfig;

@@ -19,7 +19,7 @@ use serde_json::json;
 
 use crate::gpu::Gpu;
 use crate::kernels::adamw::AdamWConfig;
-use crate::model::{Model, Program};
+use crate::model::{Model, Objective, Parts, Program};
 use crate::tokenizer::{CharTokenizer, Tokenizer};
 
 pub use collective::{Collective, Single};
@@ -149,7 +149,7 @@ pub fn evaluate_sharded(
     let mut sum = 0.0f64;
     let mut count = 0.0f64;
     for i in (comm.rank()..t.eval_batches).step_by(comm.size()) {
-        let (x, y) = data.val_batch(t.seed, i, prog.b, prog.t);
+        let (x, y) = data.val_batch(t.seed, i, prog.b(), prog.t());
         prog.set_batch(model, &x, &y)?;
         let (loss, n) = model.eval_loss(prog)?;
         sum += loss as f64 * n as f64;
@@ -166,13 +166,9 @@ pub fn evaluate_sharded(
 /// Mean β of every sublayer (DDL variants) of the last forward pass of `prog`.
 pub fn beta_means(model: &Model, prog: &Program) -> Result<Vec<f64>, TrainError> {
     let mut out = Vec::new();
-    for blk in &prog.subs {
-        for s in blk {
-            if let Some(w) = &s.write {
-                let b = w.beta.read_f32(&model.gpu)?;
-                out.push(b.iter().map(|&x| x as f64).sum::<f64>() / b.len().max(1) as f64);
-            }
-        }
+    for w in prog.acts().writes() {
+        let b = w.beta.read_f32(&model.gpu)?;
+        out.push(b.iter().map(|&x| x as f64).sum::<f64>() / b.len().max(1) as f64);
     }
     Ok(out)
 }
@@ -403,7 +399,7 @@ fn exchange_range(
 }
 
 /// The last micro-batch of a rank with the gradient exchange overlapping its backward pass:
-/// `first` (zeroing, on a rank's only micro-batch), forward and the backward up to the end of the
+/// zeroing (`zero`: on a rank's first micro-batch), forward and the backward up to the end of the
 /// last block are submitted, then each later block's backward is submitted before the previous
 /// block's gradients — complete by then — are all-reduced, so the GPU computes while MPI
 /// communicates. The parameters outside the blocks (embedding, final norm, ...) are exchanged
@@ -411,46 +407,33 @@ fn exchange_range(
 fn backward_with_exchange(
     model: &Model,
     prog: &Program,
-    first: &[crate::gpu::Op],
+    zero: bool,
     comm: &dyn Collective,
     bucket: usize,
 ) -> Result<CommTimes, TrainError> {
-    let submit = |parts: &[&[crate::gpu::Op]]| -> Result<(), TrainError> {
+    let mut times = CommTimes::default();
+    let mut pending: Option<(usize, Vec<f32>)> = None;
+    let mut covered = Vec::new();
+    // Zeroing (on a rank's only micro-batch) and the forward go with the first segment.
+    let mut head: Vec<&[crate::gpu::Op]> = Vec::new();
+    if zero {
+        head.push(prog.zero_ops());
+    }
+    head.push(prog.forward_ops());
+    for (seg, block) in prog.backward_segments() {
         let mut r = crate::gpu::Recorder::new(&model.gpu);
-        for ops in parts {
+        for ops in head.drain(..).chain([seg]) {
             r.ops(ops);
         }
         r.submit()?;
-        Ok(())
-    };
-    let mut times = CommTimes::default();
-    let mut pending: Option<(usize, Vec<f32>)> = None;
-    let mut start = 0;
-    let mut covered = Vec::new();
-    for &(end, l) in &prog.backward_blocks {
-        let seg = &prog.backward[start..end];
-        if start == 0 {
-            submit(&[first, &prog.forward, seg])?;
-        } else {
-            submit(&[seg])?;
-        }
-        start = end;
         if let Some((off, send)) = pending.take() {
             exchange_range(model, comm, bucket, off, &send, &mut times)?;
         }
-        let Some((off, len)) = model.layout.block_range(l) else { continue };
+        let Some((off, len)) = block.and_then(|l| model.layout.block_range(l)) else { continue };
         let tr = Instant::now();
         pending = Some((off, model.grads.read_f32_range(&model.gpu, off, len)?));
         times.readback += tr.elapsed().as_secs_f64();
         covered.push((off, len));
-    }
-    if start == 0 {
-        submit(&[first, &prog.forward, &prog.backward])?;
-    } else {
-        submit(&[&prog.backward[start..]])?;
-    }
-    if let Some((off, send)) = pending.take() {
-        exchange_range(model, comm, bucket, off, &send, &mut times)?;
     }
     // What the blocks do not cover: embedding, expansion, readout, final norm.
     covered.sort();
@@ -686,9 +669,14 @@ pub fn train_with(
         e => TrainError::Gpu(e),
     };
     let prog = model
-        .program_with(t.batch_size, t.seq_len, &opt0, run.model.label_smoothing as f32, 1.0 / t.grad_accum as f32)
+        .program_with(
+            t.batch_size,
+            t.seq_len,
+            &opt0,
+            Objective { label_smoothing: run.model.label_smoothing as f32, loss_scale: 1.0 / t.grad_accum as f32 },
+        )
         .map_err(hint)?;
-    let eval_prog = model.program_with(t.batch_size, t.seq_len, &opt0, 0.0, 1.0).map_err(hint)?;
+    let eval_prog = model.forward_program(t.batch_size, t.seq_len).map_err(hint)?;
     let metrics = out.join("metrics.jsonl");
     if lead && !opts.resume {
         let _ = std::fs::remove_file(&metrics);
@@ -772,22 +760,16 @@ pub fn train_with(
         for (i, &micro) in micros.iter().enumerate() {
             let (x, y) = data.train_batch(t.seed, step, micro, t.batch_size, t.seq_len);
             prog.set_batch(&model, &x, &y).map_err(ctx.clone())?;
-            let first: &[crate::gpu::Op] = if i == 0 { &prog.zero } else { &[] };
             let last = i + 1 == micros.len();
             stats = if distributed && last && dist.overlap_backward {
-                exchanged = Some(backward_with_exchange(&model, &prog, first, comm, bucket)?);
-                prog.stats.read_f32(&gpu).map_err(ctx.clone())?
+                exchanged = Some(backward_with_exchange(&model, &prog, i == 0, comm, bucket)?);
+                prog.stats().read_f32(&gpu).map_err(ctx.clone())?
             } else {
                 let optimize = last && !distributed;
-                let finish: &[crate::gpu::Op] = if optimize { &prog.finish } else { &[] };
                 // One submit per micro-batch, its statistics read back in the same submit.
-                model
-                    .run_read(
-                        &prog,
-                        &[first, &prog.forward, &prog.backward, finish],
-                        if optimize { Some(&prog.optimizer) } else { None },
-                    )
-                    .map_err(ctx.clone())?
+                let parts =
+                    Parts { zero: i == 0, forward: true, backward: true, finish: optimize, optimizer: optimize };
+                prog.run(&model, parts).map_err(ctx.clone())?
             };
             loss_sum += stats[0] as f64;
         }
@@ -801,7 +783,7 @@ pub fn train_with(
             comm.all_reduce_sum_f64(&mut red, "loss all-reduce");
             loss_sum = red[0];
             stop = red[1] > 0.0;
-            stats = model.run_read(&prog, &[&prog.finish], Some(&prog.optimizer)).map_err(ctx.clone())?;
+            stats = prog.run(&model, Parts::FINISH_STEP).map_err(ctx.clone())?;
             comm_s = Some((c.wait, c.total));
             if step > start {
                 comm_sum += c;
@@ -836,7 +818,7 @@ pub fn train_with(
         }
         if lead && run.model.variant.is_ddl() {
             // Every step, from the step's one readback (the last micro-batch's forward).
-            line["beta_mean"] = json!(crate::model::gpu_model::beta_means_of(&stats, prog.b * prog.t));
+            line["beta_mean"] = json!(crate::model::beta_means_of(&stats, prog.b() * prog.t()));
         }
         append(&line)?;
         progress.update(step, format!("loss {loss:.4} |g| {gnorm:.3} lr {:.2e} {tok_s:.0} tok/s", opt.lr), log);

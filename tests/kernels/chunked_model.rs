@@ -11,7 +11,7 @@ use ddl::model::{Model, ModelConfig, Program, Variant};
 const OPT: AdamWConfig = AdamWConfig::paper(1e-3);
 
 fn runs(p: &Program) -> usize {
-    [&p.zero, &p.forward, &p.backward, &p.finish]
+    [p.zero_ops(), p.forward_ops(), p.backward_ops(), p.finish_ops()]
         .iter()
         .flat_map(|ops| ops.iter())
         .filter(|o| matches!(o, Op::Run(_)))

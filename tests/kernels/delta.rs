@@ -9,7 +9,7 @@
 
 use super::common::*;
 use ddl::gpu::{GpuError, Tensor};
-use ddl::kernels::delta::{self, DeltaShape, VAct};
+use ddl::kernels::delta::{self, DeltaShape, Heads, Saves, VAct, WriteGrads, WriteIn, WriteOut};
 use ddl::kernels::forms::Forms;
 
 const EPS_K: f32 = 1e-5;
@@ -369,26 +369,11 @@ fn gpu_forward_kb(
     let v = poisoned(gpu, "v", &[n * m]);
     let dl = poisoned(gpu, "delta", &[n * m]);
     let ball = poisoned(gpu, "betas", &[n * betas.map_or(1, |b| b.1)]);
-    let ds = delta::forward(
-        gpu,
-        s,
-        t[0].view(),
-        t[1].view(),
-        t[2].view(),
-        t[3].view(),
-        t[4].view(),
-        t[5].view(),
-        t[6].view(),
-        t[7].view(),
-        x_out.view(),
-        store_k.then(|| k.view()),
-        rnorm.view(),
-        beta.view(),
-        v.view(),
-        dl.view(),
-        betas.map(|(c, st)| (ball.view(), c, st)),
-    )
-    .unwrap();
+    let inp = WriteIn { x: t[0].view(), kraw: t[1].view(), a: t[2].view(), c: t[3].view() };
+    let heads = Heads { w_beta: t[4].view(), b_beta: t[5].view(), w_v: t[6].view(), b_v: t[7].view() };
+    let saves = Saves { rnorm: rnorm.view(), beta: beta.view(), v: v.view(), delta: dl.view() };
+    let out = WriteOut { x_out: x_out.view(), k: store_k.then(|| k.view()), saves };
+    let ds = delta::forward(gpu, s, inp, heads, out, betas.map(|(c, st)| (ball.view(), c, st))).unwrap();
     run(gpu, &ds);
     let f = GpuFwd {
         x_out: if s.state_f16 { f16_unpack(&read(gpu, &x_out)) } else { read(gpu, &x_out) },
@@ -467,38 +452,25 @@ fn gpu_backward(gpu: &Gpu, s: &DeltaShape, b: &BwdIn) -> GpuBwd {
             None => t.view(),
         }
     }
-    let ds = delta::backward(
-        gpu,
-        s,
-        g.view(),
-        x.view(),
-        kraw.view(),
-        rnorm.view(),
-        beta.view(),
-        v.view(),
-        dl.view(),
-        a.view(),
-        c.view(),
-        w_beta.view(),
-        w_v.view(),
-        dx.view(),
-        dkraw.view(),
-        da.view(),
-        dc.view(),
-        gv(&grads, &dw_beta, 0, d),
+    let dheads = Heads {
+        w_beta: gv(&grads, &dw_beta, 0, d),
         // (views need not start at a binding offset: the column sum binds the run from w_β)
-        match &grads {
+        b_beta: match &grads {
             Some(all) => ddl::gpu::View { offset: 4 * o_bb as u64, size: 4, ..all.view() },
             None => db_beta.view(),
         },
-        gv(&grads, &dw_v, o_wv, m * d),
-        match &grads {
+        w_v: gv(&grads, &dw_v, o_wv, m * d),
+        b_v: match &grads {
             Some(all) => ddl::gpu::View { offset: 4 * o_bv as u64, size: 4 * m as u64, ..all.view() },
             None => db_v.view(),
         },
-        b.da0.is_some(),
-    )
-    .unwrap();
+    };
+    let inp = WriteIn { x: x.view(), kraw: kraw.view(), a: a.view(), c: c.view() };
+    // The backward reads w_β and W_v only; the biases' places are filled with them.
+    let heads = Heads { w_beta: w_beta.view(), b_beta: w_beta.view(), w_v: w_v.view(), b_v: w_v.view() };
+    let saves = Saves { rnorm: rnorm.view(), beta: beta.view(), v: v.view(), delta: dl.view() };
+    let out = WriteGrads { dx: dx.view(), dkraw: dkraw.view(), da: da.view(), dc: dc.view() };
+    let ds = delta::backward(gpu, s, g.view(), inp, heads, saves, out, dheads, b.da0.is_some()).unwrap();
     if packed {
         // The model's layout: one column sum.
         assert_eq!(ds.len(), 3, "kernel, heads and one column sum");
@@ -822,25 +794,10 @@ fn f16_state_kernels_match_float64_on_the_rounded_state_in_every_layout() {
     let bad = DeltaShape { state_f16: true, ..shape(3, 8, 3, VAct::Sigmoid4) };
     let inp = draw(&mut Rng::fresh(), &DeltaShape { state_f16: false, ..bad }, false);
     let t = upload(&gpu, "t", &inp[0]);
-    let Err(e) = delta::forward(
-        &gpu,
-        &bad,
-        t.view(),
-        t.view(),
-        t.view(),
-        t.view(),
-        t.view(),
-        t.view(),
-        t.view(),
-        t.view(),
-        t.view(),
-        None,
-        t.view(),
-        t.view(),
-        t.view(),
-        t.view(),
-        None,
-    ) else {
+    let inp = WriteIn { x: t.view(), kraw: t.view(), a: t.view(), c: t.view() };
+    let heads = Heads { w_beta: t.view(), b_beta: t.view(), w_v: t.view(), b_v: t.view() };
+    let saves = Saves { rnorm: t.view(), beta: t.view(), v: t.view(), delta: t.view() };
+    let Err(e) = delta::forward(&gpu, &bad, inp, heads, WriteOut { x_out: t.view(), k: None, saves }, None) else {
         panic!("m = 3 with an f16 state must fail")
     };
     assert!(e.to_string().contains("f16 state needs m = 4"), "{e}");
@@ -1001,26 +958,11 @@ fn traces_may_be_disjoint_views_of_one_buffer_and_params_of_another() {
     let tv = |q: usize, len: usize| traces.view().sub(at(q), len);
     let t: Vec<Tensor> = inp[..4].iter().map(|v| upload(&gpu, "in", v)).collect();
     let x_out = poisoned(&gpu, "x_out", &[n * d * m]);
-    let ds = delta::forward(
-        &gpu,
-        &s,
-        t[0].view(),
-        t[1].view(),
-        t[2].view(),
-        t[3].view(),
-        pv(0, d),
-        pv(1, 1),
-        pv(2, m * d),
-        pv(3, m),
-        x_out.view(),
-        Some(tv(0, n * d)),
-        tv(1, n),
-        tv(2, n),
-        tv(3, n * m),
-        tv(4, n * m),
-        None,
-    )
-    .unwrap();
+    let inp = WriteIn { x: t[0].view(), kraw: t[1].view(), a: t[2].view(), c: t[3].view() };
+    let heads = Heads { w_beta: pv(0, d), b_beta: pv(1, 1), w_v: pv(2, m * d), b_v: pv(3, m) };
+    let saves = Saves { rnorm: tv(1, n), beta: tv(2, n), v: tv(3, n * m), delta: tv(4, n * m) };
+    let out = WriteOut { x_out: x_out.view(), k: Some(tv(0, n * d)), saves };
+    let ds = delta::forward(&gpu, &s, inp, heads, out, None).unwrap();
     run(&gpu, &ds);
     let all = read(&gpu, &traces);
     let part = |q: usize, len: usize| &all[at(q)..at(q) + len];
@@ -1043,25 +985,10 @@ fn shape_errors_and_aliased_outputs_are_reported_not_panicked() {
     let (wb, bb, wv, bv) = (t(4), t(1), t(8), t(2));
     let (xo, k, rn, bt, v, dl) = (t(sd), t(nd), t(n), t(n), t(nm), t(nm));
     let fwd = |s: &DeltaShape, x: &Tensor, xo: &Tensor| {
-        delta::forward(
-            &gpu,
-            s,
-            x.view(),
-            kr.view(),
-            a.view(),
-            c.view(),
-            wb.view(),
-            bb.view(),
-            wv.view(),
-            bv.view(),
-            xo.view(),
-            Some(k.view()),
-            rn.view(),
-            bt.view(),
-            v.view(),
-            dl.view(),
-            None,
-        )
+        let inp = WriteIn { x: x.view(), kraw: kr.view(), a: a.view(), c: c.view() };
+        let heads = Heads { w_beta: wb.view(), b_beta: bb.view(), w_v: wv.view(), b_v: bv.view() };
+        let saves = Saves { rnorm: rn.view(), beta: bt.view(), v: v.view(), delta: dl.view() };
+        delta::forward(&gpu, s, inp, heads, WriteOut { x_out: xo.view(), k: Some(k.view()), saves }, None)
     };
     assert!(fwd(&s, &x, &xo).is_ok());
     let short = t(sd - 1);
@@ -1085,30 +1012,12 @@ fn shape_errors_and_aliased_outputs_are_reported_not_panicked() {
     let (g, dx, dkr, da, dc) = (t(sd), t(sd), t(nd), t(nd), t(nd));
     let (dwb, dbb, dwv, dbv) = (t(4), t(1), t(8), t(2));
     let bwd = |g: &Tensor, dx: &Tensor, dwv: &Tensor| {
-        delta::backward(
-            &gpu,
-            &s,
-            g.view(),
-            x.view(),
-            k.view(),
-            rn.view(),
-            bt.view(),
-            v.view(),
-            dl.view(),
-            a.view(),
-            c.view(),
-            wb.view(),
-            wv.view(),
-            dx.view(),
-            dkr.view(),
-            da.view(),
-            dc.view(),
-            dwb.view(),
-            dbb.view(),
-            dwv.view(),
-            dbv.view(),
-            false,
-        )
+        let inp = WriteIn { x: x.view(), kraw: k.view(), a: a.view(), c: c.view() };
+        let heads = Heads { w_beta: wb.view(), b_beta: bb.view(), w_v: wv.view(), b_v: bv.view() };
+        let saves = Saves { rnorm: rn.view(), beta: bt.view(), v: v.view(), delta: dl.view() };
+        let out = WriteGrads { dx: dx.view(), dkraw: dkr.view(), da: da.view(), dc: dc.view() };
+        let dheads = Heads { w_beta: dwb.view(), b_beta: dbb.view(), w_v: dwv.view(), b_v: dbv.view() };
+        delta::backward(&gpu, &s, g.view(), inp, heads, saves, out, dheads, false)
     };
     assert!(bwd(&g, &dx, &dwv).is_ok());
     assert!(matches!(bwd(&g, &g, &dwv), Err(GpuError::Shape(_))));

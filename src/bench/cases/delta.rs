@@ -56,52 +56,17 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
         let dw_v = zeros("dw_v", m * d)?;
         let db_v = zeros("db_v", m)?;
 
-        let mut fwd = forward(
-            gpu,
-            &s,
-            x.view(),
-            kraw.view(),
-            a.view(),
-            c.view(),
-            w_beta.view(),
-            b_beta.view(),
-            w_v.view(),
-            b_v.view(),
-            x_out.view(),
-            // As training runs it: no k (the backward recomputes it).
-            None,
-            rnorm.view(),
-            beta.view(),
-            v.view(),
-            delta.view(),
-            None,
-        )?;
+        let inp = WriteIn { x: x.view(), kraw: kraw.view(), a: a.view(), c: c.view() };
+        let heads = Heads { w_beta: w_beta.view(), b_beta: b_beta.view(), w_v: w_v.view(), b_v: b_v.view() };
+        let saves = Saves { rnorm: rnorm.view(), beta: beta.view(), v: v.view(), delta: delta.view() };
+        // As training runs it: no k (the backward recomputes it).
+        let wout = WriteOut { x_out: x_out.view(), k: None, saves };
+        let mut fwd = forward(gpu, &s, inp, heads, wout, None)?;
         // Realistic saved values for the backward.
         gpu.run(&fwd.iter().collect::<Vec<_>>())?;
-        let bwd = backward(
-            gpu,
-            &s,
-            g.view(),
-            x.view(),
-            kraw.view(),
-            rnorm.view(),
-            beta.view(),
-            v.view(),
-            delta.view(),
-            a.view(),
-            c.view(),
-            w_beta.view(),
-            w_v.view(),
-            dx.view(),
-            dkraw.view(),
-            da.view(),
-            dc.view(),
-            dw_beta.view(),
-            db_beta.view(),
-            dw_v.view(),
-            db_v.view(),
-            false,
-        )?;
+        let grads = WriteGrads { dx: dx.view(), dkraw: dkraw.view(), da: da.view(), dc: dc.view() };
+        let dheads = Heads { w_beta: dw_beta.view(), b_beta: db_beta.view(), w_v: dw_v.view(), b_v: db_v.view() };
+        let bwd = backward(gpu, &s, g.view(), inp, heads, saves, grads, dheads, false)?;
         let mut bwd = bwd;
         // Keep every tensor alive with the dispatches that use it.
         fwd[0].scratch.extend([

@@ -1,0 +1,151 @@
+//! The text form of benchmark rows (`ddl bench` without `--json`).
+
+use std::fmt::Write;
+
+use super::Row;
+
+impl Row {
+    /// One or more lines for a person (`--json` prints the row itself).
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        let v = &self.0;
+        let _ = match v["bench"].as_str() {
+            Some("matmul") if v.get("skipped").is_some() => writeln!(
+                out,
+                "{:<26} {:>6}x{:<6}x{:<6} skipped: {}",
+                v["case"].as_str().unwrap_or(""),
+                v["m"],
+                v["n"],
+                v["k"],
+                v["skipped"].as_str().unwrap_or("")
+            ),
+            Some("matmul") => writeln!(
+                out,
+                "{:<26} {:>6}x{:<6}x{:<6} {:<5} {:>10.3} ms {:>9.2} GFLOP/s{}",
+                v["case"].as_str().unwrap_or(""),
+                v["m"],
+                v["n"],
+                v["k"],
+                v["variant"].as_str().unwrap_or(""),
+                v["ms"].as_f64().unwrap_or(0.0),
+                v["gflop_per_s"].as_f64().unwrap_or(0.0),
+                if v["auto"].as_bool() == Some(true) { "  <- auto" } else { "" }
+            ),
+            Some("copy") => writeln!(
+                out,
+                "copy {} MiB: {:.3} ms, {:.2} GB/s (read+write)",
+                v["mib"],
+                v["ms"].as_f64().unwrap_or(0.0),
+                v["gb_per_s"].as_f64().unwrap_or(0.0)
+            ),
+            Some("kernel") => writeln!(
+                out,
+                "{:<52} {:>10.3} {:>10.2} {:>10.2} {:>7.1}% {:>7}",
+                v["name"].as_str().unwrap_or(""),
+                v["ms"].as_f64().unwrap_or(0.0),
+                v["gflop_per_s"].as_f64().unwrap_or(0.0),
+                v["gb_per_s"].as_f64().unwrap_or(0.0),
+                100.0 * v["of_floor"].as_f64().unwrap_or(0.0),
+                v["bound"].as_str().unwrap_or("")
+            ),
+            Some("train_dispatch") => writeln!(
+                out,
+                "{:>5} {:<44} {:>16} {:>9.3} ms",
+                v["index"],
+                v["kernel"].as_str().unwrap_or(""),
+                format!("{}", v["workgroups"]),
+                v["ms"].as_f64().unwrap_or(0.0)
+            ),
+            Some("train_compare") => writeln!(
+                out,
+                "{} vs {} d={} L={} B={} T={}, {} blocks (A B B A): step ratio {:.3} median of blocks ({}range {:.3}–{:.3}), \
+                 {:.3} best to best ({:.1} vs {:.1} ms; medians {:.1} vs {:.1} ms){}",
+                v["variant"].as_str().unwrap_or(""),
+                v["against"].as_str().unwrap_or(""),
+                v["d"],
+                v["layers"],
+                v["batch"],
+                v["seq"],
+                v["blocks"],
+                v["ratio_median_block"].as_f64().unwrap_or(f64::NAN),
+                match (v["ratio_median_ci95"][0].as_f64(), v["ratio_median_ci95"][1].as_f64()) {
+                    (Some(lo), Some(hi)) => format!("95 % interval of the median {lo:.3}–{hi:.3}; "),
+                    _ => String::new(),
+                },
+                v["ratio_min_block"].as_f64().unwrap_or(f64::NAN),
+                v["ratio_max_block"].as_f64().unwrap_or(f64::NAN),
+                v["ratio_best"].as_f64().unwrap_or(f64::NAN),
+                v["best_step_ms"].as_f64().unwrap_or(f64::NAN),
+                v["against_best_step_ms"].as_f64().unwrap_or(f64::NAN),
+                v["median_step_ms"].as_f64().unwrap_or(f64::NAN),
+                v["against_median_step_ms"].as_f64().unwrap_or(f64::NAN),
+                match (v["cpu_ratio_median_block"].as_f64(), v["cpu_ratio_best"].as_f64()) {
+                    (Some(m), Some(b)) => format!(
+                        "; process CPU time: ratio {m:.3} median of blocks, {b:.3} best to best (medians {:.1} vs {:.1} ms)",
+                        v["cpu_median_step_ms"].as_f64().unwrap_or(f64::NAN),
+                        v["against_cpu_median_step_ms"].as_f64().unwrap_or(f64::NAN)
+                    ),
+                    _ => String::new(),
+                },
+            ),
+            Some("train") => {
+                let _ = writeln!(
+                    out,
+                    "{} d={} L={} B={} T={}: {:.1} tok/s, {:.1} ms/step, {:.2} model GFLOP/s, matmul {:.0}% of kernel time, {} dispatches, loss {:.4} at init, {:.4} after {} AdamW step(s) on that batch",
+                    v["variant"].as_str().unwrap_or(""),
+                    v["d"],
+                    v["layers"],
+                    v["batch"],
+                    v["seq"],
+                    v["tok_per_s"].as_f64().unwrap_or(0.0),
+                    v["step_ms"].as_f64().unwrap_or(0.0),
+                    v["model_gflop_per_s"].as_f64().unwrap_or(0.0),
+                    100.0 * v["matmul_share"].as_f64().unwrap_or(0.0),
+                    v["dispatches_per_step"],
+                    v["loss_init"].as_f64().unwrap_or(f64::NAN),
+                    v["loss_last"].as_f64().unwrap_or(f64::NAN),
+                    v["steps"]
+                );
+                let mib = |k: &str| v[k].as_f64().unwrap_or(0.0) / (1 << 20) as f64;
+                let _ = writeln!(
+                    out,
+                    "    best step {:.1} ms; MFU {:.0}% of the engine's matmul rate ({:.1} GFLOP/s at 1024³); {:.1} submits, \
+                     {:.1} readbacks, {:.1} allocations per step; peak device memory {:.1} MiB = {:.2}× the plan ({:.1} MiB, activations {:.1} MiB)",
+                    v["best_step_ms"].as_f64().unwrap_or(0.0),
+                    100.0 * v["mfu"].as_f64().unwrap_or(0.0),
+                    v["matmul_gflop_per_s"].as_f64().unwrap_or(0.0),
+                    v["submits_per_step"].as_f64().unwrap_or(f64::NAN),
+                    v["readbacks_per_step"].as_f64().unwrap_or(f64::NAN),
+                    v["allocs_per_step"].as_f64().unwrap_or(f64::NAN),
+                    mib("peak_bytes"),
+                    v["peak_over_plan"].as_f64().unwrap_or(f64::NAN),
+                    mib("plan_bytes"),
+                    mib("activation_plan_bytes"),
+                );
+                if let Some(split) = v["split_ms"].as_object() {
+                    let mut items: Vec<(&String, f64)> =
+                        split.iter().map(|(k, x)| (k, x.as_f64().unwrap_or(0.0))).collect();
+                    items.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
+                    for (k, ms) in items {
+                        let _ = writeln!(out, "    {k:<40} {ms:>10.2} ms");
+                    }
+                }
+                Ok(())
+            }
+            Some("generate") => writeln!(
+                out,
+                "{} context {}: cached {:.2} ms/token, recompute {:.2} ms/token ({:.1}x; medians), fastest runs {:.2} vs {:.2} ms ({:.1}x)",
+                v["variant"].as_str().unwrap_or(""),
+                v["context"],
+                v["cached_ms_per_token"].as_f64().unwrap_or(0.0),
+                v["recompute_ms_per_token"].as_f64().unwrap_or(0.0),
+                v["speedup"].as_f64().unwrap_or(0.0),
+                v["cached_best_ms"].as_f64().unwrap_or(0.0),
+                v["recompute_best_ms"].as_f64().unwrap_or(0.0),
+                v["speedup_best"].as_f64().unwrap_or(0.0)
+            ),
+            _ => writeln!(out, "{v}"),
+        };
+        out
+    }
+}

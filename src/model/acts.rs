@@ -1,0 +1,375 @@
+//! Activations: every tensor a program binds, allocated once per batch shape (B, T) — the
+//! embedding, the states X_0 … X_2L, each sublayer's saves for its backward, the head, the
+//! step's statistics and (training programs only) the gradient scratch shared by all layers.
+//! [`super::memory_plan`] mirrors these allocations without a device.
+
+use crate::gpu::{DType, Gpu, Result, Tensor};
+use crate::kernels::embedding;
+
+use super::model::Model;
+
+/// Index of the first β sum in a program's `stats` (see [`Acts::stats`]).
+pub const STATS_BETA: usize = 4;
+
+/// What a program is for: which tensors it needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// Forward, backward and optimizer: the gradient scratch too.
+    Train,
+    /// Forward only (evaluation, β statistics).
+    Forward,
+    /// Forward only over a decode cache: f32 states, k stored for the traces.
+    Decode,
+}
+
+/// Activations of one sublayer (attention or MLP) of one block.
+pub struct Sub {
+    pub kind: SubKind,
+    /// Compressed input a [N, d] (expanded variants; otherwise a is the state itself).
+    pub a: Option<Tensor>,
+    pub c: Tensor,
+    pub rstd_c: Tensor,
+    /// Sublayer output h [N, d].
+    pub h: Tensor,
+    pub inner: Inner,
+    /// Delta-write saves (DDL variants): k [N, d], rnorm [N], beta [N], v [N, m], delta [N, m].
+    pub write: Option<WriteSaves>,
+    /// v-Map direction branch: q1 = c·W_k1ᵀ, s1 = silu(q1) [N, h_k], kraw [N, d].
+    pub dir: Option<(Tensor, Tensor, Tensor)>,
+}
+
+impl Sub {
+    /// The unnormalised write direction k̃: the direction branch's output (v-Map variants), else
+    /// the sublayer output h.
+    pub fn kraw(&self) -> &Tensor {
+        self.dir.as_ref().map_or(&self.h, |(_, _, kraw)| kraw)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubKind {
+    Attn,
+    Mlp,
+}
+
+impl SubKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            SubKind::Attn => "attn",
+            SubKind::Mlp => "mlp",
+        }
+    }
+}
+
+/// The saves of the sublayer's own computation.
+pub enum Inner {
+    Attn {
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        qr: Tensor,
+        kr: Tensor,
+        qn: Tensor,
+        kn: Tensor,
+        rstd_q: Tensor,
+        rstd_k: Tensor,
+        o: Tensor,
+        lse: Tensor,
+    },
+    Mlp {
+        g1: Tensor,
+        g2: Tensor,
+        psi: Tensor,
+    },
+}
+
+/// What a delta write saves for its backward (and, in decode programs, for the traces).
+pub struct WriteSaves {
+    /// k [n, d] in decode programs (for the traces); one unused element in training programs,
+    /// whose backward recomputes k = k̃·r.
+    pub k: Tensor,
+    pub rnorm: Tensor,
+    pub beta: Tensor,
+    pub v: Tensor,
+    pub delta: Tensor,
+}
+
+/// Gradient scratch shared by all layers (training programs).
+pub(crate) struct GradScratch {
+    pub dlogits: Tensor,
+    pub dzn: Tensor,
+    pub dz: Tensor,
+    /// ∂X of the current state ping-pongs between these two.
+    pub dx: [Tensor; 2],
+    pub dh: Tensor,
+    pub da: Tensor,
+    pub dc: Tensor,
+    pub dkraw: Tensor,
+    pub ds: Tensor,
+    pub dq1: Tensor,
+    pub dscratch: Tensor,
+    pub do_: Tensor,
+    pub dqn: Tensor,
+    pub dkn: Tensor,
+    pub dv: Tensor,
+    pub dqr: Tensor,
+    pub dkr: Tensor,
+    pub dq: Tensor,
+    pub dk: Tensor,
+    pub dpsi: Tensor,
+    pub dg1: Tensor,
+    pub dg2: Tensor,
+    pub de: Tensor,
+}
+
+/// Every tensor one program binds for batches of `b` sequences of `t` tokens.
+pub struct Acts {
+    pub b: usize,
+    pub t: usize,
+    /// The states `xs` are stored in half precision ([`Model::set_state_f16`]).
+    pub state_f16: bool,
+    /// Token ids [B, T] (i32) and targets (−1 = ignored).
+    pub tokens: Tensor,
+    pub targets: Tensor,
+    /// Deterministic scatter index of the embedding backward (rebuilt from the tokens).
+    pub emb_index: Tensor,
+    /// Embedding output e [N, d].
+    pub e: Tensor,
+    /// States X_0 … X_{2L}, each [N, d, m] (X_0 is `e` itself when not expanded).
+    pub xs: Vec<Tensor>,
+    /// Per block: (attention, MLP) sublayer activations.
+    pub subs: Vec<[Sub; 2]>,
+    /// Readout output z (expanded variants; else the last state is z).
+    pub z: Option<Tensor>,
+    pub zn: Tensor,
+    pub rstd_f: Tensor,
+    pub logits: Tensor,
+    pub lse: Tensor,
+    /// (mean loss, valid targets).
+    pub loss_out: Tensor,
+    /// Σ g² over all gradients.
+    pub norm_sq: Tensor,
+    /// (loss, valid targets, Σ g², unused, Σ β of each delta write in sublayer order): the one
+    /// small readback of a step.
+    pub stats: Tensor,
+    /// β of every delta write, `[n, writes]` (column j: the j-th write in sublayer order), summed
+    /// over the tokens into `stats` by one column sum.
+    pub betas: Tensor,
+    /// Ones [N, h_k] (v-Map: silu(q1) is the SwiGLU kernel with a unit up branch).
+    pub(crate) ones: Tensor,
+    /// Per layer, `mlp.w_down` [d, F] copied into rows of `mlp_stride()` floats (only when F is
+    /// not a multiple of 4; else empty): copied by the forward, read again by the backward.
+    pub(crate) w_down_rows: Vec<Tensor>,
+    /// Training programs: the gradient scratch.
+    pub(crate) grads: Option<GradScratch>,
+}
+
+impl Acts {
+    /// Tokens in one batch.
+    pub fn n(&self) -> usize {
+        self.b * self.t
+    }
+
+    /// The state entering the readout / final norm.
+    pub fn z_tensor(&self) -> &Tensor {
+        self.z.as_ref().unwrap_or_else(|| self.xs.last().unwrap())
+    }
+
+    /// The sublayer input `a` (compressed state, or the state itself).
+    pub fn a_tensor(&self, block: usize, sub: usize) -> &Tensor {
+        self.subs[block][sub].a.as_ref().unwrap_or(&self.xs[2 * block + sub])
+    }
+
+    /// Delta writes in sublayer order (block 0 attention, block 0 MLP, block 1 …).
+    pub fn writes(&self) -> impl Iterator<Item = &WriteSaves> {
+        self.subs.iter().flatten().filter_map(|s| s.write.as_ref())
+    }
+
+    pub(crate) fn g(&self) -> &GradScratch {
+        self.grads.as_ref().expect("a training program's gradient scratch")
+    }
+
+    /// Allocates the activations of `model` for batches of `b` × `t` tokens.
+    pub(crate) fn new(model: &Model, b: usize, t: usize, purpose: Purpose) -> Result<Acts> {
+        let gpu: &Gpu = &model.gpu;
+        let c = &model.cfg;
+        let n = b * t;
+        let (d, m, dq, f, v, hh) = (c.d_model, c.m(), c.qk_dim(), c.mlp_hidden, c.vocab_size, c.n_heads);
+        let hk = c.k_mlp_hidden;
+        let keep_k = purpose == Purpose::Decode;
+        // MLP activations have rows of a multiple of 4 floats (the vec4 matmul kernels need
+        // aligned rows); the padding columns are never stored to, and read only into outputs
+        // that are discarded (`Matmul::pad_reads`).
+        let f4 = c.mlp_stride();
+        let var = c.variant;
+        let z = |label: &str, shape: &[usize]| Tensor::zeros(gpu, label, shape, DType::F32);
+
+        let tokens = Tensor::zeros(gpu, "tokens", &[n], DType::I32)?;
+        let targets = Tensor::zeros(gpu, "targets", &[n], DType::I32)?;
+        let emb_index = Tensor::zeros(gpu, "emb_index", &[embedding::index_len(n)], DType::U32)?;
+        let e = z("e", &[n, d])?;
+        // f16 states: n·d rows of four halves = n·d·2 four-byte elements.
+        let state_f16 = model.state_f16 && purpose != Purpose::Decode;
+        let state = |label: &str| if state_f16 { z(label, &[n, d * m / 2]) } else { z(label, &[n, d, m]) };
+        let mut xs = Vec::with_capacity(2 * c.n_layers + 1);
+        if var.expanded() {
+            xs.push(state("x0")?);
+        } else {
+            xs.push(e.clone());
+        }
+        for i in 1..=2 * c.n_layers {
+            xs.push(state(&format!("x{i}"))?);
+        }
+        let mut subs = Vec::with_capacity(c.n_layers);
+        for l in 0..c.n_layers {
+            let mk = |kind: SubKind| -> Result<Sub> {
+                let p = format!("b{l}.{}", kind.name());
+                let inner = match kind {
+                    SubKind::Attn => Inner::Attn {
+                        q: z(&format!("{p}.q"), &[n, dq])?,
+                        k: z(&format!("{p}.k"), &[n, dq])?,
+                        v: z(&format!("{p}.v"), &[n, dq])?,
+                        qr: z(&format!("{p}.qr"), &[n, dq])?,
+                        kr: z(&format!("{p}.kr"), &[n, dq])?,
+                        qn: z(&format!("{p}.qn"), &[n, dq])?,
+                        kn: z(&format!("{p}.kn"), &[n, dq])?,
+                        rstd_q: z(&format!("{p}.rstd_q"), &[n * hh])?,
+                        rstd_k: z(&format!("{p}.rstd_k"), &[n * hh])?,
+                        o: z(&format!("{p}.o"), &[n, dq])?,
+                        lse: z(&format!("{p}.lse"), &[b, hh, t])?,
+                    },
+                    SubKind::Mlp => Inner::Mlp {
+                        g1: z(&format!("{p}.g1"), &[n, f4])?,
+                        g2: z(&format!("{p}.g2"), &[n, f4])?,
+                        psi: z(&format!("{p}.psi"), &[n, f4])?,
+                    },
+                };
+                Ok(Sub {
+                    kind,
+                    a: if var.expanded() { Some(z(&format!("{p}.a"), &[n, d])?) } else { None },
+                    c: z(&format!("{p}.c"), &[n, d])?,
+                    rstd_c: z(&format!("{p}.rstd_c"), &[n])?,
+                    h: z(&format!("{p}.h"), &[n, d])?,
+                    inner,
+                    write: if var.is_ddl() {
+                        Some(WriteSaves {
+                            // k only where the forward stores it: decoding (its traces).
+                            k: z(&format!("{p}.kdir"), &[if keep_k { n * d } else { 1 }])?,
+                            rnorm: z(&format!("{p}.rnorm"), &[n])?,
+                            beta: z(&format!("{p}.beta"), &[n])?,
+                            v: z(&format!("{p}.vval"), &[n, m])?,
+                            delta: z(&format!("{p}.delta"), &[n, m])?,
+                        })
+                    } else {
+                        None
+                    },
+                    dir: if var.vmap() {
+                        Some((
+                            z(&format!("{p}.q1"), &[n, hk])?,
+                            z(&format!("{p}.s1"), &[n, hk])?,
+                            z(&format!("{p}.kraw"), &[n, d])?,
+                        ))
+                    } else {
+                        None
+                    },
+                })
+            };
+            subs.push([mk(SubKind::Attn)?, mk(SubKind::Mlp)?]);
+        }
+        let zt = if var.expanded() { Some(z("z", &[n, d])?) } else { None };
+        let zn = z("zn", &[n, d])?;
+        let rstd_f = z("rstd_f", &[n])?;
+        let logits = z("logits", &[n, v])?;
+        let lse = z("lse", &[n])?;
+        let loss_out = z("loss_out", &[2])?;
+        let norm_sq = z("norm_sq", &[1])?;
+        // (loss, valid targets, Σ g², ·, then Σ β over the tokens of each delta write).
+        let writes = subs.iter().flatten().filter(|s| s.write.is_some()).count();
+        let stats = z("stats", &[STATS_BETA + writes])?;
+        let betas = z("betas", &[n * writes.max(1)])?;
+        let hkn = if var.vmap() { n * hk } else { 1 };
+        let ones = Tensor::from_f32(gpu, "ones", &[hkn], &vec![1.0; hkn])?;
+        let w_down_rows = if f4 != f {
+            (0..c.n_layers).map(|l| z(&format!("b{l}.w_down_rows"), &[d, f4])).collect::<Result<_>>()?
+        } else {
+            Vec::new()
+        };
+        let grads = if purpose == Purpose::Train {
+            Some(GradScratch {
+                dlogits: z("dlogits", &[n, v])?,
+                dzn: z("dzn", &[n, d])?,
+                dz: z("dz", &[n, d])?,
+                dx: [z("dxa", &[n, d, m])?, z("dxb", &[n, d, m])?],
+                dh: z("dh", &[n, d])?,
+                da: z("da", &[n, d])?,
+                dc: z("dc", &[n, d])?,
+                dkraw: z("dkraw", &[n, d])?,
+                ds: z("ds", &[hkn])?,
+                dq1: z("dq1", &[hkn])?,
+                dscratch: z("dscratch", &[hkn])?,
+                do_: z("do", &[n, dq])?,
+                dqn: z("dqn", &[n, dq])?,
+                dkn: z("dkn", &[n, dq])?,
+                dv: z("dv", &[n, dq])?,
+                dqr: z("dqr", &[n, dq])?,
+                dkr: z("dkr", &[n, dq])?,
+                dq: z("dq", &[n, dq])?,
+                dk: z("dk", &[n, dq])?,
+                dpsi: z("dpsi", &[n, f4])?,
+                dg1: z("dg1", &[n, f4])?,
+                dg2: z("dg2", &[n, f4])?,
+                de: z("de", &[n, d])?,
+            })
+        } else {
+            None
+        };
+        Ok(Acts {
+            b,
+            t,
+            state_f16,
+            tokens,
+            targets,
+            emb_index,
+            e,
+            xs,
+            subs,
+            z: zt,
+            zn,
+            rstd_f,
+            logits,
+            lse,
+            loss_out,
+            norm_sq,
+            stats,
+            betas,
+            ones,
+            w_down_rows,
+            grads,
+        })
+    }
+
+    /// Tokens (and targets, −1 = ignored) for the next run; builds the embedding index too.
+    pub(crate) fn set_batch(&self, model: &Model, tokens: &[i32], targets: &[i32]) -> Result<()> {
+        let n = self.n();
+        if tokens.len() != n || targets.len() != n {
+            return Err(crate::gpu::GpuError::Shape(format!(
+                "batch of {}×{} needs {n} tokens and targets, got {} and {}",
+                self.b,
+                self.t,
+                tokens.len(),
+                targets.len()
+            )));
+        }
+        let v = model.cfg.vocab_size as i32;
+        if let Some((i, &t)) = targets.iter().enumerate().find(|(_, t)| **t < -1 || **t >= v) {
+            return Err(crate::gpu::GpuError::Shape(format!(
+                "target {t} at position {i} is outside [0, {v}) and is not the ignore index -1"
+            )));
+        }
+        let idx = embedding::build_index(tokens, model.cfg.vocab_size)?;
+        self.tokens.write_i32(&model.gpu, tokens)?;
+        self.targets.write_i32(&model.gpu, targets)?;
+        self.emb_index.write_u32(&model.gpu, &idx)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,104 @@
+//! Causal self-attention of one block: h = W_o · attn(norm(RoPE(W_q c)), norm(RoPE(W_k c)), W_v c)
+//! with per-head QK RMSNorm; decode programs append the new keys and values to the cache and
+//! attend over everything cached.
+
+use crate::gpu::{Op, Result, Tensor};
+use crate::kernels::attention::{self as attn, AttnShape};
+use crate::kernels::matmul::Matmul;
+use crate::kernels::{norm, rope};
+
+use super::super::acts::{Inner, Sub};
+use super::Rec;
+
+pub(crate) fn forward(r: &mut Rec, l: usize, s: &Sub) -> Result<()> {
+    let Inner::Attn { q, k, v, qr, kr, qn, kn, rstd_q, rstd_k, o: out, lse } = &s.inner else {
+        unreachable!("attention sublayer")
+    };
+    let (gpu, c) = (r.gpu, r.c);
+    let blk = format!("blocks.{l}");
+    let n = r.n();
+    let (d, dq, hh, hd) = (c.d_model, c.qk_dim(), c.n_heads, c.head_dim);
+    let eps = c.norm_eps as f32;
+    r.mm(Matmul::nt(n, dq, d), s.c.view(), r.pv(&format!("{blk}.attn.wq")), q.view())?;
+    r.mm(Matmul::nt(n, dq, d), s.c.view(), r.pv(&format!("{blk}.attn.wk")), k.view())?;
+    r.mm(Matmul::nt(n, dq, d), s.c.view(), r.pv(&format!("{blk}.attn.wv")), v.view())?;
+    let rs = r.rope_shape();
+    let table = r.m.rope_table.view();
+    r.run(rope::forward(gpu, &rs, table, q.view(), qr.view()))?;
+    r.run(rope::forward(gpu, &rs, table, k.view(), kr.view()))?;
+    let (gq, gk) = (r.pv(&format!("{blk}.attn.q_norm.gain")), r.pv(&format!("{blk}.attn.k_norm.gain")));
+    r.run(norm::rmsnorm_forward(gpu, qr.view(), gq, qn.view(), rstd_q.view(), n * hh, hd, eps))?;
+    r.run(norm::rmsnorm_forward(gpu, kr.view(), gk, kn.view(), rstd_k.view(), n * hh, hd, eps))?;
+    let scale = 1.0 / (hd as f32).sqrt();
+    if let Some(db) = r.decode {
+        // Append the new keys/values to the cache (offsets set per chunk), then attend over
+        // everything cached.
+        let (kc, vc) = (&db.kcache[l], &db.vcache[l]);
+        r.push(Op::Copy { src: kn.clone(), src_off: 0, dst: kc.clone(), dst_off: 0, len: n * dq });
+        r.push(Op::Copy { src: v.clone(), src_off: 0, dst: vc.clone(), dst_off: 0, len: n * dq });
+        let sh =
+            AttnShape { batch: 1, heads: hh, head_dim: hd, q_len: n, kv_len: n, kv_stride: db.capacity, q_pos0: 0 };
+        r.run(attn::forward(gpu, &sh, scale, qn.view(), kc.view(), vc.view(), out.view(), lse.view()))?;
+    } else {
+        let sh = r.attn_shape();
+        r.run(attn::forward_seq(gpu, &sh, scale, qn.view(), kn.view(), v.view(), out.view(), lse.view()))?;
+    }
+    r.mm(Matmul::nt(n, d, dq), out.view(), r.pv(&format!("{blk}.attn.wo")), s.h.view())
+}
+
+/// From ∂h: the weight gradients, and ∂c written (or added, `accumulate`) into `g.dc`.
+pub(crate) fn backward(r: &mut Rec, l: usize, s: &Sub, dh: &Tensor, accumulate: bool) -> Result<()> {
+    let Inner::Attn { v, qr, kr, qn, kn, rstd_q, rstd_k, o: out, lse, .. } = &s.inner else {
+        unreachable!("attention sublayer")
+    };
+    let (gpu, c, g) = (r.gpu, r.c, r.g());
+    let blk = format!("blocks.{l}");
+    let n = r.n();
+    let (d, dq, hh, hd) = (c.d_model, c.qk_dim(), c.n_heads, c.head_dim);
+    r.mm(Matmul::tn(d, dq, n).accumulate(true), dh.view(), out.view(), r.gv(&format!("{blk}.attn.wo")))?;
+    r.mm(Matmul::nn(n, dq, d), dh.view(), r.pv(&format!("{blk}.attn.wo")), g.do_.view())?;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let sh = r.attn_shape();
+    r.run(attn::backward(
+        gpu,
+        &sh,
+        scale,
+        qn.view(),
+        kn.view(),
+        v.view(),
+        out.view(),
+        lse.view(),
+        g.do_.view(),
+        g.dqn.view(),
+        g.dkn.view(),
+        g.dv.view(),
+    ))?;
+    for (x, rstd, dy, dx, gain) in [(qr, rstd_q, &g.dqn, &g.dqr, "q_norm"), (kr, rstd_k, &g.dkn, &g.dkr, "k_norm")] {
+        let name = format!("{blk}.attn.{gain}.gain");
+        r.run(norm::rmsnorm_backward(
+            gpu,
+            x.view(),
+            r.pv(&name),
+            rstd.view(),
+            dy.view(),
+            dx.view(),
+            r.gv(&name),
+            n * hh,
+            hd,
+            false,
+        ))?;
+    }
+    let rs = r.rope_shape();
+    let table = r.m.rope_table.view();
+    r.run(rope::backward(gpu, &rs, table, g.dqr.view(), g.dq.view()))?;
+    r.run(rope::backward(gpu, &rs, table, g.dkr.view(), g.dk.view()))?;
+    for (dgrad, w) in [(&g.dq, "wq"), (&g.dk, "wk"), (&g.dv, "wv")] {
+        r.mm(Matmul::tn(dq, d, n).accumulate(true), dgrad.view(), s.c.view(), r.gv(&format!("{blk}.attn.{w}")))?;
+    }
+    let mut acc = accumulate;
+    for (dgrad, w) in [(&g.dq, "wq"), (&g.dk, "wk"), (&g.dv, "wv")] {
+        r.mm(Matmul::nn(n, d, dq).accumulate(acc), dgrad.view(), r.pv(&format!("{blk}.attn.{w}")), g.dc.view())?;
+        acc = true;
+    }
+    Ok(())
+}

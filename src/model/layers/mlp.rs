@@ -1,0 +1,56 @@
+//! The SwiGLU MLP of one block: h = W_down (silu(W_gate c) ⊙ W_up c). Its activations have rows
+//! of `mlp_stride()` floats (a multiple of 4, for the vec4 matmul kernels).
+
+use crate::gpu::{Result, Tensor, View};
+use crate::kernels::matmul::{Matmul, Operand};
+use crate::kernels::{elementwise, swiglu};
+
+use super::super::acts::{Inner, Sub};
+use super::Rec;
+
+pub(crate) fn forward(r: &mut Rec, l: usize, s: &Sub) -> Result<()> {
+    let Inner::Mlp { g1, g2, psi } = &s.inner else { unreachable!("MLP sublayer") };
+    let (gpu, c) = (r.gpu, r.c);
+    let blk = format!("blocks.{l}");
+    let (n, d, f, f4) = (r.n(), c.d_model, c.mlp_hidden, c.mlp_stride());
+    let up = Matmul { c: Operand::row_major(n, f4), ..Matmul::nt(n, f, d) };
+    r.mm(up, s.c.view(), r.pv(&format!("{blk}.mlp.w_gate")), g1.view())?;
+    r.mm(up, s.c.view(), r.pv(&format!("{blk}.mlp.w_up")), g2.view())?;
+    r.run(swiglu::forward(gpu, g1.view(), g2.view(), psi.view(), n * f4))?;
+    let w_down = w_down_rows(r, l, true)?;
+    let down = Matmul { a: Operand::row_major(n, f4), b: Operand::transposed(f4, d), ..Matmul::nt(n, d, f) };
+    r.mm(down, psi.view(), w_down, s.h.view())
+}
+
+/// From ∂h: the weight gradients, and ∂c written (or added, `accumulate`) into `g.dc`.
+pub(crate) fn backward(r: &mut Rec, l: usize, s: &Sub, dh: &Tensor, accumulate: bool) -> Result<()> {
+    let Inner::Mlp { g1, g2, psi } = &s.inner else { unreachable!("MLP sublayer") };
+    let (gpu, c, g) = (r.gpu, r.c, r.g());
+    let blk = format!("blocks.{l}");
+    let (n, d, f, f4) = (r.n(), c.d_model, c.mlp_hidden, c.mlp_stride());
+    let dw_down = Matmul { b: Operand::row_major(n, f4), ..Matmul::tn(d, f, n) };
+    r.mm(dw_down.pad_reads(true).accumulate(true), dh.view(), psi.view(), r.gv(&format!("{blk}.mlp.w_down")))?;
+    let w_down = w_down_rows(r, l, false)?;
+    let dpsi = Matmul { b: Operand::row_major(d, f4), c: Operand::row_major(n, f4), ..Matmul::nn(n, f, d) };
+    r.mm(dpsi.pad_reads(true), dh.view(), w_down, g.dpsi.view())?;
+    r.run(swiglu::backward(gpu, g1.view(), g2.view(), g.dpsi.view(), g.dg1.view(), g.dg2.view(), n * f4))?;
+    let dw = Matmul { a: Operand::transposed(f4, n), ..Matmul::tn(f, d, n) }.pad_reads(true).accumulate(true);
+    r.mm(dw, g.dg1.view(), s.c.view(), r.gv(&format!("{blk}.mlp.w_gate")))?;
+    r.mm(dw, g.dg2.view(), s.c.view(), r.gv(&format!("{blk}.mlp.w_up")))?;
+    let dc = Matmul { a: Operand::row_major(n, f4), ..Matmul::nn(n, d, f) };
+    r.mm(dc.accumulate(accumulate), g.dg1.view(), r.pv(&format!("{blk}.mlp.w_gate")), g.dc.view())?;
+    r.mm(dc.accumulate(true), g.dg2.view(), r.pv(&format!("{blk}.mlp.w_up")), g.dc.view())
+}
+
+/// `mlp.w_down` of layer `l` with rows of `mlp_stride()` floats: the parameter itself when F
+/// is a multiple of 4, else the program's padded copy of that layer, which the forward
+/// (`copy`) refreshes so the forward and the backward after it see the current weights.
+fn w_down_rows<'a>(r: &mut Rec<'a>, l: usize, copy: bool) -> Result<View<'a>> {
+    let w = r.pv(&format!("blocks.{l}.mlp.w_down"));
+    let Some(rows) = r.a.w_down_rows.get(l) else { return Ok(w) };
+    if copy {
+        let (d, f) = (r.c.d_model, r.c.mlp_hidden);
+        r.run(elementwise::copy_rows(r.gpu, w, rows.view(), d, f, f, r.c.mlp_stride()))?;
+    }
+    Ok(rows.view())
+}

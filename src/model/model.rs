@@ -1,0 +1,105 @@
+//! The model on one device: the flat parameter buffer (spec names, see [`Layout`]), its gradients
+//! and AdamW moments. What runs on it is recorded into programs: [`super::Program`] (training and
+//! evaluation) and [`super::DecodeProgram`] (cached generation).
+
+use std::sync::Arc;
+
+use crate::gpu::{DType, Gpu, Result, Tensor, View};
+use crate::kernels::delta::VAct;
+use crate::kernels::{adamw, rope};
+
+use super::config::{ModelConfig, VActName};
+use super::params::Layout;
+
+/// Parameters, gradients and AdamW moments of one model on one device.
+pub struct Model {
+    pub gpu: Arc<Gpu>,
+    pub cfg: ModelConfig,
+    pub layout: Layout,
+    /// Flat parameter buffer (see [`Layout`]).
+    pub params: Tensor,
+    pub grads: Tensor,
+    pub adam_m: Tensor,
+    pub adam_v: Tensor,
+    /// Per-64-element decay flags (u32).
+    pub decay_mask: Tensor,
+    /// RoPE cos/sin table for positions `0..max_seq_len`.
+    pub rope_table: Tensor,
+    /// Training and evaluation programs store the expanded states X in half precision
+    /// ([`Model::set_state_f16`]); decoding programs always keep them in f32.
+    pub state_f16: bool,
+}
+
+impl Model {
+    /// A model with parameters initialised from `seed` (spec section 5).
+    pub fn new(gpu: Arc<Gpu>, cfg: ModelConfig, seed: u64) -> Result<Model> {
+        let layout = Layout::new(&cfg);
+        let init = layout.init(seed);
+        Self::with_params(gpu, cfg, &init)
+    }
+
+    /// A model with the given flat parameters (length `Layout::new(&cfg).total`).
+    pub fn with_params(gpu: Arc<Gpu>, cfg: ModelConfig, flat: &[f32]) -> Result<Model> {
+        let layout = Layout::new(&cfg);
+        let n = layout.total;
+        if flat.len() != n {
+            return Err(crate::gpu::GpuError::Shape(format!(
+                "flat parameters have {} elements, the layout of this config needs {n}",
+                flat.len()
+            )));
+        }
+        let params = Tensor::from_f32(&gpu, "params", &[n], flat)?;
+        let grads = Tensor::zeros(&gpu, "grads", &[n], DType::F32)?;
+        let adam_m = Tensor::zeros(&gpu, "adam.m", &[n], DType::F32)?;
+        let adam_v = Tensor::zeros(&gpu, "adam.v", &[n], DType::F32)?;
+        let mask = adamw::decay_mask(n, &layout.decay_ranges());
+        let decay_mask = Tensor::from_u32(&gpu, "decay_mask", &[mask.len()], &mask)?;
+        let rope_table = rope::table(&gpu, cfg.max_seq_len.max(1), cfg.head_dim, cfg.rope_base)?;
+        Ok(Model { gpu, cfg, layout, params, grads, adam_m, adam_v, decay_mask, rope_table, state_f16: false })
+    }
+
+    /// Stores the expanded states X of later training / evaluation programs in half precision
+    /// (`--f16-state`): half the activation memory of the states and half their bytes moved, with
+    /// every sum, the gate, the projection p = Xᵀk and the write's coefficient still in f32 (spec
+    /// 10.3). Supported for the token-axis variants with replicated embeddings (`ddl`,
+    /// `ddl_vmap`) at d_v = 4 on adapters with SHADER_F16 (not OpenGL).
+    pub fn set_state_f16(&mut self, on: bool) -> Result<()> {
+        if on {
+            let bad = |why: String| Err(crate::gpu::GpuError::Shape(format!("f16 state: {why}")));
+            self.cfg.f16_state_support().or_else(bad)?;
+            if !self.gpu.features.contains(wgpu::Features::SHADER_F16) {
+                return bad(format!("adapter '{}' has no SHADER_F16", self.gpu.info.name));
+            }
+            if self.gpu.info.backend == wgpu::Backend::Gl {
+                return bad("not supported on the OpenGL backend".into());
+            }
+        }
+        self.state_f16 = on;
+        Ok(())
+    }
+
+    /// The parameter `name` (a spec name) as a view of the flat buffer.
+    pub(crate) fn pv(&self, name: &str) -> View<'_> {
+        let (o, n) = self.layout.range(name);
+        self.params.view().sub(o, n)
+    }
+
+    /// The gradient of parameter `name` as a view of the flat gradient buffer.
+    pub(crate) fn gv(&self, name: &str) -> View<'_> {
+        let (o, n) = self.layout.range(name);
+        self.grads.view().sub(o, n)
+    }
+
+    /// The flat parameters on the host.
+    pub fn read_params(&self) -> Result<Vec<f32>> {
+        self.params.read_f32(&self.gpu)
+    }
+
+    pub(crate) fn v_act(&self) -> VAct {
+        match self.cfg.v_act {
+            VActName::Sigmoid4 => VAct::Sigmoid4,
+            VActName::Sigmoid => VAct::Sigmoid,
+            VActName::Linear => VAct::Linear,
+        }
+    }
+}

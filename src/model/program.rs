@@ -1,0 +1,289 @@
+//! Programs: the activations of one batch shape and the op lists recorded over them once, then
+//! replayed every step (one submit, no allocation, one small readback). A [`Program`] is closed:
+//! its users choose which [`Parts`] run, read the statistics and the saves, and never compose op
+//! lists by hand.
+
+use crate::gpu::{Dispatch, Op, Readback, Recorder, Result, Tensor};
+use crate::kernels::adamw::{self, AdamWConfig};
+use crate::kernels::{matmul, reduce};
+
+use super::acts::{Acts, Purpose, STATS_BETA};
+use super::layers::{self, Objective, Rec};
+use super::memory::k_pieces_scratch_elems;
+use super::model::Model;
+
+/// Which parts of a program one submit runs, in this order: zero the gradients, forward,
+/// backward (adds this batch's gradients), finish (gradient norm and the step's statistics),
+/// optimizer (AdamW).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Parts {
+    pub zero: bool,
+    pub forward: bool,
+    pub backward: bool,
+    pub finish: bool,
+    pub optimizer: bool,
+}
+
+impl Parts {
+    /// Forward only (evaluation; the loss in the statistics).
+    pub const FORWARD: Parts = Parts { zero: false, forward: true, backward: false, finish: false, optimizer: false };
+    /// Forward and backward of one batch into zeroed gradients, with the gradient norm.
+    pub const GRADIENTS: Parts = Parts { zero: true, forward: true, backward: true, finish: true, optimizer: false };
+    /// A whole training step on one batch.
+    pub const STEP: Parts = Parts { zero: true, forward: true, backward: true, finish: true, optimizer: true };
+    /// The optimizer alone (after gradients were accumulated or exchanged).
+    pub const OPTIMIZER: Parts = Parts { zero: false, forward: false, backward: false, finish: false, optimizer: true };
+    /// Gradient norm, statistics and the optimizer (after the last micro-batch).
+    pub const FINISH_STEP: Parts =
+        Parts { zero: false, forward: false, backward: false, finish: true, optimizer: true };
+}
+
+/// Everything bound for one batch shape (B, T): activations and the recorded op lists.
+pub struct Program {
+    acts: Acts,
+    obj: Objective,
+    zero: Vec<Op>,
+    forward: Vec<Op>,
+    backward: Vec<Op>,
+    /// `(end, block)`: after `backward[..end]` no later backward op writes the gradients of
+    /// `blocks.{block}.*` (blocks in the order the backward finishes them: last block first).
+    backward_blocks: Vec<(usize, usize)>,
+    finish: Vec<Op>,
+    optimizer: Vec<Dispatch>,
+    /// `stats`' persistent staging copy, filled in the same submit as the step.
+    stats_rb: Readback,
+}
+
+impl Model {
+    /// A training program for batches of `b` sequences of `t` tokens, with the config's
+    /// objective: activations, forward, backward, finish and optimizer.
+    pub fn program(&self, b: usize, t: usize, opt: &AdamWConfig) -> Result<Program> {
+        let obj = Objective { label_smoothing: self.cfg.label_smoothing as f32, loss_scale: 1.0 };
+        self.program_with(b, t, opt, obj)
+    }
+
+    /// [`Model::program`] with an explicit objective (the gradient scale is 1/k when k
+    /// micro-batches accumulate into one step).
+    pub fn program_with(&self, b: usize, t: usize, opt: &AdamWConfig, obj: Objective) -> Result<Program> {
+        Program::new(self, b, t, Some(opt), obj)
+    }
+
+    /// A forward-only program (evaluation, β statistics): no gradient scratch, no optimizer,
+    /// no label smoothing.
+    pub fn forward_program(&self, b: usize, t: usize) -> Result<Program> {
+        Program::new(self, b, t, None, Objective { label_smoothing: 0.0, loss_scale: 1.0 })
+    }
+
+    /// Updates the per-step optimizer values (learning rate, step number).
+    pub fn set_optimizer_step(&self, p: &Program, opt: &AdamWConfig) -> Result<()> {
+        adamw::set_step(&self.gpu, &p.optimizer, opt)
+    }
+
+    /// Forward, backward and gradient norm without an optimizer step (gradients left in
+    /// `grads`); returns (loss, grad norm).
+    pub fn forward_backward(&self, p: &Program) -> Result<(f32, f32)> {
+        let s = p.run(self, Parts::GRADIENTS)?;
+        Ok((s[0], s[2].max(0.0).sqrt()))
+    }
+
+    /// Forward only; returns (mean loss, valid targets).
+    pub fn eval_loss(&self, p: &Program) -> Result<(f32, f32)> {
+        let s = p.run(self, Parts::FORWARD)?;
+        Ok((s[0], s[1]))
+    }
+
+    /// One training step with a single batch (already set with [`Program::set_batch`]):
+    /// forward, backward, norm and AdamW in one submit that also copies the statistics to the
+    /// host; returns (loss, grad norm before clipping).
+    pub fn train_step(&self, p: &Program, opt: &AdamWConfig) -> Result<(f32, f32)> {
+        self.set_optimizer_step(p, opt)?;
+        let s = p.run(self, Parts::STEP)?;
+        Ok((s[0], s[2].max(0.0).sqrt()))
+    }
+}
+
+impl Program {
+    fn new(model: &Model, b: usize, t: usize, opt: Option<&AdamWConfig>, obj: Objective) -> Result<Program> {
+        let c = &model.cfg;
+        if t > c.max_seq_len {
+            return Err(crate::gpu::GpuError::Shape(format!(
+                "sequence length {t} exceeds the model's max_seq_len {}",
+                c.max_seq_len
+            )));
+        }
+        // The weight gradients' K-pieces scratch at its largest before any product asks for it,
+        // so that one buffer serves them all (the plan counts it).
+        let kp = k_pieces_scratch_elems(&model.layout, b * t);
+        if kp > 0 {
+            model.gpu.shared_scratch(matmul::K_PIECES_SCRATCH, kp)?;
+        }
+        let purpose = if opt.is_some() { Purpose::Train } else { Purpose::Forward };
+        let acts = Acts::new(model, b, t, purpose)?;
+        let mut r = Rec::new(model, &acts, obj, None);
+        layers::forward(&mut r)?;
+        r.ops.extend(beta_sums(model, &acts)?);
+        let forward = std::mem::take(&mut r.ops);
+        let (mut backward, mut backward_blocks, mut finish, mut optimizer) = Default::default();
+        if let Some(opt) = opt {
+            backward_blocks = layers::backward(&mut r)?;
+            backward = std::mem::take(&mut r.ops);
+            finish = finish_ops(model, &acts)?;
+            optimizer = adamw::step(
+                &model.gpu,
+                &model.params,
+                &model.grads,
+                &model.adam_m,
+                &model.adam_v,
+                model.decay_mask.view(),
+                acts.norm_sq.view(),
+                model.layout.total,
+                opt,
+            )?;
+        }
+        let zero = if opt.is_some() { vec![Op::Zero(model.grads.clone())] } else { Vec::new() };
+        let stats_rb = Readback::new(&model.gpu, &acts.stats);
+        Ok(Program { acts, obj, zero, forward, backward, backward_blocks, finish, optimizer, stats_rb })
+    }
+
+    /// Sequences per batch.
+    pub fn b(&self) -> usize {
+        self.acts.b
+    }
+
+    /// Tokens per sequence.
+    pub fn t(&self) -> usize {
+        self.acts.t
+    }
+
+    /// Whether the program has a backward and an optimizer (a training program).
+    pub fn trains(&self) -> bool {
+        !self.optimizer.is_empty()
+    }
+
+    /// The objective it was recorded with.
+    pub fn objective(&self) -> Objective {
+        self.obj
+    }
+
+    /// Tokens (and targets, −1 = ignored) for the next run; builds the embedding index too.
+    pub fn set_batch(&self, model: &Model, tokens: &[i32], targets: &[i32]) -> Result<()> {
+        self.acts.set_batch(model, tokens, targets)
+    }
+
+    /// The activations and saves of the last run (β traces, golden comparisons).
+    pub fn acts(&self) -> &Acts {
+        &self.acts
+    }
+
+    /// (loss, valid targets, Σ g², ·, Σ β of each delta write in sublayer order).
+    pub fn stats(&self) -> &Tensor {
+        &self.acts.stats
+    }
+
+    /// The logits [B·T, V] of the last forward.
+    pub fn logits(&self) -> &Tensor {
+        &self.acts.logits
+    }
+
+    /// Zeroes the gradient buffer (once per optimizer step, before the first micro-batch).
+    pub fn zero_ops(&self) -> &[Op] {
+        &self.zero
+    }
+
+    pub fn forward_ops(&self) -> &[Op] {
+        &self.forward
+    }
+
+    /// Adds this batch's gradients into the gradient buffer.
+    pub fn backward_ops(&self) -> &[Op] {
+        &self.backward
+    }
+
+    /// The backward cut where blocks' gradients are final, for overlapping their exchange with
+    /// the rest of the backward: `(ops, block)` in order (last block first), then the rest with
+    /// `None` (embedding, expansion).
+    pub fn backward_segments(&self) -> Vec<(&[Op], Option<usize>)> {
+        let mut out = Vec::with_capacity(self.backward_blocks.len() + 1);
+        let mut start = 0;
+        for &(end, l) in &self.backward_blocks {
+            out.push((&self.backward[start..end], Some(l)));
+            start = end;
+        }
+        out.push((&self.backward[start..], None));
+        out
+    }
+
+    /// Gradient norm and the step's statistics into `stats` (after the last micro-batch).
+    pub fn finish_ops(&self) -> &[Op] {
+        &self.finish
+    }
+
+    pub fn optimizer(&self) -> &[Dispatch] {
+        &self.optimizer
+    }
+
+    /// Records `parts` into `r` (e.g. a profiled recorder).
+    pub fn record(&self, r: &mut Recorder, parts: Parts) {
+        for (on, ops) in [
+            (parts.zero, &self.zero),
+            (parts.forward, &self.forward),
+            (parts.backward, &self.backward),
+            (parts.finish, &self.finish),
+        ] {
+            if on {
+                r.ops(ops);
+            }
+        }
+        if parts.optimizer {
+            let refs: Vec<&Dispatch> = self.optimizer.iter().collect();
+            r.record(&refs);
+        }
+    }
+
+    /// Runs `parts` in one submit that also copies `stats` to the host (no second submit, no
+    /// allocation) and returns them: (loss, valid targets, Σ g², ·, Σ β per write).
+    pub fn run(&self, model: &Model, parts: Parts) -> Result<Vec<f32>> {
+        if !self.trains() && (parts.backward || parts.finish || parts.optimizer || parts.zero) {
+            return Err(crate::gpu::GpuError::Shape(
+                "a forward-only program has no backward, finish or optimizer: make it with Model::program".into(),
+            ));
+        }
+        let mut r = Recorder::new(&model.gpu);
+        self.record(&mut r, parts);
+        r.read_into(&self.stats_rb);
+        r.submit()?;
+        self.stats_rb.read_f32(&model.gpu)
+    }
+}
+
+/// Σ β over the tokens of every delta write into `stats[STATS_BETA..]`, at the end of the
+/// forward: the metrics get each sublayer's mean β from the step's one readback.
+fn beta_sums(model: &Model, a: &Acts) -> Result<Vec<Op>> {
+    let mut ops = Vec::new();
+    let writes = a.writes().count();
+    if writes == 0 {
+        return Ok(ops);
+    }
+    // The forward put each write's β in a column of `betas`: one column sum for all of them.
+    let sums = Tensor::zeros(&model.gpu, "beta_sums", &[writes], crate::gpu::DType::F32)?;
+    ops.extend(
+        reduce::col_sum(&model.gpu, a.betas.view(), sums.view(), a.n(), writes, false)?.into_iter().map(Op::Run),
+    );
+    ops.push(Op::Copy { src: sums, src_off: 0, dst: a.stats.clone(), dst_off: STATS_BETA, len: writes });
+    Ok(ops)
+}
+
+fn finish_ops(model: &Model, a: &Acts) -> Result<Vec<Op>> {
+    let mut ops: Vec<Op> = reduce::sum_squares(&model.gpu, &model.grads, model.layout.total, a.norm_sq.view())?
+        .into_iter()
+        .map(Op::Run)
+        .collect();
+    ops.push(Op::Copy { src: a.norm_sq.clone(), src_off: 0, dst: a.stats.clone(), dst_off: 2, len: 1 });
+    Ok(ops)
+}
+
+/// Mean β of every delta write (sublayer order) from a program's statistics ([`Program::run`]'s
+/// result) for a program of `tokens` tokens; empty for the baseline.
+pub fn beta_means_of(stats: &[f32], tokens: usize) -> Vec<f64> {
+    stats.iter().skip(STATS_BETA).map(|&s| s as f64 / tokens.max(1) as f64).collect()
+}
