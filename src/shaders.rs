@@ -464,7 +464,7 @@ const MM_R8: &[(&str, &str, &str)] = &[
     ("DN", "u32", "4u"),
 ];
 
-/// Tile configurations of the matmul kernel (`shaders/matmul.wgsl`; `docs/PERF.md` has the
+/// Tile configurations of the matmul kernel (`shaders/matmul.wgsl`; `docs/PERF-LOG.md` has the
 /// measurements behind them). Every variant computes every output in the same order, so they
 /// give bit-identical results.
 ///

@@ -79,7 +79,7 @@ fn panel_snapshots() {
     results.add(h.try_snapshot_options("dashboard", &opts()));
 }
 
-/// The whole window showing the fixture trace (the README's picture).
+/// The whole window showing the fixture trace (the picture in docs/VISUALIZER.md).
 #[test]
 fn app_snapshots_and_clicking_a_token_selects_it() {
     let mut app = VizApp::with_trace(trace());

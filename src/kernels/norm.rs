@@ -49,7 +49,7 @@ struct Params {
 /// elements), at most one workgroup. On CPU adapters (llvmpipe) with many rows (≥
 /// [`CPU_ROWS_PER_INVOCATION`]): 1 — one row per invocation, no workgroup-memory tree (a barrier
 /// is a coroutine switch there and every workgroup-memory access a loop over the SIMD lanes;
-/// docs/PERF.md); with few rows (decoding: one token) the team, so that a row is not one lane's
+/// docs/PERF-LOG.md); with few rows (decoding: one token) the team, so that a row is not one lane's
 /// sequential loop. Depends on the adapter, `rows` and `dim` only, so the summation order does
 /// too. The device's forms `norm_rows` (the CPU rule) and `norm_team` (a fixed size) choose.
 pub fn team(gpu: &Gpu, rows: usize, dim: usize) -> usize {
@@ -272,7 +272,7 @@ pub struct HeadTerms<'a> {
 /// ([`rmsnorm_backward_heads`]) for `rows` rows of `dim` features and `m` value channels: where
 /// that backward runs its quad kernels (CPU adapters, `dim` a multiple of 4, teams of one) and
 /// m ≤ 4. There the heads kernel's own pass over (token, feature), two loads and two stores per
-/// element, costs more than the few extra loads of the norm's passes (docs/PERF.md).
+/// element, costs more than the few extra loads of the norm's passes (docs/PERF-LOG.md).
 /// The device's `norm_heads` form (and `norm_quads`) off turns it off.
 /// `views`: those the quad kernels read as vec4s (x, gain, dy, dx, w_β, W_v), which must start on
 /// 16-byte boundaries.

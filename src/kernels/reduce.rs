@@ -15,7 +15,7 @@ use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
 /// workgroup tree): the K pieces of a split product and other short stacks of partials (16), and
 /// on CPU adapters, where a workgroup barrier costs more than a hundred loads, the chunk partials
 /// of gain and head gradients too (128: tiny's head sums 1.9–2.6 → 0.8–1.0 ms per step, the dγ
-/// sums 0.9–1.2 → 0.5–0.7 ms, docs/PERF.md): the device's `col_sum_seq` form (0 sends every sum
+/// sums 0.9–1.2 → 0.5–0.7 ms, docs/PERF-LOG.md): the device's `col_sum_seq` form (0 sends every sum
 /// through the tree).
 pub fn seq_rows(gpu: &Gpu) -> usize {
     gpu.forms.col_sum_seq_rows
@@ -23,7 +23,7 @@ pub fn seq_rows(gpu: &Gpu) -> usize {
 
 /// Whether [`sum_squares`] sums each block (n a multiple of 4) with one invocation in order
 /// (`sum_squares_seq4`; CPU adapters, where the workgroup tree's barriers cost more than the
-/// block's loads, docs/PERF.md) rather than with a workgroup and a tree.
+/// block's loads, docs/PERF-LOG.md) rather than with a workgroup and a tree.
 /// The device's `sum_squares_seq` form.
 pub fn seq_blocks(gpu: &Gpu) -> bool {
     gpu.forms.sum_squares_seq

@@ -94,7 +94,7 @@ const TOKEN_MIN_CHUNK: usize = 16;
 /// in quads ([`conv_quads`]) or as a sweep ([`walk_sweep`]), which keep its reads local whatever
 /// the walk length: with the sweep, walks and finish together measured 20–26 → 18–19.5 ms per
 /// tiny step and 232–237 → 206–215 ms per shakespeare-char step with 32 instead of 16, and with
-/// quads 14–21 ms against 15–31 ms (docs/PERF.md, session 12).
+/// quads 14–21 ms against 15–31 ms (docs/PERF-LOG.md, session 12).
 const ONE_WALK_CHUNK: usize = 32;
 
 /// Fewest tokens per chunk of the backward's partial sums for shape `s`.
@@ -107,7 +107,7 @@ fn walk_chunk(gpu: &Gpu, s: &ConvShape) -> usize {
 /// where the device's `conv_quads` form is on (CPU adapters) and d is a multiple of 4. There a
 /// SIMD batch walks its chunk's tokens one state row apart, and quads make it read 32 features'
 /// rows per step instead of 8 (probe: the walk 3.0–3.3 → 1.2–1.4 ms, the forward −15 to −25 %;
-/// docs/PERF.md, session 12). GPUs keep one feature per invocation (neighbouring invocations
+/// docs/PERF-LOG.md, session 12). GPUs keep one feature per invocation (neighbouring invocations
 /// read neighbouring memory).
 pub fn conv_quads(gpu: &Gpu, s: &ConvShape) -> bool {
     quads_for_width(gpu, s.d)
@@ -124,7 +124,7 @@ fn quads_for_width(gpu: &Gpu, d: usize) -> bool {
 /// read in memory order): the device's `conv_sweep` form. On CPU adapters (llvmpipe runs each
 /// SIMD batch's whole walk before the next one unless a barrier switches them, so without the
 /// barrier every batch strides through the chunk's tokens and misses the cache on each row:
-/// −30 % per walk with the barrier, docs/PERF.md); GPUs keep the barrier-free walk, whose
+/// −30 % per walk with the barrier, docs/PERF-LOG.md); GPUs keep the barrier-free walk, whose
 /// neighbouring invocations already read neighbouring memory.
 pub fn walk_sweep(gpu: &Gpu) -> bool {
     gpu.forms.conv_sweep
@@ -135,7 +135,7 @@ pub fn walk_sweep(gpu: &Gpu) -> bool {
 /// preloads (K − 1 state rows per walk), but on CPU adapters a SIMD batch strides through its
 /// walk's tokens one state row apart, and with 64-token walks the rows that the next batch needs
 /// were evicted first: 64 measured 10–35 % slower than 16 in the training step (tiny,
-/// shakespeare-char; docs/PERF.md, session 12).
+/// shakespeare-char; docs/PERF-LOG.md, session 12).
 fn forward_chunk(gpu: &Gpu) -> usize {
     gpu.forms.conv_forward_chunk.max(1)
 }
@@ -310,7 +310,7 @@ const WINDOW_M: usize = 4;
 const WINDOW_K: usize = 8;
 
 /// Whether the token-axis compressor of `s` runs the windowed kernels, which read X and ∂a once
-/// per token instead of once per tap (3–8× fewer loads; docs/PERF.md).
+/// per token instead of once per tap (3–8× fewer loads; docs/PERF-LOG.md).
 pub fn windowed(s: &ConvShape) -> bool {
     s.m <= WINDOW_M && s.kernel <= WINDOW_K
 }
@@ -446,7 +446,7 @@ pub fn token_backward_walk(
     let chunks = p.chunks as usize;
     // ∂X and the chunk partials of P: one walk with K = 4 compiled in (`token_backward_w`:
     // 12-25 % faster than two walks; a first fusion that kept both windows was slower, see
-    // PERF.md), else two passes (windowed or per element).
+    // docs/PERF-LOG.md), else two passes (windowed or per element).
     Ok(if sums_into_de(gpu, s) {
         // `de` is bound either way (the entry point uses it); a stand-in of one vec4 when unused.
         let unused = match de {

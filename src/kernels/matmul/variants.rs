@@ -64,7 +64,7 @@ pub(super) fn cache_key(gpu: &Gpu, mm: &Matmul) -> String {
 
 /// The heuristic choice. On a CPU adapter (llvmpipe, SwiftShader): the register-block variant
 /// with the least estimated time — padded work per thread-round over measured efficiency (see
-/// `docs/PERF.md`). On a GPU: the biggest workgroup-memory tile that still gives enough
+/// `docs/PERF-LOG.md`). On a GPU: the biggest workgroup-memory tile that still gives enough
 /// workgroups.
 pub fn heuristic(gpu: &Gpu, mm: &Matmul) -> &'static str {
     if gpu.forms.cpu {
