@@ -506,42 +506,7 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     if resume && flags_given {
         // A resumed run continues with its saved settings; flags may repeat them but not change
         // them (a changed setting would be silently ignored otherwise).
-        let path = out.join("config.toml");
-        let saved_text = std::fs::read_to_string(&path)
-            .with_context(|| format!("--resume: reading the run's saved settings {}", path.display()))?;
-        let saved: toml::Table =
-            toml::from_str(&saved_text).with_context(|| format!("--resume: parsing {}", path.display()))?;
-        let given = toml::Table::try_from(&run)?;
-        let mut diffs = Vec::new();
-        for (k, v) in &given {
-            let pairs: Vec<(String, &toml::Value, Option<&toml::Value>)> = match v {
-                toml::Value::Table(t) => t
-                    .iter()
-                    .map(|(k2, v2)| {
-                        (format!("{k}.{k2}"), v2, saved.get(k).and_then(|s| s.as_table()).and_then(|s| s.get(k2)))
-                    })
-                    .collect(),
-                v => vec![(k.clone(), v, saved.get(k))],
-            };
-            for (key, want, have) in pairs {
-                // The vocabulary comes from the tokenizer; skip_nonfinite may change between runs.
-                if key == "model.vocab_size" || key == "train.skip_nonfinite" || have == Some(want) {
-                    continue;
-                }
-                let have = have.map(|h| h.to_string()).unwrap_or_else(|| "(unset)".into());
-                diffs.push(format!("{key}: saved {have}, given {want}"));
-            }
-        }
-        if !diffs.is_empty() {
-            anyhow::bail!(
-                "--resume continues '{}' with the settings saved in {}; the flags given change {} setting(s): {}. \
-                 Drop those flags to resume, or start a new run with --out to change them",
-                out.display(),
-                path.display(),
-                diffs.len(),
-                diffs.join("; ")
-            );
-        }
+        run.check_resume(&out).map_err(anyhow::Error::msg)?;
     }
     if a.distributed == Some(Distributed::Mpi) {
         return train_mpi(dev, &a, run, out, resume);
@@ -608,8 +573,8 @@ fn train_mpi(
     )
 }
 
-/// One rank of `mpirun -n N ddl train ... --distributed mpi`. Any error is printed with the rank
-/// and ends the whole job (`MPI_Abort`): the other ranks may be waiting in a collective.
+/// One rank of `mpirun -n N ddl train ... --distributed mpi` ([`ddl::train::distributed::run_rank`]:
+/// an error on any rank is printed with the rank and ends the whole job).
 #[cfg(feature = "mpi")]
 fn train_mpi(
     dev: &DeviceArgs,
@@ -618,65 +583,23 @@ fn train_mpi(
     out: std::path::PathBuf,
     resume: bool,
 ) -> Result<()> {
-    use ddl::train::{Collective, DistOptions, TrainOptions};
+    use ddl::train::distributed::{RankOptions, run_rank};
+    use ddl::train::{DistOptions, TrainOptions};
     if !(a.mpi_timeout > 0.0 && a.mpi_timeout.is_finite()) {
         anyhow::bail!("--mpi-timeout {}: expected a number of seconds > 0", a.mpi_timeout);
     }
     if !(a.mpi_bucket_mib >= 0.0 && a.mpi_bucket_mib.is_finite()) {
         anyhow::bail!("--mpi-bucket-mib {}: expected a size in MiB ≥ 0", a.mpi_bucket_mib);
     }
-    let mpi = ddl::train::distributed::Mpi::init(std::time::Duration::from_secs_f64(a.mpi_timeout))
+    let opts = RankOptions {
+        timeout: std::time::Duration::from_secs_f64(a.mpi_timeout),
+        backend: dev.backend.as_deref().map(BackendChoice::parse).transpose()?,
+        adapter: dev.adapter.clone(),
+        train: TrainOptions { run, steps: a.steps, out: out.clone(), resume, quiet: false },
+        dist: DistOptions { bucket_mib: a.mpi_bucket_mib, overlap_backward: a.mpi_overlap == MpiOverlap::Backward },
+    };
+    run_rank(opts, |summary| report_training(dev, a, &out, summary).map_err(|e| format!("{e:#}").into()))
         .map_err(anyhow::Error::msg)
-        .context("starting MPI")?;
-    let tag = format!("rank {}/{} ({})", mpi.rank(), mpi.size(), mpi.host());
-    let result = (|| -> Result<()> {
-        let backend = dev.backend.as_deref().map(BackendChoice::parse).transpose()?;
-        let adapter = match &dev.adapter {
-            Some(sel) => sel.clone(),
-            None => ddl::gpu::adapter_for_local_rank(backend, mpi.local_rank())
-                .map(|i| i.to_string())
-                .ok_or_else(|| anyhow::anyhow!("no adapter found (see `ddl info`)"))?,
-        };
-        let gpu = Gpu::new(&GpuOptions { backend, adapter: Some(adapter.clone()) }).context("opening the GPU")?;
-        eprintln!(
-            "{tag}: local rank {} of {} drives adapter {adapter}: {} ({:?})",
-            mpi.local_rank(),
-            mpi.local_size(),
-            gpu.info.name,
-            gpu.info.backend
-        );
-        ddl::kernels::matmul::autotune::set_enabled(true);
-        if mpi.rank() == 0 {
-            eprintln!("training {} ({}) -> {}", run.model.variant, run.preset, out.display());
-        }
-        let opts = TrainOptions { run, steps: a.steps, out: out.clone(), resume, quiet: false };
-        let summary = ddl::train::train_with(
-            gpu,
-            opts,
-            &mpi,
-            &DistOptions { bucket_mib: a.mpi_bucket_mib, overlap_backward: a.mpi_overlap == MpiOverlap::Backward },
-        )?;
-        if mpi.rank() == 0 {
-            report_training(dev, a, &out, &summary)?;
-        }
-        Ok(())
-    })();
-    match result {
-        Ok(()) => {
-            // Ranks finish together, so a rank that leaves first is not mistaken for a failure.
-            mpi.barrier("finish");
-            Ok(())
-        }
-        Err(e) => {
-            // One write, so that mpirun does not interleave it with other ranks' output.
-            let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("error: {tag}: {e:#}\n").as_bytes());
-            if e.downcast_ref::<ddl::train::TrainError>().is_some_and(|e| e.on_every_rank()) {
-                // Every rank reports this error: let them all print it before the job ends.
-                mpi.barrier("error report");
-            }
-            mpi.abort(1)
-        }
-    }
 }
 
 fn experiment(
@@ -801,9 +724,8 @@ fn generate_cmd(
     Ok(())
 }
 
-fn chat(dev: &DeviceArgs, dir: &std::path::Path, mut sa: SamplingArgs) -> Result<()> {
-    use std::io::{BufRead, Write};
-    sa.sampler()?;
+fn chat(dev: &DeviceArgs, dir: &std::path::Path, sa: SamplingArgs) -> Result<()> {
+    let settings = ddl::chat::ChatSettings { sampler: sa.sampler()?, max_tokens: sa.max_tokens, stop: sa.stop };
     let gpu = dev.open().context("opening the GPU")?;
     let (model, tok) = ddl::generate::load_for_inference(&gpu, dir)?;
     eprintln!(
@@ -811,73 +733,8 @@ fn chat(dev: &DeviceArgs, dir: &std::path::Path, mut sa: SamplingArgs) -> Result
         dir.display(),
         model.layout.count()
     );
-    let mut context = String::new();
-    let stdin = std::io::stdin();
-    let mut turn = 0u64;
-    loop {
-        eprint!("> ");
-        let _ = std::io::stderr().flush();
-        let mut line = String::new();
-        if stdin.lock().read_line(&mut line)? == 0 {
-            break;
-        }
-        let line = line.trim_end_matches(['\n', '\r']).to_string();
-        if let Some(cmd) = line.strip_prefix('/') {
-            let parts: Vec<&str> = cmd.split_whitespace().collect();
-            match parts.as_slice() {
-                ["quit"] | ["exit"] => break,
-                ["reset"] => {
-                    context.clear();
-                    eprintln!("(context cleared)");
-                }
-                ["set", name, value] => {
-                    let mut next = sa.clone();
-                    let r: Result<(), String> = match *name {
-                        "temperature" => value.parse().map(|v| next.temperature = v).map_err(|e| format!("{e}")),
-                        "top_k" => value.parse().map(|v| next.top_k = v).map_err(|e| format!("{e}")),
-                        "top_p" => value.parse().map(|v| next.top_p = v).map_err(|e| format!("{e}")),
-                        "max_tokens" => value.parse().map(|v| next.max_tokens = v).map_err(|e| format!("{e}")),
-                        "seed" => value.parse().map(|v| next.seed = v).map_err(|e| format!("{e}")),
-                        _ => Err(format!("unknown setting '{name}'")),
-                    };
-                    match r.map_err(anyhow::Error::msg).and_then(|_| next.sampler().map(|_| ())) {
-                        Ok(()) => {
-                            sa = next;
-                            eprintln!("({name} = {value})");
-                        }
-                        Err(e) => eprintln!("error: {e}"),
-                    }
-                }
-                _ => eprintln!("unknown command '/{cmd}' (try /reset, /set temperature 0.7, /quit)"),
-            }
-            continue;
-        }
-        let before = context.len();
-        context.push_str(&line);
-        context.push('\n');
-        let ids = match tok.encode(&context) {
-            Ok(ids) => ids,
-            Err(e) => {
-                eprintln!("error: {e}");
-                context.truncate(before);
-                continue;
-            }
-        };
-        let mut cfg = sa.sampler()?;
-        cfg.seed = cfg.seed.wrapping_add(turn);
-        turn += 1;
-        let mut sampler = ddl::generate::Sampler::new(cfg);
-        let mut stop = sa.stop.clone();
-        stop.push("\n\n".into());
-        let opts =
-            ddl::generate::GenOptions { max_tokens: sa.max_tokens, stop, stop_token: tok.eot_id(), trace: false };
-        let (out, _) = ddl::generate::generate(&model, &tok, &ids, &opts, &mut sampler, |t| {
-            print!("{t}");
-            let _ = std::io::stdout().flush();
-        })?;
-        println!();
-        context.push_str(&tok.decode(&out).unwrap_or_default());
-    }
+    let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+    ddl::chat::run(&model, &tok, settings, &mut stdin.lock(), &mut stdout.lock(), &mut stderr.lock())?;
     Ok(())
 }
 
@@ -990,135 +847,8 @@ fn bench_shape(preset: &str, batch: Option<usize>, seq: Option<usize>) -> Result
 fn print_row(row: &ddl::bench::Row, json: bool) {
     if json {
         println!("{}", row.0);
-        return;
-    }
-    let v = &row.0;
-    match v["bench"].as_str() {
-        Some("matmul") if v.get("skipped").is_some() => println!(
-            "{:<26} {:>6}x{:<6}x{:<6} skipped: {}",
-            v["case"].as_str().unwrap_or(""),
-            v["m"],
-            v["n"],
-            v["k"],
-            v["skipped"].as_str().unwrap_or("")
-        ),
-        Some("matmul") => println!(
-            "{:<26} {:>6}x{:<6}x{:<6} {:<5} {:>10.3} ms {:>9.2} GFLOP/s{}",
-            v["case"].as_str().unwrap_or(""),
-            v["m"],
-            v["n"],
-            v["k"],
-            v["variant"].as_str().unwrap_or(""),
-            v["ms"].as_f64().unwrap_or(0.0),
-            v["gflop_per_s"].as_f64().unwrap_or(0.0),
-            if v["auto"].as_bool() == Some(true) { "  <- auto" } else { "" }
-        ),
-        Some("copy") => println!(
-            "copy {} MiB: {:.3} ms, {:.2} GB/s (read+write)",
-            v["mib"],
-            v["ms"].as_f64().unwrap_or(0.0),
-            v["gb_per_s"].as_f64().unwrap_or(0.0)
-        ),
-        Some("kernel") => println!(
-            "{:<52} {:>10.3} {:>10.2} {:>10.2} {:>7.1}% {:>7}",
-            v["name"].as_str().unwrap_or(""),
-            v["ms"].as_f64().unwrap_or(0.0),
-            v["gflop_per_s"].as_f64().unwrap_or(0.0),
-            v["gb_per_s"].as_f64().unwrap_or(0.0),
-            100.0 * v["of_floor"].as_f64().unwrap_or(0.0),
-            v["bound"].as_str().unwrap_or("")
-        ),
-        Some("train_dispatch") => println!(
-            "{:>5} {:<44} {:>16} {:>9.3} ms",
-            v["index"],
-            v["kernel"].as_str().unwrap_or(""),
-            format!("{}", v["workgroups"]),
-            v["ms"].as_f64().unwrap_or(0.0)
-        ),
-        Some("train_compare") => println!(
-            "{} vs {} d={} L={} B={} T={}, {} blocks (A B B A): step ratio {:.3} median of blocks ({}range {:.3}–{:.3}), \
-             {:.3} best to best ({:.1} vs {:.1} ms; medians {:.1} vs {:.1} ms){}",
-            v["variant"].as_str().unwrap_or(""),
-            v["against"].as_str().unwrap_or(""),
-            v["d"],
-            v["layers"],
-            v["batch"],
-            v["seq"],
-            v["blocks"],
-            v["ratio_median_block"].as_f64().unwrap_or(f64::NAN),
-            match (v["ratio_median_ci95"][0].as_f64(), v["ratio_median_ci95"][1].as_f64()) {
-                (Some(lo), Some(hi)) => format!("95 % interval of the median {lo:.3}–{hi:.3}; "),
-                _ => String::new(),
-            },
-            v["ratio_min_block"].as_f64().unwrap_or(f64::NAN),
-            v["ratio_max_block"].as_f64().unwrap_or(f64::NAN),
-            v["ratio_best"].as_f64().unwrap_or(f64::NAN),
-            v["best_step_ms"].as_f64().unwrap_or(f64::NAN),
-            v["against_best_step_ms"].as_f64().unwrap_or(f64::NAN),
-            v["median_step_ms"].as_f64().unwrap_or(f64::NAN),
-            v["against_median_step_ms"].as_f64().unwrap_or(f64::NAN),
-            match (v["cpu_ratio_median_block"].as_f64(), v["cpu_ratio_best"].as_f64()) {
-                (Some(m), Some(b)) => format!(
-                    "; process CPU time: ratio {m:.3} median of blocks, {b:.3} best to best (medians {:.1} vs {:.1} ms)",
-                    v["cpu_median_step_ms"].as_f64().unwrap_or(f64::NAN),
-                    v["against_cpu_median_step_ms"].as_f64().unwrap_or(f64::NAN)
-                ),
-                _ => String::new(),
-            },
-        ),
-        Some("train") => {
-            println!(
-                "{} d={} L={} B={} T={}: {:.1} tok/s, {:.1} ms/step, {:.2} model GFLOP/s, matmul {:.0}% of kernel time, {} dispatches, loss {:.4} at init, {:.4} after {} AdamW step(s) on that batch",
-                v["variant"].as_str().unwrap_or(""),
-                v["d"],
-                v["layers"],
-                v["batch"],
-                v["seq"],
-                v["tok_per_s"].as_f64().unwrap_or(0.0),
-                v["step_ms"].as_f64().unwrap_or(0.0),
-                v["model_gflop_per_s"].as_f64().unwrap_or(0.0),
-                100.0 * v["matmul_share"].as_f64().unwrap_or(0.0),
-                v["dispatches_per_step"],
-                v["loss_init"].as_f64().unwrap_or(f64::NAN),
-                v["loss_last"].as_f64().unwrap_or(f64::NAN),
-                v["steps"]
-            );
-            let mib = |k: &str| v[k].as_f64().unwrap_or(0.0) / (1 << 20) as f64;
-            println!(
-                "    best step {:.1} ms; MFU {:.0}% of the engine's matmul rate ({:.1} GFLOP/s at 1024³); {:.1} submits, \
-                 {:.1} readbacks, {:.1} allocations per step; peak device memory {:.1} MiB = {:.2}× the plan ({:.1} MiB, activations {:.1} MiB)",
-                v["best_step_ms"].as_f64().unwrap_or(0.0),
-                100.0 * v["mfu"].as_f64().unwrap_or(0.0),
-                v["matmul_gflop_per_s"].as_f64().unwrap_or(0.0),
-                v["submits_per_step"].as_f64().unwrap_or(f64::NAN),
-                v["readbacks_per_step"].as_f64().unwrap_or(f64::NAN),
-                v["allocs_per_step"].as_f64().unwrap_or(f64::NAN),
-                mib("peak_bytes"),
-                v["peak_over_plan"].as_f64().unwrap_or(f64::NAN),
-                mib("plan_bytes"),
-                mib("activation_plan_bytes"),
-            );
-            if let Some(split) = v["split_ms"].as_object() {
-                let mut items: Vec<(&String, f64)> =
-                    split.iter().map(|(k, x)| (k, x.as_f64().unwrap_or(0.0))).collect();
-                items.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
-                for (k, ms) in items {
-                    println!("    {k:<40} {ms:>10.2} ms");
-                }
-            }
-        }
-        Some("generate") => println!(
-            "{} context {}: cached {:.2} ms/token, recompute {:.2} ms/token ({:.1}x; medians), fastest runs {:.2} vs {:.2} ms ({:.1}x)",
-            v["variant"].as_str().unwrap_or(""),
-            v["context"],
-            v["cached_ms_per_token"].as_f64().unwrap_or(0.0),
-            v["recompute_ms_per_token"].as_f64().unwrap_or(0.0),
-            v["speedup"].as_f64().unwrap_or(0.0),
-            v["cached_best_ms"].as_f64().unwrap_or(0.0),
-            v["recompute_best_ms"].as_f64().unwrap_or(0.0),
-            v["speedup_best"].as_f64().unwrap_or(0.0)
-        ),
-        _ => println!("{v}"),
+    } else {
+        print!("{}", row.text());
     }
 }
 

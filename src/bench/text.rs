@@ -149,3 +149,25 @@ impl Row {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn rows_read_as_text_and_unknown_rows_as_their_json() {
+        let copy = Row(json!({"bench": "copy", "mib": 64, "ms": 2.5, "gb_per_s": 53.7}));
+        assert_eq!(copy.text(), "copy 64 MiB: 2.500 ms, 53.70 GB/s (read+write)\n");
+        let mm = Row(json!({"bench": "matmul", "case": "qkv", "m": 8, "n": 16, "k": 32, "variant": "t16",
+            "ms": 1.0, "gflop_per_s": 2.0, "auto": true}));
+        let t = mm.text();
+        assert!(t.starts_with("qkv") && t.contains("8x16") && t.contains("<- auto"), "{t}");
+        let train = Row(json!({"bench": "train", "variant": "ddl", "split_ms": {"a": 1.0, "b": 3.0}}));
+        let t = train.text();
+        assert_eq!(t.lines().count(), 4, "{t}");
+        assert!(t.lines().nth(2).unwrap().trim_start().starts_with('b'), "the split is sorted by time: {t}");
+        let other = Row(json!({"bench": "forms", "x": 1}));
+        assert_eq!(other.text(), "{\"bench\":\"forms\",\"x\":1}\n");
+    }
+}

@@ -201,24 +201,15 @@ impl ModelConfig {
         }
     }
 
-    /// A named preset: `tiny`, `shakespeare-char`, `small-124m`, `medium-353m`.
+    /// The model of a named preset ([`crate::presets::PRESETS`]) for a variant.
     pub fn preset(name: &str, variant: Variant) -> Result<Self, ConfigError> {
-        let c = match name {
-            // Fast on lavapipe: the size of the burn comparison in issue 13.
-            "tiny" => ModelConfig { max_seq_len: 64, ..Self::base(variant, 65, 128, 4, 4, 32) },
-            // nanoGPT's shakespeare-char shapes.
-            "shakespeare-char" => ModelConfig { max_seq_len: 256, ..Self::base(variant, 65, 384, 6, 6, 64) },
-            // The paper's Small and Medium (spec section 0).
-            "small-124m" => Self::base(variant, 50304, 768, 12, 6, 128),
-            "medium-353m" => Self::base(variant, 50304, 1024, 24, 8, 128),
-            _ => {
-                return Err(cerr(
-                    "preset",
-                    format!("unknown preset '{name}' (expected tiny, shakespeare-char, small-124m, medium-353m)"),
-                ));
-            }
+        let Some(p) = crate::presets::find(name) else {
+            return Err(cerr("preset", format!("unknown preset '{name}' (expected {})", crate::presets::names())));
         };
-        Ok(c)
+        Ok(ModelConfig {
+            max_seq_len: p.max_seq_len,
+            ..Self::base(variant, p.vocab_size, p.d_model, p.n_layers, p.n_heads, p.head_dim)
+        })
     }
 
     /// m, the state width used by the kernels: 1 for the baseline and the d_v = 1 variants.

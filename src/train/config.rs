@@ -51,12 +51,13 @@ pub struct TrainConfig {
 }
 
 impl TrainConfig {
-    /// Defaults for a preset (the paper's optimizer settings, scaled schedule lengths).
+    /// The training settings of a named preset ([`crate::presets::PRESETS`]; the paper's
+    /// optimizer settings, schedule lengths scaled to the preset); a name that is not a preset
+    /// gets the paper-scale ones (B 8, T 1024, lr 1e-3, 2000 warm-up, 100,000 decay steps).
     pub fn preset(name: &str) -> Self {
-        let (batch_size, seq_len, lr, warmup, decay) = match name {
-            "tiny" => (12, 64, 3e-3, 50, 2000),
-            "shakespeare-char" => (8, 256, 1e-3, 100, 5000),
-            _ => (8, 1024, 1e-3, 2000, 100_000),
+        let (batch_size, seq_len, lr, warmup_steps, decay_steps) = match crate::presets::find(name) {
+            Some(p) => (p.batch_size, p.seq_len, p.lr, p.warmup_steps, p.decay_steps),
+            None => (8, 1024, 1e-3, 2000, 100_000),
         };
         TrainConfig {
             batch_size,
@@ -64,8 +65,8 @@ impl TrainConfig {
             grad_accum: 1,
             lr,
             min_lr: lr / 10.0,
-            warmup_steps: warmup,
-            decay_steps: decay,
+            warmup_steps,
+            decay_steps,
             beta1: 0.9,
             beta2: 0.95,
             eps: 1e-8,
@@ -169,6 +170,49 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
+    /// For `ddl train --resume DIR` with flags: fails unless these settings equal the ones the
+    /// run saved in `DIR/config.toml` (flags may repeat the saved settings, not change them: a
+    /// changed setting would be silently ignored). The error lists every difference and the
+    /// remedy. `model.vocab_size` (from the tokenizer) and `train.skip_nonfinite` may differ.
+    pub fn check_resume(&self, out: &std::path::Path) -> Result<(), String> {
+        let path = out.join("config.toml");
+        let saved_text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("--resume: reading the run's saved settings {}: {e}", path.display()))?;
+        let saved: toml::Table =
+            toml::from_str(&saved_text).map_err(|e| format!("--resume: parsing {}: {e}", path.display()))?;
+        let given = toml::Table::try_from(self).map_err(|e| e.to_string())?;
+        let mut diffs = Vec::new();
+        for (k, v) in &given {
+            let pairs: Vec<(String, &toml::Value, Option<&toml::Value>)> = match v {
+                toml::Value::Table(t) => t
+                    .iter()
+                    .map(|(k2, v2)| {
+                        (format!("{k}.{k2}"), v2, saved.get(k).and_then(|s| s.as_table()).and_then(|s| s.get(k2)))
+                    })
+                    .collect(),
+                v => vec![(k.clone(), v, saved.get(k))],
+            };
+            for (key, want, have) in pairs {
+                if key == "model.vocab_size" || key == "train.skip_nonfinite" || have == Some(want) {
+                    continue;
+                }
+                let have = have.map(|h| h.to_string()).unwrap_or_else(|| "(unset)".into());
+                diffs.push(format!("{key}: saved {have}, given {want}"));
+            }
+        }
+        if diffs.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "--resume continues '{}' with the settings saved in {}; the flags given change {} setting(s): {}. \
+             Drop those flags to resume, or start a new run with --out to change them",
+            out.display(),
+            path.display(),
+            diffs.len(),
+            diffs.join("; ")
+        ))
+    }
+
     /// Defaults of a preset and variant; the vocabulary is fixed later by the tokenizer.
     pub fn preset(preset: &str, variant: Variant) -> Result<Self, crate::model::ConfigError> {
         Ok(RunConfig {

@@ -173,3 +173,76 @@ impl Collective for Mpi {
         format!("MPI ({lib}), {} ranks", self.size)
     }
 }
+
+/// One rank of `mpirun -n N ddl train ... --distributed mpi`.
+pub struct RankOptions {
+    /// The watchdog's limit for one collective.
+    pub timeout: Duration,
+    pub backend: Option<crate::gpu::BackendChoice>,
+    /// The adapter every rank drives (`--adapter`); by default the rank's local rank modulo the
+    /// adapters of the best kind.
+    pub adapter: Option<String>,
+    pub train: super::TrainOptions,
+    pub dist: super::DistOptions,
+}
+
+/// Runs this process as one rank: starts MPI, opens its adapter, trains, and lets rank 0
+/// `report` the summary. Any error is printed with the rank and host and ends the whole job
+/// (`MPI_Abort`, this function does not return then): the other ranks may be waiting in a
+/// collective. Returns `Err` only when MPI itself cannot start.
+pub fn run_rank(
+    opts: RankOptions,
+    report: impl FnOnce(&super::Summary) -> Result<(), Box<dyn std::error::Error + Send + Sync>>,
+) -> Result<(), String> {
+    type BoxError = Box<dyn std::error::Error + Send + Sync>;
+    let mpi = Mpi::init(opts.timeout).map_err(|e| format!("starting MPI: {e}"))?;
+    let tag = format!("rank {}/{} ({})", mpi.rank(), mpi.size(), mpi.host());
+    let result = (|| -> Result<(), BoxError> {
+        let adapter = match &opts.adapter {
+            Some(sel) => sel.clone(),
+            None => crate::gpu::adapter_for_local_rank(opts.backend, mpi.local_rank())
+                .map(|i| i.to_string())
+                .ok_or("no adapter found (see `ddl info`)")?,
+        };
+        let gpu =
+            crate::gpu::Gpu::new(&crate::gpu::GpuOptions { backend: opts.backend, adapter: Some(adapter.clone()) })
+                .map_err(|e| format!("opening the GPU: {e}"))?;
+        eprintln!(
+            "{tag}: local rank {} of {} drives adapter {adapter}: {} ({:?})",
+            mpi.local_rank(),
+            mpi.local_size(),
+            gpu.info.name,
+            gpu.info.backend
+        );
+        crate::kernels::matmul::autotune::set_enabled(true);
+        if mpi.rank() == 0 {
+            eprintln!(
+                "training {} ({}) -> {}",
+                opts.train.run.model.variant,
+                opts.train.run.preset,
+                opts.train.out.display()
+            );
+        }
+        let summary = super::train_with(gpu, opts.train, &mpi, &opts.dist)?;
+        if mpi.rank() == 0 {
+            report(&summary)?;
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => {
+            // Ranks finish together, so a rank that leaves first is not mistaken for a failure.
+            mpi.barrier("finish");
+            Ok(())
+        }
+        Err(e) => {
+            // One write, so that mpirun does not interleave it with other ranks' output.
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("error: {tag}: {e}\n").as_bytes());
+            if e.downcast_ref::<super::TrainError>().is_some_and(|e| e.on_every_rank()) {
+                // Every rank reports this error: let them all print it before the job ends.
+                mpi.barrier("error report");
+            }
+            mpi.abort(1)
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! What a run shows and writes as it goes: the progress bar (or plain log lines when stderr is
+//! not a terminal), `metrics.jsonl` and the loss plot.
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+
+use super::{TrainError, plot};
+
+pub(super) struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    plain: bool,
+}
+
+impl Progress {
+    pub(super) fn new(quiet: bool, start: usize, end: usize) -> Progress {
+        if quiet {
+            return Progress { bar: None, plain: false };
+        }
+        if std::io::stderr().is_terminal() {
+            let bar = indicatif::ProgressBar::new(end as u64);
+            bar.set_position(start as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {wide_bar} step {pos}/{len} {msg} eta {eta}",
+                )
+                .unwrap(),
+            );
+            Progress { bar: Some(bar), plain: false }
+        } else {
+            Progress { bar: None, plain: true }
+        }
+    }
+
+    pub(super) fn update(&self, step: usize, msg: String, log: bool) {
+        if let Some(b) = &self.bar {
+            b.set_position(step as u64);
+            b.set_message(msg);
+        } else if self.plain && log {
+            eprintln!("step {step} {msg}");
+        }
+    }
+
+    pub(super) fn println(&self, s: String) {
+        if let Some(b) = &self.bar {
+            b.println(s);
+        } else if self.plain {
+            eprintln!("{s}");
+        }
+    }
+
+    pub(super) fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+pub(super) fn append_line(path: &Path, line: &serde_json::Value) -> Result<(), TrainError> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|source| TrainError::Io { path: path.to_path_buf(), source })?;
+    writeln!(f, "{line}").map_err(|source| TrainError::Io { path: path.to_path_buf(), source })
+}
+
+/// Reads `metrics.jsonl` back into the loss plot.
+pub fn plot_metrics(dir: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(dir.join("metrics.jsonl")).map_err(|e| e.to_string())?;
+    let mut train = Vec::new();
+    let mut val = Vec::new();
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let step = v["step"].as_f64().unwrap_or(0.0);
+        if let Some(l) = v["val_loss"].as_f64() {
+            val.push((step, l));
+        } else if let Some(l) = v["loss"].as_f64() {
+            train.push((step, l));
+        }
+    }
+    plot::line_plot(
+        &dir.join("loss.png"),
+        "loss",
+        "step",
+        "cross-entropy (nats)",
+        &[
+            plot::Series { name: "train".into(), points: train },
+            plot::Series { name: "validation".into(), points: val },
+        ],
+    )
+}

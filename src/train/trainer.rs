@@ -1,0 +1,483 @@
+//! The training loop as named steps: [`Trainer::open`] makes a new run or resumes one (settings,
+//! data, model, programs, the ranks' handshake); then each step is [`Trainer::step`] (the
+//! micro-batches, the gradient exchange, AdamW), [`Trainer::log`] (the metrics line and the
+//! progress bar) and [`Trainer::after_step`] (the ranks' parameter check, evaluation, the
+//! checkpoint); [`Trainer::finish`] evaluates, saves and reports.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use serde_json::json;
+
+use super::exchange::{CommTimes, DistOptions, backward_with_exchange, handshake, params_in_sync, reduce_gradients};
+use super::progress::{Progress, append_line, plot_metrics};
+use super::{
+    INTERRUPTED, RunConfig, Summary, TrainConfig, TrainError, TrainOptions, adamw_cfg, build_tokenizer, check_writable,
+    checkpoint, collective, data, evaluate_sharded, install_ctrlc,
+};
+use crate::gpu::Gpu;
+use crate::model::{Model, Objective, Parts, Program};
+use crate::tokenizer::Tokenizer;
+use crate::train::Collective;
+
+/// One run in progress on one rank.
+pub(super) struct Trainer<'c> {
+    gpu: Arc<Gpu>,
+    comm: &'c dyn Collective,
+    dist: &'c DistOptions,
+    /// Where this invocation stops, and whether it resumed.
+    pub end: usize,
+    out: PathBuf,
+    run: RunConfig,
+    t: TrainConfig,
+    run_toml: String,
+    model: Model,
+    tok: Tokenizer,
+    data: data::Dataset,
+    prog: Program,
+    eval_prog: Program,
+    metrics: PathBuf,
+    progress: Progress,
+    lead: bool,
+    distributed: bool,
+    bucket: usize,
+    /// This rank's micro-batches of every step.
+    micros: Vec<usize>,
+    start: usize,
+    elapsed0: f64,
+    t0: Instant,
+    /// Optimizer steps done.
+    pub step: usize,
+    last_loss: f32,
+    val_loss: Option<f64>,
+    losses: Vec<f32>,
+    interrupted: bool,
+    /// Another rank was interrupted: stop after this step.
+    stop: bool,
+    comm_sum: CommTimes,
+    timed_steps: usize,
+    timed_s: f64,
+    tok_s: f64,
+    last_saved: Option<usize>,
+    fault_lost_at: Option<usize>,
+}
+
+/// What one optimizer step computed.
+pub(super) struct StepResult {
+    lr: f32,
+    loss: f32,
+    gnorm: f32,
+    finite: bool,
+    /// The step's last readback (loss, valid targets, Σ g², ·, Σ β per write).
+    stats: Vec<f32>,
+    /// (wait, exchange) seconds of a data-parallel step.
+    comm_s: Option<(f64, f64)>,
+}
+
+impl<'c> Trainer<'c> {
+    /// A new run, or the run in `opts.out` resumed: its settings, tokenizer, model and moments,
+    /// the data, the training and evaluation programs; ranks compare their settings first.
+    pub fn open(
+        gpu: Arc<Gpu>,
+        opts: TrainOptions,
+        comm: &'c dyn Collective,
+        dist: &'c DistOptions,
+    ) -> Result<Trainer<'c>, TrainError> {
+        let (rank, size) = (comm.rank(), comm.size());
+        let lead = rank == 0;
+        let distributed = comm.is_distributed();
+        let derr = |msg: String| TrainError::Distributed { rank, size, msg };
+        let out = opts.out.clone();
+        if lead {
+            check_writable(&out)?;
+            checkpoint::remove_stale_tmp(&out);
+        }
+        let mut run = opts.run.clone();
+        let (mut model, tok, start, elapsed0) = if opts.resume {
+            let ck = checkpoint::load(&out, true)?;
+            let (m, v, state, run_cfg) = ck.optim.expect("loaded with optimizer state");
+            if !run_cfg.is_empty() {
+                let saved: RunConfig = toml::from_str(&run_cfg).map_err(|e| {
+                    TrainError::Settings(format!(
+                        "{}: the saved run config is invalid: {e}",
+                        out.join(checkpoint::OPTIM_FILE).display()
+                    ))
+                })?;
+                // The saved settings, except the one flag that may change between invocations.
+                let skip = run.train.skip_nonfinite;
+                run = saved;
+                run.train.skip_nonfinite |= skip;
+            }
+            if run.model != ck.config {
+                return Err(TrainError::Settings(format!(
+                    "{}: the checkpoint's model config differs from its run config",
+                    out.display()
+                )));
+            }
+            let model = Model::with_params(gpu.clone(), ck.config.clone(), &ck.params)?;
+            model.adam_m.write_f32(&gpu, &m)?;
+            model.adam_v.write_f32(&gpu, &v)?;
+            (model, ck.tokenizer, state.step, state.elapsed)
+        } else {
+            // Settings first: a bad value is reported before the corpus is read and tokenised.
+            run.validate()?;
+            let text = data::read_corpus(Path::new(&run.corpus))?;
+            let tok = build_tokenizer(&run.tokenizer, &text)?;
+            run.model.vocab_size = tok.vocab_size();
+            run.validate()?;
+            let model = Model::new(gpu.clone(), run.model.clone(), run.train.seed)?;
+            (model, tok, 0, 0.0)
+        };
+        run.validate()?;
+        // (The variant and shape were validated with the settings; what is left is the adapter.)
+        model
+            .set_state_f16(run.train.state_f16)
+            .map_err(|e| TrainError::Settings(format!("train.state_f16 (--f16-state): {e}")))?;
+        let t = run.train.clone();
+        let run_toml = toml::to_string(&run).map_err(|e| TrainError::Settings(e.to_string()))?;
+        if lead {
+            let cfg_path = out.join("config.toml");
+            checkpoint::write_atomic(&cfg_path, run_toml.as_bytes())
+                .map_err(|source| TrainError::Io { path: cfg_path, source })?;
+        }
+
+        let text = data::read_corpus(Path::new(&run.corpus))?;
+        let tokens = data::tokens_cached(&text, &tok)?;
+        let data = data::Dataset::new(tokens, t.val_fraction, t.seq_len)?;
+
+        let bucket = dist.bucket_elems(model.layout.total);
+        if distributed {
+            let digest = collective::digest_f32(&model.read_params()?);
+            // The token cache is named by a digest of the corpus text and the tokenizer.
+            let corpus_key = data.tokens.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            handshake(
+                comm,
+                &run_toml,
+                model.layout.total,
+                data.tokens.len(),
+                &corpus_key,
+                start,
+                opts.steps,
+                bucket,
+                dist.overlap_backward,
+                digest,
+            )
+            .map_err(derr)?;
+            if !t.grad_accum.is_multiple_of(size) {
+                return Err(derr(format!(
+                    "train.grad_accum = {} is not a multiple of the {size} ranks: each global batch (batch_size × \
+                     grad_accum = {} sequences, as one process would draw them) is shared out by micro-batches, rank r \
+                     taking micro-batches r, r + {size}, …; set --set train.grad_accum={} (or another multiple of {size})",
+                    t.grad_accum,
+                    t.batch_size * t.grad_accum,
+                    t.grad_accum.div_ceil(size) * size
+                )));
+            }
+        }
+
+        let opt0 = adamw_cfg(&t, start);
+        // Activations that do not fit the adapter: say which settings make them smaller.
+        let hint = |e: crate::gpu::GpuError| match e {
+            crate::gpu::GpuError::TooLarge { .. } => TrainError::Settings(format!(
+                "{e}. The activations of a batch of {} × {} tokens do not fit this adapter: lower \
+                 train.batch_size or train.seq_len (train.grad_accum keeps the global batch)",
+                t.batch_size, t.seq_len
+            )),
+            e => TrainError::Gpu(e),
+        };
+        let objective =
+            Objective { label_smoothing: run.model.label_smoothing as f32, loss_scale: 1.0 / t.grad_accum as f32 };
+        let prog = model.program_with(t.batch_size, t.seq_len, &opt0, objective).map_err(hint)?;
+        let eval_prog = model.forward_program(t.batch_size, t.seq_len).map_err(hint)?;
+        let metrics = out.join("metrics.jsonl");
+        if lead && !opts.resume {
+            let _ = std::fs::remove_file(&metrics);
+        }
+        install_ctrlc();
+        let progress = Progress::new(opts.quiet || !lead, start, opts.steps);
+        if distributed {
+            progress.println(format!(
+                "data-parallel over {}: each rank computes {} of the {} micro-batches of a step; {:.2} MB of gradients \
+                 all-reduced per step in {} bucket(s)",
+                comm.describe(),
+                t.grad_accum / size,
+                t.grad_accum,
+                4.0 * model.layout.total as f64 / 1e6,
+                model.layout.total.div_ceil(bucket)
+            ));
+        }
+        let micros: Vec<usize> = (rank..t.grad_accum).step_by(size).collect();
+        let fault_lost_at = std::env::var("DDL_FAULT_DEVICE_LOST_STEP").ok().and_then(|v| v.parse().ok());
+        Ok(Trainer {
+            gpu,
+            comm,
+            dist,
+            end: opts.steps,
+            out,
+            run,
+            t,
+            run_toml,
+            model,
+            tok,
+            data,
+            prog,
+            eval_prog,
+            metrics,
+            progress,
+            lead,
+            distributed,
+            bucket,
+            micros,
+            start,
+            elapsed0,
+            t0: Instant::now(),
+            step: start,
+            last_loss: f32::NAN,
+            val_loss: None,
+            losses: Vec::new(),
+            interrupted: false,
+            stop: false,
+            comm_sum: CommTimes::default(),
+            timed_steps: 0,
+            timed_s: 0.0,
+            tok_s: 0.0,
+            last_saved: opts.resume.then_some(start),
+            fault_lost_at,
+        })
+    }
+
+    /// Whether to stop before the next step (Ctrl-C here, or on any rank of a data-parallel run);
+    /// marks the run interrupted.
+    pub fn interrupted(&mut self) -> bool {
+        if self.stop || (!self.distributed && INTERRUPTED.load(Ordering::SeqCst)) {
+            self.interrupted = true;
+        }
+        self.interrupted
+    }
+
+    /// A GPU failure during step `step` (device lost, out of memory): says which step, and what
+    /// is kept.
+    fn at_step(&self, step: usize) -> impl Fn(crate::gpu::GpuError) -> TrainError + Clone + use<> {
+        let (out, saved) = (self.out.clone(), self.last_saved);
+        move |source: crate::gpu::GpuError| TrainError::GpuAtStep {
+            step,
+            kept: match saved {
+                Some(s) => format!(
+                    "The checkpoint of step {s} in '{}' is intact: `ddl train --resume {}` continues from it",
+                    out.display(),
+                    out.display()
+                ),
+                None => "No checkpoint had been written yet".to_string(),
+            },
+            source,
+        }
+    }
+
+    /// One optimizer step: one submit per micro-batch. A single process finishes with its last
+    /// one: the gradient norm and AdamW, which skips its update on the GPU when the norm is not
+    /// finite (so a bad step never reaches the parameters). Ranks first sum their gradients.
+    pub fn step(&mut self) -> Result<StepResult, TrainError> {
+        let (t, step) = (&self.t, self.step);
+        self.comm.set_step(step);
+        let ts = Instant::now();
+        let opt = adamw_cfg(t, step);
+        if self.fault_lost_at == Some(step + 1) {
+            self.gpu.simulate_device_loss();
+        }
+        let ctx = self.at_step(step + 1);
+        let (model, prog) = (&self.model, &self.prog);
+        model.set_optimizer_step(prog, &opt).map_err(ctx.clone())?;
+        let mut loss_sum = 0.0f64;
+        let mut exchanged = None;
+        // (loss, valid targets, Σ g²) of the step's last submit.
+        let mut stats = Vec::new();
+        for (i, &micro) in self.micros.iter().enumerate() {
+            let (x, y) = self.data.train_batch(t.seed, step, micro, t.batch_size, t.seq_len);
+            prog.set_batch(model, &x, &y).map_err(ctx.clone())?;
+            let last = i + 1 == self.micros.len();
+            stats = if self.distributed && last && self.dist.overlap_backward {
+                exchanged = Some(backward_with_exchange(model, prog, i == 0, self.comm, self.bucket)?);
+                prog.stats().read_f32(&self.gpu).map_err(ctx.clone())?
+            } else {
+                let optimize = last && !self.distributed;
+                // One submit per micro-batch, its statistics read back in the same submit.
+                let parts =
+                    Parts { zero: i == 0, forward: true, backward: true, finish: optimize, optimizer: optimize };
+                prog.run(model, parts).map_err(ctx.clone())?
+            };
+            loss_sum += stats[0] as f64;
+        }
+        let mut comm_s = None;
+        if self.distributed {
+            let c = match exchanged {
+                Some(c) => c,
+                None => reduce_gradients(model, self.comm, self.bucket)?,
+            };
+            let mut red = [loss_sum, if INTERRUPTED.load(Ordering::SeqCst) { 1.0 } else { 0.0 }];
+            self.comm.all_reduce_sum_f64(&mut red, "loss all-reduce");
+            loss_sum = red[0];
+            self.stop = red[1] > 0.0;
+            stats = prog.run(model, Parts::FINISH_STEP).map_err(ctx.clone())?;
+            comm_s = Some((c.wait, c.total));
+            if step > self.start {
+                self.comm_sum += c;
+            }
+        }
+        // The step's loss: the mean of its micro-batches' mean losses (what the gradient is of).
+        let loss = (loss_sum / t.grad_accum as f64) as f32;
+        // A non-finite norm² is reported as it is (NaN.max(0) would read as 0).
+        let gnorm = if stats[2].is_finite() { stats[2].max(0.0).sqrt() } else { stats[2] };
+        let finite = loss.is_finite() && stats[2].is_finite();
+        if !finite && !t.skip_nonfinite {
+            self.progress.finish();
+            let (what, value) = if loss.is_finite() { ("gradient norm", gnorm) } else { ("loss", loss) };
+            return Err(TrainError::NonFinite { step: step + 1, what, value });
+        }
+        self.step += 1;
+        self.last_loss = loss;
+        self.losses.push(loss);
+        let dt = ts.elapsed().as_secs_f64();
+        if self.step > self.start + 1 {
+            (self.timed_steps, self.timed_s) = (self.timed_steps + 1, self.timed_s + dt);
+        }
+        let tokens_per_step = (t.batch_size * t.seq_len * t.grad_accum) as f64;
+        self.tok_s = tokens_per_step / dt.max(1e-9);
+        Ok(StepResult { lr: opt.lr, loss, gnorm, finite, stats, comm_s })
+    }
+
+    fn append(&self, line: &serde_json::Value) -> Result<(), TrainError> {
+        if self.lead { append_line(&self.metrics, line) } else { Ok(()) }
+    }
+
+    fn elapsed(&self) -> f64 {
+        self.elapsed0 + self.t0.elapsed().as_secs_f64()
+    }
+
+    /// The step's metrics line (every step) and the progress bar (log lines every `log_every`).
+    pub fn log(&self, s: &StepResult) -> Result<(), TrainError> {
+        let (step, tok_s) = (self.step, self.tok_s);
+        let log = step % self.t.log_every == 0 || step == self.end;
+        let mut line = json!({
+            "step": step, "lr": s.lr, "loss": s.loss, "grad_norm": s.gnorm, "tok_per_s": tok_s,
+            "elapsed": self.elapsed(), "skipped": !s.finite,
+        });
+        if let Some((wait, exchange)) = s.comm_s {
+            line["comm_wait_s"] = json!(wait);
+            line["comm_s"] = json!(exchange);
+        }
+        if self.lead && self.run.model.variant.is_ddl() {
+            // Every step, from the step's one readback (the last micro-batch's forward).
+            line["beta_mean"] = json!(crate::model::beta_means_of(&s.stats, self.prog.b() * self.prog.t()));
+        }
+        self.append(&line)?;
+        let msg = format!("loss {:.4} |g| {:.3} lr {:.2e} {tok_s:.0} tok/s", s.loss, s.gnorm, s.lr);
+        self.progress.update(step, msg, log);
+        Ok(())
+    }
+
+    /// After a step: the ranks' parameter check (first step, checkpoints), an evaluation every
+    /// `eval_every` steps, a checkpoint every `checkpoint_every` steps.
+    pub fn after_step(&mut self) -> Result<(), TrainError> {
+        let (t, step) = (&self.t, self.step);
+        let checkpoint_now = t.checkpoint_every > 0 && step % t.checkpoint_every == 0 && step < self.end;
+        if self.distributed && (step == self.start + 1 || checkpoint_now) {
+            params_in_sync(&self.model, self.comm, step)?;
+        }
+        if t.eval_every > 0 && step % t.eval_every == 0 && step < self.end {
+            let vl = self.evaluate()?;
+            self.progress.println(format!("step {step}: val loss {vl:.4} (perplexity {:.2})", vl.exp()));
+            if self.lead
+                && let Err(e) = plot_metrics(&self.out)
+            {
+                self.progress.println(format!("warning: could not write the loss plot: {e}"));
+            }
+        }
+        if checkpoint_now {
+            self.save()?;
+            self.last_saved = Some(step);
+        }
+        Ok(())
+    }
+
+    /// The validation loss (shared out over the ranks), logged.
+    fn evaluate(&mut self) -> Result<f64, TrainError> {
+        let vl = evaluate_sharded(&self.model, &self.eval_prog, &self.data, &self.t, self.comm)?;
+        self.val_loss = Some(vl);
+        self.append(&json!({"step": self.step, "val_loss": vl, "val_ppl": vl.exp()}))?;
+        Ok(vl)
+    }
+
+    /// The checkpoint of the current step (rank 0).
+    fn save(&self) -> Result<(), TrainError> {
+        if !self.lead {
+            return Ok(());
+        }
+        let (model, step) = (&self.model, self.step);
+        let p = model.read_params()?;
+        let m = model.adam_m.read_f32(&model.gpu)?;
+        let v = model.adam_v.read_f32(&model.gpu)?;
+        let state = checkpoint::RunState { step, elapsed: self.elapsed() };
+        checkpoint::save(&self.out, &model.cfg, &self.tok, &model.layout, &p, Some((&m, &v, &state, &self.run_toml)))
+            .map_err(|source| TrainError::Save { step, dir: self.out.clone(), source })
+    }
+
+    /// The last evaluation (unless interrupted), the checkpoint, the data-parallel report and
+    /// the loss plot.
+    pub fn finish(mut self) -> Result<Summary, TrainError> {
+        self.progress.finish();
+        let step = self.step;
+        if !self.interrupted && step > self.start {
+            self.evaluate()?;
+        }
+        self.save()?;
+        if self.distributed {
+            let digests = params_in_sync(&self.model, self.comm, step)?;
+            if self.lead {
+                self.write_distributed_report(&digests)?;
+            }
+        }
+        if self.lead
+            && let Err(e) = plot_metrics(&self.out)
+        {
+            eprintln!("warning: could not write the loss plot: {e}");
+        }
+        Ok(Summary {
+            step,
+            last_loss: self.last_loss,
+            val_loss: self.val_loss,
+            tokens_per_s: self.tok_s,
+            interrupted: self.interrupted,
+            losses: self.losses,
+        })
+    }
+
+    /// `distributed.json`: ranks, parameter digests, bytes and mean times of the exchange.
+    fn write_distributed_report(&self, digests: &[u64]) -> Result<(), TrainError> {
+        let (total, bucket, c) = (self.model.layout.total, self.bucket, &self.comm_sum);
+        let (timed_steps, timed_s) = (self.timed_steps, self.timed_s);
+        let n = timed_steps.max(1) as f64;
+        let report = json!({
+            "ranks": self.comm.size(),
+            "transport": self.comm.describe(),
+            "step": self.step,
+            "params_digest_by_rank": digests.iter().map(|d| format!("{d:016x}")).collect::<Vec<_>>(),
+            "allreduce_bytes_per_step": 4 * total,
+            "bucket_elems": bucket,
+            "overlap_backward": self.dist.overlap_backward,
+            "buckets_per_step": total.div_ceil(bucket),
+            "timed_steps": timed_steps,
+            "mean_step_s": timed_s / n,
+            "mean_wait_s": c.wait / n,
+            "mean_exchange_s": c.total / n,
+            "mean_readback_s": c.readback / n,
+            "mean_allreduce_s": c.allreduce / n,
+            "mean_write_s": c.write / n,
+            "exchange_share_of_step": if timed_s > 0.0 { c.total / timed_s } else { 0.0 },
+        });
+        let path = self.out.join("distributed.json");
+        let text = serde_json::to_string_pretty(&report).map_err(|e| TrainError::Settings(e.to_string()))?;
+        checkpoint::write_atomic(&path, text.as_bytes()).map_err(|source| TrainError::Io { path, source })
+    }
+}
