@@ -18,7 +18,7 @@ struct Params {
     eps: f32,
     chunk: u32,       // dγ pass 1: rows per chunk
     chunks: u32,      // dγ: number of chunks = ceil(rows / chunk)
-    _pad: u32,        // `rmsnorm_dgain_partial_qh`: items per chunk (dim/4 or more)
+    chunk_stride: u32, // `rmsnorm_dgain_partial_qh`: items per chunk (dim/4 or more)
     // The DDL heads folded into the backward (`*_qh`; zero for every other entry point): value
     // channels m ≤ 4, and where the heads' chunk partials go in `hpart` (offsets and row
     // strides of ∂b_β, ∂W_v, ∂b_v; ∂w_β's rows start at 0), laid out as the delta write's heads
@@ -362,7 +362,7 @@ fn backward_dx_qh(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool) {
 
 // dγ's chunk partials as `rmsnorm_dgain_partial_q` (with ∂c = dy + ∂z w_β), and the heads'
 // chunk partials of the same chunk and four features. Items: chunk c, quad i < dq, at
-// c·`_pad` + i (`_pad` = dq, or in the `t1g` entry point dq rounded up to the subgroup size so
+// c·`chunk_stride` + i (`chunk_stride` = dq, or in the `t1g` entry point dq rounded up to the subgroup size so
 // that a subgroup never spans two chunks; the invocations of the padding compute quad dq − 1 and
 // store nothing).
 @compute @workgroup_size(WG)
@@ -390,7 +390,7 @@ fn head_du_shared(lead: bool, r: u32) -> vec4<f32> {
 fn dgain_partial_qh(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool) {
     let item = (wid.y * nwg.x + wid.x) * WG + lid;
     let dq = params.dim / 4u;
-    let stride = params._pad;
+    let stride = params.chunk_stride;
     let c = item / stride;
     if (c >= params.chunks) {
         return;

@@ -396,3 +396,28 @@ pub fn check_with(gpu: &Arc<Gpu>, g: &Golden, state_f16: bool) -> Result<Vec<Row
     }
     Ok(rows)
 }
+
+/// `ddl golden`'s report of one file: the config line, a row per tensor (only the failures with
+/// `quiet`) and the count.
+pub fn report(path: &Path, g: &Golden, rows: &[Row], quiet: bool) -> String {
+    let c = &g.config;
+    let mut s = format!(
+        "== {} (variant {}, V {}, d {}, L {}, H {}, h {}, d_v {}, B {}, T {})\n",
+        path.display(),
+        c.variant,
+        c.vocab_size,
+        c.d_model,
+        c.n_layers,
+        c.n_heads,
+        c.head_dim,
+        c.d_v,
+        g.batch,
+        g.seq_len
+    );
+    s += &format!("{:<44} {:>10} {:>10} {:>8}  result\n", "tensor", "rel_l2", "max_abs", "tol");
+    for r in rows.iter().filter(|r| !quiet || !r.pass) {
+        s += &format!("{r}\n");
+    }
+    let fails = rows.iter().filter(|r| !r.pass).count();
+    s + &format!("{}: {} compared, {} failed\n\n", path.display(), rows.len(), fails)
+}

@@ -753,24 +753,7 @@ fn golden(dev: &DeviceArgs, files: &[std::path::PathBuf], quiet: bool, f16_state
             }
             Ok((g, rows)) => {
                 let fails = rows.iter().filter(|r| !r.pass).count();
-                println!(
-                    "== {} (variant {}, V {}, d {}, L {}, H {}, h {}, d_v {}, B {}, T {})",
-                    f.display(),
-                    g.config.variant,
-                    g.config.vocab_size,
-                    g.config.d_model,
-                    g.config.n_layers,
-                    g.config.n_heads,
-                    g.config.head_dim,
-                    g.config.d_v,
-                    g.batch,
-                    g.seq_len
-                );
-                println!("{:<44} {:>10} {:>10} {:>8}  result", "tensor", "rel_l2", "max_abs", "tol");
-                for r in rows.iter().filter(|r| !quiet || !r.pass) {
-                    println!("{r}");
-                }
-                println!("{}: {} compared, {} failed\n", f.display(), rows.len(), fails);
+                print!("{}", ddl::golden::report(f, &g, &rows, quiet));
                 if fails > 0 {
                     failed_files.push(f.display().to_string());
                 }
@@ -807,20 +790,7 @@ fn info_model(
         cfg.mlp_hidden,
         cfg.m()
     );
-    println!("parameters: {}", plan.params);
-    let mib = |x: u64| x as f64 / (1024.0 * 1024.0);
-    println!("memory plan at B {b}, T {s} (bytes):");
-    for (name, bytes) in [
-        ("parameters", plan.param_bytes),
-        ("gradients", plan.param_bytes),
-        ("AdamW moments", 2 * plan.param_bytes),
-        ("activations", plan.activation_bytes),
-        ("gradient scratch", plan.grad_scratch_bytes),
-    ] {
-        println!("  {name:<18} {bytes:>14}  ({:.1} MiB)", mib(bytes));
-    }
-    println!("  {:<18} {:>14}  ({:.1} MiB)", "total", plan.total(), mib(plan.total()));
-    println!("largest single tensor: {} bytes ({})", plan.largest.1, plan.largest.0);
+    print!("{}", plan.text(b, s));
     if let Ok(gpu) = dev.open() {
         let limit = gpu.limits.max_storage_buffer_binding_size;
         if plan.largest.1 > limit {
@@ -883,22 +853,7 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             if let Some(bad) = cases.iter().find(|c| !["nn", "nt", "tn"].contains(&c.as_str())) {
                 anyhow::bail!("--cases: unknown form '{bad}' (expected nn, nt or tn)");
             }
-            let variants = match variants.as_str() {
-                "all" => ddl::bench::VariantSet::All,
-                "auto" => ddl::bench::VariantSet::Auto,
-                list => {
-                    let names: Vec<String> = list.split(',').map(|x| x.trim().to_string()).collect();
-                    let known = ddl::kernels::matmul::variants_for(&gpu);
-                    if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
-                        anyhow::bail!(
-                            "--variants: '{bad}' is not a tile variant this adapter runs (expected all, auto or \
-                             a list of: {})",
-                            known.join(", ")
-                        );
-                    }
-                    ddl::bench::VariantSet::Named(names)
-                }
-            };
+            let variants = ddl::bench::VariantSet::parse(&variants, &gpu).map_err(anyhow::Error::msg)?;
             let products = match &preset {
                 Some(p) => {
                     let shape = bench_shape(p, batch, seq)?;
@@ -916,20 +871,7 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 }
             };
             if tune {
-                // What does not fit one dispatch is not tuned (its row says skipped).
-                for (name, mm) in products.iter().filter(|(_, mm)| ddl::bench::matmul_skip(&gpu, mm).is_none()) {
-                    let v = ddl::kernels::matmul::autotune::tune(&gpu, mm)?;
-                    if json {
-                        print_row(
-                            &ddl::bench::Row(serde_json::json!({
-                                "bench": "matmul_tune", "case": name, "m": mm.m, "n": mm.n, "k": mm.k, "variant": v,
-                            })),
-                            true,
-                        );
-                    } else {
-                        println!("tuned {name} {}x{}x{}: {v}", mm.m, mm.n, mm.k);
-                    }
-                }
+                ddl::bench::tune_rows(&gpu, &products, |r| print_row(&r, json))?;
             }
             ddl::bench::matmul_rows(&gpu, &products, &variants, reps, |r| print_row(&r, json))?;
         }
@@ -953,27 +895,8 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 print_row(&copy, true);
                 print_row(&ddl::bench::Row(serde_json::json!({"bench": "matmul_rate", "gflop_per_s": gflops})), true);
             }
-            // A module whose cases cannot run at these shapes on this adapter (a tensor over its
-            // storage binding, say) gets an error row; the other modules still run.
-            let mut failed = Vec::new();
-            for (module, f) in ddl::bench::BENCHES {
-                let run = f(&gpu, &shape).and_then(|cases| {
-                    let cases: Vec<_> = cases
-                        .into_iter()
-                        .filter(|c| filter.is_empty() || filter.iter().any(|x| c.name.contains(x.as_str())))
-                        .collect();
-                    ddl::bench::kernel_rows(&gpu, cases, reps, gbs, gflops, |r| print_row(&r, json))
-                });
-                if let Err(e) = run {
-                    let row = serde_json::json!({"bench": "kernel_error", "module": module, "error": e.to_string()});
-                    if json {
-                        print_row(&ddl::bench::Row(row), true);
-                    } else {
-                        println!("{module}: could not run at these shapes: {e}");
-                    }
-                    failed.push(*module);
-                }
-            }
+            let failed =
+                ddl::bench::all_kernel_rows(&gpu, &shape, &filter, reps, (gbs, gflops), |r| print_row(&r, json));
             if !failed.is_empty() {
                 anyhow::bail!("the benchmarks of {} could not run at these shapes (above)", failed.join(", "));
             }

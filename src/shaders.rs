@@ -5,9 +5,12 @@
 //! translated to SPIR-V, MSL and HLSL (`cargo test shaders`).
 //!
 //! A shader may come in *variants*: the same source compiled with different `const` values
-//! (tile sizes, for example). A variant is a prelude of `const NAME: TYPE = VALUE;` lines put in
-//! front of the source; WGSL allows module-scope declarations in any order, so the source uses
-//! the constants without declaring them.
+//! (tile sizes, for example) and WGSL parts put in front of it (`shaders/parts/`: the row type of
+//! a value width, how the saved state is stored, subgroup loads and the entry points that need
+//! them). WGSL allows module-scope declarations in any order, so the source uses the constants
+//! and parts without declaring them. Variants are generated from small typed keys
+//! ([`DeltaKey`], [`ConvKey`], [`MatmulKey`], [`NormKey`]); a kernel asks for the key's name. All
+//! WGSL lives under `shaders/`.
 
 /// One WGSL source file and the variants it is compiled in.
 #[derive(Debug, Clone, Copy)]
@@ -16,520 +19,370 @@ pub struct Shader {
     pub name: &'static str,
     /// The WGSL text.
     pub source: &'static str,
-    /// Named constant sets; empty when the source stands alone.
-    pub variants: &'static [Variant],
+    /// Every variant (empty when the source stands alone).
+    pub variants: fn() -> Vec<Variant>,
 }
 
-/// A named set of module-scope constants prepended to a shader's source.
-#[derive(Debug, Clone, Copy)]
+/// A named set of module-scope constants and WGSL parts prepended to a shader's source.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Variant {
-    pub name: &'static str,
+    pub name: String,
     /// `(name, WGSL type, value)` triples, e.g. `("BM", "u32", "64u")`.
-    pub consts: &'static [(&'static str, &'static str, &'static str)],
-    /// Further module-scope WGSL put after the constants (type aliases, small helpers), or "".
-    pub code: &'static str,
+    pub consts: Vec<(&'static str, &'static str, String)>,
+    /// WGSL put after the constants, in order (files of `shaders/parts/`).
+    pub parts: Vec<&'static str>,
+}
+
+/// A shader without variants.
+pub fn no_variants() -> Vec<Variant> {
+    Vec::new()
 }
 
 macro_rules! shader {
     ($name:literal) => {
-        Shader { name: $name, source: include_str!(concat!("../shaders/", $name, ".wgsl")), variants: &[] }
+        Shader { name: $name, source: include_str!(concat!("../shaders/", $name, ".wgsl")), variants: no_variants }
     };
     ($name:literal, $variants:expr) => {
         Shader { name: $name, source: include_str!(concat!("../shaders/", $name, ".wgsl")), variants: $variants }
     };
 }
 
-/// One row of a `[.., m]` state as a WGSL type (`Row`): vectors where WGSL has an array-stride
-/// match (m = 2, 4: one vector load per row), arrays otherwise. `row4`/`from4` convert rows of
-/// m ≤ 4 to and from a `vec4<f32>` (zeros beyond m).
-macro_rules! row_code {
-    (1) => {
-        "alias Row = array<f32, 1>;\n\
-         fn row4(r: Row) -> vec4<f32> { return vec4<f32>(r[0], 0.0, 0.0, 0.0); }\n\
-         fn from4(v: vec4<f32>) -> Row { return Row(v.x); }\n"
-    };
-    (2) => {
-        "alias Row = vec2<f32>;\n\
-         fn row4(r: Row) -> vec4<f32> { return vec4<f32>(r, 0.0, 0.0); }\n\
-         fn from4(v: vec4<f32>) -> Row { return v.xy; }\n"
-    };
-    (3) => {
-        "alias Row = array<f32, 3>;\n\
-         fn row4(r: Row) -> vec4<f32> { return vec4<f32>(r[0], r[1], r[2], 0.0); }\n\
-         fn from4(v: vec4<f32>) -> Row { return Row(v.x, v.y, v.z); }\n"
-    };
-    (4) => {
-        "alias Row = vec4<f32>;\n\
-         fn row4(r: Row) -> vec4<f32> { return r; }\n\
-         fn from4(v: vec4<f32>) -> Row { return v; }\n"
-    };
-    (wide) => {
-        "alias Row = array<f32, MM>;\n"
+macro_rules! part {
+    ($name:literal) => {
+        include_str!(concat!("../shaders/parts/", $name, ".wgsl"))
     };
 }
 
-/// How a kernel stores the *saved state* X (`x`, `x_out` of the delta write; `x`, `xr` of the
-/// compressor): `XRow` / `XS` are its row and element types and `xin` / `xout` convert a row to and
-/// from `Row`. `f32`: X is stored as computed. `f16` (m = 4 only, needs SHADER_F16): X is stored in
-/// half precision, every sum and product still in f32 (the float32 islands of spec 10.3 stay
-/// f32: p = Xᵀk is accumulated in f32 from the converted rows).
-macro_rules! state_code {
-    (f32) => {
-        "alias XRow = Row;\n\
-         alias XS = f32;\n\
-         fn xin(r: XRow) -> Row { return r; }\n\
-         fn xout(r: Row) -> XRow { return r; }\n"
-    };
-    (f16) => {
-        "enable f16;\n\
-         alias XRow = vec4<f16>;\n\
-         alias XS = f16;\n\
-         fn xin(r: XRow) -> Row { return Row(r); }\n\
-         fn xout(r: Row) -> XRow { return XRow(r); }\n"
-    };
+/// The parts (`shaders/parts/*.wgsl`), by file stem.
+pub const PARTS: &[(&str, &str)] = &[
+    ("row1", part!("row1")),
+    ("row2", part!("row2")),
+    ("row3", part!("row3")),
+    ("row4", part!("row4")),
+    ("row_wide", part!("row_wide")),
+    ("state_f32", part!("state_f32")),
+    ("state_f16", part!("state_f16")),
+    ("sg_on", part!("sg_on")),
+    ("sg_off", part!("sg_off")),
+    ("delta_sg_entries", part!("delta_sg_entries")),
+    ("matmul_sg_on", part!("matmul_sg_on")),
+    ("matmul_sg_off", part!("matmul_sg_off")),
+    ("norm_sg_entries", part!("norm_sg_entries")),
+];
+
+fn part(name: &str) -> &'static str {
+    PARTS.iter().find(|p| p.0 == name).map(|p| p.1).expect("a part listed in PARTS")
+}
+
+/// The row type of value width `m` (`Row`, `row4`, `from4`): vectors where WGSL has an
+/// array-stride match (m = 2, 4: one vector load per row), arrays otherwise.
+fn row_part(m: usize) -> &'static str {
+    match m {
+        1 => part("row1"),
+        2 => part("row2"),
+        3 => part("row3"),
+        4 => part("row4"),
+        _ => part("row_wide"),
+    }
+}
+
+/// How a kernel stores the *saved state* X: as computed (f32), or (m = 4 only, needs
+/// SHADER_F16) in half precision with every sum and product still in f32 (the float32 islands of
+/// spec 10.3 stay f32: p = Xᵀk is accumulated in f32 from the converted rows).
+fn state_part(f16: bool) -> &'static str {
+    part(if f16 { "state_f16" } else { "state_f32" })
 }
 
 /// Loads of values that every invocation of a subgroup needs (the same address in all of them):
 /// the kernel passes `lead` = "this invocation loads" to its body, and `sg_first`/`sg_first4` give
-/// the lead's value to the whole subgroup. `on`: the lead is invocation 0 of each subgroup
-/// (`subgroup_invocation_id` = 0, which needs an entry point of the variant: `delta_sg_entries!`)
-/// and `subgroupBroadcast(·, 0)` shares the value — correct for any subgroup size as long as the
+/// the lead's value to the whole subgroup. On: the lead is invocation 0 of each subgroup
+/// (`subgroup_invocation_id` = 0, which needs an entry point of the variant) and
+/// `subgroupBroadcast(·, 0)` shares the value — correct for any subgroup size as long as the
 /// address is the same in every invocation of the subgroup and all of them are active; on
 /// llvmpipe, where every load is a loop over the 8 SIMD lanes, a load by lane 0 (a constant
-/// mask) plus the broadcast measured 8× cheaper than every lane loading (docs/PERF.md). `off`
-/// (no subgroup operations in the text, for adapters without them): every invocation loads.
-macro_rules! sg_code {
-    (on) => {
-        "fn sg_first(v: f32) -> f32 { return subgroupBroadcast(v, 0u); }\n\
-         fn sg_first4(v: vec4<f32>) -> vec4<f32> { return subgroupBroadcast(v, 0u); }\n"
-    };
-    (off) => {
-        "fn sg_first(v: f32) -> f32 { return v; }\n\
-         fn sg_first4(v: vec4<f32>) -> vec4<f32> { return v; }\n"
-    };
+/// mask) plus the broadcast measured 8× cheaper than every lane loading (docs/PERF.md). Off (no
+/// subgroup operations in the text, for adapters without them): every invocation loads.
+fn sg_part(on: bool) -> &'static str {
+    part(if on { "sg_on" } else { "sg_off" })
 }
 
-/// The delta shader's entry points with subgroup-shared loads (`…g` variants only).
-macro_rules! delta_sg_entries {
-    () => {
-        "@compute @workgroup_size(128)\n\
-         fn delta_forward_qg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
-             @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
-             forward_q(wid, nwg, lid, sid == 0u, false);\n\
-         }\n\
-         @compute @workgroup_size(128)\n\
-         fn delta_forward_qgk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
-             @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
-             forward_q(wid, nwg, lid, sid == 0u, true);\n\
-         }\n\
-         @compute @workgroup_size(128)\n\
-         fn delta_heads_g(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
-             @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
-             heads(wid, nwg, lid, sid == 0u);\n\
-         }\n"
-    };
+fn u(v: usize) -> String {
+    format!("{v}u")
 }
 
-/// The name of the `DELTA_VARIANTS` / `SHORTCONV_VARIANTS` variant for value width `m`.
-pub fn width_variant(m: usize) -> String {
-    format!("m{m}")
+/// Largest value width of the delta-write kernel's variants.
+pub const DELTA_MAX_M: usize = 8;
+
+/// A variant of the delta-write kernel (`shaders/delta.wgsl`): value width `m` (`MM`, the row
+/// type of that width: the loops over the m value channels have constant trip counts, registers
+/// not stack arrays, and a state row is one load where WGSL allows it); `seg1` compiles in the
+/// segment width 1 (one token per invocation, the CPU-adapter layout: the row loops get a
+/// constant stride and the cross-lane reduction folds away); `subgroup` (with `seg1`) adds the
+/// entry points with subgroup-shared loads, used where [`crate::kernels::subgroup_loads`] says
+/// so; `f16` stores the state in half precision (m = 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeltaKey {
+    pub m: usize,
+    pub seg1: bool,
+    pub subgroup: bool,
+    pub f16: bool,
 }
 
-/// Value widths of the delta-write kernel (`shaders/delta.wgsl`): variant `mJ` has `MM = J` and
-/// the row type of that width, so the loops over the m value channels have constant trip counts
-/// (registers, not stack arrays) and a state row is one load where WGSL allows it. `mJs1` compiles
-/// in the segment width 1 (one token per invocation, the CPU-adapter layout): the row loops get a
-/// constant stride and the cross-lane reduction folds away. `mJs1g` adds the entry points with
-/// subgroup-shared loads (`sg_code!`, `delta_sg_entries!`), used where
-/// [`crate::kernels::subgroup_loads`] says so.
-pub const DELTA_VARIANTS: &[Variant] = &[
-    Variant {
-        name: "m1",
-        consts: &[("MM", "u32", "1u"), ("SEGFIX", "u32", "0u")],
-        code: concat!(row_code!(1), state_code!(f32), sg_code!(off)),
-    },
-    Variant {
-        name: "m2",
-        consts: &[("MM", "u32", "2u"), ("SEGFIX", "u32", "0u")],
-        code: concat!(row_code!(2), state_code!(f32), sg_code!(off)),
-    },
-    Variant {
-        name: "m3",
-        consts: &[("MM", "u32", "3u"), ("SEGFIX", "u32", "0u")],
-        code: concat!(row_code!(3), state_code!(f32), sg_code!(off)),
-    },
-    Variant {
-        name: "m4",
-        consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "0u")],
-        code: concat!(row_code!(4), state_code!(f32), sg_code!(off)),
-    },
-    Variant {
-        name: "m5",
-        consts: &[("MM", "u32", "5u"), ("SEGFIX", "u32", "0u")],
-        code: concat!(row_code!(wide), state_code!(f32), sg_code!(off)),
-    },
-    Variant {
-        name: "m6",
-        consts: &[("MM", "u32", "6u"), ("SEGFIX", "u32", "0u")],
-        code: concat!(row_code!(wide), state_code!(f32), sg_code!(off)),
-    },
-    Variant {
-        name: "m7",
-        consts: &[("MM", "u32", "7u"), ("SEGFIX", "u32", "0u")],
-        code: concat!(row_code!(wide), state_code!(f32), sg_code!(off)),
-    },
-    Variant {
-        name: "m8",
-        consts: &[("MM", "u32", "8u"), ("SEGFIX", "u32", "0u")],
-        code: concat!(row_code!(wide), state_code!(f32), sg_code!(off)),
-    },
-    Variant {
-        name: "m1s1",
-        consts: &[("MM", "u32", "1u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(1), state_code!(f32), sg_code!(off)),
-    },
-    Variant {
-        name: "m2s1",
-        consts: &[("MM", "u32", "2u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(2), state_code!(f32), sg_code!(off)),
-    },
-    Variant {
-        name: "m3s1",
-        consts: &[("MM", "u32", "3u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(3), state_code!(f32), sg_code!(off)),
-    },
-    Variant {
-        name: "m4s1",
-        consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(4), state_code!(f32), sg_code!(off)),
-    },
-    Variant {
-        name: "m5s1",
-        consts: &[("MM", "u32", "5u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(wide), state_code!(f32), sg_code!(off)),
-    },
-    Variant {
-        name: "m6s1",
-        consts: &[("MM", "u32", "6u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(wide), state_code!(f32), sg_code!(off)),
-    },
-    Variant {
-        name: "m7s1",
-        consts: &[("MM", "u32", "7u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(wide), state_code!(f32), sg_code!(off)),
-    },
-    Variant {
-        name: "m8s1",
-        consts: &[("MM", "u32", "8u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(wide), state_code!(f32), sg_code!(off)),
-    },
-    Variant {
-        name: "m1s1g",
-        consts: &[("MM", "u32", "1u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(1), state_code!(f32), sg_code!(on), delta_sg_entries!()),
-    },
-    Variant {
-        name: "m2s1g",
-        consts: &[("MM", "u32", "2u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(2), state_code!(f32), sg_code!(on), delta_sg_entries!()),
-    },
-    Variant {
-        name: "m3s1g",
-        consts: &[("MM", "u32", "3u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(3), state_code!(f32), sg_code!(on), delta_sg_entries!()),
-    },
-    Variant {
-        name: "m4s1g",
-        consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(4), state_code!(f32), sg_code!(on), delta_sg_entries!()),
-    },
-    Variant {
-        name: "m5s1g",
-        consts: &[("MM", "u32", "5u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(wide), state_code!(f32), sg_code!(on), delta_sg_entries!()),
-    },
-    Variant {
-        name: "m6s1g",
-        consts: &[("MM", "u32", "6u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(wide), state_code!(f32), sg_code!(on), delta_sg_entries!()),
-    },
-    Variant {
-        name: "m7s1g",
-        consts: &[("MM", "u32", "7u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(wide), state_code!(f32), sg_code!(on), delta_sg_entries!()),
-    },
-    Variant {
-        name: "m8s1g",
-        consts: &[("MM", "u32", "8u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(wide), state_code!(f32), sg_code!(on), delta_sg_entries!()),
-    },
-    // f16 saved state (`state_code!(f16)`): the m = 4 layouts.
-    Variant {
-        name: "m4h",
-        consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "0u")],
-        code: concat!(row_code!(4), state_code!(f16), sg_code!(off)),
-    },
-    Variant {
-        name: "m4s1h",
-        consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(4), state_code!(f16), sg_code!(off)),
-    },
-    Variant {
-        name: "m4s1gh",
-        consts: &[("MM", "u32", "4u"), ("SEGFIX", "u32", "1u")],
-        code: concat!(row_code!(4), state_code!(f16), sg_code!(on), delta_sg_entries!()),
-    },
-];
+impl DeltaKey {
+    /// `m4`, `m4s1`, `m4s1g`, `m4s1gh`, …
+    pub fn name(&self) -> String {
+        let seg = match (self.seg1, self.subgroup) {
+            (true, true) => "s1g",
+            (true, false) => "s1",
+            _ => "",
+        };
+        format!("m{}{seg}{}", self.m, if self.f16 { "h" } else { "" })
+    }
 
-/// Variants of the compressor shader (`shaders/shortconv.wgsl`): the windowed token-axis kernels
-/// read state rows of width m ≤ 4 as `Row` (variant `mJ`) and keep windows of `KW` token states:
-/// 8 with K read from the parameters, or in `mJk4` (K = 4, every preset) 4 with K a constant
-/// (`KFIX`), which halves the registers and turns the per-slot tap tests into constants. Every
-/// other entry point ignores these and is launched from `m1`.
-pub const SHORTCONV_VARIANTS: &[Variant] = &[
-    Variant {
-        name: "m1",
-        consts: &[("MM", "u32", "1u"), ("KW", "u32", "8u"), ("KFIX", "u32", "0u")],
-        code: concat!(row_code!(1), state_code!(f32)),
-    },
-    Variant {
-        name: "m2",
-        consts: &[("MM", "u32", "2u"), ("KW", "u32", "8u"), ("KFIX", "u32", "0u")],
-        code: concat!(row_code!(2), state_code!(f32)),
-    },
-    Variant {
-        name: "m3",
-        consts: &[("MM", "u32", "3u"), ("KW", "u32", "8u"), ("KFIX", "u32", "0u")],
-        code: concat!(row_code!(3), state_code!(f32)),
-    },
-    Variant {
-        name: "m4",
-        consts: &[("MM", "u32", "4u"), ("KW", "u32", "8u"), ("KFIX", "u32", "0u")],
-        code: concat!(row_code!(4), state_code!(f32)),
-    },
-    Variant {
-        name: "m1k4",
-        consts: &[("MM", "u32", "1u"), ("KW", "u32", "4u"), ("KFIX", "u32", "4u")],
-        code: concat!(row_code!(1), state_code!(f32)),
-    },
-    Variant {
-        name: "m2k4",
-        consts: &[("MM", "u32", "2u"), ("KW", "u32", "4u"), ("KFIX", "u32", "4u")],
-        code: concat!(row_code!(2), state_code!(f32)),
-    },
-    Variant {
-        name: "m3k4",
-        consts: &[("MM", "u32", "3u"), ("KW", "u32", "4u"), ("KFIX", "u32", "4u")],
-        code: concat!(row_code!(3), state_code!(f32)),
-    },
-    Variant {
-        name: "m4k4",
-        consts: &[("MM", "u32", "4u"), ("KW", "u32", "4u"), ("KFIX", "u32", "4u")],
-        code: concat!(row_code!(4), state_code!(f32)),
-    },
-    // f16 saved state (`state_code!(f16)`), m = 4.
-    Variant {
-        name: "m4h",
-        consts: &[("MM", "u32", "4u"), ("KW", "u32", "8u"), ("KFIX", "u32", "0u")],
-        code: concat!(row_code!(4), state_code!(f16)),
-    },
-    Variant {
-        name: "m4k4h",
-        consts: &[("MM", "u32", "4u"), ("KW", "u32", "4u"), ("KFIX", "u32", "4u")],
-        code: concat!(row_code!(4), state_code!(f16)),
-    },
-];
+    fn variant(&self) -> Variant {
+        let mut parts = vec![row_part(self.m), state_part(self.f16), sg_part(self.subgroup)];
+        if self.subgroup {
+            parts.push(part("delta_sg_entries"));
+        }
+        Variant {
+            name: self.name(),
+            consts: vec![("MM", "u32", u(self.m)), ("SEGFIX", "u32", u(self.seg1 as usize))],
+            parts,
+        }
+    }
 
-/// The matmul shader's A-block broadcast (`sg_ablk`, see `shaders/matmul.wgsl`): `off` returns
-/// the block; `on` (the `…g` register-block variants) broadcasts invocation 0's block to its
-/// subgroup and adds the `mm_*_g` entry points, which make invocation 0 of each subgroup the one
-/// that loads A (one-dimensional workgroups of DX·DY invocations, x = index % DX: subgroup
-/// builtins need a one-dimensional workgroup).
-macro_rules! matmul_sg {
-    (off) => {
-        "fn sg_ablk(x: Ablk) -> Ablk { return x; }\n"
-    };
-    (on) => {
-        "fn sg_m4(m: mat4x4<f32>) -> mat4x4<f32> {\n\
-             return mat4x4<f32>(subgroupBroadcast(m[0], 0u), subgroupBroadcast(m[1], 0u),\n\
-                                subgroupBroadcast(m[2], 0u), subgroupBroadcast(m[3], 0u));\n\
-         }\n\
-         fn sg_ablk(x: Ablk) -> Ablk { return Ablk(sg_m4(x.a0), sg_m4(x.a1), sg_m4(x.a2), sg_m4(x.a3)); }\n\
-         @compute @workgroup_size(DX * DY)\n\
-         fn mm_kk_g(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
-             @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
-             body_kk(wid, nwg, vec3<u32>(li % DX, li / DX, 0u), sid == 0u);\n\
-         }\n\
-         @compute @workgroup_size(DX * DY)\n\
-         fn mm_kn_g(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
-             @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
-             body_kn(wid, nwg, vec3<u32>(li % DX, li / DX, 0u), sid == 0u);\n\
-         }\n\
-         @compute @workgroup_size(DX * DY)\n\
-         fn mm_mn_g(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
-             @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
-             body_mn(wid, nwg, vec3<u32>(li % DX, li / DX, 0u), sid == 0u);\n\
-         }\n\
-         @compute @workgroup_size(DX * DY)\n\
-         fn mm_mk_g(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
-             @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
-             body_mk(wid, nwg, vec3<u32>(li % DX, li / DX, 0u), sid == 0u);\n\
-         }\n"
-    };
+    /// Every compiled variant: m = 1 … 8 with any segment width, with seg = 1, and with seg = 1
+    /// and subgroup loads; m = 4 with an f16 state in the same three forms.
+    pub fn all() -> Vec<DeltaKey> {
+        let forms = [(false, false), (true, false), (true, true)];
+        let mut out = Vec::new();
+        for (seg1, subgroup) in forms {
+            for m in 1..=DELTA_MAX_M {
+                out.push(DeltaKey { m, seg1, subgroup, f16: false });
+            }
+        }
+        out.extend(forms.map(|(seg1, subgroup)| DeltaKey { m: 4, seg1, subgroup, f16: true }));
+        out
+    }
 }
 
-// The constants of the matmul variants (MATMUL_VARIANTS).
-const MM_T16: &[(&str, &str, &str)] = &[
-    ("BM", "u32", "16u"),
-    ("BN", "u32", "16u"),
-    ("BK", "u32", "16u"),
-    ("TM", "u32", "1u"),
-    ("TN", "u32", "1u"),
-    ("DIRECT", "u32", "0u"),
-    ("DX", "u32", "8u"),
-    ("DY", "u32", "1u"),
-    ("DM", "u32", "1u"),
-    ("DN", "u32", "1u"),
-];
-const MM_T32: &[(&str, &str, &str)] = &[
-    ("BM", "u32", "32u"),
-    ("BN", "u32", "32u"),
-    ("BK", "u32", "16u"),
-    ("TM", "u32", "2u"),
-    ("TN", "u32", "2u"),
-    ("DIRECT", "u32", "0u"),
-    ("DX", "u32", "8u"),
-    ("DY", "u32", "1u"),
-    ("DM", "u32", "1u"),
-    ("DN", "u32", "1u"),
-];
-const MM_T64: &[(&str, &str, &str)] = &[
-    ("BM", "u32", "64u"),
-    ("BN", "u32", "64u"),
-    ("BK", "u32", "16u"),
-    ("TM", "u32", "4u"),
-    ("TN", "u32", "4u"),
-    ("DIRECT", "u32", "0u"),
-    ("DX", "u32", "8u"),
-    ("DY", "u32", "1u"),
-    ("DM", "u32", "1u"),
-    ("DN", "u32", "1u"),
-];
-const MM_R128: &[(&str, &str, &str)] = &[
-    ("BM", "u32", "128u"),
-    ("BN", "u32", "128u"),
-    ("BK", "u32", "8u"),
-    ("TM", "u32", "8u"),
-    ("TN", "u32", "8u"),
-    ("DIRECT", "u32", "1u"),
-    ("DX", "u32", "8u"),
-    ("DY", "u32", "8u"),
-    ("DM", "u32", "4u"),
-    ("DN", "u32", "4u"),
-];
-const MM_C64: &[(&str, &str, &str)] = &[
-    ("BM", "u32", "128u"),
-    ("BN", "u32", "64u"),
-    ("BK", "u32", "8u"),
-    ("TM", "u32", "8u"),
-    ("TN", "u32", "4u"),
-    ("DIRECT", "u32", "1u"),
-    ("DX", "u32", "8u"),
-    ("DY", "u32", "8u"),
-    ("DM", "u32", "4u"),
-    ("DN", "u32", "2u"),
-];
-const MM_R32: &[(&str, &str, &str)] = &[
-    ("BM", "u32", "32u"),
-    ("BN", "u32", "128u"),
-    ("BK", "u32", "8u"),
-    ("TM", "u32", "2u"),
-    ("TN", "u32", "8u"),
-    ("DIRECT", "u32", "1u"),
-    ("DX", "u32", "8u"),
-    ("DY", "u32", "2u"),
-    ("DM", "u32", "4u"),
-    ("DN", "u32", "4u"),
-];
-const MM_R8: &[(&str, &str, &str)] = &[
-    ("BM", "u32", "8u"),
-    ("BN", "u32", "128u"),
-    ("BK", "u32", "8u"),
-    ("TM", "u32", "1u"),
-    ("TN", "u32", "8u"),
-    ("DIRECT", "u32", "1u"),
-    ("DX", "u32", "8u"),
-    ("DY", "u32", "1u"),
-    ("DM", "u32", "2u"),
-    ("DN", "u32", "4u"),
-];
+fn delta_variants() -> Vec<Variant> {
+    DeltaKey::all().iter().map(DeltaKey::variant).collect()
+}
 
-/// Tile configurations of the matmul kernel (`shaders/matmul.wgsl`; `docs/PERF-LOG.md` has the
-/// measurements behind them). Every variant computes every output in the same order, so they
-/// give bit-identical results.
+/// A variant of the compressor shader (`shaders/shortconv.wgsl`): the windowed token-axis
+/// kernels read state rows of width `m` ≤ 4 as `Row` and keep windows of `KW` token states: 8
+/// with K read from the parameters, or with `k4` (K = 4, every preset) 4 with K a constant
+/// (`KFIX`), which halves the registers and turns the per-slot tap tests into constants; `f16`:
+/// an f16 saved state (m = 4). Every other entry point ignores these and is launched from
+/// [`ConvKey::GENERIC`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvKey {
+    pub m: usize,
+    pub k4: bool,
+    pub f16: bool,
+}
+
+impl ConvKey {
+    /// The variant the per-element kernels are launched from (they do not use its `Row`).
+    pub const GENERIC: ConvKey = ConvKey { m: 1, k4: false, f16: false };
+
+    /// `m4`, `m4k4`, `m4k4h`, …
+    pub fn name(&self) -> String {
+        format!("m{}{}{}", self.m, if self.k4 { "k4" } else { "" }, if self.f16 { "h" } else { "" })
+    }
+
+    fn variant(&self) -> Variant {
+        let (kw, kfix) = if self.k4 { (4, 4) } else { (8, 0) };
+        Variant {
+            name: self.name(),
+            consts: vec![("MM", "u32", u(self.m)), ("KW", "u32", u(kw)), ("KFIX", "u32", u(kfix))],
+            parts: vec![row_part(self.m), state_part(self.f16)],
+        }
+    }
+
+    /// m = 1 … 4 with K from the parameters and with K = 4; m = 4 with an f16 state, both ways.
+    pub fn all() -> Vec<ConvKey> {
+        let mut out = Vec::new();
+        for k4 in [false, true] {
+            for m in 1..=4 {
+                out.push(ConvKey { m, k4, f16: false });
+            }
+        }
+        out.extend([false, true].map(|k4| ConvKey { m: 4, k4, f16: true }));
+        out
+    }
+}
+
+fn shortconv_variants() -> Vec<Variant> {
+    ConvKey::all().iter().map(ConvKey::variant).collect()
+}
+
+/// A tile configuration of the matmul kernel (`shaders/matmul.wgsl`; `docs/PERF-LOG.md` has the
+/// measurements behind them). Every tile computes every output in the same order, so they give
+/// bit-identical results.
 ///
-/// - `t16`, `t32`, `t64` (`DIRECT = 0`): the workgroup-memory kernel for GPUs. `BM×BN` outputs
-///   per workgroup, `TM×TN` per invocation, `BK` the depth of one shared-memory stage.
-/// - `r128`, `c64`, `r32`, `r8` (`DIRECT = 1`): the register-block kernels for CPU adapters
-///   (llvmpipe): `DX×DY` invocations, each `4·DM × 4·DN` outputs, so `BM = 4·DM·DY` and
-///   `BN = 4·DN·DX`. Their `BK`, `TM`, `TN` only keep the module's workgroup-memory entry point
-///   well-formed (it is never launched with them). `DX` is 8: llvmpipe runs 8 invocations along
+/// - `t16`, `t32`, `t64` (`direct = false`): the workgroup-memory kernel for GPUs. `bm×bn`
+///   outputs per workgroup, `tm×tn` per invocation, `bk` the depth of one shared-memory stage.
+/// - `r128`, `c64`, `r32`, `r8` (`direct`): the register-block kernels for CPU adapters
+///   (llvmpipe): `dx×dy` invocations, each `4·dm × 4·dn` outputs, so `bm = 4·dm·dy` and
+///   `bn = 4·dn·dx`. Their `bk`, `tm`, `tn` only keep the module's workgroup-memory entry point
+///   well-formed (it is never launched with them). `dx` is 8: llvmpipe runs 8 invocations along
 ///   x as one SIMD vector.
-pub const MATMUL_VARIANTS: &[Variant] = &[
-    Variant { name: "t16", consts: MM_T16, code: matmul_sg!(off) },
-    Variant { name: "t32", consts: MM_T32, code: matmul_sg!(off) },
-    Variant { name: "t64", consts: MM_T64, code: matmul_sg!(off) },
-    Variant { name: "r128", consts: MM_R128, code: matmul_sg!(off) },
-    Variant { name: "c64", consts: MM_C64, code: matmul_sg!(off) },
-    Variant { name: "r32", consts: MM_R32, code: matmul_sg!(off) },
-    Variant { name: "r8", consts: MM_R8, code: matmul_sg!(off) },
-    Variant { name: "r128g", consts: MM_R128, code: matmul_sg!(on) },
-    Variant { name: "c64g", consts: MM_C64, code: matmul_sg!(on) },
-    Variant { name: "r32g", consts: MM_R32, code: matmul_sg!(on) },
-    Variant { name: "r8g", consts: MM_R8, code: matmul_sg!(on) },
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatmulTile {
+    pub name: &'static str,
+    pub bm: usize,
+    pub bn: usize,
+    pub bk: usize,
+    pub tm: usize,
+    pub tn: usize,
+    pub direct: bool,
+    pub dx: usize,
+    pub dy: usize,
+    pub dm: usize,
+    pub dn: usize,
+    /// The name of its A-broadcast (`…g`) variant: register-block tiles only.
+    pub subgroup_name: Option<&'static str>,
+}
+
+const fn tile(
+    name: &'static str,
+    [bm, bn, bk, tm, tn]: [usize; 5],
+    direct: bool,
+    [dx, dy, dm, dn]: [usize; 4],
+    subgroup_name: Option<&'static str>,
+) -> MatmulTile {
+    MatmulTile { name, bm, bn, bk, tm, tn, direct, dx, dy, dm, dn, subgroup_name }
+}
+
+/// Every matmul tile.
+pub const MATMUL_TILES: [MatmulTile; 7] = [
+    tile("t16", [16, 16, 16, 1, 1], false, [8, 1, 1, 1], None),
+    tile("t32", [32, 32, 16, 2, 2], false, [8, 1, 1, 1], None),
+    tile("t64", [64, 64, 16, 4, 4], false, [8, 1, 1, 1], None),
+    tile("r128", [128, 128, 8, 8, 8], true, [8, 8, 4, 4], Some("r128g")),
+    tile("c64", [128, 64, 8, 8, 4], true, [8, 8, 4, 2], Some("c64g")),
+    tile("r32", [32, 128, 8, 2, 8], true, [8, 2, 4, 4], Some("r32g")),
+    tile("r8", [8, 128, 8, 1, 8], true, [8, 1, 2, 4], Some("r8g")),
 ];
 
-/// Variants of the RMSNorm shader (`shaders/norm.wgsl`): `team` reads the team size from the
+/// A matmul variant: a tile, and for the register-block tiles optionally the A-block broadcast
+/// (`…g`: invocation 0 of each subgroup loads A and broadcasts it, through the `mm_*_g` entry
+/// points, which need one-dimensional workgroups of DX·DY invocations, x = index % DX).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatmulKey {
+    pub tile: MatmulTile,
+    pub subgroup: bool,
+}
+
+impl MatmulKey {
+    /// `t64`, `r128`, `r128g`, …
+    pub fn name(&self) -> &'static str {
+        match (self.subgroup, self.tile.subgroup_name) {
+            (true, Some(g)) => g,
+            _ => self.tile.name,
+        }
+    }
+
+    /// The key of a variant name.
+    pub fn parse(name: &str) -> Option<MatmulKey> {
+        MatmulKey::all().into_iter().find(|k| k.name() == name)
+    }
+
+    fn variant(&self) -> Variant {
+        let t = &self.tile;
+        let consts = [
+            ("BM", t.bm),
+            ("BN", t.bn),
+            ("BK", t.bk),
+            ("TM", t.tm),
+            ("TN", t.tn),
+            ("DIRECT", t.direct as usize),
+            ("DX", t.dx),
+            ("DY", t.dy),
+            ("DM", t.dm),
+            ("DN", t.dn),
+        ];
+        Variant {
+            name: self.name().to_string(),
+            consts: consts.iter().map(|&(n, v)| (n, "u32", u(v))).collect(),
+            parts: vec![part(if self.subgroup { "matmul_sg_on" } else { "matmul_sg_off" })],
+        }
+    }
+
+    /// Every tile, then the register-block tiles with the broadcast.
+    pub fn all() -> Vec<MatmulKey> {
+        let plain = MATMUL_TILES.iter().map(|&tile| MatmulKey { tile, subgroup: false });
+        let sg =
+            MATMUL_TILES.iter().filter(|t| t.subgroup_name.is_some()).map(|&tile| MatmulKey { tile, subgroup: true });
+        plain.chain(sg).collect()
+    }
+}
+
+fn matmul_variants() -> Vec<Variant> {
+    MatmulKey::all().iter().map(MatmulKey::variant).collect()
+}
+
+/// A variant of the RMSNorm shader (`shaders/norm.wgsl`): `team` reads the team size from the
 /// parameters; `t1` compiles in teams of one invocation (one row per invocation, the CPU-adapter
-/// layout), so the row loops have a constant stride and the team reduction folds away.
-pub const NORM_VARIANTS: &[Variant] = &[
-    Variant { name: "team", consts: &[("TEAMFIX", "u32", "0u"), ("NORM_WG", "u32", "256u")], code: sg_code!(off) },
-    Variant { name: "t1", consts: &[("TEAMFIX", "u32", "1u"), ("NORM_WG", "u32", "64u")], code: sg_code!(off) },
-    // Teams of one with the subgroup-shared weight loads of the heads' backward.
-    Variant {
-        name: "t1g",
-        consts: &[("TEAMFIX", "u32", "1u"), ("NORM_WG", "u32", "64u")],
-        code: concat!(
-            sg_code!(on),
-            "@compute @workgroup_size(WG)\n\
-             fn rmsnorm_backward_dx_qhg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
-                 @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
-                 backward_dx_qh(wid, nwg, lid, sid == 0u);\n\
-             }\n\
-             @compute @workgroup_size(WG)\n\
-             fn rmsnorm_dgain_partial_qhg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,\n\
-                 @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sid: u32) {\n\
-                 dgain_partial_qh(wid, nwg, lid, sid == 0u);\n\
-             }\n"
-        ),
-    },
-];
+/// layout), so the row loops have a constant stride and the team reduction folds away; `t1g`
+/// adds the heads backward's entry points with subgroup-shared weight loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormKey {
+    Team,
+    One { subgroup: bool },
+}
+
+impl NormKey {
+    pub const fn name(&self) -> &'static str {
+        match self {
+            NormKey::Team => "team",
+            NormKey::One { subgroup: false } => "t1",
+            NormKey::One { subgroup: true } => "t1g",
+        }
+    }
+
+    fn variant(&self) -> Variant {
+        let (teamfix, wg, sg) = match self {
+            NormKey::Team => (0, 256, false),
+            NormKey::One { subgroup } => (1, 64, *subgroup),
+        };
+        let mut parts = vec![sg_part(sg)];
+        if sg {
+            parts.push(part("norm_sg_entries"));
+        }
+        Variant {
+            name: self.name().to_string(),
+            consts: vec![("TEAMFIX", "u32", u(teamfix)), ("NORM_WG", "u32", u(wg))],
+            parts,
+        }
+    }
+
+    pub fn all() -> Vec<NormKey> {
+        vec![NormKey::Team, NormKey::One { subgroup: false }, NormKey::One { subgroup: true }]
+    }
+}
+
+fn norm_variants() -> Vec<Variant> {
+    NormKey::all().iter().map(NormKey::variant).collect()
+}
 
 /// Every shader of the engine.
 pub const ALL: &[Shader] = &[
     shader!("fill"),
-    shader!("matmul", MATMUL_VARIANTS),
+    shader!("matmul", matmul_variants),
     shader!("elementwise"),
     shader!("reduce"),
     shader!("embedding"),
-    shader!("norm", NORM_VARIANTS),
+    shader!("norm", norm_variants),
     shader!("rope"),
     shader!("attention"),
     shader!("attention_rows"),
     shader!("swiglu"),
     shader!("loss"),
-    shader!("delta", DELTA_VARIANTS),
-    shader!("shortconv", SHORTCONV_VARIANTS),
+    shader!("delta", delta_variants),
+    shader!("shortconv", shortconv_variants),
     shader!("expand"),
     shader!("state16"),
     shader!("adamw"),
@@ -541,49 +394,64 @@ pub fn get(name: &str) -> Option<&'static Shader> {
 }
 
 impl Shader {
+    /// The variants of this shader.
+    pub fn variants(&self) -> Vec<Variant> {
+        (self.variants)()
+    }
+
     /// The WGSL text of one variant (`None` = the plain source, only for shaders without
     /// variants).
     pub fn text(&self, variant: Option<&str>) -> Result<String, String> {
-        match (variant, self.variants.is_empty()) {
+        let variants = self.variants();
+        match (variant, variants.is_empty()) {
             (None, true) => Ok(self.source.to_string()),
             (None, false) => {
                 Err(format!("shader '{}' needs a variant, one of: {}", self.name, self.variant_names().join(", ")))
             }
             (Some(v), _) => {
-                let var = self.variants.iter().find(|x| x.name == v).ok_or_else(|| {
+                let var = variants.iter().find(|x| x.name == v).ok_or_else(|| {
                     format!("shader '{}' has no variant '{}' (has: {})", self.name, v, self.variant_names().join(", "))
                 })?;
-                // Enable directives (`enable f16;`) must come before every declaration.
-                let mut s = String::new();
-                for line in var.code.lines().filter(|l| l.starts_with("enable ")) {
-                    s.push_str(line);
-                    s.push('\n');
-                }
-                for (n, t, val) in var.consts {
-                    s.push_str(&format!("const {n}: {t} = {val};\n"));
-                }
-                for line in var.code.lines().filter(|l| !l.starts_with("enable ")) {
-                    s.push_str(line);
-                    s.push('\n');
-                }
-                s.push_str(self.source);
-                Ok(s)
+                Ok(var.text(self.source))
             }
         }
     }
 
     /// Names of the variants (empty for a plain shader).
-    pub fn variant_names(&self) -> Vec<&'static str> {
-        self.variants.iter().map(|v| v.name).collect()
+    pub fn variant_names(&self) -> Vec<String> {
+        self.variants().into_iter().map(|v| v.name).collect()
     }
 
     /// Every compilable text of this shader: `(variant name or "", WGSL)`.
-    pub fn all_texts(&self) -> Vec<(&'static str, String)> {
-        if self.variants.is_empty() {
-            vec![("", self.source.to_string())]
+    pub fn all_texts(&self) -> Vec<(String, String)> {
+        let variants = self.variants();
+        if variants.is_empty() {
+            vec![(String::new(), self.source.to_string())]
         } else {
-            self.variants.iter().map(|v| (v.name, self.text(Some(v.name)).expect("listed variant"))).collect()
+            variants.iter().map(|v| (v.name.clone(), v.text(self.source))).collect()
         }
+    }
+}
+
+impl Variant {
+    /// Enable directives of the parts (`enable f16;`, which must come before every declaration),
+    /// the constants, the rest of the parts, then `source`.
+    fn text(&self, source: &str) -> String {
+        let mut s = String::new();
+        let lines = || self.parts.iter().flat_map(|p| p.lines());
+        for line in lines().filter(|l| l.starts_with("enable ")) {
+            s.push_str(line);
+            s.push('\n');
+        }
+        for (n, t, val) in &self.consts {
+            s.push_str(&format!("const {n}: {t} = {val};\n"));
+        }
+        for line in lines().filter(|l| !l.starts_with("enable ")) {
+            s.push_str(line);
+            s.push('\n');
+        }
+        s.push_str(source);
+        s
     }
 }
 
@@ -683,25 +551,63 @@ mod tests {
         // A parse error, a type error, and a construct naga accepts but a back end may not are
         // all failures: the check is only useful if it can fail.
         let bad = [
-            Shader { name: "bad_parse", source: "fn main( {", variants: &[] },
-            Shader {
-                name: "bad_type",
-                source: "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }",
-                variants: &[],
-            },
+            Shader { name: "bad_parse", source: "fn main( {", variants: no_variants },
+            Shader { name: "bad_type", source: include_str!("../tests/shaders/bad_type.wgsl"), variants: no_variants },
         ];
         let errs = check_all(&bad);
         assert_eq!(errs.len(), 2, "{errs:?}");
         // Valid WGSL for naga (with every capability) that Metal cannot express: 64-bit floats.
         let metal_only_fails = Shader {
             name: "f64_storage",
-            source: "@group(0) @binding(0) var<storage, read_write> o: array<f64>;\n\
-                     @compute @workgroup_size(1) fn main() { o[0] = o[0] * 2.0lf; }",
-            variants: &[],
+            source: include_str!("../tests/shaders/f64_storage.wgsl"),
+            variants: no_variants,
         };
         let errs = check_all(&[metal_only_fails]);
         assert_eq!(errs.len(), 1, "{errs:?}");
         assert!(errs[0].contains("f64_storage"), "{}", errs[0]);
+    }
+
+    #[test]
+    fn every_part_file_is_listed_and_used() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/parts");
+        let mut used: Vec<&str> = Vec::new();
+        for sh in ALL {
+            for v in sh.variants() {
+                used.extend(v.parts);
+            }
+        }
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let p = entry.unwrap().path();
+            let stem = p.file_stem().unwrap().to_str().unwrap().to_string();
+            let text = PARTS.iter().find(|x| x.0 == stem).map(|x| x.1);
+            let text = text.unwrap_or_else(|| panic!("shaders/parts/{stem}.wgsl is not in shaders::PARTS"));
+            assert!(used.contains(&text), "shaders/parts/{stem}.wgsl is used by no variant");
+        }
+    }
+
+    #[test]
+    fn keys_name_distinct_variants_and_parse_back() {
+        for (shader, names) in [
+            ("delta", DeltaKey::all().iter().map(|k| k.name()).collect::<Vec<_>>()),
+            ("shortconv", ConvKey::all().iter().map(|k| k.name()).collect()),
+            ("matmul", MatmulKey::all().iter().map(|k| k.name().to_string()).collect()),
+            ("norm", NormKey::all().iter().map(|k| k.name().to_string()).collect()),
+        ] {
+            let mut sorted = names.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(sorted.len(), names.len(), "{shader}: two keys share a name");
+            assert_eq!(get(shader).unwrap().variant_names(), names);
+        }
+        for k in MatmulKey::all() {
+            assert_eq!(MatmulKey::parse(k.name()), Some(k));
+            assert_eq!(k.subgroup, k.name().ends_with('g'));
+        }
+        assert_eq!(DeltaKey { m: 4, seg1: true, subgroup: true, f16: true }.name(), "m4s1gh");
+        assert_eq!(ConvKey { m: 4, k4: true, f16: true }.name(), "m4k4h");
+        // The f16 part's enable directive comes first.
+        let t = get("delta").unwrap().text(Some("m4s1h")).unwrap();
+        assert!(t.starts_with("enable f16;\nconst MM: u32 = 4u;"), "{}", &t[..60]);
     }
 
     #[test]

@@ -99,6 +99,66 @@ pub enum VariantSet {
     Named(Vec<String>),
 }
 
+impl VariantSet {
+    /// `--variants`: `all`, `auto` or a comma-separated list of tile variants `gpu` runs.
+    pub fn parse(s: &str, gpu: &Gpu) -> std::result::Result<VariantSet, String> {
+        Ok(match s {
+            "all" => VariantSet::All,
+            "auto" => VariantSet::Auto,
+            list => {
+                let names: Vec<String> = list.split(',').map(|x| x.trim().to_string()).collect();
+                let known = matmul::variants_for(gpu);
+                if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
+                    return Err(format!(
+                        "--variants: '{bad}' is not a tile variant this adapter runs (expected all, auto or a list of: {})",
+                        known.join(", ")
+                    ));
+                }
+                VariantSet::Named(names)
+            }
+        })
+    }
+}
+
+/// `ddl bench matmul --tune`: measures and caches the best variant of every product that fits
+/// one dispatch (the others' rows say skipped); a `matmul_tune` row each.
+pub fn tune_rows(gpu: &Gpu, products: &[(String, Matmul)], mut emit: impl FnMut(Row)) -> Result<()> {
+    for (name, mm) in products.iter().filter(|(_, mm)| matmul_skip(gpu, mm).is_none()) {
+        let v = matmul::autotune::tune(gpu, mm)?;
+        emit(Row(json!({"bench": "matmul_tune", "case": name, "m": mm.m, "n": mm.n, "k": mm.k, "variant": v})));
+    }
+    Ok(())
+}
+
+/// Every kernel module's cases at `shape` (those whose name contains one of `filter`, all when
+/// it is empty). A module whose cases cannot run at these shapes on this adapter (a tensor over
+/// its storage binding, say) gets a `kernel_error` row and the others still run; returns the
+/// modules that failed.
+pub fn all_kernel_rows(
+    gpu: &Gpu,
+    shape: &BenchShape,
+    filter: &[String],
+    reps: usize,
+    floors: (f64, f64),
+    mut emit: impl FnMut(Row),
+) -> Vec<&'static str> {
+    let mut failed = Vec::new();
+    for (module, f) in BENCHES {
+        let run = f(gpu, shape).and_then(|cases| {
+            let cases: Vec<_> = cases
+                .into_iter()
+                .filter(|c| filter.is_empty() || filter.iter().any(|x| c.name.contains(x.as_str())))
+                .collect();
+            kernel_rows(gpu, cases, reps, floors.0, floors.1, &mut emit)
+        });
+        if let Err(e) = run {
+            emit(Row(json!({"bench": "kernel_error", "module": module, "error": e.to_string()})));
+            failed.push(*module);
+        }
+    }
+    failed
+}
+
 /// Why `mm` cannot be benchmarked as one dispatch on this adapter (an operand over its storage
 /// binding, K over [`matmul::MAX_K_PER_DISPATCH`]), or `None` when it can.
 pub fn matmul_skip(gpu: &Gpu, mm: &Matmul) -> Option<String> {

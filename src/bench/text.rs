@@ -31,6 +31,21 @@ impl Row {
                 v["gflop_per_s"].as_f64().unwrap_or(0.0),
                 if v["auto"].as_bool() == Some(true) { "  <- auto" } else { "" }
             ),
+            Some("matmul_tune") => writeln!(
+                out,
+                "tuned {} {}x{}x{}: {}",
+                v["case"].as_str().unwrap_or(""),
+                v["m"],
+                v["n"],
+                v["k"],
+                v["variant"].as_str().unwrap_or("")
+            ),
+            Some("kernel_error") => writeln!(
+                out,
+                "{}: could not run at these shapes: {}",
+                v["module"].as_str().unwrap_or(""),
+                v["error"].as_str().unwrap_or("")
+            ),
             Some("copy") => writeln!(
                 out,
                 "copy {} MiB: {:.3} ms, {:.2} GB/s (read+write)",

@@ -419,11 +419,6 @@ impl Gpu {
         Ok(())
     }
 
-    /// Whether the device was lost (after which nothing can run on it).
-    pub fn is_lost(&self) -> bool {
-        self.errors.lock().map(|v| v.iter().any(|e| e.contains(DEVICE_LOST))).unwrap_or(false)
-    }
-
     /// Fault injection for tests: destroys the device, as a driver reset would lose it.
     pub fn simulate_device_loss(&self) {
         self.device.destroy();

@@ -148,13 +148,8 @@ impl DeltaShape {
     /// The shader variant for this value width and segment width (`s1`: seg = 1 compiled in;
     /// `s1g`: also the entry points with subgroup-shared loads, see [`shared_loads`]).
     fn variant(&self, gpu: &Gpu, seg: usize) -> String {
-        let fixed = match (seg == 1, shared_loads(gpu, seg)) {
-            (true, true) => "s1g",
-            (true, false) => "s1",
-            _ => "",
-        };
-        let h = if self.state_f16 { "h" } else { "" };
-        format!("{}{fixed}{h}", crate::shaders::width_variant(self.m))
+        crate::shaders::DeltaKey { m: self.m, seg1: seg == 1, subgroup: shared_loads(gpu, seg), f16: self.state_f16 }
+            .name()
     }
 
     /// Four-byte elements a view of X (or X') must hold: n·d·m, or half that in f16.

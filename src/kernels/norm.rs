@@ -11,6 +11,7 @@
 //! `Dispatch::scratch`.
 
 use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
+use crate::shaders::NormKey;
 
 /// Invocations per workgroup of every norm kernel.
 const WG: usize = 256;
@@ -32,7 +33,8 @@ struct Params {
     eps: f32,
     chunk: u32,
     chunks: u32,
-    _pad: u32,
+    /// `rmsnorm_dgain_partial_qh`: items per chunk (dim/4, or rounded up to the subgroup size).
+    chunk_stride: u32,
     // The heads of `rmsnorm_backward_heads` (zero elsewhere): m, then the partials' offsets and
     // row strides (`delta::HeadLayout`).
     m: u32,
@@ -89,8 +91,11 @@ pub fn backward_scratch_elems(rows: usize, dim: usize) -> usize {
 
 /// The shader variant for a team size: `t1` has teams of one compiled in.
 fn variant(team: u32) -> &'static str {
-    if team == 1 { "t1" } else { "team" }
+    if team == 1 { T1 } else { NormKey::Team.name() }
 }
+
+/// Teams of one compiled in.
+const T1: &str = NormKey::One { subgroup: false }.name();
 
 fn params(gpu: &Gpu, rows: usize, dim: usize, eps: f32, flag: bool) -> Params {
     let chunk = chunk(rows);
@@ -144,7 +149,7 @@ pub fn rmsnorm_forward(
     check("rmsnorm forward", rows, dim, &[("x", &x, n), ("gain", &gain, dim), ("y", &y, n), ("rstd", &rstd, rows)])?;
     let p = params(gpu, rows, dim, eps, false);
     if quads(gpu, p.team as usize, dim, &[&x, &gain, &y]) {
-        let k = gpu.kernel("norm", Some("t1"), "rmsnorm_forward_q")?;
+        let k = gpu.kernel("norm", Some(T1), "rmsnorm_forward_q")?;
         return Ok(vec![k.dispatch(
             gpu,
             Some(bytemuck::bytes_of(&p)),
@@ -203,7 +208,7 @@ pub fn rmsnorm_backward(
     let max = gpu.limits.max_compute_workgroups_per_dimension;
 
     let d_dx = if quads(gpu, p.team as usize, dim, &[&x, &gain, &dy, &dx]) {
-        gpu.kernel("norm", Some("t1"), "rmsnorm_backward_dx_q")?.dispatch(
+        gpu.kernel("norm", Some(T1), "rmsnorm_backward_dx_q")?.dispatch(
             gpu,
             Some(pb),
             &[
@@ -228,14 +233,14 @@ pub fn rmsnorm_backward(
     let partial = Tensor::zeros(gpu, "rmsnorm.dgain_partial", &[chunks, dim], DType::F32)?;
     // Four columns per invocation where dim is a multiple of 4 (same sums, same order).
     let mut d1 = if quads(gpu, 1, dim, &[&x, &dy]) {
-        gpu.kernel("norm", Some("team"), "rmsnorm_dgain_partial_q")?.dispatch(
+        gpu.kernel("norm", Some(NormKey::Team.name()), "rmsnorm_dgain_partial_q")?.dispatch(
             gpu,
             Some(pb),
             &[("x4", x.sub(0, n)), ("rstd_in", rstd), ("dy4", dy.sub(0, n)), ("partial4", partial.view())],
             grid_1d((chunks * dim / 4) as u64, WG as u32, max),
         )?
     } else {
-        gpu.kernel("norm", Some("team"), "rmsnorm_dgain_partial")?.dispatch(
+        gpu.kernel("norm", Some(NormKey::Team.name()), "rmsnorm_dgain_partial")?.dispatch(
             gpu,
             Some(pb),
             &[("x", x), ("rstd_in", rstd), ("dy", dy), ("partial", partial.view())],
@@ -356,7 +361,11 @@ pub fn rmsnorm_backward_heads(
     // adapters that choose subgroup-shared loads, `kernels::subgroup_loads`).
     let sgs = gpu.info.subgroup_max_size.max(1);
     let sg = super::subgroup_loads(gpu) && (T1_WG as u32).is_multiple_of(sgs);
-    let (var, entry) = if sg { ("t1g", "rmsnorm_backward_dx_qhg") } else { ("t1", "rmsnorm_backward_dx_qh") };
+    let (var, entry) = if sg {
+        (NormKey::One { subgroup: true }.name(), "rmsnorm_backward_dx_qhg")
+    } else {
+        (T1, "rmsnorm_backward_dx_qh")
+    };
     let stride = if sg { (dim / 4).next_multiple_of(sgs as usize) } else { dim / 4 };
     let d_dx = gpu.kernel("norm", Some(var), entry)?.dispatch(
         gpu,
@@ -376,8 +385,12 @@ pub fn rmsnorm_backward_heads(
     )?;
     let partial = Tensor::zeros(gpu, "rmsnorm.dgain_partial", &[chunks, dim], DType::F32)?;
     let hpart = Tensor::zeros(gpu, "rmsnorm.heads_partial", &[lay.len], DType::F32)?;
-    let pc = Params { _pad: stride as u32, ..p };
-    let (var, entry) = if sg { ("t1g", "rmsnorm_dgain_partial_qhg") } else { ("t1", "rmsnorm_dgain_partial_qh") };
+    let pc = Params { chunk_stride: stride as u32, ..p };
+    let (var, entry) = if sg {
+        (NormKey::One { subgroup: true }.name(), "rmsnorm_dgain_partial_qhg")
+    } else {
+        (T1, "rmsnorm_dgain_partial_qh")
+    };
     let mut d1 = gpu.kernel("norm", Some(var), entry)?.dispatch(
         gpu,
         Some(bytemuck::bytes_of(&pc)),

@@ -13,6 +13,7 @@
 
 use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D, grid_1d};
 use crate::kernels::{gcd, need};
+use crate::shaders::ConvKey;
 
 /// Sizes of a token-axis convolution over a batch of sequences: `batch` sequences of `seq`
 /// tokens, `d` features, `m` value channels, `kernel` taps.
@@ -262,7 +263,7 @@ pub fn token_forward(gpu: &Gpu, s: &ConvShape, x: View, kappa: View, rho: View, 
         conv(gpu, &v, "token_forward_w", pb, &bufs, d * p.chunks as usize)?
     } else {
         let bufs = [("x", x), ("kappa", kappa), ("rho", rho), ("a", a)];
-        conv(gpu, GENERIC, "token_forward", pb, &bufs, n * d)?
+        conv(gpu, &generic(), "token_forward", pb, &bufs, n * d)?
     };
     Ok(vec![disp])
 }
@@ -270,20 +271,20 @@ pub fn token_forward(gpu: &Gpu, s: &ConvShape, x: View, kappa: View, rho: View, 
 /// `drho[j] += Σ q[·, j, ·]`: one workgroup per value channel.
 fn drho_dispatch(gpu: &Gpu, pb: &[u8], drho: View, q: &Tensor, m: usize) -> Result<Dispatch> {
     let bufs = [("drho", drho), ("q", q.view())];
-    conv(gpu, GENERIC, "reduce_drho", pb, &bufs, m * WG_1D as usize)
+    conv(gpu, &generic(), "reduce_drho", pb, &bufs, m * WG_1D as usize)
 }
 
 /// The shader variant the per-element kernels are launched from (they do not use its `Row`).
-const GENERIC: &str = "m1";
+fn generic() -> String {
+    ConvKey::GENERIC.name()
+}
 
 /// The shader variant of the windowed kernels for `s`: rows of m, and a window of 4 token states
 /// with K = 4 compiled in when K = 4 (else 8 slots, K from the parameters). The form
 /// `conv_k4=0` forces the general variant (for measurements).
 /// An f16 state adds `h` (the `…h` variants).
 fn window_variant(gpu: &Gpu, s: &ConvShape) -> String {
-    let k4 = if window_k4(gpu, s) { "k4" } else { "" };
-    let h = if s.state_f16 { "h" } else { "" };
-    format!("{}{k4}{h}", crate::shaders::width_variant(s.m))
+    ConvKey { m: s.m, k4: window_k4(gpu, s), f16: s.state_f16 }.name()
 }
 
 /// Whether the windowed kernels of `s` have K = 4 compiled in (K = 4 and the device's `conv_k4`
@@ -483,10 +484,10 @@ pub fn token_backward_walk(
         )));
     } else {
         let bufs = [("kappa", kappa), ("rho", rho), ("da", da), ("dx", dx)];
-        let d_dx = conv(gpu, GENERIC, "token_backward_dx", pb, &bufs, n * dm)?;
+        let d_dx = conv(gpu, &generic(), "token_backward_dx", pb, &bufs, n * dm)?;
         let bufs = [("x", x), ("da", da), ("partial", partial)];
         let threads = dm.div_ceil(WG_1D as usize) * k * chunks * WG_1D as usize;
-        vec![d_dx, conv(gpu, GENERIC, "token_backward_partial", pb, &bufs, threads)?]
+        vec![d_dx, conv(gpu, &generic(), "token_backward_partial", pb, &bufs, threads)?]
     })
 }
 
@@ -536,7 +537,7 @@ pub fn token_backward_finish(
     let p = Params { chunks: rows as u32, ..token_params(gpu, s) };
     let mut d_fin = conv(
         gpu,
-        GENERIC,
+        &generic(),
         "token_backward_finish",
         bytemuck::bytes_of(&p),
         &[("kappa", kappa), ("rho", rho), ("dkappa", dkappa), ("drho", drho), ("partial", partial.view())],
@@ -602,7 +603,7 @@ pub fn value_forward(
         let bufs = [("xr", x), ("kappa", kappa), ("rho", rho), ("a4", a)];
         return Ok(vec![conv_q(
             gpu,
-            &crate::shaders::width_variant(m),
+            &ConvKey { m, k4: false, f16: false }.name(),
             "value_forward_wq",
             bytemuck::bytes_of(&p),
             &bufs,
@@ -611,7 +612,7 @@ pub fn value_forward(
     }
     Ok(vec![conv(
         gpu,
-        GENERIC,
+        &generic(),
         "value_forward",
         bytemuck::bytes_of(&p),
         &[("x", x), ("kappa", kappa), ("rho", rho), ("a", a)],
@@ -668,11 +669,18 @@ pub fn value_backward(
     // CPU adapters: quads of features (m ≤ 4), as the forward.
     let mut d_part = if value_quads(gpu, d, m) {
         let bufs = [("xr", x), ("kappa", kappa), ("rho", rho), ("da4", da), ("dxr", dx), ("partialr", partial.view())];
-        conv_q(gpu, &crate::shaders::width_variant(m), "value_backward_partial_wq", pb, &bufs, d / 4 * chunks)?
+        conv_q(
+            gpu,
+            &ConvKey { m, k4: false, f16: false }.name(),
+            "value_backward_partial_wq",
+            pb,
+            &bufs,
+            d / 4 * chunks,
+        )?
     } else {
         conv(
             gpu,
-            GENERIC,
+            &generic(),
             "value_backward_partial",
             pb,
             &[("x", x), ("kappa", kappa), ("rho", rho), ("da", da), ("dx", dx), ("partial", partial.view())],
@@ -681,7 +689,7 @@ pub fn value_backward(
     };
     let mut d_fin = conv(
         gpu,
-        GENERIC,
+        &generic(),
         "value_backward_finalize",
         pb,
         &[

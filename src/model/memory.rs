@@ -23,6 +23,24 @@ pub struct MemoryPlan {
 }
 
 impl MemoryPlan {
+    /// The plan as `ddl info --preset` prints it for a batch of `b` × `t` tokens: the parameter
+    /// count, bytes per part with the total, and the largest tensor.
+    pub fn text(&self, b: usize, t: usize) -> String {
+        let mib = |x: u64| x as f64 / (1024.0 * 1024.0);
+        let mut s = format!("parameters: {}\nmemory plan at B {b}, T {t} (bytes):\n", self.params);
+        for (name, bytes) in [
+            ("parameters", self.param_bytes),
+            ("gradients", self.param_bytes),
+            ("AdamW moments", 2 * self.param_bytes),
+            ("activations", self.activation_bytes),
+            ("gradient scratch", self.grad_scratch_bytes),
+            ("total", self.total()),
+        ] {
+            s += &format!("  {name:<18} {bytes:>14}  ({:.1} MiB)\n", mib(bytes));
+        }
+        s + &format!("largest single tensor: {} bytes ({})\n", self.largest.1, self.largest.0)
+    }
+
     /// Parameters, gradients, two moments, activations and scratch.
     pub fn total(&self) -> u64 {
         4 * self.param_bytes + self.activation_bytes + self.grad_scratch_bytes

@@ -4,7 +4,7 @@
 //! `[out, in]`), Aᵀ·B (weight gradients), with accumulation into C for gradient sums, and a
 //! batched form (attention heads). Correct for any M, N, K ≥ 1.
 //!
-//! Tile variants (`shaders::MATMUL_VARIANTS`) all sum each output over K in the same order
+//! Tile variants (`shaders::MatmulKey`) all sum each output over K in the same order
 //! (`acc = fma(a, b, acc)` for p = 0, 1, …, K−1, then `alpha·acc`), so they give bit-identical
 //! results; which one runs is a speed choice made per adapter and shape bucket: a heuristic, or a
 //! measurement cached on disk (see [`autotune`]).
@@ -46,7 +46,7 @@ use std::time::Instant;
 
 use crate::gpu::{Dispatch, Gpu, GpuError, Recorder, Result, Tensor, View, grid_1d};
 use crate::kernels::reduce::{align_elems, binding_elems, chunk_too_small, chunks};
-use crate::shaders::MATMUL_VARIANTS;
+use crate::shaders::MatmulKey;
 
 /// Where one matrix operand lives: element (r, c) of batch b is at
 /// `offset + b·batch_stride + r·row_stride + c·col_stride` (in elements).
@@ -261,7 +261,7 @@ impl Matmul {
         self.bind_variant(gpu, v, a, b, c)
     }
 
-    /// Binds with an explicit tile variant (a name from `shaders::MATMUL_VARIANTS`).
+    /// Binds with an explicit tile variant (a `shaders::MatmulKey` name).
     pub fn bind_variant(&self, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
         self.check(&a, &b, &c)?;
         let (bm, bn) = tile(variant)?;

@@ -3,35 +3,31 @@
 
 use super::*;
 
-pub(super) fn variant_const(variant: &str, name: &str) -> Result<usize> {
-    let v = MATMUL_VARIANTS
-        .iter()
-        .find(|v| v.name == variant)
-        .ok_or_else(|| GpuError::Shader { shader: "matmul".into(), reason: format!("no variant '{variant}'") })?;
-    v.consts.iter().find(|c| c.0 == name).and_then(|c| c.2.trim_end_matches('u').parse().ok()).ok_or_else(|| {
-        GpuError::Shader { shader: "matmul".into(), reason: format!("variant '{variant}' has no constant {name}") }
-    })
+fn key(variant: &str) -> Result<MatmulKey> {
+    MatmulKey::parse(variant)
+        .ok_or_else(|| GpuError::Shader { shader: "matmul".into(), reason: format!("no variant '{variant}'") })
 }
 
 /// Whether a variant is a register-block (`mm_*`, CPU) variant rather than a workgroup-memory one.
 pub fn direct(variant: &str) -> Result<bool> {
-    Ok(variant_const(variant, "DIRECT")? != 0)
+    Ok(key(variant)?.tile.direct)
 }
 
 /// The BM×BN tile of a variant (outputs per workgroup).
 pub fn tile(variant: &str) -> Result<(usize, usize)> {
-    Ok((variant_const(variant, "BM")?, variant_const(variant, "BN")?))
+    let t = key(variant)?.tile;
+    Ok((t.bm, t.bn))
 }
 
 /// Names of all tile variants.
 pub fn variants() -> Vec<&'static str> {
-    MATMUL_VARIANTS.iter().map(|v| v.name).collect()
+    MatmulKey::all().iter().map(MatmulKey::name).collect()
 }
 
 /// Whether a variant loads A once per subgroup (`…g`: the register-block tiles with the
 /// `mm_*_g` entry points).
 pub fn subgroup_variant(variant: &str) -> bool {
-    variant.ends_with('g')
+    MatmulKey::parse(variant).is_some_and(|k| k.subgroup)
 }
 
 /// Whether this adapter can run the `…g` variants: it has subgroups, and every subgroup lies
