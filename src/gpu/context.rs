@@ -179,13 +179,7 @@ impl AllocStats {
 }
 
 fn rank(info: &wgpu::AdapterInfo) -> (u8, u8) {
-    let ty = match info.device_type {
-        wgpu::DeviceType::DiscreteGpu => 4,
-        wgpu::DeviceType::IntegratedGpu => 3,
-        wgpu::DeviceType::VirtualGpu => 2,
-        wgpu::DeviceType::Cpu => 1,
-        wgpu::DeviceType::Other => 0,
-    };
+    let ty = crate::kernels::forms::device_preference(info.device_type);
     let be = match info.backend {
         wgpu::Backend::Vulkan | wgpu::Backend::Metal | wgpu::Backend::Dx12 => 2,
         wgpu::Backend::Gl => 1,

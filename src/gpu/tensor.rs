@@ -354,15 +354,7 @@ pub(crate) async fn read_mapped_async(gpu: &Gpu, staging: &wgpu::Buffer, what: &
     });
     let mapped = MapWait { gpu, state }.await?;
     gpu.check()?;
-    mapped.map_err(|e| GpuError::Readback { what: what.to_string(), reason: e.to_string() })?;
-    let out = {
-        let view = staging
-            .get_mapped_range(..)
-            .map_err(|e| GpuError::Readback { what: what.to_string(), reason: e.to_string() })?;
-        bytemuck::cast_slice::<u8, u32>(&view).to_vec()
-    };
-    staging.unmap();
-    Ok(out)
+    copy_mapped(staging, what, mapped)
 }
 
 pub(crate) fn read_mapped(gpu: &Gpu, staging: &wgpu::Buffer, what: &str) -> Result<Vec<u32>> {
@@ -373,11 +365,19 @@ pub(crate) fn read_mapped(gpu: &Gpu, staging: &wgpu::Buffer, what: &str) -> Resu
     });
     gpu.wait()?;
     let mapped = rx.recv().map_err(|e| GpuError::Readback { what: what.to_string(), reason: e.to_string() })?;
-    mapped.map_err(|e| GpuError::Readback { what: what.to_string(), reason: e.to_string() })?;
+    copy_mapped(staging, what, mapped)
+}
+
+/// The words of a staging buffer whose mapping ended with `mapped`, then unmapped.
+fn copy_mapped(
+    staging: &wgpu::Buffer,
+    what: &str,
+    mapped: std::result::Result<(), wgpu::BufferAsyncError>,
+) -> Result<Vec<u32>> {
+    let err = |e: &dyn std::fmt::Display| GpuError::Readback { what: what.to_string(), reason: e.to_string() };
+    mapped.map_err(|e| err(&e))?;
     let out = {
-        let view = staging
-            .get_mapped_range(..)
-            .map_err(|e| GpuError::Readback { what: what.to_string(), reason: e.to_string() })?;
+        let view = staging.get_mapped_range(..).map_err(|e| err(&e))?;
         bytemuck::cast_slice::<u8, u32>(&view).to_vec()
     };
     staging.unmap();

@@ -93,6 +93,19 @@ fn cpu_threads() -> usize {
         .clamp(1, 64)
 }
 
+/// Which kind of adapter to open when several are present (higher first): discrete GPUs, then
+/// integrated, virtual, CPU (lavapipe, llvmpipe) and other adapters. The only other place that
+/// asks what kind an adapter is, besides [`Forms::for_adapter`].
+pub fn device_preference(t: wgpu::DeviceType) -> u8 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 4,
+        wgpu::DeviceType::IntegratedGpu => 3,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 1,
+        wgpu::DeviceType::Other => 0,
+    }
+}
+
 impl Forms {
     /// The forms for an adapter, before `DDL_FORMS`.
     pub fn for_adapter(info: &wgpu::AdapterInfo, features: wgpu::Features) -> Forms {
