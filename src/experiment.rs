@@ -63,6 +63,8 @@ pub enum ExperimentError {
     Spec { path: PathBuf, msg: String },
     #[error("run {run}: {source}")]
     Train { run: String, source: TrainError },
+    #[error(transparent)]
+    Locked(#[from] crate::train::lock::LockError),
     #[error("run {run}: {msg}")]
     Run { run: String, msg: String },
     #[error("cannot write '{path}': {source}")]
@@ -209,6 +211,8 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
         move |source| ExperimentError::Io { path, source }
     };
     std::fs::create_dir_all(out.join("runs")).map_err(io(&out.join("runs")))?;
+    // One experiment per folder at a time (its runs are each locked again by training).
+    let _lock = crate::train::lock::RunLock::acquire(out)?;
     // The spec a directory was started with is kept; a different spec needs a new directory.
     let spec_path = out.join("experiment.toml");
     let spec_text = toml::to_string(spec).map_err(|e| ExperimentError::Report(e.to_string()))?;
@@ -273,6 +277,8 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
                         steps: spec.steps,
                         out: dir.clone(),
                         resume,
+                        // A run stopped before its first checkpoint starts again.
+                        overwrite: !resume,
                         quiet: opts.quiet,
                     },
                 )

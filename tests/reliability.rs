@@ -267,6 +267,8 @@ fn corpus_problems_are_clear_errors() {
     std::fs::create_dir_all(&d).unwrap();
     std::fs::write(d.join("notes.md"), "# notes").unwrap();
     t(d.to_str().unwrap(), &["no-txt", "no .txt files"]);
+    // None of these runs started: they left no --out folder behind.
+    assert!(!dir.join("o").exists(), "a run that never started left {:?}", names(&dir.join("o")));
 }
 
 #[test]
@@ -520,4 +522,48 @@ fn a_lost_device_is_a_clear_error_and_keeps_the_last_checkpoint() {
     assert_eq!(ddl::train::checkpoint::load(&out, true).unwrap().step, 2);
     let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "4"]).output().unwrap();
     assert!(r.status.success(), "{}", text(&r));
+}
+
+#[test]
+fn a_run_folder_is_neither_overwritten_nor_shared_by_accident() {
+    let dir = tmpdir("claim");
+    let ck = checkpoint(&dir);
+    let c = ddl::testing::small_corpus(&dir);
+    let o = ck.to_str().unwrap();
+    let before: Vec<Vec<u8>> =
+        ["metrics.jsonl", "model.safetensors"].iter().map(|f| std::fs::read(ck.join(f)).unwrap()).collect();
+    // A new run on a folder that holds one: refused, nothing touched.
+    fails(&dir, &train_args(&c, o, "1", &[]), &["holds a run", "--resume", "--overwrite", "metrics.jsonl"]);
+    let after: Vec<Vec<u8>> =
+        ["metrics.jsonl", "model.safetensors"].iter().map(|f| std::fs::read(ck.join(f)).unwrap()).collect();
+    assert!(before == after, "the refused run changed the folder's files");
+    assert!(!ck.join(ddl::train::lock::LOCK_FILE).exists(), "a refused run left its lock behind");
+    // --overwrite and --resume contradict each other.
+    fails(&dir, &["train", "--resume", o, "--overwrite", "--steps", "3"], &["--overwrite", "--resume"]);
+    // A folder another live process trains in (PID 1 always runs on Linux): refused with its
+    // PID and host, for a resume as for a new run.
+    let lock = ck.join(ddl::train::lock::LOCK_FILE);
+    if Path::new("/proc/1").exists() {
+        std::fs::write(&lock, format!("1 {}\n", ddl::train::lock::host_name())).unwrap();
+        fails(&dir, &["train", "--resume", o, "--steps", "3"], &["in use by process 1 on", ".ddl-lock"]);
+        let mut over = train_args(&c, o, "1", &[]);
+        over.push("--overwrite");
+        fails(&dir, &over, &["in use by process 1 on"]);
+        assert_eq!(std::fs::read(ck.join("metrics.jsonl")).unwrap(), before[0], "a locked folder was written");
+        std::fs::remove_file(&lock).unwrap();
+    }
+    // A lock left by a process that is gone (kill -9) is taken over.
+    std::fs::write(&lock, format!("{} {}\n", u32::MAX - 7, ddl::train::lock::host_name())).unwrap();
+    let r = cmd(&dir).args(["train", "--resume", o, "--steps", "3"]).output().unwrap();
+    assert!(r.status.success(), "a stale lock stopped the resume:\n{}", text(&r));
+    assert!(!lock.exists(), "the run's lock stays after it finished");
+    // --overwrite replaces the run: a fresh 1-step run, its own metrics only.
+    let mut over = train_args(&c, o, "1", &[]);
+    over.push("--overwrite");
+    let r = cmd(&dir).args(&over).output().unwrap();
+    assert!(r.status.success(), "{}", text(&r));
+    let metrics = std::fs::read_to_string(ck.join("metrics.jsonl")).unwrap();
+    assert!(metrics.lines().next().unwrap().contains("\"step\":1"), "{metrics}");
+    assert_eq!(metrics.lines().filter(|l| l.contains("\"loss\"")).count(), 1, "{metrics}");
+    assert_eq!(ddl::train::checkpoint::load(&ck, false).unwrap().step, 1);
 }

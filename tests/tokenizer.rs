@@ -314,7 +314,14 @@ fn a_run_with_a_bpe_tokenizer_trains_checkpoints_and_resumes() {
     }
     let out = dir.join("run");
     let gpu = ddl::testing::gpu();
-    let opts = |steps, resume| TrainOptions { run: run.clone(), steps, out: out.clone(), resume, quiet: true };
+    let opts = |steps, resume| TrainOptions {
+        run: run.clone(),
+        steps,
+        out: out.clone(),
+        resume,
+        overwrite: false,
+        quiet: true,
+    };
     let first = ddl::train::train(gpu.clone(), opts(2, false)).unwrap();
     let ck = ddl::train::checkpoint::load(&out, false).unwrap();
     assert_eq!(&ck.tokenizer, bpe());

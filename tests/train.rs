@@ -52,17 +52,19 @@ fn resuming_gives_bit_identical_losses_to_an_uninterrupted_run() {
         let b = dir.join(format!("{variant}-b"));
         let full = ddl::train::train(
             gpu.clone(),
-            TrainOptions { run: run.clone(), steps: 6, out: a, resume: false, quiet: true },
+            TrainOptions { run: run.clone(), steps: 6, out: a, resume: false, overwrite: false, quiet: true },
         )
         .unwrap();
         let first = ddl::train::train(
             gpu.clone(),
-            TrainOptions { run: run.clone(), steps: 3, out: b.clone(), resume: false, quiet: true },
+            TrainOptions { run: run.clone(), steps: 3, out: b.clone(), resume: false, overwrite: false, quiet: true },
         )
         .unwrap();
-        let second =
-            ddl::train::train(gpu.clone(), TrainOptions { run, steps: 6, out: b.clone(), resume: true, quiet: true })
-                .unwrap();
+        let second = ddl::train::train(
+            gpu.clone(),
+            TrainOptions { run, steps: 6, out: b.clone(), resume: true, overwrite: false, quiet: true },
+        )
+        .unwrap();
         let resumed: Vec<u32> = first.losses.iter().chain(&second.losses).map(|x| x.to_bits()).collect();
         let straight: Vec<u32> = full.losses.iter().map(|x| x.to_bits()).collect();
         assert_eq!(resumed, straight, "{variant}: losses {:?} vs {:?}", first.losses, full.losses);

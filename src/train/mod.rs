@@ -8,6 +8,7 @@ pub mod data;
 #[cfg(feature = "mpi")]
 pub mod distributed;
 mod exchange;
+pub mod lock;
 pub mod plot;
 mod progress;
 mod trainer;
@@ -60,6 +61,15 @@ pub enum TrainError {
     Save { step: usize, dir: PathBuf, source: checkpoint::CheckpointError },
     #[error("step {step}: {source}. {kept}")]
     GpuAtStep { step: usize, kept: String, source: crate::gpu::GpuError },
+    #[error(
+        "'{}' holds a run ({what}): `ddl train --resume {}` continues it, --overwrite replaces it, or choose \
+         another --out",
+        dir.display(),
+        dir.display()
+    )]
+    RunExists { dir: PathBuf, what: String },
+    #[error(transparent)]
+    Lock(#[from] lock::LockError),
     /// A data-parallel run cannot go on; every rank meets this error at the same point.
     #[error("{msg}")]
     Distributed { rank: usize, size: usize, msg: String },
@@ -93,6 +103,9 @@ pub struct TrainOptions {
     pub out: PathBuf,
     /// Continue from the checkpoint in `out`.
     pub resume: bool,
+    /// Replace a run that `out` holds (without it, a folder holding a run is refused unless
+    /// resuming).
+    pub overwrite: bool,
     /// No progress bar or log lines (tests).
     pub quiet: bool,
 }
@@ -110,6 +123,38 @@ pub fn install_ctrlc() {
             }
         });
     });
+}
+
+/// The files a run writes into its folder.
+const RUN_FILES: [&str; 7] = [
+    "config.toml",
+    "metrics.jsonl",
+    checkpoint::MODEL_FILE,
+    checkpoint::OPTIM_FILE,
+    checkpoint::OPTIM_PREV_FILE,
+    "loss.png",
+    "distributed.json",
+];
+
+/// A new run in `dir`: refused when the folder holds a run (its metrics or checkpoint: a run
+/// that trained) unless `overwrite`, which removes that run's files first.
+fn claim_for_new_run(dir: &Path, overwrite: bool) -> Result<(), TrainError> {
+    let found: Vec<&str> = RUN_FILES[1..4].iter().copied().filter(|f| dir.join(f).exists()).collect();
+    if found.is_empty() {
+        return Ok(());
+    }
+    if !overwrite {
+        return Err(TrainError::RunExists { dir: dir.to_path_buf(), what: found.join(", ") });
+    }
+    for f in RUN_FILES {
+        let path = dir.join(f);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(TrainError::Io { path, source }),
+        }
+    }
+    Ok(())
 }
 
 fn check_writable(dir: &Path) -> Result<(), TrainError> {

@@ -12,10 +12,11 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::exchange::{CommTimes, DistOptions, backward_with_exchange, handshake, params_in_sync, reduce_gradients};
+use super::lock::RunLock;
 use super::progress::{Progress, append_line, plot_metrics};
 use super::{
     INTERRUPTED, RunConfig, Summary, TrainConfig, TrainError, TrainOptions, adamw_cfg, build_tokenizer, check_writable,
-    checkpoint, collective, data, evaluate_sharded, install_ctrlc,
+    checkpoint, claim_for_new_run, collective, data, evaluate_sharded, install_ctrlc,
 };
 use crate::gpu::Gpu;
 use crate::model::{Model, Objective, Parts, Program};
@@ -24,6 +25,8 @@ use crate::train::Collective;
 
 /// One run in progress on one rank.
 pub(super) struct Trainer<'c> {
+    /// The run folder's lock (rank 0), released when the run ends.
+    _lock: Option<RunLock>,
     gpu: Arc<Gpu>,
     comm: &'c dyn Collective,
     dist: &'c DistOptions,
@@ -79,7 +82,25 @@ pub(super) struct StepResult {
 impl<'c> Trainer<'c> {
     /// A new run, or the run in `opts.out` resumed: its settings, tokenizer, model and moments,
     /// the data, the training and evaluation programs; ranks compare their settings first.
+    /// A run that fails to start leaves nothing behind: no `config.toml` (written only once
+    /// the settings, data and programs are known to work), and no empty `--out` folder it made.
     pub fn open(
+        gpu: Arc<Gpu>,
+        opts: TrainOptions,
+        comm: &'c dyn Collective,
+        dist: &'c DistOptions,
+    ) -> Result<Trainer<'c>, TrainError> {
+        let created = !opts.out.exists();
+        let out = opts.out.clone();
+        Self::open_in(gpu, opts, comm, dist).inspect_err(|_| {
+            if created {
+                // Only when empty (the lock is gone with the failed attempt).
+                let _ = std::fs::remove_dir(&out);
+            }
+        })
+    }
+
+    fn open_in(
         gpu: Arc<Gpu>,
         opts: TrainOptions,
         comm: &'c dyn Collective,
@@ -90,8 +111,15 @@ impl<'c> Trainer<'c> {
         let distributed = comm.is_distributed();
         let derr = |msg: String| TrainError::Distributed { rank, size, msg };
         let out = opts.out.clone();
+        // One process per run folder (rank 0 of a data-parallel run), and a folder that holds
+        // a run is only continued (--resume) or replaced (--overwrite).
+        let mut lock = None;
         if lead {
             check_writable(&out)?;
+            lock = Some(RunLock::acquire(&out)?);
+            if !opts.resume {
+                claim_for_new_run(&out, opts.overwrite)?;
+            }
             checkpoint::remove_stale_tmp(&out);
         }
         let mut run = opts.run.clone();
@@ -137,11 +165,6 @@ impl<'c> Trainer<'c> {
             .map_err(|e| TrainError::Settings(format!("train.state_f16 (--f16-state): {e}")))?;
         let t = run.train.clone();
         let run_toml = toml::to_string(&run).map_err(|e| TrainError::Settings(e.to_string()))?;
-        if lead {
-            let cfg_path = out.join("config.toml");
-            checkpoint::write_atomic(&cfg_path, run_toml.as_bytes())
-                .map_err(|source| TrainError::Io { path: cfg_path, source })?;
-        }
 
         let text = data::read_corpus(Path::new(&run.corpus))?;
         let tokens = data::tokens_cached(&text, &tok)?;
@@ -195,6 +218,12 @@ impl<'c> Trainer<'c> {
         if lead && !opts.resume {
             let _ = std::fs::remove_file(&metrics);
         }
+        if lead {
+            // The resolved settings, once they are known to work here.
+            let cfg_path = out.join("config.toml");
+            checkpoint::write_atomic(&cfg_path, run_toml.as_bytes())
+                .map_err(|source| TrainError::Io { path: cfg_path, source })?;
+        }
         install_ctrlc();
         let progress = Progress::new(opts.quiet || !lead, start, opts.steps);
         if distributed {
@@ -211,6 +240,7 @@ impl<'c> Trainer<'c> {
         let micros: Vec<usize> = (rank..t.grad_accum).step_by(size).collect();
         let fault_lost_at = std::env::var("DDL_FAULT_DEVICE_LOST_STEP").ok().and_then(|v| v.parse().ok());
         Ok(Trainer {
+            _lock: lock,
             gpu,
             comm,
             dist,

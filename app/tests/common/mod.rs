@@ -61,7 +61,7 @@ fn train_tiny(dir: &Path, variant: Variant) -> PathBuf {
     let out = dir.join("run");
     ddl::train::train(
         ddl::testing::gpu(),
-        TrainOptions { run: r, steps: 4, out: out.clone(), resume: false, quiet: true },
+        TrainOptions { run: r, steps: 4, out: out.clone(), resume: false, overwrite: false, quiet: true },
     )
     .unwrap();
     assert!(out.join("model.safetensors").exists());

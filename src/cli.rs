@@ -1,0 +1,386 @@
+//! The `ddl` command line's arguments (clap); `main.rs` dispatches them.
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+
+use ddl::gpu::{BackendChoice, Gpu, GpuOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "ddl",
+    version,
+    about = "Train, run and explain Deep Delta Learning language models on any GPU (wgpu)"
+)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) device: DeviceArgs,
+    #[command(subcommand)]
+    pub(crate) cmd: Cmd,
+}
+
+#[derive(Args, Clone)]
+pub(crate) struct DeviceArgs {
+    /// Graphics backend: vulkan, metal, dx12 or gl (default: the best adapter of any).
+    #[arg(long, global = true, env = "DDL_BACKEND")]
+    pub(crate) backend: Option<String>,
+    /// Adapter index (as `ddl info` lists them) or a name substring.
+    #[arg(long, global = true, env = "DDL_ADAPTER")]
+    pub(crate) adapter: Option<String>,
+}
+
+impl DeviceArgs {
+    pub(crate) fn open(&self) -> Result<std::sync::Arc<Gpu>> {
+        let backend = self.backend.as_deref().map(BackendChoice::parse).transpose()?;
+        let gpu = Gpu::new(&GpuOptions { backend, adapter: self.adapter.clone() })?;
+        if gpu.info.backend == wgpu::Backend::Gl && backend.is_none() && self.adapter.is_none() {
+            eprintln!(
+                "note: running on OpenGL ({}): no Vulkan, Metal or DX12 adapter was found. The engine is \
+                 tested and tuned on those; on Linux without a GPU install Mesa's Vulkan driver \
+                 (`make setup`, or apt install mesa-vulkan-drivers libvulkan1) for lavapipe.",
+                gpu.info.name
+            );
+        }
+        Ok(gpu)
+    }
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Cmd {
+    /// Adapters found, the chosen one, its backend, driver, features and limits; with --preset,
+    /// the model's parameter count and memory plan.
+    Info {
+        /// A model preset to plan: tiny, shakespeare-char, small-124m, medium-353m.
+        #[arg(long)]
+        preset: Option<String>,
+        #[arg(long, default_value = "ddl")]
+        variant: String,
+        /// Batch size and sequence length of the plan (default: the preset's training values).
+        #[arg(long)]
+        batch: Option<usize>,
+        #[arg(long)]
+        seq: Option<usize>,
+        /// Plan the expanded states in half precision (`ddl train --f16-state`).
+        #[arg(long)]
+        f16_state: bool,
+    },
+    /// Check the engine against PyTorch golden files (format ddl-golden-1): forward, backward,
+    /// traces and AdamW steps, one row per compared tensor; exits non-zero on any failure.
+    Golden {
+        /// Golden files (e.g. tests/golden/*.safetensors).
+        #[arg(required = true)]
+        files: Vec<std::path::PathBuf>,
+        /// Print only failing rows and the per-file summary.
+        #[arg(long)]
+        quiet: bool,
+        /// Run with the expanded states in half precision (`--f16-state`) at its looser stated
+        /// tolerances (d_v = 4 files of ddl and ddl_vmap).
+        #[arg(long)]
+        f16_state: bool,
+    },
+    /// Train a model (headless): progress bar, metrics.jsonl, loss.png, checkpoints in --out.
+    Train(TrainArgs),
+    /// Run a grid of training runs (variants × seeds, shared settings) from a spec file, then
+    /// write report.md, val_loss.png and beta_regimes.png into --out. Resumable: finished runs
+    /// are not re-run, an interrupted one continues from its checkpoint.
+    Experiment {
+        /// The spec (e.g. experiments/shakespeare.toml).
+        #[arg(long)]
+        spec: std::path::PathBuf,
+        /// Output directory: one `ddl train` directory per run under runs/, and the report.
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// Only rebuild the report from the runs finished so far.
+        #[arg(long)]
+        report_only: bool,
+        /// List the runs and their parameter counts, train nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Validation loss and perplexity of a checkpoint.
+    Eval {
+        /// Checkpoint directory (a `ddl train --out` directory).
+        #[arg(long)]
+        checkpoint: std::path::PathBuf,
+        /// Validation batches (default: the run's eval_batches).
+        #[arg(long)]
+        batches: Option<usize>,
+    },
+    /// Generate text from a checkpoint with the KV and conv caches, streaming tokens to stdout.
+    Generate {
+        #[arg(long)]
+        checkpoint: std::path::PathBuf,
+        /// The prompt; `-` reads it from standard input.
+        #[arg(long)]
+        prompt: String,
+        #[command(flatten)]
+        sampling: SamplingArgs,
+        /// Write a per-token trace of every delta write (safetensors + a JSON summary).
+        #[arg(long)]
+        trace: Option<std::path::PathBuf>,
+    },
+    /// Interactive generation that keeps the context across turns (/reset, /set NAME VALUE, /quit).
+    Chat {
+        #[arg(long)]
+        checkpoint: std::path::PathBuf,
+        #[command(flatten)]
+        sampling: SamplingArgs,
+    },
+    /// Benchmarks (results as a table, or JSON lines with --json).
+    #[command(subcommand)]
+    Bench(BenchCmd),
+    /// Byte-level BPE tokenizers: train one on a corpus, encode text with one.
+    #[command(subcommand)]
+    Tokenizer(TokenizerCmd),
+}
+
+#[derive(Subcommand)]
+pub(crate) enum TokenizerCmd {
+    /// Train a byte-level BPE (with <|endoftext|>) and write it as a Hugging Face tokenizer.json.
+    Train {
+        /// A UTF-8 text file or a directory of .txt files.
+        #[arg(long)]
+        corpus: std::path::PathBuf,
+        /// Vocabulary size, byte tokens and <|endoftext|> included (at least 258).
+        #[arg(long)]
+        vocab_size: usize,
+        /// Output file.
+        #[arg(long, default_value = "tokenizer.json")]
+        out: std::path::PathBuf,
+    },
+    /// Print the token ids of a text.
+    Encode {
+        /// A tokenizer.json (Hugging Face format).
+        #[arg(long)]
+        tokenizer: std::path::PathBuf,
+        #[arg(long)]
+        text: String,
+    },
+}
+
+#[derive(Args, Clone)]
+pub(crate) struct SamplingArgs {
+    /// Tokens to generate at most.
+    #[arg(long, default_value_t = 200)]
+    pub(crate) max_tokens: usize,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.8)]
+    pub(crate) temperature: f32,
+    /// Keep the k most likely tokens (0 = all).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) top_k: usize,
+    /// Nucleus sampling: keep the most likely tokens up to this probability mass.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) top_p: f32,
+    /// Penalise tokens already in the context (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) repetition_penalty: f32,
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    /// Stop when the output ends with this text (repeatable).
+    #[arg(long)]
+    pub(crate) stop: Vec<String>,
+}
+
+impl SamplingArgs {
+    pub(crate) fn sampler(&self) -> Result<ddl::generate::SamplerConfig> {
+        let s = ddl::generate::SamplerConfig {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            repetition_penalty: self.repetition_penalty,
+            seed: self.seed,
+        };
+        s.validate().map_err(anyhow::Error::msg)?;
+        if self.max_tokens == 0 {
+            anyhow::bail!("--max-tokens must be at least 1");
+        }
+        Ok(s)
+    }
+}
+
+#[derive(Args)]
+pub(crate) struct TrainArgs {
+    /// Model and schedule preset: tiny, shakespeare-char, small-124m, medium-353m [default: tiny].
+    #[arg(long)]
+    pub(crate) preset: Option<String>,
+    /// baseline, ddl_v1, ddl, ddl_ec, ddl_cc, ddl_ccec, ddl_v1_vmap, ddl_vmap [default: ddl].
+    #[arg(long)]
+    pub(crate) variant: Option<String>,
+    /// Stop after this step (the schedule's length is train.decay_steps).
+    #[arg(long, default_value_t = 200)]
+    pub(crate) steps: usize,
+    /// Seed of the initialisation and the batch order.
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+    /// A TOML file with [model] / [train] tables and `corpus`.
+    #[arg(long)]
+    pub(crate) config: Option<std::path::PathBuf>,
+    /// key=value overrides (train.lr=3e-4, model.d_v=2, batch_size=16 ...).
+    #[arg(long = "set")]
+    pub(crate) sets: Vec<String>,
+    /// A UTF-8 text file or a directory of .txt files.
+    #[arg(long)]
+    pub(crate) corpus: Option<String>,
+    /// `char`, or a tokenizer.json (e.g. from `ddl tokenizer train`).
+    #[arg(long)]
+    pub(crate) tokenizer: Option<String>,
+    /// Output directory (a new one, or one without a run: see --resume and --overwrite).
+    #[arg(long, required_unless_present = "resume")]
+    pub(crate) out: Option<std::path::PathBuf>,
+    /// Continue the run in this directory exactly where its checkpoint stopped.
+    #[arg(long)]
+    pub(crate) resume: Option<std::path::PathBuf>,
+    /// Replace the run that --out holds (its checkpoint, settings and metrics) instead of refusing.
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) overwrite: bool,
+    /// Skip steps whose loss or gradients are not finite instead of stopping.
+    #[arg(long)]
+    pub(crate) skip_nonfinite: bool,
+    /// Store the expanded states in half precision (train.state_f16): half their activation
+    /// memory, every sum still f32; ddl and ddl_vmap at d_v = 4 on adapters with SHADER_F16.
+    #[arg(long)]
+    pub(crate) f16_state: bool,
+    /// Generate this many tokens from the trained model at the end.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) sample: usize,
+    /// Data-parallel training as one rank of `mpirun -n N ddl train ... --distributed mpi`
+    /// (needs a build with `--features mpi`). Each rank drives one adapter (default: its rank on
+    /// the machine modulo the adapters of the best kind found; --adapter overrides).
+    #[arg(long, value_enum)]
+    pub(crate) distributed: Option<Distributed>,
+    /// With --distributed: a rank waiting this many seconds in one collective (a dead or hung
+    /// peer) reports it and exits, which ends the job (10× as long until the first step is done).
+    #[arg(long, default_value_t = 300.0)]
+    pub(crate) mpi_timeout: f64,
+    /// With --distributed: gradients are all-reduced in buckets of this many MiB, overlapping the
+    /// readback of the next bucket; 0 = one bucket (no overlap).
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) mpi_bucket_mib: f64,
+    /// With --distributed: what the gradient all-reduce overlaps. `readback`: after the
+    /// backward, each bucket's all-reduce overlaps the readback of the next; `backward`: the last
+    /// micro-batch's backward is submitted block by block and each finished block is all-reduced
+    /// while the GPU computes the next (for real GPUs; slower on a CPU adapter, docs/PERF.md).
+    #[arg(long, value_enum, default_value = "readback")]
+    pub(crate) mpi_overlap: MpiOverlap,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum MpiOverlap {
+    Backward,
+    Readback,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Distributed {
+    /// MPI (Open MPI, MPICH ...) through rsmpi; launch with mpirun.
+    Mpi,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum BenchCmd {
+    /// GFLOP/s of the matmul forms (A·B, A·Bᵀ, Aᵀ·B) for every tile variant.
+    Matmul {
+        /// Square sizes to run.
+        #[arg(long, value_delimiter = ',', default_value = "128,256,512,1024")]
+        sizes: Vec<usize>,
+        /// Forms to run: nn, nt, tn.
+        #[arg(long, value_delimiter = ',', default_value = "nn,nt,tn")]
+        cases: Vec<String>,
+        /// Instead of square sizes: the linear-layer products (forward, weight and input
+        /// gradients) of one training step of this preset, at --batch × --seq tokens.
+        #[arg(long, conflicts_with = "sizes")]
+        preset: Option<String>,
+        /// With --preset: batch size (default: the preset's).
+        #[arg(long, requires = "preset")]
+        batch: Option<usize>,
+        /// With --preset: sequence length (default: the preset's).
+        #[arg(long, requires = "preset")]
+        seq: Option<usize>,
+        /// Tile variants to time: all (every one the adapter runs), auto (only the one the
+        /// engine picks: the autotuner's measurement where there is one, else its heuristic),
+        /// or a comma-separated list of names.
+        #[arg(long, default_value = "all")]
+        variants: String,
+        /// Timed repetitions per measurement (median reported).
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        /// Measure the best variant for each size and store it in the autotune cache.
+        #[arg(long)]
+        tune: bool,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every kernel at a preset's shapes: time, GFLOP/s, GB/s against the copy floor.
+    Kernels {
+        /// Only kernels whose name contains one of these (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        filter: Vec<String>,
+        /// The preset whose shapes the kernels run at (its ddl model).
+        #[arg(long, default_value = "shakespeare-char")]
+        preset: String,
+        /// Batch size (default: the preset's).
+        #[arg(long)]
+        batch: Option<usize>,
+        /// Sequence length (default: the preset's).
+        #[arg(long)]
+        seq: Option<usize>,
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Training throughput (tok/s, step time, MFU estimate, per-kernel split) on random tokens.
+    Train {
+        #[arg(long, default_value = "tiny")]
+        preset: String,
+        #[arg(long, default_value = "ddl")]
+        variant: String,
+        /// Timed steps (median reported).
+        #[arg(long, default_value_t = 5)]
+        steps: usize,
+        /// Override the preset's batch size / sequence length.
+        #[arg(long)]
+        batch: Option<usize>,
+        #[arg(long)]
+        seq: Option<usize>,
+        /// Also list every dispatch of the profiled step in order (kernel, workgroups, ms).
+        #[arg(long)]
+        dispatches: bool,
+        /// Compare against this variant instead: both models' steps alternated in one process
+        /// (blocks A B B A, `--steps` blocks), reporting the step ratio per block, which a
+        /// machine whose speed drifts cannot skew the way separate runs can: the median block
+        /// ratio with its distribution-free 95 % interval (from 6 blocks), the range, best to best.
+        #[arg(long, value_name = "VARIANT")]
+        against: Option<String>,
+        /// Store the measured variant's expanded states in half precision (SHADER_F16; ddl and
+        /// ddl_vmap at d_v = 4); with --against, the other side keeps f32.
+        #[arg(long)]
+        f16_state: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Per-token latency of cached decoding vs recomputing the full context.
+    Generate {
+        #[arg(long, default_value = "tiny")]
+        preset: String,
+        #[arg(long, default_value = "ddl")]
+        variant: String,
+        #[arg(long, value_delimiter = ',', default_value = "64,256")]
+        contexts: Vec<usize>,
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Device buffer copy bandwidth (the memory ceiling for bandwidth-bound kernels).
+    Copy {
+        /// Buffer size in MiB.
+        #[arg(long, default_value_t = 64)]
+        mib: usize,
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}

@@ -1,0 +1,134 @@
+//! A run folder belongs to one process at a time: `DIR/.ddl-lock` holds the PID and host of the
+//! process that trains (or runs an experiment) in it, is created atomically (create-new) and
+//! removed when the process is done. A lock whose process is gone (killed with SIGKILL, a crash)
+//! is recognised on the same host (no `/proc/PID`) and taken over; one from another host, or
+//! where processes cannot be checked, is reported with the file to remove.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The lock file's name in a run folder.
+pub const LOCK_FILE: &str = ".ddl-lock";
+
+/// Held while this process works in a folder; dropping it removes the lock.
+#[derive(Debug)]
+pub struct RunLock {
+    path: PathBuf,
+}
+
+/// Why a folder could not be locked.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error(
+        "'{dir}' is in use by process {pid} on {host} (lock file {lock}): wait for it to finish, stop it, or \
+         choose another folder; if no such process runs any more, delete the lock file"
+    )]
+    Held { dir: PathBuf, pid: u32, host: String, lock: PathBuf },
+    #[error("cannot lock '{dir}': {source}")]
+    Io { dir: PathBuf, source: std::io::Error },
+}
+
+/// This machine's name (for the lock's owner).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "this machine".into())
+}
+
+/// Whether process `pid` is alive on this host: `Some` where that can be checked (`/proc`).
+fn alive(pid: u32) -> Option<bool> {
+    if !Path::new("/proc/self").exists() {
+        return None;
+    }
+    Some(Path::new(&format!("/proc/{pid}")).exists())
+}
+
+impl RunLock {
+    /// Locks `dir` (which must exist) for this process.
+    pub fn acquire(dir: &Path) -> Result<RunLock, LockError> {
+        let path = dir.join(LOCK_FILE);
+        let io = |source| LockError::Io { dir: dir.to_path_buf(), source };
+        let me = format!("{} {}\n", std::process::id(), host_name());
+        // Two tries: the second after removing a stale lock.
+        for _ in 0..2 {
+            match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+                Ok(mut f) => {
+                    f.write_all(me.as_bytes()).map_err(io)?;
+                    return Ok(RunLock { path });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let text = std::fs::read_to_string(&path).unwrap_or_default();
+                    let mut words = text.split_whitespace();
+                    let pid: Option<u32> = words.next().and_then(|p| p.parse().ok());
+                    let host = words.next().unwrap_or("").to_string();
+                    let stale = match pid {
+                        // Ours (a second run in this process after the first ended badly).
+                        Some(p) if p == std::process::id() && host == host_name() => true,
+                        Some(p) if host == host_name() => alive(p) == Some(false),
+                        // Unreadable or half-written: a writer killed between create and write.
+                        None => true,
+                        Some(_) => false,
+                    };
+                    if !stale {
+                        return Err(LockError::Held {
+                            dir: dir.to_path_buf(),
+                            pid: pid.unwrap_or(0),
+                            host,
+                            lock: path.clone(),
+                        });
+                    }
+                    match std::fs::remove_file(&path) {
+                        Ok(()) => continue,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                        Err(e) => return Err(io(e)),
+                    }
+                }
+                Err(e) => return Err(io(e)),
+            }
+        }
+        Err(io(std::io::Error::other("another process took the lock at the same moment")))
+    }
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_holder_is_refused_a_dead_one_is_taken_over_and_the_lock_goes_with_its_guard() {
+        let dir = std::env::temp_dir().join(format!("ddl-lock-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let lock = dir.join(LOCK_FILE);
+        {
+            let _held = RunLock::acquire(&dir).unwrap();
+            assert!(lock.exists());
+        }
+        assert!(!lock.exists(), "the lock is removed when its guard drops");
+        if alive(1) == Some(true) {
+            // PID 1 is alive on Linux: a lock it holds on this host is respected.
+            std::fs::write(&lock, format!("1 {}\n", host_name())).unwrap();
+            let e = RunLock::acquire(&dir).unwrap_err().to_string();
+            assert!(e.contains("process 1 on") && e.contains(".ddl-lock"), "{e}");
+            // A process that is gone: the lock is stale and taken over.
+            let mut child = std::process::Command::new("true").spawn().unwrap();
+            let pid = child.id();
+            child.wait().unwrap();
+            std::fs::write(&lock, format!("{pid} {}\n", host_name())).unwrap();
+            drop(RunLock::acquire(&dir).unwrap());
+        }
+        // Another host's lock cannot be checked: refused.
+        std::fs::write(&lock, "4242 some-other-host\n").unwrap();
+        assert!(RunLock::acquire(&dir).unwrap_err().to_string().contains("some-other-host"));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
