@@ -26,6 +26,10 @@ pub(crate) struct DeviceArgs {
     /// Adapter index (as `ddl info` lists them) or a name substring.
     #[arg(long, global = true, env = "DDL_ADAPTER")]
     pub(crate) adapter: Option<String>,
+    /// Do not measure matmul tiles on first use (train, experiment, bench train): use earlier
+    /// measurements and the heuristic choice. Results are the same bits either way.
+    #[arg(long, global = true)]
+    pub(crate) no_autotune: bool,
 }
 
 impl DeviceArgs {

@@ -9,6 +9,8 @@ use cli::*;
 use ddl::gpu::BackendChoice;
 
 fn main() {
+    // Before any thread or wgpu call: no "XDG_RUNTIME_DIR is invalid" lines from the driver.
+    ddl::gpu::use_private_runtime_dir();
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
         eprintln!("error: {}", error_text(&e));
@@ -138,7 +140,7 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         return train_mpi(dev, &a, run, out, resume);
     }
     let gpu = dev.open().context("opening the GPU")?;
-    ddl::kernels::matmul::autotune::set_enabled(true);
+    ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
     eprintln!(
         "training {} ({}) on {} ({:?}) -> {}",
         run.model.variant,
@@ -223,6 +225,7 @@ fn train_mpi(
         timeout: std::time::Duration::from_secs_f64(a.mpi_timeout),
         backend: dev.backend.as_deref().map(BackendChoice::parse).transpose()?,
         adapter: dev.adapter.clone(),
+        autotune: !dev.no_autotune,
         train: TrainOptions { run, steps: a.steps, out: out.clone(), resume, overwrite: a.overwrite, quiet: false },
         dist: DistOptions { bucket_mib: a.mpi_bucket_mib, overlap_backward: a.mpi_overlap == MpiOverlap::Backward },
     };
@@ -263,7 +266,7 @@ fn experiment(
         return Ok(());
     }
     let gpu = dev.open().context("opening the GPU")?;
-    ddl::kernels::matmul::autotune::set_enabled(true);
+    ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
     eprintln!("experiment {} on {} ({:?}) -> {}", spec_path.display(), gpu.info.name, gpu.info.backend, out.display());
     let opts = ExperimentOptions { out: out.to_path_buf(), report_only, quiet: false };
     match ddl::experiment::run(gpu, &spec, &opts)? {
@@ -533,7 +536,7 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             let v = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
             let cfg = ddl::model::ModelConfig::preset(&preset, v)?;
             let t = ddl::train::TrainConfig::preset(&preset);
-            ddl::kernels::matmul::autotune::set_enabled(true);
+            ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
             let (b, t) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
             match against {
                 Some(a) => {

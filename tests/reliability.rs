@@ -567,3 +567,30 @@ fn a_run_folder_is_neither_overwritten_nor_shared_by_accident() {
     assert_eq!(metrics.lines().filter(|l| l.contains("\"loss\"")).count(), 1, "{metrics}");
     assert_eq!(ddl::train::checkpoint::load(&ck, false).unwrap().step, 1);
 }
+
+#[test]
+fn first_use_is_quiet_about_the_driver_and_says_when_it_tunes() {
+    let dir = tmpdir("firstuse");
+    // No runtime directory in the environment: the driver prints nothing about it.
+    let o = cmd(&dir).arg("info").env_remove("XDG_RUNTIME_DIR").output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!text(&o).contains("XDG_RUNTIME_DIR"), "{}", text(&o));
+    // A first training run on a fresh cache says once that it tunes the matmul tiles, and where
+    // the choices go; --no-autotune does not tune.
+    let c = ddl::testing::small_corpus(&dir);
+    let a = dir.join("a");
+    let o =
+        cmd(&dir).args(train_args(&c, a.to_str().unwrap(), "1", &[])).env_remove("XDG_RUNTIME_DIR").output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert_eq!(t.matches("tuning matmul tiles").count(), 1, "{t}");
+    assert!(t.contains("matmul-autotune.json") && t.contains("--no-autotune"), "{t}");
+    assert!(!t.contains("XDG_RUNTIME_DIR"), "{t}");
+    let fresh = tmpdir("firstuse-notune");
+    let b = fresh.join("b");
+    let o = cmd(&fresh).args(train_args(&c, b.to_str().unwrap(), "1", &["--no-autotune"])).output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(!t.contains("tuning matmul tiles"), "{t}");
+    assert!(!fresh.join("cache").join("matmul-autotune.json").exists(), "--no-autotune measured and cached tiles");
+}

@@ -43,6 +43,8 @@ struct Args {
 }
 
 fn main() -> std::process::ExitCode {
+    // Before any thread or wgpu call: no "XDG_RUNTIME_DIR is invalid" lines from the driver.
+    ddl::gpu::use_private_runtime_dir();
     let a = Args::parse();
     let tab = match a.tab.as_deref() {
         None => None,

@@ -5,6 +5,7 @@ mod context;
 mod error;
 mod kernel;
 mod recorder;
+mod runtime_dir;
 mod tensor;
 
 pub use context::{
@@ -13,6 +14,7 @@ pub use context::{
 pub use error::GpuError;
 pub use kernel::{Binding, BindingKind, Dispatch, Kernel};
 pub use recorder::{KernelTime, Op, Profiler, Recorder};
+pub use runtime_dir::use_private_runtime_dir;
 pub use tensor::{DType, DeviceBuffer, Readback, Tensor, View};
 
 /// Result type of the runtime.

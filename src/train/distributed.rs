@@ -182,6 +182,8 @@ pub struct RankOptions {
     /// The adapter every rank drives (`--adapter`); by default the rank's local rank modulo the
     /// adapters of the best kind.
     pub adapter: Option<String>,
+    /// Measure matmul tiles on first use (`--no-autotune`: no).
+    pub autotune: bool,
     pub train: super::TrainOptions,
     pub dist: super::DistOptions,
 }
@@ -214,7 +216,7 @@ pub fn run_rank(
             gpu.info.name,
             gpu.info.backend
         );
-        crate::kernels::matmul::autotune::set_enabled(true);
+        crate::kernels::matmul::autotune::set_enabled(opts.autotune);
         if mpi.rank() == 0 {
             eprintln!(
                 "training {} ({}) -> {}",

@@ -15,6 +15,19 @@ pub fn enabled() -> bool {
     *ENABLED.get_or_init(|| Mutex::new(false)).lock().unwrap()
 }
 
+/// Says once per process, before the first measurement, what tuning does and what it costs.
+pub(super) fn announce() {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let at = cache_path().map(|p| p.display().to_string()).unwrap_or_else(|| "memory only".into());
+    eprintln!(
+        "tuning matmul tiles for this adapter (first use of these shapes: each product's tile variants are \
+         timed once, usually a few seconds, on a CPU adapter up to a minute; cached in {at}; --no-autotune skips it)"
+    );
+}
+
 /// `$DDL_CACHE_DIR`, else `$XDG_CACHE_HOME/ddl`, else `~/.cache/ddl`.
 pub fn cache_path() -> Option<PathBuf> {
     let dir = if let Ok(d) = std::env::var("DDL_CACHE_DIR") {

@@ -110,10 +110,11 @@ pub fn pick(gpu: &Gpu, mm: &Matmul) -> &'static str {
     {
         return name;
     }
-    if autotune::enabled()
-        && let Ok(v) = autotune::tune(gpu, mm)
-    {
-        return v;
+    if autotune::enabled() {
+        autotune::announce();
+        if let Ok(v) = autotune::tune(gpu, mm) {
+            return v;
+        }
     }
     heuristic(gpu, mm)
 }
