@@ -333,18 +333,24 @@ pub fn generate(
     let mut traces = Vec::new();
     for _ in 0..opts.max_tokens {
         let s = g.step()?;
+        // The stop token ends the text: it is neither shown nor returned.
+        if opts.stop_token == Some(s.token) {
+            break;
+        }
         out.push(s.token);
         on_token(&s.piece);
         if let Some(t) = s.trace {
             traces.push(t);
         }
-        if opts.stop_token == Some(s.token)
-            || opts.stop.iter().any(|st| !st.is_empty() && g.text().ends_with(st.as_str()))
-        {
+        if opts.stop.iter().any(|st| !st.is_empty() && g.text().ends_with(st.as_str())) {
             break;
         }
     }
-    let rest = std::mem::replace(&mut g.stream, tok.stream()).finish().unwrap_or_default();
+    let rest = if out.is_empty() {
+        String::new()
+    } else {
+        std::mem::replace(&mut g.stream, tok.stream()).finish().unwrap_or_default()
+    };
     *sampler = g.sampler;
     if !rest.is_empty() {
         on_token(&rest);

@@ -505,3 +505,45 @@ fn every_kernel_benchmark_runs_at_the_shapes_it_is_given() {
     let e = ddl::bench::BenchShape::preset("gpt-9", 1, 1).unwrap_err().to_string();
     assert!(e.contains("unknown preset 'gpt-9'"), "{e}");
 }
+
+#[test]
+fn the_stop_token_ends_generation_and_is_neither_shown_nor_returned() {
+    let dir = tmpdir("stoptok");
+    let c = ddl::testing::small_corpus(&dir);
+    let out = dir.join("run");
+    let st = ddl_cmd(&dir)
+        .args(["train", "--preset", "tiny", "--variant", "ddl", "--steps", "1", "--corpus", &c, "--out"])
+        .arg(&out)
+        .args(["--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.n_heads=2"])
+        .args(["--set", "model.head_dim=16", "--set", "model.mlp_hidden=85", "--set", "train.batch_size=2"])
+        .args(["--set", "train.seq_len=16", "--set", "train.eval_batches=1"])
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let gpu = ddl::testing::gpu();
+    let (model, tok) = ddl::generate::load_for_inference(&gpu, &out).unwrap();
+    let prompt = tok.encode("First").unwrap();
+    let greedy =
+        || ddl::generate::Sampler::new(ddl::generate::SamplerConfig { temperature: 0.0, ..Default::default() });
+    let run = |stop_token: Option<u32>| {
+        let opts = ddl::generate::GenOptions { max_tokens: 3, stop: Vec::new(), stop_token, trace: true };
+        let mut shown = String::new();
+        let (ids, traces) =
+            ddl::generate::generate(&model, &tok, &prompt, &opts, &mut greedy(), |t| shown.push_str(t)).unwrap();
+        (ids, traces.len(), shown)
+    };
+    let (free, n, text) = run(None);
+    assert_eq!((free.len(), n), (3, 3));
+    // Stopping at the second token (when it differs from the first): one token, its text
+    // only, one trace.
+    if free[1] != free[0] {
+        let (ids, n, shown) = run(Some(free[1]));
+        assert_eq!(ids, free[..1].to_vec());
+        assert_eq!(n, 1);
+        assert_eq!(shown, tok.decode(&free[..1]).unwrap());
+        assert!(text.starts_with(&shown) && text.len() > shown.len(), "{text:?} vs {shown:?}");
+    }
+    // Stopping at the first: nothing at all.
+    let (ids, n, shown) = run(Some(free[0]));
+    assert!(ids.is_empty() && n == 0 && shown.is_empty(), "{ids:?} {shown:?}");
+}
