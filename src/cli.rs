@@ -121,6 +121,9 @@ pub(crate) enum Cmd {
         /// Write a per-token trace of every delta write (safetensors + a JSON summary).
         #[arg(long)]
         trace: Option<std::path::PathBuf>,
+        /// Refuse a prompt longer than the model's context instead of keeping its last part.
+        #[arg(long)]
+        strict_context: bool,
     },
     /// Interactive generation that keeps the context across turns (/reset, /set NAME VALUE, /quit).
     Chat {

@@ -46,8 +46,8 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Experiment { spec, out, report_only, dry_run } => {
             experiment(&cli.device, &spec, &out, report_only, dry_run)
         }
-        Cmd::Generate { checkpoint, prompt, sampling, trace } => {
-            generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, trace.as_deref())
+        Cmd::Generate { checkpoint, prompt, sampling, trace, strict_context } => {
+            generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, trace.as_deref(), strict_context)
         }
         Cmd::Chat { checkpoint, sampling } => chat(&cli.device, &checkpoint, sampling),
     }
@@ -182,7 +182,7 @@ fn report_training(
             seed: 0,
             stop: Vec::new(),
         };
-        generate_cmd(dev, out, "\n", &s, None)?;
+        generate_cmd(dev, out, "\n", &s, None, false)?;
         println!();
     }
     Ok(())
@@ -311,6 +311,7 @@ fn generate_cmd(
     prompt: &str,
     sa: &SamplingArgs,
     trace: Option<&std::path::Path>,
+    strict_context: bool,
 ) -> Result<()> {
     use std::io::{Read, Write};
     let s = sa.sampler()?;
@@ -327,11 +328,23 @@ fn generate_cmd(
     let gpu = dev.open().context("opening the GPU")?;
     let (model, tok) = ddl::generate::load_for_inference(&gpu, dir)?;
     let ids = tok.encode(&prompt)?;
-    if ids.len() > model.cfg.max_seq_len {
+    let cap = model.cfg.max_seq_len;
+    if ids.len() > cap {
+        let cut = ids.len() - cap;
+        if strict_context {
+            anyhow::bail!(
+                "--prompt has {} tokens, more than the model's context of {cap} (--strict-context): shorten it by \
+                 at least {cut} tokens, or drop --strict-context to keep its last {cap} tokens",
+                ids.len()
+            );
+        }
+        let dropped = tok.decode(&ids[..cut]).unwrap_or_default();
+        let shown: String = dropped.chars().take(60).collect();
+        let more = if dropped.chars().count() > 60 { "…" } else { "" };
         eprintln!(
-            "note: the prompt has {} tokens, more than the context of {}; only its last part is used",
-            ids.len(),
-            model.cfg.max_seq_len
+            "note: the prompt has {} tokens, more than the context of {cap}; only its last part is used: the first \
+             {cut} tokens ({shown:?}{more}) are dropped (--strict-context refuses such prompts)",
+            ids.len()
         );
     }
     print!("{prompt}");

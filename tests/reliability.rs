@@ -328,6 +328,13 @@ fn generation_problems_are_clear_errors() {
     let o = cmd(&dir).args(["generate", "--checkpoint", k, "--prompt", &long, "--max-tokens", "3"]).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("more than the context of 64"), "{}", text(&o));
+    // It says what was cut; --strict-context refuses such a prompt instead.
+    assert!(text(&o).contains("tokens (\"To be, or not to be"), "{}", text(&o));
+    fails(
+        &dir,
+        &["generate", "--checkpoint", k, "--prompt", &long, "--max-tokens", "3", "--strict-context"],
+        &["--strict-context", "more than the model's context of 64", "shorten it by at least"],
+    );
 }
 
 #[test]

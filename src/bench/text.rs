@@ -149,11 +149,14 @@ impl Row {
             }
             Some("generate") => writeln!(
                 out,
-                "{} context {}: cached {:.2} ms/token, recompute {:.2} ms/token ({:.1}x; medians), fastest runs {:.2} vs {:.2} ms ({:.1}x)",
+                "{} context {}: cached {:.2} ms/token ({:.1} tok/s), recompute {:.2} ms/token ({:.1} tok/s) ({:.1}x; medians \
+                 after a warm-up), fastest runs {:.2} vs {:.2} ms ({:.1}x)",
                 v["variant"].as_str().unwrap_or(""),
                 v["context"],
                 v["cached_ms_per_token"].as_f64().unwrap_or(0.0),
+                v["cached_tok_per_s"].as_f64().unwrap_or(0.0),
                 v["recompute_ms_per_token"].as_f64().unwrap_or(0.0),
+                v["recompute_tok_per_s"].as_f64().unwrap_or(0.0),
                 v["speedup"].as_f64().unwrap_or(0.0),
                 v["cached_best_ms"].as_f64().unwrap_or(0.0),
                 v["recompute_best_ms"].as_f64().unwrap_or(0.0),
@@ -182,6 +185,10 @@ mod tests {
         let t = train.text();
         assert_eq!(t.lines().count(), 4, "{t}");
         assert!(t.lines().nth(2).unwrap().trim_start().starts_with('b'), "the split is sorted by time: {t}");
+        let generate = Row(json!({"bench": "generate", "variant": "ddl", "context": 64, "cached_ms_per_token": 20.0,
+            "cached_tok_per_s": 50.0, "recompute_ms_per_token": 80.0, "recompute_tok_per_s": 12.5, "speedup": 4.0}));
+        let t = generate.text();
+        assert!(t.contains("cached 20.00 ms/token (50.0 tok/s)") && t.contains("(12.5 tok/s)"), "{t}");
         let other = Row(json!({"bench": "forms", "x": 1}));
         assert_eq!(other.text(), "{\"bench\":\"forms\",\"x\":1}\n");
     }
