@@ -511,14 +511,15 @@ fn the_stop_token_ends_generation_and_is_neither_shown_nor_returned() {
     let dir = tmpdir("stoptok");
     let c = ddl::testing::small_corpus(&dir);
     let out = dir.join("run");
-    let st = ddl_cmd(&dir)
-        .args(["train", "--preset", "tiny", "--variant", "ddl", "--steps", "1", "--corpus", &c, "--out"])
-        .arg(&out)
-        .args(["--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.n_heads=2"])
-        .args(["--set", "model.head_dim=16", "--set", "model.mlp_hidden=85", "--set", "train.batch_size=2"])
-        .args(["--set", "train.seq_len=16", "--set", "train.eval_batches=1"])
-        .output()
-        .unwrap();
+    // A one-step model of d = 32 (what it generates does not matter, only where it stops).
+    let small = "model.d_model=32 model.n_layers=1 model.n_heads=2 model.head_dim=16 model.mlp_hidden=85 \
+                 train.batch_size=2 train.seq_len=16 train.eval_batches=1";
+    let mut train = ddl_cmd(&dir);
+    train.args(["train", "--variant", "ddl", "--steps", "1", "--corpus", &c, "--out"]).arg(&out);
+    for kv in small.split_whitespace() {
+        train.args(["--set", kv]);
+    }
+    let st = train.output().unwrap();
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
     let gpu = ddl::testing::gpu();
     let (model, tok) = ddl::generate::load_for_inference(&gpu, &out).unwrap();
