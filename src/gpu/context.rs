@@ -197,6 +197,44 @@ pub(crate) fn enumerate(backend: Option<BackendChoice>) -> Vec<wgpu::Adapter> {
     pollster::block_on(instance.enumerate_adapters(backends))
 }
 
+/// How to get an adapter on this platform: the install command of a Vulkan driver (Linux, by
+/// distribution family from `/etc/os-release`), or what macOS and Windows need.
+pub fn install_hint() -> String {
+    if cfg!(target_os = "macos") {
+        return "Metal needs no install: update macOS (Metal 2 or newer) if no adapter is found".into();
+    }
+    if cfg!(target_os = "windows") {
+        return "DX12 needs no install: update the GPU driver (or Windows) if no adapter is found".into();
+    }
+    let release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+    let family = release
+        .lines()
+        .filter(|l| l.starts_with("ID=") || l.starts_with("ID_LIKE="))
+        .flat_map(|l| l.split_once('=').map(|(_, v)| v.trim_matches('"').to_string()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let has = |id: &str| family.split_whitespace().any(|w| w == id);
+    let cmd = if has("debian") || has("ubuntu") {
+        "sudo apt-get install mesa-vulkan-drivers libvulkan1"
+    } else if has("fedora") || has("rhel") || has("centos") {
+        "sudo dnf install mesa-vulkan-drivers vulkan-loader"
+    } else if has("arch") {
+        "sudo pacman -S vulkan-swrast vulkan-icd-loader"
+    } else if has("opensuse") || has("suse") {
+        "sudo zypper install libvulkan1 libvulkan_lvp"
+    } else if has("alpine") {
+        "sudo apk add mesa-vulkan-swrast vulkan-loader"
+    } else {
+        return "Install a Vulkan driver: your GPU vendor's, or Mesa's software driver lavapipe with the Vulkan \
+                loader (`make setup` does it on Debian/Ubuntu)"
+            .into();
+    };
+    format!(
+        "Install a Vulkan driver: without a GPU, `{cmd}` gives Mesa's software driver lavapipe (`make setup` \
+         does it on Debian/Ubuntu); with a GPU, its vendor's driver"
+    )
+}
+
 impl Gpu {
     /// Opens the best adapter, or the one `opts` names, with its own limits.
     pub fn new(opts: &GpuOptions) -> Result<Arc<Gpu>> {
@@ -225,13 +263,18 @@ impl Gpu {
                         .map(|(index, a)| format!("  {}", AdapterSummary { index, info: a.get_info() }))
                         .collect::<Vec<_>>()
                         .join("\n");
+                    let hint = match opts.backend {
+                        Some(BackendChoice::Vulkan) => format!("\nFor a Vulkan adapter: {}", install_hint()),
+                        _ => String::new(),
+                    };
                     return Err(GpuError::AdapterNotFound {
                         requested: format!("backend {:?}", opts.backend.unwrap()),
                         available: list,
+                        hint,
                     });
                 }
             }
-            return Err(GpuError::NoAdapter { backends });
+            return Err(GpuError::NoAdapter { backends, hint: install_hint() });
         }
         let chosen = match &opts.adapter {
             Some(sel) => {
@@ -244,7 +287,11 @@ impl Gpu {
                         all.iter().position(|a| a.info.name.to_ascii_lowercase().contains(&s))
                     }
                 };
-                found.ok_or_else(|| GpuError::AdapterNotFound { requested: sel.clone(), available: listing() })?
+                found.ok_or_else(|| GpuError::AdapterNotFound {
+                    requested: sel.clone(),
+                    available: listing(),
+                    hint: String::new(),
+                })?
             }
             None => (0..adapters.len()).max_by_key(|&i| (rank(&all[i].info), std::cmp::Reverse(i))).unwrap(),
         };

@@ -3,15 +3,11 @@ use thiserror::Error;
 /// Everything the runtime can fail with. Messages name the problem and what to do.
 #[derive(Debug, Error)]
 pub enum GpuError {
-    #[error(
-        "no GPU adapter found{backends}. Install a Vulkan driver: on Debian/Ubuntu without a GPU \
-         `sudo apt-get install mesa-vulkan-drivers libvulkan1` gives the software driver lavapipe \
-         (`make setup` does this); on macOS Metal and on Windows DX12 need no install"
-    )]
-    NoAdapter { backends: String },
+    #[error("no GPU adapter found{backends}. {hint}")]
+    NoAdapter { backends: String, hint: String },
 
-    #[error("no adapter matches '{requested}'. Adapters found:\n{available}")]
-    AdapterNotFound { requested: String, available: String },
+    #[error("no adapter matches '{requested}'. Adapters found:\n{available}{hint}")]
+    AdapterNotFound { requested: String, available: String, hint: String },
 
     #[error("unknown backend '{0}': expected one of vulkan, metal, dx12, gl")]
     UnknownBackend(String),

@@ -10,6 +10,7 @@ mod tensor;
 
 pub use context::{
     AdapterSummary, AllocStats, BackendChoice, Gpu, GpuOptions, adapter_for_local_rank, enumerate_adapters,
+    install_hint,
 };
 pub use error::GpuError;
 pub use kernel::{Binding, BindingKind, Dispatch, Kernel};
