@@ -548,3 +548,24 @@ fn the_stop_token_ends_generation_and_is_neither_shown_nor_returned() {
     let (ids, n, shown) = run(Some(free[0]));
     assert!(ids.is_empty() && n == 0 && shown.is_empty(), "{ids:?} {shown:?}");
 }
+
+#[test]
+fn token_ids_outside_the_vocabulary_are_refused_before_the_gpu_sees_them() {
+    let gpu = ddl::testing::gpu();
+    let mut cfg = ddl::model::ModelConfig::preset("tiny", Variant::Ddl).unwrap();
+    (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.head_dim, cfg.mlp_hidden) = (32, 1, 2, 16, 85);
+    let model = ddl::model::Model::new(gpu.clone(), cfg.clone(), 5).unwrap();
+    let prog = model.forward_program(1, 4).unwrap();
+    let v = cfg.vocab_size as i32;
+    for bad in [v, v + 100, -1] {
+        let e = prog.set_batch(&model, &[0, 1, bad, 2], &[-1; 4]).unwrap_err().to_string();
+        assert!(e.contains(&format!("token id {bad} at position 2")) && e.contains(&format!("[0, {v})")), "{e}");
+    }
+    // Decoding goes through the same check.
+    let mut cache = model.decode_cache().unwrap();
+    let mut step = model.decode_program(&cache, 1).unwrap();
+    let e = step.forward(&model, &[v as u32], &mut cache).unwrap_err().to_string();
+    assert!(e.contains("outside the model's vocabulary"), "{e}");
+    assert_eq!(cache.pos, 0, "a refused token does not advance the cache");
+    prog.set_batch(&model, &[0, 1, v - 1, 2], &[-1; 4]).unwrap();
+}

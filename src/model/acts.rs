@@ -361,6 +361,13 @@ impl Acts {
             )));
         }
         let v = model.cfg.vocab_size as i32;
+        // The embedding gathers rows by id: an id outside the table is refused here, not read.
+        if let Some((i, &t)) = tokens.iter().enumerate().find(|(_, t)| **t < 0 || **t >= v) {
+            return Err(crate::gpu::GpuError::Shape(format!(
+                "token id {t} at position {i} is outside the model's vocabulary [0, {v}): the tokenizer does not \
+                 belong to this model (use the checkpoint's own tokenizer)"
+            )));
+        }
         if let Some((i, &t)) = targets.iter().enumerate().find(|(_, t)| **t < -1 || **t >= v) {
             return Err(crate::gpu::GpuError::Shape(format!(
                 "target {t} at position {i} is outside [0, {v}) and is not the ignore index -1"
