@@ -5,11 +5,39 @@ use clap::{Args, Parser, Subcommand};
 
 use ddl::gpu::{BackendChoice, Gpu, GpuOptions};
 
+/// `ddl --help`: the commands grouped by task (a test checks that every command is listed).
+const HELP: &str = "\
+{about-with-newline}
+{usage-heading} {usage}
+
+Train and compare:
+  train       Train a model: progress bar, metrics.jsonl, loss.png, checkpoints in --out
+  eval        Validation loss and perplexity of a checkpoint
+  experiment  A grid of runs (variants x seeds) and its report (report.md, plots)
+
+Generate:
+  generate    Text from a checkpoint, streamed (--trace: what every delta write did)
+  chat        A conversation that keeps its context (/reset, /set NAME VALUE, /quit)
+
+Check and measure:
+  info        Adapters, features, limits, kernel forms; with --preset a model's memory plan
+  golden      Parity with the PyTorch float64 golden files, one row per tensor
+  bench       Benchmarks: matmul, kernels, train, generate, copy (--json for JSON lines)
+
+Tools:
+  tokenizer   Train a byte-level BPE tokenizer on a corpus, or encode text with one
+  help        This message, or a command's options (`ddl help train`)
+
+Options:
+{options}
+";
+
 #[derive(Parser)]
 #[command(
     name = "ddl",
     version,
-    about = "Train, run and explain Deep Delta Learning language models on any GPU (wgpu)"
+    about = "Train, run and explain Deep Delta Learning language models on any GPU (wgpu)",
+    help_template = HELP
 )]
 pub(crate) struct Cli {
     #[command(flatten)]
@@ -56,11 +84,13 @@ pub(crate) enum Cmd {
         /// A model preset to plan: tiny, shakespeare-char, small-124m, medium-353m.
         #[arg(long)]
         preset: Option<String>,
+        /// The variant to plan: baseline, ddl_v1, ddl, ddl_ec, ddl_cc, ddl_ccec, ddl_v1_vmap, ddl_vmap.
         #[arg(long, default_value = "ddl")]
         variant: String,
-        /// Batch size and sequence length of the plan (default: the preset's training values).
+        /// Batch size of the plan (default: the preset's training value).
         #[arg(long)]
         batch: Option<usize>,
+        /// Sequence length of the plan (default: the preset's training value).
         #[arg(long)]
         seq: Option<usize>,
         /// Plan the expanded states in half precision (`ddl train --f16-state`).
@@ -111,6 +141,7 @@ pub(crate) enum Cmd {
     },
     /// Generate text from a checkpoint with the KV and conv caches, streaming tokens to stdout.
     Generate {
+        /// A run directory (its checkpoint and tokenizer).
         #[arg(long)]
         checkpoint: std::path::PathBuf,
         /// The prompt; `-` reads it from standard input.
@@ -127,6 +158,7 @@ pub(crate) enum Cmd {
     },
     /// Interactive generation that keeps the context across turns (/reset, /set NAME VALUE, /quit).
     Chat {
+        /// A run directory (its checkpoint and tokenizer).
         #[arg(long)]
         checkpoint: std::path::PathBuf,
         #[command(flatten)]
@@ -159,6 +191,7 @@ pub(crate) enum TokenizerCmd {
         /// A tokenizer.json (Hugging Face format).
         #[arg(long)]
         tokenizer: std::path::PathBuf,
+        /// The text to encode.
         #[arg(long)]
         text: String,
     },
@@ -181,6 +214,7 @@ pub(crate) struct SamplingArgs {
     /// Penalise tokens already in the context (1 = off).
     #[arg(long, default_value_t = 1.0)]
     pub(crate) repetition_penalty: f32,
+    /// Seed of the sampler: the same seed, settings and prompt give the same text.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
     /// Stop when the output ends with this text (repeatable).
@@ -332,23 +366,28 @@ pub(crate) enum BenchCmd {
         /// Sequence length (default: the preset's).
         #[arg(long)]
         seq: Option<usize>,
+        /// Timed repetitions per kernel (median reported).
         #[arg(long, default_value_t = 5)]
         reps: usize,
+        /// One JSON object per line.
         #[arg(long)]
         json: bool,
     },
     /// Training throughput (tok/s, step time, MFU estimate, per-kernel split) on random tokens.
     Train {
+        /// The model preset: tiny, shakespeare-char, small-124m, medium-353m.
         #[arg(long, default_value = "tiny")]
         preset: String,
+        /// The variant to time.
         #[arg(long, default_value = "ddl")]
         variant: String,
         /// Timed steps (median reported).
         #[arg(long, default_value_t = 5)]
         steps: usize,
-        /// Override the preset's batch size / sequence length.
+        /// Batch size (default: the preset's).
         #[arg(long)]
         batch: Option<usize>,
+        /// Sequence length (default: the preset's).
         #[arg(long)]
         seq: Option<usize>,
         /// Also list every dispatch of the profiled step in order (kernel, workgroups, ms).
@@ -364,19 +403,25 @@ pub(crate) enum BenchCmd {
         /// ddl_vmap at d_v = 4); with --against, the other side keeps f32.
         #[arg(long)]
         f16_state: bool,
+        /// One JSON object per line.
         #[arg(long)]
         json: bool,
     },
     /// Per-token latency of cached decoding vs recomputing the full context.
     Generate {
+        /// The model preset: tiny, shakespeare-char, small-124m, medium-353m.
         #[arg(long, default_value = "tiny")]
         preset: String,
+        /// The variant to time.
         #[arg(long, default_value = "ddl")]
         variant: String,
+        /// Context lengths to time one token at (comma-separated, each at least 2).
         #[arg(long, value_delimiter = ',', default_value = "64,256")]
         contexts: Vec<usize>,
+        /// Timed tokens per context (median reported).
         #[arg(long, default_value_t = 3)]
         reps: usize,
+        /// One JSON object per line.
         #[arg(long)]
         json: bool,
     },
@@ -385,8 +430,10 @@ pub(crate) enum BenchCmd {
         /// Buffer size in MiB.
         #[arg(long, default_value_t = 64)]
         mib: usize,
+        /// Timed copies (median reported).
         #[arg(long, default_value_t = 5)]
         reps: usize,
+        /// One JSON object per line.
         #[arg(long)]
         json: bool,
     },

@@ -577,3 +577,42 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_command_and_flag_has_help_text() {
+        fn walk(c: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            if path != "ddl" && c.get_about().is_none() {
+                missing.push(format!("`{path}` (the command)"));
+            }
+            for a in c.get_arguments().filter(|a| !a.is_hide_set()) {
+                let id = a.get_id().as_str();
+                if id != "help" && id != "version" && a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("`{path}` {id}"));
+                }
+            }
+            for s in c.get_subcommands() {
+                walk(s, &format!("{path} {}", s.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&super::Cli::command(), "ddl", &mut missing);
+        assert!(missing.is_empty(), "without help text: {}", missing.join(", "));
+    }
+
+    #[test]
+    fn the_top_level_help_lists_every_command_under_a_task() {
+        let mut cmd = super::Cli::command();
+        let help = cmd.render_help().to_string();
+        for task in ["Train and compare:", "Generate:", "Check and measure:", "Tools:", "Options:", "--no-autotune"] {
+            assert!(help.contains(task), "{task:?} missing from:\n{help}");
+        }
+        for sub in cmd.get_subcommands() {
+            let line = format!("\n  {:<12}", sub.get_name());
+            assert!(help.contains(&line), "`ddl --help` does not list `{}`:\n{help}", sub.get_name());
+        }
+    }
+}
