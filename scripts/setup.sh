@@ -7,7 +7,8 @@
 #   - xz-utils and binutils when missing, for the GPU check's bundle (`make gpu-bundle`);
 #   - Open MPI and libclang (`libopenmpi-dev openmpi-bin libclang-dev`) for the data-parallel
 #     build (`--features mpi`) and its test; DDL_SETUP_MPI=0 skips them.
-# macOS (Metal) and Windows (DX12) need no install. Needs root or sudo for apt-get.
+# First it checks that the installed Rust is at least Cargo.toml's rust-version (DDL_SETUP_ONLY=rust
+# stops after that check). macOS (Metal) and Windows (DX12) need no install. Needs root or sudo for apt-get.
 set -euo pipefail
 
 say() { printf 'setup: %s\n' "$*"; }
@@ -16,6 +17,26 @@ if ! command -v cargo >/dev/null 2>&1; then
   say "cargo not found. Install Rust (https://rustup.rs) and run this again."
   exit 1
 fi
+
+# The Rust the crate needs (Cargo.toml's rust-version) against the one installed.
+need_rust="$(sed -n 's/^rust-version *= *"\([0-9.]*\)".*/\1/p' "$(dirname "$0")/../Cargo.toml" | head -1)"
+have_rust="$(rustc --version 2>/dev/null | sed -n 's/^rustc \([0-9][0-9.]*\).*/\1/p')"
+# version_ge A B: A ≥ B, comparing dot-separated numbers (no sort -V: BSD sort may lack it).
+version_ge() {
+  local IFS=.
+  local i a=($1) b=($2)
+  for i in 0 1 2; do
+    [ "${a[i]:-0}" -gt "${b[i]:-0}" ] && return 0
+    [ "${a[i]:-0}" -lt "${b[i]:-0}" ] && return 1
+  done
+  return 0
+}
+if [ -n "$need_rust" ] && [ -n "$have_rust" ] && ! version_ge "$have_rust" "$need_rust"; then
+  say "Rust $have_rust is installed; this crate needs Rust $need_rust or newer (Cargo.toml rust-version)."
+  say "Update it with 'rustup update stable' (or install a newer Rust from https://rustup.rs) and run this again."
+  exit 1
+fi
+[ "${DDL_SETUP_ONLY:-}" = rust ] && { say "Rust ${have_rust:-?} (needs ${need_rust:-?}): fine."; exit 0; }
 
 case "$(uname -s)" in
   Linux) ;;

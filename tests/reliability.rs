@@ -606,3 +606,25 @@ fn first_use_is_quiet_about_the_driver_and_says_when_it_tunes() {
     assert!(!t.contains("tuning matmul tiles"), "{t}");
     assert!(!fresh.join("cache").join("matmul-autotune.json").exists(), "--no-autotune measured and cached tiles");
 }
+
+#[test]
+fn the_setup_script_refuses_a_rust_older_than_the_crate_needs_and_says_how_to_update() {
+    let dir = tmpdir("setup-rust");
+    let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup.sh");
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+    let run = |version: &str| {
+        let fake = dir.join("rustc");
+        std::fs::write(&fake, format!("#!/bin/sh\necho \"rustc {version} (0000000 2020-01-01)\"\n")).unwrap();
+        std::process::Command::new("chmod").arg("755").arg(&fake).status().unwrap();
+        Command::new("bash").arg(&setup).env("PATH", &path).env("DDL_SETUP_ONLY", "rust").output().unwrap()
+    };
+    let old = run("1.80.1");
+    let t = text(&old);
+    assert!(!old.status.success(), "{t}");
+    assert!(t.contains("Rust 1.80.1 is installed") && t.contains("rustup update stable"), "{t}");
+    let need = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    let need = need.lines().find_map(|l| l.strip_prefix("rust-version = ")).unwrap().trim_matches('"').to_string();
+    assert!(t.contains(&format!("needs Rust {need} or newer")), "{t}");
+    let new = run("99.0.0");
+    assert!(new.status.success(), "{}", text(&new));
+}
