@@ -628,3 +628,38 @@ fn the_setup_script_refuses_a_rust_older_than_the_crate_needs_and_says_how_to_up
     let new = run("99.0.0");
     assert!(new.status.success(), "{}", text(&new));
 }
+
+#[test]
+fn training_and_evaluation_work_from_any_directory() {
+    let dir = tmpdir("anywhere");
+    let elsewhere = dir.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    // The default corpus without the repository in the current directory: the binary's copy.
+    let a = dir.join("a");
+    let mut args = vec!["train", "--variant", "ddl", "--out", a.to_str().unwrap(), "--steps", "1"];
+    args.extend_from_slice(SMALL);
+    let o = cmd(&dir).args(&args).current_dir(&elsewhere).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let cfg = std::fs::read_to_string(a.join("config.toml")).unwrap();
+    assert!(cfg.contains("corpus = \"assets/tinyshakespeare.txt\""), "{cfg}");
+    // A corpus named relative to the current directory is stored absolute, so the run is
+    // evaluated (and resumed) from another directory.
+    let c = ddl::testing::small_corpus(&dir);
+    std::fs::copy(&c, dir.join("mine.txt")).unwrap();
+    let b = dir.join("b");
+    let mut args = vec!["train", "--variant", "ddl", "--corpus", "mine.txt", "--out", b.to_str().unwrap()];
+    args.extend_from_slice(&["--steps", "1"]);
+    args.extend_from_slice(SMALL);
+    let o = cmd(&dir).args(&args).current_dir(&dir).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let cfg = std::fs::read_to_string(b.join("config.toml")).unwrap();
+    let want = std::fs::canonicalize(dir.join("mine.txt")).unwrap();
+    assert!(cfg.contains(&format!("corpus = \"{}\"", want.display())), "{cfg}");
+    let o = cmd(&dir).args(["eval", "--checkpoint", b.to_str().unwrap()]).current_dir(&elsewhere).output().unwrap();
+    assert!(o.status.success() && text(&o).contains("validation loss"), "{}", text(&o));
+    // Resuming with the same relative flag from its directory is not a change of settings.
+    let mut args = vec!["train", "--resume", b.to_str().unwrap(), "--corpus", "mine.txt", "--steps", "2"];
+    args.extend_from_slice(SMALL);
+    let o = cmd(&dir).args(&args).current_dir(&dir).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+}

@@ -170,6 +170,30 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
+    /// Makes the corpus and tokenizer paths absolute where they name files that exist relative
+    /// to the current directory, so that the run folder's `config.toml` still finds them from
+    /// any other directory (`ddl eval`, `--resume`). The default corpus and `char` stay as they
+    /// are (the default corpus is in the binary).
+    pub fn absolute_paths(&mut self) {
+        let abs = |p: &str| -> Option<String> {
+            let path = std::path::Path::new(p);
+            if path.is_absolute() || !path.exists() {
+                return None;
+            }
+            std::fs::canonicalize(path).ok().map(|a| a.display().to_string())
+        };
+        if self.corpus != super::data::DEFAULT_CORPUS
+            && let Some(a) = abs(&self.corpus)
+        {
+            self.corpus = a;
+        }
+        if self.tokenizer != "char"
+            && let Some(a) = abs(&self.tokenizer)
+        {
+            self.tokenizer = a;
+        }
+    }
+
     /// For `ddl train --resume DIR` with flags: fails unless these settings equal the ones the
     /// run saved in `DIR/config.toml` (flags may repeat the saved settings, not change them: a
     /// changed setting would be silently ignored). The error lists every difference and the
@@ -180,7 +204,10 @@ impl RunConfig {
             .map_err(|e| format!("--resume: reading the run's saved settings {}: {e}", path.display()))?;
         let saved: toml::Table =
             toml::from_str(&saved_text).map_err(|e| format!("--resume: parsing {}: {e}", path.display()))?;
-        let given = toml::Table::try_from(self).map_err(|e| e.to_string())?;
+        // Paths as a new run stores them.
+        let mut given = self.clone();
+        given.absolute_paths();
+        let given = toml::Table::try_from(&given).map_err(|e| e.to_string())?;
         let mut diffs = Vec::new();
         for (k, v) in &given {
             let pairs: Vec<(String, &toml::Value, Option<&toml::Value>)> = match v {
@@ -217,7 +244,7 @@ impl RunConfig {
     pub fn preset(preset: &str, variant: Variant) -> Result<Self, crate::model::ConfigError> {
         Ok(RunConfig {
             preset: preset.to_string(),
-            corpus: "assets/tinyshakespeare.txt".to_string(),
+            corpus: super::data::DEFAULT_CORPUS.to_string(),
             tokenizer: default_tokenizer(),
             model: ModelConfig::preset(preset, variant)?,
             train: TrainConfig::preset(preset),

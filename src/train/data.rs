@@ -31,8 +31,19 @@ pub enum DataError {
     TooShort { split: &'static str, have: usize, need: usize },
 }
 
-/// Reads a corpus: one file, or every `.txt` file of a directory (sorted by name, joined by a newline).
+/// The default corpus setting: TinyShakespeare, relative to the repository.
+pub const DEFAULT_CORPUS: &str = "assets/tinyshakespeare.txt";
+
+/// TinyShakespeare in the binary, so that the default corpus works from any directory.
+const EMBEDDED_CORPUS: &str = include_str!("../../assets/tinyshakespeare.txt");
+
+/// Reads a corpus: one file, or every `.txt` file of a directory (sorted by name, joined by a
+/// newline). The default corpus ([`DEFAULT_CORPUS`]) is the copy in the binary when the current
+/// directory has no such file (the same text either way).
 pub fn read_corpus(path: &Path) -> Result<String, DataError> {
+    if !path.exists() && path == Path::new(DEFAULT_CORPUS) {
+        return Ok(EMBEDDED_CORPUS.to_string());
+    }
     if !path.exists() {
         return Err(DataError::Missing(path.to_path_buf()));
     }

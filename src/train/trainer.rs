@@ -149,7 +149,9 @@ impl<'c> Trainer<'c> {
             model.adam_v.write_f32(&gpu, &v)?;
             (model, ck.tokenizer, state.step, state.elapsed)
         } else {
-            // Settings first: a bad value is reported before the corpus is read and tokenised.
+            // Paths that work from any directory; settings first: a bad value is reported before
+            // the corpus is read and tokenised.
+            run.absolute_paths();
             run.validate()?;
             let text = data::read_corpus(Path::new(&run.corpus))?;
             let tok = build_tokenizer(&run.tokenizer, &text)?;
