@@ -19,7 +19,7 @@
 use crate::gpu::{Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
 
 /// Largest number of value channels `m` the kernel supports (`MMAX` in the shader).
-pub const MAX_VALUE_CHANNELS: usize = 8;
+pub const MAX_VALUE_CHANNELS: usize = crate::shaders::DELTA_MAX_M;
 
 /// The value activation `v = act(u)` (spec 14.4, config field `v_act`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -41,7 +41,6 @@ impl Parts {
 /// Everything bound for one batch shape (B, T): activations and the recorded op lists.
 pub struct Program {
     acts: Acts,
-    obj: Objective,
     zero: Vec<Op>,
     forward: Vec<Op>,
     backward: Vec<Op>,
@@ -142,7 +141,7 @@ impl Program {
         }
         let zero = if opt.is_some() { vec![Op::Zero(model.grads.clone())] } else { Vec::new() };
         let stats_rb = Readback::new(&model.gpu, &acts.stats);
-        Ok(Program { acts, obj, zero, forward, backward, backward_blocks, finish, optimizer, stats_rb })
+        Ok(Program { acts, zero, forward, backward, backward_blocks, finish, optimizer, stats_rb })
     }
 
     /// Sequences per batch.
@@ -158,11 +157,6 @@ impl Program {
     /// Whether the program has a backward and an optimizer (a training program).
     pub fn trains(&self) -> bool {
         !self.optimizer.is_empty()
-    }
-
-    /// The objective it was recorded with.
-    pub fn objective(&self) -> Objective {
-        self.obj
     }
 
     /// Tokens (and targets, −1 = ignored) for the next run; builds the embedding index too.

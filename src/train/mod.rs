@@ -125,12 +125,15 @@ pub fn install_ctrlc() {
     });
 }
 
-/// The files a run writes into its folder.
+/// The files that show a folder holds a run that trained: its metrics and checkpoint.
+const TRAINED_FILES: [&str; 3] = ["metrics.jsonl", checkpoint::MODEL_FILE, checkpoint::OPTIM_FILE];
+
+/// Every file a run writes into its folder (what `--overwrite` removes).
 const RUN_FILES: [&str; 7] = [
-    "config.toml",
     "metrics.jsonl",
     checkpoint::MODEL_FILE,
     checkpoint::OPTIM_FILE,
+    "config.toml",
     checkpoint::OPTIM_PREV_FILE,
     "loss.png",
     "distributed.json",
@@ -139,7 +142,7 @@ const RUN_FILES: [&str; 7] = [
 /// A new run in `dir`: refused when the folder holds a run (its metrics or checkpoint: a run
 /// that trained) unless `overwrite`, which removes that run's files first.
 fn claim_for_new_run(dir: &Path, overwrite: bool) -> Result<(), TrainError> {
-    let found: Vec<&str> = RUN_FILES[1..4].iter().copied().filter(|f| dir.join(f).exists()).collect();
+    let found: Vec<&str> = TRAINED_FILES.into_iter().filter(|f| dir.join(f).exists()).collect();
     if found.is_empty() {
         return Ok(());
     }

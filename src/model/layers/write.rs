@@ -141,14 +141,15 @@ pub(crate) fn backward(
         None => (&s.h, a_t, &g.dh, &g.da),
     };
     // CPU adapters: the heads' backward goes into the norm backward below.
-    let (w_beta, w_v) = (r.pv(&format!("{dn}.w_beta")), r.pv(&format!("{dn}.w_v")));
+    // The heads' parameters and gradients.
+    let (hp, hg) = (head_views(r, &dn, false), head_views(r, &dn, true));
     let fold = !vmap
         && norm::folds_heads(
             gpu,
             n,
             d,
             c.m(),
-            &[&a_t.view(), &r.pv(&norm_name), &g.dc.view(), &g.da.view(), &dxn.view(), &w_beta, &w_v],
+            &[&a_t.view(), &r.pv(&norm_name), &g.dc.view(), &g.da.view(), &dxn.view(), &hp.w_beta, &hp.w_v],
         );
     let mut heads = None;
     if fold {
@@ -167,7 +168,6 @@ pub(crate) fn backward(
     } else {
         let inp = WriteIn { x: x_in.view(), kraw: kraw.view(), a: a_in.view(), c: s.c.view() };
         let out = WriteGrads { dx: dxn.view(), dkraw: dkraw_buf.view(), da: da_buf.view(), dc: g.dc.view() };
-        let (hp, hg) = (head_views(r, &dn, false), head_views(r, &dn, true));
         let ds = delta::backward(gpu, &r.delta_shape(), dxc.view(), inp, hp, saves(w), out, hg, false);
         r.run(ds)?;
     }
@@ -211,12 +211,12 @@ pub(crate) fn backward(
             m: c.m(),
             dz: hdz.view(),
             du: hdu.view(),
-            w_beta,
-            w_v,
-            dw_beta: r.gv(&format!("{dn}.w_beta")),
-            db_beta: r.gv(&format!("{dn}.b_beta")),
-            dw_v: r.gv(&format!("{dn}.w_v")),
-            db_v: r.gv(&format!("{dn}.b_v")),
+            w_beta: hp.w_beta,
+            w_v: hp.w_v,
+            dw_beta: hg.w_beta,
+            db_beta: hg.b_beta,
+            dw_v: hg.w_v,
+            db_v: hg.b_v,
         };
         // d_v = 1 (the state is [N, d]): straight into the state's gradient.
         let (da_out, add) = if var.expanded() { (&g.da, false) } else { (dxn, true) };
