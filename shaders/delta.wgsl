@@ -14,7 +14,8 @@
 // In the forward, the heads' reductions over d (w_β·c, W_v a) ride along the state's: the same
 // pass over the rows, the same reduction (measured 1.9× faster than two matmuls before it).
 //
-// Compiled once per value width: the variant constant MM is m (1 ..= 8), so every loop over the
+// Compiled once per value width: the variant constant MM is m (any m ≥ 1; above 8 only with seg = 1
+// compiled in, whose reduction needs no workgroup memory: REDN = 1), so every loop over the
 // values has a constant trip count and its per-lane arrays live in registers; `Row` (from the
 // variant) is one state row X[t, i, ·] — a vec4 for m = 4, so a row is one load or store.
 //
@@ -118,8 +119,8 @@ fn seg_w() -> u32 {
     return params.seg;
 }
 
-// Reduction buffer: NV rows of WG partial sums.
-var<workgroup> red: array<f32, NV * WG>;
+// Reduction buffer: NV rows of WG partial sums (REDN = NV·WG; 1 when SEGFIX = 1, never touched).
+var<workgroup> red: array<f32, REDN>;
 
 // Sums part[0..nv) over the `seg` lanes of each segment in a fixed order and gives every lane
 // its segment's totals: lanes 0, 1, … first add runs of 8 consecutive partials in order, then

@@ -19,8 +19,11 @@ pub struct Shader {
     pub name: &'static str,
     /// The WGSL text.
     pub source: &'static str,
-    /// Every variant (empty when the source stands alone).
+    /// Every variant (empty when the source stands alone); the portability check compiles each.
     pub variants: fn() -> Vec<Variant>,
+    /// Variants made on request by name beyond the list (the delta write's value widths above
+    /// [`DELTA_MAX_M`]: any m is a name, `m9s1`, `m33s1g`, …); `None` for an unknown name.
+    pub named: fn(&str) -> Option<Variant>,
 }
 
 /// A named set of module-scope constants and WGSL parts prepended to a shader's source.
@@ -38,12 +41,30 @@ pub fn no_variants() -> Vec<Variant> {
     Vec::new()
 }
 
+/// A shader whose variants are exactly its list.
+pub fn no_named(_: &str) -> Option<Variant> {
+    None
+}
+
 macro_rules! shader {
     ($name:literal) => {
-        Shader { name: $name, source: include_str!(concat!("../shaders/", $name, ".wgsl")), variants: no_variants }
+        Shader {
+            name: $name,
+            source: include_str!(concat!("../shaders/", $name, ".wgsl")),
+            variants: no_variants,
+            named: no_named,
+        }
     };
     ($name:literal, $variants:expr) => {
-        Shader { name: $name, source: include_str!(concat!("../shaders/", $name, ".wgsl")), variants: $variants }
+        shader!($name, $variants, no_named)
+    };
+    ($name:literal, $variants:expr, $named:expr) => {
+        Shader {
+            name: $name,
+            source: include_str!(concat!("../shaders/", $name, ".wgsl")),
+            variants: $variants,
+            named: $named,
+        }
     };
 }
 
@@ -110,8 +131,15 @@ fn u(v: usize) -> String {
     format!("{v}u")
 }
 
-/// Largest value width of the delta-write kernel's variants.
+/// Largest value width of the delta-write kernel's listed variants, the widths that also have
+/// the multi-lane segment forms. Wider states (any m) get the one-token-per-invocation form
+/// (`m{m}s1`, `m{m}s1g`), compiled on first use ([`DeltaKey::parse`]): its per-lane arrays grow
+/// with m (registers, spilled to local memory when large) but it needs no workgroup memory, where
+/// a segment's reduction buffer of (2 + 2m)·128 floats would pass WebGPU's 16 KiB at m = 8.
 pub const DELTA_MAX_M: usize = 8;
+
+/// The widths above [`DELTA_MAX_M`] that the shader list (and so the portability check) holds.
+pub const DELTA_WIDE_CHECKED: [usize; 3] = [9, 16, 33];
 
 /// A variant of the delta-write kernel (`shaders/delta.wgsl`): value width `m` (`MM`, the row
 /// type of that width: the loops over the m value channels have constant trip counts, registers
@@ -119,7 +147,8 @@ pub const DELTA_MAX_M: usize = 8;
 /// segment width 1 (one token per invocation, the CPU-adapter layout: the row loops get a
 /// constant stride and the cross-lane reduction folds away); `subgroup` (with `seg1`) adds the
 /// entry points with subgroup-shared loads, used where [`crate::kernels::subgroup_loads`] says
-/// so; `f16` stores the state in half precision (m = 4).
+/// so; `f16` stores the state in half precision (m = 4). Widths above [`DELTA_MAX_M`] exist only
+/// with `seg1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeltaKey {
     pub m: usize,
@@ -144,15 +173,19 @@ impl DeltaKey {
         if self.subgroup {
             parts.push(part("delta_sg_entries"));
         }
+        // The segment reduction's workgroup buffer: NV·WG floats, none when seg = 1 is compiled in
+        // (the reduction returns before touching it; one element keeps the declaration valid).
+        let red = if self.seg1 { 1 } else { (2 + 2 * self.m) * 128 };
         Variant {
             name: self.name(),
-            consts: vec![("MM", "u32", u(self.m)), ("SEGFIX", "u32", u(self.seg1 as usize))],
+            consts: vec![("MM", "u32", u(self.m)), ("SEGFIX", "u32", u(self.seg1 as usize)), ("REDN", "u32", u(red))],
             parts,
         }
     }
 
-    /// Every compiled variant: m = 1 … 8 with any segment width, with seg = 1, and with seg = 1
-    /// and subgroup loads; m = 4 with an f16 state in the same three forms.
+    /// Every listed variant: m = 1 … 8 with any segment width, with seg = 1, and with seg = 1
+    /// and subgroup loads; m = 4 with an f16 state in the same three forms; the wide widths of
+    /// [`DELTA_WIDE_CHECKED`] in the two seg = 1 forms (other wide widths: [`DeltaKey::parse`]).
     pub fn all() -> Vec<DeltaKey> {
         let forms = [(false, false), (true, false), (true, true)];
         let mut out = Vec::new();
@@ -162,12 +195,44 @@ impl DeltaKey {
             }
         }
         out.extend(forms.map(|(seg1, subgroup)| DeltaKey { m: 4, seg1, subgroup, f16: true }));
+        for subgroup in [false, true] {
+            out.extend(DELTA_WIDE_CHECKED.map(|m| DeltaKey { m, seg1: true, subgroup, f16: false }));
+        }
         out
+    }
+
+    /// The key a variant name stands for, for any m ≥ 1 (the inverse of [`DeltaKey::name`]);
+    /// `None` for a name of no variant (a wide m without `s1`, f16 at m ≠ 4, m = 0, …).
+    pub fn parse(name: &str) -> Option<DeltaKey> {
+        let rest = name.strip_prefix('m')?;
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let (num, mut tail) = rest.split_at(digits);
+        if num.is_empty() || num.starts_with('0') {
+            return None;
+        }
+        let m: usize = num.parse().ok()?;
+        let mut take = |p: &str| match tail.strip_prefix(p) {
+            Some(t) => {
+                tail = t;
+                true
+            }
+            None => false,
+        };
+        let seg1 = take("s1");
+        let subgroup = seg1 && take("g");
+        let f16 = take("h");
+        let key = DeltaKey { m, seg1, subgroup, f16 };
+        let wide_ok = m <= DELTA_MAX_M || seg1;
+        (tail.is_empty() && m <= 1 << 16 && wide_ok && (!f16 || m == 4)).then_some(key)
     }
 }
 
 fn delta_variants() -> Vec<Variant> {
     DeltaKey::all().iter().map(DeltaKey::variant).collect()
+}
+
+fn delta_named(name: &str) -> Option<Variant> {
+    DeltaKey::parse(name).map(|k| k.variant())
 }
 
 /// A variant of the compressor shader (`shaders/shortconv.wgsl`): the windowed token-axis
@@ -381,7 +446,7 @@ pub const ALL: &[Shader] = &[
     shader!("attention_rows"),
     shader!("swiglu"),
     shader!("loss"),
-    shader!("delta", delta_variants),
+    shader!("delta", delta_variants, delta_named),
     shader!("shortconv", shortconv_variants),
     shader!("expand"),
     shader!("state16"),
@@ -409,7 +474,7 @@ impl Shader {
                 Err(format!("shader '{}' needs a variant, one of: {}", self.name, self.variant_names().join(", ")))
             }
             (Some(v), _) => {
-                let var = variants.iter().find(|x| x.name == v).ok_or_else(|| {
+                let var = variants.into_iter().find(|x| x.name == v).or_else(|| (self.named)(v)).ok_or_else(|| {
                     format!("shader '{}' has no variant '{}' (has: {})", self.name, v, self.variant_names().join(", "))
                 })?;
                 Ok(var.text(self.source))
@@ -551,8 +616,13 @@ mod tests {
         // A parse error, a type error, and a construct naga accepts but a back end may not are
         // all failures: the check is only useful if it can fail.
         let bad = [
-            Shader { name: "bad_parse", source: "fn main( {", variants: no_variants },
-            Shader { name: "bad_type", source: include_str!("../tests/shaders/bad_type.wgsl"), variants: no_variants },
+            Shader { name: "bad_parse", source: "fn main( {", variants: no_variants, named: no_named },
+            Shader {
+                name: "bad_type",
+                source: include_str!("../tests/shaders/bad_type.wgsl"),
+                variants: no_variants,
+                named: no_named,
+            },
         ];
         let errs = check_all(&bad);
         assert_eq!(errs.len(), 2, "{errs:?}");
@@ -561,6 +631,7 @@ mod tests {
             name: "f64_storage",
             source: include_str!("../tests/shaders/f64_storage.wgsl"),
             variants: no_variants,
+            named: no_named,
         };
         let errs = check_all(&[metal_only_fails]);
         assert_eq!(errs.len(), 1, "{errs:?}");
@@ -604,6 +675,18 @@ mod tests {
             assert_eq!(k.subgroup, k.name().ends_with('g'));
         }
         assert_eq!(DeltaKey { m: 4, seg1: true, subgroup: true, f16: true }.name(), "m4s1gh");
+        for k in DeltaKey::all() {
+            assert_eq!(DeltaKey::parse(&k.name()), Some(k), "{}", k.name());
+        }
+        // Any width has the seg = 1 forms, made on request; the multi-lane form and f16 do not.
+        let wide = DeltaKey { m: 57, seg1: true, subgroup: true, f16: false };
+        assert_eq!(DeltaKey::parse("m57s1g"), Some(wide));
+        for bad in ["m57", "m9h", "m8s1h", "m0s1", "m", "m4x", "m04s1", "x4", "m4s1gg", "m4hs1"] {
+            assert_eq!(DeltaKey::parse(bad), None, "{bad}");
+        }
+        let t = get("delta").unwrap().text(Some("m57s1")).unwrap();
+        assert!(t.starts_with("const MM: u32 = 57u;\nconst SEGFIX: u32 = 1u;\nconst REDN: u32 = 1u;"), "{}", &t[..80]);
+        assert!(get("delta").unwrap().text(Some("m57")).is_err());
         assert_eq!(ConvKey { m: 4, k4: true, f16: true }.name(), "m4k4h");
         // The f16 part's enable directive comes first.
         let t = get("delta").unwrap().text(Some("m4s1h")).unwrap();

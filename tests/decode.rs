@@ -87,6 +87,14 @@ fn cached_decoding_matches_for_odd_shapes() {
 }
 
 #[test]
+fn cached_decoding_matches_for_a_value_width_above_eight() {
+    // d_v = 9: one token per invocation in the delta write, conv caches of 9-wide rows.
+    for v in ["wide/ddl", "wide/ddl_ec", "wide/ddl_cc", "wide/ddl_ccec", "wide/ddl_vmap"] {
+        check(v);
+    }
+}
+
+#[test]
 fn a_full_context_is_a_clear_error() {
     let (model, _) = model_from_golden("ddl");
     let mut cache = model.decode_cache().unwrap();

@@ -74,6 +74,16 @@ fn golden_odd_shapes_every_variant() {
     }
 }
 
+/// The third set: d_v = 9, wider than the delta write's segment forms (one token per invocation,
+/// its variant compiled on first use), for every expanded variant (CC with K_c = d_v).
+#[test]
+fn golden_value_width_nine_every_expanded_variant() {
+    let dir = ddl::testing::data_path("tests/golden/wide");
+    for v in ["ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_vmap"] {
+        check_path(&format!("wide/{v}"), &dir.join(format!("{v}.safetensors")));
+    }
+}
+
 /// The DDL variants whose heads' backward the CPU adapters fold into the norm backward
 /// (`norm::rmsnorm_backward_heads`), forced on here: the golden batch has too few rows for the
 /// one-row-per-invocation norm kernels that path needs, so the tests above run the heads kernel.

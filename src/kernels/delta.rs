@@ -18,8 +18,12 @@
 
 use crate::gpu::{Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
 
-/// Largest number of value channels `m` the kernel supports (`MMAX` in the shader).
-pub const MAX_VALUE_CHANNELS: usize = crate::shaders::DELTA_MAX_M;
+/// Largest number of value channels `m` with the multi-lane segment layout (a token's reductions
+/// over d spread across up to 128 invocations). Any wider state runs one token per invocation
+/// ([`segment_width`] returns 1 for it): the general form, correct for every m ≥ 1, its variant
+/// (`m{m}s1`) compiled on first use. On a GPU it trades the spread reductions for serial ones
+/// per token; the model's other kernels take any m as it is.
+pub const SEGMENT_MAX_M: usize = crate::shaders::DELTA_MAX_M;
 
 /// The value activation `v = act(u)` (spec 14.4, config field `v_act`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +53,7 @@ pub struct DeltaShape {
     pub n: usize,
     /// Model width.
     pub d: usize,
-    /// Value channels d_v, 1 ..= [`MAX_VALUE_CHANNELS`].
+    /// Value channels d_v ≥ 1 (above [`SEGMENT_MAX_M`]: one token per invocation).
     pub m: usize,
     /// ε_k of the direction normalisation n = sqrt(‖k̃‖² + ε_k²).
     pub k_eps: f32,
@@ -104,8 +108,8 @@ impl DeltaShape {
         if self.n == 0 || self.d == 0 || self.m == 0 {
             return bad("n, d and m must be at least 1".into());
         }
-        if self.m > MAX_VALUE_CHANNELS {
-            return bad(format!("m = {} value channels; the kernel supports at most {MAX_VALUE_CHANNELS}", self.m));
+        if self.m > 1 << 16 {
+            return bad(format!("m = {} value channels; the kernel supports at most 65536", self.m));
         }
         if !(self.k_eps.is_finite() && self.k_eps >= 0.0) {
             return bad(format!("k_eps must be finite and ≥ 0, got {}", self.k_eps));
@@ -171,7 +175,12 @@ impl DeltaShape {
 /// (`n` ≥ [`crate::kernels::norm::CPU_ROWS_PER_INVOCATION`]) to fill the SIMD lanes and worker
 /// threads; a decoding step's one token keeps the wide segment. The device's forms
 /// `delta_rows` (the CPU rule) and `delta_seg` (a fixed width, capped at d's power of two) choose.
-pub fn segment_width(gpu: &Gpu, n: usize, d: usize) -> usize {
+///
+/// States wider than [`SEGMENT_MAX_M`] value channels always get 1 (their only form).
+pub fn segment_width(gpu: &Gpu, n: usize, d: usize, m: usize) -> usize {
+    if m > SEGMENT_MAX_M {
+        return 1;
+    }
     let one_per_token = gpu.forms.delta_one_token_per_invocation && n >= crate::kernels::norm::CPU_ROWS_PER_INVOCATION;
     let choice = match gpu.forms.delta_segment {
         Some(s) if s.is_power_of_two() && s <= WG => s,
@@ -330,7 +339,7 @@ pub fn forward(
         need("forward", name, view, *len)?;
     }
     check_aliasing("forward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
-    let seg = segment_width(gpu, n, d);
+    let seg = segment_width(gpu, n, d, m);
     let q = quads(gpu, seg, d);
     let entry = match (q, shared_loads(gpu, seg), store_k) {
         (true, true, false) => "delta_forward_qg",
@@ -403,7 +412,7 @@ pub fn backward_write(
     let dz = Tensor::zeros(gpu, "delta.dz", &[n], crate::gpu::DType::F32)?;
     let du = Tensor::zeros(gpu, "delta.du", &[n, m], crate::gpu::DType::F32)?;
 
-    let seg = segment_width(gpu, n, d);
+    let seg = segment_width(gpu, n, d, m);
     let quad = quads(gpu, seg, d);
     let entry = if quad { "delta_backward_q" } else { "delta_backward" };
     let kern = gpu.kernel("delta", Some(&s.variant(gpu, seg)), entry)?;
@@ -490,7 +499,7 @@ pub fn backward(
     check_aliasing("backward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
 
     let (main, dz, du) = backward_write(gpu, s, g, x, kraw, saves, dx, dkraw)?;
-    let p = s.params(segment_width(gpu, n, d));
+    let p = s.params(segment_width(gpu, n, d, m));
     // The heads: ∂c, ∂a and per-chunk partial sums of the head gradients in one pass over
     // (feature, chunk of tokens), then the chunks' column sums into the gradients.
     let (chunk, chunks) = crate::kernels::shortconv::chunking_min(n, HEADS_MIN_CHUNK);

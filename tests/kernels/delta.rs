@@ -1,6 +1,6 @@
 //! The delta write against a float64 reference written straight from spec sections 2, 11.1 and
 //! 14.4/14.8: every size class (d below, at and beyond the workgroup and the register cache,
-//! m = 1 … 8, one to 66 000 tokens), all three value activations, the ε_k guard, saturated
+//! m = 1 … 8 with every layout and m = 9, 16, 33 one token per invocation, one to 66 000 tokens), all three value activations, the ε_k guard, saturated
 //! sigmoids, accumulation, determinism and shape errors. The reference backward is itself checked
 //! against central finite differences of the reference forward.
 
@@ -734,7 +734,7 @@ fn linear_write_matches_float64_for_every_size_in_the_grid() {
 #[test]
 fn states_wider_than_the_register_cache_and_eight_value_channels_match_float64() {
     // Rows past 4 per invocation (d > 512) are read twice and their ∂k is parked in dkraw;
-    // m = 8 is the largest supported.
+    // m = 8 is the widest with the segment forms (wider: value_widths_above_eight_…).
     check(&gpu(), shape(5, 1500, 8, VAct::Sigmoid4), true, true);
     check(&gpu(), shape(4, 1025, 2, VAct::Linear), false, true);
     check(&gpu(), shape(5, 256, 8, VAct::Sigmoid), false, true);
@@ -745,6 +745,29 @@ fn states_wider_than_the_register_cache_and_eight_value_channels_match_float64()
     check(&gpu(), shape(9, 64, 3, VAct::Sigmoid4), false, true);
     check(&gpu(), shape(9, 128, 4, VAct::Sigmoid), true, true);
     check(&gpu(), shape(9, 129, 1, VAct::Linear), false, true);
+}
+
+#[test]
+fn value_widths_above_eight_run_one_token_per_invocation_and_match_float64() {
+    // m > 8 has one form (one token per invocation, its variant compiled on first use) in every
+    // configuration of the device's forms: a GPU's segment width asked for, quads with and
+    // without subgroup-shared loads, and neither. m = 9, 16, 33 at odd and quad-sized d, several heads
+    // chunks (n = 130), rows past the register cache (d = 600), both da modes.
+    let shapes = [(7, 5, 9), (130, 44, 16), (9, 33, 33), (4, 600, 9), (50, 12, 16), (3, 8, 33)];
+    let forms: [(Option<usize>, bool, bool); 3] =
+        [(Some(128), true, true), (Some(1), true, false), (Some(32), false, false)];
+    for (seg, on, shared) in forms {
+        let set = |f: &mut Forms| (f.delta_segment, f.delta_quads, f.subgroup_loads) = (seg, on, shared);
+        with_forms(&gpu(), set, |gpu| {
+            for (i, &(n, d, m)) in shapes.iter().enumerate() {
+                assert_eq!(delta::segment_width(gpu, n, d, m), 1, "m = {m}");
+                let act = [VAct::Sigmoid4, VAct::Sigmoid, VAct::Linear][i % 3];
+                check(gpu, shape(n, d, m, act), i % 2 == 0, i % 3 != 1);
+            }
+        });
+    }
+    // Up to m = 8 the device's choice stands.
+    with_forms(&gpu(), |f| f.delta_segment = Some(32), |gpu| assert_eq!(delta::segment_width(gpu, 9, 300, 8), 32));
 }
 
 #[test]
@@ -1003,7 +1026,7 @@ fn shape_errors_and_aliased_outputs_are_reported_not_panicked() {
         shape(0, 4, 2, VAct::Sigmoid4),
         shape(3, 0, 2, VAct::Sigmoid4),
         shape(3, 4, 0, VAct::Sigmoid4),
-        shape(3, 4, 9, VAct::Sigmoid4),
+        shape(3, 4, 70_000, VAct::Sigmoid4),
         DeltaShape { k_eps: f32::NAN, ..s },
     ] {
         assert!(matches!(fwd(&bad, &x, &xo), Err(GpuError::Shape(_))), "{bad:?} accepted");

@@ -324,6 +324,15 @@ fn replicate_forward_and_backward_match_float64_for_odd_sizes() {
 }
 
 #[test]
+fn ec_and_replication_of_states_wider_than_eight_value_channels_match_float64() {
+    // d_v > 8 (the delta write's one-token-per-invocation form): m = 9, 16, 33, odd d, T < K.
+    for (i, &m) in [9usize, 16, 33].iter().enumerate() {
+        check_ec(shape(1 + i % 2, [1, 3, 40][i], [5, 4, 3][i], m, [4, 2, 5][i]));
+        check_replicate([1, 9, 40][i], [5, 8, 3][i], m);
+    }
+}
+
+#[test]
 fn replicate_with_more_than_65535_workgroups_matches_float64() {
     let gpu = gpu();
     let max = gpu.limits.max_compute_workgroups_per_dimension as usize;

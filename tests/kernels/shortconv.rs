@@ -476,6 +476,19 @@ fn token_compressor_on_an_f16_state_matches_float64_on_the_rounded_state() {
 }
 
 #[test]
+fn compressors_of_states_wider_than_eight_value_channels_match_float64() {
+    // d_v > 8 (the delta write's one-token-per-invocation form): the token-axis compressor (ddl's
+    // and every expanded variant's readout) and the value-axis one (CC, K_c = m as the spec asks,
+    // and K_c ≠ m) at m = 9, 16, 33, odd d, T < K and T = 1, several chunks.
+    for (i, &m) in [9usize, 16, 33].iter().enumerate() {
+        check_token(&gpu(), shape(1 + i % 2, [1, 3, 40][i], [5, 4, 3][i], m, [4, 2, 5][i]));
+        check_token(&gpu(), shape(2, 70, 2, m, 4));
+        check_value(&gpu(), [1, 9, 40][i], [5, 8, 3][i], m, m);
+        check_value(&gpu(), 33, 4, m, [2, 5, 4][i]);
+    }
+}
+
+#[test]
 fn token_compressor_reductions_over_many_chunks_and_sequence_boundaries_match_float64() {
     // 3·700 tokens: 66 chunks of 32 (the one-walk kernel, K = 4) that straddle the sequence ends;
     // 9000 tokens (K = 3, chunks of at least 16): the chunk count is capped and each chunk holds
