@@ -88,10 +88,10 @@ pub(crate) enum Cmd {
         #[arg(long, default_value = "ddl")]
         variant: String,
         /// Batch size of the plan (default: the preset's training value).
-        #[arg(long)]
+        #[arg(long, value_parser = positive)]
         batch: Option<usize>,
         /// Sequence length of the plan (default: the preset's training value).
-        #[arg(long)]
+        #[arg(long, value_parser = positive)]
         seq: Option<usize>,
         /// Plan the expanded states in half precision (`ddl train --f16-state`).
         #[arg(long)]
@@ -136,7 +136,7 @@ pub(crate) enum Cmd {
         #[arg(long)]
         checkpoint: std::path::PathBuf,
         /// Validation batches (default: the run's eval_batches).
-        #[arg(long)]
+        #[arg(long, value_parser = positive)]
         batches: Option<usize>,
     },
     /// Generate text from a checkpoint with the KV and conv caches, streaming tokens to stdout.
@@ -248,7 +248,7 @@ pub(crate) struct TrainArgs {
     #[arg(long)]
     pub(crate) variant: Option<String>,
     /// Stop after this step (the schedule's length is train.decay_steps).
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, value_parser = positive, default_value_t = 200)]
     pub(crate) steps: usize,
     /// Seed of the initialisation and the batch order.
     #[arg(long)]
@@ -322,7 +322,7 @@ pub(crate) enum BenchCmd {
     /// GFLOP/s of the matmul forms (A·B, A·Bᵀ, Aᵀ·B) for every tile variant.
     Matmul {
         /// Square sizes to run.
-        #[arg(long, value_delimiter = ',', default_value = "128,256,512,1024")]
+        #[arg(long, value_parser = positive, value_delimiter = ',', default_value = "128,256,512,1024")]
         sizes: Vec<usize>,
         /// Forms to run: nn, nt, tn.
         #[arg(long, value_delimiter = ',', default_value = "nn,nt,tn")]
@@ -332,10 +332,10 @@ pub(crate) enum BenchCmd {
         #[arg(long, conflicts_with = "sizes")]
         preset: Option<String>,
         /// With --preset: batch size (default: the preset's).
-        #[arg(long, requires = "preset")]
+        #[arg(long, value_parser = positive, requires = "preset")]
         batch: Option<usize>,
         /// With --preset: sequence length (default: the preset's).
-        #[arg(long, requires = "preset")]
+        #[arg(long, value_parser = positive, requires = "preset")]
         seq: Option<usize>,
         /// Tile variants to time: all (every one the adapter runs), auto (only the one the
         /// engine picks: the autotuner's measurement where there is one, else its heuristic),
@@ -343,7 +343,7 @@ pub(crate) enum BenchCmd {
         #[arg(long, default_value = "all")]
         variants: String,
         /// Timed repetitions per measurement (median reported).
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, value_parser = positive, default_value_t = 5)]
         reps: usize,
         /// Measure the best variant for each size and store it in the autotune cache.
         #[arg(long)]
@@ -361,13 +361,13 @@ pub(crate) enum BenchCmd {
         #[arg(long, default_value = "shakespeare-char")]
         preset: String,
         /// Batch size (default: the preset's).
-        #[arg(long)]
+        #[arg(long, value_parser = positive)]
         batch: Option<usize>,
         /// Sequence length (default: the preset's).
-        #[arg(long)]
+        #[arg(long, value_parser = positive)]
         seq: Option<usize>,
         /// Timed repetitions per kernel (median reported).
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, value_parser = positive, default_value_t = 5)]
         reps: usize,
         /// One JSON object per line.
         #[arg(long)]
@@ -382,13 +382,13 @@ pub(crate) enum BenchCmd {
         #[arg(long, default_value = "ddl")]
         variant: String,
         /// Timed steps (median reported).
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, value_parser = positive, default_value_t = 5)]
         steps: usize,
         /// Batch size (default: the preset's).
-        #[arg(long)]
+        #[arg(long, value_parser = positive)]
         batch: Option<usize>,
         /// Sequence length (default: the preset's).
-        #[arg(long)]
+        #[arg(long, value_parser = positive)]
         seq: Option<usize>,
         /// Also list every dispatch of the profiled step in order (kernel, workgroups, ms).
         #[arg(long)]
@@ -416,10 +416,10 @@ pub(crate) enum BenchCmd {
         #[arg(long, default_value = "ddl")]
         variant: String,
         /// Context lengths to time one token at (comma-separated, each at least 2).
-        #[arg(long, value_delimiter = ',', default_value = "64,256")]
+        #[arg(long, value_parser = positive, value_delimiter = ',', default_value = "64,256")]
         contexts: Vec<usize>,
         /// Timed tokens per context (median reported).
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, value_parser = positive, default_value_t = 3)]
         reps: usize,
         /// One JSON object per line.
         #[arg(long)]
@@ -428,13 +428,23 @@ pub(crate) enum BenchCmd {
     /// Device buffer copy bandwidth (the memory ceiling for bandwidth-bound kernels).
     Copy {
         /// Buffer size in MiB.
-        #[arg(long, default_value_t = 64)]
+        #[arg(long, value_parser = positive, default_value_t = 64)]
         mib: usize,
         /// Timed copies (median reported).
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, value_parser = positive, default_value_t = 5)]
         reps: usize,
         /// One JSON object per line.
         #[arg(long)]
         json: bool,
     },
+}
+
+/// A count that must be at least 1 (`--steps 0`, `--reps 0`, `--batch 0` are refused by the parser
+/// with the flag's name).
+fn positive(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(v) => Ok(v),
+        Err(_) => Err(format!("expected a whole number ≥ 1, got '{s}'")),
+    }
 }

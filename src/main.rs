@@ -136,6 +136,10 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         // them (a changed setting would be silently ignored otherwise).
         run.check_resume(&out).map_err(anyhow::Error::msg)?;
     }
+    if !resume {
+        // Every setting is checked before the adapter opens or anything is written.
+        run.validate()?;
+    }
     if a.distributed == Some(Distributed::Mpi) {
         return train_mpi(dev, &a, run, out, resume);
     }

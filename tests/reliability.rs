@@ -200,20 +200,43 @@ fn config_problems_are_clear_errors() {
         let mut a = vec!["train", "--corpus", &c, "--out", &out, "--steps", "1"];
         a.extend_from_slice(extra);
         fails(&dir, &a, needles);
+        // Refused before anything is created: no run folder, no config.toml.
+        assert!(!Path::new(&out).exists(), "`{}` left {out} behind", a.join(" "));
     };
-    t(&["--set", "train.nope=1"], &["unknown key 'train.nope'"]);
+    // Out of range: the full key, the value given, the allowed range and the remedy.
+    t(&["--set", "train.nope=1"], &["unknown key 'train.nope'", "known keys here", "warmup_steps"]);
+    t(&["--set", "train.steps=9"], &["unknown key 'train.steps'", "--steps N"]);
+    t(&["--set", "model.dv=2"], &["did you mean 'model.d_v'?"]);
     t(&["--set", "train.batch_size=\"many\""], &["batch_size"]);
-    t(&["--set", "model.d_v=0"], &["d_v"]);
-    t(&["--set", "model.n_heads=0"], &["n_heads"]);
-    t(&["--set", "model.head_dim=0"], &["head_dim"]);
-    t(&["--set", "model.state_kernel=0"], &["state_kernel"]);
-    t(&["--set", "train.lr=-1"], &["train.lr", "≥ 0", "-1"]);
-    t(&["--set", "train.seq_len=128"], &["train.seq_len", "128", "max_seq_len 64"]);
-    t(&["--set", "train.warmup_steps=5000", "--set", "train.decay_steps=10"], &["decay_steps"]);
+    t(&["--set", "model.d_v=0"], &["model.d_v = 0", "1 ..= 1024", "--set model.d_v=VALUE", "[model]"]);
+    t(&["--variant", "ddl_v1", "--set", "model.d_v=4"], &["model.d_v = 4", "ddl_v1 has d_v = 1", "drop the setting"]);
+    t(&["--set", "model.n_heads=0"], &["model.n_heads = 0", "1 ..= 4096", "--set model.n_heads=VALUE"]);
+    t(&["--set", "model.head_dim=0"], &["model.head_dim = 0", "1 ..= 16384"]);
+    t(&["--set", "model.head_dim=15"], &["model.head_dim = 15", "even"]);
+    t(&["--set", "model.state_kernel=0"], &["model.state_kernel = 0", "1 ..= 4096", "--set model.state_kernel=VALUE"]);
+    t(&["--variant", "ddl_ec", "--set", "model.embed_kernel=0"], &["model.embed_kernel = 0", "1 ..= 4096"]);
+    t(
+        &["--variant", "ddl_cc", "--set", "model.state_kernel=2"],
+        &["model.state_kernel = 2", "K_c = d_v = 4", "--set model.state_kernel=4"],
+    );
+    t(&["--set", "model.beta_init=3"], &["model.beta_init = 3", "[0, 2]"]);
+    t(&["--set", "train.lr=-1"], &["train.lr = -1", "≥ 0", "--set train.lr=VALUE"]);
+    t(&["--set", "train.batch_size=0"], &["train.batch_size = 0", "1 ..= 2^24"]);
+    t(&["--set", "train.grad_accum=0"], &["train.grad_accum = 0", "1 ..= 2^24"]);
+    t(
+        &["--set", "train.seq_len=128"],
+        &["train.seq_len = 128", "model.max_seq_len = 64", "--set model.max_seq_len=128"],
+    );
+    t(
+        &["--set", "train.warmup_steps=5000", "--set", "train.decay_steps=10"],
+        &["train.decay_steps = 10", "warmup_steps = 5000", "--set train.decay_steps=5000"],
+    );
+    fails(&dir, &["train", "--corpus", &c, "--out", &out, "--steps", "0"], &["--steps", "at least 1"]);
+    assert!(!Path::new(&out).exists());
     t(&["--variant", "ddl_x"], &["unknown variant 'ddl_x'", "baseline"]);
     t(&["--variant", "baseline", "--f16-state"], &["train.state_f16", "ddl or ddl_vmap", "baseline"]);
     t(&["--f16-state", "--set", "model.d_v=3"], &["train.state_f16", "d_v = 4, got 3"]);
-    t(&["--preset", "gigantic"], &["unknown preset 'gigantic'"]);
+    t(&["--preset", "gigantic"], &["unknown preset 'gigantic'", "one of tiny", "--preset NAME"]);
     fails(&dir, &["train", "--corpus", &c, "--out", &out, "--steps=-1"], &["--steps", "-1"]);
     // A batch whose activations exceed the adapter's buffer limit: how much, and what to lower.
     t(&["--set", "train.batch_size=100000"], &["bytes", "allows at most", "lower train.batch_size"]);
@@ -372,7 +395,7 @@ fn bench_problems_are_clear_errors() {
     fails(&dir, &["bench", "matmul", "--preset", "gpt-9"], &["unknown preset 'gpt-9'"]);
     fails(&dir, &["bench", "matmul", "--preset", "tiny", "--sizes", "64"], &["--sizes", "--preset"]);
     fails(&dir, &["bench", "matmul", "--batch", "2"], &["--preset"]);
-    fails(&dir, &["bench", "kernels", "--preset", "tiny", "--batch", "0"], &["--batch 0", "at least 1"]);
+    fails(&dir, &["bench", "kernels", "--preset", "tiny", "--batch", "0"], &["--batch", "must be at least 1"]);
     fails(&dir, &["bench", "kernels", "--preset", "gpt-9"], &["unknown preset 'gpt-9'"]);
 }
 

@@ -178,6 +178,33 @@ fn the_cli_trains_evaluates_and_samples() {
     assert!(String::from_utf8_lossy(&ev.stdout).contains("perplexity"));
 }
 
+/// Any d_v the settings accept trains, evaluates and generates through the CLI: d_v = 9 (above the
+/// delta write's segment forms) for ddl_cc, whose K_c follows d_v.
+#[test]
+fn a_value_width_above_eight_trains_evaluates_and_generates_through_the_cli() {
+    let dir = tmpdir("cli-dv9");
+    let c = ddl::testing::small_corpus(&dir);
+    let out = dir.join("run");
+    let st = ddl_cmd(&dir)
+        .args(["train", "--preset", "tiny", "--variant", "ddl_cc", "--steps", "3", "--corpus", &c, "--out"])
+        .arg(&out)
+        .args(["--set", "model.d_model=16", "--set", "model.n_layers=1", "--set", "model.n_heads=2"])
+        .args(["--set", "model.head_dim=8", "--set", "model.mlp_hidden=40", "--set", "model.d_v=9"])
+        .args(["--set", "train.batch_size=2", "--set", "train.seq_len=16", "--set", "train.eval_batches=1"])
+        .args(["--sample", "4"])
+        .output()
+        .unwrap();
+    let so = String::from_utf8_lossy(&st.stdout);
+    assert!(st.status.success(), "train failed: {so}\n{}", String::from_utf8_lossy(&st.stderr));
+    assert!(so.contains("validation loss") && so.contains("--- sample ---"), "{so}");
+    let cfg = std::fs::read_to_string(out.join("config.toml")).unwrap();
+    assert!(cfg.contains("d_v = 9") && cfg.contains("state_kernel = 9"), "{cfg}");
+    let ev = ddl_cmd(&dir).args(["eval", "--checkpoint"]).arg(&out).output().unwrap();
+    assert!(ev.status.success(), "{}", String::from_utf8_lossy(&ev.stderr));
+    let loss = String::from_utf8_lossy(&ev.stdout);
+    assert!(loss.contains("perplexity"), "{loss}");
+}
+
 #[test]
 fn bad_training_inputs_are_clear_errors() {
     let dir = tmpdir("bad");

@@ -145,16 +145,46 @@ pub struct ModelConfig {
     pub max_seq_len: usize,
 }
 
-/// A configuration that cannot be built, with the field that is wrong.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("config field '{field}': {msg}")]
+/// A setting out of its range: the full key (`model.d_v`, `train.lr`), the value given, what is
+/// allowed, and what to do about it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{key} = {value}: {expected}; {remedy}")]
 pub struct ConfigError {
-    pub field: String,
-    pub msg: String,
+    pub key: String,
+    pub value: String,
+    pub expected: String,
+    pub remedy: String,
 }
 
-fn cerr(field: &str, msg: impl Into<String>) -> ConfigError {
-    ConfigError { field: field.to_string(), msg: msg.into() }
+impl ConfigError {
+    /// `key` given as `value`, where `expected` says what is allowed; the remedy names the two
+    /// places a setting comes from (`--set` and the `--config` file's table).
+    pub fn new(key: &str, value: impl std::fmt::Display, expected: impl Into<String>) -> Self {
+        let remedy = match key.split_once('.') {
+            Some((table @ ("model" | "train"), field)) => {
+                format!("change it with --set {key}=VALUE or as `{field} = VALUE` under [{table}] in the --config file")
+            }
+            _ => format!("change it with --set {key}=VALUE"),
+        };
+        ConfigError { key: key.to_string(), value: value.to_string(), expected: expected.into(), remedy }
+    }
+
+    /// The same error with another remedy.
+    pub fn remedy(mut self, remedy: impl Into<String>) -> Self {
+        self.remedy = remedy.into();
+        self
+    }
+}
+
+/// `model.{field}` = `value` is not allowed: `expected`.
+fn cerr(field: &str, value: impl std::fmt::Display, expected: impl Into<String>) -> ConfigError {
+    ConfigError::new(&format!("model.{field}"), value, expected)
+}
+
+/// A field of a golden file's or another tool's JSON config that is missing or of the wrong type.
+fn json_err(field: &str, what: impl Into<String>) -> ConfigError {
+    ConfigError::new(&format!("config.{field}"), "(missing or wrong type)", what)
+        .remedy("the file's `config` metadata must hold every field of the format (tests/golden/README.md)")
 }
 
 impl ModelConfig {
@@ -204,7 +234,12 @@ impl ModelConfig {
     /// The model of a named preset ([`crate::presets::PRESETS`]) for a variant.
     pub fn preset(name: &str, variant: Variant) -> Result<Self, ConfigError> {
         let Some(p) = crate::presets::find(name) else {
-            return Err(cerr("preset", format!("unknown preset '{name}' (expected {})", crate::presets::names())));
+            return Err(ConfigError::new(
+                "preset",
+                name,
+                format!("unknown preset '{name}', expected one of {}", crate::presets::names()),
+            )
+            .remedy("choose one of them with --preset NAME"));
         };
         Ok(ModelConfig {
             max_seq_len: p.max_seq_len,
@@ -246,78 +281,116 @@ impl ModelConfig {
         self.n_heads * self.head_dim
     }
 
-    /// Checks every field; the error names the field and the expected range.
+    /// Checks every field, the kernels' limits included, before anything is built or written;
+    /// the error names the full key, the value, the allowed range and the remedy.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let pos = |f: &str, v: usize| {
-            if v == 0 { Err(cerr(f, "must be at least 1")) } else { Ok(()) }
-        };
-        pos("vocab_size", self.vocab_size)?;
-        pos("d_model", self.d_model)?;
-        pos("n_layers", self.n_layers)?;
-        pos("n_heads", self.n_heads)?;
-        pos("head_dim", self.head_dim)?;
-        pos("mlp_hidden", self.mlp_hidden)?;
-        pos("max_seq_len", self.max_seq_len)?;
         // Upper bounds far beyond any real model, so size arithmetic cannot overflow (and a
         // corrupt config cannot ask for absurd allocations).
-        for (f, v, max) in [
-            ("vocab_size", self.vocab_size, 1usize << 24),
-            ("d_model", self.d_model, 1 << 17),
-            ("n_layers", self.n_layers, 1 << 12),
-            ("n_heads", self.n_heads, 1 << 12),
-            ("head_dim", self.head_dim, 1 << 14),
-            ("mlp_hidden", self.mlp_hidden, 1 << 20),
-            ("max_seq_len", self.max_seq_len, 1 << 24),
-            ("d_v", self.d_v, 1 << 10),
-            ("state_kernel", self.state_kernel, 1 << 12),
-            ("embed_kernel", self.embed_kernel, 1 << 12),
-            ("k_mlp_hidden", self.k_mlp_hidden, 1 << 20),
+        for (f, v, max, what) in [
+            ("vocab_size", self.vocab_size, 1usize << 24, "tokens in the vocabulary (set by the tokenizer)"),
+            ("d_model", self.d_model, 1 << 17, "the model width"),
+            ("n_layers", self.n_layers, 1 << 12, "blocks"),
+            ("n_heads", self.n_heads, 1 << 12, "attention heads"),
+            ("head_dim", self.head_dim, 1 << 14, "the width of one head, even (RoPE rotates pairs)"),
+            ("mlp_hidden", self.mlp_hidden, 1 << 20, "the MLP's hidden width"),
+            ("max_seq_len", self.max_seq_len, 1 << 24, "the longest context"),
         ] {
-            if v > max {
-                return Err(cerr(f, format!("{v} is larger than this build supports ({max})")));
+            if v == 0 || v > max {
+                return Err(cerr(f, v, format!("expected an integer in 1 ..= {max} ({what})")));
             }
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return Err(cerr("head_dim", self.head_dim, "expected an even number (RoPE rotates pairs)"));
+        }
+        let v = self.variant;
+        match v {
+            Variant::Baseline => {}
+            Variant::DdlV1 | Variant::DdlV1Vmap => {
+                if self.d_v != 1 {
+                    return Err(cerr("d_v", self.d_v, format!("variant {v} has d_v = 1")).remedy(format!(
+                        "drop the setting, or choose an expanded variant (ddl, ddl_ec, ddl_cc, ddl_ccec, \
+                         ddl_vmap) for d_v = {}",
+                        self.d_v
+                    )));
+                }
+            }
+            _ => {
+                if self.d_v == 0 || self.d_v > 1 << 10 {
+                    return Err(cerr(
+                        "d_v",
+                        self.d_v,
+                        "expected an integer in 1 ..= 1024 (value channels of the expanded state; 4 in the paper)",
+                    ));
+                }
+            }
+        }
+        if v.expanded() {
+            if self.state_kernel == 0 || self.state_kernel > 1 << 12 {
+                let what = if v.value_axis() { "K_c, taps along the value axis" } else { "K_s, causal taps" };
+                return Err(cerr(
+                    "state_kernel",
+                    self.state_kernel,
+                    format!("expected an integer in 1 ..= 4096 ({what})"),
+                ));
+            }
+            if v.value_axis() && self.state_kernel != self.d_v {
+                return Err(cerr(
+                    "state_kernel",
+                    self.state_kernel,
+                    format!("the value-axis compressor of {v} needs K_c = d_v = {} (spec 3.4)", self.d_v),
+                )
+                .remedy(format!(
+                    "drop the setting (K_c follows model.d_v), or set --set model.state_kernel={}",
+                    self.d_v
+                )));
+            }
+        }
+        if v.ec() && (self.embed_kernel == 0 || self.embed_kernel > 1 << 12) {
+            return Err(cerr(
+                "embed_kernel",
+                self.embed_kernel,
+                "expected an integer in 1 ..= 4096 (K_e, causal taps)",
+            ));
+        }
+        if v.vmap() && (self.k_mlp_hidden == 0 || self.k_mlp_hidden > 1 << 20) {
+            return Err(cerr(
+                "k_mlp_hidden",
+                self.k_mlp_hidden,
+                "expected an integer in 1 ..= 2^20 (h_k, the direction MLP's hidden width)",
+            ));
         }
         let params = (self.vocab_size as u128 * self.d_model as u128)
             + self.n_layers as u128
                 * (4 * self.d_model as u128 * (self.n_heads * self.head_dim) as u128
                     + 3 * self.d_model as u128 * self.mlp_hidden as u128
-                    + (self.d_model * self.d_v) as u128 * (self.state_kernel + self.embed_kernel + 4) as u128);
+                    + (self.d_model * self.d_v.max(1)) as u128 * (self.state_kernel + self.embed_kernel + 4) as u128);
         if params > 1u128 << 36 {
-            return Err(cerr("d_model", format!("the model would have about {params} parameters, more than 2^36")));
-        }
-        if !self.head_dim.is_multiple_of(2) {
-            return Err(cerr("head_dim", format!("RoPE rotates pairs: must be even, got {}", self.head_dim)));
-        }
-        match self.variant {
-            Variant::Baseline => {}
-            Variant::DdlV1 | Variant::DdlV1Vmap => {
-                if self.d_v != 1 {
-                    return Err(cerr("d_v", format!("variant {} has d_v = 1, got {}", self.variant, self.d_v)));
-                }
-            }
-            _ => {
-                if self.d_v < 1 {
-                    return Err(cerr("d_v", "must be at least 1"));
-                }
-                pos("state_kernel", self.state_kernel)?;
-            }
-        }
-        if self.variant.ec() {
-            pos("embed_kernel", self.embed_kernel)?;
-        }
-        if self.variant.vmap() {
-            pos("k_mlp_hidden", self.k_mlp_hidden)?;
+            return Err(cerr(
+                "d_model",
+                self.d_model,
+                format!("the model would have about {params} parameters, more than 2^36"),
+            )
+            .remedy("make the model smaller (model.d_model, model.n_layers, model.mlp_hidden)"));
         }
         for (f, v) in [("k_eps", self.k_eps), ("norm_eps", self.norm_eps), ("rope_base", self.rope_base)] {
             if !(v > 0.0 && v.is_finite()) {
-                return Err(cerr(f, format!("must be a positive number, got {v}")));
+                return Err(cerr(f, v, "expected a finite number > 0"));
             }
         }
         if !(0.0..=2.0).contains(&self.beta_init) {
-            return Err(cerr("beta_init", format!("must be in [0, 2], got {}", self.beta_init)));
+            return Err(cerr("beta_init", self.beta_init, "expected a number in [0, 2] (β₀, the gate at init)"));
         }
         if !(0.0..1.0).contains(&self.label_smoothing) {
-            return Err(cerr("label_smoothing", format!("must be in [0, 1), got {}", self.label_smoothing)));
+            return Err(cerr("label_smoothing", self.label_smoothing, "expected a number in [0, 1)"));
+        }
+        for (f, v) in [
+            ("k_rezero_scale", self.k_rezero_scale),
+            ("embed_init_std", self.embed_init_std),
+            ("init_std_factor", self.init_std_factor),
+        ] {
+            if !(v >= 0.0 && v.is_finite()) {
+                return Err(cerr(f, v, "expected a finite number ≥ 0"));
+            }
         }
         Ok(())
     }
@@ -325,17 +398,14 @@ impl ModelConfig {
     /// Reads the `config` object of a golden file (or another tool's config): known fields are
     /// taken, absent v-Map fields get the spec's k-Map defaults, unknown fields are ignored.
     pub fn from_golden_json(v: &serde_json::Value) -> Result<Self, ConfigError> {
-        let obj = v.as_object().ok_or_else(|| cerr("config", "not a JSON object"))?;
-        let variant_s = obj.get("variant").and_then(|x| x.as_str()).ok_or_else(|| cerr("variant", "missing"))?;
-        let variant = Variant::parse(variant_s).map_err(|e| cerr("variant", e))?;
+        let obj = v.as_object().ok_or_else(|| json_err("", "a JSON object"))?;
+        let variant_s = obj.get("variant").and_then(|x| x.as_str()).ok_or_else(|| json_err("variant", "a string"))?;
+        let variant = Variant::parse(variant_s).map_err(|e| ConfigError::new("config.variant", variant_s, e))?;
         let us = |f: &str| -> Result<usize, ConfigError> {
-            obj.get(f)
-                .and_then(|x| x.as_u64())
-                .map(|x| x as usize)
-                .ok_or_else(|| cerr(f, "missing or not a non-negative integer"))
+            obj.get(f).and_then(|x| x.as_u64()).map(|x| x as usize).ok_or_else(|| json_err(f, "a non-negative integer"))
         };
         let fl = |f: &str| -> Result<f64, ConfigError> {
-            obj.get(f).and_then(|x| x.as_f64()).ok_or_else(|| cerr(f, "missing or not a number"))
+            obj.get(f).and_then(|x| x.as_f64()).ok_or_else(|| json_err(f, "a number"))
         };
         let (vocab, d, l, h, hd) =
             (us("vocab_size")?, us("d_model")?, us("n_layers")?, us("n_heads")?, us("head_dim")?);
@@ -349,7 +419,8 @@ impl ModelConfig {
         c.norm_eps = fl("norm_eps")?;
         c.rope_base = fl("rope_base")?;
         if let Some(s) = obj.get("v_act") {
-            c.v_act = serde_json::from_value(s.clone()).map_err(|e| cerr("v_act", e.to_string()))?;
+            c.v_act =
+                serde_json::from_value(s.clone()).map_err(|e| ConfigError::new("config.v_act", s, e.to_string()))?;
         } else {
             c.v_act = VActName::Sigmoid4;
         }

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ModelConfig, Variant};
+use crate::model::{ConfigError, ModelConfig, Variant};
 
 /// The optimisation and data settings of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -83,55 +83,79 @@ impl TrainConfig {
         }
     }
 
-    pub fn validate(&self, model: &ModelConfig) -> Result<(), crate::model::ConfigError> {
-        let e = |f: &str, m: String| Err(crate::model::ConfigError { field: format!("train.{f}"), msg: m });
-        for (f, v) in [
-            ("batch_size", self.batch_size),
-            ("seq_len", self.seq_len),
-            ("grad_accum", self.grad_accum),
-            ("eval_batches", self.eval_batches),
-            ("log_every", self.log_every),
+    /// Checks every field (and those that depend on the model's); the error names the full key,
+    /// the value, the allowed range and the remedy.
+    pub fn validate(&self, model: &ModelConfig) -> Result<(), ConfigError> {
+        let e = |f: &str, v: &dyn std::fmt::Display, expected: String| {
+            Err(ConfigError::new(&format!("train.{f}"), v, expected))
+        };
+        for (f, v, what) in [
+            ("batch_size", self.batch_size, "sequences per micro-batch"),
+            ("seq_len", self.seq_len, "tokens per sequence"),
+            ("grad_accum", self.grad_accum, "micro-batches per step"),
+            ("eval_batches", self.eval_batches, "validation batches per evaluation"),
+            ("log_every", self.log_every, "steps between log lines"),
         ] {
-            if v == 0 {
-                return e(f, "must be at least 1".into());
+            if v == 0 || v > 1 << 24 {
+                return e(f, &v, format!("expected an integer in 1 ..= 2^24 ({what})"));
             }
         }
         if self.seq_len > model.max_seq_len {
-            return e("seq_len", format!("{} exceeds model.max_seq_len {}", self.seq_len, model.max_seq_len));
+            return Err(ConfigError::new(
+                "train.seq_len",
+                self.seq_len,
+                format!("at most model.max_seq_len = {}", model.max_seq_len),
+            )
+            .remedy(format!(
+                "lower it (--set train.seq_len={}) or raise the model's context (--set model.max_seq_len={})",
+                model.max_seq_len, self.seq_len
+            )));
+        }
+        let tokens = self.batch_size as u128 * self.seq_len as u128;
+        if tokens > u32::MAX as u128 {
+            return Err(ConfigError::new(
+                "train.batch_size",
+                self.batch_size,
+                format!("batch_size × seq_len at most 2^32 − 1 tokens, got {tokens}"),
+            )
+            .remedy("lower train.batch_size and raise train.grad_accum (same global batch, less memory)"));
         }
         if !(self.lr >= 0.0 && self.lr.is_finite()) {
-            return e("lr", format!("must be ≥ 0, got {}", self.lr));
+            return e("lr", &self.lr, "expected a finite number ≥ 0 (the peak learning rate)".into());
         }
         if !(self.min_lr >= 0.0 && self.min_lr <= self.lr) {
-            return e("min_lr", format!("must be in [0, lr = {}], got {}", self.lr, self.min_lr));
+            return e("min_lr", &self.min_lr, format!("expected a number in [0, train.lr = {}]", self.lr));
         }
         for (f, v) in [("beta1", self.beta1), ("beta2", self.beta2)] {
             if !(0.0..1.0).contains(&v) {
-                return e(f, format!("must be in [0, 1), got {v}"));
+                return e(f, &v, "expected a number in [0, 1)".into());
             }
         }
-        if !(self.eps > 0.0) {
-            return e("eps", format!("must be > 0, got {}", self.eps));
+        if !(self.eps > 0.0 && self.eps.is_finite()) {
+            return e("eps", &self.eps, "expected a finite number > 0".into());
         }
-        if !(self.weight_decay >= 0.0) {
-            return e("weight_decay", format!("must be ≥ 0, got {}", self.weight_decay));
+        if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
+            return e("weight_decay", &self.weight_decay, "expected a finite number ≥ 0".into());
         }
-        if !(self.grad_clip >= 0.0) {
-            return e("grad_clip", format!("must be ≥ 0 (0 = off), got {}", self.grad_clip));
+        if !(self.grad_clip >= 0.0 && self.grad_clip.is_finite()) {
+            return e("grad_clip", &self.grad_clip, "expected a finite number ≥ 0 (0 = no clipping)".into());
         }
         if !(self.val_fraction > 0.0 && self.val_fraction < 1.0) {
-            return e("val_fraction", format!("must be in (0, 1), got {}", self.val_fraction));
+            return e("val_fraction", &self.val_fraction, "expected a number in (0, 1)".into());
         }
         if self.decay_steps < self.warmup_steps {
-            return e(
-                "decay_steps",
-                format!("{} is shorter than warmup_steps {}", self.decay_steps, self.warmup_steps),
-            );
+            return Err(ConfigError::new(
+                "train.decay_steps",
+                self.decay_steps,
+                format!("at least train.warmup_steps = {}", self.warmup_steps),
+            )
+            .remedy(format!("raise it (--set train.decay_steps={}) or lower train.warmup_steps", self.warmup_steps)));
         }
         if self.state_f16
             && let Err(why) = model.f16_state_support()
         {
-            return e("state_f16", why);
+            return Err(ConfigError::new("train.state_f16", true, why)
+                .remedy("drop --f16-state (or set train.state_f16 = false) for this model"));
         }
         Ok(())
     }
@@ -149,6 +173,44 @@ impl TrainConfig {
         let r = (step - self.warmup_steps) as f64 / span;
         self.min_lr + 0.5 * (1.0 + (std::f64::consts::PI * r).cos()) * (self.lr - self.min_lr)
     }
+}
+
+/// "unknown key 'train.steps'" with the closest known key and where the step count is set.
+fn unknown_key(full: &str, field: &str, known: &toml::Table) -> String {
+    let mut msg = format!("unknown key '{full}'");
+    let steps = field == "steps" || field == "max_steps";
+    let near = known
+        .keys()
+        .filter(|_| !steps)
+        .map(|k| (edit_distance(field, k), k))
+        .filter(|(dist, k)| *dist <= (field.len() / 3).max(1) || k.contains(field) || field.contains(k.as_str()))
+        .min();
+    if let Some((_, k)) = near {
+        msg.push_str(&format!(" (did you mean '{}'?)", full.replace(field, k)));
+    }
+    if steps {
+        msg.push_str("; the steps a run trains are the flag --steps N (the schedule's length is train.decay_steps)");
+    }
+    let mut keys: Vec<&str> = known.keys().map(|k| k.as_str()).collect();
+    keys.sort_unstable();
+    msg.push_str(&format!("; known keys here: {}", keys.join(", ")));
+    msg
+}
+
+/// Levenshtein distance (for suggestions).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + (ca != cb) as usize).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
 }
 
 fn default_tokenizer() -> String {
@@ -255,13 +317,16 @@ impl RunConfig {
     pub fn merge_toml(&mut self, text: &str, origin: &str) -> Result<(), String> {
         let overlay: toml::Table = toml::from_str(text).map_err(|e| format!("{origin}: {e}"))?;
         let overlay_copy = overlay.clone();
+        let sets_model = |k: &str| overlay.get("model").and_then(|m| m.as_table()).is_some_and(|m| m.contains_key(k));
+        // The value-axis compressor has K_c = d_v (spec 3.4): a d_v given alone takes K_c along.
+        let kc_follows = sets_model("d_v") && !sets_model("state_kernel");
         let mut base = toml::Table::try_from(&*self).map_err(|e| e.to_string())?;
         for (k, v) in overlay {
             match (base.get_mut(&k), v) {
                 (Some(toml::Value::Table(bt)), toml::Value::Table(ot)) => {
                     for (k2, v2) in ot {
                         if !bt.contains_key(&k2) {
-                            return Err(format!("{origin}: unknown key '{k}.{k2}'"));
+                            return Err(format!("{origin}: {}", unknown_key(&format!("{k}.{k2}"), &k2, bt)));
                         }
                         bt.insert(k2, v2);
                     }
@@ -309,6 +374,9 @@ impl RunConfig {
                 None => format!("{origin}: {}", e.message()),
             }
         })?;
+        if kc_follows && self.model.variant.value_axis() {
+            self.model.state_kernel = self.model.d_v;
+        }
         Ok(())
     }
 
@@ -329,7 +397,11 @@ impl RunConfig {
                 (true, false) => vec!["train".into(), k.into()],
                 (false, true) => vec!["model".into(), k.into()],
                 (true, true) => return Err(format!("--set '{k}' is ambiguous: write train.{k} or model.{k}")),
-                (false, false) => return Err(format!("--set: unknown key '{k}'")),
+                (false, false) => {
+                    let mut all = base["train"].as_table().cloned().unwrap_or_default();
+                    all.extend(base["model"].as_table().cloned().unwrap_or_default());
+                    return Err(format!("--set: {}", unknown_key(k, k, &all)));
+                }
             }
         };
         // Parse the value as a TOML literal; bare words are strings.
@@ -384,11 +456,72 @@ mod tests {
         c.set("train.seed=7").unwrap();
         assert_eq!((c.train.lr, c.model.d_v, c.train.seed), (3e-4, 2, 7));
         assert!(c.set("nope=1").unwrap_err().contains("unknown key 'nope'"));
+        let e = c.set("train.steps=5").unwrap_err();
+        assert!(
+            e.contains("unknown key 'train.steps'") && e.contains("--steps N") && e.contains("warmup_steps"),
+            "{e}"
+        );
+        let e = c.set("model.dv=2").unwrap_err();
+        assert!(e.contains("did you mean 'model.d_v'?"), "{e}");
+        let e = c.set("lrr=2").unwrap_err();
+        assert!(e.contains("did you mean 'lr'?"), "{e}");
         let e = c.set("train.batch_size=\"x\"").unwrap_err();
         assert!(e.contains("batch_size") || e.contains("invalid type"), "{e}");
         c.merge_toml("[train]\nsteps_typo = 3\n", "run.toml").unwrap_err();
         c.merge_toml("corpus = \"a.txt\"\n[train]\nwarmup_steps = 3\n", "run.toml").unwrap();
         assert_eq!((c.corpus.as_str(), c.train.warmup_steps), ("a.txt", 3));
+    }
+
+    /// Every out-of-range setting names its full key, the value given, the allowed range and the
+    /// remedy (the CLI side, nothing left behind: tests/reliability.rs).
+    #[test]
+    fn out_of_range_settings_name_key_value_range_and_remedy() {
+        let cases: &[(Variant, &str, &str, &str)] = &[
+            (Variant::Ddl, "model.d_v=0", "model.d_v = 0", "1 ..= 1024"),
+            (Variant::Ddl, "model.d_v=5000", "model.d_v = 5000", "1 ..= 1024"),
+            (Variant::DdlV1, "model.d_v=3", "model.d_v = 3", "has d_v = 1"),
+            (Variant::Ddl, "model.head_dim=0", "model.head_dim = 0", "1 ..= 16384"),
+            (Variant::Ddl, "model.head_dim=7", "model.head_dim = 7", "even"),
+            (Variant::Ddl, "model.state_kernel=0", "model.state_kernel = 0", "1 ..= 4096"),
+            (Variant::DdlEc, "model.embed_kernel=0", "model.embed_kernel = 0", "1 ..= 4096"),
+            (Variant::DdlCc, "model.state_kernel=3", "model.state_kernel = 3", "K_c = d_v = 4"),
+            (Variant::DdlVmap, "model.k_mlp_hidden=0", "model.k_mlp_hidden = 0", "1 ..= 2^20"),
+            (Variant::Ddl, "model.n_layers=0", "model.n_layers = 0", "1 ..= 4096"),
+            (Variant::Ddl, "model.beta_init=2.5", "model.beta_init = 2.5", "[0, 2]"),
+            (Variant::Ddl, "model.k_eps=0", "model.k_eps = 0", "> 0"),
+            (Variant::Ddl, "model.label_smoothing=1", "model.label_smoothing = 1", "[0, 1)"),
+            (Variant::Ddl, "train.batch_size=0", "train.batch_size = 0", "1 ..= 2^24"),
+            (Variant::Ddl, "train.seq_len=100000", "train.seq_len = 100000", "model.max_seq_len"),
+            (Variant::Ddl, "train.lr=-1", "train.lr = -1", "≥ 0"),
+            (Variant::Ddl, "train.beta2=1", "train.beta2 = 1", "[0, 1)"),
+            (Variant::Ddl, "train.val_fraction=0", "train.val_fraction = 0", "(0, 1)"),
+            (Variant::Ddl, "train.decay_steps=1", "train.decay_steps = 1", "warmup_steps"),
+            (Variant::Ddl, "train.grad_accum=0", "train.grad_accum = 0", "1 ..= 2^24"),
+        ];
+        for &(variant, kv, head, range) in cases {
+            let mut c = RunConfig::preset("tiny", variant).unwrap();
+            c.set(kv).unwrap();
+            let e = c.validate().unwrap_err();
+            let text = e.to_string();
+            assert!(text.starts_with(head), "{kv}: {text}");
+            assert!(e.expected.contains(range), "{kv}: {text}");
+            let key = kv.split('=').next().unwrap();
+            assert!(e.remedy.contains(key) || e.remedy.contains("drop"), "{kv}: no remedy naming {key}: {text}");
+        }
+    }
+
+    #[test]
+    fn a_value_axis_compressor_takes_its_kernel_from_d_v_unless_both_are_given() {
+        let mut c = RunConfig::preset("tiny", Variant::DdlCc).unwrap();
+        c.set("model.d_v=9").unwrap();
+        assert_eq!(c.model.state_kernel, 9);
+        c.validate().unwrap();
+        c.merge_toml("[model]\nd_v = 6\nstate_kernel = 5\n", "run.toml").unwrap();
+        assert!(c.validate().unwrap_err().to_string().contains("K_c = d_v = 6"));
+        // The token-axis compressor's K_s is independent of d_v.
+        let mut t = RunConfig::preset("tiny", Variant::Ddl).unwrap();
+        t.set("model.d_v=9").unwrap();
+        assert_eq!(t.model.state_kernel, 4);
     }
 
     #[test]
