@@ -239,7 +239,20 @@ fn config_problems_are_clear_errors() {
     t(&["--preset", "gigantic"], &["unknown preset 'gigantic'", "one of tiny", "--preset NAME"]);
     fails(&dir, &["train", "--corpus", &c, "--out", &out, "--steps=-1"], &["--steps", "-1"]);
     // A batch whose activations exceed the adapter's buffer limit: how much, and what to lower.
-    t(&["--set", "train.batch_size=100000"], &["bytes", "allows at most", "lower train.batch_size"]);
+    t(&["--set", "train.batch_size=100000"], &["memory plan of a batch of 100000", "bytes", "--set train.batch_size="]);
+    // Past the host check (pretending a huge host), the adapter's per-binding limit, met when
+    // the programs are recorded: the binding, its bytes, the limit and the batch that fits.
+    let o = cmd(&dir)
+        .args(["train", "--corpus", &c, "--out", &out, "--steps", "1", "--set", "train.batch_size=100000"])
+        .env("DDL_FAULT_HOST_MEMORY", "1000000000000000")
+        .output()
+        .unwrap();
+    let text_ = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{text_}");
+    for n in ["bytes", "allows at most", "lower train.batch_size to", "grad_accum"] {
+        assert!(text_.contains(n), "expected {n:?} in {text_}");
+    }
+    assert!(!Path::new(&out).exists(), "{out} left behind");
     let cfg = dir.join("run.toml");
     std::fs::write(&cfg, "[train]\nlr = \"fast\"\n").unwrap();
     t(&["--config", cfg.to_str().unwrap()], &["run.toml", "lr"]);
@@ -557,6 +570,59 @@ fn a_lost_device_is_a_clear_error_and_keeps_the_last_checkpoint() {
     assert_eq!(ddl::train::checkpoint::load(&out, true).unwrap().step, 2);
     let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "4"]).output().unwrap();
     assert!(r.status.success(), "{}", text(&r));
+}
+
+#[test]
+fn running_out_of_memory_is_a_clear_error_with_the_plan_and_keeps_the_last_checkpoint() {
+    let dir = tmpdir("oom");
+    let c = ddl::testing::small_corpus(&dir);
+    let out = dir.join("run");
+    let a = train_args(&c, out.to_str().unwrap(), "6", &["--set", "train.checkpoint_every=1"]);
+    // Injected: the driver reports running out of memory during step 3.
+    let o = cmd(&dir).args(&a).env("DDL_FAULT_OOM_STEP", "3").output().unwrap();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    for n in [
+        "step 3",
+        "ran out of memory",
+        "allocating",
+        "memory plan at a batch of 2 × 16 tokens",
+        "activations",
+        "lower train.batch_size",
+        "--f16-state",
+        "checkpoint of step 2",
+        "--resume",
+    ] {
+        assert!(t.contains(n), "expected {n:?} in: {t}");
+    }
+    assert!(!t.contains("panicked"), "{t}");
+    assert_eq!(ddl::train::checkpoint::load(&out, true).unwrap().step, 2);
+    let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "4"]).output().unwrap();
+    assert!(r.status.success(), "{}", text(&r));
+}
+
+#[test]
+fn a_memory_plan_beyond_what_the_adapter_reports_is_refused_before_training_with_a_batch_that_fits() {
+    let dir = tmpdir("plan");
+    let c = ddl::testing::small_corpus(&dir);
+    let out = dir.join("run");
+    // A CPU adapter's memory is the host's: pretend the host has 1 MB available.
+    let a = train_args(&c, out.to_str().unwrap(), "2", &["--set", "train.batch_size=64"]);
+    let o = cmd(&dir).args(&a).env("DDL_FAULT_HOST_MEMORY", "1000000").output().unwrap();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    for n in ["memory plan of a batch of 64 × 16 tokens", "1000000 bytes are available", "--set train.batch_size="] {
+        assert!(t.contains(n), "expected {n:?} in: {t}");
+    }
+    assert!(t.contains("grad_accum") && !t.contains("panicked"), "{t}");
+    assert!(!out.exists(), "a refused run left {} behind", out.display());
+    // The suggested batch trains.
+    let b = t.split("--set train.batch_size=").nth(1).unwrap().split(|ch: char| !ch.is_ascii_digit()).next().unwrap();
+    let set = format!("train.batch_size={b}");
+    let mut a = train_args(&c, out.to_str().unwrap(), "1", &[]);
+    a.extend(["--set", &set]);
+    let o = cmd(&dir).args(&a).env("DDL_FAULT_HOST_MEMORY", "1000000").output().unwrap();
+    assert!(o.status.success(), "batch {b}: {}", text(&o));
 }
 
 #[test]

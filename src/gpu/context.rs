@@ -465,6 +465,15 @@ impl Gpu {
         self.device.destroy();
     }
 
+    /// Fault injection for tests: the device reports running out of memory while allocating
+    /// `bytes` for `what`, exactly as the uncaptured-error handler records a driver's
+    /// out-of-memory error; the next [`Gpu::check`] or [`Gpu::wait`] returns
+    /// [`GpuError::OutOfMemory`].
+    pub fn simulate_out_of_memory(&self, what: &str, bytes: u64) {
+        let mut errs = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        errs.push(format!("{OUT_OF_MEMORY}: allocating {bytes} bytes for {what} failed (injected)"));
+    }
+
     /// A human-readable description of the device for `ddl info`.
     pub fn describe(&self) -> String {
         let l = &self.limits;

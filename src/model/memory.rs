@@ -45,6 +45,116 @@ impl MemoryPlan {
     pub fn total(&self) -> u64 {
         4 * self.param_bytes + self.activation_bytes + self.grad_scratch_bytes
     }
+
+    /// One line: the total and its parts, for errors.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} bytes ({:.1} MiB: parameters, gradients and AdamW moments {}, activations {}, gradient scratch {}; \
+             largest tensor '{}' {} bytes)",
+            self.total(),
+            self.total() as f64 / 1048576.0,
+            4 * self.param_bytes,
+            self.activation_bytes,
+            self.grad_scratch_bytes,
+            self.largest.0,
+            self.largest.1
+        )
+    }
+
+    /// Why the plan does not fit what the adapter reports, or `None` when it does.
+    pub fn misfit(&self, limits: &Limits) -> Option<String> {
+        if self.largest.1 > limits.max_buffer {
+            return Some(format!(
+                "its largest tensor, '{}', needs {} bytes but the adapter allows at most {} bytes per buffer",
+                self.largest.0, self.largest.1, limits.max_buffer
+            ));
+        }
+        if let Some(avail) = limits.host_available
+            && self.total() > avail
+        {
+            return Some(format!(
+                "it needs {} bytes in all and this CPU adapter's memory is the host's, of which {} bytes are \
+                 available",
+                self.total(),
+                avail
+            ));
+        }
+        None
+    }
+}
+
+/// What the adapter reports that a plan must fit (wgpu has no free-memory query): its largest
+/// buffer and, for CPU adapters, whose memory is the host's, the host's available memory.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_buffer: u64,
+    pub host_available: Option<u64>,
+}
+
+impl Limits {
+    /// The limits of an opened device.
+    pub fn of(gpu: &crate::gpu::Gpu) -> Limits {
+        Limits {
+            max_buffer: gpu.limits.max_buffer_size,
+            host_available: if gpu.forms.cpu { host_available_bytes() } else { None },
+        }
+    }
+}
+
+/// The host's available memory (`MemAvailable` of /proc/meminfo; `None` elsewhere).
+/// `DDL_FAULT_HOST_MEMORY=BYTES` pretends the host has that much (tests).
+pub fn host_available_bytes() -> Option<u64> {
+    if let Some(v) = std::env::var("DDL_FAULT_HOST_MEMORY").ok().and_then(|v| v.parse().ok()) {
+        return Some(v);
+    }
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// How a training run of `c` at `batch` × `seq` (f16 states or not) can fit `limits` when its
+/// plan does not: the largest batch that fits (with the gradient accumulation that keeps the
+/// global batch) and f16 states where the variant has them. `None` when it already fits.
+pub fn fit_advice(
+    c: &ModelConfig,
+    batch: usize,
+    seq: usize,
+    grad_accum: usize,
+    state_f16: bool,
+    limits: &Limits,
+) -> Option<String> {
+    let plan = memory_plan_with(c, batch, seq, state_f16);
+    let why = plan.misfit(limits)?;
+    let fits = |b: usize, f16: bool| memory_plan_with(c, b, seq, f16).misfit(limits).is_none();
+    let mut fixes = Vec::new();
+    // Plans grow with the batch: bisect for the largest that fits.
+    if fits(1, state_f16) {
+        let (mut lo, mut hi) = (1, batch);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if fits(mid, state_f16) { lo = mid } else { hi = mid }
+        }
+        let accum = (batch * grad_accum).div_ceil(lo);
+        fixes.push(format!(
+            "lower train.batch_size to {lo} or less (--set train.batch_size={lo}; --set train.grad_accum={accum} keeps \
+             the global batch of {} sequences)",
+            batch * grad_accum
+        ));
+    } else {
+        fixes.push(format!(
+            "even one sequence does not fit: lower train.batch_size to 1 and train.seq_len (now {seq}), or make the \
+             model smaller"
+        ));
+    }
+    if !state_f16 && c.f16_state_support().is_ok() && fits(batch, true) {
+        fixes.push("or pass --f16-state (half-precision states: this batch then fits)".into());
+    }
+    Some(format!(
+        "the memory plan of a batch of {batch} × {seq} tokens is {}; {why}. To fit: {}",
+        plan.summary(),
+        fixes.join(", ")
+    ))
 }
 
 /// Scratch the launchers of one training program keep for its backward (chunk partials of the
@@ -165,5 +275,44 @@ pub fn memory_plan_with(c: &ModelConfig, b: usize, t: usize, state_f16: bool) ->
         activation_bytes: 4 * acts,
         grad_scratch_bytes: 4 * scratch,
         largest,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Variant;
+
+    #[test]
+    fn fit_advice_names_the_largest_batch_that_fits_and_f16_states_where_they_help() {
+        let c = ModelConfig::preset("tiny", Variant::Ddl).unwrap();
+        let (b, t) = (64, 128);
+        let plan = memory_plan(&c, b, t);
+        let roomy = Limits { max_buffer: u64::MAX, host_available: Some(plan.total()) };
+        assert_eq!(fit_advice(&c, b, t, 1, false, &roomy), None);
+        // A host with two thirds of the plan: the advice's batch fits and one more does not.
+        let tight = Limits { max_buffer: u64::MAX, host_available: Some(plan.total() * 2 / 3) };
+        let advice = fit_advice(&c, b, t, 2, false, &tight).expect("must not fit");
+        let fit_b: usize =
+            advice.split("--set train.batch_size=").nth(1).unwrap().split(';').next().unwrap().parse().unwrap();
+        assert!(memory_plan(&c, fit_b, t).misfit(&tight).is_none(), "{advice}");
+        assert!(memory_plan(&c, fit_b + 1, t).misfit(&tight).is_some(), "{advice}");
+        // The global batch 64 × 2 kept: grad_accum = ceil(128 / fit_b).
+        assert!(advice.contains(&format!("train.grad_accum={}", 128usize.div_ceil(fit_b))), "{advice}");
+        assert!(advice.contains("available") && advice.contains(&plan.total().to_string()), "{advice}");
+        // ddl at d_v = 4 has f16 states: offered when they make this batch fit.
+        let f16 = memory_plan_with(&c, b, t, true).total();
+        let just = Limits { max_buffer: u64::MAX, host_available: Some(f16) };
+        assert!(fit_advice(&c, b, t, 1, false, &just).unwrap().contains("--f16-state"));
+        let base = ModelConfig::preset("tiny", Variant::Baseline).unwrap();
+        let small = Limits { max_buffer: u64::MAX, host_available: Some(memory_plan(&base, b, t).total() - 1) };
+        assert!(!fit_advice(&base, b, t, 1, false, &small).unwrap().contains("--f16-state"));
+        // The per-buffer limit: the largest tensor named; nothing fits at all.
+        let nothing = Limits { max_buffer: 16, host_available: None };
+        let advice = fit_advice(&c, b, t, 1, false, &nothing).unwrap();
+        assert!(
+            advice.contains("allows at most 16 bytes per buffer") && advice.contains("even one sequence"),
+            "{advice}"
+        );
     }
 }

@@ -22,7 +22,7 @@ pub use acts::{Acts, Inner, STATS_BETA, Sub, SubKind, WriteSaves};
 pub use config::{ConfigError, ModelConfig, VActName, Variant};
 pub use decode::{DecodeCache, DecodeProgram};
 pub use layers::Objective;
-pub use memory::{MemoryPlan, memory_plan, memory_plan_with};
+pub use memory::{Limits, MemoryPlan, fit_advice, host_available_bytes, memory_plan, memory_plan_with};
 pub use model::Model;
 pub use params::{Init, Layout, ParamSpec};
 pub use program::{Parts, Program, beta_means_of};

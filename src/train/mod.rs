@@ -61,6 +61,10 @@ pub enum TrainError {
     Save { step: usize, dir: PathBuf, source: checkpoint::CheckpointError },
     #[error("step {step}: {source}. {kept}")]
     GpuAtStep { step: usize, kept: String, source: crate::gpu::GpuError },
+    /// The driver ran out of memory during a step: the plan of what the run asks for, how to
+    /// need less, and what is kept.
+    #[error("step {step}: {detail}. {memory}. {kept}")]
+    OutOfMemoryAtStep { step: usize, detail: String, memory: String, kept: String },
     #[error(
         "'{}' holds a run ({what}): `ddl train --resume {}` continues it, --overwrite replaces it, or choose \
          another --out",

@@ -65,6 +65,11 @@ pub(super) struct Trainer<'c> {
     tok_s: f64,
     last_saved: Option<usize>,
     fault_lost_at: Option<usize>,
+    /// `DDL_FAULT_OOM_STEP`: the device reports running out of memory during this step (tests).
+    fault_oom_at: Option<usize>,
+    /// The memory plan and how to need less, for an out-of-memory error.
+    memory: String,
+    activation_bytes: u64,
 }
 
 /// What one optimizer step computed.
@@ -161,6 +166,16 @@ impl<'c> Trainer<'c> {
             (model, tok, 0, 0.0)
         };
         run.validate()?;
+        // The memory plan against what the adapter reports (largest buffer; a CPU adapter's host
+        // memory), before any program is allocated or anything written.
+        let tr = &run.train;
+        let limits = crate::model::Limits::of(&gpu);
+        if let Some(advice) =
+            crate::model::fit_advice(&run.model, tr.batch_size, tr.seq_len, tr.grad_accum, tr.state_f16, &limits)
+        {
+            return Err(TrainError::Settings(format!("adapter '{}': {advice}", gpu.info.name)));
+        }
+        let plan = crate::model::memory_plan_with(&run.model, tr.batch_size, tr.seq_len, tr.state_f16);
         // (The variant and shape were validated with the settings; what is left is the adapter.)
         model
             .set_state_f16(run.train.state_f16)
@@ -205,11 +220,23 @@ impl<'c> Trainer<'c> {
         let opt0 = adamw_cfg(&t, start);
         // Activations that do not fit the adapter: say which settings make them smaller.
         let hint = |e: crate::gpu::GpuError| match e {
-            crate::gpu::GpuError::TooLarge { .. } => TrainError::Settings(format!(
-                "{e}. The activations of a batch of {} × {} tokens do not fit this adapter: lower \
-                 train.batch_size or train.seq_len (train.grad_accum keeps the global batch)",
-                t.batch_size, t.seq_len
-            )),
+            crate::gpu::GpuError::TooLarge { needed, max, .. } => {
+                // The activations grow with the batch: the batch at which this one would fit.
+                let b = (t.batch_size as u128 * max as u128 / needed.max(1) as u128) as usize;
+                let fix = if b >= 1 {
+                    format!(
+                        "lower train.batch_size to {b} or less (--set train.batch_size={b}; --set \
+                         train.grad_accum={} keeps the global batch) or train.seq_len",
+                        (t.batch_size * t.grad_accum).div_ceil(b)
+                    )
+                } else {
+                    "lower train.batch_size to 1 and train.seq_len, or make the model smaller".to_string()
+                };
+                TrainError::Settings(format!(
+                    "{e}. The activations of a batch of {} × {} tokens do not fit this adapter: {fix}",
+                    t.batch_size, t.seq_len
+                ))
+            }
             e => TrainError::Gpu(e),
         };
         let objective =
@@ -241,6 +268,19 @@ impl<'c> Trainer<'c> {
         }
         let micros: Vec<usize> = (rank..t.grad_accum).step_by(size).collect();
         let fault_lost_at = std::env::var("DDL_FAULT_DEVICE_LOST_STEP").ok().and_then(|v| v.parse().ok());
+        let fault_oom_at = std::env::var("DDL_FAULT_OOM_STEP").ok().and_then(|v| v.parse().ok());
+        let f16_hint = if !t.state_f16 && run.model.f16_state_support().is_ok() {
+            ", or --f16-state (half-precision states)"
+        } else {
+            ""
+        };
+        let memory = format!(
+            "This run's memory plan at a batch of {} × {} tokens is {}. To need less: lower train.batch_size \
+             (train.grad_accum keeps the global batch){f16_hint}",
+            t.batch_size,
+            t.seq_len,
+            plan.summary()
+        );
         Ok(Trainer {
             _lock: lock,
             gpu,
@@ -277,6 +317,9 @@ impl<'c> Trainer<'c> {
             tok_s: 0.0,
             last_saved: opts.resume.then_some(start),
             fault_lost_at,
+            fault_oom_at,
+            memory,
+            activation_bytes: plan.activation_bytes,
         })
     }
 
@@ -292,18 +335,22 @@ impl<'c> Trainer<'c> {
     /// A GPU failure during step `step` (device lost, out of memory): says which step, and what
     /// is kept.
     fn at_step(&self, step: usize) -> impl Fn(crate::gpu::GpuError) -> TrainError + Clone + use<> {
-        let (out, saved) = (self.out.clone(), self.last_saved);
-        move |source: crate::gpu::GpuError| TrainError::GpuAtStep {
-            step,
-            kept: match saved {
+        let (out, saved, memory) = (self.out.clone(), self.last_saved, self.memory.clone());
+        move |source: crate::gpu::GpuError| {
+            let kept = match saved {
                 Some(s) => format!(
                     "The checkpoint of step {s} in '{}' is intact: `ddl train --resume {}` continues from it",
                     out.display(),
                     out.display()
                 ),
                 None => "No checkpoint had been written yet".to_string(),
-            },
-            source,
+            };
+            match source {
+                crate::gpu::GpuError::OutOfMemory(detail) => {
+                    TrainError::OutOfMemoryAtStep { step, detail, memory: memory.clone(), kept }
+                }
+                source => TrainError::GpuAtStep { step, kept, source },
+            }
         }
     }
 
@@ -317,6 +364,9 @@ impl<'c> Trainer<'c> {
         let opt = adamw_cfg(t, step);
         if self.fault_lost_at == Some(step + 1) {
             self.gpu.simulate_device_loss();
+        }
+        if self.fault_oom_at == Some(step + 1) {
+            self.gpu.simulate_out_of_memory("the activations of a batch", self.activation_bytes);
         }
         let ctx = self.at_step(step + 1);
         let (model, prog) = (&self.model, &self.prog);
