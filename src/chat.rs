@@ -1,11 +1,20 @@
-//! `ddl chat`: a conversation with a model, one line in, one reply out. The context is the whole
-//! conversation so far (prompt lines and replies); a reply stops at a blank line, a stop text,
-//! the end-of-text token or `max_tokens`. Commands: `/reset`, `/set NAME VALUE` (temperature,
-//! top_k, top_p, max_tokens, seed), `/quit`.
+//! `ddl chat`: a conversation with a model, one line in, one reply out.
+//!
+//! The model reads the conversation as one text: each line the user types (with its newline),
+//! then the reply, then the next line, … A [`Session`] keeps the KV and conv caches across turns,
+//! so a turn prefills only its own line (one batched forward at the current position) and then
+//! generates token by token; the replies stream as they are sampled. A reply stops at a blank
+//! line, a stop text, the end-of-text token (which the model has then read, as a document
+//! boundary) or `max_tokens`. Past the context the window slides as in `ddl generate`: the last
+//! half of the conversation is kept and re-prefilled. Each line is encoded on its own (a BPE
+//! merge across a turn boundary is not made, as in chat models' templates).
+//!
+//! Commands: `/reset`, `/set NAME VALUE` for every sampling option ([`ChatSettings::NAMES`]),
+//! `/settings`, `/help`, `/quit`.
 
 use std::io::{BufRead, Write};
 
-use crate::generate::{GenOptions, Sampler, SamplerConfig, generate};
+use crate::generate::{Generator, Sampler, SamplerConfig, TokenTrace};
 use crate::model::Model;
 use crate::tokenizer::Tokenizer;
 
@@ -20,6 +29,9 @@ pub struct ChatSettings {
 }
 
 impl ChatSettings {
+    /// Every name `/set` takes.
+    pub const NAMES: &[&str] = &["temperature", "top_k", "top_p", "repetition_penalty", "max_tokens", "seed", "stop"];
+
     /// Fails with a message naming the setting when a value is out of range.
     pub fn validate(&self) -> Result<(), String> {
         self.sampler.validate()?;
@@ -29,7 +41,8 @@ impl ChatSettings {
         Ok(())
     }
 
-    /// `/set NAME VALUE`: the settings with one value changed, or why not.
+    /// `/set NAME VALUE`: the settings with one value changed, or why not. `stop TEXT` adds a
+    /// stop text (`\n` for a newline), `stop none` clears them.
     pub fn with(&self, name: &str, value: &str) -> Result<ChatSettings, String> {
         let mut next = self.clone();
         let bad = |e: &dyn std::fmt::Display| format!("{name} {value}: {e}");
@@ -37,90 +50,288 @@ impl ChatSettings {
             "temperature" => next.sampler.temperature = value.parse().map_err(|e| bad(&e))?,
             "top_k" => next.sampler.top_k = value.parse().map_err(|e| bad(&e))?,
             "top_p" => next.sampler.top_p = value.parse().map_err(|e| bad(&e))?,
+            "repetition_penalty" => next.sampler.repetition_penalty = value.parse().map_err(|e| bad(&e))?,
             "max_tokens" => next.max_tokens = value.parse().map_err(|e| bad(&e))?,
             "seed" => next.sampler.seed = value.parse().map_err(|e| bad(&e))?,
-            _ => return Err(format!("unknown setting '{name}' (temperature, top_k, top_p, max_tokens, seed)")),
+            "stop" if value == "none" => next.stop.clear(),
+            "stop" if value.is_empty() => return Err("stop needs a text (or `none` to clear)".into()),
+            "stop" => next.stop.push(value.replace("\\n", "\n")),
+            _ => return Err(format!("unknown setting '{name}' ({})", Self::NAMES.join(", "))),
         }
         next.validate()?;
         Ok(next)
     }
+
+    /// One line per setting, for `/settings`.
+    pub fn describe(&self) -> String {
+        let s = &self.sampler;
+        let stops: Vec<String> = self.stop.iter().map(|x| format!("{x:?}")).collect();
+        format!(
+            "temperature {} · top_k {} · top_p {} · repetition_penalty {} · max_tokens {} · seed {} · stop [{}] \
+             (and a blank line)",
+            s.temperature,
+            s.top_k,
+            s.top_p,
+            s.repetition_penalty,
+            self.max_tokens,
+            s.seed,
+            stops.join(", ")
+        )
+    }
 }
 
-/// A chat's failure: reading or writing the terminal, or the device.
+/// A chat's failure: reading or writing the terminal, the device, or the trace file.
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
     #[error("chat input/output: {0}")]
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Gpu(#[from] crate::gpu::GpuError),
+    #[error("writing the trace {path}: {source}")]
+    Trace { path: std::path::PathBuf, source: std::io::Error },
 }
 
-/// Runs a chat until `/quit` or the end of `input`: replies go to `out`, the prompt marker,
-/// notes and errors about a line (a bad command, text the tokenizer cannot encode) to `log`.
+/// One reply of a [`Session`].
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The generated tokens (a stop token is not among them).
+    pub tokens: Vec<u32>,
+    pub text: String,
+    /// Tokens this turn prefilled: the line's, or the kept window's when the context slid.
+    pub prefilled: usize,
+}
+
+/// A conversation with its caches: turns prefill only their own tokens.
+pub struct Session<'a> {
+    model: &'a Model,
+    tok: &'a Tokenizer,
+    pub settings: ChatSettings,
+    generator: Option<Generator<'a>>,
+    turn: u64,
+    trace: bool,
+    traces: Vec<TokenTrace>,
+}
+
+impl<'a> Session<'a> {
+    /// An empty conversation; with `trace`, what every delta write did for every token the
+    /// model reads (lines and replies) is kept ([`Session::traces`]).
+    pub fn new(model: &'a Model, tok: &'a Tokenizer, settings: ChatSettings, trace: bool) -> Self {
+        Session { model, tok, settings, generator: None, turn: 0, trace, traces: Vec::new() }
+    }
+
+    /// Forgets the conversation (the next turn starts a new context).
+    pub fn reset(&mut self) {
+        self.generator = None;
+        self.traces.clear();
+    }
+
+    /// Every token the model has read, in order (lines, replies, a sampled stop token).
+    pub fn history(&self) -> &[u32] {
+        self.generator.as_ref().map_or(&[], |g| g.history())
+    }
+
+    /// The traces of every token read so far (empty unless tracing).
+    pub fn traces(&self) -> &[TokenTrace] {
+        &self.traces
+    }
+
+    /// The sampler of the next turn: the settings with the seed advanced by the turn number, so
+    /// that turns do not repeat each other's draws and a conversation replays exactly.
+    fn sampler(&self) -> Sampler {
+        let mut cfg = self.settings.sampler.clone();
+        cfg.seed = cfg.seed.wrapping_add(self.turn);
+        Sampler::new(cfg)
+    }
+
+    /// One turn: reads `line` and a newline, then generates the reply, handing each piece of
+    /// text to `on_piece` as it is sampled. A line the tokenizer cannot encode changes nothing.
+    pub fn turn(&mut self, line: &str, mut on_piece: impl FnMut(&str)) -> Result<Reply, ChatTurnError> {
+        let ids = self.tok.encode(&format!("{line}\n")).map_err(|e| ChatTurnError::Encode(e.to_string()))?;
+        let sampler = self.sampler();
+        self.turn += 1;
+        let prefilled = match &mut self.generator {
+            Some(g) => {
+                g.set_sampler(sampler);
+                let (n, traces) = g.feed(&ids)?;
+                self.traces.extend(traces);
+                n
+            }
+            None => {
+                let g = Generator::new(self.model, self.tok, &ids, sampler, self.trace)?;
+                self.traces.extend_from_slice(g.prompt_traces());
+                let n = ids.len().min(self.model.cfg.max_seq_len);
+                self.generator = Some(g);
+                n
+            }
+        };
+        let g = self.generator.as_mut().expect("a generator after the first turn");
+        let (max_tokens, stop_token) = (self.settings.max_tokens, self.tok.eot_id());
+        let mut tokens = Vec::new();
+        let mut text = String::new();
+        for _ in 0..max_tokens {
+            let s = g.step()?;
+            if let Some(tr) = s.trace {
+                self.traces.push(tr);
+            }
+            if stop_token == Some(s.token) {
+                break;
+            }
+            tokens.push(s.token);
+            text.push_str(&s.piece);
+            on_piece(&s.piece);
+            let t = g.text();
+            if t.ends_with("\n\n") || self.settings.stop.iter().any(|st| !st.is_empty() && t.ends_with(st.as_str())) {
+                break;
+            }
+        }
+        let rest = g.end_reply();
+        if !rest.is_empty() {
+            text.push_str(&rest);
+            on_piece(&rest);
+        }
+        Ok(Reply { tokens, text, prefilled })
+    }
+}
+
+/// Why one turn failed: the line (the conversation goes on) or the device (it ends).
+#[derive(Debug, thiserror::Error)]
+pub enum ChatTurnError {
+    #[error("{0}")]
+    Encode(String),
+    #[error(transparent)]
+    Gpu(#[from] crate::gpu::GpuError),
+}
+
+/// Where a chat's lines come from: a line editor on a terminal, or any reader.
+pub trait Lines {
+    /// The next line without its newline, or `None` at the end of the input.
+    fn next_line(&mut self, prompt: &str) -> std::io::Result<Option<String>>;
+}
+
+/// Lines from a reader (a pipe, a file, a test): the prompt goes to `log`.
+pub struct PlainLines<'a> {
+    pub input: &'a mut dyn BufRead,
+    pub log: &'a mut dyn Write,
+}
+
+impl Lines for PlainLines<'_> {
+    fn next_line(&mut self, prompt: &str) -> std::io::Result<Option<String>> {
+        write!(self.log, "{prompt}")?;
+        self.log.flush()?;
+        let mut line = String::new();
+        if self.input.read_line(&mut line)? == 0 {
+            return Ok(None);
+        }
+        Ok(Some(line.trim_end_matches(['\n', '\r']).to_string()))
+    }
+}
+
+/// Lines from a terminal through rustyline: editing, history (↑/↓, kept in `history` across
+/// chats when given), Ctrl-C clears the line, Ctrl-D ends the chat.
+pub struct EditedLines {
+    editor: rustyline::DefaultEditor,
+    history: Option<std::path::PathBuf>,
+}
+
+impl EditedLines {
+    pub fn new(history: Option<std::path::PathBuf>) -> Result<Self, String> {
+        let mut editor = rustyline::DefaultEditor::new().map_err(|e| format!("line editor: {e}"))?;
+        if let Some(h) = &history {
+            let _ = editor.load_history(h);
+        }
+        Ok(EditedLines { editor, history })
+    }
+}
+
+impl Lines for EditedLines {
+    fn next_line(&mut self, prompt: &str) -> std::io::Result<Option<String>> {
+        use rustyline::error::ReadlineError;
+        loop {
+            match self.editor.readline(prompt) {
+                Ok(line) => {
+                    if !line.trim().is_empty() {
+                        let _ = self.editor.add_history_entry(line.as_str());
+                        if let Some(h) = &self.history {
+                            if let Some(dir) = h.parent() {
+                                let _ = std::fs::create_dir_all(dir);
+                            }
+                            let _ = self.editor.save_history(h);
+                        }
+                    }
+                    return Ok(Some(line));
+                }
+                Err(ReadlineError::Interrupted) => continue,
+                Err(ReadlineError::Eof) => return Ok(None),
+                Err(ReadlineError::Io(e)) => return Err(e),
+                Err(e) => return Err(std::io::Error::other(e.to_string())),
+            }
+        }
+    }
+}
+
+const HELP: &str = "commands: /reset (forget the conversation), /set NAME VALUE (temperature, top_k, top_p, \
+                    repetition_penalty, max_tokens, seed, stop TEXT | stop none), /settings, /help, /quit";
+
+/// Runs a chat until `/quit` or the end of the input: replies stream to `out` token by token,
+/// notes and errors about a line (a bad command, text the tokenizer cannot encode) go to `log`.
+/// With `trace`, the traces of the whole conversation are written there after every turn
+/// (`ddl generate --trace`'s format: safetensors and a `.json` summary).
 pub fn run(
     model: &Model,
     tok: &Tokenizer,
-    mut settings: ChatSettings,
-    input: &mut dyn BufRead,
+    settings: ChatSettings,
+    lines: &mut dyn Lines,
     out: &mut dyn Write,
     log: &mut dyn Write,
+    trace: Option<&std::path::Path>,
 ) -> Result<(), ChatError> {
-    let mut context = String::new();
-    let mut turn = 0u64;
-    loop {
-        write!(log, "> ")?;
-        log.flush()?;
-        let mut line = String::new();
-        if input.read_line(&mut line)? == 0 {
-            break;
-        }
-        let line = line.trim_end_matches(['\n', '\r']).to_string();
+    let mut session = Session::new(model, tok, settings, trace.is_some());
+    while let Some(line) = lines.next_line("> ")? {
         if let Some(cmd) = line.strip_prefix('/') {
-            let parts: Vec<&str> = cmd.split_whitespace().collect();
-            match parts.as_slice() {
-                ["quit"] | ["exit"] => break,
-                ["reset"] => {
-                    context.clear();
+            let (name, rest) = cmd.split_once(' ').unwrap_or((cmd, ""));
+            let parts: Vec<&str> = rest.splitn(2, ' ').collect();
+            match (name.trim(), parts.as_slice()) {
+                ("quit" | "exit", _) => break,
+                ("reset", _) => {
+                    session.reset();
                     writeln!(log, "(context cleared)")?;
                 }
-                ["set", name, value] => match settings.with(name, value) {
+                ("settings", _) => writeln!(log, "({})", session.settings.describe())?,
+                ("help", _) => writeln!(log, "{HELP}")?,
+                ("set", [key, value]) => match session.settings.with(key, value) {
                     Ok(next) => {
-                        settings = next;
-                        writeln!(log, "({name} = {value})")?;
+                        session.settings = next;
+                        writeln!(log, "({key} = {value})")?;
                     }
                     Err(e) => writeln!(log, "error: {e}")?,
                 },
-                _ => writeln!(log, "unknown command '/{cmd}' (try /reset, /set temperature 0.7, /quit)")?,
+                _ => writeln!(log, "unknown command '/{cmd}' ({HELP})")?,
             }
             continue;
         }
-        let before = context.len();
-        context.push_str(&line);
-        context.push('\n');
-        let ids = match tok.encode(&context) {
-            Ok(ids) => ids,
-            Err(e) => {
+        let mut io = Ok(());
+        let reply = session.turn(&line, |piece| {
+            if io.is_ok() {
+                io = write!(out, "{piece}").and_then(|_| out.flush());
+            }
+        });
+        io?;
+        match reply {
+            Ok(r) => {
+                if !r.text.ends_with('\n') {
+                    writeln!(out)?;
+                }
+            }
+            Err(ChatTurnError::Encode(e)) => {
                 writeln!(log, "error: {e}")?;
-                context.truncate(before);
                 continue;
             }
-        };
-        let mut cfg = settings.sampler.clone();
-        cfg.seed = cfg.seed.wrapping_add(turn);
-        turn += 1;
-        let mut sampler = Sampler::new(cfg);
-        let mut stop = settings.stop.clone();
-        stop.push("\n\n".into());
-        let opts = GenOptions { max_tokens: settings.max_tokens, stop, stop_token: tok.eot_id(), trace: false };
-        let mut io = Ok(());
-        let (reply, _) = generate(model, tok, &ids, &opts, &mut sampler, |t| {
-            if io.is_ok() {
-                io = write!(out, "{t}").and_then(|_| out.flush());
-            }
-        })?;
-        io?;
-        writeln!(out)?;
-        context.push_str(&tok.decode(&reply).unwrap_or_default());
+            Err(ChatTurnError::Gpu(e)) => return Err(e.into()),
+        }
+        if let Some(path) = trace {
+            crate::generate::write_trace(path, &model.cfg, session.traces())
+                .map_err(|source| ChatError::Trace { path: path.to_path_buf(), source })?;
+        }
     }
     Ok(())
 }
@@ -139,11 +350,28 @@ mod tests {
         assert_eq!(s.sampler.temperature, 0.3);
         assert_eq!(base().with("max_tokens", "7").unwrap().max_tokens, 7);
         assert_eq!(base().with("seed", "9").unwrap().sampler.seed, 9);
+        assert_eq!(base().with("top_k", "5").unwrap().sampler.top_k, 5);
+        assert_eq!(base().with("top_p", "0.5").unwrap().sampler.top_p, 0.5);
+        assert_eq!(base().with("repetition_penalty", "1.3").unwrap().sampler.repetition_penalty, 1.3);
+        let s = base().with("stop", "END\\n").unwrap().with("stop", "###").unwrap();
+        assert_eq!(s.stop, vec!["END\n".to_string(), "###".to_string()]);
+        assert!(s.with("stop", "none").unwrap().stop.is_empty());
+        assert!(s.describe().contains("\"###\"") && s.describe().contains("max_tokens 20"));
         let e = base().with("colour", "red").unwrap_err();
-        assert!(e.contains("unknown setting 'colour'"), "{e}");
+        assert!(e.contains("unknown setting 'colour'") && e.contains("repetition_penalty"), "{e}");
         let e = base().with("top_p", "often").unwrap_err();
         assert!(e.starts_with("top_p often:"), "{e}");
         assert!(base().with("max_tokens", "0").unwrap_err().contains("max_tokens"));
         assert!(base().with("temperature", "-1").is_err());
+        assert!(base().with("repetition_penalty", "0").is_err());
+        // Every name is settable.
+        for n in ChatSettings::NAMES {
+            let v = match *n {
+                "stop" => "x",
+                "top_p" | "temperature" | "repetition_penalty" => "0.9",
+                _ => "3",
+            };
+            base().with(n, v).unwrap_or_else(|e| panic!("{n}: {e}"));
+        }
     }
 }

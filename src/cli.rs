@@ -17,7 +17,7 @@ Train and compare:
 
 Generate:
   generate    Text from a checkpoint, streamed (--trace: what every delta write did)
-  chat        A conversation that keeps its context (/reset, /set NAME VALUE, /quit)
+  chat        A conversation that keeps its context and caches (/set NAME VALUE, /help)
 
 Check and measure:
   info        Adapters, features, limits, kernel forms; with --preset a model's memory plan
@@ -156,13 +156,18 @@ pub(crate) enum Cmd {
         #[arg(long)]
         strict_context: bool,
     },
-    /// Interactive generation that keeps the context across turns (/reset, /set NAME VALUE, /quit).
+    /// Interactive generation that keeps the context (and its caches) across turns (/reset,
+    /// /set NAME VALUE, /settings, /help, /quit).
     Chat {
         /// A run directory (its checkpoint and tokenizer).
         #[arg(long)]
         checkpoint: std::path::PathBuf,
         #[command(flatten)]
         sampling: SamplingArgs,
+        /// Write the trace of the whole conversation (every token read: lines and replies) after
+        /// each turn, in `ddl generate --trace`'s format.
+        #[arg(long)]
+        trace: Option<std::path::PathBuf>,
     },
     /// Benchmarks (results as a table, or JSON lines with --json).
     #[command(subcommand)]

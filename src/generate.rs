@@ -209,6 +209,7 @@ pub struct GenStep {
 /// the last half of the text is kept and re-prefilled (documented behaviour).
 pub struct Generator<'a> {
     model: &'a Model,
+    tok: &'a Tokenizer,
     cache: crate::model::DecodeCache,
     step_prog: crate::model::DecodeProgram,
     logits: Vec<f32>,
@@ -249,6 +250,7 @@ impl<'a> Generator<'a> {
         }
         Ok(Generator {
             model,
+            tok,
             cache,
             step_prog,
             logits,
@@ -265,6 +267,66 @@ impl<'a> Generator<'a> {
     /// The traces of the prefilled prompt tokens (empty unless tracing).
     pub fn prompt_traces(&self) -> &[TokenTrace] {
         &self.prompt_traces
+    }
+
+    /// Reads more tokens into the caches (a chat's next turn): only these are prefilled, in one
+    /// batched forward at the current position, so the model sees the whole history as if it had
+    /// been one prompt. Past the context, the last half of it (and at least the new tokens, at
+    /// most a context) is kept and re-prefilled, as [`Generator::step`] slides. Returns how many
+    /// tokens were prefilled and, when tracing, the new tokens' traces.
+    pub fn feed(&mut self, tokens: &[u32]) -> Result<(usize, Vec<TokenTrace>)> {
+        let model = self.model;
+        let (cap, v) = (model.cfg.max_seq_len, model.cfg.vocab_size);
+        if tokens.is_empty() {
+            return Ok((0, Vec::new()));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= v) {
+            return Err(crate::gpu::GpuError::Shape(format!(
+                "token id {bad} is outside the model's vocabulary of {v}"
+            )));
+        }
+        self.history.extend_from_slice(tokens);
+        let (run, fresh): (Vec<u32>, bool) = if self.cache.pos + tokens.len() > cap {
+            let keep = (cap / 2).max(tokens.len()).min(cap);
+            (self.history[self.history.len() - keep..].to_vec(), true)
+        } else {
+            (tokens.to_vec(), false)
+        };
+        if fresh {
+            self.cache = model.decode_cache()?;
+        }
+        let mut p = model.decode_program(&self.cache, run.len())?;
+        let l = p.forward(model, &run, &mut self.cache)?;
+        self.logits = l[(run.len() - 1) * v..].to_vec();
+        if fresh {
+            self.step_prog = model.decode_program(&self.cache, 1)?;
+        }
+        let mut traces = Vec::new();
+        if self.trace {
+            let mut st = self.tok.stream();
+            traces = tokens
+                .iter()
+                .map(|&t| TokenTrace { token: t, text: st.push(t).unwrap_or_default(), ..Default::default() })
+                .collect();
+            if model.cfg.variant.is_ddl() {
+                let n = tokens.len().min(run.len());
+                read_traces(model, &p, run.len() - n..run.len(), &mut traces[tokens.len() - n..])?;
+            }
+        }
+        Ok((run.len(), traces))
+    }
+
+    /// Samples with `sampler` from now on (a chat's changed settings or next turn's seed).
+    pub fn set_sampler(&mut self, sampler: Sampler) {
+        self.sampler = sampler;
+    }
+
+    /// Ends a reply: the text the stream decoder still holds back (an incomplete character), and
+    /// the generated text starts afresh (the caches and history stay).
+    pub fn end_reply(&mut self) -> String {
+        let rest = std::mem::replace(&mut self.stream, self.tok.stream()).finish().unwrap_or_default();
+        self.text.clear();
+        rest
     }
 
     /// The prompt and every token generated so far.

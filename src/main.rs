@@ -49,7 +49,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Generate { checkpoint, prompt, sampling, trace, strict_context } => {
             generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, trace.as_deref(), strict_context)
         }
-        Cmd::Chat { checkpoint, sampling } => chat(&cli.device, &checkpoint, sampling),
+        Cmd::Chat { checkpoint, sampling, trace } => chat(&cli.device, &checkpoint, sampling, trace.as_deref()),
     }
 }
 
@@ -372,17 +372,41 @@ fn generate_cmd(
     Ok(())
 }
 
-fn chat(dev: &DeviceArgs, dir: &std::path::Path, sa: SamplingArgs) -> Result<()> {
+fn chat(dev: &DeviceArgs, dir: &std::path::Path, sa: SamplingArgs, trace: Option<&std::path::Path>) -> Result<()> {
+    use std::io::IsTerminal;
     let settings = ddl::chat::ChatSettings { sampler: sa.sampler()?, max_tokens: sa.max_tokens, stop: sa.stop };
     let gpu = dev.open().context("opening the GPU")?;
     let (model, tok) = ddl::generate::load_for_inference(&gpu, dir)?;
     eprintln!(
-        "chat with {} ({} parameters). Commands: /reset, /set temperature|top_k|top_p|max_tokens|seed VALUE, /quit",
+        "chat with {} ({} parameters, context {} tokens). /help lists the commands; Ctrl-D or /quit ends",
         dir.display(),
-        model.layout.count()
+        model.layout.count(),
+        model.cfg.max_seq_len
     );
     let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
-    ddl::chat::run(&model, &tok, settings, &mut stdin.lock(), &mut stdout.lock(), &mut stderr.lock())?;
+    // A terminal gets line editing and history; a pipe or file is read line by line.
+    let mut edited = None;
+    if stdin.is_terminal() {
+        let history = ddl::train::data::cache_dir().join("chat-history.txt");
+        match ddl::chat::EditedLines::new(Some(history)) {
+            Ok(e) => edited = Some(e),
+            Err(e) => eprintln!("({e}; reading plain lines)"),
+        }
+    }
+    let (mut input, mut log) = (stdin.lock(), stderr.lock());
+    let mut plain;
+    let lines: &mut dyn ddl::chat::Lines = match edited.as_mut() {
+        Some(e) => e,
+        None => {
+            plain = ddl::chat::PlainLines { input: &mut input, log: &mut log };
+            &mut plain
+        }
+    };
+    let mut errlog = std::io::stderr();
+    ddl::chat::run(&model, &tok, settings, lines, &mut stdout.lock(), &mut errlog, trace)?;
+    if let Some(p) = trace {
+        eprintln!("trace written to {} (+ .json summary)", p.display());
+    }
     Ok(())
 }
 

@@ -94,6 +94,35 @@ fn cached_decoding_matches_for_a_value_width_above_eight() {
     }
 }
 
+/// Chunks of several tokens at a position past 0 (a chat's later turns): prefill 2, a chunk of 3,
+/// then single tokens, against the full forward.
+#[test]
+fn chunked_prefill_at_later_positions_matches_the_full_forward() {
+    for name in ["baseline", "ddl", "ddl_cc", "ddl_ccec", "ddl_vmap", "odd/ddl_ec", "wide/ddl"] {
+        let (model, g) = model_from_golden(name);
+        let (b, t, v) = (g.batch, g.seq_len, g.config.vocab_size);
+        let tokens = g.i32("input.tokens", &[b, t]).unwrap();
+        let want = g.f32("out.logits", Some(&[b, t, v])).unwrap();
+        let toks: Vec<u32> = tokens[..t].iter().map(|&x| x as u32).collect();
+        let mut cache = model.decode_cache().unwrap();
+        let mut got = Vec::new();
+        let mut at = 0;
+        for len in [2usize, 3, 1, 1, 1, 1, 1, 1, 1] {
+            let len = len.min(t - at);
+            if len == 0 {
+                break;
+            }
+            let mut p = model.decode_program(&cache, len).unwrap();
+            got.extend(p.forward(&model, &toks[at..at + len], &mut cache).unwrap());
+            at += len;
+        }
+        assert_eq!(at, t, "{name}");
+        let w: Vec<f64> = want[..t * v].iter().map(|&x| x as f64).collect();
+        let r = ddl::testing::compare(&format!("{name} chunked"), &got, &w);
+        assert!(r.passes(1e-4), "{r}");
+    }
+}
+
 #[test]
 fn a_full_context_is_a_clear_error() {
     let (model, _) = model_from_golden("ddl");

@@ -205,6 +205,107 @@ fn a_value_width_above_eight_trains_evaluates_and_generates_through_the_cli() {
     assert!(loss.contains("perplexity"), "{loss}");
 }
 
+/// `ddl chat`'s session: the second turn prefills only its own line, its reply is the one a fresh
+/// generation over the whole conversation gives (the context is kept), replies stream one piece
+/// per token, and past the context the window slides and the chat goes on.
+#[test]
+fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
+    use ddl::chat::{ChatSettings, PlainLines, Session};
+    use ddl::generate::{GenOptions, Sampler, SamplerConfig};
+    let dir = tmpdir("chat");
+    env_cache(&dir);
+    let c = ddl::testing::small_corpus(&dir);
+    let gpu = ddl::testing::gpu();
+    let out = dir.join("run");
+    let mut run = small_run(Variant::Ddl, &c);
+    run.set("model.max_seq_len=48").unwrap();
+    ddl::train::train(
+        gpu.clone(),
+        TrainOptions { run, steps: 3, out: out.clone(), resume: false, overwrite: false, quiet: true },
+    )
+    .unwrap();
+    let (model, tok) = ddl::generate::load_for_inference(&gpu, &out).unwrap();
+    let greedy = SamplerConfig { temperature: 0.0, ..Default::default() };
+    let settings = ChatSettings { sampler: greedy.clone(), max_tokens: 6, stop: Vec::new() };
+    let mut s = Session::new(&model, &tok, settings.clone(), true);
+    let mut pieces = Vec::new();
+    let r1 = s.turn("First Citizen:", |p| pieces.push(p.to_string())).unwrap();
+    assert_eq!(r1.prefilled, "First Citizen:\n".chars().count());
+    assert!(!r1.tokens.is_empty());
+    // Char tokens: one streamed piece per generated token, in order.
+    assert_eq!(pieces.len(), r1.tokens.len(), "{pieces:?}");
+    assert_eq!(pieces.concat(), r1.text);
+    let before: Vec<u32> = s.history().to_vec();
+    let r2 = s.turn("Second", |_| {}).unwrap();
+    assert_eq!(r2.prefilled, "Second\n".chars().count(), "the second turn prefills only its line");
+    let mut prompt = before.clone();
+    prompt.extend(tok.encode("Second\n").unwrap());
+    let opts = GenOptions { max_tokens: 6, stop: vec!["\n\n".into()], stop_token: tok.eot_id(), trace: false };
+    let (fresh, _) = ddl::generate::generate(&model, &tok, &prompt, &opts, &mut Sampler::new(greedy), |_| {}).unwrap();
+    assert_eq!(r2.tokens, fresh, "the cached turn must equal a generation over the whole conversation");
+    assert!(s.history().starts_with(&prompt));
+    // Every token read has a trace with one β per sublayer; the β of the cached turns equal a
+    // single prefill of the whole conversation's, and differ from the second line read alone
+    // (the context reaches its writes through attention).
+    assert_eq!(s.traces().len(), s.history().len());
+    assert!(s.traces().iter().all(|t| t.beta.len() == 2));
+    let sampler = || Sampler::new(SamplerConfig { temperature: 0.0, ..Default::default() });
+    let full = ddl::generate::Generator::new(&model, &tok, &prompt, sampler(), true).unwrap();
+    for (i, (a, b)) in s.traces()[..prompt.len()].iter().zip(full.prompt_traces()).enumerate() {
+        assert_eq!(a.token, b.token);
+        for (x, y) in a.beta.iter().zip(&b.beta) {
+            assert!((x - y).abs() < 1e-4, "token {i}: β {x} cached vs {y} in one prefill");
+        }
+    }
+    let second = tok.encode("Second\n").unwrap();
+    let alone = ddl::generate::Generator::new(&model, &tok, &second, sampler(), true).unwrap();
+    let cached = &s.traces()[before.len()..prompt.len()];
+    let moved = alone
+        .prompt_traces()
+        .iter()
+        .zip(cached)
+        .flat_map(|(a, b)| a.beta.iter().zip(&b.beta))
+        .map(|(x, y)| (x - y).abs());
+    assert!(moved.fold(0.0f32, f32::max) > 1e-3, "the second turn's writes must see the first turn");
+    // Past the context (48 tokens): the window slides, the chat goes on.
+    let long = "x".repeat(40);
+    let r3 = s.turn(&long, |_| {}).unwrap();
+    assert!(r3.prefilled >= 41 && r3.prefilled <= 48, "{}", r3.prefilled);
+    s.turn("and on", |_| {}).unwrap();
+
+    // Through `chat::run`: every token reaches the output as its own flushed write, commands and
+    // errors go to the log, and the trace file holds the whole conversation.
+    struct Writes(Vec<String>);
+    impl std::io::Write for Writes {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.push(String::from_utf8_lossy(b).into_owned());
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let script =
+        "First Citizen:\n/set top_k 3\n/set max_tokens 4\n/settings\n/set nope 1\nSecond\n/reset\nagain\n/quit\n";
+    let (mut input, mut log, mut out) = (std::io::Cursor::new(script.as_bytes()), Vec::new(), Writes(Vec::new()));
+    let trace = dir.join("chat-trace.safetensors");
+    let mut lines = PlainLines { input: &mut input, log: &mut Vec::new() };
+    ddl::chat::run(&model, &tok, settings, &mut lines, &mut out, &mut log, Some(&trace)).unwrap();
+    let log = String::from_utf8(log).unwrap();
+    assert!(
+        log.contains("(top_k = 3)") && log.contains("unknown setting 'nope'") && log.contains("context cleared"),
+        "{log}"
+    );
+    assert!(log.contains("max_tokens 4") && log.contains("top_k 3"), "{log}");
+    let replies: Vec<&String> = out.0.iter().filter(|w| w.as_str() != "\n").collect();
+    assert!(replies.len() >= 6 + 4, "token-by-token writes expected, got {:?}", out.0);
+    let bytes = std::fs::read(&trace).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    // After /reset the trace is the new conversation: "again\n" and its reply.
+    let n = st.tensor("beta").unwrap().shape()[0];
+    assert!(n > "again\n".len() && n <= "again\n".len() + 5, "{n}");
+}
+
 #[test]
 fn bad_training_inputs_are_clear_errors() {
     let dir = tmpdir("bad");
