@@ -2,15 +2,20 @@
 CARGO ?= cargo
 export XDG_RUNTIME_DIR ?= /tmp/ddl-xdg
 
-.PHONY: setup demo test bench fmt gpu-bundle gpu-check-local
+.PHONY: setup setup-demo setup-bundle demo test bench fmt gpu-bundle gpu-check-local
 
+## What each target installs (only what is missing; nothing on macOS/Windows): docs/SETUP.md.
 setup:
-	@bash scripts/setup.sh
+	@bash scripts/setup.sh test
+setup-demo:
+	@bash scripts/setup.sh demo
+setup-bundle:
+	@bash scripts/setup.sh bundle
 
 ## Main job: show the adapter, train the tiny DDL model on TinyShakespeare for a few minutes,
 ## then print the validation loss, the loss plot's path and a generated sample.
 DEMO_STEPS ?= 300
-demo: setup
+demo: setup-demo
 	$(CARGO) run --release --bin ddl -- info
 	$(CARGO) run --release --bin ddl -- train --preset tiny --variant ddl --steps $(DEMO_STEPS) --out runs/demo --sample 300
 
@@ -40,9 +45,9 @@ fmt:
 ## The GPU check (docs/GPU.md): gpu-bundle builds gpu-bundle/ (release binaries, golden files,
 ## Vulkan loader packages, the PyTorch benchmark, run.sh) for a GPU machine without Rust;
 ## gpu-check-local builds it and runs every stage here at small sizes (CI runs it).
-gpu-bundle: setup
+gpu-bundle: setup-bundle
 	bash scripts/gpu-check.sh bundle
 
-gpu-check-local: setup
+gpu-check-local: setup-bundle
 	@mkdir -p /tmp/ddl-xdg && chmod 700 /tmp/ddl-xdg
 	bash scripts/gpu-check.sh local

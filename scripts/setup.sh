@@ -1,17 +1,31 @@
 #!/usr/bin/env bash
-# Installs what `make test` / `make demo` need on a fresh machine, and nothing on a machine that
-# already has it:
-#   - a Vulkan driver when no Vulkan device is present (Linux): Mesa's software driver lavapipe
-#     (`mesa-vulkan-drivers libvulkan1`), so everything runs on the CPU;
-#   - xvfb (a virtual display) for the visualizer's window test;
-#   - xz-utils and binutils when missing, for the GPU check's bundle (`make gpu-bundle`);
-#   - Open MPI and libclang (`libopenmpi-dev openmpi-bin libclang-dev`) for the data-parallel
-#     build (`--features mpi`) and its test; DDL_SETUP_MPI=0 skips them.
-# First it checks that the installed Rust is at least Cargo.toml's rust-version (DDL_SETUP_ONLY=rust
-# stops after that check). macOS (Metal) and Windows (DX12) need no install. Needs root or sudo for apt-get.
+# Installs what one target needs on a fresh machine, and nothing a machine already has:
+#
+#   scripts/setup.sh demo        a Vulkan driver when no Vulkan device is present (Linux): Mesa's
+#                                software driver lavapipe (`mesa-vulkan-drivers libvulkan1`), so
+#                                everything runs on the CPU. `make demo`.
+#   scripts/setup.sh bundle      demo's, and xz-utils and binutils for the GPU check's bundle
+#                                (`make gpu-bundle`, `make gpu-check-local`).
+#   scripts/setup.sh test        bundle's, and xvfb (a virtual display, the visualizer's window
+#                                test; DDL_SETUP_XVFB=0 skips it) and Open MPI with libclang
+#                                (`libopenmpi-dev openmpi-bin libclang-dev`, the data-parallel build
+#                                and its test; DDL_SETUP_MPI=0 skips them). `make test` (default).
+#
+# macOS (Metal) and Windows (DX12) need no install for any target. First it checks that the
+# installed Rust is at least Cargo.toml's rust-version (DDL_SETUP_ONLY=rust stops after that
+# check). DDL_SETUP_DRY_RUN=1 prints what it would install and installs nothing;
+# DDL_SETUP_PRETEND_MISSING=vulkan,xvfb,mpi,xz,binutils and DDL_SETUP_OS=Darwin make it act as on
+# a machine without those (for its test). Needs root or sudo for apt-get.
 set -euo pipefail
 
 say() { printf 'setup: %s\n' "$*"; }
+
+target="${1:-test}"
+case "$target" in
+  demo|bundle|test) ;;
+  *) say "unknown target '$target': expected demo, bundle or test (scripts/setup.sh TARGET)"; exit 2 ;;
+esac
+missing() { case ",${DDL_SETUP_PRETEND_MISSING:-}," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 if ! command -v cargo >/dev/null 2>&1; then
   say "cargo not found. Install Rust (https://rustup.rs) and run this again."
@@ -38,12 +52,14 @@ if [ -n "$need_rust" ] && [ -n "$have_rust" ] && ! version_ge "$have_rust" "$nee
 fi
 [ "${DDL_SETUP_ONLY:-}" = rust ] && { say "Rust ${have_rust:-?} (needs ${need_rust:-?}): fine."; exit 0; }
 
-case "$(uname -s)" in
+os="${DDL_SETUP_OS:-$(uname -s)}"
+case "$os" in
   Linux) ;;
-  *) say "$(uname -s): using the system's Metal/DX12 driver; nothing to install."; exit 0 ;;
+  *) say "$os: using the system's Metal/DX12 driver; nothing to install for '$target'."; exit 0 ;;
 esac
 
 have_vulkan() {
+  missing vulkan && return 1
   # The loader and at least one installable client driver (ICD) manifest.
   ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1' || return 1
   local d
@@ -57,23 +73,24 @@ pkgs=()
 if have_vulkan; then
   say "a Vulkan driver is present; not installing one."
 else
-  say "no Vulkan device found: installing Mesa's software Vulkan driver (lavapipe)."
+  say "no Vulkan device found: Mesa's software Vulkan driver (lavapipe) is needed."
   pkgs+=(mesa-vulkan-drivers libvulkan1)
 fi
-if [ "${DDL_SETUP_XVFB:-1}" = 1 ] && ! command -v Xvfb >/dev/null 2>&1; then
+# The GPU check's bundle (scripts/gpu-check.sh) strips and xz-compresses the binaries.
+if [ "$target" != demo ] && command -v apt-get >/dev/null 2>&1; then
+  { ! missing xz && command -v xz >/dev/null 2>&1; } || pkgs+=(xz-utils)
+  { ! missing binutils && command -v strip && command -v strings; } >/dev/null 2>&1 || pkgs+=(binutils)
+fi
+if [ "$target" = test ] && [ "${DDL_SETUP_XVFB:-1}" = 1 ] && { missing xvfb || ! command -v Xvfb >/dev/null 2>&1; }; then
   pkgs+=(xvfb)
 fi
-# The GPU check's bundle (scripts/gpu-check.sh) strips and xz-compresses the binaries.
-if command -v apt-get >/dev/null 2>&1; then
-  command -v xz >/dev/null 2>&1 || pkgs+=(xz-utils)
-  { command -v strip && command -v strings; } >/dev/null 2>&1 || pkgs+=(binutils)
-fi
 have_mpi() {
+  missing mpi && return 1
   # mpirun to launch, mpicc/mpi.h to link (rsmpi's build probes them), libclang for its bindgen.
   command -v mpirun >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1 || return 1
   ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/*/libclang*.so* >/dev/null 2>&1
 }
-if [ "${DDL_SETUP_MPI:-1}" = 1 ] && ! have_mpi; then
+if [ "$target" = test ] && [ "${DDL_SETUP_MPI:-1}" = 1 ] && ! have_mpi; then
   if command -v apt-get >/dev/null 2>&1; then
     pkgs+=(libopenmpi-dev openmpi-bin libclang-dev)
   else
@@ -81,6 +98,10 @@ if [ "${DDL_SETUP_MPI:-1}" = 1 ] && ! have_mpi; then
   fi
 fi
 
+if [ "${DDL_SETUP_DRY_RUN:-0}" = 1 ]; then
+  say "'$target' on $os would install: ${pkgs[*]:-nothing}"
+  exit 0
+fi
 if [ ${#pkgs[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
     say "apt-get not found: install ${pkgs[*]} (or your distribution's equivalents) by hand."

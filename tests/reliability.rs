@@ -752,3 +752,44 @@ fn training_and_evaluation_work_from_any_directory() {
     let o = cmd(&dir).args(&args).current_dir(&dir).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
 }
+
+/// `scripts/setup.sh TARGET` installs per target and platform only what is missing (the table of
+/// docs/SETUP.md), checked in its dry-run mode with tools pretended missing.
+#[test]
+fn the_setup_script_installs_per_target_and_platform_only_what_is_missing() {
+    let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup.sh");
+    let run = |target: &str, missing: &str, os: Option<&str>| {
+        let mut c = Command::new("bash");
+        c.arg(&setup).arg(target).env("DDL_SETUP_DRY_RUN", "1").env("DDL_SETUP_PRETEND_MISSING", missing);
+        c.env_remove("DDL_SETUP_MPI").env_remove("DDL_SETUP_XVFB");
+        if let Some(os) = os {
+            c.env("DDL_SETUP_OS", os);
+        }
+        let o = c.output().unwrap();
+        let t = text(&o);
+        assert!(o.status.success(), "setup.sh {target}: {t}");
+        t.lines().last().unwrap_or("").to_string()
+    };
+    let all = "vulkan,xvfb,mpi,xz,binutils";
+    let vk = "mesa-vulkan-drivers libvulkan1";
+    let has_apt = Command::new("sh").args(["-c", "command -v apt-get"]).output().unwrap().status.success();
+    if has_apt {
+        assert!(run("demo", all, None).ends_with(&format!("would install: {vk}")), "{}", run("demo", all, None));
+        assert!(run("bundle", all, None).ends_with(&format!("would install: {vk} xz-utils binutils")));
+        let t = run("test", all, None);
+        assert!(
+            t.ends_with(&format!("would install: {vk} xz-utils binutils xvfb libopenmpi-dev openmpi-bin libclang-dev")),
+            "{t}"
+        );
+        // Only what is missing: a machine with a driver gets no driver for the demo.
+        assert!(run("demo", "xvfb,mpi", None).ends_with("would install: nothing"));
+        assert!(run("test", "mpi", None).contains("libopenmpi-dev") && !run("test", "mpi", None).contains(vk));
+    }
+    for target in ["demo", "bundle", "test"] {
+        let t = run(target, all, Some("Darwin"));
+        assert!(t.contains("nothing to install"), "{target} on macOS: {t}");
+    }
+    let o = Command::new("bash").arg(&setup).arg("everything").output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("expected demo, bundle or test"));
+}
