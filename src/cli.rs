@@ -55,8 +55,9 @@ pub(crate) struct DeviceArgs {
     #[arg(long, global = true, env = "DDL_ADAPTER")]
     pub(crate) adapter: Option<String>,
     /// Do not measure matmul tiles on first use (train, experiment, bench train): use earlier
-    /// measurements and the heuristic choice. Results are the same bits either way.
-    #[arg(long, global = true)]
+    /// measurements and the heuristic choice. Results are the same bits either way. Also
+    /// DDL_NO_AUTOTUNE=1 (e.g. in a shell profile, for every command).
+    #[arg(long, global = true, env = "DDL_NO_AUTOTUNE", value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) no_autotune: bool,
 }
 

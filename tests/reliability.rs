@@ -694,6 +694,13 @@ fn first_use_is_quiet_about_the_driver_and_says_when_it_tunes() {
     assert!(o.status.success(), "{t}");
     assert!(!t.contains("tuning matmul tiles"), "{t}");
     assert!(!fresh.join("cache").join("matmul-autotune.json").exists(), "--no-autotune measured and cached tiles");
+    // The same for every command through the environment.
+    let env = tmpdir("firstuse-notune-env");
+    let e = env.join("e");
+    let o = cmd(&env).args(train_args(&c, e.to_str().unwrap(), "1", &[])).env("DDL_NO_AUTOTUNE", "1").output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success() && !t.contains("tuning matmul tiles"), "{t}");
+    assert!(!env.join("cache").join("matmul-autotune.json").exists(), "DDL_NO_AUTOTUNE=1 measured and cached tiles");
 }
 
 #[test]
