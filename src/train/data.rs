@@ -152,7 +152,30 @@ pub struct Dataset {
     pub split: usize,
 }
 
+/// The dataset of a run's settings: its corpus tokenized with its tokenizer (cached), split at
+/// `train.val_fraction`.
+pub fn open_for_run(run: &crate::train::RunConfig) -> Result<Dataset, crate::train::TrainError> {
+    let text = read_corpus(Path::new(&run.corpus))?;
+    let tok = crate::train::build_tokenizer(&run.tokenizer, &text)?;
+    let tokens = tokens_cached(&text, &tok)?;
+    Ok(Dataset::new(tokens, run.train.val_fraction, run.train.seq_len)?)
+}
+
 impl Dataset {
+    /// Tokens in the whole stream (train and validation).
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Token `i` of the whole stream.
+    pub fn get(&self, i: usize) -> u32 {
+        self.tokens.get(i)
+    }
+
     pub fn new(tokens: Tokens, val_fraction: f64, seq_len: usize) -> Result<Dataset, DataError> {
         let n = tokens.len();
         let split = ((n as f64) * (1.0 - val_fraction)).round() as usize;
