@@ -25,6 +25,7 @@ Check and measure:
   bench       Benchmarks: matmul, kernels, train, generate, copy (--json for JSON lines)
 
 Tools:
+  data        Prepare token shards (llm.c's format) from text, folders and JSON lines
   tokenizer   Train a byte-level BPE tokenizer on a corpus, or encode text with one
   help        This message, or a command's options (`ddl help train`)
 
@@ -176,6 +177,41 @@ pub(crate) enum Cmd {
     /// Byte-level BPE tokenizers: train one on a corpus, encode text with one.
     #[command(subcommand)]
     Tokenizer(TokenizerCmd),
+    /// Token shards for `ddl train --data`.
+    #[command(subcommand)]
+    Data(DataCmd),
+}
+
+#[derive(Subcommand)]
+pub(crate) enum DataCmd {
+    /// Tokenize text files, folders of them (.txt, .jsonl) and JSON-lines files (a `text` field per
+    /// line: one document each) into llm.c-format shards: NAME_train_NNNNNN.bin, NAME_val_000000.bin
+    /// and meta.json. Streams in constant memory, tokenizes in parallel, puts the end-of-text token
+    /// between documents (char tokenizers: a newline).
+    Prepare {
+        /// `char` (the characters of the inputs) or a tokenizer.json.
+        #[arg(long)]
+        tokenizer: String,
+        /// Output folder (new or empty).
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// Inputs: text files, folders, .jsonl files.
+        #[arg(required = true)]
+        inputs: Vec<std::path::PathBuf>,
+        /// Validation tokens, taken from the end of the token stream.
+        #[arg(long, value_parser = positive, conflicts_with = "val_fraction")]
+        val_tokens: Option<usize>,
+        /// Validation fraction of the token stream, taken from its end [default: 0.1, as
+        /// train.val_fraction].
+        #[arg(long)]
+        val_fraction: Option<f64>,
+        /// Tokens per training shard.
+        #[arg(long, value_parser = positive, default_value_t = 100_000_000)]
+        shard_tokens: usize,
+        /// Shard name prefix (NAME_train_000000.bin).
+        #[arg(long, default_value = "data")]
+        name: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -268,9 +304,18 @@ pub(crate) struct TrainArgs {
     /// A UTF-8 text file or a directory of .txt files.
     #[arg(long)]
     pub(crate) corpus: Option<String>,
-    /// `char`, or a tokenizer.json (e.g. from `ddl tokenizer train`).
+    /// `char`, or a tokenizer.json (e.g. from `ddl tokenizer train`; with --data: the one the
+    /// shards were made with, when they have no meta.json, e.g. GPT-2's for llm.c's shards).
     #[arg(long)]
     pub(crate) tokenizer: Option<String>,
+    /// Train on token shards instead of --corpus: a folder (`ddl data prepare`'s, or llm.c's
+    /// downloaded NAME_train_*.bin / NAME_val_*.bin) or a glob; read by memory map.
+    #[arg(long, conflicts_with = "corpus")]
+    pub(crate) data: Option<String>,
+    /// How --data stores tokens: llmc (llm.c's shards, the default) or raw-u16 (headerless
+    /// uint16: nanoGPT's train.bin and val.bin).
+    #[arg(long)]
+    pub(crate) data_format: Option<String>,
     /// Output directory (a new one, or one without a run: see --resume and --overwrite).
     #[arg(long, required_unless_present = "resume")]
     pub(crate) out: Option<std::path::PathBuf>,

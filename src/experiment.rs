@@ -383,7 +383,8 @@ fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &Experime
 }
 
 /// Counts, per sublayer, the validation tokens whose β falls in each regime (and the mean β).
-/// The validation batches are those of seed 0, the same text for every run of the grid.
+/// The validation batches are the first windows of the validation split, the same text for every
+/// run of the grid.
 pub fn beta_regimes(
     gpu: &Arc<Gpu>,
     ck: &checkpoint::Loaded,
@@ -394,15 +395,14 @@ pub fn beta_regimes(
         return Ok((Vec::new(), Vec::new()));
     }
     let model = Model::with_params(gpu.clone(), ck.config.clone(), &ck.params).map_err(|e| e.to_string())?;
-    let text = data::read_corpus(Path::new(&run.corpus)).map_err(|e| e.to_string())?;
-    let tokens = data::tokens_cached(&text, &ck.tokenizer).map_err(|e| e.to_string())?;
+    let (ds, _) = data::open_for_run(run, Some(&ck.tokenizer)).map_err(|e| e.to_string())?;
     let t = &run.train;
-    let ds = data::Dataset::new(tokens, t.val_fraction, t.seq_len).map_err(|e| e.to_string())?;
+    let batches = batches.min(ds.val_windows(t.seq_len).div_ceil(t.batch_size));
     let prog = model.forward_program(t.batch_size, t.seq_len).map_err(|e| e.to_string())?;
     let mut counts: RegimeCounts = Vec::new();
     let mut sums: Vec<f64> = Vec::new();
     for i in 0..batches {
-        let (x, y) = ds.val_batch(0, i, t.batch_size, t.seq_len);
+        let (x, y) = ds.val_batch(i * t.batch_size, t.batch_size, t.seq_len);
         prog.set_batch(&model, &x, &y).map_err(|e| e.to_string())?;
         model.eval_loss(&prog).map_err(|e| e.to_string())?;
         for (s, w) in prog.acts().writes().enumerate() {

@@ -40,6 +40,7 @@ fn run(cli: Cli) -> Result<()> {
         },
         Cmd::Bench(b) => bench(&cli.device, b),
         Cmd::Tokenizer(t) => tokenizer(t),
+        Cmd::Data(d) => data_cmd(d),
         Cmd::Golden { files, quiet, f16_state } => golden(&cli.device, &files, quiet, f16_state),
         Cmd::Train(a) => train(&cli.device, a),
         Cmd::Eval { checkpoint, batches } => eval(&cli.device, &checkpoint, batches),
@@ -112,6 +113,13 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     if let Some(t) = &a.tokenizer {
         run.tokenizer = t.clone();
     }
+    if let Some(d) = &a.data {
+        run.data = d.clone();
+    }
+    if let Some(f) = &a.data_format {
+        ddl::train::shards::Format::parse(f).map_err(anyhow::Error::msg)?;
+        run.data_format = f.clone();
+    }
     if let Some(s) = a.seed {
         run.train.seed = s;
     }
@@ -130,6 +138,8 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         || !a.sets.is_empty()
         || a.corpus.is_some()
         || a.tokenizer.is_some()
+        || a.data.is_some()
+        || a.data_format.is_some()
         || a.seed.is_some();
     if resume && flags_given {
         // A resumed run continues with its saved settings; flags may repeat them but not change
@@ -172,7 +182,9 @@ fn report_training(
     }
     println!("step {}: train loss {:.4}", summary.step, summary.last_loss);
     if let Some(v) = summary.val_loss {
-        println!("validation loss {v:.4} (perplexity {:.2})", v.exp());
+        let over =
+            summary.val_tokens.map(|n| format!(", over the whole validation split: {n} tokens")).unwrap_or_default();
+        println!("validation loss {v:.4} (perplexity {:.2}{over})", v.exp());
     }
     println!("loss plot: {}", out.join("loss.png").display());
     if a.sample > 0 {
@@ -291,19 +303,23 @@ fn eval(dev: &DeviceArgs, dir: &std::path::Path, batches: Option<usize>) -> Resu
     let run: ddl::train::RunConfig =
         toml::from_str(&run_text).with_context(|| format!("parsing {}", dir.join("config.toml").display()))?;
     let mut t = run.train.clone();
-    if let Some(b) = batches {
-        t.eval_batches = b;
-    }
-    let text = ddl::train::data::read_corpus(std::path::Path::new(&run.corpus))?;
-    let data =
-        ddl::train::data::Dataset::new(ddl::train::data::tokens_cached(&text, &tok)?, t.val_fraction, t.seq_len)?;
+    // The whole validation split, or the first --batches batches of its windows.
+    let span = match batches {
+        Some(b) => {
+            t.eval_batches = b;
+            ddl::train::EvalSpan::Periodic
+        }
+        None => ddl::train::EvalSpan::Full,
+    };
+    let (data, _) = ddl::train::data::open_for_run(&run, Some(&tok))?;
     let prog = model.forward_program(t.batch_size, t.seq_len)?;
-    let vl = ddl::train::evaluate(&model, &prog, &data, &t)?;
+    let e = ddl::train::evaluate(&model, &prog, &data, &t, span)?;
+    let whole = if span == ddl::train::EvalSpan::Full { "the whole validation split, " } else { "" };
     println!(
-        "validation loss {vl:.4} (perplexity {:.2}) over {} batches of {}x{}",
-        vl.exp(),
-        t.eval_batches,
-        t.batch_size,
+        "validation loss {:.4} (perplexity {:.2}) over {whole}{} tokens in windows of {}",
+        e.loss,
+        e.loss.exp(),
+        e.tokens,
         t.seq_len
     );
     Ok(())
@@ -407,6 +423,32 @@ fn chat(dev: &DeviceArgs, dir: &std::path::Path, sa: SamplingArgs, trace: Option
     if let Some(p) = trace {
         eprintln!("trace written to {} (+ .json summary)", p.display());
     }
+    Ok(())
+}
+
+fn data_cmd(d: DataCmd) -> Result<()> {
+    use ddl::train::prepare::{PrepareOptions, ValSplit, prepare};
+    let DataCmd::Prepare { tokenizer, out, inputs, val_tokens, val_fraction, shard_tokens, name } = d;
+    let val = match (val_tokens, val_fraction) {
+        (Some(n), _) => ValSplit::Tokens(n),
+        (None, f) => ValSplit::Fraction(f.unwrap_or(0.1)),
+    };
+    let opts = PrepareOptions { tokenizer, out: out.clone(), inputs, val, shard_tokens, name, quiet: false };
+    let p = prepare(&opts)?;
+    println!(
+        "{} documents, {:.1} MB of text -> {} training and {} validation tokens in {:.1} s ({:.1} MB/s, {:.2} M tokens/s)",
+        p.documents,
+        p.bytes as f64 / 1e6,
+        p.train_tokens,
+        p.val_tokens,
+        p.seconds,
+        p.bytes as f64 / 1e6 / p.seconds.max(1e-9),
+        (p.train_tokens + p.val_tokens) as f64 / 1e6 / p.seconds.max(1e-9)
+    );
+    for f in &p.files {
+        println!("  {}", f.display());
+    }
+    println!("train on it with: ddl train --data {} ...", out.display());
     Ok(())
 }
 

@@ -59,11 +59,11 @@ fn observe(dir: &Path) -> serde_json::Value {
     let corpus = ddl::testing::data_path("assets/tinyshakespeare.txt").display().to_string();
     let run = fixed_run(&corpus);
     let t = &run.train;
-    let data = ddl::train::data::open_for_run(&run).unwrap();
+    let (data, _) = ddl::train::data::open_for_run(&run, None).unwrap();
     let mut batches = Vec::new();
     for step in 0..STEPS {
         for micro in 0..MICROS {
-            let (x, y) = data.train_batch(t.seed, step, micro, t.batch_size, t.seq_len);
+            let (x, y) = data.train_batch(t.seed, step, micro, t.batch_size, t.seq_len).unwrap();
             batches.push(serde_json::json!({"step": step, "micro": micro, "x": x, "y": y}));
         }
     }
@@ -101,4 +101,248 @@ fn the_data_path_reproduces_the_recorded_fixture() {
         let (a, b) = (a.as_f64().unwrap(), b.as_f64().unwrap());
         assert!((a - b).abs() <= 1e-4 * b.abs(), "loss {i}: {a} vs recorded {b}");
     }
+}
+
+fn ddl(dir: &Path) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_ddl"));
+    c.env("DDL_CACHE_DIR", dir.join("cache"));
+    c
+}
+
+fn text(o: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// `ddl data prepare` on TinyShakespeare (char tokens, the default validation fraction) writes
+/// shards whose stream, split and batches are the fixture's: `--data` on them trains on exactly
+/// what `--corpus` did.
+#[test]
+fn prepared_shards_give_the_fixture_tokens_and_batches() {
+    let dir = tmpdir("prepare");
+    let shk = ddl::testing::data_path("assets/tinyshakespeare.txt");
+    let out = dir.join("shk");
+    let o = ddl(&dir).args(["data", "prepare", "--tokenizer", "char", "--out"]).arg(&out).arg(&shk).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("1003855 training and 111539 validation tokens"), "{}", text(&o));
+    let want: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture_path()).unwrap()).unwrap();
+    let mut run = fixed_run("unused");
+    run.data = out.display().to_string();
+    let (data, tok) = ddl::train::data::open_for_run(&run, None).unwrap();
+    assert_eq!(tok.vocab_size(), 65);
+    assert_eq!(serde_json::json!(data.len()), want["tokens"]);
+    assert_eq!(serde_json::json!(data.split), want["split"]);
+    assert_eq!(serde_json::json!(digest((0..data.len()).map(|i| data.get(i)))), want["digest"]);
+    let t = &run.train;
+    for b in want["batches"].as_array().unwrap() {
+        let (step, micro) = (b["step"].as_u64().unwrap() as usize, b["micro"].as_u64().unwrap() as usize);
+        let (x, y) = data.train_batch(t.seed, step, micro, t.batch_size, t.seq_len).unwrap();
+        assert_eq!(
+            (serde_json::json!(x), serde_json::json!(y)),
+            (b["x"].clone(), b["y"].clone()),
+            "step {step} micro {micro}"
+        );
+    }
+    // A non-empty --out is refused; nothing is left beside it.
+    let o = ddl(&dir).args(["data", "prepare", "--tokenizer", "char", "--out"]).arg(&out).arg(&shk).output().unwrap();
+    assert!(!o.status.success() && text(&o).contains("not empty"), "{}", text(&o));
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains("prepare-"))
+        .collect();
+    assert!(leftovers.is_empty());
+}
+
+/// Documents: files of a folder and JSON lines, separated by the end-of-text token; shards split
+/// at --shard-tokens; the validation split from the end; parallel tokenisation gives the tokens
+/// of one sequential encoding.
+#[test]
+fn documents_from_folders_and_json_lines_are_separated_by_the_end_of_text_token() {
+    let dir = tmpdir("docs");
+    let corpus = ddl::testing::small_corpus(&dir);
+    let bpe = dir.join("bpe.json");
+    let o = ddl(&dir)
+        .args(["tokenizer", "train", "--corpus", &corpus, "--vocab-size", "300", "--out"])
+        .arg(&bpe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let inputs = dir.join("in");
+    std::fs::create_dir_all(inputs.join("sub")).unwrap();
+    std::fs::write(inputs.join("a.txt"), "First document.\nSecond line.\n").unwrap();
+    std::fs::write(inputs.join("sub/b.txt"), "Another file.").unwrap();
+    std::fs::write(inputs.join("c.jsonl"), "{\"text\": \"one\"}\n\n{\"text\": \"two\", \"id\": 7}\n").unwrap();
+    let out = dir.join("shards");
+    let o = ddl(&dir)
+        .args(["data", "prepare", "--tokenizer"])
+        .arg(&bpe)
+        .args(["--val-tokens", "5", "--shard-tokens", "8", "--name", "mix", "--out"])
+        .arg(&out)
+        .arg(&inputs)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("4 documents"), "{}", text(&o));
+    let tok = ddl::tokenizer::Tokenizer::load(&bpe).unwrap();
+    let eot = tok.eot_id().unwrap();
+    // Sorted paths: a.txt, c.jsonl (two documents), sub/b.txt.
+    let mut want = Vec::new();
+    for (i, d) in ["First document.\nSecond line.\n", "one", "two", "Another file."].iter().enumerate() {
+        if i > 0 {
+            want.push(eot);
+        }
+        want.extend(tok.encode(d).unwrap());
+    }
+    let mut run = fixed_run("unused");
+    run.data = out.display().to_string();
+    run.set("train.seq_len=2").unwrap();
+    let (data, _) = ddl::train::data::open_for_run(&run, None).unwrap();
+    assert_eq!((0..data.len()).map(|i| data.get(i)).collect::<Vec<_>>(), want);
+    assert_eq!(data.val.len(), 5);
+    assert!(data.train.shards.iter().all(|s| s.len() <= 8) && data.train.shards.len() >= 2);
+    assert!(out.join("mix_train_000000.bin").exists() && out.join("mix_val_000000.bin").exists());
+    // A JSON line without a text field names the file and line.
+    std::fs::write(inputs.join("c.jsonl"), "{\"text\": \"one\"}\n{\"body\": \"two\"}\n").unwrap();
+    let o = ddl(&dir)
+        .args(["data", "prepare", "--tokenizer"])
+        .arg(&bpe)
+        .arg("--out")
+        .arg(dir.join("bad"))
+        .arg(&inputs)
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && text(&o).contains("c.jsonl") && text(&o).contains("line 2"), "{}", text(&o));
+    assert!(!dir.join("bad").exists());
+}
+
+/// A shard written by hand here (llm.c's header, uint16 tokens, a vocabulary of 50,257 as GPT-2's)
+/// trains through `ddl train --data` with the tokenizer given by --tokenizer; then the problems:
+/// a truncated shard, a wrong magic, a token id beyond the vocabulary, meta.json naming another
+/// tokenizer, and a headerless file are errors naming the file.
+#[test]
+fn hand_written_llmc_shards_train_and_bad_shards_are_clear_errors() {
+    let dir = tmpdir("llmc");
+    // A word-level tokenizer of 50,257 tokens (GPT-2's vocabulary size).
+    let vocab: serde_json::Map<String, serde_json::Value> =
+        (0..50_257).map(|i| (format!("w{i}"), serde_json::json!(i))).collect();
+    let tok_json = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w0"}
+    });
+    let tok = dir.join("wl.json");
+    std::fs::write(&tok, tok_json.to_string()).unwrap();
+    let shard = |path: &Path, magic: i32, count: i32, tokens: &[u16]| {
+        let mut b = Vec::new();
+        for w in [magic, 1, count] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        b.resize(1024, 0);
+        for t in tokens {
+            b.extend_from_slice(&t.to_le_bytes());
+        }
+        std::fs::write(path, b).unwrap();
+    };
+    let data = dir.join("fw");
+    std::fs::create_dir_all(&data).unwrap();
+    let toks: Vec<u16> = (0..3000u32).map(|i| ((i * 7919) % 50_257) as u16).collect();
+    shard(&data.join("fw_val_000000.bin"), 20240520, 300, &toks[..300]);
+    shard(&data.join("fw_train_000001.bin"), 20240520, 1500, &toks[300..1800]);
+    shard(&data.join("fw_train_000002.bin"), 20240520, 1200, &toks[1800..]);
+    let small = [
+        "--set",
+        "model.d_model=16",
+        "--set",
+        "model.n_layers=1",
+        "--set",
+        "model.n_heads=2",
+        "--set",
+        "model.head_dim=8",
+        "--set",
+        "model.mlp_hidden=32",
+        "--set",
+        "train.batch_size=2",
+        "--set",
+        "train.seq_len=16",
+        "--set",
+        "train.eval_batches=1",
+    ];
+    let train = |data: &Path, out: &str, extra: &[&str]| {
+        let mut c = ddl(&dir);
+        c.args(["train", "--variant", "ddl", "--steps", "2", "--data"]).arg(data).arg("--out").arg(dir.join(out));
+        c.args(small).args(extra);
+        c.output().unwrap()
+    };
+    let o = train(&data, "run", &["--tokenizer", tok.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("validation loss") && text(&o).contains("288 tokens"), "{}", text(&o));
+    let cfg = std::fs::read_to_string(dir.join("run/config.toml")).unwrap();
+    assert!(cfg.contains("vocab_size = 50257") && cfg.contains("data = "), "{cfg}");
+    // Resume checks the data cheaply: a changed shard is refused, the original resumes.
+    let resume = |extra: &[&str]| {
+        let mut c = ddl(&dir);
+        c.args(["train", "--resume"]).arg(dir.join("run")).args(["--steps", "3"]).args(extra);
+        c.output().unwrap()
+    };
+    let orig = std::fs::read(data.join("fw_train_000002.bin")).unwrap();
+    let other: Vec<u16> = toks[1800..].iter().map(|t| (t + 1) % 50_257).collect();
+    shard(&data.join("fw_train_000002.bin"), 20240520, 1200, &other);
+    let o = resume(&[]);
+    assert!(!o.status.success() && text(&o).contains("data changed since this run started"), "{}", text(&o));
+    std::fs::write(data.join("fw_train_000002.bin"), orig).unwrap();
+    let o = resume(&[]);
+    assert!(o.status.success(), "{}", text(&o));
+    // Without a tokenizer for shards that have no meta.json: say which to pass.
+    let o = train(&data, "r0", &[]);
+    assert!(!o.status.success() && text(&o).contains("--tokenizer FILE"), "{}", text(&o));
+    let bad = |name: &str, f: &dyn Fn(&Path), needles: &[&str]| {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        for e in std::fs::read_dir(&data).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), d.join(e.file_name())).unwrap();
+        }
+        f(&d);
+        let o = train(&d, &format!("{name}-run"), &["--tokenizer", tok.to_str().unwrap()]);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{name}: {t}");
+        for n in needles {
+            assert!(t.contains(n), "{name}: expected {n:?} in {t}");
+        }
+        assert!(!t.contains("panicked"), "{t}");
+        assert!(!dir.join(format!("{name}-run")).exists(), "{name}: a refused run left its folder");
+    };
+    bad(
+        "truncated",
+        &|d| shard(&d.join("fw_train_000002.bin"), 20240520, 1200, &toks[1800..2000]),
+        &["fw_train_000002.bin", "says 1200 tokens but the file holds 200"],
+    );
+    bad(
+        "magic",
+        &|d| shard(&d.join("fw_train_000001.bin"), 1234, 1500, &toks[300..1800]),
+        &["fw_train_000001.bin", "magic 1234", "raw-u16"],
+    );
+    bad(
+        "vocab",
+        &|d| shard(&d.join("fw_val_000000.bin"), 20240520, 300, &[60_000u16; 300]),
+        &["fw_val_000000.bin", "60000", "vocabulary of 50257"],
+    );
+    bad(
+        "meta",
+        &|d| {
+            let other = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_corpus("abc").unwrap());
+            let meta = serde_json::json!({"format": "x", "tokenizer": other.to_json(), "vocab_size": 3, "train_tokens": 2700,
+            "val_tokens": 300, "shards": []});
+            std::fs::write(d.join("meta.json"), meta.to_string()).unwrap();
+        },
+        &["meta.json", "another tokenizer", "vocabulary 3"],
+    );
+    // A headerless uint16 file is read only with --data-format raw-u16.
+    let raw = dir.join("raw");
+    std::fs::create_dir_all(&raw).unwrap();
+    let bytes = |t: &[u16]| t.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    std::fs::write(raw.join("train.bin"), bytes(&toks[300..])).unwrap();
+    std::fs::write(raw.join("val.bin"), bytes(&toks[..300])).unwrap();
+    let o = train(&raw, "raw-run", &["--tokenizer", tok.to_str().unwrap(), "--data-format", "raw-u16"]);
+    assert!(o.status.success(), "{}", text(&o));
 }

@@ -203,7 +203,7 @@ stage_info() {
 # ---------------------------------------------------------------------------- golden
 stage_golden() {
   local t0=$(date +%s) rc rc16 st
-  local files=("$BUNDLE"/data/tests/golden/*.safetensors "$BUNDLE"/data/tests/golden/odd/*.safetensors "$BUNDLE"/data/tests/golden/t1/*.safetensors)
+  local files=("$BUNDLE"/data/tests/golden/*.safetensors "$BUNDLE"/data/tests/golden/odd/*.safetensors "$BUNDLE"/data/tests/golden/t1/*.safetensors "$BUNDLE"/data/tests/golden/wide/*.safetensors)
   step golden 90 "$DDL" golden --quiet "${files[@]}"; rc=$?
   step golden-f16 60 "$DDL" golden --quiet --f16-state "$BUNDLE"/data/tests/golden/ddl.safetensors "$BUNDLE"/data/tests/golden/ddl_vmap.safetensors; rc16=$?
   # Each file ends with "PATH: N compared, M failed".

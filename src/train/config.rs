@@ -33,8 +33,12 @@ pub struct TrainConfig {
     pub grad_clip: f64,
     /// Evaluate every this many steps (0 = only at the end).
     pub eval_every: usize,
-    /// Validation batches per evaluation (a fixed set).
+    /// Batches of validation windows per evaluation during training (the first ones: a fixed
+    /// subset); the final evaluation covers the whole validation split.
     pub eval_batches: usize,
+    /// Tokens the final evaluation covers at most (0 = the whole validation split).
+    #[serde(default)]
+    pub val_max_tokens: usize,
     /// Write a checkpoint every this many steps (0 = only at the end).
     pub checkpoint_every: usize,
     /// Print/log every this many steps.
@@ -74,6 +78,7 @@ impl TrainConfig {
             grad_clip: 1.0,
             eval_every: 100,
             eval_batches: 8,
+            val_max_tokens: 0,
             checkpoint_every: 500,
             log_every: 10,
             val_fraction: 0.1,
@@ -217,6 +222,10 @@ fn default_tokenizer() -> String {
     "char".to_string()
 }
 
+fn default_data_format() -> String {
+    "llmc".to_string()
+}
+
 /// Everything a run is made of, as written to `DIR/config.toml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -227,6 +236,13 @@ pub struct RunConfig {
     /// `"char"` (the corpus's characters) or the path of a tokenizer.json (`ddl tokenizer train`).
     #[serde(default = "default_tokenizer")]
     pub tokenizer: String,
+    /// Token shards to train on instead of the corpus: a folder (`ddl data prepare`'s, or llm.c's
+    /// downloaded shards) or a glob; empty = the corpus.
+    #[serde(default)]
+    pub data: String,
+    /// How `data` stores tokens: `llmc` (llm.c's shards) or `raw-u16` (headerless uint16).
+    #[serde(default = "default_data_format")]
+    pub data_format: String,
     pub model: ModelConfig,
     pub train: TrainConfig,
 }
@@ -253,6 +269,25 @@ impl RunConfig {
             && let Some(a) = abs(&self.tokenizer)
         {
             self.tokenizer = a;
+        }
+        if !self.data.is_empty() {
+            let d = std::path::Path::new(&self.data);
+            if let Some(a) = abs(&self.data) {
+                self.data = a;
+            } else if !d.is_absolute()
+                && let (Some(parent), Some(name)) = (d.parent(), d.file_name())
+                && let Some(pa) = abs(&parent.to_string_lossy()).or_else(|| {
+                    parent
+                        .as_os_str()
+                        .is_empty()
+                        .then(|| std::env::current_dir().ok())
+                        .flatten()
+                        .map(|c| c.display().to_string())
+                })
+            {
+                // A glob: make its folder absolute.
+                self.data = std::path::Path::new(&pa).join(name).display().to_string();
+            }
         }
     }
 
@@ -308,6 +343,8 @@ impl RunConfig {
             preset: preset.to_string(),
             corpus: super::data::DEFAULT_CORPUS.to_string(),
             tokenizer: default_tokenizer(),
+            data: String::new(),
+            data_format: default_data_format(),
             model: ModelConfig::preset(preset, variant)?,
             train: TrainConfig::preset(preset),
         })
@@ -334,7 +371,7 @@ impl RunConfig {
                 (Some(slot), v) => *slot = v,
                 (None, _) => {
                     return Err(format!(
-                        "{origin}: unknown key '{k}' (expected preset, corpus, tokenizer, [model], [train])"
+                        "{origin}: unknown key '{k}' (expected preset, corpus, tokenizer, data, data_format, [model], [train])"
                     ));
                 }
             }

@@ -1,7 +1,12 @@
-//! The data pipeline: a UTF-8 corpus (a file, or a directory of .txt files) tokenised once into a
-//! cached token file (u16 or u32, memory-mapped), a train/validation split, and batches sampled
-//! by a seeded generator that depends only on (seed, step, micro-batch) — so a resumed run sees
-//! exactly the batches an uninterrupted run would.
+//! The data pipeline. A run reads token shards in llm.c's format by memory map
+//! ([`super::shards`]): either a shard set given with `--data` (`ddl data prepare` writes them,
+//! llm.c's downloads work as they are), or, for `--corpus`, a shard set the first run makes once
+//! in the cache from the UTF-8 corpus (a file, or a directory of .txt files joined by a newline)
+//! and later runs open without reading the corpus again (keyed by the files' names, sizes and
+//! modification times, the tokenizer and the split). Training batches are sampled by a seeded
+//! generator that depends only on (seed, step, micro-batch) — so a resumed run, and every rank
+//! of a data-parallel one, sees exactly the batches an uninterrupted single run would; windows
+//! cross shard boundaries. Validation is a fixed set of windows over the validation split.
 
 use std::path::{Path, PathBuf};
 
@@ -29,6 +34,10 @@ pub enum DataError {
         "the {split} split has {have} tokens, fewer than one sequence of {need} (seq_len + 1): use a longer corpus or a shorter --set seq_len"
     )]
     TooShort { split: &'static str, have: usize, need: usize },
+    #[error(transparent)]
+    Shard(#[from] super::shards::ShardError),
+    #[error("{path}: {msg}")]
+    Meta { path: PathBuf, msg: String },
 }
 
 /// The default corpus setting: TinyShakespeare, relative to the repository.
@@ -77,31 +86,6 @@ pub fn read_corpus(path: &Path) -> Result<String, DataError> {
     Ok(text)
 }
 
-/// Token ids of the whole corpus, memory-mapped from the cache.
-pub struct Tokens {
-    map: memmap2::Mmap,
-    wide: bool,
-    pub path: PathBuf,
-}
-
-impl Tokens {
-    pub fn len(&self) -> usize {
-        self.map.len() / if self.wide { 4 } else { 2 }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub fn get(&self, i: usize) -> u32 {
-        if self.wide {
-            u32::from_le_bytes(self.map[4 * i..4 * i + 4].try_into().unwrap())
-        } else {
-            u16::from_le_bytes(self.map[2 * i..2 * i + 2].try_into().unwrap()) as u32
-        }
-    }
-}
-
 /// The cache directory: `$DDL_CACHE_DIR`, else `$XDG_CACHE_HOME/ddl`, else `~/.cache/ddl`.
 pub fn cache_dir() -> PathBuf {
     if let Ok(d) = std::env::var("DDL_CACHE_DIR") {
@@ -115,104 +99,387 @@ pub fn cache_dir() -> PathBuf {
         .unwrap_or_else(|_| std::env::temp_dir().join("ddl"))
 }
 
-/// Tokenises `text` once per (corpus, tokenizer) and memory-maps the cached ids.
-pub fn tokens_cached(text: &str, tok: &Tokenizer) -> Result<Tokens, DataError> {
+/// Version of the cached shard sets' layout (part of their key).
+const CACHE_FORMAT: &str = "ddl-corpus-shards-1";
+
+/// What `meta.json` of a shard set holds.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Meta {
+    pub format: String,
+    /// The tokenizer, as checkpoints store it ([`Tokenizer::to_json`]).
+    pub tokenizer: String,
+    pub vocab_size: usize,
+    pub train_tokens: usize,
+    pub val_tokens: usize,
+    /// Shard file names with their token counts and SHA-256 digests.
+    pub shards: Vec<ShardMeta>,
+    /// What the tokens were made from, and how documents are separated.
+    #[serde(default)]
+    pub source: String,
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ShardMeta {
+    pub file: String,
+    pub tokens: usize,
+    pub sha256: String,
+}
+
+/// SHA-256 of a file, hex.
+pub fn file_digest(path: &Path) -> Result<String, DataError> {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).map_err(|source| DataError::Io { path: path.to_path_buf(), source })?;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(|source| DataError::Io { path: path.to_path_buf(), source })?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Reads `DIR/meta.json`, `None` when there is none.
+pub fn read_meta(dir: &Path) -> Result<Option<Meta>, DataError> {
+    let p = dir.join("meta.json");
+    if !p.exists() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&p).map_err(|source| DataError::Io { path: p.clone(), source })?;
+    serde_json::from_str(&text).map(Some).map_err(|e| DataError::Meta { path: p, msg: e.to_string() })
+}
+
+/// Writes train and validation shards (`NAME_train_…`, `NAME_val_…`) of `ids` split at `split`
+/// into `dir`, with `meta.json`; returns the meta.
+pub fn write_shard_set(
+    dir: &Path,
+    name: &str,
+    tok: &Tokenizer,
+    ids: &[u32],
+    split: usize,
+    shard_tokens: usize,
+    source: &str,
+) -> Result<Meta, DataError> {
+    let wide = tok.vocab_size() > u16::MAX as usize + 1;
+    let mut shards = Vec::new();
+    for (part, range) in [("train", 0..split), ("val", split..ids.len())] {
+        let mut w = super::shards::Writer::new(dir, name, part, shard_tokens, wide);
+        w.push(&ids[range])?;
+        shards.extend(w.finish()?);
+    }
+    finish_meta(dir, tok, shards, split, ids.len() - split, source)
+}
+
+/// `meta.json` for shards already written.
+pub fn finish_meta(
+    dir: &Path,
+    tok: &Tokenizer,
+    shards: Vec<(PathBuf, usize)>,
+    train_tokens: usize,
+    val_tokens: usize,
+    source: &str,
+) -> Result<Meta, DataError> {
+    let mut metas = Vec::new();
+    for (p, n) in shards {
+        let file = p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        metas.push(ShardMeta { file, tokens: n, sha256: file_digest(&p)? });
+    }
+    let meta = Meta {
+        format: CACHE_FORMAT.into(),
+        tokenizer: tok.to_json(),
+        vocab_size: tok.vocab_size(),
+        train_tokens,
+        val_tokens,
+        shards: metas,
+        source: source.to_string(),
+    };
+    let p = dir.join("meta.json");
+    let text = serde_json::to_string_pretty(&meta).expect("serialisable");
+    crate::train::checkpoint::write_atomic(&p, text.as_bytes()).map_err(|source| DataError::Io { path: p, source })?;
+    Ok(meta)
+}
+
+/// The corpus files of a `--corpus` setting (one file, or a directory's sorted .txt files).
+fn corpus_files(path: &Path) -> Result<Vec<PathBuf>, DataError> {
+    if !path.exists() {
+        return Err(DataError::Missing(path.to_path_buf()));
+    }
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut v: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|source| DataError::Io { path: path.to_path_buf(), source })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+        .collect();
+    v.sort();
+    if v.is_empty() {
+        return Err(DataError::NoTxt(path.to_path_buf()));
+    }
+    Ok(v)
+}
+
+/// The cache key of a corpus's shard set, from what `stat` tells (no read of the corpus): the
+/// files' absolute names, sizes and modification times, the tokenizer (its setting, and its
+/// file's size and time; or the given tokenizer's JSON) and the validation fraction.
+fn corpus_key(
+    corpus: &str,
+    tok_setting: &str,
+    given: Option<&Tokenizer>,
+    val_fraction: f64,
+) -> Result<String, DataError> {
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
-    h.update(text.as_bytes());
-    h.update(tok.to_json().as_bytes());
-    let key: String = h.finalize().iter().take(12).map(|b| format!("{b:02x}")).collect();
-    let wide = tok.vocab_size() > u16::MAX as usize + 1;
-    let dir = cache_dir().join("tokens");
-    let path = dir.join(format!("{key}.{}", if wide { "u32" } else { "u16" }));
-    if !path.exists() {
-        let ids = tok.encode(text)?;
-        let mut bytes = Vec::with_capacity(ids.len() * if wide { 4 } else { 2 });
-        for id in ids {
-            if wide {
-                bytes.extend_from_slice(&id.to_le_bytes());
-            } else {
-                bytes.extend_from_slice(&(id as u16).to_le_bytes());
-            }
+    h.update(CACHE_FORMAT.as_bytes());
+    let stat = |h: &mut sha2::Sha256, p: &Path| -> Result<(), DataError> {
+        let m = std::fs::metadata(p).map_err(|source| DataError::Io { path: p.to_path_buf(), source })?;
+        let t = m.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).unwrap_or_default();
+        h.update(std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).to_string_lossy().as_bytes());
+        h.update(m.len().to_le_bytes());
+        h.update(t.as_nanos().to_le_bytes());
+        Ok(())
+    };
+    let path = Path::new(corpus);
+    if !path.exists() && path == Path::new(DEFAULT_CORPUS) {
+        h.update(b"embedded tinyshakespeare");
+        h.update((EMBEDDED_CORPUS.len() as u64).to_le_bytes());
+    } else {
+        for f in corpus_files(path)? {
+            stat(&mut h, &f)?;
         }
-        std::fs::create_dir_all(&dir).map_err(|source| DataError::Io { path: dir.clone(), source })?;
-        crate::train::checkpoint::write_atomic(&path, &bytes)
-            .map_err(|source| DataError::Io { path: path.clone(), source })?;
     }
-    let f = std::fs::File::open(&path).map_err(|source| DataError::Io { path: path.clone(), source })?;
-    // SAFETY: the cache file is written once (atomically) and never modified afterwards.
-    let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|source| DataError::Io { path: path.clone(), source })?;
-    Ok(Tokens { map, wide, path })
+    match given {
+        Some(t) => h.update(t.to_json().as_bytes()),
+        None if tok_setting == "char" => h.update(b"char"),
+        None => stat(&mut h, Path::new(tok_setting)).or_else(|_| {
+            h.update(tok_setting.as_bytes());
+            Ok::<(), DataError>(())
+        })?,
+    }
+    h.update(val_fraction.to_le_bytes());
+    Ok(h.finalize().iter().take(12).map(|b| format!("{b:02x}")).collect())
 }
 
-/// Train and validation ranges of one token stream, and the batch sampler.
+/// The `--corpus` front end: the corpus's cached shard set (made on first use: the corpus read
+/// once, tokenised with `given` or the run's tokenizer setting, split at `val_fraction`), and the
+/// tokenizer it was made with.
+pub fn corpus_shards(
+    corpus: &str,
+    tok_setting: &str,
+    given: Option<&Tokenizer>,
+    val_fraction: f64,
+) -> Result<(PathBuf, Tokenizer), crate::train::TrainError> {
+    let key = corpus_key(corpus, tok_setting, given, val_fraction)?;
+    let root = cache_dir().join("shards");
+    let dir = root.join(&key);
+    if let Some(meta) = read_meta(&dir)? {
+        let tok = Tokenizer::from_json(&meta.tokenizer).map_err(DataError::from)?;
+        return Ok((dir, tok));
+    }
+    let text = read_corpus(Path::new(corpus))?;
+    let tok = match given {
+        Some(t) => t.clone(),
+        None => crate::train::build_tokenizer(tok_setting, &text)?,
+    };
+    let ids = tok.encode(&text).map_err(DataError::from)?;
+    let split = ((ids.len() as f64) * (1.0 - val_fraction)).round() as usize;
+    // Built in a private folder, renamed into place complete (a concurrent maker's copy wins).
+    let tmp = root.join(format!(".{key}.{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).map_err(|source| DataError::Io { path: tmp.clone(), source })?;
+    write_shard_set(&tmp, "corpus", &tok, &ids, split, 100_000_000, &format!("--corpus {corpus}"))?;
+    if std::fs::rename(&tmp, &dir).is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    if read_meta(&dir)?.is_none() {
+        return Err(DataError::Meta { path: dir, msg: "the cached shard set could not be created".into() }.into());
+    }
+    Ok((dir, tok))
+}
+
+/// The dataset and tokenizer of a run: `--data` shards (with their `meta.json`'s tokenizer, the
+/// run's `tokenizer` file, or `given`), else the corpus's cached shard set. `given`: the
+/// tokenizer a resumed run was trained with.
+pub fn open_for_run(
+    run: &crate::train::RunConfig,
+    given: Option<&Tokenizer>,
+) -> Result<(Dataset, Tokenizer), crate::train::TrainError> {
+    use super::shards::{Format, Shard, Stream, find};
+    let t = &run.train;
+    let (train, val, tok, key) = if !run.data.is_empty() {
+        let format = Format::parse(&run.data_format).map_err(crate::train::TrainError::Settings)?;
+        let (train, val) = find(&run.data, format).map_err(DataError::from)?;
+        let dir = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
+        let meta = read_meta(&dir)?;
+        let tok = match (given, &meta) {
+            (Some(g), _) => g.clone(),
+            (None, Some(m)) if run.tokenizer == "char" || run.tokenizer.is_empty() => {
+                Tokenizer::from_json(&m.tokenizer).map_err(DataError::from)?
+            }
+            (None, _) if run.tokenizer == "char" => {
+                return Err(crate::train::TrainError::Settings(format!(
+                    "--data '{}' has no meta.json naming its tokenizer: pass --tokenizer FILE (the tokenizer.json \
+                     the shards were made with, e.g. GPT-2's for llm.c's FineWeb shards)",
+                    run.data
+                )));
+            }
+            (None, _) => crate::train::build_tokenizer(&run.tokenizer, "")?,
+        };
+        if let (Some(m), None) = (&meta, given)
+            && m.tokenizer != tok.to_json()
+            && run.tokenizer != "char"
+        {
+            return Err(crate::train::TrainError::Settings(format!(
+                "{}: the shards were made with another tokenizer (vocabulary {}) than --tokenizer {} (vocabulary {}); \
+                 drop --tokenizer to use theirs, or prepare the data again with this one",
+                dir.join("meta.json").display(),
+                m.vocab_size,
+                run.tokenizer,
+                tok.vocab_size()
+            )));
+        }
+        let open = |v: Vec<PathBuf>| -> Result<Stream, DataError> {
+            Ok(Stream::new(v.iter().map(|p| Shard::open(p, format)).collect::<Result<Vec<_>, _>>()?))
+        };
+        let key = fingerprint(&train.iter().chain(&val).cloned().collect::<Vec<_>>())?;
+        (open(train)?, open(val)?, tok, key)
+    } else {
+        let (dir, tok) = corpus_shards(&run.corpus, &run.tokenizer, given, t.val_fraction)?;
+        let (train, val) = find(dir.to_str().unwrap_or_default(), Format::Llmc).map_err(DataError::from)?;
+        let open = |v: Vec<PathBuf>| -> Result<Stream, DataError> {
+            Ok(Stream::new(v.iter().map(|p| Shard::open(p, Format::Llmc)).collect::<Result<Vec<_>, _>>()?))
+        };
+        let key = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        (open(train)?, open(val)?, tok, key)
+    };
+    // The validation split is read whole by evaluation: check its ids once here.
+    val.check_vocab(tok.vocab_size()).map_err(DataError::from)?;
+    let ds = Dataset::new(train, val, t.seq_len, tok.vocab_size(), key)?;
+    Ok((ds, tok))
+}
+
+/// A cheap fingerprint of a shard set (no full read): each file's name, size, and digests of its
+/// first and last MiB. What a resumed run compares.
+pub fn fingerprint(files: &[PathBuf]) -> Result<String, DataError> {
+    use sha2::Digest;
+    use std::io::{Read, Seek, SeekFrom};
+    let mut h = sha2::Sha256::new();
+    for p in files {
+        let io = |source| DataError::Io { path: p.clone(), source };
+        let mut f = std::fs::File::open(p).map_err(io)?;
+        let len = f.metadata().map_err(io)?.len();
+        h.update(p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default().as_bytes());
+        h.update(len.to_le_bytes());
+        let mut buf = vec![0u8; (len.min(1 << 20)) as usize];
+        f.read_exact(&mut buf).map_err(io)?;
+        h.update(&buf);
+        f.seek(SeekFrom::Start(len - buf.len() as u64)).map_err(io)?;
+        f.read_exact(&mut buf).map_err(io)?;
+        h.update(&buf);
+    }
+    Ok(h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect())
+}
+
+/// Train and validation streams, the batch sampler and the validation windows.
 pub struct Dataset {
-    pub tokens: Tokens,
-    /// Tokens `[0, split)` train, `[split, len)` validate.
+    pub train: super::shards::Stream,
+    pub val: super::shards::Stream,
+    /// Tokens of the training split (`get(i)` reads `[0, split)` from it, the rest from `val`).
     pub split: usize,
-}
-
-/// The dataset of a run's settings: its corpus tokenized with its tokenizer (cached), split at
-/// `train.val_fraction`.
-pub fn open_for_run(run: &crate::train::RunConfig) -> Result<Dataset, crate::train::TrainError> {
-    let text = read_corpus(Path::new(&run.corpus))?;
-    let tok = crate::train::build_tokenizer(&run.tokenizer, &text)?;
-    let tokens = tokens_cached(&text, &tok)?;
-    Ok(Dataset::new(tokens, run.train.val_fraction, run.train.seq_len)?)
+    vocab: usize,
+    /// Names the data (the cache key or the shards' fingerprint): data-parallel ranks and resumed
+    /// runs compare it.
+    pub key: String,
 }
 
 impl Dataset {
+    pub fn new(
+        train: super::shards::Stream,
+        val: super::shards::Stream,
+        seq_len: usize,
+        vocab: usize,
+        key: String,
+    ) -> Result<Dataset, DataError> {
+        let need = seq_len + 1;
+        if train.len() < need {
+            return Err(DataError::TooShort { split: "train", have: train.len(), need });
+        }
+        if val.len() < need {
+            return Err(DataError::TooShort { split: "validation", have: val.len(), need });
+        }
+        Ok(Dataset { split: train.len(), train, val, vocab, key })
+    }
+
     /// Tokens in the whole stream (train and validation).
     pub fn len(&self) -> usize {
-        self.tokens.len()
+        self.train.len() + self.val.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tokens.is_empty()
+        self.len() == 0
     }
 
-    /// Token `i` of the whole stream.
+    /// Token `i` of the train stream followed by the validation stream.
     pub fn get(&self, i: usize) -> u32 {
-        self.tokens.get(i)
+        if i < self.split { self.train.get(i) } else { self.val.get(i - self.split) }
     }
 
-    pub fn new(tokens: Tokens, val_fraction: f64, seq_len: usize) -> Result<Dataset, DataError> {
-        let n = tokens.len();
-        let split = ((n as f64) * (1.0 - val_fraction)).round() as usize;
-        let need = seq_len + 1;
-        if split < need {
-            return Err(DataError::TooShort { split: "train", have: split, need });
-        }
-        if n - split < need {
-            return Err(DataError::TooShort { split: "validation", have: n - split, need });
-        }
-        Ok(Dataset { tokens, split })
-    }
-
-    fn sample(&self, lo: usize, hi: usize, b: usize, t: usize, rng: &mut ChaCha8Rng) -> (Vec<i32>, Vec<i32>) {
+    /// The training batch of (step, micro-batch): a pure function of the seed and position
+    /// (windows anywhere in the training split, across shard boundaries). A token id outside the
+    /// vocabulary is an error naming its shard.
+    pub fn train_batch(
+        &self,
+        seed: u64,
+        step: usize,
+        micro: usize,
+        b: usize,
+        t: usize,
+    ) -> Result<(Vec<i32>, Vec<i32>), DataError> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        rng.set_stream(((step as u64) << 16) | micro as u64);
         let mut x = Vec::with_capacity(b * t);
         let mut y = Vec::with_capacity(b * t);
         for _ in 0..b {
-            let s = rng.random_range(lo..=hi - t - 1);
+            let s = rng.random_range(0..=self.split - t - 1);
             for i in 0..t {
-                x.push(self.tokens.get(s + i) as i32);
-                y.push(self.tokens.get(s + i + 1) as i32);
+                x.push(self.train.get(s + i) as i32);
+                y.push(self.train.get(s + i + 1) as i32);
+            }
+        }
+        if let Some(i) = x.iter().chain(&y).position(|&id| id as usize >= self.vocab) {
+            // Rare: find the shard for the message.
+            self.train.check_vocab(self.vocab)?;
+            return Err(DataError::Meta {
+                path: PathBuf::from("training shards"),
+                msg: format!("token {} outside the vocabulary of {}", x.iter().chain(&y).nth(i).unwrap(), self.vocab),
+            });
+        }
+        Ok((x, y))
+    }
+
+    /// Validation windows of `t` tokens (and their next-token targets): consecutive,
+    /// non-overlapping, from the start of the validation split — all of it.
+    pub fn val_windows(&self, t: usize) -> usize {
+        (self.val.len() - 1) / t
+    }
+
+    /// Windows `first .. first + b` as a batch (rows past the last window: no targets).
+    pub fn val_batch(&self, first: usize, b: usize, t: usize) -> (Vec<i32>, Vec<i32>) {
+        let n = self.val_windows(t);
+        let mut x = vec![0i32; b * t];
+        let mut y = vec![-1i32; b * t];
+        for r in 0..b {
+            let w = first + r;
+            if w >= n {
+                break;
+            }
+            for i in 0..t {
+                x[r * t + i] = self.val.get(w * t + i) as i32;
+                y[r * t + i] = self.val.get(w * t + i + 1) as i32;
             }
         }
         (x, y)
-    }
-
-    /// The training batch of (step, micro-batch): a pure function of the seed and position.
-    pub fn train_batch(&self, seed: u64, step: usize, micro: usize, b: usize, t: usize) -> (Vec<i32>, Vec<i32>) {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        rng.set_stream(((step as u64) << 16) | micro as u64);
-        self.sample(0, self.split, b, t, &mut rng)
-    }
-
-    /// Validation batch `i` of the fixed evaluation set.
-    pub fn val_batch(&self, seed: u64, i: usize, b: usize, t: usize) -> (Vec<i32>, Vec<i32>) {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7661_6c69_6461_7465);
-        rng.set_stream(i as u64);
-        self.sample(self.split, self.tokens.len(), b, t, &mut rng)
     }
 }

@@ -10,7 +10,9 @@ pub mod distributed;
 mod exchange;
 pub mod lock;
 pub mod plot;
+pub mod prepare;
 mod progress;
+pub mod shards;
 mod trainer;
 
 use std::path::{Path, PathBuf};
@@ -94,6 +96,9 @@ pub struct Summary {
     pub step: usize,
     pub last_loss: f32,
     pub val_loss: Option<f64>,
+    /// Tokens the final validation loss covers (the whole validation split, or
+    /// `train.val_max_tokens`).
+    pub val_tokens: Option<usize>,
     pub tokens_per_s: f64,
     pub interrupted: bool,
     pub losses: Vec<f32>,
@@ -133,8 +138,9 @@ pub fn install_ctrlc() {
 const TRAINED_FILES: [&str; 3] = ["metrics.jsonl", checkpoint::MODEL_FILE, checkpoint::OPTIM_FILE];
 
 /// Every file a run writes into its folder (what `--overwrite` removes).
-const RUN_FILES: [&str; 7] = [
+const RUN_FILES: [&str; 8] = [
     "metrics.jsonl",
+    "data.json",
     checkpoint::MODEL_FILE,
     checkpoint::OPTIM_FILE,
     "config.toml",
@@ -186,9 +192,44 @@ fn adamw_cfg(t: &TrainConfig, step: usize) -> AdamWConfig {
     }
 }
 
-/// Mean validation loss over the fixed evaluation batches (label smoothing off).
-pub fn evaluate(model: &Model, prog: &Program, data: &data::Dataset, t: &TrainConfig) -> Result<f64, TrainError> {
-    evaluate_sharded(model, prog, data, t, &Single)
+/// Which validation windows an evaluation covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvalSpan {
+    /// The first `train.eval_batches` batches of windows (the evaluations during training).
+    Periodic,
+    /// Every window of the validation split (up to `train.val_max_tokens` when set): the final
+    /// evaluation, `ddl eval`, the experiments.
+    Full,
+}
+
+/// What an evaluation measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Eval {
+    /// Mean cross-entropy per predicted token (label smoothing off).
+    pub loss: f64,
+    /// Predicted tokens it covers.
+    pub tokens: usize,
+}
+
+/// The windows `span` covers at a program's batch `b` and length `t`.
+pub fn eval_windows(data: &data::Dataset, cfg: &TrainConfig, span: EvalSpan, b: usize, t: usize) -> usize {
+    let all = data.val_windows(t);
+    match span {
+        EvalSpan::Periodic => all.min(cfg.eval_batches * b),
+        EvalSpan::Full if cfg.val_max_tokens > 0 => all.min(cfg.val_max_tokens.div_ceil(t)),
+        EvalSpan::Full => all,
+    }
+}
+
+/// Mean validation loss over the windows of `span` (label smoothing off).
+pub fn evaluate(
+    model: &Model,
+    prog: &Program,
+    data: &data::Dataset,
+    t: &TrainConfig,
+    span: EvalSpan,
+) -> Result<Eval, TrainError> {
+    evaluate_sharded(model, prog, data, t, span, &Single)
 }
 
 /// [`evaluate`] with the batches shared out over the ranks of `comm` (batch i on rank i mod N)
@@ -198,12 +239,20 @@ pub fn evaluate_sharded(
     prog: &Program,
     data: &data::Dataset,
     t: &TrainConfig,
+    span: EvalSpan,
     comm: &dyn Collective,
-) -> Result<f64, TrainError> {
+) -> Result<Eval, TrainError> {
+    let (b, len) = (prog.b(), prog.t());
+    let windows = eval_windows(data, t, span, b, len);
+    let batches = windows.div_ceil(b);
     let mut sum = 0.0f64;
     let mut count = 0.0f64;
-    for i in (comm.rank()..t.eval_batches).step_by(comm.size()) {
-        let (x, y) = data.val_batch(t.seed, i, prog.b(), prog.t());
+    for i in (comm.rank()..batches).step_by(comm.size()) {
+        let (x, mut y) = data.val_batch(i * b, b, len);
+        // Rows past the span's last window predict nothing.
+        for r in (windows - i * b).min(b)..b {
+            y[r * len..(r + 1) * len].fill(-1);
+        }
         prog.set_batch(model, &x, &y)?;
         let (loss, n) = model.eval_loss(prog)?;
         sum += loss as f64 * n as f64;
@@ -214,7 +263,7 @@ pub fn evaluate_sharded(
         comm.all_reduce_sum_f64(&mut sc, "validation loss");
         (sum, count) = (sc[0], sc[1]);
     }
-    Ok(if count > 0.0 { sum / count } else { f64::NAN })
+    Ok(Eval { loss: if count > 0.0 { sum / count } else { f64::NAN }, tokens: count as usize })
 }
 
 /// Mean β of every sublayer (DDL variants) of the last forward pass of `prog`.

@@ -4,7 +4,7 @@
 //! progress bar) and [`Trainer::after_step`] (the ranks' parameter check, evaluation, the
 //! checkpoint); [`Trainer::finish`] evaluates, saves and reports.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -15,8 +15,8 @@ use super::exchange::{CommTimes, DistOptions, backward_with_exchange, handshake,
 use super::lock::RunLock;
 use super::progress::{Progress, append_line, plot_metrics};
 use super::{
-    INTERRUPTED, RunConfig, Summary, TrainConfig, TrainError, TrainOptions, adamw_cfg, build_tokenizer, check_writable,
-    checkpoint, claim_for_new_run, collective, data, evaluate_sharded, install_ctrlc,
+    INTERRUPTED, RunConfig, Summary, TrainConfig, TrainError, TrainOptions, adamw_cfg, check_writable, checkpoint,
+    claim_for_new_run, collective, data, evaluate_sharded, install_ctrlc,
 };
 use crate::gpu::Gpu;
 use crate::model::{Model, Objective, Parts, Program};
@@ -55,6 +55,8 @@ pub(super) struct Trainer<'c> {
     pub step: usize,
     last_loss: f32,
     val_loss: Option<f64>,
+    /// Tokens the final evaluation covered (the whole validation split).
+    val_tokens: Option<usize>,
     losses: Vec<f32>,
     interrupted: bool,
     /// Another rank was interrupted: stop after this step.
@@ -128,6 +130,7 @@ impl<'c> Trainer<'c> {
             checkpoint::remove_stale_tmp(&out);
         }
         let mut run = opts.run.clone();
+        let mut dataset = None;
         let (mut model, tok, start, elapsed0) = if opts.resume {
             let ck = checkpoint::load(&out, true)?;
             let (m, v, state, run_cfg) = ck.optim.expect("loaded with optimizer state");
@@ -158,11 +161,11 @@ impl<'c> Trainer<'c> {
             // the corpus is read and tokenised.
             run.absolute_paths();
             run.validate()?;
-            let text = data::read_corpus(Path::new(&run.corpus))?;
-            let tok = build_tokenizer(&run.tokenizer, &text)?;
+            let (ds, tok) = data::open_for_run(&run, None)?;
             run.model.vocab_size = tok.vocab_size();
             run.validate()?;
             let model = Model::new(gpu.clone(), run.model.clone(), run.train.seed)?;
+            dataset = Some(ds);
             (model, tok, 0, 0.0)
         };
         run.validate()?;
@@ -183,20 +186,45 @@ impl<'c> Trainer<'c> {
         let t = run.train.clone();
         let run_toml = toml::to_string(&run).map_err(|e| TrainError::Settings(e.to_string()))?;
 
-        let text = data::read_corpus(Path::new(&run.corpus))?;
-        let tokens = data::tokens_cached(&text, &tok)?;
-        let data = data::Dataset::new(tokens, t.val_fraction, t.seq_len)?;
+        let data = match dataset {
+            Some(d) => d,
+            None => data::open_for_run(&run, Some(&tok))?.0,
+        };
+        // What the run trains on, cheaply identified (cache key or the shards' fingerprint, the
+        // split sizes): a resumed run must see the same data.
+        let data_id = json!({"key": data.key, "train_tokens": data.split, "val_tokens": data.val.len(),
+            "source": if run.data.is_empty() { format!("--corpus {}", run.corpus) } else { format!("--data {}", run.data) }});
+        let data_path = out.join("data.json");
+        if opts.resume
+            && let Ok(text) = std::fs::read_to_string(&data_path)
+            && let Ok(saved) = serde_json::from_str::<serde_json::Value>(&text)
+        {
+            let same = ["key", "train_tokens", "val_tokens"].iter().all(|k| saved[k] == data_id[k]);
+            if !same {
+                return Err(TrainError::Settings(format!(
+                    "{}: the training data changed since this run started (saved: {} train and {} validation tokens, \
+                     id {}; now: {} and {}, id {}). Resume with the data it started with, or start a new run with --out",
+                    data_path.display(),
+                    saved["train_tokens"],
+                    saved["val_tokens"],
+                    saved["key"],
+                    data_id["train_tokens"],
+                    data_id["val_tokens"],
+                    data_id["key"]
+                )));
+            }
+        }
 
         let bucket = dist.bucket_elems(model.layout.total);
         if distributed {
             let digest = collective::digest_f32(&model.read_params()?);
-            // The token cache is named by a digest of the corpus text and the tokenizer.
-            let corpus_key = data.tokens.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            // The shard set is named by its cache key (corpus) or fingerprint (--data).
+            let corpus_key = data.key.clone();
             handshake(
                 comm,
                 &run_toml,
                 model.layout.total,
-                data.tokens.len(),
+                data.len(),
                 &corpus_key,
                 start,
                 opts.steps,
@@ -252,6 +280,9 @@ impl<'c> Trainer<'c> {
             let cfg_path = out.join("config.toml");
             checkpoint::write_atomic(&cfg_path, run_toml.as_bytes())
                 .map_err(|source| TrainError::Io { path: cfg_path, source })?;
+            let text = serde_json::to_string_pretty(&data_id).expect("serialisable");
+            checkpoint::write_atomic(&data_path, text.as_bytes())
+                .map_err(|source| TrainError::Io { path: data_path.clone(), source })?;
         }
         install_ctrlc();
         let progress = Progress::new(opts.quiet || !lead, start, opts.steps);
@@ -308,6 +339,7 @@ impl<'c> Trainer<'c> {
             step: start,
             last_loss: f32::NAN,
             val_loss: None,
+            val_tokens: None,
             losses: Vec::new(),
             interrupted: false,
             stop: false,
@@ -376,7 +408,8 @@ impl<'c> Trainer<'c> {
         // (loss, valid targets, Σ g²) of the step's last submit.
         let mut stats = Vec::new();
         for (i, &micro) in self.micros.iter().enumerate() {
-            let (x, y) = self.data.train_batch(t.seed, step, micro, t.batch_size, t.seq_len);
+            let (x, y) =
+                self.data.train_batch(t.seed, step, micro, t.batch_size, t.seq_len).map_err(data::DataError::from)?;
             prog.set_batch(model, &x, &y).map_err(ctx.clone())?;
             let last = i + 1 == self.micros.len();
             stats = if self.distributed && last && self.dist.overlap_backward {
@@ -468,8 +501,13 @@ impl<'c> Trainer<'c> {
             params_in_sync(&self.model, self.comm, step)?;
         }
         if t.eval_every > 0 && step % t.eval_every == 0 && step < self.end {
-            let vl = self.evaluate()?;
-            self.progress.println(format!("step {step}: val loss {vl:.4} (perplexity {:.2})", vl.exp()));
+            let e = self.evaluate(super::EvalSpan::Periodic)?;
+            self.progress.println(format!(
+                "step {step}: val loss {:.4} (perplexity {:.2}, {} tokens)",
+                e.loss,
+                e.loss.exp(),
+                e.tokens
+            ));
             if self.lead
                 && let Err(e) = plot_metrics(&self.out)
             {
@@ -483,12 +521,13 @@ impl<'c> Trainer<'c> {
         Ok(())
     }
 
-    /// The validation loss (shared out over the ranks), logged.
-    fn evaluate(&mut self) -> Result<f64, TrainError> {
-        let vl = evaluate_sharded(&self.model, &self.eval_prog, &self.data, &self.t, self.comm)?;
-        self.val_loss = Some(vl);
-        self.append(&json!({"step": self.step, "val_loss": vl, "val_ppl": vl.exp()}))?;
-        Ok(vl)
+    /// The validation loss (shared out over the ranks), logged with the tokens it covers.
+    fn evaluate(&mut self, span: super::EvalSpan) -> Result<super::Eval, TrainError> {
+        let e = evaluate_sharded(&self.model, &self.eval_prog, &self.data, &self.t, span, self.comm)?;
+        self.val_loss = Some(e.loss);
+        let full = span == super::EvalSpan::Full;
+        self.append(&json!({"step": self.step, "val_loss": e.loss, "val_ppl": e.loss.exp(), "val_tokens": e.tokens, "val_full": full}))?;
+        Ok(e)
     }
 
     /// The checkpoint of the current step (rank 0).
@@ -511,7 +550,8 @@ impl<'c> Trainer<'c> {
         self.progress.finish();
         let step = self.step;
         if !self.interrupted && step > self.start {
-            self.evaluate()?;
+            let e = self.evaluate(super::EvalSpan::Full)?;
+            self.val_tokens = Some(e.tokens);
         }
         self.save()?;
         if self.distributed {
@@ -529,6 +569,7 @@ impl<'c> Trainer<'c> {
             step,
             last_loss: self.last_loss,
             val_loss: self.val_loss,
+            val_tokens: self.val_tokens,
             tokens_per_s: self.tok_s,
             interrupted: self.interrupted,
             losses: self.losses,

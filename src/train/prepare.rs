@@ -1,0 +1,410 @@
+//! `ddl data prepare`: text files, folders of them and JSON-lines files (documents) into token
+//! shards in llm.c's format ([`super::shards`]), in constant memory.
+//!
+//! Inputs are read in pieces — a `.txt` file in chunks of about 8 MB cut after a newline that is
+//! followed by a non-space character (where a byte-level BPE pre-tokenizer splits anyway), a
+//! `.jsonl` file one document per line (its `text` field) — and a batch of pieces is tokenised by
+//! all cores at once, then written in order. Documents (files, JSON lines) are separated by the
+//! tokenizer's end-of-text token, or by a newline for a char tokenizer (whose vocabulary, the
+//! characters of the inputs, is collected by a first pass). The validation split is the end of the
+//! token stream (`--val-tokens N`, or `--val-fraction f`: the last `n − round(n·(1 − f))` tokens,
+//! the split `ddl train --corpus` makes), carved off the last training shards at the end. The
+//! shards and `meta.json` are written into a temporary folder beside `--out` and moved into place
+//! complete, so a stopped or failed run leaves nothing that looks like a shard set.
+
+use std::io::{BufRead, Read};
+use std::path::{Path, PathBuf};
+
+use super::data::DataError;
+use super::shards::{Format, HEADER_BYTES, Shard, Stream, Writer};
+use crate::tokenizer::{CharTokenizer, Tokenizer};
+
+/// Where the validation split comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum ValSplit {
+    Tokens(usize),
+    Fraction(f64),
+}
+
+/// What `ddl data prepare` is asked for.
+#[derive(Debug, Clone)]
+pub struct PrepareOptions {
+    /// `char` or a tokenizer.json.
+    pub tokenizer: String,
+    pub out: PathBuf,
+    pub inputs: Vec<PathBuf>,
+    pub val: ValSplit,
+    pub shard_tokens: usize,
+    pub name: String,
+    pub quiet: bool,
+}
+
+/// What was written.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub train_tokens: usize,
+    pub val_tokens: usize,
+    pub documents: usize,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub files: Vec<PathBuf>,
+}
+
+/// A `.txt` piece size: about this many bytes.
+const CHUNK: usize = 8 << 20;
+/// Bytes of text tokenised in one parallel batch.
+const BATCH_BYTES: usize = 64 << 20;
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DataError + '_ {
+    move |source| DataError::Io { path: path.to_path_buf(), source }
+}
+
+/// The input files, in order: files as given, folders' `.txt` and `.jsonl` files (recursively,
+/// sorted by path).
+fn input_files(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, DataError> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), DataError> {
+        let mut entries: Vec<PathBuf> =
+            std::fs::read_dir(dir).map_err(io(dir))?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        entries.sort();
+        for p in entries {
+            if p.is_dir() {
+                walk(&p, out)?;
+            } else if p.extension().is_some_and(|e| e == "txt" || e == "jsonl") {
+                out.push(p);
+            }
+        }
+        Ok(())
+    }
+    let mut files = Vec::new();
+    for i in inputs {
+        if !i.exists() {
+            return Err(DataError::Missing(i.clone()));
+        }
+        if i.is_dir() {
+            let before = files.len();
+            walk(i, &mut files)?;
+            if files.len() == before {
+                return Err(DataError::NoTxt(i.clone()));
+            }
+        } else {
+            files.push(i.clone());
+        }
+    }
+    Ok(files)
+}
+
+fn is_jsonl(p: &Path) -> bool {
+    p.extension().is_some_and(|e| e == "jsonl")
+}
+
+/// Calls `f(piece, starts_document)` for every piece of text of `path`, in order.
+fn pieces(path: &Path, mut f: impl FnMut(String, bool) -> Result<(), DataError>) -> Result<(), DataError> {
+    let file = std::fs::File::open(path).map_err(io(path))?;
+    if is_jsonl(path) {
+        let r = std::io::BufReader::new(file);
+        for (n, line) in r.lines().enumerate() {
+            let line = line.map_err(io(path))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| DataError::Meta {
+                path: path.to_path_buf(),
+                msg: format!("line {}: not JSON ({e})", n + 1),
+            })?;
+            let Some(text) = v.get("text").and_then(|t| t.as_str()) else {
+                return Err(DataError::Meta {
+                    path: path.to_path_buf(),
+                    msg: format!("line {}: no string field \"text\" (each line must be {{\"text\": \"…\"}})", n + 1),
+                });
+            };
+            f(text.to_string(), true)?;
+        }
+        return Ok(());
+    }
+    let mut r = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut carry: Vec<u8> = Vec::new();
+    let mut offset = 0usize;
+    let mut first = true;
+    loop {
+        let mut buf = vec![0u8; CHUNK];
+        let mut got = 0;
+        while got < buf.len() {
+            let n = r.read(&mut buf[got..]).map_err(io(path))?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        buf.truncate(got);
+        let end = got == 0;
+        carry.extend_from_slice(&buf);
+        // Cut after the last newline followed by a non-space character (or take it all at the end).
+        let cut = if end {
+            carry.len()
+        } else {
+            (1..carry.len()).rev().find(|&i| carry[i - 1] == b'\n' && !carry[i].is_ascii_whitespace()).unwrap_or(0)
+        };
+        if cut > 0 {
+            let rest = carry.split_off(cut);
+            let text = String::from_utf8(std::mem::replace(&mut carry, rest)).map_err(|e| DataError::NotUtf8 {
+                path: path.to_path_buf(),
+                offset: offset + e.utf8_error().valid_up_to(),
+            })?;
+            offset += cut;
+            f(text, first)?;
+            first = false;
+        }
+        if end {
+            break;
+        }
+    }
+    if first {
+        // An empty file is an empty document.
+        f(String::new(), true)?;
+    }
+    Ok(())
+}
+
+/// The char tokenizer of the inputs: every character they hold, and the newline that separates
+/// documents.
+fn char_tokenizer(files: &[PathBuf]) -> Result<Tokenizer, DataError> {
+    let mut set = std::collections::BTreeSet::new();
+    set.insert('\n');
+    for f in files {
+        pieces(f, |t, _| {
+            set.extend(t.chars());
+            Ok(())
+        })?;
+    }
+    let chars: String = set.into_iter().collect();
+    Ok(Tokenizer::Char(CharTokenizer::from_corpus(&chars)?))
+}
+
+/// Runs `ddl data prepare`.
+pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainError> {
+    use crate::train::TrainError;
+    let t0 = std::time::Instant::now();
+    if let ValSplit::Fraction(f) = opts.val
+        && !(f > 0.0 && f < 1.0)
+    {
+        return Err(TrainError::Settings(format!("--val-fraction {f}: expected a number in (0, 1)")));
+    }
+    if opts.out.exists() && std::fs::read_dir(&opts.out).map(|mut d| d.next().is_some()).unwrap_or(true) {
+        return Err(TrainError::Settings(format!(
+            "--out '{}' exists and is not empty: choose a new folder (shard sets are not mixed)",
+            opts.out.display()
+        )));
+    }
+    let files = input_files(&opts.inputs)?;
+    let bytes: u64 = files.iter().map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0)).sum();
+    let tok = if opts.tokenizer == "char" {
+        char_tokenizer(&files)?
+    } else {
+        Tokenizer::load(Path::new(&opts.tokenizer))
+            .map_err(|source| TrainError::Tokenizer { setting: opts.tokenizer.clone(), source })?
+    };
+    let sep: Vec<u32> = match tok.eot_id() {
+        Some(id) => vec![id],
+        None => tok.encode("\n").map_err(DataError::from)?,
+    };
+    let wide = tok.vocab_size() > u16::MAX as usize + 1;
+    let parent = opts.out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(io(parent))?;
+    let tmp = parent.join(format!(
+        ".{}.prepare-{}",
+        opts.out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+    let result = write_all(opts, &files, &tok, &sep, wide, &tmp, bytes);
+    let (train, val, documents) = match result {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+    };
+    // Move into place: the folder appears complete.
+    if opts.out.exists() {
+        let _ = std::fs::remove_dir(&opts.out);
+    }
+    std::fs::rename(&tmp, &opts.out).map_err(io(&opts.out))?;
+    let mut listed: Vec<PathBuf> = std::fs::read_dir(&opts.out)
+        .map_err(io(&opts.out))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "bin"))
+        .collect();
+    listed.sort();
+    Ok(Prepared {
+        train_tokens: train,
+        val_tokens: val,
+        documents,
+        bytes,
+        seconds: t0.elapsed().as_secs_f64(),
+        files: listed,
+    })
+}
+
+type Written = (usize, usize, usize);
+
+fn write_all(
+    opts: &PrepareOptions,
+    files: &[PathBuf],
+    tok: &Tokenizer,
+    sep: &[u32],
+    wide: bool,
+    dir: &Path,
+    bytes: u64,
+) -> Result<Written, crate::train::TrainError> {
+    let bar = (!opts.quiet).then(|| {
+        let b = indicatif::ProgressBar::new(bytes);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} {msg} eta {eta}",
+            )
+            .expect("a valid template"),
+        );
+        b
+    });
+    let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(1, 64);
+    let mut writer = Writer::new(dir, &opts.name, "train", opts.shard_tokens, wide);
+    let (mut total, mut documents, mut done_bytes) = (0usize, 0usize, 0u64);
+    let t0 = std::time::Instant::now();
+    let mut batch: Vec<(String, bool)> = Vec::new();
+    let mut batch_bytes = 0usize;
+    let flush = |batch: &mut Vec<(String, bool)>,
+                 writer: &mut Writer,
+                 total: &mut usize,
+                 documents: &mut usize|
+     -> Result<(), crate::train::TrainError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        // Contiguous parts of the batch, one per thread, encoded at once, written in order.
+        let per = batch.len().div_ceil(threads);
+        let encoded: Vec<Result<Vec<Vec<u32>>, crate::tokenizer::TokenizerError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = batch
+                .chunks(per)
+                .map(|part| s.spawn(move || part.iter().map(|(t, _)| tok.encode(t)).collect::<Result<Vec<_>, _>>()))
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("a tokenizer thread panicked")).collect()
+        });
+        let mut i = 0;
+        for part in encoded {
+            for ids in part.map_err(DataError::from)? {
+                if batch[i].1 {
+                    if *documents > 0 {
+                        writer.push(sep).map_err(DataError::from)?;
+                        *total += sep.len();
+                    }
+                    *documents += 1;
+                }
+                writer.push(&ids).map_err(DataError::from)?;
+                *total += ids.len();
+                i += 1;
+            }
+        }
+        batch.clear();
+        Ok(())
+    };
+    for f in files {
+        pieces(f, |text, starts| {
+            batch_bytes += text.len();
+            done_bytes += text.len() as u64;
+            batch.push((text, starts));
+            if batch_bytes >= BATCH_BYTES || batch.len() >= 4096 {
+                flush(&mut batch, &mut writer, &mut total, &mut documents)
+                    .map_err(|e| DataError::Meta { path: f.clone(), msg: e.to_string() })?;
+                batch_bytes = 0;
+                if let Some(b) = &bar {
+                    b.set_position(done_bytes.min(bytes));
+                    b.set_message(format!(
+                        "{:.2} M tokens/s",
+                        total as f64 / t0.elapsed().as_secs_f64().max(1e-9) / 1e6
+                    ));
+                }
+            }
+            Ok(())
+        })?;
+    }
+    flush(&mut batch, &mut writer, &mut total, &mut documents)?;
+    let mut shards = writer.finish().map_err(DataError::from)?;
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    // The validation split: the end of the stream.
+    let val_n = match opts.val {
+        ValSplit::Tokens(n) => n,
+        ValSplit::Fraction(f) => total - ((total as f64) * (1.0 - f)).round() as usize,
+    };
+    if val_n == 0 || val_n >= total {
+        return Err(crate::train::TrainError::Settings(format!(
+            "the inputs give {total} tokens: a validation split of {val_n} leaves {} for training; lower \
+             --val-tokens / --val-fraction or add text",
+            total.saturating_sub(val_n)
+        )));
+    }
+    let split = total - val_n;
+    let val = carve(dir, &opts.name, &mut shards, split, opts.shard_tokens, wide)?;
+    let source = format!(
+        "ddl data prepare: {} input file(s), {documents} document(s) separated by {}",
+        files.len(),
+        if tok.eot_id().is_some() { "the end-of-text token" } else { "a newline" }
+    );
+    let mut all = shards.clone();
+    all.extend(val);
+    super::data::finish_meta(dir, tok, all, split, val_n, &source)?;
+    Ok((split, val_n, documents))
+}
+
+/// Moves tokens `[split, total)` of the training shards into validation shards and truncates
+/// the training shards at `split`.
+fn carve(
+    dir: &Path,
+    name: &str,
+    shards: &mut Vec<(PathBuf, usize)>,
+    split: usize,
+    shard_tokens: usize,
+    wide: bool,
+) -> Result<Vec<(PathBuf, usize)>, DataError> {
+    let mut vw = Writer::new(dir, name, "val", shard_tokens, wide);
+    {
+        let stream =
+            Stream::new(shards.iter().map(|(p, _)| Shard::open(p, Format::Llmc)).collect::<Result<Vec<_>, _>>()?);
+        let mut i = split;
+        let mut buf = Vec::with_capacity(1 << 20);
+        while i < stream.len() {
+            let end = (i + (1 << 20)).min(stream.len());
+            buf.clear();
+            buf.extend((i..end).map(|k| stream.get(k)));
+            vw.push(&buf)?;
+            i = end;
+        }
+    }
+    let val = vw.finish()?;
+    // Truncate: shards wholly past the split go, the one holding it is cut.
+    let mut start = 0usize;
+    let mut kept = Vec::new();
+    for (p, n) in shards.drain(..) {
+        if start >= split {
+            std::fs::remove_file(&p).map_err(io(&p))?;
+        } else if start + n > split {
+            let keep = split - start;
+            let width = if wide { 4 } else { 2 };
+            let f = std::fs::OpenOptions::new().write(true).open(&p).map_err(io(&p))?;
+            f.set_len((HEADER_BYTES + keep * width) as u64).map_err(io(&p))?;
+            use std::io::{Seek, SeekFrom, Write};
+            let mut f = f;
+            f.seek(SeekFrom::Start(8)).map_err(io(&p))?;
+            f.write_all(&(keep as i32).to_le_bytes()).map_err(io(&p))?;
+            f.sync_all().map_err(io(&p))?;
+            kept.push((p, keep));
+        } else {
+            kept.push((p, n));
+        }
+        start += n;
+    }
+    *shards = kept;
+    Ok(val)
+}
