@@ -306,6 +306,45 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
     assert!(n > "again\n".len() && n <= "again\n".len() + 5, "{n}");
 }
 
+/// Evaluation during training runs over the training program's activations: the sharing
+/// forward program allocates no activations and gives the separate forward program's loss, bit
+/// for bit, and the training step after it is unchanged.
+#[test]
+fn evaluation_shares_the_training_programs_activations() {
+    use std::sync::atomic::Ordering;
+    let gpu = ddl::testing::gpu();
+    for variant in [Variant::Ddl, Variant::DdlCc, Variant::Baseline] {
+        let mut cfg = ddl::model::ModelConfig::preset("tiny", variant).unwrap();
+        (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.head_dim, cfg.mlp_hidden) = (32, 2, 2, 16, 85);
+        let (b, t) = (2, 16);
+        let model = ddl::model::Model::new(gpu.clone(), cfg.clone(), 3).unwrap();
+        let opt = ddl::kernels::adamw::AdamWConfig::paper(1e-3);
+        let prog = model.program(b, t, &opt).unwrap();
+        let own = model.forward_program(b, t).unwrap();
+        let live = gpu.stats.live_bytes.load(Ordering::SeqCst);
+        let shared = model.forward_program_sharing(&prog).unwrap();
+        let grown = gpu.stats.live_bytes.load(Ordering::SeqCst) - live;
+        assert!(grown <= 4096, "{variant}: the sharing program allocated {grown} bytes");
+        let v = cfg.vocab_size as i32;
+        let x: Vec<i32> = (0..(b * t) as i32).map(|i| (i * 7) % v).collect();
+        let y: Vec<i32> = (0..(b * t) as i32).map(|i| (i * 11 + 3) % v).collect();
+        own.set_batch(&model, &x, &y).unwrap();
+        shared.set_batch(&model, &x, &y).unwrap();
+        let (a, na) = model.eval_loss(&own).unwrap();
+        let (c, nc) = model.eval_loss(&shared).unwrap();
+        assert_eq!((a.to_bits(), na), (c.to_bits(), nc), "{variant}");
+        // A training step after the shared evaluation: the same as on a fresh model.
+        let twin = ddl::model::Model::new(gpu.clone(), cfg.clone(), 3).unwrap();
+        let tprog = twin.program(b, t, &opt).unwrap();
+        for (m, p) in [(&model, &prog), (&twin, &tprog)] {
+            p.set_batch(m, &x, &y).unwrap();
+        }
+        let s1 = model.train_step(&prog, &opt).unwrap();
+        let s2 = twin.train_step(&tprog, &opt).unwrap();
+        assert_eq!((s1.0.to_bits(), s1.1.to_bits()), (s2.0.to_bits(), s2.1.to_bits()), "{variant}");
+    }
+}
+
 #[test]
 fn bad_training_inputs_are_clear_errors() {
     let dir = tmpdir("bad");

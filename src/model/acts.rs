@@ -23,6 +23,7 @@ pub(crate) enum Purpose {
 }
 
 /// Activations of one sublayer (attention or MLP) of one block.
+#[derive(Clone)]
 pub struct Sub {
     pub kind: SubKind,
     /// Compressed input a [N, d] (expanded variants; otherwise a is the state itself).
@@ -62,6 +63,7 @@ impl SubKind {
 }
 
 /// The saves of the sublayer's own computation.
+#[derive(Clone)]
 pub enum Inner {
     Attn {
         q: Tensor,
@@ -84,6 +86,7 @@ pub enum Inner {
 }
 
 /// What a delta write saves for its backward (and, in decode programs, for the traces).
+#[derive(Clone)]
 pub struct WriteSaves {
     /// k [n, d] in decode programs (for the traces); one unused element in training programs,
     /// whose backward recomputes k = k̃·r.
@@ -95,6 +98,7 @@ pub struct WriteSaves {
 }
 
 /// Gradient scratch shared by all layers (training programs).
+#[derive(Clone)]
 pub(crate) struct GradScratch {
     pub dlogits: Tensor,
     pub dzn: Tensor,
@@ -122,7 +126,9 @@ pub(crate) struct GradScratch {
     pub de: Tensor,
 }
 
-/// Every tensor one program binds for batches of `b` sequences of `t` tokens.
+/// Every tensor one program binds for batches of `b` sequences of `t` tokens. A clone shares
+/// the buffers (a forward-only program over a training program's activations).
+#[derive(Clone)]
 pub struct Acts {
     pub b: usize,
     pub t: usize,

@@ -73,6 +73,13 @@ impl Model {
         Program::new(self, b, t, None, Objective { label_smoothing: 0.0, loss_scale: 1.0 })
     }
 
+    /// A forward-only program (no label smoothing) over the activations of `train`: it allocates
+    /// nothing, so evaluation during training needs no second set of activations. Its runs
+    /// overwrite `train`'s activations (a training step recomputes them from its batch).
+    pub fn forward_program_sharing(&self, train: &Program) -> Result<Program> {
+        Program::build(self, train.acts.clone(), None, Objective { label_smoothing: 0.0, loss_scale: 1.0 })
+    }
+
     /// Updates the per-step optimizer values (learning rate, step number).
     pub fn set_optimizer_step(&self, p: &Program, opt: &AdamWConfig) -> Result<()> {
         adamw::set_step(&self.gpu, &p.optimizer, opt)
@@ -118,6 +125,11 @@ impl Program {
         }
         let purpose = if opt.is_some() { Purpose::Train } else { Purpose::Forward };
         let acts = Acts::new(model, b, t, purpose)?;
+        Program::build(model, acts, opt, obj)
+    }
+
+    /// Records the program's ops over `acts`.
+    fn build(model: &Model, acts: Acts, opt: Option<&AdamWConfig>, obj: Objective) -> Result<Program> {
         let mut r = Rec::new(model, &acts, obj, None);
         layers::forward(&mut r)?;
         r.ops.extend(beta_sums(model, &acts)?);

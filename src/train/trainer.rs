@@ -270,7 +270,8 @@ impl<'c> Trainer<'c> {
         let objective =
             Objective { label_smoothing: run.model.label_smoothing as f32, loss_scale: 1.0 / t.grad_accum as f32 };
         let prog = model.program_with(t.batch_size, t.seq_len, &opt0, objective).map_err(hint)?;
-        let eval_prog = model.forward_program(t.batch_size, t.seq_len).map_err(hint)?;
+        // Evaluation runs over the training program's activations: no second set.
+        let eval_prog = model.forward_program_sharing(&prog).map_err(hint)?;
         let metrics = out.join("metrics.jsonl");
         if lead && !opts.resume {
             let _ = std::fs::remove_file(&metrics);
