@@ -345,6 +345,55 @@ fn evaluation_shares_the_training_programs_activations() {
     }
 }
 
+/// Gradient accumulation: k micro-batches of B sequences are one submit (their inputs uploaded
+/// once, one readback) and equal one batch of k·B sequences — loss, gradient norm and the
+/// parameters after the AdamW update — to float32 summation order: relative differences ≤ 1e-5
+/// for the loss and norm, relative L2 ≤ 1e-5 for the parameters (measured on lavapipe: loss and
+/// norm ≤ 2e-7, parameters 2e-8 (ddl) and 1.4e-6 (baseline, where AdamW's first step turns a few
+/// near-zero gradient elements' rounding into ±lr)).
+#[test]
+fn an_accumulated_step_is_one_submit_and_equals_one_batch_of_all_its_sequences() {
+    use std::sync::atomic::Ordering;
+    let gpu = own_gpu();
+    for variant in [Variant::Ddl, Variant::Baseline] {
+        let mut cfg = ddl::model::ModelConfig::preset("tiny", variant).unwrap();
+        (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.head_dim, cfg.mlp_hidden) = (32, 2, 2, 16, 85);
+        let (b, t, k) = (2usize, 16usize, 3usize);
+        let opt = ddl::kernels::adamw::AdamWConfig::paper(1e-3);
+        let a = ddl::model::Model::new(gpu.clone(), cfg.clone(), 5).unwrap();
+        let obj = ddl::model::Objective { label_smoothing: 0.0, loss_scale: 1.0 / k as f32 };
+        let pa = a.program_with(b, t, &opt, obj).unwrap();
+        let one = ddl::model::Model::new(gpu.clone(), cfg.clone(), 5).unwrap();
+        let pb = one.program(k * b, t, &opt).unwrap();
+        let v = cfg.vocab_size as i32;
+        let batches: Vec<(Vec<i32>, Vec<i32>)> = (0..k as i32)
+            .map(|m| {
+                let x = (0..(b * t) as i32).map(|i| (i * 7 + m * 13) % v).collect();
+                let y = (0..(b * t) as i32).map(|i| (i * 11 + m * 5 + 3) % v).collect();
+                (x, y)
+            })
+            .collect();
+        a.set_optimizer_step(&pa, &opt).unwrap();
+        let submits = gpu.stats.submits.load(Ordering::SeqCst);
+        let sa = pa.run_accumulated(&a, &batches, true).unwrap();
+        assert_eq!(gpu.stats.submits.load(Ordering::SeqCst) - submits, 1, "{variant}: one submit per step");
+        assert_eq!(sa.len(), k);
+        let x: Vec<i32> = batches.iter().flat_map(|(x, _)| x.clone()).collect();
+        let y: Vec<i32> = batches.iter().flat_map(|(_, y)| y.clone()).collect();
+        pb.set_batch(&one, &x, &y).unwrap();
+        let (loss_b, norm_b) = one.train_step(&pb, &opt).unwrap();
+        let loss_a = sa.iter().map(|s| s[0] as f64).sum::<f64>() / k as f64;
+        let norm_a = (sa[k - 1][2] as f64).sqrt();
+        let rel = |p: f64, q: f64| (p - q).abs() / q.abs();
+        assert!(rel(loss_a, loss_b as f64) <= 1e-5, "{variant}: loss {loss_a} vs {loss_b}");
+        assert!(rel(norm_a, norm_b as f64) <= 1e-5, "{variant}: norm {norm_a} vs {norm_b}");
+        let (pa_, pb_) = (a.read_params().unwrap(), one.read_params().unwrap());
+        let num: f64 = pa_.iter().zip(&pb_).map(|(p, q)| ((p - q) as f64).powi(2)).sum();
+        let den: f64 = pb_.iter().map(|q| (*q as f64).powi(2)).sum();
+        assert!((num / den).sqrt() <= 1e-5, "{variant}: parameters differ by {} rel L2", (num / den).sqrt());
+    }
+}
+
 #[test]
 fn bad_training_inputs_are_clear_errors() {
     let dir = tmpdir("bad");

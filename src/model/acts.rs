@@ -355,7 +355,7 @@ impl Acts {
     }
 
     /// Tokens (and targets, −1 = ignored) for the next run; builds the embedding index too.
-    pub(crate) fn set_batch(&self, model: &Model, tokens: &[i32], targets: &[i32]) -> Result<()> {
+    pub(crate) fn check_batch(&self, model: &Model, tokens: &[i32], targets: &[i32]) -> Result<()> {
         let n = self.n();
         if tokens.len() != n || targets.len() != n {
             return Err(crate::gpu::GpuError::Shape(format!(
@@ -379,6 +379,11 @@ impl Acts {
                 "target {t} at position {i} is outside [0, {v}) and is not the ignore index -1"
             )));
         }
+        Ok(())
+    }
+
+    pub(crate) fn set_batch(&self, model: &Model, tokens: &[i32], targets: &[i32]) -> Result<()> {
+        self.check_batch(model, tokens, targets)?;
         let idx = embedding::build_index(tokens, model.cfg.vocab_size)?;
         self.tokens.write_i32(&model.gpu, tokens)?;
         self.targets.write_i32(&model.gpu, targets)?;

@@ -51,6 +51,20 @@ pub struct Program {
     optimizer: Vec<Dispatch>,
     /// `stats`' persistent staging copy, filled in the same submit as the step.
     stats_rb: Readback,
+    /// The inputs and statistics of an accumulated step's micro-batches (made on first use).
+    micro: std::sync::Mutex<Option<MicroInputs>>,
+}
+
+/// Every micro-batch of an accumulated step, uploaded at once: tokens, targets and embedding
+/// indices side by side, copied into the program's inputs before each micro-batch's pass, and a
+/// slot of statistics per micro-batch, read back once.
+struct MicroInputs {
+    k: usize,
+    tokens: Tensor,
+    targets: Tensor,
+    index: Tensor,
+    stats: Tensor,
+    stats_rb: Readback,
 }
 
 impl Model {
@@ -153,7 +167,17 @@ impl Program {
         }
         let zero = if opt.is_some() { vec![Op::Zero(model.grads.clone())] } else { Vec::new() };
         let stats_rb = Readback::new(&model.gpu, &acts.stats);
-        Ok(Program { acts, zero, forward, backward, backward_blocks, finish, optimizer, stats_rb })
+        Ok(Program {
+            acts,
+            zero,
+            forward,
+            backward,
+            backward_blocks,
+            finish,
+            optimizer,
+            stats_rb,
+            micro: std::sync::Mutex::new(None),
+        })
     }
 
     /// Sequences per batch.
@@ -259,6 +283,78 @@ impl Program {
         r.read_into(&self.stats_rb);
         r.submit()?;
         self.stats_rb.read_f32(&model.gpu)
+    }
+}
+
+impl Program {
+    /// One optimizer step over several micro-batches (gradient accumulation) in **one submit**:
+    /// the micro-batches' tokens, targets and embedding indices are uploaded once, then for each
+    /// micro-batch a copy into the program's inputs, its forward and backward (the gradients
+    /// add up; zeroed before the first), its statistics copied into its own slot; after the last
+    /// the gradient norm and, with `optimize`, AdamW. One readback returns every micro-batch's
+    /// statistics (the last one's carries Σ g²). The program's objective should scale the loss
+    /// by 1/k ([`Model::program_with`]).
+    pub fn run_accumulated(
+        &self,
+        model: &Model,
+        batches: &[(Vec<i32>, Vec<i32>)],
+        optimize: bool,
+    ) -> Result<Vec<Vec<f32>>> {
+        if !self.trains() {
+            return Err(crate::gpu::GpuError::Shape("accumulation needs a training program (Model::program)".into()));
+        }
+        let k = batches.len();
+        if k == 0 {
+            return Err(crate::gpu::GpuError::Shape("an accumulated step needs at least one micro-batch".into()));
+        }
+        let gpu = &model.gpu;
+        let n = self.acts.n();
+        let il = crate::kernels::embedding::index_len(n);
+        let sl = self.acts.stats.len();
+        let mut guard = self.micro.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.as_ref().is_none_or(|m| m.k != k) {
+            use crate::gpu::DType;
+            let stats = Tensor::zeros(gpu, "micro.stats", &[k * sl], DType::F32)?;
+            *guard = Some(MicroInputs {
+                k,
+                tokens: Tensor::zeros(gpu, "micro.tokens", &[k * n], DType::I32)?,
+                targets: Tensor::zeros(gpu, "micro.targets", &[k * n], DType::I32)?,
+                index: Tensor::zeros(gpu, "micro.index", &[k * il], DType::U32)?,
+                stats_rb: Readback::new(gpu, &stats),
+                stats,
+            });
+        }
+        let mi = guard.as_ref().expect("made above");
+        let (mut tokens, mut targets, mut index) =
+            (Vec::with_capacity(k * n), Vec::with_capacity(k * n), Vec::with_capacity(k * il));
+        for (x, y) in batches {
+            // The same checks as one batch (ids in the vocabulary, targets or −1).
+            self.acts.check_batch(model, x, y)?;
+            index.extend(crate::kernels::embedding::build_index(x, model.cfg.vocab_size)?);
+            tokens.extend_from_slice(x);
+            targets.extend_from_slice(y);
+        }
+        mi.tokens.write_i32(gpu, &tokens)?;
+        mi.targets.write_i32(gpu, &targets)?;
+        mi.index.write_u32(gpu, &index)?;
+        let a = &self.acts;
+        let mut r = Recorder::new(gpu);
+        for i in 0..k {
+            r.ops(&[
+                Op::Copy { src: mi.tokens.clone(), src_off: i * n, dst: a.tokens.clone(), dst_off: 0, len: n },
+                Op::Copy { src: mi.targets.clone(), src_off: i * n, dst: a.targets.clone(), dst_off: 0, len: n },
+                Op::Copy { src: mi.index.clone(), src_off: i * il, dst: a.emb_index.clone(), dst_off: 0, len: il },
+            ]);
+            let last = i + 1 == k;
+            let parts =
+                Parts { zero: i == 0, forward: true, backward: true, finish: last, optimizer: last && optimize };
+            self.record(&mut r, parts);
+            r.ops(&[Op::Copy { src: a.stats.clone(), src_off: 0, dst: mi.stats.clone(), dst_off: i * sl, len: sl }]);
+        }
+        r.read_into(&mi.stats_rb);
+        r.submit()?;
+        let all = mi.stats_rb.read_f32(gpu)?;
+        Ok(all.chunks(sl).map(|c| c.to_vec()).collect())
     }
 }
 

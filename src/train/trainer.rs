@@ -387,9 +387,10 @@ impl<'c> Trainer<'c> {
         }
     }
 
-    /// One optimizer step: one submit per micro-batch. A single process finishes with its last
-    /// one: the gradient norm and AdamW, which skips its update on the GPU when the norm is not
-    /// finite (so a bad step never reaches the parameters). Ranks first sum their gradients.
+    /// One optimizer step. A single process runs it in one submit: every micro-batch's forward
+    /// and backward, the gradient norm and AdamW, which skips its update on the GPU when the norm
+    /// is not finite (so a bad step never reaches the parameters). Ranks run one submit per
+    /// micro-batch and sum their gradients before the norm and AdamW.
     pub fn step(&mut self) -> Result<StepResult, TrainError> {
         let (t, step) = (&self.t, self.step);
         self.comm.set_step(step);
@@ -408,7 +409,22 @@ impl<'c> Trainer<'c> {
         let mut exchanged = None;
         // (loss, valid targets, Σ g²) of the step's last submit.
         let mut stats = Vec::new();
-        for (i, &micro) in self.micros.iter().enumerate() {
+        if !self.distributed {
+            // The whole step in one submit: every micro-batch's inputs uploaded once, their
+            // forward and backward passes, the norm and AdamW; one readback.
+            let mut batches = Vec::with_capacity(self.micros.len());
+            for &micro in &self.micros {
+                batches.push(
+                    self.data
+                        .train_batch(t.seed, step, micro, t.batch_size, t.seq_len)
+                        .map_err(data::DataError::from)?,
+                );
+            }
+            let all = prog.run_accumulated(model, &batches, true).map_err(ctx.clone())?;
+            loss_sum = all.iter().map(|s| s[0] as f64).sum();
+            stats = all.last().cloned().unwrap_or_default();
+        }
+        for (i, &micro) in self.micros.iter().enumerate().filter(|_| self.distributed) {
             let (x, y) =
                 self.data.train_batch(t.seed, step, micro, t.batch_size, t.seq_len).map_err(data::DataError::from)?;
             prog.set_batch(model, &x, &y).map_err(ctx.clone())?;
