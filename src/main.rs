@@ -187,6 +187,15 @@ fn report_training(
         println!("validation loss {v:.4} (perplexity {:.2}{over})", v.exp());
     }
     println!("loss plot: {}", out.join("loss.png").display());
+    if let Some((peak, plan)) = summary.memory {
+        let mib = |b: u64| b as f64 / 1048576.0;
+        println!(
+            "memory: peak resident +{:.1} MiB after the device was created; plan {:.1} MiB ({:.2}× the plan)",
+            mib(peak),
+            mib(plan),
+            peak as f64 / plan.max(1) as f64
+        );
+    }
     if a.sample > 0 {
         println!("--- sample ---");
         let s = SamplingArgs {

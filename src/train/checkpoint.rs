@@ -146,16 +146,16 @@ pub fn save(
     meta.insert("config".to_string(), serde_json::to_string(cfg).unwrap());
     meta.insert("tokenizer".to_string(), tok.to_json());
     meta.insert("step".to_string(), step.to_string());
-    let named = |flat: &[f32], prefix: &str| -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    // Views into the flat buffers (no copy of the tensors before serialising them).
+    fn named<'a>(layout: &Layout, flat: &'a [f32], prefix: &str) -> Vec<(String, Vec<usize>, &'a [f32])> {
         layout
             .specs
             .iter()
             .zip(&layout.offsets)
-            .map(|(s, &o)| (format!("{prefix}{}", s.name), s.shape.clone(), flat[o..o + s.len()].to_vec()))
+            .map(|(s, &o)| (format!("{prefix}{}", s.name), s.shape.clone(), &flat[o..o + s.len()]))
             .collect()
-    };
-    let p = named(params, "");
-    let bytes = serialize(p.iter().map(|(n, s, d)| (n.clone(), s.clone(), d.as_slice())).collect(), meta.clone());
+    }
+    let bytes = serialize(named(layout, params, ""), meta.clone());
     remove_stale_tmp(dir);
     let mp = dir.join(MODEL_FILE);
     let Some((m, v, state, run_cfg)) = moments else {
@@ -164,9 +164,9 @@ pub fn save(
     let mut om = meta.clone();
     om.insert("state".to_string(), serde_json::to_string(state).unwrap());
     om.insert("run_config".to_string(), run_cfg.to_string());
-    let mut t = named(m, "adam.m.");
-    t.extend(named(v, "adam.v."));
-    let ob = serialize(t.iter().map(|(n, s, d)| (n.clone(), s.clone(), d.as_slice())).collect(), om);
+    let mut t = named(layout, m, "adam.m.");
+    t.extend(named(layout, v, "adam.v."));
+    let ob = serialize(t, om);
     let op = dir.join(OPTIM_FILE);
     let prev = dir.join(OPTIM_PREV_FILE);
     // Both new files are complete on disk before anything is replaced (a full disk stops here

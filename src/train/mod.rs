@@ -101,6 +101,9 @@ pub struct Summary {
     pub val_tokens: Option<usize>,
     pub tokens_per_s: f64,
     pub interrupted: bool,
+    /// (peak resident bytes the run added after the device was created, the memory plan's
+    /// total): Linux only (`/proc/self/status`).
+    pub memory: Option<(u64, u64)>,
     pub losses: Vec<f32>,
 }
 

@@ -89,3 +89,19 @@ pub fn plot_metrics(dir: &Path) -> Result<(), String> {
         ],
     )
 }
+
+/// (current, peak) resident bytes of this process (`VmRSS`, `VmHWM` of /proc/self/status);
+/// `None` off Linux.
+pub fn rss() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = text.lines().find(|l| l.starts_with(name))?;
+        Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// Resets the peak resident size to the current one (Linux: `5` into /proc/self/clear_refs).
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}

@@ -71,6 +71,9 @@ pub(super) struct Trainer<'c> {
     fault_oom_at: Option<usize>,
     /// The memory plan and how to need less, for an out-of-memory error.
     memory: String,
+    /// Resident memory when the run began (after the device was created), and the plan's total.
+    rss0: Option<u64>,
+    plan_bytes: u64,
     activation_bytes: u64,
 }
 
@@ -99,7 +102,10 @@ impl<'c> Trainer<'c> {
     ) -> Result<Trainer<'c>, TrainError> {
         let created = !opts.out.exists();
         let out = opts.out.clone();
-        Self::open_in(gpu, opts, comm, dist).inspect_err(|_| {
+        // Resident memory from here on (the device exists): what the run itself adds.
+        super::progress::reset_peak_rss();
+        let rss0 = super::progress::rss().map(|r| r.0);
+        Self::open_in(gpu, opts, comm, dist, rss0).inspect_err(|_| {
             if created {
                 // Only when empty (the lock is gone with the failed attempt).
                 let _ = std::fs::remove_dir(&out);
@@ -112,6 +118,7 @@ impl<'c> Trainer<'c> {
         opts: TrainOptions,
         comm: &'c dyn Collective,
         dist: &'c DistOptions,
+        rss0: Option<u64>,
     ) -> Result<Trainer<'c>, TrainError> {
         let (rank, size) = (comm.rank(), comm.size());
         let lead = rank == 0;
@@ -352,6 +359,8 @@ impl<'c> Trainer<'c> {
             fault_lost_at,
             fault_oom_at,
             memory,
+            rss0,
+            plan_bytes: plan.total(),
             activation_bytes: plan.activation_bytes,
         })
     }
@@ -589,6 +598,10 @@ impl<'c> Trainer<'c> {
             val_tokens: self.val_tokens,
             tokens_per_s: self.tok_s,
             interrupted: self.interrupted,
+            memory: self
+                .rss0
+                .zip(super::progress::rss())
+                .map(|(r0, (_, peak))| (peak.saturating_sub(r0), self.plan_bytes)),
             losses: self.losses,
         })
     }
