@@ -251,13 +251,16 @@ fn corpus_key(
             stat(&mut h, &f)?;
         }
     }
-    match given {
-        Some(t) => h.update(t.to_json().as_bytes()),
-        None if tok_setting == "char" => h.update(b"char"),
-        None => stat(&mut h, Path::new(tok_setting)).or_else(|_| {
+    // The tokenizer setting (not a given tokenizer): a resumed run, which passes the tokenizer
+    // it trained with, finds the same shard set as the run that made it.
+    let _ = given;
+    if tok_setting == "char" {
+        h.update(b"char");
+    } else {
+        stat(&mut h, Path::new(tok_setting)).or_else(|_| {
             h.update(tok_setting.as_bytes());
             Ok::<(), DataError>(())
-        })?,
+        })?;
     }
     h.update(val_fraction.to_le_bytes());
     Ok(h.finalize().iter().take(12).map(|b| format!("{b:02x}")).collect())
@@ -272,12 +275,27 @@ pub fn corpus_shards(
     given: Option<&Tokenizer>,
     val_fraction: f64,
 ) -> Result<(PathBuf, Tokenizer), crate::train::TrainError> {
-    let key = corpus_key(corpus, tok_setting, given, val_fraction)?;
+    let mut key = corpus_key(corpus, tok_setting, given, val_fraction)?;
     let root = cache_dir().join("shards");
-    let dir = root.join(&key);
+    let mut dir = root.join(&key);
     if let Some(meta) = read_meta(&dir)? {
-        let tok = Tokenizer::from_json(&meta.tokenizer).map_err(DataError::from)?;
-        return Ok((dir, tok));
+        match given {
+            Some(g) if g.to_json() != meta.tokenizer => {
+                // Made with another tokenizer than the one given (a tokenizer file changed since):
+                // a set of its own.
+                use sha2::Digest;
+                let d = sha2::Sha256::digest(g.to_json().as_bytes());
+                key = format!("{key}-{}", d.iter().take(6).map(|b| format!("{b:02x}")).collect::<String>());
+                dir = root.join(&key);
+                if read_meta(&dir)?.is_some() {
+                    return Ok((dir, g.clone()));
+                }
+            }
+            _ => {
+                let tok = Tokenizer::from_json(&meta.tokenizer).map_err(DataError::from)?;
+                return Ok((dir, tok));
+            }
+        }
     }
     let text = read_corpus(Path::new(corpus))?;
     let tok = match given {
@@ -351,7 +369,20 @@ pub fn open_for_run(
         let open = |v: Vec<PathBuf>| -> Result<Stream, DataError> {
             Ok(Stream::new(v.iter().map(|p| Shard::open(p, Format::Llmc)).collect::<Result<Vec<_>, _>>()?))
         };
-        let key = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        // The tokens' identity: the shards' digests (a corpus file rewritten with the same text
+        // gets a new cache key but the same tokens, and a run on it still resumes).
+        let key = match read_meta(&dir)? {
+            Some(m) => {
+                use sha2::Digest;
+                let mut h = sha2::Sha256::new();
+                for sm in &m.shards {
+                    h.update(sm.sha256.as_bytes());
+                    h.update((sm.tokens as u64).to_le_bytes());
+                }
+                h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect()
+            }
+            None => dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        };
         (open(train)?, open(val)?, tok, key)
     };
     // The validation split is read whole by evaluation: check its ids once here.
