@@ -103,7 +103,16 @@ pub fn remove_stale_tmp(dir: &Path) {
     }
 }
 
-fn serialize(named: Vec<(String, Vec<usize>, &[f32])>, meta: HashMap<String, String>) -> Vec<u8> {
+/// Serialises tensors straight into the temporary file of `path` (no copy of the whole file in
+/// memory) and syncs it; on failure (or an injected full disk, which leaves half a file as a full
+/// disk would) removes it.
+fn write_tmp_tensors(
+    path: &Path,
+    named: Vec<(String, Vec<usize>, &[f32])>,
+    meta: HashMap<String, String>,
+    fail: bool,
+) -> std::io::Result<PathBuf> {
+    let tmp = tmp_path(path);
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = named
         .into_iter()
         .map(|(n, shape, data)| {
@@ -114,7 +123,23 @@ fn serialize(named: Vec<(String, Vec<usize>, &[f32])>, meta: HashMap<String, Str
             )
         })
         .collect();
-    safetensors::serialize(views, Some(meta)).expect("valid tensors")
+    let res = (|| {
+        safetensors::serialize_to_file(views, Some(meta), &tmp).map_err(std::io::Error::other)?;
+        let f = std::fs::OpenOptions::new().write(true).open(&tmp)?;
+        if fail {
+            let len = f.metadata()?.len();
+            f.set_len(len / 2)?;
+            return Err(std::io::Error::from_raw_os_error(28));
+        }
+        f.sync_all()
+    })();
+    match res {
+        Ok(()) => Ok(tmp),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
 }
 
 /// The run state saved beside the moments.
@@ -155,18 +180,23 @@ pub fn save(
             .map(|(s, &o)| (format!("{prefix}{}", s.name), s.shape.clone(), &flat[o..o + s.len()]))
             .collect()
     }
-    let bytes = serialize(named(layout, params, ""), meta.clone());
     remove_stale_tmp(dir);
     let mp = dir.join(MODEL_FILE);
     let Some((m, v, state, run_cfg)) = moments else {
-        return write_atomic(&mp, &bytes).map_err(io(&mp));
+        let tmp = write_tmp_tensors(&mp, named(layout, params, ""), meta, false).map_err(io(&mp))?;
+        return std::fs::rename(&tmp, &mp)
+            .inspect_err(|_| {
+                let _ = std::fs::remove_file(&tmp);
+            })
+            .map(|()| sync_dir(dir))
+            .map_err(io(&mp));
     };
     let mut om = meta.clone();
     om.insert("state".to_string(), serde_json::to_string(state).unwrap());
     om.insert("run_config".to_string(), run_cfg.to_string());
     let mut t = named(layout, m, "adam.m.");
     t.extend(named(layout, v, "adam.v."));
-    let ob = serialize(t, om);
+
     let op = dir.join(OPTIM_FILE);
     let prev = dir.join(OPTIM_PREV_FILE);
     // Both new files are complete on disk before anything is replaced (a full disk stops here
@@ -175,8 +205,8 @@ pub fn save(
     // between the renames leaves the old model with its moments in optim.prev (`load` picks the
     // moments file whose step matches the model's).
     let fail = injected_enospc();
-    let tmp_o = write_tmp(&op, &ob, false).map_err(io(&op))?;
-    let tmp_m = match write_tmp(&mp, &bytes, fail) {
+    let tmp_o = write_tmp_tensors(&op, t, om, false).map_err(io(&op))?;
+    let tmp_m = match write_tmp_tensors(&mp, named(layout, params, ""), meta, fail) {
         Ok(t) => t,
         Err(e) => {
             let _ = std::fs::remove_file(&tmp_o);
