@@ -572,6 +572,32 @@ fn a_lost_device_is_a_clear_error_and_keeps_the_last_checkpoint() {
     assert!(r.status.success(), "{}", text(&r));
 }
 
+/// A run stopped between checkpoints logged steps its checkpoint does not hold: resuming cuts
+/// metrics.jsonl back to the checkpoint's step, so every step appears once, in order.
+#[test]
+fn resuming_cuts_the_metrics_back_to_the_checkpoint() {
+    let dir = tmpdir("cut");
+    let c = ddl::testing::small_corpus(&dir);
+    let out = dir.join("run");
+    let extra = ["--set", "train.checkpoint_every=2", "--set", "train.log_every=1"];
+    let a = train_args(&c, out.to_str().unwrap(), "6", &extra);
+    let o = cmd(&dir).args(&a).env("DDL_FAULT_DEVICE_LOST_STEP", "4").output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let steps = |m: &str| -> Vec<u64> {
+        m.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v.get("loss").is_some())
+            .filter_map(|v| v["step"].as_u64())
+            .collect()
+    };
+    let before = steps(&std::fs::read_to_string(out.join("metrics.jsonl")).unwrap());
+    assert_eq!(before, vec![1, 2, 3], "the stopped run logged step 3 after its checkpoint of step 2");
+    let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "5"]).output().unwrap();
+    assert!(r.status.success(), "{}", text(&r));
+    let after = steps(&std::fs::read_to_string(out.join("metrics.jsonl")).unwrap());
+    assert_eq!(after, vec![1, 2, 3, 4, 5]);
+}
+
 #[test]
 fn running_out_of_memory_is_a_clear_error_with_the_plan_and_keeps_the_last_checkpoint() {
     let dir = tmpdir("oom");

@@ -64,6 +64,32 @@ pub(super) fn append_line(path: &Path, line: &serde_json::Value) -> Result<(), T
     writeln!(f, "{line}").map_err(|source| TrainError::Io { path: path.to_path_buf(), source })
 }
 
+/// Cuts `metrics.jsonl` back to the lines of steps ≤ `step` (a resumed run continues from its
+/// checkpoint: lines a stopped run logged after it would otherwise appear twice). Written
+/// atomically; a missing file is fine.
+pub(super) fn cut_metrics(path: &Path, step: usize) -> Result<usize, TrainError> {
+    let Ok(text) = std::fs::read_to_string(path) else { return Ok(0) };
+    let mut kept = String::with_capacity(text.len());
+    let mut cut = 0;
+    for line in text.lines() {
+        let later = serde_json::from_str::<serde_json::Value>(line)
+            .ok()
+            .and_then(|v| v["step"].as_u64())
+            .is_some_and(|s| s as usize > step);
+        if later {
+            cut += 1;
+        } else {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    if cut > 0 {
+        crate::train::checkpoint::write_atomic(path, kept.as_bytes())
+            .map_err(|source| TrainError::Io { path: path.to_path_buf(), source })?;
+    }
+    Ok(cut)
+}
+
 /// Reads `metrics.jsonl` back into the loss plot.
 pub fn plot_metrics(dir: &Path) -> Result<(), String> {
     let text = std::fs::read_to_string(dir.join("metrics.jsonl")).map_err(|e| e.to_string())?;

@@ -283,6 +283,10 @@ impl<'c> Trainer<'c> {
         if lead && !opts.resume {
             let _ = std::fs::remove_file(&metrics);
         }
+        if lead && opts.resume {
+            // Lines logged after the checkpoint (a run stopped between saves) would repeat.
+            super::progress::cut_metrics(&metrics, start)?;
+        }
         if lead {
             // The resolved settings, once they are known to work here.
             let cfg_path = out.join("config.toml");
