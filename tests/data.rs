@@ -213,6 +213,31 @@ fn documents_from_folders_and_json_lines_are_separated_by_the_end_of_text_token(
         .unwrap();
     assert!(!o.status.success() && text(&o).contains("c.jsonl") && text(&o).contains("line 2"), "{}", text(&o));
     assert!(!dir.join("bad").exists());
+    // Inputs that are not there, hold nothing, or are not UTF-8: named, nothing written.
+    let empty = dir.join("empty-folder");
+    std::fs::create_dir_all(&empty).unwrap();
+    let latin = dir.join("latin1.txt");
+    std::fs::write(&latin, b"caf\xe9\n").unwrap();
+    for (input, needle) in [
+        (dir.join("missing.txt"), "input"),
+        (empty.clone(), "holds no .txt or .jsonl files"),
+        (latin.clone(), "is not UTF-8 text (first invalid byte at offset 3)"),
+    ] {
+        let o = ddl(&dir)
+            .args(["data", "prepare", "--tokenizer", "char", "--out"])
+            .arg(dir.join("bad"))
+            .arg(&input)
+            .output()
+            .unwrap();
+        let t = text(&o);
+        assert!(
+            o.status.code() == Some(1)
+                && t.contains(needle)
+                && t.contains(input.file_name().unwrap().to_str().unwrap()),
+            "{t}"
+        );
+        assert!(!dir.join("bad").exists());
+    }
 }
 
 /// A shard written by hand here (llm.c's header, uint16 tokens, a vocabulary of 50,257 as GPT-2's)

@@ -22,9 +22,15 @@ pub enum DataError {
     Missing(PathBuf),
     #[error("corpus directory '{0}' contains no .txt files")]
     NoTxt(PathBuf),
+    #[error(
+        "input '{0}' does not exist (ddl data prepare takes text files, folders of .txt / .jsonl files and .jsonl files)"
+    )]
+    MissingInput(PathBuf),
+    #[error("input folder '{0}' holds no .txt or .jsonl files")]
+    NoInputFiles(PathBuf),
     #[error("corpus '{0}' is empty")]
     Empty(PathBuf),
-    #[error("corpus '{path}' is not UTF-8 (first invalid byte at offset {offset})")]
+    #[error("'{path}' is not UTF-8 text (first invalid byte at offset {offset})")]
     NotUtf8 { path: PathBuf, offset: usize },
     #[error("cannot read '{path}': {source}")]
     Io { path: PathBuf, source: std::io::Error },

@@ -78,13 +78,13 @@ fn input_files(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, DataError> {
     let mut files = Vec::new();
     for i in inputs {
         if !i.exists() {
-            return Err(DataError::Missing(i.clone()));
+            return Err(DataError::MissingInput(i.clone()));
         }
         if i.is_dir() {
             let before = files.len();
             walk(i, &mut files)?;
             if files.len() == before {
-                return Err(DataError::NoTxt(i.clone()));
+                return Err(DataError::NoInputFiles(i.clone()));
             }
         } else {
             files.push(i.clone());
