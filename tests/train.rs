@@ -163,6 +163,12 @@ fn the_cli_trains_evaluates_and_samples() {
     assert!(so.contains("validation loss") && so.contains("--- sample ---"), "{so}");
     let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
     assert!(metrics.lines().count() >= 4, "{metrics}");
+    // Every step line says how long the step waited for its batches (drawn ahead on a thread:
+    // the first step draws its own).
+    for line in metrics.lines().filter(|l| l.contains("\"loss\"")) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(v["data_ms"].as_f64().is_some_and(|d| d >= 0.0), "{line}");
+    }
     // Every step's line has the mean β of each sublayer (1 layer: attention and MLP), in (0, 2).
     for line in metrics.lines().filter(|l| l.contains("\"loss\"")) {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();

@@ -69,6 +69,8 @@ pub(super) struct Trainer<'c> {
     fault_lost_at: Option<usize>,
     /// `DDL_FAULT_OOM_STEP`: the device reports running out of memory during this step (tests).
     fault_oom_at: Option<usize>,
+    /// The next step's batches, drawn on a thread during this step.
+    prefetched: Option<(usize, Vec<(Vec<i32>, Vec<i32>)>)>,
     /// The memory plan and how to need less, for an out-of-memory error.
     memory: String,
     /// Resident memory when the run began (after the device was created), and the plan's total.
@@ -87,6 +89,21 @@ pub(super) struct StepResult {
     stats: Vec<f32>,
     /// (wait, exchange) seconds of a data-parallel step.
     comm_s: Option<(f64, f64)>,
+    /// Seconds the step waited for its batches (≈ 0 when the previous step drew them ahead).
+    data_s: f64,
+}
+
+/// The batches of every micro-batch this process runs at `step`.
+fn step_batches(
+    data: &data::Dataset,
+    t: &TrainConfig,
+    micros: &[usize],
+    step: usize,
+) -> Result<Vec<(Vec<i32>, Vec<i32>)>, TrainError> {
+    micros
+        .iter()
+        .map(|&micro| data.train_batch(t.seed, step, micro, t.batch_size, t.seq_len).map_err(TrainError::from))
+        .collect()
 }
 
 impl<'c> Trainer<'c> {
@@ -362,6 +379,7 @@ impl<'c> Trainer<'c> {
             last_saved: opts.resume.then_some(start),
             fault_lost_at,
             fault_oom_at,
+            prefetched: None,
             memory,
             rss0,
             plan_bytes: plan.total(),
@@ -422,18 +440,27 @@ impl<'c> Trainer<'c> {
         let mut exchanged = None;
         // (loss, valid targets, Σ g²) of the step's last submit.
         let mut stats = Vec::new();
+        let mut data_s = 0.0;
         if !self.distributed {
             // The whole step in one submit: every micro-batch's inputs uploaded once, their
-            // forward and backward passes, the norm and AdamW; one readback.
-            let mut batches = Vec::with_capacity(self.micros.len());
-            for &micro in &self.micros {
-                batches.push(
-                    self.data
-                        .train_batch(t.seed, step, micro, t.batch_size, t.seq_len)
-                        .map_err(data::DataError::from)?,
-                );
+            // forward and backward passes, the norm and AdamW; one readback. The next step's
+            // batches are drawn on a thread meanwhile (they depend only on seed, step, micro).
+            let td = Instant::now();
+            let batches = match self.prefetched.take() {
+                Some((s, b)) if s == step => b,
+                _ => step_batches(&self.data, t, &self.micros, step)?,
+            };
+            data_s = td.elapsed().as_secs_f64();
+            let (data, micros, end) = (&self.data, &self.micros, self.end);
+            let (all, next) = std::thread::scope(|sc| {
+                let next = (step + 1 < end).then(|| sc.spawn(move || step_batches(data, t, micros, step + 1)));
+                let all = prog.run_accumulated(model, &batches, true);
+                (all, next.map(|h| h.join().expect("the batch thread panicked")))
+            });
+            let all = all.map_err(ctx.clone())?;
+            if let Some(next) = next {
+                self.prefetched = Some((step + 1, next?));
             }
-            let all = prog.run_accumulated(model, &batches, true).map_err(ctx.clone())?;
             loss_sum = all.iter().map(|s| s[0] as f64).sum();
             stats = all.last().cloned().unwrap_or_default();
         }
@@ -489,7 +516,7 @@ impl<'c> Trainer<'c> {
         }
         let tokens_per_step = (t.batch_size * t.seq_len * t.grad_accum) as f64;
         self.tok_s = tokens_per_step / dt.max(1e-9);
-        Ok(StepResult { lr: opt.lr, loss, gnorm, finite, stats, comm_s })
+        Ok(StepResult { lr: opt.lr, loss, gnorm, finite, stats, comm_s, data_s })
     }
 
     fn append(&self, line: &serde_json::Value) -> Result<(), TrainError> {
@@ -506,7 +533,7 @@ impl<'c> Trainer<'c> {
         let log = step % self.t.log_every == 0 || step == self.end;
         let mut line = json!({
             "step": step, "lr": s.lr, "loss": s.loss, "grad_norm": s.gnorm, "tok_per_s": tok_s,
-            "elapsed": self.elapsed(), "skipped": !s.finite,
+            "elapsed": self.elapsed(), "skipped": !s.finite, "data_ms": s.data_s * 1e3,
         });
         if let Some((wait, exchange)) = s.comm_s {
             line["comm_wait_s"] = json!(wait);
