@@ -465,8 +465,7 @@ impl<'c> Trainer<'c> {
             stats = all.last().cloned().unwrap_or_default();
         }
         for (i, &micro) in self.micros.iter().enumerate().filter(|_| self.distributed) {
-            let (x, y) =
-                self.data.train_batch(t.seed, step, micro, t.batch_size, t.seq_len).map_err(data::DataError::from)?;
+            let (x, y) = self.data.train_batch(t.seed, step, micro, t.batch_size, t.seq_len)?;
             prog.set_batch(model, &x, &y).map_err(ctx.clone())?;
             let last = i + 1 == self.micros.len();
             stats = if self.distributed && last && self.dist.overlap_backward {
