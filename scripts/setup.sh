@@ -61,7 +61,11 @@ esac
 have_vulkan() {
   missing vulkan && return 1
   # The loader and at least one installable client driver (ICD) manifest.
-  ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1' || return 1
+  # (Captured first: `ldconfig -p | grep -q` fails under pipefail when grep stops reading early
+  # and ldconfig gets SIGPIPE.)
+  local libs
+  libs="$(ldconfig -p 2>/dev/null || true)"
+  case "$libs" in *libvulkan.so.1*) ;; *) return 1 ;; esac
   local d
   for d in /usr/share/vulkan/icd.d /etc/vulkan/icd.d /usr/local/share/vulkan/icd.d ${VK_DRIVER_FILES:+$(dirname "${VK_DRIVER_FILES%%:*}")} ${VK_ICD_FILENAMES:+$(dirname "${VK_ICD_FILENAMES%%:*}")}; do
     ls "$d"/*.json >/dev/null 2>&1 && return 0
