@@ -52,25 +52,29 @@ fn injected_enospc() -> bool {
     SAVES.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= n
 }
 
-/// Writes `bytes` into the temporary file of `path` and syncs it; on failure removes it.
-fn write_tmp(path: &Path, bytes: &[u8], fail: bool) -> std::io::Result<PathBuf> {
+/// Runs `write` on the temporary file of `path`; on failure removes it.
+fn with_tmp(path: &Path, write: impl FnOnce(&Path) -> std::io::Result<()>) -> std::io::Result<PathBuf> {
     let tmp = tmp_path(path);
-    let res = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        if fail {
-            f.write_all(&bytes[..bytes.len() / 2])?;
-            return Err(std::io::Error::from_raw_os_error(28));
-        }
-        f.write_all(bytes)?;
-        f.sync_all()
-    })();
-    match res {
+    match write(&tmp) {
         Ok(()) => Ok(tmp),
         Err(e) => {
             let _ = std::fs::remove_file(&tmp);
             Err(e)
         }
     }
+}
+
+/// Writes `bytes` into the temporary file of `path` and syncs it; on failure removes it.
+fn write_tmp(path: &Path, bytes: &[u8], fail: bool) -> std::io::Result<PathBuf> {
+    with_tmp(path, |tmp| {
+        let mut f = std::fs::File::create(tmp)?;
+        if fail {
+            f.write_all(&bytes[..bytes.len() / 2])?;
+            return Err(std::io::Error::from_raw_os_error(28));
+        }
+        f.write_all(bytes)?;
+        f.sync_all()
+    })
 }
 
 fn sync_dir(dir: &Path) {
@@ -112,7 +116,6 @@ fn write_tmp_tensors(
     meta: HashMap<String, String>,
     fail: bool,
 ) -> std::io::Result<PathBuf> {
-    let tmp = tmp_path(path);
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = named
         .into_iter()
         .map(|(n, shape, data)| {
@@ -123,23 +126,16 @@ fn write_tmp_tensors(
             )
         })
         .collect();
-    let res = (|| {
-        safetensors::serialize_to_file(views, Some(meta), &tmp).map_err(std::io::Error::other)?;
-        let f = std::fs::OpenOptions::new().write(true).open(&tmp)?;
+    with_tmp(path, |tmp| {
+        safetensors::serialize_to_file(views, Some(meta), tmp).map_err(std::io::Error::other)?;
+        let f = std::fs::OpenOptions::new().write(true).open(tmp)?;
         if fail {
             let len = f.metadata()?.len();
             f.set_len(len / 2)?;
             return Err(std::io::Error::from_raw_os_error(28));
         }
         f.sync_all()
-    })();
-    match res {
-        Ok(()) => Ok(tmp),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
-    }
+    })
 }
 
 /// The run state saved beside the moments.

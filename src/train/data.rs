@@ -59,23 +59,7 @@ pub fn read_corpus(path: &Path) -> Result<String, DataError> {
     if !path.exists() && path == Path::new(DEFAULT_CORPUS) {
         return Ok(EMBEDDED_CORPUS.to_string());
     }
-    if !path.exists() {
-        return Err(DataError::Missing(path.to_path_buf()));
-    }
-    let files: Vec<PathBuf> = if path.is_dir() {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|source| DataError::Io { path: path.to_path_buf(), source })?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "txt"))
-            .collect();
-        v.sort();
-        if v.is_empty() {
-            return Err(DataError::NoTxt(path.to_path_buf()));
-        }
-        v
-    } else {
-        vec![path.to_path_buf()]
-    };
+    let files = corpus_files(path)?;
     let mut text = String::new();
     for f in files {
         let bytes = std::fs::read(&f).map_err(|source| DataError::Io { path: f.clone(), source })?;
