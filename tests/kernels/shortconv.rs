@@ -374,27 +374,22 @@ fn close_scaled(name: &str, got: &[f32], want: &[f64], scale: &[f64], tol: f64, 
 /// `a` (≤ 1e-5, see [`close_scaled`] with `a_scale`, the forward on absolute values) and each
 /// accumulated gradient with preload + `grads` (≤ 1e-4).
 #[allow(clippy::too_many_arguments)]
-fn check_against(
-    name: &str,
-    mut inp: Inputs,
-    rng: &mut Rng,
-    a: &[f64],
-    a_scale: &[f64],
-    grads: [&[f64]; 3],
-    gpu: impl Fn(&Inputs) -> Outputs,
-) {
+fn check_against(name: &str, mut inp: Inputs, rng: &mut Rng, w: &Want, gpu: impl Fn(&Inputs) -> Outputs) {
+    let (a, a_scale, grads) = (&w.a, &w.a_scale, [&w.dx[..], &w.dk[..], &w.dr[..]]);
     inp.dx0 = preload(rng, grads[0]);
     inp.dk0 = preload(rng, grads[1]);
     inp.dr0 = preload(rng, grads[2]);
     let got = gpu(&inp);
     let seed = rng.seed;
     close_scaled(&format!("{name} a"), &got.a, a, a_scale, 1e-5, seed);
-    for (what, out, init, grad) in [
-        ("dx", &got.dx, &inp.dx0, grads[0]),
-        ("dkappa", &got.dk, &inp.dk0, grads[1]),
-        ("drho", &got.dr, &inp.dr0, grads[2]),
+    // At the scale of the terms and the preload (a gradient summed over many tokens can cancel).
+    for (what, out, init, grad, sc) in [
+        ("dx", &got.dx, &inp.dx0, grads[0], &w.g_scale[0]),
+        ("dkappa", &got.dk, &inp.dk0, grads[1], &w.g_scale[1]),
+        ("drho", &got.dr, &inp.dr0, grads[2], &w.g_scale[2]),
     ] {
-        close(&format!("{name} {what}"), out, &plus(init, grad), 1e-4, seed);
+        let scale: Vec<f64> = init.iter().zip(sc).map(|(a, g)| a.abs() as f64 + g).collect();
+        close_scaled(&format!("{name} {what}"), out, &plus(init, grad), &scale, 1e-4, seed);
     }
 }
 
@@ -405,7 +400,7 @@ fn check_token(gpu: &Gpu, s: ConvShape) {
     let inp = Inputs::draw(&mut rng, n * d * m, d * m * k, m, n * d);
     let w = token_want(&s, &inp);
     let name = format!("token {s:?}");
-    check_against(&name, inp, &mut rng, &w.a, &w.a_scale, [&w.dx, &w.dk, &w.dr], |inp| run_token(gpu, &s, inp));
+    check_against(&name, inp, &mut rng, &w, |inp| run_token(gpu, &s, inp));
 }
 
 /// Token axis at one shape with the state in f16 (`--f16-state`): the reference runs on the
@@ -416,12 +411,9 @@ fn check_token_f16(s: ConvShape) {
     let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
     let mut inp = Inputs::draw(&mut rng, n * d * m, d * m * k, m, n * d);
     inp.x = f16_round(&inp.x);
-    let (x, kappa, rho, da) = (f64s(&inp.x), f64s(&inp.kappa), f64s(&inp.rho), f64s(&inp.da));
-    let a = token_ref(&s, &x, &kappa, &rho);
-    let a_scale = token_ref(&s, &abs64(&inp.x), &abs64(&inp.kappa), &abs64(&inp.rho));
-    let (dx, dk, dr) = token_grad_ref(&s, &x, &kappa, &rho, &da);
+    let w = token_want(&s, &inp);
     let name = format!("token f16 {s:?}");
-    check_against(&name, inp, &mut rng, &a, &a_scale, [&dx, &dk, &dr], |inp| {
+    check_against(&name, inp, &mut rng, &w, |inp| {
         let packed = Inputs {
             x: f16_pack(&inp.x),
             kappa: inp.kappa.clone(),
@@ -441,9 +433,7 @@ fn check_value(gpu: &Gpu, n: usize, d: usize, m: usize, kc: usize) {
     let inp = Inputs::draw(&mut rng, n * d * m, d * kc, m, n * d);
     let w = value_want(n, d, m, kc, &inp);
     let name = format!("value n={n} d={d} m={m} kc={kc}");
-    check_against(&name, inp, &mut rng, &w.a, &w.a_scale, [&w.dx, &w.dk, &w.dr], |inp| {
-        run_value(gpu, n, d, m, kc, inp)
-    });
+    check_against(&name, inp, &mut rng, &w, |inp| run_value(gpu, n, d, m, kc, inp));
 }
 
 const BS: [usize; 3] = [1, 2, 3];
