@@ -426,9 +426,8 @@ pub fn load_for_inference(
     gpu: &std::sync::Arc<crate::gpu::Gpu>,
     dir: &std::path::Path,
 ) -> anyhow::Result<(Model, Tokenizer)> {
-    let ck = crate::train::checkpoint::load(dir, false)?;
-    let model = Model::with_params(gpu.clone(), ck.config.clone(), &ck.params)?;
-    Ok((model, ck.tokenizer))
+    let ck = crate::train::checkpoint::load_to_device(dir, gpu.clone(), false)?;
+    Ok((ck.model, ck.tokenizer))
 }
 
 /// Writes a generation trace: `path` (safetensors arrays `beta` [T, S], `lambda` = 1−β,

@@ -180,11 +180,27 @@ fn report_training(
         eprintln!("interrupted at step {}: checkpoint saved in {}", summary.step, out.display());
         return Ok(());
     }
-    println!("step {}: train loss {:.4}", summary.step, summary.last_loss);
+    if summary.losses.is_empty() {
+        println!(
+            "nothing to train: the run is at step {} already (--steps {}); pass a larger --steps to continue it",
+            summary.step, a.steps
+        );
+    } else {
+        println!("step {}: train loss {:.4}", summary.step, summary.last_loss);
+    }
     if let Some(v) = summary.val_loss {
         let over =
             summary.val_tokens.map(|n| format!(", over the whole validation split: {n} tokens")).unwrap_or_default();
         println!("validation loss {v:.4} (perplexity {:.2}{over})", v.exp());
+    }
+    if let Some(b) = &summary.best {
+        println!(
+            "best checkpoint: step {} (validation loss {:.4} over the {} tokens every evaluation covers) in {}",
+            b.step,
+            b.val_loss,
+            b.val_tokens,
+            out.join(ddl::train::checkpoint::KEPT_DIR).join(ddl::train::checkpoint::BEST_DIR).display()
+        );
     }
     println!("loss plot: {}", out.join("loss.png").display());
     if let Some((peak, plan)) = summary.memory {

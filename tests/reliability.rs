@@ -826,3 +826,62 @@ fn the_setup_script_installs_per_target_and_platform_only_what_is_missing() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("expected demo, bundle or test"));
 }
+
+#[test]
+fn checkpoints_keep_the_newest_n_and_the_best_by_validation_loss_as_run_folders() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tmpdir("keep");
+    let c = ddl::testing::small_corpus(&dir);
+    let out = dir.join("run");
+    let every = ["--set", "train.checkpoint_every=1", "--set", "train.eval_every=1", "--set", "train.lr=0.02"];
+    let o = cmd(&dir).args(train_args(&c, out.to_str().unwrap(), "5", &every)).output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let kept = out.join("checkpoints");
+    // The newest two (default train.checkpoint_keep = 2), each a run folder of its own.
+    assert_eq!(names(&kept), ["best", "step-00000004", "step-00000005"], "{t}");
+    for (s, name) in [(4, "step-00000004"), (5, "step-00000005")] {
+        let k = kept.join(name);
+        assert_eq!(names(&k), ["config.toml", "data.json", "model.safetensors", "optim.safetensors"]);
+        assert_eq!(ddl::train::checkpoint::load(&k, true).unwrap().step, s);
+        let e = cmd(&dir).args(["eval", "--checkpoint", k.to_str().unwrap()]).output().unwrap();
+        assert!(e.status.success() && text(&e).contains("validation loss"), "{}", text(&e));
+    }
+    // The newest is the run folder's own files, linked, not copied.
+    for f in ["model.safetensors", "optim.safetensors"] {
+        let (a, b) =
+            (std::fs::metadata(out.join(f)).unwrap(), std::fs::metadata(kept.join("step-00000005").join(f)).unwrap());
+        assert_eq!(a.ino(), b.ino(), "{f} is not a hard link of the run folder's file");
+    }
+    // The best: the lowest of the validation losses over the subset every evaluation covers
+    // (the periodic rows of metrics.jsonl, steps 1-4; the final evaluation's subset is its first
+    // batch, the same windows).
+    let best: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(kept.join("best/best.json")).unwrap()).unwrap();
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &serde_json::Value| r.get("val_loss").is_some() && r["val_full"] == false)
+        .collect();
+    assert_eq!(rows.len(), 4, "periodic evaluations at steps 1-4");
+    let min = rows.iter().map(|r| r["val_loss"].as_f64().unwrap()).fold(f64::INFINITY, f64::min);
+    let bl = best["val_loss"].as_f64().unwrap();
+    assert!(bl <= min + 1e-12, "best {bl} vs the lowest periodic loss {min}");
+    let bs = best["step"].as_u64().unwrap() as usize;
+    if bs < 5 {
+        let row = rows.iter().find(|r| r["step"] == bs).unwrap();
+        assert_eq!(row["val_loss"].as_f64().unwrap(), bl);
+    }
+    assert_eq!(ddl::train::checkpoint::load(&kept.join("best"), false).unwrap().step, bs);
+    assert!(t.contains(&format!("best checkpoint: step {bs}")), "{t}");
+    // Resumed, the run goes on keeping the newest two; train.checkpoint_keep=0 keeps none.
+    let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "6"]).output().unwrap();
+    assert!(r.status.success(), "{}", text(&r));
+    assert_eq!(names(&kept), ["best", "step-00000005", "step-00000006"]);
+    let out0 = dir.join("run0");
+    let none = ["--set", "train.checkpoint_every=1", "--set", "train.checkpoint_keep=0"];
+    let o = cmd(&dir).args(train_args(&c, out0.to_str().unwrap(), "2", &none)).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(names(&out0.join("checkpoints")), ["best"]);
+}

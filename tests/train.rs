@@ -139,6 +139,63 @@ fn a_checkpoint_round_trips_and_rejects_a_mismatched_tensor() {
     assert!(e.contains("does not exist"), "{e}");
 }
 
+#[test]
+fn a_checkpoint_streams_from_and_to_the_device_in_pieces_and_equals_the_host_path() {
+    // A model with a tensor of 393,216 elements (more than one 262,144-element piece, not a
+    // multiple of it): the streamed save writes what the host save writes, byte for byte, and
+    // `load_to_device` puts back what `load` reads, moments included; a non-finite value in a
+    // later piece is refused naming the tensor and its element.
+    let gpu = ddl::testing::gpu();
+    let mut cfg = ddl::model::ModelConfig::preset("tiny", Variant::Ddl).unwrap();
+    (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.head_dim, cfg.mlp_hidden) = (384, 1, 3, 128, 1024);
+    let model = ddl::model::Model::new(gpu.clone(), cfg.clone(), 7).unwrap();
+    let n = model.layout.total;
+    let mut rng = ddl::testing::Rng::new(9);
+    let (mut m, mut v) = (rng.normal(n, 1.0), rng.normal(n, 1.0).iter().map(|x| x * x).collect::<Vec<f32>>());
+    // Zeros in the alignment padding between tensors, as training leaves it (files hold tensors).
+    let mut used = vec![false; n];
+    for (s, &o) in model.layout.specs.iter().zip(&model.layout.offsets) {
+        used[o..o + s.len()].fill(true);
+    }
+    for i in (0..n).filter(|&i| !used[i]) {
+        (m[i], v[i]) = (0.0, 0.0);
+    }
+    model.adam_m.write_f32(&gpu, &m).unwrap();
+    model.adam_v.write_f32(&gpu, &v).unwrap();
+    let tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_corpus("abc").unwrap());
+    let state = ddl::train::checkpoint::RunState { step: 3, elapsed: 1.5 };
+    let (dev, host) = (tmpdir("ckpt-dev"), tmpdir("ckpt-host"));
+    ddl::train::checkpoint::save_model(&dev, &model, &tok, &state, "x = 1").unwrap();
+    let p = model.read_params().unwrap();
+    ddl::train::checkpoint::save(&host, &cfg, &tok, &model.layout, &p, Some((&m, &v, &state, "x = 1"))).unwrap();
+    for f in ["model.safetensors", "optim.safetensors"] {
+        let (a, b) = (std::fs::read(dev.join(f)).unwrap(), std::fs::read(host.join(f)).unwrap());
+        assert!(a == b, "{f}: the file streamed from the device differs from the one written from host copies");
+    }
+    let back = ddl::train::checkpoint::load(&dev, true).unwrap();
+    assert_eq!(back.params, p);
+    let (bm, bv, bs, br) = back.optim.unwrap();
+    assert!(bm == m && bv == v && bs == state && br == "x = 1");
+    let loaded = ddl::train::checkpoint::load_to_device(&dev, gpu.clone(), true).unwrap();
+    assert_eq!(loaded.step, 3);
+    assert_eq!(loaded.model.read_params().unwrap(), p);
+    assert_eq!(loaded.model.adam_m.read_f32(&gpu).unwrap(), m);
+    assert_eq!(loaded.model.adam_v.read_f32(&gpu).unwrap(), v);
+    assert_eq!(loaded.optim.unwrap(), (state, "x = 1".to_string()));
+    // A NaN at element 300,000 of the largest tensor (its second piece).
+    let (o, len) = model.layout.range("blocks.0.mlp.w_down");
+    assert!(len > 300_000);
+    let mut bad = p.clone();
+    bad[o + 300_000] = f32::NAN;
+    let badd = tmpdir("ckpt-nan");
+    ddl::train::checkpoint::save(&badd, &cfg, &tok, &model.layout, &bad, None).unwrap();
+    let e = ddl::train::checkpoint::load_to_device(&badd, gpu.clone(), false).err().unwrap().to_string();
+    assert!(
+        e.contains("model.safetensors") && e.contains("blocks.0.mlp.w_down") && e.contains("element 300000"),
+        "{e}"
+    );
+}
+
 fn ddl_cmd(dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ddl"));
     c.env("DDL_CACHE_DIR", dir.join("cache"));

@@ -16,7 +16,7 @@ pub use error::GpuError;
 pub use kernel::{Binding, BindingKind, Dispatch, Kernel};
 pub use recorder::{KernelTime, Op, Profiler, Recorder};
 pub use runtime_dir::use_private_runtime_dir;
-pub use tensor::{DType, DeviceBuffer, Readback, Tensor, View};
+pub use tensor::{DType, DeviceBuffer, RangeReader, Readback, Tensor, View};
 
 /// Result type of the runtime.
 pub type Result<T, E = GpuError> = std::result::Result<T, E>;

@@ -237,6 +237,13 @@ impl Tensor {
         Ok(bytemuck::cast_vec(read_mapped(gpu, &staging, &self.label)?))
     }
 
+    /// A reader of ranges of this tensor through one reused staging buffer of `cap` elements:
+    /// streaming a large buffer to a file holds `cap` elements on the host, not the buffer.
+    pub fn range_reader<'a>(&'a self, gpu: &'a Gpu, cap: usize) -> RangeReader<'a> {
+        let cap = cap.clamp(1, self.len().max(1));
+        RangeReader { gpu, src: self, staging: staging_buffer(gpu, 4 * cap as u64), cap }
+    }
+
     /// Overwrites `data.len()` f32 elements starting at element `offset` (queued; ordered before
     /// later submits).
     pub fn write_f32_range(&self, gpu: &Gpu, offset: usize, data: &[f32]) -> Result<()> {
@@ -261,6 +268,57 @@ impl Tensor {
     /// Reads an i32 tensor back.
     pub fn read_i32(&self, gpu: &Gpu) -> Result<Vec<i32>> {
         Ok(bytemuck::cast_vec(self.read_words(gpu)?))
+    }
+}
+
+/// Reads ranges of a tensor through one staging buffer ([`Tensor::range_reader`]).
+pub struct RangeReader<'a> {
+    gpu: &'a Gpu,
+    src: &'a Tensor,
+    staging: wgpu::Buffer,
+    cap: usize,
+}
+
+impl RangeReader<'_> {
+    /// Most elements one [`RangeReader::read`] returns.
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// Replaces `out` with the `len ≤ cap` f32 elements at element `offset` (waits for all
+    /// submitted work).
+    pub fn read(&self, offset: usize, len: usize, out: &mut Vec<f32>) -> Result<()> {
+        self.src.check_range(offset, len)?;
+        out.clear();
+        if len == 0 {
+            return Ok(());
+        }
+        if len > self.cap {
+            return Err(GpuError::Shape(format!(
+                "a read of {len} elements of '{}' exceeds its reader's {} elements",
+                self.src.label, self.cap
+            )));
+        }
+        let (gpu, bytes) = (self.gpu, 4 * len as u64);
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(&self.src.buffer, 4 * offset as u64, &self.staging, 0, bytes);
+        gpu.stats.submitted();
+        gpu.queue.submit([enc.finish()]);
+        gpu.stats.maps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.staging.map_async(wgpu::MapMode::Read, ..bytes, move |r| {
+            let _ = tx.send(r);
+        });
+        gpu.wait()?;
+        let what = &self.src.label;
+        let err = |e: &dyn std::fmt::Display| GpuError::Readback { what: what.to_string(), reason: e.to_string() };
+        rx.recv().map_err(|e| err(&e))?.map_err(|e| err(&e))?;
+        {
+            let view = self.staging.get_mapped_range(..bytes).map_err(|e| err(&e))?;
+            out.extend_from_slice(bytemuck::cast_slice::<u8, f32>(&view));
+        }
+        self.staging.unmap();
+        Ok(())
     }
 }
 

@@ -48,7 +48,17 @@ impl Model {
                 flat.len()
             )));
         }
-        let params = Tensor::from_f32(&gpu, "params", &[n], flat)?;
+        let model = Self::zeroed(gpu, cfg)?;
+        model.params.write_f32(&model.gpu, flat)?;
+        Ok(model)
+    }
+
+    /// A model whose parameters (and gradients and moments) are zeros, to be written (e.g. by
+    /// `checkpoint::load_to_device`, piece by piece).
+    pub fn zeroed(gpu: Arc<Gpu>, cfg: ModelConfig) -> Result<Model> {
+        let layout = Layout::new(&cfg);
+        let n = layout.total;
+        let params = Tensor::zeros(&gpu, "params", &[n], DType::F32)?;
         let grads = Tensor::zeros(&gpu, "grads", &[n], DType::F32)?;
         let adam_m = Tensor::zeros(&gpu, "adam.m", &[n], DType::F32)?;
         let adam_v = Tensor::zeros(&gpu, "adam.v", &[n], DType::F32)?;

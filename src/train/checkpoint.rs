@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::gpu::{Gpu, Tensor};
 use crate::model::{Layout, ModelConfig};
 use crate::tokenizer::Tokenizer;
 
@@ -31,6 +32,8 @@ pub enum CheckpointError {
     Corrupt { path: PathBuf, msg: String },
     #[error("'{path}': {msg}")]
     Content { path: PathBuf, msg: String },
+    #[error("'{path}': the device failed while the checkpoint was loaded into it: {source}")]
+    Device { path: PathBuf, source: Box<crate::gpu::GpuError> },
 }
 
 /// Where [`write_tmp`] puts the bytes of `path` before the rename: unique per process and per
@@ -107,28 +110,114 @@ pub fn remove_stale_tmp(dir: &Path) {
     }
 }
 
-/// Serialises tensors straight into the temporary file of `path` (no copy of the whole file in
-/// memory) and syncs it; on failure (or an injected full disk, which leaves half a file as a full
-/// disk would) removes it.
-fn write_tmp_tensors(
+/// The values of one flat buffer (parameters or a moment) being saved: a host slice, or a tensor
+/// on the device read back in pieces, so the host never holds a whole copy of it.
+#[derive(Clone, Copy)]
+pub enum Flat<'a> {
+    Host(&'a [f32]),
+    Device(&'a Gpu, &'a Tensor),
+}
+
+/// Elements per piece when a device buffer is streamed to or from a file (1 MiB).
+const PIECE: usize = 1 << 18;
+
+/// Serves ranges of a [`Flat`] from pieces of at most [`PIECE`] elements read in order.
+struct Pieces<'a> {
+    flat: Flat<'a>,
+    reader: Option<crate::gpu::RangeReader<'a>>,
+    /// The piece held: its first element and its values.
+    at: usize,
+    buf: Vec<f32>,
+}
+
+impl<'a> Pieces<'a> {
+    fn new(flat: Flat<'a>) -> Self {
+        let reader = match flat {
+            Flat::Device(gpu, t) => Some(t.range_reader(gpu, PIECE)),
+            Flat::Host(_) => None,
+        };
+        Pieces { flat, reader, at: 0, buf: Vec::new() }
+    }
+
+    /// Passes elements `offset .. offset + len` to `sink`, in one or more slices.
+    fn stream(
+        &mut self,
+        offset: usize,
+        len: usize,
+        sink: &mut dyn FnMut(&[f32]) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let (reader, total) = match (self.flat, &self.reader) {
+            (Flat::Host(s), _) => return sink(&s[offset..offset + len]),
+            (Flat::Device(_, t), Some(r)) => (r, t.len()),
+            (Flat::Device(..), None) => unreachable!("a device flat has a reader"),
+        };
+        let (mut i, end) = (offset, offset + len);
+        while i < end {
+            if !(self.at <= i && i < self.at + self.buf.len()) {
+                let n = reader.cap().min(total - i);
+                reader.read(i, n, &mut self.buf).map_err(std::io::Error::other)?;
+                self.at = i;
+            }
+            let stop = end.min(self.at + self.buf.len());
+            sink(&self.buf[i - self.at..stop - self.at])?;
+            i = stop;
+        }
+        Ok(())
+    }
+}
+
+/// One tensor of a file being written: its name, shape, the flat buffer it lives in and where.
+type Entry<'a> = (String, Vec<usize>, usize, usize);
+
+/// Writes a safetensors file (F32 tensors, `meta` as its metadata) into the temporary file of
+/// `path`, streaming each tensor from its flat buffer (`flats[entry.2]` at element `entry.3`), and
+/// syncs it: the host holds one piece of a device buffer at a time, never a copy of the file. On
+/// failure (or an injected full disk, which leaves half a file as a full disk would) removes it.
+fn write_tmp_flat(
     path: &Path,
-    named: Vec<(String, Vec<usize>, &[f32])>,
+    entries: &[Entry<'_>],
+    flats: &[Flat<'_>],
     meta: HashMap<String, String>,
     fail: bool,
 ) -> std::io::Result<PathBuf> {
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = named
-        .into_iter()
-        .map(|(n, shape, data)| {
-            (
-                n,
-                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, bytemuck::cast_slice(data))
-                    .unwrap(),
-            )
-        })
-        .collect();
+    // The header as the safetensors format has it: its byte length (u64, little-endian), then
+    // JSON naming each tensor's dtype, shape and byte range of the data that follows, padded
+    // with spaces so that the data starts 8-byte aligned.
+    let mut header = serde_json::Map::new();
+    header.insert("__metadata__".into(), serde_json::json!(meta));
+    let mut at = 0usize;
+    for (name, shape, _, _) in entries {
+        let bytes = 4 * shape.iter().product::<usize>();
+        header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": "F32", "shape": shape, "data_offsets": [at, at + bytes]}),
+        );
+        at += bytes;
+    }
+    let mut head = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
+    head.resize(head.len().next_multiple_of(8), b' ');
     with_tmp(path, |tmp| {
-        safetensors::serialize_to_file(views, Some(meta), tmp).map_err(std::io::Error::other)?;
-        let f = std::fs::OpenOptions::new().write(true).open(tmp)?;
+        let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(tmp)?);
+        f.write_all(&(head.len() as u64).to_le_bytes())?;
+        f.write_all(&head)?;
+        // The pieces of the buffer being written (one buffer's at a time).
+        let mut pieces: Option<(usize, Pieces<'_>)> = None;
+        for (_, shape, which, offset) in entries {
+            let n = shape.iter().product::<usize>();
+            if pieces.as_ref().is_none_or(|p| p.0 != *which) {
+                drop(pieces.take()); // the previous buffer's staging goes before the next one's
+                pieces = Some((*which, Pieces::new(flats[*which])));
+            }
+            let (_, pieces) = pieces.as_mut().expect("set above");
+            pieces.stream(*offset, n, &mut |vals| {
+                if cfg!(target_endian = "little") {
+                    f.write_all(bytemuck::cast_slice(vals))
+                } else {
+                    vals.iter().try_for_each(|v| f.write_all(&v.to_le_bytes()))
+                }
+            })?;
+        }
+        let f = f.into_inner().map_err(|e| e.into_error())?;
         if fail {
             let len = f.metadata()?.len();
             f.set_len(len / 2)?;
@@ -156,6 +245,33 @@ pub fn save(
     params: &[f32],
     moments: Option<(&[f32], &[f32], &RunState, &str)>,
 ) -> Result<(), CheckpointError> {
+    let moments = moments.map(|(m, v, s, r)| (Flat::Host(m), Flat::Host(v), s, r));
+    save_flat(dir, cfg, tok, layout, Flat::Host(params), moments)
+}
+
+/// Saves the checkpoint of a model on the device (parameters, moments and run state) into `dir`,
+/// streaming each buffer to its file in pieces: the host holds one piece, not the model.
+pub fn save_model(
+    dir: &Path,
+    model: &crate::model::Model,
+    tok: &Tokenizer,
+    state: &RunState,
+    run_cfg: &str,
+) -> Result<(), CheckpointError> {
+    let g = &*model.gpu;
+    let moments = Some((Flat::Device(g, &model.adam_m), Flat::Device(g, &model.adam_v), state, run_cfg));
+    save_flat(dir, &model.cfg, tok, &model.layout, Flat::Device(g, &model.params), moments)
+}
+
+/// [`save`] from either host slices or device buffers.
+pub fn save_flat(
+    dir: &Path,
+    cfg: &ModelConfig,
+    tok: &Tokenizer,
+    layout: &Layout,
+    params: Flat<'_>,
+    moments: Option<(Flat<'_>, Flat<'_>, &RunState, &str)>,
+) -> Result<(), CheckpointError> {
     fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
         move |source| CheckpointError::Io { path: path.to_path_buf(), source }
     }
@@ -167,19 +283,19 @@ pub fn save(
     meta.insert("config".to_string(), serde_json::to_string(cfg).unwrap());
     meta.insert("tokenizer".to_string(), tok.to_json());
     meta.insert("step".to_string(), step.to_string());
-    // Views into the flat buffers (no copy of the tensors before serialising them).
-    fn named<'a>(layout: &Layout, flat: &'a [f32], prefix: &str) -> Vec<(String, Vec<usize>, &'a [f32])> {
+    // Each tensor of `layout` in flat buffer `which`, named with `prefix`.
+    fn entries<'a>(layout: &Layout, which: usize, prefix: &str) -> Vec<Entry<'a>> {
         layout
             .specs
             .iter()
             .zip(&layout.offsets)
-            .map(|(s, &o)| (format!("{prefix}{}", s.name), s.shape.clone(), &flat[o..o + s.len()]))
+            .map(|(s, &o)| (format!("{prefix}{}", s.name), s.shape.clone(), which, o))
             .collect()
     }
     remove_stale_tmp(dir);
     let mp = dir.join(MODEL_FILE);
     let Some((m, v, state, run_cfg)) = moments else {
-        let tmp = write_tmp_tensors(&mp, named(layout, params, ""), meta, false).map_err(io(&mp))?;
+        let tmp = write_tmp_flat(&mp, &entries(layout, 0, ""), &[params], meta, false).map_err(io(&mp))?;
         return std::fs::rename(&tmp, &mp)
             .inspect_err(|_| {
                 let _ = std::fs::remove_file(&tmp);
@@ -190,8 +306,8 @@ pub fn save(
     let mut om = meta.clone();
     om.insert("state".to_string(), serde_json::to_string(state).unwrap());
     om.insert("run_config".to_string(), run_cfg.to_string());
-    let mut t = named(layout, m, "adam.m.");
-    t.extend(named(layout, v, "adam.v."));
+    let mut t = entries(layout, 0, "adam.m.");
+    t.extend(entries(layout, 1, "adam.v."));
 
     let op = dir.join(OPTIM_FILE);
     let prev = dir.join(OPTIM_PREV_FILE);
@@ -201,8 +317,8 @@ pub fn save(
     // between the renames leaves the old model with its moments in optim.prev (`load` picks the
     // moments file whose step matches the model's).
     let fail = injected_enospc();
-    let tmp_o = write_tmp_tensors(&op, t, om, false).map_err(io(&op))?;
-    let tmp_m = match write_tmp_tensors(&mp, named(layout, params, ""), meta, fail) {
+    let tmp_o = write_tmp_flat(&op, &t, &[m, v], om, false).map_err(io(&op))?;
+    let tmp_m = match write_tmp_flat(&mp, &entries(layout, 0, ""), &[params], meta, fail) {
         Ok(t) => t,
         Err(e) => {
             let _ = std::fs::remove_file(&tmp_o);
@@ -244,41 +360,48 @@ fn read_file(path: &Path) -> Result<Vec<u8>, CheckpointError> {
     std::fs::read(path).map_err(|source| CheckpointError::Io { path: path.to_path_buf(), source })
 }
 
-fn parse_tensors(
+/// The tensors of `st` for each prefix (in `layout`'s order) after checking names, shapes and
+/// dtypes against `layout`, and that nothing else is in the file; `cfg` names the config they were
+/// checked against in the errors of a model file.
+fn check_tensors<'b>(
     path: &Path,
-    bytes: &[u8],
+    st: &safetensors::SafeTensors<'b>,
     layout: &Layout,
-    prefix: &str,
-    cfg: &ModelConfig,
-) -> Result<Vec<f32>, CheckpointError> {
+    prefixes: &[&str],
+    cfg: Option<&ModelConfig>,
+) -> Result<Vec<Vec<(String, safetensors::tensor::TensorView<'b>)>>, CheckpointError> {
     let content = |msg: String| CheckpointError::Content { path: path.to_path_buf(), msg };
     // Tensors that do not fit the config: say which config they were checked against.
-    let cfg_note = format!(
-        "; the metadata config is variant {}, d_model {}, n_layers {}, d_v {}: the tensors were written for a \
-         different model (or the config was edited)",
-        cfg.variant, cfg.d_model, cfg.n_layers, cfg.d_v
-    );
-    let st = safetensors::SafeTensors::deserialize(bytes)
-        .map_err(|e| CheckpointError::Corrupt { path: path.to_path_buf(), msg: e.to_string() })?;
-    // Names, shapes and dtypes first: only a file that holds every tensor of the config (so at
-    // least as many bytes as the parameters need) gets the parameter buffer allocated.
+    let cfg_note = cfg
+        .map(|cfg| {
+            format!(
+                "; the metadata config is variant {}, d_model {}, n_layers {}, d_v {}: the tensors were written for a \
+                 different model (or the config was edited)",
+                cfg.variant, cfg.d_model, cfg.n_layers, cfg.d_v
+            )
+        })
+        .unwrap_or_default();
     let mut expected: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let mut views = Vec::with_capacity(layout.specs.len());
-    for s in &layout.specs {
-        let name = format!("{prefix}{}", s.name);
-        expected.insert(name.clone());
-        let t = st.tensor(&name).map_err(|_| content(format!("tensor '{name}' is missing{cfg_note}")))?;
-        if t.shape() != s.shape.as_slice() {
-            return Err(content(format!(
-                "tensor '{name}' has shape {:?}, the config needs {:?}{cfg_note}",
-                t.shape(),
-                s.shape
-            )));
+    let mut all = Vec::with_capacity(prefixes.len());
+    for prefix in prefixes {
+        let mut views = Vec::with_capacity(layout.specs.len());
+        for s in &layout.specs {
+            let name = format!("{prefix}{}", s.name);
+            expected.insert(name.clone());
+            let t = st.tensor(&name).map_err(|_| content(format!("tensor '{name}' is missing{cfg_note}")))?;
+            if t.shape() != s.shape.as_slice() {
+                return Err(content(format!(
+                    "tensor '{name}' has shape {:?}, the config needs {:?}{cfg_note}",
+                    t.shape(),
+                    s.shape
+                )));
+            }
+            if t.dtype() != safetensors::Dtype::F32 {
+                return Err(content(format!("tensor '{name}' has dtype {:?}, expected F32", t.dtype())));
+            }
+            views.push((name, t));
         }
-        if t.dtype() != safetensors::Dtype::F32 {
-            return Err(content(format!("tensor '{name}' has dtype {:?}, expected F32", t.dtype())));
-        }
-        views.push((name, t));
+        all.push(views);
     }
     let mut extra: Vec<String> =
         st.names().into_iter().filter(|n| !expected.contains(*n)).map(|s| s.to_string()).collect();
@@ -286,17 +409,117 @@ fn parse_tensors(
         extra.sort();
         return Err(content(format!("unknown tensor(s) for this model: {}{cfg_note}", extra.join(", "))));
     }
-    let mut out = vec![0.0f32; layout.total];
+    Ok(all)
+}
+
+fn deserialize<'b>(path: &Path, bytes: &'b [u8]) -> Result<safetensors::SafeTensors<'b>, CheckpointError> {
+    safetensors::SafeTensors::deserialize(bytes)
+        .map_err(|e| CheckpointError::Corrupt { path: path.to_path_buf(), msg: e.to_string() })
+}
+
+/// Decodes little-endian f32 bytes into `out` (same length in elements); the index of the first
+/// non-finite value, if any.
+fn decode_f32(bytes: &[u8], out: &mut [f32]) -> Option<usize> {
+    for (d, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+        *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+    }
+    out.iter().position(|x| !x.is_finite())
+}
+
+/// Copies checked tensors into a flat buffer at their layout offsets, refusing non-finite values.
+fn copy_tensors(
+    path: &Path,
+    views: &[(String, safetensors::tensor::TensorView<'_>)],
+    layout: &Layout,
+    out: &mut [f32],
+) -> Result<(), CheckpointError> {
     for ((name, t), (s, &o)) in views.iter().zip(layout.specs.iter().zip(&layout.offsets)) {
         let dst = &mut out[o..o + s.len()];
-        for (d, c) in dst.iter_mut().zip(t.data().chunks_exact(4)) {
-            *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        }
-        if let Some(i) = dst.iter().position(|x| !x.is_finite()) {
-            return Err(content(format!("tensor '{name}' holds a non-finite value ({}) at element {i}", dst[i])));
+        if let Some(i) = decode_f32(t.data(), dst) {
+            return Err(non_finite(path, name, i, dst[i]));
         }
     }
+    Ok(())
+}
+
+fn non_finite(path: &Path, name: &str, i: usize, x: f32) -> CheckpointError {
+    CheckpointError::Content {
+        path: path.to_path_buf(),
+        msg: format!("tensor '{name}' holds a non-finite value ({x}) at element {i}"),
+    }
+}
+
+fn parse_tensors(
+    path: &Path,
+    bytes: &[u8],
+    layout: &Layout,
+    prefix: &str,
+    cfg: &ModelConfig,
+) -> Result<Vec<f32>, CheckpointError> {
+    let st = deserialize(path, bytes)?;
+    // Names, shapes and dtypes first: only a file that holds every tensor of the config (so at
+    // least as many bytes as the parameters need) gets the parameter buffer allocated.
+    let views = check_tensors(path, &st, layout, &[prefix], Some(cfg))?.remove(0);
+    let mut out = vec![0.0f32; layout.total];
+    copy_tensors(path, &views, layout, &mut out)?;
     Ok(out)
+}
+
+/// Uploads checked tensors from the memory-mapped file `map` to their layout offsets in `dst`, in
+/// pieces, refusing non-finite values: the host holds a piece at a time, and the file's pages are
+/// let go of as they are passed (they would otherwise count as this process's memory).
+fn upload_tensors(
+    path: &Path,
+    map: &memmap2::Mmap,
+    views: &[(String, safetensors::tensor::TensorView<'_>)],
+    layout: &Layout,
+    gpu: &Gpu,
+    dst: &Tensor,
+) -> Result<(), CheckpointError> {
+    let device = |source: crate::gpu::GpuError| CheckpointError::Device { path: path.to_path_buf(), source: Box::new(source) };
+    let mut piece = vec![0.0f32; PIECE];
+    let mut queued = 0usize;
+    for ((name, t), (s, &o)) in views.iter().zip(layout.specs.iter().zip(&layout.offsets)) {
+        let data = t.data();
+        for (k, chunk) in data.chunks(4 * PIECE).enumerate() {
+            let vals = &mut piece[..chunk.len() / 4];
+            if let Some(i) = decode_f32(chunk, vals) {
+                return Err(non_finite(path, name, k * PIECE + i, vals[i]));
+            }
+            dst.write_f32_range(gpu, o + k * PIECE, vals).map_err(device)?;
+            queued += chunk.len();
+            // Queued writes hold a staging copy until the next submit: flush every few pieces.
+            if queued >= 16 * PIECE {
+                gpu.queue.submit([]);
+                gpu.wait().map_err(device)?;
+                queued = 0;
+            }
+            forget_pages(map, chunk);
+        }
+        debug_assert_eq!(data.len(), 4 * s.len());
+    }
+    gpu.queue.submit([]);
+    gpu.wait().map_err(device)
+}
+
+/// Drops the pages of `part` (a slice of `map`) from this process's resident memory; reading
+/// them again would fetch them from the file (or the page cache).
+fn forget_pages(map: &memmap2::Mmap, part: &[u8]) {
+    #[cfg(unix)]
+    {
+        const PAGE: usize = 4096;
+        let base = map.as_ptr() as usize;
+        let start = (part.as_ptr() as usize - base) / PAGE * PAGE;
+        let end = (part.as_ptr() as usize - base + part.len()) / PAGE * PAGE;
+        if end > start {
+            // SAFETY: the mapping is a read-only mapping of a file this process does not write;
+            // after MADV_DONTNEED a read of these pages reads the file again, so no slice into
+            // the map (the tensor views) ever sees different or invalid memory.
+            let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (map, part);
 }
 
 fn metadata(path: &Path, bytes: &[u8]) -> Result<HashMap<String, String>, CheckpointError> {
@@ -318,9 +541,9 @@ fn metadata(path: &Path, bytes: &[u8]) -> Result<HashMap<String, String>, Checkp
     Ok(md)
 }
 
-/// Parses the bytes of a `model.safetensors` (`mp` names it in errors): config, tokenizer, step
-/// and the flat parameters.
-pub fn parse_model(mp: &Path, bytes: &[u8]) -> Result<(ModelConfig, Tokenizer, usize, Vec<f32>), CheckpointError> {
+/// The config, tokenizer and step in the metadata of a `model.safetensors` (`mp` names it in
+/// errors), checked.
+fn model_meta(mp: &Path, bytes: &[u8]) -> Result<(ModelConfig, Tokenizer, usize), CheckpointError> {
     let content = |p: &Path, msg: String| CheckpointError::Content { path: p.to_path_buf(), msg };
     let md = metadata(mp, bytes)?;
     let cfg_s = md.get("config").ok_or_else(|| content(mp, "metadata 'config' is missing".into()))?;
@@ -341,9 +564,86 @@ pub fn parse_model(mp: &Path, bytes: &[u8]) -> Result<(ModelConfig, Tokenizer, u
         ));
     }
     let step: usize = md.get("step").and_then(|s| s.parse().ok()).unwrap_or(0);
+    Ok((config, tokenizer, step))
+}
+
+/// Parses the bytes of a `model.safetensors` (`mp` names it in errors): config, tokenizer, step
+/// and the flat parameters.
+pub fn parse_model(mp: &Path, bytes: &[u8]) -> Result<(ModelConfig, Tokenizer, usize, Vec<f32>), CheckpointError> {
+    let (config, tokenizer, step) = model_meta(mp, bytes)?;
     let layout = Layout::new(&config);
     let params = parse_tensors(mp, bytes, &layout, "", &config)?;
     Ok((config, tokenizer, step, params))
+}
+
+/// A checkpoint read into a model on the device ([`load_to_device`]).
+pub struct OnDevice {
+    pub model: crate::model::Model,
+    pub tokenizer: Tokenizer,
+    pub step: usize,
+    /// The run state and the saved run settings, when the moments were read.
+    pub optim: Option<(RunState, String)>,
+}
+
+fn map_file(path: &Path) -> Result<memmap2::Mmap, CheckpointError> {
+    let io = |source| CheckpointError::Io { path: path.to_path_buf(), source };
+    let f = std::fs::File::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => CheckpointError::MissingFile(path.to_path_buf()),
+        _ => io(e),
+    })?;
+    // SAFETY: checkpoint files are replaced by rename, never written in place, so the mapped file
+    // does not change under the map while it is read.
+    unsafe { memmap2::Mmap::map(&f) }.map_err(io)
+}
+
+/// Loads `dir`'s checkpoint straight into a new model on `gpu` (and its AdamW moments when
+/// `with_optim`), with the checks of [`load`]: each tensor goes from the memory-mapped file to its
+/// place in the device buffer in pieces, so the host never holds a copy of the parameters or the
+/// moments (what [`load`] and `Model::with_params` need).
+pub fn load_to_device(dir: &Path, gpu: std::sync::Arc<Gpu>, with_optim: bool) -> Result<OnDevice, CheckpointError> {
+    if !dir.is_dir() {
+        return Err(CheckpointError::MissingDir(dir.to_path_buf()));
+    }
+    let mp = dir.join(MODEL_FILE);
+    let (model, tokenizer, step, layout) = {
+        let map = map_file(&mp)?;
+        let (config, tokenizer, step) = model_meta(&mp, &map)?;
+        let layout = Layout::new(&config);
+        let st = deserialize(&mp, &map)?;
+        let views = check_tensors(&mp, &st, &layout, &[""], Some(&config))?.remove(0);
+        let model = crate::model::Model::zeroed(gpu.clone(), config)
+            .map_err(|source| CheckpointError::Device { path: mp.clone(), source: Box::new(source) })?;
+        upload_tensors(&mp, &map, &views, &layout, &gpu, &model.params)?;
+        (model, tokenizer, step, layout)
+    };
+    let optim = if with_optim {
+        let op = dir.join(OPTIM_FILE);
+        let prev = dir.join(OPTIM_PREV_FILE);
+        // As in `load`: the moments file whose step matches the model's.
+        let (op, om, state) = match optim_state(&op, step) {
+            Ok(x) => x,
+            Err(e) if prev.exists() => optim_state(&prev, step).map_err(|_| e)?,
+            Err(e) => return Err(e),
+        };
+        let map = map_file(&op)?;
+        let st = deserialize(&op, &map)?;
+        let mut both = check_tensors(&op, &st, &layout, &["adam.m.", "adam.v."], None)?;
+        let v = both.pop().expect("two prefixes");
+        let m = both.pop().expect("two prefixes");
+        upload_tensors(&op, &map, &m, &layout, &gpu, &model.adam_m)?;
+        upload_tensors(&op, &map, &v, &layout, &gpu, &model.adam_v)?;
+        Some((state, om.get("run_config").cloned().unwrap_or_default()))
+    } else {
+        None
+    };
+    Ok(OnDevice { model, tokenizer, step, optim })
+}
+
+/// The metadata and run state of a moments file, checked to hold `step`.
+fn optim_state(op: &Path, step: usize) -> Result<(PathBuf, HashMap<String, String>, RunState), CheckpointError> {
+    let map = map_file(op)?;
+    let (_, om, state) = optim_meta(op, &map, step)?;
+    Ok((op.to_path_buf(), om, state))
 }
 
 /// Loads `dir/model.safetensors` (and `optim.safetensors` when `with_optim`).
@@ -380,35 +680,157 @@ type OptimFile = (PathBuf, Vec<u8>, HashMap<String, String>, RunState);
 
 /// Reads a moments file and checks it holds `step`.
 fn read_optim(op: &Path, step: usize) -> Result<OptimFile, CheckpointError> {
-    let content = |p: &Path, msg: String| CheckpointError::Content { path: p.to_path_buf(), msg };
     let ob = read_file(op)?;
-    let om = metadata(op, &ob)?;
+    let (_, om, state) = optim_meta(op, &ob, step)?;
+    Ok((op.to_path_buf(), ob, om, state))
+}
+
+/// The metadata and run state of a moments file's bytes, checked to hold `step`.
+fn optim_meta(
+    op: &Path,
+    bytes: &[u8],
+    step: usize,
+) -> Result<((), HashMap<String, String>, RunState), CheckpointError> {
+    let content = |p: &Path, msg: String| CheckpointError::Content { path: p.to_path_buf(), msg };
+    let om = metadata(op, bytes)?;
     let state: RunState = serde_json::from_str(om.get("state").map(|s| s.as_str()).unwrap_or(""))
         .map_err(|e| content(op, format!("metadata 'state' is invalid: {e}")))?;
     if state.step != step {
         return Err(content(op, format!("holds step {} but model.safetensors holds step {step}", state.step)));
     }
-    Ok((op.to_path_buf(), ob, om, state))
+    Ok(((), om, state))
 }
 
 fn parse_two(path: &Path, bytes: &[u8], layout: &Layout, m: &mut [f32], v: &mut [f32]) -> Result<(), CheckpointError> {
-    let content = |msg: String| CheckpointError::Content { path: path.to_path_buf(), msg };
-    let st = safetensors::SafeTensors::deserialize(bytes)
-        .map_err(|e| CheckpointError::Corrupt { path: path.to_path_buf(), msg: e.to_string() })?;
-    for (prefix, out) in [("adam.m.", m), ("adam.v.", v)] {
-        for (s, &o) in layout.specs.iter().zip(&layout.offsets) {
-            let name = format!("{prefix}{}", s.name);
-            let t = st.tensor(&name).map_err(|_| content(format!("tensor '{name}' is missing")))?;
-            if t.shape() != s.shape.as_slice() {
-                return Err(content(format!("tensor '{name}' has shape {:?}, expected {:?}", t.shape(), s.shape)));
-            }
-            if t.dtype() != safetensors::Dtype::F32 {
-                return Err(content(format!("tensor '{name}' has dtype {:?}, expected F32", t.dtype())));
-            }
-            for (d, c) in out[o..o + s.len()].iter_mut().zip(t.data().chunks_exact(4)) {
-                *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+    let st = deserialize(path, bytes)?;
+    let both = check_tensors(path, &st, layout, &["adam.m.", "adam.v."], None)?;
+    copy_tensors(path, &both[0], layout, m)?;
+    copy_tensors(path, &both[1], layout, v)
+}
+
+/// The folder of a run's kept checkpoints.
+pub const KEPT_DIR: &str = "checkpoints";
+/// The best checkpoint's folder inside [`KEPT_DIR`] and its record there.
+pub const BEST_DIR: &str = "best";
+pub const BEST_FILE: &str = "best.json";
+/// A run's small files copied into each kept checkpoint, so that it is a run folder of its own
+/// (`ddl eval`, `ddl generate` and `--resume` take it).
+const RUN_FILES: [&str; 2] = ["config.toml", "data.json"];
+
+/// The best checkpoint's record (`checkpoints/best/best.json`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Best {
+    pub step: usize,
+    /// Validation loss over the periodic subset (the windows every evaluation covers).
+    pub val_loss: f64,
+    /// Tokens of that subset.
+    pub val_tokens: usize,
+}
+
+/// The name of step `step`'s kept checkpoint folder.
+pub fn step_dir_name(step: usize) -> String {
+    format!("step-{step:08}")
+}
+
+/// A hard link of `src` at `dst` (the file is not copied: the run folder's own checkpoint files
+/// are replaced by rename at the next save, so the link keeps this version); a copy where the file
+/// system has no hard links.
+fn link_or_copy(src: &Path, dst: &Path) -> std::io::Result<()> {
+    std::fs::hard_link(src, dst).or_else(|_| std::fs::copy(src, dst).map(|_| ()))
+}
+
+/// Fills a new folder `tmp` with the checkpoint at the top of `run` (model and moments linked,
+/// the run's small files copied), then renames it to `dst`, replacing what was there.
+fn snapshot(run: &Path, tmp: &Path, dst: &Path, extra: Option<(&str, &[u8])>) -> std::io::Result<()> {
+    let _ = std::fs::remove_dir_all(tmp);
+    std::fs::create_dir_all(tmp)?;
+    let fill = || -> std::io::Result<()> {
+        for f in [MODEL_FILE, OPTIM_FILE] {
+            link_or_copy(&run.join(f), &tmp.join(f))?;
+        }
+        for f in RUN_FILES {
+            if run.join(f).exists() {
+                std::fs::copy(run.join(f), tmp.join(f))?;
             }
         }
+        if let Some((name, bytes)) = extra {
+            std::fs::write(tmp.join(name), bytes)?;
+        }
+        sync_dir(tmp);
+        // Replace `dst` by renames only: the old folder moves aside first, then goes.
+        let old = PathBuf::from(format!("{}.old", tmp.display()));
+        if dst.exists() {
+            std::fs::rename(dst, &old)?;
+        }
+        std::fs::rename(tmp, dst)?;
+        let _ = std::fs::remove_dir_all(&old);
+        sync_dir(dst.parent().unwrap_or(Path::new(".")));
+        Ok(())
+    };
+    fill().inspect_err(|_| {
+        let _ = std::fs::remove_dir_all(tmp);
+    })
+}
+
+/// Temporary folders of [`snapshot`] left by killed writers (not this process's).
+fn remove_stale_snapshots(kept: &Path) {
+    let ours = format!(".tmp-{}", std::process::id());
+    let Ok(entries) = std::fs::read_dir(kept) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.starts_with('.') && name.contains(".tmp-") && !name.contains(&ours) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// The steps of the kept checkpoints of `run`, oldest first.
+pub fn kept_steps(run: &Path) -> Vec<usize> {
+    let mut steps: Vec<usize> = std::fs::read_dir(run.join(KEPT_DIR))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("step-")?.parse().ok())
+        .collect();
+    steps.sort_unstable();
+    steps
+}
+
+/// Keeps the checkpoint just saved at the top of `run` (step `step`) as
+/// `checkpoints/step-NNNNNNNN/` and removes the kept ones beyond the newest `keep` (`keep = 0`:
+/// none kept, and earlier ones removed). Kept files are hard links where the file system allows:
+/// a kept checkpoint costs disk space only once the run folder's own files have moved on.
+pub fn keep_step(run: &Path, step: usize, keep: usize) -> Result<(), CheckpointError> {
+    let kept = run.join(KEPT_DIR);
+    let io = |source| CheckpointError::Io { path: kept.clone(), source };
+    if keep > 0 {
+        std::fs::create_dir_all(&kept).map_err(io)?;
+        remove_stale_snapshots(&kept);
+        let name = step_dir_name(step);
+        let tmp = kept.join(format!(".{name}.tmp-{}", std::process::id()));
+        snapshot(run, &tmp, &kept.join(&name), None).map_err(io)?;
+    }
+    let steps = kept_steps(run);
+    for s in &steps[..steps.len().saturating_sub(keep)] {
+        std::fs::remove_dir_all(kept.join(step_dir_name(*s))).map_err(io)?;
     }
     Ok(())
+}
+
+/// The best checkpoint's record, when `run` has one.
+pub fn read_best(run: &Path) -> Option<Best> {
+    let text = std::fs::read_to_string(run.join(KEPT_DIR).join(BEST_DIR).join(BEST_FILE)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Makes the checkpoint at the top of `run` the best one: `checkpoints/best/` (linked as
+/// [`keep_step`] does) with `best.json` recording its step and validation loss.
+pub fn mark_best(run: &Path, best: &Best) -> Result<(), CheckpointError> {
+    let kept = run.join(KEPT_DIR);
+    let io = |source| CheckpointError::Io { path: kept.join(BEST_DIR), source };
+    std::fs::create_dir_all(&kept).map_err(io)?;
+    remove_stale_snapshots(&kept);
+    let tmp = kept.join(format!(".{BEST_DIR}.tmp-{}", std::process::id()));
+    let record = serde_json::to_vec_pretty(best).map_err(|e| io(std::io::Error::other(e)))?;
+    snapshot(run, &tmp, &kept.join(BEST_DIR), Some((BEST_FILE, &record))).map_err(io)
 }

@@ -41,6 +41,10 @@ pub struct TrainConfig {
     pub val_max_tokens: usize,
     /// Write a checkpoint every this many steps (0 = only at the end).
     pub checkpoint_every: usize,
+    /// Checkpoints kept as `checkpoints/step-NNNNNNNN/` besides the run folder's own (the newest
+    /// N; 0 = none). The best by validation loss is kept as `checkpoints/best/` either way.
+    #[serde(default = "default_checkpoint_keep")]
+    pub checkpoint_keep: usize,
     /// Print/log every this many steps.
     pub log_every: usize,
     /// Fraction of the corpus held out for validation.
@@ -52,6 +56,10 @@ pub struct TrainConfig {
     /// Store the expanded states in half precision (`--f16-state`; [`crate::model::Model::set_state_f16`]).
     #[serde(default)]
     pub state_f16: bool,
+}
+
+fn default_checkpoint_keep() -> usize {
+    2
 }
 
 impl TrainConfig {
@@ -80,6 +88,7 @@ impl TrainConfig {
             eval_batches: 8,
             val_max_tokens: 0,
             checkpoint_every: 500,
+            checkpoint_keep: 2,
             log_every: 10,
             val_fraction: 0.1,
             seed: 1337,
@@ -124,6 +133,13 @@ impl TrainConfig {
                 format!("batch_size × seq_len at most 2^32 − 1 tokens, got {tokens}"),
             )
             .remedy("lower train.batch_size and raise train.grad_accum (same global batch, less memory)"));
+        }
+        if self.checkpoint_keep > 1 << 20 {
+            return e(
+                "checkpoint_keep",
+                &self.checkpoint_keep,
+                "expected an integer in 0 ..= 2^20 (checkpoints kept besides the latest; 0 = none)".into(),
+            );
         }
         if !(self.lr >= 0.0 && self.lr.is_finite()) {
             return e("lr", &self.lr, "expected a finite number ≥ 0 (the peak learning rate)".into());

@@ -99,6 +99,8 @@ pub struct Summary {
     /// Tokens the final validation loss covers (the whole validation split, or
     /// `train.val_max_tokens`).
     pub val_tokens: Option<usize>,
+    /// The best checkpoint (`checkpoints/best/`), when evaluations chose one.
+    pub best: Option<checkpoint::Best>,
     pub tokens_per_s: f64,
     pub interrupted: bool,
     /// (peak resident bytes the run added after the device was created, the memory plan's
@@ -212,6 +214,10 @@ pub struct Eval {
     pub loss: f64,
     /// Predicted tokens it covers.
     pub tokens: usize,
+    /// The loss and tokens of its part over the periodic subset (the first `train.eval_batches`
+    /// batches of windows, which every evaluation covers): the number evaluations of different
+    /// spans are compared by (the best checkpoint).
+    pub subset: (f64, usize),
 }
 
 /// The windows `span` covers at a program's batch `b` and length `t`.
@@ -248,8 +254,9 @@ pub fn evaluate_sharded(
     let (b, len) = (prog.b(), prog.t());
     let windows = eval_windows(data, t, span, b, len);
     let batches = windows.div_ceil(b);
-    let mut sum = 0.0f64;
-    let mut count = 0.0f64;
+    // The periodic subset is the first batches of every span.
+    let subset_batches = eval_windows(data, t, EvalSpan::Periodic, b, len).div_ceil(b).min(batches);
+    let mut sums = [0.0f64; 4]; // loss·tokens and tokens, all and the subset
     for i in (comm.rank()..batches).step_by(comm.size()) {
         let (x, mut y) = data.val_batch(i * b, b, len);
         // Rows past the span's last window predict nothing.
@@ -258,15 +265,22 @@ pub fn evaluate_sharded(
         }
         prog.set_batch(model, &x, &y)?;
         let (loss, n) = model.eval_loss(prog)?;
-        sum += loss as f64 * n as f64;
-        count += n as f64;
+        sums[0] += loss as f64 * n as f64;
+        sums[1] += n as f64;
+        if i < subset_batches {
+            sums[2] += loss as f64 * n as f64;
+            sums[3] += n as f64;
+        }
     }
     if comm.is_distributed() {
-        let mut sc = [sum, count];
-        comm.all_reduce_sum_f64(&mut sc, "validation loss");
-        (sum, count) = (sc[0], sc[1]);
+        comm.all_reduce_sum_f64(&mut sums, "validation loss");
     }
-    Ok(Eval { loss: if count > 0.0 { sum / count } else { f64::NAN }, tokens: count as usize })
+    let mean = |s: f64, n: f64| if n > 0.0 { s / n } else { f64::NAN };
+    Ok(Eval {
+        loss: mean(sums[0], sums[1]),
+        tokens: sums[1] as usize,
+        subset: (mean(sums[2], sums[3]), sums[3] as usize),
+    })
 }
 
 /// Mean β of every sublayer (DDL variants) of the last forward pass of `prog`.

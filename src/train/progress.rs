@@ -131,3 +131,38 @@ pub fn rss() -> Option<(u64, u64)> {
 pub fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
+
+/// With `DDL_TRACE_MEMORY=1`, prints the resident size (current and peak, MiB above `base`) at a
+/// named stage of a run to stderr: where a run's memory goes, measured.
+pub fn trace_memory(stage: &str, base: Option<u64>, tensors: u64) {
+    if std::env::var_os("DDL_TRACE_MEMORY").is_none_or(|v| v == "0") {
+        return;
+    }
+    if let Some((now, peak)) = rss() {
+        let b = base.unwrap_or(0);
+        let mib = |x: u64| x.saturating_sub(b) as f64 / (1u64 << 20) as f64;
+        eprintln!(
+            "memory at {stage}: resident +{:.1} MiB, peak +{:.1} MiB, GPU tensors {:.1} MiB",
+            mib(now),
+            mib(peak),
+            tensors as f64 / (1u64 << 20) as f64
+        );
+        if std::env::var("DDL_TRACE_MEMORY").as_deref() == Ok("2") {
+            let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+            let mut cur = String::new();
+            let mut rows = Vec::new();
+            for l in smaps.lines() {
+                if l.starts_with("Rss:") {
+                    let kb: u64 = l.split_whitespace().nth(1).unwrap().parse().unwrap();
+                    rows.push((kb, cur.clone()));
+                } else if !l.contains(':') || l.split_whitespace().next().is_some_and(|w| w.contains('-')) {
+                    cur = l.to_string();
+                }
+            }
+            rows.sort();
+            for (kb, name) in rows.iter().rev().take(12) {
+                eprintln!("   {:>8} KiB  {name}", kb);
+            }
+        }
+    }
+}

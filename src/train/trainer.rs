@@ -55,6 +55,9 @@ pub(super) struct Trainer<'c> {
     pub step: usize,
     last_loss: f32,
     val_loss: Option<f64>,
+    /// The last evaluation and its step; the best checkpoint so far.
+    last_eval: Option<(usize, super::Eval)>,
+    best: Option<checkpoint::Best>,
     /// Tokens the final evaluation covered (the whole validation split).
     val_tokens: Option<usize>,
     losses: Vec<f32>,
@@ -122,12 +125,14 @@ impl<'c> Trainer<'c> {
         // Resident memory from here on (the device exists): what the run itself adds.
         super::progress::reset_peak_rss();
         let rss0 = super::progress::rss().map(|r| r.0);
-        Self::open_in(gpu, opts, comm, dist, rss0).inspect_err(|_| {
-            if created {
-                // Only when empty (the lock is gone with the failed attempt).
-                let _ = std::fs::remove_dir(&out);
-            }
-        })
+        Self::open_in(gpu, opts, comm, dist, rss0)
+            .inspect(|t| super::progress::trace_memory("the run's start", rss0, t.gpu.stats.live()))
+            .inspect_err(|_| {
+                if created {
+                    // Only when empty (the lock is gone with the failed attempt).
+                    let _ = std::fs::remove_dir(&out);
+                }
+            })
     }
 
     fn open_in(
@@ -156,8 +161,8 @@ impl<'c> Trainer<'c> {
         let mut run = opts.run.clone();
         let mut dataset = None;
         let (mut model, tok, start, elapsed0) = if opts.resume {
-            let ck = checkpoint::load(&out, true)?;
-            let (m, v, state, run_cfg) = ck.optim.expect("loaded with optimizer state");
+            let ck = checkpoint::load_to_device(&out, gpu.clone(), true)?;
+            let (state, run_cfg) = ck.optim.expect("loaded with optimizer state");
             if !run_cfg.is_empty() {
                 let saved: RunConfig = toml::from_str(&run_cfg).map_err(|e| {
                     TrainError::Settings(format!(
@@ -170,16 +175,13 @@ impl<'c> Trainer<'c> {
                 run = saved;
                 run.train.skip_nonfinite |= skip;
             }
-            if run.model != ck.config {
+            if run.model != ck.model.cfg {
                 return Err(TrainError::Settings(format!(
                     "{}: the checkpoint's model config differs from its run config",
                     out.display()
                 )));
             }
-            let model = Model::with_params(gpu.clone(), ck.config.clone(), &ck.params)?;
-            model.adam_m.write_f32(&gpu, &m)?;
-            model.adam_v.write_f32(&gpu, &v)?;
-            (model, ck.tokenizer, state.step, state.elapsed)
+            (ck.model, ck.tokenizer, state.step, state.elapsed)
         } else {
             // Paths that work from any directory; settings first: a bad value is reported before
             // the corpus is read and tokenised.
@@ -192,6 +194,7 @@ impl<'c> Trainer<'c> {
             dataset = Some(ds);
             (model, tok, 0, 0.0)
         };
+        super::progress::trace_memory("the model's creation", rss0, gpu.stats.live());
         run.validate()?;
         // The memory plan against what the adapter reports (largest buffer; a CPU adapter's host
         // memory), before any program is allocated or anything written.
@@ -296,6 +299,7 @@ impl<'c> Trainer<'c> {
         let prog = model.program_with(t.batch_size, t.seq_len, &opt0, objective).map_err(hint)?;
         // Evaluation runs over the training program's activations: no second set.
         let eval_prog = model.forward_program_sharing(&prog).map_err(hint)?;
+        super::progress::trace_memory("the programs' creation", rss0, gpu.stats.live());
         let metrics = out.join("metrics.jsonl");
         if lead && !opts.resume {
             let _ = std::fs::remove_file(&metrics);
@@ -368,6 +372,8 @@ impl<'c> Trainer<'c> {
             step: start,
             last_loss: f32::NAN,
             val_loss: None,
+            last_eval: None,
+            best: if opts.resume { checkpoint::read_best(&opts.out) } else { None },
             val_tokens: None,
             losses: Vec::new(),
             interrupted: false,
@@ -552,6 +558,9 @@ impl<'c> Trainer<'c> {
     /// `eval_every` steps, a checkpoint every `checkpoint_every` steps.
     pub fn after_step(&mut self) -> Result<(), TrainError> {
         let (t, step) = (&self.t, self.step);
+        if step <= self.start + 2 {
+            super::progress::trace_memory(&format!("step {step}"), self.rss0, self.gpu.stats.live());
+        }
         let checkpoint_now = t.checkpoint_every > 0 && step % t.checkpoint_every == 0 && step < self.end;
         if self.distributed && (step == self.start + 1 || checkpoint_now) {
             params_in_sync(&self.model, self.comm, step)?;
@@ -580,24 +589,40 @@ impl<'c> Trainer<'c> {
     /// The validation loss (shared out over the ranks), logged with the tokens it covers.
     fn evaluate(&mut self, span: super::EvalSpan) -> Result<super::Eval, TrainError> {
         let e = evaluate_sharded(&self.model, &self.eval_prog, &self.data, &self.t, span, self.comm)?;
+        super::progress::trace_memory(
+            &format!("evaluation after step {}", self.step),
+            self.rss0,
+            self.gpu.stats.live(),
+        );
         self.val_loss = Some(e.loss);
+        self.last_eval = Some((self.step, e));
         let full = span == super::EvalSpan::Full;
         self.append(&json!({"step": self.step, "val_loss": e.loss, "val_ppl": e.loss.exp(), "val_tokens": e.tokens, "val_full": full}))?;
         Ok(e)
     }
 
     /// The checkpoint of the current step (rank 0).
-    fn save(&self) -> Result<(), TrainError> {
+    fn save(&mut self) -> Result<(), TrainError> {
         if !self.lead {
             return Ok(());
         }
-        let (model, step) = (&self.model, self.step);
-        let p = model.read_params()?;
-        let m = model.adam_m.read_f32(&model.gpu)?;
-        let v = model.adam_v.read_f32(&model.gpu)?;
+        let step = self.step;
         let state = checkpoint::RunState { step, elapsed: self.elapsed() };
-        checkpoint::save(&self.out, &model.cfg, &self.tok, &model.layout, &p, Some((&m, &v, &state, &self.run_toml)))
-            .map_err(|source| TrainError::Save { step, dir: self.out.clone(), source })
+        let err = |source| TrainError::Save { step, dir: self.out.clone(), source };
+        checkpoint::save_model(&self.out, &self.model, &self.tok, &state, &self.run_toml).map_err(err)?;
+        checkpoint::keep_step(&self.out, step, self.t.checkpoint_keep).map_err(err)?;
+        // The best by the validation loss over the subset every evaluation covers.
+        if let Some((at, e)) = self.last_eval
+            && at == step
+            && e.subset.1 > 0
+            && self.best.as_ref().is_none_or(|b| e.subset.0 < b.val_loss)
+        {
+            let best = checkpoint::Best { step, val_loss: e.subset.0, val_tokens: e.subset.1 };
+            checkpoint::mark_best(&self.out, &best).map_err(err)?;
+            self.best = Some(best);
+        }
+        super::progress::trace_memory(&format!("the checkpoint of step {step}"), self.rss0, self.gpu.stats.live());
+        Ok(())
     }
 
     /// The last evaluation (unless interrupted), the checkpoint, the data-parallel report and
@@ -625,6 +650,7 @@ impl<'c> Trainer<'c> {
             step,
             last_loss: self.last_loss,
             val_loss: self.val_loss,
+            best: self.best.clone(),
             val_tokens: self.val_tokens,
             tokens_per_s: self.tok_s,
             interrupted: self.interrupted,
