@@ -476,6 +476,39 @@ pub(crate) enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// The data path at scale: makes a small and a large (≥ 1 GB) shard set from synthetic text
+    /// with `ddl data prepare`, then per set: opening it, drawing batches from the mapped shards,
+    /// and a short `ddl train --data` run (start-up, data wait per step, peak resident memory).
+    Data {
+        /// Shard size of the large set in MiB (two bytes per token).
+        #[arg(long, value_parser = positive, default_value_t = 1100)]
+        mib: usize,
+        /// Shard size of the small set in MiB.
+        #[arg(long, value_parser = positive, default_value_t = 16)]
+        small_mib: usize,
+        /// Where the sets are made (default: a new folder in the system's temporary directory);
+        /// removed afterwards unless --keep.
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+        /// Keep the shard sets and runs.
+        #[arg(long)]
+        keep: bool,
+        /// Training steps per set.
+        #[arg(long, value_parser = positive, default_value_t = 20)]
+        steps: usize,
+        /// The model trained (a preset: tiny, shakespeare-char, small-124m, medium-353m).
+        #[arg(long, default_value = "tiny")]
+        preset: String,
+        /// Its variant.
+        #[arg(long, default_value = "ddl")]
+        variant: String,
+        /// Batches drawn and timed per set outside training.
+        #[arg(long, value_parser = positive, default_value_t = 200)]
+        draws: usize,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Device buffer copy bandwidth (the memory ceiling for bandwidth-bound kernels).
     Copy {
         /// Buffer size in MiB.

@@ -569,6 +569,7 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
         | BenchCmd::Kernels { json, .. }
         | BenchCmd::Train { json, .. }
         | BenchCmd::Generate { json, .. }
+        | BenchCmd::Data { json, .. }
         | BenchCmd::Copy { json, .. } => *json,
     };
     if json {
@@ -664,6 +665,23 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 anyhow::bail!("--contexts: {bad} is too short (at least 2)");
             }
             ddl::bench::generate_rows(&gpu, &cfg, &contexts, reps, |r| print_row(&r, json))?;
+        }
+        BenchCmd::Data { mib, small_mib, dir, keep, steps, preset, variant, draws, json } => {
+            let variant = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
+            ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
+            let dir =
+                dir.unwrap_or_else(|| std::env::temp_dir().join(format!("ddl-bench-data-{}", std::process::id())));
+            if !json {
+                println!(
+                    "adapter: {} ({:?}); sets of {small_mib} and {mib} MiB of shards in {}; {steps} steps of {preset} {} each",
+                    gpu.info.name,
+                    gpu.info.backend,
+                    dir.display(),
+                    variant.name()
+                );
+            }
+            let o = ddl::bench::data::DataBench { dir, small_mib, mib, steps, preset, variant, draws, keep };
+            ddl::bench::data::data_rows(&gpu, &o, |r| print_row(&r, json))?;
         }
         BenchCmd::Copy { mib, reps, json } => {
             let r = ddl::bench::copy_bandwidth(&gpu, mib, reps)?;

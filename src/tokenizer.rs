@@ -57,13 +57,48 @@ pub struct CharTokenizer {
     pub chars: Vec<char>,
     #[serde(skip)]
     index: HashMap<char, u32>,
+    /// The ids of ASCII characters (`u32::MAX`: not in the vocabulary), the fast path of `encode`.
+    #[serde(skip)]
+    ascii: Vec<u32>,
+}
+
+/// The distinct characters of some text, collected piece by piece: ASCII in a table, the rest in
+/// a set (a set insert per character was most of `ddl data prepare`'s time on char vocabularies).
+pub struct CharSet {
+    ascii: [bool; 128],
+    other: std::collections::BTreeSet<char>,
+}
+
+impl Default for CharSet {
+    fn default() -> Self {
+        CharSet { ascii: [false; 128], other: Default::default() }
+    }
+}
+
+impl CharSet {
+    pub fn add(&mut self, text: &str) {
+        // Bytes below 128 are ASCII characters in UTF-8 (never part of a longer one).
+        for b in text.bytes().filter(|b| b.is_ascii()) {
+            self.ascii[b as usize] = true;
+        }
+        if !text.is_ascii() {
+            self.other.extend(text.chars().filter(|c| !c.is_ascii()));
+        }
+    }
+
+    /// The characters, sorted.
+    pub fn chars(&self) -> Vec<char> {
+        let ascii = (0u8..128).filter(|&b| self.ascii[b as usize]).map(char::from);
+        ascii.chain(self.other.iter().copied()).collect()
+    }
 }
 
 impl CharTokenizer {
     /// The sorted set of characters of `text`.
     pub fn from_corpus(text: &str) -> Result<Self, TokenizerError> {
-        let mut chars: Vec<char> = text.chars().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
-        chars.dedup();
+        let mut set = CharSet::default();
+        set.add(text);
+        let chars = set.chars();
         if chars.is_empty() {
             return Err(TokenizerError::Empty);
         }
@@ -72,8 +107,17 @@ impl CharTokenizer {
 
     /// A tokenizer whose id `i` is `chars[i]`.
     pub fn from_chars(chars: Vec<char>) -> Self {
-        let index = chars.iter().enumerate().map(|(i, &c)| (c, i as u32)).collect();
-        CharTokenizer { chars, index }
+        let index: HashMap<char, u32> = chars.iter().enumerate().map(|(i, &c)| (c, i as u32)).collect();
+        let ascii = (0u8..128).map(|b| index.get(&char::from(b)).copied().unwrap_or(u32::MAX)).collect();
+        CharTokenizer { chars, index, ascii }
+    }
+
+    /// The id of `ch`.
+    fn id(&self, ch: char) -> Option<u32> {
+        match self.ascii.get(ch as usize) {
+            Some(&id) if ch.is_ascii() => (id != u32::MAX).then_some(id),
+            _ => self.index.get(&ch).copied(),
+        }
     }
 }
 
@@ -210,9 +254,7 @@ impl Tokenizer {
         match self {
             Tokenizer::Char(c) => text
                 .char_indices()
-                .map(|(pos, ch)| {
-                    c.index.get(&ch).copied().ok_or(TokenizerError::Unknown { ch, pos, vocab: c.chars.len() })
-                })
+                .map(|(pos, ch)| c.id(ch).ok_or(TokenizerError::Unknown { ch, pos, vocab: c.chars.len() }))
                 .collect(),
             Tokenizer::Bpe(t) => {
                 let err = |e: tokenizers::Error| TokenizerError::Encode(e.to_string());

@@ -848,3 +848,40 @@ fn token_ids_outside_the_vocabulary_are_refused_before_the_gpu_sees_them() {
     assert_eq!(cache.pos, 0, "a refused token does not advance the cache");
     prog.set_batch(&model, &[0, 1, v - 1, 2], &[-1; 4]).unwrap();
 }
+
+#[test]
+fn the_data_benchmark_prepares_draws_and_trains_each_set_and_cleans_up() {
+    // At a few MiB (the real one makes ≥ 1 GB): every row is there with finite numbers, each
+    // training run wrote its summary.json (read for start-up and memory), and the folder is gone.
+    let dir = tmpdir("benchdata");
+    let work = dir.join("sets");
+    let o = ddl_cmd(&dir)
+        .args(["bench", "data", "--mib", "3", "--small-mib", "1", "--steps", "2", "--draws", "5", "--json", "--dir"])
+        .arg(&work)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    let rows: Vec<serde_json::Value> = out.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    for set in ["small", "large"] {
+        for bench in ["data_prepare", "data_draw", "data_train"] {
+            let r = rows
+                .iter()
+                .find(|r| r["bench"] == bench && r["set"] == set)
+                .unwrap_or_else(|| panic!("no {bench} row for the {set} set in {out}"));
+            let keys: &[&str] = match bench {
+                "data_prepare" => &["shard_mb", "seconds", "mb_per_s", "tokens"],
+                "data_draw" => &["open_s", "draw_ms_mean", "draw_ms_max"],
+                _ => &["startup_s", "data_open_s", "data_ms_mean", "tokens_per_s", "peak_rss_added_mib", "plan_mib"],
+            };
+            for k in keys {
+                let v = r[k].as_f64().unwrap_or(f64::NAN);
+                assert!(v.is_finite() && v >= 0.0, "{bench} {set}: {k} = {v} in {r}");
+            }
+        }
+    }
+    let large = rows.iter().find(|r| r["bench"] == "data_prepare" && r["set"] == "large").unwrap();
+    assert!(large["shard_mb"].as_f64().unwrap() > 3.0, "{large}");
+    assert_eq!(rows.iter().find(|r| r["bench"] == "data_train").unwrap()["steps"], 2);
+    assert!(!work.exists(), "the benchmark's folder was left behind");
+}

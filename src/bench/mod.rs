@@ -1,6 +1,7 @@
 //! Benchmarks behind `ddl bench ...`. Each result is a row for humans or a JSON line for scripts.
 
 mod cases;
+pub mod data;
 mod text;
 
 use std::time::Instant;

@@ -46,6 +46,46 @@ impl Row {
                 v["module"].as_str().unwrap_or(""),
                 v["error"].as_str().unwrap_or("")
             ),
+            Some("data_prepare") => writeln!(
+                out,
+                "{:<5} prepare: {:.1} MB of text -> {} shard(s), {:.1} MB, {} tokens in {:.1} s ({:.1} MB/s, {:.2} M tokens/s); peak resident +{}",
+                v["set"].as_str().unwrap_or(""),
+                v["text_mb"].as_f64().unwrap_or(0.0),
+                v["shards"],
+                v["shard_mb"].as_f64().unwrap_or(0.0),
+                v["tokens"],
+                v["seconds"].as_f64().unwrap_or(0.0),
+                v["mb_per_s"].as_f64().unwrap_or(0.0),
+                v["tokens_per_s"].as_f64().unwrap_or(0.0) / 1e6,
+                mib_text(&v["peak_rss_added_mib"])
+            ),
+            Some("data_draw") => writeln!(
+                out,
+                "{:<5} draw:    opened {} training tokens in {:.3} s; {} batches of {} tokens: {:.3} ms mean, {:.3} median, {:.3} max; peak resident +{}",
+                v["set"].as_str().unwrap_or(""),
+                v["train_tokens"],
+                v["open_s"].as_f64().unwrap_or(0.0),
+                v["draws"],
+                v["batch_tokens"],
+                v["draw_ms_mean"].as_f64().unwrap_or(0.0),
+                v["draw_ms_median"].as_f64().unwrap_or(0.0),
+                v["draw_ms_max"].as_f64().unwrap_or(0.0),
+                mib_text(&v["peak_rss_added_mib"])
+            ),
+            Some("data_train") => writeln!(
+                out,
+                "{:<5} train:   {} steps; start-up {:.2} s (data {:.3} s); waited for batches {:.3} ms at the first step, then at most {:.3} ms (mean {:.3}); {:.0} tok/s; peak resident +{} (plan {})",
+                v["set"].as_str().unwrap_or(""),
+                v["steps"],
+                v["startup_s"].as_f64().unwrap_or(0.0),
+                v["data_open_s"].as_f64().unwrap_or(0.0),
+                v["data_ms_first"].as_f64().unwrap_or(0.0),
+                v["data_ms_max_after_first"].as_f64().unwrap_or(0.0),
+                v["data_ms_mean"].as_f64().unwrap_or(0.0),
+                v["tokens_per_s"].as_f64().unwrap_or(0.0),
+                mib_text(&v["peak_rss_added_mib"]),
+                mib_text(&v["plan_mib"])
+            ),
             Some("copy") => writeln!(
                 out,
                 "copy {} MiB: {:.3} ms, {:.2} GB/s (read+write)",
@@ -192,4 +232,9 @@ mod tests {
         let other = Row(json!({"bench": "forms", "x": 1}));
         assert_eq!(other.text(), "{\"bench\":\"forms\",\"x\":1}\n");
     }
+}
+
+/// "12.3 MiB", or "n/a" off Linux.
+fn mib_text(v: &serde_json::Value) -> String {
+    v.as_f64().map(|m| format!("{m:.1} MiB")).unwrap_or_else(|| "n/a".into())
 }

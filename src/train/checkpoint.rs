@@ -476,7 +476,8 @@ fn upload_tensors(
     gpu: &Gpu,
     dst: &Tensor,
 ) -> Result<(), CheckpointError> {
-    let device = |source: crate::gpu::GpuError| CheckpointError::Device { path: path.to_path_buf(), source: Box::new(source) };
+    let device =
+        |source: crate::gpu::GpuError| CheckpointError::Device { path: path.to_path_buf(), source: Box::new(source) };
     let mut piece = vec![0.0f32; PIECE];
     let mut queued = 0usize;
     for ((name, t), (s, &o)) in views.iter().zip(layout.specs.iter().zip(&layout.offsets)) {

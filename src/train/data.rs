@@ -52,6 +52,11 @@ pub const DEFAULT_CORPUS: &str = "assets/tinyshakespeare.txt";
 /// TinyShakespeare in the binary, so that the default corpus works from any directory.
 const EMBEDDED_CORPUS: &str = include_str!("../../assets/tinyshakespeare.txt");
 
+/// The built-in corpus (TinyShakespeare), the default `--corpus`.
+pub fn embedded_corpus() -> &'static str {
+    EMBEDDED_CORPUS
+}
+
 /// Reads a corpus: one file, or every `.txt` file of a directory (sorted by name, joined by a
 /// newline). The default corpus ([`DEFAULT_CORPUS`]) is the copy in the binary when the current
 /// directory has no such file (the same text either way).
@@ -377,6 +382,7 @@ pub fn open_for_run(
     };
     // The validation split is read whole by evaluation: check its ids once here.
     val.check_vocab(tok.vocab_size()).map_err(DataError::from)?;
+    train.advise_random();
     let ds = Dataset::new(train, val, t.seq_len, tok.vocab_size(), key)?;
     Ok((ds, tok))
 }
@@ -468,6 +474,7 @@ impl Dataset {
                 x.push(self.train.get(s + i) as i32);
                 y.push(self.train.get(s + i + 1) as i32);
             }
+            self.train.release(s, t + 1);
         }
         if let Some(i) = x.iter().chain(&y).position(|&id| id as usize >= self.vocab) {
             // Rare: find the shard for the message.
@@ -500,6 +507,12 @@ impl Dataset {
                 x[r * t + i] = self.val.get(w * t + i) as i32;
                 y[r * t + i] = self.val.get(w * t + i + 1) as i32;
             }
+        }
+        // Windows are read in order: drop the pages of this batch's (the last one is shared
+        // with the next batch's first window and is faulted in again, from the page cache).
+        let rows = b.min(n.saturating_sub(first));
+        if rows > 0 {
+            self.val.release(first * t, rows * t);
         }
         (x, y)
     }

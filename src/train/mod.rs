@@ -11,7 +11,7 @@ mod exchange;
 pub mod lock;
 pub mod plot;
 pub mod prepare;
-mod progress;
+pub mod progress;
 pub mod shards;
 mod trainer;
 
@@ -101,12 +101,38 @@ pub struct Summary {
     pub val_tokens: Option<usize>,
     /// The best checkpoint (`checkpoints/best/`), when evaluations chose one.
     pub best: Option<checkpoint::Best>,
+    /// Seconds from the call to the first step (settings, data, model, programs), and of them
+    /// opening the data (tokenizing a corpus the first time; mapping shards after).
+    pub startup_s: f64,
+    pub data_open_s: f64,
     pub tokens_per_s: f64,
     pub interrupted: bool,
     /// (peak resident bytes the run added after the device was created, the memory plan's
     /// total): Linux only (`/proc/self/status`).
     pub memory: Option<(u64, u64)>,
     pub losses: Vec<f32>,
+}
+
+impl Summary {
+    /// What `summary.json` in the run folder holds: this invocation's end (its losses are in
+    /// `metrics.jsonl`).
+    pub fn to_json(&self) -> serde_json::Value {
+        let finite = |x: f64| x.is_finite().then_some(x);
+        serde_json::json!({
+            "step": self.step,
+            "train_loss": finite(self.last_loss as f64),
+            "val_loss": self.val_loss.and_then(finite),
+            "val_tokens": self.val_tokens,
+            "best": self.best,
+            "startup_s": self.startup_s,
+            "data_open_s": self.data_open_s,
+            "tokens_per_s": finite(self.tokens_per_s),
+            "interrupted": self.interrupted,
+            "steps_this_invocation": self.losses.len(),
+            "peak_resident_added_bytes": self.memory.map(|m| m.0),
+            "memory_plan_bytes": self.memory.map(|m| m.1),
+        })
+    }
 }
 
 /// How to run.
@@ -143,7 +169,7 @@ pub fn install_ctrlc() {
 const TRAINED_FILES: [&str; 3] = ["metrics.jsonl", checkpoint::MODEL_FILE, checkpoint::OPTIM_FILE];
 
 /// Every file a run writes into its folder (what `--overwrite` removes).
-const RUN_FILES: [&str; 8] = [
+const RUN_FILES: [&str; 9] = [
     "metrics.jsonl",
     "data.json",
     checkpoint::MODEL_FILE,
@@ -152,6 +178,7 @@ const RUN_FILES: [&str; 8] = [
     checkpoint::OPTIM_PREV_FILE,
     "loss.png",
     "distributed.json",
+    "summary.json",
 ];
 
 /// A new run in `dir`: refused when the folder holds a run (its metrics or checkpoint: a run
@@ -172,7 +199,13 @@ fn claim_for_new_run(dir: &Path, overwrite: bool) -> Result<(), TrainError> {
             Err(source) => return Err(TrainError::Io { path, source }),
         }
     }
-    Ok(())
+    // The kept checkpoints of the replaced run.
+    let kept = dir.join(checkpoint::KEPT_DIR);
+    match std::fs::remove_dir_all(&kept) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(TrainError::Io { path: kept, source }),
+    }
 }
 
 fn check_writable(dir: &Path) -> Result<(), TrainError> {

@@ -168,16 +168,15 @@ fn pieces(path: &Path, mut f: impl FnMut(String, bool) -> Result<(), DataError>)
 /// The char tokenizer of the inputs: every character they hold, and the newline that separates
 /// documents.
 fn char_tokenizer(files: &[PathBuf]) -> Result<Tokenizer, DataError> {
-    let mut set = std::collections::BTreeSet::new();
-    set.insert('\n');
+    let mut set = crate::tokenizer::CharSet::default();
+    set.add("\n");
     for f in files {
         pieces(f, |t, _| {
-            set.extend(t.chars());
+            set.add(&t);
             Ok(())
         })?;
     }
-    let chars: String = set.into_iter().collect();
-    Ok(Tokenizer::Char(CharTokenizer::from_corpus(&chars)?))
+    Ok(Tokenizer::Char(CharTokenizer::from_chars(set.chars())))
 }
 
 /// Runs `ddl data prepare`.

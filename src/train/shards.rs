@@ -141,9 +141,52 @@ impl Shard {
         }
     }
 
+    /// Tells the kernel that reads will be at random places (batches of windows anywhere in the
+    /// training split): a fault then maps the page it needs rather than a read-around window,
+    /// which with large page-cache folios and a deep read-ahead made each batch add megabytes
+    /// to the resident size (measured: +480 MiB after 400 windows of a 600 MiB set).
+    pub fn advise_random(&self) {
+        #[cfg(unix)]
+        let _ = self.map.advise(memmap2::Advice::Random);
+    }
+
+    /// Drops the pages of tokens `start .. start + len` from this process's mappings (see
+    /// [`Stream::release`]).
+    pub fn release(&self, start: usize, len: usize) {
+        #[cfg(unix)]
+        {
+            // Whole 2 MiB blocks around the range: a fault maps more than the page it needs
+            // (fault-around, large folios), and a page not released stays resident.
+            const BLOCK: usize = 2 << 20;
+            let width = if self.wide { 4 } else { 2 };
+            let from = (self.offset + width * start) / BLOCK * BLOCK;
+            let to = (self.offset + width * (start + len)).next_multiple_of(BLOCK).min(self.map.len());
+            if to > from {
+                // SAFETY: a read-only mapping of a file this process does not write; after
+                // MADV_DONTNEED, reading these bytes again faults them in from the page cache or
+                // the file, so no later read sees different memory.
+                let _ = unsafe { self.map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from) };
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = (start, len);
+    }
+
     /// The largest token id (a pass over the shard: for the vocabulary check).
     pub fn max_id(&self) -> Option<(usize, u32)> {
-        (0..self.len).map(|i| (i, self.get(i))).max_by_key(|&(_, t)| t)
+        // In pieces, each let go of once read: the scan does not leave the shard resident.
+        const PIECE: usize = 1 << 20;
+        let mut best: Option<(usize, u32)> = None;
+        for a in (0..self.len).step_by(PIECE) {
+            let b = (a + PIECE).min(self.len);
+            if let Some(m) = (a..b).map(|i| (i, self.get(i))).max_by_key(|&(_, t)| t)
+                && best.is_none_or(|(_, t)| m.1 > t)
+            {
+                best = Some(m);
+            }
+            self.release(a, b - a);
+        }
+        best
     }
 }
 
@@ -178,6 +221,26 @@ impl Stream {
     pub fn get(&self, i: usize) -> u32 {
         let s = self.starts.partition_point(|&st| st <= i) - 1;
         self.shards[s].get(i - self.starts[s])
+    }
+
+    /// Lets go of the pages holding tokens `start .. start + len` (read already: they are copied
+    /// into a batch). They stay in the page cache, but leave this process's resident memory,
+    /// which would otherwise grow with every window read — by whole large folios per fault on
+    /// recent kernels — up to the size of the data.
+    pub fn release(&self, start: usize, len: usize) {
+        let (mut i, end) = (start, (start + len).min(self.len));
+        while i < end {
+            let s = self.starts.partition_point(|&st| st <= i) - 1;
+            let shard = &self.shards[s];
+            let (a, b) = (i - self.starts[s], (end - self.starts[s]).min(shard.len));
+            shard.release(a, b - a);
+            i = self.starts[s] + b;
+        }
+    }
+
+    /// [`Shard::advise_random`] for every shard.
+    pub fn advise_random(&self) {
+        self.shards.iter().for_each(Shard::advise_random);
     }
 
     /// Fails naming the shard and position of the first token id ≥ `vocab`.

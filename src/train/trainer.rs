@@ -80,6 +80,9 @@ pub(super) struct Trainer<'c> {
     rss0: Option<u64>,
     plan_bytes: u64,
     activation_bytes: u64,
+    /// Seconds [`Trainer::open`] took, and of them opening the data.
+    startup_s: f64,
+    data_open_s: f64,
 }
 
 /// What one optimizer step computed.
@@ -125,7 +128,12 @@ impl<'c> Trainer<'c> {
         // Resident memory from here on (the device exists): what the run itself adds.
         super::progress::reset_peak_rss();
         let rss0 = super::progress::rss().map(|r| r.0);
+        let t_open = Instant::now();
         Self::open_in(gpu, opts, comm, dist, rss0)
+            .map(|mut t| {
+                t.startup_s = t_open.elapsed().as_secs_f64();
+                t
+            })
             .inspect(|t| super::progress::trace_memory("the run's start", rss0, t.gpu.stats.live()))
             .inspect_err(|_| {
                 if created {
@@ -160,6 +168,7 @@ impl<'c> Trainer<'c> {
         }
         let mut run = opts.run.clone();
         let mut dataset = None;
+        let mut data_open_s = 0.0;
         let (mut model, tok, start, elapsed0) = if opts.resume {
             let ck = checkpoint::load_to_device(&out, gpu.clone(), true)?;
             let (state, run_cfg) = ck.optim.expect("loaded with optimizer state");
@@ -187,7 +196,9 @@ impl<'c> Trainer<'c> {
             // the corpus is read and tokenised.
             run.absolute_paths();
             run.validate()?;
+            let td = Instant::now();
             let (ds, tok) = data::open_for_run(&run, None)?;
+            data_open_s = td.elapsed().as_secs_f64();
             run.model.vocab_size = tok.vocab_size();
             run.validate()?;
             let model = Model::new(gpu.clone(), run.model.clone(), run.train.seed)?;
@@ -215,7 +226,12 @@ impl<'c> Trainer<'c> {
 
         let data = match dataset {
             Some(d) => d,
-            None => data::open_for_run(&run, Some(&tok))?.0,
+            None => {
+                let td = Instant::now();
+                let d = data::open_for_run(&run, Some(&tok))?.0;
+                data_open_s = td.elapsed().as_secs_f64();
+                d
+            }
         };
         // What the run trains on, cheaply identified (cache key or the shards' fingerprint, the
         // split sizes): a resumed run must see the same data.
@@ -390,6 +406,8 @@ impl<'c> Trainer<'c> {
             rss0,
             plan_bytes: plan.total(),
             activation_bytes: plan.activation_bytes,
+            startup_s: 0.0,
+            data_open_s,
         })
     }
 
@@ -646,11 +664,13 @@ impl<'c> Trainer<'c> {
         {
             eprintln!("warning: could not write the loss plot: {e}");
         }
-        Ok(Summary {
+        let summary = Summary {
             step,
             last_loss: self.last_loss,
             val_loss: self.val_loss,
             best: self.best.clone(),
+            startup_s: self.startup_s,
+            data_open_s: self.data_open_s,
             val_tokens: self.val_tokens,
             tokens_per_s: self.tok_s,
             interrupted: self.interrupted,
@@ -659,7 +679,13 @@ impl<'c> Trainer<'c> {
                 .zip(super::progress::rss())
                 .map(|(r0, (_, peak))| (peak.saturating_sub(r0), self.plan_bytes)),
             losses: self.losses,
-        })
+        };
+        if self.lead {
+            let path = self.out.join("summary.json");
+            let text = serde_json::to_string_pretty(&summary.to_json()).expect("serialisable");
+            checkpoint::write_atomic(&path, text.as_bytes()).map_err(|source| TrainError::Io { path, source })?;
+        }
+        Ok(summary)
     }
 
     /// `distributed.json`: ranks, parameter digests, bytes and mean times of the exchange.

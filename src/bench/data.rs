@@ -1,0 +1,243 @@
+//! `ddl bench data`: the training data path at scale. For a small and a large shard set (the
+//! large one ≥ 1 GB by default), made the way users make theirs — synthetic text (lines of the
+//! built-in corpus in a seeded random order) through `ddl data prepare` — it reports the
+//! preparation's MB/s and peak resident memory, then for each set: opening it, drawing batches
+//! straight from the memory-mapped shards (cold pages first), and a short `ddl train --data` run
+//! (start-up time, the time each step waited for its batches, peak resident memory against the
+//! plan). Start-up and memory should not grow with the set: the shards are mapped, not read.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::json;
+
+use super::Row;
+use crate::gpu::Gpu;
+use crate::model::Variant;
+use crate::train::prepare::{PrepareOptions, ValSplit, prepare};
+use crate::train::progress::{reset_peak_rss, rss};
+use crate::train::{RunConfig, data};
+
+/// What `ddl bench data` runs.
+#[derive(Debug, Clone)]
+pub struct DataBench {
+    /// Where the sets are made (removed afterwards unless `keep`).
+    pub dir: PathBuf,
+    /// Shard bytes of the small and the large set (MiB; two bytes per token).
+    pub small_mib: usize,
+    pub mib: usize,
+    /// Training steps per set, and the model they train.
+    pub steps: usize,
+    pub preset: String,
+    pub variant: Variant,
+    /// Batches drawn and timed per set outside training.
+    pub draws: usize,
+    pub keep: bool,
+}
+
+const MIB: f64 = 1048576.0;
+
+/// Writes about `bytes` bytes of text to `path`: lines of the built-in corpus in a seeded random
+/// order (so the text is not one block repeated).
+fn write_text(path: &Path, bytes: u64, seed: u64) -> std::io::Result<()> {
+    let corpus = data::embedded_corpus();
+    let lines: Vec<&str> = corpus.lines().collect();
+    let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let (mut written, mut x) = (0u64, seed | 1);
+    while written < bytes {
+        // xorshift64*
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        let line = lines[(x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) as usize % lines.len()];
+        f.write_all(line.as_bytes())?;
+        f.write_all(b"\n")?;
+        written += line.len() as u64 + 1;
+    }
+    f.flush()
+}
+
+/// Peak resident bytes added since `rss0` (Linux), in MiB.
+fn peak_added_mib(rss0: Option<u64>) -> Option<f64> {
+    let (_, peak) = rss()?;
+    Some(peak.saturating_sub(rss0?) as f64 / MIB)
+}
+
+/// Runs the benchmark, one row per measurement.
+pub fn data_rows(gpu: &Arc<Gpu>, o: &DataBench, mut emit: impl FnMut(Row)) -> anyhow::Result<()> {
+    use anyhow::Context;
+    std::fs::create_dir_all(&o.dir).with_context(|| format!("creating --dir {}", o.dir.display()))?;
+    let result = (|| -> anyhow::Result<()> {
+        for (set, mib) in [("small", o.small_mib), ("large", o.mib)] {
+            let made = make_set(o, set, mib, &mut emit)?;
+            time_draws(o, set, &made, &mut emit)?;
+            train_on(gpu, o, set, &made, &mut emit)?;
+            if !o.keep {
+                let _ = std::fs::remove_dir_all(&made);
+                let _ = std::fs::remove_dir_all(o.dir.join(format!("{set}-run")));
+            }
+        }
+        Ok(())
+    })();
+    if !o.keep {
+        let _ = std::fs::remove_dir(&o.dir);
+    }
+    result
+}
+
+/// Synthetic text of half `mib` MiB through `ddl data prepare` (char tokens: two bytes of shard
+/// per byte of text); returns the shard folder.
+fn make_set(o: &DataBench, set: &str, mib: usize, emit: &mut impl FnMut(Row)) -> anyhow::Result<PathBuf> {
+    use anyhow::Context;
+    let text = o.dir.join(format!("{set}.txt"));
+    let out = o.dir.join(format!("{set}-shards"));
+    let _ = std::fs::remove_dir_all(&out);
+    let t0 = Instant::now();
+    write_text(&text, (mib as u64) << 19, 7 + mib as u64).with_context(|| format!("writing {}", text.display()))?;
+    let text_s = t0.elapsed().as_secs_f64();
+    reset_peak_rss();
+    let rss0 = rss().map(|r| r.0);
+    let p = prepare(&PrepareOptions {
+        tokenizer: "char".into(),
+        out: out.clone(),
+        inputs: vec![text.clone()],
+        val: ValSplit::Fraction(0.01),
+        shard_tokens: 100_000_000,
+        name: "bench".into(),
+        quiet: true,
+    });
+    let _ = std::fs::remove_file(&text);
+    let p = p?;
+    let shard_bytes: u64 = p.files.iter().map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0)).sum();
+    emit(Row(json!({
+        "bench": "data_prepare",
+        "set": set,
+        "text_mb": p.bytes as f64 / 1e6,
+        "text_write_s": text_s,
+        "shard_mb": shard_bytes as f64 / 1e6,
+        "shards": p.files.len(),
+        "tokens": p.train_tokens + p.val_tokens,
+        "seconds": p.seconds,
+        "mb_per_s": p.bytes as f64 / 1e6 / p.seconds,
+        "tokens_per_s": (p.train_tokens + p.val_tokens) as f64 / p.seconds,
+        "peak_rss_added_mib": peak_added_mib(rss0),
+    })));
+    Ok(out)
+}
+
+/// A run of `o`'s preset and variant on the shards in `shards`.
+fn run_config(o: &DataBench, shards: &Path) -> anyhow::Result<RunConfig> {
+    let mut run = RunConfig::preset(&o.preset, o.variant)?;
+    run.data = shards.to_string_lossy().into_owned();
+    run.train.eval_every = 0;
+    run.train.checkpoint_every = 0;
+    run.train.checkpoint_keep = 0;
+    run.train.log_every = 1;
+    run.train.val_max_tokens = 4 * run.train.batch_size * run.train.seq_len;
+    Ok(run)
+}
+
+/// Opens the set and draws `o.draws` batches at steps spread over the whole stream, timed one
+/// by one (the first touches of their pages are reads from the file or the page cache).
+fn time_draws(o: &DataBench, set: &str, shards: &Path, emit: &mut impl FnMut(Row)) -> anyhow::Result<()> {
+    let run = run_config(o, shards)?;
+    reset_peak_rss();
+    let rss0 = rss().map(|r| r.0);
+    let t0 = Instant::now();
+    let (ds, _) = data::open_for_run(&run, None)?;
+    let open_s = t0.elapsed().as_secs_f64();
+    let t = &run.train;
+    let steps_in_set = (ds.split / (t.batch_size * t.seq_len)).max(1);
+    let mut ms = Vec::with_capacity(o.draws);
+    for i in 0..o.draws.max(1) {
+        let step = (i * 7919 * steps_in_set / o.draws.max(1)) % steps_in_set;
+        let t1 = Instant::now();
+        let (x, _) = ds.train_batch(t.seed, step, 0, t.batch_size, t.seq_len)?;
+        ms.push(t1.elapsed().as_secs_f64() * 1e3);
+        std::hint::black_box(x);
+    }
+    let mean = ms.iter().sum::<f64>() / ms.len() as f64;
+    ms.sort_by(f64::total_cmp);
+    emit(Row(json!({
+        "bench": "data_draw",
+        "set": set,
+        "train_tokens": ds.split,
+        "open_s": open_s,
+        "batch_tokens": t.batch_size * t.seq_len,
+        "draws": ms.len(),
+        "draw_ms_mean": mean,
+        "draw_ms_median": ms[ms.len() / 2],
+        "draw_ms_max": ms[ms.len() - 1],
+        "peak_rss_added_mib": peak_added_mib(rss0),
+    })));
+    Ok(())
+}
+
+/// `ddl train --data` for `o.steps` steps, as a child process of its own (the current executable,
+/// or `DDL_BIN`) on the same adapter: its start-up, the time each step waited for its batches and
+/// its peak resident memory are what a user's run sees (`summary.json`, `metrics.jsonl`).
+fn train_on(gpu: &Arc<Gpu>, o: &DataBench, set: &str, shards: &Path, emit: &mut impl FnMut(Row)) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let run = run_config(o, shards)?;
+    let out = o.dir.join(format!("{set}-run"));
+    let _ = std::fs::remove_dir_all(&out);
+    let exe = match std::env::var_os("DDL_BIN") {
+        Some(b) => PathBuf::from(b),
+        None => std::env::current_exe().context("finding the ddl executable (set DDL_BIN)")?,
+    };
+    let t = &run.train;
+    let sets = [
+        "train.eval_every=0".to_string(),
+        "train.checkpoint_every=0".into(),
+        "train.checkpoint_keep=0".into(),
+        "train.log_every=1".into(),
+        format!("train.val_max_tokens={}", t.val_max_tokens),
+    ];
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.args(["train", "--preset", &o.preset, "--variant", o.variant.name(), "--steps", &o.steps.to_string()])
+        .arg("--data")
+        .arg(shards)
+        .arg("--out")
+        .arg(&out)
+        .env("DDL_ADAPTER", &gpu.info.name);
+    for kv in &sets {
+        cmd.args(["--set", kv]);
+    }
+    let o_ = cmd.output().with_context(|| format!("running {}", exe.display()))?;
+    if !o_.status.success() {
+        anyhow::bail!(
+            "the training run on the {set} set failed: {}{}",
+            String::from_utf8_lossy(&o_.stdout),
+            String::from_utf8_lossy(&o_.stderr)
+        );
+    }
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("summary.json")).with_context(|| format!("reading {}", out.display()))?,
+    )?;
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let data_ms: Vec<f64> = rows.iter().filter_map(|r| r["data_ms"].as_f64()).collect();
+    let n = data_ms.len().max(1) as f64;
+    // The first step has no prefetched batches; the others were drawn during the step before.
+    let later = data_ms.iter().skip(1).copied().fold(0.0, f64::max);
+    let mib = |k: &str| summary[k].as_f64().map(|b| b / MIB);
+    emit(Row(json!({
+        "bench": "data_train",
+        "set": set,
+        "steps": summary["step"],
+        "startup_s": summary["startup_s"],
+        "data_open_s": summary["data_open_s"],
+        "data_ms_first": data_ms.first(),
+        "data_ms_mean": data_ms.iter().sum::<f64>() / n,
+        "data_ms_max_after_first": later,
+        "tokens_per_s": summary["tokens_per_s"],
+        "peak_rss_added_mib": mib("peak_resident_added_bytes"),
+        "plan_mib": mib("memory_plan_bytes"),
+    })));
+    Ok(())
+}
