@@ -208,6 +208,11 @@ impl Row {
     }
 }
 
+/// "12.3 MiB", or "n/a" off Linux.
+fn mib_text(v: &serde_json::Value) -> String {
+    v.as_f64().map(|m| format!("{m:.1} MiB")).unwrap_or_else(|| "n/a".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,9 +237,4 @@ mod tests {
         let other = Row(json!({"bench": "forms", "x": 1}));
         assert_eq!(other.text(), "{\"bench\":\"forms\",\"x\":1}\n");
     }
-}
-
-/// "12.3 MiB", or "n/a" off Linux.
-fn mib_text(v: &serde_json::Value) -> String {
-    v.as_f64().map(|m| format!("{m:.1} MiB")).unwrap_or_else(|| "n/a".into())
 }
