@@ -170,6 +170,29 @@ fn two_ranks_match_one_process_keep_identical_parameters_and_resume_exactly() {
     let digests = report["params_digest_by_rank"].as_array().unwrap();
     assert_eq!(digests[0], digests[1], "--mpi-overlap backward: parameters differ between the ranks: {report}");
 
+    // Two micro-batches per rank (train.grad_accum=4 on 2 ranks): each rank runs its micro-batches'
+    // forward and backward passes in one submit (or the last one's backward interleaved with the
+    // exchange) and equals one process accumulating all four.
+    let four = ["--set", "train.grad_accum=4"];
+    let mut single4 = Command::new(DDL);
+    single4.args(train_args(&c, 4)).args(four).args(["--out", "single4"]);
+    single4.env("DDL_CACHE_DIR", dir.join("cache")).current_dir(&dir);
+    let (o, in_time) = run_limited(single4, limit);
+    assert!(in_time && o.status.success(), "single process, 4 micro-batches: {}", show(&o));
+    let a4 = losses(&dir.join("single4"));
+    for (out, extra) in [("ranks4", &[][..]), ("overlapped4", &["--mpi-overlap", "backward"][..])] {
+        let mut args = vec!["--out", out];
+        args.extend(four);
+        args.extend(extra);
+        ranks(4, &args);
+        let r4 = losses(&dir.join(out));
+        assert_eq!(r4.len(), 4, "{out}: {r4:?}");
+        assert_eq!(a4[0], r4[0], "step 1, {out}: single {a4:?} ranks {r4:?}");
+        for (i, (x, y)) in a4.iter().zip(&r4).enumerate() {
+            assert!((x - y).abs() <= LOSS_RTOL * x.abs(), "step {}, {out}: single {x} vs 2 ranks {y}", i + 1);
+        }
+    }
+
     // Resume: 3 steps, then on to 6 from the checkpoint, gives the uninterrupted losses exactly.
     ranks(3, &["--out", "resumed"]);
     ranks(6, &["--resume", "resumed"]);

@@ -107,7 +107,8 @@ fn write_st(path: &Path, t: &Tensors, meta: HashMap<String, String>) {
 fn mutated(src: &Path, name: &str, f: impl FnOnce(&mut Tensors, &mut HashMap<String, String>)) -> PathBuf {
     let dst = src.parent().unwrap().join(name);
     std::fs::create_dir_all(&dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap().flatten() {
+    // The run folder's files (not its kept checkpoints).
+    for e in std::fs::read_dir(src).unwrap().flatten().filter(|e| e.path().is_file()) {
         std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
     }
     let (mut t, mut meta) = read_st(&src.join("model.safetensors"));

@@ -293,7 +293,8 @@ impl Program {
     /// add up; zeroed before the first), its statistics copied into its own slot; after the last
     /// the gradient norm and, with `optimize`, AdamW. One readback returns every micro-batch's
     /// statistics (the last one's carries Σ g²). The program's objective should scale the loss
-    /// by 1/k ([`Model::program_with`]).
+    /// by 1/k ([`Model::program_with`]). Without `optimize` only the forward and backward passes
+    /// run (a data-parallel rank exchanges the gradients before the norm and AdamW).
     pub fn run_accumulated(
         &self,
         model: &Model,
@@ -346,8 +347,13 @@ impl Program {
                 Op::Copy { src: mi.index.clone(), src_off: i * il, dst: a.emb_index.clone(), dst_off: 0, len: il },
             ]);
             let last = i + 1 == k;
-            let parts =
-                Parts { zero: i == 0, forward: true, backward: true, finish: last, optimizer: last && optimize };
+            let parts = Parts {
+                zero: i == 0,
+                forward: true,
+                backward: true,
+                finish: last && optimize,
+                optimizer: last && optimize,
+            };
             self.record(&mut r, parts);
             r.ops(&[Op::Copy { src: a.stats.clone(), src_off: 0, dst: mi.stats.clone(), dst_off: i * sl, len: sl }]);
         }

@@ -460,49 +460,54 @@ impl<'c> Trainer<'c> {
         let ctx = self.at_step(step + 1);
         let (model, prog) = (&self.model, &self.prog);
         model.set_optimizer_step(prog, &opt).map_err(ctx.clone())?;
-        let mut loss_sum = 0.0f64;
-        let mut exchanged = None;
-        // (loss, valid targets, Σ g²) of the step's last submit.
-        let mut stats = Vec::new();
-        let mut data_s = 0.0;
-        if !self.distributed {
-            // The whole step in one submit: every micro-batch's inputs uploaded once, their
-            // forward and backward passes, the norm and AdamW; one readback. The next step's
-            // batches are drawn on a thread meanwhile (they depend only on seed, step, micro).
-            let td = Instant::now();
-            let batches = match self.prefetched.take() {
-                Some((s, b)) if s == step => b,
-                _ => step_batches(&self.data, t, &self.micros, step)?,
-            };
-            data_s = td.elapsed().as_secs_f64();
-            let (data, micros, end) = (&self.data, &self.micros, self.end);
-            let (all, next) = std::thread::scope(|sc| {
-                let next = (step + 1 < end).then(|| sc.spawn(move || step_batches(data, t, micros, step + 1)));
-                let all = prog.run_accumulated(model, &batches, true);
-                (all, next.map(|h| h.join().expect("the batch thread panicked")))
-            });
-            let all = all.map_err(ctx.clone())?;
-            if let Some(next) = next {
-                self.prefetched = Some((step + 1, next?));
-            }
-            loss_sum = all.iter().map(|s| s[0] as f64).sum();
-            stats = all.last().cloned().unwrap_or_default();
-        }
-        for (i, &micro) in self.micros.iter().enumerate().filter(|_| self.distributed) {
-            let (x, y) = self.data.train_batch(t.seed, step, micro, t.batch_size, t.seq_len)?;
-            prog.set_batch(model, &x, &y).map_err(ctx.clone())?;
-            let last = i + 1 == self.micros.len();
-            stats = if self.distributed && last && self.dist.overlap_backward {
-                exchanged = Some(backward_with_exchange(model, prog, i == 0, self.comm, self.bucket)?);
-                prog.stats().read_f32(&self.gpu).map_err(ctx.clone())?
-            } else {
-                let optimize = last && !self.distributed;
-                // One submit per micro-batch, its statistics read back in the same submit.
-                let parts =
-                    Parts { zero: i == 0, forward: true, backward: true, finish: optimize, optimizer: optimize };
-                prog.run(model, parts).map_err(ctx.clone())?
-            };
-            loss_sum += stats[0] as f64;
+        // The step's batches (drawn on a thread during the step before: they depend only on
+        // seed, step and micro-batch), and the next step's drawn meanwhile.
+        let td = Instant::now();
+        let batches = match self.prefetched.take() {
+            Some((s, b)) if s == step => b,
+            _ => step_batches(&self.data, t, &self.micros, step)?,
+        };
+        let data_s = td.elapsed().as_secs_f64();
+        let (data, micros, end) = (&self.data, &self.micros, self.end);
+        let (distributed, overlap) = (self.distributed, self.dist.overlap_backward);
+        let (comm, bucket) = (self.comm, self.bucket);
+        let (ran, next) = std::thread::scope(|sc| {
+            let next = (step + 1 < end).then(|| sc.spawn(move || step_batches(data, t, micros, step + 1)));
+            let ran = (|| -> Result<(f64, Vec<f32>, Option<CommTimes>), TrainError> {
+                if !distributed {
+                    // The whole step in one submit: every micro-batch's inputs uploaded once,
+                    // their forward and backward passes, the norm and AdamW; one readback.
+                    let all = prog.run_accumulated(model, &batches, true).map_err(ctx.clone())?;
+                    let loss_sum = all.iter().map(|s| s[0] as f64).sum();
+                    return Ok((loss_sum, all.last().cloned().unwrap_or_default(), None));
+                }
+                // A data-parallel rank: its micro-batches' forward and backward passes in one
+                // submit (the last one's backward in segments interleaved with the gradient
+                // exchange when overlapping); the exchange and AdamW follow below.
+                let split = if overlap { batches.len() - 1 } else { batches.len() };
+                let (head, last) = batches.split_at(split);
+                let (mut loss_sum, mut stats) = (0.0, Vec::new());
+                if !head.is_empty() {
+                    let all = prog.run_accumulated(model, head, false).map_err(ctx.clone())?;
+                    loss_sum += all.iter().map(|s| s[0] as f64).sum::<f64>();
+                    stats = all.last().cloned().unwrap_or_default();
+                }
+                let mut exchanged = None;
+                if let Some((x, y)) = last.first() {
+                    prog.set_batch(model, x, y).map_err(ctx.clone())?;
+                    exchanged = Some(backward_with_exchange(model, prog, head.is_empty(), comm, bucket)?);
+                    stats = prog.stats().read_f32(&model.gpu).map_err(ctx.clone())?;
+                    loss_sum += stats[0] as f64;
+                }
+                Ok((loss_sum, stats, exchanged))
+            })();
+            (ran, next.map(|h| h.join().expect("the batch thread panicked")))
+        });
+        // (Σ micro-batch losses, the statistics of the last submit — loss, valid targets, Σ g² —,
+        // the exchange's times when it overlapped the backward).
+        let (mut loss_sum, mut stats, exchanged) = ran?;
+        if let Some(next) = next {
+            self.prefetched = Some((step + 1, next?));
         }
         let mut comm_s = None;
         if self.distributed {
