@@ -8,7 +8,7 @@
 //! sampler depends only on the seed and the step), the same number of steps and tokens, and the
 //! same tokenizer; only the architecture (and so the initialisation) differs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::gpu::Gpu;
 use crate::model::{Model, Variant};
+use crate::stats;
 use crate::train::{RunConfig, TrainError, TrainOptions, checkpoint, data, plot};
 
 /// An experiment spec (`experiments/NAME.toml`).
@@ -192,6 +193,15 @@ pub struct RunResult {
     pub regimes: RegimeCounts,
     /// Mean β per sublayer on the same tokens.
     pub beta_mean: Vec<f64>,
+    /// Validation tokens `final_val_loss` covers (the whole split, or `train.val_max_tokens`;
+    /// 0 in results made before the final evaluation covered the whole split).
+    #[serde(default)]
+    pub val_tokens: usize,
+    /// The engine's commit and whether its tree was "clean" or "dirty" ([`crate::build_commit`]).
+    #[serde(default)]
+    pub commit: String,
+    #[serde(default)]
+    pub dirty: String,
 }
 
 /// Options of [`run`].
@@ -318,6 +328,14 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
             missing.join(", ")
         )));
     }
+    let commits: BTreeSet<(&str, &str)> = results.iter().map(|r| (r.commit.as_str(), r.dirty.as_str())).collect();
+    if commits.len() > 1 && !opts.quiet {
+        let list: Vec<String> = commits.iter().map(|(c, d)| format!("{} ({d})", &c[..c.len().min(12)])).collect();
+        eprintln!(
+            "warning: the runs of this report were made by different builds of the engine: {}; the report says so",
+            list.join(", ")
+        );
+    }
     let report = write_report(out, spec, &variants, &results, &missing)?;
     Ok(Some(report))
 }
@@ -337,11 +355,17 @@ fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &Experime
     let mut tps = Vec::new();
     let mut elapsed = 0.0f64;
     let mut val_curve = Vec::new();
+    // The final evaluation over the whole validation split (its loss and tokens).
+    let mut full: Option<(f64, usize)> = None;
     for line in text.lines() {
         let Ok(j) = serde_json::from_str::<serde_json::Value>(line) else { continue };
         let step = j["step"].as_f64().unwrap_or(0.0);
         if let Some(vl) = j["val_loss"].as_f64() {
-            val_curve.push((step, vl));
+            if j["val_full"] == true {
+                full = Some((vl, j["val_tokens"].as_u64().unwrap_or(0) as usize));
+            } else {
+                val_curve.push((step, vl));
+            }
         } else if let Some(l) = j["loss"].as_f64() {
             losses.push(l);
             if let Some(t) = j["tok_per_s"].as_f64() {
@@ -350,8 +374,9 @@ fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &Experime
             elapsed = elapsed.max(j["elapsed"].as_f64().unwrap_or(0.0));
         }
     }
-    let final_val_loss =
-        val_curve.last().map(|p| p.1).ok_or_else(|| format!("{}: no validation row", metrics_path.display()))?;
+    let (final_val_loss, val_tokens) = full
+        .or_else(|| val_curve.last().map(|p| (p.1, 0)))
+        .ok_or_else(|| format!("{}: no validation row", metrics_path.display()))?;
     let tail = (losses.len() / 10).max(1).min(losses.len().max(1));
     let final_train_loss =
         if losses.is_empty() { f64::NAN } else { losses[losses.len() - tail..].iter().sum::<f64>() / tail as f64 };
@@ -379,6 +404,9 @@ fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &Experime
         elapsed_s: elapsed,
         regimes,
         beta_mean,
+        val_tokens,
+        commit: crate::build_commit().0.to_string(),
+        dirty: crate::build_commit().1.to_string(),
     })
 }
 
@@ -445,20 +473,6 @@ fn paper_note(v: Variant) -> &'static str {
     }
 }
 
-/// Mean ± std of the same-seed differences `a − b` of final validation losses (seeds both ran).
-fn paired_diff(results: &[RunResult], a: Variant, b: Variant) -> Option<(f64, f64, usize)> {
-    let of = |v: Variant| -> BTreeMap<u64, f64> {
-        results.iter().filter(|r| r.variant == v.name()).map(|r| (r.seed, r.final_val_loss)).collect()
-    };
-    let (ra, rb) = (of(a), of(b));
-    let d: Vec<f64> = ra.iter().filter_map(|(s, x)| rb.get(s).map(|y| x - y)).collect();
-    if d.is_empty() {
-        return None;
-    }
-    let (m, sd) = mean_std(&d);
-    Some((m, sd, d.len()))
-}
-
 fn mean_std(x: &[f64]) -> (f64, f64) {
     let n = x.len() as f64;
     let m = x.iter().sum::<f64>() / n;
@@ -466,13 +480,156 @@ fn mean_std(x: &[f64]) -> (f64, f64) {
     (m, s)
 }
 
-/// `+m ± s` (just `+m` without a std).
-fn signed_pm(m: f64, s: f64) -> String {
-    if s.is_finite() { format!("{m:+.4} ± {s:.4}") } else { format!("{m:+.4}") }
-}
-
 fn pm(m: f64, s: f64) -> String {
     if s.is_finite() { format!("{m:.4} ± {s:.4}") } else { format!("{m:.4}") }
+}
+
+/// What a comparison of the report's family asks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Question {
+    /// A gap of the paper's ordering: the first variant's loss is higher than the second's.
+    PaperGap,
+    /// A variant against the baseline (either direction).
+    VsBaseline,
+    /// v-Map against k-Map at one width (either direction).
+    KvMap,
+}
+
+/// The report's family of comparisons `(a, b, question)`, each tested as a − b paired by seed,
+/// fixed by the spec's variant list before any run: the three gaps of the paper's ordering,
+/// every other variant against the baseline, and v-Map against k-Map at d_v = 1 and 4. Holm's
+/// correction runs over all of them.
+pub fn comparison_family(variants: &[Variant]) -> Vec<(Variant, Variant, Question)> {
+    use Variant::*;
+    let has = |v: Variant| variants.contains(&v);
+    let mut f = Vec::new();
+    for (a, b) in [(Baseline, DdlV1), (DdlV1, Ddl), (Baseline, Ddl)] {
+        if has(a) && has(b) {
+            f.push((a, b, Question::PaperGap));
+        }
+    }
+    for &v in variants {
+        if v != Baseline && v != DdlV1 && v != Ddl && has(Baseline) {
+            f.push((v, Baseline, Question::VsBaseline));
+        }
+    }
+    for (k, vm) in [(DdlV1, DdlV1Vmap), (Ddl, DdlVmap)] {
+        if has(k) && has(vm) {
+            f.push((vm, k, Question::KvMap));
+        }
+    }
+    f
+}
+
+/// The sentence a comparison's numbers support (Holm-adjusted p at 5 %).
+pub fn verdict(q: Question, a: Variant, b: Variant, diff: f64, p_holm: f64) -> String {
+    let sig = p_holm < 0.05;
+    let at = format!("p {} after Holm", p_text(p_holm));
+    match (q, sig) {
+        (_, false) => format!("not distinguishable ({at})"),
+        (Question::PaperGap, true) if diff > 0.0 => format!("reproduced at p < 0.05 after Holm ({at})"),
+        (Question::PaperGap, true) => format!("reversed: {} lower than {} ({at})", a.name(), b.name()),
+        (Question::VsBaseline, true) if diff < 0.0 => format!("lower than the baseline ({at})"),
+        (Question::VsBaseline, true) => format!("higher than the baseline ({at})"),
+        (Question::KvMap, true) if diff > 0.0 => format!("k-Map better ({at})"),
+        (Question::KvMap, true) => format!("v-Map better ({at})"),
+    }
+}
+
+/// The comparisons section: the family, each paired test, Holm's adjustment and the verdicts,
+/// then the paper's ordering in one generated sentence.
+fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> String {
+    let family = comparison_family(variants);
+    let mut md = String::from("## Comparisons\n\n");
+    if family.is_empty() {
+        md.push_str("The grid holds no pair of the report's family (it needs the baseline or a k-Map/v-Map pair).\n\n");
+        return md;
+    }
+    let of = |v: Variant| -> BTreeMap<u64, f64> {
+        results.iter().filter(|r| r.variant == v.name()).map(|r| (r.seed, r.final_val_loss)).collect()
+    };
+    let tests: Vec<Option<stats::Paired>> = family
+        .iter()
+        .map(|&(a, b, _)| {
+            let (ra, rb) = (of(a), of(b));
+            let pairs: Vec<(f64, f64)> = ra.iter().filter_map(|(s, x)| rb.get(s).map(|y| (*x, *y))).collect();
+            stats::Paired::of(&pairs)
+        })
+        .collect();
+    let ps: Vec<f64> = tests.iter().map(|t| t.map(|t| t.p).unwrap_or(1.0)).collect();
+    let adjusted = stats::holm(&ps);
+    let listed: Vec<String> = family.iter().map(|(a, b, _)| format!("{} − {}", a.name(), b.name())).collect();
+    md.push_str(&format!(
+        "The family, fixed by the spec's variant list before the runs ({} comparisons): {}. Each is the \
+         difference of final validation losses paired by seed (the runs of a seed share their batches): \
+         its mean, 95 % t-interval (seeds − 1 degrees of freedom), Student's paired t and two-sided p, and \
+         p adjusted by Holm's method over the whole family. A verdict needs the adjusted p below 0.05.\n\n",
+        family.len(),
+        listed.join(", ")
+    ));
+    md.push_str("| a − b | seeds | mean difference | 95 % interval | t (df) | p | p (Holm) | verdict |\n");
+    md.push_str("|---|---:|---:|---:|---:|---:|---:|---|\n");
+    let mut verdicts = Vec::new();
+    for (((a, b, q), t), ph) in family.iter().zip(&tests).zip(&adjusted) {
+        match t {
+            Some(t) => {
+                let v = verdict(*q, *a, *b, t.diff.mean, *ph);
+                md.push_str(&format!(
+                    "| {} − {} | {} | {:+.4} | {} | {:.2} ({}) | {} | {} | {v} |\n",
+                    a.name(),
+                    b.name(),
+                    t.diff.n,
+                    t.diff.mean,
+                    interval(t.diff.ci),
+                    t.t,
+                    t.df,
+                    p_text(t.p).trim_start_matches("= "),
+                    p_text(*ph).trim_start_matches("= ")
+                ));
+                verdicts.push(((*a, *b), (t.diff.mean, *ph)));
+            }
+            None => md.push_str(&format!(
+                "| {} − {} | < 2 | | | | | | too few paired seeds to test |\n",
+                a.name(),
+                b.name()
+            )),
+        }
+    }
+    md.push('\n');
+    // The paper's ordering baseline > ddl_v1 > ddl: both adjacent gaps must hold.
+    let gap = |a: Variant, b: Variant| verdicts.iter().find(|(k, _)| *k == (a, b)).map(|(_, x)| *x);
+    if let (Some(g1), Some(g2)) = (gap(Variant::Baseline, Variant::DdlV1), gap(Variant::DdlV1, Variant::Ddl)) {
+        let holds = |g: (f64, f64)| g.0 > 0.0 && g.1 < 0.05;
+        let reversed = |g: (f64, f64)| g.0 < 0.0 && g.1 < 0.05;
+        let sentence = if holds(g1) && holds(g2) {
+            "**reproduced**: both gaps are significant at p < 0.05 after Holm, in the paper's direction".to_string()
+        } else if reversed(g1) || reversed(g2) {
+            "**not reproduced**: at least one gap is significantly reversed".to_string()
+        } else {
+            format!(
+                "**not distinguishable** at this size and number of seeds: baseline − ddl_v1 {:+.4} (p {} after Holm), \
+                 ddl_v1 − ddl {:+.4} (p {} after Holm)",
+                g1.0,
+                p_text(g1.1),
+                g2.0,
+                p_text(g2.1)
+            )
+        };
+        md.push_str(&format!(
+            "The paper's ordering (baseline > ddl_v1 > ddl in validation loss; 2.854 > 2.848 > 2.835 at 124M): {sentence}.\n\n"
+        ));
+    }
+    md
+}
+
+/// "= 0.034", or "< 0.001".
+fn p_text(p: f64) -> String {
+    if p < 0.001 { "< 0.001".into() } else { format!("= {p:.3}") }
+}
+
+/// `[lo, hi]` of an interval (blank without one).
+fn interval(ci: (f64, f64)) -> String {
+    if ci.0.is_finite() && ci.1.is_finite() { format!("[{:+.4}, {:+.4}]", ci.0, ci.1) } else { "—".into() }
 }
 
 /// Writes `report.md`, `val_loss.png` and `beta_regimes.png`; returns the report's path.
@@ -495,124 +652,60 @@ fn write_report(
         md.push_str(&format!("{}\n\n", spec.description.trim()));
     }
     let any = results[0].clone();
+    let val_tokens: BTreeSet<usize> = results.iter().map(|r| r.val_tokens).collect();
+    let val_what = match (val_tokens.len(), val_tokens.first()) {
+        (1, Some(&0)) => "the run's last evaluation (results made before the whole-split evaluation)".to_string(),
+        (1, Some(n)) => {
+            format!("the whole validation split at the end of the run ({n} tokens, the same for every run)")
+        }
+        _ => format!("the final evaluation; token counts differ between runs: {val_tokens:?}"),
+    };
     md.push_str(&format!(
         "Preset `{}`, {} steps per run ({} tokens), seeds {:?}; every run of one seed sees the same \
          batches in the same order. Train loss is the mean over the last tenth of the steps; val \
-         loss is measured at the end on the run's fixed validation batches; mean ± sample std over seeds.\n\n",
-        spec.preset, spec.steps, any.tokens, spec.seeds
+         loss is measured over {val_what}. Per variant: mean, sample standard deviation over seeds \
+         and the 95 % t-interval of the mean. Speed is not measured here (runs share a machine): \
+         `ddl bench train --preset {} --variant ddl --against baseline` measures it in one process.\n\n",
+        spec.preset, spec.steps, any.tokens, spec.seeds, spec.preset
     ));
+    // Which build made the runs.
+    let commits: BTreeSet<(String, String)> = results.iter().map(|r| (r.commit.clone(), r.dirty.clone())).collect();
+    let commit_text: Vec<String> = commits
+        .iter()
+        .map(|(c, d)| if c.is_empty() { "unrecorded".to_string() } else { format!("{} ({d})", &c[..c.len().min(12)]) })
+        .collect();
+    md.push_str(&format!("Engine: {}.\n\n", commit_text.join(", ")));
+    if commits.len() > 1 {
+        md.push_str("**Warning: these runs were made by different builds of the engine.**\n\n");
+    }
     if !missing.is_empty() {
         md.push_str(&format!("**Unfinished runs (not in the table):** {}\n\n", missing.join(", ")));
     }
-    md.push_str("| variant | params | runs | train loss | val loss | val perplexity | Δ val vs baseline (paired) | tok/s | paper val loss (Small 124M) |\n");
-    md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    let mut means: Vec<(Variant, f64, f64)> = Vec::new();
+    md.push_str("| variant | params | seeds | train loss | val loss (mean ± sd) | 95 % interval | val perplexity | paper val loss (Small 124M) |\n");
+    md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for (i, v) in variants.iter().enumerate() {
         let rs = &by_variant[&i];
         if rs.is_empty() {
-            md.push_str(&format!("| {} | | 0 | | | | | | |\n", v.name()));
+            md.push_str(&format!("| {} | | 0 | | | | | |\n", v.name()));
             continue;
         }
         let tl: Vec<f64> = rs.iter().map(|r| r.final_train_loss).collect();
         let vl: Vec<f64> = rs.iter().map(|r| r.final_val_loss).collect();
-        let ppl: Vec<f64> = vl.iter().map(|x| x.exp()).collect();
-        let tps: Vec<f64> = rs.iter().map(|r| r.tok_per_s).collect();
-        let (vm, vs) = mean_std(&vl);
-        means.push((*v, vm, vs));
-        let delta = match paired_diff(results, *v, Variant::Baseline) {
-            Some((m, s, _)) if *v != Variant::Baseline => signed_pm(m, s),
-            _ => "—".to_string(),
-        };
-        let (tm, ts) = mean_std(&tl);
-        let (pmn, pst) = mean_std(&ppl);
+        let (t, val) = (stats::Sample::of(&tl), stats::Sample::of(&vl));
         md.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {:.2} | {} |\n",
             v.name(),
             rs[0].params,
             rs.len(),
-            pm(tm, ts),
-            pm(vm, vs),
-            if pst.is_finite() { format!("{pmn:.2} ± {pst:.2}") } else { format!("{pmn:.2}") },
-            delta,
-            mean_std(&tps).0,
+            pm(t.mean, t.sd),
+            pm(val.mean, val.sd),
+            interval(val.ci),
+            val.mean.exp(),
             paper_val_loss(*v).map(|x| format!("{x:.3}")).unwrap_or_else(|| paper_note(*v).into()),
         ));
     }
     md.push('\n');
-    // The paper's ordering: baseline > DDL d_v=1 > DDL d_v=4 in validation loss.
-    let get = |v: Variant| means.iter().find(|m| m.0 == v).map(|m| (m.1, m.2));
-    md.push_str("## Does the paper's ordering reproduce?\n\n");
-    match (get(Variant::Baseline), get(Variant::DdlV1), get(Variant::Ddl)) {
-        (Some(b), Some(v1), Some(v4)) => {
-            let ordered = b.0 > v1.0 && v1.0 > v4.0;
-            let mut sorted = means.clone();
-            sorted.sort_by(|a, b| b.1.total_cmp(&a.1));
-            let order: Vec<String> = sorted.iter().map(|m| format!("{} {:.4}", m.0.name(), m.1)).collect();
-            md.push_str(&format!(
-                "Paper: baseline > ddl_v1 > ddl (validation loss 2.854 > 2.848 > 2.835). Here: baseline {:.4}, \
-                 ddl_v1 {:.4}, ddl {:.4} → the ordering **{}**.\n\nAll variants from highest to lowest \
-                 validation loss: {}.\n\n",
-                b.0,
-                v1.0,
-                v4.0,
-                if ordered { "reproduced" } else { "did not reproduce" },
-                order.join(" > ")
-            ));
-            let sep = |a: (f64, f64), b: (f64, f64)| {
-                let s = (a.1.powi(2) + b.1.powi(2)).sqrt();
-                if s.is_finite() && s > 0.0 { (a.0 - b.0) / s } else { f64::NAN }
-            };
-            md.push_str(&format!(
-                "Differences in units of the combined seed std: baseline − ddl_v1 = {:.1}σ, ddl_v1 − ddl = {:.1}σ \
-                 (below about 2σ a difference is within seed noise at this scale).\n\n",
-                sep(b, v1),
-                sep(v1, v4)
-            ));
-        }
-        _ => md.push_str("The grid does not contain baseline, ddl_v1 and ddl all three; nothing to compare.\n\n"),
-    }
-    // k-Map (sublayer output = direction) against v-Map (sublayer output = value), per width.
-    let pairs = [(Variant::DdlV1, Variant::DdlV1Vmap, "d_v = 1"), (Variant::Ddl, Variant::DdlVmap, "d_v = 4")];
-    let rows: Vec<String> = pairs
-        .iter()
-        .filter_map(|&(k, v, width)| {
-            let (km, ks) = get(k)?;
-            let (vm, vs) = get(v)?;
-            let (dm, ds, n) = paired_diff(results, v, k)?;
-            let z = if ds.is_finite() && ds > 0.0 { dm / (ds / (n as f64).sqrt()) } else { f64::NAN };
-            let verdict = if !z.is_finite() || z.abs() < 2.0 {
-                "no clear winner (within seed noise)"
-            } else if dm > 0.0 {
-                "**k-Map**"
-            } else {
-                "**v-Map**"
-            };
-            Some(format!(
-                "| {width} | {} {} | {} {} | {} | {:.1} | {verdict} |\n",
-                k.name(),
-                pm(km, ks),
-                v.name(),
-                pm(vm, vs),
-                signed_pm(dm, ds),
-                z
-            ))
-        })
-        .collect();
-    if !rows.is_empty() {
-        md.push_str("## k-Map or v-Map?\n\n");
-        md.push_str(
-            "k-Map (the paper's primary form): the sublayer output is the direction k, a linear head on the \
-             compressed input the value v. v-Map: the sublayer output goes through the value head, a small \
-             MLP on the normalised input gives k (spec section 14). Same gate, same backbone. The difference \
-             is paired by seed (v-Map − k-Map, same batches); t = mean / (std / √seeds).\n\n",
-        );
-        md.push_str("| width | k-Map val loss | v-Map val loss | v − k (paired) | t | better here |\n");
-        md.push_str("|---|---|---|---:|---:|---|\n");
-        for r in rows {
-            md.push_str(&r);
-        }
-        md.push('\n');
-    }
+    md.push_str(&comparisons_section(results, variants));
     // β regimes.
     let ddl_rows: Vec<(Variant, Vec<[f64; 3]>, Vec<f64>)> = variants
         .iter()
@@ -755,54 +848,99 @@ mod tests {
         assert_ne!(a.model.variant, b.model.variant);
     }
 
-    #[test]
-    fn the_report_says_which_of_k_map_and_v_map_wins_per_width() {
-        let names = ["baseline", "ddl_v1", "ddl_v1_vmap", "ddl", "ddl_vmap"];
+    fn result(v: &str, seed: u64, loss: f64, commit: &str) -> RunResult {
+        RunResult {
+            variant: v.to_string(),
+            seed,
+            params: 1000,
+            steps: 20,
+            tokens: 640,
+            final_train_loss: loss + 0.01,
+            final_val_loss: loss,
+            val_curve: vec![(10.0, 2.5)],
+            tok_per_s: 100.0,
+            elapsed_s: 1.0,
+            regimes: Vec::new(),
+            beta_mean: Vec::new(),
+            val_tokens: 4096,
+            commit: commit.to_string(),
+            dirty: "clean".to_string(),
+        }
+    }
+
+    fn report(names: &[&str], seeds: u64, loss: impl Fn(&str, u64) -> f64, commit: impl Fn(u64) -> String) -> String {
         let s = ExperimentSpec {
             variants: names.iter().map(|v| v.to_string()).collect(),
-            seeds: vec![1, 2, 3],
+            seeds: (1..=seeds).collect(),
             ..spec("").unwrap()
         };
         let variants = s.variant_list().unwrap();
-        // d_v = 1: v-Map worse by 0.121–0.123 on every seed; d_v = 4: differences of both signs.
-        let loss = |v: &str, seed: u64| match v {
-            "baseline" => 2.12,
-            "ddl_v1" => 2.09 + 0.01 * seed as f64,
-            "ddl_v1_vmap" => 2.21 + 0.011 * seed as f64,
-            "ddl" => 2.03 + [0.0, 0.03, -0.02][seed as usize - 1],
-            _ => 2.03 + [0.02, -0.01, 0.01][seed as usize - 1],
-        };
         let results: Vec<RunResult> = names
             .iter()
-            .flat_map(|v| (1..=3).map(move |seed| (v, seed)))
-            .map(|(v, seed)| RunResult {
-                variant: v.to_string(),
-                seed,
-                params: 1000,
-                steps: 20,
-                tokens: 640,
-                final_train_loss: loss(v, seed) + 0.01,
-                final_val_loss: loss(v, seed),
-                val_curve: vec![(10.0, 2.5), (20.0, loss(v, seed))],
-                tok_per_s: 100.0,
-                elapsed_s: 1.0,
-                regimes: Vec::new(),
-                beta_mean: Vec::new(),
-            })
+            .flat_map(|v| (1..=seeds).map(move |seed| (v, seed)))
+            .map(|(v, seed)| result(v, seed, loss(v, seed), &commit(seed)))
             .collect();
-        let dir = std::env::temp_dir().join(format!("ddl-report-test-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("ddl-report-test-{}-{seeds}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = write_report(&dir, &s, &variants, &results, &[]).unwrap();
         let md = std::fs::read_to_string(path).unwrap();
         std::fs::remove_dir_all(&dir).ok();
-        let row = |w: &str| md.lines().find(|l| l.starts_with(&format!("| {w} |"))).unwrap_or_default().to_string();
-        assert!(md.contains("## k-Map or v-Map?"), "{md}");
-        assert!(row("d_v = 1").ends_with("| **k-Map** |"), "{}", row("d_v = 1"));
-        assert!(row("d_v = 1").contains("+0.1220"), "{}", row("d_v = 1"));
-        assert!(row("d_v = 4").contains("no clear winner"), "{}", row("d_v = 4"));
+        md
+    }
+
+    fn row(md: &str, pair: &str) -> String {
+        md.lines().find(|l| l.starts_with(&format!("| {pair} |"))).unwrap_or_default().to_string()
+    }
+
+    #[test]
+    fn the_report_tests_its_fixed_family_and_writes_what_the_numbers_support() {
+        let names = ["baseline", "ddl_v1", "ddl_v1_vmap", "ddl", "ddl_vmap", "ddl_cc"];
+        // Five seeds. baseline − ddl_v1: +0.05 with ±0.005 wobble (significant); ddl_v1 − ddl:
+        // differences of both signs (not distinguishable); v-Map worse than k-Map at d_v = 1 by
+        // 0.12 on every seed (significant, k-Map better); ddl_cc 0.03 above the baseline but
+        // noisy; ddl_vmap equal to ddl.
+        let wob = |seed: u64| [0.0, 0.005, -0.005, 0.003, -0.003][seed as usize - 1];
+        let loss = |v: &str, seed: u64| match v {
+            "baseline" => 2.20 + wob(seed),
+            "ddl_v1" => 2.15,
+            "ddl_v1_vmap" => 2.27 + wob(seed) / 5.0,
+            "ddl" => 2.15 + [0.02, -0.03, 0.01, -0.01, 0.02][seed as usize - 1],
+            "ddl_vmap" => 2.15 + [0.02, -0.03, 0.01, -0.01, 0.02][seed as usize - 1],
+            _ => 2.23 + [0.1, -0.1, 0.05, -0.04, 0.0][seed as usize - 1],
+        };
+        let md = report(&names, 5, loss, |_| "abc".into());
+        // The family: 3 gaps, ddl_v1_vmap, ddl_vmap and ddl_cc against the baseline, 2 k/v pairs.
+        assert!(md.contains("(8 comparisons)"), "{md}");
+        assert!(
+            row(&md, "baseline − ddl_v1").contains("reproduced at p < 0.05 after Holm"),
+            "{}",
+            row(&md, "baseline − ddl_v1")
+        );
+        assert!(row(&md, "ddl_v1 − ddl").contains("not distinguishable"), "{}", row(&md, "ddl_v1 − ddl"));
+        assert!(row(&md, "ddl_v1_vmap − ddl_v1").contains("k-Map better"), "{}", row(&md, "ddl_v1_vmap − ddl_v1"));
+        assert!(row(&md, "ddl_vmap − ddl").contains("not distinguishable"));
+        assert!(row(&md, "ddl_cc − baseline").contains("not distinguishable"), "{}", row(&md, "ddl_cc − baseline"));
+        // baseline − ddl_v1 = +0.05 with sd of the wobble (0.0042): t ≈ 26.5 at df 4.
+        assert!(row(&md, "baseline − ddl_v1").contains("| 5 | +0.0500 |"), "{}", row(&md, "baseline − ddl_v1"));
+        assert!(md.contains("The paper's ordering") && md.contains("**not distinguishable** at this size"), "{md}");
+        assert!(!md.contains("Warning: these runs were made by different builds"));
         // The paper has no Small-scale number for v-Map.
         let vmap = md.lines().find(|l| l.starts_with("| ddl_vmap |")).unwrap();
         assert!(vmap.ends_with("| — |"), "{vmap}");
+        // A reversal is called one; runs of different builds are flagged.
+        let md = report(
+            &["baseline", "ddl_v1", "ddl"],
+            3,
+            |v, s| match v {
+                "baseline" => 2.0 + 0.001 * s as f64,
+                "ddl_v1" => 2.1,
+                _ => 2.05 - 0.002 * s as f64,
+            },
+            |s| format!("c{s}"),
+        );
+        assert!(row(&md, "baseline − ddl_v1").contains("reversed"), "{}", row(&md, "baseline − ddl_v1"));
+        assert!(md.contains("**not reproduced**"), "{md}");
+        assert!(md.contains("Warning: these runs were made by different builds"), "{md}");
     }
 
     #[test]
