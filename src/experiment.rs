@@ -35,6 +35,9 @@ pub struct ExperimentSpec {
     pub variants: Vec<String>,
     /// One run per (variant, seed); a seed fixes the initialisation and the batch order.
     pub seeds: Vec<u64>,
+    /// More seeds for some variants (e.g. the core comparison), as `variant = [seeds]`.
+    #[serde(default)]
+    pub extra_seeds: BTreeMap<String, Vec<u64>>,
     /// Optimizer steps of every run (also the schedule's length unless `[train] decay_steps` is set).
     pub steps: usize,
     /// Corpus and tokenizer (default: the preset's, TinyShakespeare and `char`).
@@ -89,7 +92,7 @@ impl ExperimentSpec {
         spec.check().map_err(err)?;
         // Every run's config must resolve now, not an hour into the grid.
         for v in spec.variant_list().map_err(err)? {
-            for &s in &spec.seeds {
+            for s in spec.seeds_of(v) {
                 spec.run_config(v, s).map_err(|m| err(format!("variant {v}, seed {s}: {m}")))?;
             }
         }
@@ -109,6 +112,19 @@ impl ExperimentSpec {
                 return Err(format!("seeds: seed {s} appears twice"));
             }
         }
+        for (name, extra) in &self.extra_seeds {
+            let v = Variant::parse(name).map_err(|e| format!("extra_seeds: {e}"))?;
+            if !self.variants.iter().any(|n| Variant::parse(n).ok() == Some(v)) {
+                return Err(format!("extra_seeds: '{name}' is not one of the spec's variants"));
+            }
+            if let Some(s) = extra.iter().find(|s| self.seeds.contains(s)) {
+                return Err(format!("extra_seeds: seed {s} of '{name}' is already in seeds"));
+            }
+            let mut own = std::collections::HashSet::new();
+            if let Some(s) = extra.iter().find(|s| !own.insert(**s)) {
+                return Err(format!("extra_seeds: seed {s} appears twice for '{name}'"));
+            }
+        }
         if self.steps == 0 {
             return Err("steps: expected at least 1".into());
         }
@@ -116,6 +132,18 @@ impl ExperimentSpec {
             return Err("beta_batches: expected at least 1".into());
         }
         Ok(())
+    }
+
+    /// The seeds variant `v` runs: `seeds`, then its `extra_seeds`.
+    pub fn seeds_of(&self, v: Variant) -> Vec<u64> {
+        let extra = self.extra_seeds.iter().find(|(n, _)| Variant::parse(n).ok() == Some(v)).map(|(_, s)| s);
+        self.seeds.iter().chain(extra.into_iter().flatten()).copied().collect()
+    }
+
+    /// Every seed of the grid, ascending.
+    pub fn all_seeds(&self) -> Vec<u64> {
+        let all: BTreeSet<u64> = self.seeds.iter().chain(self.extra_seeds.values().flatten()).copied().collect();
+        all.into_iter().collect()
     }
 
     /// The variants, parsed, in spec order (no duplicates).
@@ -235,6 +263,7 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
                 description: String::new(),
                 variants: Vec::new(),
                 seeds: Vec::new(),
+                extra_seeds: BTreeMap::new(),
                 ..s.clone()
             };
             strip(a) == strip(b)
@@ -254,12 +283,12 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
     }
     checkpoint::write_atomic(&spec_path, spec_text.as_bytes()).map_err(io(&spec_path))?;
     let variants = spec.variant_list().map_err(|m| ExperimentError::Spec { path: spec_path.clone(), msg: m })?;
-    let total = variants.len() * spec.seeds.len();
+    let total: usize = variants.iter().map(|&v| spec.seeds_of(v).len()).sum();
     let mut i = 0;
     if !opts.report_only {
         // Seed-major: after the first seed every variant has one run to compare.
-        for &seed in &spec.seeds {
-            for &v in &variants {
+        for seed in spec.all_seeds() {
+            for &v in variants.iter().filter(|&&v| spec.seeds_of(v).contains(&seed)) {
                 i += 1;
                 let name = run_name(v, seed);
                 let dir = out.join("runs").join(&name);
@@ -314,7 +343,7 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
     let mut results = Vec::new();
     let mut missing = Vec::new();
     for &v in &variants {
-        for &seed in &spec.seeds {
+        for seed in spec.seeds_of(v) {
             match result_of(&out.join("runs").join(run_name(v, seed)), spec.steps) {
                 Some(r) => results.push(r),
                 None => missing.push(run_name(v, seed)),
@@ -363,6 +392,10 @@ fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &Experime
         if let Some(vl) = j["val_loss"].as_f64() {
             if j["val_full"] == true {
                 full = Some((vl, j["val_tokens"].as_u64().unwrap_or(0) as usize));
+                // The curve's last point: the same windows as the evaluations during training.
+                if let Some(sub) = j["val_subset_loss"].as_f64() {
+                    val_curve.push((step, sub));
+                }
             } else {
                 val_curve.push((step, vl));
             }
@@ -622,6 +655,97 @@ fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> String {
     md
 }
 
+/// "[1, 2, 3]", with the extra seeds of some variants.
+fn seeds_text(spec: &ExperimentSpec) -> String {
+    let mut t = format!("{:?}", spec.seeds);
+    let extra: Vec<String> = spec.extra_seeds.iter().map(|(v, s)| format!("{v} also {s:?}")).collect();
+    if !extra.is_empty() {
+        t.push_str(&format!(" ({})", extra.join(", ")));
+    }
+    t
+}
+
+/// Whether the runs are long enough: over the last 20 % of the steps the mean validation curve
+/// of every variant should change by less than half the paired seed spread (the median standard
+/// deviation over seeds of the family's paired differences).
+fn length_section(spec: &ExperimentSpec, results: &[RunResult], variants: &[Variant]) -> String {
+    let mut md = String::from("## Are the runs long enough?\n\n");
+    let of = |v: Variant| -> BTreeMap<u64, f64> {
+        results.iter().filter(|r| r.variant == v.name()).map(|r| (r.seed, r.final_val_loss)).collect()
+    };
+    let family = comparison_family(variants);
+    let core: Vec<_> = family.iter().filter(|f| f.2 == Question::PaperGap).collect();
+    let use_: Vec<_> = if core.is_empty() { family.iter().collect() } else { core };
+    let mut sds: Vec<f64> = use_
+        .iter()
+        .filter_map(|&&(a, b, _)| {
+            let (ra, rb) = (of(a), of(b));
+            let pairs: Vec<(f64, f64)> = ra.iter().filter_map(|(s, x)| rb.get(s).map(|y| (*x, *y))).collect();
+            stats::Paired::of(&pairs).map(|p| p.diff.sd)
+        })
+        .filter(|s| s.is_finite())
+        .collect();
+    sds.sort_by(f64::total_cmp);
+    let Some(&spread) = sds.get(sds.len() / 2) else {
+        md.push_str("No paired spread to compare with (fewer than two seeds of a compared pair).\n\n");
+        return md;
+    };
+    let from = 0.8 * spec.steps as f64;
+    let mut rows = Vec::new();
+    for &v in variants {
+        let rs: Vec<&RunResult> = results.iter().filter(|r| r.variant == v.name()).collect();
+        // The mean curve at the evaluations every seed has.
+        let mut at: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+        for r in &rs {
+            for &(s, l) in &r.val_curve {
+                at.entry(s as u64).or_default().push(l);
+            }
+        }
+        let pts: Vec<(f64, f64)> = at
+            .iter()
+            .filter(|(_, ls)| !rs.is_empty() && ls.len() == rs.len())
+            .map(|(&s, ls)| (s as f64, ls.iter().sum::<f64>() / ls.len() as f64))
+            .collect();
+        let (Some(end), Some(start)) =
+            (pts.last(), pts.iter().min_by(|a, b| (a.0 - from).abs().total_cmp(&(b.0 - from).abs())))
+        else {
+            continue;
+        };
+        if end.0 <= start.0 {
+            continue;
+        }
+        rows.push((v, start.0, end.0, start.1 - end.1));
+    }
+    if rows.is_empty() {
+        md.push_str("The curves have no evaluation in the last 20 % of the steps.\n\n");
+        return md;
+    }
+    let worst = rows.iter().map(|r| r.3.abs()).fold(0.0, f64::max);
+    md.push_str(&format!(
+        "Half the paired seed spread: {:.4} (the median over the compared pairs of the standard deviation over \
+         seeds of their final differences: {:.4}). Change of the mean validation curve (the windows every \
+         evaluation covers) over the last 20 % of the steps:\n\n| variant | from step | to step | decrease |\n|---|---:|---:|---:|\n",
+        spread / 2.0,
+        spread
+    ));
+    for (v, a, b, d) in &rows {
+        md.push_str(&format!("| {} | {a:.0} | {b:.0} | {d:+.4} |\n", v.name()));
+    }
+    md.push_str(&format!(
+        "\n{}\n\n",
+        if worst < spread / 2.0 {
+            format!("**Long enough**: every curve changes by less than half the paired spread (largest {worst:.4}).")
+        } else {
+            format!(
+                "**Not long enough**: a curve still changes by {worst:.4}, more than half the paired spread ({:.4}); \
+                 longer runs would move the comparison.",
+                spread / 2.0
+            )
+        }
+    ));
+    md
+}
+
 /// "= 0.034", or "< 0.001".
 fn p_text(p: f64) -> String {
     if p < 0.001 { "< 0.001".into() } else { format!("= {p:.3}") }
@@ -661,12 +785,16 @@ fn write_report(
         _ => format!("the final evaluation; token counts differ between runs: {val_tokens:?}"),
     };
     md.push_str(&format!(
-        "Preset `{}`, {} steps per run ({} tokens), seeds {:?}; every run of one seed sees the same \
+        "Preset `{}`, {} steps per run ({} tokens), seeds {}; every run of one seed sees the same \
          batches in the same order. Train loss is the mean over the last tenth of the steps; val \
          loss is measured over {val_what}. Per variant: mean, sample standard deviation over seeds \
          and the 95 % t-interval of the mean. Speed is not measured here (runs share a machine): \
          `ddl bench train --preset {} --variant ddl --against baseline` measures it in one process.\n\n",
-        spec.preset, spec.steps, any.tokens, spec.seeds, spec.preset
+        spec.preset,
+        spec.steps,
+        any.tokens,
+        seeds_text(spec),
+        spec.preset
     ));
     // Which build made the runs.
     let commits: BTreeSet<(String, String)> = results.iter().map(|r| (r.commit.clone(), r.dirty.clone())).collect();
@@ -706,6 +834,7 @@ fn write_report(
     }
     md.push('\n');
     md.push_str(&comparisons_section(results, variants));
+    md.push_str(&length_section(spec, results, variants));
     // β regimes.
     let ddl_rows: Vec<(Variant, Vec<[f64; 3]>, Vec<f64>)> = variants
         .iter()
@@ -941,6 +1070,38 @@ mod tests {
         assert!(row(&md, "baseline − ddl_v1").contains("reversed"), "{}", row(&md, "baseline − ddl_v1"));
         assert!(md.contains("**not reproduced**"), "{md}");
         assert!(md.contains("Warning: these runs were made by different builds"), "{md}");
+    }
+
+    #[test]
+    fn the_length_check_compares_the_last_fifth_of_the_curves_with_half_the_paired_spread() {
+        let s = spec("").unwrap(); // 20 steps, baseline and ddl, seeds 1 and 2
+        let variants = s.variant_list().unwrap();
+        // Paired differences baseline − ddl: 0.05 and 0.07 → sd 0.01414, half 0.00707.
+        let mk = |drop: f64| -> Vec<RunResult> {
+            [("baseline", 1, 2.20), ("baseline", 2, 2.22), ("ddl", 1, 2.15), ("ddl", 2, 2.15)]
+                .iter()
+                .map(|&(v, seed, l)| RunResult {
+                    val_curve: vec![(8.0, l + 0.3), (16.0, l + drop), (20.0, l)],
+                    ..result(v, seed, l, "abc")
+                })
+                .collect()
+        };
+        let md = length_section(&s, &mk(0.002), &variants);
+        assert!(md.contains("Half the paired seed spread: 0.0071") && md.contains("**Long enough**"), "{md}");
+        assert!(md.contains("| ddl | 16 | 20 | +0.0020 |"), "{md}");
+        let md = length_section(&s, &mk(0.03), &variants);
+        assert!(md.contains("**Not long enough**: a curve still changes by 0.0300"), "{md}");
+    }
+
+    #[test]
+    fn extra_seeds_add_runs_to_some_variants() {
+        let s = spec("extra_seeds = { ddl = [3, 4] }\n").unwrap();
+        assert_eq!(s.seeds_of(Variant::Ddl), [1, 2, 3, 4]);
+        assert_eq!(s.seeds_of(Variant::Baseline), [1, 2]);
+        assert_eq!(s.all_seeds(), [1, 2, 3, 4]);
+        assert!(spec("extra_seeds = { ddl_cc = [3] }\n").unwrap_err().contains("not one of the spec's variants"));
+        assert!(spec("extra_seeds = { ddl = [2] }\n").unwrap_err().contains("already in seeds"));
+        assert!(spec("extra_seeds = { ddl = [3, 3] }\n").unwrap_err().contains("appears twice"));
     }
 
     #[test]

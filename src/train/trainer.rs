@@ -620,7 +620,13 @@ impl<'c> Trainer<'c> {
         self.val_loss = Some(e.loss);
         self.last_eval = Some((self.step, e));
         let full = span == super::EvalSpan::Full;
-        self.append(&json!({"step": self.step, "val_loss": e.loss, "val_ppl": e.loss.exp(), "val_tokens": e.tokens, "val_full": full}))?;
+        let mut row = json!({"step": self.step, "val_loss": e.loss, "val_ppl": e.loss.exp(), "val_tokens": e.tokens, "val_full": full});
+        if full {
+            // The part over the windows every evaluation covers: the curve's end point.
+            row["val_subset_loss"] = json!(e.subset.0);
+            row["val_subset_tokens"] = json!(e.subset.1);
+        }
+        self.append(&row)?;
         Ok(e)
     }
 
