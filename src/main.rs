@@ -285,9 +285,10 @@ fn experiment(
     let spec = ExperimentSpec::load(spec_path)?;
     let variants = spec.variant_list().map_err(anyhow::Error::msg)?;
     if dry_run {
-        println!("{} runs of {} steps, preset {}:", variants.len() * spec.seeds.len(), spec.steps, spec.preset);
-        for &seed in &spec.seeds {
-            for &v in &variants {
+        let total: usize = variants.iter().map(|&v| spec.seeds_of(v).len()).sum();
+        println!("{total} runs of {} steps, preset {}:", spec.steps, spec.preset);
+        for seed in spec.all_seeds() {
+            for &v in variants.iter().filter(|&&v| spec.seeds_of(v).contains(&seed)) {
                 let run = spec.run_config(v, seed).map_err(anyhow::Error::msg)?;
                 let mut m = run.model.clone();
                 if run.tokenizer == "char" {

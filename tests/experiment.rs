@@ -194,3 +194,27 @@ fn bad_specs_are_clear_errors() {
     assert!(!r.status.success() && text(&r).contains("missing.toml"), "{}", text(&r));
     assert!(!out.exists(), "a bad spec must not create the output directory");
 }
+
+#[test]
+fn extra_seeds_give_some_variants_more_runs() {
+    // `--dry-run` lists the grid: seeds 1-2 for both variants, 3 and 4 for ddl only, seed-major.
+    let dir = tmpdir("extra-seeds");
+    let s = spec(&dir, 2);
+    let text_ = std::fs::read_to_string(&s)
+        .unwrap()
+        .replace("seeds = [1, 2]\n", "seeds = [1, 2]\nextra_seeds = { ddl = [3, 4] }\n");
+    std::fs::write(&s, text_).unwrap();
+    let out = dir.join("out");
+    let r = ddl(&dir, &["experiment", "--spec", s.to_str().unwrap(), "--out", out.to_str().unwrap(), "--dry-run"]);
+    let t = text(&r);
+    assert!(r.status.success(), "{t}");
+    assert!(t.contains("6 runs of 2 steps"), "{t}");
+    let runs: Vec<&str> =
+        t.lines().filter_map(|l| l.split_whitespace().next().filter(|w| w.contains("-seed"))).collect();
+    assert_eq!(runs, ["baseline-seed1", "ddl-seed1", "baseline-seed2", "ddl-seed2", "ddl-seed3", "ddl-seed4"], "{t}");
+    // A seed in both lists is refused naming it.
+    let bad = std::fs::read_to_string(&s).unwrap().replace("ddl = [3, 4]", "ddl = [2]");
+    std::fs::write(&s, bad).unwrap();
+    let r = ddl(&dir, &["experiment", "--spec", s.to_str().unwrap(), "--out", out.to_str().unwrap(), "--dry-run"]);
+    assert!(!r.status.success() && text(&r).contains("seed 2 of 'ddl' is already in seeds"), "{}", text(&r));
+}
