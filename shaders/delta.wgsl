@@ -55,6 +55,12 @@ struct Params {
     store_k: u32,        // `delta_forward`: 1 = store k (traces, decoding; the quad entries: `…k`); the backward recomputes k = k̃·r
     beta_col: u32,       // forward: β_t also into beta_all[t · beta_stride + beta_col] (0 = not)
     beta_stride: u32,
+    // forward: β' = clamp(beta_scale · β + beta_add, beta_lo, beta_hi) (interventions while
+    // decoding; the identity 1, 0, 0, 2 otherwise, bit-exact for β in [0, 2])
+    beta_scale: f32,
+    beta_add: f32,
+    beta_lo: f32,
+    beta_hi: f32,
     _p2: u32,
 }
 
@@ -209,7 +215,7 @@ fn forward_row(ti: u32, i: u32, kt: f32, part: ptr<function, array<f32, NV>>) ->
 fn token_forward(t: u32, part: array<f32, NV>, store: bool, coef: ptr<function, array<f32, MM>>) -> f32 {
     var pt = part;
     let rn = 1.0 / sqrt(pt[0] + params.k_eps * params.k_eps);
-    let bt = 2.0 * sigmoid(pt[1] + b_beta[0]);
+    let bt = clamp(fma(params.beta_scale, 2.0 * sigmoid(pt[1] + b_beta[0]), params.beta_add), params.beta_lo, params.beta_hi);
     for (var j = 0u; j < MM; j++) {
         let vj = value_act(pt[2u + j] + b_v[j]);
         let dj = vj - pt[2u + MM + j] * rn;

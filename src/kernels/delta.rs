@@ -61,6 +61,8 @@ pub struct DeltaShape {
     /// X and X' are stored in half precision (`--f16-state`, m = 4 only, needs SHADER_F16):
     /// their views hold n·d·m/2 four-byte elements. Every sum (p = Xᵀk included) stays f32.
     pub state_f16: bool,
+    /// The forward's map of β (interventions; [`BetaMap::IDENTITY`] otherwise).
+    pub beta: BetaMap,
 }
 
 #[repr(C)]
@@ -89,7 +91,39 @@ struct Params {
     /// forward: β also into column `beta_col` of a `[n, beta_stride]` buffer (stride 0: not).
     beta_col: u32,
     beta_stride: u32,
+    /// forward: the β map ([`BetaMap`]).
+    beta_scale: f32,
+    beta_add: f32,
+    beta_lo: f32,
+    beta_hi: f32,
     _pad: u32,
+}
+
+/// What the forward does to each token's gate β = 2σ(z) before the write uses it:
+/// β' = clamp(scale · β + add, lo, hi). The identity (1, 0, 0, 2) leaves every β ∈ [0, 2]
+/// bit-exact; other maps are interventions of forward-only (decoding) programs — the backward
+/// assumes the identity.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BetaMap {
+    pub scale: f32,
+    pub add: f32,
+    pub lo: f32,
+    pub hi: f32,
+}
+
+impl BetaMap {
+    pub const IDENTITY: BetaMap = BetaMap { scale: 1.0, add: 0.0, lo: 0.0, hi: 2.0 };
+
+    /// β' for β, as the kernel computes it (f32 fused multiply-add, then the clamp).
+    pub fn apply(&self, beta: f32) -> f32 {
+        self.scale.mul_add(beta, self.add).max(self.lo).min(self.hi)
+    }
+}
+
+impl Default for BetaMap {
+    fn default() -> Self {
+        BetaMap::IDENTITY
+    }
 }
 
 /// Fewest tokens one invocation of the heads kernel walks (one partial sum per chunk): 64
@@ -145,6 +179,10 @@ impl DeltaShape {
             store_k: 1,
             beta_col: 0,
             beta_stride: 0,
+            beta_scale: self.beta.scale,
+            beta_add: self.beta.add,
+            beta_lo: self.beta.lo,
+            beta_hi: self.beta.hi,
             _pad: 0,
         }
     }

@@ -9,7 +9,7 @@
 
 use super::common::*;
 use ddl::gpu::{GpuError, Tensor};
-use ddl::kernels::delta::{self, DeltaShape, Heads, Saves, VAct, WriteGrads, WriteIn, WriteOut};
+use ddl::kernels::delta::{self, BetaMap, DeltaShape, Heads, Saves, VAct, WriteGrads, WriteIn, WriteOut};
 use ddl::kernels::forms::Forms;
 
 const EPS_K: f32 = 1e-5;
@@ -92,7 +92,8 @@ fn ref_forward(s: &DeltaShape, p: &Inputs) -> Outputs {
         let norm = (kr.iter().map(|q| q * q).sum::<f64>() + eps * eps).sqrt();
         let k: Vec<f64> = kr.iter().map(|q| q / norm).collect();
         let z = (0..d).map(|i| p.w_beta[i] * p.c[t * d + i]).sum::<f64>() + p.b_beta[0];
-        let beta = 2.0 * sigmoid(z);
+        let (map, gate) = (s.beta, 2.0 * sigmoid(z));
+        let beta = (map.scale as f64 * gate + map.add as f64).clamp(map.lo as f64, map.hi as f64);
         for j in 0..m {
             let u = (0..d).map(|i| p.w_v[j * d + i] * p.a[t * d + i]).sum::<f64>() + p.b_v[j];
             let v = act(s.v_act, u);
@@ -116,7 +117,7 @@ fn ref_forward(s: &DeltaShape, p: &Inputs) -> Outputs {
         o.beta[t] = beta;
         // z sums d products: its rounding scales with Σ|w_β c|, β's with dβ/dz times that.
         let z_scale = (0..d).map(|i| (p.w_beta[i] * p.c[t * d + i]).abs()).sum::<f64>() + p.b_beta[0].abs();
-        o.beta_scale[t] = beta * (1.0 - 0.5 * beta) * z_scale;
+        o.beta_scale[t] = (map.scale as f64).abs() * gate * (1.0 - 0.5 * gate) * z_scale + (map.add as f64).abs();
     }
     o
 }
@@ -598,7 +599,7 @@ fn check(gpu: &Gpu, s: DeltaShape, accumulate_da: bool, special: bool) {
 }
 
 fn shape(n: usize, d: usize, m: usize, v_act: VAct) -> DeltaShape {
-    DeltaShape { n, d, m, k_eps: EPS_K, v_act, state_f16: false }
+    DeltaShape { n, d, m, k_eps: EPS_K, v_act, state_f16: false, beta: BetaMap::IDENTITY }
 }
 
 fn grid(gpu: &Gpu, v_act: VAct) {
@@ -847,6 +848,42 @@ fn quad_kernels_of_the_one_token_per_invocation_layout_match_float64() {
             PACKED.with(|p| p.set(false));
             assert!(!delta::quads(gpu, 1, 45) && !delta::quads(gpu, 2, 44));
         });
+    }
+}
+
+#[test]
+fn a_beta_map_sets_scales_and_clamps_the_gate_before_the_write() {
+    // Interventions: β' = clamp(scale · β + add, lo, hi) before the write, in every layout
+    // (segment and one-token-per-invocation widths, quads); the identity is the model's gate.
+    let gpu = gpu();
+    let maps = [
+        ("identity", BetaMap::IDENTITY),
+        ("β = 0", BetaMap { scale: 0.0, add: 0.0, lo: 0.0, hi: 2.0 }),
+        ("β = 1", BetaMap { scale: 0.0, add: 1.0, lo: 0.0, hi: 2.0 }),
+        ("β = 2", BetaMap { scale: 0.0, add: 2.0, lo: 0.0, hi: 2.0 }),
+        ("β × 0.5", BetaMap { scale: 0.5, add: 0.0, lo: 0.0, hi: 2.0 }),
+        ("β ≤ 0.8", BetaMap { scale: 1.0, add: 0.0, lo: 0.0, hi: 0.8 }),
+        ("β ≥ 1.2", BetaMap { scale: 1.0, add: 0.0, lo: 1.2, hi: 2.0 }),
+    ];
+    for (n, d, m) in [(7, 37, 4), (5, 64, 1), (3, 19, 9)] {
+        for (name, map) in maps {
+            let s = DeltaShape { beta: map, ..shape(n, d, m, VAct::Sigmoid4) };
+            let mut rng = Rng::fresh();
+            let seed = rng.seed;
+            let inp = draw(&mut rng, &s, false);
+            let f = gpu_forward(&gpu, &s, &inp);
+            let want = ref_forward(&s, &inputs_f64(&inp));
+            let tag = format!("{name} n={n} d={d} m={m}");
+            close(&format!("beta {tag}"), &f.beta, &want.beta, 1, 0, Some(&want.beta_scale), 1e-5, seed);
+            close(&format!("x_out {tag}"), &f.x_out, &want.x_out, d * m, 0, Some(&want.x_out_scale), 1e-5, seed);
+            if map.scale == 0.0 {
+                assert!(f.beta.iter().all(|&b| b == map.add), "{tag}: β {:?}", f.beta);
+            }
+            if map == (BetaMap { scale: 0.0, add: 0.0, lo: 0.0, hi: 2.0 }) {
+                // β = 0: the write is the identity, bit for bit.
+                assert_eq!(f.x_out, inp[0], "{tag}: X' must equal X");
+            }
+        }
     }
 }
 

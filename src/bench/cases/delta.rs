@@ -16,7 +16,7 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
     let f16 = gpu.features.contains(wgpu::Features::SHADER_F16);
     let cases = [(shape.m, false), (shape.m, true), (1, false)];
     for (m, state_f16) in cases.into_iter().filter(|&(m, h)| !h || (f16 && m == 4)) {
-        let s = DeltaShape { n, d, m, k_eps: 1e-5, v_act: VAct::Sigmoid4, state_f16 };
+        let s = DeltaShape { n, d, m, k_eps: 1e-5, v_act: VAct::Sigmoid4, state_f16, beta: Default::default() };
         // An f16 state: n·d·m halves of small normal values (the f32 bits of a normal draw would
         // hold f16 NaNs and subnormals).
         let x = if state_f16 {

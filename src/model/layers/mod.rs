@@ -121,6 +121,7 @@ impl<'a> Rec<'a> {
             k_eps: self.c.k_eps as f32,
             v_act: self.m.v_act(),
             state_f16: self.a.state_f16,
+            beta: crate::kernels::delta::BetaMap::IDENTITY,
         }
     }
 }
