@@ -157,6 +157,14 @@ pub(crate) enum Cmd {
         /// Refuse a prompt longer than the model's context instead of keeping its last part.
         #[arg(long)]
         strict_context: bool,
+        /// Intervene on the delta writes while generating: TARGET:ACTION, TARGET `all`, `blockN`,
+        /// `blockN.attn` or `blockN.mlp`, ACTION `beta=V` (0 identity, 1 projection, 2
+        /// reflection), `beta*=S`, `beta<=V` or `beta>=V`; repeatable, applied in order.
+        #[arg(long = "intervene", value_name = "SPEC")]
+        intervene: Vec<String>,
+        /// Allow --intervene values of β outside [0, 2].
+        #[arg(long)]
+        allow_out_of_range: bool,
     },
     /// Interactive generation that keeps the context (and its caches) across turns (/reset,
     /// /set NAME VALUE, /settings, /help, /quit).

@@ -136,6 +136,8 @@ pub struct GenOptions {
     pub stop_token: Option<u32>,
     /// Record a per-token trace of every delta write.
     pub trace: bool,
+    /// Interventions: one β map per sublayer (`None`: the model's own gates).
+    pub beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
 }
 
 /// Regime of a gate value: identity (β < 0.5: λ = 1−β > 0.5), reflection (β > 1.5: λ < −0.5),
@@ -226,6 +228,19 @@ impl<'a> Generator<'a> {
     /// With `trace`, the writes of the prefilled prompt tokens are recorded too
     /// ([`Generator::prompt_traces`]).
     pub fn new(model: &'a Model, tok: &'a Tokenizer, prompt: &[u32], sampler: Sampler, trace: bool) -> Result<Self> {
+        Self::with_beta_maps(model, tok, prompt, sampler, trace, None)
+    }
+
+    /// [`Generator::new`] under interventions: every decode program of this generation applies
+    /// `beta_maps` (one per sublayer, [`crate::model::Interventions::maps`]).
+    pub fn with_beta_maps(
+        model: &'a Model,
+        tok: &'a Tokenizer,
+        prompt: &[u32],
+        sampler: Sampler,
+        trace: bool,
+        beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
+    ) -> Result<Self> {
         let cap = model.cfg.max_seq_len;
         let v = model.cfg.vocab_size;
         let keep = &prompt[prompt.len().saturating_sub(cap)..];
@@ -233,6 +248,7 @@ impl<'a> Generator<'a> {
             return Err(crate::gpu::GpuError::Shape("generation needs a prompt of at least one token".into()));
         }
         let mut cache = model.decode_cache()?;
+        cache.beta_maps = beta_maps;
         let step_prog = model.decode_program(&cache, 1)?;
         let mut pre = model.decode_program(&cache, keep.len())?;
         let first = pre.forward(model, keep, &mut cache)?;
@@ -293,7 +309,9 @@ impl<'a> Generator<'a> {
             (tokens.to_vec(), false)
         };
         if fresh {
+            let maps = self.cache.beta_maps.take();
             self.cache = model.decode_cache()?;
+            self.cache.beta_maps = maps;
         }
         let mut p = model.decode_program(&self.cache, run.len())?;
         let l = p.forward(model, &run, &mut self.cache)?;
@@ -354,7 +372,9 @@ impl<'a> Generator<'a> {
             // Slide: keep the last half of the context (this token included) and re-prefill it.
             let keep_from = self.history.len() - cap / 2;
             let kept: Vec<u32> = self.history[keep_from..].to_vec();
+            let maps = self.cache.beta_maps.take();
             self.cache = model.decode_cache()?;
+            self.cache.beta_maps = maps;
             let mut p = model.decode_program(&self.cache, kept.len())?;
             let l = p.forward(model, &kept, &mut self.cache)?;
             self.logits = l[(kept.len() - 1) * v..].to_vec();
@@ -390,7 +410,7 @@ pub fn generate(
     mut on_token: impl FnMut(&str),
 ) -> Result<(Vec<u32>, Vec<TokenTrace>)> {
     let owned = std::mem::replace(sampler, Sampler::new(sampler.cfg.clone()));
-    let mut g = Generator::new(model, tok, prompt, owned, opts.trace)?;
+    let mut g = Generator::with_beta_maps(model, tok, prompt, owned, opts.trace, opts.beta_maps.clone())?;
     let mut out = Vec::new();
     let mut traces = Vec::new();
     for _ in 0..opts.max_tokens {
@@ -438,6 +458,18 @@ pub fn write_trace(
     cfg: &crate::model::ModelConfig,
     traces: &[TokenTrace],
 ) -> std::io::Result<()> {
+    write_trace_with(path, cfg, traces, "")
+}
+
+/// [`write_trace`] of a generation under interventions: their specs (`; `-separated, as
+/// [`crate::model::Interventions::describe`] writes them) go into both files, so the result
+/// can be reproduced.
+pub fn write_trace_with(
+    path: &std::path::Path,
+    cfg: &crate::model::ModelConfig,
+    traces: &[TokenTrace],
+    interventions: &str,
+) -> std::io::Result<()> {
     let t = traces.len();
     let s = if cfg.variant.is_ddl() { 2 * cfg.n_layers } else { 0 };
     let (d, m) = (cfg.d_model, cfg.m());
@@ -481,6 +513,7 @@ pub fn write_trace(
     let mut meta = std::collections::HashMap::new();
     meta.insert("format".to_string(), "ddl-trace-1".to_string());
     meta.insert("config".to_string(), serde_json::to_string(cfg).unwrap());
+    meta.insert("interventions".to_string(), interventions.to_string());
     let bytes = safetensors::serialize(views, Some(meta)).map_err(std::io::Error::other)?;
     crate::train::checkpoint::write_atomic(path, &bytes)?;
     let mut counts = vec![[0usize; 3]; s];
@@ -496,6 +529,7 @@ pub fn write_trace(
     }
     let summary = serde_json::json!({
         "format": "ddl-trace-1",
+        "interventions": interventions,
         "regime_thresholds": {"identity": "beta < 0.5", "projection": "0.5 <= beta <= 1.5", "reflection": "beta > 1.5"},
         "sublayers": (0..s).map(|i| format!("blocks.{}.{}", i / 2, if i % 2 == 0 { "attn" } else { "mlp" })).collect::<Vec<_>>(),
         "tokens": traces.iter().map(|tr| serde_json::json!({

@@ -47,8 +47,9 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Experiment { spec, out, report_only, dry_run } => {
             experiment(&cli.device, &spec, &out, report_only, dry_run)
         }
-        Cmd::Generate { checkpoint, prompt, sampling, trace, strict_context } => {
-            generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, trace.as_deref(), strict_context)
+        Cmd::Generate { checkpoint, prompt, sampling, trace, strict_context, intervene, allow_out_of_range } => {
+            let iv = ddl::model::Interventions::parse(&intervene, allow_out_of_range)?;
+            generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, trace.as_deref(), strict_context, &iv)
         }
         Cmd::Chat { checkpoint, sampling, trace } => chat(&cli.device, &checkpoint, sampling, trace.as_deref()),
     }
@@ -223,7 +224,7 @@ fn report_training(
             seed: 0,
             stop: Vec::new(),
         };
-        generate_cmd(dev, out, "\n", &s, None, false)?;
+        generate_cmd(dev, out, "\n", &s, None, false, &Default::default())?;
         println!();
     }
     Ok(())
@@ -358,6 +359,7 @@ fn generate_cmd(
     sa: &SamplingArgs,
     trace: Option<&std::path::Path>,
     strict_context: bool,
+    interventions: &ddl::model::Interventions,
 ) -> Result<()> {
     use std::io::{Read, Write};
     let s = sa.sampler()?;
@@ -373,6 +375,8 @@ fn generate_cmd(
     }
     let gpu = dev.open().context("opening the GPU")?;
     let (model, tok) = ddl::generate::load_for_inference(&gpu, dir)?;
+    // The interventions checked against the model before anything is printed.
+    let beta_maps = if interventions.is_empty() { None } else { Some(interventions.maps(&model.cfg)?) };
     let ids = tok.encode(&prompt)?;
     let cap = model.cfg.max_seq_len;
     if ids.len() > cap {
@@ -399,6 +403,7 @@ fn generate_cmd(
         stop: sa.stop.clone(),
         stop_token: tok.eot_id(),
         trace: trace.is_some(),
+        beta_maps,
     };
     let mut sampler = ddl::generate::Sampler::new(s);
     let (_, traces) = ddl::generate::generate(&model, &tok, &ids, &opts, &mut sampler, |t| {
@@ -407,7 +412,7 @@ fn generate_cmd(
     })?;
     println!();
     if let Some(path) = trace {
-        ddl::generate::write_trace(path, &model.cfg, &traces)
+        ddl::generate::write_trace_with(path, &model.cfg, &traces, &interventions.describe())
             .with_context(|| format!("writing the trace {}", path.display()))?;
         eprintln!("trace written to {} (+ .json summary)", path.display());
     }

@@ -179,3 +179,60 @@ fn a_decode_program_lists_its_delta_writes_and_refuses_another_cache() {
     let bc = base.decode_cache().unwrap();
     assert_eq!(base.decode_program(&bc, 1).unwrap().write_ops().count(), 0);
 }
+
+/// Logits of `toks` decoded in one prefill with `maps` (None: the model's own gates), and the β
+/// of every write.
+fn decode_with(model: &Model, toks: &[u32], maps: Option<Vec<ddl::kernels::delta::BetaMap>>) -> (Vec<f32>, Vec<f32>) {
+    let mut cache = model.decode_cache().unwrap();
+    cache.beta_maps = maps;
+    let mut p = model.decode_program(&cache, toks.len()).unwrap();
+    let logits = p.forward(model, toks, &mut cache).unwrap();
+    let betas = p.acts().betas.read_f32(&model.gpu).unwrap();
+    (logits, betas)
+}
+
+#[test]
+fn interventions_map_beta_in_the_decode_path_and_beta_zero_everywhere_bypasses_every_block() {
+    use ddl::kernels::delta::BetaMap;
+    for name in ["ddl", "ddl_cc"] {
+        let (model, g) = model_from_golden(name);
+        let t = g.seq_len;
+        let toks: Vec<u32> = g.i32("input.tokens", &[g.batch, t]).unwrap()[..t].iter().map(|&x| x as u32).collect();
+        let subs = 2 * g.config.n_layers;
+        let (base, base_beta) = decode_with(&model, &toks, None);
+        // The identity maps are the model's own gates, bit for bit.
+        let (same, _) = decode_with(&model, &toks, Some(vec![BetaMap::IDENTITY; subs]));
+        assert_eq!(same, base, "{name}: identity maps changed the logits");
+        // Block 0's MLP set to a projection: its β is 1 at every token, the others unchanged.
+        let iv = ddl::model::Interventions::parse(&["block0.mlp:beta=1".into()], false).unwrap();
+        let (proj, beta) = decode_with(&model, &toks, Some(iv.maps(&g.config).unwrap()));
+        for tk in 0..t {
+            for s in 0..subs {
+                let (got, orig) = (beta[tk * subs + s], base_beta[tk * subs + s]);
+                if s == 1 {
+                    assert_eq!(got, 1.0, "{name}: token {tk}");
+                } else if s == 0 {
+                    assert_eq!(got, orig, "{name}: block 0 attention is before the intervention");
+                }
+            }
+        }
+        assert_ne!(proj, base, "{name}: the intervention changed nothing");
+        // β = 0 everywhere: every delta write is the identity, so the logits do not depend on any
+        // block's parameters: perturbing all of them changes nothing.
+        let zero = ddl::model::Interventions::parse(&["all:beta=0".into()], false).unwrap().maps(&g.config).unwrap();
+        let (z, zb) = decode_with(&model, &toks, Some(zero.clone()));
+        assert!(zb.iter().all(|&b| b == 0.0), "{name}");
+        let layout = Layout::new(&g.config);
+        let mut flat = model.read_params().unwrap();
+        for (s, &off) in layout.specs.iter().zip(&layout.offsets) {
+            if s.name.starts_with("blocks.") {
+                flat[off..off + s.len()].iter_mut().for_each(|x| *x = *x * 1.5 + 0.01);
+            }
+        }
+        let other = Model::with_params(model.gpu.clone(), g.config.clone(), &flat).unwrap();
+        let (z2, _) = decode_with(&other, &toks, Some(zero));
+        assert_eq!(z, z2, "{name}: with β = 0 everywhere the blocks' parameters must not matter");
+        let (b2, _) = decode_with(&other, &toks, None);
+        assert_ne!(b2, base, "{name}: the perturbation must matter without the intervention");
+    }
+}

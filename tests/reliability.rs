@@ -886,3 +886,43 @@ fn checkpoints_keep_the_newest_n_and_the_best_by_validation_loss_as_run_folders(
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(names(&out0.join("checkpoints")), ["best"]);
 }
+
+#[test]
+fn interventions_through_the_cli_generate_record_their_spec_and_refuse_bad_ones() {
+    let dir = tmpdir("intervene");
+    let ck = checkpoint(&dir); // a ddl model of one block
+    let run = |extra: &[&str]| {
+        let mut a = gen_args(&ck);
+        a.extend(["--seed", "5"].map(String::from));
+        a.extend(extra.iter().map(|s| s.to_string()));
+        cmd(&dir).args(&a).output().unwrap()
+    };
+    let trace = dir.join("iv.safetensors");
+    let o =
+        run(&["--intervene", "block0.mlp:beta=0", "--intervene", "all:beta<=1", "--trace", trace.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(trace.with_extension("json")).unwrap()).unwrap();
+    assert_eq!(summary["interventions"], "block0.mlp:beta=0; all:beta<=1");
+    for tk in summary["tokens"].as_array().unwrap() {
+        let b = tk["beta"].as_array().unwrap();
+        assert!(b[0].as_f64().unwrap() <= 1.0 && b[1].as_f64().unwrap() == 0.0, "{tk}");
+    }
+    let (_, meta) = read_st(&trace);
+    assert_eq!(meta["interventions"], "block0.mlp:beta=0; all:beta<=1");
+    // Bad specs: nothing generated, a message naming the spec and the fix.
+    for (spec, needles) in [
+        ("block3.mlp:beta=0", &["block3.mlp:beta=0", "block 3 (the model has blocks 0 to 0)"][..]),
+        ("block0.ffn:beta=0", &["'ffn' is neither attn nor mlp"][..]),
+        ("all:beta=3", &["outside [0, 2]", "--allow-out-of-range"][..]),
+    ] {
+        let o = run(&["--intervene", spec]);
+        let t = text(&o);
+        assert!(!o.status.success() && !t.contains("panicked"), "{spec}: {t}");
+        for n in needles {
+            assert!(t.contains(n), "{spec}: expected {n:?} in {t}");
+        }
+        assert!(!String::from_utf8_lossy(&o.stdout).contains("To be"), "{spec}: generated before refusing: {t}");
+    }
+    assert!(run(&["--intervene", "all:beta=3", "--allow-out-of-range"]).status.success());
+}

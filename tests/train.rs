@@ -303,7 +303,13 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
     assert_eq!(r2.prefilled, "Second\n".chars().count(), "the second turn prefills only its line");
     let mut prompt = before.clone();
     prompt.extend(tok.encode("Second\n").unwrap());
-    let opts = GenOptions { max_tokens: 6, stop: vec!["\n\n".into()], stop_token: tok.eot_id(), trace: false };
+    let opts = GenOptions {
+        max_tokens: 6,
+        stop: vec!["\n\n".into()],
+        stop_token: tok.eot_id(),
+        trace: false,
+        beta_maps: None,
+    };
     let (fresh, _) = ddl::generate::generate(&model, &tok, &prompt, &opts, &mut Sampler::new(greedy), |_| {}).unwrap();
     assert_eq!(r2.tokens, fresh, "the cached turn must equal a generation over the whole conversation");
     assert!(s.history().starts_with(&prompt));
@@ -806,7 +812,8 @@ fn the_stop_token_ends_generation_and_is_neither_shown_nor_returned() {
     let greedy =
         || ddl::generate::Sampler::new(ddl::generate::SamplerConfig { temperature: 0.0, ..Default::default() });
     let run = |stop_token: Option<u32>| {
-        let opts = ddl::generate::GenOptions { max_tokens: 3, stop: Vec::new(), stop_token, trace: true };
+        let opts =
+            ddl::generate::GenOptions { max_tokens: 3, stop: Vec::new(), stop_token, trace: true, beta_maps: None };
         let mut shown = String::new();
         let (ids, traces) =
             ddl::generate::generate(&model, &tok, &prompt, &opts, &mut greedy(), |t| shown.push_str(t)).unwrap();

@@ -23,6 +23,10 @@ use super::model::Model;
 pub struct DecodeCache {
     /// Positions cached so far (= the RoPE position of the next token).
     pub pos: usize,
+    /// The β map of every sublayer (2l: block l's attention, 2l + 1 its MLP) that decode programs
+    /// made for this cache apply: interventions ([`super::Interventions::maps`]); `None`: the
+    /// model's own gates.
+    pub beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
     /// Longest sequence the cache holds (the model's max_seq_len).
     pub capacity: usize,
     pub kcache: Vec<Tensor>,
@@ -81,7 +85,7 @@ impl Model {
         } else {
             None
         };
-        Ok(DecodeCache { pos: 0, capacity: cap, kcache, vcache, hist, ehist })
+        Ok(DecodeCache { pos: 0, beta_maps: None, capacity: cap, kcache, vcache, hist, ehist })
     }
 
     /// A program that runs `q` new tokens of one sequence through the model with `cache`.
@@ -130,6 +134,16 @@ impl Model {
         }
         let acts = Acts::new(self, 1, q, Purpose::Decode)?;
         let mut r = Rec::new(self, &acts, Objective { label_smoothing: 0.0, loss_scale: 1.0 }, Some(&bufs));
+        if let Some(maps) = &cache.beta_maps {
+            if maps.len() != 2 * c.n_layers {
+                return Err(crate::gpu::GpuError::Shape(format!(
+                    "{} β maps for a model of {} sublayers",
+                    maps.len(),
+                    2 * c.n_layers
+                )));
+            }
+            r.beta_maps = Some(maps.as_slice());
+        }
         layers::forward(&mut r)?;
         let (forward, writes) = (std::mem::take(&mut r.ops), std::mem::take(&mut r.writes));
         let logits_rb = Readback::new(&self.gpu, &acts.logits);

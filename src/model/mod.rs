@@ -11,6 +11,7 @@
 pub mod acts;
 pub mod config;
 pub mod decode;
+pub mod intervene;
 pub(crate) mod layers;
 pub mod memory;
 #[allow(clippy::module_inception)]
@@ -21,6 +22,7 @@ pub mod program;
 pub use acts::{Acts, Inner, STATS_BETA, Sub, SubKind, WriteSaves};
 pub use config::{ConfigError, ModelConfig, VActName, Variant};
 pub use decode::{DecodeCache, DecodeProgram};
+pub use intervene::{Intervention, InterventionError, Interventions};
 pub use layers::Objective;
 pub use memory::{Limits, MemoryPlan, fit_advice, host_available_bytes, memory_plan, memory_plan_with};
 pub use model::Model;

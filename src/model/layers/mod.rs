@@ -44,11 +44,13 @@ pub(crate) struct Rec<'a> {
     pub ops: Vec<Op>,
     /// Per delta write recorded by [`forward`]: (block, sublayer, its ops in `ops`).
     pub writes: Vec<(usize, SubKind, std::ops::Range<usize>)>,
+    /// Decode programs with interventions: the β map of every sublayer (2l + sublayer).
+    pub beta_maps: Option<&'a [crate::kernels::delta::BetaMap]>,
 }
 
 impl<'a> Rec<'a> {
     pub fn new(m: &'a Model, a: &'a Acts, obj: Objective, decode: Option<&'a DecodeBufs>) -> Rec<'a> {
-        Rec { m, gpu: &m.gpu, c: &m.cfg, a, obj, decode, ops: Vec::new(), writes: Vec::new() }
+        Rec { m, gpu: &m.gpu, c: &m.cfg, a, obj, decode, ops: Vec::new(), writes: Vec::new(), beta_maps: None }
     }
 
     /// Appends a launcher's dispatches.

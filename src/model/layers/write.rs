@@ -62,14 +62,11 @@ pub(crate) fn forward(r: &mut Rec, l: usize, si: usize, write: (usize, usize)) -
         k: r.decode.is_some().then(|| w.k.view()),
         saves: saves(w),
     };
-    let ds = delta::forward(
-        gpu,
-        &r.delta_shape(),
-        inp,
-        head_views(r, &dn, false),
-        out,
-        Some((a.betas.view(), write.0, write.1)),
-    );
+    let mut shape = r.delta_shape();
+    if let Some(maps) = r.beta_maps {
+        shape.beta = maps[2 * l + si];
+    }
+    let ds = delta::forward(gpu, &shape, inp, head_views(r, &dn, false), out, Some((a.betas.view(), write.0, write.1)));
     r.run(ds)
 }
 

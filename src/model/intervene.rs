@@ -1,0 +1,256 @@
+//! Interventions on the delta writes while decoding: for chosen sublayers (or all of them), set
+//! the gate β to a constant, scale it, or clamp it, before the write uses it. They compile into
+//! one [`BetaMap`] per sublayer, which the decode programs put into the delta kernel's uniform
+//! (no extra binding, nothing when unused: the identity map is the model's own gate).
+//!
+//! A spec is `TARGET:ACTION`: TARGET is `all`, `blockN` (both sublayers of block N), `blockN.attn`
+//! or `blockN.mlp`; ACTION is `beta=V` (set), `beta*=S` (scale), `beta<=V` or `beta>=V` (clamp).
+//! Several specs apply in order. Values outside β's range [0, 2] are refused unless allowed.
+
+use crate::kernels::delta::BetaMap;
+
+use super::acts::SubKind;
+use super::config::ModelConfig;
+
+/// Which sublayers an intervention touches.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Target {
+    All,
+    Block(usize),
+    Sub(usize, SubKind),
+}
+
+/// What it does to β.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Action {
+    Set(f32),
+    Scale(f32),
+    AtMost(f32),
+    AtLeast(f32),
+}
+
+/// One parsed spec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Intervention {
+    pub target: Target,
+    pub action: Action,
+    /// The spec as written (for traces and reports).
+    pub spec: String,
+}
+
+/// A spec that cannot be used, naming it, what was expected and how to fix it.
+#[derive(Debug, thiserror::Error)]
+#[error("--intervene '{spec}': {msg}")]
+pub struct InterventionError {
+    pub spec: String,
+    pub msg: String,
+}
+
+const FORMS: &str = "expected TARGET:ACTION with TARGET all, blockN, blockN.attn or blockN.mlp and ACTION \
+                     beta=V, beta*=S, beta<=V or beta>=V (e.g. block2.mlp:beta=0, all:beta<=1)";
+
+impl Intervention {
+    /// Parses `TARGET:ACTION` (the syntax only; [`Interventions::maps`] checks it against a model).
+    pub fn parse(spec: &str) -> Result<Intervention, InterventionError> {
+        let err = |msg: String| InterventionError { spec: spec.to_string(), msg };
+        let s = spec.trim();
+        let (t, a) = s.split_once(':').ok_or_else(|| err(FORMS.into()))?;
+        let target = match t.trim() {
+            "all" => Target::All,
+            t => {
+                let rest = t.strip_prefix("block").ok_or_else(|| err(format!("unknown sublayer '{t}'; {FORMS}")))?;
+                let (num, kind) = match rest.split_once('.') {
+                    Some((n, k)) => (n, Some(k)),
+                    None => (rest, None),
+                };
+                let block: usize = num
+                    .parse()
+                    .map_err(|_| err(format!("unknown sublayer '{t}': '{num}' is not a block number; {FORMS}")))?;
+                match kind {
+                    None => Target::Block(block),
+                    Some("attn") => Target::Sub(block, SubKind::Attn),
+                    Some("mlp") => Target::Sub(block, SubKind::Mlp),
+                    Some(k) => return Err(err(format!("unknown sublayer '{t}': '{k}' is neither attn nor mlp"))),
+                }
+            }
+        };
+        let a = a.trim();
+        let body = a.strip_prefix("beta").ok_or_else(|| err(format!("unknown action '{a}'; {FORMS}")))?;
+        let num = |v: &str| -> Result<f32, InterventionError> {
+            let x: f32 = v.trim().parse().map_err(|_| err(format!("'{}' is not a number", v.trim())))?;
+            if x.is_finite() { Ok(x) } else { Err(err(format!("{x} is not a finite number"))) }
+        };
+        let action = if let Some(v) = body.strip_prefix("<=") {
+            Action::AtMost(num(v)?)
+        } else if let Some(v) = body.strip_prefix(">=") {
+            Action::AtLeast(num(v)?)
+        } else if let Some(v) = body.strip_prefix("*=") {
+            Action::Scale(num(v)?)
+        } else if let Some(v) = body.strip_prefix('=') {
+            Action::Set(num(v)?)
+        } else {
+            return Err(err(format!("unknown action '{a}'; {FORMS}")));
+        };
+        Ok(Intervention { target, action, spec: s.to_string() })
+    }
+
+    fn touches(&self, block: usize, kind: SubKind) -> bool {
+        match self.target {
+            Target::All => true,
+            Target::Block(b) => b == block,
+            Target::Sub(b, k) => b == block && k == kind,
+        }
+    }
+}
+
+/// The interventions of one generation, in the order they apply.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Interventions {
+    pub list: Vec<Intervention>,
+    /// Allow β outside [0, 2] (`--allow-out-of-range`).
+    pub allow_out_of_range: bool,
+}
+
+/// Composes `then` after `first` (both with scale ≥ 0): clamp(s₂·clamp(s₁β + a₁, l₁, h₁) + a₂, l₂, h₂).
+fn compose(first: BetaMap, then: BetaMap) -> BetaMap {
+    let (s, a) = (then.scale * first.scale, then.scale.mul_add(first.add, then.add));
+    // The first clamp's bounds moved through the second affine map (scale ≥ 0 keeps their order).
+    let (l, h) = (then.scale.mul_add(first.lo, then.add), then.scale.mul_add(first.hi, then.add));
+    let (lo, hi) = (l.max(then.lo), h.min(then.hi));
+    if lo <= hi {
+        BetaMap { scale: s, add: a, lo, hi }
+    } else {
+        // Disjoint ranges: every β lands on the same bound of the second clamp.
+        let c = if h < then.lo { then.lo } else { then.hi };
+        BetaMap { scale: 0.0, add: c, lo: c, hi: c }
+    }
+}
+
+impl Interventions {
+    /// Parses the specs (`--intervene`, repeatable).
+    pub fn parse(specs: &[String], allow_out_of_range: bool) -> Result<Interventions, InterventionError> {
+        let list = specs.iter().map(|s| Intervention::parse(s)).collect::<Result<Vec<_>, _>>()?;
+        Ok(Interventions { list, allow_out_of_range })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// The specs as written, `; `-separated (for traces and reports).
+    pub fn describe(&self) -> String {
+        self.list.iter().map(|i| i.spec.as_str()).collect::<Vec<_>>().join("; ")
+    }
+
+    /// One map per sublayer (block l's attention at 2l, its MLP at 2l + 1) for `cfg`, after
+    /// checking the model has delta writes, the blocks exist and the values are in range.
+    pub fn maps(&self, cfg: &ModelConfig) -> Result<Vec<BetaMap>, InterventionError> {
+        let (lo, hi) = if self.allow_out_of_range { (-1e30, 1e30) } else { (0.0, 2.0) };
+        let base = BetaMap { scale: 1.0, add: 0.0, lo, hi };
+        let mut maps = vec![BetaMap::IDENTITY; 2 * cfg.n_layers];
+        if self.list.is_empty() {
+            return Ok(maps);
+        }
+        maps.fill(base);
+        for i in &self.list {
+            let err = |msg: String| InterventionError { spec: i.spec.clone(), msg };
+            if !cfg.variant.is_ddl() {
+                return Err(err(format!(
+                    "the {} variant has residual additions, not delta writes: there is no β to intervene on",
+                    cfg.variant
+                )));
+            }
+            if let Target::Block(b) | Target::Sub(b, _) = i.target
+                && b >= cfg.n_layers
+            {
+                return Err(err(format!(
+                    "unknown sublayer: block {b} (the model has blocks 0 to {})",
+                    cfg.n_layers - 1
+                )));
+            }
+            let in_range = |x: f32| self.allow_out_of_range || (0.0..=2.0).contains(&x);
+            let map = match i.action {
+                Action::Set(v) if in_range(v) => BetaMap { scale: 0.0, add: v, lo, hi },
+                Action::Scale(s) if s >= 0.0 => BetaMap { scale: s, add: 0.0, lo, hi },
+                Action::AtMost(v) if in_range(v) => BetaMap { scale: 1.0, add: 0.0, lo, hi: v },
+                Action::AtLeast(v) if in_range(v) => BetaMap { scale: 1.0, add: 0.0, lo: v, hi },
+                Action::Scale(s) => return Err(err(format!("a negative scale ({s}) would make β negative"))),
+                Action::Set(v) | Action::AtMost(v) | Action::AtLeast(v) => {
+                    return Err(err(format!(
+                        "β = {v} is outside [0, 2] (identity 0, projection 1, reflection 2); pass \
+                         --allow-out-of-range to use it anyway"
+                    )));
+                }
+            };
+            for l in 0..cfg.n_layers {
+                for (si, kind) in [SubKind::Attn, SubKind::Mlp].into_iter().enumerate() {
+                    if i.touches(l, kind) {
+                        maps[2 * l + si] = compose(maps[2 * l + si], map);
+                    }
+                }
+            }
+        }
+        Ok(maps)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Variant;
+
+    fn cfg(v: Variant) -> ModelConfig {
+        ModelConfig::preset("tiny", v).unwrap()
+    }
+
+    #[test]
+    fn specs_compile_into_per_sublayer_maps_that_compose_in_order() {
+        let i =
+            Interventions::parse(&["block2.mlp:beta=0".into(), "all:beta<=1".into(), "block0:beta*=0.5".into()], false)
+                .unwrap();
+        let maps = i.maps(&cfg(Variant::Ddl)).unwrap(); // 4 blocks
+        assert_eq!(maps.len(), 8);
+        // block 2 MLP: set 0, then ≤ 1: always 0.
+        assert_eq!(maps[5].apply(1.7), 0.0);
+        // Every other sublayer is clamped at 1; block 0's are also halved after the clamp.
+        assert_eq!(maps[2].apply(1.7), 1.0);
+        assert_eq!(maps[2].apply(0.3), 0.3);
+        assert_eq!(maps[0].apply(1.7), 0.5);
+        assert_eq!(maps[1].apply(0.6), 0.3);
+        // Composition equals applying the maps one after the other, for β across [0, 2].
+        let seq = [
+            BetaMap { scale: 1.0, add: 0.0, lo: 0.0, hi: 0.5 },
+            BetaMap { scale: 1.0, add: 0.0, lo: 1.0, hi: 2.0 },
+            BetaMap { scale: 1.5, add: 0.1, lo: 0.0, hi: 2.0 },
+        ];
+        for b in (0..=20).map(|k| k as f32 / 10.0) {
+            let step = seq.iter().fold(b, |x, m| m.apply(x));
+            let once = seq[1..].iter().fold(seq[0], |acc, &m| compose(acc, m)).apply(b);
+            assert!((step - once).abs() < 1e-6, "β {b}: {step} vs {once}");
+        }
+        // No interventions: the identity everywhere.
+        assert!(Interventions::default().maps(&cfg(Variant::Ddl)).unwrap().iter().all(|m| *m == BetaMap::IDENTITY));
+    }
+
+    #[test]
+    fn bad_specs_are_clear_errors() {
+        let e = |s: &str, v: Variant| {
+            Interventions::parse(&[s.into()], false).and_then(|i| i.maps(&cfg(v)).map(|_| ())).unwrap_err().to_string()
+        };
+        assert!(e("block9.mlp:beta=0", Variant::Ddl).contains("block 9 (the model has blocks 0 to 3)"));
+        assert!(e("block1.ffn:beta=0", Variant::Ddl).contains("'ffn' is neither attn nor mlp"));
+        assert!(e("layer1:beta=0", Variant::Ddl).contains("unknown sublayer 'layer1'"));
+        assert!(e("all:gamma=1", Variant::Ddl).contains("unknown action"));
+        assert!(e("all", Variant::Ddl).contains("expected TARGET:ACTION"));
+        assert!(
+            e("all:beta=2.5", Variant::Ddl).contains("outside [0, 2]")
+                && e("all:beta=2.5", Variant::Ddl).contains("--allow-out-of-range")
+        );
+        assert!(e("all:beta*=-1", Variant::Ddl).contains("negative scale"));
+        assert!(e("all:beta=x", Variant::Ddl).contains("'x' is not a number"));
+        assert!(e("all:beta=0", Variant::Baseline).contains("no β to intervene on"));
+        // Allowed out of range: the value is kept.
+        let i = Interventions::parse(&["all:beta=2.5".into()], true).unwrap();
+        assert_eq!(i.maps(&cfg(Variant::Ddl)).unwrap()[0].apply(0.3), 2.5);
+    }
+}
