@@ -165,6 +165,11 @@ pub(crate) enum Cmd {
         /// Allow --intervene values of β outside [0, 2].
         #[arg(long)]
         allow_out_of_range: bool,
+        /// With --intervene: generate with and without the interventions (same seed), show both
+        /// continuations, where they first differ, and the log-probability change of each token of
+        /// the original continuation under the interventions (teacher-forced).
+        #[arg(long)]
+        compare: bool,
     },
     /// Interactive generation that keeps the context (and its caches) across turns (/reset,
     /// /set NAME VALUE, /settings, /help, /quit).

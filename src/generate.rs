@@ -440,6 +440,79 @@ pub fn generate(
     Ok((out, traces))
 }
 
+/// Log-probabilities (natural log) the model gives each token of `continuation` after `prompt`,
+/// teacher-forced in one forward (the last `max_seq_len` tokens of prompt + continuation), under
+/// `beta_maps` when given. One value per continuation token that fits the context (from its end).
+pub fn continuation_logprobs(
+    model: &Model,
+    prompt: &[u32],
+    continuation: &[u32],
+    beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
+) -> Result<Vec<f64>> {
+    let (cap, v) = (model.cfg.max_seq_len, model.cfg.vocab_size);
+    let all: Vec<u32> = prompt.iter().chain(continuation).copied().collect();
+    let start = all.len().saturating_sub(cap);
+    let window = &all[start..];
+    // Targets: the continuation tokens whose predicting position is in the window.
+    let first_target = prompt.len().max(start + 1);
+    if window.len() < 2 || first_target >= all.len() {
+        return Ok(Vec::new());
+    }
+    let mut cache = model.decode_cache()?;
+    cache.beta_maps = beta_maps;
+    let mut p = model.decode_program(&cache, window.len())?;
+    let logits = p.forward(model, window, &mut cache)?;
+    Ok((first_target..all.len())
+        .map(|i| {
+            let row = &logits[(i - 1 - start) * v..(i - start) * v];
+            let max = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+            let lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+            row[all[i] as usize] as f64 - lse
+        })
+        .collect())
+}
+
+/// What `--compare` measures: the continuation without and with the interventions (same prompt,
+/// same sampler seed), where they first differ, and the change of the log-probability of each
+/// token of the original continuation under the interventions (teacher-forced).
+#[derive(Debug, Clone)]
+pub struct Comparison {
+    pub original: Vec<u32>,
+    pub intervened: Vec<u32>,
+    /// Index of the first generated token that differs (`None`: identical).
+    pub first_difference: Option<usize>,
+    /// Per original continuation token: log p under the interventions − log p without them.
+    pub delta_logprob: Vec<f64>,
+}
+
+/// Generates `prompt`'s continuation twice — as the model is, and under `beta_maps` — with
+/// samplers of the same settings and seed, and measures the difference ([`Comparison`]).
+pub fn compare(
+    model: &Model,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    opts: &GenOptions,
+    sampler: &SamplerConfig,
+    beta_maps: Vec<crate::kernels::delta::BetaMap>,
+) -> Result<Comparison> {
+    let run = |maps: Option<Vec<crate::kernels::delta::BetaMap>>| -> Result<Vec<u32>> {
+        let o = GenOptions { beta_maps: maps, trace: false, ..opts.clone() };
+        let mut s = Sampler::new(sampler.clone());
+        Ok(generate(model, tok, prompt, &o, &mut s, |_| {})?.0)
+    };
+    let original = run(None)?;
+    let intervened = run(Some(beta_maps.clone()))?;
+    let first_difference = original
+        .iter()
+        .zip(&intervened)
+        .position(|(a, b)| a != b)
+        .or_else(|| (original.len() != intervened.len()).then(|| original.len().min(intervened.len())));
+    let base = continuation_logprobs(model, prompt, &original, None)?;
+    let with = continuation_logprobs(model, prompt, &original, Some(beta_maps))?;
+    let delta_logprob = with.iter().zip(&base).map(|(a, b)| a - b).collect();
+    Ok(Comparison { original, intervened, first_difference, delta_logprob })
+}
+
 /// Loads a checkpoint directory for inference (no optimizer state): the model on `gpu` and its
 /// tokenizer.
 pub fn load_for_inference(

@@ -47,9 +47,26 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Experiment { spec, out, report_only, dry_run } => {
             experiment(&cli.device, &spec, &out, report_only, dry_run)
         }
-        Cmd::Generate { checkpoint, prompt, sampling, trace, strict_context, intervene, allow_out_of_range } => {
+        Cmd::Generate {
+            checkpoint,
+            prompt,
+            sampling,
+            trace,
+            strict_context,
+            intervene,
+            allow_out_of_range,
+            compare,
+        } => {
             let iv = ddl::model::Interventions::parse(&intervene, allow_out_of_range)?;
-            generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, trace.as_deref(), strict_context, &iv)
+            if compare && iv.is_empty() {
+                anyhow::bail!("--compare compares a generation with and without --intervene SPEC: give at least one");
+            }
+            if compare && trace.is_some() {
+                anyhow::bail!(
+                    "--compare writes no trace: drop --trace, or run the intervened generation alone to trace it"
+                );
+            }
+            generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, trace.as_deref(), strict_context, &iv, compare)
         }
         Cmd::Chat { checkpoint, sampling, trace } => chat(&cli.device, &checkpoint, sampling, trace.as_deref()),
     }
@@ -224,7 +241,7 @@ fn report_training(
             seed: 0,
             stop: Vec::new(),
         };
-        generate_cmd(dev, out, "\n", &s, None, false, &Default::default())?;
+        generate_cmd(dev, out, "\n", &s, None, false, &Default::default(), false)?;
         println!();
     }
     Ok(())
@@ -360,6 +377,7 @@ fn generate_cmd(
     trace: Option<&std::path::Path>,
     strict_context: bool,
     interventions: &ddl::model::Interventions,
+    compare: bool,
 ) -> Result<()> {
     use std::io::{Read, Write};
     let s = sa.sampler()?;
@@ -397,7 +415,6 @@ fn generate_cmd(
             ids.len()
         );
     }
-    print!("{prompt}");
     let opts = ddl::generate::GenOptions {
         max_tokens: sa.max_tokens,
         stop: sa.stop.clone(),
@@ -405,6 +422,40 @@ fn generate_cmd(
         trace: trace.is_some(),
         beta_maps,
     };
+    if compare {
+        let maps = opts.beta_maps.clone().expect("--compare needs interventions");
+        let c = ddl::generate::compare(&model, &tok, &ids, &opts, &s, maps)?;
+        let text = |t: &[u32]| tok.decode(t).unwrap_or_default();
+        println!("--- original ---\n{prompt}{}", text(&c.original));
+        println!("--- with {} ---\n{prompt}{}", interventions.describe(), text(&c.intervened));
+        println!("---");
+        match c.first_difference {
+            None => println!("the continuations are identical ({} tokens)", c.original.len()),
+            Some(i) => println!(
+                "first difference at generated token {i}: {:?} (original) vs {:?} (intervened)",
+                c.original.get(i).map(|&t| text(&[t])).unwrap_or_else(|| "(end)".into()),
+                c.intervened.get(i).map(|&t| text(&[t])).unwrap_or_else(|| "(end)".into())
+            ),
+        }
+        let d = &c.delta_logprob;
+        if !d.is_empty() {
+            let mean = d.iter().sum::<f64>() / d.len() as f64;
+            let (imin, min) =
+                d.iter().enumerate().fold((0, f64::INFINITY), |a, (i, &x)| if x < a.1 { (i, x) } else { a });
+            let off = c.original.len() - d.len();
+            println!(
+                "log-probability of the original continuation under the interventions (teacher-forced): mean Δ \
+                 {mean:+.4} nats per token over {} tokens; largest drop {min:+.4} at token {} ({:?})",
+                d.len(),
+                imin + off,
+                text(&c.original[imin + off..imin + off + 1])
+            );
+            let per: Vec<String> = d.iter().map(|x| format!("{x:+.3}")).collect();
+            println!("Δ log p per token: {}", per.join(" "));
+        }
+        return Ok(());
+    }
+    print!("{prompt}");
     let mut sampler = ddl::generate::Sampler::new(s);
     let (_, traces) = ddl::generate::generate(&model, &tok, &ids, &opts, &mut sampler, |t| {
         print!("{t}");

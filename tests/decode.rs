@@ -236,3 +236,31 @@ fn interventions_map_beta_in_the_decode_path_and_beta_zero_everywhere_bypasses_e
         assert_ne!(b2, base, "{name}: the perturbation must matter without the intervention");
     }
 }
+
+#[test]
+fn compare_with_identity_maps_changes_nothing_and_a_real_intervention_is_measured() {
+    use ddl::generate::{GenOptions, SamplerConfig, compare, continuation_logprobs};
+    use ddl::kernels::delta::BetaMap;
+    let (model, g) = model_from_golden("ddl");
+    let tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_chars(
+        (0..g.config.vocab_size as u32).map(|i| char::from_u32(0x4e00 + i).unwrap()).collect(),
+    ));
+    let prompt: Vec<u32> =
+        g.i32("input.tokens", &[g.batch, g.seq_len]).unwrap()[..3].iter().map(|&x| x as u32).collect();
+    let opts = GenOptions { max_tokens: 5, stop: Vec::new(), stop_token: None, trace: false, beta_maps: None };
+    let sampler = SamplerConfig { seed: 7, ..SamplerConfig::default() };
+    let subs = 2 * g.config.n_layers;
+    // The identity maps: the same continuation, and every Δ log p exactly 0.
+    let c = compare(&model, &tok, &prompt, &opts, &sampler, vec![BetaMap::IDENTITY; subs]).unwrap();
+    assert_eq!(c.original, c.intervened);
+    assert_eq!(c.first_difference, None);
+    assert_eq!(c.delta_logprob.len(), 5);
+    assert!(c.delta_logprob.iter().all(|&d| d == 0.0), "{:?}", c.delta_logprob);
+    // Teacher-forced log-probabilities are those of the full forward's logits.
+    let lp = continuation_logprobs(&model, &prompt, &c.original, None).unwrap();
+    assert!(lp.iter().all(|&x| x <= 0.0 && x.is_finite()), "{lp:?}");
+    // Every write a reflection: the original continuation's log-probabilities change.
+    let iv = ddl::model::Interventions::parse(&["all:beta=2".into()], false).unwrap();
+    let c = compare(&model, &tok, &prompt, &opts, &sampler, iv.maps(&g.config).unwrap()).unwrap();
+    assert!(c.delta_logprob.iter().any(|&d| d.abs() > 1e-4), "{:?}", c.delta_logprob);
+}

@@ -925,4 +925,23 @@ fn interventions_through_the_cli_generate_record_their_spec_and_refuse_bad_ones(
         assert!(!String::from_utf8_lossy(&o.stdout).contains("To be"), "{spec}: generated before refusing: {t}");
     }
     assert!(run(&["--intervene", "all:beta=3", "--allow-out-of-range"]).status.success());
+    // --compare: both continuations, where they differ, Δ log p per original token.
+    let o = run(&["--intervene", "all:beta=2", "--compare"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    for n in [
+        "--- original ---",
+        "--- with all:beta=2 ---",
+        "log-probability of the original continuation",
+        "Δ log p per token: ",
+    ] {
+        assert!(t.contains(n), "expected {n:?} in {t}");
+    }
+    let per = t.lines().find_map(|l| l.strip_prefix("Δ log p per token: ")).unwrap();
+    assert_eq!(per.split_whitespace().count(), 2, "one per generated token (--max-tokens 2): {t}");
+    fails(
+        &dir,
+        &["generate", "--checkpoint", ck.to_str().unwrap(), "--prompt", "To", "--compare"],
+        &["--intervene SPEC"],
+    );
 }
