@@ -66,7 +66,7 @@ fn run(cli: Cli) -> Result<()> {
                     "--compare writes no trace: drop --trace, or run the intervened generation alone to trace it"
                 );
             }
-            generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, trace.as_deref(), strict_context, &iv, compare)
+            generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, trace.as_deref(), strict_context, (&iv, compare))
         }
         Cmd::Chat { checkpoint, sampling, trace } => chat(&cli.device, &checkpoint, sampling, trace.as_deref()),
     }
@@ -241,7 +241,7 @@ fn report_training(
             seed: 0,
             stop: Vec::new(),
         };
-        generate_cmd(dev, out, "\n", &s, None, false, &Default::default(), false)?;
+        generate_cmd(dev, out, "\n", &s, None, false, (&Default::default(), false))?;
         println!();
     }
     Ok(())
@@ -376,8 +376,7 @@ fn generate_cmd(
     sa: &SamplingArgs,
     trace: Option<&std::path::Path>,
     strict_context: bool,
-    interventions: &ddl::model::Interventions,
-    compare: bool,
+    (interventions, compare): (&ddl::model::Interventions, bool),
 ) -> Result<()> {
     use std::io::{Read, Write};
     let s = sa.sampler()?;
