@@ -9,6 +9,13 @@ use cli::*;
 use ddl::gpu::BackendChoice;
 
 fn main() {
+    // Output piped into a reader that stops early (`ddl ... | head`) ends the process quietly, as
+    // with other command-line tools, instead of a panic in `print!` on the broken pipe.
+    #[cfg(unix)]
+    // SAFETY: restores the default disposition of one signal before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     // Before any thread or wgpu call: no "XDG_RUNTIME_DIR is invalid" lines from the driver.
     ddl::gpu::use_private_runtime_dir();
     let cli = Cli::parse();

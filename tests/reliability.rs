@@ -945,3 +945,24 @@ fn interventions_through_the_cli_generate_record_their_spec_and_refuse_bad_ones(
         &["--intervene SPEC"],
     );
 }
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    // `ddl ... | head -1`: the reader goes away; the process must not panic on the broken pipe.
+    let dir = tmpdir("pipe");
+    let spec = dir.join("s.toml");
+    // 1,400 lines of the dry run: more than a pipe holds, so the writer meets the closed pipe.
+    let seeds: Vec<String> = (1..=700).map(|s| s.to_string()).collect();
+    let body =
+        format!("preset = \"tiny\"\nvariants = [\"baseline\", \"ddl\"]\nseeds = [{}]\nsteps = 5\n", seeds.join(", "));
+    std::fs::write(&spec, body).unwrap();
+    let out = format!("ddl experiment --spec {} --out {} --dry-run", spec.display(), dir.join("o").display());
+    let sh = format!("{} {} | head -c 1 > /dev/null", env!("CARGO_BIN_EXE_ddl"), out.trim_start_matches("ddl "));
+    let o = Command::new("bash")
+        .args(["-o", "pipefail", "-c", &sh])
+        .env("DDL_CACHE_DIR", dir.join("cache"))
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(!t.contains("panicked") && !t.contains("Broken pipe"), "{t}");
+}
