@@ -264,3 +264,48 @@ fn compare_with_identity_maps_changes_nothing_and_a_real_intervention_is_measure
     let c = compare(&model, &tok, &prompt, &opts, &sampler, iv.maps(&g.config).unwrap()).unwrap();
     assert!(c.delta_logprob.iter().any(|&d| d.abs() > 1e-4), "{:?}", c.delta_logprob);
 }
+
+#[test]
+fn interventions_match_the_reference_models_override_goldens() {
+    // tests/golden/override: the public set's ddl and ddl_cc models with β set to 0, 1 or 2 on
+    // chosen sublayers, made by scripts/make_override_goldens.py from the PyTorch float64
+    // reference. The decode path with the same `--intervene` specs gives their logits and β.
+    let dir = ddl::testing::data_path("tests/golden/override");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).collect();
+    files.sort();
+    assert_eq!(files.len(), 6, "{files:?}");
+    for path in files {
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        let bytes = std::fs::read(&path).unwrap();
+        let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+        let specs: Vec<String> =
+            meta.metadata().as_ref().unwrap()["interventions"].split("; ").map(String::from).collect();
+        let g = ddl::golden::Golden::load(&path).unwrap();
+        let layout = Layout::new(&g.config);
+        let mut flat = vec![0.0f32; layout.total];
+        for (s, &off) in layout.specs.iter().zip(&layout.offsets) {
+            flat[off..off + s.len()].copy_from_slice(g.f32(&format!("param.{}", s.name), Some(&s.shape)).unwrap());
+        }
+        let model = Model::with_params(ddl::testing::gpu(), g.config.clone(), &flat).unwrap();
+        let maps = ddl::model::Interventions::parse(&specs, false).unwrap().maps(&g.config).unwrap();
+        let (b, t, v) = (g.batch, g.seq_len, g.config.vocab_size);
+        let tokens = g.i32("input.tokens", &[b, t]).unwrap();
+        let want = g.f32("out.logits", Some(&[b, t, v])).unwrap();
+        for seq in 0..b {
+            let toks: Vec<u32> = tokens[seq * t..(seq + 1) * t].iter().map(|&x| x as u32).collect();
+            let (got, betas) = decode_with(&model, &toks, Some(maps.clone()));
+            let w: Vec<f64> = want[seq * t * v..(seq + 1) * t * v].iter().map(|&x| x as f64).collect();
+            let r = ddl::testing::compare(&format!("{name} {specs:?} seq {seq}"), &got, &w);
+            assert!(r.passes(1e-4), "{r}");
+            let subs = 2 * g.config.n_layers;
+            for s in 0..subs {
+                let key = format!("trace.blocks.{}.{}.beta", s / 2, if s % 2 == 0 { "attn" } else { "mlp" });
+                let wb = g.f32(&key, Some(&[b, t])).unwrap();
+                for tk in 0..t {
+                    let (x, y) = (betas[tk * subs + s], wb[seq * t + tk]);
+                    assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{name} {key} token {tk}: {x} vs {y}");
+                }
+            }
+        }
+    }
+}
