@@ -127,15 +127,26 @@ fn make_set(o: &DataBench, set: &str, mib: usize, emit: &mut impl FnMut(Row)) ->
     Ok(out)
 }
 
-/// A run of `o`'s preset and variant on the shards in `shards`.
+/// The `--set` settings of the benchmark's runs (on `o`'s preset): no evaluation or checkpoint
+/// during the steps, a log line per step, a final evaluation of four batches.
+fn bench_settings(o: &DataBench) -> Vec<String> {
+    let t = crate::train::TrainConfig::preset(&o.preset);
+    vec![
+        "train.eval_every=0".into(),
+        "train.checkpoint_every=0".into(),
+        "train.checkpoint_keep=0".into(),
+        "train.log_every=1".into(),
+        format!("train.val_max_tokens={}", 4 * t.batch_size * t.seq_len),
+    ]
+}
+
+/// A run of `o`'s preset and variant on the shards in `shards`, with [`bench_settings`].
 fn run_config(o: &DataBench, shards: &Path) -> anyhow::Result<RunConfig> {
     let mut run = RunConfig::preset(&o.preset, o.variant)?;
     run.data = shards.to_string_lossy().into_owned();
-    run.train.eval_every = 0;
-    run.train.checkpoint_every = 0;
-    run.train.checkpoint_keep = 0;
-    run.train.log_every = 1;
-    run.train.val_max_tokens = 4 * run.train.batch_size * run.train.seq_len;
+    for kv in bench_settings(o) {
+        run.set(&kv).map_err(anyhow::Error::msg)?;
+    }
     Ok(run)
 }
 
@@ -180,21 +191,13 @@ fn time_draws(o: &DataBench, set: &str, shards: &Path, emit: &mut impl FnMut(Row
 /// its peak resident memory are what a user's run sees (`summary.json`, `metrics.jsonl`).
 fn train_on(gpu: &Arc<Gpu>, o: &DataBench, set: &str, shards: &Path, emit: &mut impl FnMut(Row)) -> anyhow::Result<()> {
     use anyhow::Context;
-    let run = run_config(o, shards)?;
     let out = o.dir.join(format!("{set}-run"));
     let _ = std::fs::remove_dir_all(&out);
     let exe = match std::env::var_os("DDL_BIN") {
         Some(b) => PathBuf::from(b),
         None => std::env::current_exe().context("finding the ddl executable (set DDL_BIN)")?,
     };
-    let t = &run.train;
-    let sets = [
-        "train.eval_every=0".to_string(),
-        "train.checkpoint_every=0".into(),
-        "train.checkpoint_keep=0".into(),
-        "train.log_every=1".into(),
-        format!("train.val_max_tokens={}", t.val_max_tokens),
-    ];
+    let sets = bench_settings(o);
     let mut cmd = std::process::Command::new(&exe);
     cmd.args(["train", "--preset", &o.preset, "--variant", o.variant.name(), "--steps", &o.steps.to_string()])
         .arg("--data")

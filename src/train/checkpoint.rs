@@ -89,9 +89,13 @@ fn sync_dir(dir: &Path) {
 /// Writes `bytes` to `path` atomically (temp file in the same directory, fsync, rename): a
 /// crash or a full disk leaves either the old file or the new one, never a torn one.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = write_tmp(path, bytes, false)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
+    commit_tmp(&write_tmp(path, bytes, false)?, path)
+}
+
+/// Renames a complete temporary file onto `path` and syncs the folder; on failure removes it.
+fn commit_tmp(tmp: &Path, path: &Path) -> std::io::Result<()> {
+    std::fs::rename(tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(tmp);
     })?;
     sync_dir(path.parent().unwrap_or(Path::new(".")));
     Ok(())
@@ -121,22 +125,27 @@ pub enum Flat<'a> {
 /// Elements per piece when a device buffer is streamed to or from a file (1 MiB).
 const PIECE: usize = 1 << 18;
 
-/// Serves ranges of a [`Flat`] from pieces of at most [`PIECE`] elements read in order.
-struct Pieces<'a> {
-    flat: Flat<'a>,
-    reader: Option<crate::gpu::RangeReader<'a>>,
-    /// The piece held: its first element and its values.
-    at: usize,
-    buf: Vec<f32>,
+/// Serves ranges of a [`Flat`]: a host slice directly, a device tensor from pieces of at most
+/// [`PIECE`] elements read in order through one staging buffer.
+enum Pieces<'a> {
+    Host(&'a [f32]),
+    Device {
+        reader: crate::gpu::RangeReader<'a>,
+        total: usize,
+        /// The piece held: its first element and its values.
+        at: usize,
+        buf: Vec<f32>,
+    },
 }
 
 impl<'a> Pieces<'a> {
     fn new(flat: Flat<'a>) -> Self {
-        let reader = match flat {
-            Flat::Device(gpu, t) => Some(t.range_reader(gpu, PIECE)),
-            Flat::Host(_) => None,
-        };
-        Pieces { flat, reader, at: 0, buf: Vec::new() }
+        match flat {
+            Flat::Host(s) => Pieces::Host(s),
+            Flat::Device(gpu, t) => {
+                Pieces::Device { reader: t.range_reader(gpu, PIECE), total: t.len(), at: 0, buf: Vec::new() }
+            }
+        }
     }
 
     /// Passes elements `offset .. offset + len` to `sink`, in one or more slices.
@@ -146,20 +155,19 @@ impl<'a> Pieces<'a> {
         len: usize,
         sink: &mut dyn FnMut(&[f32]) -> std::io::Result<()>,
     ) -> std::io::Result<()> {
-        let (reader, total) = match (self.flat, &self.reader) {
-            (Flat::Host(s), _) => return sink(&s[offset..offset + len]),
-            (Flat::Device(_, t), Some(r)) => (r, t.len()),
-            (Flat::Device(..), None) => unreachable!("a device flat has a reader"),
+        let (reader, total, at, buf) = match self {
+            Pieces::Host(s) => return sink(&s[offset..offset + len]),
+            Pieces::Device { reader, total, at, buf } => (reader, *total, at, buf),
         };
         let (mut i, end) = (offset, offset + len);
         while i < end {
-            if !(self.at <= i && i < self.at + self.buf.len()) {
+            if !(*at <= i && i < *at + buf.len()) {
                 let n = reader.cap().min(total - i);
-                reader.read(i, n, &mut self.buf).map_err(std::io::Error::other)?;
-                self.at = i;
+                reader.read(i, n, buf).map_err(std::io::Error::other)?;
+                *at = i;
             }
-            let stop = end.min(self.at + self.buf.len());
-            sink(&self.buf[i - self.at..stop - self.at])?;
+            let stop = end.min(*at + buf.len());
+            sink(&buf[i - *at..stop - *at])?;
             i = stop;
         }
         Ok(())
@@ -296,12 +304,7 @@ pub fn save_flat(
     let mp = dir.join(MODEL_FILE);
     let Some((m, v, state, run_cfg)) = moments else {
         let tmp = write_tmp_flat(&mp, &entries(layout, 0, ""), &[params], meta, false).map_err(io(&mp))?;
-        return std::fs::rename(&tmp, &mp)
-            .inspect_err(|_| {
-                let _ = std::fs::remove_file(&tmp);
-            })
-            .map(|()| sync_dir(dir))
-            .map_err(io(&mp));
+        return commit_tmp(&tmp, &mp).map_err(io(&mp));
     };
     let mut om = meta.clone();
     om.insert("state".to_string(), serde_json::to_string(state).unwrap());
@@ -503,24 +506,10 @@ fn upload_tensors(
     gpu.wait().map_err(device)
 }
 
-/// Drops the pages of `part` (a slice of `map`) from this process's resident memory; reading
-/// them again would fetch them from the file (or the page cache).
+/// Drops the pages of `part` (a slice of `map`) from this process's resident memory.
 fn forget_pages(map: &memmap2::Mmap, part: &[u8]) {
-    #[cfg(unix)]
-    {
-        const PAGE: usize = 4096;
-        let base = map.as_ptr() as usize;
-        let start = (part.as_ptr() as usize - base) / PAGE * PAGE;
-        let end = (part.as_ptr() as usize - base + part.len()) / PAGE * PAGE;
-        if end > start {
-            // SAFETY: the mapping is a read-only mapping of a file this process does not write;
-            // after MADV_DONTNEED a read of these pages reads the file again, so no slice into
-            // the map (the tensor views) ever sees different or invalid memory.
-            let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = (map, part);
+    let start = part.as_ptr() as usize - map.as_ptr() as usize;
+    super::shards::forget_mapped(map, start, start + part.len(), 4096);
 }
 
 fn metadata(path: &Path, bytes: &[u8]) -> Result<HashMap<String, String>, CheckpointError> {
@@ -618,15 +607,7 @@ pub fn load_to_device(dir: &Path, gpu: std::sync::Arc<Gpu>, with_optim: bool) ->
         (model, tokenizer, step, layout)
     };
     let optim = if with_optim {
-        let op = dir.join(OPTIM_FILE);
-        let prev = dir.join(OPTIM_PREV_FILE);
-        // As in `load`: the moments file whose step matches the model's.
-        let (op, om, state) = match optim_state(&op, step) {
-            Ok(x) => x,
-            Err(e) if prev.exists() => optim_state(&prev, step).map_err(|_| e)?,
-            Err(e) => return Err(e),
-        };
-        let map = map_file(&op)?;
+        let (op, map, om, state) = open_optim(dir, step, map_file)?;
         let st = deserialize(&op, &map)?;
         let mut both = check_tensors(&op, &st, &layout, &["adam.m.", "adam.v."], None)?;
         let v = both.pop().expect("two prefixes");
@@ -640,13 +621,6 @@ pub fn load_to_device(dir: &Path, gpu: std::sync::Arc<Gpu>, with_optim: bool) ->
     Ok(OnDevice { model, tokenizer, step, optim })
 }
 
-/// The metadata and run state of a moments file, checked to hold `step`.
-fn optim_state(op: &Path, step: usize) -> Result<(PathBuf, HashMap<String, String>, RunState), CheckpointError> {
-    let map = map_file(op)?;
-    let (_, om, state) = optim_meta(op, &map, step)?;
-    Ok((op.to_path_buf(), om, state))
-}
-
 /// Loads `dir/model.safetensors` (and `optim.safetensors` when `with_optim`).
 pub fn load(dir: &Path, with_optim: bool) -> Result<Loaded, CheckpointError> {
     if !dir.is_dir() {
@@ -657,15 +631,7 @@ pub fn load(dir: &Path, with_optim: bool) -> Result<Loaded, CheckpointError> {
     let (config, tokenizer, step, params) = parse_model(&mp, &bytes)?;
     let layout = Layout::new(&config);
     let optim = if with_optim {
-        let op = dir.join(OPTIM_FILE);
-        let prev = dir.join(OPTIM_PREV_FILE);
-        // A save interrupted between its renames leaves the moments of the model's step in
-        // optim.prev: take whichever file matches the model.
-        let (op, ob, om, state) = match read_optim(&op, step) {
-            Ok(x) => x,
-            Err(e) if prev.exists() => read_optim(&prev, step).map_err(|_| e)?,
-            Err(e) => return Err(e),
-        };
+        let (op, ob, om, state) = open_optim(dir, step, read_file)?;
         let run_cfg = om.get("run_config").cloned().unwrap_or_default();
         let mut m = vec![0.0f32; layout.total];
         let mut v = vec![0.0f32; layout.total];
@@ -677,21 +643,31 @@ pub fn load(dir: &Path, with_optim: bool) -> Result<Loaded, CheckpointError> {
     Ok(Loaded { config, tokenizer, step, params, optim })
 }
 
-type OptimFile = (PathBuf, Vec<u8>, HashMap<String, String>, RunState);
+/// A moments file: its path, its bytes (read or mapped), its metadata and run state.
+type OptimFile<B> = (PathBuf, B, HashMap<String, String>, RunState);
 
-/// Reads a moments file and checks it holds `step`.
-fn read_optim(op: &Path, step: usize) -> Result<OptimFile, CheckpointError> {
-    let ob = read_file(op)?;
-    let (_, om, state) = optim_meta(op, &ob, step)?;
-    Ok((op.to_path_buf(), ob, om, state))
+/// The moments file of `dir` that holds `step`, opened with `open`: `optim.safetensors`, or —
+/// after a save interrupted between its renames — `optim.prev.safetensors`.
+fn open_optim<B: AsRef<[u8]>>(
+    dir: &Path,
+    step: usize,
+    open: impl Fn(&Path) -> Result<B, CheckpointError>,
+) -> Result<OptimFile<B>, CheckpointError> {
+    let read = |op: PathBuf| -> Result<OptimFile<B>, CheckpointError> {
+        let bytes = open(&op)?;
+        let (om, state) = optim_meta(&op, bytes.as_ref(), step)?;
+        Ok((op, bytes, om, state))
+    };
+    let prev = dir.join(OPTIM_PREV_FILE);
+    match read(dir.join(OPTIM_FILE)) {
+        Ok(x) => Ok(x),
+        Err(e) if prev.exists() => read(prev).map_err(|_| e),
+        Err(e) => Err(e),
+    }
 }
 
 /// The metadata and run state of a moments file's bytes, checked to hold `step`.
-fn optim_meta(
-    op: &Path,
-    bytes: &[u8],
-    step: usize,
-) -> Result<((), HashMap<String, String>, RunState), CheckpointError> {
+fn optim_meta(op: &Path, bytes: &[u8], step: usize) -> Result<(HashMap<String, String>, RunState), CheckpointError> {
     let content = |p: &Path, msg: String| CheckpointError::Content { path: p.to_path_buf(), msg };
     let om = metadata(op, bytes)?;
     let state: RunState = serde_json::from_str(om.get("state").map(|s| s.as_str()).unwrap_or(""))
@@ -699,7 +675,7 @@ fn optim_meta(
     if state.step != step {
         return Err(content(op, format!("holds step {} but model.safetensors holds step {step}", state.step)));
     }
-    Ok(((), om, state))
+    Ok((om, state))
 }
 
 fn parse_two(path: &Path, bytes: &[u8], layout: &Layout, m: &mut [f32], v: &mut [f32]) -> Result<(), CheckpointError> {

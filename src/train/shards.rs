@@ -73,6 +73,24 @@ impl Format {
     }
 }
 
+/// Drops bytes `from .. to` of a read-only file mapping (widened to whole `block`s, a multiple of
+/// the page size) from this process's resident memory; reading them again faults them back in
+/// from the page cache or the file. Shards and checkpoints let go of what they have read.
+pub(crate) fn forget_mapped(map: &memmap2::Mmap, from: usize, to: usize, block: usize) {
+    #[cfg(unix)]
+    {
+        let (from, to) = (from / block * block, to.next_multiple_of(block).min(map.len()));
+        if to > from {
+            // SAFETY: a read-only mapping of a file this process does not write; after
+            // MADV_DONTNEED, reading these bytes again faults them in from the page cache or the
+            // file, so no slice into the map ever sees different or invalid memory.
+            let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from) };
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (map, from, to, block);
+}
+
 /// One memory-mapped shard.
 pub struct Shard {
     pub path: PathBuf,
@@ -153,23 +171,10 @@ impl Shard {
     /// Drops the pages of tokens `start .. start + len` from this process's mappings (see
     /// [`Stream::release`]).
     pub fn release(&self, start: usize, len: usize) {
-        #[cfg(unix)]
-        {
-            // Whole 2 MiB blocks around the range: a fault maps more than the page it needs
-            // (fault-around, large folios), and a page not released stays resident.
-            const BLOCK: usize = 2 << 20;
-            let width = if self.wide { 4 } else { 2 };
-            let from = (self.offset + width * start) / BLOCK * BLOCK;
-            let to = (self.offset + width * (start + len)).next_multiple_of(BLOCK).min(self.map.len());
-            if to > from {
-                // SAFETY: a read-only mapping of a file this process does not write; after
-                // MADV_DONTNEED, reading these bytes again faults them in from the page cache or
-                // the file, so no later read sees different memory.
-                let _ = unsafe { self.map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from) };
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = (start, len);
+        // Whole 2 MiB blocks around the range: a fault maps more than the page it needs
+        // (fault-around, large folios), and a page not released stays resident.
+        let width = if self.wide { 4 } else { 2 };
+        forget_mapped(&self.map, self.offset + width * start, self.offset + width * (start + len), 2 << 20);
     }
 
     /// The largest token id (a pass over the shard: for the vocabulary check).
