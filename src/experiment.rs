@@ -569,6 +569,16 @@ pub fn verdict(q: Question, a: Variant, b: Variant, diff: f64, p_holm: f64) -> S
     }
 }
 
+/// The paired t-test of the final validation losses of `a` − `b` over the seeds both ran.
+fn paired(results: &[RunResult], a: Variant, b: Variant) -> Option<stats::Paired> {
+    let of = |v: Variant| -> BTreeMap<u64, f64> {
+        results.iter().filter(|r| r.variant == v.name()).map(|r| (r.seed, r.final_val_loss)).collect()
+    };
+    let (ra, rb) = (of(a), of(b));
+    let pairs: Vec<(f64, f64)> = ra.iter().filter_map(|(s, x)| rb.get(s).map(|y| (*x, *y))).collect();
+    stats::Paired::of(&pairs)
+}
+
 /// The comparisons section: the family, each paired test, Holm's adjustment and the verdicts,
 /// then the paper's ordering in one generated sentence.
 fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> String {
@@ -578,17 +588,7 @@ fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> String {
         md.push_str("The grid holds no pair of the report's family (it needs the baseline or a k-Map/v-Map pair).\n\n");
         return md;
     }
-    let of = |v: Variant| -> BTreeMap<u64, f64> {
-        results.iter().filter(|r| r.variant == v.name()).map(|r| (r.seed, r.final_val_loss)).collect()
-    };
-    let tests: Vec<Option<stats::Paired>> = family
-        .iter()
-        .map(|&(a, b, _)| {
-            let (ra, rb) = (of(a), of(b));
-            let pairs: Vec<(f64, f64)> = ra.iter().filter_map(|(s, x)| rb.get(s).map(|y| (*x, *y))).collect();
-            stats::Paired::of(&pairs)
-        })
-        .collect();
+    let tests: Vec<Option<stats::Paired>> = family.iter().map(|&(a, b, _)| paired(results, a, b)).collect();
     let ps: Vec<f64> = tests.iter().map(|t| t.map(|t| t.p).unwrap_or(1.0)).collect();
     let adjusted = stats::holm(&ps);
     let listed: Vec<String> = family.iter().map(|(a, b, _)| format!("{} − {}", a.name(), b.name())).collect();
@@ -670,19 +670,12 @@ fn seeds_text(spec: &ExperimentSpec) -> String {
 /// deviation over seeds of the family's paired differences).
 fn length_section(spec: &ExperimentSpec, results: &[RunResult], variants: &[Variant]) -> String {
     let mut md = String::from("## Are the runs long enough?\n\n");
-    let of = |v: Variant| -> BTreeMap<u64, f64> {
-        results.iter().filter(|r| r.variant == v.name()).map(|r| (r.seed, r.final_val_loss)).collect()
-    };
     let family = comparison_family(variants);
     let core: Vec<_> = family.iter().filter(|f| f.2 == Question::PaperGap).collect();
     let use_: Vec<_> = if core.is_empty() { family.iter().collect() } else { core };
     let mut sds: Vec<f64> = use_
         .iter()
-        .filter_map(|&&(a, b, _)| {
-            let (ra, rb) = (of(a), of(b));
-            let pairs: Vec<(f64, f64)> = ra.iter().filter_map(|(s, x)| rb.get(s).map(|y| (*x, *y))).collect();
-            stats::Paired::of(&pairs).map(|p| p.diff.sd)
-        })
+        .filter_map(|&&(a, b, _)| paired(results, a, b).map(|p| p.diff.sd))
         .filter(|s| s.is_finite())
         .collect();
     sds.sort_by(f64::total_cmp);

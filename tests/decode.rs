@@ -5,8 +5,11 @@ use ddl::golden::Golden;
 use ddl::model::{Layout, Model};
 
 fn model_from_golden(name: &str) -> (Model, Golden) {
-    let path = ddl::testing::data_path("tests/golden").join(format!("{name}.safetensors"));
-    let g = Golden::load(&path).unwrap();
+    model_from_golden_file(&ddl::testing::data_path("tests/golden").join(format!("{name}.safetensors")))
+}
+
+fn model_from_golden_file(path: &std::path::Path) -> (Model, Golden) {
+    let g = Golden::load(path).unwrap();
     let layout = Layout::new(&g.config);
     let mut flat = vec![0.0f32; layout.total];
     for (s, &off) in layout.specs.iter().zip(&layout.offsets) {
@@ -280,13 +283,7 @@ fn interventions_match_the_reference_models_override_goldens() {
         let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
         let specs: Vec<String> =
             meta.metadata().as_ref().unwrap()["interventions"].split("; ").map(String::from).collect();
-        let g = ddl::golden::Golden::load(&path).unwrap();
-        let layout = Layout::new(&g.config);
-        let mut flat = vec![0.0f32; layout.total];
-        for (s, &off) in layout.specs.iter().zip(&layout.offsets) {
-            flat[off..off + s.len()].copy_from_slice(g.f32(&format!("param.{}", s.name), Some(&s.shape)).unwrap());
-        }
-        let model = Model::with_params(ddl::testing::gpu(), g.config.clone(), &flat).unwrap();
+        let (model, g) = model_from_golden_file(&path);
         let maps = ddl::model::Interventions::parse(&specs, false).unwrap().maps(&g.config).unwrap();
         let (b, t, v) = (g.batch, g.seq_len, g.config.vocab_size);
         let tokens = g.i32("input.tokens", &[b, t]).unwrap();
