@@ -580,3 +580,176 @@ fn mm_ss(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     tail(&acc, t, k4);
     store(t, acc);
 }
+
+// ---------------------------------------------------------------------------------------------
+// `wm_*`: workgroup-memory stages with register blocks (STAGED = 1 variants w128/w64; the GPU
+// kernel). 16×16 invocations; invocation (tx, ty) owns DM×DN blocks of 4×4 outputs, block (I, J)
+// at rows 64·I + 4·ty + i and columns 64·J + 4·tx + j of the BM×BN tile (BM = 64·DM,
+// BN = 64·DN). K advances BK = 8 steps at a time through two stages of workgroup memory: while
+// one stage is read, the next K slice is loaded from the buffers into registers and stored into
+// the other stage, so one barrier per slice suffices. Both stages hold each slice as
+// [k][rows / 4] vec4s (A) and [k][columns / 4] vec4s (B), read four outputs' operands per load.
+//
+// A slice is loaded with vec4s along K or along M/N as the entry point's layout allows (the
+// `mm_*` entry points' layout checks; a layout with no vec4 form runs `mm_ss`, whose constants
+// DX = DY = 16, DM, DN give the same BM×BN tile); the last slice, when BK does not divide K,
+// uses scalar loads, which give zero past K. Steps past K then add 0·0 to every
+// accumulator, which leaves it bit for bit unchanged (see `matmul`), so every output is still
+// acc = fma(A[i,p], B[p,j], acc) for p = 0 … K−1 in order: bit-identical to every other variant.
+
+const WT: u32 = 256u;                  // invocations per workgroup (16 × 16)
+const WA: u32 = BM / 4u;               // vec4s per K step of an A slice
+const WB: u32 = BN / 4u;               // … and of a B slice
+var<workgroup> Wa: array<vec4<f32>, 2u * 8u * (BM / 4u)>;
+var<workgroup> Wb: array<vec4<f32>, 2u * 8u * (BN / 4u)>;
+
+// Mode of an operand's loads: 0 vec4s along K, 1 vec4s along M (A) or N (B), 2 scalars.
+// Slot e (< 2·BM for A) of a slice starting at k0. Mode 0: row e % BM, K steps 4·(e / BM) …+3.
+// Modes 1, 2: K step e / WA, rows 4·(e % WA) …+3 (clamped to the last row / the last whole vec4).
+fn wm_load_a(mode: u32, base: u32, row0: u32, k0: u32, e: u32) -> vec4<f32> {
+    let p = params;
+    if (mode == 0u) {
+        let r = min(row0 + e % BM, p.m - 1u);
+        return a4[(base + r * p.a_rs) / 4u + k0 / 4u + e / BM];
+    }
+    let k = k0 + e / WA;
+    let r = row0 + 4u * (e % WA);
+    if (mode == 1u) {
+        let last = ((p.m + 3u) & ~3u) - 4u;
+        return a4[(base + k * p.a_cs + min(r, last)) / 4u];
+    }
+    if (k >= p.k) { return vec4<f32>(0.0); }
+    let o = base + k * p.a_cs;
+    let l = p.m - 1u;
+    return vec4<f32>(a[o + min(r, l) * p.a_rs], a[o + min(r + 1u, l) * p.a_rs],
+                     a[o + min(r + 2u, l) * p.a_rs], a[o + min(r + 3u, l) * p.a_rs]);
+}
+fn wm_load_b(mode: u32, base: u32, col0: u32, k0: u32, e: u32) -> vec4<f32> {
+    let p = params;
+    if (mode == 0u) {
+        let c = min(col0 + e % BN, p.n - 1u);
+        return b4[(base + c * p.b_cs) / 4u + k0 / 4u + e / BN];
+    }
+    let k = k0 + e / WB;
+    let c = col0 + 4u * (e % WB);
+    if (mode == 1u) {
+        let last = ((p.n + 3u) & ~3u) - 4u;
+        return b4[(base + k * p.b_rs + min(c, last)) / 4u];
+    }
+    if (k >= p.k) { return vec4<f32>(0.0); }
+    let o = base + k * p.b_rs;
+    let l = p.n - 1u;
+    return vec4<f32>(b[o + min(c, l) * p.b_cs], b[o + min(c + 1u, l) * p.b_cs],
+                     b[o + min(c + 2u, l) * p.b_cs], b[o + min(c + 3u, l) * p.b_cs]);
+}
+// Stores slot e's values into stage `s` (mode 0: four K steps of one row; else one K step of
+// four rows).
+fn wm_store_a(mode: u32, s: u32, e: u32, v: vec4<f32>) {
+    let o = s * 8u * WA;
+    if (mode == 0u) {
+        let r = e % BM;
+        let k = 4u * (e / BM);
+        Wa[o + k * WA + r / 4u][r % 4u] = v.x;
+        Wa[o + (k + 1u) * WA + r / 4u][r % 4u] = v.y;
+        Wa[o + (k + 2u) * WA + r / 4u][r % 4u] = v.z;
+        Wa[o + (k + 3u) * WA + r / 4u][r % 4u] = v.w;
+    } else {
+        Wa[o + e] = v;
+    }
+}
+fn wm_store_b(mode: u32, s: u32, e: u32, v: vec4<f32>) {
+    let o = s * 8u * WB;
+    if (mode == 0u) {
+        let c = e % BN;
+        let k = 4u * (e / BN);
+        Wb[o + k * WB + c / 4u][c % 4u] = v.x;
+        Wb[o + (k + 1u) * WB + c / 4u][c % 4u] = v.y;
+        Wb[o + (k + 2u) * WB + c / 4u][c % 4u] = v.z;
+        Wb[o + (k + 3u) * WB + c / 4u][c % 4u] = v.w;
+    } else {
+        Wb[o + e] = v;
+    }
+}
+
+fn wm_body(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, am: u32, bmode: u32) {
+    let p = params;
+    let ti = tile_index(wid, nwg);
+    if (ti.w == 0u) { return; }
+    let t = Tile(ti.y * BM, ti.x * BN,
+                 p.a_off + batch_off(ti.z, p.a_bs, p.a_os),
+                 p.b_off + batch_off(ti.z, p.b_bs, p.b_os),
+                 p.c_off + batch_off(ti.z, p.c_bs, p.c_os));
+    let e = lid.y * 16u + lid.x;
+    let has_a = e < 2u * BM;
+    let has_b = e < 2u * BN;
+    let nfull = p.k / 8u;
+    let nslices = (p.k + 7u) / 8u;
+    var c00: mat4x4<f32>; var c01: mat4x4<f32>; var c10: mat4x4<f32>; var c11: mat4x4<f32>;
+    // Slice 0 into stage 0.
+    {
+        let full = nfull > 0u;
+        let ma = select(2u, am, full);
+        let mb = select(2u, bmode, full);
+        if (has_a) { wm_store_a(ma, 0u, e, wm_load_a(ma, t.abase, t.row0, 0u, e)); }
+        if (has_b) { wm_store_b(mb, 0u, e, wm_load_b(mb, t.bbase, t.col0, 0u, e)); }
+    }
+    workgroupBarrier();
+    for (var s = 0u; s < nslices; s++) {
+        // The next slice's loads go out before this slice's arithmetic.
+        let next = s + 1u < nslices;
+        let full = s + 1u < nfull;
+        let ma = select(2u, am, full);
+        let mb = select(2u, bmode, full);
+        var ra = vec4<f32>(0.0);
+        var rb = vec4<f32>(0.0);
+        if (next) {
+            if (has_a) { ra = wm_load_a(ma, t.abase, t.row0, (s + 1u) * 8u, e); }
+            if (has_b) { rb = wm_load_b(mb, t.bbase, t.col0, (s + 1u) * 8u, e); }
+        }
+        let oa = (s % 2u) * 8u * WA;
+        let ob = (s % 2u) * 8u * WB;
+        for (var kk = 0u; kk < 8u; kk++) {
+            let a0 = Wa[oa + kk * WA + lid.y];
+            let b0 = Wb[ob + kk * WB + lid.x];
+            c00 = upd1(c00, a0, b0);
+            if (DN > 1u) {
+                let b1 = Wb[ob + kk * WB + 16u + lid.x];
+                c01 = upd1(c01, a0, b1);
+                if (DM > 1u) {
+                    let a1 = Wa[oa + kk * WA + 16u + lid.y];
+                    c10 = upd1(c10, a1, b0);
+                    c11 = upd1(c11, a1, b1);
+                }
+            } else if (DM > 1u) {
+                let a1 = Wa[oa + kk * WA + 16u + lid.y];
+                c10 = upd1(c10, a1, b0);
+            }
+        }
+        if (next) {
+            if (has_a) { wm_store_a(ma, (s + 1u) % 2u, e, ra); }
+            if (has_b) { wm_store_b(mb, (s + 1u) % 2u, e, rb); }
+        }
+        workgroupBarrier();
+    }
+    let r = 4u * lid.y;
+    let cl = 4u * lid.x;
+    put(t, r, cl, c00);
+    if (DN > 1u) { put(t, r, 64u + cl, c01); }
+    if (DM > 1u) {
+        put(t, 64u + r, cl, c10);
+        if (DN > 1u) { put(t, 64u + r, 64u + cl, c11); }
+    }
+}
+
+@compute @workgroup_size(16, 16, 1)
+fn wm_kk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_id) lid: vec3<u32>) { wm_body(wid, nwg, lid, 0u, 0u); }
+@compute @workgroup_size(16, 16, 1)
+fn wm_kn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_id) lid: vec3<u32>) { wm_body(wid, nwg, lid, 0u, 1u); }
+@compute @workgroup_size(16, 16, 1)
+fn wm_mn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_id) lid: vec3<u32>) { wm_body(wid, nwg, lid, 1u, 1u); }
+@compute @workgroup_size(16, 16, 1)
+fn wm_mk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_id) lid: vec3<u32>) { wm_body(wid, nwg, lid, 1u, 0u); }

@@ -309,6 +309,10 @@ pub struct MatmulTile {
     pub dn: usize,
     /// The name of its A-broadcast (`…g`) variant: register-block tiles only.
     pub subgroup_name: Option<&'static str>,
+    /// Workgroup-memory stages feeding register blocks (`w128`, `w64`: the `wm_*` entry points,
+    /// 16 × 16 invocations of `dm × dn` 4×4 blocks spaced 64 apart, so `bm = 64·dm`,
+    /// `bn = 64·dn`; `dx = dy = 16` make the `mm_ss` fallback the same tile).
+    pub staged: bool,
 }
 
 const fn tile(
@@ -318,11 +322,31 @@ const fn tile(
     [dx, dy, dm, dn]: [usize; 4],
     subgroup_name: Option<&'static str>,
 ) -> MatmulTile {
-    MatmulTile { name, bm, bn, bk, tm, tn, direct, dx, dy, dm, dn, subgroup_name }
+    MatmulTile { name, bm, bn, bk, tm, tn, direct, dx, dy, dm, dn, subgroup_name, staged: false }
+}
+
+/// A staged tile (see [`MatmulTile::staged`]): `dm × dn` blocks per invocation.
+const fn staged(name: &'static str, dm: usize, dn: usize) -> MatmulTile {
+    let (bm, bn) = (64 * dm, 64 * dn);
+    MatmulTile {
+        name,
+        bm,
+        bn,
+        bk: 8,
+        tm: bm / 16,
+        tn: bn / 16,
+        direct: false,
+        dx: 16,
+        dy: 16,
+        dm,
+        dn,
+        subgroup_name: None,
+        staged: true,
+    }
 }
 
 /// Every matmul tile.
-pub const MATMUL_TILES: [MatmulTile; 7] = [
+pub const MATMUL_TILES: [MatmulTile; 9] = [
     tile("t16", [16, 16, 16, 1, 1], false, [8, 1, 1, 1], None),
     tile("t32", [32, 32, 16, 2, 2], false, [8, 1, 1, 1], None),
     tile("t64", [64, 64, 16, 4, 4], false, [8, 1, 1, 1], None),
@@ -330,6 +354,8 @@ pub const MATMUL_TILES: [MatmulTile; 7] = [
     tile("c64", [128, 64, 8, 8, 4], true, [8, 8, 4, 2], Some("c64g")),
     tile("r32", [32, 128, 8, 2, 8], true, [8, 2, 4, 4], Some("r32g")),
     tile("r8", [8, 128, 8, 1, 8], true, [8, 1, 2, 4], Some("r8g")),
+    staged("w128", 2, 2),
+    staged("w64", 1, 1),
 ];
 
 /// A matmul variant: a tile, and for the register-block tiles optionally the A-block broadcast

@@ -7,7 +7,13 @@
 # Both are rewritten after each stage, so a run cut off by its time limit still leaves what it
 # finished.
 #
-#   run.sh [--local] [--stages info,golden,kernels,bench,torch] [--budget SECONDS] [--out DIR]
+#   run.sh [--local] [--stages info,golden,kernels,bench,torch] [--only NAMES] [--budget SECONDS]
+#          [--out DIR]
+#
+# --only NAMES runs only the commands named (comma-separated, shell patterns allowed: the names
+# of the raw logs, e.g. test-kernels,bench-matmul-*,torch-small-baseline-bf16-compile), in the
+# stages' order, so that a rerun repeats only what failed or what changed; the info stage's own
+# commands always run.
 #
 # Stages, in priority order, each under its own timeout (and the whole under --budget):
 #   info     adapter, driver, features, limits, subgroup sizes, cooperative matrices; nvidia-smi
@@ -26,6 +32,7 @@ set -uo pipefail
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 LOCAL=0
 STAGES="info,golden,kernels,bench,torch"
+ONLY=""
 BUDGET=""
 OUTDIR="${OUT:-}"
 while [ $# -gt 0 ]; do
@@ -33,12 +40,14 @@ while [ $# -gt 0 ]; do
     --local) LOCAL=1 ;;
     --stages) STAGES="$2"; shift ;;
     --stages=*) STAGES="${1#*=}" ;;
+    --only) ONLY="$2"; shift ;;
+    --only=*) ONLY="${1#*=}" ;;
     --budget) BUDGET="$2"; shift ;;
     --budget=*) BUDGET="${1#*=}" ;;
     --out) OUTDIR="$2"; shift ;;
     --out=*) OUTDIR="${1#*=}" ;;
     -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
-    *) echo "run.sh: unknown argument '$1' (expected --local, --stages LIST, --budget SECONDS, --out DIR)" >&2; exit 2 ;;
+    *) echo "run.sh: unknown argument '$1' (expected --local, --stages LIST, --only NAMES, --budget SECONDS, --out DIR)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -125,7 +134,7 @@ write_summary() {
     echo "- bundle: $(grep -m1 '^commit' "$BUNDLE/MANIFEST.txt" 2>/dev/null | cut -d' ' -f2-)"
     echo "- adapter: ${ADAPTER:-not opened yet}"
     echo "- driver: ${DRIVER:-?}; ${VK_NOTE:-Vulkan as found}"
-    echo "- stages asked for: $STAGES"
+    echo "- stages asked for: $STAGES${ONLY:+; only the commands $ONLY}"
     echo
     echo "| stage | status | s | details |"
     echo "|---|---|---|---|"
@@ -154,6 +163,7 @@ stage_row() { # stage status seconds details
 # (124 on a timeout).
 step() {
   local name="$1" secs="$2"; shift 2
+  if ! picked "$name"; then echo "not selected (--only $ONLY)" > "$RAW/$name.log"; return 126; fi
   local l; l=$(left)
   [ "$secs" -gt "$l" ] && secs=$l
   if [ "$secs" -le 2 ]; then echo "skipped: no budget left" > "$RAW/$name.log"; return 125; fi
@@ -164,7 +174,25 @@ step() {
   [ $rc = 124 ] || [ $rc = 137 ] && echo "TIMED OUT after ${secs}s" >> "$RAW/$name.log"
   return $rc
 }
-why() { case "$1" in 0) echo ok ;; 124|137) echo "timed out" ;; 125) echo "no budget left" ;; *) echo "exit $1" ;; esac; }
+why() { case "$1" in 0) echo ok ;; 124|137) echo "timed out" ;; 125) echo "no budget left" ;; 126) echo "not selected" ;; *) echo "exit $1" ;; esac; }
+# Whether --only selects the command NAME (always, without --only; info-* always).
+picked() {
+  [ -z "$ONLY" ] && return 0
+  case "$1" in info|info-*) return 0 ;; esac
+  local pat
+  for pat in ${ONLY//,/ }; do
+    # shellcheck disable=SC2053
+    [[ "$1" == $pat ]] && return 0
+  done
+  return 1
+}
+# A stage's status from its commands' exit codes: fail if any ran and failed, skipped if none
+# was selected, else pass.
+settle() { # rc...
+  local rc ran=0 bad=0
+  for rc in "$@"; do [ "$rc" = 126 ] && continue; ran=1; [ "$rc" = 0 ] || bad=1; done
+  if [ $bad = 1 ]; then echo fail; elif [ $ran = 0 ]; then echo skipped; else echo pass; fi
+}
 
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 
@@ -208,22 +236,23 @@ stage_golden() {
   step golden-f16 60 "$DDL" golden --quiet --f16-state "$BUNDLE"/data/tests/golden/ddl.safetensors "$BUNDLE"/data/tests/golden/ddl_vmap.safetensors; rc16=$?
   # Each file ends with "PATH: N compared, M failed".
   counts() { grep -o '[0-9]* compared, [0-9]* failed' "$RAW/$1.log" 2>/dev/null | awk '{ f++; c += $1; x += $3 } END { printf("%d files, %d tensors compared, %d failed", f, c, x) }'; }
-  st=$([ $rc = 0 ] && [ $rc16 = 0 ] && echo pass || echo fail)
+  st=$(settle $rc $rc16)
   stage_row golden "$st" $(( $(date +%s) - t0 )) "f32 ($(why $rc)): $(counts golden) of ${#files[@]} files asked; f16 states ($(why $rc16)): $(counts golden-f16)"
 }
 
 # ---------------------------------------------------------------------------- kernels
 stage_kernels() {
-  local t0=$(date +%s) st=pass details="" b rc secs res failing
+  local t0=$(date +%s) st details="" b rc secs res failing rcs=""
   for b in kernels golden decode; do
-    [ -x "$WORK/bin/test-$b" ] || { details="$details $b: missing from the bundle;"; st=fail; continue; }
+    [ -x "$WORK/bin/test-$b" ] || { details="$details $b: missing from the bundle;"; rcs="$rcs 1"; continue; }
     case $b in kernels) secs=$([ $LOCAL = 1 ] && echo 2400 || echo 150) ;; *) secs=$([ $LOCAL = 1 ] && echo 900 || echo 60) ;; esac
     step "test-$b" "$secs" "$WORK/bin/test-$b" --color never; rc=$?
     res="$(grep -E '^test result:' "$RAW/test-$b.log" | tail -1 | grep -o '[0-9]* passed; [0-9]* failed; [0-9]* ignored' | sed 's/;/,/g')"
     failing="$(grep -E '^test .* \.\.\. FAILED$' "$RAW/test-$b.log" | sed -e 's/^test //' -e 's/ \.\.\. FAILED$//' | head -20 | tr '\n' ' ')"
-    [ $rc = 0 ] || st=fail
+    rcs="$rcs $rc"
     details="$details $b: ${res:-$(why $rc)}${failing:+ — failing: $failing};"
   done
+  st=$(settle $rcs)
   stage_row kernels "$st" $(( $(date +%s) - t0 )) "${details# }"
 }
 
@@ -232,7 +261,7 @@ bench_line() { # raw name -> one markdown line of its headline
   local f="$RAW/$1.jsonl"
   [ -s "$f" ] || { echo "- $1: no results ($(tail -1 "$RAW/$1.log" 2>/dev/null))"; return; }
   case "$1" in
-    bench-copy) echo "- copy bandwidth: $(fmt "$(jget gb_per_s < "$f")" 1) GB/s (read + write, $(jget mib < "$f") MiB)" ;;
+    bench-copy) echo "- copy bandwidth (read + write, $(jget mib < "$f") MiB): $(fmt "$(jget kernel_gb_per_s < "$f")" 1) GB/s by a kernel pass, $(fmt "$(jget dma_gb_per_s < "$f")" 1) GB/s by a buffer copy" ;;
     bench-matmul-*)
       echo "- $1 (GFLOP/s; the engine's pick marked *):"
       grep '"bench":"matmul"' "$f" | while read -r l; do
@@ -253,12 +282,13 @@ bench_line() { # raw name -> one markdown line of its headline
         echo "- $1: $(jget variant <<<"$l") B $(jget batch <<<"$l") T $(jget seq <<<"$l"): $(fmt "$(jget step_ms <<<"$l")" 2) ms/step, $(fmt "$(jget tok_per_s <<<"$l")" 0) tok/s, MFU $(fmt "$(jget mfu <<<"$l")" 3), matmul share $(fmt "$(jget matmul_share <<<"$l")" 2), $(jget submits_per_step <<<"$l") submits and $(jget readbacks_per_step <<<"$l") readbacks per step, peak/plan $(fmt "$(jget peak_over_plan <<<"$l")" 2)"
       fi ;;
     bench-kernels) echo "- kernels: $(grep -c '"bench":"kernel"' "$f") cases (per-kernel ms, GFLOP/s, GB/s and share of the floor in results.tar.gz); the five furthest from their floor: $(grep '"bench":"kernel"' "$f" | while read -r l; do echo "$(jget of_floor <<<"$l") $(jget name <<<"$l" | tr ' ' '_')"; done | sort -g | head -5 | awk '{ printf("%s (%.0f %%) ", $2, 100*$1) }')" ;;
+    bench-attention-*) echo "- $1 (ms): $(grep '"bench":"kernel"' "$f" | while read -r l; do echo -n "$(jget name <<<"$l" | cut -d' ' -f1) $(fmt "$(jget ms <<<"$l")" 3); "; done)" ;;
     bench-generate) echo "- generate: $(grep '"bench":"generate"' "$f" | while read -r l; do echo -n "context $(jget context <<<"$l"): $(fmt "$(jget cached_ms_per_token <<<"$l")" 2) ms/token cached, $(fmt "$(jget recompute_ms_per_token <<<"$l")" 2) recomputed; "; done)" ;;
     *) echo "- $1: $(wc -l < "$f") JSON lines" ;;
   esac
 }
 stage_bench() {
-  local t0=$(date +%s) st=pass details="" n rc
+  local t0=$(date +%s) st details="" n rc rcs=""
   local -a cmds
   if [ $LOCAL = 1 ]; then
     cmds=(
@@ -269,6 +299,7 @@ stage_bench() {
       "bench-train-ddl|300|bench train --preset tiny --variant ddl --steps 2 --json"
       "bench-train-ddl-vs-baseline|600|bench train --preset tiny --variant ddl --against baseline --batch 4 --steps 1 --json"
       "bench-kernels|600|bench kernels --preset tiny --batch 2 --reps 1 --json"
+      "bench-attention-blocked64|300|DDL_FORMS=attention=blocked:64 bench kernels --filter attention --preset tiny --batch 2 --reps 1 --json"
       "bench-generate|300|bench generate --preset tiny --variant ddl --contexts 8 --reps 1 --json"
     )
   else
@@ -282,19 +313,27 @@ stage_bench() {
       "bench-train-small-ddl-vs-baseline|60|bench train --preset small-124m --variant ddl --against baseline --batch 8 --seq 1024 --steps 6 --json"
       "bench-train-char-ddl-vs-baseline|30|bench train --preset shakespeare-char --variant ddl --against baseline --steps 6 --json"
       "bench-kernels|40|bench kernels --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
+      "bench-attention-blocked128|30|DDL_FORMS=attention=blocked:128 bench kernels --filter attention --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
+      "bench-attention-blocked256|30|DDL_FORMS=attention=blocked:256 bench kernels --filter attention --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-generate|30|bench generate --preset small-124m --variant ddl --contexts 64,512 --reps 3 --json"
     )
   fi
-  local c name secs args
+  local c name secs args envs
   for c in "${cmds[@]}"; do
     IFS='|' read -r name secs args <<<"$c"
+    # A leading DDL_FORMS=… sets the kernel forms of that command alone.
+    envs=""
+    case "$args" in DDL_FORMS=*) envs="${args%% *}"; args="${args#* }" ;; esac
     # shellcheck disable=SC2086
-    step "$name" "$secs" "$DDL" $args; rc=$?
-    [ $rc = 0 ] || { st=fail; details="$details $name: $(why $rc);"; }
+    step "$name" "$secs" env $envs "$DDL" $args; rc=$?
+    rcs="$rcs $rc"
+    [ $rc = 126 ] && continue
+    [ $rc = 0 ] || details="$details $name: $(why $rc);"
     note "$(bench_line "$name")"
     write_summary
   done
-  stage_row bench "$st" $(( $(date +%s) - t0 )) "${details:- every command ran; numbers below}"
+  st=$(settle $rcs)
+  stage_row bench "$st" $(( $(date +%s) - t0 )) "${details:- every command selected ran; numbers below}"
 }
 
 # ---------------------------------------------------------------------------- torch
@@ -306,7 +345,7 @@ torch_line() {
   echo "- $1: torch $(jget torch <<<"$l") $(jget variant <<<"$l") $(jget preset <<<"$l") B $(jget batch <<<"$l") T $(jget seq_len <<<"$l") on $(jget device_name <<<"$l"), $(jget dtype <<<"$l")$([ "$(jget compile <<<"$l")" = true ] && echo ' + compile'): $(fmt "$(jget median_ms <<<"$l")" 2) ms/step, $(fmt "$(jget tokens_per_s <<<"$l")" 0) tok/s"
 }
 stage_torch() {
-  local t0=$(date +%s) st=pass details="" py script="$BUNDLE/torch/torch_reference_bench.py"
+  local t0=$(date +%s) st details="" rcs="" py script="$BUNDLE/torch/torch_reference_bench.py"
   py="$(command -v python3 || true)"
   if [ -z "$py" ] || ! "$py" -c 'import torch' >/dev/null 2>&1; then
     stage_row torch skipped 0 "PyTorch is not installed here (python3: ${py:-none}); the engine's own stages do not need it"
@@ -327,9 +366,9 @@ stage_torch() {
     cmds=(
       "torch-small-baseline-f32|45|--preset small-124m --variant baseline --batch 8 --seq 1024 --steps 5"
       "torch-small-ddl-f32|60|--preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5"
+      "torch-small-baseline-bf16-compile|90|--preset small-124m --variant baseline --batch 8 --seq 1024 --dtype bf16 --compile --steps 5"
       "torch-char-baseline-f32|20|--preset shakespeare-char --variant baseline --steps 10"
       "torch-char-ddl-f32|20|--preset shakespeare-char --variant ddl --steps 10"
-      "torch-small-baseline-bf16-compile|90|--preset small-124m --variant baseline --batch 8 --seq 1024 --dtype bf16 --compile --steps 5"
       "torch-small-ddl-bf16-compile|120|--preset small-124m --variant ddl --batch 8 --seq 1024 --dtype bf16 --compile --steps 5"
     )
   fi
@@ -338,12 +377,15 @@ stage_torch() {
     IFS='|' read -r name secs args <<<"$c"
     # shellcheck disable=SC2086
     step "$name" "$secs" env PYTHONUNBUFFERED=1 "$py" "$script" --device "$dev" $args --json; rc=$?
-    [ $rc = 0 ] || { st=fail; details="$details $name: $(why $rc);"; }
+    rcs="$rcs $rc"
+    [ $rc = 126 ] && continue
+    [ $rc = 0 ] || details="$details $name: $(why $rc);"
     note "$(torch_line "$name")"
     write_summary
   done
   compare_torch
-  stage_row torch "$st" $(( $(date +%s) - t0 )) "${details:- every run finished; numbers below}"
+  st=$(settle $rcs)
+  stage_row torch "$st" $(( $(date +%s) - t0 )) "${details:- every run selected finished; numbers below}"
 }
 # The engine's training throughput over PyTorch's on the same device, where both ran.
 compare_torch() {

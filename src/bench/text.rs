@@ -88,10 +88,12 @@ impl Row {
             ),
             Some("copy") => writeln!(
                 out,
-                "copy {} MiB: {:.3} ms, {:.2} GB/s (read+write)",
+                "copy {} MiB (read+write): {:.3} ms, {:.2} GB/s by a kernel pass; {:.3} ms, {:.2} GB/s by a buffer copy",
                 v["mib"],
-                v["ms"].as_f64().unwrap_or(0.0),
-                v["gb_per_s"].as_f64().unwrap_or(0.0)
+                v["kernel_ms"].as_f64().unwrap_or(0.0),
+                v["kernel_gb_per_s"].as_f64().unwrap_or(0.0),
+                v["dma_ms"].as_f64().unwrap_or(0.0),
+                v["dma_gb_per_s"].as_f64().unwrap_or(0.0)
             ),
             Some("kernel") => writeln!(
                 out,
@@ -220,8 +222,12 @@ mod tests {
 
     #[test]
     fn rows_read_as_text_and_unknown_rows_as_their_json() {
-        let copy = Row(json!({"bench": "copy", "mib": 64, "ms": 2.5, "gb_per_s": 53.7}));
-        assert_eq!(copy.text(), "copy 64 MiB: 2.500 ms, 53.70 GB/s (read+write)\n");
+        let copy = Row(json!({"bench": "copy", "mib": 64, "kernel_ms": 2.5, "kernel_gb_per_s": 53.7, "dma_ms": 5.0,
+            "dma_gb_per_s": 26.85, "gb_per_s": 53.7}));
+        assert_eq!(
+            copy.text(),
+            "copy 64 MiB (read+write): 2.500 ms, 53.70 GB/s by a kernel pass; 5.000 ms, 26.85 GB/s by a buffer copy\n"
+        );
         let mm = Row(json!({"bench": "matmul", "case": "qkv", "m": 8, "n": 16, "k": 32, "variant": "t16",
             "ms": 1.0, "gflop_per_s": 2.0, "auto": true}));
         let t = mm.text();

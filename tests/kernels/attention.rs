@@ -513,7 +513,15 @@ fn a_query_that_sees_one_key_gets_exactly_zero_score_gradients() {
             }
             if t == 1 {
                 assert!(dk.iter().all(|&g| g == 0.0), "dk at T = 1 for {s:?} {m:?} is not exactly 0: {dk:?}");
-                assert_eq!(dv, x.dout, "dv at T = 1 must be dout for {s:?} {m:?}");
+                // dv = P·dout with P recomputed from the saved log-sum-exp: exp(s − lse) is 1 up to
+                // the rounding of exp and of the recomputed score, which WGSL leaves to the
+                // driver (NVIDIA's differs from lavapipe's by an ulp), so dv is dout within 2 ulp.
+                for (i, (&g, &d)) in dv.iter().zip(&x.dout).enumerate() {
+                    assert!(
+                        (g - d).abs() <= 2.0 * f32::EPSILON * d.abs(),
+                        "dv[{i}] at T = 1 is {g}, not dout {d} (within 2 ulp) for {s:?} {m:?}"
+                    );
+                }
             }
         }
         if t > 1 {

@@ -225,6 +225,8 @@ fn entry_point_cases() -> Vec<(Matmul, &'static str)> {
         (Matmul::nt(67, 85, 33), "mm_ss"),
         (Matmul::tn(65, 384, 30), "mm_ss"),
         (Matmul::nn(9, 132, 4).alpha(-0.5), "mm_kn"),
+        // Several staged tiles each way, K a whole number of stages.
+        (Matmul::nn(260, 200, 48), "mm_kn"),
         // Aligned strides but K < 4: buffers shorter than one vec4 cannot be bound as vec4s.
         (
             Matmul {
@@ -254,6 +256,29 @@ fn every_entry_point_of_the_register_kernels_matches_float64() {
     for v in direct {
         for (mm, entry) in entry_point_cases() {
             assert_eq!(mm.entry_point(v).unwrap(), subgroup_entry(v, entry), "{mm:?}");
+            check(mm, Some(v));
+            check(mm.accumulate(true), Some(v));
+        }
+    }
+}
+
+fn staged_variants() -> Vec<&'static str> {
+    let v: Vec<_> = matmul::variants_for(&ddl::testing::gpu()).into_iter().filter(|v| v.starts_with('w')).collect();
+    assert_eq!(v, ["w128", "w64"]);
+    v
+}
+
+/// The entry point a staged variant runs for the register-block entry point `entry`.
+fn staged_entry(entry: &'static str) -> String {
+    if entry == "mm_ss" { entry.to_string() } else { entry.replace("mm_", "wm_") }
+}
+
+#[test]
+fn every_entry_point_of_the_staged_kernels_matches_float64() {
+    // Edge tiles, K below one stage (7, 4, 2), a stage tail (36, 37, …) and whole stages (48, 64).
+    for v in staged_variants() {
+        for (mm, entry) in entry_point_cases() {
+            assert_eq!(mm.entry_point(v).unwrap(), staged_entry(entry), "{mm:?}");
             check(mm, Some(v));
             check(mm.accumulate(true), Some(v));
         }
@@ -311,7 +336,7 @@ fn more_than_65535_workgroups_cover_every_tile() {
 }
 
 #[test]
-fn the_heuristic_picks_register_blocks_on_cpus_and_shared_tiles_on_gpus() {
+fn the_heuristic_picks_register_blocks_on_cpus_and_staged_tiles_on_gpus() {
     // Both cost models on any adapter (the `cpu` form says which one a device uses), the CPU one
     // with 2 worker threads (the development and CI machines').
     for cpu in [true, false] {
@@ -327,8 +352,10 @@ fn the_heuristic_picks_register_blocks_on_cpus_and_shared_tiles_on_gpus() {
             let pv = Matmul::nn(256, 64, 256).batched(48);
             assert_eq!(matmul::heuristic(&gpu, &pv), format!("c64{g}"));
         } else {
-            assert_eq!(hb, "t64");
-            assert!(!matmul::direct(hd).unwrap(), "{hd}");
+            // The staged tiles where they fill the card, register blocks below that.
+            assert_eq!((hb, hd), ("w128", "r8"));
+            assert_eq!(matmul::heuristic(&gpu, &Matmul::nt(1024, 768, 768)), "w64");
+            assert_eq!(matmul::heuristic(&gpu, &Matmul::nn(256, 64, 256).batched(2)), "c64");
         }
     }
 }
@@ -579,8 +606,9 @@ fn padded_operands_keep_the_vec4_kernels_and_ignore_what_lies_in_the_padding() {
             a[p * m4 + m..(p + 1) * m4].fill(f32::NAN);
             b[p * n4 + n..(p + 1) * n4].fill(f32::NAN);
         }
-        for v in register_variants() {
-            assert_eq!(mm.entry_point(v).unwrap(), subgroup_entry(v, "mm_mn"), "{m}x{n}x{k} {v}");
+        for v in register_variants().into_iter().chain(staged_variants()) {
+            let want = if v.starts_with('w') { "wm_mn".to_string() } else { subgroup_entry(v, "mm_mn") };
+            assert_eq!(mm.entry_point(v).unwrap(), want, "{m}x{n}x{k} {v}");
             for acc in [false, true] {
                 let mm = mm.accumulate(acc);
                 let c0 = rng.uniform(m * n, -1.0, 1.0);

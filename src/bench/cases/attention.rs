@@ -9,6 +9,9 @@ use crate::kernels::attention::*;
 pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
     let b = *shape;
     let z = |label: &str, n: usize| Tensor::zeros(gpu, label, &[n], DType::F32);
+    // Inputs random, never zeros (a GPU can run zeros faster than real data).
+    let rng = std::cell::RefCell::new(crate::testing::Rng::new(0xa77e));
+    let r = |label: &str, n: usize| Tensor::from_f32(gpu, label, &[n], &rng.borrow_mut().normal(n, 1.0));
     let scale = 1.0 / (b.head_dim as f32).sqrt();
     let mut cases = Vec::new();
 
@@ -21,9 +24,9 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
             Method::Blocked(r) => format!("blocked{r}"),
         };
         let s = AttnShape::training(b.b, b.heads, b.head_dim, b.t);
-        let (q, k, v) = (z("q", s.q_elems())?, z("k", s.kv_elems())?, z("v", s.kv_elems())?);
+        let (q, k, v) = (r("q", s.q_elems())?, r("k", s.kv_elems())?, r("v", s.kv_elems())?);
         let (out, lse) = (z("out", s.q_elems())?, z("lse", s.lse_elems())?);
-        let (dout, dq) = (z("dout", s.q_elems())?, z("dq", s.q_elems())?);
+        let (dout, dq) = (r("dout", s.q_elems())?, z("dq", s.q_elems())?);
         let (dk, dv) = (z("dk", s.kv_elems())?, z("dv", s.kv_elems())?);
         let gm = gpu.with_forms(|f| f.attention = m);
         let gpu = &*gm;
@@ -61,7 +64,7 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
 
     // One generated token per sequence against a full cache of T keys.
     let s = AttnShape::decode(b.b, b.heads, b.head_dim, 1, b.t, b.t);
-    let (q, k, v) = (z("q", s.q_elems())?, z("k", s.kv_elems())?, z("v", s.kv_elems())?);
+    let (q, k, v) = (r("q", s.q_elems())?, r("k", s.kv_elems())?, r("v", s.kv_elems())?);
     let (out, lse) = (z("out", s.q_elems())?, z("lse", s.lse_elems())?);
     let mut dec = forward(gpu, &s, scale, q.view(), k.view(), v.view(), out.view(), lse.view())?;
     dec[0].scratch = vec![q, k, v, out, lse];

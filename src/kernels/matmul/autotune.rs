@@ -63,14 +63,17 @@ pub(super) fn save() {
     }
 }
 
-/// Times every variant on scratch buffers of this shape and returns `(variant, ms)`, fastest
+/// Times every variant on scratch buffers of this shape (random operands) and returns `(variant, ms)`, fastest
 /// first. The heuristic's choice is timed first; a variant whose first timed run takes more
 /// than 3× the best median so far is not repeated (the other kernel family is 10–50× slower
 /// on some adapters, and repeating it would make tuning cost minutes).
 pub fn measure(gpu: &Gpu, mm: &Matmul, reps: usize) -> Result<Vec<(&'static str, f64)>> {
     let [ea, eb, ec] = mm.extents();
-    let a = Tensor::zeros(gpu, "tune.a", &[ea], crate::gpu::DType::F32)?;
-    let b = Tensor::zeros(gpu, "tune.b", &[eb], crate::gpu::DType::F32)?;
+    // Random operands, never zeros: a GPU can run a product of zeros faster than one of real data
+    // (the device README saw 13 % on an H200).
+    let mut rng = crate::testing::Rng::new(0x7a11);
+    let a = Tensor::from_f32(gpu, "tune.a", &[ea], &rng.uniform(ea, -1.0, 1.0))?;
+    let b = Tensor::from_f32(gpu, "tune.b", &[eb], &rng.uniform(eb, -1.0, 1.0))?;
     let c = Tensor::zeros(gpu, "tune.c", &[ec], crate::gpu::DType::F32)?;
     let first = heuristic(gpu, mm);
     let mut order = vec![first];

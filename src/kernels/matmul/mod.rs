@@ -325,10 +325,14 @@ impl Matmul {
     }
 
     /// The entry point `variant` runs this product with: `matmul` for the workgroup-memory
-    /// variants; for the register-block variants, the vec4 entry point matching the operands'
-    /// layouts (`mm_kk`, `mm_kn`, `mm_mn`, `mm_mk`) or `mm_ss` when no vec4 form applies.
+    /// variants `t*`; for the register-block variants, the vec4 entry point matching the
+    /// operands' layouts (`mm_kk`, `mm_kn`, `mm_mn`, `mm_mk`) or `mm_ss` when no vec4 form
+    /// applies; for the staged variants `w*` likewise `wm_kk` … `wm_mk`, else `mm_ss`.
     pub fn entry_point(&self, variant: &str) -> Result<&'static str> {
-        if !direct(variant)? {
+        let tile = MatmulKey::parse(variant)
+            .ok_or_else(|| GpuError::Shader { shader: "matmul".into(), reason: format!("no variant '{variant}'") })?
+            .tile;
+        if !tile.direct && !tile.staged {
             return Ok("matmul");
         }
         // vec4 reads need the operand's offset and batch stride, and the stride between its
@@ -344,6 +348,16 @@ impl Matmul {
         let b_k = base(&self.b, 1) && k4 && self.b.row_stride == 1 && q(self.b.col_stride);
         let b_n = base(&self.b, 1) && self.b.col_stride == 1 && q(self.b.row_stride) && (q(self.n) || self.pad_reads);
         let g = subgroup_variant(variant);
+        if tile.staged {
+            // No scalar staged form: `mm_ss` with the same constants covers the same tile.
+            return Ok(match (a_k, a_m, b_k, b_n) {
+                (true, _, true, _) => "wm_kk",
+                (true, _, _, true) => "wm_kn",
+                (_, true, _, true) => "wm_mn",
+                (_, true, true, _) => "wm_mk",
+                _ => "mm_ss",
+            });
+        }
         Ok(match (a_k, a_m, b_k, b_n) {
             (true, _, true, _) if g => "mm_kk_g",
             (true, _, _, true) if g => "mm_kn_g",

@@ -60,8 +60,10 @@ pub(super) fn cache_key(gpu: &Gpu, mm: &Matmul) -> String {
 
 /// The heuristic choice. On a CPU adapter (llvmpipe, SwiftShader): the register-block variant
 /// with the least estimated time — padded work per thread-round over measured efficiency (see
-/// `docs/PERF-LOG.md`). On a GPU: the biggest workgroup-memory tile that still gives enough
-/// workgroups.
+/// `docs/PERF-LOG.md`). On a GPU: the biggest staged tile (`w128`, `w64`) that still gives a
+/// workgroup per multiprocessor or so (132 on an H100), else the register blocks `c64`, and `r8`
+/// for a few rows (decoding). The first H100 run (docs/GPU.md) measured the `t*` tiles at
+/// 0.3–0.7 TFLOP/s and `c64` at 26–29 at 2048³–4096³.
 pub fn heuristic(gpu: &Gpu, mm: &Matmul) -> &'static str {
     if gpu.forms.cpu {
         let v = cpu_heuristic(mm, gpu.forms.cpu_threads);
@@ -75,14 +77,14 @@ pub fn heuristic(gpu: &Gpu, mm: &Matmul) -> &'static str {
         }
         return v;
     }
-    for v in ["t64", "t32"] {
+    for v in ["w128", "w64"] {
         let (bm, bn) = tile(v).unwrap();
         let groups = mm.m.div_ceil(bm) * mm.n.div_ceil(bn) * mm.batch * mm.outer;
-        if mm.m >= bm / 2 && mm.n >= bn / 2 && groups >= 64 {
+        if mm.m >= bm / 2 && mm.n >= bn / 2 && groups >= 128 {
             return v;
         }
     }
-    "t16"
+    if mm.m < 16 { "r8" } else { "c64" }
 }
 
 /// The CPU choice: each variant's time is estimated as (rounds of `threads` workgroups) × (tile
