@@ -366,10 +366,10 @@ stage_torch() {
     cmds=(
       "torch-small-baseline-f32|45|--preset small-124m --variant baseline --batch 8 --seq 1024 --steps 5"
       "torch-small-ddl-f32|60|--preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5"
-      "torch-small-baseline-bf16-compile|90|--preset small-124m --variant baseline --batch 8 --seq 1024 --dtype bf16 --compile --steps 5"
+      "torch-small-baseline-bf16-compile|200|--preset small-124m --variant baseline --batch 8 --seq 1024 --dtype bf16 --compile --steps 5"
       "torch-char-baseline-f32|20|--preset shakespeare-char --variant baseline --steps 10"
       "torch-char-ddl-f32|20|--preset shakespeare-char --variant ddl --steps 10"
-      "torch-small-ddl-bf16-compile|120|--preset small-124m --variant ddl --batch 8 --seq 1024 --dtype bf16 --compile --steps 5"
+      "torch-small-ddl-bf16-compile|240|--preset small-124m --variant ddl --batch 8 --seq 1024 --dtype bf16 --compile --steps 5"
     )
   fi
   local c name secs args rc

@@ -179,10 +179,10 @@ fn check_backward(s: &AttnShape, fwd: [&View; 5], grads: [&View; 4]) -> Result<(
 pub const ROWS_KERNEL_MAX_QUERIES: usize = 4;
 
 /// Whether [`forward`] runs `attn_fwd_rows` (one invocation per query row, no workgroup memory):
-/// on adapters whose [`method`] is the blocked one (CPU adapters), for a few queries (decoding)
-/// and head dims ≤ 64. Else the tiled flash kernel.
+/// on adapters with the `attn_rows` form (CPU adapters), for a few queries (decoding) and head
+/// dims ≤ 64. Else the tiled flash kernel.
 fn rows_kernel(gpu: &Gpu, s: &AttnShape) -> bool {
-    matches!(method(gpu), Method::Blocked(_)) && s.q_len <= ROWS_KERNEL_MAX_QUERIES && s.head_dim <= DC
+    gpu.forms.attention_rows && s.q_len <= ROWS_KERNEL_MAX_QUERIES && s.head_dim <= DC
 }
 
 /// Forward work: (blocks, workgroups). The tiled kernel: blocks of F_BQ queries × head-dim chunks,
@@ -419,15 +419,23 @@ pub enum Method {
     Blocked(usize),
 }
 
-/// Queries per block of the blocked method unless overridden: causal blocks skip the keys no
-/// query of theirs sees (at T = 256, 64-query blocks compute 62.5 % of the full score matrix).
+/// Queries per block of the blocked method on CPU adapters and for a bare `blocked` form:
+/// causal blocks skip the keys no query of theirs sees (at T = 256, 64-query blocks compute
+/// 62.5 % of the full score matrix).
 pub const BLOCK_ROWS: usize = 64;
+
+/// Queries per block on GPUs. Measured on an H200 (docs/GPU.md, run 2: small-124m's attention,
+/// B 8, T 1024, 6 heads of 128, `ddl bench kernels`): forward / backward 5.35 / 17.96 ms tiled,
+/// 4.82 / 7.95 blocked:64, 2.10 / 4.08 blocked:128, 1.61 / 3.24 blocked:256 — bigger blocks give
+/// the matmuls bigger products at the price of more masked scores.
+pub const GPU_BLOCK_ROWS: usize = 256;
 
 /// Most floats of one blocked-method scratch (scores, and their gradient in the backward).
 const BLOCK_SCRATCH_ELEMS: usize = 16 << 20;
 
 /// The method of this device: its `attention` form ([`super::forms::Forms`]): blocks of
-/// [`BLOCK_ROWS`] queries on CPU adapters, tiled elsewhere (`DDL_FORMS=attention=tiled|blocked:ROWS`).
+/// [`BLOCK_ROWS`] queries on CPU adapters, of [`GPU_BLOCK_ROWS`] on GPUs
+/// (`DDL_FORMS=attention=tiled|blocked:ROWS`).
 pub fn method(gpu: &Gpu) -> Method {
     gpu.forms.attention
 }

@@ -32,6 +32,9 @@ pub struct Forms {
     pub cpu_threads: usize,
     /// Attention: `attention=tiled|blocked|blocked:ROWS`.
     pub attention: AttentionForm,
+    /// Decoding attention (a few queries, head dim ≤ 64) with one invocation per query row and
+    /// no workgroup memory instead of the tiled kernel: `attn_rows`.
+    pub attention_rows: bool,
     /// RMSNorm reduces a row with one invocation when there are many rows (else a team):
     /// `norm_rows`.
     pub norm_one_row_per_invocation: bool,
@@ -121,11 +124,12 @@ impl Forms {
         Forms {
             cpu,
             cpu_threads: cpu_threads(),
-            attention: if cpu {
-                AttentionForm::Blocked(crate::kernels::attention::BLOCK_ROWS)
+            attention: AttentionForm::Blocked(if cpu {
+                crate::kernels::attention::BLOCK_ROWS
             } else {
-                AttentionForm::Tiled
-            },
+                crate::kernels::attention::GPU_BLOCK_ROWS
+            }),
+            attention_rows: cpu,
             norm_one_row_per_invocation: cpu,
             norm_team: None,
             norm_quads: true,
@@ -233,6 +237,7 @@ impl Forms {
                 }
                 "conv_k4" => self.conv_k4 = flag()?,
                 "rope_vec4" => self.rope_vec4 = flag()?,
+                "attn_rows" => self.attention_rows = flag()?,
                 "swiglu_vec4" => self.swiglu_vec4 = flag()?,
                 "adamw_vec4" => self.adamw_vec4 = flag()?,
                 "matmul_subgroup" => {
@@ -256,6 +261,7 @@ impl Forms {
     /// The override keys and what each chooses.
     pub const KEYS: &'static [(&'static str, &'static str)] = &[
         ("attention", "tiled flash kernel, or blocks of queries through the matmuls (blocked[:ROWS])"),
+        ("attn_rows", "decoding attention: one query row per invocation (head dim ≤ 64)"),
         ("norm_rows", "RMSNorm: one row per invocation when rows are many"),
         ("norm_team", "RMSNorm: a fixed team size (forced)"),
         ("norm_quads", "RMSNorm one-row kernels: four features per load"),
@@ -288,6 +294,7 @@ impl Forms {
                     AttentionForm::Tiled => "tiled".into(),
                     AttentionForm::Blocked(r) => format!("blocked:{r}"),
                 },
+                "attn_rows" => b(self.attention_rows),
                 "norm_rows" => b(self.norm_one_row_per_invocation),
                 "norm_team" => opt(self.norm_team),
                 "norm_quads" => b(self.norm_quads),
@@ -349,7 +356,10 @@ mod tests {
         assert!(cpu.cpu && cpu.conv_quads && cpu.subgroup_loads && cpu.matmul_subgroup);
         assert_eq!(cpu.attention, AttentionForm::Blocked(crate::kernels::attention::BLOCK_ROWS));
         assert!(!gpu.cpu && !gpu.conv_quads && !gpu.subgroup_loads && !gpu.matmul_subgroup);
-        assert_eq!((gpu.attention, gpu.col_sum_seq_rows), (AttentionForm::Tiled, 16));
+        assert_eq!(
+            (gpu.attention, gpu.col_sum_seq_rows),
+            (AttentionForm::Blocked(crate::kernels::attention::GPU_BLOCK_ROWS), 16)
+        );
         let mut f = gpu.clone();
         f.apply("conv_quads=1, norm_team=32,attention=blocked:16,col_sum_seq=0,delta_quads=off", sg).unwrap();
         assert!(f.conv_quads && !f.delta_quads);

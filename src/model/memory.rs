@@ -246,9 +246,11 @@ pub fn memory_plan_with(c: &ModelConfig, b: usize, t: usize, state_f16: bool) ->
     acts += l * (attn + mlp + 2 * per_sub);
     acts += if var.expanded() { n * d } else { 0 } + n * d + n + n * v + n + 8;
     let hkn = if var.vmap() { n * hk } else { 1 };
-    // The blocked attention's two block scratches (CPU adapters; shared by all layers).
+    // The blocked attention's two block scratches (shared by all layers), at the larger of the
+    // CPU and GPU block sizes, so that one plan holds on either.
     let attn_s = AttnShape::training(b, c.n_heads, c.head_dim, t);
-    let attn_blocks = 2 * attention::block_scratch_elems(&attn_s, attention::BLOCK_ROWS) as u64;
+    let rows = attention::BLOCK_ROWS.max(attention::GPU_BLOCK_ROWS);
+    let attn_blocks = 2 * attention::block_scratch_elems(&attn_s, rows) as u64;
     let scratch = n * v
         + 2 * n * d
         + 2 * n * d * m

@@ -171,6 +171,13 @@ fn gpu_forward(gpu: &Gpu, x: &Inputs) -> (Gpus, Vec<Dispatch>) {
 
 /// Every method of `forward_seq` / `backward`: the tiled kernels, and blocks of queries through the
 /// matmuls with the CPU adapters' block size and with a small one (many blocks).
+/// The forms of method `m`: the blocked methods with the decoding row kernel, the tiled one with
+/// the tiled kernel for decoding too (each decoding kernel is tested either way).
+fn set_method(f: &mut ddl::kernels::forms::Forms, m: Method) {
+    f.attention = m;
+    f.attention_rows = m != Method::Tiled;
+}
+
 const METHODS: [Method; 3] = [Method::Tiled, Method::Blocked(attention::BLOCK_ROWS), Method::Blocked(5)];
 
 /// Runs forward then backward on the GPU: `(out, lse, dq, dk, dv)`.
@@ -204,7 +211,7 @@ fn check_forward(gpu: &Gpu, rng: &mut Rng, s: AttnShape, amp: f32) {
     let x = Inputs::new(rng, s, amp);
     let (out, lse) = ref_forward(&s, x.scale as f64, &f64v(&x.q), &x.k64(), &x.v64());
     for m in METHODS {
-        let (t, _) = with_forms(gpu, |f| f.attention = m, |gpu| gpu_forward(gpu, &x));
+        let (t, _) = with_forms(gpu, |f| set_method(f, m), |gpu| gpu_forward(gpu, &x));
         let name = format!("{s:?} {m:?}");
         assert_close(&format!("out {name}"), &read(gpu, &t.out), &out, 1e-5, rng.seed);
         assert_close(&format!("lse {name}"), &read(gpu, &t.lse), &lse, 1e-5, rng.seed);
@@ -214,7 +221,7 @@ fn check_forward(gpu: &Gpu, rng: &mut Rng, s: AttnShape, amp: f32) {
 fn check_both(gpu: &Gpu, rng: &mut Rng, s: AttnShape, amp: f32) {
     let x = Inputs::new(rng, s, amp);
     for m in METHODS {
-        with_forms(gpu, |f| f.attention = m, |gpu| check_both_with(gpu, rng.seed, &x, &format!("{m:?}")));
+        with_forms(gpu, |f| set_method(f, m), |gpu| check_both_with(gpu, rng.seed, &x, &format!("{m:?}")));
     }
 }
 
@@ -395,7 +402,7 @@ fn decoding_forward_matches_float64_with_the_tiled_and_the_row_kernel() {
                 let lse = poisoned(&gpu, "lse", &[s.lse_elems()]);
                 let ds = with_forms(
                     &gpu,
-                    |f| f.attention = m,
+                    |f| set_method(f, m),
                     |gpu| attention::forward(gpu, &s, x.scale, q.view(), k.view(), v.view(), out.view(), lse.view()),
                 )
                 .unwrap();
@@ -436,7 +443,7 @@ fn decoding_rows_beyond_the_split_limit_use_the_vec4_row_kernel() {
         let lse = poisoned(&gpu, "lse", &[s.lse_elems()]);
         let ds = with_forms(
             &gpu,
-            |f| f.attention = m,
+            |f| set_method(f, m),
             |gpu| attention::forward(gpu, &s, x.scale, q.view(), k.view(), v.view(), out.view(), lse.view()),
         )
         .unwrap();
@@ -453,7 +460,7 @@ fn decoding_one_token_at_a_time_reproduces_the_full_forward() {
     let gpu = gpu();
     let mut rng = Rng::fresh();
     for m in METHODS {
-        with_forms(&gpu, |f| f.attention = m, |gpu| decode_against_full(gpu, &mut rng, 1));
+        with_forms(&gpu, |f| set_method(f, m), |gpu| decode_against_full(gpu, &mut rng, 1));
     }
 }
 
@@ -462,7 +469,7 @@ fn decoding_prompt_chunks_reproduces_the_full_forward() {
     let gpu = gpu();
     let mut rng = Rng::fresh();
     for m in METHODS {
-        with_forms(&gpu, |f| f.attention = m, |gpu| decode_against_full(gpu, &mut rng, 4));
+        with_forms(&gpu, |f| set_method(f, m), |gpu| decode_against_full(gpu, &mut rng, 4));
     }
     decode_against_full(&gpu, &mut rng, 18);
 }
@@ -474,8 +481,8 @@ fn forward_and_backward_are_bit_identical_run_to_run() {
     for s in [AttnShape::training(2, 2, 24, 70), AttnShape::training(1, 2, 100, 33)] {
         let x = Inputs::new(&mut rng, s, 2.0);
         for m in METHODS {
-            let a = with_forms(&gpu, |f| f.attention = m, |gpu| gpu_both(gpu, &x));
-            let b = with_forms(&gpu, |f| f.attention = m, |gpu| gpu_both(gpu, &x));
+            let a = with_forms(&gpu, |f| set_method(f, m), |gpu| gpu_both(gpu, &x));
+            let b = with_forms(&gpu, |f| set_method(f, m), |gpu| gpu_both(gpu, &x));
             for (i, (ga, gb)) in a.iter().zip(&b).enumerate() {
                 let same = ga.iter().zip(gb).all(|(u, w)| u.to_bits() == w.to_bits());
                 assert!(
@@ -499,7 +506,7 @@ fn a_query_that_sees_one_key_gets_exactly_zero_score_gradients() {
         let s = AttnShape::training(3, 2, hd, t);
         let x = Inputs::new(&mut rng, s, 2.0);
         for m in METHODS {
-            let [out, _, dq, dk, dv] = with_forms(&gpu, |f| f.attention = m, |gpu| gpu_both(gpu, &x));
+            let [out, _, dq, dk, dv] = with_forms(&gpu, |f| set_method(f, m), |gpu| gpu_both(gpu, &x));
             for b in 0..s.batch {
                 for h in 0..s.heads {
                     let o = qx(&s, b, 0, h);
