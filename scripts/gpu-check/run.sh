@@ -282,7 +282,7 @@ bench_line() { # raw name -> one markdown line of its headline
         echo "- $1: $(jget variant <<<"$l") B $(jget batch <<<"$l") T $(jget seq <<<"$l"): $(fmt "$(jget step_ms <<<"$l")" 2) ms/step, $(fmt "$(jget tok_per_s <<<"$l")" 0) tok/s, MFU $(fmt "$(jget mfu <<<"$l")" 3), matmul share $(fmt "$(jget matmul_share <<<"$l")" 2), $(jget submits_per_step <<<"$l") submits and $(jget readbacks_per_step <<<"$l") readbacks per step, peak/plan $(fmt "$(jget peak_over_plan <<<"$l")" 2)"
       fi ;;
     bench-kernels) echo "- kernels: $(grep -c '"bench":"kernel"' "$f") cases (per-kernel ms, GFLOP/s, GB/s and share of the floor in results.tar.gz); the five furthest from their floor: $(grep '"bench":"kernel"' "$f" | while read -r l; do echo "$(jget of_floor <<<"$l") $(jget name <<<"$l" | tr ' ' '_')"; done | sort -g | head -5 | awk '{ printf("%s (%.0f %%) ", $2, 100*$1) }')" ;;
-    bench-attention-*) echo "- $1 (ms): $(grep '"bench":"kernel"' "$f" | while read -r l; do echo -n "$(jget name <<<"$l" | cut -d' ' -f1) $(fmt "$(jget ms <<<"$l")" 3); "; done)" ;;
+    bench-attention-*|bench-state-*) echo "- $1 (ms): $(grep '"bench":"kernel"' "$f" | while read -r l; do echo -n "$(jget name <<<"$l" | cut -d' ' -f1) $(fmt "$(jget ms <<<"$l")" 3); "; done)" ;;
     bench-generate) echo "- generate: $(grep '"bench":"generate"' "$f" | while read -r l; do echo -n "context $(jget context <<<"$l"): $(fmt "$(jget cached_ms_per_token <<<"$l")" 2) ms/token cached, $(fmt "$(jget recompute_ms_per_token <<<"$l")" 2) recomputed; "; done)" ;;
     *) echo "- $1: $(wc -l < "$f") JSON lines" ;;
   esac
@@ -315,6 +315,11 @@ stage_bench() {
       "bench-kernels|40|bench kernels --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-attention-blocked128|30|DDL_FORMS=attention=blocked:128 bench kernels --filter attention --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-attention-blocked256|30|DDL_FORMS=attention=blocked:256 bench kernels --filter attention --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
+      "bench-attention-tiled|30|DDL_FORMS=attention=tiled bench kernels --filter attention --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
+      "bench-state-seg32|30|DDL_FORMS=delta_seg=32 bench kernels --filter delta_ --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
+      "bench-state-seg128|30|DDL_FORMS=delta_seg=128 bench kernels --filter delta_ --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
+      "bench-state-rows|30|DDL_FORMS=delta_rows=on,conv_quads=on,conv_sweep=on bench kernels --filter delta_,shortconv,expand --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
+      "bench-state-conv-quads|30|DDL_FORMS=conv_quads=on bench kernels --filter shortconv,expand --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-generate|30|bench generate --preset small-124m --variant ddl --contexts 64,512 --reps 3 --json"
     )
   fi
