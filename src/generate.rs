@@ -138,6 +138,58 @@ pub struct GenOptions {
     pub trace: bool,
     /// Interventions: one β map per sublayer (`None`: the model's own gates).
     pub beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
+    /// Interventions: the sublayers whose write direction is replaced by the prompt's mean k
+    /// ([`crate::model::Interventions::k_mean_targets`]; empty: none).
+    pub k_mean: Vec<bool>,
+}
+
+/// The fixed directions of `k=mean` interventions for a cache: for each sublayer in `targets`,
+/// the mean of its unit k over the tokens of `prompt` (its last `max_seq_len`), renormalised to
+/// unit length, read from one prefill under `beta_maps` without any direction replaced. Empty
+/// when no sublayer is a target. A mean of zero length (directions that cancel) is refused.
+pub fn mean_k_directions(
+    model: &Model,
+    prompt: &[u32],
+    beta_maps: &Option<Vec<crate::kernels::delta::BetaMap>>,
+    targets: &[bool],
+) -> Result<Vec<Option<crate::gpu::Tensor>>> {
+    if !targets.iter().any(|&t| t) {
+        return Ok(Vec::new());
+    }
+    let (cap, d) = (model.cfg.max_seq_len, model.cfg.d_model);
+    let keep = &prompt[prompt.len().saturating_sub(cap)..];
+    if keep.is_empty() {
+        return Err(crate::gpu::GpuError::Shape("k=mean needs a prompt of at least one token".into()));
+    }
+    let mut cache = model.decode_cache()?;
+    cache.beta_maps = beta_maps.clone();
+    let mut p = model.decode_program(&cache, keep.len())?;
+    p.forward(model, keep, &mut cache)?;
+    let mut out = Vec::with_capacity(targets.len());
+    for (i, w) in p.acts().writes().enumerate() {
+        if !targets.get(i).copied().unwrap_or(false) {
+            out.push(None);
+            continue;
+        }
+        let k = w.k.read_f32(&model.gpu)?;
+        let mut mean = vec![0.0f64; d];
+        for row in k.chunks(d).take(keep.len()) {
+            mean.iter_mut().zip(row).for_each(|(m, &x)| *m += x as f64);
+        }
+        let norm = mean.iter().map(|x| x * x).sum::<f64>().sqrt();
+        if norm.is_nan() || norm <= 1e-12 {
+            return Err(crate::gpu::GpuError::Shape(format!(
+                "k=mean on sublayer {} (block {} {}): the prompt's directions cancel (mean of length {norm:.1e}); use \
+                 a longer prompt or another sublayer",
+                i,
+                i / 2,
+                if i % 2 == 0 { "attn" } else { "mlp" }
+            )));
+        }
+        let unit: Vec<f32> = mean.iter().map(|x| (x / norm) as f32).collect();
+        out.push(Some(crate::gpu::Tensor::from_f32(&model.gpu, &format!("k_fixed{i}"), &[d], &unit)?));
+    }
+    Ok(out)
 }
 
 /// Regime of a gate value: identity (β < 0.5: λ = 1−β > 0.5), reflection (β > 1.5: λ < −0.5),
@@ -228,7 +280,22 @@ impl<'a> Generator<'a> {
     /// With `trace`, the writes of the prefilled prompt tokens are recorded too
     /// ([`Generator::prompt_traces`]).
     pub fn new(model: &'a Model, tok: &'a Tokenizer, prompt: &[u32], sampler: Sampler, trace: bool) -> Result<Self> {
-        Self::with_beta_maps(model, tok, prompt, sampler, trace, None)
+        Self::with_interventions(model, tok, prompt, sampler, trace, None, &[])
+    }
+
+    /// [`Generator::with_beta_maps`] with `k=mean` interventions too: the sublayers in `k_mean`
+    /// write along the prompt's mean direction ([`mean_k_directions`]) from the prefill on.
+    pub fn with_interventions(
+        model: &'a Model,
+        tok: &'a Tokenizer,
+        prompt: &[u32],
+        sampler: Sampler,
+        trace: bool,
+        beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
+        k_mean: &[bool],
+    ) -> Result<Self> {
+        let k_fixed = mean_k_directions(model, prompt, &beta_maps, k_mean)?;
+        Self::start(model, tok, prompt, sampler, trace, beta_maps, k_fixed)
     }
 
     /// [`Generator::new`] under interventions: every decode program of this generation applies
@@ -241,6 +308,18 @@ impl<'a> Generator<'a> {
         trace: bool,
         beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
     ) -> Result<Self> {
+        Self::start(model, tok, prompt, sampler, trace, beta_maps, Vec::new())
+    }
+
+    fn start(
+        model: &'a Model,
+        tok: &'a Tokenizer,
+        prompt: &[u32],
+        sampler: Sampler,
+        trace: bool,
+        beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
+        k_fixed: Vec<Option<crate::gpu::Tensor>>,
+    ) -> Result<Self> {
         let cap = model.cfg.max_seq_len;
         let v = model.cfg.vocab_size;
         let keep = &prompt[prompt.len().saturating_sub(cap)..];
@@ -249,6 +328,7 @@ impl<'a> Generator<'a> {
         }
         let mut cache = model.decode_cache()?;
         cache.beta_maps = beta_maps;
+        cache.k_fixed = k_fixed;
         let step_prog = model.decode_program(&cache, 1)?;
         let mut pre = model.decode_program(&cache, keep.len())?;
         let first = pre.forward(model, keep, &mut cache)?;
@@ -309,9 +389,9 @@ impl<'a> Generator<'a> {
             (tokens.to_vec(), false)
         };
         if fresh {
-            let maps = self.cache.beta_maps.take();
+            let (maps, fixed) = (self.cache.beta_maps.take(), std::mem::take(&mut self.cache.k_fixed));
             self.cache = model.decode_cache()?;
-            self.cache.beta_maps = maps;
+            (self.cache.beta_maps, self.cache.k_fixed) = (maps, fixed);
         }
         let mut p = model.decode_program(&self.cache, run.len())?;
         let l = p.forward(model, &run, &mut self.cache)?;
@@ -372,9 +452,9 @@ impl<'a> Generator<'a> {
             // Slide: keep the last half of the context (this token included) and re-prefill it.
             let keep_from = self.history.len() - cap / 2;
             let kept: Vec<u32> = self.history[keep_from..].to_vec();
-            let maps = self.cache.beta_maps.take();
+            let (maps, fixed) = (self.cache.beta_maps.take(), std::mem::take(&mut self.cache.k_fixed));
             self.cache = model.decode_cache()?;
-            self.cache.beta_maps = maps;
+            (self.cache.beta_maps, self.cache.k_fixed) = (maps, fixed);
             let mut p = model.decode_program(&self.cache, kept.len())?;
             let l = p.forward(model, &kept, &mut self.cache)?;
             self.logits = l[(kept.len() - 1) * v..].to_vec();
@@ -410,7 +490,8 @@ pub fn generate(
     mut on_token: impl FnMut(&str),
 ) -> Result<(Vec<u32>, Vec<TokenTrace>)> {
     let owned = std::mem::replace(sampler, Sampler::new(sampler.cfg.clone()));
-    let mut g = Generator::with_beta_maps(model, tok, prompt, owned, opts.trace, opts.beta_maps.clone())?;
+    let mut g =
+        Generator::with_interventions(model, tok, prompt, owned, opts.trace, opts.beta_maps.clone(), &opts.k_mean)?;
     let mut out = Vec::new();
     let mut traces = Vec::new();
     for _ in 0..opts.max_tokens {
@@ -442,12 +523,15 @@ pub fn generate(
 
 /// Log-probabilities (natural log) the model gives each token of `continuation` after `prompt`,
 /// teacher-forced in one forward (the last `max_seq_len` tokens of prompt + continuation), under
-/// `beta_maps` when given. One value per continuation token that fits the context (from its end).
+/// `beta_maps` when given and with the `k_mean` sublayers' directions fixed to the prompt's mean
+/// (as generation fixes them). One value per continuation token that fits the context (from its
+/// end).
 pub fn continuation_logprobs(
     model: &Model,
     prompt: &[u32],
     continuation: &[u32],
     beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
+    k_mean: &[bool],
 ) -> Result<Vec<f64>> {
     let (cap, v) = (model.cfg.max_seq_len, model.cfg.vocab_size);
     let all: Vec<u32> = prompt.iter().chain(continuation).copied().collect();
@@ -458,8 +542,10 @@ pub fn continuation_logprobs(
     if window.len() < 2 || first_target >= all.len() {
         return Ok(Vec::new());
     }
+    let k_fixed = mean_k_directions(model, prompt, &beta_maps, k_mean)?;
     let mut cache = model.decode_cache()?;
     cache.beta_maps = beta_maps;
+    cache.k_fixed = k_fixed;
     let mut p = model.decode_program(&cache, window.len())?;
     let logits = p.forward(model, window, &mut cache)?;
     Ok((first_target..all.len())
@@ -494,21 +580,22 @@ pub fn compare(
     opts: &GenOptions,
     sampler: &SamplerConfig,
     beta_maps: Vec<crate::kernels::delta::BetaMap>,
+    k_mean: &[bool],
 ) -> Result<Comparison> {
-    let run = |maps: Option<Vec<crate::kernels::delta::BetaMap>>| -> Result<Vec<u32>> {
-        let o = GenOptions { beta_maps: maps, trace: false, ..opts.clone() };
+    let run = |maps: Option<Vec<crate::kernels::delta::BetaMap>>, k_mean: &[bool]| -> Result<Vec<u32>> {
+        let o = GenOptions { beta_maps: maps, k_mean: k_mean.to_vec(), trace: false, ..opts.clone() };
         let mut s = Sampler::new(sampler.clone());
         Ok(generate(model, tok, prompt, &o, &mut s, |_| {})?.0)
     };
-    let original = run(None)?;
-    let intervened = run(Some(beta_maps.clone()))?;
+    let original = run(None, &[])?;
+    let intervened = run(Some(beta_maps.clone()), k_mean)?;
     let first_difference = original
         .iter()
         .zip(&intervened)
         .position(|(a, b)| a != b)
         .or_else(|| (original.len() != intervened.len()).then(|| original.len().min(intervened.len())));
-    let base = continuation_logprobs(model, prompt, &original, None)?;
-    let with = continuation_logprobs(model, prompt, &original, Some(beta_maps))?;
+    let base = continuation_logprobs(model, prompt, &original, None, &[])?;
+    let with = continuation_logprobs(model, prompt, &original, Some(beta_maps), k_mean)?;
     let delta_logprob = with.iter().zip(&base).map(|(a, b)| a - b).collect();
     Ok(Comparison { original, intervened, first_difference, delta_logprob })
 }

@@ -401,6 +401,7 @@ fn generate_cmd(
     let (model, tok) = ddl::generate::load_for_inference(&gpu, dir)?;
     // The interventions checked against the model before anything is printed.
     let beta_maps = if interventions.is_empty() { None } else { Some(interventions.maps(&model.cfg)?) };
+    let k_mean = interventions.k_mean_targets(&model.cfg)?;
     let ids = tok.encode(&prompt)?;
     let cap = model.cfg.max_seq_len;
     if ids.len() > cap {
@@ -427,10 +428,11 @@ fn generate_cmd(
         stop_token: tok.eot_id(),
         trace: trace.is_some(),
         beta_maps,
+        k_mean,
     };
     if compare {
         let maps = opts.beta_maps.clone().expect("--compare needs interventions");
-        let c = ddl::generate::compare(&model, &tok, &ids, &opts, &s, maps)?;
+        let c = ddl::generate::compare(&model, &tok, &ids, &opts, &s, maps, &opts.k_mean)?;
         let text = |t: &[u32]| tok.decode(t).unwrap_or_default();
         println!("--- original ---\n{prompt}{}", text(&c.original));
         println!("--- with {} ---\n{prompt}{}", interventions.describe(), text(&c.intervened));

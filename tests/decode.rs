@@ -250,22 +250,86 @@ fn compare_with_identity_maps_changes_nothing_and_a_real_intervention_is_measure
     ));
     let prompt: Vec<u32> =
         g.i32("input.tokens", &[g.batch, g.seq_len]).unwrap()[..3].iter().map(|&x| x as u32).collect();
-    let opts = GenOptions { max_tokens: 5, stop: Vec::new(), stop_token: None, trace: false, beta_maps: None };
+    let opts = GenOptions {
+        max_tokens: 5,
+        stop: Vec::new(),
+        stop_token: None,
+        trace: false,
+        beta_maps: None,
+        k_mean: Vec::new(),
+    };
     let sampler = SamplerConfig { seed: 7, ..SamplerConfig::default() };
     let subs = 2 * g.config.n_layers;
     // The identity maps: the same continuation, and every Δ log p exactly 0.
-    let c = compare(&model, &tok, &prompt, &opts, &sampler, vec![BetaMap::IDENTITY; subs]).unwrap();
+    let c = compare(&model, &tok, &prompt, &opts, &sampler, vec![BetaMap::IDENTITY; subs], &[]).unwrap();
     assert_eq!(c.original, c.intervened);
     assert_eq!(c.first_difference, None);
     assert_eq!(c.delta_logprob.len(), 5);
     assert!(c.delta_logprob.iter().all(|&d| d == 0.0), "{:?}", c.delta_logprob);
     // Teacher-forced log-probabilities are those of the full forward's logits.
-    let lp = continuation_logprobs(&model, &prompt, &c.original, None).unwrap();
+    let lp = continuation_logprobs(&model, &prompt, &c.original, None, &[]).unwrap();
     assert!(lp.iter().all(|&x| x <= 0.0 && x.is_finite()), "{lp:?}");
     // Every write a reflection: the original continuation's log-probabilities change.
     let iv = ddl::model::Interventions::parse(&["all:beta=2".into()], false).unwrap();
-    let c = compare(&model, &tok, &prompt, &opts, &sampler, iv.maps(&g.config).unwrap()).unwrap();
+    let c = compare(&model, &tok, &prompt, &opts, &sampler, iv.maps(&g.config).unwrap(), &[]).unwrap();
     assert!(c.delta_logprob.iter().any(|&d| d.abs() > 1e-4), "{:?}", c.delta_logprob);
+}
+
+#[test]
+fn k_mean_writes_along_the_prompts_mean_direction_from_the_prefill_on() {
+    use ddl::generate::{GenOptions, Generator, Sampler, SamplerConfig, compare};
+    let (model, g) = model_from_golden("ddl");
+    let tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_chars(
+        (0..g.config.vocab_size as u32).map(|i| char::from_u32(0x4e00 + i).unwrap()).collect(),
+    ));
+    let n = g.seq_len.min(6);
+    let prompt: Vec<u32> =
+        g.i32("input.tokens", &[g.batch, g.seq_len]).unwrap()[..n].iter().map(|&x| x as u32).collect();
+    let iv = ddl::model::Interventions::parse(&["block1.attn:k=mean".into()], false).unwrap();
+    let (targets, maps) = (iv.k_mean_targets(&g.config).unwrap(), iv.maps(&g.config).unwrap());
+    let (d, target) = (g.config.d_model, 2);
+    let sampler = || Sampler::new(SamplerConfig { seed: 3, ..SamplerConfig::default() });
+    // The model's own unit k of block 1's attention over the prompt, averaged and renormalised.
+    let plain = Generator::new(&model, &tok, &prompt, sampler(), true).unwrap();
+    let mut mean = vec![0.0f64; d];
+    for tr in plain.prompt_traces() {
+        mean.iter_mut().zip(&tr.k[target * d..(target + 1) * d]).for_each(|(m, &x)| *m += x as f64);
+    }
+    let norm = mean.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let mean: Vec<f64> = mean.iter().map(|x| x / norm).collect();
+    let differs = plain
+        .prompt_traces()
+        .iter()
+        .any(|tr| tr.k[target * d..(target + 1) * d].iter().zip(&mean).any(|(&x, &m)| (x as f64 - m).abs() > 1e-3));
+    assert!(differs, "the prompt's directions are all the same: the test would not see the replacement");
+    // Under the intervention every token's k of that sublayer is the mean, prompt and generated;
+    // the sublayers before it are untouched bit for bit (the prompt's tokens).
+    let mut steered =
+        Generator::with_interventions(&model, &tok, &prompt, sampler(), true, Some(maps.clone()), &targets).unwrap();
+    let check = |tr: &ddl::generate::TokenTrace, what: &str| {
+        let k = &tr.k[target * d..(target + 1) * d];
+        let err = k.iter().zip(&mean).map(|(&x, &m)| (x as f64 - m).abs()).fold(0.0, f64::max);
+        assert!(err < 1e-5, "{what}: k of block 1 attn is {err:.2e} from the prompt's mean direction");
+    };
+    for (i, (tr, pt)) in steered.prompt_traces().iter().zip(plain.prompt_traces()).enumerate() {
+        check(tr, &format!("prompt token {i}"));
+        assert_eq!(tr.k[..target * d], pt.k[..target * d], "prompt token {i}: sublayers before the intervened one");
+    }
+    for i in 0..4 {
+        check(&steered.step().unwrap().trace.unwrap(), &format!("generated token {i}"));
+    }
+    // Its effect is measured like any intervention's.
+    let opts = GenOptions {
+        max_tokens: 4,
+        stop: Vec::new(),
+        stop_token: None,
+        trace: false,
+        beta_maps: None,
+        k_mean: Vec::new(),
+    };
+    let s = SamplerConfig { seed: 3, ..SamplerConfig::default() };
+    let c = compare(&model, &tok, &prompt, &opts, &s, maps, &targets).unwrap();
+    assert!(c.delta_logprob.iter().any(|&x| x.abs() > 1e-6), "{:?}", c.delta_logprob);
 }
 
 #[test]

@@ -925,6 +925,12 @@ fn interventions_through_the_cli_generate_record_their_spec_and_refuse_bad_ones(
         assert!(!String::from_utf8_lossy(&o.stdout).contains("To be"), "{spec}: generated before refusing: {t}");
     }
     assert!(run(&["--intervene", "all:beta=3", "--allow-out-of-range"]).status.success());
+    // The fixed direction and the zeroed write through the CLI, recorded like the others.
+    let o = run(&["--intervene", "block0.attn:k=mean", "--intervene", "block0.mlp:write=0", "--compare"]);
+    let t = text(&o);
+    assert!(o.status.success() && t.contains("--- with block0.attn:k=mean; block0.mlp:write=0 ---"), "{t}");
+    let o = run(&["--intervene", "block0.attn:k=first"]);
+    assert!(!o.status.success() && text(&o).contains("k=mean"), "{}", text(&o));
     // --compare: both continuations, where they differ, Δ log p per original token.
     let o = run(&["--intervene", "all:beta=2", "--compare"]);
     let t = text(&o);

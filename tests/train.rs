@@ -309,6 +309,7 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
         stop_token: tok.eot_id(),
         trace: false,
         beta_maps: None,
+        k_mean: Vec::new(),
     };
     let (fresh, _) = ddl::generate::generate(&model, &tok, &prompt, &opts, &mut Sampler::new(greedy), |_| {}).unwrap();
     assert_eq!(r2.tokens, fresh, "the cached turn must equal a generation over the whole conversation");
@@ -812,8 +813,14 @@ fn the_stop_token_ends_generation_and_is_neither_shown_nor_returned() {
     let greedy =
         || ddl::generate::Sampler::new(ddl::generate::SamplerConfig { temperature: 0.0, ..Default::default() });
     let run = |stop_token: Option<u32>| {
-        let opts =
-            ddl::generate::GenOptions { max_tokens: 3, stop: Vec::new(), stop_token, trace: true, beta_maps: None };
+        let opts = ddl::generate::GenOptions {
+            max_tokens: 3,
+            stop: Vec::new(),
+            stop_token,
+            trace: true,
+            beta_maps: None,
+            k_mean: Vec::new(),
+        };
         let mut shown = String::new();
         let (ids, traces) =
             ddl::generate::generate(&model, &tok, &prompt, &opts, &mut greedy(), |t| shown.push_str(t)).unwrap();

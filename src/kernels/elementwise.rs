@@ -72,8 +72,9 @@ pub fn scale_chunked(gpu: &Gpu, x: View, alpha: f32, n: usize, max_chunk: usize)
 }
 
 /// `y[r·y_stride + c] = x[r·x_stride + c]` for `r < rows`, `c < cols`: a row-major matrix into
-/// a buffer with another row stride (elements of `y` between rows are left as they are).
-/// Matrices larger than one storage binding are copied in row chunks.
+/// a buffer with another row stride (elements of `y` between rows are left as they are);
+/// `x_stride` 0 copies x's one row to every row of y. Matrices larger than one storage binding
+/// are copied in row chunks.
 #[allow(clippy::too_many_arguments)]
 pub fn copy_rows(
     gpu: &Gpu,
@@ -100,9 +101,10 @@ pub fn copy_rows_chunked(
     y_stride: usize,
     max_chunk: usize,
 ) -> Result<Vec<Dispatch>> {
-    if rows == 0 || cols == 0 || x_stride < cols || y_stride < cols {
+    if rows == 0 || cols == 0 || (x_stride < cols && x_stride != 0) || y_stride < cols {
         return Err(crate::gpu::GpuError::Shape(format!(
-            "copy_rows: {rows}x{cols} with row strides {x_stride} (x) and {y_stride} (y): every size must be ≥ 1 and each stride ≥ cols"
+            "copy_rows: {rows}x{cols} with row strides {x_stride} (x) and {y_stride} (y): every size must be ≥ 1, \
+             y's stride ≥ cols and x's ≥ cols or 0 (one row copied to every row)"
         )));
     }
     check_len("copy_rows", "x", &x, (rows - 1) * x_stride + cols, "(rows−1)·x_stride + cols")?;

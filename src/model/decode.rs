@@ -27,6 +27,10 @@ pub struct DecodeCache {
     /// made for this cache apply: interventions ([`super::Interventions::maps`]); `None`: the
     /// model's own gates.
     pub beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
+    /// A fixed write direction k̃ `[d]` per sublayer (same indexing) that decode programs made for
+    /// this cache copy into the write's input before the write (`k=mean` interventions); empty:
+    /// none.
+    pub k_fixed: Vec<Option<Tensor>>,
     /// Longest sequence the cache holds (the model's max_seq_len).
     pub capacity: usize,
     pub kcache: Vec<Tensor>,
@@ -85,7 +89,7 @@ impl Model {
         } else {
             None
         };
-        Ok(DecodeCache { pos: 0, beta_maps: None, capacity: cap, kcache, vcache, hist, ehist })
+        Ok(DecodeCache { pos: 0, beta_maps: None, k_fixed: Vec::new(), capacity: cap, kcache, vcache, hist, ehist })
     }
 
     /// A program that runs `q` new tokens of one sequence through the model with `cache`.
@@ -143,6 +147,16 @@ impl Model {
                 )));
             }
             r.beta_maps = Some(maps.as_slice());
+        }
+        if !cache.k_fixed.is_empty() {
+            if cache.k_fixed.len() != 2 * c.n_layers {
+                return Err(crate::gpu::GpuError::Shape(format!(
+                    "{} fixed directions for a model of {} sublayers",
+                    cache.k_fixed.len(),
+                    2 * c.n_layers
+                )));
+            }
+            r.k_fixed = Some(cache.k_fixed.as_slice());
         }
         layers::forward(&mut r)?;
         let (forward, writes) = (std::mem::take(&mut r.ops), std::mem::take(&mut r.writes));

@@ -1,11 +1,16 @@
 //! Interventions on the delta writes while decoding: for chosen sublayers (or all of them), set
-//! the gate β to a constant, scale it, or clamp it, before the write uses it. They compile into
-//! one [`BetaMap`] per sublayer, which the decode programs put into the delta kernel's uniform
-//! (no extra binding, nothing when unused: the identity map is the model's own gate).
+//! the gate β to a constant, scale it, or clamp it, before the write uses it; zero the write; or
+//! replace the write's direction k by a fixed one. The β actions compile into one [`BetaMap`] per
+//! sublayer, which the decode programs put into the delta kernel's uniform (no extra binding,
+//! nothing when unused: the identity map is the model's own gate). A fixed direction is the mean
+//! of the sublayer's unit k over the prompt's tokens ([`Interventions::k_mean_targets`]; the
+//! generator measures it in a first prefill without the replacement and copies it into the
+//! write's input k̃ rows before every later write of that sublayer).
 //!
 //! A spec is `TARGET:ACTION`: TARGET is `all`, `blockN` (both sublayers of block N), `blockN.attn`
-//! or `blockN.mlp`; ACTION is `beta=V` (set), `beta*=S` (scale), `beta<=V` or `beta>=V` (clamp).
-//! Several specs apply in order. Values outside β's range [0, 2] are refused unless allowed.
+//! or `blockN.mlp`; ACTION is `beta=V` (set), `beta*=S` (scale), `beta<=V` or `beta>=V` (clamp),
+//! `write=0` (no write: β = 0, X' = X) or `k=mean` (the fixed direction). Several specs apply in
+//! order. Values outside β's range [0, 2] are refused unless allowed.
 
 use crate::kernels::delta::BetaMap;
 
@@ -27,6 +32,8 @@ pub enum Action {
     Scale(f32),
     AtMost(f32),
     AtLeast(f32),
+    /// k replaced by the mean of the sublayer's unit k over the prompt (renormalised).
+    KMean,
 }
 
 /// One parsed spec.
@@ -47,7 +54,8 @@ pub struct InterventionError {
 }
 
 const FORMS: &str = "expected TARGET:ACTION with TARGET all, blockN, blockN.attn or blockN.mlp and ACTION \
-                     beta=V, beta*=S, beta<=V or beta>=V (e.g. block2.mlp:beta=0, all:beta<=1)";
+                     beta=V, beta*=S, beta<=V, beta>=V, write=0 or k=mean (e.g. block2.mlp:beta=0, \
+                     all:beta<=1, block1.attn:k=mean)";
 
 impl Intervention {
     /// Parses `TARGET:ACTION` (the syntax only; [`Interventions::maps`] checks it against a model).
@@ -75,6 +83,18 @@ impl Intervention {
             }
         };
         let a = a.trim();
+        let compact: String = a.chars().filter(|c| !c.is_whitespace()).collect();
+        match compact.as_str() {
+            "k=mean" => return Ok(Intervention { target, action: Action::KMean, spec: s.to_string() }),
+            "write=0" => return Ok(Intervention { target, action: Action::Set(0.0), spec: s.to_string() }),
+            _ if compact.starts_with("write=") => {
+                return Err(err(format!("'{a}': a write can only be zeroed (write=0); scale β instead (beta*=S)")));
+            }
+            _ if compact.starts_with("k=") => {
+                return Err(err(format!("'{a}': the fixed direction is the prompt's mean k (k=mean)")));
+            }
+            _ => {}
+        }
         let body = a.strip_prefix("beta").ok_or_else(|| err(format!("unknown action '{a}'; {FORMS}")))?;
         let num = |v: &str| -> Result<f32, InterventionError> {
             let x: f32 = v.trim().parse().map_err(|_| err(format!("'{}' is not a number", v.trim())))?;
@@ -142,8 +162,24 @@ impl Interventions {
         self.list.iter().map(|i| i.spec.as_str()).collect::<Vec<_>>().join("; ")
     }
 
+    /// The sublayers (block l's attention at 2l, its MLP at 2l + 1) whose direction k is replaced
+    /// by the prompt's mean (`k=mean`), checked as [`Interventions::maps`] checks.
+    pub fn k_mean_targets(&self, cfg: &ModelConfig) -> Result<Vec<bool>, InterventionError> {
+        self.maps(cfg)?;
+        let mut t = vec![false; 2 * cfg.n_layers];
+        for i in self.list.iter().filter(|i| i.action == Action::KMean) {
+            for l in 0..cfg.n_layers {
+                for (si, kind) in [SubKind::Attn, SubKind::Mlp].into_iter().enumerate() {
+                    t[2 * l + si] |= i.touches(l, kind);
+                }
+            }
+        }
+        Ok(t)
+    }
+
     /// One map per sublayer (block l's attention at 2l, its MLP at 2l + 1) for `cfg`, after
-    /// checking the model has delta writes, the blocks exist and the values are in range.
+    /// checking the model has delta writes, the blocks exist and the values are in range
+    /// (`k=mean` leaves β as it is).
     pub fn maps(&self, cfg: &ModelConfig) -> Result<Vec<BetaMap>, InterventionError> {
         let (lo, hi) = if self.allow_out_of_range { (-1e30, 1e30) } else { (0.0, 2.0) };
         let base = BetaMap { scale: 1.0, add: 0.0, lo, hi };
@@ -156,7 +192,7 @@ impl Interventions {
             let err = |msg: String| InterventionError { spec: i.spec.clone(), msg };
             if !cfg.variant.is_ddl() {
                 return Err(err(format!(
-                    "the {} variant has residual additions, not delta writes: there is no β to intervene on",
+                    "the {} variant has residual additions, not delta writes: there is no β or k to intervene on",
                     cfg.variant
                 )));
             }
@@ -170,6 +206,7 @@ impl Interventions {
             }
             let in_range = |x: f32| self.allow_out_of_range || (0.0..=2.0).contains(&x);
             let map = match i.action {
+                Action::KMean => continue,
                 Action::Set(v) if in_range(v) => BetaMap { scale: 0.0, add: v, lo, hi },
                 Action::Scale(s) if s >= 0.0 => BetaMap { scale: s, add: 0.0, lo, hi },
                 Action::AtMost(v) if in_range(v) => BetaMap { scale: 1.0, add: 0.0, lo, hi: v },
@@ -233,6 +270,22 @@ mod tests {
     }
 
     #[test]
+    fn k_mean_and_write_zero_select_their_sublayers() {
+        let i = Interventions::parse(
+            &["block1.attn:k=mean".into(), "block3:k = mean".into(), "block0.mlp:write=0".into()],
+            false,
+        )
+        .unwrap();
+        let c = cfg(Variant::Ddl);
+        assert_eq!(i.k_mean_targets(&c).unwrap(), [false, false, true, false, false, false, true, true]);
+        let maps = i.maps(&c).unwrap();
+        // write=0 is β = 0; k=mean leaves β to the model (within [0, 2]).
+        assert_eq!(maps[1].apply(1.3), 0.0);
+        assert_eq!(maps[2].apply(1.3), 1.3);
+        assert!(Interventions::default().k_mean_targets(&c).unwrap().iter().all(|t| !t));
+    }
+
+    #[test]
     fn bad_specs_are_clear_errors() {
         let e = |s: &str, v: Variant| {
             Interventions::parse(&[s.into()], false).and_then(|i| i.maps(&cfg(v)).map(|_| ())).unwrap_err().to_string()
@@ -248,7 +301,11 @@ mod tests {
         );
         assert!(e("all:beta*=-1", Variant::Ddl).contains("negative scale"));
         assert!(e("all:beta=x", Variant::Ddl).contains("'x' is not a number"));
-        assert!(e("all:beta=0", Variant::Baseline).contains("no β to intervene on"));
+        assert!(e("all:beta=0", Variant::Baseline).contains("no β or k to intervene on"));
+        assert!(e("all:k=mean", Variant::Baseline).contains("no β or k to intervene on"));
+        assert!(e("block7.attn:k=mean", Variant::Ddl).contains("block 7"));
+        assert!(e("all:write=1", Variant::Ddl).contains("can only be zeroed"));
+        assert!(e("all:k=first", Variant::Ddl).contains("k=mean"));
         // Allowed out of range: the value is kept.
         let i = Interventions::parse(&["all:beta=2.5".into()], true).unwrap();
         assert_eq!(i.maps(&cfg(Variant::Ddl)).unwrap()[0].apply(0.3), 2.5);

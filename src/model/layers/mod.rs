@@ -12,7 +12,7 @@ pub(crate) mod head;
 pub(crate) mod mlp;
 pub(crate) mod write;
 
-use crate::gpu::{Dispatch, Gpu, Op, Result, View};
+use crate::gpu::{Dispatch, Gpu, Op, Result, Tensor, View};
 use crate::kernels::attention::AttnShape;
 use crate::kernels::delta::DeltaShape;
 use crate::kernels::matmul::Matmul;
@@ -46,11 +46,25 @@ pub(crate) struct Rec<'a> {
     pub writes: Vec<(usize, SubKind, std::ops::Range<usize>)>,
     /// Decode programs with interventions: the β map of every sublayer (2l + sublayer).
     pub beta_maps: Option<&'a [crate::kernels::delta::BetaMap]>,
+    /// Decode programs with `k=mean` interventions: the fixed k̃ `[d]` of every sublayer that has
+    /// one (2l + sublayer).
+    pub k_fixed: Option<&'a [Option<Tensor>]>,
 }
 
 impl<'a> Rec<'a> {
     pub fn new(m: &'a Model, a: &'a Acts, obj: Objective, decode: Option<&'a DecodeBufs>) -> Rec<'a> {
-        Rec { m, gpu: &m.gpu, c: &m.cfg, a, obj, decode, ops: Vec::new(), writes: Vec::new(), beta_maps: None }
+        Rec {
+            m,
+            gpu: &m.gpu,
+            c: &m.cfg,
+            a,
+            obj,
+            decode,
+            ops: Vec::new(),
+            writes: Vec::new(),
+            beta_maps: None,
+            k_fixed: None,
+        }
     }
 
     /// Appends a launcher's dispatches.

@@ -55,6 +55,10 @@ pub(crate) fn forward(r: &mut Rec, l: usize, si: usize, write: (usize, usize)) -
         }
         None => (&s.h, a.a_tensor(l, si)),
     };
+    if let Some(Some(fixed)) = r.k_fixed.map(|f| &f[2 * l + si]) {
+        // A `k=mean` intervention: every row of the write's k̃ becomes the fixed direction.
+        r.run(elementwise::copy_rows(gpu, fixed.view(), kraw.view(), n, d, 0, d))?;
+    }
     let inp = WriteIn { x: x_in.view(), kraw: kraw.view(), a: a_in.view(), c: s.c.view() };
     let out = WriteOut {
         x_out: x_out.view(),
