@@ -1,10 +1,11 @@
-//! The β map: rows = sublayers, columns = tokens, colour over (0, 2).
+//! The β map: rows = sublayers, columns = tokens (their text underneath, the index on hover),
+//! colour over (0, 2); it fills its panel.
 
 use eframe::egui::{self, Align2, Color32, FontId, Rect, Sense, Stroke, StrokeKind, pos2, vec2};
 
 use super::Selection;
 use crate::colors::{self, beta_color};
-use crate::trace::{TraceData, regime_index, sublayer_name, sublayer_short};
+use crate::trace::{TraceData, chip_text, regime_index, sublayer_name};
 
 /// The β colour scale with the three regimes named.
 pub fn legend(ui: &mut egui::Ui) {
@@ -53,11 +54,13 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
     let s = data.s();
     let t_n = data.len();
     let label_w = 78.0;
+    let text_h = 18.0;
     let avail = (ui.available_width() - label_w - 8.0).max(50.0);
-    let cw = (avail / t_n as f32).clamp(5.0, 28.0);
-    let ch = ((ui.available_height() - 40.0) / s as f32).clamp(10.0, 44.0);
+    // Columns share the width (at least 5 px: longer texts scroll); rows the height.
+    let cw = (avail / t_n as f32).max(5.0);
+    let ch = ((ui.available_height() - text_h - 24.0) / s as f32).clamp(10.0, 80.0);
     egui::ScrollArea::horizontal().id_salt("beta-map-scroll").show(ui, |ui| {
-        let size = vec2(label_w + cw * t_n as f32 + 4.0, ch * s as f32 + 18.0);
+        let size = vec2(label_w + cw * t_n as f32 + 4.0, ch * s as f32 + text_h + 4.0);
         let (resp, painter) = ui.allocate_painter(size, Sense::click());
         let origin = resp.rect.min + vec2(label_w, 0.0);
         let text = ui.visuals().text_color();
@@ -81,17 +84,25 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
                 );
             }
         }
-        // Token index ticks.
-        let every = ((40.0 / cw).ceil() as usize).max(1);
+        // The tokens' text under their columns (every token when the columns are wide enough
+        // for a character or two, else every n-th, marked with a tick); the index is on hover.
+        let mono = FontId::monospace(11.0);
+        let char_w = ui.fonts_mut(|f| f.glyph_width(&mono, 'm')).max(1.0);
+        let every = ((2.0 * char_w / cw).ceil() as usize).max(1);
+        let fits = ((cw * every as f32 - 2.0) / char_w).floor().max(1.0) as usize;
+        let y0 = origin.y + ch * s as f32 + 2.0;
         for t in (0..t_n).step_by(every) {
             let x = origin.x + cw * (t as f32 + 0.5);
-            painter.text(
-                pos2(x, origin.y + ch * s as f32 + 2.0),
-                Align2::CENTER_TOP,
-                t.to_string(),
-                font.clone(),
-                text,
-            );
+            let full = chip_text(&data.rows[t].trace.text);
+            let shown: String = if full.chars().count() > fits {
+                full.chars().take(fits.saturating_sub(1).max(1)).chain(['…']).collect()
+            } else {
+                full
+            };
+            if every > 1 {
+                painter.line_segment([pos2(x, y0 - 2.0), pos2(x, y0)], Stroke::new(1.0, text));
+            }
+            painter.text(pos2(x, y0), Align2::CENTER_TOP, shown, mono.clone(), text);
         }
         if let Some(t) = sel.token.filter(|&t| t < t_n) {
             let col = Rect::from_min_size(origin + vec2(cw * t as f32, 0.0), vec2(cw, ch * s as f32));
@@ -116,7 +127,7 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
         if let Some((t, i)) = hovered {
             resp.on_hover_ui_at_pointer(|ui| {
                 ui.label(super::token_label(data, t));
-                ui.label(format!("layer {} ({})", sublayer_name(i), sublayer_short(i)));
+                ui.label(sublayer_name(i));
                 match data.beta(t, i) {
                     Some(b) => {
                         ui.label(format!("β = {b:.4}    1−β = {:.4}", 1.0 - b));

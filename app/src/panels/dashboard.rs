@@ -1,7 +1,7 @@
 //! The training dashboard of a run directory.
 
 use eframe::egui::{self, Color32};
-use egui_plot::{HLine, Legend, Line, Plot};
+use egui_plot::{HLine, Line, Plot};
 
 use crate::colors;
 use crate::metrics::Metrics;
@@ -33,48 +33,54 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
         ui.weak("metrics.jsonl has no rows yet; waiting for the run to log.");
         return;
     }
-    let h = ((ui.available_height() - 40.0) * 0.5).max(120.0);
+    let h = ((ui.available_height() - 100.0) * 0.5).max(120.0);
+    let (train_c, val_c) = (Color32::from_rgb(90, 160, 240), Color32::from_rgb(240, 140, 60));
+    let (lr_c, g_c) = (Color32::from_rgb(150, 200, 120), Color32::from_rgb(200, 120, 220));
     let group = egui::Id::unique("dash-steps");
     let series = |f: &dyn Fn(&crate::metrics::TrainRow) -> Option<f64>| -> Vec<[f64; 2]> {
         m.train.iter().filter_map(|r| f(r).filter(|v| v.is_finite()).map(|v| [r.step, v])).collect()
     };
     ui.columns(2, |cols| {
+        super::legend_row(&mut cols[0], &[("train loss".into(), train_c), ("val loss".into(), val_c)]);
+        super::legend_row(&mut cols[1], &[("learning rate".into(), lr_c)]);
         Plot::new("dash-loss")
             .height(h)
-            .legend(Legend::default())
             .link_axis(group, [true, false])
             .x_axis_label("step")
             .y_axis_label("loss")
             .show(&mut cols[0], |p| {
-                p.line(Line::new("train loss", series(&|r| r.loss)).color(Color32::from_rgb(90, 160, 240)));
+                p.line(Line::new("train loss", series(&|r| r.loss)).color(train_c));
                 let v: Vec<[f64; 2]> = m.val.iter().map(|&(s, l)| [s, l]).collect();
-                p.line(Line::new("val loss", v.clone()).color(Color32::from_rgb(240, 140, 60)).width(2.0));
-                p.points(egui_plot::Points::new("val loss", v).radius(3.0).color(Color32::from_rgb(240, 140, 60)));
+                p.line(Line::new("val loss", v.clone()).color(val_c).width(2.0));
+                p.points(egui_plot::Points::new("val loss", v).radius(3.0).color(val_c));
             });
         Plot::new("dash-lr")
             .height(h)
-            .legend(Legend::default())
             .link_axis(group, [true, false])
+            .include_y(0.0)
             .x_axis_label("step")
             .y_axis_label("learning rate")
             .show(&mut cols[1], |p| {
-                p.line(Line::new("learning rate", series(&|r| r.lr)).color(Color32::from_rgb(150, 200, 120)));
+                p.line(Line::new("learning rate", series(&|r| r.lr)).color(lr_c));
             });
     });
+    let s = m.n_sublayers();
     ui.columns(2, |cols| {
+        super::legend_row(&mut cols[0], &[("grad norm".into(), g_c)]);
+        let mut items: Vec<(String, Color32)> = (0..s).map(|i| (sublayer_name(i), colors::layer_color(i, s))).collect();
+        items.push(("regime thresholds 0.5, 1.5".into(), Color32::from_gray(120)));
+        super::legend_row(&mut cols[1], &items);
         Plot::new("dash-gnorm")
             .height(h)
-            .legend(Legend::default())
             .link_axis(group, [true, false])
+            .include_y(0.0)
             .x_axis_label("step")
             .y_axis_label("|g|")
             .show(&mut cols[0], |p| {
-                p.line(Line::new("grad norm", series(&|r| r.grad_norm)).color(Color32::from_rgb(200, 120, 220)));
+                p.line(Line::new("grad norm", series(&|r| r.grad_norm)).color(g_c));
             });
-        let s = m.n_sublayers();
         Plot::new("dash-beta")
             .height(h)
-            .legend(Legend::default())
             .link_axis(group, [true, false])
             .include_y(0.0)
             .include_y(2.0)

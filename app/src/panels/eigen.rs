@@ -1,7 +1,7 @@
 //! Eigenvalue regimes: λ = 1−β per sublayer for the selected token, and regime counts over the text.
 
 use eframe::egui::{self, RichText};
-use egui_plot::{Axis, Bar, BarChart, Legend, Plot, Points, Span};
+use egui_plot::{Axis, Bar, BarChart, Plot, Points, Span};
 
 use super::Selection;
 use crate::colors::{REGIMES, regime_color};
@@ -87,9 +87,10 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
         }
         charts.push(c);
     }
+    let items: Vec<(String, egui::Color32)> = (0..3).map(|r| (REGIMES[r].to_string(), regime_color(r))).collect();
+    super::legend_row(ui, &items);
     Plot::new("eigen-counts")
         .height(ui.available_height().max(120.0))
-        .legend(Legend::default())
         .allow_zoom(false)
         .allow_drag(false)
         .allow_scroll(false)

@@ -1,11 +1,11 @@
 //! k directions: cosines between sublayers, a PCA of all k, how k turns, largest components.
 
 use eframe::egui::{self, Align2, Color32, FontId, Rect, Sense, Stroke, pos2, vec2};
-use egui_plot::{Legend, Line, Plot, Points};
+use egui_plot::{Line, Plot, Points};
 
 use super::Selection;
 use crate::colors;
-use crate::trace::{TraceData, sublayer_name, sublayer_short};
+use crate::trace::{TraceData, sublayer_name};
 
 pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
     if super::empty_note(ui, data) {
@@ -30,27 +30,25 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
             100.0 * pca.explained[0],
             100.0 * pca.explained[1]
         ));
-        Plot::new("k-pca")
-            .height(h - 20.0)
-            .data_aspect(1.0)
-            .legend(Legend::default())
-            .x_axis_label("PC1")
-            .y_axis_label("PC2")
-            .show(ui, |p| {
-                for i in 0..s {
-                    let pts: Vec<[f64; 2]> = pca.points.iter().filter(|q| q.1 == i).map(|q| [q.2, q.3]).collect();
-                    p.points(Points::new(sublayer_name(i), pts).radius(2.5).color(colors::layer_color(i, s)));
-                }
-                let sel_pts: Vec<[f64; 2]> = pca.points.iter().filter(|q| q.0 == t).map(|q| [q.2, q.3]).collect();
-                p.points(Points::new("selected token", sel_pts).radius(6.0).filled(false).color(Color32::WHITE));
-            });
+        let mut items: Vec<(String, Color32)> = (0..s).map(|i| (sublayer_name(i), colors::layer_color(i, s))).collect();
+        items.push(("selected token (ring)".into(), Color32::WHITE));
+        super::legend_row(ui, &items);
+        Plot::new("k-pca").height(h - 44.0).data_aspect(1.0).x_axis_label("PC1").y_axis_label("PC2").show(ui, |p| {
+            for i in 0..s {
+                let pts: Vec<[f64; 2]> = pca.points.iter().filter(|q| q.1 == i).map(|q| [q.2, q.3]).collect();
+                p.points(Points::new(sublayer_name(i), pts).radius(2.5).color(colors::layer_color(i, s)));
+            }
+            let sel_pts: Vec<[f64; 2]> = pca.points.iter().filter(|q| q.0 == t).map(|q| [q.2, q.3]).collect();
+            p.points(Points::new("selected token", sel_pts).radius(6.0).filled(false).color(Color32::WHITE));
+        });
     });
     ui.columns(2, |cols| {
         let ui = &mut cols[0];
         ui.strong("How far k turns from one token to the next (degrees)");
+        let items: Vec<(String, Color32)> = (0..s).map(|i| (sublayer_name(i), colors::layer_color(i, s))).collect();
+        super::legend_row(ui, &items);
         Plot::new("k-turn")
             .height(ui.available_height().max(120.0))
-            .legend(Legend::default())
             .include_y(0.0)
             .include_y(90.0)
             .x_axis_label("token")
@@ -95,28 +93,25 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
 
 /// An S×S matrix painted over [−1, 1] with values written in the cells when they fit.
 fn cosine_matrix(ui: &mut egui::Ui, c: &[f64], s: usize, h: f32) {
-    let label = 28.0;
-    let side = (h.min(ui.available_width() - 60.0) - label).max(40.0);
+    let (label, top) = (76.0, 58.0);
+    let side = (h.min(ui.available_width() - 110.0) - top).max(40.0);
     let cell = side / s as f32;
-    let (resp, painter) = ui.allocate_painter(vec2(side + label + 50.0, side + label), Sense::hover());
-    let o = resp.rect.min + vec2(label, label);
+    let (resp, painter) = ui.allocate_painter(vec2(side + label + 50.0, side + top), Sense::hover());
+    let o = resp.rect.min + vec2(label, top);
     let text = ui.visuals().text_color();
     let font = FontId::proportional(10.0);
     for i in 0..s {
         painter.text(
             pos2(o.x - 3.0, o.y + cell * (i as f32 + 0.5)),
             Align2::RIGHT_CENTER,
-            sublayer_short(i),
+            sublayer_name(i),
             font.clone(),
             text,
         );
-        painter.text(
-            pos2(o.x + cell * (i as f32 + 0.5), o.y - 3.0),
-            Align2::CENTER_BOTTOM,
-            sublayer_short(i),
-            font.clone(),
-            text,
-        );
+        // Column names slanted upwards from the top edge, so that long names fit narrow cells.
+        let galley = painter.layout_no_wrap(sublayer_name(i), font.clone(), text);
+        let at = pos2(o.x + cell * (i as f32 + 0.5) - 2.0, o.y - 4.0);
+        painter.add(egui::epaint::TextShape::new(at, galley, text).with_angle(-std::f32::consts::FRAC_PI_4));
         for j in 0..s {
             let r = Rect::from_min_size(o + vec2(cell * j as f32, cell * i as f32), vec2(cell, cell));
             let col = colors::signed_color(c[i * s + j]);

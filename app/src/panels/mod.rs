@@ -40,17 +40,32 @@ pub(crate) fn empty_note(ui: &mut eframe::egui::Ui, data: &TraceData) -> bool {
     false
 }
 
-/// Axis labels for a plot whose integer coordinates 0..s are sublayers ("0a", "0m", …): blank
-/// between them and outside the range.
+/// Axis labels for a plot whose integer coordinates 0..s are sublayers ("block 0 attn",
+/// "block 0 MLP", …): blank between them and outside the range.
 pub(crate) fn sublayer_ticks(s: usize) -> impl Fn(egui_plot::GridMark, &std::ops::RangeInclusive<f64>) -> String {
     move |m, _| {
         let v = m.value.round();
         if (m.value - v).abs() < 1e-6 && v >= 0.0 && (v as usize) < s {
-            crate::trace::sublayer_short(v as usize)
+            crate::trace::sublayer_name(v as usize)
         } else {
             String::new()
         }
     }
+}
+
+/// A plot's legend as a row above it (wrapping), so that it never covers the data: a colour
+/// swatch and the series' name per entry.
+pub(crate) fn legend_row(ui: &mut eframe::egui::Ui, items: &[(String, eframe::egui::Color32)]) {
+    use eframe::egui::{Rect, Sense, vec2};
+    ui.horizontal_wrapped(|ui| {
+        ui.spacing_mut().item_spacing.x = 4.0;
+        for (name, color) in items {
+            let (r, _) = ui.allocate_exact_size(vec2(12.0, 12.0), Sense::hover());
+            ui.painter().rect_filled(Rect::from_center_size(r.center(), vec2(10.0, 4.0)), 1.0, *color);
+            ui.label(eframe::egui::RichText::new(name).small());
+            ui.add_space(8.0);
+        }
+    });
 }
 
 /// "token 12 'abc'" for headings.
