@@ -19,17 +19,19 @@ pub enum Tab {
     Eigen,
     KDirs,
     Writes,
+    Interventions,
     Training,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 5] = [Tab::BetaMap, Tab::Eigen, Tab::KDirs, Tab::Writes, Tab::Training];
+    pub const ALL: [Tab; 6] = [Tab::BetaMap, Tab::Eigen, Tab::KDirs, Tab::Writes, Tab::Interventions, Tab::Training];
     pub fn name(self) -> &'static str {
         match self {
             Tab::BetaMap => "β map",
             Tab::Eigen => "Eigenvalue regimes",
             Tab::KDirs => "k directions",
             Tab::Writes => "Write strength",
+            Tab::Interventions => "Interventions",
             Tab::Training => "Training",
         }
     }
@@ -44,6 +46,8 @@ pub struct Options {
     pub prompt: Option<String>,
     /// Automation: generate this many tokens once the checkpoint is loaded.
     pub generate: Option<usize>,
+    /// Automation: compare with these interventions instead of generating once.
+    pub intervene: Vec<String>,
     /// Automation: save a screenshot here once generation is done.
     pub screenshot: Option<PathBuf>,
     pub exit_after_screenshot: bool,
@@ -56,6 +60,7 @@ pub type AutoResult = Arc<Mutex<Option<Result<(), String>>>>;
 #[derive(Default)]
 struct Automation {
     generate: Option<usize>,
+    intervene: Vec<String>,
     started: bool,
     done: bool,
     screenshot: Option<PathBuf>,
@@ -93,6 +98,8 @@ pub struct VizApp {
     pub messages: Vec<(Level, String)>,
     pub status: String,
     pub dialog: Option<OpenDialog>,
+    /// The Interventions view: per-sublayer choices and the last comparison.
+    pub interventions: panels::interventions::Interventions,
     session_prompt: Option<String>,
     /// When the running generation started and how many tokens it has produced.
     gen_started: Option<(std::time::Instant, usize)>,
@@ -108,6 +115,7 @@ impl VizApp {
             app.prompt = p.clone();
         }
         app.auto.generate = opts.generate;
+        app.auto.intervene = opts.intervene.clone();
         app.auto.screenshot = opts.screenshot.clone();
         app.auto.exit = opts.exit_after_screenshot;
         app.auto.t0 = Some(std::time::Instant::now());
@@ -142,6 +150,7 @@ impl VizApp {
             messages: Vec::new(),
             status: String::new(),
             dialog: None,
+            interventions: Default::default(),
             session_prompt: None,
             gen_started: None,
             auto: Automation::default(),
@@ -242,6 +251,38 @@ impl VizApp {
         self.send(Command::Step { prompt: self.prompt.clone(), sampling: self.sampling.clone(), fresh });
     }
 
+    /// Generates the prompt's continuation without and with `specs` (the Interventions view).
+    pub fn compare(&mut self, specs: Vec<String>) {
+        if self.model.is_none() {
+            self.error("open a checkpoint first (Open… or --checkpoint DIR)");
+            return;
+        }
+        self.session_prompt = None;
+        self.send(Command::Compare {
+            prompt: self.prompt.clone(),
+            sampling: self.sampling.clone(),
+            max_tokens: self.max_tokens,
+            specs,
+        });
+        self.status = "generating with and without the interventions…".into();
+    }
+
+    /// Shows one side of the last comparison (the intervened one if `intervened`) in every view.
+    pub fn show_compared(&mut self, intervened: bool) {
+        let (Some(c), Some(m)) = (&self.interventions.comparison, &self.model) else { return };
+        let (prompt, generated) =
+            if intervened { (&c.prompt_intervened, &c.intervened) } else { (&c.prompt, &c.original) };
+        let mut t = TraceData::new(m.config.n_layers, m.config.d_model, m.config.m());
+        prompt.iter().for_each(|r| t.push(r.clone(), true));
+        generated.iter().for_each(|r| t.push(r.clone(), false));
+        self.trace = t;
+        self.sel = Selection::default();
+        self.status = format!(
+            "showing the {} continuation in every view",
+            if intervened { format!("intervened ({})", c.specs) } else { "original".into() }
+        );
+    }
+
     pub fn stop(&mut self) {
         if let Some(w) = &self.worker {
             w.stop();
@@ -275,7 +316,14 @@ impl VizApp {
                     if let (Some(_), false) = (self.auto.generate, self.auto.started) {
                         self.auto.started = true;
                         self.max_tokens = self.auto.generate.unwrap_or(self.max_tokens);
-                        self.generate();
+                        if self.auto.intervene.is_empty() {
+                            self.generate();
+                        } else {
+                            let specs = self.auto.intervene.clone();
+                            self.interventions.show_specs(&specs, 2 * self.model.as_ref().unwrap().config.n_layers);
+                            self.tab = Tab::Interventions;
+                            self.compare(specs);
+                        }
                     }
                 }
                 Event::Started { prompt } => {
@@ -293,9 +341,16 @@ impl VizApp {
                     let rate = *n as f64 / t0.elapsed().as_secs_f64().max(1e-3);
                     self.status = format!("generating… {n} token(s), {rate:.1} tokens/s");
                 }
+                Event::Compared(c) => {
+                    self.interventions.comparison = Some(c);
+                }
                 Event::Done { reason } => {
                     self.gen_started = None;
-                    self.status = format!("done: {reason}; {} tokens", self.trace.len());
+                    self.status = if reason.starts_with("compared") {
+                        format!("done: {reason} with and without the interventions")
+                    } else {
+                        format!("done: {reason}; {} tokens", self.trace.len())
+                    };
                     if self.auto.started {
                         self.auto.done = true;
                     }
@@ -504,6 +559,20 @@ impl VizApp {
             Tab::Eigen => panels::eigen::show(ui, &self.trace, &mut self.sel),
             Tab::KDirs => panels::kdirs::show(ui, &self.trace, &mut self.sel),
             Tab::Writes => panels::writes::show(ui, &self.trace, &mut self.sel),
+            Tab::Interventions => {
+                let (s, ddl) =
+                    self.model.as_ref().map_or((0, false), |m| (2 * m.config.n_layers, m.config.variant.is_ddl()));
+                let busy = self.busy();
+                let action = egui::ScrollArea::vertical()
+                    .id_salt("interventions")
+                    .show(ui, |ui| panels::interventions::show(ui, &mut self.interventions, s, ddl, busy))
+                    .inner;
+                match action {
+                    Some(panels::interventions::Action::Compare(specs)) => self.compare(specs),
+                    Some(panels::interventions::Action::Show(i)) => self.show_compared(i),
+                    None => {}
+                }
+            }
             Tab::Training => panels::dashboard::show(ui, self.metrics.as_ref()),
         }
     }

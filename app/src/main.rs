@@ -26,13 +26,17 @@ struct Args {
     /// Automation: generate this many tokens as soon as the checkpoint is loaded.
     #[arg(long)]
     generate: Option<usize>,
+    /// Automation: with --generate, generate with and without this intervention (repeatable;
+    /// `ddl generate --intervene`'s specs, e.g. block1.mlp:beta=0) and open the Interventions view.
+    #[arg(long = "intervene", value_name = "SPEC")]
+    intervene: Vec<String>,
     /// Automation: save a PNG screenshot of the window once generation is done.
     #[arg(long)]
     screenshot: Option<PathBuf>,
     /// Automation: close the window after the screenshot (exit status 1 if something failed).
     #[arg(long)]
     exit_after_screenshot: bool,
-    /// The view to open: beta, eigen, k, writes, training.
+    /// The view to open: beta, eigen, k, writes, interventions, training.
     #[arg(long)]
     tab: Option<String>,
     /// Window size in points.
@@ -52,14 +56,19 @@ fn main() -> std::process::ExitCode {
         Some("eigen") => Some(Tab::Eigen),
         Some("k") => Some(Tab::KDirs),
         Some("writes") => Some(Tab::Writes),
+        Some("interventions") => Some(Tab::Interventions),
         Some("training") => Some(Tab::Training),
         Some(t) => {
-            eprintln!("error: unknown --tab {t} (beta, eigen, k, writes, training)");
+            eprintln!("error: unknown --tab {t} (beta, eigen, k, writes, interventions, training)");
             return std::process::ExitCode::from(2);
         }
     };
     if a.generate.is_some() && a.checkpoint.is_none() {
         eprintln!("error: --generate needs --checkpoint DIR");
+        return std::process::ExitCode::from(2);
+    }
+    if !a.intervene.is_empty() && a.generate.is_none() {
+        eprintln!("error: --intervene needs --generate N (the comparison's length) and --checkpoint DIR");
         return std::process::ExitCode::from(2);
     }
     let opts = Options {
@@ -68,6 +77,7 @@ fn main() -> std::process::ExitCode {
         trace: a.trace,
         prompt: a.prompt,
         generate: a.generate,
+        intervene: a.intervene,
         screenshot: a.screenshot,
         exit_after_screenshot: a.exit_after_screenshot,
         tab,

@@ -19,6 +19,9 @@ pub enum Command {
     Generate { prompt: String, sampling: SamplerConfig, max_tokens: usize },
     /// One more token of the current session, or a new session from `prompt` and its first token.
     Step { prompt: String, sampling: SamplerConfig, fresh: bool },
+    /// Generate `prompt`'s continuation without and with the interventions `specs` (same
+    /// sampler seed) and measure the change (the Interventions view).
+    Compare { prompt: String, sampling: SamplerConfig, max_tokens: usize, specs: Vec<String> },
 }
 
 /// A loaded model.
@@ -41,6 +44,8 @@ pub enum Event {
         prompt: Vec<TokenTrace>,
     },
     Token(GenStep),
+    /// A comparison finished.
+    Compared(crate::panels::interventions::Comparison),
     /// Generation ended (max tokens, stopped, end of text).
     Done {
         reason: String,
@@ -83,7 +88,9 @@ impl Worker {
         match cmd {
             // A new checkpoint ends a running generation first.
             Command::Load(_) => self.stop.store(true, Ordering::SeqCst),
-            Command::Generate { .. } | Command::Step { .. } => self.stop.store(false, Ordering::SeqCst),
+            Command::Generate { .. } | Command::Step { .. } | Command::Compare { .. } => {
+                self.stop.store(false, Ordering::SeqCst)
+            }
         }
         self.busy.store(true, Ordering::SeqCst);
         if self.tx.as_ref().is_none_or(|tx| tx.send(cmd).is_err()) {
@@ -185,6 +192,23 @@ fn run(rx: Receiver<Command>, out: &Out, stop: &AtomicBool, busy: &AtomicBool) {
                     next_load = Some(d);
                     break;
                 }
+                Command::Compare { prompt, sampling, max_tokens, specs } => {
+                    // The comparison's own generators; the interactive session starts afresh.
+                    session = None;
+                    match compare(&model, &tok, &prompt, sampling, max_tokens, &specs, stop) {
+                        Ok(c) => {
+                            let n = c.original.len();
+                            out.send(Event::Compared(c));
+                            out.send(Event::Done { reason: format!("compared {n} token(s)") });
+                        }
+                        Err(e) => {
+                            out.send(Event::Error(e));
+                            out.send(Event::Done { reason: "error".into() });
+                        }
+                    }
+                    busy.store(false, Ordering::SeqCst);
+                    continue;
+                }
                 Command::Generate { prompt, sampling, max_tokens } => (prompt, sampling, max_tokens, true),
                 Command::Step { prompt, sampling, fresh } => (prompt, sampling, 1, fresh || session.is_none()),
             };
@@ -252,4 +276,58 @@ fn run(rx: Receiver<Command>, out: &Out, stop: &AtomicBool, busy: &AtomicBool) {
             return;
         }
     }
+}
+
+/// Generates `prompt`'s continuation as the model is and under `specs` (the same sampler settings
+/// and seed, traced), and the per-token change of the original continuation's log-probability
+/// under the interventions (teacher-forced), as `ddl generate --compare` does.
+fn compare(
+    model: &ddl::model::Model,
+    tok: &ddl::tokenizer::Tokenizer,
+    prompt: &str,
+    sampling: SamplerConfig,
+    max_tokens: usize,
+    specs: &[String],
+    stop: &AtomicBool,
+) -> Result<crate::panels::interventions::Comparison, String> {
+    sampling.validate()?;
+    let iv = ddl::model::Interventions::parse(specs, false).map_err(|e| e.to_string())?;
+    let maps = iv.maps(&model.cfg).map_err(|e| e.to_string())?;
+    let k_mean = iv.k_mean_targets(&model.cfg).map_err(|e| e.to_string())?;
+    let ids = tok.encode(prompt).map_err(|e| format!("the tokenizer cannot encode the prompt: {e}"))?;
+    if ids.is_empty() {
+        return Err("the prompt is empty: type some text first".into());
+    }
+    let eot = tok.eot_id();
+    let run = |maps: Option<Vec<ddl::kernels::delta::BetaMap>>, k: &[bool]| -> Result<_, String> {
+        let mut g = Generator::with_interventions(model, tok, &ids, Sampler::new(sampling.clone()), true, maps, k)
+            .map_err(|e| format!("prefill failed: {e}"))?;
+        let mut steps = Vec::new();
+        for _ in 0..max_tokens {
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+            let s = g.step().map_err(|e| format!("generation failed: {e}"))?;
+            if eot == Some(s.token) {
+                break;
+            }
+            steps.push(s.trace.unwrap_or(TokenTrace { token: s.token, text: s.piece, ..Default::default() }));
+        }
+        Ok((g.prompt_traces().to_vec(), steps))
+    };
+    let (prompt_t, original) = run(None, &[])?;
+    let (prompt_i, intervened) = run(Some(maps.clone()), &k_mean)?;
+    let cont: Vec<u32> = original.iter().map(|t| t.token).collect();
+    let lp = |m: Option<Vec<ddl::kernels::delta::BetaMap>>, k: &[bool]| {
+        ddl::generate::continuation_logprobs(model, &ids, &cont, m, k).map_err(|e| format!("scoring failed: {e}"))
+    };
+    let (base, with) = (lp(None, &[])?, lp(Some(maps), &k_mean)?);
+    Ok(crate::panels::interventions::Comparison {
+        specs: iv.describe(),
+        prompt: prompt_t,
+        prompt_intervened: prompt_i,
+        original,
+        intervened,
+        delta_logprob: with.iter().zip(&base).map(|(a, b)| a - b).collect(),
+    })
 }

@@ -149,3 +149,53 @@ fn a_baseline_model_generates_text_without_traces() {
     assert!(app.messages.iter().any(|m| m.1.contains("no delta writes")), "{:?}", app.messages);
     assert!(h.query_by_label_contains("no delta writes to show").is_some());
 }
+
+/// The Interventions view with the model thread: choose identity for one write, Generate both,
+/// and both continuations are shown with the Δ log p of every original token; either side can
+/// be shown in the other views.
+#[test]
+fn the_intervention_flow_generates_both_texts_and_measures_the_change() {
+    use ddl_viz::app::Tab;
+    use ddl_viz::panels::interventions::Choice;
+    let dir = common::tmpdir("intervene");
+    let ck = common::tiny_checkpoint(&dir);
+    let app = VizApp::new(
+        None,
+        Options { checkpoint: Some(ck.clone()), prompt: Some("First Citizen:".into()), ..Default::default() },
+    );
+    let mut h =
+        Harness::builder().with_size([1280.0, 800.0]).build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), app);
+    wait(&mut h, "the model to load", |a| a.model.is_some() && !a.busy());
+    h.state_mut().max_tokens = 6;
+    h.get_by_label("Interventions").click();
+    h.run();
+    assert_eq!(h.state().tab, Tab::Interventions);
+    // Nothing chosen: the button does nothing.
+    h.get_by_label("Generate both").click();
+    h.run();
+    assert!(!h.state().busy() && h.state().interventions.comparison.is_none());
+    // Block 0's MLP forced to identity (the view's choice, as its combo box sets it).
+    h.state_mut().interventions.set(1, Choice::Identity);
+    h.run();
+    h.get_by_label("Generate both").click();
+    wait(&mut h, "the comparison", |a| !a.busy() && a.interventions.comparison.is_some());
+    let c = h.state().interventions.comparison.clone().unwrap();
+    assert!(h.state().messages.is_empty(), "{:?}", h.state().messages);
+    assert_eq!(c.specs, "block0.mlp:beta=0");
+    assert!(!c.original.is_empty() && c.original.len() <= 6 && !c.intervened.is_empty());
+    assert_eq!(c.delta_logprob.len(), c.original.len(), "one Δ log p per original token");
+    assert!(c.delta_logprob.iter().all(|d| d.is_finite()));
+    // The intervened writes really had β = 0 on that sublayer, and only there.
+    assert!(c.intervened.iter().chain(&c.prompt_intervened).all(|t| t.beta[1] == 0.0));
+    assert!(c.original.iter().all(|t| t.beta[1] > 0.0));
+    // Both texts are on screen.
+    h.run();
+    assert!(h.query_by_label("original").is_some());
+    assert!(h.query_by_label("with block0.mlp:beta=0").is_some());
+    // The intervened side in every view.
+    h.get_all_by_label("show in the other views").nth(1).unwrap().click();
+    h.run();
+    let t = &h.state().trace;
+    assert_eq!(t.len(), c.prompt_intervened.len() + c.intervened.len());
+    assert!((0..t.len()).all(|i| t.beta(i, 1) == Some(0.0)));
+}

@@ -77,6 +77,31 @@ fn panel_snapshots() {
     });
     h.run();
     results.add(h.try_snapshot_options("dashboard", &opts()));
+    // The Interventions view after a comparison: the fixture's tokens as both continuations, the
+    // intervened one diverging after 6 tokens, and a Δ log p per original token.
+    let data = trace();
+    let rows: Vec<_> = data.rows.iter().map(|r| r.trace.clone()).collect();
+    let original = rows[14..40].to_vec();
+    let mut intervened = original.clone();
+    intervened[6..].reverse();
+    let delta_logprob = (0..original.len()).map(|i| if i < 6 { 0.0 } else { (i as f64 * 0.7).sin() * 1.5 }).collect();
+    let mut st = panels::interventions::Interventions::default();
+    st.show_specs(&["block0.mlp:beta=0".into(), "block1.attn:k=mean".into()], 4);
+    st.comparison = Some(panels::interventions::Comparison {
+        specs: "block0.mlp:beta=0; block1.attn:k=mean".into(),
+        prompt: rows[..14].to_vec(),
+        prompt_intervened: rows[..14].to_vec(),
+        original,
+        intervened,
+        delta_logprob,
+    });
+    assert_eq!(st.comparison.as_ref().unwrap().first_difference(), Some(6));
+    assert_eq!(st.specs(), ["block0.mlp:beta=0", "block1.attn:k=mean"]);
+    let mut h = Harness::builder().with_size([1000.0, 420.0]).wgpu().build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::interventions::show(ui, &mut st, 4, true, false));
+    });
+    h.run();
+    results.add(h.try_snapshot_options("interventions", &opts()));
 }
 
 /// The whole window showing the fixture trace (the picture in docs/VISUALIZER.md).

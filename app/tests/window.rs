@@ -80,37 +80,7 @@ fn the_window_generates_and_screenshots_under_xvfb() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
     }
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ddl-viz"))
-        .arg("--checkpoint")
-        .arg(&ck)
-        .args(["--prompt", "First Citizen:", "--generate", "8", "--width", "1100", "--height", "700"])
-        .arg("--screenshot")
-        .arg(&shot)
-        .arg("--exit-after-screenshot")
-        .env_remove("WAYLAND_DISPLAY")
-        .env("DISPLAY", &xvfb.display)
-        .env("XDG_RUNTIME_DIR", &xdg)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting ddl-viz");
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t0.elapsed() > Duration::from_secs(180) {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!("ddl-viz did not exit within 180 s: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(status.success(), "ddl-viz failed ({status}): {stderr}");
-    let img =
-        image::open(&shot).unwrap_or_else(|e| panic!("no screenshot at {}: {e}; {stderr}", shot.display())).to_rgba8();
+    let img = screenshot(&ck, &[], &shot, &xvfb.display, &xdg);
     assert!(img.width() >= 800 && img.height() >= 500, "{}x{}", img.width(), img.height());
     let mut counts = std::collections::HashMap::new();
     for p in img.pixels() {
@@ -132,4 +102,57 @@ fn the_window_generates_and_screenshots_under_xvfb() {
         })
         .count();
     assert!(beta_px > 500, "the β map is missing: {beta_px} β-coloured pixels");
+    // The intervention flow: block 0's MLP forced to identity, both continuations generated and
+    // shown in the Interventions view: the Δ log p strip's cell of the largest change has the
+    // strip's full colour (no other view draws it).
+    let shot2 = dir.join("intervene.png");
+    let img =
+        screenshot(&ck, &["--intervene", "block0.mlp:beta=0", "--tab", "interventions"], &shot2, &xvfb.display, &xdg);
+    let strip = img
+        .pixels()
+        .filter(|p| {
+            [ddl_viz::panels::interventions::DROP, ddl_viz::panels::interventions::RISE].iter().any(|c| {
+                (p.0[0] as i32 - c.r() as i32).abs() <= 2
+                    && (p.0[1] as i32 - c.g() as i32).abs() <= 2
+                    && (p.0[2] as i32 - c.b() as i32).abs() <= 2
+            })
+        })
+        .count();
+    assert!(strip >= 40, "no Δ log p strip in the Interventions view: {strip} pixels of its colours");
+}
+
+/// Runs `ddl-viz` on the tiny checkpoint with `extra` arguments until it saved `shot` and exited;
+/// returns the screenshot.
+fn screenshot(ck: &Path, extra: &[&str], shot: &Path, display: &str, xdg: &Path) -> image::RgbaImage {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ddl-viz"))
+        .arg("--checkpoint")
+        .arg(ck)
+        .args(["--prompt", "First Citizen:", "--generate", "8", "--width", "1100", "--height", "700"])
+        .args(extra)
+        .arg("--screenshot")
+        .arg(shot)
+        .arg("--exit-after-screenshot")
+        .env_remove("WAYLAND_DISPLAY")
+        .env("DISPLAY", display)
+        .env("XDG_RUNTIME_DIR", xdg)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting ddl-viz");
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(180) {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("ddl-viz did not exit within 180 s: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(status.success(), "ddl-viz failed ({status}): {stderr}");
+    image::open(shot).unwrap_or_else(|e| panic!("no screenshot at {}: {e}; {stderr}", shot.display())).to_rgba8()
 }

@@ -1,0 +1,298 @@
+//! The Interventions view: choose what each sublayer's delta write does (as trained, identity,
+//! projection, reflection, a scaled β, or the prompt's mean direction), generate the prompt's
+//! continuation with and without the choice at the same seed, and compare: both texts side by
+//! side with the tokens that differ marked, and the change of the log-probability of every token
+//! of the original continuation under the interventions as a strip (teacher-forced, as
+//! `ddl generate --compare` measures it). Either trace can be shown in the other views.
+
+use ddl::generate::TokenTrace;
+use eframe::egui::{self, Color32, RichText, Sense, Stroke, StrokeKind, vec2};
+
+use crate::trace::{chip_text, sublayer_name};
+
+/// What one sublayer's write does.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Choice {
+    #[default]
+    AsTrained,
+    /// β = 0: the write leaves the state as it is.
+    Identity,
+    /// β = 1.
+    Projection,
+    /// β = 2.
+    Reflection,
+    /// β times this factor (≥ 0).
+    Scale(f32),
+    /// k fixed to the mean of the sublayer's k over the prompt.
+    KMean,
+}
+
+impl Choice {
+    pub const NAMES: [&'static str; 6] =
+        ["as trained", "identity (β = 0)", "projection (β = 1)", "reflection (β = 2)", "scale β", "k = prompt mean"];
+
+    fn index(self) -> usize {
+        match self {
+            Choice::AsTrained => 0,
+            Choice::Identity => 1,
+            Choice::Projection => 2,
+            Choice::Reflection => 3,
+            Choice::Scale(_) => 4,
+            Choice::KMean => 5,
+        }
+    }
+
+    fn from_index(i: usize, scale: f32) -> Choice {
+        match i {
+            1 => Choice::Identity,
+            2 => Choice::Projection,
+            3 => Choice::Reflection,
+            4 => Choice::Scale(scale),
+            5 => Choice::KMean,
+            _ => Choice::AsTrained,
+        }
+    }
+
+    /// The `--intervene` spec of this choice on sublayer `s` (block-major: attention, MLP), if any.
+    pub fn spec(self, s: usize) -> Option<String> {
+        let target = format!("block{}.{}", s / 2, if s.is_multiple_of(2) { "attn" } else { "mlp" });
+        let action = match self {
+            Choice::AsTrained => return None,
+            Choice::Identity => "beta=0".to_string(),
+            Choice::Projection => "beta=1".to_string(),
+            Choice::Reflection => "beta=2".to_string(),
+            Choice::Scale(f) => format!("beta*={f}"),
+            Choice::KMean => "k=mean".to_string(),
+        };
+        Some(format!("{target}:{action}"))
+    }
+}
+
+/// The two generations of one comparison (what the model thread sends back).
+#[derive(Debug, Clone, Default)]
+pub struct Comparison {
+    /// The interventions, `; `-separated as `ddl generate` writes them.
+    pub specs: String,
+    /// The prompt's tokens as the model read them without and with the interventions.
+    pub prompt: Vec<TokenTrace>,
+    pub prompt_intervened: Vec<TokenTrace>,
+    pub original: Vec<TokenTrace>,
+    pub intervened: Vec<TokenTrace>,
+    /// Per original continuation token: log p under the interventions − log p without them.
+    pub delta_logprob: Vec<f64>,
+}
+
+impl Comparison {
+    /// The first generated position where the two continuations differ.
+    pub fn first_difference(&self) -> Option<usize> {
+        let (a, b) = (&self.original, &self.intervened);
+        a.iter()
+            .zip(b)
+            .position(|(x, y)| x.token != y.token)
+            .or_else(|| (a.len() != b.len()).then(|| a.len().min(b.len())))
+    }
+}
+
+/// The view's state: one choice per sublayer and the last comparison.
+#[derive(Debug, Clone, Default)]
+pub struct Interventions {
+    pub choices: Vec<Choice>,
+    /// The factor a newly chosen "scale β" starts with.
+    pub scale: f32,
+    pub comparison: Option<Comparison>,
+}
+
+/// What the user asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Generate with and without these specs.
+    Compare(Vec<String>),
+    /// Show the original (false) or the intervened (true) trace in the other views.
+    Show(bool),
+}
+
+impl Interventions {
+    /// The specs of the current choices, in sublayer order.
+    pub fn specs(&self) -> Vec<String> {
+        self.choices.iter().enumerate().filter_map(|(s, c)| c.spec(s)).collect()
+    }
+
+    /// Shows `specs` (`blockN.attn|mlp:ACTION` ones; others are run but not shown) as the choices
+    /// of a model of `sublayers` sublayers.
+    pub fn show_specs(&mut self, specs: &[String], sublayers: usize) {
+        self.choices = vec![Choice::AsTrained; sublayers];
+        for spec in specs {
+            let Some((target, action)) = spec.split_once(':') else { continue };
+            let Some((block, kind)) = target.trim().strip_prefix("block").and_then(|r| r.split_once('.')) else {
+                continue;
+            };
+            let Ok(l) = block.parse::<usize>() else { continue };
+            let s = 2 * l + usize::from(kind == "mlp");
+            let a: String = action.chars().filter(|c| !c.is_whitespace()).collect();
+            let c = match a.as_str() {
+                "beta=0" | "write=0" => Choice::Identity,
+                "beta=1" => Choice::Projection,
+                "beta=2" => Choice::Reflection,
+                "k=mean" => Choice::KMean,
+                _ => match a.strip_prefix("beta*=").and_then(|f| f.parse::<f32>().ok()) {
+                    Some(f) => Choice::Scale(f),
+                    None => continue,
+                },
+            };
+            if s < sublayers && (kind == "attn" || kind == "mlp") {
+                self.choices[s] = c;
+            }
+        }
+    }
+
+    /// Sets sublayer `s`'s choice (growing the list to `s + 1` if needed).
+    pub fn set(&mut self, s: usize, c: Choice) {
+        if self.choices.len() <= s {
+            self.choices.resize(s + 1, Choice::AsTrained);
+        }
+        self.choices[s] = c;
+    }
+}
+
+/// The view for a model of `sublayers` sublayers (`ddl`: whether it has delta writes; `busy`:
+/// the model thread is working).
+pub fn show(ui: &mut egui::Ui, st: &mut Interventions, sublayers: usize, ddl: bool, busy: bool) -> Option<Action> {
+    let mut action = None;
+    ui.horizontal(|ui| {
+        ui.strong("Interventions");
+        ui.weak("(choose what each write does, then generate the prompt with and without it at the same seed)");
+    });
+    if sublayers == 0 || !ddl {
+        ui.weak("Open a DDL checkpoint: a baseline model has residual additions, no writes to intervene on.");
+        return None;
+    }
+    if st.choices.len() != sublayers {
+        st.choices.resize(sublayers, Choice::AsTrained);
+    }
+    if st.scale <= 0.0 {
+        st.scale = 0.5;
+    }
+    egui::Grid::new("interventions-grid").num_columns(3).striped(true).show(ui, |ui| {
+        for s in 0..sublayers {
+            let l = ui.label(sublayer_name(s));
+            let mut i = st.choices[s].index();
+            egui::ComboBox::from_id_salt(("intervention", s))
+                .width(150.0)
+                .selected_text(Choice::NAMES[i])
+                .show_ui(ui, |ui| {
+                    for (j, name) in Choice::NAMES.iter().enumerate() {
+                        ui.selectable_value(&mut i, j, *name);
+                    }
+                })
+                .response
+                .labelled_by(l.id);
+            let scale = if let Choice::Scale(f) = st.choices[s] { f } else { st.scale };
+            st.choices[s] = Choice::from_index(i, scale);
+            if let Choice::Scale(f) = &mut st.choices[s] {
+                ui.add(egui::DragValue::new(f).range(0.0..=4.0).speed(0.01).prefix("× "));
+            } else {
+                ui.label("");
+            }
+            ui.end_row();
+        }
+    });
+    let specs = st.specs();
+    ui.horizontal(|ui| {
+        let go = ui.add_enabled(!busy && !specs.is_empty(), egui::Button::new("Generate both"));
+        if go.clicked() {
+            action = Some(Action::Compare(specs.clone()));
+        }
+        go.on_disabled_hover_text(if busy { "the model is busy" } else { "choose an intervention first" });
+        if ui.button("Reset all").clicked() {
+            st.choices.iter_mut().for_each(|c| *c = Choice::AsTrained);
+        }
+        ui.weak(if specs.is_empty() { "no interventions".to_string() } else { specs.join("; ") });
+    });
+    ui.separator();
+    let Some(c) = &st.comparison else {
+        ui.weak("No comparison yet: the prompt and sampling settings on the left are used.");
+        return action;
+    };
+    let first = c.first_difference();
+    ui.label(match first {
+        None => format!("The continuations are identical ({} tokens).", c.original.len()),
+        Some(i) => format!("The continuations first differ at generated token {i}."),
+    });
+    ui.columns(2, |cols| {
+        for (k, ui) in cols.iter_mut().enumerate() {
+            let (title, tokens, other) = if k == 0 {
+                ("original".to_string(), &c.original, &c.intervened)
+            } else {
+                (format!("with {}", c.specs), &c.intervened, &c.original)
+            };
+            ui.horizontal(|ui| {
+                ui.strong(title);
+                if ui.small_button("show in the other views").clicked() {
+                    action = Some(Action::Show(k == 1));
+                }
+            });
+            text_chips(ui, tokens, other);
+        }
+    });
+    ui.separator();
+    delta_strip(ui, c);
+    action
+}
+
+/// The continuation as chips; a chip whose token differs from the other continuation's at the
+/// same position (or has none there) is marked.
+fn text_chips(ui: &mut egui::Ui, tokens: &[TokenTrace], other: &[TokenTrace]) {
+    ui.horizontal_wrapped(|ui| {
+        ui.spacing_mut().item_spacing = vec2(1.0, 2.0);
+        for (i, t) in tokens.iter().enumerate() {
+            let differs = other.get(i).is_none_or(|o| o.token != t.token);
+            let text = RichText::new(chip_text(&t.text)).monospace();
+            let chip = if differs {
+                egui::Label::new(text.color(Color32::WHITE).background_color(Color32::from_rgb(170, 60, 60)))
+            } else {
+                egui::Label::new(text)
+            };
+            ui.add(chip).on_hover_text(format!(
+                "generated token {i}{}",
+                if differs { ": differs from the other continuation" } else { "" }
+            ));
+        }
+    });
+}
+
+/// The Δ log p strip's colours at the largest |Δ|: less likely, more likely under the interventions.
+pub const DROP: Color32 = Color32::from_rgb(221, 71, 61);
+pub const RISE: Color32 = Color32::from_rgb(71, 191, 111);
+
+/// Δ log p per original token as coloured cells (red: less likely under the interventions, green:
+/// more), with the mean and the largest drop.
+fn delta_strip(ui: &mut egui::Ui, c: &Comparison) {
+    let d = &c.delta_logprob;
+    if d.is_empty() {
+        ui.weak("No Δ log p: the continuation is empty or does not fit the context.");
+        return;
+    }
+    let mean = d.iter().sum::<f64>() / d.len() as f64;
+    let (imin, min) = d.iter().enumerate().fold((0, f64::INFINITY), |a, (i, &x)| if x < a.1 { (i, x) } else { a });
+    ui.label(format!(
+        "Δ log p of the original continuation under the interventions: mean {mean:+.3} nats per token, largest drop \
+         {min:+.3} at token {imin}"
+    ));
+    let scale = d.iter().fold(1e-6f64, |m, x| m.max(x.abs()));
+    let cw = ((ui.available_width() - 4.0) / d.len() as f32).clamp(4.0, 24.0);
+    let (resp, painter) = ui.allocate_painter(vec2(cw * d.len() as f32 + 2.0, 22.0), Sense::hover());
+    for (i, &x) in d.iter().enumerate() {
+        let r = egui::Rect::from_min_size(resp.rect.min + vec2(cw * i as f32, 0.0), vec2(cw, 20.0));
+        let a = (x.abs() / scale).sqrt() as f32;
+        let base = if x < 0.0 { DROP } else { RISE };
+        painter.rect_filled(r.shrink(0.5), 0.0, Color32::from_gray(40).lerp_to_gamma(base, a));
+        if c.first_difference() == Some(i) {
+            painter.rect_stroke(r, 0.0, Stroke::new(2.0, Color32::WHITE), StrokeKind::Inside);
+        }
+    }
+    if let Some(p) = resp.hover_pos() {
+        let i = (((p.x - resp.rect.left()) / cw) as usize).min(d.len() - 1);
+        let tok = c.original.get(i).map(|t| chip_text(&t.text)).unwrap_or_default();
+        resp.on_hover_text(format!("token {i} “{tok}”: Δ log p = {:+.4}", d[i]));
+    }
+}
