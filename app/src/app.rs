@@ -21,10 +21,12 @@ pub enum Tab {
     Writes,
     Interventions,
     Training,
+    Experiment,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 6] = [Tab::BetaMap, Tab::Eigen, Tab::KDirs, Tab::Writes, Tab::Interventions, Tab::Training];
+    pub const ALL: [Tab; 7] =
+        [Tab::BetaMap, Tab::Eigen, Tab::KDirs, Tab::Writes, Tab::Interventions, Tab::Training, Tab::Experiment];
     pub fn name(self) -> &'static str {
         match self {
             Tab::BetaMap => "β map",
@@ -33,6 +35,7 @@ impl Tab {
             Tab::Writes => "Write strength",
             Tab::Interventions => "Interventions",
             Tab::Training => "Training",
+            Tab::Experiment => "Experiment",
         }
     }
 }
@@ -42,6 +45,8 @@ impl Tab {
 pub struct Options {
     pub checkpoint: Option<PathBuf>,
     pub run: Option<PathBuf>,
+    /// Experiment folders or run folders for the Experiment view (several add up).
+    pub experiment: Vec<PathBuf>,
     pub trace: Option<PathBuf>,
     pub prompt: Option<String>,
     /// Automation: generate this many tokens once the checkpoint is loaded.
@@ -95,6 +100,8 @@ pub struct VizApp {
     pub max_tokens: usize,
     pub tab: Tab,
     pub metrics: Option<Metrics>,
+    /// The runs of the Experiment view.
+    pub experiment: Option<crate::experiment::Experiment>,
     pub messages: Vec<(Level, String)>,
     pub status: String,
     pub dialog: Option<OpenDialog>,
@@ -128,8 +135,15 @@ impl VizApp {
         if let Some(dir) = &opts.run {
             app.open_run(dir);
         }
+        for d in &opts.experiment {
+            app.open_experiment(d, true);
+        }
         if let Some(f) = &opts.trace {
             app.open_trace(f);
+        }
+        // An explicit --tab wins over the view an opened experiment switched to.
+        if let Some(t) = opts.tab {
+            app.tab = t;
         }
         app
     }
@@ -147,6 +161,7 @@ impl VizApp {
             max_tokens: 64,
             tab: Tab::default(),
             metrics: None,
+            experiment: None,
             messages: Vec::new(),
             status: String::new(),
             dialog: None,
@@ -200,6 +215,27 @@ impl VizApp {
             Ok(m) => {
                 self.status = format!("following {}", m.path().display());
                 self.metrics = Some(m);
+            }
+            Err(e) => self.error(e),
+        }
+    }
+
+    /// Opens an experiment folder (or a folder of runs, or one run) in the Experiment view;
+    /// `add`: beside the runs already shown.
+    pub fn open_experiment(&mut self, dir: &Path, add: bool) {
+        match crate::experiment::Experiment::open(dir) {
+            Ok(e) => {
+                let e = match (add, self.experiment.take()) {
+                    (true, Some(mut old)) => {
+                        old.runs.extend(e.runs);
+                        old.skipped.extend(e.skipped);
+                        old
+                    }
+                    (_, _) => e,
+                };
+                self.status = format!("experiment: {} runs", e.runs.len());
+                self.experiment = Some(e);
+                self.tab = Tab::Experiment;
             }
             Err(e) => self.error(e),
         }
@@ -574,6 +610,7 @@ impl VizApp {
                 }
             }
             Tab::Training => panels::dashboard::show(ui, self.metrics.as_ref()),
+            Tab::Experiment => panels::experiment::show(ui, self.experiment.as_ref()),
         }
     }
 
@@ -602,6 +639,13 @@ impl VizApp {
                 }
                 if ui.add_enabled(kind.trace, egui::Button::new("Open trace")).clicked() {
                     action = Some((2, p.clone()));
+                }
+                if ui
+                    .add_enabled(kind.experiment, egui::Button::new("Open experiment"))
+                    .on_hover_text("the validation curves of every run in this folder (or this run) on one plot")
+                    .clicked()
+                {
+                    action = Some((3, p.clone()));
                 }
             });
             ui.separator();
@@ -650,6 +694,7 @@ impl VizApp {
         match action {
             Some((0, p)) => self.open_checkpoint(&p),
             Some((1, p)) => self.open_run(&p),
+            Some((3, p)) => self.open_experiment(&p, false),
             Some((_, p)) => self.open_trace(&p),
             None => {
                 if open {
@@ -664,6 +709,8 @@ struct Kind {
     checkpoint: bool,
     run: bool,
     trace: bool,
+    /// An experiment folder (`runs/`) or a folder holding run folders, or a run.
+    experiment: bool,
 }
 
 fn classify(p: &Path) -> Kind {
@@ -676,6 +723,9 @@ fn classify(p: &Path) -> Kind {
         checkpoint: p.join(ddl::train::checkpoint::MODEL_FILE).is_file(),
         run: p.join("metrics.jsonl").is_file(),
         trace: is_trace,
+        experiment: p.join("metrics.jsonl").is_file()
+            || p.join("runs").is_dir()
+            || std::fs::read_dir(p).is_ok_and(|rd| rd.flatten().any(|e| e.path().join("metrics.jsonl").is_file())),
     }
 }
 

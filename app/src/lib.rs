@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod colors;
+pub mod experiment;
 pub mod metrics;
 pub mod panels;
 pub mod trace;

@@ -17,6 +17,10 @@ struct Args {
     /// A training run directory (with metrics.jsonl) for the dashboard; followed while it trains.
     #[arg(long)]
     run: Option<PathBuf>,
+    /// An experiment folder (`ddl experiment --out DIR`) or run folders for the Experiment view:
+    /// every run's validation curve, the mean and band per variant, the final table (repeatable).
+    #[arg(long, value_name = "DIR")]
+    experiment: Vec<PathBuf>,
     /// A trace file written by `ddl generate --trace FILE`.
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -36,7 +40,7 @@ struct Args {
     /// Automation: close the window after the screenshot (exit status 1 if something failed).
     #[arg(long)]
     exit_after_screenshot: bool,
-    /// The view to open: beta, eigen, k, writes, interventions, training.
+    /// The view to open: beta, eigen, k, writes, interventions, training, experiment.
     #[arg(long)]
     tab: Option<String>,
     /// Window size in points.
@@ -58,8 +62,9 @@ fn main() -> std::process::ExitCode {
         Some("writes") => Some(Tab::Writes),
         Some("interventions") => Some(Tab::Interventions),
         Some("training") => Some(Tab::Training),
+        Some("experiment") => Some(Tab::Experiment),
         Some(t) => {
-            eprintln!("error: unknown --tab {t} (beta, eigen, k, writes, interventions, training)");
+            eprintln!("error: unknown --tab {t} (beta, eigen, k, writes, interventions, training, experiment)");
             return std::process::ExitCode::from(2);
         }
     };
@@ -74,6 +79,7 @@ fn main() -> std::process::ExitCode {
     let opts = Options {
         checkpoint: a.checkpoint,
         run: a.run,
+        experiment: a.experiment,
         trace: a.trace,
         prompt: a.prompt,
         generate: a.generate,

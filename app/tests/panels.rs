@@ -217,3 +217,53 @@ fn the_open_dialog_opens_a_trace_and_reports_bad_paths() {
     let msgs: Vec<&str> = h.state().messages.iter().map(|m| m.1.as_str()).collect();
     assert!(msgs.len() == 2 && msgs[0].contains("does not exist") && msgs[1].contains("cannot read"), "{msgs:?}");
 }
+
+/// The Experiment view from an experiment folder of three variants × three seeds (synthetic
+/// curves written as `ddl experiment` lays them out), opened through the app.
+#[test]
+fn experiment_view_snapshot() {
+    // A fixed folder name: the view's heading shows it.
+    let dir = common::tmpdir("experiment").join("pilot");
+    for (vi, v) in ["baseline", "ddl_v1", "ddl"].iter().enumerate() {
+        for seed in 1..=3u32 {
+            let run = dir.join("runs").join(format!("{v}-seed{seed}"));
+            std::fs::create_dir_all(&run).unwrap();
+            let curve = |step: f64| {
+                1.55 + 1.1 * (-step / 250.0).exp() - 0.02 * vi as f64 + 0.008 * ((seed * 7 + vi as u32) % 5) as f64
+            };
+            let mut lines = String::new();
+            for k in 1..=16 {
+                let step = 50.0 * k as f64;
+                lines.push_str(&format!("{{\"step\":{step},\"loss\":{}}}\n", curve(step) - 0.1));
+                lines.push_str(&format!("{{\"step\":{step},\"val_loss\":{}}}\n", curve(step)));
+            }
+            std::fs::write(run.join("metrics.jsonl"), lines).unwrap();
+            std::fs::write(
+                run.join("result.json"),
+                format!(
+                    "{{\"variant\":\"{v}\",\"seed\":{seed},\"final_val_loss\":{},\"val_tokens\":111104}}",
+                    curve(800.0) - 0.01
+                ),
+            )
+            .unwrap();
+        }
+    }
+    let mut app = VizApp::without_worker();
+    app.open_experiment(&dir, false);
+    assert!(app.messages.is_empty(), "{:?}", app.messages);
+    assert_eq!(app.tab, Tab::Experiment);
+    let e = app.experiment.as_ref().unwrap();
+    assert_eq!((e.runs.len(), e.variants().len()), (9, 3));
+    assert_eq!(e.summary()[2].runs, 3);
+    // A folder without runs is a message, and the open experiment stays.
+    app.open_experiment(&dir.join("runs/ddl-seed1/none"), false);
+    assert!(app.messages.last().unwrap().1.contains("does not exist"));
+    assert_eq!(app.experiment.as_ref().unwrap().runs.len(), 9);
+    let e = app.experiment.take().unwrap();
+    let mut h = Harness::builder().with_size([900.0, 560.0]).wgpu().build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::experiment::show(ui, Some(&e)));
+    });
+    h.run();
+    let mut results = SnapshotResults::new();
+    results.add(h.try_snapshot_options("experiment", &opts()));
+}

@@ -4,6 +4,7 @@
 pub mod beta_map;
 pub mod dashboard;
 pub mod eigen;
+pub mod experiment;
 pub mod interventions;
 pub mod kdirs;
 pub mod tokens;

@@ -1,0 +1,90 @@
+//! The experiment view: every run's validation curve on one plot (thin, coloured by variant),
+//! each variant's mean (thick) and min–max band over its seeds, and the final validation loss per
+//! variant and per run.
+
+use eframe::egui::{self, Color32, RichText};
+use egui_plot::{Line, Plot, Polygon};
+
+use crate::experiment::Experiment;
+
+/// A variant's colour (the palette of the sublayers, one hue per variant).
+pub fn variant_color(i: usize, n: usize) -> Color32 {
+    crate::colors::layer_color(i, n.max(2))
+}
+
+pub fn show(ui: &mut egui::Ui, e: Option<&Experiment>) {
+    let Some(e) = e else {
+        ui.weak(
+            "No experiment open: use Open… → an experiment folder (the --out of `ddl experiment`) or a folder of \
+             training runs, or start with --experiment DIR.",
+        );
+        return;
+    };
+    let variants = e.variants();
+    let n = variants.len();
+    let name = e.dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    ui.horizontal(|ui| {
+        ui.strong(format!("Experiment {name}")).on_hover_text(e.dir.display().to_string());
+        ui.label(format!("{} runs, {} variants", e.runs.len(), n));
+        if !e.skipped.is_empty() {
+            ui.colored_label(Color32::from_rgb(230, 160, 60), format!("{} run(s) skipped", e.skipped.len()))
+                .on_hover_text(e.skipped.join("\n"));
+        }
+    });
+    let items: Vec<(String, Color32)> =
+        variants.iter().enumerate().map(|(i, v)| (v.clone(), variant_color(i, n))).collect();
+    super::legend_row(ui, &items);
+    ui.weak("thin: each run; thick: the variant's mean; band: its seeds' min to max (at steps every run logged)");
+    let h = (ui.available_height() - 170.0).max(160.0);
+    Plot::new("experiment-val").height(h).x_axis_label("step").y_axis_label("validation loss (periodic subset)").show(
+        ui,
+        |p| {
+            for (i, v) in variants.iter().enumerate() {
+                let c = variant_color(i, n);
+                let band = e.band(v);
+                // The band as one trapezoid per interval (plot polygons are filled as convex).
+                for w in band.windows(2) {
+                    let (a, b) = (w[0], w[1]);
+                    let quad = vec![[a.0, a.3], [b.0, b.3], [b.0, b.2], [a.0, a.2]];
+                    p.polygon(
+                        Polygon::new(format!("{v} band"), quad)
+                            .fill_color(c.gamma_multiply(0.15))
+                            .stroke(egui::Stroke::NONE),
+                    );
+                }
+                for r in e.runs.iter().filter(|r| &r.variant == v) {
+                    let pts: Vec<[f64; 2]> = r.val.iter().map(|&(s, l)| [s, l]).collect();
+                    p.line(Line::new(r.name.clone(), pts).color(c.gamma_multiply(0.55)).width(1.0));
+                }
+                let mean: Vec<[f64; 2]> = band.iter().map(|b| [b.0, b.1]).collect();
+                p.line(Line::new(format!("{v} mean"), mean).color(c).width(2.5));
+            }
+        },
+    );
+    ui.separator();
+    ui.strong("Final validation loss");
+    egui::Grid::new("experiment-table").striped(true).num_columns(6).show(ui, |ui| {
+        for h in ["variant", "runs", "mean", "sd", "min", "max"] {
+            ui.label(RichText::new(h).strong());
+        }
+        ui.end_row();
+        for s in e.summary() {
+            let i = variants.iter().position(|v| *v == s.variant).unwrap_or(0);
+            ui.colored_label(variant_color(i, n), &s.variant);
+            ui.label(s.runs.to_string());
+            for x in [s.mean, s.sd, s.min, s.max] {
+                ui.monospace(format!("{x:.4}"));
+            }
+            ui.end_row();
+        }
+    });
+    let tokens: Vec<u64> = e.runs.iter().filter_map(|r| r.val_tokens).collect();
+    if let (Some(lo), Some(hi)) = (tokens.iter().min(), tokens.iter().max()) {
+        ui.weak(if lo == hi {
+            format!("each final loss over {lo} validation tokens (result.json)")
+        } else {
+            format!("final losses over {lo}–{hi} validation tokens (result.json)")
+        });
+    }
+    ui.weak("The experiment's report (report.md, `ddl experiment --report-only`) gives the paired statistics.");
+}
