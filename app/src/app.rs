@@ -601,7 +601,9 @@ impl VizApp {
                 let busy = self.busy();
                 let action = egui::ScrollArea::vertical()
                     .id_salt("interventions")
-                    .show(ui, |ui| panels::interventions::show(ui, &mut self.interventions, s, ddl, busy))
+                    .show(ui, |ui| {
+                        panels::interventions::show(ui, &mut self.interventions, s, ddl, busy, self.sel.sublayer)
+                    })
                     .inner;
                 match action {
                     Some(panels::interventions::Action::Compare(specs)) => self.compare(specs),

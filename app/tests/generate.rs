@@ -174,9 +174,14 @@ fn the_intervention_flow_generates_both_texts_and_measures_the_change() {
     h.get_by_label("Generate both").click();
     h.run();
     assert!(!h.state().busy() && h.state().interventions.comparison.is_none());
-    // Block 0's MLP forced to identity (the view's choice, as its combo box sets it).
-    h.state_mut().interventions.set(1, Choice::Identity);
+    // Block 0's MLP chosen (as a click on its β map row selects it) and forced to identity with
+    // the view's button.
+    h.state_mut().sel.sublayer = 1;
     h.run();
+    assert!(h.query_by_label("selected on the β map: block 0 MLP").is_some());
+    h.get_by_label("identity").click();
+    h.run();
+    assert_eq!(h.state().interventions.choices[1], Choice::Identity);
     h.get_by_label("Generate both").click();
     wait(&mut h, "the comparison", |a| !a.busy() && a.interventions.comparison.is_some());
     let c = h.state().interventions.comparison.clone().unwrap();

@@ -98,7 +98,7 @@ fn panel_snapshots() {
     assert_eq!(st.comparison.as_ref().unwrap().first_difference(), Some(6));
     assert_eq!(st.specs(), ["block0.mlp:beta=0", "block1.attn:k=mean"]);
     let mut h = Harness::builder().with_size([1000.0, 420.0]).wgpu().build_ui(|ui| {
-        egui::CentralPanel::default().show(ui, |ui| panels::interventions::show(ui, &mut st, 4, true, false));
+        egui::CentralPanel::default().show(ui, |ui| panels::interventions::show(ui, &mut st, 4, true, false, 3));
     });
     h.run();
     results.add(h.try_snapshot_options("interventions", &opts()));
@@ -187,6 +187,7 @@ fn hovering_the_beta_map_shows_the_cell_and_clicking_selects_its_token() {
     });
     h.run();
     assert_eq!(h.state().token, Some(t));
+    assert_eq!(h.state().sublayer, s, "the click selects the cell's sublayer too (for the Interventions view)");
 }
 
 #[test]

@@ -45,7 +45,7 @@ pub fn legend(ui: &mut egui::Ui) {
 pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
     ui.horizontal(|ui| {
         ui.strong("β per sublayer and token");
-        ui.weak("(hover a cell for details, click to select the token)");
+        ui.weak("(hover a cell for details, click to select the token and the sublayer)");
     });
     legend(ui);
     if super::empty_note(ui, data) {
@@ -120,9 +120,11 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
         };
         let hovered = resp.hover_pos().and_then(cell_at);
         if resp.clicked()
-            && let Some((t, _)) = resp.interact_pointer_pos().and_then(cell_at)
+            && let Some((t, i)) = resp.interact_pointer_pos().and_then(cell_at)
         {
+            // The token, and the sublayer (for the per-layer views and the Interventions view).
             sel.token = Some(t);
+            sel.sublayer = i;
         }
         if let Some((t, i)) = hovered {
             resp.on_hover_ui_at_pointer(|ui| {

@@ -156,7 +156,14 @@ impl Interventions {
 
 /// The view for a model of `sublayers` sublayers (`ddl`: whether it has delta writes; `busy`:
 /// the model thread is working).
-pub fn show(ui: &mut egui::Ui, st: &mut Interventions, sublayers: usize, ddl: bool, busy: bool) -> Option<Action> {
+pub fn show(
+    ui: &mut egui::Ui,
+    st: &mut Interventions,
+    sublayers: usize,
+    ddl: bool,
+    busy: bool,
+    selected: usize,
+) -> Option<Action> {
     let mut action = None;
     ui.horizontal(|ui| {
         ui.strong("Interventions");
@@ -172,6 +179,22 @@ pub fn show(ui: &mut egui::Ui, st: &mut Interventions, sublayers: usize, ddl: bo
     if st.scale <= 0.0 {
         st.scale = 0.5;
     }
+    // The sublayer chosen on the β map (a click on its row), with the common choices at hand.
+    let sel = selected.min(sublayers - 1);
+    ui.horizontal(|ui| {
+        ui.label(format!("selected on the β map: {}", sublayer_name(sel)));
+        for (name, c) in [
+            ("identity", Choice::Identity),
+            ("projection", Choice::Projection),
+            ("reflection", Choice::Reflection),
+            ("k = prompt mean", Choice::KMean),
+            ("as trained", Choice::AsTrained),
+        ] {
+            if ui.small_button(name).on_hover_text(format!("{}: {}", sublayer_name(sel), name)).clicked() {
+                st.set(sel, c);
+            }
+        }
+    });
     egui::Grid::new("interventions-grid").num_columns(3).striped(true).show(ui, |ui| {
         for s in 0..sublayers {
             let l = ui.label(sublayer_name(s));
