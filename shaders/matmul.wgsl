@@ -582,10 +582,10 @@ fn mm_ss(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
 }
 
 // ---------------------------------------------------------------------------------------------
-// `wm_*`: workgroup-memory stages with register blocks (STAGED = 1 variants w128/w64; the GPU
-// kernel). 16×16 invocations; invocation (tx, ty) owns DM×DN blocks of 4×4 outputs, block (I, J)
-// at rows 64·I + 4·ty + i and columns 64·J + 4·tx + j of the BM×BN tile (BM = 64·DM,
-// BN = 64·DN). K advances BK = 8 steps at a time through two stages of workgroup memory: while
+// `wm_*`: workgroup-memory stages with register blocks (the staged variants w128, w128k16, w64;
+// the GPU kernel). 16×16 invocations; invocation (tx, ty) owns DM×DN blocks of 4×4 outputs, block
+// (I, J) at rows 64·I + 4·ty + i and columns 64·J + 4·tx + j of the BM×BN tile (BM = 64·DM,
+// BN = 64·DN). K advances BK (8 or 16) steps at a time through two stages of workgroup memory: while
 // one stage is read, the next K slice is loaded from the buffers into registers and stored into
 // the other stage, so one barrier per slice suffices. Both stages hold each slice as
 // [k][rows / 4] vec4s (A) and [k][columns / 4] vec4s (B), read four outputs' operands per load.
@@ -597,14 +597,16 @@ fn mm_ss(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
 // accumulator, which leaves it bit for bit unchanged (see `matmul`), so every output is still
 // acc = fma(A[i,p], B[p,j], acc) for p = 0 … K−1 in order: bit-identical to every other variant.
 
-const WT: u32 = 256u;                  // invocations per workgroup (16 × 16)
 const WA: u32 = BM / 4u;               // vec4s per K step of an A slice
 const WB: u32 = BN / 4u;               // … and of a B slice
-var<workgroup> Wa: array<vec4<f32>, 2u * 8u * (BM / 4u)>;
-var<workgroup> Wb: array<vec4<f32>, 2u * 8u * (BN / 4u)>;
+// Load slots per invocation and operand: a slice of BK K steps is BK·WA vec4s of A (BK·WB of B)
+// over 256 invocations; at most 2 (the tiles in src/shaders.rs keep BK·BM/4 ≤ 512).
+const WSLOTS: u32 = (BK * max(WA, WB) + 255u) / 256u;
+var<workgroup> Wa: array<vec4<f32>, 2u * BK * (BM / 4u)>;
+var<workgroup> Wb: array<vec4<f32>, 2u * BK * (BN / 4u)>;
 
 // Mode of an operand's loads: 0 vec4s along K, 1 vec4s along M (A) or N (B), 2 scalars.
-// Slot e (< 2·BM for A) of a slice starting at k0. Mode 0: row e % BM, K steps 4·(e / BM) …+3.
+// Slot e (< BK·WA for A) of a slice starting at k0. Mode 0: row e % BM, K steps 4·(e / BM) …+3.
 // Modes 1, 2: K step e / WA, rows 4·(e % WA) …+3 (clamped to the last row / the last whole vec4).
 fn wm_load_a(mode: u32, base: u32, row0: u32, k0: u32, e: u32) -> vec4<f32> {
     let p = params;
@@ -645,7 +647,7 @@ fn wm_load_b(mode: u32, base: u32, col0: u32, k0: u32, e: u32) -> vec4<f32> {
 // Stores slot e's values into stage `s` (mode 0: four K steps of one row; else one K step of
 // four rows).
 fn wm_store_a(mode: u32, s: u32, e: u32, v: vec4<f32>) {
-    let o = s * 8u * WA;
+    let o = s * BK * WA;
     if (mode == 0u) {
         let r = e % BM;
         let k = 4u * (e / BM);
@@ -658,7 +660,7 @@ fn wm_store_a(mode: u32, s: u32, e: u32, v: vec4<f32>) {
     }
 }
 fn wm_store_b(mode: u32, s: u32, e: u32, v: vec4<f32>) {
-    let o = s * 8u * WB;
+    let o = s * BK * WB;
     if (mode == 0u) {
         let c = e % BN;
         let k = 4u * (e / BN);
@@ -671,6 +673,27 @@ fn wm_store_b(mode: u32, s: u32, e: u32, v: vec4<f32>) {
     }
 }
 
+// One slice's loads into registers (slots tid and tid + 256), and their stores into a stage.
+struct WRegs { a0: vec4<f32>, a1: vec4<f32>, b0: vec4<f32>, b1: vec4<f32> }
+fn wm_load(t: Tile, ma: u32, mb: u32, k0: u32, e: u32) -> WRegs {
+    var r: WRegs;
+    if (e < BK * WA) { r.a0 = wm_load_a(ma, t.abase, t.row0, k0, e); }
+    if (e < BK * WB) { r.b0 = wm_load_b(mb, t.bbase, t.col0, k0, e); }
+    if (WSLOTS > 1u) {
+        if (e + 256u < BK * WA) { r.a1 = wm_load_a(ma, t.abase, t.row0, k0, e + 256u); }
+        if (e + 256u < BK * WB) { r.b1 = wm_load_b(mb, t.bbase, t.col0, k0, e + 256u); }
+    }
+    return r;
+}
+fn wm_store(r: WRegs, ma: u32, mb: u32, s: u32, e: u32) {
+    if (e < BK * WA) { wm_store_a(ma, s, e, r.a0); }
+    if (e < BK * WB) { wm_store_b(mb, s, e, r.b0); }
+    if (WSLOTS > 1u) {
+        if (e + 256u < BK * WA) { wm_store_a(ma, s, e + 256u, r.a1); }
+        if (e + 256u < BK * WB) { wm_store_b(mb, s, e + 256u, r.b1); }
+    }
+}
+
 fn wm_body(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, am: u32, bmode: u32) {
     let p = params;
     let ti = tile_index(wid, nwg);
@@ -680,18 +703,15 @@ fn wm_body(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, am: u32, bmode: u32) 
                  p.b_off + batch_off(ti.z, p.b_bs, p.b_os),
                  p.c_off + batch_off(ti.z, p.c_bs, p.c_os));
     let e = lid.y * 16u + lid.x;
-    let has_a = e < 2u * BM;
-    let has_b = e < 2u * BN;
-    let nfull = p.k / 8u;
-    let nslices = (p.k + 7u) / 8u;
+    let nfull = p.k / BK;
+    let nslices = (p.k + BK - 1u) / BK;
     var c00: mat4x4<f32>; var c01: mat4x4<f32>; var c10: mat4x4<f32>; var c11: mat4x4<f32>;
     // Slice 0 into stage 0.
     {
         let full = nfull > 0u;
         let ma = select(2u, am, full);
         let mb = select(2u, bmode, full);
-        if (has_a) { wm_store_a(ma, 0u, e, wm_load_a(ma, t.abase, t.row0, 0u, e)); }
-        if (has_b) { wm_store_b(mb, 0u, e, wm_load_b(mb, t.bbase, t.col0, 0u, e)); }
+        wm_store(wm_load(t, ma, mb, 0u, e), ma, mb, 0u, e);
     }
     workgroupBarrier();
     for (var s = 0u; s < nslices; s++) {
@@ -700,15 +720,11 @@ fn wm_body(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, am: u32, bmode: u32) 
         let full = s + 1u < nfull;
         let ma = select(2u, am, full);
         let mb = select(2u, bmode, full);
-        var ra = vec4<f32>(0.0);
-        var rb = vec4<f32>(0.0);
-        if (next) {
-            if (has_a) { ra = wm_load_a(ma, t.abase, t.row0, (s + 1u) * 8u, e); }
-            if (has_b) { rb = wm_load_b(mb, t.bbase, t.col0, (s + 1u) * 8u, e); }
-        }
-        let oa = (s % 2u) * 8u * WA;
-        let ob = (s % 2u) * 8u * WB;
-        for (var kk = 0u; kk < 8u; kk++) {
+        var regs: WRegs;
+        if (next) { regs = wm_load(t, ma, mb, (s + 1u) * BK, e); }
+        let oa = (s % 2u) * BK * WA;
+        let ob = (s % 2u) * BK * WB;
+        for (var kk = 0u; kk < BK; kk++) {
             let a0 = Wa[oa + kk * WA + lid.y];
             let b0 = Wb[ob + kk * WB + lid.x];
             c00 = upd1(c00, a0, b0);
@@ -725,10 +741,7 @@ fn wm_body(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, am: u32, bmode: u32) 
                 c10 = upd1(c10, a1, b0);
             }
         }
-        if (next) {
-            if (has_a) { wm_store_a(ma, (s + 1u) % 2u, e, ra); }
-            if (has_b) { wm_store_b(mb, (s + 1u) % 2u, e, rb); }
-        }
+        if (next) { wm_store(regs, ma, mb, (s + 1u) % 2u, e); }
         workgroupBarrier();
     }
     let r = 4u * lid.y;

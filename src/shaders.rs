@@ -325,14 +325,16 @@ const fn tile(
     MatmulTile { name, bm, bn, bk, tm, tn, direct, dx, dy, dm, dn, subgroup_name, staged: false }
 }
 
-/// A staged tile (see [`MatmulTile::staged`]): `dm × dn` blocks per invocation.
-const fn staged(name: &'static str, dm: usize, dn: usize) -> MatmulTile {
+/// A staged tile (see [`MatmulTile::staged`]): `dm × dn` blocks per invocation, K slices of `bk`
+/// (at most 512 vec4s of an operand per slice: two load slots per invocation).
+const fn staged(name: &'static str, dm: usize, dn: usize, bk: usize) -> MatmulTile {
     let (bm, bn) = (64 * dm, 64 * dn);
+    assert!(bk % 4 == 0 && bk * bm / 4 <= 512 && bk * bn / 4 <= 512);
     MatmulTile {
         name,
         bm,
         bn,
-        bk: 8,
+        bk,
         tm: bm / 16,
         tn: bn / 16,
         direct: false,
@@ -345,8 +347,15 @@ const fn staged(name: &'static str, dm: usize, dn: usize) -> MatmulTile {
     }
 }
 
+impl MatmulTile {
+    /// Workgroup memory of the staged entry points (two stages of A and B slices), in bytes.
+    pub const fn staged_bytes(&self) -> usize {
+        2 * self.bk * (self.bm / 4 + self.bn / 4) * 16
+    }
+}
+
 /// Every matmul tile.
-pub const MATMUL_TILES: [MatmulTile; 9] = [
+pub const MATMUL_TILES: [MatmulTile; 10] = [
     tile("t16", [16, 16, 16, 1, 1], false, [8, 1, 1, 1], None),
     tile("t32", [32, 32, 16, 2, 2], false, [8, 1, 1, 1], None),
     tile("t64", [64, 64, 16, 4, 4], false, [8, 1, 1, 1], None),
@@ -354,8 +363,9 @@ pub const MATMUL_TILES: [MatmulTile; 9] = [
     tile("c64", [128, 64, 8, 8, 4], true, [8, 8, 4, 2], Some("c64g")),
     tile("r32", [32, 128, 8, 2, 8], true, [8, 2, 4, 4], Some("r32g")),
     tile("r8", [8, 128, 8, 1, 8], true, [8, 1, 2, 4], Some("r8g")),
-    staged("w128", 2, 2),
-    staged("w64", 1, 1),
+    staged("w128", 2, 2, 8),
+    staged("w128k16", 2, 2, 16),
+    staged("w64", 1, 1, 8),
 ];
 
 /// A matmul variant: a tile, and for the register-block tiles optionally the A-block broadcast

@@ -40,10 +40,17 @@ pub fn subgroup_variants(gpu: &Gpu) -> bool {
     gpu.features.contains(wgpu::Features::SUBGROUP) && gpu.forms.matmul_subgroup
 }
 
-/// The tile variants this adapter can run (the `…g` ones only where [`subgroup_variants`]).
+/// The tile variants this adapter can run (the `…g` ones only where [`subgroup_variants`]; the
+/// staged ones whose workgroup memory fits the adapter's limit: `w128k16` needs 32 KiB, more
+/// than WebGPU's default 16).
 pub fn variants_for(gpu: &Gpu) -> Vec<&'static str> {
     let g = subgroup_variants(gpu);
-    variants().into_iter().filter(|v| g || !subgroup_variant(v)).collect()
+    let room = gpu.limits.max_compute_workgroup_storage_size as usize;
+    MatmulKey::all()
+        .into_iter()
+        .filter(|k| (g || !k.subgroup) && (!k.tile.staged || k.tile.staged_bytes() <= room))
+        .map(|k| k.name())
+        .collect()
 }
 
 /// Shape bucket for the autotune cache: powers of two of M, N, K and the operand layouts.
