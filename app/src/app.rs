@@ -404,6 +404,8 @@ impl VizApp {
 
     fn automation(&mut self, ctx: &egui::Context) {
         let Some(path) = self.auto.screenshot.clone() else { return };
+        // No tooltips in pictures: the pointer of a virtual display rests in the window.
+        ctx.all_styles_mut(|s| s.interaction.tooltip_delay = 1.0e9);
         let timed_out = self.auto.t0.is_some_and(|t| t.elapsed().as_secs() > 300);
         if timed_out && self.auto.failure.is_none() {
             self.auto.failure = Some("timed out waiting for generation".into());
