@@ -277,8 +277,15 @@ fn compare_with_identity_maps_changes_nothing_and_a_real_intervention_is_measure
 
 #[test]
 fn k_mean_writes_along_the_prompts_mean_direction_from_the_prefill_on() {
+    // The plain write, the v-Map direction MLP's k, and the expanded state with compressors.
+    for variant in ["ddl", "ddl_vmap", "ddl_ccec"] {
+        k_mean_case(variant);
+    }
+}
+
+fn k_mean_case(variant: &str) {
     use ddl::generate::{GenOptions, Generator, Sampler, SamplerConfig, compare};
-    let (model, g) = model_from_golden("ddl");
+    let (model, g) = model_from_golden(variant);
     let tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_chars(
         (0..g.config.vocab_size as u32).map(|i| char::from_u32(0x4e00 + i).unwrap()).collect(),
     ));
@@ -309,7 +316,7 @@ fn k_mean_writes_along_the_prompts_mean_direction_from_the_prefill_on() {
     let check = |tr: &ddl::generate::TokenTrace, what: &str| {
         let k = &tr.k[target * d..(target + 1) * d];
         let err = k.iter().zip(&mean).map(|(&x, &m)| (x as f64 - m).abs()).fold(0.0, f64::max);
-        assert!(err < 1e-5, "{what}: k of block 1 attn is {err:.2e} from the prompt's mean direction");
+        assert!(err < 1e-5, "{variant} {what}: k of block 1 attn is {err:.2e} from the prompt's mean direction");
     };
     for (i, (tr, pt)) in steered.prompt_traces().iter().zip(plain.prompt_traces()).enumerate() {
         check(tr, &format!("prompt token {i}"));
