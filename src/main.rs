@@ -688,7 +688,7 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             if !json {
                 println!(
                     "adapter: {} ({:?}); shapes of {preset} at B {} × T {}; floors: bytes at the copy \
-                     bandwidth {gbs:.2} GB/s, FLOPs at the 1024³ matmul rate {gflops:.2} GFLOP/s (the \
+                     bandwidth {gbs:.2} GB/s, FLOPs at the best square matmul rate {gflops:.2} GFLOP/s (the \
                      larger one is each kernel's floor)",
                     gpu.info.name, gpu.info.backend, shape.b, shape.t
                 );
