@@ -283,8 +283,9 @@ impl<'a> Generator<'a> {
         Self::with_interventions(model, tok, prompt, sampler, trace, None, &[])
     }
 
-    /// [`Generator::with_beta_maps`] with `k=mean` interventions too: the sublayers in `k_mean`
-    /// write along the prompt's mean direction ([`mean_k_directions`]) from the prefill on.
+    /// [`Generator::new`] under interventions: every decode program of this generation applies
+    /// `beta_maps` (one per sublayer, [`crate::model::Interventions::maps`]), and the sublayers in
+    /// `k_mean` write along the prompt's mean direction ([`mean_k_directions`]) from the prefill on.
     pub fn with_interventions(
         model: &'a Model,
         tok: &'a Tokenizer,
@@ -295,31 +296,6 @@ impl<'a> Generator<'a> {
         k_mean: &[bool],
     ) -> Result<Self> {
         let k_fixed = mean_k_directions(model, prompt, &beta_maps, k_mean)?;
-        Self::start(model, tok, prompt, sampler, trace, beta_maps, k_fixed)
-    }
-
-    /// [`Generator::new`] under interventions: every decode program of this generation applies
-    /// `beta_maps` (one per sublayer, [`crate::model::Interventions::maps`]).
-    pub fn with_beta_maps(
-        model: &'a Model,
-        tok: &'a Tokenizer,
-        prompt: &[u32],
-        sampler: Sampler,
-        trace: bool,
-        beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
-    ) -> Result<Self> {
-        Self::start(model, tok, prompt, sampler, trace, beta_maps, Vec::new())
-    }
-
-    fn start(
-        model: &'a Model,
-        tok: &'a Tokenizer,
-        prompt: &[u32],
-        sampler: Sampler,
-        trace: bool,
-        beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
-        k_fixed: Vec<Option<crate::gpu::Tensor>>,
-    ) -> Result<Self> {
         let cap = model.cfg.max_seq_len;
         let v = model.cfg.vocab_size;
         let keep = &prompt[prompt.len().saturating_sub(cap)..];
@@ -360,6 +336,14 @@ impl<'a> Generator<'a> {
         })
     }
 
+    /// An empty cache for a re-prefill, with this generation's interventions.
+    fn fresh_cache(&mut self) -> Result<()> {
+        let (maps, fixed) = (self.cache.beta_maps.take(), std::mem::take(&mut self.cache.k_fixed));
+        self.cache = self.model.decode_cache()?;
+        (self.cache.beta_maps, self.cache.k_fixed) = (maps, fixed);
+        Ok(())
+    }
+
     /// The traces of the prefilled prompt tokens (empty unless tracing).
     pub fn prompt_traces(&self) -> &[TokenTrace] {
         &self.prompt_traces
@@ -389,9 +373,7 @@ impl<'a> Generator<'a> {
             (tokens.to_vec(), false)
         };
         if fresh {
-            let (maps, fixed) = (self.cache.beta_maps.take(), std::mem::take(&mut self.cache.k_fixed));
-            self.cache = model.decode_cache()?;
-            (self.cache.beta_maps, self.cache.k_fixed) = (maps, fixed);
+            self.fresh_cache()?;
         }
         let mut p = model.decode_program(&self.cache, run.len())?;
         let l = p.forward(model, &run, &mut self.cache)?;
@@ -452,9 +434,7 @@ impl<'a> Generator<'a> {
             // Slide: keep the last half of the context (this token included) and re-prefill it.
             let keep_from = self.history.len() - cap / 2;
             let kept: Vec<u32> = self.history[keep_from..].to_vec();
-            let (maps, fixed) = (self.cache.beta_maps.take(), std::mem::take(&mut self.cache.k_fixed));
-            self.cache = model.decode_cache()?;
-            (self.cache.beta_maps, self.cache.k_fixed) = (maps, fixed);
+            self.fresh_cache()?;
             let mut p = model.decode_program(&self.cache, kept.len())?;
             let l = p.forward(model, &kept, &mut self.cache)?;
             self.logits = l[(kept.len() - 1) * v..].to_vec();
@@ -558,6 +538,26 @@ pub fn continuation_logprobs(
         .collect())
 }
 
+/// Per token of `continuation`: its log-probability under the interventions (`beta_maps`,
+/// `k_mean`) minus without them, both teacher-forced ([`continuation_logprobs`]).
+pub fn delta_logprobs(
+    model: &Model,
+    prompt: &[u32],
+    continuation: &[u32],
+    beta_maps: Vec<crate::kernels::delta::BetaMap>,
+    k_mean: &[bool],
+) -> Result<Vec<f64>> {
+    let base = continuation_logprobs(model, prompt, continuation, None, &[])?;
+    let with = continuation_logprobs(model, prompt, continuation, Some(beta_maps), k_mean)?;
+    Ok(with.iter().zip(&base).map(|(a, b)| a - b).collect())
+}
+
+/// The first position where two token sequences differ (one ending before the other counts),
+/// `None` when they are equal.
+pub fn first_difference(a: &[u32], b: &[u32]) -> Option<usize> {
+    a.iter().zip(b).position(|(x, y)| x != y).or_else(|| (a.len() != b.len()).then(|| a.len().min(b.len())))
+}
+
 /// What `--compare` measures: the continuation without and with the interventions (same prompt,
 /// same sampler seed), where they first differ, and the change of the log-probability of each
 /// token of the original continuation under the interventions (teacher-forced).
@@ -589,14 +589,8 @@ pub fn compare(
     };
     let original = run(None, &[])?;
     let intervened = run(Some(beta_maps.clone()), k_mean)?;
-    let first_difference = original
-        .iter()
-        .zip(&intervened)
-        .position(|(a, b)| a != b)
-        .or_else(|| (original.len() != intervened.len()).then(|| original.len().min(intervened.len())));
-    let base = continuation_logprobs(model, prompt, &original, None, &[])?;
-    let with = continuation_logprobs(model, prompt, &original, Some(beta_maps), k_mean)?;
-    let delta_logprob = with.iter().zip(&base).map(|(a, b)| a - b).collect();
+    let first_difference = first_difference(&original, &intervened);
+    let delta_logprob = delta_logprobs(model, prompt, &original, beta_maps, k_mean)?;
     Ok(Comparison { original, intervened, first_difference, delta_logprob })
 }
 

@@ -318,16 +318,14 @@ fn compare(
     let (prompt_t, original) = run(None, &[])?;
     let (prompt_i, intervened) = run(Some(maps.clone()), &k_mean)?;
     let cont: Vec<u32> = original.iter().map(|t| t.token).collect();
-    let lp = |m: Option<Vec<ddl::kernels::delta::BetaMap>>, k: &[bool]| {
-        ddl::generate::continuation_logprobs(model, &ids, &cont, m, k).map_err(|e| format!("scoring failed: {e}"))
-    };
-    let (base, with) = (lp(None, &[])?, lp(Some(maps), &k_mean)?);
+    let delta_logprob =
+        ddl::generate::delta_logprobs(model, &ids, &cont, maps, &k_mean).map_err(|e| format!("scoring failed: {e}"))?;
     Ok(crate::panels::interventions::Comparison {
         specs: iv.describe(),
         prompt: prompt_t,
         prompt_intervened: prompt_i,
         original,
         intervened,
-        delta_logprob: with.iter().zip(&base).map(|(a, b)| a - b).collect(),
+        delta_logprob,
     })
 }

@@ -24,9 +24,10 @@ fn wait(h: &mut Harness<'_, VizApp>, what: &str, done: impl Fn(&VizApp) -> bool)
     }
 }
 
-#[test]
-fn generate_step_and_errors_with_a_tiny_model() {
-    let dir = common::tmpdir("gen");
+/// The app with its model thread on a fresh tiny checkpoint (in a temporary folder named after
+/// `name`), the prompt "First Citizen:", once the model has loaded: (folder, checkpoint, harness).
+fn loaded(name: &str) -> (std::path::PathBuf, std::path::PathBuf, Harness<'static, VizApp>) {
+    let dir = common::tmpdir(name);
     let ck = common::tiny_checkpoint(&dir);
     let app = VizApp::new(
         None,
@@ -35,6 +36,12 @@ fn generate_step_and_errors_with_a_tiny_model() {
     let mut h =
         Harness::builder().with_size([1280.0, 800.0]).build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), app);
     wait(&mut h, "the model to load", |a| a.model.is_some() && !a.busy());
+    (dir, ck, h)
+}
+
+#[test]
+fn generate_step_and_errors_with_a_tiny_model() {
+    let (dir, ck, mut h) = loaded("gen");
     assert_eq!(h.state().model.as_ref().unwrap().config.n_layers, 2);
     h.state_mut().max_tokens = 6;
     h.get_by_label("Generate").click();
@@ -157,15 +164,7 @@ fn a_baseline_model_generates_text_without_traces() {
 fn the_intervention_flow_generates_both_texts_and_measures_the_change() {
     use ddl_viz::app::Tab;
     use ddl_viz::panels::interventions::Choice;
-    let dir = common::tmpdir("intervene");
-    let ck = common::tiny_checkpoint(&dir);
-    let app = VizApp::new(
-        None,
-        Options { checkpoint: Some(ck.clone()), prompt: Some("First Citizen:".into()), ..Default::default() },
-    );
-    let mut h =
-        Harness::builder().with_size([1280.0, 800.0]).build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), app);
-    wait(&mut h, "the model to load", |a| a.model.is_some() && !a.busy());
+    let (_, _, mut h) = loaded("intervene");
     h.state_mut().max_tokens = 6;
     h.get_by_label("Interventions").click();
     h.run();

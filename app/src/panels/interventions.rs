@@ -85,11 +85,8 @@ pub struct Comparison {
 impl Comparison {
     /// The first generated position where the two continuations differ.
     pub fn first_difference(&self) -> Option<usize> {
-        let (a, b) = (&self.original, &self.intervened);
-        a.iter()
-            .zip(b)
-            .position(|(x, y)| x.token != y.token)
-            .or_else(|| (a.len() != b.len()).then(|| a.len().min(b.len())))
+        let tokens = |t: &[TokenTrace]| t.iter().map(|r| r.token).collect::<Vec<u32>>();
+        ddl::generate::first_difference(&tokens(&self.original), &tokens(&self.intervened))
     }
 }
 
