@@ -52,13 +52,13 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> a: array<f32>;
-@group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;
-// The same buffers as `a` and `b`, read four floats at a time (bound only by the mm_* entry points
-// that use them).
-@group(0) @binding(4) var<storage, read> a4: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read> b4: array<vec4<f32>>;
+// The operands come from the parts `matmul_{a,b}_{f32,r16,f16}` (src/shaders.rs): bindings 1 (`a`)
+// and 2 (`b`), the same buffers read four elements at a time as 4 (`a4`) and 5 (`b4`, bound only
+// by the entry points that use them), and their loads `lda(i)` / `lda4(q)` (`ldb`, `ldb4`), which
+// return f32: as stored (f32), rounded to half precision (r16: f32 storage, f16 operands), or
+// converted from half-precision storage (f16). Every product of two f16 values is exact in f32, so
+// the f16 forms are the f32 kernel on f16-rounded operands, accumulated in f32 in the same order.
 
 // Element offset of batch index z for an operand with batch stride `bs` and group stride `os`.
 fn batch_off(z: u32, bs: u32, os: u32) -> u32 {
@@ -110,7 +110,7 @@ fn matmul(
             let gi = row0 + r;
             let gk = k0 + kk;
             var v = 0.0;
-            if (gi < p.m && gk < p.k) { v = a[a_base + gi * p.a_rs + gk * p.a_cs]; }
+            if (gi < p.m && gk < p.k) { v = lda(a_base + gi * p.a_rs + gk * p.a_cs); }
             As[kk * BM + r] = v;
         }
         for (var e = tid; e < BK * BN; e += NT) {
@@ -120,7 +120,7 @@ fn matmul(
             let gk = k0 + kk;
             let gj = col0 + cc;
             var v = 0.0;
-            if (gk < p.k && gj < p.n) { v = b[b_base + gk * p.b_rs + gj * p.b_cs]; }
+            if (gk < p.k && gj < p.n) { v = ldb(b_base + gk * p.b_rs + gj * p.b_cs); }
             Bs[kk * BN + cc] = v;
         }
         workgroupBarrier();
@@ -283,20 +283,20 @@ fn b_groups(t: Tile) -> vec4<u32> {
 // forms); `s` is the stride between consecutive K steps in elements.
 // Along K, contiguous: one vec4 per row of A / column of B; `o` are vec4 indices, q = k / 4.
 fn lda_k4(o: vec4<u32>, q: u32) -> mat4x4<f32> {
-    return mat4x4<f32>(a4[o.x + q], a4[o.y + q], a4[o.z + q], a4[o.w + q]);
+    return mat4x4<f32>(lda4(o.x + q), lda4(o.y + q), lda4(o.z + q), lda4(o.w + q));
 }
 fn ldb_k4(o: vec4<u32>, q: u32) -> mat4x4<f32> {
-    return transpose(mat4x4<f32>(b4[o.x + q], b4[o.y + q], b4[o.z + q], b4[o.w + q]));
+    return transpose(mat4x4<f32>(ldb4(o.x + q), ldb4(o.y + q), ldb4(o.z + q), ldb4(o.w + q)));
 }
 // Four consecutive rows of A / columns of B contiguous (starting at element g): one vec4 per K
 // step.
 fn lda_x4(g: u32, k: u32, s: u32) -> mat4x4<f32> {
     let o = g + k * s;
-    return transpose(mat4x4<f32>(a4[o / 4u], a4[(o + s) / 4u], a4[(o + 2u * s) / 4u], a4[(o + 3u * s) / 4u]));
+    return transpose(mat4x4<f32>(lda4(o / 4u), lda4((o + s) / 4u), lda4((o + 2u * s) / 4u), lda4((o + 3u * s) / 4u)));
 }
 fn ldb_x4(g: u32, k: u32, s: u32) -> mat4x4<f32> {
     let o = g + k * s;
-    return mat4x4<f32>(b4[o / 4u], b4[(o + s) / 4u], b4[(o + 2u * s) / 4u], b4[(o + 3u * s) / 4u]);
+    return mat4x4<f32>(ldb4(o / 4u), ldb4((o + s) / 4u), ldb4((o + 2u * s) / 4u), ldb4((o + 3u * s) / 4u));
 }
 // Scalar loads, any strides.
 fn lda_s(o: vec4<u32>, k: u32, s: u32) -> mat4x4<f32> {
@@ -305,10 +305,10 @@ fn lda_s(o: vec4<u32>, k: u32, s: u32) -> mat4x4<f32> {
     let k2 = k1 + s;
     let k3 = k2 + s;
     return mat4x4<f32>(
-        vec4(a[o.x + k0], a[o.x + k1], a[o.x + k2], a[o.x + k3]),
-        vec4(a[o.y + k0], a[o.y + k1], a[o.y + k2], a[o.y + k3]),
-        vec4(a[o.z + k0], a[o.z + k1], a[o.z + k2], a[o.z + k3]),
-        vec4(a[o.w + k0], a[o.w + k1], a[o.w + k2], a[o.w + k3]));
+        vec4(lda(o.x + k0), lda(o.x + k1), lda(o.x + k2), lda(o.x + k3)),
+        vec4(lda(o.y + k0), lda(o.y + k1), lda(o.y + k2), lda(o.y + k3)),
+        vec4(lda(o.z + k0), lda(o.z + k1), lda(o.z + k2), lda(o.z + k3)),
+        vec4(lda(o.w + k0), lda(o.w + k1), lda(o.w + k2), lda(o.w + k3)));
 }
 fn ldb_s(o: vec4<u32>, k: u32, s: u32) -> mat4x4<f32> {
     let k0 = k * s;
@@ -316,10 +316,10 @@ fn ldb_s(o: vec4<u32>, k: u32, s: u32) -> mat4x4<f32> {
     let k2 = k1 + s;
     let k3 = k2 + s;
     return mat4x4<f32>(
-        vec4(b[o.x + k0], b[o.y + k0], b[o.z + k0], b[o.w + k0]),
-        vec4(b[o.x + k1], b[o.y + k1], b[o.z + k1], b[o.w + k1]),
-        vec4(b[o.x + k2], b[o.y + k2], b[o.z + k2], b[o.w + k2]),
-        vec4(b[o.x + k3], b[o.y + k3], b[o.z + k3], b[o.w + k3]));
+        vec4(ldb(o.x + k0), ldb(o.y + k0), ldb(o.z + k0), ldb(o.w + k0)),
+        vec4(ldb(o.x + k1), ldb(o.y + k1), ldb(o.z + k1), ldb(o.w + k1)),
+        vec4(ldb(o.x + k2), ldb(o.y + k2), ldb(o.z + k2), ldb(o.w + k2)),
+        vec4(ldb(o.x + k3), ldb(o.y + k3), ldb(o.z + k3), ldb(o.w + k3)));
 }
 
 // The K % 4 last steps, scalar loads (any layout), in order.
@@ -330,31 +330,31 @@ fn tail(acc: ptr<function, Acc>, t: Tile, k_from: u32) {
     for (var k = k_from; k < p.k; k++) {
         let ka = k * p.a_cs;
         let kb = k * p.b_rs;
-        let a0 = vec4(a[ar.i0.x + ka], a[ar.i0.y + ka], a[ar.i0.z + ka], a[ar.i0.w + ka]);
-        let a1 = vec4(a[ar.i1.x + ka], a[ar.i1.y + ka], a[ar.i1.z + ka], a[ar.i1.w + ka]);
-        let a2 = vec4(a[ar.i2.x + ka], a[ar.i2.y + ka], a[ar.i2.z + ka], a[ar.i2.w + ka]);
-        let a3 = vec4(a[ar.i3.x + ka], a[ar.i3.y + ka], a[ar.i3.z + ka], a[ar.i3.w + ka]);
-        let b0 = vec4(b[bc.i0.x + kb], b[bc.i0.y + kb], b[bc.i0.z + kb], b[bc.i0.w + kb]);
+        let a0 = vec4(lda(ar.i0.x + ka), lda(ar.i0.y + ka), lda(ar.i0.z + ka), lda(ar.i0.w + ka));
+        let a1 = vec4(lda(ar.i1.x + ka), lda(ar.i1.y + ka), lda(ar.i1.z + ka), lda(ar.i1.w + ka));
+        let a2 = vec4(lda(ar.i2.x + ka), lda(ar.i2.y + ka), lda(ar.i2.z + ka), lda(ar.i2.w + ka));
+        let a3 = vec4(lda(ar.i3.x + ka), lda(ar.i3.y + ka), lda(ar.i3.z + ka), lda(ar.i3.w + ka));
+        let b0 = vec4(ldb(bc.i0.x + kb), ldb(bc.i0.y + kb), ldb(bc.i0.z + kb), ldb(bc.i0.w + kb));
         (*acc).c00 = upd1((*acc).c00, a0, b0);
         if (DM > 1u) { (*acc).c10 = upd1((*acc).c10, a1, b0); }
         if (DM > 2u) { (*acc).c20 = upd1((*acc).c20, a2, b0); }
         if (DM > 3u) { (*acc).c30 = upd1((*acc).c30, a3, b0); }
         if (DN > 1u) {
-            let b1 = vec4(b[bc.i1.x + kb], b[bc.i1.y + kb], b[bc.i1.z + kb], b[bc.i1.w + kb]);
+            let b1 = vec4(ldb(bc.i1.x + kb), ldb(bc.i1.y + kb), ldb(bc.i1.z + kb), ldb(bc.i1.w + kb));
             (*acc).c01 = upd1((*acc).c01, a0, b1);
             if (DM > 1u) { (*acc).c11 = upd1((*acc).c11, a1, b1); }
             if (DM > 2u) { (*acc).c21 = upd1((*acc).c21, a2, b1); }
             if (DM > 3u) { (*acc).c31 = upd1((*acc).c31, a3, b1); }
         }
         if (DN > 2u) {
-            let b2 = vec4(b[bc.i2.x + kb], b[bc.i2.y + kb], b[bc.i2.z + kb], b[bc.i2.w + kb]);
+            let b2 = vec4(ldb(bc.i2.x + kb), ldb(bc.i2.y + kb), ldb(bc.i2.z + kb), ldb(bc.i2.w + kb));
             (*acc).c02 = upd1((*acc).c02, a0, b2);
             if (DM > 1u) { (*acc).c12 = upd1((*acc).c12, a1, b2); }
             if (DM > 2u) { (*acc).c22 = upd1((*acc).c22, a2, b2); }
             if (DM > 3u) { (*acc).c32 = upd1((*acc).c32, a3, b2); }
         }
         if (DN > 3u) {
-            let b3 = vec4(b[bc.i3.x + kb], b[bc.i3.y + kb], b[bc.i3.z + kb], b[bc.i3.w + kb]);
+            let b3 = vec4(ldb(bc.i3.x + kb), ldb(bc.i3.y + kb), ldb(bc.i3.z + kb), ldb(bc.i3.w + kb));
             (*acc).c03 = upd1((*acc).c03, a0, b3);
             if (DM > 1u) { (*acc).c13 = upd1((*acc).c13, a1, b3); }
             if (DM > 2u) { (*acc).c23 = upd1((*acc).c23, a2, b3); }
@@ -612,37 +612,37 @@ fn wm_load_a(mode: u32, base: u32, row0: u32, k0: u32, e: u32) -> vec4<f32> {
     let p = params;
     if (mode == 0u) {
         let r = min(row0 + e % BM, p.m - 1u);
-        return a4[(base + r * p.a_rs) / 4u + k0 / 4u + e / BM];
+        return lda4((base + r * p.a_rs) / 4u + k0 / 4u + e / BM);
     }
     let k = k0 + e / WA;
     let r = row0 + 4u * (e % WA);
     if (mode == 1u) {
         let last = ((p.m + 3u) & ~3u) - 4u;
-        return a4[(base + k * p.a_cs + min(r, last)) / 4u];
+        return lda4((base + k * p.a_cs + min(r, last)) / 4u);
     }
     if (k >= p.k) { return vec4<f32>(0.0); }
     let o = base + k * p.a_cs;
     let l = p.m - 1u;
-    return vec4<f32>(a[o + min(r, l) * p.a_rs], a[o + min(r + 1u, l) * p.a_rs],
-                     a[o + min(r + 2u, l) * p.a_rs], a[o + min(r + 3u, l) * p.a_rs]);
+    return vec4<f32>(lda(o + min(r, l) * p.a_rs), lda(o + min(r + 1u, l) * p.a_rs),
+                     lda(o + min(r + 2u, l) * p.a_rs), lda(o + min(r + 3u, l) * p.a_rs));
 }
 fn wm_load_b(mode: u32, base: u32, col0: u32, k0: u32, e: u32) -> vec4<f32> {
     let p = params;
     if (mode == 0u) {
         let c = min(col0 + e % BN, p.n - 1u);
-        return b4[(base + c * p.b_cs) / 4u + k0 / 4u + e / BN];
+        return ldb4((base + c * p.b_cs) / 4u + k0 / 4u + e / BN);
     }
     let k = k0 + e / WB;
     let c = col0 + 4u * (e % WB);
     if (mode == 1u) {
         let last = ((p.n + 3u) & ~3u) - 4u;
-        return b4[(base + k * p.b_rs + min(c, last)) / 4u];
+        return ldb4((base + k * p.b_rs + min(c, last)) / 4u);
     }
     if (k >= p.k) { return vec4<f32>(0.0); }
     let o = base + k * p.b_rs;
     let l = p.n - 1u;
-    return vec4<f32>(b[o + min(c, l) * p.b_cs], b[o + min(c + 1u, l) * p.b_cs],
-                     b[o + min(c + 2u, l) * p.b_cs], b[o + min(c + 3u, l) * p.b_cs]);
+    return vec4<f32>(ldb(o + min(c, l) * p.b_cs), ldb(o + min(c + 1u, l) * p.b_cs),
+                     ldb(o + min(c + 2u, l) * p.b_cs), ldb(o + min(c + 3u, l) * p.b_cs));
 }
 // Stores slot e's values into stage `s` (mode 0: four K steps of one row; else one K step of
 // four rows).

@@ -88,6 +88,12 @@ pub const PARTS: &[(&str, &str)] = &[
     ("delta_sg_entries", part!("delta_sg_entries")),
     ("matmul_sg_on", part!("matmul_sg_on")),
     ("matmul_sg_off", part!("matmul_sg_off")),
+    ("matmul_a_f32", part!("matmul_a_f32")),
+    ("matmul_a_r16", part!("matmul_a_r16")),
+    ("matmul_a_f16", part!("matmul_a_f16")),
+    ("matmul_b_f32", part!("matmul_b_f32")),
+    ("matmul_b_r16", part!("matmul_b_r16")),
+    ("matmul_b_f16", part!("matmul_b_f16")),
     ("norm_sg_entries", part!("norm_sg_entries")),
 ];
 
@@ -368,17 +374,70 @@ pub const MATMUL_TILES: [MatmulTile; 10] = [
     staged("w64", 1, 1, 8),
 ];
 
+/// How a matmul operand is stored and read (`shaders/parts/matmul_{a,b}_*.wgsl`). Every form
+/// returns f32 to the same accumulation, so `R16` and `F16` are the f32 kernel on f16-rounded
+/// operands (a product of two f16 values is exact in f32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum MatmulElem {
+    /// Stored and read as f32.
+    #[default]
+    F32,
+    /// Stored as f32, rounded to f16 as it is read: an f16 operand whose producer writes f32.
+    R16,
+    /// Stored as f16 (offsets and strides count f16 elements).
+    F16,
+}
+
+impl MatmulElem {
+    /// `f`, `r`, `h`: the letters of a variant name's operand suffix.
+    pub fn code(self) -> char {
+        match self {
+            MatmulElem::F32 => 'f',
+            MatmulElem::R16 => 'r',
+            MatmulElem::F16 => 'h',
+        }
+    }
+
+    fn from_code(c: char) -> Option<MatmulElem> {
+        [MatmulElem::F32, MatmulElem::R16, MatmulElem::F16].into_iter().find(|e| e.code() == c)
+    }
+
+    /// Bytes per stored element.
+    pub fn bytes(self) -> usize {
+        if self == MatmulElem::F16 { 2 } else { 4 }
+    }
+
+    /// Whether the operand is an f16 operand (rounded or stored): needs SHADER_F16.
+    pub fn half(self) -> bool {
+        self != MatmulElem::F32
+    }
+
+    fn part(self, operand: char) -> &'static str {
+        let stem = match self {
+            MatmulElem::F32 => "f32",
+            MatmulElem::R16 => "r16",
+            MatmulElem::F16 => "f16",
+        };
+        part(&format!("matmul_{operand}_{stem}"))
+    }
+}
+
 /// A matmul variant: a tile, and for the register-block tiles optionally the A-block broadcast
 /// (`…g`: invocation 0 of each subgroup loads A and broadcasts it, through the `mm_*_g` entry
-/// points, which need one-dimensional workgroups of DX·DY invocations, x = index % DX).
+/// points, which need one-dimensional workgroups of DX·DY invocations, x = index % DX); and how
+/// each operand is stored and read ([`MatmulElem`]; f32 unless the name ends in `_` and two
+/// letters, e.g. `w128_rh`: A rounded to f16, B stored in f16).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MatmulKey {
     pub tile: MatmulTile,
     pub subgroup: bool,
+    pub a: MatmulElem,
+    pub b: MatmulElem,
 }
 
 impl MatmulKey {
-    /// `t64`, `r128`, `r128g`, …
+    /// The tile variant's name: `t64`, `r128`, `r128g`, … (without the operand suffix; the
+    /// autotuner and the heuristic choose among these).
     pub fn name(&self) -> &'static str {
         match (self.subgroup, self.tile.subgroup_name) {
             (true, Some(g)) => g,
@@ -386,9 +445,36 @@ impl MatmulKey {
         }
     }
 
-    /// The key of a variant name.
+    /// The shader variant's name: [`MatmulKey::name`], then `_` and the operands' letters
+    /// unless both are f32.
+    pub fn variant_name(&self) -> String {
+        if self.a == MatmulElem::F32 && self.b == MatmulElem::F32 {
+            self.name().to_string()
+        } else {
+            format!("{}_{}{}", self.name(), self.a.code(), self.b.code())
+        }
+    }
+
+    /// The key of a variant name (with or without the operand suffix).
     pub fn parse(name: &str) -> Option<MatmulKey> {
-        MatmulKey::all().into_iter().find(|k| k.name() == name)
+        let (base, ops) = match name.split_once('_') {
+            Some((b, o)) => {
+                let mut cs = o.chars();
+                let (a, b2) = (MatmulElem::from_code(cs.next()?)?, MatmulElem::from_code(cs.next()?)?);
+                if cs.next().is_some() || (a == MatmulElem::F32 && b2 == MatmulElem::F32) {
+                    return None;
+                }
+                (b, (a, b2))
+            }
+            None => (name, (MatmulElem::F32, MatmulElem::F32)),
+        };
+        let k = MatmulKey::all().into_iter().find(|k| k.name() == base)?;
+        Some(k.with_elems(ops.0, ops.1))
+    }
+
+    /// The same tile with operands stored and read as `a` and `b`.
+    pub fn with_elems(self, a: MatmulElem, b: MatmulElem) -> MatmulKey {
+        MatmulKey { a, b, ..self }
     }
 
     fn variant(&self) -> Variant {
@@ -406,23 +492,48 @@ impl MatmulKey {
             ("DN", t.dn),
         ];
         Variant {
-            name: self.name().to_string(),
+            name: self.variant_name(),
             consts: consts.iter().map(|&(n, v)| (n, "u32", u(v))).collect(),
-            parts: vec![part(if self.subgroup { "matmul_sg_on" } else { "matmul_sg_off" })],
+            parts: vec![
+                self.a.part('a'),
+                self.b.part('b'),
+                part(if self.subgroup { "matmul_sg_on" } else { "matmul_sg_off" }),
+            ],
         }
     }
 
-    /// Every tile, then the register-block tiles with the broadcast.
+    /// Every tile with f32 operands, then the register-block tiles with the broadcast.
     pub fn all() -> Vec<MatmulKey> {
-        let plain = MATMUL_TILES.iter().map(|&tile| MatmulKey { tile, subgroup: false });
-        let sg =
-            MATMUL_TILES.iter().filter(|t| t.subgroup_name.is_some()).map(|&tile| MatmulKey { tile, subgroup: true });
+        let f = MatmulElem::F32;
+        let plain = MATMUL_TILES.iter().map(|&tile| MatmulKey { tile, subgroup: false, a: f, b: f });
+        let sg = MATMUL_TILES.iter().filter(|t| t.subgroup_name.is_some()).map(|&tile| MatmulKey {
+            tile,
+            subgroup: true,
+            a: f,
+            b: f,
+        });
         plain.chain(sg).collect()
+    }
+
+    /// What the shader list (and so the portability check) holds: [`MatmulKey::all`], and each
+    /// of them with A rounded and B stored in f16 and the other way round, so every operand part
+    /// is compiled with every tile; other combinations are made on request by name.
+    pub fn listed() -> Vec<MatmulKey> {
+        let (r, h) = (MatmulElem::R16, MatmulElem::F16);
+        let all = MatmulKey::all();
+        let mut out = all.clone();
+        out.extend(all.iter().map(|k| k.with_elems(r, h)));
+        out.extend(all.iter().map(|k| k.with_elems(h, r)));
+        out
     }
 }
 
 fn matmul_variants() -> Vec<Variant> {
-    MatmulKey::all().iter().map(MatmulKey::variant).collect()
+    MatmulKey::listed().iter().map(MatmulKey::variant).collect()
+}
+
+fn matmul_named(name: &str) -> Option<Variant> {
+    MatmulKey::parse(name).map(|k| k.variant())
 }
 
 /// A variant of the RMSNorm shader (`shaders/norm.wgsl`): `team` reads the team size from the
@@ -472,7 +583,7 @@ fn norm_variants() -> Vec<Variant> {
 /// Every shader of the engine.
 pub const ALL: &[Shader] = &[
     shader!("fill"),
-    shader!("matmul", matmul_variants),
+    shader!("matmul", matmul_variants, matmul_named),
     shader!("elementwise"),
     shader!("reduce"),
     shader!("embedding"),
@@ -540,7 +651,10 @@ impl Variant {
     fn text(&self, source: &str) -> String {
         let mut s = String::new();
         let lines = || self.parts.iter().flat_map(|p| p.lines());
-        for line in lines().filter(|l| l.starts_with("enable ")) {
+        let mut enables: Vec<&str> = lines().filter(|l| l.starts_with("enable ")).collect();
+        enables.sort();
+        enables.dedup();
+        for line in enables {
             s.push_str(line);
             s.push('\n');
         }
@@ -697,7 +811,7 @@ mod tests {
         for (shader, names) in [
             ("delta", DeltaKey::all().iter().map(|k| k.name()).collect::<Vec<_>>()),
             ("shortconv", ConvKey::all().iter().map(|k| k.name()).collect()),
-            ("matmul", MatmulKey::all().iter().map(|k| k.name().to_string()).collect()),
+            ("matmul", MatmulKey::listed().iter().map(|k| k.variant_name()).collect()),
             ("norm", NormKey::all().iter().map(|k| k.name().to_string()).collect()),
         ] {
             let mut sorted = names.clone();
@@ -710,6 +824,22 @@ mod tests {
             assert_eq!(MatmulKey::parse(k.name()), Some(k));
             assert_eq!(k.subgroup, k.name().ends_with('g'));
         }
+        // Operand suffixes: any pair but f32·f32 (which has no suffix), on any tile.
+        use MatmulElem::{F16, F32, R16};
+        for k in MatmulKey::all() {
+            for (a, b) in [(F32, R16), (R16, R16), (F16, F32), (F16, F16), (R16, F16)] {
+                let e = k.with_elems(a, b);
+                assert_eq!(MatmulKey::parse(&e.variant_name()), Some(e), "{}", e.variant_name());
+            }
+        }
+        assert_eq!(MatmulKey::parse("w128_rh").map(|k| (k.a, k.b)), Some((R16, F16)));
+        for bad in ["w128_ff", "w128_r", "w128_rhh", "w128_xr", "w12_rr", "_rr"] {
+            assert_eq!(MatmulKey::parse(bad), None, "{bad}");
+        }
+        // Two f16 parts: one enable directive, first.
+        let t = get("matmul").unwrap().text(Some("c64_hr")).unwrap();
+        assert!(t.starts_with("enable f16;\nconst BM: u32 = 128u;"), "{}", &t[..60]);
+        assert_eq!(t.matches("enable f16;").count(), 1);
         assert_eq!(DeltaKey { m: 4, seg1: true, subgroup: true, f16: true }.name(), "m4s1gh");
         for k in DeltaKey::all() {
             assert_eq!(DeltaKey::parse(&k.name()), Some(k), "{}", k.name());

@@ -563,6 +563,8 @@ fn product(
         outer: s.batch,
         outer_strides: [st(which[0]), st(which[1]), st(which[2])],
         pad_reads: false,
+        a_elem: Default::default(),
+        b_elem: Default::default(),
     }
 }
 

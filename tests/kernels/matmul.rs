@@ -3,7 +3,7 @@
 
 use super::common::*;
 use ddl::gpu::View;
-use ddl::kernels::matmul::{self, MAX_K_PER_DISPATCH, Matmul, Operand};
+use ddl::kernels::matmul::{self, MAX_K_PER_DISPATCH, Matmul, MatmulElem, Operand};
 
 /// float64 reference of `C (+)= alpha·A·B` over the operands' strided views, for the rows
 /// `i % row_step == 0` (other rows of C are left as in `c0`).
@@ -23,6 +23,17 @@ fn reference(mm: &Matmul, a: &[f32], b: &[f32], c0: &[f32], row_step: usize) -> 
         }
     }
     c
+}
+
+/// Uploads an operand as `elem` stores it: f32, or packed f16 pairs (padded to whole vec4s).
+fn upload_elem(gpu: &ddl::gpu::Gpu, label: &str, v: &[f32], elem: MatmulElem) -> ddl::gpu::Tensor {
+    if elem == MatmulElem::F16 {
+        let mut v = v.to_vec();
+        v.resize(v.len().next_multiple_of(4), 0.0);
+        upload(gpu, label, &f16_pack(&v))
+    } else {
+        upload(gpu, label, v)
+    }
 }
 
 type Bind<'a> = dyn Fn(&ddl::gpu::Gpu, View, View, View) -> Vec<ddl::gpu::Dispatch> + 'a;
@@ -49,10 +60,15 @@ fn check_rows(mm: Matmul, variant: Option<&str>, row_step: usize) -> Vec<f32> {
 fn check_bound(mm: Matmul, row_step: usize, how: &str, bind: &Bind<'_>) -> Vec<f32> {
     let gpu = gpu();
     let mut rng = Rng::fresh();
-    let a = rng.uniform(extent(&mm.a, mm.m, mm.k, mm.batch), -1.0, 1.0);
-    let b = rng.uniform(extent(&mm.b, mm.k, mm.n, mm.batch), -1.0, 1.0);
+    // f16 operands get values an f16 holds exactly: the product must then be the f32 one.
+    let draw = |rng: &mut Rng, n: usize, e: MatmulElem| {
+        let v = rng.uniform(n, -1.0, 1.0);
+        if e.half() { f16_round(&v) } else { v }
+    };
+    let a = draw(&mut rng, extent(&mm.a, mm.m, mm.k, mm.batch), mm.a_elem);
+    let b = draw(&mut rng, extent(&mm.b, mm.k, mm.n, mm.batch), mm.b_elem);
     let c_len = extent(&mm.c, mm.m, mm.n, mm.batch);
-    let (ta, tb) = (upload(&gpu, "a", &a), upload(&gpu, "b", &b));
+    let (ta, tb) = (upload_elem(&gpu, "a", &a, mm.a_elem), upload_elem(&gpu, "b", &b, mm.b_elem));
     let (tc, c0) = if mm.accumulate {
         let c0 = rng.uniform(c_len, -1.0, 1.0);
         (upload(&gpu, "c", &c0), c0)
@@ -164,6 +180,8 @@ fn attention_like() -> Matmul {
         outer: 1,
         outer_strides: [0; 3],
         pad_reads: false,
+        a_elem: MatmulElem::F32,
+        b_elem: MatmulElem::F32,
     }
 }
 
@@ -207,6 +225,8 @@ fn strided_tail(form: &str, m: usize, n: usize, k: usize, batch: usize) -> Matmu
         outer: 1,
         outer_strides: [0; 3],
         pad_reads: false,
+        a_elem: MatmulElem::F32,
+        b_elem: MatmulElem::F32,
     }
 }
 
@@ -527,6 +547,8 @@ fn two_batch_levels_match_float64_and_one_product_per_group() {
             outer: seqs,
             outer_strides: [sq, sq, sc],
             pad_reads: false,
+            a_elem: MatmulElem::F32,
+            b_elem: MatmulElem::F32,
         };
         let [ea, eb, ec] = mm.extents();
         let a = rng.uniform(ea, -1.0, 1.0);
@@ -709,4 +731,88 @@ fn few_tile_products_with_long_sums_are_split_along_k() {
     // adapter; 128 × 128 is two `c64` tiles on a GPU, which splits it).
     assert_eq!(Matmul::tn(1024, 1024, 768).k_pieces(&gpu), 1);
     assert_eq!(Matmul::tn(1, 128, 300).k_pieces(&gpu), 1);
+}
+
+// ---- f16 operands (`--precision f16`): MatmulElem::R16 (f32 storage rounded as read) and F16
+// (f16 storage), accumulated in f32 ----
+
+const HALF: [(MatmulElem, MatmulElem); 4] = [
+    (MatmulElem::R16, MatmulElem::R16),
+    (MatmulElem::F16, MatmulElem::F16),
+    (MatmulElem::R16, MatmulElem::F16),
+    (MatmulElem::F16, MatmulElem::R16),
+];
+
+#[test]
+fn f16_operands_match_float64_in_every_variant_and_entry_point() {
+    let gpu = f16_gpu();
+    // Every tile variant with one of the operand pairs (in turn), through every entry point;
+    // inputs an f16 holds exactly, so the result is held to the f32 kernel's tolerance.
+    for (i, v) in matmul::variants_for(&gpu).into_iter().enumerate() {
+        let (ea, eb) = HALF[i % HALF.len()];
+        for (mm, entry) in entry_point_cases() {
+            let mm = mm.elems(ea, eb);
+            let want = if matmul::direct(v).unwrap() {
+                subgroup_entry(v, entry)
+            } else if v.starts_with('w') {
+                staged_entry(entry)
+            } else {
+                "matmul".to_string()
+            };
+            assert_eq!(mm.entry_point(v).unwrap(), want, "{mm:?}");
+            check(if entry == "mm_kk" { mm.accumulate(true).alpha(0.75) } else { mm }, Some(v));
+        }
+    }
+    // Every pair at odd sizes with the runtime's pick.
+    for (i, (ea, eb)) in HALF.into_iter().enumerate() {
+        for &(m, n, k) in SIZES {
+            let mm = if i % 2 == 0 { Matmul::nt(m, n, k) } else { Matmul::tn(m, n, k) };
+            check(mm.elems(ea, eb), None);
+        }
+    }
+}
+
+#[test]
+fn f16_forms_are_the_f32_kernel_on_operands_rounded_to_nearest() {
+    // General f32 inputs: reading them rounded (R16) must give the same bits as storing them
+    // in f16 (F16, rounded to nearest on the host) and as the f32 kernel on the host-rounded
+    // values: one accumulation, exact f16 products. (WGSL lets a conversion to f16 round either
+    // way when the value is not representable; every adapter seen rounds to nearest, and this
+    // test says so if one does not.)
+    let gpu = f16_gpu();
+    let mut rng = Rng::fresh();
+    for mm in [Matmul::nt(67, 85, 131), Matmul::tn(40, 36, 300), Matmul::nn(9, 132, 4)] {
+        let a = rng.normal(mm.a.extent(mm.m, mm.k, 1), 1.0);
+        let b = rng.normal(mm.b.extent(mm.k, mm.n, 1), 1.0);
+        let c_len = mm.c.extent(mm.m, mm.n, 1);
+        let product = |mm: Matmul, a: &[f32], b: &[f32]| {
+            let (ta, tb) = (upload_elem(&gpu, "a", a, mm.a_elem), upload_elem(&gpu, "b", b, mm.b_elem));
+            let tc = poisoned(&gpu, "c", &[c_len]);
+            run(&gpu, &[mm.bind(&gpu, ta.view(), tb.view(), tc.view()).unwrap()]);
+            tc.read_f32(&gpu).unwrap()
+        };
+        let exact = product(mm, &f16_round(&a), &f16_round(&b));
+        for (ea, eb) in HALF {
+            let got = product(mm.elems(ea, eb), &a, &b);
+            let same = got.iter().zip(&exact).all(|(g, w)| g.to_bits() == w.to_bits());
+            assert!(same, "{mm:?} with {ea:?}/{eb:?}: not the f32 product of the rounded operands");
+        }
+        // …and the rounding happened: the f32 product of the unrounded inputs differs.
+        let full = product(mm, &a, &b);
+        let moved = full.iter().zip(&exact).filter(|(f, e)| f != e).count();
+        assert!(moved > c_len / 2, "{mm:?}: only {moved} of {c_len} outputs moved by rounding to f16");
+    }
+}
+
+#[test]
+fn f16_stored_operands_too_big_to_bind_are_an_error_not_a_panic() {
+    let gpu = f16_gpu();
+    let mm = Matmul::nt(64, 64, 64).elems(MatmulElem::F16, MatmulElem::R16);
+    let a = upload(&gpu, "a", &vec![0.0; 64 * 32]);
+    let b = upload(&gpu, "b", &vec![0.0; 64 * 64]);
+    let c = upload(&gpu, "c", &vec![0.0; 64 * 64]);
+    let e = mm.bind_split_chunked(&gpu, a.view(), b.view(), c.view(), 1024).unwrap_err().to_string();
+    assert!(e.contains("f16") && e.contains("R16"), "{e}");
+    // The same product within one binding runs.
+    assert_eq!(mm.bind_split(&gpu, a.view(), b.view(), c.view()).unwrap().len(), 1);
 }

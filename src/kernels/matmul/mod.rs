@@ -46,6 +46,7 @@ use std::time::Instant;
 
 use crate::gpu::{Dispatch, Gpu, GpuError, Recorder, Result, Tensor, View, grid_1d};
 use crate::kernels::reduce::{align_elems, binding_elems, chunk_too_small, chunks};
+pub use crate::shaders::MatmulElem;
 use crate::shaders::MatmulKey;
 
 /// Where one matrix operand lives: element (r, c) of batch b is at
@@ -106,6 +107,10 @@ pub struct Matmul {
     /// them, so those layouts keep their vec4 kernels when M or N is not a multiple of 4. What
     /// is read there only feeds outputs that are never stored (any value, NaN included).
     pub pad_reads: bool,
+    /// How A and B are stored and read ([`MatmulElem`]): f32 (the default), f32 rounded to f16
+    /// as read, or f16 storage. The half-precision forms need SHADER_F16 and accumulate in f32.
+    pub a_elem: MatmulElem,
+    pub b_elem: MatmulElem,
 }
 
 #[repr(C)]
@@ -153,6 +158,8 @@ impl Matmul {
             outer: 1,
             outer_strides: [0; 3],
             pad_reads: false,
+            a_elem: MatmulElem::F32,
+            b_elem: MatmulElem::F32,
         }
     }
 
@@ -208,6 +215,24 @@ impl Matmul {
         ]
     }
 
+    /// Reads A and B as `a` and `b` ([`MatmulElem`]).
+    pub fn elems(mut self, a: MatmulElem, b: MatmulElem) -> Self {
+        self.a_elem = a;
+        self.b_elem = b;
+        self
+    }
+
+    /// f16 operands (both rounded to half precision as read) when `half`, else unchanged: the
+    /// f16 compute of the linear layers (`--precision f16`).
+    pub fn half(self, half: bool) -> Self {
+        if half { self.elems(MatmulElem::R16, MatmulElem::R16) } else { self }
+    }
+
+    /// Whether either operand is read in half precision.
+    pub fn is_half(&self) -> bool {
+        self.a_elem.half() || self.b_elem.half()
+    }
+
     /// Adds into C instead of overwriting it.
     pub fn accumulate(mut self, yes: bool) -> Self {
         self.accumulate = yes;
@@ -227,8 +252,9 @@ impl Matmul {
 
     /// Bytes that must move at least once: read A and B, write C (and read it when accumulating).
     pub fn min_bytes(&self) -> f64 {
-        let c = (self.m * self.n) as f64 * if self.accumulate { 2.0 } else { 1.0 };
-        4.0 * (self.batch * self.outer) as f64 * ((self.m * self.k + self.k * self.n) as f64 + c)
+        let c = 4.0 * (self.m * self.n) as f64 * if self.accumulate { 2.0 } else { 1.0 };
+        let (ea, eb) = (self.a_elem.bytes() as f64, self.b_elem.bytes() as f64);
+        (self.batch * self.outer) as f64 * ((self.m * self.k) as f64 * ea + (self.k * self.n) as f64 * eb + c)
     }
 
     fn check(&self, a: &View, b: &View, c: &View) -> Result<()> {
@@ -241,12 +267,14 @@ impl Matmul {
         if self.c.col_stride != 1 {
             return bad("C must have unit column stride".into());
         }
-        for (name, ext, v) in [("A", self.extents()[0], a), ("B", self.extents()[1], b), ("C", self.extents()[2], c)] {
-            let need = ext as u64 * 4;
+        let [ea, eb, ec] = self.extents();
+        let bytes = [self.a_elem.bytes(), self.b_elem.bytes(), 4];
+        for (i, (name, ext, v)) in [("A", ea, a), ("B", eb, b), ("C", ec, c)].into_iter().enumerate() {
+            let need = ext as u64 * bytes[i] as u64;
             if need > v.size {
                 return bad(format!("{name} needs {need} bytes of its buffer, the binding has {}", v.size));
             }
-            if need / 4 > u32::MAX as u64 {
+            if ext as u64 > u32::MAX as u64 {
                 return bad(format!("{name} spans more than 2^32 elements; split the product"));
             }
         }
@@ -279,6 +307,18 @@ impl Matmul {
             });
         }
         let entry = self.entry_point(variant)?;
+        let shader_variant = if self.is_half() {
+            if !gpu.features.contains(wgpu::Features::SHADER_F16) {
+                return Err(GpuError::Shader {
+                    shader: "matmul".into(),
+                    reason: "f16 operands need SHADER_F16, which this adapter does not offer; use --precision f32"
+                        .into(),
+                });
+            }
+            std::borrow::Cow::Owned(key(variant)?.with_elems(self.a_elem, self.b_elem).variant_name())
+        } else {
+            std::borrow::Cow::Borrowed(variant)
+        };
         let (tiles_m, tiles_n) = (self.m.div_ceil(bm), self.n.div_ceil(bn));
         let total = tiles_m as u64 * tiles_n as u64 * (self.batch * self.outer) as u64;
         let max = gpu.limits.max_compute_workgroups_per_dimension;
@@ -314,7 +354,7 @@ impl Matmul {
             b_os: self.outer_strides[1] as u32,
             c_os: self.outer_strides[2] as u32,
         };
-        let kern = gpu.kernel("matmul", Some(variant), entry)?;
+        let kern = gpu.kernel("matmul", Some(&shader_variant), entry)?;
         let mut bufs = vec![("a", a), ("b", b), ("c", c)];
         if entry != "matmul" && entry != "mm_ss" {
             // The vec4 entry points read the same buffers four floats at a time.

@@ -31,6 +31,14 @@ impl Matmul {
             }
             return Ok(vec![self.bind(gpu, a, b, c)?]);
         }
+        if self.a_elem == MatmulElem::F16 || self.b_elem == MatmulElem::F16 {
+            // Sub-views count 4-byte elements; f16-stored operands are not cut (yet).
+            return Err(GpuError::Shape(format!(
+                "matmul {}x{}x{} (batch {}): an operand stored in f16 exceeds one storage binding or K exceeds {}; \
+                 such products are not split yet: keep that operand in f32 (MatmulElem::R16)",
+                self.m, self.n, self.k, self.batch, MAX_K_PER_DISPATCH
+            )));
+        }
         if self.outer > 1 {
             // Split the outer level first: each group is an ordinary one-level product.
             let mut out = Vec::new();
@@ -97,6 +105,8 @@ impl Matmul {
                             outer_strides: [0; 3],
                             // Pieces are cut at aligned sizes from views that only hold them.
                             pad_reads: false,
+                            a_elem: self.a_elem,
+                            b_elem: self.b_elem,
                         };
                         out.push(piece.bind(gpu, va, vb, vc)?);
                     }

@@ -3,7 +3,7 @@
 
 use super::*;
 
-fn key(variant: &str) -> Result<MatmulKey> {
+pub(super) fn key(variant: &str) -> Result<MatmulKey> {
     MatmulKey::parse(variant)
         .ok_or_else(|| GpuError::Shader { shader: "matmul".into(), reason: format!("no variant '{variant}'") })
 }
@@ -56,7 +56,15 @@ pub fn variants_for(gpu: &Gpu) -> Vec<&'static str> {
 /// Shape bucket for the autotune cache: powers of two of M, N, K and the operand layouts.
 pub(super) fn bucket(mm: &Matmul) -> String {
     let l = |x: usize| (x.max(1) as f64).log2().round() as u32;
-    format!("{}x{}x{}|a{}b{}", l(mm.m), l(mm.n), l(mm.k), (mm.a.col_stride == 1) as u8, (mm.b.col_stride == 1) as u8)
+    let elems = if mm.is_half() { format!("|{}{}", mm.a_elem.code(), mm.b_elem.code()) } else { String::new() };
+    format!(
+        "{}x{}x{}|a{}b{}{elems}",
+        l(mm.m),
+        l(mm.n),
+        l(mm.k),
+        (mm.a.col_stride == 1) as u8,
+        (mm.b.col_stride == 1) as u8
+    )
 }
 
 /// The autotune cache key: adapter, shape bucket, and the variant set the measurement chose
