@@ -20,8 +20,9 @@ struct Params {
     eps: f32,
     grad_clip: f32,       // 0 = no clipping
     clip_eps: f32,
+    inv_scale: f32,       // 1 / the factor the gradients carry (dynamic loss scaling; 1 = none)
     n: u32,               // elements in this dispatch (chunk)
-    _pad: u32,
+    _pad0: u32, _pad1: u32, _pad2: u32, _pad3: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -37,17 +38,19 @@ struct Params {
 @group(0) @binding(9) var<storage, read_write> exp_avg4: array<vec4<f32>>;
 @group(0) @binding(10) var<storage, read_write> exp_avg_sq4: array<vec4<f32>>;
 
-// The clipping factor min(1, grad_clip / (‖g‖ + clip_eps)) (1 without clipping), or −1 when the
-// gradient norm is not finite (the step must change nothing).
+// The factor the stored gradients are multiplied by: the unscaling 1/S (gradients carry the loss
+// scale S) times the clipping factor min(1, grad_clip / (‖g‖/S + clip_eps)) (1 without
+// clipping); −1 when the gradient norm is not finite (an overflow: the step must change nothing).
+// With S = 1 both products by inv_scale are exact, so the unscaled path keeps its bits.
 fn clip_factor() -> f32 {
     let ns = norm_sq[0];
     if ((bitcast<u32>(ns) & 0x7f800000u) == 0x7f800000u) {
         return -1.0;
     }
     if (params.grad_clip > 0.0) {
-        return min(1.0, params.grad_clip / (sqrt(ns) + params.clip_eps));
+        return min(1.0, params.grad_clip / (sqrt(ns) * params.inv_scale + params.clip_eps)) * params.inv_scale;
     }
-    return 1.0;
+    return params.inv_scale;
 }
 
 @compute @workgroup_size(256)

@@ -112,6 +112,10 @@ pub(crate) enum Cmd {
         /// tolerances (d_v = 4 files of ddl and ddl_vmap).
         #[arg(long)]
         f16_state: bool,
+        /// f32, or f16: the linear layers take f16 operands (f32 accumulation) and the states
+        /// are f16 where the variant has them, at the f16 tolerances.
+        #[arg(long, default_value = "f32", value_parser = precision)]
+        precision: ddl::model::Precision,
     },
     /// Train a model (headless): progress bar, metrics.jsonl, loss.png, checkpoints in --out.
     Train(TrainArgs),
@@ -345,6 +349,11 @@ pub(crate) struct TrainArgs {
     /// memory, every sum still f32; ddl and ddl_vmap at d_v = 4 on adapters with SHADER_F16.
     #[arg(long)]
     pub(crate) f16_state: bool,
+    /// f32, or f16 (train.precision): the linear layers take f16 operands with f32 accumulation,
+    /// dynamic loss scaling (train.loss_scale, train.loss_scale_growth), f16 states where the
+    /// variant has them; master weights, gradients and AdamW moments stay f32. Needs SHADER_F16.
+    #[arg(long, value_parser = precision)]
+    pub(crate) precision: Option<ddl::model::Precision>,
     /// Generate this many tokens from the trained model at the end.
     #[arg(long, default_value_t = 0)]
     pub(crate) sample: usize,
@@ -467,6 +476,11 @@ pub(crate) enum BenchCmd {
         /// ddl_vmap at d_v = 4); with --against, the other side keeps f32.
         #[arg(long)]
         f16_state: bool,
+        /// The measured variant's precision (f32 or f16: f16 operands in the linear layers,
+        /// f16 states where the variant has them, the initial loss scale); with --against,
+        /// the other side keeps f32 (`--variant ddl --precision f16 --against ddl` compares them).
+        #[arg(long, default_value = "f32", value_parser = precision)]
+        precision: ddl::model::Precision,
         /// One JSON object per line.
         #[arg(long)]
         json: bool,
@@ -544,4 +558,9 @@ fn positive(s: &str) -> Result<usize, String> {
         Ok(v) => Ok(v),
         Err(_) => Err(format!("expected a whole number ≥ 1, got '{s}'")),
     }
+}
+
+/// `f32` or `f16` (`--precision`).
+fn precision(s: &str) -> Result<ddl::model::Precision, String> {
+    ddl::model::Precision::parse(s.trim())
 }

@@ -48,7 +48,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Bench(b) => bench(&cli.device, b),
         Cmd::Tokenizer(t) => tokenizer(t),
         Cmd::Data(d) => data_cmd(d),
-        Cmd::Golden { files, quiet, f16_state } => golden(&cli.device, &files, quiet, f16_state),
+        Cmd::Golden { files, quiet, f16_state, precision } => golden(&cli.device, &files, quiet, f16_state, precision),
         Cmd::Train(a) => train(&cli.device, a),
         Cmd::Eval { checkpoint, batches } => eval(&cli.device, &checkpoint, batches),
         Cmd::Experiment { spec, out, report_only, dry_run } => {
@@ -153,6 +153,9 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     }
     if a.f16_state {
         run.train.state_f16 = true;
+    }
+    if let Some(p) = a.precision {
+        run.train.precision = p;
     }
     for kv in &a.sets {
         run.set(kv).map_err(anyhow::Error::msg)?;
@@ -542,12 +545,18 @@ fn data_cmd(d: DataCmd) -> Result<()> {
     Ok(())
 }
 
-fn golden(dev: &DeviceArgs, files: &[std::path::PathBuf], quiet: bool, f16_state: bool) -> Result<()> {
+fn golden(
+    dev: &DeviceArgs,
+    files: &[std::path::PathBuf],
+    quiet: bool,
+    f16_state: bool,
+    precision: ddl::model::Precision,
+) -> Result<()> {
     let gpu = dev.open().context("opening the GPU")?;
     let mut failed_files = Vec::new();
     for f in files {
         let result = ddl::golden::Golden::load(f).and_then(|g| {
-            let rows = ddl::golden::check_with(&gpu, &g, f16_state)?;
+            let rows = ddl::golden::check_precision(&gpu, &g, f16_state, precision)?;
             Ok((g, rows))
         });
         match result {
@@ -706,7 +715,7 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 anyhow::bail!("the benchmarks of {} could not run at these shapes (above)", failed.join(", "));
             }
         }
-        BenchCmd::Train { preset, variant, steps, batch, seq, dispatches, against, f16_state, json } => {
+        BenchCmd::Train { preset, variant, steps, batch, seq, dispatches, against, f16_state, precision, json } => {
             let v = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
             let cfg = ddl::model::ModelConfig::preset(&preset, v)?;
             let t = ddl::train::TrainConfig::preset(&preset);
@@ -716,11 +725,13 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 Some(a) => {
                     let va = ddl::model::Variant::parse(&a).map_err(anyhow::Error::msg)?;
                     let ca = ddl::model::ModelConfig::preset(&preset, va)?;
-                    ddl::bench::train_compare_rows(&gpu, &cfg, &ca, b, t, steps, f16_state, |r| print_row(&r, json))?;
+                    ddl::bench::train_compare_rows(&gpu, &cfg, &ca, b, t, steps, f16_state, precision, |r| {
+                        print_row(&r, json)
+                    })?;
                 }
-                None => {
-                    ddl::bench::train_rows(&gpu, &cfg, b, t, steps, dispatches, f16_state, |r| print_row(&r, json))?
-                }
+                None => ddl::bench::train_rows(&gpu, &cfg, b, t, steps, dispatches, f16_state, precision, |r| {
+                    print_row(&r, json)
+                })?,
             }
         }
         BenchCmd::Generate { preset, variant, contexts, reps, json } => {

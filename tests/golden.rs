@@ -155,3 +155,32 @@ fn golden_f16_state() {
     run(&gpu.with_forms(|f| f.delta_quads = false), "ddl");
     run(&gpu.with_forms(|f| f.delta_segment = Some(8)), "ddl");
 }
+
+/// `--precision f16` against the float64 goldens at the f16 tolerances: the linear layers take f16
+/// operands (and the states are f16 where the variant has them). The f16 kernels must really have
+/// run: every file's worst error is well above the f32 path's, and below the tolerance.
+#[test]
+fn golden_f16_precision() {
+    let gpu = ddl::testing::gpu();
+    assert!(
+        gpu.features.contains(wgpu::Features::SHADER_F16),
+        "adapter {} has no SHADER_F16, which the f16 tests need",
+        gpu.info.name
+    );
+    let root = ddl::testing::data_path("tests/golden");
+    let worst = |rows: &[ddl::golden::Row]| {
+        rows.iter().filter(|r| r.tol > 0.0 && r.tol < 1.0).map(|r| r.rel_l2).fold(0.0, f64::max)
+    };
+    for name in ["baseline", "ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_v1_vmap", "ddl_vmap"] {
+        let g = ddl::golden::Golden::load(&root.join(format!("{name}.safetensors"))).unwrap_or_else(|e| panic!("{e}"));
+        let rows =
+            ddl::golden::check_precision(&gpu, &g, false, ddl::model::Precision::F16).unwrap_or_else(|e| panic!("{e}"));
+        let f32_rows = ddl::golden::check(&gpu, &g).unwrap_or_else(|e| panic!("{e}"));
+        let fails: Vec<String> = rows.iter().filter(|r| !r.pass).map(|r| r.to_string()).collect();
+        assert!(rows.len() > 50, "{name}: only {} rows compared", rows.len());
+        assert!(fails.is_empty(), "{name}: {} of {} rows failed:\n{}", fails.len(), rows.len(), fails.join("\n"));
+        let (w16, w32) = (worst(&rows), worst(&f32_rows));
+        assert!(w16 > 10.0 * w32, "{name}: f16 precision changed nothing (worst {w16:e} vs f32 {w32:e})");
+        eprintln!("{name}: worst relative L2 {w16:.2e} in f16, {w32:.2e} in f32");
+    }
+}

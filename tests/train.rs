@@ -81,6 +81,74 @@ fn resuming_gives_bit_identical_losses_to_an_uninterrupted_run() {
 }
 
 #[test]
+fn an_f16_run_skips_overflowing_steps_adjusts_its_loss_scale_and_resumes_bit_exact() {
+    // An injected overflow: a first loss scale of 2^28 makes the scaled gradients overflow the
+    // f16 operands, so the first steps are skipped (parameters untouched on the GPU) and halve
+    // the scale until they fit; 3 clean steps double it again.
+    let dir = tmpdir("f16-scale");
+    env_cache(&dir);
+    let c = ddl::testing::small_corpus(&dir);
+    let gpu = ddl::testing::gpu();
+    let mut run = small_run(Variant::Ddl, &c);
+    for kv in ["train.precision=f16", "train.loss_scale=268435456.0", "train.loss_scale_growth=3"] {
+        run.set(kv).unwrap();
+    }
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    let opts = |steps, out: &Path, resume| TrainOptions {
+        run: run.clone(),
+        steps,
+        out: out.to_path_buf(),
+        resume,
+        overwrite: false,
+        quiet: true,
+    };
+    let full = ddl::train::train(gpu.clone(), opts(20, &a, false)).unwrap();
+    let first = ddl::train::train(gpu.clone(), opts(10, &b, false)).unwrap();
+    let second = ddl::train::train(gpu.clone(), opts(20, &b, true)).unwrap();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let resumed: Vec<f32> = first.losses.iter().chain(&second.losses).copied().collect();
+    assert_eq!(bits(&resumed), bits(&full.losses), "resumed {resumed:?} vs {:?}", full.losses);
+    let params = |d: &Path| std::fs::read(d.join("model.safetensors")).unwrap();
+    assert!(params(&a) == params(&b), "the resumed run's parameters differ");
+    // What metrics.jsonl says: the scale each step used and whether it was skipped.
+    let steps: Vec<(f64, bool)> = std::fs::read_to_string(a.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v.get("loss_scale").is_some())
+        .map(|v| (v["loss_scale"].as_f64().unwrap(), v["skipped"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(steps.len(), 20, "{steps:?}");
+    assert!(steps[0] == (268435456.0, true), "{steps:?}");
+    let skipped = steps.iter().filter(|s| s.1).count();
+    assert!((2..15).contains(&skipped), "{skipped} skipped: {steps:?}");
+    let mut clean = 0;
+    for w in steps.windows(2) {
+        let ((s0, skip0), (s1, _)) = (w[0], w[1]);
+        clean = if skip0 { 0 } else { clean + 1 };
+        let want = if skip0 {
+            s0 / 2.0
+        } else if clean == 3 {
+            clean = 0;
+            s0 * 2.0
+        } else {
+            s0
+        };
+        assert_eq!(s1, want, "{steps:?}");
+    }
+    assert!(steps.iter().any(|s| !s.1) && full.losses[19] < full.losses[0], "{:?}", full.losses);
+    // Refused settings name the key.
+    for (kv, key) in
+        [("train.loss_scale=1000.0", "train.loss_scale"), ("train.loss_scale_growth=0", "loss_scale_growth")]
+    {
+        let mut r = run.clone();
+        r.set(kv).unwrap();
+        let e = r.validate().unwrap_err().to_string();
+        assert!(e.contains(key), "{e}");
+    }
+}
+
+#[test]
 fn the_f16_state_is_refused_where_it_is_not_supported_with_a_clear_error() {
     let gpu = ddl::testing::gpu();
     let mut m = ddl::model::Model::new(gpu.clone(), bench_cfg(Variant::Baseline), 1).unwrap();
@@ -163,7 +231,7 @@ fn a_checkpoint_streams_from_and_to_the_device_in_pieces_and_equals_the_host_pat
     model.adam_m.write_f32(&gpu, &m).unwrap();
     model.adam_v.write_f32(&gpu, &v).unwrap();
     let tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_corpus("abc").unwrap());
-    let state = ddl::train::checkpoint::RunState { step: 3, elapsed: 1.5 };
+    let state = ddl::train::checkpoint::RunState { step: 3, elapsed: 1.5, loss_scale: None };
     let (dev, host) = (tmpdir("ckpt-dev"), tmpdir("ckpt-host"));
     ddl::train::checkpoint::save_model(&dev, &model, &tok, &state, "x = 1").unwrap();
     let p = model.read_params().unwrap();
@@ -639,11 +707,17 @@ fn own_gpu() -> std::sync::Arc<ddl::gpu::Gpu> {
 
 #[test]
 fn the_training_benchmark_counts_one_submit_one_readback_no_allocations_and_a_peak_within_the_plan() {
-    for (v, f16) in [(Variant::Baseline, false), (Variant::Ddl, false), (Variant::DdlCcec, false), (Variant::Ddl, true)]
-    {
+    use ddl::model::Precision::{F16, F32};
+    for (v, f16, p) in [
+        (Variant::Baseline, false, F32),
+        (Variant::Ddl, false, F32),
+        (Variant::DdlCcec, false, F32),
+        (Variant::Ddl, true, F32),
+        (Variant::DdlVmap, false, F16),
+    ] {
         let gpu = own_gpu();
         let mut rows = Vec::new();
-        ddl::bench::train_rows(&gpu, &bench_cfg(v), 2, 16, 3, true, f16, |r| rows.push(r.0)).unwrap();
+        ddl::bench::train_rows(&gpu, &bench_cfg(v), 2, 16, 3, true, f16, p, |r| rows.push(r.0)).unwrap();
         let r = &rows[0];
         let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{v:?}: field {k} missing in {r}"));
         assert_eq!(r["bench"], "train");
@@ -656,6 +730,8 @@ fn the_training_benchmark_counts_one_submit_one_readback_no_allocations_and_a_pe
         assert!((0.9..=1.1).contains(&peak), "{v:?}: peak {peak}× the plan");
         assert!(f("step_ms") > 0.0 && f("tok_per_s") > 0.0 && f("mfu") > 0.0 && f("best_step_ms") <= f("step_ms"));
         assert!(f("loss_init").is_finite() && f("loss_last").is_finite());
+        // f16 precision implies f16 states where the variant has them (ddl_vmap at d_v = 4).
+        assert_eq!((r["precision"].as_str(), r["state_f16"].as_bool()), (Some(p.name()), Some(f16 || p == F16)));
         // --dispatches: one row per dispatch of the profiled step, in order.
         let listed: Vec<_> = rows[1..].iter().filter(|r| r["bench"] == "train_dispatch").collect();
         assert_eq!(listed.len() as u64, r["dispatches_per_step"].as_u64().unwrap(), "{v:?}");
@@ -675,6 +751,7 @@ fn the_compared_training_benchmark_alternates_blocks_and_reports_their_ratios() 
         16,
         3,
         false,
+        ddl::model::Precision::F32,
         |r| rows.push(r.0),
     )
     .unwrap();

@@ -411,6 +411,31 @@ fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, f64, Option<f64>)> {
     Ok((out, wall, cpu))
 }
 
+/// A bench model's numerics: its states in f16 when asked, or implied by `precision` f16 where
+/// the variant has them; returns whether the states are f16.
+fn set_numerics(model: &mut crate::model::Model, state_f16: bool, precision: crate::model::Precision) -> Result<bool> {
+    let f16 = state_f16 || (precision == crate::model::Precision::F16 && model.cfg.f16_state_support().is_ok());
+    model.set_state_f16(f16)?;
+    model.set_precision(precision)?;
+    Ok(f16)
+}
+
+/// A bench step's optimizer: in f16 the gradients carry a training run's initial loss scale,
+/// which the program's loss gradient is set to.
+fn bench_opt(
+    model: &crate::model::Model,
+    prog: &crate::model::Program,
+    precision: crate::model::Precision,
+) -> Result<crate::kernels::adamw::AdamWConfig> {
+    let mut opt = crate::kernels::adamw::AdamWConfig::paper(1e-4);
+    if precision == crate::model::Precision::F16 {
+        let s = crate::train::TrainConfig::preset("tiny").loss_scale as f32;
+        prog.set_loss_scale(model, s)?;
+        opt.grad_scale = s;
+    }
+    Ok(opt)
+}
+
 /// `ddl bench train`: tokens per second of full training steps (forward, backward, norm, AdamW)
 /// on random tokens, with the per-kernel time split of one profiled step. `state_f16`: the
 /// model stores its expanded states in half precision ([`crate::model::Model::set_state_f16`]).
@@ -423,13 +448,14 @@ pub fn train_rows(
     steps: usize,
     list_dispatches: bool,
     state_f16: bool,
+    precision: crate::model::Precision,
     mut emit: impl FnMut(Row),
 ) -> Result<()> {
     use crate::gpu::Op;
     let mut model = crate::model::Model::new(gpu.clone(), cfg.clone(), 1)?;
-    model.set_state_f16(state_f16)?;
-    let opt = crate::kernels::adamw::AdamWConfig::paper(1e-4);
-    let prog = model.program(batch, seq, &opt)?;
+    let state_f16 = set_numerics(&mut model, state_f16, precision)?;
+    let prog = model.program(batch, seq, &crate::kernels::adamw::AdamWConfig::paper(1e-4))?;
+    let opt = bench_opt(&model, &prog, precision)?;
     let mut rng = Rng::new(7);
     let n = batch * seq;
     let x = rng.ints(n, cfg.vocab_size);
@@ -491,6 +517,7 @@ pub fn train_rows(
     emit(Row(json!({
         "bench": "train", "variant": cfg.variant.name(), "d": cfg.d_model, "layers": cfg.n_layers,
         "batch": batch, "seq": seq, "params": params, "step_ms": step_ms,
+        "precision": precision.name(), "state_f16": state_f16,
         "tok_per_s": n as f64 / (step_ms / 1e3), "model_gflop_per_s": flops / step_ms / 1e6,
         "matmul_share": if total > 0.0 { matmul_ms / total } else { 0.0 },
         "dispatches_per_step": dispatches, "transfers_per_step": zero_ops,
@@ -531,36 +558,39 @@ pub fn train_compare_rows(
     seq: usize,
     blocks: usize,
     state_f16: bool,
+    precision: crate::model::Precision,
     mut emit: impl FnMut(Row),
 ) -> Result<()> {
     struct Side {
         model: crate::model::Model,
         prog: crate::model::Program,
+        opt: crate::kernels::adamw::AdamWConfig,
         step: u32,
         times: Vec<f64>,
         cpu: Vec<f64>,
     }
-    let opt = crate::kernels::adamw::AdamWConfig::paper(1e-4);
     let mut rng = Rng::new(7);
     let n = batch * seq;
     let x = rng.ints(n, cfg.vocab_size.min(against.vocab_size));
     let y = rng.ints(n, cfg.vocab_size.min(against.vocab_size));
     let mut sides = Vec::new();
-    for (c, f16) in [(against, false), (cfg, state_f16)] {
+    let f32 = crate::model::Precision::F32;
+    for (c, f16, p) in [(against, false, f32), (cfg, state_f16, precision)] {
         let mut model = crate::model::Model::new(gpu.clone(), c.clone(), 1)?;
-        model.set_state_f16(f16)?;
-        let prog = model.program(batch, seq, &opt)?;
+        set_numerics(&mut model, f16, p)?;
+        let prog = model.program(batch, seq, &crate::kernels::adamw::AdamWConfig::paper(1e-4))?;
+        let opt = bench_opt(&model, &prog, p)?;
         prog.set_batch(&model, &x, &y)?;
         // Warm-up (pipelines, autotune).
         model.train_step(&prog, &opt)?;
-        sides.push(Side { model, prog, step: 2, times: Vec::new(), cpu: Vec::new() });
+        sides.push(Side { model, prog, opt, step: 2, times: Vec::new(), cpu: Vec::new() });
     }
     let (mut ratios, mut cpu_ratios) = (Vec::new(), Vec::new());
     for _ in 0..blocks.max(1) {
         let (mut block, mut cpu_block) = ([0.0; 4], [f64::NAN; 4]);
         for (k, who) in [0, 1, 1, 0].into_iter().enumerate() {
             let s = &mut sides[who];
-            let o = crate::kernels::adamw::AdamWConfig { step: s.step, ..opt };
+            let o = crate::kernels::adamw::AdamWConfig { step: s.step, ..s.opt };
             let (_, wall, cpu) = timed(|| s.model.train_step(&s.prog, &o))?;
             block[k] = wall;
             if let Some(c) = cpu {
@@ -590,6 +620,7 @@ pub fn train_compare_rows(
     let cpu = !cr.is_empty() && !ca.is_empty() && !cb.is_empty();
     emit(Row(json!({
         "bench": "train_compare", "variant": cfg.variant.name(), "against": against.variant.name(),
+        "precision": precision.name(),
         "d": cfg.d_model, "layers": cfg.n_layers, "batch": batch, "seq": seq, "blocks": ratios.len(),
         "best_step_ms": tb[0], "against_best_step_ms": ta[0],
         "median_step_ms": median(&tb), "against_median_step_ms": median(&ta),

@@ -66,6 +66,13 @@ impl Dispatch {
             gpu.queue.write_buffer(b, 0, params);
         }
     }
+
+    /// Replaces `bytes` of the uniform parameters from byte `offset` (a multiple of 4).
+    pub fn set_params_at(&self, gpu: &Gpu, offset: u64, bytes: &[u8]) {
+        if let Some(b) = &self.params {
+            gpu.queue.write_buffer(b, offset, bytes);
+        }
+    }
 }
 
 fn reflect(

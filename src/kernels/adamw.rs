@@ -26,6 +26,10 @@ pub struct AdamWConfig {
     pub clip_eps: f32,
     /// 1-based.
     pub step: u32,
+    /// The factor the gradients carry (dynamic loss scaling's S; 1 = none): the update uses
+    /// grads / S, and the clipping norm is that of grads / S. A power of two keeps the
+    /// unscaling exact.
+    pub grad_scale: f32,
 }
 
 impl AdamWConfig {
@@ -41,6 +45,7 @@ impl AdamWConfig {
             grad_clip: 1.0,
             clip_eps: 1e-6,
             step: 1,
+            grad_scale: 1.0,
         }
     }
 }
@@ -51,11 +56,12 @@ struct Params {
     /// The config-dependent prefix ([`CFG_FLOATS`] floats) that [`set_step`] rewrites.
     cfg: [f32; CFG_FLOATS],
     n: u32,
-    _pad: u32,
+    _pad: [u32; 4],
 }
 
-/// step_size, bc2_sqrt, decay, beta1, beta2, 1−beta1, 1−beta2, eps, grad_clip, clip_eps.
-const CFG_FLOATS: usize = 10;
+/// step_size, bc2_sqrt, decay, beta1, beta2, 1−beta1, 1−beta2, eps, grad_clip, clip_eps,
+/// inv_scale.
+const CFG_FLOATS: usize = 11;
 
 /// The uniform prefix for `cfg`: bias corrections and the decay factor computed in f64.
 fn cfg_floats(cfg: &AdamWConfig) -> Result<[f32; CFG_FLOATS]> {
@@ -68,6 +74,9 @@ fn cfg_floats(cfg: &AdamWConfig) -> Result<[f32; CFG_FLOATS]> {
     let (lr, b1, b2) = (cfg.lr as f64, cfg.beta1 as f64, cfg.beta2 as f64);
     let bc1 = 1.0 - b1.powf(t);
     let bc2 = 1.0 - b2.powf(t);
+    if !(cfg.grad_scale.is_finite() && cfg.grad_scale > 0.0) {
+        return Err(GpuError::Shape(format!("adamw: grad_scale must be finite and > 0, got {}", cfg.grad_scale)));
+    }
     if !(bc1 > 0.0 && bc2 > 0.0) {
         return Err(GpuError::Shape(format!(
             "adamw: betas must be in [0, 1), got beta1 {} beta2 {}",
@@ -85,6 +94,7 @@ fn cfg_floats(cfg: &AdamWConfig) -> Result<[f32; CFG_FLOATS]> {
         cfg.eps,
         cfg.grad_clip,
         cfg.clip_eps,
+        (1.0 / cfg.grad_scale as f64) as f32,
     ])
 }
 
@@ -146,7 +156,7 @@ pub fn step_chunked(
     chunks(n, max_chunk)
         .into_iter()
         .map(|(start, len)| {
-            let p = Params { cfg, n: len as u32, _pad: 0 };
+            let p = Params { cfg, n: len as u32, _pad: [0; 4] };
             let (mask, norm) = (decay_mask.sub(start / 64, len.div_ceil(64)), norm_sq.sub(0, 1));
             let (pv, gv, mv, vv) = (
                 params.view().sub(start, len),

@@ -204,6 +204,19 @@ pub fn cross_entropy_backward(
     )
 }
 
+/// Rewrites the gradient scale of dispatches made by [`cross_entropy_backward`] (the loss
+/// scale of mixed-precision training changes between steps): no rebinding; ordered before the
+/// next submit. Other dispatches in `ds` are left alone; returns how many were rewritten.
+pub fn set_backward_scale(gpu: &Gpu, ds: &[&Dispatch], scale: f32) -> usize {
+    let at = std::mem::offset_of!(Params, scale) as u64;
+    let mut n = 0;
+    for d in ds.iter().filter(|d| d.kernel.name.ends_with("::ce_backward")) {
+        d.set_params_at(gpu, at, bytemuck::bytes_of(&scale));
+        n += 1;
+    }
+    n
+}
+
 /// [`cross_entropy_backward`] binding at most `max_chunk` logits per dispatch; for testing.
 #[doc(hidden)]
 #[allow(clippy::too_many_arguments)]

@@ -134,6 +134,8 @@ pub struct Acts {
     pub t: usize,
     /// The states `xs` are stored in half precision ([`Model::set_state_f16`]).
     pub state_f16: bool,
+    /// The linear layers' products take f16 operands ([`super::Precision::F16`]).
+    pub half: bool,
     /// Token ids [B, T] (i32) and targets (−1 = ignored).
     pub tokens: Tensor,
     pub targets: Tensor,
@@ -216,6 +218,7 @@ impl Acts {
         let e = z("e", &[n, d])?;
         // f16 states: n·d rows of four halves = n·d·2 four-byte elements.
         let state_f16 = model.state_f16 && purpose != Purpose::Decode;
+        let half = model.precision == super::Precision::F16 && purpose != Purpose::Decode;
         let state = |label: &str| if state_f16 { z(label, &[n, d * m / 2]) } else { z(label, &[n, d, m]) };
         let mut xs = Vec::with_capacity(2 * c.n_layers + 1);
         if var.expanded() {
@@ -333,6 +336,7 @@ impl Acts {
             b,
             t,
             state_f16,
+            half,
             tokens,
             targets,
             emb_index,

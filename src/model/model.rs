@@ -28,6 +28,46 @@ pub struct Model {
     /// Training and evaluation programs store the expanded states X in half precision
     /// ([`Model::set_state_f16`]); decoding programs always keep them in f32.
     pub state_f16: bool,
+    /// The arithmetic of the linear layers' products in training and evaluation programs
+    /// ([`Model::set_precision`]); decoding programs compute in f32.
+    pub precision: Precision,
+}
+
+/// The arithmetic of the linear layers' products (`--precision`, `train.precision`): `f32`, or
+/// `f16`: the attention projections, the MLP and the direction MLP of the v-Map variants take f16
+/// operands (rounded as their kernels read them) and accumulate in f32. Everything else stays f32:
+/// the float32 islands of spec 10.3 (gates, p = Xᵀk, norms, RoPE, softmax, logits and the loss)
+/// and the master parameters, gradients and AdamW moments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    #[default]
+    F32,
+    F16,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+        }
+    }
+
+    /// `f32` or `f16`; the error names the setting, the value and what is allowed.
+    pub fn parse(s: &str) -> std::result::Result<Precision, String> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "f16" => Ok(Precision::F16),
+            _ => Err(format!("precision '{s}': expected f32 or f16")),
+        }
+    }
+}
+
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl Model {
@@ -65,7 +105,19 @@ impl Model {
         let mask = adamw::decay_mask(n, &layout.decay_ranges());
         let decay_mask = Tensor::from_u32(&gpu, "decay_mask", &[mask.len()], &mask)?;
         let rope_table = rope::table(&gpu, cfg.max_seq_len.max(1), cfg.head_dim, cfg.rope_base)?;
-        Ok(Model { gpu, cfg, layout, params, grads, adam_m, adam_v, decay_mask, rope_table, state_f16: false })
+        Ok(Model {
+            gpu,
+            cfg,
+            layout,
+            params,
+            grads,
+            adam_m,
+            adam_v,
+            decay_mask,
+            rope_table,
+            state_f16: false,
+            precision: Precision::F32,
+        })
     }
 
     /// Stores the expanded states X of later training / evaluation programs in half precision
@@ -85,6 +137,22 @@ impl Model {
             }
         }
         self.state_f16 = on;
+        Ok(())
+    }
+
+    /// Computes the linear layers of later training and evaluation programs in `p`
+    /// ([`Precision`]); f16 needs SHADER_F16 (not OpenGL).
+    pub fn set_precision(&mut self, p: Precision) -> Result<()> {
+        if p == Precision::F16 {
+            let bad = |why: String| Err(crate::gpu::GpuError::Shape(format!("precision f16: {why}")));
+            if !self.gpu.features.contains(wgpu::Features::SHADER_F16) {
+                return bad(format!("adapter '{}' has no SHADER_F16; use --precision f32", self.gpu.info.name));
+            }
+            if self.gpu.info.backend == wgpu::Backend::Gl {
+                return bad("not supported on the OpenGL backend; use --precision f32".into());
+            }
+        }
+        self.precision = p;
         Ok(())
     }
 

@@ -49,6 +49,9 @@ pub struct Program {
     backward_blocks: Vec<(usize, usize)>,
     finish: Vec<Op>,
     optimizer: Vec<Dispatch>,
+    /// The loss objective it was recorded with (its gradient scale is the base of
+    /// [`Program::set_loss_scale`]).
+    obj: Objective,
     /// `stats`' persistent staging copy, filled in the same submit as the step.
     stats_rb: Readback,
     /// The inputs and statistics of an accumulated step's micro-batches (made on first use).
@@ -175,9 +178,24 @@ impl Program {
             backward_blocks,
             finish,
             optimizer,
+            obj,
             stats_rb,
             micro: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Multiplies the loss gradient of later runs by `scale` (dynamic loss scaling: the
+    /// gradients then carry `scale`, which [`AdamWConfig::grad_scale`] divides out), on top of the
+    /// objective's own scale (1 / micro-batches). Rewrites a uniform; ordered before the next
+    /// submit.
+    pub fn set_loss_scale(&self, model: &Model, scale: f32) -> Result<()> {
+        let ds: Vec<&Dispatch> =
+            self.backward.iter().filter_map(|op| if let Op::Run(d) = op { Some(d) } else { None }).collect();
+        let n = crate::kernels::loss::set_backward_scale(&model.gpu, &ds, self.obj.loss_scale * scale);
+        if n == 0 && self.trains() {
+            return Err(crate::gpu::GpuError::Shape("set_loss_scale: the program has no loss backward".into()));
+        }
+        Ok(())
     }
 
     /// Sequences per batch.

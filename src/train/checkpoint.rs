@@ -242,6 +242,49 @@ pub struct RunState {
     pub step: usize,
     /// Wall-clock seconds trained so far.
     pub elapsed: f64,
+    /// Dynamic loss scaling's state (f16 runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<LossScale>,
+}
+
+/// Dynamic loss scaling (f16 runs): the loss gradient is multiplied by `scale` so that small
+/// gradients survive f16 operands; AdamW divides it out. A step whose gradients overflow
+/// (a non-finite norm) is skipped on the GPU and halves the scale; `growth` clean steps in a row
+/// double it.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LossScale {
+    /// The scale the next step uses (a power of two).
+    pub scale: f64,
+    /// Clean steps since the scale last changed.
+    pub clean: usize,
+    /// Steps skipped for overflow so far (AdamW's step count is the applied steps).
+    pub skipped: usize,
+}
+
+impl LossScale {
+    /// The largest scale: 2^24 (growth stops there).
+    pub const MAX: f64 = 16_777_216.0;
+    /// Below this the gradients overflow f16 even unscaled: the run stops.
+    pub const MIN: f64 = 1.0 / 16_777_216.0;
+
+    pub fn new(scale: f64) -> LossScale {
+        LossScale { scale, clean: 0, skipped: 0 }
+    }
+
+    /// After a step: `finite` = its gradients were usable.
+    pub fn update(&mut self, finite: bool, growth: usize) {
+        if finite {
+            self.clean += 1;
+            if self.clean >= growth {
+                self.scale = (self.scale * 2.0).min(Self::MAX.max(self.scale));
+                self.clean = 0;
+            }
+        } else {
+            self.scale /= 2.0;
+            self.clean = 0;
+            self.skipped += 1;
+        }
+    }
 }
 
 /// Saves parameters (and, when given, the moments and run state) into `dir`.

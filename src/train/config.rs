@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ConfigError, ModelConfig, Variant};
+use crate::model::{ConfigError, ModelConfig, Precision, Variant};
 
 /// The optimisation and data settings of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,10 +56,30 @@ pub struct TrainConfig {
     /// Store the expanded states in half precision (`--f16-state`; [`crate::model::Model::set_state_f16`]).
     #[serde(default)]
     pub state_f16: bool,
+    /// The arithmetic of the linear layers (`--precision`): `f32`, or `f16` (f16 operands with
+    /// f32 accumulation, dynamic loss scaling, and f16 states where the variant has them;
+    /// [`crate::model::Precision`]).
+    #[serde(default)]
+    pub precision: Precision,
+    /// The loss scale an f16 run starts from (a power of two): halved after every step whose
+    /// gradients overflow (the step is skipped), doubled after `loss_scale_growth` clean steps.
+    #[serde(default = "default_loss_scale")]
+    pub loss_scale: f64,
+    /// Clean steps after which an f16 run doubles its loss scale.
+    #[serde(default = "default_loss_scale_growth")]
+    pub loss_scale_growth: usize,
 }
 
 fn default_checkpoint_keep() -> usize {
     2
+}
+
+fn default_loss_scale() -> f64 {
+    65536.0
+}
+
+fn default_loss_scale_growth() -> usize {
+    2000
 }
 
 impl TrainConfig {
@@ -94,6 +114,9 @@ impl TrainConfig {
             seed: 1337,
             skip_nonfinite: false,
             state_f16: false,
+            precision: Precision::F32,
+            loss_scale: default_loss_scale(),
+            loss_scale_growth: default_loss_scale_growth(),
         }
     }
 
@@ -172,6 +195,21 @@ impl TrainConfig {
             )
             .remedy(format!("raise it (--set train.decay_steps={}) or lower train.warmup_steps", self.warmup_steps)));
         }
+        let pow2 = self.loss_scale.is_finite() && self.loss_scale > 0.0 && self.loss_scale.log2().fract() == 0.0;
+        if !(pow2 && (-24.0..=100.0).contains(&self.loss_scale.log2())) {
+            return e(
+                "loss_scale",
+                &self.loss_scale,
+                "expected a power of two in 2^-24 ..= 2^100 (the f16 run's first loss scale; 65536 is usual)".into(),
+            );
+        }
+        if self.loss_scale_growth == 0 || self.loss_scale_growth > 1 << 30 {
+            return e(
+                "loss_scale_growth",
+                &self.loss_scale_growth,
+                "expected an integer in 1 ..= 2^30 (clean steps before the loss scale doubles)".into(),
+            );
+        }
         if self.state_f16
             && let Err(why) = model.f16_state_support()
         {
@@ -179,6 +217,12 @@ impl TrainConfig {
                 .remedy("drop --f16-state (or set train.state_f16 = false) for this model"));
         }
         Ok(())
+    }
+
+    /// Whether the expanded states are stored in f16: `--f16-state`, or `--precision f16` where
+    /// the variant has f16 states.
+    pub fn states_f16(&self, model: &ModelConfig) -> bool {
+        self.state_f16 || (self.precision == Precision::F16 && model.f16_state_support().is_ok())
     }
 
     /// Learning rate at `step` (0-based): linear warm-up, then cosine to `min_lr` at

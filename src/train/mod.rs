@@ -227,6 +227,7 @@ fn adamw_cfg(t: &TrainConfig, step: usize) -> AdamWConfig {
         grad_clip: t.grad_clip as f32,
         clip_eps: 1e-6,
         step: (step + 1) as u32,
+        grad_scale: 1.0,
     }
 }
 

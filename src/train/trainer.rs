@@ -19,7 +19,7 @@ use super::{
     claim_for_new_run, collective, data, evaluate_sharded, install_ctrlc,
 };
 use crate::gpu::Gpu;
-use crate::model::{Model, Objective, Parts, Program};
+use crate::model::{AdamWConfig, Model, Objective, Parts, Program};
 use crate::tokenizer::Tokenizer;
 use crate::train::Collective;
 
@@ -72,6 +72,8 @@ pub(super) struct Trainer<'c> {
     fault_lost_at: Option<usize>,
     /// `DDL_FAULT_OOM_STEP`: the device reports running out of memory during this step (tests).
     fault_oom_at: Option<usize>,
+    /// Dynamic loss scaling (f16 runs).
+    loss_scale: Option<checkpoint::LossScale>,
     /// The next step's batches, drawn on a thread during this step.
     prefetched: Option<(usize, Vec<(Vec<i32>, Vec<i32>)>)>,
     /// The memory plan and how to need less, for an out-of-memory error.
@@ -97,6 +99,8 @@ pub(super) struct StepResult {
     comm_s: Option<(f64, f64)>,
     /// Seconds the step waited for its batches (≈ 0 when the previous step drew them ahead).
     data_s: f64,
+    /// The loss scale the step used (f16 runs).
+    loss_scale: Option<f64>,
 }
 
 /// The batches of every micro-batch this process runs at `step`.
@@ -169,7 +173,7 @@ impl<'c> Trainer<'c> {
         let mut run = opts.run.clone();
         let mut dataset = None;
         let mut data_open_s = 0.0;
-        let (mut model, tok, start, elapsed0) = if opts.resume {
+        let (mut model, tok, start, elapsed0, saved_scale) = if opts.resume {
             let ck = checkpoint::load_to_device(&out, gpu.clone(), true)?;
             let (state, run_cfg) = ck.optim.expect("loaded with optimizer state");
             if !run_cfg.is_empty() {
@@ -190,7 +194,7 @@ impl<'c> Trainer<'c> {
                     out.display()
                 )));
             }
-            (ck.model, ck.tokenizer, state.step, state.elapsed)
+            (ck.model, ck.tokenizer, state.step, state.elapsed, state.loss_scale)
         } else {
             // Paths that work from any directory; settings first: a bad value is reported before
             // the corpus is read and tokenised.
@@ -203,24 +207,30 @@ impl<'c> Trainer<'c> {
             run.validate()?;
             let model = Model::new(gpu.clone(), run.model.clone(), run.train.seed)?;
             dataset = Some(ds);
-            (model, tok, 0, 0.0)
+            (model, tok, 0, 0.0, None)
         };
         super::progress::trace_memory("the model's creation", rss0, gpu.stats.live());
         run.validate()?;
         // The memory plan against what the adapter reports (largest buffer; a CPU adapter's host
         // memory), before any program is allocated or anything written.
         let tr = &run.train;
+        let states_f16 = tr.states_f16(&run.model);
         let limits = crate::model::Limits::of(&gpu);
         if let Some(advice) =
-            crate::model::fit_advice(&run.model, tr.batch_size, tr.seq_len, tr.grad_accum, tr.state_f16, &limits)
+            crate::model::fit_advice(&run.model, tr.batch_size, tr.seq_len, tr.grad_accum, states_f16, &limits)
         {
             return Err(TrainError::Settings(format!("adapter '{}': {advice}", gpu.info.name)));
         }
-        let plan = crate::model::memory_plan_with(&run.model, tr.batch_size, tr.seq_len, tr.state_f16);
+        let plan = crate::model::memory_plan_with(&run.model, tr.batch_size, tr.seq_len, states_f16);
         // (The variant and shape were validated with the settings; what is left is the adapter.)
         model
-            .set_state_f16(run.train.state_f16)
+            .set_precision(tr.precision)
+            .map_err(|e| TrainError::Settings(format!("train.precision (--precision): {e}")))?;
+        model
+            .set_state_f16(states_f16)
             .map_err(|e| TrainError::Settings(format!("train.state_f16 (--f16-state): {e}")))?;
+        let loss_scale = (tr.precision == crate::model::Precision::F16)
+            .then(|| saved_scale.unwrap_or_else(|| checkpoint::LossScale::new(tr.loss_scale)));
         let t = run.train.clone();
         let run_toml = toml::to_string(&run).map_err(|e| TrainError::Settings(e.to_string()))?;
 
@@ -402,6 +412,7 @@ impl<'c> Trainer<'c> {
             fault_lost_at,
             fault_oom_at,
             prefetched: None,
+            loss_scale,
             memory,
             rss0,
             plan_bytes: plan.total(),
@@ -450,7 +461,17 @@ impl<'c> Trainer<'c> {
         let (t, step) = (&self.t, self.step);
         self.comm.set_step(step);
         let ts = Instant::now();
-        let opt = adamw_cfg(t, step);
+        // AdamW counts the steps it applied: an f16 step skipped for overflow is not one.
+        let skipped = self.loss_scale.map_or(0, |s| s.skipped);
+        let scale = self.loss_scale.map(|s| s.scale);
+        let opt = AdamWConfig {
+            step: (step + 1 - skipped) as u32,
+            grad_scale: scale.unwrap_or(1.0) as f32,
+            ..adamw_cfg(t, step)
+        };
+        if let Some(s) = scale {
+            self.prog.set_loss_scale(&self.model, s as f32).map_err(self.at_step(step + 1))?;
+        }
         if self.fault_lost_at == Some(step + 1) {
             self.gpu.simulate_device_loss();
         }
@@ -527,10 +548,25 @@ impl<'c> Trainer<'c> {
         }
         // The step's loss: the mean of its micro-batches' mean losses (what the gradient is of).
         let loss = (loss_sum / t.grad_accum as f64) as f32;
-        // A non-finite norm² is reported as it is (NaN.max(0) would read as 0).
-        let gnorm = if stats[2].is_finite() { stats[2].max(0.0).sqrt() } else { stats[2] };
+        // A non-finite norm² is reported as it is (NaN.max(0) would read as 0); the gradients
+        // carry the loss scale.
+        let gnorm = if stats[2].is_finite() { stats[2].max(0.0).sqrt() / opt.grad_scale } else { stats[2] };
         let finite = loss.is_finite() && stats[2].is_finite();
-        if !finite && !t.skip_nonfinite {
+        if let Some(ls) = &mut self.loss_scale
+            && loss.is_finite()
+        {
+            // An f16 step whose gradients overflowed: AdamW skipped it on the GPU; halve the scale.
+            ls.update(finite, t.loss_scale_growth);
+            if ls.scale < checkpoint::LossScale::MIN {
+                self.progress.finish();
+                return Err(TrainError::NonFinite {
+                    step: step + 1,
+                    what: "gradient norm (at every loss scale)",
+                    value: gnorm,
+                });
+            }
+        }
+        if !finite && !t.skip_nonfinite && (self.loss_scale.is_none() || !loss.is_finite()) {
             self.progress.finish();
             let (what, value) = if loss.is_finite() { ("gradient norm", gnorm) } else { ("loss", loss) };
             return Err(TrainError::NonFinite { step: step + 1, what, value });
@@ -544,7 +580,7 @@ impl<'c> Trainer<'c> {
         }
         let tokens_per_step = (t.batch_size * t.seq_len * t.grad_accum) as f64;
         self.tok_s = tokens_per_step / dt.max(1e-9);
-        Ok(StepResult { lr: opt.lr, loss, gnorm, finite, stats, comm_s, data_s })
+        Ok(StepResult { lr: opt.lr, loss, gnorm, finite, stats, comm_s, data_s, loss_scale: scale })
     }
 
     fn append(&self, line: &serde_json::Value) -> Result<(), TrainError> {
@@ -563,6 +599,9 @@ impl<'c> Trainer<'c> {
             "step": step, "lr": s.lr, "loss": s.loss, "grad_norm": s.gnorm, "tok_per_s": tok_s,
             "elapsed": self.elapsed(), "skipped": !s.finite, "data_ms": s.data_s * 1e3,
         });
+        if let Some(scale) = s.loss_scale {
+            line["loss_scale"] = json!(scale);
+        }
         if let Some((wait, exchange)) = s.comm_s {
             line["comm_wait_s"] = json!(wait);
             line["comm_s"] = json!(exchange);
@@ -572,7 +611,11 @@ impl<'c> Trainer<'c> {
             line["beta_mean"] = json!(crate::model::beta_means_of(&s.stats, self.prog.b() * self.prog.t()));
         }
         self.append(&line)?;
-        let msg = format!("loss {:.4} |g| {:.3} lr {:.2e} {tok_s:.0} tok/s", s.loss, s.gnorm, s.lr);
+        let mut msg = format!("loss {:.4} |g| {:.3} lr {:.2e} {tok_s:.0} tok/s", s.loss, s.gnorm, s.lr);
+        if let Some(scale) = s.loss_scale {
+            let skipped = self.loss_scale.map_or(0, |l| l.skipped);
+            msg += &format!(" loss scale 2^{} ({skipped} skipped)", scale.log2());
+        }
         self.progress.update(step, msg, log);
         Ok(())
     }
@@ -636,7 +679,7 @@ impl<'c> Trainer<'c> {
             return Ok(());
         }
         let step = self.step;
-        let state = checkpoint::RunState { step, elapsed: self.elapsed() };
+        let state = checkpoint::RunState { step, elapsed: self.elapsed(), loss_scale: self.loss_scale };
         let err = |source| TrainError::Save { step, dir: self.out.clone(), source };
         checkpoint::save_model(&self.out, &self.model, &self.tok, &state, &self.run_toml).map_err(err)?;
         checkpoint::keep_step(&self.out, step, self.t.checkpoint_keep).map_err(err)?;

@@ -45,6 +45,7 @@ fn config(step: u32, grad_clip: f32) -> AdamWConfig {
         grad_clip,
         clip_eps: 1e-6,
         step,
+        grad_scale: 1.0,
     }
 }
 
@@ -71,11 +72,25 @@ struct Outcome {
 /// updated with set_step) and on the CPU; asserts they agree and returns the GPU state.
 fn five_steps(
     gpu: &Gpu,
+    rng: Rng,
+    sizes: &[usize],
+    grad_clip: f32,
+    factors: [f32; 5],
+    chunk: Option<usize>,
+) -> Outcome {
+    five_steps_scaled(gpu, rng, sizes, grad_clip, factors, chunk, 1.0)
+}
+
+/// [`five_steps`] with gradients that carry a loss scale `scale` on the GPU (the CPU steps the
+/// unscaled ones).
+fn five_steps_scaled(
+    gpu: &Gpu,
     mut rng: Rng,
     sizes: &[usize],
     grad_clip: f32,
     factors: [f32; 5],
     chunk: Option<usize>,
+    scale: f32,
 ) -> Outcome {
     let (n, ranges) = layout(sizes);
     let mask = adamw::decay_mask(n, &ranges);
@@ -88,7 +103,7 @@ fn five_steps(
     let tmask = Tensor::from_u32(gpu, "mask", &[mask.len()], &mask).unwrap();
     let norm_sq = poisoned(gpu, "norm_sq", &[1]);
     let norm_ds = reduce::sum_squares(gpu, &grads, n, norm_sq.view()).unwrap();
-    let c1 = config(1, grad_clip);
+    let c1 = AdamWConfig { grad_scale: scale, ..config(1, grad_clip) };
     let step_ds = match chunk {
         Some(c) => adamw::step_chunked(gpu, &params, &grads, &m, &v, tmask.view(), norm_sq.view(), n, &c1, c),
         None => adamw::step(gpu, &params, &grads, &m, &v, tmask.view(), norm_sq.view(), n, &c1),
@@ -96,9 +111,9 @@ fn five_steps(
     .unwrap();
     let mut cpu = CpuAdamW { p: p0.iter().map(|&x| x as f64).collect(), m: vec![0.0; n], v: vec![0.0; n] };
     for (t, f) in (1..=5).zip(factors) {
-        let c = config(t, grad_clip);
+        let c = AdamWConfig { grad_scale: scale, ..config(t, grad_clip) };
         let g: Vec<f32> = rng.normal(n, 1.0).iter().map(|x| x * f).collect();
-        grads.write_f32(gpu, &g).unwrap();
+        grads.write_f32(gpu, &g.iter().map(|x| x * scale).collect::<Vec<_>>()).unwrap();
         if t > 1 {
             adamw::set_step(gpu, &step_ds, &c).unwrap();
         }
@@ -187,6 +202,32 @@ fn four_elements_per_invocation_give_the_bits_of_one() {
     let gpu = gpu();
     assert!(adamw::vec4(&gpu, 64) && !adamw::vec4(&gpu, 66));
     assert!(!adamw::vec4(&gpu.with_forms(|f| f.adamw_vec4 = false), 64));
+}
+
+#[test]
+fn gradients_that_carry_a_power_of_two_loss_scale_give_the_unscaled_bits() {
+    // Dynamic loss scaling: grads hold S·g; the step divides by S (and clips the norm of g). With
+    // S a power of two every scaling is exact, so the result is the unscaled step bit for bit,
+    // clipping on, off and switching.
+    let seed = Rng::fresh().seed;
+    for (clip, factors) in [(5.0, [1.0; 5]), (24.0, [2.0, 0.3, 3.0, 0.2, 2.5]), (0.0, [1.0, 0.5, 2.0, 1.0, 0.1])] {
+        let plain = five_steps(&gpu(), Rng::new(seed), SIZES, clip, factors, None);
+        for scale in [65536.0, 0.125] {
+            let scaled = five_steps_scaled(&gpu(), Rng::new(seed), SIZES, clip, factors, None, scale);
+            for (x, y) in [(&plain.p, &scaled.p), (&plain.m, &scaled.m), (&plain.v, &scaled.v)] {
+                let same = x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+                assert!(same, "clip {clip}, scale {scale}: differs from the unscaled step (seed {seed})");
+            }
+        }
+    }
+    let gpu = gpu();
+    let t = |l| Tensor::zeros(&gpu, l, &[64], DType::F32).unwrap();
+    let mask = Tensor::zeros(&gpu, "mask", &[1], DType::U32).unwrap();
+    for bad in [0.0, -2.0, f32::INFINITY, f32::NAN] {
+        let c = AdamWConfig { grad_scale: bad, ..config(1, 1.0) };
+        let e = adamw::step(&gpu, &t("p"), &t("g"), &t("m"), &t("v"), mask.view(), t("n").view(), 64, &c);
+        assert!(e.unwrap_err().to_string().contains("grad_scale"));
+    }
 }
 
 #[test]

@@ -79,6 +79,11 @@ impl<'a> Rec<'a> {
         self.run(ds)
     }
 
+    /// Records a linear layer's product: f16 operands in f16 programs ([`Acts::half`]).
+    pub fn mm_half(&mut self, m: Matmul, a: View, b: View, c: View) -> Result<()> {
+        self.mm(m.half(self.a.half), a, b, c)
+    }
+
     pub fn push(&mut self, op: Op) {
         self.ops.push(op);
     }
