@@ -17,6 +17,8 @@ struct Params {
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
+// pack_f16's output: two f16 per word (element 2i in the low half).
+@group(0) @binding(3) var<storage, read_write> yu: array<u32>;
 
 // y[i] += x[i]
 @compute @workgroup_size(256)
@@ -57,5 +59,21 @@ fn copy_rows(
         let r = i / params.cols;
         let c = i - r * params.cols;
         y[params.y_off + r * params.ys + c] = x[params.x_off + r * params.xs + c];
+    }
+}
+
+// yu[i] = (f16(x[2i]), f16(x[2i + 1])) packed, for the n elements of x (an odd n's last word pairs
+// x[n − 1] with 0): the f16 copy of the parameters that f16 products read their weights from.
+// pack2x16float needs no f16 support in the shader.
+@compute @workgroup_size(256)
+fn pack_f16(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+    if (2u * i < params.n) {
+        let hi = select(0.0, x[2u * i + 1u], 2u * i + 1u < params.n);
+        yu[i] = pack2x16float(vec2<f32>(x[2u * i], hi));
     }
 }

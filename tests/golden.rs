@@ -182,5 +182,14 @@ fn golden_f16_precision() {
         let (w16, w32) = (worst(&rows), worst(&f32_rows));
         assert!(w16 > 10.0 * w32, "{name}: f16 precision changed nothing (worst {w16:e} vs f32 {w32:e})");
         eprintln!("{name}: worst relative L2 {w16:.2e} in f16, {w32:.2e} in f32");
+        if name == "ddl_vmap" || name == "baseline" {
+            // The weights read from the f16 copy or rounded from the f32 parameters as read
+            // (form matmul_f16_weights): the same bits.
+            let off = gpu.with_forms(|f| f.matmul_f16_weights = false);
+            let other = ddl::golden::check_precision(&off, &g, false, ddl::model::Precision::F16)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let same = rows.iter().zip(&other).all(|(a, b)| a.rel_l2.to_bits() == b.rel_l2.to_bits());
+            assert!(same && rows.len() == other.len(), "{name}: the f16 weight copy changed the results");
+        }
     }
 }

@@ -976,3 +976,38 @@ fn the_data_benchmark_prepares_draws_and_trains_each_set_and_cleans_up() {
     assert_eq!(rows.iter().find(|r| r["bench"] == "data_train").unwrap()["steps"], 2);
     assert!(!work.exists(), "the benchmark's folder was left behind");
 }
+
+#[test]
+fn in_f16_the_weights_f16_copy_follows_every_optimizer_step() {
+    // `--precision f16` reads its weights from an f16 copy of the parameters that the training
+    // program's optimizer pass rewrites after AdamW: after each step it must be exactly the
+    // updated parameters rounded to nearest, and the loss must still fall.
+    use ddl::model::{AdamWConfig, Model, Precision};
+    let gpu = ddl::testing::gpu();
+    let mut model = Model::new(gpu.clone(), bench_cfg(Variant::DdlVmap), 3).unwrap();
+    model.set_precision(Precision::F16).unwrap();
+    let opt = AdamWConfig::paper(1e-2);
+    let prog = model.program(2, 16, &opt).unwrap();
+    let mut rng = ddl::testing::Rng::new(5);
+    let (x, y) = (rng.ints(32, 65), rng.ints(32, 65));
+    prog.set_batch(&model, &x, &y).unwrap();
+    let mut losses = Vec::new();
+    for step in 1..=4 {
+        let (loss, _) = model.train_step(&prog, &AdamWConfig { step, ..opt }).unwrap();
+        losses.push(loss);
+        let p = model.read_params().unwrap();
+        let got = model.params16.as_ref().unwrap().read_f32(&gpu).unwrap();
+        let mismatched = p
+            .chunks(2)
+            .zip(&got)
+            .filter(|(pair, w)| {
+                let hi = pair.get(1).copied().unwrap_or(0.0);
+                let want =
+                    half::f16::from_f32(pair[0]).to_bits() as u32 | (half::f16::from_f32(hi).to_bits() as u32) << 16;
+                w.to_bits() != want
+            })
+            .count();
+        assert_eq!(mismatched, 0, "step {step}: {mismatched} words of the f16 copy are stale");
+    }
+    assert!(losses[3] < losses[0], "{losses:?}");
+}

@@ -484,7 +484,7 @@ pub fn train_rows(
     let readbacks_per_step = (maps1 - maps0) as f64 / steps.max(1) as f64;
     // Every tensor alive since the device was opened: model, moments, program, scratch.
     let peak_bytes = gpu.stats.peak();
-    let plan = crate::model::memory_plan_with(cfg, batch, seq, state_f16);
+    let plan = crate::model::memory_plan_for(cfg, batch, seq, state_f16, precision);
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let step_ms = times[times.len() / 2];
     let best_ms = times[0];

@@ -146,3 +146,33 @@ pub fn copy_rows_chunked(
         })
         .collect()
 }
+
+/// `y` (u32 words, two f16 each: element 2i in the low half) = `x[..n]` rounded to f16: the
+/// parameters' f16 copy of `--precision f16` ([`crate::model::Model::set_precision`]). Bound in
+/// aligned chunks when larger than one storage binding.
+pub fn pack_f16(gpu: &Gpu, x: View, y: View, n: usize) -> Result<Vec<Dispatch>> {
+    pack_f16_chunked(gpu, x, y, n, binding_elems(gpu, align_elems(gpu)))
+}
+
+/// [`pack_f16`] with at most `max_chunk` words per binding; for testing the chunking.
+#[doc(hidden)]
+pub fn pack_f16_chunked(gpu: &Gpu, x: View, y: View, n: usize, max_chunk: usize) -> Result<Vec<Dispatch>> {
+    const OP: &str = "pack_f16";
+    check_len(OP, "x", &x, n, "n")?;
+    check_len(OP, "y", &y, n.div_ceil(2), "ceil(n / 2) words")?;
+    check_distinct(OP, &[("y", y.buffer)], &[("x", x.buffer)])?;
+    let k = gpu.kernel("elementwise", None, "pack_f16")?;
+    let maxdim = gpu.limits.max_compute_workgroups_per_dimension;
+    let q = align_elems(gpu);
+    // Chunks of whole words whose x part (twice as long) fits a binding too.
+    let max_chunk = (max_chunk.min(binding_elems(gpu, q) / 2) / q * q).max(q);
+    chunks(n.div_ceil(2), max_chunk)
+        .into_iter()
+        .map(|(start, words)| {
+            let elems = (n - 2 * start).min(2 * words);
+            let p = Params { n: elems as u32, alpha: 0.0, cols: 1, xs: 1, ys: 1, x_off: 0, y_off: 0, _pad: 0 };
+            let bufs = [("x", x.sub(2 * start, elems)), ("yu", y.sub(start, words))];
+            k.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &bufs, grid_1d(words as u64, WG_1D, maxdim))
+        })
+        .collect()
+}

@@ -84,6 +84,10 @@ pub struct Forms {
     /// The matmul's `…g` register-block variants (A loaded once per subgroup) are offered: only
     /// where subgroups have one fixed size dividing 8: `matmul_subgroup`.
     pub matmul_subgroup: bool,
+    /// `--precision f16` reads the weights of its products from an f16 copy of the parameters
+    /// (rewritten after every AdamW step: half the bytes per weight load) instead of rounding the
+    /// f32 parameters as it reads them; the same bits either way: `matmul_f16_weights`.
+    pub matmul_f16_weights: bool,
 }
 
 /// Worker threads a CPU adapter runs workgroups on (llvmpipe: `LP_NUM_THREADS`, else one per
@@ -150,6 +154,7 @@ impl Forms {
             swiglu_vec4: true,
             adamw_vec4: true,
             matmul_subgroup: subgroups && lo == hi && hi >= 1 && 8 % hi == 0,
+            matmul_f16_weights: true,
         }
     }
 
@@ -247,6 +252,7 @@ impl Forms {
                     }
                     self.matmul_subgroup = on;
                 }
+                "matmul_f16_weights" => self.matmul_f16_weights = flag()?,
                 _ => {
                     return Err(format!(
                         "unknown form '{key}' (expected one of: {})",
@@ -282,6 +288,7 @@ impl Forms {
         ("swiglu_vec4", "SwiGLU: four elements per invocation"),
         ("adamw_vec4", "AdamW: four elements per invocation"),
         ("matmul_subgroup", "matmul: the …g register-block variants offered"),
+        ("matmul_f16_weights", "--precision f16: weights read from an f16 copy of the parameters"),
     ];
 
     /// `(key, value, what)` rows for `ddl info` and `ddl bench`.
@@ -315,6 +322,7 @@ impl Forms {
                 "swiglu_vec4" => b(self.swiglu_vec4),
                 "adamw_vec4" => b(self.adamw_vec4),
                 "matmul_subgroup" => b(self.matmul_subgroup),
+                "matmul_f16_weights" => b(self.matmul_f16_weights),
                 _ => unreachable!("every key has a value"),
             }
         };

@@ -20,6 +20,8 @@ pub struct MemoryPlan {
     pub grad_scratch_bytes: u64,
     /// The largest single tensor (name, bytes).
     pub largest: (String, u64),
+    /// The f16 copy of the parameters that `--precision f16` reads its weights from (0 in f32).
+    pub half_param_bytes: u64,
 }
 
 impl MemoryPlan {
@@ -32,6 +34,7 @@ impl MemoryPlan {
             ("parameters", self.param_bytes),
             ("gradients", self.param_bytes),
             ("AdamW moments", 2 * self.param_bytes),
+            ("f16 weight copy", self.half_param_bytes),
             ("activations", self.activation_bytes),
             ("gradient scratch", self.grad_scratch_bytes),
             ("total", self.total()),
@@ -43,7 +46,7 @@ impl MemoryPlan {
 
     /// Parameters, gradients, two moments, activations and scratch.
     pub fn total(&self) -> u64 {
-        4 * self.param_bytes + self.activation_bytes + self.grad_scratch_bytes
+        4 * self.param_bytes + self.half_param_bytes + self.activation_bytes + self.grad_scratch_bytes
     }
 
     /// One line: the total and its parts, for errors.
@@ -218,6 +221,18 @@ pub fn memory_plan(c: &ModelConfig, b: usize, t: usize) -> MemoryPlan {
 /// [`memory_plan`] with the expanded states stored in half precision or not
 /// ([`Model::set_state_f16`]).
 pub fn memory_plan_with(c: &ModelConfig, b: usize, t: usize, state_f16: bool) -> MemoryPlan {
+    memory_plan_for(c, b, t, state_f16, super::Precision::F32)
+}
+
+/// [`memory_plan_with`] at `precision` (f16 adds the parameters' f16 copy,
+/// [`Model::set_precision`]).
+pub fn memory_plan_for(
+    c: &ModelConfig,
+    b: usize,
+    t: usize,
+    state_f16: bool,
+    precision: super::Precision,
+) -> MemoryPlan {
     let layout = Layout::new(c);
     let n = (b * t) as u64;
     let (d, m, dq, f, v, hh, hk) = (
@@ -277,6 +292,7 @@ pub fn memory_plan_with(c: &ModelConfig, b: usize, t: usize, state_f16: bool) ->
         activation_bytes: 4 * acts,
         grad_scratch_bytes: 4 * scratch,
         largest,
+        half_param_bytes: if precision == super::Precision::F16 { 4 * layout.total.div_ceil(2) as u64 } else { 0 },
     }
 }
 

@@ -31,6 +31,9 @@ pub struct Model {
     /// The arithmetic of the linear layers' products in training and evaluation programs
     /// ([`Model::set_precision`]); decoding programs compute in f32.
     pub precision: Precision,
+    /// In f16: the parameters rounded to f16, two per word (the weights f16 products read),
+    /// refreshed by every training program's optimizer pass right after AdamW.
+    pub params16: Option<Tensor>,
 }
 
 /// The arithmetic of the linear layers' products (`--precision`, `train.precision`): `f32`, or
@@ -117,6 +120,7 @@ impl Model {
             rope_table,
             state_f16: false,
             precision: Precision::F32,
+            params16: None,
         })
     }
 
@@ -153,7 +157,34 @@ impl Model {
             }
         }
         self.precision = p;
+        self.params16 = None;
+        if p == Precision::F16 && self.gpu.forms.matmul_f16_weights {
+            let t = Tensor::zeros(&self.gpu, "params.f16", &[self.layout.total.div_ceil(2)], DType::U32)?;
+            self.params16 = Some(t);
+            self.refresh_params16()?;
+        }
         Ok(())
+    }
+
+    /// Rewrites the f16 copy of the parameters from them now (after the host wrote parameters
+    /// while in f16; training programs refresh it themselves after every AdamW step).
+    pub fn refresh_params16(&self) -> Result<()> {
+        if let Some(t) = &self.params16 {
+            let ds = crate::kernels::elementwise::pack_f16(&self.gpu, self.params.view(), t.view(), self.layout.total)?;
+            self.gpu.run(&ds.iter().collect::<Vec<_>>())?;
+        }
+        Ok(())
+    }
+
+    /// Parameter `name` in the f16 copy: an aligned view that holds it and its offset there in
+    /// f16 elements (a multiple of 4 wherever the adapter's binding alignment allows); `None` in f32.
+    pub(crate) fn pv16(&self, name: &str) -> Option<(View<'_>, usize)> {
+        let t = self.params16.as_ref()?;
+        let (o, n) = self.layout.range(name);
+        let q = crate::kernels::reduce::align_elems(&self.gpu);
+        let start = (o / 2) / q * q;
+        let rem = o - 2 * start;
+        Some((t.view().sub(start, (rem + n).div_ceil(2)), rem))
     }
 
     /// The parameter `name` (a spec name) as a view of the flat buffer.

@@ -49,6 +49,8 @@ pub struct Program {
     backward_blocks: Vec<(usize, usize)>,
     finish: Vec<Op>,
     optimizer: Vec<Dispatch>,
+    /// After AdamW in f16: the parameters' f16 copy rewritten from the updated parameters.
+    refresh16: Vec<Dispatch>,
     /// The loss objective it was recorded with (its gradient scale is the base of
     /// [`Program::set_loss_scale`]).
     obj: Objective,
@@ -168,6 +170,12 @@ impl Program {
                 opt,
             )?;
         }
+        let refresh16 = match (&model.params16, opt.is_some()) {
+            (Some(t), true) => {
+                crate::kernels::elementwise::pack_f16(&model.gpu, model.params.view(), t.view(), model.layout.total)?
+            }
+            _ => Vec::new(),
+        };
         let zero = if opt.is_some() { vec![Op::Zero(model.grads.clone())] } else { Vec::new() };
         let stats_rb = Readback::new(&model.gpu, &acts.stats);
         Ok(Program {
@@ -178,6 +186,7 @@ impl Program {
             backward_blocks,
             finish,
             optimizer,
+            refresh16,
             obj,
             stats_rb,
             micro: std::sync::Mutex::new(None),
@@ -283,7 +292,7 @@ impl Program {
             }
         }
         if parts.optimizer {
-            let refs: Vec<&Dispatch> = self.optimizer.iter().collect();
+            let refs: Vec<&Dispatch> = self.optimizer.iter().chain(&self.refresh16).collect();
             r.record(&refs);
         }
     }

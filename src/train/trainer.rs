@@ -221,7 +221,7 @@ impl<'c> Trainer<'c> {
         {
             return Err(TrainError::Settings(format!("adapter '{}': {advice}", gpu.info.name)));
         }
-        let plan = crate::model::memory_plan_with(&run.model, tr.batch_size, tr.seq_len, states_f16);
+        let plan = crate::model::memory_plan_for(&run.model, tr.batch_size, tr.seq_len, states_f16, tr.precision);
         // (The variant and shape were validated with the settings; what is left is the adapter.)
         model
             .set_precision(tr.precision)

@@ -147,3 +147,43 @@ fn copy_rows_moves_every_row_into_the_new_stride_and_leaves_the_gaps() {
     assert!(elementwise::copy_rows(&gpu, t.view(), u.view(), 2, 4, 3, 4).is_err());
     assert!(elementwise::copy_rows(&gpu, t.view(), u.view(), 0, 4, 4, 4).is_err());
 }
+
+#[test]
+fn pack_f16_rounds_every_element_to_nearest_and_packs_two_per_word() {
+    // The parameters' f16 copy (`--precision f16`): odd and even lengths, one binding and
+    // chunks, values around f16's range edges (overflow to infinity, subnormals, ties), every
+    // word written (poisoned output). Bit for bit the host's round-to-nearest-even.
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    for (n, chunk) in [(1usize, None), (2, None), (777, None), (70_001, None), (70_001, Some(1)), (9_000, Some(4096))] {
+        let mut x = rng.normal(n, 3.0);
+        let specials = [65504.0, 65520.0, 1e6, -7e4, 6e-8, 3e-8, 1e-9, -0.0, 1.0 + 1.0 / 2048.0, 1.0 + 3.0 / 2048.0];
+        for (i, v) in specials.iter().enumerate().filter(|(i, _)| *i < n) {
+            x[i * 7 % n] = *v;
+        }
+        let tx = upload(&gpu, "x", &x);
+        let words = n.div_ceil(2);
+        let ty = poisoned(&gpu, "y", &[words]);
+        let ds = match chunk {
+            None => elementwise::pack_f16(&gpu, tx.view(), ty.view(), n),
+            Some(c) => elementwise::pack_f16_chunked(&gpu, tx.view(), ty.view(), n, c),
+        }
+        .unwrap();
+        run(&gpu, &ds);
+        let got: Vec<u32> = ty.read_f32(&gpu).unwrap().iter().map(|w| w.to_bits()).collect();
+        let mut padded = x.clone();
+        padded.resize(2 * words, 0.0);
+        let want: Vec<u32> = f16_pack(&padded).iter().map(|w| w.to_bits()).collect();
+        let bad: Vec<_> = (0..words).filter(|&i| got[i] != want[i]).take(5).collect();
+        assert!(
+            bad.is_empty(),
+            "n {n} chunk {chunk:?}: words {bad:?} differ, e.g. {:08x} vs {:08x} (seed {})",
+            got[bad[0]],
+            want[bad[0]],
+            rng.seed
+        );
+    }
+    let t = upload(&gpu, "x", &[0.0; 8]);
+    let e = elementwise::pack_f16(&gpu, t.view(), upload(&gpu, "y", &[0.0; 3]).view(), 8).unwrap_err().to_string();
+    assert!(e.contains("pack_f16") && e.contains("ceil(n / 2)"), "{e}");
+}

@@ -19,9 +19,9 @@ pub(crate) fn forward(r: &mut Rec, l: usize, s: &Sub) -> Result<()> {
     let n = r.n();
     let (d, dq, hh, hd) = (c.d_model, c.qk_dim(), c.n_heads, c.head_dim);
     let eps = c.norm_eps as f32;
-    r.mm_half(Matmul::nt(n, dq, d), s.c.view(), r.pv(&format!("{blk}.attn.wq")), q.view())?;
-    r.mm_half(Matmul::nt(n, dq, d), s.c.view(), r.pv(&format!("{blk}.attn.wk")), k.view())?;
-    r.mm_half(Matmul::nt(n, dq, d), s.c.view(), r.pv(&format!("{blk}.attn.wv")), v.view())?;
+    r.mm_weight(Matmul::nt(n, dq, d), s.c.view(), &format!("{blk}.attn.wq"), q.view())?;
+    r.mm_weight(Matmul::nt(n, dq, d), s.c.view(), &format!("{blk}.attn.wk"), k.view())?;
+    r.mm_weight(Matmul::nt(n, dq, d), s.c.view(), &format!("{blk}.attn.wv"), v.view())?;
     let rs = r.rope_shape();
     let table = r.m.rope_table.view();
     r.run(rope::forward(gpu, &rs, table, q.view(), qr.view()))?;
@@ -43,7 +43,7 @@ pub(crate) fn forward(r: &mut Rec, l: usize, s: &Sub) -> Result<()> {
         let sh = r.attn_shape();
         r.run(attn::forward_seq(gpu, &sh, scale, qn.view(), kn.view(), v.view(), out.view(), lse.view()))?;
     }
-    r.mm_half(Matmul::nt(n, d, dq), out.view(), r.pv(&format!("{blk}.attn.wo")), s.h.view())
+    r.mm_weight(Matmul::nt(n, d, dq), out.view(), &format!("{blk}.attn.wo"), s.h.view())
 }
 
 /// From ∂h: the weight gradients, and ∂c written (or added, `accumulate`) into `g.dc`.
@@ -56,7 +56,7 @@ pub(crate) fn backward(r: &mut Rec, l: usize, s: &Sub, dh: &Tensor, accumulate: 
     let n = r.n();
     let (d, dq, hh, hd) = (c.d_model, c.qk_dim(), c.n_heads, c.head_dim);
     r.mm_half(Matmul::tn(d, dq, n).accumulate(true), dh.view(), out.view(), r.gv(&format!("{blk}.attn.wo")))?;
-    r.mm_half(Matmul::nn(n, dq, d), dh.view(), r.pv(&format!("{blk}.attn.wo")), g.do_.view())?;
+    r.mm_weight(Matmul::nn(n, dq, d), dh.view(), &format!("{blk}.attn.wo"), g.do_.view())?;
     let scale = 1.0 / (hd as f32).sqrt();
     let sh = r.attn_shape();
     r.run(attn::backward(
@@ -97,7 +97,7 @@ pub(crate) fn backward(r: &mut Rec, l: usize, s: &Sub, dh: &Tensor, accumulate: 
     }
     let mut acc = accumulate;
     for (dgrad, w) in [(&g.dq, "wq"), (&g.dk, "wk"), (&g.dv, "wv")] {
-        r.mm_half(Matmul::nn(n, d, dq).accumulate(acc), dgrad.view(), r.pv(&format!("{blk}.attn.{w}")), g.dc.view())?;
+        r.mm_weight(Matmul::nn(n, d, dq).accumulate(acc), dgrad.view(), &format!("{blk}.attn.{w}"), g.dc.view())?;
         acc = true;
     }
     Ok(())

@@ -14,11 +14,14 @@ pub(crate) fn forward(r: &mut Rec, l: usize, s: &Sub) -> Result<()> {
     let blk = format!("blocks.{l}");
     let (n, d, f, f4) = (r.n(), c.d_model, c.mlp_hidden, c.mlp_stride());
     let up = Matmul { c: Operand::row_major(n, f4), ..Matmul::nt(n, f, d) };
-    r.mm_half(up, s.c.view(), r.pv(&format!("{blk}.mlp.w_gate")), g1.view())?;
-    r.mm_half(up, s.c.view(), r.pv(&format!("{blk}.mlp.w_up")), g2.view())?;
+    r.mm_weight(up, s.c.view(), &format!("{blk}.mlp.w_gate"), g1.view())?;
+    r.mm_weight(up, s.c.view(), &format!("{blk}.mlp.w_up"), g2.view())?;
     r.run(swiglu::forward(gpu, g1.view(), g2.view(), psi.view(), n * f4))?;
-    let w_down = w_down_rows(r, l, true)?;
     let down = Matmul { a: Operand::row_major(n, f4), b: Operand::transposed(f4, d), ..Matmul::nt(n, d, f) };
+    if r.a.w_down_rows.get(l).is_none() {
+        return r.mm_weight(down, psi.view(), &format!("{blk}.mlp.w_down"), s.h.view());
+    }
+    let w_down = w_down_rows(r, l, true)?;
     r.mm_half(down, psi.view(), w_down, s.h.view())
 }
 
@@ -30,16 +33,20 @@ pub(crate) fn backward(r: &mut Rec, l: usize, s: &Sub, dh: &Tensor, accumulate: 
     let (n, d, f, f4) = (r.n(), c.d_model, c.mlp_hidden, c.mlp_stride());
     let dw_down = Matmul { b: Operand::row_major(n, f4), ..Matmul::tn(d, f, n) };
     r.mm_half(dw_down.pad_reads(true).accumulate(true), dh.view(), psi.view(), r.gv(&format!("{blk}.mlp.w_down")))?;
-    let w_down = w_down_rows(r, l, false)?;
     let dpsi = Matmul { b: Operand::row_major(d, f4), c: Operand::row_major(n, f4), ..Matmul::nn(n, f, d) };
-    r.mm_half(dpsi.pad_reads(true), dh.view(), w_down, g.dpsi.view())?;
+    if r.a.w_down_rows.get(l).is_none() {
+        r.mm_weight(dpsi.pad_reads(true), dh.view(), &format!("{blk}.mlp.w_down"), g.dpsi.view())?;
+    } else {
+        let w_down = w_down_rows(r, l, false)?;
+        r.mm_half(dpsi.pad_reads(true), dh.view(), w_down, g.dpsi.view())?;
+    }
     r.run(swiglu::backward(gpu, g1.view(), g2.view(), g.dpsi.view(), g.dg1.view(), g.dg2.view(), n * f4))?;
     let dw = Matmul { a: Operand::transposed(f4, n), ..Matmul::tn(f, d, n) }.pad_reads(true).accumulate(true);
     r.mm_half(dw, g.dg1.view(), s.c.view(), r.gv(&format!("{blk}.mlp.w_gate")))?;
     r.mm_half(dw, g.dg2.view(), s.c.view(), r.gv(&format!("{blk}.mlp.w_up")))?;
     let dc = Matmul { a: Operand::row_major(n, f4), ..Matmul::nn(n, d, f) };
-    r.mm_half(dc.accumulate(accumulate), g.dg1.view(), r.pv(&format!("{blk}.mlp.w_gate")), g.dc.view())?;
-    r.mm_half(dc.accumulate(true), g.dg2.view(), r.pv(&format!("{blk}.mlp.w_up")), g.dc.view())
+    r.mm_weight(dc.accumulate(accumulate), g.dg1.view(), &format!("{blk}.mlp.w_gate"), g.dc.view())?;
+    r.mm_weight(dc.accumulate(true), g.dg2.view(), &format!("{blk}.mlp.w_up"), g.dc.view())
 }
 
 /// `mlp.w_down` of layer `l` with rows of `mlp_stride()` floats: the parameter itself when F

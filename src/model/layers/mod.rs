@@ -15,7 +15,7 @@ pub(crate) mod write;
 use crate::gpu::{Dispatch, Gpu, Op, Result, Tensor, View};
 use crate::kernels::attention::AttnShape;
 use crate::kernels::delta::DeltaShape;
-use crate::kernels::matmul::Matmul;
+use crate::kernels::matmul::{Matmul, MatmulElem};
 use crate::kernels::rope::RopeShape;
 use crate::kernels::shortconv::ConvShape;
 
@@ -82,6 +82,19 @@ impl<'a> Rec<'a> {
     /// Records a linear layer's product: f16 operands in f16 programs ([`Acts::half`]).
     pub fn mm_half(&mut self, m: Matmul, a: View, b: View, c: View) -> Result<()> {
         self.mm(m.half(self.a.half), a, b, c)
+    }
+
+    /// Records a linear layer's product whose B is the weight `w`: in f16 programs read from the
+    /// parameters' f16 copy ([`Model::pv16`]), A rounded as read; else as [`Rec::mm_half`].
+    pub fn mm_weight(&mut self, m: Matmul, a: View, w: &str, c: View) -> Result<()> {
+        if self.a.half
+            && let Some((v, off)) = self.m.pv16(w)
+        {
+            let b = crate::kernels::matmul::Operand { offset: m.b.offset + off, ..m.b };
+            let m = Matmul { b, ..m }.elems(MatmulElem::R16, MatmulElem::F16);
+            return self.mm(m, a, v, c);
+        }
+        self.mm_half(m, a, self.pv(w), c)
     }
 
     pub fn push(&mut self, op: Op) {

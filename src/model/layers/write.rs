@@ -48,9 +48,9 @@ pub(crate) fn forward(r: &mut Rec, l: usize, si: usize, write: (usize, usize)) -
     };
     let (kraw, a_in) = match &s.dir {
         Some((q1, s1, kraw)) => {
-            r.mm_half(Matmul::nt(n, hk, d), s.c.view(), r.pv(&format!("{dn}.w_k1")), q1.view())?;
+            r.mm_weight(Matmul::nt(n, hk, d), s.c.view(), &format!("{dn}.w_k1"), q1.view())?;
             r.run(swiglu::forward(gpu, q1.view(), a.ones.view(), s1.view(), n * hk))?;
-            r.mm_half(Matmul::nt(n, d, hk), s1.view(), r.pv(&format!("{dn}.w_k2")), kraw.view())?;
+            r.mm_weight(Matmul::nt(n, d, hk), s1.view(), &format!("{dn}.w_k2"), kraw.view())?;
             (kraw, &s.h)
         }
         None => (&s.h, a.a_tensor(l, si)),
@@ -175,10 +175,10 @@ pub(crate) fn backward(
     if let Some((q1, s1, _)) = &s.dir {
         // Direction branch: kraw = W_k2 silu(W_k1 c).
         r.mm_half(Matmul::tn(d, hk, n).accumulate(true), g.dkraw.view(), s1.view(), r.gv(&format!("{dn}.w_k2")))?;
-        r.mm_half(Matmul::nn(n, hk, d), g.dkraw.view(), r.pv(&format!("{dn}.w_k2")), g.ds.view())?;
+        r.mm_weight(Matmul::nn(n, hk, d), g.dkraw.view(), &format!("{dn}.w_k2"), g.ds.view())?;
         r.run(swiglu::backward(gpu, q1.view(), a.ones.view(), g.ds.view(), g.dq1.view(), g.dscratch.view(), n * hk))?;
         r.mm_half(Matmul::tn(hk, d, n).accumulate(true), g.dq1.view(), s.c.view(), r.gv(&format!("{dn}.w_k1")))?;
-        r.mm_half(Matmul::nn(n, d, hk).accumulate(true), g.dq1.view(), r.pv(&format!("{dn}.w_k1")), g.dc.view())?;
+        r.mm_weight(Matmul::nn(n, d, hk).accumulate(true), g.dq1.view(), &format!("{dn}.w_k1"), g.dc.view())?;
     }
     // The sublayer's input gradient adds to the gate's (and direction MLP's) dc (or starts dc
     // when the norm backward takes the heads in).
