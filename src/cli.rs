@@ -485,6 +485,34 @@ pub(crate) enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// f16 against f32 training (`--precision f16`): runs of one preset and variant at each
+    /// precision for each seed (a seed's two runs see the same batches), their final
+    /// whole-split validation losses, the paired f16 − f32 difference (95 % interval, p) and
+    /// whether it lies within the f32 seed spread. Finished runs in --out are reused. Minutes on a
+    /// CPU adapter (tiny: ≈ 2 per run on 2 cores).
+    Precision {
+        /// The model and schedule preset.
+        #[arg(long, default_value = "tiny")]
+        preset: String,
+        /// The variant to train.
+        #[arg(long, default_value = "ddl")]
+        variant: String,
+        /// Optimizer steps per run (also the schedule's length; warm-up a tenth).
+        #[arg(long, value_parser = positive, default_value_t = 300)]
+        steps: usize,
+        /// Seeds (comma-separated, at least two).
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+        seeds: Vec<u64>,
+        /// The text to train on.
+        #[arg(long, default_value = "assets/tinyshakespeare.txt")]
+        corpus: String,
+        /// Where the runs go (one `ddl train` folder each).
+        #[arg(long, default_value = "runs/bench-precision")]
+        out: std::path::PathBuf,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Per-token latency of cached decoding vs recomputing the full context.
     Generate {
         /// The model preset: tiny, shakespeare-char, small-124m, medium-353m.

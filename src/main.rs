@@ -644,6 +644,7 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
         | BenchCmd::Train { json, .. }
         | BenchCmd::Generate { json, .. }
         | BenchCmd::Data { json, .. }
+        | BenchCmd::Precision { json, .. }
         | BenchCmd::Copy { json, .. } => *json,
     };
     if json {
@@ -733,6 +734,11 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                     print_row(&r, json)
                 })?,
             }
+        }
+        BenchCmd::Precision { preset, variant, steps, seeds, corpus, out, json } => {
+            let variant = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
+            let b = ddl::bench::precision::PrecisionBench { preset, variant, corpus, steps, seeds, out };
+            ddl::bench::precision::precision_rows(&gpu, &b, |r| print_row(&r, json))?;
         }
         BenchCmd::Generate { preset, variant, contexts, reps, json } => {
             let v = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;

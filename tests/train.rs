@@ -1011,3 +1011,41 @@ fn in_f16_the_weights_f16_copy_follows_every_optimizer_step() {
     }
     assert!(losses[3] < losses[0], "{losses:?}");
 }
+
+#[test]
+fn the_precision_benchmark_pairs_f16_and_f32_runs_by_seed_and_reuses_finished_ones() {
+    let dir = tmpdir("bench-precision");
+    env_cache(&dir);
+    let c = ddl::testing::small_corpus(&dir);
+    let gpu = ddl::testing::gpu();
+    let b = ddl::bench::precision::PrecisionBench {
+        preset: "tiny".into(),
+        variant: Variant::Ddl,
+        corpus: c,
+        steps: 3,
+        seeds: vec![1, 2],
+        out: dir.join("runs"),
+    };
+    let collect = || {
+        let mut rows = Vec::new();
+        ddl::bench::precision::precision_rows(&gpu, &b, |r| rows.push(r.0)).unwrap();
+        rows
+    };
+    let rows = collect();
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    let runs: Vec<_> =
+        rows[..4].iter().map(|r| (r["precision"].as_str().unwrap(), r["seed"].as_u64().unwrap())).collect();
+    assert_eq!(runs, [("f32", 1), ("f16", 1), ("f32", 2), ("f16", 2)]);
+    let s = &rows[4];
+    let f = |k: &str| s[k].as_f64().unwrap();
+    let diffs: Vec<f64> = (0..2)
+        .map(|i| rows[2 * i + 1]["val_loss"].as_f64().unwrap() - rows[2 * i]["val_loss"].as_f64().unwrap())
+        .collect();
+    assert!((f("diff_mean") - (diffs[0] + diffs[1]) / 2.0).abs() < 1e-12, "{s}");
+    assert_eq!(s["within_f32_spread"].as_bool(), Some(f("diff_mean").abs() <= f("f32_sd")));
+    // A second call reads the finished runs back: the same numbers, no training.
+    let again = collect();
+    assert_eq!(again[4]["diff_mean"], s["diff_mean"]);
+    let one = ddl::bench::precision::PrecisionBench { seeds: vec![1], ..b };
+    assert!(ddl::bench::precision::precision_rows(&gpu, &one, |_| {}).unwrap_err().to_string().contains("--seeds"));
+}

@@ -2,6 +2,7 @@
 
 mod cases;
 pub mod data;
+pub mod precision;
 mod text;
 
 use std::time::Instant;

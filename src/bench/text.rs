@@ -46,6 +46,27 @@ impl Row {
                 v["module"].as_str().unwrap_or(""),
                 v["error"].as_str().unwrap_or("")
             ),
+            Some("precision_run") => writeln!(
+                out,
+                "{} {} seed {}: {} steps, val loss {:.4} ({} tokens), {:.0} tok/s",
+                v["variant"].as_str().unwrap_or(""),
+                v["precision"].as_str().unwrap_or(""),
+                v["seed"],
+                v["steps"],
+                v["val_loss"].as_f64().unwrap_or(f64::NAN),
+                v["val_tokens"],
+                v["tok_per_s"].as_f64().unwrap_or(f64::NAN),
+            ),
+            Some("precision") => writeln!(
+                out,
+                "f32 {:.4} ± {:.4}, f16 {:.4} ± {:.4} (mean ± sd over seeds {})\n{}",
+                v["f32_mean"].as_f64().unwrap_or(f64::NAN),
+                v["f32_sd"].as_f64().unwrap_or(f64::NAN),
+                v["f16_mean"].as_f64().unwrap_or(f64::NAN),
+                v["f16_sd"].as_f64().unwrap_or(f64::NAN),
+                v["seeds"],
+                v["verdict"].as_str().unwrap_or("")
+            ),
             Some("data_prepare") => writeln!(
                 out,
                 "{:<5} prepare: {:.1} MB of text -> {} shard(s), {:.1} MB, {} tokens in {:.1} s ({:.1} MB/s, {:.2} M tokens/s); peak resident +{}",

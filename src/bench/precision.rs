@@ -1,0 +1,109 @@
+//! `ddl bench precision`: does training in f16 (`--precision f16`) reach the loss f32 reaches?
+//! Runs of one preset and variant at each precision for each seed (a seed's two runs see the same
+//! batches), their final validation losses over the whole split, and the paired f16 − f32
+//! difference against the spread of the f32 runs over seeds. Runs finished earlier in `out` are
+//! read back, so an interrupted benchmark continues where it stopped.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use super::Row;
+use crate::gpu::Gpu;
+use crate::model::{Precision, Variant};
+use crate::stats::{Paired, Sample};
+use crate::train::{RunConfig, TrainOptions};
+
+/// What to compare.
+pub struct PrecisionBench {
+    pub preset: String,
+    pub variant: Variant,
+    pub corpus: String,
+    pub steps: usize,
+    pub seeds: Vec<u64>,
+    pub out: PathBuf,
+}
+
+/// One run's final validation loss (read from its `summary.json` when it already finished
+/// `steps`, else trained now).
+fn run_one(
+    gpu: &std::sync::Arc<Gpu>,
+    b: &PrecisionBench,
+    precision: Precision,
+    seed: u64,
+) -> anyhow::Result<(f64, usize, f64, PathBuf)> {
+    let dir = b.out.join(format!("{}-{}-seed{seed}", b.variant.name(), precision.name()));
+    if let Some(done) = finished(&dir, b.steps) {
+        return Ok((done.0, done.1, done.2, dir));
+    }
+    let mut run = RunConfig::preset(&b.preset, b.variant)?;
+    run.corpus = b.corpus.clone();
+    for kv in [
+        format!("train.precision={}", precision.name()),
+        format!("train.seed={seed}"),
+        format!("train.decay_steps={}", b.steps),
+        format!("train.warmup_steps={}", (b.steps / 10).max(1)),
+        "train.eval_every=0".to_string(),
+        "train.checkpoint_every=0".to_string(),
+    ] {
+        run.set(&kv).map_err(anyhow::Error::msg)?;
+    }
+    let s = crate::train::train(
+        gpu.clone(),
+        TrainOptions { run, steps: b.steps, out: dir.clone(), resume: false, overwrite: true, quiet: true },
+    )?;
+    let val = s.val_loss.ok_or_else(|| anyhow::anyhow!("{}: the run reported no validation loss", dir.display()))?;
+    Ok((val, s.val_tokens.unwrap_or(0), s.tokens_per_s, dir))
+}
+
+/// (val loss, val tokens, tok/s) of a run folder whose `summary.json` says it reached `steps`.
+fn finished(dir: &Path, steps: usize) -> Option<(f64, usize, f64)> {
+    let text = std::fs::read_to_string(dir.join("summary.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    (v["step"].as_u64()? == steps as u64 && !v["interrupted"].as_bool().unwrap_or(true)).then_some((
+        v["val_loss"].as_f64()?,
+        v["val_tokens"].as_u64().unwrap_or(0) as usize,
+        v["tokens_per_s"].as_f64().unwrap_or(f64::NAN),
+    ))
+}
+
+/// The runs (a row each, as they finish) and the comparison (one row): per precision the mean
+/// and sd over seeds, the paired f16 − f32 difference with its 95 % interval and p, and whether
+/// its mean lies within the f32 seed spread (|mean difference| ≤ sd of the f32 losses).
+pub fn precision_rows(gpu: &std::sync::Arc<Gpu>, b: &PrecisionBench, mut emit: impl FnMut(Row)) -> anyhow::Result<()> {
+    if b.seeds.len() < 2 {
+        anyhow::bail!("--seeds: at least two seeds are needed for a spread and a paired test, got {:?}", b.seeds);
+    }
+    let mut pairs = Vec::new();
+    for &seed in &b.seeds {
+        let mut vals = [0.0; 2];
+        for (i, p) in [Precision::F32, Precision::F16].into_iter().enumerate() {
+            let (val, tokens, tok_s, dir) = run_one(gpu, b, p, seed)?;
+            vals[i] = val;
+            emit(Row(json!({
+                "bench": "precision_run", "preset": b.preset, "variant": b.variant.name(), "precision": p.name(),
+                "seed": seed, "steps": b.steps, "val_loss": val, "val_tokens": tokens, "tok_per_s": tok_s,
+                "dir": dir.display().to_string(),
+            })));
+        }
+        pairs.push((vals[1], vals[0]));
+    }
+    let f32s = Sample::of(&pairs.iter().map(|p| p.1).collect::<Vec<_>>());
+    let f16s = Sample::of(&pairs.iter().map(|p| p.0).collect::<Vec<_>>());
+    let d = Paired::of(&pairs).expect("two or more seeds");
+    let within = d.diff.mean.abs() <= f32s.sd;
+    emit(Row(json!({
+        "bench": "precision", "preset": b.preset, "variant": b.variant.name(), "steps": b.steps, "seeds": b.seeds,
+        "f32_mean": f32s.mean, "f32_sd": f32s.sd, "f16_mean": f16s.mean, "f16_sd": f16s.sd,
+        "diff_mean": d.diff.mean, "diff_ci95": [d.diff.ci.0, d.diff.ci.1], "t": d.t, "df": d.df, "p": d.p,
+        "within_f32_spread": within,
+        "verdict": if within {
+            format!("f16 − f32 = {:+.4} (95 % interval [{:+.4}, {:+.4}], p = {:.3}, n = {}): within the f32 seed spread (sd {:.4})",
+                d.diff.mean, d.diff.ci.0, d.diff.ci.1, d.p, pairs.len(), f32s.sd)
+        } else {
+            format!("f16 − f32 = {:+.4} (95 % interval [{:+.4}, {:+.4}], p = {:.3}, n = {}): OUTSIDE the f32 seed spread (sd {:.4})",
+                d.diff.mean, d.diff.ci.0, d.diff.ci.1, d.p, pairs.len(), f32s.sd)
+        },
+    })));
+    Ok(())
+}
