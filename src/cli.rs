@@ -418,6 +418,11 @@ pub(crate) enum BenchCmd {
         /// Timed repetitions per measurement (median reported).
         #[arg(long, value_parser = positive, default_value_t = 5)]
         reps: usize,
+        /// How A and B are read: f32; r16 (f32 storage rounded to f16 as read, the activations of
+        /// `--precision f16`); f16 (f16 storage, its weights); rh (A r16, B f16: a linear layer of
+        /// `--precision f16`). Accumulation is f32 in every form.
+        #[arg(long, default_value = "f32", value_parser = ["f32", "r16", "f16", "rh"])]
+        operands: String,
         /// Measure the best variant for each size and store it in the autotune cache.
         #[arg(long)]
         tune: bool,

@@ -653,7 +653,7 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
         print!("{}", gpu.forms.describe());
     }
     match b {
-        BenchCmd::Matmul { sizes, cases, preset, batch, seq, variants, reps, tune, json } => {
+        BenchCmd::Matmul { sizes, cases, preset, batch, seq, variants, reps, tune, operands, json } => {
             if !json {
                 println!(
                     "adapter: {} ({:?}), timing: {}",
@@ -669,6 +669,19 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 anyhow::bail!("--cases: unknown form '{bad}' (expected nn, nt or tn)");
             }
             let variants = ddl::bench::VariantSet::parse(&variants, &gpu).map_err(anyhow::Error::msg)?;
+            use ddl::kernels::matmul::MatmulElem::{F16, F32, R16};
+            let (ea, eb) = match operands.as_str() {
+                "r16" => (R16, R16),
+                "f16" => (F16, F16),
+                "rh" => (R16, F16),
+                _ => (F32, F32),
+            };
+            if ea.half() && !gpu.features.contains(wgpu::Features::SHADER_F16) {
+                anyhow::bail!(
+                    "--operands {operands}: adapter '{}' has no SHADER_F16 (use --operands f32)",
+                    gpu.info.name
+                );
+            }
             let products = match &preset {
                 Some(p) => {
                     let shape = bench_shape(p, batch, seq)?;
@@ -685,6 +698,7 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                     ddl::bench::square_matmuls(&sizes, &cases)
                 }
             };
+            let products: Vec<_> = products.into_iter().map(|(n, mm)| (n, mm.elems(ea, eb))).collect();
             if tune {
                 ddl::bench::tune_rows(&gpu, &products, |r| print_row(&r, json))?;
             }

@@ -17,9 +17,9 @@
 #
 # Stages, in priority order, each under its own timeout (and the whole under --budget):
 #   info     adapter, driver, features, limits, subgroup sizes, cooperative matrices; nvidia-smi
-#   golden   every golden file through `ddl golden` (f32, and --f16-state where it applies)
+#   golden   every golden file through `ddl golden` (f32, --f16-state where it applies, --precision f16)
 #   kernels  the release test binaries: every kernel form against float64, decode, golden
-#   bench    ddl bench copy / matmul (square and small-124m's products, autotuned) / train
+#   bench    ddl bench copy / matmul (square, f16 operands, small-124m's products, autotuned) / train
 #            (small-124m and shakespeare-char, ddl against baseline) / kernels / generate
 #   torch    the PyTorch reference on the same device: float32 eager with TF32 off, then bf16
 #            autocast + torch.compile, each under its own timeout
@@ -230,14 +230,15 @@ stage_info() {
 
 # ---------------------------------------------------------------------------- golden
 stage_golden() {
-  local t0=$(date +%s) rc rc16 st
+  local t0=$(date +%s) rc rc16 rcp st
   local files=("$BUNDLE"/data/tests/golden/*.safetensors "$BUNDLE"/data/tests/golden/odd/*.safetensors "$BUNDLE"/data/tests/golden/t1/*.safetensors "$BUNDLE"/data/tests/golden/wide/*.safetensors)
   step golden 90 "$DDL" golden --quiet "${files[@]}"; rc=$?
   step golden-f16 60 "$DDL" golden --quiet --f16-state "$BUNDLE"/data/tests/golden/ddl.safetensors "$BUNDLE"/data/tests/golden/ddl_vmap.safetensors; rc16=$?
+  step golden-precision-f16 60 "$DDL" golden --quiet --precision f16 "$BUNDLE"/data/tests/golden/*.safetensors; rcp=$?
   # Each file ends with "PATH: N compared, M failed".
   counts() { grep -o '[0-9]* compared, [0-9]* failed' "$RAW/$1.log" 2>/dev/null | awk '{ f++; c += $1; x += $3 } END { printf("%d files, %d tensors compared, %d failed", f, c, x) }'; }
-  st=$(settle $rc $rc16)
-  stage_row golden "$st" $(( $(date +%s) - t0 )) "f32 ($(why $rc)): $(counts golden) of ${#files[@]} files asked; f16 states ($(why $rc16)): $(counts golden-f16)"
+  st=$(settle $rc $rc16 $rcp)
+  stage_row golden "$st" $(( $(date +%s) - t0 )) "f32 ($(why $rc)): $(counts golden) of ${#files[@]} files asked; f16 states ($(why $rc16)): $(counts golden-f16); --precision f16 ($(why $rcp)): $(counts golden-precision-f16)"
 }
 
 # ---------------------------------------------------------------------------- kernels
@@ -294,10 +295,12 @@ stage_bench() {
     cmds=(
       "bench-copy|60|bench copy --mib 16 --reps 3 --json"
       "bench-matmul-square|120|bench matmul --sizes 64,96 --reps 1 --json"
+      "bench-matmul-f16|120|bench matmul --sizes 64 --operands rh --variants auto --reps 1 --json"
       "bench-matmul-model|300|bench matmul --preset tiny --batch 2 --variants auto --reps 1 --json"
       "bench-train-baseline|300|bench train --preset tiny --variant baseline --steps 2 --json"
       "bench-train-ddl|300|bench train --preset tiny --variant ddl --steps 2 --json"
       "bench-train-ddl-vs-baseline|600|bench train --preset tiny --variant ddl --against baseline --batch 4 --steps 1 --json"
+      "bench-train-ddl-f16|300|bench train --preset tiny --variant ddl --precision f16 --steps 2 --json"
       "bench-kernels|600|bench kernels --preset tiny --batch 2 --reps 1 --json"
       "bench-attention-blocked64|300|DDL_FORMS=attention=blocked:64 bench kernels --filter attention --preset tiny --batch 2 --reps 1 --json"
       "bench-generate|300|bench generate --preset tiny --variant ddl --contexts 8 --reps 1 --json"
@@ -306,11 +309,13 @@ stage_bench() {
     cmds=(
       "bench-copy|30|bench copy --mib 1024 --reps 10 --json"
       "bench-matmul-square|60|bench matmul --sizes 1024,2048,4096 --reps 3 --json"
+      "bench-matmul-f16|40|bench matmul --sizes 2048,4096 --operands rh --variants auto --reps 3 --json"
       "bench-matmul-8192|30|bench matmul --sizes 8192 --variants auto --reps 5 --json"
       "bench-matmul-model|60|bench matmul --preset small-124m --batch 8 --seq 1024 --tune --variants auto --reps 5 --json"
       "bench-train-small-baseline|40|bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --steps 5 --json"
       "bench-train-small-ddl|40|bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5 --json"
       "bench-train-small-ddl-vs-baseline|60|bench train --preset small-124m --variant ddl --against baseline --batch 8 --seq 1024 --steps 6 --json"
+      "bench-train-small-f16-vs-f32|60|bench train --preset small-124m --variant baseline --precision f16 --against baseline --batch 8 --seq 1024 --steps 6 --json"
       "bench-train-char-ddl-vs-baseline|30|bench train --preset shakespeare-char --variant ddl --against baseline --steps 6 --json"
       "bench-kernels|40|bench kernels --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-attention-blocked128|30|DDL_FORMS=attention=blocked:128 bench kernels --filter attention --preset small-124m --batch 8 --seq 1024 --reps 5 --json"

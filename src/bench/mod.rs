@@ -218,6 +218,7 @@ pub fn matmul_rows(
         let base = json!({
             "bench": "matmul", "case": name, "m": mm.m, "n": mm.n, "k": mm.k,
             "flop": mm.flops(), "bytes": mm.min_bytes(),
+            "operands": format!("{}{}", mm.a_elem.code(), mm.b_elem.code()),
         });
         if let Some(why) = matmul_skip(gpu, mm) {
             let mut r = base.clone();
@@ -225,8 +226,19 @@ pub fn matmul_rows(
             emit(Row(r));
             continue;
         }
-        let a = Tensor::from_f32(gpu, "a", &[ea], &rng.uniform(ea, -1.0, 1.0))?;
-        let b = Tensor::from_f32(gpu, "b", &[eb], &rng.uniform(eb, -1.0, 1.0))?;
+        // An f16-stored operand: random values rounded to f16 on the device.
+        let mut operand = |label: &str, n: usize, elem: matmul::MatmulElem| -> Result<Tensor> {
+            let t = Tensor::from_f32(gpu, label, &[n], &rng.uniform(n, -1.0, 1.0))?;
+            if elem != matmul::MatmulElem::F16 {
+                return Ok(t);
+            }
+            let h = Tensor::zeros(gpu, label, &[n.div_ceil(2).next_multiple_of(2)], DType::U32)?;
+            let ds = crate::kernels::elementwise::pack_f16(gpu, t.view(), h.view(), n)?;
+            gpu.run(&ds.iter().collect::<Vec<_>>())?;
+            Ok(h)
+        };
+        let a = operand("a", ea, mm.a_elem)?;
+        let b = operand("b", eb, mm.b_elem)?;
         let c = Tensor::zeros(gpu, "c", &[ec], DType::F32)?;
         let auto = matmul::pick(gpu, mm);
         let chosen: Vec<&str> = match variants {
