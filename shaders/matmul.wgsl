@@ -37,21 +37,7 @@
 //   vec4s along K; the launcher checks. K % 4 last steps use scalar loads. Rows/columns past the edge of C are clamped to the last one when
 //   loading and never stored.
 
-struct Params {
-    m: u32, n: u32, k: u32, accumulate: u32,
-    a_off: u32, a_rs: u32, a_cs: u32, a_bs: u32,
-    b_off: u32, b_rs: u32, b_cs: u32, b_bs: u32,
-    c_off: u32, c_rs: u32, c_bs: u32, alpha: f32,
-    // The grid: tiles_n × tiles_m tiles per batch, `total` in all, linearised over the
-    // workgroups' x and y (each at most 65535) in the order n, m, batch.
-    tiles_n: u32, tiles_m: u32, total: u32, _pad: u32,
-    // Two batch levels: batch index z is product z % nb_in of group z / nb_in; a group moves the
-    // operands by a_os / b_os / c_os elements (nb_in = the batch count and zero strides when
-    // there is one level).
-    nb_in: u32, a_os: u32, b_os: u32, c_os: u32,
-}
-
-@group(0) @binding(0) var<uniform> params: Params;
+// The parameters, their binding and the tile index come from the part `matmul_params`.
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;
 // The operands come from the parts `matmul_{a,b}_{f32,r16,f16}` (src/shaders.rs): bindings 1 (`a`)
 // and 2 (`b`), the same buffers read four elements at a time as 4 (`a4`) and 5 (`b4`, bound only
@@ -59,19 +45,6 @@ struct Params {
 // return f32: as stored (f32), rounded to half precision (r16: f32 storage, f16 operands), or
 // converted from half-precision storage (f16). Every product of two f16 values is exact in f32, so
 // the f16 forms are the f32 kernel on f16-rounded operands, accumulated in f32 in the same order.
-
-// Element offset of batch index z for an operand with batch stride `bs` and group stride `os`.
-fn batch_off(z: u32, bs: u32, os: u32) -> u32 {
-    return (z % params.nb_in) * bs + (z / params.nb_in) * os;
-}
-
-// (tile along N, tile along M, batch, 1 if this workgroup has a tile else 0).
-fn tile_index(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
-    let p = params;
-    let lin = wid.y * nwg.x + wid.x;
-    let r = lin / p.tiles_n;
-    return vec4<u32>(lin % p.tiles_n, r % p.tiles_m, r / p.tiles_m, select(0u, 1u, lin < p.total));
-}
 
 // ---------------------------------------------------------------------------------------------
 // `matmul`: workgroup-memory tiles (GPU kernel).

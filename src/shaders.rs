@@ -24,6 +24,9 @@ pub struct Shader {
     /// Variants made on request by name beyond the list (the delta write's value widths above
     /// [`DELTA_MAX_M`]: any m is a name, `m9s1`, `m33s1g`, …); `None` for an unknown name.
     pub named: fn(&str) -> Option<Variant>,
+    /// It uses cooperative matrices: the portability check translates it to SPIR-V and to MSL 2.3
+    /// (their first version), not to HLSL, which cannot express them.
+    pub coop: bool,
 }
 
 /// A named set of module-scope constants and WGSL parts prepended to a shader's source.
@@ -53,6 +56,7 @@ macro_rules! shader {
             source: include_str!(concat!("../shaders/", $name, ".wgsl")),
             variants: no_variants,
             named: no_named,
+            coop: false,
         }
     };
     ($name:literal, $variants:expr) => {
@@ -64,6 +68,16 @@ macro_rules! shader {
             source: include_str!(concat!("../shaders/", $name, ".wgsl")),
             variants: $variants,
             named: $named,
+            coop: false,
+        }
+    };
+    ($name:literal, $variants:expr, $named:expr, coop) => {
+        Shader {
+            name: $name,
+            source: include_str!(concat!("../shaders/", $name, ".wgsl")),
+            variants: $variants,
+            named: $named,
+            coop: true,
         }
     };
 }
@@ -94,6 +108,8 @@ pub const PARTS: &[(&str, &str)] = &[
     ("matmul_b_f32", part!("matmul_b_f32")),
     ("matmul_b_r16", part!("matmul_b_r16")),
     ("matmul_b_f16", part!("matmul_b_f16")),
+    ("matmul_params", part!("matmul_params")),
+    ("coop_enable", part!("coop_enable")),
     ("norm_sg_entries", part!("norm_sg_entries")),
 ];
 
@@ -495,6 +511,7 @@ impl MatmulKey {
             name: self.variant_name(),
             consts: consts.iter().map(|&(n, v)| (n, "u32", u(v))).collect(),
             parts: vec![
+                part("matmul_params"),
                 self.a.part('a'),
                 self.b.part('b'),
                 part(if self.subgroup { "matmul_sg_on" } else { "matmul_sg_off" }),
@@ -534,6 +551,56 @@ fn matmul_variants() -> Vec<Variant> {
 
 fn matmul_named(name: &str) -> Option<Variant> {
     MatmulKey::parse(name).map(|k| k.variant())
+}
+
+/// A variant of the cooperative-matrix matmul (`shaders/matmul_coop.wgsl`): workgroups of `sg`
+/// invocations (the adapter's subgroup size, a power of two in 8 ..= 128) and how A and B are
+/// stored and read (both f16 operands: [`MatmulElem::R16`] or [`MatmulElem::F16`]). Named
+/// `s32_rr`, `s32_rh`, `s64_hh`, …
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoopKey {
+    pub sg: usize,
+    pub a: MatmulElem,
+    pub b: MatmulElem,
+}
+
+impl CoopKey {
+    pub fn name(&self) -> String {
+        format!("s{}_{}{}", self.sg, self.a.code(), self.b.code())
+    }
+
+    pub fn parse(name: &str) -> Option<CoopKey> {
+        let (sg, ops) = name.strip_prefix('s')?.split_once('_')?;
+        let sg: usize = sg.parse().ok()?;
+        let mut cs = ops.chars();
+        let (a, b) = (MatmulElem::from_code(cs.next()?)?, MatmulElem::from_code(cs.next()?)?);
+        let ok = cs.next().is_none() && sg.is_power_of_two() && (8..=128).contains(&sg) && a.half() && b.half();
+        ok.then_some(CoopKey { sg, a, b })
+    }
+
+    fn variant(&self) -> Variant {
+        Variant {
+            name: self.name(),
+            consts: vec![("SG", "u32", u(self.sg))],
+            parts: vec![part("coop_enable"), part("matmul_params"), self.a.part('a'), self.b.part('b')],
+        }
+    }
+
+    /// The listed variants: 32-wide (NVIDIA) with every pair of f16 operand forms, 64-wide (AMD).
+    pub fn all() -> Vec<CoopKey> {
+        let (r, h) = (MatmulElem::R16, MatmulElem::F16);
+        let mut out: Vec<CoopKey> = [(r, r), (r, h), (h, r), (h, h)].map(|(a, b)| CoopKey { sg: 32, a, b }).into();
+        out.push(CoopKey { sg: 64, a: r, b: h });
+        out
+    }
+}
+
+fn coop_variants() -> Vec<Variant> {
+    CoopKey::all().iter().map(CoopKey::variant).collect()
+}
+
+fn coop_named(name: &str) -> Option<Variant> {
+    CoopKey::parse(name).map(|k| k.variant())
 }
 
 /// A variant of the RMSNorm shader (`shaders/norm.wgsl`): `team` reads the team size from the
@@ -584,6 +651,7 @@ fn norm_variants() -> Vec<Variant> {
 pub const ALL: &[Shader] = &[
     shader!("fill"),
     shader!("matmul", matmul_variants, matmul_named),
+    shader!("matmul_coop", coop_variants, coop_named, coop),
     shader!("elementwise"),
     shader!("reduce"),
     shader!("embedding"),
@@ -683,11 +751,21 @@ pub fn validate(label: &str, wgsl: &str) -> Result<(naga::Module, naga::valid::M
 /// Translates a validated module to SPIR-V (Vulkan), MSL (Metal) and HLSL (DX12): the portability
 /// check that runs without any GPU.
 pub fn translate_all(label: &str, module: &naga::Module, info: &naga::valid::ModuleInfo) -> Result<(), String> {
+    translate(label, module, info, false)
+}
+
+/// [`translate_all`]; a cooperative-matrix shader ([`Shader::coop`]) to SPIR-V and MSL 2.3 only.
+pub fn translate(label: &str, module: &naga::Module, info: &naga::valid::ModuleInfo, coop: bool) -> Result<(), String> {
     use naga::back::{hlsl, msl, spv};
     spv::write_vec(module, info, &spv::Options::default(), None)
         .map_err(|e| format!("{label}: SPIR-V translation failed: {e}"))?;
-    msl::write_string(module, info, &msl::Options::default(), &msl::PipelineOptions::default())
+    let mopts =
+        if coop { msl::Options { lang_version: (2, 3), ..Default::default() } } else { msl::Options::default() };
+    msl::write_string(module, info, &mopts, &msl::PipelineOptions::default())
         .map_err(|e| format!("{label}: MSL translation failed: {e}"))?;
+    if coop {
+        return Ok(());
+    }
     let mut out = String::new();
     let opts = hlsl::Options { shader_model: hlsl::ShaderModel::V6_0, ..Default::default() };
     hlsl::Writer::new(&mut out, &opts, &hlsl::PipelineOptions::default())
@@ -698,10 +776,15 @@ pub fn translate_all(label: &str, module: &naga::Module, info: &naga::valid::Mod
 
 /// [`translate_all`], with a back end's panic (naga's writers assert on some constructs, e.g.
 /// 64-bit floats in MSL) reported as a failure of that shader instead of aborting the check.
-pub fn translate_all_caught(label: &str, module: &naga::Module, info: &naga::valid::ModuleInfo) -> Result<(), String> {
+pub fn translate_all_caught(
+    label: &str,
+    module: &naga::Module,
+    info: &naga::valid::ModuleInfo,
+    coop: bool,
+) -> Result<(), String> {
     let prev = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| translate_all(label, module, info)));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| translate(label, module, info, coop)));
     std::panic::set_hook(prev);
     match r {
         Ok(r) => r,
@@ -728,7 +811,7 @@ pub fn check_all(shaders: &[Shader]) -> Vec<String> {
             };
             match validate(&label, &text) {
                 Ok((m, i)) => {
-                    if let Err(e) = translate_all_caught(&label, &m, &i) {
+                    if let Err(e) = translate_all_caught(&label, &m, &i, sh.coop) {
                         errors.push(e)
                     }
                 }
@@ -766,12 +849,13 @@ mod tests {
         // A parse error, a type error, and a construct naga accepts but a back end may not are
         // all failures: the check is only useful if it can fail.
         let bad = [
-            Shader { name: "bad_parse", source: "fn main( {", variants: no_variants, named: no_named },
+            Shader { name: "bad_parse", source: "fn main( {", variants: no_variants, named: no_named, coop: false },
             Shader {
                 name: "bad_type",
                 source: include_str!("../tests/shaders/bad_type.wgsl"),
                 variants: no_variants,
                 named: no_named,
+                coop: false,
             },
         ];
         let errs = check_all(&bad);
@@ -782,6 +866,7 @@ mod tests {
             source: include_str!("../tests/shaders/f64_storage.wgsl"),
             variants: no_variants,
             named: no_named,
+            coop: false,
         };
         let errs = check_all(&[metal_only_fails]);
         assert_eq!(errs.len(), 1, "{errs:?}");

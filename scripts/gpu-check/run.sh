@@ -247,7 +247,12 @@ stage_kernels() {
   for b in kernels golden decode; do
     [ -x "$WORK/bin/test-$b" ] || { details="$details $b: missing from the bundle;"; rcs="$rcs 1"; continue; }
     case $b in kernels) secs=$([ $LOCAL = 1 ] && echo 2400 || echo 150) ;; *) secs=$([ $LOCAL = 1 ] && echo 900 || echo 60) ;; esac
-    step "test-$b" "$secs" "$WORK/bin/test-$b" --color never; rc=$?
+    # On a GPU the cooperative-matrix test must run, not skip (its adapter offers them, issue 29).
+    if [ $LOCAL = 1 ]; then
+      step "test-$b" "$secs" "$WORK/bin/test-$b" --color never; rc=$?
+    else
+      (export DDL_REQUIRE_COOP=1; step "test-$b" "$secs" "$WORK/bin/test-$b" --color never); rc=$?
+    fi
     res="$(grep -E '^test result:' "$RAW/test-$b.log" | tail -1 | grep -o '[0-9]* passed; [0-9]* failed; [0-9]* ignored' | sed 's/;/,/g')"
     failing="$(grep -E '^test .* \.\.\. FAILED$' "$RAW/test-$b.log" | sed -e 's/^test //' -e 's/ \.\.\. FAILED$//' | head -20 | tr '\n' ' ')"
     rcs="$rcs $rc"
@@ -310,6 +315,7 @@ stage_bench() {
       "bench-copy|30|bench copy --mib 1024 --reps 10 --json"
       "bench-matmul-square|60|bench matmul --sizes 1024,2048,4096 --reps 3 --json"
       "bench-matmul-f16|40|bench matmul --sizes 2048,4096 --operands rh --variants auto --reps 3 --json"
+      "bench-matmul-f16-tiled|40|DDL_FORMS=matmul_coop=0 bench matmul --sizes 2048,4096 --operands rh --variants auto --reps 3 --json"
       "bench-matmul-8192|30|bench matmul --sizes 8192 --variants auto --reps 5 --json"
       "bench-matmul-model|60|bench matmul --preset small-124m --batch 8 --seq 1024 --tune --variants auto --reps 5 --json"
       "bench-train-small-baseline|40|bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --steps 5 --json"

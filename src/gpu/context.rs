@@ -101,6 +101,10 @@ pub struct Gpu {
     pub all_adapters: Vec<AdapterSummary>,
     /// Which form each kernel takes on this device (`DDL_FORMS` overrides; [`Gpu::with_forms`]).
     pub forms: crate::kernels::forms::Forms,
+    /// Cooperative-matrix matmuls on this device: `Ok` when the adapter lists 16×16×16 f16 → f32,
+    /// the feature is enabled and the self-test at device creation passed
+    /// ([`crate::kernels::matmul::coop`]); else why not.
+    pub coop: std::result::Result<(), String>,
     pub(crate) pipelines: Arc<Mutex<HashMap<String, Arc<Kernel>>>>,
     /// Scratch tensors shared by every dispatch that names the same key (see [`Gpu::shared_scratch`]).
     scratch: Arc<Mutex<HashMap<String, super::Tensor>>>,
@@ -333,11 +337,26 @@ impl Gpu {
             | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS
             | wgpu::Features::SHADER_F16
             | wgpu::Features::SUBGROUP;
-        let features = adapter.features() & wanted;
+        let mut features = adapter.features() & wanted;
+        // Cooperative matrices (experimental in wgpu 30) where the adapter lists the one
+        // configuration the engine's kernel uses; DDL_NO_COOP=1 leaves the feature off.
+        let coop_feature = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        let coop_offered = crate::kernels::matmul::coop::configuration_offered(&adapter);
+        let no_coop = std::env::var("DDL_NO_COOP").is_ok_and(|v| v == "1");
+        if coop_offered && !no_coop && adapter.features().contains(coop_feature) {
+            features |= coop_feature;
+        }
         let desc = wgpu::DeviceDescriptor {
             label: Some("ddl"),
             required_features: features,
             required_limits: limits.clone(),
+            // SAFETY: wgpu's experimental cooperative-matrix feature; the engine's kernel is used
+            // only after its self-test against the f16 tiled kernel passes on this device.
+            experimental_features: if features.contains(coop_feature) {
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
             ..Default::default()
         };
         let (device, queue) = pollster::block_on(adapter.request_device(&desc))
@@ -363,7 +382,16 @@ impl Gpu {
             }
         });
         let forms = crate::kernels::forms::Forms::from_env(&info, features).map_err(GpuError::Forms)?;
-        Ok(Gpu {
+        let coop = if no_coop {
+            Err("DDL_NO_COOP=1".to_string())
+        } else if !coop_offered {
+            Err(format!("adapter '{}' lists no 16x16x16 f16 -> f32 cooperative-matrix configuration", info.name))
+        } else if !features.contains(coop_feature) {
+            Err("the cooperative-matrix feature could not be enabled".to_string())
+        } else {
+            Ok(())
+        };
+        let mut g = Gpu {
             adapter,
             device,
             queue,
@@ -376,7 +404,17 @@ impl Gpu {
             scratch: Arc::new(Mutex::new(HashMap::new())),
             errors,
             stats: Arc::new(AllocStats::default()),
-        })
+            coop,
+        };
+        if g.coop.is_ok() {
+            // The self-test: a small product against the f16 tiled kernel; a failure turns the
+            // form off with a one-line note.
+            g.coop = crate::kernels::matmul::coop::self_test(&g);
+            if let Err(why) = &g.coop {
+                eprintln!("note: cooperative-matrix matmuls are off on '{}': {why}", g.info.name);
+            }
+        }
+        Ok(g)
     }
 
     /// A handle to the same device whose launchers take the forms `change` makes of this one's
@@ -528,6 +566,10 @@ impl Gpu {
                 ));
             }
         }
+        s.push_str(&match crate::kernels::matmul::coop::why_not(self) {
+            None => "cooperative-matrix matmuls: on (f16 products; the self-test passed)\n".to_string(),
+            Some(why) => format!("cooperative-matrix matmuls: off ({why})\n"),
+        });
         s.push_str("limits:\n");
         s.push_str(&format!("  max_buffer_size                    {}\n", l.max_buffer_size));
         s.push_str(&format!("  max_storage_buffer_binding_size    {}\n", l.max_storage_buffer_binding_size));

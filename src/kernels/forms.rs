@@ -88,6 +88,10 @@ pub struct Forms {
     /// (rewritten after every AdamW step: half the bytes per weight load) instead of rounding the
     /// f32 parameters as it reads them; the same bits either way: `matmul_f16_weights`.
     pub matmul_f16_weights: bool,
+    /// f16 products run on cooperative matrices where the device has them (the adapter lists
+    /// 16×16×16 f16 → f32 and the self-test at device creation passed: `Gpu::coop`):
+    /// `matmul_coop`. Not bit-identical to the tiled forms.
+    pub matmul_coop: bool,
 }
 
 /// Worker threads a CPU adapter runs workgroups on (llvmpipe: `LP_NUM_THREADS`, else one per
@@ -155,6 +159,7 @@ impl Forms {
             adamw_vec4: true,
             matmul_subgroup: subgroups && lo == hi && hi >= 1 && 8 % hi == 0,
             matmul_f16_weights: true,
+            matmul_coop: true,
         }
     }
 
@@ -253,6 +258,7 @@ impl Forms {
                     self.matmul_subgroup = on;
                 }
                 "matmul_f16_weights" => self.matmul_f16_weights = flag()?,
+                "matmul_coop" => self.matmul_coop = flag()?,
                 _ => {
                     return Err(format!(
                         "unknown form '{key}' (expected one of: {})",
@@ -289,6 +295,7 @@ impl Forms {
         ("adamw_vec4", "AdamW: four elements per invocation"),
         ("matmul_subgroup", "matmul: the …g register-block variants offered"),
         ("matmul_f16_weights", "--precision f16: weights read from an f16 copy of the parameters"),
+        ("matmul_coop", "f16 products on cooperative matrices where the device has them"),
     ];
 
     /// `(key, value, what)` rows for `ddl info` and `ddl bench`.
@@ -323,6 +330,7 @@ impl Forms {
                 "adamw_vec4" => b(self.adamw_vec4),
                 "matmul_subgroup" => b(self.matmul_subgroup),
                 "matmul_f16_weights" => b(self.matmul_f16_weights),
+                "matmul_coop" => b(self.matmul_coop),
                 _ => unreachable!("every key has a value"),
             }
         };

@@ -33,6 +33,7 @@
 //! measured choices cached on disk.
 
 pub mod autotune;
+pub mod coop;
 mod split;
 mod variants;
 
@@ -292,6 +293,9 @@ impl Matmul {
     /// Binds with an explicit tile variant (a `shaders::MatmulKey` name).
     pub fn bind_variant(&self, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
         self.check(&a, &b, &c)?;
+        if variant == coop::VARIANT {
+            return coop::bind(self, gpu, a, b, c);
+        }
         let (bm, bn) = tile(variant)?;
         if subgroup_variant(variant) && !subgroup_variants(gpu) {
             return Err(GpuError::Shader {
@@ -328,7 +332,21 @@ impl Matmul {
                 self.m, self.n, self.k, self.batch
             )));
         }
-        let p = Params {
+        let kern = gpu.kernel("matmul", Some(&shader_variant), entry)?;
+        let p = self.params(tiles_m, tiles_n, total);
+        let mut bufs = vec![("a", a), ("b", b), ("c", c)];
+        if entry != "matmul" && entry != "mm_ss" {
+            // The vec4 entry points read the same buffers four floats at a time.
+            bufs.push(("a4", a));
+            bufs.push(("b4", b));
+        }
+        kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &bufs, grid_1d(total, 1, max))
+    }
+
+    /// The kernels' uniform parameters for a grid of `tiles_m × tiles_n` tiles per product,
+    /// `total` in all.
+    fn params(&self, tiles_m: usize, tiles_n: usize, total: u64) -> Params {
+        Params {
             m: self.m as u32,
             n: self.n as u32,
             k: self.k as u32,
@@ -353,15 +371,7 @@ impl Matmul {
             a_os: self.outer_strides[0] as u32,
             b_os: self.outer_strides[1] as u32,
             c_os: self.outer_strides[2] as u32,
-        };
-        let kern = gpu.kernel("matmul", Some(&shader_variant), entry)?;
-        let mut bufs = vec![("a", a), ("b", b), ("c", c)];
-        if entry != "matmul" && entry != "mm_ss" {
-            // The vec4 entry points read the same buffers four floats at a time.
-            bufs.push(("a4", a));
-            bufs.push(("b4", b));
         }
-        kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &bufs, grid_1d(total, 1, max))
     }
 
     /// The entry point `variant` runs this product with: `matmul` for the workgroup-memory

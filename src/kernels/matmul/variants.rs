@@ -121,6 +121,9 @@ pub(super) fn cpu_heuristic(mm: &Matmul, threads: usize) -> &'static str {
 /// The variant used for a product: a cached measurement for this adapter and shape bucket,
 /// a fresh measurement when autotuning is enabled, else the heuristic.
 pub fn pick(gpu: &Gpu, mm: &Matmul) -> &'static str {
+    if mm.is_half() && mm.m >= 16 && mm.n >= 16 && coop::usable(gpu) {
+        return coop::VARIANT;
+    }
     let key = cache_key(gpu, mm);
     if let Some(v) = autotune::cache().lock().unwrap().get(&key)
         && let Some(name) = variants_for(gpu).into_iter().find(|n| n == v)

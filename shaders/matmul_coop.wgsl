@@ -1,0 +1,96 @@
+// Batched, strided matrix multiply on cooperative matrices (tensor cores): C[b] = alpha · op(A[b]) ·
+// op(B[b]) (+ C[b]) with f16 operands and f32 accumulation, 16×16×16 fragments at subgroup scope
+// (`coop_mat16x16<f16, A|B>`, `coop_mat16x16<f32, C>`). The same parameters, layouts and grid as
+// `shaders/matmul.wgsl` (part `matmul_params`), the same operand parts (`matmul_{a,b}_*`: A and B
+// read as f32, rounded to f16 or stored in f16), so one launcher fills both.
+//
+// A workgroup is SG invocations (the adapter's subgroup size: the x size of a subgroup-scope
+// cooperative-matrix workgroup must be a multiple of it) and owns a BM × BN = 32 × 32 tile of C:
+// 2 × 2 accumulator fragments. For each K slice of 16, the invocations stage A's 32 × 16 and B's
+// 16 × 32 slice in workgroup memory as f16 (any strides; zeros past the edges), then every
+// fragment product runs on the cooperative matrices. At the end the fragments go through
+// workgroup memory to C (bounds, alpha, accumulation). Every cooperative operation sits in
+// uniform control flow: a workgroup past the grid's end (`live` false) does not return early but
+// loads nothing and stores nothing.
+//
+// Not bit-identical to the other matmul forms (the hardware's summation order); held to the
+// float64 product of the f16-rounded operands at an f32-accumulation tolerance. Made only where
+// the adapter lists 16×16×16 f16 → f32 and a self-test at device creation passes
+// (`src/kernels/matmul/coop.rs`).
+
+const BM: u32 = 32u;
+const BN: u32 = 32u;
+const BK: u32 = 16u;
+
+@group(0) @binding(3) var<storage, read_write> c: array<f32>;
+
+var<workgroup> As: array<f16, BM * BK>;   // [BM][BK], row-major
+var<workgroup> Bs: array<f16, BK * BN>;   // [BK][BN], row-major
+var<workgroup> Cs: array<f32, BM * BN>;   // [BM][BN], row-major
+
+@compute @workgroup_size(SG)
+fn mm_coop(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let p = params;
+    let ti = tile_index(wid, nwg);
+    let live = ti.w != 0u;
+    let row0 = ti.y * BM;
+    let col0 = ti.x * BN;
+    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
+    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
+    var c00 = coop_mat16x16<f32, C>();
+    var c01 = coop_mat16x16<f32, C>();
+    var c10 = coop_mat16x16<f32, C>();
+    var c11 = coop_mat16x16<f32, C>();
+    for (var k0 = 0u; k0 < p.k; k0 += BK) {
+        for (var e = li; e < BM * BK; e += SG) {
+            let gi = row0 + e / BK;
+            let gk = k0 + e % BK;
+            var v = 0.0;
+            if (live && gi < p.m && gk < p.k) { v = lda(a_base + gi * p.a_rs + gk * p.a_cs); }
+            As[e] = f16(v);
+        }
+        for (var e = li; e < BK * BN; e += SG) {
+            let gk = k0 + e / BN;
+            let gj = col0 + e % BN;
+            var v = 0.0;
+            if (live && gk < p.k && gj < p.n) { v = ldb(b_base + gk * p.b_rs + gj * p.b_cs); }
+            Bs[e] = f16(v);
+        }
+        workgroupBarrier();
+        let a0 = coopLoadT<coop_mat16x16<f16, A>>(&As[0], BK);
+        let a1 = coopLoadT<coop_mat16x16<f16, A>>(&As[16u * BK], BK);
+        let b0 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[0], BN);
+        let b1 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[16], BN);
+        c00 = coopMultiplyAdd(a0, b0, c00);
+        c01 = coopMultiplyAdd(a0, b1, c01);
+        c10 = coopMultiplyAdd(a1, b0, c10);
+        c11 = coopMultiplyAdd(a1, b1, c11);
+        workgroupBarrier();
+    }
+    // (Offsets and stride as lets: naga 30's SPIR-V writer needs the store's arguments emitted
+    // before the store.)
+    let s = BN;
+    let o01 = 16u;
+    let o10 = 16u * BN;
+    let o11 = 16u * BN + 16u;
+    coopStoreT(c00, &Cs[0], s);
+    coopStoreT(c01, &Cs[o01], s);
+    coopStoreT(c10, &Cs[o10], s);
+    coopStoreT(c11, &Cs[o11], s);
+    workgroupBarrier();
+    let c_base = p.c_off + batch_off(ti.z, p.c_bs, p.c_os);
+    for (var e = li; e < BM * BN; e += SG) {
+        let gi = row0 + e / BN;
+        let gj = col0 + e % BN;
+        if (live && gi < p.m && gj < p.n) {
+            let idx = c_base + gi * p.c_rs + gj;
+            var out = p.alpha * Cs[e];
+            if (p.accumulate != 0u) { out = out + c[idx]; }
+            c[idx] = out;
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Products on cooperative matrices (tensor cores; `shaders/matmul_coop.wgsl`): f16 operands,
+//! f32 accumulation, 16×16×16 fragments at subgroup scope, tiles of 32 × 32 outputs per
+//! workgroup of one subgroup. The same [`Matmul`] description, operand forms
+//! ([`MatmulElem::R16`], [`MatmulElem::F16`]), strides, batches and accumulation as the other
+//! forms; not bit-identical to them (the hardware sums in its own order).
+//!
+//! Used for f16 products ([`Matmul::is_half`]) where the device can ([`usable`]): the adapter
+//! lists 16×16×16 f16 → f32 ([`configuration_offered`]; wgpu 30's experimental
+//! `EXPERIMENTAL_COOPERATIVE_MATRIX`: Vulkan with `VK_KHR_cooperative_matrix`, Metal's simdgroup
+//! matrices are 8×8 and not used yet; not DX12, not the browser), the device enabled the feature,
+//! the self-test at device creation ([`self_test`]) matched the f16 tiled kernel, and the form
+//! `matmul_coop` is on. The autotuner does not time it against the tiles (yet): where usable, it is
+//! the pick for every f16 product with M and N of at least 16.
+
+use super::*;
+use crate::shaders::CoopKey;
+
+/// The variant name [`pick`] returns and [`Matmul::bind_variant`] accepts for this kernel.
+pub const VARIANT: &str = "coop";
+
+/// The tile of C one workgroup computes.
+pub const TILE: (usize, usize) = (32, 32);
+
+/// Whether the adapter lists the configuration the kernel uses: M = N = K = 16, A and B f16,
+/// C and the result f32.
+pub fn configuration_offered(adapter: &wgpu::Adapter) -> bool {
+    use wgpu::CooperativeScalarType as T;
+    adapter.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+        && adapter
+            .cooperative_matrix_properties()
+            .iter()
+            .any(|c| (c.m_size, c.n_size, c.k_size) == (16, 16, 16) && c.ab_type == T::F16 && c.cr_type == T::F32)
+}
+
+/// Whether f16 products run on cooperative matrices on this device (see the module docs).
+pub fn usable(gpu: &Gpu) -> bool {
+    gpu.coop.is_ok() && gpu.forms.matmul_coop
+}
+
+/// Why [`usable`] is false (for messages), or `None`.
+pub fn why_not(gpu: &Gpu) -> Option<String> {
+    match &gpu.coop {
+        Err(e) => Some(e.clone()),
+        Ok(()) if !gpu.forms.matmul_coop => Some("form matmul_coop is off (DDL_FORMS)".into()),
+        Ok(()) => None,
+    }
+}
+
+/// The workgroup width: the adapter's largest subgroup (a subgroup-scope cooperative-matrix
+/// workgroup's x size must be a multiple of the subgroup size; with a smaller one, several
+/// subgroups compute the same fragments and store the same values).
+fn width(gpu: &Gpu) -> usize {
+    let sg = gpu.info.subgroup_max_size as usize;
+    if sg.is_power_of_two() && (8..=128).contains(&sg) { sg } else { 32 }
+}
+
+/// Binds `mm` (f16 operands: an f32 one is read rounded, as [`MatmulElem::R16`]) to the kernel.
+pub(super) fn bind(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
+    if gpu.coop.is_err() {
+        return Err(GpuError::Shader {
+            shader: "matmul_coop".into(),
+            reason: format!("cooperative matrices are not usable here: {}", why_not(gpu).unwrap_or_default()),
+        });
+    }
+    let half = |e: MatmulElem| if e == MatmulElem::F32 { MatmulElem::R16 } else { e };
+    let key = CoopKey { sg: width(gpu), a: half(mm.a_elem), b: half(mm.b_elem) };
+    let (tiles_m, tiles_n) = (mm.m.div_ceil(TILE.0), mm.n.div_ceil(TILE.1));
+    let total = tiles_m as u64 * tiles_n as u64 * (mm.batch * mm.outer) as u64;
+    let max = gpu.limits.max_compute_workgroups_per_dimension;
+    if total > max as u64 * max as u64 || total > u32::MAX as u64 {
+        return Err(GpuError::Shape(format!(
+            "matmul {}x{}x{} (batch {}): {total} tiles exceed one dispatch",
+            mm.m, mm.n, mm.k, mm.batch
+        )));
+    }
+    let p = mm.params(tiles_m, tiles_n, total);
+    let kern = gpu.kernel("matmul_coop", Some(&key.name()), "mm_coop")?;
+    kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[("a", a), ("b", b), ("c", c)], grid_1d(total, 1, max))
+}
+
+/// Runs a small product with edges in every direction, a K tail, a batch and accumulation on the
+/// cooperative matrices and on the f16 tiled kernel (the same rounded operands); `Err` with the
+/// difference when they disagree by more than f32 accumulation allows (relative L2 1e-4), or
+/// when the kernel does not build or run.
+pub fn self_test(gpu: &Gpu) -> std::result::Result<(), String> {
+    let run = || -> Result<f64> {
+        let mm = Matmul::nt(80, 48, 72).batched(2).elems(MatmulElem::R16, MatmulElem::R16).alpha(0.5).accumulate(true);
+        let [ea, eb, ec] = mm.extents();
+        let mut rng = crate::testing::Rng::new(0xc00b);
+        let a = Tensor::from_f32(gpu, "coop.a", &[ea], &rng.uniform(ea, -1.0, 1.0))?;
+        let b = Tensor::from_f32(gpu, "coop.b", &[eb], &rng.uniform(eb, -1.0, 1.0))?;
+        let c0 = rng.uniform(ec, -1.0, 1.0);
+        let (c1, c2) = (Tensor::from_f32(gpu, "coop.c1", &[ec], &c0)?, Tensor::from_f32(gpu, "coop.c2", &[ec], &c0)?);
+        let d1 = bind(&mm, gpu, a.view(), b.view(), c1.view())?;
+        let d2 = mm.bind_variant(gpu, heuristic(gpu, &mm), a.view(), b.view(), c2.view())?;
+        gpu.run(&[&d1, &d2])?;
+        let (x, y) = (c1.read_f32(gpu)?, c2.read_f32(gpu)?);
+        let num: f64 = x.iter().zip(&y).map(|(p, q)| (*p as f64 - *q as f64).powi(2)).sum();
+        let den: f64 = y.iter().map(|q| (*q as f64).powi(2)).sum();
+        Ok(if x.iter().all(|v| v.is_finite()) { (num / den).sqrt() } else { f64::INFINITY })
+    };
+    match run() {
+        Ok(e) if e <= 1e-4 => Ok(()),
+        Ok(e) => Err(format!("the self-test product differs from the f16 tiled kernel by {e:.2e} (relative L2)")),
+        Err(e) => Err(format!("the self-test product failed: {e}")),
+    }
+}
