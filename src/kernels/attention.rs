@@ -43,18 +43,30 @@ pub struct AttnShape {
     pub kv_stride: usize,
     /// Absolute position of query 0; query i sees keys τ ≤ q_pos0 + i (and τ < kv_len).
     pub q_pos0: usize,
+    /// The blocked form's products take f16 operands (`--precision f16`; accumulation, the
+    /// softmax and the statistics stay f32). The tiled kernels ignore it (always f32).
+    pub half: bool,
 }
 
 impl AttnShape {
     /// The training shape: T queries over the same T keys, causal.
     pub fn training(batch: usize, heads: usize, head_dim: usize, t: usize) -> Self {
-        AttnShape { batch, heads, head_dim, q_len: t, kv_len: t, kv_stride: t, q_pos0: 0 }
+        AttnShape { batch, heads, head_dim, q_len: t, kv_len: t, kv_stride: t, q_pos0: 0, half: false }
     }
 
     /// A decoding step: `q_len` new tokens whose keys are the last of `kv_len` cached ones, in a
     /// cache of `kv_stride` rows per sequence.
     pub fn decode(batch: usize, heads: usize, head_dim: usize, q_len: usize, kv_len: usize, kv_stride: usize) -> Self {
-        AttnShape { batch, heads, head_dim, q_len, kv_len, kv_stride, q_pos0: kv_len.saturating_sub(q_len) }
+        AttnShape {
+            batch,
+            heads,
+            head_dim,
+            q_len,
+            kv_len,
+            kv_stride,
+            q_pos0: kv_len.saturating_sub(q_len),
+            half: false,
+        }
     }
 
     /// Elements of q / out / dout / dq.
@@ -566,6 +578,7 @@ fn product(
         a_elem: Default::default(),
         b_elem: Default::default(),
     }
+    .half(s.half)
 }
 
 #[allow(clippy::too_many_arguments)]

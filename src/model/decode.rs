@@ -234,6 +234,7 @@ impl DecodeProgram {
             kv_len: pos0 + q,
             kv_stride: cache.capacity,
             q_pos0: pos0,
+            half: false,
         };
         let kc: Vec<_> = cache.kcache.iter().map(|t| t.buffer.clone()).collect();
         let vc: Vec<_> = cache.vcache.iter().map(|t| t.buffer.clone()).collect();

@@ -249,7 +249,7 @@ fn cpu_backward_matches_finite_differences_of_the_cpu_forward() {
     // A cache-shaped call exercises both mask bounds (q_pos0 and kv_len) and the padding rows.
     for s in [
         AttnShape::training(2, 2, 5, 6),
-        AttnShape { batch: 1, heads: 2, head_dim: 3, q_len: 4, kv_len: 7, kv_stride: 9, q_pos0: 2 },
+        AttnShape { batch: 1, heads: 2, head_dim: 3, q_len: 4, kv_len: 7, kv_stride: 9, q_pos0: 2, half: false },
     ] {
         let x = Inputs::new(&mut rng, s, 1.5);
         let (q, k, v, g) = (f64v(&x.q), x.k64(), x.v64(), f64v(&x.dout));
@@ -297,7 +297,7 @@ fn head_dims_above_64_are_processed_in_several_chunks() {
     check_both(
         &gpu,
         &mut rng,
-        AttnShape { batch: 2, heads: 1, head_dim: 97, q_len: 6, kv_len: 21, kv_stride: 24, q_pos0: 15 },
+        AttnShape { batch: 2, heads: 1, head_dim: 97, q_len: 6, kv_len: 21, kv_stride: 24, q_pos0: 15, half: false },
         1.0,
     );
 }
@@ -320,7 +320,16 @@ fn cache_shapes_with_q_pos0_and_kv_stride_match_float64() {
     for (ql, kl, ks, p0) in
         [(5, 12, 16, 7), (9, 23, 30, 3), (20, 7, 7, 0), (1, 1, 4, 0), (33, 50, 64, 17), (17, 40, 41, 30)]
     {
-        let s = AttnShape { batch: 2, heads: 3, head_dim: 13, q_len: ql, kv_len: kl, kv_stride: ks, q_pos0: p0 };
+        let s = AttnShape {
+            batch: 2,
+            heads: 3,
+            head_dim: 13,
+            q_len: ql,
+            kv_len: kl,
+            kv_stride: ks,
+            q_pos0: p0,
+            half: false,
+        };
         check_both(&gpu, &mut rng, s, 1.0);
     }
 }
@@ -584,4 +593,47 @@ fn shape_errors_are_reported_not_panicked() {
     assert!(attention::set_kv(&gpu, &ds, &other, 1.0).is_err());
     assert!(attention::set_kv(&gpu, &ds[..0], &s, 1.0).is_err());
     attention::set_kv(&gpu, &ds, &AttnShape { kv_len: 3, ..s }, 1.0).unwrap();
+}
+
+#[test]
+fn blocked_attention_with_f16_operands_matches_float64_at_f16_tolerance() {
+    // `--precision f16`: the blocked form's products read their operands rounded to f16 (q, k, v
+    // and dO here already f16 values; the probabilities and dS are rounded inside), accumulate in
+    // f32, and keep the softmax and its statistics in f32. The f16 path must really run: its
+    // error is well above the f32 path's on the same inputs, and below the stated tolerance.
+    let gpu = f16_gpu();
+    let mut rng = Rng::fresh();
+    let seed = rng.seed;
+    let base = AttnShape::training(2, 3, 24, 37);
+    let mut x = Inputs::new(&mut rng, base, 1.0);
+    for v in [&mut x.q, &mut x.k, &mut x.v, &mut x.dout] {
+        *v = f16_round(v);
+    }
+    let (q64, k64, v64) = (f64v(&x.q), x.k64(), x.v64());
+    let sc = x.scale as f64;
+    let (r_out, r_lse) = ref_forward(&base, sc, &q64, &k64, &v64);
+    let (r_dq, r_dk, r_dv) = ref_backward(&base, sc, &q64, &k64, &v64, &f64v(&x.dout));
+    let rel = |g: &[f32], w: &[f64]| {
+        let num: f64 = g.iter().zip(w).map(|(a, b)| (*a as f64 - b).powi(2)).sum();
+        (num / w.iter().map(|b| b * b).sum::<f64>()).sqrt()
+    };
+    for m in [Method::Blocked(attention::BLOCK_ROWS), Method::Blocked(5)] {
+        let mut errs = Vec::new();
+        for half in [false, true] {
+            x.s = AttnShape { half, ..base };
+            let [out, lse, dq, dk, dv] = with_forms(&gpu, |f| set_method(f, m), |gpu| gpu_both(gpu, &x));
+            let e = [rel(&out, &r_out), rel(&lse, &r_lse), rel(&dq, &r_dq), rel(&dk, &r_dk), rel(&dv, &r_dv)];
+            if half {
+                let tol = [3e-3, 1e-3, 1e-2, 1e-2, 3e-3];
+                for (i, name) in ["out", "lse", "dq", "dk", "dv"].iter().enumerate() {
+                    assert!(e[i] <= tol[i], "{m:?} {name}: {:.2e} > {:.0e} (seed {seed})", e[i], tol[i]);
+                }
+            }
+            errs.push(e);
+        }
+        assert!(
+            errs[1][0] > 10.0 * errs[0][0] && errs[1][2] > 10.0 * errs[0][2],
+            "{m:?}: f16 changed nothing: {errs:?}"
+        );
+    }
 }

@@ -36,8 +36,7 @@ pub(crate) fn forward(r: &mut Rec, l: usize, s: &Sub) -> Result<()> {
         let (kc, vc) = (&db.kcache[l], &db.vcache[l]);
         r.push(Op::Copy { src: kn.clone(), src_off: 0, dst: kc.clone(), dst_off: 0, len: n * dq });
         r.push(Op::Copy { src: v.clone(), src_off: 0, dst: vc.clone(), dst_off: 0, len: n * dq });
-        let sh =
-            AttnShape { batch: 1, heads: hh, head_dim: hd, q_len: n, kv_len: n, kv_stride: db.capacity, q_pos0: 0 };
+        let sh = AttnShape::decode(1, hh, hd, n, n, db.capacity);
         r.run(attn::forward(gpu, &sh, scale, qn.view(), kc.view(), vc.view(), out.view(), lse.view()))?;
     } else {
         let sh = r.attn_shape();

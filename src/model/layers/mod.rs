@@ -144,6 +144,7 @@ impl<'a> Rec<'a> {
             kv_len: self.a.t,
             kv_stride: self.a.t,
             q_pos0: 0,
+            half: self.a.half,
         }
     }
 
