@@ -225,6 +225,10 @@ stage_info() {
   local forms
   forms="$(sed -n '/^kernel forms/,$p' "$RAW/info.log" | tail -n +2 | awk '{ printf("%s%s=%s", n++ ? ", " : "", $1, $2) }')"
   [ -n "$forms" ] && note "- kernel forms chosen for this adapter: $forms"
+  # Whether f16 products run on cooperative matrices here (the self-test at device creation).
+  local coopmm
+  coopmm="$(grep -m1 '^cooperative-matrix matmuls:' "$RAW/info.log" | sed 's/^cooperative-matrix matmuls: *//')"
+  [ -n "$coopmm" ] && note "- cooperative-matrix matmuls: $coopmm"
   stage_row info "$st" $(( $(date +%s) - t0 )) "$(why $rc); $backend; subgroups ${sg:-none}; cooperative matrices: ${coop:-?}; plan: ${plan:-?}"
 }
 
