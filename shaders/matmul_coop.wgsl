@@ -94,3 +94,132 @@ fn mm_coop(
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// `mm_coop4`: the same with 4 × 4 fragments per workgroup (64 × 64 outputs): four times the
+// tensor-core work per staged slice (the variant `coop64`; `mm_coop` is the default).
+
+const BM4: u32 = 64u;
+const BN4: u32 = 64u;
+
+var<workgroup> As4: array<f16, BM4 * BK>;   // [BM4][BK], row-major
+var<workgroup> Bs4: array<f16, BK * BN4>;   // [BK][BN4], row-major
+var<workgroup> Cs4: array<f32, BM4 * BN4>;  // [BM4][BN4], row-major
+
+@compute @workgroup_size(SG)
+fn mm_coop4(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let p = params;
+    let ti = tile_index(wid, nwg);
+    let live = ti.w != 0u;
+    let row0 = ti.y * BM4;
+    let col0 = ti.x * BN4;
+    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
+    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
+    var c00 = coop_mat16x16<f32, C>();
+    var c01 = coop_mat16x16<f32, C>();
+    var c02 = coop_mat16x16<f32, C>();
+    var c03 = coop_mat16x16<f32, C>();
+    var c10 = coop_mat16x16<f32, C>();
+    var c11 = coop_mat16x16<f32, C>();
+    var c12 = coop_mat16x16<f32, C>();
+    var c13 = coop_mat16x16<f32, C>();
+    var c20 = coop_mat16x16<f32, C>();
+    var c21 = coop_mat16x16<f32, C>();
+    var c22 = coop_mat16x16<f32, C>();
+    var c23 = coop_mat16x16<f32, C>();
+    var c30 = coop_mat16x16<f32, C>();
+    var c31 = coop_mat16x16<f32, C>();
+    var c32 = coop_mat16x16<f32, C>();
+    var c33 = coop_mat16x16<f32, C>();
+    for (var k0 = 0u; k0 < p.k; k0 += BK) {
+        for (var e = li; e < BM4 * BK; e += SG) {
+            let gi = row0 + e / BK;
+            let gk = k0 + e % BK;
+            var v = 0.0;
+            if (live && gi < p.m && gk < p.k) { v = lda(a_base + gi * p.a_rs + gk * p.a_cs); }
+            As4[e] = f16(v);
+        }
+        for (var e = li; e < BK * BN4; e += SG) {
+            let gk = k0 + e / BN4;
+            let gj = col0 + e % BN4;
+            var v = 0.0;
+            if (live && gk < p.k && gj < p.n) { v = ldb(b_base + gk * p.b_rs + gj * p.b_cs); }
+            Bs4[e] = f16(v);
+        }
+        workgroupBarrier();
+        let a0 = coopLoadT<coop_mat16x16<f16, A>>(&As4[0u * BK], BK);
+        let a1 = coopLoadT<coop_mat16x16<f16, A>>(&As4[16u * BK], BK);
+        let a2 = coopLoadT<coop_mat16x16<f16, A>>(&As4[32u * BK], BK);
+        let a3 = coopLoadT<coop_mat16x16<f16, A>>(&As4[48u * BK], BK);
+        let b0 = coopLoadT<coop_mat16x16<f16, B>>(&Bs4[0u], BN4);
+        let b1 = coopLoadT<coop_mat16x16<f16, B>>(&Bs4[16u], BN4);
+        let b2 = coopLoadT<coop_mat16x16<f16, B>>(&Bs4[32u], BN4);
+        let b3 = coopLoadT<coop_mat16x16<f16, B>>(&Bs4[48u], BN4);
+        c00 = coopMultiplyAdd(a0, b0, c00);
+        c01 = coopMultiplyAdd(a0, b1, c01);
+        c02 = coopMultiplyAdd(a0, b2, c02);
+        c03 = coopMultiplyAdd(a0, b3, c03);
+        c10 = coopMultiplyAdd(a1, b0, c10);
+        c11 = coopMultiplyAdd(a1, b1, c11);
+        c12 = coopMultiplyAdd(a1, b2, c12);
+        c13 = coopMultiplyAdd(a1, b3, c13);
+        c20 = coopMultiplyAdd(a2, b0, c20);
+        c21 = coopMultiplyAdd(a2, b1, c21);
+        c22 = coopMultiplyAdd(a2, b2, c22);
+        c23 = coopMultiplyAdd(a2, b3, c23);
+        c30 = coopMultiplyAdd(a3, b0, c30);
+        c31 = coopMultiplyAdd(a3, b1, c31);
+        c32 = coopMultiplyAdd(a3, b2, c32);
+        c33 = coopMultiplyAdd(a3, b3, c33);
+        workgroupBarrier();
+    }
+    let s = BN4;
+    let o00 = 0u * BN4 + 0u;
+    let o01 = 0u * BN4 + 16u;
+    let o02 = 0u * BN4 + 32u;
+    let o03 = 0u * BN4 + 48u;
+    let o10 = 16u * BN4 + 0u;
+    let o11 = 16u * BN4 + 16u;
+    let o12 = 16u * BN4 + 32u;
+    let o13 = 16u * BN4 + 48u;
+    let o20 = 32u * BN4 + 0u;
+    let o21 = 32u * BN4 + 16u;
+    let o22 = 32u * BN4 + 32u;
+    let o23 = 32u * BN4 + 48u;
+    let o30 = 48u * BN4 + 0u;
+    let o31 = 48u * BN4 + 16u;
+    let o32 = 48u * BN4 + 32u;
+    let o33 = 48u * BN4 + 48u;
+    coopStoreT(c00, &Cs4[o00], s);
+    coopStoreT(c01, &Cs4[o01], s);
+    coopStoreT(c02, &Cs4[o02], s);
+    coopStoreT(c03, &Cs4[o03], s);
+    coopStoreT(c10, &Cs4[o10], s);
+    coopStoreT(c11, &Cs4[o11], s);
+    coopStoreT(c12, &Cs4[o12], s);
+    coopStoreT(c13, &Cs4[o13], s);
+    coopStoreT(c20, &Cs4[o20], s);
+    coopStoreT(c21, &Cs4[o21], s);
+    coopStoreT(c22, &Cs4[o22], s);
+    coopStoreT(c23, &Cs4[o23], s);
+    coopStoreT(c30, &Cs4[o30], s);
+    coopStoreT(c31, &Cs4[o31], s);
+    coopStoreT(c32, &Cs4[o32], s);
+    coopStoreT(c33, &Cs4[o33], s);
+    workgroupBarrier();
+    let c_base = p.c_off + batch_off(ti.z, p.c_bs, p.c_os);
+    for (var e = li; e < BM4 * BN4; e += SG) {
+        let gi = row0 + e / BN4;
+        let gj = col0 + e % BN4;
+        if (live && gi < p.m && gj < p.n) {
+            let idx = c_base + gi * p.c_rs + gj;
+            var out = p.alpha * Cs4[e];
+            if (p.accumulate != 0u) { out = out + c[idx]; }
+            c[idx] = out;
+        }
+    }
+}

@@ -318,7 +318,7 @@ stage_bench() {
     cmds=(
       "bench-copy|30|bench copy --mib 1024 --reps 10 --json"
       "bench-matmul-square|60|bench matmul --sizes 1024,2048,4096 --reps 3 --json"
-      "bench-matmul-f16|40|bench matmul --sizes 2048,4096 --operands rh --variants auto --reps 3 --json"
+      "bench-matmul-f16|60|bench matmul --sizes 2048,4096 --cases nt,tn --operands rh --variants all --reps 3 --json"
       "bench-matmul-f16-tiled|40|DDL_FORMS=matmul_coop=0 bench matmul --sizes 2048,4096 --operands rh --variants auto --reps 3 --json"
       "bench-matmul-8192|30|bench matmul --sizes 8192 --variants auto --reps 5 --json"
       "bench-matmul-model|60|bench matmul --preset small-124m --batch 8 --seq 1024 --tune --variants auto --reps 5 --json"

@@ -136,7 +136,10 @@ impl VariantSet {
             "auto" => VariantSet::Auto,
             list => {
                 let names: Vec<String> = list.split(',').map(|x| x.trim().to_string()).collect();
-                let known = matmul::variants_for(gpu);
+                let mut known = matmul::variants_for(gpu);
+                if matmul::coop::usable(gpu) {
+                    known.extend(matmul::coop::VARIANTS);
+                }
                 if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
                     return Err(format!(
                         "--variants: '{bad}' is not a tile variant this adapter runs (expected all, auto or a list of: {})",
@@ -241,12 +244,15 @@ pub fn matmul_rows(
         let b = operand("b", eb, mm.b_elem)?;
         let c = Tensor::zeros(gpu, "c", &[ec], DType::F32)?;
         let auto = matmul::pick(gpu, mm);
+        // The cooperative-matrix variants time f16 products where the device has them.
+        let mut all = matmul::variants_for(gpu);
+        if mm.is_half() && matmul::coop::usable(gpu) {
+            all.extend(matmul::coop::VARIANTS);
+        }
         let chosen: Vec<&str> = match variants {
-            VariantSet::All => matmul::variants_for(gpu),
+            VariantSet::All => all,
             VariantSet::Auto => vec![auto],
-            VariantSet::Named(v) => {
-                matmul::variants_for(gpu).into_iter().filter(|x| v.iter().any(|y| y == x)).collect()
-            }
+            VariantSet::Named(v) => all.into_iter().filter(|x| v.iter().any(|y| y == x)).collect(),
         };
         for v in chosen {
             let d = mm.bind_variant(gpu, v, a.view(), b.view(), c.view())?;

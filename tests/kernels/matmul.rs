@@ -836,14 +836,10 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
         return;
     }
     let coop = |mm: Matmul| {
-        let how = format!("coop {:?}/{:?}", mm.a_elem, mm.b_elem);
-        check_bound_tol(
-            mm,
-            1,
-            &how,
-            &|gpu, a, b, c| vec![mm.bind_variant(gpu, matmul::coop::VARIANT, a, b, c).unwrap()],
-            1e-4,
-        );
+        for v in matmul::coop::VARIANTS {
+            let how = format!("{v} {:?}/{:?}", mm.a_elem, mm.b_elem);
+            check_bound_tol(mm, 1, &how, &|gpu, a, b, c| vec![mm.bind_variant(gpu, v, a, b, c).unwrap()], 1e-4);
+        }
     };
     for (i, (mm, _)) in entry_point_cases().into_iter().enumerate() {
         let (ea, eb) = HALF[i % HALF.len()];

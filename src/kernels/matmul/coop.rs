@@ -1,6 +1,6 @@
 //! Products on cooperative matrices (tensor cores; `shaders/matmul_coop.wgsl`): f16 operands,
-//! f32 accumulation, 16×16×16 fragments at subgroup scope, tiles of 32 × 32 outputs per
-//! workgroup of one subgroup. The same [`Matmul`] description, operand forms
+//! f32 accumulation, 16×16×16 fragments at subgroup scope, tiles of 32 × 32 outputs (or 64 × 64:
+//! [`VARIANT64`]) per workgroup of one subgroup. The same [`Matmul`] description, operand forms
 //! ([`MatmulElem::R16`], [`MatmulElem::F16`]), strides, batches and accumulation as the other
 //! forms; not bit-identical to them (the hardware sums in its own order).
 //!
@@ -15,11 +15,21 @@
 use super::*;
 use crate::shaders::CoopKey;
 
-/// The variant name [`pick`] returns and [`Matmul::bind_variant`] accepts for this kernel.
+/// The variant name [`pick`] returns and [`Matmul::bind_variant`] accepts for this kernel:
+/// 2 × 2 fragments, 32 × 32 outputs per workgroup (entry point `mm_coop`).
 pub const VARIANT: &str = "coop";
 
-/// The tile of C one workgroup computes.
-pub const TILE: (usize, usize) = (32, 32);
+/// The 4 × 4-fragment form (64 × 64 outputs per workgroup, `mm_coop4`): four times the tensor-core
+/// work per staged K slice; timed by `ddl bench matmul`, not picked by default until a GPU says.
+pub const VARIANT64: &str = "coop64";
+
+/// Both variants.
+pub const VARIANTS: [&str; 2] = [VARIANT, VARIANT64];
+
+/// The tile of C one workgroup of `variant` computes, and its entry point.
+fn shape(variant: &str) -> ((usize, usize), &'static str) {
+    if variant == VARIANT64 { ((64, 64), "mm_coop4") } else { ((32, 32), "mm_coop") }
+}
 
 /// Whether the adapter lists the configuration the kernel uses: M = N = K = 16, A and B f16,
 /// C and the result f32.
@@ -54,8 +64,9 @@ fn width(gpu: &Gpu) -> usize {
     if sg.is_power_of_two() && (8..=128).contains(&sg) { sg } else { 32 }
 }
 
-/// Binds `mm` (f16 operands: an f32 one is read rounded, as [`MatmulElem::R16`]) to the kernel.
-pub(super) fn bind(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
+/// Binds `mm` (f16 operands: an f32 one is read rounded, as [`MatmulElem::R16`]) to `variant`
+/// ([`VARIANTS`]).
+pub(super) fn bind(mm: &Matmul, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
     if gpu.coop.is_err() {
         return Err(GpuError::Shader {
             shader: "matmul_coop".into(),
@@ -64,7 +75,8 @@ pub(super) fn bind(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>
     }
     let half = |e: MatmulElem| if e == MatmulElem::F32 { MatmulElem::R16 } else { e };
     let key = CoopKey { sg: width(gpu), a: half(mm.a_elem), b: half(mm.b_elem) };
-    let (tiles_m, tiles_n) = (mm.m.div_ceil(TILE.0), mm.n.div_ceil(TILE.1));
+    let ((bm, bn), entry) = shape(variant);
+    let (tiles_m, tiles_n) = (mm.m.div_ceil(bm), mm.n.div_ceil(bn));
     let total = tiles_m as u64 * tiles_n as u64 * (mm.batch * mm.outer) as u64;
     let max = gpu.limits.max_compute_workgroups_per_dimension;
     if total > max as u64 * max as u64 || total > u32::MAX as u64 {
@@ -74,15 +86,22 @@ pub(super) fn bind(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>
         )));
     }
     let p = mm.params(tiles_m, tiles_n, total);
-    let kern = gpu.kernel("matmul_coop", Some(&key.name()), "mm_coop")?;
+    let kern = gpu.kernel("matmul_coop", Some(&key.name()), entry)?;
     kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[("a", a), ("b", b), ("c", c)], grid_1d(total, 1, max))
 }
 
 /// Runs a small product with edges in every direction, a K tail, a batch and accumulation on the
-/// cooperative matrices and on the f16 tiled kernel (the same rounded operands); `Err` with the
-/// difference when they disagree by more than f32 accumulation allows (relative L2 1e-4), or
-/// when the kernel does not build or run.
+/// cooperative matrices (both variants) and on the f16 tiled kernel (the same rounded operands);
+/// `Err` with the difference when they disagree by more than f32 accumulation allows (relative
+/// L2 1e-4), or when a kernel does not build or run.
 pub fn self_test(gpu: &Gpu) -> std::result::Result<(), String> {
+    for v in VARIANTS {
+        self_test_variant(gpu, v).map_err(|e| format!("{v}: {e}"))?;
+    }
+    Ok(())
+}
+
+fn self_test_variant(gpu: &Gpu, variant: &str) -> std::result::Result<(), String> {
     let run = || -> Result<f64> {
         let mm = Matmul::nt(80, 48, 72).batched(2).elems(MatmulElem::R16, MatmulElem::R16).alpha(0.5).accumulate(true);
         let [ea, eb, ec] = mm.extents();
@@ -91,7 +110,7 @@ pub fn self_test(gpu: &Gpu) -> std::result::Result<(), String> {
         let b = Tensor::from_f32(gpu, "coop.b", &[eb], &rng.uniform(eb, -1.0, 1.0))?;
         let c0 = rng.uniform(ec, -1.0, 1.0);
         let (c1, c2) = (Tensor::from_f32(gpu, "coop.c1", &[ec], &c0)?, Tensor::from_f32(gpu, "coop.c2", &[ec], &c0)?);
-        let d1 = bind(&mm, gpu, a.view(), b.view(), c1.view())?;
+        let d1 = bind(&mm, gpu, variant, a.view(), b.view(), c1.view())?;
         let d2 = mm.bind_variant(gpu, heuristic(gpu, &mm), a.view(), b.view(), c2.view())?;
         gpu.run(&[&d1, &d2])?;
         let (x, y) = (c1.read_f32(gpu)?, c2.read_f32(gpu)?);

@@ -293,8 +293,8 @@ impl Matmul {
     /// Binds with an explicit tile variant (a `shaders::MatmulKey` name).
     pub fn bind_variant(&self, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
         self.check(&a, &b, &c)?;
-        if variant == coop::VARIANT {
-            return coop::bind(self, gpu, a, b, c);
+        if coop::VARIANTS.contains(&variant) {
+            return coop::bind(self, gpu, variant, a, b, c);
         }
         let (bm, bn) = tile(variant)?;
         if subgroup_variant(variant) && !subgroup_variants(gpu) {
