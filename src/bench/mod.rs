@@ -448,7 +448,7 @@ fn bench_opt(
 ) -> Result<crate::kernels::adamw::AdamWConfig> {
     let mut opt = crate::kernels::adamw::AdamWConfig::paper(1e-4);
     if precision == crate::model::Precision::F16 {
-        let s = crate::train::TrainConfig::preset("tiny").loss_scale as f32;
+        let s = crate::train::config::DEFAULT_LOSS_SCALE as f32;
         prog.set_loss_scale(model, s)?;
         opt.grad_scale = s;
     }

@@ -74,8 +74,11 @@ fn default_checkpoint_keep() -> usize {
     2
 }
 
+/// The loss scale an f16 run starts from unless `train.loss_scale` says otherwise.
+pub const DEFAULT_LOSS_SCALE: f64 = 65536.0;
+
 fn default_loss_scale() -> f64 {
-    65536.0
+    DEFAULT_LOSS_SCALE
 }
 
 fn default_loss_scale_growth() -> usize {

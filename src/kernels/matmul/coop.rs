@@ -76,17 +76,9 @@ pub(super) fn bind(mm: &Matmul, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'
     let half = |e: MatmulElem| if e == MatmulElem::F32 { MatmulElem::R16 } else { e };
     let key = CoopKey { sg: width(gpu), a: half(mm.a_elem), b: half(mm.b_elem) };
     let ((bm, bn), entry) = shape(variant);
-    let (tiles_m, tiles_n) = (mm.m.div_ceil(bm), mm.n.div_ceil(bn));
-    let total = tiles_m as u64 * tiles_n as u64 * (mm.batch * mm.outer) as u64;
-    let max = gpu.limits.max_compute_workgroups_per_dimension;
-    if total > max as u64 * max as u64 || total > u32::MAX as u64 {
-        return Err(GpuError::Shape(format!(
-            "matmul {}x{}x{} (batch {}): {total} tiles exceed one dispatch",
-            mm.m, mm.n, mm.k, mm.batch
-        )));
-    }
-    let p = mm.params(tiles_m, tiles_n, total);
+    let (p, total) = mm.grid(gpu, bm, bn)?;
     let kern = gpu.kernel("matmul_coop", Some(&key.name()), entry)?;
+    let max = gpu.limits.max_compute_workgroups_per_dimension;
     kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[("a", a), ("b", b), ("c", c)], grid_1d(total, 1, max))
 }
 

@@ -323,28 +323,38 @@ impl Matmul {
         } else {
             std::borrow::Cow::Borrowed(variant)
         };
-        let (tiles_m, tiles_n) = (self.m.div_ceil(bm), self.n.div_ceil(bn));
-        let total = tiles_m as u64 * tiles_n as u64 * (self.batch * self.outer) as u64;
-        let max = gpu.limits.max_compute_workgroups_per_dimension;
-        if total > max as u64 * max as u64 || total > u32::MAX as u64 {
-            return Err(GpuError::Shape(format!(
-                "matmul {}x{}x{} (batch {}): {total} tiles of {bm}x{bn} exceed one dispatch",
-                self.m, self.n, self.k, self.batch
-            )));
-        }
+        let (p, total) = self.grid(gpu, bm, bn)?;
         let kern = gpu.kernel("matmul", Some(&shader_variant), entry)?;
-        let p = self.params(tiles_m, tiles_n, total);
         let mut bufs = vec![("a", a), ("b", b), ("c", c)];
         if entry != "matmul" && entry != "mm_ss" {
             // The vec4 entry points read the same buffers four floats at a time.
             bufs.push(("a4", a));
             bufs.push(("b4", b));
         }
-        kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &bufs, grid_1d(total, 1, max))
+        kern.dispatch(
+            gpu,
+            Some(bytemuck::bytes_of(&p)),
+            &bufs,
+            grid_1d(total, 1, gpu.limits.max_compute_workgroups_per_dimension),
+        )
     }
 
-    /// The kernels' uniform parameters for a grid of `tiles_m × tiles_n` tiles per product,
-    /// `total` in all.
+    /// The kernels' uniform parameters for a grid of `bm × bn` tiles of C (every matmul kernel:
+    /// the tiles and the cooperative matrices), and the number of tiles; an error when they
+    /// exceed one dispatch.
+    fn grid(&self, gpu: &Gpu, bm: usize, bn: usize) -> Result<(Params, u64)> {
+        let (tiles_m, tiles_n) = (self.m.div_ceil(bm), self.n.div_ceil(bn));
+        let total = tiles_m as u64 * tiles_n as u64 * (self.batch * self.outer) as u64;
+        let max = gpu.limits.max_compute_workgroups_per_dimension as u64;
+        if total > max * max || total > u32::MAX as u64 {
+            return Err(GpuError::Shape(format!(
+                "matmul {}x{}x{} (batch {}): {total} tiles of {bm}x{bn} exceed one dispatch",
+                self.m, self.n, self.k, self.batch
+            )));
+        }
+        Ok((self.params(tiles_m, tiles_n, total), total))
+    }
+
     fn params(&self, tiles_m: usize, tiles_n: usize, total: u64) -> Params {
         Params {
             m: self.m as u32,
