@@ -27,6 +27,13 @@ test: setup
 	@# Tests get an empty cache dir: matmul autotune choices and token caches left by earlier
 	@# benchmarks or training runs on this machine must not change what the tests run.
 	DDL_CACHE_DIR=$$(mktemp -d) $(CARGO) test --workspace --no-fail-fast
+	@# The library builds for the browser (wasm32, WebGPU; issue 33) unless DDL_SETUP_WASM=0.
+	@if [ "$${DDL_SETUP_WASM:-1}" = 0 ]; then \
+		echo "DDL_SETUP_WASM=0: not checking the browser build"; \
+	else \
+		echo "$(CARGO) check -p ddl --lib --target wasm32-unknown-unknown --no-default-features --features web"; \
+		$(CARGO) check -p ddl --lib --target wasm32-unknown-unknown --no-default-features --features web; \
+	fi
 	@# Data-parallel training (2 MPI ranks vs one process) when MPI is installed (scripts/setup.sh
 	@# installs it on Debian/Ubuntu unless DDL_SETUP_MPI=0).
 	@if command -v mpirun >/dev/null 2>&1; then \

@@ -9,12 +9,14 @@
 #   scripts/setup.sh test        bundle's, and xvfb (a virtual display, the visualizer's window
 #                                test; DDL_SETUP_XVFB=0 skips it) and Open MPI with libclang
 #                                (`libopenmpi-dev openmpi-bin libclang-dev`, the data-parallel build
-#                                and its test; DDL_SETUP_MPI=0 skips them). `make test` (default).
+#                                and its test; DDL_SETUP_MPI=0 skips them), and the Rust target
+#                                wasm32-unknown-unknown (rustup; the browser build's check;
+#                                DDL_SETUP_WASM=0 skips it). `make test` (default).
 #
 # macOS (Metal) and Windows (DX12) need no install for any target. First it checks that the
 # installed Rust is at least Cargo.toml's rust-version (DDL_SETUP_ONLY=rust stops after that
 # check). DDL_SETUP_DRY_RUN=1 prints what it would install and installs nothing;
-# DDL_SETUP_PRETEND_MISSING=vulkan,xvfb,mpi,xz,binutils and DDL_SETUP_OS=Darwin make it act as on
+# DDL_SETUP_PRETEND_MISSING=vulkan,xvfb,mpi,xz,binutils,wasm and DDL_SETUP_OS=Darwin make it act as on
 # a machine without those (for its test). Needs root or sudo for apt-get.
 set -euo pipefail
 
@@ -102,9 +104,31 @@ if [ "$target" = test ] && [ "${DDL_SETUP_MPI:-1}" = 1 ] && ! have_mpi; then
   fi
 fi
 
+# The browser build (`make test` compiles the library for wasm32): the target's standard library.
+have_wasm() {
+  missing wasm && return 1
+  local t
+  t="$(rustup target list --installed 2>/dev/null || true)"
+  case "$t" in *wasm32-unknown-unknown*) return 0 ;; *) return 1 ;; esac
+}
+add_wasm=0
+if [ "$target" = test ] && [ "${DDL_SETUP_WASM:-1}" = 1 ] && ! have_wasm; then
+  add_wasm=1
+fi
+
 if [ "${DDL_SETUP_DRY_RUN:-0}" = 1 ]; then
+  [ "$add_wasm" = 1 ] && say "'$target' would add the Rust target wasm32-unknown-unknown (rustup)"
   say "'$target' on $os would install: ${pkgs[*]:-nothing}"
   exit 0
+fi
+if [ "$add_wasm" = 1 ]; then
+  if command -v rustup >/dev/null 2>&1; then
+    rustup target add wasm32-unknown-unknown >/dev/null
+    say "added the Rust target wasm32-unknown-unknown."
+  else
+    say "rustup not found: the browser build's check needs the Rust target wasm32-unknown-unknown; install it with your Rust's installer, or set DDL_SETUP_WASM=0 to skip the check."
+    exit 1
+  fi
 fi
 if [ ${#pkgs[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then

@@ -3,7 +3,7 @@
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::gpu::Result;
+use crate::gpu::{Result, Wait, now};
 use crate::model::Model;
 use crate::tokenizer::Tokenizer;
 
@@ -153,6 +153,17 @@ pub fn mean_k_directions(
     beta_maps: &Option<Vec<crate::kernels::delta::BetaMap>>,
     targets: &[bool],
 ) -> Result<Vec<Option<crate::gpu::Tensor>>> {
+    now(mean_k_directions_with(model, prompt, beta_maps, targets, Wait::Block))
+}
+
+/// [`mean_k_directions`], waiting for the device as `wait` says.
+pub async fn mean_k_directions_with(
+    model: &Model,
+    prompt: &[u32],
+    beta_maps: &Option<Vec<crate::kernels::delta::BetaMap>>,
+    targets: &[bool],
+    wait: Wait,
+) -> Result<Vec<Option<crate::gpu::Tensor>>> {
     if !targets.iter().any(|&t| t) {
         return Ok(Vec::new());
     }
@@ -164,14 +175,14 @@ pub fn mean_k_directions(
     let mut cache = model.decode_cache()?;
     cache.beta_maps = beta_maps.clone();
     let mut p = model.decode_program(&cache, keep.len())?;
-    p.forward(model, keep, &mut cache)?;
+    p.forward_with(model, keep, &mut cache, wait).await?;
     let mut out = Vec::with_capacity(targets.len());
     for (i, w) in p.acts().writes().enumerate() {
         if !targets.get(i).copied().unwrap_or(false) {
             out.push(None);
             continue;
         }
-        let k = w.k.read_f32(&model.gpu)?;
+        let k = w.k.read_f32_with(&model.gpu, wait).await?;
         let mut mean = vec![0.0f64; d];
         for row in k.chunks(d).take(keep.len()) {
             mean.iter_mut().zip(row).for_each(|(m, &x)| *m += x as f64);
@@ -223,18 +234,20 @@ pub struct TokenTrace {
 
 /// Reads what every delta write did for the rows `rows` of program `p` into `trs` (one per row):
 /// each buffer is read back once for all the rows.
-fn read_traces(
+async fn read_traces(
     model: &Model,
     p: &crate::model::DecodeProgram,
     rows: std::ops::Range<usize>,
     trs: &mut [TokenTrace],
+    wait: Wait,
 ) -> Result<()> {
     let (d, m) = (model.cfg.d_model, model.cfg.m());
+    let g = &model.gpu;
     for w in p.acts().writes() {
-        let beta = w.beta.read_f32(&model.gpu)?;
-        let k = w.k.read_f32(&model.gpu)?;
-        let v = w.v.read_f32(&model.gpu)?;
-        let delta = w.delta.read_f32(&model.gpu)?;
+        let beta = w.beta.read_f32_with(g, wait).await?;
+        let k = w.k.read_f32_with(g, wait).await?;
+        let v = w.v.read_f32_with(g, wait).await?;
+        let delta = w.delta.read_f32_with(g, wait).await?;
         for (row, tr) in rows.clone().zip(trs.iter_mut()) {
             let b = beta[row];
             let (vr, dr) = (&v[row * m..(row + 1) * m], &delta[row * m..(row + 1) * m]);
@@ -295,7 +308,45 @@ impl<'a> Generator<'a> {
         beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
         k_mean: &[bool],
     ) -> Result<Self> {
-        let k_fixed = mean_k_directions(model, prompt, &beta_maps, k_mean)?;
+        now(Self::open(model, tok, prompt, sampler, trace, beta_maps, k_mean, Wait::Block))
+    }
+
+    /// [`Generator::new`] whose device reads are awaited (a browser; an async task natively).
+    pub async fn new_async(
+        model: &'a Model,
+        tok: &'a Tokenizer,
+        prompt: &[u32],
+        sampler: Sampler,
+        trace: bool,
+    ) -> Result<Self> {
+        Self::open(model, tok, prompt, sampler, trace, None, &[], Wait::Await).await
+    }
+
+    /// [`Generator::with_interventions`] whose device reads are awaited.
+    pub async fn with_interventions_async(
+        model: &'a Model,
+        tok: &'a Tokenizer,
+        prompt: &[u32],
+        sampler: Sampler,
+        trace: bool,
+        beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
+        k_mean: &[bool],
+    ) -> Result<Self> {
+        Self::open(model, tok, prompt, sampler, trace, beta_maps, k_mean, Wait::Await).await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn open(
+        model: &'a Model,
+        tok: &'a Tokenizer,
+        prompt: &[u32],
+        sampler: Sampler,
+        trace: bool,
+        beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
+        k_mean: &[bool],
+        wait: Wait,
+    ) -> Result<Self> {
+        let k_fixed = mean_k_directions_with(model, prompt, &beta_maps, k_mean, wait).await?;
         let cap = model.cfg.max_seq_len;
         let v = model.cfg.vocab_size;
         let keep = &prompt[prompt.len().saturating_sub(cap)..];
@@ -307,7 +358,7 @@ impl<'a> Generator<'a> {
         cache.k_fixed = k_fixed;
         let step_prog = model.decode_program(&cache, 1)?;
         let mut pre = model.decode_program(&cache, keep.len())?;
-        let first = pre.forward(model, keep, &mut cache)?;
+        let first = pre.forward_with(model, keep, &mut cache, wait).await?;
         let logits = first[(keep.len() - 1) * v..].to_vec();
         let mut prompt_traces = Vec::new();
         if trace {
@@ -317,7 +368,7 @@ impl<'a> Generator<'a> {
                 .map(|&t| TokenTrace { token: t, text: st.push(t).unwrap_or_default(), ..Default::default() })
                 .collect();
             if model.cfg.variant.is_ddl() {
-                read_traces(model, &pre, 0..keep.len(), &mut prompt_traces)?;
+                read_traces(model, &pre, 0..keep.len(), &mut prompt_traces, wait).await?;
             }
         }
         Ok(Generator {
@@ -355,6 +406,15 @@ impl<'a> Generator<'a> {
     /// most a context) is kept and re-prefilled, as [`Generator::step`] slides. Returns how many
     /// tokens were prefilled and, when tracing, the new tokens' traces.
     pub fn feed(&mut self, tokens: &[u32]) -> Result<(usize, Vec<TokenTrace>)> {
+        now(self.feed_with(tokens, Wait::Block))
+    }
+
+    /// [`Generator::feed`] whose device reads are awaited.
+    pub async fn feed_async(&mut self, tokens: &[u32]) -> Result<(usize, Vec<TokenTrace>)> {
+        self.feed_with(tokens, Wait::Await).await
+    }
+
+    async fn feed_with(&mut self, tokens: &[u32], wait: Wait) -> Result<(usize, Vec<TokenTrace>)> {
         let model = self.model;
         let (cap, v) = (model.cfg.max_seq_len, model.cfg.vocab_size);
         if tokens.is_empty() {
@@ -376,7 +436,7 @@ impl<'a> Generator<'a> {
             self.fresh_cache()?;
         }
         let mut p = model.decode_program(&self.cache, run.len())?;
-        let l = p.forward(model, &run, &mut self.cache)?;
+        let l = p.forward_with(model, &run, &mut self.cache, wait).await?;
         self.logits = l[(run.len() - 1) * v..].to_vec();
         if fresh {
             self.step_prog = model.decode_program(&self.cache, 1)?;
@@ -390,7 +450,7 @@ impl<'a> Generator<'a> {
                 .collect();
             if model.cfg.variant.is_ddl() {
                 let n = tokens.len().min(run.len());
-                read_traces(model, &p, run.len() - n..run.len(), &mut traces[tokens.len() - n..])?;
+                read_traces(model, &p, run.len() - n..run.len(), &mut traces[tokens.len() - n..], wait).await?;
             }
         }
         Ok((run.len(), traces))
@@ -422,6 +482,15 @@ impl<'a> Generator<'a> {
     /// Samples the next token and feeds it to the model (so its trace, and the logits of the
     /// token after it, are ready).
     pub fn step(&mut self) -> Result<GenStep> {
+        now(self.step_with(Wait::Block))
+    }
+
+    /// [`Generator::step`] whose device reads are awaited.
+    pub async fn step_async(&mut self) -> Result<GenStep> {
+        self.step_with(Wait::Await).await
+    }
+
+    async fn step_with(&mut self, wait: Wait) -> Result<GenStep> {
         let model = self.model;
         let (cap, v) = (model.cfg.max_seq_len, model.cfg.vocab_size);
         let next = self.sampler.sample(&self.logits, &self.history);
@@ -436,16 +505,16 @@ impl<'a> Generator<'a> {
             let kept: Vec<u32> = self.history[keep_from..].to_vec();
             self.fresh_cache()?;
             let mut p = model.decode_program(&self.cache, kept.len())?;
-            let l = p.forward(model, &kept, &mut self.cache)?;
+            let l = p.forward_with(model, &kept, &mut self.cache, wait).await?;
             self.logits = l[(kept.len() - 1) * v..].to_vec();
             self.step_prog = model.decode_program(&self.cache, 1)?;
             if let (Some(tr), true) = (trace.as_mut(), ddl) {
-                read_traces(model, &p, kept.len() - 1..kept.len(), std::slice::from_mut(tr))?;
+                read_traces(model, &p, kept.len() - 1..kept.len(), std::slice::from_mut(tr), wait).await?;
             }
         } else {
-            self.logits = self.step_prog.forward(model, &[next], &mut self.cache)?;
+            self.logits = self.step_prog.forward_with(model, &[next], &mut self.cache, wait).await?;
             if let (Some(tr), true) = (trace.as_mut(), ddl) {
-                read_traces(model, &self.step_prog, 0..1, std::slice::from_mut(tr))?;
+                read_traces(model, &self.step_prog, 0..1, std::slice::from_mut(tr), wait).await?;
             }
         }
         Ok(GenStep { token: next, piece, trace })
@@ -596,12 +665,26 @@ pub fn compare(
 
 /// Loads a checkpoint directory for inference (no optimizer state): the model on `gpu` and its
 /// tokenizer.
+#[cfg(feature = "native")]
 pub fn load_for_inference(
     gpu: &std::sync::Arc<crate::gpu::Gpu>,
     dir: &std::path::Path,
 ) -> anyhow::Result<(Model, Tokenizer)> {
     let ck = crate::train::checkpoint::load_to_device(dir, gpu.clone(), false)?;
     Ok((ck.model, ck.tokenizer))
+}
+
+/// Loads a checkpoint for inference from the bytes of its `model.safetensors` (a file opened in
+/// a browser, or downloaded): the model on `gpu`, its tokenizer and training step. `name` names
+/// the file in errors.
+pub fn load_for_inference_from_bytes(
+    gpu: &std::sync::Arc<crate::gpu::Gpu>,
+    name: &str,
+    bytes: &[u8],
+) -> anyhow::Result<(Model, Tokenizer, usize)> {
+    let (config, tokenizer, step, params) = crate::train::checkpoint::parse_model(std::path::Path::new(name), bytes)?;
+    let model = Model::with_params(gpu.clone(), config, &params)?;
+    Ok((model, tokenizer, step))
 }
 
 /// Writes a generation trace: `path` (safetensors arrays `beta` [T, S], `lambda` = 1−β,

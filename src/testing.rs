@@ -1,16 +1,19 @@
 //! Support for kernel tests and numerical comparisons: a shared device, seeded random inputs and
 //! relative-L2 reports against float64 references. Used by `tests/`, `ddl golden` and benches.
 
+#[cfg(feature = "native")]
 use std::sync::{Arc, OnceLock};
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
 
+#[cfg(feature = "native")]
 use crate::gpu::{Gpu, GpuOptions};
 
 /// The device shared by all tests of a process (chosen like the CLI: `DDL_BACKEND`,
 /// `DDL_ADAPTER`). Panics, failing the test, when there is no adapter: a GPU test never skips.
+#[cfg(feature = "native")]
 pub fn gpu() -> Arc<Gpu> {
     static GPU: OnceLock<Arc<Gpu>> = OnceLock::new();
     GPU.get_or_init(|| {

@@ -377,3 +377,80 @@ fn interventions_match_the_reference_models_override_goldens() {
         }
     }
 }
+
+#[test]
+fn an_awaited_generator_gives_the_blocking_generators_tokens_and_traces() {
+    // The browser's generator (every device read awaited) and the CLI's (blocking) are one code
+    // path: same tokens, same trace bits, with interventions (k = mean, a β override), a chat
+    // turn fed in, and the context slid when it fills.
+    use ddl::generate::{Generator, Sampler, SamplerConfig, TokenTrace};
+    let (model, g) = model_from_golden("ddl_ccec");
+    let tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_chars(
+        (0..g.config.vocab_size as u32).map(|i| char::from_u32(0x4e00 + i).unwrap()).collect(),
+    ));
+    let toks: Vec<u32> = g.i32("input.tokens", &[g.batch, g.seq_len]).unwrap().iter().map(|&x| x as u32).collect();
+    let prompt = &toks[..3];
+    let iv =
+        ddl::model::Interventions::parse(&["block1.attn:k=mean".into(), "block0.mlp:beta=0.5".into()], false).unwrap();
+    let (targets, maps) = (iv.k_mean_targets(&g.config).unwrap(), iv.maps(&g.config).unwrap());
+    let cap = g.config.max_seq_len;
+    let sampler = || Sampler::new(SamplerConfig { seed: 11, temperature: 1.0, ..SamplerConfig::default() });
+    type Run = (Vec<TokenTrace>, Vec<(u32, TokenTrace)>, Vec<TokenTrace>);
+    let blocking = || -> Run {
+        let mut gen_ =
+            Generator::with_interventions(&model, &tok, prompt, sampler(), true, Some(maps.clone()), &targets).unwrap();
+        let pt = gen_.prompt_traces().to_vec();
+        let mut steps = Vec::new();
+        for _ in 0..2 {
+            let s = gen_.step().unwrap();
+            steps.push((s.token, s.trace.unwrap()));
+        }
+        let (_, fed) = gen_.feed(&toks[3..5]).unwrap();
+        // Past the context: the slide re-prefills.
+        for _ in 0..cap {
+            let s = gen_.step().unwrap();
+            steps.push((s.token, s.trace.unwrap()));
+        }
+        (pt, steps, fed)
+    };
+    let awaited = || -> Run {
+        pollster::block_on(async {
+            let mut gen_ = Generator::with_interventions_async(
+                &model,
+                &tok,
+                prompt,
+                sampler(),
+                true,
+                Some(maps.clone()),
+                &targets,
+            )
+            .await
+            .unwrap();
+            let pt = gen_.prompt_traces().to_vec();
+            let mut steps = Vec::new();
+            for _ in 0..2 {
+                let s = gen_.step_async().await.unwrap();
+                steps.push((s.token, s.trace.unwrap()));
+            }
+            let (_, fed) = gen_.feed_async(&toks[3..5]).await.unwrap();
+            for _ in 0..cap {
+                let s = gen_.step_async().await.unwrap();
+                steps.push((s.token, s.trace.unwrap()));
+            }
+            (pt, steps, fed)
+        })
+    };
+    let (a, b) = (blocking(), awaited());
+    let bits = |t: &TokenTrace| -> Vec<u32> {
+        [&t.beta, &t.k, &t.v, &t.ktx, &t.write].iter().flat_map(|v| v.iter().map(|x| x.to_bits())).collect()
+    };
+    assert_eq!(a.0.len(), prompt.len());
+    assert!(!a.0[0].beta.is_empty(), "no trace was read");
+    assert_eq!(a.0.iter().map(bits).collect::<Vec<_>>(), b.0.iter().map(bits).collect::<Vec<_>>(), "prompt traces");
+    assert_eq!(a.1.len(), b.1.len());
+    for (i, ((ta, ra), (tb, rb))) in a.1.iter().zip(&b.1).enumerate() {
+        assert_eq!(ta, tb, "token {i}");
+        assert_eq!(bits(ra), bits(rb), "trace of token {i}");
+    }
+    assert_eq!(a.2.iter().map(bits).collect::<Vec<_>>(), b.2.iter().map(bits).collect::<Vec<_>>(), "fed traces");
+}

@@ -795,14 +795,18 @@ fn the_setup_script_installs_per_target_and_platform_only_what_is_missing() {
     let run = |target: &str, missing: &str, os: Option<&str>| {
         let mut c = Command::new("bash");
         c.arg(&setup).arg(target).env("DDL_SETUP_DRY_RUN", "1").env("DDL_SETUP_PRETEND_MISSING", missing);
-        c.env_remove("DDL_SETUP_MPI").env_remove("DDL_SETUP_XVFB");
+        c.env_remove("DDL_SETUP_MPI").env_remove("DDL_SETUP_XVFB").env_remove("DDL_SETUP_WASM");
         if let Some(os) = os {
             c.env("DDL_SETUP_OS", os);
         }
         let o = c.output().unwrap();
         let t = text(&o);
         assert!(o.status.success(), "setup.sh {target}: {t}");
-        t.lines().last().unwrap_or("").to_string()
+        t
+    };
+    let whole = run;
+    let run = |target: &str, missing: &str, os: Option<&str>| {
+        whole(target, missing, os).lines().last().unwrap_or("").to_string()
     };
     let all = "vulkan,xvfb,mpi,xz,binutils";
     let vk = "mesa-vulkan-drivers libvulkan1";
@@ -818,6 +822,17 @@ fn the_setup_script_installs_per_target_and_platform_only_what_is_missing() {
         // Only what is missing: a machine with a driver gets no driver for the demo.
         assert!(run("demo", "xvfb,mpi", None).ends_with("would install: nothing"));
         assert!(run("test", "mpi", None).contains("libopenmpi-dev") && !run("test", "mpi", None).contains(vk));
+    }
+    // The browser build's Rust target: for `test` only, and only when it is missing.
+    let wasm = "would add the Rust target wasm32-unknown-unknown";
+    assert!(whole("test", "wasm", None).contains(wasm), "{}", whole("test", "wasm", None));
+    assert!(!whole("bundle", "wasm", None).contains(wasm));
+    let has_wasm = Command::new("sh")
+        .args(["-c", "rustup target list --installed | grep -q wasm32-unknown-unknown"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if has_wasm {
+        assert!(!whole("test", "", None).contains(wasm));
     }
     for target in ["demo", "bundle", "test"] {
         let t = run(target, all, Some("Darwin"));

@@ -30,6 +30,7 @@ impl BackendChoice {
         }
     }
 
+    #[cfg(feature = "native")]
     fn backends(self) -> wgpu::Backends {
         match self {
             Self::Vulkan => wgpu::Backends::VULKAN,
@@ -108,7 +109,7 @@ pub struct Gpu {
     pub(crate) pipelines: Arc<Mutex<HashMap<String, Arc<Kernel>>>>,
     /// Scratch tensors shared by every dispatch that names the same key (see [`Gpu::shared_scratch`]).
     scratch: Arc<Mutex<HashMap<String, super::Tensor>>>,
-    errors: Arc<Mutex<Vec<String>>>,
+    pub(crate) errors: Arc<Mutex<Vec<String>>>,
     /// Device allocations made through this runtime (buffers, bind groups, tensor bytes).
     pub stats: Arc<AllocStats>,
 }
@@ -182,6 +183,7 @@ impl AllocStats {
     }
 }
 
+#[cfg(feature = "native")]
 fn rank(info: &wgpu::AdapterInfo) -> (u8, u8) {
     let ty = crate::kernels::forms::device_preference(info.device_type);
     let be = match info.backend {
@@ -193,6 +195,7 @@ fn rank(info: &wgpu::AdapterInfo) -> (u8, u8) {
 }
 
 /// Lists the adapters of the given backends (all when `None`).
+#[cfg(feature = "native")]
 pub(crate) fn enumerate(backend: Option<BackendChoice>) -> Vec<wgpu::Adapter> {
     let backends = backend.map(|b| b.backends()).unwrap_or(wgpu::Backends::all());
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
@@ -241,6 +244,7 @@ pub fn install_hint() -> String {
 
 impl Gpu {
     /// Opens the best adapter, or the one `opts` names, with its own limits.
+    #[cfg(feature = "native")]
     pub fn new(opts: &GpuOptions) -> Result<Arc<Gpu>> {
         let adapters = enumerate(opts.backend);
         let all: Vec<AdapterSummary> =
@@ -303,7 +307,33 @@ impl Gpu {
         Self::from_adapter(adapter, all)
     }
 
+    /// Opens the browser's WebGPU adapter (high-performance preference) with the limits and
+    /// optional features it grants; awaited, since a browser cannot block.
+    #[cfg(target_arch = "wasm32")]
+    pub async fn browser() -> Result<Arc<Gpu>> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = wgpu::Backends::BROWSER_WEBGPU;
+        let instance = wgpu::Instance::new(desc);
+        let adapter = instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| GpuError::NoAdapter {
+                backends: " for WebGPU".into(),
+                hint: format!(
+                    "{e}. Use a browser with WebGPU (Chrome or Edge 113+, Firefox 141+, Safari 26+), or enable it \
+                     (chrome://flags/#enable-unsafe-webgpu)"
+                ),
+            })?;
+        let all = vec![AdapterSummary { index: 0, info: adapter.get_info() }];
+        let limits = adapter.limits();
+        Ok(Arc::new(Self::open_async(adapter, all, limits).await?))
+    }
+
     /// Opens a device on a given adapter with the adapter's limits and optional features.
+    #[cfg(feature = "native")]
     pub fn from_adapter(adapter: wgpu::Adapter, all_adapters: Vec<AdapterSummary>) -> Result<Arc<Gpu>> {
         let limits = adapter.limits();
         Self::from_adapter_limits(adapter, all_adapters, limits)
@@ -313,6 +343,7 @@ impl Gpu {
     /// of 4, at most the adapter's limit): runs the chunked paths of every kernel on small data,
     /// for testing.
     #[doc(hidden)]
+    #[cfg(feature = "native")]
     pub fn with_max_storage_binding(&self, bytes: u64) -> Result<Arc<Gpu>> {
         let limits = wgpu::Limits {
             max_storage_buffer_binding_size: bytes.min(self.limits.max_storage_buffer_binding_size) / 4 * 4,
@@ -323,6 +354,7 @@ impl Gpu {
         Ok(Arc::new(g))
     }
 
+    #[cfg(feature = "native")]
     fn from_adapter_limits(
         adapter: wgpu::Adapter,
         all_adapters: Vec<AdapterSummary>,
@@ -331,7 +363,16 @@ impl Gpu {
         Ok(Arc::new(Self::open(adapter, all_adapters, limits)?))
     }
 
+    #[cfg(feature = "native")]
     fn open(adapter: wgpu::Adapter, all_adapters: Vec<AdapterSummary>, limits: wgpu::Limits) -> Result<Gpu> {
+        pollster::block_on(Self::open_async(adapter, all_adapters, limits))
+    }
+
+    async fn open_async(
+        adapter: wgpu::Adapter,
+        all_adapters: Vec<AdapterSummary>,
+        limits: wgpu::Limits,
+    ) -> Result<Gpu> {
         let info = adapter.get_info();
         let wanted = wgpu::Features::TIMESTAMP_QUERY
             | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS
@@ -359,7 +400,9 @@ impl Gpu {
             },
             ..Default::default()
         };
-        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
+        let (device, queue) = adapter
+            .request_device(&desc)
+            .await
             .map_err(|e| GpuError::RequestDevice { adapter: info.name.clone(), reason: e.to_string() })?;
         // Validation errors are collected instead of panicking; `check` turns them into errors.
         let errors = Arc::new(Mutex::new(Vec::new()));
@@ -589,6 +632,7 @@ impl Gpu {
 }
 
 /// Every adapter of the given backends (all when `None`), as `ddl info` lists them.
+#[cfg(feature = "native")]
 pub fn enumerate_adapters(backend: Option<BackendChoice>) -> Vec<AdapterSummary> {
     enumerate(backend).iter().enumerate().map(|(index, a)| AdapterSummary { index, info: a.get_info() }).collect()
 }
@@ -596,6 +640,7 @@ pub fn enumerate_adapters(backend: Option<BackendChoice>) -> Vec<AdapterSummary>
 /// The adapter (index as `ddl info` lists them) that the process with this rank among a
 /// machine's ranks drives by default: the adapters of the best kind found (discrete GPUs when
 /// there are any, else integrated, ... CPU), taken in turn — local rank modulo their count.
+#[cfg(feature = "native")]
 pub fn adapter_for_local_rank(backend: Option<BackendChoice>, local_rank: usize) -> Option<usize> {
     let all = enumerate_adapters(backend);
     let best = all.iter().map(|a| rank(&a.info)).max()?;

@@ -164,8 +164,23 @@ impl Gpu {
             compilation_options: Default::default(),
             cache: None,
         });
+        #[cfg(not(target_arch = "wasm32"))]
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(err(format!("pipeline creation failed: {e}")));
+        }
+        // A browser cannot block on the scope: its error joins the device's, which the next
+        // `check` (every readback's) reports.
+        #[cfg(target_arch = "wasm32")]
+        {
+            let sink = self.errors.clone();
+            let name = key.clone();
+            wasm_bindgen_futures::spawn_local(async move {
+                if let Some(e) = scope.pop().await {
+                    if let Ok(mut v) = sink.lock() {
+                        v.push(format!("kernel '{name}': pipeline creation failed: {e}"));
+                    }
+                }
+            });
         }
         let k = Arc::new(Kernel { name: key.clone(), pipeline, layout, bindings, workgroup_size });
         self.pipelines.lock().unwrap().insert(key, k.clone());

@@ -8,15 +8,26 @@ mod recorder;
 mod runtime_dir;
 mod tensor;
 
-pub use context::{
-    AdapterSummary, AllocStats, BackendChoice, Gpu, GpuOptions, adapter_for_local_rank, enumerate_adapters,
-    install_hint,
-};
+pub use context::{AdapterSummary, AllocStats, BackendChoice, Gpu, GpuOptions, install_hint};
+#[cfg(feature = "native")]
+pub use context::{adapter_for_local_rank, enumerate_adapters};
 pub use error::GpuError;
 pub use kernel::{Binding, BindingKind, Dispatch, Kernel};
 pub use recorder::{KernelTime, Op, Profiler, Recorder};
 pub use runtime_dir::use_private_runtime_dir;
-pub use tensor::{DType, DeviceBuffer, RangeReader, Readback, Tensor, View};
+pub use tensor::{DType, DeviceBuffer, RangeReader, Readback, Tensor, View, Wait};
+
+/// Runs `f`, a future that never waits (written once for both [`Wait`] modes and given
+/// [`Wait::Block`]), to its end on this thread. Panics if it would wait: a blocking read given
+/// [`Wait::Await`] is a bug of the caller, not a condition of the device.
+pub fn now<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => panic!("gpu::now: the future waited; await it (Wait::Await) instead"),
+    }
+}
 
 /// Result type of the runtime.
 pub type Result<T, E = GpuError> = std::result::Result<T, E>;

@@ -205,6 +205,11 @@ impl Tensor {
 
     /// Copies the contents to the host as raw 32-bit words (waits for all submitted work).
     fn read_words(&self, gpu: &Gpu) -> Result<Vec<u32>> {
+        super::now(self.read_words_with(gpu, Wait::Block))
+    }
+
+    /// [`Tensor::read_words`], waiting as `wait` says.
+    async fn read_words_with(&self, gpu: &Gpu, wait: Wait) -> Result<Vec<u32>> {
         let bytes = self.bytes();
         if bytes == 0 {
             return Ok(Vec::new());
@@ -214,12 +219,20 @@ impl Tensor {
         enc.copy_buffer_to_buffer(&self.buffer, 0, &staging, 0, bytes);
         gpu.stats.submitted();
         gpu.queue.submit([enc.finish()]);
-        read_mapped(gpu, &staging, &self.label)
+        match wait {
+            Wait::Block => read_mapped(gpu, &staging, &self.label),
+            Wait::Await => read_mapped_async(gpu, &staging, &self.label).await,
+        }
     }
 
     /// Reads an f32 tensor back.
     pub fn read_f32(&self, gpu: &Gpu) -> Result<Vec<f32>> {
         Ok(bytemuck::cast_vec(self.read_words(gpu)?))
+    }
+
+    /// [`Tensor::read_f32`], waiting for the device as `wait` says (awaited in a browser).
+    pub async fn read_f32_with(&self, gpu: &Gpu, wait: Wait) -> Result<Vec<f32>> {
+        Ok(bytemuck::cast_vec(self.read_words_with(gpu, wait).await?))
     }
 
     /// Reads `len` f32 elements starting at element `offset` (waits for all submitted work).
@@ -361,6 +374,24 @@ impl Readback {
         let words = read_mapped_async(gpu, &self.staging, &self.src.label).await?;
         Ok(bytemuck::cast_slice(&words[..self.src.len()]).to_vec())
     }
+
+    /// [`Readback::read_f32`] or [`Readback::read_f32_async`], as `wait` says.
+    pub async fn read_f32_with(&self, gpu: &Gpu, wait: Wait) -> Result<Vec<f32>> {
+        match wait {
+            Wait::Block => self.read_f32(gpu),
+            Wait::Await => self.read_f32_async(gpu).await,
+        }
+    }
+}
+
+/// How a readback waits for the device: blocking the thread (native, the default everywhere in
+/// the CLI) or awaited (a browser, whose event loop completes the mapping; an async task
+/// natively). Code written once as `async fn …(wait: Wait)` serves both: with `Block` its future
+/// finishes at its first poll, so [`crate::gpu::now`] runs it without an executor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    Block,
+    Await,
 }
 
 /// The mapping's outcome and the task to wake when it arrives.
@@ -372,6 +403,7 @@ struct MapState {
 
 /// Resolves when the staging buffer's `map_async` callback has run.
 struct MapWait<'g> {
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     gpu: &'g Gpu,
     state: Arc<std::sync::Mutex<MapState>>,
 }

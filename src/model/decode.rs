@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use crate::gpu::{DType, Op, Readback, Recorder, Result, Tensor};
+use crate::gpu::{DType, Op, Readback, Recorder, Result, Tensor, Wait};
 use crate::kernels::attention::{self, AttnShape};
 use crate::kernels::matmul;
 use crate::kernels::rope::{self, RopeShape};
@@ -194,8 +194,19 @@ impl DecodeProgram {
 
     /// [`DecodeProgram::forward`] whose logits are awaited instead of blocking the thread.
     pub async fn forward_async(&mut self, model: &Model, tokens: &[u32], cache: &mut DecodeCache) -> Result<Vec<f32>> {
+        self.forward_with(model, tokens, cache, Wait::Await).await
+    }
+
+    /// [`DecodeProgram::forward`] or [`DecodeProgram::forward_async`], as `wait` says.
+    pub async fn forward_with(
+        &mut self,
+        model: &Model,
+        tokens: &[u32],
+        cache: &mut DecodeCache,
+        wait: Wait,
+    ) -> Result<Vec<f32>> {
         self.submit(model, tokens, cache)?;
-        self.logits_rb.read_f32_async(&model.gpu).await
+        self.logits_rb.read_f32_with(&model.gpu, wait).await
     }
 
     /// Sets the cache position in the recorded ops, submits the forward with the logits' copy

@@ -514,6 +514,7 @@ fn parse_tensors(
 /// Uploads checked tensors from the memory-mapped file `map` to their layout offsets in `dst`, in
 /// pieces, refusing non-finite values: the host holds a piece at a time, and the file's pages are
 /// let go of as they are passed (they would otherwise count as this process's memory).
+#[cfg(feature = "native")]
 fn upload_tensors(
     path: &Path,
     map: &memmap2::Mmap,
@@ -550,6 +551,7 @@ fn upload_tensors(
 }
 
 /// Drops the pages of `part` (a slice of `map`) from this process's resident memory.
+#[cfg(feature = "native")]
 fn forget_pages(map: &memmap2::Mmap, part: &[u8]) {
     let start = part.as_ptr() as usize - map.as_ptr() as usize;
     super::shards::forget_mapped(map, start, start + part.len(), 4096);
@@ -618,6 +620,7 @@ pub struct OnDevice {
     pub optim: Option<(RunState, String)>,
 }
 
+#[cfg(feature = "native")]
 fn map_file(path: &Path) -> Result<memmap2::Mmap, CheckpointError> {
     let io = |source| CheckpointError::Io { path: path.to_path_buf(), source };
     let f = std::fs::File::open(path).map_err(|e| match e.kind() {
@@ -633,6 +636,7 @@ fn map_file(path: &Path) -> Result<memmap2::Mmap, CheckpointError> {
 /// `with_optim`), with the checks of [`load`]: each tensor goes from the memory-mapped file to its
 /// place in the device buffer in pieces, so the host never holds a copy of the parameters or the
 /// moments (what [`load`] and `Model::with_params` need).
+#[cfg(feature = "native")]
 pub fn load_to_device(dir: &Path, gpu: std::sync::Arc<Gpu>, with_optim: bool) -> Result<OnDevice, CheckpointError> {
     if !dir.is_dir() {
         return Err(CheckpointError::MissingDir(dir.to_path_buf()));
