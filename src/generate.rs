@@ -335,8 +335,10 @@ impl<'a> Generator<'a> {
         Self::open(model, tok, prompt, sampler, trace, beta_maps, k_mean, Wait::Await).await
     }
 
+    /// [`Generator::with_interventions`] waiting for the device as `wait` says: code written once
+    /// for a thread that may block and for a browser that must await.
     #[allow(clippy::too_many_arguments)]
-    async fn open(
+    pub async fn open(
         model: &'a Model,
         tok: &'a Tokenizer,
         prompt: &[u32],
@@ -414,7 +416,8 @@ impl<'a> Generator<'a> {
         self.feed_with(tokens, Wait::Await).await
     }
 
-    async fn feed_with(&mut self, tokens: &[u32], wait: Wait) -> Result<(usize, Vec<TokenTrace>)> {
+    /// [`Generator::feed`], waiting for the device as `wait` says.
+    pub async fn feed_with(&mut self, tokens: &[u32], wait: Wait) -> Result<(usize, Vec<TokenTrace>)> {
         let model = self.model;
         let (cap, v) = (model.cfg.max_seq_len, model.cfg.vocab_size);
         if tokens.is_empty() {
@@ -490,7 +493,8 @@ impl<'a> Generator<'a> {
         self.step_with(Wait::Await).await
     }
 
-    async fn step_with(&mut self, wait: Wait) -> Result<GenStep> {
+    /// [`Generator::step`], waiting for the device as `wait` says.
+    pub async fn step_with(&mut self, wait: Wait) -> Result<GenStep> {
         let model = self.model;
         let (cap, v) = (model.cfg.max_seq_len, model.cfg.vocab_size);
         let next = self.sampler.sample(&self.logits, &self.history);
@@ -582,6 +586,18 @@ pub fn continuation_logprobs(
     beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
     k_mean: &[bool],
 ) -> Result<Vec<f64>> {
+    now(continuation_logprobs_with(model, prompt, continuation, beta_maps, k_mean, Wait::Block))
+}
+
+/// [`continuation_logprobs`], waiting for the device as `wait` says.
+pub async fn continuation_logprobs_with(
+    model: &Model,
+    prompt: &[u32],
+    continuation: &[u32],
+    beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
+    k_mean: &[bool],
+    wait: Wait,
+) -> Result<Vec<f64>> {
     let (cap, v) = (model.cfg.max_seq_len, model.cfg.vocab_size);
     let all: Vec<u32> = prompt.iter().chain(continuation).copied().collect();
     let start = all.len().saturating_sub(cap);
@@ -591,12 +607,12 @@ pub fn continuation_logprobs(
     if window.len() < 2 || first_target >= all.len() {
         return Ok(Vec::new());
     }
-    let k_fixed = mean_k_directions(model, prompt, &beta_maps, k_mean)?;
+    let k_fixed = mean_k_directions_with(model, prompt, &beta_maps, k_mean, wait).await?;
     let mut cache = model.decode_cache()?;
     cache.beta_maps = beta_maps;
     cache.k_fixed = k_fixed;
     let mut p = model.decode_program(&cache, window.len())?;
-    let logits = p.forward(model, window, &mut cache)?;
+    let logits = p.forward_with(model, window, &mut cache, wait).await?;
     Ok((first_target..all.len())
         .map(|i| {
             let row = &logits[(i - 1 - start) * v..(i - start) * v];
@@ -616,8 +632,20 @@ pub fn delta_logprobs(
     beta_maps: Vec<crate::kernels::delta::BetaMap>,
     k_mean: &[bool],
 ) -> Result<Vec<f64>> {
-    let base = continuation_logprobs(model, prompt, continuation, None, &[])?;
-    let with = continuation_logprobs(model, prompt, continuation, Some(beta_maps), k_mean)?;
+    now(delta_logprobs_with(model, prompt, continuation, beta_maps, k_mean, Wait::Block))
+}
+
+/// [`delta_logprobs`], waiting for the device as `wait` says.
+pub async fn delta_logprobs_with(
+    model: &Model,
+    prompt: &[u32],
+    continuation: &[u32],
+    beta_maps: Vec<crate::kernels::delta::BetaMap>,
+    k_mean: &[bool],
+    wait: Wait,
+) -> Result<Vec<f64>> {
+    let base = continuation_logprobs_with(model, prompt, continuation, None, &[], wait).await?;
+    let with = continuation_logprobs_with(model, prompt, continuation, Some(beta_maps), k_mean, wait).await?;
     Ok(with.iter().zip(&base).map(|(a, b)| a - b).collect())
 }
 

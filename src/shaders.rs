@@ -799,6 +799,26 @@ pub fn translate_all_caught(
     }
 }
 
+/// The storage buffers each entry point of a validated module uses (what counts against an
+/// adapter's `max_storage_buffers_per_shader_stage`: 8 by WebGPU's default, 10 on Chrome's
+/// SwiftShader), by entry point name.
+pub fn storage_buffers_per_entry(module: &naga::Module, info: &naga::valid::ModuleInfo) -> Vec<(String, usize)> {
+    module
+        .entry_points
+        .iter()
+        .enumerate()
+        .map(|(i, ep)| {
+            let fi = info.get_entry_point(i);
+            let n = module
+                .global_variables
+                .iter()
+                .filter(|(h, g)| matches!(g.space, naga::AddressSpace::Storage { .. }) && !fi[*h].is_empty())
+                .count();
+            (ep.name.clone(), n)
+        })
+        .collect()
+}
+
 /// Validates and translates every variant of every shader; returns all failures.
 pub fn check_all(shaders: &[Shader]) -> Vec<String> {
     let mut errors = Vec::new();
@@ -830,6 +850,20 @@ mod tests {
     fn every_shader_validates_and_translates_to_spirv_msl_hlsl() {
         let errors = check_all(ALL);
         assert!(errors.is_empty(), "{}", errors.join("\n\n"));
+    }
+
+    #[test]
+    fn zz_print_storage_counts() {
+        for sh in ALL {
+            for (variant, text) in sh.all_texts() {
+                let (m, i) = validate(sh.name, &text).unwrap();
+                for (e, n) in storage_buffers_per_entry(&m, &i) {
+                    if n > 8 {
+                        println!("SB {} [{}] {} {}", sh.name, variant, e, n);
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -74,7 +74,7 @@ struct Automation {
     exit: bool,
     failure: Option<String>,
     result: AutoResult,
-    t0: Option<std::time::Instant>,
+    t0: Option<web_time::Instant>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +109,7 @@ pub struct VizApp {
     pub interventions: panels::interventions::Interventions,
     session_prompt: Option<String>,
     /// When the running generation started and how many tokens it has produced.
-    gen_started: Option<(std::time::Instant, usize)>,
+    gen_started: Option<(web_time::Instant, usize)>,
     auto: Automation,
 }
 
@@ -125,7 +125,7 @@ impl VizApp {
         app.auto.intervene = opts.intervene.clone();
         app.auto.screenshot = opts.screenshot.clone();
         app.auto.exit = opts.exit_after_screenshot;
-        app.auto.t0 = Some(std::time::Instant::now());
+        app.auto.t0 = Some(web_time::Instant::now());
         if let Some(t) = opts.tab {
             app.tab = t;
         }
@@ -363,7 +363,7 @@ impl VizApp {
                     }
                 }
                 Event::Started { prompt } => {
-                    self.gen_started = Some((std::time::Instant::now(), 0));
+                    self.gen_started = Some((web_time::Instant::now(), 0));
                     self.trace.clear();
                     for t in prompt {
                         self.trace.push(t, true);
@@ -372,7 +372,7 @@ impl VizApp {
                 Event::Token(s) => {
                     let tr = s.trace.unwrap_or(TokenTrace { token: s.token, text: s.piece, ..Default::default() });
                     self.trace.push(tr, false);
-                    let (t0, n) = self.gen_started.get_or_insert((std::time::Instant::now(), 0));
+                    let (t0, n) = self.gen_started.get_or_insert((web_time::Instant::now(), 0));
                     *n += 1;
                     let rate = *n as f64 / t0.elapsed().as_secs_f64().max(1e-3);
                     self.status = format!("generating… {n} token(s), {rate:.1} tokens/s");

@@ -27,7 +27,7 @@ pub struct Metrics {
     pub bad_lines: usize,
     offset: u64,
     partial: String,
-    last_poll: Option<std::time::Instant>,
+    last_poll: Option<web_time::Instant>,
 }
 
 impl Metrics {
@@ -58,7 +58,7 @@ impl Metrics {
 
     /// Reads the lines appended since the last call; returns whether new rows arrived.
     pub fn poll(&mut self) -> Result<bool, String> {
-        self.last_poll = Some(std::time::Instant::now());
+        self.last_poll = Some(web_time::Instant::now());
         let path = self.path();
         let mut f = std::fs::File::open(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let len = f.metadata().map_err(|e| e.to_string())?.len();

@@ -32,7 +32,7 @@ pub struct TraceData {
     /// Value width d_v (length of every v and k^T X).
     pub m: usize,
     pub rows: Vec<Row>,
-    pca: RefCell<Option<(usize, std::time::Instant, Pca)>>,
+    pca: RefCell<Option<(usize, web_time::Instant, Pca)>>,
 }
 
 impl TraceData {
@@ -171,7 +171,7 @@ impl TraceData {
             }
         }
         let p = self.compute_pca();
-        *self.pca.borrow_mut() = Some((self.len(), std::time::Instant::now(), p.clone()));
+        *self.pca.borrow_mut() = Some((self.len(), web_time::Instant::now(), p.clone()));
         (p, true)
     }
 

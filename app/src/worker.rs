@@ -1,5 +1,7 @@
-//! The model thread: the GPU device, the model and the generation session live here; the UI
-//! talks to it through channels and never waits on the GPU.
+//! The model worker: the GPU device, the model and the generation session live here; the UI
+//! talks to it through channels and never waits on the GPU. On the desktop it is a thread whose
+//! device reads block; in a browser, an async task on the page's event loop whose device reads
+//! are awaited — one code path ([`run`]), told which by a [`Wait`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -7,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 
 use ddl::generate::{GenStep, Generator, Sampler, SamplerConfig, TokenTrace};
+use ddl::gpu::Wait;
 use ddl::model::ModelConfig;
 use eframe::egui;
 
@@ -15,6 +18,9 @@ use eframe::egui;
 pub enum Command {
     /// Load a checkpoint directory.
     Load(PathBuf),
+    /// Load a checkpoint from the bytes of its `model.safetensors` (a file opened or dropped in a
+    /// browser, or downloaded); `name` names it in messages.
+    LoadBytes { name: String, bytes: Arc<Vec<u8>> },
     /// Start from `prompt` (prefill) and generate up to `max_tokens` tokens (until Stop).
     Generate { prompt: String, sampling: SamplerConfig, max_tokens: usize },
     /// One more token of the current session, or a new session from `prompt` and its first token.
@@ -37,6 +43,7 @@ pub struct ModelInfo {
 /// What the model thread reports.
 #[derive(Debug, Clone)]
 pub enum Event {
+    /// Loading the checkpoint at this path (or of this name).
     Loading(PathBuf),
     Loaded(ModelInfo),
     /// A new session started: the prompt's tokens with their traces.
@@ -55,7 +62,8 @@ pub enum Event {
 
 /// The UI's handle on the model thread.
 pub struct Worker {
-    tx: Option<Sender<Command>>,
+    tx: Option<Outbox>,
+    #[cfg(not(target_arch = "wasm32"))]
     thread: Option<std::thread::JoinHandle<()>>,
     pub rx: Receiver<Event>,
     stop: Arc<AtomicBool>,
@@ -64,6 +72,7 @@ pub struct Worker {
 
 impl Worker {
     /// Starts the thread; `ctx` (when given) is repainted whenever an event is sent.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn spawn(ctx: Option<egui::Context>) -> Worker {
         let (tx, crx) = channel();
         let (etx, rx) = channel();
@@ -74,26 +83,48 @@ impl Worker {
             .name("ddl-model".into())
             .spawn(move || {
                 let out = Out { tx: etx, ctx };
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(crx, &out, &s, &b)));
+                let inbox = Inbox(crx);
+                // Blocking reads never leave the future pending: run it to its end here.
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    ddl::gpu::now(run(inbox, &out, &s, &b, Wait::Block))
+                }));
                 if r.is_err() {
                     out.send(Event::Error("the model thread crashed (see stderr); reload the checkpoint".into()));
                 }
                 b.store(false, Ordering::SeqCst);
             })
             .expect("spawning the model thread");
-        Worker { tx: Some(tx), thread: Some(thread), rx, stop, busy }
+        Worker { tx: Some(Outbox(tx)), thread: Some(thread), rx, stop, busy }
+    }
+
+    /// Starts the model task on the page's event loop (a browser has one thread); `ctx` is
+    /// repainted whenever an event is sent.
+    #[cfg(target_arch = "wasm32")]
+    pub fn spawn(ctx: Option<egui::Context>) -> Worker {
+        let mailbox = std::rc::Rc::new(std::cell::RefCell::new(Mailbox::default()));
+        let (etx, rx) = channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let busy = Arc::new(AtomicBool::new(false));
+        let (s, b) = (stop.clone(), busy.clone());
+        let inbox = Inbox(mailbox.clone());
+        wasm_bindgen_futures::spawn_local(async move {
+            let out = Out { tx: etx, ctx };
+            run(inbox, &out, &s, &b, Wait::Await).await;
+            b.store(false, Ordering::SeqCst);
+        });
+        Worker { tx: Some(Outbox(mailbox)), rx, stop, busy }
     }
 
     pub fn send(&self, cmd: Command) {
         match cmd {
             // A new checkpoint ends a running generation first.
-            Command::Load(_) => self.stop.store(true, Ordering::SeqCst),
+            Command::Load(_) | Command::LoadBytes { .. } => self.stop.store(true, Ordering::SeqCst),
             Command::Generate { .. } | Command::Step { .. } | Command::Compare { .. } => {
                 self.stop.store(false, Ordering::SeqCst)
             }
         }
         self.busy.store(true, Ordering::SeqCst);
-        if self.tx.as_ref().is_none_or(|tx| tx.send(cmd).is_err()) {
+        if self.tx.as_ref().is_none_or(|tx| !tx.send(cmd)) {
             self.busy.store(false, Ordering::SeqCst);
         }
     }
@@ -114,7 +145,10 @@ impl Drop for Worker {
     /// the device is not torn down by the process exit under a running thread).
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        self.tx = None;
+        if let Some(tx) = self.tx.take() {
+            tx.close();
+        }
+        #[cfg(not(target_arch = "wasm32"))]
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -135,27 +169,140 @@ impl Out {
     }
 }
 
-fn run(rx: Receiver<Command>, out: &Out, stop: &AtomicBool, busy: &AtomicBool) {
+/// The UI's end of the command channel.
+#[cfg(not(target_arch = "wasm32"))]
+struct Outbox(Sender<Command>);
+/// The worker's end of the command channel.
+#[cfg(not(target_arch = "wasm32"))]
+struct Inbox(Receiver<Command>);
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Outbox {
+    fn send(&self, cmd: Command) -> bool {
+        self.0.send(cmd).is_ok()
+    }
+    fn close(self) {}
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Inbox {
+    /// The next command (blocking the thread); `None` once the UI is gone.
+    async fn recv(&mut self) -> Option<Command> {
+        self.0.recv().ok()
+    }
+}
+
+/// A browser's command queue: the page's one thread sends and the model task awaits.
+#[cfg(target_arch = "wasm32")]
+#[derive(Default)]
+struct Mailbox {
+    queue: std::collections::VecDeque<Command>,
+    waker: Option<std::task::Waker>,
+    closed: bool,
+}
+#[cfg(target_arch = "wasm32")]
+struct Outbox(std::rc::Rc<std::cell::RefCell<Mailbox>>);
+#[cfg(target_arch = "wasm32")]
+struct Inbox(std::rc::Rc<std::cell::RefCell<Mailbox>>);
+
+#[cfg(target_arch = "wasm32")]
+impl Outbox {
+    fn send(&self, cmd: Command) -> bool {
+        let mut m = self.0.borrow_mut();
+        m.queue.push_back(cmd);
+        if let Some(w) = m.waker.take() {
+            w.wake();
+        }
+        !m.closed
+    }
+    fn close(self) {
+        let mut m = self.0.borrow_mut();
+        m.closed = true;
+        if let Some(w) = m.waker.take() {
+            w.wake();
+        }
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+impl Inbox {
+    /// The next command (awaited); `None` once the UI is gone.
+    async fn recv(&mut self) -> Option<Command> {
+        std::future::poll_fn(|cx| {
+            let mut m = self.0.borrow_mut();
+            if let Some(c) = m.queue.pop_front() {
+                return std::task::Poll::Ready(Some(c));
+            }
+            if m.closed {
+                return std::task::Poll::Ready(None);
+            }
+            m.waker = Some(cx.waker().clone());
+            std::task::Poll::Pending
+        })
+        .await
+    }
+}
+
+/// The device for the model: the adapter `DDL_BACKEND`/`DDL_ADAPTER` choose on the desktop, the
+/// browser's WebGPU adapter on the web.
+async fn open_gpu() -> Result<Arc<ddl::gpu::Gpu>, String> {
+    #[cfg(not(target_arch = "wasm32"))]
+    let g = ddl::gpu::GpuOptions::from_env()
+        .map_err(|e| e.to_string())
+        .and_then(|o| ddl::gpu::Gpu::new(&o).map_err(|e| format!("no GPU adapter for the model could be opened: {e}")));
+    #[cfg(target_arch = "wasm32")]
+    let g = ddl::gpu::Gpu::browser().await.map_err(|e| format!("no WebGPU adapter for the model could be opened: {e}"));
+    g
+}
+
+/// What to load: a checkpoint directory or the bytes of a `model.safetensors`.
+enum Source {
+    Dir(PathBuf),
+    Bytes { name: String, bytes: Arc<Vec<u8>> },
+}
+
+impl Source {
+    fn path(&self) -> PathBuf {
+        match self {
+            Source::Dir(d) => d.clone(),
+            Source::Bytes { name, .. } => PathBuf::from(name),
+        }
+    }
+
+    fn load(&self, g: &Arc<ddl::gpu::Gpu>) -> Result<(ddl::model::Model, ddl::tokenizer::Tokenizer, usize), String> {
+        match self {
+            Source::Dir(dir) => ddl::train::checkpoint::load(dir, false).map_err(|e| e.to_string()).and_then(|ck| {
+                let m = ddl::model::Model::with_params(g.clone(), ck.config.clone(), &ck.params);
+                m.map(|m| (m, ck.tokenizer, ck.step)).map_err(|e| e.to_string())
+            }),
+            Source::Bytes { name, bytes } => {
+                ddl::generate::load_for_inference_from_bytes(g, name, bytes).map_err(|e| format!("{e:#}"))
+            }
+        }
+    }
+}
+
+async fn run(mut rx: Inbox, out: &Out, stop: &AtomicBool, busy: &AtomicBool, wait: Wait) {
     let mut gpu = None;
-    let mut next_load: Option<PathBuf> = None;
+    let mut next_load: Option<Source> = None;
     loop {
-        let dir = match next_load.take() {
+        let src = match next_load.take() {
             Some(d) => d,
-            None => match rx.recv() {
-                Ok(Command::Load(d)) => d,
-                Ok(_) => {
+            None => match rx.recv().await {
+                Some(Command::Load(d)) => Source::Dir(d),
+                Some(Command::LoadBytes { name, bytes }) => Source::Bytes { name, bytes },
+                Some(_) => {
                     out.send(Event::Error("no model is loaded: open a checkpoint first".into()));
                     busy.store(false, Ordering::SeqCst);
                     continue;
                 }
-                Err(_) => return,
+                None => return,
             },
         };
+        let dir = src.path();
         out.send(Event::Loading(dir.clone()));
         if gpu.is_none() {
-            match ddl::gpu::GpuOptions::from_env().map_err(|e| e.to_string()).and_then(|o| {
-                ddl::gpu::Gpu::new(&o).map_err(|e| format!("no GPU adapter for the model could be opened: {e}"))
-            }) {
+            match open_gpu().await {
                 Ok(g) => gpu = Some(g),
                 Err(e) => {
                     out.send(Event::Error(e));
@@ -165,11 +312,7 @@ fn run(rx: Receiver<Command>, out: &Out, stop: &AtomicBool, busy: &AtomicBool) {
             }
         }
         let g = gpu.as_ref().unwrap();
-        let loaded = ddl::train::checkpoint::load(&dir, false).map_err(|e| e.to_string()).and_then(|ck| {
-            let m = ddl::model::Model::with_params(g.clone(), ck.config.clone(), &ck.params);
-            m.map(|m| (m, ck.tokenizer, ck.step)).map_err(|e| e.to_string())
-        });
-        let (model, tok, step) = match loaded {
+        let (model, tok, step) = match src.load(g) {
             Ok(x) => x,
             Err(e) => {
                 out.send(Event::Error(format!("cannot open the checkpoint {}: {e}", dir.display())));
@@ -186,16 +329,20 @@ fn run(rx: Receiver<Command>, out: &Out, stop: &AtomicBool, busy: &AtomicBool) {
         }));
         busy.store(false, Ordering::SeqCst);
         let mut session: Option<Generator<'_>> = None;
-        while let Ok(cmd) = rx.recv() {
+        while let Some(cmd) = rx.recv().await {
             let (prompt, sampling, max, fresh) = match cmd {
                 Command::Load(d) => {
-                    next_load = Some(d);
+                    next_load = Some(Source::Dir(d));
+                    break;
+                }
+                Command::LoadBytes { name, bytes } => {
+                    next_load = Some(Source::Bytes { name, bytes });
                     break;
                 }
                 Command::Compare { prompt, sampling, max_tokens, specs } => {
                     // The comparison's own generators; the interactive session starts afresh.
                     session = None;
-                    match compare(&model, &tok, &prompt, sampling, max_tokens, &specs, stop) {
+                    match compare(&model, &tok, &prompt, sampling, max_tokens, &specs, stop, wait).await {
                         Ok(c) => {
                             let n = c.original.len();
                             out.send(Event::Compared(c));
@@ -232,7 +379,7 @@ fn run(rx: Receiver<Command>, out: &Out, stop: &AtomicBool, busy: &AtomicBool) {
                         continue;
                     }
                 };
-                match Generator::new(&model, &tok, &ids, Sampler::new(sampling), true) {
+                match Generator::open(&model, &tok, &ids, Sampler::new(sampling), true, None, &[], wait).await {
                     Ok(g) => {
                         out.send(Event::Started { prompt: g.prompt_traces().to_vec() });
                         session = Some(g);
@@ -252,7 +399,7 @@ fn run(rx: Receiver<Command>, out: &Out, stop: &AtomicBool, busy: &AtomicBool) {
                     reason = "stopped".into();
                     break;
                 }
-                match g.step() {
+                match g.step_with(wait).await {
                     Ok(s) => {
                         let end = eot == Some(s.token);
                         out.send(Event::Token(s));
@@ -281,7 +428,8 @@ fn run(rx: Receiver<Command>, out: &Out, stop: &AtomicBool, busy: &AtomicBool) {
 /// Generates `prompt`'s continuation as the model is and under `specs` (the same sampler settings
 /// and seed, traced), and the per-token change of the original continuation's log-probability
 /// under the interventions (teacher-forced), as `ddl generate --compare` does.
-fn compare(
+#[allow(clippy::too_many_arguments)]
+async fn compare(
     model: &ddl::model::Model,
     tok: &ddl::tokenizer::Tokenizer,
     prompt: &str,
@@ -289,6 +437,7 @@ fn compare(
     max_tokens: usize,
     specs: &[String],
     stop: &AtomicBool,
+    wait: Wait,
 ) -> Result<crate::panels::interventions::Comparison, String> {
     sampling.validate()?;
     let iv = ddl::model::Interventions::parse(specs, false).map_err(|e| e.to_string())?;
@@ -299,15 +448,16 @@ fn compare(
         return Err("the prompt is empty: type some text first".into());
     }
     let eot = tok.eot_id();
-    let run = |maps: Option<Vec<ddl::kernels::delta::BetaMap>>, k: &[bool]| -> Result<_, String> {
-        let mut g = Generator::with_interventions(model, tok, &ids, Sampler::new(sampling.clone()), true, maps, k)
+    let run = async |maps: Option<Vec<ddl::kernels::delta::BetaMap>>, k: &[bool]| -> Result<_, String> {
+        let mut g = Generator::open(model, tok, &ids, Sampler::new(sampling.clone()), true, maps, k, wait)
+            .await
             .map_err(|e| format!("prefill failed: {e}"))?;
         let mut steps = Vec::new();
         for _ in 0..max_tokens {
             if stop.load(Ordering::SeqCst) {
                 break;
             }
-            let s = g.step().map_err(|e| format!("generation failed: {e}"))?;
+            let s = g.step_with(wait).await.map_err(|e| format!("generation failed: {e}"))?;
             if eot == Some(s.token) {
                 break;
             }
@@ -315,11 +465,12 @@ fn compare(
         }
         Ok((g.prompt_traces().to_vec(), steps))
     };
-    let (prompt_t, original) = run(None, &[])?;
-    let (prompt_i, intervened) = run(Some(maps.clone()), &k_mean)?;
+    let (prompt_t, original) = run(None, &[]).await?;
+    let (prompt_i, intervened) = run(Some(maps.clone()), &k_mean).await?;
     let cont: Vec<u32> = original.iter().map(|t| t.token).collect();
-    let delta_logprob =
-        ddl::generate::delta_logprobs(model, &ids, &cont, maps, &k_mean).map_err(|e| format!("scoring failed: {e}"))?;
+    let delta_logprob = ddl::generate::delta_logprobs_with(model, &ids, &cont, maps, &k_mean, wait)
+        .await
+        .map_err(|e| format!("scoring failed: {e}"))?;
     Ok(crate::panels::interventions::Comparison {
         specs: iv.describe(),
         prompt: prompt_t,
