@@ -273,7 +273,7 @@ fn attn_fwd(
             if (!single) { workgroupBarrier(); }
         }
         let tau = vec4<u32>(t0 + lane) + vec4<u32>(0u, 4u, 8u, 12u);
-        let valid = tau < vec4<u32>(lim) & vec4<bool>(iq < p.q_len);
+        let valid = (tau < vec4<u32>(lim)) & vec4<bool>(iq < p.q_len);
         let ms = select(vec4<f32>(NEG), s * p.scale, valid);
         sf[srow + lane] = ms.x;
         sf[srow + lane + 4u] = ms.y;
@@ -445,7 +445,7 @@ fn attn_bwd_dq(
             if (!single) { workgroupBarrier(); }
         }
         let tau = vec2<u32>(t0 + lane) + vec2<u32>(0u, 4u);
-        let valid = tau < vec2<u32>(lim) & vec2<bool>(iq < p.q_len);
+        let valid = (tau < vec2<u32>(lim)) & vec2<bool>(iq < p.q_len);
         let pr = select(vec2<f32>(0.0), exp(s * p.scale - lq), valid);
         let ds = pr * (dp - dl);
         sf[Q_DS + qi * 9u + lane] = ds.x;
@@ -563,8 +563,8 @@ fn attn_bwd_dkdv(
             if (!single) { workgroupBarrier(); }
         }
         let iq = vec2<u32>(t0 + lane) + vec2<u32>(0u, 4u);
-        let valid = iq < vec2<u32>(p.q_len) & vec2<u32>(tau) < vec2<u32>(p.kv_len)
-            & vec2<u32>(tau) <= vec2<u32>(p.q_pos0) + iq;
+        let valid = (iq < vec2<u32>(p.q_len)) & (vec2<u32>(tau) < vec2<u32>(p.kv_len))
+            & (vec2<u32>(tau) <= vec2<u32>(p.q_pos0) + iq);
         var lq = vec2<f32>();
         var dl = vec2<f32>();
         if (iq.x < p.q_len) {

@@ -77,7 +77,9 @@ struct Params {
 @group(0) @binding(6) var<storage, read> c: array<f32>;        // [n, d]
 @group(0) @binding(7) var<storage, read> b_beta: array<f32>;   // [1]
 @group(0) @binding(8) var<storage, read> b_v: array<f32>;      // [m]
-// Forward outputs.
+// Forward outputs. The forward reads the heads and writes v, δ, 1/n, β through the functions of
+// a part: `delta_io_split` (these bindings) or `delta_io_packed` (two packed buffers, for adapters
+// with fewer than 15 storage buffers per shader stage: WebGPU's default is 8).
 @group(0) @binding(9) var<storage, read_write> x_out: array<XRow>;      // [n, d] rows of m
 @group(0) @binding(10) var<storage, read_write> k_out: array<f32>;     // [n, d]
 @group(0) @binding(11) var<storage, read_write> rnorm_out: array<f32>; // [n]
@@ -203,8 +205,8 @@ fn forward_row(ti: u32, i: u32, kt: f32, part: ptr<function, array<f32, NV>>) ->
     let d = params.d;
     let ai = a[ti];
     (*part)[0] = fma(kt, kt, (*part)[0]);
-    (*part)[1] = fma(w_beta[i], c[ti], (*part)[1]);
-    for (var j = 0u; j < MM; j++) { (*part)[2u + j] = fma(w_v[j * d + i], ai, (*part)[2u + j]); }
+    (*part)[1] = fma(hw_beta(i), c[ti], (*part)[1]);
+    for (var j = 0u; j < MM; j++) { (*part)[2u + j] = fma(hw_v(j * d + i), ai, (*part)[2u + j]); }
     var xr = xin(x[ti]);
     for (var j = 0u; j < MM; j++) { (*part)[2u + MM + j] = fma(kt, xr[j], (*part)[2u + MM + j]); }
     return xr;
@@ -215,19 +217,15 @@ fn forward_row(ti: u32, i: u32, kt: f32, part: ptr<function, array<f32, NV>>) ->
 fn token_forward(t: u32, part: array<f32, NV>, store: bool, coef: ptr<function, array<f32, MM>>) -> f32 {
     var pt = part;
     let rn = 1.0 / sqrt(pt[0] + params.k_eps * params.k_eps);
-    let bt = clamp(fma(params.beta_scale, 2.0 * sigmoid(pt[1] + b_beta[0]), params.beta_add), params.beta_lo, params.beta_hi);
+    let bt = clamp(fma(params.beta_scale, 2.0 * sigmoid(pt[1] + hb_beta()), params.beta_add), params.beta_lo, params.beta_hi);
     for (var j = 0u; j < MM; j++) {
-        let vj = value_act(pt[2u + j] + b_v[j]);
+        let vj = value_act(pt[2u + j] + hb_v(j));
         let dj = vj - pt[2u + MM + j] * rn;
         (*coef)[j] = bt * dj;
-        if (store) {
-            v_out[t * MM + j] = vj;
-            delta_out[t * MM + j] = dj;
-        }
+        if (store) { put_value(t, j, vj, dj); }
     }
     if (store) {
-        rnorm_out[t] = rn;
-        beta_out[t] = bt;
+        put_token(t, rn, bt);
         if (params.beta_stride != 0u) { beta_all[t * params.beta_stride + params.beta_col] = bt; }
     }
     return rn;
@@ -548,8 +546,8 @@ fn forward_q(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool, store_k: bool
         var wb = vec4<f32>();
         var wv: array<vec4<f32>, MM>;
         if (lead) {
-            wb = w_beta4[q];
-            for (var j = 0u; j < MM; j++) { wv[j] = w_v4[j * dq + q]; }
+            wb = hw_beta4(q);
+            for (var j = 0u; j < MM; j++) { wv[j] = hw_v4(j * dq + q); }
         }
         part[0] += dot(kq, kq);
         part[1] += dot(sg_first4(wb), c4[tq]);

@@ -46,7 +46,9 @@ fn angle(item: u32) -> vec3<f32> {
 }
 
 fn nan() -> f32 {
-    return bitcast<f32>(0x7fc00000u);
+    // Through a variable: a constant NaN is an error in WGSL (Chrome's compiler refuses it).
+    var bits = 0x7fc00000u;
+    return bitcast<f32>(bits);
 }
 
 @compute @workgroup_size(256)

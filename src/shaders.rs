@@ -100,6 +100,8 @@ pub const PARTS: &[(&str, &str)] = &[
     ("sg_on", part!("sg_on")),
     ("sg_off", part!("sg_off")),
     ("delta_sg_entries", part!("delta_sg_entries")),
+    ("delta_io_split", part!("delta_io_split")),
+    ("delta_io_packed", part!("delta_io_packed")),
     ("matmul_sg_on", part!("matmul_sg_on")),
     ("matmul_sg_off", part!("matmul_sg_off")),
     ("matmul_a_f32", part!("matmul_a_f32")),
@@ -169,29 +171,33 @@ pub const DELTA_WIDE_CHECKED: [usize; 3] = [9, 16, 33];
 /// segment width 1 (one token per invocation, the CPU-adapter layout: the row loops get a
 /// constant stride and the cross-lane reduction folds away); `subgroup` (with `seg1`) adds the
 /// entry points with subgroup-shared loads, used where [`crate::kernels::subgroup_loads`] says
-/// so; `f16` stores the state in half precision (m = 4). Widths above [`DELTA_MAX_M`] exist only
-/// with `seg1`.
+/// so; `f16` stores the state in half precision (m = 4); `packed`: the forward reads its head
+/// weights from one packed buffer and writes its saves to another (9 storage buffers instead of
+/// 15, for adapters that allow fewer: a browser's WebGPU; `parts/delta_io_packed.wgsl`). Widths
+/// above [`DELTA_MAX_M`] exist only with `seg1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeltaKey {
     pub m: usize,
     pub seg1: bool,
     pub subgroup: bool,
     pub f16: bool,
+    pub packed: bool,
 }
 
 impl DeltaKey {
-    /// `m4`, `m4s1`, `m4s1g`, `m4s1gh`, …
+    /// `m4`, `m4s1`, `m4s1g`, `m4s1gh`, `m4s1gp`, …
     pub fn name(&self) -> String {
         let seg = match (self.seg1, self.subgroup) {
             (true, true) => "s1g",
             (true, false) => "s1",
             _ => "",
         };
-        format!("m{}{seg}{}", self.m, if self.f16 { "h" } else { "" })
+        format!("m{}{seg}{}{}", self.m, if self.f16 { "h" } else { "" }, if self.packed { "p" } else { "" })
     }
 
     fn variant(&self) -> Variant {
-        let mut parts = vec![row_part(self.m), state_part(self.f16), sg_part(self.subgroup)];
+        let io = part(if self.packed { "delta_io_packed" } else { "delta_io_split" });
+        let mut parts = vec![row_part(self.m), state_part(self.f16), sg_part(self.subgroup), io];
         if self.subgroup {
             parts.push(part("delta_sg_entries"));
         }
@@ -206,19 +212,22 @@ impl DeltaKey {
     }
 
     /// Every listed variant: m = 1 … 8 with any segment width, with seg = 1, and with seg = 1
-    /// and subgroup loads; m = 4 with an f16 state in the same three forms; the wide widths of
-    /// [`DELTA_WIDE_CHECKED`] in the two seg = 1 forms (other wide widths: [`DeltaKey::parse`]).
+    /// and subgroup loads, each split and packed; m = 4 with an f16 state in the same three forms;
+    /// the wide widths of [`DELTA_WIDE_CHECKED`] in the two seg = 1 forms (other wide widths:
+    /// [`DeltaKey::parse`]).
     pub fn all() -> Vec<DeltaKey> {
         let forms = [(false, false), (true, false), (true, true)];
         let mut out = Vec::new();
-        for (seg1, subgroup) in forms {
-            for m in 1..=DELTA_MAX_M {
-                out.push(DeltaKey { m, seg1, subgroup, f16: false });
+        for packed in [false, true] {
+            for (seg1, subgroup) in forms {
+                for m in 1..=DELTA_MAX_M {
+                    out.push(DeltaKey { m, seg1, subgroup, f16: false, packed });
+                }
             }
         }
-        out.extend(forms.map(|(seg1, subgroup)| DeltaKey { m: 4, seg1, subgroup, f16: true }));
+        out.extend(forms.map(|(seg1, subgroup)| DeltaKey { m: 4, seg1, subgroup, f16: true, packed: false }));
         for subgroup in [false, true] {
-            out.extend(DELTA_WIDE_CHECKED.map(|m| DeltaKey { m, seg1: true, subgroup, f16: false }));
+            out.extend(DELTA_WIDE_CHECKED.map(|m| DeltaKey { m, seg1: true, subgroup, f16: false, packed: false }));
         }
         out
     }
@@ -243,7 +252,8 @@ impl DeltaKey {
         let seg1 = take("s1");
         let subgroup = seg1 && take("g");
         let f16 = take("h");
-        let key = DeltaKey { m, seg1, subgroup, f16 };
+        let packed = take("p");
+        let key = DeltaKey { m, seg1, subgroup, f16, packed };
         let wide_ok = m <= DELTA_MAX_M || seg1;
         (tail.is_empty() && m <= 1 << 16 && wide_ok && (!f16 || m == 4)).then_some(key)
     }
@@ -852,18 +862,29 @@ mod tests {
         assert!(errors.is_empty(), "{}", errors.join("\n\n"));
     }
 
+    /// The split delta forward binds the storage buffers `SPLIT_FORWARD_STORAGE_BUFFERS` says
+    /// (which turns the packed form on below it), and the packed forward fits a browser's WebGPU
+    /// (10 on Chrome's SwiftShader) in every layout and width.
     #[test]
-    fn zz_print_storage_counts() {
-        for sh in ALL {
-            for (variant, text) in sh.all_texts() {
-                let (m, i) = validate(sh.name, &text).unwrap();
-                for (e, n) in storage_buffers_per_entry(&m, &i) {
-                    if n > 8 {
-                        println!("SB {} [{}] {} {}", sh.name, variant, e, n);
-                    }
+    fn the_packed_delta_forward_fits_a_browsers_storage_buffer_limit() {
+        let split = crate::kernels::delta::SPLIT_FORWARD_STORAGE_BUFFERS as usize;
+        let mut seen = 0;
+        for key in DeltaKey::all().into_iter().filter(|k| !k.f16) {
+            let text = get("delta").unwrap().text(Some(&key.name())).unwrap();
+            let (m, i) = validate(&key.name(), &text).unwrap();
+            for (entry, n) in storage_buffers_per_entry(&m, &i) {
+                if !entry.starts_with("delta_forward") {
+                    continue;
+                }
+                seen += 1;
+                if key.packed {
+                    assert!(n <= 9, "{} {entry}: {n} storage buffers", key.name());
+                } else {
+                    assert_eq!(n, split, "{} {entry}", key.name());
                 }
             }
         }
+        assert!(seen > 20, "only {seen} forward entry points checked");
     }
 
     #[test]
@@ -959,12 +980,13 @@ mod tests {
         let t = get("matmul").unwrap().text(Some("c64_hr")).unwrap();
         assert!(t.starts_with("enable f16;\nconst BM: u32 = 128u;"), "{}", &t[..60]);
         assert_eq!(t.matches("enable f16;").count(), 1);
-        assert_eq!(DeltaKey { m: 4, seg1: true, subgroup: true, f16: true }.name(), "m4s1gh");
+        assert_eq!(DeltaKey { m: 4, seg1: true, subgroup: true, f16: true, packed: false }.name(), "m4s1gh");
+        assert_eq!(DeltaKey { m: 2, seg1: true, subgroup: false, f16: false, packed: true }.name(), "m2s1p");
         for k in DeltaKey::all() {
             assert_eq!(DeltaKey::parse(&k.name()), Some(k), "{}", k.name());
         }
         // Any width has the seg = 1 forms, made on request; the multi-lane form and f16 do not.
-        let wide = DeltaKey { m: 57, seg1: true, subgroup: true, f16: false };
+        let wide = DeltaKey { m: 57, seg1: true, subgroup: true, f16: false, packed: false };
         assert_eq!(DeltaKey::parse("m57s1g"), Some(wide));
         for bad in ["m57", "m9h", "m8s1h", "m0s1", "m", "m4x", "m04s1", "x4", "m4s1gg", "m4hs1"] {
             assert_eq!(DeltaKey::parse(bad), None, "{bad}");

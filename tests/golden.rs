@@ -100,6 +100,21 @@ fn golden_with_the_heads_in_the_norm_backward() {
     }
 }
 
+/// Every DDL variant with the packed delta forward (the form of devices with fewer than 15
+/// storage buffers per stage: a browser's WebGPU): the heads copied in, the saves copied out,
+/// the training step's backward reading them.
+#[test]
+fn golden_with_the_packed_delta_forward() {
+    let gpu = ddl::testing::gpu().with_forms(|f| f.delta_packed = true);
+    for v in ["ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_v1_vmap", "ddl_vmap"] {
+        check_on(&gpu, v);
+    }
+    let dir = ddl::testing::data_path("tests/golden/odd");
+    for v in ["ddl", "ddl_ccec", "ddl_vmap"] {
+        check_path_on(&gpu, &format!("odd/{v}"), &dir.join(format!("{v}.safetensors")));
+    }
+}
+
 /// Every variant at T = 1 (one key per query: the q/k gradients are exactly zero, and AdamW must
 /// not turn rounding noise there into an update).
 #[test]

@@ -307,26 +307,39 @@ impl Gpu {
         Self::from_adapter(adapter, all)
     }
 
-    /// Opens the browser's WebGPU adapter (high-performance preference) with the limits and
-    /// optional features it grants; awaited, since a browser cannot block.
+    /// Opens the browser's WebGPU adapter with the limits and optional features it grants;
+    /// awaited, since a browser cannot block. Asks for the high-performance adapter first, then
+    /// for any, then for the browser's fallback (software) adapter: some browsers answer the
+    /// first question with none (Chromium's SwiftShader does).
     #[cfg(target_arch = "wasm32")]
     pub async fn browser() -> Result<Arc<Gpu>> {
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
         desc.backends = wgpu::Backends::BROWSER_WEBGPU;
         let instance = wgpu::Instance::new(desc);
-        let adapter = instance
-            .request_adapter(&wgpu::RequestAdapterOptions {
-                power_preference: wgpu::PowerPreference::HighPerformance,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| GpuError::NoAdapter {
-                backends: " for WebGPU".into(),
-                hint: format!(
-                    "{e}. Use a browser with WebGPU (Chrome or Edge 113+, Firefox 141+, Safari 26+), or enable it \
-                     (chrome://flags/#enable-unsafe-webgpu)"
-                ),
-            })?;
+        let asks = [
+            (wgpu::PowerPreference::HighPerformance, false),
+            (wgpu::PowerPreference::None, false),
+            (wgpu::PowerPreference::None, true),
+        ];
+        let mut last = String::new();
+        let mut found = None;
+        for (power_preference, force_fallback_adapter) in asks {
+            let opts = wgpu::RequestAdapterOptions { power_preference, force_fallback_adapter, ..Default::default() };
+            match instance.request_adapter(&opts).await {
+                Ok(a) => {
+                    found = Some(a);
+                    break;
+                }
+                Err(e) => last = e.to_string(),
+            }
+        }
+        let adapter = found.ok_or_else(|| GpuError::NoAdapter {
+            backends: " for WebGPU".into(),
+            hint: format!(
+                "{last}. Use a browser with WebGPU (Chrome or Edge 113+, Firefox 141+, Safari 26+), or enable it \
+                 (chrome://flags/#enable-unsafe-webgpu)"
+            ),
+        })?;
         let all = vec![AdapterSummary { index: 0, info: adapter.get_info() }];
         let limits = adapter.limits();
         Ok(Arc::new(Self::open_async(adapter, all, limits).await?))
@@ -424,7 +437,12 @@ impl Gpu {
                 v.push(format!("{DEVICE_LOST} (reason: {reason:?}{detail})"));
             }
         });
-        let forms = crate::kernels::forms::Forms::from_env(&info, features).map_err(GpuError::Forms)?;
+        let mut forms = crate::kernels::forms::Forms::from_env(&info, features).map_err(GpuError::Forms)?;
+        // The split delta forward binds 15 storage buffers: where the device allows fewer, the
+        // packed form is the one that runs at all.
+        if limits.max_storage_buffers_per_shader_stage < crate::kernels::delta::SPLIT_FORWARD_STORAGE_BUFFERS {
+            forms.delta_packed = true;
+        }
         let coop = if no_coop {
             Err("DDL_NO_COOP=1".to_string())
         } else if !coop_offered {

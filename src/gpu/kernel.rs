@@ -174,11 +174,13 @@ impl Gpu {
         {
             let sink = self.errors.clone();
             let name = key.clone();
+            // Popped now (scopes must be popped in reverse order of their pushes), awaited later.
+            let popped = scope.pop();
             wasm_bindgen_futures::spawn_local(async move {
-                if let Some(e) = scope.pop().await {
-                    if let Ok(mut v) = sink.lock() {
-                        v.push(format!("kernel '{name}': pipeline creation failed: {e}"));
-                    }
+                if let Some(e) = popped.await
+                    && let Ok(mut v) = sink.lock()
+                {
+                    v.push(format!("creating kernel '{name}' (or a command before it) failed: {e}"));
                 }
             });
         }

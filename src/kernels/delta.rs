@@ -190,8 +190,14 @@ impl DeltaShape {
     /// The shader variant for this value width and segment width (`s1`: seg = 1 compiled in;
     /// `s1g`: also the entry points with subgroup-shared loads, see [`shared_loads`]).
     fn variant(&self, gpu: &Gpu, seg: usize) -> String {
-        crate::shaders::DeltaKey { m: self.m, seg1: seg == 1, subgroup: shared_loads(gpu, seg), f16: self.state_f16 }
-            .name()
+        crate::shaders::DeltaKey {
+            m: self.m,
+            seg1: seg == 1,
+            subgroup: shared_loads(gpu, seg),
+            f16: self.state_f16,
+            packed: gpu.forms.delta_packed,
+        }
+        .name()
     }
 
     /// Four-byte elements a view of X (or X') must hold: n·d·m, or half that in f16.
@@ -332,9 +338,72 @@ pub fn forward(
     out: WriteOut,
     beta_all: Option<(View, usize, usize)>,
 ) -> Result<Vec<Dispatch>> {
+    if gpu.forms.delta_packed {
+        return Err(GpuError::Shape(
+            "delta forward: this device takes the packed form (delta_packed): call forward_packed".into(),
+        ));
+    }
+    let WriteOut { x_out, k, saves } = out;
+    forward_with(gpu, s, inp, Io::Split(heads, saves), x_out, k, beta_all)
+}
+
+/// Storage buffers the split forward binds ([`forward`]); devices that allow fewer per shader
+/// stage get the packed form ([`forward_packed`], 9).
+pub const SPLIT_FORWARD_STORAGE_BUFFERS: u32 = 15;
+
+/// Elements of the packed heads of [`forward_packed`]: `[w_β (d) | b_β (1) | W_v (m·d) | b_v (m)]`,
+/// with the offsets of b_β, W_v and b_v.
+pub fn packed_heads(d: usize, m: usize) -> (usize, [usize; 3]) {
+    (d + 1 + m * d + m, [d, d + 1, d + 1 + m * d])
+}
+
+/// Elements of the packed saves of [`forward_packed`]: `[1/n (n) | β (n) | v (n·m) | δ (n·m)]`,
+/// with the offsets of β, v and δ.
+pub fn packed_saves(n: usize, m: usize) -> (usize, [usize; 3]) {
+    (2 * n + 2 * n * m, [n, 2 * n, 2 * n + n * m])
+}
+
+/// [`forward`] with the head weights read from one buffer `heads` and the saves written to one
+/// buffer `saves` (layouts: [`packed_heads`], [`packed_saves`]): 9 storage buffers instead of
+/// 15, the form of devices that allow fewer (a browser's WebGPU: `gpu.forms.delta_packed`). The
+/// caller copies the heads in and the saves out (`model::layers::write`). Same sums in the same
+/// order as the split form: the same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_packed(
+    gpu: &Gpu,
+    s: &DeltaShape,
+    inp: WriteIn,
+    heads: View,
+    x_out: View,
+    k: Option<View>,
+    saves: View,
+    beta_all: Option<(View, usize, usize)>,
+) -> Result<Vec<Dispatch>> {
+    if !gpu.forms.delta_packed {
+        return Err(GpuError::Shape(
+            "delta forward_packed: this device's form table has delta_packed off (DDL_FORMS=delta_packed=1)".into(),
+        ));
+    }
+    forward_with(gpu, s, inp, Io::Packed { heads, saves }, x_out, k, beta_all)
+}
+
+/// Where the forward's head weights come from and its saves go.
+enum Io<'a> {
+    Split(Heads<'a>, Saves<'a>),
+    Packed { heads: View<'a>, saves: View<'a> },
+}
+
+fn forward_with(
+    gpu: &Gpu,
+    s: &DeltaShape,
+    inp: WriteIn,
+    io: Io,
+    x_out: View,
+    k: Option<View>,
+    beta_all: Option<(View, usize, usize)>,
+) -> Result<Vec<Dispatch>> {
     s.check()?;
-    let (WriteIn { x, kraw, a, c }, Heads { w_beta, b_beta, w_v, b_v }) = (inp, heads);
-    let WriteOut { x_out, k, saves: Saves { rnorm, beta, v, delta } } = out;
+    let WriteIn { x, kraw, a, c } = inp;
     let (n, d, m) = (s.n, s.d, s.m);
     // Without `k` (training: the backward recomputes k = k̃·r) the kernel stores nothing there,
     // nor without `beta_all`; their bindings get four-element stand-ins.
@@ -355,28 +424,24 @@ pub fn forward(
         }
         None => (b_unused.as_ref().expect("a stand-in").view(), 0, 0),
     };
-    let reads = [
-        ("x", &x, s.state_elems()),
-        ("kraw", &kraw, n * d),
-        ("a", &a, n * d),
-        ("c", &c, n * d),
-        ("w_beta", &w_beta, d),
-        ("b_beta", &b_beta, 1),
-        ("w_v", &w_v, m * d),
-        ("b_v", &b_v, m),
-    ];
-    let writes = [
-        ("x_out", &x_out, s.state_elems()),
-        ("k", &k, if store_k { n * d } else { 1 }),
-        ("rnorm", &rnorm, n),
-        ("beta", &beta, n),
-        ("v", &v, n * m),
-        ("delta", &delta, n * m),
-    ];
+    let mut reads = vec![("x", &x, s.state_elems()), ("kraw", &kraw, n * d), ("a", &a, n * d), ("c", &c, n * d)];
+    let mut writes = vec![("x_out", &x_out, s.state_elems()), ("k", &k, if store_k { n * d } else { 1 })];
+    match &io {
+        Io::Split(Heads { w_beta, b_beta, w_v, b_v }, Saves { rnorm, beta, v, delta }) => {
+            reads.extend([("w_beta", w_beta, d), ("b_beta", b_beta, 1), ("w_v", w_v, m * d), ("b_v", b_v, m)]);
+            writes.extend([("rnorm", rnorm, n), ("beta", beta, n), ("v", v, n * m), ("delta", delta, n * m)]);
+        }
+        Io::Packed { heads, saves } => {
+            reads.push(("heads", heads, packed_heads(d, m).0));
+            writes.push(("saves", saves, packed_saves(n, m).0));
+        }
+    }
     for (name, view, len) in reads.iter().chain(&writes) {
         need("forward", name, view, *len)?;
     }
-    check_aliasing("forward", &reads.map(|(nm, vw, _)| (nm, vw)), &writes.map(|(nm, vw, _)| (nm, vw)))?;
+    let rp: Vec<(&str, &View)> = reads.iter().map(|(nm, vw, _)| (*nm, *vw)).collect();
+    let wp: Vec<(&str, &View)> = writes.iter().map(|(nm, vw, _)| (*nm, *vw)).collect();
+    check_aliasing("forward", &rp, &wp)?;
     let seg = segment_width(gpu, n, d, m);
     let q = quads(gpu, seg, d);
     let entry = match (q, shared_loads(gpu, seg), store_k) {
@@ -389,28 +454,29 @@ pub fn forward(
     let kern = gpu.kernel("delta", Some(&s.variant(gpu, seg)), entry)?;
     let p =
         Params { store_k: store_k as u32, beta_col: beta_col as u32, beta_stride: beta_stride as u32, ..s.params(seg) };
-    let mut main = kern.dispatch(
-        gpu,
-        Some(bytemuck::bytes_of(&p)),
-        &[
-            ("x", x),
-            (if q { "kraw4" } else { "kraw" }, kraw),
-            (if q { "a4" } else { "a" }, a),
-            (if q { "c4" } else { "c" }, c),
+    let mut binds = vec![
+        ("x", x),
+        (if q { "kraw4" } else { "kraw" }, kraw),
+        (if q { "a4" } else { "a" }, a),
+        (if q { "c4" } else { "c" }, c),
+        ("x_out", x_out),
+        (if q { "k_out4" } else { "k_out" }, k),
+        ("beta_all", beta_all),
+    ];
+    match io {
+        Io::Split(Heads { w_beta, b_beta, w_v, b_v }, Saves { rnorm, beta, v, delta }) => binds.extend([
             (if q { "w_beta4" } else { "w_beta" }, w_beta),
             (if q { "w_v4" } else { "w_v" }, w_v),
             ("b_beta", b_beta),
             ("b_v", b_v),
-            ("x_out", x_out),
-            (if q { "k_out4" } else { "k_out" }, k),
             ("rnorm_out", rnorm),
             ("beta_out", beta),
             ("v_out", v),
             ("delta_out", delta),
-            ("beta_all", beta_all),
-        ],
-        s.grid(gpu, seg),
-    )?;
+        ]),
+        Io::Packed { heads, saves } => binds.extend([("heads_in", heads), ("saves_out", saves)]),
+    }
+    let mut main = kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &binds, s.grid(gpu, seg))?;
     main.scratch.extend(k_unused.into_iter().chain(b_unused));
     Ok(vec![main])
 }

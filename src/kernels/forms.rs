@@ -53,6 +53,10 @@ pub struct Forms {
     pub delta_segment: Option<usize>,
     /// One-token-per-invocation delta kernels load four features at a time: `delta_quads`.
     pub delta_quads: bool,
+    /// The delta forward reads its heads from one packed buffer and writes its saves to another
+    /// (9 storage buffers instead of 15): on wherever the device allows fewer than 15 per shader
+    /// stage (a browser's WebGPU; set when the device opens), else off: `delta_packed`.
+    pub delta_packed: bool,
     /// Values a whole subgroup needs are loaded once per subgroup and broadcast (needs
     /// SUBGROUP): `subgroup_loads`.
     pub subgroup_loads: bool,
@@ -145,6 +149,7 @@ impl Forms {
             delta_one_token_per_invocation: cpu,
             delta_segment: None,
             delta_quads: true,
+            delta_packed: false,
             subgroup_loads: cpu && subgroups,
             ce_one_row_per_invocation: cpu,
             ce_threads_per_row: None,
@@ -222,6 +227,7 @@ impl Forms {
                 "delta_rows" => self.delta_one_token_per_invocation = flag()?,
                 "delta_seg" => self.delta_segment = Some(pow2(128)?),
                 "delta_quads" => self.delta_quads = flag()?,
+                "delta_packed" => self.delta_packed = flag()?,
                 "subgroup_loads" => {
                     let on = flag()?;
                     if on && !features.contains(wgpu::Features::SUBGROUP) {
@@ -281,6 +287,7 @@ impl Forms {
         ("delta_rows", "delta write: one token per invocation when tokens are many"),
         ("delta_seg", "delta write: a fixed segment width (forced)"),
         ("delta_quads", "delta write one-token kernels: four features per load"),
+        ("delta_packed", "delta forward: heads and saves in packed buffers (9 bindings)"),
         ("subgroup_loads", "uniform values loaded once per subgroup and broadcast"),
         ("ce_rows", "cross-entropy: one row per invocation for V ≤ 4096"),
         ("ce_tpr", "cross-entropy: fixed invocations per row (forced)"),
@@ -316,6 +323,7 @@ impl Forms {
                 "delta_rows" => b(self.delta_one_token_per_invocation),
                 "delta_seg" => opt(self.delta_segment),
                 "delta_quads" => b(self.delta_quads),
+                "delta_packed" => b(self.delta_packed),
                 "subgroup_loads" => b(self.subgroup_loads),
                 "ce_rows" => b(self.ce_one_row_per_invocation),
                 "ce_tpr" => opt(self.ce_threads_per_row),

@@ -1121,3 +1121,77 @@ fn the_forward_without_k_writes_the_same_state_and_traces() {
         );
     }
 }
+
+/// The packed form (heads from one buffer, saves into one: 9 storage buffers, for devices that
+/// allow fewer than 15 per stage, a browser's WebGPU) gives the split form's bits in every layout,
+/// writes only its own ranges of the packed saves, and each launcher refuses the other form.
+#[test]
+fn the_packed_forward_gives_the_split_forwards_bits() {
+    for (seg, quads, m) in [(1, true, 4), (1, false, 3), (4, false, 4), (32, false, 2), (1, true, 9)] {
+        with_forms(
+            &gpu(),
+            |f| (f.delta_segment, f.delta_quads) = (Some(seg), quads),
+            |split_gpu| {
+                let packed_gpu = split_gpu.with_forms(|f| f.delta_packed = true);
+                let gpu = &*packed_gpu;
+                let mut rng = Rng::fresh();
+                let s = shape(37, 12, m, VAct::Sigmoid4);
+                let (n, d) = (s.n, s.d);
+                let inp = draw(&mut rng, &s, false);
+                let (want, want_betas) = gpu_forward_kb(split_gpu, &s, &inp, true, Some((1, 2)));
+                let tag = format!("seg {seg} quads {quads} m {m} (seed {})", rng.seed);
+                // The heads packed as the layer does it: [w_β | b_β | W_v | b_v].
+                let (hl, [o_bb, o_wv, o_bv]) = delta::packed_heads(d, m);
+                let mut hv = vec![f32::NAN; hl];
+                hv[..d].copy_from_slice(&inp[4]);
+                hv[o_bb] = inp[5][0];
+                hv[o_wv..o_wv + m * d].copy_from_slice(&inp[6]);
+                hv[o_bv..o_bv + m].copy_from_slice(&inp[7]);
+                assert!(hv.iter().all(|x| !x.is_nan()), "{tag}: the packed heads have a hole");
+                let heads = upload(gpu, "heads", &hv);
+                let t: Vec<Tensor> = ["x", "kraw", "a", "c"].iter().zip(&inp).map(|(l, v)| upload(gpu, l, v)).collect();
+                let x_out = poisoned(gpu, "x_out", &[n * d * m]);
+                let k = poisoned(gpu, "k", &[n * d]);
+                let (sl, [o_beta, o_v, o_delta]) = delta::packed_saves(n, m);
+                let saves = poisoned(gpu, "saves", &[sl + 5]);
+                let ball = poisoned(gpu, "betas", &[n * 2]);
+                let wi = WriteIn { x: t[0].view(), kraw: t[1].view(), a: t[2].view(), c: t[3].view() };
+                let ds = delta::forward_packed(
+                    gpu,
+                    &s,
+                    wi,
+                    heads.view(),
+                    x_out.view(),
+                    Some(k.view()),
+                    saves.view(),
+                    Some((ball.view(), 1, 2)),
+                )
+                .unwrap();
+                run(gpu, &ds);
+                let sv = read(gpu, &saves);
+                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&read(gpu, &x_out)), bits(&want.x_out), "{tag}: X'");
+                assert_eq!(bits(&read(gpu, &k)), bits(&want.k), "{tag}: k");
+                assert_eq!(bits(&sv[..n]), bits(&want.rnorm), "{tag}: 1/n");
+                assert_eq!(bits(&sv[o_beta..o_beta + n]), bits(&want.beta), "{tag}: β");
+                assert_eq!(bits(&sv[o_v..o_v + n * m]), bits(&want.v), "{tag}: v");
+                assert_eq!(bits(&sv[o_delta..o_delta + n * m]), bits(&want.delta), "{tag}: δ");
+                assert!(sv[sl..].iter().all(|x| x.is_nan()), "{tag}: wrote past the packed saves");
+                assert_eq!(bits(&read(gpu, &ball)), bits(&want_betas), "{tag}: β column");
+                // Each launcher refuses the form its device does not take.
+                let out = WriteOut {
+                    x_out: x_out.view(),
+                    k: None,
+                    saves: Saves { rnorm: k.view(), beta: k.view(), v: k.view(), delta: k.view() },
+                };
+                let hv4 = Heads { w_beta: t[1].view(), b_beta: t[1].view(), w_v: t[1].view(), b_v: t[1].view() };
+                let e = delta::forward(gpu, &s, wi, hv4, out, None).unwrap_err().to_string();
+                assert!(e.contains("forward_packed"), "{e}");
+                let e = delta::forward_packed(split_gpu, &s, wi, heads.view(), x_out.view(), None, saves.view(), None)
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.contains("delta_packed"), "{e}");
+            },
+        );
+    }
+}

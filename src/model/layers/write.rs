@@ -70,8 +70,27 @@ pub(crate) fn forward(r: &mut Rec, l: usize, si: usize, write: (usize, usize)) -
     if let Some(maps) = r.beta_maps {
         shape.beta = maps[2 * l + si];
     }
-    let ds = delta::forward(gpu, &shape, inp, head_views(r, &dn, false), out, Some((a.betas.view(), write.0, write.1)));
-    r.run(ds)
+    let beta_all = Some((a.betas.view(), write.0, write.1));
+    if !gpu.forms.delta_packed {
+        return r.run(delta::forward(gpu, &shape, inp, head_views(r, &dn, false), out, beta_all));
+    }
+    // The packed form (devices with fewer than 15 storage buffers per stage): the heads copied
+    // into one buffer before the write, the saves copied out of one after it (shared scratch:
+    // the ops run in order).
+    let (m, params) = (c.m(), &r.m.params);
+    let (hl, [o_bb, o_wv, o_bv]) = delta::packed_heads(d, m);
+    let (sl, [o_beta, o_v, o_delta]) = delta::packed_saves(n, m);
+    let heads = gpu.shared_scratch("delta.packed_heads", hl)?;
+    let packed = gpu.shared_scratch("delta.packed_saves", sl)?;
+    for (name, at) in [("w_beta", 0), ("b_beta", o_bb), ("w_v", o_wv), ("b_v", o_bv)] {
+        let (src_off, len) = r.m.layout.range(&format!("{dn}.{name}"));
+        r.push(Op::Copy { src: params.clone(), src_off, dst: heads.clone(), dst_off: at, len });
+    }
+    r.run(delta::forward_packed(gpu, &shape, inp, heads.view(), out.x_out, out.k, packed.view(), beta_all))?;
+    for (dst, at, len) in [(&w.rnorm, 0, n), (&w.beta, o_beta, n), (&w.v, o_v, n * m), (&w.delta, o_delta, n * m)] {
+        r.push(Op::Copy { src: packed.clone(), src_off: at, dst: dst.clone(), dst_off: 0, len });
+    }
+    Ok(())
 }
 
 /// The sublayer's own backward from ∂h into `g.dc`.
