@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export XDG_RUNTIME_DIR ?= /tmp/ddl-xdg
 
-.PHONY: setup setup-demo setup-bundle demo test bench fmt gpu-bundle gpu-check-local
+.PHONY: setup setup-demo setup-bundle demo test bench fmt gpu-bundle gpu-check-local web
 
 ## What each target installs (only what is missing; nothing on macOS/Windows): docs/SETUP.md.
 setup:
@@ -26,13 +26,13 @@ test: setup
 	@mkdir -p /tmp/ddl-xdg && chmod 700 /tmp/ddl-xdg
 	@# Tests get an empty cache dir: matmul autotune choices and token caches left by earlier
 	@# benchmarks or training runs on this machine must not change what the tests run.
-	DDL_CACHE_DIR=$$(mktemp -d) $(CARGO) test --workspace --no-fail-fast
-	@# The library builds for the browser (wasm32, WebGPU; issue 33) unless DDL_SETUP_WASM=0.
+	@# The browser site first (wasm32, WebGPU): web/tests/browser.rs opens it in headless
+	@# Chromium. DDL_SETUP_WASM=0 skips both (the browser test is then left out).
 	@if [ "$${DDL_SETUP_WASM:-1}" = 0 ]; then \
-		echo "DDL_SETUP_WASM=0: not checking the browser build"; \
+		echo "DDL_SETUP_WASM=0: not building the browser site nor running its test"; \
+		DDL_CACHE_DIR=$$(mktemp -d) $(CARGO) test --workspace --no-fail-fast --exclude ddl-web; \
 	else \
-		echo "$(CARGO) check -p ddl --lib --target wasm32-unknown-unknown --no-default-features --features web"; \
-		$(CARGO) check -p ddl --lib --target wasm32-unknown-unknown --no-default-features --features web; \
+		bash scripts/web.sh && DDL_CACHE_DIR=$$(mktemp -d) $(CARGO) test --workspace --no-fail-fast; \
 	fi
 	@# Data-parallel training (2 MPI ranks vs one process) when MPI is installed (scripts/setup.sh
 	@# installs it on Debian/Ubuntu unless DDL_SETUP_MPI=0).
@@ -52,6 +52,11 @@ fmt:
 ## The GPU check (docs/GPU.md): gpu-bundle builds gpu-bundle/ (release binaries, golden files,
 ## Vulkan loader packages, the PyTorch benchmark, run.sh) for a GPU machine without Rust;
 ## gpu-check-local builds it and runs every stage here at small sizes (CI runs it).
+# The browser visualizer as a static site in target/web/ (scripts/web.sh; serve it with any static
+# server). Needs the wasm32 target (make setup adds it) and installs the pinned wasm-bindgen CLI.
+web:
+	@bash scripts/web.sh
+
 gpu-bundle: setup-bundle
 	bash scripts/gpu-check.sh bundle
 

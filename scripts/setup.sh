@@ -10,14 +10,15 @@
 #                                test; DDL_SETUP_XVFB=0 skips it) and Open MPI with libclang
 #                                (`libopenmpi-dev openmpi-bin libclang-dev`, the data-parallel build
 #                                and its test; DDL_SETUP_MPI=0 skips them), and the Rust target
-#                                wasm32-unknown-unknown (rustup; the browser build's check;
-#                                DDL_SETUP_WASM=0 skips it). `make test` (default).
+#                                wasm32-unknown-unknown (rustup) with Chromium (`chromium`): the
+#                                browser build and its end-to-end test (DDL_SETUP_WASM=0 skips
+#                                them). `make test` (default).
 #
 # macOS (Metal) and Windows (DX12) need no install for any target. First it checks that the
 # installed Rust is at least Cargo.toml's rust-version (DDL_SETUP_ONLY=rust stops after that
 # check). DDL_SETUP_DRY_RUN=1 prints what it would install and installs nothing;
-# DDL_SETUP_PRETEND_MISSING=vulkan,xvfb,mpi,xz,binutils,wasm and DDL_SETUP_OS=Darwin make it act as on
-# a machine without those (for its test). Needs root or sudo for apt-get.
+# DDL_SETUP_PRETEND_MISSING=vulkan,xvfb,mpi,xz,binutils,wasm,chromium and DDL_SETUP_OS=Darwin
+# make it act as on a machine without those (for its test). Needs root or sudo for apt-get.
 set -euo pipefail
 
 say() { printf 'setup: %s\n' "$*"; }
@@ -114,6 +115,11 @@ have_wasm() {
 add_wasm=0
 if [ "$target" = test ] && [ "${DDL_SETUP_WASM:-1}" = 1 ] && ! have_wasm; then
   add_wasm=1
+fi
+# The browser test drives Debian's Chromium headless (WebGPU through its SwiftShader).
+if [ "$target" = test ] && [ "${DDL_SETUP_WASM:-1}" = 1 ] && command -v apt-get >/dev/null 2>&1 \
+   && { missing chromium || ! [ -x /usr/bin/chromium ]; }; then
+  pkgs+=(chromium)
 fi
 
 if [ "${DDL_SETUP_DRY_RUN:-0}" = 1 ]; then

@@ -815,10 +815,16 @@ fn the_setup_script_installs_per_target_and_platform_only_what_is_missing() {
         assert!(run("demo", all, None).ends_with(&format!("would install: {vk}")), "{}", run("demo", all, None));
         assert!(run("bundle", all, None).ends_with(&format!("would install: {vk} xz-utils binutils")));
         let t = run("test", all, None);
+        let chromium = if Path::new("/usr/bin/chromium").exists() { "" } else { " chromium" };
         assert!(
-            t.ends_with(&format!("would install: {vk} xz-utils binutils xvfb libopenmpi-dev openmpi-bin libclang-dev")),
+            t.ends_with(&format!(
+                "would install: {vk} xz-utils binutils xvfb libopenmpi-dev openmpi-bin libclang-dev{chromium}"
+            )),
             "{t}"
         );
+        // Chromium for the browser test: `test` only.
+        assert!(run("test", "chromium", None).ends_with("chromium"));
+        assert!(!run("bundle", "chromium", None).contains("chromium"));
         // Only what is missing: a machine with a driver gets no driver for the demo.
         assert!(run("demo", "xvfb,mpi", None).ends_with("would install: nothing"));
         assert!(run("test", "mpi", None).contains("libopenmpi-dev") && !run("test", "mpi", None).contains(vk));

@@ -111,7 +111,19 @@ pub struct VizApp {
     /// When the running generation started and how many tokens it has produced.
     gen_started: Option<(web_time::Instant, usize)>,
     auto: Automation,
+    /// What "Open…" does instead of the in-app path dialog (a browser's file picker).
+    pub open_hook: Option<Box<dyn Fn()>>,
+    /// Checkpoint bytes that arrived outside a frame (a browser's file picker, a download, a
+    /// dropped file read asynchronously), opened at the next frame: (name, bytes or why not).
+    incoming: Incoming,
+    /// Where the central view was drawn last frame, in points (a browser test's screenshot
+    /// looks inside it).
+    pub central_rect: Option<egui::Rect>,
 }
+
+/// A queue of checkpoint bytes for [`VizApp`]: (name, the bytes of its `model.safetensors` or the
+/// reason they could not be read).
+pub type Incoming = Arc<Mutex<Vec<(String, Result<Vec<u8>, String>)>>>;
 
 impl VizApp {
     /// An app with a model thread (repainting `ctx` on its events), opening what `opts` names.
@@ -169,6 +181,9 @@ impl VizApp {
             session_prompt: None,
             gen_started: None,
             auto: Automation::default(),
+            open_hook: None,
+            incoming: Incoming::default(),
+            central_rect: None,
         }
     }
 
@@ -208,6 +223,62 @@ impl VizApp {
         if dir.join("metrics.jsonl").exists() && self.metrics.is_none() {
             self.open_run(dir);
         }
+    }
+
+    /// Opens a checkpoint from the bytes of its `model.safetensors` (a browser's file, a
+    /// download, a dropped file); `name` names it in messages.
+    pub fn open_bytes(&mut self, name: &str, bytes: Vec<u8>) {
+        match &self.worker {
+            Some(w) => {
+                w.send(Command::LoadBytes { name: name.to_string(), bytes: Arc::new(bytes) });
+                self.status = format!("loading {name}…");
+            }
+            None => self.error("no model thread in this view"),
+        }
+    }
+
+    /// Opens what was dropped on the window: a checkpoint's `model.safetensors` (bytes in a
+    /// browser, a path on the desktop), a checkpoint or run folder, or a trace file.
+    fn open_dropped(&mut self, files: Vec<egui::DroppedFileHandle>, ctx: &egui::Context) {
+        for f in files {
+            // A browser reads the file asynchronously: its bytes join the queue of the next frames.
+            #[cfg(target_arch = "wasm32")]
+            {
+                let (queue, ctx) = (self.incoming.clone(), ctx.clone());
+                wasm_bindgen_futures::spawn_local(async move {
+                    let name = f.path().display().to_string();
+                    let r = f.bytes_async().await;
+                    queue.lock().unwrap().push((name, r));
+                    ctx.request_repaint();
+                });
+            }
+            #[cfg(not(target_arch = "wasm32"))]
+            {
+                let _ = ctx;
+                let p = f.path().to_path_buf();
+                let model_file = p.file_name().is_some_and(|n| n == ddl::train::checkpoint::MODEL_FILE);
+                let dir = if model_file { p.parent().map(Path::to_path_buf).unwrap_or_default() } else { p.clone() };
+                let kind = classify(&dir);
+                if kind.checkpoint {
+                    self.open_checkpoint(&dir);
+                } else if kind.trace {
+                    self.open_trace(&dir);
+                } else if kind.run {
+                    self.open_run(&dir);
+                } else {
+                    self.error(format!(
+                        "{}: not a checkpoint (a folder with model.safetensors, or that file), a run or a trace file",
+                        p.display()
+                    ));
+                }
+            }
+        }
+    }
+
+    /// The queue whose checkpoint bytes the next frame opens (a browser page's file picker and
+    /// downloads push to it).
+    pub fn incoming(&self) -> Incoming {
+        self.incoming.clone()
     }
 
     pub fn open_run(&mut self, dir: &Path) {
@@ -441,6 +512,17 @@ impl VizApp {
     pub fn ui_root(&mut self, ui: &mut egui::Ui) {
         self.poll();
         let ctx = ui.ctx().clone();
+        let dropped = ctx.input(|i| i.raw.dropped_files.clone());
+        if !dropped.is_empty() {
+            self.open_dropped(dropped, &ctx);
+        }
+        let arrived = std::mem::take(&mut *self.incoming.lock().unwrap());
+        for (name, r) in arrived {
+            match r {
+                Ok(bytes) => self.open_bytes(&name, bytes),
+                Err(e) => self.error(format!("cannot read {name}: {e}")),
+            }
+        }
         if let Some(m) = &mut self.metrics {
             match m.poll_every(std::time::Duration::from_secs(1)) {
                 Ok(_) => {}
@@ -469,6 +551,10 @@ impl VizApp {
         ui.horizontal(|ui| {
             ui.heading("ddl-viz");
             if ui.button("Open…").on_hover_text("Open a checkpoint, a training run or a trace file").clicked() {
+                if let Some(hook) = &self.open_hook {
+                    hook();
+                    return;
+                }
                 let start = self
                     .model
                     .as_ref()
@@ -564,6 +650,7 @@ impl VizApp {
     }
 
     fn central(&mut self, ui: &mut egui::Ui) {
+        self.central_rect = Some(ui.max_rect());
         // ← / → move the selection when no text field has the keyboard.
         if !self.trace.is_empty() && ui.ctx().memory(|m| m.focused().is_none()) {
             let (left, right) =

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds the browser visualizer as a static site (`make web`): target/web/ with index.html, the
+# wasm module and its JavaScript glue (pkg/), and the demo checkpoint (demo/). Serve the folder
+# with any static server, e.g. `python3 -m http.server -d target/web 8000`, and open
+# http://localhost:8000 in a browser with WebGPU.
+#
+# Needs the Rust target wasm32-unknown-unknown (`rustup target add wasm32-unknown-unknown`) and
+# the wasm-bindgen CLI at the version web/Cargo.toml pins (installed with `cargo install` when
+# missing or at another version; DDL_WEB_NO_INSTALL=1 refuses instead).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { printf 'web: %s\n' "$*"; }
+
+target_dir="${CARGO_TARGET_DIR:-target}"
+out="${DDL_WEB_OUT:-$target_dir/web}"
+want="$(sed -n 's/^wasm-bindgen = "=\([0-9.]*\)".*/\1/p' web/Cargo.toml)"
+[ -n "$want" ] || { say "web/Cargo.toml pins no wasm-bindgen version (wasm-bindgen = \"=X.Y.Z\")"; exit 1; }
+
+installed="$(rustup target list --installed 2>/dev/null || true)"
+case "$installed" in
+  *wasm32-unknown-unknown*) ;;
+  *) say "the Rust target wasm32-unknown-unknown is missing: rustup target add wasm32-unknown-unknown (make setup adds it)"; exit 1 ;;
+esac
+
+have="$(wasm-bindgen --version 2>/dev/null | awk '{print $2}' || true)"
+if [ "$have" != "$want" ]; then
+  if [ "${DDL_WEB_NO_INSTALL:-0}" = 1 ]; then
+    say "wasm-bindgen ${have:-is not installed}; this build needs $want: cargo install wasm-bindgen-cli --version $want"
+    exit 1
+  fi
+  say "installing wasm-bindgen-cli $want (had: ${have:-none}); a few minutes, once"
+  cargo install -q wasm-bindgen-cli --version "$want"
+fi
+
+say "building the wasm module (cargo build -p ddl-web --target wasm32-unknown-unknown --profile web)"
+cargo build -q -p ddl-web --lib --target wasm32-unknown-unknown --profile web
+wasm="$target_dir/wasm32-unknown-unknown/web/ddl_web.wasm"
+
+# Assemble in a fresh folder, then swap it in: a failed build leaves the previous site intact.
+tmp="$out.tmp.$$"
+trap 'rm -rf "$tmp"' EXIT
+rm -rf "$tmp" && mkdir -p "$tmp/pkg" "$tmp/demo"
+wasm-bindgen --target web --no-typescript --out-dir "$tmp/pkg" "$wasm"
+cp web/static/index.html "$tmp/"
+cp web/demo/model.safetensors "$tmp/demo/"
+rm -rf "$out" && mv "$tmp" "$out"
+trap - EXIT
+size="$(du -sh "$out" | cut -f1)"
+say "built $out ($size): serve it with 'python3 -m http.server -d $out 8000' and open http://localhost:8000"

@@ -1,0 +1,197 @@
+//! `ddl-web`: the visualizer (`ddl-viz`) in a browser. The engine runs on the page's WebGPU
+//! device (wasm32, `ddl` built with `--no-default-features --features web`), the UI is eframe's
+//! web runner drawing into a canvas. `make web` builds the static site (`target/web/`): this
+//! crate compiled to wasm, its JavaScript glue from `wasm-bindgen`, `static/index.html` and a
+//! demo checkpoint. The page's script talks to [`Page`]; the browser test calls
+//! [`teacher_forced_logits`] to compare the browser's numbers with the native engine's.
+//!
+//! Natively this crate is empty.
+#![cfg(target_arch = "wasm32")]
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use ddl_viz::app::{Incoming, Options, VizApp};
+use eframe::egui;
+use wasm_bindgen::prelude::*;
+
+/// What the page's script asked for, applied at the next frame.
+enum Request {
+    Generate { prompt: String, tokens: usize },
+}
+
+/// Shared between the page's handle and the running app.
+#[derive(Default)]
+struct Shared {
+    requests: Vec<Request>,
+    /// The app's state as JSON, refreshed every frame ([`Page::state`]).
+    state: String,
+    ctx: Option<egui::Context>,
+}
+
+/// The page's handle on the visualizer.
+#[wasm_bindgen]
+pub struct Page {
+    runner: eframe::WebRunner,
+    incoming: Rc<RefCell<Option<Incoming>>>,
+    shared: Rc<RefCell<Shared>>,
+}
+
+#[wasm_bindgen]
+impl Page {
+    #[wasm_bindgen(constructor)]
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Page {
+        // eframe's and wgpu's warnings to the browser console.
+        let _ = eframe::WebLogger::init(log::LevelFilter::Warn);
+        Page {
+            runner: eframe::WebRunner::new(),
+            incoming: Rc::new(RefCell::new(None)),
+            shared: Rc::new(RefCell::new(Shared::default())),
+        }
+    }
+
+    /// Starts the visualizer in `canvas`; its "Open…" button calls `on_open` (the page's file
+    /// picker).
+    pub async fn start(&self, canvas: web_sys::HtmlCanvasElement, on_open: js_sys::Function) -> Result<(), JsValue> {
+        let (incoming, shared) = (self.incoming.clone(), self.shared.clone());
+        self.runner
+            .start(
+                canvas,
+                // The UI through WebGL 2 (every browser, and headless ones composite it); the
+                // engine on WebGPU either way.
+                eframe::WebOptions { renderer: eframe::Renderer::Glow, ..Default::default() },
+                Box::new(move |cc| {
+                    let mut app = VizApp::new(Some(cc.egui_ctx.clone()), Options::default());
+                    app.open_hook = Some(Box::new(move || {
+                        let _ = on_open.call0(&JsValue::NULL);
+                    }));
+                    *incoming.borrow_mut() = Some(app.incoming());
+                    shared.borrow_mut().ctx = Some(cc.egui_ctx.clone());
+                    Ok(Box::new(WebApp { app, shared }))
+                }),
+            )
+            .await
+    }
+
+    /// Opens a checkpoint from the bytes of its `model.safetensors`; `name` names it in messages.
+    pub fn open(&self, name: String, bytes: Vec<u8>) {
+        self.push(name, Ok(bytes));
+    }
+
+    /// Reports that the checkpoint `name` could not be had (a failed download), in the page.
+    pub fn fail(&self, name: String, why: String) {
+        self.push(name, Err(why));
+    }
+
+    /// Generates `tokens` tokens from `prompt` (as typing the prompt and pressing Generate does).
+    pub fn generate(&self, prompt: String, tokens: usize) {
+        self.shared.borrow_mut().requests.push(Request::Generate { prompt, tokens });
+        self.repaint();
+    }
+
+    /// The app's state as JSON: the loaded model, the tokens shown, whether the model is busy,
+    /// the status line, the error messages and the central view's rectangle in CSS pixels.
+    pub fn state(&self) -> String {
+        self.shared.borrow().state.clone()
+    }
+
+    /// Whether the app panicked (the page then shows the message eframe logged).
+    pub fn has_panicked(&self) -> bool {
+        self.runner.has_panicked()
+    }
+
+    fn push(&self, name: String, r: Result<Vec<u8>, String>) {
+        match self.incoming.borrow().as_ref() {
+            Some(q) => q.lock().unwrap().push((name, r)),
+            None => web_sys::console::error_1(&"ddl: open() before start() finished".into()),
+        }
+        self.repaint();
+    }
+
+    fn repaint(&self) {
+        if let Some(c) = &self.shared.borrow().ctx {
+            c.request_repaint();
+        }
+    }
+}
+
+/// The visualizer with the page's requests and state.
+struct WebApp {
+    app: VizApp,
+    shared: Rc<RefCell<Shared>>,
+}
+
+impl eframe::App for WebApp {
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        let requests = std::mem::take(&mut self.shared.borrow_mut().requests);
+        for r in requests {
+            match r {
+                Request::Generate { prompt, tokens } => {
+                    self.app.prompt = prompt;
+                    self.app.max_tokens = tokens;
+                    self.app.generate();
+                }
+            }
+        }
+        self.app.ui_root(ui);
+        let a = &self.app;
+        let rect = a.central_rect.map(|r| [r.min.x, r.min.y, r.max.x, r.max.y]);
+        let state = serde_json::json!({
+            "model": a.model.as_ref().map(|m| serde_json::json!({
+                "name": m.dir.display().to_string(),
+                "variant": m.config.variant.to_string(),
+                "step": m.step,
+                "adapter": m.adapter,
+            })),
+            "tokens": a.trace.len(),
+            "text": a.trace.rows.iter().map(|r| r.trace.text.as_str()).collect::<String>(),
+            "generated": a.trace.rows.iter().filter(|r| !r.prompt).count(),
+            "busy": a.busy(),
+            "status": a.status,
+            "errors": a.messages.iter().filter(|(l, _)| *l == ddl_viz::app::Level::Error).map(|(_, m)| m.clone()).collect::<Vec<_>>(),
+            "central": rect,
+            "pixels_per_point": ui.ctx().pixels_per_point(),
+            "frame": ui.ctx().cumulative_pass_nr(),
+        });
+        self.shared.borrow_mut().state = state.to_string();
+    }
+}
+
+/// The logits `[T, V]` (row-major) of `tokens` read teacher-forced by the checkpoint `bytes` (its
+/// `model.safetensors`) on the browser's WebGPU device: one batched forward through the decode
+/// path the visualizer generates with. The browser test compares them with the native engine's.
+#[wasm_bindgen]
+pub async fn teacher_forced_logits(bytes: Vec<u8>, tokens: Vec<u32>) -> Result<Vec<f32>, JsValue> {
+    let err = |e: &dyn std::fmt::Display| JsValue::from_str(&e.to_string());
+    let gpu = ddl::gpu::Gpu::browser().await.map_err(|e| err(&e))?;
+    let (model, _, _) =
+        ddl::generate::load_for_inference_from_bytes(&gpu, "checkpoint", &bytes).map_err(|e| err(&e))?;
+    let mut cache = model.decode_cache().map_err(|e| err(&e))?;
+    let mut p = model.decode_program(&cache, tokens.len()).map_err(|e| err(&e))?;
+    let logits = p.forward_async(&model, &tokens, &mut cache).await.map_err(|e| err(&e))?;
+    // Errors the browser reports asynchronously (pipeline validation): give them a moment.
+    sleep_ms(200).await;
+    gpu.check().map_err(|e| err(&e))?;
+    Ok(logits)
+}
+
+/// The adapter the engine would use, as "name (backend)", and its storage-buffer limit.
+#[wasm_bindgen]
+pub async fn adapter_info() -> Result<String, JsValue> {
+    let gpu = ddl::gpu::Gpu::browser().await.map_err(|e| JsValue::from_str(&e.to_string()))?;
+    Ok(format!(
+        "{} ({:?}); {} storage buffers per shader stage",
+        gpu.info.name, gpu.info.backend, gpu.limits.max_storage_buffers_per_shader_stage
+    ))
+}
+
+/// Resolves after `ms` milliseconds (the page's timer).
+async fn sleep_ms(ms: i32) {
+    let p = js_sys::Promise::new(&mut |resolve, _| {
+        if let Some(w) = web_sys::window() {
+            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms);
+        }
+    });
+    let _ = wasm_bindgen_futures::JsFuture::from(p).await;
+}
