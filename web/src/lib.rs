@@ -176,16 +176,6 @@ pub async fn teacher_forced_logits(bytes: Vec<u8>, tokens: Vec<u32>) -> Result<V
     Ok(logits)
 }
 
-/// The adapter the engine would use, as "name (backend)", and its storage-buffer limit.
-#[wasm_bindgen]
-pub async fn adapter_info() -> Result<String, JsValue> {
-    let gpu = ddl::gpu::Gpu::browser().await.map_err(|e| JsValue::from_str(&e.to_string()))?;
-    Ok(format!(
-        "{} ({:?}); {} storage buffers per shader stage",
-        gpu.info.name, gpu.info.backend, gpu.limits.max_storage_buffers_per_shader_stage
-    ))
-}
-
 /// Resolves after `ms` milliseconds (the page's timer).
 async fn sleep_ms(ms: i32) {
     let p = js_sys::Promise::new(&mut |resolve, _| {
