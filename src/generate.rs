@@ -574,6 +574,30 @@ pub fn generate(
     Ok((out, traces))
 }
 
+/// One timed generation, the same procedure natively and in a browser (the browser-vs-native
+/// speed benchmark, `make bench-web`): prefills `prompt` (not timed), then generates `n` tokens
+/// greedily, each read back with its trace when `trace` (as the visualizer generates). `clock`
+/// gives milliseconds (`Instant` natively, `performance.now()` in a page). Returns the tokens and
+/// the milliseconds the `n` steps took.
+pub async fn timed_generation(
+    model: &Model,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    n: usize,
+    trace: bool,
+    wait: Wait,
+    clock: &dyn Fn() -> f64,
+) -> Result<(Vec<u32>, f64)> {
+    let greedy = Sampler::new(SamplerConfig { temperature: 0.0, ..Default::default() });
+    let mut g = Generator::open(model, tok, prompt, greedy, trace, None, &[], wait).await?;
+    let mut out = Vec::with_capacity(n);
+    let t0 = clock();
+    for _ in 0..n {
+        out.push(g.step_with(wait).await?.token);
+    }
+    Ok((out, clock() - t0))
+}
+
 /// Log-probabilities (natural log) the model gives each token of `continuation` after `prompt`,
 /// teacher-forced in one forward (the last `max_seq_len` tokens of prompt + continuation), under
 /// `beta_maps` when given and with the `k_mean` sublayers' directions fixed to the prompt's mean

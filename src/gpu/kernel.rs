@@ -75,7 +75,7 @@ impl Dispatch {
     }
 }
 
-fn reflect(
+pub(crate) fn reflect(
     module: &naga::Module,
     info: &naga::valid::ModuleInfo,
     entry: &str,
@@ -114,6 +114,26 @@ fn reflect(
     Ok((bindings, ep.workgroup_size))
 }
 
+/// The bind group layout entries of `bindings` (every one visible to compute).
+pub(crate) fn layout_entries(bindings: &[Binding]) -> Vec<wgpu::BindGroupLayoutEntry> {
+    bindings
+        .iter()
+        .map(|b| wgpu::BindGroupLayoutEntry {
+            binding: b.binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: match b.kind {
+                    BindingKind::Uniform => wgpu::BufferBindingType::Uniform,
+                    BindingKind::Storage { read_only } => wgpu::BufferBindingType::Storage { read_only },
+                },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        })
+        .collect()
+}
+
 impl Gpu {
     /// The kernel for `entry` of `shader` (variant `variant`), compiled once per device.
     pub fn kernel(&self, shader: &str, variant: Option<&str>, entry: &str) -> Result<Arc<Kernel>> {
@@ -127,22 +147,7 @@ impl Gpu {
         let (module, info) = crate::shaders::validate(&key, &text).map_err(err)?;
         let (bindings, workgroup_size) = reflect(&module, &info, entry).map_err(err)?;
 
-        let entries: Vec<wgpu::BindGroupLayoutEntry> = bindings
-            .iter()
-            .map(|b| wgpu::BindGroupLayoutEntry {
-                binding: b.binding,
-                visibility: wgpu::ShaderStages::COMPUTE,
-                ty: wgpu::BindingType::Buffer {
-                    ty: match b.kind {
-                        BindingKind::Uniform => wgpu::BufferBindingType::Uniform,
-                        BindingKind::Storage { read_only } => wgpu::BufferBindingType::Storage { read_only },
-                    },
-                    has_dynamic_offset: false,
-                    min_binding_size: None,
-                },
-                count: None,
-            })
-            .collect();
+        let entries = layout_entries(&bindings);
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let layout = self
             .device

@@ -1,6 +1,7 @@
 //! The GPU runtime: adapter choice and limits, tensors, the pipeline cache, command recording,
 //! readback and timestamp profiling. It knows nothing of models.
 
+mod compile_check;
 mod context;
 mod error;
 mod kernel;
@@ -8,6 +9,7 @@ mod recorder;
 mod runtime_dir;
 mod tensor;
 
+pub use compile_check::CompileReport;
 pub use context::{AdapterSummary, AllocStats, BackendChoice, Gpu, GpuOptions, install_hint};
 #[cfg(feature = "native")]
 pub use context::{adapter_for_local_rank, enumerate_adapters};

@@ -94,3 +94,19 @@ fn profiled_recording_reports_one_time_per_dispatch() {
     let v = t.read_f32(&gpu).unwrap();
     assert_eq!((v[0], v[(1 << 15) + 1]), (2.0, 1.0), "dispatch order must be kept");
 }
+
+/// Every shader variant through the device's own compiler, every entry point that fits its
+/// limits built into a pipeline (the browser test runs the same check with Chrome's compiler).
+#[test]
+fn every_shader_variant_compiles_and_every_fitting_entry_point_builds_on_this_device() {
+    let g = gpu();
+    let r = ddl::gpu::now(g.compile_every_shader(true));
+    assert!(r.errors.is_empty(), "the device's compiler rejected:\n{}", r.errors.join("\n"));
+    let texts: usize = ddl::shaders::ALL.iter().map(|s| s.all_texts().len()).sum();
+    // Only what the device lacks may be skipped: cooperative matrices where it has none.
+    let coop = ddl::shaders::get("matmul_coop").unwrap().all_texts().len();
+    let has_coop = g.features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
+    assert_eq!(r.modules, texts - if has_coop { 0 } else { coop }, "skipped: {:?}", r.skipped);
+    assert!(r.pipelines > 1000, "only {} pipelines built; skipped: {:?}", r.pipelines, r.skipped);
+    eprintln!("{} modules, {} pipelines, {} skipped", r.modules, r.pipelines, r.skipped.len());
+}
