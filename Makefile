@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export XDG_RUNTIME_DIR ?= /tmp/ddl-xdg
 
-.PHONY: setup setup-demo setup-bundle demo test bench fmt gpu-bundle gpu-check-local web
+.PHONY: setup setup-demo setup-bundle demo test bench fmt gpu-bundle gpu-check-local web bench-web
 
 ## What each target installs (only what is missing; nothing on macOS/Windows): docs/SETUP.md.
 setup:
@@ -56,6 +56,11 @@ fmt:
 # server). Needs the wasm32 target (make setup adds it) and installs the pinned wasm-bindgen CLI.
 web:
 	@bash scripts/web.sh
+
+# Browser vs native generation speed on this machine (docs/WEB.md): builds the site, then runs
+# web/benches/generate.rs (headless Chromium; ARGS="--blocks 10 --out f.jsonl" passes options).
+bench-web: web
+	$(CARGO) bench -p ddl-web --bench generate -- $(ARGS)
 
 gpu-bundle: setup-bundle
 	bash scripts/gpu-check.sh bundle

@@ -176,6 +176,62 @@ pub async fn teacher_forced_logits(bytes: Vec<u8>, tokens: Vec<u32>) -> Result<V
     Ok(logits)
 }
 
+/// Every shader variant of the engine through the browser's own WGSL compiler (Chrome's Tint,
+/// …), and with `pipelines` every entry point that fits the browser's limits built:
+/// [`ddl::gpu::Gpu::compile_every_shader`] on the page's WebGPU device. Returns its report as
+/// JSON (`modules`, `pipelines`, `skipped`, `errors`, `warnings`, `adapter`).
+#[wasm_bindgen]
+pub async fn compile_every_shader(pipelines: bool) -> Result<String, JsValue> {
+    let gpu = ddl::gpu::Gpu::browser().await.map_err(|e| JsValue::from_str(&e.to_string()))?;
+    let r = gpu.compile_every_shader(pipelines).await;
+    let mut v = serde_json::to_value(&r).map_err(|e| JsValue::from_str(&e.to_string()))?;
+    v["features"] = format!("{:?}", gpu.features).into();
+    Ok(v.to_string())
+}
+
+/// The checkpoint the speed benchmark generates with, loaded once by [`speed_open`].
+struct SpeedModel {
+    gpu: std::sync::Arc<ddl::gpu::Gpu>,
+    model: ddl::model::Model,
+    tok: ddl::tokenizer::Tokenizer,
+}
+
+thread_local! {
+    static SPEED: RefCell<Option<Rc<SpeedModel>>> = const { RefCell::new(None) };
+}
+
+/// Loads the checkpoint `bytes` on the browser's WebGPU device for [`speed_run`] (the
+/// browser-vs-native generation benchmark, `make bench-web`); returns the adapter's name.
+#[wasm_bindgen]
+pub async fn speed_open(bytes: Vec<u8>) -> Result<String, JsValue> {
+    let err = |e: &dyn std::fmt::Display| JsValue::from_str(&e.to_string());
+    let gpu = ddl::gpu::Gpu::browser().await.map_err(|e| err(&e))?;
+    let (model, tok, _) =
+        ddl::generate::load_for_inference_from_bytes(&gpu, "checkpoint", &bytes).map_err(|e| err(&e))?;
+    let i = gpu.adapter.get_info();
+    let adapter = format!("{} ({:?}, {})", i.name, i.backend, i.driver);
+    SPEED.with(|s| *s.borrow_mut() = Some(Rc::new(SpeedModel { gpu, model, tok })));
+    Ok(adapter)
+}
+
+/// One timed generation of `tokens` tokens after `prompt` with the model of [`speed_open`]:
+/// [`ddl::generate::timed_generation`], the procedure the native side runs, timed by
+/// `performance.now()`. Returns JSON `{"ms": …, "tokens": […]}`.
+#[wasm_bindgen]
+pub async fn speed_run(prompt: Vec<u32>, tokens: usize, trace: bool) -> Result<String, JsValue> {
+    let err = |e: &dyn std::fmt::Display| JsValue::from_str(&e.to_string());
+    let m = SPEED.with(|s| s.borrow().clone()).ok_or_else(|| JsValue::from_str("speed_run before speed_open"))?;
+    let perf =
+        web_sys::window().and_then(|w| w.performance()).ok_or_else(|| JsValue::from_str("no performance clock"))?;
+    let clock = move || perf.now();
+    let (out, ms) =
+        ddl::generate::timed_generation(&m.model, &m.tok, &prompt, tokens, trace, ddl::gpu::Wait::Await, &clock)
+            .await
+            .map_err(|e| err(&e))?;
+    m.gpu.check().map_err(|e| err(&e))?;
+    Ok(serde_json::json!({ "ms": ms, "tokens": out }).to_string())
+}
+
 /// Resolves after `ms` milliseconds (the page's timer).
 async fn sleep_ms(ms: i32) {
     let p = js_sys::Promise::new(&mut |resolve, _| {

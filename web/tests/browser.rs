@@ -3,160 +3,25 @@
 //! over the DevTools protocol. The page must load its demo checkpoint; the engine's logits in the
 //! browser, teacher-forced over a fixed token sequence, must match the native engine's on the
 //! same checkpoint; generation must produce tokens; the β map must show something (its pixels
-//! vary). Needs Chromium (scripts/setup.sh test installs it) and the built site: it fails, never
-//! skips, when either is missing.
+//! vary). A checkpoint named by `?checkpoint=URL` on another origin must load when that server
+//! allows it (CORS) and give a message in the page when it does not. Needs Chromium
+//! (scripts/setup.sh test installs it) and the built site: it fails, never skips, when either is
+//! missing.
 
-use std::ffi::OsStr;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use common::{eval, launch, open, serve, site, state, wait_for};
 use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
-use headless_chrome::{Browser, LaunchOptions, Tab};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn site() -> PathBuf {
-    let dir = match std::env::var_os("DDL_WEB_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => {
-            let target =
-                std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join("target"));
-            target.join("web")
-        }
-    };
-    assert!(
-        dir.join("index.html").is_file() && dir.join("pkg/ddl_web_bg.wasm").is_file(),
-        "{}: no built site (index.html, pkg/ddl_web_bg.wasm); run `make web` first (or point DDL_WEB_DIR at one)",
-        dir.display()
-    );
-    dir
-}
-
-/// Serves `root` on 127.0.0.1 (any free port) from a thread: GET of files only.
-fn serve(root: PathBuf) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let root = root.clone();
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(&stream);
-                let mut line = String::new();
-                if reader.read_line(&mut line).is_err() {
-                    return;
-                }
-                // Drain the headers.
-                let mut h = String::new();
-                while reader.read_line(&mut h).is_ok_and(|n| n > 2) {
-                    h.clear();
-                }
-                let path = line.split_whitespace().nth(1).unwrap_or("/").split('?').next().unwrap_or("/").to_string();
-                let rel = if path == "/" { "index.html".to_string() } else { path.trim_start_matches('/').to_string() };
-                let file = root.join(&rel);
-                let mut s = &stream;
-                match (rel.contains(".."), std::fs::read(&file)) {
-                    (false, Ok(body)) => {
-                        let ct = match file.extension().and_then(|e| e.to_str()) {
-                            Some("html") => "text/html; charset=utf-8",
-                            Some("js") => "text/javascript",
-                            Some("wasm") => "application/wasm",
-                            _ => "application/octet-stream",
-                        };
-                        let _ = write!(
-                            s,
-                            "HTTP/1.1 200 OK\r\nContent-Type: {ct}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                            body.len()
-                        );
-                        let _ = s.write_all(&body);
-                    }
-                    _ => {
-                        let _ = write!(s, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-                    }
-                }
-            });
-        }
-    });
-    port
-}
-
-fn chromium() -> PathBuf {
-    let p = std::env::var_os("DDL_CHROMIUM").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
-    assert!(
-        p.is_file(),
-        "{}: no Chromium; install it (`scripts/setup.sh test` does: apt-get install chromium) or set DDL_CHROMIUM",
-        p.display()
-    );
-    p
-}
-
-fn eval(tab: &Tab, js: &str) -> serde_json::Value {
-    let r = tab.evaluate(js, true).unwrap_or_else(|e| panic!("evaluating {js}: {e}"));
-    r.value.unwrap_or(serde_json::Value::Null)
-}
-
-fn state(tab: &Tab) -> serde_json::Value {
-    let s = eval(tab, "window.ddl && window.ddl.ready ? window.ddl.page.state() : ''");
-    serde_json::from_str(s.as_str().unwrap_or("")).unwrap_or(serde_json::Value::Null)
-}
-
-/// Polls `cond` on the page's state until it holds or `secs` pass; the page's errors fail it.
-fn wait_for(tab: &Tab, what: &str, secs: u64, cond: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
-    let t0 = Instant::now();
-    loop {
-        let page_error = eval(tab, "window.ddl ? window.ddl.error : 'no window.ddl'");
-        let log = eval(tab, "window.ddl && window.ddl.log ? window.ddl.log.join('\\n') : ''");
-        assert!(page_error.is_null(), "the page failed: {page_error}\nconsole errors:\n{}", log.as_str().unwrap_or(""));
-        let s = state(tab);
-        if let Some(errs) = s.get("errors").and_then(|e| e.as_array()) {
-            assert!(errs.is_empty(), "while waiting for {what}, the app reported: {errs:?}");
-        }
-        if cond(&s) {
-            return s;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(secs), "{what}: not after {secs} s; state {s}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 #[test]
 fn the_page_loads_the_demo_matches_the_native_logits_generates_and_draws_the_beta_map() {
     let root = site();
-    let chrome = chromium();
-    let port = serve(root.clone());
-    // WebGPU on a machine without a GPU: Chromium's SwiftShader through its Vulkan path.
-    let args: Vec<&OsStr> = [
-        "--enable-unsafe-webgpu",
-        "--enable-features=Vulkan,NetworkService,NetworkServiceInProcess",
-        "--disable-gpu-sandbox",
-        "--use-angle=swiftshader",
-        "--enable-unsafe-swiftshader",
-        "--no-first-run",
-        "--disable-component-update",
-        "--disable-quic",
-    ]
-    .iter()
-    .map(OsStr::new)
-    .collect();
-    let browser = Browser::new(
-        LaunchOptions::default_builder()
-            .path(Some(chrome))
-            .headless(true)
-            .sandbox(false)
-            .enable_gpu(true)
-            .window_size(Some((1280, 800)))
-            .idle_browser_timeout(Duration::from_secs(600))
-            .args(args)
-            .build()
-            .unwrap(),
-    )
-    .expect("starting headless Chromium");
-    let tab = browser.new_tab().unwrap();
-    tab.set_default_timeout(Duration::from_secs(120));
-    tab.navigate_to(&format!("http://127.0.0.1:{port}/index.html")).unwrap().wait_until_navigated().unwrap();
+    let port = serve(root.clone(), false);
+    let browser = launch();
+    let tab = open(&browser, &format!("http://127.0.0.1:{port}/index.html"));
 
     // The demo checkpoint loads on the page's WebGPU device.
     let s = wait_for(&tab, "the demo checkpoint to load", 180, |s| s["model"].is_object() && s["busy"] == false);
@@ -224,4 +89,77 @@ fn the_page_loads_the_demo_matches_the_native_logits_generates_and_draws_the_bet
         colours.len(),
         out.display()
     );
+}
+
+/// `?checkpoint=URL` on another origin: the page loads it when that server allows the page to read
+/// it (CORS), and says why in the page when it does not.
+#[test]
+fn a_checkpoint_url_on_another_origin_loads_with_cors_and_fails_with_a_message_without() {
+    let root = site();
+    let page = serve(root.clone(), false);
+    // Another origin (another port) serving a checkpoint: one server allows any origin, one not.
+    let models = std::env::temp_dir().join(format!("ddl-web-cors-{}", std::process::id()));
+    std::fs::create_dir_all(&models).unwrap();
+    std::fs::copy(root.join("demo/model.safetensors"), models.join("other.safetensors")).unwrap();
+    let (open_port, closed_port) = (serve(models.clone(), true), serve(models.clone(), false));
+    let browser = launch();
+
+    let url = format!("http://127.0.0.1:{open_port}/other.safetensors");
+    let tab = open(&browser, &format!("http://127.0.0.1:{page}/index.html?checkpoint={url}"));
+    let s = wait_for(&tab, "the checkpoint from the other origin to load", 180, |s| {
+        s["model"].is_object() && s["busy"] == false
+    });
+    assert_eq!(s["model"]["name"], url.as_str(), "the page opened {} instead of {url}", s["model"]);
+
+    let url = format!("http://127.0.0.1:{closed_port}/other.safetensors");
+    let tab = open(&browser, &format!("http://127.0.0.1:{page}/index.html?checkpoint={url}"));
+    let t0 = Instant::now();
+    let errors = loop {
+        let s = state(&tab);
+        if let Some(e) = s["errors"].as_array().filter(|e| !e.is_empty()) {
+            break e.clone();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(180), "no error in the page for {url}; state {s}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let shown = eval(&tab, "document.getElementById('msg').textContent");
+    let all = format!("{errors:?} {shown}");
+    assert!(all.contains(&url) && all.contains("CORS"), "the page's message should name the URL and CORS: {all}");
+    assert!(state(&tab)["model"].is_null(), "no model should be open after a failed download");
+    let _ = std::fs::remove_dir_all(&models);
+}
+
+/// Every shader variant through the browser's WGSL compiler (Tint in Chromium: stricter than
+/// naga in places): a variant the form table may choose must never fail first in a user's page.
+/// Modules only: building all pipelines too takes minutes in SwiftShader (the native test builds
+/// them on lavapipe; `window.ddl.wasm.compile_every_shader(true)` does it in a page).
+#[test]
+fn every_shader_variant_compiles_with_the_browsers_wgsl_compiler() {
+    let root = site();
+    let port = serve(root, false);
+    let browser = launch();
+    let tab = open(&browser, &format!("http://127.0.0.1:{port}/index.html"));
+    wait_for(&tab, "the page to start", 180, |s| s.is_object());
+    let js = "(async () => { try { return await window.ddl.wasm.compile_every_shader(false); } \
+              catch (e) { return JSON.stringify({error: String(e)}); } })()";
+    let r: serde_json::Value = serde_json::from_str(eval(&tab, js).as_str().expect("a JSON answer")).unwrap();
+    assert!(r["error"].is_null(), "the check could not run: {}", r["error"]);
+    let list = |k: &str| r[k].as_array().cloned().unwrap_or_default();
+    let (errors, skipped) = (list("errors"), list("skipped"));
+    eprintln!(
+        "browser compiler: {} modules, {} pipelines, {} skipped, {} warnings (features {})",
+        r["modules"],
+        r["pipelines"],
+        skipped.len(),
+        list("warnings").len(),
+        r["features"]
+    );
+    for s in &skipped {
+        eprintln!("  skipped {}", s.as_str().unwrap_or(""));
+    }
+    assert!(errors.is_empty(), "the browser's compiler rejected {} texts:\n{}", errors.len(), {
+        errors.iter().map(|e| e.as_str().unwrap_or("").to_string()).collect::<Vec<_>>().join("\n")
+    });
+    // What no browser lacks: the f32 forms of every kernel.
+    assert!(r["modules"].as_u64() >= Some(60), "only {} modules compiled; skipped {skipped:?}", r["modules"]);
 }
