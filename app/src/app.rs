@@ -448,6 +448,7 @@ impl VizApp {
                     let rate = *n as f64 / t0.elapsed().as_secs_f64().max(1e-3);
                     self.status = format!("generating… {n} token(s), {rate:.1} tokens/s");
                 }
+                Event::Progress(p) => self.status = p,
                 Event::Compared(c) => {
                     self.interventions.comparison = Some(c);
                 }

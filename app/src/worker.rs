@@ -51,6 +51,8 @@ pub enum Event {
         prompt: Vec<TokenTrace>,
     },
     Token(GenStep),
+    /// How far a longer piece of work (a comparison) has come, for the status line.
+    Progress(String),
     /// A comparison finished.
     Compared(crate::panels::interventions::Comparison),
     /// Generation ended (max tokens, stopped, end of text).
@@ -342,7 +344,7 @@ async fn run(mut rx: Inbox, out: &Out, stop: &AtomicBool, busy: &AtomicBool, wai
                 Command::Compare { prompt, sampling, max_tokens, specs } => {
                     // The comparison's own generators; the interactive session starts afresh.
                     session = None;
-                    match compare(&model, &tok, &prompt, sampling, max_tokens, &specs, stop, wait).await {
+                    match compare(&model, &tok, &prompt, sampling, max_tokens, &specs, stop, out, wait).await {
                         Ok(c) => {
                             let n = c.original.len();
                             out.send(Event::Compared(c));
@@ -437,6 +439,7 @@ async fn compare(
     max_tokens: usize,
     specs: &[String],
     stop: &AtomicBool,
+    out: &Out,
     wait: Wait,
 ) -> Result<crate::panels::interventions::Comparison, String> {
     sampling.validate()?;
@@ -448,15 +451,16 @@ async fn compare(
         return Err("the prompt is empty: type some text first".into());
     }
     let eot = tok.eot_id();
-    let run = async |maps: Option<Vec<ddl::kernels::delta::BetaMap>>, k: &[bool]| -> Result<_, String> {
+    let run = async |side: &str, maps: Option<Vec<ddl::kernels::delta::BetaMap>>, k: &[bool]| -> Result<_, String> {
         let mut g = Generator::open(model, tok, &ids, Sampler::new(sampling.clone()), true, maps, k, wait)
             .await
             .map_err(|e| format!("prefill failed: {e}"))?;
         let mut steps = Vec::new();
-        for _ in 0..max_tokens {
+        for i in 0..max_tokens {
             if stop.load(Ordering::SeqCst) {
                 break;
             }
+            out.send(Event::Progress(format!("comparing: the {side} continuation, token {}/{max_tokens}…", i + 1)));
             let s = g.step_with(wait).await.map_err(|e| format!("generation failed: {e}"))?;
             if eot == Some(s.token) {
                 break;
@@ -465,8 +469,9 @@ async fn compare(
         }
         Ok((g.prompt_traces().to_vec(), steps))
     };
-    let (prompt_t, original) = run(None, &[]).await?;
-    let (prompt_i, intervened) = run(Some(maps.clone()), &k_mean).await?;
+    let (prompt_t, original) = run("original", None, &[]).await?;
+    let (prompt_i, intervened) = run("intervened", Some(maps.clone()), &k_mean).await?;
+    out.send(Event::Progress("comparing: scoring the original continuation under the interventions…".into()));
     let cont: Vec<u32> = original.iter().map(|t| t.token).collect();
     let delta_logprob = ddl::generate::delta_logprobs_with(model, &ids, &cont, maps, &k_mean, wait)
         .await

@@ -30,6 +30,13 @@ struct Args {
     /// Tokens generated (timed) per run; prompt + tokens must fit the model's context.
     #[arg(long, default_value_t = 48)]
     tokens: usize,
+    /// Runs of the page's own visualizer generating (its worker, drawing as it goes), timed
+    /// from outside the page; 0 skips them.
+    #[arg(long, default_value_t = 3)]
+    ui_runs: usize,
+    /// Tokens per visualizer run (slow where the page draws in software).
+    #[arg(long, default_value_t = 12)]
+    ui_tokens: usize,
     /// Blocks of four runs (native, browser, browser, native) per mode; ≥ 6 for an interval.
     #[arg(long, default_value_t = 8)]
     blocks: usize,
@@ -201,6 +208,47 @@ fn run(mut a: Args) -> Result<(), String> {
             ratios.len(),
             ci.map(|(lo, hi)| format!("[{lo:.2}, {hi:.2}]")).unwrap_or_else(|| "n/a: fewer than 6 blocks".into()),
             if same { "yes" } else { "NO" },
+        );
+        rows.push(row);
+    }
+    // The visualizer as a user sees it: its worker generating while the page draws every frame
+    // (egui through WebGL). Timed from this process by polling the page's state every 50 ms.
+    if a.ui_runs > 0 {
+        common::wait_for(&tab, "the demo to load in the visualizer", 180, |s| {
+            s["model"].is_object() && s["busy"] == false
+        });
+        let mut secs = Vec::new();
+        for _ in 0..a.ui_runs + 1 {
+            let t0 = Instant::now();
+            common::eval(&tab, &format!("window.ddl.page.generate({:?}, {})", a.prompt, a.ui_tokens));
+            let mut s;
+            loop {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                s = common::state(&tab);
+                if s["generated"].as_u64() >= Some(a.ui_tokens as u64) && s["busy"] == false {
+                    break;
+                }
+                if t0.elapsed().as_secs() > 600 {
+                    return Err(format!("the visualizer did not generate {} tokens in 600 s: {s}", a.ui_tokens));
+                }
+            }
+            secs.push(t0.elapsed().as_secs_f64());
+        }
+        // The first run compiles the pipelines: not counted.
+        let runs = &secs[1..];
+        let row = json!({
+            "bench": "web_generate", "mode": "visualizer", "checkpoint": path.display().to_string(),
+            "variant": model.cfg.variant.name(), "tokens": a.ui_tokens, "runs": runs.len(),
+            "browser_adapter": browser_adapter,
+            "browser_tok_per_s": a.ui_tokens as f64 / median(runs),
+            "seconds": runs,
+        });
+        println!(
+            "visualizer: {:.2} tok/s in the page's own generation (its worker, drawing every frame), median of {} runs of {} tokens ({:?} s)",
+            row["browser_tok_per_s"].as_f64().unwrap(),
+            runs.len(),
+            a.ui_tokens,
+            runs.iter().map(|x| (x * 10.0).round() / 10.0).collect::<Vec<_>>()
         );
         rows.push(row);
     }

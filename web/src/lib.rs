@@ -11,13 +11,15 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use ddl_viz::app::{Incoming, Options, VizApp};
+use ddl_viz::app::{Incoming, Options, Tab, VizApp};
 use eframe::egui;
 use wasm_bindgen::prelude::*;
 
 /// What the page's script asked for, applied at the next frame.
 enum Request {
     Generate { prompt: String, tokens: usize },
+    Compare { prompt: String, tokens: usize, specs: Vec<String> },
+    Show(Tab),
 }
 
 /// Shared between the page's handle and the running app.
@@ -90,8 +92,29 @@ impl Page {
         self.repaint();
     }
 
+    /// Generates `tokens` tokens from `prompt` without and with the interventions `specs`
+    /// (`block0.attn:beta=0`, `block1.mlp:k=mean`, … as `ddl generate --intervene` takes them) and
+    /// shows the Interventions view, as its Compare button does.
+    pub fn compare(&self, prompt: String, tokens: usize, specs: Vec<String>) {
+        self.shared.borrow_mut().requests.push(Request::Compare { prompt, tokens, specs });
+        self.repaint();
+    }
+
+    /// Shows the view named `tab` (its title: "β map", "Eigenvalue regimes", "k directions",
+    /// "Write strength", "Interventions", …); an unknown name is an error naming the views.
+    pub fn show(&self, tab: String) -> Result<(), JsValue> {
+        let t = Tab::ALL.into_iter().find(|t| t.name() == tab).ok_or_else(|| {
+            let names: Vec<&str> = Tab::ALL.iter().map(|t| t.name()).collect();
+            JsValue::from_str(&format!("no view named {tab:?} (the views: {})", names.join(", ")))
+        })?;
+        self.shared.borrow_mut().requests.push(Request::Show(t));
+        self.repaint();
+        Ok(())
+    }
+
     /// The app's state as JSON: the loaded model, the tokens shown, whether the model is busy,
-    /// the status line, the error messages and the central view's rectangle in CSS pixels.
+    /// the status line, the error messages, the central view's rectangle in CSS pixels, the view
+    /// shown and the last comparison of the Interventions view.
     pub fn state(&self) -> String {
         self.shared.borrow().state.clone()
     }
@@ -132,6 +155,13 @@ impl eframe::App for WebApp {
                     self.app.max_tokens = tokens;
                     self.app.generate();
                 }
+                Request::Compare { prompt, tokens, specs } => {
+                    self.app.prompt = prompt;
+                    self.app.max_tokens = tokens;
+                    self.app.tab = Tab::Interventions;
+                    self.app.compare(specs);
+                }
+                Request::Show(t) => self.app.tab = t,
             }
         }
         self.app.ui_root(ui);
@@ -151,6 +181,13 @@ impl eframe::App for WebApp {
             "status": a.status,
             "errors": a.messages.iter().filter(|(l, _)| *l == ddl_viz::app::Level::Error).map(|(_, m)| m.clone()).collect::<Vec<_>>(),
             "central": rect,
+            "tab": a.tab.name(),
+            "comparison": a.interventions.comparison.as_ref().map(|c| serde_json::json!({
+                "specs": c.specs,
+                "original": c.original.iter().map(|t| t.token).collect::<Vec<_>>(),
+                "intervened": c.intervened.iter().map(|t| t.token).collect::<Vec<_>>(),
+                "delta_logprob": c.delta_logprob,
+            })),
             "pixels_per_point": ui.ctx().pixels_per_point(),
             "frame": ui.ctx().cumulative_pass_nr(),
         });

@@ -57,16 +57,62 @@ fn the_page_loads_the_demo_matches_the_native_logits_generates_and_draws_the_bet
     let s = wait_for(&tab, "12 generated tokens", 180, |s| s["generated"].as_u64() >= Some(12) && s["busy"] == false);
     eprintln!("generated: {:?}", s["text"]);
 
-    // The page as the browser composites it, the canvas below the page's bar.
+    // The page as the browser composites it: the β map must show something.
+    let t_views = Instant::now();
+    let (n, out) = central_colours(&tab, &s, "beta-map");
+    assert!(n > 20, "the β map's area has {n} colours (blank?); screenshot {}", out.display());
+
+    // The other views of the generated tokens draw too.
+    for view in ["Eigenvalue regimes", "k directions", "Write strength"] {
+        let frame = s["frame"].as_u64().unwrap_or(0);
+        eval(&tab, &format!("window.ddl.page.show({view:?})"));
+        let s = wait_for(&tab, view, 60, |s| s["tab"] == view && s["frame"].as_u64() > Some(frame + 1));
+        let (n, out) = central_colours(&tab, &s, &view.replace(' ', "-"));
+        assert!(n > 20, "the {view} view has {n} colours (blank?); screenshot {}", out.display());
+    }
+
+    eprintln!("views drawn in {:.1} s", t_views.elapsed().as_secs_f64());
+    let t_compare = Instant::now();
+    // The Interventions view: generation without and with interventions, and the change of the
+    // original continuation's log-probabilities, which must match the native engine's.
+    let specs = ["block0.attn:beta=0", "block1.mlp:k=mean"];
+    eval(&tab, &format!("window.ddl.page.compare('ROMEO:', 12, {specs:?})"));
+    let s = wait_for(&tab, "the comparison", 180, |s| s["comparison"].is_object() && s["busy"] == false);
+    let c = &s["comparison"];
+    eprintln!("compared in {:.1} s", t_compare.elapsed().as_secs_f64());
+    let original: Vec<u32> = serde_json::from_value(c["original"].clone()).unwrap();
+    let intervened: Vec<u32> = serde_json::from_value(c["intervened"].clone()).unwrap();
+    let web_delta: Vec<f64> = serde_json::from_value(c["delta_logprob"].clone()).unwrap();
+    assert_eq!((original.len(), intervened.len(), web_delta.len()), (12, 12, 12), "comparison {c}");
+    let specs: Vec<String> = specs.iter().map(|s| s.to_string()).collect();
+    let iv = ddl::model::Interventions::parse(&specs, false).unwrap();
+    let maps = iv.maps(&model.cfg).unwrap();
+    let k_mean = iv.k_mean_targets(&model.cfg).unwrap();
+    let prompt = tok.encode("ROMEO:").unwrap();
+    let native_delta = ddl::generate::delta_logprobs(&model, &prompt, &original, maps, &k_mean).unwrap();
+    let worst = web_delta.iter().zip(&native_delta).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    eprintln!("Δ log p under {}: browser {web_delta:.4?}, max |browser − native| {worst:.2e}", c["specs"]);
+    assert!(worst < 1e-3, "Δ log p: browser {web_delta:?} vs native {native_delta:?}");
+    assert!(web_delta.iter().any(|d| d.abs() > 1e-3), "the interventions changed nothing: {web_delta:?}");
+    let (n, out) = central_colours(&tab, &s, "interventions");
+    assert!(n > 20, "the Interventions view has {n} colours (blank?); screenshot {}", out.display());
+}
+
+/// A screenshot of the page (saved as `ddl-web-<name>.png` in $TMPDIR, the β map's also to
+/// DDL_WEB_SCREENSHOT when set) and the number of colours in the central view's rectangle
+/// (`state`'s `central`, in CSS pixels below the page's bar).
+fn central_colours(tab: &headless_chrome::Tab, s: &serde_json::Value, name: &str) -> (usize, PathBuf) {
     std::thread::sleep(Duration::from_millis(500));
     let png = tab.capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true).unwrap();
     let img = image::load_from_memory(&png).unwrap().to_rgba8();
-    let out = std::env::var_os("DDL_WEB_SCREENSHOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join("ddl-web-browser-test.png"));
+    let out = match std::env::var_os("DDL_WEB_SCREENSHOT") {
+        Some(p) if name == "beta-map" => PathBuf::from(p),
+        _ if name == "beta-map" => std::env::temp_dir().join("ddl-web-browser-test.png"),
+        _ => std::env::temp_dir().join(format!("ddl-web-{name}.png")),
+    };
     img.save(&out).unwrap();
-    let top = eval(&tab, "document.getElementById('canvas').getBoundingClientRect().top").as_f64().unwrap_or(0.0);
-    let dpr = eval(&tab, "window.devicePixelRatio").as_f64().unwrap_or(1.0);
+    let top = eval(tab, "document.getElementById('canvas').getBoundingClientRect().top").as_f64().unwrap_or(0.0);
+    let dpr = eval(tab, "window.devicePixelRatio").as_f64().unwrap_or(1.0);
     let c = s["central"].as_array().expect("the central view's rectangle");
     // egui points are CSS pixels here (the page does not zoom); the screenshot is in device pixels.
     let px = |v: &serde_json::Value, off: f64| ((v.as_f64().unwrap() + off) * dpr) as u32;
@@ -83,12 +129,7 @@ fn the_page_loads_the_demo_matches_the_native_logits_generates_and_draws_the_bet
             colours.insert(img.get_pixel(x, y).0);
         }
     }
-    assert!(
-        colours.len() > 20,
-        "the β map's area has {} colours (blank?); screenshot {}",
-        colours.len(),
-        out.display()
-    );
+    (colours.len(), out)
 }
 
 /// `?checkpoint=URL` on another origin: the page loads it when that server allows the page to read
