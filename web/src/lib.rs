@@ -29,6 +29,11 @@ struct Shared {
     /// The app's state as JSON, refreshed every frame ([`Page::state`]).
     state: String,
     ctx: Option<egui::Context>,
+    /// How many of the page's requests a frame has handled (the state's `handled`): a caller
+    /// waits for it to pass its own request before reading the state as that request's outcome.
+    handled: u64,
+    /// How many requests the page has made (what [`Page::generate`] and the like return).
+    submitted: u64,
 }
 
 /// The page's handle on the visualizer.
@@ -87,29 +92,38 @@ impl Page {
     }
 
     /// Generates `tokens` tokens from `prompt` (as typing the prompt and pressing Generate does).
-    pub fn generate(&self, prompt: String, tokens: usize) {
-        self.shared.borrow_mut().requests.push(Request::Generate { prompt, tokens });
-        self.repaint();
+    /// Returns the request's number: the state's `handled` reaches it in the frame that starts it.
+    pub fn generate(&self, prompt: String, tokens: usize) -> f64 {
+        self.request(Request::Generate { prompt, tokens })
     }
 
     /// Generates `tokens` tokens from `prompt` without and with the interventions `specs`
     /// (`block0.attn:beta=0`, `block1.mlp:k=mean`, … as `ddl generate --intervene` takes them) and
     /// shows the Interventions view, as its Compare button does.
-    pub fn compare(&self, prompt: String, tokens: usize, specs: Vec<String>) {
-        self.shared.borrow_mut().requests.push(Request::Compare { prompt, tokens, specs });
-        self.repaint();
+    /// Returns the request's number, as [`Page::generate`] does.
+    pub fn compare(&self, prompt: String, tokens: usize, specs: Vec<String>) -> f64 {
+        self.request(Request::Compare { prompt, tokens, specs })
     }
 
     /// Shows the view named `tab` (its title: "β map", "Eigenvalue regimes", "k directions",
     /// "Write strength", "Interventions", …); an unknown name is an error naming the views.
-    pub fn show(&self, tab: String) -> Result<(), JsValue> {
+    pub fn show(&self, tab: String) -> Result<f64, JsValue> {
         let t = Tab::ALL.into_iter().find(|t| t.name() == tab).ok_or_else(|| {
             let names: Vec<&str> = Tab::ALL.iter().map(|t| t.name()).collect();
             JsValue::from_str(&format!("no view named {tab:?} (the views: {})", names.join(", ")))
         })?;
-        self.shared.borrow_mut().requests.push(Request::Show(t));
+        Ok(self.request(Request::Show(t)))
+    }
+
+    fn request(&self, r: Request) -> f64 {
+        let n = {
+            let mut s = self.shared.borrow_mut();
+            s.requests.push(r);
+            s.submitted += 1;
+            s.submitted
+        };
         self.repaint();
-        Ok(())
+        n as f64
     }
 
     /// The app's state as JSON: the loaded model, the tokens shown, whether the model is busy,
@@ -148,6 +162,7 @@ struct WebApp {
 impl eframe::App for WebApp {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         let requests = std::mem::take(&mut self.shared.borrow_mut().requests);
+        self.shared.borrow_mut().handled += requests.len() as u64;
         for r in requests {
             match r {
                 Request::Generate { prompt, tokens } => {
@@ -190,6 +205,7 @@ impl eframe::App for WebApp {
             })),
             "pixels_per_point": ui.ctx().pixels_per_point(),
             "frame": ui.ctx().cumulative_pass_nr(),
+            "handled": self.shared.borrow().handled,
         });
         self.shared.borrow_mut().state = state.to_string();
     }

@@ -13,7 +13,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{eval, launch, open, serve, site, state, wait_for};
+use common::{eval, handled, launch, open, request, serve, site, state, wait_for};
 use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
 
 #[test]
@@ -53,8 +53,10 @@ fn the_page_loads_the_demo_matches_the_native_logits_generates_and_draws_the_bet
     assert!(r.passes(1e-4), "{r}");
 
     // Generation through the visualizer's worker.
-    eval(&tab, "window.ddl.page.generate('ROMEO:', 12)");
-    let s = wait_for(&tab, "12 generated tokens", 180, |s| s["generated"].as_u64() >= Some(12) && s["busy"] == false);
+    let n = request(&tab, "window.ddl.page.generate('ROMEO:', 12)");
+    let s = wait_for(&tab, "12 generated tokens", 180, |s| {
+        handled(s, n) && s["generated"].as_u64() >= Some(12) && s["busy"] == false
+    });
     eprintln!("generated: {:?}", s["text"]);
 
     // The page as the browser composites it: the β map must show something.
@@ -64,9 +66,9 @@ fn the_page_loads_the_demo_matches_the_native_logits_generates_and_draws_the_bet
 
     // The other views of the generated tokens draw too.
     for view in ["Eigenvalue regimes", "k directions", "Write strength"] {
-        let frame = s["frame"].as_u64().unwrap_or(0);
-        eval(&tab, &format!("window.ddl.page.show({view:?})"));
-        let s = wait_for(&tab, view, 60, |s| s["tab"] == view && s["frame"].as_u64() > Some(frame + 1));
+        let n = request(&tab, &format!("window.ddl.page.show({view:?})"));
+        // The frame that handled the request drew the view (requests are handled before the UI).
+        let s = wait_for(&tab, view, 60, |s| handled(s, n) && s["tab"] == view);
         let (n, out) = central_colours(&tab, &s, &view.replace(' ', "-"));
         assert!(n > 20, "the {view} view has {n} colours (blank?); screenshot {}", out.display());
     }
@@ -76,8 +78,9 @@ fn the_page_loads_the_demo_matches_the_native_logits_generates_and_draws_the_bet
     // The Interventions view: generation without and with interventions, and the change of the
     // original continuation's log-probabilities, which must match the native engine's.
     let specs = ["block0.attn:beta=0", "block1.mlp:k=mean"];
-    eval(&tab, &format!("window.ddl.page.compare('ROMEO:', 12, {specs:?})"));
-    let s = wait_for(&tab, "the comparison", 180, |s| s["comparison"].is_object() && s["busy"] == false);
+    let n = request(&tab, &format!("window.ddl.page.compare('ROMEO:', 12, {specs:?})"));
+    let s =
+        wait_for(&tab, "the comparison", 180, |s| handled(s, n) && s["comparison"].is_object() && s["busy"] == false);
     let c = &s["comparison"];
     eprintln!("compared in {:.1} s", t_compare.elapsed().as_secs_f64());
     let original: Vec<u32> = serde_json::from_value(c["original"].clone()).unwrap();

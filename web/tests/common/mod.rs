@@ -95,6 +95,18 @@ pub fn eval(tab: &Tab, js: &str) -> serde_json::Value {
     r.value.unwrap_or(serde_json::Value::Null)
 }
 
+/// Makes one of the page's requests (`window.ddl.page.generate(…)`, `compare`, `show`) and
+/// returns its number: the state answers for it once its `handled` has reached that number.
+pub fn request(tab: &Tab, js: &str) -> u64 {
+    let n = eval(tab, js);
+    n.as_f64().filter(|n| *n >= 1.0).unwrap_or_else(|| panic!("{js} returned {n}, not a request number")) as u64
+}
+
+/// Whether the state `s` is from a frame that has handled request `n` ([`request`]).
+pub fn handled(s: &serde_json::Value, n: u64) -> bool {
+    s["handled"].as_u64().is_some_and(|h| h >= n)
+}
+
 pub fn state(tab: &Tab) -> serde_json::Value {
     let s = eval(tab, "window.ddl && window.ddl.ready ? window.ddl.page.state() : ''");
     serde_json::from_str(s.as_str().unwrap_or("")).unwrap_or(serde_json::Value::Null)
