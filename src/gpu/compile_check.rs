@@ -8,7 +8,7 @@
 //! limits. The browser test runs it in headless Chromium, a kernel test on the native adapter.
 
 use super::Gpu;
-use super::kernel::{BindingKind, layout_entries, reflect};
+use super::kernel::{BindingKind, reflect};
 
 /// What [`Gpu::compile_every_shader`] found.
 #[derive(Debug, Default, Clone, serde::Serialize)]
@@ -151,23 +151,7 @@ impl Gpu {
                         continue;
                     }
                     let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-                    let layout = self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                        label: Some(&entry),
-                        entries: &layout_entries(&bindings),
-                    });
-                    let pl = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                        label: Some(&entry),
-                        bind_group_layouts: &[Some(&layout)],
-                        immediate_size: 0,
-                    });
-                    let _pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                        label: Some(&entry),
-                        layout: Some(&pl),
-                        module: &sm,
-                        entry_point: Some(&ep.name),
-                        compilation_options: Default::default(),
-                        cache: None,
-                    });
+                    let _pipeline = self.build_pipeline(&entry, &bindings, &sm, &ep.name);
                     match scope.pop().await {
                         Some(e) => r.errors.push(format!("{entry}: {e}")),
                         None => r.pipelines += 1,

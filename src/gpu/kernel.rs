@@ -115,7 +115,7 @@ pub(crate) fn reflect(
 }
 
 /// The bind group layout entries of `bindings` (every one visible to compute).
-pub(crate) fn layout_entries(bindings: &[Binding]) -> Vec<wgpu::BindGroupLayoutEntry> {
+fn layout_entries(bindings: &[Binding]) -> Vec<wgpu::BindGroupLayoutEntry> {
     bindings
         .iter()
         .map(|b| wgpu::BindGroupLayoutEntry {
@@ -135,6 +135,36 @@ pub(crate) fn layout_entries(bindings: &[Binding]) -> Vec<wgpu::BindGroupLayoutE
 }
 
 impl Gpu {
+    /// The bind group layout of `bindings` and the compute pipeline of `module`'s `entry` over it
+    /// (labelled `label`): what [`Gpu::kernel`] caches and [`Gpu::compile_every_shader`] checks.
+    /// Errors go to the caller's error scope.
+    pub(crate) fn build_pipeline(
+        &self,
+        label: &str,
+        bindings: &[Binding],
+        module: &wgpu::ShaderModule,
+        entry: &str,
+    ) -> (wgpu::ComputePipeline, wgpu::BindGroupLayout) {
+        let layout = self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some(label),
+            entries: &layout_entries(bindings),
+        });
+        let pl = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(label),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(label),
+            layout: Some(&pl),
+            module,
+            entry_point: Some(entry),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        (pipeline, layout)
+    }
+
     /// The kernel for `entry` of `shader` (variant `variant`), compiled once per device.
     pub fn kernel(&self, shader: &str, variant: Option<&str>, entry: &str) -> Result<Arc<Kernel>> {
         let key = format!("{shader}[{}]::{entry}", variant.unwrap_or(""));
@@ -147,28 +177,12 @@ impl Gpu {
         let (module, info) = crate::shaders::validate(&key, &text).map_err(err)?;
         let (bindings, workgroup_size) = reflect(&module, &info, entry).map_err(err)?;
 
-        let entries = layout_entries(&bindings);
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let layout = self
-            .device
-            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(&key), entries: &entries });
-        let pl = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some(&key),
-            bind_group_layouts: &[Some(&layout)],
-            immediate_size: 0,
-        });
         let sm = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(&key),
             source: wgpu::ShaderSource::Wgsl(text.into()),
         });
-        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(&key),
-            layout: Some(&pl),
-            module: &sm,
-            entry_point: Some(entry),
-            compilation_options: Default::default(),
-            cache: None,
-        });
+        let (pipeline, layout) = self.build_pipeline(&key, &bindings, &sm, entry);
         #[cfg(not(target_arch = "wasm32"))]
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(err(format!("pipeline creation failed: {e}")));
