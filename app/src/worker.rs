@@ -296,147 +296,171 @@ impl Source {
     }
 }
 
+/// A checkpoint the worker has open.
+struct Open {
+    model: ddl::model::Model,
+    tok: ddl::tokenizer::Tokenizer,
+    name: PathBuf,
+}
+
 async fn run(mut rx: Inbox, out: &Out, stop: &AtomicBool, busy: &AtomicBool, wait: Wait) {
     let mut gpu = None;
+    let mut open: Option<Open> = None;
     let mut next_load: Option<Source> = None;
     loop {
-        let src = match next_load.take() {
-            Some(d) => d,
-            None => match rx.recv().await {
-                Some(Command::Load(d)) => Source::Dir(d),
-                Some(Command::LoadBytes { name, bytes }) => Source::Bytes { name, bytes },
-                Some(_) => {
-                    out.send(Event::Error("no model is loaded: open a checkpoint first".into()));
-                    busy.store(false, Ordering::SeqCst);
-                    continue;
-                }
-                None => return,
-            },
-        };
-        let dir = src.path();
-        out.send(Event::Loading(dir.clone()));
-        if gpu.is_none() {
-            match open_gpu().await {
-                Ok(g) => gpu = Some(g),
+        if let Some(src) = next_load.take() {
+            // A checkpoint that cannot be opened leaves the one open before it open.
+            match load(src, &mut gpu, out).await {
+                Ok(o) => open = Some(o),
                 Err(e) => {
-                    out.send(Event::Error(e));
-                    busy.store(false, Ordering::SeqCst);
-                    continue;
-                }
-            }
-        }
-        let g = gpu.as_ref().unwrap();
-        let (model, tok, step) = match src.load(g) {
-            Ok(x) => x,
-            Err(e) => {
-                out.send(Event::Error(format!("cannot open the checkpoint {}: {e}", dir.display())));
-                busy.store(false, Ordering::SeqCst);
-                continue;
-            }
-        };
-        out.send(Event::Loaded(ModelInfo {
-            dir: dir.clone(),
-            config: model.cfg.clone(),
-            step,
-            vocab: tok.vocab_size(),
-            adapter: g.info.name.clone(),
-        }));
-        busy.store(false, Ordering::SeqCst);
-        let mut session: Option<Generator<'_>> = None;
-        while let Some(cmd) = rx.recv().await {
-            let (prompt, sampling, max, fresh) = match cmd {
-                Command::Load(d) => {
-                    next_load = Some(Source::Dir(d));
-                    break;
-                }
-                Command::LoadBytes { name, bytes } => {
-                    next_load = Some(Source::Bytes { name, bytes });
-                    break;
-                }
-                Command::Compare { prompt, sampling, max_tokens, specs } => {
-                    // The comparison's own generators; the interactive session starts afresh.
-                    session = None;
-                    match compare(&model, &tok, &prompt, sampling, max_tokens, &specs, stop, out, wait).await {
-                        Ok(c) => {
-                            let n = c.original.len();
-                            out.send(Event::Compared(c));
-                            out.send(Event::Done { reason: format!("compared {n} token(s)") });
-                        }
-                        Err(e) => {
-                            out.send(Event::Error(e));
-                            out.send(Event::Done { reason: "error".into() });
-                        }
-                    }
-                    busy.store(false, Ordering::SeqCst);
-                    continue;
-                }
-                Command::Generate { prompt, sampling, max_tokens } => (prompt, sampling, max_tokens, true),
-                Command::Step { prompt, sampling, fresh } => (prompt, sampling, 1, fresh || session.is_none()),
-            };
-            if fresh {
-                session = None;
-                if let Err(e) = sampling.validate() {
-                    out.send(Event::Error(e));
-                    busy.store(false, Ordering::SeqCst);
-                    continue;
-                }
-                let ids = match tok.encode(&prompt) {
-                    Ok(ids) if !ids.is_empty() => ids,
-                    Ok(_) => {
-                        out.send(Event::Error("the prompt is empty: type some text first".into()));
-                        busy.store(false, Ordering::SeqCst);
-                        continue;
-                    }
-                    Err(e) => {
-                        out.send(Event::Error(format!("the tokenizer cannot encode the prompt: {e}")));
-                        busy.store(false, Ordering::SeqCst);
-                        continue;
-                    }
-                };
-                match Generator::open(&model, &tok, &ids, Sampler::new(sampling), true, None, &[], wait).await {
-                    Ok(g) => {
-                        out.send(Event::Started { prompt: g.prompt_traces().to_vec() });
-                        session = Some(g);
-                    }
-                    Err(e) => {
-                        out.send(Event::Error(format!("prefill failed: {e}")));
-                        busy.store(false, Ordering::SeqCst);
-                        continue;
-                    }
-                }
-            }
-            let g = session.as_mut().unwrap();
-            let eot = tok.eot_id();
-            let mut reason = format!("{max} token(s)");
-            for _ in 0..max {
-                if stop.load(Ordering::SeqCst) {
-                    reason = "stopped".into();
-                    break;
-                }
-                match g.step_with(wait).await {
-                    Ok(s) => {
-                        let end = eot == Some(s.token);
-                        out.send(Event::Token(s));
-                        if end {
-                            reason = "end of text".into();
-                            break;
-                        }
-                    }
-                    Err(e) => {
-                        out.send(Event::Error(format!("generation failed: {e}")));
-                        session = None;
-                        reason = "error".into();
-                        break;
-                    }
+                    let kept = match &open {
+                        Some(o) => format!("; {} stays open", o.name.display()),
+                        None => String::new(),
+                    };
+                    out.send(Event::Error(format!("{e}{kept}")));
                 }
             }
             busy.store(false, Ordering::SeqCst);
-            out.send(Event::Done { reason });
         }
+        let Some(o) = &open else {
+            match rx.recv().await {
+                Some(Command::Load(d)) => next_load = Some(Source::Dir(d)),
+                Some(Command::LoadBytes { name, bytes }) => next_load = Some(Source::Bytes { name, bytes }),
+                Some(_) => {
+                    out.send(Event::Error("no model is loaded: open a checkpoint first".into()));
+                    busy.store(false, Ordering::SeqCst);
+                }
+                None => return,
+            }
+            continue;
+        };
+        next_load = serve(o, &mut rx, out, stop, busy, wait).await;
         if next_load.is_none() {
             return;
         }
     }
+}
+
+/// Opens `src` on the worker's device (opened first when it is not yet) and tells the UI.
+async fn load(src: Source, gpu: &mut Option<Arc<ddl::gpu::Gpu>>, out: &Out) -> Result<Open, String> {
+    let name = src.path();
+    out.send(Event::Loading(name.clone()));
+    if gpu.is_none() {
+        *gpu = Some(open_gpu().await?);
+    }
+    let g = gpu.as_ref().unwrap();
+    let (model, tok, step) = src.load(g).map_err(|e| format!("cannot open the checkpoint {}: {e}", name.display()))?;
+    out.send(Event::Loaded(ModelInfo {
+        dir: name.clone(),
+        config: model.cfg.clone(),
+        step,
+        vocab: tok.vocab_size(),
+        adapter: g.info.name.clone(),
+    }));
+    Ok(Open { model, tok, name })
+}
+
+/// Serves generation commands on the open checkpoint until the UI asks for another (returned)
+/// or goes away (`None`).
+async fn serve(
+    o: &Open,
+    rx: &mut Inbox,
+    out: &Out,
+    stop: &AtomicBool,
+    busy: &AtomicBool,
+    wait: Wait,
+) -> Option<Source> {
+    let (model, tok) = (&o.model, &o.tok);
+    let mut session: Option<Generator<'_>> = None;
+    while let Some(cmd) = rx.recv().await {
+        let (prompt, sampling, max, fresh) = match cmd {
+            Command::Load(d) => {
+                return Some(Source::Dir(d));
+            }
+            Command::LoadBytes { name, bytes } => {
+                return Some(Source::Bytes { name, bytes });
+            }
+            Command::Compare { prompt, sampling, max_tokens, specs } => {
+                // The comparison's own generators; the interactive session starts afresh.
+                session = None;
+                match compare(model, tok, &prompt, sampling, max_tokens, &specs, stop, out, wait).await {
+                    Ok(c) => {
+                        let n = c.original.len();
+                        out.send(Event::Compared(c));
+                        out.send(Event::Done { reason: format!("compared {n} token(s)") });
+                    }
+                    Err(e) => {
+                        out.send(Event::Error(e));
+                        out.send(Event::Done { reason: "error".into() });
+                    }
+                }
+                busy.store(false, Ordering::SeqCst);
+                continue;
+            }
+            Command::Generate { prompt, sampling, max_tokens } => (prompt, sampling, max_tokens, true),
+            Command::Step { prompt, sampling, fresh } => (prompt, sampling, 1, fresh || session.is_none()),
+        };
+        if fresh {
+            session = None;
+            if let Err(e) = sampling.validate() {
+                out.send(Event::Error(e));
+                busy.store(false, Ordering::SeqCst);
+                continue;
+            }
+            let ids = match tok.encode(&prompt) {
+                Ok(ids) if !ids.is_empty() => ids,
+                Ok(_) => {
+                    out.send(Event::Error("the prompt is empty: type some text first".into()));
+                    busy.store(false, Ordering::SeqCst);
+                    continue;
+                }
+                Err(e) => {
+                    out.send(Event::Error(format!("the tokenizer cannot encode the prompt: {e}")));
+                    busy.store(false, Ordering::SeqCst);
+                    continue;
+                }
+            };
+            match Generator::open(model, tok, &ids, Sampler::new(sampling), true, None, &[], wait).await {
+                Ok(g) => {
+                    out.send(Event::Started { prompt: g.prompt_traces().to_vec() });
+                    session = Some(g);
+                }
+                Err(e) => {
+                    out.send(Event::Error(format!("prefill failed: {e}")));
+                    busy.store(false, Ordering::SeqCst);
+                    continue;
+                }
+            }
+        }
+        let g = session.as_mut().unwrap();
+        let eot = tok.eot_id();
+        let mut reason = format!("{max} token(s)");
+        for _ in 0..max {
+            if stop.load(Ordering::SeqCst) {
+                reason = "stopped".into();
+                break;
+            }
+            match g.step_with(wait).await {
+                Ok(s) => {
+                    let end = eot == Some(s.token);
+                    out.send(Event::Token(s));
+                    if end {
+                        reason = "end of text".into();
+                        break;
+                    }
+                }
+                Err(e) => {
+                    out.send(Event::Error(format!("generation failed: {e}")));
+                    session = None;
+                    reason = "error".into();
+                    break;
+                }
+            }
+        }
+        busy.store(false, Ordering::SeqCst);
+        out.send(Event::Done { reason });
+    }
+    None
 }
 
 /// Generates `prompt`'s continuation as the model is and under `specs` (the same sampler settings

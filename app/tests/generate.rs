@@ -94,6 +94,11 @@ fn generate_step_and_errors_with_a_tiny_model() {
     wait(&mut h, "a third error", |a| a.messages.len() >= 3 && !a.busy());
     let m = &h.state().messages.last().unwrap().1;
     assert!(m.contains("tokenizer has") && m.contains("vocabulary"), "{m}");
+    // None of them closed the model open before: it is named as staying open and still generates.
+    assert!(h.state().messages.iter().all(|(_, m)| m.contains("stays open")), "{:?}", h.state().messages);
+    h.state_mut().step_one();
+    wait(&mut h, "a step after the errors", |a| !a.busy() && a.trace.rows.iter().any(|r| !r.prompt));
+    assert_eq!(h.state().messages.len(), 3, "{:?}", h.state().messages);
     h.state_mut().open_checkpoint(&ck);
     wait(&mut h, "reload", |a| a.status.starts_with("loaded") && !a.busy());
     h.state_mut().step_one();

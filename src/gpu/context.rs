@@ -335,9 +335,13 @@ impl Gpu {
         }
         let adapter = found.ok_or_else(|| GpuError::NoAdapter {
             backends: " for WebGPU".into(),
+            // wgpu's own text lists every native back end as "not requested": only its WebGPU
+            // part says anything here.
             hint: format!(
-                "{last}. Use a browser with WebGPU (Chrome or Edge 113+, Firefox 141+, Safari 26+), or enable it \
-                 (chrome://flags/#enable-unsafe-webgpu)"
+                "The browser offered none ({}). Use a browser with WebGPU (Chrome or Edge 113+, Firefox \
+                 141+, Safari 26+), or enable it (chrome://flags/#enable-unsafe-webgpu; on Linux also \
+                 chrome://flags/#enable-vulkan)",
+                last.rsplit([';', ',']).next().unwrap_or(&last).trim()
             ),
         })?;
         let all = vec![AdapterSummary { index: 0, info: adapter.get_info() }];

@@ -13,7 +13,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{eval, handled, launch, open, request, serve, site, state, wait_for};
+use common::{eval, handled, launch, launch_with, open, request, serve, site, state, wait_for};
 use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
 
 #[test]
@@ -206,4 +206,87 @@ fn every_shader_variant_compiles_with_the_browsers_wgsl_compiler() {
     });
     // What no browser lacks: the f32 forms of every kernel.
     assert!(r["modules"].as_u64() >= Some(60), "only {} modules compiled; skipped {skipped:?}", r["modules"]);
+}
+
+/// Bad input is a message in the page, never a crash or a lost model: a file that is not a
+/// checkpoint leaves the model open before it open (and generating), and a browser without WebGPU
+/// is told what to use.
+#[test]
+fn a_bad_file_and_a_browser_without_webgpu_are_messages_in_the_page() {
+    let root = site();
+    let port = serve(root, false);
+    let url = format!("http://127.0.0.1:{port}/index.html");
+    let browser = launch();
+    let tab = open(&browser, &url);
+    wait_for(&tab, "the demo to load", 180, |s| s["model"].is_object() && s["busy"] == false);
+    eval(&tab, "window.ddl.page.open('notes.safetensors', new TextEncoder().encode('not a checkpoint')); 0");
+    let errors = poll_errors(&tab, "notes.safetensors");
+    assert_eq!(errors.len(), 1, "one message for one bad file: {errors:?}");
+    let e = errors[0].as_str().unwrap_or("");
+    assert!(
+        e.contains("notes.safetensors") && e.contains("stays open"),
+        "the message should name the file and say the demo stays open: {e}"
+    );
+    // Still the demo, and it still generates.
+    let s = state(&tab);
+    assert_eq!(s["model"]["name"], "demo/model.safetensors", "after a bad file: {}", s["model"]);
+    let n = request(&tab, "window.ddl.page.generate('ROMEO:', 4)");
+    let t0 = Instant::now();
+    loop {
+        let s = state(&tab);
+        assert_eq!(s["errors"].as_array().map(Vec::len), Some(1), "generating after a bad file: {}", s["errors"]);
+        if handled(&s, n) && s["generated"].as_u64() >= Some(4) && s["busy"] == false {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(180), "no generation after a bad file: {s}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // A browser whose WebGPU offers no adapter (switched off, as Chrome on Linux ships): the page
+    // and its UI run (drawn with WebGL), and the UI says why no model opens.
+    let browser = launch_with(false);
+    let tab = open(&browser, &url);
+    let errors = poll_errors(&tab, "no WebGPU adapter");
+    let e = errors[0].as_str().unwrap_or("");
+    assert!(e.contains("Chrome") && e.contains("enable-unsafe-webgpu"), "the message should say what to use: {e}");
+    assert!(!e.contains("not requested"), "wgpu's list of native back ends means nothing in a browser: {e}");
+    assert!(state(&tab)["model"].is_null());
+
+    // A browser without the WebGPU API at all: the page's bar says so and nothing starts.
+    let tab = browser.new_tab().unwrap();
+    tab.call_method(headless_chrome::protocol::cdp::Page::AddScriptToEvaluateOnNewDocument {
+        source: "Object.defineProperty(navigator, 'gpu', { get: () => undefined });".to_string(),
+        world_name: None,
+        include_command_line_api: None,
+        run_immediately: None,
+    })
+    .unwrap();
+    tab.navigate_to(&url).unwrap().wait_until_navigated().unwrap();
+    let t0 = Instant::now();
+    let error = loop {
+        let e = eval(&tab, "window.ddl ? window.ddl.error : null");
+        if let Some(e) = e.as_str() {
+            break e.to_string();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "no message in a browser without navigator.gpu");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(error.contains("no WebGPU") && error.contains("Chrome"), "the message should say what to use: {error}");
+    let shown = eval(&tab, "document.getElementById('msg').textContent");
+    assert_eq!(shown.as_str(), Some(error.as_str()), "the page's bar should show the message");
+}
+
+/// The page's error messages once there are any that mention `needle` (within 180 s).
+fn poll_errors(tab: &headless_chrome::Tab, needle: &str) -> Vec<serde_json::Value> {
+    let t0 = Instant::now();
+    loop {
+        let s = state(tab);
+        if let Some(e) =
+            s["errors"].as_array().filter(|e| e.iter().any(|m| m.as_str().is_some_and(|m| m.contains(needle))))
+        {
+            return e.clone();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(180), "no message naming {needle} in the page: {s}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

@@ -133,19 +133,36 @@ pub fn wait_for(tab: &Tab, what: &str, secs: u64, cond: impl Fn(&serde_json::Val
 
 /// Headless Chromium with WebGPU on a machine without a GPU (SwiftShader through its Vulkan path).
 pub fn launch() -> Browser {
-    let args: Vec<&OsStr> = [
-        "--enable-unsafe-webgpu",
-        "--enable-features=Vulkan,NetworkService,NetworkServiceInProcess",
-        "--disable-gpu-sandbox",
-        "--use-angle=swiftshader",
-        "--enable-unsafe-swiftshader",
-        "--no-first-run",
-        "--disable-component-update",
-        "--disable-quic",
-    ]
-    .iter()
-    .map(OsStr::new)
-    .collect();
+    launch_with(true)
+}
+
+/// Headless Chromium with WebGPU on (SwiftShader), or with WebGPU switched off (`webgpu` false: a
+/// browser without it, whose page must say so).
+pub fn launch_with(webgpu: bool) -> Browser {
+    let gpu_flags: &[&str] = if webgpu {
+        &["--enable-unsafe-webgpu", "--enable-features=Vulkan,NetworkService,NetworkServiceInProcess"]
+    } else {
+        &[
+            "--disable-blink-features=WebGPU",
+            "--disable-features=WebGPU,WebGPUService",
+            "--enable-features=NetworkService,NetworkServiceInProcess",
+        ]
+    };
+    let args: Vec<&OsStr> = gpu_flags
+        .iter()
+        .chain(
+            [
+                "--disable-gpu-sandbox",
+                "--use-angle=swiftshader",
+                "--enable-unsafe-swiftshader",
+                "--no-first-run",
+                "--disable-component-update",
+                "--disable-quic",
+            ]
+            .iter(),
+        )
+        .map(OsStr::new)
+        .collect();
     Browser::new(
         LaunchOptions::default_builder()
             .path(Some(chromium()))
