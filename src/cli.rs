@@ -132,6 +132,11 @@ pub(crate) enum Cmd {
         /// Only rebuild the report from the runs finished so far.
         #[arg(long)]
         report_only: bool,
+        /// Measure the report's speed section now, again if it was measured (each variant's
+        /// training step against the baseline's in one process, at the grid's model and batch);
+        /// without it, it is measured once, when the last run finishes.
+        #[arg(long)]
+        speed: bool,
         /// List the runs and their parameter counts, train nothing.
         #[arg(long)]
         dry_run: bool,

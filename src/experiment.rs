@@ -237,7 +237,113 @@ pub struct ExperimentOptions {
     pub out: PathBuf,
     /// Only rebuild the report from the finished runs.
     pub report_only: bool,
+    /// Measure the speed section again (see [`measure_speed`]), even where it was measured.
+    pub speed: bool,
     pub quiet: bool,
+}
+
+/// The file of the report's speed section in the experiment's folder.
+pub const SPEED_FILE: &str = "speed.jsonl";
+/// Blocks (A B B A) per variant in the speed section: 12 give the median ratio's 95 % interval.
+pub const SPEED_BLOCKS: usize = 12;
+
+/// The speed section: each variant's training step against the baseline's at the grid's model and
+/// batch (the config its first finished run saved), the two alternated in one process
+/// ([`crate::bench::train_compare_rows`], what `ddl bench train --against baseline` runs), written
+/// to `OUT/speed.jsonl` with the adapter and the engine's commit. Not the grid's wall clock: its
+/// runs share a machine with whatever else runs. Needs a finished baseline run.
+pub fn measure_speed(gpu: &Arc<Gpu>, spec: &ExperimentSpec, out: &Path, quiet: bool) -> Result<(), ExperimentError> {
+    let variants =
+        spec.variant_list().map_err(|m| ExperimentError::Spec { path: out.join("experiment.toml"), msg: m })?;
+    let saved = |v: Variant| -> Result<RunConfig, ExperimentError> {
+        let seed = spec
+            .seeds_of(v)
+            .into_iter()
+            .find(|&s| result_of(&out.join("runs").join(run_name(v, s)), spec.steps).is_some())
+            .ok_or_else(|| ExperimentError::Report(format!("speed: {} has no finished run to measure", v.name())))?;
+        let path = out.join("runs").join(run_name(v, seed)).join("config.toml");
+        let text =
+            std::fs::read_to_string(&path).map_err(|source| ExperimentError::Io { path: path.clone(), source })?;
+        toml::from_str(&text).map_err(|e| ExperimentError::Report(format!("speed: {}: {e}", path.display())))
+    };
+    let base = saved(Variant::Baseline)?;
+    let (batch, seq) = (base.train.batch_size, base.train.seq_len);
+    let (commit, dirty) = crate::build_commit();
+    let mut text = String::new();
+    for &v in variants.iter().filter(|&&v| v != Variant::Baseline) {
+        let cfg = saved(v)?;
+        if !quiet {
+            eprintln!("speed: {} against baseline, {SPEED_BLOCKS} blocks of 4 steps at {batch} × {seq}", v.name());
+        }
+        let mut row = None;
+        crate::bench::train_compare_rows(
+            gpu,
+            &cfg.model,
+            &base.model,
+            batch,
+            seq,
+            SPEED_BLOCKS,
+            false,
+            crate::model::Precision::F32,
+            |r| row = Some(r.0),
+        )
+        .map_err(|e| ExperimentError::Report(format!("speed: {} against baseline: {e:#}", v.name())))?;
+        let mut row = row.ok_or_else(|| ExperimentError::Report("speed: the benchmark gave no row".into()))?;
+        row["adapter"] = serde_json::json!(gpu.info.name);
+        row["commit"] = serde_json::json!(commit);
+        row["dirty"] = serde_json::json!(dirty);
+        text.push_str(&format!("{row}\n"));
+    }
+    let path = out.join(SPEED_FILE);
+    checkpoint::write_atomic(&path, text.as_bytes()).map_err(|source| ExperimentError::Io { path, source })
+}
+
+/// The speed section of the report from `OUT/speed.jsonl`, or why there is none.
+fn speed_section(out: &Path) -> String {
+    let mut md = String::from("## Speed\n\n");
+    let rows: Vec<serde_json::Value> = match std::fs::read_to_string(out.join(SPEED_FILE)) {
+        Ok(t) => t.lines().filter_map(|l| serde_json::from_str(l).ok()).collect(),
+        Err(_) => Vec::new(),
+    };
+    let Some(first) = rows.first() else {
+        md.push_str(
+            "Not measured yet: the experiment measures it once its runs are finished (`ddl experiment … --speed` \
+             measures it now).\n\n",
+        );
+        return md;
+    };
+    let commit = first["commit"].as_str().unwrap_or("");
+    md.push_str(&format!(
+        "Each variant's training step against the baseline's at this grid's model and batch ({} × {}), the two \
+         alternated in one process in blocks of four steps (baseline, variant, variant, baseline; what `ddl bench \
+         train --against baseline` does), measured after the runs on {} by engine {} ({}): median step, and the \
+         median over blocks of the block's time ratio with its distribution-free 95 % interval. Not the runs' \
+         wall clock, which depends on what else ran on the machine.\n\n",
+        first["batch"],
+        first["seq"],
+        first["adapter"].as_str().unwrap_or("?"),
+        &commit[..commit.len().min(12)],
+        first["dirty"].as_str().unwrap_or("?"),
+    ));
+    md.push_str("| variant | step (ms) | baseline step (ms) | time ÷ baseline time | 95 % interval | blocks |\n");
+    md.push_str("|---|---:|---:|---:|---:|---:|\n");
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+    for r in &rows {
+        let ci = r["ratio_median_ci95"]
+            .as_array()
+            .map(|c| format!("[{:.3}, {:.3}]", f(&c[0]), f(&c[1])))
+            .unwrap_or_else(|| "n/a".into());
+        md.push_str(&format!(
+            "| {} | {:.2} | {:.2} | {:.3} | {ci} | {} |\n",
+            r["variant"].as_str().unwrap_or("?"),
+            f(&r["median_step_ms"]),
+            f(&r["against_median_step_ms"]),
+            f(&r["ratio_median_block"]),
+            r["blocks"]
+        ));
+    }
+    md.push('\n');
+    md
 }
 
 /// Runs what is not finished yet, then writes the report. Returns the report's path, or `None`
@@ -356,6 +462,17 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
             out.display(),
             missing.join(", ")
         )));
+    }
+    // The speed section, once every run is finished (again when the grid grew), or when asked for.
+    let measured: BTreeSet<String> = std::fs::read_to_string(out.join(SPEED_FILE))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|r| r["variant"].as_str().map(str::to_string))
+        .collect();
+    let speed_missing = variants.iter().any(|v| *v != Variant::Baseline && !measured.contains(v.name()));
+    if opts.speed || (speed_missing && missing.is_empty() && !opts.report_only) {
+        measure_speed(&gpu, spec, out, opts.quiet)?;
     }
     let commits: BTreeSet<(&str, &str)> = results.iter().map(|r| (r.commit.as_str(), r.dirty.as_str())).collect();
     if commits.len() > 1 && !opts.quiet {
@@ -781,13 +898,11 @@ fn write_report(
         "Preset `{}`, {} steps per run ({} tokens), seeds {}; every run of one seed sees the same \
          batches in the same order. Train loss is the mean over the last tenth of the steps; val \
          loss is measured over {val_what}. Per variant: mean, sample standard deviation over seeds \
-         and the 95 % t-interval of the mean. Speed is not measured here (runs share a machine): \
-         `ddl bench train --preset {} --variant ddl --against baseline` measures it in one process.\n\n",
+         and the 95 % t-interval of the mean. Speed: its own section, measured in one process.\n\n",
         spec.preset,
         spec.steps,
         any.tokens,
         seeds_text(spec),
-        spec.preset
     ));
     // Which build made the runs.
     let commits: BTreeSet<(String, String)> = results.iter().map(|r| (r.commit.clone(), r.dirty.clone())).collect();
@@ -880,7 +995,11 @@ fn write_report(
         }
         md.push('\n');
     }
-    md.push_str("## Runs\n\n| run | val loss | train loss | tok/s | wall time |\n|---|---:|---:|---:|---:|\n");
+    md.push_str(&speed_section(out));
+    md.push_str(
+        "## Runs\n\nTheir tok/s and wall time are those of a machine shared with other work: not a speed \
+         measurement (see Speed).\n\n| run | val loss | train loss | tok/s | wall time |\n|---|---:|---:|---:|---:|\n",
+    );
     for r in results {
         md.push_str(&format!(
             "| {}-seed{} | {:.4} | {:.4} | {:.0} | {:.0} s |\n",

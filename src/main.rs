@@ -51,8 +51,8 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Golden { files, quiet, f16_state, precision } => golden(&cli.device, &files, quiet, f16_state, precision),
         Cmd::Train(a) => train(&cli.device, a),
         Cmd::Eval { checkpoint, batches } => eval(&cli.device, &checkpoint, batches),
-        Cmd::Experiment { spec, out, report_only, dry_run } => {
-            experiment(&cli.device, &spec, &out, report_only, dry_run)
+        Cmd::Experiment { spec, out, report_only, speed, dry_run } => {
+            experiment(&cli.device, &spec, &out, report_only, speed, dry_run)
         }
         Cmd::Generate {
             checkpoint,
@@ -307,6 +307,7 @@ fn experiment(
     spec_path: &std::path::Path,
     out: &std::path::Path,
     report_only: bool,
+    speed: bool,
     dry_run: bool,
 ) -> Result<()> {
     use ddl::experiment::{ExperimentOptions, ExperimentSpec, run_name};
@@ -338,7 +339,7 @@ fn experiment(
     let gpu = dev.open().context("opening the GPU")?;
     ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
     eprintln!("experiment {} on {} ({:?}) -> {}", spec_path.display(), gpu.info.name, gpu.info.backend, out.display());
-    let opts = ExperimentOptions { out: out.to_path_buf(), report_only, quiet: false };
+    let opts = ExperimentOptions { out: out.to_path_buf(), report_only, speed, quiet: false };
     match ddl::experiment::run(gpu, &spec, &opts)? {
         Some(report) => {
             println!("{}", std::fs::read_to_string(&report).unwrap_or_default());

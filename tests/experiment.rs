@@ -113,9 +113,31 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
         "p (Holm)",
         "identity",
         "Engine: ",
+        "## Speed",
+        "time ÷ baseline time",
     ] {
         assert!(report.contains(needle), "report lacks {needle:?}:\n{report}");
     }
+    // The speed section: measured in one process once the runs finished, ddl against baseline.
+    let speed = |out: &Path| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(out.join("speed.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let rows = speed(&out);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!((rows[0]["variant"].as_str(), rows[0]["against"].as_str()), (Some("ddl"), Some("baseline")));
+    assert_eq!(
+        (rows[0]["batch"].as_u64(), rows[0]["seq"].as_u64(), rows[0]["d"].as_u64()),
+        (Some(2), Some(16), Some(32))
+    );
+    let ratio = rows[0]["ratio_median_block"].as_f64().unwrap();
+    assert!(ratio.is_finite() && ratio > 0.0, "{}", rows[0]);
+    let ci = rows[0]["ratio_median_ci95"].as_array().expect("12 blocks give an interval");
+    assert!(ci[0].as_f64().unwrap() <= ratio && ratio <= ci[1].as_f64().unwrap(), "{}", rows[0]);
+    assert!(report.contains(&format!("| ddl | {:.2} |", rows[0]["median_step_ms"].as_f64().unwrap())), "{report}");
     let mtime =
         |run: &str| std::fs::metadata(out.join("runs").join(run).join("result.json")).unwrap().modified().unwrap();
     let before = mtime("ddl-seed2");
@@ -133,10 +155,16 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
     assert!(t3.contains("ddl-seed2: resuming"), "{t3}");
     assert!(t3.contains("baseline-seed2: training"), "{t3}");
     assert!(out.join("runs/ddl-seed2/result.json").is_file());
-    // --report-only rebuilds the report without training.
+    // --report-only rebuilds the report without training (or measuring); --speed measures again.
     std::fs::remove_file(out.join("report.md")).unwrap();
+    let speed_time = || std::fs::metadata(out.join("speed.jsonl")).unwrap().modified().unwrap();
+    let measured = speed_time();
     let r4 = ddl(&dir, &["experiment", "--spec", s, "--out", o, "--report-only"]);
     assert!(r4.status.success() && out.join("report.md").is_file(), "{}", text(&r4));
+    assert_eq!(speed_time(), measured, "--report-only measured the speed");
+    let r4 = ddl(&dir, &["experiment", "--spec", s, "--out", o, "--report-only", "--speed"]);
+    assert!(r4.status.success(), "{}", text(&r4));
+    assert!(speed_time() > measured && text(&r4).contains("speed: ddl against baseline"), "{}", text(&r4));
     // The same directory with changed shared settings is refused, naming the problem.
     let s5 = spec(&dir.join("other").tap_mkdir(), 5);
     let r5 = ddl(&dir, &["experiment", "--spec", s5.to_str().unwrap(), "--out", o]);
@@ -153,6 +181,9 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
     assert_eq!(t6.matches("finished earlier, not re-run").count(), 4, "{t6}");
     assert!(t6.contains("ddl_v1-seed1: training") && t6.contains("ddl_v1-seed2: training"), "{t6}");
     assert!(std::fs::read_to_string(out.join("report.md")).unwrap().contains("| ddl_v1 |"));
+    // The grown grid's speed section has the new variant too.
+    let names: Vec<String> = speed(&out).iter().map(|r| r["variant"].as_str().unwrap().to_string()).collect();
+    assert_eq!(names, ["ddl", "ddl_v1"], "{t6}");
 }
 
 trait TapMkdir {
