@@ -632,7 +632,7 @@ impl VizApp {
         if busy {
             // A static label, not a spinner: a spinner redraws every frame, which costs the
             // model its speed where the window is drawn in software (see worker::STREAM_REPAINT).
-            ui.label(format!("working… {} token(s) so far", self.trace.rows.len()));
+            ui.label(format!("working… {} token(s) so far", self.trace.rows.iter().filter(|r| !r.prompt).count()));
         }
         ui.separator();
         ui.strong("Sampling");
