@@ -298,13 +298,19 @@ pub fn measure_speed(gpu: &Arc<Gpu>, spec: &ExperimentSpec, out: &Path, quiet: b
     checkpoint::write_atomic(&path, text.as_bytes()).map_err(|source| ExperimentError::Io { path, source })
 }
 
+/// The rows of `OUT/speed.jsonl` (none when it is missing).
+fn speed_rows(out: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(out.join(SPEED_FILE))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
 /// The speed section of the report from `OUT/speed.jsonl`, or why there is none.
 fn speed_section(out: &Path) -> String {
     let mut md = String::from("## Speed\n\n");
-    let rows: Vec<serde_json::Value> = match std::fs::read_to_string(out.join(SPEED_FILE)) {
-        Ok(t) => t.lines().filter_map(|l| serde_json::from_str(l).ok()).collect(),
-        Err(_) => Vec::new(),
-    };
+    let rows = speed_rows(out);
     let Some(first) = rows.first() else {
         md.push_str(
             "Not measured yet: the experiment measures it once its runs are finished (`ddl experiment … --speed` \
@@ -464,12 +470,8 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
         )));
     }
     // The speed section, once every run is finished (again when the grid grew), or when asked for.
-    let measured: BTreeSet<String> = std::fs::read_to_string(out.join(SPEED_FILE))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|r| r["variant"].as_str().map(str::to_string))
-        .collect();
+    let measured: BTreeSet<String> =
+        speed_rows(out).iter().filter_map(|r| r["variant"].as_str().map(str::to_string)).collect();
     let speed_missing = variants.iter().any(|v| *v != Variant::Baseline && !measured.contains(v.name()));
     if opts.speed || (speed_missing && missing.is_empty() && !opts.report_only) {
         measure_speed(&gpu, spec, out, opts.quiet)?;

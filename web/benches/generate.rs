@@ -212,7 +212,8 @@ fn run(mut a: Args) -> Result<(), String> {
         rows.push(row);
     }
     // The visualizer as a user sees it: its worker generating while the page redraws as the tokens
-    // arrive (egui through WebGL, at most 10 frames a second: app::worker::STREAM_REPAINT). Timed from this process by polling the page's state every 50 ms.
+    // arrive (egui through WebGL, at most 10 frames a second: app::worker::STREAM_REPAINT).
+    // Timed from this process by polling the page's state every 50 ms.
     if a.ui_runs > 0 {
         common::wait_for(&tab, "the demo to load in the visualizer", 180, |s| {
             s["model"].is_object() && s["busy"] == false

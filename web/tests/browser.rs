@@ -13,7 +13,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{eval, handled, launch, launch_with, open, request, serve, site, state, wait_for};
+use common::{eval, handled, launch, launch_with, open, poll, request, serve, site, state, wait_for};
 use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
 
 #[test]
@@ -157,15 +157,10 @@ fn a_checkpoint_url_on_another_origin_loads_with_cors_and_fails_with_a_message_w
 
     let url = format!("http://127.0.0.1:{closed_port}/other.safetensors");
     let tab = open(&browser, &format!("http://127.0.0.1:{page}/index.html?checkpoint={url}"));
-    let t0 = Instant::now();
-    let errors = loop {
-        let s = state(&tab);
-        if let Some(e) = s["errors"].as_array().filter(|e| !e.is_empty()) {
-            break e.clone();
-        }
-        assert!(t0.elapsed() < Duration::from_secs(180), "no error in the page for {url}; state {s}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let errors = poll(&format!("an error in the page for {url}"), 180, |s| {
+        *s = state(&tab);
+        s["errors"].as_array().filter(|e| !e.is_empty()).cloned()
+    });
     let shown = eval(&tab, "document.getElementById('msg').textContent");
     let all = format!("{errors:?} {shown}");
     assert!(all.contains(&url) && all.contains("CORS"), "the page's message should name the URL and CORS: {all}");
@@ -231,16 +226,11 @@ fn a_bad_file_and_a_browser_without_webgpu_are_messages_in_the_page() {
     let s = state(&tab);
     assert_eq!(s["model"]["name"], "demo/model.safetensors", "after a bad file: {}", s["model"]);
     let n = request(&tab, "window.ddl.page.generate('ROMEO:', 4)");
-    let t0 = Instant::now();
-    loop {
-        let s = state(&tab);
+    poll("generation after a bad file", 180, |s| {
+        *s = state(&tab);
         assert_eq!(s["errors"].as_array().map(Vec::len), Some(1), "generating after a bad file: {}", s["errors"]);
-        if handled(&s, n) && s["generated"].as_u64() >= Some(4) && s["busy"] == false {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(180), "no generation after a bad file: {s}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        (handled(s, n) && s["generated"].as_u64() >= Some(4) && s["busy"] == false).then_some(())
+    });
 
     // A browser whose WebGPU offers no adapter (switched off, as Chrome on Linux ships): the page
     // and its UI run (drawn with WebGL), and the UI says why no model opens.
@@ -262,15 +252,9 @@ fn a_bad_file_and_a_browser_without_webgpu_are_messages_in_the_page() {
     })
     .unwrap();
     tab.navigate_to(&url).unwrap().wait_until_navigated().unwrap();
-    let t0 = Instant::now();
-    let error = loop {
-        let e = eval(&tab, "window.ddl ? window.ddl.error : null");
-        if let Some(e) = e.as_str() {
-            break e.to_string();
-        }
-        assert!(t0.elapsed() < Duration::from_secs(60), "no message in a browser without navigator.gpu");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let error = poll("a message in a browser without navigator.gpu", 60, |_| {
+        eval(&tab, "window.ddl ? window.ddl.error : null").as_str().map(str::to_string)
+    });
     assert!(error.contains("no WebGPU") && error.contains("Chrome"), "the message should say what to use: {error}");
     let shown = eval(&tab, "document.getElementById('msg').textContent");
     assert_eq!(shown.as_str(), Some(error.as_str()), "the page's bar should show the message");
@@ -278,15 +262,8 @@ fn a_bad_file_and_a_browser_without_webgpu_are_messages_in_the_page() {
 
 /// The page's error messages once there are any that mention `needle` (within 180 s).
 fn poll_errors(tab: &headless_chrome::Tab, needle: &str) -> Vec<serde_json::Value> {
-    let t0 = Instant::now();
-    loop {
-        let s = state(tab);
-        if let Some(e) =
-            s["errors"].as_array().filter(|e| e.iter().any(|m| m.as_str().is_some_and(|m| m.contains(needle))))
-        {
-            return e.clone();
-        }
-        assert!(t0.elapsed() < Duration::from_secs(180), "no message naming {needle} in the page: {s}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    poll(&format!("a message naming {needle} in the page"), 180, |s| {
+        *s = state(tab);
+        s["errors"].as_array().filter(|e| e.iter().any(|m| m.as_str().is_some_and(|m| m.contains(needle)))).cloned()
+    })
 }

@@ -112,23 +112,32 @@ pub fn state(tab: &Tab) -> serde_json::Value {
     serde_json::from_str(s.as_str().unwrap_or("")).unwrap_or(serde_json::Value::Null)
 }
 
+/// Calls `f` every 200 ms until it gives a value, failing after `secs` with `what` and the last
+/// state `f` saw (what it stores in its argument).
+pub fn poll<T>(what: &str, secs: u64, mut f: impl FnMut(&mut serde_json::Value) -> Option<T>) -> T {
+    let t0 = Instant::now();
+    let mut last = serde_json::Value::Null;
+    loop {
+        if let Some(v) = f(&mut last) {
+            return v;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(secs), "{what}: not after {secs} s; state {last}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Polls `cond` on the page's state until it holds or `secs` pass; the page's errors fail it.
 pub fn wait_for(tab: &Tab, what: &str, secs: u64, cond: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
-    let t0 = Instant::now();
-    loop {
+    poll(what, secs, |last| {
         let page_error = eval(tab, "window.ddl ? window.ddl.error : 'no window.ddl'");
         let log = eval(tab, "window.ddl && window.ddl.log ? window.ddl.log.join('\\n') : ''");
         assert!(page_error.is_null(), "the page failed: {page_error}\nconsole errors:\n{}", log.as_str().unwrap_or(""));
-        let s = state(tab);
-        if let Some(errs) = s.get("errors").and_then(|e| e.as_array()) {
+        *last = state(tab);
+        if let Some(errs) = last.get("errors").and_then(|e| e.as_array()) {
             assert!(errs.is_empty(), "while waiting for {what}, the app reported: {errs:?}");
         }
-        if cond(&s) {
-            return s;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(secs), "{what}: not after {secs} s; state {s}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        cond(last).then(|| last.clone())
+    })
 }
 
 /// Headless Chromium with WebGPU on a machine without a GPU (SwiftShader through its Vulkan path).
