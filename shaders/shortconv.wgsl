@@ -14,8 +14,9 @@
 // order: each workgroup of a `*_partial` pass sums one chunk of `chunk` consecutive tokens
 // sequentially into its own slot of a scratch buffer; a finishing pass adds the chunk partials
 // in chunk order and sums the per-feature terms of drho with one workgroup per value channel (a
-// fixed strided loop, then a fixed tree): `token_backward_finish` in one dispatch, CC in two
-// (`value_backward_finalize`, `reduce_drho`). Every pass indexes its grid as
+// fixed strided loop, then a fixed tree): `token_backward_finish` in one dispatch (or, on GPUs,
+// the wide finish spread over the grid: `token_finish_groups`, `token_finish_elems`,
+// `reduce_drho`), CC in two (`value_backward_finalize`, `reduce_drho`). Every pass indexes its grid as
 // `wid.y * nwg.x + wid.x` so that any number of workgroups fits the per-dimension limit.
 
 struct Params {
@@ -65,6 +66,8 @@ struct Params {
 @group(0) @binding(19) var<storage, read_write> de4: array<vec4<f32>>;
 // `value_backward_partial_wq`: the ∂Ω chunk partials [chunks, d, m] as rows of m.
 @group(0) @binding(20) var<storage, read_write> partialr: array<Row>;
+// `token_finish_groups`: sums of groups of chunk partials [groups, m, d, K].
+@group(0) @binding(21) var<storage, read_write> gpart: array<f32>;
 
 const WG: u32 = 256u;
 
@@ -214,6 +217,62 @@ fn token_backward_finish(
     if (lid == 0u) {
         drho[j] = drho[j] + total_j;
     }
+}
+
+// The wide finish (form `conv_finish_wide`, GPUs): the same sums as `token_backward_finish`
+// spread over the whole grid instead of one workgroup per value channel (which kept m of a GPU's
+// multiprocessors busy, each lane adding thousands of partials one after another). Up to three
+// dispatches, each a fixed order:
+//   `token_finish_groups`: one invocation per (group g, element u) of the flat [m, d, K] index
+//     u = j·d·K + i·K + s: gpart[g, u] = Σ_{chunk rows r of group g} partial[r, u], rows in order
+//     (groups of `chunk` rows; `chunks` rows in all). Skipped when the rows are few (one group).
+//   `token_finish_elems`: one invocation per element u: P = Σ_r partial[r, u] over the `chunks`
+//     rows of its input (the group sums, or the chunk partials themselves), in order;
+//     dkappa[f] += ρ_j·P and q[f] = κ[f]·P with f = (i·m + j)·K + s.
+//   `reduce_drho` (rk = K) adds q in the order `token_backward_finish` adds its terms.
+@compute @workgroup_size(256)
+fn token_finish_groups(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let mdk = p.d * p.m * p.k;
+    let e = group_index(wid, nwg) * WG + lid;
+    let groups = (p.chunks + p.chunk - 1u) / p.chunk;
+    if (e >= groups * mdk) { return; }
+    let g = e / mdk;
+    let u = e - g * mdk;
+    let r0 = g * p.chunk;
+    let r1 = min(r0 + p.chunk, p.chunks);
+    var sum = 0.0;
+    for (var r = r0; r < r1; r++) {
+        sum += partial[r * mdk + u];
+    }
+    gpart[e] = sum;
+}
+
+@compute @workgroup_size(256)
+fn token_finish_elems(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let dk = p.d * p.k;
+    let mdk = dk * p.m;
+    let u = group_index(wid, nwg) * WG + lid;
+    if (u >= mdk) { return; }
+    let j = u / dk;
+    let e = u - j * dk;
+    let i = e / p.k;
+    let f = (i * p.m + j) * p.k + (e - i * p.k);
+    var sum = 0.0;
+    for (var r = 0u; r < p.chunks; r++) {
+        sum += partial[r * mdk + u];
+    }
+    dkappa[f] = dkappa[f] + rho[j] * sum;
+    q[f] = kappa[f] * sum;
 }
 
 // drho[j] += Σ_i Σ_{s < rk} q[i, j, s]. One workgroup per j.

@@ -115,6 +115,25 @@ fn golden_with_the_packed_delta_forward() {
     }
 }
 
+/// Every variant with the forms a GPU gets (`Forms::defaults` of a discrete adapter with
+/// subgroups of 32: blocked attention of 256 rows, 128-wide delta segments, team reductions, the
+/// compressor's wide finish over a block's two calls, the GPU matmul heuristic), run here on the
+/// CPU adapter: the model's GPU path against float64 before a card runs it.
+#[test]
+fn golden_with_a_gpus_forms() {
+    let base = ddl::testing::gpu();
+    let forms = ddl::kernels::forms::Forms::defaults(false, (32, 32), base.features);
+    let gpu = base.with_forms(|f| *f = forms);
+    assert!(gpu.forms.conv_finish_wide && !gpu.forms.cpu);
+    for v in ["baseline", "ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_v1_vmap", "ddl_vmap"] {
+        check_on(&gpu, v);
+    }
+    let dir = ddl::testing::data_path("tests/golden/odd");
+    for v in ["ddl", "ddl_ccec", "ddl_vmap"] {
+        check_path_on(&gpu, &format!("odd/{v}"), &dir.join(format!("{v}.safetensors")));
+    }
+}
+
 /// Every variant at T = 1 (one key per query: the q/k gradients are exactly zero, and AdamW must
 /// not turn rounding noise there into an update).
 #[test]

@@ -335,6 +335,8 @@ stage_bench() {
       "bench-state-seg128|30|DDL_FORMS=delta_seg=128 bench kernels --filter delta_ --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-state-rows|30|DDL_FORMS=delta_rows=on,conv_quads=on,conv_sweep=on bench kernels --filter delta_,shortconv,expand --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-state-conv-quads|30|DDL_FORMS=conv_quads=on bench kernels --filter shortconv,expand --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
+      "bench-state-finish-channel|30|DDL_FORMS=conv_finish_wide=0 bench kernels --filter shortconv --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
+      "bench-state-finish-wide|30|DDL_FORMS=conv_finish_wide=1 bench kernels --filter shortconv --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-generate|30|bench generate --preset small-124m --variant ddl --contexts 64,512 --reps 3 --json"
     )
   fi

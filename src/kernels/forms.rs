@@ -80,6 +80,10 @@ pub struct Forms {
     /// The compressor kernels with K = 4 have K compiled in (else the general window of 8):
     /// `conv_k4`.
     pub conv_k4: bool,
+    /// The token compressor's backward adds its chunk partials over the whole grid (groups of
+    /// rows, then one invocation per kernel element) instead of one workgroup per value channel:
+    /// `conv_finish_wide` (GPUs; see `shortconv::token_backward_finish`).
+    pub conv_finish_wide: bool,
     /// Four elements per invocation where sizes and offsets allow: `rope_vec4`, `swiglu_vec4`,
     /// `adamw_vec4` (the same bits as the scalar forms).
     pub rope_vec4: bool,
@@ -159,6 +163,7 @@ impl Forms {
             conv_sweep: cpu,
             conv_forward_chunk: 16,
             conv_k4: true,
+            conv_finish_wide: !cpu,
             rope_vec4: true,
             swiglu_vec4: true,
             adamw_vec4: true,
@@ -252,6 +257,7 @@ impl Forms {
                         .ok_or_else(|| format!("{key}={value}: expected a number of tokens ≥ 1"))?
                 }
                 "conv_k4" => self.conv_k4 = flag()?,
+                "conv_finish_wide" => self.conv_finish_wide = flag()?,
                 "rope_vec4" => self.rope_vec4 = flag()?,
                 "attn_rows" => self.attention_rows = flag()?,
                 "swiglu_vec4" => self.swiglu_vec4 = flag()?,
@@ -297,6 +303,7 @@ impl Forms {
         ("conv_sweep", "compressor backward walk: a barrier per token step"),
         ("conv_fwd_chunk", "compressor forward: tokens per walk"),
         ("conv_k4", "compressor: K = 4 compiled in"),
+        ("conv_finish_wide", "compressor backward: chunk partials summed over the whole grid"),
         ("rope_vec4", "RoPE: four pairs per invocation"),
         ("swiglu_vec4", "SwiGLU: four elements per invocation"),
         ("adamw_vec4", "AdamW: four elements per invocation"),
@@ -333,6 +340,7 @@ impl Forms {
                 "conv_sweep" => b(self.conv_sweep),
                 "conv_fwd_chunk" => self.conv_forward_chunk.to_string(),
                 "conv_k4" => b(self.conv_k4),
+                "conv_finish_wide" => b(self.conv_finish_wide),
                 "rope_vec4" => b(self.rope_vec4),
                 "swiglu_vec4" => b(self.swiglu_vec4),
                 "adamw_vec4" => b(self.adamw_vec4),
@@ -380,13 +388,15 @@ mod tests {
         assert!(cpu.cpu && cpu.conv_quads && cpu.subgroup_loads && cpu.matmul_subgroup);
         assert_eq!(cpu.attention, AttentionForm::Blocked(crate::kernels::attention::BLOCK_ROWS));
         assert!(!gpu.cpu && !gpu.conv_quads && !gpu.subgroup_loads && !gpu.matmul_subgroup);
+        assert!(gpu.conv_finish_wide && !cpu.conv_finish_wide);
         assert_eq!(
             (gpu.attention, gpu.col_sum_seq_rows),
             (AttentionForm::Blocked(crate::kernels::attention::GPU_BLOCK_ROWS), 16)
         );
         let mut f = gpu.clone();
-        f.apply("conv_quads=1, norm_team=32,attention=blocked:16,col_sum_seq=0,delta_quads=off", sg).unwrap();
-        assert!(f.conv_quads && !f.delta_quads);
+        f.apply("conv_quads=1, norm_team=32,attention=blocked:16,col_sum_seq=0,delta_quads=off,conv_finish_wide=0", sg)
+            .unwrap();
+        assert!(f.conv_quads && !f.delta_quads && !f.conv_finish_wide);
         assert_eq!((f.norm_team, f.attention, f.col_sum_seq_rows), (Some(32), AttentionForm::Blocked(16), 0));
         // The table shows every key once, with the overridden values.
         let t = f.table();

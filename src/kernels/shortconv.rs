@@ -155,10 +155,28 @@ pub(crate) fn chunking_min(n: usize, min_chunk: usize) -> (usize, usize) {
 }
 
 /// Elements of scratch one token-axis backward ([`token_backward`]) keeps with the default forms
-/// (`conv_k4` on): the chunk partials, for memory plans.
+/// (`conv_k4` on): the chunk partials, and the wide finish's sums ([`finish_scratch_elems`] of a
+/// block's two calls: what a GPU keeps; a CPU adapter's finish keeps none), for memory plans.
 pub fn token_backward_scratch_elems(s: &ConvShape) -> usize {
     let chunk = if windowed(s) && s.kernel == 4 { ONE_WALK_CHUNK } else { TOKEN_MIN_CHUNK };
-    partial_elems(s, chunk)
+    let (_, chunks) = chunking_min(s.tokens(), chunk);
+    partial_elems(s, chunk) + finish_scratch_elems(s, 2 * chunks)
+}
+
+/// Rows of chunk partials one invocation of the wide finish's first pass adds
+/// (`token_finish_groups`); with at most this many rows in all it is skipped.
+const FINISH_GROUP_ROWS: usize = 32;
+
+/// Groups of rows of the wide finish over `rows` rows of chunk partials (1: no group pass).
+fn finish_groups(rows: usize) -> usize {
+    if rows <= FINISH_GROUP_ROWS { 1 } else { rows.div_ceil(FINISH_GROUP_ROWS) }
+}
+
+/// Scratch of the wide finish over `rows` rows of chunk partials: the group sums (when there is
+/// more than one group) and the drho terms q `[d, m, K]`.
+fn finish_scratch_elems(s: &ConvShape, rows: usize) -> usize {
+    let g = finish_groups(rows);
+    (if g > 1 { g } else { 0 } + 1) * s.d * s.m * s.kernel
 }
 
 /// The chunk partials of a token-axis backward of `s` on `gpu`.
@@ -394,7 +412,7 @@ pub fn token_backward_out(
     let partial = token_partials(gpu, s, 1)?;
     let mut out = token_backward_walk(gpu, s, x, kappa, rho, da, dx, partial.view(), out)?;
     out.last_mut().expect("at least one pass").scratch.push(partial.clone());
-    out.push(token_backward_finish(gpu, s, kappa, rho, dkappa, drho, &partial, 1)?);
+    out.extend(token_backward_finish(gpu, s, kappa, rho, dkappa, drho, &partial, 1)?);
     Ok(out)
 }
 
@@ -515,8 +533,16 @@ pub fn token_partial_slot<'a>(gpu: &Gpu, s: &ConvShape, partial: &'a Tensor, c: 
 
 /// The last part of [`token_backward`]: the sums over the `calls` slots of [`token_partials`]
 /// (written by [`token_backward_walk`] with the same shape, κ and ρ), in slot and chunk order,
-/// into `dkappa` (+= ρ_j·P) and `drho` (+= Σ_{i,s} κ·P): one workgroup per value channel. Keeps
-/// `partial` alive.
+/// into `dkappa` (+= ρ_j·P) and `drho` (+= Σ_{i,s} κ·P). Keeps `partial` alive.
+///
+/// Two forms, each deterministic (they round differently: the wide one adds the rows in groups):
+/// one workgroup per value channel, each lane adding every chunk row of its elements in turn
+/// (`token_backward_finish`: one dispatch, m workgroups — CPU adapters, where a few long-running
+/// workgroups suit the worker threads), or, where the device's `conv_finish_wide` form is on
+/// (GPUs), the same sums spread over the grid: group sums of [`FINISH_GROUP_ROWS`] rows
+/// (`token_finish_groups`, skipped for few rows), one invocation per kernel element
+/// (`token_finish_elems`: dkappa and the drho terms), then `reduce_drho` — two or three
+/// dispatches.
 #[allow(clippy::too_many_arguments)]
 pub fn token_backward_finish(
     gpu: &Gpu,
@@ -527,7 +553,7 @@ pub fn token_backward_finish(
     drho: View,
     partial: &Tensor,
     calls: usize,
-) -> Result<Dispatch> {
+) -> Result<Vec<Dispatch>> {
     let what = "shortconv::token_backward";
     let (dm, k) = (s.d * s.m, s.kernel);
     need(what, "dkappa", "[d, m, K]", &dkappa, dm * k)?;
@@ -535,16 +561,62 @@ pub fn token_backward_finish(
     let rows = calls * slot_chunks(gpu, s);
     need(what, "partial", "[calls, chunks, m, d, K]", &partial.view(), rows * dm * k)?;
     let p = Params { chunks: rows as u32, ..token_params(gpu, s) };
-    let mut d_fin = conv(
+    if !gpu.forms.conv_finish_wide {
+        let mut d_fin = conv(
+            gpu,
+            &generic(),
+            "token_backward_finish",
+            bytemuck::bytes_of(&p),
+            &[("kappa", kappa), ("rho", rho), ("dkappa", dkappa), ("drho", drho), ("partial", partial.view())],
+            s.m * WG_1D as usize,
+        )?;
+        d_fin.scratch.push(partial.clone());
+        return Ok(vec![d_fin]);
+    }
+    let mdk = dm * k;
+    let groups = finish_groups(rows);
+    let mut out = Vec::with_capacity(3);
+    // The rows the element pass adds: the group sums, or the chunk partials themselves.
+    let summed = if groups > 1 {
+        let gpart = scratch(gpu, "shortconv.finish.groups", groups * mdk)?;
+        let pg = Params { chunk: FINISH_GROUP_ROWS as u32, ..p };
+        let mut d_g = conv(
+            gpu,
+            &generic(),
+            "token_finish_groups",
+            bytemuck::bytes_of(&pg),
+            &[("partial", partial.view()), ("gpart", gpart.view())],
+            groups * mdk,
+        )?;
+        d_g.scratch.push(partial.clone());
+        out.push(d_g);
+        (gpart, groups)
+    } else {
+        (partial.clone(), rows)
+    };
+    let q = scratch(gpu, "shortconv.finish.q", mdk)?;
+    let pe = Params { chunks: summed.1 as u32, ..p };
+    let mut d_e = conv(
         gpu,
         &generic(),
-        "token_backward_finish",
+        "token_finish_elems",
+        bytemuck::bytes_of(&pe),
+        &[("kappa", kappa), ("rho", rho), ("dkappa", dkappa), ("partial", summed.0.view()), ("q", q.view())],
+        mdk,
+    )?;
+    d_e.scratch.push(summed.0.clone());
+    out.push(d_e);
+    let mut d_r = conv(
+        gpu,
+        &generic(),
+        "reduce_drho",
         bytemuck::bytes_of(&p),
-        &[("kappa", kappa), ("rho", rho), ("dkappa", dkappa), ("drho", drho), ("partial", partial.view())],
+        &[("q", q.view()), ("drho", drho)],
         s.m * WG_1D as usize,
     )?;
-    d_fin.scratch.push(partial.clone());
-    Ok(d_fin)
+    d_r.scratch.push(q);
+    out.push(d_r);
+    Ok(out)
 }
 
 fn value_params(n: usize, d: usize, m: usize, kc: usize) -> Params {

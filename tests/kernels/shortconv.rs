@@ -566,6 +566,28 @@ fn token_compressor_backward_is_bit_identical_run_to_run() {
     run_token(&gpu(), &s, &inp).assert_same_bits(&run_token(&gpu(), &s, &inp), "between token runs", rng.seed);
 }
 
+/// The finish forms (`conv_finish_wide`): one workgroup per value channel, or the sums spread
+/// over the grid (a group pass when there are more than 32 rows of chunk partials, one
+/// invocation per kernel element, then the ρ reduction). Each against float64 over few rows
+/// (no group pass), many (groups, a short last one), m = 1 and K ≠ 4 (the two-walk partials),
+/// and each bit-identical run to run; the two forms agree within rounding.
+#[test]
+fn both_compressor_finishes_match_float64_and_are_bit_identical_run_to_run() {
+    for s in [shape(2, 9, 5, 4, 4), shape(3, 700, 7, 3, 4), shape(2, 1100, 4, 1, 4), shape(1, 2000, 3, 2, 3)] {
+        let mut rng = Rng::fresh();
+        let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
+        let inp = Inputs::draw(&mut rng, n * d * m, d * m * k, m, n * d);
+        let want = token_want(&s, &inp);
+        for wide in [false, true] {
+            let gpu = gpu().with_forms(|f| f.conv_finish_wide = wide);
+            let tag = format!("{s:?} wide finish {wide}");
+            let got = run_token(&gpu, &s, &inp);
+            got.assert_close_to(&want, &inp, &tag, rng.seed);
+            got.assert_same_bits(&run_token(&gpu, &s, &inp), &format!("{tag}: run to run"), rng.seed);
+        }
+    }
+}
+
 #[test]
 fn token_compressor_reference_backward_matches_central_finite_differences() {
     let mut rng = Rng::fresh();
@@ -746,11 +768,14 @@ fn compressor_shape_errors_name_the_tensor_and_are_not_panics() {
 /// A block's two compressor calls (same κ, ρ; different states and ∂a) writing consecutive slots
 /// of one buffer of chunk partials, summed by one finish (`token_backward_walk` twice, then
 /// `token_backward_finish` over both): each dx gets its own call's gradient, dκ and dρ the sum of
-/// both calls', against float64. Windowed (K = 4) and general (K = 3, K = 6) walks.
+/// both calls', against float64. Windowed (K = 4) and general (K = 3, K = 6) walks, each with
+/// both finishes (one workgroup per value channel, and the wide one: with 2100 tokens its group
+/// pass runs, over a short last group).
 #[test]
 fn two_compressor_calls_sharing_one_finish_match_float64() {
-    for s in [shape(3, 37, 5, 4, 4), shape(2, 19, 3, 3, 3), shape(1, 70, 4, 2, 6)] {
-        let gpu = gpu();
+    let shapes = [shape(3, 37, 5, 4, 4), shape(2, 19, 3, 3, 3), shape(1, 70, 4, 2, 6), shape(3, 700, 7, 3, 4)];
+    for (s, wide) in shapes.into_iter().flat_map(|s| [(s, false), (s, true)]) {
+        let gpu = gpu().with_forms(|f| f.conv_finish_wide = wide);
         let mut rng = Rng::fresh();
         let (n, dm, k) = (s.tokens(), s.d * s.m, s.kernel);
         let kappa = rng.uniform(dm * k, -1.0, 1.0);
@@ -798,11 +823,17 @@ fn two_compressor_calls_sharing_one_finish_match_float64() {
             )
             .unwrap(),
         );
-        ds.push(
-            shortconv::token_backward_finish(&gpu, &s, tk.view(), tr.view(), tdk.view(), tdr.view(), &part, 2).unwrap(),
+        let finish =
+            shortconv::token_backward_finish(&gpu, &s, tk.view(), tr.view(), tdk.view(), tdr.view(), &part, 2).unwrap();
+        // One dispatch, or the wide finish's two or three (its group pass with many rows).
+        let passes = finish.len();
+        assert!(
+            if wide { passes == 3 || (passes == 2 && s.tokens() < 2000) } else { passes == 1 },
+            "{s:?} wide {wide}: {passes} dispatches"
         );
+        ds.extend(finish);
         run(&gpu, &ds);
-        let tag = format!("{s:?}");
+        let tag = format!("{s:?} wide finish {wide}");
         close(&format!("shared dx1 {tag}"), &read(&gpu, &tdx1), &plus(&dx01, &wdx1), 1e-4, rng.seed);
         close(&format!("shared dx2 {tag}"), &read(&gpu, &tdx2), &plus(&dx02, &wdx2), 1e-4, rng.seed);
         close(&format!("shared dkappa {tag}"), &read(&gpu, &tdk), &plus(&dk0, &wdk), 1e-4, rng.seed);

@@ -93,7 +93,7 @@ pub(crate) fn backward(
         )?;
         walk.last_mut().expect("at least one pass").scratch.push(part.clone());
         if slot == 1 {
-            walk.push(shortconv::token_backward_finish(gpu, &cs, kappa, rho, dkappa, drho, part, 2)?);
+            walk.extend(shortconv::token_backward_finish(gpu, &cs, kappa, rho, dkappa, drho, part, 2)?);
         }
         r.run(Ok(walk))
     } else {
