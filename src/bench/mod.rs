@@ -19,14 +19,24 @@ pub struct Row(pub serde_json::Value);
 
 /// Median of the per-run kernel times (ms) of `d`, after one warm-up run.
 pub fn time_dispatch(gpu: &Gpu, d: &crate::gpu::Dispatch, reps: usize) -> Result<f64> {
-    gpu.run(&[d])?;
+    time_dispatches(gpu, &[d], reps)
+}
+
+/// [`time_dispatch`] for dispatches that run one after another (one submission): the sum of
+/// their kernel times, median of `reps` after a warm-up.
+pub fn time_dispatches(gpu: &Gpu, ds: &[&crate::gpu::Dispatch], reps: usize) -> Result<f64> {
+    gpu.run(ds)?;
     let mut t = Vec::with_capacity(reps);
     for _ in 0..reps.max(1) {
         let mut r = Recorder::profiled(gpu);
         let t0 = Instant::now();
-        r.record(&[d]);
+        r.record(ds);
         let kt = r.submit()?;
-        t.push(kt.first().map(|k| k.ns / 1e6).unwrap_or(t0.elapsed().as_secs_f64() * 1e3));
+        t.push(if kt.is_empty() {
+            t0.elapsed().as_secs_f64() * 1e3
+        } else {
+            kt.iter().map(|k| k.ns).sum::<f64>() / 1e6
+        });
     }
     t.sort_by(|a, b| a.partial_cmp(b).unwrap());
     Ok(t[t.len() / 2])
@@ -260,6 +270,21 @@ pub fn matmul_rows(
             let mut r = base.clone();
             r["variant"] = json!(v);
             r["auto"] = json!(v == auto);
+            r["ms"] = json!(ms);
+            r["gflop_per_s"] = json!(mm.flops() / ms / 1e6);
+            emit(Row(r));
+        }
+        // A product the model splits along K (a weight gradient with few output tiles): what
+        // the model runs, the pieces, the remainder and the column sum together (`split:P`).
+        let pieces = mm.k_pieces(gpu);
+        if pieces > 1 {
+            let ds = mm.bind_split(gpu, a.view(), b.view(), c.view())?;
+            let ms = time_dispatches(gpu, &ds.iter().collect::<Vec<_>>(), reps)?;
+            let mut r = base.clone();
+            r["variant"] = json!(format!("split:{pieces}"));
+            r["auto"] = json!(false);
+            r["split"] = json!(true);
+            r["dispatches"] = json!(ds.len());
             r["ms"] = json!(ms);
             r["gflop_per_s"] = json!(mm.flops() / ms / 1e6);
             emit(Row(r));

@@ -29,7 +29,13 @@ impl Row {
                 v["variant"].as_str().unwrap_or(""),
                 v["ms"].as_f64().unwrap_or(0.0),
                 v["gflop_per_s"].as_f64().unwrap_or(0.0),
-                if v["auto"].as_bool() == Some(true) { "  <- auto" } else { "" }
+                if v["auto"].as_bool() == Some(true) {
+                    "  <- auto"
+                } else if v["split"].as_bool() == Some(true) {
+                    "  <- the model's (split along K)"
+                } else {
+                    ""
+                }
             ),
             Some("matmul_tune") => writeln!(
                 out,

@@ -92,6 +92,13 @@ pub struct Forms {
     /// The matmul's `…g` register-block variants (A loaded once per subgroup) are offered: only
     /// where subgroups have one fixed size dividing 8: `matmul_subgroup`.
     pub matmul_subgroup: bool,
+    /// A packed product with fewer output tiles than this is split along K into pieces that
+    /// together make about this many (`matmul::Matmul::k_pieces`; 0: never split):
+    /// `split_k_tiles`. CPU adapters: twice the worker threads, for outputs of at most 2^16
+    /// elements (small heads); GPUs: 256 tiles of 128 × 128 (about two workgroups per
+    /// multiprocessor of a 132-multiprocessor card), for the weight gradients of a model's
+    /// narrow layers (768 × 768 summed over 8192 tokens is 36 such tiles).
+    pub split_k_tiles: usize,
     /// `--precision f16` reads the weights of its products from an f16 copy of the parameters
     /// (rewritten after every AdamW step: half the bytes per weight load) instead of rounding the
     /// f32 parameters as it reads them; the same bits either way: `matmul_f16_weights`.
@@ -170,6 +177,7 @@ impl Forms {
             matmul_subgroup: subgroups && lo == hi && hi >= 1 && 8 % hi == 0,
             matmul_f16_weights: true,
             matmul_coop: true,
+            split_k_tiles: if cpu { 2 * cpu_threads() } else { crate::kernels::matmul::GPU_SPLIT_K_TILES },
         }
     }
 
@@ -271,6 +279,11 @@ impl Forms {
                 }
                 "matmul_f16_weights" => self.matmul_f16_weights = flag()?,
                 "matmul_coop" => self.matmul_coop = flag()?,
+                "split_k_tiles" => {
+                    self.split_k_tiles = value
+                        .parse()
+                        .map_err(|_| format!("{key}={value}: expected a number of tiles (0: never split)"))?
+                }
                 _ => {
                     return Err(format!(
                         "unknown form '{key}' (expected one of: {})",
@@ -310,6 +323,7 @@ impl Forms {
         ("matmul_subgroup", "matmul: the …g register-block variants offered"),
         ("matmul_f16_weights", "--precision f16: weights read from an f16 copy of the parameters"),
         ("matmul_coop", "f16 products on cooperative matrices where the device has them"),
+        ("split_k_tiles", "matmul: products with fewer output tiles split along K (0: never)"),
     ];
 
     /// `(key, value, what)` rows for `ddl info` and `ddl bench`.
@@ -347,6 +361,7 @@ impl Forms {
                 "matmul_subgroup" => b(self.matmul_subgroup),
                 "matmul_f16_weights" => b(self.matmul_f16_weights),
                 "matmul_coop" => b(self.matmul_coop),
+                "split_k_tiles" => self.split_k_tiles.to_string(),
                 _ => unreachable!("every key has a value"),
             }
         };

@@ -132,7 +132,7 @@ impl Model {
             x0win,
         };
         // As a training program does: the products' K-pieces scratch at its largest first.
-        let kp = k_pieces_scratch_elems(&self.layout, q);
+        let kp = k_pieces_scratch_elems(&self.layout, q, &[matmul::KSplit::of(g)]);
         if kp > 0 {
             g.shared_scratch(matmul::K_PIECES_SCRATCH, kp)?;
         }

@@ -2,6 +2,7 @@
 //! [`super::Model::program`] allocates (`super::acts`) and the scratch its launchers keep.
 
 use crate::kernels::attention::{self, AttnShape};
+use crate::kernels::matmul::KSplit;
 use crate::kernels::shortconv::{self, ConvShape};
 use crate::kernels::{delta, expand, norm};
 
@@ -201,14 +202,15 @@ fn launcher_scratch(c: &ModelConfig, b: usize, t: usize) -> u64 {
 }
 
 /// Elements of the K-pieces scratch the split weight-gradient products of a program over `n`
-/// tokens share: the largest [`crate::kernels::matmul::k_pieces_bound`] over the 2-D parameters
-/// (their gradients are `[rows, cols]` products summed over the tokens).
-pub(crate) fn k_pieces_scratch_elems(layout: &Layout, n: usize) -> usize {
+/// tokens share under the split rules `rules`: the largest
+/// [`crate::kernels::matmul::k_pieces_bound`] over the 2-D parameters (their gradients are
+/// `[rows, cols]` products summed over the tokens).
+pub(crate) fn k_pieces_scratch_elems(layout: &Layout, n: usize, rules: &[KSplit]) -> usize {
     layout
         .specs
         .iter()
         .filter(|s| s.shape.len() == 2)
-        .map(|s| crate::kernels::matmul::k_pieces_bound(s.shape[0], s.shape[1], n))
+        .flat_map(|s| rules.iter().map(|&r| crate::kernels::matmul::k_pieces_bound(r, s.shape[0], s.shape[1], n)))
         .max()
         .unwrap_or(0)
 }
@@ -278,7 +280,7 @@ pub fn memory_plan_for(
         + if var.is_ddl() { 2 * l * (n + 1) } else { 0 } // every write's β, and their sums
         + if f4 != f { l * d * f4 } else { 0 }
         + launcher_scratch(c, b, t)
-        + k_pieces_scratch_elems(&layout, b * t) as u64;
+        + k_pieces_scratch_elems(&layout, b * t, &KSplit::PLANNED) as u64;
     let mut largest = ("logits".to_string(), 4 * n * v);
     for s in &layout.specs {
         let bytes = 4 * s.len() as u64;

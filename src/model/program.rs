@@ -138,7 +138,7 @@ impl Program {
         }
         // The weight gradients' K-pieces scratch at its largest before any product asks for it,
         // so that one buffer serves them all (the plan counts it).
-        let kp = k_pieces_scratch_elems(&model.layout, b * t);
+        let kp = k_pieces_scratch_elems(&model.layout, b * t, &[matmul::KSplit::of(&model.gpu)]);
         if kp > 0 {
             model.gpu.shared_scratch(matmul::K_PIECES_SCRATCH, kp)?;
         }

@@ -709,7 +709,7 @@ fn few_tile_products_with_long_sums_are_split_along_k() {
         let pieces = mm.k_pieces(&gpu);
         assert!(pieces > 1, "{mm:?}: not split");
         // Programs reserve the shared scratch from this bound before any product asks.
-        let bound = matmul::k_pieces_bound(mm.m, mm.n, mm.k);
+        let bound = matmul::k_pieces_bound(matmul::KSplit::of(&gpu), mm.m, mm.n, mm.k);
         assert!(pieces * mm.m * mm.n <= bound, "{mm:?}: {pieces} pieces exceed the bound {bound}");
         for acc in [false, true] {
             let mm = mm.accumulate(acc);
@@ -736,6 +736,59 @@ fn few_tile_products_with_long_sums_are_split_along_k() {
     // adapter; 128 × 128 is two `c64` tiles on a GPU, which splits it).
     assert_eq!(Matmul::tn(1024, 1024, 768).k_pieces(&gpu), 1);
     assert_eq!(Matmul::tn(1, 128, 300).k_pieces(&gpu), 1);
+}
+
+/// A GPU's split-K rule (`split_k_tiles`, forced here with the forms of a discrete adapter):
+/// weight gradients of narrow layers — outputs of many elements but fewer than 128 tiles of
+/// 128 × 128 — are split into ⌊256 / tiles⌋ pieces (at most K / 128 and 32), within the bound
+/// programs reserve; against float64, plain and accumulating, and bit-identical run to run. Wide
+/// outputs, short sums and `split_k_tiles=0` stay one product; the CPU rule is unchanged.
+#[test]
+fn a_gpus_split_along_k_covers_narrow_weight_gradients() {
+    let base = gpu();
+    let gpu = base.with_forms(|f| *f = ddl::kernels::forms::Forms::defaults(false, (32, 32), base.features));
+    let rule = matmul::KSplit::of(&gpu);
+    assert_eq!(rule, matmul::KSplit { cpu: false, busy: matmul::GPU_SPLIT_K_TILES });
+    // 300 × 260: 9 tiles → 28 pieces; 130 × 389 over 1030: 8 tiles, K / 128 = 8 pieces (and a
+    // remainder of 6); 260 × 390 over 2050: 12 tiles → 21, K / 128 = 16 pieces.
+    assert!(base.forms.cpu);
+    for (mm, want) in
+        [(Matmul::tn(300, 260, 4099), 28), (Matmul::tn(130, 389, 1030), 8), (Matmul::tn(260, 390, 2050), 16)]
+    {
+        let pieces = mm.k_pieces(&gpu);
+        assert_eq!(pieces, want, "{mm:?}");
+        let bound = matmul::k_pieces_bound(rule, mm.m, mm.n, mm.k);
+        assert!(pieces * mm.m * mm.n <= bound, "{mm:?}: {pieces} pieces exceed the bound {bound}");
+        if mm.m * mm.n > 1 << 16 {
+            assert_eq!(mm.k_pieces(&base), 1, "{mm:?}: the CPU rule splits only outputs of ≤ 2^16 elements");
+        }
+        for acc in [false, true] {
+            let mm = mm.accumulate(acc);
+            check_bound(mm, 1, "a GPU's split along K", &|_, a, b, c| {
+                let ds = mm.bind_split(&gpu, a, b, c).unwrap();
+                assert!(ds.len() >= 2, "{mm:?}: {} dispatch(es)", ds.len());
+                ds
+            });
+        }
+        let mut rng = Rng::fresh();
+        let [ea, eb, ec] = mm.extents();
+        let (ta, tb) = (upload(&gpu, "a", &rng.uniform(ea, -1.0, 1.0)), upload(&gpu, "b", &rng.uniform(eb, -1.0, 1.0)));
+        let runs: Vec<Vec<u32>> = (0..2)
+            .map(|_| {
+                let tc = poisoned(&gpu, "c", &[ec]);
+                run(&gpu, &mm.bind_split(&gpu, ta.view(), tb.view(), tc.view()).unwrap());
+                tc.read_f32(&gpu).unwrap().iter().map(|x| x.to_bits()).collect()
+            })
+            .collect();
+        assert_eq!(runs[0], runs[1], "{mm:?}: reruns differ");
+    }
+    // 2048 × 2048: 256 tiles, no split; K < 512: no split; the form at 0: no split.
+    assert_eq!(Matmul::tn(2048, 2048, 8192).k_pieces(&gpu), 1);
+    assert_eq!(Matmul::tn(300, 260, 500).k_pieces(&gpu), 1);
+    assert_eq!(matmul::k_pieces_bound(rule, 2048, 2048, 8192), 0);
+    let off = gpu.with_forms(|f| f.split_k_tiles = 0);
+    assert_eq!(Matmul::tn(300, 260, 4099).k_pieces(&off), 1);
+    assert_eq!(matmul::k_pieces_bound(matmul::KSplit::of(&off), 300, 260, 4099), 0);
 }
 
 // ---- f16 operands (`--precision f16`): MatmulElem::R16 (f32 storage rounded as read) and F16

@@ -37,7 +37,7 @@ pub mod coop;
 mod split;
 mod variants;
 
-pub use split::{K_PIECES_SCRATCH, k_pieces_bound};
+pub use split::{GPU_SPLIT_K_TILES, K_PIECES_SCRATCH, KSplit, k_pieces_bound};
 pub use variants::*;
 
 use std::collections::HashMap;

@@ -124,17 +124,26 @@ impl Matmul {
     /// decide the summation order, and a timing-dependent choice would make results depend on
     /// what was measured (two fixed-seed runs with fresh autotune caches differed in the last
     /// bits before).
+    ///
+    /// The device's `split_k_tiles` form sets the target (`busy`): on CPU adapters
+    /// ⌈busy / tiles⌉ pieces for outputs of at most 2^16 elements; on GPUs ⌊busy / tiles⌋ with the
+    /// tiles counted at 128 × 128 (the tile the split, batched product gets), at least 2, for any
+    /// output with fewer than busy / 2 such tiles. At most min(K / 128, 32) pieces either way.
     pub fn k_pieces(&self, gpu: &Gpu) -> usize {
-        if k_pieces_bound(self.m, self.n, self.k) == 0 {
+        let rule = KSplit::of(gpu);
+        if k_pieces_bound(rule, self.m, self.n, self.k) == 0 {
             return 1;
         }
         let packed_c = self.c.row_stride == self.n && self.c.offset == 0;
         if self.batch * self.outer != 1 || !packed_c {
             return 1;
         }
+        if !rule.cpu {
+            return gpu_pieces(rule.busy, self.m, self.n, self.k);
+        }
         let Ok((bm, bn)) = tile(heuristic(gpu, self)) else { return 1 };
         let tiles = self.m.div_ceil(bm) * self.n.div_ceil(bn);
-        let busy = if gpu.forms.cpu { 2 * gpu.forms.cpu_threads } else { 64 };
+        let busy = rule.busy;
         if tiles >= busy {
             return 1;
         }
@@ -249,10 +258,51 @@ impl Matmul {
 /// every split product of a device.
 pub const K_PIECES_SCRATCH: &str = "matmul.k_pieces";
 
+/// The GPU default of the `split_k_tiles` form: a guess (about two 128 × 128 workgroups per
+/// multiprocessor of a 132-multiprocessor card) until a GPU run measures the sweep
+/// (`bench-matmul-model-split*` in the GPU check).
+pub const GPU_SPLIT_K_TILES: usize = 256;
+
+/// A device's split-K rule ([`Matmul::k_pieces`]): the adapter kind and its `split_k_tiles`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KSplit {
+    pub cpu: bool,
+    pub busy: usize,
+}
+
+impl KSplit {
+    /// The rule of `gpu`'s forms.
+    pub fn of(gpu: &Gpu) -> KSplit {
+        KSplit { cpu: gpu.forms.cpu, busy: gpu.forms.split_k_tiles }
+    }
+
+    /// The rules a device-free memory plan covers (it counts the larger scratch of the two, so
+    /// that one plan holds on either kind of adapter): a CPU adapter's, and a GPU's default.
+    pub const PLANNED: [KSplit; 2] = [KSplit { cpu: true, busy: 1 }, KSplit { cpu: false, busy: GPU_SPLIT_K_TILES }];
+}
+
+/// Pieces of a GPU's split: ⌊busy / tiles⌋ with tiles of 128 × 128, at most min(k / 128, 32);
+/// 1 when that is under 2.
+fn gpu_pieces(busy: usize, m: usize, n: usize, k: usize) -> usize {
+    let tiles = m.div_ceil(128) * n.div_ceil(128);
+    let p = (busy / tiles).min(k / 128).min(32);
+    if p < 2 { 1 } else { p }
+}
+
 /// The most scratch elements ([`Matmul::k_pieces`] pieces × m × n) a packed `[m, n]` product over
-/// `k` can ask for: 0 where it is never split (k < 512 or m·n > 2^16), else at most
-/// min(k / 128, 32) pieces. Programs reserve the largest over their weight gradients up front
+/// `k` can ask for under `rule`: 0 where it is never split (k < 512, `split_k_tiles` 0; on CPU
+/// adapters m·n > 2^16, on GPUs fewer than two pieces), else the CPU's at most min(k / 128, 32)
+/// pieces or the GPU's count. Programs reserve the largest over their weight gradients up front
 /// (and memory plans count it), so the products share one buffer.
-pub fn k_pieces_bound(m: usize, n: usize, k: usize) -> usize {
-    if k < 512 || m * n > 1 << 16 { 0 } else { (k / 128).clamp(1, 32) * m * n }
+pub fn k_pieces_bound(rule: KSplit, m: usize, n: usize, k: usize) -> usize {
+    if k < 512 || rule.busy == 0 {
+        return 0;
+    }
+    if rule.cpu {
+        return if m * n > 1 << 16 { 0 } else { (k / 128).clamp(1, 32) * m * n };
+    }
+    match gpu_pieces(rule.busy, m, n, k) {
+        1 => 0,
+        p => p * m * n,
+    }
 }
