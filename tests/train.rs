@@ -828,6 +828,21 @@ fn the_matmul_benchmark_times_a_models_products_marks_the_engines_pick_and_skips
     assert_eq!(skipped.len(), 3, "{rows:?}");
     assert!(skipped.iter().all(|c| c.starts_with("lm_head")), "{skipped:?}");
     assert_eq!(rows.len() - skipped.len(), 12);
+    // Over 600 tokens the weight gradients of a narrow model (8 × 8 and the like) are few-tile
+    // sums the model splits along K: each gets a `split:P` row after its pick's, timing what the
+    // model runs.
+    let long = ddl::bench::model_matmuls(600, 8, 8, 8, 12);
+    let mut rows = Vec::new();
+    ddl::bench::matmul_rows(&gpu, &long, &VariantSet::Auto, 1, |r| rows.push(r.0)).unwrap();
+    let split: Vec<_> = rows.iter().filter(|r| r["split"] == true).collect();
+    let want: Vec<&str> = long.iter().filter(|(_, mm)| mm.k_pieces(&gpu) > 1).map(|(name, _)| name.as_str()).collect();
+    assert!(!want.is_empty() && want.iter().all(|n| n.contains("dW")), "{want:?}");
+    assert_eq!(split.iter().map(|r| r["case"].as_str().unwrap()).collect::<Vec<_>>(), want);
+    for r in split {
+        let pieces: usize = r["variant"].as_str().unwrap().strip_prefix("split:").unwrap().parse().unwrap();
+        assert!(pieces > 1 && r["dispatches"].as_u64().unwrap() >= 2 && r["auto"] == false, "{r}");
+        assert!(r["gflop_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    }
 }
 
 #[test]
