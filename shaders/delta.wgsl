@@ -131,10 +131,13 @@ fn seg_w() -> u32 {
 var<workgroup> red: array<f32, REDN>;
 
 // Sums part[0..nv) over the `seg` lanes of each segment in a fixed order and gives every lane
-// its segment's totals: lanes 0, 1, … first add runs of 8 consecutive partials in order, then
-// every lane adds the run sums in order (all lanes the same sums, so they agree bit for bit).
-// Three barriers whatever the width; nothing (no barrier) when seg = 1. Must be called by every
-// invocation (uniform control flow: seg is a uniform).
+// its segment's totals: runs of 8 consecutive partials are added in order (the (value, run)
+// pairs spread over the segment's lanes), then each value's run sums in order by one lane, whose
+// total every lane reads. Four barriers whatever the width; nothing (no barrier) when seg = 1.
+// Must be called by every invocation (uniform control flow: seg is a uniform). (Until session 22
+// the run sums went to lanes 0, 1, … one run each with every value, and every lane added every
+// value's run sums itself: the same additions in the same order, so the same bits, with 16 × 10
+// workgroup-memory loads per lane at seg = 128, m = 4 instead of ≤ 16 + 16 + 10.)
 fn segment_sum(part: ptr<function, array<f32, NV>>, nv: u32, lid: u32, lane: u32) {
     let seg = seg_w();
     if (seg == 1u) { return; }
@@ -143,26 +146,28 @@ fn segment_sum(part: ptr<function, array<f32, NV>>, nv: u32, lid: u32, lane: u32
         if (q < nv) { red[q * WG + lid] = (*part)[q]; }
     }
     workgroupBarrier();
-    // Run `lane` covers partials [8·lane, 8·lane + 8) of the segment; its sum goes to the first.
+    // Pair e = q·runs + r (value q, run r): run r covers partials [8r, 8r + 8) of the segment;
+    // its sum goes to the run's first slot.
     let runs = (seg + RUN - 1u) / RUN;
-    if (lane < runs) {
-        let first = head + lane * RUN;
+    for (var e = lane; e < nv * runs; e += seg) {
+        let q = e / runs;
+        let first = head + (e - q * runs) * RUN;
         let last = min(first + RUN, head + seg);
-        for (var q = 0u; q < NV; q++) {
-            if (q < nv) {
-                var acc = red[q * WG + first];
-                for (var e = first + 1u; e < last; e++) { acc += red[q * WG + e]; }
-                red[q * WG + first] = acc;
-            }
-        }
+        var acc = red[q * WG + first];
+        for (var i = first + 1u; i < last; i++) { acc += red[q * WG + i]; }
+        red[q * WG + first] = acc;
+    }
+    workgroupBarrier();
+    // Value q's total (lane q; lanes take every seg-th value when nv > seg) into the segment's
+    // first slot of row q: only this lane touches row q here.
+    for (var q = lane; q < nv; q += seg) {
+        var acc = red[q * WG + head];
+        for (var r = 1u; r < runs; r++) { acc += red[q * WG + head + r * RUN]; }
+        red[q * WG + head] = acc;
     }
     workgroupBarrier();
     for (var q = 0u; q < NV; q++) {
-        if (q < nv) {
-            var acc = red[q * WG + head];
-            for (var r = 1u; r < runs; r++) { acc += red[q * WG + head + r * RUN]; }
-            (*part)[q] = acc;
-        }
+        if (q < nv) { (*part)[q] = red[q * WG + head]; }
     }
     // Nobody may overwrite `red` before everyone has read the totals.
     workgroupBarrier();
