@@ -165,6 +165,37 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
     let r4 = ddl(&dir, &["experiment", "--spec", s, "--out", o, "--report-only", "--speed"]);
     assert!(r4.status.success(), "{}", text(&r4));
     assert!(speed_time() > measured && text(&r4).contains("speed: ddl against baseline"), "{}", text(&r4));
+    // Carried through git (scripts/experiment-runs.sh): the finished runs' result.json and
+    // config.toml alone give a fresh folder the same report, nothing re-trained.
+    let script = ddl::testing::data_path("scripts/experiment-runs.sh");
+    let sh = |args: &[&Path]| Command::new("bash").arg(&script).args(args).output().expect("running bash");
+    let (keep, fresh) = (dir.join("keep"), dir.join("fresh"));
+    let r = sh(&[Path::new("save"), &out, &keep]);
+    assert!(r.status.success() && text(&r).contains("saved 4 finished run(s)"), "{}", text(&r));
+    let mut kept: Vec<String> = std::fs::read_dir(keep.join("ddl-seed1"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    kept.sort();
+    assert_eq!(kept, ["config.toml", "result.json"]);
+    let r = sh(&[Path::new("restore"), &keep, &fresh]);
+    assert!(r.status.success() && text(&r).contains("restored 4 finished run(s)"), "{}", text(&r));
+    let r = ddl(&dir, &["experiment", "--spec", s, "--out", fresh.to_str().unwrap(), "--report-only"]);
+    assert!(r.status.success(), "{}", text(&r));
+    let table = |p: &Path| -> Vec<String> {
+        let text = std::fs::read_to_string(p.join("report.md")).unwrap();
+        // The results before the speed section (which the fresh folder has not measured).
+        let results = text.split("## Speed").next().unwrap().to_string();
+        results
+            .lines()
+            .filter(|l| l.starts_with("| baseline |") || l.starts_with("| ddl |"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert!(!table(&out).is_empty());
+    assert_eq!(table(&fresh), table(&out), "the carried runs give another report");
+    let r = sh(&[Path::new("save"), &dir.join("nowhere"), &keep]);
+    assert!(!r.status.success() && text(&r).contains("no such folder"), "{}", text(&r));
     // The same directory with changed shared settings is refused, naming the problem.
     let s5 = spec(&dir.join("other").tap_mkdir(), 5);
     let r5 = ddl(&dir, &["experiment", "--spec", s5.to_str().unwrap(), "--out", o]);
