@@ -736,6 +736,12 @@ fn the_training_benchmark_counts_one_submit_one_readback_no_allocations_and_a_pe
         let listed: Vec<_> = rows[1..].iter().filter(|r| r["bench"] == "train_dispatch").collect();
         assert_eq!(listed.len() as u64, r["dispatches_per_step"].as_u64().unwrap(), "{v:?}");
         assert!(listed.iter().enumerate().all(|(i, d)| d["index"].as_u64() == Some(i as u64)));
+        // The profiled step's GPU timeline (lavapipe has timestamps): a span covering the
+        // kernels' starts, the idle time between dispatches within it.
+        let (span, idle) = (f("gpu_span_ms"), f("gpu_idle_ms"));
+        assert!(span > 0.0 && (0.0..=span).contains(&idle), "{v:?}: span {span}, idle {idle}");
+        let last = listed.iter().map(|d| d["start_ms"].as_f64().expect("a start per dispatch")).fold(0.0, f64::max);
+        assert!(last <= span && listed[0]["start_ms"].as_f64() == Some(0.0), "{v:?}: last start {last}, span {span}");
     }
 }
 

@@ -544,6 +544,11 @@ pub fn train_rows(
         *split.entry(base).or_default() += k.ns / 1e6;
     }
     let total: f64 = split.values().sum();
+    // The profiled step's GPU timeline: span and idle time between dispatches (GPU timestamps).
+    let (span_ms, idle_ms) = match crate::gpu::timeline(&kt) {
+        Some((span, idle)) => (json!(span / 1e6), json!(idle / 1e6)),
+        None => (json!(null), json!(null)),
+    };
     let matmul_ms: f64 = split.iter().filter(|(k, _)| k.starts_with("matmul")).map(|(_, v)| v).sum();
     let zero_ops = prog
         .zero_ops()
@@ -575,11 +580,15 @@ pub fn train_rows(
         // Median CPU time of the process per step (all threads; null where not measurable).
         "cpu_step_ms": cpu_step_ms,
         "split_ms": split,
+        // GPU timestamps only (else null): first start to last end of the profiled step, and the
+        // gaps between dispatches in it (one compute pass per dispatch while profiling).
+        "gpu_span_ms": span_ms, "gpu_idle_ms": idle_ms,
     })));
     if list_dispatches {
         for (i, k) in kt.iter().enumerate() {
             emit(Row(
-                json!({"bench": "train_dispatch", "index": i, "kernel": k.name, "workgroups": k.workgroups, "ms": k.ns / 1e6}),
+                json!({"bench": "train_dispatch", "index": i, "kernel": k.name, "workgroups": k.workgroups, "ms": k.ns / 1e6,
+                       "start_ms": k.start_ns.map(|s| s / 1e6)}),
             ));
         }
     }

@@ -206,6 +206,16 @@ impl Row {
                     mib("plan_bytes"),
                     mib("activation_plan_bytes"),
                 );
+                if let (Some(span), Some(idle)) = (v["gpu_span_ms"].as_f64(), v["gpu_idle_ms"].as_f64()) {
+                    let _ = writeln!(
+                        out,
+                        "    profiled step on the GPU: {span:.1} ms from the first dispatch's start to the last end, \
+                         {:.1} ms of kernels, {idle:.1} ms idle between dispatches ({:.0}%; one compute pass per \
+                         dispatch while profiling, so an upper bound)",
+                        v["profiled_ms"].as_f64().unwrap_or(f64::NAN),
+                        if span > 0.0 { 100.0 * idle / span } else { 0.0 },
+                    );
+                }
                 if let Some(split) = v["split_ms"].as_object() {
                     let mut items: Vec<(&String, f64)> =
                         split.iter().map(|(k, x)| (k, x.as_f64().unwrap_or(0.0))).collect();

@@ -15,7 +15,7 @@ pub use context::{AdapterSummary, AllocStats, BackendChoice, Gpu, GpuOptions, in
 pub use context::{adapter_for_local_rank, enumerate_adapters};
 pub use error::GpuError;
 pub use kernel::{Binding, BindingKind, Dispatch, Kernel};
-pub use recorder::{KernelTime, Op, Profiler, Recorder};
+pub use recorder::{KernelTime, Op, Profiler, Recorder, timeline};
 pub use runtime_dir::use_private_runtime_dir;
 pub use tensor::{DType, DeviceBuffer, RangeReader, Readback, Tensor, View, Wait};
 

@@ -14,6 +14,51 @@ pub struct KernelTime {
     /// The dispatch's workgroup counts (x, y, z).
     pub workgroups: [u32; 3],
     pub ns: f64,
+    /// With GPU timestamps: when the dispatch began, in ns after the first dispatch of the
+    /// recording began (so gaps between dispatches show the GPU's idle time); `None` when timed
+    /// on the host.
+    pub start_ns: Option<f64>,
+}
+
+/// The GPU timeline of a profiled recording: `(span, idle)` in ns — from the first dispatch's
+/// start to the latest end, and the sum of the gaps between one dispatch's end and the next
+/// one's start — or `None` without GPU timestamps. (Profiling gives each dispatch its own compute
+/// pass, so the gaps include pass boundaries an unprofiled recording does not have: an upper
+/// bound on its idle time.)
+pub fn timeline(times: &[KernelTime]) -> Option<(f64, f64)> {
+    let first = times.first()?.start_ns?;
+    let mut idle = 0.0;
+    let mut end = first;
+    for k in times {
+        let start = k.start_ns?;
+        if start > end {
+            idle += start - end;
+        }
+        end = end.max(start + k.ns);
+    }
+    Some((end - first, idle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(start: Option<f64>, ns: f64) -> KernelTime {
+        KernelTime { name: "k".into(), workgroups: [1, 1, 1], ns, start_ns: start }
+    }
+
+    #[test]
+    fn the_timeline_adds_the_gaps_between_dispatches_and_spans_to_the_latest_end() {
+        // 0–10, idle 5, 15–20, then 18–28 overlapping the one before (no gap), idle 2, 30–31.
+        let t = [k(Some(0.0), 10.0), k(Some(15.0), 5.0), k(Some(18.0), 10.0), k(Some(30.0), 1.0)];
+        assert_eq!(timeline(&t), Some((31.0, 7.0)));
+        // A long dispatch ending after the next ones: the span runs to its end.
+        assert_eq!(timeline(&[k(Some(0.0), 50.0), k(Some(5.0), 1.0)]), Some((50.0, 0.0)));
+        // Host-clock times (no starts) and empty recordings have no timeline.
+        assert_eq!(timeline(&[k(None, 3.0)]), None);
+        assert_eq!(timeline(&[k(Some(0.0), 3.0), k(None, 1.0)]), None);
+        assert_eq!(timeline(&[]), None);
+    }
 }
 
 /// How kernels are timed in a profiled recording.
@@ -129,7 +174,12 @@ impl<'g> Recorder<'g> {
                     let _ = self.gpu.wait();
                     let ns = t0.elapsed().as_nanos() as f64;
                     if let Some(Profiler::HostClock { times }) = &mut self.profiler {
-                        times.push(KernelTime { name: d.kernel.name.clone(), workgroups: d.workgroups, ns });
+                        times.push(KernelTime {
+                            name: d.kernel.name.clone(),
+                            workgroups: d.workgroups,
+                            ns,
+                            start_ns: None,
+                        });
                     }
                     self.encoder = Some(self.gpu.device.create_command_encoder(&Default::default()));
                 }
@@ -214,6 +264,7 @@ impl<'g> Recorder<'g> {
                         name,
                         workgroups,
                         ns: ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period,
+                        start_ns: Some(ticks[2 * i].saturating_sub(ticks[0]) as f64 * period),
                     })
                     .collect())
             }
