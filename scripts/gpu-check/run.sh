@@ -325,7 +325,7 @@ stage_bench() {
       "bench-matmul-model-split128|30|DDL_FORMS=split_k_tiles=128 bench matmul --preset small-124m --batch 8 --seq 1024 --variants auto --reps 5 --json"
       "bench-matmul-model-split512|30|DDL_FORMS=split_k_tiles=512 bench matmul --preset small-124m --batch 8 --seq 1024 --variants auto --reps 5 --json"
       "bench-train-small-baseline|40|bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --steps 5 --json"
-      "bench-train-small-ddl|40|bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5 --json"
+      "bench-train-small-ddl|40|bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5 --dispatches --json"
       "bench-train-small-ddl-vs-baseline|60|bench train --preset small-124m --variant ddl --against baseline --batch 8 --seq 1024 --steps 6 --json"
       "bench-train-small-f16-vs-f32|60|bench train --preset small-124m --variant baseline --precision f16 --against baseline --batch 8 --seq 1024 --steps 6 --json"
       "bench-train-char-ddl-vs-baseline|30|bench train --preset shakespeare-char --variant ddl --against baseline --steps 6 --json"
