@@ -692,6 +692,36 @@ fn split_products_share_one_scratch_and_stay_correct_back_to_back() {
     }
 }
 
+/// A product `gpu` splits along K: its pieces within the bound programs reserve under the
+/// device's rule, against float64 plain and accumulating (two dispatches or more), and
+/// bit-identical run to run.
+fn check_split_k(gpu: &Gpu, mm: Matmul, how: &str) {
+    let pieces = mm.k_pieces(gpu);
+    // Programs reserve the shared scratch from this bound before any product asks.
+    let bound = matmul::k_pieces_bound(matmul::KSplit::of(gpu), mm.m, mm.n, mm.k);
+    assert!(pieces * mm.m * mm.n <= bound, "{mm:?}: {pieces} pieces exceed the bound {bound}");
+    for acc in [false, true] {
+        let mm = mm.accumulate(acc);
+        check_bound(mm, 1, how, &|_, a, b, c| {
+            let ds = mm.bind_split(gpu, a, b, c).unwrap();
+            assert!(ds.len() >= 2, "{mm:?}: {} dispatch(es)", ds.len());
+            ds
+        });
+    }
+    // Same inputs twice: bit-identical.
+    let mut rng = Rng::fresh();
+    let [ea, eb, ec] = mm.extents();
+    let (ta, tb) = (upload(gpu, "a", &rng.uniform(ea, -1.0, 1.0)), upload(gpu, "b", &rng.uniform(eb, -1.0, 1.0)));
+    let runs: Vec<Vec<u32>> = (0..2)
+        .map(|_| {
+            let tc = poisoned(gpu, "c", &[ec]);
+            run(gpu, &mm.bind_split(gpu, ta.view(), tb.view(), tc.view()).unwrap());
+            tc.read_f32(gpu).unwrap().iter().map(|x| x.to_bits()).collect()
+        })
+        .collect();
+    assert_eq!(runs[0], runs[1], "{mm:?}: reruns differ");
+}
+
 #[test]
 fn few_tile_products_with_long_sums_are_split_along_k() {
     let gpu = gpu();
@@ -706,31 +736,8 @@ fn few_tile_products_with_long_sums_are_split_along_k() {
         },
     ];
     for mm in cases {
-        let pieces = mm.k_pieces(&gpu);
-        assert!(pieces > 1, "{mm:?}: not split");
-        // Programs reserve the shared scratch from this bound before any product asks.
-        let bound = matmul::k_pieces_bound(matmul::KSplit::of(&gpu), mm.m, mm.n, mm.k);
-        assert!(pieces * mm.m * mm.n <= bound, "{mm:?}: {pieces} pieces exceed the bound {bound}");
-        for acc in [false, true] {
-            let mm = mm.accumulate(acc);
-            check_bound(mm, 1, "split along K", &|gpu, a, b, c| {
-                let ds = mm.bind_split(gpu, a, b, c).unwrap();
-                assert!(ds.len() >= 2, "{mm:?}: {} dispatch(es)", ds.len());
-                ds
-            });
-        }
-        // Same inputs twice: bit-identical.
-        let mut rng = Rng::fresh();
-        let [ea, eb, ec] = mm.extents();
-        let (ta, tb) = (upload(&gpu, "a", &rng.uniform(ea, -1.0, 1.0)), upload(&gpu, "b", &rng.uniform(eb, -1.0, 1.0)));
-        let runs: Vec<Vec<u32>> = (0..2)
-            .map(|_| {
-                let tc = poisoned(&gpu, "c", &[ec]);
-                run(&gpu, &mm.bind_split(&gpu, ta.view(), tb.view(), tc.view()).unwrap());
-                tc.read_f32(&gpu).unwrap().iter().map(|x| x.to_bits()).collect()
-            })
-            .collect();
-        assert_eq!(runs[0], runs[1], "{mm:?}: reruns differ");
+        assert!(mm.k_pieces(&gpu) > 1, "{mm:?}: not split");
+        check_split_k(&gpu, mm, "split along K");
     }
     // Many tiles or a short K: one dispatch as before (1024 × 1024 outputs are many tiles on any
     // adapter; 128 × 128 is two `c64` tiles on a GPU, which splits it).
@@ -755,32 +762,11 @@ fn a_gpus_split_along_k_covers_narrow_weight_gradients() {
     for (mm, want) in
         [(Matmul::tn(300, 260, 4099), 28), (Matmul::tn(130, 389, 1030), 8), (Matmul::tn(260, 390, 2050), 16)]
     {
-        let pieces = mm.k_pieces(&gpu);
-        assert_eq!(pieces, want, "{mm:?}");
-        let bound = matmul::k_pieces_bound(rule, mm.m, mm.n, mm.k);
-        assert!(pieces * mm.m * mm.n <= bound, "{mm:?}: {pieces} pieces exceed the bound {bound}");
+        assert_eq!(mm.k_pieces(&gpu), want, "{mm:?}");
         if mm.m * mm.n > 1 << 16 {
             assert_eq!(mm.k_pieces(&base), 1, "{mm:?}: the CPU rule splits only outputs of ≤ 2^16 elements");
         }
-        for acc in [false, true] {
-            let mm = mm.accumulate(acc);
-            check_bound(mm, 1, "a GPU's split along K", &|_, a, b, c| {
-                let ds = mm.bind_split(&gpu, a, b, c).unwrap();
-                assert!(ds.len() >= 2, "{mm:?}: {} dispatch(es)", ds.len());
-                ds
-            });
-        }
-        let mut rng = Rng::fresh();
-        let [ea, eb, ec] = mm.extents();
-        let (ta, tb) = (upload(&gpu, "a", &rng.uniform(ea, -1.0, 1.0)), upload(&gpu, "b", &rng.uniform(eb, -1.0, 1.0)));
-        let runs: Vec<Vec<u32>> = (0..2)
-            .map(|_| {
-                let tc = poisoned(&gpu, "c", &[ec]);
-                run(&gpu, &mm.bind_split(&gpu, ta.view(), tb.view(), tc.view()).unwrap());
-                tc.read_f32(&gpu).unwrap().iter().map(|x| x.to_bits()).collect()
-            })
-            .collect();
-        assert_eq!(runs[0], runs[1], "{mm:?}: reruns differ");
+        check_split_k(&gpu, mm, "a GPU's split along K");
     }
     // 2048 × 2048: 256 tiles, no split; K < 512: no split; the form at 0: no split.
     assert_eq!(Matmul::tn(2048, 2048, 8192).k_pieces(&gpu), 1);

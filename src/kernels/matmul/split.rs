@@ -143,11 +143,10 @@ impl Matmul {
         }
         let Ok((bm, bn)) = tile(heuristic(gpu, self)) else { return 1 };
         let tiles = self.m.div_ceil(bm) * self.n.div_ceil(bn);
-        let busy = rule.busy;
-        if tiles >= busy {
+        if tiles >= rule.busy {
             return 1;
         }
-        busy.div_ceil(tiles).min(self.k / 128).clamp(1, 32)
+        rule.busy.div_ceil(tiles).min(self.k / 128).clamp(1, 32)
     }
 
     /// `pieces` partial products over consecutive K ranges (one batched dispatch, the remainder
@@ -277,7 +276,8 @@ impl KSplit {
     }
 
     /// The rules a device-free memory plan covers (it counts the larger scratch of the two, so
-    /// that one plan holds on either kind of adapter): a CPU adapter's, and a GPU's default.
+    /// that one plan holds on either kind of adapter): a CPU adapter's (whose bound does not
+    /// depend on its target, only on its being non-zero), and a GPU's default.
     pub const PLANNED: [KSplit; 2] = [KSplit { cpu: true, busy: 1 }, KSplit { cpu: false, busy: GPU_SPLIT_K_TILES }];
 }
 
