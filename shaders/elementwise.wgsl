@@ -64,7 +64,9 @@ fn copy_rows(
 
 // yu[i] = (f16(x[2i]), f16(x[2i + 1])) packed, for the n elements of x (an odd n's last word pairs
 // x[n − 1] with 0): the f16 copy of the parameters that f16 products read their weights from.
-// pack2x16float needs no f16 support in the shader.
+// pack2x16float needs no f16 support in the shader; round_f16 (parts/f16_round.wgsl, this
+// shader's prelude) rounds to nearest first, so the copy holds the bits that R16 operands read
+// whatever rounding the adapter's conversion does.
 @compute @workgroup_size(256)
 fn pack_f16(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -74,6 +76,6 @@ fn pack_f16(
     let i = (wid.y * nwg.x + wid.x) * 256u + lid;
     if (2u * i < params.n) {
         let hi = select(0.0, x[2u * i + 1u], 2u * i + 1u < params.n);
-        yu[i] = pack2x16float(vec2<f32>(x[2u * i], hi));
+        yu[i] = pack2x16float(vec2<f32>(round_f16(x[2u * i]), round_f16(hi)));
     }
 }

@@ -50,6 +50,19 @@ pub fn no_named(_: &str) -> Option<Variant> {
 }
 
 macro_rules! shader {
+    // A shader without variants whose text starts with a part (`shaders/parts/PART.wgsl`).
+    ($name:literal, prelude $part:literal) => {
+        Shader {
+            name: $name,
+            source: concat!(
+                include_str!(concat!("../shaders/parts/", $part, ".wgsl")),
+                include_str!(concat!("../shaders/", $name, ".wgsl"))
+            ),
+            variants: no_variants,
+            named: no_named,
+            coop: false,
+        }
+    };
     ($name:literal) => {
         Shader {
             name: $name,
@@ -111,6 +124,7 @@ pub const PARTS: &[(&str, &str)] = &[
     ("matmul_b_r16", part!("matmul_b_r16")),
     ("matmul_b_f16", part!("matmul_b_f16")),
     ("matmul_params", part!("matmul_params")),
+    ("f16_round", part!("f16_round")),
     ("coop_enable", part!("coop_enable")),
     ("norm_sg_entries", part!("norm_sg_entries")),
 ];
@@ -522,6 +536,7 @@ impl MatmulKey {
             consts: consts.iter().map(|&(n, v)| (n, "u32", u(v))).collect(),
             parts: vec![
                 part("matmul_params"),
+                part("f16_round"),
                 self.a.part('a'),
                 self.b.part('b'),
                 part(if self.subgroup { "matmul_sg_on" } else { "matmul_sg_off" }),
@@ -592,7 +607,13 @@ impl CoopKey {
         Variant {
             name: self.name(),
             consts: vec![("SG", "u32", u(self.sg))],
-            parts: vec![part("coop_enable"), part("matmul_params"), self.a.part('a'), self.b.part('b')],
+            parts: vec![
+                part("coop_enable"),
+                part("matmul_params"),
+                part("f16_round"),
+                self.a.part('a'),
+                self.b.part('b'),
+            ],
         }
     }
 
@@ -662,7 +683,7 @@ pub const ALL: &[Shader] = &[
     shader!("fill"),
     shader!("matmul", matmul_variants, matmul_named),
     shader!("matmul_coop", coop_variants, coop_named, coop),
-    shader!("elementwise"),
+    shader!("elementwise", prelude "f16_round"),
     shader!("reduce"),
     shader!("embedding"),
     shader!("norm", norm_variants),

@@ -105,7 +105,10 @@ pub struct Forms {
     pub matmul_f16_weights: bool,
     /// f16 products run on cooperative matrices where the device has them (the adapter lists
     /// 16×16×16 f16 → f32 and the self-test at device creation passed: `Gpu::coop`):
-    /// `matmul_coop`. Not bit-identical to the tiled forms.
+    /// `matmul_coop`. Not bit-identical to the tiled forms. Off by default: on the H200
+    /// (GPU check of 2026-11-27, `docs/gpu-runs/2026-11-27-h200-c`) today's coop kernel ran a
+    /// 4096³ f16 product at 2.6 TFLOP/s against the f16 tiles' 24, and small-124m's f16 step
+    /// took 5.7× the f32 step with it; on until a faster kernel is measured.
     pub matmul_coop: bool,
 }
 
@@ -176,7 +179,7 @@ impl Forms {
             adamw_vec4: true,
             matmul_subgroup: subgroups && lo == hi && hi >= 1 && 8 % hi == 0,
             matmul_f16_weights: true,
-            matmul_coop: true,
+            matmul_coop: false,
             split_k_tiles: if cpu { 2 * cpu_threads() } else { crate::kernels::matmul::GPU_SPLIT_K_TILES },
         }
     }

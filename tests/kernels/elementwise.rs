@@ -157,7 +157,27 @@ fn pack_f16_rounds_every_element_to_nearest_and_packs_two_per_word() {
     let mut rng = Rng::fresh();
     for (n, chunk) in [(1usize, None), (2, None), (777, None), (70_001, None), (70_001, Some(1)), (9_000, Some(4096))] {
         let mut x = rng.normal(n, 3.0);
-        let specials = [65504.0, 65520.0, 1e6, -7e4, 6e-8, 3e-8, 1e-9, -0.0, 1.0 + 1.0 / 2048.0, 1.0 + 3.0 / 2048.0];
+        // 65519.996 rounds down to 65504, 65520 up to infinity; 1.5 · 2^-24 and 2^-25 are ties
+        // among the subnormals (to 2^-23 and to 0); just below 2^-14 rounds up to the smallest
+        // normal; ±infinity stays.
+        let specials = [
+            65504.0,
+            65520.0,
+            1e6,
+            -7e4,
+            6e-8,
+            3e-8,
+            1e-9,
+            -0.0,
+            1.0 + 1.0 / 2048.0,
+            1.0 + 3.0 / 2048.0,
+            65519.996,
+            1.5 * 2f32.powi(-24),
+            -(2f32.powi(-25)),
+            2f32.powi(-14) * (1.0 - 2f32.powi(-20)),
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ];
         for (i, v) in specials.iter().enumerate().filter(|(i, _)| *i < n) {
             x[i * 7 % n] = *v;
         }

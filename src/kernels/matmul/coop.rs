@@ -9,7 +9,9 @@
 //! `EXPERIMENTAL_COOPERATIVE_MATRIX`: Vulkan with `VK_KHR_cooperative_matrix`, Metal's simdgroup
 //! matrices are 8×8 and not used yet; not DX12, not the browser), the device enabled the feature,
 //! the self-test at device creation ([`self_test`]) matched the f16 tiled kernel, and the form
-//! `matmul_coop` is on. The autotuner does not time it against the tiles (yet): where usable, it is
+//! `matmul_coop` is on (off by default: 2.6 TFLOP/s against the f16 tiles' 24 at 4096³ on an
+//! H200, docs/GPU.md run 3; its staging, one subgroup loading element by element, starves the
+//! tensor cores). The autotuner does not time it against the tiles (yet): where usable, it is
 //! the pick for every f16 product with M and N of at least 16.
 
 use super::*;
@@ -51,7 +53,9 @@ pub fn usable(gpu: &Gpu) -> bool {
 pub fn why_not(gpu: &Gpu) -> Option<String> {
     match &gpu.coop {
         Err(e) => Some(e.clone()),
-        Ok(()) if !gpu.forms.matmul_coop => Some("form matmul_coop is off (DDL_FORMS)".into()),
+        Ok(()) if !gpu.forms.matmul_coop => {
+            Some("the self-test passed, but form matmul_coop is off (the default: slower than the f16 tiles on an H200, docs/GPU.md; DDL_FORMS=matmul_coop=1 turns it on)".into())
+        }
         Ok(()) => None,
     }
 }
