@@ -1070,3 +1070,30 @@ fn the_precision_benchmark_pairs_f16_and_f32_runs_by_seed_and_reuses_finished_on
     let one = ddl::bench::precision::PrecisionBench { seeds: vec![1], ..b };
     assert!(ddl::bench::precision::precision_rows(&gpu, &one, |_| {}).unwrap_err().to_string().contains("--seeds"));
 }
+
+#[test]
+fn short_dispatches_are_timed_back_to_back_and_long_ones_alone() {
+    // `bench kernels` and `bench matmul` time a short case as k runs recorded back to back in one
+    // submission (a short dispatch submitted alone measured 2–5× slow on an H200): k makes a
+    // repetition hold ≥ STEADY_MS of kernel time, at most 16; a long case runs once per
+    // repetition. The per-run time is the sum over the k runs divided by k.
+    use ddl::kernels::elementwise;
+    let gpu = ddl::testing::gpu();
+    let x = ddl::gpu::Tensor::from_f32(&gpu, "x", &[64], &[1.0; 64]).unwrap();
+    let short = elementwise::scale(&gpu, x.view(), 1.0, 64).unwrap();
+    let refs: Vec<&ddl::gpu::Dispatch> = short.iter().collect();
+    let (ms, k) = ddl::bench::steady_ms(&gpu, &refs, 3).unwrap();
+    assert!(ms > 0.0 && ms.is_finite() && ms < ddl::bench::STEADY_MS, "{ms} ms");
+    assert!((2..=16).contains(&k), "a {ms} ms dispatch ran {k} times per repetition");
+    assert!(k == 16 || ms * k as f64 >= 0.5 * ddl::bench::STEADY_MS, "{k} × {ms} ms");
+    // A product of ≥ 2 ms per run (on lavapipe 384³ is tens of ms): once per repetition.
+    let n = 384;
+    let a = ddl::gpu::Tensor::from_f32(&gpu, "a", &[n, n], &vec![0.5; n * n]).unwrap();
+    let c = ddl::gpu::Tensor::zeros(&gpu, "c", &[n, n], ddl::gpu::DType::F32).unwrap();
+    let d = ddl::kernels::matmul::Matmul::nn(n, n, n).bind(&gpu, a.view(), a.view(), c.view()).unwrap();
+    let (ms, k) = ddl::bench::steady_ms(&gpu, &[&d], 1).unwrap();
+    assert!(ms > 0.0 && ms.is_finite() && (k == 1 || ms < ddl::bench::STEADY_MS), "{ms} ms, k {k}");
+    if ms >= 2.0 * ddl::bench::STEADY_MS {
+        assert_eq!(k, 1, "a {ms} ms product ran {k} times per repetition");
+    }
+}
