@@ -223,3 +223,166 @@ fn mm_coop4(
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Diagnostic entry points: `mm_coop`'s two halves timed apart (`ddl bench matmul --variants
+// coop,coop:mma,coop:mma-cm,coop:stage`; never picked, their results are not the product). On an
+// H200 the whole kernel ran a 4096³ product at 2.6 TFLOP/s (docs/GPU.md, run 3), far below both
+// the tensor cores and the f16 tiles' 24: these say which half costs it.
+// `mm_coop_mma`: the first K slice staged once, then K / 16 rounds of the four fragment loads and
+// products, no staging and no barriers: the cooperative-matrix path alone.
+// `mm_coop_mma_cm`: the same with column-major fragment loads (`coopLoad`, not `coopLoadT`):
+// whether the transposed loads from workgroup memory are the slow part.
+// `mm_coop_stage`: the staging loop with its barriers and one product at the end: the global
+// loads, conversions and workgroup-memory stores alone.
+
+fn coop_stage(k0: u32, row0: u32, col0: u32, a_base: u32, b_base: u32, live: bool, li: u32) {
+    let p = params;
+    for (var e = li; e < BM * BK; e += SG) {
+        let gi = row0 + e / BK;
+        let gk = k0 + e % BK;
+        var v = 0.0;
+        if (live && gi < p.m && gk < p.k) { v = lda(a_base + gi * p.a_rs + gk * p.a_cs); }
+        As[e] = f16(v);
+    }
+    for (var e = li; e < BK * BN; e += SG) {
+        let gk = k0 + e / BN;
+        let gj = col0 + e % BN;
+        var v = 0.0;
+        if (live && gk < p.k && gj < p.n) { v = ldb(b_base + gk * p.b_rs + gj * p.b_cs); }
+        Bs[e] = f16(v);
+    }
+}
+
+// C's 32 × 32 tile from the fragments staged in Cs (bounds, alpha, accumulation).
+fn coop_write(row0: u32, col0: u32, c_base: u32, live: bool, li: u32) {
+    let p = params;
+    for (var e = li; e < BM * BN; e += SG) {
+        let gi = row0 + e / BN;
+        let gj = col0 + e % BN;
+        if (live && gi < p.m && gj < p.n) {
+            let idx = c_base + gi * p.c_rs + gj;
+            var out = p.alpha * Cs[e];
+            if (p.accumulate != 0u) { out = out + c[idx]; }
+            c[idx] = out;
+        }
+    }
+}
+
+@compute @workgroup_size(SG)
+fn mm_coop_mma(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let p = params;
+    let ti = tile_index(wid, nwg);
+    let live = ti.w != 0u;
+    let row0 = ti.y * BM;
+    let col0 = ti.x * BN;
+    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
+    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
+    coop_stage(0u, row0, col0, a_base, b_base, live, li);
+    workgroupBarrier();
+    var c00 = coop_mat16x16<f32, C>();
+    var c01 = coop_mat16x16<f32, C>();
+    var c10 = coop_mat16x16<f32, C>();
+    var c11 = coop_mat16x16<f32, C>();
+    for (var k0 = 0u; k0 < p.k; k0 += BK) {
+        let a0 = coopLoadT<coop_mat16x16<f16, A>>(&As[0], BK);
+        let a1 = coopLoadT<coop_mat16x16<f16, A>>(&As[16u * BK], BK);
+        let b0 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[0], BN);
+        let b1 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[16], BN);
+        c00 = coopMultiplyAdd(a0, b0, c00);
+        c01 = coopMultiplyAdd(a0, b1, c01);
+        c10 = coopMultiplyAdd(a1, b0, c10);
+        c11 = coopMultiplyAdd(a1, b1, c11);
+    }
+    let s = BN;
+    let o01 = 16u;
+    let o10 = 16u * BN;
+    let o11 = 16u * BN + 16u;
+    coopStoreT(c00, &Cs[0], s);
+    coopStoreT(c01, &Cs[o01], s);
+    coopStoreT(c10, &Cs[o10], s);
+    coopStoreT(c11, &Cs[o11], s);
+    workgroupBarrier();
+    coop_write(row0, col0, p.c_off + batch_off(ti.z, p.c_bs, p.c_os), live, li);
+}
+
+@compute @workgroup_size(SG)
+fn mm_coop_mma_cm(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let p = params;
+    let ti = tile_index(wid, nwg);
+    let live = ti.w != 0u;
+    let row0 = ti.y * BM;
+    let col0 = ti.x * BN;
+    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
+    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
+    coop_stage(0u, row0, col0, a_base, b_base, live, li);
+    workgroupBarrier();
+    var c00 = coop_mat16x16<f32, C>();
+    var c01 = coop_mat16x16<f32, C>();
+    var c10 = coop_mat16x16<f32, C>();
+    var c11 = coop_mat16x16<f32, C>();
+    for (var k0 = 0u; k0 < p.k; k0 += BK) {
+        let a0 = coopLoad<coop_mat16x16<f16, A>>(&As[0], BK);
+        let a1 = coopLoad<coop_mat16x16<f16, A>>(&As[16u * BK], BK);
+        let b0 = coopLoad<coop_mat16x16<f16, B>>(&Bs[0], BN);
+        let b1 = coopLoad<coop_mat16x16<f16, B>>(&Bs[16], BN);
+        c00 = coopMultiplyAdd(a0, b0, c00);
+        c01 = coopMultiplyAdd(a0, b1, c01);
+        c10 = coopMultiplyAdd(a1, b0, c10);
+        c11 = coopMultiplyAdd(a1, b1, c11);
+    }
+    let s = BN;
+    let o01 = 16u;
+    let o10 = 16u * BN;
+    let o11 = 16u * BN + 16u;
+    coopStoreT(c00, &Cs[0], s);
+    coopStoreT(c01, &Cs[o01], s);
+    coopStoreT(c10, &Cs[o10], s);
+    coopStoreT(c11, &Cs[o11], s);
+    workgroupBarrier();
+    coop_write(row0, col0, p.c_off + batch_off(ti.z, p.c_bs, p.c_os), live, li);
+}
+
+@compute @workgroup_size(SG)
+fn mm_coop_stage(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let p = params;
+    let ti = tile_index(wid, nwg);
+    let live = ti.w != 0u;
+    let row0 = ti.y * BM;
+    let col0 = ti.x * BN;
+    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
+    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
+    for (var k0 = 0u; k0 < p.k; k0 += BK) {
+        coop_stage(k0, row0, col0, a_base, b_base, live, li);
+        workgroupBarrier();
+        workgroupBarrier();
+    }
+    // Every fragment of Cs written (the product of the last slice, zeros), so C is too.
+    var c00 = coop_mat16x16<f32, C>();
+    let z = coop_mat16x16<f32, C>();
+    let a0 = coopLoadT<coop_mat16x16<f16, A>>(&As[0], BK);
+    let b0 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[0], BN);
+    c00 = coopMultiplyAdd(a0, b0, c00);
+    let s = BN;
+    let o01 = 16u;
+    let o10 = 16u * BN;
+    let o11 = 16u * BN + 16u;
+    coopStoreT(c00, &Cs[0], s);
+    coopStoreT(z, &Cs[o01], s);
+    coopStoreT(z, &Cs[o10], s);
+    coopStoreT(z, &Cs[o11], s);
+    workgroupBarrier();
+    coop_write(row0, col0, p.c_off + batch_off(ti.z, p.c_bs, p.c_os), live, li);
+}

@@ -320,6 +320,7 @@ stage_bench() {
       "bench-matmul-square|60|bench matmul --sizes 1024,2048,4096 --reps 3 --json"
       "bench-matmul-f16|60|bench matmul --sizes 2048,4096 --cases nt,tn --operands rh --variants all --reps 3 --json"
       "bench-matmul-f16-coop|40|DDL_FORMS=matmul_coop=1 bench matmul --sizes 2048,4096 --operands rh --variants auto --reps 3 --json"
+      "bench-matmul-coop-halves|30|DDL_FORMS=matmul_coop=1 bench matmul --sizes 4096 --cases nn,nt --operands rh --variants w128,coop,coop64,coop:mma,coop:mma-cm,coop:stage --reps 3 --json"
       "bench-matmul-8192|30|bench matmul --sizes 8192 --variants auto --reps 5 --json"
       "bench-matmul-model|60|bench matmul --preset small-124m --batch 8 --seq 1024 --tune --variants auto --reps 5 --json"
       "bench-matmul-model-split128|30|DDL_FORMS=split_k_tiles=128 bench matmul --preset small-124m --batch 8 --seq 1024 --variants auto --reps 5 --json"

@@ -168,6 +168,7 @@ impl VariantSet {
                 let mut known = matmul::variants_for(gpu);
                 if matmul::coop::usable(gpu) {
                     known.extend(matmul::coop::VARIANTS);
+                    known.extend(matmul::coop::DIAGNOSTIC);
                 }
                 if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
                     return Err(format!(
@@ -278,10 +279,16 @@ pub fn matmul_rows(
         if mm.is_half() && matmul::coop::usable(gpu) {
             all.extend(matmul::coop::VARIANTS);
         }
+        // The diagnostic halves of the cooperative-matrix kernel only when named.
+        let diagnostic = mm.is_half() && matmul::coop::usable(gpu);
         let chosen: Vec<&str> = match variants {
             VariantSet::All => all,
             VariantSet::Auto => vec![auto],
-            VariantSet::Named(v) => all.into_iter().filter(|x| v.iter().any(|y| y == x)).collect(),
+            VariantSet::Named(v) => all
+                .into_iter()
+                .chain(matmul::coop::DIAGNOSTIC.into_iter().filter(|_| diagnostic))
+                .filter(|x| v.iter().any(|y| y == x))
+                .collect(),
         };
         for v in chosen {
             let d = mm.bind_variant(gpu, v, a.view(), b.view(), c.view())?;

@@ -912,6 +912,24 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     // Adapters without them (lavapipe) skip, except under DDL_REQUIRE_COOP=1 (the GPU check),
     // where that is a failure. The form is off by default (slower than the tiles so far): on here.
     let gpu = gpu().with_forms(|f| f.matmul_coop = true);
+    // Every cooperative-matrix name, the benchmark's diagnostic halves too: bound only where the
+    // device has them (else an error that says so), and then they run and write every output.
+    let mm = Matmul::nn(40, 48, 64).elems(MatmulElem::R16, MatmulElem::F16);
+    let [ea, eb, ec] = mm.extents();
+    let mut rng = Rng::fresh();
+    let ta = upload(&gpu, "a", &rng.uniform(ea, -1.0, 1.0));
+    let tb = upload_elem(&gpu, "b", &rng.uniform(eb, -1.0, 1.0), MatmulElem::F16);
+    for v in matmul::coop::VARIANTS.into_iter().chain(matmul::coop::DIAGNOSTIC) {
+        let tc = poisoned(&gpu, "c", &[ec]);
+        match mm.bind_variant(&gpu, v, ta.view(), tb.view(), tc.view()) {
+            Ok(d) => {
+                assert!(gpu.coop.is_ok(), "{v} bound without cooperative matrices");
+                run(&gpu, &[d]);
+                assert!(tc.read_f32(&gpu).unwrap().iter().all(|x| x.is_finite()), "{v}: outputs left unwritten");
+            }
+            Err(e) => assert!(gpu.coop.is_err() && e.to_string().contains("cooperative matrices"), "{v}: {e}"),
+        }
+    }
     if let Some(why) = matmul::coop::why_not(&gpu) {
         let required = std::env::var("DDL_REQUIRE_COOP").is_ok_and(|v| v == "1");
         assert!(!required, "DDL_REQUIRE_COOP=1, but cooperative-matrix matmuls are off on {}: {why}", gpu.info.name);

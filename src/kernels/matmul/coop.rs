@@ -28,9 +28,22 @@ pub const VARIANT64: &str = "coop64";
 /// Both variants.
 pub const VARIANTS: [&str; 2] = [VARIANT, VARIANT64];
 
+/// Diagnostic variants (`ddl bench matmul --variants coop,coop:mma,coop:stage` only: never
+/// picked, never in `--variants all`, their results are not the product): `coop`'s
+/// cooperative-matrix half alone (one staged slice, then K / 16 rounds of fragment loads and
+/// products; `coop:mma-cm` with column-major fragment loads) and its staging half alone (the
+/// loads, conversions and barriers, one product).
+pub const DIAGNOSTIC: [&str; 3] = ["coop:mma", "coop:mma-cm", "coop:stage"];
+
 /// The tile of C one workgroup of `variant` computes, and its entry point.
 fn shape(variant: &str) -> ((usize, usize), &'static str) {
-    if variant == VARIANT64 { ((64, 64), "mm_coop4") } else { ((32, 32), "mm_coop") }
+    match variant {
+        VARIANT64 => ((64, 64), "mm_coop4"),
+        "coop:mma" => ((32, 32), "mm_coop_mma"),
+        "coop:mma-cm" => ((32, 32), "mm_coop_mma_cm"),
+        "coop:stage" => ((32, 32), "mm_coop_stage"),
+        _ => ((32, 32), "mm_coop"),
+    }
 }
 
 /// Whether the adapter lists the configuration the kernel uses: M = N = K = 16, A and B f16,
