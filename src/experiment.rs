@@ -230,6 +230,11 @@ pub struct RunResult {
     pub commit: String,
     #[serde(default)]
     pub dirty: String,
+    /// The adapter that trained it (name and backend, as `ddl info` says); empty in results made
+    /// before it was recorded. Adapters round differently (their kernel forms differ), so a
+    /// report says which ones made its runs.
+    #[serde(default)]
+    pub adapter: String,
 }
 
 /// Options of [`run`].
@@ -559,7 +564,13 @@ fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &Experime
         val_tokens,
         commit: crate::build_commit().0.to_string(),
         dirty: crate::build_commit().1.to_string(),
+        adapter: adapter_name(gpu),
     })
+}
+
+/// An adapter as results record it: `NAME (Backend)`.
+pub fn adapter_name(gpu: &Gpu) -> String {
+    format!("{} ({:?})", gpu.info.name, gpu.info.backend)
 }
 
 /// Counts, per sublayer, the validation tokens whose β falls in each regime (and the mean β).
@@ -916,6 +927,19 @@ fn write_report(
     if commits.len() > 1 {
         md.push_str("**Warning: these runs were made by different builds of the engine.**\n\n");
     }
+    // Which adapters trained them (runs made before it was recorded: "unrecorded").
+    let mut adapters: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in results {
+        *adapters.entry(if r.adapter.is_empty() { "unrecorded" } else { r.adapter.as_str() }).or_default() += 1;
+    }
+    let adapter_text: Vec<String> =
+        adapters.iter().map(|(a, n)| format!("{a}: {n} run{}", if *n == 1 { "" } else { "s" })).collect();
+    md.push_str(&format!("Adapter: {}.\n\n", adapter_text.join("; ")));
+    if adapters.keys().filter(|a| **a != "unrecorded").count() > 1 {
+        md.push_str(
+            "**Warning: these runs were trained on different adapters, whose kernel forms round differently.**\n\n",
+        );
+    }
     if !missing.is_empty() {
         md.push_str(&format!("**Unfinished runs (not in the table):** {}\n\n", missing.join(", ")));
     }
@@ -1108,6 +1132,7 @@ mod tests {
             val_tokens: 4096,
             commit: commit.to_string(),
             dirty: "clean".to_string(),
+            adapter: "llvmpipe (Vulkan)".to_string(),
         }
     }
 
@@ -1167,6 +1192,7 @@ mod tests {
         assert!(row(&md, "baseline − ddl_v1").contains("| 5 | +0.0500 |"), "{}", row(&md, "baseline − ddl_v1"));
         assert!(md.contains("The paper's ordering") && md.contains("**not distinguishable** at this size"), "{md}");
         assert!(!md.contains("Warning: these runs were made by different builds"));
+        assert!(md.contains("Adapter: llvmpipe (Vulkan): 30 runs.") && !md.contains("different adapters"), "{md}");
         // The paper has no Small-scale number for v-Map.
         let vmap = md.lines().find(|l| l.starts_with("| ddl_vmap |")).unwrap();
         assert!(vmap.ends_with("| — |"), "{vmap}");
@@ -1205,6 +1231,42 @@ mod tests {
         assert!(md.contains("| ddl | 16 | 20 | +0.0020 |"), "{md}");
         let md = length_section(&s, &mk(0.03), &variants);
         assert!(md.contains("**Not long enough**: a curve still changes by 0.0300"), "{md}");
+    }
+
+    #[test]
+    fn the_report_names_the_adapters_that_trained_its_runs_and_flags_a_mix() {
+        let s = spec("").unwrap(); // baseline and ddl, seeds 1 and 2
+        let variants = s.variant_list().unwrap();
+        let md_of = |adapters: [&str; 4]| {
+            let results: Vec<RunResult> = [("baseline", 1), ("baseline", 2), ("ddl", 1), ("ddl", 2)]
+                .iter()
+                .zip(adapters)
+                .map(|(&(v, seed), a)| RunResult {
+                    adapter: a.to_string(),
+                    ..result(v, seed, 2.0 + seed as f64 / 100.0, "abc")
+                })
+                .collect();
+            let dir =
+                std::env::temp_dir().join(format!("ddl-adapter-test-{}-{}", std::process::id(), adapters.join("")));
+            std::fs::create_dir_all(&dir).unwrap();
+            let md = std::fs::read_to_string(write_report(&dir, &s, &variants, &results, &[]).unwrap()).unwrap();
+            std::fs::remove_dir_all(&dir).ok();
+            md
+        };
+        // Older results without the field count as unrecorded, which is no mix.
+        let md = md_of(["", "", "NVIDIA H200 (Vulkan)", "NVIDIA H200 (Vulkan)"]);
+        assert!(md.contains("Adapter: NVIDIA H200 (Vulkan): 2 runs; unrecorded: 2 runs."), "{md}");
+        assert!(!md.contains("different adapters"), "{md}");
+        let md = md_of(["llvmpipe (Vulkan)", "llvmpipe (Vulkan)", "llvmpipe (Vulkan)", "NVIDIA H200 (Vulkan)"]);
+        assert!(md.contains("Adapter: NVIDIA H200 (Vulkan): 1 run; llvmpipe (Vulkan): 3 runs."), "{md}");
+        assert!(md.contains("**Warning: these runs were trained on different adapters"), "{md}");
+        // A result.json written before the field existed still reads.
+        let old: RunResult = serde_json::from_str(
+            r#"{"variant":"ddl","seed":1,"params":1,"steps":1,"tokens":1,"final_train_loss":1,"final_val_loss":1,
+                "val_curve":[],"tok_per_s":1,"elapsed_s":1,"regimes":[],"beta_mean":[]}"#,
+        )
+        .unwrap();
+        assert_eq!(old.adapter, "");
     }
 
     #[test]
