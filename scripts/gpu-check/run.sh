@@ -8,7 +8,7 @@
 # finished.
 #
 #   run.sh [--local] [--stages info,golden,kernels,bench,torch] [--only NAMES] [--budget SECONDS]
-#          [--out DIR]
+#          [--out DIR] [--spec FILE]
 #
 # --only NAMES runs only the commands named (comma-separated, shell patterns allowed: the names
 # of the raw logs, e.g. test-kernels,bench-matmul-*,torch-small-baseline-bf16-compile), in the
@@ -23,6 +23,10 @@
 #            (small-124m and shakespeare-char, ddl against baseline) / kernels / generate
 #   torch    the PyTorch reference on the same device: float32 eager with TF32 off, then bf16
 #            autocast + torch.compile, each under its own timeout
+# and, only when asked for (`--stages experiment`), after them:
+#   experiment  `ddl experiment --spec FILE` (default experiments/shakespeare.toml) on this
+#            adapter into a fresh folder, for the rest of the budget; GRID_RUNS=DIR resumes the
+#            finished runs of an earlier call; they come back as $OUT/grid.tar.gz
 # --local runs every stage at small sizes on whatever adapter there is (lavapipe in CI) and
 # skips torch when PyTorch is absent; it never touches system folders. Without --local the
 # check expects a GPU: it unpacks the bundled Vulkan loader when the machine has none, and the
@@ -35,6 +39,8 @@ STAGES="info,golden,kernels,bench,torch"
 ONLY=""
 BUDGET=""
 OUTDIR="${OUT:-}"
+SPEC="experiments/shakespeare.toml"
+ROOT="$PWD"
 while [ $# -gt 0 ]; do
   case "$1" in
     --local) LOCAL=1 ;;
@@ -46,16 +52,21 @@ while [ $# -gt 0 ]; do
     --budget=*) BUDGET="${1#*=}" ;;
     --out) OUTDIR="$2"; shift ;;
     --out=*) OUTDIR="${1#*=}" ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
-    *) echo "run.sh: unknown argument '$1' (expected --local, --stages LIST, --only NAMES, --budget SECONDS, --out DIR)" >&2; exit 2 ;;
+    --spec) SPEC="$2"; shift ;;
+    --spec=*) SPEC="${1#*=}" ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument '$1' (expected --local, --stages LIST, --only NAMES, --budget SECONDS, --out DIR, --spec FILE)" >&2; exit 2 ;;
   esac
   shift
 done
 for s in ${STAGES//,/ }; do
-  case "$s" in info|golden|kernels|bench|torch) ;; *)
-    echo "run.sh: --stages: unknown stage '$s' (expected a comma-separated list of info, golden, kernels, bench, torch)" >&2; exit 2 ;;
+  case "$s" in info|golden|kernels|bench|torch|experiment) ;; *)
+    echo "run.sh: --stages: unknown stage '$s' (expected a comma-separated list of info, golden, kernels, bench, torch, experiment)" >&2; exit 2 ;;
   esac
 done
+if [[ ",$STAGES," == *",experiment,"* ]] && [ ! -f "$ROOT/$SPEC" ] && [ ! -f "$SPEC" ]; then
+  echo "run.sh: --spec $SPEC: no such file (run.sh runs from the repository root; the default is experiments/shakespeare.toml)" >&2; exit 2
+fi
 if [ -z "$BUDGET" ]; then BUDGET=$([ $LOCAL = 1 ] && echo 3000 || echo 285); fi
 case "$BUDGET" in ''|*[!0-9]*) echo "run.sh: --budget '$BUDGET' is not a number of seconds" >&2; exit 2 ;; esac
 if [ -z "$OUTDIR" ]; then OUTDIR="$BUNDLE/out-$([ $LOCAL = 1 ] && echo local || echo gpu)"; fi
@@ -443,10 +454,35 @@ compare_torch() {
   done
 }
 
+# ---------------------------------------------------------------------------- experiment
+# Not a default stage: `--stages experiment [--spec FILE]` trains an experiment grid on this
+# adapter (issue 30: minutes on a GPU where lavapipe takes hours), from the repository root, into
+# a fresh folder, so that a GPU grid never mixes with runs made elsewhere; GRID_RUNS=DIR (finished
+# runs of an earlier call, carried) resumes them. Its finished runs (result.json and config.toml
+# each, as `scripts/experiment-runs.sh save` keeps them), the report, its plots and speed.jsonl
+# come back as $OUT/grid.tar.gz (grid-runs/), rewritten when the stage ends, also when its time
+# runs out (the run in progress is then lost: it starts again on the next call).
+stage_experiment() {
+  local t0=$(date +%s) g="$WORK/grid" keep="$WORK/grid-runs" rc secs n
+  if [ -n "${GRID_RUNS:-}" ]; then
+    bash "$ROOT/scripts/experiment-runs.sh" restore "$GRID_RUNS" "$g" > "$RAW/experiment.log" 2>&1
+  fi
+  secs=$(left)
+  log "experiment (timeout ${secs}s): ddl experiment --spec $SPEC --out $g --no-autotune"
+  (cd "$ROOT" && timeout -k 5 "$secs" "$DDL" experiment --spec "$SPEC" --out "$g" --no-autotune) >> "$RAW/experiment.log" 2>&1
+  rc=$?
+  mkdir -p "$keep"
+  [ -d "$g/runs" ] && bash "$ROOT/scripts/experiment-runs.sh" save "$g" "$keep" >> "$RAW/experiment.log" 2>&1
+  cp "$g"/report.md "$g"/*.png "$g"/speed.jsonl "$g"/experiment.toml "$keep/" 2>/dev/null
+  tar -C "$WORK" -czf "$OUTDIR/grid.tar.gz.tmp" grid-runs && mv "$OUTDIR/grid.tar.gz.tmp" "$OUTDIR/grid.tar.gz"
+  n=$(find "$keep" -name result.json | wc -l)
+  stage_row experiment "$([ $rc = 0 ] && echo pass || echo fail)" $(( $(date +%s) - t0 )) "$(why $rc); $n finished runs in grid.tar.gz ($SPEC)"
+}
+
 # ---------------------------------------------------------------------------- run
 log "bundle $BUNDLE, out $OUTDIR, stages $STAGES, budget ${BUDGET}s$([ $LOCAL = 1 ] && echo ', local')"
 write_summary
-for s in info golden kernels bench torch; do
+for s in info golden kernels bench torch experiment; do
   want "$s" || continue
   if [ "$(left)" -le 2 ]; then stage_row "$s" skipped 0 "no budget left"; continue; fi
   "stage_$s"
