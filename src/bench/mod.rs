@@ -48,8 +48,7 @@ pub fn steady_ms(gpu: &Gpu, ds: &[&crate::gpu::Dispatch], reps: usize) -> Result
             if kt.is_empty() { t0.elapsed().as_secs_f64() * 1e3 } else { kt.iter().map(|k| k.ns).sum::<f64>() / 1e6 };
         Ok(total / k as f64)
     };
-    let first = once(1)?;
-    let k = if first > 0.0 && first < STEADY_MS { ((STEADY_MS / first).ceil() as usize).clamp(1, 16) } else { 1 };
+    let k = runs_per_rep(once(1)?);
     let mut t = Vec::with_capacity(reps);
     for _ in 0..reps.max(1) {
         t.push(once(k)?);
@@ -60,6 +59,12 @@ pub fn steady_ms(gpu: &Gpu, ds: &[&crate::gpu::Dispatch], reps: usize) -> Result
 
 /// Kernel time a repetition of [`steady_ms`] holds at least (ms).
 pub const STEADY_MS: f64 = 2.0;
+
+/// Runs per repetition of [`steady_ms`] for a case whose single run took `first_ms`: enough to
+/// hold [`STEADY_MS`], at most 16; 1 for a run that long already (or an unusable time).
+pub fn runs_per_rep(first_ms: f64) -> usize {
+    if first_ms > 0.0 && first_ms < STEADY_MS { ((STEADY_MS / first_ms).ceil() as usize).clamp(1, 16) } else { 1 }
+}
 
 /// Memory bandwidth in GB/s (bytes read plus bytes written), median of `reps` after a warm-up,
 /// two ways: `kernel_gb_per_s`, a kernel's pass over `mib` MiB in place (`x *= a`, timed with
