@@ -281,17 +281,17 @@ pub fn matmul_rows(
         let auto = matmul::pick(gpu, mm);
         // The cooperative-matrix variants time f16 products where the device has them.
         let mut all = matmul::variants_for(gpu);
-        if mm.is_half() && matmul::coop::usable(gpu) {
+        // (The diagnostic halves of the cooperative-matrix kernel only when named.)
+        let coop_here = mm.is_half() && matmul::coop::usable(gpu);
+        if coop_here {
             all.extend(matmul::coop::VARIANTS);
         }
-        // The diagnostic halves of the cooperative-matrix kernel only when named.
-        let diagnostic = mm.is_half() && matmul::coop::usable(gpu);
         let chosen: Vec<&str> = match variants {
             VariantSet::All => all,
             VariantSet::Auto => vec![auto],
             VariantSet::Named(v) => all
                 .into_iter()
-                .chain(matmul::coop::DIAGNOSTIC.into_iter().filter(|_| diagnostic))
+                .chain(matmul::coop::DIAGNOSTIC.into_iter().filter(|_| coop_here))
                 .filter(|x| v.iter().any(|y| y == x))
                 .collect(),
         };
