@@ -225,6 +225,239 @@ fn mm_coop4(
 }
 
 // ---------------------------------------------------------------------------------------------
+// `mm_coop128` (variant `coop128`): a 128 × 128 tile of C per workgroup of 8 subgroups, the shape
+// of the tensor-core GEMMs that reach the hardware (vk_cooperative_matrix_perf, CUTLASS's
+// warp-level kernels) where `mm_coop`'s single subgroup per 32 × 32 tile ran at 2.6 TFLOP/s on an
+// H200 (docs/GPU.md, run 3). What changes:
+// * 8 subgroups (2 along M × 4 along N), each owning 64 × 32 outputs: 4 × 2 accumulator
+//   fragments, 8 products per 6 fragment loads (`mm_coop`: 4 per 4);
+// * K slices of 32 staged by all 256 invocations, four elements (a quad) at a time, contiguous
+//   in memory along the operand's unit stride (one vec4 load where the launcher found the
+//   layout aligned, `params.vec4s`; scalar loads at the edges and for other layouts), each
+//   converted to f16 once;
+// * the next slice's loads issued into registers before this slice's products, so their latency
+//   hides behind the tensor cores (one workgroup-memory buffer, two barriers per slice);
+// * padded workgroup-memory rows (40 and 136 halves: 16-byte aligned, fragment loads free of
+//   bank conflicts);
+// * each subgroup writes its fragments out through its own 16 × 16 scratch (8 KiB in all, where
+//   a 128 × 128 f32 staging tile would need 64 KiB).
+// Workgroup memory: 10 + 8.5 + 8 KiB. The subgroup of an invocation is taken as
+// local_invocation_index / SG (consecutive invocations form a subgroup, as on NVIDIA); the
+// self-test at device creation checks the product, and the launcher runs this kernel only with
+// subgroups of 32 (256 invocations).
+
+const NSG: u32 = 8u;               // subgroups per workgroup
+const NT8: u32 = NSG * SG;         // invocations per workgroup
+const BM8: u32 = 128u;
+const BN8: u32 = 128u;
+const BK8: u32 = 32u;
+const AKP: u32 = 40u;              // As8's row stride (BK8 + 8)
+const BNP: u32 = 136u;             // Bs8's row stride (BN8 + 8)
+const QPT: u32 = BM8 * BK8 / 4u / NT8;   // quads of each operand per invocation and slice
+
+var<workgroup> As8: array<f16, BM8 * AKP>;   // [BM8][AKP]: A's slice, row-major
+var<workgroup> Bs8: array<f16, BK8 * BNP>;   // [BK8][BNP]: B's slice, row-major
+var<workgroup> Cs8: array<f32, NSG * 256u>;  // one 16 × 16 scratch per subgroup
+
+// Quad `v` (0 ≤ v < BM8·BK8/4) of A's slice at K offset k0: four consecutive elements along A's
+// unit stride (along K when a_cs = 1, else along M), zeros past the edges.
+fn a_quad(v: u32, k0: u32, row0: u32, base: u32, live: bool) -> vec4<f32> {
+    let p = params;
+    var out = vec4<f32>(0.0);
+    if (p.a_cs == 1u) {
+        let gi = row0 + v / (BK8 / 4u);
+        let gk = k0 + (v % (BK8 / 4u)) * 4u;
+        let o = base + gi * p.a_rs + gk;
+        if (live && gi < p.m) {
+            if ((p.vec4s & 1u) != 0u && gk + 3u < p.k) {
+                out = lda4(o / 4u);
+            } else {
+                for (var j = 0u; j < 4u; j++) {
+                    if (gk + j < p.k) { out[j] = lda(o + j); }
+                }
+            }
+        }
+    } else {
+        let gk = k0 + v / (BM8 / 4u);
+        let gi = row0 + (v % (BM8 / 4u)) * 4u;
+        let o = base + gi * p.a_rs + gk * p.a_cs;
+        if (live && gk < p.k) {
+            if ((p.vec4s & 2u) != 0u && gi + 3u < p.m) {
+                out = lda4(o / 4u);
+            } else {
+                for (var j = 0u; j < 4u; j++) {
+                    if (gi + j < p.m) { out[j] = lda(o + j * p.a_rs); }
+                }
+            }
+        }
+    }
+    return out;
+}
+
+// Quad `v` of B's slice: along N when b_cs = 1, else along K.
+fn b_quad(v: u32, k0: u32, col0: u32, base: u32, live: bool) -> vec4<f32> {
+    let p = params;
+    var out = vec4<f32>(0.0);
+    if (p.b_cs == 1u) {
+        let gk = k0 + v / (BN8 / 4u);
+        let gj = col0 + (v % (BN8 / 4u)) * 4u;
+        let o = base + gk * p.b_rs + gj;
+        if (live && gk < p.k) {
+            if ((p.vec4s & 4u) != 0u && gj + 3u < p.n) {
+                out = ldb4(o / 4u);
+            } else {
+                for (var j = 0u; j < 4u; j++) {
+                    if (gj + j < p.n) { out[j] = ldb(o + j); }
+                }
+            }
+        }
+    } else {
+        let gj = col0 + v / (BK8 / 4u);
+        let gk = k0 + (v % (BK8 / 4u)) * 4u;
+        let o = base + gk * p.b_rs + gj * p.b_cs;
+        if (live && gj < p.n) {
+            if ((p.vec4s & 8u) != 0u && gk + 3u < p.k) {
+                out = ldb4(o / 4u);
+            } else {
+                for (var j = 0u; j < 4u; j++) {
+                    if (gk + j < p.k) { out[j] = ldb(o + j * p.b_rs); }
+                }
+            }
+        }
+    }
+    return out;
+}
+
+// Quad `v` into workgroup memory as f16 (the values are already f16 values: exact).
+fn a_stash(v: u32, x: vec4<f32>) {
+    let h = vec4<f16>(x);
+    if (params.a_cs == 1u) {
+        let o = (v / (BK8 / 4u)) * AKP + (v % (BK8 / 4u)) * 4u;
+        As8[o] = h.x; As8[o + 1u] = h.y; As8[o + 2u] = h.z; As8[o + 3u] = h.w;
+    } else {
+        let o = (v % (BM8 / 4u)) * 4u * AKP + v / (BM8 / 4u);
+        As8[o] = h.x; As8[o + AKP] = h.y; As8[o + 2u * AKP] = h.z; As8[o + 3u * AKP] = h.w;
+    }
+}
+
+fn b_stash(v: u32, x: vec4<f32>) {
+    let h = vec4<f16>(x);
+    if (params.b_cs == 1u) {
+        let o = (v / (BN8 / 4u)) * BNP + (v % (BN8 / 4u)) * 4u;
+        Bs8[o] = h.x; Bs8[o + 1u] = h.y; Bs8[o + 2u] = h.z; Bs8[o + 3u] = h.w;
+    } else {
+        let o = (v % (BK8 / 4u)) * 4u * BNP + v / (BK8 / 4u);
+        Bs8[o] = h.x; Bs8[o + BNP] = h.y; Bs8[o + 2u * BNP] = h.z; Bs8[o + 3u * BNP] = h.w;
+    }
+}
+
+// One accumulator fragment (rows r0.., columns c0.. of the tile), just stored in the subgroup's
+// scratch at `sc`, to C: bounds, alpha, accumulation. Called in uniform control flow by every
+// subgroup (the barriers); the fragment stays in the entry point (no cooperative matrix crosses a
+// function boundary).
+fn coop128_write(r0: u32, c0: u32, sc: u32, lane: u32, c_base: u32, live: bool) {
+    let p = params;
+    workgroupBarrier();
+    for (var e = lane; e < 256u; e += SG) {
+        let gi = r0 + e / 16u;
+        let gj = c0 + e % 16u;
+        if (live && gi < p.m && gj < p.n) {
+            let idx = c_base + gi * p.c_rs + gj;
+            var out = p.alpha * Cs8[sc + e];
+            if (p.accumulate != 0u) { out = out + c[idx]; }
+            c[idx] = out;
+        }
+    }
+    workgroupBarrier();
+}
+
+@compute @workgroup_size(NT8)
+fn mm_coop128(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let p = params;
+    let ti = tile_index(wid, nwg);
+    let live = ti.w != 0u;
+    let row0 = ti.y * BM8;
+    let col0 = ti.x * BN8;
+    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
+    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
+    let sgi = li / SG;
+    let am = (sgi / 4u) * 64u;    // the subgroup's first row in the tile
+    let bn = (sgi % 4u) * 32u;    // its first column
+    var c00 = coop_mat16x16<f32, C>();
+    var c01 = coop_mat16x16<f32, C>();
+    var c10 = coop_mat16x16<f32, C>();
+    var c11 = coop_mat16x16<f32, C>();
+    var c20 = coop_mat16x16<f32, C>();
+    var c21 = coop_mat16x16<f32, C>();
+    var c30 = coop_mat16x16<f32, C>();
+    var c31 = coop_mat16x16<f32, C>();
+    var ra: array<vec4<f32>, QPT>;
+    var rb: array<vec4<f32>, QPT>;
+    for (var i = 0u; i < QPT; i++) {
+        ra[i] = a_quad(li + i * NT8, 0u, row0, a_base, live);
+        rb[i] = b_quad(li + i * NT8, 0u, col0, b_base, live);
+    }
+    for (var k0 = 0u; k0 < p.k; k0 += BK8) {
+        workgroupBarrier();   // the previous slice's fragment loads are done
+        for (var i = 0u; i < QPT; i++) {
+            a_stash(li + i * NT8, ra[i]);
+            b_stash(li + i * NT8, rb[i]);
+        }
+        workgroupBarrier();
+        if (k0 + BK8 < p.k) {
+            for (var i = 0u; i < QPT; i++) {
+                ra[i] = a_quad(li + i * NT8, k0 + BK8, row0, a_base, live);
+                rb[i] = b_quad(li + i * NT8, k0 + BK8, col0, b_base, live);
+            }
+        }
+        for (var ks = 0u; ks < BK8; ks += 16u) {
+            let oa = am * AKP + ks;
+            let ob = ks * BNP + bn;
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&As8[oa], AKP);
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&As8[oa + 16u * AKP], AKP);
+            let a2 = coopLoadT<coop_mat16x16<f16, A>>(&As8[oa + 32u * AKP], AKP);
+            let a3 = coopLoadT<coop_mat16x16<f16, A>>(&As8[oa + 48u * AKP], AKP);
+            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&Bs8[ob], BNP);
+            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&Bs8[ob + 16u], BNP);
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+            c20 = coopMultiplyAdd(a2, b0, c20);
+            c21 = coopMultiplyAdd(a2, b1, c21);
+            c30 = coopMultiplyAdd(a3, b0, c30);
+            c31 = coopMultiplyAdd(a3, b1, c31);
+        }
+    }
+    let c_base = p.c_off + batch_off(ti.z, p.c_bs, p.c_os);
+    let lane = li % SG;
+    let sc = sgi * 256u;
+    let r = row0 + am;
+    let q = col0 + bn;
+    let s16 = 16u;
+    coopStoreT(c00, &Cs8[sc], s16);
+    coop128_write(r, q, sc, lane, c_base, live);
+    coopStoreT(c01, &Cs8[sc], s16);
+    coop128_write(r, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c10, &Cs8[sc], s16);
+    coop128_write(r + 16u, q, sc, lane, c_base, live);
+    coopStoreT(c11, &Cs8[sc], s16);
+    coop128_write(r + 16u, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c20, &Cs8[sc], s16);
+    coop128_write(r + 32u, q, sc, lane, c_base, live);
+    coopStoreT(c21, &Cs8[sc], s16);
+    coop128_write(r + 32u, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c30, &Cs8[sc], s16);
+    coop128_write(r + 48u, q, sc, lane, c_base, live);
+    coopStoreT(c31, &Cs8[sc], s16);
+    coop128_write(r + 48u, q + 16u, sc, lane, c_base, live);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Diagnostic entry points: `mm_coop`'s two halves timed apart (`ddl bench matmul --variants
 // coop,coop:mma,coop:mma-cm,coop:stage`; never picked, their results are not the product). On an
 // H200 the whole kernel ran a 4096³ product at 2.6 TFLOP/s (docs/GPU.md, run 3), far below both

@@ -7,7 +7,10 @@ struct Params {
     c_off: u32, c_rs: u32, c_bs: u32, alpha: f32,
     // The grid: tiles_n × tiles_m tiles per batch, `total` in all, linearised over the
     // workgroups' x and y (each at most 65535) in the order n, m, batch.
-    tiles_n: u32, tiles_m: u32, total: u32, _pad: u32,
+    tiles_n: u32, tiles_m: u32, total: u32,
+    // Which operands `mm_coop128` may read as vec4s (the launcher checks alignment): 1 A along
+    // K, 2 A along M, 4 B along N, 8 B along K. Zero for every other kernel.
+    vec4s: u32,
     // Two batch levels: batch index z is product z % nb_in of group z / nb_in; a group moves the
     // operands by a_os / b_os / c_os elements (nb_in = the batch count and zero strides when
     // there is one level).

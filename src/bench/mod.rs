@@ -172,7 +172,7 @@ impl VariantSet {
                 let names: Vec<String> = list.split(',').map(|x| x.trim().to_string()).collect();
                 let mut known = matmul::variants_for(gpu);
                 if matmul::coop::usable(gpu) {
-                    known.extend(matmul::coop::VARIANTS);
+                    known.extend(matmul::coop::variants_here(gpu));
                     known.extend(matmul::coop::DIAGNOSTIC);
                 }
                 if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
@@ -284,7 +284,7 @@ pub fn matmul_rows(
         // (The diagnostic halves of the cooperative-matrix kernel only when named.)
         let coop_here = mm.is_half() && matmul::coop::usable(gpu);
         if coop_here {
-            all.extend(matmul::coop::VARIANTS);
+            all.extend(matmul::coop::variants_here(gpu));
         }
         let chosen: Vec<&str> = match variants {
             VariantSet::All => all,

@@ -106,6 +106,9 @@ pub struct Gpu {
     /// the feature is enabled and the self-test at device creation passed
     /// ([`crate::kernels::matmul::coop`]); else why not.
     pub coop: std::result::Result<(), String>,
+    /// The wide cooperative-matrix form (`coop128`) on this device: `Ok` when [`Gpu::coop`] is
+    /// and its own self-test passed (an untested kernel turns off only itself); else why not.
+    pub coop_wide: std::result::Result<(), String>,
     pub(crate) pipelines: Arc<Mutex<HashMap<String, Arc<Kernel>>>>,
     /// Scratch tensors shared by every dispatch that names the same key (see [`Gpu::shared_scratch`]).
     scratch: Arc<Mutex<HashMap<String, super::Tensor>>>,
@@ -469,6 +472,7 @@ impl Gpu {
             scratch: Arc::new(Mutex::new(HashMap::new())),
             errors,
             stats: Arc::new(AllocStats::default()),
+            coop_wide: coop.clone(),
             coop,
         };
         if g.coop.is_ok() {
@@ -477,6 +481,10 @@ impl Gpu {
             g.coop = crate::kernels::matmul::coop::self_test(&g);
             if let Err(why) = &g.coop {
                 eprintln!("note: cooperative-matrix matmuls are off on '{}': {why}", g.info.name);
+            }
+            g.coop_wide = g.coop.clone().and_then(|()| crate::kernels::matmul::coop::self_test_wide(&g));
+            if let (Ok(()), Err(why)) = (&g.coop, &g.coop_wide) {
+                eprintln!("note: the wide cooperative-matrix form is off on '{}': {why}", g.info.name);
             }
         }
         Ok(g)
@@ -635,6 +643,12 @@ impl Gpu {
             None => "cooperative-matrix matmuls: on (f16 products; the self-test passed)\n".to_string(),
             Some(why) => format!("cooperative-matrix matmuls: off ({why})\n"),
         });
+        if self.coop.is_ok() {
+            s.push_str(&match &self.coop_wide {
+                Ok(()) => "cooperative-matrix wide form (coop128): its self-test passed\n".to_string(),
+                Err(why) => format!("cooperative-matrix wide form (coop128): off ({why})\n"),
+            });
+        }
         s.push_str("limits:\n");
         s.push_str(&format!("  max_buffer_size                    {}\n", l.max_buffer_size));
         s.push_str(&format!("  max_storage_buffer_binding_size    {}\n", l.max_storage_buffer_binding_size));

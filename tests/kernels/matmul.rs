@@ -919,13 +919,17 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     let mut rng = Rng::fresh();
     let ta = upload(&gpu, "a", &rng.uniform(ea, -1.0, 1.0));
     let tb = upload_elem(&gpu, "b", &rng.uniform(eb, -1.0, 1.0), MatmulElem::F16);
-    for v in matmul::coop::VARIANTS.into_iter().chain(matmul::coop::DIAGNOSTIC) {
+    let all = matmul::coop::VARIANTS.into_iter().chain([matmul::coop::VARIANT128]).chain(matmul::coop::DIAGNOSTIC);
+    for v in all {
         let tc = poisoned(&gpu, "c", &[ec]);
         match mm.bind_variant(&gpu, v, ta.view(), tb.view(), tc.view()) {
             Ok(d) => {
                 assert!(gpu.coop.is_ok(), "{v} bound without cooperative matrices");
                 run(&gpu, &[d]);
                 assert!(tc.read_f32(&gpu).unwrap().iter().all(|x| x.is_finite()), "{v}: outputs left unwritten");
+            }
+            Err(e) if v == matmul::coop::VARIANT128 && gpu.coop.is_ok() => {
+                assert!(gpu.coop_wide.is_err() && e.to_string().contains(v), "{v}: {e}")
             }
             Err(e) => assert!(gpu.coop.is_err() && e.to_string().contains("cooperative matrices"), "{v}: {e}"),
         }
@@ -936,8 +940,13 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
         eprintln!("skipped: cooperative-matrix matmuls are off on {} ({why})", gpu.info.name);
         return;
     }
+    // The wide form (its own self-test): required where the GPU check runs.
+    if let Err(why) = &gpu.coop_wide {
+        let required = std::env::var("DDL_REQUIRE_COOP").is_ok_and(|v| v == "1");
+        assert!(!required, "DDL_REQUIRE_COOP=1, but the wide cooperative-matrix form is off on {}: {why}", gpu.info.name);
+    }
     let coop = |mm: Matmul| {
-        for v in matmul::coop::VARIANTS {
+        for v in matmul::coop::variants_here(&gpu) {
             let how = format!("{v} {:?}/{:?}", mm.a_elem, mm.b_elem);
             check_bound_tol(mm, 1, &how, &|gpu, a, b, c| vec![mm.bind_variant(gpu, v, a, b, c).unwrap()], 1e-4);
         }
@@ -951,7 +960,28 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
         coop(Matmul::tn(m, n, k).elems(MatmulElem::R16, MatmulElem::F16));
     }
     coop(attention_like().elems(MatmulElem::R16, MatmulElem::R16));
-    // The engine picks it for f16 products of at least 16 × 16.
+    // The wide form's layouts past one tile: whole and ragged tiles, vec4 and scalar staging
+    // (strided operands), K tails, two batch levels.
+    for (i, mm) in [
+        Matmul::nt(260, 300, 100),
+        Matmul::nn(257, 130, 64),
+        Matmul::tn(128, 256, 96),
+        Matmul::tt(200, 140, 45),
+        Matmul::nt(150, 140, 33),
+        Matmul::tn(130, 129, 30),
+        strided_tail("nt", 150, 37, 130, 3),
+        strided_tail("tn", 140, 36, 139, 2),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (ea, eb) = HALF[i % HALF.len()];
+        coop(mm.elems(ea, eb).accumulate(i % 2 == 1).alpha(if i % 3 == 0 { 1.0 } else { 0.5 }));
+    }
+    // The engine picks them for f16 products of at least 16 × 16 (the wide one from 128 × 128
+    // where its self-test passed).
     assert_eq!(matmul::pick(&gpu, &Matmul::nt(64, 64, 64).half(true)), matmul::coop::VARIANT);
+    let wide = if gpu.coop_wide.is_ok() { matmul::coop::VARIANT128 } else { matmul::coop::VARIANT };
+    assert_eq!(matmul::pick(&gpu, &Matmul::nt(128, 128, 64).half(true)), wide);
     assert_ne!(matmul::pick(&gpu, &Matmul::nt(64, 64, 64)), matmul::coop::VARIANT);
 }

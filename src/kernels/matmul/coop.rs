@@ -28,6 +28,15 @@ pub const VARIANT64: &str = "coop64";
 /// Both variants.
 pub const VARIANTS: [&str; 2] = [VARIANT, VARIANT64];
 
+/// The wide form (`mm_coop128`): 128 × 128 outputs per workgroup of 8 subgroups of 32, K slices
+/// of 32 staged a quad at a time (vec4 loads where aligned) with the next slice's loads in
+/// flight during the products: the layout of the tensor-core GEMMs that reach the hardware,
+/// written after `coop` ran at 2.6 TFLOP/s on an H200. Not measured on a GPU yet, so it is
+/// self-tested apart ([`Gpu::coop_wide`]): a failure turns off this variant only. Needs
+/// subgroups of 32 (else binding it is an error); products with an operand shorter than one vec4
+/// run on [`VARIANT`].
+pub const VARIANT128: &str = "coop128";
+
 /// Diagnostic variants (`ddl bench matmul --variants coop,coop:mma,coop:stage` only: never
 /// picked, never in `--variants all`, their results are not the product): `coop`'s
 /// cooperative-matrix half alone (one staged slice, then K / 16 rounds of fragment loads and
@@ -39,6 +48,7 @@ pub const DIAGNOSTIC: [&str; 3] = ["coop:mma", "coop:mma-cm", "coop:stage"];
 fn shape(variant: &str) -> ((usize, usize), &'static str) {
     match variant {
         VARIANT64 => ((64, 64), "mm_coop4"),
+        VARIANT128 => ((128, 128), "mm_coop128"),
         "coop:mma" => ((32, 32), "mm_coop_mma"),
         "coop:mma-cm" => ((32, 32), "mm_coop_mma_cm"),
         "coop:stage" => ((32, 32), "mm_coop_stage"),
@@ -62,6 +72,22 @@ pub fn usable(gpu: &Gpu) -> bool {
     gpu.coop.is_ok() && gpu.forms.matmul_coop
 }
 
+/// Whether the wide form [`VARIANT128`] runs here: [`usable`], subgroups of 32, and its own
+/// self-test passed.
+pub fn wide_usable(gpu: &Gpu) -> bool {
+    usable(gpu) && gpu.coop_wide.is_ok()
+}
+
+/// The cooperative-matrix variants that run here: [`VARIANTS`], and [`VARIANT128`] where
+/// [`wide_usable`].
+pub fn variants_here(gpu: &Gpu) -> Vec<&'static str> {
+    let mut v = Vec::from(VARIANTS);
+    if wide_usable(gpu) {
+        v.push(VARIANT128);
+    }
+    v
+}
+
 /// Why [`usable`] is false (for messages), or `None`.
 pub fn why_not(gpu: &Gpu) -> Option<String> {
     match &gpu.coop {
@@ -82,7 +108,7 @@ fn width(gpu: &Gpu) -> usize {
 }
 
 /// Binds `mm` (f16 operands: an f32 one is read rounded, as [`MatmulElem::R16`]) to `variant`
-/// ([`VARIANTS`]).
+/// ([`VARIANTS`], [`VARIANT128`]).
 pub(super) fn bind(mm: &Matmul, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
     if gpu.coop.is_err() {
         return Err(GpuError::Shader {
@@ -92,11 +118,44 @@ pub(super) fn bind(mm: &Matmul, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'
     }
     let half = |e: MatmulElem| if e == MatmulElem::F32 { MatmulElem::R16 } else { e };
     let key = CoopKey { sg: width(gpu), a: half(mm.a_elem), b: half(mm.b_elem) };
+    let mut bufs = vec![("a", a), ("b", b), ("c", c)];
+    let mut vec4s = 0;
+    if variant == VARIANT128 {
+        if let Err(why) = wide_ready(gpu) {
+            return Err(GpuError::Shader { shader: "matmul_coop".into(), reason: format!("variant {VARIANT128}: {why}") });
+        }
+        // `a4`/`b4` are bound as arrays of vec4s: at least one vec4 long. Shorter operands (a
+        // product of a few elements) take the 32 × 32 kernel.
+        let quad_bytes = |e: MatmulElem| if e == MatmulElem::F16 { 8 } else { 16 };
+        if a.size < quad_bytes(key.a) || b.size < quad_bytes(key.b) {
+            return bind(mm, gpu, VARIANT, a, b, c);
+        }
+        let [a_k, a_m, b_k, b_n] = mm.aligned_quads();
+        vec4s = a_k as u32 | (a_m as u32) << 1 | (b_n as u32) << 2 | (b_k as u32) << 3;
+        bufs.push(("a4", a));
+        bufs.push(("b4", b));
+    }
     let ((bm, bn), entry) = shape(variant);
-    let (p, total) = mm.grid(gpu, bm, bn)?;
+    let (mut p, total) = mm.grid(gpu, bm, bn)?;
+    p.vec4s = vec4s;
     let kern = gpu.kernel("matmul_coop", Some(&key.name()), entry)?;
     let max = gpu.limits.max_compute_workgroups_per_dimension;
-    kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[("a", a), ("b", b), ("c", c)], grid_1d(total, 1, max))
+    kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &bufs, grid_1d(total, 1, max))
+}
+
+/// Whether this device can run [`VARIANT128`] at all (before its self-test): subgroups of 32
+/// and 256 invocations per workgroup.
+fn wide_ready(gpu: &Gpu) -> std::result::Result<(), String> {
+    if width(gpu) != 32 {
+        return Err(format!("needs subgroups of 32 invocations; this adapter's are {}", gpu.info.subgroup_max_size));
+    }
+    if gpu.limits.max_compute_invocations_per_workgroup < 256 {
+        return Err(format!(
+            "needs 256 invocations per workgroup; this device allows {}",
+            gpu.limits.max_compute_invocations_per_workgroup
+        ));
+    }
+    gpu.coop_wide.clone()
 }
 
 /// Runs a small product with edges in every direction, a K tail, a batch and accumulation on the
@@ -104,19 +163,38 @@ pub(super) fn bind(mm: &Matmul, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'
 /// `Err` with the difference when they disagree by more than f32 accumulation allows (relative
 /// L2 1e-4), or when a kernel does not build or run.
 pub fn self_test(gpu: &Gpu) -> std::result::Result<(), String> {
+    let nt = Matmul::nt(80, 48, 72).batched(2).elems(MatmulElem::R16, MatmulElem::R16).alpha(0.5).accumulate(true);
     for v in VARIANTS {
-        self_test_variant(gpu, v).map_err(|e| format!("{v}: {e}"))?;
+        self_test_variant(gpu, v, nt).map_err(|e| format!("{v}: {e}"))?;
     }
     Ok(())
 }
 
-fn self_test_variant(gpu: &Gpu, variant: &str) -> std::result::Result<(), String> {
+/// [`VARIANT128`]'s self-test (after [`self_test`] passed): the same small product, and larger
+/// ones with whole tiles, ragged edges, a K tail, vec4 and scalar staging of both operands in
+/// each of its layouts (A along K or M, B along N or K), f16 storage and a batch.
+pub fn self_test_wide(gpu: &Gpu) -> std::result::Result<(), String> {
+    let (r, h) = (MatmulElem::R16, MatmulElem::F16);
+    let cases = [
+        Matmul::nt(80, 48, 72).batched(2).elems(r, r).alpha(0.5).accumulate(true),
+        Matmul::nt(260, 200, 100).elems(r, h),
+        Matmul::nn(136, 260, 70).elems(h, r).accumulate(true),
+        Matmul::tn(200, 136, 66).batched(2).elems(r, r),
+        Matmul::tt(130, 129, 37).elems(h, h).alpha(-2.0),
+    ];
+    for mm in cases {
+        self_test_variant(gpu, VARIANT128, mm)
+            .map_err(|e| format!("{VARIANT128} {}x{}x{}: {e}", mm.m, mm.n, mm.k))?;
+    }
+    Ok(())
+}
+
+fn self_test_variant(gpu: &Gpu, variant: &str, mm: Matmul) -> std::result::Result<(), String> {
     let run = || -> Result<f64> {
-        let mm = Matmul::nt(80, 48, 72).batched(2).elems(MatmulElem::R16, MatmulElem::R16).alpha(0.5).accumulate(true);
         let [ea, eb, ec] = mm.extents();
         let mut rng = crate::testing::Rng::new(0xc00b);
-        let a = Tensor::from_f32(gpu, "coop.a", &[ea], &rng.uniform(ea, -1.0, 1.0))?;
-        let b = Tensor::from_f32(gpu, "coop.b", &[eb], &rng.uniform(eb, -1.0, 1.0))?;
+        let a = operand(gpu, "coop.a", &rng.uniform(ea, -1.0, 1.0), mm.a_elem)?;
+        let b = operand(gpu, "coop.b", &rng.uniform(eb, -1.0, 1.0), mm.b_elem)?;
         let c0 = rng.uniform(ec, -1.0, 1.0);
         let (c1, c2) = (Tensor::from_f32(gpu, "coop.c1", &[ec], &c0)?, Tensor::from_f32(gpu, "coop.c2", &[ec], &c0)?);
         let d1 = bind(&mm, gpu, variant, a.view(), b.view(), c1.view())?;
@@ -132,4 +210,17 @@ fn self_test_variant(gpu: &Gpu, variant: &str) -> std::result::Result<(), String
         Ok(e) => Err(format!("the self-test product differs from the f16 tiled kernel by {e:.2e} (relative L2)")),
         Err(e) => Err(format!("the self-test product failed: {e}")),
     }
+}
+
+/// An operand stored as `elem` stores it: f32 values, or (f16 storage) their f16 bits two to a
+/// word, padded to whole vec4s, packed on the device (`pack_f16`).
+fn operand(gpu: &Gpu, label: &str, v: &[f32], elem: MatmulElem) -> Result<Tensor> {
+    let x = Tensor::from_f32(gpu, label, &[v.len()], v)?;
+    if elem != MatmulElem::F16 {
+        return Ok(x);
+    }
+    let y = Tensor::zeros(gpu, label, &[v.len().div_ceil(8) * 4], crate::gpu::DType::F32)?;
+    let ds = crate::kernels::elementwise::pack_f16(gpu, x.view(), y.view(), v.len())?;
+    gpu.run(&ds.iter().collect::<Vec<_>>())?;
+    Ok(y)
 }

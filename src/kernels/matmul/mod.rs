@@ -136,7 +136,7 @@ struct Params {
     tiles_n: u32,
     tiles_m: u32,
     total: u32,
-    _pad: u32,
+    vec4s: u32,
     nb_in: u32,
     a_os: u32,
     b_os: u32,
@@ -293,7 +293,7 @@ impl Matmul {
     /// Binds with an explicit tile variant (a `shaders::MatmulKey` name).
     pub fn bind_variant(&self, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
         self.check(&a, &b, &c)?;
-        if coop::VARIANTS.contains(&variant) || coop::DIAGNOSTIC.contains(&variant) {
+        if coop::VARIANTS.contains(&variant) || variant == coop::VARIANT128 || coop::DIAGNOSTIC.contains(&variant) {
             return coop::bind(self, gpu, variant, a, b, c);
         }
         let (bm, bn) = tile(variant)?;
@@ -376,12 +376,28 @@ impl Matmul {
             tiles_n: tiles_n as u32,
             tiles_m: tiles_m as u32,
             total: total as u32,
-            _pad: 0,
+            vec4s: 0,
             nb_in: self.batch as u32,
             a_os: self.outer_strides[0] as u32,
             b_os: self.outer_strides[1] as u32,
             c_os: self.outer_strides[2] as u32,
         }
+    }
+
+    /// Where four consecutive elements of an operand along its unit stride that start at a
+    /// multiple of 4 (along K or M of A, K or N of B) sit at a multiple of 4 elements in
+    /// every batch, so that one vec4 load reads them: `[A along K, A along M, B along K,
+    /// B along N]`. (Whether the four exist, at the edges, is the kernel's to check.)
+    fn aligned_quads(&self) -> [bool; 4] {
+        let q = |x: usize| x.is_multiple_of(4);
+        let outer = |i: usize| self.outer == 1 || q(self.outer_strides[i]);
+        let base = |o: &Operand, i: usize| q(o.offset) && (self.batch == 1 || q(o.batch_stride)) && outer(i);
+        [
+            base(&self.a, 0) && self.a.col_stride == 1 && q(self.a.row_stride),
+            base(&self.a, 0) && self.a.row_stride == 1 && q(self.a.col_stride),
+            base(&self.b, 1) && self.b.row_stride == 1 && q(self.b.col_stride),
+            base(&self.b, 1) && self.b.col_stride == 1 && q(self.b.row_stride),
+        ]
     }
 
     /// The entry point `variant` runs this product with: `matmul` for the workgroup-memory
@@ -400,13 +416,12 @@ impl Matmul {
         // (a vec4 never straddles the edge of the product), or room past the edge (`pad_reads`). K ≥ 4 (M, N ≥ 4) also keeps every
         // operand bound as `array<vec4<f32>>` at least one vec4 long, as binding requires.
         let q = |x: usize| x.is_multiple_of(4);
-        let outer = |i: usize| self.outer == 1 || q(self.outer_strides[i]);
-        let base = |o: &Operand, i: usize| q(o.offset) && (self.batch == 1 || q(o.batch_stride)) && outer(i);
         let k4 = self.k >= 4;
-        let a_k = base(&self.a, 0) && k4 && self.a.col_stride == 1 && q(self.a.row_stride);
-        let a_m = base(&self.a, 0) && self.a.row_stride == 1 && q(self.a.col_stride) && (q(self.m) || self.pad_reads);
-        let b_k = base(&self.b, 1) && k4 && self.b.row_stride == 1 && q(self.b.col_stride);
-        let b_n = base(&self.b, 1) && self.b.col_stride == 1 && q(self.b.row_stride) && (q(self.n) || self.pad_reads);
+        let [a_k, a_m, b_k, b_n] = self.aligned_quads();
+        let a_k = a_k && k4;
+        let a_m = a_m && (q(self.m) || self.pad_reads);
+        let b_k = b_k && k4;
+        let b_n = b_n && (q(self.n) || self.pad_reads);
         let g = subgroup_variant(variant);
         if tile.staged {
             // No scalar staged form: `mm_ss` with the same constants covers the same tile.

@@ -122,7 +122,10 @@ pub(super) fn cpu_heuristic(mm: &Matmul, threads: usize) -> &'static str {
 /// a fresh measurement when autotuning is enabled, else the heuristic.
 pub fn pick(gpu: &Gpu, mm: &Matmul) -> &'static str {
     if mm.is_half() && mm.m >= 16 && mm.n >= 16 && coop::usable(gpu) {
-        return coop::VARIANT;
+        // The wide form where the product fills its 128 × 128 tiles (not measured on a GPU
+        // yet: the form is off by default).
+        let wide = mm.m >= 128 && mm.n >= 128 && coop::wide_usable(gpu);
+        return if wide { coop::VARIANT128 } else { coop::VARIANT };
     }
     let key = cache_key(gpu, mm);
     if let Some(v) = autotune::cache().lock().unwrap().get(&key)
