@@ -1,6 +1,7 @@
 //! Products on cooperative matrices (tensor cores; `shaders/matmul_coop.wgsl`): f16 operands,
 //! f32 accumulation, 16×16×16 fragments at subgroup scope, tiles of 32 × 32 outputs (or 64 × 64:
-//! [`VARIANT64`]) per workgroup of one subgroup. The same [`Matmul`] description, operand forms
+//! [`VARIANT64`]) per workgroup of one subgroup, or 128 × 128 per workgroup of eight
+//! ([`VARIANT128`], self-tested apart). The same [`Matmul`] description, operand forms
 //! ([`MatmulElem::R16`], [`MatmulElem::F16`]), strides, batches and accumulation as the other
 //! forms; not bit-identical to them (the hardware sums in its own order).
 //!
@@ -11,8 +12,9 @@
 //! the self-test at device creation ([`self_test`]) matched the f16 tiled kernel, and the form
 //! `matmul_coop` is on (off by default: 2.6 TFLOP/s against the f16 tiles' 24 at 4096³ on an
 //! H200, docs/GPU.md run 3; its staging, one subgroup loading element by element, starves the
-//! tensor cores). The autotuner does not time it against the tiles (yet): where usable, it is
-//! the pick for every f16 product with M and N of at least 16.
+//! tensor cores; [`VARIANT128`] is the rewrite, unmeasured). The autotuner does not time them
+//! against the tiles (yet): where usable, they are the pick for every f16 product with M and N
+//! of at least 16 (the wide form from 128).
 
 use super::*;
 use crate::shaders::CoopKey;
