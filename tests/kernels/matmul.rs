@@ -943,7 +943,11 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     // The wide form (its own self-test): required where the GPU check runs.
     if let Err(why) = &gpu.coop_wide {
         let required = std::env::var("DDL_REQUIRE_COOP").is_ok_and(|v| v == "1");
-        assert!(!required, "DDL_REQUIRE_COOP=1, but the wide cooperative-matrix form is off on {}: {why}", gpu.info.name);
+        assert!(
+            !required,
+            "DDL_REQUIRE_COOP=1, but the wide cooperative-matrix form is off on {}: {why}",
+            gpu.info.name
+        );
     }
     let coop = |mm: Matmul| {
         for v in matmul::coop::variants_here(&gpu) {

@@ -124,7 +124,10 @@ pub(super) fn bind(mm: &Matmul, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'
     let mut vec4s = 0;
     if variant == VARIANT128 {
         if let Err(why) = wide_ready(gpu) {
-            return Err(GpuError::Shader { shader: "matmul_coop".into(), reason: format!("variant {VARIANT128}: {why}") });
+            return Err(GpuError::Shader {
+                shader: "matmul_coop".into(),
+                reason: format!("variant {VARIANT128}: {why}"),
+            });
         }
         // `a4`/`b4` are bound as arrays of vec4s: at least one vec4 long. Shorter operands (a
         // product of a few elements) take the 32 × 32 kernel.
@@ -185,8 +188,7 @@ pub fn self_test_wide(gpu: &Gpu) -> std::result::Result<(), String> {
         Matmul::tt(130, 129, 37).elems(h, h).alpha(-2.0),
     ];
     for mm in cases {
-        self_test_variant(gpu, VARIANT128, mm)
-            .map_err(|e| format!("{VARIANT128} {}x{}x{}: {e}", mm.m, mm.n, mm.k))?;
+        self_test_variant(gpu, VARIANT128, mm).map_err(|e| format!("{VARIANT128} {}x{}x{}: {e}", mm.m, mm.n, mm.k))?;
     }
     Ok(())
 }
