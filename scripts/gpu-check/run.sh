@@ -240,6 +240,14 @@ stage_info() {
   local coopmm
   coopmm="$(grep -m1 '^cooperative-matrix matmuls:' "$RAW/info.log" | sed 's/^cooperative-matrix matmuls: *//')"
   [ -n "$coopmm" ] && note "- cooperative-matrix matmuls: $coopmm"
+  # The wide form's self-test runs only where the form is on: apart, so that a kernel never run
+  # on a GPU before cannot fail the stage (its own log, info-coop.log).
+  if [ "$coopmm" != "${coopmm#on}" ]; then
+    DDL_FORMS=matmul_coop=1 step info-coop 60 "$DDL" info
+    local wide
+    wide="$(grep -m1 '^cooperative-matrix wide form' "$RAW/info-coop.log" | sed 's/^cooperative-matrix wide form *//')"
+    note "- cooperative-matrix wide form ${wide:-(no answer: see info-coop.log)}"
+  fi
   stage_row info "$st" $(( $(date +%s) - t0 )) "$(why $rc); $backend; subgroups ${sg:-none}; cooperative matrices: ${coop:-?}; plan: ${plan:-?}"
 }
 

@@ -106,9 +106,11 @@ pub struct Gpu {
     /// the feature is enabled and the self-test at device creation passed
     /// ([`crate::kernels::matmul::coop`]); else why not.
     pub coop: std::result::Result<(), String>,
-    /// The wide cooperative-matrix form (`coop128`) on this device: `Ok` when [`Gpu::coop`] is
-    /// and its own self-test passed (an untested kernel turns off only itself); else why not.
-    pub coop_wide: std::result::Result<(), String>,
+    /// The wide cooperative-matrix form's self-test (`coop128`), run the first time the form is
+    /// needed ([`crate::kernels::matmul::coop::wide_status`]), never at device creation: a kernel
+    /// not yet run on a GPU must not stand between a user and every other command. Shared by
+    /// the clones.
+    pub(crate) coop_wide: Arc<std::sync::OnceLock<std::result::Result<(), String>>>,
     pub(crate) pipelines: Arc<Mutex<HashMap<String, Arc<Kernel>>>>,
     /// Scratch tensors shared by every dispatch that names the same key (see [`Gpu::shared_scratch`]).
     scratch: Arc<Mutex<HashMap<String, super::Tensor>>>,
@@ -472,7 +474,7 @@ impl Gpu {
             scratch: Arc::new(Mutex::new(HashMap::new())),
             errors,
             stats: Arc::new(AllocStats::default()),
-            coop_wide: coop.clone(),
+            coop_wide: Arc::new(std::sync::OnceLock::new()),
             coop,
         };
         if g.coop.is_ok() {
@@ -481,10 +483,6 @@ impl Gpu {
             g.coop = crate::kernels::matmul::coop::self_test(&g);
             if let Err(why) = &g.coop {
                 eprintln!("note: cooperative-matrix matmuls are off on '{}': {why}", g.info.name);
-            }
-            g.coop_wide = g.coop.clone().and_then(|()| crate::kernels::matmul::coop::self_test_wide(&g));
-            if let (Ok(()), Err(why)) = (&g.coop, &g.coop_wide) {
-                eprintln!("note: the wide cooperative-matrix form is off on '{}': {why}", g.info.name);
             }
         }
         Ok(g)
@@ -644,9 +642,14 @@ impl Gpu {
             Some(why) => format!("cooperative-matrix matmuls: off ({why})\n"),
         });
         if self.coop.is_ok() {
-            s.push_str(&match &self.coop_wide {
-                Ok(()) => "cooperative-matrix wide form (coop128): its self-test passed\n".to_string(),
-                Err(why) => format!("cooperative-matrix wide form (coop128): off ({why})\n"),
+            // Its self-test only where the form is on (the GPU check's info stage sets it).
+            s.push_str(&if !self.forms.matmul_coop {
+                "cooperative-matrix wide form (coop128): not tested (it runs with matmul_coop=1)\n".to_string()
+            } else {
+                match crate::kernels::matmul::coop::wide_status(self) {
+                    Ok(()) => "cooperative-matrix wide form (coop128): on (its self-test passed)\n".to_string(),
+                    Err(why) => format!("cooperative-matrix wide form (coop128): off ({why})\n"),
+                }
             });
         }
         s.push_str("limits:\n");

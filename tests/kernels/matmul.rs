@@ -929,7 +929,7 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
                 assert!(tc.read_f32(&gpu).unwrap().iter().all(|x| x.is_finite()), "{v}: outputs left unwritten");
             }
             Err(e) if v == matmul::coop::VARIANT128 && gpu.coop.is_ok() => {
-                assert!(gpu.coop_wide.is_err() && e.to_string().contains(v), "{v}: {e}")
+                assert!(matmul::coop::wide_status(&gpu).is_err() && e.to_string().contains(v), "{v}: {e}")
             }
             Err(e) => assert!(gpu.coop.is_err() && e.to_string().contains("cooperative matrices"), "{v}: {e}"),
         }
@@ -941,7 +941,7 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
         return;
     }
     // The wide form (its own self-test): required where the GPU check runs.
-    if let Err(why) = &gpu.coop_wide {
+    if let Err(why) = matmul::coop::wide_status(&gpu) {
         let required = std::env::var("DDL_REQUIRE_COOP").is_ok_and(|v| v == "1");
         assert!(
             !required,
@@ -985,7 +985,7 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     // The engine picks them for f16 products of at least 16 × 16 (the wide one from 128 × 128
     // where its self-test passed).
     assert_eq!(matmul::pick(&gpu, &Matmul::nt(64, 64, 64).half(true)), matmul::coop::VARIANT);
-    let wide = if gpu.coop_wide.is_ok() { matmul::coop::VARIANT128 } else { matmul::coop::VARIANT };
+    let wide = if matmul::coop::wide_status(&gpu).is_ok() { matmul::coop::VARIANT128 } else { matmul::coop::VARIANT };
     assert_eq!(matmul::pick(&gpu, &Matmul::nt(128, 128, 64).half(true)), wide);
     assert_ne!(matmul::pick(&gpu, &Matmul::nt(64, 64, 64)), matmul::coop::VARIANT);
 }

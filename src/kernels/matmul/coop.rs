@@ -34,7 +34,8 @@ pub const VARIANTS: [&str; 2] = [VARIANT, VARIANT64];
 /// of 32 staged a quad at a time (vec4 loads where aligned) with the next slice's loads in
 /// flight during the products: the layout of the tensor-core GEMMs that reach the hardware,
 /// written after `coop` ran at 2.6 TFLOP/s on an H200. Not measured on a GPU yet, so it is
-/// self-tested apart ([`Gpu::coop_wide`]): a failure turns off this variant only. Needs
+/// self-tested apart, the first time it is needed ([`wide_status`]): a failure turns off this
+/// variant only. Needs
 /// subgroups of 32 (else binding it is an error); products with an operand shorter than one vec4
 /// run on [`VARIANT`].
 pub const VARIANT128: &str = "coop128";
@@ -77,7 +78,26 @@ pub fn usable(gpu: &Gpu) -> bool {
 /// Whether the wide form [`VARIANT128`] runs here: [`usable`], subgroups of 32, and its own
 /// self-test passed.
 pub fn wide_usable(gpu: &Gpu) -> bool {
-    usable(gpu) && gpu.coop_wide.is_ok()
+    usable(gpu) && wide_status(gpu).is_ok()
+}
+
+/// Whether [`VARIANT128`] can run on this device: cooperative matrices usable by the engine
+/// ([`Gpu::coop`]), subgroups of 32, 256 invocations per workgroup, and its self-test
+/// ([`self_test_wide`]) passed — run here the first time it is asked (not at device creation:
+/// an untested kernel must not stand between a user and every other command), with a one-line
+/// note when it fails.
+pub fn wide_status(gpu: &Gpu) -> std::result::Result<(), String> {
+    gpu.coop.clone()?;
+    wide_ready(gpu)?;
+    gpu.coop_wide
+        .get_or_init(|| {
+            let r = self_test_wide(gpu);
+            if let Err(why) = &r {
+                eprintln!("note: the wide cooperative-matrix form is off on '{}': {why}", gpu.info.name);
+            }
+            r
+        })
+        .clone()
 }
 
 /// The cooperative-matrix variants that run here: [`VARIANTS`], and [`VARIANT128`] where
@@ -112,6 +132,19 @@ fn width(gpu: &Gpu) -> usize {
 /// Binds `mm` (f16 operands: an f32 one is read rounded, as [`MatmulElem::R16`]) to `variant`
 /// ([`VARIANTS`], [`VARIANT128`]).
 pub(super) fn bind(mm: &Matmul, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
+    bind_checked(mm, gpu, variant, a, b, c, true)
+}
+
+/// [`bind`]; `checked` false skips [`VARIANT128`]'s self-test (the self-test's own products).
+fn bind_checked(
+    mm: &Matmul,
+    gpu: &Gpu,
+    variant: &str,
+    a: View<'_>,
+    b: View<'_>,
+    c: View<'_>,
+    checked: bool,
+) -> Result<Dispatch> {
     if gpu.coop.is_err() {
         return Err(GpuError::Shader {
             shader: "matmul_coop".into(),
@@ -123,7 +156,7 @@ pub(super) fn bind(mm: &Matmul, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'
     let mut bufs = vec![("a", a), ("b", b), ("c", c)];
     let mut vec4s = 0;
     if variant == VARIANT128 {
-        if let Err(why) = wide_ready(gpu) {
+        if let Err(why) = if checked { wide_status(gpu) } else { wide_ready(gpu) } {
             return Err(GpuError::Shader {
                 shader: "matmul_coop".into(),
                 reason: format!("variant {VARIANT128}: {why}"),
@@ -133,7 +166,7 @@ pub(super) fn bind(mm: &Matmul, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'
         // product of a few elements) take the 32 × 32 kernel.
         let quad_bytes = |e: MatmulElem| if e == MatmulElem::F16 { 8 } else { 16 };
         if a.size < quad_bytes(key.a) || b.size < quad_bytes(key.b) {
-            return bind(mm, gpu, VARIANT, a, b, c);
+            return bind_checked(mm, gpu, VARIANT, a, b, c, checked);
         }
         let [a_k, a_m, b_k, b_n] = mm.aligned_quads();
         vec4s = a_k as u32 | (a_m as u32) << 1 | (b_n as u32) << 2 | (b_k as u32) << 3;
@@ -151,6 +184,7 @@ pub(super) fn bind(mm: &Matmul, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'
 /// Whether this device can run [`VARIANT128`] at all (before its self-test): subgroups of 32
 /// and 256 invocations per workgroup.
 fn wide_ready(gpu: &Gpu) -> std::result::Result<(), String> {
+    gpu.coop.clone()?;
     if width(gpu) != 32 {
         return Err(format!("needs subgroups of 32 invocations; this adapter's are {}", gpu.info.subgroup_max_size));
     }
@@ -160,7 +194,7 @@ fn wide_ready(gpu: &Gpu) -> std::result::Result<(), String> {
             gpu.limits.max_compute_invocations_per_workgroup
         ));
     }
-    gpu.coop_wide.clone()
+    Ok(())
 }
 
 /// Runs a small product with edges in every direction, a K tail, a batch and accumulation on the
@@ -201,7 +235,7 @@ fn self_test_variant(gpu: &Gpu, variant: &str, mm: Matmul) -> std::result::Resul
         let b = operand(gpu, "coop.b", &rng.uniform(eb, -1.0, 1.0), mm.b_elem)?;
         let c0 = rng.uniform(ec, -1.0, 1.0);
         let (c1, c2) = (Tensor::from_f32(gpu, "coop.c1", &[ec], &c0)?, Tensor::from_f32(gpu, "coop.c2", &[ec], &c0)?);
-        let d1 = bind(&mm, gpu, variant, a.view(), b.view(), c1.view())?;
+        let d1 = bind_checked(&mm, gpu, variant, a.view(), b.view(), c1.view(), false)?;
         let d2 = mm.bind_variant(gpu, heuristic(gpu, &mm), a.view(), b.view(), c2.view())?;
         gpu.run(&[&d1, &d2])?;
         let (x, y) = (c1.read_f32(gpu)?, c2.read_f32(gpu)?);
