@@ -401,7 +401,7 @@ impl MatmulTile {
 }
 
 /// Every matmul tile.
-pub const MATMUL_TILES: [MatmulTile; 10] = [
+pub const MATMUL_TILES: [MatmulTile; 12] = [
     tile("t16", [16, 16, 16, 1, 1], false, [8, 1, 1, 1], None),
     tile("t32", [32, 32, 16, 2, 2], false, [8, 1, 1, 1], None),
     tile("t64", [64, 64, 16, 4, 4], false, [8, 1, 1, 1], None),
@@ -412,6 +412,11 @@ pub const MATMUL_TILES: [MatmulTile; 10] = [
     staged("w128", 2, 2, 8),
     staged("w128k16", 2, 2, 16),
     staged("w64", 1, 1, 8),
+    // Half-width tiles: twice the workgroups of `w128` where its grid leaves the card's last
+    // wave mostly empty (8192 × 768 products: 384 tiles of 128² for ≈ 264 resident workgroups on
+    // an H200); the autotuner weighs them against `w128`.
+    staged("w128x64", 2, 1, 8),
+    staged("w64x128", 1, 2, 8),
 ];
 
 /// How a matmul operand is stored and read (`shaders/parts/matmul_{a,b}_*.wgsl`). Every form

@@ -354,6 +354,7 @@ stage_bench() {
       "bench-matmul-model|60|bench matmul --preset small-124m --batch 8 --seq 1024 --tune --variants auto --reps 5 --json"
       "bench-matmul-model-split128|30|DDL_FORMS=split_k_tiles=128 bench matmul --preset small-124m --batch 8 --seq 1024 --variants auto --reps 5 --json"
       "bench-matmul-model-split512|30|DDL_FORMS=split_k_tiles=512 bench matmul --preset small-124m --batch 8 --seq 1024 --variants auto --reps 5 --json"
+      "bench-matmul-model-rect|30|bench matmul --preset small-124m --batch 8 --seq 1024 --variants w128,w128x64,w64x128 --reps 5 --json"
       "bench-train-small-baseline|40|bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --steps 5 --json"
       "bench-train-small-ddl|40|bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5 --dispatches --json"
       "bench-train-small-ddl-vs-baseline|60|bench train --preset small-124m --variant ddl --against baseline --batch 8 --seq 1024 --steps 6 --json"
