@@ -82,6 +82,7 @@ export DDL_CACHE_DIR="$WORK/cache"          # a fresh autotune cache: the check 
 export DDL_TEST_DATA="$BUNDLE/data"         # the test binaries' golden files
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$WORK/xdg}"; mkdir -p "$XDG_RUNTIME_DIR"; chmod 700 "$XDG_RUNTIME_DIR"
 : > "$RAW/status.tsv"
+: > "$RAW/steps.tsv"
 
 log() { printf '[gpu-check %4ss] %s\n' "$(( $(date +%s) - T_START ))" "$*"; }
 left() { echo $(( BUDGET - ($(date +%s) - T_START) )); }
@@ -157,7 +158,7 @@ write_summary() {
       printf '%s' "$NOTES"
     fi
     echo
-    echo "Raw logs and JSON lines: results.tar.gz (status.tsv, one .log and .jsonl per command)."
+    echo "Raw logs and JSON lines: results.tar.gz (status.tsv; steps.tsv: each command, exit code, seconds taken and allowed; one .log and .jsonl per command)."
   } > "$s" && mv "$s" "$OUTDIR/summary.md"
   cp "$OUTDIR/summary.md" "$RAW/summary.md"
   tar -C "$WORK" -czf "$OUTDIR/results.tar.gz.tmp" raw && mv "$OUTDIR/results.tar.gz.tmp" "$OUTDIR/results.tar.gz"
@@ -179,8 +180,11 @@ step() {
   [ "$secs" -gt "$l" ] && secs=$l
   if [ "$secs" -le 2 ]; then echo "skipped: no budget left" > "$RAW/$name.log"; return 125; fi
   log "$name (timeout ${secs}s): $*"
+  local t0=$(date +%s)
   (cd "$WORK/run" && timeout -k 5 "$secs" "$@") > "$RAW/$name.log" 2>&1
   local rc=$?
+  # Each command's wall time (to plan the next call's budget): raw/steps.tsv.
+  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$secs" >> "$RAW/steps.tsv"
   grep '^{' "$RAW/$name.log" > "$RAW/$name.jsonl" 2>/dev/null || rm -f "$RAW/$name.jsonl"
   [ $rc = 124 ] || [ $rc = 137 ] && echo "TIMED OUT after ${secs}s" >> "$RAW/$name.log"
   return $rc
