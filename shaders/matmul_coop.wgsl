@@ -328,9 +328,8 @@ fn b_quad(v: u32, k0: u32, col0: u32, base: u32, live: bool) -> vec4<f32> {
     return out;
 }
 
-// Quad `v` into workgroup memory as f16 (the values are already f16 values: exact).
-fn a_stash(v: u32, x: vec4<f32>) {
-    let h = vec4<f16>(x);
+// Quad `v` into workgroup memory.
+fn a_stash(v: u32, h: vec4<f16>) {
     if (params.a_cs == 1u) {
         let o = (v / (BK8 / 4u)) * AKP + (v % (BK8 / 4u)) * 4u;
         As8[o] = h.x; As8[o + 1u] = h.y; As8[o + 2u] = h.z; As8[o + 3u] = h.w;
@@ -340,8 +339,7 @@ fn a_stash(v: u32, x: vec4<f32>) {
     }
 }
 
-fn b_stash(v: u32, x: vec4<f32>) {
-    let h = vec4<f16>(x);
+fn b_stash(v: u32, h: vec4<f16>) {
     if (params.b_cs == 1u) {
         let o = (v / (BN8 / 4u)) * BNP + (v % (BN8 / 4u)) * 4u;
         Bs8[o] = h.x; Bs8[o + 1u] = h.y; Bs8[o + 2u] = h.z; Bs8[o + 3u] = h.w;
@@ -395,11 +393,13 @@ fn mm_coop128(
     var c21 = coop_mat16x16<f32, C>();
     var c30 = coop_mat16x16<f32, C>();
     var c31 = coop_mat16x16<f32, C>();
-    var ra: array<vec4<f32>, QPT>;
-    var rb: array<vec4<f32>, QPT>;
+    // The slice in flight, held as f16 (the values are f16 values: the conversion is exact; half
+    // the registers of f32, which decide how many workgroups an SM holds).
+    var ra: array<vec4<f16>, QPT>;
+    var rb: array<vec4<f16>, QPT>;
     for (var i = 0u; i < QPT; i++) {
-        ra[i] = a_quad(li + i * NT8, 0u, row0, a_base, live);
-        rb[i] = b_quad(li + i * NT8, 0u, col0, b_base, live);
+        ra[i] = vec4<f16>(a_quad(li + i * NT8, 0u, row0, a_base, live));
+        rb[i] = vec4<f16>(b_quad(li + i * NT8, 0u, col0, b_base, live));
     }
     for (var k0 = 0u; k0 < p.k; k0 += BK8) {
         workgroupBarrier();   // the previous slice's fragment loads are done
@@ -410,8 +410,8 @@ fn mm_coop128(
         workgroupBarrier();
         if (k0 + BK8 < p.k) {
             for (var i = 0u; i < QPT; i++) {
-                ra[i] = a_quad(li + i * NT8, k0 + BK8, row0, a_base, live);
-                rb[i] = b_quad(li + i * NT8, k0 + BK8, col0, b_base, live);
+                ra[i] = vec4<f16>(a_quad(li + i * NT8, k0 + BK8, row0, a_base, live));
+                rb[i] = vec4<f16>(b_quad(li + i * NT8, k0 + BK8, col0, b_base, live));
             }
         }
         for (var ks = 0u; ks < BK8; ks += 16u) {
