@@ -248,106 +248,16 @@ fn mm_coop4(
 
 const NSG: u32 = 8u;               // subgroups per workgroup
 const NT8: u32 = NSG * SG;         // invocations per workgroup
-const BM8: u32 = 128u;
-const BN8: u32 = 128u;
-const BK8: u32 = 32u;
-const AKP: u32 = 40u;              // As8's row stride (BK8 + 8)
-const BNP: u32 = 136u;             // Bs8's row stride (BN8 + 8)
-const QPT: u32 = BM8 * BK8 / 4u / NT8;   // quads of each operand per invocation and slice
+const QBM: u32 = 128u;
+const QBN: u32 = 128u;
+const QBK: u32 = 32u;
+const QAP: u32 = 40u;              // Qa's row stride (QBK + 8)
+const QBP: u32 = 136u;             // Qb's row stride (QBN + 8)
+const QPT: u32 = QBM * QBK / 4u / NT8;   // quads of each operand per invocation and slice
 
-var<workgroup> As8: array<f16, BM8 * AKP>;   // [BM8][AKP]: A's slice, row-major
-var<workgroup> Bs8: array<f16, BK8 * BNP>;   // [BK8][BNP]: B's slice, row-major
+var<workgroup> Qa: array<f16, QBM * QAP>;   // [QBM][QAP]: A's slice, row-major
+var<workgroup> Qb: array<f16, QBK * QBP>;   // [QBK][QBP]: B's slice, row-major
 var<workgroup> Cs8: array<f32, NSG * 256u>;  // one 16 × 16 scratch per subgroup
-
-// Quad `v` (0 ≤ v < BM8·BK8/4) of A's slice at K offset k0: four consecutive elements along A's
-// unit stride (along K when a_cs = 1, else along M), zeros past the edges.
-fn a_quad(v: u32, k0: u32, row0: u32, base: u32, live: bool) -> vec4<f32> {
-    let p = params;
-    var out = vec4<f32>(0.0);
-    if (p.a_cs == 1u) {
-        let gi = row0 + v / (BK8 / 4u);
-        let gk = k0 + (v % (BK8 / 4u)) * 4u;
-        let o = base + gi * p.a_rs + gk;
-        if (live && gi < p.m) {
-            if ((p.vec4s & 1u) != 0u && gk + 3u < p.k) {
-                out = lda4(o / 4u);
-            } else {
-                for (var j = 0u; j < 4u; j++) {
-                    if (gk + j < p.k) { out[j] = lda(o + j); }
-                }
-            }
-        }
-    } else {
-        let gk = k0 + v / (BM8 / 4u);
-        let gi = row0 + (v % (BM8 / 4u)) * 4u;
-        let o = base + gi * p.a_rs + gk * p.a_cs;
-        if (live && gk < p.k) {
-            if ((p.vec4s & 2u) != 0u && gi + 3u < p.m) {
-                out = lda4(o / 4u);
-            } else {
-                for (var j = 0u; j < 4u; j++) {
-                    if (gi + j < p.m) { out[j] = lda(o + j * p.a_rs); }
-                }
-            }
-        }
-    }
-    return out;
-}
-
-// Quad `v` of B's slice: along N when b_cs = 1, else along K.
-fn b_quad(v: u32, k0: u32, col0: u32, base: u32, live: bool) -> vec4<f32> {
-    let p = params;
-    var out = vec4<f32>(0.0);
-    if (p.b_cs == 1u) {
-        let gk = k0 + v / (BN8 / 4u);
-        let gj = col0 + (v % (BN8 / 4u)) * 4u;
-        let o = base + gk * p.b_rs + gj;
-        if (live && gk < p.k) {
-            if ((p.vec4s & 4u) != 0u && gj + 3u < p.n) {
-                out = ldb4(o / 4u);
-            } else {
-                for (var j = 0u; j < 4u; j++) {
-                    if (gj + j < p.n) { out[j] = ldb(o + j); }
-                }
-            }
-        }
-    } else {
-        let gj = col0 + v / (BK8 / 4u);
-        let gk = k0 + (v % (BK8 / 4u)) * 4u;
-        let o = base + gk * p.b_rs + gj * p.b_cs;
-        if (live && gj < p.n) {
-            if ((p.vec4s & 8u) != 0u && gk + 3u < p.k) {
-                out = ldb4(o / 4u);
-            } else {
-                for (var j = 0u; j < 4u; j++) {
-                    if (gk + j < p.k) { out[j] = ldb(o + j * p.b_rs); }
-                }
-            }
-        }
-    }
-    return out;
-}
-
-// Quad `v` into workgroup memory.
-fn a_stash(v: u32, h: vec4<f16>) {
-    if (params.a_cs == 1u) {
-        let o = (v / (BK8 / 4u)) * AKP + (v % (BK8 / 4u)) * 4u;
-        As8[o] = h.x; As8[o + 1u] = h.y; As8[o + 2u] = h.z; As8[o + 3u] = h.w;
-    } else {
-        let o = (v % (BM8 / 4u)) * 4u * AKP + v / (BM8 / 4u);
-        As8[o] = h.x; As8[o + AKP] = h.y; As8[o + 2u * AKP] = h.z; As8[o + 3u * AKP] = h.w;
-    }
-}
-
-fn b_stash(v: u32, h: vec4<f16>) {
-    if (params.b_cs == 1u) {
-        let o = (v / (BN8 / 4u)) * BNP + (v % (BN8 / 4u)) * 4u;
-        Bs8[o] = h.x; Bs8[o + 1u] = h.y; Bs8[o + 2u] = h.z; Bs8[o + 3u] = h.w;
-    } else {
-        let o = (v % (BK8 / 4u)) * 4u * BNP + v / (BK8 / 4u);
-        Bs8[o] = h.x; Bs8[o + BNP] = h.y; Bs8[o + 2u * BNP] = h.z; Bs8[o + 3u * BNP] = h.w;
-    }
-}
 
 // One accumulator fragment (rows r0.., columns c0.. of the tile), just stored in the subgroup's
 // scratch at `sc`, to C: bounds, alpha, accumulation. Called in uniform control flow by every
@@ -378,8 +288,8 @@ fn mm_coop128(
     let p = params;
     let ti = tile_index(wid, nwg);
     let live = ti.w != 0u;
-    let row0 = ti.y * BM8;
-    let col0 = ti.x * BN8;
+    let row0 = ti.y * QBM;
+    let col0 = ti.x * QBN;
     let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
     let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
     let sgi = li / SG;
@@ -401,28 +311,28 @@ fn mm_coop128(
         ra[i] = vec4<f16>(a_quad(li + i * NT8, 0u, row0, a_base, live));
         rb[i] = vec4<f16>(b_quad(li + i * NT8, 0u, col0, b_base, live));
     }
-    for (var k0 = 0u; k0 < p.k; k0 += BK8) {
+    for (var k0 = 0u; k0 < p.k; k0 += QBK) {
         workgroupBarrier();   // the previous slice's fragment loads are done
         for (var i = 0u; i < QPT; i++) {
             a_stash(li + i * NT8, ra[i]);
             b_stash(li + i * NT8, rb[i]);
         }
         workgroupBarrier();
-        if (k0 + BK8 < p.k) {
+        if (k0 + QBK < p.k) {
             for (var i = 0u; i < QPT; i++) {
-                ra[i] = vec4<f16>(a_quad(li + i * NT8, k0 + BK8, row0, a_base, live));
-                rb[i] = vec4<f16>(b_quad(li + i * NT8, k0 + BK8, col0, b_base, live));
+                ra[i] = vec4<f16>(a_quad(li + i * NT8, k0 + QBK, row0, a_base, live));
+                rb[i] = vec4<f16>(b_quad(li + i * NT8, k0 + QBK, col0, b_base, live));
             }
         }
-        for (var ks = 0u; ks < BK8; ks += 16u) {
-            let oa = am * AKP + ks;
-            let ob = ks * BNP + bn;
-            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&As8[oa], AKP);
-            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&As8[oa + 16u * AKP], AKP);
-            let a2 = coopLoadT<coop_mat16x16<f16, A>>(&As8[oa + 32u * AKP], AKP);
-            let a3 = coopLoadT<coop_mat16x16<f16, A>>(&As8[oa + 48u * AKP], AKP);
-            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&Bs8[ob], BNP);
-            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&Bs8[ob + 16u], BNP);
+        for (var ks = 0u; ks < QBK; ks += 16u) {
+            let oa = am * QAP + ks;
+            let ob = ks * QBP + bn;
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&Qa[oa], QAP);
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&Qa[oa + 16u * QAP], QAP);
+            let a2 = coopLoadT<coop_mat16x16<f16, A>>(&Qa[oa + 32u * QAP], QAP);
+            let a3 = coopLoadT<coop_mat16x16<f16, A>>(&Qa[oa + 48u * QAP], QAP);
+            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&Qb[ob], QBP);
+            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&Qb[ob + 16u], QBP);
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
             c10 = coopMultiplyAdd(a1, b0, c10);

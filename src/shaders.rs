@@ -126,6 +126,7 @@ pub const PARTS: &[(&str, &str)] = &[
     ("matmul_params", part!("matmul_params")),
     ("f16_round", part!("f16_round")),
     ("coop_enable", part!("coop_enable")),
+    ("coop_staging", part!("coop_staging")),
     ("norm_sg_entries", part!("norm_sg_entries")),
 ];
 
@@ -614,6 +615,7 @@ impl CoopKey {
             consts: vec![("SG", "u32", u(self.sg))],
             parts: vec![
                 part("coop_enable"),
+                part("coop_staging"),
                 part("matmul_params"),
                 part("f16_round"),
                 self.a.part('a'),
@@ -688,6 +690,7 @@ pub const ALL: &[Shader] = &[
     shader!("fill"),
     shader!("matmul", matmul_variants, matmul_named),
     shader!("matmul_coop", coop_variants, coop_named, coop),
+    shader!("matmul_coop8", coop_variants, coop_named, coop),
     shader!("elementwise", prelude "f16_round"),
     shader!("reduce"),
     shader!("embedding"),

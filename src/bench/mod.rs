@@ -171,8 +171,8 @@ impl VariantSet {
             list => {
                 let names: Vec<String> = list.split(',').map(|x| x.trim().to_string()).collect();
                 let mut known = matmul::variants_for(gpu);
+                known.extend(matmul::coop::variants_here(gpu));
                 if matmul::coop::usable(gpu) {
-                    known.extend(matmul::coop::variants_here(gpu));
                     known.extend(matmul::coop::DIAGNOSTIC);
                 }
                 if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
@@ -283,7 +283,7 @@ pub fn matmul_rows(
         let mut all = matmul::variants_for(gpu);
         // (The diagnostic halves of the cooperative-matrix kernel only when named.)
         let coop_here = mm.is_half() && matmul::coop::usable(gpu);
-        if coop_here {
+        if mm.is_half() {
             all.extend(matmul::coop::variants_here(gpu));
         }
         let chosen: Vec<&str> = match variants {

@@ -91,6 +91,17 @@ impl Gpu {
         let mut r = CompileReport::default();
         let caps = capabilities(self.features);
         for sh in crate::shaders::ALL {
+            if sh.coop && !crate::kernels::matmul::coop::shader_offered(self, sh.name) {
+                // A cooperative-matrix configuration the adapter does not list (Metal's 8 × 8 on
+                // a Vulkan GPU, or none at all): its driver need not compile it.
+                for (variant, _) in sh.all_texts() {
+                    r.skipped.push(format!(
+                        "{}[{variant}]: needs a cooperative-matrix configuration this adapter does not list",
+                        sh.name
+                    ));
+                }
+                continue;
+            }
             for (variant, text) in sh.all_texts() {
                 let name = format!("{}[{variant}]", sh.name);
                 let (module, info) = match crate::shaders::validate(&name, &text) {

@@ -111,6 +111,9 @@ pub struct Gpu {
     /// not yet run on a GPU must not stand between a user and every other command. Shared by
     /// the clones.
     pub(crate) coop_wide: Arc<std::sync::OnceLock<std::result::Result<(), String>>>,
+    /// The 8 × 8 form's self-test (`coop8`, Metal), run the first time it is needed
+    /// ([`crate::kernels::matmul::coop::status8`]).
+    pub(crate) coop8: Arc<std::sync::OnceLock<std::result::Result<(), String>>>,
     pub(crate) pipelines: Arc<Mutex<HashMap<String, Arc<Kernel>>>>,
     /// Scratch tensors shared by every dispatch that names the same key (see [`Gpu::shared_scratch`]).
     scratch: Arc<Mutex<HashMap<String, super::Tensor>>>,
@@ -405,8 +408,9 @@ impl Gpu {
         // configuration the engine's kernel uses; DDL_NO_COOP=1 leaves the feature off.
         let coop_feature = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
         let coop_offered = crate::kernels::matmul::coop::configuration_offered(&adapter);
+        let coop8_offered = crate::kernels::matmul::coop::configuration8_offered(&adapter);
         let no_coop = std::env::var("DDL_NO_COOP").is_ok_and(|v| v == "1");
-        if coop_offered && !no_coop && adapter.features().contains(coop_feature) {
+        if (coop_offered || coop8_offered) && !no_coop && adapter.features().contains(coop_feature) {
             features |= coop_feature;
         }
         let desc = wgpu::DeviceDescriptor {
@@ -475,6 +479,7 @@ impl Gpu {
             errors,
             stats: Arc::new(AllocStats::default()),
             coop_wide: Arc::new(std::sync::OnceLock::new()),
+            coop8: Arc::new(std::sync::OnceLock::new()),
             coop,
         };
         if g.coop.is_ok() {
@@ -641,6 +646,16 @@ impl Gpu {
             None => "cooperative-matrix matmuls: on (f16 products; the self-test passed)\n".to_string(),
             Some(why) => format!("cooperative-matrix matmuls: off ({why})\n"),
         });
+        if crate::kernels::matmul::coop::configuration8_offered(&self.adapter) {
+            s.push_str(&if !self.forms.matmul_coop {
+                "cooperative-matrix 8x8 form (coop8): not tested (it runs with matmul_coop=1)\n".to_string()
+            } else {
+                match crate::kernels::matmul::coop::status8(self) {
+                    Ok(()) => "cooperative-matrix 8x8 form (coop8): on (its self-test passed)\n".to_string(),
+                    Err(why) => format!("cooperative-matrix 8x8 form (coop8): off ({why})\n"),
+                }
+            });
+        }
         if self.coop.is_ok() {
             // Its self-test only where the form is on (the GPU check's info stage sets it).
             s.push_str(&if !self.forms.matmul_coop {

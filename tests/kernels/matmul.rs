@@ -919,29 +919,32 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     let mut rng = Rng::fresh();
     let ta = upload(&gpu, "a", &rng.uniform(ea, -1.0, 1.0));
     let tb = upload_elem(&gpu, "b", &rng.uniform(eb, -1.0, 1.0), MatmulElem::F16);
-    let all = matmul::coop::VARIANTS.into_iter().chain([matmul::coop::VARIANT128]).chain(matmul::coop::DIAGNOSTIC);
-    for v in all {
+    use matmul::coop::{VARIANT8, VARIANT128};
+    for v in matmul::coop::ALL.into_iter().chain(matmul::coop::DIAGNOSTIC) {
         let tc = poisoned(&gpu, "c", &[ec]);
+        let family_ok = if v == VARIANT8 { matmul::coop::status8(&gpu).is_ok() } else { gpu.coop.is_ok() };
         match mm.bind_variant(&gpu, v, ta.view(), tb.view(), tc.view()) {
             Ok(d) => {
-                assert!(gpu.coop.is_ok(), "{v} bound without cooperative matrices");
+                assert!(family_ok, "{v} bound without its cooperative matrices");
                 run(&gpu, &[d]);
                 assert!(tc.read_f32(&gpu).unwrap().iter().all(|x| x.is_finite()), "{v}: outputs left unwritten");
             }
-            Err(e) if v == matmul::coop::VARIANT128 && gpu.coop.is_ok() => {
+            Err(e) if v == VARIANT128 && gpu.coop.is_ok() => {
                 assert!(matmul::coop::wide_status(&gpu).is_err() && e.to_string().contains(v), "{v}: {e}")
             }
-            Err(e) => assert!(gpu.coop.is_err() && e.to_string().contains("cooperative matrices"), "{v}: {e}"),
+            Err(e) => assert!(!family_ok && e.to_string().contains("cooperative matrices"), "{v}: {e}"),
         }
     }
-    if let Some(why) = matmul::coop::why_not(&gpu) {
+    let here = matmul::coop::variants_here(&gpu);
+    if here.is_empty() {
+        let why = matmul::coop::why_not(&gpu).unwrap_or_default();
         let required = std::env::var("DDL_REQUIRE_COOP").is_ok_and(|v| v == "1");
         assert!(!required, "DDL_REQUIRE_COOP=1, but cooperative-matrix matmuls are off on {}: {why}", gpu.info.name);
         eprintln!("skipped: cooperative-matrix matmuls are off on {} ({why})", gpu.info.name);
         return;
     }
     // The wide form (its own self-test): required where the GPU check runs.
-    if let Err(why) = matmul::coop::wide_status(&gpu) {
+    if let (true, Err(why)) = (matmul::coop::usable(&gpu), matmul::coop::wide_status(&gpu)) {
         let required = std::env::var("DDL_REQUIRE_COOP").is_ok_and(|v| v == "1");
         assert!(
             !required,
@@ -950,7 +953,7 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
         );
     }
     let coop = |mm: Matmul| {
-        for v in matmul::coop::variants_here(&gpu) {
+        for &v in &here {
             let how = format!("{v} {:?}/{:?}", mm.a_elem, mm.b_elem);
             check_bound_tol(mm, 1, &how, &|gpu, a, b, c| vec![mm.bind_variant(gpu, v, a, b, c).unwrap()], 1e-4);
         }
@@ -983,9 +986,15 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
         coop(mm.elems(ea, eb).accumulate(i % 2 == 1).alpha(if i % 3 == 0 { 1.0 } else { 0.5 }));
     }
     // The engine picks them for f16 products of at least 16 × 16 (the wide one from 128 × 128
-    // where its self-test passed).
-    assert_eq!(matmul::pick(&gpu, &Matmul::nt(64, 64, 64).half(true)), matmul::coop::VARIANT);
-    let wide = if matmul::coop::wide_status(&gpu).is_ok() { matmul::coop::VARIANT128 } else { matmul::coop::VARIANT };
+    // where its self-test passed; the 8 × 8 one where only it runs).
+    let (small, wide) = if !matmul::coop::usable(&gpu) {
+        (VARIANT8, VARIANT8)
+    } else if matmul::coop::wide_status(&gpu).is_ok() {
+        (matmul::coop::VARIANT, VARIANT128)
+    } else {
+        (matmul::coop::VARIANT, matmul::coop::VARIANT)
+    };
+    assert_eq!(matmul::pick(&gpu, &Matmul::nt(64, 64, 64).half(true)), small);
     assert_eq!(matmul::pick(&gpu, &Matmul::nt(128, 128, 64).half(true)), wide);
-    assert_ne!(matmul::pick(&gpu, &Matmul::nt(64, 64, 64)), matmul::coop::VARIANT);
+    assert_ne!(matmul::pick(&gpu, &Matmul::nt(64, 64, 64)), small);
 }

@@ -1,14 +1,15 @@
 //! Products on cooperative matrices (tensor cores; `shaders/matmul_coop.wgsl`): f16 operands,
 //! f32 accumulation, 16×16×16 fragments at subgroup scope, tiles of 32 × 32 outputs (or 64 × 64:
 //! [`VARIANT64`]) per workgroup of one subgroup, or 128 × 128 per workgroup of eight
-//! ([`VARIANT128`], self-tested apart). The same [`Matmul`] description, operand forms
+//! ([`VARIANT128`], self-tested apart); on Metal, 8×8×8 fragments, 64 × 64 per workgroup of four
+//! ([`VARIANT8`], `shaders/matmul_coop8.wgsl`). The same [`Matmul`] description, operand forms
 //! ([`MatmulElem::R16`], [`MatmulElem::F16`]), strides, batches and accumulation as the other
 //! forms; not bit-identical to them (the hardware sums in its own order).
 //!
 //! Used for f16 products ([`Matmul::is_half`]) where the device can ([`usable`]): the adapter
 //! lists 16×16×16 f16 → f32 ([`configuration_offered`]; wgpu 30's experimental
 //! `EXPERIMENTAL_COOPERATIVE_MATRIX`: Vulkan with `VK_KHR_cooperative_matrix`, Metal's simdgroup
-//! matrices are 8×8 and not used yet; not DX12, not the browser), the device enabled the feature,
+//! matrices are 8×8: [`VARIANT8`]; not DX12, not the browser), the device enabled the feature,
 //! the self-test at device creation ([`self_test`]) matched the f16 tiled kernel, and the form
 //! `matmul_coop` is on (off by default: 2.6 TFLOP/s against the f16 tiles' 24 at 4096³ on an
 //! H200, docs/GPU.md run 3; its staging, one subgroup loading element by element, starves the
@@ -47,9 +48,20 @@ pub const VARIANT128: &str = "coop128";
 /// loads, conversions and barriers, one product).
 pub const DIAGNOSTIC: [&str; 3] = ["coop:mma", "coop:mma-cm", "coop:stage"];
 
+/// The 8 × 8 form (`shaders/matmul_coop8.wgsl`, `mm_coop8`): Metal's simdgroup matrices, where
+/// the adapter lists 8×8×8 f16 → f32 (Apple GPUs) and no 16 × 16. 64 × 64 outputs per workgroup
+/// of 4 subgroups of 32, the staging of [`VARIANT128`]; self-tested the first time it is needed
+/// ([`status8`]). Products with an operand shorter than one vec4 run on the f16 tiles. Validated
+/// by naga and translated to MSL; not yet run on an Apple GPU.
+pub const VARIANT8: &str = "coop8";
+
+/// Every cooperative-matrix variant the engine has (the diagnostic halves aside).
+pub const ALL: [&str; 4] = [VARIANT, VARIANT64, VARIANT128, VARIANT8];
+
 /// The tile of C one workgroup of `variant` computes, and its entry point.
 fn shape(variant: &str) -> ((usize, usize), &'static str) {
     match variant {
+        VARIANT8 => ((64, 64), "mm_coop8"),
         VARIANT64 => ((64, 64), "mm_coop4"),
         VARIANT128 => ((128, 128), "mm_coop128"),
         "coop:mma" => ((32, 32), "mm_coop_mma"),
@@ -59,15 +71,35 @@ fn shape(variant: &str) -> ((usize, usize), &'static str) {
     }
 }
 
-/// Whether the adapter lists the configuration the kernel uses: M = N = K = 16, A and B f16,
-/// C and the result f32.
+/// Whether the adapter lists the configuration the 16 × 16 kernels use: M = N = K = 16, A and B
+/// f16, C and the result f32.
 pub fn configuration_offered(adapter: &wgpu::Adapter) -> bool {
+    offers(adapter, 16)
+}
+
+/// Whether the adapter lists the 8 × 8 kernel's configuration: M = N = K = 8, f16 → f32.
+pub fn configuration8_offered(adapter: &wgpu::Adapter) -> bool {
+    offers(adapter, 8)
+}
+
+fn offers(adapter: &wgpu::Adapter, size: u32) -> bool {
     use wgpu::CooperativeScalarType as T;
     adapter.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
         && adapter
             .cooperative_matrix_properties()
             .iter()
-            .any(|c| (c.m_size, c.n_size, c.k_size) == (16, 16, 16) && c.ab_type == T::F16 && c.cr_type == T::F32)
+            .any(|c| (c.m_size, c.n_size, c.k_size) == (size, size, size) && c.ab_type == T::F16 && c.cr_type == T::F32)
+}
+
+/// Whether the device can compile the cooperative-matrix shader `name` (`matmul_coop`: 16 × 16
+/// fragments, `matmul_coop8`: 8 × 8): the feature is enabled and the adapter lists its
+/// configuration. The compile check skips the others.
+pub fn shader_offered(gpu: &Gpu, name: &str) -> bool {
+    gpu.features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+        && match name {
+            "matmul_coop8" => configuration8_offered(&gpu.adapter),
+            _ => configuration_offered(&gpu.adapter),
+        }
 }
 
 /// Whether f16 products run on cooperative matrices on this device (see the module docs).
@@ -100,12 +132,43 @@ pub fn wide_status(gpu: &Gpu) -> std::result::Result<(), String> {
         .clone()
 }
 
-/// The cooperative-matrix variants that run here: [`VARIANTS`], and [`VARIANT128`] where
-/// [`wide_usable`].
+/// Whether [`VARIANT8`] can run on this device: the feature enabled, 8×8×8 f16 → f32 listed,
+/// subgroups of 32, and its self-test passed (run the first time it is asked, as
+/// [`wide_status`]).
+pub fn status8(gpu: &Gpu) -> std::result::Result<(), String> {
+    ready8(gpu)?;
+    gpu.coop8
+        .get_or_init(|| {
+            let r = self_test_8(gpu);
+            if let Err(why) = &r {
+                eprintln!("note: the 8x8 cooperative-matrix form is off on '{}': {why}", gpu.info.name);
+            }
+            r
+        })
+        .clone()
+}
+
+/// Whether f16 products run on the 8 × 8 form here: form `matmul_coop` on and [`status8`].
+pub fn usable8(gpu: &Gpu) -> bool {
+    gpu.forms.matmul_coop && !usable(gpu) && status8(gpu).is_ok()
+}
+
+/// Whether any cooperative-matrix form runs f16 products here.
+pub fn any_usable(gpu: &Gpu) -> bool {
+    usable(gpu) || usable8(gpu)
+}
+
+/// The cooperative-matrix variants that run here: [`VARIANTS`] where [`usable`] (and
+/// [`VARIANT128`] where [`wide_usable`]), else [`VARIANT8`] where [`usable8`].
 pub fn variants_here(gpu: &Gpu) -> Vec<&'static str> {
-    let mut v = Vec::from(VARIANTS);
-    if wide_usable(gpu) {
-        v.push(VARIANT128);
+    let mut v = Vec::new();
+    if usable(gpu) {
+        v.extend(VARIANTS);
+        if wide_usable(gpu) {
+            v.push(VARIANT128);
+        }
+    } else if usable8(gpu) {
+        v.push(VARIANT8);
     }
     v
 }
@@ -130,7 +193,7 @@ fn width(gpu: &Gpu) -> usize {
 }
 
 /// Binds `mm` (f16 operands: an f32 one is read rounded, as [`MatmulElem::R16`]) to `variant`
-/// ([`VARIANTS`], [`VARIANT128`]).
+/// ([`ALL`]).
 pub(super) fn bind(mm: &Matmul, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
     bind_checked(mm, gpu, variant, a, b, c, true)
 }
@@ -145,6 +208,9 @@ fn bind_checked(
     c: View<'_>,
     checked: bool,
 ) -> Result<Dispatch> {
+    if variant == VARIANT8 {
+        return bind8(mm, gpu, a, b, c, checked);
+    }
     if gpu.coop.is_err() {
         return Err(GpuError::Shader {
             shader: "matmul_coop".into(),
@@ -181,6 +247,47 @@ fn bind_checked(
     kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &bufs, grid_1d(total, 1, max))
 }
 
+/// [`VARIANT8`]'s binding (its own module, `matmul_coop8`).
+fn bind8(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>, checked: bool) -> Result<Dispatch> {
+    if let Err(why) = if checked { status8(gpu) } else { ready8(gpu) } {
+        return Err(GpuError::Shader {
+            shader: "matmul_coop8".into(),
+            reason: format!("8x8 cooperative matrices are not usable here: {why}"),
+        });
+    }
+    let half = |e: MatmulElem| if e == MatmulElem::F32 { MatmulElem::R16 } else { e };
+    let key = CoopKey { sg: 32, a: half(mm.a_elem), b: half(mm.b_elem) };
+    let quad_bytes = |e: MatmulElem| if e == MatmulElem::F16 { 8 } else { 16 };
+    if a.size < quad_bytes(key.a) || b.size < quad_bytes(key.b) {
+        // `a4`/`b4` need one whole vec4: a product of a few elements takes the f16 tiles.
+        return mm.bind_variant(gpu, heuristic(gpu, mm), a, b, c);
+    }
+    let [a_k, a_m, b_k, b_n] = mm.aligned_quads();
+    let (mut p, total) = mm.grid(gpu, 64, 64)?;
+    p.vec4s = a_k as u32 | (a_m as u32) << 1 | (b_n as u32) << 2 | (b_k as u32) << 3;
+    let kern = gpu.kernel("matmul_coop8", Some(&key.name()), "mm_coop8")?;
+    let max = gpu.limits.max_compute_workgroups_per_dimension;
+    let bufs = [("a", a), ("b", b), ("c", c), ("a4", a), ("b4", b)];
+    kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &bufs, grid_1d(total, 1, max))
+}
+
+/// Whether this device can run [`VARIANT8`] at all (before its self-test).
+fn ready8(gpu: &Gpu) -> std::result::Result<(), String> {
+    if !gpu.features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+        return Err(format!("adapter '{}': the cooperative-matrix feature is not enabled", gpu.info.name));
+    }
+    if !configuration8_offered(&gpu.adapter) {
+        return Err(format!("adapter '{}' lists no 8x8x8 f16 -> f32 cooperative-matrix configuration", gpu.info.name));
+    }
+    if gpu.info.subgroup_max_size != 32 || gpu.limits.max_compute_invocations_per_workgroup < 128 {
+        return Err(format!(
+            "needs subgroups of 32 and 128 invocations per workgroup; this adapter has subgroups of {} and allows {}",
+            gpu.info.subgroup_max_size, gpu.limits.max_compute_invocations_per_workgroup
+        ));
+    }
+    Ok(())
+}
+
 /// Whether this device can run [`VARIANT128`] at all (before its self-test): subgroups of 32
 /// and 256 invocations per workgroup.
 fn wide_ready(gpu: &Gpu) -> std::result::Result<(), String> {
@@ -213,16 +320,28 @@ pub fn self_test(gpu: &Gpu) -> std::result::Result<(), String> {
 /// ones with whole tiles, ragged edges, a K tail, vec4 and scalar staging of both operands in
 /// each of its layouts (A along K or M, B along N or K), f16 storage and a batch.
 pub fn self_test_wide(gpu: &Gpu) -> std::result::Result<(), String> {
+    for mm in wide_cases() {
+        self_test_variant(gpu, VARIANT128, mm).map_err(|e| format!("{VARIANT128} {}x{}x{}: {e}", mm.m, mm.n, mm.k))?;
+    }
+    Ok(())
+}
+
+fn wide_cases() -> [Matmul; 5] {
     let (r, h) = (MatmulElem::R16, MatmulElem::F16);
-    let cases = [
+    [
         Matmul::nt(80, 48, 72).batched(2).elems(r, r).alpha(0.5).accumulate(true),
         Matmul::nt(260, 200, 100).elems(r, h),
         Matmul::nn(136, 260, 70).elems(h, r).accumulate(true),
         Matmul::tn(200, 136, 66).batched(2).elems(r, r),
         Matmul::tt(130, 129, 37).elems(h, h).alpha(-2.0),
-    ];
-    for mm in cases {
-        self_test_variant(gpu, VARIANT128, mm).map_err(|e| format!("{VARIANT128} {}x{}x{}: {e}", mm.m, mm.n, mm.k))?;
+    ]
+}
+
+/// [`VARIANT8`]'s self-test: the products of [`self_test_wide`]'s (every layout, edges, tails,
+/// f16 storage, a batch).
+fn self_test_8(gpu: &Gpu) -> std::result::Result<(), String> {
+    for mm in wide_cases() {
+        self_test_variant(gpu, VARIANT8, mm).map_err(|e| format!("{VARIANT8} {}x{}x{}: {e}", mm.m, mm.n, mm.k))?;
     }
     Ok(())
 }

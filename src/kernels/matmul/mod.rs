@@ -293,7 +293,7 @@ impl Matmul {
     /// Binds with an explicit tile variant (a `shaders::MatmulKey` name).
     pub fn bind_variant(&self, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
         self.check(&a, &b, &c)?;
-        if coop::VARIANTS.contains(&variant) || variant == coop::VARIANT128 || coop::DIAGNOSTIC.contains(&variant) {
+        if coop::ALL.contains(&variant) || coop::DIAGNOSTIC.contains(&variant) {
             return coop::bind(self, gpu, variant, a, b, c);
         }
         let (bm, bn) = tile(variant)?;

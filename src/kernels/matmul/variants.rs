@@ -127,6 +127,9 @@ pub fn pick(gpu: &Gpu, mm: &Matmul) -> &'static str {
         let wide = mm.m >= 128 && mm.n >= 128 && coop::wide_usable(gpu);
         return if wide { coop::VARIANT128 } else { coop::VARIANT };
     }
+    if mm.is_half() && mm.m >= 16 && mm.n >= 16 && coop::usable8(gpu) {
+        return coop::VARIANT8;
+    }
     let key = cache_key(gpu, mm);
     if let Some(v) = autotune::cache().lock().unwrap().get(&key)
         && let Some(name) = variants_for(gpu).into_iter().find(|n| n == v)

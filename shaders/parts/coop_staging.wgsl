@@ -1,0 +1,97 @@
+// The cooperative-matrix kernels' staging (`mm_coop128` in shaders/matmul_coop.wgsl, `mm_coop8`
+// in shaders/matmul_coop8.wgsl): a QBM × QBK slice of A and a QBK × QBN slice of B, four
+// elements (a quad) at a time, contiguous along each operand's unit stride (one vec4 load where
+// `params.vec4s` says the layout is aligned; scalar loads at the edges and for other layouts),
+// into the workgroup arrays `Qa` ([QBM][QAP], row-major) and `Qb` ([QBK][QBP]) as f16. The
+// including shader defines the tile (QBM, QBN, QBK), the padded row strides (QAP, QBP) and the
+// arrays; quads are numbered 0 ≤ v < QBM·QBK/4 (= QBK·QBN/4: the kernels' tiles are square).
+
+// Quad `v` (0 ≤ v < QBM·QBK/4) of A's slice at K offset k0: four consecutive elements along A's
+// unit stride (along K when a_cs = 1, else along M), zeros past the edges.
+fn a_quad(v: u32, k0: u32, row0: u32, base: u32, live: bool) -> vec4<f32> {
+    let p = params;
+    var out = vec4<f32>(0.0);
+    if (p.a_cs == 1u) {
+        let gi = row0 + v / (QBK / 4u);
+        let gk = k0 + (v % (QBK / 4u)) * 4u;
+        let o = base + gi * p.a_rs + gk;
+        if (live && gi < p.m) {
+            if ((p.vec4s & 1u) != 0u && gk + 3u < p.k) {
+                out = lda4(o / 4u);
+            } else {
+                for (var j = 0u; j < 4u; j++) {
+                    if (gk + j < p.k) { out[j] = lda(o + j); }
+                }
+            }
+        }
+    } else {
+        let gk = k0 + v / (QBM / 4u);
+        let gi = row0 + (v % (QBM / 4u)) * 4u;
+        let o = base + gi * p.a_rs + gk * p.a_cs;
+        if (live && gk < p.k) {
+            if ((p.vec4s & 2u) != 0u && gi + 3u < p.m) {
+                out = lda4(o / 4u);
+            } else {
+                for (var j = 0u; j < 4u; j++) {
+                    if (gi + j < p.m) { out[j] = lda(o + j * p.a_rs); }
+                }
+            }
+        }
+    }
+    return out;
+}
+
+// Quad `v` of B's slice: along N when b_cs = 1, else along K.
+fn b_quad(v: u32, k0: u32, col0: u32, base: u32, live: bool) -> vec4<f32> {
+    let p = params;
+    var out = vec4<f32>(0.0);
+    if (p.b_cs == 1u) {
+        let gk = k0 + v / (QBN / 4u);
+        let gj = col0 + (v % (QBN / 4u)) * 4u;
+        let o = base + gk * p.b_rs + gj;
+        if (live && gk < p.k) {
+            if ((p.vec4s & 4u) != 0u && gj + 3u < p.n) {
+                out = ldb4(o / 4u);
+            } else {
+                for (var j = 0u; j < 4u; j++) {
+                    if (gj + j < p.n) { out[j] = ldb(o + j); }
+                }
+            }
+        }
+    } else {
+        let gj = col0 + v / (QBK / 4u);
+        let gk = k0 + (v % (QBK / 4u)) * 4u;
+        let o = base + gk * p.b_rs + gj * p.b_cs;
+        if (live && gj < p.n) {
+            if ((p.vec4s & 8u) != 0u && gk + 3u < p.k) {
+                out = ldb4(o / 4u);
+            } else {
+                for (var j = 0u; j < 4u; j++) {
+                    if (gk + j < p.k) { out[j] = ldb(o + j * p.b_rs); }
+                }
+            }
+        }
+    }
+    return out;
+}
+
+// Quad `v` into workgroup memory.
+fn a_stash(v: u32, h: vec4<f16>) {
+    if (params.a_cs == 1u) {
+        let o = (v / (QBK / 4u)) * QAP + (v % (QBK / 4u)) * 4u;
+        Qa[o] = h.x; Qa[o + 1u] = h.y; Qa[o + 2u] = h.z; Qa[o + 3u] = h.w;
+    } else {
+        let o = (v % (QBM / 4u)) * 4u * QAP + v / (QBM / 4u);
+        Qa[o] = h.x; Qa[o + QAP] = h.y; Qa[o + 2u * QAP] = h.z; Qa[o + 3u * QAP] = h.w;
+    }
+}
+
+fn b_stash(v: u32, h: vec4<f16>) {
+    if (params.b_cs == 1u) {
+        let o = (v / (QBN / 4u)) * QBP + (v % (QBN / 4u)) * 4u;
+        Qb[o] = h.x; Qb[o + 1u] = h.y; Qb[o + 2u] = h.z; Qb[o + 3u] = h.w;
+    } else {
+        let o = (v % (QBK / 4u)) * 4u * QBP + v / (QBK / 4u);
+        Qb[o] = h.x; Qb[o + QBP] = h.y; Qb[o + 2u * QBP] = h.z; Qb[o + 3u * QBP] = h.w;
+    }
+}
