@@ -36,9 +36,8 @@ pub const VARIANTS: [&str; 2] = [VARIANT, VARIANT64];
 /// flight during the products: the layout of the tensor-core GEMMs that reach the hardware,
 /// written after `coop` ran at 2.6 TFLOP/s on an H200. Not measured on a GPU yet, so it is
 /// self-tested apart, the first time it is needed ([`wide_status`]): a failure turns off this
-/// variant only. Needs
-/// subgroups of 32 (else binding it is an error); products with an operand shorter than one vec4
-/// run on [`VARIANT`].
+/// variant only. Needs subgroups of 32 (else binding it is an error); products with an operand
+/// shorter than one vec4 run on [`VARIANT`].
 pub const VARIANT128: &str = "coop128";
 
 /// Diagnostic variants (`ddl bench matmul --variants coop,coop:mma,coop:stage` only: never
