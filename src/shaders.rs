@@ -641,6 +641,21 @@ fn coop_named(name: &str) -> Option<Variant> {
     CoopKey::parse(name).map(|k| k.variant())
 }
 
+/// The variants of the staging check (`shaders/coop_stage_check.wgsl`): the cooperative-matrix
+/// kernels' staging without cooperative matrices, one per pair of f16 operand forms (`rr`, `rh`,
+/// `hr`, `hh`).
+fn stage_check_variants() -> Vec<Variant> {
+    let (r, h) = (MatmulElem::R16, MatmulElem::F16);
+    [(r, r), (r, h), (h, r), (h, h)]
+        .into_iter()
+        .map(|(a, b)| Variant {
+            name: format!("{}{}", a.code(), b.code()),
+            consts: vec![],
+            parts: vec![part("coop_staging"), part("matmul_params"), part("f16_round"), a.part('a'), b.part('b')],
+        })
+        .collect()
+}
+
 /// A variant of the RMSNorm shader (`shaders/norm.wgsl`): `team` reads the team size from the
 /// parameters; `t1` compiles in teams of one invocation (one row per invocation, the CPU-adapter
 /// layout), so the row loops have a constant stride and the team reduction folds away; `t1g`
@@ -691,6 +706,7 @@ pub const ALL: &[Shader] = &[
     shader!("matmul", matmul_variants, matmul_named),
     shader!("matmul_coop", coop_variants, coop_named, coop),
     shader!("matmul_coop8", coop_variants, coop_named, coop),
+    shader!("coop_stage_check", stage_check_variants),
     shader!("elementwise", prelude "f16_round"),
     shader!("reduce"),
     shader!("embedding"),

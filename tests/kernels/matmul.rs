@@ -906,6 +906,80 @@ fn f16_stored_operands_too_big_to_bind_are_an_error_not_a_panic() {
 }
 
 #[test]
+fn the_cooperative_matrix_staging_puts_every_operand_element_where_the_fragments_read_it() {
+    // `coop128`'s and `coop8`'s staging (the part coop_staging) runs here without cooperative
+    // matrices (`coop::stage_check`): every staged value of every tile and K slice of 32 must be
+    // the operand element it stands for, rounded to f16 (R16) or as stored (F16), and zero past
+    // the edges — through vec4 loads (aligned layouts) and scalar ones (odd strides, edges), in
+    // each layout (A along K or M, B along N or K), with batches and a K tail.
+    let gpu = f16_gpu();
+    let cases = [
+        Matmul::nt(260, 200, 100),
+        Matmul::nn(136, 130, 64).batched(2),
+        Matmul::tn(200, 136, 66),
+        Matmul::tt(130, 129, 37),
+        Matmul::nt(150, 140, 33),
+        strided_tail("nt", 150, 37, 130, 3),
+        strided_tail("tn", 140, 36, 139, 2),
+    ];
+    let mut rng = Rng::fresh();
+    for (i, mm) in cases.into_iter().enumerate() {
+        let (ea, eb) = HALF[i % HALF.len()];
+        let mm = mm.elems(ea, eb);
+        let [na, nb, _] = mm.extents();
+        let (a, b) = (rng.uniform(na, -4.0, 4.0), rng.uniform(nb, -4.0, 4.0));
+        let (ta, tb) = (upload_elem(&gpu, "a", &a, ea), upload_elem(&gpu, "b", &b, eb));
+        let (a, b) = (f16_round(&a), f16_round(&b));
+        let values = matmul::coop::stage_check_len(&mm);
+        let out = poisoned(&gpu, "staged", &[values]);
+        let d = matmul::coop::stage_check(&mm, &gpu, ta.view(), tb.view(), out.view()).unwrap();
+        run(&gpu, &[d]);
+        let got = out.read_f32(&gpu).unwrap();
+        let (tm, tn, slices) = (mm.m.div_ceil(128), mm.n.div_ceil(128), mm.k.div_ceil(32));
+        let mut at = 0;
+        for z in 0..mm.batch {
+            for ty in 0..tm {
+                for tx in 0..tn {
+                    for s in 0..slices {
+                        for r in 0..128 {
+                            for kk in 0..32 {
+                                let (gi, gk) = (ty * 128 + r, s * 32 + kk);
+                                let want = if gi < mm.m && gk < mm.k {
+                                    a[mm.a.offset + z * mm.a.batch_stride + gi * mm.a.row_stride + gk * mm.a.col_stride]
+                                } else {
+                                    0.0
+                                };
+                                assert_eq!(
+                                    got[at], want,
+                                    "{mm:?}: A slice {s} of tile ({z}, {ty}, {tx}), row {r}, k {kk}"
+                                );
+                                at += 1;
+                            }
+                        }
+                        for kk in 0..32 {
+                            for j in 0..128 {
+                                let (gk, gj) = (s * 32 + kk, tx * 128 + j);
+                                let want = if gk < mm.k && gj < mm.n {
+                                    b[mm.b.offset + z * mm.b.batch_stride + gk * mm.b.row_stride + gj * mm.b.col_stride]
+                                } else {
+                                    0.0
+                                };
+                                assert_eq!(
+                                    got[at], want,
+                                    "{mm:?}: B slice {s} of tile ({z}, {ty}, {tx}), k {kk}, column {j}"
+                                );
+                                at += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(at, values);
+    }
+}
+
+#[test]
 fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     // Tensor cores (matmul::coop): where the device offers 16×16×16 f16 → f32 and its self-test
     // passed, every layout, edge, batch level and operand form against float64 on f16 inputs.

@@ -246,6 +246,38 @@ fn bind_checked(
     kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &bufs, grid_1d(total, 1, max))
 }
 
+/// The staging check (`shaders/coop_stage_check.wgsl`): `mm`'s operands staged tile by tile
+/// and slice by slice exactly as [`VARIANT128`] stages them, copied to `out` (per tile in the
+/// grid's order and per K slice of 32: A's 128 × 32 slice, then B's 32 × 128, f16 values as
+/// f32). Runs without cooperative matrices, so the tests check the staging on any adapter.
+/// `out` holds [`stage_check_len`] values.
+#[doc(hidden)]
+pub fn stage_check(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, out: View<'_>) -> Result<Dispatch> {
+    let half = |e: MatmulElem| if e == MatmulElem::F32 { MatmulElem::R16 } else { e };
+    let (ea, eb) = (half(mm.a_elem), half(mm.b_elem));
+    let (mut p, total) = mm.grid(gpu, 128, 128)?;
+    let [a_k, a_m, b_k, b_n] = mm.aligned_quads();
+    p.vec4s = a_k as u32 | (a_m as u32) << 1 | (b_n as u32) << 2 | (b_k as u32) << 3;
+    if out.size < 4 * stage_check_len(mm) as u64 {
+        return Err(GpuError::Shape(format!(
+            "stage_check: out holds {} bytes, needs {}",
+            out.size,
+            4 * stage_check_len(mm)
+        )));
+    }
+    let kern = gpu.kernel("coop_stage_check", Some(&format!("{}{}", ea.code(), eb.code())), "stage_dump")?;
+    let max = gpu.limits.max_compute_workgroups_per_dimension;
+    let bufs = [("a", a), ("b", b), ("c", out), ("a4", a), ("b4", b)];
+    kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &bufs, grid_1d(total, 1, max))
+}
+
+/// The f32 values [`stage_check`] writes for `mm`: per 128 × 128 tile and K slice of 32, the two
+/// staged slices.
+#[doc(hidden)]
+pub fn stage_check_len(mm: &Matmul) -> usize {
+    mm.m.div_ceil(128) * mm.n.div_ceil(128) * mm.batch * mm.outer * mm.k.div_ceil(32) * (128 * 32 * 2)
+}
+
 /// [`VARIANT8`]'s binding (its own module, `matmul_coop8`).
 fn bind8(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>, checked: bool) -> Result<Dispatch> {
     if let Err(why) = if checked { status8(gpu) } else { ready8(gpu) } {
