@@ -1,11 +1,15 @@
-// The cooperative-matrix kernels' staging, run where there are no cooperative matrices (lavapipe):
-// the part `coop_staging` that `mm_coop128` and `mm_coop8` share, in `mm_coop128`'s loop — the
-// first slice loaded into registers (as f16), then per slice: a barrier, the stash into workgroup
-// memory, a barrier, the next slice's loads — with the fragment products replaced by a copy of
-// the staged slice to `c`. tests/kernels/matmul.rs compares every staged element of every tile
-// and slice with the operands (vec4 and scalar loads, every layout, edges, tails, batches).
-// Not a product: `c` receives, per tile (in the grid's order) and slice, QBM·QBK values of A's
-// slice then QBK·QBN of B's.
+// `mm_coop128` without cooperative matrices, to check on any adapter (lavapipe has none) all of
+// it but the cooperative-matrix operations themselves: the part `coop_staging` that `mm_coop128`
+// and `mm_coop8` share, in `mm_coop128`'s loop — the first slice loaded into registers (as f16),
+// then per slice: a barrier, the stash into workgroup memory, a barrier, the next slice's loads.
+// * `stage_dump`: the fragment products replaced by a copy of the staged slice to `c` (per tile
+//   in the grid's order and slice: QBM·QBK values of A's slice, then QBK·QBN of B's); the test
+//   compares every staged element with the operands.
+// * `soft128`: the products computed by the invocations from the same workgroup-memory offsets
+//   the fragment loads read (a 16 × 16 fragment at `&Qa[o]` with stride QAP is Qa[o + r·QAP + t],
+//   as `coopLoadT` reads it: row-major), each subgroup's 4 × 2 fragments of 64 × 32 outputs
+//   (a "subgroup" here is 32 consecutive invocations, as `mm_coop128` assumes), written out
+//   through the same scratch and `frag_write`: a product, tested against float64.
 
 const QBM: u32 = 128u;
 const QBN: u32 = 128u;
@@ -16,10 +20,15 @@ const NT: u32 = 256u;
 const QPT: u32 = QBM * QBK / 4u / NT;
 const SLICE: u32 = QBM * QBK + QBK * QBN;
 
+const SG: u32 = 32u;               // a logical subgroup (no subgroup operations here)
+const NSG: u32 = NT / SG;
+const QF: u32 = 16u;
+
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;
 
 var<workgroup> Qa: array<f16, QBM * QAP>;
 var<workgroup> Qb: array<f16, QBK * QBP>;
+var<workgroup> Qc: array<f32, NSG * QF * QF>;
 
 @compute @workgroup_size(NT)
 fn stage_dump(
@@ -65,5 +74,71 @@ fn stage_dump(
                 c[o + QBM * QBK + e] = f32(Qb[(e / QBN) * QBP + e % QBN]);
             }
         }
+    }
+}
+
+@compute @workgroup_size(NT)
+fn soft128(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let p = params;
+    let ti = tile_index(wid, nwg);
+    let live = ti.w != 0u;
+    let row0 = ti.y * QBM;
+    let col0 = ti.x * QBN;
+    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
+    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
+    let sgi = li / SG;
+    let lane = li % SG;
+    let am = (sgi / 4u) * 64u;
+    let bn = (sgi % 4u) * 32u;
+    // Fragment f = 2·fi + fj, its element e = lane + SG·i (i < 8) in acc[8·f + i].
+    var acc: array<f32, 64>;
+    var ra: array<vec4<f16>, QPT>;
+    var rb: array<vec4<f16>, QPT>;
+    for (var i = 0u; i < QPT; i++) {
+        ra[i] = vec4<f16>(a_quad(li + i * NT, 0u, row0, a_base, live));
+        rb[i] = vec4<f16>(b_quad(li + i * NT, 0u, col0, b_base, live));
+    }
+    for (var k0 = 0u; k0 < p.k; k0 += QBK) {
+        workgroupBarrier();
+        for (var i = 0u; i < QPT; i++) {
+            a_stash(li + i * NT, ra[i]);
+            b_stash(li + i * NT, rb[i]);
+        }
+        workgroupBarrier();
+        if (k0 + QBK < p.k) {
+            for (var i = 0u; i < QPT; i++) {
+                ra[i] = vec4<f16>(a_quad(li + i * NT, k0 + QBK, row0, a_base, live));
+                rb[i] = vec4<f16>(b_quad(li + i * NT, k0 + QBK, col0, b_base, live));
+            }
+        }
+        for (var ks = 0u; ks < QBK; ks += 16u) {
+            let oa = am * QAP + ks;
+            let ob = ks * QBP + bn;
+            for (var f = 0u; f < 8u; f++) {
+                let fa = oa + (f / 2u) * 16u * QAP;   // the A fragment's first element
+                let fb = ob + (f % 2u) * 16u;         // the B fragment's
+                for (var i = 0u; i < 8u; i++) {
+                    let e = lane + SG * i;
+                    var s = acc[8u * f + i];
+                    for (var t = 0u; t < 16u; t++) {
+                        s = fma(f32(Qa[fa + (e / 16u) * QAP + t]), f32(Qb[fb + t * QBP + e % 16u]), s);
+                    }
+                    acc[8u * f + i] = s;
+                }
+            }
+        }
+    }
+    let c_base = p.c_off + batch_off(ti.z, p.c_bs, p.c_os);
+    let sc = sgi * QF * QF;
+    for (var f = 0u; f < 8u; f++) {
+        workgroupBarrier();   // the previous fragment's scratch is read out
+        for (var i = 0u; i < 8u; i++) {
+            Qc[sc + lane + SG * i] = acc[8u * f + i];
+        }
+        frag_write(row0 + am + (f / 2u) * 16u, col0 + bn + (f % 2u) * 16u, sc, lane, c_base, live);
     }
 }

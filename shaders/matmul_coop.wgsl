@@ -257,27 +257,8 @@ const QPT: u32 = QBM * QBK / 4u / NT8;   // quads of each operand per invocation
 
 var<workgroup> Qa: array<f16, QBM * QAP>;   // [QBM][QAP]: A's slice, row-major
 var<workgroup> Qb: array<f16, QBK * QBP>;   // [QBK][QBP]: B's slice, row-major
-var<workgroup> Cs8: array<f32, NSG * 256u>;  // one 16 × 16 scratch per subgroup
-
-// One accumulator fragment (rows r0.., columns c0.. of the tile), just stored in the subgroup's
-// scratch at `sc`, to C: bounds, alpha, accumulation. Called in uniform control flow by every
-// subgroup (the barriers); the fragment stays in the entry point (no cooperative matrix crosses a
-// function boundary).
-fn coop128_write(r0: u32, c0: u32, sc: u32, lane: u32, c_base: u32, live: bool) {
-    let p = params;
-    workgroupBarrier();
-    for (var e = lane; e < 256u; e += SG) {
-        let gi = r0 + e / 16u;
-        let gj = c0 + e % 16u;
-        if (live && gi < p.m && gj < p.n) {
-            let idx = c_base + gi * p.c_rs + gj;
-            var out = p.alpha * Cs8[sc + e];
-            if (p.accumulate != 0u) { out = out + c[idx]; }
-            c[idx] = out;
-        }
-    }
-    workgroupBarrier();
-}
+const QF: u32 = 16u;               // fragment side (frag_write)
+var<workgroup> Qc: array<f32, NSG * 256u>;  // one 16 × 16 scratch per subgroup
 
 @compute @workgroup_size(NT8)
 fn mm_coop128(
@@ -349,22 +330,22 @@ fn mm_coop128(
     let r = row0 + am;
     let q = col0 + bn;
     let s16 = 16u;
-    coopStoreT(c00, &Cs8[sc], s16);
-    coop128_write(r, q, sc, lane, c_base, live);
-    coopStoreT(c01, &Cs8[sc], s16);
-    coop128_write(r, q + 16u, sc, lane, c_base, live);
-    coopStoreT(c10, &Cs8[sc], s16);
-    coop128_write(r + 16u, q, sc, lane, c_base, live);
-    coopStoreT(c11, &Cs8[sc], s16);
-    coop128_write(r + 16u, q + 16u, sc, lane, c_base, live);
-    coopStoreT(c20, &Cs8[sc], s16);
-    coop128_write(r + 32u, q, sc, lane, c_base, live);
-    coopStoreT(c21, &Cs8[sc], s16);
-    coop128_write(r + 32u, q + 16u, sc, lane, c_base, live);
-    coopStoreT(c30, &Cs8[sc], s16);
-    coop128_write(r + 48u, q, sc, lane, c_base, live);
-    coopStoreT(c31, &Cs8[sc], s16);
-    coop128_write(r + 48u, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c00, &Qc[sc], s16);
+    frag_write(r, q, sc, lane, c_base, live);
+    coopStoreT(c01, &Qc[sc], s16);
+    frag_write(r, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c10, &Qc[sc], s16);
+    frag_write(r + 16u, q, sc, lane, c_base, live);
+    coopStoreT(c11, &Qc[sc], s16);
+    frag_write(r + 16u, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c20, &Qc[sc], s16);
+    frag_write(r + 32u, q, sc, lane, c_base, live);
+    coopStoreT(c21, &Qc[sc], s16);
+    frag_write(r + 32u, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c30, &Qc[sc], s16);
+    frag_write(r + 48u, q, sc, lane, c_base, live);
+    coopStoreT(c31, &Qc[sc], s16);
+    frag_write(r + 48u, q + 16u, sc, lane, c_base, live);
 }
 
 // ---------------------------------------------------------------------------------------------

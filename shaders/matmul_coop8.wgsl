@@ -28,24 +28,7 @@ const QPT: u32 = QBM * QBK / 4u / NTQ;   // quads of each operand per invocation
 var<workgroup> Qa: array<f16, QBM * QAP>;   // [QBM][QAP]: A's slice, row-major
 var<workgroup> Qb: array<f16, QBK * QBP>;   // [QBK][QBP]: B's slice, row-major
 var<workgroup> Qc: array<f32, NSG8 * 64u>;  // one 8 × 8 scratch per subgroup
-
-// One accumulator fragment (rows r0.., columns c0..), just stored in the subgroup's scratch at
-// `sc`, to C: bounds, alpha, accumulation. Called in uniform control flow by every subgroup.
-fn coop8_write(r0: u32, c0: u32, sc: u32, lane: u32, c_base: u32, live: bool) {
-    let p = params;
-    workgroupBarrier();
-    for (var e = lane; e < 64u; e += SG) {
-        let gi = r0 + e / 8u;
-        let gj = c0 + e % 8u;
-        if (live && gi < p.m && gj < p.n) {
-            let idx = c_base + gi * p.c_rs + gj;
-            var out = p.alpha * Qc[sc + e];
-            if (p.accumulate != 0u) { out = out + c[idx]; }
-            c[idx] = out;
-        }
-    }
-    workgroupBarrier();
-}
+const QF: u32 = 8u;                // fragment side (frag_write)
 
 @compute @workgroup_size(NTQ)
 fn mm_coop8(
@@ -134,35 +117,35 @@ fn mm_coop8(
     let q = col0 + bn;
     let s8 = 8u;
     coopStoreT(c00, &Qc[sc], s8);
-    coop8_write(r + 0u, q + 0u, sc, lane, c_base, live);
+    frag_write(r + 0u, q + 0u, sc, lane, c_base, live);
     coopStoreT(c01, &Qc[sc], s8);
-    coop8_write(r + 0u, q + 8u, sc, lane, c_base, live);
+    frag_write(r + 0u, q + 8u, sc, lane, c_base, live);
     coopStoreT(c02, &Qc[sc], s8);
-    coop8_write(r + 0u, q + 16u, sc, lane, c_base, live);
+    frag_write(r + 0u, q + 16u, sc, lane, c_base, live);
     coopStoreT(c03, &Qc[sc], s8);
-    coop8_write(r + 0u, q + 24u, sc, lane, c_base, live);
+    frag_write(r + 0u, q + 24u, sc, lane, c_base, live);
     coopStoreT(c10, &Qc[sc], s8);
-    coop8_write(r + 8u, q + 0u, sc, lane, c_base, live);
+    frag_write(r + 8u, q + 0u, sc, lane, c_base, live);
     coopStoreT(c11, &Qc[sc], s8);
-    coop8_write(r + 8u, q + 8u, sc, lane, c_base, live);
+    frag_write(r + 8u, q + 8u, sc, lane, c_base, live);
     coopStoreT(c12, &Qc[sc], s8);
-    coop8_write(r + 8u, q + 16u, sc, lane, c_base, live);
+    frag_write(r + 8u, q + 16u, sc, lane, c_base, live);
     coopStoreT(c13, &Qc[sc], s8);
-    coop8_write(r + 8u, q + 24u, sc, lane, c_base, live);
+    frag_write(r + 8u, q + 24u, sc, lane, c_base, live);
     coopStoreT(c20, &Qc[sc], s8);
-    coop8_write(r + 16u, q + 0u, sc, lane, c_base, live);
+    frag_write(r + 16u, q + 0u, sc, lane, c_base, live);
     coopStoreT(c21, &Qc[sc], s8);
-    coop8_write(r + 16u, q + 8u, sc, lane, c_base, live);
+    frag_write(r + 16u, q + 8u, sc, lane, c_base, live);
     coopStoreT(c22, &Qc[sc], s8);
-    coop8_write(r + 16u, q + 16u, sc, lane, c_base, live);
+    frag_write(r + 16u, q + 16u, sc, lane, c_base, live);
     coopStoreT(c23, &Qc[sc], s8);
-    coop8_write(r + 16u, q + 24u, sc, lane, c_base, live);
+    frag_write(r + 16u, q + 24u, sc, lane, c_base, live);
     coopStoreT(c30, &Qc[sc], s8);
-    coop8_write(r + 24u, q + 0u, sc, lane, c_base, live);
+    frag_write(r + 24u, q + 0u, sc, lane, c_base, live);
     coopStoreT(c31, &Qc[sc], s8);
-    coop8_write(r + 24u, q + 8u, sc, lane, c_base, live);
+    frag_write(r + 24u, q + 8u, sc, lane, c_base, live);
     coopStoreT(c32, &Qc[sc], s8);
-    coop8_write(r + 24u, q + 16u, sc, lane, c_base, live);
+    frag_write(r + 24u, q + 16u, sc, lane, c_base, live);
     coopStoreT(c33, &Qc[sc], s8);
-    coop8_write(r + 24u, q + 24u, sc, lane, c_base, live);
+    frag_write(r + 24u, q + 24u, sc, lane, c_base, live);
 }

@@ -5,6 +5,8 @@
 // into the workgroup arrays `Qa` ([QBM][QAP], row-major) and `Qb` ([QBK][QBP]) as f16. The
 // including shader defines the tile (QBM, QBN, QBK), the padded row strides (QAP, QBP) and the
 // arrays; quads are numbered 0 ≤ v < QBM·QBK/4 (= QBK·QBN/4: the kernels' tiles are square).
+// `frag_write` takes an accumulator fragment (QF × QF, stored row-major in a subgroup's scratch
+// of the array `Qc`) to C; the including shader defines QF, Qc, SG and `c`.
 
 // Quad `v` (0 ≤ v < QBM·QBK/4) of A's slice at K offset k0: four consecutive elements along A's
 // unit stride (along K when a_cs = 1, else along M), zeros past the edges.
@@ -94,4 +96,24 @@ fn b_stash(v: u32, h: vec4<f16>) {
         let o = (v % (QBK / 4u)) * 4u * QBP + v / (QBK / 4u);
         Qb[o] = h.x; Qb[o + QBP] = h.y; Qb[o + 2u * QBP] = h.z; Qb[o + 3u * QBP] = h.w;
     }
+}
+
+// One accumulator fragment (rows r0.., columns c0.. of C), just stored in the subgroup's scratch
+// at `sc` (QF × QF, row-major), to C: bounds, alpha, accumulation. Called in uniform control flow
+// by every subgroup (the barriers); the fragment stays in the entry point (no cooperative matrix
+// crosses a function boundary).
+fn frag_write(r0: u32, c0: u32, sc: u32, lane: u32, c_base: u32, live: bool) {
+    let p = params;
+    workgroupBarrier();
+    for (var e = lane; e < QF * QF; e += SG) {
+        let gi = r0 + e / QF;
+        let gj = c0 + e % QF;
+        if (live && gi < p.m && gj < p.n) {
+            let idx = c_base + gi * p.c_rs + gj;
+            var out = p.alpha * Qc[sc + e];
+            if (p.accumulate != 0u) { out = out + c[idx]; }
+            c[idx] = out;
+        }
+    }
+    workgroupBarrier();
 }

@@ -980,6 +980,31 @@ fn the_cooperative_matrix_staging_puts_every_operand_element_where_the_fragments
 }
 
 #[test]
+fn coop128_without_its_cooperative_matrix_operations_matches_float64() {
+    // `coop::soft_check`: mm_coop128's staging, tiles, subgroup layout, fragment offsets and
+    // output path, with the fragment products done by the invocations (lavapipe has no
+    // cooperative matrices): against float64 on f16 operands, every layout, edges, K tails,
+    // batches, accumulation and alpha. What it leaves to the GPU check: the cooperative-matrix
+    // operations themselves.
+    let cases = [
+        Matmul::nt(260, 200, 100),
+        Matmul::nn(136, 130, 64).batched(2),
+        Matmul::tn(200, 136, 66),
+        Matmul::tt(130, 129, 37),
+        Matmul::nt(150, 140, 33),
+        Matmul::nn(1, 20, 7),
+        strided_tail("nt", 150, 37, 130, 3),
+        strided_tail("tn", 140, 36, 139, 2),
+    ];
+    for (i, mm) in cases.into_iter().enumerate() {
+        let (ea, eb) = HALF[i % HALF.len()];
+        let mm = mm.elems(ea, eb).accumulate(i % 2 == 1).alpha(if i % 3 == 0 { 1.0 } else { -0.5 });
+        let how = format!("soft128 {i} {:?}/{:?}", mm.a_elem, mm.b_elem);
+        check_bound_tol(mm, 1, &how, &|gpu, a, b, c| vec![matmul::coop::soft_check(&mm, gpu, a, b, c).unwrap()], 1e-5);
+    }
+}
+
+#[test]
 fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     // Tensor cores (matmul::coop): where the device offers 16×16×16 f16 → f32 and its self-test
     // passed, every layout, edge, batch level and operand form against float64 on f16 inputs.

@@ -253,21 +253,30 @@ fn bind_checked(
 /// `out` holds [`stage_check_len`] values.
 #[doc(hidden)]
 pub fn stage_check(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, out: View<'_>) -> Result<Dispatch> {
+    let need = 4 * stage_check_len(mm) as u64;
+    if out.size < need {
+        return Err(GpuError::Shape(format!("stage_check: out holds {} bytes, needs {need}", out.size)));
+    }
+    bind_check(mm, gpu, "stage_dump", a, b, out)
+}
+
+/// `mm` computed by [`VARIANT128`]'s staging, tiling, fragment offsets and output path with the
+/// fragment products done by the invocations (`soft128` in `shaders/coop_stage_check.wgsl`): the
+/// whole kernel but its cooperative-matrix operations, on any adapter with SHADER_F16.
+#[doc(hidden)]
+pub fn soft_check(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
+    bind_check(mm, gpu, "soft128", a, b, c)
+}
+
+fn bind_check(mm: &Matmul, gpu: &Gpu, entry: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
     let half = |e: MatmulElem| if e == MatmulElem::F32 { MatmulElem::R16 } else { e };
     let (ea, eb) = (half(mm.a_elem), half(mm.b_elem));
     let (mut p, total) = mm.grid(gpu, 128, 128)?;
     let [a_k, a_m, b_k, b_n] = mm.aligned_quads();
     p.vec4s = a_k as u32 | (a_m as u32) << 1 | (b_n as u32) << 2 | (b_k as u32) << 3;
-    if out.size < 4 * stage_check_len(mm) as u64 {
-        return Err(GpuError::Shape(format!(
-            "stage_check: out holds {} bytes, needs {}",
-            out.size,
-            4 * stage_check_len(mm)
-        )));
-    }
-    let kern = gpu.kernel("coop_stage_check", Some(&format!("{}{}", ea.code(), eb.code())), "stage_dump")?;
+    let kern = gpu.kernel("coop_stage_check", Some(&format!("{}{}", ea.code(), eb.code())), entry)?;
     let max = gpu.limits.max_compute_workgroups_per_dimension;
-    let bufs = [("a", a), ("b", b), ("c", out), ("a4", a), ("b4", b)];
+    let bufs = [("a", a), ("b", b), ("c", c), ("a4", a), ("b4", b)];
     kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &bufs, grid_1d(total, 1, max))
 }
 
