@@ -16,12 +16,12 @@ const QBN: u32 = 128u;
 const QBK: u32 = 32u;
 const QAP: u32 = 40u;
 const QBP: u32 = 136u;
-const NT: u32 = 256u;
-const QPT: u32 = QBM * QBK / 4u / NT;
+const QNT: u32 = 256u;
+const QPT: u32 = QBM * QBK / 4u / QNT;
 const SLICE: u32 = QBM * QBK + QBK * QBN;
 
 const SG: u32 = 32u;               // a logical subgroup (no subgroup operations here)
-const NSG: u32 = NT / SG;
+const NSG: u32 = QNT / SG;
 const QF: u32 = 16u;
 
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;
@@ -30,7 +30,7 @@ var<workgroup> Qa: array<f16, QBM * QAP>;
 var<workgroup> Qb: array<f16, QBK * QBP>;
 var<workgroup> Qc: array<f32, NSG * QF * QF>;
 
-@compute @workgroup_size(NT)
+@compute @workgroup_size(QNT)
 fn stage_dump(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -45,39 +45,24 @@ fn stage_dump(
     let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
     let nslices = (p.k + QBK - 1u) / QBK;
     let tile = wid.y * nwg.x + wid.x;
-    var ra: array<vec4<f16>, QPT>;
-    var rb: array<vec4<f16>, QPT>;
-    for (var i = 0u; i < QPT; i++) {
-        ra[i] = vec4<f16>(a_quad(li + i * NT, 0u, row0, a_base, live));
-        rb[i] = vec4<f16>(b_quad(li + i * NT, 0u, col0, b_base, live));
-    }
+    let t = QTile(row0, col0, a_base, b_base, live, li);
+    stage_load(0u, t);
     for (var s = 0u; s < nslices; s++) {
         let k0 = s * QBK;
-        workgroupBarrier();
-        for (var i = 0u; i < QPT; i++) {
-            a_stash(li + i * NT, ra[i]);
-            b_stash(li + i * NT, rb[i]);
-        }
-        workgroupBarrier();
-        if (k0 + QBK < p.k) {
-            for (var i = 0u; i < QPT; i++) {
-                ra[i] = vec4<f16>(a_quad(li + i * NT, k0 + QBK, row0, a_base, live));
-                rb[i] = vec4<f16>(b_quad(li + i * NT, k0 + QBK, col0, b_base, live));
-            }
-        }
+        stage_step(k0, t);
         if (live) {
             let o = (tile * nslices + s) * SLICE;
-            for (var e = li; e < QBM * QBK; e += NT) {
+            for (var e = li; e < QBM * QBK; e += QNT) {
                 c[o + e] = f32(Qa[(e / QBK) * QAP + e % QBK]);
             }
-            for (var e = li; e < QBK * QBN; e += NT) {
+            for (var e = li; e < QBK * QBN; e += QNT) {
                 c[o + QBM * QBK + e] = f32(Qb[(e / QBN) * QBP + e % QBN]);
             }
         }
     }
 }
 
-@compute @workgroup_size(NT)
+@compute @workgroup_size(QNT)
 fn soft128(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -96,25 +81,10 @@ fn soft128(
     let bn = (sgi % 4u) * 32u;
     // Fragment f = 2·fi + fj, its element e = lane + SG·i (i < 8) in acc[8·f + i].
     var acc: array<f32, 64>;
-    var ra: array<vec4<f16>, QPT>;
-    var rb: array<vec4<f16>, QPT>;
-    for (var i = 0u; i < QPT; i++) {
-        ra[i] = vec4<f16>(a_quad(li + i * NT, 0u, row0, a_base, live));
-        rb[i] = vec4<f16>(b_quad(li + i * NT, 0u, col0, b_base, live));
-    }
+    let t = QTile(row0, col0, a_base, b_base, live, li);
+    stage_load(0u, t);
     for (var k0 = 0u; k0 < p.k; k0 += QBK) {
-        workgroupBarrier();
-        for (var i = 0u; i < QPT; i++) {
-            a_stash(li + i * NT, ra[i]);
-            b_stash(li + i * NT, rb[i]);
-        }
-        workgroupBarrier();
-        if (k0 + QBK < p.k) {
-            for (var i = 0u; i < QPT; i++) {
-                ra[i] = vec4<f16>(a_quad(li + i * NT, k0 + QBK, row0, a_base, live));
-                rb[i] = vec4<f16>(b_quad(li + i * NT, k0 + QBK, col0, b_base, live));
-            }
-        }
+        stage_step(k0, t);
         for (var ks = 0u; ks < QBK; ks += 16u) {
             let oa = am * QAP + ks;
             let ob = ks * QBP + bn;

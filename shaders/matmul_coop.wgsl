@@ -247,20 +247,20 @@ fn mm_coop4(
 // subgroups of 32 (256 invocations).
 
 const NSG: u32 = 8u;               // subgroups per workgroup
-const NT8: u32 = NSG * SG;         // invocations per workgroup
+const QNT: u32 = NSG * SG;         // invocations per workgroup
 const QBM: u32 = 128u;
 const QBN: u32 = 128u;
 const QBK: u32 = 32u;
 const QAP: u32 = 40u;              // Qa's row stride (QBK + 8)
 const QBP: u32 = 136u;             // Qb's row stride (QBN + 8)
-const QPT: u32 = QBM * QBK / 4u / NT8;   // quads of each operand per invocation and slice
+const QPT: u32 = QBM * QBK / 4u / QNT;   // quads of each operand per invocation and slice
 
 var<workgroup> Qa: array<f16, QBM * QAP>;   // [QBM][QAP]: A's slice, row-major
 var<workgroup> Qb: array<f16, QBK * QBP>;   // [QBK][QBP]: B's slice, row-major
 const QF: u32 = 16u;               // fragment side (frag_write)
 var<workgroup> Qc: array<f32, NSG * 256u>;  // one 16 × 16 scratch per subgroup
 
-@compute @workgroup_size(NT8)
+@compute @workgroup_size(QNT)
 fn mm_coop128(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -284,27 +284,10 @@ fn mm_coop128(
     var c21 = coop_mat16x16<f32, C>();
     var c30 = coop_mat16x16<f32, C>();
     var c31 = coop_mat16x16<f32, C>();
-    // The slice in flight, held as f16 (the values are f16 values: the conversion is exact; half
-    // the registers of f32, which decide how many workgroups an SM holds).
-    var ra: array<vec4<f16>, QPT>;
-    var rb: array<vec4<f16>, QPT>;
-    for (var i = 0u; i < QPT; i++) {
-        ra[i] = vec4<f16>(a_quad(li + i * NT8, 0u, row0, a_base, live));
-        rb[i] = vec4<f16>(b_quad(li + i * NT8, 0u, col0, b_base, live));
-    }
+    let t = QTile(row0, col0, a_base, b_base, live, li);
+    stage_load(0u, t);
     for (var k0 = 0u; k0 < p.k; k0 += QBK) {
-        workgroupBarrier();   // the previous slice's fragment loads are done
-        for (var i = 0u; i < QPT; i++) {
-            a_stash(li + i * NT8, ra[i]);
-            b_stash(li + i * NT8, rb[i]);
-        }
-        workgroupBarrier();
-        if (k0 + QBK < p.k) {
-            for (var i = 0u; i < QPT; i++) {
-                ra[i] = vec4<f16>(a_quad(li + i * NT8, k0 + QBK, row0, a_base, live));
-                rb[i] = vec4<f16>(b_quad(li + i * NT8, k0 + QBK, col0, b_base, live));
-            }
-        }
+        stage_step(k0, t);
         for (var ks = 0u; ks < QBK; ks += 16u) {
             let oa = am * QAP + ks;
             let ob = ks * QBP + bn;

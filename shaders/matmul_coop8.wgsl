@@ -15,13 +15,13 @@
 // MSL here; not yet run on an Apple GPU.
 
 const NSG8: u32 = 4u;              // subgroups per workgroup
-const NTQ: u32 = NSG8 * SG;        // invocations per workgroup
+const QNT: u32 = NSG8 * SG;        // invocations per workgroup
 const QBM: u32 = 64u;
 const QBN: u32 = 64u;
 const QBK: u32 = 32u;
 const QAP: u32 = 40u;              // Qa's row stride (QBK + 8)
 const QBP: u32 = 72u;              // Qb's row stride (QBN + 8)
-const QPT: u32 = QBM * QBK / 4u / NTQ;   // quads of each operand per invocation and slice
+const QPT: u32 = QBM * QBK / 4u / QNT;   // quads of each operand per invocation and slice
 
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;
 
@@ -30,7 +30,7 @@ var<workgroup> Qb: array<f16, QBK * QBP>;   // [QBK][QBP]: B's slice, row-major
 var<workgroup> Qc: array<f32, NSG8 * 64u>;  // one 8 × 8 scratch per subgroup
 const QF: u32 = 8u;                // fragment side (frag_write)
 
-@compute @workgroup_size(NTQ)
+@compute @workgroup_size(QNT)
 fn mm_coop8(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -62,25 +62,10 @@ fn mm_coop8(
     var c31 = coop_mat8x8<f32, C>();
     var c32 = coop_mat8x8<f32, C>();
     var c33 = coop_mat8x8<f32, C>();
-    var ra: array<vec4<f16>, QPT>;
-    var rb: array<vec4<f16>, QPT>;
-    for (var i = 0u; i < QPT; i++) {
-        ra[i] = vec4<f16>(a_quad(li + i * NTQ, 0u, row0, a_base, live));
-        rb[i] = vec4<f16>(b_quad(li + i * NTQ, 0u, col0, b_base, live));
-    }
+    let t = QTile(row0, col0, a_base, b_base, live, li);
+    stage_load(0u, t);
     for (var k0 = 0u; k0 < p.k; k0 += QBK) {
-        workgroupBarrier();   // the previous slice's fragment loads are done
-        for (var i = 0u; i < QPT; i++) {
-            a_stash(li + i * NTQ, ra[i]);
-            b_stash(li + i * NTQ, rb[i]);
-        }
-        workgroupBarrier();
-        if (k0 + QBK < p.k) {
-            for (var i = 0u; i < QPT; i++) {
-                ra[i] = vec4<f16>(a_quad(li + i * NTQ, k0 + QBK, row0, a_base, live));
-                rb[i] = vec4<f16>(b_quad(li + i * NTQ, k0 + QBK, col0, b_base, live));
-            }
-        }
+        stage_step(k0, t);
         for (var ks = 0u; ks < QBK; ks += 8u) {
             let oa = am * QAP + ks;
             let ob = ks * QBP + bn;

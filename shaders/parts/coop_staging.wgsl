@@ -3,10 +3,44 @@
 // elements (a quad) at a time, contiguous along each operand's unit stride (one vec4 load where
 // `params.vec4s` says the layout is aligned; scalar loads at the edges and for other layouts),
 // into the workgroup arrays `Qa` ([QBM][QAP], row-major) and `Qb` ([QBK][QBP]) as f16. The
-// including shader defines the tile (QBM, QBN, QBK), the padded row strides (QAP, QBP) and the
-// arrays; quads are numbered 0 ≤ v < QBM·QBK/4 (= QBK·QBN/4: the kernels' tiles are square).
+// including shader defines the tile (QBM, QBN, QBK), the invocations per workgroup (QNT), the
+// quads each stages per operand and slice (QPT = QBM·QBK / 4 / QNT), the padded row strides
+// (QAP, QBP) and the arrays; quads are numbered 0 ≤ v < QBM·QBK/4 (= QBK·QBN/4: the kernels' tiles are square).
 // `frag_write` takes an accumulator fragment (QF × QF, stored row-major in a subgroup's scratch
 // of the array `Qc`) to C; the including shader defines QF, Qc, SG and `c`.
+
+// The next slice's quads of this invocation, in flight while the current one is multiplied, held
+// as f16 (they are f16 values: the conversion is exact; half the registers of f32, which decide
+// how many workgroups an SM holds).
+var<private> qra: array<vec4<f16>, QPT>;
+var<private> qrb: array<vec4<f16>, QPT>;
+
+// A workgroup's tile (its first row and column, its operands' batch offsets, whether it has one)
+// and the invocation's index.
+struct QTile { row0: u32, col0: u32, a_base: u32, b_base: u32, live: bool, li: u32 }
+
+// Issues this invocation's loads of the slice at K offset k0 into `qra`/`qrb`.
+fn stage_load(k0: u32, t: QTile) {
+    for (var i = 0u; i < QPT; i++) {
+        qra[i] = vec4<f16>(a_quad(t.li + i * QNT, k0, t.row0, t.a_base, t.live));
+        qrb[i] = vec4<f16>(b_quad(t.li + i * QNT, k0, t.col0, t.b_base, t.live));
+    }
+}
+
+// One step of the kernels' K loop, after `stage_load(0u, t)`: the slice at k0 (in registers) into
+// `Qa`/`Qb` between two barriers (the first: the previous slice's fragment loads are done), then
+// the next slice's loads issued. Called in uniform control flow by every invocation.
+fn stage_step(k0: u32, t: QTile) {
+    workgroupBarrier();
+    for (var i = 0u; i < QPT; i++) {
+        a_stash(t.li + i * QNT, qra[i]);
+        b_stash(t.li + i * QNT, qrb[i]);
+    }
+    workgroupBarrier();
+    if (k0 + QBK < params.k) {
+        stage_load(k0 + QBK, t);
+    }
+}
 
 // Quad `v` (0 ≤ v < QBM·QBK/4) of A's slice at K offset k0: four consecutive elements along A's
 // unit stride (along K when a_cs = 1, else along M), zeros past the edges.

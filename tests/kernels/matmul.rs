@@ -905,6 +905,20 @@ fn f16_stored_operands_too_big_to_bind_are_an_error_not_a_panic() {
     assert_eq!(mm.bind_split(&gpu, a.view(), b.view(), c.view()).unwrap().len(), 1);
 }
 
+/// Products past one 128 × 128 tile for the quad-staged kernels: vec4 and scalar loads in each
+/// layout (A along K or M, B along N or K), edges, K tails, batches.
+fn quad_staging_cases() -> [Matmul; 7] {
+    [
+        Matmul::nt(260, 200, 100),
+        Matmul::nn(136, 130, 64).batched(2),
+        Matmul::tn(200, 136, 66),
+        Matmul::tt(130, 129, 37),
+        Matmul::nt(150, 140, 33),
+        strided_tail("nt", 150, 37, 130, 3),
+        strided_tail("tn", 140, 36, 139, 2),
+    ]
+}
+
 #[test]
 fn the_cooperative_matrix_staging_puts_every_operand_element_where_the_fragments_read_it() {
     // `coop128`'s and `coop8`'s staging (the part coop_staging) runs here without cooperative
@@ -913,17 +927,8 @@ fn the_cooperative_matrix_staging_puts_every_operand_element_where_the_fragments
     // the edges — through vec4 loads (aligned layouts) and scalar ones (odd strides, edges), in
     // each layout (A along K or M, B along N or K), with batches and a K tail.
     let gpu = f16_gpu();
-    let cases = [
-        Matmul::nt(260, 200, 100),
-        Matmul::nn(136, 130, 64).batched(2),
-        Matmul::tn(200, 136, 66),
-        Matmul::tt(130, 129, 37),
-        Matmul::nt(150, 140, 33),
-        strided_tail("nt", 150, 37, 130, 3),
-        strided_tail("tn", 140, 36, 139, 2),
-    ];
     let mut rng = Rng::fresh();
-    for (i, mm) in cases.into_iter().enumerate() {
+    for (i, mm) in quad_staging_cases().into_iter().enumerate() {
         let (ea, eb) = HALF[i % HALF.len()];
         let mm = mm.elems(ea, eb);
         let [na, nb, _] = mm.extents();
@@ -986,16 +991,8 @@ fn coop128_without_its_cooperative_matrix_operations_matches_float64() {
     // cooperative matrices): against float64 on f16 operands, every layout, edges, K tails,
     // batches, accumulation and alpha. What it leaves to the GPU check: the cooperative-matrix
     // operations themselves.
-    let cases = [
-        Matmul::nt(260, 200, 100),
-        Matmul::nn(136, 130, 64).batched(2),
-        Matmul::tn(200, 136, 66),
-        Matmul::tt(130, 129, 37),
-        Matmul::nt(150, 140, 33),
-        Matmul::nn(1, 20, 7),
-        strided_tail("nt", 150, 37, 130, 3),
-        strided_tail("tn", 140, 36, 139, 2),
-    ];
+    let mut cases = Vec::from(quad_staging_cases());
+    cases.insert(5, Matmul::nn(1, 20, 7));
     for (i, mm) in cases.into_iter().enumerate() {
         let (ea, eb) = HALF[i % HALF.len()];
         let mm = mm.elems(ea, eb).accumulate(i % 2 == 1).alpha(if i % 3 == 0 { 1.0 } else { -0.5 });

@@ -57,12 +57,11 @@ pub const VARIANT8: &str = "coop8";
 /// Every cooperative-matrix variant the engine has (the diagnostic halves aside).
 pub const ALL: [&str; 4] = [VARIANT, VARIANT64, VARIANT128, VARIANT8];
 
-/// The tile of C one workgroup of `variant` computes, and its entry point.
+/// The tile of C one workgroup of `variant` computes, and its entry point (the one-subgroup
+/// kernels and their diagnostic halves; the quad-staged ones: [`dispatch_quads`]).
 fn shape(variant: &str) -> ((usize, usize), &'static str) {
     match variant {
-        VARIANT8 => ((64, 64), "mm_coop8"),
         VARIANT64 => ((64, 64), "mm_coop4"),
-        VARIANT128 => ((128, 128), "mm_coop128"),
         "coop:mma" => ((32, 32), "mm_coop_mma"),
         "coop:mma-cm" => ((32, 32), "mm_coop_mma_cm"),
         "coop:stage" => ((32, 32), "mm_coop_stage"),
@@ -216,10 +215,7 @@ fn bind_checked(
             reason: format!("cooperative matrices are not usable here: {}", why_not(gpu).unwrap_or_default()),
         });
     }
-    let half = |e: MatmulElem| if e == MatmulElem::F32 { MatmulElem::R16 } else { e };
     let key = CoopKey { sg: width(gpu), a: half(mm.a_elem), b: half(mm.b_elem) };
-    let mut bufs = vec![("a", a), ("b", b), ("c", c)];
-    let mut vec4s = 0;
     if variant == VARIANT128 {
         if let Err(why) = if checked { wide_status(gpu) } else { wide_ready(gpu) } {
             return Err(GpuError::Shader {
@@ -227,22 +223,52 @@ fn bind_checked(
                 reason: format!("variant {VARIANT128}: {why}"),
             });
         }
-        // `a4`/`b4` are bound as arrays of vec4s: at least one vec4 long. Shorter operands (a
-        // product of a few elements) take the 32 × 32 kernel.
-        let quad_bytes = |e: MatmulElem| if e == MatmulElem::F16 { 8 } else { 16 };
-        if a.size < quad_bytes(key.a) || b.size < quad_bytes(key.b) {
+        if shorter_than_a_quad(&key, &a, &b) {
+            // A product of a few elements: the 32 × 32 kernel.
             return bind_checked(mm, gpu, VARIANT, a, b, c, checked);
         }
-        let [a_k, a_m, b_k, b_n] = mm.aligned_quads();
-        vec4s = a_k as u32 | (a_m as u32) << 1 | (b_n as u32) << 2 | (b_k as u32) << 3;
-        bufs.push(("a4", a));
-        bufs.push(("b4", b));
+        return dispatch_quads(mm, gpu, "matmul_coop", &key.name(), "mm_coop128", 128, a, b, c);
     }
     let ((bm, bn), entry) = shape(variant);
-    let (mut p, total) = mm.grid(gpu, bm, bn)?;
-    p.vec4s = vec4s;
+    let (p, total) = mm.grid(gpu, bm, bn)?;
     let kern = gpu.kernel("matmul_coop", Some(&key.name()), entry)?;
     let max = gpu.limits.max_compute_workgroups_per_dimension;
+    kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[("a", a), ("b", b), ("c", c)], grid_1d(total, 1, max))
+}
+
+/// How an f16 product reads an operand: an f32 one rounded as it is read ([`MatmulElem::R16`]).
+fn half(e: MatmulElem) -> MatmulElem {
+    if e == MatmulElem::F32 { MatmulElem::R16 } else { e }
+}
+
+/// Whether an operand is shorter than one vec4 (the quad-staged kernels bind `a4`/`b4` as
+/// arrays of vec4s, at least one long).
+fn shorter_than_a_quad(key: &CoopKey, a: &View<'_>, b: &View<'_>) -> bool {
+    let quad_bytes = |e: MatmulElem| if e == MatmulElem::F16 { 8 } else { 16 };
+    a.size < quad_bytes(key.a) || b.size < quad_bytes(key.b)
+}
+
+/// Dispatches a quad-staged kernel (part `coop_staging`: `mm_coop128`, `mm_coop8`, the staging
+/// check) on `tile × tile` tiles: the parameters with the vec4 layouts the operands allow
+/// (`vec4s`), `a4`/`b4` bound to the operands.
+#[allow(clippy::too_many_arguments)]
+fn dispatch_quads(
+    mm: &Matmul,
+    gpu: &Gpu,
+    shader: &str,
+    variant: &str,
+    entry: &str,
+    tile: usize,
+    a: View<'_>,
+    b: View<'_>,
+    c: View<'_>,
+) -> Result<Dispatch> {
+    let (mut p, total) = mm.grid(gpu, tile, tile)?;
+    let [a_k, a_m, b_k, b_n] = mm.aligned_quads();
+    p.vec4s = a_k as u32 | (a_m as u32) << 1 | (b_n as u32) << 2 | (b_k as u32) << 3;
+    let kern = gpu.kernel(shader, Some(variant), entry)?;
+    let max = gpu.limits.max_compute_workgroups_per_dimension;
+    let bufs = [("a", a), ("b", b), ("c", c), ("a4", a), ("b4", b)];
     kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &bufs, grid_1d(total, 1, max))
 }
 
@@ -269,15 +295,8 @@ pub fn soft_check(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>)
 }
 
 fn bind_check(mm: &Matmul, gpu: &Gpu, entry: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
-    let half = |e: MatmulElem| if e == MatmulElem::F32 { MatmulElem::R16 } else { e };
-    let (ea, eb) = (half(mm.a_elem), half(mm.b_elem));
-    let (mut p, total) = mm.grid(gpu, 128, 128)?;
-    let [a_k, a_m, b_k, b_n] = mm.aligned_quads();
-    p.vec4s = a_k as u32 | (a_m as u32) << 1 | (b_n as u32) << 2 | (b_k as u32) << 3;
-    let kern = gpu.kernel("coop_stage_check", Some(&format!("{}{}", ea.code(), eb.code())), entry)?;
-    let max = gpu.limits.max_compute_workgroups_per_dimension;
-    let bufs = [("a", a), ("b", b), ("c", c), ("a4", a), ("b4", b)];
-    kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &bufs, grid_1d(total, 1, max))
+    let variant = format!("{}{}", half(mm.a_elem).code(), half(mm.b_elem).code());
+    dispatch_quads(mm, gpu, "coop_stage_check", &variant, entry, 128, a, b, c)
 }
 
 /// The f32 values [`stage_check`] writes for `mm`: per 128 × 128 tile and K slice of 32, the two
@@ -295,20 +314,12 @@ fn bind8(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>, checked:
             reason: format!("8x8 cooperative matrices are not usable here: {why}"),
         });
     }
-    let half = |e: MatmulElem| if e == MatmulElem::F32 { MatmulElem::R16 } else { e };
     let key = CoopKey { sg: 32, a: half(mm.a_elem), b: half(mm.b_elem) };
-    let quad_bytes = |e: MatmulElem| if e == MatmulElem::F16 { 8 } else { 16 };
-    if a.size < quad_bytes(key.a) || b.size < quad_bytes(key.b) {
-        // `a4`/`b4` need one whole vec4: a product of a few elements takes the f16 tiles.
+    if shorter_than_a_quad(&key, &a, &b) {
+        // A product of a few elements: the f16 tiles.
         return mm.bind_variant(gpu, heuristic(gpu, mm), a, b, c);
     }
-    let [a_k, a_m, b_k, b_n] = mm.aligned_quads();
-    let (mut p, total) = mm.grid(gpu, 64, 64)?;
-    p.vec4s = a_k as u32 | (a_m as u32) << 1 | (b_n as u32) << 2 | (b_k as u32) << 3;
-    let kern = gpu.kernel("matmul_coop8", Some(&key.name()), "mm_coop8")?;
-    let max = gpu.limits.max_compute_workgroups_per_dimension;
-    let bufs = [("a", a), ("b", b), ("c", c), ("a4", a), ("b4", b)];
-    kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &bufs, grid_1d(total, 1, max))
+    dispatch_quads(mm, gpu, "matmul_coop8", &key.name(), "mm_coop8", 64, a, b, c)
 }
 
 /// Whether this device can run [`VARIANT8`] at all (before its self-test).
