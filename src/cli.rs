@@ -431,6 +431,11 @@ pub(crate) enum BenchCmd {
         /// Measure the best variant for each size and store it in the autotune cache.
         #[arg(long)]
         tune: bool,
+        /// Also time each variant with these kernel forms changed (`DDL_FORMS` syntax, e.g.
+        /// `shader_checks=1`), the two alternated in --reps blocks A B B A; rows add the other
+        /// side's time and the median block ratio (this side over the other) with its interval.
+        #[arg(long, value_name = "FORMS", conflicts_with = "tune")]
+        against_forms: Option<String>,
         /// One JSON object per line.
         #[arg(long)]
         json: bool,
@@ -482,6 +487,10 @@ pub(crate) enum BenchCmd {
         /// ratio with its distribution-free 95 % interval (from 6 blocks), the range, best to best.
         #[arg(long, value_name = "VARIANT")]
         against: Option<String>,
+        /// Compare against these kernel forms (`DDL_FORMS` syntax, e.g. `shader_checks=1`): the
+        /// other side runs with them, the same variant unless --against names one.
+        #[arg(long, value_name = "FORMS")]
+        against_forms: Option<String>,
         /// Store the measured variant's expanded states in half precision (SHADER_F16; ddl and
         /// ddl_vmap at d_v = 4); with --against, the other side keeps f32.
         #[arg(long)]

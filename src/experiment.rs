@@ -283,6 +283,7 @@ pub fn measure_speed(gpu: &Arc<Gpu>, spec: &ExperimentSpec, out: &Path, quiet: b
         let mut row = None;
         crate::bench::train_compare_rows(
             gpu,
+            None,
             &cfg.model,
             &base.model,
             batch,

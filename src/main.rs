@@ -619,6 +619,14 @@ fn info_model(
 
 /// The shapes of `preset` at `batch` × `seq` tokens (the preset's own by default) for
 /// `ddl bench matmul --preset` and `ddl bench kernels`.
+/// `--against-forms SPEC`: another handle to the device with `SPEC` (`DDL_FORMS` syntax) applied
+/// over its forms.
+fn forms_handle(gpu: &std::sync::Arc<ddl::gpu::Gpu>, spec: &str) -> Result<std::sync::Arc<ddl::gpu::Gpu>> {
+    let mut f = gpu.forms.clone();
+    f.apply(spec, gpu.features).map_err(|e| anyhow::anyhow!("--against-forms {spec:?}: {e}"))?;
+    Ok(gpu.with_forms(|x| *x = f))
+}
+
 fn bench_shape(preset: &str, batch: Option<usize>, seq: Option<usize>) -> Result<ddl::bench::BenchShape> {
     let t = ddl::train::TrainConfig::preset(preset);
     let (b, s) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
@@ -654,7 +662,7 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
         print!("{}", gpu.forms.describe());
     }
     match b {
-        BenchCmd::Matmul { sizes, cases, preset, batch, seq, variants, reps, tune, operands, json } => {
+        BenchCmd::Matmul { sizes, cases, preset, batch, seq, variants, reps, tune, operands, against_forms, json } => {
             if !json {
                 println!(
                     "adapter: {} ({:?}), timing: {}",
@@ -703,7 +711,9 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             if tune {
                 ddl::bench::tune_rows(&gpu, &products, |r| print_row(&r, json))?;
             }
-            ddl::bench::matmul_rows(&gpu, &products, &variants, reps, |r| print_row(&r, json))?;
+            let other = against_forms.as_deref().map(|spec| forms_handle(&gpu, spec)).transpose()?;
+            let against = other.as_deref().zip(against_forms.as_deref());
+            ddl::bench::matmul_rows_against(&gpu, against, &products, &variants, reps, |r| print_row(&r, json))?;
         }
         BenchCmd::Kernels { filter, preset, batch, seq, reps, json } => {
             let shape = bench_shape(&preset, batch, seq)?;
@@ -731,17 +741,32 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 anyhow::bail!("the benchmarks of {} could not run at these shapes (above)", failed.join(", "));
             }
         }
-        BenchCmd::Train { preset, variant, steps, batch, seq, dispatches, against, f16_state, precision, json } => {
+        BenchCmd::Train {
+            preset,
+            variant,
+            steps,
+            batch,
+            seq,
+            dispatches,
+            against,
+            against_forms,
+            f16_state,
+            precision,
+            json,
+        } => {
             let v = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
             let cfg = ddl::model::ModelConfig::preset(&preset, v)?;
             let t = ddl::train::TrainConfig::preset(&preset);
             ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
             let (b, t) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
+            let other = against_forms.as_deref().map(|spec| forms_handle(&gpu, spec)).transpose()?;
+            let against = against.or_else(|| other.as_ref().map(|_| variant.clone()));
             match against {
                 Some(a) => {
                     let va = ddl::model::Variant::parse(&a).map_err(anyhow::Error::msg)?;
                     let ca = ddl::model::ModelConfig::preset(&preset, va)?;
-                    ddl::bench::train_compare_rows(&gpu, &cfg, &ca, b, t, steps, f16_state, precision, |r| {
+                    let og = other.as_ref().zip(against_forms.as_deref());
+                    ddl::bench::train_compare_rows(&gpu, og, &cfg, &ca, b, t, steps, f16_state, precision, |r| {
                         print_row(&r, json)
                     })?;
                 }

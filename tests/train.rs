@@ -483,6 +483,56 @@ fn evaluation_shares_the_training_programs_activations() {
     }
 }
 
+/// `shader_checks=0` (`Forms::shader_checks`): every kernel of a training step built without
+/// wgpu's index clamps and loop counters gives the same bits as with them, with this adapter's
+/// forms and with the GPU forms (staged matmul tiles and team reductions in workgroup memory,
+/// blocked attention, the wide compressor finish), for variants that run every state kernel. An
+/// index that left its array, harmless under the clamp, would read other values here.
+#[test]
+fn kernels_built_without_wgpus_runtime_checks_train_to_the_same_bits() {
+    let base = ddl::testing::gpu();
+    let gpu_forms = ddl::kernels::forms::Forms::defaults(false, (32, 32), base.features);
+    for (forms_name, forms) in [("this adapter's", base.forms.clone()), ("GPU", gpu_forms)] {
+        let checked = base.with_forms(|f| *f = forms.clone());
+        let unchecked = base.with_forms(|f| (*f, f.shader_checks) = (forms.clone(), false));
+        assert!(checked.forms.shader_checks && !unchecked.forms.shader_checks);
+        // The two handles share the device's pipeline cache: the unchecked form is its own
+        // pipeline (its own module), under the same kernel name.
+        let (a, b) = (
+            checked.kernel("adamw", None, "adamw_step").unwrap(),
+            unchecked.kernel("adamw", None, "adamw_step").unwrap(),
+        );
+        assert!(!std::sync::Arc::ptr_eq(&a, &b) && a.name == b.name, "{} / {}", a.name, b.name);
+        for variant in [Variant::DdlCcec, Variant::DdlVmap, Variant::Baseline] {
+            let mut cfg = ddl::model::ModelConfig::preset("tiny", variant).unwrap();
+            (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.head_dim, cfg.mlp_hidden) = (48, 2, 3, 16, 85);
+            let (b, t) = (3, 23);
+            let v = cfg.vocab_size as i32;
+            let x: Vec<i32> = (0..(b * t) as i32).map(|i| (i * 7 + 1) % v).collect();
+            let y: Vec<i32> = (0..(b * t) as i32).map(|i| (i * 11 + 3) % v).collect();
+            let opt = ddl::kernels::adamw::AdamWConfig::paper(1e-3);
+            let run = |gpu: &std::sync::Arc<ddl::gpu::Gpu>| {
+                let model = ddl::model::Model::new(gpu.clone(), cfg.clone(), 5).unwrap();
+                let prog = model.program(b, t, &opt).unwrap();
+                prog.set_batch(&model, &x, &y).unwrap();
+                let mut steps = Vec::new();
+                for step in 1..=2 {
+                    let o = ddl::kernels::adamw::AdamWConfig { step, ..opt };
+                    let (loss, norm) = model.train_step(&prog, &o).unwrap();
+                    steps.push([loss.to_bits(), norm.to_bits()]);
+                }
+                let params: Vec<u32> = model.read_params().unwrap().iter().map(|p| p.to_bits()).collect();
+                (steps, params)
+            };
+            let (want, got) = (run(&checked), run(&unchecked));
+            assert!(want.0.iter().flatten().all(|&b| f32::from_bits(b).is_finite()), "{variant}: {:?}", want.0);
+            assert_eq!(want.0, got.0, "{variant}, {forms_name} forms: loss and gradient norm per step");
+            let differ = want.1.iter().zip(&got.1).filter(|(a, b)| a != b).count();
+            assert_eq!(differ, 0, "{variant}, {forms_name} forms: {differ} of {} parameters differ", want.1.len());
+        }
+    }
+}
+
 /// Gradient accumulation: k micro-batches of B sequences are one submit (their inputs uploaded
 /// once, one readback) and equal one batch of k·B sequences — loss, gradient norm and the
 /// parameters after the AdamW update — to float32 summation order: relative differences ≤ 1e-5
@@ -751,6 +801,7 @@ fn the_compared_training_benchmark_alternates_blocks_and_reports_their_ratios() 
     let mut rows = Vec::new();
     ddl::bench::train_compare_rows(
         &gpu,
+        None,
         &bench_cfg(Variant::Ddl),
         &bench_cfg(Variant::Baseline),
         2,
@@ -814,6 +865,19 @@ fn the_matmul_benchmark_times_a_models_products_marks_the_engines_pick_and_skips
             assert!(g.is_finite() && g > 0.0, "{r}");
         }
     }
+    // Against other forms (`--against-forms`): each row also times the variant on the other
+    // handle, in A B B A blocks.
+    let other = gpu.with_forms(|f| f.shader_checks = !f.shader_checks);
+    let mut rows = Vec::new();
+    ddl::bench::matmul_rows_against(&gpu, Some((&other, "x")), &products[..1], &VariantSet::Auto, 2, |r| {
+        rows.push(r.0)
+    })
+    .unwrap();
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!((r["against_forms"].as_str(), r["blocks"].as_u64()), (Some("x"), Some(2)), "{r}");
+    assert!(r["against_ms"].as_f64().unwrap() > 0.0 && r["ratio_median_block"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["ratio_median_ci95"].is_null(), "no interval from 2 blocks: {r}");
     // Only the pick, and a named list.
     let mut rows = Vec::new();
     ddl::bench::matmul_rows(&gpu, &products, &VariantSet::Auto, 1, |r| rows.push(r.0)).unwrap();

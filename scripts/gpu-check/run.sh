@@ -304,6 +304,11 @@ bench_line() { # raw name -> one markdown line of its headline
   [ -s "$f" ] || { echo "- $1: no results ($(tail -1 "$RAW/$1.log" 2>/dev/null))"; return; }
   case "$1" in
     bench-copy) echo "- copy bandwidth (read + write, $(jget mib < "$f") MiB): $(fmt "$(jget kernel_gb_per_s < "$f")" 1) GB/s by a kernel pass, $(fmt "$(jget dma_gb_per_s < "$f")" 1) GB/s by a buffer copy" ;;
+    bench-matmul-*checks)
+      echo "- $1 (this side's forms against --against-forms in A B B A blocks; ratio below 1: this side faster):"
+      grep '"bench":"matmul"' "$f" | grep -v '"skipped"' | while read -r l; do
+        echo "  - $(jget case <<<"$l") $(jget m <<<"$l")x$(jget n <<<"$l")x$(jget k <<<"$l") $(jget variant <<<"$l"): $(fmt "$(jget ms <<<"$l")" 3) ms ($(fmt "$(jget gflop_per_s <<<"$l")" 0) GFLOP/s) against $(fmt "$(jget against_ms <<<"$l")" 3) ms with $(jget against_forms <<<"$l"): ratio $(fmt "$(jget ratio_median_block <<<"$l")" 3), 95 % interval $(grep -o '"ratio_median_ci95":\[[^]]*]' <<<"$l" | sed 's/.*://' | grep . || echo 'none')"
+      done ;;
     bench-matmul-*)
       echo "- $1 (GFLOP/s; the engine's pick marked *):"
       grep '"bench":"matmul"' "$f" | while read -r l; do
@@ -318,7 +323,8 @@ bench_line() { # raw name -> one markdown line of its headline
     bench-train-*)
       local l; l="$(grep '"bench":"train_compare"' "$f" | head -1)"
       if [ -n "$l" ]; then
-        echo "- $1: $(jget variant <<<"$l") / $(jget against <<<"$l") step ratio $(fmt "$(jget ratio_median_block <<<"$l")" 3) (median of $(jget blocks <<<"$l") blocks, 95 % interval $(grep -o '"ratio_median_ci95":\[[^]]*]' <<<"$l" | sed 's/.*://' | grep . || echo 'none: fewer than 6 blocks'), best/best $(fmt "$(jget ratio_best <<<"$l")" 3)); medians $(fmt "$(jget median_step_ms <<<"$l")" 2) / $(fmt "$(jget against_median_step_ms <<<"$l")" 2) ms"
+        local af; af="$(jget against_forms <<<"$l")"
+        echo "- $1: $(jget variant <<<"$l") / $(jget against <<<"$l")$([ -n "$af" ] && [ "$af" != null ] && echo " with $af") step ratio $(fmt "$(jget ratio_median_block <<<"$l")" 3) (median of $(jget blocks <<<"$l") blocks, 95 % interval $(grep -o '"ratio_median_ci95":\[[^]]*]' <<<"$l" | sed 's/.*://' | grep . || echo 'none: fewer than 6 blocks'), best/best $(fmt "$(jget ratio_best <<<"$l")" 3)); medians $(fmt "$(jget median_step_ms <<<"$l")" 2) / $(fmt "$(jget against_median_step_ms <<<"$l")" 2) ms"
       else
         l="$(grep '"bench":"train"' "$f" | head -1)"
         echo "- $1: $(jget variant <<<"$l") B $(jget batch <<<"$l") T $(jget seq <<<"$l"): $(fmt "$(jget step_ms <<<"$l")" 2) ms/step, $(fmt "$(jget tok_per_s <<<"$l")" 0) tok/s, MFU $(fmt "$(jget mfu <<<"$l")" 3), matmul share $(fmt "$(jget matmul_share <<<"$l")" 2), $(jget submits_per_step <<<"$l") submits and $(jget readbacks_per_step <<<"$l") readbacks per step, peak/plan $(fmt "$(jget peak_over_plan <<<"$l")" 2), GPU idle between dispatches $(fmt "$(jget gpu_idle_ms <<<"$l")" 1) of $(fmt "$(jget gpu_span_ms <<<"$l")" 1) ms (profiled step)"
@@ -338,9 +344,11 @@ stage_bench() {
       "bench-matmul-square|120|bench matmul --sizes 64,96 --reps 1 --json"
       "bench-matmul-f16|120|bench matmul --sizes 64 --operands rh --variants auto --reps 1 --json"
       "bench-matmul-model|300|bench matmul --preset tiny --batch 2 --variants auto --reps 1 --json"
+      "bench-matmul-checks|120|DDL_FORMS=shader_checks=0 bench matmul --sizes 64 --cases nn --variants auto --against-forms shader_checks=1 --reps 1 --json"
       "bench-train-baseline|300|bench train --preset tiny --variant baseline --steps 2 --json"
       "bench-train-ddl|300|bench train --preset tiny --variant ddl --steps 2 --json"
       "bench-train-ddl-vs-baseline|600|bench train --preset tiny --variant ddl --against baseline --batch 4 --steps 1 --json"
+      "bench-train-checks|300|DDL_FORMS=shader_checks=0 bench train --preset tiny --variant baseline --batch 2 --against-forms shader_checks=1 --steps 1 --json"
       "bench-train-ddl-f16|300|bench train --preset tiny --variant ddl --precision f16 --steps 2 --json"
       "bench-kernels|600|bench kernels --preset tiny --batch 2 --reps 1 --json"
       "bench-attention-blocked64|300|DDL_FORMS=attention=blocked:64 bench kernels --filter attention --preset tiny --batch 2 --reps 1 --json"
@@ -355,6 +363,8 @@ stage_bench() {
       "bench-matmul-coop128|40|DDL_FORMS=matmul_coop=1 bench matmul --sizes 4096,8192 --cases nn,nt,tn --operands rh --variants w128,coop,coop128 --reps 3 --json"
       "bench-matmul-coop-halves|30|DDL_FORMS=matmul_coop=1 bench matmul --sizes 4096 --cases nn,nt --operands rh --variants w128,coop,coop64,coop:mma,coop:mma-cm,coop:stage --reps 3 --json"
       "bench-matmul-8192|30|bench matmul --sizes 8192 --variants auto --reps 5 --json"
+      "bench-matmul-checks|40|DDL_FORMS=shader_checks=0 bench matmul --sizes 4096 --cases nn,nt,tn --variants w128 --against-forms shader_checks=1 --reps 6 --json"
+      "bench-matmul-model-checks|40|DDL_FORMS=shader_checks=0 bench matmul --preset small-124m --batch 8 --seq 1024 --variants auto --against-forms shader_checks=1 --reps 6 --json"
       "bench-matmul-model|60|bench matmul --preset small-124m --batch 8 --seq 1024 --tune --variants auto --reps 5 --json"
       "bench-matmul-model-split128|30|DDL_FORMS=split_k_tiles=128 bench matmul --preset small-124m --batch 8 --seq 1024 --variants auto --reps 5 --json"
       "bench-matmul-model-split512|30|DDL_FORMS=split_k_tiles=512 bench matmul --preset small-124m --batch 8 --seq 1024 --variants auto --reps 5 --json"
@@ -362,6 +372,7 @@ stage_bench() {
       "bench-train-small-baseline|40|bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --steps 5 --json"
       "bench-train-small-ddl|40|bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5 --dispatches --json"
       "bench-train-small-ddl-vs-baseline|60|bench train --preset small-124m --variant ddl --against baseline --batch 8 --seq 1024 --steps 6 --json"
+      "bench-train-small-checks|60|DDL_FORMS=shader_checks=0 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms shader_checks=1 --steps 6 --json"
       "bench-train-small-ddl-seg32|45|DDL_FORMS=delta_seg=32 bench train --preset small-124m --variant ddl --against baseline --batch 8 --seq 1024 --steps 6 --json"
       "bench-train-small-f16-vs-f32|60|bench train --preset small-124m --variant baseline --precision f16 --against baseline --batch 8 --seq 1024 --steps 6 --no-autotune --json"
       "bench-train-small-f16-coop|60|DDL_FORMS=matmul_coop=1 bench train --preset small-124m --variant baseline --precision f16 --against baseline --batch 8 --seq 1024 --steps 6 --no-autotune --json"

@@ -248,6 +248,22 @@ pub fn matmul_rows(
     cases: &[(String, Matmul)],
     variants: &VariantSet,
     reps: usize,
+    emit: impl FnMut(Row),
+) -> Result<()> {
+    matmul_rows_against(gpu, None, cases, variants, reps, emit)
+}
+
+/// [`matmul_rows`], and with `against` (a handle to the same device with other forms and the
+/// `DDL_FORMS`-style text that made it: `ddl bench matmul --against-forms`) each variant also on
+/// that handle, the two alternated in `reps` blocks A B B A (A = `against`) as
+/// [`train_compare_rows`] does: the rows add `against_ms` (median), `ratio_median_block` (this
+/// handle's time over the other's; below 1: these forms are faster) and its 95 % interval.
+pub fn matmul_rows_against(
+    gpu: &Gpu,
+    against: Option<(&Gpu, &str)>,
+    cases: &[(String, Matmul)],
+    variants: &VariantSet,
+    reps: usize,
     mut emit: impl FnMut(Row),
 ) -> Result<()> {
     let mut rng = Rng::new(1);
@@ -297,8 +313,23 @@ pub fn matmul_rows(
         };
         for v in chosen {
             let d = mm.bind_variant(gpu, v, a.view(), b.view(), c.view())?;
-            let ms = time_dispatch(gpu, &d, reps)?;
             let mut r = base.clone();
+            let ms = match against {
+                None => time_dispatch(gpu, &d, reps)?,
+                Some((other, spec)) => {
+                    let da = mm.bind_variant(other, v, a.view(), b.view(), c.view())?;
+                    let ab = ab_blocks(reps, |who| {
+                        steady_ms(if who == 0 { other } else { gpu }, &[if who == 0 { &da } else { &d }], 1)
+                            .map(|t| t.0)
+                    })?;
+                    r["against_forms"] = json!(spec);
+                    r["against_ms"] = json!(ab.a_median);
+                    r["ratio_median_block"] = json!(ab.ratio_median);
+                    r["ratio_median_ci95"] = json!(ab.ratio_ci95.map(|(lo, hi)| [lo, hi]));
+                    r["blocks"] = json!(ab.blocks);
+                    ab.b_median
+                }
+            };
             r["variant"] = json!(v);
             r["auto"] = json!(v == auto);
             r["ms"] = json!(ms);
@@ -322,6 +353,46 @@ pub fn matmul_rows(
         }
     }
     Ok(())
+}
+
+/// What [`ab_blocks`] measured: each side's median time, the median of the blocks' ratios
+/// (B over A) and its distribution-free 95 % interval ([`median_ci95`]; `None` under 6 blocks).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AbBlocks {
+    pub a_median: f64,
+    pub b_median: f64,
+    pub ratio_median: f64,
+    pub ratio_ci95: Option<(f64, f64)>,
+    pub blocks: usize,
+}
+
+/// Times two sides in `blocks` blocks of four in the order A B B A (`time(0)` times A, `time(1)`
+/// B), so that a drift of the machine's speed that is linear over a block cancels in its ratio
+/// (B₁ + B₂) / (A₁ + A₂).
+pub fn ab_blocks(blocks: usize, mut time: impl FnMut(usize) -> Result<f64>) -> Result<AbBlocks> {
+    let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..blocks.max(1) {
+        let mut t = [0.0; 4];
+        for (k, who) in [0, 1, 1, 0].into_iter().enumerate() {
+            t[k] = time(who)?;
+            if who == 0 { &mut a } else { &mut b }.push(t[k]);
+        }
+        ratios.push((t[1] + t[2]) / (t[0] + t[3]));
+    }
+    let sorted = |mut v: Vec<f64>| {
+        v.sort_by(|x, y| x.total_cmp(y));
+        v
+    };
+    let median =
+        |v: &[f64]| if v.len() % 2 == 1 { v[v.len() / 2] } else { 0.5 * (v[v.len() / 2 - 1] + v[v.len() / 2]) };
+    let (a, b, r) = (sorted(a), sorted(b), sorted(ratios));
+    Ok(AbBlocks {
+        a_median: median(&a),
+        b_median: median(&b),
+        ratio_median: median(&r),
+        ratio_ci95: median_ci95(&r),
+        blocks: r.len(),
+    })
 }
 
 /// One kernel benchmark case: bound dispatches plus the work they must do at minimum.
@@ -625,9 +696,12 @@ pub fn train_rows(
 /// steps, and the median, lowest and highest block ratio. Each side trains its own model on its
 /// own random batch (the same tokens for both), exactly as `train_rows` times it. `state_f16`
 /// applies to `cfg` only (so `--variant ddl --f16-state --against ddl` compares the two storages).
+/// `against_gpu` (a handle to the same device with other forms, and the `DDL_FORMS`-style text
+/// that made it: `--against-forms`) runs the `against` side with those forms.
 #[allow(clippy::too_many_arguments)]
 pub fn train_compare_rows(
     gpu: &std::sync::Arc<Gpu>,
+    against_gpu: Option<(&std::sync::Arc<Gpu>, &str)>,
     cfg: &crate::model::ModelConfig,
     against: &crate::model::ModelConfig,
     batch: usize,
@@ -651,8 +725,9 @@ pub fn train_compare_rows(
     let y = rng.ints(n, cfg.vocab_size.min(against.vocab_size));
     let mut sides = Vec::new();
     let f32 = crate::model::Precision::F32;
-    for (c, f16, p) in [(against, false, f32), (cfg, state_f16, precision)] {
-        let mut model = crate::model::Model::new(gpu.clone(), c.clone(), 1)?;
+    let ga = against_gpu.map_or(gpu, |(g, _)| g);
+    for (g, c, f16, p) in [(ga, against, false, f32), (gpu, cfg, state_f16, precision)] {
+        let mut model = crate::model::Model::new(g.clone(), c.clone(), 1)?;
         set_numerics(&mut model, f16, p)?;
         let prog = model.program(batch, seq, &crate::kernels::adamw::AdamWConfig::paper(1e-4))?;
         let opt = bench_opt(&model, &prog, p)?;
@@ -696,6 +771,7 @@ pub fn train_compare_rows(
     let cpu = !cr.is_empty() && !ca.is_empty() && !cb.is_empty();
     emit(Row(json!({
         "bench": "train_compare", "variant": cfg.variant.name(), "against": against.variant.name(),
+        "against_forms": against_gpu.map(|(_, spec)| spec),
         "precision": precision.name(),
         "d": cfg.d_model, "layers": cfg.n_layers, "batch": batch, "seq": seq, "blocks": ratios.len(),
         "best_step_ms": tb[0], "against_best_step_ms": ta[0],
@@ -812,7 +888,28 @@ pub const BENCHES: &[(&str, BenchFn)] = &[
 
 #[cfg(test)]
 mod tests {
-    use super::median_ci95;
+    use super::{ab_blocks, median_ci95};
+
+    #[test]
+    fn a_b_blocks_cancel_a_linear_drift_and_report_the_ratio_of_b_over_a() {
+        // A takes 2 units, B 3, on a machine that slows by 10 % of the first call per call.
+        let mut call = 0.0;
+        let ab = ab_blocks(7, |who| {
+            let t = [2.0, 3.0][who] * (1.0 + 0.1 * call);
+            call += 1.0;
+            Ok(t)
+        })
+        .unwrap();
+        assert_eq!(ab.blocks, 7);
+        assert!((ab.ratio_median - 1.5).abs() < 1e-12, "{ab:?}");
+        let (lo, hi) = ab.ratio_ci95.unwrap();
+        assert!((lo - 1.5).abs() < 1e-12 && (hi - 1.5).abs() < 1e-12, "{ab:?}");
+        // The medians are of the drifting raw times: B's above 3, A's above 2.
+        assert!(ab.b_median > 3.0 && ab.a_median > 2.0 && ab.b_median / ab.a_median > 1.0, "{ab:?}");
+        // Under 6 blocks there is no interval; an error stops the blocks.
+        assert!(ab_blocks(5, |_| Ok(1.0)).unwrap().ratio_ci95.is_none());
+        assert!(ab_blocks(3, |_| Err(crate::gpu::GpuError::Forms("x".into()))).is_err());
+    }
 
     #[test]
     fn the_median_interval_uses_the_binomial_order_statistics() {

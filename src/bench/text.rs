@@ -21,7 +21,7 @@ impl Row {
             ),
             Some("matmul") => writeln!(
                 out,
-                "{:<26} {:>6}x{:<6}x{:<6} {:<5} {:>10.3} ms {:>9.2} GFLOP/s{}",
+                "{:<26} {:>6}x{:<6}x{:<6} {:<5} {:>10.3} ms {:>9.2} GFLOP/s{}{}",
                 v["case"].as_str().unwrap_or(""),
                 v["m"],
                 v["n"],
@@ -29,6 +29,18 @@ impl Row {
                 v["variant"].as_str().unwrap_or(""),
                 v["ms"].as_f64().unwrap_or(0.0),
                 v["gflop_per_s"].as_f64().unwrap_or(0.0),
+                match (v["against_forms"].as_str(), v["against_ms"].as_f64()) {
+                    (Some(spec), Some(ms)) => format!(
+                        "; with {spec}: {ms:.3} ms, ratio {:.3} median of {} blocks{}",
+                        v["ratio_median_block"].as_f64().unwrap_or(f64::NAN),
+                        v["blocks"],
+                        match (v["ratio_median_ci95"][0].as_f64(), v["ratio_median_ci95"][1].as_f64()) {
+                            (Some(lo), Some(hi)) => format!(" (95 % interval {lo:.3}–{hi:.3})"),
+                            _ => String::new(),
+                        }
+                    ),
+                    _ => String::new(),
+                },
                 if v["auto"].as_bool() == Some(true) {
                     "  <- auto"
                 } else if v["split"].as_bool() == Some(true) {
@@ -142,10 +154,11 @@ impl Row {
             ),
             Some("train_compare") => writeln!(
                 out,
-                "{} vs {} d={} L={} B={} T={}, {} blocks (A B B A): step ratio {:.3} median of blocks ({}range {:.3}–{:.3}), \
+                "{} vs {}{} d={} L={} B={} T={}, {} blocks (A B B A): step ratio {:.3} median of blocks ({}range {:.3}–{:.3}), \
                  {:.3} best to best ({:.1} vs {:.1} ms; medians {:.1} vs {:.1} ms){}",
                 v["variant"].as_str().unwrap_or(""),
                 v["against"].as_str().unwrap_or(""),
+                v["against_forms"].as_str().map(|f| format!(" with {f}")).unwrap_or_default(),
                 v["d"],
                 v["layers"],
                 v["batch"],

@@ -124,10 +124,7 @@ impl Gpu {
                     continue;
                 }
                 let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-                let sm = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                    label: Some(&name),
-                    source: wgpu::ShaderSource::Wgsl(text.as_str().into()),
-                });
+                let sm = self.shader_module(&name, text.clone(), self.forms.shader_checks);
                 let popped = scope.pop();
                 let messages = sm.get_compilation_info().await.messages;
                 let error = popped.await;

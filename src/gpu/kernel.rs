@@ -165,10 +165,33 @@ impl Gpu {
         (pipeline, layout)
     }
 
+    /// A shader module of the engine's own WGSL: with wgpu's runtime checks, or (`checks`
+    /// false, `Forms::shader_checks`) without its index clamps and loop counters.
+    pub(crate) fn shader_module(&self, label: &str, text: String, checks: bool) -> wgpu::ShaderModule {
+        let desc = wgpu::ShaderModuleDescriptor { label: Some(label), source: wgpu::ShaderSource::Wgsl(text.into()) };
+        if checks {
+            return self.device.create_shader_module(desc);
+        }
+        let mut rc = wgpu::ShaderRuntimeChecks::checked();
+        rc.bounds_checks = false;
+        rc.force_loop_bounding = false;
+        // SAFETY: the text is the engine's own (src/shaders.rs), not user input. Without bounds
+        // checks wgpu still bounds buffer accesses where the driver does so itself (Vulkan's
+        // robust buffer access) and drops naga's clamps of array indices: every kernel keeps its
+        // workgroup, private and function array indices in range by construction (clamped loads,
+        // guarded stores), which the kernel tests check against float64 with this form on. Every
+        // loop is bounded by its parameters (counts the launchers validate), so none is infinite.
+        unsafe { self.device.create_shader_module_trusted(desc, rc) }
+    }
+
     /// The kernel for `entry` of `shader` (variant `variant`), compiled once per device.
     pub fn kernel(&self, shader: &str, variant: Option<&str>, entry: &str) -> Result<Arc<Kernel>> {
+        // Modules without wgpu's runtime checks are other pipelines (`Forms::shader_checks`:
+        // handles made with `with_forms` share the cache).
+        let checks = self.forms.shader_checks;
         let key = format!("{shader}[{}]::{entry}", variant.unwrap_or(""));
-        if let Some(k) = self.pipelines.lock().unwrap().get(&key) {
+        let cache_key = if checks { key.clone() } else { format!("{key} unchecked") };
+        if let Some(k) = self.pipelines.lock().unwrap().get(&cache_key) {
             return Ok(k.clone());
         }
         let err = |reason: String| GpuError::Shader { shader: key.clone(), reason };
@@ -178,10 +201,7 @@ impl Gpu {
         let (bindings, workgroup_size) = reflect(&module, &info, entry).map_err(err)?;
 
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let sm = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(&key),
-            source: wgpu::ShaderSource::Wgsl(text.into()),
-        });
+        let sm = self.shader_module(&key, text, checks);
         let (pipeline, layout) = self.build_pipeline(&key, &bindings, &sm, entry);
         #[cfg(not(target_arch = "wasm32"))]
         if let Some(e) = pollster::block_on(scope.pop()) {
@@ -204,7 +224,7 @@ impl Gpu {
             });
         }
         let k = Arc::new(Kernel { name: key.clone(), pipeline, layout, bindings, workgroup_size });
-        self.pipelines.lock().unwrap().insert(key, k.clone());
+        self.pipelines.lock().unwrap().insert(cache_key, k.clone());
         Ok(k)
     }
 }

@@ -110,6 +110,17 @@ pub struct Forms {
     /// 4096³ f16 product at 2.6 TFLOP/s against the f16 tiles' 24, and small-124m's f16 step
     /// took 5.7× the f32 step with it; on until a faster kernel is measured.
     pub matmul_coop: bool,
+    /// The engine's shader modules keep wgpu's runtime checks (`shader_checks`): naga clamps every
+    /// index into a workgroup, private or function array (`min` before each workgroup-memory read:
+    /// the staged matmul's inner loop, 64 FMAs, carries four) and bounds every loop with a
+    /// 64-bit counter it decrements and tests each iteration. Off: the modules are created with
+    /// `create_shader_module_trusted` without those two (buffer accesses stay bounded where the
+    /// driver does it itself, as Vulkan's robust buffer access does; the integer-division checks
+    /// stay). Every kernel keeps its indices inside its arrays by construction and its loops are
+    /// bounded by its parameters; the test suite runs with them off on lavapipe. The same bits
+    /// either way. Default: on (what wgpu does) until the GPU check measures the difference
+    /// (`bench-matmul-checks`, `bench-train-small-checks`; docs/GPU.md).
+    pub shader_checks: bool,
 }
 
 /// Worker threads a CPU adapter runs workgroups on (llvmpipe: `LP_NUM_THREADS`, else one per
@@ -180,6 +191,7 @@ impl Forms {
             matmul_subgroup: subgroups && lo == hi && hi >= 1 && 8 % hi == 0,
             matmul_f16_weights: true,
             matmul_coop: false,
+            shader_checks: true,
             split_k_tiles: if cpu { 2 * cpu_threads() } else { crate::kernels::matmul::GPU_SPLIT_K_TILES },
         }
     }
@@ -282,6 +294,7 @@ impl Forms {
                 }
                 "matmul_f16_weights" => self.matmul_f16_weights = flag()?,
                 "matmul_coop" => self.matmul_coop = flag()?,
+                "shader_checks" => self.shader_checks = flag()?,
                 "split_k_tiles" => {
                     self.split_k_tiles = value
                         .parse()
@@ -327,6 +340,7 @@ impl Forms {
         ("matmul_f16_weights", "--precision f16: weights read from an f16 copy of the parameters"),
         ("matmul_coop", "f16 products on cooperative matrices where the device has them"),
         ("split_k_tiles", "matmul: products with fewer output tiles split along K (0: never)"),
+        ("shader_checks", "wgpu's index clamps and loop counters kept in every shader"),
     ];
 
     /// `(key, value, what)` rows for `ddl info` and `ddl bench`.
@@ -365,6 +379,7 @@ impl Forms {
                 "matmul_f16_weights" => b(self.matmul_f16_weights),
                 "matmul_coop" => b(self.matmul_coop),
                 "split_k_tiles" => self.split_k_tiles.to_string(),
+                "shader_checks" => b(self.shader_checks),
                 _ => unreachable!("every key has a value"),
             }
         };
