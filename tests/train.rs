@@ -826,6 +826,34 @@ fn the_compared_training_benchmark_alternates_blocks_and_reports_their_ratios() 
     assert!(f("ratio_min_block") > 0.0 && f("ratio_min_block") <= f("ratio_median_block"));
     assert!(f("ratio_median_block") <= f("ratio_max_block"));
     assert!((f("ratio_best") - f("best_step_ms") / f("against_best_step_ms")).abs() < 1e-12);
+    assert!(r["losses_identical"].is_null() && r["against_forms"].is_null(), "two variants: {r}");
+    // The same variant against other forms (`--against-forms`): forms that give the same bits
+    // train to the same losses on both sides, and the row says so; forms that do not, say not.
+    for (change, same) in [("shader_checks", true), ("attention", false)] {
+        let other = gpu.with_forms(|f| match change {
+            "shader_checks" => f.shader_checks = !f.shader_checks,
+            // The tiled kernel's online softmax against the blocked form's rows.
+            _ => f.attention = ddl::kernels::forms::AttentionForm::Tiled,
+        });
+        assert_ne!(gpu.forms.attention, ddl::kernels::forms::AttentionForm::Tiled);
+        let mut rows = Vec::new();
+        let cfg = bench_cfg(Variant::Ddl);
+        ddl::bench::train_compare_rows(
+            &gpu,
+            Some((&other, change)),
+            &cfg,
+            &cfg,
+            2,
+            16,
+            1,
+            false,
+            ddl::model::Precision::F32,
+            |r| rows.push(r.0),
+        )
+        .unwrap();
+        let r = &rows[0];
+        assert_eq!((r["against_forms"].as_str(), r["losses_identical"].as_bool()), (Some(change), Some(same)), "{r}");
+    }
 }
 
 #[test]

@@ -324,7 +324,7 @@ bench_line() { # raw name -> one markdown line of its headline
       local l; l="$(grep '"bench":"train_compare"' "$f" | head -1)"
       if [ -n "$l" ]; then
         local af; af="$(jget against_forms <<<"$l")"
-        echo "- $1: $(jget variant <<<"$l") / $(jget against <<<"$l")$([ -n "$af" ] && [ "$af" != null ] && echo " with $af") step ratio $(fmt "$(jget ratio_median_block <<<"$l")" 3) (median of $(jget blocks <<<"$l") blocks, 95 % interval $(grep -o '"ratio_median_ci95":\[[^]]*]' <<<"$l" | sed 's/.*://' | grep . || echo 'none: fewer than 6 blocks'), best/best $(fmt "$(jget ratio_best <<<"$l")" 3)); medians $(fmt "$(jget median_step_ms <<<"$l")" 2) / $(fmt "$(jget against_median_step_ms <<<"$l")" 2) ms"
+        echo "- $1: $(jget variant <<<"$l") / $(jget against <<<"$l")$([ -n "$af" ] && [ "$af" != null ] && echo " with $af") step ratio $(fmt "$(jget ratio_median_block <<<"$l")" 3) (median of $(jget blocks <<<"$l") blocks, 95 % interval $(grep -o '"ratio_median_ci95":\[[^]]*]' <<<"$l" | sed 's/.*://' | grep . || echo 'none: fewer than 6 blocks'), best/best $(fmt "$(jget ratio_best <<<"$l")" 3)); medians $(fmt "$(jget median_step_ms <<<"$l")" 2) / $(fmt "$(jget against_median_step_ms <<<"$l")" 2) ms$(case "$(jget losses_identical <<<"$l")" in true) echo '; losses: the same bits on both sides' ;; false) echo '; losses: differ between the sides' ;; esac)"
       else
         l="$(grep '"bench":"train"' "$f" | head -1)"
         echo "- $1: $(jget variant <<<"$l") B $(jget batch <<<"$l") T $(jget seq <<<"$l"): $(fmt "$(jget step_ms <<<"$l")" 2) ms/step, $(fmt "$(jget tok_per_s <<<"$l")" 0) tok/s, MFU $(fmt "$(jget mfu <<<"$l")" 3), matmul share $(fmt "$(jget matmul_share <<<"$l")" 2), $(jget submits_per_step <<<"$l") submits and $(jget readbacks_per_step <<<"$l") readbacks per step, peak/plan $(fmt "$(jget peak_over_plan <<<"$l")" 2), GPU idle between dispatches $(fmt "$(jget gpu_idle_ms <<<"$l")" 1) of $(fmt "$(jget gpu_span_ms <<<"$l")" 1) ms (profiled step)"
@@ -361,6 +361,7 @@ stage_bench() {
       "bench-matmul-f16|60|bench matmul --sizes 2048,4096 --cases nt,tn --operands rh --variants all --reps 3 --json"
       "bench-matmul-f16-coop|40|DDL_FORMS=matmul_coop=1 bench matmul --sizes 2048,4096 --operands rh --variants auto --reps 3 --json"
       "bench-matmul-coop128|40|DDL_FORMS=matmul_coop=1 bench matmul --sizes 4096,8192 --cases nn,nt,tn --operands rh --variants w128,coop,coop128 --reps 3 --json"
+      "bench-matmul-coop128-checks|40|DDL_FORMS=matmul_coop=1,shader_checks=0 bench matmul --sizes 4096 --cases nn,nt,tn --operands rh --variants coop128 --against-forms shader_checks=1 --reps 6 --json"
       "bench-matmul-coop-halves|30|DDL_FORMS=matmul_coop=1 bench matmul --sizes 4096 --cases nn,nt --operands rh --variants w128,coop,coop64,coop:mma,coop:mma-cm,coop:stage --reps 3 --json"
       "bench-matmul-8192|30|bench matmul --sizes 8192 --variants auto --reps 5 --json"
       "bench-matmul-checks|40|DDL_FORMS=shader_checks=0 bench matmul --sizes 4096 --cases nn,nt,tn --variants w128 --against-forms shader_checks=1 --reps 6 --json"

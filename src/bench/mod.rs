@@ -718,6 +718,8 @@ pub fn train_compare_rows(
         step: u32,
         times: Vec<f64>,
         cpu: Vec<f64>,
+        // Loss and gradient norm of every step, as bits.
+        losses: Vec<[u32; 2]>,
     }
     let mut rng = Rng::new(7);
     let n = batch * seq;
@@ -733,8 +735,9 @@ pub fn train_compare_rows(
         let opt = bench_opt(&model, &prog, p)?;
         prog.set_batch(&model, &x, &y)?;
         // Warm-up (pipelines, autotune).
-        model.train_step(&prog, &opt)?;
-        sides.push(Side { model, prog, opt, step: 2, times: Vec::new(), cpu: Vec::new() });
+        let (l, g) = model.train_step(&prog, &opt)?;
+        let losses = vec![[l.to_bits(), g.to_bits()]];
+        sides.push(Side { model, prog, opt, step: 2, times: Vec::new(), cpu: Vec::new(), losses });
     }
     let (mut ratios, mut cpu_ratios) = (Vec::new(), Vec::new());
     for _ in 0..blocks.max(1) {
@@ -742,7 +745,8 @@ pub fn train_compare_rows(
         for (k, who) in [0, 1, 1, 0].into_iter().enumerate() {
             let s = &mut sides[who];
             let o = crate::kernels::adamw::AdamWConfig { step: s.step, ..s.opt };
-            let (_, wall, cpu) = timed(|| s.model.train_step(&s.prog, &o))?;
+            let ((l, g), wall, cpu) = timed(|| s.model.train_step(&s.prog, &o))?;
+            s.losses.push([l.to_bits(), g.to_bits()]);
             block[k] = wall;
             if let Some(c) = cpu {
                 cpu_block[k] = c;
@@ -772,6 +776,11 @@ pub fn train_compare_rows(
     emit(Row(json!({
         "bench": "train_compare", "variant": cfg.variant.name(), "against": against.variant.name(),
         "against_forms": against_gpu.map(|(_, spec)| spec),
+        // Where both sides train the same model in the same numerics (only the forms differ):
+        // whether every step's loss and gradient norm came out the same bits on both (forms that
+        // promise the same bits, checked on the device that ran them); else null.
+        "losses_identical": (cfg == against && !state_f16 && precision == f32)
+            .then(|| sides[0].losses == sides[1].losses),
         "precision": precision.name(),
         "d": cfg.d_model, "layers": cfg.n_layers, "batch": batch, "seq": seq, "blocks": ratios.len(),
         "best_step_ms": tb[0], "against_best_step_ms": ta[0],

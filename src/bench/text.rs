@@ -155,7 +155,7 @@ impl Row {
             Some("train_compare") => writeln!(
                 out,
                 "{} vs {}{} d={} L={} B={} T={}, {} blocks (A B B A): step ratio {:.3} median of blocks ({}range {:.3}–{:.3}), \
-                 {:.3} best to best ({:.1} vs {:.1} ms; medians {:.1} vs {:.1} ms){}",
+                 {:.3} best to best ({:.1} vs {:.1} ms; medians {:.1} vs {:.1} ms){}{}",
                 v["variant"].as_str().unwrap_or(""),
                 v["against"].as_str().unwrap_or(""),
                 v["against_forms"].as_str().map(|f| format!(" with {f}")).unwrap_or_default(),
@@ -183,6 +183,11 @@ impl Row {
                         v["against_cpu_median_step_ms"].as_f64().unwrap_or(f64::NAN)
                     ),
                     _ => String::new(),
+                },
+                match v["losses_identical"].as_bool() {
+                    Some(true) => "; every step's loss and gradient norm the same bits on both sides".to_string(),
+                    Some(false) => "; the two sides' losses differ (these forms do not give the same bits)".to_string(),
+                    None => String::new(),
                 },
             ),
             Some("train") => {
