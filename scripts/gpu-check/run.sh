@@ -374,6 +374,7 @@ stage_bench() {
       "bench-train-small-ddl|40|bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5 --dispatches --json"
       "bench-train-small-ddl-vs-baseline|60|bench train --preset small-124m --variant ddl --against baseline --batch 8 --seq 1024 --steps 6 --json"
       "bench-train-small-checks|60|DDL_FORMS=shader_checks=0 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms shader_checks=1 --steps 6 --json"
+      "bench-train-small-split512|60|DDL_FORMS=split_k_tiles=512 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms split_k_tiles=256 --steps 6 --json"
       "bench-train-small-ddl-seg32|45|DDL_FORMS=delta_seg=32 bench train --preset small-124m --variant ddl --against baseline --batch 8 --seq 1024 --steps 6 --json"
       "bench-train-small-f16-vs-f32|60|bench train --preset small-124m --variant baseline --precision f16 --against baseline --batch 8 --seq 1024 --steps 6 --no-autotune --json"
       "bench-train-small-f16-coop|60|DDL_FORMS=matmul_coop=1 bench train --preset small-124m --variant baseline --precision f16 --against baseline --batch 8 --seq 1024 --steps 6 --no-autotune --json"
