@@ -10,8 +10,7 @@
 // of the array `Qc`) to C; the including shader defines QF, Qc, SG and `c`.
 
 // The next slice's quads of this invocation, in flight while the current one is multiplied, held
-// as f16 (they are f16 values: the conversion is exact; half the registers of f32, which decide
-// how many workgroups an SM holds).
+// as f16 (half the registers of f32, which decide how many workgroups an SM holds).
 var<private> qra: array<vec4<f16>, QPT>;
 var<private> qrb: array<vec4<f16>, QPT>;
 
@@ -22,8 +21,8 @@ struct QTile { row0: u32, col0: u32, a_base: u32, b_base: u32, live: bool, li: u
 // Issues this invocation's loads of the slice at K offset k0 into `qra`/`qrb`.
 fn stage_load(k0: u32, t: QTile) {
     for (var i = 0u; i < QPT; i++) {
-        qra[i] = vec4<f16>(a_quad(t.li + i * QNT, k0, t.row0, t.a_base, t.live));
-        qrb[i] = vec4<f16>(b_quad(t.li + i * QNT, k0, t.col0, t.b_base, t.live));
+        qra[i] = a_quad(t.li + i * QNT, k0, t.row0, t.a_base, t.live);
+        qrb[i] = b_quad(t.li + i * QNT, k0, t.col0, t.b_base, t.live);
     }
 }
 
@@ -43,20 +42,22 @@ fn stage_step(k0: u32, t: QTile) {
 }
 
 // Quad `v` (0 ≤ v < QBM·QBK/4) of A's slice at K offset k0: four consecutive elements along A's
-// unit stride (along K when a_cs = 1, else along M), zeros past the edges.
-fn a_quad(v: u32, k0: u32, row0: u32, base: u32, live: bool) -> vec4<f32> {
+// unit stride (along K when a_cs = 1, else along M), zeros past the edges, as f16 (`lda_h`: an
+// f32-stored operand converted by the hardware, which rounds to nearest even where the kernels'
+// self-test passes — the integer rounding of `lda` cost a dozen instructions per element here).
+fn a_quad(v: u32, k0: u32, row0: u32, base: u32, live: bool) -> vec4<f16> {
     let p = params;
-    var out = vec4<f32>(0.0);
+    var out = vec4<f16>(0.0);
     if (p.a_cs == 1u) {
         let gi = row0 + v / (QBK / 4u);
         let gk = k0 + (v % (QBK / 4u)) * 4u;
         let o = base + gi * p.a_rs + gk;
         if (live && gi < p.m) {
             if ((p.vec4s & 1u) != 0u && gk + 3u < p.k) {
-                out = lda4(o / 4u);
+                out = lda4_h(o / 4u);
             } else {
                 for (var j = 0u; j < 4u; j++) {
-                    if (gk + j < p.k) { out[j] = lda(o + j); }
+                    if (gk + j < p.k) { out[j] = lda_h(o + j); }
                 }
             }
         }
@@ -66,10 +67,10 @@ fn a_quad(v: u32, k0: u32, row0: u32, base: u32, live: bool) -> vec4<f32> {
         let o = base + gi * p.a_rs + gk * p.a_cs;
         if (live && gk < p.k) {
             if ((p.vec4s & 2u) != 0u && gi + 3u < p.m) {
-                out = lda4(o / 4u);
+                out = lda4_h(o / 4u);
             } else {
                 for (var j = 0u; j < 4u; j++) {
-                    if (gi + j < p.m) { out[j] = lda(o + j * p.a_rs); }
+                    if (gi + j < p.m) { out[j] = lda_h(o + j * p.a_rs); }
                 }
             }
         }
@@ -78,19 +79,19 @@ fn a_quad(v: u32, k0: u32, row0: u32, base: u32, live: bool) -> vec4<f32> {
 }
 
 // Quad `v` of B's slice: along N when b_cs = 1, else along K.
-fn b_quad(v: u32, k0: u32, col0: u32, base: u32, live: bool) -> vec4<f32> {
+fn b_quad(v: u32, k0: u32, col0: u32, base: u32, live: bool) -> vec4<f16> {
     let p = params;
-    var out = vec4<f32>(0.0);
+    var out = vec4<f16>(0.0);
     if (p.b_cs == 1u) {
         let gk = k0 + v / (QBN / 4u);
         let gj = col0 + (v % (QBN / 4u)) * 4u;
         let o = base + gk * p.b_rs + gj;
         if (live && gk < p.k) {
             if ((p.vec4s & 4u) != 0u && gj + 3u < p.n) {
-                out = ldb4(o / 4u);
+                out = ldb4_h(o / 4u);
             } else {
                 for (var j = 0u; j < 4u; j++) {
-                    if (gj + j < p.n) { out[j] = ldb(o + j); }
+                    if (gj + j < p.n) { out[j] = ldb_h(o + j); }
                 }
             }
         }
@@ -100,10 +101,10 @@ fn b_quad(v: u32, k0: u32, col0: u32, base: u32, live: bool) -> vec4<f32> {
         let o = base + gk * p.b_rs + gj * p.b_cs;
         if (live && gj < p.n) {
             if ((p.vec4s & 8u) != 0u && gk + 3u < p.k) {
-                out = ldb4(o / 4u);
+                out = ldb4_h(o / 4u);
             } else {
                 for (var j = 0u; j < 4u; j++) {
-                    if (gk + j < p.k) { out[j] = ldb(o + j * p.b_rs); }
+                    if (gk + j < p.k) { out[j] = ldb_h(o + j * p.b_rs); }
                 }
             }
         }

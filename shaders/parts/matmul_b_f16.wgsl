@@ -4,3 +4,6 @@ enable f16;
 @group(0) @binding(5) var<storage, read> b4: array<vec4<f16>>;
 fn ldb(i: u32) -> f32 { return f32(b[i]); }
 fn ldb4(q: u32) -> vec4<f32> { return vec4<f32>(b4[q]); }
+// For staging into f16 storage: the stored values.
+fn ldb_h(i: u32) -> f16 { return b[i]; }
+fn ldb4_h(q: u32) -> vec4<f16> { return b4[q]; }

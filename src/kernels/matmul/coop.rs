@@ -369,12 +369,25 @@ pub fn self_test(gpu: &Gpu) -> std::result::Result<(), String> {
 
 /// [`VARIANT128`]'s self-test (after [`self_test`] passed): the same small product, and larger
 /// ones with whole tiles, ragged edges, a K tail, vec4 and scalar staging of both operands in
-/// each of its layouts (A along K or M, B along N or K), f16 storage and a batch.
+/// each of its layouts (A along K or M, B along N or K), f16 storage and a batch; then one with
+/// operands past f16's range ([`overflow_case`]). Its staging converts f32-stored operands to
+/// f16 with the hardware's conversion, which WGSL lets round either way: this test, against the
+/// tiled kernel's rounding to nearest even, is what holds it to that (a conversion rounding
+/// towards zero differs by ≈ 8e-4, relative L2, on its products).
 pub fn self_test_wide(gpu: &Gpu) -> std::result::Result<(), String> {
     for mm in wide_cases() {
         self_test_variant(gpu, VARIANT128, mm).map_err(|e| format!("{VARIANT128} {}x{}x{}: {e}", mm.m, mm.n, mm.k))?;
     }
-    Ok(())
+    let mm = overflow_case();
+    self_test_spiked(gpu, VARIANT128, mm, true)
+        .map_err(|e| format!("{VARIANT128} {}x{}x{} with operands past f16's range: {e}", mm.m, mm.n, mm.k))
+}
+
+/// A product whose f32-stored operands hold values past f16's range: the staging's conversion
+/// must make them ±inf as the tiled kernel's rounding does (dynamic loss scaling finds overflow
+/// by the infinities and NaNs it leaves in the gradients).
+fn overflow_case() -> Matmul {
+    Matmul::nt(136, 130, 70).elems(MatmulElem::R16, MatmulElem::R16)
 }
 
 fn wide_cases() -> [Matmul; 5] {
@@ -394,29 +407,78 @@ fn self_test_8(gpu: &Gpu) -> std::result::Result<(), String> {
     for mm in wide_cases() {
         self_test_variant(gpu, VARIANT8, mm).map_err(|e| format!("{VARIANT8} {}x{}x{}: {e}", mm.m, mm.n, mm.k))?;
     }
-    Ok(())
+    let mm = overflow_case();
+    self_test_spiked(gpu, VARIANT8, mm, true)
+        .map_err(|e| format!("{VARIANT8} {}x{}x{} with operands past f16's range: {e}", mm.m, mm.n, mm.k))
 }
 
 fn self_test_variant(gpu: &Gpu, variant: &str, mm: Matmul) -> std::result::Result<(), String> {
-    let run = || -> Result<f64> {
+    self_test_spiked(gpu, variant, mm, false)
+}
+
+/// [`self_test_variant`], with `spikes`: a few operand values past f16's range (±1e6 in A, 7e4
+/// in B), and the outputs compared as classes first (finite, +inf, −inf, NaN: a sum holding
+/// infinities of both signs is NaN in any order, so the classes do not depend on the order of
+/// accumulation), then the finite ones by relative L2.
+fn self_test_spiked(gpu: &Gpu, variant: &str, mm: Matmul, spikes: bool) -> std::result::Result<(), String> {
+    let run = || -> Result<(Vec<f32>, Vec<f32>)> {
         let [ea, eb, ec] = mm.extents();
         let mut rng = crate::testing::Rng::new(0xc00b);
-        let a = operand(gpu, "coop.a", &rng.uniform(ea, -1.0, 1.0), mm.a_elem)?;
-        let b = operand(gpu, "coop.b", &rng.uniform(eb, -1.0, 1.0), mm.b_elem)?;
+        let (mut av, mut bv) = (rng.uniform(ea, -1.0, 1.0), rng.uniform(eb, -1.0, 1.0));
+        if spikes {
+            for (n, i) in [5, ea / 2 + 1, ea - 3].into_iter().enumerate() {
+                av[i] = if n % 2 == 0 { 1e6 } else { -1e6 };
+            }
+            bv[17] = 7e4;
+        }
+        let a = operand(gpu, "coop.a", &av, mm.a_elem)?;
+        let b = operand(gpu, "coop.b", &bv, mm.b_elem)?;
         let c0 = rng.uniform(ec, -1.0, 1.0);
         let (c1, c2) = (Tensor::from_f32(gpu, "coop.c1", &[ec], &c0)?, Tensor::from_f32(gpu, "coop.c2", &[ec], &c0)?);
         let d1 = bind_checked(&mm, gpu, variant, a.view(), b.view(), c1.view(), false)?;
         let d2 = mm.bind_variant(gpu, heuristic(gpu, &mm), a.view(), b.view(), c2.view())?;
         gpu.run(&[&d1, &d2])?;
-        let (x, y) = (c1.read_f32(gpu)?, c2.read_f32(gpu)?);
-        let num: f64 = x.iter().zip(&y).map(|(p, q)| (*p as f64 - *q as f64).powi(2)).sum();
-        let den: f64 = y.iter().map(|q| (*q as f64).powi(2)).sum();
-        Ok(if x.iter().all(|v| v.is_finite()) { (num / den).sqrt() } else { f64::INFINITY })
+        Ok((c1.read_f32(gpu)?, c2.read_f32(gpu)?))
     };
     match run() {
-        Ok(e) if e <= 1e-4 => Ok(()),
-        Ok(e) => Err(format!("the self-test product differs from the f16 tiled kernel by {e:.2e} (relative L2)")),
+        Ok((x, y)) => compare_to_tiled(&x, &y, spikes),
         Err(e) => Err(format!("the self-test product failed: {e}")),
+    }
+}
+
+/// The self-test's verdict on a cooperative-matrix product `x` against the tiled kernel's `y`:
+/// the same class (finite, +inf, −inf, NaN) everywhere, then relative L2 ≤ 1e-4 over the finite
+/// outputs (f32 accumulation in another order; one f16 rounding more or less on the operands
+/// shows as 2e-4–8e-4). The reference must have non-finite outputs exactly when `spikes`.
+fn compare_to_tiled(x: &[f32], y: &[f32], spikes: bool) -> std::result::Result<(), String> {
+    let class = |v: f32| {
+        if v.is_nan() {
+            3
+        } else if v.is_infinite() {
+            1 + (v < 0.0) as u8
+        } else {
+            0
+        }
+    };
+    let odd = x.iter().zip(y).filter(|(p, q)| class(**p) != class(**q)).count();
+    if odd > 0 || x.len() != y.len() {
+        return Err(format!(
+            "the self-test product's infinities and NaNs are not where the f16 tiled kernel's are ({odd} of {} outputs)",
+            y.len()
+        ));
+    }
+    let infinities = y.iter().filter(|q| !q.is_finite()).count();
+    if spikes != (infinities > 0) {
+        return Err(format!(
+            "the self-test's reference has {infinities} non-finite outputs (operands past f16's range: {spikes})"
+        ));
+    }
+    let finite = || x.iter().zip(y).filter(|(_, q)| q.is_finite());
+    let num: f64 = finite().map(|(p, q)| (*p as f64 - *q as f64).powi(2)).sum();
+    let den: f64 = finite().map(|(_, q)| (*q as f64).powi(2)).sum();
+    match (num / den).sqrt() {
+        e if e <= 1e-4 => Ok(()),
+        e => Err(format!("the self-test product differs from the f16 tiled kernel by {e:.2e} (relative L2)")),
     }
 }
 
@@ -431,4 +493,29 @@ fn operand(gpu: &Gpu, label: &str, v: &[f32], elem: MatmulElem) -> Result<Tensor
     let ds = crate::kernels::elementwise::pack_f16(gpu, x.view(), y.view(), v.len())?;
     gpu.run(&ds.iter().collect::<Vec<_>>())?;
     Ok(y)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compare_to_tiled;
+
+    #[test]
+    fn the_self_test_compares_infinities_and_nans_by_place_and_the_rest_by_relative_l2() {
+        let (inf, nan) = (f32::INFINITY, f32::NAN);
+        let y = [1.0, -2.0, inf, -inf, nan, 3.0];
+        // The same classes, finite values within f32 accumulation differences.
+        assert!(compare_to_tiled(&[1.0, -2.00001, inf, -inf, nan, 3.0], &y, true).is_ok());
+        // An infinity of the other sign, a NaN for an infinity, an infinity for a finite value.
+        for x in [[1.0, -2.0, -inf, -inf, nan, 3.0], [1.0, -2.0, inf, nan, nan, 3.0], [1.0, inf, inf, -inf, nan, 3.0]] {
+            let e = compare_to_tiled(&x, &y, true).unwrap_err();
+            assert!(e.contains("not where") && e.contains("1 of 6"), "{e}");
+        }
+        // One f16 rounding on the finite outputs (2^-11 relative) is too much.
+        let e = compare_to_tiled(&[1.0005, -2.001, inf, -inf, nan, 3.0015], &y, true).unwrap_err();
+        assert!(e.contains("relative L2"), "{e}");
+        // Spikes must give the reference infinities; no spikes must not.
+        assert!(compare_to_tiled(&[1.0, 2.0], &[1.0, 2.0], true).unwrap_err().contains("0 non-finite"));
+        assert!(compare_to_tiled(&[1.0, inf], &[1.0, inf], false).unwrap_err().contains("1 non-finite"));
+        assert!(compare_to_tiled(&[1.0, 2.0], &[1.0, 2.0], false).is_ok());
+    }
 }
