@@ -140,6 +140,12 @@ pub(crate) enum Cmd {
         /// List the runs and their parameter counts, train nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Runs to train at once, each on its own device (another instance of the same adapter):
+        /// for a machine one run leaves partly idle (a small model on a GPU, a CPU adapter's
+        /// cores between dispatches). Each run's numbers are the same bits as one at a time; the
+        /// runs' step lines are left out (each run's metrics.jsonl has them).
+        #[arg(long, value_parser = positive, default_value_t = 1)]
+        jobs: usize,
     },
     /// Validation loss and perplexity of a checkpoint.
     Eval {

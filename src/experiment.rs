@@ -245,6 +245,12 @@ pub struct ExperimentOptions {
     /// Measure the speed section again (see [`measure_speed`]), even where it was measured.
     pub speed: bool,
     pub quiet: bool,
+    /// More devices (other instances of the same adapter): with k of them, up to k + 1 runs
+    /// train at once, each on its own device (`ddl experiment --jobs`), for a machine one run
+    /// leaves partly idle (a small model on a GPU, a CPU adapter's cores between dispatches).
+    /// Each run's numbers are the same bits as one at a time. Their step lines are then left
+    /// out of the output (each run's `metrics.jsonl` has them).
+    pub more_devices: Vec<Arc<Gpu>>,
 }
 
 /// The file of the report's speed section in the experiment's folder.
@@ -402,60 +408,63 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
     checkpoint::write_atomic(&spec_path, spec_text.as_bytes()).map_err(io(&spec_path))?;
     let variants = spec.variant_list().map_err(|m| ExperimentError::Spec { path: spec_path.clone(), msg: m })?;
     let total: usize = variants.iter().map(|&v| spec.seeds_of(v).len()).sum();
-    let mut i = 0;
     if !opts.report_only {
         // Seed-major: after the first seed every variant has one run to compare.
+        let mut pending = std::collections::VecDeque::new();
+        let mut i = 0;
         for seed in spec.all_seeds() {
             for &v in variants.iter().filter(|&&v| spec.seeds_of(v).contains(&seed)) {
                 i += 1;
                 let name = run_name(v, seed);
-                let dir = out.join("runs").join(&name);
-                if result_of(&dir, spec.steps).is_some() {
+                if result_of(&out.join("runs").join(&name), spec.steps).is_some() {
                     if !opts.quiet {
                         eprintln!("[{i}/{total}] {name}: finished earlier, not re-run");
                     }
                     continue;
                 }
-                let run_cfg =
-                    spec.run_config(v, seed).map_err(|msg| ExperimentError::Run { run: name.clone(), msg })?;
-                let resume = dir.join(checkpoint::OPTIM_FILE).exists();
-                if !opts.quiet {
-                    eprintln!(
-                        "[{i}/{total}] {name}: {} {} steps -> {}",
-                        if resume { "resuming," } else { "training" },
-                        spec.steps,
-                        dir.display()
-                    );
-                }
-                let summary = crate::train::train(
-                    gpu.clone(),
-                    TrainOptions {
-                        run: run_cfg.clone(),
-                        steps: spec.steps,
-                        out: dir.clone(),
-                        resume,
-                        // A run stopped before its first checkpoint starts again.
-                        overwrite: !resume,
-                        quiet: opts.quiet,
-                    },
-                )
-                .map_err(|source| ExperimentError::Train { run: name.clone(), source })?;
-                if summary.interrupted {
-                    eprintln!("interrupted during {name}: its checkpoint is saved; run the same command to continue");
-                    return Ok(None);
-                }
-                let result = finish_run(&gpu, &dir, v, seed, spec)
-                    .map_err(|msg| ExperimentError::Run { run: name.clone(), msg })?;
-                let path = dir.join("result.json");
-                let text = serde_json::to_string_pretty(&result).map_err(|e| ExperimentError::Report(e.to_string()))?;
-                checkpoint::write_atomic(&path, text.as_bytes()).map_err(io(&path))?;
-                if !opts.quiet {
-                    eprintln!(
-                        "[{i}/{total}] {name}: val loss {:.4}, train loss {:.4}, {:.0} tok/s",
-                        result.final_val_loss, result.final_train_loss, result.tok_per_s
-                    );
+                pending.push_back((i, v, seed));
+            }
+        }
+        let devices: Vec<&Arc<Gpu>> = std::iter::once(&gpu).chain(&opts.more_devices).collect();
+        let jobs = devices.len().min(pending.len()).max(1);
+        let queue = std::sync::Mutex::new(pending);
+        let failed = std::sync::Mutex::new(None::<ExperimentError>);
+        let interrupted = std::sync::atomic::AtomicBool::new(false);
+        // One worker per device: the next unfinished run of the queue, until it is empty, a run
+        // fails (the others finish theirs) or training is interrupted.
+        let worker = |g: &Arc<Gpu>| {
+            use std::sync::atomic::Ordering::SeqCst;
+            while failed.lock().unwrap().is_none() && !interrupted.load(SeqCst) {
+                let Some((i, v, seed)) = queue.lock().unwrap().pop_front() else { break };
+                match train_run(g, spec, opts, (i, total), v, seed, jobs > 1) {
+                    Ok(true) => {}
+                    Ok(false) => interrupted.store(true, SeqCst),
+                    Err(e) => {
+                        failed.lock().unwrap().get_or_insert(e);
+                    }
                 }
             }
+        };
+        if jobs == 1 {
+            worker(&gpu);
+        } else {
+            std::thread::scope(|sc| {
+                for g in devices.iter().take(jobs) {
+                    // Training's stack, as the main thread's (a spawned thread gets 2 MiB).
+                    std::thread::Builder::new()
+                        .name(format!("experiment-job-{}", g.info.name))
+                        .stack_size(64 << 20)
+                        .spawn_scoped(sc, || worker(g))
+                        .expect("starting an experiment job's thread");
+                }
+            });
+        }
+        if let Some(e) = failed.into_inner().unwrap() {
+            return Err(e);
+        }
+        if interrupted.into_inner() {
+            eprintln!("interrupted: the runs in progress saved their checkpoints; run the same command to continue");
+            return Ok(None);
         }
     }
     let mut results = Vec::new();
@@ -492,6 +501,66 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
     }
     let report = write_report(out, spec, &variants, &results, &missing)?;
     Ok(Some(report))
+}
+
+/// Trains run `v`, `seed` of the grid (the `at`-th of its runs, of `of`) on `gpu` (resuming its
+/// checkpoint where there is one), then writes its `result.json`. `Ok(false)` when training was
+/// interrupted (the checkpoint is saved). With `parallel`, training prints no step lines (other
+/// runs are training beside it) and the run's lines name it.
+fn train_run(
+    gpu: &Arc<Gpu>,
+    spec: &ExperimentSpec,
+    opts: &ExperimentOptions,
+    (at, of): (usize, usize),
+    v: Variant,
+    seed: u64,
+    parallel: bool,
+) -> Result<bool, ExperimentError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ExperimentError::Io { path, source }
+    };
+    let name = run_name(v, seed);
+    let dir = opts.out.join("runs").join(&name);
+    let run_cfg = spec.run_config(v, seed).map_err(|msg| ExperimentError::Run { run: name.clone(), msg })?;
+    let resume = dir.join(checkpoint::OPTIM_FILE).exists();
+    if !opts.quiet {
+        eprintln!(
+            "[{at}/{of}] {name}: {} {} steps -> {}{}",
+            if resume { "resuming," } else { "training" },
+            spec.steps,
+            dir.display(),
+            if parallel { " (beside other runs: its step lines are in its metrics.jsonl)" } else { "" }
+        );
+    }
+    let summary = crate::train::train(
+        gpu.clone(),
+        TrainOptions {
+            run: run_cfg,
+            steps: spec.steps,
+            out: dir.clone(),
+            resume,
+            // A run stopped before its first checkpoint starts again.
+            overwrite: !resume,
+            quiet: opts.quiet || parallel,
+        },
+    )
+    .map_err(|source| ExperimentError::Train { run: name.clone(), source })?;
+    if summary.interrupted {
+        eprintln!("interrupted during {name}: its checkpoint is saved; run the same command to continue");
+        return Ok(false);
+    }
+    let result = finish_run(gpu, &dir, v, seed, spec).map_err(|msg| ExperimentError::Run { run: name.clone(), msg })?;
+    let path = dir.join("result.json");
+    let text = serde_json::to_string_pretty(&result).map_err(|e| ExperimentError::Report(e.to_string()))?;
+    checkpoint::write_atomic(&path, text.as_bytes()).map_err(io(&path))?;
+    if !opts.quiet {
+        eprintln!(
+            "[{at}/{of}] {name}: val loss {:.4}, train loss {:.4}, {:.0} tok/s",
+            result.final_val_loss, result.final_train_loss, result.tok_per_s
+        );
+    }
+    Ok(true)
 }
 
 /// The result of a finished run, if `dir` holds one for `steps` steps.

@@ -51,8 +51,8 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Golden { files, quiet, f16_state, precision } => golden(&cli.device, &files, quiet, f16_state, precision),
         Cmd::Train(a) => train(&cli.device, a),
         Cmd::Eval { checkpoint, batches } => eval(&cli.device, &checkpoint, batches),
-        Cmd::Experiment { spec, out, report_only, speed, dry_run } => {
-            experiment(&cli.device, &spec, &out, report_only, speed, dry_run)
+        Cmd::Experiment { spec, out, report_only, speed, dry_run, jobs } => {
+            experiment(&cli.device, &spec, &out, report_only, speed, dry_run, jobs)
         }
         Cmd::Generate {
             checkpoint,
@@ -302,6 +302,7 @@ fn train_mpi(
         .map_err(anyhow::Error::msg)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn experiment(
     dev: &DeviceArgs,
     spec_path: &std::path::Path,
@@ -309,6 +310,7 @@ fn experiment(
     report_only: bool,
     speed: bool,
     dry_run: bool,
+    jobs: usize,
 ) -> Result<()> {
     use ddl::experiment::{ExperimentOptions, ExperimentSpec, run_name};
     let spec = ExperimentSpec::load(spec_path)?;
@@ -339,7 +341,18 @@ fn experiment(
     let gpu = dev.open().context("opening the GPU")?;
     ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
     eprintln!("experiment {} on {} ({:?}) -> {}", spec_path.display(), gpu.info.name, gpu.info.backend, out.display());
-    let opts = ExperimentOptions { out: out.to_path_buf(), report_only, speed, quiet: false };
+    // `--jobs N`: N − 1 more devices of the same adapter, one run on each.
+    let more_devices = if report_only {
+        Vec::new()
+    } else {
+        (1..jobs)
+            .map(|j| dev.open().with_context(|| format!("opening device {} of --jobs {jobs}", j + 1)))
+            .collect::<Result<Vec<_>>>()?
+    };
+    if jobs > 1 && !report_only {
+        eprintln!("--jobs {jobs}: up to {jobs} runs at once, each on its own device of {}", gpu.info.name);
+    }
+    let opts = ExperimentOptions { out: out.to_path_buf(), report_only, speed, quiet: false, more_devices };
     match ddl::experiment::run(gpu, &spec, &opts)? {
         Some(report) => {
             println!("{}", std::fs::read_to_string(&report).unwrap_or_default());

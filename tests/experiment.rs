@@ -280,3 +280,33 @@ fn extra_seeds_give_some_variants_more_runs() {
     let r = ddl(&dir, &["experiment", "--spec", s.to_str().unwrap(), "--out", out.to_str().unwrap(), "--dry-run"]);
     assert!(!r.status.success() && text(&r).contains("seed 2 of 'ddl' is already in seeds"), "{}", text(&r));
 }
+
+/// `--jobs 2`: two runs train at once, each on its own device, and every run's numbers (losses,
+/// validation curve, β regimes) are the same bits as when the grid trains one run at a time.
+#[test]
+fn jobs_train_runs_at_once_to_the_same_numbers() {
+    let dir = tmpdir("experiment-jobs");
+    let s = spec(&dir, 4);
+    let s = s.to_str().unwrap();
+    let (one, two) = (dir.join("one"), dir.join("two"));
+    let r = ddl(&dir, &["experiment", "--spec", s, "--out", one.to_str().unwrap()]);
+    assert!(r.status.success(), "{}", text(&r));
+    let r = ddl(&dir, &["experiment", "--spec", s, "--out", two.to_str().unwrap(), "--jobs", "2"]);
+    let t = text(&r);
+    assert!(r.status.success(), "{t}");
+    assert!(t.contains("--jobs 2: up to 2 runs at once") && t.contains("beside other runs"), "{t}");
+    assert!(two.join("report.md").is_file(), "{t}");
+    for run in ["baseline-seed1", "baseline-seed2", "ddl-seed1", "ddl-seed2"] {
+        let res = |out: &Path| -> serde_json::Value {
+            serde_json::from_str(&std::fs::read_to_string(out.join("runs").join(run).join("result.json")).unwrap())
+                .unwrap()
+        };
+        let (a, b) = (res(&one), res(&two));
+        for key in ["final_val_loss", "final_train_loss", "val_curve", "regimes", "beta_mean", "val_tokens"] {
+            assert_eq!(a[key], b[key], "{run}: {key}");
+        }
+    }
+    // A bad count is a clear error.
+    let r = ddl(&dir, &["experiment", "--spec", s, "--out", two.to_str().unwrap(), "--jobs", "0"]);
+    assert!(!r.status.success() && text(&r).contains("--jobs"), "{}", text(&r));
+}

@@ -489,15 +489,18 @@ compare_torch() {
 # runs of an earlier call, carried) resumes them. Its finished runs (result.json and config.toml
 # each, as `scripts/experiment-runs.sh save` keeps them), the report, its plots and speed.jsonl
 # come back as $OUT/grid.tar.gz (grid-runs/), rewritten when the stage ends, also when its time
-# runs out (the run in progress is then lost: it starts again on the next call).
+# runs out (the runs in progress are then lost: they start again on the next call). The runs train
+# GRID_JOBS at a time (`--jobs`, each on its own device: a micro model leaves a GPU mostly idle),
+# default 8 on the card, 1 with --local.
 stage_experiment() {
-  local t0=$(date +%s) g="$WORK/grid" keep="$WORK/grid-runs" rc secs n
+  local t0=$(date +%s) g="$WORK/grid" keep="$WORK/grid-runs" rc secs n jobs
+  jobs="${GRID_JOBS:-$([ $LOCAL = 1 ] && echo 1 || echo 8)}"
   if [ -n "${GRID_RUNS:-}" ]; then
     bash "$ROOT/scripts/experiment-runs.sh" restore "$GRID_RUNS" "$g" > "$RAW/experiment.log" 2>&1
   fi
   secs=$(left)
-  log "experiment (timeout ${secs}s): ddl experiment --spec $SPEC --out $g --no-autotune"
-  (cd "$ROOT" && timeout -k 5 "$secs" "$DDL" experiment --spec "$SPEC" --out "$g" --no-autotune) >> "$RAW/experiment.log" 2>&1
+  log "experiment (timeout ${secs}s): ddl experiment --spec $SPEC --out $g --no-autotune --jobs $jobs"
+  (cd "$ROOT" && timeout -k 5 "$secs" "$DDL" experiment --spec "$SPEC" --out "$g" --no-autotune --jobs "$jobs") >> "$RAW/experiment.log" 2>&1
   rc=$?
   mkdir -p "$keep"
   [ -d "$g/runs" ] && bash "$ROOT/scripts/experiment-runs.sh" save "$g" "$keep" >> "$RAW/experiment.log" 2>&1
