@@ -449,13 +449,21 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
             worker(&gpu);
         } else {
             std::thread::scope(|sc| {
-                for g in devices.iter().take(jobs) {
+                for (j, g) in devices.iter().take(jobs).enumerate() {
                     // Training's stack, as the main thread's (a spawned thread gets 2 MiB).
-                    std::thread::Builder::new()
-                        .name(format!("experiment-job-{}", g.info.name))
+                    let started = std::thread::Builder::new()
+                        .name(format!("experiment-job-{j}"))
                         .stack_size(64 << 20)
-                        .spawn_scoped(sc, || worker(g))
-                        .expect("starting an experiment job's thread");
+                        .spawn_scoped(sc, || worker(g));
+                    if let Err(e) = started {
+                        // The jobs already started go on; no new run starts.
+                        failed.lock().unwrap().get_or_insert(ExperimentError::Report(format!(
+                            "--jobs {}: could not start job {} ({e}); try fewer jobs",
+                            devices.len(),
+                            j + 1
+                        )));
+                        break;
+                    }
                 }
             });
         }
@@ -463,7 +471,11 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
             return Err(e);
         }
         if interrupted.into_inner() {
-            eprintln!("interrupted: the runs in progress saved their checkpoints; run the same command to continue");
+            if jobs > 1 {
+                eprintln!(
+                    "interrupted: the runs in progress saved their checkpoints; run the same command to continue"
+                );
+            }
             return Ok(None);
         }
     }
