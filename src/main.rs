@@ -630,8 +630,6 @@ fn info_model(
     Ok(())
 }
 
-/// The shapes of `preset` at `batch` × `seq` tokens (the preset's own by default) for
-/// `ddl bench matmul --preset` and `ddl bench kernels`.
 /// `--against-forms SPEC`: another handle to the device with `SPEC` (`DDL_FORMS` syntax) applied
 /// over its forms.
 fn forms_handle(gpu: &std::sync::Arc<ddl::gpu::Gpu>, spec: &str) -> Result<std::sync::Arc<ddl::gpu::Gpu>> {
@@ -640,6 +638,8 @@ fn forms_handle(gpu: &std::sync::Arc<ddl::gpu::Gpu>, spec: &str) -> Result<std::
     Ok(gpu.with_forms(|x| *x = f))
 }
 
+/// The shapes of `preset` at `batch` × `seq` tokens (the preset's own by default) for
+/// `ddl bench matmul --preset` and `ddl bench kernels`.
 fn bench_shape(preset: &str, batch: Option<usize>, seq: Option<usize>) -> Result<ddl::bench::BenchShape> {
     let t = ddl::train::TrainConfig::preset(preset);
     let (b, s) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));

@@ -355,14 +355,19 @@ pub fn matmul_rows_against(
     Ok(())
 }
 
-/// What [`ab_blocks`] measured: each side's median time, the median of the blocks' ratios
-/// (B over A) and its distribution-free 95 % interval ([`median_ci95`]; `None` under 6 blocks).
+/// What [`ab_blocks`] measured: each side's median and best time, the median of the blocks'
+/// ratios (B over A) with its distribution-free 95 % interval ([`median_ci95`]; `None` under 6
+/// blocks), and the lowest and highest block ratio.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AbBlocks {
     pub a_median: f64,
     pub b_median: f64,
+    pub a_best: f64,
+    pub b_best: f64,
     pub ratio_median: f64,
     pub ratio_ci95: Option<(f64, f64)>,
+    pub ratio_min: f64,
+    pub ratio_max: f64,
     pub blocks: usize,
 }
 
@@ -389,8 +394,12 @@ pub fn ab_blocks(blocks: usize, mut time: impl FnMut(usize) -> Result<f64>) -> R
     Ok(AbBlocks {
         a_median: median(&a),
         b_median: median(&b),
+        a_best: a[0],
+        b_best: b[0],
         ratio_median: median(&r),
         ratio_ci95: median_ci95(&r),
+        ratio_min: r[0],
+        ratio_max: r[r.len() - 1],
         blocks: r.len(),
     })
 }
@@ -716,8 +725,6 @@ pub fn train_compare_rows(
         prog: crate::model::Program,
         opt: crate::kernels::adamw::AdamWConfig,
         step: u32,
-        times: Vec<f64>,
-        cpu: Vec<f64>,
         // Loss and gradient norm of every step, as bits.
         losses: Vec<[u32; 2]>,
     }
@@ -737,42 +744,26 @@ pub fn train_compare_rows(
         // Warm-up (pipelines, autotune).
         let (l, g) = model.train_step(&prog, &opt)?;
         let losses = vec![[l.to_bits(), g.to_bits()]];
-        sides.push(Side { model, prog, opt, step: 2, times: Vec::new(), cpu: Vec::new(), losses });
+        sides.push(Side { model, prog, opt, step: 2, losses });
     }
-    let (mut ratios, mut cpu_ratios) = (Vec::new(), Vec::new());
-    for _ in 0..blocks.max(1) {
-        let (mut block, mut cpu_block) = ([0.0; 4], [f64::NAN; 4]);
-        for (k, who) in [0, 1, 1, 0].into_iter().enumerate() {
-            let s = &mut sides[who];
-            let o = crate::kernels::adamw::AdamWConfig { step: s.step, ..s.opt };
-            let ((l, g), wall, cpu) = timed(|| s.model.train_step(&s.prog, &o))?;
-            s.losses.push([l.to_bits(), g.to_bits()]);
-            block[k] = wall;
-            if let Some(c) = cpu {
-                cpu_block[k] = c;
-                s.cpu.push(c);
-            }
-            s.times.push(block[k]);
-            s.step += 1;
-        }
-        ratios.push((block[1] + block[2]) / (block[0] + block[3]));
-        let cr = (cpu_block[1] + cpu_block[2]) / (cpu_block[0] + cpu_block[3]);
-        if cr.is_finite() {
-            cpu_ratios.push(cr);
-        }
-    }
-    let sorted = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        v
+    // Process CPU time of every step in the order they ran (all threads), where the platform
+    // measures it; replayed through the same blocks for its ratios.
+    let mut cpu_seq = Vec::new();
+    let wall = ab_blocks(blocks, |who| {
+        let s = &mut sides[who];
+        let o = crate::kernels::adamw::AdamWConfig { step: s.step, ..s.opt };
+        let ((l, g), wall, cpu) = timed(|| s.model.train_step(&s.prog, &o))?;
+        s.losses.push([l.to_bits(), g.to_bits()]);
+        s.step += 1;
+        cpu_seq.extend(cpu);
+        Ok(wall)
+    })?;
+    let cpu = if cpu_seq.len() == 4 * wall.blocks {
+        let mut replay = cpu_seq.into_iter();
+        Some(ab_blocks(wall.blocks, |_| Ok(replay.next().unwrap_or(f64::NAN)))?)
+    } else {
+        None
     };
-    let (ta, tb, r) = (sorted(&sides[0].times), sorted(&sides[1].times), sorted(&ratios));
-    let median =
-        |v: &[f64]| if v.len() % 2 == 1 { v[v.len() / 2] } else { 0.5 * (v[v.len() / 2 - 1] + v[v.len() / 2]) };
-    let ci = median_ci95(&r);
-    // The same in process CPU time (all threads), where the platform measures it: null otherwise.
-    let (ca, cb, cr) = (sorted(&sides[0].cpu), sorted(&sides[1].cpu), sorted(&cpu_ratios));
-    let cpu = !cr.is_empty() && !ca.is_empty() && !cb.is_empty();
     emit(Row(json!({
         "bench": "train_compare", "variant": cfg.variant.name(), "against": against.variant.name(),
         "against_forms": against_gpu.map(|(_, spec)| spec),
@@ -782,14 +773,16 @@ pub fn train_compare_rows(
         "losses_identical": (cfg == against && !state_f16 && precision == f32)
             .then(|| sides[0].losses == sides[1].losses),
         "precision": precision.name(),
-        "d": cfg.d_model, "layers": cfg.n_layers, "batch": batch, "seq": seq, "blocks": ratios.len(),
-        "best_step_ms": tb[0], "against_best_step_ms": ta[0],
-        "median_step_ms": median(&tb), "against_median_step_ms": median(&ta),
-        "ratio_best": tb[0] / ta[0], "ratio_median_block": median(&r),
-        "ratio_min_block": r[0], "ratio_max_block": r[r.len() - 1],
-        "ratio_median_ci95": ci.map(|(lo, hi)| [lo, hi]),
-        "cpu_ratio_median_block": cpu.then(|| median(&cr)), "cpu_ratio_best": cpu.then(|| cb[0] / ca[0]),
-        "cpu_median_step_ms": cpu.then(|| median(&cb)), "against_cpu_median_step_ms": cpu.then(|| median(&ca)),
+        "d": cfg.d_model, "layers": cfg.n_layers, "batch": batch, "seq": seq, "blocks": wall.blocks,
+        "best_step_ms": wall.b_best, "against_best_step_ms": wall.a_best,
+        "median_step_ms": wall.b_median, "against_median_step_ms": wall.a_median,
+        "ratio_best": wall.b_best / wall.a_best, "ratio_median_block": wall.ratio_median,
+        "ratio_min_block": wall.ratio_min, "ratio_max_block": wall.ratio_max,
+        "ratio_median_ci95": wall.ratio_ci95.map(|(lo, hi)| [lo, hi]),
+        "cpu_ratio_median_block": cpu.as_ref().map(|c| c.ratio_median),
+        "cpu_ratio_best": cpu.as_ref().map(|c| c.b_best / c.a_best),
+        "cpu_median_step_ms": cpu.as_ref().map(|c| c.b_median),
+        "against_cpu_median_step_ms": cpu.as_ref().map(|c| c.a_median),
     })));
     Ok(())
 }
