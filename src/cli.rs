@@ -120,7 +120,7 @@ pub(crate) enum Cmd {
     /// Train a model (headless): progress bar, metrics.jsonl, loss.png, checkpoints in --out.
     Train(TrainArgs),
     /// Run a grid of training runs (variants × seeds, shared settings) from a spec file, then
-    /// write report.md, val_loss.png and beta_regimes.png into --out. Resumable: finished runs
+    /// write report.md, val_loss.png, comparisons.png and beta_regimes.png into --out. Resumable: finished runs
     /// are not re-run, an interrupted one continues from its checkpoint.
     Experiment {
         /// The spec (e.g. experiments/shakespeare.toml).

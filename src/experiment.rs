@@ -1,7 +1,8 @@
 //! `ddl experiment`: a grid of training runs (variants × seeds with shared settings), run one
 //! after another and resumable, then a report comparing the variants: `report.md` (a table with
 //! mean ± std over seeds and the paper's numbers beside it), `val_loss.png` (mean curves with a
-//! band per variant) and `beta_regimes.png` (identity / projection / reflection shares of β per
+//! band per variant), `comparisons.png` (each paired difference of the report's family with its
+//! 95 % interval, significant after Holm or not) and `beta_regimes.png` (identity / projection / reflection shares of β per
 //! sublayer on validation text at the end of training).
 //!
 //! Matched comparison: every run of one seed sees the same batches in the same order (the batch
@@ -792,13 +793,15 @@ fn paired(results: &[RunResult], a: Variant, b: Variant) -> Option<stats::Paired
 }
 
 /// The comparisons section: the family, each paired test, Holm's adjustment and the verdicts,
-/// then the paper's ordering in one generated sentence.
-fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> String {
+/// then the paper's ordering in one generated sentence; with the rows of its forest plot
+/// (`comparisons.png`: each tested difference, its interval, significant after Holm or not).
+fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> (String, Vec<plot::Interval>) {
     let family = comparison_family(variants);
     let mut md = String::from("## Comparisons\n\n");
+    let mut rows = Vec::new();
     if family.is_empty() {
         md.push_str("The grid holds no pair of the report's family (it needs the baseline or a k-Map/v-Map pair).\n\n");
-        return md;
+        return (md, rows);
     }
     let tests: Vec<Option<stats::Paired>> = family.iter().map(|&(a, b, _)| paired(results, a, b)).collect();
     let ps: Vec<f64> = tests.iter().map(|t| t.map(|t| t.p).unwrap_or(1.0)).collect();
@@ -832,6 +835,13 @@ fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> String {
                     p_text(*ph).trim_start_matches("= ")
                 ));
                 verdicts.push(((*a, *b), (t.diff.mean, *ph)));
+                rows.push(plot::Interval {
+                    label: format!("{} − {}", a.name(), b.name()),
+                    mean: t.diff.mean,
+                    lo: t.diff.ci.0,
+                    hi: t.diff.ci.1,
+                    significant: *ph < 0.05,
+                });
             }
             None => md.push_str(&format!(
                 "| {} − {} | < 2 | | | | | | too few paired seeds to test |\n",
@@ -864,7 +874,13 @@ fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> String {
             "The paper's ordering (baseline > ddl_v1 > ddl in validation loss; 2.854 > 2.848 > 2.835 at 124M): {sentence}.\n\n"
         ));
     }
-    md
+    if !rows.is_empty() {
+        md.push_str(
+            "Plot: `comparisons.png` (each difference with its 95 % interval; filled red: significant after Holm, \
+             hollow grey: not).\n\n",
+        );
+    }
+    (md, rows)
 }
 
 /// "[1, 2, 3]", with the extra seeds of some variants.
@@ -1049,7 +1065,8 @@ fn write_report(
         ));
     }
     md.push('\n');
-    md.push_str(&comparisons_section(results, variants));
+    let (comparisons, forest) = comparisons_section(results, variants);
+    md.push_str(&comparisons);
     md.push_str(&length_section(spec, results, variants));
     // β regimes.
     let ddl_rows: Vec<(Variant, Vec<[f64; 3]>, Vec<f64>)> = variants
@@ -1116,8 +1133,9 @@ fn write_report(
     }
     let total_s: f64 = results.iter().map(|r| r.elapsed_s).sum();
     md.push_str(&format!(
-        "\nTotal training time {:.1} min. Plots: `val_loss.png`, `beta_regimes.png`.\n",
-        total_s / 60.0
+        "\nTotal training time {:.1} min. Plots: `val_loss.png`{}, `beta_regimes.png`.\n",
+        total_s / 60.0,
+        if forest.is_empty() { "" } else { ", `comparisons.png`" }
     ));
 
     // Validation-loss curves: mean over seeds with a min–max band.
@@ -1164,6 +1182,15 @@ fn write_report(
     if !panels.is_empty() {
         plot::regime_plot(&out.join("beta_regimes.png"), "β regimes per sublayer on validation text", &panels)
             .map_err(ExperimentError::Report)?;
+    }
+    if !forest.is_empty() {
+        plot::interval_plot(
+            &out.join("comparisons.png"),
+            "paired differences of final validation loss (a − b, nats): mean and 95 % interval",
+            "a − b (nats); > 0: b lower",
+            &forest,
+        )
+        .map_err(ExperimentError::Report)?;
     }
     let path = out.join("report.md");
     checkpoint::write_atomic(&path, md.as_bytes())

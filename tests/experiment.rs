@@ -61,11 +61,11 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
     let (s, o) = (s.to_str().unwrap(), out.to_str().unwrap());
     let r = ddl(&dir, &["experiment", "--spec", s, "--out", o]);
     assert!(r.status.success(), "{}", text(&r));
-    for f in ["report.md", "val_loss.png", "beta_regimes.png", "experiment.toml"] {
+    for f in ["report.md", "val_loss.png", "comparisons.png", "beta_regimes.png", "experiment.toml"] {
         let p = out.join(f);
         assert!(p.is_file(), "{} missing:\n{}", p.display(), text(&r));
     }
-    for png in ["val_loss.png", "beta_regimes.png"] {
+    for png in ["val_loss.png", "comparisons.png", "beta_regimes.png"] {
         let b = std::fs::read(out.join(png)).unwrap();
         assert_eq!(&b[1..4], b"PNG");
         assert!(b.len() > 5_000, "{png} is suspiciously small ({} bytes)", b.len());

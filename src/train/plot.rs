@@ -253,6 +253,85 @@ pub fn regime_plot(path: &Path, title: &str, panels: &[RegimePanel]) -> Result<(
     std::fs::rename(&tmp, path).map_err(|e| e.to_string())
 }
 
+/// One row of [`interval_plot`]: an estimate with its 95 % interval, and whether the test
+/// behind it is significant (drawn filled and coloured; otherwise hollow and grey).
+pub struct Interval {
+    pub label: String,
+    pub mean: f64,
+    pub lo: f64,
+    pub hi: f64,
+    pub significant: bool,
+}
+
+/// A forest plot: one row per estimate (top to bottom in the given order), its point and 95 %
+/// interval on a shared horizontal axis, with a vertical line at zero. Rows whose interval ends
+/// are not finite are drawn as a point only.
+pub fn interval_plot(path: &Path, title: &str, x_label: &str, rows: &[Interval]) -> Result<(), String> {
+    register_font();
+    let finite: Vec<f64> =
+        rows.iter().flat_map(|r| [r.mean, r.lo, r.hi]).filter(|x| x.is_finite()).chain(std::iter::once(0.0)).collect();
+    if rows.iter().all(|r| !r.mean.is_finite()) {
+        return Err(format!("{}: nothing to plot", path.display()));
+    }
+    let lo = finite.iter().cloned().fold(f64::INFINITY, f64::min);
+    let hi = finite.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let pad = ((hi - lo) * 0.06).max(1e-6);
+    let n = rows.len() as i32;
+    let label_px = rows.iter().map(|r| r.label.chars().count()).max().unwrap_or(8) as u32 * 9 + 16;
+    let tmp = tmp_png(path);
+    {
+        let root = BitMapBackend::new(&tmp, (960, 90 + 38 * n as u32 + 40)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(12)
+            .margin_right(24)
+            .x_label_area_size(40)
+            .y_label_area_size(label_px.min(420))
+            .build_cartesian_2d((lo - pad)..(hi + pad), (0..n - 1).into_segmented())
+            .map_err(|e| e.to_string())?;
+        let labels: Vec<String> = rows.iter().map(|r| r.label.clone()).collect();
+        // Row 0 is drawn at the top: segment n - 1 - i holds row i.
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .x_desc(x_label)
+            .y_label_formatter(&|y| match y {
+                SegmentValue::CenterOf(i) => labels.get((n - 1 - *i) as usize).cloned().unwrap_or_default(),
+                _ => String::new(),
+            })
+            .draw()
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(0.0, SegmentValue::Exact(0)), (0.0, SegmentValue::Last)],
+                BLACK.stroke_width(1),
+            )))
+            .map_err(|e| e.to_string())?;
+        let sig = PALETTE[3].to_rgba();
+        let grey = RGBColor(120, 120, 120).to_rgba();
+        for (i, r) in rows.iter().enumerate() {
+            if !r.mean.is_finite() {
+                continue;
+            }
+            let y = SegmentValue::CenterOf(n - 1 - i as i32);
+            let color = if r.significant { sig } else { grey };
+            if r.lo.is_finite() && r.hi.is_finite() {
+                chart
+                    .draw_series(std::iter::once(PathElement::new(
+                        vec![(r.lo, y.clone()), (r.hi, y.clone())],
+                        color.stroke_width(3),
+                    )))
+                    .map_err(|e| e.to_string())?;
+            }
+            let style = if r.significant { color.filled() } else { color.stroke_width(2) };
+            chart.draw_series(std::iter::once(Circle::new((r.mean, y), 6, style))).map_err(|e| e.to_string())?;
+        }
+        root.present().map_err(|e| e.to_string())?;
+    }
+    std::fs::rename(&tmp, path).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -274,5 +353,14 @@ mod tests {
         super::regime_plot(&dir.join("r.png"), "regimes", &[r]).unwrap();
         assert_eq!(&std::fs::read(dir.join("r.png")).unwrap()[1..4], b"PNG");
         assert!(super::band_plot(&dir.join("c.png"), "x", "x", "y", &[]).is_err());
+        let rows = [
+            super::Interval { label: "a − b".into(), mean: 0.05, lo: 0.01, hi: 0.09, significant: true },
+            super::Interval { label: "a − c".into(), mean: -0.01, lo: -0.04, hi: 0.02, significant: false },
+            super::Interval { label: "one seed".into(), mean: 0.02, lo: f64::NAN, hi: f64::NAN, significant: false },
+        ];
+        super::interval_plot(&dir.join("f.png"), "paired differences", "nats", &rows).unwrap();
+        assert_eq!(&std::fs::read(dir.join("f.png")).unwrap()[1..4], b"PNG");
+        let none = [super::Interval { label: "x".into(), mean: f64::NAN, lo: 0.0, hi: 0.0, significant: false }];
+        assert!(super::interval_plot(&dir.join("g.png"), "x", "x", &none).is_err());
     }
 }
