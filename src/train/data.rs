@@ -270,8 +270,18 @@ pub fn corpus_shards(
     given: Option<&Tokenizer>,
     val_fraction: f64,
 ) -> Result<(PathBuf, Tokenizer), crate::train::TrainError> {
+    corpus_shards_in(&cache_dir().join("shards"), corpus, tok_setting, given, val_fraction)
+}
+
+/// [`corpus_shards`] with the cache's shard folder given.
+fn corpus_shards_in(
+    root: &Path,
+    corpus: &str,
+    tok_setting: &str,
+    given: Option<&Tokenizer>,
+    val_fraction: f64,
+) -> Result<(PathBuf, Tokenizer), crate::train::TrainError> {
     let mut key = corpus_key(corpus, tok_setting, given, val_fraction)?;
-    let root = cache_dir().join("shards");
     let mut dir = root.join(&key);
     if let Some(meta) = read_meta(&dir)? {
         match given {
@@ -299,8 +309,12 @@ pub fn corpus_shards(
     };
     let ids = tok.encode(&text).map_err(DataError::from)?;
     let split = ((ids.len() as f64) * (1.0 - val_fraction)).round() as usize;
-    // Built in a private folder, renamed into place complete (a concurrent maker's copy wins).
-    let tmp = root.join(format!(".{key}.{}", std::process::id()));
+    // Built in a private folder, renamed into place complete (a concurrent maker's copy wins):
+    // private to this call, not only to the process, since the runs of `ddl experiment --jobs`
+    // are threads of one process that may all make the same set at once.
+    static MAKER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nth = MAKER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = root.join(format!(".{key}.{}.{nth}", std::process::id()));
     std::fs::create_dir_all(&tmp).map_err(|source| DataError::Io { path: tmp.clone(), source })?;
     write_shard_set(&tmp, "corpus", &tok, &ids, split, 100_000_000, &format!("--corpus {corpus}"))?;
     if std::fs::rename(&tmp, &dir).is_err() {
@@ -515,5 +529,51 @@ impl Dataset {
             self.val.release(first * t, rows * t);
         }
         (x, y)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The runs of `ddl experiment --jobs` are threads of one process: when they all make the
+    /// same corpus's shard set at once in a fresh cache, each must get the complete set (they
+    /// once shared one temporary folder named after the process, and a run read shards that
+    /// another had already renamed away).
+    #[test]
+    fn threads_making_the_same_shard_set_at_once_all_get_it_complete() {
+        let dir = crate::testing::scratch_dir("data-shards-race");
+        let corpus = crate::testing::small_corpus(&dir);
+        let root = dir.join("shards");
+        let n = 8;
+        let barrier = std::sync::Barrier::new(n);
+        let got: Vec<(PathBuf, String)> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        let (d, tok) = corpus_shards_in(&root, &corpus, "char", None, 0.1)
+                            .unwrap_or_else(|e| panic!("a concurrent maker failed: {e}"));
+                        (d, tok.to_json())
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (d, tok) in &got {
+            assert_eq!((d, tok), (&got[0].0, &got[0].1), "every thread gets the one set");
+        }
+        let meta = read_meta(&got[0].0).unwrap().expect("the set's meta.json");
+        for sh in &meta.shards {
+            assert!(got[0].0.join(&sh.file).is_file(), "shard {} missing", sh.file);
+        }
+        // No temporary folder is left behind.
+        let left: Vec<_> = std::fs::read_dir(&root)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "temporary folders left: {left:?}");
     }
 }
