@@ -9,6 +9,12 @@
 #   scripts/experiment-runs.sh save    OUT KEEP   # OUT/runs/*/{result.json,config.toml} -> KEEP/
 #   scripts/experiment-runs.sh restore KEEP OUT   # KEEP/* -> OUT/runs/ (never over a newer file)
 #
+# An unfinished run's checkpoint (model, moments, config, data.json, metrics: ≈ 2 MB for the
+# micro grid) can travel too, for a grid cut off on a machine that is lent by the minute (the GPU
+# check's experiment stage): `save-partial OUT KEEP` keeps each unfinished run that has a
+# checkpoint, and `restore` puts it back where OUT holds no newer state of that run, so that
+# `ddl experiment` resumes it. Not for git: checkpoints are binary and large.
+#
 # e.g. the TinyShakespeare grid (issue 30):
 #   scripts/experiment-runs.sh restore docs/experiments/shakespeare/runs runs/shakespeare
 #   ddl experiment --spec experiments/shakespeare.toml --out runs/shakespeare
@@ -16,7 +22,7 @@
 set -euo pipefail
 
 usage() {
-  echo "usage: $0 save OUT KEEP | restore KEEP OUT" >&2
+  echo "usage: $0 save OUT KEEP | save-partial OUT KEEP | restore KEEP OUT" >&2
   exit 2
 }
 [ $# -eq 3 ] || usage
@@ -40,11 +46,44 @@ case "$cmd" in
     done
     echo "saved $n finished run(s) of $out into $keep"
     ;;
+  save-partial)
+    out=$2 keep=$3
+    [ -d "$out/runs" ] || { echo "$0: $out/runs: no such folder (the grid's --out folder has runs/NAME/ inside)" >&2; exit 1; }
+    mkdir -p "$keep"
+    n=0
+    for dir in "$out"/runs/*/; do
+      name=$(basename "$dir")
+      [ -f "$dir/result.json" ] && continue # finished: `save` keeps it
+      [ -f "$dir/optim.safetensors" ] && [ -f "$dir/model.safetensors" ] && [ -f "$dir/config.toml" ] || continue
+      # The set of files is one checkpoint: gathered in a temporary folder, then renamed over
+      # the kept one, so a kept checkpoint is never half of two.
+      tmp="$keep/.$name.tmp"
+      rm -rf "$tmp" && mkdir -p "$tmp"
+      for f in config.toml data.json metrics.jsonl model.safetensors optim.safetensors optim.prev.safetensors; do
+        [ -f "$dir/$f" ] && cp "$dir/$f" "$tmp/$f"
+      done
+      rm -rf "$keep/$name" && mv "$tmp" "$keep/$name"
+      n=$((n + 1))
+    done
+    echo "saved $n unfinished run(s) of $out (their checkpoints) into $keep"
+    ;;
   restore)
     keep=$2 out=$3
     [ -d "$keep" ] || { echo "$0: $keep: no such folder (nothing saved yet?)" >&2; exit 1; }
-    n=0
+    n=0 p=0
     for dir in "$keep"/*/; do
+      [ -d "$dir" ] || continue
+      if [ ! -f "$dir/result.json" ] && [ -f "$dir/optim.safetensors" ]; then
+        # An unfinished run's checkpoint (save-partial): only into a run folder that has not
+        # finished and holds no newer checkpoint; all its files together.
+        name=$(basename "$dir") run="$out/runs/$(basename "$dir")"
+        [ -f "$run/result.json" ] && continue
+        [ -f "$run/optim.safetensors" ] && [ ! "$dir/optim.safetensors" -nt "$run/optim.safetensors" ] && continue
+        mkdir -p "$run"
+        for f in "$dir"/*; do cp -p "$f" "$run/"; done
+        p=$((p + 1))
+        continue
+      fi
       [ -f "$dir/result.json" ] || continue
       name=$(basename "$dir")
       mkdir -p "$out/runs/$name"
@@ -55,7 +94,7 @@ case "$cmd" in
       done
       n=$((n + 1))
     done
-    echo "restored $n finished run(s) from $keep into $out/runs"
+    echo "restored $n finished run(s)$([ $p -gt 0 ] && echo " and $p unfinished run(s) to resume") from $keep into $out/runs"
     ;;
   *) usage ;;
 esac

@@ -117,4 +117,25 @@ say "on the device machine: bash $DIR/run.sh   (carry $DIR; see run.sh --help)"
 if [ "$cmd" = local ]; then
   say "running $DIR/run.sh --local"
   bash "$DIR/run.sh" --local
+  # The experiment stage cut off by its budget, then resumed from what came back (the device
+  # machine is lent by the minute: a grid must continue where a call stopped it).
+  say "the experiment stage, cut off and resumed (scripts/gpu-check/resume-check.toml)"
+  R="$(mktemp -d "${TMPDIR:-/tmp}/ddl-resume-check.XXXXXX")"
+  trap 'rm -rf "$R"' EXIT
+  mkdir -p "$R/out1" "$R/out2" "$R/back"
+  GRID_JOBS=2 bash "$DIR/run.sh" --local --stages experiment --spec scripts/gpu-check/resume-check.toml \
+    --budget 25 --out "$R/out1" > "$R/call1.log" 2>&1 || true
+  [ -f "$R/out1/grid.tar.gz" ] || { cat "$R/call1.log"; die "resume check: the cut-off call returned no grid.tar.gz"; }
+  tar -C "$R/back" -xzf "$R/out1/grid.tar.gz"
+  [ -f "$R/out1/grid-partial.tar.gz" ] && tar -C "$R/back" -xzf "$R/out1/grid-partial.tar.gz"
+  partial=$(find "$R/back/grid-partial" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l)
+  [ "$partial" -gt 0 ] || { cat "$R/call1.log"; die "resume check: no unfinished run came back from the cut-off call (was the machine fast enough to finish 2 × 6000 steps in 25 s?)"; }
+  GRID_JOBS=2 GRID_RUNS="$R/back/grid-runs" GRID_PARTIAL="$R/back/grid-partial" bash "$DIR/run.sh" --local \
+    --stages experiment --spec scripts/gpu-check/resume-check.toml --budget 600 --out "$R/out2" > "$R/call2.log" 2>&1 \
+    || { cat "$R/call2.log"; die "resume check: the resuming call failed"; }
+  mkdir -p "$R/back2" && tar -C "$R/back2" -xzf "$R/out2/grid.tar.gz" && tar -C "$R/back2" -xzf "$R/out2/results.tar.gz"
+  grep -q "resuming" "$R/back2/raw/experiment.log" || { cat "$R/back2/raw/experiment.log"; die "resume check: the second call did not resume the unfinished runs"; }
+  n=$(find "$R/back2/grid-runs" -name result.json | wc -l)
+  [ "$n" = 2 ] || { cat "$R/back2/raw/experiment.log"; die "resume check: $n of 2 runs finished after resuming"; }
+  say "resume check passed: $partial unfinished run(s) came back, resumed and finished"
 fi

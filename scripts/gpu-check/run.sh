@@ -25,8 +25,10 @@
 #            autocast + torch.compile, each under its own timeout
 # and, only when asked for (`--stages experiment`), after them:
 #   experiment  `ddl experiment --spec FILE` (default experiments/shakespeare.toml) on this
-#            adapter into a fresh folder, for the rest of the budget; GRID_RUNS=DIR resumes the
-#            finished runs of an earlier call; they come back as $OUT/grid.tar.gz
+#            adapter into a fresh folder, for the rest of the budget; GRID_RUNS=DIR keeps the
+#            finished runs of an earlier call (they come back as $OUT/grid.tar.gz) and
+#            GRID_PARTIAL=DIR resumes its unfinished ones ($OUT/grid-partial.tar.gz: the runs the
+#            budget stopped, interrupted as by Ctrl-C, with their checkpoints)
 # --local runs every stage at small sizes on whatever adapter there is (lavapipe in CI) and
 # skips torch when PyTorch is absent; it never touches system folders. Without --local the
 # check expects a GPU: it unpacks the bundled Vulkan loader when the machine has none, and the
@@ -489,25 +491,44 @@ compare_torch() {
 # runs of an earlier call, carried) resumes them. Its finished runs (result.json and config.toml
 # each, as `scripts/experiment-runs.sh save` keeps them), the report, its plots and speed.jsonl
 # come back as $OUT/grid.tar.gz (grid-runs/), rewritten when the stage ends, also when its time
-# runs out (the runs in progress are then lost: they start again on the next call). The runs train
-# GRID_JOBS at a time (`--jobs`, each on its own device: a micro model leaves a GPU mostly idle),
-# default 8 on the card, 1 with --local.
+# runs out. Then the runs in progress are interrupted as Ctrl-C would (SIGINT: each saves its
+# checkpoint) and their checkpoints come back as $OUT/grid-partial.tar.gz (grid-partial/, ≈ 2 MB a
+# micro run; left out, and the summary says so, above the device's 16 MiB a file); with
+# GRID_PARTIAL=DIR the next call resumes them. The runs train GRID_JOBS at a time (`--jobs`, each
+# on its own device: a micro model leaves a GPU mostly idle), default 8 on the card, 1 with --local.
 stage_experiment() {
-  local t0=$(date +%s) g="$WORK/grid" keep="$WORK/grid-runs" rc secs n jobs
+  local t0=$(date +%s) g="$WORK/grid" keep="$WORK/grid-runs" part="$WORK/grid-partial" rc secs n p jobs note=""
   jobs="${GRID_JOBS:-$([ $LOCAL = 1 ] && echo 1 || echo 8)}"
+  : > "$RAW/experiment.log"
   if [ -n "${GRID_RUNS:-}" ]; then
-    bash "$ROOT/scripts/experiment-runs.sh" restore "$GRID_RUNS" "$g" > "$RAW/experiment.log" 2>&1
+    bash "$ROOT/scripts/experiment-runs.sh" restore "$GRID_RUNS" "$g" >> "$RAW/experiment.log" 2>&1
+  fi
+  if [ -n "${GRID_PARTIAL:-}" ]; then
+    bash "$ROOT/scripts/experiment-runs.sh" restore "$GRID_PARTIAL" "$g" >> "$RAW/experiment.log" 2>&1
   fi
   secs=$(left)
   log "experiment (timeout ${secs}s): ddl experiment --spec $SPEC --out $g --no-autotune --jobs $jobs"
-  (cd "$ROOT" && timeout -k 5 "$secs" "$DDL" experiment --spec "$SPEC" --out "$g" --no-autotune --jobs "$jobs") >> "$RAW/experiment.log" 2>&1
+  # SIGINT at the limit: every run saves its checkpoint and the grid stops; KILL 20 s later.
+  (cd "$ROOT" && timeout -s INT -k 20 "$secs" "$DDL" experiment --spec "$SPEC" --out "$g" --no-autotune --jobs "$jobs") >> "$RAW/experiment.log" 2>&1
   rc=$?
   mkdir -p "$keep"
   [ -d "$g/runs" ] && bash "$ROOT/scripts/experiment-runs.sh" save "$g" "$keep" >> "$RAW/experiment.log" 2>&1
   cp "$g"/report.md "$g"/*.png "$g"/speed.jsonl "$g"/experiment.toml "$keep/" 2>/dev/null
   tar -C "$WORK" -czf "$OUTDIR/grid.tar.gz.tmp" grid-runs && mv "$OUTDIR/grid.tar.gz.tmp" "$OUTDIR/grid.tar.gz"
+  rm -rf "$part" "$OUTDIR/grid-partial.tar.gz"
+  [ -d "$g/runs" ] && bash "$ROOT/scripts/experiment-runs.sh" save-partial "$g" "$part" >> "$RAW/experiment.log" 2>&1
+  p=$(find "$part" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l)
+  if [ "$p" -gt 0 ]; then
+    tar -C "$WORK" -czf "$OUTDIR/grid-partial.tar.gz.tmp" grid-partial && mv "$OUTDIR/grid-partial.tar.gz.tmp" "$OUTDIR/grid-partial.tar.gz"
+    if [ "$(stat -c %s "$OUTDIR/grid-partial.tar.gz")" -gt $((16 * 1024 * 1024)) ]; then
+      rm -f "$OUTDIR/grid-partial.tar.gz"
+      note="; the $p unfinished runs' checkpoints exceed 16 MiB and stay behind (fewer GRID_JOBS keeps them smaller)"
+    else
+      note="; $p unfinished runs' checkpoints in grid-partial.tar.gz (GRID_PARTIAL resumes them)"
+    fi
+  fi
   n=$(find "$keep" -name result.json | wc -l)
-  stage_row experiment "$([ $rc = 0 ] && echo pass || echo fail)" $(( $(date +%s) - t0 )) "$(why $rc); $n finished runs in grid.tar.gz ($SPEC)"
+  stage_row experiment "$([ $rc = 0 ] && echo pass || echo fail)" $(( $(date +%s) - t0 )) "$(why $rc); $n finished runs in grid.tar.gz ($SPEC)$note"
 }
 
 # ---------------------------------------------------------------------------- run
