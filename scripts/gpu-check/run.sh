@@ -515,17 +515,24 @@ stage_experiment() {
   [ -d "$g/runs" ] && bash "$ROOT/scripts/experiment-runs.sh" save "$g" "$keep" >> "$RAW/experiment.log" 2>&1
   cp "$g"/report.md "$g"/*.png "$g"/speed.jsonl "$g"/experiment.toml "$keep/" 2>/dev/null
   tar -C "$WORK" -czf "$OUTDIR/grid.tar.gz.tmp" grid-runs && mv "$OUTDIR/grid.tar.gz.tmp" "$OUTDIR/grid.tar.gz"
-  rm -rf "$part" "$OUTDIR/grid-partial.tar.gz"
+  rm -rf "$part" "$OUTDIR"/grid-partial.tar.gz*
   [ -d "$g/runs" ] && bash "$ROOT/scripts/experiment-runs.sh" save-partial "$g" "$part" >> "$RAW/experiment.log" 2>&1
   p=$(find "$part" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l)
   if [ "$p" -gt 0 ]; then
-    tar -C "$WORK" -czf "$OUTDIR/grid-partial.tar.gz.tmp" grid-partial && mv "$OUTDIR/grid-partial.tar.gz.tmp" "$OUTDIR/grid-partial.tar.gz"
-    if [ "$(stat -c %s "$OUTDIR/grid-partial.tar.gz")" -gt $((16 * 1024 * 1024)) ]; then
-      rm -f "$OUTDIR/grid-partial.tar.gz"
-      note="; the $p unfinished runs' checkpoints exceed 16 MiB and stay behind (fewer GRID_JOBS keeps them smaller)"
-    else
+    # ≈ 3 MB a micro run of 16 000 steps (checkpoint and metrics): over the device's 16 MiB a
+    # file, the archive comes back in pieces of 15 MiB (grid-partial.tar.gz.00, .01, …; at most
+    # four, beside the other four files of $OUT): `cat grid-partial.tar.gz* | tar xz` joins them.
+    tar -C "$WORK" -czf "$WORK/grid-partial.tar.gz" grid-partial
+    if [ "$(stat -c %s "$WORK/grid-partial.tar.gz")" -le $((16 * 1024 * 1024)) ]; then
+      mv "$WORK/grid-partial.tar.gz" "$OUTDIR/grid-partial.tar.gz"
       note="; $p unfinished runs' checkpoints in grid-partial.tar.gz (GRID_PARTIAL resumes them)"
+    elif [ "$(stat -c %s "$WORK/grid-partial.tar.gz")" -le $((4 * 15 * 1024 * 1024)) ]; then
+      split -b 15M -d -a 2 "$WORK/grid-partial.tar.gz" "$OUTDIR/grid-partial.tar.gz."
+      note="; $p unfinished runs' checkpoints in grid-partial.tar.gz.* ($(ls "$OUTDIR"/grid-partial.tar.gz.* | wc -l) pieces: cat them into one; GRID_PARTIAL resumes them)"
+    else
+      note="; the $p unfinished runs' checkpoints exceed 60 MiB and stay behind (fewer GRID_JOBS keeps them smaller)"
     fi
+    rm -f "$WORK/grid-partial.tar.gz"
   fi
   n=$(find "$keep" -name result.json | wc -l)
   stage_row experiment "$([ $rc = 0 ] && echo pass || echo fail)" $(( $(date +%s) - t0 )) "$(why $rc); $n finished runs in grid.tar.gz ($SPEC)$note"
