@@ -66,8 +66,9 @@ fn default_beta_batches() -> usize {
 pub enum ExperimentError {
     #[error("{path}: {msg}")]
     Spec { path: PathBuf, msg: String },
+    /// (Boxed: a training error is large, and every grid function returns this type.)
     #[error("run {run}: {source}")]
-    Train { run: String, source: TrainError },
+    Train { run: String, source: Box<TrainError> },
     #[error(transparent)]
     Locked(#[from] crate::train::lock::LockError),
     #[error("run {run}: {msg}")]
@@ -558,7 +559,7 @@ fn train_run(
             quiet: opts.quiet || parallel,
         },
     )
-    .map_err(|source| ExperimentError::Train { run: name.clone(), source })?;
+    .map_err(|source| ExperimentError::Train { run: name.clone(), source: Box::new(source) })?;
     if summary.interrupted {
         eprintln!("interrupted during {name}: its checkpoint is saved; run the same command to continue");
         return Ok(false);
@@ -1084,8 +1085,8 @@ fn write_report(
             for r in rs {
                 for s in 0..n_sub {
                     let tot = r.regimes[s].iter().sum::<u64>().max(1) as f64;
-                    for k in 0..3 {
-                        shares[s][k] += r.regimes[s][k] as f64 / tot / rs.len() as f64;
+                    for (share, &count) in shares[s].iter_mut().zip(&r.regimes[s]) {
+                        *share += count as f64 / tot / rs.len() as f64;
                     }
                     beta[s] += r.beta_mean[s] / rs.len() as f64;
                 }

@@ -65,7 +65,6 @@ impl Golden {
     /// Parses the bytes of a golden file (`path` names it in errors).
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<Golden, GoldenError> {
         let p = path.to_path_buf();
-        let bytes = bytes;
         let content = |msg: String| GoldenError::Content { path: p.clone(), msg };
         let st = safetensors::SafeTensors::deserialize(bytes)
             .map_err(|e| GoldenError::Format { path: p.clone(), msg: e.to_string() })?;

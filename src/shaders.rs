@@ -376,7 +376,7 @@ const fn tile(
 /// (at most 512 vec4s of an operand per slice: two load slots per invocation).
 const fn staged(name: &'static str, dm: usize, dn: usize, bk: usize) -> MatmulTile {
     let (bm, bn) = (64 * dm, 64 * dn);
-    assert!(bk % 4 == 0 && bk * bm / 4 <= 512 && bk * bn / 4 <= 512);
+    assert!(bk.is_multiple_of(4) && bk * bm / 4 <= 512 && bk * bn / 4 <= 512);
     MatmulTile {
         name,
         bm,

@@ -115,9 +115,11 @@ pub fn copy_bandwidth(gpu: &Gpu, mib: usize, reps: usize) -> Result<Row> {
     })))
 }
 
+/// A matmul form's constructor from its (m, k, n).
+pub type MatmulCtor = fn(usize, usize, usize) -> Matmul;
+
 /// The matmul forms benchmarked: (name, constructor).
-pub const MATMUL_CASES: &[(&str, fn(usize, usize, usize) -> Matmul)] =
-    &[("nn", Matmul::nn), ("nt", Matmul::nt), ("tn", Matmul::tn)];
+pub const MATMUL_CASES: &[(&str, MatmulCtor)] = &[("nn", Matmul::nn), ("nt", Matmul::nt), ("tn", Matmul::tn)];
 
 /// Square products of the given sizes in the given forms (`nn`, `nt`, `tn`), named by form.
 pub fn square_matmuls(sizes: &[usize], cases: &[&str]) -> Vec<(String, Matmul)> {

@@ -269,7 +269,7 @@ impl Gpu {
                 Some(b) => format!(" for backend {b:?}"),
                 None => String::new(),
             };
-            if opts.backend.is_some() {
+            if let Some(backend) = opts.backend {
                 // Another backend may have adapters: say so rather than suggest a driver install.
                 let others = enumerate(None);
                 if !others.is_empty() {
@@ -284,7 +284,7 @@ impl Gpu {
                         _ => String::new(),
                     };
                     return Err(GpuError::AdapterNotFound {
-                        requested: format!("backend {:?}", opts.backend.unwrap()),
+                        requested: format!("backend {backend:?}"),
                         available: list,
                         hint,
                     });

@@ -486,7 +486,7 @@ pub fn token_backward_walk(
         };
         walk.scratch.extend(unused.clone());
         vec![walk]
-    } else if windowed(s) && !(gpu.info.backend == wgpu::Backend::Gl && !window_k4(gpu, s)) {
+    } else if windowed(s) && (gpu.info.backend != wgpu::Backend::Gl || window_k4(gpu, s)) {
         // (Not on OpenGL with the 8-slot window: there its backward walks give wrong ∂X on
         // Mesa 22.3's llvmpipe — the same WGSL is right on Vulkan, and the per-element kernels
         // are right on both; tests/kernels/shortconv.rs checks whichever path runs.)

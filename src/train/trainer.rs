@@ -75,7 +75,7 @@ pub(super) struct Trainer<'c> {
     /// Dynamic loss scaling (f16 runs).
     loss_scale: Option<checkpoint::LossScale>,
     /// The next step's batches, drawn on a thread during this step.
-    prefetched: Option<(usize, Vec<(Vec<i32>, Vec<i32>)>)>,
+    prefetched: Option<(usize, Vec<Batch>)>,
     /// The memory plan and how to need less, for an out-of-memory error.
     memory: String,
     /// Resident memory when the run began (after the device was created), and the plan's total.
@@ -103,13 +103,16 @@ pub(super) struct StepResult {
     loss_scale: Option<f64>,
 }
 
+/// One micro-batch: its input tokens and their targets.
+type Batch = (Vec<i32>, Vec<i32>);
+
 /// The batches of every micro-batch this process runs at `step`.
 fn step_batches(
     data: &data::Dataset,
     t: &TrainConfig,
     micros: &[usize],
     step: usize,
-) -> Result<Vec<(Vec<i32>, Vec<i32>)>, TrainError> {
+) -> Result<Vec<Batch>, TrainError> {
     micros
         .iter()
         .map(|&micro| data.train_batch(t.seed, step, micro, t.batch_size, t.seq_len).map_err(TrainError::from))
