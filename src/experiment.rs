@@ -960,11 +960,75 @@ fn length_section(spec: &ExperimentSpec, results: &[RunResult], variants: &[Vari
         } else {
             format!(
                 "**Not long enough**: a curve still changes by {worst:.4}, more than half the paired spread ({:.4}); \
-                 longer runs would move the comparison.",
+                 longer runs may move the comparisons (which ones moved over the last 20 %: below).",
                 spread / 2.0
             )
         }
     ));
+    md.push_str(&drift_table(results, &family, from, spread / 2.0));
+    md
+}
+
+/// How each comparison of the family moved over the last 20 % of the steps: the mean paired
+/// difference a − b on the evaluation subset at the evaluation nearest 80 % of the steps and at
+/// the last one both curves of every paired seed have, against half the paired spread. Where the
+/// curves still fall but fall together, a comparison can be steady though the runs are not long
+/// enough; where it moves, its final verdict may not hold at another length.
+fn drift_table(results: &[RunResult], family: &[(Variant, Variant, Question)], from: f64, half: f64) -> String {
+    let curve = |v: Variant, seed: u64| -> Option<BTreeMap<u64, f64>> {
+        results
+            .iter()
+            .find(|r| r.variant == v.name() && r.seed == seed)
+            .map(|r| r.val_curve.iter().map(|&(s, l)| (s as u64, l)).collect())
+    };
+    let mut rows = Vec::new();
+    for &(a, b, _) in family {
+        let seeds: Vec<u64> = results.iter().filter(|r| r.variant == a.name()).map(|r| r.seed).collect();
+        let pairs: Vec<(BTreeMap<u64, f64>, BTreeMap<u64, f64>)> =
+            seeds.iter().filter_map(|&s| Some((curve(a, s)?, curve(b, s)?))).collect();
+        if pairs.is_empty() {
+            continue;
+        }
+        // The evaluation steps every curve of the pairs has.
+        let common: Vec<u64> = pairs[0]
+            .0
+            .keys()
+            .copied()
+            .filter(|s| pairs.iter().all(|(ca, cb)| ca.contains_key(s) && cb.contains_key(s)))
+            .collect();
+        let (Some(&end), Some(&start)) = (
+            common.last(),
+            common.iter().min_by(|x, y| (**x as f64 - from).abs().total_cmp(&(**y as f64 - from).abs())),
+        ) else {
+            continue;
+        };
+        if end <= start {
+            continue;
+        }
+        let mean_at = |s: u64| pairs.iter().map(|(ca, cb)| ca[&s] - cb[&s]).sum::<f64>() / pairs.len() as f64;
+        let (d0, d1) = (mean_at(start), mean_at(end));
+        rows.push(format!(
+            "| {} − {} | {} | {start} | {d0:+.4} | {end} | {d1:+.4} | {:+.4} | {} |\n",
+            a.name(),
+            b.name(),
+            pairs.len(),
+            d1 - d0,
+            if (d1 - d0).abs() < half { "steady" } else { "moves" }
+        ));
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut md = format!(
+        "Do the comparisons still move? Each comparison's mean paired difference on the evaluation subset \
+         (not the whole split of the table above) at the start and the end of the last 20 % of the steps; \
+         \"steady\" when it changed by less than half the paired spread ({half:.4}):\n\n\
+         | a − b | seeds | from step | difference | to step | difference | change | |\n|---|---:|---:|---:|---:|---:|---:|---|\n"
+    );
+    for r in rows {
+        md.push_str(&r);
+    }
+    md.push('\n');
     md
 }
 
@@ -1339,8 +1403,19 @@ mod tests {
         let md = length_section(&s, &mk(0.002), &variants);
         assert!(md.contains("Half the paired seed spread: 0.0071") && md.contains("**Long enough**"), "{md}");
         assert!(md.contains("| ddl | 16 | 20 | +0.0020 |"), "{md}");
+        // Both curves fell by the same 0.002: baseline − ddl is 0.06 at steps 16 and 20.
+        assert!(md.contains("| baseline − ddl | 2 | 16 | +0.0600 | 20 | +0.0600 | +0.0000 | steady |"), "{md}");
         let md = length_section(&s, &mk(0.03), &variants);
         assert!(md.contains("**Not long enough**: a curve still changes by 0.0300"), "{md}");
+        // Still falling 0.03, but together: the comparison is steady.
+        assert!(md.contains("| +0.0600 | +0.0000 | steady |"), "{md}");
+        // The baseline falls 0.03 over the last fifth, ddl 0.002: the difference moves by −0.028.
+        let mut moving = mk(0.002);
+        for r in moving.iter_mut().filter(|r| r.variant == "baseline") {
+            r.val_curve[1].1 += 0.028;
+        }
+        let md = length_section(&s, &moving, &variants);
+        assert!(md.contains("| baseline − ddl | 2 | 16 | +0.0880 | 20 | +0.0600 | -0.0280 | moves |"), "{md}");
     }
 
     #[test]
