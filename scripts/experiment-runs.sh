@@ -76,10 +76,12 @@ case "$cmd" in
       if [ ! -f "$dir/result.json" ] && [ -f "$dir/optim.safetensors" ]; then
         # An unfinished run's checkpoint (save-partial): only into a run folder that has not
         # finished and holds no newer checkpoint; all its files together.
-        name=$(basename "$dir") run="$out/runs/$(basename "$dir")"
+        run="$out/runs/$(basename "$dir")"
         [ -f "$run/result.json" ] && continue
         [ -f "$run/optim.safetensors" ] && [ ! "$dir/optim.safetensors" -nt "$run/optim.safetensors" ] && continue
         mkdir -p "$run"
+        # An older checkpoint's earlier moments must not stay beside the newer set.
+        rm -f "$run/optim.prev.safetensors"
         for f in "$dir"/*; do cp -p "$f" "$run/"; done
         p=$((p + 1))
         continue
