@@ -908,10 +908,7 @@ fn length_section(spec: &ExperimentSpec, results: &[RunResult], variants: &[Vari
         .filter(|s| s.is_finite())
         .collect();
     sds.sort_by(f64::total_cmp);
-    let Some(&spread) = sds.get(sds.len() / 2) else {
-        md.push_str("No paired spread to compare with (fewer than two seeds of a compared pair).\n\n");
-        return md;
-    };
+    let spread = sds.get(sds.len() / 2).copied();
     let from = 0.8 * spec.steps as f64;
     let mut rows = Vec::new();
     for &v in variants {
@@ -942,6 +939,19 @@ fn length_section(spec: &ExperimentSpec, results: &[RunResult], variants: &[Vari
         md.push_str("The curves have no evaluation in the last 20 % of the steps.\n\n");
         return md;
     }
+    let Some(spread) = spread else {
+        // One seed (a pilot): the curves' changes, without a spread to judge them by.
+        md.push_str(
+            "No paired spread to compare with (fewer than two seeds of a compared pair), so no verdict. Change of the \
+             mean validation curve (the windows every evaluation covers) over the last 20 % of the steps:\n\n\
+             | variant | from step | to step | decrease |\n|---|---:|---:|---:|\n",
+        );
+        for (v, a, b, d) in &rows {
+            md.push_str(&format!("| {} | {a:.0} | {b:.0} | {d:+.4} |\n", v.name()));
+        }
+        md.push('\n');
+        return md;
+    };
     let worst = rows.iter().map(|r| r.3.abs()).fold(0.0, f64::max);
     md.push_str(&format!(
         "Half the paired seed spread: {:.4} (the median over the compared pairs of the standard deviation over \
@@ -1416,6 +1426,11 @@ mod tests {
         }
         let md = length_section(&s, &moving, &variants);
         assert!(md.contains("| baseline − ddl | 2 | 16 | +0.0880 | 20 | +0.0600 | -0.0280 | moves |"), "{md}");
+        // One seed: no spread and no verdict, but the curves' changes still.
+        let one: Vec<RunResult> = mk(0.002).into_iter().filter(|r| r.seed == 1).collect();
+        let md = length_section(&s, &one, &variants);
+        assert!(md.contains("No paired spread") && md.contains("no verdict"), "{md}");
+        assert!(md.contains("| ddl | 16 | 20 | +0.0020 |") && !md.contains("Long enough"), "{md}");
     }
 
     #[test]
