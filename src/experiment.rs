@@ -920,49 +920,41 @@ fn length_section(spec: &ExperimentSpec, results: &[RunResult], variants: &[Vari
                 at.entry(s as u64).or_default().push(l);
             }
         }
-        let pts: Vec<(f64, f64)> = at
+        let mean: BTreeMap<u64, f64> = at
             .iter()
             .filter(|(_, ls)| !rs.is_empty() && ls.len() == rs.len())
-            .map(|(&s, ls)| (s as f64, ls.iter().sum::<f64>() / ls.len() as f64))
+            .map(|(&s, ls)| (s, ls.iter().sum::<f64>() / ls.len() as f64))
             .collect();
-        let (Some(end), Some(start)) =
-            (pts.last(), pts.iter().min_by(|a, b| (a.0 - from).abs().total_cmp(&(b.0 - from).abs())))
-        else {
+        let Some((start, end)) = last_fifth(mean.keys().copied(), from) else {
             continue;
         };
-        if end.0 <= start.0 {
-            continue;
-        }
-        rows.push((v, start.0, end.0, start.1 - end.1));
+        rows.push((v, start, end, mean[&start] - mean[&end]));
     }
     if rows.is_empty() {
         md.push_str("The curves have no evaluation in the last 20 % of the steps.\n\n");
         return md;
     }
+    let mut table = String::from(
+        "Change of the mean validation curve (the windows every evaluation covers) over the last 20 % of the \
+         steps:\n\n| variant | from step | to step | decrease |\n|---|---:|---:|---:|\n",
+    );
+    for (v, a, b, d) in &rows {
+        table.push_str(&format!("| {} | {a} | {b} | {d:+.4} |\n", v.name()));
+    }
     let Some(spread) = spread else {
         // One seed (a pilot): the curves' changes, without a spread to judge them by.
-        md.push_str(
-            "No paired spread to compare with (fewer than two seeds of a compared pair), so no verdict. Change of the \
-             mean validation curve (the windows every evaluation covers) over the last 20 % of the steps:\n\n\
-             | variant | from step | to step | decrease |\n|---|---:|---:|---:|\n",
-        );
-        for (v, a, b, d) in &rows {
-            md.push_str(&format!("| {} | {a:.0} | {b:.0} | {d:+.4} |\n", v.name()));
-        }
-        md.push('\n');
+        md.push_str(&format!(
+            "No paired spread to compare with (fewer than two seeds of a compared pair), so no verdict. {table}\n"
+        ));
         return md;
     };
     let worst = rows.iter().map(|r| r.3.abs()).fold(0.0, f64::max);
     md.push_str(&format!(
         "Half the paired seed spread: {:.4} (the median over the compared pairs of the standard deviation over \
-         seeds of their final differences: {:.4}). Change of the mean validation curve (the windows every \
-         evaluation covers) over the last 20 % of the steps:\n\n| variant | from step | to step | decrease |\n|---|---:|---:|---:|\n",
+         seeds of their final differences: {:.4}). {table}",
         spread / 2.0,
         spread
     ));
-    for (v, a, b, d) in &rows {
-        md.push_str(&format!("| {} | {a:.0} | {b:.0} | {d:+.4} |\n", v.name()));
-    }
     md.push_str(&format!(
         "\n{}\n\n",
         if worst < spread / 2.0 {
@@ -977,6 +969,15 @@ fn length_section(spec: &ExperimentSpec, results: &[RunResult], variants: &[Vari
     ));
     md.push_str(&drift_table(results, &family, from, spread / 2.0));
     md
+}
+
+/// The last fifth of a curve: its evaluation step nearest `from` (80 % of the steps) and its last
+/// one, ascending `steps`; `None` without two distinct steps.
+fn last_fifth(steps: impl Iterator<Item = u64>, from: f64) -> Option<(u64, u64)> {
+    let steps: Vec<u64> = steps.collect();
+    let end = *steps.last()?;
+    let start = *steps.iter().min_by(|x, y| (**x as f64 - from).abs().total_cmp(&(**y as f64 - from).abs()))?;
+    (start < end).then_some((start, end))
 }
 
 /// How each comparison of the family moved over the last 20 % of the steps: the mean paired
@@ -1000,21 +1001,14 @@ fn drift_table(results: &[RunResult], family: &[(Variant, Variant, Question)], f
             continue;
         }
         // The evaluation steps every curve of the pairs has.
-        let common: Vec<u64> = pairs[0]
+        let common = pairs[0]
             .0
             .keys()
             .copied()
-            .filter(|s| pairs.iter().all(|(ca, cb)| ca.contains_key(s) && cb.contains_key(s)))
-            .collect();
-        let (Some(&end), Some(&start)) = (
-            common.last(),
-            common.iter().min_by(|x, y| (**x as f64 - from).abs().total_cmp(&(**y as f64 - from).abs())),
-        ) else {
+            .filter(|s| pairs.iter().all(|(ca, cb)| ca.contains_key(s) && cb.contains_key(s)));
+        let Some((start, end)) = last_fifth(common, from) else {
             continue;
         };
-        if end <= start {
-            continue;
-        }
         let mean_at = |s: u64| pairs.iter().map(|(ca, cb)| ca[&s] - cb[&s]).sum::<f64>() / pairs.len() as f64;
         let (d0, d1) = (mean_at(start), mean_at(end));
         rows.push(format!(

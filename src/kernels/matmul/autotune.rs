@@ -56,17 +56,13 @@ pub(super) fn save() {
     if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    // Atomic replace: a crash never leaves a half-written cache, and a temporary name of its own
-    // per process and call, so that two writers (grids side by side, the threads of `ddl
-    // experiment --jobs`) never write into one file and rename the other's half.
-    static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = path.with_extension(format!("json.tmp-{}-{n}", std::process::id()));
-    if std::fs::write(&tmp, serde_json::to_string_pretty(&map).unwrap_or_default()).is_ok()
-        && std::fs::rename(&tmp, &path).is_err()
-    {
-        let _ = std::fs::remove_file(&tmp);
-    }
+    // Atomic replace through a temporary file of its own per process and write: a crash never
+    // leaves a half-written cache, and two writers (grids side by side, the threads of `ddl
+    // experiment --jobs`) never rename each other's half.
+    let _ = crate::train::checkpoint::write_atomic(
+        &path,
+        serde_json::to_string_pretty(&map).unwrap_or_default().as_bytes(),
+    );
 }
 
 /// Times every variant on scratch buffers of this shape (random operands) and returns `(variant, ms)`, fastest
