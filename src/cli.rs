@@ -475,13 +475,21 @@ pub(crate) enum BenchCmd {
         /// The variant to time.
         #[arg(long, default_value = "ddl")]
         variant: String,
+        /// A TOML file with [model] / [train] tables over the preset (as `ddl train --config`):
+        /// the model's shapes and the batch; both sides of --against take it.
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+        /// key=value overrides after --config (model.d_model=64, train.batch_size=16 ...), as
+        /// `ddl train --set`; both sides of --against take them.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
         /// Timed steps (median reported).
         #[arg(long, value_parser = positive, default_value_t = 5)]
         steps: usize,
-        /// Batch size (default: the preset's).
+        /// Batch size (default: the preset's, or train.batch_size from --config / --set).
         #[arg(long, value_parser = positive)]
         batch: Option<usize>,
-        /// Sequence length (default: the preset's).
+        /// Sequence length (default: the preset's, or train.seq_len from --config / --set).
         #[arg(long, value_parser = positive)]
         seq: Option<usize>,
         /// Also list every dispatch of the profiled step in order (kernel, workgroups, ms).

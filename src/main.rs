@@ -119,6 +119,34 @@ fn info(dev: &DeviceArgs) -> Result<()> {
     Ok(())
 }
 
+/// The model and training settings `bench train` times: the preset's for the variant, then
+/// `--config`'s tables and the `--set` overrides, checked as `ddl train` checks them.
+fn bench_config(
+    preset: &str,
+    variant: &str,
+    config: Option<&std::path::Path>,
+    sets: &[String],
+) -> Result<(ddl::model::ModelConfig, ddl::train::TrainConfig)> {
+    let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
+    let mut run = ddl::train::RunConfig::preset(preset, v)?;
+    if let Some(path) = config {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
+        run.merge_toml(&text, &path.display().to_string()).map_err(anyhow::Error::msg)?;
+    }
+    for kv in sets {
+        run.set(kv).map_err(anyhow::Error::msg)?;
+    }
+    if run.model.variant != v {
+        anyhow::bail!(
+            "bench train: --config / --set give model.variant = {}, but --variant is {variant}: \
+             name the variant with --variant (and --against) only",
+            run.model.variant
+        );
+    }
+    run.validate()?;
+    Ok((run.model, run.train))
+}
+
 fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     use ddl::train::{RunConfig, TrainOptions};
     let variant = ddl::model::Variant::parse(a.variant.as_deref().unwrap_or("ddl")).map_err(anyhow::Error::msg)?;
@@ -757,6 +785,8 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
         BenchCmd::Train {
             preset,
             variant,
+            config,
+            sets,
             steps,
             batch,
             seq,
@@ -767,17 +797,14 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             precision,
             json,
         } => {
-            let v = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
-            let cfg = ddl::model::ModelConfig::preset(&preset, v)?;
-            let t = ddl::train::TrainConfig::preset(&preset);
+            let (cfg, t) = bench_config(&preset, &variant, config.as_deref(), &sets)?;
             ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
             let (b, t) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
             let other = against_forms.as_deref().map(|spec| forms_handle(&gpu, spec)).transpose()?;
             let against = against.or_else(|| other.as_ref().map(|_| variant.clone()));
             match against {
                 Some(a) => {
-                    let va = ddl::model::Variant::parse(&a).map_err(anyhow::Error::msg)?;
-                    let ca = ddl::model::ModelConfig::preset(&preset, va)?;
+                    let (ca, _) = bench_config(&preset, &a, config.as_deref(), &sets)?;
                     let og = other.as_ref().zip(against_forms.as_deref());
                     ddl::bench::train_compare_rows(&gpu, og, &cfg, &ca, b, t, steps, f16_state, precision, |r| {
                         print_row(&r, json)

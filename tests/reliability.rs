@@ -411,6 +411,37 @@ fn bench_problems_are_clear_errors() {
     fails(&dir, &["bench", "matmul", "--batch", "2"], &["--preset"]);
     fails(&dir, &["bench", "kernels", "--preset", "tiny", "--batch", "0"], &["--batch", "must be at least 1"]);
     fails(&dir, &["bench", "kernels", "--preset", "gpt-9"], &["unknown preset 'gpt-9'"]);
+    // bench train takes the model's shapes as `ddl train` does, with its checks.
+    fails(&dir, &["bench", "train", "--set", "model.widht=3"], &["--set model.widht", "unknown key"]);
+    fails(&dir, &["bench", "train", "--set", "model.n_layers=0"], &["model.n_layers = 0", "expected an integer"]);
+    fails(&dir, &["bench", "train", "--variant", "baseline", "--set", "model.variant=ddl"], &["--variant"]);
+    fails(&dir, &["bench", "train", "--config", "no-such.toml"], &["--config", "no-such.toml"]);
+    let args = ["--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "train.batch_size=3", "--seq", "16"];
+    let o = cmd(&dir)
+        .args(["bench", "train", "--no-autotune", "--variant", "baseline", "--steps", "1"])
+        .args(args)
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(o.status.success() && t.contains("baseline d=32 L=1 B=3 T=16:"), "{t}");
+    let o = cmd(&dir)
+        .args([
+            "bench",
+            "train",
+            "--no-autotune",
+            "--variant",
+            "ddl",
+            "--against",
+            "baseline",
+            "--steps",
+            "1",
+            "--json",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(o.status.success() && t.contains("\"d\":32,\"layers\":1"), "{t}");
 }
 
 /// Names of the files in `dir`.
