@@ -948,7 +948,13 @@ fn length_section(spec: &ExperimentSpec, results: &[RunResult], variants: &[Vari
         ));
         return md;
     };
-    let worst = rows.iter().map(|r| r.3.abs()).fold(0.0, f64::max);
+    // The curve that changes most; a rise (the validation loss going up while the training
+    // loss goes down) is overfitting, which longer runs make worse, not better.
+    let (worst_variant, worst, rising) = rows
+        .iter()
+        .max_by(|a, b| a.3.abs().total_cmp(&b.3.abs()))
+        .map(|r| (r.0, r.3.abs(), r.3 < 0.0))
+        .expect("rows is not empty");
     md.push_str(&format!(
         "Half the paired seed spread: {:.4} (the median over the compared pairs of the standard deviation over \
          seeds of their final differences: {:.4}). {table}",
@@ -959,6 +965,15 @@ fn length_section(spec: &ExperimentSpec, results: &[RunResult], variants: &[Vari
         "\n{}\n\n",
         if worst < spread / 2.0 {
             format!("**Long enough**: every curve changes by less than half the paired spread (largest {worst:.4}).")
+        } else if rising {
+            format!(
+                "**Not settled: overfitting**: the {} curve rises by {worst:.4} over the last 20 %, more than half the \
+                 paired spread ({:.4}): its validation loss went up while it trained, so longer runs would not settle \
+                 it; a length near the curves' lowest point (or more data per parameter) would. Which comparisons \
+                 moved over the last 20 %: below.",
+                worst_variant.name(),
+                spread / 2.0
+            )
         } else {
             format!(
                 "**Not long enough**: a curve still changes by {worst:.4}, more than half the paired spread ({:.4}); \
@@ -1420,6 +1435,16 @@ mod tests {
         }
         let md = length_section(&s, &moving, &variants);
         assert!(md.contains("| baseline − ddl | 2 | 16 | +0.0880 | 20 | +0.0600 | -0.0280 | moves |"), "{md}");
+        // A curve that rises over the last fifth overfits: the verdict says so instead of asking
+        // for longer runs.
+        let mut rising = mk(0.002);
+        for r in rising.iter_mut().filter(|r| r.variant == "ddl") {
+            r.val_curve[1].1 -= 0.022;
+        }
+        let md = length_section(&s, &rising, &variants);
+        assert!(md.contains("| ddl | 16 | 20 | -0.0200 |"), "{md}");
+        assert!(md.contains("**Not settled: overfitting**: the ddl curve rises by 0.0200"), "{md}");
+        assert!(!md.contains("Not long enough") && !md.contains("**Long enough**"), "{md}");
         // One seed: no spread and no verdict, but the curves' changes still.
         let one: Vec<RunResult> = mk(0.002).into_iter().filter(|r| r.seed == 1).collect();
         let md = length_section(&s, &one, &variants);
