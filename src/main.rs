@@ -686,6 +686,13 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
 }
 
 fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
+    // Settings are checked before the adapter opens (as `ddl train` checks them).
+    if let BenchCmd::Train { preset, variant, config, sets, against, .. } = &b {
+        bench_config(preset, variant, config.as_deref(), sets)?;
+        if let Some(a) = against {
+            bench_config(preset, a, config.as_deref(), sets)?;
+        }
+    }
     let gpu = dev.open().context("opening the GPU")?;
     // Every benchmark says which kernel forms it measured.
     let json = match &b {

@@ -415,7 +415,8 @@ fn bench_problems_are_clear_errors() {
     fails(&dir, &["bench", "train", "--set", "model.widht=3"], &["--set model.widht", "unknown key"]);
     fails(&dir, &["bench", "train", "--set", "model.n_layers=0"], &["model.n_layers = 0", "expected an integer"]);
     fails(&dir, &["bench", "train", "--variant", "baseline", "--set", "model.variant=ddl"], &["--variant"]);
-    fails(&dir, &["bench", "train", "--config", "no-such.toml"], &["--config", "no-such.toml"]);
+    let t = fails(&dir, &["bench", "train", "--config", "no-such.toml"], &["--config", "no-such.toml"]);
+    assert!(!t.contains("kernel forms"), "a bad setting is refused before the adapter opens: {t}");
     let args = ["--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "train.batch_size=3", "--seq", "16"];
     let o = cmd(&dir)
         .args(["bench", "train", "--no-autotune", "--variant", "baseline", "--steps", "1"])
