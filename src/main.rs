@@ -119,6 +119,21 @@ fn info(dev: &DeviceArgs) -> Result<()> {
     Ok(())
 }
 
+/// A preset's settings for a variant with a `--config` file's tables over them (`ddl train`,
+/// `ddl bench train`).
+fn preset_with_config(
+    preset: &str,
+    variant: ddl::model::Variant,
+    config: Option<&std::path::Path>,
+) -> Result<ddl::train::RunConfig> {
+    let mut run = ddl::train::RunConfig::preset(preset, variant)?;
+    if let Some(path) = config {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
+        run.merge_toml(&text, &path.display().to_string()).map_err(anyhow::Error::msg)?;
+    }
+    Ok(run)
+}
+
 /// The model and training settings `bench train` times: the preset's for the variant, then
 /// `--config`'s tables and the `--set` overrides, checked as `ddl train` checks them.
 fn bench_config(
@@ -128,11 +143,7 @@ fn bench_config(
     sets: &[String],
 ) -> Result<(ddl::model::ModelConfig, ddl::train::TrainConfig)> {
     let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
-    let mut run = ddl::train::RunConfig::preset(preset, v)?;
-    if let Some(path) = config {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
-        run.merge_toml(&text, &path.display().to_string()).map_err(anyhow::Error::msg)?;
-    }
+    let mut run = preset_with_config(preset, v, config)?;
     for kv in sets {
         run.set(kv).map_err(anyhow::Error::msg)?;
     }
@@ -148,18 +159,14 @@ fn bench_config(
 }
 
 fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
-    use ddl::train::{RunConfig, TrainOptions};
+    use ddl::train::TrainOptions;
     let variant = ddl::model::Variant::parse(a.variant.as_deref().unwrap_or("ddl")).map_err(anyhow::Error::msg)?;
     let (out, resume) = match (&a.resume, &a.out) {
         (Some(r), _) => (r.clone(), true),
         (None, Some(o)) => (o.clone(), false),
         (None, None) => anyhow::bail!("--out DIR is required"),
     };
-    let mut run = RunConfig::preset(a.preset.as_deref().unwrap_or("tiny"), variant)?;
-    if let Some(path) = &a.config {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
-        run.merge_toml(&text, &path.display().to_string()).map_err(anyhow::Error::msg)?;
-    }
+    let mut run = preset_with_config(a.preset.as_deref().unwrap_or("tiny"), variant, a.config.as_deref())?;
     if let Some(c) = &a.corpus {
         run.corpus = c.clone();
     }
@@ -686,13 +693,18 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
 }
 
 fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
-    // Settings are checked before the adapter opens (as `ddl train` checks them).
-    if let BenchCmd::Train { preset, variant, config, sets, against, .. } = &b {
-        bench_config(preset, variant, config.as_deref(), sets)?;
-        if let Some(a) = against {
-            bench_config(preset, a, config.as_deref(), sets)?;
+    // `bench train`'s settings, both sides', are made and checked before the adapter opens (as
+    // `ddl train` does); the other side is --against's variant, or the same one with
+    // --against-forms.
+    let train_configs = match &b {
+        BenchCmd::Train { preset, variant, config, sets, against, against_forms, .. } => {
+            let own = bench_config(preset, variant, config.as_deref(), sets)?;
+            let other = against.as_deref().or(against_forms.as_ref().map(|_| variant.as_str()));
+            let other = other.map(|a| bench_config(preset, a, config.as_deref(), sets)).transpose()?;
+            Some((own, other.map(|(m, _)| m)))
         }
-    }
+        _ => None,
+    };
     let gpu = dev.open().context("opening the GPU")?;
     // Every benchmark says which kernel forms it measured.
     let json = match &b {
@@ -789,29 +801,13 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 anyhow::bail!("the benchmarks of {} could not run at these shapes (above)", failed.join(", "));
             }
         }
-        BenchCmd::Train {
-            preset,
-            variant,
-            config,
-            sets,
-            steps,
-            batch,
-            seq,
-            dispatches,
-            against,
-            against_forms,
-            f16_state,
-            precision,
-            json,
-        } => {
-            let (cfg, t) = bench_config(&preset, &variant, config.as_deref(), &sets)?;
+        BenchCmd::Train { steps, batch, seq, dispatches, against_forms, f16_state, precision, json, .. } => {
+            let ((cfg, t), against_cfg) = train_configs.expect("made above for bench train");
             ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
             let (b, t) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
             let other = against_forms.as_deref().map(|spec| forms_handle(&gpu, spec)).transpose()?;
-            let against = against.or_else(|| other.as_ref().map(|_| variant.clone()));
-            match against {
-                Some(a) => {
-                    let (ca, _) = bench_config(&preset, &a, config.as_deref(), &sets)?;
+            match against_cfg {
+                Some(ca) => {
                     let og = other.as_ref().zip(against_forms.as_deref());
                     ddl::bench::train_compare_rows(&gpu, og, &cfg, &ca, b, t, steps, f16_state, precision, |r| {
                         print_row(&r, json)
