@@ -275,7 +275,8 @@ stage_kernels() {
   local t0=$(date +%s) st details="" b bin rc secs res failing rcs=""
   # On a GPU the test that compiles every shader variant and builds every pipeline runs last and
   # alone (`test-kernels-compile`): NVIDIA's driver compiles each pipeline, which took over
-  # 110 s in GPU run 3 and, inside the whole binary, cut off the other tests' failure messages.
+  # 110 s in GPU run 3 one after another and, inside the whole binary, cut off the other tests'
+  # failure messages (since session 28 the test compiles on one thread per core).
   local compile=every_shader_variant_compiles
   for b in kernels golden decode kernels-compile; do
     bin="test-$b"; [ $b = kernels-compile ] && bin=test-kernels
