@@ -10,7 +10,10 @@ falls to the threshold (half the grid's paired seed spread, from its report). Th
 the longest such length cost at a given step time.
 
     python3 experiments/length_extrapolation.py [--threshold 0.0062] [--short DIR] [--long DIR]
-        [--lavapipe-step-s 0.15] [--gpu-step-ms 2,4]
+        [--check DIR] [--lavapipe-step-s 0.15] [--gpu-step-ms 2,4]
+
+--check DIR: runs of the same seed at a third length (e.g. docs/experiments/shakespeare-32k-lavapipe/runs):
+each variant found there gets the fit's prediction at that length beside the measured change.
 """
 import argparse
 import json
@@ -43,6 +46,7 @@ def main():
                    help="half the paired seed spread (docs/experiments/shakespeare/report.md)")
     p.add_argument("--short", default=os.path.join(ROOT, "docs/experiments/shakespeare/runs"))
     p.add_argument("--long", default=os.path.join(ROOT, "docs/experiments/shakespeare-long-lavapipe/runs"))
+    p.add_argument("--check", help="runs at a third length whose change is set beside the fit's prediction")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--variants", default="baseline,ddl")
     p.add_argument("--pilot-steps", type=int, default=32000)
@@ -56,6 +60,7 @@ def main():
           f"predicted at {a.pilot_steps} steps | steps to reach {a.threshold} |")
     print("|---|---:|---:|---:|---:|---:|")
     need = []
+    checks = []
     for v in a.variants.split(","):
         n1, c1 = last_fifth(os.path.join(a.short, f"{v}-seed{a.seed}"))
         n2, c2 = last_fifth(os.path.join(a.long, f"{v}-seed{a.seed}"))
@@ -68,6 +73,14 @@ def main():
         need.append(steps)
         print(f"| {v} | {c1:+.4f} at {n1} | {c2:+.4f} at {n2} | {exp:.2f} | {at_pilot:.4f} | "
               f"{steps:,.0f} ({steps / n1:.0f}× {n1}) |")
+        run3 = os.path.join(a.check, f"{v}-seed{a.seed}") if a.check else None
+        if run3 and os.path.exists(os.path.join(run3, "result.json")):
+            n3, c3 = last_fifth(run3)
+            pred = c2 * (n3 / n2) ** -exp
+            checks.append(f"{v}: predicted {pred:+.4f} over the last fifth at {n3} steps, measured {c3:+.4f}")
+    for c in checks:
+        print()
+        print(c)
     if not need:
         return
     longest = max(need)
