@@ -1,0 +1,343 @@
+//! Running the grid: the runs not finished yet (one device or several), each run's result, then
+//! the report.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::report::write_report;
+use super::speed::{measure_speed, speed_rows};
+use super::{ExperimentError, ExperimentOptions, ExperimentSpec, RegimeCounts, RunResult, adapter_name, run_name};
+use crate::gpu::Gpu;
+use crate::model::{Model, Variant};
+use crate::train::{RunConfig, TrainOptions, checkpoint, data};
+
+/// Runs what is not finished yet, then writes the report. Returns the report's path, or `None`
+/// when the grid was interrupted (Ctrl-C; run again to continue).
+pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Result<Option<PathBuf>, ExperimentError> {
+    let out = &opts.out;
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ExperimentError::Io { path, source }
+    };
+    std::fs::create_dir_all(out.join("runs")).map_err(io(&out.join("runs")))?;
+    // One experiment per folder at a time (its runs are each locked again by training).
+    let _lock = crate::train::lock::RunLock::acquire(out)?;
+    // The spec a directory was started with is kept; a different spec needs a new directory.
+    let spec_path = out.join("experiment.toml");
+    let spec_text = toml::to_string(spec).map_err(|e| ExperimentError::Report(e.to_string()))?;
+    if let Ok(old) = std::fs::read_to_string(&spec_path) {
+        // The grid may grow (more variants or seeds: the finished runs still count), but the
+        // settings every run shares may not change under finished runs.
+        let same = |a: &ExperimentSpec, b: &ExperimentSpec| {
+            let strip = |s: &ExperimentSpec| ExperimentSpec {
+                name: String::new(),
+                description: String::new(),
+                variants: Vec::new(),
+                seeds: Vec::new(),
+                extra_seeds: BTreeMap::new(),
+                ..s.clone()
+            };
+            strip(a) == strip(b)
+        };
+        match toml::from_str::<ExperimentSpec>(&old) {
+            Ok(o) if same(&o, spec) => {}
+            _ => {
+                return Err(ExperimentError::Spec {
+                    path: spec_path,
+                    msg: "this directory holds an experiment whose shared settings (preset, steps, corpus, \
+                          tokenizer, [model], [train], beta_batches) differ from this spec's; use a new --out \
+                          directory (or delete this one) to run the changed spec. Adding variants or seeds is fine"
+                        .into(),
+                });
+            }
+        }
+    }
+    checkpoint::write_atomic(&spec_path, spec_text.as_bytes()).map_err(io(&spec_path))?;
+    let variants = spec.variant_list().map_err(|m| ExperimentError::Spec { path: spec_path.clone(), msg: m })?;
+    let total: usize = variants.iter().map(|&v| spec.seeds_of(v).len()).sum();
+    if !opts.report_only {
+        // Seed-major: after the first seed every variant has one run to compare.
+        let mut pending = std::collections::VecDeque::new();
+        let mut i = 0;
+        for seed in spec.all_seeds() {
+            for &v in variants.iter().filter(|&&v| spec.seeds_of(v).contains(&seed)) {
+                i += 1;
+                let name = run_name(v, seed);
+                if result_of(&out.join("runs").join(&name), spec.steps).is_some() {
+                    if !opts.quiet {
+                        eprintln!("[{i}/{total}] {name}: finished earlier, not re-run");
+                    }
+                    continue;
+                }
+                pending.push_back((i, v, seed));
+            }
+        }
+        let devices: Vec<&Arc<Gpu>> = std::iter::once(&gpu).chain(&opts.more_devices).collect();
+        let jobs = devices.len().min(pending.len()).max(1);
+        let queue = std::sync::Mutex::new(pending);
+        let failed = std::sync::Mutex::new(None::<ExperimentError>);
+        let interrupted = std::sync::atomic::AtomicBool::new(false);
+        // One worker per device: the next unfinished run of the queue, until it is empty, a run
+        // fails (the others finish theirs) or training is interrupted.
+        let worker = |g: &Arc<Gpu>| {
+            use std::sync::atomic::Ordering::SeqCst;
+            while failed.lock().unwrap().is_none() && !interrupted.load(SeqCst) {
+                let Some((i, v, seed)) = queue.lock().unwrap().pop_front() else { break };
+                match train_run(g, spec, opts, (i, total), v, seed, jobs > 1) {
+                    Ok(true) => {}
+                    Ok(false) => interrupted.store(true, SeqCst),
+                    Err(e) => {
+                        failed.lock().unwrap().get_or_insert(e);
+                    }
+                }
+            }
+        };
+        if jobs == 1 {
+            worker(&gpu);
+        } else {
+            std::thread::scope(|sc| {
+                for (j, g) in devices.iter().take(jobs).enumerate() {
+                    // Training's stack, as the main thread's (a spawned thread gets 2 MiB).
+                    let started = std::thread::Builder::new()
+                        .name(format!("experiment-job-{j}"))
+                        .stack_size(64 << 20)
+                        .spawn_scoped(sc, || worker(g));
+                    if let Err(e) = started {
+                        // The jobs already started go on; no new run starts.
+                        failed.lock().unwrap().get_or_insert(ExperimentError::Report(format!(
+                            "--jobs {}: could not start job {} ({e}); try fewer jobs",
+                            devices.len(),
+                            j + 1
+                        )));
+                        break;
+                    }
+                }
+            });
+        }
+        if let Some(e) = failed.into_inner().unwrap() {
+            return Err(e);
+        }
+        if interrupted.into_inner() {
+            if jobs > 1 {
+                eprintln!(
+                    "interrupted: the runs in progress saved their checkpoints; run the same command to continue"
+                );
+            }
+            return Ok(None);
+        }
+    }
+    let mut results = Vec::new();
+    let mut missing = Vec::new();
+    for &v in &variants {
+        for seed in spec.seeds_of(v) {
+            match result_of(&out.join("runs").join(run_name(v, seed)), spec.steps) {
+                Some(r) => results.push(r),
+                None => missing.push(run_name(v, seed)),
+            }
+        }
+    }
+    if results.is_empty() {
+        return Err(ExperimentError::Report(format!(
+            "{}: no finished runs yet (missing: {}); run without --report-only first",
+            out.display(),
+            missing.join(", ")
+        )));
+    }
+    // The speed section, once every run is finished (again when the grid grew), or when asked for.
+    let measured: BTreeSet<String> =
+        speed_rows(out).iter().filter_map(|r| r["variant"].as_str().map(str::to_string)).collect();
+    let speed_missing = variants.iter().any(|v| *v != Variant::Baseline && !measured.contains(v.name()));
+    if opts.speed || (speed_missing && missing.is_empty() && !opts.report_only) {
+        measure_speed(&gpu, spec, out, opts.quiet)?;
+    }
+    let commits: BTreeSet<(&str, &str)> = results.iter().map(|r| (r.commit.as_str(), r.dirty.as_str())).collect();
+    if commits.len() > 1 && !opts.quiet {
+        let list: Vec<String> = commits.iter().map(|(c, d)| format!("{} ({d})", &c[..c.len().min(12)])).collect();
+        eprintln!(
+            "warning: the runs of this report were made by different builds of the engine: {}; the report says so",
+            list.join(", ")
+        );
+    }
+    let report = write_report(out, spec, &variants, &results, &missing)?;
+    Ok(Some(report))
+}
+
+/// Trains run `v`, `seed` of the grid (the `at`-th of its runs, of `of`) on `gpu` (resuming its
+/// checkpoint where there is one), then writes its `result.json`. `Ok(false)` when training was
+/// interrupted (the checkpoint is saved). With `parallel`, training prints no step lines (other
+/// runs are training beside it) and the run's lines name it.
+fn train_run(
+    gpu: &Arc<Gpu>,
+    spec: &ExperimentSpec,
+    opts: &ExperimentOptions,
+    (at, of): (usize, usize),
+    v: Variant,
+    seed: u64,
+    parallel: bool,
+) -> Result<bool, ExperimentError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ExperimentError::Io { path, source }
+    };
+    let name = run_name(v, seed);
+    let dir = opts.out.join("runs").join(&name);
+    let run_cfg = spec.run_config(v, seed).map_err(|msg| ExperimentError::Run { run: name.clone(), msg })?;
+    let resume = dir.join(checkpoint::OPTIM_FILE).exists();
+    if !opts.quiet {
+        eprintln!(
+            "[{at}/{of}] {name}: {} {} steps -> {}{}",
+            if resume { "resuming," } else { "training" },
+            spec.steps,
+            dir.display(),
+            if parallel { " (beside other runs: its step lines are in its metrics.jsonl)" } else { "" }
+        );
+    }
+    let summary = crate::train::train(
+        gpu.clone(),
+        TrainOptions {
+            run: run_cfg,
+            steps: spec.steps,
+            out: dir.clone(),
+            resume,
+            // A run stopped before its first checkpoint starts again.
+            overwrite: !resume,
+            quiet: opts.quiet || parallel,
+        },
+    )
+    .map_err(|source| ExperimentError::Train { run: name.clone(), source: Box::new(source) })?;
+    if summary.interrupted {
+        eprintln!("interrupted during {name}: its checkpoint is saved; run the same command to continue");
+        return Ok(false);
+    }
+    let result = finish_run(gpu, &dir, v, seed, spec).map_err(|msg| ExperimentError::Run { run: name.clone(), msg })?;
+    let path = dir.join("result.json");
+    let text = serde_json::to_string_pretty(&result).map_err(|e| ExperimentError::Report(e.to_string()))?;
+    checkpoint::write_atomic(&path, text.as_bytes()).map_err(io(&path))?;
+    if !opts.quiet {
+        eprintln!(
+            "[{at}/{of}] {name}: val loss {:.4}, train loss {:.4}, {:.0} tok/s",
+            result.final_val_loss, result.final_train_loss, result.tok_per_s
+        );
+    }
+    Ok(true)
+}
+
+/// The result of a finished run, if `dir` holds one for `steps` steps.
+pub(super) fn result_of(dir: &Path, steps: usize) -> Option<RunResult> {
+    let text = std::fs::read_to_string(dir.join("result.json")).ok()?;
+    let r: RunResult = serde_json::from_str(&text).ok()?;
+    (r.steps == steps).then_some(r)
+}
+
+/// Reads a finished run's metrics and counts its β regimes on validation text.
+fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &ExperimentSpec) -> Result<RunResult, String> {
+    let metrics_path = dir.join("metrics.jsonl");
+    let text = std::fs::read_to_string(&metrics_path).map_err(|e| format!("{}: {e}", metrics_path.display()))?;
+    let mut losses = Vec::new();
+    let mut tps = Vec::new();
+    let mut elapsed = 0.0f64;
+    let mut val_curve = Vec::new();
+    // The final evaluation over the whole validation split (its loss and tokens).
+    let mut full: Option<(f64, usize)> = None;
+    for line in text.lines() {
+        let Ok(j) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let step = j["step"].as_f64().unwrap_or(0.0);
+        if let Some(vl) = j["val_loss"].as_f64() {
+            if j["val_full"] == true {
+                full = Some((vl, j["val_tokens"].as_u64().unwrap_or(0) as usize));
+                // The curve's last point: the same windows as the evaluations during training.
+                if let Some(sub) = j["val_subset_loss"].as_f64() {
+                    val_curve.push((step, sub));
+                }
+            } else {
+                val_curve.push((step, vl));
+            }
+        } else if let Some(l) = j["loss"].as_f64() {
+            losses.push(l);
+            if let Some(t) = j["tok_per_s"].as_f64() {
+                tps.push(t);
+            }
+            elapsed = elapsed.max(j["elapsed"].as_f64().unwrap_or(0.0));
+        }
+    }
+    let (final_val_loss, val_tokens) = full
+        .or_else(|| val_curve.last().map(|p| (p.1, 0)))
+        .ok_or_else(|| format!("{}: no validation row", metrics_path.display()))?;
+    let tail = (losses.len() / 10).max(1).min(losses.len().max(1));
+    let final_train_loss =
+        if losses.is_empty() { f64::NAN } else { losses[losses.len() - tail..].iter().sum::<f64>() / tail as f64 };
+    tps.sort_by(|a, b| a.total_cmp(b));
+    let tok_per_s = if tps.is_empty() { f64::NAN } else { tps[tps.len() / 2] };
+
+    let ck = checkpoint::load(dir, false).map_err(|e| e.to_string())?;
+    let run: RunConfig = {
+        let p = dir.join("config.toml");
+        let t = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        toml::from_str(&t).map_err(|e| format!("{}: {e}", p.display()))?
+    };
+    let t = &run.train;
+    let (regimes, beta_mean) = beta_regimes(gpu, &ck, &run, spec.beta_batches)?;
+    Ok(RunResult {
+        variant: v.name().to_string(),
+        seed,
+        params: crate::model::Layout::new(&ck.config).count(),
+        steps: ck.step,
+        tokens: (ck.step * t.batch_size * t.seq_len * t.grad_accum) as u64,
+        final_train_loss,
+        final_val_loss,
+        val_curve,
+        tok_per_s,
+        elapsed_s: elapsed,
+        regimes,
+        beta_mean,
+        val_tokens,
+        commit: crate::build_commit().0.to_string(),
+        dirty: crate::build_commit().1.to_string(),
+        adapter: adapter_name(gpu),
+    })
+}
+
+/// Counts, per sublayer, the validation tokens whose β falls in each regime (and the mean β).
+/// The validation batches are the first windows of the validation split, the same text for every
+/// run of the grid.
+pub fn beta_regimes(
+    gpu: &Arc<Gpu>,
+    ck: &checkpoint::Loaded,
+    run: &RunConfig,
+    batches: usize,
+) -> Result<(RegimeCounts, Vec<f64>), String> {
+    if !ck.config.variant.is_ddl() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let model = Model::with_params(gpu.clone(), ck.config.clone(), &ck.params).map_err(|e| e.to_string())?;
+    let (ds, _) = data::open_for_run(run, Some(&ck.tokenizer)).map_err(|e| e.to_string())?;
+    let t = &run.train;
+    let batches = batches.min(ds.val_windows(t.seq_len).div_ceil(t.batch_size));
+    let prog = model.forward_program(t.batch_size, t.seq_len).map_err(|e| e.to_string())?;
+    let mut counts: RegimeCounts = Vec::new();
+    let mut sums: Vec<f64> = Vec::new();
+    for i in 0..batches {
+        let (x, y) = ds.val_batch(i * t.batch_size, t.batch_size, t.seq_len);
+        prog.set_batch(&model, &x, &y).map_err(|e| e.to_string())?;
+        model.eval_loss(&prog).map_err(|e| e.to_string())?;
+        for (s, w) in prog.acts().writes().enumerate() {
+            let b = w.beta.read_f32(&model.gpu).map_err(|e| e.to_string())?;
+            if counts.len() <= s {
+                counts.push([0; 3]);
+                sums.push(0.0);
+            }
+            for &beta in &b[..t.batch_size * t.seq_len] {
+                let r = match crate::generate::regime(beta) {
+                    "identity" => 0,
+                    "projection" => 1,
+                    _ => 2,
+                };
+                counts[s][r] += 1;
+                sums[s] += beta as f64;
+            }
+        }
+    }
+    let means = counts.iter().zip(&sums).map(|(c, s)| s / c.iter().sum::<u64>().max(1) as f64).collect();
+    Ok((counts, means))
+}

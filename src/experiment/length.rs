@@ -1,0 +1,218 @@
+//! Whether the runs are long enough: the last fifth of the validation curves against half the
+//! paired seed spread, and whether the comparisons still move.
+
+use std::collections::BTreeMap;
+
+use super::report::{Question, comparison_family, paired};
+use super::{ExperimentSpec, RunResult};
+use crate::model::Variant;
+
+/// Whether the runs are long enough: over the last 20 % of the steps the mean validation curve
+/// of every variant should change by less than half the paired seed spread (the median standard
+/// deviation over seeds of the family's paired differences).
+pub(super) fn length_section(spec: &ExperimentSpec, results: &[RunResult], variants: &[Variant]) -> String {
+    let mut md = String::from("## Are the runs long enough?\n\n");
+    let family = comparison_family(variants);
+    let core: Vec<_> = family.iter().filter(|f| f.2 == Question::PaperGap).collect();
+    let use_: Vec<_> = if core.is_empty() { family.iter().collect() } else { core };
+    let mut sds: Vec<f64> = use_
+        .iter()
+        .filter_map(|&&(a, b, _)| paired(results, a, b).map(|p| p.diff.sd))
+        .filter(|s| s.is_finite())
+        .collect();
+    sds.sort_by(f64::total_cmp);
+    let spread = sds.get(sds.len() / 2).copied();
+    let from = 0.8 * spec.steps as f64;
+    let mut rows = Vec::new();
+    for &v in variants {
+        let rs: Vec<&RunResult> = results.iter().filter(|r| r.variant == v.name()).collect();
+        // The mean curve at the evaluations every seed has.
+        let mut at: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+        for r in &rs {
+            for &(s, l) in &r.val_curve {
+                at.entry(s as u64).or_default().push(l);
+            }
+        }
+        let mean: BTreeMap<u64, f64> = at
+            .iter()
+            .filter(|(_, ls)| !rs.is_empty() && ls.len() == rs.len())
+            .map(|(&s, ls)| (s, ls.iter().sum::<f64>() / ls.len() as f64))
+            .collect();
+        let Some((start, end)) = last_fifth(mean.keys().copied(), from) else {
+            continue;
+        };
+        rows.push((v, start, end, mean[&start] - mean[&end]));
+    }
+    if rows.is_empty() {
+        md.push_str("The curves have no evaluation in the last 20 % of the steps.\n\n");
+        return md;
+    }
+    let mut table = String::from(
+        "Change of the mean validation curve (the windows every evaluation covers) over the last 20 % of the \
+         steps:\n\n| variant | from step | to step | decrease |\n|---|---:|---:|---:|\n",
+    );
+    for (v, a, b, d) in &rows {
+        table.push_str(&format!("| {} | {a} | {b} | {d:+.4} |\n", v.name()));
+    }
+    let Some(spread) = spread else {
+        // One seed (a pilot): the curves' changes, without a spread to judge them by.
+        md.push_str(&format!(
+            "No paired spread to compare with (fewer than two seeds of a compared pair), so no verdict. {table}\n"
+        ));
+        return md;
+    };
+    // The curve that changes most; a rise (the validation loss going up while the training
+    // loss goes down) is overfitting, which longer runs make worse, not better.
+    let (worst_variant, worst, rising) = rows
+        .iter()
+        .max_by(|a, b| a.3.abs().total_cmp(&b.3.abs()))
+        .map(|r| (r.0, r.3.abs(), r.3 < 0.0))
+        .expect("rows is not empty");
+    md.push_str(&format!(
+        "Half the paired seed spread: {:.4} (the median over the compared pairs of the standard deviation over \
+         seeds of their final differences: {:.4}). {table}",
+        spread / 2.0,
+        spread
+    ));
+    md.push_str(&format!(
+        "\n{}\n\n",
+        if worst < spread / 2.0 {
+            format!("**Long enough**: every curve changes by less than half the paired spread (largest {worst:.4}).")
+        } else if rising {
+            format!(
+                "**Not settled: overfitting**: the {} curve rises by {worst:.4} over the last 20 %, more than half the \
+                 paired spread ({:.4}): its validation loss went up while it trained, so longer runs would not settle \
+                 it; a length near the curves' lowest point (or more data per parameter) would. Which comparisons \
+                 moved over the last 20 %: below.",
+                worst_variant.name(),
+                spread / 2.0
+            )
+        } else {
+            format!(
+                "**Not long enough**: a curve still changes by {worst:.4}, more than half the paired spread ({:.4}); \
+                 longer runs may move the comparisons (which ones moved over the last 20 %: below).",
+                spread / 2.0
+            )
+        }
+    ));
+    md.push_str(&drift_table(results, &family, from, spread / 2.0));
+    md
+}
+
+/// The last fifth of a curve: its evaluation step nearest `from` (80 % of the steps) and its last
+/// one, ascending `steps`; `None` without two distinct steps.
+fn last_fifth(steps: impl Iterator<Item = u64>, from: f64) -> Option<(u64, u64)> {
+    let steps: Vec<u64> = steps.collect();
+    let end = *steps.last()?;
+    let start = *steps.iter().min_by(|x, y| (**x as f64 - from).abs().total_cmp(&(**y as f64 - from).abs()))?;
+    (start < end).then_some((start, end))
+}
+
+/// How each comparison of the family moved over the last 20 % of the steps: the mean paired
+/// difference a − b on the evaluation subset at the evaluation nearest 80 % of the steps and at
+/// the last one both curves of every paired seed have, against half the paired spread. Where the
+/// curves still fall but fall together, a comparison can be steady though the runs are not long
+/// enough; where it moves, its final verdict may not hold at another length.
+fn drift_table(results: &[RunResult], family: &[(Variant, Variant, Question)], from: f64, half: f64) -> String {
+    let curve = |v: Variant, seed: u64| -> Option<BTreeMap<u64, f64>> {
+        results
+            .iter()
+            .find(|r| r.variant == v.name() && r.seed == seed)
+            .map(|r| r.val_curve.iter().map(|&(s, l)| (s as u64, l)).collect())
+    };
+    let mut rows = Vec::new();
+    for &(a, b, _) in family {
+        let seeds: Vec<u64> = results.iter().filter(|r| r.variant == a.name()).map(|r| r.seed).collect();
+        let pairs: Vec<(BTreeMap<u64, f64>, BTreeMap<u64, f64>)> =
+            seeds.iter().filter_map(|&s| Some((curve(a, s)?, curve(b, s)?))).collect();
+        if pairs.is_empty() {
+            continue;
+        }
+        // The evaluation steps every curve of the pairs has.
+        let common = pairs[0]
+            .0
+            .keys()
+            .copied()
+            .filter(|s| pairs.iter().all(|(ca, cb)| ca.contains_key(s) && cb.contains_key(s)));
+        let Some((start, end)) = last_fifth(common, from) else {
+            continue;
+        };
+        let mean_at = |s: u64| pairs.iter().map(|(ca, cb)| ca[&s] - cb[&s]).sum::<f64>() / pairs.len() as f64;
+        let (d0, d1) = (mean_at(start), mean_at(end));
+        rows.push(format!(
+            "| {} − {} | {} | {start} | {d0:+.4} | {end} | {d1:+.4} | {:+.4} | {} |\n",
+            a.name(),
+            b.name(),
+            pairs.len(),
+            d1 - d0,
+            if (d1 - d0).abs() < half { "steady" } else { "moves" }
+        ));
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut md = format!(
+        "Do the comparisons still move? Each comparison's mean paired difference on the evaluation subset \
+         (not the whole split of the table above) at the start and the end of the last 20 % of the steps; \
+         \"steady\" when it changed by less than half the paired spread ({half:.4}):\n\n\
+         | a − b | seeds | from step | difference | to step | difference | change | |\n|---|---:|---:|---:|---:|---:|---:|---|\n"
+    );
+    for r in rows {
+        md.push_str(&r);
+    }
+    md.push('\n');
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::test_support::{result, spec};
+
+    #[test]
+    fn the_length_check_compares_the_last_fifth_of_the_curves_with_half_the_paired_spread() {
+        let s = spec("").unwrap(); // 20 steps, baseline and ddl, seeds 1 and 2
+        let variants = s.variant_list().unwrap();
+        // Paired differences baseline − ddl: 0.05 and 0.07 → sd 0.01414, half 0.00707.
+        let mk = |drop: f64| -> Vec<RunResult> {
+            [("baseline", 1, 2.20), ("baseline", 2, 2.22), ("ddl", 1, 2.15), ("ddl", 2, 2.15)]
+                .iter()
+                .map(|&(v, seed, l)| RunResult {
+                    val_curve: vec![(8.0, l + 0.3), (16.0, l + drop), (20.0, l)],
+                    ..result(v, seed, l, "abc")
+                })
+                .collect()
+        };
+        let md = length_section(&s, &mk(0.002), &variants);
+        assert!(md.contains("Half the paired seed spread: 0.0071") && md.contains("**Long enough**"), "{md}");
+        assert!(md.contains("| ddl | 16 | 20 | +0.0020 |"), "{md}");
+        // Both curves fell by the same 0.002: baseline − ddl is 0.06 at steps 16 and 20.
+        assert!(md.contains("| baseline − ddl | 2 | 16 | +0.0600 | 20 | +0.0600 | +0.0000 | steady |"), "{md}");
+        let md = length_section(&s, &mk(0.03), &variants);
+        assert!(md.contains("**Not long enough**: a curve still changes by 0.0300"), "{md}");
+        // Still falling 0.03, but together: the comparison is steady.
+        assert!(md.contains("| +0.0600 | +0.0000 | steady |"), "{md}");
+        // The baseline falls 0.03 over the last fifth, ddl 0.002: the difference moves by −0.028.
+        let mut moving = mk(0.002);
+        for r in moving.iter_mut().filter(|r| r.variant == "baseline") {
+            r.val_curve[1].1 += 0.028;
+        }
+        let md = length_section(&s, &moving, &variants);
+        assert!(md.contains("| baseline − ddl | 2 | 16 | +0.0880 | 20 | +0.0600 | -0.0280 | moves |"), "{md}");
+        // A curve that rises over the last fifth overfits: the verdict says so instead of asking
+        // for longer runs.
+        let mut rising = mk(0.002);
+        for r in rising.iter_mut().filter(|r| r.variant == "ddl") {
+            r.val_curve[1].1 -= 0.022;
+        }
+        let md = length_section(&s, &rising, &variants);
+        assert!(md.contains("| ddl | 16 | 20 | -0.0200 |"), "{md}");
+        assert!(md.contains("**Not settled: overfitting**: the ddl curve rises by 0.0200"), "{md}");
+        assert!(!md.contains("Not long enough") && !md.contains("**Long enough**"), "{md}");
+        // One seed: no spread and no verdict, but the curves' changes still.
+        let one: Vec<RunResult> = mk(0.002).into_iter().filter(|r| r.seed == 1).collect();
+        let md = length_section(&s, &one, &variants);
+        assert!(md.contains("No paired spread") && md.contains("no verdict"), "{md}");
+        assert!(md.contains("| ddl | 16 | 20 | +0.0020 |") && !md.contains("Long enough"), "{md}");
+    }
+}

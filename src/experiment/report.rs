@@ -1,0 +1,554 @@
+//! The report: the table per variant, the fixed family of paired comparisons with Holm's
+//! correction and the sentences they support, the length check, β regimes, speed and plots.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use super::length::length_section;
+use super::speed::speed_section;
+use super::{ExperimentError, ExperimentSpec, RunResult};
+use crate::model::Variant;
+use crate::stats;
+use crate::train::{checkpoint, plot};
+
+/// The paper's validation losses (Small 124M, FineWeb-Edu) for reference.
+pub fn paper_val_loss(v: Variant) -> Option<f64> {
+    match v {
+        Variant::Baseline => Some(2.854),
+        Variant::DdlV1 => Some(2.848),
+        Variant::Ddl => Some(2.835),
+        _ => None,
+    }
+}
+
+/// The paper column for variants without a number: EC/CC are reported between the two DDL rows;
+/// the v-Map variants have no Small-scale number.
+fn paper_note(v: Variant) -> &'static str {
+    match v {
+        Variant::DdlV1Vmap | Variant::DdlVmap => "—",
+        _ => "between the two DDL rows",
+    }
+}
+
+fn mean_std(x: &[f64]) -> (f64, f64) {
+    let n = x.len() as f64;
+    let m = x.iter().sum::<f64>() / n;
+    let s = if x.len() > 1 { (x.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt() } else { f64::NAN };
+    (m, s)
+}
+
+fn pm(m: f64, s: f64) -> String {
+    if s.is_finite() { format!("{m:.4} ± {s:.4}") } else { format!("{m:.4}") }
+}
+
+/// What a comparison of the report's family asks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Question {
+    /// A gap of the paper's ordering: the first variant's loss is higher than the second's.
+    PaperGap,
+    /// A variant against the baseline (either direction).
+    VsBaseline,
+    /// v-Map against k-Map at one width (either direction).
+    KvMap,
+}
+
+/// The report's family of comparisons `(a, b, question)`, each tested as a − b paired by seed,
+/// fixed by the spec's variant list before any run: the three gaps of the paper's ordering,
+/// every other variant against the baseline, and v-Map against k-Map at d_v = 1 and 4. Holm's
+/// correction runs over all of them.
+pub fn comparison_family(variants: &[Variant]) -> Vec<(Variant, Variant, Question)> {
+    use Variant::*;
+    let has = |v: Variant| variants.contains(&v);
+    let mut f = Vec::new();
+    for (a, b) in [(Baseline, DdlV1), (DdlV1, Ddl), (Baseline, Ddl)] {
+        if has(a) && has(b) {
+            f.push((a, b, Question::PaperGap));
+        }
+    }
+    for &v in variants {
+        if v != Baseline && v != DdlV1 && v != Ddl && has(Baseline) {
+            f.push((v, Baseline, Question::VsBaseline));
+        }
+    }
+    for (k, vm) in [(DdlV1, DdlV1Vmap), (Ddl, DdlVmap)] {
+        if has(k) && has(vm) {
+            f.push((vm, k, Question::KvMap));
+        }
+    }
+    f
+}
+
+/// The sentence a comparison's numbers support (Holm-adjusted p at 5 %).
+pub fn verdict(q: Question, a: Variant, b: Variant, diff: f64, p_holm: f64) -> String {
+    let sig = p_holm < 0.05;
+    let at = format!("p {} after Holm", p_text(p_holm));
+    match (q, sig) {
+        (_, false) => format!("not distinguishable ({at})"),
+        (Question::PaperGap, true) if diff > 0.0 => format!("reproduced at p < 0.05 after Holm ({at})"),
+        (Question::PaperGap, true) => format!("reversed: {} lower than {} ({at})", a.name(), b.name()),
+        (Question::VsBaseline, true) if diff < 0.0 => format!("lower than the baseline ({at})"),
+        (Question::VsBaseline, true) => format!("higher than the baseline ({at})"),
+        (Question::KvMap, true) if diff > 0.0 => format!("k-Map better ({at})"),
+        (Question::KvMap, true) => format!("v-Map better ({at})"),
+    }
+}
+
+/// The paired t-test of the final validation losses of `a` − `b` over the seeds both ran.
+pub(super) fn paired(results: &[RunResult], a: Variant, b: Variant) -> Option<stats::Paired> {
+    let of = |v: Variant| -> BTreeMap<u64, f64> {
+        results.iter().filter(|r| r.variant == v.name()).map(|r| (r.seed, r.final_val_loss)).collect()
+    };
+    let (ra, rb) = (of(a), of(b));
+    let pairs: Vec<(f64, f64)> = ra.iter().filter_map(|(s, x)| rb.get(s).map(|y| (*x, *y))).collect();
+    stats::Paired::of(&pairs)
+}
+
+/// The comparisons section: the family, each paired test, Holm's adjustment and the verdicts,
+/// then the paper's ordering in one generated sentence; with the rows of its forest plot
+/// (`comparisons.png`: each tested difference, its interval, significant after Holm or not).
+fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> (String, Vec<plot::Interval>) {
+    let family = comparison_family(variants);
+    let mut md = String::from("## Comparisons\n\n");
+    let mut rows = Vec::new();
+    if family.is_empty() {
+        md.push_str("The grid holds no pair of the report's family (it needs the baseline or a k-Map/v-Map pair).\n\n");
+        return (md, rows);
+    }
+    let tests: Vec<Option<stats::Paired>> = family.iter().map(|&(a, b, _)| paired(results, a, b)).collect();
+    let ps: Vec<f64> = tests.iter().map(|t| t.map(|t| t.p).unwrap_or(1.0)).collect();
+    let adjusted = stats::holm(&ps);
+    let listed: Vec<String> = family.iter().map(|(a, b, _)| format!("{} − {}", a.name(), b.name())).collect();
+    md.push_str(&format!(
+        "The family, fixed by the spec's variant list before the runs ({} comparisons): {}. Each is the \
+         difference of final validation losses paired by seed (the runs of a seed share their batches): \
+         its mean, 95 % t-interval (seeds − 1 degrees of freedom), Student's paired t and two-sided p, and \
+         p adjusted by Holm's method over the whole family. A verdict needs the adjusted p below 0.05.\n\n",
+        family.len(),
+        listed.join(", ")
+    ));
+    md.push_str("| a − b | seeds | mean difference | 95 % interval | t (df) | p | p (Holm) | verdict |\n");
+    md.push_str("|---|---:|---:|---:|---:|---:|---:|---|\n");
+    let mut verdicts = Vec::new();
+    for (((a, b, q), t), ph) in family.iter().zip(&tests).zip(&adjusted) {
+        match t {
+            Some(t) => {
+                let v = verdict(*q, *a, *b, t.diff.mean, *ph);
+                md.push_str(&format!(
+                    "| {} − {} | {} | {:+.4} | {} | {:.2} ({}) | {} | {} | {v} |\n",
+                    a.name(),
+                    b.name(),
+                    t.diff.n,
+                    t.diff.mean,
+                    interval(t.diff.ci),
+                    t.t,
+                    t.df,
+                    p_text(t.p).trim_start_matches("= "),
+                    p_text(*ph).trim_start_matches("= ")
+                ));
+                verdicts.push(((*a, *b), (t.diff.mean, *ph)));
+                rows.push(plot::Interval {
+                    label: format!("{} − {}", a.name(), b.name()),
+                    mean: t.diff.mean,
+                    lo: t.diff.ci.0,
+                    hi: t.diff.ci.1,
+                    significant: *ph < 0.05,
+                });
+            }
+            None => md.push_str(&format!(
+                "| {} − {} | < 2 | | | | | | too few paired seeds to test |\n",
+                a.name(),
+                b.name()
+            )),
+        }
+    }
+    md.push('\n');
+    // The paper's ordering baseline > ddl_v1 > ddl: both adjacent gaps must hold.
+    let gap = |a: Variant, b: Variant| verdicts.iter().find(|(k, _)| *k == (a, b)).map(|(_, x)| *x);
+    if let (Some(g1), Some(g2)) = (gap(Variant::Baseline, Variant::DdlV1), gap(Variant::DdlV1, Variant::Ddl)) {
+        let holds = |g: (f64, f64)| g.0 > 0.0 && g.1 < 0.05;
+        let reversed = |g: (f64, f64)| g.0 < 0.0 && g.1 < 0.05;
+        let sentence = if holds(g1) && holds(g2) {
+            "**reproduced**: both gaps are significant at p < 0.05 after Holm, in the paper's direction".to_string()
+        } else if reversed(g1) || reversed(g2) {
+            "**not reproduced**: at least one gap is significantly reversed".to_string()
+        } else {
+            format!(
+                "**not distinguishable** at this size and number of seeds: baseline − ddl_v1 {:+.4} (p {} after Holm), \
+                 ddl_v1 − ddl {:+.4} (p {} after Holm)",
+                g1.0,
+                p_text(g1.1),
+                g2.0,
+                p_text(g2.1)
+            )
+        };
+        md.push_str(&format!(
+            "The paper's ordering (baseline > ddl_v1 > ddl in validation loss; 2.854 > 2.848 > 2.835 at 124M): {sentence}.\n\n"
+        ));
+    }
+    if !rows.is_empty() {
+        md.push_str(
+            "Plot: `comparisons.png` (each difference with its 95 % interval; filled red: significant after Holm, \
+             hollow grey: not).\n\n",
+        );
+    }
+    (md, rows)
+}
+
+/// "[1, 2, 3]", with the extra seeds of some variants.
+fn seeds_text(spec: &ExperimentSpec) -> String {
+    let mut t = format!("{:?}", spec.seeds);
+    let extra: Vec<String> = spec.extra_seeds.iter().map(|(v, s)| format!("{v} also {s:?}")).collect();
+    if !extra.is_empty() {
+        t.push_str(&format!(" ({})", extra.join(", ")));
+    }
+    t
+}
+
+/// "= 0.034", or "< 0.001".
+fn p_text(p: f64) -> String {
+    if p < 0.001 { "< 0.001".into() } else { format!("= {p:.3}") }
+}
+
+/// `[lo, hi]` of an interval (blank without one).
+fn interval(ci: (f64, f64)) -> String {
+    if ci.0.is_finite() && ci.1.is_finite() { format!("[{:+.4}, {:+.4}]", ci.0, ci.1) } else { "—".into() }
+}
+
+/// Writes `report.md`, `val_loss.png` and `beta_regimes.png`; returns the report's path.
+pub(super) fn write_report(
+    out: &Path,
+    spec: &ExperimentSpec,
+    variants: &[Variant],
+    results: &[RunResult],
+    missing: &[String],
+) -> Result<PathBuf, ExperimentError> {
+    let by_variant: BTreeMap<usize, Vec<&RunResult>> = variants
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (i, results.iter().filter(|r| r.variant == v.name()).collect()))
+        .collect();
+    let mut md = String::new();
+    let title = if spec.name.is_empty() { "experiment".to_string() } else { spec.name.clone() };
+    md.push_str(&format!("# Experiment: {title}\n\n"));
+    if !spec.description.is_empty() {
+        md.push_str(&format!("{}\n\n", spec.description.trim()));
+    }
+    let any = results[0].clone();
+    let val_tokens: BTreeSet<usize> = results.iter().map(|r| r.val_tokens).collect();
+    let val_what = match (val_tokens.len(), val_tokens.first()) {
+        (1, Some(&0)) => "the run's last evaluation (results made before the whole-split evaluation)".to_string(),
+        (1, Some(n)) => {
+            format!("the whole validation split at the end of the run ({n} tokens, the same for every run)")
+        }
+        _ => format!("the final evaluation; token counts differ between runs: {val_tokens:?}"),
+    };
+    md.push_str(&format!(
+        "Preset `{}`, {} steps per run ({} tokens), seeds {}; every run of one seed sees the same \
+         batches in the same order. Train loss is the mean over the last tenth of the steps; val \
+         loss is measured over {val_what}. Per variant: mean, sample standard deviation over seeds \
+         and the 95 % t-interval of the mean. Speed: its own section, measured in one process.\n\n",
+        spec.preset,
+        spec.steps,
+        any.tokens,
+        seeds_text(spec),
+    ));
+    // Which build made the runs.
+    let commits: BTreeSet<(String, String)> = results.iter().map(|r| (r.commit.clone(), r.dirty.clone())).collect();
+    let commit_text: Vec<String> = commits
+        .iter()
+        .map(|(c, d)| if c.is_empty() { "unrecorded".to_string() } else { format!("{} ({d})", &c[..c.len().min(12)]) })
+        .collect();
+    md.push_str(&format!("Engine: {}.\n\n", commit_text.join(", ")));
+    if commits.len() > 1 {
+        md.push_str("**Warning: these runs were made by different builds of the engine.**\n\n");
+    }
+    // Which adapters trained them (runs made before it was recorded: "unrecorded").
+    let mut adapters: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in results {
+        *adapters.entry(if r.adapter.is_empty() { "unrecorded" } else { r.adapter.as_str() }).or_default() += 1;
+    }
+    let adapter_text: Vec<String> =
+        adapters.iter().map(|(a, n)| format!("{a}: {n} run{}", if *n == 1 { "" } else { "s" })).collect();
+    md.push_str(&format!("Adapter: {}.\n\n", adapter_text.join("; ")));
+    if adapters.keys().filter(|a| **a != "unrecorded").count() > 1 {
+        md.push_str(
+            "**Warning: these runs were trained on different adapters, whose kernel forms round differently.**\n\n",
+        );
+    }
+    if !missing.is_empty() {
+        md.push_str(&format!("**Unfinished runs (not in the table):** {}\n\n", missing.join(", ")));
+    }
+    md.push_str("| variant | params | seeds | train loss | val loss (mean ± sd) | 95 % interval | val perplexity | paper val loss (Small 124M) |\n");
+    md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (i, v) in variants.iter().enumerate() {
+        let rs = &by_variant[&i];
+        if rs.is_empty() {
+            md.push_str(&format!("| {} | | 0 | | | | | |\n", v.name()));
+            continue;
+        }
+        let tl: Vec<f64> = rs.iter().map(|r| r.final_train_loss).collect();
+        let vl: Vec<f64> = rs.iter().map(|r| r.final_val_loss).collect();
+        let (t, val) = (stats::Sample::of(&tl), stats::Sample::of(&vl));
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {:.2} | {} |\n",
+            v.name(),
+            rs[0].params,
+            rs.len(),
+            pm(t.mean, t.sd),
+            pm(val.mean, val.sd),
+            interval(val.ci),
+            val.mean.exp(),
+            paper_val_loss(*v).map(|x| format!("{x:.3}")).unwrap_or_else(|| paper_note(*v).into()),
+        ));
+    }
+    md.push('\n');
+    let (comparisons, forest) = comparisons_section(results, variants);
+    md.push_str(&comparisons);
+    md.push_str(&length_section(spec, results, variants));
+    // β regimes.
+    let ddl_rows: Vec<(Variant, Vec<[f64; 3]>, Vec<f64>)> = variants
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.is_ddl())
+        .filter_map(|(i, v)| {
+            let rs = &by_variant[&i];
+            let n_sub = rs.first()?.regimes.len();
+            if n_sub == 0 {
+                return None;
+            }
+            let mut shares = vec![[0.0; 3]; n_sub];
+            let mut beta = vec![0.0; n_sub];
+            for r in rs {
+                for s in 0..n_sub {
+                    let tot = r.regimes[s].iter().sum::<u64>().max(1) as f64;
+                    for (share, &count) in shares[s].iter_mut().zip(&r.regimes[s]) {
+                        *share += count as f64 / tot / rs.len() as f64;
+                    }
+                    beta[s] += r.beta_mean[s] / rs.len() as f64;
+                }
+            }
+            Some((*v, shares, beta))
+        })
+        .collect();
+    if !ddl_rows.is_empty() {
+        md.push_str("## β regimes at the end of training\n\n");
+        md.push_str(&format!(
+            "Share of validation tokens ({} batches) whose gate β is identity-like (β < 0.5, λ = 1−β > 0.5), a \
+             projection (0.5 ≤ β ≤ 1.5) or reflection-like (β > 1.5), per sublayer (block i: attention `iA`, MLP \
+             `iM`), averaged over seeds, with the mean β. Plot: `beta_regimes.png`.\n\n",
+            spec.beta_batches
+        ));
+        md.push_str(
+            "| variant | sublayer | identity | projection | reflection | mean β |\n|---|---|---:|---:|---:|---:|\n",
+        );
+        for (v, shares, beta) in &ddl_rows {
+            for (s, sh) in shares.iter().enumerate() {
+                md.push_str(&format!(
+                    "| {} | {}{} | {:.0}% | {:.0}% | {:.0}% | {:.3} |\n",
+                    v.name(),
+                    s / 2,
+                    if s % 2 == 0 { "A" } else { "M" },
+                    sh[0] * 100.0,
+                    sh[1] * 100.0,
+                    sh[2] * 100.0,
+                    beta[s]
+                ));
+            }
+        }
+        md.push('\n');
+    }
+    md.push_str(&speed_section(out));
+    md.push_str(
+        "## Runs\n\nTheir tok/s and wall time are those of a machine shared with other work: not a speed \
+         measurement (see Speed).\n\n| run | val loss | train loss | tok/s | wall time |\n|---|---:|---:|---:|---:|\n",
+    );
+    for r in results {
+        md.push_str(&format!(
+            "| {}-seed{} | {:.4} | {:.4} | {:.0} | {:.0} s |\n",
+            r.variant, r.seed, r.final_val_loss, r.final_train_loss, r.tok_per_s, r.elapsed_s
+        ));
+    }
+    let total_s: f64 = results.iter().map(|r| r.elapsed_s).sum();
+    md.push_str(&format!(
+        "\nTotal training time {:.1} min. Plots: `val_loss.png`{}, `beta_regimes.png`.\n",
+        total_s / 60.0,
+        if forest.is_empty() { "" } else { ", `comparisons.png`" }
+    ));
+
+    // Validation-loss curves: mean over seeds with a min–max band.
+    let mut bands = Vec::new();
+    for (i, v) in variants.iter().enumerate() {
+        let rs = &by_variant[&i];
+        if rs.is_empty() {
+            continue;
+        }
+        let mut at: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+        for r in rs {
+            for &(s, l) in &r.val_curve {
+                at.entry(s as u64).or_default().push(l);
+            }
+        }
+        let pts = at
+            .iter()
+            .filter(|(_, ls)| ls.len() == rs.len())
+            .map(|(&s, ls)| {
+                let (m, _) = mean_std(ls);
+                let lo = ls.iter().cloned().fold(f64::INFINITY, f64::min);
+                let hi = ls.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                (s as f64, m, lo, hi)
+            })
+            .collect();
+        bands.push(plot::Band { name: v.name().to_string(), points: pts });
+    }
+    plot::band_plot(
+        &out.join("val_loss.png"),
+        &format!("validation loss ({title}): mean over seeds, band = min..max"),
+        "step",
+        "cross-entropy (nats)",
+        &bands,
+    )
+    .map_err(ExperimentError::Report)?;
+    let panels: Vec<plot::RegimePanel> = ddl_rows
+        .iter()
+        .map(|(v, shares, _)| plot::RegimePanel {
+            name: v.name().to_string(),
+            labels: (0..shares.len()).map(|s| format!("{}{}", s / 2, if s % 2 == 0 { "A" } else { "M" })).collect(),
+            shares: shares.clone(),
+        })
+        .collect();
+    if !panels.is_empty() {
+        plot::regime_plot(&out.join("beta_regimes.png"), "β regimes per sublayer on validation text", &panels)
+            .map_err(ExperimentError::Report)?;
+    }
+    if !forest.is_empty() {
+        plot::interval_plot(
+            &out.join("comparisons.png"),
+            "paired differences of final validation loss (a − b, nats): mean and 95 % interval",
+            "a − b (nats); > 0: b lower",
+            &forest,
+        )
+        .map_err(ExperimentError::Report)?;
+    }
+    let path = out.join("report.md");
+    checkpoint::write_atomic(&path, md.as_bytes())
+        .map_err(|source| ExperimentError::Io { path: path.clone(), source })?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::test_support::{result, spec};
+
+    fn report(names: &[&str], seeds: u64, loss: impl Fn(&str, u64) -> f64, commit: impl Fn(u64) -> String) -> String {
+        let s = ExperimentSpec {
+            variants: names.iter().map(|v| v.to_string()).collect(),
+            seeds: (1..=seeds).collect(),
+            ..spec("").unwrap()
+        };
+        let variants = s.variant_list().unwrap();
+        let results: Vec<RunResult> = names
+            .iter()
+            .flat_map(|v| (1..=seeds).map(move |seed| (v, seed)))
+            .map(|(v, seed)| result(v, seed, loss(v, seed), &commit(seed)))
+            .collect();
+        let dir = std::env::temp_dir().join(format!("ddl-report-test-{}-{seeds}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = write_report(&dir, &s, &variants, &results, &[]).unwrap();
+        let md = std::fs::read_to_string(path).unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+        md
+    }
+
+    fn row(md: &str, pair: &str) -> String {
+        md.lines().find(|l| l.starts_with(&format!("| {pair} |"))).unwrap_or_default().to_string()
+    }
+
+    #[test]
+    fn the_report_tests_its_fixed_family_and_writes_what_the_numbers_support() {
+        let names = ["baseline", "ddl_v1", "ddl_v1_vmap", "ddl", "ddl_vmap", "ddl_cc"];
+        // Five seeds. baseline − ddl_v1: +0.05 with ±0.005 wobble (significant); ddl_v1 − ddl:
+        // differences of both signs (not distinguishable); v-Map worse than k-Map at d_v = 1 by
+        // 0.12 on every seed (significant, k-Map better); ddl_cc 0.03 above the baseline but
+        // noisy; ddl_vmap equal to ddl.
+        let wob = |seed: u64| [0.0, 0.005, -0.005, 0.003, -0.003][seed as usize - 1];
+        let loss = |v: &str, seed: u64| match v {
+            "baseline" => 2.20 + wob(seed),
+            "ddl_v1" => 2.15,
+            "ddl_v1_vmap" => 2.27 + wob(seed) / 5.0,
+            "ddl" => 2.15 + [0.02, -0.03, 0.01, -0.01, 0.02][seed as usize - 1],
+            "ddl_vmap" => 2.15 + [0.02, -0.03, 0.01, -0.01, 0.02][seed as usize - 1],
+            _ => 2.23 + [0.1, -0.1, 0.05, -0.04, 0.0][seed as usize - 1],
+        };
+        let md = report(&names, 5, loss, |_| "abc".into());
+        // The family: 3 gaps, ddl_v1_vmap, ddl_vmap and ddl_cc against the baseline, 2 k/v pairs.
+        assert!(md.contains("(8 comparisons)"), "{md}");
+        assert!(
+            row(&md, "baseline − ddl_v1").contains("reproduced at p < 0.05 after Holm"),
+            "{}",
+            row(&md, "baseline − ddl_v1")
+        );
+        assert!(row(&md, "ddl_v1 − ddl").contains("not distinguishable"), "{}", row(&md, "ddl_v1 − ddl"));
+        assert!(row(&md, "ddl_v1_vmap − ddl_v1").contains("k-Map better"), "{}", row(&md, "ddl_v1_vmap − ddl_v1"));
+        assert!(row(&md, "ddl_vmap − ddl").contains("not distinguishable"));
+        assert!(row(&md, "ddl_cc − baseline").contains("not distinguishable"), "{}", row(&md, "ddl_cc − baseline"));
+        // baseline − ddl_v1 = +0.05 with sd of the wobble (0.0042): t ≈ 26.5 at df 4.
+        assert!(row(&md, "baseline − ddl_v1").contains("| 5 | +0.0500 |"), "{}", row(&md, "baseline − ddl_v1"));
+        assert!(md.contains("The paper's ordering") && md.contains("**not distinguishable** at this size"), "{md}");
+        assert!(!md.contains("Warning: these runs were made by different builds"));
+        assert!(md.contains("Adapter: llvmpipe (Vulkan): 30 runs.") && !md.contains("different adapters"), "{md}");
+        // The paper has no Small-scale number for v-Map.
+        let vmap = md.lines().find(|l| l.starts_with("| ddl_vmap |")).unwrap();
+        assert!(vmap.ends_with("| — |"), "{vmap}");
+        // A reversal is called one; runs of different builds are flagged.
+        let md = report(
+            &["baseline", "ddl_v1", "ddl"],
+            3,
+            |v, s| match v {
+                "baseline" => 2.0 + 0.001 * s as f64,
+                "ddl_v1" => 2.1,
+                _ => 2.05 - 0.002 * s as f64,
+            },
+            |s| format!("c{s}"),
+        );
+        assert!(row(&md, "baseline − ddl_v1").contains("reversed"), "{}", row(&md, "baseline − ddl_v1"));
+        assert!(md.contains("**not reproduced**"), "{md}");
+        assert!(md.contains("Warning: these runs were made by different builds"), "{md}");
+    }
+
+    #[test]
+    fn the_report_names_the_adapters_that_trained_its_runs_and_flags_a_mix() {
+        let s = spec("").unwrap(); // baseline and ddl, seeds 1 and 2
+        let variants = s.variant_list().unwrap();
+        let md_of = |adapters: [&str; 4]| {
+            let results: Vec<RunResult> = [("baseline", 1), ("baseline", 2), ("ddl", 1), ("ddl", 2)]
+                .iter()
+                .zip(adapters)
+                .map(|(&(v, seed), a)| RunResult {
+                    adapter: a.to_string(),
+                    ..result(v, seed, 2.0 + seed as f64 / 100.0, "abc")
+                })
+                .collect();
+            let dir =
+                std::env::temp_dir().join(format!("ddl-adapter-test-{}-{}", std::process::id(), adapters.join("")));
+            std::fs::create_dir_all(&dir).unwrap();
+            let md = std::fs::read_to_string(write_report(&dir, &s, &variants, &results, &[]).unwrap()).unwrap();
+            std::fs::remove_dir_all(&dir).ok();
+            md
+        };
+        // Older results without the field count as unrecorded, which is no mix.
+        let md = md_of(["", "", "NVIDIA H200 (Vulkan)", "NVIDIA H200 (Vulkan)"]);
+        assert!(md.contains("Adapter: NVIDIA H200 (Vulkan): 2 runs; unrecorded: 2 runs."), "{md}");
+        assert!(!md.contains("different adapters"), "{md}");
+        let md = md_of(["llvmpipe (Vulkan)", "llvmpipe (Vulkan)", "llvmpipe (Vulkan)", "NVIDIA H200 (Vulkan)"]);
+        assert!(md.contains("Adapter: NVIDIA H200 (Vulkan): 1 run; llvmpipe (Vulkan): 3 runs."), "{md}");
+        assert!(md.contains("**Warning: these runs were trained on different adapters"), "{md}");
+        // A result.json written before the field existed still reads.
+        let old: RunResult = serde_json::from_str(
+            r#"{"variant":"ddl","seed":1,"params":1,"steps":1,"tokens":1,"final_train_loss":1,"final_val_loss":1,
+                "val_curve":[],"tok_per_s":1,"elapsed_s":1,"regimes":[],"beta_mean":[]}"#,
+        )
+        .unwrap();
+        assert_eq!(old.adapter, "");
+    }
+}

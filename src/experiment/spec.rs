@@ -1,0 +1,215 @@
+//! The experiment spec (`experiments/NAME.toml`): what a grid runs, checked before any run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::ExperimentError;
+use crate::model::Variant;
+use crate::train::RunConfig;
+
+/// An experiment spec (`experiments/NAME.toml`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentSpec {
+    /// A title for the report.
+    #[serde(default)]
+    pub name: String,
+    /// Free text shown at the top of the report.
+    #[serde(default)]
+    pub description: String,
+    /// Model and schedule preset shared by every run.
+    pub preset: String,
+    /// Variants to compare, in report order.
+    pub variants: Vec<String>,
+    /// One run per (variant, seed); a seed fixes the initialisation and the batch order.
+    pub seeds: Vec<u64>,
+    /// More seeds for some variants (e.g. the core comparison), as `variant = [seeds]`.
+    #[serde(default)]
+    pub extra_seeds: BTreeMap<String, Vec<u64>>,
+    /// Optimizer steps of every run (also the schedule's length unless `[train] decay_steps` is set).
+    pub steps: usize,
+    /// Corpus and tokenizer (default: the preset's, TinyShakespeare and `char`).
+    #[serde(default)]
+    pub corpus: Option<String>,
+    #[serde(default)]
+    pub tokenizer: Option<String>,
+    /// Overrides of the model config applied to every variant (as in a run's `[model]` table).
+    #[serde(default)]
+    pub model: toml::Table,
+    /// Overrides of the training config (batch, learning rate, eval cadence ...).
+    #[serde(default)]
+    pub train: toml::Table,
+    /// Validation batches on which the final β regimes are counted.
+    #[serde(default = "default_beta_batches")]
+    pub beta_batches: usize,
+}
+
+fn default_beta_batches() -> usize {
+    4
+}
+
+impl ExperimentSpec {
+    /// Reads and checks a spec file.
+    pub fn load(path: &Path) -> Result<ExperimentSpec, ExperimentError> {
+        let err = |msg: String| ExperimentError::Spec { path: path.to_path_buf(), msg };
+        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read the spec: {e}")))?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and checks the text of a spec (`path` names it in errors).
+    pub fn parse(text: &str, path: &Path) -> Result<ExperimentSpec, ExperimentError> {
+        let err = |msg: String| ExperimentError::Spec { path: path.to_path_buf(), msg };
+        let spec: ExperimentSpec = toml::from_str(text).map_err(|e| err(e.message().to_string()))?;
+        spec.check().map_err(err)?;
+        // Every run's config must resolve now, not an hour into the grid.
+        for v in spec.variant_list().map_err(err)? {
+            for s in spec.seeds_of(v) {
+                spec.run_config(v, s).map_err(|m| err(format!("variant {v}, seed {s}: {m}")))?;
+            }
+        }
+        Ok(spec)
+    }
+
+    pub(super) fn check(&self) -> Result<(), String> {
+        if self.variants.is_empty() {
+            return Err("variants: expected at least one variant".into());
+        }
+        if self.seeds.is_empty() {
+            return Err("seeds: expected at least one seed".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for s in &self.seeds {
+            if !seen.insert(*s) {
+                return Err(format!("seeds: seed {s} appears twice"));
+            }
+        }
+        for (name, extra) in &self.extra_seeds {
+            let v = Variant::parse(name).map_err(|e| format!("extra_seeds: {e}"))?;
+            if !self.variants.iter().any(|n| Variant::parse(n).ok() == Some(v)) {
+                return Err(format!("extra_seeds: '{name}' is not one of the spec's variants"));
+            }
+            if let Some(s) = extra.iter().find(|s| self.seeds.contains(s)) {
+                return Err(format!("extra_seeds: seed {s} of '{name}' is already in seeds"));
+            }
+            let mut own = std::collections::HashSet::new();
+            if let Some(s) = extra.iter().find(|s| !own.insert(**s)) {
+                return Err(format!("extra_seeds: seed {s} appears twice for '{name}'"));
+            }
+        }
+        if self.steps == 0 {
+            return Err("steps: expected at least 1".into());
+        }
+        if self.beta_batches == 0 {
+            return Err("beta_batches: expected at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The seeds variant `v` runs: `seeds`, then its `extra_seeds`.
+    pub fn seeds_of(&self, v: Variant) -> Vec<u64> {
+        let extra = self.extra_seeds.iter().find(|(n, _)| Variant::parse(n).ok() == Some(v)).map(|(_, s)| s);
+        self.seeds.iter().chain(extra.into_iter().flatten()).copied().collect()
+    }
+
+    /// Every seed of the grid, ascending.
+    pub fn all_seeds(&self) -> Vec<u64> {
+        let all: BTreeSet<u64> = self.seeds.iter().chain(self.extra_seeds.values().flatten()).copied().collect();
+        all.into_iter().collect()
+    }
+
+    /// The variants, parsed, in spec order (no duplicates).
+    pub fn variant_list(&self) -> Result<Vec<Variant>, String> {
+        let mut out: Vec<Variant> = Vec::new();
+        for name in &self.variants {
+            let v = Variant::parse(name).map_err(|e| format!("variants: {e}"))?;
+            if out.contains(&v) {
+                return Err(format!("variants: '{name}' appears twice"));
+            }
+            out.push(v);
+        }
+        Ok(out)
+    }
+
+    /// The resolved config of one run of the grid.
+    pub fn run_config(&self, variant: Variant, seed: u64) -> Result<RunConfig, String> {
+        let mut run = RunConfig::preset(&self.preset, variant).map_err(|e| e.to_string())?;
+        let mut overlay = toml::Table::new();
+        if let Some(c) = &self.corpus {
+            overlay.insert("corpus".into(), toml::Value::String(c.clone()));
+        }
+        if let Some(t) = &self.tokenizer {
+            overlay.insert("tokenizer".into(), toml::Value::String(t.clone()));
+        }
+        if !self.model.is_empty() {
+            overlay.insert("model".into(), toml::Value::Table(self.model.clone()));
+        }
+        let mut train = self.train.clone();
+        if train.contains_key("seed") {
+            return Err("[train] seed: seeds come from the spec's `seeds` list".into());
+        }
+        train.insert("seed".into(), toml::Value::Integer(seed as i64));
+        // The schedule spans the run unless the spec says otherwise.
+        if !train.contains_key("decay_steps") {
+            train.insert("decay_steps".into(), toml::Value::Integer(self.steps as i64));
+            if !train.contains_key("warmup_steps") && run.train.warmup_steps > self.steps / 5 {
+                train.insert("warmup_steps".into(), toml::Value::Integer((self.steps / 10).max(1) as i64));
+            }
+        }
+        overlay.insert("train".into(), toml::Value::Table(train));
+        let text = toml::to_string(&overlay).map_err(|e| e.to_string())?;
+        run.merge_toml(&text, "spec")?;
+        run.validate().map_err(|e| e.to_string())?;
+        Ok(run)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::test_support::spec;
+
+    #[test]
+    fn run_configs_share_everything_but_the_variant_and_the_seed() {
+        let s = spec("[train]\nbatch_size = 4\nlr = 2e-3\n[model]\nd_model = 64\n").unwrap();
+        let a = s.run_config(Variant::Baseline, 1).unwrap();
+        let b = s.run_config(Variant::Ddl, 1).unwrap();
+        assert_eq!((a.train.batch_size, a.train.lr, a.model.d_model), (4, 2e-3, 64));
+        assert_eq!(a.train, b.train, "matched comparison: one training config per seed");
+        assert_eq!(a.train.decay_steps, 20, "the schedule spans the run");
+        assert!(a.train.warmup_steps <= 4);
+        assert_eq!(s.run_config(Variant::Ddl, 2).unwrap().train.seed, 2);
+        assert_ne!(a.model.variant, b.model.variant);
+    }
+
+    #[test]
+    fn extra_seeds_add_runs_to_some_variants() {
+        let s = spec("extra_seeds = { ddl = [3, 4] }\n").unwrap();
+        assert_eq!(s.seeds_of(Variant::Ddl), [1, 2, 3, 4]);
+        assert_eq!(s.seeds_of(Variant::Baseline), [1, 2]);
+        assert_eq!(s.all_seeds(), [1, 2, 3, 4]);
+        assert!(spec("extra_seeds = { ddl_cc = [3] }\n").unwrap_err().contains("not one of the spec's variants"));
+        assert!(spec("extra_seeds = { ddl = [2] }\n").unwrap_err().contains("already in seeds"));
+        assert!(spec("extra_seeds = { ddl = [3, 3] }\n").unwrap_err().contains("appears twice"));
+    }
+
+    #[test]
+    fn bad_specs_name_the_problem() {
+        assert!(spec("").is_ok());
+        let e = spec("bogus = 1\n").unwrap_err();
+        assert!(e.contains("bogus"), "{e}");
+        let t = "preset = \"tiny\"\nvariants = [\"ddl\", \"nope\"]\nseeds = [1]\nsteps = 5\n";
+        let s: ExperimentSpec = toml::from_str(t).unwrap();
+        assert!(s.variant_list().unwrap_err().contains("nope"));
+        let t = "preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1, 1]\nsteps = 5\n";
+        let s: ExperimentSpec = toml::from_str(t).unwrap();
+        assert!(s.check().unwrap_err().contains("seed 1 appears twice"));
+        let s = spec("[train]\nseed = 3\n").unwrap();
+        assert!(s.run_config(Variant::Ddl, 1).unwrap_err().contains("seeds"));
+        let s = spec("[train]\nlr = -1.0\n").unwrap();
+        assert!(s.run_config(Variant::Ddl, 1).unwrap_err().contains("lr"));
+        let s = spec("[model]\nd_modle = 3\n").unwrap();
+        assert!(s.run_config(Variant::Ddl, 1).unwrap_err().contains("d_modle"));
+    }
+}

@@ -1,0 +1,121 @@
+//! The report's speed section: each variant's step against the baseline's, in one process.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::grid::result_of;
+use super::{ExperimentError, ExperimentSpec, run_name};
+use crate::gpu::Gpu;
+use crate::model::Variant;
+use crate::train::{RunConfig, checkpoint};
+
+/// The file of the report's speed section in the experiment's folder.
+pub const SPEED_FILE: &str = "speed.jsonl";
+/// Blocks (A B B A) per variant in the speed section: 12 give the median ratio's 95 % interval.
+pub const SPEED_BLOCKS: usize = 12;
+
+/// The speed section: each variant's training step against the baseline's at the grid's model and
+/// batch (the config its first finished run saved), the two alternated in one process
+/// ([`crate::bench::train_compare_rows`], what `ddl bench train --against baseline` runs), written
+/// to `OUT/speed.jsonl` with the adapter and the engine's commit. Not the grid's wall clock: its
+/// runs share a machine with whatever else runs. Needs a finished baseline run.
+pub fn measure_speed(gpu: &Arc<Gpu>, spec: &ExperimentSpec, out: &Path, quiet: bool) -> Result<(), ExperimentError> {
+    let variants =
+        spec.variant_list().map_err(|m| ExperimentError::Spec { path: out.join("experiment.toml"), msg: m })?;
+    let saved = |v: Variant| -> Result<RunConfig, ExperimentError> {
+        let seed = spec
+            .seeds_of(v)
+            .into_iter()
+            .find(|&s| result_of(&out.join("runs").join(run_name(v, s)), spec.steps).is_some())
+            .ok_or_else(|| ExperimentError::Report(format!("speed: {} has no finished run to measure", v.name())))?;
+        let path = out.join("runs").join(run_name(v, seed)).join("config.toml");
+        let text =
+            std::fs::read_to_string(&path).map_err(|source| ExperimentError::Io { path: path.clone(), source })?;
+        toml::from_str(&text).map_err(|e| ExperimentError::Report(format!("speed: {}: {e}", path.display())))
+    };
+    let base = saved(Variant::Baseline)?;
+    let (batch, seq) = (base.train.batch_size, base.train.seq_len);
+    let (commit, dirty) = crate::build_commit();
+    let mut text = String::new();
+    for &v in variants.iter().filter(|&&v| v != Variant::Baseline) {
+        let cfg = saved(v)?;
+        if !quiet {
+            eprintln!("speed: {} against baseline, {SPEED_BLOCKS} blocks of 4 steps at {batch} × {seq}", v.name());
+        }
+        let mut row = None;
+        crate::bench::train_compare_rows(
+            gpu,
+            None,
+            &cfg.model,
+            &base.model,
+            batch,
+            seq,
+            SPEED_BLOCKS,
+            false,
+            crate::model::Precision::F32,
+            |r| row = Some(r.0),
+        )
+        .map_err(|e| ExperimentError::Report(format!("speed: {} against baseline: {e:#}", v.name())))?;
+        let mut row = row.ok_or_else(|| ExperimentError::Report("speed: the benchmark gave no row".into()))?;
+        row["adapter"] = serde_json::json!(gpu.info.name);
+        row["commit"] = serde_json::json!(commit);
+        row["dirty"] = serde_json::json!(dirty);
+        text.push_str(&format!("{row}\n"));
+    }
+    let path = out.join(SPEED_FILE);
+    checkpoint::write_atomic(&path, text.as_bytes()).map_err(|source| ExperimentError::Io { path, source })
+}
+
+/// The rows of `OUT/speed.jsonl` (none when it is missing).
+pub(super) fn speed_rows(out: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(out.join(SPEED_FILE))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The speed section of the report from `OUT/speed.jsonl`, or why there is none.
+pub(super) fn speed_section(out: &Path) -> String {
+    let mut md = String::from("## Speed\n\n");
+    let rows = speed_rows(out);
+    let Some(first) = rows.first() else {
+        md.push_str(
+            "Not measured yet: the experiment measures it once its runs are finished (`ddl experiment … --speed` \
+             measures it now).\n\n",
+        );
+        return md;
+    };
+    let commit = first["commit"].as_str().unwrap_or("");
+    md.push_str(&format!(
+        "Each variant's training step against the baseline's at this grid's model and batch ({} × {}), the two \
+         alternated in one process in blocks of four steps (baseline, variant, variant, baseline; what `ddl bench \
+         train --against baseline` does), measured after the runs on {} by engine {} ({}): median step, and the \
+         median over blocks of the block's time ratio with its distribution-free 95 % interval. Not the runs' \
+         wall clock, which depends on what else ran on the machine.\n\n",
+        first["batch"],
+        first["seq"],
+        first["adapter"].as_str().unwrap_or("?"),
+        &commit[..commit.len().min(12)],
+        first["dirty"].as_str().unwrap_or("?"),
+    ));
+    md.push_str("| variant | step (ms) | baseline step (ms) | time ÷ baseline time | 95 % interval | blocks |\n");
+    md.push_str("|---|---:|---:|---:|---:|---:|\n");
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+    for r in &rows {
+        let ci = r["ratio_median_ci95"]
+            .as_array()
+            .map(|c| format!("[{:.3}, {:.3}]", f(&c[0]), f(&c[1])))
+            .unwrap_or_else(|| "n/a".into());
+        md.push_str(&format!(
+            "| {} | {:.2} | {:.2} | {:.3} | {ci} | {} |\n",
+            r["variant"].as_str().unwrap_or("?"),
+            f(&r["median_step_ms"]),
+            f(&r["against_median_step_ms"]),
+            f(&r["ratio_median_block"]),
+            r["blocks"]
+        ));
+    }
+    md.push('\n');
+    md
+}
