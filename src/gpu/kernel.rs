@@ -175,7 +175,7 @@ impl Gpu {
         let mut rc = wgpu::ShaderRuntimeChecks::checked();
         rc.bounds_checks = false;
         rc.force_loop_bounding = false;
-        // SAFETY: the text is the engine's own (src/shaders.rs), not user input. Without bounds
+        // SAFETY: the text is the engine's own (src/shaders/), not user input. Without bounds
         // checks wgpu still bounds buffer accesses where the driver does so itself (Vulkan's
         // robust buffer access) and drops naga's clamps of array indices: every kernel keeps its
         // workgroup, private and function array indices in range by construction (clamped loads,

@@ -35,7 +35,7 @@ pub mod swiglu;
 
 /// Whether kernels load values that a whole subgroup needs (the same address in every
 /// invocation: weights in a loop over features, a token's scalars in a walk over tokens) once
-/// per subgroup and broadcast them (`sg_code!` in `shaders.rs`, the `…g` shader variants): the
+/// per subgroup and broadcast them (the `sg_on` part, `sg_part` in `src/shaders/mod.rs`, the `…g` shader variants): the
 /// device's `subgroup_loads` form ([`forms::Forms`]; CPU adapters with subgroups, where llvmpipe
 /// runs every load as a loop over its 8 SIMD lanes, uniform address or not, while a load made by
 /// lane 0 only plus `subgroupBroadcast` costs a fraction of that, 2–3× less for four floats,
