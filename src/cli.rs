@@ -142,8 +142,8 @@ pub(crate) enum Cmd {
         dry_run: bool,
         /// Runs to train at once, each on its own device (another instance of the same adapter):
         /// for a machine one run leaves partly idle (a small model on a GPU, a CPU adapter's
-        /// cores between dispatches). Each run's numbers are the same bits as one at a time; the
-        /// runs' step lines are left out (each run's metrics.jsonl has them).
+        /// cores between dispatches). Each run's numbers are the same bits as one at a time; on a
+        /// terminal each run has its own bar under the grid's, else its lines begin with its name.
         #[arg(long, value_parser = positive, default_value_t = 1)]
         jobs: usize,
     },

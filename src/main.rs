@@ -228,7 +228,14 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     );
     let summary = ddl::train::train(
         gpu.clone(),
-        TrainOptions { run, steps: a.steps, out: out.clone(), resume, overwrite: a.overwrite, quiet: false },
+        TrainOptions {
+            run,
+            steps: a.steps,
+            out: out.clone(),
+            resume,
+            overwrite: a.overwrite,
+            show: ddl::train::Show::Bar,
+        },
     )?;
     report_training(dev, &a, &out, &summary)
 }
@@ -330,7 +337,14 @@ fn train_mpi(
         backend: dev.backend.as_deref().map(BackendChoice::parse).transpose()?,
         adapter: dev.adapter.clone(),
         autotune: !dev.no_autotune,
-        train: TrainOptions { run, steps: a.steps, out: out.clone(), resume, overwrite: a.overwrite, quiet: false },
+        train: TrainOptions {
+            run,
+            steps: a.steps,
+            out: out.clone(),
+            resume,
+            overwrite: a.overwrite,
+            show: ddl::train::Show::Bar,
+        },
         dist: DistOptions { bucket_mib: a.mpi_bucket_mib, overlap_backward: a.mpi_overlap == MpiOverlap::Backward },
     };
     run_rank(opts, |summary| report_training(dev, a, &out, summary).map_err(|e| format!("{e:#}").into()))

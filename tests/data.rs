@@ -69,9 +69,11 @@ fn observe(dir: &Path) -> serde_json::Value {
     }
     let gpu = ddl::testing::gpu();
     let out = dir.join("run");
-    let s =
-        ddl::train::train(gpu, TrainOptions { run, steps: STEPS, out, resume: false, overwrite: false, quiet: true })
-            .unwrap();
+    let s = ddl::train::train(
+        gpu,
+        TrainOptions { run, steps: STEPS, out, resume: false, overwrite: false, show: ddl::train::Show::Quiet },
+    )
+    .unwrap();
     serde_json::json!({
         "tokens": data.len(),
         "split": data.split,

@@ -290,11 +290,19 @@ fn jobs_train_runs_at_once_to_the_same_numbers() {
     let s = s.to_str().unwrap();
     let (one, two) = (dir.join("one"), dir.join("two"));
     let r = ddl(&dir, &["experiment", "--spec", s, "--out", one.to_str().unwrap()]);
-    assert!(r.status.success(), "{}", text(&r));
+    let t = text(&r);
+    assert!(r.status.success(), "{t}");
+    // One at a time, stderr not a terminal: each run's plain lines, without a name.
+    assert!(t.contains("\nstep 4 loss") && t.contains("\nstep 2: val loss") && !t.contains("[ddl-seed1] step"), "{t}");
     let r = ddl(&dir, &["experiment", "--spec", s, "--out", two.to_str().unwrap(), "--jobs", "2"]);
     let t = text(&r);
     assert!(r.status.success(), "{t}");
     assert!(t.contains("--jobs 2: up to 2 runs at once") && t.contains("beside other runs"), "{t}");
+    // Runs side by side still show their progress, each line with the run's name.
+    for run in ["baseline-seed1", "baseline-seed2", "ddl-seed1", "ddl-seed2"] {
+        assert!(t.contains(&format!("[{run}] step 4 loss")), "{run}: {t}");
+        assert!(t.contains(&format!("[{run}] step 2: val loss")), "{run}: {t}");
+    }
     assert!(two.join("report.md").is_file(), "{t}");
     for run in ["baseline-seed1", "baseline-seed2", "ddl-seed1", "ddl-seed2"] {
         let res = |out: &Path| -> serde_json::Value {

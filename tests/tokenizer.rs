@@ -320,7 +320,7 @@ fn a_run_with_a_bpe_tokenizer_trains_checkpoints_and_resumes() {
         out: out.clone(),
         resume,
         overwrite: false,
-        quiet: true,
+        show: ddl::train::Show::Quiet,
     };
     let first = ddl::train::train(gpu.clone(), opts(2, false)).unwrap();
     let ck = ddl::train::checkpoint::load(&out, false).unwrap();

@@ -52,17 +52,38 @@ fn resuming_gives_bit_identical_losses_to_an_uninterrupted_run() {
         let b = dir.join(format!("{variant}-b"));
         let full = ddl::train::train(
             gpu.clone(),
-            TrainOptions { run: run.clone(), steps: 6, out: a, resume: false, overwrite: false, quiet: true },
+            TrainOptions {
+                run: run.clone(),
+                steps: 6,
+                out: a,
+                resume: false,
+                overwrite: false,
+                show: ddl::train::Show::Quiet,
+            },
         )
         .unwrap();
         let first = ddl::train::train(
             gpu.clone(),
-            TrainOptions { run: run.clone(), steps: 3, out: b.clone(), resume: false, overwrite: false, quiet: true },
+            TrainOptions {
+                run: run.clone(),
+                steps: 3,
+                out: b.clone(),
+                resume: false,
+                overwrite: false,
+                show: ddl::train::Show::Quiet,
+            },
         )
         .unwrap();
         let second = ddl::train::train(
             gpu.clone(),
-            TrainOptions { run, steps: 6, out: b.clone(), resume: true, overwrite: false, quiet: true },
+            TrainOptions {
+                run,
+                steps: 6,
+                out: b.clone(),
+                resume: true,
+                overwrite: false,
+                show: ddl::train::Show::Quiet,
+            },
         )
         .unwrap();
         let resumed: Vec<u32> = first.losses.iter().chain(&second.losses).map(|x| x.to_bits()).collect();
@@ -100,7 +121,7 @@ fn an_f16_run_skips_overflowing_steps_adjusts_its_loss_scale_and_resumes_bit_exa
         out: out.to_path_buf(),
         resume,
         overwrite: false,
-        quiet: true,
+        show: ddl::train::Show::Quiet,
     };
     let full = ddl::train::train(gpu.clone(), opts(20, &a, false)).unwrap();
     let first = ddl::train::train(gpu.clone(), opts(10, &b, false)).unwrap();
@@ -352,7 +373,14 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
     run.set("model.max_seq_len=48").unwrap();
     ddl::train::train(
         gpu.clone(),
-        TrainOptions { run, steps: 3, out: out.clone(), resume: false, overwrite: false, quiet: true },
+        TrainOptions {
+            run,
+            steps: 3,
+            out: out.clone(),
+            resume: false,
+            overwrite: false,
+            show: ddl::train::Show::Quiet,
+        },
     )
     .unwrap();
     let (model, tok) = ddl::generate::load_for_inference(&gpu, &out).unwrap();

@@ -50,7 +50,14 @@ fn run_one(
     }
     let s = crate::train::train(
         gpu.clone(),
-        TrainOptions { run, steps: b.steps, out: dir.clone(), resume: false, overwrite: true, quiet: true },
+        TrainOptions {
+            run,
+            steps: b.steps,
+            out: dir.clone(),
+            resume: false,
+            overwrite: true,
+            show: crate::train::Show::Quiet,
+        },
     )?;
     let val = s.val_loss.ok_or_else(|| anyhow::anyhow!("{}: the run reported no validation loss", dir.display()))?;
     Ok((val, s.val_tokens.unwrap_or(0), s.tokens_per_s, dir))

@@ -10,7 +10,7 @@ use super::speed::{measure_speed, speed_rows};
 use super::{ExperimentError, ExperimentOptions, ExperimentSpec, RegimeCounts, RunResult, adapter_name, run_name};
 use crate::gpu::Gpu;
 use crate::model::{Model, Variant};
-use crate::train::{RunConfig, TrainOptions, checkpoint, data};
+use crate::train::{RunConfig, Show, TrainOptions, checkpoint, data};
 
 /// Runs what is not finished yet, then writes the report. Returns the report's path, or `None`
 /// when the grid was interrupted (Ctrl-C; run again to continue).
@@ -75,6 +75,17 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
         }
         let devices: Vec<&Arc<Gpu>> = std::iter::once(&gpu).chain(&opts.more_devices).collect();
         let jobs = devices.len().min(pending.len()).max(1);
+        // Several runs at once: each its own bar (or its named lines), under a bar of the grid.
+        let bars = (jobs > 1).then(indicatif::MultiProgress::new);
+        let grid_bar = bars.as_ref().map(|b| {
+            let bar = b.add(indicatif::ProgressBar::new(total as u64));
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("grid [{elapsed_precise}] {pos}/{len} runs finished")
+                    .expect("a valid template"),
+            );
+            bar.set_position((total - pending.len()) as u64);
+            bar
+        });
         let queue = std::sync::Mutex::new(pending);
         let failed = std::sync::Mutex::new(None::<ExperimentError>);
         let interrupted = std::sync::atomic::AtomicBool::new(false);
@@ -84,8 +95,12 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
             use std::sync::atomic::Ordering::SeqCst;
             while failed.lock().unwrap().is_none() && !interrupted.load(SeqCst) {
                 let Some((i, v, seed)) = queue.lock().unwrap().pop_front() else { break };
-                match train_run(g, spec, opts, (i, total), v, seed, jobs > 1) {
-                    Ok(true) => {}
+                match train_run(g, spec, opts, (i, total), v, seed, bars.as_ref()) {
+                    Ok(true) => {
+                        if let Some(b) = &grid_bar {
+                            b.inc(1);
+                        }
+                    }
                     Ok(false) => interrupted.store(true, SeqCst),
                     Err(e) => {
                         failed.lock().unwrap().get_or_insert(e);
@@ -114,6 +129,9 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
                     }
                 }
             });
+        }
+        if let Some(b) = &grid_bar {
+            b.finish_and_clear();
         }
         if let Some(e) = failed.into_inner().unwrap() {
             return Err(e);
@@ -165,8 +183,8 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
 
 /// Trains run `v`, `seed` of the grid (the `at`-th of its runs, of `of`) on `gpu` (resuming its
 /// checkpoint where there is one), then writes its `result.json`. `Ok(false)` when training was
-/// interrupted (the checkpoint is saved). With `parallel`, training prints no step lines (other
-/// runs are training beside it) and the run's lines name it.
+/// interrupted (the checkpoint is saved). With `bars` (other runs are training beside it), its
+/// progress is one of those bars on a terminal, else its lines begin with its name.
 fn train_run(
     gpu: &Arc<Gpu>,
     spec: &ExperimentSpec,
@@ -174,7 +192,7 @@ fn train_run(
     (at, of): (usize, usize),
     v: Variant,
     seed: u64,
-    parallel: bool,
+    bars: Option<&indicatif::MultiProgress>,
 ) -> Result<bool, ExperimentError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -185,14 +203,22 @@ fn train_run(
     let run_cfg = spec.run_config(v, seed).map_err(|msg| ExperimentError::Run { run: name.clone(), msg })?;
     let resume = dir.join(checkpoint::OPTIM_FILE).exists();
     if !opts.quiet {
-        eprintln!(
-            "[{at}/{of}] {name}: {} {} steps -> {}{}",
-            if resume { "resuming," } else { "training" },
-            spec.steps,
-            dir.display(),
-            if parallel { " (beside other runs: its step lines are in its metrics.jsonl)" } else { "" }
+        say(
+            bars,
+            format!(
+                "[{at}/{of}] {name}: {} {} steps -> {}{}",
+                if resume { "resuming," } else { "training" },
+                spec.steps,
+                dir.display(),
+                if bars.is_some() { " (beside other runs: its bar and lines carry its name)" } else { "" }
+            ),
         );
     }
+    let show = match bars {
+        _ if opts.quiet => Show::Quiet,
+        Some(b) => Show::Job { name: name.clone(), bars: b.clone() },
+        None => Show::Bar,
+    };
     let summary = crate::train::train(
         gpu.clone(),
         TrainOptions {
@@ -202,12 +228,12 @@ fn train_run(
             resume,
             // A run stopped before its first checkpoint starts again.
             overwrite: !resume,
-            quiet: opts.quiet || parallel,
+            show,
         },
     )
     .map_err(|source| ExperimentError::Train { run: name.clone(), source: Box::new(source) })?;
     if summary.interrupted {
-        eprintln!("interrupted during {name}: its checkpoint is saved; run the same command to continue");
+        say(bars, format!("interrupted during {name}: its checkpoint is saved; run the same command to continue"));
         return Ok(false);
     }
     let result = finish_run(gpu, &dir, v, seed, spec).map_err(|msg| ExperimentError::Run { run: name.clone(), msg })?;
@@ -215,12 +241,27 @@ fn train_run(
     let text = serde_json::to_string_pretty(&result).map_err(|e| ExperimentError::Report(e.to_string()))?;
     checkpoint::write_atomic(&path, text.as_bytes()).map_err(io(&path))?;
     if !opts.quiet {
-        eprintln!(
-            "[{at}/{of}] {name}: val loss {:.4}, train loss {:.4}, {:.0} tok/s",
-            result.final_val_loss, result.final_train_loss, result.tok_per_s
+        say(
+            bars,
+            format!(
+                "[{at}/{of}] {name}: val loss {:.4}, train loss {:.4}, {:.0} tok/s",
+                result.final_val_loss, result.final_train_loss, result.tok_per_s
+            ),
         );
     }
     Ok(true)
+}
+
+/// A line of the grid's own: above the runs' bars while they are drawn (`--jobs` on a terminal),
+/// else on stderr.
+fn say(bars: Option<&indicatif::MultiProgress>, line: String) {
+    use std::io::IsTerminal;
+    match bars {
+        Some(b) if std::io::stderr().is_terminal() => {
+            let _ = b.println(line);
+        }
+        _ => eprintln!("{line}"),
+    }
 }
 
 /// The result of a finished run, if `dir` holds one for `steps` steps.

@@ -103,8 +103,8 @@ pub struct ExperimentOptions {
     /// More devices (other instances of the same adapter): with k of them, up to k + 1 runs
     /// train at once, each on its own device (`ddl experiment --jobs`), for a machine one run
     /// leaves partly idle (a small model on a GPU, a CPU adapter's cores between dispatches).
-    /// Each run's numbers are the same bits as one at a time. Their step lines are then left
-    /// out of the output (each run's `metrics.jsonl` has them).
+    /// Each run's numbers are the same bits as one at a time. Each run then shows its own bar
+    /// under the grid's on a terminal, or its lines begin with its name.
     pub more_devices: Vec<Arc<Gpu>>,
 }
 

@@ -146,8 +146,22 @@ pub struct TrainOptions {
     /// Replace a run that `out` holds (without it, a folder holding a run is refused unless
     /// resuming).
     pub overwrite: bool,
-    /// No progress bar or log lines (tests).
-    pub quiet: bool,
+    /// What the run shows as it goes.
+    pub show: Show,
+}
+
+/// What a run shows as it goes (its files are the same whatever it shows).
+#[derive(Clone, Debug, Default)]
+pub enum Show {
+    /// A progress bar when stderr is a terminal, else a line at every logged step.
+    #[default]
+    Bar,
+    /// Nothing (tests, benchmarks; the ranks after the first always).
+    Quiet,
+    /// One of several runs training at once in this process (`ddl experiment --jobs`): on a
+    /// terminal its own bar, named, among the others' in `bars`; else its lines, each starting
+    /// with `[name]`.
+    Job { name: String, bars: indicatif::MultiProgress },
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);

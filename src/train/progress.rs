@@ -4,30 +4,40 @@
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 
-use super::{TrainError, plot};
+use super::{Show, TrainError, plot};
 
 pub(super) struct Progress {
     bar: Option<indicatif::ProgressBar>,
+    /// The bars `bar` is one of (a job's), to take it out when it finishes.
+    bars: Option<indicatif::MultiProgress>,
     plain: bool,
+    /// Put before each plain line: `[name] ` for a job, else nothing.
+    prefix: String,
 }
 
+const BAR: &str = "{spinner} [{elapsed_precise}] {wide_bar} step {pos}/{len} {msg} eta {eta}";
+const JOB_BAR: &str = "{spinner} {prefix} [{elapsed_precise}] {wide_bar} step {pos}/{len} {msg} eta {eta}";
+
 impl Progress {
-    pub(super) fn new(quiet: bool, start: usize, end: usize) -> Progress {
-        if quiet {
-            return Progress { bar: None, plain: false };
-        }
-        if std::io::stderr().is_terminal() {
+    pub(super) fn new(show: &Show, start: usize, end: usize) -> Progress {
+        let quiet = Progress { bar: None, bars: None, plain: false, prefix: String::new() };
+        let bar = |template: &str| {
             let bar = indicatif::ProgressBar::new(end as u64);
             bar.set_position(start as u64);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] {wide_bar} step {pos}/{len} {msg} eta {eta}",
-                )
-                .unwrap(),
-            );
-            Progress { bar: Some(bar), plain: false }
-        } else {
-            Progress { bar: None, plain: true }
+            bar.set_style(indicatif::ProgressStyle::with_template(template).expect("a valid template"));
+            bar
+        };
+        let terminal = std::io::stderr().is_terminal();
+        match show {
+            Show::Quiet => quiet,
+            Show::Bar if terminal => Progress { bar: Some(bar(BAR)), ..quiet },
+            Show::Bar => Progress { plain: true, ..quiet },
+            Show::Job { name, bars } if terminal => {
+                let b = bars.add(bar(JOB_BAR));
+                b.set_prefix(name.clone());
+                Progress { bar: Some(b), bars: Some(bars.clone()), ..quiet }
+            }
+            Show::Job { name, .. } => Progress { plain: true, prefix: format!("[{name}] "), ..quiet },
         }
     }
 
@@ -36,21 +46,28 @@ impl Progress {
             b.set_position(step as u64);
             b.set_message(msg);
         } else if self.plain && log {
-            eprintln!("step {step} {msg}");
+            eprintln!("{}step {step} {msg}", self.prefix);
         }
     }
 
     pub(super) fn println(&self, s: String) {
         if let Some(b) = &self.bar {
-            b.println(s);
+            // (A job's bar prints above all the bars, with its name.)
+            b.println(match b.prefix().as_str() {
+                "" => s,
+                name => format!("[{name}] {s}"),
+            });
         } else if self.plain {
-            eprintln!("{s}");
+            eprintln!("{}{s}", self.prefix);
         }
     }
 
     pub(super) fn finish(&self) {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
+            if let Some(bars) = &self.bars {
+                bars.remove(b);
+            }
         }
     }
 }

@@ -347,7 +347,7 @@ impl<'c> Trainer<'c> {
                 .map_err(|source| TrainError::Io { path: data_path.clone(), source })?;
         }
         install_ctrlc();
-        let progress = Progress::new(opts.quiet || !lead, start, opts.steps);
+        let progress = Progress::new(if lead { &opts.show } else { &super::Show::Quiet }, start, opts.steps);
         if distributed {
             progress.println(format!(
                 "data-parallel over {}: each rank computes {} of the {} micro-batches of a step; {:.2} MB of gradients \

@@ -61,7 +61,14 @@ fn train_tiny(dir: &Path, variant: Variant) -> PathBuf {
     let out = dir.join("run");
     ddl::train::train(
         ddl::testing::gpu(),
-        TrainOptions { run: r, steps: 4, out: out.clone(), resume: false, overwrite: false, quiet: true },
+        TrainOptions {
+            run: r,
+            steps: 4,
+            out: out.clone(),
+            resume: false,
+            overwrite: false,
+            show: ddl::train::Show::Quiet,
+        },
     )
     .unwrap();
     assert!(out.join("model.safetensors").exists());
