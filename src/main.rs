@@ -159,7 +159,7 @@ fn bench_config(
 }
 
 fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
-    use ddl::train::TrainOptions;
+    use ddl::train::{Show, TrainOptions};
     let variant = ddl::model::Variant::parse(a.variant.as_deref().unwrap_or("ddl")).map_err(anyhow::Error::msg)?;
     let (out, resume) = match (&a.resume, &a.out) {
         (Some(r), _) => (r.clone(), true),
@@ -228,14 +228,7 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     );
     let summary = ddl::train::train(
         gpu.clone(),
-        TrainOptions {
-            run,
-            steps: a.steps,
-            out: out.clone(),
-            resume,
-            overwrite: a.overwrite,
-            show: ddl::train::Show::Bar,
-        },
+        TrainOptions { run, steps: a.steps, out: out.clone(), resume, overwrite: a.overwrite, show: Show::Bar },
     )?;
     report_training(dev, &a, &out, &summary)
 }
@@ -325,7 +318,7 @@ fn train_mpi(
     resume: bool,
 ) -> Result<()> {
     use ddl::train::distributed::{RankOptions, run_rank};
-    use ddl::train::{DistOptions, TrainOptions};
+    use ddl::train::{DistOptions, Show, TrainOptions};
     if !(a.mpi_timeout > 0.0 && a.mpi_timeout.is_finite()) {
         anyhow::bail!("--mpi-timeout {}: expected a number of seconds > 0", a.mpi_timeout);
     }
@@ -337,14 +330,7 @@ fn train_mpi(
         backend: dev.backend.as_deref().map(BackendChoice::parse).transpose()?,
         adapter: dev.adapter.clone(),
         autotune: !dev.no_autotune,
-        train: TrainOptions {
-            run,
-            steps: a.steps,
-            out: out.clone(),
-            resume,
-            overwrite: a.overwrite,
-            show: ddl::train::Show::Bar,
-        },
+        train: TrainOptions { run, steps: a.steps, out: out.clone(), resume, overwrite: a.overwrite, show: Show::Bar },
         dist: DistOptions { bucket_mib: a.mpi_bucket_mib, overlap_backward: a.mpi_overlap == MpiOverlap::Backward },
     };
     run_rank(opts, |summary| report_training(dev, a, &out, summary).map_err(|e| format!("{e:#}").into()))
