@@ -11,7 +11,7 @@ pub(super) struct Progress {
     /// The bars `bar` is one of (a job's), to take it out when it finishes.
     bars: Option<indicatif::MultiProgress>,
     plain: bool,
-    /// Put before each plain line: `[name] ` for a job, else nothing.
+    /// Put before each line: `[name] ` for a job, else nothing.
     prefix: String,
 }
 
@@ -35,7 +35,7 @@ impl Progress {
             Show::Job { name, bars } if terminal => {
                 let b = bars.add(bar(JOB_BAR));
                 b.set_prefix(name.clone());
-                Progress { bar: Some(b), bars: Some(bars.clone()), ..quiet }
+                Progress { bar: Some(b), bars: Some(bars.clone()), prefix: format!("[{name}] "), ..quiet }
             }
             Show::Job { name, .. } => Progress { plain: true, prefix: format!("[{name}] "), ..quiet },
         }
@@ -52,11 +52,8 @@ impl Progress {
 
     pub(super) fn println(&self, s: String) {
         if let Some(b) = &self.bar {
-            // (A job's bar prints above all the bars, with its name.)
-            b.println(match b.prefix().as_str() {
-                "" => s,
-                name => format!("[{name}] {s}"),
-            });
+            // (A job's bar prints above all the bars.)
+            b.println(format!("{}{s}", self.prefix));
         } else if self.plain {
             eprintln!("{}{s}", self.prefix);
         }
