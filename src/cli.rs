@@ -149,12 +149,36 @@ pub(crate) enum Cmd {
     },
     /// Validation loss and perplexity of a checkpoint.
     Eval {
-        /// Checkpoint directory (a `ddl train --out` directory).
+        /// Checkpoint directory (a `ddl train --out` directory, or one of its kept checkpoints).
         #[arg(long)]
         checkpoint: std::path::PathBuf,
-        /// Validation batches (default: the run's eval_batches).
+        /// Evaluate a text instead of the run's data: a UTF-8 file or a folder of .txt files,
+        /// tokenised with the checkpoint's tokenizer, all of it.
+        #[arg(long, conflicts_with = "data")]
+        text: Option<std::path::PathBuf>,
+        /// Evaluate token shards instead of the run's data: a folder (its validation shards, or
+        /// its training shards with --split train), a shard file or a glob.
+        #[arg(long)]
+        data: Option<String>,
+        /// How --data stores tokens: llmc (llm.c's shards) or raw-u16 (headerless uint16).
+        #[arg(long, default_value = "llmc", requires = "data")]
+        data_format: String,
+        /// Which split of the run's data or of a --data folder: val, or train (as many tokens as
+        /// the validation split has, unless --batches says otherwise).
+        #[arg(long, value_enum, default_value = "val")]
+        split: EvalSplit,
+        /// Window length in tokens (default: the run's seq_len; at most the model's context).
+        #[arg(long, value_parser = positive)]
+        seq_len: Option<usize>,
+        /// Windows per batch (default: the run's batch_size).
+        #[arg(long, value_parser = positive)]
+        batch_size: Option<usize>,
+        /// Only the first this many batches of windows (default: all of the split or text).
         #[arg(long, value_parser = positive)]
         batches: Option<usize>,
+        /// One JSON object: loss, perplexity, tokens, bytes, bits_per_byte, windows, source.
+        #[arg(long)]
+        json: bool,
     },
     /// Generate text from a checkpoint with the KV and conv caches, streaming tokens to stdout.
     Generate {
@@ -387,6 +411,12 @@ pub(crate) struct TrainArgs {
     /// while the GPU computes the next (for real GPUs; slower on a CPU adapter, docs/PERF.md).
     #[arg(long, value_enum, default_value = "readback")]
     pub(crate) mpi_overlap: MpiOverlap,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum EvalSplit {
+    Val,
+    Train,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

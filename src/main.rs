@@ -50,7 +50,16 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Data(d) => data_cmd(d),
         Cmd::Golden { files, quiet, f16_state, precision } => golden(&cli.device, &files, quiet, f16_state, precision),
         Cmd::Train(a) => train(&cli.device, a),
-        Cmd::Eval { checkpoint, batches } => eval(&cli.device, &checkpoint, batches),
+        Cmd::Eval { checkpoint, text, data, data_format, split, seq_len, batch_size, batches, json } => {
+            use ddl::train::eval::{EvalRequest, EvalSource, Split};
+            let source = match (text, data) {
+                (Some(t), _) => EvalSource::Text(t),
+                (None, Some(data)) => EvalSource::Data { data, format: data_format },
+                (None, None) => EvalSource::Run,
+            };
+            let split = if split == cli::EvalSplit::Train { Split::Train } else { Split::Val };
+            eval(&cli.device, &checkpoint, &EvalRequest { source, split, seq_len, batch_size, batches }, json)
+        }
         Cmd::Experiment { spec, out, report_only, speed, dry_run, jobs } => {
             experiment(&cli.device, &spec, &out, report_only, speed, dry_run, jobs)
         }
@@ -398,33 +407,14 @@ fn experiment(
     Ok(())
 }
 
-fn eval(dev: &DeviceArgs, dir: &std::path::Path, batches: Option<usize>) -> Result<()> {
+fn eval(dev: &DeviceArgs, dir: &std::path::Path, req: &ddl::train::eval::EvalRequest, json: bool) -> Result<()> {
     let gpu = dev.open().context("opening the GPU")?;
-    let (model, tok) = ddl::generate::load_for_inference(&gpu, dir)?;
-    let run_text = std::fs::read_to_string(dir.join("config.toml"))
-        .with_context(|| format!("reading {}", dir.join("config.toml").display()))?;
-    let run: ddl::train::RunConfig =
-        toml::from_str(&run_text).with_context(|| format!("parsing {}", dir.join("config.toml").display()))?;
-    let mut t = run.train.clone();
-    // The whole validation split, or the first --batches batches of its windows.
-    let span = match batches {
-        Some(b) => {
-            t.eval_batches = b;
-            ddl::train::EvalSpan::Periodic
-        }
-        None => ddl::train::EvalSpan::Full,
-    };
-    let (data, _) = ddl::train::data::open_for_run(&run, Some(&tok))?;
-    let prog = model.forward_program(t.batch_size, t.seq_len)?;
-    let e = ddl::train::evaluate(&model, &prog, &data, &t, span)?;
-    let whole = if span == ddl::train::EvalSpan::Full { "the whole validation split, " } else { "" };
-    println!(
-        "validation loss {:.4} (perplexity {:.2}) over {whole}{} tokens in windows of {}",
-        e.loss,
-        e.loss.exp(),
-        e.tokens,
-        t.seq_len
-    );
+    let r = ddl::train::eval::evaluate_checkpoint(&gpu, dir, req)?;
+    if json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        println!("{}", r.line());
+    }
     Ok(())
 }
 

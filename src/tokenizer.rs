@@ -286,6 +286,39 @@ impl Tokenizer {
         }
     }
 
+    /// The bytes of text each token id stands for, indexed by id, where that is exact: a character
+    /// tokenizer's characters in UTF-8; a byte-level BPE's bytes (every base token one byte, a
+    /// merge the sum of its parts), its special tokens (such as [`EOT`]) none. `None` for other
+    /// Hugging Face tokenizers, whose decoders may add, join or strip text (bits per byte is then
+    /// not defined by the tokens alone).
+    pub fn token_bytes(&self) -> Option<Vec<u32>> {
+        match self {
+            Tokenizer::Char(c) => Some(c.chars.iter().map(|ch| ch.len_utf8() as u32).collect()),
+            Tokenizer::Bpe(t) => {
+                use tokenizers::DecoderWrapper;
+                if t.get_normalizer().is_some() || !matches!(t.get_decoder(), Some(DecoderWrapper::ByteLevel(_))) {
+                    return None;
+                }
+                let bytes = byte_level_bytes();
+                let added = t.get_added_tokens_decoder();
+                let mut out = vec![0u32; self.vocab_size()];
+                for (id, n) in out.iter_mut().enumerate() {
+                    let id = id as u32;
+                    if let Some(a) = added.get(&id) {
+                        *n = if a.special { 0 } else { a.content.len() as u32 };
+                    } else if let Some(s) = t.id_to_token(id) {
+                        // Each character of a byte-level token names one byte.
+                        if !s.chars().all(|ch| bytes.contains_key(&ch)) {
+                            return None;
+                        }
+                        *n = s.chars().count() as u32;
+                    }
+                }
+                Some(out)
+            }
+        }
+    }
+
     /// JSON stored in checkpoints (tagged with `kind`; BPE embeds the Hugging Face tokenizer.json).
     pub fn to_json(&self) -> String {
         match self {
@@ -492,5 +525,26 @@ mod tests {
         let huge = big.repeat(30);
         assert!(huge.len() > CHUNK_BYTES);
         assert_eq!(tok.encode(&huge).unwrap(), t.encode_fast(huge.as_str(), false).unwrap().get_ids());
+    }
+
+    /// The byte table sums to the text's UTF-8 length over any encoding of it (what bits per byte
+    /// divides by), special tokens counting none; a decoder that is not byte-level gives no table.
+    #[test]
+    fn token_bytes_add_up_to_the_texts_bytes() {
+        let text = "Fïrst Citizen:\nBefore we proceed — any further, hear me speak. 漢字\n\nAll:\nSpeak, speak.\n";
+        let sum = |t: &Tokenizer, s: &str| -> u64 {
+            let table = t.token_bytes().expect("an exact table");
+            t.encode(s).unwrap().iter().map(|&i| table[i as usize] as u64).sum()
+        };
+        let c = Tokenizer::Char(CharTokenizer::from_corpus(text).unwrap());
+        assert_eq!(sum(&c, text), text.len() as u64);
+        let b = train_bpe(&text.repeat(20), 300).unwrap();
+        assert!(b.vocab_size() > BPE_BASE_VOCAB, "merges were learnt");
+        assert_eq!(sum(&b, text), text.len() as u64);
+        let with_eot = format!("{text}{EOT}{text}");
+        assert_eq!(sum(&b, &with_eot), 2 * text.len() as u64, "EOT stands for no bytes");
+        let Tokenizer::Bpe(mut hf) = b else { unreachable!() };
+        hf.with_decoder(Some(tokenizers::decoders::strip::Strip::new(' ', 1, 0)));
+        assert!(Tokenizer::Bpe(hf).token_bytes().is_none());
     }
 }

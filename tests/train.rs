@@ -330,6 +330,95 @@ fn the_cli_trains_evaluates_and_samples() {
     assert!(String::from_utf8_lossy(&ev.stdout).contains("perplexity"));
 }
 
+/// `ddl eval` over a text, over token shards and over the run's training split: the run's
+/// validation text given as `--text` (or as a headerless uint16 file to `--data`) is the run's own
+/// validation loss to the bit over several batches of windows (every page an evaluation lets go of
+/// is read again), bits per byte are loss · tokens / (bytes · ln 2) with the bytes of the predicted
+/// text, and bad requests are clear errors.
+#[test]
+fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
+    let dir = tmpdir("eval-sources");
+    let c = ddl::testing::small_corpus(&dir);
+    let out = dir.join("run");
+    let st = ddl_cmd(&dir)
+        .args(["train", "--preset", "tiny", "--variant", "ddl", "--steps", "2", "--corpus", &c, "--out"])
+        .arg(&out)
+        .args(["--set", "model.d_model=16", "--set", "model.n_layers=1", "--set", "model.n_heads=2"])
+        .args(["--set", "model.head_dim=8", "--set", "model.mlp_hidden=40", "--set", "train.batch_size=2"])
+        .args(["--set", "train.seq_len=16", "--set", "train.eval_batches=1"])
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "train failed: {}", String::from_utf8_lossy(&st.stderr));
+    let eval = |args: &[&str]| ddl_cmd(&dir).args(["eval", "--checkpoint"]).arg(&out).args(args).output().unwrap();
+    let json = |args: &[&str]| -> serde_json::Value {
+        let o = eval(&[args, &["--json"]].concat());
+        assert!(o.status.success(), "eval {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+    };
+    let own = json(&[]);
+    let (windows, tokens) = (own["windows"].as_u64().unwrap() as usize, own["tokens"].as_u64().unwrap() as usize);
+    assert_eq!(tokens, windows * 16);
+    assert!(windows > 8 && own["whole"] == true && own["split"] == "val", "{own}");
+
+    // The validation split's tokens, as the run reads them.
+    unsafe { std::env::set_var("DDL_CACHE_DIR", dir.join("cache")) };
+    let run: RunConfig = toml::from_str(&std::fs::read_to_string(out.join("config.toml")).unwrap()).unwrap();
+    let (ds, tok) = ddl::train::data::open_for_run(&run, None).unwrap();
+    let ids: Vec<u32> = (0..ds.val.len()).map(|i| ds.val.get(i)).collect();
+    // Bytes: those of the predicted tokens 1 ..= windows · T.
+    let bytes = tok.decode(&ids[1..=tokens]).unwrap().len() as u64;
+    assert_eq!(own["bytes"].as_u64(), Some(bytes), "{own}");
+    let (loss, bpb) = (own["loss"].as_f64().unwrap(), own["bits_per_byte"].as_f64().unwrap());
+    let want = loss * tokens as f64 / (bytes as f64 * std::f64::consts::LN_2);
+    assert!((bpb - want).abs() <= 1e-12 * want && loss > 1.0, "{own}");
+
+    let text = dir.join("val.txt");
+    std::fs::write(&text, tok.decode(&ids).unwrap()).unwrap();
+    let raw = dir.join("val.bin");
+    std::fs::write(&raw, ids.iter().flat_map(|&i| (i as u16).to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+    for args in
+        [&["--text", text.to_str().unwrap()][..], &["--data", raw.to_str().unwrap(), "--data-format", "raw-u16"]]
+    {
+        let other = json(args);
+        for k in ["loss", "tokens", "bytes", "windows", "bits_per_byte", "whole"] {
+            assert_eq!(other[k], own[k], "{k} of eval {args:?}: {other} against the run's {own}");
+        }
+    }
+    // Human output names what it covers.
+    let line = String::from_utf8_lossy(&eval(&["--text", text.to_str().unwrap()]).stdout).into_owned();
+    assert!(
+        line.contains("bits per byte") && line.contains("val.txt") && line.contains(&format!("{tokens} tokens")),
+        "{line}"
+    );
+
+    // The training split: as many windows as the validation split, another loss.
+    let train = json(&["--split", "train"]);
+    assert_eq!((train["windows"].clone(), train["split"].clone()), (own["windows"].clone(), "train".into()), "{train}");
+    assert!(train["loss"].as_f64().unwrap().is_finite() && train["loss"] != own["loss"], "{train}");
+    // The first batches, in shorter windows.
+    let first = json(&["--batches", "1", "--seq-len", "8"]);
+    assert_eq!(
+        (first["windows"].as_u64(), first["tokens"].as_u64(), first["whole"].as_bool()),
+        (Some(2), Some(16), Some(false))
+    );
+
+    // Bad requests: what is wrong and what to do.
+    let bad = |args: &[&str], want: &[&str]| {
+        let o = eval(args);
+        let e = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!o.status.success() && want.iter().all(|w| e.contains(w)), "eval {args:?}: {e}");
+    };
+    bad(&["--seq-len", "100000"], &["--seq-len 100000", "max_seq_len"]);
+    let odd = dir.join("odd.txt");
+    std::fs::write(&odd, "ROMEO: ☃").unwrap();
+    bad(&["--text", odd.to_str().unwrap()], &["odd.txt", "'☃'", "char tokenizer"]);
+    bad(&["--text", text.to_str().unwrap(), "--split", "train"], &["--split train"]);
+    let short = dir.join("short.txt");
+    std::fs::write(&short, "ROMEO:").unwrap();
+    bad(&["--text", short.to_str().unwrap()], &["short.txt", "fewer than one window", "--seq-len"]);
+    bad(&["--data", dir.join("none").to_str().unwrap()], &["does not exist"]);
+}
+
 /// Any d_v the settings accept trains, evaluates and generates through the CLI: d_v = 9 (above the
 /// delta write's segment forms) for ddl_cc, whose K_c follows d_v.
 #[test]

@@ -453,6 +453,21 @@ impl Dataset {
         Ok(Dataset { split: train.len(), train, val, vocab, key })
     }
 
+    /// A dataset to evaluate on alone: `tokens` as its validation split and no training split
+    /// (`train_batch` refuses). `ddl eval --text` / `--data`, and `--split train`.
+    pub fn for_evaluation(
+        tokens: super::shards::Stream,
+        seq_len: usize,
+        vocab: usize,
+        key: String,
+    ) -> Result<Dataset, DataError> {
+        let need = seq_len + 1;
+        if tokens.len() < need {
+            return Err(DataError::TooShort { split: "evaluated", have: tokens.len(), need });
+        }
+        Ok(Dataset { split: 0, train: super::shards::Stream::new(Vec::new()), val: tokens, vocab, key })
+    }
+
     /// Tokens in the whole stream (train and validation).
     pub fn len(&self) -> usize {
         self.train.len() + self.val.len()
@@ -478,6 +493,9 @@ impl Dataset {
         b: usize,
         t: usize,
     ) -> Result<(Vec<i32>, Vec<i32>), DataError> {
+        if self.split <= t {
+            return Err(DataError::TooShort { split: "train", have: self.split, need: t + 1 });
+        }
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         rng.set_stream(((step as u64) << 16) | micro as u64);
         let mut x = Vec::with_capacity(b * t);

@@ -7,6 +7,7 @@ pub mod config;
 pub mod data;
 #[cfg(feature = "mpi")]
 pub mod distributed;
+pub mod eval;
 mod exchange;
 pub mod lock;
 pub mod plot;

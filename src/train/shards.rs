@@ -98,6 +98,8 @@ pub struct Shard {
     offset: usize,
     wide: bool,
     len: usize,
+    /// Anonymous memory ([`Shard::from_tokens`]): its pages are the only copy, never released.
+    anon: bool,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ShardError + '_ {
@@ -117,7 +119,7 @@ impl Shard {
             if bytes % 2 != 0 {
                 return Err(ShardError::OddRaw { path: p, len: bytes });
             }
-            return Ok(Shard { path: p, map, offset: 0, wide: false, len: (bytes / 2) as usize });
+            return Ok(Shard { path: p, map, offset: 0, wide: false, len: (bytes / 2) as usize, anon: false });
         }
         if bytes < HEADER_BYTES as u64 {
             return Err(ShardError::NoHeader { path: p, len: bytes });
@@ -136,7 +138,18 @@ impl Shard {
         if have < count {
             return Err(ShardError::Truncated { path: p, header: count, have });
         }
-        Ok(Shard { path: p, map, offset: HEADER_BYTES, wide, len: count as usize })
+        Ok(Shard { path: p, map, offset: HEADER_BYTES, wide, len: count as usize, anon: false })
+    }
+
+    /// A shard in memory holding `ids` (a text tokenised for `ddl eval --text`); `name` stands
+    /// for its path in messages.
+    pub fn from_tokens(name: &Path, ids: &[u32]) -> Result<Shard, ShardError> {
+        let mut map = memmap2::MmapMut::map_anon((4 * ids.len()).max(4)).map_err(io(name))?;
+        for (o, id) in map.chunks_exact_mut(4).zip(ids) {
+            o.copy_from_slice(&id.to_le_bytes());
+        }
+        let map = map.make_read_only().map_err(io(name))?;
+        Ok(Shard { path: name.to_path_buf(), map, offset: 0, wide: true, len: ids.len(), anon: true })
     }
 
     pub fn len(&self) -> usize {
@@ -165,12 +178,18 @@ impl Shard {
     /// to the resident size (measured: +480 MiB after 400 windows of a 600 MiB set).
     pub fn advise_random(&self) {
         #[cfg(unix)]
-        let _ = self.map.advise(memmap2::Advice::Random);
+        if !self.anon {
+            let _ = self.map.advise(memmap2::Advice::Random);
+        }
     }
 
     /// Drops the pages of tokens `start .. start + len` from this process's mappings (see
     /// [`Stream::release`]).
     pub fn release(&self, start: usize, len: usize) {
+        // Released anonymous pages would read back as zeros.
+        if self.anon {
+            return;
+        }
         // Whole 2 MiB blocks around the range: a fault maps more than the page it needs
         // (fault-around, large folios), and a page not released stays resident.
         let width = if self.wide { 4 } else { 2 };
@@ -353,6 +372,48 @@ impl Writer {
 /// sorted), or the files a glob names (`DIR/*.bin`: `val` in the name marks validation). For
 /// [`Format::RawU16`]: `train.bin` and `val.bin` of the folder.
 pub fn find(data: &str, format: Format) -> Result<(Vec<PathBuf>, Vec<PathBuf>), ShardError> {
+    let (train, val) = find_parts(data, format)?;
+    let layout = |m: String| ShardError::Layout(m);
+    if train.is_empty() {
+        return Err(layout(format!(
+            "--data '{data}' holds no training shards (llm.c's names: NAME_train_000001.bin …; `ddl data prepare` \
+             writes them)"
+        )));
+    }
+    if val.is_empty() {
+        return Err(layout(format!(
+            "--data '{data}' holds no validation shard (NAME_val_000000.bin): validation needs one (`ddl data \
+             prepare --val-tokens N` writes it)"
+        )));
+    }
+    Ok((train, val))
+}
+
+/// The shards `ddl eval --data` reads: a file or a glob as given (whatever their names), or a
+/// folder's validation shards (`val` true) or training shards.
+pub fn find_for_eval(data: &str, format: Format, val: bool) -> Result<Vec<PathBuf>, ShardError> {
+    let path = Path::new(data);
+    if path.is_file() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    if !path.is_dir() && data.contains(['*', '?']) {
+        return glob_files(data);
+    }
+    let (train, vals) = find_parts(data, format)?;
+    let (files, which) = if val { (vals, "validation") } else { (train, "training") };
+    if files.is_empty() {
+        return Err(ShardError::Layout(format!(
+            "--data '{data}' holds no {which} shards (llm.c's names: NAME_{}_000000.bin; headerless: {}.bin); name \
+             a file or a glob to evaluate other files",
+            if val { "val" } else { "train" },
+            if val { "val" } else { "train" }
+        )));
+    }
+    Ok(files)
+}
+
+/// The training and validation files of `data` (either may be empty).
+fn find_parts(data: &str, format: Format) -> Result<(Vec<PathBuf>, Vec<PathBuf>), ShardError> {
     let path = Path::new(data);
     let layout = |m: String| ShardError::Layout(m);
     let files: Vec<PathBuf> = if path.is_dir() {
@@ -383,18 +444,6 @@ pub fn find(data: &str, format: Format) -> Result<(Vec<PathBuf>, Vec<PathBuf>), 
             n.contains("_val_") || n.starts_with("val") || n.contains("_val.")
         })
     };
-    if train.is_empty() {
-        return Err(layout(format!(
-            "--data '{data}' holds no training shards (llm.c's names: NAME_train_000001.bin …; `ddl data prepare` \
-             writes them)"
-        )));
-    }
-    if val.is_empty() {
-        return Err(layout(format!(
-            "--data '{data}' holds no validation shard (NAME_val_000000.bin): validation needs one (`ddl data \
-             prepare --val-tokens N` writes it)"
-        )));
-    }
     Ok((train, val))
 }
 
@@ -444,6 +493,20 @@ fn wildcard(p: &str, s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A text's tokens in anonymous memory read back after any release (released anonymous
+    /// pages would read as zeros: `ddl eval --text` once evaluated zeros past its first batch).
+    #[test]
+    fn tokens_in_memory_survive_release_and_read_back() {
+        let ids: Vec<u32> = (0..3_000_000u32).map(|i| i.wrapping_mul(2_654_435_761) % 50_257).collect();
+        let s = Stream::new(vec![Shard::from_tokens(Path::new("text.txt"), &ids).unwrap()]);
+        assert_eq!(s.len(), ids.len());
+        s.advise_random();
+        s.release(0, ids.len());
+        assert!(ids.iter().enumerate().all(|(i, &id)| s.get(i) == id));
+        assert_eq!(s.shards[0].max_id().map(|m| m.1), ids.iter().max().copied());
+        assert!(ids.iter().enumerate().all(|(i, &id)| s.get(i) == id), "max_id released nothing");
+    }
 
     #[test]
     fn written_shards_read_back_across_boundaries_in_both_widths() {

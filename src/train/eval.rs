@@ -1,0 +1,232 @@
+//! `ddl eval`: a checkpoint's loss, perplexity and bits per byte over its run's validation split
+//! (or training split), over another text, or over token shards, in consecutive windows.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::data::{self, Dataset};
+use super::shards::{Format, Shard, Stream};
+use super::{EvalSpan, RunConfig, TrainError};
+use crate::gpu::Gpu;
+
+/// What `ddl eval` reads.
+#[derive(Debug, Clone)]
+pub enum EvalSource {
+    /// The run's own data (its corpus's split, or its `--data` shards).
+    Run,
+    /// A UTF-8 text file, or a folder of `.txt` files, tokenised with the checkpoint's tokenizer.
+    Text(PathBuf),
+    /// Token shards: a folder's split, or the files a path or glob names.
+    Data { data: String, format: String },
+}
+
+/// Which split of the run's data or of a shard folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Split {
+    Val,
+    Train,
+}
+
+/// One evaluation's settings (`None`: the run's).
+#[derive(Debug, Clone)]
+pub struct EvalRequest {
+    pub source: EvalSource,
+    pub split: Split,
+    /// Window length (at most the model's `max_seq_len`).
+    pub seq_len: Option<usize>,
+    /// Windows per batch.
+    pub batch_size: Option<usize>,
+    /// Only the first this many batches of windows.
+    pub batches: Option<usize>,
+}
+
+/// What an evaluation measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EvalResult {
+    /// The checkpoint's training step.
+    pub step: usize,
+    /// What was evaluated, in words (the run's corpus split, a file, shards).
+    pub source: String,
+    pub split: Split,
+    /// Mean cross-entropy per predicted token, in nats (label smoothing off).
+    pub loss: f64,
+    pub perplexity: f64,
+    /// Predicted tokens.
+    pub tokens: usize,
+    /// UTF-8 bytes of text those tokens stand for (None: the tokenizer's decoder is not
+    /// byte-level, so tokens do not say their bytes).
+    pub bytes: Option<u64>,
+    /// loss · tokens / (bytes · ln 2): comparable across tokenizers.
+    pub bits_per_byte: Option<f64>,
+    pub seq_len: usize,
+    pub windows: usize,
+    /// Whether every window of the split or text was evaluated (not only the first --batches).
+    pub whole: bool,
+}
+
+/// Evaluates the checkpoint in `dir` (a run folder, or a kept checkpoint's folder) as `req` asks.
+pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Result<EvalResult, TrainError> {
+    let ck = super::checkpoint::load_to_device(dir, gpu.clone(), false)?;
+    let (model, tok) = (ck.model, ck.tokenizer);
+    let cfg_path = dir.join("config.toml");
+    let run_text =
+        std::fs::read_to_string(&cfg_path).map_err(|source| TrainError::Io { path: cfg_path.clone(), source })?;
+    let run: RunConfig = toml::from_str(&run_text)
+        .map_err(|e| TrainError::Settings(format!("{}: not a run's settings: {e}", cfg_path.display())))?;
+    let mut t = run.train.clone();
+    let seq_len = req.seq_len.unwrap_or(t.seq_len);
+    let max = model.cfg.max_seq_len;
+    if seq_len == 0 || seq_len > max {
+        return Err(TrainError::Settings(format!(
+            "--seq-len {seq_len}: the model's context (max_seq_len) is {max} tokens; pass 1 to {max}"
+        )));
+    }
+    t.seq_len = seq_len;
+    t.batch_size = req.batch_size.unwrap_or(t.batch_size);
+    let vocab = tok.vocab_size();
+    let (tokens, source, key) = match &req.source {
+        EvalSource::Run => {
+            let (ds, _) = data::open_for_run(&run, Some(&tok))?;
+            let what = if run.data.is_empty() {
+                format!("the run's corpus '{}'", run.corpus)
+            } else {
+                format!("the run's shards '{}'", run.data)
+            };
+            match req.split {
+                Split::Val => (ds.val, format!("the validation split of {what}"), ds.key),
+                Split::Train => {
+                    // As many tokens as the validation split has, unless --batches says otherwise:
+                    // the two losses then compare (the whole training split may be billions).
+                    t.val_max_tokens = (ds.val_windows(seq_len) * seq_len).max(seq_len);
+                    (ds.train, format!("the training split of {what}"), ds.key)
+                }
+            }
+        }
+        EvalSource::Text(path) => {
+            if req.split == Split::Train {
+                return Err(TrainError::Settings(
+                    "--split train names a split of the run's data or of a --data folder; --text is evaluated whole"
+                        .into(),
+                ));
+            }
+            // The whole text is evaluated, not a run's validation budget of it.
+            t.val_max_tokens = 0;
+            let text = data::read_corpus(path)?;
+            let ids = tok.encode(&text).map_err(|e| {
+                TrainError::Settings(format!(
+                    "--text '{}': {e}; the checkpoint's {} tokenizer cannot encode it{}",
+                    path.display(),
+                    tok.kind(),
+                    if tok.kind() == "char" { " (a character model knows only its corpus's characters)" } else { "" }
+                ))
+            })?;
+            let shard = Shard::from_tokens(path, &ids).map_err(data::DataError::from)?;
+            (Stream::new(vec![shard]), format!("'{}'", path.display()), tok.fingerprint())
+        }
+        EvalSource::Data { data: d, format } => {
+            t.val_max_tokens = 0;
+            let format = Format::parse(format).map_err(TrainError::Settings)?;
+            let files =
+                super::shards::find_for_eval(d, format, req.split == Split::Val).map_err(data::DataError::from)?;
+            if req.split == Split::Train {
+                // As for the run's data: as many tokens as the folder's validation shards hold.
+                let val = super::shards::find_for_eval(d, format, true).unwrap_or_default();
+                let lens = val.iter().map(|p| Shard::open(p, format).map(|s| s.len())).collect::<Result<Vec<_>, _>>();
+                let n: usize = lens.map(|l| l.iter().sum()).unwrap_or(0);
+                t.val_max_tokens = if n > seq_len { (n - 1) / seq_len * seq_len } else { 0 };
+            }
+            // Shards that say which tokenizer made them must have been made with the checkpoint's.
+            let folder = files[0].parent().map(Path::to_path_buf).unwrap_or_default();
+            if let Some(m) = data::read_meta(&folder)?
+                && m.tokenizer != tok.to_json()
+            {
+                return Err(TrainError::Settings(format!(
+                    "{}: the shards were made with another tokenizer (vocabulary {}) than the checkpoint's (vocabulary \
+                     {vocab}); prepare the text again with the checkpoint's tokenizer (`ddl data prepare --tokenizer`)",
+                    folder.join("meta.json").display(),
+                    m.vocab_size
+                )));
+            }
+            let shards = files.iter().map(|p| Shard::open(p, format)).collect::<Result<Vec<_>, _>>();
+            let stream = Stream::new(shards.map_err(data::DataError::from)?);
+            stream.check_vocab(vocab).map_err(data::DataError::from)?;
+            let key = data::fingerprint(&files)?;
+            let what = if files.len() == 1 {
+                format!("'{}'", files[0].display())
+            } else {
+                format!("{} shards of '{d}'", files.len())
+            };
+            (stream, what, key)
+        }
+    };
+    if tokens.len() <= seq_len {
+        return Err(TrainError::Settings(format!(
+            "{source} has {} tokens, fewer than one window of {} (--seq-len + 1): evaluate a longer text or pass a \
+             shorter --seq-len",
+            tokens.len(),
+            seq_len + 1
+        )));
+    }
+    let ds = Dataset::for_evaluation(tokens, seq_len, vocab, key)?;
+    let span = match req.batches {
+        Some(b) => {
+            t.eval_batches = b;
+            EvalSpan::Periodic
+        }
+        None => EvalSpan::Full,
+    };
+    let windows = super::eval_windows(&ds, &t, span, t.batch_size, seq_len);
+    let whole = windows == ds.val_windows(seq_len);
+    let prog = model.forward_program(t.batch_size, seq_len)?;
+    let e = super::evaluate(&model, &prog, &ds, &t, span)?;
+    // Window w predicts tokens w·T + 1 ..= w·T + T: together 1 ..= windows·T.
+    let bytes = tok.token_bytes().map(|table| {
+        let n = windows * seq_len;
+        let mut sum = 0u64;
+        const PIECE: usize = 1 << 20;
+        for a in (1..=n).step_by(PIECE) {
+            let b = (a + PIECE).min(n + 1);
+            sum += (a..b).map(|i| table.get(ds.val.get(i) as usize).copied().unwrap_or(0) as u64).sum::<u64>();
+            ds.val.release(a, b - a);
+        }
+        sum
+    });
+    let bits_per_byte =
+        bytes.filter(|&b| b > 0).map(|b| e.loss * e.tokens as f64 / (b as f64 * std::f64::consts::LN_2));
+    Ok(EvalResult {
+        step: ck.step,
+        source,
+        split: req.split,
+        loss: e.loss,
+        perplexity: e.loss.exp(),
+        tokens: e.tokens,
+        bytes,
+        bits_per_byte,
+        seq_len,
+        windows,
+        whole,
+    })
+}
+
+impl EvalResult {
+    /// One line for people: loss, perplexity, bits per byte, and what they cover.
+    pub fn line(&self) -> String {
+        let name = match self.split {
+            Split::Val if self.source.starts_with("the validation split") => "validation loss",
+            Split::Train => "training-text loss",
+            Split::Val => "loss",
+        };
+        let bpb = match self.bits_per_byte {
+            Some(b) => format!(", {b:.4} bits per byte"),
+            None => String::new(),
+        };
+        let bytes = self.bytes.map(|b| format!(" ({b} bytes)")).unwrap_or_default();
+        let span = if self.whole { "all of" } else { "the first windows of" };
+        format!(
+            "{name} {:.4} (perplexity {:.2}{bpb}) over {span} {}: {} tokens{bytes} in {} windows of {}, checkpoint \
+             step {}",
+            self.loss, self.perplexity, self.source, self.tokens, self.windows, self.seq_len, self.step
+        )
+    }
+}
