@@ -1,6 +1,7 @@
 //! `ddl eval`: a checkpoint's loss, perplexity and bits per byte over its run's validation split
 //! (or training split), over another text, or over token shards, in consecutive windows.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -8,6 +9,8 @@ use super::data::{self, Dataset};
 use super::shards::{Format, Shard, Stream};
 use super::{EvalSpan, RunConfig, TrainError};
 use crate::gpu::Gpu;
+
+const BAR: &str = "{spinner} [{elapsed_precise}] {wide_bar} batch {pos}/{len} eta {eta}";
 
 /// What `ddl eval` reads.
 #[derive(Debug, Clone)]
@@ -179,7 +182,30 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     let windows = super::eval_windows(&ds, &t, span, t.batch_size, seq_len);
     let whole = windows == ds.val_windows(seq_len);
     let prog = model.forward_program(t.batch_size, seq_len)?;
-    let e = super::evaluate(&model, &prog, &ds, &t, span)?;
+    let e = {
+        // A bar on a terminal; without one, a line at every tenth of a long evaluation.
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let b = indicatif::ProgressBar::new(0);
+            b.set_style(indicatif::ProgressStyle::with_template(BAR).expect("a valid template"));
+            b
+        });
+        let mut last = 0;
+        let e = super::evaluate_ticking(&model, &prog, &ds, &t, span, &super::Single, &mut |done, of| match &bar {
+            Some(b) => {
+                b.set_length(of as u64);
+                b.set_position(done as u64);
+            }
+            None if of >= 100 && done * 10 / of > last => {
+                last = done * 10 / of;
+                eprintln!("eval: batch {done}/{of}");
+            }
+            None => {}
+        })?;
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        e
+    };
     // Window w predicts tokens w·T + 1 ..= w·T + T: together 1 ..= windows·T.
     let bytes = tok.token_bytes().map(|table| {
         let n = windows * seq_len;

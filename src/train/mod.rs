@@ -300,13 +300,28 @@ pub fn evaluate_sharded(
     span: EvalSpan,
     comm: &dyn Collective,
 ) -> Result<Eval, TrainError> {
+    evaluate_ticking(model, prog, data, t, span, comm, &mut |_, _| {})
+}
+
+/// [`evaluate_sharded`], calling `tick(done, of)` after each of this rank's batches (a progress
+/// bar for long evaluations: `ddl eval` over shards).
+pub fn evaluate_ticking(
+    model: &Model,
+    prog: &Program,
+    data: &data::Dataset,
+    t: &TrainConfig,
+    span: EvalSpan,
+    comm: &dyn Collective,
+    tick: &mut dyn FnMut(usize, usize),
+) -> Result<Eval, TrainError> {
     let (b, len) = (prog.b(), prog.t());
     let windows = eval_windows(data, t, span, b, len);
     let batches = windows.div_ceil(b);
     // The periodic subset is the first batches of every span.
     let subset_batches = eval_windows(data, t, EvalSpan::Periodic, b, len).div_ceil(b).min(batches);
     let mut sums = [0.0f64; 4]; // loss·tokens and tokens, all and the subset
-    for i in (comm.rank()..batches).step_by(comm.size()) {
+    let mine = (comm.rank()..batches).step_by(comm.size()).len();
+    for (done, i) in (comm.rank()..batches).step_by(comm.size()).enumerate() {
         let (x, mut y) = data.val_batch(i * b, b, len);
         // Rows past the span's last window predict nothing.
         for r in (windows - i * b).min(b)..b {
@@ -320,6 +335,7 @@ pub fn evaluate_sharded(
             sums[2] += loss as f64 * n as f64;
             sums[3] += n as f64;
         }
+        tick(done + 1, mine);
     }
     if comm.is_distributed() {
         comm.all_reduce_sum_f64(&mut sums, "validation loss");
