@@ -176,7 +176,12 @@ pub(crate) enum Cmd {
         /// Only the first this many batches of windows (default: all of the split or text).
         #[arg(long, value_parser = positive)]
         batches: Option<usize>,
-        /// One JSON object: loss, perplexity, tokens, bytes, bits_per_byte, windows, source.
+        /// Also show, per sublayer, the mean β and the shares of the evaluated tokens its delta
+        /// write treats as identity, projection or reflection.
+        #[arg(long)]
+        betas: bool,
+        /// One JSON object: loss, perplexity, tokens, bytes, bits_per_byte, windows, source (and
+        /// betas).
         #[arg(long)]
         json: bool,
     },

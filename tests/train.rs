@@ -402,6 +402,40 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
         (Some(2), Some(16), Some(false))
     );
 
+    // β per sublayer over exactly the evaluated tokens (a last batch's padding rows left out:
+    // the windows are not a multiple of the batch here), each regime's share consistent with the mean.
+    let odd_windows = json(&["--betas", "--batch-size", "3"]);
+    assert_ne!(odd_windows["windows"].as_u64().unwrap() % 3, 0, "{odd_windows}");
+    let betas = odd_windows["betas"].as_array().unwrap();
+    assert_eq!(
+        betas.iter().map(|b| b["sublayer"].as_str().unwrap()).collect::<Vec<_>>(),
+        ["block0.attn", "block0.mlp"]
+    );
+    for b in betas {
+        let f = |k: &str| b[k].as_f64().unwrap();
+        assert_eq!(b["tokens"], odd_windows["tokens"], "{b}");
+        assert!((f("identity") + f("projection") + f("reflection") - 1.0).abs() < 1e-12, "{b}");
+        let (lo, hi) = (
+            0.5 * f("projection") + 1.5 * f("reflection"),
+            0.5 * f("identity") + 1.5 * f("projection") + 2.0 * f("reflection"),
+        );
+        assert!(f("mean") >= lo && f("mean") <= hi, "{b}: the mean β against its regimes");
+    }
+    assert!(own.get("betas").is_none(), "β only when asked: {own}");
+
+    // A folder with only the model file evaluates a text (in windows of its context unless told).
+    let bare = dir.join("bare");
+    std::fs::create_dir_all(&bare).unwrap();
+    std::fs::copy(out.join("model.safetensors"), bare.join("model.safetensors")).unwrap();
+    let on_bare = |args: &[&str]| ddl_cmd(&dir).args(["eval", "--checkpoint"]).arg(&bare).args(args).output().unwrap();
+    let o = on_bare(&["--text", text.to_str().unwrap(), "--seq-len", "16", "--batch-size", "2", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((v["loss"].clone(), v["tokens"].clone()), (own["loss"].clone(), own["tokens"].clone()), "{v}");
+    let o = on_bare(&[]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("no config.toml") && e.contains("--text"), "{e}");
+
     // Bad requests: what is wrong and what to do.
     let bad = |args: &[&str], want: &[&str]| {
         let o = eval(args);

@@ -354,31 +354,17 @@ pub fn beta_regimes(
     let model = Model::with_params(gpu.clone(), ck.config.clone(), &ck.params).map_err(|e| e.to_string())?;
     let (ds, _) = data::open_for_run(run, Some(&ck.tokenizer)).map_err(|e| e.to_string())?;
     let t = &run.train;
-    let batches = batches.min(ds.val_windows(t.seq_len).div_ceil(t.batch_size));
+    let windows = ds.val_windows(t.seq_len);
+    let batches = batches.min(windows.div_ceil(t.batch_size));
     let prog = model.forward_program(t.batch_size, t.seq_len).map_err(|e| e.to_string())?;
-    let mut counts: RegimeCounts = Vec::new();
-    let mut sums: Vec<f64> = Vec::new();
+    let mut tally = crate::train::eval::BetaTally::default();
     for i in 0..batches {
         let (x, y) = ds.val_batch(i * t.batch_size, t.batch_size, t.seq_len);
         prog.set_batch(&model, &x, &y).map_err(|e| e.to_string())?;
         model.eval_loss(&prog).map_err(|e| e.to_string())?;
-        for (s, w) in prog.acts().writes().enumerate() {
-            let b = w.beta.read_f32(&model.gpu).map_err(|e| e.to_string())?;
-            if counts.len() <= s {
-                counts.push([0; 3]);
-                sums.push(0.0);
-            }
-            for &beta in &b[..t.batch_size * t.seq_len] {
-                let r = match crate::generate::regime(beta) {
-                    "identity" => 0,
-                    "projection" => 1,
-                    _ => 2,
-                };
-                counts[s][r] += 1;
-                sums[s] += beta as f64;
-            }
-        }
+        // A last batch past the split's end holds padding rows: not counted.
+        tally.add(&model, &prog, (windows - i * t.batch_size).min(t.batch_size)).map_err(|e| e.to_string())?;
     }
-    let means = counts.iter().zip(&sums).map(|(c, s)| s / c.iter().sum::<u64>().max(1) as f64).collect();
-    Ok((counts, means))
+    let means = tally.means();
+    Ok((tally.counts, means))
 }

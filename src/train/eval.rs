@@ -9,6 +9,7 @@ use super::data::{self, Dataset};
 use super::shards::{Format, Shard, Stream};
 use super::{EvalSpan, RunConfig, TrainError};
 use crate::gpu::Gpu;
+use crate::model::{Model, Program};
 
 const BAR: &str = "{spinner} [{elapsed_precise}] {wide_bar} batch {pos}/{len} eta {eta}";
 
@@ -42,6 +43,8 @@ pub struct EvalRequest {
     pub batch_size: Option<usize>,
     /// Only the first this many batches of windows.
     pub batches: Option<usize>,
+    /// Also count, per sublayer, the evaluated tokens in each β regime.
+    pub betas: bool,
 }
 
 /// What an evaluation measured.
@@ -66,20 +69,115 @@ pub struct EvalResult {
     pub windows: usize,
     /// Whether every window of the split or text was evaluated (not only the first --batches).
     pub whole: bool,
+    /// With `--betas`: per sublayer, what its delta write did on the evaluated tokens (empty for
+    /// the baseline, which has none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub betas: Vec<SublayerBetas>,
+}
+
+/// β over a sublayer's tokens: the mean and the shares of the three regimes (identity β < 0.5,
+/// projection 0.5 ≤ β ≤ 1.5, reflection β > 1.5).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SublayerBetas {
+    /// `block0.attn`, `block0.mlp`, … (the names `--intervene` takes).
+    pub sublayer: String,
+    pub mean: f64,
+    pub identity: f64,
+    pub projection: f64,
+    pub reflection: f64,
+    pub tokens: u64,
+}
+
+/// Per sublayer, the tokens in each β regime and the sum of β, added batch by batch from a
+/// program's saved writes.
+#[derive(Debug, Clone, Default)]
+pub struct BetaTally {
+    /// [identity, projection, reflection] per sublayer.
+    pub counts: Vec<[u64; 3]>,
+    pub sums: Vec<f64>,
+}
+
+impl BetaTally {
+    /// Adds the β of the first `rows` sequences of the batch `prog` ran last (rows past them are
+    /// padding).
+    pub fn add(&mut self, model: &Model, prog: &Program, rows: usize) -> Result<(), crate::gpu::GpuError> {
+        let n = rows * prog.t();
+        for (s, w) in prog.acts().writes().enumerate() {
+            let b = w.beta.read_f32(&model.gpu)?;
+            if self.counts.len() <= s {
+                self.counts.push([0; 3]);
+                self.sums.push(0.0);
+            }
+            for &beta in &b[..n] {
+                let r = match crate::generate::regime(beta) {
+                    "identity" => 0,
+                    "projection" => 1,
+                    _ => 2,
+                };
+                self.counts[s][r] += 1;
+                self.sums[s] += beta as f64;
+            }
+        }
+        Ok(())
+    }
+
+    /// The mean β per sublayer.
+    pub fn means(&self) -> Vec<f64> {
+        self.counts.iter().zip(&self.sums).map(|(c, s)| s / c.iter().sum::<u64>().max(1) as f64).collect()
+    }
+
+    /// Per sublayer: its name, mean and regime shares.
+    pub fn sublayers(&self) -> Vec<SublayerBetas> {
+        self.counts
+            .iter()
+            .zip(self.means())
+            .enumerate()
+            .map(|(i, (c, mean))| {
+                let tokens = c.iter().sum::<u64>();
+                let share = |k: usize| c[k] as f64 / tokens.max(1) as f64;
+                SublayerBetas {
+                    sublayer: format!("block{}.{}", i / 2, if i % 2 == 0 { "attn" } else { "mlp" }),
+                    mean,
+                    identity: share(0),
+                    projection: share(1),
+                    reflection: share(2),
+                    tokens,
+                }
+            })
+            .collect()
+    }
 }
 
 /// Evaluates the checkpoint in `dir` (a run folder, or a kept checkpoint's folder) as `req` asks.
 pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Result<EvalResult, TrainError> {
     let ck = super::checkpoint::load_to_device(dir, gpu.clone(), false)?;
     let (model, tok) = (ck.model, ck.tokenizer);
+    // The run's settings; a folder with only a model file (a demo checkpoint) evaluates a text or
+    // shards in windows of the model's context, 8 to a batch.
     let cfg_path = dir.join("config.toml");
-    let run_text =
-        std::fs::read_to_string(&cfg_path).map_err(|source| TrainError::Io { path: cfg_path.clone(), source })?;
-    let run: RunConfig = toml::from_str(&run_text)
-        .map_err(|e| TrainError::Settings(format!("{}: not a run's settings: {e}", cfg_path.display())))?;
-    let mut t = run.train.clone();
-    let seq_len = req.seq_len.unwrap_or(t.seq_len);
     let max = model.cfg.max_seq_len;
+    if !cfg_path.exists() && matches!(req.source, EvalSource::Run) {
+        return Err(TrainError::Settings(format!(
+            "'{}' has a model but no config.toml, so it does not say what data it was trained on: pass --text FILE \
+             or --data DIR to evaluate it, or --checkpoint the run's folder",
+            dir.display()
+        )));
+    }
+    let run: Option<RunConfig> = if cfg_path.exists() {
+        let run_text = std::fs::read_to_string(&cfg_path)
+            .map_err(|source| TrainError::Settings(format!("cannot read '{}': {source}", cfg_path.display())))?;
+        Some(
+            toml::from_str(&run_text)
+                .map_err(|e| TrainError::Settings(format!("{}: not a run's settings: {e}", cfg_path.display())))?,
+        )
+    } else {
+        None
+    };
+    let mut t = match &run {
+        Some(r) => r.train.clone(),
+        None => super::TrainConfig { batch_size: 8, seq_len: max, ..super::TrainConfig::preset("") },
+    };
+    let seq_len = req.seq_len.unwrap_or(t.seq_len);
     if seq_len == 0 || seq_len > max {
         return Err(TrainError::Settings(format!(
             "--seq-len {seq_len}: the model's context (max_seq_len) is {max} tokens; pass 1 to {max}"
@@ -90,7 +188,8 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     let vocab = tok.vocab_size();
     let (tokens, source, key) = match &req.source {
         EvalSource::Run => {
-            let (ds, _) = data::open_for_run(&run, Some(&tok))?;
+            let run = run.as_ref().expect("read above for the run's own data");
+            let (ds, _) = data::open_for_run(run, Some(&tok))?;
             let what = if run.data.is_empty() {
                 format!("the run's corpus '{}'", run.corpus)
             } else {
@@ -181,7 +280,11 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     };
     let windows = super::eval_windows(&ds, &t, span, t.batch_size, seq_len);
     let whole = windows == ds.val_windows(seq_len);
+    if req.betas && !model.cfg.variant.is_ddl() {
+        eprintln!("--betas: a {} model has no delta writes, so no β to count", model.cfg.variant.name());
+    }
     let prog = model.forward_program(t.batch_size, seq_len)?;
+    let mut tally = BetaTally::default();
     let e = {
         // A bar on a terminal; without one, a line at every tenth of a long evaluation.
         let bar = std::io::stderr().is_terminal().then(|| {
@@ -190,17 +293,31 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             b
         });
         let mut last = 0;
-        let e = super::evaluate_ticking(&model, &prog, &ds, &t, span, &super::Single, &mut |done, of| match &bar {
-            Some(b) => {
-                b.set_length(of as u64);
-                b.set_position(done as u64);
+        let b = t.batch_size;
+        let mut failed = None;
+        let e = super::evaluate_ticking(&model, &prog, &ds, &t, span, &super::Single, &mut |done, of| {
+            // The batch just run: its β, while the program still holds them.
+            if req.betas && model.cfg.variant.is_ddl() && failed.is_none() {
+                let rows = (windows - (done - 1) * b).min(b);
+                if let Err(e) = tally.add(&model, &prog, rows) {
+                    failed = Some(e);
+                }
             }
-            None if of >= 100 && done * 10 / of > last => {
-                last = done * 10 / of;
-                eprintln!("eval: batch {done}/{of}");
+            match &bar {
+                Some(bar) => {
+                    bar.set_length(of as u64);
+                    bar.set_position(done as u64);
+                }
+                None if of >= 100 && done * 10 / of > last => {
+                    last = done * 10 / of;
+                    eprintln!("eval: batch {done}/{of}");
+                }
+                None => {}
             }
-            None => {}
         })?;
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
         if let Some(b) = bar {
             b.finish_and_clear();
         }
@@ -232,6 +349,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         seq_len,
         windows,
         whole,
+        betas: tally.sublayers(),
     })
 }
 
@@ -249,10 +367,28 @@ impl EvalResult {
         };
         let bytes = self.bytes.map(|b| format!(" ({b} bytes)")).unwrap_or_default();
         let span = if self.whole { "all of" } else { "the first windows of" };
-        format!(
+        let mut out = format!(
             "{name} {:.4} (perplexity {:.2}{bpb}) over {span} {}: {} tokens{bytes} in {} windows of {}, checkpoint \
              step {}",
             self.loss, self.perplexity, self.source, self.tokens, self.windows, self.seq_len, self.step
-        )
+        );
+        if !self.betas.is_empty() {
+            out.push_str(&format!(
+                "\nβ on these tokens, per sublayer (identity β < 0.5, projection 0.5–1.5, reflection > 1.5):\n\
+                 {:<12} {:>7} {:>9} {:>11} {:>11}",
+                "sublayer", "mean β", "identity", "projection", "reflection"
+            ));
+            for s in &self.betas {
+                out.push_str(&format!(
+                    "\n{:<12} {:>7.3} {:>8.1}% {:>10.1}% {:>10.1}%",
+                    s.sublayer,
+                    s.mean,
+                    100.0 * s.identity,
+                    100.0 * s.projection,
+                    100.0 * s.reflection
+                ));
+            }
+        }
+        out
     }
 }
