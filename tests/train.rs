@@ -384,6 +384,27 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
             assert_eq!(other[k], own[k], "{k} of eval {args:?}: {other} against the run's {own}");
         }
     }
+    // `ddl data prepare`'s shards of the same corpus (its characters, the same split): the same loss;
+    // shards of another text, whose meta.json names another character set, are refused.
+    let prepare = |name: &str, input: &str| {
+        let mut prep = ddl_cmd(&dir);
+        let o = prep
+            .args(["data", "prepare", "--tokenizer", "char", "--out"])
+            .arg(dir.join(name))
+            .arg(input)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        dir.join(name).display().to_string()
+    };
+    let same = json(&["--data", &prepare("shards", &c)]);
+    assert_eq!((same["loss"].clone(), same["tokens"].clone()), (own["loss"].clone(), own["tokens"].clone()), "{same}");
+    let other = dir.join("other.txt");
+    std::fs::write(&other, "To be, or not to be, that is the question.\n".repeat(40)).unwrap();
+    let o = eval(&["--data", &prepare("other-shards", other.to_str().unwrap())]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("meta.json") && e.contains("another tokenizer"), "{e}");
+
     // Human output names what it covers.
     let line = String::from_utf8_lossy(&eval(&["--text", text.to_str().unwrap()]).stdout).into_owned();
     assert!(
