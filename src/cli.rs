@@ -176,6 +176,10 @@ pub(crate) enum Cmd {
         /// Only the first this many batches of windows (default: all of the split or text).
         #[arg(long, value_parser = positive)]
         batches: Option<usize>,
+        /// Also evaluate this checkpoint (same tokenizer) on the same windows, and the paired
+        /// difference over batches: mean, 95 % t-interval, p.
+        #[arg(long, value_name = "CHECKPOINT")]
+        against: Option<std::path::PathBuf>,
         /// Also show, per sublayer, the mean β and the shares of the evaluated tokens its delta
         /// write treats as identity, projection or reflection.
         #[arg(long)]

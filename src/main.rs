@@ -50,7 +50,19 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Data(d) => data_cmd(d),
         Cmd::Golden { files, quiet, f16_state, precision } => golden(&cli.device, &files, quiet, f16_state, precision),
         Cmd::Train(a) => train(&cli.device, a),
-        Cmd::Eval { checkpoint, text, data, data_format, split, seq_len, batch_size, batches, betas, json } => {
+        Cmd::Eval {
+            checkpoint,
+            text,
+            data,
+            data_format,
+            split,
+            seq_len,
+            batch_size,
+            batches,
+            against,
+            betas,
+            json,
+        } => {
             use ddl::train::eval::{EvalRequest, EvalSource, Split};
             let source = match (text, data) {
                 (Some(t), _) => EvalSource::Text(t),
@@ -58,7 +70,7 @@ fn run(cli: Cli) -> Result<()> {
                 (None, None) => EvalSource::Run,
             };
             let split = if split == cli::EvalSplit::Train { Split::Train } else { Split::Val };
-            let req = EvalRequest { source, split, seq_len, batch_size, batches, betas };
+            let req = EvalRequest { source, split, seq_len, batch_size, batches, betas, against };
             eval(&cli.device, &checkpoint, &req, json)
         }
         Cmd::Experiment { spec, out, report_only, speed, dry_run, jobs } => {

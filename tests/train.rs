@@ -457,6 +457,52 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && e.contains("no config.toml") && e.contains("--text"), "{e}");
 
+    // --against: another checkpoint on the same windows, paired by batch. The same model: no
+    // difference at all (p = 1); another model: its own loss on those windows, the difference
+    // of the two, and an interval around the mean of the paired batches.
+    let same = json(&["--against", bare.to_str().unwrap(), "--batch-size", "2"]);
+    let a = &same["against"];
+    assert_eq!(
+        (a["difference"].as_f64(), a["mean_paired_difference"].as_f64(), a["p"].as_f64()),
+        (Some(0.0), Some(0.0), Some(1.0)),
+        "{same}"
+    );
+    let train_other = |name: &str, variant: &str, corpus: &str| {
+        let o = ddl_cmd(&dir)
+            .args(["train", "--preset", "tiny", "--variant", variant, "--steps", "2", "--corpus", corpus, "--out"])
+            .arg(dir.join(name))
+            .args(["--set", "model.d_model=16", "--set", "model.n_layers=1", "--set", "model.n_heads=2"])
+            .args(["--set", "model.head_dim=8", "--set", "model.mlp_hidden=40", "--set", "train.batch_size=2"])
+            .args(["--set", "train.seq_len=16", "--set", "train.eval_batches=1"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        dir.join(name)
+    };
+    let base = train_other("base", "baseline", &c);
+    let vs = json(&["--against", base.to_str().unwrap()]);
+    let base_alone = {
+        let o = ddl_cmd(&dir).args(["eval", "--json", "--checkpoint"]).arg(&base).output().unwrap();
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let a = &vs["against"];
+    let f = |v: &serde_json::Value| v.as_f64().unwrap();
+    assert_eq!(a["loss"], base_alone["loss"], "{vs}");
+    assert!((f(&a["difference"]) - (f(&own["loss"]) - f(&base_alone["loss"]))).abs() < 1e-15, "{vs}");
+    assert_eq!(a["pairs"].as_u64(), Some(windows as u64 / 2), "full batches of 2 windows: {vs}");
+    let (m, ci) = (f(&a["mean_paired_difference"]), a["ci"].as_array().unwrap().iter().map(f).collect::<Vec<_>>());
+    assert!(ci[0] < m && m < ci[1] && f(&a["p"]) >= 0.0 && f(&a["p"]) <= 1.0, "{vs}");
+    if windows % 2 == 0 {
+        assert!((m - f(&a["difference"])).abs() < 1e-9, "all batches full: the paired mean is the difference: {vs}");
+    }
+    let line = String::from_utf8_lossy(&eval(&["--against", base.to_str().unwrap()]).stdout).into_owned();
+    assert!(line.contains("against") && line.contains("95 % t-interval") && line.contains("this − that"), "{line}");
+    // A checkpoint with another tokenizer (another corpus's characters) does not pair.
+    let other_tok = train_other("other-tok", "ddl", other.to_str().unwrap());
+    let o = eval(&["--against", other_tok.to_str().unwrap()]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("--against") && e.contains("tokenizer"), "{e}");
+
     // Bad requests: what is wrong and what to do.
     let bad = |args: &[&str], want: &[&str]| {
         let o = eval(args);

@@ -11,7 +11,7 @@ use super::{EvalSpan, RunConfig, TrainError};
 use crate::gpu::Gpu;
 use crate::model::{Model, Program};
 
-const BAR: &str = "{spinner} [{elapsed_precise}] {wide_bar} batch {pos}/{len} eta {eta}";
+const BAR: &str = "{spinner} {prefix} [{elapsed_precise}] {wide_bar} batch {pos}/{len} eta {eta}";
 
 /// What `ddl eval` reads.
 #[derive(Debug, Clone)]
@@ -45,6 +45,8 @@ pub struct EvalRequest {
     pub batches: Option<usize>,
     /// Also count, per sublayer, the evaluated tokens in each β regime.
     pub betas: bool,
+    /// Another checkpoint to evaluate on the same windows, and the paired difference.
+    pub against: Option<PathBuf>,
 }
 
 /// What an evaluation measured.
@@ -73,6 +75,31 @@ pub struct EvalResult {
     /// the baseline, which has none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub betas: Vec<SublayerBetas>,
+    /// Windows per batch (the unit of the paired comparison).
+    pub batch_size: usize,
+    /// With `--against`: the other checkpoint on the same windows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub against: Option<Against>,
+}
+
+/// The other checkpoint of `--against` on the same windows, and this one's difference from it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Against {
+    pub checkpoint: String,
+    pub step: usize,
+    pub loss: f64,
+    pub perplexity: f64,
+    pub bits_per_byte: Option<f64>,
+    /// This checkpoint's loss minus the other's (over all the tokens).
+    pub difference: f64,
+    /// Full batches compared (the paired units).
+    pub pairs: usize,
+    /// Mean over the full batches of (this − other), its 95 % t-interval (df = pairs − 1), t and
+    /// the two-sided p of Student's paired t-test; None with fewer than two full batches.
+    pub mean_paired_difference: Option<f64>,
+    pub ci: Option<(f64, f64)>,
+    pub t: Option<f64>,
+    pub p: Option<f64>,
 }
 
 /// β over a sublayer's tokens: the mean and the shares of the three regimes (identity β < 0.5,
@@ -151,7 +178,7 @@ impl BetaTally {
 /// Evaluates the checkpoint in `dir` (a run folder, or a kept checkpoint's folder) as `req` asks.
 pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Result<EvalResult, TrainError> {
     let ck = super::checkpoint::load_to_device(dir, gpu.clone(), false)?;
-    let (model, tok) = (ck.model, ck.tokenizer);
+    let (model, tok, ck_step) = (ck.model, ck.tokenizer, ck.step);
     // The run's settings; a folder with only a model file (a demo checkpoint) evaluates a text or
     // shards in windows of the model's context, 8 to a batch.
     let cfg_path = dir.join("config.toml");
@@ -283,46 +310,8 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     if req.betas && !model.cfg.variant.is_ddl() {
         eprintln!("--betas: a {} model has no delta writes, so no β to count", model.cfg.variant.name());
     }
-    let prog = model.forward_program(t.batch_size, seq_len)?;
-    let mut tally = BetaTally::default();
-    let e = {
-        // A bar on a terminal; without one, a line at every tenth of a long evaluation.
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let b = indicatif::ProgressBar::new(0);
-            b.set_style(indicatif::ProgressStyle::with_template(BAR).expect("a valid template"));
-            b
-        });
-        let mut last = 0;
-        let b = t.batch_size;
-        let mut failed = None;
-        let e = super::evaluate_ticking(&model, &prog, &ds, &t, span, &super::Single, &mut |done, of| {
-            // The batch just run: its β, while the program still holds them.
-            if req.betas && model.cfg.variant.is_ddl() && failed.is_none() {
-                let rows = (windows - (done - 1) * b).min(b);
-                if let Err(e) = tally.add(&model, &prog, rows) {
-                    failed = Some(e);
-                }
-            }
-            match &bar {
-                Some(bar) => {
-                    bar.set_length(of as u64);
-                    bar.set_position(done as u64);
-                }
-                None if of >= 100 && done * 10 / of > last => {
-                    last = done * 10 / of;
-                    eprintln!("eval: batch {done}/{of}");
-                }
-                None => {}
-            }
-        })?;
-        if let Some(e) = failed {
-            return Err(e.into());
-        }
-        if let Some(b) = bar {
-            b.finish_and_clear();
-        }
-        e
-    };
+    let label = if req.against.is_some() { format!("{} ", dir.display()) } else { String::new() };
+    let (e, losses, tally) = run_model(&model, &ds, &t, span, windows, req.betas, &label)?;
     // Window w predicts tokens w·T + 1 ..= w·T + T: together 1 ..= windows·T.
     let bytes = tok.token_bytes().map(|table| {
         let n = windows * seq_len;
@@ -335,22 +324,127 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         }
         sum
     });
-    let bits_per_byte =
-        bytes.filter(|&b| b > 0).map(|b| e.loss * e.tokens as f64 / (b as f64 * std::f64::consts::LN_2));
+    let bpb = |loss: f64, tokens: usize| {
+        bytes.filter(|&b| b > 0).map(|b| loss * tokens as f64 / (b as f64 * std::f64::consts::LN_2))
+    };
+    drop(model);
+    let against = match &req.against {
+        None => None,
+        Some(other) => {
+            let ck = super::checkpoint::load_to_device(other, gpu.clone(), false)?;
+            if ck.tokenizer != tok {
+                return Err(TrainError::Settings(format!(
+                    "--against '{}': its tokenizer ({}, vocabulary {}) is not '{}''s ({}, vocabulary {}), so their \
+                     losses per token do not compare window by window; evaluate each alone and compare bits per byte",
+                    other.display(),
+                    ck.tokenizer.kind(),
+                    ck.tokenizer.vocab_size(),
+                    dir.display(),
+                    tok.kind(),
+                    vocab
+                )));
+            }
+            if ck.model.cfg.max_seq_len < seq_len {
+                return Err(TrainError::Settings(format!(
+                    "--against '{}': its context (max_seq_len) is {} tokens, shorter than the windows of {seq_len}; \
+                     pass --seq-len {} or less",
+                    other.display(),
+                    ck.model.cfg.max_seq_len,
+                    ck.model.cfg.max_seq_len
+                )));
+            }
+            let (eb, lb, _) = run_model(&ck.model, &ds, &t, span, windows, false, &format!("{} ", other.display()))?;
+            // Paired by batch: the same windows through both models. The units are the full
+            // batches (a last, partial batch weighs otherwise in the token mean).
+            let full = t.batch_size * seq_len;
+            let pairs: Vec<(f64, f64)> =
+                losses.iter().zip(&lb).filter(|((_, n), _)| *n == full).map(|(&(a, _), &(b, _))| (a, b)).collect();
+            let test = crate::stats::Paired::of(&pairs);
+            Some(Against {
+                checkpoint: other.display().to_string(),
+                step: ck.step,
+                loss: eb.loss,
+                perplexity: eb.loss.exp(),
+                bits_per_byte: bpb(eb.loss, eb.tokens),
+                difference: e.loss - eb.loss,
+                pairs: pairs.len(),
+                mean_paired_difference: test.map(|p| p.diff.mean),
+                ci: test.map(|p| p.diff.ci),
+                t: test.map(|p| p.t),
+                p: test.map(|p| p.p),
+            })
+        }
+    };
     Ok(EvalResult {
-        step: ck.step,
+        step: ck_step,
         source,
         split: req.split,
         loss: e.loss,
         perplexity: e.loss.exp(),
         tokens: e.tokens,
         bytes,
-        bits_per_byte,
+        bits_per_byte: bpb(e.loss, e.tokens),
         seq_len,
         windows,
         whole,
         betas: tally.sublayers(),
+        batch_size: t.batch_size,
+        against,
     })
+}
+
+/// One model over the windows of `span`: the evaluation, each batch's (mean loss, tokens), and
+/// with `betas` the β tally. Shows progress (`label` names the model when there are two).
+fn run_model(
+    model: &Model,
+    ds: &Dataset,
+    t: &super::TrainConfig,
+    span: EvalSpan,
+    windows: usize,
+    betas: bool,
+    label: &str,
+) -> Result<(super::Eval, Vec<(f64, usize)>, BetaTally), TrainError> {
+    let prog = model.forward_program(t.batch_size, t.seq_len)?;
+    let mut tally = BetaTally::default();
+    let mut losses = Vec::new();
+    // A bar on a terminal; without one, a line at every tenth of a long evaluation.
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let b = indicatif::ProgressBar::new(0);
+        b.set_style(indicatif::ProgressStyle::with_template(BAR).expect("a valid template"));
+        b.set_prefix(label.trim().to_string());
+        b
+    });
+    let mut last = 0;
+    let b = t.batch_size;
+    let mut failed = None;
+    let e = super::evaluate_ticking(model, &prog, ds, t, span, &super::Single, &mut |k| {
+        losses.push((k.loss, k.tokens));
+        // The batch just run: its β, while the program still holds them.
+        if betas && model.cfg.variant.is_ddl() && failed.is_none() {
+            let rows = (windows - (k.done - 1) * b).min(b);
+            if let Err(e) = tally.add(model, &prog, rows) {
+                failed = Some(e);
+            }
+        }
+        match &bar {
+            Some(bar) => {
+                bar.set_length(k.of as u64);
+                bar.set_position(k.done as u64);
+            }
+            None if k.of >= 100 && k.done * 10 / k.of > last => {
+                last = k.done * 10 / k.of;
+                eprintln!("eval: {label}batch {}/{}", k.done, k.of);
+            }
+            None => {}
+        }
+    })?;
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok((e, losses, tally))
 }
 
 impl EvalResult {
@@ -387,6 +481,44 @@ impl EvalResult {
                     100.0 * s.projection,
                     100.0 * s.reflection
                 ));
+            }
+        }
+        if let Some(a) = &self.against {
+            let bpb = a.bits_per_byte.map(|b| format!(", {b:.4} bits per byte")).unwrap_or_default();
+            out.push_str(&format!(
+                "\nagainst {} (step {}): loss {:.4} (perplexity {:.2}{bpb}) on the same windows; this − that = {:+.4} \
+                 nats per token",
+                a.checkpoint, a.step, a.loss, a.perplexity, a.difference
+            ));
+            match (a.mean_paired_difference, a.ci, a.p) {
+                (Some(m), Some((lo, hi)), Some(p)) => {
+                    let verdict = if p >= 0.05 {
+                        "not distinguishable on this text"
+                    } else if m < 0.0 {
+                        "this checkpoint predicts this text better"
+                    } else {
+                        "the other checkpoint predicts this text better"
+                    };
+                    // Student's t in f64 resolves p down to about 1e-15.
+                    let p = match p {
+                        p if p < 1e-15 => "p < 1e-15".to_string(),
+                        p if p < 1e-3 => format!("p = {p:.1e}"),
+                        p => format!("p = {p:.3}"),
+                    };
+                    out.push_str(&format!(
+                        "\npaired over {} batches of {} windows: mean {m:+.4} [{lo:+.4}, {hi:+.4}] (95 % t-interval, \
+                         df {}), {p}: {verdict}. The interval covers the text's variation, not the training's \
+                         (seeds): see `ddl experiment` for that",
+                        a.pairs,
+                        self.batch_size,
+                        a.pairs.saturating_sub(1)
+                    ));
+                }
+                _ => out.push_str(&format!(
+                    "\nfewer than two full batches of {} windows to pair: no interval (pass a smaller --batch-size or a \
+                     longer text)",
+                    self.batch_size
+                )),
             }
         }
         out

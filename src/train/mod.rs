@@ -300,11 +300,22 @@ pub fn evaluate_sharded(
     span: EvalSpan,
     comm: &dyn Collective,
 ) -> Result<Eval, TrainError> {
-    evaluate_ticking(model, prog, data, t, span, comm, &mut |_, _| {})
+    evaluate_ticking(model, prog, data, t, span, comm, &mut |_| {})
 }
 
-/// [`evaluate_sharded`], calling `tick(done, of)` after each of this rank's batches (a progress
-/// bar for long evaluations: `ddl eval` over shards).
+/// One batch of an evaluation, just run (`prog` still holds its activations).
+#[derive(Debug, Clone, Copy)]
+pub struct Tick {
+    /// This rank's batches done, of `of`.
+    pub done: usize,
+    pub of: usize,
+    /// The batch's mean loss and the tokens it predicted.
+    pub loss: f64,
+    pub tokens: usize,
+}
+
+/// [`evaluate_sharded`], calling `tick` after each of this rank's batches (`ddl eval`: a progress
+/// bar, β, each batch's loss for a paired comparison).
 pub fn evaluate_ticking(
     model: &Model,
     prog: &Program,
@@ -312,7 +323,7 @@ pub fn evaluate_ticking(
     t: &TrainConfig,
     span: EvalSpan,
     comm: &dyn Collective,
-    tick: &mut dyn FnMut(usize, usize),
+    tick: &mut dyn FnMut(Tick),
 ) -> Result<Eval, TrainError> {
     let (b, len) = (prog.b(), prog.t());
     let windows = eval_windows(data, t, span, b, len);
@@ -335,7 +346,7 @@ pub fn evaluate_ticking(
             sums[2] += loss as f64 * n as f64;
             sums[3] += n as f64;
         }
-        tick(done + 1, mine);
+        tick(Tick { done: done + 1, of: mine, loss: loss as f64, tokens: n as usize });
     }
     if comm.is_distributed() {
         comm.all_reduce_sum_f64(&mut sums, "validation loss");
