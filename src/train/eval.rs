@@ -393,6 +393,9 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     })
 }
 
+/// What [`run_model`] measured: the evaluation, each batch's (mean loss, tokens), the β tally.
+type ModelRun = (super::Eval, Vec<(f64, usize)>, BetaTally);
+
 /// One model over the windows of `span`: the evaluation, each batch's (mean loss, tokens), and
 /// with `betas` the β tally. Shows progress (`label` names the model when there are two).
 fn run_model(
@@ -403,7 +406,7 @@ fn run_model(
     windows: usize,
     betas: bool,
     label: &str,
-) -> Result<(super::Eval, Vec<(f64, usize)>, BetaTally), TrainError> {
+) -> Result<ModelRun, TrainError> {
     let prog = model.forward_program(t.batch_size, t.seq_len)?;
     let mut tally = BetaTally::default();
     let mut losses = Vec::new();
