@@ -12,7 +12,7 @@ const HELP: &str = "\
 
 Train and compare:
   train       Train a model: progress bar, metrics.jsonl, loss.png, checkpoints in --out
-  eval        Validation loss and perplexity of a checkpoint
+  eval        Loss, perplexity, bits per byte of a checkpoint on its data, a text or shards
   experiment  A grid of runs (variants x seeds) and its report (report.md, plots)
 
 Generate:
@@ -147,48 +147,9 @@ pub(crate) enum Cmd {
         #[arg(long, value_parser = positive, default_value_t = 1)]
         jobs: usize,
     },
-    /// Validation loss and perplexity of a checkpoint.
-    Eval {
-        /// Checkpoint directory (a `ddl train --out` directory, or one of its kept checkpoints).
-        #[arg(long)]
-        checkpoint: std::path::PathBuf,
-        /// Evaluate a text instead of the run's data: a UTF-8 file or a folder of .txt files,
-        /// tokenised with the checkpoint's tokenizer, all of it.
-        #[arg(long, conflicts_with = "data")]
-        text: Option<std::path::PathBuf>,
-        /// Evaluate token shards instead of the run's data: a folder (its validation shards, or
-        /// its training shards with --split train), a shard file or a glob.
-        #[arg(long)]
-        data: Option<String>,
-        /// How --data stores tokens: llmc (llm.c's shards) or raw-u16 (headerless uint16).
-        #[arg(long, default_value = "llmc", requires = "data")]
-        data_format: String,
-        /// Which split of the run's data or of a --data folder: val, or train (as many tokens as
-        /// the validation split has, unless --batches says otherwise).
-        #[arg(long, value_enum, default_value = "val")]
-        split: EvalSplit,
-        /// Window length in tokens (default: the run's seq_len; at most the model's context).
-        #[arg(long, value_parser = positive)]
-        seq_len: Option<usize>,
-        /// Windows per batch (default: the run's batch_size).
-        #[arg(long, value_parser = positive)]
-        batch_size: Option<usize>,
-        /// Only the first this many batches of windows (default: all of the split or text).
-        #[arg(long, value_parser = positive)]
-        batches: Option<usize>,
-        /// Also evaluate this checkpoint (same tokenizer) on the same windows, and the paired
-        /// difference over batches: mean, 95 % t-interval, p.
-        #[arg(long, value_name = "CHECKPOINT")]
-        against: Option<std::path::PathBuf>,
-        /// Also show, per sublayer, the mean β and the shares of the evaluated tokens its delta
-        /// write treats as identity, projection or reflection.
-        #[arg(long)]
-        betas: bool,
-        /// One JSON object: loss, perplexity, tokens, bytes, bits_per_byte, windows, source (and
-        /// betas).
-        #[arg(long)]
-        json: bool,
-    },
+    /// Loss, perplexity and bits per byte of a checkpoint: its run's validation split, another text
+    /// or shards; β per sublayer; against another checkpoint.
+    Eval(EvalArgs),
     /// Generate text from a checkpoint with the KV and conv caches, streaming tokens to stdout.
     Generate {
         /// A run directory (its checkpoint and tokenizer).
@@ -420,6 +381,66 @@ pub(crate) struct TrainArgs {
     /// while the GPU computes the next (for real GPUs; slower on a CPU adapter, docs/PERF.md).
     #[arg(long, value_enum, default_value = "readback")]
     pub(crate) mpi_overlap: MpiOverlap,
+}
+
+/// `ddl eval`'s options.
+#[derive(Args)]
+pub(crate) struct EvalArgs {
+    /// Checkpoint directory (a `ddl train --out` directory, or one of its kept checkpoints).
+    #[arg(long)]
+    pub(crate) checkpoint: std::path::PathBuf,
+    /// Evaluate a text instead of the run's data: a UTF-8 file or a folder of .txt files,
+    /// tokenised with the checkpoint's tokenizer, all of it.
+    #[arg(long, conflicts_with = "data")]
+    pub(crate) text: Option<std::path::PathBuf>,
+    /// Evaluate token shards instead of the run's data: a folder (its validation shards, or
+    /// its training shards with --split train), a shard file or a glob.
+    #[arg(long)]
+    pub(crate) data: Option<String>,
+    /// How --data stores tokens: llmc (llm.c's shards) or raw-u16 (headerless uint16).
+    #[arg(long, default_value = "llmc", requires = "data")]
+    pub(crate) data_format: String,
+    /// Which split of the run's data or of a --data folder: val, or train (as many tokens as
+    /// the validation split has, unless --batches says otherwise).
+    #[arg(long, value_enum, default_value = "val")]
+    pub(crate) split: EvalSplit,
+    /// Window length in tokens (default: the run's seq_len; at most the model's context).
+    #[arg(long, value_parser = positive)]
+    pub(crate) seq_len: Option<usize>,
+    /// Windows per batch (default: the run's batch_size).
+    #[arg(long, value_parser = positive)]
+    pub(crate) batch_size: Option<usize>,
+    /// Only the first this many batches of windows (default: all of the split or text).
+    #[arg(long, value_parser = positive)]
+    pub(crate) batches: Option<usize>,
+    /// Also evaluate this checkpoint (same tokenizer) on the same windows, and the paired
+    /// difference over batches: mean, 95 % t-interval, p.
+    #[arg(long, value_name = "CHECKPOINT")]
+    pub(crate) against: Option<std::path::PathBuf>,
+    /// Also show, per sublayer, the mean β and the shares of the evaluated tokens its delta
+    /// write treats as identity, projection or reflection.
+    #[arg(long)]
+    pub(crate) betas: bool,
+    /// One JSON object: loss, perplexity, tokens, bytes, bits_per_byte, windows, source (and
+    /// betas).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+impl EvalArgs {
+    /// What the library evaluates.
+    pub(crate) fn request(self) -> ddl::train::eval::EvalRequest {
+        use ddl::train::eval::{EvalRequest, EvalSource, Split};
+        let source = match (self.text, self.data) {
+            (Some(t), _) => EvalSource::Text(t),
+            (None, Some(data)) => EvalSource::Data { data, format: self.data_format },
+            (None, None) => EvalSource::Run,
+        };
+        let split = if self.split == EvalSplit::Train { Split::Train } else { Split::Val };
+        let (seq_len, batch_size, batches, betas, against) =
+            (self.seq_len, self.batch_size, self.batches, self.betas, self.against);
+        EvalRequest { source, split, seq_len, batch_size, batches, betas, against }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -50,29 +50,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Data(d) => data_cmd(d),
         Cmd::Golden { files, quiet, f16_state, precision } => golden(&cli.device, &files, quiet, f16_state, precision),
         Cmd::Train(a) => train(&cli.device, a),
-        Cmd::Eval {
-            checkpoint,
-            text,
-            data,
-            data_format,
-            split,
-            seq_len,
-            batch_size,
-            batches,
-            against,
-            betas,
-            json,
-        } => {
-            use ddl::train::eval::{EvalRequest, EvalSource, Split};
-            let source = match (text, data) {
-                (Some(t), _) => EvalSource::Text(t),
-                (None, Some(data)) => EvalSource::Data { data, format: data_format },
-                (None, None) => EvalSource::Run,
-            };
-            let split = if split == cli::EvalSplit::Train { Split::Train } else { Split::Val };
-            let req = EvalRequest { source, split, seq_len, batch_size, batches, betas, against };
-            eval(&cli.device, &checkpoint, &req, json)
-        }
+        Cmd::Eval(a) => eval(&cli.device, a),
         Cmd::Experiment { spec, out, report_only, speed, dry_run, jobs } => {
             experiment(&cli.device, &spec, &out, report_only, speed, dry_run, jobs)
         }
@@ -420,9 +398,10 @@ fn experiment(
     Ok(())
 }
 
-fn eval(dev: &DeviceArgs, dir: &std::path::Path, req: &ddl::train::eval::EvalRequest, json: bool) -> Result<()> {
+fn eval(dev: &DeviceArgs, a: EvalArgs) -> Result<()> {
     let gpu = dev.open().context("opening the GPU")?;
-    let r = ddl::train::eval::evaluate_checkpoint(&gpu, dir, req)?;
+    let (dir, json) = (a.checkpoint.clone(), a.json);
+    let r = ddl::train::eval::evaluate_checkpoint(&gpu, &dir, &a.request())?;
     if json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
