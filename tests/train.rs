@@ -339,16 +339,19 @@ fn the_cli_trains_evaluates_and_samples() {
 fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     let dir = tmpdir("eval-sources");
     let c = ddl::testing::small_corpus(&dir);
-    let out = dir.join("run");
-    let st = ddl_cmd(&dir)
-        .args(["train", "--preset", "tiny", "--variant", "ddl", "--steps", "2", "--corpus", &c, "--out"])
-        .arg(&out)
-        .args(["--set", "model.d_model=16", "--set", "model.n_layers=1", "--set", "model.n_heads=2"])
-        .args(["--set", "model.head_dim=8", "--set", "model.mlp_hidden=40", "--set", "train.batch_size=2"])
-        .args(["--set", "train.seq_len=16", "--set", "train.eval_batches=1"])
-        .output()
-        .unwrap();
-    assert!(st.status.success(), "train failed: {}", String::from_utf8_lossy(&st.stderr));
+    let train_micro = |name: &str, variant: &str, corpus: &str| {
+        let o = ddl_cmd(&dir)
+            .args(["train", "--preset", "tiny", "--variant", variant, "--steps", "2", "--corpus", corpus, "--out"])
+            .arg(dir.join(name))
+            .args(["--set", "model.d_model=16", "--set", "model.n_layers=1", "--set", "model.n_heads=2"])
+            .args(["--set", "model.head_dim=8", "--set", "model.mlp_hidden=40", "--set", "train.batch_size=2"])
+            .args(["--set", "train.seq_len=16", "--set", "train.eval_batches=1"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        dir.join(name)
+    };
+    let out = train_micro("run", "ddl", &c);
     let eval = |args: &[&str]| ddl_cmd(&dir).args(["eval", "--checkpoint"]).arg(&out).args(args).output().unwrap();
     let json = |args: &[&str]| -> serde_json::Value {
         let o = eval(&[args, &["--json"]].concat());
@@ -467,19 +470,7 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
         (Some(0.0), Some(0.0), Some(1.0)),
         "{same}"
     );
-    let train_other = |name: &str, variant: &str, corpus: &str| {
-        let o = ddl_cmd(&dir)
-            .args(["train", "--preset", "tiny", "--variant", variant, "--steps", "2", "--corpus", corpus, "--out"])
-            .arg(dir.join(name))
-            .args(["--set", "model.d_model=16", "--set", "model.n_layers=1", "--set", "model.n_heads=2"])
-            .args(["--set", "model.head_dim=8", "--set", "model.mlp_hidden=40", "--set", "train.batch_size=2"])
-            .args(["--set", "train.seq_len=16", "--set", "train.eval_batches=1"])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        dir.join(name)
-    };
-    let base = train_other("base", "baseline", &c);
+    let base = train_micro("base", "baseline", &c);
     let vs = json(&["--against", base.to_str().unwrap()]);
     let base_alone = {
         let o = ddl_cmd(&dir).args(["eval", "--json", "--checkpoint"]).arg(&base).output().unwrap();
@@ -498,7 +489,7 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     let line = String::from_utf8_lossy(&eval(&["--against", base.to_str().unwrap()]).stdout).into_owned();
     assert!(line.contains("against") && line.contains("95 % t-interval") && line.contains("this − that"), "{line}");
     // A checkpoint with another tokenizer (another corpus's characters) does not pair.
-    let other_tok = train_other("other-tok", "ddl", other.to_str().unwrap());
+    let other_tok = train_micro("other-tok", "ddl", other.to_str().unwrap());
     let o = eval(&["--against", other_tok.to_str().unwrap()]);
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && e.contains("--against") && e.contains("tokenizer"), "{e}");
