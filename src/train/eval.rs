@@ -420,7 +420,7 @@ fn run_model(
     let mut last = 0;
     let b = t.batch_size;
     let mut failed = None;
-    let e = super::evaluate_ticking(model, &prog, ds, t, span, &super::Single, &mut |k| {
+    let e = super::evaluate_sharded(model, &prog, ds, t, span, &super::Single, &mut |k| {
         losses.push((k.loss, k.tokens));
         // The batch just run: its β, while the program still holds them.
         if betas && model.cfg.variant.is_ddl() && failed.is_none() {

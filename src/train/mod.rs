@@ -287,20 +287,7 @@ pub fn evaluate(
     t: &TrainConfig,
     span: EvalSpan,
 ) -> Result<Eval, TrainError> {
-    evaluate_sharded(model, prog, data, t, span, &Single)
-}
-
-/// [`evaluate`] with the batches shared out over the ranks of `comm` (batch i on rank i mod N)
-/// and the sums reduced: every rank gets the same value.
-pub fn evaluate_sharded(
-    model: &Model,
-    prog: &Program,
-    data: &data::Dataset,
-    t: &TrainConfig,
-    span: EvalSpan,
-    comm: &dyn Collective,
-) -> Result<Eval, TrainError> {
-    evaluate_ticking(model, prog, data, t, span, comm, &mut |_| {})
+    evaluate_sharded(model, prog, data, t, span, &Single, &mut |_| {})
 }
 
 /// One batch of an evaluation, just run (`prog` still holds its activations).
@@ -314,9 +301,10 @@ pub struct Tick {
     pub tokens: usize,
 }
 
-/// [`evaluate_sharded`], calling `tick` after each of this rank's batches (`ddl eval`: a progress
-/// bar, β, each batch's loss for a paired comparison).
-pub fn evaluate_ticking(
+/// [`evaluate`] with the batches shared out over the ranks of `comm` (batch i on rank i mod N)
+/// and the sums reduced: every rank gets the same value. `tick` runs after each of this rank's
+/// batches (`ddl eval`: a progress bar, β, each batch's loss for a paired comparison).
+pub fn evaluate_sharded(
     model: &Model,
     prog: &Program,
     data: &data::Dataset,

@@ -657,7 +657,7 @@ impl<'c> Trainer<'c> {
 
     /// The validation loss (shared out over the ranks), logged with the tokens it covers.
     fn evaluate(&mut self, span: super::EvalSpan) -> Result<super::Eval, TrainError> {
-        let e = evaluate_sharded(&self.model, &self.eval_prog, &self.data, &self.t, span, self.comm)?;
+        let e = evaluate_sharded(&self.model, &self.eval_prog, &self.data, &self.t, span, self.comm, &mut |_| {})?;
         super::progress::trace_memory(
             &format!("evaluation after step {}", self.step),
             self.rss0,
