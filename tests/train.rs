@@ -511,6 +511,29 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     bad(&["--data", dir.join("none").to_str().unwrap()], &["does not exist"]);
 }
 
+/// The final evaluation over the whole validation split comes after the progress bar: when it is
+/// long (≥ 100 batches) it says how far it has got, at every tenth, up to its last batch.
+#[test]
+fn a_long_final_evaluation_shows_its_progress() {
+    let dir = tmpdir("eval-progress");
+    let c = ddl::testing::small_corpus(&dir);
+    let o = ddl_cmd(&dir)
+        .args(["train", "--preset", "tiny", "--variant", "baseline", "--steps", "1", "--corpus", &c, "--out"])
+        .arg(dir.join("run"))
+        .args(["--set", "model.d_model=16", "--set", "model.n_layers=1", "--set", "model.n_heads=2"])
+        .args(["--set", "model.head_dim=8", "--set", "model.mlp_hidden=40", "--set", "train.batch_size=1"])
+        .args(["--set", "train.seq_len=16", "--set", "train.eval_every=0"])
+        .output()
+        .unwrap();
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{err}");
+    // 20 000 characters, a tenth for validation: (2000 − 1) / 16 = 124 windows, one a batch.
+    assert!(out.contains("over the whole validation split: 1984 tokens"), "{out}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("evaluation: batch ")).collect();
+    assert_eq!(lines.len(), 10, "{err}");
+    assert_eq!(lines.last(), Some(&"evaluation: batch 124/124"), "{err}");
+}
+
 /// Any d_v the settings accept trains, evaluates and generates through the CLI: d_v = 9 (above the
 /// delta write's segment forms) for ddl_cc, whose K_c follows d_v.
 #[test]

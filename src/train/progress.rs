@@ -13,6 +13,8 @@ pub(super) struct Progress {
     plain: bool,
     /// Put before each line: `[name] ` for a job, else nothing.
     prefix: String,
+    /// The bar is gone ([`Progress::finish`]): the final evaluation comes after it.
+    finished: std::cell::Cell<bool>,
 }
 
 const BAR: &str = "{spinner} [{elapsed_precise}] {wide_bar} step {pos}/{len} {msg} eta {eta}";
@@ -20,7 +22,8 @@ const JOB_BAR: &str = "{spinner} {prefix} [{elapsed_precise}] {wide_bar} step {p
 
 impl Progress {
     pub(super) fn new(show: &Show, start: usize, end: usize) -> Progress {
-        let quiet = Progress { bar: None, bars: None, plain: false, prefix: String::new() };
+        let quiet =
+            Progress { bar: None, bars: None, plain: false, prefix: String::new(), finished: Default::default() };
         let bar = |template: &str| {
             let bar = indicatif::ProgressBar::new(end as u64);
             bar.set_position(start as u64);
@@ -59,7 +62,24 @@ impl Progress {
         }
     }
 
+    /// How far an evaluation of `of` batches has got: on the bar while it runs; after it (the
+    /// final evaluation over the whole split), a line at every tenth of a long one (≥ 100
+    /// batches), so that minutes of evaluation on a large split show a sign of life.
+    pub(super) fn eval_tick(&self, done: usize, of: usize, shown: &mut usize) {
+        if let Some(b) = &self.bar
+            && !self.finished.get()
+        {
+            b.set_message(format!("evaluating {done}/{of}"));
+            return;
+        }
+        if (self.plain || self.bar.is_some()) && of >= 100 && done * 10 / of > *shown {
+            *shown = done * 10 / of;
+            eprintln!("{}evaluation: batch {done}/{of}", self.prefix);
+        }
+    }
+
     pub(super) fn finish(&self) {
+        self.finished.set(true);
         if let Some(b) = &self.bar {
             b.finish_and_clear();
             if let Some(bars) = &self.bars {

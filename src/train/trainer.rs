@@ -657,7 +657,11 @@ impl<'c> Trainer<'c> {
 
     /// The validation loss (shared out over the ranks), logged with the tokens it covers.
     fn evaluate(&mut self, span: super::EvalSpan) -> Result<super::Eval, TrainError> {
-        let e = evaluate_sharded(&self.model, &self.eval_prog, &self.data, &self.t, span, self.comm, &mut |_| {})?;
+        let e = {
+            let (progress, mut shown) = (&self.progress, 0);
+            let tick = &mut |k: super::Tick| progress.eval_tick(k.done, k.of, &mut shown);
+            evaluate_sharded(&self.model, &self.eval_prog, &self.data, &self.t, span, self.comm, tick)?
+        };
         super::progress::trace_memory(
             &format!("evaluation after step {}", self.step),
             self.rss0,
