@@ -74,7 +74,14 @@ impl Progress {
         }
         if (self.plain || self.bar.is_some()) && of >= 100 && done * 10 / of > *shown {
             *shown = done * 10 / of;
-            eprintln!("{}evaluation: batch {done}/{of}", self.prefix);
+            let line = format!("{}evaluation: batch {done}/{of}", self.prefix);
+            match &self.bars {
+                // Other jobs' bars are still drawn: print above them.
+                Some(bars) => {
+                    let _ = bars.println(line);
+                }
+                None => eprintln!("{line}"),
+            }
         }
     }
 
