@@ -118,8 +118,11 @@ pub struct Forms {
     /// driver does it itself, as Vulkan's robust buffer access does; the integer-division checks
     /// stay). Every kernel keeps its indices inside its arrays by construction and its loops are
     /// bounded by its parameters; the test suite runs with them off on lavapipe. The same bits
-    /// either way. Default: on (what wgpu does) until the GPU check measures the difference
-    /// (`bench-matmul-checks`, `bench-train-small-checks`; docs/GPU.md).
+    /// either way. Default: off on GPUs, on for CPU adapters (not distinguishable on lavapipe).
+    /// Measured on the H200 (GPU check of 2026-11-28, `docs/gpu-runs/2026-11-28-h200-d`): off,
+    /// the staged matmul ran 4096³ products 15 % faster (ratio 0.848–0.850) and the small-124m f32
+    /// baseline step took 0.853× the time (245.6 against 287.9 ms, the same losses to the bit);
+    /// Metal and DX12 are not measured yet (`DDL_FORMS=shader_checks=1` keeps wgpu's checks).
     pub shader_checks: bool,
 }
 
@@ -191,7 +194,7 @@ impl Forms {
             matmul_subgroup: subgroups && lo == hi && hi >= 1 && 8 % hi == 0,
             matmul_f16_weights: true,
             matmul_coop: false,
-            shader_checks: true,
+            shader_checks: cpu,
             split_k_tiles: if cpu { 2 * cpu_threads() } else { crate::kernels::matmul::GPU_SPLIT_K_TILES },
         }
     }

@@ -529,14 +529,27 @@ fn a_query_that_sees_one_key_gets_exactly_zero_score_gradients() {
             }
             if t == 1 {
                 assert!(dk.iter().all(|&g| g == 0.0), "dk at T = 1 for {s:?} {m:?} is not exactly 0: {dk:?}");
-                // dv = P·dout with P recomputed from the saved log-sum-exp: exp(s − lse) is 1 up to
-                // the rounding of exp and of the recomputed score, which WGSL leaves to the
-                // driver (NVIDIA's differs from lavapipe's by an ulp), so dv is dout within 2 ulp.
-                for (i, (&g, &d)) in dv.iter().zip(&x.dout).enumerate() {
-                    assert!(
-                        (g - d).abs() <= 2.0 * f32::EPSILON * d.abs(),
-                        "dv[{i}] at T = 1 is {g}, not dout {d} (within 2 ulp) for {s:?} {m:?}"
-                    );
+                // dv = P·dout with P recomputed from the saved log-sum-exp: exp(s' − lse) is 1 up
+                // to the rounding of exp, which WGSL allows to be 3 + 2·|x| ulp (x ≈ 0 here), and of
+                // the recomputed score s' against the one lse saved (an ulp or two of |s|), both
+                // left to the driver: NVIDIA's exp differs from lavapipe's (the H200 check of
+                // 2026-11-28 measured 3 ulp where lavapipe gives at most 2). So dv is dout within
+                // (3 + 0.5 + 2·|s|) ulp, with s = scale · q·k of that head.
+                for b in 0..s.batch {
+                    for h in 0..s.heads {
+                        let o = qx(&s, b, 0, h);
+                        let score: f32 = (0..hd).map(|d| x.scale * x.q[o + d] * x.k[kx(&s, b, 0, h) + d]).sum();
+                        let ulps = 3.5 + 2.0 * score.abs();
+                        for d in o..o + hd {
+                            let (g, want) = (dv[kx(&s, b, 0, h) + d - o], x.dout[d]);
+                            assert!(
+                                (g - want).abs() <= ulps * f32::EPSILON * want.abs(),
+                                "dv (b {b}, head {h}, channel {}) at T = 1 is {g}, not dout {want} (within {ulps:.1} \
+                                 ulp: score {score}) for {s:?} {m:?}",
+                                d - o
+                            );
+                        }
+                    }
                 }
             }
         }
