@@ -1104,7 +1104,20 @@ fn the_forward_without_k_writes_the_same_state_and_traces() {
                     let (a, b) = (gpu_forward_k(gpu, &s, &inp, true), gpu_forward_k(gpu, &s, &inp, false));
                     let same = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
                     let tag = format!("seg {seg} quads {quads} (seed {})", rng.seed);
-                    assert!(same(&a.x_out, &b.x_out) && same(&a.rnorm, &b.rnorm), "{tag}: X' or r differs");
+                    // How far apart, when they differ: an ulp (arithmetic the driver contracted
+                    // otherwise) or more (a wrong value).
+                    let worst = |x: &[f32], y: &[f32]| {
+                        x.iter()
+                            .zip(y)
+                            .map(|(p, q)| (p - q).abs() / q.abs().max(f32::MIN_POSITIVE))
+                            .fold(0f32, f32::max)
+                    };
+                    assert!(
+                        same(&a.x_out, &b.x_out) && same(&a.rnorm, &b.rnorm),
+                        "{tag}: X' or r differs (largest relative differences {:e} and {:e})",
+                        worst(&a.x_out, &b.x_out),
+                        worst(&a.rnorm, &b.rnorm)
+                    );
                     assert!(
                         same(&a.beta, &b.beta) && same(&a.v, &b.v) && same(&a.delta, &b.delta),
                         "{tag}: traces differ"

@@ -225,7 +225,10 @@ impl Outputs {
             ("drho", &self.dr, &other.dr),
         ] {
             let same = p.iter().zip(q).all(|(u, v)| u.to_bits() == v.to_bits());
-            assert!(same, "{name} differs {what} (seed {seed})");
+            // How far apart, when they differ: an ulp (arithmetic contracted otherwise) or more.
+            let worst =
+                p.iter().zip(q).map(|(u, v)| (u - v).abs() / v.abs().max(f32::MIN_POSITIVE)).fold(0f32, f32::max);
+            assert!(same, "{name} differs {what} (seed {seed}; largest relative difference {worst:e})");
         }
     }
 
