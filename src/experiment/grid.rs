@@ -353,17 +353,25 @@ pub fn beta_regimes(
     }
     let model = Model::with_params(gpu.clone(), ck.config.clone(), &ck.params).map_err(|e| e.to_string())?;
     let (ds, _) = data::open_for_run(run, Some(&ck.tokenizer)).map_err(|e| e.to_string())?;
-    let t = &run.train;
-    let windows = ds.val_windows(t.seq_len);
-    let batches = batches.min(windows.div_ceil(t.batch_size));
+    // The first `batches` batches of the validation windows, through the evaluation's own loop;
+    // its tick reads each batch's β (a last batch past the split's end: its padding rows left out).
+    let t = crate::train::TrainConfig { eval_batches: batches, ..run.train.clone() };
+    let span = crate::train::EvalSpan::Periodic;
+    let windows = crate::train::eval_windows(&ds, &t, span, t.batch_size, t.seq_len);
     let prog = model.forward_program(t.batch_size, t.seq_len).map_err(|e| e.to_string())?;
     let mut tally = crate::train::eval::BetaTally::default();
-    for i in 0..batches {
-        let (x, y) = ds.val_batch(i * t.batch_size, t.batch_size, t.seq_len);
-        prog.set_batch(&model, &x, &y).map_err(|e| e.to_string())?;
-        model.eval_loss(&prog).map_err(|e| e.to_string())?;
-        // A last batch past the split's end holds padding rows: not counted.
-        tally.add(&model, &prog, (windows - i * t.batch_size).min(t.batch_size)).map_err(|e| e.to_string())?;
+    let mut failed = None;
+    crate::train::evaluate_sharded(&model, &prog, &ds, &t, span, &crate::train::Single, &mut |k| {
+        let rows = (windows - (k.done - 1) * t.batch_size).min(t.batch_size);
+        if failed.is_none()
+            && let Err(e) = tally.add(&model, &prog, rows)
+        {
+            failed = Some(e);
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    if let Some(e) = failed {
+        return Err(e.to_string());
     }
     let means = tally.means();
     Ok((tally.counts, means))
