@@ -193,7 +193,7 @@ fn value_act(u: f32) -> f32 {
 // dv/du written in terms of v alone.
 fn value_act_grad(vv: f32) -> f32 {
     switch params.v_act {
-        case 0u: { return vv * (1.0 - 0.25 * vv); }
+        case 0u: { return vv * fma(-0.25, vv, 1.0); }
         case 1u: { return vv * (1.0 - vv); }
         default: { return 1.0; }
     }
@@ -221,11 +221,11 @@ fn forward_row(ti: u32, i: u32, kt: f32, part: ptr<function, array<f32, NV>>) ->
 // sets coef = β δ; `store` (one lane per token) writes the saved traces v, δ, 1/n and β.
 fn token_forward(t: u32, part: array<f32, NV>, store: bool, coef: ptr<function, array<f32, MM>>) -> f32 {
     var pt = part;
-    let rn = 1.0 / sqrt(pt[0] + params.k_eps * params.k_eps);
+    let rn = 1.0 / sqrt(fma(params.k_eps, params.k_eps, pt[0]));
     let bt = clamp(fma(params.beta_scale, 2.0 * sigmoid(pt[1] + hb_beta()), params.beta_add), params.beta_lo, params.beta_hi);
     for (var j = 0u; j < MM; j++) {
         let vj = value_act(pt[2u + j] + hb_v(j));
-        let dj = vj - pt[2u + MM + j] * rn;
+        let dj = fma(-pt[2u + MM + j], rn, vj);
         (*coef)[j] = bt * dj;
         if (store) { put_value(t, j, vj, dj); }
     }
@@ -261,7 +261,7 @@ fn token_backward(t: u32, gs_in: array<f32, MM>, store: bool) -> TokenBackward {
     }
     o.kdk = o.bt * (dbeta - gp);
     if (store) {
-        dz[t] = dbeta * o.bt * (1.0 - 0.5 * o.bt);
+        dz[t] = dbeta * o.bt * fma(-0.5, o.bt, 1.0);
         for (var j = 0u; j < MM; j++) { du[t * MM + j] = o.gb[j] * value_act_grad(v[t * MM + j]); }
     }
     return o;
@@ -350,7 +350,7 @@ fn backward_row(ti: u32, ki: f32, g_in: Row, bt: f32, gs_in: array<f32, MM>, gb_
     for (var j = 0u; j < MM; j++) {
         gd = fma(gr[j], dl[j], gd);
         xg = fma(xr[j], gs[j], xg);
-        nr[j] = gr[j] - ki * gb[j];
+        nr[j] = fma(-ki, gb[j], gr[j]);
     }
     dx[ti] = nr;
     return bt * (gd - xg);
@@ -400,14 +400,14 @@ fn delta_backward(
         let i = lane + r * seg;
         if (i < d) {
             let dk = backward_row(t * d + i, kc[r], gc[r], tb.bt, gs, tb.gb, tb.dl);
-            dkraw[t * d + i] = (dk - kc[r] * tb.kdk) * tb.rn;
+            dkraw[t * d + i] = fma(-kc[r], tb.kdk, dk) * tb.rn;
         }
     }
     for (var i = lane + R * seg; i < d; i += seg) {
         let ti = t * d + i;
         let ki = kraw[ti] * rn;
         let dk = backward_row(ti, ki, g[ti], tb.bt, gs, tb.gb, tb.dl);
-        dkraw[ti] = (dk - ki * tb.kdk) * tb.rn;
+        dkraw[ti] = fma(-ki, tb.kdk, dk) * tb.rn;
     }
 }
 
@@ -490,8 +490,17 @@ fn heads(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool) {
 // ---------------------------------------------------------------------------------------------
 // Quads: the per-token forward and backward for one token per invocation (the SEGFIX = 1
 // variants) with d a multiple of 4, four features per step: k̃, a, c, k, ∂k̃ and the head weights
-// move as vec4s (the state rows stay one `Row` per feature). Same formulas and outputs as above;
-// the sums over d run in quads (the four features of a quad first), a fixed order again.
+// move as vec4s (the state rows stay one `Row` per feature). Same formulas and outputs as above,
+// the sums over d feature by feature as an fma each (`dot_acc`, `quad_dot`). Every product that
+// feeds a sum in this file is an explicit fma: a driver may contract `a * b + c` wherever it
+// likes, and without wgpu's index clamps NVIDIA did so differently in `delta_forward_q` and
+// `delta_forward_qk` (X' 3.7e-6 apart, GPU run 4), which must give the same bits.
+
+// acc + p·q as four fmas in feature order (not `dot`, whose order and contraction the driver
+// picks: the entry points that store k and those that do not must give the same bits).
+fn dot_acc(acc: f32, p: vec4<f32>, q: vec4<f32>) -> f32 {
+    return fma(p.w, q.w, fma(p.z, q.z, fma(p.y, q.y, fma(p.x, q.x, acc))));
+}
 
 // part[j] += Σ_r k_r R_r[j] over a quad's four rows R_0..R_3 (X in the forward, G in the
 // backward; the writes reload them: caching rows in registers measured no faster).
@@ -554,9 +563,9 @@ fn forward_q(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool, store_k: bool
             wb = hw_beta4(q);
             for (var j = 0u; j < MM; j++) { wv[j] = hw_v4(j * dq + q); }
         }
-        part[0] += dot(kq, kq);
-        part[1] += dot(sg_first4(wb), c4[tq]);
-        for (var j = 0u; j < MM; j++) { part[2u + j] += dot(sg_first4(wv[j]), aq); }
+        part[0] = dot_acc(part[0], kq, kq);
+        part[1] = dot_acc(part[1], sg_first4(wb), c4[tq]);
+        for (var j = 0u; j < MM; j++) { part[2u + j] = dot_acc(part[2u + j], sg_first4(wv[j]), aq); }
         let b = t * d + 4u * q;
         quad_dot(&ps, kq, xin(x[b]), xin(x[b + 1u]), xin(x[b + 2u]), xin(x[b + 3u]));
     }
@@ -600,6 +609,6 @@ fn delta_backward_q(
             backward_row(b + 2u, kq.z, g[b + 2u], tb.bt, gs, tb.gb, tb.dl),
             backward_row(b + 3u, kq.w, g[b + 3u], tb.bt, gs, tb.gb, tb.dl),
         );
-        dkraw4[tq] = (dk - kq * tb.kdk) * tb.rn;
+        dkraw4[tq] = fma(-kq, vec4<f32>(tb.kdk), dk) * tb.rn;
     }
 }

@@ -818,6 +818,10 @@ fn token_backward_wq_write(
 
 // ---------------------------------------------------------------------------------------------
 // Value axis (CC)
+//
+// Every product that feeds a sum here is an explicit fma: the plain kernels and their quad forms
+// must give the same bits, and a driver may contract `a * b + c` wherever it likes (without
+// wgpu's index clamps NVIDIA did so in one form and not the other: 1 ulp, GPU run 4).
 
 // Omega[i, j] = Σ_r rho_r · kappa[i, pi + j − r], only r with 0 ≤ pi + j − r < kc.
 fn omega(i: u32, j: u32) -> f32 {
@@ -827,7 +831,7 @@ fn omega(i: u32, j: u32) -> f32 {
     let r1 = min(p.m, top + 1u);              // one past the largest r with top − r ≥ 0
     var w = 0.0;
     for (var r = r0; r < r1; r++) {
-        w += rho[r] * kappa[i * p.k + top - r];
+        w = fma(rho[r], kappa[i * p.k + top - r], w);
     }
     return w;
 }
@@ -846,7 +850,7 @@ fn value_forward(
     let base = e * p.m;                       // = n·d·m + i·m
     var acc = 0.0;
     for (var j = 0u; j < p.m; j++) {
-        acc += omega(i, j) * f32(x[base + j]);
+        acc = fma(omega(i, j), f32(x[base + j]), acc);
     }
     a[e] = acc;
 }
@@ -861,7 +865,7 @@ fn omega4(i: u32) -> vec4<f32> {
 // a = Σ_j Ω[i, j]·X[n, i, j] in `value_forward`'s order.
 fn value_out(om: vec4<f32>, xv: vec4<f32>) -> f32 {
     var acc = 0.0;
-    for (var j = 0u; j < MM; j++) { acc += om[j] * xv[j]; }
+    for (var j = 0u; j < MM; j++) { acc = fma(om[j], xv[j], acc); }
     return acc;
 }
 
@@ -924,8 +928,8 @@ fn value_backward_partial(
     for (var n = n0; n < n1; n++) {
         let gi = da[n * p.d + i];
         let o = n * dm + c;
-        acc += gi * f32(x[o]);
-        dx[o] = dx[o] + gi * w;
+        acc = fma(gi, f32(x[o]), acc);
+        dx[o] = fma(gi, w, dx[o]);
     }
     partial[ch * dm + c] = acc;
 }
@@ -960,14 +964,14 @@ fn value_backward_partial_wq(
     for (var n = n0; n < n1; n++) {
         let g = da4[n * dq + iq];
         let b = n * p.d + i0;
-        acc0 += vec4<f32>(g.x) * row4(xin(xr[b]));
-        acc1 += vec4<f32>(g.y) * row4(xin(xr[b + 1u]));
-        acc2 += vec4<f32>(g.z) * row4(xin(xr[b + 2u]));
-        acc3 += vec4<f32>(g.w) * row4(xin(xr[b + 3u]));
-        dxr[b] = from4(row4(dxr[b]) + vec4<f32>(g.x) * om0);
-        dxr[b + 1u] = from4(row4(dxr[b + 1u]) + vec4<f32>(g.y) * om1);
-        dxr[b + 2u] = from4(row4(dxr[b + 2u]) + vec4<f32>(g.z) * om2);
-        dxr[b + 3u] = from4(row4(dxr[b + 3u]) + vec4<f32>(g.w) * om3);
+        acc0 = fma(vec4<f32>(g.x), row4(xin(xr[b])), acc0);
+        acc1 = fma(vec4<f32>(g.y), row4(xin(xr[b + 1u])), acc1);
+        acc2 = fma(vec4<f32>(g.z), row4(xin(xr[b + 2u])), acc2);
+        acc3 = fma(vec4<f32>(g.w), row4(xin(xr[b + 3u])), acc3);
+        dxr[b] = from4(fma(vec4<f32>(g.x), om0, row4(dxr[b])));
+        dxr[b + 1u] = from4(fma(vec4<f32>(g.y), om1, row4(dxr[b + 1u])));
+        dxr[b + 2u] = from4(fma(vec4<f32>(g.z), om2, row4(dxr[b + 2u])));
+        dxr[b + 3u] = from4(fma(vec4<f32>(g.w), om3, row4(dxr[b + 3u])));
     }
     let r = ch * p.d + i0;
     partialr[r] = from4(acc0);
@@ -1002,7 +1006,7 @@ fn value_backward_finalize(
         for (var r = 0u; r < p.m; r++) {
             let jp = qq + r;                  // j + pi
             if (jp >= p.pi && jp - p.pi < p.m) {
-                sum += rho[r] * domega[row + jp - p.pi];
+                sum = fma(rho[r], domega[row + jp - p.pi], sum);
             }
         }
         dkappa[i * p.k + qq] = dkappa[i * p.k + qq] + sum;
@@ -1012,7 +1016,7 @@ fn value_backward_finalize(
         for (var j = 0u; j < p.m; j++) {
             let top = p.pi + j;
             if (top >= r && top - r < p.k) {
-                sum += domega[row + j] * kappa[i * p.k + top - r];
+                sum = fma(domega[row + j], kappa[i * p.k + top - r], sum);
             }
         }
         q[row + r] = sum;
