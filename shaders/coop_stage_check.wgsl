@@ -112,3 +112,80 @@ fn soft128(
         frag_write(row0 + am + (f / 2u) * 16u, col0 + bn + (f % 2u) * 16u, sc, lane, c_base, live);
     }
 }
+
+// `soft128v`: `mm_coop128v` (part `coop_staging_v`: raw loads in flight, quads in two buffers,
+// one barrier per slice) with its fragment products done by the invocations from the same
+// offsets and strides its fragment loads use, read as the cooperative-matrix loads read them
+// (strides in quads: element (r, c) of a row-major fragment whose first quad is F with stride S
+// is component c % 4 of quad F + r·S + c / 4; of a column-major one, component r % 4 of quad
+// F + c·S + r / 4). Its workgroup memory is `mm_coop128v`'s, 48 KiB: past the 32 KiB lavapipe
+// lists, which neither lavapipe nor wgpu 30 enforces (this is a test of the arithmetic, never a
+// kernel the engine runs).
+
+// Element (r, c) (an M row, a K column) of A's fragment `f` (`va_frag`).
+fn va_elem(f: vec2<u32>, r: u32, c: u32) -> f32 {
+    if (params.a_cs == 1u) { return f32(Va[f.x + r * f.y + c / 4u][c % 4u]); }
+    return f32(Va[f.x + c * f.y + r / 4u][r % 4u]);
+}
+
+// Element (r, c) (a K row, an N column) of B's fragment `f` (`vb_frag`).
+fn vb_elem(f: vec2<u32>, r: u32, c: u32) -> f32 {
+    if (params.b_cs == 1u) { return f32(Vb[f.x + r * f.y + c / 4u][c % 4u]); }
+    return f32(Vb[f.x + c * f.y + r / 4u][r % 4u]);
+}
+
+@compute @workgroup_size(QNT)
+fn soft128v(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let p = params;
+    let ti = tile_index(wid, nwg);
+    let live = ti.w != 0u;
+    let row0 = ti.y * QBM;
+    let col0 = ti.x * QBN;
+    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
+    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
+    let sgi = li / SG;
+    let lane = li % SG;
+    let am = (sgi / 4u) * 64u;
+    let bn = (sgi % 4u) * 32u;
+    // Fragment f = 2·fi + fj, its element e = lane + SG·i (i < 8) in acc[8·f + i].
+    var acc: array<f32, 64>;
+    let t = QTile(row0, col0, a_base, b_base, live, li);
+    v_load(0u, t);
+    v_stash(0u, t);
+    workgroupBarrier();
+    var buf = 0u;
+    for (var k0 = 0u; k0 < p.k; k0 += QBK) {
+        let more = k0 + QBK < p.k;
+        if (more) { v_load(k0 + QBK, t); }
+        for (var ks = 0u; ks < QBK; ks += 16u) {
+            for (var f = 0u; f < 8u; f++) {
+                let fa = va_frag(buf, am + (f / 2u) * 16u, ks);
+                let fb = vb_frag(buf, ks, bn + (f % 2u) * 16u);
+                for (var i = 0u; i < 8u; i++) {
+                    let e = lane + SG * i;
+                    var s = acc[8u * f + i];
+                    for (var u = 0u; u < 16u; u++) {
+                        s = fma(va_elem(fa, e / 16u, u), vb_elem(fb, u, e % 16u), s);
+                    }
+                    acc[8u * f + i] = s;
+                }
+            }
+        }
+        if (more) { v_stash(1u - buf, t); }
+        workgroupBarrier();
+        buf = 1u - buf;
+    }
+    let c_base = p.c_off + batch_off(ti.z, p.c_bs, p.c_os);
+    let sc = sgi * QF * QF;
+    for (var f = 0u; f < 8u; f++) {
+        workgroupBarrier();   // the previous fragment's scratch is read out
+        for (var i = 0u; i < 8u; i++) {
+            Qc[sc + lane + SG * i] = acc[8u * f + i];
+        }
+        frag_write(row0 + am + (f / 2u) * 16u, col0 + bn + (f % 2u) * 16u, sc, lane, c_base, live);
+    }
+}

@@ -332,6 +332,328 @@ fn mm_coop128(
 }
 
 // ---------------------------------------------------------------------------------------------
+// `mm_coop128v` (variant `coop128v`): `mm_coop128`'s tiles, subgroups and fragments on the staging
+// of part `coop_staging_v` (raw loads in flight, quads in workgroup memory, two buffers): per K
+// slice of 32, the next slice's loads issued, this slice's 16 fragment products per subgroup, the
+// next slice stashed into the other buffer, one barrier. Workgroup memory 40 + 8 KiB (NVIDIA's
+// limit is 48). Written (session 31) before any GPU run of it; its halves apart:
+// `mm_coop128v_mma` (the products, fragment loads and barriers without the staging) and
+// `mm_coop128v_stage` (the staging and barriers without the products), variants `coop128v:mma`
+// and `coop128v:stage`.
+
+@compute @workgroup_size(QNT)
+fn mm_coop128v(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let p = params;
+    let ti = tile_index(wid, nwg);
+    let live = ti.w != 0u;
+    let row0 = ti.y * QBM;
+    let col0 = ti.x * QBN;
+    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
+    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
+    let sgi = li / SG;
+    let am = (sgi / 4u) * 64u;    // the subgroup's first row in the tile
+    let bn = (sgi % 4u) * 32u;    // its first column
+    let ra = p.a_cs == 1u;        // A's slices row-major (quads along K), else column-major
+    let rb = p.b_cs == 1u;        // B's row-major (quads along N), else column-major
+    var c00 = coop_mat16x16<f32, C>();
+    var c01 = coop_mat16x16<f32, C>();
+    var c10 = coop_mat16x16<f32, C>();
+    var c11 = coop_mat16x16<f32, C>();
+    var c20 = coop_mat16x16<f32, C>();
+    var c21 = coop_mat16x16<f32, C>();
+    var c30 = coop_mat16x16<f32, C>();
+    var c31 = coop_mat16x16<f32, C>();
+    let t = QTile(row0, col0, a_base, b_base, live, li);
+    v_load(0u, t);
+    v_stash(0u, t);
+    workgroupBarrier();
+    var buf = 0u;
+    for (var k0 = 0u; k0 < p.k; k0 += QBK) {
+        let more = k0 + QBK < p.k;
+        if (more) { v_load(k0 + QBK, t); }
+        for (var ks = 0u; ks < QBK; ks += 16u) {
+            var a0: coop_mat16x16<f16, A>;
+            var a1: coop_mat16x16<f16, A>;
+            var a2: coop_mat16x16<f16, A>;
+            var a3: coop_mat16x16<f16, A>;
+            var b0: coop_mat16x16<f16, B>;
+            var b1: coop_mat16x16<f16, B>;
+            let f0 = va_frag(buf, am, ks);
+            let f1 = va_frag(buf, am + 16u, ks);
+            let f2 = va_frag(buf, am + 32u, ks);
+            let f3 = va_frag(buf, am + 48u, ks);
+            let g0 = vb_frag(buf, ks, bn);
+            let g1 = vb_frag(buf, ks, bn + 16u);
+            if (ra) {
+                a0 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f0.x], f0.y);
+                a1 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f1.x], f1.y);
+                a2 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f2.x], f2.y);
+                a3 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f3.x], f3.y);
+            } else {
+                a0 = coopLoad<coop_mat16x16<f16, A>>(&Va[f0.x], f0.y);
+                a1 = coopLoad<coop_mat16x16<f16, A>>(&Va[f1.x], f1.y);
+                a2 = coopLoad<coop_mat16x16<f16, A>>(&Va[f2.x], f2.y);
+                a3 = coopLoad<coop_mat16x16<f16, A>>(&Va[f3.x], f3.y);
+            }
+            if (rb) {
+                b0 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[g0.x], g0.y);
+                b1 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[g1.x], g1.y);
+            } else {
+                b0 = coopLoad<coop_mat16x16<f16, B>>(&Vb[g0.x], g0.y);
+                b1 = coopLoad<coop_mat16x16<f16, B>>(&Vb[g1.x], g1.y);
+            }
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+            c20 = coopMultiplyAdd(a2, b0, c20);
+            c21 = coopMultiplyAdd(a2, b1, c21);
+            c30 = coopMultiplyAdd(a3, b0, c30);
+            c31 = coopMultiplyAdd(a3, b1, c31);
+        }
+        if (more) { v_stash(1u - buf, t); }
+        workgroupBarrier();
+        buf = 1u - buf;
+    }
+    let c_base = p.c_off + batch_off(ti.z, p.c_bs, p.c_os);
+    let lane = li % SG;
+    let sc = sgi * 256u;
+    let r = row0 + am;
+    let q = col0 + bn;
+    let s16 = 16u;
+    coopStoreT(c00, &Qc[sc], s16);
+    frag_write(r, q, sc, lane, c_base, live);
+    coopStoreT(c01, &Qc[sc], s16);
+    frag_write(r, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c10, &Qc[sc], s16);
+    frag_write(r + 16u, q, sc, lane, c_base, live);
+    coopStoreT(c11, &Qc[sc], s16);
+    frag_write(r + 16u, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c20, &Qc[sc], s16);
+    frag_write(r + 32u, q, sc, lane, c_base, live);
+    coopStoreT(c21, &Qc[sc], s16);
+    frag_write(r + 32u, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c30, &Qc[sc], s16);
+    frag_write(r + 48u, q, sc, lane, c_base, live);
+    coopStoreT(c31, &Qc[sc], s16);
+    frag_write(r + 48u, q + 16u, sc, lane, c_base, live);
+}
+
+// Diagnostic: the products alone (the first slice staged into both buffers once; then per slice
+// the fragment loads and products and the barrier, which keeps the loads in the loop).
+@compute @workgroup_size(QNT)
+fn mm_coop128v_mma(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let p = params;
+    let ti = tile_index(wid, nwg);
+    let live = ti.w != 0u;
+    let row0 = ti.y * QBM;
+    let col0 = ti.x * QBN;
+    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
+    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
+    let sgi = li / SG;
+    let am = (sgi / 4u) * 64u;    // the subgroup's first row in the tile
+    let bn = (sgi % 4u) * 32u;    // its first column
+    let ra = p.a_cs == 1u;        // A's slices row-major (quads along K), else column-major
+    let rb = p.b_cs == 1u;        // B's row-major (quads along N), else column-major
+    var c00 = coop_mat16x16<f32, C>();
+    var c01 = coop_mat16x16<f32, C>();
+    var c10 = coop_mat16x16<f32, C>();
+    var c11 = coop_mat16x16<f32, C>();
+    var c20 = coop_mat16x16<f32, C>();
+    var c21 = coop_mat16x16<f32, C>();
+    var c30 = coop_mat16x16<f32, C>();
+    var c31 = coop_mat16x16<f32, C>();
+    let t = QTile(row0, col0, a_base, b_base, live, li);
+    v_load(0u, t);
+    v_stash(0u, t);
+    workgroupBarrier();
+    var buf = 0u;
+    v_stash(1u, t);
+    workgroupBarrier();
+    for (var k0 = 0u; k0 < p.k; k0 += QBK) {
+        for (var ks = 0u; ks < QBK; ks += 16u) {
+            var a0: coop_mat16x16<f16, A>;
+            var a1: coop_mat16x16<f16, A>;
+            var a2: coop_mat16x16<f16, A>;
+            var a3: coop_mat16x16<f16, A>;
+            var b0: coop_mat16x16<f16, B>;
+            var b1: coop_mat16x16<f16, B>;
+            let f0 = va_frag(buf, am, ks);
+            let f1 = va_frag(buf, am + 16u, ks);
+            let f2 = va_frag(buf, am + 32u, ks);
+            let f3 = va_frag(buf, am + 48u, ks);
+            let g0 = vb_frag(buf, ks, bn);
+            let g1 = vb_frag(buf, ks, bn + 16u);
+            if (ra) {
+                a0 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f0.x], f0.y);
+                a1 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f1.x], f1.y);
+                a2 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f2.x], f2.y);
+                a3 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f3.x], f3.y);
+            } else {
+                a0 = coopLoad<coop_mat16x16<f16, A>>(&Va[f0.x], f0.y);
+                a1 = coopLoad<coop_mat16x16<f16, A>>(&Va[f1.x], f1.y);
+                a2 = coopLoad<coop_mat16x16<f16, A>>(&Va[f2.x], f2.y);
+                a3 = coopLoad<coop_mat16x16<f16, A>>(&Va[f3.x], f3.y);
+            }
+            if (rb) {
+                b0 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[g0.x], g0.y);
+                b1 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[g1.x], g1.y);
+            } else {
+                b0 = coopLoad<coop_mat16x16<f16, B>>(&Vb[g0.x], g0.y);
+                b1 = coopLoad<coop_mat16x16<f16, B>>(&Vb[g1.x], g1.y);
+            }
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+            c20 = coopMultiplyAdd(a2, b0, c20);
+            c21 = coopMultiplyAdd(a2, b1, c21);
+            c30 = coopMultiplyAdd(a3, b0, c30);
+            c31 = coopMultiplyAdd(a3, b1, c31);
+        }
+        workgroupBarrier();
+        buf = 1u - buf;
+    }
+    let c_base = p.c_off + batch_off(ti.z, p.c_bs, p.c_os);
+    let lane = li % SG;
+    let sc = sgi * 256u;
+    let r = row0 + am;
+    let q = col0 + bn;
+    let s16 = 16u;
+    coopStoreT(c00, &Qc[sc], s16);
+    frag_write(r, q, sc, lane, c_base, live);
+    coopStoreT(c01, &Qc[sc], s16);
+    frag_write(r, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c10, &Qc[sc], s16);
+    frag_write(r + 16u, q, sc, lane, c_base, live);
+    coopStoreT(c11, &Qc[sc], s16);
+    frag_write(r + 16u, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c20, &Qc[sc], s16);
+    frag_write(r + 32u, q, sc, lane, c_base, live);
+    coopStoreT(c21, &Qc[sc], s16);
+    frag_write(r + 32u, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c30, &Qc[sc], s16);
+    frag_write(r + 48u, q, sc, lane, c_base, live);
+    coopStoreT(c31, &Qc[sc], s16);
+    frag_write(r + 48u, q + 16u, sc, lane, c_base, live);
+}
+
+// Diagnostic: the staging alone (per slice the next slice's loads, the stash, the barrier), then
+// one product of the last buffer filled, so every output is written.
+@compute @workgroup_size(QNT)
+fn mm_coop128v_stage(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let p = params;
+    let ti = tile_index(wid, nwg);
+    let live = ti.w != 0u;
+    let row0 = ti.y * QBM;
+    let col0 = ti.x * QBN;
+    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
+    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
+    let sgi = li / SG;
+    let am = (sgi / 4u) * 64u;    // the subgroup's first row in the tile
+    let bn = (sgi % 4u) * 32u;    // its first column
+    let ra = p.a_cs == 1u;        // A's slices row-major (quads along K), else column-major
+    let rb = p.b_cs == 1u;        // B's row-major (quads along N), else column-major
+    var c00 = coop_mat16x16<f32, C>();
+    var c01 = coop_mat16x16<f32, C>();
+    var c10 = coop_mat16x16<f32, C>();
+    var c11 = coop_mat16x16<f32, C>();
+    var c20 = coop_mat16x16<f32, C>();
+    var c21 = coop_mat16x16<f32, C>();
+    var c30 = coop_mat16x16<f32, C>();
+    var c31 = coop_mat16x16<f32, C>();
+    let t = QTile(row0, col0, a_base, b_base, live, li);
+    v_load(0u, t);
+    v_stash(0u, t);
+    workgroupBarrier();
+    var buf = 0u;
+    for (var k0 = 0u; k0 < p.k; k0 += QBK) {
+        let more = k0 + QBK < p.k;
+        if (more) {
+            v_load(k0 + QBK, t);
+            v_stash(1u - buf, t);
+            buf = 1u - buf;
+        }
+        workgroupBarrier();
+    }
+    {
+        let ks = 0u;
+            var a0: coop_mat16x16<f16, A>;
+            var a1: coop_mat16x16<f16, A>;
+            var a2: coop_mat16x16<f16, A>;
+            var a3: coop_mat16x16<f16, A>;
+            var b0: coop_mat16x16<f16, B>;
+            var b1: coop_mat16x16<f16, B>;
+            let f0 = va_frag(buf, am, ks);
+            let f1 = va_frag(buf, am + 16u, ks);
+            let f2 = va_frag(buf, am + 32u, ks);
+            let f3 = va_frag(buf, am + 48u, ks);
+            let g0 = vb_frag(buf, ks, bn);
+            let g1 = vb_frag(buf, ks, bn + 16u);
+            if (ra) {
+                a0 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f0.x], f0.y);
+                a1 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f1.x], f1.y);
+                a2 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f2.x], f2.y);
+                a3 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f3.x], f3.y);
+            } else {
+                a0 = coopLoad<coop_mat16x16<f16, A>>(&Va[f0.x], f0.y);
+                a1 = coopLoad<coop_mat16x16<f16, A>>(&Va[f1.x], f1.y);
+                a2 = coopLoad<coop_mat16x16<f16, A>>(&Va[f2.x], f2.y);
+                a3 = coopLoad<coop_mat16x16<f16, A>>(&Va[f3.x], f3.y);
+            }
+            if (rb) {
+                b0 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[g0.x], g0.y);
+                b1 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[g1.x], g1.y);
+            } else {
+                b0 = coopLoad<coop_mat16x16<f16, B>>(&Vb[g0.x], g0.y);
+                b1 = coopLoad<coop_mat16x16<f16, B>>(&Vb[g1.x], g1.y);
+            }
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+            c20 = coopMultiplyAdd(a2, b0, c20);
+            c21 = coopMultiplyAdd(a2, b1, c21);
+            c30 = coopMultiplyAdd(a3, b0, c30);
+            c31 = coopMultiplyAdd(a3, b1, c31);
+    }
+    let c_base = p.c_off + batch_off(ti.z, p.c_bs, p.c_os);
+    let lane = li % SG;
+    let sc = sgi * 256u;
+    let r = row0 + am;
+    let q = col0 + bn;
+    let s16 = 16u;
+    coopStoreT(c00, &Qc[sc], s16);
+    frag_write(r, q, sc, lane, c_base, live);
+    coopStoreT(c01, &Qc[sc], s16);
+    frag_write(r, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c10, &Qc[sc], s16);
+    frag_write(r + 16u, q, sc, lane, c_base, live);
+    coopStoreT(c11, &Qc[sc], s16);
+    frag_write(r + 16u, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c20, &Qc[sc], s16);
+    frag_write(r + 32u, q, sc, lane, c_base, live);
+    coopStoreT(c21, &Qc[sc], s16);
+    frag_write(r + 32u, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c30, &Qc[sc], s16);
+    frag_write(r + 48u, q, sc, lane, c_base, live);
+    coopStoreT(c31, &Qc[sc], s16);
+    frag_write(r + 48u, q + 16u, sc, lane, c_base, live);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Diagnostic entry points: `mm_coop`'s two halves timed apart (`ddl bench matmul --variants
 // coop,coop:mma,coop:mma-cm,coop:stage`; never picked, their results are not the product). On an
 // H200 the whole kernel ran a 4096³ product at 2.6 TFLOP/s (docs/GPU.md, run 3), far below both

@@ -42,22 +42,21 @@ fn stage_step(k0: u32, t: QTile) {
 }
 
 // Quad `v` (0 ≤ v < QBM·QBK/4) of A's slice at K offset k0: four consecutive elements along A's
-// unit stride (along K when a_cs = 1, else along M), zeros past the edges, as f16 (`lda_h`: an
-// f32-stored operand converted by the hardware, which rounds to nearest even where the kernels'
-// self-test passes — the integer rounding of `lda` cost a dozen instructions per element here).
-fn a_quad(v: u32, k0: u32, row0: u32, base: u32, live: bool) -> vec4<f16> {
+// unit stride (along K when a_cs = 1, else along M), zeros past the edges, as stored (`RawA`: f32
+// or f16; `raw_a_h` makes it f16).
+fn a_quad_raw(v: u32, k0: u32, row0: u32, base: u32, live: bool) -> RawA {
     let p = params;
-    var out = vec4<f16>(0.0);
+    var out = RawA();
     if (p.a_cs == 1u) {
         let gi = row0 + v / (QBK / 4u);
         let gk = k0 + (v % (QBK / 4u)) * 4u;
         let o = base + gi * p.a_rs + gk;
         if (live && gi < p.m) {
             if ((p.vec4s & 1u) != 0u && gk + 3u < p.k) {
-                out = lda4_h(o / 4u);
+                out = lda4_raw(o / 4u);
             } else {
                 for (var j = 0u; j < 4u; j++) {
-                    if (gk + j < p.k) { out[j] = lda_h(o + j); }
+                    if (gk + j < p.k) { out[j] = lda_raw(o + j); }
                 }
             }
         }
@@ -67,10 +66,10 @@ fn a_quad(v: u32, k0: u32, row0: u32, base: u32, live: bool) -> vec4<f16> {
         let o = base + gi * p.a_rs + gk * p.a_cs;
         if (live && gk < p.k) {
             if ((p.vec4s & 2u) != 0u && gi + 3u < p.m) {
-                out = lda4_h(o / 4u);
+                out = lda4_raw(o / 4u);
             } else {
                 for (var j = 0u; j < 4u; j++) {
-                    if (gi + j < p.m) { out[j] = lda_h(o + j * p.a_rs); }
+                    if (gi + j < p.m) { out[j] = lda_raw(o + j * p.a_rs); }
                 }
             }
         }
@@ -79,19 +78,19 @@ fn a_quad(v: u32, k0: u32, row0: u32, base: u32, live: bool) -> vec4<f16> {
 }
 
 // Quad `v` of B's slice: along N when b_cs = 1, else along K.
-fn b_quad(v: u32, k0: u32, col0: u32, base: u32, live: bool) -> vec4<f16> {
+fn b_quad_raw(v: u32, k0: u32, col0: u32, base: u32, live: bool) -> RawB {
     let p = params;
-    var out = vec4<f16>(0.0);
+    var out = RawB();
     if (p.b_cs == 1u) {
         let gk = k0 + v / (QBN / 4u);
         let gj = col0 + (v % (QBN / 4u)) * 4u;
         let o = base + gk * p.b_rs + gj;
         if (live && gk < p.k) {
             if ((p.vec4s & 4u) != 0u && gj + 3u < p.n) {
-                out = ldb4_h(o / 4u);
+                out = ldb4_raw(o / 4u);
             } else {
                 for (var j = 0u; j < 4u; j++) {
-                    if (gj + j < p.n) { out[j] = ldb_h(o + j); }
+                    if (gj + j < p.n) { out[j] = ldb_raw(o + j); }
                 }
             }
         }
@@ -101,15 +100,24 @@ fn b_quad(v: u32, k0: u32, col0: u32, base: u32, live: bool) -> vec4<f16> {
         let o = base + gk * p.b_rs + gj * p.b_cs;
         if (live && gj < p.n) {
             if ((p.vec4s & 8u) != 0u && gk + 3u < p.k) {
-                out = ldb4_h(o / 4u);
+                out = ldb4_raw(o / 4u);
             } else {
                 for (var j = 0u; j < 4u; j++) {
-                    if (gk + j < p.k) { out[j] = ldb_h(o + j * p.b_rs); }
+                    if (gk + j < p.k) { out[j] = ldb_raw(o + j * p.b_rs); }
                 }
             }
         }
     }
     return out;
+}
+
+// The same quads as f16 (converted as they arrive: `mm_coop128`, `mm_coop8`).
+fn a_quad(v: u32, k0: u32, row0: u32, base: u32, live: bool) -> vec4<f16> {
+    return raw_a_h(a_quad_raw(v, k0, row0, base, live));
+}
+
+fn b_quad(v: u32, k0: u32, col0: u32, base: u32, live: bool) -> vec4<f16> {
+    return raw_b_h(b_quad_raw(v, k0, col0, base, live));
 }
 
 // Quad `v` into workgroup memory.

@@ -111,6 +111,8 @@ pub struct Gpu {
     /// not yet run on a GPU must not stand between a user and every other command. Shared by
     /// the clones.
     pub(crate) coop_wide: Arc<std::sync::OnceLock<std::result::Result<(), String>>>,
+    /// The same for the form `coop128v` ([`crate::kernels::matmul::coop::wide_v_status`]).
+    pub(crate) coop_wide_v: Arc<std::sync::OnceLock<std::result::Result<(), String>>>,
     /// The 8 × 8 form's self-test (`coop8`, Metal), run the first time it is needed
     /// ([`crate::kernels::matmul::coop::status8`]).
     pub(crate) coop8: Arc<std::sync::OnceLock<std::result::Result<(), String>>>,
@@ -479,6 +481,7 @@ impl Gpu {
             errors,
             stats: Arc::new(AllocStats::default()),
             coop_wide: Arc::new(std::sync::OnceLock::new()),
+            coop_wide_v: Arc::new(std::sync::OnceLock::new()),
             coop8: Arc::new(std::sync::OnceLock::new()),
             coop,
         };
@@ -666,6 +669,15 @@ impl Gpu {
                     Err(why) => format!("cooperative-matrix wide form (coop128): off ({why})\n"),
                 }
             });
+            if self.forms.matmul_coop {
+                s.push_str(&match crate::kernels::matmul::coop::wide_v_status(self) {
+                    Ok(()) => {
+                        "cooperative-matrix form coop128v: self-test passed (timed by ddl bench matmul, not picked)\n"
+                            .to_string()
+                    }
+                    Err(why) => format!("cooperative-matrix form coop128v: off ({why})\n"),
+                });
+            }
         }
         s.push_str("limits:\n");
         s.push_str(&format!("  max_buffer_size                    {}\n", l.max_buffer_size));

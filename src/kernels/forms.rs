@@ -110,6 +110,11 @@ pub struct Forms {
     /// 4096³ f16 product at 2.6 TFLOP/s against the f16 tiles' 24, and small-124m's f16 step
     /// took 5.7× the f32 step with it; on until a faster kernel is measured.
     pub matmul_coop: bool,
+    /// Where `matmul_coop` picks the wide 128 × 128 form, it runs `coop128v` (the staging of part
+    /// `coop_staging_v`: raw loads in flight, quads in workgroup memory, two buffers) instead of
+    /// `coop128`, where that form's own self-test passed: `matmul_coop_v`. Off by default: not
+    /// measured on a GPU yet (session 31).
+    pub matmul_coop_v: bool,
     /// The engine's shader modules keep wgpu's runtime checks (`shader_checks`): naga clamps every
     /// index into a workgroup, private or function array (`min` before each workgroup-memory read:
     /// the staged matmul's inner loop, 64 FMAs, carries four) and bounds every loop with a
@@ -198,6 +203,7 @@ impl Forms {
             matmul_subgroup: subgroups && lo == hi && hi >= 1 && 8 % hi == 0,
             matmul_f16_weights: true,
             matmul_coop: false,
+            matmul_coop_v: false,
             shader_checks: true,
             split_k_tiles: if cpu { 2 * cpu_threads() } else { crate::kernels::matmul::GPU_SPLIT_K_TILES },
         }
@@ -301,6 +307,7 @@ impl Forms {
                 }
                 "matmul_f16_weights" => self.matmul_f16_weights = flag()?,
                 "matmul_coop" => self.matmul_coop = flag()?,
+                "matmul_coop_v" => self.matmul_coop_v = flag()?,
                 "shader_checks" => self.shader_checks = flag()?,
                 "split_k_tiles" => {
                     self.split_k_tiles = value
@@ -346,6 +353,7 @@ impl Forms {
         ("matmul_subgroup", "matmul: the …g register-block variants offered"),
         ("matmul_f16_weights", "--precision f16: weights read from an f16 copy of the parameters"),
         ("matmul_coop", "f16 products on cooperative matrices where the device has them"),
+        ("matmul_coop_v", "matmul_coop: the wide form on coop128v's staging"),
         ("split_k_tiles", "matmul: products with fewer output tiles split along K (0: never)"),
         ("shader_checks", "wgpu's index clamps and loop counters kept in every shader"),
     ];
@@ -385,6 +393,7 @@ impl Forms {
                 "matmul_subgroup" => b(self.matmul_subgroup),
                 "matmul_f16_weights" => b(self.matmul_f16_weights),
                 "matmul_coop" => b(self.matmul_coop),
+                "matmul_coop_v" => b(self.matmul_coop_v),
                 "split_k_tiles" => self.split_k_tiles.to_string(),
                 "shader_checks" => b(self.shader_checks),
                 _ => unreachable!("every key has a value"),

@@ -450,6 +450,7 @@ impl CoopKey {
             parts: vec![
                 part("coop_enable"),
                 part("coop_staging"),
+                part("coop_staging_v"),
                 part("matmul_params"),
                 part("f16_round"),
                 self.a.part('a'),
@@ -485,7 +486,14 @@ pub(super) fn stage_check_variants() -> Vec<Variant> {
         .map(|(a, b)| Variant {
             name: format!("{}{}", a.code(), b.code()),
             consts: vec![],
-            parts: vec![part("coop_staging"), part("matmul_params"), part("f16_round"), a.part('a'), b.part('b')],
+            parts: vec![
+                part("coop_staging"),
+                part("coop_staging_v"),
+                part("matmul_params"),
+                part("f16_round"),
+                a.part('a'),
+                b.part('b'),
+            ],
         })
         .collect()
 }

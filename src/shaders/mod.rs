@@ -133,6 +133,7 @@ pub const PARTS: &[(&str, &str)] = &[
     ("f16_round", part!("f16_round")),
     ("coop_enable", part!("coop_enable")),
     ("coop_staging", part!("coop_staging")),
+    ("coop_staging_v", part!("coop_staging_v")),
     ("norm_sg_entries", part!("norm_sg_entries")),
 ];
 

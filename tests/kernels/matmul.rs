@@ -985,12 +985,13 @@ fn the_cooperative_matrix_staging_puts_every_operand_element_where_the_fragments
 }
 
 #[test]
-fn coop128_without_its_cooperative_matrix_operations_matches_float64() {
-    // `coop::soft_check`: mm_coop128's staging, tiles, subgroup layout, fragment offsets and
-    // output path, with the fragment products done by the invocations (lavapipe has no
-    // cooperative matrices): against float64 on f16 operands, every layout, edges, K tails,
-    // batches, accumulation and alpha. What it leaves to the GPU check: the cooperative-matrix
-    // operations themselves.
+fn coop128_and_coop128v_without_their_cooperative_matrix_operations_match_float64() {
+    // `coop::soft_check` (`coop::soft_check_v`): mm_coop128's (mm_coop128v's) staging, tiles,
+    // subgroup layout, fragment offsets and output path, with the fragment products done by the
+    // invocations (lavapipe has no cooperative matrices): against float64 on f16 operands, every
+    // layout, edges, K tails (and a K of one slice), batches, accumulation and alpha. What it
+    // leaves to the GPU check: the cooperative-matrix operations themselves (for coop128v, also
+    // that its loads read quads with strides in quads as `soft128v` reads them).
     let mut cases = Vec::from(quad_staging_cases());
     cases.insert(5, Matmul::nn(1, 20, 7));
     for (i, mm) in cases.into_iter().enumerate() {
@@ -998,6 +999,14 @@ fn coop128_without_its_cooperative_matrix_operations_matches_float64() {
         let mm = mm.elems(ea, eb).accumulate(i % 2 == 1).alpha(if i % 3 == 0 { 1.0 } else { -0.5 });
         let how = format!("soft128 {i} {:?}/{:?}", mm.a_elem, mm.b_elem);
         check_bound_tol(mm, 1, &how, &|gpu, a, b, c| vec![matmul::coop::soft_check(&mm, gpu, a, b, c).unwrap()], 1e-5);
+        let how = format!("soft128v {i} {:?}/{:?}", mm.a_elem, mm.b_elem);
+        check_bound_tol(
+            mm,
+            1,
+            &how,
+            &|gpu, a, b, c| vec![matmul::coop::soft_check_v(&mm, gpu, a, b, c).unwrap()],
+            1e-5,
+        );
     }
 }
 
@@ -1015,7 +1024,7 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     let mut rng = Rng::fresh();
     let ta = upload(&gpu, "a", &rng.uniform(ea, -1.0, 1.0));
     let tb = upload_elem(&gpu, "b", &rng.uniform(eb, -1.0, 1.0), MatmulElem::F16);
-    use matmul::coop::{VARIANT8, VARIANT128};
+    use matmul::coop::{VARIANT8, VARIANT128, VARIANT128V};
     for v in matmul::coop::ALL.into_iter().chain(matmul::coop::DIAGNOSTIC) {
         let tc = poisoned(&gpu, "c", &[ec]);
         let family_ok = if v == VARIANT8 { matmul::coop::status8(&gpu).is_ok() } else { gpu.coop.is_ok() };
@@ -1027,6 +1036,9 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
             }
             Err(e) if v == VARIANT128 && gpu.coop.is_ok() => {
                 assert!(matmul::coop::wide_status(&gpu).is_err() && e.to_string().contains(v), "{v}: {e}")
+            }
+            Err(e) if v == VARIANT128V && gpu.coop.is_ok() => {
+                assert!(matmul::coop::wide_v_status(&gpu).is_err() && e.to_string().contains(v), "{v}: {e}")
             }
             Err(e) => assert!(!family_ok && e.to_string().contains("cooperative matrices"), "{v}: {e}"),
         }
@@ -1040,13 +1052,16 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
         return;
     }
     // The wide form (its own self-test): required where the GPU check runs.
-    if let (true, Err(why)) = (matmul::coop::usable(&gpu), matmul::coop::wide_status(&gpu)) {
-        let required = std::env::var("DDL_REQUIRE_COOP").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "DDL_REQUIRE_COOP=1, but the wide cooperative-matrix form is off on {}: {why}",
-            gpu.info.name
-        );
+    for (v, status) in [(VARIANT128, matmul::coop::wide_status(&gpu)), (VARIANT128V, matmul::coop::wide_v_status(&gpu))]
+    {
+        if let (true, Err(why)) = (matmul::coop::usable(&gpu), status) {
+            let required = std::env::var("DDL_REQUIRE_COOP").is_ok_and(|v| v == "1");
+            assert!(
+                !required,
+                "DDL_REQUIRE_COOP=1, but the cooperative-matrix form {v} is off on {}: {why}",
+                gpu.info.name
+            );
+        }
     }
     let coop = |mm: Matmul| {
         for &v in &here {
@@ -1092,5 +1107,10 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     };
     assert_eq!(matmul::pick(&gpu, &Matmul::nt(64, 64, 64).half(true)), small);
     assert_eq!(matmul::pick(&gpu, &Matmul::nt(128, 128, 64).half(true)), wide);
+    // With the form matmul_coop_v, coop128v where its self-test passed.
+    let gv = gpu.with_forms(|f| f.matmul_coop_v = true);
+    let wide_v = if matmul::coop::usable(&gv) && matmul::coop::wide_v_status(&gv).is_ok() { VARIANT128V } else { wide };
+    assert_eq!(matmul::pick(&gv, &Matmul::nt(128, 128, 64).half(true)), wide_v);
+    assert_eq!(matmul::pick(&gv, &Matmul::nt(64, 64, 64).half(true)), small);
     assert_ne!(matmul::pick(&gpu, &Matmul::nt(64, 64, 64)), small);
 }

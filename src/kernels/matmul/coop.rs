@@ -40,12 +40,26 @@ pub const VARIANTS: [&str; 2] = [VARIANT, VARIANT64];
 /// shorter than one vec4 run on [`VARIANT`].
 pub const VARIANT128: &str = "coop128";
 
+/// [`VARIANT128`] on another staging (`mm_coop128v`, part `coop_staging_v`): the next slice's
+/// loads held as loaded until after the products, workgroup memory in quads (one 8-byte store
+/// each, fragments loaded row- or column-major to match each operand's layout), two buffers and
+/// one barrier per slice. Written after [`VARIANT128`] ran at 24–34 TFLOP/s on an H200
+/// (docs/GPU.md, run 4), not measured yet: timed by `ddl bench matmul`, never picked; self-tested
+/// apart ([`wide_v_status`]). Needs subgroups of 32 and 48 KiB of workgroup memory.
+pub const VARIANT128V: &str = "coop128v";
+
 /// Diagnostic variants (`ddl bench matmul --variants coop,coop:mma,coop:stage` only: never
 /// picked, never in `--variants all`, their results are not the product): `coop`'s
 /// cooperative-matrix half alone (one staged slice, then K / 16 rounds of fragment loads and
 /// products; `coop:mma-cm` with column-major fragment loads) and its staging half alone (the
-/// loads, conversions and barriers, one product).
-pub const DIAGNOSTIC: [&str; 3] = ["coop:mma", "coop:mma-cm", "coop:stage"];
+/// loads, conversions and barriers, one product); the same halves of [`VARIANT128V`]
+/// (`coop128v:mma`: fragment loads, products and the barrier per slice from two buffers staged
+/// once; `coop128v:stage`: the loads, stashes and barriers, one product at the end).
+pub const DIAGNOSTIC: [&str; 5] = ["coop:mma", "coop:mma-cm", "coop:stage", "coop128v:mma", "coop128v:stage"];
+
+/// The diagnostic halves of [`VARIANT128V`] and their entry points.
+const DIAGNOSTIC128V: [(&str, &str); 2] =
+    [("coop128v:mma", "mm_coop128v_mma"), ("coop128v:stage", "mm_coop128v_stage")];
 
 /// The 8 × 8 form (`shaders/matmul_coop8.wgsl`, `mm_coop8`): Metal's simdgroup matrices, where
 /// the adapter lists 8×8×8 f16 → f32 (Apple GPUs) and no 16 × 16. 64 × 64 outputs per workgroup
@@ -55,7 +69,7 @@ pub const DIAGNOSTIC: [&str; 3] = ["coop:mma", "coop:mma-cm", "coop:stage"];
 pub const VARIANT8: &str = "coop8";
 
 /// Every cooperative-matrix variant the engine has (the diagnostic halves aside).
-pub const ALL: [&str; 4] = [VARIANT, VARIANT64, VARIANT128, VARIANT8];
+pub const ALL: [&str; 5] = [VARIANT, VARIANT64, VARIANT128, VARIANT128V, VARIANT8];
 
 /// The tile of C one workgroup of `variant` computes, and its entry point (the one-subgroup
 /// kernels and their diagnostic halves; the quad-staged ones: [`dispatch_quads`]).
@@ -130,6 +144,27 @@ pub fn wide_status(gpu: &Gpu) -> std::result::Result<(), String> {
         .clone()
 }
 
+/// Whether [`VARIANT128V`] can run on this device: [`wide_status`]'s conditions, 48 KiB of
+/// workgroup memory, and its own self-test (the same products, run the first time it is asked,
+/// with a one-line note when it fails).
+pub fn wide_v_status(gpu: &Gpu) -> std::result::Result<(), String> {
+    wide_v_ready(gpu)?;
+    gpu.coop_wide_v
+        .get_or_init(|| {
+            let r = self_test_wide_of(gpu, VARIANT128V);
+            if let Err(why) = &r {
+                eprintln!("note: the cooperative-matrix form {VARIANT128V} is off on '{}': {why}", gpu.info.name);
+            }
+            r
+        })
+        .clone()
+}
+
+/// Whether [`VARIANT128V`] runs here: [`usable`] and [`wide_v_status`].
+pub fn wide_v_usable(gpu: &Gpu) -> bool {
+    usable(gpu) && wide_v_status(gpu).is_ok()
+}
+
 /// Whether [`VARIANT8`] can run on this device: the feature enabled, 8×8×8 f16 → f32 listed,
 /// subgroups of 32, and its self-test passed (run the first time it is asked, as
 /// [`wide_status`]).
@@ -164,6 +199,9 @@ pub fn variants_here(gpu: &Gpu) -> Vec<&'static str> {
         v.extend(VARIANTS);
         if wide_usable(gpu) {
             v.push(VARIANT128);
+        }
+        if wide_v_usable(gpu) {
+            v.push(VARIANT128V);
         }
     } else if usable8(gpu) {
         v.push(VARIANT8);
@@ -228,6 +266,19 @@ fn bind_checked(
             return bind_checked(mm, gpu, VARIANT, a, b, c, checked);
         }
         return dispatch_quads(mm, gpu, "matmul_coop", &key.name(), "mm_coop128", 128, a, b, c);
+    }
+    let diagnostic = DIAGNOSTIC128V.iter().find(|d| d.0 == variant);
+    if variant == VARIANT128V || diagnostic.is_some() {
+        // (The diagnostic halves do not compute the product: no self-test for them.)
+        let ok = if checked && diagnostic.is_none() { wide_v_status(gpu) } else { wide_v_ready(gpu) };
+        if let Err(why) = ok {
+            return Err(GpuError::Shader { shader: "matmul_coop".into(), reason: format!("variant {variant}: {why}") });
+        }
+        if shorter_than_a_quad(&key, &a, &b) {
+            return bind_checked(mm, gpu, VARIANT, a, b, c, checked);
+        }
+        let entry = diagnostic.map_or("mm_coop128v", |d| d.1);
+        return dispatch_quads(mm, gpu, "matmul_coop", &key.name(), entry, 128, a, b, c);
     }
     let ((bm, bn), entry) = shape(variant);
     let (p, total) = mm.grid(gpu, bm, bn)?;
@@ -294,6 +345,13 @@ pub fn soft_check(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>)
     bind_check(mm, gpu, "soft128", a, b, c)
 }
 
+/// [`soft_check`] for [`VARIANT128V`] (`soft128v`: its staging, buffers, fragment offsets and
+/// strides, the fragment loads' reading of them, and its output path).
+#[doc(hidden)]
+pub fn soft_check_v(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
+    bind_check(mm, gpu, "soft128v", a, b, c)
+}
+
 fn bind_check(mm: &Matmul, gpu: &Gpu, entry: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
     let variant = format!("{}{}", half(mm.a_elem).code(), half(mm.b_elem).code());
     dispatch_quads(mm, gpu, "coop_stage_check", &variant, entry, 128, a, b, c)
@@ -355,6 +413,20 @@ fn wide_ready(gpu: &Gpu) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// [`wide_ready`] and the workgroup memory [`VARIANT128V`] declares (two buffers of each operand's
+/// slice and the output scratch: 48 KiB).
+fn wide_v_ready(gpu: &Gpu) -> std::result::Result<(), String> {
+    wide_ready(gpu)?;
+    const NEED: u32 = 48 * 1024;
+    if gpu.limits.max_compute_workgroup_storage_size < NEED {
+        return Err(format!(
+            "needs {NEED} bytes of workgroup memory; this device allows {}",
+            gpu.limits.max_compute_workgroup_storage_size
+        ));
+    }
+    Ok(())
+}
+
 /// Runs a small product with edges in every direction, a K tail, a batch and accumulation on the
 /// cooperative matrices (both variants) and on the f16 tiled kernel (the same rounded operands);
 /// `Err` with the difference when they disagree by more than f32 accumulation allows (relative
@@ -375,12 +447,17 @@ pub fn self_test(gpu: &Gpu) -> std::result::Result<(), String> {
 /// tiled kernel's rounding to nearest even, is what holds it to that (a conversion rounding
 /// towards zero differs by ≈ 8e-4, relative L2, on its products).
 pub fn self_test_wide(gpu: &Gpu) -> std::result::Result<(), String> {
+    self_test_wide_of(gpu, VARIANT128)
+}
+
+/// [`self_test_wide`] for `variant` ([`VARIANT128`] or [`VARIANT128V`]).
+fn self_test_wide_of(gpu: &Gpu, variant: &str) -> std::result::Result<(), String> {
     for mm in wide_cases() {
-        self_test_variant(gpu, VARIANT128, mm).map_err(|e| format!("{VARIANT128} {}x{}x{}: {e}", mm.m, mm.n, mm.k))?;
+        self_test_variant(gpu, variant, mm).map_err(|e| format!("{variant} {}x{}x{}: {e}", mm.m, mm.n, mm.k))?;
     }
     let mm = overflow_case();
-    self_test_spiked(gpu, VARIANT128, mm, true)
-        .map_err(|e| format!("{VARIANT128} {}x{}x{} with operands past f16's range: {e}", mm.m, mm.n, mm.k))
+    self_test_spiked(gpu, variant, mm, true)
+        .map_err(|e| format!("{variant} {}x{}x{} with operands past f16's range: {e}", mm.m, mm.n, mm.k))
 }
 
 /// A product whose f32-stored operands hold values past f16's range: the staging's conversion

@@ -122,10 +122,14 @@ pub(super) fn cpu_heuristic(mm: &Matmul, threads: usize) -> &'static str {
 /// a fresh measurement when autotuning is enabled, else the heuristic.
 pub fn pick(gpu: &Gpu, mm: &Matmul) -> &'static str {
     if mm.is_half() && mm.m >= 16 && mm.n >= 16 && coop::usable(gpu) {
-        // The wide form where the product fills its 128 × 128 tiles (not measured on a GPU
-        // yet: the form is off by default).
-        let wide = mm.m >= 128 && mm.n >= 128 && coop::wide_usable(gpu);
-        return if wide { coop::VARIANT128 } else { coop::VARIANT };
+        // The wide form where the product fills its 128 × 128 tiles (the form is off by default:
+        // slower than the f16 tiles on an H200 so far), on coop128v's staging with the form
+        // `matmul_coop_v`.
+        let wide = mm.m >= 128 && mm.n >= 128;
+        if wide && gpu.forms.matmul_coop_v && coop::wide_v_usable(gpu) {
+            return coop::VARIANT128V;
+        }
+        return if wide && coop::wide_usable(gpu) { coop::VARIANT128 } else { coop::VARIANT };
     }
     if mm.is_half() && mm.m >= 16 && mm.n >= 16 && coop::usable8(gpu) {
         return coop::VARIANT8;
