@@ -434,10 +434,7 @@ fn run_model(
                 bar.set_length(k.of as u64);
                 bar.set_position(k.done as u64);
             }
-            None if k.of >= 100 && k.done * 10 / k.of > last => {
-                last = k.done * 10 / k.of;
-                eprintln!("eval: {label}batch {}/{}", k.done, k.of);
-            }
+            None if k.next_tenth(&mut last) => eprintln!("eval: {label}batch {}/{}", k.done, k.of),
             None => {}
         }
     })?;

@@ -301,6 +301,20 @@ pub struct Tick {
     pub tokens: usize,
 }
 
+impl Tick {
+    /// Whether this batch finishes another tenth of a long evaluation (≥ 100 batches) since
+    /// `shown` (tenths already reported, updated): where a run without a progress bar prints a
+    /// line, so that minutes of evaluation show a sign of life.
+    pub fn next_tenth(&self, shown: &mut usize) -> bool {
+        let tenth = self.done * 10 / self.of.max(1);
+        if self.of >= 100 && tenth > *shown {
+            *shown = tenth;
+            return true;
+        }
+        false
+    }
+}
+
 /// [`evaluate`] with the batches shared out over the ranks of `comm` (batch i on rank i mod N)
 /// and the sums reduced: every rank gets the same value. `tick` runs after each of this rank's
 /// batches (`ddl eval`: a progress bar, β, each batch's loss for a paired comparison).

@@ -65,15 +65,15 @@ impl Progress {
     /// How far an evaluation of `of` batches has got: on the bar while it runs; after it (the
     /// final evaluation over the whole split), a line at every tenth of a long one (≥ 100
     /// batches), so that minutes of evaluation on a large split show a sign of life.
-    pub(super) fn eval_tick(&self, done: usize, of: usize, shown: &mut usize) {
+    pub(super) fn eval_tick(&self, k: &super::Tick, shown: &mut usize) {
+        let (done, of) = (k.done, k.of);
         if let Some(b) = &self.bar
             && !self.finished.get()
         {
             b.set_message(format!("evaluating {done}/{of}"));
             return;
         }
-        if (self.plain || self.bar.is_some()) && of >= 100 && done * 10 / of > *shown {
-            *shown = done * 10 / of;
+        if (self.plain || self.bar.is_some()) && k.next_tenth(shown) {
             let line = format!("{}evaluation: batch {done}/{of}", self.prefix);
             match &self.bars {
                 // Other jobs' bars are still drawn: print above them.

@@ -659,7 +659,7 @@ impl<'c> Trainer<'c> {
     fn evaluate(&mut self, span: super::EvalSpan) -> Result<super::Eval, TrainError> {
         let e = {
             let (progress, mut shown) = (&self.progress, 0);
-            let tick = &mut |k: super::Tick| progress.eval_tick(k.done, k.of, &mut shown);
+            let tick = &mut |k: super::Tick| progress.eval_tick(&k, &mut shown);
             evaluate_sharded(&self.model, &self.eval_prog, &self.data, &self.t, span, self.comm, tick)?
         };
         super::progress::trace_memory(

@@ -1037,7 +1037,8 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
             Err(e) if v == VARIANT128 && gpu.coop.is_ok() => {
                 assert!(matmul::coop::wide_status(&gpu).is_err() && e.to_string().contains(v), "{v}: {e}")
             }
-            Err(e) if v == VARIANT128V && gpu.coop.is_ok() => {
+            Err(e) if v.starts_with(VARIANT128V) && gpu.coop.is_ok() => {
+                // coop128v where its self-test failed; its halves where the device cannot run it.
                 assert!(matmul::coop::wide_v_status(&gpu).is_err() && e.to_string().contains(v), "{v}: {e}")
             }
             Err(e) => assert!(!family_ok && e.to_string().contains("cooperative matrices"), "{v}: {e}"),
