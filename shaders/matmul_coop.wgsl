@@ -382,29 +382,23 @@ fn mm_coop128v(
             var a3: coop_mat16x16<f16, A>;
             var b0: coop_mat16x16<f16, B>;
             var b1: coop_mat16x16<f16, B>;
-            let f0 = va_frag(buf, am, ks);
-            let f1 = va_frag(buf, am + 16u, ks);
-            let f2 = va_frag(buf, am + 32u, ks);
-            let f3 = va_frag(buf, am + 48u, ks);
-            let g0 = vb_frag(buf, ks, bn);
-            let g1 = vb_frag(buf, ks, bn + 16u);
             if (ra) {
-                a0 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f0.x], f0.y);
-                a1 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f1.x], f1.y);
-                a2 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f2.x], f2.y);
-                a3 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f3.x], f3.y);
+                a0 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am, ks)], VRA);
+                a1 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am + 16u, ks)], VRA);
+                a2 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am + 32u, ks)], VRA);
+                a3 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am + 48u, ks)], VRA);
             } else {
-                a0 = coopLoad<coop_mat16x16<f16, A>>(&Va[f0.x], f0.y);
-                a1 = coopLoad<coop_mat16x16<f16, A>>(&Va[f1.x], f1.y);
-                a2 = coopLoad<coop_mat16x16<f16, A>>(&Va[f2.x], f2.y);
-                a3 = coopLoad<coop_mat16x16<f16, A>>(&Va[f3.x], f3.y);
+                a0 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am, ks)], VCA);
+                a1 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am + 16u, ks)], VCA);
+                a2 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am + 32u, ks)], VCA);
+                a3 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am + 48u, ks)], VCA);
             }
             if (rb) {
-                b0 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[g0.x], g0.y);
-                b1 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[g1.x], g1.y);
+                b0 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[vb_off_r(buf, ks, bn)], VRB);
+                b1 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[vb_off_r(buf, ks, bn + 16u)], VRB);
             } else {
-                b0 = coopLoad<coop_mat16x16<f16, B>>(&Vb[g0.x], g0.y);
-                b1 = coopLoad<coop_mat16x16<f16, B>>(&Vb[g1.x], g1.y);
+                b0 = coopLoad<coop_mat16x16<f16, B>>(&Vb[vb_off_c(buf, ks, bn)], VCB);
+                b1 = coopLoad<coop_mat16x16<f16, B>>(&Vb[vb_off_c(buf, ks, bn + 16u)], VCB);
             }
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
@@ -486,29 +480,23 @@ fn mm_coop128v_mma(
             var a3: coop_mat16x16<f16, A>;
             var b0: coop_mat16x16<f16, B>;
             var b1: coop_mat16x16<f16, B>;
-            let f0 = va_frag(buf, am, ks);
-            let f1 = va_frag(buf, am + 16u, ks);
-            let f2 = va_frag(buf, am + 32u, ks);
-            let f3 = va_frag(buf, am + 48u, ks);
-            let g0 = vb_frag(buf, ks, bn);
-            let g1 = vb_frag(buf, ks, bn + 16u);
             if (ra) {
-                a0 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f0.x], f0.y);
-                a1 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f1.x], f1.y);
-                a2 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f2.x], f2.y);
-                a3 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f3.x], f3.y);
+                a0 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am, ks)], VRA);
+                a1 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am + 16u, ks)], VRA);
+                a2 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am + 32u, ks)], VRA);
+                a3 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am + 48u, ks)], VRA);
             } else {
-                a0 = coopLoad<coop_mat16x16<f16, A>>(&Va[f0.x], f0.y);
-                a1 = coopLoad<coop_mat16x16<f16, A>>(&Va[f1.x], f1.y);
-                a2 = coopLoad<coop_mat16x16<f16, A>>(&Va[f2.x], f2.y);
-                a3 = coopLoad<coop_mat16x16<f16, A>>(&Va[f3.x], f3.y);
+                a0 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am, ks)], VCA);
+                a1 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am + 16u, ks)], VCA);
+                a2 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am + 32u, ks)], VCA);
+                a3 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am + 48u, ks)], VCA);
             }
             if (rb) {
-                b0 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[g0.x], g0.y);
-                b1 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[g1.x], g1.y);
+                b0 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[vb_off_r(buf, ks, bn)], VRB);
+                b1 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[vb_off_r(buf, ks, bn + 16u)], VRB);
             } else {
-                b0 = coopLoad<coop_mat16x16<f16, B>>(&Vb[g0.x], g0.y);
-                b1 = coopLoad<coop_mat16x16<f16, B>>(&Vb[g1.x], g1.y);
+                b0 = coopLoad<coop_mat16x16<f16, B>>(&Vb[vb_off_c(buf, ks, bn)], VCB);
+                b1 = coopLoad<coop_mat16x16<f16, B>>(&Vb[vb_off_c(buf, ks, bn + 16u)], VCB);
             }
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
@@ -596,29 +584,23 @@ fn mm_coop128v_stage(
             var a3: coop_mat16x16<f16, A>;
             var b0: coop_mat16x16<f16, B>;
             var b1: coop_mat16x16<f16, B>;
-            let f0 = va_frag(buf, am, ks);
-            let f1 = va_frag(buf, am + 16u, ks);
-            let f2 = va_frag(buf, am + 32u, ks);
-            let f3 = va_frag(buf, am + 48u, ks);
-            let g0 = vb_frag(buf, ks, bn);
-            let g1 = vb_frag(buf, ks, bn + 16u);
             if (ra) {
-                a0 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f0.x], f0.y);
-                a1 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f1.x], f1.y);
-                a2 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f2.x], f2.y);
-                a3 = coopLoadT<coop_mat16x16<f16, A>>(&Va[f3.x], f3.y);
+                a0 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am, ks)], VRA);
+                a1 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am + 16u, ks)], VRA);
+                a2 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am + 32u, ks)], VRA);
+                a3 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am + 48u, ks)], VRA);
             } else {
-                a0 = coopLoad<coop_mat16x16<f16, A>>(&Va[f0.x], f0.y);
-                a1 = coopLoad<coop_mat16x16<f16, A>>(&Va[f1.x], f1.y);
-                a2 = coopLoad<coop_mat16x16<f16, A>>(&Va[f2.x], f2.y);
-                a3 = coopLoad<coop_mat16x16<f16, A>>(&Va[f3.x], f3.y);
+                a0 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am, ks)], VCA);
+                a1 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am + 16u, ks)], VCA);
+                a2 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am + 32u, ks)], VCA);
+                a3 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am + 48u, ks)], VCA);
             }
             if (rb) {
-                b0 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[g0.x], g0.y);
-                b1 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[g1.x], g1.y);
+                b0 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[vb_off_r(buf, ks, bn)], VRB);
+                b1 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[vb_off_r(buf, ks, bn + 16u)], VRB);
             } else {
-                b0 = coopLoad<coop_mat16x16<f16, B>>(&Vb[g0.x], g0.y);
-                b1 = coopLoad<coop_mat16x16<f16, B>>(&Vb[g1.x], g1.y);
+                b0 = coopLoad<coop_mat16x16<f16, B>>(&Vb[vb_off_c(buf, ks, bn)], VCB);
+                b1 = coopLoad<coop_mat16x16<f16, B>>(&Vb[vb_off_c(buf, ks, bn + 16u)], VCB);
             }
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);

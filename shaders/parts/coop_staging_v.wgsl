@@ -60,15 +60,25 @@ fn vb_slot(v: u32) -> u32 {
 }
 
 // The first quad of A's 16 × 16 fragment (rows r.., K columns ks.. of the slice, r and ks
-// multiples of 16) in buffer `buf`, and its stride in quads: [QBM][QBK] row-major, or [QBK][QBM]
-// column-major (then the fragment's 16 rows are 4 consecutive quads). `vec2(first, stride)`.
+// multiples of 16) in buffer `buf`: laid out [QBM][QBK] (`_r`: loaded row-major, stride VRA) or
+// [QBK][QBM] (`_c`: column-major, stride VCA; the fragment's 16 rows are 4 consecutive quads).
+// The kernel calls the one its layout needs with the stride as a constant (what a driver needs
+// to see to load fragments whole); `va_frag` picks by the layout (the soft check).
+fn va_off_r(buf: u32, r: u32, ks: u32) -> u32 { return buf * VBUFA + r * VRA + ks / 4u; }
+fn va_off_c(buf: u32, r: u32, ks: u32) -> u32 { return buf * VBUFA + ks * VCA + r / 4u; }
+
+// B's fragment (K rows ks.., columns c..): [QBK][QBN] (`_r`, stride VRB) or [QBN][QBK] (`_c`,
+// stride VCB).
+fn vb_off_r(buf: u32, ks: u32, c: u32) -> u32 { return buf * VBUFB + ks * VRB + c / 4u; }
+fn vb_off_c(buf: u32, ks: u32, c: u32) -> u32 { return buf * VBUFB + c * VCB + ks / 4u; }
+
+// `vec2(first quad, stride)` of A's and B's fragments in this product's layouts.
 fn va_frag(buf: u32, r: u32, ks: u32) -> vec2<u32> {
-    if (params.a_cs == 1u) { return vec2<u32>(buf * VBUFA + r * VRA + ks / 4u, VRA); }
-    return vec2<u32>(buf * VBUFA + ks * VCA + r / 4u, VCA);
+    if (params.a_cs == 1u) { return vec2<u32>(va_off_r(buf, r, ks), VRA); }
+    return vec2<u32>(va_off_c(buf, r, ks), VCA);
 }
 
-// B's fragment (K rows ks.., columns c..): [QBK][QBN] row-major or [QBN][QBK] column-major.
 fn vb_frag(buf: u32, ks: u32, c: u32) -> vec2<u32> {
-    if (params.b_cs == 1u) { return vec2<u32>(buf * VBUFB + ks * VRB + c / 4u, VRB); }
-    return vec2<u32>(buf * VBUFB + c * VCB + ks / 4u, VCB);
+    if (params.b_cs == 1u) { return vec2<u32>(vb_off_r(buf, ks, c), VRB); }
+    return vec2<u32>(vb_off_c(buf, ks, c), VCB);
 }
