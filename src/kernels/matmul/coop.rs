@@ -52,10 +52,12 @@ pub const VARIANT128V: &str = "coop128v";
 /// picked, never in `--variants all`, their results are not the product): `coop`'s
 /// cooperative-matrix half alone (one staged slice, then K / 16 rounds of fragment loads and
 /// products; `coop:mma-cm` with column-major fragment loads) and its staging half alone (the
-/// loads, conversions and barriers, one product); the same halves of [`VARIANT128V`]
+/// loads, conversions and barriers, one product); `coop:mma-b`, `coop:mma` with a barrier per
+/// iteration so that its fragment loads cannot leave the loop; the same halves of [`VARIANT128V`]
 /// (`coop128v:mma`: fragment loads, products and the barrier per slice from two buffers staged
 /// once; `coop128v:stage`: the loads, stashes and barriers, one product at the end).
-pub const DIAGNOSTIC: [&str; 5] = ["coop:mma", "coop:mma-cm", "coop:stage", "coop128v:mma", "coop128v:stage"];
+pub const DIAGNOSTIC: [&str; 6] =
+    ["coop:mma", "coop:mma-cm", "coop:mma-b", "coop:stage", "coop128v:mma", "coop128v:stage"];
 
 /// The diagnostic halves of [`VARIANT128V`] and their entry points.
 const DIAGNOSTIC128V: [(&str, &str); 2] =
@@ -78,6 +80,7 @@ fn shape(variant: &str) -> ((usize, usize), &'static str) {
         VARIANT64 => ((64, 64), "mm_coop4"),
         "coop:mma" => ((32, 32), "mm_coop_mma"),
         "coop:mma-cm" => ((32, 32), "mm_coop_mma_cm"),
+        "coop:mma-b" => ((32, 32), "mm_coop_mma_b"),
         "coop:stage" => ((32, 32), "mm_coop_stage"),
         _ => ((32, 32), "mm_coop"),
     }
