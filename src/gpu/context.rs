@@ -672,8 +672,7 @@ impl Gpu {
             if self.forms.matmul_coop {
                 s.push_str(&match crate::kernels::matmul::coop::wide_v_status(self) {
                     Ok(()) => {
-                        "cooperative-matrix form coop128v: self-test passed (timed by ddl bench matmul, not picked)\n"
-                            .to_string()
+                        "cooperative-matrix form coop128v: self-test passed (picked with matmul_coop_v=1)\n".to_string()
                     }
                     Err(why) => format!("cooperative-matrix form coop128v: off ({why})\n"),
                 });
