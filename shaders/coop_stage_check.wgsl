@@ -37,15 +37,12 @@ fn stage_dump(
     @builtin(local_invocation_index) li: u32,
 ) {
     let p = params;
-    let ti = tile_index(wid, nwg);
-    let live = ti.w != 0u;
-    let row0 = ti.y * QBM;
-    let col0 = ti.x * QBN;
-    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
-    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
+    let t = q_tile(wid, nwg, li);
+    let live = t.live;
+    let row0 = t.row0;
+    let col0 = t.col0;
     let nslices = (p.k + QBK - 1u) / QBK;
     let tile = wid.y * nwg.x + wid.x;
-    let t = QTile(row0, col0, a_base, b_base, live, li);
     stage_load(0u, t);
     for (var s = 0u; s < nslices; s++) {
         let k0 = s * QBK;
@@ -69,19 +66,16 @@ fn soft128(
     @builtin(local_invocation_index) li: u32,
 ) {
     let p = params;
-    let ti = tile_index(wid, nwg);
-    let live = ti.w != 0u;
-    let row0 = ti.y * QBM;
-    let col0 = ti.x * QBN;
-    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
-    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
+    let t = q_tile(wid, nwg, li);
+    let live = t.live;
+    let row0 = t.row0;
+    let col0 = t.col0;
     let sgi = li / SG;
     let lane = li % SG;
     let am = (sgi / 4u) * 64u;
     let bn = (sgi % 4u) * 32u;
     // Fragment f = 2·fi + fj, its element e = lane + SG·i (i < 8) in acc[8·f + i].
     var acc: array<f32, 64>;
-    let t = QTile(row0, col0, a_base, b_base, live, li);
     stage_load(0u, t);
     for (var k0 = 0u; k0 < p.k; k0 += QBK) {
         stage_step(k0, t);
@@ -102,7 +96,7 @@ fn soft128(
             }
         }
     }
-    let c_base = p.c_off + batch_off(ti.z, p.c_bs, p.c_os);
+    let c_base = t.c_base;
     let sc = sgi * QF * QF;
     for (var f = 0u; f < 8u; f++) {
         workgroupBarrier();   // the previous fragment's scratch is read out
@@ -141,19 +135,16 @@ fn soft128v(
     @builtin(local_invocation_index) li: u32,
 ) {
     let p = params;
-    let ti = tile_index(wid, nwg);
-    let live = ti.w != 0u;
-    let row0 = ti.y * QBM;
-    let col0 = ti.x * QBN;
-    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
-    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
+    let t = q_tile(wid, nwg, li);
+    let live = t.live;
+    let row0 = t.row0;
+    let col0 = t.col0;
     let sgi = li / SG;
     let lane = li % SG;
     let am = (sgi / 4u) * 64u;
     let bn = (sgi % 4u) * 32u;
     // Fragment f = 2·fi + fj, its element e = lane + SG·i (i < 8) in acc[8·f + i].
     var acc: array<f32, 64>;
-    let t = QTile(row0, col0, a_base, b_base, live, li);
     v_load(0u, t);
     v_stash(0u, t);
     workgroupBarrier();
@@ -179,7 +170,7 @@ fn soft128v(
         workgroupBarrier();
         buf = 1u - buf;
     }
-    let c_base = p.c_off + batch_off(ti.z, p.c_bs, p.c_os);
+    let c_base = t.c_base;
     let sc = sgi * QF * QF;
     for (var f = 0u; f < 8u; f++) {
         workgroupBarrier();   // the previous fragment's scratch is read out

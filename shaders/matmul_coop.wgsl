@@ -267,12 +267,10 @@ fn mm_coop128(
     @builtin(local_invocation_index) li: u32,
 ) {
     let p = params;
-    let ti = tile_index(wid, nwg);
-    let live = ti.w != 0u;
-    let row0 = ti.y * QBM;
-    let col0 = ti.x * QBN;
-    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
-    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
+    let t = q_tile(wid, nwg, li);
+    let live = t.live;
+    let row0 = t.row0;
+    let col0 = t.col0;
     let sgi = li / SG;
     let am = (sgi / 4u) * 64u;    // the subgroup's first row in the tile
     let bn = (sgi % 4u) * 32u;    // its first column
@@ -284,7 +282,6 @@ fn mm_coop128(
     var c21 = coop_mat16x16<f32, C>();
     var c30 = coop_mat16x16<f32, C>();
     var c31 = coop_mat16x16<f32, C>();
-    let t = QTile(row0, col0, a_base, b_base, live, li);
     stage_load(0u, t);
     for (var k0 = 0u; k0 < p.k; k0 += QBK) {
         stage_step(k0, t);
@@ -307,7 +304,7 @@ fn mm_coop128(
             c31 = coopMultiplyAdd(a3, b1, c31);
         }
     }
-    let c_base = p.c_off + batch_off(ti.z, p.c_bs, p.c_os);
+    let c_base = t.c_base;
     let lane = li % SG;
     let sc = sgi * 256u;
     let r = row0 + am;
@@ -336,10 +333,11 @@ fn mm_coop128(
 // of part `coop_staging_v` (raw loads in flight, quads in workgroup memory, two buffers): per K
 // slice of 32, the next slice's loads issued, this slice's 16 fragment products per subgroup, the
 // next slice stashed into the other buffer, one barrier. Workgroup memory 40 + 8 KiB (NVIDIA's
-// limit is 48). Written (session 31) before any GPU run of it; its halves apart:
-// `mm_coop128v_mma` (the products, fragment loads and barriers without the staging) and
-// `mm_coop128v_stage` (the staging and barriers without the products), variants `coop128v:mma`
-// and `coop128v:stage`.
+// limit is 48). Written (session 31) before any GPU run of it. Its halves apart, the same code
+// in a diagnostic mode (bits 16 and 32 of `params.vec4s`, uniform branches): variant
+// `coop128v:mma` (16) stages the first slice into both buffers and then runs only the fragment
+// loads, products and barriers; `coop128v:stage` (32) runs only the loads, stashes and barriers,
+// and the products of the last slice (so every output is written).
 
 @compute @workgroup_size(QNT)
 fn mm_coop128v(
@@ -348,12 +346,10 @@ fn mm_coop128v(
     @builtin(local_invocation_index) li: u32,
 ) {
     let p = params;
-    let ti = tile_index(wid, nwg);
-    let live = ti.w != 0u;
-    let row0 = ti.y * QBM;
-    let col0 = ti.x * QBN;
-    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
-    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
+    let t = q_tile(wid, nwg, li);
+    let live = t.live;
+    let row0 = t.row0;
+    let col0 = t.col0;
     let sgi = li / SG;
     let am = (sgi / 4u) * 64u;    // the subgroup's first row in the tile
     let bn = (sgi % 4u) * 32u;    // its first column
@@ -367,217 +363,29 @@ fn mm_coop128v(
     var c21 = coop_mat16x16<f32, C>();
     var c30 = coop_mat16x16<f32, C>();
     var c31 = coop_mat16x16<f32, C>();
-    let t = QTile(row0, col0, a_base, b_base, live, li);
+    let only_mma = (p.vec4s & 16u) != 0u;
+    let only_stage = (p.vec4s & 32u) != 0u;
     v_load(0u, t);
     v_stash(0u, t);
+    if (only_mma) { v_stash(1u, t); }
     workgroupBarrier();
     var buf = 0u;
-    for (var k0 = 0u; k0 < p.k; k0 += QBK) {
-        let more = k0 + QBK < p.k;
-        if (more) { v_load(k0 + QBK, t); }
-        for (var ks = 0u; ks < QBK; ks += 16u) {
-            var a0: coop_mat16x16<f16, A>;
-            var a1: coop_mat16x16<f16, A>;
-            var a2: coop_mat16x16<f16, A>;
-            var a3: coop_mat16x16<f16, A>;
-            var b0: coop_mat16x16<f16, B>;
-            var b1: coop_mat16x16<f16, B>;
-            if (ra) {
-                a0 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am, ks)], VRA);
-                a1 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am + 16u, ks)], VRA);
-                a2 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am + 32u, ks)], VRA);
-                a3 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am + 48u, ks)], VRA);
-            } else {
-                a0 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am, ks)], VCA);
-                a1 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am + 16u, ks)], VCA);
-                a2 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am + 32u, ks)], VCA);
-                a3 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am + 48u, ks)], VCA);
-            }
-            if (rb) {
-                b0 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[vb_off_r(buf, ks, bn)], VRB);
-                b1 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[vb_off_r(buf, ks, bn + 16u)], VRB);
-            } else {
-                b0 = coopLoad<coop_mat16x16<f16, B>>(&Vb[vb_off_c(buf, ks, bn)], VCB);
-                b1 = coopLoad<coop_mat16x16<f16, B>>(&Vb[vb_off_c(buf, ks, bn + 16u)], VCB);
-            }
-            c00 = coopMultiplyAdd(a0, b0, c00);
-            c01 = coopMultiplyAdd(a0, b1, c01);
-            c10 = coopMultiplyAdd(a1, b0, c10);
-            c11 = coopMultiplyAdd(a1, b1, c11);
-            c20 = coopMultiplyAdd(a2, b0, c20);
-            c21 = coopMultiplyAdd(a2, b1, c21);
-            c30 = coopMultiplyAdd(a3, b0, c30);
-            c31 = coopMultiplyAdd(a3, b1, c31);
-        }
-        if (more) { v_stash(1u - buf, t); }
-        workgroupBarrier();
-        buf = 1u - buf;
-    }
-    let c_base = p.c_off + batch_off(ti.z, p.c_bs, p.c_os);
-    let lane = li % SG;
-    let sc = sgi * 256u;
-    let r = row0 + am;
-    let q = col0 + bn;
-    let s16 = 16u;
-    coopStoreT(c00, &Qc[sc], s16);
-    frag_write(r, q, sc, lane, c_base, live);
-    coopStoreT(c01, &Qc[sc], s16);
-    frag_write(r, q + 16u, sc, lane, c_base, live);
-    coopStoreT(c10, &Qc[sc], s16);
-    frag_write(r + 16u, q, sc, lane, c_base, live);
-    coopStoreT(c11, &Qc[sc], s16);
-    frag_write(r + 16u, q + 16u, sc, lane, c_base, live);
-    coopStoreT(c20, &Qc[sc], s16);
-    frag_write(r + 32u, q, sc, lane, c_base, live);
-    coopStoreT(c21, &Qc[sc], s16);
-    frag_write(r + 32u, q + 16u, sc, lane, c_base, live);
-    coopStoreT(c30, &Qc[sc], s16);
-    frag_write(r + 48u, q, sc, lane, c_base, live);
-    coopStoreT(c31, &Qc[sc], s16);
-    frag_write(r + 48u, q + 16u, sc, lane, c_base, live);
-}
-
-// Diagnostic: the products alone (the first slice staged into both buffers once; then per slice
-// the fragment loads and products and the barrier, which keeps the loads in the loop).
-@compute @workgroup_size(QNT)
-fn mm_coop128v_mma(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-) {
-    let p = params;
-    let ti = tile_index(wid, nwg);
-    let live = ti.w != 0u;
-    let row0 = ti.y * QBM;
-    let col0 = ti.x * QBN;
-    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
-    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
-    let sgi = li / SG;
-    let am = (sgi / 4u) * 64u;    // the subgroup's first row in the tile
-    let bn = (sgi % 4u) * 32u;    // its first column
-    let ra = p.a_cs == 1u;        // A's slices row-major (quads along K), else column-major
-    let rb = p.b_cs == 1u;        // B's row-major (quads along N), else column-major
-    var c00 = coop_mat16x16<f32, C>();
-    var c01 = coop_mat16x16<f32, C>();
-    var c10 = coop_mat16x16<f32, C>();
-    var c11 = coop_mat16x16<f32, C>();
-    var c20 = coop_mat16x16<f32, C>();
-    var c21 = coop_mat16x16<f32, C>();
-    var c30 = coop_mat16x16<f32, C>();
-    var c31 = coop_mat16x16<f32, C>();
-    let t = QTile(row0, col0, a_base, b_base, live, li);
-    v_load(0u, t);
-    v_stash(0u, t);
-    workgroupBarrier();
-    var buf = 0u;
-    v_stash(1u, t);
-    workgroupBarrier();
-    for (var k0 = 0u; k0 < p.k; k0 += QBK) {
-        for (var ks = 0u; ks < QBK; ks += 16u) {
-            var a0: coop_mat16x16<f16, A>;
-            var a1: coop_mat16x16<f16, A>;
-            var a2: coop_mat16x16<f16, A>;
-            var a3: coop_mat16x16<f16, A>;
-            var b0: coop_mat16x16<f16, B>;
-            var b1: coop_mat16x16<f16, B>;
-            if (ra) {
-                a0 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am, ks)], VRA);
-                a1 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am + 16u, ks)], VRA);
-                a2 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am + 32u, ks)], VRA);
-                a3 = coopLoadT<coop_mat16x16<f16, A>>(&Va[va_off_r(buf, am + 48u, ks)], VRA);
-            } else {
-                a0 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am, ks)], VCA);
-                a1 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am + 16u, ks)], VCA);
-                a2 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am + 32u, ks)], VCA);
-                a3 = coopLoad<coop_mat16x16<f16, A>>(&Va[va_off_c(buf, am + 48u, ks)], VCA);
-            }
-            if (rb) {
-                b0 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[vb_off_r(buf, ks, bn)], VRB);
-                b1 = coopLoadT<coop_mat16x16<f16, B>>(&Vb[vb_off_r(buf, ks, bn + 16u)], VRB);
-            } else {
-                b0 = coopLoad<coop_mat16x16<f16, B>>(&Vb[vb_off_c(buf, ks, bn)], VCB);
-                b1 = coopLoad<coop_mat16x16<f16, B>>(&Vb[vb_off_c(buf, ks, bn + 16u)], VCB);
-            }
-            c00 = coopMultiplyAdd(a0, b0, c00);
-            c01 = coopMultiplyAdd(a0, b1, c01);
-            c10 = coopMultiplyAdd(a1, b0, c10);
-            c11 = coopMultiplyAdd(a1, b1, c11);
-            c20 = coopMultiplyAdd(a2, b0, c20);
-            c21 = coopMultiplyAdd(a2, b1, c21);
-            c30 = coopMultiplyAdd(a3, b0, c30);
-            c31 = coopMultiplyAdd(a3, b1, c31);
-        }
-        workgroupBarrier();
-        buf = 1u - buf;
-    }
-    let c_base = p.c_off + batch_off(ti.z, p.c_bs, p.c_os);
-    let lane = li % SG;
-    let sc = sgi * 256u;
-    let r = row0 + am;
-    let q = col0 + bn;
-    let s16 = 16u;
-    coopStoreT(c00, &Qc[sc], s16);
-    frag_write(r, q, sc, lane, c_base, live);
-    coopStoreT(c01, &Qc[sc], s16);
-    frag_write(r, q + 16u, sc, lane, c_base, live);
-    coopStoreT(c10, &Qc[sc], s16);
-    frag_write(r + 16u, q, sc, lane, c_base, live);
-    coopStoreT(c11, &Qc[sc], s16);
-    frag_write(r + 16u, q + 16u, sc, lane, c_base, live);
-    coopStoreT(c20, &Qc[sc], s16);
-    frag_write(r + 32u, q, sc, lane, c_base, live);
-    coopStoreT(c21, &Qc[sc], s16);
-    frag_write(r + 32u, q + 16u, sc, lane, c_base, live);
-    coopStoreT(c30, &Qc[sc], s16);
-    frag_write(r + 48u, q, sc, lane, c_base, live);
-    coopStoreT(c31, &Qc[sc], s16);
-    frag_write(r + 48u, q + 16u, sc, lane, c_base, live);
-}
-
-// Diagnostic: the staging alone (per slice the next slice's loads, the stash, the barrier), then
-// one product of the last buffer filled, so every output is written.
-@compute @workgroup_size(QNT)
-fn mm_coop128v_stage(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-) {
-    let p = params;
-    let ti = tile_index(wid, nwg);
-    let live = ti.w != 0u;
-    let row0 = ti.y * QBM;
-    let col0 = ti.x * QBN;
-    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
-    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
-    let sgi = li / SG;
-    let am = (sgi / 4u) * 64u;    // the subgroup's first row in the tile
-    let bn = (sgi % 4u) * 32u;    // its first column
-    let ra = p.a_cs == 1u;        // A's slices row-major (quads along K), else column-major
-    let rb = p.b_cs == 1u;        // B's row-major (quads along N), else column-major
-    var c00 = coop_mat16x16<f32, C>();
-    var c01 = coop_mat16x16<f32, C>();
-    var c10 = coop_mat16x16<f32, C>();
-    var c11 = coop_mat16x16<f32, C>();
-    var c20 = coop_mat16x16<f32, C>();
-    var c21 = coop_mat16x16<f32, C>();
-    var c30 = coop_mat16x16<f32, C>();
-    var c31 = coop_mat16x16<f32, C>();
-    let t = QTile(row0, col0, a_base, b_base, live, li);
-    v_load(0u, t);
-    v_stash(0u, t);
-    workgroupBarrier();
-    var buf = 0u;
-    for (var k0 = 0u; k0 < p.k; k0 += QBK) {
-        let more = k0 + QBK < p.k;
-        if (more) {
-            v_load(k0 + QBK, t);
+    // Diagnostic `coop128v:stage`: every slice but the last staged without products, then the
+    // loop below from the last.
+    var k_first = 0u;
+    if (only_stage) {
+        for (; k_first + QBK < p.k; k_first += QBK) {
+            v_load(k_first + QBK, t);
             v_stash(1u - buf, t);
+            workgroupBarrier();
             buf = 1u - buf;
         }
-        workgroupBarrier();
     }
-    {
-        let ks = 0u;
+    for (var k0 = k_first; k0 < p.k; k0 += QBK) {
+        let more = k0 + QBK < p.k;
+        let stage = more && !only_mma;
+        if (stage) { v_load(k0 + QBK, t); }
+        for (var ks = 0u; ks < QBK; ks += 16u) {
             var a0: coop_mat16x16<f16, A>;
             var a1: coop_mat16x16<f16, A>;
             var a2: coop_mat16x16<f16, A>;
@@ -610,8 +418,12 @@ fn mm_coop128v_stage(
             c21 = coopMultiplyAdd(a2, b1, c21);
             c30 = coopMultiplyAdd(a3, b0, c30);
             c31 = coopMultiplyAdd(a3, b1, c31);
+        }
+        if (stage) { v_stash(1u - buf, t); }
+        workgroupBarrier();
+        buf = 1u - buf;
     }
-    let c_base = p.c_off + batch_off(ti.z, p.c_bs, p.c_os);
+    let c_base = t.c_base;
     let lane = li % SG;
     let sc = sgi * 256u;
     let r = row0 + am;

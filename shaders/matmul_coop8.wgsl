@@ -37,12 +37,10 @@ fn mm_coop8(
     @builtin(local_invocation_index) li: u32,
 ) {
     let p = params;
-    let ti = tile_index(wid, nwg);
-    let live = ti.w != 0u;
-    let row0 = ti.y * QBM;
-    let col0 = ti.x * QBN;
-    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
-    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
+    let t = q_tile(wid, nwg, li);
+    let live = t.live;
+    let row0 = t.row0;
+    let col0 = t.col0;
     let sgi = li / SG;
     let am = (sgi / 2u) * 32u;    // the subgroup's first row in the tile
     let bn = (sgi % 2u) * 32u;    // its first column
@@ -62,7 +60,6 @@ fn mm_coop8(
     var c31 = coop_mat8x8<f32, C>();
     var c32 = coop_mat8x8<f32, C>();
     var c33 = coop_mat8x8<f32, C>();
-    let t = QTile(row0, col0, a_base, b_base, live, li);
     stage_load(0u, t);
     for (var k0 = 0u; k0 < p.k; k0 += QBK) {
         stage_step(k0, t);
@@ -95,7 +92,7 @@ fn mm_coop8(
             c33 = coopMultiplyAdd(a3, b3, c33);
         }
     }
-    let c_base = p.c_off + batch_off(ti.z, p.c_bs, p.c_os);
+    let c_base = t.c_base;
     let lane = li % SG;
     let sc = sgi * 64u;
     let r = row0 + am;

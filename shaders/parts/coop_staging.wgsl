@@ -14,9 +14,18 @@
 var<private> qra: array<vec4<f16>, QPT>;
 var<private> qrb: array<vec4<f16>, QPT>;
 
-// A workgroup's tile (its first row and column, its operands' batch offsets, whether it has one)
-// and the invocation's index.
-struct QTile { row0: u32, col0: u32, a_base: u32, b_base: u32, live: bool, li: u32 }
+// A workgroup's tile (its first row and column, its operands' and C's batch offsets, whether it
+// has one) and the invocation's index.
+struct QTile { row0: u32, col0: u32, a_base: u32, b_base: u32, c_base: u32, live: bool, li: u32 }
+
+// The tile of workgroup `wid` (the grid's order: `tile_index`) and invocation `li`.
+fn q_tile(wid: vec3<u32>, nwg: vec3<u32>, li: u32) -> QTile {
+    let p = params;
+    let ti = tile_index(wid, nwg);
+    return QTile(ti.y * QBM, ti.x * QBN, p.a_off + batch_off(ti.z, p.a_bs, p.a_os),
+                 p.b_off + batch_off(ti.z, p.b_bs, p.b_os), p.c_off + batch_off(ti.z, p.c_bs, p.c_os),
+                 ti.w != 0u, li);
+}
 
 // Issues this invocation's loads of the slice at K offset k0 into `qra`/`qrb`.
 fn stage_load(k0: u32, t: QTile) {

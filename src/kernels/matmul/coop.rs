@@ -59,9 +59,9 @@ pub const VARIANT128V: &str = "coop128v";
 pub const DIAGNOSTIC: [&str; 6] =
     ["coop:mma", "coop:mma-cm", "coop:mma-b", "coop:stage", "coop128v:mma", "coop128v:stage"];
 
-/// The diagnostic halves of [`VARIANT128V`] and their entry points.
-const DIAGNOSTIC128V: [(&str, &str); 2] =
-    [("coop128v:mma", "mm_coop128v_mma"), ("coop128v:stage", "mm_coop128v_stage")];
+/// The diagnostic halves of [`VARIANT128V`]: its kernel in a diagnostic mode (bits of the
+/// parameters' `vec4s`, see `mm_coop128v`).
+const DIAGNOSTIC128V: [(&str, u32); 2] = [("coop128v:mma", 16), ("coop128v:stage", 32)];
 
 /// The 8 × 8 form (`shaders/matmul_coop8.wgsl`, `mm_coop8`): Metal's simdgroup matrices, where
 /// the adapter lists 8×8×8 f16 → f32 (Apple GPUs) and no 16 × 16. 64 × 64 outputs per workgroup
@@ -280,8 +280,8 @@ fn bind_checked(
         if shorter_than_a_quad(&key, &a, &b) {
             return bind_checked(mm, gpu, VARIANT, a, b, c, checked);
         }
-        let entry = diagnostic.map_or("mm_coop128v", |d| d.1);
-        return dispatch_quads(mm, gpu, "matmul_coop", &key.name(), entry, 128, a, b, c);
+        let mode = diagnostic.map_or(0, |d| d.1);
+        return dispatch_quads_mode(mm, gpu, "matmul_coop", &key.name(), "mm_coop128v", 128, mode, a, b, c);
     }
     let ((bm, bn), entry) = shape(variant);
     let (p, total) = mm.grid(gpu, bm, bn)?;
@@ -317,9 +317,26 @@ fn dispatch_quads(
     b: View<'_>,
     c: View<'_>,
 ) -> Result<Dispatch> {
+    dispatch_quads_mode(mm, gpu, shader, variant, entry, tile, 0, a, b, c)
+}
+
+/// [`dispatch_quads`] with `mode` (a diagnostic mode's bits, 16 and up) in `vec4s`.
+#[allow(clippy::too_many_arguments)]
+fn dispatch_quads_mode(
+    mm: &Matmul,
+    gpu: &Gpu,
+    shader: &str,
+    variant: &str,
+    entry: &str,
+    tile: usize,
+    mode: u32,
+    a: View<'_>,
+    b: View<'_>,
+    c: View<'_>,
+) -> Result<Dispatch> {
     let (mut p, total) = mm.grid(gpu, tile, tile)?;
     let [a_k, a_m, b_k, b_n] = mm.aligned_quads();
-    p.vec4s = a_k as u32 | (a_m as u32) << 1 | (b_n as u32) << 2 | (b_k as u32) << 3;
+    p.vec4s = a_k as u32 | (a_m as u32) << 1 | (b_n as u32) << 2 | (b_k as u32) << 3 | mode;
     let kern = gpu.kernel(shader, Some(variant), entry)?;
     let max = gpu.limits.max_compute_workgroups_per_dimension;
     let bufs = [("a", a), ("b", b), ("c", c), ("a4", a), ("b4", b)];
