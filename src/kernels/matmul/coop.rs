@@ -1,8 +1,8 @@
 //! Products on cooperative matrices (tensor cores; `shaders/matmul_coop.wgsl`): f16 operands,
 //! f32 accumulation, 16×16×16 fragments at subgroup scope, tiles of 32 × 32 outputs (or 64 × 64:
 //! [`VARIANT64`]) per workgroup of one subgroup, or 128 × 128 per workgroup of eight
-//! ([`VARIANT128`], self-tested apart); on Metal, 8×8×8 fragments, 64 × 64 per workgroup of four
-//! ([`VARIANT8`], `shaders/matmul_coop8.wgsl`). The same [`Matmul`] description, operand forms
+//! ([`VARIANT128`], self-tested apart; [`VARIANT128V`] the same on another staging); on Metal,
+//! 8×8×8 fragments, 64 × 64 per workgroup of four ([`VARIANT8`], `shaders/matmul_coop8.wgsl`). The same [`Matmul`] description, operand forms
 //! ([`MatmulElem::R16`], [`MatmulElem::F16`]), strides, batches and accumulation as the other
 //! forms; not bit-identical to them (the hardware sums in its own order).
 //!
