@@ -4,7 +4,7 @@
 // a suspect for its 24–34 TFLOP/s on an H200 (docs/GPU.md, run 4):
 // * the next slice's quads wait in registers as loaded (`RawA`/`RawB`: f32 for an f32-stored
 //   operand) and become f16 only when stashed, after the fragment products: converting them as
-//   they arrive made every invocation wait for its loads before its products;
+//   they arrive can make every invocation wait for its loads before its products;
 // * workgroup memory holds quads (`vec4<f16>`: one 8-byte store per quad, where `mm_coop128` makes
 //   four 2-byte ones), each operand's slice laid out along its quads — A [QBM][QBK] when its
 //   quads run along K (a_cs = 1), else [QBK][QBM]; B [QBK][QBN] when along N, else [QBN][QBK] —
