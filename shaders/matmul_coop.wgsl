@@ -520,52 +520,11 @@ fn mm_coop_mma(
         c01 = coopMultiplyAdd(a0, b1, c01);
         c10 = coopMultiplyAdd(a1, b0, c10);
         c11 = coopMultiplyAdd(a1, b1, c11);
-    }
-    let s = BN;
-    let o01 = 16u;
-    let o10 = 16u * BN;
-    let o11 = 16u * BN + 16u;
-    coopStoreT(c00, &Cs[0], s);
-    coopStoreT(c01, &Cs[o01], s);
-    coopStoreT(c10, &Cs[o10], s);
-    coopStoreT(c11, &Cs[o11], s);
-    workgroupBarrier();
-    coop_write(row0, col0, p.c_off + batch_off(ti.z, p.c_bs, p.c_os), live, li);
-}
-
-// `mm_coop_mma` with a barrier in each iteration (`coop:mma-b`): the barrier keeps the fragment
-// loads in the loop (without it a compiler may load the four fragments once), so this times
-// fragment loads from constant offsets and the products; against `coop128v:mma` (offsets from
-// the subgroup index), whether the driver's loads care.
-@compute @workgroup_size(SG)
-fn mm_coop_mma_b(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-) {
-    let p = params;
-    let ti = tile_index(wid, nwg);
-    let live = ti.w != 0u;
-    let row0 = ti.y * BM;
-    let col0 = ti.x * BN;
-    let a_base = p.a_off + batch_off(ti.z, p.a_bs, p.a_os);
-    let b_base = p.b_off + batch_off(ti.z, p.b_bs, p.b_os);
-    coop_stage(0u, row0, col0, a_base, b_base, live, li);
-    workgroupBarrier();
-    var c00 = coop_mat16x16<f32, C>();
-    var c01 = coop_mat16x16<f32, C>();
-    var c10 = coop_mat16x16<f32, C>();
-    var c11 = coop_mat16x16<f32, C>();
-    for (var k0 = 0u; k0 < p.k; k0 += BK) {
-        let a0 = coopLoadT<coop_mat16x16<f16, A>>(&As[0], BK);
-        let a1 = coopLoadT<coop_mat16x16<f16, A>>(&As[16u * BK], BK);
-        let b0 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[0], BN);
-        let b1 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[16], BN);
-        c00 = coopMultiplyAdd(a0, b0, c00);
-        c01 = coopMultiplyAdd(a0, b1, c01);
-        c10 = coopMultiplyAdd(a1, b0, c10);
-        c11 = coopMultiplyAdd(a1, b1, c11);
-        workgroupBarrier();
+        // `coop:mma-b` (bit 64 of `vec4s`): a barrier in each iteration keeps the fragment loads
+        // in the loop (without it a compiler may load the four fragments once): fragment loads
+        // from constant offsets and the products; against `coop128v:mma` (offsets from the
+        // subgroup index), whether the driver's loads care.
+        if ((p.vec4s & 64u) != 0u) { workgroupBarrier(); }
     }
     let s = BN;
     let o01 = 16u;

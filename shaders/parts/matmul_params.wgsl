@@ -10,7 +10,7 @@ struct Params {
     tiles_n: u32, tiles_m: u32, total: u32,
     // Which operands the quad-staged kernels (`mm_coop128`, `mm_coop128v`, `mm_coop8`) may read
     // as vec4s (the launcher checks alignment): 1 A along K, 2 A along M, 4 B along N, 8 B along
-    // K; 16 and 32: `mm_coop128v`'s diagnostic modes. Zero for every other kernel.
+    // K; 16 and 32: `mm_coop128v`'s diagnostic modes; 64: `mm_coop_mma`'s. Zero for every other kernel.
     vec4s: u32,
     // Two batch levels: batch index z is product z % nb_in of group z / nb_in; a group moves the
     // operands by a_os / b_os / c_os elements (nb_in = the batch count and zero strides when

@@ -80,7 +80,7 @@ fn shape(variant: &str) -> ((usize, usize), &'static str) {
         VARIANT64 => ((64, 64), "mm_coop4"),
         "coop:mma" => ((32, 32), "mm_coop_mma"),
         "coop:mma-cm" => ((32, 32), "mm_coop_mma_cm"),
-        "coop:mma-b" => ((32, 32), "mm_coop_mma_b"),
+        "coop:mma-b" => ((32, 32), "mm_coop_mma"),
         "coop:stage" => ((32, 32), "mm_coop_stage"),
         _ => ((32, 32), "mm_coop"),
     }
@@ -284,7 +284,10 @@ fn bind_checked(
         return dispatch_quads_mode(mm, gpu, "matmul_coop", &key.name(), "mm_coop128v", 128, mode, a, b, c);
     }
     let ((bm, bn), entry) = shape(variant);
-    let (p, total) = mm.grid(gpu, bm, bn)?;
+    let (mut p, total) = mm.grid(gpu, bm, bn)?;
+    if variant == "coop:mma-b" {
+        p.vec4s = 64; // `mm_coop_mma` with a barrier per iteration
+    }
     let kern = gpu.kernel("matmul_coop", Some(&key.name()), entry)?;
     let max = gpu.limits.max_compute_workgroups_per_dimension;
     kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[("a", a), ("b", b), ("c", c)], grid_1d(total, 1, max))
