@@ -59,6 +59,21 @@ fn stage_dump(
     }
 }
 
+// The soft kernels' outputs: each subgroup's 4 × 2 fragments (`acc`, laid out as in `soft128`)
+// through its scratch and `frag_write`, as `mm_coop128` writes its accumulators.
+fn soft_write(t: QTile, am: u32, bn: u32, acc_in: array<f32, 64>) {
+    var acc = acc_in;
+    let lane = t.li % SG;
+    let sc = (t.li / SG) * QF * QF;
+    for (var f = 0u; f < 8u; f++) {
+        workgroupBarrier();   // the previous fragment's scratch is read out
+        for (var i = 0u; i < 8u; i++) {
+            Qc[sc + lane + SG * i] = acc[8u * f + i];
+        }
+        frag_write(t.row0 + am + (f / 2u) * 16u, t.col0 + bn + (f % 2u) * 16u, sc, lane, t.c_base, t.live);
+    }
+}
+
 @compute @workgroup_size(QNT)
 fn soft128(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -67,13 +82,9 @@ fn soft128(
 ) {
     let p = params;
     let t = q_tile(wid, nwg, li);
-    let live = t.live;
-    let row0 = t.row0;
-    let col0 = t.col0;
-    let sgi = li / SG;
     let lane = li % SG;
-    let am = (sgi / 4u) * 64u;
-    let bn = (sgi % 4u) * 32u;
+    let am = ((li / SG) / 4u) * 64u;    // the subgroup's first row and column in the tile
+    let bn = ((li / SG) % 4u) * 32u;
     // Fragment f = 2·fi + fj, its element e = lane + SG·i (i < 8) in acc[8·f + i].
     var acc: array<f32, 64>;
     stage_load(0u, t);
@@ -96,15 +107,7 @@ fn soft128(
             }
         }
     }
-    let c_base = t.c_base;
-    let sc = sgi * QF * QF;
-    for (var f = 0u; f < 8u; f++) {
-        workgroupBarrier();   // the previous fragment's scratch is read out
-        for (var i = 0u; i < 8u; i++) {
-            Qc[sc + lane + SG * i] = acc[8u * f + i];
-        }
-        frag_write(row0 + am + (f / 2u) * 16u, col0 + bn + (f % 2u) * 16u, sc, lane, c_base, live);
-    }
+    soft_write(t, am, bn, acc);
 }
 
 // `soft128v`: `mm_coop128v` (part `coop_staging_v`: raw loads in flight, quads in two buffers,
@@ -136,13 +139,9 @@ fn soft128v(
 ) {
     let p = params;
     let t = q_tile(wid, nwg, li);
-    let live = t.live;
-    let row0 = t.row0;
-    let col0 = t.col0;
-    let sgi = li / SG;
     let lane = li % SG;
-    let am = (sgi / 4u) * 64u;
-    let bn = (sgi % 4u) * 32u;
+    let am = ((li / SG) / 4u) * 64u;    // the subgroup's first row and column in the tile
+    let bn = ((li / SG) % 4u) * 32u;
     // Fragment f = 2·fi + fj, its element e = lane + SG·i (i < 8) in acc[8·f + i].
     var acc: array<f32, 64>;
     v_load(0u, t);
@@ -170,13 +169,5 @@ fn soft128v(
         workgroupBarrier();
         buf = 1u - buf;
     }
-    let c_base = t.c_base;
-    let sc = sgi * QF * QF;
-    for (var f = 0u; f < 8u; f++) {
-        workgroupBarrier();   // the previous fragment's scratch is read out
-        for (var i = 0u; i < 8u; i++) {
-            Qc[sc + lane + SG * i] = acc[8u * f + i];
-        }
-        frag_write(row0 + am + (f / 2u) * 16u, col0 + bn + (f % 2u) * 16u, sc, lane, c_base, live);
-    }
+    soft_write(t, am, bn, acc);
 }

@@ -73,16 +73,17 @@ pub const VARIANT8: &str = "coop8";
 /// Every cooperative-matrix variant the engine has (the diagnostic halves aside).
 pub const ALL: [&str; 5] = [VARIANT, VARIANT64, VARIANT128, VARIANT128V, VARIANT8];
 
-/// The tile of C one workgroup of `variant` computes, and its entry point (the one-subgroup
-/// kernels and their diagnostic halves; the quad-staged ones: [`dispatch_quads`]).
-fn shape(variant: &str) -> ((usize, usize), &'static str) {
+/// The tile of C one workgroup of `variant` computes, its entry point and the diagnostic mode it
+/// runs in (bits of the parameters' `vec4s`: 64 puts a barrier in `mm_coop_mma`'s loop) — the
+/// one-subgroup kernels and their diagnostic halves; the quad-staged ones: [`dispatch_quads`].
+fn shape(variant: &str) -> ((usize, usize), &'static str, u32) {
     match variant {
-        VARIANT64 => ((64, 64), "mm_coop4"),
-        "coop:mma" => ((32, 32), "mm_coop_mma"),
-        "coop:mma-cm" => ((32, 32), "mm_coop_mma_cm"),
-        "coop:mma-b" => ((32, 32), "mm_coop_mma"),
-        "coop:stage" => ((32, 32), "mm_coop_stage"),
-        _ => ((32, 32), "mm_coop"),
+        VARIANT64 => ((64, 64), "mm_coop4", 0),
+        "coop:mma" => ((32, 32), "mm_coop_mma", 0),
+        "coop:mma-cm" => ((32, 32), "mm_coop_mma_cm", 0),
+        "coop:mma-b" => ((32, 32), "mm_coop_mma", 64),
+        "coop:stage" => ((32, 32), "mm_coop_stage", 0),
+        _ => ((32, 32), "mm_coop", 0),
     }
 }
 
@@ -136,15 +137,25 @@ pub fn wide_usable(gpu: &Gpu) -> bool {
 pub fn wide_status(gpu: &Gpu) -> std::result::Result<(), String> {
     gpu.coop.clone()?;
     wide_ready(gpu)?;
-    gpu.coop_wide
-        .get_or_init(|| {
-            let r = self_test_wide(gpu);
-            if let Err(why) = &r {
-                eprintln!("note: the wide cooperative-matrix form is off on '{}': {why}", gpu.info.name);
-            }
-            r
-        })
-        .clone()
+    tested_once(gpu, &gpu.coop_wide, VARIANT128, || self_test_wide(gpu))
+}
+
+/// A form's self-test verdict, `test` run the first time it is asked (kept in `cell`, shared by
+/// the device's clones), with a one-line note when it fails.
+fn tested_once(
+    gpu: &Gpu,
+    cell: &std::sync::OnceLock<std::result::Result<(), String>>,
+    form: &str,
+    test: impl FnOnce() -> std::result::Result<(), String>,
+) -> std::result::Result<(), String> {
+    cell.get_or_init(|| {
+        let r = test();
+        if let Err(why) = &r {
+            eprintln!("note: the cooperative-matrix form {form} is off on '{}': {why}", gpu.info.name);
+        }
+        r
+    })
+    .clone()
 }
 
 /// Whether [`VARIANT128V`] can run on this device: [`wide_status`]'s conditions, 48 KiB of
@@ -152,15 +163,7 @@ pub fn wide_status(gpu: &Gpu) -> std::result::Result<(), String> {
 /// with a one-line note when it fails).
 pub fn wide_v_status(gpu: &Gpu) -> std::result::Result<(), String> {
     wide_v_ready(gpu)?;
-    gpu.coop_wide_v
-        .get_or_init(|| {
-            let r = self_test_wide_of(gpu, VARIANT128V);
-            if let Err(why) = &r {
-                eprintln!("note: the cooperative-matrix form {VARIANT128V} is off on '{}': {why}", gpu.info.name);
-            }
-            r
-        })
-        .clone()
+    tested_once(gpu, &gpu.coop_wide_v, VARIANT128V, || self_test_wide_of(gpu, VARIANT128V))
 }
 
 /// Whether [`VARIANT128V`] runs here: [`usable`] and [`wide_v_status`].
@@ -173,15 +176,7 @@ pub fn wide_v_usable(gpu: &Gpu) -> bool {
 /// [`wide_status`]).
 pub fn status8(gpu: &Gpu) -> std::result::Result<(), String> {
     ready8(gpu)?;
-    gpu.coop8
-        .get_or_init(|| {
-            let r = self_test_8(gpu);
-            if let Err(why) = &r {
-                eprintln!("note: the 8x8 cooperative-matrix form is off on '{}': {why}", gpu.info.name);
-            }
-            r
-        })
-        .clone()
+    tested_once(gpu, &gpu.coop8, VARIANT8, || self_test_8(gpu))
 }
 
 /// Whether f16 products run on the 8 × 8 form here: form `matmul_coop` on and [`status8`].
@@ -268,7 +263,7 @@ fn bind_checked(
             // A product of a few elements: the 32 × 32 kernel.
             return bind_checked(mm, gpu, VARIANT, a, b, c, checked);
         }
-        return dispatch_quads(mm, gpu, "matmul_coop", &key.name(), "mm_coop128", 128, a, b, c);
+        return dispatch_quads(mm, gpu, "matmul_coop", &key.name(), "mm_coop128", 128, 0, a, b, c);
     }
     let diagnostic = DIAGNOSTIC128V.iter().find(|d| d.0 == variant);
     if variant == VARIANT128V || diagnostic.is_some() {
@@ -281,13 +276,11 @@ fn bind_checked(
             return bind_checked(mm, gpu, VARIANT, a, b, c, checked);
         }
         let mode = diagnostic.map_or(0, |d| d.1);
-        return dispatch_quads_mode(mm, gpu, "matmul_coop", &key.name(), "mm_coop128v", 128, mode, a, b, c);
+        return dispatch_quads(mm, gpu, "matmul_coop", &key.name(), "mm_coop128v", 128, mode, a, b, c);
     }
-    let ((bm, bn), entry) = shape(variant);
+    let ((bm, bn), entry, mode) = shape(variant);
     let (mut p, total) = mm.grid(gpu, bm, bn)?;
-    if variant == "coop:mma-b" {
-        p.vec4s = 64; // `mm_coop_mma` with a barrier per iteration
-    }
+    p.vec4s = mode;
     let kern = gpu.kernel("matmul_coop", Some(&key.name()), entry)?;
     let max = gpu.limits.max_compute_workgroups_per_dimension;
     kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[("a", a), ("b", b), ("c", c)], grid_1d(total, 1, max))
@@ -307,25 +300,10 @@ fn shorter_than_a_quad(key: &CoopKey, a: &View<'_>, b: &View<'_>) -> bool {
 
 /// Dispatches a quad-staged kernel (part `coop_staging`: `mm_coop128`, `mm_coop8`, the staging
 /// check) on `tile × tile` tiles: the parameters with the vec4 layouts the operands allow
-/// (`vec4s`), `a4`/`b4` bound to the operands.
+/// (`vec4s`, with `mode`: a diagnostic mode's bits, 16 and up, else 0), `a4`/`b4` bound to the
+/// operands.
 #[allow(clippy::too_many_arguments)]
 fn dispatch_quads(
-    mm: &Matmul,
-    gpu: &Gpu,
-    shader: &str,
-    variant: &str,
-    entry: &str,
-    tile: usize,
-    a: View<'_>,
-    b: View<'_>,
-    c: View<'_>,
-) -> Result<Dispatch> {
-    dispatch_quads_mode(mm, gpu, shader, variant, entry, tile, 0, a, b, c)
-}
-
-/// [`dispatch_quads`] with `mode` (a diagnostic mode's bits, 16 and up) in `vec4s`.
-#[allow(clippy::too_many_arguments)]
-fn dispatch_quads_mode(
     mm: &Matmul,
     gpu: &Gpu,
     shader: &str,
@@ -377,7 +355,7 @@ pub fn soft_check_v(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_
 
 fn bind_check(mm: &Matmul, gpu: &Gpu, entry: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
     let variant = format!("{}{}", half(mm.a_elem).code(), half(mm.b_elem).code());
-    dispatch_quads(mm, gpu, "coop_stage_check", &variant, entry, 128, a, b, c)
+    dispatch_quads(mm, gpu, "coop_stage_check", &variant, entry, 128, 0, a, b, c)
 }
 
 /// The f32 values [`stage_check`] writes for `mm`: per 128 × 128 tile and K slice of 32, the two
@@ -400,7 +378,7 @@ fn bind8(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>, checked:
         // A product of a few elements: the f16 tiles.
         return mm.bind_variant(gpu, heuristic(gpu, mm), a, b, c);
     }
-    dispatch_quads(mm, gpu, "matmul_coop8", &key.name(), "mm_coop8", 64, a, b, c)
+    dispatch_quads(mm, gpu, "matmul_coop8", &key.name(), "mm_coop8", 64, 0, a, b, c)
 }
 
 /// Whether this device can run [`VARIANT8`] at all (before its self-test).
