@@ -8,9 +8,15 @@
 //                 (ldk ≥ nk, a multiple of 4; read as vec4 rows)
 //   lse         : [batch, heads, q_len]
 // Query i of the block (absolute query i0 + i) sees keys τ < lim = min(kv_len, q_pos0 + i0 + i + 1)
-// (lim ≥ 1 always). Columns lim ≤ τ < ldk are written as zeros.
+// (lim ≥ 1 always). Columns lim ≤ τ < 4·nk4 are written as zeros: the block's products read its
+// nk keys (4·nk4 rounded up to whole vec4s); the columns beyond, up to ldk (the widest block's
+// keys), are never read and keep whatever they held (until session 32 they were zeroed too: at
+// T = 1024 in blocks of 256 a third of the forward's writes).
 //
-// Every sum runs over τ = 0, 1, … in order in one invocation: bit-identical run to run.
+// Two forms of each kernel: one invocation per row (`rows_fwd`, `rows_bwd`: every sum over
+// τ = 0, 1, … in order; the CPU adapters' form) and a team of `team` invocations per row
+// (`*_team`, below). Both are bit-identical run to run; they differ from each other in the order
+// of their sums (an ulp or so of lse).
 
 struct Params {
     heads: u32,
@@ -22,8 +28,8 @@ struct Params {
     ldk: u32,       // row stride of s and g (multiple of 4)
     total: u32,     // rows: batch · heads · nq
     scale: f32,     // softmax scale (the backward's dS is written times it)
-    _p0: u32,
-    _p1: u32,
+    nk4: u32,       // vec4s of a row the block's products read: ceil(nk / 4)
+    team: u32,      // invocations per row of the team forms (a power of two ≤ TWG)
     _p2: u32,
 }
 
@@ -43,8 +49,12 @@ struct Row {
 }
 
 fn row_of(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> Row {
+    return row_at((wid.y * nwg.x + wid.x) * 64u + lid);
+}
+
+// Row r of the block's batch · heads · nq rows.
+fn row_at(r: u32) -> Row {
     let p = params;
-    let r = (wid.y * nwg.x + wid.x) * 64u + lid;
     var row: Row;
     row.valid = r < p.total;
     let bh = r / p.nq;
@@ -89,7 +99,7 @@ fn rows_fwd(
     for (var j = 0u; j < nv; j++) {
         s[row.base + j] = select(vec4<f32>(), exp(s[row.base + j] - ls), seen(j, row.lim));
     }
-    for (var j = nv; j < params.ldk / 4u; j++) {
+    for (var j = nv; j < params.nk4; j++) {
         s[row.base + j] = vec4<f32>();
     }
 }
@@ -97,6 +107,10 @@ fn rows_fwd(
 // Backward: s holds the scaled scores, g = dP = dout·vᵀ. Writes P = exp(s − lse) into s and
 // dS·scale = P ⊙ (dP − δ)·scale into g, with δ = Σ_τ P_τ dP_τ (= dout·out; summed from P and dP so
 // that a query that sees one key, P = 1, gets dP − δ = 0 exactly).
+// The lanes of a row's last vec4 past the keys it sees are masked out of δ by `select`, not by
+// P = 0: dP there may lie past the block's keys, where the product wrote nothing and the scratch
+// holds what an earlier use left — NaN or ±inf after an overflowed f16 step, and 0 · inf is NaN
+// (until session 32 it was `P · dP`; `blocked_attention_reads_no_stale_scratch_columns`).
 @compute @workgroup_size(64)
 fn rows_bwd(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -112,7 +126,7 @@ fn rows_bwd(
     for (var j = 0u; j < nv; j++) {
         let pr = select(vec4<f32>(), exp(s[row.base + j] - ls), seen(j, row.lim));
         s[row.base + j] = pr;
-        let t = pr * g[row.base + j];
+        let t = select(vec4<f32>(), pr * g[row.base + j], seen(j, row.lim));
         dl += t.x;
         dl += t.y;
         dl += t.z;
@@ -122,7 +136,168 @@ fn rows_bwd(
         let ds = s[row.base + j] * (g[row.base + j] - vec4<f32>(dl)) * scale;
         g[row.base + j] = select(vec4<f32>(), ds, seen(j, row.lim));
     }
-    for (var j = nv; j < params.ldk / 4u; j++) {
+    for (var j = nv; j < params.nk4; j++) {
+        s[row.base + j] = vec4<f32>();
+        g[row.base + j] = vec4<f32>();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The team forms (`DDL_FORMS=attn_team=N`): `team` invocations per row, TWG / team rows per
+// workgroup. Lane `lane` takes the row's vec4s j = lane, lane + team, lane + 2·team, … so that
+// neighbouring invocations read neighbouring addresses — the one-invocation kernels above have
+// the 64 invocations of a workgroup walk 64 rows ldk floats apart, which on a GPU makes every
+// load a gather of scattered 16-byte pieces (16–23 % of the copy bandwidth on an H200: GPU run
+// 3, docs/GPU.md). A lane keeps its first TC vec4s in registers from the read pass to the write
+// pass (rows up to 4 · TC · team keys are read once); the rest is read again. The row's max and
+// sums: each lane's own in order of j (components x, y, z, w), then a fixed tree over the team
+// in workgroup memory: bit-identical run to run.
+
+const TWG: u32 = 128u;      // invocations per workgroup
+const TC: u32 = 8u;         // vec4s a lane keeps in registers
+
+var<workgroup> red: array<f32, TWG>;
+
+// The team's maximum of `v`, given to every lane. Called by every invocation of the workgroup
+// (team is a uniform: the barriers are in uniform control flow).
+fn team_max(v: f32, lid: u32, lane: u32, team: u32) -> f32 {
+    red[lid] = v;
+    workgroupBarrier();
+    for (var h = team / 2u; h > 0u; h = h / 2u) {
+        if (lane < h) { red[lid] = max(red[lid], red[lid + h]); }
+        workgroupBarrier();
+    }
+    let r = red[lid - lane];
+    workgroupBarrier();
+    return r;
+}
+
+// The team's sum of `v` (pairs added in a fixed tree), given to every lane; as team_max.
+fn team_sum(v: f32, lid: u32, lane: u32, team: u32) -> f32 {
+    red[lid] = v;
+    workgroupBarrier();
+    for (var h = team / 2u; h > 0u; h = h / 2u) {
+        if (lane < h) { red[lid] = red[lid] + red[lid + h]; }
+        workgroupBarrier();
+    }
+    let r = red[lid - lane];
+    workgroupBarrier();
+    return r;
+}
+
+// The row of this invocation's team.
+fn team_row(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, team: u32) -> Row {
+    return row_at((wid.y * nwg.x + wid.x) * (TWG / team) + lid / team);
+}
+
+// `rows_fwd` by teams.
+@compute @workgroup_size(128)
+fn rows_fwd_team(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let team = params.team;
+    let lane = lid & (team - 1u);
+    let row = team_row(wid, nwg, lid, team);
+    // Rows past the last one read nothing, but take part in the reductions.
+    let nv = select(0u, (row.lim + 3u) / 4u, row.valid);
+    var c: array<vec4<f32>, TC>;
+    var m = vec4<f32>(NEG);
+    for (var r = 0u; r < TC; r++) {
+        let j = lane + r * team;
+        if (j < nv) {
+            c[r] = select(vec4<f32>(NEG), s[row.base + j], seen(j, row.lim));
+            m = max(m, c[r]);
+        }
+    }
+    for (var j = lane + TC * team; j < nv; j += team) {
+        m = max(m, select(vec4<f32>(NEG), s[row.base + j], seen(j, row.lim)));
+    }
+    let mx = team_max(max(max(m.x, m.y), max(m.z, m.w)), lid, lane, team);
+    var l = 0.0;
+    for (var r = 0u; r < TC; r++) {
+        let j = lane + r * team;
+        if (j < nv) {
+            let e = select(vec4<f32>(), exp(c[r] - mx), seen(j, row.lim));
+            l += e.x;
+            l += e.y;
+            l += e.z;
+            l += e.w;
+        }
+    }
+    for (var j = lane + TC * team; j < nv; j += team) {
+        let e = select(vec4<f32>(), exp(s[row.base + j] - mx), seen(j, row.lim));
+        l += e.x;
+        l += e.y;
+        l += e.z;
+        l += e.w;
+    }
+    let ls = mx + log(team_sum(l, lid, lane, team));
+    if (!row.valid) { return; }
+    if (lane == 0u) { lse[row.li] = ls; }
+    for (var r = 0u; r < TC; r++) {
+        let j = lane + r * team;
+        if (j < nv) { s[row.base + j] = select(vec4<f32>(), exp(c[r] - ls), seen(j, row.lim)); }
+    }
+    for (var j = lane + TC * team; j < nv; j += team) {
+        s[row.base + j] = select(vec4<f32>(), exp(s[row.base + j] - ls), seen(j, row.lim));
+    }
+    for (var j = nv + lane; j < params.nk4; j += team) {
+        s[row.base + j] = vec4<f32>();
+    }
+}
+
+// `rows_bwd` by teams: P is written back into s in the read pass, dS into g in the write pass.
+@compute @workgroup_size(128)
+fn rows_bwd_team(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let team = params.team;
+    let lane = lid & (team - 1u);
+    let row = team_row(wid, nwg, lid, team);
+    let nv = select(0u, (row.lim + 3u) / 4u, row.valid);
+    var ls = 0.0;
+    if (row.valid) { ls = lse_saved[row.li]; }
+    var cp: array<vec4<f32>, TC>;
+    var cg: array<vec4<f32>, TC>;
+    var dl = 0.0;
+    for (var r = 0u; r < TC; r++) {
+        let j = lane + r * team;
+        if (j < nv) {
+            cp[r] = select(vec4<f32>(), exp(s[row.base + j] - ls), seen(j, row.lim));
+            cg[r] = g[row.base + j];
+            s[row.base + j] = cp[r];
+            let t = select(vec4<f32>(), cp[r] * cg[r], seen(j, row.lim));
+            dl += t.x;
+            dl += t.y;
+            dl += t.z;
+            dl += t.w;
+        }
+    }
+    for (var j = lane + TC * team; j < nv; j += team) {
+        let pr = select(vec4<f32>(), exp(s[row.base + j] - ls), seen(j, row.lim));
+        s[row.base + j] = pr;
+        let t = select(vec4<f32>(), pr * g[row.base + j], seen(j, row.lim));
+        dl += t.x;
+        dl += t.y;
+        dl += t.z;
+        dl += t.w;
+    }
+    dl = team_sum(dl, lid, lane, team);
+    if (!row.valid) { return; }
+    let scale = vec4<f32>(params.scale);
+    for (var r = 0u; r < TC; r++) {
+        let j = lane + r * team;
+        if (j < nv) { g[row.base + j] = select(vec4<f32>(), cp[r] * (cg[r] - vec4<f32>(dl)) * scale, seen(j, row.lim)); }
+    }
+    for (var j = lane + TC * team; j < nv; j += team) {
+        let ds = s[row.base + j] * (g[row.base + j] - vec4<f32>(dl)) * scale;
+        g[row.base + j] = select(vec4<f32>(), ds, seen(j, row.lim));
+    }
+    for (var j = nv + lane; j < params.nk4; j += team) {
         s[row.base + j] = vec4<f32>();
         g[row.base + j] = vec4<f32>();
     }

@@ -358,6 +358,7 @@ stage_bench() {
       "bench-train-ddl-f16|300|bench train --preset tiny --variant ddl --precision f16 --steps 2 --json"
       "bench-kernels|600|bench kernels --preset tiny --batch 2 --reps 1 --json"
       "bench-attention-blocked64|300|DDL_FORMS=attention=blocked:64 bench kernels --filter attention --preset tiny --batch 2 --reps 1 --json"
+      "bench-attention-team|300|DDL_FORMS=attn_team=4 bench kernels --filter blocked --preset tiny --batch 2 --reps 1 --json"
       "bench-generate|300|bench generate --preset tiny --variant ddl --contexts 8 --reps 1 --json"
     )
   else
@@ -392,6 +393,9 @@ stage_bench() {
       "bench-attention-blocked128|30|DDL_FORMS=attention=blocked:128 bench kernels --filter attention --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-attention-blocked256|30|DDL_FORMS=attention=blocked:256 bench kernels --filter attention --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-attention-tiled|30|DDL_FORMS=attention=tiled bench kernels --filter attention --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
+      "bench-attention-team32|20|DDL_FORMS=attn_team=32 bench kernels --filter blocked --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
+      "bench-attention-team64|20|DDL_FORMS=attn_team=64 bench kernels --filter blocked --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
+      "bench-train-small-attn-team|60|DDL_FORMS=attn_team=32 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms attn_team=0 --steps 6 --json"
       "bench-state-seg32|30|DDL_FORMS=delta_seg=32 bench kernels --filter delta_ --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-state-seg128|30|DDL_FORMS=delta_seg=128 bench kernels --filter delta_ --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-state-rows|30|DDL_FORMS=delta_rows=on,conv_quads=on,conv_sweep=on bench kernels --filter delta_,shortconv,expand --preset small-124m --batch 8 --seq 1024 --reps 5 --json"

@@ -496,7 +496,9 @@ struct RowParams {
     ldk: u32,
     total: u32,
     scale: f32,
-    _pad: [u32; 3],
+    nk4: u32,
+    team: u32,
+    _pad: u32,
 }
 
 /// The blocks: (first query, queries, keys they see), in query order.
@@ -581,17 +583,26 @@ fn product(
     .half(s.half)
 }
 
+/// Invocations per row of the blocked method's softmax steps: the device's `attn_team` form (0:
+/// one invocation per row, `rows_fwd`/`rows_bwd`; N: a team of N, `*_team`).
+pub fn row_team(gpu: &Gpu) -> usize {
+    gpu.forms.attention_row_team
+}
+
+/// The softmax step `entry` (`rows_fwd` or `rows_bwd`) over the block of queries i0..i0+n, which
+/// sees `nk` keys, in the device's form ([`row_team`]).
 #[allow(clippy::too_many_arguments)]
 fn rows_dispatch(
     gpu: &Gpu,
     entry: &str,
     s: &AttnShape,
     scale: f32,
-    (i0, n): (usize, usize),
+    (i0, n, nk): (usize, usize, usize),
     ldk: usize,
     bind: &[(&str, View<'_>)],
 ) -> Result<Dispatch> {
     let total = s.batch * s.heads * n;
+    let team = row_team(gpu);
     let p = RowParams {
         heads: s.heads as u32,
         nq: n as u32,
@@ -602,15 +613,31 @@ fn rows_dispatch(
         ldk: ldk as u32,
         total: total as u32,
         scale,
-        _pad: [0; 3],
+        nk4: nk.div_ceil(4) as u32,
+        team: team as u32,
+        _pad: 0,
     };
-    gpu.kernel("attention_rows", None, entry)?.dispatch(
+    let max = gpu.limits.max_compute_workgroups_per_dimension;
+    if team == 0 {
+        return gpu.kernel("attention_rows", None, entry)?.dispatch(
+            gpu,
+            Some(bytemuck::bytes_of(&p)),
+            bind,
+            grid_1d(total as u64, 64, max),
+        );
+    }
+    let rows_per_group = (ROW_TEAM_WG / team) as u32;
+    gpu.kernel("attention_rows", None, &format!("{entry}_team"))?.dispatch(
         gpu,
         Some(bytemuck::bytes_of(&p)),
         bind,
-        grid_1d(total as u64, 64, gpu.limits.max_compute_workgroups_per_dimension),
+        grid_1d(total as u64, rows_per_group, max),
     )
 }
+
+/// Invocations per workgroup of the team forms (`TWG` in `shaders/attention_rows.wgsl`): the
+/// largest `attn_team`.
+pub const ROW_TEAM_WG: usize = 128;
 
 /// The forward for whole sequences (training, full recompute): by the adapter's [`method`]
 /// (tiled kernels, or blocks of queries through the matmul kernels). Same outputs as
@@ -656,7 +683,7 @@ fn forward_blocked(
         let blk = (n, ldk);
         let scores = product(s, blk, (n, nk, hd), (o.qrows, o.kvcols, o.srows), ['q', 'k', 's']);
         ds.extend(Matmul { alpha: scale, ..scores }.bind_split(gpu, q, k, sc.view())?);
-        ds.push(rows_dispatch(gpu, "rows_fwd", s, scale, (i0, n), ldk, &[("s", sc.view()), ("lse", lse)])?);
+        ds.push(rows_dispatch(gpu, "rows_fwd", s, scale, (i0, n, nk), ldk, &[("s", sc.view()), ("lse", lse)])?);
         let pv = product(s, blk, (n, hd, nk), (o.srows, o.kvrows, o.qrows), ['s', 'k', 'q']);
         ds.extend(pv.bind_split(gpu, sc.view(), v, out)?);
     }
@@ -699,7 +726,7 @@ fn backward_blocked(
             "rows_bwd",
             s,
             scale,
-            (i0, n),
+            (i0, n, nk),
             ldk,
             &[("s", sc.view()), ("g", gs.view()), ("lse_saved", lse)],
         )?);

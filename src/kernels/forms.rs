@@ -35,6 +35,9 @@ pub struct Forms {
     /// Decoding attention (a few queries, head dim ≤ 64) with one invocation per query row and
     /// no workgroup memory instead of the tiled kernel: `attn_rows`.
     pub attention_rows: bool,
+    /// The blocked method's softmax steps give a row to a team of this many invocations (a power
+    /// of two ≤ 128; 0: one invocation per row): `attn_team=N`.
+    pub attention_row_team: usize,
     /// RMSNorm reduces a row with one invocation when there are many rows (else a team):
     /// `norm_rows`.
     pub norm_one_row_per_invocation: bool,
@@ -179,6 +182,7 @@ impl Forms {
                 crate::kernels::attention::GPU_BLOCK_ROWS
             }),
             attention_rows: cpu,
+            attention_row_team: 0,
             norm_one_row_per_invocation: cpu,
             norm_team: None,
             norm_quads: true,
@@ -296,6 +300,12 @@ impl Forms {
                 "conv_finish_wide" => self.conv_finish_wide = flag()?,
                 "rope_vec4" => self.rope_vec4 = flag()?,
                 "attn_rows" => self.attention_rows = flag()?,
+                "attn_team" => {
+                    self.attention_row_team = match value {
+                        "0" | "off" => 0,
+                        _ => pow2(128).map_err(|e| format!("{e}, or 0 (one invocation per row)"))?,
+                    }
+                }
                 "swiglu_vec4" => self.swiglu_vec4 = flag()?,
                 "adamw_vec4" => self.adamw_vec4 = flag()?,
                 "matmul_subgroup" => {
@@ -329,6 +339,7 @@ impl Forms {
     pub const KEYS: &'static [(&'static str, &'static str)] = &[
         ("attention", "tiled flash kernel, or blocks of queries through the matmuls (blocked[:ROWS])"),
         ("attn_rows", "decoding attention: one query row per invocation (head dim ≤ 64)"),
+        ("attn_team", "blocked attention's softmax steps: a team of N per row (0: one invocation)"),
         ("norm_rows", "RMSNorm: one row per invocation when rows are many"),
         ("norm_team", "RMSNorm: a fixed team size (forced)"),
         ("norm_quads", "RMSNorm one-row kernels: four features per load"),
@@ -369,6 +380,7 @@ impl Forms {
                     AttentionForm::Blocked(r) => format!("blocked:{r}"),
                 },
                 "attn_rows" => b(self.attention_rows),
+                "attn_team" => self.attention_row_team.to_string(),
                 "norm_rows" => b(self.norm_one_row_per_invocation),
                 "norm_team" => opt(self.norm_team),
                 "norm_quads" => b(self.norm_quads),
@@ -462,6 +474,7 @@ mod tests {
             ("conv_quadz=1", "unknown form 'conv_quadz'"),
             ("norm_team=3", "power of two from 1 to 256"),
             ("delta_seg=256", "power of two from 1 to 128"),
+            ("attn_team=256", "or 0 (one invocation per row)"),
             ("attention=flash", "expected tiled, blocked"),
             ("attention=blocked:0", "ROWS ≥ 1"),
             ("conv_quads=maybe", "expected 0 or 1"),

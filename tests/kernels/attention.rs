@@ -180,6 +180,30 @@ fn set_method(f: &mut ddl::kernels::forms::Forms, m: Method) {
 
 const METHODS: [Method; 3] = [Method::Tiled, Method::Blocked(attention::BLOCK_ROWS), Method::Blocked(5)];
 
+/// A training form: a [`Method`] and the blocked method's softmax row team (`attn_team`: 0 is
+/// one invocation per row).
+#[derive(Debug, Clone, Copy)]
+struct Form(Method, usize);
+
+/// Every form of `forward_seq` / `backward`: [`METHODS`] with one invocation per softmax row,
+/// and the blocked method with teams: 32 as on a GPU, and 4, whose lanes keep 4 · 8 · 4 = 128
+/// keys of a row in registers, so that rows past 128 keys (T = 130 below) take the path that
+/// reads the rest again; 1 and 128, the team sizes' ends.
+const FORMS: [Form; 7] = [
+    Form(Method::Tiled, 0),
+    Form(Method::Blocked(attention::BLOCK_ROWS), 0),
+    Form(Method::Blocked(5), 0),
+    Form(Method::Blocked(attention::BLOCK_ROWS), 32),
+    Form(Method::Blocked(5), 4),
+    Form(Method::Blocked(7), 1),
+    Form(Method::Blocked(attention::BLOCK_ROWS), 128),
+];
+
+fn set_form(f: &mut ddl::kernels::forms::Forms, m: Form) {
+    set_method(f, m.0);
+    f.attention_row_team = m.1;
+}
+
 /// Runs forward then backward on the GPU: `(out, lse, dq, dk, dv)`.
 fn gpu_both(gpu: &Gpu, x: &Inputs) -> [Vec<f32>; 5] {
     let s = &x.s;
@@ -210,8 +234,8 @@ fn gpu_both(gpu: &Gpu, x: &Inputs) -> [Vec<f32>; 5] {
 fn check_forward(gpu: &Gpu, rng: &mut Rng, s: AttnShape, amp: f32) {
     let x = Inputs::new(rng, s, amp);
     let (out, lse) = ref_forward(&s, x.scale as f64, &f64v(&x.q), &x.k64(), &x.v64());
-    for m in METHODS {
-        let (t, _) = with_forms(gpu, |f| set_method(f, m), |gpu| gpu_forward(gpu, &x));
+    for m in FORMS {
+        let (t, _) = with_forms(gpu, |f| set_form(f, m), |gpu| gpu_forward(gpu, &x));
         let name = format!("{s:?} {m:?}");
         assert_close(&format!("out {name}"), &read(gpu, &t.out), &out, 1e-5, rng.seed);
         assert_close(&format!("lse {name}"), &read(gpu, &t.lse), &lse, 1e-5, rng.seed);
@@ -220,8 +244,8 @@ fn check_forward(gpu: &Gpu, rng: &mut Rng, s: AttnShape, amp: f32) {
 
 fn check_both(gpu: &Gpu, rng: &mut Rng, s: AttnShape, amp: f32) {
     let x = Inputs::new(rng, s, amp);
-    for m in METHODS {
-        with_forms(gpu, |f| set_method(f, m), |gpu| check_both_with(gpu, rng.seed, &x, &format!("{m:?}")));
+    for m in FORMS {
+        with_forms(gpu, |f| set_form(f, m), |gpu| check_both_with(gpu, rng.seed, &x, &format!("{m:?}")));
     }
 }
 
@@ -489,9 +513,9 @@ fn forward_and_backward_are_bit_identical_run_to_run() {
     let mut rng = Rng::fresh();
     for s in [AttnShape::training(2, 2, 24, 70), AttnShape::training(1, 2, 100, 33)] {
         let x = Inputs::new(&mut rng, s, 2.0);
-        for m in METHODS {
-            let a = with_forms(&gpu, |f| set_method(f, m), |gpu| gpu_both(gpu, &x));
-            let b = with_forms(&gpu, |f| set_method(f, m), |gpu| gpu_both(gpu, &x));
+        for m in FORMS {
+            let a = with_forms(&gpu, |f| set_form(f, m), |gpu| gpu_both(gpu, &x));
+            let b = with_forms(&gpu, |f| set_form(f, m), |gpu| gpu_both(gpu, &x));
             for (i, (ga, gb)) in a.iter().zip(&b).enumerate() {
                 let same = ga.iter().zip(gb).all(|(u, w)| u.to_bits() == w.to_bits());
                 assert!(
@@ -514,8 +538,8 @@ fn a_query_that_sees_one_key_gets_exactly_zero_score_gradients() {
     for (hd, t) in [(8, 1), (5, 1), (33, 1), (70, 1), (130, 1), (8, 9), (37, 20), (100, 3)] {
         let s = AttnShape::training(3, 2, hd, t);
         let x = Inputs::new(&mut rng, s, 2.0);
-        for m in METHODS {
-            let [out, _, dq, dk, dv] = with_forms(&gpu, |f| set_method(f, m), |gpu| gpu_both(gpu, &x));
+        for m in FORMS {
+            let [out, _, dq, dk, dv] = with_forms(&gpu, |f| set_form(f, m), |gpu| gpu_both(gpu, &x));
             for b in 0..s.batch {
                 for h in 0..s.heads {
                     let o = qx(&s, b, 0, h);
@@ -556,6 +580,29 @@ fn a_query_that_sees_one_key_gets_exactly_zero_score_gradients() {
         if t > 1 {
             check_both(&gpu, &mut rng, s, 2.0);
         }
+    }
+}
+
+#[test]
+fn blocked_attention_reads_no_stale_scratch_columns() {
+    // The softmax steps write a block's rows only up to the keys its products read (the columns
+    // beyond, up to the widest block's, keep what they held), and the masked keys within as
+    // zeros. With both scratch buffers poisoned with NaN first, every output must still match
+    // float64, in every form of the blocked method.
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let x = Inputs::new(&mut rng, AttnShape::training(2, 3, 16, 45), 1.0);
+    for m in FORMS.into_iter().filter(|m| m.0 != Method::Tiled) {
+        with_forms(
+            &gpu,
+            |f| set_form(f, m),
+            |gpu| {
+                for key in ["attention.blocked.s", "attention.blocked.ds"] {
+                    ddl::kernels::poison(gpu, &gpu.shared_scratch(key, 1 << 16).unwrap()).unwrap();
+                }
+                check_both_with(gpu, rng.seed, &x, &format!("{m:?} on a NaN-poisoned scratch"));
+            },
+        );
     }
 }
 
