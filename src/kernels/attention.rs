@@ -442,8 +442,11 @@ pub const BLOCK_ROWS: usize = 64;
 /// the matmuls bigger products at the price of more masked scores.
 pub const GPU_BLOCK_ROWS: usize = 256;
 
-/// Most floats of one blocked-method scratch (scores, and their gradient in the backward).
-const BLOCK_SCRATCH_ELEMS: usize = 16 << 20;
+/// Most floats of one blocked-method scratch (scores, and their gradient in the backward): 128 MiB,
+/// so that small-124m's B 8 × T 1024 fits blocks of 512 queries (25.2 M floats) and B 16 blocks
+/// of 256 (64 MiB, until session 32, cut both to 341 and 170 queries). The adapter's binding
+/// limit caps it too ([`block_rows`]); a scratch is only as large as its blocks need.
+const BLOCK_SCRATCH_ELEMS: usize = 32 << 20;
 
 /// The method of this device: its `attention` form ([`super::forms::Forms`]): blocks of
 /// [`BLOCK_ROWS`] queries on CPU adapters, of [`GPU_BLOCK_ROWS`] on GPUs
