@@ -371,11 +371,16 @@ fn preload_x4(n0: u32, i: u32) -> array<vec4<f32>, KW> {
 // Moves feature i's window to token n, the t-th of its sequence: cleared at a sequence start,
 // shifted one slot, X[n] loaded into the last slot.
 fn window_step(w: ptr<function, array<vec4<f32>, KW>>, n: u32, i: u32, t: u32) {
+    window_push(w, load_x4(n, i), t);
+}
+
+// `window_step` with the token's state row `xv` already loaded.
+fn window_push(w: ptr<function, array<vec4<f32>, KW>>, xv: vec4<f32>, t: u32) {
     if (t == 0u) {
         for (var s = 0u; s < KW; s++) { (*w)[s] = vec4<f32>(); }
     }
     for (var s = 0u; s < KW - 1u; s++) { (*w)[s] = (*w)[s + 1u]; }
-    (*w)[KW - 1u] = load_x4(n, i);
+    (*w)[KW - 1u] = xv;
 }
 
 @compute @workgroup_size(256)
@@ -398,6 +403,44 @@ fn token_forward_w(
         a[n * p.d + i] = window_out(kw, w);
         t += 1u;
         if (t == p.seq) { t = 0u; }
+    }
+}
+
+// Tokens whose loads the batched walks (`token_forward_wb`, `token_backward_wb*`: the device's
+// `conv_batch` form) issue together. In the plain walks each token's loads follow the previous
+// token's store, and a compiler that cannot prove two bindings distinct (Vulkan lets them alias)
+// must keep that order, so an invocation has one token's loads in flight at a time; the batched
+// walks load CB tokens' rows (clamped to the chunk's last token) before computing and storing
+// them. The same arithmetic in the same order: the same bits as the plain walks.
+const CB: u32 = 4u;
+
+// `token_forward_w`, batched.
+@compute @workgroup_size(256)
+fn token_forward_wb(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let e = group_index(wid, nwg) * WG + lid;
+    if (e >= p.d * p.chunks) { return; }
+    let i = e % p.d;
+    let n0 = (e / p.d) * p.chunk;
+    let n1 = min(n0 + p.chunk, p.n);
+    var kw = taps4(i);
+    var w = preload_x4(n0, i);
+    var t = n0 % p.seq;
+    for (var nb = n0; nb < n1; nb += CB) {
+        var xs: array<vec4<f32>, CB>;
+        for (var q = 0u; q < CB; q++) { xs[q] = load_x4(min(nb + q, n1 - 1u), i); }
+        for (var q = 0u; q < CB; q++) {
+            if (nb + q < n1) {
+                window_push(&w, xs[q], t);
+                a[(nb + q) * p.d + i] = window_out(kw, w);
+                t += 1u;
+                if (t == p.seq) { t = 0u; }
+            }
+        }
     }
 }
 
@@ -681,6 +724,80 @@ fn backward_walk(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32, sweep: boo
         if (sweep) { workgroupBarrier(); }
     }
     if (live) { walk_store(ch, i, acc); }
+}
+
+// `backward_walk` (without the sweep), batched (see CB): ∂a, X and (unless written) ∂X of CB
+// tokens loaded, then the tokens' terms in order, as `walk_token`.
+fn backward_walk_b(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32) {
+    let p = params;
+    let e0 = group_index(wid, nwg) * WG + lid;
+    let live = e0 < p.d * p.chunks;
+    let e = min(e0, p.d * p.chunks - 1u);
+    let i = e % p.d;
+    let ch = e / p.d;
+    let n0 = ch * p.chunk;
+    let n1 = min(n0 + p.chunk, p.n);
+    let kw = taps4_q(i);
+    var acc: array<vec4<f32>, KW>;
+    var dw: array<f32, KW>;
+    for (var q = 0u; q + 1u < KW; q++) { dw[q + 1u] = da[min(n0 + q, p.n - 1u) * p.d + i]; }
+    var t = n0 % p.seq;
+    for (var s0 = 0u; s0 < p.chunk; s0 += CB) {
+        var das: array<f32, CB>;
+        var xs: array<vec4<f32>, CB>;
+        var gs: array<vec4<f32>, CB>;
+        for (var q = 0u; q < CB; q++) {
+            let n = min(n0 + s0 + q, n1 - 1u);
+            das[q] = da[min(n + KW - 1u, p.n - 1u) * p.d + i];
+            xs[q] = row4(xin(xr[n * p.d + i]));
+            if (mode != 2u) { gs[q] = row4(dxr[n * p.d + i]); }
+        }
+        for (var q = 0u; q < CB; q++) {
+            let n = n0 + s0 + q;
+            if (live && n < n1) {
+                for (var r = 0u; r + 1u < KW; r++) { dw[r] = dw[r + 1u]; }
+                dw[KW - 1u] = das[q];
+                var row = walk_feature(kw, dw, t, xs[q], &acc);
+                if (mode != 2u) { row += gs[q]; }
+                let b = n * p.d + i;
+                if (mode == 1u) {
+                    de[b] = sum_j(row);
+                } else {
+                    dxr[b] = from4(row);
+                }
+                t += 1u;
+                if (t == p.seq) { t = 0u; }
+            }
+        }
+    }
+    if (live) { walk_store(ch, i, acc); }
+}
+
+@compute @workgroup_size(256)
+fn token_backward_wb(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    backward_walk_b(wid, nwg, lid, 0u);
+}
+
+@compute @workgroup_size(256)
+fn token_backward_wb_de(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    backward_walk_b(wid, nwg, lid, 1u);
+}
+
+@compute @workgroup_size(256)
+fn token_backward_wb_write(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    backward_walk_b(wid, nwg, lid, 2u);
 }
 
 @compute @workgroup_size(256)

@@ -359,6 +359,7 @@ stage_bench() {
       "bench-kernels|600|bench kernels --preset tiny --batch 2 --reps 1 --json"
       "bench-attention-blocked64|300|DDL_FORMS=attention=blocked:64 bench kernels --filter attention --preset tiny --batch 2 --reps 1 --json"
       "bench-attention-team|300|DDL_FORMS=attn_team=4 bench kernels --filter blocked --preset tiny --batch 2 --reps 1 --json"
+      "bench-state-conv-batch|300|DDL_FORMS=conv_batch=1,conv_quads=0 bench kernels --filter shortconv --preset tiny --batch 2 --reps 1 --json"
       "bench-generate|300|bench generate --preset tiny --variant ddl --contexts 8 --reps 1 --json"
     )
   else
@@ -397,12 +398,15 @@ stage_bench() {
       "bench-attention-team64|20|DDL_FORMS=attn_team=64 bench kernels --filter blocked --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-train-small-attn-team|60|DDL_FORMS=attn_team=32 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms attn_team=0 --steps 6 --json"
       "bench-attention-blocked512|20|DDL_FORMS=attention=blocked:512 bench kernels --filter blocked --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
+      "bench-train-small-conv-batch|60|DDL_FORMS=conv_batch=1 bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --against-forms conv_batch=0 --steps 6 --json"
+      "bench-train-small-ddl-conv-batch|40|DDL_FORMS=conv_batch=1 bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5 --dispatches --json"
       "bench-train-small-blocked512|60|DDL_FORMS=attention=blocked:512 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms attention=blocked:256 --steps 6 --json"
       "bench-state-seg32|30|DDL_FORMS=delta_seg=32 bench kernels --filter delta_ --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-state-seg128|30|DDL_FORMS=delta_seg=128 bench kernels --filter delta_ --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-state-rows|30|DDL_FORMS=delta_rows=on,conv_quads=on,conv_sweep=on bench kernels --filter delta_,shortconv,expand --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-state-conv-quads|30|DDL_FORMS=conv_quads=on bench kernels --filter shortconv,expand --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-state-finish-channel|30|DDL_FORMS=conv_finish_wide=0 bench kernels --filter shortconv --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
+      "bench-state-conv-batch|30|DDL_FORMS=conv_batch=1 bench kernels --filter shortconv --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-state-finish-wide|30|DDL_FORMS=conv_finish_wide=1 bench kernels --filter shortconv --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-generate|30|bench generate --preset small-124m --variant ddl --contexts 64,512 --reps 3 --json"
     )

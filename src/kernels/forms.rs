@@ -87,6 +87,9 @@ pub struct Forms {
     /// rows, then one invocation per kernel element) instead of one workgroup per value channel:
     /// `conv_finish_wide` (GPUs; see `shortconv::token_backward_finish`).
     pub conv_finish_wide: bool,
+    /// The compressor's GPU-layout walks load four tokens' rows before computing and storing them
+    /// (`conv_batch`; the same bits).
+    pub conv_batch: bool,
     /// Four elements per invocation where sizes and offsets allow: `rope_vec4`, `swiglu_vec4`,
     /// `adamw_vec4` (the same bits as the scalar forms).
     pub rope_vec4: bool,
@@ -201,6 +204,7 @@ impl Forms {
             conv_forward_chunk: 16,
             conv_k4: true,
             conv_finish_wide: !cpu,
+            conv_batch: false,
             rope_vec4: true,
             swiglu_vec4: true,
             adamw_vec4: true,
@@ -298,6 +302,7 @@ impl Forms {
                 }
                 "conv_k4" => self.conv_k4 = flag()?,
                 "conv_finish_wide" => self.conv_finish_wide = flag()?,
+                "conv_batch" => self.conv_batch = flag()?,
                 "rope_vec4" => self.rope_vec4 = flag()?,
                 "attn_rows" => self.attention_rows = flag()?,
                 "attn_team" => {
@@ -358,6 +363,7 @@ impl Forms {
         ("conv_fwd_chunk", "compressor forward: tokens per walk"),
         ("conv_k4", "compressor: K = 4 compiled in"),
         ("conv_finish_wide", "compressor backward: chunk partials summed over the whole grid"),
+        ("conv_batch", "compressor walks (GPU layout): four tokens' loads issued together"),
         ("rope_vec4", "RoPE: four pairs per invocation"),
         ("swiglu_vec4", "SwiGLU: four elements per invocation"),
         ("adamw_vec4", "AdamW: four elements per invocation"),
@@ -399,6 +405,7 @@ impl Forms {
                 "conv_fwd_chunk" => self.conv_forward_chunk.to_string(),
                 "conv_k4" => b(self.conv_k4),
                 "conv_finish_wide" => b(self.conv_finish_wide),
+                "conv_batch" => b(self.conv_batch),
                 "rope_vec4" => b(self.rope_vec4),
                 "swiglu_vec4" => b(self.swiglu_vec4),
                 "adamw_vec4" => b(self.adamw_vec4),

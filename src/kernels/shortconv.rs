@@ -131,6 +131,16 @@ pub fn walk_sweep(gpu: &Gpu) -> bool {
     gpu.forms.conv_sweep
 }
 
+/// Whether the windowed walks that run one feature per invocation without the sweep (the GPU
+/// layout: `token_forward_w`, the one-walk backward) load four tokens' rows before computing and
+/// storing them (`token_forward_wb`, `token_backward_wb*`): the device's `conv_batch` form, off
+/// until a GPU measures it. In the plain walks each load follows the previous token's store, an
+/// order a driver that cannot prove the bindings distinct must keep: one token's loads in flight
+/// per invocation. The same sums in the same order, so the same bits.
+pub fn walk_batch(gpu: &Gpu) -> bool {
+    gpu.forms.conv_batch
+}
+
 /// Fewest tokens one invocation of the windowed forward walks: the device's `conv_fwd_chunk`
 /// form, 16 on every adapter. The forward has no partial sums, so a longer walk only saves window
 /// preloads (K − 1 state rows per walk), but on CPU adapters a SIMD batch strides through its
@@ -278,7 +288,8 @@ pub fn token_forward(gpu: &Gpu, s: &ConvShape, x: View, kappa: View, rho: View, 
     } else if windowed(s) {
         let v = window_variant(gpu, s);
         let bufs = [("xr", x), ("kappa", kappa), ("rho", rho), ("a", a)];
-        conv(gpu, &v, "token_forward_w", pb, &bufs, d * p.chunks as usize)?
+        let entry = if walk_batch(gpu) { "token_forward_wb" } else { "token_forward_w" };
+        conv(gpu, &v, entry, pb, &bufs, d * p.chunks as usize)?
     } else {
         let bufs = [("x", x), ("kappa", kappa), ("rho", rho), ("a", a)];
         conv(gpu, &generic(), "token_forward", pb, &bufs, n * d)?
@@ -481,7 +492,13 @@ pub fn token_backward_walk(
         let mut walk = if quads {
             conv_q(gpu, &window_variant(gpu, s), entry_q, pb, &bufs, d / 4 * chunks)?
         } else {
-            let entry = if walk_sweep(gpu) { format!("{entry}_s") } else { entry.to_string() };
+            let entry = if walk_sweep(gpu) {
+                format!("{entry}_s")
+            } else if walk_batch(gpu) {
+                entry.replacen("token_backward_w", "token_backward_wb", 1)
+            } else {
+                entry.to_string()
+            };
             conv(gpu, &window_variant(gpu, s), &entry, pb, &bufs, d * chunks)?
         };
         walk.scratch.extend(unused.clone());

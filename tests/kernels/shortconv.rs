@@ -847,10 +847,14 @@ fn two_compressor_calls_sharing_one_finish_match_float64() {
 /// The forward walks of the length the adapters use (16 tokens) and others, odd ones included, across sequence boundaries inside and between walks, against float64.
 #[test]
 fn token_compressor_forward_matches_float64_for_every_walk_length() {
-    for chunk in [1, 5, 16, 64, 200] {
+    // With the batched walk too (four tokens' loads at a time: walks of 1 and 5 tokens end
+    // inside a batch).
+    for (chunk, batch) in
+        [(1, false), (5, false), (16, false), (64, false), (200, false), (1, true), (5, true), (16, true)]
+    {
         with_forms(
             &gpu(),
-            |f| f.conv_forward_chunk = chunk,
+            |f| (f.conv_forward_chunk, f.conv_quads, f.conv_batch) = (chunk, f.conv_quads && !batch, batch),
             |gpu| {
                 for s in [shape(3, 37, 5, 4, 4), shape(2, 70, 3, 3, 3), shape(1, 130, 4, 2, 6), shape(4, 1, 3, 4, 4)] {
                     check_token(gpu, s);
@@ -863,9 +867,10 @@ fn token_compressor_forward_matches_float64_for_every_walk_length() {
 /// The compressor's CPU-adapter layouts, each forced on this adapter: the forward and the one-walk
 /// backward in quads (four features per invocation, d a multiple of 4), the backward walk as a
 /// sweep (a workgroup barrier per token step, for d not a multiple of 4), and the GPU layout (one
-/// feature per invocation, no barrier). Against float64 over shapes whose last workgroup is part
-/// idle, whose last chunk is short and whose sequences end inside chunks (T = 1 included), and
-/// all forms bit-identical (the same sums in the same order). Also the ∂e and write modes.
+/// feature per invocation, no barrier), plain and batched (`conv_batch`: four tokens' loads at a
+/// time). Against float64 over shapes whose last workgroup is part idle, whose last chunk is
+/// short and whose sequences end inside chunks (T = 1 included), and all forms bit-identical (the
+/// same sums in the same order). Also the ∂e and write modes.
 #[test]
 fn the_compressor_layouts_match_float64_and_give_the_same_bits() {
     let shapes = [
@@ -877,24 +882,25 @@ fn the_compressor_layouts_match_float64_and_give_the_same_bits() {
         shape(3, 37, 5, 4, 4),
         shape(1, 50, 6, 4, 3),
     ];
-    let forms = [(true, false), (false, true), (false, false)];
+    let forms = [(true, false, false), (false, true, false), (false, false, false), (false, false, true)];
     for s in shapes {
         let mut rng = Rng::fresh();
         let (n, d, m, k) = (s.tokens(), s.d, s.m, s.kernel);
         let inp = Inputs::draw(&mut rng, n * d * m, d * m * k, m, n * d);
         let want = token_want(&s, &inp);
         let mut outs = vec![];
-        for (quads, sweep) in forms {
+        for (quads, sweep, batch) in forms {
             let got = with_forms(
                 &gpu(),
-                |f| (f.conv_quads, f.conv_sweep) = (quads, sweep),
+                |f| (f.conv_quads, f.conv_sweep, f.conv_batch) = (quads, sweep, batch),
                 |gpu| {
                     assert_eq!(shortconv::conv_quads(gpu, &s), quads && d % 4 == 0);
                     assert_eq!(shortconv::walk_sweep(gpu), sweep);
+                    assert_eq!(shortconv::walk_batch(gpu), batch);
                     run_token(gpu, &s, &inp)
                 },
             );
-            let tag = format!("{s:?} quads {quads} sweep {sweep}");
+            let tag = format!("{s:?} quads {quads} sweep {sweep} batch {batch}");
             got.assert_close_to(&want, &inp, &tag, rng.seed);
             outs.push((tag, got));
         }
@@ -903,8 +909,12 @@ fn the_compressor_layouts_match_float64_and_give_the_same_bits() {
         }
     }
     // The ∂e and write modes of every form (the other test runs the adapter's own choice).
-    for (quads, sweep) in forms {
-        with_forms(&gpu(), |f| (f.conv_quads, f.conv_sweep) = (quads, sweep), the_walk_writes_dx_or_de_against_float64);
+    for (quads, sweep, batch) in forms {
+        with_forms(
+            &gpu(),
+            |f| (f.conv_quads, f.conv_sweep, f.conv_batch) = (quads, sweep, batch),
+            the_walk_writes_dx_or_de_against_float64,
+        );
     }
 }
 
