@@ -65,6 +65,11 @@ fn row_at(r: u32) -> Row {
     return row;
 }
 
+// acc + v.x + v.y + v.z + v.w, added in that order.
+fn add4(acc: f32, v: vec4<f32>) -> f32 {
+    return acc + v.x + v.y + v.z + v.w;
+}
+
 // Lanes of vec4 block j (elements 4j … 4j+3) that the query sees.
 fn seen(j: u32, lim: u32) -> vec4<bool> {
     return vec4<u32>(4u * j) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(lim);
@@ -89,10 +94,7 @@ fn rows_fwd(
     var l = 0.0;
     for (var j = 0u; j < nv; j++) {
         let e = select(vec4<f32>(), exp(s[row.base + j] - mx), seen(j, row.lim));
-        l += e.x;
-        l += e.y;
-        l += e.z;
-        l += e.w;
+        l = add4(l, e);
     }
     let ls = mx + log(l);
     lse[row.li] = ls;
@@ -127,10 +129,7 @@ fn rows_bwd(
         let pr = select(vec4<f32>(), exp(s[row.base + j] - ls), seen(j, row.lim));
         s[row.base + j] = pr;
         let t = select(vec4<f32>(), pr * g[row.base + j], seen(j, row.lim));
-        dl += t.x;
-        dl += t.y;
-        dl += t.z;
-        dl += t.w;
+        dl = add4(dl, t);
     }
     for (var j = 0u; j < nv; j++) {
         let ds = s[row.base + j] * (g[row.base + j] - vec4<f32>(dl)) * scale;
@@ -220,18 +219,12 @@ fn rows_fwd_team(
         let j = lane + r * team;
         if (j < nv) {
             let e = select(vec4<f32>(), exp(c[r] - mx), seen(j, row.lim));
-            l += e.x;
-            l += e.y;
-            l += e.z;
-            l += e.w;
+            l = add4(l, e);
         }
     }
     for (var j = lane + TC * team; j < nv; j += team) {
         let e = select(vec4<f32>(), exp(s[row.base + j] - mx), seen(j, row.lim));
-        l += e.x;
-        l += e.y;
-        l += e.z;
-        l += e.w;
+        l = add4(l, e);
     }
     let ls = mx + log(team_sum(l, lid, lane, team));
     if (!row.valid) { return; }
@@ -271,20 +264,14 @@ fn rows_bwd_team(
             cg[r] = g[row.base + j];
             s[row.base + j] = cp[r];
             let t = select(vec4<f32>(), cp[r] * cg[r], seen(j, row.lim));
-            dl += t.x;
-            dl += t.y;
-            dl += t.z;
-            dl += t.w;
+            dl = add4(dl, t);
         }
     }
     for (var j = lane + TC * team; j < nv; j += team) {
         let pr = select(vec4<f32>(), exp(s[row.base + j] - ls), seen(j, row.lim));
         s[row.base + j] = pr;
         let t = select(vec4<f32>(), pr * g[row.base + j], seen(j, row.lim));
-        dl += t.x;
-        dl += t.y;
-        dl += t.z;
-        dl += t.w;
+        dl = add4(dl, t);
     }
     dl = team_sum(dl, lid, lane, team);
     if (!row.valid) { return; }
