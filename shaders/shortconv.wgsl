@@ -389,6 +389,12 @@ fn token_forward_w(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
+    forward_walk(wid, nwg, lid, false);
+}
+
+// The forward walk of feature i over one chunk of tokens; `batched`: CB tokens' rows loaded
+// before their outputs are computed and stored (`token_forward_wb`, see CB).
+fn forward_walk(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, batched: bool) {
     let p = params;
     let e = group_index(wid, nwg) * WG + lid;
     if (e >= p.d * p.chunks) { return; }
@@ -398,6 +404,21 @@ fn token_forward_w(
     var kw = taps4(i);
     var w = preload_x4(n0, i);
     var t = n0 % p.seq;
+    if (batched) {
+        for (var nb = n0; nb < n1; nb += CB) {
+            var xs: array<vec4<f32>, CB>;
+            for (var q = 0u; q < CB; q++) { xs[q] = load_x4(min(nb + q, n1 - 1u), i); }
+            for (var q = 0u; q < CB; q++) {
+                if (nb + q < n1) {
+                    window_push(&w, xs[q], t);
+                    a[(nb + q) * p.d + i] = window_out(kw, w);
+                    t += 1u;
+                    if (t == p.seq) { t = 0u; }
+                }
+            }
+        }
+        return;
+    }
     for (var n = n0; n < n1; n++) {
         window_step(&w, n, i, t);
         a[n * p.d + i] = window_out(kw, w);
@@ -421,27 +442,7 @@ fn token_forward_wb(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let p = params;
-    let e = group_index(wid, nwg) * WG + lid;
-    if (e >= p.d * p.chunks) { return; }
-    let i = e % p.d;
-    let n0 = (e / p.d) * p.chunk;
-    let n1 = min(n0 + p.chunk, p.n);
-    var kw = taps4(i);
-    var w = preload_x4(n0, i);
-    var t = n0 % p.seq;
-    for (var nb = n0; nb < n1; nb += CB) {
-        var xs: array<vec4<f32>, CB>;
-        for (var q = 0u; q < CB; q++) { xs[q] = load_x4(min(nb + q, n1 - 1u), i); }
-        for (var q = 0u; q < CB; q++) {
-            if (nb + q < n1) {
-                window_push(&w, xs[q], t);
-                a[(nb + q) * p.d + i] = window_out(kw, w);
-                t += 1u;
-                if (t == p.seq) { t = 0u; }
-            }
-        }
-    }
+    forward_walk(wid, nwg, lid, true);
 }
 
 // One output of the forward walks: Σ over the window's slots of taps ⊙ states, then over j.
@@ -597,7 +598,7 @@ fn token_backward_w(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    backward_walk(wid, nwg, lid, 0u, false);
+    backward_walk(wid, nwg, lid, 0u, WALK_PLAIN);
 }
 
 @compute @workgroup_size(256)
@@ -606,7 +607,7 @@ fn token_backward_w_de(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    backward_walk(wid, nwg, lid, 1u, false);
+    backward_walk(wid, nwg, lid, 1u, WALK_PLAIN);
 }
 
 @compute @workgroup_size(256)
@@ -615,7 +616,7 @@ fn token_backward_w_write(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    backward_walk(wid, nwg, lid, 2u, false);
+    backward_walk(wid, nwg, lid, 2u, WALK_PLAIN);
 }
 
 // `taps4` for K = 4 (KW = 4): κ[i, j, 0..4) loaded as one vec4 per value channel; the same
@@ -647,12 +648,24 @@ fn walk_token(n: u32, i: u32, t: u32, kw: array<vec4<f32>, KW>, dw: ptr<function
     let b = n * p.d + i;
     var row = walk_feature(taps, *dw, t, row4(xin(xr[b])), acc);
     if (mode != 2u) { row += row4(dxr[b]); }
+    walk_put(b, row, mode);
+}
+
+// A token's finished state-gradient row `row` (element b) where `mode` says: Σ_j into ∂e (1),
+// else into ∂X.
+fn walk_put(b: u32, row: vec4<f32>, mode: u32) {
     if (mode == 1u) {
         de[b] = sum_j(row);
     } else {
         dxr[b] = from4(row);
     }
 }
+
+// The walk's layouts (`backward_walk`'s `form`): plain, a workgroup barrier after every token
+// step (`conv_sweep`), and batched loads (`conv_batch`, see CB).
+const WALK_PLAIN: u32 = 0u;
+const WALK_SWEEP: u32 = 1u;
+const WALK_BATCH: u32 = 2u;
 
 // One feature's terms of a token in the backward walks, from its ∂a window dw (slot lead = token
 // n + lead) and its state row xv: adds dw[lead]·xv to the chunk sums acc[lead] and returns the
@@ -698,7 +711,7 @@ fn walk_store(ch: u32, i: u32, acc: array<vec4<f32>, KW>) {
 // half its time on the first load of a row). Every invocation runs every step (a barrier needs
 // uniform control flow): invocations past the last feature and chunk, and steps past the end of
 // a short last chunk, do nothing (and wait). The same sums in the same order either way.
-fn backward_walk(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32, sweep: bool) {
+fn backward_walk(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32, form: u32) {
     let p = params;
     let e0 = group_index(wid, nwg) * WG + lid;
     let live = e0 < p.d * p.chunks;
@@ -714,60 +727,41 @@ fn backward_walk(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32, sweep: boo
     var dw: array<f32, KW>;
     for (var q = 0u; q + 1u < KW; q++) { dw[q + 1u] = da[min(n0 + q, p.n - 1u) * p.d + i]; }
     var t = n0 % p.seq;
-    for (var step = 0u; step < p.chunk; step++) {
-        let n = n0 + step;
-        if (live && n < n1) {
-            walk_token(n, i, t, kw, &dw, &acc, mode);
-            t += 1u;
-            if (t == p.seq) { t = 0u; }
-        }
-        if (sweep) { workgroupBarrier(); }
-    }
-    if (live) { walk_store(ch, i, acc); }
-}
-
-// `backward_walk` (without the sweep), batched (see CB): ∂a, X and (unless written) ∂X of CB
-// tokens loaded, then the tokens' terms in order, as `walk_token`.
-fn backward_walk_b(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, mode: u32) {
-    let p = params;
-    let e0 = group_index(wid, nwg) * WG + lid;
-    let live = e0 < p.d * p.chunks;
-    let e = min(e0, p.d * p.chunks - 1u);
-    let i = e % p.d;
-    let ch = e / p.d;
-    let n0 = ch * p.chunk;
-    let n1 = min(n0 + p.chunk, p.n);
-    let kw = taps4_q(i);
-    var acc: array<vec4<f32>, KW>;
-    var dw: array<f32, KW>;
-    for (var q = 0u; q + 1u < KW; q++) { dw[q + 1u] = da[min(n0 + q, p.n - 1u) * p.d + i]; }
-    var t = n0 % p.seq;
-    for (var s0 = 0u; s0 < p.chunk; s0 += CB) {
-        var das: array<f32, CB>;
-        var xs: array<vec4<f32>, CB>;
-        var gs: array<vec4<f32>, CB>;
-        for (var q = 0u; q < CB; q++) {
-            let n = min(n0 + s0 + q, n1 - 1u);
-            das[q] = da[min(n + KW - 1u, p.n - 1u) * p.d + i];
-            xs[q] = row4(xin(xr[n * p.d + i]));
-            if (mode != 2u) { gs[q] = row4(dxr[n * p.d + i]); }
-        }
-        for (var q = 0u; q < CB; q++) {
-            let n = n0 + s0 + q;
-            if (live && n < n1) {
-                for (var r = 0u; r + 1u < KW; r++) { dw[r] = dw[r + 1u]; }
-                dw[KW - 1u] = das[q];
-                var row = walk_feature(kw, dw, t, xs[q], &acc);
-                if (mode != 2u) { row += gs[q]; }
-                let b = n * p.d + i;
-                if (mode == 1u) {
-                    de[b] = sum_j(row);
-                } else {
-                    dxr[b] = from4(row);
+    if (form == WALK_BATCH) {
+        // ∂a, X and (unless written) ∂X of CB tokens loaded, then the tokens' terms in order, as
+        // `walk_token` computes them.
+        for (var s0 = 0u; s0 < p.chunk; s0 += CB) {
+            var das: array<f32, CB>;
+            var xs: array<vec4<f32>, CB>;
+            var gs: array<vec4<f32>, CB>;
+            for (var q = 0u; q < CB; q++) {
+                let n = min(n0 + s0 + q, n1 - 1u);
+                das[q] = da[min(n + KW - 1u, p.n - 1u) * p.d + i];
+                xs[q] = row4(xin(xr[n * p.d + i]));
+                if (mode != 2u) { gs[q] = row4(dxr[n * p.d + i]); }
+            }
+            for (var q = 0u; q < CB; q++) {
+                let n = n0 + s0 + q;
+                if (live && n < n1) {
+                    for (var r = 0u; r + 1u < KW; r++) { dw[r] = dw[r + 1u]; }
+                    dw[KW - 1u] = das[q];
+                    var row = walk_feature(kw, dw, t, xs[q], &acc);
+                    if (mode != 2u) { row += gs[q]; }
+                    walk_put(n * p.d + i, row, mode);
+                    t += 1u;
+                    if (t == p.seq) { t = 0u; }
                 }
+            }
+        }
+    } else {
+        for (var step = 0u; step < p.chunk; step++) {
+            let n = n0 + step;
+            if (live && n < n1) {
+                walk_token(n, i, t, kw, &dw, &acc, mode);
                 t += 1u;
                 if (t == p.seq) { t = 0u; }
             }
+            if (form == WALK_SWEEP) { workgroupBarrier(); }
         }
     }
     if (live) { walk_store(ch, i, acc); }
@@ -779,7 +773,7 @@ fn token_backward_wb(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    backward_walk_b(wid, nwg, lid, 0u);
+    backward_walk(wid, nwg, lid, 0u, WALK_BATCH);
 }
 
 @compute @workgroup_size(256)
@@ -788,7 +782,7 @@ fn token_backward_wb_de(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    backward_walk_b(wid, nwg, lid, 1u);
+    backward_walk(wid, nwg, lid, 1u, WALK_BATCH);
 }
 
 @compute @workgroup_size(256)
@@ -797,7 +791,7 @@ fn token_backward_wb_write(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    backward_walk_b(wid, nwg, lid, 2u);
+    backward_walk(wid, nwg, lid, 2u, WALK_BATCH);
 }
 
 @compute @workgroup_size(256)
@@ -806,7 +800,7 @@ fn token_backward_w_s(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    backward_walk(wid, nwg, lid, 0u, true);
+    backward_walk(wid, nwg, lid, 0u, WALK_SWEEP);
 }
 
 @compute @workgroup_size(256)
@@ -815,7 +809,7 @@ fn token_backward_w_de_s(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    backward_walk(wid, nwg, lid, 1u, true);
+    backward_walk(wid, nwg, lid, 1u, WALK_SWEEP);
 }
 
 @compute @workgroup_size(256)
@@ -824,7 +818,7 @@ fn token_backward_w_write_s(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    backward_walk(wid, nwg, lid, 2u, true);
+    backward_walk(wid, nwg, lid, 2u, WALK_SWEEP);
 }
 
 // The one-walk backward in quads (CPU adapters, d a multiple of 4: the `…_wq` entry points, and
