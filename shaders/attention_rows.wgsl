@@ -184,9 +184,20 @@ fn team_sum(v: f32, lid: u32, lane: u32, team: u32) -> f32 {
     return r;
 }
 
-// The row of this invocation's team.
-fn team_row(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, team: u32) -> Row {
-    return row_at((wid.y * nwg.x + wid.x) * (TWG / team) + lid / team);
+// This invocation's place in the team forms: its row, its lane in the row's team and the vec4s
+// of the row the query sees (0 for rows past the last one, which read nothing but take part in
+// the reductions).
+struct TeamRow {
+    row: Row,
+    team: u32,
+    lane: u32,
+    nv: u32,
+}
+
+fn team_row(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> TeamRow {
+    let team = params.team;
+    let row = row_at((wid.y * nwg.x + wid.x) * (TWG / team) + lid / team);
+    return TeamRow(row, team, lid & (team - 1u), select(0u, (row.lim + 3u) / 4u, row.valid));
 }
 
 // `rows_fwd` by teams.
@@ -196,11 +207,11 @@ fn rows_fwd_team(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let team = params.team;
-    let lane = lid & (team - 1u);
-    let row = team_row(wid, nwg, lid, team);
-    // Rows past the last one read nothing, but take part in the reductions.
-    let nv = select(0u, (row.lim + 3u) / 4u, row.valid);
+    let tr = team_row(wid, nwg, lid);
+    let row = tr.row;
+    let team = tr.team;
+    let lane = tr.lane;
+    let nv = tr.nv;
     var c: array<vec4<f32>, TC>;
     var m = vec4<f32>(NEG);
     for (var r = 0u; r < TC; r++) {
@@ -248,10 +259,11 @@ fn rows_bwd_team(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let team = params.team;
-    let lane = lid & (team - 1u);
-    let row = team_row(wid, nwg, lid, team);
-    let nv = select(0u, (row.lim + 3u) / 4u, row.valid);
+    let tr = team_row(wid, nwg, lid);
+    let row = tr.row;
+    let team = tr.team;
+    let lane = tr.lane;
+    let nv = tr.nv;
     var ls = 0.0;
     if (row.valid) { ls = lse_saved[row.li]; }
     var cp: array<vec4<f32>, TC>;

@@ -620,21 +620,16 @@ fn rows_dispatch(
         team: team as u32,
         _pad: 0,
     };
-    let max = gpu.limits.max_compute_workgroups_per_dimension;
-    if team == 0 {
-        return gpu.kernel("attention_rows", None, entry)?.dispatch(
-            gpu,
-            Some(bytemuck::bytes_of(&p)),
-            bind,
-            grid_1d(total as u64, 64, max),
-        );
-    }
-    let rows_per_group = (ROW_TEAM_WG / team) as u32;
-    gpu.kernel("attention_rows", None, &format!("{entry}_team"))?.dispatch(
+    // Rows per workgroup: 64 of one invocation each, or ROW_TEAM_WG / team.
+    let (entry, rows_per_group) = match ROW_TEAM_WG.checked_div(team) {
+        None => (entry.to_string(), 64),
+        Some(rows) => (format!("{entry}_team"), rows),
+    };
+    gpu.kernel("attention_rows", None, &entry)?.dispatch(
         gpu,
         Some(bytemuck::bytes_of(&p)),
         bind,
-        grid_1d(total as u64, rows_per_group, max),
+        grid_1d(total as u64, rows_per_group as u32, gpu.limits.max_compute_workgroups_per_dimension),
     )
 }
 

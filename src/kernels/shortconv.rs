@@ -447,10 +447,11 @@ pub fn token_backward_walk(
     out: WalkOut,
 ) -> Result<Vec<Dispatch>> {
     let adds = matches!(out, WalkOut::AddToDx);
-    let (de, entry, entry_q) = match out {
-        WalkOut::AddToDx => (None, "token_backward_w", "token_backward_wq"),
-        WalkOut::SumIntoDe(de) => (Some(de), "token_backward_w_de", "token_backward_wq_de"),
-        WalkOut::WriteDx => (None, "token_backward_w_write", "token_backward_wq_write"),
+    // The entry points of each layout: plain, quads, batched; the sweep is the plain one + `_s`.
+    let (de, entry, entry_q, entry_b) = match out {
+        WalkOut::AddToDx => (None, "token_backward_w", "token_backward_wq", "token_backward_wb"),
+        WalkOut::SumIntoDe(de) => (Some(de), "token_backward_w_de", "token_backward_wq_de", "token_backward_wb_de"),
+        WalkOut::WriteDx => (None, "token_backward_w_write", "token_backward_wq_write", "token_backward_wb_write"),
     };
     let what = "shortconv::token_backward";
     s.validate(what)?;
@@ -495,7 +496,7 @@ pub fn token_backward_walk(
             let entry = if walk_sweep(gpu) {
                 format!("{entry}_s")
             } else if walk_batch(gpu) {
-                entry.replacen("token_backward_w", "token_backward_wb", 1)
+                entry_b.to_string()
             } else {
                 entry.to_string()
             };
