@@ -186,10 +186,11 @@ fn team_sum(v: f32, lid: u32, lane: u32, team: u32) -> f32 {
 
 // This invocation's place in the team forms: its row, its lane in the row's team and the vec4s
 // of the row the query sees (0 for rows past the last one, which read nothing but take part in
-// the reductions).
+// the reductions). (The team size itself the kernels read from `params` where they use it: a
+// value passed through here would count as non-uniform to a browser's uniformity analysis, and
+// the reductions' barriers need it uniform.)
 struct TeamRow {
     row: Row,
-    team: u32,
     lane: u32,
     nv: u32,
 }
@@ -197,7 +198,7 @@ struct TeamRow {
 fn team_row(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> TeamRow {
     let team = params.team;
     let row = row_at((wid.y * nwg.x + wid.x) * (TWG / team) + lid / team);
-    return TeamRow(row, team, lid & (team - 1u), select(0u, (row.lim + 3u) / 4u, row.valid));
+    return TeamRow(row, lid & (team - 1u), select(0u, (row.lim + 3u) / 4u, row.valid));
 }
 
 // `rows_fwd` by teams.
@@ -207,9 +208,9 @@ fn rows_fwd_team(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
+    let team = params.team;
     let tr = team_row(wid, nwg, lid);
     let row = tr.row;
-    let team = tr.team;
     let lane = tr.lane;
     let nv = tr.nv;
     var c: array<vec4<f32>, TC>;
@@ -259,9 +260,9 @@ fn rows_bwd_team(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
+    let team = params.team;
     let tr = team_row(wid, nwg, lid);
     let row = tr.row;
-    let team = tr.team;
     let lane = tr.lane;
     let nv = tr.nv;
     var ls = 0.0;
