@@ -6,6 +6,9 @@
 // a fixed binary tree: the summation order depends only on `dim`, never on timing.
 // Grid: 1-D over workgroups of 256/team rows each, split over x and y (wid.y·nwg.x + wid.x).
 //
+// The vec teams (`*_v`, the form `norm_vec`) load four features at a time, keep a row in
+// registers between its passes, and fold the dγ partials into the dx pass (at the end).
+//
 // dγ (rows can be 16k+): `rmsnorm_dgain_partial` sums fixed chunks of `chunk` rows per column
 // into `partial` [chunks, dim]; the launcher adds their column sums (`reduce::col_sum`, chunk
 // order) into dgain. No atomics.
@@ -435,6 +438,136 @@ fn dgain_partial_qh(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool) {
         hpart[params.o_bb + c * params.s_bb] = s_bb;
         for (var j = 0u; j < 4u; j++) {
             if (j < params.m) { hpart[params.o_bv + c * params.s_bv + j] = s_bv[j]; }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Vec teams (the GPU form `norm_vec`; `team` variant): dim a multiple of 4, teams of
+// params.team invocations (a power of two), lane `lane` of a team owning the quads
+// q = lane + j·team, j < VC. A row's quads are loaded once and kept in registers between the
+// passes (the team kernels above load each element twice and one float at a time).
+// The launcher picks a team with dim/4 ≤ VC·team.
+const VC: u32 = 4u;
+
+// y = γ ⊙ x·r, one row per team.
+@compute @workgroup_size(WG)
+fn rmsnorm_forward_v(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let team = params.team;
+    let dq = params.dim / 4u;
+    let slot = lid / team;
+    let lane = lid - slot * team;
+    let row = (wid.y * nwg.x + wid.x) * (WG / team) + slot;
+    let valid = row < params.rows;
+    let base = row * dq;
+    var xs: array<vec4<f32>, VC>;
+    var ss = 0.0;
+    for (var j = 0u; j < VC; j++) {
+        let q = lane + j * team;
+        if (valid && q < dq) {
+            let v = x4[base + q];
+            xs[j] = v;
+            ss = ss + v.x * v.x;
+            ss = ss + v.y * v.y;
+            ss = ss + v.z * v.z;
+            ss = ss + v.w * v.w;
+        }
+    }
+    let total = team_sum(ss, lid, lane, slot);
+    let r = 1.0 / sqrt(total / f32(params.dim) + params.eps);
+    if (valid) {
+        if (lane == 0u) {
+            rstd[row] = r;
+        }
+        for (var j = 0u; j < VC; j++) {
+            let q = lane + j * team;
+            if (q < dq) {
+                y4[base + q] = gain4[q] * (xs[j] * r);
+            }
+        }
+    }
+}
+
+// The backward in one pass: each team walks the `chunk` rows of one chunk in order, writing (or
+// adding, params.flag = 1) dx per row as `rmsnorm_backward_dx` does and summing the chunk's dγ
+// partials dy·x·r per quad in its registers (`rmsnorm_dgain_partial_q`'s sums), stored at the
+// end: x and dy are read once for both.
+@compute @workgroup_size(WG)
+fn rmsnorm_backward_v(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let team = params.team;
+    let dq = params.dim / 4u;
+    let slot = lid / team;
+    let lane = lid - slot * team;
+    let c = (wid.y * nwg.x + wid.x) * (WG / team) + slot;
+    let live = c < params.chunks;
+    let r0 = c * params.chunk;
+    var gq: array<vec4<f32>, VC>;
+    var acc: array<vec4<f32>, VC>;
+    for (var j = 0u; j < VC; j++) {
+        let q = lane + j * team;
+        if (live && q < dq) {
+            gq[j] = gain4[q];
+        }
+    }
+    // The same trip count in every team (the reductions' barriers); rows past the end idle.
+    for (var i = 0u; i < params.chunk; i++) {
+        let row = r0 + i;
+        let valid = live && row < params.rows;
+        let base = row * dq;
+        var r = 0.0;
+        if (valid) {
+            r = rstd_in[row];
+        }
+        var xs: array<vec4<f32>, VC>;
+        var gd: array<vec4<f32>, VC>;
+        var s = 0.0;
+        for (var j = 0u; j < VC; j++) {
+            let q = lane + j * team;
+            if (valid && q < dq) {
+                let xv = x4[base + q];
+                let dyv = dy4[base + q];
+                let g = gq[j] * dyv;
+                xs[j] = xv;
+                gd[j] = g;
+                s = s + xv.x * g.x;
+                s = s + xv.y * g.y;
+                s = s + xv.z * g.z;
+                s = s + xv.w * g.w;
+                acc[j] = acc[j] + (dyv * xv) * r;
+            }
+        }
+        let total = team_sum(s, lid, lane, slot);
+        if (valid) {
+            let cr = (r * r * r / f32(params.dim)) * total;
+            for (var j = 0u; j < VC; j++) {
+                let q = lane + j * team;
+                if (q < dq) {
+                    let g = r * gd[j] - cr * xs[j];
+                    if (params.flag == 1u) {
+                        dx4[base + q] = dx4[base + q] + g;
+                    } else {
+                        dx4[base + q] = g;
+                    }
+                }
+            }
+        }
+        // The next row's partials overwrite red[]: every lane has read this row's total.
+        workgroupBarrier();
+    }
+    if (live) {
+        for (var j = 0u; j < VC; j++) {
+            let q = lane + j * team;
+            if (q < dq) {
+                partial4[c * dq + q] = acc[j];
+            }
         }
     }
 }

@@ -134,6 +134,27 @@ fn golden_with_a_gpus_forms() {
     }
 }
 
+/// Every variant with a GPU's forms plus the candidates a card has not yet measured (off by
+/// default until it does, `kernels::forms`): the softmax steps by teams of 32 (`attn_team`), the
+/// compressor's batched walks (`conv_batch`), RMSNorm's vec teams (`norm_vec`). Before a default
+/// flips on a card's numbers, the model with it already matches float64 here.
+#[test]
+fn golden_with_a_gpus_candidate_forms() {
+    let base = ddl::testing::gpu();
+    let forms = ddl::kernels::forms::Forms::defaults(false, (32, 32), base.features);
+    let gpu = base.with_forms(|f| {
+        *f = forms;
+        (f.attention_row_team, f.conv_batch, f.norm_vec) = (32, true, true);
+    });
+    for v in ["baseline", "ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_v1_vmap", "ddl_vmap"] {
+        check_on(&gpu, v);
+    }
+    let dir = ddl::testing::data_path("tests/golden/odd");
+    for v in ["ddl", "ddl_ccec", "ddl_vmap"] {
+        check_path_on(&gpu, &format!("odd/{v}"), &dir.join(format!("{v}.safetensors")));
+    }
+}
+
 /// Every variant at T = 1 (one key per query: the q/k gradients are exactly zero, and AdamW must
 /// not turn rounding noise there into an update).
 #[test]

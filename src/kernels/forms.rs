@@ -49,6 +49,9 @@ pub struct Forms {
     /// A DDL sublayer's gate and value heads are backpropagated inside the norm backward where
     /// that runs in quads: `norm_heads`.
     pub norm_heads: bool,
+    /// RMSNorm with teams (GPUs) loads four features at a time, keeps a row in registers between
+    /// its passes, and computes dx and dγ's chunk partials in one pass: `norm_vec`.
+    pub norm_vec: bool,
     /// The delta write handles a token with one invocation when there are many tokens (else a
     /// segment of invocations): `delta_rows`.
     pub delta_one_token_per_invocation: bool,
@@ -190,6 +193,7 @@ impl Forms {
             norm_team: None,
             norm_quads: true,
             norm_heads: true,
+            norm_vec: false,
             delta_one_token_per_invocation: cpu,
             delta_segment: None,
             delta_quads: true,
@@ -273,6 +277,7 @@ impl Forms {
                 "norm_team" => self.norm_team = Some(pow2(256)?),
                 "norm_quads" => self.norm_quads = flag()?,
                 "norm_heads" => self.norm_heads = flag()?,
+                "norm_vec" => self.norm_vec = flag()?,
                 "delta_rows" => self.delta_one_token_per_invocation = flag()?,
                 "delta_seg" => self.delta_segment = Some(pow2(128)?),
                 "delta_quads" => self.delta_quads = flag()?,
@@ -349,6 +354,7 @@ impl Forms {
         ("norm_team", "RMSNorm: a fixed team size (forced)"),
         ("norm_quads", "RMSNorm one-row kernels: four features per load"),
         ("norm_heads", "delta heads' backward folded into the norm backward"),
+        ("norm_vec", "RMSNorm with teams: rows in vec4 registers, dx and dγ in one pass"),
         ("delta_rows", "delta write: one token per invocation when tokens are many"),
         ("delta_seg", "delta write: a fixed segment width (forced)"),
         ("delta_quads", "delta write one-token kernels: four features per load"),
@@ -391,6 +397,7 @@ impl Forms {
                 "norm_team" => opt(self.norm_team),
                 "norm_quads" => b(self.norm_quads),
                 "norm_heads" => b(self.norm_heads),
+                "norm_vec" => b(self.norm_vec),
                 "delta_rows" => b(self.delta_one_token_per_invocation),
                 "delta_seg" => opt(self.delta_segment),
                 "delta_quads" => b(self.delta_quads),

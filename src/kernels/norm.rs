@@ -70,6 +70,43 @@ pub fn quads(gpu: &Gpu, team: usize, dim: usize, views: &[&View]) -> bool {
     team == 1 && dim.is_multiple_of(4) && views.iter().all(|v| v.offset.is_multiple_of(16)) && gpu.forms.norm_quads
 }
 
+/// Quads one invocation of the vec teams keeps in registers (`VC` in shaders/norm.wgsl).
+const VC: usize = 4;
+
+/// The team of the vec form (`norm_vec`: [`rmsnorm_forward`] and [`rmsnorm_backward`] with a
+/// row's quads in registers, dx and dγ's partials in one pass) for these rows, or `None` where it
+/// does not run: the form off, rows going to one invocation each (the CPU rule of [`team`], or
+/// `norm_team=1`), `dim` not a
+/// multiple of 4 or above 4·4·256 = 4096, or a view off a 16-byte boundary. The team: the forced
+/// `norm_team` where its lanes hold the row (dim/4 ≤ 4·team), else about three quads a lane (at
+/// least a whole row or 32 lanes), a power of two ≤ 256. Depends on the adapter and `dim` only.
+pub fn vec_team(gpu: &Gpu, rows: usize, dim: usize, views: &[&View]) -> Option<usize> {
+    let one_row_each = match gpu.forms.norm_team {
+        Some(t) => t == 1,
+        None => gpu.forms.norm_one_row_per_invocation && rows >= CPU_ROWS_PER_INVOCATION,
+    };
+    if !gpu.forms.norm_vec
+        || one_row_each
+        || !dim.is_multiple_of(4)
+        || !views.iter().all(|v| v.offset.is_multiple_of(16))
+    {
+        return None;
+    }
+    let dq = dim / 4;
+    let t = match gpu.forms.norm_team {
+        Some(t) if dq <= VC * t => t,
+        _ => dq.div_ceil(3).next_power_of_two().max(dq.next_power_of_two().min(32)).min(WG),
+    };
+    (dq <= VC * t).then_some(t)
+}
+
+/// Rows per chunk of the vec form's one-pass backward: at least 8 (twice the chunks of
+/// [`chunk`]'s rule at small-124m's 8192 rows, so twice the teams walk them), at most 1024
+/// chunks.
+fn vec_chunk(rows: usize) -> usize {
+    rows.div_ceil(1024).max(8)
+}
+
 /// Rows from which CPU adapters reduce one row per invocation (enough 8-lane groups for the
 /// worker threads).
 pub const CPU_ROWS_PER_INVOCATION: usize = 64;
@@ -86,7 +123,7 @@ pub(crate) fn dgain_chunks(rows: usize) -> usize {
 
 /// Elements of scratch one [`rmsnorm_backward`] keeps (the dγ chunk partials), for memory plans.
 pub fn backward_scratch_elems(rows: usize, dim: usize) -> usize {
-    rows.div_ceil(chunk(rows)) * dim
+    rows.div_ceil(chunk(rows).min(vec_chunk(rows))) * dim
 }
 
 /// The shader variant for a team size: `t1` has teams of one compiled in.
@@ -148,6 +185,16 @@ pub fn rmsnorm_forward(
     let n = rows.saturating_mul(dim);
     check("rmsnorm forward", rows, dim, &[("x", &x, n), ("gain", &gain, dim), ("y", &y, n), ("rstd", &rstd, rows)])?;
     let p = params(gpu, rows, dim, eps, false);
+    if let Some(t) = vec_team(gpu, rows, dim, &[&x, &gain, &y]) {
+        let p = Params { team: t as u32, ..p };
+        let k = gpu.kernel("norm", Some(NormKey::Team.name()), "rmsnorm_forward_v")?;
+        return Ok(vec![k.dispatch(
+            gpu,
+            Some(bytemuck::bytes_of(&p)),
+            &[("x4", x.sub(0, n)), ("gain4", gain.sub(0, dim)), ("y4", y.sub(0, n)), ("rstd", rstd)],
+            grid_1d(rows as u64, (WG / t) as u32, gpu.limits.max_compute_workgroups_per_dimension),
+        )?]);
+    }
     if quads(gpu, p.team as usize, dim, &[&x, &gain, &y]) {
         let k = gpu.kernel("norm", Some(T1), "rmsnorm_forward_q")?;
         return Ok(vec![k.dispatch(
@@ -170,7 +217,8 @@ pub fn rmsnorm_forward(
 /// `dx = r(γ⊙dy) − (r³/D)·x·Σ_i x_i γ_i dy_i` (written, or added when `accumulate_dx`), and
 /// `dgain[i] += Σ_rows dy·x·r` (always accumulates, fixed-order reduction over rows).
 ///
-/// Three dispatches: dx, the dγ chunk partials (a `[chunks, dim]` scratch), their column sums.
+/// Three dispatches: dx, the dγ chunk partials (a `[chunks, dim]` scratch), their column sums;
+/// two with the vec teams ([`vec_team`]), whose one pass writes dx and the partials.
 ///
 /// Conditioning: dx removes from `r·γ⊙dy` its component along `x` up to a factor `ε r²`; when
 /// `γ⊙dy` is nearly parallel to `x` and `mean(x²) ≫ ε` (always the case for `dim = 1`, where
@@ -206,6 +254,33 @@ pub fn rmsnorm_backward(
     let p = params(gpu, rows, dim, 0.0, accumulate_dx);
     let pb = bytemuck::bytes_of(&p);
     let max = gpu.limits.max_compute_workgroups_per_dimension;
+
+    if let Some(t) = vec_team(gpu, rows, dim, &[&x, &gain, &dy, &dx]) {
+        // One pass for dx and dγ's chunk partials, then their column sums.
+        let chunk = vec_chunk(rows);
+        let chunks = rows.div_ceil(chunk);
+        let p = Params { team: t as u32, chunk: chunk as u32, chunks: chunks as u32, ..p };
+        let partial = Tensor::zeros(gpu, "rmsnorm.dgain_partial", &[chunks, dim], DType::F32)?;
+        let mut d1 = gpu.kernel("norm", Some(NormKey::Team.name()), "rmsnorm_backward_v")?.dispatch(
+            gpu,
+            Some(bytemuck::bytes_of(&p)),
+            &[
+                ("x4", x.sub(0, n)),
+                ("gain4", gain.sub(0, dim)),
+                ("rstd_in", rstd),
+                ("dy4", dy.sub(0, n)),
+                ("dx4", dx.sub(0, n)),
+                ("partial4", partial.view()),
+            ],
+            grid_1d(chunks as u64, (WG / t) as u32, max),
+        )?;
+        let mut d2 = crate::kernels::reduce::col_sum(gpu, partial.view(), dgain, chunks, dim, true)?;
+        d1.scratch.push(partial.clone());
+        d2[0].scratch.push(partial);
+        let mut out = vec![d1];
+        out.extend(d2);
+        return Ok(out);
+    }
 
     let d_dx = if quads(gpu, p.team as usize, dim, &[&x, &gain, &dy, &dx]) {
         gpu.kernel("norm", Some(T1), "rmsnorm_backward_dx_q")?.dispatch(

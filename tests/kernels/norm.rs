@@ -106,6 +106,19 @@ fn check(rows: usize, dim: usize, scale: f32, accumulate_dx: bool) {
         |f| (f.norm_team, f.norm_quads) = (Some(1), false),
         |gpu| check_team(gpu, rows, dim, scale, accumulate_dx, 1),
     );
+    // The vec teams (GPUs' `norm_vec`) where dim allows them: the rule's team, a forced team of
+    // two (four quads a lane at dim 32, else the rule) and of 256 (idle lanes past the row).
+    for forced in [None, Some(2), Some(256)] {
+        with_forms(
+            &gpu(),
+            |f| (f.norm_vec, f.norm_one_row_per_invocation, f.norm_team) = (true, false, forced),
+            |gpu| {
+                let t = norm::vec_team(gpu, rows, dim, &[]);
+                assert_eq!(t.is_some(), dim % 4 == 0 && dim <= 4096, "vec team at dim {dim}: {t:?}");
+                check_team(gpu, rows, dim, scale, accumulate_dx, t.map_or(0, |t| 1000 + t))
+            },
+        );
+    }
 }
 
 fn check_team(gpu: &Gpu, rows: usize, dim: usize, scale: f32, accumulate_dx: bool, team: usize) {
@@ -141,6 +154,7 @@ fn check_team(gpu: &Gpu, rows: usize, dim: usize, scale: f32, accumulate_dx: boo
     for (w, a) in wdg.iter_mut().zip(&dgain0) {
         *w += *a as f64;
     }
+    // team: 1000 + N for the vec form's teams of N.
     let tag = format!("rows={rows} dim={dim} scale={scale} acc={accumulate_dx} team={team}");
     assert_close(&format!("rmsnorm y {tag}"), &got.y, &wy, 1e-5, rng.seed);
     assert_close(&format!("rmsnorm rstd {tag}"), &got.rstd, &wr, 1e-5, rng.seed);
@@ -190,6 +204,36 @@ fn rmsnorm_gain_gradient_reduces_many_rows_for_qk_norm_shapes() {
     check(20001, 3, 1.0, false);
     check(2048 * 6, 16, 1.0, true);
     check(4099, 85, 1.0, false);
+    // The vec form's chunks of 8 rows with a short last one, one quad a lane.
+    check(4099, 84, 1.0, true);
+}
+
+#[test]
+fn vec_teams_hold_rows_up_to_4096_features_in_registers() {
+    // Up to four quads a lane (a forced team of 4 at dim 64 and of 256 at 4096); wider rows and
+    // widths off a multiple of 4 go to the team kernels; the rule's teams.
+    let g = gpu();
+    let vec = |forced: Option<usize>| {
+        g.with_forms(|f| (f.norm_vec, f.norm_one_row_per_invocation, f.norm_team) = (true, false, forced))
+    };
+    assert_eq!(norm::vec_team(&vec(Some(4)), 100, 64, &[]), Some(4));
+    assert_eq!(norm::vec_team(&vec(Some(4)), 100, 68, &[]), Some(32), "17 quads: the rule's team (a whole row)");
+    assert_eq!(norm::vec_team(&vec(None), 100, 4, &[]), Some(1));
+    assert_eq!(norm::vec_team(&vec(Some(1)), 100, 64, &[]), None, "forced teams of one: the quad kernels");
+    assert_eq!(norm::vec_team(&vec(None), 100, 4096, &[]), Some(256));
+    assert_eq!(norm::vec_team(&vec(None), 100, 4100, &[]), None);
+    assert_eq!(norm::vec_team(&vec(None), 100, 66, &[]), None);
+    assert_eq!(norm::vec_team(&vec(None), 8192, 768, &[]), Some(64));
+    assert_eq!(norm::vec_team(&vec(None), 49152, 128, &[]), Some(32));
+    assert_eq!(norm::vec_team(&vec(None), 10, 8, &[]), Some(2));
+    assert_eq!(norm::vec_team(&g.with_forms(|f| f.norm_vec = false), 8192, 768, &[]), None);
+    for (rows, dim, forced) in [(37, 64, Some(4)), (9, 4096, None), (300, 4092, None)] {
+        with_forms(
+            &g,
+            |f| (f.norm_vec, f.norm_one_row_per_invocation, f.norm_team) = (true, false, forced),
+            |gpu| check_team(gpu, rows, dim, 1.0, true, 1000 + norm::vec_team(gpu, rows, dim, &[]).unwrap()),
+        );
+    }
 }
 
 #[test]
@@ -225,6 +269,21 @@ fn rmsnorm_is_bit_identical_run_after_run() {
         [("y", &a.y, &b.y), ("rstd", &a.rstd, &b.rstd), ("dx", &a.dx, &b.dx), ("dgain", &a.dgain, &b.dgain)]
     {
         assert!(bits(p) == bits(q), "{name} differs between runs (seed {})", rng.seed);
+    }
+    // The vec teams, at a width they take.
+    let dim = 84;
+    let x = rng.normal(rows * dim, 1.0);
+    let gain = rng.uniform(dim, 0.5, 1.5);
+    let dy = rng.normal(rows * dim, 1.0);
+    let dg0 = rng.normal(dim, 1.0);
+    let g = gpu().with_forms(|f| (f.norm_vec, f.norm_one_row_per_invocation) = (true, false));
+    assert!(norm::vec_team(&g, rows, dim, &[]).is_some());
+    let a = run_gpu(&g, &x, &gain, &dy, None, &dg0, rows, dim, EPS);
+    let b = run_gpu(&g, &x, &gain, &dy, None, &dg0, rows, dim, EPS);
+    for (name, p, q) in
+        [("y", &a.y, &b.y), ("rstd", &a.rstd, &b.rstd), ("dx", &a.dx, &b.dx), ("dgain", &a.dgain, &b.dgain)]
+    {
+        assert!(bits(p) == bits(q), "vec teams: {name} differs between runs (seed {})", rng.seed);
     }
 }
 
