@@ -400,7 +400,7 @@ stage_bench() {
       "bench-train-small-attn-team|60|DDL_FORMS=attn_team=32 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms attn_team=0 --steps 6 --json"
       "bench-attention-blocked512|20|DDL_FORMS=attention=blocked:512 bench kernels --filter blocked --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-train-small-conv-batch|60|DDL_FORMS=conv_batch=1 bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --against-forms conv_batch=0 --steps 6 --json"
-      "bench-train-small-ddl-conv-batch|40|DDL_FORMS=conv_batch=1 bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5 --dispatches --json"
+      "bench-train-small-ddl-new-forms|40|DDL_FORMS=conv_batch=1,norm_vec=1 bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5 --dispatches --json"
       "bench-norm-vec|20|DDL_FORMS=norm_vec=1 bench kernels --filter rmsnorm --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-train-small-norm-vec|60|DDL_FORMS=norm_vec=1 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms norm_vec=0 --steps 6 --json"
       "bench-train-small-blocked512|60|DDL_FORMS=attention=blocked:512 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms attention=blocked:256 --steps 6 --json"

@@ -100,12 +100,11 @@ pub fn vec_team(gpu: &Gpu, rows: usize, dim: usize, views: &[&View]) -> Option<u
     (dq <= VC * t).then_some(t)
 }
 
-/// Rows per chunk of the vec form's one-pass backward: at least 8 (twice the chunks of
-/// [`chunk`]'s rule at small-124m's 8192 rows, so twice the teams walk them), at most 1024
-/// chunks.
-fn vec_chunk(rows: usize) -> usize {
-    rows.div_ceil(1024).max(8)
-}
+/// Rows per chunk of the vec form's one-pass backward, whose teams walk a chunk's rows one after
+/// another: 8, so that the walks are short and many (1024 teams at small-124m's 8192 block-norm
+/// rows, 6144 at its 49152 QK-norm rows) while the chunk partials add 1/24 to the bytes the pass
+/// moves (dim floats per 8 rows against 3·dim per row).
+const VEC_CHUNK: usize = 8;
 
 /// Rows from which CPU adapters reduce one row per invocation (enough 8-lane groups for the
 /// worker threads).
@@ -123,7 +122,7 @@ pub(crate) fn dgain_chunks(rows: usize) -> usize {
 
 /// Elements of scratch one [`rmsnorm_backward`] keeps (the dγ chunk partials), for memory plans.
 pub fn backward_scratch_elems(rows: usize, dim: usize) -> usize {
-    rows.div_ceil(chunk(rows).min(vec_chunk(rows))) * dim
+    rows.div_ceil(chunk(rows).min(VEC_CHUNK)) * dim
 }
 
 /// The shader variant for a team size: `t1` has teams of one compiled in.
@@ -257,7 +256,7 @@ pub fn rmsnorm_backward(
 
     if let Some(t) = vec_team(gpu, rows, dim, &[&x, &gain, &dy, &dx]) {
         // One pass for dx and dγ's chunk partials, then their column sums.
-        let chunk = vec_chunk(rows);
+        let chunk = VEC_CHUNK;
         let chunks = rows.div_ceil(chunk);
         let p = Params { team: t as u32, chunk: chunk as u32, chunks: chunks as u32, ..p };
         let partial = Tensor::zeros(gpu, "rmsnorm.dgain_partial", &[chunks, dim], DType::F32)?;
