@@ -74,6 +74,16 @@ fn golden_odd_shapes_every_variant() {
     }
 }
 
+/// The `unaligned` set: d = 30 and F = 85, widths that are not multiples of 4 (padded and unpadded
+/// activations in one product), every variant.
+#[test]
+fn golden_unaligned_widths_every_variant() {
+    let dir = ddl::testing::data_path("tests/golden/unaligned");
+    for v in ["baseline", "ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_v1_vmap", "ddl_vmap"] {
+        check_path(&format!("unaligned/{v}"), &dir.join(format!("{v}.safetensors")));
+    }
+}
+
 /// The third set: d_v = 9, wider than the delta write's segment forms (one token per invocation,
 /// its variant compiled on first use), for every expanded variant (CC with K_c = d_v).
 #[test]
@@ -113,6 +123,10 @@ fn golden_with_the_packed_delta_forward() {
     for v in ["ddl", "ddl_ccec", "ddl_vmap"] {
         check_path_on(&gpu, &format!("odd/{v}"), &dir.join(format!("{v}.safetensors")));
     }
+    let dir = ddl::testing::data_path("tests/golden/unaligned");
+    for v in ["baseline", "ddl", "ddl_cc", "ddl_vmap"] {
+        check_path_on(&gpu, &format!("unaligned/{v}"), &dir.join(format!("{v}.safetensors")));
+    }
 }
 
 /// Every variant with the forms a GPU gets (`Forms::defaults` of a discrete adapter with
@@ -131,6 +145,10 @@ fn golden_with_a_gpus_forms() {
     let dir = ddl::testing::data_path("tests/golden/odd");
     for v in ["ddl", "ddl_ccec", "ddl_vmap"] {
         check_path_on(&gpu, &format!("odd/{v}"), &dir.join(format!("{v}.safetensors")));
+    }
+    let dir = ddl::testing::data_path("tests/golden/unaligned");
+    for v in ["baseline", "ddl", "ddl_cc", "ddl_vmap"] {
+        check_path_on(&gpu, &format!("unaligned/{v}"), &dir.join(format!("{v}.safetensors")));
     }
 }
 
@@ -152,6 +170,10 @@ fn golden_with_a_gpus_candidate_forms() {
     let dir = ddl::testing::data_path("tests/golden/odd");
     for v in ["ddl", "ddl_ccec", "ddl_vmap"] {
         check_path_on(&gpu, &format!("odd/{v}"), &dir.join(format!("{v}.safetensors")));
+    }
+    let dir = ddl::testing::data_path("tests/golden/unaligned");
+    for v in ["baseline", "ddl", "ddl_cc", "ddl_vmap"] {
+        check_path_on(&gpu, &format!("unaligned/{v}"), &dir.join(format!("{v}.safetensors")));
     }
 }
 

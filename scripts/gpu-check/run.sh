@@ -263,7 +263,7 @@ stage_info() {
 # ---------------------------------------------------------------------------- golden
 stage_golden() {
   local t0=$(date +%s) rc rc16 rcp st
-  local files=("$BUNDLE"/data/tests/golden/*.safetensors "$BUNDLE"/data/tests/golden/odd/*.safetensors "$BUNDLE"/data/tests/golden/t1/*.safetensors "$BUNDLE"/data/tests/golden/wide/*.safetensors)
+  local files=("$BUNDLE"/data/tests/golden/*.safetensors "$BUNDLE"/data/tests/golden/odd/*.safetensors "$BUNDLE"/data/tests/golden/t1/*.safetensors "$BUNDLE"/data/tests/golden/wide/*.safetensors "$BUNDLE"/data/tests/golden/unaligned/*.safetensors)
   step golden 90 "$DDL" golden --quiet "${files[@]}"; rc=$?
   step golden-f16 60 "$DDL" golden --quiet --f16-state "$BUNDLE"/data/tests/golden/ddl.safetensors "$BUNDLE"/data/tests/golden/ddl_vmap.safetensors; rc16=$?
   step golden-precision-f16 60 "$DDL" golden --quiet --precision f16 "$BUNDLE"/data/tests/golden/*.safetensors; rcp=$?

@@ -579,7 +579,7 @@ fn product(
         alpha: 1.0,
         outer: s.batch,
         outer_strides: [st(which[0]), st(which[1]), st(which[2])],
-        pad_reads: false,
+        pad_reads: [false; 2],
         a_elem: Default::default(),
         b_elem: Default::default(),
     }

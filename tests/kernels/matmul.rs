@@ -184,7 +184,7 @@ fn attention_like() -> Matmul {
         alpha: 0.5,
         outer: 1,
         outer_strides: [0; 3],
-        pad_reads: false,
+        pad_reads: [false; 2],
         a_elem: MatmulElem::F32,
         b_elem: MatmulElem::F32,
     }
@@ -229,7 +229,7 @@ fn strided_tail(form: &str, m: usize, n: usize, k: usize, batch: usize) -> Matmu
         alpha: 1.0,
         outer: 1,
         outer_strides: [0; 3],
-        pad_reads: false,
+        pad_reads: [false; 2],
         a_elem: MatmulElem::F32,
         b_elem: MatmulElem::F32,
     }
@@ -551,7 +551,7 @@ fn two_batch_levels_match_float64_and_one_product_per_group() {
             alpha: 0.75,
             outer: seqs,
             outer_strides: [sq, sq, sc],
-            pad_reads: false,
+            pad_reads: [false; 2],
             a_elem: MatmulElem::F32,
             b_elem: MatmulElem::F32,
         };
@@ -611,7 +611,7 @@ fn two_batch_levels_match_float64_and_one_product_per_group() {
     }
 }
 
-/// `pad_reads`: A's rows past M and B's columns past N (up to a multiple of 4) are read by the
+/// `pad_reads` (`pad_a`, `pad_b`): A's rows past M and B's columns past N (up to a multiple of 4) are read by the
 /// vec4 kernels when M, N are not multiples of 4; NaN there must not reach any stored output.
 #[test]
 fn padded_operands_keep_the_vec4_kernels_and_ignore_what_lies_in_the_padding() {
@@ -626,7 +626,8 @@ fn padded_operands_keep_the_vec4_kernels_and_ignore_what_lies_in_the_padding() {
             b: Operand { offset: 0, row_stride: n4, col_stride: 1, batch_stride: k * n4 },
             ..Matmul::tn(m, n, k)
         }
-        .pad_reads(true);
+        .pad_a(true)
+        .pad_b(true);
         let mut a = rng.uniform(k * m4, -1.0, 1.0);
         let mut b = rng.uniform(k * n4, -1.0, 1.0);
         for p in 0..k {
@@ -650,9 +651,53 @@ fn padded_operands_keep_the_vec4_kernels_and_ignore_what_lies_in_the_padding() {
         }
         // Without the flag the same layout falls back to scalar loads.
         assert_eq!(
-            Matmul { pad_reads: false, ..mm }.entry_point("r8").unwrap(),
+            Matmul { pad_reads: [false; 2], ..mm }.entry_point("r8").unwrap(),
             if m % 4 == 0 && n % 4 == 0 { "mm_mn" } else { "mm_ss" }
         );
+    }
+}
+
+/// Padding is per operand: a weight gradient over one padded activation (`[tokens, round4(F)]`)
+/// and one unpadded (`[tokens, d]`, d not a multiple of 4) reads past neither buffer. Training
+/// with d = 30 failed here once: `pad_reads` padded both operands, so the MLP's ∂W_down asked
+/// 8 bytes past ∂h's buffer (`matmul 30x341x768: A needs 92168 bytes of its buffer, the
+/// binding has 92160`).
+#[test]
+fn padding_one_operand_reads_nothing_past_the_other() {
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    for &(m, n, k) in &[(30usize, 341usize, 70usize), (341, 30, 77), (6, 5, 9)] {
+        for pad_a in [false, true] {
+            // The padded operand has rows of round4, the other exactly its width.
+            let (ma, nb) = if pad_a { (m.next_multiple_of(4), n) } else { (m, n.next_multiple_of(4)) };
+            let mm = Matmul {
+                a: Operand { offset: 0, row_stride: 1, col_stride: ma, batch_stride: k * ma },
+                b: Operand { offset: 0, row_stride: nb, col_stride: 1, batch_stride: k * nb },
+                ..Matmul::tn(m, n, k)
+            };
+            let mm = if pad_a { mm.pad_a(true) } else { mm.pad_b(true) };
+            let mut a = rng.uniform(k * ma, -1.0, 1.0);
+            let mut b = rng.uniform(k * nb, -1.0, 1.0);
+            for p in 0..k {
+                a[p * ma + m..(p + 1) * ma].fill(f32::NAN);
+                b[p * nb + n..(p + 1) * nb].fill(f32::NAN);
+            }
+            let (ta, tb) = (upload(&gpu, "a", &a), upload(&gpu, "b", &b));
+            // Both padded would read past the unpadded buffer: refused, naming it.
+            let both = mm.pad_a(true).pad_b(true);
+            let tc = poisoned(&gpu, "c", &[m * n]);
+            let e = both.bind(&gpu, ta.view(), tb.view(), tc.view()).unwrap_err().to_string();
+            let short = if pad_a { "B needs" } else { "A needs" };
+            assert!(m % 4 == 0 && n % 4 == 0 || e.contains(short), "{m}x{n}x{k} pad_a {pad_a}: {e}");
+            for v in register_variants().into_iter().chain(staged_variants()) {
+                let tc = poisoned(&gpu, "c", &[m * n]);
+                run(&gpu, &[mm.bind_variant(&gpu, v, ta.view(), tb.view(), tc.view()).unwrap()]);
+                let got = tc.read_f32(&gpu).unwrap();
+                let want = reference(&mm, &a, &b, &vec![0.0; m * n], 1);
+                let r = ddl::testing::compare(&format!("tn {m}x{n}x{k} pad_a {pad_a} {v}"), &got, &want);
+                assert!(r.passes(1e-5), "{r}; replay with DDL_TEST_SEED={}", rng.seed);
+            }
+        }
     }
 }
 

@@ -103,11 +103,12 @@ pub struct Matmul {
     /// pairs of a `[batch, T, heads, hd]` tensor. 1 (and zero strides) for one level.
     pub outer: usize,
     pub outer_strides: [usize; 3],
-    /// The buffers hold A's rows past M and B's columns past N up to the next multiple of 4
-    /// (a padded activation such as `[tokens, round4(F)]`): vec4 loads along M or N may read
-    /// them, so those layouts keep their vec4 kernels when M or N is not a multiple of 4. What
-    /// is read there only feeds outputs that are never stored (any value, NaN included).
-    pub pad_reads: bool,
+    /// Per operand (A, B): the buffer holds A's rows past M (B's columns past N) up to the next
+    /// multiple of 4 (a padded activation such as `[tokens, round4(F)]`): vec4 loads along M
+    /// (N) may read them, so those layouts keep their vec4 kernels when M (N) is not a multiple
+    /// of 4. What is read there only feeds outputs that are never stored (any value, NaN
+    /// included). Only for the operand whose buffer has the padding: the other's rows end at M.
+    pub pad_reads: [bool; 2],
     /// How A and B are stored and read ([`MatmulElem`]): f32 (the default), f32 rounded to f16
     /// as read, or f16 storage. The half-precision forms need SHADER_F16 and accumulate in f32.
     pub a_elem: MatmulElem,
@@ -158,7 +159,7 @@ impl Matmul {
             alpha: 1.0,
             outer: 1,
             outer_strides: [0; 3],
-            pad_reads: false,
+            pad_reads: [false; 2],
             a_elem: MatmulElem::F32,
             b_elem: MatmulElem::F32,
         }
@@ -193,10 +194,17 @@ impl Matmul {
         self
     }
 
-    /// Lets the vec4 kernels read A's rows and B's columns up to the next multiple of 4 (see
-    /// [`Matmul::pad_reads`]); the views must hold them.
-    pub fn pad_reads(mut self, yes: bool) -> Self {
-        self.pad_reads = yes;
+    /// Lets the vec4 kernels read A's rows up to the next multiple of 4 (see
+    /// [`Matmul::pad_reads`]); A's view must hold them.
+    pub fn pad_a(mut self, yes: bool) -> Self {
+        self.pad_reads[0] = yes;
+        self
+    }
+
+    /// Lets the vec4 kernels read B's columns up to the next multiple of 4 (see
+    /// [`Matmul::pad_reads`]); B's view must hold them.
+    pub fn pad_b(mut self, yes: bool) -> Self {
+        self.pad_reads[1] = yes;
         self
     }
 
@@ -207,8 +215,8 @@ impl Matmul {
         let o = self.outer.max(1) - 1;
         // Padding is read only by the loads along M (A with unit row stride) or N (B with unit
         // column stride).
-        let m = if self.pad_reads && self.a.row_stride == 1 { self.m.next_multiple_of(4) } else { self.m };
-        let n = if self.pad_reads && self.b.col_stride == 1 { self.n.next_multiple_of(4) } else { self.n };
+        let m = if self.pad_reads[0] && self.a.row_stride == 1 { self.m.next_multiple_of(4) } else { self.m };
+        let n = if self.pad_reads[1] && self.b.col_stride == 1 { self.n.next_multiple_of(4) } else { self.n };
         [
             self.a.extent(m, self.k, self.batch) + o * self.outer_strides[0],
             self.b.extent(self.k, n, self.batch) + o * self.outer_strides[1],
@@ -419,9 +427,9 @@ impl Matmul {
         let k4 = self.k >= 4;
         let [a_k, a_m, b_k, b_n] = self.aligned_quads();
         let a_k = a_k && k4;
-        let a_m = a_m && (q(self.m) || self.pad_reads);
+        let a_m = a_m && (q(self.m) || self.pad_reads[0]);
         let b_k = b_k && k4;
-        let b_n = b_n && (q(self.n) || self.pad_reads);
+        let b_n = b_n && (q(self.n) || self.pad_reads[1]);
         let g = subgroup_variant(variant);
         if tile.staged {
             // No scalar staged form: `mm_ss` with the same constants covers the same tile.

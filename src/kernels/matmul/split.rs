@@ -104,7 +104,7 @@ impl Matmul {
                             outer: 1,
                             outer_strides: [0; 3],
                             // Pieces are cut at aligned sizes from views that only hold them.
-                            pad_reads: false,
+                            pad_reads: [false; 2],
                             a_elem: self.a_elem,
                             b_elem: self.b_elem,
                         };

@@ -32,16 +32,16 @@ pub(crate) fn backward(r: &mut Rec, l: usize, s: &Sub, dh: &Tensor, accumulate: 
     let blk = format!("blocks.{l}");
     let (n, d, f, f4) = (r.n(), c.d_model, c.mlp_hidden, c.mlp_stride());
     let dw_down = Matmul { b: Operand::row_major(n, f4), ..Matmul::tn(d, f, n) };
-    r.mm_half(dw_down.pad_reads(true).accumulate(true), dh.view(), psi.view(), r.gv(&format!("{blk}.mlp.w_down")))?;
+    r.mm_half(dw_down.pad_b(true).accumulate(true), dh.view(), psi.view(), r.gv(&format!("{blk}.mlp.w_down")))?;
     let dpsi = Matmul { b: Operand::row_major(d, f4), c: Operand::row_major(n, f4), ..Matmul::nn(n, f, d) };
     if r.a.w_down_rows.get(l).is_none() {
-        r.mm_weight(dpsi.pad_reads(true), dh.view(), &format!("{blk}.mlp.w_down"), g.dpsi.view())?;
+        r.mm_weight(dpsi.pad_b(true), dh.view(), &format!("{blk}.mlp.w_down"), g.dpsi.view())?;
     } else {
         let w_down = w_down_rows(r, l, false)?;
-        r.mm_half(dpsi.pad_reads(true), dh.view(), w_down, g.dpsi.view())?;
+        r.mm_half(dpsi.pad_b(true), dh.view(), w_down, g.dpsi.view())?;
     }
     r.run(swiglu::backward(gpu, g1.view(), g2.view(), g.dpsi.view(), g.dg1.view(), g.dg2.view(), n * f4))?;
-    let dw = Matmul { a: Operand::transposed(f4, n), ..Matmul::tn(f, d, n) }.pad_reads(true).accumulate(true);
+    let dw = Matmul { a: Operand::transposed(f4, n), ..Matmul::tn(f, d, n) }.pad_a(true).accumulate(true);
     r.mm_half(dw, g.dg1.view(), s.c.view(), r.gv(&format!("{blk}.mlp.w_gate")))?;
     r.mm_half(dw, g.dg2.view(), s.c.view(), r.gv(&format!("{blk}.mlp.w_up")))?;
     let dc = Matmul { a: Operand::row_major(n, f4), ..Matmul::nn(n, d, f) };
