@@ -114,7 +114,7 @@ fn check(rows: usize, dim: usize, scale: f32, accumulate_dx: bool) {
             |f| (f.norm_vec, f.norm_one_row_per_invocation, f.norm_team) = (true, false, forced),
             |gpu| {
                 let t = norm::vec_team(gpu, rows, dim, &[]);
-                assert_eq!(t.is_some(), dim % 4 == 0 && dim <= 4096, "vec team at dim {dim}: {t:?}");
+                assert_eq!(t.is_some(), dim.is_multiple_of(4) && dim <= 4096, "vec team at dim {dim}: {t:?}");
                 check_team(gpu, rows, dim, scale, accumulate_dx, t.map_or(0, |t| 1000 + t))
             },
         );
