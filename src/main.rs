@@ -193,6 +193,16 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         run.train.precision = p;
     }
     for kv in &a.sets {
+        // The tokenizer sizes the vocabulary when the run opens (trainer), so a set one would be
+        // overwritten without a word.
+        if matches!(kv.split_once('=').map(|(k, _)| k.trim()), Some("model.vocab_size" | "vocab_size")) {
+            anyhow::bail!(
+                "--set {kv}: `ddl train` takes the vocabulary size from the tokenizer (the corpus's \
+                 characters with --tokenizer char, or a tokenizer.json's vocabulary), so this setting \
+                 would be ignored; drop it, or train a tokenizer of the size you want \
+                 (`ddl tokenizer train --corpus FILE --vocab-size N --out tok.json`, then --tokenizer tok.json)"
+            );
+        }
         run.set(kv).map_err(anyhow::Error::msg)?;
     }
     let flags_given = a.preset.is_some()
@@ -777,8 +787,15 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 print_row(&copy, true);
                 print_row(&ddl::bench::Row(serde_json::json!({"bench": "matmul_rate", "gflop_per_s": gflops})), true);
             }
-            let failed =
+            let (failed, kept) =
                 ddl::bench::all_kernel_rows(&gpu, &shape, &filter, reps, (gbs, gflops), |r| print_row(&r, json));
+            if kept == 0 && failed.is_empty() && !filter.is_empty() {
+                anyhow::bail!(
+                    "--filter {}: no kernel case's name contains it (names such as 'rmsnorm_forward block \
+                     rows=… dim=…' or 'delta_forward …'; `ddl bench kernels` without --filter lists them all)",
+                    filter.join(",")
+                );
+            }
             if !failed.is_empty() {
                 anyhow::bail!("the benchmarks of {} could not run at these shapes (above)", failed.join(", "));
             }

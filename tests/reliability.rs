@@ -238,6 +238,7 @@ fn config_problems_are_clear_errors() {
     t(&["--variant", "baseline", "--f16-state"], &["train.state_f16", "ddl or ddl_vmap", "baseline"]);
     t(&["--f16-state", "--set", "model.d_v=3"], &["train.state_f16", "d_v = 4, got 3"]);
     t(&["--preset", "gigantic"], &["unknown preset 'gigantic'", "one of tiny", "--preset NAME"]);
+    t(&["--set", "model.vocab_size=5"], &["--set model.vocab_size=5", "from the tokenizer", "--vocab-size N"]);
     fails(&dir, &["train", "--corpus", &c, "--out", &out, "--steps=-1"], &["--steps", "-1"]);
     // A batch whose activations exceed the adapter's buffer limit: how much, and what to lower.
     t(&["--set", "train.batch_size=100000"], &["memory plan of a batch of 100000", "bytes", "--set train.batch_size="]);
@@ -411,6 +412,11 @@ fn bench_problems_are_clear_errors() {
     fails(&dir, &["bench", "matmul", "--batch", "2"], &["--preset"]);
     fails(&dir, &["bench", "kernels", "--preset", "tiny", "--batch", "0"], &["--batch", "must be at least 1"]);
     fails(&dir, &["bench", "kernels", "--preset", "gpt-9"], &["unknown preset 'gpt-9'"]);
+    fails(
+        &dir,
+        &["bench", "kernels", "--preset", "tiny", "--batch", "1", "--reps", "1", "--filter", "zzzz"],
+        &["--filter zzzz", "no kernel case"],
+    );
     // bench train takes the model's shapes as `ddl train` does, with its checks.
     fails(&dir, &["bench", "train", "--set", "model.widht=3"], &["--set model.widht", "unknown key"]);
     fails(&dir, &["bench", "train", "--set", "model.n_layers=0"], &["model.n_layers = 0", "expected an integer"]);

@@ -205,7 +205,7 @@ pub fn tune_rows(gpu: &Gpu, products: &[(String, Matmul)], mut emit: impl FnMut(
 /// Every kernel module's cases at `shape` (those whose name contains one of `filter`, all when
 /// it is empty). A module whose cases cannot run at these shapes on this adapter (a tensor over
 /// its storage binding, say) gets a `kernel_error` row and the others still run; returns the
-/// modules that failed.
+/// modules that failed and how many cases the filter kept.
 pub fn all_kernel_rows(
     gpu: &Gpu,
     shape: &BenchShape,
@@ -213,14 +213,15 @@ pub fn all_kernel_rows(
     reps: usize,
     floors: (f64, f64),
     mut emit: impl FnMut(Row),
-) -> Vec<&'static str> {
-    let mut failed = Vec::new();
+) -> (Vec<&'static str>, usize) {
+    let (mut failed, mut kept) = (Vec::new(), 0);
     for (module, f) in BENCHES {
         let run = f(gpu, shape).and_then(|cases| {
             let cases: Vec<_> = cases
                 .into_iter()
                 .filter(|c| filter.is_empty() || filter.iter().any(|x| c.name.contains(x.as_str())))
                 .collect();
+            kept += cases.len();
             kernel_rows(gpu, cases, reps, floors.0, floors.1, &mut emit)
         });
         if let Err(e) = run {
@@ -228,7 +229,7 @@ pub fn all_kernel_rows(
             failed.push(*module);
         }
     }
-    failed
+    (failed, kept)
 }
 
 /// Why `mm` cannot be benchmarked as one dispatch on this adapter (an operand over its storage
