@@ -142,6 +142,8 @@ pub struct Forms {
     /// the two forms' arithmetic differently without the clamps. The GPU default stays on until
     /// those guarantees are rewritten or relaxed (docs/GPU.md, run 4).
     pub shader_checks: bool,
+    /// The [`MEASURED`] entries applied to this device (by its adapter's name), in order.
+    pub measured: Vec<&'static Measured>,
 }
 
 /// Worker threads a CPU adapter runs workgroups on (llvmpipe: `LP_NUM_THREADS`, else one per
@@ -167,11 +169,47 @@ pub fn device_preference(t: wgpu::DeviceType) -> u8 {
     }
 }
 
+/// Forms the GPU check measured better than the GPU defaults on one device: on an adapter whose
+/// name contains `device`, [`Forms::for_adapter`] applies `forms` (as `DDL_FORMS` spells them,
+/// which still overrides them). `evidence`: the measurement and where its numbers are
+/// (docs/gpu-runs/). Add a line only for a paired difference whose interval excludes no change;
+/// a form that pays on every GPU changes [`Forms::defaults`] instead.
+#[derive(Debug, PartialEq)]
+pub struct Measured {
+    pub device: &'static str,
+    pub forms: &'static str,
+    pub evidence: &'static str,
+}
+
+pub const MEASURED: &[Measured] = &[Measured {
+    device: "H200",
+    forms: "split_k_tiles=512",
+    evidence: "small-124m f32 baseline step 0.983x [0.976, 0.988] of split_k_tiles=256's, 6 blocks \
+               A B B A (docs/gpu-runs/2026-11-28-h200-d, summary-2: bench-train-small-split512)",
+}];
+
 impl Forms {
-    /// The forms for an adapter, before `DDL_FORMS`.
+    /// The forms for an adapter, before `DDL_FORMS`: the defaults of its kind, then what the GPU
+    /// check measured better on a device of its name ([`MEASURED`]).
     pub fn for_adapter(info: &wgpu::AdapterInfo, features: wgpu::Features) -> Forms {
         let cpu = info.device_type == wgpu::DeviceType::Cpu;
         Self::defaults(cpu, (info.subgroup_min_size, info.subgroup_max_size), features)
+            .with_measured(&info.name, features)
+    }
+
+    /// These forms with every [`MEASURED`] entry whose device `name` contains applied (GPUs
+    /// only), and listed in [`Forms::measured`].
+    pub fn with_measured(mut self, name: &str, features: wgpu::Features) -> Forms {
+        if self.cpu {
+            return self;
+        }
+        for m in MEASURED.iter().filter(|m| name.contains(m.device)) {
+            // Every entry parses on a GPU's defaults (`measured_entries_parse_and_apply_by_name`).
+            if self.apply(m.forms, features).is_ok() {
+                self.measured.push(m);
+            }
+        }
+        self
     }
 
     /// The forms of a CPU adapter (`cpu`) or a GPU with these subgroup sizes (min, max) and
@@ -217,6 +255,7 @@ impl Forms {
             matmul_coop: false,
             matmul_coop_v: false,
             shader_checks: true,
+            measured: Vec::new(),
             split_k_tiles: if cpu { 2 * cpu_threads() } else { crate::kernels::matmul::GPU_SPLIT_K_TILES },
         }
     }
@@ -437,6 +476,9 @@ impl Forms {
         for (k, v, what) in self.table() {
             let _ = writeln!(s, "  {k:<16} {v:<10} {what}");
         }
+        for m in &self.measured {
+            let _ = writeln!(s, "  measured on this device ({}): {} ({})", m.device, m.forms, m.evidence);
+        }
         s
     }
 
@@ -454,6 +496,29 @@ impl Forms {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn measured_entries_parse_and_apply_by_name() {
+        let f = wgpu::Features::SUBGROUP;
+        let gpu = Forms::defaults(false, (32, 32), f);
+        for m in MEASURED {
+            let mut g = gpu.clone();
+            g.apply(m.forms, f).unwrap_or_else(|e| panic!("MEASURED {m:?}: {e}"));
+            assert_ne!(g, gpu, "{m:?} changes nothing");
+            let named = gpu.clone().with_measured(&format!("NVIDIA {}", m.device), f);
+            assert!(named.measured.contains(&m), "{m:?}");
+            assert!(named.describe().contains(m.forms) && named.describe().contains(m.evidence));
+        }
+        let h200 = gpu.clone().with_measured("NVIDIA H200", f);
+        assert_eq!((gpu.split_k_tiles, h200.split_k_tiles), (256, 512));
+        assert_eq!(gpu.clone().with_measured("NVIDIA GeForce RTX 4090", f), gpu, "another device keeps the defaults");
+        let cpu = Forms::defaults(true, (8, 8), f);
+        assert_eq!(cpu.clone().with_measured("H200", f), cpu, "CPU adapters take no GPU measurements");
+        // DDL_FORMS still overrides a measured form.
+        let mut o = h200.clone();
+        o.apply("split_k_tiles=256", f).unwrap();
+        assert_eq!(o.split_k_tiles, 256);
+    }
 
     #[test]
     fn cpu_and_gpu_adapters_get_their_forms_and_overrides_apply() {
