@@ -74,7 +74,7 @@ fn golden_odd_shapes_every_variant() {
     }
 }
 
-/// The `unaligned` set: d = 30 and F = 85, widths that are not multiples of 4 (padded and unpadded
+/// The fifth set: d = 30 and F = 85, widths that are not multiples of 4 (padded and unpadded
 /// activations in one product), every variant.
 #[test]
 fn golden_unaligned_widths_every_variant() {
