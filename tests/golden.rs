@@ -25,6 +25,25 @@ fn check_path_on(gpu: &Arc<Gpu>, name: &str, path: &std::path::Path) {
     assert!(fails.is_empty(), "{name}: {} of {} rows failed:\n{}", fails.len(), rows.len(), fails.join("\n"));
 }
 
+/// The eight variants, in the spec's order.
+const ALL: &[&str] = &["baseline", "ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_v1_vmap", "ddl_vmap"];
+/// The variants of the second and fifth sets the tests of other forms run besides the public set.
+const SOME_ODD: &[&str] = &["ddl", "ddl_ccec", "ddl_vmap"];
+const SOME_UNALIGNED: &[&str] = &["baseline", "ddl", "ddl_cc", "ddl_vmap"];
+
+/// `public` of the public set, `odd` of the second set and `unaligned` of the fifth, on `gpu`.
+fn check_sets_on(gpu: &Arc<Gpu>, public: &[&str], odd: &[&str], unaligned: &[&str]) {
+    for v in public {
+        check_on(gpu, v);
+    }
+    for (set, names) in [("odd", odd), ("unaligned", unaligned)] {
+        let dir = ddl::testing::data_path(&format!("tests/golden/{set}"));
+        for v in names {
+            check_path_on(gpu, &format!("{set}/{v}"), &dir.join(format!("{v}.safetensors")));
+        }
+    }
+}
+
 #[test]
 fn golden_baseline() {
     check("baseline");
@@ -69,7 +88,7 @@ fn golden_ddl_vmap() {
 #[test]
 fn golden_odd_shapes_every_variant() {
     let dir = ddl::testing::data_path("tests/golden/odd");
-    for v in ["baseline", "ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_v1_vmap", "ddl_vmap"] {
+    for v in ALL {
         check_path(&format!("odd/{v}"), &dir.join(format!("{v}.safetensors")));
     }
 }
@@ -79,7 +98,7 @@ fn golden_odd_shapes_every_variant() {
 #[test]
 fn golden_unaligned_widths_every_variant() {
     let dir = ddl::testing::data_path("tests/golden/unaligned");
-    for v in ["baseline", "ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_v1_vmap", "ddl_vmap"] {
+    for v in ALL {
         check_path(&format!("unaligned/{v}"), &dir.join(format!("{v}.safetensors")));
     }
 }
@@ -101,13 +120,8 @@ fn golden_value_width_nine_every_expanded_variant() {
 fn golden_with_the_heads_in_the_norm_backward() {
     let gpu = ddl::testing::gpu().with_forms(|f| f.norm_team = Some(1));
     assert!(ddl::kernels::norm::folds_heads(&gpu, 18, 32, 4, &[]), "the fold must be on for this test");
-    for v in ["ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec"] {
-        check_on(&gpu, v);
-    }
-    let dir = ddl::testing::data_path("tests/golden/odd");
-    for v in ["ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec"] {
-        check_path_on(&gpu, &format!("odd/{v}"), &dir.join(format!("{v}.safetensors")));
-    }
+    let k_map = ["ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec"];
+    check_sets_on(&gpu, &k_map, &k_map, &[]);
 }
 
 /// Every DDL variant with the packed delta forward (the form of devices with fewer than 15
@@ -116,17 +130,7 @@ fn golden_with_the_heads_in_the_norm_backward() {
 #[test]
 fn golden_with_the_packed_delta_forward() {
     let gpu = ddl::testing::gpu().with_forms(|f| f.delta_packed = true);
-    for v in ["ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_v1_vmap", "ddl_vmap"] {
-        check_on(&gpu, v);
-    }
-    let dir = ddl::testing::data_path("tests/golden/odd");
-    for v in ["ddl", "ddl_ccec", "ddl_vmap"] {
-        check_path_on(&gpu, &format!("odd/{v}"), &dir.join(format!("{v}.safetensors")));
-    }
-    let dir = ddl::testing::data_path("tests/golden/unaligned");
-    for v in ["baseline", "ddl", "ddl_cc", "ddl_vmap"] {
-        check_path_on(&gpu, &format!("unaligned/{v}"), &dir.join(format!("{v}.safetensors")));
-    }
+    check_sets_on(&gpu, &ALL[1..], SOME_ODD, SOME_UNALIGNED);
 }
 
 /// Every variant with the forms a GPU gets (`Forms::defaults` of a discrete adapter with
@@ -139,17 +143,7 @@ fn golden_with_a_gpus_forms() {
     let forms = ddl::kernels::forms::Forms::defaults(false, (32, 32), base.features);
     let gpu = base.with_forms(|f| *f = forms);
     assert!(gpu.forms.conv_finish_wide && !gpu.forms.cpu);
-    for v in ["baseline", "ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_v1_vmap", "ddl_vmap"] {
-        check_on(&gpu, v);
-    }
-    let dir = ddl::testing::data_path("tests/golden/odd");
-    for v in ["ddl", "ddl_ccec", "ddl_vmap"] {
-        check_path_on(&gpu, &format!("odd/{v}"), &dir.join(format!("{v}.safetensors")));
-    }
-    let dir = ddl::testing::data_path("tests/golden/unaligned");
-    for v in ["baseline", "ddl", "ddl_cc", "ddl_vmap"] {
-        check_path_on(&gpu, &format!("unaligned/{v}"), &dir.join(format!("{v}.safetensors")));
-    }
+    check_sets_on(&gpu, ALL, SOME_ODD, SOME_UNALIGNED);
 }
 
 /// Every variant with a GPU's forms plus the candidates a card has not yet measured (off by
@@ -164,17 +158,7 @@ fn golden_with_a_gpus_candidate_forms() {
         *f = forms;
         (f.attention_row_team, f.conv_batch, f.norm_vec) = (32, true, true);
     });
-    for v in ["baseline", "ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_v1_vmap", "ddl_vmap"] {
-        check_on(&gpu, v);
-    }
-    let dir = ddl::testing::data_path("tests/golden/odd");
-    for v in ["ddl", "ddl_ccec", "ddl_vmap"] {
-        check_path_on(&gpu, &format!("odd/{v}"), &dir.join(format!("{v}.safetensors")));
-    }
-    let dir = ddl::testing::data_path("tests/golden/unaligned");
-    for v in ["baseline", "ddl", "ddl_cc", "ddl_vmap"] {
-        check_path_on(&gpu, &format!("unaligned/{v}"), &dir.join(format!("{v}.safetensors")));
-    }
+    check_sets_on(&gpu, ALL, SOME_ODD, SOME_UNALIGNED);
 }
 
 /// Every variant at T = 1 (one key per query: the q/k gradients are exactly zero, and AdamW must
@@ -182,7 +166,7 @@ fn golden_with_a_gpus_candidate_forms() {
 #[test]
 fn golden_one_token_every_variant() {
     let dir = ddl::testing::data_path("tests/golden/t1");
-    for v in ["baseline", "ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_v1_vmap", "ddl_vmap"] {
+    for v in ALL {
         check_path(&format!("t1/{v}"), &dir.join(format!("{v}.safetensors")));
     }
 }
@@ -248,7 +232,7 @@ fn golden_f16_precision() {
     let worst = |rows: &[ddl::golden::Row]| {
         rows.iter().filter(|r| r.tol > 0.0 && r.tol < 1.0).map(|r| r.rel_l2).fold(0.0, f64::max)
     };
-    for name in ["baseline", "ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_v1_vmap", "ddl_vmap"] {
+    for &name in ALL {
         let g = ddl::golden::Golden::load(&root.join(format!("{name}.safetensors"))).unwrap_or_else(|e| panic!("{e}"));
         let rows =
             ddl::golden::check_precision(&gpu, &g, false, ddl::model::Precision::F16).unwrap_or_else(|e| panic!("{e}"));
