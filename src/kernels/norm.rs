@@ -76,10 +76,9 @@ const VC: usize = 4;
 /// The team of the vec form (`norm_vec`: [`rmsnorm_forward`] and [`rmsnorm_backward`] with a
 /// row's quads in registers, dx and dγ's partials in one pass) for these rows, or `None` where it
 /// does not run: the form off, rows going to one invocation each (the CPU rule of [`team`], or
-/// `norm_team=1`), `dim` not a
-/// multiple of 4 or above 4·4·256 = 4096, or a view off a 16-byte boundary. The team: the forced
-/// `norm_team` where its lanes hold the row (dim/4 ≤ 4·team), else about three quads a lane (at
-/// least a whole row or 32 lanes), a power of two ≤ 256. Depends on the adapter and `dim` only.
+/// `norm_team=1`), `dim` not a multiple of 4 or above 4·4·256 = 4096, or a view off a 16-byte
+/// boundary. The team: the forced `norm_team` where its lanes hold the row (dim/4 ≤ 4·team),
+/// else about three quads a lane (at least a whole row or 32 lanes), a power of two ≤ 256.
 pub fn vec_team(gpu: &Gpu, rows: usize, dim: usize, views: &[&View]) -> Option<usize> {
     let one_row_each = match gpu.forms.norm_team {
         Some(t) => t == 1,
