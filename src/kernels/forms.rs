@@ -204,8 +204,11 @@ impl Forms {
             return self;
         }
         for m in MEASURED.iter().filter(|m| name.contains(m.device)) {
-            // Every entry parses on a GPU's defaults (`measured_entries_parse_and_apply_by_name`).
-            if self.apply(m.forms, features).is_ok() {
+            // Every entry parses on a GPU's defaults (`measured_entries_parse_and_apply_by_name`);
+            // one this adapter cannot run (a feature it lacks) is left out whole.
+            let mut f = self.clone();
+            if f.apply(m.forms, features).is_ok() {
+                self = f;
                 self.measured.push(m);
             }
         }

@@ -259,7 +259,7 @@ pub fn rmsnorm_backward(
         let chunks = rows.div_ceil(chunk);
         let p = Params { team: t as u32, chunk: chunk as u32, chunks: chunks as u32, ..p };
         let partial = Tensor::zeros(gpu, "rmsnorm.dgain_partial", &[chunks, dim], DType::F32)?;
-        let mut d1 = gpu.kernel("norm", Some(NormKey::Team.name()), "rmsnorm_backward_v")?.dispatch(
+        let d1 = gpu.kernel("norm", Some(NormKey::Team.name()), "rmsnorm_backward_v")?.dispatch(
             gpu,
             Some(bytemuck::bytes_of(&p)),
             &[
@@ -272,12 +272,7 @@ pub fn rmsnorm_backward(
             ],
             grid_1d(chunks as u64, (WG / t) as u32, max),
         )?;
-        let mut d2 = crate::kernels::reduce::col_sum(gpu, partial.view(), dgain, chunks, dim, true)?;
-        d1.scratch.push(partial.clone());
-        d2[0].scratch.push(partial);
-        let mut out = vec![d1];
-        out.extend(d2);
-        return Ok(out);
+        return with_dgain_sums(gpu, vec![d1], partial, dgain, chunks, dim);
     }
 
     let d_dx = if quads(gpu, p.team as usize, dim, &[&x, &gain, &dy, &dx]) {
@@ -305,7 +300,7 @@ pub fn rmsnorm_backward(
     let chunks = p.chunks as usize;
     let partial = Tensor::zeros(gpu, "rmsnorm.dgain_partial", &[chunks, dim], DType::F32)?;
     // Four columns per invocation where dim is a multiple of 4 (same sums, same order).
-    let mut d1 = if quads(gpu, 1, dim, &[&x, &dy]) {
+    let d1 = if quads(gpu, 1, dim, &[&x, &dy]) {
         gpu.kernel("norm", Some(NormKey::Team.name()), "rmsnorm_dgain_partial_q")?.dispatch(
             gpu,
             Some(pb),
@@ -322,12 +317,25 @@ pub fn rmsnorm_backward(
     };
     // dγ += the chunks' column sums, in chunk order (a one-workgroup-per-column tree reduction
     // took 0.3-0.6 ms per norm on CPU adapters; the column sum ≈ 0.05).
-    let mut d2 = crate::kernels::reduce::col_sum(gpu, partial.view(), dgain, chunks, dim, true)?;
-    d1.scratch.push(partial.clone());
-    d2[0].scratch.push(partial);
-    let mut out = vec![d_dx, d1];
-    out.extend(d2);
-    Ok(out)
+    with_dgain_sums(gpu, vec![d_dx, d1], partial, dgain, chunks, dim)
+}
+
+/// The backward's `passes`, the last of which writes dγ's chunk partials `partial`
+/// (`[chunks, dim]`), then the partials' column sums added into `dgain` in chunk order; the
+/// partials kept alive by their writer and their first reader.
+fn with_dgain_sums(
+    gpu: &Gpu,
+    mut passes: Vec<Dispatch>,
+    partial: Tensor,
+    dgain: View,
+    chunks: usize,
+    dim: usize,
+) -> Result<Vec<Dispatch>> {
+    let mut sums = crate::kernels::reduce::col_sum(gpu, partial.view(), dgain, chunks, dim, true)?;
+    passes.last_mut().expect("a pass writes the partials").scratch.push(partial.clone());
+    sums[0].scratch.push(partial);
+    passes.extend(sums);
+    Ok(passes)
 }
 
 /// A delta write's gate and value heads, whose backward [`rmsnorm_backward_heads`] folds into the
@@ -480,13 +488,12 @@ pub fn rmsnorm_backward_heads(
         ],
         grid_1d((chunks * stride) as u64, T1_WG as u32, max),
     )?;
-    let mut d2 = crate::kernels::reduce::col_sum(gpu, partial.view(), dgain, chunks, dim, true)?;
-    d2.extend(lay.col_sums(gpu, &hpart)?);
-    d1.scratch.push(partial.clone());
+    let mut heads = lay.col_sums(gpu, &hpart)?;
     d1.scratch.push(hpart.clone());
-    d2[0].scratch.push(partial);
-    d2[0].scratch.push(hpart);
-    let mut out = vec![d_dx, d1];
-    out.extend(d2);
+    if let Some(first) = heads.first_mut() {
+        first.scratch.push(hpart);
+    }
+    let mut out = with_dgain_sums(gpu, vec![d_dx, d1], partial, dgain, chunks, dim)?;
+    out.extend(heads);
     Ok(out)
 }
