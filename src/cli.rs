@@ -225,7 +225,7 @@ pub(crate) enum DataCmd {
         val_tokens: Option<usize>,
         /// Validation fraction of the token stream, taken from its end [default: 0.1, as
         /// train.val_fraction].
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         val_fraction: Option<f64>,
         /// Tokens per training shard.
         #[arg(long, value_parser = positive, default_value_t = 100_000_000)]
@@ -267,16 +267,16 @@ pub(crate) struct SamplingArgs {
     #[arg(long, default_value_t = 200)]
     pub(crate) max_tokens: usize,
     /// 0 = greedy.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0.8)]
     pub(crate) temperature: f32,
     /// Keep the k most likely tokens (0 = all).
     #[arg(long, default_value_t = 0)]
     pub(crate) top_k: usize,
     /// Nucleus sampling: keep the most likely tokens up to this probability mass.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1.0)]
     pub(crate) top_p: f32,
     /// Penalise tokens already in the context (1 = off).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1.0)]
     pub(crate) repetition_penalty: f32,
     /// Seed of the sampler: the same seed, settings and prompt give the same text.
     #[arg(long, default_value_t = 0)]
@@ -369,11 +369,11 @@ pub(crate) struct TrainArgs {
     pub(crate) distributed: Option<Distributed>,
     /// With --distributed: a rank waiting this many seconds in one collective (a dead or hung
     /// peer) reports it and exits, which ends the job (10× as long until the first step is done).
-    #[arg(long, default_value_t = 300.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 300.0)]
     pub(crate) mpi_timeout: f64,
     /// With --distributed: gradients are all-reduced in buckets of this many MiB, overlapping the
     /// readback of the next bucket; 0 = one bucket (no overlap).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1.0)]
     pub(crate) mpi_bucket_mib: f64,
     /// With --distributed: what the gradient all-reduce overlaps. `readback`: after the
     /// backward, each bucket's all-reduce overlaps the readback of the next; `backward`: the last

@@ -355,6 +355,9 @@ fn generation_problems_are_clear_errors() {
     g(&["--prompt", ""], &["--prompt is empty"]);
     g(&["--prompt", "hi", "--max-tokens", "0"], &["--max-tokens", "at least 1"]);
     g(&["--prompt", "hi", "--temperature=-0.5"], &["--temperature", "-0.5"]);
+    // A negative number after a space is the flag's value (clap would call it an unknown flag).
+    g(&["--prompt", "hi", "--temperature", "-1"], &["--temperature must be ≥ 0, got -1"]);
+    g(&["--prompt", "hi", "--repetition-penalty", "-2"], &["--repetition-penalty must be > 0, got -2"]);
     g(&["--prompt", "hi", "--top-p", "0"], &["--top-p", "(0, 1]", "got 0"]);
     g(&["--prompt", "hi", "--top-p", "1.5"], &["--top-p", "1.5"]);
     g(&["--prompt", "hi", "--temperature", "nan"], &["--temperature"]);
