@@ -171,3 +171,51 @@ fn soft128v(
     }
     soft_write(t, am, bn, acc);
 }
+
+// `soft128d`: `mm_coop128d` (part `coop_direct`: fragments straight from the operands, no
+// staging) with its fragment products done by the invocations from the same first elements and
+// strides its fragment loads use (element (r, c) of a row-major fragment whose first element is
+// F with stride S is F + r·S + c; of a column-major one, F + c·S + r), read through the operand
+// parts (`lda`, `ldb`), and its output path. The launcher's conditions as for `mm_coop128d`.
+
+// Element (r, c) (an M row, a K column) of A's fragment `f` (`da_frag`).
+fn da_elem(f: vec2<u32>, r: u32, c: u32) -> f32 {
+    if (params.a_cs == 1u) { return lda(f.x + r * f.y + c); }
+    return lda(f.x + c * f.y + r);
+}
+
+// Element (r, c) (a K row, an N column) of B's fragment `f` (`db_frag`).
+fn db_elem(f: vec2<u32>, r: u32, c: u32) -> f32 {
+    if (params.b_cs == 1u) { return ldb(f.x + r * f.y + c); }
+    return ldb(f.x + c * f.y + r);
+}
+
+@compute @workgroup_size(QNT)
+fn soft128d(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let p = params;
+    let t = q_tile(wid, nwg, li);
+    let lane = li % SG;
+    let am = ((li / SG) / 4u) * 64u;    // the subgroup's first row and column in the tile
+    let bn = ((li / SG) % 4u) * 32u;
+    // Fragment f = 2·fi + fj, its element e = lane + SG·i (i < 8) in acc[8·f + i].
+    var acc: array<f32, 64>;
+    for (var k0 = 0u; k0 < p.k; k0 += 16u) {
+        for (var f = 0u; f < 8u; f++) {
+            let fa = da_frag(t, am + (f / 2u) * 16u, k0);
+            let fb = db_frag(t, k0, bn + (f % 2u) * 16u);
+            for (var i = 0u; i < 8u; i++) {
+                let e = lane + SG * i;
+                var s = acc[8u * f + i];
+                for (var u = 0u; u < 16u; u++) {
+                    s = fma(da_elem(fa, e / 16u, u), db_elem(fb, u, e % 16u), s);
+                }
+                acc[8u * f + i] = s;
+            }
+        }
+    }
+    soft_write(t, am, bn, acc);
+}

@@ -448,6 +448,132 @@ fn mm_coop128v(
 }
 
 // ---------------------------------------------------------------------------------------------
+// `mm_coop128d` (variant `coop128d`): `mm_coop128`'s tiles, subgroups and fragments with no
+// staging at all: every subgroup loads its fragments straight from the operands' f16 storage
+// (part `coop_direct`: the launcher runs it only where both are stored in f16 and every fragment
+// lies in its buffer), the next K step's six fragments issued before this step's eight
+// products, no workgroup memory in the K loop and no barriers. The four subgroups sharing A's
+// rows (the two sharing B's columns) read the same fragments, which the caches serve. What it
+// measures on a GPU: whether the tensor cores are fed without staging where the operands are
+// already f16 (`--operands f16`), against `coop128v`'s staged slices. Written (session 34) before
+// any GPU run of it; never picked, timed by `ddl bench matmul --variants coop128d`.
+
+@compute @workgroup_size(QNT)
+fn mm_coop128d(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let p = params;
+    let t = q_tile(wid, nwg, li);
+    let live = t.live;
+    let row0 = t.row0;
+    let col0 = t.col0;
+    let sgi = li / SG;
+    let am = (sgi / 4u) * 64u;    // the subgroup's first row in the tile
+    let bn = (sgi % 4u) * 32u;    // its first column
+    let ra = p.a_cs == 1u;        // A's fragments row-major (A along K), else column-major
+    let rb = p.b_cs == 1u;        // B's row-major (B along N), else column-major
+    var c00 = coop_mat16x16<f32, C>();
+    var c01 = coop_mat16x16<f32, C>();
+    var c10 = coop_mat16x16<f32, C>();
+    var c11 = coop_mat16x16<f32, C>();
+    var c20 = coop_mat16x16<f32, C>();
+    var c21 = coop_mat16x16<f32, C>();
+    var c30 = coop_mat16x16<f32, C>();
+    var c31 = coop_mat16x16<f32, C>();
+    // This K step's fragments (a*, b*) and the next step's, in flight (n*, m*).
+    var a0: coop_mat16x16<f16, A>;
+    var a1: coop_mat16x16<f16, A>;
+    var a2: coop_mat16x16<f16, A>;
+    var a3: coop_mat16x16<f16, A>;
+    var b0: coop_mat16x16<f16, B>;
+    var b1: coop_mat16x16<f16, B>;
+    if (ra) {
+        a0 = da_load_r(da_frag(t, am, 0u));
+        a1 = da_load_r(da_frag(t, am + 16u, 0u));
+        a2 = da_load_r(da_frag(t, am + 32u, 0u));
+        a3 = da_load_r(da_frag(t, am + 48u, 0u));
+    } else {
+        a0 = da_load_c(da_frag(t, am, 0u));
+        a1 = da_load_c(da_frag(t, am + 16u, 0u));
+        a2 = da_load_c(da_frag(t, am + 32u, 0u));
+        a3 = da_load_c(da_frag(t, am + 48u, 0u));
+    }
+    if (rb) {
+        b0 = db_load_r(db_frag(t, 0u, bn));
+        b1 = db_load_r(db_frag(t, 0u, bn + 16u));
+    } else {
+        b0 = db_load_c(db_frag(t, 0u, bn));
+        b1 = db_load_c(db_frag(t, 0u, bn + 16u));
+    }
+    for (var k0 = 0u; k0 < p.k; k0 += 16u) {
+        // The next step (the last one reloads its own fragments: in bounds, unused).
+        let kn = min(k0 + 16u, p.k - 16u);
+        var n0: coop_mat16x16<f16, A>;
+        var n1: coop_mat16x16<f16, A>;
+        var n2: coop_mat16x16<f16, A>;
+        var n3: coop_mat16x16<f16, A>;
+        var m0: coop_mat16x16<f16, B>;
+        var m1: coop_mat16x16<f16, B>;
+        if (ra) {
+            n0 = da_load_r(da_frag(t, am, kn));
+            n1 = da_load_r(da_frag(t, am + 16u, kn));
+            n2 = da_load_r(da_frag(t, am + 32u, kn));
+            n3 = da_load_r(da_frag(t, am + 48u, kn));
+        } else {
+            n0 = da_load_c(da_frag(t, am, kn));
+            n1 = da_load_c(da_frag(t, am + 16u, kn));
+            n2 = da_load_c(da_frag(t, am + 32u, kn));
+            n3 = da_load_c(da_frag(t, am + 48u, kn));
+        }
+        if (rb) {
+            m0 = db_load_r(db_frag(t, kn, bn));
+            m1 = db_load_r(db_frag(t, kn, bn + 16u));
+        } else {
+            m0 = db_load_c(db_frag(t, kn, bn));
+            m1 = db_load_c(db_frag(t, kn, bn + 16u));
+        }
+        c00 = coopMultiplyAdd(a0, b0, c00);
+        c01 = coopMultiplyAdd(a0, b1, c01);
+        c10 = coopMultiplyAdd(a1, b0, c10);
+        c11 = coopMultiplyAdd(a1, b1, c11);
+        c20 = coopMultiplyAdd(a2, b0, c20);
+        c21 = coopMultiplyAdd(a2, b1, c21);
+        c30 = coopMultiplyAdd(a3, b0, c30);
+        c31 = coopMultiplyAdd(a3, b1, c31);
+        a0 = n0;
+        a1 = n1;
+        a2 = n2;
+        a3 = n3;
+        b0 = m0;
+        b1 = m1;
+    }
+    let c_base = t.c_base;
+    let lane = li % SG;
+    let sc = sgi * 256u;
+    let r = row0 + am;
+    let q = col0 + bn;
+    let s16 = 16u;
+    coopStoreT(c00, &Qc[sc], s16);
+    frag_write(r, q, sc, lane, c_base, live);
+    coopStoreT(c01, &Qc[sc], s16);
+    frag_write(r, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c10, &Qc[sc], s16);
+    frag_write(r + 16u, q, sc, lane, c_base, live);
+    coopStoreT(c11, &Qc[sc], s16);
+    frag_write(r + 16u, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c20, &Qc[sc], s16);
+    frag_write(r + 32u, q, sc, lane, c_base, live);
+    coopStoreT(c21, &Qc[sc], s16);
+    frag_write(r + 32u, q + 16u, sc, lane, c_base, live);
+    coopStoreT(c30, &Qc[sc], s16);
+    frag_write(r + 48u, q, sc, lane, c_base, live);
+    coopStoreT(c31, &Qc[sc], s16);
+    frag_write(r + 48u, q + 16u, sc, lane, c_base, live);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Diagnostic entry points: `mm_coop`'s two halves timed apart (`ddl bench matmul --variants
 // coop,coop:mma,coop:mma-cm,coop:stage`; never picked, their results are not the product). On an
 // H200 the whole kernel ran a 4096³ product at 2.6 TFLOP/s (docs/GPU.md, run 3), far below both

@@ -256,6 +256,9 @@ stage_info() {
     local wv
     wv="$(grep -m1 '^cooperative-matrix form coop128v' "$RAW/info-coop.log" | sed 's/^cooperative-matrix form coop128v: *//')"
     note "- cooperative-matrix form coop128v: ${wv:-(no answer: see info-coop.log)}"
+    local wd
+    wd="$(grep -m1 '^cooperative-matrix form coop128d' "$RAW/info-coop.log" | sed 's/^cooperative-matrix form coop128d: *//')"
+    note "- cooperative-matrix form coop128d: ${wd:-(no answer: see info-coop.log)}"
   fi
   stage_row info "$st" $(( $(date +%s) - t0 )) "$(why $rc); $backend; subgroups ${sg:-none}; cooperative matrices: ${coop:-?}; plan: ${plan:-?}"
 }
@@ -372,7 +375,7 @@ stage_bench() {
       "bench-matmul-coop128|40|DDL_FORMS=matmul_coop=1 bench matmul --sizes 4096,8192 --cases nn,nt,tn --operands rh --variants w128,coop,coop128 --reps 3 --json"
       "bench-matmul-coop128-checks|40|DDL_FORMS=matmul_coop=1,shader_checks=0 bench matmul --sizes 4096 --cases nn,nt,tn --operands rh --variants coop128 --against-forms shader_checks=1 --reps 6 --json"
       "bench-matmul-coop128v|45|DDL_FORMS=matmul_coop=1,shader_checks=0 bench matmul --sizes 4096 --cases nn,nt,tn --operands rh --variants w128,coop128,coop128v,coop128v:mma,coop128v:stage,coop:mma,coop:mma-b --reps 3 --json"
-      "bench-matmul-coop128v-f16|30|DDL_FORMS=matmul_coop=1,shader_checks=0 bench matmul --sizes 4096 --cases nn,tn --operands f16 --variants coop128,coop128v,coop128v:mma,coop128v:stage --reps 3 --json"
+      "bench-matmul-coop128v-f16|40|DDL_FORMS=matmul_coop=1,shader_checks=0 bench matmul --sizes 4096 --cases nn,tn --operands f16 --variants coop128,coop128v,coop128d,coop128v:mma,coop128v:stage --reps 3 --json"
       "bench-train-small-f16-coop128v|60|DDL_FORMS=matmul_coop=1,matmul_coop_v=1,shader_checks=0 bench train --preset small-124m --variant baseline --precision f16 --against-forms matmul_coop_v=0 --batch 8 --seq 1024 --steps 6 --no-autotune --json"
       "bench-matmul-coop-halves|30|DDL_FORMS=matmul_coop=1 bench matmul --sizes 4096 --cases nn,nt --operands rh --variants w128,coop,coop64,coop:mma,coop:mma-cm,coop:stage --reps 3 --json"
       "bench-matmul-8192|30|bench matmul --sizes 8192 --variants auto --reps 5 --json"

@@ -113,6 +113,8 @@ pub struct Gpu {
     pub(crate) coop_wide: Arc<std::sync::OnceLock<std::result::Result<(), String>>>,
     /// The same for the form `coop128v` ([`crate::kernels::matmul::coop::wide_v_status`]).
     pub(crate) coop_wide_v: Arc<std::sync::OnceLock<std::result::Result<(), String>>>,
+    /// The same for the form `coop128d` ([`crate::kernels::matmul::coop::direct_status`]).
+    pub(crate) coop_direct: Arc<std::sync::OnceLock<std::result::Result<(), String>>>,
     /// The 8 × 8 form's self-test (`coop8`, Metal), run the first time it is needed
     /// ([`crate::kernels::matmul::coop::status8`]).
     pub(crate) coop8: Arc<std::sync::OnceLock<std::result::Result<(), String>>>,
@@ -482,6 +484,7 @@ impl Gpu {
             stats: Arc::new(AllocStats::default()),
             coop_wide: Arc::new(std::sync::OnceLock::new()),
             coop_wide_v: Arc::new(std::sync::OnceLock::new()),
+            coop_direct: Arc::new(std::sync::OnceLock::new()),
             coop8: Arc::new(std::sync::OnceLock::new()),
             coop,
         };
@@ -675,6 +678,11 @@ impl Gpu {
                         "cooperative-matrix form coop128v: self-test passed (picked with matmul_coop_v=1)\n".to_string()
                     }
                     Err(why) => format!("cooperative-matrix form coop128v: off ({why})\n"),
+                });
+                s.push_str(&match crate::kernels::matmul::coop::direct_status(self) {
+                    Ok(()) => "cooperative-matrix form coop128d: self-test passed (f16-stored operands; bench only)\n"
+                        .to_string(),
+                    Err(why) => format!("cooperative-matrix form coop128d: off ({why})\n"),
                 });
             }
         }

@@ -451,10 +451,17 @@ impl CoopKey {
                 part("coop_enable"),
                 part("coop_staging"),
                 part("coop_staging_v"),
+                part("coop_direct"),
                 part("matmul_params"),
                 part("f16_round"),
                 self.a.part('a'),
                 self.b.part('b'),
+                // `mm_coop128d`'s fragment loads need A and B stored in f16; stubs elsewhere.
+                part(if self.a == MatmulElem::F16 && self.b == MatmulElem::F16 {
+                    "coop_direct_hh"
+                } else {
+                    "coop_direct_none"
+                }),
             ],
         }
     }
@@ -489,6 +496,7 @@ pub(super) fn stage_check_variants() -> Vec<Variant> {
             parts: vec![
                 part("coop_staging"),
                 part("coop_staging_v"),
+                part("coop_direct"),
                 part("matmul_params"),
                 part("f16_round"),
                 a.part('a'),

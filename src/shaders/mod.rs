@@ -134,6 +134,9 @@ pub const PARTS: &[(&str, &str)] = &[
     ("coop_enable", part!("coop_enable")),
     ("coop_staging", part!("coop_staging")),
     ("coop_staging_v", part!("coop_staging_v")),
+    ("coop_direct", part!("coop_direct")),
+    ("coop_direct_hh", part!("coop_direct_hh")),
+    ("coop_direct_none", part!("coop_direct_none")),
     ("norm_sg_entries", part!("norm_sg_entries")),
 ];
 

@@ -1055,6 +1055,53 @@ fn coop128_and_coop128v_without_their_cooperative_matrix_operations_match_float6
     }
 }
 
+/// Products `coop128d` runs beyond its self-test's (`coop::direct_cases`): two batch levels,
+/// operands at offsets and with strides past their widths, one fragment row and column.
+fn direct_more() -> Vec<Matmul> {
+    let h = MatmulElem::F16;
+    let mut strided = Matmul::nt(48, 144, 32).elems(h, h);
+    strided.a = Operand { offset: 8, row_stride: 40, col_stride: 1, batch_stride: 0 };
+    strided.b = Operand { offset: 24, row_stride: 1, col_stride: 48, batch_stride: 0 };
+    let mut two = Matmul::nn(32, 48, 16).batched(2).elems(h, h).accumulate(true);
+    two.outer = 2;
+    two.outer_strides = [2 * 32 * 16, 2 * 16 * 48, 2 * 32 * 48];
+    vec![two, strided, Matmul::tn(16, 16, 16).elems(h, h).alpha(3.0)]
+}
+
+#[test]
+fn coop128d_without_its_cooperative_matrix_operations_matches_float64() {
+    // `coop::soft_check_d` (`soft128d`): mm_coop128d's fragment origins and strides straight from
+    // the operands (clamped at the edges), its tiles, subgroup layout and output path, with the
+    // fragment products done by the invocations: against float64 on f16-stored operands, every
+    // layout, ragged tiles, batches (two levels), offsets, accumulation and alpha. What it leaves
+    // to the GPU check: the cooperative-matrix loads and products themselves.
+    let cases: Vec<Matmul> = matmul::coop::direct_cases().into_iter().chain(direct_more()).collect();
+    for (i, mm) in cases.into_iter().enumerate() {
+        assert!(matmul::coop::direct_fits(&mm).is_none(), "case {i} does not fit coop128d");
+        let how = format!("soft128d {i} {}x{}x{}", mm.m, mm.n, mm.k);
+        check_bound_tol(
+            mm,
+            1,
+            &how,
+            &|gpu, a, b, c| vec![matmul::coop::soft_check_d(&mm, gpu, a, b, c).unwrap()],
+            1e-5,
+        );
+    }
+    // What it refuses: an f32-stored operand, a side off a multiple of 16, a misaligned offset.
+    let h = MatmulElem::F16;
+    let mut off = Matmul::nn(32, 32, 32).elems(h, h);
+    off.a.offset = 4;
+    for (mm, needle) in [
+        (Matmul::nn(32, 32, 32).elems(MatmulElem::R16, h), "both operands stored in f16"),
+        (Matmul::nn(32, 40, 32).elems(h, h), "multiples of 16"),
+        (Matmul::nn(32, 32, 24).elems(h, h), "multiples of 16"),
+        (off, "multiples of 8"),
+    ] {
+        let why = matmul::coop::direct_fits(&mm).unwrap_or_default();
+        assert!(why.contains(needle), "{}x{}x{}: {why:?}", mm.m, mm.n, mm.k);
+    }
+}
+
 #[test]
 fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     // Tensor cores (matmul::coop): where the device offers 16×16×16 f16 → f32 and its self-test
@@ -1069,7 +1116,7 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     let mut rng = Rng::fresh();
     let ta = upload(&gpu, "a", &rng.uniform(ea, -1.0, 1.0));
     let tb = upload_elem(&gpu, "b", &rng.uniform(eb, -1.0, 1.0), MatmulElem::F16);
-    use matmul::coop::{VARIANT8, VARIANT128, VARIANT128V};
+    use matmul::coop::{VARIANT8, VARIANT128, VARIANT128D, VARIANT128V};
     for v in matmul::coop::ALL.into_iter().chain(matmul::coop::DIAGNOSTIC) {
         let tc = poisoned(&gpu, "c", &[ec]);
         let family_ok = if v == VARIANT8 { matmul::coop::status8(&gpu).is_ok() } else { gpu.coop.is_ok() };
@@ -1081,6 +1128,10 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
             }
             Err(e) if v == VARIANT128 && gpu.coop.is_ok() => {
                 assert!(matmul::coop::wide_status(&gpu).is_err() && e.to_string().contains(v), "{v}: {e}")
+            }
+            Err(e) if v == VARIANT128D && gpu.coop.is_ok() => {
+                // coop128d binds only products of two f16-stored operands (this one's A is f32).
+                assert!(e.to_string().contains("both operands stored in f16"), "{v}: {e}")
             }
             Err(e) if v.starts_with(VARIANT128V) && gpu.coop.is_ok() => {
                 // coop128v where its self-test failed; its halves where the device cannot run it.
@@ -1098,8 +1149,11 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
         return;
     }
     // The wide form (its own self-test): required where the GPU check runs.
-    for (v, status) in [(VARIANT128, matmul::coop::wide_status(&gpu)), (VARIANT128V, matmul::coop::wide_v_status(&gpu))]
-    {
+    for (v, status) in [
+        (VARIANT128, matmul::coop::wide_status(&gpu)),
+        (VARIANT128V, matmul::coop::wide_v_status(&gpu)),
+        (VARIANT128D, matmul::coop::direct_status(&gpu)),
+    ] {
         if let (true, Err(why)) = (matmul::coop::usable(&gpu), status) {
             let required = std::env::var("DDL_REQUIRE_COOP").is_ok_and(|v| v == "1");
             assert!(
@@ -1110,7 +1164,8 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
         }
     }
     let coop = |mm: Matmul| {
-        for &v in &here {
+        // (coop128d: the products it can run, two f16-stored aligned operands.)
+        for &v in here.iter().filter(|&&v| v != VARIANT128D || matmul::coop::direct_fits(&mm).is_none()) {
             let how = format!("{v} {:?}/{:?}", mm.a_elem, mm.b_elem);
             check_bound_tol(mm, 1, &how, &|gpu, a, b, c| vec![mm.bind_variant(gpu, v, a, b, c).unwrap()], 1e-4);
         }
@@ -1141,6 +1196,10 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     {
         let (ea, eb) = HALF[i % HALF.len()];
         coop(mm.elems(ea, eb).accumulate(i % 2 == 1).alpha(if i % 3 == 0 { 1.0 } else { 0.5 }));
+    }
+    // coop128d's own: every layout of two f16-stored operands, ragged tiles, batches.
+    for mm in matmul::coop::direct_cases().into_iter().chain(direct_more()) {
+        coop(mm);
     }
     // The engine picks them for f16 products of at least 16 × 16 (the wide one from 128 × 128
     // where its self-test passed; the 8 × 8 one where only it runs).

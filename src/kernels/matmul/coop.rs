@@ -48,6 +48,16 @@ pub const VARIANT128: &str = "coop128";
 /// apart ([`wide_v_status`]). Needs subgroups of 32 and 48 KiB of workgroup memory.
 pub const VARIANT128V: &str = "coop128v";
 
+/// [`VARIANT128`]'s tiles, subgroups and fragments with no staging (`mm_coop128d`, part
+/// `coop_direct`): every fragment loaded straight from the operands' f16 storage, the next K
+/// step's in flight during this step's products, no workgroup memory or barrier in the K loop.
+/// Only where [`direct_fits`]: both operands stored in f16 ([`MatmulElem::F16`]: `ddl bench
+/// matmul --operands f16`; training's activations are f32-stored today), M, N and K multiples
+/// of 16, aligned. Written (session 34) before any GPU run: timed by `ddl bench matmul`, never
+/// picked; self-tested apart ([`direct_status`]). Whether it feeds the tensor cores better than
+/// [`VARIANT128V`]'s staging decides whether f16-stored activations are worth building.
+pub const VARIANT128D: &str = "coop128d";
+
 /// Diagnostic variants (`ddl bench matmul --variants coop,coop:mma,coop:stage` only: never
 /// picked, never in `--variants all`, their results are not the product): `coop`'s
 /// cooperative-matrix half alone (one staged slice, then K / 16 rounds of fragment loads and
@@ -71,7 +81,7 @@ const DIAGNOSTIC128V: [(&str, u32); 2] = [("coop128v:mma", 16), ("coop128v:stage
 pub const VARIANT8: &str = "coop8";
 
 /// Every cooperative-matrix variant the engine has (the diagnostic halves aside).
-pub const ALL: [&str; 5] = [VARIANT, VARIANT64, VARIANT128, VARIANT128V, VARIANT8];
+pub const ALL: [&str; 6] = [VARIANT, VARIANT64, VARIANT128, VARIANT128V, VARIANT128D, VARIANT8];
 
 /// The tile of C one workgroup of `variant` computes, its entry point and the diagnostic mode it
 /// runs in (bits of the parameters' `vec4s`: 64 puts a barrier in `mm_coop_mma`'s loop) — the
@@ -171,6 +181,49 @@ pub fn wide_v_usable(gpu: &Gpu) -> bool {
     usable(gpu) && wide_v_status(gpu).is_ok()
 }
 
+/// Whether [`VARIANT128D`] can run on this device: [`wide_status`]'s conditions and its own
+/// self-test (products in every layout with ragged tiles, a batch, accumulation and operands
+/// past f16's range; run the first time it is asked, with a one-line note when it fails).
+pub fn direct_status(gpu: &Gpu) -> std::result::Result<(), String> {
+    wide_ready(gpu)?;
+    tested_once(gpu, &gpu.coop_direct, VARIANT128D, || self_test_direct(gpu))
+}
+
+/// Whether [`VARIANT128D`] runs here: [`usable`] and [`direct_status`].
+pub fn direct_usable(gpu: &Gpu) -> bool {
+    usable(gpu) && direct_status(gpu).is_ok()
+}
+
+/// Why [`VARIANT128D`] cannot run `mm` (`None`: it can): it loads every 16 × 16 fragment straight
+/// from the operands, so both must be stored in f16, M, N and K be multiples of 16 (a fragment
+/// past the edge would read outside its operand), each operand have a unit stride, and its
+/// offset, other stride and batch strides be multiples of 8 halves (a cooperative-matrix load
+/// from memory needs 16-byte alignment).
+pub fn direct_fits(mm: &Matmul) -> Option<String> {
+    if mm.a_elem != MatmulElem::F16 || mm.b_elem != MatmulElem::F16 {
+        return Some(format!(
+            "needs both operands stored in f16 (--operands f16), got {:?} and {:?}",
+            mm.a_elem, mm.b_elem
+        ));
+    }
+    if ![mm.m, mm.n, mm.k].iter().all(|&x| x >= 16 && x.is_multiple_of(16)) {
+        return Some(format!("needs M, N and K multiples of 16, got {}x{}x{}", mm.m, mm.n, mm.k));
+    }
+    let e = |x: usize| x.is_multiple_of(8);
+    let outer = |i: usize| mm.outer == 1 || e(mm.outer_strides[i]);
+    let fits = |o: &Operand, i: usize| {
+        let unit = (o.col_stride == 1 && e(o.row_stride)) || (o.row_stride == 1 && e(o.col_stride));
+        unit && e(o.offset) && (mm.batch == 1 || e(o.batch_stride)) && outer(i)
+    };
+    if !fits(&mm.a, 0) || !fits(&mm.b, 1) {
+        return Some(
+            "needs each operand contiguous along one dimension, with its offset and other strides multiples of 8"
+                .into(),
+        );
+    }
+    None
+}
+
 /// Whether [`VARIANT8`] can run on this device: the feature enabled, 8×8×8 f16 → f32 listed,
 /// subgroups of 32, and its self-test passed (run the first time it is asked, as
 /// [`wide_status`]).
@@ -200,6 +253,9 @@ pub fn variants_here(gpu: &Gpu) -> Vec<&'static str> {
         }
         if wide_v_usable(gpu) {
             v.push(VARIANT128V);
+        }
+        if direct_usable(gpu) {
+            v.push(VARIANT128D);
         }
     } else if usable8(gpu) {
         v.push(VARIANT8);
@@ -264,6 +320,13 @@ fn bind_checked(
             return bind_checked(mm, gpu, VARIANT, a, b, c, checked);
         }
         return dispatch_quads(mm, gpu, "matmul_coop", &key.name(), "mm_coop128", 128, 0, a, b, c);
+    }
+    if variant == VARIANT128D {
+        let ok = if checked { direct_status(gpu) } else { wide_ready(gpu) };
+        if let Some(why) = ok.err().or_else(|| direct_fits(mm)) {
+            return Err(GpuError::Shader { shader: "matmul_coop".into(), reason: format!("variant {variant}: {why}") });
+        }
+        return dispatch_direct(mm, gpu, "matmul_coop", &key.name(), "mm_coop128d", a, b, c);
     }
     let diagnostic = DIAGNOSTIC128V.iter().find(|d| d.0 == variant);
     if variant == VARIANT128V || diagnostic.is_some() {
@@ -351,6 +414,35 @@ pub fn soft_check(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>)
 #[doc(hidden)]
 pub fn soft_check_v(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
     bind_check(mm, gpu, "soft128v", a, b, c)
+}
+
+/// [`soft_check`] for [`VARIANT128D`] (`soft128d`: its fragments' first elements and strides read
+/// straight from the operands, and its output path); `mm` must be one [`direct_fits`] allows.
+#[doc(hidden)]
+pub fn soft_check_d(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
+    if let Some(why) = direct_fits(mm) {
+        return Err(GpuError::Shape(format!("soft128d: {why}")));
+    }
+    dispatch_direct(mm, gpu, "coop_stage_check", "hh", "soft128d", a, b, c)
+}
+
+/// Dispatches [`VARIANT128D`]'s kernel (or its soft check) on 128 × 128 tiles: no vec4 views (it
+/// reads fragments, not quads).
+#[allow(clippy::too_many_arguments)]
+fn dispatch_direct(
+    mm: &Matmul,
+    gpu: &Gpu,
+    shader: &str,
+    variant: &str,
+    entry: &str,
+    a: View<'_>,
+    b: View<'_>,
+    c: View<'_>,
+) -> Result<Dispatch> {
+    let (p, total) = mm.grid(gpu, 128, 128)?;
+    let kern = gpu.kernel(shader, Some(variant), entry)?;
+    let max = gpu.limits.max_compute_workgroups_per_dimension;
+    kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[("a", a), ("b", b), ("c", c)], grid_1d(total, 1, max))
 }
 
 fn bind_check(mm: &Matmul, gpu: &Gpu, entry: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
@@ -459,6 +551,33 @@ fn self_test_wide_of(gpu: &Gpu, variant: &str) -> std::result::Result<(), String
     let mm = overflow_case();
     self_test_spiked(gpu, variant, mm, true)
         .map_err(|e| format!("{variant} {}x{}x{} with operands past f16's range: {e}", mm.m, mm.n, mm.k))
+}
+
+/// [`VARIANT128D`]'s self-test: products [`direct_fits`] allows in each layout (A along K or M, B
+/// along N or K), with tiles cut by the edges, a batch, alpha, accumulation, and then operands
+/// past f16's range (stored as ±inf, as the tiled kernel reads them).
+fn self_test_direct(gpu: &Gpu) -> std::result::Result<(), String> {
+    let v = VARIANT128D;
+    for mm in direct_cases() {
+        self_test_variant(gpu, v, mm).map_err(|e| format!("{v} {}x{}x{}: {e}", mm.m, mm.n, mm.k))?;
+    }
+    let mm = Matmul::nt(144, 160, 48).elems(MatmulElem::F16, MatmulElem::F16);
+    self_test_spiked(gpu, v, mm, true)
+        .map_err(|e| format!("{v} {}x{}x{} with operands past f16's range: {e}", mm.m, mm.n, mm.k))
+}
+
+/// The products of [`self_test_direct`] (and of the soft check's test): every layout, ragged
+/// tiles along M and N, one K step and several, a batch with accumulation.
+#[doc(hidden)]
+pub fn direct_cases() -> [Matmul; 5] {
+    let h = MatmulElem::F16;
+    [
+        Matmul::nt(144, 48, 80).batched(2).elems(h, h).alpha(0.5).accumulate(true),
+        Matmul::nn(272, 208, 96).elems(h, h),
+        Matmul::tn(128, 144, 16).elems(h, h).accumulate(true),
+        Matmul::tt(160, 256, 64).batched(2).elems(h, h).alpha(-2.0),
+        Matmul::nt(16, 400, 32).elems(h, h),
+    ]
 }
 
 /// A product whose f32-stored operands hold values past f16's range: the staging's conversion
