@@ -24,6 +24,11 @@ struct Params {
 @group(0) @binding(10) var<storage, read> dout4: array<vec4<f32>>;
 @group(0) @binding(11) var<storage, read_write> dgate4: array<vec4<f32>>;
 @group(0) @binding(12) var<storage, read_write> dup4: array<vec4<f32>>;
+// The forward's output stored in half precision (`swiglu_forward4_h`, `--precision f16`): four
+// f16 values per vec2 of words, element 4i in the low half of word 2i. Rounded to nearest even
+// by `round_f16` (part f16_round, in front of this file) before packing, so the packing is
+// exact: the same f16 values a product reading the f32 output as f16 operands sees.
+@group(0) @binding(13) var<storage, read_write> outh: array<vec2<u32>>;
 
 // (σ(g), 1 − σ(g)), both accurate for any finite g.
 fn sigmoid_pair(g: f32) -> vec2<f32> {
@@ -97,6 +102,23 @@ fn swiglu_forward4(
     let g = gate4[i];
     let s = sigmoid_pair4(g);
     out4[i] = (g * s.s) * up4[i];
+}
+
+// `swiglu_forward4` with its output rounded to f16 and packed (`outh`).
+@compute @workgroup_size(256)
+fn swiglu_forward4_h(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+    if (i >= params.n / 4u) {
+        return;
+    }
+    let g = gate4[i];
+    let s = sigmoid_pair4(g);
+    let o = round_f16x4((g * s.s) * up4[i]);
+    outh[i] = vec2<u32>(pack2x16float(o.xy), pack2x16float(o.zw));
 }
 
 @compute @workgroup_size(256)

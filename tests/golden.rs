@@ -251,6 +251,13 @@ fn golden_f16_precision() {
                 .unwrap_or_else(|e| panic!("{e}"));
             let same = rows.iter().zip(&other).all(|(a, b)| a.rel_l2.to_bits() == b.rel_l2.to_bits());
             assert!(same && rows.len() == other.len(), "{name}: the f16 weight copy changed the results");
+            // The MLP's SwiGLU output stored in f16 or in f32 and rounded as read (form
+            // f16_acts): the same bits.
+            let off = gpu.with_forms(|f| f.f16_acts = false);
+            let other = ddl::golden::check_precision(&off, &g, false, ddl::model::Precision::F16)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let same = rows.iter().zip(&other).all(|(a, b)| a.rel_l2.to_bits() == b.rel_l2.to_bits());
+            assert!(same && rows.len() == other.len(), "{name}: storing ψ in f16 changed the results");
         }
     }
 }

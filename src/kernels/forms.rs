@@ -112,6 +112,11 @@ pub struct Forms {
     /// (rewritten after every AdamW step: half the bytes per weight load) instead of rounding the
     /// f32 parameters as it reads them; the same bits either way: `matmul_f16_weights`.
     pub matmul_f16_weights: bool,
+    /// `--precision f16` stores the activations that only the linear layers read in f16 (the
+    /// MLP's SwiGLU output): the producer rounds to nearest even as it writes, which is what the
+    /// products' reads would do, so the same bits with half the bytes written, kept and read:
+    /// `f16_acts`.
+    pub f16_acts: bool,
     /// f16 products run on cooperative matrices where the device has them (the adapter lists
     /// 16×16×16 f16 → f32 and the self-test at device creation passed: `Gpu::coop`):
     /// `matmul_coop`. Not bit-identical to the tiled forms. Off by default: on the H200
@@ -255,6 +260,7 @@ impl Forms {
             adamw_vec4: true,
             matmul_subgroup: subgroups && lo == hi && hi >= 1 && 8 % hi == 0,
             matmul_f16_weights: true,
+            f16_acts: true,
             matmul_coop: false,
             matmul_coop_v: false,
             shader_checks: true,
@@ -368,6 +374,7 @@ impl Forms {
                     self.matmul_subgroup = on;
                 }
                 "matmul_f16_weights" => self.matmul_f16_weights = flag()?,
+                "f16_acts" => self.f16_acts = flag()?,
                 "matmul_coop" => self.matmul_coop = flag()?,
                 "matmul_coop_v" => self.matmul_coop_v = flag()?,
                 "shader_checks" => self.shader_checks = flag()?,
@@ -417,6 +424,7 @@ impl Forms {
         ("adamw_vec4", "AdamW: four elements per invocation"),
         ("matmul_subgroup", "matmul: the …g register-block variants offered"),
         ("matmul_f16_weights", "--precision f16: weights read from an f16 copy of the parameters"),
+        ("f16_acts", "--precision f16: activations only the linear layers read stored in f16"),
         ("matmul_coop", "f16 products on cooperative matrices where the device has them"),
         ("matmul_coop_v", "matmul_coop: the wide form on coop128v's staging"),
         ("split_k_tiles", "matmul: products with fewer output tiles split along K (0: never)"),
@@ -460,6 +468,7 @@ impl Forms {
                 "adamw_vec4" => b(self.adamw_vec4),
                 "matmul_subgroup" => b(self.matmul_subgroup),
                 "matmul_f16_weights" => b(self.matmul_f16_weights),
+                "f16_acts" => b(self.f16_acts),
                 "matmul_coop" => b(self.matmul_coop),
                 "matmul_coop_v" => b(self.matmul_coop_v),
                 "split_k_tiles" => self.split_k_tiles.to_string(),

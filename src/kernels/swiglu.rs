@@ -48,6 +48,31 @@ pub fn forward(gpu: &Gpu, gate: View, up: View, out: View, n: usize) -> Result<V
     Ok(vec![k.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[("gate", gate), ("up", up), ("out", out)], wg)?])
 }
 
+/// [`forward`] with `out` stored in half precision (`--precision f16`'s SwiGLU output, which
+/// only the down projection and its weight gradient read, as f16 operands): each value rounded
+/// to the nearest f16 (ties to even) and packed two to a four-byte word, element 2i in the low
+/// half — the f16 values those products read from [`forward`]'s f32 output. `n` a multiple of 4,
+/// `gate` and `up` on a vec4, `out` (`n / 2` words) on 8 bytes.
+pub fn forward_f16(gpu: &Gpu, gate: View, up: View, out: View, n: usize) -> Result<Vec<Dispatch>> {
+    let what = "swiglu forward (f16 output)";
+    let p = check(what, n, &[("gate", &gate), ("up", &up)])?;
+    super::need(what, "out", "", &out, n / 2)?;
+    if !n.is_multiple_of(4)
+        || !gate.offset.is_multiple_of(16)
+        || !up.offset.is_multiple_of(16)
+        || !out.offset.is_multiple_of(8)
+    {
+        return Err(GpuError::Shape(format!(
+            "{what}: n = {n} must be a multiple of 4, gate and up start on 16 bytes and out on 8 (offsets {}, {}, {})",
+            gate.offset, up.offset, out.offset
+        )));
+    }
+    let k = gpu.kernel("swiglu", None, "swiglu_forward4_h")?;
+    let wg = grid_1d((n / 4) as u64, WG_1D, gpu.limits.max_compute_workgroups_per_dimension);
+    let b = [("gate4", gate.sub(0, n)), ("up4", up.sub(0, n)), ("outh", out.sub(0, n / 2))];
+    Ok(vec![k.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &b, wg)?])
+}
+
 /// Backward of [`forward`]: `dup = dout ⊙ silu(gate)`,
 /// `dgate = dout ⊙ up ⊙ σ(gate)(1 + gate(1 − σ(gate)))`. Both are written (not accumulated).
 pub fn backward(

@@ -138,6 +138,9 @@ pub struct Acts {
     pub state_f16: bool,
     /// The linear layers' products take f16 operands ([`super::Precision::F16`]).
     pub half: bool,
+    /// The MLP's SwiGLU output (`Inner::Mlp::psi`) is stored in f16, two to a four-byte word
+    /// (`half` and the form `f16_acts`): only the down projection and its weight gradient read it.
+    pub psi_f16: bool,
     /// Token ids [B, T] (i32) and targets (−1 = ignored).
     pub tokens: Tensor,
     pub targets: Tensor,
@@ -221,6 +224,7 @@ impl Acts {
         // f16 states: n·d rows of four halves = n·d·2 four-byte elements.
         let state_f16 = model.state_f16 && purpose != Purpose::Decode;
         let half = model.precision == super::Precision::F16 && purpose != Purpose::Decode;
+        let psi_f16 = half && gpu.forms.f16_acts;
         let state = |label: &str| if state_f16 { z(label, &[n, d * m / 2]) } else { z(label, &[n, d, m]) };
         let mut xs = Vec::with_capacity(2 * c.n_layers + 1);
         if var.expanded() {
@@ -252,7 +256,8 @@ impl Acts {
                     SubKind::Mlp => Inner::Mlp {
                         g1: z(&format!("{p}.g1"), &[n, f4])?,
                         g2: z(&format!("{p}.g2"), &[n, f4])?,
-                        psi: z(&format!("{p}.psi"), &[n, f4])?,
+                        // (f16: n·f4 halves, f4 a multiple of 4, in n·f4/2 words.)
+                        psi: z(&format!("{p}.psi"), &[n, if psi_f16 { f4 / 2 } else { f4 }])?,
                     },
                 };
                 Ok(Sub {
@@ -339,6 +344,7 @@ impl Acts {
             t,
             state_f16,
             half,
+            psi_f16,
             tokens,
             targets,
             emb_index,

@@ -227,7 +227,7 @@ pub fn memory_plan_with(c: &ModelConfig, b: usize, t: usize, state_f16: bool) ->
 }
 
 /// [`memory_plan_with`] at `precision` (f16 adds the parameters' f16 copy,
-/// [`Model::set_precision`]).
+/// [`Model::set_precision`], and stores the MLP's SwiGLU output in f16, form `f16_acts`).
 pub fn memory_plan_for(
     c: &ModelConfig,
     b: usize,
@@ -254,7 +254,8 @@ pub fn memory_plan_for(
     acts += if state_f16 { states / 2 } else { states };
     let attn = 7 * n * dq + 2 * n * hh + n * dq + n * hh;
     let f4 = c.mlp_stride() as u64;
-    let mlp = 3 * n * f4;
+    // g1, g2 and ψ; in f16 ψ is stored in f16 (the form `f16_acts`, on by default).
+    let mlp = if precision == super::Precision::F16 { 2 * n * f4 + n * f4 / 2 } else { 3 * n * f4 };
     let per_sub = if var.expanded() { n * d } else { 0 }
         + 2 * n * d
         + n
@@ -301,7 +302,7 @@ pub fn memory_plan_for(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Variant;
+    use crate::model::{Precision, Variant};
 
     #[test]
     fn fit_advice_names_the_largest_batch_that_fits_and_f16_states_where_they_help() {
@@ -334,5 +335,17 @@ mod tests {
             advice.contains("allows at most 16 bytes per buffer") && advice.contains("even one sequence"),
             "{advice}"
         );
+    }
+
+    #[test]
+    fn the_f16_plan_adds_the_weight_copy_and_halves_the_swiglu_output() {
+        // small-124m at 8 × 1024: ψ is [8192, 2048] per layer, 12 layers; in f16 it is stored in
+        // f16 (form f16_acts), 2 bytes an element fewer; the parameters' f16 copy is added.
+        let c = ModelConfig::preset("small-124m", Variant::Baseline).unwrap();
+        let (p32, p16) =
+            (memory_plan_for(&c, 8, 1024, false, Precision::F32), memory_plan_for(&c, 8, 1024, false, Precision::F16));
+        assert_eq!(p32.activation_bytes - p16.activation_bytes, 12 * 8192 * 2048 * 2);
+        assert_eq!((p32.half_param_bytes, p16.half_param_bytes), (0, (p32.param_bytes / 4).div_ceil(2) * 4));
+        assert_eq!(p16.grad_scratch_bytes, p32.grad_scratch_bytes);
     }
 }

@@ -194,7 +194,7 @@ pub const ALL: &[Shader] = &[
     shader!("rope"),
     shader!("attention"),
     shader!("attention_rows"),
-    shader!("swiglu"),
+    shader!("swiglu", prelude "f16_round"),
     shader!("loss"),
     shader!("delta", delta_variants, delta_named),
     shader!("shortconv", shortconv_variants),

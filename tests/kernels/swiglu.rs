@@ -94,6 +94,54 @@ fn swiglu_forward_and_backward_match_float64_at_odd_sizes() {
 }
 
 #[test]
+fn swiglu_forward_in_f16_stores_the_f32_forwards_values_rounded_to_nearest_even() {
+    // `--precision f16`'s SwiGLU output (`forward_f16`): each value of the f32 forward rounded to
+    // the nearest f16, ties to even (what the products would read from the f32 output as f16
+    // operands), packed two to a word — bit for bit, at the spec's odd widths, with large gates
+    // (outputs past f16's range become ±inf, as rounding makes them) and values at f16's
+    // subnormals; and close to float64.
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    for n in [4, 84, 340, 4 * 2730, 65535 * 4 + 8] {
+        let mut gate = gates(&mut rng, n);
+        let mut up = rng.normal(n, 1.0);
+        if n > 64 {
+            // Tiny products (f16 subnormals, and a tie at the smallest one) and one past 65504.
+            (gate[3], up[3]) = (1.0, 3e-6);
+            (gate[7], up[7]) = (40.0, 5.960_464_5e-8 / 2.0 / 40.0);
+            (gate[11], up[11]) = (300.0, 300.0);
+        }
+        let (tg, tu) = (upload(&gpu, "gate", &gate), upload(&gpu, "up", &up));
+        let out = poisoned(&gpu, "out", &[n]);
+        let outh = poisoned_f16(&gpu, "outh", n);
+        run(&gpu, &swiglu::forward(&gpu, tg.view(), tu.view(), out.view(), n).unwrap());
+        run(&gpu, &swiglu::forward_f16(&gpu, tg.view(), tu.view(), outh.view(), n).unwrap());
+        let (o32, o16) = (read(&gpu, &out), f16_unpack(&read(&gpu, &outh)));
+        assert_eq!(o16.len(), n);
+        for i in 0..n {
+            let want = half::f16::from_f32(o32[i]).to_bits();
+            let got = half::f16::from_f32(o16[i]).to_bits();
+            assert_eq!(got, want, "n={n} i={i}: f32 output {:e} stored as {:e} (seed {})", o32[i], o16[i], rng.seed);
+        }
+        if n > 64 {
+            assert!(o16[11].is_infinite(), "300·silu(300) = 90000 rounds past 65504: {}", o16[11]);
+        }
+        let finite: Vec<usize> = (0..n).filter(|&i| o16[i].is_finite()).collect();
+        let want = ref_forward(&gate, &up);
+        let (got_f, want_f): (Vec<f32>, Vec<f64>) = finite.iter().map(|&i| (o16[i], want[i])).unzip();
+        assert_close(&format!("swiglu forward f16 n={n}"), &got_f, &want_f, 1e-3, rng.seed);
+    }
+    // What it refuses: n off a multiple of 4, an output too short, an output off 8 bytes.
+    let a = upload(&gpu, "a", &[0.0; 16]);
+    let e = swiglu::forward_f16(&gpu, a.view(), a.view(), a.view(), 6).unwrap_err();
+    assert!(e.to_string().contains("multiple of 4"), "{e}");
+    let e = swiglu::forward_f16(&gpu, a.view(), a.view(), a.view().sub(0, 3), 8).unwrap_err();
+    assert!(e.to_string().contains("'out' needs 4 elements"), "{e}");
+    let e = swiglu::forward_f16(&gpu, a.view(), a.view(), a.view().sub(1, 4), 8).unwrap_err();
+    assert!(e.to_string().contains("out on 8"), "{e}");
+}
+
+#[test]
 fn swiglu_is_finite_and_exact_in_the_limits_of_large_gates() {
     // silu(g) → g for g ≫ 0 and → 0 for g ≪ 0; σ'(g) terms vanish without NaN or overflow.
     let gpu = gpu();

@@ -231,10 +231,24 @@ impl Matmul {
         self
     }
 
-    /// f16 operands (both rounded to half precision as read) when `half`, else unchanged: the
-    /// f16 compute of the linear layers (`--precision f16`).
+    /// f16 operands when `half` (an f32-stored one rounded to half precision as read, an
+    /// f16-stored one as stored), else unchanged: the f16 compute of the linear layers
+    /// (`--precision f16`).
     pub fn half(self, half: bool) -> Self {
-        if half { self.elems(MatmulElem::R16, MatmulElem::R16) } else { self }
+        let r16 = |e: MatmulElem| if e == MatmulElem::F32 { MatmulElem::R16 } else { e };
+        if half { self.elems(r16(self.a_elem), r16(self.b_elem)) } else { self }
+    }
+
+    /// Reads A as `e` (B unchanged).
+    pub fn a_elem(self, e: MatmulElem) -> Self {
+        let b = self.b_elem;
+        self.elems(e, b)
+    }
+
+    /// Reads B as `e` (A unchanged).
+    pub fn b_elem(self, e: MatmulElem) -> Self {
+        let a = self.a_elem;
+        self.elems(a, e)
     }
 
     /// Whether either operand is read in half precision.

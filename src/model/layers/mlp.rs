@@ -2,7 +2,7 @@
 //! of `mlp_stride()` floats (a multiple of 4, for the vec4 matmul kernels).
 
 use crate::gpu::{Result, Tensor, View};
-use crate::kernels::matmul::{Matmul, Operand};
+use crate::kernels::matmul::{Matmul, MatmulElem, Operand};
 use crate::kernels::{elementwise, swiglu};
 
 use super::super::acts::{Inner, Sub};
@@ -16,8 +16,16 @@ pub(crate) fn forward(r: &mut Rec, l: usize, s: &Sub) -> Result<()> {
     let up = Matmul { c: Operand::row_major(n, f4), ..Matmul::nt(n, f, d) };
     r.mm_weight(up, s.c.view(), &format!("{blk}.mlp.w_gate"), g1.view())?;
     r.mm_weight(up, s.c.view(), &format!("{blk}.mlp.w_up"), g2.view())?;
-    r.run(swiglu::forward(gpu, g1.view(), g2.view(), psi.view(), n * f4))?;
     let down = Matmul { a: Operand::row_major(n, f4), b: Operand::transposed(f4, d), ..Matmul::nt(n, d, f) };
+    // In f16 programs ψ is stored in f16 (`Acts::psi_f16`): the same values the products would
+    // read from the f32 output, half the bytes.
+    let down = if r.a.psi_f16 {
+        r.run(swiglu::forward_f16(gpu, g1.view(), g2.view(), psi.view(), n * f4))?;
+        down.half(true).a_elem(MatmulElem::F16)
+    } else {
+        r.run(swiglu::forward(gpu, g1.view(), g2.view(), psi.view(), n * f4))?;
+        down
+    };
     if r.a.w_down_rows.get(l).is_none() {
         return r.mm_weight(down, psi.view(), &format!("{blk}.mlp.w_down"), s.h.view());
     }
@@ -32,6 +40,7 @@ pub(crate) fn backward(r: &mut Rec, l: usize, s: &Sub, dh: &Tensor, accumulate: 
     let blk = format!("blocks.{l}");
     let (n, d, f, f4) = (r.n(), c.d_model, c.mlp_hidden, c.mlp_stride());
     let dw_down = Matmul { b: Operand::row_major(n, f4), ..Matmul::tn(d, f, n) };
+    let dw_down = if r.a.psi_f16 { dw_down.half(true).b_elem(MatmulElem::F16) } else { dw_down };
     r.mm_half(dw_down.pad_b(true).accumulate(true), dh.view(), psi.view(), r.gv(&format!("{blk}.mlp.w_down")))?;
     let dpsi = Matmul { b: Operand::row_major(d, f4), c: Operand::row_major(n, f4), ..Matmul::nn(n, f, d) };
     if r.a.w_down_rows.get(l).is_none() {

@@ -91,7 +91,7 @@ impl<'a> Rec<'a> {
             && let Some((v, off)) = self.m.pv16(w)
         {
             let b = crate::kernels::matmul::Operand { offset: m.b.offset + off, ..m.b };
-            let m = Matmul { b, ..m }.elems(MatmulElem::R16, MatmulElem::F16);
+            let m = Matmul { b, ..m }.b_elem(MatmulElem::F16).half(true);
             return self.mm(m, a, v, c);
         }
         self.mm_half(m, a, self.pv(w), c)
