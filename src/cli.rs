@@ -98,6 +98,10 @@ pub(crate) enum Cmd {
         /// Plan the expanded states in half precision (`ddl train --f16-state`).
         #[arg(long)]
         f16_state: bool,
+        /// Plan this precision (`ddl train --precision`): f16 adds the parameters' f16 copy,
+        /// stores the SwiGLU output in f16, and the states where the variant has them.
+        #[arg(long, default_value = "f32", value_parser = precision)]
+        precision: ddl::model::Precision,
     },
     /// Check the engine against PyTorch golden files (format ddl-golden-1): forward, backward,
     /// traces and AdamW steps, one row per compared tensor; exits non-zero on any failure.
@@ -562,15 +566,16 @@ pub(crate) enum BenchCmd {
         #[arg(long, value_name = "VARIANT")]
         against: Option<String>,
         /// Compare against these kernel forms (`DDL_FORMS` syntax, e.g. `shader_checks=1`): the
-        /// other side runs with them, the same variant unless --against names one.
+        /// other side runs with them, the same variant unless --against names one, in the same
+        /// numerics (--precision, --f16-state) as the measured side.
         #[arg(long, value_name = "FORMS")]
         against_forms: Option<String>,
         /// Store the measured variant's expanded states in half precision (SHADER_F16; ddl and
-        /// ddl_vmap at d_v = 4); with --against, the other side keeps f32.
+        /// ddl_vmap at d_v = 4); with --against alone, the other side keeps f32.
         #[arg(long)]
         f16_state: bool,
         /// The measured variant's precision (f32 or f16: f16 operands in the linear layers,
-        /// f16 states where the variant has them, the initial loss scale); with --against,
+        /// f16 states where the variant has them, the initial loss scale); with --against alone,
         /// the other side keeps f32 (`--variant ddl --precision f16 --against ddl` compares them).
         #[arg(long, default_value = "f32", value_parser = precision)]
         precision: ddl::model::Precision,

@@ -41,8 +41,8 @@ fn error_text(e: &anyhow::Error) -> String {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Info { preset, variant, batch, seq, f16_state } => match preset {
-            Some(p) => info_model(&cli.device, &p, &variant, batch, seq, f16_state),
+        Cmd::Info { preset, variant, batch, seq, f16_state, precision } => match preset {
+            Some(p) => info_model(&cli.device, &p, &variant, batch, seq, f16_state, precision),
             None => info(&cli.device),
         },
         Cmd::Bench(b) => bench(&cli.device, b),
@@ -627,15 +627,24 @@ fn info_model(
     batch: Option<usize>,
     seq: Option<usize>,
     f16_state: bool,
+    precision: ddl::model::Precision,
 ) -> Result<()> {
     let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
     let cfg = ddl::model::ModelConfig::preset(preset, v)?;
     let t = ddl::train::TrainConfig::preset(preset);
     let (b, s) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
-    let plan = ddl::model::memory_plan_with(&cfg, b, s, f16_state);
+    // f16 precision implies f16 states where the variant has them (as `ddl train` does).
+    let half = precision == ddl::model::Precision::F16;
+    let f16_state = f16_state || (half && cfg.f16_state_support().is_ok());
+    let plan = ddl::model::memory_plan_for(&cfg, b, s, f16_state, precision);
     println!(
         "preset {preset}, variant {v}{}: V {} d {} L {} H {} h {} F {} d_v {}",
-        if f16_state { " (f16 states)" } else { "" },
+        match (half, f16_state) {
+            (true, true) => " (f16, f16 states)",
+            (true, false) => " (f16)",
+            (false, true) => " (f16 states)",
+            _ => "",
+        },
         cfg.vocab_size,
         cfg.d_model,
         cfg.n_layers,

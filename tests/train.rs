@@ -1086,6 +1086,25 @@ fn the_compared_training_benchmark_alternates_blocks_and_reports_their_ratios() 
         let r = &rows[0];
         assert_eq!((r["against_forms"].as_str(), r["losses_identical"].as_bool()), (Some(change), Some(same)), "{r}");
     }
+    // In f16, other forms are compared in f16 on both sides (`--precision f16 --against-forms`;
+    // the f32 other side of `--against` alone would compare f16 with f32): ψ stored in f16 or
+    // rounded as read, the same bits.
+    let other = gpu.with_forms(|f| f.f16_acts = false);
+    let cfg = bench_cfg(Variant::DdlVmap);
+    let mut rows = Vec::new();
+    let f16 = ddl::model::Precision::F16;
+    ddl::bench::train_compare_rows(&gpu, Some((&other, "f16_acts=0")), &cfg, &cfg, 2, 16, 1, false, f16, |r| {
+        rows.push(r.0)
+    })
+    .unwrap();
+    let r = &rows[0];
+    assert_eq!((r["precision"].as_str(), r["against_precision"].as_str()), (Some("f16"), Some("f16")), "{r}");
+    assert_eq!(r["losses_identical"].as_bool(), Some(true), "{r}");
+    let mut rows = Vec::new();
+    ddl::bench::train_compare_rows(&gpu, None, &cfg, &cfg, 2, 16, 1, false, f16, |r| rows.push(r.0)).unwrap();
+    let r = &rows[0];
+    assert_eq!((r["precision"].as_str(), r["against_precision"].as_str()), (Some("f16"), Some("f32")), "{r}");
+    assert!(r["losses_identical"].is_null(), "f16 against f32: {r}");
 }
 
 #[test]

@@ -154,10 +154,12 @@ impl Row {
             ),
             Some("train_compare") => writeln!(
                 out,
-                "{} vs {}{} d={} L={} B={} T={}, {} blocks (A B B A): step ratio {:.3} median of blocks ({}range {:.3}–{:.3}), \
+                "{}{} vs {}{}{} d={} L={} B={} T={}, {} blocks (A B B A): step ratio {:.3} median of blocks ({}range {:.3}–{:.3}), \
                  {:.3} best to best ({:.1} vs {:.1} ms; medians {:.1} vs {:.1} ms){}{}",
                 v["variant"].as_str().unwrap_or(""),
+                numerics(&v["precision"], &v["state_f16"]),
                 v["against"].as_str().unwrap_or(""),
+                numerics(&v["against_precision"], &v["against_state_f16"]),
                 v["against_forms"].as_str().map(|f| format!(" with {f}")).unwrap_or_default(),
                 v["d"],
                 v["layers"],
@@ -297,5 +299,15 @@ mod tests {
         assert!(t.contains("cached 20.00 ms/token (50.0 tok/s)") && t.contains("(12.5 tok/s)"), "{t}");
         let other = Row(json!({"bench": "forms", "x": 1}));
         assert_eq!(other.text(), "{\"bench\":\"forms\",\"x\":1}\n");
+    }
+}
+
+/// A side's numerics in a comparison line: " (f16)" for `--precision f16`, " (f16 states)" for
+/// `--f16-state` alone, nothing for f32.
+fn numerics(precision: &serde_json::Value, state_f16: &serde_json::Value) -> &'static str {
+    match (precision.as_str(), state_f16.as_bool()) {
+        (Some("f16"), _) => " (f16)",
+        (_, Some(true)) => " (f16 states)",
+        _ => "",
     }
 }

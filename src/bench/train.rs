@@ -186,7 +186,10 @@ pub fn train_compare_rows(
     let mut sides = Vec::new();
     let f32 = crate::model::Precision::F32;
     let ga = against_gpu.map_or(gpu, |(g, _)| g);
-    for (g, c, f16, p) in [(ga, against, false, f32), (gpu, cfg, state_f16, precision)] {
+    // `--against VARIANT` compares with f32 (`--precision f16 --against ddl`: f16 against f32);
+    // `--against-forms` compares forms, so both sides keep the measured side's numerics.
+    let (a16, ap) = if against_gpu.is_some() { (state_f16, precision) } else { (false, f32) };
+    for (g, c, f16, p) in [(ga, against, a16, ap), (gpu, cfg, state_f16, precision)] {
         let mut model = crate::model::Model::new(g.clone(), c.clone(), 1)?;
         set_numerics(&mut model, f16, p)?;
         let prog = model.program(batch, seq, &crate::kernels::adamw::AdamWConfig::paper(1e-4))?;
@@ -221,9 +224,10 @@ pub fn train_compare_rows(
         // Where both sides train the same model in the same numerics (only the forms differ):
         // whether every step's loss and gradient norm came out the same bits on both (forms that
         // promise the same bits, checked on the device that ran them); else null.
-        "losses_identical": (cfg == against && !state_f16 && precision == f32)
+        "losses_identical": (cfg == against && a16 == state_f16 && ap == precision)
             .then(|| sides[0].losses == sides[1].losses),
-        "precision": precision.name(),
+        "precision": precision.name(), "state_f16": state_f16,
+        "against_precision": ap.name(), "against_state_f16": a16,
         "d": cfg.d_model, "layers": cfg.n_layers, "batch": batch, "seq": seq, "blocks": wall.blocks,
         "best_step_ms": wall.b_best, "against_best_step_ms": wall.a_best,
         "median_step_ms": wall.b_median, "against_median_step_ms": wall.a_median,
