@@ -68,6 +68,7 @@ impl SubKind {
 #[allow(clippy::large_enum_variant)]
 pub enum Inner {
     Attn {
+        /// q and k before RoPE: scratch shared by every layer (only the forward reads them).
         q: Tensor,
         k: Tensor,
         v: Tensor,
@@ -235,14 +236,17 @@ impl Acts {
         for i in 1..=2 * c.n_layers {
             xs.push(state(&format!("x{i}"))?);
         }
+        // Attention's q and k before RoPE are read only by the forward's RoPE (the backward
+        // starts from the rotated ones): one pair for every layer.
+        let (q_pre, k_pre) = (z("q", &[n, dq])?, z("k", &[n, dq])?);
         let mut subs = Vec::with_capacity(c.n_layers);
         for l in 0..c.n_layers {
             let mk = |kind: SubKind| -> Result<Sub> {
                 let p = format!("b{l}.{}", kind.name());
                 let inner = match kind {
                     SubKind::Attn => Inner::Attn {
-                        q: z(&format!("{p}.q"), &[n, dq])?,
-                        k: z(&format!("{p}.k"), &[n, dq])?,
+                        q: q_pre.clone(),
+                        k: k_pre.clone(),
                         v: z(&format!("{p}.v"), &[n, dq])?,
                         qr: z(&format!("{p}.qr"), &[n, dq])?,
                         kr: z(&format!("{p}.kr"), &[n, dq])?,

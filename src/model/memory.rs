@@ -252,7 +252,9 @@ pub fn memory_plan_for(
     // The states X_1 … X_2L (and X_0 when expanded): half the four-byte elements in f16.
     let states = 2 * l * n * d * m + if var.expanded() { n * d * m } else { 0 };
     acts += if state_f16 { states / 2 } else { states };
-    let attn = 7 * n * dq + 2 * n * hh + n * dq + n * hh;
+    // v, the rotated and normed q and k, their rstd, o and lse per layer; q and k before RoPE
+    // once (shared by the layers, below).
+    let attn = 5 * n * dq + 2 * n * hh + n * dq + n * hh;
     let f4 = c.mlp_stride() as u64;
     // g1, g2 and ψ; in f16 ψ is stored in f16 (the form `f16_acts`, on by default).
     let mlp = if precision == super::Precision::F16 { 2 * n * f4 + n * f4 / 2 } else { 3 * n * f4 };
@@ -261,7 +263,7 @@ pub fn memory_plan_for(
         + n
         + if var.is_ddl() { 1 + 2 * n + 2 * n * m } else { 0 }
         + if var.vmap() { 2 * n * hk + n * d } else { 0 };
-    acts += l * (attn + mlp + 2 * per_sub);
+    acts += l * (attn + mlp + 2 * per_sub) + 2 * n * dq;
     acts += if var.expanded() { n * d } else { 0 } + n * d + n + n * v + n + 8;
     let hkn = if var.vmap() { n * hk } else { 1 };
     // The blocked attention's two block scratches (shared by all layers), at the larger of the
