@@ -292,6 +292,34 @@ fn ddl_cmd(dir: &Path) -> Command {
 }
 
 #[test]
+fn info_plans_a_presets_memory_in_each_precision() {
+    // `ddl info --preset P --variant V [--precision f16]`: the plan `ddl train` checks against,
+    // f16 with its weight copy, the SwiGLU output in f16 and the states it implies.
+    let dir = tmpdir("info");
+    let info = |extra: &[&str]| {
+        let o =
+            ddl_cmd(&dir).args(["info", "--preset", "small-124m", "--variant", "ddl"]).args(extra).output().unwrap();
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(o.status.success(), "{text}{}", String::from_utf8_lossy(&o.stderr));
+        text
+    };
+    let bytes = |text: &str, what: &str| -> u64 {
+        let line =
+            text.lines().find(|l| l.trim_start().starts_with(what)).unwrap_or_else(|| panic!("no {what} in {text}"));
+        line.split_whitespace().nth(what.split_whitespace().count()).unwrap().parse().unwrap()
+    };
+    let cfg = ddl::model::ModelConfig::preset("small-124m", Variant::Ddl).unwrap();
+    let (f32, f16) = (info(&[]), info(&["--precision", "f16"]));
+    assert!(f16.contains("variant ddl (f16, f16 states)") && !f32.contains("(f16"), "{f16}");
+    for (text, states, p) in [(&f32, false, ddl::model::Precision::F32), (&f16, true, ddl::model::Precision::F16)] {
+        let plan = ddl::model::memory_plan_for(&cfg, 8, 1024, states, p);
+        assert_eq!(bytes(text, "activations"), plan.activation_bytes, "{text}");
+        assert_eq!(bytes(text, "f16 weight copy"), plan.half_param_bytes, "{text}");
+    }
+    assert!(bytes(&f16, "f16 weight copy") > 0 && bytes(&f16, "activations") < bytes(&f32, "activations"));
+}
+
+#[test]
 fn the_cli_trains_evaluates_and_samples() {
     let dir = tmpdir("cli");
     let c = ddl::testing::small_corpus(&dir);
