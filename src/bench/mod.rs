@@ -307,7 +307,7 @@ pub fn matmul_rows_against(
         let coop_here = mm.is_half() && matmul::coop::usable(gpu);
         if mm.is_half() {
             // (coop128d only for products it can run: both operands f16-stored, aligned.)
-            let direct = matmul::coop::direct_fits(&mm).is_none();
+            let direct = matmul::coop::direct_fits(mm).is_none();
             all.extend(
                 matmul::coop::variants_here(gpu).into_iter().filter(|v| direct || *v != matmul::coop::VARIANT128D),
             );

@@ -272,6 +272,16 @@ fn mib_text(v: &serde_json::Value) -> String {
     v.as_f64().map(|m| format!("{m:.1} MiB")).unwrap_or_else(|| "n/a".into())
 }
 
+/// A side's numerics in a comparison line: " (f16)" for `--precision f16`, " (f16 states)" for
+/// `--f16-state` alone, nothing for f32.
+fn numerics(precision: &serde_json::Value, state_f16: &serde_json::Value) -> &'static str {
+    match (precision.as_str(), state_f16.as_bool()) {
+        (Some("f16"), _) => " (f16)",
+        (_, Some(true)) => " (f16 states)",
+        _ => "",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,15 +309,5 @@ mod tests {
         assert!(t.contains("cached 20.00 ms/token (50.0 tok/s)") && t.contains("(12.5 tok/s)"), "{t}");
         let other = Row(json!({"bench": "forms", "x": 1}));
         assert_eq!(other.text(), "{\"bench\":\"forms\",\"x\":1}\n");
-    }
-}
-
-/// A side's numerics in a comparison line: " (f16)" for `--precision f16`, " (f16 states)" for
-/// `--f16-state` alone, nothing for f32.
-fn numerics(precision: &serde_json::Value, state_f16: &serde_json::Value) -> &'static str {
-    match (precision.as_str(), state_f16.as_bool()) {
-        (Some("f16"), _) => " (f16)",
-        (_, Some(true)) => " (f16 states)",
-        _ => "",
     }
 }
