@@ -33,7 +33,9 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> logits: array<f32>;
+// Binding 1 (`logits`) and the backward's output (`put_dl`) come from the variant's part:
+// `loss_split` (the gradient in its own buffer, binding 9) or `loss_inplace` (written over the
+// logits, which only the backward reads after the forward: training saves the [N, V] buffer).
 @group(0) @binding(2) var<storage, read> targets: array<i32>;
 @group(0) @binding(3) var<storage, read_write> lse_out: array<f32>;
 @group(0) @binding(4) var<storage, read_write> row_loss: array<f32>;
@@ -41,7 +43,6 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
 @group(0) @binding(7) var<storage, read> lse: array<f32>;
 @group(0) @binding(8) var<storage, read> stats: array<f32>;
-@group(0) @binding(9) var<storage, read_write> dlogits: array<f32>;
 
 const WG: u32 = 256u;
 const PER: u32 = 16u;
@@ -271,11 +272,11 @@ fn ce_backward(
         if (valid) {
             for (var c = lane; c < p.vocab; c += tpr) {
                 let pr = exp(logits[base + c] - l) * inv;
-                dlogits[base + c] = k * (pr - alpha_v - select(0.0, on, c == yy));
+                put_dl(base + c, k * (pr - alpha_v - select(0.0, on, c == yy)));
             }
         } else {
             for (var c = lane; c < p.vocab; c += tpr) {
-                dlogits[base + c] = 0.0;
+                put_dl(base + c, 0.0);
             }
         }
     }

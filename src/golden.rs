@@ -340,11 +340,14 @@ pub fn check_precision(
     };
     let prog = model.program(b, t, &opt).map_err(gpu_err)?;
     prog.set_batch(&model, tokens, targets).map_err(gpu_err)?;
+    let rd = |t: &crate::gpu::Tensor| t.read_f32(gpu).map_err(gpu_err);
+    // The logits after the forward alone (the backward writes their gradient over them).
+    prog.run(&model, Parts::FORWARD).map_err(gpu_err)?;
+    let logits = rd(prog.logits())?;
     prog.run(&model, Parts::GRADIENTS).map_err(gpu_err)?;
 
-    let rd = |t: &crate::gpu::Tensor| t.read_f32(gpu).map_err(gpu_err);
     let (v, d, m) = (cfg.vocab_size, cfg.d_model, cfg.m());
-    rows.push(row("out.logits", &rd(prog.logits())?, g.f32("out.logits", Some(&[b, t, v]))?, 1e-4));
+    rows.push(row("out.logits", &logits, g.f32("out.logits", Some(&[b, t, v]))?, 1e-4));
     let stats = rd(prog.stats())?;
     rows.push(row("out.loss", &stats[..1], g.f32("out.loss", Some(&[1]))?, 1e-4));
     rows.push(row("out.grad_norm", &[stats[2].max(0.0).sqrt()], g.f32("out.grad_norm", Some(&[1]))?, 1e-4));

@@ -137,7 +137,7 @@ pub fn cross_entropy_forward_chunked(
         ..Default::default()
     };
     let mut ds = Vec::new();
-    let fwd = gpu.kernel("loss", None, "ce_forward")?;
+    let fwd = gpu.kernel("loss", Some("split"), "ce_forward")?;
     for (r0, rows) in row_chunks(gpu, OP, n, vocab, max_chunk)? {
         let p = Params { rows: rows as u32, row0: r0 as u32, ..base };
         let mut d = fwd.dispatch(
@@ -154,7 +154,7 @@ pub fn cross_entropy_forward_chunked(
         d.scratch.push(row_loss.clone());
         ds.push(d);
     }
-    let mut d = gpu.kernel("loss", None, "ce_partials")?.dispatch(
+    let mut d = gpu.kernel("loss", Some("split"), "ce_partials")?.dispatch(
         gpu,
         Some(bytemuck::bytes_of(&base)),
         &[("row_loss", row_loss.view()), ("targets", targets), ("partials", parts.view())],
@@ -162,7 +162,7 @@ pub fn cross_entropy_forward_chunked(
     )?;
     d.scratch.extend([row_loss, parts.clone()]);
     ds.push(d);
-    let mut d = gpu.kernel("loss", None, "ce_finish")?.dispatch(
+    let mut d = gpu.kernel("loss", Some("split"), "ce_finish")?.dispatch(
         gpu,
         Some(bytemuck::bytes_of(&base)),
         &[("partials", parts.view()), ("out", out.sub(0, 2))],
@@ -176,6 +176,9 @@ pub fn cross_entropy_forward_chunked(
 /// Cross-entropy backward: `dlogits` `[n, vocab]` (written) =
 /// `scale·(softmax − (1−α)·onehot(y) − α/V) / n_valid` for valid rows, 0 for ignored rows, with
 /// `n_valid = out[1]` read on the GPU (0 → all zeros). `lse` and `out` are the forward's.
+/// `dlogits` may be `logits` itself (the same view): the gradient is then written over the
+/// logits (variant `inplace`, what training programs do: the same values, one [n, V] buffer
+/// less); any other overlap with an input is refused.
 #[allow(clippy::too_many_arguments)]
 pub fn cross_entropy_backward(
     gpu: &Gpu,
@@ -236,15 +239,21 @@ pub fn cross_entropy_backward_chunked(
     const OP: &str = "cross_entropy_backward";
     check_common(OP, &logits, &targets, &lse, &out, n, vocab)?;
     check_len(OP, "dlogits", &dlogits, n * vocab, &format!("n {n} × vocab {vocab}"))?;
-    check_distinct(
-        OP,
-        &[("dlogits", dlogits.buffer)],
-        &[("logits", logits.buffer), ("targets", targets.buffer), ("lse", lse.buffer), ("out", out.buffer)],
-    )?;
+    let inplace = std::ptr::eq(dlogits.buffer, logits.buffer) && dlogits.offset == logits.offset;
+    let others = [("targets", targets.buffer), ("lse", lse.buffer), ("out", out.buffer)];
+    if inplace {
+        check_distinct(OP, &[("dlogits", dlogits.buffer)], &others)?;
+    } else {
+        check_distinct(
+            OP,
+            &[("dlogits", dlogits.buffer)],
+            &[[("logits", logits.buffer)].as_slice(), &others].concat(),
+        )?;
+    }
     let maxdim = gpu.limits.max_compute_workgroups_per_dimension;
     let tpr = threads_per_row(gpu, vocab);
     let rpw = 256 / tpr;
-    let k = gpu.kernel("loss", None, "ce_backward")?;
+    let k = gpu.kernel("loss", Some(if inplace { "inplace" } else { "split" }), "ce_backward")?;
     row_chunks(gpu, OP, n, vocab, max_chunk)?
         .into_iter()
         .map(|(r0, rows)| {
@@ -257,18 +266,16 @@ pub fn cross_entropy_backward_chunked(
                 scale,
                 ..Default::default()
             };
-            k.dispatch(
-                gpu,
-                Some(bytemuck::bytes_of(&p)),
-                &[
-                    ("logits", logits.sub(r0 * vocab, rows * vocab)),
-                    ("targets", targets.sub(0, n)),
-                    ("lse", lse.sub(0, n)),
-                    ("stats", out.sub(0, 2)),
-                    ("dlogits", dlogits.sub(r0 * vocab, rows * vocab)),
-                ],
-                grid_1d(rows as u64, rpw as u32, maxdim),
-            )
+            let mut bufs = vec![
+                ("logits", logits.sub(r0 * vocab, rows * vocab)),
+                ("targets", targets.sub(0, n)),
+                ("lse", lse.sub(0, n)),
+                ("stats", out.sub(0, 2)),
+            ];
+            if !inplace {
+                bufs.push(("dlogits", dlogits.sub(r0 * vocab, rows * vocab)));
+            }
+            k.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &bufs, grid_1d(rows as u64, rpw as u32, maxdim))
         })
         .collect()
 }

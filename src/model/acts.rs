@@ -100,10 +100,10 @@ pub struct WriteSaves {
     pub delta: Tensor,
 }
 
-/// Gradient scratch shared by all layers (training programs).
+/// Gradient scratch shared by all layers (training programs). (The logits' gradient is written
+/// over the logits: `head::backward`.)
 #[derive(Clone)]
 pub(crate) struct GradScratch {
-    pub dlogits: Tensor,
     pub dzn: Tensor,
     pub dz: Tensor,
     /// ∂X of the current state ping-pongs between these two.
@@ -316,7 +316,6 @@ impl Acts {
         };
         let grads = if purpose == Purpose::Train {
             Some(GradScratch {
-                dlogits: z("dlogits", &[n, v])?,
                 dzn: z("dzn", &[n, d])?,
                 dz: z("dz", &[n, d])?,
                 dx: [z("dxa", &[n, d, m])?, z("dxb", &[n, d, m])?],

@@ -271,8 +271,8 @@ pub fn memory_plan_for(
     let attn_s = AttnShape::training(b, c.n_heads, c.head_dim, t);
     let rows = attention::BLOCK_ROWS.max(attention::GPU_BLOCK_ROWS);
     let attn_blocks = 2 * attention::block_scratch_elems(&attn_s, rows) as u64;
-    let scratch = n * v
-        + 2 * n * d
+    // (The logits' gradient is written over the logits: no [N, V] scratch.)
+    let scratch = 2 * n * d
         + 2 * n * d * m
         + 4 * n * d
         + 4 * hkn

@@ -237,7 +237,8 @@ impl Program {
         &self.acts.stats
     }
 
-    /// The logits [B·T, V] of the last forward.
+    /// The logits [B·T, V] of the last forward (after a forward-only run: a training program's
+    /// backward writes their gradient over them).
     pub fn logits(&self) -> &Tensor {
         &self.acts.logits
     }

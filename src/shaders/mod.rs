@@ -135,6 +135,8 @@ pub const PARTS: &[(&str, &str)] = &[
     ("coop_staging", part!("coop_staging")),
     ("coop_staging_v", part!("coop_staging_v")),
     ("coop_direct", part!("coop_direct")),
+    ("loss_split", part!("loss_split")),
+    ("loss_inplace", part!("loss_inplace")),
     ("coop_direct_hh", part!("coop_direct_hh")),
     ("coop_direct_none", part!("coop_direct_none")),
     ("norm_sg_entries", part!("norm_sg_entries")),
@@ -176,6 +178,19 @@ fn sg_part(on: bool) -> &'static str {
     part(if on { "sg_on" } else { "sg_off" })
 }
 
+/// The cross-entropy shader's two variants: `split` (the backward's gradient in its own buffer)
+/// and `inplace` (written over the logits; training programs, `kernels::loss`).
+fn loss_variants() -> Vec<Variant> {
+    ["split", "inplace"]
+        .into_iter()
+        .map(|v| Variant {
+            name: v.into(),
+            consts: vec![],
+            parts: vec![part(if v == "split" { "loss_split" } else { "loss_inplace" })],
+        })
+        .collect()
+}
+
 fn u(v: usize) -> String {
     format!("{v}u")
 }
@@ -195,7 +210,7 @@ pub const ALL: &[Shader] = &[
     shader!("attention"),
     shader!("attention_rows"),
     shader!("swiglu", prelude "f16_round"),
-    shader!("loss"),
+    shader!("loss", loss_variants),
     shader!("delta", delta_variants, delta_named),
     shader!("shortconv", shortconv_variants),
     shader!("expand"),

@@ -242,6 +242,51 @@ fn row_chunks_give_the_same_bits_as_one_binding() {
 }
 
 #[test]
+fn the_gradient_written_over_the_logits_is_the_same_bits() {
+    // Training programs write the logits' gradient over the logits (variant `inplace`): the same
+    // values as the gradient in its own buffer, in one binding and in row chunks, with a
+    // renormalised row (|lse| ≥ 64: a second pass over the row before any write), ignored
+    // targets, and the GPT-2 vocabulary.
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    // (Chunks start at aligned offsets: 64 rows of V = 67, 2 rows of V = 50304.)
+    for (n, v, chunk) in [(37, 65, None), (6, 50304, Some(2 * 50304)), (150, 67, Some(64 * 67))] {
+        let mut x = rng.normal(n * v, 2.0);
+        x[..v].iter_mut().for_each(|e| *e += 100.0);
+        let y = targets(&mut rng, n, v);
+        let split = gpu_ce(&gpu, &x, &y, v, 0.1, 0.5, chunk);
+        let tx = upload(&gpu, "logits", &x);
+        let ty = Tensor::from_i32(&gpu, "targets", &[n], &y).unwrap();
+        let (lse, out) = (poisoned(&gpu, "lse", &[n]), poisoned(&gpu, "out", &[2]));
+        let c = chunk.unwrap_or(usize::MAX);
+        let mut ds =
+            loss::cross_entropy_forward_chunked(&gpu, tx.view(), ty.view(), lse.view(), out.view(), n, v, 0.1, c)
+                .unwrap();
+        let bw = loss::cross_entropy_backward_chunked(
+            &gpu,
+            tx.view(),
+            ty.view(),
+            lse.view(),
+            out.view(),
+            tx.view(),
+            n,
+            v,
+            0.1,
+            0.5,
+            c,
+        )
+        .unwrap();
+        assert!(bw.iter().all(|d| d.kernel.name.contains("inplace")), "{:?}", bw[0].kernel.name);
+        ds.extend(bw);
+        run(&gpu, &ds);
+        let got = read(&gpu, &tx);
+        let same = got.iter().zip(&split.dlogits).all(|(p, q)| p.to_bits() == q.to_bits());
+        assert!(same && got.len() == split.dlogits.len(), "n {n} V {v}: in place differs (seed {})", rng.seed);
+        assert!(split.lse[0] >= 64.0, "row 0 is not renormalised: lse {}", split.lse[0]);
+    }
+}
+
+#[test]
 fn a_forced_row_width_stays_within_safe_bounds() {
     // One invocation per row is refused where a row would be one invocation's loop of more than
     // CPU_ROW_VOCAB logits (llvmpipe cuts loops past 65 535 iterations per invocation).
@@ -300,7 +345,28 @@ fn shape_errors_are_reported_not_panicked() {
         .unwrap_err();
     assert!(e.to_string().contains("'dlogits' needs 20 elements"), "{e}");
     let d = upload(&gpu, "d", &[0.0; 20]);
-    let e = loss::cross_entropy_backward(&gpu, x.view(), y.view(), s.view(), s.view(), x.view(), 4, 5, 0.0, 1.0)
+    // The gradient over the logits themselves is allowed (`inplace`); elsewhere in their buffer,
+    // or over another input, it is not.
+    assert!(
+        loss::cross_entropy_backward(&gpu, x.view(), y.view(), s.view(), s.view(), x.view(), 4, 5, 0.0, 1.0).is_ok()
+    );
+    let big = upload(&gpu, "big", &[0.0; 84]);
+    let e = loss::cross_entropy_backward(
+        &gpu,
+        big.view().sub(0, 20),
+        y.view(),
+        s.view(),
+        s.view(),
+        big.view().sub(64, 20),
+        4,
+        5,
+        0.0,
+        1.0,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("same buffer"), "{e}");
+    let s2 = upload(&gpu, "s2", &[0.0; 20]);
+    let e = loss::cross_entropy_backward(&gpu, x.view(), y.view(), s2.view(), s.view(), s2.view(), 4, 5, 0.0, 1.0)
         .unwrap_err();
     assert!(e.to_string().contains("same buffer"), "{e}");
     let e = loss::cross_entropy_forward(&gpu, d.view(), y.view(), d.view(), s.view(), 4, 5, 0.0).unwrap_err();

@@ -47,20 +47,23 @@ pub(crate) fn backward(r: &mut Rec) -> Result<usize> {
     let (gpu, c, a, g) = (r.gpu, r.c, r.a, r.g());
     let var = c.variant;
     let (n, d, v) = (r.n(), c.d_model, c.vocab_size);
+    // The logits' gradient is written over the logits (nothing reads them after this): one
+    // [N, V] buffer less, the largest of a model with a big vocabulary.
+    let dlogits = &a.logits;
     r.run(loss::cross_entropy_backward(
         gpu,
         a.logits.view(),
         a.targets.view(),
         a.lse.view(),
         a.loss_out.view(),
-        g.dlogits.view(),
+        dlogits.view(),
         n,
         v,
         r.obj.label_smoothing,
         r.obj.loss_scale,
     ))?;
-    r.mm(Matmul::tn(v, d, n).accumulate(true), g.dlogits.view(), a.zn.view(), r.gv("tok_emb"))?;
-    r.mm(Matmul::nn(n, d, v), g.dlogits.view(), r.pv("tok_emb"), g.dzn.view())?;
+    r.mm(Matmul::tn(v, d, n).accumulate(true), dlogits.view(), a.zn.view(), r.gv("tok_emb"))?;
+    r.mm(Matmul::nn(n, d, v), dlogits.view(), r.pv("tok_emb"), g.dzn.view())?;
     // ∂X (the gradient of the current state) ping-pongs between two buffers; it starts in 0.
     let cur = 0usize;
     let final_norm = |r: &mut Rec, dx: &crate::gpu::Tensor| {
