@@ -52,7 +52,7 @@ pub const VARIANT128V: &str = "coop128v";
 /// `coop_direct`): every fragment loaded straight from the operands' f16 storage, the next K
 /// step's in flight during this step's products, no workgroup memory or barrier in the K loop.
 /// Only where [`direct_fits`]: both operands stored in f16 ([`MatmulElem::F16`]: `ddl bench
-/// matmul --operands f16`; training's activations are f32-stored today), M, N and K multiples
+/// matmul --operands f16`; of training's activations only ψ is f16-stored), M, N and K multiples
 /// of 16, aligned. Written (session 34) before any GPU run: timed by `ddl bench matmul`, never
 /// picked; self-tested apart ([`direct_status`]). Whether it feeds the tensor cores better than
 /// [`VARIANT128V`]'s staging decides whether f16-stored activations are worth building.
