@@ -89,6 +89,13 @@ fn sigmoid_pair4(g: vec4<f32>) -> Pair4 {
     return Pair4(select(b, a, pos), select(a, b, pos));
 }
 
+// silu(gate) ⊙ up of quad i (`swiglu_forward4`, `swiglu_forward4_h`).
+fn swiglu4(i: u32) -> vec4<f32> {
+    let g = gate4[i];
+    let s = sigmoid_pair4(g);
+    return (g * s.s) * up4[i];
+}
+
 @compute @workgroup_size(256)
 fn swiglu_forward4(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -99,9 +106,7 @@ fn swiglu_forward4(
     if (i >= params.n / 4u) {
         return;
     }
-    let g = gate4[i];
-    let s = sigmoid_pair4(g);
-    out4[i] = (g * s.s) * up4[i];
+    out4[i] = swiglu4(i);
 }
 
 // `swiglu_forward4` with its output rounded to f16 and packed (`outh`).
@@ -115,9 +120,7 @@ fn swiglu_forward4_h(
     if (i >= params.n / 4u) {
         return;
     }
-    let g = gate4[i];
-    let s = sigmoid_pair4(g);
-    let o = round_f16x4((g * s.s) * up4[i]);
+    let o = round_f16x4(swiglu4(i));
     outh[i] = vec2<u32>(pack2x16float(o.xy), pack2x16float(o.zw));
 }
 

@@ -240,16 +240,13 @@ pub fn cross_entropy_backward_chunked(
     check_common(OP, &logits, &targets, &lse, &out, n, vocab)?;
     check_len(OP, "dlogits", &dlogits, n * vocab, &format!("n {n} × vocab {vocab}"))?;
     let inplace = std::ptr::eq(dlogits.buffer, logits.buffer) && dlogits.offset == logits.offset;
-    let others = [("targets", targets.buffer), ("lse", lse.buffer), ("out", out.buffer)];
-    if inplace {
-        check_distinct(OP, &[("dlogits", dlogits.buffer)], &others)?;
-    } else {
-        check_distinct(
-            OP,
-            &[("dlogits", dlogits.buffer)],
-            &[[("logits", logits.buffer)].as_slice(), &others].concat(),
-        )?;
-    }
+    // (In place, the logits are the output itself; every other input must be apart from it.)
+    let reads: Vec<_> = (!inplace)
+        .then_some(("logits", logits.buffer))
+        .into_iter()
+        .chain([("targets", targets.buffer), ("lse", lse.buffer), ("out", out.buffer)])
+        .collect();
+    check_distinct(OP, &[("dlogits", dlogits.buffer)], &reads)?;
     let maxdim = gpu.limits.max_compute_workgroups_per_dimension;
     let tpr = threads_per_row(gpu, vocab);
     let rpw = 256 / tpr;

@@ -181,7 +181,8 @@ pub fn wide_v_usable(gpu: &Gpu) -> bool {
     usable(gpu) && wide_v_status(gpu).is_ok()
 }
 
-/// Whether [`VARIANT128D`] can run on this device: [`wide_status`]'s conditions and its own
+/// Whether [`VARIANT128D`] can run on this device: the wide forms' conditions (cooperative
+/// matrices usable by the engine, subgroups of 32, 256 invocations per workgroup) and its own
 /// self-test (products in every layout with ragged tiles, a batch, accumulation and operands
 /// past f16's range; run the first time it is asked, with a one-line note when it fails).
 pub fn direct_status(gpu: &Gpu) -> std::result::Result<(), String> {
@@ -326,7 +327,7 @@ fn bind_checked(
         if let Some(why) = ok.err().or_else(|| direct_fits(mm)) {
             return Err(GpuError::Shader { shader: "matmul_coop".into(), reason: format!("variant {variant}: {why}") });
         }
-        return dispatch_direct(mm, gpu, "matmul_coop", &key.name(), "mm_coop128d", a, b, c);
+        return dispatch_plain(mm, gpu, "matmul_coop", &key.name(), "mm_coop128d", (128, 128), 0, a, b, c);
     }
     let diagnostic = DIAGNOSTIC128V.iter().find(|d| d.0 == variant);
     if variant == VARIANT128V || diagnostic.is_some() {
@@ -341,12 +342,8 @@ fn bind_checked(
         let mode = diagnostic.map_or(0, |d| d.1);
         return dispatch_quads(mm, gpu, "matmul_coop", &key.name(), "mm_coop128v", 128, mode, a, b, c);
     }
-    let ((bm, bn), entry, mode) = shape(variant);
-    let (mut p, total) = mm.grid(gpu, bm, bn)?;
-    p.vec4s = mode;
-    let kern = gpu.kernel("matmul_coop", Some(&key.name()), entry)?;
-    let max = gpu.limits.max_compute_workgroups_per_dimension;
-    kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[("a", a), ("b", b), ("c", c)], grid_1d(total, 1, max))
+    let (tile, entry, mode) = shape(variant);
+    dispatch_plain(mm, gpu, "matmul_coop", &key.name(), entry, tile, mode, a, b, c)
 }
 
 /// How an f16 product reads an operand: an f32 one rounded as it is read ([`MatmulElem::R16`]).
@@ -423,23 +420,27 @@ pub fn soft_check_d(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_
     if let Some(why) = direct_fits(mm) {
         return Err(GpuError::Shape(format!("soft128d: {why}")));
     }
-    dispatch_direct(mm, gpu, "coop_stage_check", "hh", "soft128d", a, b, c)
+    dispatch_plain(mm, gpu, "coop_stage_check", "hh", "soft128d", (128, 128), 0, a, b, c)
 }
 
-/// Dispatches [`VARIANT128D`]'s kernel (or its soft check) on 128 × 128 tiles: no vec4 views (it
-/// reads fragments, not quads).
+/// Dispatches a kernel that binds only `a`, `b` and `c` (no vec4 views: the one-subgroup kernels
+/// and their diagnostic halves, [`VARIANT128D`] and its soft check) on `tile` tiles, with `mode`
+/// in the parameters' `vec4s` (a diagnostic mode's bits, else 0).
 #[allow(clippy::too_many_arguments)]
-fn dispatch_direct(
+fn dispatch_plain(
     mm: &Matmul,
     gpu: &Gpu,
     shader: &str,
     variant: &str,
     entry: &str,
+    tile: (usize, usize),
+    mode: u32,
     a: View<'_>,
     b: View<'_>,
     c: View<'_>,
 ) -> Result<Dispatch> {
-    let (p, total) = mm.grid(gpu, 128, 128)?;
+    let (mut p, total) = mm.grid(gpu, tile.0, tile.1)?;
+    p.vec4s = mode;
     let kern = gpu.kernel(shader, Some(variant), entry)?;
     let max = gpu.limits.max_compute_workgroups_per_dimension;
     kern.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &[("a", a), ("b", b), ("c", c)], grid_1d(total, 1, max))

@@ -21,7 +21,7 @@ pub(crate) fn forward(r: &mut Rec, l: usize, s: &Sub) -> Result<()> {
     // read from the f32 output, half the bytes.
     let down = if r.a.psi_f16 {
         r.run(swiglu::forward_f16(gpu, g1.view(), g2.view(), psi.view(), n * f4))?;
-        down.half(true).a_elem(MatmulElem::F16)
+        down.a_elem(MatmulElem::F16)
     } else {
         r.run(swiglu::forward(gpu, g1.view(), g2.view(), psi.view(), n * f4))?;
         down
@@ -40,7 +40,7 @@ pub(crate) fn backward(r: &mut Rec, l: usize, s: &Sub, dh: &Tensor, accumulate: 
     let blk = format!("blocks.{l}");
     let (n, d, f, f4) = (r.n(), c.d_model, c.mlp_hidden, c.mlp_stride());
     let dw_down = Matmul { b: Operand::row_major(n, f4), ..Matmul::tn(d, f, n) };
-    let dw_down = if r.a.psi_f16 { dw_down.half(true).b_elem(MatmulElem::F16) } else { dw_down };
+    let dw_down = if r.a.psi_f16 { dw_down.b_elem(MatmulElem::F16) } else { dw_down };
     r.mm_half(dw_down.pad_b(true).accumulate(true), dh.view(), psi.view(), r.gv(&format!("{blk}.mlp.w_down")))?;
     let dpsi = Matmul { b: Operand::row_major(d, f4), c: Operand::row_major(n, f4), ..Matmul::nn(n, f, d) };
     if r.a.w_down_rows.get(l).is_none() {
