@@ -367,7 +367,15 @@ pub fn check_precision(
                 g.f32(&format!("{pre}.a"), Some(&[b, t, d]))?,
                 1e-4,
             ));
-            rows.push(row(&format!("{pre}.h"), &rd(&sub.h)?, g.f32(&format!("{pre}.h"), Some(&[b, t, d]))?, 1e-4));
+            // A residual sublayer adds h into X_out (`Sub::residual`): h = X_out − X_in, which
+            // differs from the product by X_out's rounding only (an ulp of |X| against 1e-4 of |h|).
+            let h = if sub.residual {
+                let (x_in, x_out) = (rd(&prog.acts().xs[2 * l + si])?, rd(&prog.acts().xs[2 * l + si + 1])?);
+                x_out.iter().zip(&x_in).map(|(o, i)| o - i).collect()
+            } else {
+                rd(&sub.h)?
+            };
+            rows.push(row(&format!("{pre}.h"), &h, g.f32(&format!("{pre}.h"), Some(&[b, t, d]))?, 1e-4));
             if let Some(w) = &sub.write {
                 rows.push(row(
                     &format!("{pre}.beta"),

@@ -217,6 +217,37 @@ fn golden_f16_state() {
     run(&gpu.with_forms(|f| f.delta_segment = Some(8)), "ddl");
 }
 
+/// The baseline's residual added by each sublayer's last product (form `residual_fused`, on by
+/// default) or by a separate h and an add pass: the same bits in every set and both precisions —
+/// every row but the h traces, which the fused form reads as X_out − X_in (they pass the golden
+/// tolerance in both forms).
+#[test]
+fn golden_the_residual_in_the_product_keeps_the_bits() {
+    let gpu = ddl::testing::gpu();
+    assert!(gpu.forms.residual_fused, "the test compares the fused residual (the default) with the add pass");
+    let off = gpu.with_forms(|f| f.residual_fused = false);
+    let root = ddl::testing::data_path("tests/golden");
+    for set in ["", "odd/", "t1/", "unaligned/"] {
+        let g = ddl::golden::Golden::load(&root.join(format!("{set}baseline.safetensors")))
+            .unwrap_or_else(|e| panic!("{e}"));
+        for precision in [ddl::model::Precision::F32, ddl::model::Precision::F16] {
+            let fused = ddl::golden::check_precision(&gpu, &g, false, precision).unwrap_or_else(|e| panic!("{e}"));
+            let add = ddl::golden::check_precision(&off, &g, false, precision).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(fused.len(), add.len(), "{set}baseline {precision:?}: rows");
+            let mut compared = 0;
+            for (a, b) in fused.iter().zip(&add) {
+                assert!(a.pass && b.pass, "{set}baseline {precision:?}: {a} / {b}");
+                if a.name.ends_with(".h") {
+                    continue;
+                }
+                compared += 1;
+                assert_eq!(a.rel_l2.to_bits(), b.rel_l2.to_bits(), "{set}baseline {precision:?}: {a} / {b}");
+            }
+            assert!(compared > 50, "{set}baseline {precision:?}: only {compared} rows compared");
+        }
+    }
+}
+
 /// `--precision f16` against the float64 goldens at the f16 tolerances: the linear layers take f16
 /// operands (and the states are f16 where the variant has them). The f16 kernels must really have
 /// run: every file's worst error is well above the f32 path's, and below the tolerance.

@@ -117,6 +117,12 @@ pub struct Forms {
     /// products' reads would do, so the same bits with half the bytes written, kept and read:
     /// `f16_acts`.
     pub f16_acts: bool,
+    /// The baseline's residual X_out = X_in + h is added by the sublayer's last product (X_in
+    /// copied into X_out first, the product accumulating into it) instead of a separate h and an
+    /// add pass: the same bits (the product's epilogue and the add compute the same
+    /// float32 sum), no per-sublayer h kept and 2·N·d fewer floats moved a sublayer:
+    /// `residual_fused`.
+    pub residual_fused: bool,
     /// f16 products run on cooperative matrices where the device has them (the adapter lists
     /// 16×16×16 f16 → f32 and the self-test at device creation passed: `Gpu::coop`):
     /// `matmul_coop`. Not bit-identical to the tiled forms. Off by default: on the H200
@@ -261,6 +267,7 @@ impl Forms {
             matmul_subgroup: subgroups && lo == hi && hi >= 1 && 8 % hi == 0,
             matmul_f16_weights: true,
             f16_acts: true,
+            residual_fused: true,
             matmul_coop: false,
             matmul_coop_v: false,
             shader_checks: true,
@@ -375,6 +382,7 @@ impl Forms {
                 }
                 "matmul_f16_weights" => self.matmul_f16_weights = flag()?,
                 "f16_acts" => self.f16_acts = flag()?,
+                "residual_fused" => self.residual_fused = flag()?,
                 "matmul_coop" => self.matmul_coop = flag()?,
                 "matmul_coop_v" => self.matmul_coop_v = flag()?,
                 "shader_checks" => self.shader_checks = flag()?,
@@ -425,6 +433,7 @@ impl Forms {
         ("matmul_subgroup", "matmul: the …g register-block variants offered"),
         ("matmul_f16_weights", "--precision f16: weights read from an f16 copy of the parameters"),
         ("f16_acts", "--precision f16: activations only the linear layers read stored in f16"),
+        ("residual_fused", "baseline: the residual added by the sublayer's last product"),
         ("matmul_coop", "f16 products on cooperative matrices where the device has them"),
         ("matmul_coop_v", "matmul_coop: the wide form on coop128v's staging"),
         ("split_k_tiles", "matmul: products with fewer output tiles split along K (0: never)"),
@@ -469,6 +478,7 @@ impl Forms {
                 "matmul_subgroup" => b(self.matmul_subgroup),
                 "matmul_f16_weights" => b(self.matmul_f16_weights),
                 "f16_acts" => b(self.f16_acts),
+                "residual_fused" => b(self.residual_fused),
                 "matmul_coop" => b(self.matmul_coop),
                 "matmul_coop_v" => b(self.matmul_coop_v),
                 "split_k_tiles" => self.split_k_tiles.to_string(),

@@ -30,8 +30,13 @@ pub struct Sub {
     pub a: Option<Tensor>,
     pub c: Tensor,
     pub rstd_c: Tensor,
-    /// Sublayer output h [N, d].
+    /// Sublayer output h [N, d]. In a residual sublayer (the baseline) this is the state after
+    /// the sublayer, X_out, itself: X_out starts as a copy of X_in and the sublayer's last
+    /// product adds h into it (`residual`), so h is never stored on its own.
     pub h: Tensor,
+    /// X_out = X_in + h with h added by the sublayer's last product (the baseline, form
+    /// `residual_fused`): `h` is X_out.
+    pub residual: bool,
     pub inner: Inner,
     /// Delta-write saves (DDL variants): k [N, d], rnorm [N], beta [N], v [N, m], delta [N, m].
     pub write: Option<WriteSaves>,
@@ -239,6 +244,8 @@ impl Acts {
         // Attention's q and k before RoPE are read only by the forward's RoPE (the backward
         // starts from the rotated ones): one pair for every layer.
         let (q_pre, k_pre) = (z("q", &[n, dq])?, z("k", &[n, dq])?);
+        // The baseline's residual added by each sublayer's last product (form `residual_fused`).
+        let residual = !var.is_ddl() && gpu.forms.residual_fused;
         let mut subs = Vec::with_capacity(c.n_layers);
         for l in 0..c.n_layers {
             let mk = |kind: SubKind| -> Result<Sub> {
@@ -269,7 +276,9 @@ impl Acts {
                     a: if var.expanded() { Some(z(&format!("{p}.a"), &[n, d])?) } else { None },
                     c: z(&format!("{p}.c"), &[n, d])?,
                     rstd_c: z(&format!("{p}.rstd_c"), &[n])?,
-                    h: z(&format!("{p}.h"), &[n, d])?,
+                    // The residual's h is added into X_out by the sublayer's last product.
+                    h: if residual { xs[2 * l + kind as usize + 1].clone() } else { z(&format!("{p}.h"), &[n, d])? },
+                    residual,
                     inner,
                     write: if var.is_ddl() {
                         Some(WriteSaves {

@@ -258,8 +258,9 @@ pub fn memory_plan_for(
     let f4 = c.mlp_stride() as u64;
     // g1, g2 and ψ; in f16 ψ is stored in f16 (the form `f16_acts`, on by default).
     let mlp = if precision == super::Precision::F16 { 2 * n * f4 + n * f4 / 2 } else { 3 * n * f4 };
+    // a (expanded), c, h (the residual's h is X_out itself), rstd, the write's saves.
     let per_sub = if var.expanded() { n * d } else { 0 }
-        + 2 * n * d
+        + if var.is_ddl() { 2 * n * d } else { n * d }
         + n
         + if var.is_ddl() { 1 + 2 * n + 2 * n * m } else { 0 }
         + if var.vmap() { 2 * n * hk + n * d } else { 0 };

@@ -42,7 +42,9 @@ pub(crate) fn forward(r: &mut Rec, l: usize, s: &Sub) -> Result<()> {
         let sh = r.attn_shape();
         r.run(attn::forward_seq(gpu, &sh, scale, qn.view(), kn.view(), v.view(), out.view(), lse.view()))?;
     }
-    r.mm_weight(Matmul::nt(n, d, dq), out.view(), &format!("{blk}.attn.wo"), s.h.view())
+    // (A residual sublayer's h is X_out, which holds X_in: the product adds into it.)
+    let wo = Matmul::nt(n, d, dq).accumulate(s.residual);
+    r.mm_weight(wo, out.view(), &format!("{blk}.attn.wo"), s.h.view())
 }
 
 /// From ∂h: the weight gradients, and ∂c written (or added, `accumulate`) into `g.dc`.

@@ -16,7 +16,9 @@ pub(crate) fn forward(r: &mut Rec, l: usize, s: &Sub) -> Result<()> {
     let up = Matmul { c: Operand::row_major(n, f4), ..Matmul::nt(n, f, d) };
     r.mm_weight(up, s.c.view(), &format!("{blk}.mlp.w_gate"), g1.view())?;
     r.mm_weight(up, s.c.view(), &format!("{blk}.mlp.w_up"), g2.view())?;
-    let down = Matmul { a: Operand::row_major(n, f4), b: Operand::transposed(f4, d), ..Matmul::nt(n, d, f) };
+    // (A residual sublayer's h is X_out, which holds X_in: the product adds into it.)
+    let down = Matmul { a: Operand::row_major(n, f4), b: Operand::transposed(f4, d), ..Matmul::nt(n, d, f) }
+        .accumulate(s.residual);
     // In f16 programs ψ is stored in f16 (`Acts::psi_f16`): the same values the products would
     // read from the f32 output, half the bytes.
     let down = if r.a.psi_f16 {

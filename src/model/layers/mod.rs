@@ -175,6 +175,10 @@ pub(crate) fn forward(r: &mut Rec) -> Result<()> {
                 compress::forward(r, &format!("blocks.{l}.compress"), 2 * l + si, &a.xs[2 * l + si], sa)?;
             }
             write::norm_forward(r, l, si)?;
+            if s.residual {
+                // X_out = X_in, to which the sublayer's last product adds h.
+                r.push(Op::copy(&a.xs[2 * l + si], &a.xs[2 * l + si + 1]));
+            }
             match s.kind {
                 SubKind::Attn => attention::forward(r, l, s)?,
                 SubKind::Mlp => mlp::forward(r, l, s)?,

@@ -33,8 +33,9 @@ pub(crate) fn norm_forward(r: &mut Rec, l: usize, si: usize) -> Result<()> {
     r.run(ds)
 }
 
-/// X_out from X_in and the sublayer's output: the residual, or the delta write, whose β goes to
-/// column `write.0` of the `write.1` columns of `betas`.
+/// X_out from X_in and the sublayer's output: the residual (unless the sublayer's last product
+/// added it, `Sub::residual`), or the delta write, whose β goes to column `write.0` of the
+/// `write.1` columns of `betas`.
 pub(crate) fn forward(r: &mut Rec, l: usize, si: usize, write: (usize, usize)) -> Result<()> {
     let (gpu, c, a) = (r.gpu, r.c, r.a);
     let s = &a.subs[l][si];
@@ -42,7 +43,11 @@ pub(crate) fn forward(r: &mut Rec, l: usize, si: usize, write: (usize, usize)) -
     let (n, d, hk) = (r.n(), c.d_model, c.k_mlp_hidden);
     let dn = format!("blocks.{l}.{}_delta", s.kind.name());
     let Some(w) = &s.write else {
-        // Baseline residual: x_out = x_in + h.
+        // Baseline residual: x_out = x_in + h (already there when the sublayer's last product
+        // added it: `Sub::residual`).
+        if s.residual {
+            return Ok(());
+        }
         r.push(Op::copy(x_in, x_out));
         return r.run(elementwise::add(gpu, s.h.view(), x_out.view(), n * d));
     };
