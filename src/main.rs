@@ -40,6 +40,9 @@ fn error_text(e: &anyhow::Error) -> String {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    if std::env::var_os("DDL_CHECK_ARGS").is_some() {
+        return check_args(&cli);
+    }
     match cli.cmd {
         Cmd::Info { preset, variant, batch, seq, f16_state, precision } => match preset {
             Some(p) => info_model(&cli.device, &p, &variant, batch, seq, f16_state, precision),
@@ -77,6 +80,38 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Chat { checkpoint, sampling, trace } => chat(&cli.device, &checkpoint, sampling, trace.as_deref()),
     }
+}
+
+/// `DDL_CHECK_ARGS=1 ddl …`: the command line parsed and its kernel forms checked (`DDL_FORMS`,
+/// `--against-forms`, against a GPU's defaults with every feature), `bench train`'s settings
+/// made, then nothing run and no adapter opened: the GPU check's local run checks so every
+/// command it will run on a device (a typo there costs device minutes).
+fn check_args(cli: &Cli) -> Result<()> {
+    let all = wgpu::Features::all();
+    let forms = |what: &str, spec: &str| -> Result<()> {
+        let mut f = ddl::kernels::forms::Forms::defaults(false, (32, 32), all);
+        f.apply(spec, all).map_err(|e| anyhow::anyhow!("{what} {spec:?}: {e}"))
+    };
+    if let Ok(spec) = std::env::var("DDL_FORMS") {
+        forms("DDL_FORMS", &spec)?;
+    }
+    if let Cmd::Bench(b) = &cli.cmd {
+        match b {
+            BenchCmd::Train { preset, variant, config, sets, against, against_forms, .. } => {
+                bench_config(preset, variant, config.as_deref(), sets)?;
+                if let Some(a) = against.as_deref().or(against_forms.as_ref().map(|_| variant.as_str())) {
+                    bench_config(preset, a, config.as_deref(), sets)?;
+                }
+                if let Some(spec) = against_forms {
+                    forms("--against-forms", spec)?;
+                }
+            }
+            BenchCmd::Matmul { against_forms: Some(spec), .. } => forms("--against-forms", spec)?,
+            _ => {}
+        }
+    }
+    println!("ddl: the command line and its forms are valid (DDL_CHECK_ARGS is set: nothing run)");
+    Ok(())
 }
 
 fn tokenizer(cmd: TokenizerCmd) -> Result<()> {

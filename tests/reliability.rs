@@ -1034,3 +1034,40 @@ fn output_into_a_closed_pipe_ends_quietly() {
     let t = text(&o);
     assert!(!t.contains("panicked") && !t.contains("Broken pipe"), "{t}");
 }
+
+/// `DDL_CHECK_ARGS=1` (what the GPU check's local run does with every device-run command): the
+/// command line parsed, the forms of `DDL_FORMS` and `--against-forms` and `bench train`'s
+/// settings checked, nothing run and no adapter opened (an adapter that does not exist is never
+/// looked for); a bad form, variant or flag is refused with its name.
+#[test]
+fn check_args_validates_a_command_without_running_it() {
+    let dir = tmpdir("check-args");
+    let check = |forms: Option<&str>, args: &[&str]| {
+        let mut c = cmd(&dir);
+        c.env("DDL_CHECK_ARGS", "1").env("DDL_ADAPTER", "no-such-adapter").args(args);
+        match forms {
+            Some(f) => c.env("DDL_FORMS", f),
+            None => c.env_remove("DDL_FORMS"),
+        };
+        c.output().unwrap()
+    };
+    let train = ["bench", "train", "--preset", "small-124m", "--variant", "baseline", "--batch", "8", "--steps", "6"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> { [&train[..], extra].concat() };
+    let o = check(Some("shader_checks=0,attn_team=32"), &with(&["--against-forms", "residual_fused=0", "--json"]));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("nothing run"), "{}", text(&o));
+    for (forms, args, needle) in [
+        (Some("shader_checks=2"), with(&[]), "DDL_FORMS \"shader_checks=2\""),
+        (None, with(&["--against-forms", "residual_fusd=0"]), "unknown form 'residual_fusd'"),
+        (None, vec!["bench", "train", "--preset", "small-124m", "--variant", "basline"], "unknown variant 'basline'"),
+        (None, with(&["--batchh", "8"]), "--batchh"),
+        (None, vec!["bench", "matmul", "--sizes", "64", "--against-forms", "attn_team=3"], "attn_team"),
+    ] {
+        let o = check(forms, &args);
+        let t = text(&o);
+        assert!(!o.status.success(), "{args:?} should be refused:\n{t}");
+        assert!(matches!(o.status.code(), Some(1 | 2)) && !t.contains("panicked"), "{args:?}: {:?}\n{t}", o.status);
+        assert!(t.contains(needle), "{args:?}: expected {needle:?} in:\n{t}");
+        assert!(!t.contains("no-such-adapter"), "{args:?}: an adapter was looked for:\n{t}");
+    }
+}

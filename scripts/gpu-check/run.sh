@@ -344,30 +344,9 @@ bench_line() { # raw name -> one markdown line of its headline
     *) echo "- $1: $(wc -l < "$f") JSON lines" ;;
   esac
 }
-stage_bench() {
-  local t0=$(date +%s) st details="" n rc rcs=""
-  local -a cmds
-  if [ $LOCAL = 1 ]; then
-    cmds=(
-      "bench-copy|60|bench copy --mib 16 --reps 3 --json"
-      "bench-matmul-square|120|bench matmul --sizes 64,96 --reps 1 --json"
-      "bench-matmul-f16|120|bench matmul --sizes 64 --operands rh --variants auto --reps 1 --json"
-      "bench-matmul-model|300|bench matmul --preset tiny --batch 2 --variants auto --reps 1 --json"
-      "bench-matmul-checks|120|DDL_FORMS=shader_checks=0 bench matmul --sizes 64 --cases nn --variants auto --against-forms shader_checks=1 --reps 1 --json"
-      "bench-train-baseline|300|bench train --preset tiny --variant baseline --steps 2 --json"
-      "bench-train-ddl|300|bench train --preset tiny --variant ddl --steps 2 --json"
-      "bench-train-ddl-vs-baseline|600|bench train --preset tiny --variant ddl --against baseline --batch 4 --steps 1 --json"
-      "bench-train-checks|300|DDL_FORMS=shader_checks=0 bench train --preset tiny --variant baseline --batch 2 --against-forms shader_checks=1 --steps 1 --json"
-      "bench-train-ddl-f16|300|bench train --preset tiny --variant ddl --precision f16 --steps 2 --json"
-      "bench-kernels|600|bench kernels --preset tiny --batch 2 --reps 1 --json"
-      "bench-attention-blocked64|300|DDL_FORMS=attention=blocked:64 bench kernels --filter attention --preset tiny --batch 2 --reps 1 --json"
-      "bench-attention-team|300|DDL_FORMS=attn_team=4 bench kernels --filter blocked --preset tiny --batch 2 --reps 1 --json"
-      "bench-state-conv-batch|300|DDL_FORMS=conv_batch=1,conv_quads=0 bench kernels --filter shortconv --preset tiny --batch 2 --reps 1 --json"
-      "bench-norm-vec|300|DDL_FORMS=norm_vec=1,norm_rows=0 bench kernels --filter rmsnorm --preset tiny --batch 2 --reps 1 --json"
-      "bench-generate|300|bench generate --preset tiny --variant ddl --contexts 8 --reps 1 --json"
-    )
-  else
-    cmds=(
+# The device run's bench commands: NAME|SECONDS|[DDL_FORMS=… ]ARGS.
+gpu_bench_cmds() {
+  GPU_CMDS=(
       "bench-copy|30|bench copy --mib 1024 --reps 10 --json"
       "bench-matmul-square|60|bench matmul --sizes 1024,2048,4096 --reps 3 --json"
       "bench-matmul-f16|60|bench matmul --sizes 2048,4096 --cases nt,tn --operands rh --variants all --reps 3 --json"
@@ -377,6 +356,7 @@ stage_bench() {
       "bench-matmul-coop128v|45|DDL_FORMS=matmul_coop=1,shader_checks=0 bench matmul --sizes 4096 --cases nn,nt,tn --operands rh --variants w128,coop128,coop128v,coop128v:mma,coop128v:stage,coop:mma,coop:mma-b --reps 3 --json"
       "bench-matmul-coop128v-f16|40|DDL_FORMS=matmul_coop=1,shader_checks=0 bench matmul --sizes 4096 --cases nn,tn --operands f16 --variants coop128,coop128v,coop128d,coop128v:mma,coop128v:stage --reps 3 --json"
       "bench-train-small-f16-coop128v|60|DDL_FORMS=matmul_coop=1,matmul_coop_v=1,shader_checks=0 bench train --preset small-124m --variant baseline --precision f16 --against-forms matmul_coop_v=0 --batch 8 --seq 1024 --steps 6 --no-autotune --json"
+      "bench-train-small-residual-fused|60|bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms residual_fused=0 --steps 6 --json"
       "bench-train-small-f16-acts|60|DDL_FORMS=shader_checks=0 bench train --preset small-124m --variant baseline --precision f16 --against-forms f16_acts=0 --batch 8 --seq 1024 --steps 6 --no-autotune --json"
       "bench-matmul-coop-halves|30|DDL_FORMS=matmul_coop=1 bench matmul --sizes 4096 --cases nn,nt --operands rh --variants w128,coop,coop64,coop:mma,coop:mma-cm,coop:stage --reps 3 --json"
       "bench-matmul-8192|30|bench matmul --sizes 8192 --variants auto --reps 5 --json"
@@ -416,7 +396,55 @@ stage_bench() {
       "bench-state-conv-batch|30|DDL_FORMS=conv_batch=1 bench kernels --filter shortconv --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-state-finish-wide|30|DDL_FORMS=conv_finish_wide=1 bench kernels --filter shortconv --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-generate|30|bench generate --preset small-124m --variant ddl --contexts 64,512 --reps 3 --json"
+  )
+}
+# Checks each line of the file $2 as `DDL_CHECK_ARGS=1 $1 ARGS` (parsed, forms checked, nothing
+# run); prints the failures and a last line counting them.
+CHECK_ARGS='
+  n=0; bad=0
+  while IFS="|" read -r name secs args; do
+    envs=""
+    case "$args" in DDL_FORMS=*) envs="${args%% *}"; args="${args#* }" ;; esac
+    n=$((n + 1))
+    if ! out="$(env $envs DDL_CHECK_ARGS=1 "$1" $args 2>&1)"; then
+      bad=$((bad + 1)); echo "$name: $out"
+    fi
+  done < "$2"
+  echo "$n device-run commands checked (DDL_CHECK_ARGS=1), $bad refused"
+  [ $bad = 0 ]'
+stage_bench() {
+  local t0=$(date +%s) st details="" n rc rcs=""
+  local -a cmds
+  if [ $LOCAL = 1 ]; then
+    cmds=(
+      "bench-copy|60|bench copy --mib 16 --reps 3 --json"
+      "bench-matmul-square|120|bench matmul --sizes 64,96 --reps 1 --json"
+      "bench-matmul-f16|120|bench matmul --sizes 64 --operands rh --variants auto --reps 1 --json"
+      "bench-matmul-model|300|bench matmul --preset tiny --batch 2 --variants auto --reps 1 --json"
+      "bench-matmul-checks|120|DDL_FORMS=shader_checks=0 bench matmul --sizes 64 --cases nn --variants auto --against-forms shader_checks=1 --reps 1 --json"
+      "bench-train-baseline|300|bench train --preset tiny --variant baseline --steps 2 --json"
+      "bench-train-ddl|300|bench train --preset tiny --variant ddl --steps 2 --json"
+      "bench-train-ddl-vs-baseline|600|bench train --preset tiny --variant ddl --against baseline --batch 4 --steps 1 --json"
+      "bench-train-checks|300|DDL_FORMS=shader_checks=0 bench train --preset tiny --variant baseline --batch 2 --against-forms shader_checks=1 --steps 1 --json"
+      "bench-train-ddl-f16|300|bench train --preset tiny --variant ddl --precision f16 --steps 2 --json"
+      "bench-kernels|600|bench kernels --preset tiny --batch 2 --reps 1 --json"
+      "bench-attention-blocked64|300|DDL_FORMS=attention=blocked:64 bench kernels --filter attention --preset tiny --batch 2 --reps 1 --json"
+      "bench-attention-team|300|DDL_FORMS=attn_team=4 bench kernels --filter blocked --preset tiny --batch 2 --reps 1 --json"
+      "bench-state-conv-batch|300|DDL_FORMS=conv_batch=1,conv_quads=0 bench kernels --filter shortconv --preset tiny --batch 2 --reps 1 --json"
+      "bench-norm-vec|300|DDL_FORMS=norm_vec=1,norm_rows=0 bench kernels --filter rmsnorm --preset tiny --batch 2 --reps 1 --json"
+      "bench-generate|300|bench generate --preset tiny --variant ddl --contexts 8 --reps 1 --json"
     )
+    # Every command of the device run, parsed and its forms checked, nothing run (a typo there
+    # would cost device minutes): `bench-gpu-args`.
+    gpu_bench_cmds
+    printf '%s\n' "${GPU_CMDS[@]}" > "$WORK/gpu-cmds.txt"
+    step bench-gpu-args 120 bash -c "$CHECK_ARGS" check-args "$DDL" "$WORK/gpu-cmds.txt"; rc=$?
+    rcs="$rcs $rc"
+    [ $rc = 0 ] || details="$details bench-gpu-args: $(why $rc);"
+    note "- bench-gpu-args: $(tail -1 "$RAW/bench-gpu-args.log")"
+  else
+    gpu_bench_cmds
+    cmds=("${GPU_CMDS[@]}")
   fi
   local c name secs args envs
   for c in "${cmds[@]}"; do
