@@ -1463,3 +1463,44 @@ fn short_dispatches_are_timed_back_to_back_and_long_ones_alone() {
     let (ms, k) = ddl::bench::steady_ms(&gpu, &refs, 3).unwrap();
     assert!(ms > 0.0 && ms.is_finite() && (1..=16).contains(&k), "{ms} ms, {k} runs per repetition");
 }
+
+/// A forward-only program (evaluation) keeps per layer only what is read after its forward —
+/// the states and the delta writes' saves — and shares one layer's intermediates among all: two
+/// more layers add their states, saves and β columns, where a training program adds every
+/// activation.
+#[test]
+fn a_forward_program_shares_the_layers_intermediates() {
+    let gpu = own_gpu();
+    let (b, t) = (2, 16);
+    let n = (b * t) as u64;
+    let added = |layers: usize, train: bool| -> u64 {
+        let mut cfg = bench_cfg(Variant::Ddl);
+        (cfg.mlp_hidden, cfg.n_layers) = (88, layers);
+        let model = ddl::model::Model::new(gpu.clone(), cfg, 1).unwrap();
+        let before = gpu.stats.live();
+        let opt = ddl::kernels::adamw::AdamWConfig::paper(1e-3);
+        let prog = if train { model.program(b, t, &opt) } else { model.forward_program(b, t) }.unwrap();
+        let bytes = gpu.stats.live() - before;
+        drop(prog);
+        bytes
+    };
+    let cfg = bench_cfg(Variant::Ddl);
+    let (d, m) = (cfg.d_model as u64, cfg.m() as u64);
+    // Per layer: two states, two writes' saves (k̃ placeholder, r, β, v, δ), two β columns, two
+    // statistics.
+    let per_layer = 4 * (2 * n * d * m + 2 * (1 + 2 * n + 2 * n * m) + 2 * n + 2);
+    // (Plus the dispatches' own few-element stand-ins and marks: under 4 KiB a layer, where one
+    // sublayer's a, c and h alone are 12 KiB here.)
+    let forward = added(4, false) - added(2, false);
+    assert!(
+        (2 * per_layer..=2 * per_layer + 2 * 4096).contains(&forward),
+        "two more layers of a forward program added {forward} bytes; their states, saves and β columns are {}",
+        2 * per_layer
+    );
+    let train = added(4, true) - added(2, true);
+    // A training program keeps at least each sublayer's a, c and h besides.
+    assert!(
+        train >= forward + 2 * 2 * 4 * 3 * n * d,
+        "a training program keeps every layer's activations: {train} vs {forward} bytes"
+    );
+}

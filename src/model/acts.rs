@@ -246,8 +246,37 @@ impl Acts {
         let (q_pre, k_pre) = (z("q", &[n, dq])?, z("k", &[n, dq])?);
         // The baseline's residual added by each sublayer's last product (form `residual_fused`).
         let residual = !var.is_ddl() && gpu.forms.residual_fused;
-        let mut subs = Vec::with_capacity(c.n_layers);
+        // Programs without a backward (evaluation, decoding) keep only what is read after the
+        // forward per layer — the states and the delta writes' saves (β statistics, traces) —
+        // and share one layer's intermediates (a, c, h, attention, MLP, direction branch) among
+        // all: each layer's are read only within its own sublayer's forward.
+        let share = purpose != Purpose::Train;
+        let saves = |p: &str| -> Result<Option<WriteSaves>> {
+            if !var.is_ddl() {
+                return Ok(None);
+            }
+            Ok(Some(WriteSaves {
+                // k only where the forward stores it: decoding (its traces).
+                k: z(&format!("{p}.kdir"), &[if keep_k { n * d } else { 1 }])?,
+                rnorm: z(&format!("{p}.rnorm"), &[n])?,
+                beta: z(&format!("{p}.beta"), &[n])?,
+                v: z(&format!("{p}.vval"), &[n, m])?,
+                delta: z(&format!("{p}.delta"), &[n, m])?,
+            }))
+        };
+        let mut subs: Vec<[Sub; 2]> = Vec::with_capacity(c.n_layers);
         for l in 0..c.n_layers {
+            if share && l > 0 {
+                let pair = [SubKind::Attn, SubKind::Mlp].map(|kind| {
+                    let si = kind as usize;
+                    let first = &subs[0][si];
+                    let h = if residual { xs[2 * l + si + 1].clone() } else { first.h.clone() };
+                    saves(&format!("b{l}.{}", kind.name())).map(|write| Sub { h, write, ..first.clone() })
+                });
+                let [a, m] = pair;
+                subs.push([a?, m?]);
+                continue;
+            }
             let mk = |kind: SubKind| -> Result<Sub> {
                 let p = format!("b{l}.{}", kind.name());
                 let inner = match kind {
@@ -280,18 +309,7 @@ impl Acts {
                     h: if residual { xs[2 * l + kind as usize + 1].clone() } else { z(&format!("{p}.h"), &[n, d])? },
                     residual,
                     inner,
-                    write: if var.is_ddl() {
-                        Some(WriteSaves {
-                            // k only where the forward stores it: decoding (its traces).
-                            k: z(&format!("{p}.kdir"), &[if keep_k { n * d } else { 1 }])?,
-                            rnorm: z(&format!("{p}.rnorm"), &[n])?,
-                            beta: z(&format!("{p}.beta"), &[n])?,
-                            v: z(&format!("{p}.vval"), &[n, m])?,
-                            delta: z(&format!("{p}.delta"), &[n, m])?,
-                        })
-                    } else {
-                        None
-                    },
+                    write: saves(&p)?,
                     dir: if var.vmap() {
                         Some((
                             z(&format!("{p}.q1"), &[n, hk])?,
