@@ -13,7 +13,7 @@
 # --only NAMES runs only the commands named (comma-separated, shell patterns allowed: the names
 # of the raw logs, e.g. test-kernels,bench-matmul-*,torch-small-baseline-bf16-compile), in the
 # stages' order, so that a rerun repeats only what failed or what changed; the info stage's own
-# commands always run.
+# commands always run. A name or pattern that matches no command is refused before anything runs.
 #
 # Stages, in priority order, each under its own timeout (and the whole under --budget):
 #   info     adapter, driver, features, limits, subgroup sizes, cooperative matrices; nvidia-smi
@@ -68,6 +68,20 @@ for s in ${STAGES//,/ }; do
 done
 if [[ ",$STAGES," == *",experiment,"* ]] && [ ! -f "$ROOT/$SPEC" ] && [ ! -f "$SPEC" ]; then
   echo "run.sh: --spec $SPEC: no such file (run.sh runs from the repository root; the default is experiments/shakespeare.toml)" >&2; exit 2
+fi
+# Every --only name (or pattern) must name a command of the check: a typo would otherwise select
+# nothing and spend a device call on the info stage alone. The names: the quoted command lines'
+# first fields, and the info, golden, kernels and experiment stages' own.
+if [ -n "$ONLY" ]; then
+  KNOWN="info info-plan info-coop golden golden-f16 golden-precision-f16 test-kernels test-golden test-decode test-kernels-compile experiment $(grep -oE '^ *"[a-z0-9-]+\|' "$0" | tr -d ' "|' | sort -u | tr '\n' ' ')"
+  for pat in ${ONLY//,/ }; do
+    hit=0
+    for k in $KNOWN; do
+      # shellcheck disable=SC2053
+      [[ "$k" == $pat ]] && { hit=1; break; }
+    done
+    [ $hit = 1 ] || { echo "run.sh: --only: '$pat' names no command of the check (the names: $KNOWN)" >&2; exit 2; }
+  done
 fi
 if [ -z "$BUDGET" ]; then BUDGET=$([ $LOCAL = 1 ] && echo 3000 || echo 285); fi
 case "$BUDGET" in ''|*[!0-9]*) echo "run.sh: --budget '$BUDGET' is not a number of seconds" >&2; exit 2 ;; esac
