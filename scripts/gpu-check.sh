@@ -117,6 +117,10 @@ say "on the device machine: bash $DIR/run.sh   (carry $DIR; see run.sh --help)"
 if [ "$cmd" = local ]; then
   say "running $DIR/run.sh --local"
   bash "$DIR/run.sh" --local
+  # A name --only does not know is refused before anything runs (exit 2, naming it).
+  if out="$(bash "$DIR/run.sh" --local --only 'bench-no-such-command' 2>&1)" || ! grep -q "'bench-no-such-command' names no command" <<<"$out"; then
+    die "run.sh --only accepted a name that matches no command: $out"
+  fi
   # The experiment stage cut off by its budget, then resumed from what came back (the device
   # machine is lent by the minute: a grid must continue where a call stopped it).
   say "the experiment stage, cut off and resumed (scripts/gpu-check/resume-check.toml)"
