@@ -73,7 +73,7 @@ fi
 # nothing and spend a device call on the info stage alone. The names: the quoted command lines'
 # first fields, and the info, golden, kernels and experiment stages' own.
 if [ -n "$ONLY" ]; then
-  KNOWN="info info-plan info-coop golden golden-f16 golden-precision-f16 test-kernels test-golden test-decode test-kernels-compile experiment $(grep -oE '^ *"[a-z0-9-]+\|' "$0" | tr -d ' "|' | sort -u | tr '\n' ' ')"
+  KNOWN="info info-plan info-coop golden golden-f16 golden-precision-f16 test-kernels test-golden test-decode test-kernels-compile bench-gpu-args experiment $(grep -oE '^ *"[a-z0-9-]+\|' "$0" | tr -d ' "|' | sort -u | tr '\n' ' ')"
   for pat in ${ONLY//,/ }; do
     hit=0
     for k in $KNOWN; do
