@@ -102,6 +102,10 @@ pub(crate) enum Cmd {
         /// stores the SwiGLU output in f16, and the states where the variant has them.
         #[arg(long, default_value = "f32", value_parser = precision)]
         precision: ddl::model::Precision,
+        /// Plan a run that recomputes (`ddl train --recompute`): one c, a, QK-norm output and ψ
+        /// for all layers instead of one per layer.
+        #[arg(long)]
+        recompute: bool,
     },
     /// Check the engine against PyTorch golden files (format ddl-golden-1): forward, backward,
     /// traces and AdamW steps, one row per compared tensor; exits non-zero on any failure.
@@ -363,6 +367,14 @@ pub(crate) struct TrainArgs {
     /// variant has them; master weights, gradients and AdamW moments stay f32. Needs SHADER_F16.
     #[arg(long, value_parser = precision)]
     pub(crate) precision: Option<ddl::model::Precision>,
+    /// Rebuild cheap activations in the backward instead of keeping one per layer
+    /// (train.recompute): each sublayer's normed input c (and compressed input a), the QK
+    /// norms' outputs and the SwiGLU output ψ are kept once for all layers and recomputed by
+    /// the forward's own kernels before the backward reads them. The same losses, gradients and
+    /// weights to the bit, in less memory (`ddl info --preset P --recompute` says how much), for
+    /// one more norm or elementwise pass per sublayer. May be added when a run resumes.
+    #[arg(long)]
+    pub(crate) recompute: bool,
     /// Generate this many tokens from the trained model at the end.
     #[arg(long, default_value_t = 0)]
     pub(crate) sample: usize,
@@ -579,6 +591,10 @@ pub(crate) enum BenchCmd {
         /// the other side keeps f32 (`--variant ddl --precision f16 --against ddl` compares them).
         #[arg(long, default_value = "f32", value_parser = precision)]
         precision: ddl::model::Precision,
+        /// The measured side recomputes (`ddl train --recompute`), the other side not unless
+        /// `--set train.recompute=true` (both sides): `--recompute --against ddl` times its cost.
+        #[arg(long)]
+        recompute: bool,
         /// One JSON object per line.
         #[arg(long)]
         json: bool,

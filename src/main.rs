@@ -44,8 +44,8 @@ fn run(cli: Cli) -> Result<()> {
         return check_args(&cli);
     }
     match cli.cmd {
-        Cmd::Info { preset, variant, batch, seq, f16_state, precision } => match preset {
-            Some(p) => info_model(&cli.device, &p, &variant, batch, seq, f16_state, precision),
+        Cmd::Info { preset, variant, batch, seq, f16_state, precision, recompute } => match preset {
+            Some(p) => info_model(&cli.device, &p, &variant, batch, seq, f16_state, precision, recompute),
             None => info(&cli.device),
         },
         Cmd::Bench(b) => bench(&cli.device, b),
@@ -226,6 +226,9 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     }
     if let Some(p) = a.precision {
         run.train.precision = p;
+    }
+    if a.recompute {
+        run.train.recompute = true;
     }
     for kv in &a.sets {
         // The tokenizer sizes the vocabulary when the run opens (trainer), so a set one would be
@@ -655,6 +658,7 @@ fn golden(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn info_model(
     dev: &DeviceArgs,
     preset: &str,
@@ -663,23 +667,19 @@ fn info_model(
     seq: Option<usize>,
     f16_state: bool,
     precision: ddl::model::Precision,
+    recompute: bool,
 ) -> Result<()> {
     let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
     let cfg = ddl::model::ModelConfig::preset(preset, v)?;
-    let t = ddl::train::TrainConfig::preset(preset);
+    let mut t = ddl::train::TrainConfig::preset(preset);
     let (b, s) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
     // f16 precision implies f16 states where the variant has them (as `ddl train` does).
-    let half = precision == ddl::model::Precision::F16;
-    let f16_state = f16_state || (half && cfg.f16_state_support().is_ok());
-    let plan = ddl::model::memory_plan_for(&cfg, b, s, f16_state, precision);
+    (t.state_f16, t.precision, t.recompute) = (f16_state, precision, recompute);
+    let st = t.storage(&cfg);
+    let plan = ddl::model::memory_plan_for(&cfg, b, s, st);
     println!(
         "preset {preset}, variant {v}{}: V {} d {} L {} H {} h {} F {} d_v {}",
-        match (half, f16_state) {
-            (true, true) => " (f16, f16 states)",
-            (true, false) => " (f16)",
-            (false, true) => " (f16 states)",
-            _ => "",
-        },
+        st.label(),
         cfg.vocab_size,
         cfg.d_model,
         cfg.n_layers,
@@ -844,21 +844,24 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 anyhow::bail!("the benchmarks of {} could not run at these shapes (above)", failed.join(", "));
             }
         }
-        BenchCmd::Train { steps, batch, seq, dispatches, against_forms, f16_state, precision, json, .. } => {
+        BenchCmd::Train {
+            steps, batch, seq, dispatches, against_forms, f16_state, precision, recompute, json, ..
+        } => {
             let ((cfg, t), against_cfg) = train_configs.expect("made above for bench train");
             ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
-            let (b, t) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
+            let (b, seq) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
             let other = against_forms.as_deref().map(|spec| forms_handle(&gpu, spec)).transpose()?;
+            // `--set train.recompute=true` holds for both sides, `--recompute` for the measured one.
+            let st = ddl::model::Storage { state_f16: f16_state, precision, recompute: recompute || t.recompute };
             match against_cfg {
                 Some(ca) => {
                     let og = other.as_ref().zip(against_forms.as_deref());
-                    ddl::bench::train_compare_rows(&gpu, og, &cfg, &ca, b, t, steps, f16_state, precision, |r| {
+                    let against_st = ddl::bench::against_storage(st, og.is_some(), t.recompute);
+                    ddl::bench::train_compare_rows(&gpu, og, &cfg, &ca, b, seq, steps, st, against_st, |r| {
                         print_row(&r, json)
                     })?;
                 }
-                None => ddl::bench::train_rows(&gpu, &cfg, b, t, steps, dispatches, f16_state, precision, |r| {
-                    print_row(&r, json)
-                })?,
+                None => ddl::bench::train_rows(&gpu, &cfg, b, seq, steps, dispatches, st, |r| print_row(&r, json))?,
             }
         }
         BenchCmd::Precision { preset, variant, steps, seeds, corpus, out, json } => {

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ddl::model::Variant;
+use ddl::model::{Storage, Variant};
 use ddl::train::{RunConfig, TrainOptions};
 
 fn tmpdir(name: &str) -> PathBuf {
@@ -311,12 +311,25 @@ fn info_plans_a_presets_memory_in_each_precision() {
     let cfg = ddl::model::ModelConfig::preset("small-124m", Variant::Ddl).unwrap();
     let (f32, f16) = (info(&[]), info(&["--precision", "f16"]));
     assert!(f16.contains("variant ddl (f16, f16 states)") && !f32.contains("(f16"), "{f16}");
-    for (text, states, p) in [(&f32, false, ddl::model::Precision::F32), (&f16, true, ddl::model::Precision::F16)] {
-        let plan = ddl::model::memory_plan_for(&cfg, 8, 1024, states, p);
+    let (f32_rc, f16_rc) = (info(&["--recompute"]), info(&["--precision", "f16", "--recompute"]));
+    assert!(f16_rc.contains("variant ddl (f16, f16 states, recompute)") && f32_rc.contains("variant ddl (recompute)"));
+    for (text, state_f16, p, recompute) in [
+        (&f32, false, ddl::model::Precision::F32, false),
+        (&f16, true, ddl::model::Precision::F16, false),
+        (&f32_rc, false, ddl::model::Precision::F32, true),
+        (&f16_rc, true, ddl::model::Precision::F16, true),
+    ] {
+        let plan = ddl::model::memory_plan_for(&cfg, 8, 1024, Storage { state_f16, precision: p, recompute });
         assert_eq!(bytes(text, "activations"), plan.activation_bytes, "{text}");
         assert_eq!(bytes(text, "f16 weight copy"), plan.half_param_bytes, "{text}");
     }
     assert!(bytes(&f16, "f16 weight copy") > 0 && bytes(&f16, "activations") < bytes(&f32, "activations"));
+    // Recomputing keeps one a, c and ψ instead of 12 layers' (small-124m, 8 × 1024, f32), and the
+    // QK norms' outputs in the pre-RoPE q and k: 12 × (2 sublayers × (a + c) + q and k normed + ψ)
+    // − (a + c + ψ) floats.
+    let (n, d, f) = (8192u64, 768, 2048);
+    let saved = 12 * (6 * n * d + n * f) - (2 * n * d + n * f);
+    assert_eq!(bytes(&f32, "activations") - bytes(&f32_rc, "activations"), 4 * saved);
 }
 
 #[test]
@@ -1027,7 +1040,8 @@ fn the_training_benchmark_counts_one_submit_one_readback_no_allocations_and_a_pe
     ] {
         let gpu = own_gpu();
         let mut rows = Vec::new();
-        ddl::bench::train_rows(&gpu, &bench_cfg(v), 2, 16, 3, true, f16, p, |r| rows.push(r.0)).unwrap();
+        let st = Storage { state_f16: f16, precision: p, recompute: false };
+        ddl::bench::train_rows(&gpu, &bench_cfg(v), 2, 16, 3, true, st, |r| rows.push(r.0)).unwrap();
         let r = &rows[0];
         let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{v:?}: field {k} missing in {r}"));
         assert_eq!(r["bench"], "train");
@@ -1067,8 +1081,8 @@ fn the_compared_training_benchmark_alternates_blocks_and_reports_their_ratios() 
         2,
         16,
         3,
-        false,
-        ddl::model::Precision::F32,
+        Storage::default(),
+        Storage::default(),
         |r| rows.push(r.0),
     )
     .unwrap();
@@ -1106,8 +1120,8 @@ fn the_compared_training_benchmark_alternates_blocks_and_reports_their_ratios() 
             2,
             16,
             1,
-            false,
-            ddl::model::Precision::F32,
+            Storage::default(),
+            Storage::default(),
             |r| rows.push(r.0),
         )
         .unwrap();
@@ -1119,20 +1133,24 @@ fn the_compared_training_benchmark_alternates_blocks_and_reports_their_ratios() 
     // rounded as read, the same bits.
     let other = gpu.with_forms(|f| f.f16_acts = false);
     let cfg = bench_cfg(Variant::DdlVmap);
-    let mut rows = Vec::new();
-    let f16 = ddl::model::Precision::F16;
-    ddl::bench::train_compare_rows(&gpu, Some((&other, "f16_acts=0")), &cfg, &cfg, 2, 16, 1, false, f16, |r| {
-        rows.push(r.0)
-    })
-    .unwrap();
-    let r = &rows[0];
+    let f16 = Storage { precision: ddl::model::Precision::F16, ..Storage::default() };
+    let compare = |og: Option<(&std::sync::Arc<ddl::gpu::Gpu>, &str)>, st: Storage| {
+        let mut rows = Vec::new();
+        let against = ddl::bench::against_storage(st, og.is_some(), false);
+        ddl::bench::train_compare_rows(&gpu, og, &cfg, &cfg, 2, 16, 1, st, against, |r| rows.push(r.0)).unwrap();
+        rows.remove(0)
+    };
+    let r = compare(Some((&other, "f16_acts=0")), f16);
     assert_eq!((r["precision"].as_str(), r["against_precision"].as_str()), (Some("f16"), Some("f16")), "{r}");
     assert_eq!(r["losses_identical"].as_bool(), Some(true), "{r}");
-    let mut rows = Vec::new();
-    ddl::bench::train_compare_rows(&gpu, None, &cfg, &cfg, 2, 16, 1, false, f16, |r| rows.push(r.0)).unwrap();
-    let r = &rows[0];
+    let r = compare(None, f16);
     assert_eq!((r["precision"].as_str(), r["against_precision"].as_str()), (Some("f16"), Some("f32")), "{r}");
     assert!(r["losses_identical"].is_null(), "f16 against f32: {r}");
+    // `--recompute --against ddl_vmap`: the measured side recomputes, the other keeps; the same
+    // numerics, so the same bits (the row says so).
+    let r = compare(None, Storage { recompute: true, ..Storage::default() });
+    assert_eq!((r["recompute"].as_bool(), r["against_recompute"].as_bool()), (Some(true), Some(false)), "{r}");
+    assert_eq!(r["losses_identical"].as_bool(), Some(true), "recomputing against keeping: {r}");
 }
 
 #[test]
@@ -1503,4 +1521,115 @@ fn a_forward_program_shares_the_layers_intermediates() {
         train >= forward + 2 * 2 * 4 * 3 * n * d,
         "a training program keeps every layer's activations: {train} vs {forward} bytes"
     );
+}
+
+/// `--recompute` (`train.recompute`): a training program keeps one c (and a), QK-norm output and
+/// ψ for every layer and rebuilds them in the backward with the forward's own kernels: the same
+/// loss and gradient norm per step and the same parameters after AdamW, to the bit, as keeping
+/// them — in f32 and f16, with this adapter's forms and with the GPU forms (blocked attention,
+/// team reductions, the unfolded delta-write heads), for every kind of sublayer input (the
+/// baseline's state, the compressors, the EC expansion, the v-Map branch) — and a program
+/// smaller by exactly what the memory plan says.
+#[test]
+fn recomputing_trains_the_same_bits_in_the_memory_the_plan_saves() {
+    use ddl::model::Precision::{F16, F32};
+    let base = own_gpu();
+    let gpu_forms = ddl::kernels::forms::Forms::defaults(false, (32, 32), base.features);
+    for (forms_name, forms) in [("this adapter's", base.forms.clone()), ("GPU", gpu_forms)] {
+        let gpu = base.with_forms(|f| *f = forms.clone());
+        for (variant, p) in [
+            (Variant::Baseline, F32),
+            (Variant::Ddl, F32),
+            (Variant::DdlCcec, F32),
+            (Variant::DdlVmap, F32),
+            (Variant::Baseline, F16),
+            (Variant::Ddl, F16),
+        ] {
+            let mut cfg = bench_cfg(variant);
+            cfg.n_layers = 3;
+            let (b, t) = (3, 23);
+            let v = cfg.vocab_size as i32;
+            let x: Vec<i32> = (0..(b * t) as i32).map(|i| (i * 7 + 1) % v).collect();
+            let y: Vec<i32> = (0..(b * t) as i32).map(|i| (i * 11 + 3) % v).collect();
+            let opt = ddl::kernels::adamw::AdamWConfig::paper(1e-3);
+            let state_f16 = p == F16 && cfg.f16_state_support().is_ok();
+            // The device's shared scratch (the blocked attention's score blocks) is made by the
+            // first program of a shape: made here, so that neither side below counts it.
+            drop(ddl::model::Model::new(gpu.clone(), cfg.clone(), 5).unwrap().program(b, t, &opt).unwrap());
+            let run = |recompute: bool| {
+                let mut model = ddl::model::Model::new(gpu.clone(), cfg.clone(), 5).unwrap();
+                model.set_precision(p).unwrap();
+                model.set_state_f16(state_f16).unwrap();
+                model.set_recompute(recompute);
+                let before = gpu.stats.live();
+                let prog = model.program(b, t, &opt).unwrap();
+                let bytes = gpu.stats.live() - before;
+                prog.set_batch(&model, &x, &y).unwrap();
+                let mut steps = Vec::new();
+                for step in 1..=3 {
+                    let o = ddl::kernels::adamw::AdamWConfig { step, ..opt };
+                    let (loss, norm) = model.train_step(&prog, &o).unwrap();
+                    steps.push([loss.to_bits(), norm.to_bits()]);
+                }
+                let params: Vec<u32> = model.read_params().unwrap().iter().map(|p| p.to_bits()).collect();
+                (steps, params, bytes)
+            };
+            let (keep, rebuild) = (run(false), run(true));
+            let what = format!("{variant} {p}, {forms_name} forms");
+            assert!(keep.0.iter().flatten().all(|&b| f32::from_bits(b).is_finite()), "{what}: {:?}", keep.0);
+            assert_eq!(keep.0, rebuild.0, "{what}: loss and gradient norm per step");
+            let differ = keep.1.iter().zip(&rebuild.1).filter(|(a, b)| a != b).count();
+            assert_eq!(differ, 0, "{what}: {differ} of {} parameters differ", keep.1.len());
+            // The program's bytes: smaller by the plan's difference, exactly.
+            let plan = |recompute: bool| {
+                ddl::model::memory_plan_for(&cfg, b, t, Storage { state_f16, precision: p, recompute }).activation_bytes
+            };
+            let saved = plan(false) - plan(true);
+            assert!(saved > 0, "{what}");
+            assert_eq!(keep.2 - rebuild.2, saved, "{what}: the program's bytes against the plan's");
+        }
+    }
+}
+
+/// `ddl train --recompute`: the run's settings say so, its steps log the same losses and
+/// gradient norms as the same run keeping its activations, and a run may take it up when it
+/// resumes (`--set train.recompute=true` is not a changed setting there: it changes how, not
+/// what, the run trains).
+#[test]
+fn the_cli_trains_the_same_run_when_recomputing_and_resumes_into_it() {
+    let dir = tmpdir("recompute");
+    let c = ddl::testing::small_corpus(&dir);
+    let train = |name: &str, steps: &str, extra: &[&str]| {
+        let out = dir.join(name);
+        let mut cmd = ddl_cmd(&dir);
+        cmd.args(["train", "--preset", "tiny", "--variant", "ddl_ec", "--steps", steps, "--corpus", &c, "--out"])
+            .arg(&out);
+        for kv in ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.head_dim=16"] {
+            cmd.args(["--set", kv]);
+        }
+        for kv in ["model.mlp_hidden=85", "train.batch_size=2", "train.seq_len=16", "train.eval_every=0"] {
+            cmd.args(["--set", kv]);
+        }
+        let o = cmd.args(["--set", "train.eval_batches=1", "--set", "train.log_every=1"]).args(extra).output().unwrap();
+        assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
+        out
+    };
+    // (loss, grad_norm) of every step line, as logged.
+    let steps = |out: &Path| -> Vec<(String, String)> {
+        let text = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["loss"].is_number() && v["step"].is_number())
+            .map(|v| (v["loss"].to_string(), v["grad_norm"].to_string()))
+            .collect()
+    };
+    let (keep, rebuild) = (train("keep", "3", &[]), train("rebuild", "3", &["--recompute"]));
+    assert_eq!(steps(&keep).len(), 3, "{:?}", steps(&keep));
+    assert_eq!(steps(&keep), steps(&rebuild), "the same run, recomputing or not");
+    let saved = |out: &Path| std::fs::read_to_string(out.join("config.toml")).unwrap();
+    assert!(saved(&rebuild).contains("recompute = true") && saved(&keep).contains("recompute = false"));
+    // The kept run resumes recomputing, with the flag or the setting.
+    train("keep", "4", &["--resume", keep.to_str().unwrap(), "--recompute"]);
+    train("keep", "5", &["--resume", keep.to_str().unwrap(), "--set", "train.recompute=true"]);
+    assert_eq!(steps(&keep).len(), 5);
 }

@@ -14,7 +14,7 @@ use crate::gpu::{DType, Gpu, Recorder, Result, Tensor};
 use crate::kernels::matmul::{self, Matmul};
 use crate::testing::Rng;
 
-pub use train::{generate_rows, train_compare_rows, train_rows};
+pub use train::{against_storage, generate_rows, train_compare_rows, train_rows};
 
 /// One measurement.
 #[derive(Debug, Clone)]

@@ -157,9 +157,9 @@ impl Row {
                 "{}{} vs {}{}{} d={} L={} B={} T={}, {} blocks (A B B A): step ratio {:.3} median of blocks ({}range {:.3}–{:.3}), \
                  {:.3} best to best ({:.1} vs {:.1} ms; medians {:.1} vs {:.1} ms){}{}",
                 v["variant"].as_str().unwrap_or(""),
-                numerics(&v["precision"], &v["state_f16"]),
+                numerics(v, ""),
                 v["against"].as_str().unwrap_or(""),
-                numerics(&v["against_precision"], &v["against_state_f16"]),
+                numerics(v, "against_"),
                 v["against_forms"].as_str().map(|f| format!(" with {f}")).unwrap_or_default(),
                 v["d"],
                 v["layers"],
@@ -195,8 +195,9 @@ impl Row {
             Some("train") => {
                 let _ = writeln!(
                     out,
-                    "{} d={} L={} B={} T={}: {:.1} tok/s, {:.1} ms/step, {:.2} model GFLOP/s, matmul {:.0}% of kernel time, {} dispatches, loss {:.4} at init, {:.4} after {} AdamW step(s) on that batch",
+                    "{}{} d={} L={} B={} T={}: {:.1} tok/s, {:.1} ms/step, {:.2} model GFLOP/s, matmul {:.0}% of kernel time, {} dispatches, loss {:.4} at init, {:.4} after {} AdamW step(s) on that batch",
                     v["variant"].as_str().unwrap_or(""),
+                    numerics(v, ""),
                     v["d"],
                     v["layers"],
                     v["batch"],
@@ -272,14 +273,20 @@ fn mib_text(v: &serde_json::Value) -> String {
     v.as_f64().map(|m| format!("{m:.1} MiB")).unwrap_or_else(|| "n/a".into())
 }
 
-/// A side's numerics in a comparison line: " (f16)" for `--precision f16`, " (f16 states)" for
-/// `--f16-state` alone, nothing for f32.
-fn numerics(precision: &serde_json::Value, state_f16: &serde_json::Value) -> &'static str {
-    match (precision.as_str(), state_f16.as_bool()) {
-        (Some("f16"), _) => " (f16)",
-        (_, Some(true)) => " (f16 states)",
-        _ => "",
+/// A side's storage in a line (`prefix` "" or "against_"): " (f16)" for `--precision f16`,
+/// " (f16 states)" for `--f16-state` alone, ", recompute" added for `--recompute` (" (recompute)"
+/// alone), nothing for f32 that keeps its activations.
+fn numerics(v: &serde_json::Value, prefix: &str) -> String {
+    let mut parts = Vec::new();
+    match (v[format!("{prefix}precision")].as_str(), v[format!("{prefix}state_f16")].as_bool()) {
+        (Some("f16"), _) => parts.push("f16"),
+        (_, Some(true)) => parts.push("f16 states"),
+        _ => {}
     }
+    if v[format!("{prefix}recompute")].as_bool() == Some(true) {
+        parts.push("recompute");
+    }
+    if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) }
 }
 
 #[cfg(test)]
@@ -303,6 +310,21 @@ mod tests {
         let t = train.text();
         assert_eq!(t.lines().count(), 4, "{t}");
         assert!(t.lines().nth(2).unwrap().trim_start().starts_with('b'), "the split is sorted by time: {t}");
+        assert!(t.starts_with("ddl d="), "{t}");
+        // The storage of each side: precision, f16 states, recomputing.
+        let st = |p: &str, f16: bool, rc: bool| json!({"precision": p, "state_f16": f16, "recompute": rc});
+        let t = Row(json!({"bench": "train", "variant": "ddl", "precision": "f16", "recompute": true})).text();
+        assert!(t.starts_with("ddl (f16, recompute) d="), "{t}");
+        for (v, want) in [
+            (st("f32", false, false), ""),
+            (st("f16", true, false), " (f16)"),
+            (st("f32", true, true), " (f16 states, recompute)"),
+            (st("f32", false, true), " (recompute)"),
+        ] {
+            assert_eq!(numerics(&v, ""), want, "{v}");
+        }
+        let cmp = json!({"against_precision": "f32", "against_state_f16": false, "against_recompute": true});
+        assert_eq!(numerics(&cmp, "against_"), " (recompute)");
         let generate = Row(json!({"bench": "generate", "variant": "ddl", "context": 64, "cached_ms_per_token": 20.0,
             "cached_tok_per_s": 50.0, "recompute_ms_per_token": 80.0, "recompute_tok_per_s": 12.5, "speedup": 4.0}));
         let t = generate.text();

@@ -7,15 +7,27 @@ use serde_json::json;
 
 use super::{Row, ab_blocks, matmul_rate, timed};
 use crate::gpu::{Gpu, Recorder, Result};
+use crate::model::Storage;
 use crate::testing::Rng;
 
-/// A bench model's numerics: its states in f16 when asked, or implied by `precision` f16 where
-/// the variant has them; returns whether the states are f16.
-fn set_numerics(model: &mut crate::model::Model, state_f16: bool, precision: crate::model::Precision) -> Result<bool> {
-    let f16 = state_f16 || (precision == crate::model::Precision::F16 && model.cfg.f16_state_support().is_ok());
+/// A bench model's storage: its states in f16 when asked, or implied by f16 precision where the
+/// variant has them, and recomputing or not; returns the storage in effect.
+fn set_numerics(model: &mut crate::model::Model, st: Storage) -> Result<Storage> {
+    let f16 = st.state_f16 || (st.precision == crate::model::Precision::F16 && model.cfg.f16_state_support().is_ok());
     model.set_state_f16(f16)?;
-    model.set_precision(precision)?;
-    Ok(f16)
+    model.set_precision(st.precision)?;
+    model.set_recompute(st.recompute);
+    Ok(Storage { state_f16: f16, ..st })
+}
+
+/// The other side's storage of `ddl bench train --against…` when the measured side's is `st`:
+/// `--against-forms` (`forms`) compares forms, so the other side keeps the measured side's
+/// numerics; `--against VARIANT` alone compares with f32 (`--precision f16 --against ddl`: f16
+/// against f32). It recomputes only when every side does (`--set train.recompute=true`,
+/// `all_recompute`): `--recompute` is the measured side's alone.
+pub fn against_storage(st: Storage, forms: bool, all_recompute: bool) -> Storage {
+    let numerics = if forms { st } else { Storage::default() };
+    Storage { recompute: all_recompute, ..numerics }
 }
 
 /// A bench step's optimizer: in f16 the gradients carry a training run's initial loss scale,
@@ -35,8 +47,8 @@ fn bench_opt(
 }
 
 /// `ddl bench train`: tokens per second of full training steps (forward, backward, norm, AdamW)
-/// on random tokens, with the per-kernel time split of one profiled step. `state_f16`: the
-/// model stores its expanded states in half precision ([`crate::model::Model::set_state_f16`]).
+/// on random tokens, with the per-kernel time split of one profiled step, the model storing its
+/// activations as `st` says (f16 states, precision, recomputing: [`Storage`]).
 #[allow(clippy::too_many_arguments)]
 pub fn train_rows(
     gpu: &std::sync::Arc<Gpu>,
@@ -45,13 +57,13 @@ pub fn train_rows(
     seq: usize,
     steps: usize,
     list_dispatches: bool,
-    state_f16: bool,
-    precision: crate::model::Precision,
+    st: Storage,
     mut emit: impl FnMut(Row),
 ) -> Result<()> {
     use crate::gpu::Op;
     let mut model = crate::model::Model::new(gpu.clone(), cfg.clone(), 1)?;
-    let state_f16 = set_numerics(&mut model, state_f16, precision)?;
+    let st = set_numerics(&mut model, st)?;
+    let (state_f16, precision) = (st.state_f16, st.precision);
     let prog = model.program(batch, seq, &crate::kernels::adamw::AdamWConfig::paper(1e-4))?;
     let opt = bench_opt(&model, &prog, precision)?;
     let mut rng = Rng::new(7);
@@ -82,7 +94,7 @@ pub fn train_rows(
     let readbacks_per_step = (maps1 - maps0) as f64 / steps.max(1) as f64;
     // Every tensor alive since the device was opened: model, moments, program, scratch.
     let peak_bytes = gpu.stats.peak();
-    let plan = crate::model::memory_plan_for(cfg, batch, seq, state_f16, precision);
+    let plan = crate::model::memory_plan_for(cfg, batch, seq, st);
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let step_ms = times[times.len() / 2];
     let best_ms = times[0];
@@ -120,7 +132,7 @@ pub fn train_rows(
     emit(Row(json!({
         "bench": "train", "variant": cfg.variant.name(), "d": cfg.d_model, "layers": cfg.n_layers,
         "batch": batch, "seq": seq, "params": params, "step_ms": step_ms,
-        "precision": precision.name(), "state_f16": state_f16,
+        "precision": precision.name(), "state_f16": state_f16, "recompute": st.recompute,
         "tok_per_s": n as f64 / (step_ms / 1e3), "model_gflop_per_s": flops / step_ms / 1e6,
         "matmul_share": if total > 0.0 { matmul_ms / total } else { 0.0 },
         "dispatches_per_step": dispatches, "transfers_per_step": zero_ops,
@@ -154,8 +166,9 @@ pub fn train_rows(
 /// machine's speed that is linear over a block cancels in the block's ratio
 /// (B₁ + B₂) / (A₁ + A₂). Reports both variants' best and median step, the ratio of the best
 /// steps, and the median, lowest and highest block ratio. Each side trains its own model on its
-/// own random batch (the same tokens for both), exactly as `train_rows` times it. `state_f16`
-/// applies to `cfg` only (so `--variant ddl --f16-state --against ddl` compares the two storages).
+/// own random batch (the same tokens for both), exactly as `train_rows` times it, `cfg` stored as
+/// `st` says and `against` as `against_st` (so `--variant ddl --f16-state --against ddl`
+/// compares the two storages, `--recompute --against ddl` recomputing against keeping).
 /// `against_gpu` (a handle to the same device with other forms, and the `DDL_FORMS`-style text
 /// that made it: `--against-forms`) runs the `against` side with those forms.
 #[allow(clippy::too_many_arguments)]
@@ -167,8 +180,8 @@ pub fn train_compare_rows(
     batch: usize,
     seq: usize,
     blocks: usize,
-    state_f16: bool,
-    precision: crate::model::Precision,
+    st: Storage,
+    against_st: Storage,
     mut emit: impl FnMut(Row),
 ) -> Result<()> {
     struct Side {
@@ -184,16 +197,13 @@ pub fn train_compare_rows(
     let x = rng.ints(n, cfg.vocab_size.min(against.vocab_size));
     let y = rng.ints(n, cfg.vocab_size.min(against.vocab_size));
     let mut sides = Vec::new();
-    let f32 = crate::model::Precision::F32;
     let ga = against_gpu.map_or(gpu, |(g, _)| g);
-    // `--against VARIANT` compares with f32 (`--precision f16 --against ddl`: f16 against f32);
-    // `--against-forms` compares forms, so both sides keep the measured side's numerics.
-    let (a16, ap) = if against_gpu.is_some() { (state_f16, precision) } else { (false, f32) };
-    for (g, c, f16, p) in [(ga, against, a16, ap), (gpu, cfg, state_f16, precision)] {
+    let mut stored = Vec::new();
+    for (g, c, st) in [(ga, against, against_st), (gpu, cfg, st)] {
         let mut model = crate::model::Model::new(g.clone(), c.clone(), 1)?;
-        set_numerics(&mut model, f16, p)?;
+        stored.push(set_numerics(&mut model, st)?);
         let prog = model.program(batch, seq, &crate::kernels::adamw::AdamWConfig::paper(1e-4))?;
-        let opt = bench_opt(&model, &prog, p)?;
+        let opt = bench_opt(&model, &prog, st.precision)?;
         prog.set_batch(&model, &x, &y)?;
         // Warm-up (pipelines, autotune).
         let (l, g) = model.train_step(&prog, &opt)?;
@@ -218,16 +228,19 @@ pub fn train_compare_rows(
     } else {
         None
     };
+    let (sa, sb) = (stored[0], stored[1]);
     emit(Row(json!({
         "bench": "train_compare", "variant": cfg.variant.name(), "against": against.variant.name(),
         "against_forms": against_gpu.map(|(_, spec)| spec),
         // Where both sides train the same model in the same numerics (only the forms differ):
         // whether every step's loss and gradient norm came out the same bits on both (forms that
         // promise the same bits, checked on the device that ran them); else null.
-        "losses_identical": (cfg == against && a16 == state_f16 && ap == precision)
+        // (Recomputing changes where activations live, not their bits.)
+        "losses_identical": (cfg == against && (sa.state_f16, sa.precision) == (sb.state_f16, sb.precision))
             .then(|| sides[0].losses == sides[1].losses),
-        "precision": precision.name(), "state_f16": state_f16,
-        "against_precision": ap.name(), "against_state_f16": a16,
+        "precision": sb.precision.name(), "state_f16": sb.state_f16, "recompute": sb.recompute,
+        "against_precision": sa.precision.name(), "against_state_f16": sa.state_f16,
+        "against_recompute": sa.recompute,
         "d": cfg.d_model, "layers": cfg.n_layers, "batch": batch, "seq": seq, "blocks": wall.blocks,
         "best_step_ms": wall.b_best, "against_best_step_ms": wall.a_best,
         "median_step_ms": wall.b_median, "against_median_step_ms": wall.a_median,

@@ -51,8 +51,8 @@ pub fn measure_speed(gpu: &Arc<Gpu>, spec: &ExperimentSpec, out: &Path, quiet: b
             batch,
             seq,
             SPEED_BLOCKS,
-            false,
-            crate::model::Precision::F32,
+            crate::model::Storage::default(),
+            crate::model::Storage::default(),
             |r| row = Some(r.0),
         )
         .map_err(|e| ExperimentError::Report(format!("speed: {} against baseline: {e:#}", v.name())))?;

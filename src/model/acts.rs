@@ -147,6 +147,10 @@ pub struct Acts {
     /// The MLP's SwiGLU output (`Inner::Mlp::psi`) is stored in f16, two to a four-byte word
     /// (`half` and the form `f16_acts`): only the down projection and its weight gradient read it.
     pub psi_f16: bool,
+    /// A training program that recomputes ([`Model::set_recompute`]): every sublayer's c (and a,
+    /// expanded) is one shared buffer, every MLP's ψ another, and the QK norms' outputs live in
+    /// the pre-RoPE q and k; the backward rebuilds each just before it reads it.
+    pub recompute: bool,
     /// Token ids [B, T] (i32) and targets (−1 = ignored).
     pub tokens: Tensor,
     pub targets: Tensor,
@@ -251,6 +255,17 @@ impl Acts {
         // and share one layer's intermediates (a, c, h, attention, MLP, direction branch) among
         // all: each layer's are read only within its own sublayer's forward.
         let share = purpose != Purpose::Train;
+        // A training program that recomputes: one c (and a) for every sublayer, one ψ for every
+        // MLP (the QK norms' outputs go to q and k, below).
+        let recompute = model.recompute && purpose == Purpose::Train;
+        let psi_cols = if psi_f16 { f4 / 2 } else { f4 };
+        let one = |label: &str, cols: usize, on: bool| if on { z(label, &[n, cols]).map(Some) } else { Ok(None) };
+        let (shared_a, shared_c) = (one("a", d, recompute && var.expanded())?, one("c", d, recompute)?);
+        let shared_psi = one("psi", psi_cols, recompute)?;
+        let or_own = |t: &Option<Tensor>, label: String, cols: usize| match t {
+            Some(t) => Ok(t.clone()),
+            None => z(&label, &[n, cols]),
+        };
         let saves = |p: &str| -> Result<Option<WriteSaves>> {
             if !var.is_ddl() {
                 return Ok(None);
@@ -286,8 +301,9 @@ impl Acts {
                         v: z(&format!("{p}.v"), &[n, dq])?,
                         qr: z(&format!("{p}.qr"), &[n, dq])?,
                         kr: z(&format!("{p}.kr"), &[n, dq])?,
-                        qn: z(&format!("{p}.qn"), &[n, dq])?,
-                        kn: z(&format!("{p}.kn"), &[n, dq])?,
+                        // (Recomputing: in q and k, which RoPE has read by then.)
+                        qn: if recompute { q_pre.clone() } else { z(&format!("{p}.qn"), &[n, dq])? },
+                        kn: if recompute { k_pre.clone() } else { z(&format!("{p}.kn"), &[n, dq])? },
                         rstd_q: z(&format!("{p}.rstd_q"), &[n * hh])?,
                         rstd_k: z(&format!("{p}.rstd_k"), &[n * hh])?,
                         o: z(&format!("{p}.o"), &[n, dq])?,
@@ -297,13 +313,13 @@ impl Acts {
                         g1: z(&format!("{p}.g1"), &[n, f4])?,
                         g2: z(&format!("{p}.g2"), &[n, f4])?,
                         // (f16: n·f4 halves, f4 a multiple of 4, in n·f4/2 words.)
-                        psi: z(&format!("{p}.psi"), &[n, if psi_f16 { f4 / 2 } else { f4 }])?,
+                        psi: or_own(&shared_psi, format!("{p}.psi"), psi_cols)?,
                     },
                 };
                 Ok(Sub {
                     kind,
-                    a: if var.expanded() { Some(z(&format!("{p}.a"), &[n, d])?) } else { None },
-                    c: z(&format!("{p}.c"), &[n, d])?,
+                    a: if var.expanded() { Some(or_own(&shared_a, format!("{p}.a"), d)?) } else { None },
+                    c: or_own(&shared_c, format!("{p}.c"), d)?,
                     rstd_c: z(&format!("{p}.rstd_c"), &[n])?,
                     // The residual's h is added into X_out by the sublayer's last product.
                     h: if residual { xs[2 * l + kind as usize + 1].clone() } else { z(&format!("{p}.h"), &[n, d])? },
@@ -375,6 +391,7 @@ impl Acts {
             state_f16,
             half,
             psi_f16,
+            recompute,
             tokens,
             targets,
             emb_index,

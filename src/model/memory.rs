@@ -117,27 +117,28 @@ pub fn host_available_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// How a training run of `c` at `batch` × `seq` (f16 states or not) can fit `limits` when its
+/// How a training run of `c` at `batch` × `seq`, stored as `st` says, can fit `limits` when its
 /// plan does not: the largest batch that fits (with the gradient accumulation that keeps the
-/// global batch) and f16 states where the variant has them. `None` when it already fits.
+/// global batch), f16 states where the variant has them, and recomputing. `None` when it
+/// already fits.
 pub fn fit_advice(
     c: &ModelConfig,
     batch: usize,
     seq: usize,
     grad_accum: usize,
-    state_f16: bool,
+    st: Storage,
     limits: &Limits,
 ) -> Option<String> {
-    let plan = memory_plan_with(c, batch, seq, state_f16);
+    let plan = memory_plan_for(c, batch, seq, st);
     let why = plan.misfit(limits)?;
-    let fits = |b: usize, f16: bool| memory_plan_with(c, b, seq, f16).misfit(limits).is_none();
+    let fits = |b: usize, st: Storage| memory_plan_for(c, b, seq, st).misfit(limits).is_none();
     let mut fixes = Vec::new();
     // Plans grow with the batch: bisect for the largest that fits.
-    if fits(1, state_f16) {
+    if fits(1, st) {
         let (mut lo, mut hi) = (1, batch);
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
-            if fits(mid, state_f16) { lo = mid } else { hi = mid }
+            if fits(mid, st) { lo = mid } else { hi = mid }
         }
         let accum = (batch * grad_accum).div_ceil(lo);
         fixes.push(format!(
@@ -151,8 +152,20 @@ pub fn fit_advice(
              model smaller"
         ));
     }
-    if !state_f16 && c.f16_state_support().is_ok() && fits(batch, true) {
+    // What else makes this batch fit, alone or together.
+    let f16 = !st.state_f16 && c.f16_state_support().is_ok();
+    let with = |state_f16: bool, recompute: bool| Storage { state_f16, recompute, ..st };
+    if f16 && fits(batch, with(true, st.recompute)) {
         fixes.push("or pass --f16-state (half-precision states: this batch then fits)".into());
+    }
+    if !st.recompute && fits(batch, with(st.state_f16, true)) {
+        fixes.push(
+            "or pass --recompute (train.recompute: the backward rebuilds c, a, the QK norms and ψ instead of \
+             keeping them per layer; the same results, this batch then fits)"
+                .into(),
+        );
+    } else if f16 && !st.recompute && !fits(batch, with(true, false)) && fits(batch, with(true, true)) {
+        fixes.push("or pass --f16-state and --recompute together (this batch then fits)".into());
     }
     Some(format!(
         "the memory plan of a batch of {batch} × {seq} tokens is {}; {why}. To fit: {}",
@@ -223,18 +236,50 @@ pub fn memory_plan(c: &ModelConfig, b: usize, t: usize) -> MemoryPlan {
 /// [`memory_plan`] with the expanded states stored in half precision or not
 /// ([`Model::set_state_f16`]).
 pub fn memory_plan_with(c: &ModelConfig, b: usize, t: usize, state_f16: bool) -> MemoryPlan {
-    memory_plan_for(c, b, t, state_f16, super::Precision::F32)
+    memory_plan_for(c, b, t, Storage::states(state_f16))
 }
 
-/// [`memory_plan_with`] at `precision` (f16 adds the parameters' f16 copy,
-/// [`Model::set_precision`], and stores the MLP's SwiGLU output in f16, form `f16_acts`).
-pub fn memory_plan_for(
-    c: &ModelConfig,
-    b: usize,
-    t: usize,
-    state_f16: bool,
-    precision: super::Precision,
-) -> MemoryPlan {
+/// How a training program stores its activations: what moves the memory plan besides the model
+/// and the batch's shape.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Storage {
+    /// The expanded states in half precision ([`super::Model::set_state_f16`]).
+    pub state_f16: bool,
+    /// f16 adds the parameters' f16 copy ([`super::Model::set_precision`]) and stores the MLP's
+    /// SwiGLU output in f16 (form `f16_acts`).
+    pub precision: super::Precision,
+    /// One buffer for every layer's c, a, QK-norm outputs and ψ, rebuilt in the backward
+    /// ([`super::Model::set_recompute`]).
+    pub recompute: bool,
+}
+
+impl Storage {
+    /// f32 with f16 states or not (the plans before `--precision` and `--recompute`).
+    pub fn states(state_f16: bool) -> Storage {
+        Storage { state_f16, ..Storage::default() }
+    }
+
+    /// What `ddl info` and `ddl train` print of it: "" for the default, else e.g.
+    /// " (f16, f16 states, recompute)".
+    pub fn label(&self) -> String {
+        let mut parts = Vec::new();
+        if self.precision == super::Precision::F16 {
+            parts.push("f16");
+        }
+        if self.state_f16 {
+            parts.push("f16 states");
+        }
+        if self.recompute {
+            parts.push("recompute");
+        }
+        if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) }
+    }
+}
+
+/// The memory plan of a training program of `c` at `b` × `t` that stores its activations as
+/// `st` says.
+pub fn memory_plan_for(c: &ModelConfig, b: usize, t: usize, st: Storage) -> MemoryPlan {
+    let (state_f16, precision) = (st.state_f16, st.precision);
     let layout = Layout::new(c);
     let n = (b * t) as u64;
     let (d, m, dq, f, v, hh, hk) = (
@@ -252,19 +297,24 @@ pub fn memory_plan_for(
     // The states X_1 … X_2L (and X_0 when expanded): half the four-byte elements in f16.
     let states = 2 * l * n * d * m + if var.expanded() { n * d * m } else { 0 };
     acts += if state_f16 { states / 2 } else { states };
-    // v, the rotated and normed q and k, their rstd, o and lse per layer; q and k before RoPE
-    // once (shared by the layers, below).
-    let attn = 5 * n * dq + 2 * n * hh + n * dq + n * hh;
+    let rc = st.recompute;
+    // v, the rotated and normed q and k (recomputing: the normed ones in q and k), their rstd, o
+    // and lse per layer; q and k before RoPE once (shared by the layers, below).
+    let attn = if rc { 3 } else { 5 } * n * dq + 2 * n * hh + n * dq + n * hh;
     let f4 = c.mlp_stride() as u64;
-    // g1, g2 and ψ; in f16 ψ is stored in f16 (the form `f16_acts`, on by default).
-    let mlp = if precision == super::Precision::F16 { 2 * n * f4 + n * f4 / 2 } else { 3 * n * f4 };
-    // a (expanded), c, h (the residual's h is X_out itself), rstd, the write's saves.
-    let per_sub = if var.expanded() { n * d } else { 0 }
-        + if var.is_ddl() { 2 * n * d } else { n * d }
+    // g1, g2 and ψ; in f16 ψ is stored in f16 (the form `f16_acts`, on by default); recomputing,
+    // one ψ for all layers (below).
+    let psi = if precision == super::Precision::F16 { n * f4 / 2 } else { n * f4 };
+    let mlp = 2 * n * f4 + if rc { 0 } else { psi };
+    // a (expanded) and c (recomputing: once, below), h (the residual's h is X_out itself), rstd,
+    // the write's saves.
+    let ac = if var.expanded() { 2 * n * d } else { n * d };
+    let per_sub = if rc { 0 } else { ac }
+        + if var.is_ddl() { n * d } else { 0 }
         + n
         + if var.is_ddl() { 1 + 2 * n + 2 * n * m } else { 0 }
         + if var.vmap() { 2 * n * hk + n * d } else { 0 };
-    acts += l * (attn + mlp + 2 * per_sub) + 2 * n * dq;
+    acts += l * (attn + mlp + 2 * per_sub) + 2 * n * dq + if rc { ac + psi } else { 0 };
     acts += if var.expanded() { n * d } else { 0 } + n * d + n + n * v + n + 8;
     let hkn = if var.vmap() { n * hk } else { 1 };
     // The blocked attention's two block scratches (shared by all layers), at the larger of the
@@ -313,10 +363,11 @@ mod tests {
         let (b, t) = (64, 128);
         let plan = memory_plan(&c, b, t);
         let roomy = Limits { max_buffer: u64::MAX, host_available: Some(plan.total()) };
-        assert_eq!(fit_advice(&c, b, t, 1, false, &roomy), None);
+        let st = |state_f16: bool| Storage::states(state_f16);
+        assert_eq!(fit_advice(&c, b, t, 1, st(false), &roomy), None);
         // A host with two thirds of the plan: the advice's batch fits and one more does not.
         let tight = Limits { max_buffer: u64::MAX, host_available: Some(plan.total() * 2 / 3) };
-        let advice = fit_advice(&c, b, t, 2, false, &tight).expect("must not fit");
+        let advice = fit_advice(&c, b, t, 2, st(false), &tight).expect("must not fit");
         let fit_b: usize =
             advice.split("--set train.batch_size=").nth(1).unwrap().split(';').next().unwrap().parse().unwrap();
         assert!(memory_plan(&c, fit_b, t).misfit(&tight).is_none(), "{advice}");
@@ -327,13 +378,26 @@ mod tests {
         // ddl at d_v = 4 has f16 states: offered when they make this batch fit.
         let f16 = memory_plan_with(&c, b, t, true).total();
         let just = Limits { max_buffer: u64::MAX, host_available: Some(f16) };
-        assert!(fit_advice(&c, b, t, 1, false, &just).unwrap().contains("--f16-state"));
+        assert!(fit_advice(&c, b, t, 1, st(false), &just).unwrap().contains("--f16-state"));
         let base = ModelConfig::preset("tiny", Variant::Baseline).unwrap();
         let small = Limits { max_buffer: u64::MAX, host_available: Some(memory_plan(&base, b, t).total() - 1) };
-        assert!(!fit_advice(&base, b, t, 1, false, &small).unwrap().contains("--f16-state"));
+        assert!(!fit_advice(&base, b, t, 1, st(false), &small).unwrap().contains("--f16-state"));
+        // Recomputing, where it makes this batch fit; with f16 states when only both together do.
+        let rc = |state_f16: bool| Storage { state_f16, recompute: true, ..Storage::default() };
+        let (plan_rc, plan_both) =
+            (memory_plan_for(&c, b, t, rc(false)).total(), memory_plan_for(&c, b, t, rc(true)).total());
+        assert!(plan_both < plan_rc.min(f16) && plan_rc < plan.total());
+        let room = |bytes: u64| Limits { max_buffer: u64::MAX, host_available: Some(bytes) };
+        let advice = fit_advice(&c, b, t, 1, st(false), &room(plan_rc)).unwrap();
+        assert!(advice.contains("or pass --recompute"), "{advice}");
+        assert_eq!(fit_advice(&c, b, t, 1, rc(false), &room(plan_rc)), None);
+        let advice = fit_advice(&c, b, t, 1, st(false), &room(plan_both)).unwrap();
+        assert!(advice.contains("--f16-state and --recompute together"), "{advice}");
+        // (Already recomputing: not offered again.)
+        assert!(!fit_advice(&c, b, t, 1, rc(false), &room(plan_both)).unwrap().contains("--recompute"));
         // The per-buffer limit: the largest tensor named; nothing fits at all.
         let nothing = Limits { max_buffer: 16, host_available: None };
-        let advice = fit_advice(&c, b, t, 1, false, &nothing).unwrap();
+        let advice = fit_advice(&c, b, t, 1, st(false), &nothing).unwrap();
         assert!(
             advice.contains("allows at most 16 bytes per buffer") && advice.contains("even one sequence"),
             "{advice}"
@@ -345,8 +409,10 @@ mod tests {
         // small-124m at 8 × 1024: ψ is [8192, 2048] per layer, 12 layers; in f16 it is stored in
         // f16 (form f16_acts), 2 bytes an element fewer; the parameters' f16 copy is added.
         let c = ModelConfig::preset("small-124m", Variant::Baseline).unwrap();
-        let (p32, p16) =
-            (memory_plan_for(&c, 8, 1024, false, Precision::F32), memory_plan_for(&c, 8, 1024, false, Precision::F16));
+        let (p32, p16) = (
+            memory_plan_for(&c, 8, 1024, Storage::default()),
+            memory_plan_for(&c, 8, 1024, Storage { precision: Precision::F16, ..Storage::default() }),
+        );
         assert_eq!(p32.activation_bytes - p16.activation_bytes, 12 * 8192 * 2048 * 2);
         assert_eq!((p32.half_param_bytes, p16.half_param_bytes), (0, (p32.param_bytes / 4).div_ceil(2) * 4));
         assert_eq!(p16.grad_scratch_bytes, p32.grad_scratch_bytes);

@@ -31,6 +31,9 @@ pub struct Model {
     /// The arithmetic of the linear layers' products in training and evaluation programs
     /// ([`Model::set_precision`]); decoding programs compute in f32.
     pub precision: Precision,
+    /// Training programs recompute cheap activations in the backward instead of keeping one
+    /// per layer ([`Model::set_recompute`]).
+    pub recompute: bool,
     /// In f16: the parameters rounded to f16, two per word (the weights f16 products read),
     /// refreshed by every training program's optimizer pass right after AdamW.
     pub params16: Option<Tensor>,
@@ -120,6 +123,7 @@ impl Model {
             rope_table,
             state_f16: false,
             precision: Precision::F32,
+            recompute: false,
             params16: None,
         })
     }
@@ -142,6 +146,17 @@ impl Model {
         }
         self.state_f16 = on;
         Ok(())
+    }
+
+    /// Later training programs (`--recompute`, `train.recompute`) keep one buffer, shared by
+    /// every layer, for what an elementwise pass or a norm rebuilds from what they keep anyway —
+    /// each sublayer's normed input c (and, expanded, its compressed input a), the QK norms'
+    /// outputs and the SwiGLU output ψ — and rebuild it in the backward just before it is read,
+    /// by the kernels that made it in the forward: the same bits, and the same losses, gradients
+    /// and parameters, for one more pass over them per sublayer ([`crate::model::memory_plan_for`]
+    /// says what it saves).
+    pub fn set_recompute(&mut self, on: bool) {
+        self.recompute = on;
     }
 
     /// Computes the linear layers of later training and evaluation programs in `p`

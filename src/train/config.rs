@@ -61,6 +61,11 @@ pub struct TrainConfig {
     /// [`crate::model::Precision`]).
     #[serde(default)]
     pub precision: Precision,
+    /// Rebuild cheap activations in the backward instead of keeping one per layer
+    /// (`--recompute`; [`crate::model::Model::set_recompute`]): the same results in less memory,
+    /// for one more elementwise or norm pass per sublayer. May change when a run resumes.
+    #[serde(default)]
+    pub recompute: bool,
     /// The loss scale an f16 run starts from (a power of two): halved after every step whose
     /// gradients overflow (the step is skipped), doubled after `loss_scale_growth` clean steps.
     #[serde(default = "default_loss_scale")]
@@ -118,6 +123,7 @@ impl TrainConfig {
             skip_nonfinite: false,
             state_f16: false,
             precision: Precision::F32,
+            recompute: false,
             loss_scale: default_loss_scale(),
             loss_scale_growth: default_loss_scale_growth(),
         }
@@ -226,6 +232,15 @@ impl TrainConfig {
     /// the variant has f16 states.
     pub fn states_f16(&self, model: &ModelConfig) -> bool {
         self.state_f16 || (self.precision == Precision::F16 && model.f16_state_support().is_ok())
+    }
+
+    /// How the run's training program stores its activations (the memory plan's terms).
+    pub fn storage(&self, model: &ModelConfig) -> crate::model::Storage {
+        crate::model::Storage {
+            state_f16: self.states_f16(model),
+            precision: self.precision,
+            recompute: self.recompute,
+        }
     }
 
     /// Learning rate at `step` (0-based): linear warm-up, then cosine to `min_lr` at
@@ -380,7 +395,10 @@ impl RunConfig {
                 v => vec![(k.clone(), v, saved.get(k))],
             };
             for (key, want, have) in pairs {
-                if key == "model.vocab_size" || key == "train.skip_nonfinite" || have == Some(want) {
+                // (Settings that change how, not what, a run trains may differ on resuming.)
+                if matches!(key.as_str(), "model.vocab_size" | "train.skip_nonfinite" | "train.recompute")
+                    || have == Some(want)
+                {
                     continue;
                 }
                 let have = have.map(|h| h.to_string()).unwrap_or_else(|| "(unset)".into());

@@ -186,10 +186,11 @@ impl<'c> Trainer<'c> {
                         out.join(checkpoint::OPTIM_FILE).display()
                     ))
                 })?;
-                // The saved settings, except the one flag that may change between invocations.
-                let skip = run.train.skip_nonfinite;
+                // The saved settings, except the flags that may change between invocations.
+                let (skip, recompute) = (run.train.skip_nonfinite, run.train.recompute);
                 run = saved;
                 run.train.skip_nonfinite |= skip;
+                run.train.recompute |= recompute;
             }
             if run.model != ck.model.cfg {
                 return Err(TrainError::Settings(format!(
@@ -217,14 +218,16 @@ impl<'c> Trainer<'c> {
         // The memory plan against what the adapter reports (largest buffer; a CPU adapter's host
         // memory), before any program is allocated or anything written.
         let tr = &run.train;
-        let states_f16 = tr.states_f16(&run.model);
+        let storage = tr.storage(&run.model);
+        let states_f16 = storage.state_f16;
         let limits = crate::model::Limits::of(&gpu);
         if let Some(advice) =
-            crate::model::fit_advice(&run.model, tr.batch_size, tr.seq_len, tr.grad_accum, states_f16, &limits)
+            crate::model::fit_advice(&run.model, tr.batch_size, tr.seq_len, tr.grad_accum, storage, &limits)
         {
             return Err(TrainError::Settings(format!("adapter '{}': {advice}", gpu.info.name)));
         }
-        let plan = crate::model::memory_plan_for(&run.model, tr.batch_size, tr.seq_len, states_f16, tr.precision);
+        let plan = crate::model::memory_plan_for(&run.model, tr.batch_size, tr.seq_len, storage);
+        model.set_recompute(tr.recompute);
         // (The variant and shape were validated with the settings; what is left is the adapter.)
         model
             .set_precision(tr.precision)

@@ -11,14 +11,11 @@ use super::super::acts::{Inner, Sub};
 use super::Rec;
 
 pub(crate) fn forward(r: &mut Rec, l: usize, s: &Sub) -> Result<()> {
-    let Inner::Attn { q, k, v, qr, kr, qn, kn, rstd_q, rstd_k, o: out, lse } = &s.inner else {
-        unreachable!("attention sublayer")
-    };
+    let Inner::Attn { q, k, v, qr, kr, qn, kn, o: out, lse, .. } = &s.inner else { unreachable!("attention sublayer") };
     let (gpu, c) = (r.gpu, r.c);
     let blk = format!("blocks.{l}");
     let n = r.n();
     let (d, dq, hh, hd) = (c.d_model, c.qk_dim(), c.n_heads, c.head_dim);
-    let eps = c.norm_eps as f32;
     r.mm_weight(Matmul::nt(n, dq, d), s.c.view(), &format!("{blk}.attn.wq"), q.view())?;
     r.mm_weight(Matmul::nt(n, dq, d), s.c.view(), &format!("{blk}.attn.wk"), k.view())?;
     r.mm_weight(Matmul::nt(n, dq, d), s.c.view(), &format!("{blk}.attn.wv"), v.view())?;
@@ -26,9 +23,7 @@ pub(crate) fn forward(r: &mut Rec, l: usize, s: &Sub) -> Result<()> {
     let table = r.m.rope_table.view();
     r.run(rope::forward(gpu, &rs, table, q.view(), qr.view()))?;
     r.run(rope::forward(gpu, &rs, table, k.view(), kr.view()))?;
-    let (gq, gk) = (r.pv(&format!("{blk}.attn.q_norm.gain")), r.pv(&format!("{blk}.attn.k_norm.gain")));
-    r.run(norm::rmsnorm_forward(gpu, qr.view(), gq, qn.view(), rstd_q.view(), n * hh, hd, eps))?;
-    r.run(norm::rmsnorm_forward(gpu, kr.view(), gk, kn.view(), rstd_k.view(), n * hh, hd, eps))?;
+    qk_norm_forward(r, l, &s.inner)?;
     let scale = 1.0 / (hd as f32).sqrt();
     if let Some(db) = r.decode {
         // Append the new keys/values to the cache (offsets set per chunk), then attend over
@@ -56,6 +51,11 @@ pub(crate) fn backward(r: &mut Rec, l: usize, s: &Sub, dh: &Tensor, accumulate: 
     let blk = format!("blocks.{l}");
     let n = r.n();
     let (d, dq, hh, hd) = (c.d_model, c.qk_dim(), c.n_heads, c.head_dim);
+    if r.a.recompute {
+        // The QK norms' outputs are in q and k, which later layers overwrote: rebuilt from this
+        // layer's rotated q and k, the same bits.
+        qk_norm_forward(r, l, &s.inner)?;
+    }
     r.mm_half(Matmul::tn(d, dq, n).accumulate(true), dh.view(), out.view(), r.gv(&format!("{blk}.attn.wo")))?;
     r.mm_weight(Matmul::nn(n, dq, d), dh.view(), &format!("{blk}.attn.wo"), g.do_.view())?;
     let scale = 1.0 / (hd as f32).sqrt();
@@ -100,6 +100,19 @@ pub(crate) fn backward(r: &mut Rec, l: usize, s: &Sub, dh: &Tensor, accumulate: 
     for (dgrad, w) in [(&g.dq, "wq"), (&g.dk, "wk"), (&g.dv, "wv")] {
         r.mm_weight(Matmul::nn(n, d, dq).accumulate(acc), dgrad.view(), &format!("{blk}.attn.{w}"), g.dc.view())?;
         acc = true;
+    }
+    Ok(())
+}
+
+/// The per-head QK RMSNorms: qn, kn (and their rstd) from the rotated q and k.
+fn qk_norm_forward(r: &mut Rec, l: usize, inner: &Inner) -> Result<()> {
+    let Inner::Attn { qr, kr, qn, kn, rstd_q, rstd_k, .. } = inner else { unreachable!("attention sublayer") };
+    let c = r.c;
+    let (rows, hd, eps) = (r.n() * c.n_heads, c.head_dim, c.norm_eps as f32);
+    let blk = format!("blocks.{l}");
+    for (x, y, rstd, gain) in [(qr, qn, rstd_q, "q_norm"), (kr, kn, rstd_k, "k_norm")] {
+        let g = r.pv(&format!("{blk}.attn.{gain}.gain"));
+        r.run(norm::rmsnorm_forward(r.gpu, x.view(), g, y.view(), rstd.view(), rows, hd, eps))?;
     }
     Ok(())
 }

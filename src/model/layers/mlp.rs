@@ -10,7 +10,7 @@ use super::Rec;
 
 pub(crate) fn forward(r: &mut Rec, l: usize, s: &Sub) -> Result<()> {
     let Inner::Mlp { g1, g2, psi } = &s.inner else { unreachable!("MLP sublayer") };
-    let (gpu, c) = (r.gpu, r.c);
+    let c = r.c;
     let blk = format!("blocks.{l}");
     let (n, d, f, f4) = (r.n(), c.d_model, c.mlp_hidden, c.mlp_stride());
     let up = Matmul { c: Operand::row_major(n, f4), ..Matmul::nt(n, f, d) };
@@ -21,13 +21,8 @@ pub(crate) fn forward(r: &mut Rec, l: usize, s: &Sub) -> Result<()> {
         .accumulate(s.residual);
     // In f16 programs ψ is stored in f16 (`Acts::psi_f16`): the same values the products would
     // read from the f32 output, half the bytes.
-    let down = if r.a.psi_f16 {
-        r.run(swiglu::forward_f16(gpu, g1.view(), g2.view(), psi.view(), n * f4))?;
-        down.a_elem(MatmulElem::F16)
-    } else {
-        r.run(swiglu::forward(gpu, g1.view(), g2.view(), psi.view(), n * f4))?;
-        down
-    };
+    psi_forward(r, g1, g2, psi)?;
+    let down = if r.a.psi_f16 { down.a_elem(MatmulElem::F16) } else { down };
     if r.a.w_down_rows.get(l).is_none() {
         return r.mm_weight(down, psi.view(), &format!("{blk}.mlp.w_down"), s.h.view());
     }
@@ -41,6 +36,10 @@ pub(crate) fn backward(r: &mut Rec, l: usize, s: &Sub, dh: &Tensor, accumulate: 
     let (gpu, c, g) = (r.gpu, r.c, r.g());
     let blk = format!("blocks.{l}");
     let (n, d, f, f4) = (r.n(), c.d_model, c.mlp_hidden, c.mlp_stride());
+    if r.a.recompute {
+        // ψ is one buffer for every layer: rebuilt from this layer's g1 and g2, the same bits.
+        psi_forward(r, g1, g2, psi)?;
+    }
     let dw_down = Matmul { b: Operand::row_major(n, f4), ..Matmul::tn(d, f, n) };
     let dw_down = if r.a.psi_f16 { dw_down.b_elem(MatmulElem::F16) } else { dw_down };
     r.mm_half(dw_down.pad_b(true).accumulate(true), dh.view(), psi.view(), r.gv(&format!("{blk}.mlp.w_down")))?;
@@ -58,6 +57,17 @@ pub(crate) fn backward(r: &mut Rec, l: usize, s: &Sub, dh: &Tensor, accumulate: 
     let dc = Matmul { a: Operand::row_major(n, f4), ..Matmul::nn(n, d, f) };
     r.mm_weight(dc.accumulate(accumulate), g.dg1.view(), &format!("{blk}.mlp.w_gate"), g.dc.view())?;
     r.mm_weight(dc.accumulate(true), g.dg2.view(), &format!("{blk}.mlp.w_up"), g.dc.view())
+}
+
+/// ψ = silu(g1) ⊙ g2 (f16-stored in f16 programs: `Acts::psi_f16`).
+fn psi_forward(r: &mut Rec, g1: &Tensor, g2: &Tensor, psi: &Tensor) -> Result<()> {
+    let n = r.n() * r.c.mlp_stride();
+    let ds = if r.a.psi_f16 {
+        swiglu::forward_f16(r.gpu, g1.view(), g2.view(), psi.view(), n)
+    } else {
+        swiglu::forward(r.gpu, g1.view(), g2.view(), psi.view(), n)
+    };
+    r.run(ds)
 }
 
 /// `mlp.w_down` of layer `l` with rows of `mlp_stride()` floats: the parameter itself when F

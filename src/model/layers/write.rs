@@ -129,6 +129,14 @@ pub(crate) fn backward(
     let sname = s.kind.name();
     let norm_name = format!("{blk}.{sname}_norm.gain");
     let dn = format!("{blk}.{sname}_delta");
+    if a.recompute {
+        // a and c are one buffer for every sublayer: rebuilt from this sublayer's X_in by the
+        // forward's own kernels, the same bits (and the norm's rstd again).
+        if let Some(sa) = &s.a {
+            compress::forward(r, &format!("{blk}.compress"), 2 * l + si, x_in, sa)?;
+        }
+        norm_forward(r, l, si)?;
+    }
     let Some(w) = &s.write else {
         // Baseline: dh = dX; dX += RMSNorm backward of the sublayer's input grad.
         let dxc = &g.dx[cur];
