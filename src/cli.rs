@@ -106,6 +106,10 @@ pub(crate) enum Cmd {
         /// for all layers instead of one per layer.
         #[arg(long)]
         recompute: bool,
+        /// Also print the largest batch of --seq tokens whose plan fits this much device memory
+        /// (e.g. 80GB, 141GiB, 24GiB), for each way of storing the activations.
+        #[arg(long, value_name = "SIZE", value_parser = memory_size)]
+        memory: Option<u64>,
     },
     /// Check the engine against PyTorch golden files (format ddl-golden-1): forward, backward,
     /// traces and AdamW steps, one row per compared tensor; exits non-zero on any failure.
@@ -694,6 +698,11 @@ pub(crate) enum BenchCmd {
 
 /// A count that must be at least 1 (`--steps 0`, `--reps 0`, `--batch 0` are refused by the parser
 /// with the flag's name).
+/// A memory size (`--memory`): `ddl::model::parse_bytes`.
+fn memory_size(s: &str) -> Result<u64, String> {
+    ddl::model::parse_bytes(s)
+}
+
 fn positive(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
         Ok(0) => Err("must be at least 1".into()),

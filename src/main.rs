@@ -44,8 +44,14 @@ fn run(cli: Cli) -> Result<()> {
         return check_args(&cli);
     }
     match cli.cmd {
-        Cmd::Info { preset, variant, batch, seq, f16_state, precision, recompute } => match preset {
-            Some(p) => info_model(&cli.device, &p, &variant, batch, seq, f16_state, precision, recompute),
+        Cmd::Info { preset, variant, batch, seq, f16_state, precision, recompute, memory } => match preset {
+            Some(p) => {
+                info_model(&cli.device, &p, &variant, batch, seq, f16_state, precision, recompute)?;
+                match memory {
+                    Some(bytes) => info_fit(&p, &variant, seq, bytes),
+                    None => Ok(()),
+                }
+            }
             None => info(&cli.device),
         },
         Cmd::Bench(b) => bench(&cli.device, b),
@@ -695,6 +701,47 @@ fn info_model(
             println!(
                 "note: '{}' ({} bytes) exceeds this adapter's max storage binding ({limit} bytes): the kernels bind it in chunks",
                 plan.largest.0, plan.largest.1
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `ddl info --preset P --memory SIZE`: the largest batch whose training plan fits `bytes`, for
+/// each way of storing the activations the variant allows.
+fn info_fit(preset: &str, variant: &str, seq: Option<usize>, bytes: u64) -> Result<()> {
+    use ddl::model::{Precision, Storage};
+    let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
+    let cfg = ddl::model::ModelConfig::preset(preset, v)?;
+    let t = seq.unwrap_or(ddl::train::TrainConfig::preset(preset).seq_len);
+    println!(
+        "largest batch of {t}-token sequences whose plan fits {bytes} bytes ({:.1} GiB; the plan counts parameters, \
+         gradients, moments, activations and scratch, not the driver's own):",
+        bytes as f64 / (1u64 << 30) as f64
+    );
+    let f16_states = cfg.f16_state_support().is_ok();
+    let mut rows: Vec<(&str, Storage)> = vec![("f32", Storage::default())];
+    if f16_states {
+        rows.push(("--f16-state", Storage::states(true)));
+    }
+    let half = Storage { precision: Precision::F16, state_f16: f16_states, ..Storage::default() };
+    rows.push(("--precision f16", half));
+    let rows: Vec<(String, Storage)> = rows
+        .into_iter()
+        .flat_map(|(name, st)| {
+            [(name.to_string(), st), (format!("{name} --recompute"), Storage { recompute: true, ..st })]
+        })
+        .collect();
+    for (name, st) in rows {
+        let b = ddl::model::largest_batch(&cfg, t, st, bytes);
+        let plan = ddl::model::memory_plan_for(&cfg, b.max(1), t, st);
+        if b == 0 {
+            println!("  {name:<30} none (one sequence needs {:.1} GiB)", plan.total() as f64 / (1u64 << 30) as f64);
+        } else {
+            println!(
+                "  {name:<30} B {b:>5}  ({} tokens a micro-batch, {:.1} GiB)",
+                b * t,
+                plan.total() as f64 / (1u64 << 30) as f64
             );
         }
     }

@@ -330,6 +330,25 @@ fn info_plans_a_presets_memory_in_each_precision() {
     let (n, d, f) = (8192u64, 768, 2048);
     let saved = 12 * (6 * n * d + n * f) - (2 * n * d + n * f);
     assert_eq!(bytes(&f32, "activations") - bytes(&f32_rc, "activations"), 4 * saved);
+    // `--memory 80GB`: the largest batch each way of storing, as the library computes it.
+    let fit = info(&["--memory", "80GB"]);
+    let batch = |row: &str| -> usize {
+        let line = fit.lines().find(|l| l.trim_start().starts_with(row) && l.contains(" B ")).unwrap();
+        line.split(" B ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap()
+    };
+    for (row, state_f16, precision, recompute) in [
+        ("f32 ", false, ddl::model::Precision::F32, false),
+        ("f32 --recompute", false, ddl::model::Precision::F32, true),
+        ("--f16-state --recompute", true, ddl::model::Precision::F32, true),
+        ("--precision f16 ", true, ddl::model::Precision::F16, false),
+    ] {
+        let st = Storage { state_f16, precision, recompute };
+        assert_eq!(batch(row), ddl::model::largest_batch(&cfg, 1024, st, 80_000_000_000), "{row}: {fit}");
+    }
+    assert!(batch("f32 --recompute") > batch("f32 "), "{fit}");
+    let o = ddl_cmd(&dir).args(["info", "--preset", "small-124m", "--memory", "80 XB"]).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("--memory") && e.contains("'80 XB'") && e.contains("80GB"), "{e}");
 }
 
 #[test]

@@ -174,6 +174,56 @@ pub fn fit_advice(
     ))
 }
 
+/// The largest batch of `t`-token sequences whose training plan, stored as `st` says, totals at
+/// most `bytes` (0 when not even one sequence fits). Plans grow with the batch: a bisection.
+pub fn largest_batch(c: &ModelConfig, t: usize, st: Storage, bytes: u64) -> usize {
+    let fits = |b: usize| memory_plan_for(c, b, t, st).total() <= bytes;
+    if !fits(1) {
+        return 0;
+    }
+    let (mut lo, mut hi) = (1usize, 2usize);
+    while fits(hi) {
+        lo = hi;
+        hi *= 2;
+        if hi > 1 << 30 {
+            return lo;
+        }
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) { lo = mid } else { hi = mid }
+    }
+    lo
+}
+
+/// A memory size as people write it: bytes (`8e10`, `80000000000`), or a number with a decimal
+/// (`kB`, `MB`, `GB`, `TB`) or binary (`KiB`, `MiB`, `GiB`, `TiB`) unit, case-insensitive, a
+/// space allowed before the unit. The error names the value and the forms allowed.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|ch: char| ch.is_ascii_alphabetic() && ch != 'e' && ch != 'E').unwrap_or(t.len());
+    let (num, unit) = (t[..split].trim(), t[split..].trim());
+    let scale: f64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        _ => f64::NAN,
+    };
+    match num.parse::<f64>() {
+        Ok(x) if x > 0.0 && x.is_finite() && scale.is_finite() && x * scale < 1e18 => Ok((x * scale) as u64),
+        _ => Err(format!(
+            "'{text}' is not a memory size: expected a positive number of bytes with an optional unit, such as \
+             80GB, 141GiB, 24 GiB or 8e10"
+        )),
+    }
+}
+
 /// Scratch the launchers of one training program keep for its backward (chunk partials of the
 /// parameter sums: RMSNorm dγ, the delta write's heads, the compressors, the EC expansion).
 fn launcher_scratch(c: &ModelConfig, b: usize, t: usize) -> u64 {
@@ -402,6 +452,37 @@ mod tests {
             advice.contains("allows at most 16 bytes per buffer") && advice.contains("even one sequence"),
             "{advice}"
         );
+    }
+
+    #[test]
+    fn the_largest_batch_is_the_last_whose_plan_fits_and_sizes_read_as_people_write_them() {
+        let c = ModelConfig::preset("small-124m", Variant::Ddl).unwrap();
+        for st in [Storage::default(), Storage { recompute: true, ..Storage::default() }] {
+            for bytes in [80_000_000_000u64, 24 << 30, 7_000_000_000] {
+                let b = largest_batch(&c, 1024, st, bytes);
+                assert!(b >= 1 && memory_plan_for(&c, b, 1024, st).total() <= bytes, "{st:?} {bytes}: {b}");
+                assert!(memory_plan_for(&c, b + 1, 1024, st).total() > bytes, "{st:?} {bytes}: {b}");
+            }
+        }
+        // Recomputing fits more; nothing fits in a megabyte.
+        let rc = Storage { recompute: true, ..Storage::default() };
+        assert!(largest_batch(&c, 1024, rc, 80 << 30) > largest_batch(&c, 1024, Storage::default(), 80 << 30));
+        assert_eq!(largest_batch(&c, 1024, Storage::default(), 1 << 20), 0);
+        for (text, want) in [
+            ("80GB", 80_000_000_000u64),
+            ("141 GiB", 141 << 30),
+            ("24gib", 24 << 30),
+            ("8e10", 80_000_000_000),
+            ("1.5 TB", 1_500_000_000_000),
+            ("512MiB", 512 << 20),
+            ("4096", 4096),
+        ] {
+            assert_eq!(parse_bytes(text), Ok(want), "{text}");
+        }
+        for bad in ["", "80XB", "-3GB", "0", "GB", "1e30", "eighty"] {
+            let e = parse_bytes(bad).unwrap_err();
+            assert!(e.contains(&format!("'{bad}'")) && e.contains("80GB"), "{bad}: {e}");
+        }
     }
 
     #[test]
