@@ -658,6 +658,7 @@ fn running_out_of_memory_is_a_clear_error_with_the_plan_and_keeps_the_last_check
         "activations",
         "lower train.batch_size",
         "--f16-state",
+        "--recompute",
         "checkpoint of step 2",
         "--resume",
     ] {

@@ -370,9 +370,14 @@ impl<'c> Trainer<'c> {
         } else {
             ""
         };
+        let recompute_hint = if t.recompute {
+            ""
+        } else {
+            ", or --recompute (the same results in less memory: `ddl train --resume DIR --recompute` continues a run so)"
+        };
         let memory = format!(
             "This run's memory plan at a batch of {} × {} tokens is {}. To need less: lower train.batch_size \
-             (train.grad_accum keeps the global batch){f16_hint}",
+             (train.grad_accum keeps the global batch){f16_hint}{recompute_hint}",
             t.batch_size,
             t.seq_len,
             plan.summary()
