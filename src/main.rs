@@ -719,13 +719,17 @@ fn info_fit(preset: &str, variant: &str, seq: Option<usize>, bytes: u64) -> Resu
          gradients, moments, activations and scratch, not the driver's own):",
         bytes as f64 / (1u64 << 30) as f64
     );
-    let f16_states = cfg.f16_state_support().is_ok();
-    let mut rows: Vec<(&str, Storage)> = vec![("f32", Storage::default())];
-    if f16_states {
-        rows.push(("--f16-state", Storage::states(true)));
+    // Each as `ddl train` would store it (f16 precision implies f16 states where the variant has them).
+    let storage = |state_f16: bool, precision: Precision| {
+        let mut tc = ddl::train::TrainConfig::preset(preset);
+        (tc.state_f16, tc.precision) = (state_f16, precision);
+        tc.storage(&cfg)
+    };
+    let mut rows: Vec<(&str, Storage)> = vec![("f32", storage(false, Precision::F32))];
+    if cfg.f16_state_support().is_ok() {
+        rows.push(("--f16-state", storage(true, Precision::F32)));
     }
-    let half = Storage { precision: Precision::F16, state_f16: f16_states, ..Storage::default() };
-    rows.push(("--precision f16", half));
+    rows.push(("--precision f16", storage(false, Precision::F16)));
     let rows: Vec<(String, Storage)> = rows
         .into_iter()
         .flat_map(|(name, st)| {

@@ -133,13 +133,8 @@ pub fn fit_advice(
     let why = plan.misfit(limits)?;
     let fits = |b: usize, st: Storage| memory_plan_for(c, b, seq, st).misfit(limits).is_none();
     let mut fixes = Vec::new();
-    // Plans grow with the batch: bisect for the largest that fits.
-    if fits(1, st) {
-        let (mut lo, mut hi) = (1, batch);
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            if fits(mid, st) { lo = mid } else { hi = mid }
-        }
+    let lo = largest_fitting(|b| fits(b, st));
+    if lo > 0 {
         let accum = (batch * grad_accum).div_ceil(lo);
         fixes.push(format!(
             "lower train.batch_size to {lo} or less (--set train.batch_size={lo}; --set train.grad_accum={accum} keeps \
@@ -177,7 +172,12 @@ pub fn fit_advice(
 /// The largest batch of `t`-token sequences whose training plan, stored as `st` says, totals at
 /// most `bytes` (0 when not even one sequence fits). Plans grow with the batch: a bisection.
 pub fn largest_batch(c: &ModelConfig, t: usize, st: Storage, bytes: u64) -> usize {
-    let fits = |b: usize| memory_plan_for(c, b, t, st).total() <= bytes;
+    largest_fitting(|b| memory_plan_for(c, b, t, st).total() <= bytes)
+}
+
+/// The largest batch for which `fits` holds, `fits` being true up to some batch and false
+/// after it (plans grow with the batch): doubling, then a bisection; 0 when 1 does not fit.
+fn largest_fitting(fits: impl Fn(usize) -> bool) -> usize {
     if !fits(1) {
         return 0;
     }
