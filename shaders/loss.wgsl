@@ -20,6 +20,8 @@
 //
 // The mean over rows is two fixed-order passes: ce_partials sums blocks of 4096 rows (loss and
 // valid count), ce_finish sums the partials in one workgroup and writes out = (mean, count).
+// A loss computed in slices of rows with each slice's backward right after its forward (the
+// chunked LM head) counts first: the same two passes with `count_only`, out = (0, count).
 
 struct Params {
     rows: u32,     // rows in this dispatch (ce_partials, ce_finish: all n rows)
@@ -29,7 +31,8 @@ struct Params {
     alpha: f32,    // label smoothing
     scale: f32,    // backward: factor on the gradient
     nparts: u32,   // ce_partials, ce_finish: number of partials
-    _pad: u32,
+    count_only: u32, // ce_partials: 1 = count the valid targets only (row_loss not read; the
+                     // mean becomes 0): the count a row slice's backward reads before any loss
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -158,7 +161,9 @@ fn ce_partials(
     for (var k = 0u; k < PER; k++) {
         let i = g * BLOCK + k * WG + lid;
         if (i < p.rows) {
-            s += row_loss[i];
+            if (p.count_only == 0u) {
+                s += row_loss[i];
+            }
             if (valid_target(targets[i])) {
                 c += 1u;
             }

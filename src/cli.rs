@@ -106,6 +106,10 @@ pub(crate) enum Cmd {
         /// for all layers instead of one per layer.
         #[arg(long)]
         recompute: bool,
+        /// Plan a run whose LM head works in slices of this many rows (`ddl train
+        /// --head-chunk`): one slice's logits instead of the batch's.
+        #[arg(long, value_name = "ROWS", default_value_t = 0)]
+        head_chunk: usize,
         /// Also print the largest batch of --seq tokens whose plan fits this much device memory
         /// (e.g. 80GB, 141GiB, 24GiB), for each way of storing the activations.
         #[arg(long, value_name = "SIZE", value_parser = memory_size)]
@@ -128,6 +132,11 @@ pub(crate) enum Cmd {
         /// are f16 where the variant has them, at the f16 tolerances.
         #[arg(long, default_value = "f32", value_parser = precision)]
         precision: ddl::model::Precision,
+        /// Train the files' steps with the LM head in slices of this many rows (`ddl train
+        /// --head-chunk`; 0 = all rows at once), at the f32 tolerances: the loss and the logits'
+        /// gradient are the same bits, the embedding's gradient sums the slices' products.
+        #[arg(long, value_name = "ROWS", default_value_t = 0)]
+        head_chunk: usize,
     },
     /// Train a model (headless): progress bar, metrics.jsonl, loss.png, checkpoints in --out.
     Train(TrainArgs),
@@ -379,6 +388,14 @@ pub(crate) struct TrainArgs {
     /// one more norm or elementwise pass per sublayer. May be added when a run resumes.
     #[arg(long)]
     pub(crate) recompute: bool,
+    /// Compute the tied LM head in slices of ROWS rows of the batch (train.head_chunk; 0 = all
+    /// at once): each slice's logits, loss and logits' gradient (and its share of the
+    /// embedding's gradient) in the forward, in one buffer of ROWS × V logits instead of
+    /// B·T × V — at small-124m's 8 × 1024, 1.65 GB of logits become 206 MB with 1024. The same
+    /// losses; the embedding's gradient sums the slices in float32 (a rounding apart). May be
+    /// set when a run resumes.
+    #[arg(long, value_name = "ROWS")]
+    pub(crate) head_chunk: Option<usize>,
     /// Generate this many tokens from the trained model at the end.
     #[arg(long, default_value_t = 0)]
     pub(crate) sample: usize,
@@ -599,6 +616,10 @@ pub(crate) enum BenchCmd {
         /// `--set train.recompute=true` (both sides): `--recompute --against ddl` times its cost.
         #[arg(long)]
         recompute: bool,
+        /// The measured side's LM head in slices of this many rows (`ddl train --head-chunk`),
+        /// the other side's not unless `--set train.head_chunk=R` (both sides).
+        #[arg(long, value_name = "ROWS", default_value_t = 0)]
+        head_chunk: usize,
         /// One JSON object per line.
         #[arg(long)]
         json: bool,

@@ -287,6 +287,18 @@ pub fn check_precision(
     state_f16: bool,
     precision: Precision,
 ) -> Result<Vec<Row>, GoldenError> {
+    check_stored(gpu, g, crate::model::Storage { state_f16, precision, ..Default::default() })
+}
+
+/// [`check_precision`] with the training program storing its activations as `st` says: its
+/// f16 states and precision as there, and its LM head in slices of `st.head_chunk` rows
+/// (`ddl golden --head-chunk R`; [`Model::set_head_chunk`]) at the same tolerances, with a row
+/// that checks the slices ran, the logits read from a forward program (a sliced head holds one
+/// slice) and the loss of a forward-only run over the training program's activations (the
+/// evaluation's sliced head) checked too. (`st.recompute` changes nothing here: recomputing
+/// gives the same bits, which tests/train.rs checks.)
+pub fn check_stored(gpu: &Arc<Gpu>, g: &Golden, st: crate::model::Storage) -> Result<Vec<Row>, GoldenError> {
+    let (state_f16, precision) = (st.state_f16, st.precision);
     let half = precision == Precision::F16;
     let state_f16 = state_f16 || (half && g.config.f16_state_support().is_ok());
     let loose = state_f16 || half;
@@ -312,6 +324,7 @@ pub fn check_precision(
     let mut model = Model::with_params(gpu.clone(), cfg.clone(), &flat).map_err(gpu_err)?;
     model.set_state_f16(state_f16).map_err(gpu_err)?;
     model.set_precision(precision).map_err(gpu_err)?;
+    model.set_head_chunk(st.head_chunk);
     // The file's decayed list must be what our ≥2-D rule gives.
     let ours: Vec<&str> = layout.specs.iter().filter(|s| s.decay).map(|s| s.name.as_str()).collect();
     let theirs: Vec<&str> = g.opt.decayed.iter().map(|s| s.as_str()).collect();
@@ -342,11 +355,37 @@ pub fn check_precision(
     prog.set_batch(&model, tokens, targets).map_err(gpu_err)?;
     let rd = |t: &crate::gpu::Tensor| t.read_f32(gpu).map_err(gpu_err);
     // The logits after the forward alone (the backward writes their gradient over them).
-    prog.run(&model, Parts::FORWARD).map_err(gpu_err)?;
-    let logits = rd(prog.logits())?;
+    let forward_stats = prog.run(&model, Parts::FORWARD).map_err(gpu_err)?;
+    let sliced = prog.acts().head_chunked();
+    let logits = if sliced {
+        // (The training program holds one slice's logits: a forward program has them all.)
+        let fp = model.forward_program(b, t).map_err(gpu_err)?;
+        fp.set_batch(&model, tokens, targets).map_err(gpu_err)?;
+        fp.run(&model, Parts::FORWARD).map_err(gpu_err)?;
+        rd(fp.logits())?
+    } else {
+        rd(prog.logits())?
+    };
     prog.run(&model, Parts::GRADIENTS).map_err(gpu_err)?;
 
     let (v, d, m) = (cfg.vocab_size, cfg.d_model, cfg.m());
+    if st.head_chunk > 0 {
+        let (n, rows_per) = (b * t, prog.acts().head_rows);
+        let slices = n.div_ceil(rows_per);
+        let want = st.head_chunk.min(n);
+        rows.push(Row {
+            name: format!("head: {slices} slices of {rows_per} rows"),
+            rel_l2: 0.0,
+            max_abs: 0.0,
+            tol: 0.0,
+            pass: rows_per == want && sliced == (want < n),
+            note: if rows_per == want { String::new() } else { format!("asked for slices of {want} rows") },
+        });
+        if sliced {
+            let want_loss = g.f32("out.loss", Some(&[1]))?;
+            rows.push(row("out.loss (forward only, sliced)", &forward_stats[..1], want_loss, 1e-4));
+        }
+    }
     rows.push(row("out.logits", &logits, g.f32("out.logits", Some(&[b, t, v]))?, 1e-4));
     let stats = rd(prog.stats())?;
     rows.push(row("out.loss", &stats[..1], g.f32("out.loss", Some(&[1]))?, 1e-4));

@@ -44,20 +44,26 @@ fn run(cli: Cli) -> Result<()> {
         return check_args(&cli);
     }
     match cli.cmd {
-        Cmd::Info { preset, variant, batch, seq, f16_state, precision, recompute, memory } => match preset {
-            Some(p) => {
-                info_model(&cli.device, &p, &variant, batch, seq, f16_state, precision, recompute)?;
-                match memory {
-                    Some(bytes) => info_fit(&p, &variant, seq, bytes),
-                    None => Ok(()),
+        Cmd::Info { preset, variant, batch, seq, f16_state, precision, recompute, head_chunk, memory } => {
+            match preset {
+                Some(p) => {
+                    let asked = ddl::model::Storage { state_f16: f16_state, precision, recompute, head_chunk };
+                    info_model(&cli.device, &p, &variant, batch, seq, asked)?;
+                    match memory {
+                        Some(bytes) => info_fit(&p, &variant, seq, head_chunk, bytes),
+                        None => Ok(()),
+                    }
                 }
+                None => info(&cli.device),
             }
-            None => info(&cli.device),
-        },
+        }
         Cmd::Bench(b) => bench(&cli.device, b),
         Cmd::Tokenizer(t) => tokenizer(t),
         Cmd::Data(d) => data_cmd(d),
-        Cmd::Golden { files, quiet, f16_state, precision } => golden(&cli.device, &files, quiet, f16_state, precision),
+        Cmd::Golden { files, quiet, f16_state, precision, head_chunk } => {
+            let st = ddl::model::Storage { state_f16: f16_state, precision, head_chunk, ..Default::default() };
+            golden(&cli.device, &files, quiet, st)
+        }
         Cmd::Train(a) => train(&cli.device, a),
         Cmd::Eval(a) => eval(&cli.device, a),
         Cmd::Experiment { spec, out, report_only, speed, dry_run, jobs } => {
@@ -235,6 +241,9 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     }
     if a.recompute {
         run.train.recompute = true;
+    }
+    if let Some(rows) = a.head_chunk {
+        run.train.head_chunk = rows;
     }
     for kv in &a.sets {
         // The tokenizer sizes the vocabulary when the run opens (trainer), so a set one would be
@@ -630,18 +639,12 @@ fn data_cmd(d: DataCmd) -> Result<()> {
     Ok(())
 }
 
-fn golden(
-    dev: &DeviceArgs,
-    files: &[std::path::PathBuf],
-    quiet: bool,
-    f16_state: bool,
-    precision: ddl::model::Precision,
-) -> Result<()> {
+fn golden(dev: &DeviceArgs, files: &[std::path::PathBuf], quiet: bool, st: ddl::model::Storage) -> Result<()> {
     let gpu = dev.open().context("opening the GPU")?;
     let mut failed_files = Vec::new();
     for f in files {
         let result = ddl::golden::Golden::load(f).and_then(|g| {
-            let rows = ddl::golden::check_precision(&gpu, &g, f16_state, precision)?;
+            let rows = ddl::golden::check_stored(&gpu, &g, st)?;
             Ok((g, rows))
         });
         match result {
@@ -664,23 +667,23 @@ fn golden(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
+/// `ddl info --preset P`: the memory plan of training P at its batch (or --batch × --seq), the
+/// activations stored as `asked` says (f16 precision implies f16 states as `ddl train` does).
 fn info_model(
     dev: &DeviceArgs,
     preset: &str,
     variant: &str,
     batch: Option<usize>,
     seq: Option<usize>,
-    f16_state: bool,
-    precision: ddl::model::Precision,
-    recompute: bool,
+    asked: ddl::model::Storage,
 ) -> Result<()> {
     let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
     let cfg = ddl::model::ModelConfig::preset(preset, v)?;
     let mut t = ddl::train::TrainConfig::preset(preset);
     let (b, s) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
     // f16 precision implies f16 states where the variant has them (as `ddl train` does).
-    (t.state_f16, t.precision, t.recompute) = (f16_state, precision, recompute);
+    (t.state_f16, t.precision, t.recompute, t.head_chunk) =
+        (asked.state_f16, asked.precision, asked.recompute, asked.head_chunk);
     let st = t.storage(&cfg);
     let plan = ddl::model::memory_plan_for(&cfg, b, s, st);
     println!(
@@ -709,20 +712,21 @@ fn info_model(
 
 /// `ddl info --preset P --memory SIZE`: the largest batch whose training plan fits `bytes`, for
 /// each way of storing the activations the variant allows.
-fn info_fit(preset: &str, variant: &str, seq: Option<usize>, bytes: u64) -> Result<()> {
+fn info_fit(preset: &str, variant: &str, seq: Option<usize>, head_chunk: usize, bytes: u64) -> Result<()> {
     use ddl::model::{Precision, Storage};
     let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
     let cfg = ddl::model::ModelConfig::preset(preset, v)?;
     let t = seq.unwrap_or(ddl::train::TrainConfig::preset(preset).seq_len);
+    let chunk = if head_chunk > 0 { format!(", the LM head in slices of {head_chunk} rows") } else { String::new() };
     println!(
-        "largest batch of {t}-token sequences whose plan fits {bytes} bytes ({:.1} GiB; the plan counts parameters, \
-         gradients, moments, activations and scratch, not the driver's own):",
+        "largest batch of {t}-token sequences whose plan fits {bytes} bytes ({:.1} GiB{chunk}; the plan counts \
+         parameters, gradients, moments, activations and scratch, not the driver's own):",
         bytes as f64 / (1u64 << 30) as f64
     );
     // Each as `ddl train` would store it (f16 precision implies f16 states where the variant has them).
     let storage = |state_f16: bool, precision: Precision| {
         let mut tc = ddl::train::TrainConfig::preset(preset);
-        (tc.state_f16, tc.precision) = (state_f16, precision);
+        (tc.state_f16, tc.precision, tc.head_chunk) = (state_f16, precision, head_chunk);
         tc.storage(&cfg)
     };
     let mut rows: Vec<(&str, Storage)> = vec![("f32", storage(false, Precision::F32))];
@@ -896,18 +900,36 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             }
         }
         BenchCmd::Train {
-            steps, batch, seq, dispatches, against_forms, f16_state, precision, recompute, json, ..
+            steps,
+            batch,
+            seq,
+            dispatches,
+            against_forms,
+            f16_state,
+            precision,
+            recompute,
+            head_chunk,
+            json,
+            ..
         } => {
             let ((cfg, t), against_cfg) = train_configs.expect("made above for bench train");
             ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
             let (b, seq) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
             let other = against_forms.as_deref().map(|spec| forms_handle(&gpu, spec)).transpose()?;
-            // `--set train.recompute=true` holds for both sides, `--recompute` for the measured one.
-            let st = ddl::model::Storage { state_f16: f16_state, precision, recompute: recompute || t.recompute };
+            // `--set train.recompute=true` (or `train.head_chunk=R`) holds for both sides,
+            // `--recompute` (`--head-chunk R`) for the measured one.
+            let all = ddl::model::Storage { recompute: t.recompute, head_chunk: t.head_chunk, ..Default::default() };
+            let head_chunk = if head_chunk > 0 { head_chunk } else { t.head_chunk };
+            let st = ddl::model::Storage {
+                state_f16: f16_state,
+                precision,
+                recompute: recompute || t.recompute,
+                head_chunk,
+            };
             match against_cfg {
                 Some(ca) => {
                     let og = other.as_ref().zip(against_forms.as_deref());
-                    let against_st = ddl::bench::against_storage(st, og.is_some(), t.recompute);
+                    let against_st = ddl::bench::against_storage(st, og.is_some(), all);
                     ddl::bench::train_compare_rows(&gpu, og, &cfg, &ca, b, seq, steps, st, against_st, |r| {
                         print_row(&r, json)
                     })?;

@@ -161,6 +161,47 @@ fn golden_with_a_gpus_candidate_forms() {
     check_sets_on(&gpu, ALL, SOME_ODD, SOME_UNALIGNED);
 }
 
+/// Every variant with the LM head in slices of rows (`ddl golden --head-chunk R`): slices of one
+/// row, of 7 (a remainder), and of the whole batch (no slicing), with the lavapipe forms and a
+/// GPU's, and in f16; the check's own row confirms the slices ran (and the loss of a forward-only
+/// run over the sliced program's activations is checked too).
+#[test]
+fn golden_with_the_lm_head_in_slices() {
+    let base = ddl::testing::gpu();
+    let gpu_forms = ddl::kernels::forms::Forms::defaults(false, (32, 32), base.features);
+    let gpu_like = base.with_forms(|f| *f = gpu_forms);
+    let stored = |chunk: usize, precision| ddl::model::Storage { head_chunk: chunk, precision, ..Default::default() };
+    let f32_ = ddl::model::Precision::F32;
+    let mut runs: Vec<(&Arc<Gpu>, String, ddl::model::Storage)> = Vec::new();
+    for v in ALL {
+        runs.push((&base, v.to_string(), stored(7, f32_)));
+    }
+    for (set, names) in [("odd", SOME_ODD), ("unaligned", SOME_UNALIGNED)] {
+        for v in names {
+            runs.push((&base, format!("{set}/{v}"), stored(1, f32_)));
+            runs.push((&gpu_like, format!("{set}/{v}"), stored(7, f32_)));
+        }
+    }
+    for v in ["baseline", "ddl"] {
+        runs.push((&base, v.to_string(), stored(1 << 20, f32_)));
+        runs.push((&base, v.to_string(), stored(5, ddl::model::Precision::F16)));
+    }
+    let root = ddl::testing::data_path("tests/golden");
+    for (gpu, name, st) in runs {
+        let g = ddl::golden::Golden::load(&root.join(format!("{name}.safetensors"))).unwrap_or_else(|e| panic!("{e}"));
+        let rows = ddl::golden::check_stored(gpu, &g, st).unwrap_or_else(|e| panic!("{e}"));
+        let fails: Vec<String> = rows.iter().filter(|r| !r.pass).map(|r| r.to_string()).collect();
+        let what = format!("{name} (head chunk {}, {})", st.head_chunk, st.precision.name());
+        assert!(fails.is_empty(), "{what}: {} of {} rows failed:\n{}", fails.len(), rows.len(), fails.join("\n"));
+        let n = g.batch * g.seq_len;
+        let slices = n.div_ceil(st.head_chunk.min(n));
+        let head = rows.iter().find(|r| r.name.starts_with("head: ")).expect("the slices' row");
+        assert_eq!(head.name, format!("head: {slices} slices of {} rows", st.head_chunk.min(n)), "{what}");
+        let eval = rows.iter().any(|r| r.name == "out.loss (forward only, sliced)");
+        assert_eq!(eval, slices > 1, "{what}: the forward-only loss is checked exactly when the head is sliced");
+    }
+}
+
 /// Every variant at T = 1 (one key per query: the q/k gradients are exactly zero, and AdamW must
 /// not turn rounding noise there into an update).
 #[test]

@@ -319,7 +319,12 @@ fn info_plans_a_presets_memory_in_each_precision() {
         (&f32_rc, false, ddl::model::Precision::F32, true),
         (&f16_rc, true, ddl::model::Precision::F16, true),
     ] {
-        let plan = ddl::model::memory_plan_for(&cfg, 8, 1024, Storage { state_f16, precision: p, recompute });
+        let plan = ddl::model::memory_plan_for(
+            &cfg,
+            8,
+            1024,
+            Storage { state_f16, precision: p, recompute, ..Default::default() },
+        );
         assert_eq!(bytes(text, "activations"), plan.activation_bytes, "{text}");
         assert_eq!(bytes(text, "f16 weight copy"), plan.half_param_bytes, "{text}");
     }
@@ -342,10 +347,24 @@ fn info_plans_a_presets_memory_in_each_precision() {
         ("--f16-state --recompute", true, ddl::model::Precision::F32, true),
         ("--precision f16 ", true, ddl::model::Precision::F16, false),
     ] {
-        let st = Storage { state_f16, precision, recompute };
+        let st = Storage { state_f16, precision, recompute, ..Default::default() };
         assert_eq!(batch(row), ddl::model::largest_batch(&cfg, 1024, st, 80_000_000_000), "{row}: {fit}");
     }
     assert!(batch("f32 --recompute") > batch("f32 "), "{fit}");
+    // `--head-chunk 1024`: the logits of 1024 rows instead of 8192 (V = 50304), in every row of
+    // `--memory` too.
+    let chunked = info(&["--head-chunk", "1024"]);
+    assert!(chunked.contains("variant ddl (head chunk 1024)"), "{chunked}");
+    let v = cfg.vocab_size as u64;
+    assert_eq!(bytes(&f32, "activations") - bytes(&chunked, "activations"), 4 * (8192 - 1024) * v);
+    assert!(chunked.contains(&format!("largest single tensor: {} bytes (logits)", 4 * 1024 * v)), "{chunked}");
+    let fit_c = info(&["--memory", "80GB", "--head-chunk", "1024"]);
+    assert!(fit_c.contains("the LM head in slices of 1024 rows"), "{fit_c}");
+    let line = fit_c.lines().find(|l| l.trim_start().starts_with("f32 --recompute")).unwrap();
+    let b: usize = line.split(" B ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    let st = Storage { recompute: true, head_chunk: 1024, ..Default::default() };
+    assert_eq!(b, ddl::model::largest_batch(&cfg, 1024, st, 80_000_000_000), "{fit_c}");
+    assert!(b > batch("f32 --recompute"), "{fit_c}");
     let o = ddl_cmd(&dir).args(["info", "--preset", "small-124m", "--memory", "80 XB"]).output().unwrap();
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && e.contains("--memory") && e.contains("'80 XB'") && e.contains("80GB"), "{e}");
@@ -1059,7 +1078,7 @@ fn the_training_benchmark_counts_one_submit_one_readback_no_allocations_and_a_pe
     ] {
         let gpu = own_gpu();
         let mut rows = Vec::new();
-        let st = Storage { state_f16: f16, precision: p, recompute: false };
+        let st = Storage { state_f16: f16, precision: p, ..Default::default() };
         ddl::bench::train_rows(&gpu, &bench_cfg(v), 2, 16, 3, true, st, |r| rows.push(r.0)).unwrap();
         let r = &rows[0];
         let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{v:?}: field {k} missing in {r}"));
@@ -1155,7 +1174,7 @@ fn the_compared_training_benchmark_alternates_blocks_and_reports_their_ratios() 
     let f16 = Storage { precision: ddl::model::Precision::F16, ..Storage::default() };
     let compare = |og: Option<(&std::sync::Arc<ddl::gpu::Gpu>, &str)>, st: Storage| {
         let mut rows = Vec::new();
-        let against = ddl::bench::against_storage(st, og.is_some(), false);
+        let against = ddl::bench::against_storage(st, og.is_some(), Storage::default());
         ddl::bench::train_compare_rows(&gpu, og, &cfg, &cfg, 2, 16, 1, st, against, |r| rows.push(r.0)).unwrap();
         rows.remove(0)
     };
@@ -1601,7 +1620,13 @@ fn recomputing_trains_the_same_bits_in_the_memory_the_plan_saves() {
             assert_eq!(differ, 0, "{what}: {differ} of {} parameters differ", keep.1.len());
             // The program's bytes: smaller by the plan's difference, exactly.
             let plan = |recompute: bool| {
-                ddl::model::memory_plan_for(&cfg, b, t, Storage { state_f16, precision: p, recompute }).activation_bytes
+                ddl::model::memory_plan_for(
+                    &cfg,
+                    b,
+                    t,
+                    Storage { state_f16, precision: p, recompute, ..Default::default() },
+                )
+                .activation_bytes
             };
             let saved = plan(false) - plan(true);
             assert!(saved > 0, "{what}");
@@ -1610,12 +1635,144 @@ fn recomputing_trains_the_same_bits_in_the_memory_the_plan_saves() {
     }
 }
 
+/// `--head-chunk R` (`train.head_chunk`): a training program computes the LM head in slices of R
+/// rows in the forward (logits, loss, the logits' gradient and its shares of ∂E and ∂zn) in one
+/// buffer of R rows: the first step's loss is the same bits as the unsliced head's, every later
+/// loss and gradient norm and the parameters after three steps agree to float32 rounding (∂E sums
+/// the slices' products); in f32 and f16 (whose loss scale reaches the forward's loss backward:
+/// a scaled step's gradients are the scale times the unscaled ones, exactly), with this
+/// adapter's forms and the GPU's; a forward-only run of the sliced program (evaluation) gives
+/// the same loss as a forward program and leaves the gradients alone; accumulated micro-batches
+/// agree too; and the program is smaller by the plan's difference, exactly.
+#[test]
+fn the_lm_head_in_slices_trains_the_same_run_in_the_memory_the_plan_saves() {
+    use ddl::model::Parts;
+    use ddl::model::Precision::{F16, F32};
+    let base = own_gpu();
+    let gpu_forms = ddl::kernels::forms::Forms::defaults(false, (32, 32), base.features);
+    let rel = |a: &[f32], b: &[f32]| -> f64 {
+        let num: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).powi(2)).sum();
+        let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+        (num / den.max(1e-300)).sqrt()
+    };
+    for (forms_name, forms) in [("this adapter's", base.forms.clone()), ("GPU", gpu_forms)] {
+        let gpu = base.with_forms(|f| *f = forms.clone());
+        for (variant, p, chunk) in [
+            (Variant::Baseline, F32, 16),
+            (Variant::Ddl, F32, 7),
+            (Variant::DdlCcec, F32, 16),
+            (Variant::DdlVmap, F32, 1),
+            (Variant::Baseline, F16, 16),
+            (Variant::Ddl, F16, 30),
+        ] {
+            let mut cfg = bench_cfg(variant);
+            cfg.n_layers = 2;
+            let (b, t) = (3, 23);
+            let v = cfg.vocab_size as i32;
+            let x: Vec<i32> = (0..(b * t) as i32).map(|i| (i * 7 + 1) % v).collect();
+            let mut y: Vec<i32> = (0..(b * t) as i32).map(|i| (i * 11 + 3) % v).collect();
+            y[5] = -1;
+            let opt = ddl::kernels::adamw::AdamWConfig::paper(1e-3);
+            let state_f16 = p == F16 && cfg.f16_state_support().is_ok();
+            drop(ddl::model::Model::new(gpu.clone(), cfg.clone(), 5).unwrap().program(b, t, &opt).unwrap());
+            let what = format!("{variant} {p}, slices of {chunk}, {forms_name} forms");
+            let run = |chunk: usize| {
+                let mut model = ddl::model::Model::new(gpu.clone(), cfg.clone(), 5).unwrap();
+                model.set_precision(p).unwrap();
+                model.set_state_f16(state_f16).unwrap();
+                model.set_head_chunk(chunk);
+                let before = gpu.stats.live();
+                let prog = model.program(b, t, &opt).unwrap();
+                let bytes = gpu.stats.live() - before;
+                assert_eq!(prog.acts().head_chunked(), chunk > 0, "{what}");
+                prog.set_batch(&model, &x, &y).unwrap();
+                // A scaled step's gradients: the scale times the unscaled ones (a power of two).
+                let (_, g1) = (model.forward_backward(&prog).unwrap(), model.grads.read_f32(&model.gpu).unwrap());
+                prog.set_loss_scale(&model, 1024.0).unwrap();
+                model.forward_backward(&prog).unwrap();
+                let g1024 = model.grads.read_f32(&model.gpu).unwrap();
+                prog.set_loss_scale(&model, 1.0).unwrap();
+                // (In f16 the unscaled gradients' f16 operands lose what the scale keeps.)
+                let times: Vec<f32> = g1.iter().map(|a| a * 1024.0).collect();
+                let scaled = if p == F32 {
+                    times.iter().zip(&g1024).all(|(a, b)| a.to_bits() == b.to_bits())
+                } else {
+                    rel(&times, &g1024) < 1e-2
+                };
+                assert!(scaled, "{what} (chunk {chunk}): the loss scale does not reach the loss backward");
+                // Evaluation over the training program: a forward program's loss, gradients untouched.
+                let eval = prog.run(&model, Parts::FORWARD).unwrap();
+                assert_eq!(
+                    model.grads.read_f32(&model.gpu).unwrap(),
+                    g1024,
+                    "{what}: a forward-only run changed the gradients"
+                );
+                let fp = model.forward_program_sharing(&prog).unwrap();
+                let shared = fp.run(&model, Parts::FORWARD).unwrap();
+                let mut steps = Vec::new();
+                for step in 1..=3 {
+                    let o = ddl::kernels::adamw::AdamWConfig { step, ..opt };
+                    let (loss, norm) = model.train_step(&prog, &o).unwrap();
+                    steps.push([loss, norm]);
+                }
+                let acc = prog
+                    .run_accumulated(
+                        &model,
+                        &[(x.clone(), y.clone()), (x.iter().rev().copied().collect(), y.clone())],
+                        false,
+                    )
+                    .unwrap();
+                (
+                    steps,
+                    model.read_params().unwrap(),
+                    bytes,
+                    g1,
+                    eval,
+                    shared,
+                    acc,
+                    model.grads.read_f32(&model.gpu).unwrap(),
+                )
+            };
+            let (whole, sliced) = (run(0), run(chunk));
+            assert!(whole.0.iter().flatten().all(|a| a.is_finite()), "{what}: {:?}", whole.0);
+            assert_eq!(whole.0[0][0].to_bits(), sliced.0[0][0].to_bits(), "{what}: the first loss");
+            // (f16 rounds every linear layer's operands: a rounding apart in ∂E moves some of them
+            // by an f16 ulp after an update.)
+            let (tl, tn, tg, tp, ta) =
+                if p == F32 { (1e-5, 1e-4, 1e-5, 1e-6, 1e-5) } else { (1e-3, 1e-2, 1e-3, 1e-4, 1e-2) };
+            for (s, (a, b)) in whole.0.iter().zip(&sliced.0).enumerate() {
+                assert!((a[0] - b[0]).abs() <= tl * a[0].abs(), "{what}: step {} loss {} vs {}", s + 1, a[0], b[0]);
+                assert!((a[1] - b[1]).abs() <= tn * a[1].abs(), "{what}: step {} norm {} vs {}", s + 1, a[1], b[1]);
+            }
+            let (dg, dp, dacc) = (rel(&sliced.3, &whole.3), rel(&sliced.1, &whole.1), rel(&sliced.7, &whole.7));
+            assert!(
+                dg < tg && dp < tp && dacc < ta,
+                "{what}: gradients {dg:e}, parameters {dp:e}, accumulated {dacc:e}"
+            );
+            // The loss of evaluation: the unsliced head's bits (the forward-only head with the
+            // training objective, and a forward program over the activations without smoothing).
+            assert_eq!(whole.4[..2], sliced.4[..2], "{what}: forward-only loss and count");
+            assert_eq!(whole.5[..2], sliced.5[..2], "{what}: the sharing forward program's loss");
+            for (a, b) in whole.6.iter().zip(&sliced.6) {
+                assert!((a[0] - b[0]).abs() <= tl * a[0].abs(), "{what}: accumulated losses {a:?} vs {b:?}");
+            }
+            // The program's bytes: smaller by the plan's difference, exactly.
+            let plan = |head_chunk: usize| {
+                let st = Storage { state_f16, precision: p, head_chunk, ..Default::default() };
+                ddl::model::memory_plan_for(&cfg, b, t, st).activation_bytes
+            };
+            assert_eq!(plan(0) - plan(chunk), 4 * (b * t - chunk) as u64 * cfg.vocab_size as u64, "{what}");
+            assert_eq!(whole.2 - sliced.2, plan(0) - plan(chunk), "{what}: the program's bytes against the plan's");
+        }
+    }
+}
+
 /// `ddl train --recompute`: the run's settings say so, its steps log the same losses and
 /// gradient norms as the same run keeping its activations, and a run may take it up when it
 /// resumes (`--set train.recompute=true` is not a changed setting there: it changes how, not
-/// what, the run trains).
+/// what, the run trains); `ddl train --head-chunk R` likewise, its losses a rounding apart.
 #[test]
-fn the_cli_trains_the_same_run_when_recomputing_and_resumes_into_it() {
+fn the_cli_trains_the_same_run_when_recomputing_or_slicing_the_head_and_resumes_into_it() {
     let dir = tmpdir("recompute");
     let c = ddl::testing::small_corpus(&dir);
     let train = |name: &str, steps: &str, extra: &[&str]| {
@@ -1651,4 +1808,18 @@ fn the_cli_trains_the_same_run_when_recomputing_and_resumes_into_it() {
     train("keep", "4", &["--resume", keep.to_str().unwrap(), "--recompute"]);
     train("keep", "5", &["--resume", keep.to_str().unwrap(), "--set", "train.recompute=true"]);
     assert_eq!(steps(&keep).len(), 5);
+    // `--head-chunk 5` (32 tokens a batch: 7 slices): the first loss the same bits, the others
+    // and the gradient norms a rounding apart; a run may take it up, or change it, when it
+    // resumes.
+    let sliced = train("sliced", "3", &["--head-chunk", "5"]);
+    assert!(saved(&sliced).contains("head_chunk = 5") && saved(&rebuild).contains("head_chunk = 0"));
+    let (a, b) = (steps(&rebuild), steps(&sliced));
+    assert_eq!((a.len(), &a[0].0), (b.len(), &b[0].0), "{a:?} vs {b:?}");
+    for ((la, na), (lb, nb)) in a.iter().zip(&b) {
+        let f = |x: &str| x.parse::<f64>().unwrap();
+        assert!((f(la) - f(lb)).abs() < 1e-5 * f(la) && (f(na) - f(nb)).abs() < 1e-4 * f(na), "{a:?} vs {b:?}");
+    }
+    train("sliced", "4", &["--resume", sliced.to_str().unwrap(), "--head-chunk", "7"]);
+    train("keep", "6", &["--resume", keep.to_str().unwrap(), "--set", "train.head_chunk=3"]);
+    assert_eq!((steps(&sliced).len(), steps(&keep).len()), (4, 6));
 }

@@ -275,16 +275,19 @@ fn mib_text(v: &serde_json::Value) -> String {
 
 /// A side's storage in a line (`prefix` "" or "against_"): " (f16)" for `--precision f16`,
 /// " (f16 states)" for `--f16-state` alone, ", recompute" added for `--recompute` (" (recompute)"
-/// alone), nothing for f32 that keeps its activations.
+/// alone), ", head chunk R" for `--head-chunk R`, nothing for f32 that keeps its activations.
 fn numerics(v: &serde_json::Value, prefix: &str) -> String {
     let mut parts = Vec::new();
     match (v[format!("{prefix}precision")].as_str(), v[format!("{prefix}state_f16")].as_bool()) {
-        (Some("f16"), _) => parts.push("f16"),
-        (_, Some(true)) => parts.push("f16 states"),
+        (Some("f16"), _) => parts.push("f16".to_string()),
+        (_, Some(true)) => parts.push("f16 states".to_string()),
         _ => {}
     }
     if v[format!("{prefix}recompute")].as_bool() == Some(true) {
-        parts.push("recompute");
+        parts.push("recompute".to_string());
+    }
+    if let Some(r) = v[format!("{prefix}head_chunk")].as_u64().filter(|&r| r > 0) {
+        parts.push(format!("head chunk {r}"));
     }
     if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) }
 }
@@ -325,6 +328,11 @@ mod tests {
         }
         let cmp = json!({"against_precision": "f32", "against_state_f16": false, "against_recompute": true});
         assert_eq!(numerics(&cmp, "against_"), " (recompute)");
+        let cmp = json!({"head_chunk": 1024, "against_head_chunk": 0, "recompute": true});
+        assert_eq!(
+            (numerics(&cmp, ""), numerics(&cmp, "against_")),
+            (" (recompute, head chunk 1024)".into(), String::new())
+        );
         let generate = Row(json!({"bench": "generate", "variant": "ddl", "context": 64, "cached_ms_per_token": 20.0,
             "cached_tok_per_s": 50.0, "recompute_ms_per_token": 80.0, "recompute_tok_per_s": 12.5, "speedup": 4.0}));
         let t = generate.text();

@@ -17,17 +17,19 @@ fn set_numerics(model: &mut crate::model::Model, st: Storage) -> Result<Storage>
     model.set_state_f16(f16)?;
     model.set_precision(st.precision)?;
     model.set_recompute(st.recompute);
+    model.set_head_chunk(st.head_chunk);
     Ok(Storage { state_f16: f16, ..st })
 }
 
 /// The other side's storage of `ddl bench train --against…` when the measured side's is `st`:
 /// `--against-forms` (`forms`) compares forms, so the other side keeps the measured side's
 /// numerics; `--against VARIANT` alone compares with f32 (`--precision f16 --against ddl`: f16
-/// against f32). It recomputes only when every side does (`--set train.recompute=true`,
-/// `all_recompute`): `--recompute` is the measured side's alone.
-pub fn against_storage(st: Storage, forms: bool, all_recompute: bool) -> Storage {
+/// against f32). It recomputes, or chunks the head, only as every side does (`--set
+/// train.recompute=true`, `--set train.head_chunk=R`: `all`'s): `--recompute` and `--head-chunk`
+/// are the measured side's alone.
+pub fn against_storage(st: Storage, forms: bool, all: Storage) -> Storage {
     let numerics = if forms { st } else { Storage::default() };
-    Storage { recompute: all_recompute, ..numerics }
+    Storage { recompute: all.recompute, head_chunk: all.head_chunk, ..numerics }
 }
 
 /// A bench step's optimizer: in f16 the gradients carry a training run's initial loss scale,
@@ -133,6 +135,7 @@ pub fn train_rows(
         "bench": "train", "variant": cfg.variant.name(), "d": cfg.d_model, "layers": cfg.n_layers,
         "batch": batch, "seq": seq, "params": params, "step_ms": step_ms,
         "precision": precision.name(), "state_f16": state_f16, "recompute": st.recompute,
+        "head_chunk": st.head_chunk,
         "tok_per_s": n as f64 / (step_ms / 1e3), "model_gflop_per_s": flops / step_ms / 1e6,
         "matmul_share": if total > 0.0 { matmul_ms / total } else { 0.0 },
         "dispatches_per_step": dispatches, "transfers_per_step": zero_ops,
@@ -235,12 +238,14 @@ pub fn train_compare_rows(
         // Where both sides train the same model in the same numerics (only the forms differ):
         // whether every step's loss and gradient norm came out the same bits on both (forms that
         // promise the same bits, checked on the device that ran them); else null.
-        // (Recomputing changes where activations live, not their bits.)
-        "losses_identical": (cfg == against && (sa.state_f16, sa.precision) == (sb.state_f16, sb.precision))
+        // (Recomputing changes where activations live, not their bits; another head chunk sums
+        // the embedding's gradient in other slices.)
+        "losses_identical": (cfg == against
+            && (sa.state_f16, sa.precision, sa.head_chunk) == (sb.state_f16, sb.precision, sb.head_chunk))
             .then(|| sides[0].losses == sides[1].losses),
         "precision": sb.precision.name(), "state_f16": sb.state_f16, "recompute": sb.recompute,
         "against_precision": sa.precision.name(), "against_state_f16": sa.state_f16,
-        "against_recompute": sa.recompute,
+        "against_recompute": sa.recompute, "head_chunk": sb.head_chunk, "against_head_chunk": sa.head_chunk,
         "d": cfg.d_model, "layers": cfg.n_layers, "batch": batch, "seq": seq, "blocks": wall.blocks,
         "best_step_ms": wall.b_best, "against_best_step_ms": wall.a_best,
         "median_step_ms": wall.b_median, "against_median_step_ms": wall.a_median,

@@ -27,7 +27,7 @@ struct Params {
     alpha: f32,
     scale: f32,
     nparts: u32,
-    _pad: u32,
+    count_only: u32,
 }
 
 /// Invocations per row. On GPUs: the largest power of two ≤ V, at most 256 (a team walks the row
@@ -120,57 +120,281 @@ pub fn cross_entropy_forward_chunked(
 ) -> Result<Vec<Dispatch>> {
     const OP: &str = "cross_entropy_forward";
     check_common(OP, &logits, &targets, &lse, &out, n, vocab)?;
-    check_distinct(OP, &[("lse", lse.buffer)], &[("logits", logits.buffer), ("targets", targets.buffer)])?;
-    let maxdim = gpu.limits.max_compute_workgroups_per_dimension;
-    let tpr = threads_per_row(gpu, vocab);
-    let rpw = 256 / tpr;
-    let nparts = n.div_ceil(BLOCK).max(1);
-    let row_loss = Tensor::zeros(gpu, "cross_entropy.row_loss", &[n.max(1)], DType::F32)?;
-    let parts = Tensor::zeros(gpu, "cross_entropy.partials", &[2 * nparts], DType::F32)?;
-    let targets = targets.sub(0, n);
-    let base = Params {
-        rows: n as u32,
-        vocab: vocab as u32,
-        tpr: tpr as u32,
-        alpha: label_smoothing,
-        nparts: nparts as u32,
-        ..Default::default()
-    };
-    let mut ds = Vec::new();
-    let fwd = gpu.kernel("loss", Some("split"), "ce_forward")?;
-    for (r0, rows) in row_chunks(gpu, OP, n, vocab, max_chunk)? {
-        let p = Params { rows: rows as u32, row0: r0 as u32, ..base };
-        let mut d = fwd.dispatch(
+    let ce = RowSlices::new(gpu, n, vocab, label_smoothing)?;
+    let mut ds = ce.forward_rows_chunked(gpu, logits, targets, lse, 0, n, max_chunk)?;
+    ds.extend(ce.finish(gpu, targets, out)?);
+    Ok(ds)
+}
+
+/// [`RowSlices::forward_rows`] binding at most `max_chunk` logits per dispatch; for testing.
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn cross_entropy_forward_rows_chunked(
+    ce: &RowSlices,
+    gpu: &Gpu,
+    logits: View,
+    targets: View,
+    lse: View,
+    r0: usize,
+    rows: usize,
+    max_chunk: usize,
+) -> Result<Vec<Dispatch>> {
+    ce.forward_rows_chunked(gpu, logits, targets, lse, r0, rows, max_chunk)
+}
+
+/// A cross-entropy over `n` rows computed in slices of rows whose logits need not exist at
+/// once (the chunked LM head, `train.head_chunk`): [`RowSlices::count`] first (the backward
+/// of a slice reads the valid count), then per slice [`RowSlices::forward_rows`] and, over the
+/// same logits, [`RowSlices::backward_rows`], and last [`RowSlices::finish`] for the mean. Each
+/// row's lse, loss and gradient are the same bits as [`cross_entropy_forward`] and
+/// [`cross_entropy_backward`] over the whole batch give, and so is the mean (the same
+/// fixed-order passes over the same row losses). A clone shares the scratch.
+#[derive(Clone)]
+pub struct RowSlices {
+    n: usize,
+    vocab: usize,
+    alpha: f32,
+    tpr: usize,
+    nparts: usize,
+    /// Per-row losses [n] and per-4096-row partials [2·nparts], kept by every dispatch that
+    /// writes or reads them.
+    row_loss: Tensor,
+    parts: Tensor,
+}
+
+impl RowSlices {
+    /// The scratch of a loss over `n` rows of `vocab` logits with label smoothing `alpha`.
+    pub fn new(gpu: &Gpu, n: usize, vocab: usize, label_smoothing: f32) -> Result<RowSlices> {
+        if vocab == 0 || vocab >= 1 << 24 {
+            return Err(GpuError::Shape(format!("cross entropy: vocab must be in [1, 2^24), got {vocab}")));
+        }
+        let nparts = n.div_ceil(BLOCK).max(1);
+        Ok(RowSlices {
+            n,
+            vocab,
+            alpha: label_smoothing,
+            tpr: threads_per_row(gpu, vocab),
+            nparts,
+            row_loss: Tensor::zeros(gpu, "cross_entropy.row_loss", &[n.max(1)], DType::F32)?,
+            parts: Tensor::zeros(gpu, "cross_entropy.partials", &[2 * nparts], DType::F32)?,
+        })
+    }
+
+    fn params(&self) -> Params {
+        Params {
+            rows: self.n as u32,
+            vocab: self.vocab as u32,
+            tpr: self.tpr as u32,
+            alpha: self.alpha,
+            nparts: self.nparts as u32,
+            ..Default::default()
+        }
+    }
+
+    /// Writes `out[1]` = the valid targets among all `n` and `out[0]` = 0.
+    pub fn count(&self, gpu: &Gpu, targets: View, out: View) -> Result<Vec<Dispatch>> {
+        check_len("cross_entropy_count", "targets", &targets, self.n, &format!("n {}", self.n))?;
+        self.reduce(gpu, targets, out, true)
+    }
+
+    /// The forward of rows `r0 .. r0 + rows`: `logits` holds those rows' logits (`[rows, vocab]`);
+    /// writes their lse (into `lse` `[n]` at `r0`) and their losses.
+    pub fn forward_rows(
+        &self,
+        gpu: &Gpu,
+        logits: View,
+        targets: View,
+        lse: View,
+        r0: usize,
+        rows: usize,
+    ) -> Result<Vec<Dispatch>> {
+        self.forward_rows_chunked(gpu, logits, targets, lse, r0, rows, usize::MAX)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn forward_rows_chunked(
+        &self,
+        gpu: &Gpu,
+        logits: View,
+        targets: View,
+        lse: View,
+        r0: usize,
+        rows: usize,
+        max_chunk: usize,
+    ) -> Result<Vec<Dispatch>> {
+        const OP: &str = "cross_entropy_forward";
+        check_rows(OP, self.n, self.vocab, &logits, &targets, &lse, r0, rows)?;
+        check_distinct(OP, &[("lse", lse.buffer)], &[("logits", logits.buffer), ("targets", targets.buffer)])?;
+        let maxdim = gpu.limits.max_compute_workgroups_per_dimension;
+        let (n, v) = (self.n, self.vocab);
+        let rpw = 256 / self.tpr;
+        let fwd = gpu.kernel("loss", Some("split"), "ce_forward")?;
+        let mut ds = Vec::new();
+        for (c0, cr) in row_chunks(gpu, OP, rows, v, max_chunk)? {
+            let p = Params { rows: cr as u32, row0: (r0 + c0) as u32, ..self.params() };
+            let mut d = fwd.dispatch(
+                gpu,
+                Some(bytemuck::bytes_of(&p)),
+                &[
+                    ("logits", logits.sub(c0 * v, cr * v)),
+                    ("targets", targets.sub(0, n)),
+                    ("lse_out", lse.sub(0, n)),
+                    ("row_loss", self.row_loss.view()),
+                ],
+                grid_1d(cr as u64, rpw as u32, maxdim),
+            )?;
+            d.scratch.push(self.row_loss.clone());
+            ds.push(d);
+        }
+        Ok(ds)
+    }
+
+    /// `out` = (mean loss over the valid rows, their count) from every row's loss (after the
+    /// forward of all rows).
+    pub fn finish(&self, gpu: &Gpu, targets: View, out: View) -> Result<Vec<Dispatch>> {
+        check_len("cross_entropy_finish", "targets", &targets, self.n, &format!("n {}", self.n))?;
+        self.reduce(gpu, targets, out, false)
+    }
+
+    fn reduce(&self, gpu: &Gpu, targets: View, out: View, count_only: bool) -> Result<Vec<Dispatch>> {
+        check_len("cross_entropy", "out", &out, 2, "mean loss and valid count")?;
+        let maxdim = gpu.limits.max_compute_workgroups_per_dimension;
+        let p = Params { count_only: count_only as u32, ..self.params() };
+        let targets = targets.sub(0, self.n);
+        let mut d = gpu.kernel("loss", Some("split"), "ce_partials")?.dispatch(
             gpu,
             Some(bytemuck::bytes_of(&p)),
-            &[
-                ("logits", logits.sub(r0 * vocab, rows * vocab)),
-                ("targets", targets),
-                ("lse_out", lse.sub(0, n)),
-                ("row_loss", row_loss.view()),
-            ],
-            grid_1d(rows as u64, rpw as u32, maxdim),
+            &[("row_loss", self.row_loss.view()), ("targets", targets), ("partials", self.parts.view())],
+            grid_1d(self.nparts as u64, 1, maxdim),
         )?;
-        d.scratch.push(row_loss.clone());
-        ds.push(d);
+        d.scratch.extend([self.row_loss.clone(), self.parts.clone()]);
+        let mut f = gpu.kernel("loss", Some("split"), "ce_finish")?.dispatch(
+            gpu,
+            Some(bytemuck::bytes_of(&p)),
+            &[("partials", self.parts.view()), ("out", out.sub(0, 2))],
+            [1, 1, 1],
+        )?;
+        f.scratch.push(self.parts.clone());
+        Ok(vec![d, f])
     }
-    let mut d = gpu.kernel("loss", Some("split"), "ce_partials")?.dispatch(
-        gpu,
-        Some(bytemuck::bytes_of(&base)),
-        &[("row_loss", row_loss.view()), ("targets", targets), ("partials", parts.view())],
-        grid_1d(nparts as u64, 1, maxdim),
-    )?;
-    d.scratch.extend([row_loss, parts.clone()]);
-    ds.push(d);
-    let mut d = gpu.kernel("loss", Some("split"), "ce_finish")?.dispatch(
-        gpu,
-        Some(bytemuck::bytes_of(&base)),
-        &[("partials", parts.view()), ("out", out.sub(0, 2))],
-        [1, 1, 1],
-    )?;
-    d.scratch.push(parts);
-    ds.push(d);
-    Ok(ds)
+
+    /// The backward of rows `r0 .. r0 + rows` (as [`cross_entropy_backward`] writes them):
+    /// `logits` and `dlogits` hold those rows (`[rows, vocab]`; `dlogits` may be `logits`
+    /// itself, written over), `out` the count [`RowSlices::count`] or the forward left.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_rows(
+        &self,
+        gpu: &Gpu,
+        logits: View,
+        targets: View,
+        lse: View,
+        out: View,
+        dlogits: View,
+        r0: usize,
+        rows: usize,
+        scale: f32,
+    ) -> Result<Vec<Dispatch>> {
+        backward_rows(
+            gpu,
+            self.n,
+            self.vocab,
+            self.alpha,
+            logits,
+            targets,
+            lse,
+            out,
+            dlogits,
+            r0,
+            rows,
+            scale,
+            usize::MAX,
+        )
+    }
+}
+
+/// The backward of rows `r0 .. r0 + rows` of a loss over `n` rows ([`RowSlices::backward_rows`]),
+/// binding at most `max_chunk` logits per dispatch.
+#[allow(clippy::too_many_arguments)]
+fn backward_rows(
+    gpu: &Gpu,
+    n: usize,
+    vocab: usize,
+    label_smoothing: f32,
+    logits: View,
+    targets: View,
+    lse: View,
+    out: View,
+    dlogits: View,
+    r0: usize,
+    rows: usize,
+    scale: f32,
+    max_chunk: usize,
+) -> Result<Vec<Dispatch>> {
+    const OP: &str = "cross_entropy_backward";
+    let v = vocab;
+    check_rows(OP, n, v, &logits, &targets, &lse, r0, rows)?;
+    check_len(OP, "out", &out, 2, "mean loss and valid count")?;
+    check_len(OP, "dlogits", &dlogits, rows * v, &format!("rows {rows} × vocab {v}"))?;
+    let inplace = std::ptr::eq(dlogits.buffer, logits.buffer) && dlogits.offset == logits.offset;
+    // (In place, the logits are the output itself; every other input must be apart from it.)
+    let reads: Vec<_> = (!inplace)
+        .then_some(("logits", logits.buffer))
+        .into_iter()
+        .chain([("targets", targets.buffer), ("lse", lse.buffer), ("out", out.buffer)])
+        .collect();
+    check_distinct(OP, &[("dlogits", dlogits.buffer)], &reads)?;
+    let maxdim = gpu.limits.max_compute_workgroups_per_dimension;
+    let tpr = threads_per_row(gpu, v);
+    let rpw = 256 / tpr;
+    let k = gpu.kernel("loss", Some(if inplace { "inplace" } else { "split" }), "ce_backward")?;
+    row_chunks(gpu, OP, rows, v, max_chunk)?
+        .into_iter()
+        .map(|(c0, cr)| {
+            let p = Params {
+                rows: cr as u32,
+                vocab: v as u32,
+                row0: (r0 + c0) as u32,
+                tpr: tpr as u32,
+                alpha: label_smoothing,
+                scale,
+                ..Default::default()
+            };
+            let mut bufs = vec![
+                ("logits", logits.sub(c0 * v, cr * v)),
+                ("targets", targets.sub(0, n)),
+                ("lse", lse.sub(0, n)),
+                ("stats", out.sub(0, 2)),
+            ];
+            if !inplace {
+                bufs.push(("dlogits", dlogits.sub(c0 * v, cr * v)));
+            }
+            k.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &bufs, grid_1d(cr as u64, rpw as u32, maxdim))
+        })
+        .collect()
+}
+
+/// `rows` rows from `r0` within a loss of `n` rows of `vocab` logits: the slice's logits and
+/// the whole loss's targets and lse.
+#[allow(clippy::too_many_arguments)]
+fn check_rows(
+    op: &str,
+    n: usize,
+    vocab: usize,
+    logits: &View,
+    targets: &View,
+    lse: &View,
+    r0: usize,
+    rows: usize,
+) -> Result<()> {
+    if vocab == 0 || vocab >= 1 << 24 {
+        return Err(GpuError::Shape(format!("{op}: vocab must be in [1, 2^24), got {vocab}")));
+    }
+    if rows == 0 || r0 + rows > n {
+        return Err(GpuError::Shape(format!("{op}: rows {r0}..{} outside the loss's {n} rows", r0 + rows)));
+    }
+    check_len(op, "logits", logits, rows * vocab, &format!("rows {rows} × vocab {vocab}"))?;
+    check_len(op, "targets", targets, n, &format!("n {n}"))?;
+    check_len(op, "lse", lse, n, &format!("n {n}"))
 }
 
 /// Cross-entropy backward: `dlogits` `[n, vocab]` (written) =
@@ -238,41 +462,5 @@ pub fn cross_entropy_backward_chunked(
 ) -> Result<Vec<Dispatch>> {
     const OP: &str = "cross_entropy_backward";
     check_common(OP, &logits, &targets, &lse, &out, n, vocab)?;
-    check_len(OP, "dlogits", &dlogits, n * vocab, &format!("n {n} × vocab {vocab}"))?;
-    let inplace = std::ptr::eq(dlogits.buffer, logits.buffer) && dlogits.offset == logits.offset;
-    // (In place, the logits are the output itself; every other input must be apart from it.)
-    let reads: Vec<_> = (!inplace)
-        .then_some(("logits", logits.buffer))
-        .into_iter()
-        .chain([("targets", targets.buffer), ("lse", lse.buffer), ("out", out.buffer)])
-        .collect();
-    check_distinct(OP, &[("dlogits", dlogits.buffer)], &reads)?;
-    let maxdim = gpu.limits.max_compute_workgroups_per_dimension;
-    let tpr = threads_per_row(gpu, vocab);
-    let rpw = 256 / tpr;
-    let k = gpu.kernel("loss", Some(if inplace { "inplace" } else { "split" }), "ce_backward")?;
-    row_chunks(gpu, OP, n, vocab, max_chunk)?
-        .into_iter()
-        .map(|(r0, rows)| {
-            let p = Params {
-                rows: rows as u32,
-                vocab: vocab as u32,
-                row0: r0 as u32,
-                tpr: tpr as u32,
-                alpha: label_smoothing,
-                scale,
-                ..Default::default()
-            };
-            let mut bufs = vec![
-                ("logits", logits.sub(r0 * vocab, rows * vocab)),
-                ("targets", targets.sub(0, n)),
-                ("lse", lse.sub(0, n)),
-                ("stats", out.sub(0, 2)),
-            ];
-            if !inplace {
-                bufs.push(("dlogits", dlogits.sub(r0 * vocab, rows * vocab)));
-            }
-            k.dispatch(gpu, Some(bytemuck::bytes_of(&p)), &bufs, grid_1d(rows as u64, rpw as u32, maxdim))
-        })
-        .collect()
+    backward_rows(gpu, n, vocab, label_smoothing, logits, targets, lse, out, dlogits, 0, n, scale, max_chunk)
 }

@@ -151,6 +151,8 @@ pub struct Acts {
     /// expanded) is one shared buffer, every MLP's ψ another, and the QK norms' outputs live in
     /// the pre-RoPE q and k; the backward rebuilds each just before it reads it.
     pub recompute: bool,
+    /// Rows of `logits`: B·T, or the slice of a chunked LM head ([`Model::set_head_chunk`]).
+    pub head_rows: usize,
     /// Token ids [B, T] (i32) and targets (−1 = ignored).
     pub tokens: Tensor,
     pub targets: Tensor,
@@ -166,6 +168,7 @@ pub struct Acts {
     pub z: Option<Tensor>,
     pub zn: Tensor,
     pub rstd_f: Tensor,
+    /// The logits `[head_rows, V]`: all rows', or one slice's at a time (a chunked head).
     pub logits: Tensor,
     pub lse: Tensor,
     /// (mean loss, valid targets).
@@ -191,6 +194,11 @@ impl Acts {
     /// Tokens in one batch.
     pub fn n(&self) -> usize {
         self.b * self.t
+    }
+
+    /// The LM head runs in slices of rows ([`Model::set_head_chunk`]).
+    pub fn head_chunked(&self) -> bool {
+        self.head_rows < self.n()
     }
 
     /// The state entering the readout / final norm.
@@ -342,7 +350,9 @@ impl Acts {
         let zt = if var.expanded() { Some(z("z", &[n, d])?) } else { None };
         let zn = z("zn", &[n, d])?;
         let rstd_f = z("rstd_f", &[n])?;
-        let logits = z("logits", &[n, v])?;
+        // A chunked head (training programs) holds one slice of rows at a time.
+        let head_rows = head_rows(n, model.head_chunk, purpose);
+        let logits = z("logits", &[head_rows, v])?;
         let lse = z("lse", &[n])?;
         let loss_out = z("loss_out", &[2])?;
         let norm_sq = z("norm_sq", &[1])?;
@@ -392,6 +402,7 @@ impl Acts {
             half,
             psi_f16,
             recompute,
+            head_rows,
             tokens,
             targets,
             emb_index,
@@ -449,4 +460,10 @@ impl Acts {
         self.emb_index.write_u32(&model.gpu, &idx)?;
         Ok(())
     }
+}
+
+/// Rows of the logits a program of `n` tokens holds: a training program with a head chunk of
+/// `chunk` rows (0 = off) one slice, everything else all `n`.
+pub(crate) fn head_rows(n: usize, chunk: usize, purpose: Purpose) -> usize {
+    if purpose == Purpose::Train && chunk > 0 { chunk.min(n) } else { n }
 }

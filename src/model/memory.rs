@@ -153,6 +153,14 @@ pub fn fit_advice(
     if f16 && fits(batch, with(true, st.recompute)) {
         fixes.push("or pass --f16-state (half-precision states: this batch then fits)".into());
     }
+    let chunked = Storage { head_chunk: HEAD_CHUNK_ADVICE, ..st };
+    if st.head_chunk == 0 && batch * seq > HEAD_CHUNK_ADVICE && fits(batch, chunked) {
+        fixes.push(format!(
+            "or pass --head-chunk {HEAD_CHUNK_ADVICE} (train.head_chunk: the LM head's logits {HEAD_CHUNK_ADVICE} rows at a \
+             time instead of all {}; this batch then fits)",
+            batch * seq
+        ));
+    }
     if !st.recompute && fits(batch, with(st.state_f16, true)) {
         fixes.push(
             "or pass --recompute (train.recompute: the backward rebuilds c, a, the QK norms and ψ instead of \
@@ -168,6 +176,9 @@ pub fn fit_advice(
         fixes.join(", ")
     ))
 }
+
+/// The head chunk `fit_advice` suggests: 1024 rows of logits at a time (206 MB at V = 50304).
+pub const HEAD_CHUNK_ADVICE: usize = 1024;
 
 /// The largest batch of `t`-token sequences whose training plan, stored as `st` says, totals at
 /// most `bytes` (0 when not even one sequence fits). Plans grow with the batch: a bisection.
@@ -301,6 +312,9 @@ pub struct Storage {
     /// One buffer for every layer's c, a, QK-norm outputs and ψ, rebuilt in the backward
     /// ([`super::Model::set_recompute`]).
     pub recompute: bool,
+    /// The LM head in slices of this many rows, 0 = all at once
+    /// ([`super::Model::set_head_chunk`]): the logits of one slice instead of the batch's.
+    pub head_chunk: usize,
 }
 
 impl Storage {
@@ -314,13 +328,16 @@ impl Storage {
     pub fn label(&self) -> String {
         let mut parts = Vec::new();
         if self.precision == super::Precision::F16 {
-            parts.push("f16");
+            parts.push("f16".to_string());
         }
         if self.state_f16 {
-            parts.push("f16 states");
+            parts.push("f16 states".to_string());
         }
         if self.recompute {
-            parts.push("recompute");
+            parts.push("recompute".to_string());
+        }
+        if self.head_chunk > 0 {
+            parts.push(format!("head chunk {}", self.head_chunk));
         }
         if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) }
     }
@@ -365,7 +382,9 @@ pub fn memory_plan_for(c: &ModelConfig, b: usize, t: usize, st: Storage) -> Memo
         + if var.is_ddl() { 1 + 2 * n + 2 * n * m } else { 0 }
         + if var.vmap() { 2 * n * hk + n * d } else { 0 };
     acts += l * (attn + mlp + 2 * per_sub) + 2 * n * dq + if rc { ac + psi } else { 0 };
-    acts += if var.expanded() { n * d } else { 0 } + n * d + n + n * v + n + 8;
+    // The logits: a chunked head's one slice of rows.
+    let head_rows = super::acts::head_rows(n as usize, st.head_chunk, super::acts::Purpose::Train) as u64;
+    acts += if var.expanded() { n * d } else { 0 } + n * d + n + head_rows * v + n + 8;
     let hkn = if var.vmap() { n * hk } else { 1 };
     // The blocked attention's two block scratches (shared by all layers), at the larger of the
     // CPU and GPU block sizes, so that one plan holds on either.
@@ -385,7 +404,7 @@ pub fn memory_plan_for(c: &ModelConfig, b: usize, t: usize, st: Storage) -> Memo
         + if f4 != f { l * d * f4 } else { 0 }
         + launcher_scratch(c, b, t)
         + k_pieces_scratch_elems(&layout, b * t, &KSplit::PLANNED) as u64;
-    let mut largest = ("logits".to_string(), 4 * n * v);
+    let mut largest = ("logits".to_string(), 4 * head_rows * v);
     for s in &layout.specs {
         let bytes = 4 * s.len() as u64;
         if bytes > largest.1 {
@@ -483,6 +502,34 @@ mod tests {
             let e = parse_bytes(bad).unwrap_err();
             assert!(e.contains(&format!("'{bad}'")) && e.contains("80GB"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_sliced_head_plans_one_slice_of_logits_and_is_advised_where_it_makes_the_batch_fit() {
+        // small-124m baseline at 8 × 1024: the logits [8192, 50304] are the largest tensor; in
+        // slices of 1024 rows they are [1024, 50304].
+        let c = ModelConfig::preset("small-124m", Variant::Baseline).unwrap();
+        let v = c.vocab_size as u64;
+        let chunk = |head_chunk: usize| Storage { head_chunk, ..Storage::default() };
+        let (whole, sliced) = (memory_plan_for(&c, 8, 1024, chunk(0)), memory_plan_for(&c, 8, 1024, chunk(1024)));
+        assert_eq!(whole.activation_bytes - sliced.activation_bytes, 4 * (8192 - 1024) * v);
+        assert_eq!(sliced.largest, ("logits".to_string(), 4 * 1024 * v));
+        assert_eq!(sliced.grad_scratch_bytes, whole.grad_scratch_bytes);
+        // A chunk of at least the batch's rows plans as no chunk.
+        assert_eq!(memory_plan_for(&c, 8, 1024, chunk(8192)).total(), whole.total());
+        assert_eq!(memory_plan_for(&c, 1, 512, chunk(1024)).total(), memory_plan_for(&c, 1, 512, chunk(0)).total());
+        assert_eq!(Storage { recompute: true, ..chunk(1024) }.label(), " (recompute, head chunk 1024)");
+        // Advised where it makes this batch fit; not when the run already slices, nor for a
+        // batch of at most 1024 tokens.
+        let room = Limits { max_buffer: u64::MAX, host_available: Some(sliced.total()) };
+        let advice = fit_advice(&c, 8, 1024, 1, chunk(0), &room).unwrap();
+        assert!(advice.contains("or pass --head-chunk 1024 (train.head_chunk"), "{advice}");
+        assert_eq!(fit_advice(&c, 8, 1024, 1, chunk(1024), &room), None);
+        let one = memory_plan_for(&c, 1, 1024, chunk(0)).total();
+        let tight = Limits { max_buffer: u64::MAX, host_available: Some(one - 1) };
+        assert!(!fit_advice(&c, 1, 1024, 1, chunk(0), &tight).unwrap().contains("--head-chunk"));
+        // It fits more sequences on a card.
+        assert!(largest_batch(&c, 1024, chunk(1024), 80 << 30) > largest_batch(&c, 1024, chunk(0), 80 << 30));
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub struct Model {
     /// Training programs recompute cheap activations in the backward instead of keeping one
     /// per layer ([`Model::set_recompute`]).
     pub recompute: bool,
+    /// Training programs compute the LM head's logits, loss and logits' gradient in slices of
+    /// this many rows in the forward, 0 = all rows at once ([`Model::set_head_chunk`]).
+    pub head_chunk: usize,
     /// In f16: the parameters rounded to f16, two per word (the weights f16 products read),
     /// refreshed by every training program's optimizer pass right after AdamW.
     pub params16: Option<Tensor>,
@@ -124,6 +127,7 @@ impl Model {
             state_f16: false,
             precision: Precision::F32,
             recompute: false,
+            head_chunk: 0,
             params16: None,
         })
     }
@@ -157,6 +161,20 @@ impl Model {
     /// says what it saves).
     pub fn set_recompute(&mut self, on: bool) {
         self.recompute = on;
+    }
+
+    /// Later training programs (`--head-chunk ROWS`, `train.head_chunk`) never hold the logits
+    /// of the whole batch: the forward computes the tied LM head in slices of `rows` rows — a
+    /// slice's logits, its rows' losses, the logits' gradient written over them, that gradient's
+    /// share of the embedding's gradient and of ∂zn — before the next slice reuses the buffer
+    /// (as Liger's fused linear cross-entropy does), and the backward starts at the final norm.
+    /// The logits buffer holds `rows` rows instead of B·T (the largest activation of a model with
+    /// a big vocabulary: 1.65 GB at small-124m's 8 × 1024); the loss and every row's gradient are
+    /// the same bits, the embedding's gradient sums the slices' products in float32 (a rounding
+    /// apart). 0, or `rows` ≥ B·T, computes all rows at once. Evaluation programs over a chunked
+    /// training program's activations compute the loss in the same slices.
+    pub fn set_head_chunk(&mut self, rows: usize) {
+        self.head_chunk = rows;
     }
 
     /// Computes the linear layers of later training and evaluation programs in `p`

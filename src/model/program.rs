@@ -43,6 +43,10 @@ pub struct Program {
     acts: Acts,
     zero: Vec<Op>,
     forward: Vec<Op>,
+    /// A training program with a chunked head, whose forward computes the logits' gradient
+    /// too: the head's range in `forward`, and the head without the gradient, which a
+    /// forward-only run (evaluation) records in its place.
+    eval_head: Option<(std::ops::Range<usize>, Vec<Op>)>,
     backward: Vec<Op>,
     /// `(end, block)`: after `backward[..end]` no later backward op writes the gradients of
     /// `blocks.{block}.*` (blocks in the order the backward finishes them: last block first).
@@ -150,9 +154,19 @@ impl Program {
     /// Records the program's ops over `acts`.
     fn build(model: &Model, acts: Acts, opt: Option<&AdamWConfig>, obj: Objective) -> Result<Program> {
         let mut r = Rec::new(model, &acts, obj, None);
-        layers::forward(&mut r)?;
+        r.grad_head = opt.is_some() && acts.head_chunked();
+        let head_at = layers::forward(&mut r)?;
+        let head = head_at..r.ops.len();
         r.ops.extend(beta_sums(model, &acts)?);
         let forward = std::mem::take(&mut r.ops);
+        let eval_head = if r.grad_head {
+            let mut e = Rec::new(model, &acts, obj, None);
+            e.head_ce = r.head_ce.take();
+            layers::head::forward(&mut e)?;
+            Some((head, e.ops))
+        } else {
+            None
+        };
         let (mut backward, mut backward_blocks, mut finish, mut optimizer) = Default::default();
         if let Some(opt) = opt {
             backward_blocks = layers::backward(&mut r)?;
@@ -182,6 +196,7 @@ impl Program {
             acts,
             zero,
             forward,
+            eval_head,
             backward,
             backward_blocks,
             finish,
@@ -198,8 +213,13 @@ impl Program {
     /// objective's own scale (1 / micro-batches). Rewrites a uniform; ordered before the next
     /// submit.
     pub fn set_loss_scale(&self, model: &Model, scale: f32) -> Result<()> {
-        let ds: Vec<&Dispatch> =
-            self.backward.iter().filter_map(|op| if let Op::Run(d) = op { Some(d) } else { None }).collect();
+        // (A chunked head's loss backward is in the forward.)
+        let ds: Vec<&Dispatch> = self
+            .forward
+            .iter()
+            .chain(&self.backward)
+            .filter_map(|op| if let Op::Run(d) = op { Some(d) } else { None })
+            .collect();
         let n = crate::kernels::loss::set_backward_scale(&model.gpu, &ds, self.obj.loss_scale * scale);
         if n == 0 && self.trains() {
             return Err(crate::gpu::GpuError::Shape("set_loss_scale: the program has no loss backward".into()));
@@ -238,7 +258,8 @@ impl Program {
     }
 
     /// The logits [B·T, V] of the last forward (after a forward-only run: a training program's
-    /// backward writes their gradient over them).
+    /// backward writes their gradient over them). A chunked head's hold the last slice's rows
+    /// only ([`Acts::head_rows`]).
     pub fn logits(&self) -> &Tensor {
         &self.acts.logits
     }
@@ -282,15 +303,24 @@ impl Program {
 
     /// Records `parts` into `r` (e.g. a profiled recorder).
     pub fn record(&self, r: &mut Recorder, parts: Parts) {
-        for (on, ops) in [
-            (parts.zero, &self.zero),
-            (parts.forward, &self.forward),
-            (parts.backward, &self.backward),
-            (parts.finish, &self.finish),
-        ] {
-            if on {
-                r.ops(ops);
+        if parts.zero {
+            r.ops(&self.zero);
+        }
+        match (&self.eval_head, parts.forward, parts.backward) {
+            // A forward without its backward leaves the gradients alone.
+            (Some((at, head)), true, false) => {
+                r.ops(&self.forward[..at.start]);
+                r.ops(head);
+                r.ops(&self.forward[at.end..]);
             }
+            (_, true, _) => r.ops(&self.forward),
+            _ => {}
+        }
+        if parts.backward {
+            r.ops(&self.backward);
+        }
+        if parts.finish {
+            r.ops(&self.finish);
         }
         if parts.optimizer {
             let refs: Vec<&Dispatch> = self.optimizer.iter().chain(&self.refresh16).collect();

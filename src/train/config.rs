@@ -66,6 +66,12 @@ pub struct TrainConfig {
     /// for one more elementwise or norm pass per sublayer. May change when a run resumes.
     #[serde(default)]
     pub recompute: bool,
+    /// Compute the LM head in slices of this many rows (`--head-chunk`; 0 = all rows at once;
+    /// [`crate::model::Model::set_head_chunk`]): one slice's logits instead of the batch's, the
+    /// same losses, the embedding's gradient summed slice by slice. May be set when a run
+    /// resumes.
+    #[serde(default)]
+    pub head_chunk: usize,
     /// The loss scale an f16 run starts from (a power of two): halved after every step whose
     /// gradients overflow (the step is skipped), doubled after `loss_scale_growth` clean steps.
     #[serde(default = "default_loss_scale")]
@@ -124,6 +130,7 @@ impl TrainConfig {
             state_f16: false,
             precision: Precision::F32,
             recompute: false,
+            head_chunk: 0,
             loss_scale: default_loss_scale(),
             loss_scale_growth: default_loss_scale_growth(),
         }
@@ -240,6 +247,7 @@ impl TrainConfig {
             state_f16: self.states_f16(model),
             precision: self.precision,
             recompute: self.recompute,
+            head_chunk: self.head_chunk,
         }
     }
 
@@ -396,8 +404,10 @@ impl RunConfig {
             };
             for (key, want, have) in pairs {
                 // (Settings that change how, not what, a run trains may differ on resuming.)
-                if matches!(key.as_str(), "model.vocab_size" | "train.skip_nonfinite" | "train.recompute")
-                    || have == Some(want)
+                if matches!(
+                    key.as_str(),
+                    "model.vocab_size" | "train.skip_nonfinite" | "train.recompute" | "train.head_chunk"
+                ) || have == Some(want)
                 {
                     continue;
                 }

@@ -187,10 +187,13 @@ impl<'c> Trainer<'c> {
                     ))
                 })?;
                 // The saved settings, except the flags that may change between invocations.
-                let (skip, recompute) = (run.train.skip_nonfinite, run.train.recompute);
+                let (skip, recompute, chunk) = (run.train.skip_nonfinite, run.train.recompute, run.train.head_chunk);
                 run = saved;
                 run.train.skip_nonfinite |= skip;
                 run.train.recompute |= recompute;
+                if chunk > 0 {
+                    run.train.head_chunk = chunk;
+                }
             }
             if run.model != ck.model.cfg {
                 return Err(TrainError::Settings(format!(
@@ -228,6 +231,7 @@ impl<'c> Trainer<'c> {
         }
         let plan = crate::model::memory_plan_for(&run.model, tr.batch_size, tr.seq_len, storage);
         model.set_recompute(tr.recompute);
+        model.set_head_chunk(tr.head_chunk);
         // (The variant and shape were validated with the settings; what is left is the adapter.)
         model
             .set_precision(tr.precision)
@@ -375,9 +379,15 @@ impl<'c> Trainer<'c> {
         } else {
             ", or --recompute (the same results in less memory: `ddl train --resume DIR --recompute` continues a run so)"
         };
+        let chunk_hint = if t.head_chunk > 0 {
+            String::new()
+        } else {
+            let r = crate::model::HEAD_CHUNK_ADVICE;
+            format!(", or --head-chunk {r} (the LM head's logits {r} rows at a time)")
+        };
         let memory = format!(
             "This run's memory plan at a batch of {} × {} tokens is {}. To need less: lower train.batch_size \
-             (train.grad_accum keeps the global batch){f16_hint}{recompute_hint}",
+             (train.grad_accum keeps the global batch){f16_hint}{recompute_hint}{chunk_hint}",
             t.batch_size,
             t.seq_len,
             plan.summary()

@@ -1,6 +1,7 @@
 //! Cross-entropy forward and backward against float64: label smoothing α = 0, 0.1, 0.7 with
 //! ignored targets, vocabularies 1, 65, 67, 1000 and 50304, logits of ±1e4, all rows ignored,
-//! more than 4096 rows (two-pass mean) and more than 65535 workgroups, row chunking,
+//! more than 4096 rows (two-pass mean) and more than 65535 workgroups, row chunking, slices of
+//! rows (the chunked LM head: the whole batch's bits),
 //! determinism, and the CPU backward against finite differences of the CPU forward.
 
 use super::common::*;
@@ -284,6 +285,79 @@ fn the_gradient_written_over_the_logits_is_the_same_bits() {
         assert!(same && got.len() == split.dlogits.len(), "n {n} V {v}: in place differs (seed {})", rng.seed);
         assert!(split.lse[0] >= 64.0, "row 0 is not renormalised: lse {}", split.lse[0]);
     }
+}
+
+#[test]
+fn slices_of_rows_give_the_same_bits_as_the_whole_batch() {
+    // The chunked LM head: the count first, then per slice of rows its forward and its backward
+    // written over its logits (before the next slice's logits would replace them), the mean
+    // last. Every row's lse and gradient and the mean and count are the whole batch's bits;
+    // slices of odd sizes with a remainder, a renormalised row, ignored targets, the GPT-2
+    // vocabulary (whose slices bind in chunks of 2 rows here), and a slice of every row.
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    for (n, v, slice, max_chunk) in
+        [(37, 65, 5, usize::MAX), (150, 67, 64, usize::MAX), (9, 50304, 4, 2 * 50304), (23, 67, 23, usize::MAX)]
+    {
+        let mut x = rng.normal(n * v, 2.0);
+        x[v..2 * v].iter_mut().for_each(|e| *e += 100.0);
+        let y = targets(&mut rng, n, v);
+        let whole = gpu_ce(&gpu, &x, &y, v, 0.1, 0.5, None);
+        let ty = Tensor::from_i32(&gpu, "targets", &[n], &y).unwrap();
+        let (lse, out) = (poisoned(&gpu, "lse", &[n]), poisoned(&gpu, "out", &[2]));
+        let ce = loss::RowSlices::new(&gpu, n, v, 0.1).unwrap();
+        let mut ds = ce.count(&gpu, ty.view(), out.view()).unwrap();
+        let mut slices = Vec::new();
+        for r0 in (0..n).step_by(slice) {
+            let rows = slice.min(n - r0);
+            let t = upload(&gpu, "slice", &x[r0 * v..(r0 + rows) * v]);
+            ds.extend(
+                loss::cross_entropy_forward_rows_chunked(
+                    &ce,
+                    &gpu,
+                    t.view(),
+                    ty.view(),
+                    lse.view(),
+                    r0,
+                    rows,
+                    max_chunk,
+                )
+                .unwrap(),
+            );
+            ds.extend(
+                ce.backward_rows(&gpu, t.view(), ty.view(), lse.view(), out.view(), t.view(), r0, rows, 0.5).unwrap(),
+            );
+            slices.push(t);
+        }
+        ds.extend(ce.finish(&gpu, ty.view(), out.view()).unwrap());
+        run(&gpu, &ds);
+        let dl: Vec<f32> = slices.iter().flat_map(|t| read(&gpu, t)).collect();
+        for (name, a, b) in [
+            ("lse", &whole.lse, &read(&gpu, &lse)),
+            ("out", &whole.out, &read(&gpu, &out)),
+            ("dlogits", &whole.dlogits, &dl),
+        ] {
+            let same = a.len() == b.len() && a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits());
+            assert!(same, "n {n} V {v} slices of {slice}: {name} differs (seed {})", rng.seed);
+        }
+        assert!(whole.lse[1] >= 64.0, "row 1 is not renormalised: lse {}", whole.lse[1]);
+    }
+    // The count alone: (0, valid targets) over poisoned outputs.
+    let y = [3, -1, 0, 7, 2];
+    let ty = Tensor::from_i32(&gpu, "targets", &[5], &y).unwrap();
+    let out = poisoned(&gpu, "out", &[2]);
+    let ce = loss::RowSlices::new(&gpu, 5, 4, 0.0).unwrap();
+    run(&gpu, &ce.count(&gpu, ty.view(), out.view()).unwrap());
+    assert_eq!(read(&gpu, &out), [0.0, 3.0]);
+    // Rows outside the loss, or a slice whose logits are too short, are refused.
+    let t = upload(&gpu, "t", &[0.0; 8]);
+    let lse = upload(&gpu, "lse", &[0.0; 5]);
+    let e = ce.forward_rows(&gpu, t.view(), ty.view(), lse.view(), 4, 2).unwrap_err();
+    assert!(e.to_string().contains("rows 4..6 outside the loss's 5 rows"), "{e}");
+    let e = ce.forward_rows(&gpu, t.view(), ty.view(), lse.view(), 0, 3).unwrap_err();
+    assert!(e.to_string().contains("'logits' needs 12 elements"), "{e}");
+    let e = ce.backward_rows(&gpu, t.view(), ty.view(), lse.view(), out.view(), t.view(), 0, 0, 1.0).unwrap_err();
+    assert!(e.to_string().contains("outside"), "{e}");
 }
 
 #[test]

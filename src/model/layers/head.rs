@@ -1,9 +1,12 @@
 //! The head: the readout compressor (expanded variants) z = compress(X_2L), the final RMSNorm,
 //! the tied LM head logits = norm(z) Eᵀ and the cross-entropy loss (with label smoothing);
-//! the loss and its count go to the program's `stats`.
+//! the loss and its count go to the program's `stats`. A chunked head (training programs with
+//! [`crate::model::Model::set_head_chunk`]) computes logits, loss and the logits' gradient in
+//! slices of rows in the forward ([`sliced`]); its backward starts at the final norm.
 
 use crate::gpu::{Op, Result};
 use crate::kernels::matmul::Matmul;
+use crate::kernels::reduce::chunks;
 use crate::kernels::{loss, norm, shortconv};
 
 use super::{Rec, compress};
@@ -25,6 +28,9 @@ pub(crate) fn forward(r: &mut Rec) -> Result<()> {
         d,
         c.norm_eps as f32,
     ))?;
+    if a.head_chunked() {
+        return sliced(r);
+    }
     r.mm(Matmul::nt(n, v, d), a.zn.view(), r.pv("tok_emb"), a.logits.view())?;
     let ls = r.obj.label_smoothing;
     r.run(loss::cross_entropy_forward(
@@ -41,29 +47,73 @@ pub(crate) fn forward(r: &mut Rec) -> Result<()> {
     Ok(())
 }
 
+/// The head in slices of `head_rows` rows, one buffer of logits for all: per slice its logits
+/// zn[rows] Eᵀ and its rows' losses and, in a training program's forward ([`Rec::grad_head`]),
+/// the logits' gradient written over them, its share of ∂E (added to the tied embedding's
+/// gradient) and its rows of ∂zn, before the next slice overwrites the logits. The valid count
+/// is taken before the first slice (each slice's gradient divides by it) and the mean after the
+/// last. Every row's loss and gradient are the unsliced head's bits; ∂E adds the slices'
+/// products in order.
+fn sliced(r: &mut Rec) -> Result<()> {
+    let (gpu, c, a) = (r.gpu, r.c, r.a);
+    let (n, d, v, rows) = (r.n(), c.d_model, c.vocab_size, a.head_rows);
+    let ce = match &r.head_ce {
+        Some(ce) => ce.clone(),
+        None => loss::RowSlices::new(gpu, n, v, r.obj.label_smoothing)?,
+    };
+    r.head_ce = Some(ce.clone());
+    let (targets, lse, out) = (a.targets.view(), a.lse.view(), a.loss_out.view());
+    if r.grad_head {
+        r.run(ce.count(gpu, targets, out))?;
+    }
+    let emb = r.pv("tok_emb");
+    for (r0, rr) in chunks(n, rows) {
+        let logits = a.logits.view().sub(0, rr * v);
+        let mut head = Matmul::nt(rr, v, d);
+        head.a.offset = r0 * d;
+        r.mm(head, a.zn.view(), emb, logits)?;
+        r.run(ce.forward_rows(gpu, logits, targets, lse, r0, rr))?;
+        if r.grad_head {
+            r.run(ce.backward_rows(gpu, logits, targets, lse, out, logits, r0, rr, r.obj.loss_scale))?;
+            let mut de = Matmul::tn(v, d, rr).accumulate(true);
+            de.b.offset = r0 * d;
+            r.mm(de, logits, a.zn.view(), r.gv("tok_emb"))?;
+            let mut dzn = Matmul::nn(rr, d, v);
+            dzn.c.offset = r0 * d;
+            r.mm(dzn, logits, emb, r.g().dzn.view())?;
+        }
+    }
+    r.run(ce.finish(gpu, targets, out))?;
+    r.push(Op::Copy { src: a.loss_out.clone(), src_off: 0, dst: a.stats.clone(), dst_off: 0, len: 2 });
+    Ok(())
+}
+
 /// Cross-entropy → logits → tied embedding and final norm → readout: writes ∂X_2L into
 /// `g.dx[0]` and returns 0 (the buffer that holds the state's gradient).
 pub(crate) fn backward(r: &mut Rec) -> Result<usize> {
     let (gpu, c, a, g) = (r.gpu, r.c, r.a, r.g());
     let var = c.variant;
     let (n, d, v) = (r.n(), c.d_model, c.vocab_size);
-    // The logits' gradient is written over the logits (nothing reads them after this): one
-    // [N, V] buffer less, the largest of a model with a big vocabulary.
-    let dlogits = &a.logits;
-    r.run(loss::cross_entropy_backward(
-        gpu,
-        a.logits.view(),
-        a.targets.view(),
-        a.lse.view(),
-        a.loss_out.view(),
-        dlogits.view(),
-        n,
-        v,
-        r.obj.label_smoothing,
-        r.obj.loss_scale,
-    ))?;
-    r.mm(Matmul::tn(v, d, n).accumulate(true), dlogits.view(), a.zn.view(), r.gv("tok_emb"))?;
-    r.mm(Matmul::nn(n, d, v), dlogits.view(), r.pv("tok_emb"), g.dzn.view())?;
+    // (A chunked head's forward left ∂zn and its share of ∂E.)
+    if !a.head_chunked() {
+        // The logits' gradient is written over the logits (nothing reads them after this): one
+        // [N, V] buffer less, the largest of a model with a big vocabulary.
+        let dlogits = &a.logits;
+        r.run(loss::cross_entropy_backward(
+            gpu,
+            a.logits.view(),
+            a.targets.view(),
+            a.lse.view(),
+            a.loss_out.view(),
+            dlogits.view(),
+            n,
+            v,
+            r.obj.label_smoothing,
+            r.obj.loss_scale,
+        ))?;
+        r.mm(Matmul::tn(v, d, n).accumulate(true), dlogits.view(), a.zn.view(), r.gv("tok_emb"))?;
+        r.mm(Matmul::nn(n, d, v), dlogits.view(), r.pv("tok_emb"), g.dzn.view())?;
+    }
     // ∂X (the gradient of the current state) ping-pongs between two buffers; it starts in 0.
     let cur = 0usize;
     let final_norm = |r: &mut Rec, dx: &crate::gpu::Tensor| {

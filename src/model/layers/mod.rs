@@ -49,6 +49,12 @@ pub(crate) struct Rec<'a> {
     /// Decode programs with `k=mean` interventions: the fixed k̃ `[d]` of every sublayer that has
     /// one (2l + sublayer).
     pub k_fixed: Option<&'a [Option<Tensor>]>,
+    /// A chunked LM head computes the logits' gradient in the forward (a training program's
+    /// forward, not an evaluation over its activations): `head::sliced`.
+    pub grad_head: bool,
+    /// The sliced head's loss scratch: made by its first recording, shared by a second one
+    /// over the same activations (a training program's forward-only head).
+    pub head_ce: Option<crate::kernels::loss::RowSlices>,
 }
 
 impl<'a> Rec<'a> {
@@ -64,6 +70,8 @@ impl<'a> Rec<'a> {
             writes: Vec::new(),
             beta_maps: None,
             k_fixed: None,
+            grad_head: false,
+            head_ce: None,
         }
     }
 
@@ -161,8 +169,9 @@ impl<'a> Rec<'a> {
     }
 }
 
-/// The whole forward: embedding, every block's two sublayers, head and loss.
-pub(crate) fn forward(r: &mut Rec) -> Result<()> {
+/// The whole forward: embedding, every block's two sublayers, head and loss. Returns where the
+/// head's ops start in `r.ops`.
+pub(crate) fn forward(r: &mut Rec) -> Result<usize> {
     let a = r.a;
     embedding::forward(r)?;
     // Delta writes in sublayer order: each stores its β in its column of `betas`.
@@ -191,7 +200,9 @@ pub(crate) fn forward(r: &mut Rec) -> Result<()> {
             }
         }
     }
-    head::forward(r)
+    let head_at = r.ops.len();
+    head::forward(r)?;
+    Ok(head_at)
 }
 
 /// The whole backward from the loss: head, blocks from the last, embedding. Returns the block
