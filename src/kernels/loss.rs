@@ -126,22 +126,6 @@ pub fn cross_entropy_forward_chunked(
     Ok(ds)
 }
 
-/// [`RowSlices::forward_rows`] binding at most `max_chunk` logits per dispatch; for testing.
-#[doc(hidden)]
-#[allow(clippy::too_many_arguments)]
-pub fn cross_entropy_forward_rows_chunked(
-    ce: &RowSlices,
-    gpu: &Gpu,
-    logits: View,
-    targets: View,
-    lse: View,
-    r0: usize,
-    rows: usize,
-    max_chunk: usize,
-) -> Result<Vec<Dispatch>> {
-    ce.forward_rows_chunked(gpu, logits, targets, lse, r0, rows, max_chunk)
-}
-
 /// A cross-entropy over `n` rows computed in slices of rows whose logits need not exist at
 /// once (the chunked LM head, `train.head_chunk`): [`RowSlices::count`] first (the backward
 /// of a slice reads the valid count), then per slice [`RowSlices::forward_rows`] and, over the
@@ -211,8 +195,10 @@ impl RowSlices {
         self.forward_rows_chunked(gpu, logits, targets, lse, r0, rows, usize::MAX)
     }
 
+    /// [`RowSlices::forward_rows`] binding at most `max_chunk` logits per dispatch; for testing.
+    #[doc(hidden)]
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn forward_rows_chunked(
+    pub fn forward_rows_chunked(
         &self,
         gpu: &Gpu,
         logits: View,
