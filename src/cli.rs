@@ -458,6 +458,10 @@ pub(crate) struct EvalArgs {
     /// write treats as identity, projection or reflection.
     #[arg(long)]
     pub(crate) betas: bool,
+    /// The LM head in slices of ROWS rows of a batch (default: the run's train.head_chunk; 0 =
+    /// all at once): the same losses, with one slice's logits in memory instead of the batch's.
+    #[arg(long, value_name = "ROWS")]
+    pub(crate) head_chunk: Option<usize>,
     /// One JSON object: loss, perplexity, tokens, bytes, bits_per_byte, windows, source (and
     /// betas).
     #[arg(long)]
@@ -474,9 +478,9 @@ impl EvalArgs {
             (None, None) => EvalSource::Run,
         };
         let split = if self.split == EvalSplit::Train { Split::Train } else { Split::Val };
-        let (seq_len, batch_size, batches, betas, against) =
-            (self.seq_len, self.batch_size, self.batches, self.betas, self.against);
-        EvalRequest { source, split, seq_len, batch_size, batches, betas, against }
+        let (seq_len, batch_size, batches, betas, against, head_chunk) =
+            (self.seq_len, self.batch_size, self.batches, self.betas, self.against, self.head_chunk);
+        EvalRequest { source, split, seq_len, batch_size, batches, betas, against, head_chunk }
     }
 }
 

@@ -451,7 +451,7 @@ fn bench_problems_are_clear_errors() {
         .output()
         .unwrap();
     let t = text(&o);
-    assert!(o.status.success() && t.contains("\"d\":32,\"layers\":1"), "{t}");
+    assert!(o.status.success() && t.contains("\"d\":32,") && t.contains("\"layers\":1,"), "{t}");
 }
 
 /// Names of the files in `dir`.

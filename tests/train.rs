@@ -440,6 +440,11 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     let own = json(&[]);
     let (windows, tokens) = (own["windows"].as_u64().unwrap() as usize, own["tokens"].as_u64().unwrap() as usize);
     assert_eq!(tokens, windows * 16);
+    // The LM head in slices of 5 rows (7 a batch of 32): the same loss, to the bit.
+    let sliced = json(&["--head-chunk", "5"]);
+    for k in ["loss", "tokens", "windows", "bits_per_byte"] {
+        assert_eq!(sliced[k], own[k], "{k} of eval --head-chunk 5: {sliced} against {own}");
+    }
     assert!(windows > 8 && own["whole"] == true && own["split"] == "val", "{own}");
 
     // The validation split's tokens, as the run reads them.
@@ -1642,8 +1647,9 @@ fn recomputing_trains_the_same_bits_in_the_memory_the_plan_saves() {
 /// the slices' products); in f32 and f16 (whose loss scale reaches the forward's loss backward:
 /// a scaled step's gradients are the scale times the unscaled ones, exactly), with this
 /// adapter's forms and the GPU's; a forward-only run of the sliced program (evaluation) gives
-/// the same loss as a forward program and leaves the gradients alone; accumulated micro-batches
-/// agree too; and the program is smaller by the plan's difference, exactly.
+/// the same loss as a forward program and leaves the gradients alone, and so does `ddl eval`'s
+/// program in the same slices (`Model::loss_program`); accumulated micro-batches agree too; and
+/// the program is smaller by the plan's difference, exactly.
 #[test]
 fn the_lm_head_in_slices_trains_the_same_run_in_the_memory_the_plan_saves() {
     use ddl::model::Parts;
@@ -1708,7 +1714,12 @@ fn the_lm_head_in_slices_trains_the_same_run_in_the_memory_the_plan_saves() {
                     "{what}: a forward-only run changed the gradients"
                 );
                 let fp = model.forward_program_sharing(&prog).unwrap();
-                let shared = fp.run(&model, Parts::FORWARD).unwrap();
+                let mut shared = fp.run(&model, Parts::FORWARD).unwrap();
+                // `ddl eval`'s program, its head in the same slices.
+                let lp = model.loss_program(b, t, chunk).unwrap();
+                assert_eq!(lp.acts().head_rows, if chunk > 0 { chunk } else { b * t }, "{what}");
+                lp.set_batch(&model, &x, &y).unwrap();
+                shared.extend(lp.run(&model, Parts::FORWARD).unwrap());
                 let mut steps = Vec::new();
                 for step in 1..=3 {
                     let o = ddl::kernels::adamw::AdamWConfig { step, ..opt };
@@ -1753,6 +1764,10 @@ fn the_lm_head_in_slices_trains_the_same_run_in_the_memory_the_plan_saves() {
             // training objective, and a forward program over the activations without smoothing).
             assert_eq!(whole.4[..2], sliced.4[..2], "{what}: forward-only loss and count");
             assert_eq!(whole.5[..2], sliced.5[..2], "{what}: the sharing forward program's loss");
+            let k = whole.5.len() / 2;
+            for side in [&whole.5, &sliced.5] {
+                assert_eq!(side[k..k + 2], whole.5[..2], "{what}: `ddl eval`'s program against a forward program");
+            }
             for (a, b) in whole.6.iter().zip(&sliced.6) {
                 assert!((a[0] - b[0]).abs() <= tl * a[0].abs(), "{what}: accumulated losses {a:?} vs {b:?}");
             }

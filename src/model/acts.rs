@@ -18,6 +18,9 @@ pub(crate) enum Purpose {
     Train,
     /// Forward only (evaluation, β statistics).
     Forward,
+    /// Forward only for the loss (evaluation): as `Forward`, with the LM head in slices of
+    /// this many rows (0 = all at once), so that the batch's logits never exist at once.
+    Loss(usize),
     /// Forward only over a decode cache: f32 states, k stored for the traces.
     Decode,
 }
@@ -151,7 +154,8 @@ pub struct Acts {
     /// expanded) is one shared buffer, every MLP's ψ another, and the QK norms' outputs live in
     /// the pre-RoPE q and k; the backward rebuilds each just before it reads it.
     pub recompute: bool,
-    /// Rows of `logits`: B·T, or the slice of a chunked LM head ([`Model::set_head_chunk`]).
+    /// Rows of `logits`: B·T, or the slice of a chunked LM head ([`Model::set_head_chunk`],
+    /// [`Model::loss_program`]).
     pub head_rows: usize,
     /// Token ids [B, T] (i32) and targets (−1 = ignored).
     pub tokens: Tensor,
@@ -351,7 +355,14 @@ impl Acts {
         let zn = z("zn", &[n, d])?;
         let rstd_f = z("rstd_f", &[n])?;
         // A chunked head (training programs) holds one slice of rows at a time.
-        let head_rows = head_rows(n, model.head_chunk, purpose);
+        let head_rows = head_rows(
+            n,
+            match purpose {
+                Purpose::Train => model.head_chunk,
+                Purpose::Loss(chunk) => chunk,
+                _ => 0,
+            },
+        );
         let logits = z("logits", &[head_rows, v])?;
         let lse = z("lse", &[n])?;
         let loss_out = z("loss_out", &[2])?;
@@ -462,8 +473,8 @@ impl Acts {
     }
 }
 
-/// Rows of the logits a program of `n` tokens holds: a training program with a head chunk of
-/// `chunk` rows (0 = off) one slice, everything else all `n`.
-pub(crate) fn head_rows(n: usize, chunk: usize, purpose: Purpose) -> usize {
-    if purpose == Purpose::Train && chunk > 0 { chunk.min(n) } else { n }
+/// Rows of the logits a program of `n` tokens holds with the LM head in slices of `chunk` rows
+/// (0 = all at once): one slice.
+pub(crate) fn head_rows(n: usize, chunk: usize) -> usize {
+    if chunk > 0 { chunk.min(n) } else { n }
 }

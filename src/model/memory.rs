@@ -383,7 +383,7 @@ pub fn memory_plan_for(c: &ModelConfig, b: usize, t: usize, st: Storage) -> Memo
         + if var.vmap() { 2 * n * hk + n * d } else { 0 };
     acts += l * (attn + mlp + 2 * per_sub) + 2 * n * dq + if rc { ac + psi } else { 0 };
     // The logits: a chunked head's one slice of rows.
-    let head_rows = super::acts::head_rows(n as usize, st.head_chunk, super::acts::Purpose::Train) as u64;
+    let head_rows = super::acts::head_rows(n as usize, st.head_chunk) as u64;
     acts += if var.expanded() { n * d } else { 0 } + n * d + n + head_rows * v + n + 8;
     let hkn = if var.vmap() { n * hk } else { 1 };
     // The blocked attention's two block scratches (shared by all layers), at the larger of the

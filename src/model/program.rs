@@ -87,13 +87,22 @@ impl Model {
     /// [`Model::program`] with an explicit objective (the gradient scale is 1/k when k
     /// micro-batches accumulate into one step).
     pub fn program_with(&self, b: usize, t: usize, opt: &AdamWConfig, obj: Objective) -> Result<Program> {
-        Program::new(self, b, t, Some(opt), obj)
+        Program::new(self, b, t, Some(opt), obj, Purpose::Train)
     }
 
     /// A forward-only program (evaluation, β statistics): no gradient scratch, no optimizer,
     /// no label smoothing.
     pub fn forward_program(&self, b: usize, t: usize) -> Result<Program> {
-        Program::new(self, b, t, None, Objective { label_smoothing: 0.0, loss_scale: 1.0 })
+        Program::new(self, b, t, None, Objective { label_smoothing: 0.0, loss_scale: 1.0 }, Purpose::Forward)
+    }
+
+    /// [`Model::forward_program`] for the loss alone (`ddl eval`): the LM head in slices of
+    /// `head_chunk` rows (0 = all at once; as [`Model::set_head_chunk`] slices a training
+    /// program's), so that it never holds the batch's logits — the same loss, to the bit, in
+    /// one slice's logits instead of B·T rows'; its [`Program::logits`] hold the last slice.
+    pub fn loss_program(&self, b: usize, t: usize, head_chunk: usize) -> Result<Program> {
+        let obj = Objective { label_smoothing: 0.0, loss_scale: 1.0 };
+        Program::new(self, b, t, None, obj, Purpose::Loss(head_chunk))
     }
 
     /// A forward-only program (no label smoothing) over the activations of `train`: it allocates
@@ -132,7 +141,14 @@ impl Model {
 }
 
 impl Program {
-    fn new(model: &Model, b: usize, t: usize, opt: Option<&AdamWConfig>, obj: Objective) -> Result<Program> {
+    fn new(
+        model: &Model,
+        b: usize,
+        t: usize,
+        opt: Option<&AdamWConfig>,
+        obj: Objective,
+        purpose: Purpose,
+    ) -> Result<Program> {
         let c = &model.cfg;
         if t > c.max_seq_len {
             return Err(crate::gpu::GpuError::Shape(format!(
@@ -146,7 +162,6 @@ impl Program {
         if kp > 0 {
             model.gpu.shared_scratch(matmul::K_PIECES_SCRATCH, kp)?;
         }
-        let purpose = if opt.is_some() { Purpose::Train } else { Purpose::Forward };
         let acts = Acts::new(model, b, t, purpose)?;
         Program::build(model, acts, opt, obj)
     }

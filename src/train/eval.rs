@@ -47,6 +47,9 @@ pub struct EvalRequest {
     pub betas: bool,
     /// Another checkpoint to evaluate on the same windows, and the paired difference.
     pub against: Option<PathBuf>,
+    /// The LM head in slices of this many rows (0 = all at once; `None`: the run's
+    /// `train.head_chunk`): the same losses in one slice's logits ([`Model::loss_program`]).
+    pub head_chunk: Option<usize>,
 }
 
 /// What an evaluation measured.
@@ -212,6 +215,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     }
     t.seq_len = seq_len;
     t.batch_size = req.batch_size.unwrap_or(t.batch_size);
+    t.head_chunk = req.head_chunk.unwrap_or(t.head_chunk);
     let vocab = tok.vocab_size();
     let (tokens, source, key) = match &req.source {
         EvalSource::Run => {
@@ -407,7 +411,8 @@ fn run_model(
     betas: bool,
     label: &str,
 ) -> Result<ModelRun, TrainError> {
-    let prog = model.forward_program(t.batch_size, t.seq_len)?;
+    // (The head in the run's slices, or `--head-chunk`'s: the same loss, less memory.)
+    let prog = model.loss_program(t.batch_size, t.seq_len, t.head_chunk)?;
     let mut tally = BetaTally::default();
     let mut losses = Vec::new();
     // A bar on a terminal; without one, a line at every tenth of a long evaluation.
