@@ -17,6 +17,11 @@
 // τ = 0, 1, … in order; the CPU adapters' form) and a team of `team` invocations per row
 // (`*_team`, below). Both are bit-identical run to run; they differ from each other in the order
 // of their sums (an ulp or so of lse).
+//
+// Where P and dS go is the variant's part in front of this file (`put_p`, `put_ds`, `p_again`):
+// over s and g (`f32`, parts/attn_rows_f32.wgsl), or into f16 buffers of their own (`h`,
+// parts/attn_rows_f16.wgsl: form `attn_p16` under `--precision f16`, whose products read P and dS
+// as f16 operands anyway), leaving s and g as they were. Every sum is the same in both.
 
 struct Params {
     heads: u32,
@@ -99,10 +104,10 @@ fn rows_fwd(
     let ls = mx + log(l);
     lse[row.li] = ls;
     for (var j = 0u; j < nv; j++) {
-        s[row.base + j] = select(vec4<f32>(), exp(s[row.base + j] - ls), seen(j, row.lim));
+        put_p(row.base + j, select(vec4<f32>(), exp(s[row.base + j] - ls), seen(j, row.lim)));
     }
     for (var j = nv; j < params.nk4; j++) {
-        s[row.base + j] = vec4<f32>();
+        put_p(row.base + j, vec4<f32>());
     }
 }
 
@@ -127,17 +132,17 @@ fn rows_bwd(
     var dl = 0.0;
     for (var j = 0u; j < nv; j++) {
         let pr = select(vec4<f32>(), exp(s[row.base + j] - ls), seen(j, row.lim));
-        s[row.base + j] = pr;
+        put_p(row.base + j, pr);
         let t = select(vec4<f32>(), pr * g[row.base + j], seen(j, row.lim));
         dl = add4(dl, t);
     }
     for (var j = 0u; j < nv; j++) {
-        let ds = s[row.base + j] * (g[row.base + j] - vec4<f32>(dl)) * scale;
-        g[row.base + j] = select(vec4<f32>(), ds, seen(j, row.lim));
+        let ds = p_again(row.base + j, j, row.lim, ls) * (g[row.base + j] - vec4<f32>(dl)) * scale;
+        put_ds(row.base + j, select(vec4<f32>(), ds, seen(j, row.lim)));
     }
     for (var j = nv; j < params.nk4; j++) {
-        s[row.base + j] = vec4<f32>();
-        g[row.base + j] = vec4<f32>();
+        put_p(row.base + j, vec4<f32>());
+        put_ds(row.base + j, vec4<f32>());
     }
 }
 
@@ -243,13 +248,13 @@ fn rows_fwd_team(
     if (lane == 0u) { lse[row.li] = ls; }
     for (var r = 0u; r < TC; r++) {
         let j = lane + r * team;
-        if (j < nv) { s[row.base + j] = select(vec4<f32>(), exp(c[r] - ls), seen(j, row.lim)); }
+        if (j < nv) { put_p(row.base + j, select(vec4<f32>(), exp(c[r] - ls), seen(j, row.lim))); }
     }
     for (var j = lane + TC * team; j < nv; j += team) {
-        s[row.base + j] = select(vec4<f32>(), exp(s[row.base + j] - ls), seen(j, row.lim));
+        put_p(row.base + j, select(vec4<f32>(), exp(s[row.base + j] - ls), seen(j, row.lim)));
     }
     for (var j = nv + lane; j < params.nk4; j += team) {
-        s[row.base + j] = vec4<f32>();
+        put_p(row.base + j, vec4<f32>());
     }
 }
 
@@ -275,14 +280,14 @@ fn rows_bwd_team(
         if (j < nv) {
             cp[r] = select(vec4<f32>(), exp(s[row.base + j] - ls), seen(j, row.lim));
             cg[r] = g[row.base + j];
-            s[row.base + j] = cp[r];
+            put_p(row.base + j, cp[r]);
             let t = select(vec4<f32>(), cp[r] * cg[r], seen(j, row.lim));
             dl = add4(dl, t);
         }
     }
     for (var j = lane + TC * team; j < nv; j += team) {
         let pr = select(vec4<f32>(), exp(s[row.base + j] - ls), seen(j, row.lim));
-        s[row.base + j] = pr;
+        put_p(row.base + j, pr);
         let t = select(vec4<f32>(), pr * g[row.base + j], seen(j, row.lim));
         dl = add4(dl, t);
     }
@@ -291,14 +296,14 @@ fn rows_bwd_team(
     let scale = vec4<f32>(params.scale);
     for (var r = 0u; r < TC; r++) {
         let j = lane + r * team;
-        if (j < nv) { g[row.base + j] = select(vec4<f32>(), cp[r] * (cg[r] - vec4<f32>(dl)) * scale, seen(j, row.lim)); }
+        if (j < nv) { put_ds(row.base + j, select(vec4<f32>(), cp[r] * (cg[r] - vec4<f32>(dl)) * scale, seen(j, row.lim))); }
     }
     for (var j = lane + TC * team; j < nv; j += team) {
-        let ds = s[row.base + j] * (g[row.base + j] - vec4<f32>(dl)) * scale;
-        g[row.base + j] = select(vec4<f32>(), ds, seen(j, row.lim));
+        let ds = p_again(row.base + j, j, row.lim, ls) * (g[row.base + j] - vec4<f32>(dl)) * scale;
+        put_ds(row.base + j, select(vec4<f32>(), ds, seen(j, row.lim)));
     }
     for (var j = nv + lane; j < params.nk4; j += team) {
-        s[row.base + j] = vec4<f32>();
-        g[row.base + j] = vec4<f32>();
+        put_p(row.base + j, vec4<f32>());
+        put_ds(row.base + j, vec4<f32>());
     }
 }

@@ -27,7 +27,7 @@
 //! `≥ kv_len` are never read (they may hold anything).
 
 use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D, grid_1d};
-use crate::kernels::matmul::{Matmul, Operand};
+use crate::kernels::matmul::{Matmul, MatmulElem, Operand};
 
 /// Sizes of one attention call (see the module doc for the layouts and the mask).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -592,8 +592,23 @@ pub fn row_team(gpu: &Gpu) -> usize {
     gpu.forms.attention_row_team
 }
 
+/// Whether the blocked method stores P and dS in f16 (form `attn_p16`, for `--precision f16`,
+/// whose products read them as f16 operands either way: the same bits): the products then read
+/// them as f16-stored operands, which are never cut into binding-sized pieces, so every other
+/// operand must fit one storage binding.
+fn p16(gpu: &Gpu, s: &AttnShape, views: &[&View]) -> bool {
+    let max = crate::kernels::reduce::binding_elems(gpu, 1);
+    s.half && gpu.forms.attn_p16 && views.iter().all(|v| v.len() <= max)
+}
+
+/// The f16 block scratch (`[batch, heads, nq, ldk]` f16 elements, in f32 words) named `key`.
+fn half_scratch(gpu: &Gpu, key: &str, elems: usize) -> Result<Tensor> {
+    gpu.shared_scratch(key, elems.div_ceil(2))
+}
+
 /// The softmax step `entry` (`rows_fwd` or `rows_bwd`) over the block of queries i0..i0+n, which
-/// sees `nk` keys, in the device's form ([`row_team`]).
+/// sees `nk` keys, in the device's form ([`row_team`]); P and dS go over `s` and `g`, or, when
+/// `bind` has `ph` (and `gh`), into those f16 buffers (variant `h`, [`p16`]).
 #[allow(clippy::too_many_arguments)]
 fn rows_dispatch(
     gpu: &Gpu,
@@ -625,7 +640,8 @@ fn rows_dispatch(
         None => (entry.to_string(), 64),
         Some(rows) => (format!("{entry}_team"), rows),
     };
-    gpu.kernel("attention_rows", None, &entry)?.dispatch(
+    let variant = if bind.iter().any(|(name, _)| *name == "ph") { "h" } else { "f32" };
+    gpu.kernel("attention_rows", Some(variant), &entry)?.dispatch(
         gpu,
         Some(bytemuck::bytes_of(&p)),
         bind,
@@ -674,18 +690,28 @@ fn forward_blocked(
     lse: View<'_>,
 ) -> Result<Vec<Dispatch>> {
     let (hh, hd, ldk) = (s.heads, s.head_dim, ldk(s));
-    let sc = gpu.shared_scratch("attention.blocked.s", s.batch * hh * nq * ldk)?;
+    let elems = s.batch * hh * nq * ldk;
+    let sc = gpu.shared_scratch("attention.blocked.s", elems)?;
+    // P for the value product: over the scores, or in f16 (`attn_p16`).
+    let ph =
+        if p16(gpu, s, &[&q, &k, &v, &out]) { Some(half_scratch(gpu, "attention.blocked.p16", elems)?) } else { None };
     let mut ds = Vec::new();
     for (i0, n, nk) in blocks(s, nq) {
         let o = ops(s, i0, n, ldk);
         let blk = (n, ldk);
         let scores = product(s, blk, (n, nk, hd), (o.qrows, o.kvcols, o.srows), ['q', 'k', 's']);
         ds.extend(Matmul { alpha: scale, ..scores }.bind_split(gpu, q, k, sc.view())?);
-        ds.push(rows_dispatch(gpu, "rows_fwd", s, scale, (i0, n, nk), ldk, &[("s", sc.view()), ("lse", lse)])?);
+        let mut bind = vec![("s", sc.view()), ("lse", lse)];
+        bind.extend(ph.as_ref().map(|p| ("ph", p.view())));
+        ds.push(rows_dispatch(gpu, "rows_fwd", s, scale, (i0, n, nk), ldk, &bind)?);
         let pv = product(s, blk, (n, hd, nk), (o.srows, o.kvrows, o.qrows), ['s', 'k', 'q']);
-        ds.extend(pv.bind_split(gpu, sc.view(), v, out)?);
+        match &ph {
+            Some(p) => ds.extend(pv.a_elem(MatmulElem::F16).bind_split(gpu, p.view(), v, out)?),
+            None => ds.extend(pv.bind_split(gpu, sc.view(), v, out)?),
+        }
     }
     ds[0].scratch.push(sc);
+    ds[0].scratch.extend(ph);
     Ok(ds)
 }
 
@@ -709,8 +735,15 @@ fn backward_blocked(
     dv: View<'_>,
 ) -> Result<Vec<Dispatch>> {
     let (hh, hd, ldk) = (s.heads, s.head_dim, ldk(s));
-    let sc = gpu.shared_scratch("attention.blocked.s", s.batch * hh * nq * ldk)?;
-    let gs = gpu.shared_scratch("attention.blocked.ds", s.batch * hh * nq * ldk)?;
+    let elems = s.batch * hh * nq * ldk;
+    let sc = gpu.shared_scratch("attention.blocked.s", elems)?;
+    let gs = gpu.shared_scratch("attention.blocked.ds", elems)?;
+    // P and dS for the products: over the scores and dP, or in f16 (`attn_p16`).
+    let half = if p16(gpu, s, &[&q, &k, &v, &dout, &dq, &dk, &dv]) {
+        Some((half_scratch(gpu, "attention.blocked.p16", elems)?, half_scratch(gpu, "attention.blocked.ds16", elems)?))
+    } else {
+        None
+    };
     let mut ds = Vec::new();
     for &(i0, n, nk) in blocks(s, nq).iter().rev() {
         let first = ds.is_empty();
@@ -719,23 +752,23 @@ fn backward_blocked(
         let scores = product(s, blk, (n, nk, hd), (o.qrows, o.kvcols, o.srows), ['q', 'k', 's']);
         ds.extend(Matmul { alpha: scale, ..scores }.bind_split(gpu, q, k, sc.view())?);
         ds.extend(scores.bind_split(gpu, dout, v, gs.view())?);
-        ds.push(rows_dispatch(
-            gpu,
-            "rows_bwd",
-            s,
-            scale,
-            (i0, n, nk),
-            ldk,
-            &[("s", sc.view()), ("g", gs.view()), ("lse_saved", lse)],
-        )?);
-        // dV (+)= Pᵀ·dO and dK (+)= dSᵀ·Q (the same shapes), then dQ = dS·K.
+        let mut bind = vec![("s", sc.view()), ("g", gs.view()), ("lse_saved", lse)];
+        bind.extend(half.iter().flat_map(|(p, g)| [("ph", p.view()), ("gh", g.view())]));
+        ds.push(rows_dispatch(gpu, "rows_bwd", s, scale, (i0, n, nk), ldk, &bind)?);
+        // dV (+)= Pᵀ·dO and dK (+)= dSᵀ·Q (the same shapes), then dQ = dS·K: P and dS read from
+        // where the softmax step put them.
         let tq = product(s, blk, (nk, hd, n), (o.scols, o.qrows, o.kvrows), ['s', 'q', 'k']).accumulate(!first);
-        ds.extend(tq.bind_split(gpu, sc.view(), dout, dv)?);
-        ds.extend(tq.bind_split(gpu, gs.view(), q, dk)?);
         let dqp = product(s, blk, (n, hd, nk), (o.srows, o.kvrows, o.qrows), ['s', 'k', 'q']);
-        ds.extend(dqp.bind_split(gpu, gs.view(), k, dq)?);
+        let (tq, dqp, p, g) = match &half {
+            Some((p, g)) => (tq.a_elem(MatmulElem::F16), dqp.a_elem(MatmulElem::F16), p.view(), g.view()),
+            None => (tq, dqp, sc.view(), gs.view()),
+        };
+        ds.extend(tq.bind_split(gpu, p, dout, dv)?);
+        ds.extend(tq.bind_split(gpu, g, q, dk)?);
+        ds.extend(dqp.bind_split(gpu, g, k, dq)?);
     }
     ds[0].scratch.extend([sc, gs]);
+    ds[0].scratch.extend(half.into_iter().flat_map(|(p, g)| [p, g]));
     Ok(ds)
 }
 

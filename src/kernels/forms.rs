@@ -117,6 +117,11 @@ pub struct Forms {
     /// products' reads would do, so the same bits with half the bytes written, kept and read:
     /// `f16_acts`.
     pub f16_acts: bool,
+    /// `--precision f16`'s blocked attention stores the softmax steps' P and dS in f16 buffers of
+    /// their own, which the products read as f16-stored operands, instead of writing them over
+    /// the f32 scores and dP (read by the products rounded to f16): the same bits, half the bytes
+    /// written by the softmax steps and read by the three products after them: `attn_p16`.
+    pub attn_p16: bool,
     /// The baseline's residual X_out = X_in + h is added by the sublayer's last product (X_in
     /// copied into X_out first, the product accumulating into it) instead of a separate h and an
     /// add pass: the same bits (the product's epilogue and the add compute the same
@@ -267,6 +272,7 @@ impl Forms {
             matmul_subgroup: subgroups && lo == hi && hi >= 1 && 8 % hi == 0,
             matmul_f16_weights: true,
             f16_acts: true,
+            attn_p16: true,
             residual_fused: true,
             matmul_coop: false,
             matmul_coop_v: false,
@@ -382,6 +388,7 @@ impl Forms {
                 }
                 "matmul_f16_weights" => self.matmul_f16_weights = flag()?,
                 "f16_acts" => self.f16_acts = flag()?,
+                "attn_p16" => self.attn_p16 = flag()?,
                 "residual_fused" => self.residual_fused = flag()?,
                 "matmul_coop" => self.matmul_coop = flag()?,
                 "matmul_coop_v" => self.matmul_coop_v = flag()?,
@@ -433,6 +440,7 @@ impl Forms {
         ("matmul_subgroup", "matmul: the …g register-block variants offered"),
         ("matmul_f16_weights", "--precision f16: weights read from an f16 copy of the parameters"),
         ("f16_acts", "--precision f16: activations only the linear layers read stored in f16"),
+        ("attn_p16", "--precision f16: blocked attention's P and dS stored in f16 for its products"),
         ("residual_fused", "baseline: the residual added by the sublayer's last product"),
         ("matmul_coop", "f16 products on cooperative matrices where the device has them"),
         ("matmul_coop_v", "matmul_coop: the wide form on coop128v's staging"),
@@ -478,6 +486,7 @@ impl Forms {
                 "matmul_subgroup" => b(self.matmul_subgroup),
                 "matmul_f16_weights" => b(self.matmul_f16_weights),
                 "f16_acts" => b(self.f16_acts),
+                "attn_p16" => b(self.attn_p16),
                 "residual_fused" => b(self.residual_fused),
                 "matmul_coop" => b(self.matmul_coop),
                 "matmul_coop_v" => b(self.matmul_coop_v),

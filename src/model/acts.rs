@@ -268,12 +268,18 @@ impl Acts {
         // all: each layer's are read only within its own sublayer's forward.
         let share = purpose != Purpose::Train;
         // A training program that recomputes: one c (and a) for every sublayer, one ψ for every
-        // MLP (the QK norms' outputs go to q and k, below).
+        // MLP, one v-Map direction branch (the QK norms' outputs go to q and k, below).
         let recompute = model.recompute && purpose == Purpose::Train;
         let psi_cols = if psi_f16 { f4 / 2 } else { f4 };
         let one = |label: &str, cols: usize, on: bool| if on { z(label, &[n, cols]).map(Some) } else { Ok(None) };
         let (shared_a, shared_c) = (one("a", d, recompute && var.expanded())?, one("c", d, recompute)?);
         let shared_psi = one("psi", psi_cols, recompute)?;
+        // And one v-Map direction branch (q1, s1, k̃) for every sublayer.
+        let shared_dir = if recompute && var.vmap() {
+            Some((z("q1", &[n, hk])?, z("s1", &[n, hk])?, z("kraw", &[n, d])?))
+        } else {
+            None
+        };
         let or_own = |t: &Option<Tensor>, label: String, cols: usize| match t {
             Some(t) => Ok(t.clone()),
             None => z(&label, &[n, cols]),
@@ -338,14 +344,14 @@ impl Acts {
                     residual,
                     inner,
                     write: saves(&p)?,
-                    dir: if var.vmap() {
-                        Some((
+                    dir: match (&shared_dir, var.vmap()) {
+                        (Some(dir), _) => Some(dir.clone()),
+                        (None, true) => Some((
                             z(&format!("{p}.q1"), &[n, hk])?,
                             z(&format!("{p}.s1"), &[n, hk])?,
                             z(&format!("{p}.kraw"), &[n, d])?,
-                        ))
-                    } else {
-                        None
+                        )),
+                        (None, false) => None,
                     },
                 })
             };

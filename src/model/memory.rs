@@ -374,14 +374,16 @@ pub fn memory_plan_for(c: &ModelConfig, b: usize, t: usize, st: Storage) -> Memo
     let psi = if precision == super::Precision::F16 { n * f4 / 2 } else { n * f4 };
     let mlp = 2 * n * f4 + if rc { 0 } else { psi };
     // a (expanded) and c (recomputing: once, below), h (the residual's h is X_out itself), rstd,
-    // the write's saves.
+    // the write's saves, the v-Map direction branch (recomputing: once, below).
     let ac = if var.expanded() { 2 * n * d } else { n * d };
     let per_sub = if rc { 0 } else { ac }
         + if var.is_ddl() { n * d } else { 0 }
         + n
         + if var.is_ddl() { 1 + 2 * n + 2 * n * m } else { 0 }
-        + if var.vmap() { 2 * n * hk + n * d } else { 0 };
-    acts += l * (attn + mlp + 2 * per_sub) + 2 * n * dq + if rc { ac + psi } else { 0 };
+        + if var.vmap() && !rc { 2 * n * hk + n * d } else { 0 };
+    // Recomputing: one c (and a), ψ and v-Map direction branch for all sublayers.
+    let dir = if var.vmap() { 2 * n * hk + n * d } else { 0 };
+    acts += l * (attn + mlp + 2 * per_sub) + 2 * n * dq + if rc { ac + psi + dir } else { 0 };
     // The logits: a chunked head's one slice of rows.
     let head_rows = super::acts::head_rows(n as usize, st.head_chunk) as u64;
     acts += if var.expanded() { n * d } else { 0 } + n * d + n + head_rows * v + n + 8;
@@ -390,7 +392,9 @@ pub fn memory_plan_for(c: &ModelConfig, b: usize, t: usize, st: Storage) -> Memo
     // CPU and GPU block sizes, so that one plan holds on either.
     let attn_s = AttnShape::training(b, c.n_heads, c.head_dim, t);
     let rows = attention::BLOCK_ROWS.max(attention::GPU_BLOCK_ROWS);
-    let attn_blocks = 2 * attention::block_scratch_elems(&attn_s, rows) as u64;
+    // In f16, P and dS in f16 besides (form `attn_p16`, on by default): one more scratch's bytes.
+    let attn_blocks =
+        if precision == super::Precision::F16 { 3 } else { 2 } * attention::block_scratch_elems(&attn_s, rows) as u64;
     // (The logits' gradient is written over the logits: no [N, V] scratch.)
     let scratch = 2 * n * d
         + 2 * n * d * m

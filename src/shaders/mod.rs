@@ -140,6 +140,8 @@ pub const PARTS: &[(&str, &str)] = &[
     ("coop_direct_hh", part!("coop_direct_hh")),
     ("coop_direct_none", part!("coop_direct_none")),
     ("norm_sg_entries", part!("norm_sg_entries")),
+    ("attn_rows_f32", part!("attn_rows_f32")),
+    ("attn_rows_f16", part!("attn_rows_f16")),
 ];
 
 fn part(name: &str) -> &'static str {
@@ -191,6 +193,15 @@ fn loss_variants() -> Vec<Variant> {
         .collect()
 }
 
+/// The blocked attention's softmax steps (`attention_rows`): `f32` writes P and dS over the
+/// scores and dP, `h` stores them in f16 buffers of their own (form `attn_p16`, `--precision f16`).
+fn attention_rows_variants() -> Vec<Variant> {
+    vec![
+        Variant { name: "f32".into(), consts: vec![], parts: vec![part("attn_rows_f32")] },
+        Variant { name: "h".into(), consts: vec![], parts: vec![part("f16_round"), part("attn_rows_f16")] },
+    ]
+}
+
 fn u(v: usize) -> String {
     format!("{v}u")
 }
@@ -208,7 +219,7 @@ pub const ALL: &[Shader] = &[
     shader!("norm", norm_variants),
     shader!("rope"),
     shader!("attention"),
-    shader!("attention_rows"),
+    shader!("attention_rows", attention_rows_variants),
     shader!("swiglu", prelude "f16_round"),
     shader!("loss", loss_variants),
     shader!("delta", delta_variants, delta_named),

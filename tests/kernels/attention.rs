@@ -697,3 +697,57 @@ fn blocked_attention_with_f16_operands_matches_float64_at_f16_tolerance() {
         );
     }
 }
+
+#[test]
+fn blocked_attention_with_p_and_ds_stored_in_f16_gives_the_same_bits() {
+    // `--precision f16` with the form `attn_p16` (on by default): the softmax steps store P and
+    // dS in f16 buffers of their own and the products read them as f16-stored operands, where
+    // without it they write them over the f32 scores and dP and the products round them to f16
+    // as they read. Both round to nearest even, so every output must be the same bits, in every
+    // form of the blocked method (team forms too, and rows past the 128 keys a team of 4 keeps
+    // in registers: T = 130), on NaN-poisoned f16 scratch; and the f16 stores must really run
+    // (the dispatches name the `h` variant).
+    let gpu = f16_gpu();
+    let mut rng = Rng::fresh();
+    for t in [37, 130] {
+        let mut x = Inputs::new(&mut rng, AttnShape { half: true, ..AttnShape::training(2, 3, 24, t) }, 1.0);
+        for v in [&mut x.q, &mut x.k, &mut x.v, &mut x.dout] {
+            *v = f16_round(v);
+        }
+        for m in FORMS.into_iter().filter(|m| m.0 != Method::Tiled) {
+            let mut got = Vec::new();
+            for on in [false, true] {
+                got.push(with_forms(
+                    &gpu,
+                    |f| {
+                        set_form(f, m);
+                        f.attn_p16 = on;
+                    },
+                    |gpu| {
+                        for key in ["attention.blocked.p16", "attention.blocked.ds16"] {
+                            ddl::kernels::poison(gpu, &gpu.shared_scratch(key, 1 << 16).unwrap()).unwrap();
+                        }
+                        let (_, ds) = gpu_forward(gpu, &x);
+                        let rows: Vec<String> = ds
+                            .iter()
+                            .map(|d| d.kernel.name.clone())
+                            .filter(|n| n.starts_with("attention_rows"))
+                            .collect();
+                        let want = if on { "attention_rows[h]::" } else { "attention_rows[f32]::" };
+                        assert!(
+                            !rows.is_empty() && rows.iter().all(|n| n.starts_with(want)),
+                            "{m:?} on {on}: {rows:?}"
+                        );
+                        gpu_both(gpu, &x)
+                    },
+                ));
+            }
+            for (i, name) in ["out", "lse", "dq", "dk", "dv"].iter().enumerate() {
+                let (a, b) = (&got[0][i], &got[1][i]);
+                assert!(a.iter().all(|v| v.is_finite()), "{m:?} T {t} {name}: not finite (seed {})", rng.seed);
+                let same = a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits());
+                assert!(same, "{m:?} T {t}: {name} differs with P and dS stored in f16 (seed {})", rng.seed);
+            }
+        }
+    }
+}

@@ -15,20 +15,31 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
     let scale = 1.0 / (b.head_dim as f32).sqrt();
     let mut cases = Vec::new();
 
-    // The adapter's method first, then the other one for comparison.
+    // The adapter's method first, then the other one for comparison; where the adapter has
+    // SHADER_F16, the blocked method with f16 operands (`--precision f16`) too, with P and dS
+    // stored in f16 (form `attn_p16`, "p16") and written over the f32 scores ("r16").
     let chosen = method(gpu);
     let other = if chosen == Method::Tiled { Method::Blocked(BLOCK_ROWS) } else { Method::Tiled };
-    for m in [chosen, other] {
+    let blocked = if chosen == Method::Tiled { other } else { chosen };
+    let mut forms = vec![(chosen, false, false), (other, false, false)];
+    if gpu.features.contains(wgpu::Features::SHADER_F16) {
+        forms.extend([(blocked, true, true), (blocked, true, false)]);
+    }
+    for (m, half, p16) in forms {
         let tag = match m {
             Method::Tiled => "tiled".to_string(),
+            Method::Blocked(r) if half => format!("blocked{r} f16 {}", if p16 { "p16" } else { "r16" }),
             Method::Blocked(r) => format!("blocked{r}"),
         };
-        let s = AttnShape::training(b.b, b.heads, b.head_dim, b.t);
+        let s = AttnShape { half, ..AttnShape::training(b.b, b.heads, b.head_dim, b.t) };
         let (q, k, v) = (r("q", s.q_elems())?, r("k", s.kv_elems())?, r("v", s.kv_elems())?);
         let (out, lse) = (z("out", s.q_elems())?, z("lse", s.lse_elems())?);
         let (dout, dq) = (r("dout", s.q_elems())?, z("dq", s.q_elems())?);
         let (dk, dv) = (z("dk", s.kv_elems())?, z("dv", s.kv_elems())?);
-        let gm = gpu.with_forms(|f| f.attention = m);
+        let gm = gpu.with_forms(|f| {
+            f.attention = m;
+            f.attn_p16 = p16;
+        });
         let gpu = &*gm;
         let mut fwd = forward_seq(gpu, &s, scale, q.view(), k.view(), v.view(), out.view(), lse.view())?;
         fwd[0].scratch.extend([q.clone(), k.clone(), v.clone(), out.clone(), lse.clone()]);

@@ -12,7 +12,7 @@ use crate::kernels::delta::{self, Heads, Saves, WriteGrads, WriteIn, WriteOut};
 use crate::kernels::matmul::Matmul;
 use crate::kernels::{elementwise, norm, swiglu};
 
-use super::super::acts::{SubKind, WriteSaves};
+use super::super::acts::{Sub, SubKind, WriteSaves};
 use super::{Rec, attention, compress, mlp};
 
 /// c = RMSNorm(a) of sublayer `si` of block `l`.
@@ -33,6 +33,16 @@ pub(crate) fn norm_forward(r: &mut Rec, l: usize, si: usize) -> Result<()> {
     r.run(ds)
 }
 
+/// The v-Map direction branch of sublayer `s` (delta heads `dn`), if it has one: k̃ = W_k2
+/// silu(W_k1 c) into its (q1, s1, kraw).
+fn direction_forward(r: &mut Rec, s: &Sub, dn: &str) -> Result<()> {
+    let Some((q1, s1, kraw)) = &s.dir else { return Ok(()) };
+    let (n, d, hk) = (r.n(), r.c.d_model, r.c.k_mlp_hidden);
+    r.mm_weight(Matmul::nt(n, hk, d), s.c.view(), &format!("{dn}.w_k1"), q1.view())?;
+    r.run(swiglu::forward(r.gpu, q1.view(), r.a.ones.view(), s1.view(), n * hk))?;
+    r.mm_weight(Matmul::nt(n, d, hk), s1.view(), &format!("{dn}.w_k2"), kraw.view())
+}
+
 /// X_out from X_in and the sublayer's output: the residual (unless the sublayer's last product
 /// added it, `Sub::residual`), or the delta write, whose β goes to column `write.0` of the
 /// `write.1` columns of `betas`.
@@ -40,7 +50,7 @@ pub(crate) fn forward(r: &mut Rec, l: usize, si: usize, write: (usize, usize)) -
     let (gpu, c, a) = (r.gpu, r.c, r.a);
     let s = &a.subs[l][si];
     let (x_in, x_out) = (&a.xs[2 * l + si], &a.xs[2 * l + si + 1]);
-    let (n, d, hk) = (r.n(), c.d_model, c.k_mlp_hidden);
+    let (n, d) = (r.n(), c.d_model);
     let dn = format!("blocks.{l}.{}_delta", s.kind.name());
     let Some(w) = &s.write else {
         // Baseline residual: x_out = x_in + h (already there when the sublayer's last product
@@ -51,13 +61,9 @@ pub(crate) fn forward(r: &mut Rec, l: usize, si: usize, write: (usize, usize)) -
         r.push(Op::copy(x_in, x_out));
         return r.run(elementwise::add(gpu, s.h.view(), x_out.view(), n * d));
     };
+    direction_forward(r, s, &dn)?;
     let (kraw, a_in) = match &s.dir {
-        Some((q1, s1, kraw)) => {
-            r.mm_weight(Matmul::nt(n, hk, d), s.c.view(), &format!("{dn}.w_k1"), q1.view())?;
-            r.run(swiglu::forward(gpu, q1.view(), a.ones.view(), s1.view(), n * hk))?;
-            r.mm_weight(Matmul::nt(n, d, hk), s1.view(), &format!("{dn}.w_k2"), kraw.view())?;
-            (kraw, &s.h)
-        }
+        Some((_, _, kraw)) => (kraw, &s.h),
         None => (&s.h, a.a_tensor(l, si)),
     };
     if let Some(Some(fixed)) = r.k_fixed.map(|f| &f[2 * l + si]) {
@@ -130,12 +136,14 @@ pub(crate) fn backward(
     let norm_name = format!("{blk}.{sname}_norm.gain");
     let dn = format!("{blk}.{sname}_delta");
     if a.recompute {
-        // a and c are one buffer for every sublayer: rebuilt from this sublayer's X_in by the
-        // forward's own kernels, the same bits (and the norm's rstd again).
+        // a and c (and the direction branch) are one buffer for every sublayer: rebuilt from this
+        // sublayer's X_in by the forward's own kernels, the same bits (and the norm's rstd again).
         if let Some(sa) = &s.a {
             compress::forward(r, &format!("{blk}.compress"), 2 * l + si, x_in, sa)?;
         }
         norm_forward(r, l, si)?;
+        // And the v-Map direction branch (one q1, s1, k̃ for every sublayer) from that c.
+        direction_forward(r, s, &dn)?;
     }
     let Some(w) = &s.write else {
         // Baseline: dh = dX; dX += RMSNorm backward of the sublayer's input grad.
