@@ -537,9 +537,10 @@ mod tests {
     }
 
     #[test]
-    fn the_f16_plan_adds_the_weight_copy_and_halves_the_swiglu_output() {
+    fn the_f16_plan_adds_the_weight_copy_and_the_f16_attention_blocks_and_halves_the_swiglu_output() {
         // small-124m at 8 × 1024: ψ is [8192, 2048] per layer, 12 layers; in f16 it is stored in
-        // f16 (form f16_acts), 2 bytes an element fewer; the parameters' f16 copy is added.
+        // f16 (form f16_acts), 2 bytes an element fewer; the parameters' f16 copy is added, and
+        // the blocked attention's P and dS blocks in f16 (form attn_p16): one f32 block's bytes.
         let c = ModelConfig::preset("small-124m", Variant::Baseline).unwrap();
         let (p32, p16) = (
             memory_plan_for(&c, 8, 1024, Storage::default()),
@@ -547,6 +548,9 @@ mod tests {
         );
         assert_eq!(p32.activation_bytes - p16.activation_bytes, 12 * 8192 * 2048 * 2);
         assert_eq!((p32.half_param_bytes, p16.half_param_bytes), (0, (p32.param_bytes / 4).div_ceil(2) * 4));
-        assert_eq!(p16.grad_scratch_bytes, p32.grad_scratch_bytes);
+        let s = AttnShape::training(8, c.n_heads, c.head_dim, 1024);
+        let block = attention::block_scratch_elems(&s, attention::BLOCK_ROWS.max(attention::GPU_BLOCK_ROWS)) as u64;
+        assert_eq!(block, 8 * 6 * 256 * 1024, "6 heads, blocks of 256 queries over up to 1024 keys");
+        assert_eq!(p16.grad_scratch_bytes - p32.grad_scratch_bytes, 4 * block);
     }
 }
