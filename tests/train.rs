@@ -1566,13 +1566,6 @@ fn a_forward_program_shares_the_layers_intermediates() {
     );
 }
 
-/// `--recompute` (`train.recompute`): a training program keeps one c (and a), QK-norm output and
-/// ψ for every layer and rebuilds them in the backward with the forward's own kernels: the same
-/// loss and gradient norm per step and the same parameters after AdamW, to the bit, as keeping
-/// them — in f32 and f16, with this adapter's forms and with the GPU forms (blocked attention,
-/// team reductions, the unfolded delta-write heads), for every kind of sublayer input (the
-/// baseline's state, the compressors, the EC expansion, the v-Map branch) — and a program
-/// smaller by exactly what the memory plan says.
 /// Makes the device's shared scratch of a program of this shape and precision (the blocked
 /// attention's blocks), so that programs made after it do not count it among their bytes.
 fn warm_shared_scratch(
@@ -1587,6 +1580,13 @@ fn warm_shared_scratch(
     drop(model.program(b, t, opt).unwrap());
 }
 
+/// `--recompute` (`train.recompute`): a training program keeps one c (and a), QK-norm output,
+/// ψ and v-Map direction branch (q1, s1, k̃) for every layer and rebuilds them in the backward with the forward's own kernels: the same
+/// loss and gradient norm per step and the same parameters after AdamW, to the bit, as keeping
+/// them — in f32 and f16, with this adapter's forms and with the GPU forms (blocked attention,
+/// team reductions, the unfolded delta-write heads), for every kind of sublayer input (the
+/// baseline's state, the compressors, the EC expansion, the v-Map branch) — and a program
+/// smaller by exactly what the memory plan says.
 #[test]
 fn recomputing_trains_the_same_bits_in_the_memory_the_plan_saves() {
     use ddl::model::Precision::{F16, F32};

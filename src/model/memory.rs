@@ -376,13 +376,12 @@ pub fn memory_plan_for(c: &ModelConfig, b: usize, t: usize, st: Storage) -> Memo
     // a (expanded) and c (recomputing: once, below), h (the residual's h is X_out itself), rstd,
     // the write's saves, the v-Map direction branch (recomputing: once, below).
     let ac = if var.expanded() { 2 * n * d } else { n * d };
-    let per_sub = if rc { 0 } else { ac }
+    let dir = if var.vmap() { 2 * n * hk + n * d } else { 0 };
+    let per_sub = if rc { 0 } else { ac + dir }
         + if var.is_ddl() { n * d } else { 0 }
         + n
-        + if var.is_ddl() { 1 + 2 * n + 2 * n * m } else { 0 }
-        + if var.vmap() && !rc { 2 * n * hk + n * d } else { 0 };
+        + if var.is_ddl() { 1 + 2 * n + 2 * n * m } else { 0 };
     // Recomputing: one c (and a), ψ and v-Map direction branch for all sublayers.
-    let dir = if var.vmap() { 2 * n * hk + n * d } else { 0 };
     acts += l * (attn + mlp + 2 * per_sub) + 2 * n * dq + if rc { ac + psi + dir } else { 0 };
     // The logits: a chunked head's one slice of rows.
     let head_rows = super::acts::head_rows(n as usize, st.head_chunk) as u64;
