@@ -594,11 +594,10 @@ pub fn row_team(gpu: &Gpu) -> usize {
 
 /// Whether the blocked method stores P and dS in f16 (form `attn_p16`, for `--precision f16`,
 /// whose products read them as f16 operands either way: the same bits): the products then read
-/// them as f16-stored operands, which are never cut into binding-sized pieces, so every other
-/// operand must fit one storage binding.
-fn p16(gpu: &Gpu, s: &AttnShape, views: &[&View]) -> bool {
-    let max = crate::kernels::reduce::binding_elems(gpu, 1);
-    s.half && gpu.forms.attn_p16 && views.iter().all(|v| v.len() <= max)
+/// them as f16-stored operands (cut into binding-sized pieces like f32 ones where an operand
+/// exceeds one binding).
+fn p16(gpu: &Gpu, s: &AttnShape) -> bool {
+    s.half && gpu.forms.attn_p16
 }
 
 /// The f16 block scratch (`[batch, heads, nq, ldk]` f16 elements, in f32 words) named `key`.
@@ -693,8 +692,7 @@ fn forward_blocked(
     let elems = s.batch * hh * nq * ldk;
     let sc = gpu.shared_scratch("attention.blocked.s", elems)?;
     // P for the value product: over the scores, or in f16 (`attn_p16`).
-    let ph =
-        if p16(gpu, s, &[&q, &k, &v, &out]) { Some(half_scratch(gpu, "attention.blocked.p16", elems)?) } else { None };
+    let ph = if p16(gpu, s) { Some(half_scratch(gpu, "attention.blocked.p16", elems)?) } else { None };
     let mut ds = Vec::new();
     for (i0, n, nk) in blocks(s, nq) {
         let o = ops(s, i0, n, ldk);
@@ -739,7 +737,7 @@ fn backward_blocked(
     let sc = gpu.shared_scratch("attention.blocked.s", elems)?;
     let gs = gpu.shared_scratch("attention.blocked.ds", elems)?;
     // P and dS for the products: over the scores and dP, or in f16 (`attn_p16`).
-    let half = if p16(gpu, s, &[&q, &k, &v, &dout, &dq, &dk, &dv]) {
+    let half = if p16(gpu, s) {
         Some((half_scratch(gpu, "attention.blocked.p16", elems)?, half_scratch(gpu, "attention.blocked.ds16", elems)?))
     } else {
         None

@@ -6,7 +6,7 @@
 use super::common::*;
 use ddl::gpu::Op;
 use ddl::kernels::adamw::AdamWConfig;
-use ddl::model::{Model, ModelConfig, Program, Variant};
+use ddl::model::{Model, ModelConfig, Precision, Program, Variant};
 
 const OPT: AdamWConfig = AdamWConfig::paper(1e-3);
 
@@ -26,8 +26,10 @@ fn step(
     x: &[i32],
     y: &[i32],
     t: usize,
+    precision: Precision,
 ) -> (f32, f32, Vec<f32>, usize, f32) {
-    let model = Model::new(gpu.clone(), cfg.clone(), 1).unwrap();
+    let mut model = Model::new(gpu.clone(), cfg.clone(), 1).unwrap();
+    model.set_precision(precision).unwrap();
     let prog = model.program(x.len() / t, t, &OPT).unwrap();
     prog.set_batch(&model, x, y).unwrap();
     let (loss, gnorm) = model.forward_backward(&prog).unwrap();
@@ -45,18 +47,30 @@ fn a_model_with_every_binding_chunked_trains_like_the_whole_one() {
     let small = gpu.with_max_storage_binding(64 * 1024).unwrap();
     assert_eq!(small.limits.max_storage_buffer_binding_size, 64 * 1024);
     let mut rng = Rng::fresh();
-    for variant in [Variant::Baseline, Variant::Ddl] {
+    // In f16 the MLP weights' f16 copy (87 KiB), ψ and the head's E are f16-stored operands cut
+    // like the f32 ones.
+    for (variant, precision) in [
+        (Variant::Baseline, Precision::F32),
+        (Variant::Ddl, Precision::F32),
+        (Variant::Baseline, Precision::F16),
+        (Variant::Ddl, Precision::F16),
+    ] {
         let cfg = ModelConfig { vocab_size: 1000, ..ModelConfig::preset("tiny", variant).unwrap() };
         let (b, t) = (2, 16);
         let x = rng.ints(b * t, cfg.vocab_size);
         let mut y = rng.ints(b * t, cfg.vocab_size);
         y[3] = -1; // an ignored target
-        let whole = step(&gpu, &cfg, &x, &y, t);
-        let chunked = step(&small, &cfg, &x, &y, t);
-        let name = format!("{variant:?} chunked");
+        let whole = step(&gpu, &cfg, &x, &y, t, precision);
+        let chunked = step(&small, &cfg, &x, &y, t, precision);
+        let name = format!("{variant:?} {} chunked", precision.name());
         assert!(chunked.3 > whole.3, "{name}: {} dispatches, whole bindings {}", chunked.3, whole.3);
         // The LM head's dX = dlogits·E is split along the vocabulary (K): float32 rounding only.
+        // In f16 such a difference moves the f16 rounding of an operand read after it by one f16
+        // step (2^-11 relative) here and there, and those steps spread through the backward's
+        // later roundings up to the f16 rounding scale (measured 5–7e-4 relative L2 of the
+        // gradients; the f16 tolerance against float64 is 5e-2): bounds ten times that.
         let rel = |a: f32, b: f32| ((a - b) / b).abs();
+        let (g_tol, n_tol, l_tol) = if precision == Precision::F16 { (5e-3, 1e-3, 1e-3) } else { (1e-5, 1e-5, 1e-4) };
         assert!(
             whole.0.is_finite() && rel(chunked.0, whole.0) < 1e-6,
             "{name}: loss {} vs {} (seed {})",
@@ -64,12 +78,12 @@ fn a_model_with_every_binding_chunked_trains_like_the_whole_one() {
             whole.0,
             rng.seed
         );
-        assert!(rel(chunked.1, whole.1) < 1e-5, "{name}: grad norm {} vs {} (seed {})", chunked.1, whole.1, rng.seed);
+        assert!(rel(chunked.1, whole.1) < n_tol, "{name}: grad norm {} vs {} (seed {})", chunked.1, whole.1, rng.seed);
         let want: Vec<f64> = whole.2.iter().map(|&g| g as f64).collect();
         let r = ddl::testing::compare(&format!("{name} gradients"), &chunked.2, &want);
-        assert!(r.passes(1e-5), "{r} (seed {})", rng.seed);
+        assert!(r.passes(g_tol), "{r} (seed {})", rng.seed);
         assert!(
-            rel(chunked.4, whole.4) < 1e-4,
+            rel(chunked.4, whole.4) < l_tol,
             "{name}: loss after two steps {} vs {} (seed {})",
             chunked.4,
             whole.4,

@@ -31,14 +31,6 @@ impl Matmul {
             }
             return Ok(vec![self.bind(gpu, a, b, c)?]);
         }
-        if self.a_elem == MatmulElem::F16 || self.b_elem == MatmulElem::F16 {
-            // Sub-views count 4-byte elements; f16-stored operands are not cut (yet).
-            return Err(GpuError::Shape(format!(
-                "matmul {}x{}x{} (batch {}): an operand stored in f16 exceeds one storage binding or K exceeds {}; \
-                 such products are not split yet: keep that operand in f32 (MatmulElem::R16)",
-                self.m, self.n, self.k, self.batch, MAX_K_PER_DISPATCH
-            )));
-        }
         if self.outer > 1 {
             // Split the outer level first: each group is an ordinary one-level product.
             let mut out = Vec::new();
@@ -59,11 +51,22 @@ impl Matmul {
         let align = align_elems(gpu);
         let [bs, ms, ns, ks] = self.split_sizes(gpu, max)?;
         // Sub-view from the aligned element at or below `off`; the remainder stays in the offset.
-        fn narrow<'v>(v: &View<'v>, op: Operand, off: usize, dims: [usize; 3], align: usize) -> (Operand, View<'v>) {
-            let start = off / align * align;
+        // An f16-stored operand (`per` = 2 elements to a four-byte word, offsets counting f16
+        // elements) starts at an aligned word and spans the words its elements occupy.
+        fn narrow<'v>(
+            v: &View<'v>,
+            op: Operand,
+            off: usize,
+            dims: [usize; 3],
+            align: usize,
+            per: usize,
+        ) -> (Operand, View<'v>) {
+            let start = off / (align * per) * (align * per);
             let op = Operand { offset: off - start, ..op };
-            (op, v.sub(start, op.extent(dims[0], dims[1], dims[2])))
+            (op, v.sub(start / per, op.extent(dims[0], dims[1], dims[2]).div_ceil(per)))
         }
+        let per = |e: MatmulElem| if e == MatmulElem::F16 { 2 } else { 1 };
+        let (pa_, pb_) = (per(self.a_elem), per(self.b_elem));
         let mut out = Vec::new();
         for (b0, bt) in chunks(self.batch, bs) {
             for (m0, mc) in chunks(self.m, ms) {
@@ -75,6 +78,7 @@ impl Matmul {
                             self.a.offset + b0 * self.a.batch_stride + m0 * self.a.row_stride + k0 * self.a.col_stride,
                             [mc, kc, bt],
                             align,
+                            pa_,
                         );
                         let (pb, vb) = narrow(
                             &b,
@@ -82,6 +86,7 @@ impl Matmul {
                             self.b.offset + b0 * self.b.batch_stride + k0 * self.b.row_stride + n0 * self.b.col_stride,
                             [kc, nc, bt],
                             align,
+                            pb_,
                         );
                         let (pc, vc) = narrow(
                             &c,
@@ -89,6 +94,7 @@ impl Matmul {
                             self.c.offset + b0 * self.c.batch_stride + m0 * self.c.row_stride + n0,
                             [mc, nc, bt],
                             align,
+                            1,
                         );
                         let piece = Matmul {
                             m: mc,
@@ -207,19 +213,23 @@ impl Matmul {
     pub fn split_sizes(&self, gpu: &Gpu, max_chunk: usize) -> Result<[usize; 4]> {
         const K: usize = 3;
         let (max, align) = (max_chunk.min(binding_elems(gpu, 1)), align_elems(gpu));
-        // Each operand's dimensions as (index into the sizes, stride).
+        // Each operand's dimensions as (index into the sizes, stride), and its elements per
+        // four-byte word (2 for an f16-stored operand, whose offsets and strides count halves).
+        let per = |e: MatmulElem| if e == MatmulElem::F16 { 2 } else { 1 };
         let ops = [
-            ("A", [(0, self.a.batch_stride), (1, self.a.row_stride), (K, self.a.col_stride)]),
-            ("B", [(0, self.b.batch_stride), (K, self.b.row_stride), (2, self.b.col_stride)]),
-            ("C", [(0, self.c.batch_stride), (1, self.c.row_stride), (2, self.c.col_stride)]),
+            ("A", [(0, self.a.batch_stride), (1, self.a.row_stride), (K, self.a.col_stride)], per(self.a_elem)),
+            ("B", [(0, self.b.batch_stride), (K, self.b.row_stride), (2, self.b.col_stride)], per(self.b_elem)),
+            ("C", [(0, self.c.batch_stride), (1, self.c.row_stride), (2, self.c.col_stride)], 1),
         ];
         // Worst-case elements bound: the misalignment of the start, then first to last element.
-        let span = |dims: &[(usize, usize); 3], s: &[usize; 4]| {
-            align + dims.iter().map(|&(i, st)| (s[i] - 1) * st).sum::<usize>()
+        let span = |dims: &[(usize, usize); 3], per: usize, s: &[usize; 4]| {
+            align * per + dims.iter().map(|&(i, st)| (s[i] - 1) * st).sum::<usize>()
         };
         let full = [self.batch, self.m, self.n, self.k];
         let mut s = full;
-        while let Some((name, dims)) = ops.iter().find(|(_, dims)| span(dims, &s) > max) {
+        while let Some(&(name, dims, per)) = ops.iter().find(|(_, dims, per)| span(dims, *per, &s) > max * per) {
+            let (dims, max, align) = (&dims, max * per, align * per);
+            let span = |dims: &[(usize, usize); 3], s: &[usize; 4]| span(dims, per, s);
             let k_alone = dims.iter().filter(|d| d.0 == K).map(|&(i, st)| (s[i] - 1) * st).sum::<usize>();
             let shrinkable = |&&(i, st): &&(usize, usize)| s[i] > 1 && st > 0;
             let target = if align + k_alone > max {
@@ -231,8 +241,8 @@ impl Matmul {
                 return Err(chunk_too_small(
                     gpu,
                     format!("matmul {}x{}x{} operand {name} piece", self.m, self.n, self.k),
-                    span(dims, &s),
-                    max,
+                    span(dims, &s).div_ceil(per),
+                    max / per,
                 ));
             };
             let rest = span(dims, &s) - (s[i] - 1) * st;
