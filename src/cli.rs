@@ -128,8 +128,8 @@ pub(crate) enum Cmd {
         /// tolerances (d_v = 4 files of ddl and ddl_vmap).
         #[arg(long)]
         f16_state: bool,
-        /// f32, or f16: the linear layers take f16 operands (f32 accumulation) and the states
-        /// are f16 where the variant has them, at the f16 tolerances.
+        /// f32, or f16: the linear layers and the tied LM head take f16 operands (f32
+        /// accumulation) and the states are f16 where the variant has them, at the f16 tolerances.
         #[arg(long, default_value = "f32", value_parser = precision)]
         precision: ddl::model::Precision,
         /// Train the files' steps with the LM head in slices of this many rows (`ddl train
@@ -375,8 +375,8 @@ pub(crate) struct TrainArgs {
     /// memory, every sum still f32; ddl and ddl_vmap at d_v = 4 on adapters with SHADER_F16.
     #[arg(long)]
     pub(crate) f16_state: bool,
-    /// f32, or f16 (train.precision): the linear layers take f16 operands with f32 accumulation,
-    /// dynamic loss scaling (train.loss_scale, train.loss_scale_growth), f16 states where the
+    /// f32, or f16 (train.precision): the linear layers and the tied LM head take f16 operands
+    /// with f32 accumulation (the logits and the loss stay f32), dynamic loss scaling (train.loss_scale, train.loss_scale_growth), f16 states where the
     /// variant has them; master weights, gradients and AdamW moments stay f32. Needs SHADER_F16.
     #[arg(long, value_parser = precision)]
     pub(crate) precision: Option<ddl::model::Precision>,

@@ -330,6 +330,21 @@ fn golden_f16_precision() {
                 .unwrap_or_else(|e| panic!("{e}"));
             let same = rows.iter().zip(&other).all(|(a, b)| a.rel_l2.to_bits() == b.rel_l2.to_bits());
             assert!(same && rows.len() == other.len(), "{name}: storing ψ in f16 changed the results");
+            // The LM head on f16 operands (form head_f16) or in f32: its rounding shows in the
+            // logits' error, which both keep within the f16 tolerance.
+            let off = gpu.with_forms(|f| f.head_f16 = false);
+            let f32_head = ddl::golden::check_precision(&off, &g, false, ddl::model::Precision::F16)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let logits = |rows: &[ddl::golden::Row]| rows.iter().find(|r| r.name == "out.logits").unwrap().clone();
+            let (h16, h32) = (logits(&rows), logits(&f32_head));
+            let fails: Vec<String> = f32_head.iter().filter(|r| !r.pass).map(|r| r.to_string()).collect();
+            assert!(fails.is_empty(), "{name}: with head_f16=0:\n{}", fails.join("\n"));
+            assert!(
+                h16.rel_l2 > h32.rel_l2,
+                "{name}: the f16 head did not change the logits' error ({:e} vs {:e} with head_f16=0)",
+                h16.rel_l2,
+                h32.rel_l2
+            );
         }
     }
 }

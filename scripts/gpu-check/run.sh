@@ -374,6 +374,7 @@ gpu_bench_cmds() {
       "bench-train-small-recompute|70|bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --recompute --against ddl --steps 6 --json"
       "bench-train-small-head-chunk|60|bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --head-chunk 1024 --against baseline --steps 6 --json"
       "bench-train-small-f16-acts|60|DDL_FORMS=shader_checks=0 bench train --preset small-124m --variant baseline --precision f16 --against-forms f16_acts=0 --batch 8 --seq 1024 --steps 6 --no-autotune --json"
+      "bench-train-small-head-f16|60|DDL_FORMS=matmul_coop=1,matmul_coop_v=1,shader_checks=0 bench train --preset small-124m --variant baseline --precision f16 --against-forms head_f16=0 --batch 8 --seq 1024 --steps 6 --no-autotune --json"
       "bench-train-small-attn-p16|60|DDL_FORMS=shader_checks=0 bench train --preset small-124m --variant baseline --precision f16 --against-forms attn_p16=0 --batch 8 --seq 1024 --steps 6 --no-autotune --json"
       "bench-matmul-coop-halves|30|DDL_FORMS=matmul_coop=1 bench matmul --sizes 4096 --cases nn,nt --operands rh --variants w128,coop,coop64,coop:mma,coop:mma-cm,coop:stage --reps 3 --json"
       "bench-matmul-8192|30|bench matmul --sizes 8192 --variants auto --reps 5 --json"

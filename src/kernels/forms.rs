@@ -122,6 +122,11 @@ pub struct Forms {
     /// the f32 scores and dP (read by the products rounded to f16): the same bits, half the bytes
     /// written by the softmax steps and read by the three products after them: `attn_p16`.
     pub attn_p16: bool,
+    /// `--precision f16` runs the tied LM head's three products (logits, ∂E, ∂zn) with f16
+    /// operands, the embedding read from the parameters' f16 copy, accumulated in f32: the logits
+    /// and the cross-entropy stay float32 (spec 10.3's island, as the attention's f16 score
+    /// product feeds its f32 softmax); off: the head in f32 throughout: `head_f16`.
+    pub head_f16: bool,
     /// The baseline's residual X_out = X_in + h is added by the sublayer's last product (X_in
     /// copied into X_out first, the product accumulating into it) instead of a separate h and an
     /// add pass: the same bits (the product's epilogue and the add compute the same
@@ -273,6 +278,7 @@ impl Forms {
             matmul_f16_weights: true,
             f16_acts: true,
             attn_p16: true,
+            head_f16: true,
             residual_fused: true,
             matmul_coop: false,
             matmul_coop_v: false,
@@ -389,6 +395,7 @@ impl Forms {
                 "matmul_f16_weights" => self.matmul_f16_weights = flag()?,
                 "f16_acts" => self.f16_acts = flag()?,
                 "attn_p16" => self.attn_p16 = flag()?,
+                "head_f16" => self.head_f16 = flag()?,
                 "residual_fused" => self.residual_fused = flag()?,
                 "matmul_coop" => self.matmul_coop = flag()?,
                 "matmul_coop_v" => self.matmul_coop_v = flag()?,
@@ -441,6 +448,7 @@ impl Forms {
         ("matmul_f16_weights", "--precision f16: weights read from an f16 copy of the parameters"),
         ("f16_acts", "--precision f16: activations only the linear layers read stored in f16"),
         ("attn_p16", "--precision f16: blocked attention's P and dS stored in f16 for its products"),
+        ("head_f16", "--precision f16: the LM head's products on f16 operands (f32 logits and loss)"),
         ("residual_fused", "baseline: the residual added by the sublayer's last product"),
         ("matmul_coop", "f16 products on cooperative matrices where the device has them"),
         ("matmul_coop_v", "matmul_coop: the wide form on coop128v's staging"),
@@ -487,6 +495,7 @@ impl Forms {
                 "matmul_f16_weights" => b(self.matmul_f16_weights),
                 "f16_acts" => b(self.f16_acts),
                 "attn_p16" => b(self.attn_p16),
+                "head_f16" => b(self.head_f16),
                 "residual_fused" => b(self.residual_fused),
                 "matmul_coop" => b(self.matmul_coop),
                 "matmul_coop_v" => b(self.matmul_coop_v),

@@ -43,10 +43,11 @@ pub struct Model {
 }
 
 /// The arithmetic of the linear layers' products (`--precision`, `train.precision`): `f32`, or
-/// `f16`: the attention projections, the MLP and the direction MLP of the v-Map variants take f16
-/// operands (rounded as their kernels read them) and accumulate in f32. Everything else stays f32:
-/// the float32 islands of spec 10.3 (gates, p = Xᵀk, norms, RoPE, softmax, logits and the loss)
-/// and the master parameters, gradients and AdamW moments.
+/// `f16`: the attention projections, the MLP, the direction MLP of the v-Map variants and the
+/// tied LM head (form `head_f16`) take f16 operands (rounded as their kernels read them) and
+/// accumulate in f32. Everything else stays f32: the float32 islands of spec 10.3 (gates,
+/// p = Xᵀk, norms, RoPE, softmax, the logits and the loss) and the master parameters, gradients
+/// and AdamW moments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {

@@ -2,9 +2,11 @@
 //! the tied LM head logits = norm(z) Eᵀ and the cross-entropy loss (with label smoothing);
 //! the loss and its count go to the program's `stats`. A chunked head (training programs with
 //! [`crate::model::Model::set_head_chunk`]) computes logits, loss and the logits' gradient in
-//! slices of rows in the forward ([`sliced`]); its backward starts at the final norm.
+//! slices of rows in the forward ([`sliced`]); its backward starts at the final norm. In f16
+//! programs the head's products take f16 operands (form `head_f16`; the logits and the loss stay
+//! float32).
 
-use crate::gpu::{Op, Result};
+use crate::gpu::{Op, Result, View};
 use crate::kernels::matmul::Matmul;
 use crate::kernels::reduce::chunks;
 use crate::kernels::{loss, norm, shortconv};
@@ -31,7 +33,7 @@ pub(crate) fn forward(r: &mut Rec) -> Result<()> {
     if a.head_chunked() {
         return sliced(r);
     }
-    r.mm(Matmul::nt(n, v, d), a.zn.view(), r.pv("tok_emb"), a.logits.view())?;
+    by_emb(r, Matmul::nt(n, v, d), a.zn.view(), a.logits.view())?;
     let ls = r.obj.label_smoothing;
     r.run(loss::cross_entropy_forward(
         gpu,
@@ -66,26 +68,42 @@ fn sliced(r: &mut Rec) -> Result<()> {
     if r.grad_head {
         r.run(ce.count(gpu, targets, out))?;
     }
-    let emb = r.pv("tok_emb");
     for (r0, rr) in chunks(n, rows) {
         let logits = a.logits.view().sub(0, rr * v);
         let mut head = Matmul::nt(rr, v, d);
         head.a.offset = r0 * d;
-        r.mm(head, a.zn.view(), emb, logits)?;
+        by_emb(r, head, a.zn.view(), logits)?;
         r.run(ce.forward_rows(gpu, logits, targets, lse, r0, rr))?;
         if r.grad_head {
             r.run(ce.backward_rows(gpu, logits, targets, lse, out, logits, r0, rr, r.obj.loss_scale))?;
             let mut de = Matmul::tn(v, d, rr).accumulate(true);
             de.b.offset = r0 * d;
-            r.mm(de, logits, a.zn.view(), r.gv("tok_emb"))?;
+            head_mm(r, de, logits, a.zn.view(), r.gv("tok_emb"))?;
             let mut dzn = Matmul::nn(rr, d, v);
             dzn.c.offset = r0 * d;
-            r.mm(dzn, logits, emb, r.g().dzn.view())?;
+            by_emb(r, dzn, logits, r.g().dzn.view())?;
         }
     }
     r.run(ce.finish(gpu, targets, out))?;
     r.push(Op::Copy { src: a.loss_out.clone(), src_off: 0, dst: a.stats.clone(), dst_off: 0, len: 2 });
     Ok(())
+}
+
+/// Whether the head's products take f16 operands: f16 programs with the form `head_f16` (the
+/// logits, their gradient and the loss stay float32).
+fn half(r: &Rec) -> bool {
+    r.a.half && r.gpu.forms.head_f16
+}
+
+/// A head product whose B is the tied embedding E (logits = zn·Eᵀ, ∂zn = ∂logits·E): in f16
+/// read from the parameters' f16 copy with A rounded as read ([`Rec::mm_weight`]), else f32.
+fn by_emb(r: &mut Rec, m: Matmul, a: View, c: View) -> Result<()> {
+    if half(r) { r.mm_weight(m, a, "tok_emb", c) } else { r.mm(m, a, r.pv("tok_emb"), c) }
+}
+
+/// The head's other product (∂E += ∂logitsᵀ·zn): f16 operands in f16, else f32.
+fn head_mm(r: &mut Rec, m: Matmul, a: View, b: View, c: View) -> Result<()> {
+    if half(r) { r.mm_half(m, a, b, c) } else { r.mm(m, a, b, c) }
 }
 
 /// Cross-entropy → logits → tied embedding and final norm → readout: writes ∂X_2L into
@@ -111,8 +129,8 @@ pub(crate) fn backward(r: &mut Rec) -> Result<usize> {
             r.obj.label_smoothing,
             r.obj.loss_scale,
         ))?;
-        r.mm(Matmul::tn(v, d, n).accumulate(true), dlogits.view(), a.zn.view(), r.gv("tok_emb"))?;
-        r.mm(Matmul::nn(n, d, v), dlogits.view(), r.pv("tok_emb"), g.dzn.view())?;
+        head_mm(r, Matmul::tn(v, d, n).accumulate(true), dlogits.view(), a.zn.view(), r.gv("tok_emb"))?;
+        by_emb(r, Matmul::nn(n, d, v), dlogits.view(), g.dzn.view())?;
     }
     // ∂X (the gradient of the current state) ping-pongs between two buffers; it starts in 0.
     let cur = 0usize;
