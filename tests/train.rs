@@ -1210,7 +1210,7 @@ fn the_generation_benchmark_reports_cached_and_recomputed_token_times_per_contex
 }
 
 #[test]
-fn the_matmul_benchmark_times_a_models_products_marks_the_engines_pick_and_skips_what_does_not_fit() {
+fn the_matmul_benchmark_times_a_models_products_marks_the_engines_pick_and_times_what_needs_pieces_in_pieces() {
     use ddl::bench::VariantSet;
     let gpu = ddl::testing::gpu();
     let products = ddl::bench::model_matmuls(24, 32, 48, 85, 65);
@@ -1255,17 +1255,34 @@ fn the_matmul_benchmark_times_a_models_products_marks_the_engines_pick_and_skips
     let mut rows = Vec::new();
     ddl::bench::matmul_rows(&gpu, &products[..2], &named, 1, |r| rows.push(r.0)).unwrap();
     assert!(rows.len() == 2 && rows.iter().all(|r| r["variant"] == variants[0]));
-    // On a device whose bindings hold 1 KiB, the LM head's products (65 × 32 floats) are reported
-    // as skipped, the small ones still run.
+    // On a device whose bindings hold 1 KiB, the LM head's products (65 × 32 floats) are timed
+    // as the model runs them, in pieces (one `pieces:N` row each, also against other forms);
+    // the small ones still run whole.
     let small = gpu.with_max_storage_binding(1024).unwrap();
     let few = ddl::bench::model_matmuls(4, 8, 8, 8, 65);
     let mut rows = Vec::new();
     ddl::bench::matmul_rows(&small, &few, &VariantSet::Auto, 1, |r| rows.push(r.0)).unwrap();
-    let skipped: Vec<_> =
-        rows.iter().filter(|r| r.get("skipped").is_some()).map(|r| r["case"].as_str().unwrap()).collect();
-    assert_eq!(skipped.len(), 3, "{rows:?}");
-    assert!(skipped.iter().all(|c| c.starts_with("lm_head")), "{skipped:?}");
-    assert_eq!(rows.len() - skipped.len(), 12);
+    assert!(rows.iter().all(|r| r.get("skipped").is_none()), "{rows:?}");
+    let pieces: Vec<_> = rows.iter().filter(|r| r.get("pieces").is_some()).collect();
+    assert_eq!(pieces.len(), 3, "{rows:?}");
+    for r in &pieces {
+        let n = r["pieces"].as_u64().unwrap();
+        assert!(r["case"].as_str().unwrap().starts_with("lm_head") && n > 1, "{r}");
+        assert_eq!(r["variant"].as_str().unwrap(), format!("pieces:{n}"));
+        assert!(
+            r["auto"] == true && r["ms"].as_f64().unwrap() > 0.0 && r["gflop_per_s"].as_f64().unwrap() > 0.0,
+            "{r}"
+        );
+    }
+    assert_eq!(rows.len(), 15);
+    let other = small.with_forms(|f| f.shader_checks = !f.shader_checks);
+    let mut rows = Vec::new();
+    ddl::bench::matmul_rows_against(&small, Some((&other, "x")), &few[few.len() - 3..], &VariantSet::Auto, 2, |r| {
+        rows.push(r.0)
+    })
+    .unwrap();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert!(rows.iter().all(|r| r["against_ms"].as_f64().unwrap() > 0.0 && r.get("pieces").is_some()), "{rows:?}");
     // Over 600 tokens the weight gradients of a narrow model (8 × 8 and the like) are few-tile
     // sums the model splits along K: each gets a `split:P` row after its pick's, timing what the
     // model runs.

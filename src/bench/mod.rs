@@ -245,10 +245,20 @@ pub fn matmul_skip(gpu: &Gpu, mm: &Matmul) -> Option<String> {
     })
 }
 
+/// Why `mm`'s operands cannot be allocated on this adapter (one over its largest buffer), or
+/// `None` when they can.
+pub fn buffer_skip(gpu: &Gpu, mm: &Matmul) -> Option<String> {
+    let max = gpu.limits.max_buffer_size;
+    let bytes = [mm.a_elem.bytes(), mm.b_elem.bytes(), 4];
+    let too_big = mm.extents().iter().zip(bytes).any(|(&e, b)| e as u64 * b as u64 > max);
+    too_big.then(|| format!("an operand exceeds this adapter's largest buffer ({max} bytes)"))
+}
+
 /// GFLOP/s of each product (`(name, product)`) with the chosen tile variants, marking the
 /// variant [`matmul::pick`] would use (`"auto"`). Operands are random (never zeros, which can
-/// run faster than real data); products too large for one dispatch ([`matmul_skip`]) get a row
-/// with `"skipped"`.
+/// run faster than real data); products too large for one dispatch ([`matmul_skip`]) are timed
+/// as the model runs them, in pieces (one `pieces:N` row), and get a row with `"skipped"` only
+/// where an operand exceeds the adapter's largest buffer.
 pub fn matmul_rows(
     gpu: &Gpu,
     cases: &[(String, Matmul)],
@@ -280,7 +290,11 @@ pub fn matmul_rows_against(
             "flop": mm.flops(), "bytes": mm.min_bytes(),
             "operands": format!("{}{}", mm.a_elem.code(), mm.b_elem.code()),
         });
-        if let Some(why) = matmul_skip(gpu, mm) {
+        // A product too large for one dispatch is timed as the model runs it: its pieces
+        // ([`Matmul::bind_split`]), one `pieces:N` row; skipped only where an operand exceeds
+        // the adapter's largest buffer.
+        let pieces = matmul_skip(gpu, mm).is_some();
+        if pieces && let Some(why) = buffer_skip(gpu, mm) {
             let mut r = base.clone();
             r["skipped"] = json!(why);
             emit(Row(r));
@@ -300,6 +314,33 @@ pub fn matmul_rows_against(
         let a = operand("a", ea, mm.a_elem)?;
         let b = operand("b", eb, mm.b_elem)?;
         let c = Tensor::zeros(gpu, "c", &[ec], DType::F32)?;
+        if pieces {
+            let ds = mm.bind_split(gpu, a.view(), b.view(), c.view())?;
+            let mut r = base.clone();
+            let ms = match against {
+                None => time_dispatches(gpu, &ds.iter().collect::<Vec<_>>(), reps)?,
+                Some((other, spec)) => {
+                    let da = mm.bind_split(other, a.view(), b.view(), c.view())?;
+                    let ab = ab_blocks(reps, |who| {
+                        let list = if who == 0 { &da } else { &ds };
+                        steady_ms(if who == 0 { other } else { gpu }, &list.iter().collect::<Vec<_>>(), 1).map(|t| t.0)
+                    })?;
+                    r["against_forms"] = json!(spec);
+                    r["against_ms"] = json!(ab.a_median);
+                    r["ratio_median_block"] = json!(ab.ratio_median);
+                    r["ratio_median_ci95"] = json!(ab.ratio_ci95.map(|(lo, hi)| [lo, hi]));
+                    r["blocks"] = json!(ab.blocks);
+                    ab.b_median
+                }
+            };
+            r["variant"] = json!(format!("pieces:{}", ds.len()));
+            r["auto"] = json!(true);
+            r["pieces"] = json!(ds.len());
+            r["ms"] = json!(ms);
+            r["gflop_per_s"] = json!(mm.flops() / ms / 1e6);
+            emit(Row(r));
+            continue;
+        }
         let auto = matmul::pick(gpu, mm);
         // The cooperative-matrix variants time f16 products where the device has them.
         let mut all = matmul::variants_for(gpu);
