@@ -317,22 +317,9 @@ pub fn matmul_rows_against(
         if pieces {
             let ds = mm.bind_split(gpu, a.view(), b.view(), c.view())?;
             let mut r = base.clone();
-            let ms = match against {
-                None => time_dispatches(gpu, &ds.iter().collect::<Vec<_>>(), reps)?,
-                Some((other, spec)) => {
-                    let da = mm.bind_split(other, a.view(), b.view(), c.view())?;
-                    let ab = ab_blocks(reps, |who| {
-                        let list = if who == 0 { &da } else { &ds };
-                        steady_ms(if who == 0 { other } else { gpu }, &list.iter().collect::<Vec<_>>(), 1).map(|t| t.0)
-                    })?;
-                    r["against_forms"] = json!(spec);
-                    r["against_ms"] = json!(ab.a_median);
-                    r["ratio_median_block"] = json!(ab.ratio_median);
-                    r["ratio_median_ci95"] = json!(ab.ratio_ci95.map(|(lo, hi)| [lo, hi]));
-                    r["blocks"] = json!(ab.blocks);
-                    ab.b_median
-                }
-            };
+            let ms = time_against(gpu, against, &ds, reps, &mut r, |other| {
+                mm.bind_split(other, a.view(), b.view(), c.view())
+            })?;
             r["variant"] = json!(format!("pieces:{}", ds.len()));
             r["auto"] = json!(true);
             r["pieces"] = json!(ds.len());
@@ -365,22 +352,8 @@ pub fn matmul_rows_against(
         for v in chosen {
             let d = mm.bind_variant(gpu, v, a.view(), b.view(), c.view())?;
             let mut r = base.clone();
-            let ms = match against {
-                None => time_dispatch(gpu, &d, reps)?,
-                Some((other, spec)) => {
-                    let da = mm.bind_variant(other, v, a.view(), b.view(), c.view())?;
-                    let ab = ab_blocks(reps, |who| {
-                        steady_ms(if who == 0 { other } else { gpu }, &[if who == 0 { &da } else { &d }], 1)
-                            .map(|t| t.0)
-                    })?;
-                    r["against_forms"] = json!(spec);
-                    r["against_ms"] = json!(ab.a_median);
-                    r["ratio_median_block"] = json!(ab.ratio_median);
-                    r["ratio_median_ci95"] = json!(ab.ratio_ci95.map(|(lo, hi)| [lo, hi]));
-                    r["blocks"] = json!(ab.blocks);
-                    ab.b_median
-                }
-            };
+            let bind_other = |other: &Gpu| mm.bind_variant(other, v, a.view(), b.view(), c.view()).map(|d| vec![d]);
+            let ms = time_against(gpu, against, &[d], reps, &mut r, bind_other)?;
             r["variant"] = json!(v);
             r["auto"] = json!(v == auto);
             r["ms"] = json!(ms);
@@ -404,6 +377,34 @@ pub fn matmul_rows_against(
         }
     }
     Ok(())
+}
+
+/// The time of `ds` on `gpu` ([`time_dispatches`]), or with `against` (another handle to the
+/// device and its forms' text) `ds` against the same product bound there by `bind_other`, in
+/// `reps` blocks A B B A ([`ab_blocks`], A = `against`): this side's median, and `r` gains
+/// `against_forms`, `against_ms`, `ratio_median_block`, its 95 % interval and `blocks`.
+fn time_against(
+    gpu: &Gpu,
+    against: Option<(&Gpu, &str)>,
+    ds: &[crate::gpu::Dispatch],
+    reps: usize,
+    r: &mut serde_json::Value,
+    bind_other: impl Fn(&Gpu) -> Result<Vec<crate::gpu::Dispatch>>,
+) -> Result<f64> {
+    let Some((other, spec)) = against else {
+        return time_dispatches(gpu, &ds.iter().collect::<Vec<_>>(), reps);
+    };
+    let da = bind_other(other)?;
+    let ab = ab_blocks(reps, |who| {
+        let (g, list) = if who == 0 { (other, &da[..]) } else { (gpu, ds) };
+        steady_ms(g, &list.iter().collect::<Vec<_>>(), 1).map(|t| t.0)
+    })?;
+    r["against_forms"] = json!(spec);
+    r["against_ms"] = json!(ab.a_median);
+    r["ratio_median_block"] = json!(ab.ratio_median);
+    r["ratio_median_ci95"] = json!(ab.ratio_ci95.map(|(lo, hi)| [lo, hi]));
+    r["blocks"] = json!(ab.blocks);
+    Ok(ab.b_median)
 }
 
 /// What [`ab_blocks`] measured: each side's median and best time, the median of the blocks'
