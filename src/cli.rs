@@ -376,8 +376,9 @@ pub(crate) struct TrainArgs {
     #[arg(long)]
     pub(crate) f16_state: bool,
     /// f32, or f16 (train.precision): the linear layers and the tied LM head take f16 operands
-    /// with f32 accumulation (the logits and the loss stay f32), dynamic loss scaling (train.loss_scale, train.loss_scale_growth), f16 states where the
-    /// variant has them; master weights, gradients and AdamW moments stay f32. Needs SHADER_F16.
+    /// with f32 accumulation (the logits and the loss stay f32), dynamic loss scaling
+    /// (train.loss_scale, train.loss_scale_growth), f16 states where the variant has them;
+    /// master weights, gradients and AdamW moments stay f32. Needs SHADER_F16.
     #[arg(long, value_parser = precision)]
     pub(crate) precision: Option<ddl::model::Precision>,
     /// Rebuild cheap activations in the backward instead of keeping one per layer

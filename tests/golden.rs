@@ -289,9 +289,10 @@ fn golden_the_residual_in_the_product_keeps_the_bits() {
     }
 }
 
-/// `--precision f16` against the float64 goldens at the f16 tolerances: the linear layers take f16
-/// operands (and the states are f16 where the variant has them). The f16 kernels must really have
-/// run: every file's worst error is well above the f32 path's, and below the tolerance.
+/// `--precision f16` against the float64 goldens at the f16 tolerances: the linear layers and the
+/// LM head take f16 operands (and the states are f16 where the variant has them). The f16 kernels
+/// must really have run: every file's worst error is well above the f32 path's, and below the
+/// tolerance; the head's f16 rounding shows in the logits' error.
 #[test]
 fn golden_f16_precision() {
     let gpu = ddl::testing::gpu();
