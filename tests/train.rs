@@ -1598,8 +1598,8 @@ fn warm_shared_scratch(
 }
 
 /// `--recompute` (`train.recompute`): a training program keeps one c (and a), QK-norm output,
-/// ψ and v-Map direction branch (q1, s1, k̃) for every layer and rebuilds them in the backward with the forward's own kernels: the same
-/// loss and gradient norm per step and the same parameters after AdamW, to the bit, as keeping
+/// ψ and v-Map direction branch (q1, s1, k̃) for every layer and rebuilds them in the backward
+/// with the forward's own kernels: the same loss and gradient norm per step and the same parameters after AdamW, to the bit, as keeping
 /// them — in f32 and f16, with this adapter's forms and with the GPU forms (blocked attention,
 /// team reductions, the unfolded delta-write heads), for every kind of sublayer input (the
 /// baseline's state, the compressors, the EC expansion, the v-Map branch) — and a program

@@ -20,13 +20,8 @@ pub use train::{against_storage, generate_rows, train_compare_rows, train_rows};
 #[derive(Debug, Clone)]
 pub struct Row(pub serde_json::Value);
 
-/// Median of the per-run kernel times (ms) of `d`, after one warm-up run.
-pub fn time_dispatch(gpu: &Gpu, d: &crate::gpu::Dispatch, reps: usize) -> Result<f64> {
-    time_dispatches(gpu, &[d], reps)
-}
-
-/// [`time_dispatch`] for dispatches that run one after another (one submission): the sum of
-/// their kernel times, median of `reps` after a warm-up ([`steady_ms`]).
+/// Median of the per-run kernel times (ms) of dispatches that run one after another (one
+/// submission): the sum of their kernel times, median of `reps` after a warm-up ([`steady_ms`]).
 pub fn time_dispatches(gpu: &Gpu, ds: &[&crate::gpu::Dispatch], reps: usize) -> Result<f64> {
     Ok(steady_ms(gpu, ds, reps)?.0)
 }

@@ -65,8 +65,6 @@ impl Matmul {
             let op = Operand { offset: off - start, ..op };
             (op, v.sub(start / per, op.extent(dims[0], dims[1], dims[2]).div_ceil(per)))
         }
-        let per = |e: MatmulElem| if e == MatmulElem::F16 { 2 } else { 1 };
-        let (pa_, pb_) = (per(self.a_elem), per(self.b_elem));
         let mut out = Vec::new();
         for (b0, bt) in chunks(self.batch, bs) {
             for (m0, mc) in chunks(self.m, ms) {
@@ -78,7 +76,7 @@ impl Matmul {
                             self.a.offset + b0 * self.a.batch_stride + m0 * self.a.row_stride + k0 * self.a.col_stride,
                             [mc, kc, bt],
                             align,
-                            pa_,
+                            4 / self.a_elem.bytes(),
                         );
                         let (pb, vb) = narrow(
                             &b,
@@ -86,7 +84,7 @@ impl Matmul {
                             self.b.offset + b0 * self.b.batch_stride + k0 * self.b.row_stride + n0 * self.b.col_stride,
                             [kc, nc, bt],
                             align,
-                            pb_,
+                            4 / self.b_elem.bytes(),
                         );
                         let (pc, vc) = narrow(
                             &c,
@@ -215,10 +213,9 @@ impl Matmul {
         let (max, align) = (max_chunk.min(binding_elems(gpu, 1)), align_elems(gpu));
         // Each operand's dimensions as (index into the sizes, stride), and its elements per
         // four-byte word (2 for an f16-stored operand, whose offsets and strides count halves).
-        let per = |e: MatmulElem| if e == MatmulElem::F16 { 2 } else { 1 };
         let ops = [
-            ("A", [(0, self.a.batch_stride), (1, self.a.row_stride), (K, self.a.col_stride)], per(self.a_elem)),
-            ("B", [(0, self.b.batch_stride), (K, self.b.row_stride), (2, self.b.col_stride)], per(self.b_elem)),
+            ("A", [(0, self.a.batch_stride), (1, self.a.row_stride), (K, self.a.col_stride)], 4 / self.a_elem.bytes()),
+            ("B", [(0, self.b.batch_stride), (K, self.b.row_stride), (2, self.b.col_stride)], 4 / self.b_elem.bytes()),
             ("C", [(0, self.c.batch_stride), (1, self.c.row_stride), (2, self.c.col_stride)], 1),
         ];
         // Worst-case elements bound: the misalignment of the start, then first to last element.

@@ -103,7 +103,7 @@ fn by_emb(r: &mut Rec, m: Matmul, a: View, c: View) -> Result<()> {
 
 /// The head's other product (∂E += ∂logitsᵀ·zn): f16 operands in f16, else f32.
 fn head_mm(r: &mut Rec, m: Matmul, a: View, b: View, c: View) -> Result<()> {
-    if half(r) { r.mm_half(m, a, b, c) } else { r.mm(m, a, b, c) }
+    r.mm(m.half(half(r)), a, b, c)
 }
 
 /// Cross-entropy → logits → tied embedding and final norm → readout: writes ∂X_2L into
