@@ -179,7 +179,8 @@ impl Gpu {
             return r;
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let sm = self.shader_module(name, text.to_string(), self.forms.shader_checks);
+        let shader = name.split('[').next().unwrap_or(name);
+        let sm = self.shader_module(name, text.to_string(), self.forms.checks(shader));
         let popped = scope.pop();
         let messages = sm.get_compilation_info().await.messages;
         let error = popped.await;

@@ -166,7 +166,7 @@ impl Gpu {
     }
 
     /// A shader module of the engine's own WGSL: with wgpu's runtime checks, or (`checks`
-    /// false, `Forms::shader_checks`) without its index clamps and loop counters.
+    /// false, `Forms::checks`) without its index clamps and loop counters.
     pub(crate) fn shader_module(&self, label: &str, text: String, checks: bool) -> wgpu::ShaderModule {
         let desc = wgpu::ShaderModuleDescriptor { label: Some(label), source: wgpu::ShaderSource::Wgsl(text.into()) };
         if checks {
@@ -186,9 +186,9 @@ impl Gpu {
 
     /// The kernel for `entry` of `shader` (variant `variant`), compiled once per device.
     pub fn kernel(&self, shader: &str, variant: Option<&str>, entry: &str) -> Result<Arc<Kernel>> {
-        // Modules without wgpu's runtime checks are other pipelines (`Forms::shader_checks`:
-        // handles made with `with_forms` share the cache).
-        let checks = self.forms.shader_checks;
+        // Modules without wgpu's runtime checks are other pipelines (`Forms::checks`: handles
+        // made with `with_forms` share the cache).
+        let checks = self.forms.checks(shader);
         let key = format!("{shader}[{}]::{entry}", variant.unwrap_or(""));
         let cache_key = if checks { key.clone() } else { format!("{key} unchecked") };
         if let Some(k) = self.pipelines.lock().unwrap().get(&cache_key) {

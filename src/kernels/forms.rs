@@ -161,8 +161,18 @@ pub struct Forms {
     /// delta write's forward with and without k, the CC compressor in quads against the plain
     /// kernels), by rounding (1 ulp; 3.7e-6 relative in the write's X′): the driver contracts
     /// the two forms' arithmetic differently without the clamps. The GPU default stays on until
-    /// those guarantees are rewritten or relaxed (docs/GPU.md, run 4).
+    /// those guarantees are rewritten or relaxed (docs/GPU.md, run 4). Setting it (`DDL_FORMS`,
+    /// `--against-forms`) also empties [`Forms::unchecked`]: `shader_checks=1` checks every
+    /// module, `shader_checks=0` none.
     pub shader_checks: bool,
+    /// Shaders (names of `shaders::ALL`) whose modules are created without wgpu's runtime checks
+    /// while `shader_checks` keeps them for the rest (`unchecked=matmul+reduce`; `none`): a form
+    /// for the kernels measured faster without them whose tests pass so on the device, where
+    /// the rest still has a reason to keep them. Default: none; on the H200 `matmul`
+    /// ([`MEASURED`]: every matmul kernel test and golden file passed there with every module
+    /// unchecked, and the products ran 0.78–0.87 of the time; the two tests that failed
+    /// unchecked are the delta write's and the compressor's, which stay checked).
+    pub unchecked: Vec<&'static str>,
     /// The [`MEASURED`] entries applied to this device (by its adapter's name), in order.
     pub measured: Vec<&'static Measured>,
 }
@@ -202,12 +212,23 @@ pub struct Measured {
     pub evidence: &'static str,
 }
 
-pub const MEASURED: &[Measured] = &[Measured {
-    device: "H200",
-    forms: "split_k_tiles=512",
-    evidence: "small-124m f32 baseline step 0.983x [0.976, 0.988] of split_k_tiles=256's, 6 blocks \
-               A B B A (docs/gpu-runs/2026-11-28-h200-d, summary-2: bench-train-small-split512)",
-}];
+pub const MEASURED: &[Measured] = &[
+    Measured {
+        device: "H200",
+        forms: "split_k_tiles=512",
+        evidence: "small-124m f32 baseline step 0.983x [0.976, 0.988] of split_k_tiles=256's, 6 blocks \
+                   A B B A (docs/gpu-runs/2026-11-28-h200-d, summary-2: bench-train-small-split512)",
+    },
+    Measured {
+        device: "H200",
+        forms: "unchecked=matmul",
+        evidence: "the matmul modules without wgpu's runtime checks: 4096^3 w128 0.848-0.850x the time \
+                   (summary-1: bench-matmul-checks), small-124m's products 0.78-0.87x (the weight \
+                   gradients' unsplit form 0.59x; two 768x768 forward products not distinguishable; \
+                   summary-2: bench-matmul-model-checks), 6 blocks A B B A each; every matmul kernel test and golden file passed with every \
+                   module unchecked (summary-3) (docs/gpu-runs/2026-11-28-h200-d)",
+    },
+];
 
 impl Forms {
     /// The forms for an adapter, before `DDL_FORMS`: the defaults of its kind, then what the GPU
@@ -283,6 +304,7 @@ impl Forms {
             matmul_coop: false,
             matmul_coop_v: false,
             shader_checks: true,
+            unchecked: Vec::new(),
             measured: Vec::new(),
             split_k_tiles: if cpu { 2 * cpu_threads() } else { crate::kernels::matmul::GPU_SPLIT_K_TILES },
         }
@@ -399,7 +421,8 @@ impl Forms {
                 "residual_fused" => self.residual_fused = flag()?,
                 "matmul_coop" => self.matmul_coop = flag()?,
                 "matmul_coop_v" => self.matmul_coop_v = flag()?,
-                "shader_checks" => self.shader_checks = flag()?,
+                "shader_checks" => (self.shader_checks, self.unchecked) = (flag()?, Vec::new()),
+                "unchecked" => self.unchecked = Self::shader_list(key, value)?,
                 "split_k_tiles" => {
                     self.split_k_tiles = value
                         .parse()
@@ -414,6 +437,32 @@ impl Forms {
             }
         }
         Ok(())
+    }
+
+    /// Whether `shader`'s modules keep wgpu's runtime checks (`shader_checks`, `unchecked`).
+    pub fn checks(&self, shader: &str) -> bool {
+        self.shader_checks && !self.unchecked.contains(&shader)
+    }
+
+    /// `a+b+…` (or `none`) as names of the engine's shaders, sorted, each once.
+    fn shader_list(key: &str, value: &str) -> Result<Vec<&'static str>, String> {
+        let mut out = Vec::new();
+        if value.eq_ignore_ascii_case("none") || value.is_empty() {
+            return Ok(out);
+        }
+        for name in value.split('+').map(str::trim) {
+            let sh = crate::shaders::get(name).ok_or_else(|| {
+                let names: Vec<_> = crate::shaders::ALL.iter().map(|s| s.name).collect();
+                format!(
+                    "{key}={value}: '{name}' is not a shader (expected names joined by '+' from: {}; or none)",
+                    names.join(", ")
+                )
+            })?;
+            out.push(sh.name);
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
     }
 
     /// The override keys and what each chooses.
@@ -454,6 +503,7 @@ impl Forms {
         ("matmul_coop_v", "matmul_coop: the wide form on coop128v's staging"),
         ("split_k_tiles", "matmul: products with fewer output tiles split along K (0: never)"),
         ("shader_checks", "wgpu's index clamps and loop counters kept in every shader"),
+        ("unchecked", "shaders built without those checks all the same (a+b, or none)"),
     ];
 
     /// `(key, value, what)` rows for `ddl info` and `ddl bench`.
@@ -501,6 +551,8 @@ impl Forms {
                 "matmul_coop_v" => b(self.matmul_coop_v),
                 "split_k_tiles" => self.split_k_tiles.to_string(),
                 "shader_checks" => b(self.shader_checks),
+                "unchecked" if self.unchecked.is_empty() => "none".into(),
+                "unchecked" => self.unchecked.join("+"),
                 _ => unreachable!("every key has a value"),
             }
         };
@@ -551,6 +603,7 @@ mod tests {
         }
         let h200 = gpu.clone().with_measured("NVIDIA H200", f);
         assert_eq!((gpu.split_k_tiles, h200.split_k_tiles), (256, 512));
+        assert!(gpu.checks("matmul") && !h200.checks("matmul") && h200.checks("delta") && h200.checks("shortconv"));
         assert_eq!(gpu.clone().with_measured("NVIDIA GeForce RTX 4090", f), gpu, "another device keeps the defaults");
         let cpu = Forms::defaults(true, (8, 8), f);
         assert_eq!(cpu.clone().with_measured("H200", f), cpu, "CPU adapters take no GPU measurements");
@@ -586,6 +639,28 @@ mod tests {
     }
 
     #[test]
+    fn unchecked_names_shaders_and_shader_checks_sets_every_module() {
+        let sg = wgpu::Features::SUBGROUP;
+        let gpu = Forms::defaults(false, (32, 32), sg);
+        assert!(gpu.unchecked.is_empty() && crate::shaders::ALL.iter().all(|s| gpu.checks(s.name)));
+        let mut f = gpu.clone();
+        f.apply("unchecked=reduce+matmul+reduce", sg).unwrap();
+        assert_eq!(f.unchecked, ["matmul", "reduce"], "sorted, each once");
+        assert!(!f.checks("matmul") && !f.checks("reduce") && f.checks("delta"));
+        assert!(f.describe().contains("unchecked        matmul+reduce"));
+        // shader_checks decides for every module again: 1 all checked, 0 none.
+        let mut on = f.clone();
+        on.apply("shader_checks=1", sg).unwrap();
+        assert!(crate::shaders::ALL.iter().all(|s| on.checks(s.name)), "{on:?}");
+        let mut off = f.clone();
+        off.apply("shader_checks=0", sg).unwrap();
+        assert!(crate::shaders::ALL.iter().all(|s| !off.checks(s.name)));
+        f.apply("unchecked=none", sg).unwrap();
+        assert_eq!(f, gpu);
+        assert!(f.describe().contains("unchecked        none"));
+    }
+
+    #[test]
     fn bad_overrides_are_clear_errors() {
         let sg = wgpu::Features::SUBGROUP;
         let mut f = Forms::defaults(false, (32, 32), sg);
@@ -599,6 +674,7 @@ mod tests {
             ("conv_quads=maybe", "expected 0 or 1"),
             ("conv_fwd_chunk=0", "≥ 1"),
             ("matmul_subgroup=1", "fixed size dividing 8"),
+            ("unchecked=matmul+matmull", "'matmull' is not a shader (expected names joined by '+' from: fill, matmul,"),
         ] {
             let e = f.apply(spec, sg).unwrap_err();
             assert!(e.contains(needle), "{spec}: {e}");
