@@ -94,7 +94,18 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/ddl-gpu-check.XXXXXX")"
 RAW="$WORK/raw"
 mkdir -p "$RAW" "$WORK/bin" "$WORK/cache" "$WORK/run"
 trap 'rm -rf "$WORK"' EXIT
-export DDL_CACHE_DIR="$WORK/cache"          # a fresh autotune cache: the check measures this card
+# The autotune cache: this card's, shared by the run.sh calls of one bundle on one machine (a
+# device session's second call finds the first's tuning instead of spending a stage's timeout on
+# it; run 4's cold `bench-train-small-baseline` timed out so twice), fresh otherwise, and with
+# GPU_CHECK_FRESH_CACHE=1. The summary says which.
+CACHE_ID="$(grep -m1 '^commit' "$BUNDLE/MANIFEST.txt" 2>/dev/null | cut -d' ' -f2 | cut -c1-12)"
+if [ $LOCAL = 0 ] && [ -n "$CACHE_ID" ] && [ "${GPU_CHECK_FRESH_CACHE:-0}" != 1 ]; then
+  export DDL_CACHE_DIR="${TMPDIR:-/tmp}/ddl-gpu-check-cache-$CACHE_ID"
+else
+  export DDL_CACHE_DIR="$WORK/cache"
+fi
+mkdir -p "$DDL_CACHE_DIR"
+CACHE_NOTE="$(if [ -s "$DDL_CACHE_DIR/matmul-autotune.json" ]; then echo "reused from an earlier call of this bundle on this machine ($DDL_CACHE_DIR)"; else echo "fresh ($DDL_CACHE_DIR)"; fi)"
 export DDL_TEST_DATA="$BUNDLE/data"         # the test binaries' golden files
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$WORK/xdg}"; mkdir -p "$XDG_RUNTIME_DIR"; chmod 700 "$XDG_RUNTIME_DIR"
 : > "$RAW/status.tsv"
@@ -160,6 +171,7 @@ write_summary() {
     echo
     echo "- when: $(date -u '+%Y-%m-%d %H:%M UTC'), $(( $(date +%s) - T_START )) s after the start (budget $BUDGET s)"
     echo "- bundle: $(grep -m1 '^commit' "$BUNDLE/MANIFEST.txt" 2>/dev/null | cut -d' ' -f2-)"
+    echo "- matmul autotune cache: $CACHE_NOTE"
     echo "- adapter: ${ADAPTER:-not opened yet}"
     echo "- driver: ${DRIVER:-?}; ${VK_NOTE:-Vulkan as found}"
     echo "- stages asked for: $STAGES${ONLY:+; only the commands $ONLY}"
@@ -384,8 +396,8 @@ gpu_bench_cmds() {
       "bench-matmul-model-split128|30|DDL_FORMS=split_k_tiles=128 bench matmul --preset small-124m --batch 8 --seq 1024 --variants auto --reps 5 --json"
       "bench-matmul-model-split512|30|DDL_FORMS=split_k_tiles=512 bench matmul --preset small-124m --batch 8 --seq 1024 --variants auto --reps 5 --json"
       "bench-matmul-model-rect|30|bench matmul --preset small-124m --batch 8 --seq 1024 --variants w128,w128x64,w64x128 --reps 5 --json"
-      "bench-train-small-baseline|40|bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --steps 5 --json"
-      "bench-train-small-ddl|40|bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5 --dispatches --json"
+      "bench-train-small-baseline|80|bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --steps 5 --json"
+      "bench-train-small-ddl|80|bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5 --dispatches --json"
       "bench-train-small-ddl-vs-baseline|60|bench train --preset small-124m --variant ddl --against baseline --batch 8 --seq 1024 --steps 6 --json"
       "bench-train-small-unchecked-matmul|60|DDL_FORMS=unchecked=matmul bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms unchecked=none --steps 6 --json"
       "bench-train-small-checks|60|DDL_FORMS=shader_checks=0 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms shader_checks=1 --steps 6 --json"
@@ -403,7 +415,7 @@ gpu_bench_cmds() {
       "bench-train-small-attn-team|60|DDL_FORMS=attn_team=32 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms attn_team=0 --steps 6 --json"
       "bench-attention-blocked512|20|DDL_FORMS=attention=blocked:512 bench kernels --filter blocked --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-train-small-conv-batch|60|DDL_FORMS=conv_batch=1 bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --against-forms conv_batch=0 --steps 6 --json"
-      "bench-train-small-ddl-new-forms|40|DDL_FORMS=conv_batch=1,norm_vec=1 bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5 --dispatches --json"
+      "bench-train-small-ddl-new-forms|80|DDL_FORMS=conv_batch=1,norm_vec=1 bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5 --dispatches --json"
       "bench-norm-vec|20|DDL_FORMS=norm_vec=1 bench kernels --filter rmsnorm --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-train-small-norm-vec|60|DDL_FORMS=norm_vec=1 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms norm_vec=0 --steps 6 --json"
       "bench-train-small-blocked512|60|DDL_FORMS=attention=blocked:512 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms attention=blocked:256 --steps 6 --json"
