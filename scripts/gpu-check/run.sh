@@ -412,7 +412,7 @@ gpu_bench_cmds() {
       "bench-attention-tiled|30|DDL_FORMS=attention=tiled bench kernels --filter attention --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-attention-team32|20|DDL_FORMS=attn_team=32 bench kernels --filter blocked --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-attention-team64|20|DDL_FORMS=attn_team=64 bench kernels --filter blocked --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
-      "bench-train-small-attn-team|60|DDL_FORMS=attn_team=32 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms attn_team=0 --steps 6 --json"
+      "bench-train-small-attn-team|80|DDL_FORMS=attn_team=32 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms attn_team=0 --steps 6 --json"
       "bench-attention-blocked512|20|DDL_FORMS=attention=blocked:512 bench kernels --filter blocked --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-train-small-conv-batch|60|DDL_FORMS=conv_batch=1 bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --against-forms conv_batch=0 --steps 6 --json"
       "bench-train-small-ddl-new-forms|80|DDL_FORMS=conv_batch=1,norm_vec=1 bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5 --dispatches --json"
