@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""The GPU check's predictions against what a run measured, and what each verdict decides.
+
+    python3 scripts/gpu-check/verdicts.py RESULTS.tar.gz [RESULTS-2.tar.gz ...] [--run N] [--all]
+
+Reads the raw JSON lines and status rows of one or more `results*.tar.gz` that `run.sh` wrote
+(a later archive's stage replaces an earlier one's of the same name) and prints a markdown table:
+per prediction of docs/GPU.md the stage, the measured value (with the 95 % interval of a paired
+A/B), the predicted range, whether it held, and what the verdict decides under the rule GPU.md
+states for it (a form's default, a line of `kernels::forms::MEASURED`, or only a note). Only
+predictions of run `--run` (default: the next run's) are shown, and of those only the ones whose
+stage ran, unless `--all`. Python's standard library only.
+
+Kinds of measurement (`what`):
+  ratio       a `bench train --against…` row: the median of the blocks' step ratios, its interval
+  step_ms     the measured side's median step (ms) of that row, or a plain `bench train` row's
+  tflops      a `bench matmul` row (variant, case, m, n, k, operands as given): TFLOP/s
+  kernel_ms   a `bench kernels` case (its name up to the shape): ms
+  split_ms    a profiled `bench train --dispatches` step: the ms of the split's kernels whose
+              name (shader::entry) starts with one of the given prefixes, summed
+  tests       the kernel tests' row of status.tsv (pass or fail, with the failing tests)
+"""
+
+import io
+import json
+import sys
+import tarfile
+
+# The predictions. run: the GPU run they are for; doc: the section of docs/GPU.md that makes
+# them; rule: what follows from the verdict (GPU.md's words, shortened).
+PREDICTIONS = [
+    # --- run 4 (checked in docs/GPU.md; kept so the script reproduces those verdicts) ---
+    dict(run=4, id="checks-step", stage="bench-train-small-checks", what="step_ms", lo=245, hi=270,
+         doc="Prediction for shader modules without wgpu's runtime checks",
+         rule="faster: keep the modules without checks as a candidate form"),
+    dict(run=4, id="checks-4096-nn", stage="bench-matmul-checks", what="ratio_row",
+         sel=dict(variant="w128", case="nn", m=4096), lo=0.80, hi=0.93,
+         doc="Prediction for shader modules without wgpu's runtime checks", rule="(the product's A/B)"),
+    dict(run=4, id="split512", stage="bench-train-small-split512", what="ratio", lo=0.97, hi=0.99,
+         doc="Run 4: split_k_tiles=512",
+         rule="interval below 1: split_k_tiles=512 a MEASURED line for the card"),
+    dict(run=4, id="coop128-4096", stage="bench-matmul-coop128", what="tflops",
+         sel=dict(variant="coop128", case="nn", m=4096, operands="rh"), lo=90, hi=200,
+         doc="Predictions for coop128", rule="below 90: the staging is what to rewrite (coop128v)"),
+    # --- the next run (run 5): docs/GPU.md "Next run" ---
+    dict(run=5, id="unchecked-tests", stage="test-kernels", what="tests",
+         doc="Next run (call 1: DDL_FORMS=shader_checks=0)",
+         rule="all pass: shader_checks=0 becomes the H200's MEASURED line (superseding "
+              "unchecked=matmul); the two run-4 failures again: keep unchecked=matmul"),
+    dict(run=5, id="coop128v", stage="bench-matmul-coop128v", what="tflops",
+         sel=dict(variant="coop128v", case="nn", m=4096, operands="rh"), lo=80, hi=200,
+         doc="Predictions for coop128v", rule="beside coop128 in the same process (≈ 34)"),
+    dict(run=5, id="coop128v-mma", stage="bench-matmul-coop128v", what="tflops",
+         sel=dict(variant="coop128v:mma", case="nn", m=4096, operands="rh"), lo=200, hi=300,
+         doc="Predictions for coop128v", rule="below 100: the fragment loads are slow"),
+    dict(run=5, id="coop128v-stage", stage="bench-matmul-coop128v", what="tflops",
+         sel=dict(variant="coop128v:stage", case="nn", m=4096, operands="rh"), lo=150, hi=None,
+         doc="Predictions for coop128v", rule="below 100: the global loads and stashes are slow"),
+    dict(run=5, id="coop-mma-b", stage="bench-matmul-coop128v", what="tflops",
+         sel=dict(variant="coop:mma-b", case="nn", m=4096, operands="rh"), lo=100, hi=250,
+         doc="Predictions for coop128v", rule="far above coop128v:mma: fragments load whole "
+                                              "only from constant offsets"),
+    dict(run=5, id="coop128v-f16", stage="bench-matmul-coop128v-f16", what="tflops",
+         sel=dict(variant="coop128v", case="nn", m=4096, operands="f16"), lo=100, hi=250,
+         doc="Predictions for coop128v", rule="(f16-stored operands)"),
+    dict(run=5, id="coop128d", stage="bench-matmul-coop128v-f16", what="tflops",
+         sel=dict(variant="coop128d", case="nn", m=4096, operands="f16"), lo=60, hi=200,
+         doc="Predictions for coop128d",
+         rule="above coop128v: staging limits, f16-stored activations are worth building; "
+              "below 60: the driver's fragment loads from storage are slow"),
+    dict(run=5, id="f16-coop128v-step", stage="bench-train-small-f16-coop128v", what="ratio",
+         lo=0.45, hi=0.70, doc="Predictions for coop128v",
+         rule="interval below 1: coop128v beats coop128 in the f16 step; matmul_coop(_v) on for "
+              "the card only if that step also beats the f16 tiles' (run 4: 1.237x the f32 step)"),
+    dict(run=5, id="blocked256-fwd", stage="bench-attention-blocked256", what="kernel_ms",
+         name="attention_forward[blocked256]", lo=1.25, hi=1.40,
+         doc="Predictions for the softmax steps by teams", rule="(fewer bytes written, every form)"),
+    dict(run=5, id="blocked256-bwd", stage="bench-attention-blocked256", what="kernel_ms",
+         name="attention_backward[blocked256]", lo=2.5, hi=2.8,
+         doc="Predictions for the softmax steps by teams", rule="(fewer bytes written, every form)"),
+    dict(run=5, id="team32-fwd", stage="bench-attention-team32", what="kernel_ms",
+         name="attention_forward[blocked256]", lo=0.95, hi=1.10,
+         doc="Predictions for the softmax steps by teams", rule="(teams of 32)"),
+    dict(run=5, id="team32-bwd", stage="bench-attention-team32", what="kernel_ms",
+         name="attention_backward[blocked256]", lo=2.3, hi=2.5,
+         doc="Predictions for the softmax steps by teams", rule="(teams of 32)"),
+    dict(run=5, id="team64-fwd", stage="bench-attention-team64", what="kernel_ms",
+         name="attention_forward[blocked256]", rel_to="team32-fwd", lo=0.9, hi=1.1,
+         doc="Predictions for the softmax steps by teams", rule="within 10 % of teams of 32"),
+    dict(run=5, id="attn-team-step", stage="bench-train-small-attn-team", what="ratio",
+         lo=0.965, hi=0.98, doc="Predictions for the softmax steps by teams",
+         rule="interval below 1: the GPU default attn_team=32 (forms.rs defaults)"),
+    dict(run=5, id="blocked512-fwd", stage="bench-attention-blocked512", what="kernel_ms",
+         name="attention_forward[blocked512]", rel_to="blocked256-fwd", lo=0.9, hi=1.1,
+         doc="Predictions for the softmax steps by teams (blocks of 512)",
+         rule="a measurement; the step's A/B (bench-train-small-blocked512) decides"),
+    dict(run=5, id="blocked512-bwd", stage="bench-attention-blocked512", what="kernel_ms",
+         name="attention_backward[blocked512]", rel_to="blocked256-bwd", lo=0.9, hi=1.1,
+         doc="Predictions for the softmax steps by teams (blocks of 512)",
+         rule="a measurement; the step's A/B (bench-train-small-blocked512) decides"),
+    dict(run=5, id="rows-split", stage="bench-train-small-ddl", what="split_ms",
+         prefixes=["attention_rows::rows_fwd", "attention_rows::rows_bwd"], lo=12, hi=15,
+         doc="Predictions for the softmax steps by teams",
+         rule="the one-invocation softmax steps with fewer bytes (run 3: 17.1 ms)"),
+    dict(run=5, id="conv-fwd-split", stage="bench-train-small-ddl-new-forms", what="split_ms",
+         prefixes=["shortconv::token_forward_wb"], lo=2.2, hi=2.8,
+         doc="Prediction for the compressor's batched walks",
+         rule="with conv-batch's A/B: both walks faster and the interval not above 1 -> "
+              "conv_batch on for GPUs (run 3's plain walk: 4.03 ms)"),
+    dict(run=5, id="conv-bwd-split", stage="bench-train-small-ddl-new-forms", what="split_ms",
+         prefixes=["shortconv::token_backward_wb"], lo=4.7, hi=5.9,
+         doc="Prediction for the compressor's batched walks", rule="(run 3's plain walk: 6.75 ms)"),
+    dict(run=5, id="conv-batch-step", stage="bench-train-small-conv-batch", what="ratio",
+         lo=0.987, hi=0.995, doc="Prediction for the compressor's batched walks",
+         rule="split faster and interval not above 1: conv_batch on for GPUs"),
+    dict(run=5, id="norm-vec-bwd-split", stage="bench-train-small-ddl-new-forms", what="split_ms",
+         prefixes=["norm::rmsnorm_backward_v"], lo=2.6, hi=3.2,
+         doc="Prediction for RMSNorm's vec teams",
+         rule="above run 3's dx + partial (4.05 ms): latency-bound, try chunks of 4"),
+    dict(run=5, id="norm-vec-fwd-split", stage="bench-train-small-ddl-new-forms", what="split_ms",
+         prefixes=["norm::rmsnorm_forward_v"], lo=1.2, hi=1.6,
+         doc="Prediction for RMSNorm's vec teams", rule="(run 3: 1.73 ms)"),
+    dict(run=5, id="norm-vec-step", stage="bench-train-small-norm-vec", what="ratio",
+         lo=0.990, hi=0.996, doc="Prediction for RMSNorm's vec teams",
+         rule="split faster and interval not above 1: norm_vec on for GPUs"),
+    dict(run=5, id="head-f16", stage="bench-train-small-head-f16", what="ratio", lo=0.84, hi=0.93,
+         doc="Prediction for the LM head in f16",
+         rule="1.03-1.11 if coop128v stays at coop128's rate; the form stays on either way"),
+    dict(run=5, id="f16-acts", stage="bench-train-small-f16-acts", what="ratio", lo=0.98, hi=1.00,
+         doc="f16_acts and the f16 A/B's other side", rule="stays on (the same bits)"),
+    dict(run=5, id="residual-fused", stage="bench-train-small-residual-fused", what="ratio",
+         lo=0.996, hi=0.998, doc="Prediction for the residual in the products",
+         rule="stays on unless the interval lies above 1"),
+    dict(run=5, id="recompute", stage="bench-train-small-recompute", what="ratio", lo=1.015, hi=1.03,
+         doc="Prediction for recomputing", rule="(the price of --recompute; an option, not a default)"),
+    dict(run=5, id="head-chunk", stage="bench-train-small-head-chunk", what="ratio", lo=1.003, hi=1.008,
+         doc="Prediction for the LM head in slices", rule="(the price of --head-chunk; an option)"),
+    dict(run=5, id="attn-p16", stage="bench-train-small-attn-p16", what="ratio", lo=0.990, hi=0.997,
+         doc="Prediction for P and dS in f16", rule="stays on (the same bits)"),
+    dict(run=5, id="unchecked-matmul", stage="bench-train-small-unchecked-matmul", what="ratio",
+         lo=0.85, hi=0.88, doc="Prediction for the matmul modules without checks",
+         rule="interval above 1: drop the H200's unchecked=matmul line"),
+    dict(run=5, id="unchecked-matmul-step", stage="bench-train-small-unchecked-matmul", what="step_ms",
+         lo=245, hi=253, doc="Prediction for the matmul modules without checks",
+         rule="(the f32 baseline step with the H200's forms)"),
+]
+
+
+def load(paths):
+    """stage name -> list of JSON objects; plus the status rows (stage -> (status, details))."""
+    lines, status = {}, {}
+    for path in paths:
+        try:
+            tar = tarfile.open(path)
+        except (OSError, tarfile.TarError) as e:
+            sys.exit(f"verdicts.py: cannot read {path}: {e} (expected a results*.tar.gz that run.sh wrote)")
+        this = {}
+        for m in tar.getmembers():
+            base = m.name.rsplit("/", 1)[-1]
+            if not m.isfile():
+                continue
+            if base.endswith(".jsonl") or base.endswith(".log"):
+                stage = base.rsplit(".", 1)[0]
+                text = tar.extractfile(m).read().decode("utf-8", "replace")
+                rows = []
+                for line in text.splitlines():
+                    if line.startswith("{"):
+                        try:
+                            rows.append(json.loads(line))
+                        except json.JSONDecodeError:
+                            pass
+                # A stage's .jsonl and .log hold the same JSON lines; keep one.
+                if rows and (stage not in this or base.endswith(".jsonl")):
+                    this[stage] = rows
+            elif base == "status.tsv":
+                for row in tar.extractfile(m).read().decode("utf-8", "replace").splitlines():
+                    f = row.split("\t")
+                    # A later call that skipped the stage keeps an earlier call's result.
+                    if len(f) >= 4 and (f[1] != "skipped" or f[0] not in status):
+                        status[f[0]] = (f[1], f[3])
+        lines.update(this)
+    return lines, status
+
+
+def match(row, sel):
+    return all(str(row.get(k)) == str(v) for k, v in sel.items())
+
+
+def measure(p, lines, status, done):
+    """(value, interval or None, text) or None when the stage did not run or lacks the row."""
+    w = p["what"]
+    if w == "tests":
+        st = status.get("kernels")
+        if not st:
+            return None
+        return (st[0] == "pass", None, f"{st[0]}: {st[1][:300]}")
+    rows = lines.get(p["stage"])
+    if not rows:
+        return None
+    if w in ("ratio", "step_ms"):
+        r = next((r for r in rows if r.get("bench") == "train_compare"), None)
+        if r is None and w == "step_ms":
+            r = next((r for r in rows if r.get("bench") == "train"), None)
+            if r is None:
+                return None
+            return (r["step_ms"], None, f"{r['step_ms']:.1f} ms")
+        if r is None:
+            return None
+        if w == "step_ms":
+            return (r["median_step_ms"], None,
+                    f"{r['median_step_ms']:.1f} ms (other side {r['against_median_step_ms']:.1f})")
+        ci = r.get("ratio_median_ci95")
+        same = {True: ", same losses", False: ", losses differ"}.get(r.get("losses_identical"), "")
+        text = f"{r['ratio_median_block']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else " (no interval)") + same
+        return (r["ratio_median_block"], ci, text)
+    if w == "ratio_row":
+        r = next((r for r in rows if r.get("bench") == "matmul" and "ratio_median_block" in r and match(r, p["sel"])), None)
+        if r is None:
+            return None
+        ci = r.get("ratio_median_ci95")
+        return (r["ratio_median_block"], ci, f"{r['ratio_median_block']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""))
+    if w == "tflops":
+        r = [r for r in rows if r.get("bench") == "matmul" and "gflop_per_s" in r and match(r, p["sel"])]
+        if not r:
+            return None
+        best = max(x["gflop_per_s"] for x in r) / 1000
+        return (best, None, f"{best:.1f} TFLOP/s")
+    if w == "kernel_ms":
+        r = next((r for r in rows if r.get("bench") == "kernel" and r.get("name", "").startswith(p["name"] + " ")), None)
+        if r is None:
+            return None
+        v = r["ms"]
+        if "rel_to" in p:
+            base = done.get(p["rel_to"])
+            if base is None:
+                return None
+            return (v / base, None, f"{v:.3f} ms = {v / base:.3f}x {p['rel_to']}")
+        return (v, None, f"{v:.3f} ms")
+    if w == "split_ms":
+        r = next((r for r in rows if r.get("bench") == "train" and "split_ms" in r), None)
+        if r is None:
+            return None
+        hits = {k: v for k, v in r["split_ms"].items() if any(k.startswith(x) for x in p["prefixes"])}
+        if not hits:
+            return (None, None, "not in the split: " + ", ".join(p["prefixes"]))
+        v = sum(hits.values())
+        return (v, None, f"{v:.2f} ms ({', '.join(f'{k} {x:.2f}' for k, x in sorted(hits.items()))})")
+    raise ValueError(f"unknown kind {w}")
+
+
+def verdict(p, m):
+    v, ci, _ = m
+    if p["what"] == "tests":
+        return "held" if v else "missed"
+    if v is None:
+        return "no row"
+    lo, hi = p.get("lo"), p.get("hi")
+    where = "held" if (lo is None or v >= lo) and (hi is None or v <= hi) else ("below" if lo is not None and v < lo else "above")
+    if ci and p["what"] in ("ratio", "ratio_row"):
+        side = "below 1" if ci[1] < 1 else "above 1" if ci[0] > 1 else "includes 1"
+        where += f"; interval {side}"
+    return where
+
+
+def main(argv):
+    args = [a for a in argv if not a.startswith("--")]
+    run = 5
+    if "--run" in argv:
+        i = argv.index("--run")
+        if i + 1 >= len(argv) or not argv[i + 1].isdigit():
+            sys.exit("verdicts.py: --run takes a run number, e.g. --run 4")
+        run = int(argv[i + 1])
+        args = [a for a in args if a != argv[i + 1]]
+    if not args:
+        sys.exit(__doc__)
+    lines, status = load(args)
+    out = ["| prediction | stage | measured | predicted | verdict | rule |", "|---|---|---|---|---|---|"]
+    done, shown = {}, 0
+    for p in [p for p in PREDICTIONS if p["run"] == run]:
+        m = measure(p, lines, status, done)
+        if m is not None and m[0] is not None and p["what"] == "kernel_ms" and "rel_to" not in p:
+            done[p["id"]] = m[0]
+        if m is None and "--all" not in argv:
+            continue
+        rng = "pass" if p["what"] == "tests" else f"{p.get('lo', '')}–{p.get('hi') if p.get('hi') is not None else ''}"
+        got = "not run" if m is None else m[2]
+        ver = "–" if m is None else verdict(p, m)
+        out.append(f"| {p['id']} | {p['stage']} | {got} | {rng} | {ver} | {p['rule']} (GPU.md: {p['doc']}) |")
+        shown += 1
+    print("\n".join(out))
+    print(f"\n{shown} of {sum(p['run'] == run for p in PREDICTIONS)} predictions of run {run} shown"
+          + ("" if "--all" in argv else " (those whose stage ran; --all lists the rest)"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
