@@ -804,7 +804,8 @@ fn evaluation_shares_the_training_programs_activations() {
 /// forms and with the GPU forms (staged matmul tiles and team reductions in workgroup memory,
 /// blocked attention, the wide compressor finish), for variants that run every state kernel. An
 /// index that left its array, harmless under the clamp, would read other values here. So does
-/// `unchecked=matmul` (`Forms::unchecked`, the H200's form): only the matmul modules unchecked.
+/// `unchecked=all-delta-shortconv` (`Forms::unchecked`, the H200's form): every module unchecked
+/// but the delta write's and the compressor's.
 #[test]
 fn kernels_built_without_wgpus_runtime_checks_train_to_the_same_bits() {
     use std::sync::Arc;
@@ -813,17 +814,22 @@ fn kernels_built_without_wgpus_runtime_checks_train_to_the_same_bits() {
     for (forms_name, forms) in [("this adapter's", base.forms.clone()), ("GPU", gpu_forms)] {
         let checked = base.with_forms(|f| *f = forms.clone());
         let unchecked = base.with_forms(|f| (*f, f.shader_checks) = (forms.clone(), false));
-        let partly = base.with_forms(|f| (*f, f.unchecked) = (forms.clone(), vec!["matmul"]));
+        let partly = base.with_forms(|f| {
+            *f = forms.clone();
+            f.apply("unchecked=all-delta-shortconv", base.features).unwrap();
+        });
         assert!(checked.forms.shader_checks && !unchecked.forms.shader_checks);
         // The handles share the device's pipeline cache: the unchecked form is its own
-        // pipeline (its own module), under the same kernel name; `unchecked=matmul` takes the
-        // unchecked matmul pipelines and the checked others.
+        // pipeline (its own module), under the same kernel name; `unchecked=all-delta-shortconv`
+        // takes the unchecked pipelines but the compressor's and the delta write's.
         let adamw = |g: &Arc<ddl::gpu::Gpu>| g.kernel("adamw", None, "adamw_step").unwrap();
         let mm = |g: &Arc<ddl::gpu::Gpu>| g.kernel("matmul", Some("w128"), "wm_kk").unwrap();
+        let conv = |g: &Arc<ddl::gpu::Gpu>| g.kernel("shortconv", Some("m1"), "token_forward").unwrap();
         let (a, b) = (adamw(&checked), adamw(&unchecked));
         assert!(!Arc::ptr_eq(&a, &b) && a.name == b.name, "{} / {}", a.name, b.name);
-        assert!(Arc::ptr_eq(&adamw(&partly), &a), "unchecked=matmul: adamw keeps its checks");
-        assert!(Arc::ptr_eq(&mm(&partly), &mm(&unchecked)) && !Arc::ptr_eq(&mm(&partly), &mm(&checked)));
+        assert!(Arc::ptr_eq(&adamw(&partly), &b) && Arc::ptr_eq(&mm(&partly), &mm(&unchecked)));
+        assert!(!Arc::ptr_eq(&mm(&partly), &mm(&checked)));
+        assert!(Arc::ptr_eq(&conv(&partly), &conv(&checked)) && !Arc::ptr_eq(&conv(&partly), &conv(&unchecked)));
         for variant in [Variant::DdlCcec, Variant::DdlVmap, Variant::Baseline] {
             let mut cfg = ddl::model::ModelConfig::preset("tiny", variant).unwrap();
             (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.head_dim, cfg.mlp_hidden) = (48, 2, 3, 16, 85);
@@ -847,7 +853,7 @@ fn kernels_built_without_wgpus_runtime_checks_train_to_the_same_bits() {
             };
             let want = run(&checked);
             assert!(want.0.iter().flatten().all(|&b| f32::from_bits(b).is_finite()), "{variant}: {:?}", want.0);
-            for (side, gpu) in [("none checked", &unchecked), ("unchecked=matmul", &partly)] {
+            for (side, gpu) in [("none checked", &unchecked), ("unchecked=all-delta-shortconv", &partly)] {
                 let got = run(gpu);
                 assert_eq!(want.0, got.0, "{variant}, {forms_name} forms, {side}: loss and gradient norm per step");
                 let differ = want.1.iter().zip(&got.1).filter(|(a, b)| a != b).count();

@@ -46,7 +46,7 @@ PREDICTIONS = [
     dict(run=5, id="unchecked-tests", stage="test-kernels", what="tests",
          doc="Next run (call 1: DDL_FORMS=shader_checks=0)",
          rule="all pass: shader_checks=0 becomes the H200's MEASURED line (superseding "
-              "unchecked=matmul); the two run-4 failures again: keep unchecked=matmul"),
+              "unchecked=all-delta-shortconv); the two run-4 failures again: keep it"),
     dict(run=5, id="coop128v", stage="bench-matmul-coop128v", what="tflops",
          sel=dict(variant="coop128v", case="nn", m=4096, operands="rh"), lo=80, hi=200,
          doc="Predictions for coop128v", rule="beside coop128 in the same process (≈ 34)"),
@@ -137,12 +137,15 @@ PREDICTIONS = [
          doc="Prediction for the LM head in slices", rule="(the price of --head-chunk; an option)"),
     dict(run=5, id="attn-p16", stage="bench-train-small-attn-p16", what="ratio", lo=0.990, hi=0.997,
          doc="Prediction for P and dS in f16", rule="stays on (the same bits)"),
-    dict(run=5, id="unchecked-matmul", stage="bench-train-small-unchecked-matmul", what="ratio",
-         lo=0.85, hi=0.88, doc="Prediction for the matmul modules without checks",
-         rule="interval above 1: drop the H200's unchecked=matmul line"),
-    dict(run=5, id="unchecked-matmul-step", stage="bench-train-small-unchecked-matmul", what="step_ms",
-         lo=245, hi=253, doc="Prediction for the matmul modules without checks",
-         rule="(the f32 baseline step with the H200's forms)"),
+    dict(run=5, id="unchecked-ddl", stage="bench-train-small-unchecked", what="ratio",
+         lo=0.85, hi=0.88, doc="Prediction for the H200's unchecked modules in the ddl step",
+         rule="interval above 1: drop the H200's unchecked=all-delta-shortconv line"),
+    dict(run=5, id="unchecked-ddl-step", stage="bench-train-small-unchecked", what="step_ms",
+         lo=265, hi=275, doc="Prediction for the H200's unchecked modules in the ddl step",
+         rule="(the f32 ddl step with the H200's forms)"),
+    dict(run=5, id="baseline-step", stage="bench-train-small-baseline", what="step_ms",
+         lo=245, hi=250, doc="Prediction for the H200's unchecked modules in the ddl step",
+         rule="(the f32 baseline step with the H200's forms: run 4's 245.6 ms configuration)"),
 ]
 
 
