@@ -32,7 +32,8 @@
 # --local runs every stage at small sizes on whatever adapter there is (lavapipe in CI) and
 # skips torch when PyTorch is absent; it never touches system folders. Without --local the
 # check expects a GPU: it unpacks the bundled Vulkan loader when the machine has none, and the
-# info stage fails on a CPU adapter.
+# info stage fails on a CPU adapter. The matmul autotune cache is shared by the calls of one
+# bundle on one machine (GPU_CHECK_FRESH_CACHE=1: a fresh one; --local: always fresh).
 set -uo pipefail
 
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
