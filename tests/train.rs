@@ -1128,6 +1128,20 @@ fn the_training_benchmark_counts_one_submit_one_readback_no_allocations_and_a_pe
         assert!(span > 0.0 && (0.0..=span).contains(&idle), "{v:?}: span {span}, idle {idle}");
         let last = listed.iter().map(|d| d["start_ms"].as_f64().expect("a start per dispatch")).fold(0.0, f64::max);
         assert!(last <= span && listed[0]["start_ms"].as_f64() == Some(0.0), "{v:?}: last start {last}, span {span}");
+        // The blocked attention's products are split apart from the linear layers' (the same
+        // kernels) as `attention:matmul::…`, and count as matmul time; its softmax steps keep
+        // their own names.
+        let split = r["split_ms"].as_object().unwrap();
+        assert!(split.keys().any(|k| k.starts_with("attention:matmul::")), "{v:?}: {split:?}");
+        assert!(split.keys().any(|k| k.starts_with("matmul::")), "{v:?}: the linear layers' products");
+        assert!(split.keys().any(|k| k.starts_with("attention_rows::")), "{v:?}: {split:?}");
+        assert!(listed.iter().any(|d| d["kernel"].as_str().unwrap().starts_with("attention:matmul[")));
+        let mm: f64 = split
+            .iter()
+            .filter(|(k, _)| k.starts_with("matmul::") || k.starts_with("attention:matmul::"))
+            .map(|(_, x)| x.as_f64().unwrap())
+            .sum();
+        assert!((mm / f("profiled_ms") - f("matmul_share")).abs() < 1e-9, "{v:?}: {mm} of {}", f("profiled_ms"));
     }
 }
 

@@ -69,12 +69,16 @@ def main():
         print(f"assumed: {k} {float(v):.2f} ms instead of the measured {split[k]:.2f}")
         split[k] = float(v)
     total = sum(split.values())
-    mm = sum(v for k, v in split.items() if k.startswith("matmul::"))
+    # The attention's products are `attention:matmul::…` since session 40 (the dispatch's role).
+    def is_mm(k):
+        role, sep, rest = k.partition(":")
+        return k.startswith("matmul::") or (sep and not rest.startswith(":") and rest.startswith("matmul::"))
+    mm = sum(v for k, v in split.items() if is_mm(k))
     other = total - mm
     print(f"{d['variant']} {d.get('precision', 'f32')} B {d['batch']} T {d['seq']}: step {d['step_ms']:.1f} ms, "
           f"profiled {total:.1f}: matmuls {mm:.1f}, the rest {other:.1f}")
     for k, v in sorted(split.items(), key=lambda kv: -kv[1]):
-        if not k.startswith("matmul::") and v >= 0.5:
+        if not is_mm(k) and v >= 0.5:
             print(f"  {k:40s} {v:7.2f} ms")
 
     torch = [t for t in jsonl_lines(a.torch or a.results, "torch-small-baseline-bf16-compile.jsonl")

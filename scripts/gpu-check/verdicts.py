@@ -102,6 +102,11 @@ PREDICTIONS = [
          prefixes=["attention_rows::rows_fwd", "attention_rows::rows_bwd"], lo=12, hi=15,
          doc="Predictions for the softmax steps by teams",
          rule="the one-invocation softmax steps with fewer bytes (run 3: 17.1 ms)"),
+    dict(run=5, id="attn-products-split", stage="bench-train-small-ddl", what="split_ms",
+         prefixes=["attention:matmul::"], lo=28, hi=36,
+         doc="Next engine step for the attention: causal tiles",
+         rule="the blocked attention's products in the step (at 18-19 TFLOP/s in run 3): "
+              "with blocked512's rate, whether causal tiles come next"),
     dict(run=5, id="conv-fwd-split", stage="bench-train-small-ddl-new-forms", what="split_ms",
          prefixes=["shortconv::token_forward_wb"], lo=2.2, hi=2.8,
          doc="Prediction for the compressor's batched walks",

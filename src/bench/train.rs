@@ -117,7 +117,8 @@ pub fn train_rows(
         Some((span, idle)) => (json!(span / 1e6), json!(idle / 1e6)),
         None => (json!(null), json!(null)),
     };
-    let matmul_ms: f64 = split.iter().filter(|(k, _)| k.starts_with("matmul")).map(|(_, v)| v).sum();
+    // Every matmul dispatch, the attention's products (`attention:matmul::…`) included.
+    let matmul_ms: f64 = split.iter().filter(|(k, _)| without_role(k).starts_with("matmul")).map(|(_, v)| v).sum();
     let zero_ops = prog
         .zero_ops()
         .iter()
@@ -315,4 +316,13 @@ pub fn generate_rows(
         })));
     }
     Ok(())
+}
+
+/// A split key without its dispatch role (`attention:matmul::wm_kk` → `matmul::wm_kk`;
+/// [`crate::gpu::Dispatch::label`]).
+fn without_role(key: &str) -> &str {
+    match key.split_once(':') {
+        Some((_, rest)) if !rest.starts_with(':') => rest,
+        _ => key,
+    }
 }

@@ -45,6 +45,10 @@ pub struct Dispatch {
     params: Option<wgpu::Buffer>,
     /// Scratch tensors a launcher allocated for this dispatch (kept alive with it).
     pub scratch: Vec<super::Tensor>,
+    /// What the dispatch does for its caller when the kernel's name does not say it (the
+    /// blocked attention's products: `attention`); profiles name it `role:kernel`
+    /// ([`Dispatch::label`]), so a step's split keeps them apart from the linear layers'.
+    pub role: Option<&'static str>,
 }
 
 impl std::fmt::Debug for Dispatch {
@@ -60,6 +64,14 @@ impl std::fmt::Debug for Kernel {
 }
 
 impl Dispatch {
+    /// The kernel's name, after `role:` where the dispatch has one (profiles, pass labels).
+    pub fn label(&self) -> String {
+        match self.role {
+            Some(r) => format!("{r}:{}", self.kernel.name),
+            None => self.kernel.name.clone(),
+        }
+    }
+
     /// Replaces the uniform parameters (same size as when bound); ordered before later submits.
     pub fn set_params(&self, gpu: &Gpu, params: &[u8]) {
         if let Some(b) = &self.params {
@@ -306,6 +318,13 @@ impl Kernel {
             layout: &self.layout,
             entries: &entries,
         });
-        Ok(Dispatch { kernel: self.clone(), bind_group, workgroups, params: params_buf, scratch: Vec::new() })
+        Ok(Dispatch {
+            kernel: self.clone(),
+            bind_group,
+            workgroups,
+            params: params_buf,
+            scratch: Vec::new(),
+            role: None,
+        })
     }
 }

@@ -136,8 +136,9 @@ impl<'g> Recorder<'g> {
                     let set = &sets[(*used / QUERIES_PER_SET) as usize];
                     let i = *used % QUERIES_PER_SET;
                     let enc = self.encoder.as_mut().expect("recorder already submitted");
+                    let label = d.label();
                     let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                        label: Some(&d.kernel.name),
+                        label: Some(&label),
                         timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
                             query_set: set,
                             beginning_of_pass_write_index: Some(i),
@@ -150,7 +151,7 @@ impl<'g> Recorder<'g> {
                     pass.dispatch_workgroups(x, y, z);
                     drop(pass);
                     *used += 2;
-                    names.push((d.kernel.name.clone(), d.workgroups));
+                    names.push((label, d.workgroups));
                 }
             }
             Some(Profiler::HostClock { .. }) => {
@@ -174,12 +175,7 @@ impl<'g> Recorder<'g> {
                     let _ = self.gpu.wait();
                     let ns = t0.elapsed().as_nanos() as f64;
                     if let Some(Profiler::HostClock { times }) = &mut self.profiler {
-                        times.push(KernelTime {
-                            name: d.kernel.name.clone(),
-                            workgroups: d.workgroups,
-                            ns,
-                            start_ns: None,
-                        });
+                        times.push(KernelTime { name: d.label(), workgroups: d.workgroups, ns, start_ns: None });
                     }
                     self.encoder = Some(self.gpu.device.create_command_encoder(&Default::default()));
                 }

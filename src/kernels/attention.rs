@@ -710,7 +710,17 @@ fn forward_blocked(
     }
     ds[0].scratch.push(sc);
     ds[0].scratch.extend(ph);
-    Ok(ds)
+    Ok(products_tagged(ds))
+}
+
+/// The blocked method's dispatches with its products' role set (`attention`: a profile keeps
+/// them apart from the linear layers' products, which run the same kernels); the softmax steps
+/// are named by their own kernel.
+fn products_tagged(mut ds: Vec<Dispatch>) -> Vec<Dispatch> {
+    for d in ds.iter_mut().filter(|d| !d.kernel.name.starts_with("attention_rows")) {
+        d.role = Some("attention");
+    }
+    ds
 }
 
 /// The blocked backward (`kv_stride = kv_len`, every key seen by the last query; [`backward`]
@@ -767,7 +777,7 @@ fn backward_blocked(
     }
     ds[0].scratch.extend([sc, gs]);
     ds[0].scratch.extend(half.into_iter().flat_map(|(p, g)| [p, g]));
-    Ok(ds)
+    Ok(products_tagged(ds))
 }
 
 /// FLOPs of the forward: two products (q·kᵀ, P·v) over the visible (query, key) pairs, which is
