@@ -1142,6 +1142,27 @@ fn the_training_benchmark_counts_one_submit_one_readback_no_allocations_and_a_pe
             .map(|(_, x)| x.as_f64().unwrap())
             .sum();
         assert!((mm / f("profiled_ms") - f("matmul_share")).abs() < 1e-9, "{v:?}: {mm} of {}", f("profiled_ms"));
+        // The products' FLOPs and rates per key: every matmul dispatch carries its FLOPs, the
+        // rest none; each key's rate is its GFLOP over its ms.
+        let (gflop, rate) = (r["split_gflop"].as_object().unwrap(), r["split_tflop_per_s"].as_object().unwrap());
+        assert!(gflop.keys().all(|k| k.starts_with("matmul::") || k.starts_with("attention:matmul::")), "{gflop:?}");
+        assert!(gflop.keys().any(|k| k.starts_with("matmul::")), "{v:?}: the linear layers' products");
+        assert!(gflop.keys().any(|k| k.starts_with("attention:matmul::")), "{v:?}: {gflop:?}");
+        for (k, g) in gflop {
+            let (g, ms) = (g.as_f64().unwrap(), split[k].as_f64().unwrap());
+            assert!(
+                g > 0.0 && (rate[k].as_f64().unwrap() - g / ms).abs() <= 1e-9 * g / ms,
+                "{v:?} {k}: {g} GFLOP, {ms} ms"
+            );
+        }
+        for d in &listed {
+            let name = d["kernel"].as_str().unwrap();
+            let is_mm = name.starts_with("matmul[") || name.starts_with("attention:matmul[");
+            assert_eq!(d["gflop"].as_f64().is_some_and(|g| g > 0.0), is_mm, "{v:?}: {d}");
+        }
+        let listed_gflop: f64 = listed.iter().filter_map(|d| d["gflop"].as_f64()).sum();
+        let split_total: f64 = gflop.values().map(|g| g.as_f64().unwrap()).sum();
+        assert!((listed_gflop - split_total).abs() <= 1e-9 * split_total, "{listed_gflop} / {split_total}");
     }
 }
 

@@ -252,7 +252,10 @@ def measure(p, lines, status, done):
         if not hits:
             return (None, None, "not in the split: " + ", ".join(p["prefixes"]))
         v = sum(hits.values())
-        return (v, None, f"{v:.2f} ms ({', '.join(f'{k} {x:.2f}' for k, x in sorted(hits.items()))})")
+        # The products' rate where the split has their FLOPs (since session 40).
+        g = sum(r.get("split_gflop", {}).get(k, 0.0) for k in hits)
+        rate = f", {g / v:.1f} TFLOP/s" if g > 0 and v > 0 else ""
+        return (v, None, f"{v:.2f} ms{rate} ({', '.join(f'{k} {x:.2f}' for k, x in sorted(hits.items()))})")
     raise ValueError(f"unknown kind {w}")
 
 

@@ -106,11 +106,18 @@ pub fn train_rows(
     let dispatches = r.dispatches;
     let kt = r.submit()?;
     let mut split: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
+    // FLOPs per key where the dispatches carry them (the matmuls): the split's rates.
+    let mut split_gflop: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
     for k in &kt {
         let base =
             k.name.split('[').next().unwrap_or(&k.name).to_string() + "::" + k.name.rsplit("::").next().unwrap_or("");
-        *split.entry(base).or_default() += k.ns / 1e6;
+        *split.entry(base.clone()).or_default() += k.ns / 1e6;
+        if k.flops > 0.0 {
+            *split_gflop.entry(base).or_default() += k.flops / 1e9;
+        }
     }
+    let split_tflops: std::collections::BTreeMap<&String, f64> =
+        split_gflop.iter().filter(|(k, _)| split[*k] > 0.0).map(|(k, g)| (k, g / split[k])).collect();
     let total: f64 = split.values().sum();
     // The profiled step's GPU timeline: span and idle time between dispatches (GPU timestamps).
     let (span_ms, idle_ms) = match crate::gpu::timeline(&kt) {
@@ -150,6 +157,9 @@ pub fn train_rows(
         // Median CPU time of the process per step (all threads; null where not measurable).
         "cpu_step_ms": cpu_step_ms,
         "split_ms": split,
+        // TFLOP/s of the split's keys whose dispatches know their FLOPs (the products, the
+        // attention's `attention:matmul::…` apart), and those GFLOP.
+        "split_tflop_per_s": split_tflops, "split_gflop": split_gflop,
         // GPU timestamps only (else null): first start to last end of the profiled step, and the
         // gaps between dispatches in it (one compute pass per dispatch while profiling).
         "gpu_span_ms": span_ms, "gpu_idle_ms": idle_ms,
@@ -158,6 +168,7 @@ pub fn train_rows(
         for (i, k) in kt.iter().enumerate() {
             emit(Row(
                 json!({"bench": "train_dispatch", "index": i, "kernel": k.name, "workgroups": k.workgroups, "ms": k.ns / 1e6,
+                       "gflop": (k.flops > 0.0).then_some(k.flops / 1e9),
                        "start_ms": k.start_ns.map(|s| s / 1e6)}),
             ));
         }

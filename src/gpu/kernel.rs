@@ -49,6 +49,9 @@ pub struct Dispatch {
     /// blocked attention's products: `attention`); profiles name it `role:kernel`
     /// ([`Dispatch::label`]), so a step's split keeps them apart from the linear layers'.
     pub role: Option<&'static str>,
+    /// Its FLOPs where the launcher knows them (every matmul: 2·M·N·K per product), else 0;
+    /// profiles report rates from them.
+    pub flops: f64,
 }
 
 impl std::fmt::Debug for Dispatch {
@@ -325,6 +328,7 @@ impl Kernel {
             params: params_buf,
             scratch: Vec::new(),
             role: None,
+            flops: 0.0,
         })
     }
 }

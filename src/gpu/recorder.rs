@@ -13,6 +13,8 @@ pub struct KernelTime {
     pub name: String,
     /// The dispatch's workgroup counts (x, y, z).
     pub workgroups: [u32; 3],
+    /// The dispatch's FLOPs where its launcher knows them (the matmuls), else 0.
+    pub flops: f64,
     pub ns: f64,
     /// With GPU timestamps: when the dispatch began, in ns after the first dispatch of the
     /// recording began (so gaps between dispatches show the GPU's idle time); `None` when timed
@@ -44,7 +46,7 @@ mod tests {
     use super::*;
 
     fn k(start: Option<f64>, ns: f64) -> KernelTime {
-        KernelTime { name: "k".into(), workgroups: [1, 1, 1], ns, start_ns: start }
+        KernelTime { name: "k".into(), workgroups: [1, 1, 1], flops: 0.0, ns, start_ns: start }
     }
 
     #[test]
@@ -64,7 +66,7 @@ mod tests {
 /// How kernels are timed in a profiled recording.
 pub enum Profiler {
     /// GPU timestamps around each dispatch's compute pass.
-    Timestamps { sets: Vec<wgpu::QuerySet>, used: u32, names: Vec<(String, [u32; 3])> },
+    Timestamps { sets: Vec<wgpu::QuerySet>, used: u32, names: Vec<(String, [u32; 3], f64)> },
     /// No timestamp support: every dispatch is its own submit, timed on the host after a wait.
     HostClock { times: Vec<KernelTime> },
 }
@@ -151,7 +153,7 @@ impl<'g> Recorder<'g> {
                     pass.dispatch_workgroups(x, y, z);
                     drop(pass);
                     *used += 2;
-                    names.push((label, d.workgroups));
+                    names.push((label, d.workgroups, d.flops));
                 }
             }
             Some(Profiler::HostClock { .. }) => {
@@ -175,7 +177,13 @@ impl<'g> Recorder<'g> {
                     let _ = self.gpu.wait();
                     let ns = t0.elapsed().as_nanos() as f64;
                     if let Some(Profiler::HostClock { times }) = &mut self.profiler {
-                        times.push(KernelTime { name: d.label(), workgroups: d.workgroups, ns, start_ns: None });
+                        times.push(KernelTime {
+                            name: d.label(),
+                            workgroups: d.workgroups,
+                            flops: d.flops,
+                            ns,
+                            start_ns: None,
+                        });
                     }
                     self.encoder = Some(self.gpu.device.create_command_encoder(&Default::default()));
                 }
@@ -256,9 +264,10 @@ impl<'g> Recorder<'g> {
                 Ok(names
                     .into_iter()
                     .enumerate()
-                    .map(|(i, (name, workgroups))| KernelTime {
+                    .map(|(i, (name, workgroups, flops))| KernelTime {
                         name,
                         workgroups,
+                        flops,
                         ns: ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period,
                         start_ns: Some(ticks[2 * i].saturating_sub(ticks[0]) as f64 * period),
                     })

@@ -312,8 +312,15 @@ impl Matmul {
         self.bind_variant(gpu, v, a, b, c)
     }
 
-    /// Binds with an explicit tile variant (a `shaders::MatmulKey` name).
+    /// Binds with an explicit tile variant (a `shaders::MatmulKey` name); the dispatch carries
+    /// the product's FLOPs ([`Dispatch::flops`]).
     pub fn bind_variant(&self, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
+        let mut d = self.bind_variant_inner(gpu, variant, a, b, c)?;
+        d.flops = self.flops();
+        Ok(d)
+    }
+
+    fn bind_variant_inner(&self, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
         self.check(&a, &b, &c)?;
         if coop::ALL.contains(&variant) || coop::DIAGNOSTIC.contains(&variant) {
             return coop::bind(self, gpu, variant, a, b, c);
