@@ -144,14 +144,21 @@ impl Row {
                 100.0 * v["of_floor"].as_f64().unwrap_or(0.0),
                 v["bound"].as_str().unwrap_or("")
             ),
-            Some("train_dispatch") => writeln!(
-                out,
-                "{:>5} {:<44} {:>16} {:>9.3} ms",
-                v["index"],
-                v["kernel"].as_str().unwrap_or(""),
-                format!("{}", v["workgroups"]),
-                v["ms"].as_f64().unwrap_or(0.0)
-            ),
+            Some("train_dispatch") => {
+                let ms = v["ms"].as_f64().unwrap_or(0.0);
+                // A product's rate from its FLOPs (matmul dispatches carry them).
+                let rate = match v["gflop"].as_f64() {
+                    Some(g) if ms > 0.0 => format!(" {:>8.2} TFLOP/s", g / ms),
+                    _ => String::new(),
+                };
+                writeln!(
+                    out,
+                    "{:>5} {:<44} {:>16} {ms:>9.3} ms{rate}",
+                    v["index"],
+                    v["kernel"].as_str().unwrap_or(""),
+                    format!("{}", v["workgroups"]),
+                )
+            }
             Some("train_compare") => writeln!(
                 out,
                 "{}{} vs {}{}{} d={} L={} B={} T={}, {} blocks (A B B A): step ratio {:.3} median of blocks ({}range {:.3}–{:.3}), \
@@ -241,8 +248,13 @@ impl Row {
                     let mut items: Vec<(&String, f64)> =
                         split.iter().map(|(k, x)| (k, x.as_f64().unwrap_or(0.0))).collect();
                     items.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
+                    // The products' rates where the dispatches carry their FLOPs.
+                    let rates = v["split_tflop_per_s"].as_object();
                     for (k, ms) in items {
-                        let _ = writeln!(out, "    {k:<40} {ms:>10.2} ms");
+                        let _ = match rates.and_then(|r| r.get(k.as_str())).and_then(|r| r.as_f64()) {
+                            Some(r) => writeln!(out, "    {k:<40} {ms:>10.2} ms {r:>8.2} TFLOP/s"),
+                            None => writeln!(out, "    {k:<40} {ms:>10.2} ms"),
+                        };
                     }
                 }
                 Ok(())
@@ -314,6 +326,21 @@ mod tests {
         assert_eq!(t.lines().count(), 4, "{t}");
         assert!(t.lines().nth(2).unwrap().trim_start().starts_with('b'), "the split is sorted by time: {t}");
         assert!(t.starts_with("ddl d="), "{t}");
+        // A product's rate beside its time where the split has its FLOPs.
+        let train = Row(
+            json!({"bench": "train", "variant": "ddl", "split_ms": {"attention:matmul::wm_kk": 2.0, "norm::x": 1.0},
+            "split_tflop_per_s": {"attention:matmul::wm_kk": 25.0}}),
+        );
+        let t = train.text();
+        assert!(t.contains("attention:matmul::wm_kk") && t.contains("2.00 ms    25.00 TFLOP/s"), "{t}");
+        assert!(t.lines().any(|l| l.contains("norm::x") && !l.contains("TFLOP/s")), "{t}");
+        let d = |g: serde_json::Value| {
+            Row(json!({"bench": "train_dispatch", "index": 3, "kernel": "matmul[w128]::wm_kk", "workgroups": [4, 1, 1],
+                "ms": 0.5, "gflop": g}))
+            .text()
+        };
+        assert!(d(json!(10.0)).trim_end().ends_with("0.500 ms    20.00 TFLOP/s"), "{}", d(json!(10.0)));
+        assert!(d(json!(null)).trim_end().ends_with("0.500 ms"), "{}", d(json!(null)));
         // The storage of each side: precision, f16 states, recomputing.
         let st = |p: &str, f16: bool, rc: bool| json!({"precision": p, "state_f16": f16, "recompute": rc});
         let t = Row(json!({"bench": "train", "variant": "ddl", "precision": "f16", "recompute": true})).text();
