@@ -400,7 +400,6 @@ gpu_bench_cmds() {
       "bench-train-small-baseline|80|bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --steps 5 --json"
       "bench-train-small-ddl|80|bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5 --dispatches --json"
       "bench-train-small-ddl-vs-baseline|60|bench train --preset small-124m --variant ddl --against baseline --batch 8 --seq 1024 --steps 6 --json"
-      "bench-train-small-unchecked|70|DDL_FORMS=unchecked=all-delta-shortconv bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --against-forms unchecked=none --steps 6 --json"
       "bench-train-small-checks|60|DDL_FORMS=shader_checks=0 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms shader_checks=1 --steps 6 --json"
       "bench-train-small-split512|60|DDL_FORMS=split_k_tiles=512 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms split_k_tiles=256 --steps 6 --json"
       "bench-train-small-ddl-seg32|45|DDL_FORMS=delta_seg=32 bench train --preset small-124m --variant ddl --against baseline --batch 8 --seq 1024 --steps 6 --json"
@@ -420,6 +419,8 @@ gpu_bench_cmds() {
       "bench-norm-vec|20|DDL_FORMS=norm_vec=1 bench kernels --filter rmsnorm --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-train-small-norm-vec|60|DDL_FORMS=norm_vec=1 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms norm_vec=0 --steps 6 --json"
       "bench-train-small-blocked512|60|DDL_FORMS=attention=blocked:512 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms attention=blocked:256 --steps 6 --json"
+      # (in --only's runs after every other train stage: the stages run in this list's order)
+      "bench-train-small-unchecked|70|DDL_FORMS=unchecked=all-delta-shortconv bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --against-forms unchecked=none --steps 6 --json"
       "bench-state-seg32|30|DDL_FORMS=delta_seg=32 bench kernels --filter delta_ --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-state-seg128|30|DDL_FORMS=delta_seg=128 bench kernels --filter delta_ --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-state-rows|30|DDL_FORMS=delta_rows=on,conv_quads=on,conv_sweep=on bench kernels --filter delta_,shortconv,expand --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
