@@ -22,6 +22,13 @@ pub struct KernelTime {
     pub start_ns: Option<f64>,
 }
 
+impl KernelTime {
+    /// The record of dispatch `d` (its label, workgroups and FLOPs), not timed yet.
+    fn of(d: &Dispatch) -> Self {
+        KernelTime { name: d.label(), workgroups: d.workgroups, flops: d.flops, ns: 0.0, start_ns: None }
+    }
+}
+
 /// The GPU timeline of a profiled recording: `(span, idle)` in ns — from the first dispatch's
 /// start to the latest end, and the sum of the gaps between one dispatch's end and the next
 /// one's start — or `None` without GPU timestamps. (Profiling gives each dispatch its own compute
@@ -66,7 +73,8 @@ mod tests {
 /// How kernels are timed in a profiled recording.
 pub enum Profiler {
     /// GPU timestamps around each dispatch's compute pass.
-    Timestamps { sets: Vec<wgpu::QuerySet>, used: u32, names: Vec<(String, [u32; 3], f64)> },
+    /// (`names`: each dispatch's record, its times filled in at the submit.)
+    Timestamps { sets: Vec<wgpu::QuerySet>, used: u32, names: Vec<KernelTime> },
     /// No timestamp support: every dispatch is its own submit, timed on the host after a wait.
     HostClock { times: Vec<KernelTime> },
 }
@@ -138,9 +146,9 @@ impl<'g> Recorder<'g> {
                     let set = &sets[(*used / QUERIES_PER_SET) as usize];
                     let i = *used % QUERIES_PER_SET;
                     let enc = self.encoder.as_mut().expect("recorder already submitted");
-                    let label = d.label();
+                    let rec = KernelTime::of(d);
                     let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                        label: Some(&label),
+                        label: Some(&rec.name),
                         timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
                             query_set: set,
                             beginning_of_pass_write_index: Some(i),
@@ -153,7 +161,7 @@ impl<'g> Recorder<'g> {
                     pass.dispatch_workgroups(x, y, z);
                     drop(pass);
                     *used += 2;
-                    names.push((label, d.workgroups, d.flops));
+                    names.push(rec);
                 }
             }
             Some(Profiler::HostClock { .. }) => {
@@ -177,13 +185,7 @@ impl<'g> Recorder<'g> {
                     let _ = self.gpu.wait();
                     let ns = t0.elapsed().as_nanos() as f64;
                     if let Some(Profiler::HostClock { times }) = &mut self.profiler {
-                        times.push(KernelTime {
-                            name: d.label(),
-                            workgroups: d.workgroups,
-                            flops: d.flops,
-                            ns,
-                            start_ns: None,
-                        });
+                        times.push(KernelTime { ns, ..KernelTime::of(d) });
                     }
                     self.encoder = Some(self.gpu.device.create_command_encoder(&Default::default()));
                 }
@@ -264,12 +266,10 @@ impl<'g> Recorder<'g> {
                 Ok(names
                     .into_iter()
                     .enumerate()
-                    .map(|(i, (name, workgroups, flops))| KernelTime {
-                        name,
-                        workgroups,
-                        flops,
+                    .map(|(i, k)| KernelTime {
                         ns: ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period,
                         start_ns: Some(ticks[2 * i].saturating_sub(ticks[0]) as f64 * period),
+                        ..k
                     })
                     .collect())
             }
