@@ -11,7 +11,9 @@
 // (lim ≥ 1 always). Columns lim ≤ τ < 4·nk4 are written as zeros: the block's products read its
 // nk keys (4·nk4 rounded up to whole vec4s); the columns beyond, up to ldk (the widest block's
 // keys), are never read and keep whatever they held (until session 32 they were zeroed too: at
-// T = 1024 in blocks of 256 a third of the forward's writes).
+// T = 1024 in blocks of 256 a third of the forward's writes). The causal method (one block of
+// every query, `gran` > 0) writes each row up to the end of its own granule of `gran` queries
+// instead, min(kv_len, (⌊(q_pos0 + i0 + i) / gran⌋ + 1)·gran) keys: what its products read.
 //
 // Two forms of each kernel: one invocation per row (`rows_fwd`, `rows_bwd`: every sum over
 // τ = 0, 1, … in order; the CPU adapters' form) and a team of `team` invocations per row
@@ -35,7 +37,7 @@ struct Params {
     scale: f32,     // softmax scale (the backward's dS is written times it)
     nk4: u32,       // vec4s of a row the block's products read: ceil(nk / 4)
     team: u32,      // invocations per row of the team forms (a power of two ≤ TWG)
-    _p2: u32,
+    gran: u32,      // the causal method's granule (0: every row ends at the block's nk4)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -51,6 +53,7 @@ struct Row {
     base: u32,      // vec4 index of the row's first element
     lim: u32,       // keys the query sees
     li: u32,        // index into lse
+    nk4: u32,       // vec4s of the row the products read (written, zeros past lim)
 }
 
 fn row_of(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> Row {
@@ -67,6 +70,8 @@ fn row_at(r: u32) -> Row {
     row.base = r * (p.ldk / 4u);
     row.lim = min(p.kv_len, p.q_pos0 + p.i0 + i + 1u);
     row.li = bh * p.q_len + p.i0 + i;
+    let gend = min(p.kv_len, ((p.q_pos0 + p.i0 + i) / max(p.gran, 1u) + 1u) * p.gran);
+    row.nk4 = select(p.nk4, (gend + 3u) / 4u, p.gran > 0u);
     return row;
 }
 
@@ -106,7 +111,7 @@ fn rows_fwd(
     for (var j = 0u; j < nv; j++) {
         put_p(row.base + j, select(vec4<f32>(), exp(s[row.base + j] - ls), seen(j, row.lim)));
     }
-    for (var j = nv; j < params.nk4; j++) {
+    for (var j = nv; j < row.nk4; j++) {
         put_p(row.base + j, vec4<f32>());
     }
 }
@@ -140,7 +145,7 @@ fn rows_bwd(
         let ds = p_again(row.base + j, j, row.lim, ls) * (g[row.base + j] - vec4<f32>(dl)) * scale;
         put_ds(row.base + j, select(vec4<f32>(), ds, seen(j, row.lim)));
     }
-    for (var j = nv; j < params.nk4; j++) {
+    for (var j = nv; j < row.nk4; j++) {
         put_p(row.base + j, vec4<f32>());
         put_ds(row.base + j, vec4<f32>());
     }
@@ -253,7 +258,7 @@ fn rows_fwd_team(
     for (var j = lane + TC * team; j < nv; j += team) {
         put_p(row.base + j, select(vec4<f32>(), exp(s[row.base + j] - ls), seen(j, row.lim)));
     }
-    for (var j = nv + lane; j < params.nk4; j += team) {
+    for (var j = nv + lane; j < row.nk4; j += team) {
         put_p(row.base + j, vec4<f32>());
     }
 }
@@ -302,7 +307,7 @@ fn rows_bwd_team(
         let ds = p_again(row.base + j, j, row.lim, ls) * (g[row.base + j] - vec4<f32>(dl)) * scale;
         put_ds(row.base + j, select(vec4<f32>(), ds, seen(j, row.lim)));
     }
-    for (var j = nv + lane; j < params.nk4; j += team) {
+    for (var j = nv + lane; j < row.nk4; j += team) {
         put_p(row.base + j, vec4<f32>());
         put_ds(row.base + j, vec4<f32>());
     }

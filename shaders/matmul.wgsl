@@ -75,7 +75,8 @@ fn matmul(
     let b_n_fast = p.b_cs == 1u;
 
     var acc: array<f32, TM * TN>;
-    for (var k0 = 0u; k0 < p.k; k0 += BK) {
+    let ks = k_span(row0);
+    for (var k0 = ks.x; k0 < ks.y; k0 += BK) {
         for (var e = tid; e < BM * BK; e += NT) {
             var r: u32;
             var kk: u32;
@@ -295,12 +296,12 @@ fn ldb_s(o: vec4<u32>, k: u32, s: u32) -> mat4x4<f32> {
         vec4(ldb(o.x + k3), ldb(o.y + k3), ldb(o.z + k3), ldb(o.w + k3)));
 }
 
-// The K % 4 last steps, scalar loads (any layout), in order.
-fn tail(acc: ptr<function, Acc>, t: Tile, k_from: u32) {
+// The last K % 4 steps of the tile's sum (below `k_to`), scalar loads (any layout), in order.
+fn tail(acc: ptr<function, Acc>, t: Tile, k_from: u32, k_to: u32) {
     let p = params;
     let ar = a_rows(t);
     let bc = b_cols(t);
-    for (var k = k_from; k < p.k; k++) {
+    for (var k = k_from; k < k_to; k++) {
         let ka = k * p.a_cs;
         let kb = k * p.b_rs;
         let a0 = vec4(lda(ar.i0.x + ka), lda(ar.i0.y + ka), lda(ar.i0.z + ka), lda(ar.i0.w + ka));
@@ -408,8 +409,9 @@ fn body_kk(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, lead: bool) {
     let ar = quarter(a_rows(t));
     let bc = quarter(b_cols(t));
     var acc: Acc;
-    let nq = p.k / 4u;
-    for (var q = 0u; q < nq; q++) {
+    let ks = k_span(ti.y * p.bm);
+    let nq = ks.y / 4u;
+    for (var q = ks.x / 4u; q < nq; q++) {
         var ab: Ablk;
         if (lead) {
             ab.a0 = lda_k4(ar.i0, q);
@@ -423,7 +425,7 @@ fn body_kk(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, lead: bool) {
         if (DN > 2u) { col2(&acc, ab, ldb_k4(bc.i2, q)); }
         if (DN > 3u) { col3(&acc, ab, ldb_k4(bc.i3, q)); }
     }
-    tail(&acc, t, nq * 4u);
+    tail(&acc, t, nq * 4u, ks.y);
     store(t, acc);
 }
 
@@ -441,8 +443,9 @@ fn body_kn(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, lead: bool) {
     let ar = quarter(a_rows(t));
     let bg = b_groups(t);
     var acc: Acc;
-    let nq = p.k / 4u;
-    for (var q = 0u; q < nq; q++) {
+    let ks = k_span(ti.y * p.bm);
+    let nq = ks.y / 4u;
+    for (var q = ks.x / 4u; q < nq; q++) {
         let k = q * 4u;
         var ab: Ablk;
         if (lead) {
@@ -457,7 +460,7 @@ fn body_kn(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, lead: bool) {
         if (DN > 2u) { col2(&acc, ab, ldb_x4(bg.z, k, p.b_rs)); }
         if (DN > 3u) { col3(&acc, ab, ldb_x4(bg.w, k, p.b_rs)); }
     }
-    tail(&acc, t, nq * 4u);
+    tail(&acc, t, nq * 4u, ks.y);
     store(t, acc);
 }
 
@@ -475,8 +478,9 @@ fn body_mn(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, lead: bool) {
     let ag = a_groups(t);
     let bg = b_groups(t);
     var acc: Acc;
-    let k4 = p.k & ~3u;
-    for (var k = 0u; k < k4; k += 4u) {
+    let ks = k_span(ti.y * p.bm);
+    let k4 = ks.y & ~3u;
+    for (var k = ks.x; k < k4; k += 4u) {
         var ab: Ablk;
         if (lead) {
             ab.a0 = lda_x4(ag.x, k, p.a_cs);
@@ -490,7 +494,7 @@ fn body_mn(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, lead: bool) {
         if (DN > 2u) { col2(&acc, ab, ldb_x4(bg.z, k, p.b_rs)); }
         if (DN > 3u) { col3(&acc, ab, ldb_x4(bg.w, k, p.b_rs)); }
     }
-    tail(&acc, t, k4);
+    tail(&acc, t, k4, ks.y);
     store(t, acc);
 }
 
@@ -508,8 +512,9 @@ fn body_mk(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, lead: bool) {
     let ag = a_groups(t);
     let bc = quarter(b_cols(t));
     var acc: Acc;
-    let nq = p.k / 4u;
-    for (var q = 0u; q < nq; q++) {
+    let ks = k_span(ti.y * p.bm);
+    let nq = ks.y / 4u;
+    for (var q = ks.x / 4u; q < nq; q++) {
         let k = q * 4u;
         var ab: Ablk;
         if (lead) {
@@ -524,7 +529,7 @@ fn body_mk(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, lead: bool) {
         if (DN > 2u) { col2(&acc, ab, ldb_k4(bc.i2, q)); }
         if (DN > 3u) { col3(&acc, ab, ldb_k4(bc.i3, q)); }
     }
-    tail(&acc, t, nq * 4u);
+    tail(&acc, t, nq * 4u, ks.y);
     store(t, acc);
 }
 
@@ -538,8 +543,9 @@ fn mm_ss(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     let ar = a_rows(t);
     let bc = b_cols(t);
     var acc: Acc;
-    let k4 = p.k & ~3u;
-    for (var k = 0u; k < k4; k += 4u) {
+    let ks = k_span(ti.y * p.bm);
+    let k4 = ks.y & ~3u;
+    for (var k = ks.x; k < k4; k += 4u) {
         var ab: Ablk;
         ab.a0 = lda_s(ar.i0, k, p.a_cs);
         if (DM > 1u) { ab.a1 = lda_s(ar.i1, k, p.a_cs); }
@@ -550,7 +556,7 @@ fn mm_ss(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
         if (DN > 2u) { col2(&acc, ab, ldb_s(bc.i2, k, p.b_rs)); }
         if (DN > 3u) { col3(&acc, ab, ldb_s(bc.i3, k, p.b_rs)); }
     }
-    tail(&acc, t, k4);
+    tail(&acc, t, k4, ks.y);
     store(t, acc);
 }
 
@@ -681,18 +687,22 @@ fn wm_body(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, am: u32, bmode: u32) 
                  p.b_off + batch_off(ti.z, p.b_bs, p.b_os),
                  p.c_off + batch_off(ti.z, p.c_bs, p.c_os));
     let e = lid.y * 16u + lid.x;
-    let nfull = p.k / BK;
-    let nslices = (p.k + BK - 1u) / BK;
+    // The slices the tile sums: [s0, nslices) (all of K but for causal products, whose ends
+    // are multiples of BK or K itself).
+    let ks = k_span(t.row0);
+    let s0 = ks.x / BK;
+    let nfull = ks.y / BK;
+    let nslices = (ks.y + BK - 1u) / BK;
     var c00: mat4x4<f32>; var c01: mat4x4<f32>; var c10: mat4x4<f32>; var c11: mat4x4<f32>;
-    // Slice 0 into stage 0.
+    // The first slice into its stage.
     {
-        let full = nfull > 0u;
+        let full = nfull > s0;
         let ma = select(2u, am, full);
         let mb = select(2u, bmode, full);
-        wm_store(wm_load(t, ma, mb, 0u, e), ma, mb, 0u, e);
+        wm_store(wm_load(t, ma, mb, s0 * BK, e), ma, mb, s0 % 2u, e);
     }
     workgroupBarrier();
-    for (var s = 0u; s < nslices; s++) {
+    for (var s = s0; s < nslices; s++) {
         // The next slice's loads go out before this slice's arithmetic.
         let next = s + 1u < nslices;
         let full = s + 1u < nfull;

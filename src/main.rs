@@ -47,7 +47,8 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Info { preset, variant, batch, seq, f16_state, precision, recompute, head_chunk, memory } => {
             match preset {
                 Some(p) => {
-                    let asked = ddl::model::Storage { state_f16: f16_state, precision, recompute, head_chunk };
+                    let asked =
+                        ddl::model::Storage { state_f16: f16_state, precision, recompute, head_chunk, ..Default::default() };
                     info_model(&cli.device, &p, &variant, batch, seq, asked)?;
                     match memory {
                         Some(bytes) => info_fit(&p, &variant, seq, head_chunk, bytes),
@@ -925,6 +926,7 @@ fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 precision,
                 recompute: recompute || t.recompute,
                 head_chunk,
+                ..Default::default()
             };
             match against_cfg {
                 Some(ca) => {

@@ -148,8 +148,9 @@ fn golden_with_a_gpus_forms() {
 
 /// Every variant with a GPU's forms plus the candidates a card has not yet measured (off by
 /// default until it does, `kernels::forms`): the softmax steps by teams of 32 (`attn_team`), the
-/// compressor's batched walks (`conv_batch`), RMSNorm's vec teams (`norm_vec`). Before a default
-/// flips on a card's numbers, the model with it already matches float64 here.
+/// compressor's batched walks (`conv_batch`), RMSNorm's vec teams (`norm_vec`), the attention
+/// over the whole causal score matrix (`attention=causal`). Before a default flips on a card's
+/// numbers, the model with it already matches float64 here.
 #[test]
 fn golden_with_a_gpus_candidate_forms() {
     let base = ddl::testing::gpu();
@@ -157,6 +158,7 @@ fn golden_with_a_gpus_candidate_forms() {
     let gpu = base.with_forms(|f| {
         *f = forms;
         (f.attention_row_team, f.conv_batch, f.norm_vec) = (32, true, true);
+        f.attention = ddl::kernels::attention::Method::Causal;
     });
     check_sets_on(&gpu, ALL, SOME_ODD, SOME_UNALIGNED);
 }

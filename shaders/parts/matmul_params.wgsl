@@ -16,6 +16,15 @@ struct Params {
     // operands by a_os / b_os / c_os elements (nb_in = the batch count and zero strides when
     // there is one level).
     nb_in: u32, a_os: u32, b_os: u32, c_os: u32,
+    // The causal structure of an attention product over a whole T × T score matrix (form
+    // `attention=causal`, src/kernels/attention.rs), in granules of `gran` rows / keys
+    // (a multiple of every tile's rows and K step): 0 none; 1 C is a score matrix (rows =
+    // queries, columns = keys) and the tiles whose first key lies at or past the end of their
+    // last query's granule are skipped (left unwritten); 2 the sum runs over keys for rows of
+    // queries: a tile sums K up to the end of its rows' granule; 3 the sum runs over queries for
+    // rows of keys: a tile sums K from the start of its rows' granule. `bm` × `bn` is the
+    // launcher's tile (rows × columns of C per workgroup).
+    causal: u32, gran: u32, bm: u32, bn: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -24,10 +33,27 @@ fn batch_off(z: u32, bs: u32, os: u32) -> u32 {
     return (z % params.nb_in) * bs + (z / params.nb_in) * os;
 }
 
-// (tile along N, tile along M, batch, 1 if this workgroup has a tile else 0).
+// (tile along N, tile along M, batch, 1 if this workgroup has a tile else 0). A causal score
+// product's tiles wholly past their rows' granule have none.
 fn tile_index(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
     let p = params;
     let lin = wid.y * nwg.x + wid.x;
     let r = lin / p.tiles_n;
-    return vec4<u32>(lin % p.tiles_n, r % p.tiles_m, r / p.tiles_m, select(0u, 1u, lin < p.total));
+    let tn = lin % p.tiles_n;
+    let tm = r % p.tiles_m;
+    var live = lin < p.total;
+    if (p.causal == 1u) {
+        let last = min(tm * p.bm + p.bm, p.m) - 1u;
+        live = live && tn * p.bn < (last / p.gran + 1u) * p.gran;
+    }
+    return vec4<u32>(tn, tm, r / p.tiles_m, select(0u, 1u, live));
+}
+
+// The K range [x, y) the tile whose first row is `row0` sums (modes 2 and 3 above; else [0, K)).
+// Its ends are multiples of `gran` or K itself, so every kernel's K steps fit them.
+fn k_span(row0: u32) -> vec2<u32> {
+    let p = params;
+    if (p.causal == 2u) { return vec2<u32>(0u, min(p.k, (row0 / p.gran + 1u) * p.gran)); }
+    if (p.causal == 3u) { return vec2<u32>(min(p.k, (row0 / p.gran) * p.gran), p.k); }
+    return vec2<u32>(0u, p.k);
 }

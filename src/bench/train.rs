@@ -64,7 +64,7 @@ pub fn train_rows(
 ) -> Result<()> {
     use crate::gpu::Op;
     let mut model = crate::model::Model::new(gpu.clone(), cfg.clone(), 1)?;
-    let st = set_numerics(&mut model, st)?;
+    let st = set_numerics(&mut model, st)?.on(gpu);
     let (state_f16, precision) = (st.state_f16, st.precision);
     let prog = model.program(batch, seq, &crate::kernels::adamw::AdamWConfig::paper(1e-4))?;
     let opt = bench_opt(&model, &prog, precision)?;

@@ -27,7 +27,7 @@
 //! `≥ kv_len` are never read (they may hold anything).
 
 use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, WG_1D, grid_1d};
-use crate::kernels::matmul::{Matmul, MatmulElem, Operand};
+use crate::kernels::matmul::{CAUSAL_GRANULE, Causal, Matmul, MatmulElem, Operand};
 
 /// Sizes of one attention call (see the module doc for the layouts and the mask).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,13 +334,24 @@ pub fn backward(
     dk: View<'_>,
     dv: View<'_>,
 ) -> Result<Vec<Dispatch>> {
-    if let Method::Blocked(rows) = method(gpu)
+    let rows = match method(gpu) {
+        Method::Tiled => None,
+        Method::Blocked(rows) => Some(rows),
+        Method::Causal => {
+            check_backward(s, [&q, &k, &v, &out, &lse], [&dout, &dq, &dk, &dv])?;
+            if causal_fits(gpu, s, &[&q, &k, &v, &dout, &dq, &dk, &dv]) {
+                return backward_blocked(gpu, s, scale, Blocks::Causal, q, k, v, lse, dout, dq, dk, dv);
+            }
+            Some(default_block_rows(gpu))
+        }
+    };
+    if let Some(rows) = rows
         && s.kv_stride == s.kv_len
         && s.q_pos0 + s.q_len >= s.kv_len
     {
         check_backward(s, [&q, &k, &v, &out, &lse], [&dout, &dq, &dk, &dv])?;
         if let Some(nq) = block_rows(gpu, s, rows) {
-            return backward_blocked(gpu, s, scale, nq, q, k, v, lse, dout, dq, dk, dv);
+            return backward_blocked(gpu, s, scale, Blocks::Of(nq), q, k, v, lse, dout, dq, dk, dv);
         }
     }
     backward_tiled(gpu, s, scale, q, k, v, out, lse, dout, dq, dk, dv)
@@ -429,6 +440,39 @@ pub enum Method {
     /// kernels' workgroup-memory loads and barriers slowly (docs/PERF.md) and the register-blocked
     /// matmuls fast.
     Blocked(usize),
+    /// The blocked method's products over the whole score matrix at once (training shapes:
+    /// `q_pos0 = 0`, every key cached is a query's): one dispatch per product, each with the
+    /// causal structure in its grid and K loop in granules of [`CAUSAL_GRANULE`] queries / keys
+    /// ([`Causal`]: the score products skip the tiles past their rows' granule, the products
+    /// over keys stop at the end of their rows' granule, those over queries start at its
+    /// start), and one softmax step per product over every row, which writes row i up to the
+    /// end of its granule. 56 % of the score matrix at T = 1024 (blocks of 256: 62.5 %), in a
+    /// few big dispatches instead of many small ones. The scratch is the whole matrix
+    /// (`batch·heads·T·T` floats, the blocked method's keys): where it (or an operand) exceeds
+    /// one storage binding the call runs the blocked method instead, with the adapter's
+    /// default block ([`default_block_rows`]). out, lse and dQ are the blocked method's bits
+    /// (the sums skip exact zeros only); dK and dV sum every query in one product where the
+    /// blocked method adds per-block sums (float32 rounding apart).
+    Causal,
+}
+
+/// The blocked method's default block: [`BLOCK_ROWS`] queries on CPU adapters,
+/// [`GPU_BLOCK_ROWS`] on GPUs (what the causal method falls back to).
+pub fn default_block_rows(gpu: &Gpu) -> usize {
+    if gpu.forms.cpu { BLOCK_ROWS } else { GPU_BLOCK_ROWS }
+}
+
+/// Whether the causal method runs this call: a training shape (no query before the cache's
+/// first key, every key seen, no cache padding) and the whole score matrix and every operand
+/// within one storage binding, K within one dispatch.
+fn causal_fits(gpu: &Gpu, s: &AttnShape, views: &[&View]) -> bool {
+    let max = crate::kernels::reduce::binding_elems(gpu, 1);
+    s.q_pos0 == 0
+        && s.kv_len == s.q_len
+        && s.kv_stride == s.kv_len
+        && s.q_len <= crate::kernels::matmul::MAX_K_PER_DISPATCH
+        && causal_scratch_elems(s) <= max
+        && views.iter().all(|v| v.len() <= max)
 }
 
 /// Queries per block of the blocked method on CPU adapters and for a bare `blocked` form:
@@ -487,6 +531,11 @@ pub fn block_scratch_elems(s: &AttnShape, rows: usize) -> usize {
     rows_cap(s, rows).min(BLOCK_SCRATCH_ELEMS / per_row.max(1)) * per_row
 }
 
+/// Scratch elements per buffer of the causal method ([`Method::Causal`]): the whole score matrix.
+pub fn causal_scratch_elems(s: &AttnShape) -> usize {
+    s.batch * s.heads * s.q_len * ldk(s)
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct RowParams {
@@ -501,7 +550,36 @@ struct RowParams {
     scale: f32,
     nk4: u32,
     team: u32,
-    _pad: u32,
+    gran: u32,
+}
+
+/// How one call of the blocked method cuts the queries: blocks of at most this many, or the
+/// whole score matrix with the causal structure in its products ([`Method::Causal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Blocks {
+    Of(usize),
+    Causal,
+}
+
+impl Blocks {
+    /// Queries per block.
+    fn rows(self, s: &AttnShape) -> usize {
+        match self {
+            Blocks::Of(nq) => nq,
+            Blocks::Causal => s.q_len,
+        }
+    }
+
+    /// The causal structure of a product of this kind (none for blocks, which cut the
+    /// structure into their own shapes).
+    fn causal(self, c: Causal) -> Causal {
+        if self == Blocks::Causal { c } else { Causal::None }
+    }
+
+    /// The softmax step's granule (0: a block's rows all end at its keys).
+    fn granule(self) -> usize {
+        if self == Blocks::Causal { CAUSAL_GRANULE } else { 0 }
+    }
 }
 
 /// The blocks: (first query, queries, keys they see), in query order.
@@ -582,6 +660,7 @@ fn product(
         pad_reads: [false; 2],
         a_elem: Default::default(),
         b_elem: Default::default(),
+        causal: Causal::None,
     }
     .half(s.half)
 }
@@ -607,7 +686,9 @@ fn half_scratch(gpu: &Gpu, key: &str, elems: usize) -> Result<Tensor> {
 
 /// The softmax step `entry` (`rows_fwd` or `rows_bwd`) over the block of queries i0..i0+n, which
 /// sees `nk` keys, in the device's form ([`row_team`]); P and dS go over `s` and `g`, or, when
-/// `bind` has `ph` (and `gh`), into those f16 buffers (variant `h`, [`p16`]).
+/// `bind` has `ph` (and `gh`), into those f16 buffers (variant `h`, [`p16`]). Each row is written
+/// up to the block's keys, or, with a granule `gran` > 0 ([`Method::Causal`]), up to the end of
+/// its own granule of queries.
 #[allow(clippy::too_many_arguments)]
 fn rows_dispatch(
     gpu: &Gpu,
@@ -615,7 +696,7 @@ fn rows_dispatch(
     s: &AttnShape,
     scale: f32,
     (i0, n, nk): (usize, usize, usize),
-    ldk: usize,
+    (ldk, gran): (usize, usize),
     bind: &[(&str, View<'_>)],
 ) -> Result<Dispatch> {
     let total = s.batch * s.heads * n;
@@ -632,7 +713,7 @@ fn rows_dispatch(
         scale,
         nk4: nk.div_ceil(4) as u32,
         team: team as u32,
-        _pad: 0,
+        gran: gran as u32,
     };
     // Rows per workgroup: 64 of one invocation each, or ROW_TEAM_WG / team.
     let (entry, rows_per_group) = match ROW_TEAM_WG.checked_div(team) {
@@ -667,10 +748,21 @@ pub fn forward_seq(
     out: View<'_>,
     lse: View<'_>,
 ) -> Result<Vec<Dispatch>> {
-    if let Method::Blocked(rows) = method(gpu) {
+    let rows = match method(gpu) {
+        Method::Tiled => None,
+        Method::Blocked(rows) => Some(rows),
+        Method::Causal => {
+            check_forward("forward", s, [&q, &k, &v, &out, &lse])?;
+            if causal_fits(gpu, s, &[&q, &k, &v, &out]) {
+                return forward_blocked(gpu, s, scale, Blocks::Causal, q, k, v, out, lse);
+            }
+            Some(default_block_rows(gpu))
+        }
+    };
+    if let Some(rows) = rows {
         check_forward("forward", s, [&q, &k, &v, &out, &lse])?;
         if let Some(nq) = block_rows(gpu, s, rows) {
-            return forward_blocked(gpu, s, scale, nq, q, k, v, out, lse);
+            return forward_blocked(gpu, s, scale, Blocks::Of(nq), q, k, v, out, lse);
         }
     }
     forward(gpu, s, scale, q, k, v, out, lse)
@@ -681,14 +773,14 @@ fn forward_blocked(
     gpu: &Gpu,
     s: &AttnShape,
     scale: f32,
-    nq: usize,
+    cut: Blocks,
     q: View<'_>,
     k: View<'_>,
     v: View<'_>,
     out: View<'_>,
     lse: View<'_>,
 ) -> Result<Vec<Dispatch>> {
-    let (hh, hd, ldk) = (s.heads, s.head_dim, ldk(s));
+    let (hh, hd, ldk, nq) = (s.heads, s.head_dim, ldk(s), cut.rows(s));
     let elems = s.batch * hh * nq * ldk;
     let sc = gpu.shared_scratch("attention.blocked.s", elems)?;
     // P for the value product: over the scores, or in f16 (`attn_p16`).
@@ -697,12 +789,14 @@ fn forward_blocked(
     for (i0, n, nk) in blocks(s, nq) {
         let o = ops(s, i0, n, ldk);
         let blk = (n, ldk);
-        let scores = product(s, blk, (n, nk, hd), (o.qrows, o.kvcols, o.srows), ['q', 'k', 's']);
+        let scores = product(s, blk, (n, nk, hd), (o.qrows, o.kvcols, o.srows), ['q', 'k', 's'])
+            .causal(cut.causal(Causal::Scores));
         ds.extend(Matmul { alpha: scale, ..scores }.bind_split(gpu, q, k, sc.view())?);
         let mut bind = vec![("s", sc.view()), ("lse", lse)];
         bind.extend(ph.as_ref().map(|p| ("ph", p.view())));
-        ds.push(rows_dispatch(gpu, "rows_fwd", s, scale, (i0, n, nk), ldk, &bind)?);
-        let pv = product(s, blk, (n, hd, nk), (o.srows, o.kvrows, o.qrows), ['s', 'k', 'q']);
+        ds.push(rows_dispatch(gpu, "rows_fwd", s, scale, (i0, n, nk), (ldk, cut.granule()), &bind)?);
+        let pv = product(s, blk, (n, hd, nk), (o.srows, o.kvrows, o.qrows), ['s', 'k', 'q'])
+            .causal(cut.causal(Causal::KeysToGranuleEnd));
         match &ph {
             Some(p) => ds.extend(pv.a_elem(MatmulElem::F16).bind_split(gpu, p.view(), v, out)?),
             None => ds.extend(pv.bind_split(gpu, sc.view(), v, out)?),
@@ -732,7 +826,7 @@ fn backward_blocked(
     gpu: &Gpu,
     s: &AttnShape,
     scale: f32,
-    nq: usize,
+    cut: Blocks,
     q: View<'_>,
     k: View<'_>,
     v: View<'_>,
@@ -742,7 +836,7 @@ fn backward_blocked(
     dk: View<'_>,
     dv: View<'_>,
 ) -> Result<Vec<Dispatch>> {
-    let (hh, hd, ldk) = (s.heads, s.head_dim, ldk(s));
+    let (hh, hd, ldk, nq) = (s.heads, s.head_dim, ldk(s), cut.rows(s));
     let elems = s.batch * hh * nq * ldk;
     let sc = gpu.shared_scratch("attention.blocked.s", elems)?;
     let gs = gpu.shared_scratch("attention.blocked.ds", elems)?;
@@ -757,16 +851,20 @@ fn backward_blocked(
         let first = ds.is_empty();
         let o = ops(s, i0, n, ldk);
         let blk = (n, ldk);
-        let scores = product(s, blk, (n, nk, hd), (o.qrows, o.kvcols, o.srows), ['q', 'k', 's']);
+        let scores = product(s, blk, (n, nk, hd), (o.qrows, o.kvcols, o.srows), ['q', 'k', 's'])
+            .causal(cut.causal(Causal::Scores));
         ds.extend(Matmul { alpha: scale, ..scores }.bind_split(gpu, q, k, sc.view())?);
         ds.extend(scores.bind_split(gpu, dout, v, gs.view())?);
         let mut bind = vec![("s", sc.view()), ("g", gs.view()), ("lse_saved", lse)];
         bind.extend(half.iter().flat_map(|(p, g)| [("ph", p.view()), ("gh", g.view())]));
-        ds.push(rows_dispatch(gpu, "rows_bwd", s, scale, (i0, n, nk), ldk, &bind)?);
+        ds.push(rows_dispatch(gpu, "rows_bwd", s, scale, (i0, n, nk), (ldk, cut.granule()), &bind)?);
         // dV (+)= Pᵀ·dO and dK (+)= dSᵀ·Q (the same shapes), then dQ = dS·K: P and dS read from
         // where the softmax step put them.
-        let tq = product(s, blk, (nk, hd, n), (o.scols, o.qrows, o.kvrows), ['s', 'q', 'k']).accumulate(!first);
-        let dqp = product(s, blk, (n, hd, nk), (o.srows, o.kvrows, o.qrows), ['s', 'k', 'q']);
+        let tq = product(s, blk, (nk, hd, n), (o.scols, o.qrows, o.kvrows), ['s', 'q', 'k'])
+            .accumulate(!first)
+            .causal(cut.causal(Causal::QueriesFromGranule));
+        let dqp = product(s, blk, (n, hd, nk), (o.srows, o.kvrows, o.qrows), ['s', 'k', 'q'])
+            .causal(cut.causal(Causal::KeysToGranuleEnd));
         let (tq, dqp, p, g) = match &half {
             Some((p, g)) => (tq.a_elem(MatmulElem::F16), dqp.a_elem(MatmulElem::F16), p.view(), g.view()),
             None => (tq, dqp, sc.view(), gs.view()),

@@ -30,7 +30,7 @@ pub struct Forms {
     /// Worker threads of a CPU adapter (`LP_NUM_THREADS`, else the cores): the matmul's CPU cost
     /// model and split-K rule.
     pub cpu_threads: usize,
-    /// Attention: `attention=tiled|blocked|blocked:ROWS`.
+    /// Attention: `attention=tiled|blocked|blocked:ROWS|causal`.
     pub attention: AttentionForm,
     /// Decoding attention (a few queries, head dim ≤ 64) with one invocation per query row and
     /// no workgroup memory instead of the tiled kernel: `attn_rows`.
@@ -350,6 +350,8 @@ impl Forms {
                     let v = value.to_ascii_lowercase();
                     self.attention = if v == "tiled" {
                         AttentionForm::Tiled
+                    } else if v == "causal" {
+                        AttentionForm::Causal
                     } else if let Some(rest) = v.strip_prefix("blocked") {
                         let rows = match rest.strip_prefix(':') {
                             None if rest.is_empty() => crate::kernels::attention::BLOCK_ROWS,
@@ -358,11 +360,13 @@ impl Forms {
                                 .ok()
                                 .filter(|&r| r > 0)
                                 .ok_or_else(|| format!("attention={value}: expected blocked:ROWS with ROWS ≥ 1"))?,
-                            None => return Err(format!("attention={value}: expected tiled, blocked or blocked:ROWS")),
+                            None => {
+                                return Err(format!("attention={value}: expected tiled, blocked, blocked:ROWS or causal"));
+                            }
                         };
                         AttentionForm::Blocked(rows)
                     } else {
-                        return Err(format!("attention={value}: expected tiled, blocked or blocked:ROWS"));
+                        return Err(format!("attention={value}: expected tiled, blocked, blocked:ROWS or causal"));
                     }
                 }
                 "norm_rows" => self.norm_one_row_per_invocation = flag()?,
@@ -499,7 +503,10 @@ impl Forms {
 
     /// The override keys and what each chooses.
     pub const KEYS: &'static [(&'static str, &'static str)] = &[
-        ("attention", "tiled flash kernel, or blocks of queries through the matmuls (blocked[:ROWS])"),
+        (
+            "attention",
+            "tiled flash kernel, blocks of queries through the matmuls (blocked[:ROWS]), or the whole causal score matrix (causal)",
+        ),
         ("attn_rows", "decoding attention: one query row per invocation (head dim ≤ 64)"),
         ("attn_team", "blocked attention's softmax steps: a team of N per row (0: one invocation)"),
         ("norm_rows", "RMSNorm: one row per invocation when rows are many"),
@@ -547,6 +554,7 @@ impl Forms {
                 "attention" => match self.attention {
                     AttentionForm::Tiled => "tiled".into(),
                     AttentionForm::Blocked(r) => format!("blocked:{r}"),
+                    AttentionForm::Causal => "causal".into(),
                 },
                 "attn_rows" => b(self.attention_rows),
                 "attn_team" => self.attention_row_team.to_string(),
@@ -669,6 +677,9 @@ mod tests {
         assert_eq!(t.len(), Forms::KEYS.len());
         assert!(t.iter().any(|(k, v, _)| *k == "norm_team" && v == "32"));
         assert!(f.describe().contains("attention        blocked:16"));
+        f.apply("attention=Causal", sg).unwrap();
+        assert_eq!(f.attention, AttentionForm::Causal);
+        assert!(f.describe().contains("attention        causal"));
     }
 
     #[test]

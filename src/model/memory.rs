@@ -315,9 +315,18 @@ pub struct Storage {
     /// The LM head in slices of this many rows, 0 = all at once
     /// ([`super::Model::set_head_chunk`]): the logits of one slice instead of the batch's.
     pub head_chunk: usize,
+    /// The attention's scratch holds the whole score matrix (the device's form
+    /// `attention=causal`, [`crate::kernels::attention::Method::Causal`]) rather than blocks of
+    /// queries; [`Storage::on`] sets it from a device.
+    pub whole_attention: bool,
 }
 
 impl Storage {
+    /// This storage on `gpu`: with its attention form's scratch ([`Storage::whole_attention`]).
+    pub fn on(self, gpu: &crate::gpu::Gpu) -> Storage {
+        Storage { whole_attention: gpu.forms.attention == attention::Method::Causal, ..self }
+    }
+
     /// f32 with f16 states or not (the plans before `--precision` and `--recompute`).
     pub fn states(state_f16: bool) -> Storage {
         Storage { state_f16, ..Storage::default() }
@@ -388,12 +397,16 @@ pub fn memory_plan_for(c: &ModelConfig, b: usize, t: usize, st: Storage) -> Memo
     acts += if var.expanded() { n * d } else { 0 } + n * d + n + head_rows * v + n + 8;
     let hkn = if var.vmap() { n * hk } else { 1 };
     // The blocked attention's two block scratches (shared by all layers), at the larger of the
-    // CPU and GPU block sizes, so that one plan holds on either.
+    // CPU and GPU block sizes, so that one plan holds on either; the whole score matrix with the
+    // causal form (or its blocks, where it falls back to them: the larger).
     let attn_s = AttnShape::training(b, c.n_heads, c.head_dim, t);
     let rows = attention::BLOCK_ROWS.max(attention::GPU_BLOCK_ROWS);
+    let mut block = attention::block_scratch_elems(&attn_s, rows);
+    if st.whole_attention {
+        block = block.max(attention::causal_scratch_elems(&attn_s));
+    }
     // In f16, P and dS in f16 besides (form `attn_p16`, on by default): one more scratch's bytes.
-    let attn_blocks =
-        if precision == super::Precision::F16 { 3 } else { 2 } * attention::block_scratch_elems(&attn_s, rows) as u64;
+    let attn_blocks = if precision == super::Precision::F16 { 3 } else { 2 } * block as u64;
     // (The logits' gradient is written over the logits: no [N, V] scratch.)
     let scratch = 2 * n * d
         + 2 * n * d * m
@@ -551,5 +564,8 @@ mod tests {
         let block = attention::block_scratch_elems(&s, attention::BLOCK_ROWS.max(attention::GPU_BLOCK_ROWS)) as u64;
         assert_eq!(block, 8 * 6 * 256 * 1024, "6 heads, blocks of 256 queries over up to 1024 keys");
         assert_eq!(p16.grad_scratch_bytes - p32.grad_scratch_bytes, 4 * block);
+        // The causal form's scratch is the whole score matrix: two f32 buffers of 4× a block.
+        let whole = memory_plan_for(&c, 8, 1024, Storage { whole_attention: true, ..Storage::default() });
+        assert_eq!(whole.grad_scratch_bytes - p32.grad_scratch_bytes, 2 * 4 * (4 * block - block));
     }
 }

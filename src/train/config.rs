@@ -248,6 +248,8 @@ impl TrainConfig {
             precision: self.precision,
             recompute: self.recompute,
             head_chunk: self.head_chunk,
+            // The device's attention form decides: [`crate::model::Storage::on`].
+            whole_attention: false,
         }
     }
 

@@ -221,7 +221,7 @@ impl<'c> Trainer<'c> {
         // The memory plan against what the adapter reports (largest buffer; a CPU adapter's host
         // memory), before any program is allocated or anything written.
         let tr = &run.train;
-        let storage = tr.storage(&run.model);
+        let storage = tr.storage(&run.model).on(&gpu);
         let states_f16 = storage.state_f16;
         let limits = crate::model::Limits::of(&gpu);
         if let Some(advice) =

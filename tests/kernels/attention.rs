@@ -188,8 +188,10 @@ struct Form(Method, usize);
 /// Every form of `forward_seq` / `backward`: [`METHODS`] with one invocation per softmax row,
 /// and the blocked method with teams: 32 as on a GPU, and 4, whose lanes keep 4 · 8 · 4 = 128
 /// keys of a row in registers, so that rows past 128 keys (T = 130 below) take the path that
-/// reads the rest again; 1 and 128, the team sizes' ends.
-const FORMS: [Form; 7] = [
+/// reads the rest again; 1 and 128, the team sizes' ends; and the causal method (the whole
+/// score matrix, granules of 128 queries: T = 130 has two) with one invocation per row and
+/// teams of 4 and 32. (Shapes it does not take, cache shapes, run the blocked method.)
+const FORMS: [Form; 10] = [
     Form(Method::Tiled, 0),
     Form(Method::Blocked(attention::BLOCK_ROWS), 0),
     Form(Method::Blocked(5), 0),
@@ -197,6 +199,9 @@ const FORMS: [Form; 7] = [
     Form(Method::Blocked(5), 4),
     Form(Method::Blocked(7), 1),
     Form(Method::Blocked(attention::BLOCK_ROWS), 128),
+    Form(Method::Causal, 0),
+    Form(Method::Causal, 4),
+    Form(Method::Causal, 32),
 ];
 
 fn set_form(f: &mut ddl::kernels::forms::Forms, m: Form) {
@@ -677,7 +682,7 @@ fn blocked_attention_with_f16_operands_matches_float64_at_f16_tolerance() {
         let num: f64 = g.iter().zip(w).map(|(a, b)| (*a as f64 - b).powi(2)).sum();
         (num / w.iter().map(|b| b * b).sum::<f64>()).sqrt()
     };
-    for m in [Method::Blocked(attention::BLOCK_ROWS), Method::Blocked(5)] {
+    for m in [Method::Blocked(attention::BLOCK_ROWS), Method::Blocked(5), Method::Causal] {
         let mut errs = Vec::new();
         for half in [false, true] {
             x.s = AttnShape { half, ..base };
@@ -749,5 +754,85 @@ fn blocked_attention_with_p_and_ds_stored_in_f16_gives_the_same_bits() {
                 assert!(same, "{m:?} T {t}: {name} differs with P and dS stored in f16 (seed {})", rng.seed);
             }
         }
+    }
+}
+
+/// The dispatches of `ds` by kernel: (products, softmax steps).
+fn products_and_rows(ds: &[Dispatch]) -> (usize, usize) {
+    let rows = ds.iter().filter(|d| d.kernel.name.starts_with("attention_rows")).count();
+    (ds.len() - rows, rows)
+}
+
+#[test]
+fn causal_attention_keeps_the_blocked_bits_of_out_lse_and_dq_in_one_dispatch_per_product() {
+    // The causal method's products sum what the blocked method's do plus exact zeros (P and dS
+    // between a query's last key and its granule's end), in the same order: out, lse and dQ
+    // must be the blocked method's bits, for every team form; dK and dV sum every query in one
+    // product (the blocked method adds per-block sums): float64 at the usual tolerance. T = 300
+    // has granules of 128, 128 and 44 queries; the forward is 3 dispatches (scores, softmax,
+    // values), the backward 6 (scores, dP, softmax, dV, dK, dQ), whatever T.
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    for (s, amp) in [(AttnShape::training(2, 3, 16, 300), 1.0), (AttnShape::training(1, 2, 7, 129), 3.0)] {
+        let x = Inputs::new(&mut rng, s, amp);
+        for team in [0, 4, 32] {
+            let causal = with_forms(
+                &gpu,
+                |f| set_form(f, Form(Method::Causal, team)),
+                |gpu| {
+                    let (t, fwd) = gpu_forward(gpu, &x);
+                    assert_eq!(products_and_rows(&fwd), (2, 1), "{s:?} team {team}: forward dispatches");
+                    let dout = upload(gpu, "dout", &x.dout);
+                    let g = [s.q_elems(), s.kv_elems(), s.kv_elems()].map(|n| poisoned(gpu, "g", &[n]));
+                    let bwd = attention::backward(
+                        gpu,
+                        &s,
+                        x.scale,
+                        t.q.view(),
+                        t.k.view(),
+                        t.v.view(),
+                        t.out.view(),
+                        t.lse.view(),
+                        dout.view(),
+                        g[0].view(),
+                        g[1].view(),
+                        g[2].view(),
+                    )
+                    .unwrap();
+                    assert_eq!(products_and_rows(&bwd), (5, 1), "{s:?} team {team}: backward dispatches");
+                    check_both_with(gpu, rng.seed, &x, &format!("causal team {team}"));
+                    gpu_both(gpu, &x)
+                },
+            );
+            let blocked = with_forms(
+                &gpu,
+                |f| set_form(f, Form(Method::Blocked(attention::GPU_BLOCK_ROWS), team)),
+                |gpu| gpu_both(gpu, &x),
+            );
+            for (i, name) in ["out", "lse", "dq"].iter().enumerate() {
+                let same = causal[i].iter().zip(&blocked[i]).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{s:?} team {team}: the causal method's {name} differs from the blocked method's (seed {})", rng.seed);
+            }
+        }
+    }
+}
+
+#[test]
+fn causal_attention_runs_the_blocked_method_where_it_cannot_run() {
+    // A score matrix past one storage binding (lavapipe: 128 MiB, 33.5 M floats; 6000² = 36 M)
+    // and cache shapes run the blocked method with the adapter's default block, correctly.
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let big = AttnShape::training(1, 1, 1, 6000);
+    let cache = AttnShape { batch: 2, heads: 3, head_dim: 13, q_len: 9, kv_len: 23, kv_stride: 30, q_pos0: 14, half: false };
+    for (s, what) in [(big, "a matrix past one binding"), (cache, "a cache shape")] {
+        let x = Inputs::new(&mut rng, s, 1.0);
+        let (t, ds) = with_forms(&gpu, |f| set_form(f, Form(Method::Causal, 0)), |gpu| gpu_forward(gpu, &x));
+        let rows = products_and_rows(&ds).1;
+        let want = s.q_len.div_ceil(attention::BLOCK_ROWS.min(s.q_len.div_ceil(2)));
+        assert_eq!(rows, want, "{what}: one softmax step per block of {} queries", attention::BLOCK_ROWS);
+        let (out, lse) = ref_forward(&s, x.scale as f64, &f64v(&x.q), &x.k64(), &x.v64());
+        assert_close(&format!("out, {what}"), &read(&gpu, &t.out), &out, 1e-5, rng.seed);
+        assert_close(&format!("lse, {what}"), &read(&gpu, &t.lse), &lse, 1e-5, rng.seed);
     }
 }

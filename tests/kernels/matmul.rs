@@ -187,6 +187,7 @@ fn attention_like() -> Matmul {
         pad_reads: [false; 2],
         a_elem: MatmulElem::F32,
         b_elem: MatmulElem::F32,
+        causal: Default::default(),
     }
 }
 
@@ -232,6 +233,7 @@ fn strided_tail(form: &str, m: usize, n: usize, k: usize, batch: usize) -> Matmu
         pad_reads: [false; 2],
         a_elem: MatmulElem::F32,
         b_elem: MatmulElem::F32,
+        causal: Default::default(),
     }
 }
 
@@ -554,6 +556,7 @@ fn two_batch_levels_match_float64_and_one_product_per_group() {
             pad_reads: [false; 2],
             a_elem: MatmulElem::F32,
             b_elem: MatmulElem::F32,
+            causal: Default::default(),
         };
         let [ea, eb, ec] = mm.extents();
         let a = rng.uniform(ea, -1.0, 1.0);
@@ -1266,4 +1269,109 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     assert_eq!(matmul::pick(&gv, &Matmul::nt(128, 128, 64).half(true)), wide_v);
     assert_eq!(matmul::pick(&gv, &Matmul::nt(64, 64, 64).half(true)), small);
     assert_ne!(matmul::pick(&gpu, &Matmul::nt(64, 64, 64)), small);
+}
+
+/// The end of the granule of row `i` (a query) among `t` keys: the keys a causal score row holds.
+fn granule_end(i: usize, t: usize) -> usize {
+    t.min((i / matmul::CAUSAL_GRANULE + 1) * matmul::CAUSAL_GRANULE)
+}
+
+#[test]
+fn causal_products_compute_only_their_granules_in_every_variant() {
+    // The three kinds of causal attention product (form `attention=causal`) over a whole T × T
+    // score matrix, T = 300 (granules of 128, 128 and 44 queries), two heads, in every tile
+    // variant, with head dims 16 (vec4 entry points) and 9 (B read by scalars):
+    // - the scores S = Q·Kᵀ: exactly the keys below each query's granule end are written
+    //   (float64 there), everything past them keeps its NaN (the skipped tiles ran nothing);
+    // - O = P·V over keys: P holds NaN past each row's granule end (what the softmax step
+    //   leaves unwritten) and zeros between the diagonal and it: O must be float64's sum over
+    //   the keys each query sees, so no tile read past its granule;
+    // - dV = Pᵀ·dO over queries: likewise, with P's NaN in the rows before each key's granule.
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let (t, batch) = (300usize, 2usize);
+    let ldk = t.next_multiple_of(4);
+    let s_op = Operand { offset: 0, row_stride: ldk, col_stride: 1, batch_stride: t * ldk };
+    let st_op = Operand { offset: 0, row_stride: 1, col_stride: ldk, batch_stride: t * ldk };
+    // P: random where a query sees the key, 0 up to its granule end, NaN beyond.
+    let mut p = vec![f32::NAN; batch * t * ldk];
+    for b in 0..batch {
+        for i in 0..t {
+            for j in 0..granule_end(i, t) {
+                p[b * t * ldk + i * ldk + j] = if j <= i { rng.uniform(1, 0.0, 1.0)[0] } else { 0.0 };
+            }
+        }
+    }
+    let tp = upload(&gpu, "p", &p);
+    for hd in [16usize, 9] {
+        let rows = Operand::row_major(t, hd);
+        let q = rng.uniform(batch * t * hd, -1.0, 1.0);
+        let k = rng.uniform(batch * t * hd, -1.0, 1.0);
+        let (tq, tk) = (upload(&gpu, "q", &q), upload(&gpu, "k", &k));
+        let at = |b: usize, i: usize, d: usize| (b * t + i) * hd + d;
+        for v in matmul::variants_for(&gpu) {
+            let how = format!("{v} hd {hd}");
+            // Scores.
+            let scores = Matmul { c: s_op, ..Matmul::nt(t, t, hd).batched(batch) }.causal(matmul::Causal::Scores);
+            let ts = poisoned(&gpu, "s", &[batch * t * ldk]);
+            run(&gpu, &[scores.bind_variant(&gpu, v, tq.view(), tk.view(), ts.view()).unwrap()]);
+            let got = read(&gpu, &ts);
+            let (mut g, mut w) = (Vec::new(), Vec::new());
+            for b in 0..batch {
+                for i in 0..t {
+                    for j in 0..t {
+                        let x = got[b * t * ldk + i * ldk + j];
+                        if j < granule_end(i, t) {
+                            g.push(x);
+                            w.push((0..hd).map(|d| q[at(b, i, d)] as f64 * k[at(b, j, d)] as f64).sum::<f64>());
+                        } else {
+                            assert!(x.is_nan(), "{how}: S[{b},{i},{j}] past the granule end was written ({x})");
+                        }
+                    }
+                }
+            }
+            assert_close(&format!("causal scores {how}"), &g, &w, 1e-5, rng.seed);
+            // O = P·V (keys to the granule end) and dV = Pᵀ·dO (queries from the granule).
+            for (kind, a_op) in [(matmul::Causal::KeysToGranuleEnd, s_op), (matmul::Causal::QueriesFromGranule, st_op)] {
+                let mm = Matmul { a: a_op, b: rows, c: rows, ..Matmul::nn(t, hd, t).batched(batch) }.causal(kind);
+                let mm = Matmul {
+                    b: Operand { batch_stride: t * hd, ..mm.b },
+                    c: Operand { batch_stride: t * hd, ..mm.c },
+                    ..mm
+                };
+                let out = poisoned(&gpu, "o", &[batch * t * hd]);
+                run(&gpu, &[mm.bind_variant(&gpu, v, tp.view(), tq.view(), out.view()).unwrap()]);
+                let mut want = vec![0.0f64; batch * t * hd];
+                for b in 0..batch {
+                    for i in 0..t {
+                        for j in 0..=i {
+                            let pij = p[b * t * ldk + i * ldk + j] as f64;
+                            for d in 0..hd {
+                                if kind == matmul::Causal::KeysToGranuleEnd {
+                                    want[at(b, i, d)] += pij * q[at(b, j, d)] as f64;
+                                } else {
+                                    want[at(b, j, d)] += pij * q[at(b, i, d)] as f64;
+                                }
+                            }
+                        }
+                    }
+                }
+                assert_close(&format!("causal {kind:?} {how}"), &read(&gpu, &out), &want, 1e-5, rng.seed);
+            }
+        }
+    }
+}
+
+#[test]
+fn causal_products_run_in_one_dispatch_or_not_at_all() {
+    // Pieces would move the rows and K ranges a causal product counts its granules in: where its
+    // operands exceed a binding it is an error that names the blocked attention, not a split.
+    let gpu = gpu();
+    let t = 40;
+    let mm = Matmul::nt(t, t, 8).causal(matmul::Causal::Scores);
+    let (a, c) = (upload(&gpu, "a", &vec![0.5; t * 8]), poisoned(&gpu, "c", &[t * t]));
+    let e = mm.bind_split_chunked(&gpu, a.view(), a.view(), c.view(), 256).unwrap_err();
+    assert!(e.to_string().contains("needs one dispatch") && e.to_string().contains("attention=blocked"), "{e}");
+    let ds = mm.bind_split_chunked(&gpu, a.view(), a.view(), c.view(), 1 << 20).unwrap();
+    assert_eq!(ds.len(), 1);
 }

@@ -15,21 +15,31 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
     let scale = 1.0 / (b.head_dim as f32).sqrt();
     let mut cases = Vec::new();
 
-    // The adapter's method first, then the other one for comparison; where the adapter has
-    // SHADER_F16, the blocked method with f16 operands (`--precision f16`) too, with P and dS
-    // stored in f16 (form `attn_p16`, "p16") and written over the f32 scores ("r16").
+    // The adapter's method first, then the other one for comparison (tiled, or blocks of
+    // queries), and the causal method unless chosen; where the adapter has SHADER_F16, the
+    // blocked method with f16 operands (`--precision f16`) too, with P and dS stored in f16
+    // (form `attn_p16`, "p16") and written over the f32 scores ("r16"), and the causal method
+    // with P and dS in f16.
     let chosen = method(gpu);
     let other = if chosen == Method::Tiled { Method::Blocked(BLOCK_ROWS) } else { Method::Tiled };
-    let blocked = if chosen == Method::Tiled { other } else { chosen };
+    let blocked = match (chosen, other) {
+        (Method::Blocked(_), _) => chosen,
+        (_, Method::Blocked(_)) => other,
+        _ => Method::Blocked(default_block_rows(gpu)),
+    };
     let mut forms = vec![(chosen, false, false), (other, false, false)];
+    if chosen != Method::Causal {
+        forms.push((Method::Causal, false, false));
+    }
     if gpu.features.contains(wgpu::Features::SHADER_F16) {
-        forms.extend([(blocked, true, true), (blocked, true, false)]);
+        forms.extend([(blocked, true, true), (blocked, true, false), (Method::Causal, true, true)]);
     }
     for (m, half, p16) in forms {
+        let f16 = if !half { String::new() } else { format!(" f16 {}", if p16 { "p16" } else { "r16" }) };
         let tag = match m {
             Method::Tiled => "tiled".to_string(),
-            Method::Blocked(r) if half => format!("blocked{r} f16 {}", if p16 { "p16" } else { "r16" }),
-            Method::Blocked(r) => format!("blocked{r}"),
+            Method::Blocked(r) => format!("blocked{r}{f16}"),
+            Method::Causal => format!("causal{f16}"),
         };
         let s = AttnShape { half, ..AttnShape::training(b.b, b.heads, b.head_dim, b.t) };
         let (q, k, v) = (r("q", s.q_elems())?, r("k", s.kv_elems())?, r("v", s.kv_elems())?);

@@ -113,6 +113,49 @@ pub struct Matmul {
     /// as read, or f16 storage. The half-precision forms need SHADER_F16 and accumulate in f32.
     pub a_elem: MatmulElem,
     pub b_elem: MatmulElem,
+    /// The causal structure of an attention product over a whole score matrix ([`Causal`]);
+    /// [`Causal::None`] for every other product.
+    pub causal: Causal,
+}
+
+/// Rows (queries or keys) per granule of a causal attention product ([`Causal`]): a multiple of
+/// every tile's rows (at most 128) and K step, so that a tile's rows lie in one granule and its K
+/// range ends at multiples of its K steps.
+pub const CAUSAL_GRANULE: usize = 128;
+
+/// How a product over a whole causal attention score matrix (form `attention=causal`,
+/// [`crate::kernels::attention`]) skips the masked half, in granules of [`CAUSAL_GRANULE`]:
+/// the score products leave the tiles past the granule of their last query unwritten, the
+/// softmax step writes row i's probabilities up to the end of its granule (zeros past key i),
+/// and the products over them sum only what is written. The sums skip exact zeros only.
+/// Products with a causal structure run in one dispatch (never cut into pieces, which would
+/// move their rows) on the tile kernels (not the cooperative matrices, whose K loops know
+/// nothing of it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Causal {
+    /// An ordinary product.
+    #[default]
+    None,
+    /// C is a score matrix, rows queries and columns keys (S = Q·Kᵀ, dP = dO·Vᵀ): a tile whose
+    /// first key lies at or past the end of its last query's granule is skipped.
+    Scores,
+    /// K runs over keys, rows are queries (O = P·V, dQ = dS·K): a tile sums keys below the end of
+    /// its rows' granule.
+    KeysToGranuleEnd,
+    /// K runs over queries, rows are keys (dV = Pᵀ·dO, dK = dSᵀ·Q): a tile sums queries from the
+    /// start of its rows' granule.
+    QueriesFromGranule,
+}
+
+impl Causal {
+    fn code(self) -> u32 {
+        match self {
+            Causal::None => 0,
+            Causal::Scores => 1,
+            Causal::KeysToGranuleEnd => 2,
+            Causal::QueriesFromGranule => 3,
+        }
+    }
 }
 
 #[repr(C)]
@@ -142,6 +185,10 @@ struct Params {
     a_os: u32,
     b_os: u32,
     c_os: u32,
+    causal: u32,
+    gran: u32,
+    bm: u32,
+    bn: u32,
 }
 
 impl Matmul {
@@ -162,6 +209,7 @@ impl Matmul {
             pad_reads: [false; 2],
             a_elem: MatmulElem::F32,
             b_elem: MatmulElem::F32,
+            causal: Causal::None,
         }
     }
 
@@ -256,6 +304,12 @@ impl Matmul {
         self.a_elem.half() || self.b_elem.half()
     }
 
+    /// The product's causal structure ([`Causal`]).
+    pub fn causal(mut self, c: Causal) -> Self {
+        self.causal = c;
+        self
+    }
+
     /// Adds into C instead of overwriting it.
     pub fn accumulate(mut self, yes: bool) -> Self {
         self.accumulate = yes;
@@ -322,7 +376,18 @@ impl Matmul {
 
     fn bind_variant_inner(&self, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
         self.check(&a, &b, &c)?;
-        if coop::ALL.contains(&variant) || coop::DIAGNOSTIC.contains(&variant) {
+        let coop = coop::ALL.contains(&variant) || coop::DIAGNOSTIC.contains(&variant);
+        if self.causal != Causal::None && (coop || !CAUSAL_GRANULE.is_multiple_of(tile(variant)?.0)) {
+            return Err(GpuError::Shader {
+                shader: "matmul".into(),
+                reason: format!(
+                    "a causal attention product ({:?}) runs on the tile variants whose rows divide {CAUSAL_GRANULE}, \
+                     not '{variant}'",
+                    self.causal
+                ),
+            });
+        }
+        if coop {
             return coop::bind(self, gpu, variant, a, b, c);
         }
         let (bm, bn) = tile(variant)?;
@@ -381,10 +446,10 @@ impl Matmul {
                 self.m, self.n, self.k, self.batch
             )));
         }
-        Ok((self.params(tiles_m, tiles_n, total), total))
+        Ok((self.params((tiles_m, tiles_n), (bm, bn), total), total))
     }
 
-    fn params(&self, tiles_m: usize, tiles_n: usize, total: u64) -> Params {
+    fn params(&self, (tiles_m, tiles_n): (usize, usize), (bm, bn): (usize, usize), total: u64) -> Params {
         Params {
             m: self.m as u32,
             n: self.n as u32,
@@ -410,6 +475,10 @@ impl Matmul {
             a_os: self.outer_strides[0] as u32,
             b_os: self.outer_strides[1] as u32,
             c_os: self.outer_strides[2] as u32,
+            causal: self.causal.code(),
+            gran: if self.causal == Causal::None { 0 } else { CAUSAL_GRANULE as u32 },
+            bm: bm as u32,
+            bn: bn as u32,
         }
     }
 

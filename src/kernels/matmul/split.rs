@@ -24,7 +24,26 @@ impl Matmul {
     ) -> Result<Vec<Dispatch>> {
         self.check(&a, &b, &c)?;
         let max = max_chunk.min(binding_elems(gpu, 1));
-        if self.k <= MAX_K_PER_DISPATCH && [&a, &b, &c].iter().all(|v| v.len() <= max) {
+        let one = self.k <= MAX_K_PER_DISPATCH && [&a, &b, &c].iter().all(|v| v.len() <= max);
+        if self.causal != Causal::None {
+            // Pieces would move the rows and K ranges the causal structure is counted in.
+            if !one {
+                return Err(GpuError::Shape(format!(
+                    "causal attention product {}x{}x{} (batch {}): needs one dispatch, with K ≤ {MAX_K_PER_DISPATCH} \
+                     and every operand within one binding of {max} elements (A {}, B {}, C {}); \
+                     use the blocked attention (DDL_FORMS=attention=blocked:ROWS)",
+                    self.m,
+                    self.n,
+                    self.k,
+                    self.batch * self.outer,
+                    a.len(),
+                    b.len(),
+                    c.len()
+                )));
+            }
+            return Ok(vec![self.bind(gpu, a, b, c)?]);
+        }
+        if one {
             let pieces = self.k_pieces(gpu);
             if pieces > 1 {
                 return self.bind_split_k(gpu, pieces, a, b, c);
@@ -111,6 +130,7 @@ impl Matmul {
                             pad_reads: [false; 2],
                             a_elem: self.a_elem,
                             b_elem: self.b_elem,
+                            causal: Causal::None,
                         };
                         out.push(piece.bind(gpu, va, vb, vc)?);
                     }
@@ -168,7 +188,7 @@ impl Matmul {
         let (m, n) = (self.m, self.n);
         // K per piece, a multiple of 4 so every piece keeps the vec4 alignment.
         let q = (self.k / pieces) / 4 * 4;
-        if q == 0 || pieces < 2 {
+        if q == 0 || pieces < 2 || self.causal != Causal::None {
             return Ok(vec![self.bind(gpu, a, b, c)?]);
         }
         let rest = self.k - pieces * q;

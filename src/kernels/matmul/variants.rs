@@ -57,8 +57,10 @@ pub fn variants_for(gpu: &Gpu) -> Vec<&'static str> {
 pub(super) fn bucket(mm: &Matmul) -> String {
     let l = |x: usize| (x.max(1) as f64).log2().round() as u32;
     let elems = if mm.is_half() { format!("|{}{}", mm.a_elem.code(), mm.b_elem.code()) } else { String::new() };
+    // A causal attention product does less work than its shape says: measured apart.
+    let causal = if mm.causal == Causal::None { String::new() } else { format!("|{:?}", mm.causal) };
     format!(
-        "{}x{}x{}|a{}b{}{elems}",
+        "{}x{}x{}|a{}b{}{elems}{causal}",
         l(mm.m),
         l(mm.n),
         l(mm.k),
@@ -121,7 +123,9 @@ pub(super) fn cpu_heuristic(mm: &Matmul, threads: usize) -> &'static str {
 /// The variant used for a product: a cached measurement for this adapter and shape bucket,
 /// a fresh measurement when autotuning is enabled, else the heuristic.
 pub fn pick(gpu: &Gpu, mm: &Matmul) -> &'static str {
-    if mm.is_half() && mm.m >= 16 && mm.n >= 16 && coop::usable(gpu) {
+    // The cooperative-matrix kernels know no causal structure ([`Causal`]).
+    let coop_ok = mm.causal == Causal::None;
+    if coop_ok && mm.is_half() && mm.m >= 16 && mm.n >= 16 && coop::usable(gpu) {
         // The wide form where the product fills its 128 × 128 tiles (the form is off by default:
         // slower than the f16 tiles on an H200 so far), on coop128v's staging with the form
         // `matmul_coop_v`.
@@ -131,7 +135,7 @@ pub fn pick(gpu: &Gpu, mm: &Matmul) -> &'static str {
         }
         return if wide && coop::wide_usable(gpu) { coop::VARIANT128 } else { coop::VARIANT };
     }
-    if mm.is_half() && mm.m >= 16 && mm.n >= 16 && coop::usable8(gpu) {
+    if coop_ok && mm.is_half() && mm.m >= 16 && mm.n >= 16 && coop::usable8(gpu) {
         return coop::VARIANT8;
     }
     let key = cache_key(gpu, mm);
