@@ -47,8 +47,13 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Info { preset, variant, batch, seq, f16_state, precision, recompute, head_chunk, memory } => {
             match preset {
                 Some(p) => {
-                    let asked =
-                        ddl::model::Storage { state_f16: f16_state, precision, recompute, head_chunk, ..Default::default() };
+                    let asked = ddl::model::Storage {
+                        state_f16: f16_state,
+                        precision,
+                        recompute,
+                        head_chunk,
+                        ..Default::default()
+                    };
                     info_model(&cli.device, &p, &variant, batch, seq, asked)?;
                     match memory {
                         Some(bytes) => info_fit(&p, &variant, seq, head_chunk, bytes),

@@ -10,10 +10,12 @@
 //! the scores recomputed per chunk), so any head_dim ≥ 1 works, h ≤ 64 being the fast case.
 //! Deterministic: fixed reduction orders, no atomics.
 //!
-//! Per adapter ([`method`]): GPUs run these tiled kernels; CPU adapters run whole sequences by
-//! blocks of queries through the matmul kernels ([`Method::Blocked`], [`forward_seq`] and
-//! [`backward`]) and decoding steps (≤ 4 queries, head dims ≤ 64) with a row kernel
-//! (`attn_fwd_rows`); every form is tested against float64 on any adapter (`with_method`).
+//! Per adapter ([`method`], the device's `attention` form): whole sequences ([`forward_seq`] and
+//! [`backward`]) run by blocks of queries through the matmul kernels ([`Method::Blocked`]: 256 on
+//! GPUs, 64 on CPU adapters), over the whole causal score matrix through them
+//! ([`Method::Causal`]), or through these tiled kernels ([`Method::Tiled`]); decoding steps run
+//! the tiled kernel, or on CPU adapters (≤ 4 queries, head dims ≤ 64) a row kernel
+//! (`attn_fwd_rows`); every form is tested against float64 on any adapter.
 //!
 //! Layouts (row-major, f32):
 //! - `q`, `out`, `dout`, `dq`: `[batch, q_len, heads, head_dim]`
@@ -445,7 +447,7 @@ pub enum Method {
     /// causal structure in its grid and K loop in granules of [`CAUSAL_GRANULE`] queries / keys
     /// ([`Causal`]: the score products skip the tiles past their rows' granule, the products
     /// over keys stop at the end of their rows' granule, those over queries start at its
-    /// start), and one softmax step per product over every row, which writes row i up to the
+    /// start), and one softmax step per pass over every row, which writes row i up to the
     /// end of its granule. 56 % of the score matrix at T = 1024 (blocks of 256: 62.5 %), in a
     /// few big dispatches instead of many small ones. The scratch is the whole matrix
     /// (`batch·heads·T·T` floats, the blocked method's keys): where it (or an operand) exceeds

@@ -361,7 +361,9 @@ impl Forms {
                                 .filter(|&r| r > 0)
                                 .ok_or_else(|| format!("attention={value}: expected blocked:ROWS with ROWS ≥ 1"))?,
                             None => {
-                                return Err(format!("attention={value}: expected tiled, blocked, blocked:ROWS or causal"));
+                                return Err(format!(
+                                    "attention={value}: expected tiled, blocked, blocked:ROWS or causal"
+                                ));
                             }
                         };
                         AttentionForm::Blocked(rows)

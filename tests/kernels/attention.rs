@@ -811,7 +811,11 @@ fn causal_attention_keeps_the_blocked_bits_of_out_lse_and_dq_in_one_dispatch_per
             );
             for (i, name) in ["out", "lse", "dq"].iter().enumerate() {
                 let same = causal[i].iter().zip(&blocked[i]).all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(same, "{s:?} team {team}: the causal method's {name} differs from the blocked method's (seed {})", rng.seed);
+                assert!(
+                    same,
+                    "{s:?} team {team}: the causal method's {name} differs from the blocked method's (seed {})",
+                    rng.seed
+                );
             }
         }
     }
@@ -824,7 +828,8 @@ fn causal_attention_runs_the_blocked_method_where_it_cannot_run() {
     let gpu = gpu();
     let mut rng = Rng::fresh();
     let big = AttnShape::training(1, 1, 1, 6000);
-    let cache = AttnShape { batch: 2, heads: 3, head_dim: 13, q_len: 9, kv_len: 23, kv_stride: 30, q_pos0: 14, half: false };
+    let cache =
+        AttnShape { batch: 2, heads: 3, head_dim: 13, q_len: 9, kv_len: 23, kv_stride: 30, q_pos0: 14, half: false };
     for (s, what) in [(big, "a matrix past one binding"), (cache, "a cache shape")] {
         let x = Inputs::new(&mut rng, s, 1.0);
         let (t, ds) = with_forms(&gpu, |f| set_form(f, Form(Method::Causal, 0)), |gpu| gpu_forward(gpu, &x));

@@ -1332,7 +1332,8 @@ fn causal_products_compute_only_their_granules_in_every_variant() {
             }
             assert_close(&format!("causal scores {how}"), &g, &w, 1e-5, rng.seed);
             // O = P·V (keys to the granule end) and dV = Pᵀ·dO (queries from the granule).
-            for (kind, a_op) in [(matmul::Causal::KeysToGranuleEnd, s_op), (matmul::Causal::QueriesFromGranule, st_op)] {
+            for (kind, a_op) in [(matmul::Causal::KeysToGranuleEnd, s_op), (matmul::Causal::QueriesFromGranule, st_op)]
+            {
                 let mm = Matmul { a: a_op, b: rows, c: rows, ..Matmul::nn(t, hd, t).batched(batch) }.causal(kind);
                 let mm = Matmul {
                     b: Operand { batch_stride: t * hd, ..mm.b },
