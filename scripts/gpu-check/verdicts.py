@@ -104,9 +104,9 @@ PREDICTIONS = [
          rule="the one-invocation softmax steps with fewer bytes (run 3: 17.1 ms)"),
     dict(run=5, id="attn-products-split", stage="bench-train-small-ddl", what="split_ms",
          prefixes=["attention:matmul::"], lo=28, hi=36,
-         doc="Next engine step for the attention: causal tiles",
+         doc="The attention over the whole causal score matrix",
          rule="the blocked attention's products in the step (at 18-19 TFLOP/s in run 3): "
-              "with blocked512's rate, whether causal tiles come next"),
+              "with blocked512's rate and the causal form's A/B, what limits them"),
     dict(run=5, id="causal-base-fwd", stage="bench-attention-causal", what="kernel_ms",
          name="attention_forward[blocked256]", lo=1.25, hi=1.40,
          doc="The attention over the whole causal score matrix",
