@@ -339,13 +339,11 @@ pub fn backward(
     let rows = match method(gpu) {
         Method::Tiled => None,
         Method::Blocked(rows) => Some(rows),
-        Method::Causal => {
+        Method::Causal if causal_fits(gpu, s, &[&q, &k, &v, &dout, &dq, &dk, &dv]) => {
             check_backward(s, [&q, &k, &v, &out, &lse], [&dout, &dq, &dk, &dv])?;
-            if causal_fits(gpu, s, &[&q, &k, &v, &dout, &dq, &dk, &dv]) {
-                return backward_blocked(gpu, s, scale, Blocks::Causal, q, k, v, lse, dout, dq, dk, dv);
-            }
-            Some(default_block_rows(gpu))
+            return backward_blocked(gpu, s, scale, Blocks::Causal, q, k, v, lse, dout, dq, dk, dv);
         }
+        Method::Causal => Some(default_block_rows(gpu)),
     };
     if let Some(rows) = rows
         && s.kv_stride == s.kv_len
@@ -753,13 +751,11 @@ pub fn forward_seq(
     let rows = match method(gpu) {
         Method::Tiled => None,
         Method::Blocked(rows) => Some(rows),
-        Method::Causal => {
+        Method::Causal if causal_fits(gpu, s, &[&q, &k, &v, &out]) => {
             check_forward("forward", s, [&q, &k, &v, &out, &lse])?;
-            if causal_fits(gpu, s, &[&q, &k, &v, &out]) {
-                return forward_blocked(gpu, s, scale, Blocks::Causal, q, k, v, out, lse);
-            }
-            Some(default_block_rows(gpu))
+            return forward_blocked(gpu, s, scale, Blocks::Causal, q, k, v, out, lse);
         }
+        Method::Causal => Some(default_block_rows(gpu)),
     };
     if let Some(rows) = rows {
         check_forward("forward", s, [&q, &k, &v, &out, &lse])?;
