@@ -678,7 +678,8 @@ fn wm_store(r: WRegs, ma: u32, mb: u32, s: u32, e: u32) {
     }
 }
 
-fn wm_body(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, am: u32, bmode: u32) {
+// `diag`: 0 the product; the diagnostic halves (`wm_kk_mma`, `wm_kk_stage`, below) 1 and 2.
+fn wm_body(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, am: u32, bmode: u32, diag: u32) {
     let p = params;
     let ti = tile_index(wid, nwg);
     if (ti.w == 0u) { return; }
@@ -687,6 +688,18 @@ fn wm_body(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, am: u32, bmode: u32) 
                  p.b_off + batch_off(ti.z, p.b_bs, p.b_os),
                  p.c_off + batch_off(ti.z, p.c_bs, p.c_os));
     let e = lid.y * 16u + lid.x;
+    // The invocation's place (tx, ty) in the 16 × 16 grid of 4 × 4 blocks: lid itself (a
+    // subgroup of 32 holds two rows of 16), or with WT (variant `w128w`) subgroup e / 32 holds
+    // the 4 × 8 block of rows 4·(w / 2) … +3 and columns 8·(w % 2) … +7 (CUTLASS's warp tiles:
+    // per K step its lanes read 4 + 8 distinct vec4s of the stages, not 2 + 16).
+    var tx = lid.x;
+    var ty = lid.y;
+    if (WT == 1u) {
+        let w = e / 32u;
+        let l = e % 32u;
+        tx = (w % 2u) * 8u + l % 8u;
+        ty = (w / 2u) * 4u + l / 8u;
+    }
     // The slices the tile sums: [s0, nslices) (all of K but for causal products, whose ends
     // are multiples of BK or K itself).
     let ks = k_span(t.row0);
@@ -699,12 +712,15 @@ fn wm_body(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, am: u32, bmode: u32) 
         let full = nfull > s0;
         let ma = select(2u, am, full);
         let mb = select(2u, bmode, full);
-        wm_store(wm_load(t, ma, mb, s0 * BK, e), ma, mb, s0 % 2u, e);
+        let r0 = wm_load(t, ma, mb, s0 * BK, e);
+        wm_store(r0, ma, mb, s0 % 2u, e);
+        // (The arithmetic alone reads both stages: both hold the first slice.)
+        if (diag == 1u) { wm_store(r0, ma, mb, (s0 + 1u) % 2u, e); }
     }
     workgroupBarrier();
     for (var s = s0; s < nslices; s++) {
         // The next slice's loads go out before this slice's arithmetic.
-        let next = s + 1u < nslices;
+        let next = s + 1u < nslices && diag != 1u;
         let full = s + 1u < nfull;
         let ma = select(2u, am, full);
         let mb = select(2u, bmode, full);
@@ -712,28 +728,31 @@ fn wm_body(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, am: u32, bmode: u32) 
         if (next) { regs = wm_load(t, ma, mb, (s + 1u) * BK, e); }
         let oa = (s % 2u) * BK * WA;
         let ob = (s % 2u) * BK * WB;
-        for (var kk = 0u; kk < BK; kk++) {
-            let a0 = Wa[oa + kk * WA + lid.y];
-            let b0 = Wb[ob + kk * WB + lid.x];
-            c00 = upd1(c00, a0, b0);
-            if (DN > 1u) {
-                let b1 = Wb[ob + kk * WB + 16u + lid.x];
-                c01 = upd1(c01, a0, b1);
-                if (DM > 1u) {
-                    let a1 = Wa[oa + kk * WA + 16u + lid.y];
+        // (The staging alone computes the last slice only, so that every output is written.)
+        if (diag != 2u || s + 1u == nslices) {
+            for (var kk = 0u; kk < BK; kk++) {
+                let a0 = Wa[oa + kk * WA + ty];
+                let b0 = Wb[ob + kk * WB + tx];
+                c00 = upd1(c00, a0, b0);
+                if (DN > 1u) {
+                    let b1 = Wb[ob + kk * WB + 16u + tx];
+                    c01 = upd1(c01, a0, b1);
+                    if (DM > 1u) {
+                        let a1 = Wa[oa + kk * WA + 16u + ty];
+                        c10 = upd1(c10, a1, b0);
+                        c11 = upd1(c11, a1, b1);
+                    }
+                } else if (DM > 1u) {
+                    let a1 = Wa[oa + kk * WA + 16u + ty];
                     c10 = upd1(c10, a1, b0);
-                    c11 = upd1(c11, a1, b1);
                 }
-            } else if (DM > 1u) {
-                let a1 = Wa[oa + kk * WA + 16u + lid.y];
-                c10 = upd1(c10, a1, b0);
             }
         }
         if (next) { wm_store(regs, ma, mb, (s + 1u) % 2u, e); }
         workgroupBarrier();
     }
-    let r = 4u * lid.y;
-    let cl = 4u * lid.x;
+    let r = 4u * ty;
+    let cl = 4u * tx;
     put(t, r, cl, c00);
     if (DN > 1u) { put(t, r, 64u + cl, c01); }
     if (DM > 1u) {
@@ -744,13 +763,27 @@ fn wm_body(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, am: u32, bmode: u32) 
 
 @compute @workgroup_size(16, 16, 1)
 fn wm_kk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-         @builtin(local_invocation_id) lid: vec3<u32>) { wm_body(wid, nwg, lid, 0u, 0u); }
+         @builtin(local_invocation_id) lid: vec3<u32>) { wm_body(wid, nwg, lid, 0u, 0u, 0u); }
 @compute @workgroup_size(16, 16, 1)
 fn wm_kn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-         @builtin(local_invocation_id) lid: vec3<u32>) { wm_body(wid, nwg, lid, 0u, 1u); }
+         @builtin(local_invocation_id) lid: vec3<u32>) { wm_body(wid, nwg, lid, 0u, 1u, 0u); }
 @compute @workgroup_size(16, 16, 1)
 fn wm_mn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-         @builtin(local_invocation_id) lid: vec3<u32>) { wm_body(wid, nwg, lid, 1u, 1u); }
+         @builtin(local_invocation_id) lid: vec3<u32>) { wm_body(wid, nwg, lid, 1u, 1u, 0u); }
 @compute @workgroup_size(16, 16, 1)
 fn wm_mk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-         @builtin(local_invocation_id) lid: vec3<u32>) { wm_body(wid, nwg, lid, 1u, 0u); }
+         @builtin(local_invocation_id) lid: vec3<u32>) { wm_body(wid, nwg, lid, 1u, 0u, 0u); }
+
+// The diagnostic halves of the staged tiles (variants `w128:mma`, `w128:stage`, any staged tile;
+// `ddl bench matmul --cases nt` only: never picked, their results are not the product past one
+// K slice), for products whose operands both lie along K (`wm_kk`): where the kernel's time
+// goes on a GPU. `_mma`: the first slice staged into both stages, then every slice's
+// workgroup-memory reads, FMAs and barrier without loads or stores; `_stage`: every slice's
+// loads, stores and barrier, the arithmetic of the last slice only. With K ≤ BK (one slice)
+// both compute the product, bit for bit.
+@compute @workgroup_size(16, 16, 1)
+fn wm_kk_mma(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_id) lid: vec3<u32>) { wm_body(wid, nwg, lid, 0u, 0u, 1u); }
+@compute @workgroup_size(16, 16, 1)
+fn wm_kk_stage(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_id) lid: vec3<u32>) { wm_body(wid, nwg, lid, 0u, 0u, 2u); }

@@ -124,7 +124,12 @@ fn check_args(cli: &Cli) -> Result<()> {
                     forms("--against-forms", spec)?;
                 }
             }
-            BenchCmd::Matmul { against_forms: Some(spec), .. } => forms("--against-forms", spec)?,
+            BenchCmd::Matmul { against_forms, variants, .. } => {
+                ddl::bench::VariantSet::check_names(variants).map_err(anyhow::Error::msg)?;
+                if let Some(spec) = against_forms {
+                    forms("--against-forms", spec)?;
+                }
+            }
             _ => {}
         }
     }

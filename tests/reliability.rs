@@ -1057,12 +1057,23 @@ fn check_args_validates_a_command_without_running_it() {
     let o = check(Some("shader_checks=0,attn_team=32"), &with(&["--against-forms", "residual_fused=0", "--json"]));
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("nothing run"), "{}", text(&o));
+    // The diagnostic halves are names `--variants` takes.
+    let o = check(
+        None,
+        &["bench", "matmul", "--sizes", "64", "--cases", "nt", "--variants", "w128,w128:mma,w128w:stage,coop:mma"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
     for (forms, args, needle) in [
         (Some("shader_checks=2"), with(&[]), "DDL_FORMS \"shader_checks=2\""),
         (None, with(&["--against-forms", "residual_fusd=0"]), "unknown form 'residual_fusd'"),
         (None, vec!["bench", "train", "--preset", "small-124m", "--variant", "basline"], "unknown variant 'basline'"),
         (None, with(&["--batchh", "8"]), "--batchh"),
         (None, vec!["bench", "matmul", "--sizes", "64", "--against-forms", "attn_team=3"], "attn_team"),
+        (
+            None,
+            vec!["bench", "matmul", "--sizes", "64", "--variants", "w128,w128:mmma"],
+            "'w128:mmma' is not a tile variant",
+        ),
     ] {
         let o = check(forms, &args);
         let t = text(&o);

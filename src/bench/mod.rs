@@ -163,6 +163,26 @@ pub enum VariantSet {
 }
 
 impl VariantSet {
+    /// `--variants` checked without an adapter (`DDL_CHECK_ARGS`): `all`, `auto`, or names every
+    /// one of which some adapter runs (the tiles, the cooperative-matrix kernels and the
+    /// diagnostic halves of both).
+    pub fn check_names(s: &str) -> std::result::Result<(), String> {
+        if s == "all" || s == "auto" {
+            return Ok(());
+        }
+        let mut known = matmul::variants();
+        known.extend(matmul::coop::ALL);
+        known.extend(matmul::coop::DIAGNOSTIC);
+        known.extend(matmul::STAGED_DIAGNOSTIC);
+        match s.split(',').map(str::trim).find(|n| !known.contains(n)) {
+            Some(bad) => Err(format!(
+                "--variants: '{bad}' is not a tile variant of this engine (expected all, auto or a list of: {})",
+                known.join(", ")
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// `--variants`: `all`, `auto` or a comma-separated list of tile variants `gpu` runs.
     pub fn parse(s: &str, gpu: &Gpu) -> std::result::Result<VariantSet, String> {
         Ok(match s {
@@ -175,6 +195,7 @@ impl VariantSet {
                 if matmul::coop::usable(gpu) {
                     known.extend(matmul::coop::DIAGNOSTIC);
                 }
+                known.extend(matmul::staged_diagnostics_for(gpu));
                 if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
                     return Err(format!(
                         "--variants: '{bad}' is not a tile variant this adapter runs (expected all, auto or a list of: {})",
@@ -341,10 +362,22 @@ pub fn matmul_rows_against(
             VariantSet::Named(v) => all
                 .into_iter()
                 .chain(matmul::coop::DIAGNOSTIC.into_iter().filter(|_| coop_here))
+                .chain(matmul::staged_diagnostics_for(gpu))
                 .filter(|x| v.iter().any(|y| y == x))
                 .collect(),
         };
         for v in chosen {
+            if let Some((tile, _)) = matmul::staged_diagnostic(v)
+                && (mm.entry_point(tile)? != "wm_kk" || mm.causal != matmul::Causal::None)
+            {
+                let mut r = base.clone();
+                r["variant"] = json!(v);
+                r["skipped"] = json!(
+                    "the staged tiles' diagnostic halves run products whose operands both lie along K (--cases nt)"
+                );
+                emit(Row(r));
+                continue;
+            }
             let d = mm.bind_variant(gpu, v, a.view(), b.view(), c.view())?;
             let mut r = base.clone();
             let bind_other = |other: &Gpu| mm.bind_variant(other, v, a.view(), b.view(), c.view()).map(|d| vec![d]);

@@ -12,16 +12,17 @@ impl Row {
         let _ = match v["bench"].as_str() {
             Some("matmul") if v.get("skipped").is_some() => writeln!(
                 out,
-                "{:<26} {:>6}x{:<6}x{:<6} skipped: {}",
+                "{:<26} {:>6}x{:<6}x{:<6} {}skipped: {}",
                 v["case"].as_str().unwrap_or(""),
                 v["m"],
                 v["n"],
                 v["k"],
+                v["variant"].as_str().map(|x| format!("{x:<14} ")).unwrap_or_default(),
                 v["skipped"].as_str().unwrap_or("")
             ),
             Some("matmul") => writeln!(
                 out,
-                "{:<26} {:>6}x{:<6}x{:<6} {:<5} {:>10.3} ms {:>9.2} GFLOP/s{}{}",
+                "{:<26} {:>6}x{:<6}x{:<6} {:<14} {:>10.3} ms {:>9.2} GFLOP/s{}{}",
                 v["case"].as_str().unwrap_or(""),
                 v["m"],
                 v["n"],

@@ -194,6 +194,11 @@ pub struct MatmulTile {
     /// 16 × 16 invocations of `dm × dn` 4×4 blocks spaced 64 apart, so `bm = 64·dm`,
     /// `bn = 64·dn`; `dx = dy = 16` make the `mm_ss` fallback the same tile).
     pub staged: bool,
+    /// Staged tiles only: each subgroup of 32 invocations computes a 4 × 8 block of the
+    /// invocation grid (CUTLASS's warp tiles) instead of two of its rows of 16 (`WT` = 1 in the
+    /// shader): per K step a subgroup reads 4 + 8 vec4s of the stages where two rows read 2 + 16,
+    /// a third less workgroup-memory traffic. The same outputs summed in the same order.
+    pub warp_tiles: bool,
 }
 
 const fn tile(
@@ -203,7 +208,7 @@ const fn tile(
     [dx, dy, dm, dn]: [usize; 4],
     subgroup_name: Option<&'static str>,
 ) -> MatmulTile {
-    MatmulTile { name, bm, bn, bk, tm, tn, direct, dx, dy, dm, dn, subgroup_name, staged: false }
+    MatmulTile { name, bm, bn, bk, tm, tn, direct, dx, dy, dm, dn, subgroup_name, staged: false, warp_tiles: false }
 }
 
 /// A staged tile (see [`MatmulTile::staged`]): `dm × dn` blocks per invocation, K slices of `bk`
@@ -225,7 +230,13 @@ const fn staged(name: &'static str, dm: usize, dn: usize, bk: usize) -> MatmulTi
         dn,
         subgroup_name: None,
         staged: true,
+        warp_tiles: false,
     }
+}
+
+/// A staged tile whose subgroups compute 4 × 8 blocks of invocations ([`MatmulTile::warp_tiles`]).
+const fn staged_warp(name: &'static str, dm: usize, dn: usize, bk: usize) -> MatmulTile {
+    MatmulTile { name, warp_tiles: true, ..staged(name, dm, dn, bk) }
 }
 
 impl MatmulTile {
@@ -236,7 +247,7 @@ impl MatmulTile {
 }
 
 /// Every matmul tile.
-pub const MATMUL_TILES: [MatmulTile; 12] = [
+pub const MATMUL_TILES: [MatmulTile; 13] = [
     tile("t16", [16, 16, 16, 1, 1], false, [8, 1, 1, 1], None),
     tile("t32", [32, 32, 16, 2, 2], false, [8, 1, 1, 1], None),
     tile("t64", [64, 64, 16, 4, 4], false, [8, 1, 1, 1], None),
@@ -252,6 +263,9 @@ pub const MATMUL_TILES: [MatmulTile; 12] = [
     // an H200); the autotuner weighs them against `w128`.
     staged("w128x64", 2, 1, 8),
     staged("w64x128", 1, 2, 8),
+    // `w128` with CUTLASS's warp tiles: a third less workgroup-memory traffic per K step
+    // (docs/GPU.md, "Prediction for the staged tiles' halves"); the autotuner weighs it.
+    staged_warp("w128w", 2, 2, 8),
 ];
 
 /// How a matmul operand is stored and read (`shaders/parts/matmul_{a,b}_*.wgsl`). Every form
@@ -370,6 +384,7 @@ impl MatmulKey {
             ("DY", t.dy),
             ("DM", t.dm),
             ("DN", t.dn),
+            ("WT", t.warp_tiles as usize),
         ];
         Variant {
             name: self.variant_name(),

@@ -291,7 +291,7 @@ fn every_entry_point_of_the_register_kernels_matches_float64() {
 
 fn staged_variants() -> Vec<&'static str> {
     let v: Vec<_> = matmul::variants_for(&ddl::testing::gpu()).into_iter().filter(|v| v.starts_with('w')).collect();
-    assert_eq!(v, ["w128", "w128k16", "w64", "w128x64", "w64x128"]);
+    assert_eq!(v, ["w128", "w128k16", "w64", "w128x64", "w64x128", "w128w"]);
     v
 }
 
@@ -309,6 +309,55 @@ fn every_entry_point_of_the_staged_kernels_matches_float64() {
             check(mm, Some(v));
             check(mm.accumulate(true), Some(v));
         }
+    }
+}
+
+#[test]
+fn the_staged_tiles_diagnostic_halves_compute_one_slice_and_are_never_picked() {
+    // `TILE:mma` (the arithmetic alone) and `TILE:stage` (the staging alone) time the halves of
+    // a staged tile on a GPU; with K within one slice both are the product, bit for bit, and past
+    // it neither is (the first slice summed once per slice; the last slice only).
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    let diag = matmul::staged_diagnostics_for(&gpu);
+    assert_eq!(diag, matmul::STAGED_DIAGNOSTIC, "every staged tile's two halves");
+    let run = |mm: &Matmul, v: &str, a: &ddl::gpu::Tensor, b: &ddl::gpu::Tensor| {
+        let c = poisoned(&gpu, "c", &[mm.c.extent(mm.m, mm.n, mm.batch)]);
+        let d = mm.bind_variant(&gpu, v, a.view(), b.view(), c.view()).unwrap();
+        gpu.run(&[&d]).unwrap();
+        c.read_f32(&gpu).unwrap()
+    };
+    let same = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+    for v in staged_variants() {
+        let bk = ddl::shaders::MatmulKey::parse(v).unwrap().tile.bk;
+        // (K a multiple of 4: rows of A and B along K as vec4s, the entry point `wm_kk`.)
+        for (k, one_slice) in [(bk, true), (bk - 4, true), (3 * bk + 4, false)] {
+            let mm = Matmul::nt(150, 70, k);
+            assert_eq!(mm.entry_point(v).unwrap(), "wm_kk");
+            let a = upload(&gpu, "a", &rng.normal(mm.a.extent(mm.m, mm.k, 1), 1.0));
+            let b = upload(&gpu, "b", &rng.normal(mm.b.extent(mm.k, mm.n, 1), 1.0));
+            let product = run(&mm, v, &a, &b);
+            assert!(product.iter().all(|x| x.is_finite()), "{v} K={k}: the product wrote every output");
+            for half in ["mma", "stage"] {
+                let name = format!("{v}:{half}");
+                let out = run(&mm, &name, &a, &b);
+                assert!(out.iter().all(|x| x.is_finite()), "{name} K={k}: every output written (seed {})", rng.seed);
+                assert_eq!(
+                    same(&out, &product),
+                    one_slice,
+                    "{name} K={k}: the product iff one slice (seed {})",
+                    rng.seed
+                );
+            }
+        }
+    }
+    // Other layouts are refused with the remedy, and no pick or autotune list holds the halves.
+    let nn = Matmul::nn(64, 64, 64);
+    let (a, b, c) = (upload(&gpu, "a", &[0.0; 4096]), upload(&gpu, "b", &[0.0; 4096]), upload(&gpu, "c", &[0.0; 4096]));
+    let e = nn.bind_variant(&gpu, "w128:mma", a.view(), b.view(), c.view()).unwrap_err().to_string();
+    assert!(e.contains("--cases nt") && e.contains("wm_kn"), "{e}");
+    for d in matmul::STAGED_DIAGNOSTIC {
+        assert!(!matmul::variants().contains(&d) && !matmul::variants_for(&gpu).contains(&d), "{d}");
     }
 }
 

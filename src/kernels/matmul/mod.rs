@@ -376,6 +376,9 @@ impl Matmul {
 
     fn bind_variant_inner(&self, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
         self.check(&a, &b, &c)?;
+        // A staged tile's diagnostic half: its tile, its own entry point.
+        let diagnostic = staged_diagnostic(variant);
+        let variant = diagnostic.map_or(variant, |d| d.0);
         let coop = coop::ALL.contains(&variant) || coop::DIAGNOSTIC.contains(&variant);
         if self.causal != Causal::None && (coop || !CAUSAL_GRANULE.is_multiple_of(tile(variant)?.0)) {
             return Err(GpuError::Shader {
@@ -404,7 +407,21 @@ impl Matmul {
                 ),
             });
         }
-        let entry = self.entry_point(variant)?;
+        let mut entry = self.entry_point(variant)?;
+        if let Some((tile, half)) = diagnostic {
+            if entry != "wm_kk" || self.causal != Causal::None {
+                return Err(GpuError::Shader {
+                    shader: "matmul".into(),
+                    reason: format!(
+                        "the diagnostic half '{tile}:{}' runs products whose operands both lie along K \
+                         (bench matmul --cases nt), not this one (entry point {entry}{})",
+                        half.trim_start_matches("wm_kk_"),
+                        if self.causal == Causal::None { "" } else { ", causal" }
+                    ),
+                });
+            }
+            entry = half;
+        }
         let shader_variant = if self.is_half() {
             if !gpu.features.contains(wgpu::Features::SHADER_F16) {
                 return Err(GpuError::Shader {

@@ -24,6 +24,41 @@ pub fn variants() -> Vec<&'static str> {
     MatmulKey::all().iter().map(MatmulKey::name).collect()
 }
 
+/// The diagnostic halves of the staged tiles (`ddl bench matmul --variants w128,w128:mma,w128:stage`
+/// only: never picked, never in `--variants all`; their results are not the product past one K
+/// slice): `TILE:mma`, the kernel's workgroup-memory reads, FMAs and barriers with its first K
+/// slice staged once (no loads or stores in the loop); `TILE:stage`, its loads, stores and
+/// barriers with the arithmetic of the last slice only. Where the staged kernel's time goes on a
+/// GPU (`shaders/matmul.wgsl`, `wm_kk_mma` / `wm_kk_stage`): products whose operands both lie
+/// along K (`--cases nt`: A·Bᵀ, the model's forward products); with K ≤ the tile's K slice both
+/// compute the product, bit for bit.
+pub const STAGED_DIAGNOSTIC: [&str; 12] = [
+    "w128:mma",
+    "w128:stage",
+    "w128k16:mma",
+    "w128k16:stage",
+    "w64:mma",
+    "w64:stage",
+    "w128x64:mma",
+    "w128x64:stage",
+    "w64x128:mma",
+    "w64x128:stage",
+    "w128w:mma",
+    "w128w:stage",
+];
+
+/// A staged diagnostic half's tile variant and entry point (see [`STAGED_DIAGNOSTIC`]).
+pub fn staged_diagnostic(variant: &str) -> Option<(&'static str, &'static str)> {
+    let (tile, half) = STAGED_DIAGNOSTIC.iter().find(|d| **d == variant)?.split_once(':')?;
+    Some((tile, if half == "mma" { "wm_kk_mma" } else { "wm_kk_stage" }))
+}
+
+/// The staged diagnostic halves of the tiles this adapter runs.
+pub fn staged_diagnostics_for(gpu: &Gpu) -> Vec<&'static str> {
+    let tiles = variants_for(gpu);
+    STAGED_DIAGNOSTIC.into_iter().filter(|d| staged_diagnostic(d).is_some_and(|(t, _)| tiles.contains(&t))).collect()
+}
+
 /// Whether a variant loads A once per subgroup (`…g`: the register-block tiles with the
 /// `mm_*_g` entry points).
 pub fn subgroup_variant(variant: &str) -> bool {
