@@ -365,32 +365,18 @@ fn backward_dx_qh(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool) {
 
 // dγ's chunk partials as `rmsnorm_dgain_partial_q` (with ∂c = dy + ∂z w_β), and the heads'
 // chunk partials of the same chunk and four features. Items: chunk c, quad i < dq, at
-// c·`chunk_stride` + i (`chunk_stride` = dq, or in the `t1g` entry point dq rounded up to the subgroup size so
-// that a subgroup never spans two chunks; the invocations of the padding compute quad dq − 1 and
-// store nothing).
+// c·`chunk_stride` + i (`chunk_stride` = dq). A row's r, ∂z and ∂u are the same in every
+// invocation of a chunk but each invocation loads them itself: the subgroup-shared form of these
+// loads (the first invocation of a subgroup loading, `subgroupBroadcast` sharing) came out wrong
+// on llvmpipe (Mesa 22.3.6, LLVM 15) on an AVX-512 host with 4- and 8-lane subgroups while the
+// same code with its broadcast vector's components in another order was right: a miscompile,
+// docs/TESTING.md "Other subgroup sizes"; the row kernel above keeps its shared weight loads.
 @compute @workgroup_size(WG)
 fn rmsnorm_dgain_partial_qh(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    dgain_partial_qh(wid, nwg, lid, true);
-}
-
-// A row's r, ∂z and ∂u, the same in every invocation of a chunk: see `head_w4`.
-fn head_row(lead: bool, r: u32) -> vec4<f32> {
-    var v = vec4<f32>();
-    if (lead) { v = vec4<f32>(rstd_in[r], hdz[r], 0.0, 0.0); }
-    return sg_first4(v);
-}
-
-fn head_du_shared(lead: bool, r: u32) -> vec4<f32> {
-    var v = vec4<f32>();
-    if (lead) { v = head_du(r); }
-    return sg_first4(v);
-}
-
-fn dgain_partial_qh(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool) {
     let item = (wid.y * nwg.x + wid.x) * WG + lid;
     let dq = params.dim / 4u;
     let stride = params.chunk_stride;
@@ -411,10 +397,9 @@ fn dgain_partial_qh(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool) {
     var s_bv = vec4<f32>();
     for (var r = r0; r < r1; r++) {
         let xv = x4[r * dq + i];
-        let h = head_row(lead, r);
-        let rr = h.x;
-        let dz = h.y;
-        let du = head_du_shared(lead, r);
+        let rr = rstd_in[r];
+        let dz = hdz[r];
+        let du = head_du(r);
         s = s + (fma(vec4<f32>(dz), wb, dy4[r * dq + i]) * xv) * rr;
         s_wb = fma(vec4<f32>(dz), gq * (xv * rr), s_wb);
         s_bb += dz;

@@ -64,11 +64,8 @@ pub struct Forms {
     /// stage (a browser's WebGPU; set when the device opens), else off: `delta_packed`.
     pub delta_packed: bool,
     /// Values a whole subgroup needs are loaded once per subgroup and broadcast (needs
-    /// SUBGROUP, and subgroups of at least [`SUBGROUP_LOADS_MIN`] invocations): `subgroup_loads`.
+    /// SUBGROUP): `subgroup_loads`.
     pub subgroup_loads: bool,
-    /// The adapter's subgroup sizes (min, max; 0 without subgroups), for the forms that need
-    /// them.
-    pub subgroup_sizes: (u32, u32),
     /// Cross-entropy gives a row to one invocation for vocabularies ≤ 4096 (else a team):
     /// `ce_rows`.
     pub ce_one_row_per_invocation: bool,
@@ -204,16 +201,6 @@ pub fn device_preference(t: wgpu::DeviceType) -> u8 {
     }
 }
 
-/// The smallest subgroups the `subgroup_loads` form runs with. llvmpipe with 128-bit vectors
-/// (`LP_NATIVE_VECTOR_WIDTH=128`, as on ARM64 hosts with NEON or x86 without AVX: subgroups of
-/// 4) miscompiled the heads' dγ partials of the folded norm backward (`rmsnorm_dgain_partial_qhg`,
-/// Mesa 22.3.6 with LLVM 15): a row's rstd broadcast from the subgroup's first invocation came
-/// out wrong where the same code with rstd in another component of the broadcast vector was
-/// right (docs/TESTING.md, "Other subgroup sizes"); every other kernel test and golden file
-/// passed with subgroups of 4, 8 and 16. The form is a CPU speed-up (GPUs broadcast uniform
-/// loads in hardware), so it stays off below 8.
-pub const SUBGROUP_LOADS_MIN: u32 = 8;
-
 /// Forms the GPU check measured better than the GPU defaults on one device: on an adapter whose
 /// name contains `device`, [`Forms::for_adapter`] applies `forms` (as `DDL_FORMS` spells them,
 /// which still overrides them). `evidence`: the measurement and where its numbers are
@@ -297,8 +284,7 @@ impl Forms {
             delta_segment: None,
             delta_quads: true,
             delta_packed: false,
-            subgroup_loads: cpu && subgroups && lo >= SUBGROUP_LOADS_MIN,
-            subgroup_sizes: (lo, hi),
+            subgroup_loads: cpu && subgroups,
             ce_one_row_per_invocation: cpu,
             ce_threads_per_row: None,
             col_sum_seq_rows: if cpu { 128 } else { 16 },
@@ -398,15 +384,6 @@ impl Forms {
                     let on = flag()?;
                     if on && !features.contains(wgpu::Features::SUBGROUP) {
                         return Err("subgroup_loads=1: this adapter has no subgroup operations".into());
-                    }
-                    let lo = self.subgroup_sizes.0;
-                    if on && lo < SUBGROUP_LOADS_MIN {
-                        return Err(format!(
-                            "subgroup_loads=1: needs subgroups of at least {SUBGROUP_LOADS_MIN} invocations; this \
-                             adapter's are {}..{} (llvmpipe with 128-bit vectors miscompiles a broadcast there: \
-                             see SUBGROUP_LOADS_MIN)",
-                            lo, self.subgroup_sizes.1
-                        ));
                     }
                     self.subgroup_loads = on;
                 }
@@ -761,12 +738,6 @@ mod tests {
         }
         let e = f.apply("subgroup_loads=1", wgpu::Features::empty()).unwrap_err();
         assert!(e.contains("no subgroup operations"), "{e}");
-        // Subgroups of 4 (llvmpipe with 128-bit vectors): off, and refused with the reason.
-        let mut four = Forms::defaults(true, (4, 4), sg);
-        assert!(!four.subgroup_loads && four.matmul_subgroup);
-        let e = four.apply("subgroup_loads=1", sg).unwrap_err();
-        assert!(e.contains("at least 8") && e.contains("4..4"), "{e}");
-        assert!(Forms::defaults(true, (16, 16), sg).subgroup_loads);
         let e = f.apply("bogus", sg).unwrap_err();
         assert!(e.contains("conv_quads") && e.contains("attention"), "the keys are listed: {e}");
     }

@@ -39,12 +39,9 @@ pub mod swiglu;
 /// device's `subgroup_loads` form ([`forms::Forms`]; CPU adapters with subgroups, where llvmpipe
 /// runs every load as a loop over its 8 SIMD lanes, uniform address or not, while a load made by
 /// lane 0 only plus `subgroupBroadcast` costs a fraction of that, 2–3× less for four floats,
-/// docs/PERF.md; GPUs broadcast uniform loads in hardware), and only with subgroups of at least
-/// [`forms::SUBGROUP_LOADS_MIN`] invocations (also where a test sets the field directly).
+/// docs/PERF.md; GPUs broadcast uniform loads in hardware), and only with subgroups.
 pub fn subgroup_loads(gpu: &Gpu) -> bool {
-    gpu.features.contains(wgpu::Features::SUBGROUP)
-        && gpu.forms.subgroup_loads
-        && gpu.info.subgroup_min_size >= forms::SUBGROUP_LOADS_MIN
+    gpu.features.contains(wgpu::Features::SUBGROUP) && gpu.forms.subgroup_loads
 }
 
 use crate::gpu::{Dispatch, Gpu, GpuError, Result, Tensor, WG_1D, grid_1d};

@@ -435,19 +435,15 @@ pub fn rmsnorm_backward_heads(
         Params { m: m as u32, o_bb, o_wv, o_bv, s_wb, s_bb, s_wv, s_bv, ..params(gpu, rows, dim, 0.0, accumulate_dx) };
     let pb = bytemuck::bytes_of(&p);
     let max = gpu.limits.max_compute_workgroups_per_dimension;
-    // Subgroup-shared loads: the weights in the row pass, each row's r, ∂z, ∂u in the column
-    // pass, whose items are then laid out per chunk in whole subgroups (dim/4 rounded up to the
-    // largest subgroup size, which divides the workgroup size: invocation 0 of a subgroup and the
-    // rest walk the same rows, subgroups being runs of consecutive invocations as on the CPU
-    // adapters that choose subgroup-shared loads, `kernels::subgroup_loads`).
-    let sgs = gpu.info.subgroup_max_size.max(1);
-    let sg = super::subgroup_loads(gpu) && (T1_WG as u32).is_multiple_of(sgs);
+    // Subgroup-shared loads: the weights in the row pass (`kernels::subgroup_loads`). The column
+    // pass loads each row's r, ∂z, ∂u in every invocation (its subgroup-shared form was
+    // miscompiled by llvmpipe: `shaders/norm.wgsl`, `rmsnorm_dgain_partial_qh`).
+    let sg = super::subgroup_loads(gpu);
     let (var, entry) = if sg {
         (NormKey::One { subgroup: true }.name(), "rmsnorm_backward_dx_qhg")
     } else {
         (T1, "rmsnorm_backward_dx_qh")
     };
-    let stride = if sg { (dim / 4).next_multiple_of(sgs as usize) } else { dim / 4 };
     let d_dx = gpu.kernel("norm", Some(var), entry)?.dispatch(
         gpu,
         Some(pb),
@@ -466,13 +462,9 @@ pub fn rmsnorm_backward_heads(
     )?;
     let partial = Tensor::zeros(gpu, "rmsnorm.dgain_partial", &[chunks, dim], DType::F32)?;
     let hpart = Tensor::zeros(gpu, "rmsnorm.heads_partial", &[lay.len], DType::F32)?;
+    let stride = dim / 4;
     let pc = Params { chunk_stride: stride as u32, ..p };
-    let (var, entry) = if sg {
-        (NormKey::One { subgroup: true }.name(), "rmsnorm_dgain_partial_qhg")
-    } else {
-        (T1, "rmsnorm_dgain_partial_qh")
-    };
-    let mut d1 = gpu.kernel("norm", Some(var), entry)?.dispatch(
+    let mut d1 = gpu.kernel("norm", Some(T1), "rmsnorm_dgain_partial_qh")?.dispatch(
         gpu,
         Some(bytemuck::bytes_of(&pc)),
         &[

@@ -972,15 +972,13 @@ fn subgroup_shared_loads_give_the_bits_of_per_invocation_loads() {
     // The `g` entry points (head weights and ∂z, ∂u loaded once per subgroup) add the same terms
     // in the same order: bit-identical to every invocation loading. Token counts that leave idle
     // invocations in the last workgroup, d that leaves idle ones in the heads' last feature tile,
-    // several heads chunks. The adapter's choice: on for CPU adapters with subgroups of at least
-    // 8 (llvmpipe with 128-bit vectors, subgroups of 4, miscompiled one broadcast: off there).
+    // several heads chunks. The adapter's choice: on for CPU adapters with subgroups.
     let gpu = gpu();
-    let has = gpu.features.contains(wgpu::Features::SUBGROUP)
-        && gpu.info.subgroup_min_size >= ddl::kernels::forms::SUBGROUP_LOADS_MIN;
+    let has = gpu.features.contains(wgpu::Features::SUBGROUP);
     assert_eq!(
         ddl::kernels::subgroup_loads(&gpu),
         has && gpu.forms.cpu,
-        "subgroup-shared loads are chosen on CPU adapters with subgroups of at least 8"
+        "subgroup-shared loads are chosen on CPU adapters with subgroups"
     );
     let mut rng = Rng::fresh();
     with_forms(
