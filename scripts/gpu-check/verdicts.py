@@ -182,6 +182,11 @@ PREDICTIONS = [
          doc="Prediction for the staged tiles' halves",
          rule="its time + mma's near w128's: the halves do not overlap (next: three stages, "
               "or fewer registers for more resident workgroups)"),
+    dict(run=5, id="w128-mma-rel", stage="bench-matmul-w128-halves", what="tflops",
+         sel=dict(variant="w128:mma", case="nt", m=4096, operands="ff"), rel_to="w128-nt",
+         lo=1.15, hi=1.50, doc="Prediction for the staged tiles' halves",
+         rule="below 1.10: the arithmetic loop limits w128; 1.25 and above with the staging's time "
+              "+ the loop's near the whole: the halves do not overlap"),
     dict(run=5, id="w128w-nt", stage="bench-matmul-w128-halves", what="tflops",
          sel=dict(variant="w128w", case="nt", m=4096, operands="ff"), lo=36, hi=41,
          doc="Prediction for the staged tiles' halves",
@@ -271,6 +276,11 @@ def measure(p, lines, status, done):
         if not r:
             return None
         best = max(x["gflop_per_s"] for x in r) / 1000
+        if "rel_to" in p:
+            base = done.get(p["rel_to"])
+            if base is None:
+                return None
+            return (best / base, None, f"{best:.1f} TFLOP/s = {best / base:.3f}x {p['rel_to']}")
         return (best, None, f"{best:.1f} TFLOP/s")
     if w == "kernel_ms":
         r = next((r for r in rows if r.get("bench") == "kernel" and r.get("name", "").startswith(p["name"] + " ")), None)
@@ -328,7 +338,7 @@ def main(argv):
     done, shown = {}, 0
     for p in [p for p in PREDICTIONS if p["run"] == run]:
         m = measure(p, lines, status, done)
-        if m is not None and m[0] is not None and p["what"] == "kernel_ms" and "rel_to" not in p:
+        if m is not None and m[0] is not None and p["what"] in ("kernel_ms", "tflops") and "rel_to" not in p:
             done[p["id"]] = m[0]
         if m is None and "--all" not in argv:
             continue
