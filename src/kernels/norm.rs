@@ -435,10 +435,12 @@ pub fn rmsnorm_backward_heads(
         Params { m: m as u32, o_bb, o_wv, o_bv, s_wb, s_bb, s_wv, s_bv, ..params(gpu, rows, dim, 0.0, accumulate_dx) };
     let pb = bytemuck::bytes_of(&p);
     let max = gpu.limits.max_compute_workgroups_per_dimension;
-    // Subgroup-shared loads: the weights in the row pass (`kernels::subgroup_loads`). The column
-    // pass loads each row's r, ∂z, ∂u in every invocation (its subgroup-shared form was
-    // miscompiled by llvmpipe: `shaders/norm.wgsl`, `rmsnorm_dgain_partial_qh`).
-    let sg = super::subgroup_loads(gpu);
+    // Subgroup-shared loads: the weights in the row pass (`kernels::subgroup_loads`; the
+    // workgroup a whole number of subgroups, so that every subgroup is full). The column pass
+    // loads each row's r, ∂z, ∂u in every invocation (its subgroup-shared form was miscompiled by
+    // llvmpipe: `shaders/norm.wgsl`, `rmsnorm_dgain_partial_qh`).
+    let sgs = gpu.info.subgroup_max_size.max(1);
+    let sg = super::subgroup_loads(gpu) && (T1_WG as u32).is_multiple_of(sgs);
     let (var, entry) = if sg {
         (NormKey::One { subgroup: true }.name(), "rmsnorm_backward_dx_qhg")
     } else {
