@@ -37,8 +37,10 @@ test: setup
 	@# The model again on llvmpipe with 128-bit vectors: subgroups of 4, the default forms of an
 	@# ARM64 (NEON) host's lavapipe (docs/TESTING.md, "Other subgroup sizes"; other adapters
 	@# ignore the variable and rerun the same tests).
-	@LP_NATIVE_VECTOR_WIDTH=128 $(CARGO) run -q --bin ddl -- info 2>/dev/null | grep -E '^(adapter|subgroups):' || true
-	LP_NATIVE_VECTOR_WIDTH=128 DDL_CACHE_DIR=$$(mktemp -d) $(CARGO) test -p ddl --test golden --test decode
+	@# (--workspace: the binaries the run above built, nothing rebuilt; the CLI it built says
+	@# which adapter and subgroups the rerun has.)
+	@bin="$${CARGO_TARGET_DIR:-target}/debug/ddl"; [ -x "$$bin" ] && LP_NATIVE_VECTOR_WIDTH=128 "$$bin" info 2>/dev/null | grep -E '^(adapter|subgroups):' || true
+	LP_NATIVE_VECTOR_WIDTH=128 DDL_CACHE_DIR=$$(mktemp -d) $(CARGO) test --workspace --test golden --test decode
 	@# Data-parallel training (2 MPI ranks vs one process) when MPI is installed (scripts/setup.sh
 	@# installs it on Debian/Ubuntu unless DDL_SETUP_MPI=0).
 	@if command -v mpirun >/dev/null 2>&1; then \
