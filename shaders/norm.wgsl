@@ -21,7 +21,7 @@ struct Params {
     eps: f32,
     chunk: u32,       // dγ pass 1: rows per chunk
     chunks: u32,      // dγ: number of chunks = ceil(rows / chunk)
-    chunk_stride: u32, // `rmsnorm_dgain_partial_qh`: items per chunk (dim/4 or more)
+    _pad: u32,
     // The DDL heads folded into the backward (`*_qh`; zero for every other entry point): value
     // channels m ≤ 4, and where the heads' chunk partials go in `hpart` (offsets and row
     // strides of ∂b_β, ∂W_v, ∂b_v; ∂w_β's rows start at 0), laid out as the delta write's heads
@@ -365,7 +365,7 @@ fn backward_dx_qh(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool) {
 
 // dγ's chunk partials as `rmsnorm_dgain_partial_q` (with ∂c = dy + ∂z w_β), and the heads'
 // chunk partials of the same chunk and four features. Items: chunk c, quad i < dq, at
-// c·`chunk_stride` + i (`chunk_stride` = dq). A row's r, ∂z and ∂u are the same in every
+// c·dq + i. A row's r, ∂z and ∂u are the same in every
 // invocation of a chunk but each invocation loads them itself: the subgroup-shared form of these
 // loads (the first invocation of a subgroup loading, `subgroupBroadcast` sharing) came out wrong
 // on llvmpipe (Mesa 22.3.6, LLVM 15) on an AVX-512 host with 4- and 8-lane subgroups while the
@@ -379,13 +379,11 @@ fn rmsnorm_dgain_partial_qh(
 ) {
     let item = (wid.y * nwg.x + wid.x) * WG + lid;
     let dq = params.dim / 4u;
-    let stride = params.chunk_stride;
-    let c = item / stride;
+    let c = item / dq;
     if (c >= params.chunks) {
         return;
     }
-    let live = item - c * stride < dq;
-    let i = min(item - c * stride, dq - 1u);
+    let i = item - c * dq;
     let r0 = c * params.chunk;
     let r1 = min(r0 + params.chunk, params.rows);
     let wb = w_beta4[i];
@@ -408,7 +406,6 @@ fn rmsnorm_dgain_partial_qh(
         }
         s_bv += du;
     }
-    if (!live) { return; }
     partial4[c * dq + i] = s;
     let e0 = 4u * i;
     let pw = c * params.s_wb + e0;

@@ -367,14 +367,10 @@ pub fn matmul_rows_against(
                 .collect(),
         };
         for v in chosen {
-            if let Some((tile, _)) = matmul::staged_diagnostic(v)
-                && (mm.entry_point(tile)? != "wm_kk" || mm.causal != matmul::Causal::None)
-            {
+            if let Some(why) = mm.diagnostic_unfit(v)? {
                 let mut r = base.clone();
                 r["variant"] = json!(v);
-                r["skipped"] = json!(
-                    "the staged tiles' diagnostic halves run products whose operands both lie along K (--cases nt)"
-                );
+                r["skipped"] = json!(why);
                 emit(Row(r));
                 continue;
             }

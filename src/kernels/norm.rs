@@ -33,8 +33,7 @@ struct Params {
     eps: f32,
     chunk: u32,
     chunks: u32,
-    /// `rmsnorm_dgain_partial_qh`: items per chunk (dim/4, or rounded up to the subgroup size).
-    chunk_stride: u32,
+    _pad: u32,
     // The heads of `rmsnorm_backward_heads` (zero elsewhere): m, then the partials' offsets and
     // row strides (`delta::HeadLayout`).
     m: u32,
@@ -464,11 +463,9 @@ pub fn rmsnorm_backward_heads(
     )?;
     let partial = Tensor::zeros(gpu, "rmsnorm.dgain_partial", &[chunks, dim], DType::F32)?;
     let hpart = Tensor::zeros(gpu, "rmsnorm.heads_partial", &[lay.len], DType::F32)?;
-    let stride = dim / 4;
-    let pc = Params { chunk_stride: stride as u32, ..p };
     let mut d1 = gpu.kernel("norm", Some(T1), "rmsnorm_dgain_partial_qh")?.dispatch(
         gpu,
-        Some(bytemuck::bytes_of(&pc)),
+        Some(pb),
         &[
             ("x4", x.sub(0, n)),
             ("gain4", gain.sub(0, dim)),
@@ -480,7 +477,7 @@ pub fn rmsnorm_backward_heads(
             ("w_beta4", h.w_beta.sub(0, dim)),
             ("hpart", hpart.view()),
         ],
-        grid_1d((chunks * stride) as u64, T1_WG as u32, max),
+        grid_1d((chunks * (dim / 4)) as u64, T1_WG as u32, max),
     )?;
     let mut heads = lay.col_sums(gpu, &hpart)?;
     d1.scratch.push(hpart.clone());

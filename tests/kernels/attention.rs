@@ -241,11 +241,6 @@ fn gpu_both_dispatched(gpu: &Gpu, x: &Inputs) -> ([Vec<f32>; 5], Vec<Dispatch>, 
     ([read(gpu, &t.out), read(gpu, &t.lse), read(gpu, &dq), read(gpu, &dk), read(gpu, &dv)], fwd, ds)
 }
 
-/// Whether two outputs are the same bits.
-fn same_bits(a: &[f32], b: &[f32]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
-}
-
 fn check_forward(gpu: &Gpu, rng: &mut Rng, s: AttnShape, amp: f32) {
     let x = Inputs::new(rng, s, amp);
     let (out, lse) = ref_forward(&s, x.scale as f64, &f64v(&x.q), &x.k64(), &x.v64());

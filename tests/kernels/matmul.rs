@@ -327,7 +327,6 @@ fn the_staged_tiles_diagnostic_halves_compute_one_slice_and_are_never_picked() {
         gpu.run(&[&d]).unwrap();
         c.read_f32(&gpu).unwrap()
     };
-    let same = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
     for v in staged_variants() {
         let bk = ddl::shaders::MatmulKey::parse(v).unwrap().tile.bk;
         // (K a multiple of 4: rows of A and B along K as vec4s, the entry point `wm_kk`.)
@@ -343,7 +342,7 @@ fn the_staged_tiles_diagnostic_halves_compute_one_slice_and_are_never_picked() {
                 let out = run(&mm, &name, &a, &b);
                 assert!(out.iter().all(|x| x.is_finite()), "{name} K={k}: every output written (seed {})", rng.seed);
                 assert_eq!(
-                    same(&out, &product),
+                    same_bits(&out, &product),
                     one_slice,
                     "{name} K={k}: the product iff one slice (seed {})",
                     rng.seed

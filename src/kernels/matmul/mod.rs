@@ -377,7 +377,7 @@ impl Matmul {
     fn bind_variant_inner(&self, gpu: &Gpu, variant: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
         self.check(&a, &b, &c)?;
         // A staged tile's diagnostic half: its tile, its own entry point.
-        let diagnostic = staged_diagnostic(variant);
+        let (half_name, diagnostic) = (variant, staged_diagnostic(variant));
         let variant = diagnostic.map_or(variant, |d| d.0);
         let coop = coop::ALL.contains(&variant) || coop::DIAGNOSTIC.contains(&variant);
         if self.causal != Causal::None && (coop || !CAUSAL_GRANULE.is_multiple_of(tile(variant)?.0)) {
@@ -408,17 +408,9 @@ impl Matmul {
             });
         }
         let mut entry = self.entry_point(variant)?;
-        if let Some((tile, half)) = diagnostic {
-            if entry != "wm_kk" || self.causal != Causal::None {
-                return Err(GpuError::Shader {
-                    shader: "matmul".into(),
-                    reason: format!(
-                        "the diagnostic half '{tile}:{}' runs products whose operands both lie along K \
-                         (bench matmul --cases nt), not this one (entry point {entry}{})",
-                        half.trim_start_matches("wm_kk_"),
-                        if self.causal == Causal::None { "" } else { ", causal" }
-                    ),
-                });
+        if let Some((_, half)) = diagnostic {
+            if let Some(reason) = self.diagnostic_unfit(half_name)? {
+                return Err(GpuError::Shader { shader: "matmul".into(), reason });
             }
             entry = half;
         }
@@ -513,6 +505,21 @@ impl Matmul {
             base(&self.b, 1) && self.b.row_stride == 1 && q(self.b.col_stride),
             base(&self.b, 1) && self.b.col_stride == 1 && q(self.b.row_stride),
         ]
+    }
+
+    /// Why the staged tile's diagnostic half `variant` ([`STAGED_DIAGNOSTIC`]) cannot run this
+    /// product (it runs products whose operands both lie along K, not causal ones), or `None`
+    /// where it can or `variant` is no diagnostic half.
+    pub fn diagnostic_unfit(&self, variant: &str) -> Result<Option<String>> {
+        let Some((tile, _)) = staged_diagnostic(variant) else { return Ok(None) };
+        let entry = self.entry_point(tile)?;
+        Ok((entry != "wm_kk" || self.causal != Causal::None).then(|| {
+            format!(
+                "the diagnostic half '{variant}' runs products whose operands both lie along K \
+                 (bench matmul --cases nt), not this one (entry point {entry}{})",
+                if self.causal == Causal::None { "" } else { ", causal" }
+            )
+        }))
     }
 
     /// The entry point `variant` runs this product with: `matmul` for the workgroup-memory
