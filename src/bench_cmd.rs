@@ -1,0 +1,251 @@
+//! `ddl bench …`: the benchmarks' command (the library's `ddl::bench` measures; this parses,
+//! checks the settings before the adapter opens, and prints rows as text or JSON lines).
+
+use anyhow::{Context, Result};
+
+use crate::cli::{BenchCmd, DeviceArgs};
+use crate::preset_with_config;
+
+/// The model and training settings `bench train` times: the preset's for the variant, then
+/// `--config`'s tables and the `--set` overrides, checked as `ddl train` checks them.
+pub(crate) fn bench_config(
+    preset: &str,
+    variant: &str,
+    config: Option<&std::path::Path>,
+    sets: &[String],
+) -> Result<(ddl::model::ModelConfig, ddl::train::TrainConfig)> {
+    let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
+    let mut run = preset_with_config(preset, v, config)?;
+    for kv in sets {
+        run.set(kv).map_err(anyhow::Error::msg)?;
+    }
+    if run.model.variant != v {
+        anyhow::bail!(
+            "bench train: --config / --set give model.variant = {}, but --variant is {variant}: \
+             name the variant with --variant (and --against) only",
+            run.model.variant
+        );
+    }
+    run.validate()?;
+    Ok((run.model, run.train))
+}
+
+/// `--against-forms SPEC`: another handle to the device with `SPEC` (`DDL_FORMS` syntax) applied
+/// over its forms.
+fn forms_handle(gpu: &std::sync::Arc<ddl::gpu::Gpu>, spec: &str) -> Result<std::sync::Arc<ddl::gpu::Gpu>> {
+    let mut f = gpu.forms.clone();
+    f.apply(spec, gpu.features).map_err(|e| anyhow::anyhow!("--against-forms {spec:?}: {e}"))?;
+    Ok(gpu.with_forms(|x| *x = f))
+}
+
+/// The shapes of `preset` at `batch` × `seq` tokens (the preset's own by default) for
+/// `ddl bench matmul --preset` and `ddl bench kernels`.
+fn bench_shape(preset: &str, batch: Option<usize>, seq: Option<usize>) -> Result<ddl::bench::BenchShape> {
+    let t = ddl::train::TrainConfig::preset(preset);
+    let (b, s) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
+    if b == 0 || s == 0 {
+        anyhow::bail!("--batch {b} --seq {s}: both must be at least 1");
+    }
+    Ok(ddl::bench::BenchShape::preset(preset, b, s)?)
+}
+
+fn print_row(row: &ddl::bench::Row, json: bool) {
+    if json {
+        println!("{}", row.0);
+    } else {
+        print!("{}", row.text());
+    }
+}
+
+pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
+    // `bench train`'s settings, both sides', are made and checked before the adapter opens (as
+    // `ddl train` does); the other side is --against's variant, or the same one with
+    // --against-forms.
+    let train_configs = match &b {
+        BenchCmd::Train { preset, variant, config, sets, against, against_forms, .. } => {
+            let own = bench_config(preset, variant, config.as_deref(), sets)?;
+            let other = against.as_deref().or(against_forms.as_ref().map(|_| variant.as_str()));
+            let other = other.map(|a| bench_config(preset, a, config.as_deref(), sets)).transpose()?;
+            Some((own, other.map(|(m, _)| m)))
+        }
+        _ => None,
+    };
+    let gpu = dev.open().context("opening the GPU")?;
+    // Every benchmark says which kernel forms it measured.
+    let json = match &b {
+        BenchCmd::Matmul { json, .. }
+        | BenchCmd::Kernels { json, .. }
+        | BenchCmd::Train { json, .. }
+        | BenchCmd::Generate { json, .. }
+        | BenchCmd::Data { json, .. }
+        | BenchCmd::Precision { json, .. }
+        | BenchCmd::Copy { json, .. } => *json,
+    };
+    if json {
+        println!("{}", gpu.forms.to_json());
+    } else {
+        print!("{}", gpu.forms.describe());
+    }
+    match b {
+        BenchCmd::Matmul { sizes, cases, preset, batch, seq, variants, reps, tune, operands, against_forms, json } => {
+            if !json {
+                println!(
+                    "adapter: {} ({:?}), timing: {}",
+                    gpu.info.name,
+                    gpu.info.backend,
+                    if gpu.has_timestamps() { "GPU timestamps" } else { "host clock" }
+                );
+            }
+            if let Some(bad) = sizes.iter().find(|&&s| s == 0) {
+                anyhow::bail!("--sizes: {bad} is not a valid size (must be ≥ 1)");
+            }
+            if let Some(bad) = cases.iter().find(|c| !["nn", "nt", "tn"].contains(&c.as_str())) {
+                anyhow::bail!("--cases: unknown form '{bad}' (expected nn, nt or tn)");
+            }
+            let variants = ddl::bench::VariantSet::parse(&variants, &gpu).map_err(anyhow::Error::msg)?;
+            use ddl::kernels::matmul::MatmulElem::{F16, F32, R16};
+            let (ea, eb) = match operands.as_str() {
+                "r16" => (R16, R16),
+                "f16" => (F16, F16),
+                "rh" => (R16, F16),
+                _ => (F32, F32),
+            };
+            if ea.half() && !gpu.features.contains(wgpu::Features::SHADER_F16) {
+                anyhow::bail!(
+                    "--operands {operands}: adapter '{}' has no SHADER_F16 (use --operands f32)",
+                    gpu.info.name
+                );
+            }
+            let products = match &preset {
+                Some(p) => {
+                    let shape = bench_shape(p, batch, seq)?;
+                    ddl::bench::model_matmuls(
+                        shape.b * shape.t,
+                        shape.d,
+                        shape.heads * shape.head_dim,
+                        shape.f,
+                        shape.vocab,
+                    )
+                }
+                None => {
+                    let cases: Vec<&str> = cases.iter().map(|s| s.as_str()).collect();
+                    ddl::bench::square_matmuls(&sizes, &cases)
+                }
+            };
+            let products: Vec<_> = products.into_iter().map(|(n, mm)| (n, mm.elems(ea, eb))).collect();
+            if tune {
+                ddl::bench::tune_rows(&gpu, &products, |r| print_row(&r, json))?;
+            }
+            let other = against_forms.as_deref().map(|spec| forms_handle(&gpu, spec)).transpose()?;
+            let against = other.as_deref().zip(against_forms.as_deref());
+            ddl::bench::matmul_rows_against(&gpu, against, &products, &variants, reps, |r| print_row(&r, json))?;
+        }
+        BenchCmd::Kernels { filter, preset, batch, seq, reps, json } => {
+            let shape = bench_shape(&preset, batch, seq)?;
+            let copy = ddl::bench::copy_bandwidth(&gpu, 64, 3)?;
+            let gbs = copy.0["gb_per_s"].as_f64().unwrap_or(1.0);
+            let gflops = ddl::bench::matmul_rate(&gpu)?;
+            if !json {
+                println!(
+                    "adapter: {} ({:?}); shapes of {preset} at B {} × T {}; floors: bytes at the copy \
+                     bandwidth {gbs:.2} GB/s, FLOPs at the best square matmul rate {gflops:.2} GFLOP/s (the \
+                     larger one is each kernel's floor)",
+                    gpu.info.name, gpu.info.backend, shape.b, shape.t
+                );
+                println!(
+                    "{:<52} {:>10} {:>10} {:>10} {:>8} {:>7}",
+                    "kernel", "ms", "GFLOP/s", "GB/s", "floor%", "bound"
+                );
+            } else {
+                print_row(&copy, true);
+                print_row(&ddl::bench::Row(serde_json::json!({"bench": "matmul_rate", "gflop_per_s": gflops})), true);
+            }
+            let (failed, kept) =
+                ddl::bench::all_kernel_rows(&gpu, &shape, &filter, reps, (gbs, gflops), |r| print_row(&r, json));
+            if kept == 0 && failed.is_empty() && !filter.is_empty() {
+                anyhow::bail!(
+                    "--filter {}: no kernel case's name contains it (names such as 'rmsnorm_forward block \
+                     rows=… dim=…' or 'delta_forward …'; `ddl bench kernels` without --filter lists them all)",
+                    filter.join(",")
+                );
+            }
+            if !failed.is_empty() {
+                anyhow::bail!("the benchmarks of {} could not run at these shapes (above)", failed.join(", "));
+            }
+        }
+        BenchCmd::Train {
+            steps,
+            batch,
+            seq,
+            dispatches,
+            against_forms,
+            f16_state,
+            precision,
+            recompute,
+            head_chunk,
+            json,
+            ..
+        } => {
+            let ((cfg, t), against_cfg) = train_configs.expect("made above for bench train");
+            ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
+            let (b, seq) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
+            let other = against_forms.as_deref().map(|spec| forms_handle(&gpu, spec)).transpose()?;
+            // `--set train.recompute=true` (or `train.head_chunk=R`) holds for both sides,
+            // `--recompute` (`--head-chunk R`) for the measured one.
+            let all = ddl::model::Storage { recompute: t.recompute, head_chunk: t.head_chunk, ..Default::default() };
+            let head_chunk = if head_chunk > 0 { head_chunk } else { t.head_chunk };
+            let st = ddl::model::Storage {
+                state_f16: f16_state,
+                precision,
+                recompute: recompute || t.recompute,
+                head_chunk,
+                ..Default::default()
+            };
+            match against_cfg {
+                Some(ca) => {
+                    let og = other.as_ref().zip(against_forms.as_deref());
+                    let against_st = ddl::bench::against_storage(st, og.is_some(), all);
+                    ddl::bench::train_compare_rows(&gpu, og, &cfg, &ca, b, seq, steps, st, against_st, |r| {
+                        print_row(&r, json)
+                    })?;
+                }
+                None => ddl::bench::train_rows(&gpu, &cfg, b, seq, steps, dispatches, st, |r| print_row(&r, json))?,
+            }
+        }
+        BenchCmd::Precision { preset, variant, steps, seeds, corpus, out, json } => {
+            let variant = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
+            let b = ddl::bench::precision::PrecisionBench { preset, variant, corpus, steps, seeds, out };
+            ddl::bench::precision::precision_rows(&gpu, &b, |r| print_row(&r, json))?;
+        }
+        BenchCmd::Generate { preset, variant, contexts, reps, json } => {
+            let v = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
+            let cfg = ddl::model::ModelConfig::preset(&preset, v)?;
+            if let Some(bad) = contexts.iter().find(|&&c| c < 2) {
+                anyhow::bail!("--contexts: {bad} is too short (at least 2)");
+            }
+            ddl::bench::generate_rows(&gpu, &cfg, &contexts, reps, |r| print_row(&r, json))?;
+        }
+        BenchCmd::Data { mib, small_mib, dir, keep, steps, preset, variant, draws, json } => {
+            let variant = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
+            ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
+            let dir =
+                dir.unwrap_or_else(|| std::env::temp_dir().join(format!("ddl-bench-data-{}", std::process::id())));
+            if !json {
+                println!(
+                    "adapter: {} ({:?}); sets of {small_mib} and {mib} MiB of shards in {}; {steps} steps of {preset} {} each",
+                    gpu.info.name,
+                    gpu.info.backend,
+                    dir.display(),
+                    variant.name()
+                );
+            }
+            let o = ddl::bench::data::DataBench { dir, small_mib, mib, steps, preset, variant, draws, keep };
+            ddl::bench::data::data_rows(&gpu, &o, |r| print_row(&r, json))?;
+        }
+        BenchCmd::Copy { mib, reps, json } => {
+            let r = ddl::bench::copy_bandwidth(&gpu, mib, reps)?;
+            print_row(&r, json);
+        }
+    }
+    Ok(())
+}
