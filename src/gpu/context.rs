@@ -623,7 +623,9 @@ impl Gpu {
         // What the adapter offers beyond what the engine enables (cooperative matrices, ...):
         // the GPU check records it so that forms for other features can be planned per adapter.
         let offered = self.adapter.features();
-        s.push_str(&format!("adapter offers: {offered:?}\n"));
+        let names: Vec<&str> = offered.iter_names().map(|(n, _)| n).collect();
+        s.push_str(&format!("adapter offers ({} optional features):\n", names.len()));
+        s.push_str(&wrap_names(&names, "  ", 100));
         let coop = if offered.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
             self.adapter.cooperative_matrix_properties()
         } else {
@@ -719,4 +721,45 @@ pub fn adapter_for_local_rank(backend: Option<BackendChoice>, local_rank: usize)
     let best = all.iter().map(|a| rank(&a.info)).max()?;
     let kind: Vec<usize> = all.iter().filter(|a| rank(&a.info) == best).map(|a| a.index).collect();
     Some(kind[local_rank % kind.len()])
+}
+
+/// `names` joined by ", " in lines of at most `width` characters, each line starting with
+/// `indent` (a name longer than the line stays whole).
+fn wrap_names(names: &[&str], indent: &str, width: usize) -> String {
+    let mut out = String::new();
+    let mut line = String::new();
+    for (i, n) in names.iter().enumerate() {
+        let piece = if i + 1 < names.len() { format!("{n},") } else { n.to_string() };
+        if !line.is_empty() && indent.len() + line.len() + 1 + piece.len() > width {
+            out.push_str(&format!("{indent}{line}\n"));
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(&piece);
+    }
+    if !line.is_empty() {
+        out.push_str(&format!("{indent}{line}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wrap_names;
+
+    #[test]
+    fn feature_names_wrap_at_the_width_and_keep_every_name_once() {
+        let names = ["SHADER_F16", "SUBGROUP", "TIMESTAMP_QUERY", "A_NAME_LONGER_THAN_THE_WHOLE_LINE_IS"];
+        let text = wrap_names(&names, "  ", 30);
+        for line in text.lines() {
+            assert!(line.starts_with("  "), "{line:?} lacks the indent");
+            assert!(line.len() <= 30 || !line.trim().contains(' '), "{line:?} is longer than 30 with a break in it");
+        }
+        let back: Vec<&str> = text.split_whitespace().map(|w| w.trim_end_matches(',')).collect();
+        assert_eq!(back, names);
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert_eq!(wrap_names(&[], "  ", 30), "");
+    }
 }
