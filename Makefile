@@ -34,13 +34,22 @@ test: setup
 	else \
 		bash scripts/web.sh && DDL_CACHE_DIR=$$(mktemp -d) $(CARGO) test --workspace --no-fail-fast; \
 	fi
-	@# The model again on llvmpipe with 128-bit vectors: subgroups of 4, the default forms of an
-	@# ARM64 (NEON) host's lavapipe (docs/TESTING.md, "Other subgroup sizes"; other adapters
-	@# ignore the variable and rerun the same tests).
+	@# The model again on llvmpipe at other vector widths, i.e. other subgroup sizes: 128 bits,
+	@# subgroups of 4 (an ARM64 (NEON) host's lavapipe), 1024 bits, 32 (NVIDIA's and Apple's
+	@# size), 2048 bits, 64 (AMD's wave64), the kernel suite too at 64 (docs/TESTING.md, "Other
+	@# subgroup sizes"; other adapters ignore the variable and rerun the same tests).
 	@# (--workspace: the binaries the run above built, nothing rebuilt; the CLI it built says
-	@# which adapter and subgroups the rerun has.)
-	@bin="$${CARGO_TARGET_DIR:-target}/debug/ddl"; [ -x "$$bin" ] && LP_NATIVE_VECTOR_WIDTH=128 "$$bin" info 2>/dev/null | grep -E '^(adapter|subgroups):' || true
-	LP_NATIVE_VECTOR_WIDTH=128 DDL_CACHE_DIR=$$(mktemp -d) $(CARGO) test --workspace --test golden --test decode
+	@# which adapter and subgroups each rerun has.)
+	@bin="$${CARGO_TARGET_DIR:-target}/debug/ddl"; \
+	if [ -x "$$bin" ] && ! "$$bin" info 2>/dev/null | grep -q '^adapter: *llvmpipe'; then \
+		echo "the adapter is not lavapipe: no reruns at other subgroup sizes"; exit 0; \
+	fi; \
+	for w in 128 1024 2048; do \
+		[ -x "$$bin" ] && LP_NATIVE_VECTOR_WIDTH=$$w "$$bin" info 2>/dev/null | grep -E '^(adapter|subgroups):' || true; \
+		extra=""; [ $$w = 2048 ] && extra="--test kernels"; \
+		echo "LP_NATIVE_VECTOR_WIDTH=$$w $(CARGO) test --workspace --test golden --test decode $$extra"; \
+		LP_NATIVE_VECTOR_WIDTH=$$w DDL_CACHE_DIR=$$(mktemp -d) $(CARGO) test --workspace --test golden --test decode $$extra || exit 1; \
+	done
 	@# Data-parallel training (2 MPI ranks vs one process) when MPI is installed (scripts/setup.sh
 	@# installs it on Debian/Ubuntu unless DDL_SETUP_MPI=0).
 	@if command -v mpirun >/dev/null 2>&1; then \
