@@ -5,7 +5,7 @@
 
 use super::common::*;
 use ddl::gpu::{Dispatch, Gpu, Tensor};
-use ddl::kernels::attention::{self, AttnShape, Method};
+use ddl::kernels::attention::{self, AttnGrads, AttnIo, AttnShape, Method};
 
 // ---------------------------------------------------------------------------------------------
 // float64 reference
@@ -163,8 +163,13 @@ fn gpu_forward(gpu: &Gpu, x: &Inputs) -> (Gpus, Vec<Dispatch>) {
         out: poisoned(gpu, "out", &[s.q_elems()]),
         lse: poisoned(gpu, "lse", &[s.lse_elems()]),
     };
-    let ds = attention::forward_seq(gpu, s, x.scale, t.q.view(), t.k.view(), t.v.view(), t.out.view(), t.lse.view())
-        .unwrap();
+    let ds = attention::forward_seq(
+        gpu,
+        s,
+        x.scale,
+        AttnIo { q: t.q.view(), k: t.k.view(), v: t.v.view(), out: t.out.view(), lse: t.lse.view() },
+    )
+    .unwrap();
     run(gpu, &ds);
     (t, ds)
 }
@@ -226,15 +231,8 @@ fn gpu_both_dispatched(gpu: &Gpu, x: &Inputs) -> ([Vec<f32>; 5], Vec<Dispatch>, 
         gpu,
         s,
         x.scale,
-        t.q.view(),
-        t.k.view(),
-        t.v.view(),
-        t.out.view(),
-        t.lse.view(),
-        dout.view(),
-        dq.view(),
-        dk.view(),
-        dv.view(),
+        AttnIo { q: t.q.view(), k: t.k.view(), v: t.v.view(), out: t.out.view(), lse: t.lse.view() },
+        AttnGrads { dout: dout.view(), dq: dq.view(), dk: dk.view(), dv: dv.view() },
     )
     .unwrap();
     run(gpu, &ds);
@@ -390,7 +388,13 @@ fn decode_against_full(gpu: &Gpu, rng: &mut Rng, step: usize) {
     let qd = poisoned(gpu, "q_step", &[s0.q_elems()]);
     let out = poisoned(gpu, "out_step", &[s0.q_elems()]);
     let lse = poisoned(gpu, "lse_step", &[s0.lse_elems()]);
-    let ds = attention::forward(gpu, &s0, x.scale, qd.view(), kc.view(), vc.view(), out.view(), lse.view()).unwrap();
+    let ds = attention::forward(
+        gpu,
+        &s0,
+        x.scale,
+        AttnIo { q: qd.view(), k: kc.view(), v: vc.view(), out: out.view(), lse: lse.view() },
+    )
+    .unwrap();
     let row = heads * hd;
     let mut n = step;
     while n <= t {
@@ -451,7 +455,14 @@ fn decoding_forward_matches_float64_with_the_tiled_and_the_row_kernel() {
                 let ds = with_forms(
                     &gpu,
                     |f| set_method(f, m),
-                    |gpu| attention::forward(gpu, &s, x.scale, q.view(), k.view(), v.view(), out.view(), lse.view()),
+                    |gpu| {
+                        attention::forward(
+                            gpu,
+                            &s,
+                            x.scale,
+                            AttnIo { q: q.view(), k: k.view(), v: v.view(), out: out.view(), lse: lse.view() },
+                        )
+                    },
                 )
                 .unwrap();
                 // The row kernel reads rows as vec4s when the head dim allows it.
@@ -492,7 +503,14 @@ fn decoding_rows_beyond_the_split_limit_use_the_vec4_row_kernel() {
         let ds = with_forms(
             &gpu,
             |f| set_method(f, m),
-            |gpu| attention::forward(gpu, &s, x.scale, q.view(), k.view(), v.view(), out.view(), lse.view()),
+            |gpu| {
+                attention::forward(
+                    gpu,
+                    &s,
+                    x.scale,
+                    AttnIo { q: q.view(), k: k.view(), v: v.view(), out: out.view(), lse: lse.view() },
+                )
+            },
         )
         .unwrap();
         assert!(ds[0].kernel.name.ends_with("::attn_fwd_rows4"), "{}", ds[0].kernel.name);
@@ -637,8 +655,13 @@ fn shape_errors_are_reported_not_panicked() {
     let big = upload(&gpu, "big", &vec![0.0; s.q_elems()]);
     let small = upload(&gpu, "small", &vec![0.0; s.q_elems() - 1]);
     let lse = upload(&gpu, "lse", &vec![0.0; s.lse_elems()]);
-    let e =
-        attention::forward(&gpu, &s, 1.0, big.view(), small.view(), big.view(), big.view(), lse.view()).unwrap_err();
+    let e = attention::forward(
+        &gpu,
+        &s,
+        1.0,
+        AttnIo { q: big.view(), k: small.view(), v: big.view(), out: big.view(), lse: lse.view() },
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("'k' [batch, kv_stride"), "{e}");
     assert!(e.to_string().contains("needs 240 elements"), "{e}");
     assert!(e.to_string().contains("has 239"), "{e}");
@@ -646,25 +669,29 @@ fn shape_errors_are_reported_not_panicked() {
         &gpu,
         &s,
         1.0,
-        big.view(),
-        big.view(),
-        big.view(),
-        big.view(),
-        lse.view(),
-        big.view(),
-        big.view(),
-        big.view(),
-        small.view(),
+        AttnIo { q: big.view(), k: big.view(), v: big.view(), out: big.view(), lse: lse.view() },
+        AttnGrads { dout: big.view(), dq: big.view(), dk: big.view(), dv: small.view() },
     )
     .unwrap_err();
     assert!(e.to_string().contains("dv"), "{e}");
     for bad in [AttnShape { head_dim: 0, ..s }, AttnShape { kv_len: 0, ..s }, AttnShape { kv_stride: 4, ..s }] {
-        let e = attention::forward(&gpu, &bad, 1.0, big.view(), big.view(), big.view(), big.view(), lse.view())
-            .unwrap_err();
+        let e = attention::forward(
+            &gpu,
+            &bad,
+            1.0,
+            AttnIo { q: big.view(), k: big.view(), v: big.view(), out: big.view(), lse: lse.view() },
+        )
+        .unwrap_err();
         assert!(matches!(e, ddl::gpu::GpuError::Shape(_)), "{e}");
     }
     // set_kv refuses dispatches bound for another q_len, or that are not the forward.
-    let ds = attention::forward(&gpu, &s, 1.0, big.view(), big.view(), big.view(), big.view(), lse.view()).unwrap();
+    let ds = attention::forward(
+        &gpu,
+        &s,
+        1.0,
+        AttnIo { q: big.view(), k: big.view(), v: big.view(), out: big.view(), lse: lse.view() },
+    )
+    .unwrap();
     let other = AttnShape::training(2, 3, 8, 40);
     assert!(attention::set_kv(&gpu, &ds, &other, 1.0).is_err());
     assert!(attention::set_kv(&gpu, &ds[..0], &s, 1.0).is_err());

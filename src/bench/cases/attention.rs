@@ -51,7 +51,12 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
             f.attn_p16 = p16;
         });
         let gpu = &*gm;
-        let mut fwd = forward_seq(gpu, &s, scale, q.view(), k.view(), v.view(), out.view(), lse.view())?;
+        let mut fwd = forward_seq(
+            gpu,
+            &s,
+            scale,
+            AttnIo { q: q.view(), k: k.view(), v: v.view(), out: out.view(), lse: lse.view() },
+        )?;
         fwd[0].scratch.extend([q.clone(), k.clone(), v.clone(), out.clone(), lse.clone()]);
         let shape = format!("B{} T{} H{} h{}", s.batch, s.q_len, s.heads, s.head_dim);
         cases.push(KernelBench {
@@ -64,15 +69,8 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
             gpu,
             &s,
             scale,
-            q.view(),
-            k.view(),
-            v.view(),
-            out.view(),
-            lse.view(),
-            dout.view(),
-            dq.view(),
-            dk.view(),
-            dv.view(),
+            AttnIo { q: q.view(), k: k.view(), v: v.view(), out: out.view(), lse: lse.view() },
+            AttnGrads { dout: dout.view(), dq: dq.view(), dk: dk.view(), dv: dv.view() },
         )?;
         bwd[0].scratch.extend([q, k, v, out, lse, dout, dq, dk, dv]);
         cases.push(KernelBench {
@@ -87,7 +85,8 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
     let s = AttnShape::decode(b.b, b.heads, b.head_dim, 1, b.t, b.t);
     let (q, k, v) = (r("q", s.q_elems())?, r("k", s.kv_elems())?, r("v", s.kv_elems())?);
     let (out, lse) = (z("out", s.q_elems())?, z("lse", s.lse_elems())?);
-    let mut dec = forward(gpu, &s, scale, q.view(), k.view(), v.view(), out.view(), lse.view())?;
+    let mut dec =
+        forward(gpu, &s, scale, AttnIo { q: q.view(), k: k.view(), v: v.view(), out: out.view(), lse: lse.view() })?;
     dec[0].scratch = vec![q, k, v, out, lse];
     cases.push(KernelBench {
         name: format!("attention_decode B{} q1 kv{} H{} h{}", s.batch, s.kv_len, s.heads, s.head_dim),

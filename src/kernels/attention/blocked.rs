@@ -317,46 +317,28 @@ pub const ROW_TEAM_WG: usize = 128;
 /// [`forward`]; decoding programs use [`forward`] itself, whose single dispatch [`set_kv`]
 /// moves.
 #[allow(clippy::too_many_arguments)]
-pub fn forward_seq(
-    gpu: &Gpu,
-    s: &AttnShape,
-    scale: f32,
-    q: View<'_>,
-    k: View<'_>,
-    v: View<'_>,
-    out: View<'_>,
-    lse: View<'_>,
-) -> Result<Vec<Dispatch>> {
+pub fn forward_seq(gpu: &Gpu, s: &AttnShape, scale: f32, io: AttnIo<'_>) -> Result<Vec<Dispatch>> {
+    let AttnIo { q, k, v, out, lse } = io;
     let rows = match method(gpu) {
         Method::Tiled => None,
         Method::Blocked(rows) => Some(rows),
         Method::Causal if causal_fits(gpu, s, &[&q, &k, &v, &out]) => {
             check_forward("forward", s, [&q, &k, &v, &out, &lse])?;
-            return forward_blocked(gpu, s, scale, Blocks::Causal, q, k, v, out, lse);
+            return forward_blocked(gpu, s, scale, Blocks::Causal, io);
         }
         Method::Causal => Some(default_block_rows(gpu)),
     };
     if let Some(rows) = rows {
         check_forward("forward", s, [&q, &k, &v, &out, &lse])?;
         if let Some(nq) = block_rows(gpu, s, rows) {
-            return forward_blocked(gpu, s, scale, Blocks::Of(nq), q, k, v, out, lse);
+            return forward_blocked(gpu, s, scale, Blocks::Of(nq), io);
         }
     }
-    forward(gpu, s, scale, q, k, v, out, lse)
+    forward(gpu, s, scale, io)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn forward_blocked(
-    gpu: &Gpu,
-    s: &AttnShape,
-    scale: f32,
-    cut: Blocks,
-    q: View<'_>,
-    k: View<'_>,
-    v: View<'_>,
-    out: View<'_>,
-    lse: View<'_>,
-) -> Result<Vec<Dispatch>> {
+fn forward_blocked(gpu: &Gpu, s: &AttnShape, scale: f32, cut: Blocks, io: AttnIo<'_>) -> Result<Vec<Dispatch>> {
+    let AttnIo { q, k, v, out, lse } = io;
     let (hh, hd, ldk, nq) = (s.heads, s.head_dim, ldk(s), cut.rows(s));
     let elems = s.batch * hh * nq * ldk;
     let sc = gpu.shared_scratch("attention.blocked.s", elems)?;
@@ -398,21 +380,18 @@ fn products_tagged(mut ds: Vec<Dispatch>) -> Vec<Dispatch> {
 /// checked the views). Blocks run last
 /// to first: the last one sees every key and writes all of dk and dv; the earlier ones add into
 /// the rows they see.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn backward_blocked(
     gpu: &Gpu,
     s: &AttnShape,
     scale: f32,
     cut: Blocks,
-    q: View<'_>,
-    k: View<'_>,
-    v: View<'_>,
-    lse: View<'_>,
-    dout: View<'_>,
-    dq: View<'_>,
-    dk: View<'_>,
-    dv: View<'_>,
+    io: AttnIo<'_>,
+    g: AttnGrads<'_>,
 ) -> Result<Vec<Dispatch>> {
+    // (out is not read: the softmax step sums dP ⊙ P over each row's keys, which a block holds
+    // whole, where the tiled backward takes dout · out.)
+    let AttnIo { q, k, v, lse, .. } = io;
+    let AttnGrads { dout, dq, dk, dv } = g;
     let (hh, hd, ldk, nq) = (s.heads, s.head_dim, ldk(s), cut.rows(s));
     let elems = s.batch * hh * nq * ldk;
     let sc = gpu.shared_scratch("attention.blocked.s", elems)?;

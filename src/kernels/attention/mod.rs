@@ -120,6 +120,27 @@ impl AttnShape {
     }
 }
 
+/// The tensors of one attention call: the queries, keys and values read, and the forward's
+/// outputs `out` and `lse` (the backward reads them); layouts in the module doc.
+#[derive(Clone, Copy)]
+pub struct AttnIo<'a> {
+    pub q: View<'a>,
+    pub k: View<'a>,
+    pub v: View<'a>,
+    pub out: View<'a>,
+    pub lse: View<'a>,
+}
+
+/// The backward's gradients: `dout`, the gradient of `out` (read), and `dq`, `dk`, `dv`
+/// (written).
+#[derive(Clone, Copy)]
+pub struct AttnGrads<'a> {
+    pub dout: View<'a>,
+    pub dq: View<'a>,
+    pub dk: View<'a>,
+    pub dv: View<'a>,
+}
+
 /// Head-dim chunk of the shader (the outputs of one workgroup).
 const DC: usize = 64;
 /// Queries per workgroup of the forward (`F_BQ` in the shader) and of the dq pass (`Q_BQ`).
@@ -238,17 +259,8 @@ fn groups(gpu: &Gpu, total: usize) -> [u32; 3] {
 /// `out = softmax(q·kᵀ·scale, causal)·v` and the per-query log-sum-exp `lse`. One dispatch; the
 /// workgroup count depends only on batch, heads, q_len (and head_dim), so [`set_kv`] can move it
 /// to another kv_len / q_pos0.
-#[allow(clippy::too_many_arguments)]
-pub fn forward(
-    gpu: &Gpu,
-    s: &AttnShape,
-    scale: f32,
-    q: View<'_>,
-    k: View<'_>,
-    v: View<'_>,
-    out: View<'_>,
-    lse: View<'_>,
-) -> Result<Vec<Dispatch>> {
+pub fn forward(gpu: &Gpu, s: &AttnShape, scale: f32, io: AttnIo<'_>) -> Result<Vec<Dispatch>> {
+    let AttnIo { q, k, v, out, lse } = io;
     check_forward("forward", s, [&q, &k, &v, &out, &lse])?;
     let (nblk, total) = forward_work(gpu, s);
     let p = params(s, scale, nblk, total);
@@ -324,27 +336,15 @@ pub fn set_kv(gpu: &Gpu, ds: &[Dispatch], s: &AttnShape, scale: f32) -> Result<(
 /// q_pos0 = 0, q_len = kv_len), by the adapter's [`method`]: the blocked method where it is chosen
 /// and the shape allows it (every key seen by some query, no cache padding), else the tiled
 /// kernels.
-#[allow(clippy::too_many_arguments)]
-pub fn backward(
-    gpu: &Gpu,
-    s: &AttnShape,
-    scale: f32,
-    q: View<'_>,
-    k: View<'_>,
-    v: View<'_>,
-    out: View<'_>,
-    lse: View<'_>,
-    dout: View<'_>,
-    dq: View<'_>,
-    dk: View<'_>,
-    dv: View<'_>,
-) -> Result<Vec<Dispatch>> {
+pub fn backward(gpu: &Gpu, s: &AttnShape, scale: f32, io: AttnIo<'_>, g: AttnGrads<'_>) -> Result<Vec<Dispatch>> {
+    let AttnIo { q, k, v, out, lse } = io;
+    let AttnGrads { dout, dq, dk, dv } = g;
     let rows = match method(gpu) {
         Method::Tiled => None,
         Method::Blocked(rows) => Some(rows),
         Method::Causal if causal_fits(gpu, s, &[&q, &k, &v, &dout, &dq, &dk, &dv]) => {
             check_backward(s, [&q, &k, &v, &out, &lse], [&dout, &dq, &dk, &dv])?;
-            return backward_blocked(gpu, s, scale, Blocks::Causal, q, k, v, lse, dout, dq, dk, dv);
+            return backward_blocked(gpu, s, scale, Blocks::Causal, io, g);
         }
         Method::Causal => Some(default_block_rows(gpu)),
     };
@@ -354,29 +354,17 @@ pub fn backward(
     {
         check_backward(s, [&q, &k, &v, &out, &lse], [&dout, &dq, &dk, &dv])?;
         if let Some(nq) = block_rows(gpu, s, rows) {
-            return backward_blocked(gpu, s, scale, Blocks::Of(nq), q, k, v, lse, dout, dq, dk, dv);
+            return backward_blocked(gpu, s, scale, Blocks::Of(nq), io, g);
         }
     }
-    backward_tiled(gpu, s, scale, q, k, v, out, lse, dout, dq, dk, dv)
+    backward_tiled(gpu, s, scale, io, g)
 }
 
 /// The tiled backward: three dispatches: delta = rowwise dout·out into a `[batch, heads, q_len]`
 /// scratch, then dq (loop over keys per query block) and dk/dv (loop over queries per key block).
-#[allow(clippy::too_many_arguments)]
-pub fn backward_tiled(
-    gpu: &Gpu,
-    s: &AttnShape,
-    scale: f32,
-    q: View<'_>,
-    k: View<'_>,
-    v: View<'_>,
-    out: View<'_>,
-    lse: View<'_>,
-    dout: View<'_>,
-    dq: View<'_>,
-    dk: View<'_>,
-    dv: View<'_>,
-) -> Result<Vec<Dispatch>> {
+pub fn backward_tiled(gpu: &Gpu, s: &AttnShape, scale: f32, io: AttnIo<'_>, g: AttnGrads<'_>) -> Result<Vec<Dispatch>> {
+    let AttnIo { q, k, v, out, lse } = io;
+    let AttnGrads { dout, dq, dk, dv } = g;
     check_backward(s, [&q, &k, &v, &out, &lse], [&dout, &dq, &dk, &dv])?;
 
     let delta = Tensor::zeros(gpu, "attention.delta", &[s.batch, s.heads, s.q_len], DType::F32)?;

@@ -3,7 +3,7 @@
 //! attend over everything cached.
 
 use crate::gpu::{Op, Result, Tensor};
-use crate::kernels::attention::{self as attn, AttnShape};
+use crate::kernels::attention::{self as attn, AttnGrads, AttnIo, AttnShape};
 use crate::kernels::matmul::Matmul;
 use crate::kernels::{norm, rope};
 
@@ -32,10 +32,20 @@ pub(crate) fn forward(r: &mut Rec, l: usize, s: &Sub) -> Result<()> {
         r.push(Op::Copy { src: kn.clone(), src_off: 0, dst: kc.clone(), dst_off: 0, len: n * dq });
         r.push(Op::Copy { src: v.clone(), src_off: 0, dst: vc.clone(), dst_off: 0, len: n * dq });
         let sh = AttnShape::decode(1, hh, hd, n, n, db.capacity);
-        r.run(attn::forward(gpu, &sh, scale, qn.view(), kc.view(), vc.view(), out.view(), lse.view()))?;
+        r.run(attn::forward(
+            gpu,
+            &sh,
+            scale,
+            AttnIo { q: qn.view(), k: kc.view(), v: vc.view(), out: out.view(), lse: lse.view() },
+        ))?;
     } else {
         let sh = r.attn_shape();
-        r.run(attn::forward_seq(gpu, &sh, scale, qn.view(), kn.view(), v.view(), out.view(), lse.view()))?;
+        r.run(attn::forward_seq(
+            gpu,
+            &sh,
+            scale,
+            AttnIo { q: qn.view(), k: kn.view(), v: v.view(), out: out.view(), lse: lse.view() },
+        ))?;
     }
     // (A residual sublayer's h is X_out, which holds X_in: the product adds into it.)
     let wo = Matmul::nt(n, d, dq).accumulate(s.residual);
@@ -64,15 +74,8 @@ pub(crate) fn backward(r: &mut Rec, l: usize, s: &Sub, dh: &Tensor, accumulate: 
         gpu,
         &sh,
         scale,
-        qn.view(),
-        kn.view(),
-        v.view(),
-        out.view(),
-        lse.view(),
-        g.do_.view(),
-        g.dqn.view(),
-        g.dkn.view(),
-        g.dv.view(),
+        AttnIo { q: qn.view(), k: kn.view(), v: v.view(), out: out.view(), lse: lse.view() },
+        AttnGrads { dout: g.do_.view(), dq: g.dqn.view(), dk: g.dkn.view(), dv: g.dv.view() },
     ))?;
     for (x, rstd, dy, dx, gain) in [(qr, rstd_q, &g.dqn, &g.dqr, "q_norm"), (kr, rstd_k, &g.dkn, &g.dkr, "k_norm")] {
         let name = format!("{blk}.attn.{gain}.gain");
