@@ -36,8 +36,9 @@ test: setup
 	fi
 	@# The model again on llvmpipe at other vector widths, i.e. other subgroup sizes: 128 bits,
 	@# subgroups of 4 (an ARM64 (NEON) host's lavapipe), 1024 bits, 32 (NVIDIA's and Apple's
-	@# size), 2048 bits, 64 (AMD's wave64), the kernel suite too at 64 (docs/TESTING.md, "Other
-	@# subgroup sizes"; other adapters ignore the variable and rerun the same tests).
+	@# size), 2048 bits, 64 (AMD's wave64), the kernel suite too at 64 and with workgroup memory
+	@# poisoned (DDL_FORMS=wg_poison=1: no kernel may read what it has not written; docs/TESTING.md,
+	@# "Other subgroup sizes" and "Workgroup memory").
 	@# (--workspace: the binaries the run above built, nothing rebuilt; the CLI it built says
 	@# which adapter and subgroups each rerun has.)
 	@bin="$${CARGO_TARGET_DIR:-target}/debug/ddl"; \
@@ -46,9 +47,10 @@ test: setup
 	fi; \
 	for w in 128 1024 2048; do \
 		[ -x "$$bin" ] && LP_NATIVE_VECTOR_WIDTH=$$w "$$bin" info 2>/dev/null | grep -E '^(adapter|subgroups):' || true; \
-		extra=""; [ $$w = 2048 ] && extra="--test kernels"; \
-		echo "LP_NATIVE_VECTOR_WIDTH=$$w $(CARGO) test --workspace --test golden --test decode $$extra"; \
-		LP_NATIVE_VECTOR_WIDTH=$$w DDL_CACHE_DIR=$$(mktemp -d) $(CARGO) test --workspace --test golden --test decode $$extra || exit 1; \
+		extra=""; forms="$${DDL_FORMS:-}"; \
+		if [ $$w = 2048 ]; then extra="--test kernels"; forms="$${forms:+$$forms,}wg_poison=1"; fi; \
+		echo "LP_NATIVE_VECTOR_WIDTH=$$w DDL_FORMS=$$forms $(CARGO) test --workspace --test golden --test decode $$extra"; \
+		LP_NATIVE_VECTOR_WIDTH=$$w DDL_FORMS=$$forms DDL_CACHE_DIR=$$(mktemp -d) $(CARGO) test --workspace --test golden --test decode $$extra || exit 1; \
 	done
 	@# Data-parallel training (2 MPI ranks vs one process) when MPI is installed (scripts/setup.sh
 	@# installs it on Debian/Ubuntu unless DDL_SETUP_MPI=0).

@@ -160,6 +160,14 @@ impl Gpu {
     /// does for each.
     async fn compile_variant(&self, name: &str, text: &str, pipelines: bool) -> CompileReport {
         let mut r = CompileReport::default();
+        let text = match self.module_text(name, text.to_string()) {
+            Ok(t) => t,
+            Err(e) => {
+                r.errors.push(format!("wg_poison: {e}"));
+                return r;
+            }
+        };
+        let text = text.as_str();
         let (module, info) = match crate::shaders::validate(name, text) {
             Ok(m) => m,
             Err(e) => {
@@ -215,7 +223,7 @@ impl Gpu {
                 continue;
             }
             let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-            let _pipeline = self.build_pipeline(&entry, &bindings, &sm, &ep.name);
+            let _pipeline = self.build_pipeline(&entry, &bindings, &sm, &ep.name, self.forms.wg_zero);
             match scope.pop().await {
                 Some(e) => r.errors.push(format!("{entry}: {e}")),
                 None => r.pipelines += 1,

@@ -159,6 +159,7 @@ impl Gpu {
         bindings: &[Binding],
         module: &wgpu::ShaderModule,
         entry: &str,
+        zero_workgroup_memory: bool,
     ) -> (wgpu::ComputePipeline, wgpu::BindGroupLayout) {
         let layout = self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some(label),
@@ -174,10 +175,19 @@ impl Gpu {
             layout: Some(&pl),
             module,
             entry_point: Some(entry),
-            compilation_options: Default::default(),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                zero_initialize_workgroup_memory: zero_workgroup_memory,
+                ..Default::default()
+            },
             cache: None,
         });
         (pipeline, layout)
+    }
+
+    /// The WGSL a module of the engine's shader `text` is made from: as it is, or with its
+    /// workgroup memory poisoned at each workgroup's start (the test form `wg_poison`).
+    pub(crate) fn module_text(&self, label: &str, text: String) -> std::result::Result<String, String> {
+        if self.forms.wg_poison { crate::shaders::poison::poisoned(label, &text) } else { Ok(text) }
     }
 
     /// A shader module of the engine's own WGSL: with wgpu's runtime checks, or (`checks`
@@ -205,19 +215,26 @@ impl Gpu {
         // made with `with_forms` share the cache).
         let checks = self.forms.checks(shader);
         let key = format!("{shader}[{}]::{entry}", variant.unwrap_or(""));
-        let cache_key = if checks { key.clone() } else { format!("{key} unchecked") };
+        // So are pipelines without zeroed workgroup memory, and poisoned ones.
+        let (zero, poison) = (self.forms.wg_zero, self.forms.wg_poison);
+        let cache_key = format!(
+            "{key}{}{}{}",
+            if checks { "" } else { " unchecked" },
+            if zero { "" } else { " nozero" },
+            if poison { " poison" } else { "" }
+        );
         if let Some(k) = self.pipelines.lock().unwrap().get(&cache_key) {
             return Ok(k.clone());
         }
         let err = |reason: String| GpuError::Shader { shader: key.clone(), reason };
         let sh = crate::shaders::get(shader).ok_or_else(|| err("not in shaders::ALL".into()))?;
-        let text = sh.text(variant).map_err(err)?;
+        let text = self.module_text(&key, sh.text(variant).map_err(err)?).map_err(err)?;
         let (module, info) = crate::shaders::validate(&key, &text).map_err(err)?;
         let (bindings, workgroup_size) = reflect(&module, &info, entry).map_err(err)?;
 
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let sm = self.shader_module(&key, text, checks);
-        let (pipeline, layout) = self.build_pipeline(&key, &bindings, &sm, entry);
+        let (pipeline, layout) = self.build_pipeline(&key, &bindings, &sm, entry, zero);
         #[cfg(not(target_arch = "wasm32"))]
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(err(format!("pipeline creation failed: {e}")));

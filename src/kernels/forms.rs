@@ -174,6 +174,24 @@ pub struct Forms {
     /// unchecked; every kernel test and golden file passed so there except those two shaders'
     /// bit-identity tests, which fail unchecked by rounding).
     pub unchecked: Vec<&'static str>,
+    /// wgpu zeroes each workgroup's workgroup memory before it runs (`wg_zero`, the WebGPU rule
+    /// and wgpu's default; the browser always does). Off: the pipelines are built with
+    /// `zero_initialize_workgroup_memory: false`, and a workgroup starts with whatever is there.
+    /// Every kernel writes its workgroup memory before reading it, which the test suite checks
+    /// with `wg_poison` (below). What zeroing costs differs by back end: Vulkan drivers with
+    /// `shaderZeroInitializeWorkgroupMemory` (NVIDIA, lavapipe) zero natively; naga's MSL and
+    /// HLSL writers (Metal, DX12) have the first invocation alone store every element, then a
+    /// barrier, before each workgroup (`w128`'s 16 KiB of stages: 4096 stores). Default: off on
+    /// every adapter since session 43: every kernel test, golden file, decode and training test
+    /// passes with the memory poisoned, the same bits as zeroed (it changes no result, only
+    /// removes work); on lavapipe the tiny ddl step is not distinguishable (0.971 [0.908, 1.008],
+    /// 12 blocks). `wg_zero=1` restores wgpu's zeroing.
+    pub wg_zero: bool,
+    /// A test form: every compute entry point first fills the workgroup variables it uses with
+    /// NaN (integers all ones), then a barrier (`shaders::poison`), so a kernel that reads an
+    /// element it has not written puts NaN or a wild index into its outputs. With `wg_zero=0`
+    /// the test suite runs so (docs/TESTING.md). Off by default (it adds work to every kernel).
+    pub wg_poison: bool,
     /// The [`MEASURED`] entries applied to this device (by its adapter's name), in order.
     pub measured: Vec<&'static Measured>,
 }
@@ -308,6 +326,8 @@ impl Forms {
             matmul_coop_v: false,
             shader_checks: true,
             unchecked: Vec::new(),
+            wg_zero: false,
+            wg_poison: false,
             measured: Vec::new(),
             split_k_tiles: if cpu { 2 * cpu_threads() } else { crate::kernels::matmul::GPU_SPLIT_K_TILES },
         }
@@ -432,6 +452,8 @@ impl Forms {
                 "matmul_coop_v" => self.matmul_coop_v = flag()?,
                 "shader_checks" => (self.shader_checks, self.unchecked) = (flag()?, Vec::new()),
                 "unchecked" => self.unchecked = Self::shader_list(key, value)?,
+                "wg_zero" => self.wg_zero = flag()?,
+                "wg_poison" => self.wg_poison = flag()?,
                 "split_k_tiles" => {
                     self.split_k_tiles = value
                         .parse()
@@ -545,6 +567,8 @@ impl Forms {
         ("split_k_tiles", "matmul: products with fewer output tiles split along K (0: never)"),
         ("shader_checks", "wgpu's index clamps and loop counters kept in every shader"),
         ("unchecked", "shaders built without those checks all the same (a+b, all-a-b, all, none)"),
+        ("wg_zero", "workgroup memory zeroed by wgpu before each workgroup"),
+        ("wg_poison", "test: workgroup memory filled with NaN before each workgroup"),
     ];
 
     /// `(key, value, what)` rows for `ddl info` and `ddl bench`.
@@ -594,6 +618,8 @@ impl Forms {
                 "split_k_tiles" => self.split_k_tiles.to_string(),
                 "shader_checks" => b(self.shader_checks),
                 "unchecked" => self.unchecked_spec(),
+                "wg_zero" => b(self.wg_zero),
+                "wg_poison" => b(self.wg_poison),
                 _ => unreachable!("every key has a value"),
             }
         };
@@ -654,6 +680,18 @@ mod tests {
         let mut o = h200.clone();
         o.apply("split_k_tiles=256", f).unwrap();
         assert_eq!(o.split_k_tiles, 256);
+    }
+
+    #[test]
+    fn workgroup_memory_is_neither_zeroed_nor_poisoned_unless_asked() {
+        let f = wgpu::Features::SUBGROUP;
+        for d in [Forms::defaults(true, (8, 8), f), Forms::defaults(false, (32, 32), f)] {
+            assert!(!d.wg_zero && !d.wg_poison, "{}", d.describe());
+            let mut o = d.clone();
+            o.apply("wg_zero=1,wg_poison", f).unwrap();
+            assert!(o.wg_zero && o.wg_poison);
+            assert!(o.describe().contains("wg_zero          on") && o.describe().contains("wg_poison        on"));
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 mod check;
 mod keys;
+pub mod poison;
 
 pub use check::*;
 pub use keys::*;

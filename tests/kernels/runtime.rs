@@ -114,3 +114,61 @@ fn every_shader_variant_compiles_and_every_fitting_entry_point_builds_on_this_de
     assert!(r.pipelines > 1000, "only {} pipelines built; skipped: {:?}", r.pipelines, r.skipped);
     eprintln!("{} modules, {} pipelines, {} skipped", r.modules, r.pipelines, r.skipped.len());
 }
+
+/// The test form `wg_poison` (`ddl::shaders::poison`) on this driver: a kernel that reads
+/// workgroup memory it has not written reads NaN, where wgpu's zeroing (`wg_zero`) gives 0.
+#[test]
+fn poisoned_workgroup_memory_reads_nan_where_a_kernel_has_not_written() {
+    let gpu = gpu();
+    const SRC: &str = "
+@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+var<workgroup> w: array<f32, 64>;
+var<workgroup> v: array<vec4<f32>, 16>;
+@compute @workgroup_size(64)
+fn main(@builtin(local_invocation_index) li: u32) {
+    if (li < 32u) { w[li] = 1.0; }
+    if (li < 8u) { v[li] = vec4<f32>(2.0); }
+    workgroupBarrier();
+    out[li] = w[li];
+    out[64u + li] = v[li / 4u][li % 4u];
+}";
+    let run = |text: &str, zero: bool| -> Vec<f32> {
+        let t = Tensor::from_f32(&gpu, "out", &[128], &[7.0; 128]).unwrap();
+        let d = &gpu.device;
+        let m = d.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: None,
+            source: wgpu::ShaderSource::Wgsl(text.into()),
+        });
+        let p = d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: None,
+            layout: None,
+            module: &m,
+            entry_point: Some("main"),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                zero_initialize_workgroup_memory: zero,
+                ..Default::default()
+            },
+            cache: None,
+        });
+        let bg = d.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &p.get_bind_group_layout(0),
+            entries: &[wgpu::BindGroupEntry { binding: 0, resource: t.view().buffer.as_entire_binding() }],
+        });
+        let mut enc = d.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&p);
+            pass.set_bind_group(0, &bg, &[]);
+            pass.dispatch_workgroups(1, 1, 1);
+        }
+        gpu.queue.submit([enc.finish()]);
+        t.read_f32(&gpu).unwrap()
+    };
+    let poisoned = ddl::shaders::poison::poisoned("test", SRC).unwrap();
+    let p = run(&poisoned, false);
+    assert!(p[..32].iter().all(|&x| x == 1.0) && p[64..96].iter().all(|&x| x == 2.0), "{p:?}");
+    assert!(p[32..64].iter().chain(&p[96..]).all(|x| x.is_nan()), "unwritten elements must read NaN: {p:?}");
+    let z = run(SRC, true);
+    assert!(z[32..64].iter().chain(&z[96..]).all(|&x| x == 0.0), "wgpu's zeroing: {z:?}");
+}
