@@ -319,12 +319,21 @@ fn report_training(
     println!("loss plot: {}", out.join("loss.png").display());
     if let Some((peak, plan)) = summary.memory {
         let mib = |b: u64| b as f64 / 1048576.0;
-        println!(
-            "memory: peak resident +{:.1} MiB after the device was created; plan {:.1} MiB ({:.2}× the plan)",
-            mib(peak),
-            mib(plan),
-            peak as f64 / plan.max(1) as f64
-        );
+        if summary.host_device_memory {
+            println!(
+                "memory: peak resident +{:.1} MiB after the device was created: the model's buffers (plan {:.1} \
+                 MiB) and the CPU driver's compiled kernels and workspace",
+                mib(peak),
+                mib(plan)
+            );
+        } else {
+            println!(
+                "host memory: peak resident +{:.1} MiB after the device was created (the model's {:.1} MiB plan is \
+                 on the GPU)",
+                mib(peak),
+                mib(plan)
+            );
+        }
     }
     if a.sample > 0 {
         println!("--- sample ---");

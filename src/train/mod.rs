@@ -111,6 +111,9 @@ pub struct Summary {
     /// (peak resident bytes the run added after the device was created, the memory plan's
     /// total): Linux only (`/proc/self/status`).
     pub memory: Option<(u64, u64)>,
+    /// The adapter's memory is the host's (a CPU adapter): the resident size holds the model's
+    /// buffers, not only the host side's.
+    pub host_device_memory: bool,
     pub losses: Vec<f32>,
 }
 

@@ -757,6 +757,7 @@ impl<'c> Trainer<'c> {
                 .rss0
                 .zip(super::progress::rss())
                 .map(|(r0, (_, peak))| (peak.saturating_sub(r0), self.plan_bytes)),
+            host_device_memory: self.gpu.forms.cpu,
             losses: self.losses,
         };
         if self.lead {
