@@ -655,13 +655,8 @@ fn shape_errors_are_reported_not_panicked() {
     let big = upload(&gpu, "big", &vec![0.0; s.q_elems()]);
     let small = upload(&gpu, "small", &vec![0.0; s.q_elems() - 1]);
     let lse = upload(&gpu, "lse", &vec![0.0; s.lse_elems()]);
-    let e = attention::forward(
-        &gpu,
-        &s,
-        1.0,
-        AttnIo { q: big.view(), k: small.view(), v: big.view(), out: big.view(), lse: lse.view() },
-    )
-    .unwrap_err();
+    let io = AttnIo { q: big.view(), k: big.view(), v: big.view(), out: big.view(), lse: lse.view() };
+    let e = attention::forward(&gpu, &s, 1.0, AttnIo { k: small.view(), ..io }).unwrap_err();
     assert!(e.to_string().contains("'k' [batch, kv_stride"), "{e}");
     assert!(e.to_string().contains("needs 240 elements"), "{e}");
     assert!(e.to_string().contains("has 239"), "{e}");
@@ -669,29 +664,17 @@ fn shape_errors_are_reported_not_panicked() {
         &gpu,
         &s,
         1.0,
-        AttnIo { q: big.view(), k: big.view(), v: big.view(), out: big.view(), lse: lse.view() },
+        io,
         AttnGrads { dout: big.view(), dq: big.view(), dk: big.view(), dv: small.view() },
     )
     .unwrap_err();
     assert!(e.to_string().contains("dv"), "{e}");
     for bad in [AttnShape { head_dim: 0, ..s }, AttnShape { kv_len: 0, ..s }, AttnShape { kv_stride: 4, ..s }] {
-        let e = attention::forward(
-            &gpu,
-            &bad,
-            1.0,
-            AttnIo { q: big.view(), k: big.view(), v: big.view(), out: big.view(), lse: lse.view() },
-        )
-        .unwrap_err();
+        let e = attention::forward(&gpu, &bad, 1.0, io).unwrap_err();
         assert!(matches!(e, ddl::gpu::GpuError::Shape(_)), "{e}");
     }
     // set_kv refuses dispatches bound for another q_len, or that are not the forward.
-    let ds = attention::forward(
-        &gpu,
-        &s,
-        1.0,
-        AttnIo { q: big.view(), k: big.view(), v: big.view(), out: big.view(), lse: lse.view() },
-    )
-    .unwrap();
+    let ds = attention::forward(&gpu, &s, 1.0, io).unwrap();
     let other = AttnShape::training(2, 3, 8, 40);
     assert!(attention::set_kv(&gpu, &ds, &other, 1.0).is_err());
     assert!(attention::set_kv(&gpu, &ds[..0], &s, 1.0).is_err());
