@@ -492,6 +492,12 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && e.contains("meta.json") && e.contains("another tokenizer"), "{e}");
 
+    // A missing --text is named as such (not as a training corpus).
+    let missing = dir.join("missing.txt");
+    let o = eval(&["--text", missing.to_str().unwrap()]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("--text") && e.contains("missing.txt") && !e.contains("--corpus"), "{e}");
+
     // Human output names what it covers.
     let line = String::from_utf8_lossy(&eval(&["--text", text.to_str().unwrap()]).stdout).into_owned();
     assert!(

@@ -245,7 +245,14 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             }
             // The whole text is evaluated, not a run's validation budget of it.
             t.val_max_tokens = 0;
-            let text = data::read_corpus(path)?;
+            let text = data::read_corpus(path).map_err(|e| match e {
+                // (The corpus error's remedy names `ddl train --corpus`.)
+                data::DataError::Missing(p) => TrainError::Settings(format!(
+                    "--text '{}' does not exist: pass a UTF-8 text file or a folder of .txt files",
+                    p.display()
+                )),
+                e => e.into(),
+            })?;
             let ids = tok.encode(&text).map_err(|e| {
                 TrainError::Settings(format!(
                     "--text '{}': {e}; the checkpoint's {} tokenizer cannot encode it{}",
