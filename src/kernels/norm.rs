@@ -210,6 +210,19 @@ pub fn rmsnorm_forward(
     )?])
 }
 
+/// The tensors of an RMSNorm backward: the forward's input `x` `[rows, dim]`, `gain` `[dim]`
+/// and saved `rstd` `[rows]`, the output's gradient `dy` (read), `dx` (written, or added) and
+/// `dgain` (added into).
+#[derive(Clone, Copy)]
+pub struct NormGrads<'a> {
+    pub x: View<'a>,
+    pub gain: View<'a>,
+    pub rstd: View<'a>,
+    pub dy: View<'a>,
+    pub dx: View<'a>,
+    pub dgain: View<'a>,
+}
+
 /// RMSNorm backward from the saved `rstd`:
 /// `dx = r(γ⊙dy) − (r³/D)·x·Σ_i x_i γ_i dy_i` (written, or added when `accumulate_dx`), and
 /// `dgain[i] += Σ_rows dy·x·r` (always accumulates, fixed-order reduction over rows).
@@ -221,19 +234,14 @@ pub fn rmsnorm_forward(
 /// `γ⊙dy` is nearly parallel to `x` and `mean(x²) ≫ ε` (always the case for `dim = 1`, where
 /// `dx = r γ dy · ε r²`) the result is a small difference of large terms and f32 (including the
 /// f32 `rstd` this function receives) keeps only ~`7 − log10(mean(x²)/ε)` digits.
-#[allow(clippy::too_many_arguments)]
 pub fn rmsnorm_backward(
     gpu: &Gpu,
-    x: View,
-    gain: View,
-    rstd: View,
-    dy: View,
-    dx: View,
-    dgain: View,
+    t: NormGrads<'_>,
     rows: usize,
     dim: usize,
     accumulate_dx: bool,
 ) -> Result<Vec<Dispatch>> {
+    let NormGrads { x, gain, rstd, dy, dx, dgain } = t;
     let n = rows.saturating_mul(dim);
     check(
         "rmsnorm backward",
@@ -378,20 +386,15 @@ pub fn folds_heads(gpu: &Gpu, rows: usize, dim: usize, m: usize, views: &[&View]
 /// ∂W_v += Σ_t ∂u_t x_tᵀ, ∂b_v += Σ_t ∂u_t. So `dy` holds the sublayer's input gradient only
 /// and `dx` needs no W_vᵀ∂u beforehand. Needs [`folds_heads`] (an error otherwise). Dispatches:
 /// the row pass, the column pass (dγ's and the heads' chunk partials), their column sums.
-#[allow(clippy::too_many_arguments)]
 pub fn rmsnorm_backward_heads(
     gpu: &Gpu,
-    x: View,
-    gain: View,
-    rstd: View,
-    dy: View,
-    dx: View,
-    dgain: View,
+    t: NormGrads<'_>,
     rows: usize,
     dim: usize,
     accumulate_dx: bool,
     h: &HeadTerms,
 ) -> Result<Vec<Dispatch>> {
+    let NormGrads { x, gain, rstd, dy, dx, dgain } = t;
     let n = rows.saturating_mul(dim);
     let m = h.m;
     check(

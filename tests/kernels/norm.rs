@@ -78,12 +78,14 @@ fn run_gpu(
     ds.extend(
         norm::rmsnorm_backward(
             gpu,
-            tx.view(),
-            tg.view(),
-            rstd.view(),
-            tdy.view(),
-            dx.view(),
-            dgain.view(),
+            norm::NormGrads {
+                x: tx.view(),
+                gain: tg.view(),
+                rstd: rstd.view(),
+                dy: tdy.view(),
+                dx: dx.view(),
+                dgain: dgain.view(),
+            },
             rows,
             dim,
             dx0.is_some(),
@@ -340,12 +342,14 @@ fn rmsnorm_recorded_dispatches_can_be_replayed() {
     ds.extend(
         norm::rmsnorm_backward(
             &gpu,
-            tx.view(),
-            tg.view(),
-            rstd.view(),
-            tdy.view(),
-            dx.view(),
-            dgain.view(),
+            norm::NormGrads {
+                x: tx.view(),
+                gain: tg.view(),
+                rstd: rstd.view(),
+                dy: tdy.view(),
+                dx: dx.view(),
+                dgain: dgain.view(),
+            },
             rows,
             dim,
             false,
@@ -372,12 +376,14 @@ fn rmsnorm_shape_errors_are_reported_not_panicked() {
     assert!(e.to_string().contains("'rstd' needs 8 elements"), "{e}");
     let e = norm::rmsnorm_backward(
         &gpu,
-        big.view(),
-        big.view(),
-        big.view(),
-        small.view(),
-        big.view(),
-        big.view(),
+        norm::NormGrads {
+            x: big.view(),
+            gain: big.view(),
+            rstd: big.view(),
+            dy: small.view(),
+            dx: big.view(),
+            dgain: big.view(),
+        },
         4,
         8,
         false,
@@ -529,12 +535,14 @@ fn check_heads(gpu: &Gpu, rows: usize, dim: usize, m: usize, accumulate_dx: bool
     ds.extend(
         norm::rmsnorm_backward_heads(
             gpu,
-            tx.view(),
-            tg.view(),
-            rstd.view(),
-            tdy.view(),
-            dx.view(),
-            dgain.view(),
+            norm::NormGrads {
+                x: tx.view(),
+                gain: tg.view(),
+                rstd: rstd.view(),
+                dy: tdy.view(),
+                dx: dx.view(),
+                dgain: dgain.view(),
+            },
             rows,
             dim,
             accumulate_dx,

@@ -18,12 +18,14 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
         fwd[0].scratch = vec![x.clone(), gain.clone(), y, rstd.clone()];
         let mut bwd = rmsnorm_backward(
             gpu,
-            x.view(),
-            gain.view(),
-            rstd.view(),
-            dy.view(),
-            dx.view(),
-            dgain.view(),
+            NormGrads {
+                x: x.view(),
+                gain: gain.view(),
+                rstd: rstd.view(),
+                dy: dy.view(),
+                dx: dx.view(),
+                dgain: dgain.view(),
+            },
             rows,
             dim,
             false,

@@ -81,12 +81,14 @@ pub(crate) fn backward(r: &mut Rec, l: usize, s: &Sub, dh: &Tensor, accumulate: 
         let name = format!("{blk}.attn.{gain}.gain");
         r.run(norm::rmsnorm_backward(
             gpu,
-            x.view(),
-            r.pv(&name),
-            rstd.view(),
-            dy.view(),
-            dx.view(),
-            r.gv(&name),
+            norm::NormGrads {
+                x: x.view(),
+                gain: r.pv(&name),
+                rstd: rstd.view(),
+                dy: dy.view(),
+                dx: dx.view(),
+                dgain: r.gv(&name),
+            },
             n * hh,
             hd,
             false,

@@ -137,12 +137,14 @@ pub(crate) fn backward(r: &mut Rec) -> Result<usize> {
     let final_norm = |r: &mut Rec, dx: &crate::gpu::Tensor| {
         let ds = norm::rmsnorm_backward(
             gpu,
-            a.z_tensor().view(),
-            r.pv("final_norm.gain"),
-            a.rstd_f.view(),
-            g.dzn.view(),
-            dx.view(),
-            r.gv("final_norm.gain"),
+            norm::NormGrads {
+                x: a.z_tensor().view(),
+                gain: r.pv("final_norm.gain"),
+                rstd: a.rstd_f.view(),
+                dy: g.dzn.view(),
+                dx: dx.view(),
+                dgain: r.gv("final_norm.gain"),
+            },
             n,
             d,
             false,

@@ -151,12 +151,14 @@ pub(crate) fn backward(
         inner_backward(r, l, si, dxc, false)?;
         r.run(norm::rmsnorm_backward(
             gpu,
-            a_t.view(),
-            r.pv(&norm_name),
-            s.rstd_c.view(),
-            g.dc.view(),
-            dxc.view(),
-            r.gv(&norm_name),
+            norm::NormGrads {
+                x: a_t.view(),
+                gain: r.pv(&norm_name),
+                rstd: s.rstd_c.view(),
+                dy: g.dc.view(),
+                dx: dxc.view(),
+                dgain: r.gv(&norm_name),
+            },
             n,
             d,
             true,
@@ -226,12 +228,14 @@ pub(crate) fn backward(
     let norm_back = |r: &mut Rec, dx: &Tensor, add: bool| {
         let ds = norm::rmsnorm_backward(
             gpu,
-            a_t.view(),
-            r.pv(&norm_name),
-            s.rstd_c.view(),
-            g.dc.view(),
-            dx.view(),
-            r.gv(&norm_name),
+            norm::NormGrads {
+                x: a_t.view(),
+                gain: r.pv(&norm_name),
+                rstd: s.rstd_c.view(),
+                dy: g.dc.view(),
+                dx: dx.view(),
+                dgain: r.gv(&norm_name),
+            },
             n,
             d,
             add,
@@ -263,12 +267,14 @@ pub(crate) fn backward(
         let (da_out, add) = if var.expanded() { (&g.da, false) } else { (dxn, true) };
         r.run(norm::rmsnorm_backward_heads(
             gpu,
-            a_t.view(),
-            r.pv(&norm_name),
-            s.rstd_c.view(),
-            g.dc.view(),
-            da_out.view(),
-            r.gv(&norm_name),
+            norm::NormGrads {
+                x: a_t.view(),
+                gain: r.pv(&norm_name),
+                rstd: s.rstd_c.view(),
+                dy: g.dc.view(),
+                dx: da_out.view(),
+                dgain: r.gv(&norm_name),
+            },
             n,
             d,
             add,
