@@ -181,11 +181,11 @@ pub struct Forms {
     /// with `wg_poison` (below). What zeroing costs differs by back end: Vulkan drivers with
     /// `shaderZeroInitializeWorkgroupMemory` (NVIDIA, lavapipe) zero natively; naga's MSL and
     /// HLSL writers (Metal, DX12) have the first invocation alone store every element, then a
-    /// barrier, before each workgroup (`w128`'s 16 KiB of stages: 4096 stores). Default: off on
-    /// every adapter since session 43: every kernel test, golden file, decode and training test
-    /// passes with the memory poisoned, the same bits as zeroed (it changes no result, only
-    /// removes work); on lavapipe the tiny ddl step is not distinguishable (0.971 [0.908, 1.008],
-    /// 12 blocks). `wg_zero=1` restores wgpu's zeroing.
+    /// barrier, before each workgroup (`w128`'s 16 KiB of stages: 1024 vec4 stores by one
+    /// invocation). Default: off on every adapter since session 43: every kernel test, golden
+    /// file, decode and training test passes with the memory poisoned, the same bits as zeroed
+    /// (it changes no result, only removes work); on lavapipe the tiny ddl step is not
+    /// distinguishable (0.971 [0.908, 1.008], 12 blocks). `wg_zero=1` restores wgpu's zeroing.
     pub wg_zero: bool,
     /// A test form: every compute entry point first fills the workgroup variables it uses with
     /// NaN (integers all ones), then a barrier (`shaders::poison`), so a kernel that reads an
