@@ -740,7 +740,7 @@ pub fn load_for_inference_from_bytes(
 }
 
 /// Writes a generation trace: `path` (safetensors arrays `beta` [T, S], `lambda` = 1−β,
-/// `k` [T, S, d], `v` / `ktx` [T, S, m], `write` [T, S], `tokens` [T], S = 2·L sublayers in block
+/// `k` `[T, S, d]`, `v` / `ktx` `[T, S, m]`, `write` `[T, S]`, `tokens` `[T]`, S = 2·L sublayers in block
 /// order, attention then MLP) and `path.json` (tokens, text, regimes and per-sublayer counts).
 pub fn write_trace(
     path: &std::path::Path,

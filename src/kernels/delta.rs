@@ -286,7 +286,7 @@ pub struct WriteIn<'a> {
     pub c: View<'a>,
 }
 
-/// The gate and value heads w_β [d], b_β [1], W_v [m, d], b_v [m] (or their gradients).
+/// The gate and value heads w_β `[d]`, b_β `[1]`, W_v `[m, d]`, b_v `[m]` (or their gradients).
 #[derive(Clone, Copy)]
 pub struct Heads<'a> {
     pub w_beta: View<'a>,
@@ -295,7 +295,7 @@ pub struct Heads<'a> {
     pub b_v: View<'a>,
 }
 
-/// What the forward saves for the backward: r = 1/‖k̃‖ [n], β [n], v [n, m], δ = v − kᵀX [n, m].
+/// What the forward saves for the backward: r = 1/‖k̃‖ `[n]`, β `[n]`, v `[n, m]`, δ = v − kᵀX `[n, m]`.
 #[derive(Clone, Copy)]
 pub struct Saves<'a> {
     pub rnorm: View<'a>,

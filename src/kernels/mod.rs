@@ -16,7 +16,7 @@
 //!   activations are separate tensors; parameters (read) and gradients (written) are separate
 //!   flat buffers.
 //! - Correct for any sizes ≥ 1 and any number of workgroups (1-D grids use
-//!   [`grid_1d`](crate::gpu::grid_1d)).
+//!   [`crate::gpu::grid_1d`]).
 
 pub mod adamw;
 pub mod attention;

@@ -165,7 +165,7 @@ pub(crate) fn chunking_min(n: usize, min_chunk: usize) -> (usize, usize) {
 }
 
 /// Elements of scratch one token-axis backward ([`token_backward`]) keeps with the default forms
-/// (`conv_k4` on): the chunk partials, and the wide finish's sums ([`finish_scratch_elems`] of a
+/// (`conv_k4` on): the chunk partials, and the wide finish's sums (`finish_scratch_elems` of a
 /// block's two calls: what a GPU keeps; a CPU adapter's finish keeps none), for memory plans.
 pub fn token_backward_scratch_elems(s: &ConvShape) -> usize {
     let chunk = if windowed(s) && s.kernel == 4 { ONE_WALK_CHUNK } else { TOKEN_MIN_CHUNK };
@@ -349,7 +349,7 @@ pub fn windowed(s: &ConvShape) -> bool {
 pub enum WalkOut<'a> {
     /// Added into `dx` (which holds the rest of the state's gradient).
     AddToDx,
-    /// `de[b,t,i]` = Σ_j (dx + the compressor's gradient)[b,t,i,j], `dx` left as it was: the
+    /// `de[b,t,i]` = Σ_j (dx + the compressor's gradient)`[b,t,i,j]`, `dx` left as it was: the
     /// backward of a replicated embedding (`expand::replicate_backward`) fused into the last call.
     SumIntoDe(View<'a>),
     /// Written into `dx` (nothing read from it: the readout's call, the first into a fresh ∂X).
@@ -557,7 +557,7 @@ pub fn token_partial_slot<'a>(gpu: &Gpu, s: &ConvShape, partial: &'a Tensor, c: 
 /// one workgroup per value channel, each lane adding every chunk row of its elements in turn
 /// (`token_backward_finish`: one dispatch, m workgroups — CPU adapters, where a few long-running
 /// workgroups suit the worker threads), or, where the device's `conv_finish_wide` form is on
-/// (GPUs), the same sums spread over the grid: group sums of [`FINISH_GROUP_ROWS`] rows
+/// (GPUs), the same sums spread over the grid: group sums of `FINISH_GROUP_ROWS` rows
 /// (`token_finish_groups`, skipped for few rows), one invocation per kernel element
 /// (`token_finish_elems`: dkappa and the drho terms), then `reduce_drho` — two or three
 /// dispatches.

@@ -41,7 +41,7 @@ pub struct Sub {
     /// `residual_fused`): `h` is X_out.
     pub residual: bool,
     pub inner: Inner,
-    /// Delta-write saves (DDL variants): k [N, d], rnorm [N], beta [N], v [N, m], delta [N, m].
+    /// Delta-write saves (DDL variants): k `[N, d]`, rnorm `[N]`, beta `[N]`, v `[N, m]`, delta `[N, m]`.
     pub write: Option<WriteSaves>,
     /// v-Map direction branch: q1 = c·W_k1ᵀ, s1 = silu(q1) [N, h_k], kraw [N, d].
     pub dir: Option<(Tensor, Tensor, Tensor)>,

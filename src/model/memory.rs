@@ -289,13 +289,13 @@ pub(crate) fn k_pieces_scratch_elems(layout: &Layout, n: usize, rules: &[KSplit]
         .unwrap_or(0)
 }
 
-/// Computes the memory plan of [`Model::program`] without a device (mirrors its allocations).
+/// Computes the memory plan of [`crate::model::Model::program`] without a device (mirrors its allocations).
 pub fn memory_plan(c: &ModelConfig, b: usize, t: usize) -> MemoryPlan {
     memory_plan_with(c, b, t, false)
 }
 
 /// [`memory_plan`] with the expanded states stored in half precision or not
-/// ([`Model::set_state_f16`]).
+/// ([`crate::model::Model::set_state_f16`]).
 pub fn memory_plan_with(c: &ModelConfig, b: usize, t: usize, state_f16: bool) -> MemoryPlan {
     memory_plan_for(c, b, t, Storage::states(state_f16))
 }

@@ -3,7 +3,7 @@
 //! - [`config`], [`params`]: the spec's shapes, names and initialisation;
 //! - [`model`]: the parameters, gradients and moments on a device;
 //! - [`acts`]: what a program allocates (activations, saves, gradient scratch);
-//! - [`layers`]: forward/backward pairs per layer, recorded as bound dispatches;
+//! - `layers`: forward/backward pairs per layer, recorded as bound dispatches;
 //! - [`program`]: training and forward-only programs (closed; [`Parts`] choose what runs);
 //! - [`decode`]: the forward-only decode program over an explicit cache;
 //! - [`memory`]: the analytic memory plan.

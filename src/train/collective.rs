@@ -1,6 +1,6 @@
 //! The collective operations data-parallel training needs, behind one trait so the training loop
 //! has a single code path: [`Single`] (one process, every operation a no-op) or, with the `mpi`
-//! cargo feature, [`super::distributed::Mpi`] (one process per adapter, gradients summed through
+//! cargo feature, `train::distributed::Mpi` (one process per adapter, gradients summed through
 //! host memory with MPI).
 
 /// Collective operations over the ranks of a run. Every rank must call the same operations in the

@@ -71,7 +71,7 @@ pub const GPU_BLOCK_ROWS: usize = 256;
 /// limit caps it too ([`block_rows`]); a scratch is only as large as its blocks need.
 const BLOCK_SCRATCH_ELEMS: usize = 32 << 20;
 
-/// The method of this device: its `attention` form ([`super::forms::Forms`]): blocks of
+/// The method of this device: its `attention` form ([`crate::kernels::forms::Forms`]): blocks of
 /// [`BLOCK_ROWS`] queries on CPU adapters, of [`GPU_BLOCK_ROWS`] on GPUs
 /// (`DDL_FORMS=attention=tiled|blocked:ROWS`).
 pub fn method(gpu: &Gpu) -> Method {

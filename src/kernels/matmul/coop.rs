@@ -536,7 +536,7 @@ pub fn self_test(gpu: &Gpu) -> std::result::Result<(), String> {
 /// [`VARIANT128`]'s self-test (after [`self_test`] passed): the same small product, and larger
 /// ones with whole tiles, ragged edges, a K tail, vec4 and scalar staging of both operands in
 /// each of its layouts (A along K or M, B along N or K), f16 storage and a batch; then one with
-/// operands past f16's range ([`overflow_case`]). Its staging converts f32-stored operands to
+/// operands past f16's range (`overflow_case`). Its staging converts f32-stored operands to
 /// f16 with the hardware's conversion, which WGSL lets round either way: this test, against the
 /// tiled kernel's rounding to nearest even, is what holds it to that (a conversion rounding
 /// towards zero differs by ≈ 8e-4, relative L2, on its products).

@@ -69,7 +69,7 @@ pub fn subgroup_variant(variant: &str) -> bool {
 /// within one row of the workgroup (DX = 8 invocations along x, which share their A rows): the
 /// subgroup size is fixed and divides 8 (llvmpipe: 8; GPUs with 16–64 are excluded). Subgroups are
 /// taken to be runs of consecutive invocation indices, as every Vulkan, Metal and D3D12
-/// implementation forms them. The device's `matmul_subgroup` form ([`super::forms::Forms`]:
+/// implementation forms them. The device's `matmul_subgroup` form ([`crate::kernels::forms::Forms`]:
 /// on where the subgroups fit; `DDL_FORMS=matmul_subgroup=0` leaves them out).
 pub fn subgroup_variants(gpu: &Gpu) -> bool {
     gpu.features.contains(wgpu::Features::SUBGROUP) && gpu.forms.matmul_subgroup
