@@ -179,6 +179,12 @@ fn without_index(@builtin(workgroup_id) wid: vec3<u32>) {
     out[wid.x] = s;
 }
 
+var<workgroup> h: array<f32, 8>;
+fn helper(i: u32) -> f32 { h[i] = 2.0; return h[i]; }
+
+@compute @workgroup_size(8)
+fn via_call(@builtin(local_invocation_index) li: u32) { out[li] = helper(li); }
+
 @compute @workgroup_size(1)
 fn no_workgroup_memory() { out[0] = 0.0; }
 ";
@@ -193,11 +199,15 @@ fn no_workgroup_memory() { out[0] = 0.0; }
         assert!(!w.contains("b[ddl_i]") && !w.contains("s = "), "{w}");
         assert!(w.find("workgroupBarrier()").unwrap() < w.find("a[li] = 1.0").unwrap(), "{w}");
         // without_index gets the builtin as a new parameter and fills b, s and the atomics.
-        let wo = &p[p.find("fn without_index").unwrap()..p.find("fn no_workgroup_memory").unwrap()];
+        let wo = &p[p.find("fn without_index").unwrap()..p.find("fn helper").unwrap()];
         assert!(wo.contains("@builtin(local_invocation_index) ddl_li_in: u32"), "{wo}");
         assert!(wo.contains("b[ddl_i] = vec4<f32>(ddl_nan);"), "{wo}");
         assert!(wo.contains("if (ddl_li == 0u) { s = ddl_nan; }"), "{wo}");
         assert!(wo.contains("atomicStore(&n[ddl_i], 0xffffffffu);"), "{wo}");
+        // A variable used only in a function the entry point calls is filled too.
+        let vc = &p[p.find("fn via_call").unwrap()..p.find("fn no_workgroup_memory").unwrap()];
+        assert!(vc.contains("ddl_i < 8u; ddl_i += 8u) { h[ddl_i] = ddl_nan; }"), "{vc}");
+        assert!(!w.contains("h[ddl_i]") && !wo.contains("h[ddl_i]"), "{p}");
         // An entry point without workgroup memory is left as it was.
         assert!(p.ends_with("fn no_workgroup_memory() { out[0] = 0.0; }\n"), "{p}");
     }
