@@ -223,7 +223,7 @@ impl Gpu {
                 continue;
             }
             let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-            let _pipeline = self.build_pipeline(&entry, &bindings, &sm, &ep.name, self.forms.wg_zero);
+            let _pipeline = self.build_pipeline(&entry, &bindings, &sm, &ep.name);
             match scope.pop().await {
                 Some(e) => r.errors.push(format!("{entry}: {e}")),
                 None => r.pipelines += 1,

@@ -151,15 +151,15 @@ fn layout_entries(bindings: &[Binding]) -> Vec<wgpu::BindGroupLayoutEntry> {
 
 impl Gpu {
     /// The bind group layout of `bindings` and the compute pipeline of `module`'s `entry` over it
-    /// (labelled `label`): what [`Gpu::kernel`] caches and [`Gpu::compile_every_shader`] checks.
-    /// Errors go to the caller's error scope.
+    /// (labelled `label`), its workgroup memory zeroed by wgpu as the form `wg_zero` says: what
+    /// [`Gpu::kernel`] caches and [`Gpu::compile_every_shader`] checks. Errors go to the caller's
+    /// error scope.
     pub(crate) fn build_pipeline(
         &self,
         label: &str,
         bindings: &[Binding],
         module: &wgpu::ShaderModule,
         entry: &str,
-        zero_workgroup_memory: bool,
     ) -> (wgpu::ComputePipeline, wgpu::BindGroupLayout) {
         let layout = self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some(label),
@@ -176,7 +176,7 @@ impl Gpu {
             module,
             entry_point: Some(entry),
             compilation_options: wgpu::PipelineCompilationOptions {
-                zero_initialize_workgroup_memory: zero_workgroup_memory,
+                zero_initialize_workgroup_memory: self.forms.wg_zero,
                 ..Default::default()
             },
             cache: None,
@@ -216,12 +216,11 @@ impl Gpu {
         let checks = self.forms.checks(shader);
         let key = format!("{shader}[{}]::{entry}", variant.unwrap_or(""));
         // So are pipelines without zeroed workgroup memory, and poisoned ones.
-        let (zero, poison) = (self.forms.wg_zero, self.forms.wg_poison);
         let cache_key = format!(
             "{key}{}{}{}",
             if checks { "" } else { " unchecked" },
-            if zero { "" } else { " nozero" },
-            if poison { " poison" } else { "" }
+            if self.forms.wg_zero { "" } else { " nozero" },
+            if self.forms.wg_poison { " poison" } else { "" }
         );
         if let Some(k) = self.pipelines.lock().unwrap().get(&cache_key) {
             return Ok(k.clone());
@@ -234,7 +233,7 @@ impl Gpu {
 
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let sm = self.shader_module(&key, text, checks);
-        let (pipeline, layout) = self.build_pipeline(&key, &bindings, &sm, entry, zero);
+        let (pipeline, layout) = self.build_pipeline(&key, &bindings, &sm, entry);
         #[cfg(not(target_arch = "wasm32"))]
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(err(format!("pipeline creation failed: {e}")));

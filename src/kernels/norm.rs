@@ -223,6 +223,21 @@ pub struct NormGrads<'a> {
     pub dgain: View<'a>,
 }
 
+impl<'a> NormGrads<'a> {
+    /// Each tensor's name, view and element count at `rows` × `dim`, as [`check`] takes them.
+    fn needs(&self, rows: usize, dim: usize) -> Vec<(&'static str, &View<'a>, usize)> {
+        let n = rows.saturating_mul(dim);
+        vec![
+            ("x", &self.x, n),
+            ("gain", &self.gain, dim),
+            ("rstd", &self.rstd, rows),
+            ("dy", &self.dy, n),
+            ("dx", &self.dx, n),
+            ("dgain", &self.dgain, dim),
+        ]
+    }
+}
+
 /// RMSNorm backward from the saved `rstd`:
 /// `dx = r(γ⊙dy) − (r³/D)·x·Σ_i x_i γ_i dy_i` (written, or added when `accumulate_dx`), and
 /// `dgain[i] += Σ_rows dy·x·r` (always accumulates, fixed-order reduction over rows).
@@ -241,21 +256,9 @@ pub fn rmsnorm_backward(
     dim: usize,
     accumulate_dx: bool,
 ) -> Result<Vec<Dispatch>> {
+    check("rmsnorm backward", rows, dim, &t.needs(rows, dim))?;
     let NormGrads { x, gain, rstd, dy, dx, dgain } = t;
     let n = rows.saturating_mul(dim);
-    check(
-        "rmsnorm backward",
-        rows,
-        dim,
-        &[
-            ("x", &x, n),
-            ("gain", &gain, dim),
-            ("rstd", &rstd, rows),
-            ("dy", &dy, n),
-            ("dx", &dx, n),
-            ("dgain", &dgain, dim),
-        ],
-    )?;
     let p = params(gpu, rows, dim, 0.0, accumulate_dx);
     let pb = bytemuck::bytes_of(&p);
     let max = gpu.limits.max_compute_workgroups_per_dimension;
@@ -394,30 +397,21 @@ pub fn rmsnorm_backward_heads(
     accumulate_dx: bool,
     h: &HeadTerms,
 ) -> Result<Vec<Dispatch>> {
+    let m = h.m;
+    let mut needs = t.needs(rows, dim);
+    needs.extend([
+        ("dz", &h.dz, rows),
+        ("du", &h.du, rows * m),
+        ("w_beta", &h.w_beta, dim),
+        ("w_v", &h.w_v, m * dim),
+        ("dw_beta", &h.dw_beta, dim),
+        ("db_beta", &h.db_beta, 1),
+        ("dw_v", &h.dw_v, m * dim),
+        ("db_v", &h.db_v, m),
+    ]);
+    check("rmsnorm backward with heads", rows, dim, &needs)?;
     let NormGrads { x, gain, rstd, dy, dx, dgain } = t;
     let n = rows.saturating_mul(dim);
-    let m = h.m;
-    check(
-        "rmsnorm backward with heads",
-        rows,
-        dim,
-        &[
-            ("x", &x, n),
-            ("gain", &gain, dim),
-            ("rstd", &rstd, rows),
-            ("dy", &dy, n),
-            ("dx", &dx, n),
-            ("dgain", &dgain, dim),
-            ("dz", &h.dz, rows),
-            ("du", &h.du, rows * m),
-            ("w_beta", &h.w_beta, dim),
-            ("w_v", &h.w_v, m * dim),
-            ("dw_beta", &h.dw_beta, dim),
-            ("db_beta", &h.db_beta, 1),
-            ("dw_v", &h.dw_v, m * dim),
-            ("db_v", &h.db_v, m),
-        ],
-    )?;
     if !folds_heads(gpu, rows, dim, m, &[&x, &gain, &dy, &dx, &h.w_beta, &h.w_v]) {
         return Err(GpuError::Shape(format!(
             "rmsnorm backward with heads: needs the quad kernels (a CPU adapter, dim a multiple of 4, \
