@@ -64,6 +64,30 @@ impl ConvShape {
     }
 }
 
+/// Sizes of a value-axis (CC) compressor: `n` tokens, `d` features, `m` value channels, `kc` taps.
+#[derive(Clone, Copy, Debug)]
+pub struct ValueShape {
+    pub n: usize,
+    pub d: usize,
+    pub m: usize,
+    pub kc: usize,
+}
+
+/// A compressor's backward: what its forward read (the states `x`, κ, ρ), the gradient of its
+/// output (`da`), and the gradients it accumulates (`dx`, `dkappa`, `drho`; all `+=`). The
+/// token-axis walk ([`token_backward_walk`]) reads x, κ, ρ, ∂a and writes ∂X; its finish
+/// ([`token_backward_finish`]) reads κ, ρ and adds into dκ, dρ.
+#[derive(Clone, Copy)]
+pub struct ConvGrads<'a> {
+    pub x: View<'a>,
+    pub kappa: View<'a>,
+    pub rho: View<'a>,
+    pub da: View<'a>,
+    pub dx: View<'a>,
+    pub dkappa: View<'a>,
+    pub drho: View<'a>,
+}
+
 /// Uniform parameters shared by every entry point of `shortconv.wgsl` (48 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
@@ -387,43 +411,20 @@ fn token_params(gpu: &Gpu, s: &ConvShape) -> Params {
 /// Three dispatches: dx; per-chunk partials of P (scratch `[chunks, m, d, K]`); the chunk sums
 /// into dkappa and the drho sums (one workgroup per j). With K = 4 (every preset) dx and the
 /// partials come from one walk: two dispatches.
-#[allow(clippy::too_many_arguments)]
-pub fn token_backward(
-    gpu: &Gpu,
-    s: &ConvShape,
-    x: View,
-    kappa: View,
-    rho: View,
-    da: View,
-    dx: View,
-    dkappa: View,
-    drho: View,
-) -> Result<Vec<Dispatch>> {
-    token_backward_out(gpu, s, x, kappa, rho, da, dx, dkappa, drho, WalkOut::AddToDx)
+pub fn token_backward(gpu: &Gpu, s: &ConvShape, g: ConvGrads) -> Result<Vec<Dispatch>> {
+    token_backward_out(gpu, s, g, WalkOut::AddToDx)
 }
 
 /// [`token_backward`] with the state gradient put where `out` says ([`WalkOut`]).
-#[allow(clippy::too_many_arguments)]
-pub fn token_backward_out(
-    gpu: &Gpu,
-    s: &ConvShape,
-    x: View,
-    kappa: View,
-    rho: View,
-    da: View,
-    dx: View,
-    dkappa: View,
-    drho: View,
-    out: WalkOut,
-) -> Result<Vec<Dispatch>> {
+pub fn token_backward_out(gpu: &Gpu, s: &ConvShape, g: ConvGrads, out: WalkOut) -> Result<Vec<Dispatch>> {
     let what = "shortconv::token_backward";
     s.validate(what)?;
-    need(what, "dkappa", "[d, m, K]", &dkappa, s.d * s.m * s.kernel)?;
-    need(what, "drho", "[m]", &drho, s.m)?;
+    need(what, "dkappa", "[d, m, K]", &g.dkappa, s.d * s.m * s.kernel)?;
+    need(what, "drho", "[m]", &g.drho, s.m)?;
     let partial = token_partials(gpu, s, 1)?;
-    let mut out = token_backward_walk(gpu, s, x, kappa, rho, da, dx, partial.view(), out)?;
+    let mut out = token_backward_walk(gpu, s, g, partial.view(), out)?;
     out.last_mut().expect("at least one pass").scratch.push(partial.clone());
-    out.extend(token_backward_finish(gpu, s, kappa, rho, dkappa, drho, &partial, 1)?);
+    out.extend(token_backward_finish(gpu, s, g, &partial, 1)?);
     Ok(out)
 }
 
@@ -433,19 +434,15 @@ pub fn token_backward_out(
 /// have [`token_backward_finish`] add all of them at once.
 ///
 /// `out`: where the state gradient goes ([`WalkOut`]; the last two only where
-/// [`sums_into_de`] holds).
-#[allow(clippy::too_many_arguments)]
+/// [`sums_into_de`] holds). `g.dkappa` and `g.drho` are not touched here.
 pub fn token_backward_walk(
     gpu: &Gpu,
     s: &ConvShape,
-    x: View,
-    kappa: View,
-    rho: View,
-    da: View,
-    dx: View,
+    g: ConvGrads,
     partial: View,
     out: WalkOut,
 ) -> Result<Vec<Dispatch>> {
+    let ConvGrads { x, kappa, rho, da, dx, .. } = g;
     let adds = matches!(out, WalkOut::AddToDx);
     // The entry points of each layout: plain, quads, batched; the sweep is the plain one + `_s`.
     let (de, entry, entry_q, entry_b) = match out {
@@ -560,18 +557,15 @@ pub fn token_partial_slot<'a>(gpu: &Gpu, s: &ConvShape, partial: &'a Tensor, c: 
 /// (GPUs), the same sums spread over the grid: group sums of `FINISH_GROUP_ROWS` rows
 /// (`token_finish_groups`, skipped for few rows), one invocation per kernel element
 /// (`token_finish_elems`: dkappa and the drho terms), then `reduce_drho` — two or three
-/// dispatches.
-#[allow(clippy::too_many_arguments)]
+/// dispatches. Of `g`, only κ, ρ, dκ and dρ are used.
 pub fn token_backward_finish(
     gpu: &Gpu,
     s: &ConvShape,
-    kappa: View,
-    rho: View,
-    dkappa: View,
-    drho: View,
+    g: ConvGrads,
     partial: &Tensor,
     calls: usize,
 ) -> Result<Vec<Dispatch>> {
+    let ConvGrads { kappa, rho, dkappa, drho, .. } = g;
     let what = "shortconv::token_backward";
     let (dm, k) = (s.d * s.m, s.kernel);
     need(what, "dkappa", "[d, m, K]", &dkappa, dm * k)?;
@@ -653,7 +647,8 @@ fn value_params(n: usize, d: usize, m: usize, kc: usize) -> Params {
     }
 }
 
-fn value_validate(what: &str, n: usize, d: usize, m: usize, kc: usize) -> Result<()> {
+fn value_validate(what: &str, vs: &ValueShape) -> Result<()> {
+    let ValueShape { n, d, m, kc } = *vs;
     if n == 0 || d == 0 || m == 0 || kc == 0 {
         return Err(GpuError::Shape(format!("{what}: every size must be at least 1, got n={n} d={d} m={m} kc={kc}")));
     }
@@ -667,20 +662,10 @@ fn value_validate(what: &str, n: usize, d: usize, m: usize, kc: usize) -> Result
 ///
 /// `x` `[n, d, m]`, `kappa` `[d, kc]`, `rho` `[m]`; `a` `[n, d]` is written. Any kc ≥ 1 (the
 /// reference configurations have kc = m).
-#[allow(clippy::too_many_arguments)]
-pub fn value_forward(
-    gpu: &Gpu,
-    n: usize,
-    d: usize,
-    m: usize,
-    kc: usize,
-    x: View,
-    kappa: View,
-    rho: View,
-    a: View,
-) -> Result<Vec<Dispatch>> {
+pub fn value_forward(gpu: &Gpu, vs: &ValueShape, x: View, kappa: View, rho: View, a: View) -> Result<Vec<Dispatch>> {
     let what = "shortconv::value_forward";
-    value_validate(what, n, d, m, kc)?;
+    value_validate(what, vs)?;
+    let ValueShape { n, d, m, kc } = *vs;
     need(what, "x", "[n, d, m]", &x, n * d * m)?;
     need(what, "kappa", "[d, kc]", &kappa, d * kc)?;
     need(what, "rho", "[m]", &rho, m)?;
@@ -724,23 +709,11 @@ fn value_quads(gpu: &Gpu, d: usize, m: usize) -> bool {
 /// Three dispatches: dx together with per-chunk partials of ∂Ω (one pass over X, da, dx;
 /// scratch `[chunks, d, m]`); per feature, the chunk sum (scratch ∂Ω `[d, m]`), dkappa and the
 /// drho terms (scratch `[d, m]`); one workgroup per r for drho.
-#[allow(clippy::too_many_arguments)]
-pub fn value_backward(
-    gpu: &Gpu,
-    n: usize,
-    d: usize,
-    m: usize,
-    kc: usize,
-    x: View,
-    kappa: View,
-    rho: View,
-    da: View,
-    dx: View,
-    dkappa: View,
-    drho: View,
-) -> Result<Vec<Dispatch>> {
+pub fn value_backward(gpu: &Gpu, vs: &ValueShape, g: ConvGrads) -> Result<Vec<Dispatch>> {
     let what = "shortconv::value_backward";
-    value_validate(what, n, d, m, kc)?;
+    value_validate(what, vs)?;
+    let ValueShape { n, d, m, kc } = *vs;
+    let ConvGrads { x, kappa, rho, da, dx, dkappa, drho } = g;
     let dm = d * m;
     need(what, "x", "[n, d, m]", &x, n * dm)?;
     need(what, "kappa", "[d, kc]", &kappa, d * kc)?;

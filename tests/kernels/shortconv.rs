@@ -5,7 +5,7 @@
 
 use super::common::*;
 use ddl::gpu::{Dispatch, GpuError};
-use ddl::kernels::shortconv::{self, ConvShape};
+use ddl::kernels::shortconv::{self, ConvGrads, ConvShape, ValueShape};
 use ddl::testing::f64s;
 
 fn shape(batch: usize, seq: usize, d: usize, m: usize, kernel: usize) -> ConvShape {
@@ -314,34 +314,20 @@ fn run_gpu(gpu: &Gpu, inp: &Inputs, out_len: usize, fwd: &Fwd, bwd: &Bwd) -> Out
     Outputs { a: read(gpu, &a), dx: read(gpu, &dx), dk: read(gpu, &dk), dr: read(gpu, &dr) }
 }
 
+/// The backward's seven views (x, κ, ρ, ∂a, ∂X, dκ, dρ) as the launchers take them.
+fn grads<'a>([x, kappa, rho, da, dx, dkappa, drho]: [ddl::gpu::View<'a>; 7]) -> ConvGrads<'a> {
+    ConvGrads { x, kappa, rho, da, dx, dkappa, drho }
+}
+
 fn run_token(gpu: &Gpu, s: &ConvShape, inp: &Inputs) -> Outputs {
-    run_gpu(gpu, inp, s.tokens() * s.d, &|g, x, k, r, a| shortconv::token_forward(g, s, x, k, r, a), &|g,
-                                                                                                       [
-        x,
-        k,
-        r,
-        da,
-        dx,
-        dk,
-        dr,
-    ]| {
-        shortconv::token_backward(g, s, x, k, r, da, dx, dk, dr)
-    })
+    let fwd: &Fwd = &|g, x, k, r, a| shortconv::token_forward(g, s, x, k, r, a);
+    run_gpu(gpu, inp, s.tokens() * s.d, fwd, &|g, v| shortconv::token_backward(g, s, grads(v)))
 }
 
 fn run_value(gpu: &Gpu, n: usize, d: usize, m: usize, kc: usize, inp: &Inputs) -> Outputs {
-    run_gpu(gpu, inp, n * d, &|g, x, k, r, a| shortconv::value_forward(g, n, d, m, kc, x, k, r, a), &|g,
-                                                                                                      [
-        x,
-        k,
-        r,
-        da,
-        dx,
-        dk,
-        dr,
-    ]| {
-        shortconv::value_backward(g, n, d, m, kc, x, k, r, da, dx, dk, dr)
-    })
+    let vs = ValueShape { n, d, m, kc };
+    let fwd: &Fwd = &|g, x, k, r, a| shortconv::value_forward(g, &vs, x, k, r, a);
+    run_gpu(gpu, inp, n * d, fwd, &|g, v| shortconv::value_backward(g, &vs, grads(v)))
 }
 
 /// Compares with `assert_close`, or with [`assert_close_large`] beyond a million elements.
@@ -648,8 +634,15 @@ fn cc_compressor_in_quads_matches_float64_and_the_plain_kernels() {
                     let (tx, tk, tr) =
                         (upload(gpu, "x", &inp.x), upload(gpu, "kappa", &inp.kappa), upload(gpu, "rho", &inp.rho));
                     let out = poisoned(gpu, "a", &[n * d]);
-                    let ds = shortconv::value_forward(gpu, n, d, m, kc, tx.view(), tk.view(), tr.view(), out.view())
-                        .unwrap();
+                    let ds = shortconv::value_forward(
+                        gpu,
+                        &ValueShape { n, d, m, kc },
+                        tx.view(),
+                        tk.view(),
+                        tr.view(),
+                        out.view(),
+                    )
+                    .unwrap();
                     assert_eq!(ds[0].kernel.name.contains("value_forward_wq"), quads, "{}", ds[0].kernel.name);
                     run_value(gpu, n, d, m, kc, &inp)
                 },
@@ -738,31 +731,24 @@ fn compressor_shape_errors_name_the_tensor_and_are_not_panics() {
     let e = shortconv::token_backward(
         &gpu,
         &s,
-        x.view(),
-        kappa.view(),
-        rho.view(),
-        a.view(),
-        short.view(),
-        kappa.view(),
-        rho.view(),
+        grads([x.view(), kappa.view(), rho.view(), a.view(), short.view(), kappa.view(), rho.view()]),
     )
     .unwrap_err();
     assert!(e.to_string().contains("'dx'"), "{e}");
-    let e = shortconv::value_forward(&gpu, 3, 2, 8, 3, x.view(), kappa.view(), short.view(), a.view()).unwrap_err();
+    let e = shortconv::value_forward(
+        &gpu,
+        &ValueShape { n: 3, d: 2, m: 8, kc: 3 },
+        x.view(),
+        kappa.view(),
+        short.view(),
+        a.view(),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("'rho'"), "{e}");
     let e = shortconv::value_backward(
         &gpu,
-        6,
-        4,
-        2,
-        0,
-        x.view(),
-        kappa.view(),
-        rho.view(),
-        a.view(),
-        x.view(),
-        kappa.view(),
-        rho.view(),
+        &ValueShape { n: 6, d: 4, m: 2, kc: 0 },
+        grads([x.view(), kappa.view(), rho.view(), a.view(), x.view(), kappa.view(), rho.view()]),
     )
     .unwrap_err();
     assert!(matches!(e, GpuError::Shape(_)), "{e}");
@@ -800,34 +786,12 @@ fn two_compressor_calls_sharing_one_finish_match_float64() {
         let (tdx1, tdx2, tdk, tdr) = (up("dx1", &dx01), up("dx2", &dx02), up("dk", &dk0), up("dr", &dr0));
         let part = shortconv::token_partials(&gpu, &s, 2).unwrap();
         let slot = |c| shortconv::token_partial_slot(&gpu, &s, &part, c);
-        let mut ds = shortconv::token_backward_walk(
-            &gpu,
-            &s,
-            tx1.view(),
-            tk.view(),
-            tr.view(),
-            tda1.view(),
-            tdx1.view(),
-            slot(0),
-            shortconv::WalkOut::AddToDx,
-        )
-        .unwrap();
-        ds.extend(
-            shortconv::token_backward_walk(
-                &gpu,
-                &s,
-                tx2.view(),
-                tk.view(),
-                tr.view(),
-                tda2.view(),
-                tdx2.view(),
-                slot(1),
-                shortconv::WalkOut::AddToDx,
-            )
-            .unwrap(),
-        );
-        let finish =
-            shortconv::token_backward_finish(&gpu, &s, tk.view(), tr.view(), tdk.view(), tdr.view(), &part, 2).unwrap();
+        let g1 = grads([tx1.view(), tk.view(), tr.view(), tda1.view(), tdx1.view(), tdk.view(), tdr.view()]);
+        let g2 = ConvGrads { x: tx2.view(), da: tda2.view(), dx: tdx2.view(), ..g1 };
+        let add = || shortconv::WalkOut::AddToDx;
+        let mut ds = shortconv::token_backward_walk(&gpu, &s, g1, slot(0), add()).unwrap();
+        ds.extend(shortconv::token_backward_walk(&gpu, &s, g2, slot(1), add()).unwrap());
+        let finish = shortconv::token_backward_finish(&gpu, &s, g2, &part, 2).unwrap();
         // One dispatch, or the wide finish's two or three (its group pass with many rows).
         let passes = finish.len();
         assert!(
@@ -928,19 +892,11 @@ fn the_compressor_walk_can_write_dx_or_the_replication_gradient_instead_of_addin
     let s = shape(1, 9, 2, 2, 3);
     let t = |l: &str, len: usize| poisoned(&gpu, l, &[len]);
     let (x, k, r, da, dx, de) = (t("x", 36), t("k", 12), t("r", 2), t("da", 18), t("dx", 36), t("de", 18));
+    let (dk, dr) = (t("dk", 12), t("dr", 2));
     let part = shortconv::token_partials(&gpu, &s, 1).unwrap();
-    let err = shortconv::token_backward_walk(
-        &gpu,
-        &s,
-        x.view(),
-        k.view(),
-        r.view(),
-        da.view(),
-        dx.view(),
-        part.view(),
-        shortconv::WalkOut::SumIntoDe(de.view()),
-    )
-    .expect_err("K = 3 has no one-walk kernel");
+    let g = grads([x.view(), k.view(), r.view(), da.view(), dx.view(), dk.view(), dr.view()]);
+    let err = shortconv::token_backward_walk(&gpu, &s, g, part.view(), shortconv::WalkOut::SumIntoDe(de.view()))
+        .expect_err("K = 3 has no one-walk kernel");
     assert!(err.to_string().contains("de"), "{err}");
 }
 
@@ -960,19 +916,12 @@ fn the_walk_writes_dx_or_de_against_float64(gpu: &Gpu) {
         let up = |l: &str, v: &[f32]| upload(gpu, l, v);
         let (tx, tk, tr, tda, tdx) = (up("x", &x), up("kappa", &kappa), up("rho", &rho), up("da", &da), up("dx", &dx0));
         let de = poisoned(gpu, "de", &[n * d]);
+        // The walk leaves dκ and dρ alone: stand-ins that nothing may read.
+        let (dk, dr) = (poisoned(gpu, "dk", &[d * m * k]), poisoned(gpu, "dr", &[m]));
+        let g = grads([tx.view(), tk.view(), tr.view(), tda.view(), tdx.view(), dk.view(), dr.view()]);
         let part = shortconv::token_partials(gpu, &s, 1).unwrap();
-        let ds = shortconv::token_backward_walk(
-            gpu,
-            &s,
-            tx.view(),
-            tk.view(),
-            tr.view(),
-            tda.view(),
-            tdx.view(),
-            part.view(),
-            shortconv::WalkOut::SumIntoDe(de.view()),
-        )
-        .unwrap();
+        let ds =
+            shortconv::token_backward_walk(gpu, &s, g, part.view(), shortconv::WalkOut::SumIntoDe(de.view())).unwrap();
         run(gpu, &ds);
         close(&format!("de {s:?}"), &read(gpu, &de), &want, 1e-5, rng.seed);
         let after = read(gpu, &tdx);
@@ -980,18 +929,8 @@ fn the_walk_writes_dx_or_de_against_float64(gpu: &Gpu) {
         // WriteDx: the gradient alone into a poisoned dx (nothing read from it).
         let fresh = poisoned(gpu, "dx fresh", &[n * d * m]);
         let part = shortconv::token_partials(gpu, &s, 1).unwrap();
-        let ds = shortconv::token_backward_walk(
-            gpu,
-            &s,
-            tx.view(),
-            tk.view(),
-            tr.view(),
-            tda.view(),
-            fresh.view(),
-            part.view(),
-            shortconv::WalkOut::WriteDx,
-        )
-        .unwrap();
+        let g = ConvGrads { dx: fresh.view(), ..g };
+        let ds = shortconv::token_backward_walk(gpu, &s, g, part.view(), shortconv::WalkOut::WriteDx).unwrap();
         run(gpu, &ds);
         close(&format!("written dx {s:?}"), &read(gpu, &fresh), &wdx, 1e-5, rng.seed);
     }

@@ -36,6 +36,17 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
         drho.clone(),
     ];
     let shape = format!("B={} T={} d={d} m={m}", b.b, b.t);
+    let vs = ValueShape { n, d, m, kc: m };
+    // The backward's views: the states, κ and dκ vary (token or CC kernel, f32 or f16 state).
+    let grads = |x, kappa, dkappa| ConvGrads {
+        x,
+        kappa,
+        rho: rho.view(),
+        da: da.view(),
+        dx: dx.view(),
+        dkappa,
+        drho: drho.view(),
+    };
     let mut out = vec![
         KernelBench {
             name: format!("shortconv token_forward {shape} K={k}"),
@@ -46,17 +57,7 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
         },
         KernelBench {
             name: format!("shortconv token_backward {shape} K={k}"),
-            dispatches: token_backward(
-                gpu,
-                &s,
-                x.view(),
-                kt.view(),
-                rho.view(),
-                da.view(),
-                dx.view(),
-                dkt.view(),
-                drho.view(),
-            )?,
+            dispatches: token_backward(gpu, &s, grads(x.view(), kt.view(), dkt.view()))?,
             // dx: K taps + scale + add; P: K taps; finalize and drho are O(d·m·K).
             flops: 2.0 * state * kf + 2.0 * state + 2.0 * state * kf,
             // Read X, da, dx; write dx; read+write dkappa.
@@ -64,26 +65,13 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
         },
         KernelBench {
             name: format!("shortconv value_forward {shape} kc={m}"),
-            dispatches: value_forward(gpu, n, d, m, m, x.view(), kv.view(), rho.view(), a.view())?,
+            dispatches: value_forward(gpu, &vs, x.view(), kv.view(), rho.view(), a.view())?,
             flops: 2.0 * state,
             bytes: 4.0 * (state + ndf + dmf),
         },
         KernelBench {
             name: format!("shortconv value_backward {shape} kc={m}"),
-            dispatches: value_backward(
-                gpu,
-                n,
-                d,
-                m,
-                m,
-                x.view(),
-                kv.view(),
-                rho.view(),
-                da.view(),
-                dx.view(),
-                dkv.view(),
-                drho.view(),
-            )?,
+            dispatches: value_backward(gpu, &vs, grads(x.view(), kv.view(), dkv.view()))?,
             // dx += da·Ω and ∂Ω += da·X per state element.
             flops: 4.0 * state,
             bytes: 4.0 * (3.0 * state + ndf + 2.0 * dmf),
@@ -94,8 +82,7 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
         let s = ConvShape { state_f16: true, ..s };
         let x16 = t("x_f16", s.state_elems())?;
         let mut f = token_forward(gpu, &s, x16.view(), kt.view(), rho.view(), a.view())?;
-        let mut bk =
-            token_backward(gpu, &s, x16.view(), kt.view(), rho.view(), da.view(), dx.view(), dkt.view(), drho.view())?;
+        let mut bk = token_backward(gpu, &s, grads(x16.view(), kt.view(), dkt.view()))?;
         f[0].scratch.push(x16.clone());
         bk[0].scratch.push(x16);
         out.push(KernelBench {

@@ -2,7 +2,7 @@
 //! the readout, along the token axis (causal, K_s taps) or the value axis.
 
 use crate::gpu::{Op, Result, Tensor};
-use crate::kernels::shortconv::{self, ConvShape};
+use crate::kernels::shortconv::{self, ConvGrads, ConvShape, ValueShape};
 
 use super::Rec;
 
@@ -25,7 +25,8 @@ pub(crate) fn forward(r: &mut Rec, prefix: &str, boundary: usize, x: &Tensor, a:
         return Ok(());
     }
     if c.variant.value_axis() {
-        r.run(shortconv::value_forward(r.gpu, r.n(), c.d_model, c.m(), c.state_kernel, x.view(), kappa, rho, a.view()))
+        let vs = ValueShape { n: r.n(), d: c.d_model, m: c.m(), kc: c.state_kernel };
+        r.run(shortconv::value_forward(r.gpu, &vs, x.view(), kappa, rho, a.view()))
     } else {
         r.run(shortconv::token_forward(r.gpu, &r.conv_shape(c.state_kernel), x.view(), kappa, rho, a.view()))
     }
@@ -62,42 +63,21 @@ pub(crate) fn backward(
     let c = r.c;
     let (kappa, rho) = (r.pv(&format!("{prefix}.kernel")), r.pv(&format!("{prefix}.read")));
     let (dkappa, drho) = (r.gv(&format!("{prefix}.kernel")), r.gv(&format!("{prefix}.read")));
+    let g = ConvGrads { x: x.view(), kappa, rho, da: da.view(), dx: dx.view(), dkappa, drho };
     if c.variant.value_axis() {
-        let ds = shortconv::value_backward(
-            gpu,
-            r.n(),
-            c.d_model,
-            c.m(),
-            c.state_kernel,
-            x.view(),
-            kappa,
-            rho,
-            da.view(),
-            dx.view(),
-            dkappa,
-            drho,
-        );
-        r.run(ds)
+        let vs = ValueShape { n: r.n(), d: c.d_model, m: c.m(), kc: c.state_kernel };
+        r.run(shortconv::value_backward(gpu, &vs, g))
     } else if let Some((part, slot)) = shared {
         let cs = r.conv_shape(c.state_kernel);
-        let mut walk = shortconv::token_backward_walk(
-            gpu,
-            &cs,
-            x.view(),
-            kappa,
-            rho,
-            da.view(),
-            dx.view(),
-            shortconv::token_partial_slot(gpu, &cs, part, slot),
-            de.map_or(shortconv::WalkOut::AddToDx, |t| shortconv::WalkOut::SumIntoDe(t.view())),
-        )?;
+        let slot_view = shortconv::token_partial_slot(gpu, &cs, part, slot);
+        let out = de.map_or(shortconv::WalkOut::AddToDx, |t| shortconv::WalkOut::SumIntoDe(t.view()));
+        let mut walk = shortconv::token_backward_walk(gpu, &cs, g, slot_view, out)?;
         walk.last_mut().expect("at least one pass").scratch.push(part.clone());
         if slot == 1 {
-            walk.extend(shortconv::token_backward_finish(gpu, &cs, kappa, rho, dkappa, drho, part, 2)?);
+            walk.extend(shortconv::token_backward_finish(gpu, &cs, g, part, 2)?);
         }
         r.run(Ok(walk))
     } else {
-        let cs = r.conv_shape(c.state_kernel);
-        r.run(shortconv::token_backward(gpu, &cs, x.view(), kappa, rho, da.view(), dx.view(), dkappa, drho))
+        r.run(shortconv::token_backward(gpu, &r.conv_shape(c.state_kernel), g))
     }
 }

@@ -162,18 +162,16 @@ pub(crate) fn backward(r: &mut Rec) -> Result<usize> {
     if !var.value_axis() && shortconv::sums_into_de(gpu, &cs) {
         let (kappa, rho) = (r.pv("readout.kernel"), r.pv("readout.read"));
         let (dkappa, drho) = (r.gv("readout.kernel"), r.gv("readout.read"));
-        r.run(shortconv::token_backward_out(
-            gpu,
-            &cs,
-            a.xs.last().unwrap().view(),
+        let grads = shortconv::ConvGrads {
+            x: a.xs.last().unwrap().view(),
             kappa,
             rho,
-            g.dz.view(),
-            g.dx[cur].view(),
+            da: g.dz.view(),
+            dx: g.dx[cur].view(),
             dkappa,
             drho,
-            shortconv::WalkOut::WriteDx,
-        ))?;
+        };
+        r.run(shortconv::token_backward_out(gpu, &cs, grads, shortconv::WalkOut::WriteDx))?;
     } else {
         r.push(Op::Zero(g.dx[cur].clone()));
         compress::backward(r, "readout", a.xs.last().unwrap(), &g.dz, &g.dx[cur], None, None)?;
