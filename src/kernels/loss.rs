@@ -10,9 +10,30 @@
 //! Logits larger than one storage binding (e.g. N·V·4 > 128 MiB with V = 50304) are bound in
 //! aligned chunks of rows; per-row results do not depend on the chunking.
 
+use std::ops::Range;
+
 use crate::gpu::{DType, Dispatch, Gpu, GpuError, Result, Tensor, View, grid_1d};
 use crate::kernels::gcd;
 use crate::kernels::reduce::{align_elems, binding_elems, check_distinct, check_len, chunk_too_small, chunks};
+
+/// A cross-entropy's sizes: `n` rows of `vocab` logits, label smoothing α (`label_smoothing`).
+#[derive(Clone, Copy, Debug)]
+pub struct CeShape {
+    pub n: usize,
+    pub vocab: usize,
+    pub label_smoothing: f32,
+}
+
+/// A cross-entropy's views: `logits` `[n, vocab]`, `targets` i32 `[n]` (−1 = ignored), `lse`
+/// `[n]` and `out` `[2]` = (mean loss over the valid rows, their count as f32) — written by the
+/// forward, read by the backward.
+#[derive(Clone, Copy)]
+pub struct CeIo<'a> {
+    pub logits: View<'a>,
+    pub targets: View<'a>,
+    pub lse: View<'a>,
+    pub out: View<'a>,
+}
 
 /// Rows one `ce_partials` workgroup sums (`BLOCK` in the shader).
 const BLOCK: usize = 4096;
@@ -75,7 +96,8 @@ fn row_chunks(gpu: &Gpu, op: &str, n: usize, vocab: usize, max_chunk: usize) -> 
     Ok(chunks(n, rows))
 }
 
-fn check_common(op: &str, logits: &View, targets: &View, lse: &View, out: &View, n: usize, vocab: usize) -> Result<()> {
+fn check_common(op: &str, s: &CeShape, io: &CeIo) -> Result<()> {
+    let (CeShape { n, vocab, .. }, CeIo { logits, targets, lse, out }) = (*s, io);
     if vocab == 0 || vocab >= 1 << 24 {
         return Err(GpuError::Shape(format!("{op}: vocab must be in [1, 2^24), got {vocab}")));
     }
@@ -85,44 +107,22 @@ fn check_common(op: &str, logits: &View, targets: &View, lse: &View, out: &View,
     check_len(op, "out", out, 2, "mean loss and valid count")
 }
 
-/// Cross-entropy forward. `logits` `[n, vocab]`, `targets` i32 `[n]` (−1 = ignored); writes
-/// `lse` `[n]` (saved for the backward) and `out` `[2]` = (mean loss over the valid rows,
-/// number of valid rows as f32); all rows ignored → (0, 0). Scratch: per-row losses and
-/// per-4096-row partials.
-#[allow(clippy::too_many_arguments)]
-pub fn cross_entropy_forward(
-    gpu: &Gpu,
-    logits: View,
-    targets: View,
-    lse: View,
-    out: View,
-    n: usize,
-    vocab: usize,
-    label_smoothing: f32,
-) -> Result<Vec<Dispatch>> {
-    cross_entropy_forward_chunked(gpu, logits, targets, lse, out, n, vocab, label_smoothing, usize::MAX)
+/// Cross-entropy forward ([`CeIo`]): reads `logits` and `targets`; writes `lse` (saved for the
+/// backward) and `out` = (mean loss over the valid rows, number of valid rows as f32); all rows
+/// ignored → (0, 0). Scratch: per-row losses and per-4096-row partials.
+pub fn cross_entropy_forward(gpu: &Gpu, s: &CeShape, io: CeIo) -> Result<Vec<Dispatch>> {
+    cross_entropy_forward_chunked(gpu, s, io, usize::MAX)
 }
 
 /// [`cross_entropy_forward`] binding at most `max_chunk` logits per dispatch; for testing the
 /// row chunking.
 #[doc(hidden)]
-#[allow(clippy::too_many_arguments)]
-pub fn cross_entropy_forward_chunked(
-    gpu: &Gpu,
-    logits: View,
-    targets: View,
-    lse: View,
-    out: View,
-    n: usize,
-    vocab: usize,
-    label_smoothing: f32,
-    max_chunk: usize,
-) -> Result<Vec<Dispatch>> {
+pub fn cross_entropy_forward_chunked(gpu: &Gpu, s: &CeShape, io: CeIo, max_chunk: usize) -> Result<Vec<Dispatch>> {
     const OP: &str = "cross_entropy_forward";
-    check_common(OP, &logits, &targets, &lse, &out, n, vocab)?;
-    let ce = RowSlices::new(gpu, n, vocab, label_smoothing)?;
-    let mut ds = ce.forward_rows_chunked(gpu, logits, targets, lse, 0, n, max_chunk)?;
-    ds.extend(ce.finish(gpu, targets, out)?);
+    check_common(OP, s, &io)?;
+    let ce = RowSlices::new(gpu, s)?;
+    let mut ds = ce.forward_rows_chunked(gpu, io.logits, io.targets, io.lse, 0..s.n, max_chunk)?;
+    ds.extend(ce.finish(gpu, io.targets, io.out)?);
     Ok(ds)
 }
 
@@ -147,8 +147,9 @@ pub struct RowSlices {
 }
 
 impl RowSlices {
-    /// The scratch of a loss over `n` rows of `vocab` logits with label smoothing `alpha`.
-    pub fn new(gpu: &Gpu, n: usize, vocab: usize, label_smoothing: f32) -> Result<RowSlices> {
+    /// The scratch of a loss of shape `s`.
+    pub fn new(gpu: &Gpu, s: &CeShape) -> Result<RowSlices> {
+        let CeShape { n, vocab, label_smoothing } = *s;
         if vocab == 0 || vocab >= 1 << 24 {
             return Err(GpuError::Shape(format!("cross entropy: vocab must be in [1, 2^24), got {vocab}")));
         }
@@ -162,6 +163,10 @@ impl RowSlices {
             row_loss: Tensor::zeros(gpu, "cross_entropy.row_loss", &[n.max(1)], DType::F32)?,
             parts: Tensor::zeros(gpu, "cross_entropy.partials", &[2 * nparts], DType::F32)?,
         })
+    }
+
+    fn shape(&self) -> CeShape {
+        CeShape { n: self.n, vocab: self.vocab, label_smoothing: self.alpha }
     }
 
     fn params(&self) -> Params {
@@ -181,35 +186,34 @@ impl RowSlices {
         self.reduce(gpu, targets, out, true)
     }
 
-    /// The forward of rows `r0 .. r0 + rows`: `logits` holds those rows' logits (`[rows, vocab]`);
-    /// writes their lse (into `lse` `[n]` at `r0`) and their losses.
+    /// The forward of `rows` (of the loss's n): `logits` holds those rows' logits
+    /// (`[rows.len(), vocab]`); writes their lse (into `lse` `[n]` at `rows.start`) and their
+    /// losses.
     pub fn forward_rows(
         &self,
         gpu: &Gpu,
         logits: View,
         targets: View,
         lse: View,
-        r0: usize,
-        rows: usize,
+        rows: Range<usize>,
     ) -> Result<Vec<Dispatch>> {
-        self.forward_rows_chunked(gpu, logits, targets, lse, r0, rows, usize::MAX)
+        self.forward_rows_chunked(gpu, logits, targets, lse, rows, usize::MAX)
     }
 
     /// [`RowSlices::forward_rows`] binding at most `max_chunk` logits per dispatch; for testing.
     #[doc(hidden)]
-    #[allow(clippy::too_many_arguments)]
     pub fn forward_rows_chunked(
         &self,
         gpu: &Gpu,
         logits: View,
         targets: View,
         lse: View,
-        r0: usize,
-        rows: usize,
+        rows: Range<usize>,
         max_chunk: usize,
     ) -> Result<Vec<Dispatch>> {
         const OP: &str = "cross_entropy_forward";
-        check_rows(OP, self.n, self.vocab, &logits, &targets, &lse, r0, rows)?;
+        check_rows(OP, &self.shape(), &logits, &targets, &lse, &rows)?;
+        let (r0, rows) = (rows.start, rows.len());
         check_distinct(OP, &[("lse", lse.buffer)], &[("logits", logits.buffer), ("targets", targets.buffer)])?;
         let maxdim = gpu.limits.max_compute_workgroups_per_dimension;
         let (n, v) = (self.n, self.vocab);
@@ -264,61 +268,36 @@ impl RowSlices {
         Ok(vec![d, f])
     }
 
-    /// The backward of rows `r0 .. r0 + rows` (as [`cross_entropy_backward`] writes them):
-    /// `logits` and `dlogits` hold those rows (`[rows, vocab]`; `dlogits` may be `logits`
-    /// itself, written over), `out` the count [`RowSlices::count`] or the forward left.
-    #[allow(clippy::too_many_arguments)]
+    /// The backward of `rows` (as [`cross_entropy_backward`] writes them): `io.logits` and
+    /// `dlogits` hold those rows (`[rows.len(), vocab]`; `dlogits` may be `io.logits` itself,
+    /// written over), `io.out` the count [`RowSlices::count`] or the forward left.
     pub fn backward_rows(
         &self,
         gpu: &Gpu,
-        logits: View,
-        targets: View,
-        lse: View,
-        out: View,
+        io: CeIo,
         dlogits: View,
-        r0: usize,
-        rows: usize,
+        rows: Range<usize>,
         scale: f32,
     ) -> Result<Vec<Dispatch>> {
-        backward_rows(
-            gpu,
-            self.n,
-            self.vocab,
-            self.alpha,
-            logits,
-            targets,
-            lse,
-            out,
-            dlogits,
-            r0,
-            rows,
-            scale,
-            usize::MAX,
-        )
+        backward_rows(gpu, &self.shape(), io, dlogits, rows, scale, usize::MAX)
     }
 }
 
-/// The backward of rows `r0 .. r0 + rows` of a loss over `n` rows ([`RowSlices::backward_rows`]),
-/// binding at most `max_chunk` logits per dispatch.
-#[allow(clippy::too_many_arguments)]
+/// The backward of `rows` of a loss of shape `s` ([`RowSlices::backward_rows`]), binding at most
+/// `max_chunk` logits per dispatch.
 fn backward_rows(
     gpu: &Gpu,
-    n: usize,
-    vocab: usize,
-    label_smoothing: f32,
-    logits: View,
-    targets: View,
-    lse: View,
-    out: View,
+    s: &CeShape,
+    io: CeIo,
     dlogits: View,
-    r0: usize,
-    rows: usize,
+    rows: Range<usize>,
     scale: f32,
     max_chunk: usize,
 ) -> Result<Vec<Dispatch>> {
     const OP: &str = "cross_entropy_backward";
-    let v = vocab;
-    check_rows(OP, n, v, &logits, &targets, &lse, r0, rows)?;
+    let (CeShape { n, vocab: v, label_smoothing }, CeIo { logits, targets, lse, out }) = (*s, io);
+    check_rows(OP, s, &logits, &targets, &lse, &rows)?;
+    let (r0, rows) = (rows.start, rows.len());
     check_len(OP, "out", &out, 2, "mean loss and valid count")?;
     check_len(OP, "dlogits", &dlogits, rows * v, &format!("rows {rows} × vocab {v}"))?;
     let inplace = std::ptr::eq(dlogits.buffer, logits.buffer) && dlogits.offset == logits.offset;
@@ -359,23 +338,14 @@ fn backward_rows(
         .collect()
 }
 
-/// `rows` rows from `r0` within a loss of `n` rows of `vocab` logits: the slice's logits and
-/// the whole loss's targets and lse. (The vocabulary itself was checked by `RowSlices::new` or
-/// `check_common`.)
-#[allow(clippy::too_many_arguments)]
-fn check_rows(
-    op: &str,
-    n: usize,
-    vocab: usize,
-    logits: &View,
-    targets: &View,
-    lse: &View,
-    r0: usize,
-    rows: usize,
-) -> Result<()> {
-    if rows == 0 || r0 + rows > n {
-        return Err(GpuError::Shape(format!("{op}: rows {r0}..{} outside the loss's {n} rows", r0 + rows)));
+/// `rows` within a loss of shape `s`: the slice's logits and the whole loss's targets and lse.
+/// (The vocabulary itself was checked by `RowSlices::new` or `check_common`.)
+fn check_rows(op: &str, s: &CeShape, logits: &View, targets: &View, lse: &View, rows: &Range<usize>) -> Result<()> {
+    let (n, vocab) = (s.n, s.vocab);
+    if rows.is_empty() || rows.end > n {
+        return Err(GpuError::Shape(format!("{op}: rows {}..{} outside the loss's {n} rows", rows.start, rows.end)));
     }
+    let rows = rows.len();
     check_len(op, "logits", logits, rows * vocab, &format!("rows {rows} × vocab {vocab}"))?;
     check_len(op, "targets", targets, n, &format!("n {n}"))?;
     check_len(op, "lse", lse, n, &format!("n {n}"))
@@ -383,36 +353,12 @@ fn check_rows(
 
 /// Cross-entropy backward: `dlogits` `[n, vocab]` (written) =
 /// `scale·(softmax − (1−α)·onehot(y) − α/V) / n_valid` for valid rows, 0 for ignored rows, with
-/// `n_valid = out[1]` read on the GPU (0 → all zeros). `lse` and `out` are the forward's.
-/// `dlogits` may be `logits` itself (the same view): the gradient is then written over the
+/// `n_valid = out[1]` read on the GPU (0 → all zeros). `io.lse` and `io.out` are the forward's.
+/// `dlogits` may be `io.logits` itself (the same view): the gradient is then written over the
 /// logits (variant `inplace`, what training programs do: the same values, one [n, V] buffer
 /// less); any other overlap with an input is refused.
-#[allow(clippy::too_many_arguments)]
-pub fn cross_entropy_backward(
-    gpu: &Gpu,
-    logits: View,
-    targets: View,
-    lse: View,
-    out: View,
-    dlogits: View,
-    n: usize,
-    vocab: usize,
-    label_smoothing: f32,
-    scale: f32,
-) -> Result<Vec<Dispatch>> {
-    cross_entropy_backward_chunked(
-        gpu,
-        logits,
-        targets,
-        lse,
-        out,
-        dlogits,
-        n,
-        vocab,
-        label_smoothing,
-        scale,
-        usize::MAX,
-    )
+pub fn cross_entropy_backward(gpu: &Gpu, s: &CeShape, io: CeIo, dlogits: View, scale: f32) -> Result<Vec<Dispatch>> {
+    cross_entropy_backward_chunked(gpu, s, io, dlogits, scale, usize::MAX)
 }
 
 /// Rewrites the gradient scale of dispatches made by [`cross_entropy_backward`] (the loss
@@ -430,21 +376,14 @@ pub fn set_backward_scale(gpu: &Gpu, ds: &[&Dispatch], scale: f32) -> usize {
 
 /// [`cross_entropy_backward`] binding at most `max_chunk` logits per dispatch; for testing.
 #[doc(hidden)]
-#[allow(clippy::too_many_arguments)]
 pub fn cross_entropy_backward_chunked(
     gpu: &Gpu,
-    logits: View,
-    targets: View,
-    lse: View,
-    out: View,
+    s: &CeShape,
+    io: CeIo,
     dlogits: View,
-    n: usize,
-    vocab: usize,
-    label_smoothing: f32,
     scale: f32,
     max_chunk: usize,
 ) -> Result<Vec<Dispatch>> {
-    const OP: &str = "cross_entropy_backward";
-    check_common(OP, &logits, &targets, &lse, &out, n, vocab)?;
-    backward_rows(gpu, n, vocab, label_smoothing, logits, targets, lse, out, dlogits, 0, n, scale, max_chunk)
+    check_common("cross_entropy_backward", s, &io)?;
+    backward_rows(gpu, s, io, dlogits, 0..s.n, scale, max_chunk)
 }

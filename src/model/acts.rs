@@ -215,6 +215,13 @@ impl Acts {
         self.subs[block][sub].a.as_ref().unwrap_or(&self.xs[2 * block + sub])
     }
 
+    /// The loss's views: the (whole) logits, targets, lse and the loss's `[mean, count]`.
+    pub(crate) fn ce_io(&self) -> crate::kernels::loss::CeIo<'_> {
+        let (logits, targets, lse, out) =
+            (self.logits.view(), self.targets.view(), self.lse.view(), self.loss_out.view());
+        crate::kernels::loss::CeIo { logits, targets, lse, out }
+    }
+
     /// Delta writes in sublayer order (block 0 attention, block 0 MLP, block 1 …).
     pub fn writes(&self) -> impl Iterator<Item = &WriteSaves> {
         self.subs.iter().flatten().filter_map(|s| s.write.as_ref())

@@ -5,7 +5,7 @@
 //! determinism, and the CPU backward against finite differences of the CPU forward.
 
 use super::common::*;
-use ddl::gpu::Tensor;
+use ddl::gpu::{Tensor, View};
 use ddl::kernels::loss;
 
 /// float64 forward on f64 logits: per-row lse, the mean loss over the valid rows, and their
@@ -70,6 +70,14 @@ struct Run {
     dlogits: Vec<f32>,
 }
 
+fn ce(n: usize, vocab: usize, label_smoothing: f32) -> loss::CeShape {
+    loss::CeShape { n, vocab, label_smoothing }
+}
+
+fn io<'a>(logits: View<'a>, targets: View<'a>, lse: View<'a>, out: View<'a>) -> loss::CeIo<'a> {
+    loss::CeIo { logits, targets, lse, out }
+}
+
 /// Forward then backward on the GPU in one submission (the backward reads the valid count
 /// from `out` on the GPU), with outputs poisoned first.
 fn gpu_ce(gpu: &Gpu, x: &[f32], y: &[i32], v: usize, alpha: f32, scale: f32, chunk: Option<usize>) -> Run {
@@ -80,24 +88,9 @@ fn gpu_ce(gpu: &Gpu, x: &[f32], y: &[i32], v: usize, alpha: f32, scale: f32, chu
     let out = poisoned(gpu, "out", &[2]);
     let dl = poisoned(gpu, "dlogits", &[n * v]);
     let c = chunk.unwrap_or(usize::MAX);
-    let mut ds =
-        loss::cross_entropy_forward_chunked(gpu, tx.view(), ty.view(), lse.view(), out.view(), n, v, alpha, c).unwrap();
-    ds.extend(
-        loss::cross_entropy_backward_chunked(
-            gpu,
-            tx.view(),
-            ty.view(),
-            lse.view(),
-            out.view(),
-            dl.view(),
-            n,
-            v,
-            alpha,
-            scale,
-            c,
-        )
-        .unwrap(),
-    );
+    let (s, io) = (ce(n, v, alpha), io(tx.view(), ty.view(), lse.view(), out.view()));
+    let mut ds = loss::cross_entropy_forward_chunked(gpu, &s, io, c).unwrap();
+    ds.extend(loss::cross_entropy_backward_chunked(gpu, &s, io, dl.view(), scale, c).unwrap());
     run(gpu, &ds);
     Run { lse: read(gpu, &lse), out: read(gpu, &out), dlogits: read(gpu, &dl) }
 }
@@ -215,20 +208,11 @@ fn row_chunks_give_the_same_bits_as_one_binding() {
         let whole = check(&x, &y, v, 0.1, 0.5, rng.seed);
         let gpu = gpu();
         let dummy = Tensor::zeros(&gpu, "d", &[n * v], ddl::gpu::DType::F32).unwrap();
-        let ds = loss::cross_entropy_backward_chunked(
-            &gpu,
-            dummy.view(),
-            dummy.view(),
-            dummy.view(),
-            dummy.view(),
-            Tensor::zeros(&gpu, "o", &[n * v], ddl::gpu::DType::F32).unwrap().view(),
-            n,
-            v,
-            0.1,
-            0.5,
-            chunk_rows * v,
-        )
-        .unwrap();
+        let dl = Tensor::zeros(&gpu, "o", &[n * v], ddl::gpu::DType::F32).unwrap();
+        let d = dummy.view();
+        let ds =
+            loss::cross_entropy_backward_chunked(&gpu, &ce(n, v, 0.1), io(d, d, d, d), dl.view(), 0.5, chunk_rows * v)
+                .unwrap();
         assert!(ds.len() > 1, "n {n} V {v}: {} chunks", ds.len());
         let chunked = gpu_ce(&gpu, &x, &y, v, 0.1, 0.5, Some(chunk_rows * v));
         for (name, a, b) in [
@@ -260,23 +244,9 @@ fn the_gradient_written_over_the_logits_is_the_same_bits() {
         let ty = Tensor::from_i32(&gpu, "targets", &[n], &y).unwrap();
         let (lse, out) = (poisoned(&gpu, "lse", &[n]), poisoned(&gpu, "out", &[2]));
         let c = chunk.unwrap_or(usize::MAX);
-        let mut ds =
-            loss::cross_entropy_forward_chunked(&gpu, tx.view(), ty.view(), lse.view(), out.view(), n, v, 0.1, c)
-                .unwrap();
-        let bw = loss::cross_entropy_backward_chunked(
-            &gpu,
-            tx.view(),
-            ty.view(),
-            lse.view(),
-            out.view(),
-            tx.view(),
-            n,
-            v,
-            0.1,
-            0.5,
-            c,
-        )
-        .unwrap();
+        let (s, io) = (ce(n, v, 0.1), io(tx.view(), ty.view(), lse.view(), out.view()));
+        let mut ds = loss::cross_entropy_forward_chunked(&gpu, &s, io, c).unwrap();
+        let bw = loss::cross_entropy_backward_chunked(&gpu, &s, io, tx.view(), 0.5, c).unwrap();
         assert!(bw.iter().all(|d| d.kernel.name.contains("inplace")), "{:?}", bw[0].kernel.name);
         ds.extend(bw);
         run(&gpu, &ds);
@@ -305,19 +275,20 @@ fn slices_of_rows_give_the_same_bits_as_the_whole_batch() {
         let whole = gpu_ce(&gpu, &x, &y, v, 0.1, 0.5, None);
         let ty = Tensor::from_i32(&gpu, "targets", &[n], &y).unwrap();
         let (lse, out) = (poisoned(&gpu, "lse", &[n]), poisoned(&gpu, "out", &[2]));
-        let ce = loss::RowSlices::new(&gpu, n, v, 0.1).unwrap();
-        let mut ds = ce.count(&gpu, ty.view(), out.view()).unwrap();
+        let slices_of = loss::RowSlices::new(&gpu, &ce(n, v, 0.1)).unwrap();
+        let mut ds = slices_of.count(&gpu, ty.view(), out.view()).unwrap();
         let mut slices = Vec::new();
         for r0 in (0..n).step_by(slice) {
             let rows = slice.min(n - r0);
             let t = upload(&gpu, "slice", &x[r0 * v..(r0 + rows) * v]);
-            ds.extend(ce.forward_rows_chunked(&gpu, t.view(), ty.view(), lse.view(), r0, rows, max_chunk).unwrap());
-            ds.extend(
-                ce.backward_rows(&gpu, t.view(), ty.view(), lse.view(), out.view(), t.view(), r0, rows, 0.5).unwrap(),
-            );
+            let range = r0..r0 + rows;
+            let fwd = slices_of.forward_rows_chunked(&gpu, t.view(), ty.view(), lse.view(), range.clone(), max_chunk);
+            ds.extend(fwd.unwrap());
+            let io = io(t.view(), ty.view(), lse.view(), out.view());
+            ds.extend(slices_of.backward_rows(&gpu, io, t.view(), range, 0.5).unwrap());
             slices.push(t);
         }
-        ds.extend(ce.finish(&gpu, ty.view(), out.view()).unwrap());
+        ds.extend(slices_of.finish(&gpu, ty.view(), out.view()).unwrap());
         run(&gpu, &ds);
         let dl: Vec<f32> = slices.iter().flat_map(|t| read(&gpu, t)).collect();
         for (name, a, b) in [
@@ -334,17 +305,18 @@ fn slices_of_rows_give_the_same_bits_as_the_whole_batch() {
     let y = [3, -1, 0, 7, 2];
     let ty = Tensor::from_i32(&gpu, "targets", &[5], &y).unwrap();
     let out = poisoned(&gpu, "out", &[2]);
-    let ce = loss::RowSlices::new(&gpu, 5, 4, 0.0).unwrap();
-    run(&gpu, &ce.count(&gpu, ty.view(), out.view()).unwrap());
+    let slices_of = loss::RowSlices::new(&gpu, &ce(5, 4, 0.0)).unwrap();
+    run(&gpu, &slices_of.count(&gpu, ty.view(), out.view()).unwrap());
     assert_eq!(read(&gpu, &out), [0.0, 3.0]);
     // Rows outside the loss, or a slice whose logits are too short, are refused.
     let t = upload(&gpu, "t", &[0.0; 8]);
     let lse = upload(&gpu, "lse", &[0.0; 5]);
-    let e = ce.forward_rows(&gpu, t.view(), ty.view(), lse.view(), 4, 2).unwrap_err();
+    let e = slices_of.forward_rows(&gpu, t.view(), ty.view(), lse.view(), 4..6).unwrap_err();
     assert!(e.to_string().contains("rows 4..6 outside the loss's 5 rows"), "{e}");
-    let e = ce.forward_rows(&gpu, t.view(), ty.view(), lse.view(), 0, 3).unwrap_err();
+    let e = slices_of.forward_rows(&gpu, t.view(), ty.view(), lse.view(), 0..3).unwrap_err();
     assert!(e.to_string().contains("'logits' needs 12 elements"), "{e}");
-    let e = ce.backward_rows(&gpu, t.view(), ty.view(), lse.view(), out.view(), t.view(), 0, 0, 1.0).unwrap_err();
+    let io = io(t.view(), ty.view(), lse.view(), out.view());
+    let e = slices_of.backward_rows(&gpu, io, t.view(), 0..0, 1.0).unwrap_err();
     assert!(e.to_string().contains("outside"), "{e}");
 }
 
@@ -397,40 +369,26 @@ fn shape_errors_are_reported_not_panicked() {
     let x = upload(&gpu, "x", &[0.0; 20]);
     let y = Tensor::from_i32(&gpu, "y", &[4], &[0; 4]).unwrap();
     let s = upload(&gpu, "s", &[0.0; 4]);
-    let e = loss::cross_entropy_forward(&gpu, x.view(), y.view(), s.view(), s.view(), 4, 6, 0.0).unwrap_err();
+    let (xv, yv, sv) = (x.view(), y.view(), s.view());
+    let e = loss::cross_entropy_forward(&gpu, &ce(4, 6, 0.0), io(xv, yv, sv, sv)).unwrap_err();
     assert!(e.to_string().contains("'logits' needs 24 elements"), "{e}");
-    let e = loss::cross_entropy_forward(&gpu, x.view(), y.view(), s.view(), s.view(), 5, 4, 0.0).unwrap_err();
+    let e = loss::cross_entropy_forward(&gpu, &ce(5, 4, 0.0), io(xv, yv, sv, sv)).unwrap_err();
     assert!(e.to_string().contains("'targets' needs 5 elements"), "{e}");
-    let e = loss::cross_entropy_forward(&gpu, x.view(), y.view(), s.view(), s.view(), 4, 0, 0.0).unwrap_err();
+    let e = loss::cross_entropy_forward(&gpu, &ce(4, 0, 0.0), io(xv, yv, sv, sv)).unwrap_err();
     assert!(e.to_string().contains("vocab"), "{e}");
-    let e = loss::cross_entropy_backward(&gpu, x.view(), y.view(), s.view(), s.view(), s.view(), 4, 5, 0.0, 1.0)
-        .unwrap_err();
+    let e = loss::cross_entropy_backward(&gpu, &ce(4, 5, 0.0), io(xv, yv, sv, sv), sv, 1.0).unwrap_err();
     assert!(e.to_string().contains("'dlogits' needs 20 elements"), "{e}");
     let d = upload(&gpu, "d", &[0.0; 20]);
     // The gradient over the logits themselves is allowed (`inplace`); elsewhere in their buffer,
     // or over another input, it is not.
-    assert!(
-        loss::cross_entropy_backward(&gpu, x.view(), y.view(), s.view(), s.view(), x.view(), 4, 5, 0.0, 1.0).is_ok()
-    );
+    assert!(loss::cross_entropy_backward(&gpu, &ce(4, 5, 0.0), io(xv, yv, sv, sv), xv, 1.0).is_ok());
     let big = upload(&gpu, "big", &[0.0; 84]);
-    let e = loss::cross_entropy_backward(
-        &gpu,
-        big.view().sub(0, 20),
-        y.view(),
-        s.view(),
-        s.view(),
-        big.view().sub(64, 20),
-        4,
-        5,
-        0.0,
-        1.0,
-    )
-    .unwrap_err();
+    let (b0, b64) = (big.view().sub(0, 20), big.view().sub(64, 20));
+    let e = loss::cross_entropy_backward(&gpu, &ce(4, 5, 0.0), io(b0, yv, sv, sv), b64, 1.0).unwrap_err();
     assert!(e.to_string().contains("same buffer"), "{e}");
     let s2 = upload(&gpu, "s2", &[0.0; 20]);
-    let e = loss::cross_entropy_backward(&gpu, x.view(), y.view(), s2.view(), s.view(), s2.view(), 4, 5, 0.0, 1.0)
-        .unwrap_err();
+    let e = loss::cross_entropy_backward(&gpu, &ce(4, 5, 0.0), io(xv, yv, s2.view(), sv), s2.view(), 1.0).unwrap_err();
     assert!(e.to_string().contains("same buffer"), "{e}");
-    let e = loss::cross_entropy_forward(&gpu, d.view(), y.view(), d.view(), s.view(), 4, 5, 0.0).unwrap_err();
+    let e = loss::cross_entropy_forward(&gpu, &ce(4, 5, 0.0), io(d.view(), yv, d.view(), sv)).unwrap_err();
     assert!(e.to_string().contains("same buffer"), "{e}");
 }

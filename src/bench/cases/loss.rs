@@ -16,19 +16,10 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
         let lse = Tensor::zeros(gpu, "bench.lse", &[n], DType::F32)?;
         let stats = Tensor::zeros(gpu, "bench.out", &[2], DType::F32)?;
         let dlogits = Tensor::zeros(gpu, "bench.dlogits", &[n * vocab], DType::F32)?;
-        let mut f = cross_entropy_forward(gpu, logits.view(), targets.view(), lse.view(), stats.view(), n, vocab, 0.1)?;
-        let mut b = cross_entropy_backward(
-            gpu,
-            logits.view(),
-            targets.view(),
-            lse.view(),
-            stats.view(),
-            dlogits.view(),
-            n,
-            vocab,
-            0.1,
-            1.0,
-        )?;
+        let ce = CeShape { n, vocab, label_smoothing: 0.1 };
+        let io = CeIo { logits: logits.view(), targets: targets.view(), lse: lse.view(), out: stats.view() };
+        let mut f = cross_entropy_forward(gpu, &ce, io)?;
+        let mut b = cross_entropy_backward(gpu, &ce, io, dlogits.view(), 1.0)?;
         let nv = (n * vocab) as f64;
         f[0].scratch.extend([logits.clone(), targets.clone(), lse.clone(), stats.clone()]);
         b[0].scratch.extend([logits, targets, lse, stats, dlogits]);

@@ -34,17 +34,7 @@ pub(crate) fn forward(r: &mut Rec) -> Result<()> {
         return sliced(r);
     }
     by_emb(r, Matmul::nt(n, v, d), a.zn.view(), a.logits.view())?;
-    let ls = r.obj.label_smoothing;
-    r.run(loss::cross_entropy_forward(
-        gpu,
-        a.logits.view(),
-        a.targets.view(),
-        a.lse.view(),
-        a.loss_out.view(),
-        n,
-        v,
-        ls,
-    ))?;
+    r.run(loss::cross_entropy_forward(gpu, &ce_shape(r), a.ce_io()))?;
     r.push(Op::Copy { src: a.loss_out.clone(), src_off: 0, dst: a.stats.clone(), dst_off: 0, len: 2 });
     Ok(())
 }
@@ -61,7 +51,7 @@ fn sliced(r: &mut Rec) -> Result<()> {
     let (n, d, v, rows) = (r.n(), c.d_model, c.vocab_size, a.head_rows);
     let ce = match &r.head_ce {
         Some(ce) => ce.clone(),
-        None => loss::RowSlices::new(gpu, n, v, r.obj.label_smoothing)?,
+        None => loss::RowSlices::new(gpu, &ce_shape(r))?,
     };
     r.head_ce = Some(ce.clone());
     let (targets, lse, out) = (a.targets.view(), a.lse.view(), a.loss_out.view());
@@ -73,9 +63,10 @@ fn sliced(r: &mut Rec) -> Result<()> {
         let mut head = Matmul::nt(rr, v, d);
         head.a.offset = r0 * d;
         by_emb(r, head, a.zn.view(), logits)?;
-        r.run(ce.forward_rows(gpu, logits, targets, lse, r0, rr))?;
+        r.run(ce.forward_rows(gpu, logits, targets, lse, r0..r0 + rr))?;
         if r.grad_head {
-            r.run(ce.backward_rows(gpu, logits, targets, lse, out, logits, r0, rr, r.obj.loss_scale))?;
+            let io = loss::CeIo { logits, ..a.ce_io() };
+            r.run(ce.backward_rows(gpu, io, logits, r0..r0 + rr, r.obj.loss_scale))?;
             let mut de = Matmul::tn(v, d, rr).accumulate(true);
             de.b.offset = r0 * d;
             head_mm(r, de, logits, a.zn.view(), r.gv("tok_emb"))?;
@@ -87,6 +78,11 @@ fn sliced(r: &mut Rec) -> Result<()> {
     r.run(ce.finish(gpu, targets, out))?;
     r.push(Op::Copy { src: a.loss_out.clone(), src_off: 0, dst: a.stats.clone(), dst_off: 0, len: 2 });
     Ok(())
+}
+
+/// The loss's sizes: a row per token, the vocabulary, the objective's label smoothing.
+fn ce_shape(r: &Rec) -> loss::CeShape {
+    loss::CeShape { n: r.n(), vocab: r.c.vocab_size, label_smoothing: r.obj.label_smoothing }
 }
 
 /// Whether the head's products take f16 operands: f16 programs with the form `head_f16` (the
@@ -117,18 +113,7 @@ pub(crate) fn backward(r: &mut Rec) -> Result<usize> {
         // The logits' gradient is written over the logits (nothing reads them after this): one
         // [N, V] buffer less, the largest of a model with a big vocabulary.
         let dlogits = &a.logits;
-        r.run(loss::cross_entropy_backward(
-            gpu,
-            a.logits.view(),
-            a.targets.view(),
-            a.lse.view(),
-            a.loss_out.view(),
-            dlogits.view(),
-            n,
-            v,
-            r.obj.label_smoothing,
-            r.obj.loss_scale,
-        ))?;
+        r.run(loss::cross_entropy_backward(gpu, &ce_shape(r), a.ce_io(), dlogits.view(), r.obj.loss_scale))?;
         head_mm(r, Matmul::tn(v, d, n).accumulate(true), dlogits.view(), a.zn.view(), r.gv("tok_emb"))?;
         by_emb(r, Matmul::nn(n, d, v), dlogits.view(), g.dzn.view())?;
     }
