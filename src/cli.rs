@@ -267,9 +267,12 @@ pub(crate) enum TokenizerCmd {
         /// Vocabulary size, byte tokens and <|endoftext|> included (at least 258).
         #[arg(long)]
         vocab_size: usize,
-        /// Output file.
+        /// Output file (never one of the corpus's files; an existing file only with --force).
         #[arg(long, default_value = "tokenizer.json")]
         out: std::path::PathBuf,
+        /// Replace --out if it exists.
+        #[arg(long)]
+        force: bool,
     },
     /// Print the token ids of a text.
     Encode {

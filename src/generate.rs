@@ -739,6 +739,70 @@ pub fn load_for_inference_from_bytes(
     Ok((model, tokenizer, step))
 }
 
+/// The format name a trace's two files carry (safetensors metadata and the summary's field).
+pub const TRACE_FORMAT: &str = "ddl-trace-1";
+
+/// Checks, before anything is generated, that a trace can be written at `path` without
+/// destroying anything: its folder exists, the path does not end in `.json` (the summary goes
+/// to `path` with the extension `.json`), and each of the two files is absent or an earlier
+/// trace (which it replaces). The error names the file, what it holds and the remedy.
+pub fn check_trace_path(path: &std::path::Path) -> Result<(), String> {
+    let shown = path.display();
+    if path.extension().is_some_and(|e| e == "json") {
+        return Err(format!(
+            "--trace {shown}: the trace's JSON summary is written beside it with the extension .json, \
+             so the trace itself cannot end in .json; use e.g. {}",
+            path.with_extension("safetensors").display()
+        ));
+    }
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if !dir.is_dir() {
+        return Err(format!("--trace {shown}: the folder '{}' does not exist; create it first", dir.display()));
+    }
+    let json = path.with_extension("json");
+    for (file, is_trace) in [(path, is_trace_file as fn(&std::path::Path) -> bool), (&json, is_trace_summary)] {
+        if file.is_dir() {
+            return Err(format!("--trace {shown}: '{}' is a folder; give a file name", file.display()));
+        }
+        if file.exists() && !is_trace(file) {
+            return Err(format!(
+                "--trace {shown}: '{}' exists and is not a ddl trace, and writing the trace would replace it; \
+                 choose another --trace path",
+                file.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` is a trace's safetensors file (its header's metadata says [`TRACE_FORMAT`]).
+fn is_trace_file(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let Ok(mut f) = std::fs::File::open(path) else { return false };
+    let mut len = [0u8; 8];
+    if f.read_exact(&mut len).is_err() {
+        return false;
+    }
+    let len = u64::from_le_bytes(len);
+    if len > 100 << 20 {
+        return false;
+    }
+    let mut header = vec![0u8; len as usize];
+    if f.read_exact(&mut header).is_err() {
+        return false;
+    }
+    serde_json::from_slice::<serde_json::Value>(&header)
+        .is_ok_and(|h| h["__metadata__"]["format"].as_str() == Some(TRACE_FORMAT))
+}
+
+/// Whether `path` is a trace's JSON summary.
+fn is_trace_summary(path: &std::path::Path) -> bool {
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|v| v["format"].as_str() == Some(TRACE_FORMAT))
+}
+
 /// Writes a generation trace: `path` (safetensors arrays `beta` [T, S], `lambda` = 1−β,
 /// `k` `[T, S, d]`, `v` / `ktx` `[T, S, m]`, `write` `[T, S]`, `tokens` `[T]`, S = 2·L sublayers in block
 /// order, attention then MLP) and `path.json` (tokens, text, regimes and per-sublayer counts).
@@ -759,6 +823,7 @@ pub fn write_trace_with(
     traces: &[TokenTrace],
     interventions: &str,
 ) -> std::io::Result<()> {
+    check_trace_path(path).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let t = traces.len();
     let s = if cfg.variant.is_ddl() { 2 * cfg.n_layers } else { 0 };
     let (d, m) = (cfg.d_model, cfg.m());
@@ -800,7 +865,7 @@ pub fn write_trace_with(
         })
         .collect();
     let mut meta = std::collections::HashMap::new();
-    meta.insert("format".to_string(), "ddl-trace-1".to_string());
+    meta.insert("format".to_string(), TRACE_FORMAT.to_string());
     meta.insert("config".to_string(), serde_json::to_string(cfg).unwrap());
     meta.insert("interventions".to_string(), interventions.to_string());
     let bytes = safetensors::serialize(views, Some(meta)).map_err(std::io::Error::other)?;
@@ -817,7 +882,7 @@ pub fn write_trace_with(
         }
     }
     let summary = serde_json::json!({
-        "format": "ddl-trace-1",
+        "format": TRACE_FORMAT,
         "interventions": interventions,
         "regime_thresholds": {"identity": "beta < 0.5", "projection": "0.5 <= beta <= 1.5", "reflection": "beta > 1.5"},
         "sublayers": (0..s).map(|i| format!("blocks.{}.{}", i / 2, if i % 2 == 0 { "attn" } else { "mlp" })).collect::<Vec<_>>(),

@@ -141,7 +141,8 @@ fn check_args(cli: &Cli) -> Result<()> {
 fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
     use ddl::tokenizer::Tokenizer;
     match cmd {
-        TokenizerCmd::Train { corpus, vocab_size, out } => {
+        TokenizerCmd::Train { corpus, vocab_size, out, force } => {
+            check_tokenizer_out(&corpus, &out, force)?;
             let text = ddl::train::data::read_corpus(&corpus)?;
             let t0 = std::time::Instant::now();
             let tok = ddl::tokenizer::train_bpe(&text, vocab_size)?;
@@ -161,6 +162,34 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
             let ids = tok.encode(&text)?;
             println!("{}", ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(" "));
         }
+    }
+    Ok(())
+}
+
+/// `ddl tokenizer train --out`: not the corpus (or one of its files), not a folder, and not an
+/// existing file unless `force`; its folder must exist. Checked before the (long) training.
+fn check_tokenizer_out(corpus: &std::path::Path, out: &std::path::Path, force: bool) -> Result<()> {
+    let shown = out.display();
+    if out.is_dir() {
+        anyhow::bail!(
+            "--out {shown} is a folder; give the tokenizer's file name, e.g. {}",
+            out.join("tokenizer.json").display()
+        );
+    }
+    let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if !dir.is_dir() {
+        anyhow::bail!("--out {shown}: the folder '{}' does not exist; create it first", dir.display());
+    }
+    if let (Ok(o), Ok(c)) = (out.canonicalize(), corpus.canonicalize())
+        && (o == c || (c.is_dir() && o.starts_with(&c) && o.extension().is_some_and(|e| e == "txt")))
+    {
+        anyhow::bail!(
+            "--out {shown} is the corpus (--corpus {}): writing the tokenizer would destroy it; choose another --out",
+            corpus.display()
+        );
+    }
+    if out.exists() && !force {
+        anyhow::bail!("--out {shown} exists: pass --force to replace it, or choose another --out");
     }
     Ok(())
 }
@@ -491,6 +520,9 @@ fn generate_cmd(
     if prompt.is_empty() {
         anyhow::bail!("--prompt is empty: give at least one token of text");
     }
+    if let Some(t) = trace {
+        ddl::generate::check_trace_path(t).map_err(anyhow::Error::msg)?;
+    }
     let gpu = dev.open().context("opening the GPU")?;
     let (model, tok) = ddl::generate::load_for_inference(&gpu, dir)?;
     // The interventions checked against the model before anything is printed.
@@ -575,6 +607,9 @@ fn generate_cmd(
 fn chat(dev: &DeviceArgs, dir: &std::path::Path, sa: SamplingArgs, trace: Option<&std::path::Path>) -> Result<()> {
     use std::io::IsTerminal;
     let settings = ddl::chat::ChatSettings { sampler: sa.sampler()?, max_tokens: sa.max_tokens, stop: sa.stop };
+    if let Some(t) = trace {
+        ddl::generate::check_trace_path(t).map_err(anyhow::Error::msg)?;
+    }
     let gpu = dev.open().context("opening the GPU")?;
     let (model, tok) = ddl::generate::load_for_inference(&gpu, dir)?;
     eprintln!(

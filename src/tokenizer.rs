@@ -361,7 +361,10 @@ impl Tokenizer {
             Tokenizer::Char(_) => self.to_json(),
             Tokenizer::Bpe(t) => t.to_string(true).expect("serialisable"),
         };
-        std::fs::write(path, text).map_err(|source| TokenizerError::Write { path: path.to_path_buf(), source })
+        // Whole or not at all: a temporary file renamed over `path` (an interrupted write
+        // leaves the earlier file as it was).
+        crate::train::checkpoint::write_atomic(path, text.as_bytes())
+            .map_err(|source| TokenizerError::Write { path: path.to_path_buf(), source })
     }
 
     /// A decoder for ids produced one at a time (generation).

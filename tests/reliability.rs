@@ -454,6 +454,88 @@ fn bench_problems_are_clear_errors() {
     assert!(o.status.success() && t.contains("\"d\":32,") && t.contains("\"layers\":1,"), "{t}");
 }
 
+/// Outputs never replace files they do not own: a trace refuses a path (or its `.json`
+/// sibling) that holds something else, a folder that does not exist, a name ending in .json, and
+/// replaces an earlier trace; `tokenizer train` refuses its own corpus and an existing file
+/// without `--force`; `data prepare` refuses a file as `--out`, a name that is a path, reads a
+/// folder reached again through a symbolic link once, and removes what a killed run left.
+#[test]
+fn outputs_never_replace_files_they_do_not_own() {
+    let dir = tmpdir("outputs");
+    let c = ddl::testing::small_corpus(&dir);
+    let keep = dir.join("model.safetensors");
+    std::fs::write(&keep, b"not a trace").unwrap();
+    let data = dir.join("data.json");
+    std::fs::write(&data, b"{\"format\": \"something else\"}").unwrap();
+    let check = |p: &Path| ddl::generate::check_trace_path(p);
+    let e = check(&keep).unwrap_err();
+    assert!(e.contains("model.safetensors") && e.contains("is not a ddl trace"), "{e}");
+    let e = check(&dir.join("data")).unwrap_err();
+    assert!(e.contains("data.json") && e.contains("is not a ddl trace"), "{e}");
+    let e = check(&dir.join("t.json")).unwrap_err();
+    assert!(e.contains("cannot end in .json") && e.contains("t.safetensors"), "{e}");
+    let e = check(&dir.join("nodir/t.safetensors")).unwrap_err();
+    assert!(e.contains("does not exist"), "{e}");
+    assert_eq!(std::fs::read(&keep).unwrap(), b"not a trace");
+    // An earlier trace is replaced (written by the library, as generate and chat do).
+    let t = dir.join("t.safetensors");
+    let cfg = ddl::model::ModelConfig::preset("tiny", ddl::model::Variant::Ddl).unwrap();
+    ddl::generate::write_trace(&t, &cfg, &[]).unwrap();
+    check(&t).unwrap();
+    ddl::generate::write_trace(&t, &cfg, &[]).unwrap();
+    assert!(ddl::generate::write_trace(&keep, &cfg, &[]).is_err());
+    assert_eq!(std::fs::read(&keep).unwrap(), b"not a trace");
+
+    // tokenizer train: never the corpus, an existing file only with --force.
+    let corpus_before = std::fs::read(&c).unwrap();
+    let tok = |out: &str, force: bool| {
+        let mut a = vec!["tokenizer", "train", "--corpus", &c, "--vocab-size", "300", "--out", out];
+        if force {
+            a.push("--force");
+        }
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    fn refs(v: &[String]) -> Vec<&str> {
+        v.iter().map(String::as_str).collect()
+    }
+    fails(&dir, &refs(&tok(&c, true)), &["is the corpus", "choose another --out"]);
+    assert_eq!(std::fs::read(&c).unwrap(), corpus_before);
+    let tk = dir.join("tk.json").display().to_string();
+    assert!(cmd(&dir).args(refs(&tok(&tk, false))).output().unwrap().status.success());
+    fails(&dir, &refs(&tok(&tk, false)), &["tk.json", "exists", "--force"]);
+    assert!(cmd(&dir).args(refs(&tok(&tk, true))).output().unwrap().status.success());
+
+    // data prepare: --out a file, --name a path, a symbolic-link cycle, a killed run's leftovers.
+    let prep = |out: &Path, extra: &[&str], input: &Path| {
+        let mut c = cmd(&dir);
+        c.args(["data", "prepare", "--tokenizer", "char", "--out"]).arg(out).args(extra).arg(input);
+        c.output().unwrap()
+    };
+    let o = prep(Path::new(&c), &[], Path::new(&c));
+    assert!(!o.status.success() && text(&o).contains("is a file"), "{}", text(&o));
+    assert_eq!(std::fs::read(&c).unwrap(), corpus_before);
+    for name in ["a/b", "", ".hidden"] {
+        let o = prep(&dir.join("named"), &["--name", name], Path::new(&c));
+        assert!(!o.status.success() && text(&o).contains("--name"), "{name:?}: {}", text(&o));
+    }
+    let tree = dir.join("tree");
+    std::fs::create_dir_all(tree.join("sub")).unwrap();
+    std::fs::copy(&c, tree.join("a.txt")).unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink("..", tree.join("sub/up")).unwrap();
+    // What a run killed mid-way leaves (pid 0x7ffffff0 exists nowhere) is removed; another
+    // out's leftovers are not touched.
+    let stale = dir.join(".shards.prepare-2147483632");
+    let other = dir.join(".other.prepare-2147483632");
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
+    let o = prep(&dir.join("shards"), &[], &tree);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("1 documents"), "the cycle was followed: {}", text(&o));
+    assert!(!stale.exists(), "a killed run's temporary folder was left");
+    assert!(other.exists());
+}
+
 /// Names of the files in `dir`.
 fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)

@@ -34,6 +34,10 @@ pub enum DataError {
     NotUtf8 { path: PathBuf, offset: usize },
     #[error("cannot read '{path}': {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("interrupted (Ctrl-C): nothing was written to --out")]
+    Interrupted,
+    #[error("cannot write '{path}': {source}")]
+    Write { path: PathBuf, source: std::io::Error },
     #[error("{0}")]
     Tokenize(#[from] crate::tokenizer::TokenizerError),
     #[error(

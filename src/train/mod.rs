@@ -183,6 +183,11 @@ pub fn install_ctrlc() {
     });
 }
 
+/// Whether Ctrl-C was pressed since [`install_ctrlc`].
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
 /// The files that show a folder holds a run that trained: its metrics and checkpoint.
 const TRAINED_FILES: [&str; 3] = ["metrics.jsonl", checkpoint::MODEL_FILE, checkpoint::OPTIM_FILE];
 

@@ -59,16 +59,30 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DataError + '_ {
     move |source| DataError::Io { path: path.to_path_buf(), source }
 }
 
+fn write_err(path: &Path) -> impl FnOnce(std::io::Error) -> DataError + '_ {
+    move |source| DataError::Write { path: path.to_path_buf(), source }
+}
+
 /// The input files, in order: files as given, folders' `.txt` and `.jsonl` files (recursively,
-/// sorted by path).
+/// sorted by path; a folder reached again through a symbolic link — a cycle, or a second way
+/// into the same folder — is read once).
 fn input_files(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, DataError> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), DataError> {
+    let mut seen = std::collections::HashSet::new();
+    let mut walk = |dir: &Path, out: &mut Vec<PathBuf>| walk_dir(dir, out, &mut seen);
+    fn walk_dir(
+        dir: &Path,
+        out: &mut Vec<PathBuf>,
+        seen: &mut std::collections::HashSet<PathBuf>,
+    ) -> Result<(), DataError> {
+        if !seen.insert(dir.canonicalize().map_err(io(dir))?) {
+            return Ok(());
+        }
         let mut entries: Vec<PathBuf> =
             std::fs::read_dir(dir).map_err(io(dir))?.filter_map(|e| e.ok().map(|e| e.path())).collect();
         entries.sort();
         for p in entries {
             if p.is_dir() {
-                walk(&p, out)?;
+                walk_dir(&p, out, seen)?;
             } else if p.extension().is_some_and(|e| e == "txt" || e == "jsonl") {
                 out.push(p);
             }
@@ -188,6 +202,13 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
     {
         return Err(TrainError::Settings(format!("--val-fraction {f}: expected a number in (0, 1)")));
     }
+    if opts.out.exists() && !opts.out.is_dir() {
+        return Err(TrainError::Settings(format!(
+            "--out '{}' is a file: the shards go into a folder; give a new (or empty) folder's path",
+            opts.out.display()
+        )));
+    }
+    check_name(&opts.name)?;
     if opts.out.exists() && std::fs::read_dir(&opts.out).map(|mut d| d.next().is_some()).unwrap_or(true) {
         return Err(TrainError::Settings(format!(
             "--out '{}' exists and is not empty: choose a new folder (shard sets are not mixed)",
@@ -208,15 +229,24 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
     };
     let wide = tok.vocab_size() > u16::MAX as usize + 1;
     let parent = opts.out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(io(parent))?;
-    let tmp = parent.join(format!(
-        ".{}.prepare-{}",
-        opts.out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-        std::process::id()
-    ));
+    std::fs::create_dir_all(parent).map_err(write_err(parent))?;
+    let stem =
+        format!(".{}.prepare-", opts.out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+    remove_stale_prepares(parent, &stem);
+    let tmp = parent.join(format!("{stem}{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-    let result = write_all(opts, &files, &tok, &sep, wide, &tmp, bytes);
+    std::fs::create_dir_all(&tmp).map_err(write_err(&tmp))?;
+    // Ctrl-C stops at the next piece of text and removes the partial shards (a second one
+    // exits at once; the next run removes what that leaves).
+    crate::train::install_ctrlc();
+    let result = write_all(opts, &files, &tok, &sep, wide, &tmp, bytes).and_then(|written| {
+        // Move into place: the folder appears complete.
+        if opts.out.exists() {
+            let _ = std::fs::remove_dir(&opts.out);
+        }
+        std::fs::rename(&tmp, &opts.out).map_err(write_err(&opts.out))?;
+        Ok(written)
+    });
     let (train, val, documents) = match result {
         Ok(x) => x,
         Err(e) => {
@@ -224,11 +254,6 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
             return Err(e);
         }
     };
-    // Move into place: the folder appears complete.
-    if opts.out.exists() {
-        let _ = std::fs::remove_dir(&opts.out);
-    }
-    std::fs::rename(&tmp, &opts.out).map_err(io(&opts.out))?;
     let mut listed: Vec<PathBuf> = std::fs::read_dir(&opts.out)
         .map_err(io(&opts.out))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -243,6 +268,46 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
         seconds: t0.elapsed().as_secs_f64(),
         files: listed,
     })
+}
+
+/// A shard name prefix must be a plain file name part: not empty, no path separators, not
+/// starting with a dot (the shards would be hidden).
+fn check_name(name: &str) -> Result<(), crate::train::TrainError> {
+    if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\']) {
+        return Err(crate::train::TrainError::Settings(format!(
+            "--name {name:?}: expected a plain prefix for the shards' file names (NAME_train_000000.bin): \
+             not empty, without '/' or '\\', not starting with '.'"
+        )));
+    }
+    Ok(())
+}
+
+/// Removes the temporary folders (`{stem}PID`) of earlier `ddl data prepare` runs into the same
+/// `--out` that were killed before they could (their process no longer exists).
+fn remove_stale_prepares(parent: &Path, stem: &str) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(stem).and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if pid != std::process::id() && !process_alive(pid) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// Whether a process with this id exists (on other systems than Unix: assumed so).
+fn process_alive(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        // SAFETY: signal 0 only checks that the process exists and may be signalled.
+        let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+        r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
+    }
 }
 
 type Written = (usize, usize, usize);
@@ -309,6 +374,9 @@ fn write_all(
     };
     for f in files {
         pieces(f, |text, starts| {
+            if crate::train::interrupted() {
+                return Err(DataError::Interrupted);
+            }
             batch_bytes += text.len();
             done_bytes += text.len() as u64;
             batch.push((text, starts));
@@ -328,6 +396,9 @@ fn write_all(
         })?;
     }
     flush(&mut batch, &mut writer, &mut total, &mut documents)?;
+    if crate::train::interrupted() {
+        return Err(DataError::Interrupted.into());
+    }
     let mut shards = writer.finish().map_err(DataError::from)?;
     if let Some(b) = &bar {
         b.finish_and_clear();
