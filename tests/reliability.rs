@@ -809,6 +809,23 @@ fn a_run_folder_is_neither_overwritten_nor_shared_by_accident() {
     let r = cmd(&dir).args(["train", "--resume", o, "--steps", "3"]).output().unwrap();
     assert!(r.status.success(), "a stale lock stopped the resume:\n{}", text(&r));
     assert!(!lock.exists(), "the run's lock stays after it finished");
+    // --overwrite with a new run that cannot start (no such corpus, a corpus too short for one
+    // sequence): the old run stays, every file of it.
+    let kept: Vec<Vec<u8>> =
+        ["metrics.jsonl", "model.safetensors"].iter().map(|f| std::fs::read(ck.join(f)).unwrap()).collect();
+    let missing = dir.join("no-such-corpus.txt").display().to_string();
+    let mut over = train_args(&missing, o, "1", &[]);
+    over.push("--overwrite");
+    fails(&dir, &over, &["no-such-corpus.txt"]);
+    let short = dir.join("short.txt");
+    std::fs::write(&short, "a few words").unwrap();
+    let short = short.display().to_string();
+    let mut over = train_args(&short, o, "1", &[]);
+    over.push("--overwrite");
+    fails(&dir, &over, &["short.txt"]);
+    let now: Vec<Vec<u8>> =
+        ["metrics.jsonl", "model.safetensors"].iter().map(|f| std::fs::read(ck.join(f)).unwrap()).collect();
+    assert!(kept == now, "a replacement that failed to start removed the run it would replace");
     // --overwrite replaces the run: a fresh 1-step run, its own metrics only.
     let mut over = train_args(&c, o, "1", &[]);
     over.push("--overwrite");

@@ -41,7 +41,7 @@ pub enum DataError {
     #[error("{0}")]
     Tokenize(#[from] crate::tokenizer::TokenizerError),
     #[error(
-        "the {split} split has {have} tokens, fewer than one sequence of {need} (seq_len + 1): use a longer corpus or a shorter --set seq_len"
+        "the {split} split has {have} tokens, fewer than one sequence of {need} (seq_len + 1): use a longer corpus or a shorter --set train.seq_len"
     )]
     TooShort { split: &'static str, have: usize, need: usize },
     #[error(transparent)]
@@ -401,7 +401,14 @@ pub fn open_for_run(
     // The validation split is read whole by evaluation: check its ids once here.
     val.check_vocab(tok.vocab_size()).map_err(DataError::from)?;
     train.advise_random();
-    let ds = Dataset::new(train, val, t.seq_len, tok.vocab_size(), key)?;
+    let ds = Dataset::new(train, val, t.seq_len, tok.vocab_size(), key).map_err(|e| match e {
+        // Say which data is too short.
+        DataError::TooShort { .. } => crate::train::TrainError::Settings(format!(
+            "{}: {e}",
+            if run.data.is_empty() { format!("--corpus {}", run.corpus) } else { format!("--data {}", run.data) }
+        )),
+        e => e.into(),
+    })?;
     Ok((ds, tok))
 }
 

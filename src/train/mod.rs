@@ -205,15 +205,23 @@ const RUN_FILES: [&str; 9] = [
 ];
 
 /// A new run in `dir`: refused when the folder holds a run (its metrics or checkpoint: a run
-/// that trained) unless `overwrite`, which removes that run's files first.
-fn claim_for_new_run(dir: &Path, overwrite: bool) -> Result<(), TrainError> {
+/// that trained) unless `overwrite`. Returns whether there is a run to replace, which
+/// [`remove_run`] removes once the new run is known to start (its settings, data and programs
+/// work here): a new run that fails to start leaves the old one as it was.
+fn claim_for_new_run(dir: &Path, overwrite: bool) -> Result<bool, TrainError> {
     let found: Vec<&str> = TRAINED_FILES.into_iter().filter(|f| dir.join(f).exists()).collect();
     if found.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
     if !overwrite {
         return Err(TrainError::RunExists { dir: dir.to_path_buf(), what: found.join(", ") });
     }
+    Ok(true)
+}
+
+/// Removes the files of the run in `dir` (`--overwrite`, after [`claim_for_new_run`]) and its
+/// kept checkpoints.
+fn remove_run(dir: &Path) -> Result<(), TrainError> {
     for f in RUN_FILES {
         let path = dir.join(f);
         match std::fs::remove_file(&path) {

@@ -16,7 +16,7 @@ use super::lock::RunLock;
 use super::progress::{Progress, append_line, plot_metrics};
 use super::{
     INTERRUPTED, RunConfig, Summary, TrainConfig, TrainError, TrainOptions, adamw_cfg, check_writable, checkpoint,
-    claim_for_new_run, collective, data, evaluate_sharded, install_ctrlc,
+    claim_for_new_run, collective, remove_run, data, evaluate_sharded, install_ctrlc,
 };
 use crate::gpu::Gpu;
 use crate::model::{AdamWConfig, Model, Objective, Parts, Program};
@@ -164,12 +164,12 @@ impl<'c> Trainer<'c> {
         let out = opts.out.clone();
         // One process per run folder (rank 0 of a data-parallel run), and a folder that holds
         // a run is only continued (--resume) or replaced (--overwrite).
-        let mut lock = None;
+        let (mut lock, mut replaces) = (None, false);
         if lead {
             check_writable(&out)?;
             lock = Some(RunLock::acquire(&out)?);
             if !opts.resume {
-                claim_for_new_run(&out, opts.overwrite)?;
+                replaces = claim_for_new_run(&out, opts.overwrite)?;
             }
             checkpoint::remove_stale_tmp(&out);
         }
@@ -337,6 +337,10 @@ impl<'c> Trainer<'c> {
         let eval_prog = model.forward_program_sharing(&prog).map_err(hint)?;
         super::progress::trace_memory("the programs' creation", rss0, gpu.stats.live());
         let metrics = out.join("metrics.jsonl");
+        if replaces {
+            // --overwrite: the old run goes only now that the new one is known to start.
+            remove_run(&out)?;
+        }
         if lead && !opts.resume {
             let _ = std::fs::remove_file(&metrics);
         }
