@@ -15,7 +15,7 @@ pub(crate) fn bench_config(
     sets: &[String],
 ) -> Result<(ddl::model::ModelConfig, ddl::train::TrainConfig)> {
     let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
-    let mut run = preset_with_config(preset, v, config)?;
+    let mut run = preset_with_config(Some(preset), Some(v), config)?;
     for kv in sets {
         run.set(kv).map_err(anyhow::Error::msg)?;
     }

@@ -208,29 +208,97 @@ fn info(dev: &DeviceArgs) -> Result<()> {
 }
 
 /// A preset's settings for a variant with a `--config` file's tables over them (`ddl train`,
-/// `ddl bench train`).
+/// `ddl bench train`). The preset and variant are the flags', else the file's (`preset = …`,
+/// `[model] variant = …`: the defaults are the preset's for that variant), else tiny and ddl;
+/// a flag and the file naming different ones is an error.
 pub(crate) fn preset_with_config(
-    preset: &str,
-    variant: ddl::model::Variant,
+    preset: Option<&str>,
+    variant: Option<ddl::model::Variant>,
     config: Option<&std::path::Path>,
 ) -> Result<ddl::train::RunConfig> {
-    let mut run = ddl::train::RunConfig::preset(preset, variant)?;
-    if let Some(path) = config {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
-        run.merge_toml(&text, &path.display().to_string()).map_err(anyhow::Error::msg)?;
+    let file = config
+        .map(|path| {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
+            let table: toml::Table = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            Ok::<_, anyhow::Error>((path, text, table))
+        })
+        .transpose()?;
+    let in_file = |get: &dyn Fn(&toml::Table) -> Option<String>| file.as_ref().and_then(|(_, _, t)| get(t));
+    let file_preset = in_file(&|t| t.get("preset")?.as_str().map(String::from));
+    let file_variant = in_file(&|t| t.get("model")?.get("variant")?.as_str().map(String::from));
+    let shown = || file.as_ref().map(|(p, _, _)| p.display().to_string()).unwrap_or_default();
+    let preset = match (preset, file_preset.as_deref()) {
+        (Some(a), Some(b)) if a != b => {
+            anyhow::bail!("--preset {a} contradicts `preset = \"{b}\"` in --config {}: drop one of them", shown())
+        }
+        (Some(a), _) => a.to_string(),
+        (None, Some(b)) => b.to_string(),
+        (None, None) => "tiny".to_string(),
+    };
+    let file_variant = file_variant
+        .map(|v| ddl::model::Variant::parse(&v).map_err(|e| anyhow::anyhow!("--config {}: model.variant: {e}", shown())))
+        .transpose()?;
+    let variant = match (variant, file_variant) {
+        (Some(a), Some(b)) if a != b => {
+            anyhow::bail!("--variant {a} contradicts `variant = \"{b}\"` under [model] in --config {}: drop one of them", shown())
+        }
+        (a, b) => a.or(b).unwrap_or(ddl::model::Variant::Ddl),
+    };
+    let mut run = ddl::train::RunConfig::preset(&preset, variant)?;
+    if let Some((path, text, _)) = &file {
+        run.merge_toml(text, &path.display().to_string()).map_err(anyhow::Error::msg)?;
     }
     Ok(run)
 }
 
 fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     use ddl::train::{Show, TrainOptions};
-    let variant = ddl::model::Variant::parse(a.variant.as_deref().unwrap_or("ddl")).map_err(anyhow::Error::msg)?;
-    let (out, resume) = match (&a.resume, &a.out) {
-        (Some(r), _) => (r.clone(), true),
-        (None, Some(o)) => (o.clone(), false),
+    let variant = a.variant.as_deref().map(ddl::model::Variant::parse).transpose().map_err(anyhow::Error::msg)?;
+    // --resume DIR continues DIR; with --out NEW it continues a copy of DIR's checkpoint in NEW
+    // (a branch: DIR, or a kept checkpoint of a run, stays as it is).
+    let (out, from) = match (&a.resume, &a.out) {
+        (Some(r), Some(o)) if !same_folder(r, o) => (o.clone(), Some(r.clone())),
+        (Some(r), _) => {
+            if r.parent().and_then(|p| p.file_name()).is_some_and(|n| n == ddl::train::checkpoint::KEPT_DIR) {
+                anyhow::bail!(
+                    "--resume {}: a kept checkpoint of the run in '{}': training in it would change it, and that run \
+                     replaces its kept checkpoints as it goes on; continue it in a new folder with --out NEW_DIR",
+                    r.display(),
+                    r.parent().and_then(|p| p.parent()).unwrap_or(std::path::Path::new(".")).display()
+                );
+            }
+            (r.clone(), Some(r.clone()))
+        }
+        (None, Some(o)) => (o.clone(), None),
         (None, None) => anyhow::bail!("--out DIR is required"),
     };
-    let mut run = preset_with_config(a.preset.as_deref().unwrap_or("tiny"), variant, a.config.as_deref())?;
+    let resume = from.is_some();
+    // A resumed run starts from its saved settings, which flags may repeat but not change.
+    let saved = from.as_deref().map(ddl::train::RunConfig::saved).transpose().map_err(anyhow::Error::msg)?;
+    let mut run = match &saved {
+        Some(saved) => {
+            let mut run = saved.clone();
+            if let Some(p) = &a.preset
+                && *p != run.preset
+            {
+                anyhow::bail!(
+                    "--preset {p}: the run in '{}' trains preset {}; drop --preset to resume, or start a new run with --out",
+                    from.as_ref().expect("resumed").display(),
+                    run.preset
+                );
+            }
+            if let Some(v) = variant {
+                run.model.variant = v;
+            }
+            if let Some(path) = &a.config {
+                let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
+                run.merge_toml(&text, &path.display().to_string()).map_err(anyhow::Error::msg)?;
+            }
+            run
+        }
+        None => preset_with_config(a.preset.as_deref(), variant, a.config.as_deref())?,
+    };
     if let Some(c) = &a.corpus {
         run.corpus = c.clone();
     }
@@ -275,19 +343,27 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         }
         run.set(kv).map_err(anyhow::Error::msg)?;
     }
-    let flags_given = a.preset.is_some()
-        || a.variant.is_some()
-        || a.config.is_some()
-        || !a.sets.is_empty()
-        || a.corpus.is_some()
-        || a.tokenizer.is_some()
-        || a.data.is_some()
-        || a.data_format.is_some()
-        || a.seed.is_some();
-    if resume && flags_given {
-        // A resumed run continues with its saved settings; flags may repeat them but not change
-        // them (a changed setting would be silently ignored otherwise).
-        run.check_resume(&out).map_err(anyhow::Error::msg)?;
+    // An explicit flag and a --set of the same setting must agree.
+    let flagged: [(&str, Option<String>, String); 4] = [
+        ("--variant", variant.map(|v| v.to_string()), run.model.variant.to_string()),
+        ("--seed", a.seed.map(|s| s.to_string()), run.train.seed.to_string()),
+        ("--precision", a.precision.map(|p| format!("{p:?}")), format!("{:?}", run.train.precision)),
+        ("--f16-state", a.f16_state.then(|| "true".to_string()), run.train.state_f16.to_string()),
+    ];
+    for (flag, given, now) in flagged {
+        if let Some(given) = given
+            && given != now
+        {
+            anyhow::bail!("{flag} says {given} but a --set gives {now}: drop one of them");
+        }
+    }
+    if let (Some(saved), Some(dir)) = (&saved, &from) {
+        // (A changed setting would otherwise be ignored without a word.)
+        run.check_resume(saved, dir).map_err(anyhow::Error::msg)?;
+    }
+    if let Some(src) = from.as_deref().filter(|src| !same_folder(src, &out)) {
+        let copied = ddl::train::branch_run(src, &out)?;
+        eprintln!("continuing {} in {} (a copy of its checkpoint at step {copied})", src.display(), out.display());
     }
     if !resume {
         // Every setting is checked before the adapter opens or anything is written.
@@ -311,6 +387,11 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         TrainOptions { run, steps: a.steps, out: out.clone(), resume, overwrite: a.overwrite, show: Show::Bar },
     )?;
     report_training(dev, &a, &out, &summary)
+}
+
+/// Whether two paths name the same folder (the same path, or both exist and resolve alike).
+fn same_folder(a: &std::path::Path, b: &std::path::Path) -> bool {
+    a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
 }
 
 fn report_training(

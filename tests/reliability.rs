@@ -716,10 +716,42 @@ fn resuming_cuts_the_metrics_back_to_the_checkpoint() {
     };
     let before = steps(&std::fs::read_to_string(out.join("metrics.jsonl")).unwrap());
     assert_eq!(before, vec![1, 2, 3], "the stopped run logged step 3 after its checkpoint of step 2");
+    // A line torn by a crash mid-write (no newline): dropped, not glued onto the next one.
+    let m = out.join("metrics.jsonl");
+    let mut torn = std::fs::read(&m).unwrap();
+    torn.extend_from_slice(b"{\"step\":3,\"loss\":4.1");
+    std::fs::write(&m, torn).unwrap();
     let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "5"]).output().unwrap();
     assert!(r.status.success(), "{}", text(&r));
-    let after = steps(&std::fs::read_to_string(out.join("metrics.jsonl")).unwrap());
-    assert_eq!(after, vec![1, 2, 3, 4, 5]);
+    let text_after = std::fs::read_to_string(&m).unwrap();
+    assert_eq!(steps(&text_after), vec![1, 2, 3, 4, 5]);
+    for l in text_after.lines() {
+        assert!(serde_json::from_str::<serde_json::Value>(l).is_ok(), "a line that is not JSON: {l}");
+    }
+}
+
+/// Ctrl-C during the final evaluation stops it: the run's checkpoint (saved before it) holds
+/// the last step, no partial validation row is logged, and the summary says interrupted.
+#[test]
+fn ctrl_c_during_the_final_evaluation_stops_it_and_keeps_the_last_step() {
+    let dir = tmpdir("final-eval");
+    let c = ddl::testing::small_corpus(&dir);
+    let out = dir.join("run");
+    let a = train_args(&c, out.to_str().unwrap(), "2", &["--set", "train.eval_every=0"]);
+    let o = cmd(&dir).args(&a).env("DDL_FAULT_INTERRUPT_FINAL_EVAL", "1").output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(ddl::train::checkpoint::load(&out, false).unwrap().step, 2);
+    let m = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    assert!(!m.contains("val_loss"), "a stopped evaluation was logged:\n{m}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["interrupted"], true, "{summary}");
+    // Without the interruption the same run ends with its validation row.
+    let out2 = dir.join("run2");
+    let a = train_args(&c, out2.to_str().unwrap(), "2", &["--set", "train.eval_every=0"]);
+    let o = cmd(&dir).args(&a).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(std::fs::read_to_string(out2.join("metrics.jsonl")).unwrap().contains("val_loss"));
 }
 
 #[test]
@@ -835,6 +867,63 @@ fn a_run_folder_is_neither_overwritten_nor_shared_by_accident() {
     assert!(metrics.lines().next().unwrap().contains("\"step\":1"), "{metrics}");
     assert_eq!(metrics.lines().filter(|l| l.contains("\"loss\"")).count(), 1, "{metrics}");
     assert_eq!(ddl::train::checkpoint::load(&ck, false).unwrap().step, 1);
+}
+
+/// `--resume` starts from the settings saved in the checkpoint: flags that repeat them pass (no
+/// preset defaults compared), flags that change them (precision, f16 states, variant) are refused
+/// by name. A kept checkpoint is continued only into a new folder (`--out`), which gets a copy of
+/// it and its run's metrics and trains on bit-exactly as the run itself does, leaving the kept
+/// one untouched. A run without a checkpoint says so; a flag and a --set or a --config that
+/// disagree are refused, and a --config's preset is the one trained.
+#[test]
+fn resuming_keeps_the_saved_settings_and_continues_kept_checkpoints_in_a_new_folder() {
+    let dir = tmpdir("resume");
+    let ck = checkpoint(&dir);
+    let c = ddl::testing::small_corpus(&dir);
+    let o = ck.to_str().unwrap();
+    fails(&dir, &["train", "--resume", o, "--steps", "3", "--precision", "f16"], &["train.precision", "\"f32\""]);
+    fails(&dir, &["train", "--resume", o, "--steps", "3", "--f16-state"], &["train.state_f16"]);
+    fails(&dir, &["train", "--resume", o, "--steps", "3", "--variant", "baseline"], &["model.variant"]);
+    fails(&dir, &["train", "--resume", o, "--steps", "3", "--preset", "small-124m"], &["--preset", "tiny"]);
+    let kept = ck.join("checkpoints/step-00000002");
+    let k = kept.to_str().unwrap();
+    let kept_model = std::fs::read(kept.join("model.safetensors")).unwrap();
+    fails(&dir, &["train", "--resume", k, "--steps", "3"], &["kept checkpoint", "--out"]);
+    let branch = dir.join("branch");
+    let r = cmd(&dir).args(["train", "--resume", k, "--out", branch.to_str().unwrap(), "--steps", "3"]).output().unwrap();
+    assert!(r.status.success(), "{}", text(&r));
+    assert_eq!(std::fs::read(kept.join("model.safetensors")).unwrap(), kept_model, "the kept checkpoint changed");
+    // The run itself, resumed with flags that repeat its settings, takes the same step 3.
+    let r = cmd(&dir).args(["train", "--resume", o, "--steps", "3", "--set", "train.eval_batches=1"]).output().unwrap();
+    assert!(r.status.success(), "flags that repeat the saved settings were refused: {}", text(&r));
+    let loss3 = |d: &Path| {
+        let m = std::fs::read_to_string(d.join("metrics.jsonl")).unwrap();
+        let line = m.lines().find(|l| l.contains("\"step\":3,") && l.contains("\"loss\"")).map(String::from);
+        line.unwrap_or_else(|| panic!("no step 3 in {}:\n{m}", d.display()))
+    };
+    let (a, b) = (loss3(&ck), loss3(&branch));
+    let num = |l: &str| l.split("\"loss\":").nth(1).unwrap().split(',').next().unwrap().to_string();
+    assert_eq!(num(&a), num(&b), "the branch's step 3 differs from the run's");
+    let m = std::fs::read_to_string(branch.join("metrics.jsonl")).unwrap();
+    assert!(m.contains("\"step\":1,"), "the branch lacks its run's metrics before the checkpoint:\n{m}");
+    // A folder with metrics and no checkpoint (a run stopped before its first save).
+    let early = dir.join("early");
+    std::fs::create_dir_all(&early).unwrap();
+    std::fs::write(early.join("metrics.jsonl"), "{\"step\":1}\n").unwrap();
+    let e = early.to_str().unwrap();
+    fails(&dir, &train_args(&c, e, "1", &[]), &["before its first checkpoint", "--overwrite"]);
+    fails(&dir, &["train", "--resume", e, "--steps", "2"], &["before its first checkpoint", "--overwrite"]);
+    fails(&dir, &["train", "--resume", dir.join("nothere").to_str().unwrap()], &["nothere", "no such folder"]);
+    // A flag and a --set (or a --config) of one setting that disagree; a --config's preset.
+    let x = dir.join("x");
+    let xs = x.to_str().unwrap();
+    fails(&dir, &train_args(&c, xs, "1", &["--set", "model.variant=baseline"]), &["--variant", "baseline"]);
+    fails(&dir, &train_args(&c, xs, "1", &["--seed", "7", "--set", "train.seed=9"]), &["--seed"]);
+    let cfg = dir.join("preset.toml");
+    std::fs::write(&cfg, "preset = \"no-such-preset\"\n").unwrap();
+    fails(&dir, &train_args(&c, xs, "1", &["--config", cfg.to_str().unwrap()]), &["no-such-preset"]);
+    fails(&dir, &train_args(&c, xs, "1", &["--config", cfg.to_str().unwrap(), "--preset", "tiny"]), &["contradicts"]);
+    assert!(!x.exists(), "a refused run left its folder");
 }
 
 #[test]

@@ -368,6 +368,7 @@ pub fn beta_regimes(
         {
             failed = Some(e);
         }
+        true
     })
     .map_err(|e| e.to_string())?;
     if let Some(e) = failed {

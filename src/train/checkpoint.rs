@@ -668,6 +668,26 @@ pub fn load_to_device(dir: &Path, gpu: std::sync::Arc<Gpu>, with_optim: bool) ->
     Ok(OnDevice { model, tokenizer, step, optim })
 }
 
+/// The run settings (`config.toml`'s TOML) saved in `dir`'s checkpoint — what `--resume`
+/// continues with — read from the files' metadata without loading a tensor. Empty for a
+/// checkpoint saved without them.
+#[cfg(feature = "native")]
+pub fn saved_run_config(dir: &Path) -> Result<String, CheckpointError> {
+    let step = saved_step(dir)?;
+    let (_, _, om, _) = open_optim(dir, step, map_file)?;
+    Ok(om.get("run_config").cloned().unwrap_or_default())
+}
+
+/// The step of `dir`'s checkpoint, from its model file's metadata.
+#[cfg(feature = "native")]
+pub fn saved_step(dir: &Path) -> Result<usize, CheckpointError> {
+    if !dir.is_dir() {
+        return Err(CheckpointError::MissingDir(dir.to_path_buf()));
+    }
+    let mp = dir.join(MODEL_FILE);
+    Ok(model_meta(&mp, &map_file(&mp)?)?.2)
+}
+
 /// Loads `dir/model.safetensors` (and `optim.safetensors` when `with_optim`).
 pub fn load(dir: &Path, with_optim: bool) -> Result<Loaded, CheckpointError> {
     if !dir.is_dir() {

@@ -379,16 +379,48 @@ impl RunConfig {
         }
     }
 
-    /// For `ddl train --resume DIR` with flags: fails unless these settings equal the ones the
-    /// run saved in `DIR/config.toml` (flags may repeat the saved settings, not change them: a
-    /// changed setting would be silently ignored). The error lists every difference and the
-    /// remedy. `model.vocab_size` (from the tokenizer) and `train.skip_nonfinite` may differ.
-    pub fn check_resume(&self, out: &std::path::Path) -> Result<(), String> {
-        let path = out.join("config.toml");
-        let saved_text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("--resume: reading the run's saved settings {}: {e}", path.display()))?;
-        let saved: toml::Table =
-            toml::from_str(&saved_text).map_err(|e| format!("--resume: parsing {}: {e}", path.display()))?;
+    /// The settings `ddl train --resume DIR` continues with: those saved in DIR's checkpoint
+    /// (what the run trained with), or for a checkpoint without them `DIR/config.toml`. The
+    /// error says what DIR lacks and how to go on.
+    pub fn saved(dir: &std::path::Path) -> Result<RunConfig, String> {
+        use super::checkpoint::{CheckpointError, MODEL_FILE};
+        if !dir.is_dir() {
+            return Err(format!("--resume {}: no such folder (give a `ddl train --out` folder)", dir.display()));
+        }
+        if !dir.join(MODEL_FILE).exists() && dir.join("metrics.jsonl").exists() {
+            return Err(format!(
+                "--resume {}: the run stopped before its first checkpoint (train.checkpoint_every steps), so \
+                 there is nothing to continue from; start it again with `ddl train --out {} --overwrite`",
+                dir.display(),
+                dir.display()
+            ));
+        }
+        let text = super::checkpoint::saved_run_config(dir).map_err(|e| match e {
+            CheckpointError::MissingFile(_) => {
+                format!("--resume {}: {e} (give a `ddl train --out` folder or one of its checkpoints/ folders)", dir.display())
+            }
+            e => e.to_string(),
+        })?;
+        let (text, from) = if text.is_empty() {
+            let path = dir.join("config.toml");
+            let t = std::fs::read_to_string(&path)
+                .map_err(|e| format!("--resume: reading the run's saved settings {}: {e}", path.display()))?;
+            (t, path)
+        } else {
+            (text, dir.join(super::checkpoint::OPTIM_FILE))
+        };
+        toml::from_str(&text).map_err(|e| format!("--resume: the run settings saved in {} are invalid: {e}", from.display()))
+    }
+
+    /// For `ddl train --resume DIR`: fails unless these settings (the saved ones, `saved`, with
+    /// the flags given applied) equal `saved` (flags may repeat the saved settings, not change
+    /// them: a changed setting would be silently ignored). The error lists every difference and
+    /// the remedy. `model.vocab_size` (from the tokenizer) and the settings of how, not what, a
+    /// run trains (`train.skip_nonfinite`, `train.recompute`, `train.head_chunk`) may differ.
+    pub fn check_resume(&self, saved: &RunConfig, out: &std::path::Path) -> Result<(), String> {
+        let mut saved = saved.clone();
+        saved.absolute_paths();
+        let saved = toml::Table::try_from(&saved).map_err(|e| e.to_string())?;
         // Paths as a new run stores them.
         let mut given = self.clone();
         given.absolute_paths();
@@ -421,10 +453,9 @@ impl RunConfig {
             return Ok(());
         }
         Err(format!(
-            "--resume continues '{}' with the settings saved in {}; the flags given change {} setting(s): {}. \
-             Drop those flags to resume, or start a new run with --out to change them",
+            "--resume continues '{}' with the settings saved in its checkpoint; the flags given change {} \
+             setting(s): {}. Drop those flags to resume, or start a new run with --out to change them",
             out.display(),
-            path.display(),
             diffs.len(),
             diffs.join("; ")
         ))

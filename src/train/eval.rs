@@ -449,6 +449,7 @@ fn run_model(
             None if k.next_tenth(&mut last) => eprintln!("eval: {label}batch {}/{}", k.done, k.of),
             None => {}
         }
+        true
     })?;
     if let Some(e) = failed {
         return Err(e.into());

@@ -75,6 +75,13 @@ pub enum TrainError {
         dir.display()
     )]
     RunExists { dir: PathBuf, what: String },
+    #[error(
+        "'{}' holds a run that stopped before its first checkpoint ({what}; no {}), so it cannot be resumed: \
+         --overwrite replaces it, or choose another --out",
+        dir.display(),
+        checkpoint::MODEL_FILE
+    )]
+    RunWithoutCheckpoint { dir: PathBuf, what: String },
     #[error(transparent)]
     Lock(#[from] lock::LockError),
     /// A data-parallel run cannot go on; every rank meets this error at the same point.
@@ -214,9 +221,54 @@ fn claim_for_new_run(dir: &Path, overwrite: bool) -> Result<bool, TrainError> {
         return Ok(false);
     }
     if !overwrite {
-        return Err(TrainError::RunExists { dir: dir.to_path_buf(), what: found.join(", ") });
+        let (dir, what) = (dir.to_path_buf(), found.join(", "));
+        return Err(if found.contains(&checkpoint::MODEL_FILE) {
+            TrainError::RunExists { dir, what }
+        } else {
+            TrainError::RunWithoutCheckpoint { dir, what }
+        });
     }
     Ok(true)
+}
+
+/// `ddl train --resume SRC --out DST`: DST (new, or a folder without a run) receives a copy of
+/// SRC's checkpoint, settings, data record and metrics (a kept checkpoint's metrics are its run's,
+/// which the resume cuts back to its step), so that resuming DST continues SRC's run there and
+/// SRC stays as it is. Returns the checkpoint's step. On failure DST is left as it was.
+pub fn branch_run(src: &Path, dst: &Path) -> Result<usize, TrainError> {
+    let step = checkpoint::saved_step(src)?;
+    claim_for_new_run(dst, false)?;
+    let created = !dst.exists();
+    check_writable(dst)?;
+    let kept_run = src.parent().filter(|p| p.file_name().is_some_and(|n| n == checkpoint::KEPT_DIR)).and_then(Path::parent);
+    let metrics = [Some(src.to_path_buf()), kept_run.map(Path::to_path_buf)]
+        .into_iter()
+        .flatten()
+        .map(|d| d.join("metrics.jsonl"))
+        .find(|p| p.exists());
+    let mut copies: Vec<(PathBuf, PathBuf)> = [checkpoint::MODEL_FILE, checkpoint::OPTIM_FILE, checkpoint::OPTIM_PREV_FILE, "config.toml", "data.json"]
+        .iter()
+        .map(|f| (src.join(f), dst.join(f)))
+        .filter(|(s, _)| s.exists())
+        .collect();
+    copies.extend(metrics.map(|m| (m, dst.join("metrics.jsonl"))));
+    let mut done = Vec::new();
+    let result = copies.iter().try_for_each(|(s, d)| {
+        let bytes = std::fs::read(s).map_err(|source| TrainError::Io { path: s.clone(), source })?;
+        checkpoint::write_atomic(d, &bytes).map_err(|source| TrainError::Io { path: d.clone(), source })?;
+        done.push(d.clone());
+        Ok(())
+    });
+    if let Err(e) = result {
+        for d in &done {
+            let _ = std::fs::remove_file(d);
+        }
+        if created {
+            let _ = std::fs::remove_dir(dst);
+        }
+        return Err(e);
+    }
+    Ok(step)
 }
 
 /// Removes the files of the run in `dir` (`--overwrite`, after [`claim_for_new_run`]) and its
@@ -283,6 +335,9 @@ pub struct Eval {
     /// batches of windows, which every evaluation covers): the number evaluations of different
     /// spans are compared by (the best checkpoint).
     pub subset: (f64, usize),
+    /// Whether it covered its whole span (false: its `tick` stopped it; the numbers cover the
+    /// batches before).
+    pub complete: bool,
 }
 
 /// The windows `span` covers at a program's batch `b` and length `t`.
@@ -303,7 +358,7 @@ pub fn evaluate(
     t: &TrainConfig,
     span: EvalSpan,
 ) -> Result<Eval, TrainError> {
-    evaluate_sharded(model, prog, data, t, span, &Single, &mut |_| {})
+    evaluate_sharded(model, prog, data, t, span, &Single, &mut |_| true)
 }
 
 /// One batch of an evaluation, just run (`prog` still holds its activations).
@@ -333,7 +388,9 @@ impl Tick {
 
 /// [`evaluate`] with the batches shared out over the ranks of `comm` (batch i on rank i mod N)
 /// and the sums reduced: every rank gets the same value. `tick` runs after each of this rank's
-/// batches (`ddl eval`: a progress bar, β, each batch's loss for a paired comparison).
+/// batches (`ddl eval`: a progress bar, β, each batch's loss for a paired comparison) and says
+/// whether to go on: a single process stops there when it says no (the result then has
+/// `complete: false`); ranks of a data-parallel run always go on together.
 pub fn evaluate_sharded(
     model: &Model,
     prog: &Program,
@@ -341,7 +398,7 @@ pub fn evaluate_sharded(
     t: &TrainConfig,
     span: EvalSpan,
     comm: &dyn Collective,
-    tick: &mut dyn FnMut(Tick),
+    tick: &mut dyn FnMut(Tick) -> bool,
 ) -> Result<Eval, TrainError> {
     let (b, len) = (prog.b(), prog.t());
     let windows = eval_windows(data, t, span, b, len);
@@ -350,6 +407,7 @@ pub fn evaluate_sharded(
     let subset_batches = eval_windows(data, t, EvalSpan::Periodic, b, len).div_ceil(b).min(batches);
     let mut sums = [0.0f64; 4]; // loss·tokens and tokens, all and the subset
     let mine = (comm.rank()..batches).step_by(comm.size()).len();
+    let mut complete = true;
     for (done, i) in (comm.rank()..batches).step_by(comm.size()).enumerate() {
         let (x, mut y) = data.val_batch(i * b, b, len);
         // Rows past the span's last window predict nothing.
@@ -364,7 +422,11 @@ pub fn evaluate_sharded(
             sums[2] += loss as f64 * n as f64;
             sums[3] += n as f64;
         }
-        tick(Tick { done: done + 1, of: mine, loss: loss as f64, tokens: n as usize });
+        let go_on = tick(Tick { done: done + 1, of: mine, loss: loss as f64, tokens: n as usize });
+        if !go_on && !comm.is_distributed() {
+            complete = false;
+            break;
+        }
     }
     if comm.is_distributed() {
         comm.all_reduce_sum_f64(&mut sums, "validation loss");
@@ -374,6 +436,7 @@ pub fn evaluate_sharded(
         loss: mean(sums[0], sums[1]),
         tokens: sums[1] as usize,
         subset: (mean(sums[2], sums[3]), sums[3] as usize),
+        complete,
     })
 }
 

@@ -106,25 +106,27 @@ pub(super) fn append_line(path: &Path, line: &serde_json::Value) -> Result<(), T
 }
 
 /// Cuts `metrics.jsonl` back to the lines of steps ≤ `step` (a resumed run continues from its
-/// checkpoint: lines a stopped run logged after it would otherwise appear twice). Written
-/// atomically; a missing file is fine.
+/// checkpoint: lines a stopped run logged after it would otherwise appear twice), and drops
+/// lines that are not JSON objects with a step (a line torn by a crash mid-write, which the next
+/// line appended would otherwise be glued onto). Written atomically; a missing file is fine.
 pub(super) fn cut_metrics(path: &Path, step: usize) -> Result<usize, TrainError> {
-    let Ok(text) = std::fs::read_to_string(path) else { return Ok(0) };
+    let Ok(bytes) = std::fs::read(path) else { return Ok(0) };
+    let text = String::from_utf8_lossy(&bytes);
     let mut kept = String::with_capacity(text.len());
     let mut cut = 0;
     for line in text.lines() {
-        let later = serde_json::from_str::<serde_json::Value>(line)
+        let keep = serde_json::from_str::<serde_json::Value>(line)
             .ok()
             .and_then(|v| v["step"].as_u64())
-            .is_some_and(|s| s as usize > step);
-        if later {
-            cut += 1;
-        } else {
+            .is_some_and(|s| s as usize <= step);
+        if keep {
             kept.push_str(line);
             kept.push('\n');
+        } else {
+            cut += 1;
         }
     }
-    if cut > 0 {
+    if cut > 0 || kept.len() != bytes.len() {
         crate::train::checkpoint::write_atomic(path, kept.as_bytes())
             .map_err(|source| TrainError::Io { path: path.to_path_buf(), source })?;
     }

@@ -657,7 +657,7 @@ impl<'c> Trainer<'c> {
             params_in_sync(&self.model, self.comm, step)?;
         }
         if t.eval_every > 0 && step % t.eval_every == 0 && step < self.end {
-            let e = self.evaluate(super::EvalSpan::Periodic)?;
+            let e = self.evaluate(super::EvalSpan::Periodic, false)?.expect("a periodic evaluation runs to its end");
             self.progress.println(format!(
                 "step {step}: val loss {:.4} (perplexity {:.2}, {} tokens)",
                 e.loss,
@@ -678,12 +678,20 @@ impl<'c> Trainer<'c> {
     }
 
     /// The validation loss (shared out over the ranks), logged with the tokens it covers.
-    fn evaluate(&mut self, span: super::EvalSpan) -> Result<super::Eval, TrainError> {
+    /// An evaluation of `span`, logged; `None` when Ctrl-C stopped it (`stoppable`: the final
+    /// one, of a single process), which logs nothing.
+    fn evaluate(&mut self, span: super::EvalSpan, stoppable: bool) -> Result<Option<super::Eval>, TrainError> {
         let e = {
             let (progress, mut shown) = (&self.progress, 0);
-            let tick = &mut |k: super::Tick| progress.eval_tick(&k, &mut shown);
+            let tick = &mut |k: super::Tick| {
+                progress.eval_tick(&k, &mut shown);
+                !(stoppable && INTERRUPTED.load(Ordering::SeqCst))
+            };
             evaluate_sharded(&self.model, &self.eval_prog, &self.data, &self.t, span, self.comm, tick)?
         };
+        if !e.complete {
+            return Ok(None);
+        }
         super::progress::trace_memory(
             &format!("evaluation after step {}", self.step),
             self.rss0,
@@ -699,10 +707,10 @@ impl<'c> Trainer<'c> {
             row["val_subset_tokens"] = json!(e.subset.1);
         }
         self.append(&row)?;
-        Ok(e)
+        Ok(Some(e))
     }
 
-    /// The checkpoint of the current step (rank 0).
+    /// The checkpoint of the current step (rank 0), and whether it is the best so far.
     fn save(&mut self) -> Result<(), TrainError> {
         if !self.lead {
             return Ok(());
@@ -712,6 +720,17 @@ impl<'c> Trainer<'c> {
         let err = |source| TrainError::Save { step, dir: self.out.clone(), source };
         checkpoint::save_model(&self.out, &self.model, &self.tok, &state, &self.run_toml).map_err(err)?;
         checkpoint::keep_step(&self.out, step, self.t.checkpoint_keep).map_err(err)?;
+        self.mark_best()
+    }
+
+    /// Marks the current step's kept checkpoint as the best when its evaluation beats the best's
+    /// (rank 0; after [`Trainer::save`] of the step).
+    fn mark_best(&mut self) -> Result<(), TrainError> {
+        if !self.lead {
+            return Ok(());
+        }
+        let step = self.step;
+        let err = |source| TrainError::Save { step, dir: self.out.clone(), source };
         // The best by the validation loss over the subset every evaluation covers.
         if let Some((at, e)) = self.last_eval
             && at == step
@@ -726,16 +745,26 @@ impl<'c> Trainer<'c> {
         Ok(())
     }
 
-    /// The last evaluation (unless interrupted), the checkpoint, the data-parallel report and
-    /// the loss plot.
+    /// The checkpoint, the last evaluation (unless interrupted; Ctrl-C stops it) and whether
+    /// it makes the checkpoint the best, the data-parallel report and the loss plot. The
+    /// checkpoint comes first: a failed or interrupted evaluation loses no steps.
     pub fn finish(mut self) -> Result<Summary, TrainError> {
         self.progress.finish();
         let step = self.step;
-        if !self.interrupted && step > self.start {
-            let e = self.evaluate(super::EvalSpan::Full)?;
-            self.val_tokens = Some(e.tokens);
-        }
         self.save()?;
+        if std::env::var_os("DDL_FAULT_INTERRUPT_FINAL_EVAL").is_some() {
+            // Fault injection for the tests: Ctrl-C as the final evaluation starts.
+            INTERRUPTED.store(true, Ordering::SeqCst);
+        }
+        if !self.interrupted && step > self.start {
+            match self.evaluate(super::EvalSpan::Full, !self.distributed)? {
+                Some(e) => {
+                    self.val_tokens = Some(e.tokens);
+                    self.mark_best()?;
+                }
+                None => self.interrupted = true,
+            }
+        }
         if self.distributed {
             let digests = params_in_sync(&self.model, self.comm, step)?;
             if self.lead {
