@@ -99,6 +99,17 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             if let Some(bad) = sizes.iter().find(|&&s| s == 0) {
                 anyhow::bail!("--sizes: {bad} is not a valid size (must be ≥ 1)");
             }
+            let max = gpu.limits.max_buffer_size;
+            if let Some(&bad) =
+                sizes.iter().find(|&&s| s.checked_mul(s).and_then(|e| e.checked_mul(4)).is_none_or(|b| b as u64 > max))
+            {
+                anyhow::bail!(
+                    "--sizes: {bad}: one {bad} × {bad} f32 matrix is larger than adapter '{}' can hold in a buffer \
+                     ({max} bytes); choose sizes up to {}",
+                    gpu.info.name,
+                    ((max / 4) as f64).sqrt() as u64
+                );
+            }
             if let Some(bad) = cases.iter().find(|c| !["nn", "nt", "tn"].contains(&c.as_str())) {
                 anyhow::bail!("--cases: unknown form '{bad}' (expected nn, nt or tn)");
             }
@@ -243,6 +254,15 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             ddl::bench::data::data_rows(&gpu, &o, |r| print_row(&r, json))?;
         }
         BenchCmd::Copy { mib, reps, json } => {
+            let max = gpu.limits.max_buffer_size.min(gpu.limits.max_storage_buffer_binding_size as u64);
+            if mib.checked_mul(1 << 20).is_none_or(|b| b as u64 > max) {
+                anyhow::bail!(
+                    "--mib {mib}: larger than adapter '{}' binds in one buffer ({} MiB); choose --mib {} or less",
+                    gpu.info.name,
+                    max >> 20,
+                    max >> 20
+                );
+            }
             let r = ddl::bench::copy_bandwidth(&gpu, mib, reps)?;
             print_row(&r, json);
         }

@@ -218,8 +218,7 @@ pub(crate) fn preset_with_config(
 ) -> Result<ddl::train::RunConfig> {
     let file = config
         .map(|path| {
-            let text =
-                std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
             let table: toml::Table = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
             Ok::<_, anyhow::Error>((path, text, table))
         })
@@ -237,11 +236,16 @@ pub(crate) fn preset_with_config(
         (None, None) => "tiny".to_string(),
     };
     let file_variant = file_variant
-        .map(|v| ddl::model::Variant::parse(&v).map_err(|e| anyhow::anyhow!("--config {}: model.variant: {e}", shown())))
+        .map(|v| {
+            ddl::model::Variant::parse(&v).map_err(|e| anyhow::anyhow!("--config {}: model.variant: {e}", shown()))
+        })
         .transpose()?;
     let variant = match (variant, file_variant) {
         (Some(a), Some(b)) if a != b => {
-            anyhow::bail!("--variant {a} contradicts `variant = \"{b}\"` under [model] in --config {}: drop one of them", shown())
+            anyhow::bail!(
+                "--variant {a} contradicts `variant = \"{b}\"` under [model] in --config {}: drop one of them",
+                shown()
+            )
         }
         (a, b) => a.or(b).unwrap_or(ddl::model::Variant::Ddl),
     };
@@ -292,7 +296,8 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
                 run.model.variant = v;
             }
             if let Some(path) = &a.config {
-                let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
+                let text =
+                    std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
                 run.merge_toml(&text, &path.display().to_string()).map_err(anyhow::Error::msg)?;
             }
             run

@@ -413,6 +413,13 @@ fn bench_problems_are_clear_errors() {
     fails(&dir, &["bench", "matmul", "--preset", "gpt-9"], &["unknown preset 'gpt-9'"]);
     fails(&dir, &["bench", "matmul", "--preset", "tiny", "--sizes", "64"], &["--sizes", "--preset"]);
     fails(&dir, &["bench", "matmul", "--batch", "2"], &["--preset"]);
+    // Sizes past what the adapter can hold (and past usize's arithmetic): refused, not a panic.
+    for size in ["4294967296", "18446744073709551615"] {
+        fails(&dir, &["bench", "matmul", "--sizes", size], &["--sizes", size, "choose sizes up to"]);
+    }
+    for mib in ["30000", "17592186044416", "18446744073709551615"] {
+        fails(&dir, &["bench", "copy", "--mib", mib], &["--mib", mib, "or less"]);
+    }
     fails(&dir, &["bench", "kernels", "--preset", "tiny", "--batch", "0"], &["--batch", "must be at least 1"]);
     fails(&dir, &["bench", "kernels", "--preset", "gpt-9"], &["unknown preset 'gpt-9'"]);
     fails(
@@ -890,7 +897,8 @@ fn resuming_keeps_the_saved_settings_and_continues_kept_checkpoints_in_a_new_fol
     let kept_model = std::fs::read(kept.join("model.safetensors")).unwrap();
     fails(&dir, &["train", "--resume", k, "--steps", "3"], &["kept checkpoint", "--out"]);
     let branch = dir.join("branch");
-    let r = cmd(&dir).args(["train", "--resume", k, "--out", branch.to_str().unwrap(), "--steps", "3"]).output().unwrap();
+    let r =
+        cmd(&dir).args(["train", "--resume", k, "--out", branch.to_str().unwrap(), "--steps", "3"]).output().unwrap();
     assert!(r.status.success(), "{}", text(&r));
     assert_eq!(std::fs::read(kept.join("model.safetensors")).unwrap(), kept_model, "the kept checkpoint changed");
     // The run itself, resumed with flags that repeat its settings, takes the same step 3.

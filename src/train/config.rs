@@ -397,7 +397,10 @@ impl RunConfig {
         }
         let text = super::checkpoint::saved_run_config(dir).map_err(|e| match e {
             CheckpointError::MissingFile(_) => {
-                format!("--resume {}: {e} (give a `ddl train --out` folder or one of its checkpoints/ folders)", dir.display())
+                format!(
+                    "--resume {}: {e} (give a `ddl train --out` folder or one of its checkpoints/ folders)",
+                    dir.display()
+                )
             }
             e => e.to_string(),
         })?;
@@ -409,7 +412,8 @@ impl RunConfig {
         } else {
             (text, dir.join(super::checkpoint::OPTIM_FILE))
         };
-        toml::from_str(&text).map_err(|e| format!("--resume: the run settings saved in {} are invalid: {e}", from.display()))
+        toml::from_str(&text)
+            .map_err(|e| format!("--resume: the run settings saved in {} are invalid: {e}", from.display()))
     }
 
     /// For `ddl train --resume DIR`: fails unless these settings (the saved ones, `saved`, with

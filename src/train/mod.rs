@@ -240,17 +240,19 @@ pub fn branch_run(src: &Path, dst: &Path) -> Result<usize, TrainError> {
     claim_for_new_run(dst, false)?;
     let created = !dst.exists();
     check_writable(dst)?;
-    let kept_run = src.parent().filter(|p| p.file_name().is_some_and(|n| n == checkpoint::KEPT_DIR)).and_then(Path::parent);
+    let kept_run =
+        src.parent().filter(|p| p.file_name().is_some_and(|n| n == checkpoint::KEPT_DIR)).and_then(Path::parent);
     let metrics = [Some(src.to_path_buf()), kept_run.map(Path::to_path_buf)]
         .into_iter()
         .flatten()
         .map(|d| d.join("metrics.jsonl"))
         .find(|p| p.exists());
-    let mut copies: Vec<(PathBuf, PathBuf)> = [checkpoint::MODEL_FILE, checkpoint::OPTIM_FILE, checkpoint::OPTIM_PREV_FILE, "config.toml", "data.json"]
-        .iter()
-        .map(|f| (src.join(f), dst.join(f)))
-        .filter(|(s, _)| s.exists())
-        .collect();
+    let mut copies: Vec<(PathBuf, PathBuf)> =
+        [checkpoint::MODEL_FILE, checkpoint::OPTIM_FILE, checkpoint::OPTIM_PREV_FILE, "config.toml", "data.json"]
+            .iter()
+            .map(|f| (src.join(f), dst.join(f)))
+            .filter(|(s, _)| s.exists())
+            .collect();
     copies.extend(metrics.map(|m| (m, dst.join("metrics.jsonl"))));
     let mut done = Vec::new();
     let result = copies.iter().try_for_each(|(s, d)| {

@@ -16,7 +16,7 @@ use super::lock::RunLock;
 use super::progress::{Progress, append_line, plot_metrics};
 use super::{
     INTERRUPTED, RunConfig, Summary, TrainConfig, TrainError, TrainOptions, adamw_cfg, check_writable, checkpoint,
-    claim_for_new_run, collective, remove_run, data, evaluate_sharded, install_ctrlc,
+    claim_for_new_run, collective, data, evaluate_sharded, install_ctrlc, remove_run,
 };
 use crate::gpu::Gpu;
 use crate::model::{AdamWConfig, Model, Objective, Parts, Program};
