@@ -543,6 +543,46 @@ fn outputs_never_replace_files_they_do_not_own() {
     assert!(other.exists());
 }
 
+/// `ddl eval` of a run's own data refuses data that changed since the run trained on it (its
+/// `data.json`), names a corpus that is gone with the remedies that exist for eval, and `--data`
+/// refuses a shard whose digest differs from its `meta.json`.
+#[test]
+fn eval_refuses_data_that_changed_since_it_was_trained_or_prepared() {
+    let dir = tmpdir("eval-data");
+    let ck = checkpoint(&dir);
+    let corpus = dir.join("corpus.txt");
+    let original = std::fs::read_to_string(&corpus).unwrap();
+    let eval = |extra: &[&str]| {
+        let mut a = vec!["eval", "--checkpoint", ck.to_str().unwrap()];
+        a.extend_from_slice(extra);
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    fn refs(v: &[String]) -> Vec<&str> {
+        v.iter().map(String::as_str).collect()
+    }
+    assert!(cmd(&dir).args(eval(&[])).output().unwrap().status.success());
+    std::fs::write(&corpus, original.replace("the", "eht")).unwrap();
+    fails(&dir, &refs(&eval(&[])), &["data.json", "changed since this run started", "--text"]);
+    std::fs::remove_file(&corpus).unwrap();
+    let t = fails(&dir, &refs(&eval(&[])), &["corpus.txt", "does not exist", "--text FILE"]);
+    assert!(!t.contains("--corpus"), "eval has no --corpus: {t}");
+    std::fs::write(&corpus, &original).unwrap();
+    assert!(cmd(&dir).args(eval(&[])).output().unwrap().status.success(), "the restored corpus was refused");
+    // Shards changed after `ddl data prepare`.
+    let shards = dir.join("shards");
+    let o = cmd(&dir)
+        .args(["data", "prepare", "--tokenizer", "char", "--out", shards.to_str().unwrap(), corpus.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let val = shards.join("data_val_000000.bin");
+    let mut bytes = std::fs::read(&val).unwrap();
+    let at = bytes.len() - 2;
+    bytes[at] ^= 1;
+    std::fs::write(&val, bytes).unwrap();
+    fails(&dir, &refs(&eval(&["--data", shards.to_str().unwrap()])), &["data_val_000000.bin", "SHA-256", "meta.json"]);
+}
+
 /// Names of the files in `dir`.
 fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)

@@ -124,6 +124,26 @@ pub struct ShardMeta {
     pub sha256: String,
 }
 
+/// Checks shard files against the digests `meta.json` lists for them (files it does not list
+/// pass): a shard changed since `ddl data prepare` wrote it is an error naming it.
+pub fn verify_shards(meta: &Meta, folder: &Path, files: &[PathBuf]) -> Result<(), DataError> {
+    for p in files {
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let Some(sm) = meta.shards.iter().find(|s| s.file == name) else { continue };
+        if file_digest(p)? != sm.sha256 {
+            return Err(DataError::Meta {
+                path: p.to_path_buf(),
+                msg: format!(
+                    "its SHA-256 differs from the one {} records: the shard changed since `ddl data prepare` wrote \
+                     it; prepare the data again",
+                    folder.join("meta.json").display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// SHA-256 of a file, hex.
 pub fn file_digest(path: &Path) -> Result<String, DataError> {
     use sha2::Digest;
@@ -410,6 +430,33 @@ pub fn open_for_run(
         e => e.into(),
     })?;
     Ok((ds, tok))
+}
+
+/// Checks `ds` against the record `data.json` that a run folder keeps of the data it trained on
+/// (its key, split sizes): `Err` with both sides when they differ (a missing or unreadable record
+/// passes). `doing` says what needs the same data ("resume", "evaluate its validation split").
+pub fn check_data_record(dir: &Path, ds: &Dataset, doing: &str, remedy: &str) -> Result<(), crate::train::TrainError> {
+    let path = dir.join("data.json");
+    let Some(saved) =
+        std::fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+    else {
+        return Ok(());
+    };
+    let now = serde_json::json!({"key": ds.key, "train_tokens": ds.split, "val_tokens": ds.val.len()});
+    if ["key", "train_tokens", "val_tokens"].iter().all(|k| saved[k] == now[k]) {
+        return Ok(());
+    }
+    Err(crate::train::TrainError::Settings(format!(
+        "{}: the training data changed since this run started (saved: {} train and {} validation tokens, id {}; \
+         now: {} and {}, id {}), so this run cannot {doing} on it. {remedy}",
+        path.display(),
+        saved["train_tokens"],
+        saved["val_tokens"],
+        saved["key"],
+        now["train_tokens"],
+        now["val_tokens"],
+        now["key"]
+    )))
 }
 
 /// A cheap fingerprint of a shard set (no full read): each file's name, size, and digests of its

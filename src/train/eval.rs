@@ -209,8 +209,10 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     };
     let seq_len = req.seq_len.unwrap_or(t.seq_len);
     if seq_len == 0 || seq_len > max {
+        let from =
+            if req.seq_len.is_some() { "--seq-len".to_string() } else { format!("seq_len of {}", cfg_path.display()) };
         return Err(TrainError::Settings(format!(
-            "--seq-len {seq_len}: the model's context (max_seq_len) is {max} tokens; pass 1 to {max}"
+            "{from} = {seq_len}: the model's context (max_seq_len) is {max} tokens; pass --seq-len 1 to {max}"
         )));
     }
     t.seq_len = seq_len;
@@ -220,12 +222,24 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     let (tokens, source, key) = match &req.source {
         EvalSource::Run => {
             let run = run.as_ref().expect("read above for the run's own data");
-            let (ds, _) = data::open_for_run(run, Some(&tok))?;
             let what = if run.data.is_empty() {
                 format!("the run's corpus '{}'", run.corpus)
             } else {
                 format!("the run's shards '{}'", run.data)
             };
+            let other = "evaluate another text with --text FILE (or shards with --data DIR)";
+            let (ds, _) = data::open_for_run(run, Some(&tok)).map_err(|e| {
+                let e = match e {
+                    // (Its remedy names `ddl train --corpus`.)
+                    TrainError::Data(data::DataError::Missing(_)) => "it does not exist".to_string(),
+                    e => e.to_string(),
+                };
+                TrainError::Settings(format!(
+                    "{what} (from {}): {e}; restore the data the run trained on, or {other}",
+                    cfg_path.display()
+                ))
+            })?;
+            data::check_data_record(dir, &ds, "evaluate its splits", &format!("Restore it, or {other}"))?;
             match req.split {
                 Split::Val => (ds.val, format!("the validation split of {what}"), ds.key),
                 Split::Train => {
@@ -278,7 +292,12 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             }
             // Shards that say which tokenizer made them must have been made with the checkpoint's.
             let folder = files[0].parent().map(Path::to_path_buf).unwrap_or_default();
-            if let Some(m) = data::read_meta(&folder)?
+            let meta = data::read_meta(&folder)?;
+            if let Some(m) = &meta {
+                // (Evaluation reads every token of these files anyway.)
+                data::verify_shards(m, &folder, &files)?;
+            }
+            if let Some(m) = meta
                 && m.tokenizer != tok.to_json()
             {
                 return Err(TrainError::Settings(format!(

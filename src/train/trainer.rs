@@ -258,24 +258,9 @@ impl<'c> Trainer<'c> {
         let data_id = json!({"key": data.key, "train_tokens": data.split, "val_tokens": data.val.len(),
             "source": if run.data.is_empty() { format!("--corpus {}", run.corpus) } else { format!("--data {}", run.data) }});
         let data_path = out.join("data.json");
-        if opts.resume
-            && let Ok(text) = std::fs::read_to_string(&data_path)
-            && let Ok(saved) = serde_json::from_str::<serde_json::Value>(&text)
-        {
-            let same = ["key", "train_tokens", "val_tokens"].iter().all(|k| saved[k] == data_id[k]);
-            if !same {
-                return Err(TrainError::Settings(format!(
-                    "{}: the training data changed since this run started (saved: {} train and {} validation tokens, \
-                     id {}; now: {} and {}, id {}). Resume with the data it started with, or start a new run with --out",
-                    data_path.display(),
-                    saved["train_tokens"],
-                    saved["val_tokens"],
-                    saved["key"],
-                    data_id["train_tokens"],
-                    data_id["val_tokens"],
-                    data_id["key"]
-                )));
-            }
+        if opts.resume {
+            let remedy = "Resume with the data it started with, or start a new run with --out";
+            data::check_data_record(&out, &data, "resume", remedy)?;
         }
 
         let bucket = dist.bucket_elems(model.layout.total);
