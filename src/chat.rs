@@ -45,20 +45,27 @@ impl ChatSettings {
     /// stop text (`\n` for a newline), `stop none` clears them.
     pub fn with(&self, name: &str, value: &str) -> Result<ChatSettings, String> {
         let mut next = self.clone();
-        let bad = |e: &dyn std::fmt::Display| format!("{name} {value}: {e}");
+        let bad = |want: &str| format!("{name} {value:?}: expected {want}");
         match name {
-            "temperature" => next.sampler.temperature = value.parse().map_err(|e| bad(&e))?,
-            "top_k" => next.sampler.top_k = value.parse().map_err(|e| bad(&e))?,
-            "top_p" => next.sampler.top_p = value.parse().map_err(|e| bad(&e))?,
-            "repetition_penalty" => next.sampler.repetition_penalty = value.parse().map_err(|e| bad(&e))?,
-            "max_tokens" => next.max_tokens = value.parse().map_err(|e| bad(&e))?,
-            "seed" => next.sampler.seed = value.parse().map_err(|e| bad(&e))?,
+            "temperature" => next.sampler.temperature = value.parse().map_err(|_| bad("a number ≥ 0 (0 = greedy)"))?,
+            "top_k" => next.sampler.top_k = value.parse().map_err(|_| bad("a whole number ≥ 0 (0 = all tokens)"))?,
+            "top_p" => next.sampler.top_p = value.parse().map_err(|_| bad("a number in (0, 1]"))?,
+            "repetition_penalty" => {
+                next.sampler.repetition_penalty = value.parse().map_err(|_| bad("a number > 0 (1 = off)"))?
+            }
+            "max_tokens" => next.max_tokens = value.parse().map_err(|_| bad("a whole number ≥ 1"))?,
+            "seed" => next.sampler.seed = value.parse().map_err(|_| bad("a whole number ≥ 0"))?,
             "stop" if value == "none" => next.stop.clear(),
             "stop" if value.is_empty() => return Err("stop needs a text (or `none` to clear)".into()),
             "stop" => next.stop.push(value.replace("\\n", "\n")),
             _ => return Err(format!("unknown setting '{name}' ({})", Self::NAMES.join(", "))),
         }
-        next.validate()?;
+        // (The range messages name the command line's flags; here the settings' names.)
+        next.validate().map_err(|e| {
+            [("--temperature", "temperature"), ("--top-p", "top_p"), ("--repetition-penalty", "repetition_penalty")]
+                .iter()
+                .fold(e, |e, (flag, setting)| e.replace(flag, setting))
+        })?;
         Ok(next)
     }
 
@@ -305,6 +312,7 @@ pub fn run(
                     }
                     Err(e) => writeln!(log, "error: {e}")?,
                 },
+                ("set", _) => writeln!(log, "usage: /set NAME VALUE, NAME one of {}", ChatSettings::NAMES.join(", "))?,
                 _ => writeln!(log, "unknown command '/{cmd}' ({HELP})")?,
             }
             continue;
@@ -360,9 +368,15 @@ mod tests {
         let e = base().with("colour", "red").unwrap_err();
         assert!(e.contains("unknown setting 'colour'") && e.contains("repetition_penalty"), "{e}");
         let e = base().with("top_p", "often").unwrap_err();
-        assert!(e.starts_with("top_p often:"), "{e}");
+        assert!(e.starts_with("top_p \"often\": expected a number in (0, 1]"), "{e}");
+        let e = base().with("top_k", "-1").unwrap_err();
+        assert!(e.contains("expected a whole number") && !e.contains("invalid digit"), "{e}");
         assert!(base().with("max_tokens", "0").unwrap_err().contains("max_tokens"));
-        assert!(base().with("temperature", "-1").is_err());
+        let e = base().with("temperature", "-1").unwrap_err();
+        assert!(
+            e.starts_with("temperature must be") && !e.contains("--"),
+            "the chat names its setting, not a flag: {e}"
+        );
         assert!(base().with("repetition_penalty", "0").is_err());
         // Every name is settable.
         for n in ChatSettings::NAMES {

@@ -323,6 +323,9 @@ impl SamplingArgs {
         if self.max_tokens == 0 {
             anyhow::bail!("--max-tokens must be at least 1");
         }
+        if self.stop.iter().any(String::is_empty) {
+            anyhow::bail!("--stop \"\": a stop text must not be empty (it would stop nothing)");
+        }
         Ok(s)
     }
 }

@@ -31,13 +31,16 @@ impl SamplerConfig {
     /// Checks the ranges; the message names the flag.
     pub fn validate(&self) -> std::result::Result<(), String> {
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
-            return Err(format!("--temperature must be ≥ 0, got {}", self.temperature));
+            return Err(format!("--temperature must be a finite number ≥ 0 (0 = greedy), got {}", self.temperature));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return Err(format!("--top-p must be in (0, 1], got {}", self.top_p));
         }
         if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
-            return Err(format!("--repetition-penalty must be > 0, got {}", self.repetition_penalty));
+            return Err(format!(
+                "--repetition-penalty must be a finite number > 0 (1 = off), got {}",
+                self.repetition_penalty
+            ));
         }
         Ok(())
     }

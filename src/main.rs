@@ -614,7 +614,12 @@ fn generate_cmd(
     // The interventions checked against the model before anything is printed.
     let beta_maps = if interventions.is_empty() { None } else { Some(interventions.maps(&model.cfg)?) };
     let k_mean = interventions.k_mean_targets(&model.cfg)?;
-    let ids = tok.encode(&prompt)?;
+    let ids = tok.encode(&prompt).map_err(|e| {
+        anyhow::anyhow!(
+            "--prompt: {e}; the checkpoint's {} tokenizer cannot encode it: leave that character out",
+            tok.kind()
+        )
+    })?;
     let cap = model.cfg.max_seq_len;
     if ids.len() > cap {
         let cut = ids.len() - cap;

@@ -200,7 +200,7 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
     let s5 = spec(&dir.join("other").tap_mkdir(), 5);
     let r5 = ddl(&dir, &["experiment", "--spec", s5.to_str().unwrap(), "--out", o]);
     assert!(!r5.status.success());
-    assert!(text(&r5).contains("shared settings") && text(&r5).contains("differ"), "{}", text(&r5));
+    assert!(text(&r5).contains("share other settings") && text(&r5).contains("steps: "), "{}", text(&r5));
     // A grown grid (one more variant) keeps the finished runs and trains only the new ones.
     let grown =
         std::fs::read_to_string(s).unwrap().replace(r#"["baseline", "ddl"]"#, r#"["baseline", "ddl", "ddl_v1"]"#);
@@ -239,6 +239,15 @@ fn bad_specs_are_clear_errors() {
         ("preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = 3\ncolour = 1\n", "colour"),
         ("preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = 3\n[train]\nlr = -1.0\n", "lr"),
         ("preset = \"huge\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = 3\n", "unknown preset"),
+        ("preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = \"three\"\n", "line 4"),
+        (
+            "preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = 3\n[model]\nvariant = \"baseline\"\n",
+            "[model] variant",
+        ),
+        (
+            "preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = 3\ncorpus = \"/no/such.txt\"\n",
+            "/no/such.txt",
+        ),
     ];
     for (i, (spec, needle)) in cases.iter().enumerate() {
         let p = dir.join(format!("bad{i}.toml"));

@@ -139,6 +139,7 @@ fn checkpoint_problems_are_clear_errors() {
     assert!(o.status.success(), "{}", text(&o));
 
     fails_gen(&dir, &dir.join("nope"), &["nope", "does not exist"]);
+    fails_gen(&dir, &ck.join("model.safetensors"), &["model.safetensors", "is a file", "run's folder"]);
     let m = mutated(&ck, "missing-file", |_, _| {});
     std::fs::remove_file(m.join("model.safetensors")).unwrap();
     fails_gen(&dir, &m, &["model.safetensors", "missing"]);
@@ -356,8 +357,14 @@ fn generation_problems_are_clear_errors() {
     g(&["--prompt", "hi", "--max-tokens", "0"], &["--max-tokens", "at least 1"]);
     g(&["--prompt", "hi", "--temperature=-0.5"], &["--temperature", "-0.5"]);
     // A negative number after a space is the flag's value (clap would call it an unknown flag).
-    g(&["--prompt", "hi", "--temperature", "-1"], &["--temperature must be ≥ 0, got -1"]);
-    g(&["--prompt", "hi", "--repetition-penalty", "-2"], &["--repetition-penalty must be > 0, got -2"]);
+    g(&["--prompt", "hi", "--temperature", "-1"], &["--temperature must be a finite number ≥ 0", "got -1"]);
+    g(&["--prompt", "hi", "--temperature", "inf"], &["--temperature must be a finite number ≥ 0", "got inf"]);
+    g(
+        &["--prompt", "hi", "--repetition-penalty", "-2"],
+        &["--repetition-penalty must be a finite number > 0", "got -2"],
+    );
+    g(&["--prompt", "hi", "--stop", ""], &["--stop", "must not be empty"]);
+    g(&["--prompt", "hi€"], &["--prompt", "'€'", "leave that character out"]);
     g(&["--prompt", "hi", "--top-p", "0"], &["--top-p", "(0, 1]", "got 0"]);
     g(&["--prompt", "hi", "--top-p", "1.5"], &["--top-p", "1.5"]);
     g(&["--prompt", "hi", "--temperature", "nan"], &["--temperature"]);

@@ -12,6 +12,43 @@ use crate::gpu::Gpu;
 use crate::model::{Model, Variant};
 use crate::train::{RunConfig, Show, TrainOptions, checkpoint, data};
 
+/// Whether any run folder under `runs` has trained (its metrics or checkpoint).
+fn any_run_trained(runs: &Path) -> bool {
+    std::fs::read_dir(runs).is_ok_and(|d| {
+        d.flatten().any(|e| ["metrics.jsonl", checkpoint::MODEL_FILE].iter().any(|f| e.path().join(f).exists()))
+    })
+}
+
+/// The shared settings (top-level keys and `[model]` / `[train]` entries) that differ between
+/// two specs, as `key: old → new`.
+fn changed_settings(old: &ExperimentSpec, new: &ExperimentSpec) -> String {
+    let table = |s: &ExperimentSpec| toml::Table::try_from(s).unwrap_or_default();
+    let (a, b) = (table(old), table(new));
+    let skip = ["name", "description", "variants", "seeds", "extra_seeds"];
+    let mut keys: Vec<&String> = a.keys().chain(b.keys()).filter(|k| !skip.contains(&k.as_str())).collect();
+    keys.sort();
+    keys.dedup();
+    let mut out = Vec::new();
+    let show = |v: Option<&toml::Value>| v.map_or("(unset)".to_string(), |v| v.to_string());
+    for k in keys {
+        match (a.get(k), b.get(k)) {
+            (Some(toml::Value::Table(x)), Some(toml::Value::Table(y))) => {
+                let mut inner: Vec<&String> = x.keys().chain(y.keys()).collect();
+                inner.sort();
+                inner.dedup();
+                for k2 in inner {
+                    if x.get(k2) != y.get(k2) {
+                        out.push(format!("{k}.{k2}: {} → {}", show(x.get(k2)), show(y.get(k2))));
+                    }
+                }
+            }
+            (x, y) if x != y => out.push(format!("{k}: {} → {}", show(x), show(y))),
+            _ => {}
+        }
+    }
+    out.join("; ")
+}
+
 /// Runs what is not finished yet, then writes the report. Returns the report's path, or `None`
 /// when the grid was interrupted (Ctrl-C; run again to continue).
 pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Result<Option<PathBuf>, ExperimentError> {
@@ -40,15 +77,20 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
             };
             strip(a) == strip(b)
         };
-        match toml::from_str::<ExperimentSpec>(&old) {
-            Ok(o) if same(&o, spec) => {}
-            _ => {
+        let old = toml::from_str::<ExperimentSpec>(&old).ok();
+        match old {
+            Some(o) if same(&o, spec) => {}
+            // Before any run has trained, the spec may still change (a first attempt that failed).
+            _ if !any_run_trained(&out.join("runs")) => {}
+            o => {
+                let changed = o.map(|o| changed_settings(&o, spec)).unwrap_or_else(|| "unreadable".into());
                 return Err(ExperimentError::Spec {
                     path: spec_path,
-                    msg: "this directory holds an experiment whose shared settings (preset, steps, corpus, \
-                          tokenizer, [model], [train], beta_batches) differ from this spec's; use a new --out \
-                          directory (or delete this one) to run the changed spec. Adding variants or seeds is fine"
-                        .into(),
+                    msg: format!(
+                        "this directory holds an experiment whose runs share other settings than this spec's \
+                         ({changed}); use a new --out directory (or delete this one) to run the changed spec. \
+                         Adding variants or seeds is fine"
+                    ),
                 });
             }
         }

@@ -61,8 +61,24 @@ impl ExperimentSpec {
     /// Parses and checks the text of a spec (`path` names it in errors).
     pub fn parse(text: &str, path: &Path) -> Result<ExperimentSpec, ExperimentError> {
         let err = |msg: String| ExperimentError::Spec { path: path.to_path_buf(), msg };
-        let spec: ExperimentSpec = toml::from_str(text).map_err(|e| err(e.message().to_string()))?;
+        let spec: ExperimentSpec = toml::from_str(text).map_err(|e| err(e.to_string()))?;
         spec.check().map_err(err)?;
+        // The data files must exist now, before the experiment's folder is written.
+        if let Some(c) = &spec.corpus
+            && c != crate::train::data::DEFAULT_CORPUS
+            && !Path::new(c).exists()
+        {
+            return Err(err(format!(
+                "corpus = \"{c}\": no such file or folder (a UTF-8 text file or a folder of .txt files; a relative \
+                 path is taken from the current directory)"
+            )));
+        }
+        if let Some(t) = &spec.tokenizer
+            && t != "char"
+            && !Path::new(t).exists()
+        {
+            return Err(err(format!("tokenizer = \"{t}\": no such file (\"char\", or a tokenizer.json)")));
+        }
         // Every run's config must resolve now, not an hour into the grid.
         for v in spec.variant_list().map_err(err)? {
             for s in spec.seeds_of(v) {
@@ -144,6 +160,9 @@ impl ExperimentSpec {
         }
         if !self.model.is_empty() {
             overlay.insert("model".into(), toml::Value::Table(self.model.clone()));
+        }
+        if self.model.contains_key("variant") {
+            return Err("[model] variant: variants come from the spec's `variants` list".into());
         }
         let mut train = self.train.clone();
         if train.contains_key("seed") {

@@ -24,6 +24,8 @@ pub const VERSION: u32 = 1;
 pub enum CheckpointError {
     #[error("checkpoint directory '{0}' does not exist")]
     MissingDir(PathBuf),
+    #[error("'{0}' is a file, not a checkpoint folder: give the run's folder (the one that holds model.safetensors)")]
+    NotADir(PathBuf),
     #[error("checkpoint file '{0}' is missing")]
     MissingFile(PathBuf),
     #[error("cannot read or write '{path}': {source}")]
@@ -34,6 +36,15 @@ pub enum CheckpointError {
     Content { path: PathBuf, msg: String },
     #[error("'{path}': the device failed while the checkpoint was loaded into it: {source}")]
     Device { path: PathBuf, source: Box<crate::gpu::GpuError> },
+}
+
+/// The error for a checkpoint path that is not a folder: missing, or a file.
+fn not_a_folder(dir: &Path) -> CheckpointError {
+    if dir.exists() {
+        CheckpointError::NotADir(dir.to_path_buf())
+    } else {
+        CheckpointError::MissingDir(dir.to_path_buf())
+    }
 }
 
 /// Where [`write_tmp`] puts the bytes of `path` before the rename: unique per process and per
@@ -639,7 +650,7 @@ fn map_file(path: &Path) -> Result<memmap2::Mmap, CheckpointError> {
 #[cfg(feature = "native")]
 pub fn load_to_device(dir: &Path, gpu: std::sync::Arc<Gpu>, with_optim: bool) -> Result<OnDevice, CheckpointError> {
     if !dir.is_dir() {
-        return Err(CheckpointError::MissingDir(dir.to_path_buf()));
+        return Err(not_a_folder(dir));
     }
     let mp = dir.join(MODEL_FILE);
     let (model, tokenizer, step, layout) = {
@@ -682,7 +693,7 @@ pub fn saved_run_config(dir: &Path) -> Result<String, CheckpointError> {
 #[cfg(feature = "native")]
 pub fn saved_step(dir: &Path) -> Result<usize, CheckpointError> {
     if !dir.is_dir() {
-        return Err(CheckpointError::MissingDir(dir.to_path_buf()));
+        return Err(not_a_folder(dir));
     }
     let mp = dir.join(MODEL_FILE);
     Ok(model_meta(&mp, &map_file(&mp)?)?.2)
@@ -691,7 +702,7 @@ pub fn saved_step(dir: &Path) -> Result<usize, CheckpointError> {
 /// Loads `dir/model.safetensors` (and `optim.safetensors` when `with_optim`).
 pub fn load(dir: &Path, with_optim: bool) -> Result<Loaded, CheckpointError> {
     if !dir.is_dir() {
-        return Err(CheckpointError::MissingDir(dir.to_path_buf()));
+        return Err(not_a_folder(dir));
     }
     let mp = dir.join(MODEL_FILE);
     let bytes = read_file(&mp)?;
