@@ -87,32 +87,32 @@ pub(crate) enum Cmd {
         #[arg(long)]
         preset: Option<String>,
         /// The variant to plan: baseline, ddl_v1, ddl, ddl_ec, ddl_cc, ddl_ccec, ddl_v1_vmap, ddl_vmap.
-        #[arg(long, default_value = "ddl")]
+        #[arg(long, default_value = "ddl", requires = "preset")]
         variant: String,
         /// Batch size of the plan (default: the preset's training value).
-        #[arg(long, value_parser = positive)]
+        #[arg(long, value_parser = positive, requires = "preset")]
         batch: Option<usize>,
         /// Sequence length of the plan (default: the preset's training value).
-        #[arg(long, value_parser = positive)]
+        #[arg(long, value_parser = positive, requires = "preset")]
         seq: Option<usize>,
         /// Plan the expanded states in half precision (`ddl train --f16-state`).
-        #[arg(long)]
+        #[arg(long, requires = "preset")]
         f16_state: bool,
         /// Plan this precision (`ddl train --precision`): f16 adds the parameters' f16 copy,
         /// stores the SwiGLU output in f16, and the states where the variant has them.
-        #[arg(long, default_value = "f32", value_parser = precision)]
+        #[arg(long, default_value = "f32", value_parser = precision, requires = "preset")]
         precision: ddl::model::Precision,
         /// Plan a run that recomputes (`ddl train --recompute`): one c, a, QK-norm output and ψ
         /// for all layers instead of one per layer.
-        #[arg(long)]
+        #[arg(long, requires = "preset")]
         recompute: bool,
         /// Plan a run whose LM head works in slices of this many rows (`ddl train
         /// --head-chunk`): one slice's logits instead of the batch's.
-        #[arg(long, value_name = "ROWS", default_value_t = 0)]
+        #[arg(long, value_name = "ROWS", default_value_t = 0, requires = "preset")]
         head_chunk: usize,
         /// Also print the largest batch of --seq tokens whose plan fits this much device memory
         /// (e.g. 80GB, 141GiB, 24GiB), for each way of storing the activations.
-        #[arg(long, value_name = "SIZE", value_parser = memory_size)]
+        #[arg(long, value_name = "SIZE", value_parser = memory_size, requires = "preset")]
         memory: Option<u64>,
     },
     /// Check the engine against PyTorch golden files (format ddl-golden-1): forward, backward,

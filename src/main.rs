@@ -807,6 +807,12 @@ fn info_model(
     // f16 precision implies f16 states where the variant has them (as `ddl train` does).
     (t.state_f16, t.precision, t.recompute, t.head_chunk) =
         (asked.state_f16, asked.precision, asked.recompute, asked.head_chunk);
+    // The checks `ddl train` makes of these settings (context length, f16 states, precision).
+    (t.batch_size, t.seq_len) = (b, s);
+    t.validate(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if (b as u128) * (s as u128) * (cfg.vocab_size as u128).max(cfg.d_model as u128 * 64) * 16 > u64::MAX as u128 {
+        anyhow::bail!("--batch {b} × --seq {s}: too many tokens to plan; give a smaller --batch");
+    }
     let st = t.storage(&cfg);
     let plan = ddl::model::memory_plan_for(&cfg, b, s, st);
     println!(

@@ -207,6 +207,16 @@ fn config_problems_are_clear_errors() {
     };
     // Out of range: the full key, the value given, the allowed range and the remedy.
     t(&["--set", "train.nope=1"], &["unknown key 'train.nope'", "known keys here", "warmup_steps"]);
+    t(&["--set", "train.batch_size=-1"], &["train.batch_size = -1", "expected a whole number ≥ 0"]);
+    // --out a file; `ddl info`'s plan flags checked as `ddl train` checks them, and only with a preset.
+    let file = dir.join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    fails(&dir, &["train", "--corpus", &c, "--out", file.to_str().unwrap(), "--steps", "1"], &["a-file", "is a file"]);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+    fails(&dir, &["info", "--preset", "tiny", "--seq", "100000"], &["train.seq_len = 100000", "max_seq_len"]);
+    fails(&dir, &["info", "--preset", "tiny", "--variant", "baseline", "--f16-state"], &["state_f16", "baseline"]);
+    fails(&dir, &["info", "--preset", "tiny", "--batch", "18446744073709551615"], &["batch_size"]);
+    fails(&dir, &["info", "--batch", "4"], &["--preset"]);
     t(&["--set", "train.steps=9"], &["unknown key 'train.steps'", "--steps N"]);
     t(&["--set", "model.dv=2"], &["did you mean 'model.d_v'?"]);
     t(&["--set", "train.batch_size=\"many\""], &["batch_size"]);

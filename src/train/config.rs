@@ -534,9 +534,19 @@ impl RunConfig {
                     }
                 }
             }
+            // serde names Rust types; say what they take.
+            let msg = [
+                ("expected usize", "expected a whole number ≥ 0"),
+                ("expected u64", "expected a whole number ≥ 0"),
+                ("expected u32", "expected a whole number ≥ 0"),
+                ("expected f64", "expected a number"),
+                ("expected f32", "expected a number"),
+            ]
+            .iter()
+            .fold(e.message().to_string(), |m, (rust, plain)| m.replace(rust, plain));
             match key {
-                Some(k) => format!("{origin}: {k}: {}", e.message()),
-                None => format!("{origin}: {}", e.message()),
+                Some(k) => format!("{origin}: {k}: {msg}"),
+                None => format!("{origin}: {msg}"),
             }
         })?;
         if kc_follows && self.model.variant.value_axis() {

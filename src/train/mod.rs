@@ -294,6 +294,12 @@ fn remove_run(dir: &Path) -> Result<(), TrainError> {
 }
 
 fn check_writable(dir: &Path) -> Result<(), TrainError> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(TrainError::Settings(format!(
+            "--out '{}' is a file: a run writes a folder; give a new folder's path (or a run's, with --resume)",
+            dir.display()
+        )));
+    }
     let err = |source| TrainError::OutDir { path: dir.to_path_buf(), source };
     std::fs::create_dir_all(dir).map_err(err)?;
     let probe = dir.join(format!(".write-test-{}", std::process::id()));
