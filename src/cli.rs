@@ -279,7 +279,7 @@ pub(crate) enum TokenizerCmd {
         /// A tokenizer.json (Hugging Face format).
         #[arg(long)]
         tokenizer: std::path::PathBuf,
-        /// The text to encode.
+        /// The text to encode (`-`: standard input).
         #[arg(long)]
         text: String,
     },

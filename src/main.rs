@@ -158,7 +158,21 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
             println!("wrote {}", out.display());
         }
         TokenizerCmd::Encode { tokenizer, text } => {
+            if tokenizer.as_os_str() == "char" {
+                anyhow::bail!(
+                    "--tokenizer char: a character tokenizer is made from a corpus (`ddl train` and `ddl data prepare` \
+                     build one); give a tokenizer.json"
+                );
+            }
             let tok = Tokenizer::load(&tokenizer)?;
+            let text = if text == "-" {
+                let mut t = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut t)
+                    .context("reading the text from standard input")?;
+                t
+            } else {
+                text
+            };
             let ids = tok.encode(&text)?;
             println!("{}", ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(" "));
         }

@@ -171,9 +171,10 @@ fn documents_from_folders_and_json_lines_are_separated_by_the_end_of_text_token(
     assert!(o.status.success(), "{}", text(&o));
     let inputs = dir.join("in");
     std::fs::create_dir_all(inputs.join("sub")).unwrap();
-    std::fs::write(inputs.join("a.txt"), "First document.\nSecond line.\n").unwrap();
+    // Byte-order marks (as Windows editors write them) are not text: a.txt and c.jsonl start with one.
+    std::fs::write(inputs.join("a.txt"), "\u{feff}First document.\nSecond line.\n").unwrap();
     std::fs::write(inputs.join("sub/b.txt"), "Another file.").unwrap();
-    std::fs::write(inputs.join("c.jsonl"), "{\"text\": \"one\"}\n\n{\"text\": \"two\", \"id\": 7}\n").unwrap();
+    std::fs::write(inputs.join("c.jsonl"), "\u{feff}{\"text\": \"one\"}\n\n{\"text\": \"two\", \"id\": 7}\n").unwrap();
     let out = dir.join("shards");
     let o = ddl(&dir)
         .args(["data", "prepare", "--tokenizer"])

@@ -335,6 +335,11 @@ fn tokenizer_problems_are_clear_errors() {
     std::fs::write(&p, "{ this is not json").unwrap();
     t(p.to_str().unwrap(), &["bad.json"]);
     fails(&dir, &["tokenizer", "encode", "--tokenizer", p.to_str().unwrap(), "--text", "x"], &["bad.json"]);
+    fails(
+        &dir,
+        &["tokenizer", "encode", "--tokenizer", "char", "--text", "x"],
+        &["--tokenizer char", "tokenizer.json"],
+    );
     // A checkpoint whose tokenizer has more tokens than the model's vocabulary (its ids would
     // index outside the embedding).
     let ck = checkpoint(&dir);
@@ -344,6 +349,19 @@ fn tokenizer_problems_are_clear_errors() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
+    // `--text -` reads standard input, as `generate --prompt -` does.
+    let encode = |t: &str| {
+        let mut c = cmd(&dir);
+        c.args(["tokenizer", "encode", "--tokenizer", bpe.to_str().unwrap(), "--text", t]);
+        c
+    };
+    let mut child =
+        encode("-").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"First Citizen").unwrap();
+    let piped = child.wait_with_output().unwrap();
+    let direct = encode("First Citizen").output().unwrap();
+    assert!(piped.status.success() && direct.status.success(), "{}", text(&piped));
+    assert_eq!(piped.stdout, direct.stdout);
     let big = std::fs::read_to_string(&bpe).unwrap();
     let m = mutated(&ck, "big-vocab", |_, meta| {
         let json = format!(r#"{{"kind":"bpe","tokenizer":{big}}}"#);

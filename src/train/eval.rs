@@ -335,6 +335,8 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         }
         None => EvalSpan::Full,
     };
+    // A batch larger than the windows there are would only allocate rows that predict nothing.
+    t.batch_size = t.batch_size.min(super::eval_windows(&ds, &t, EvalSpan::Full, 1, seq_len).max(1));
     let windows = super::eval_windows(&ds, &t, span, t.batch_size, seq_len);
     let whole = windows == ds.val_windows(seq_len);
     if req.betas && !model.cfg.variant.is_ddl() {

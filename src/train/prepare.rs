@@ -118,6 +118,8 @@ fn pieces(path: &Path, mut f: impl FnMut(String, bool) -> Result<(), DataError>)
         let r = std::io::BufReader::new(file);
         for (n, line) in r.lines().enumerate() {
             let line = line.map_err(io(path))?;
+            // A byte-order mark (editors on Windows write one) is not part of the first line's JSON.
+            let line = if n == 0 { line.trim_start_matches('\u{feff}').to_string() } else { line };
             if line.trim().is_empty() {
                 continue;
             }
@@ -165,6 +167,8 @@ fn pieces(path: &Path, mut f: impl FnMut(String, bool) -> Result<(), DataError>)
                 offset: offset + e.utf8_error().valid_up_to(),
             })?;
             offset += cut;
+            // A text file's byte-order mark is not text.
+            let text = if first { text.strip_prefix('\u{feff}').map(String::from).unwrap_or(text) } else { text };
             f(text, first)?;
             first = false;
         }
