@@ -153,7 +153,14 @@ enum Stored {
 impl Stored {
     fn into_tokenizer(self) -> Result<Tokenizer, String> {
         Ok(match self {
-            Stored::Char { chars } => Tokenizer::Char(CharTokenizer::from_chars(chars.chars().collect())),
+            Stored::Char { chars } => {
+                let chars: Vec<char> = chars.chars().collect();
+                let mut seen = std::collections::HashSet::new();
+                if let Some(c) = chars.iter().find(|&&c| !seen.insert(c)) {
+                    return Err(format!("the character tokenizer lists {c:?} twice (each character has one id)"));
+                }
+                Tokenizer::Char(CharTokenizer::from_chars(chars))
+            }
             Stored::Bpe { tokenizer } => {
                 Tokenizer::Bpe(Box::new(serde_json::from_value(tokenizer).map_err(|e| e.to_string())?))
             }
@@ -367,6 +374,31 @@ impl Tokenizer {
             .map_err(|source| TokenizerError::Write { path: path.to_path_buf(), source })
     }
 
+    /// How `other` differs from this tokenizer, for messages: for two character tokenizers the
+    /// characters only one of them has, else their kinds and vocabulary sizes.
+    pub fn difference(&self, other: &Tokenizer) -> String {
+        match (self, other) {
+            (Tokenizer::Char(a), Tokenizer::Char(b)) => {
+                let only = |x: &CharTokenizer, y: &CharTokenizer| -> String {
+                    let v: Vec<String> =
+                        x.chars.iter().filter(|c| !y.chars.contains(c)).take(8).map(|c| format!("{c:?}")).collect();
+                    if v.is_empty() { "none".into() } else { v.join(" ") }
+                };
+                if a.chars.len() == b.chars.len() && only(a, b) == "none" {
+                    return "the same characters in another order".into();
+                }
+                format!("characters only in the first: {}; only in the second: {}", only(a, b), only(b, a))
+            }
+            _ => format!(
+                "{} of vocabulary {} against {} of vocabulary {}",
+                self.kind(),
+                self.vocab_size(),
+                other.kind(),
+                other.vocab_size()
+            ),
+        }
+    }
+
     /// A decoder for ids produced one at a time (generation).
     pub fn stream(&self) -> StreamDecoder<'_> {
         StreamDecoder { tok: self, bytes: Vec::new(), ids: Vec::new() }
@@ -476,6 +508,17 @@ impl StreamDecoder<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_difference_names_the_characters_one_tokenizer_lacks() {
+        let a = Tokenizer::Char(CharTokenizer::from_chars("abZ".chars().collect()));
+        let b = Tokenizer::Char(CharTokenizer::from_chars("ab€".chars().collect()));
+        assert_eq!(a.difference(&b), "characters only in the first: 'Z'; only in the second: '€'");
+        let c = Tokenizer::Char(CharTokenizer::from_chars("baZ".chars().collect()));
+        assert_eq!(a.difference(&c), "the same characters in another order");
+        let bad = Tokenizer::from_json(r#"{"kind": "char", "chars": "aba"}"#).unwrap_err().to_string();
+        assert!(bad.contains("'a' twice"), "{bad}");
+    }
 
     #[test]
     fn char_tokenizer_round_trips_and_names_unknown_characters() {

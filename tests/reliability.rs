@@ -340,6 +340,13 @@ fn tokenizer_problems_are_clear_errors() {
         &["tokenizer", "encode", "--tokenizer", "char", "--text", "x"],
         &["--tokenizer char", "tokenizer.json"],
     );
+    let dup = dir.join("dup.json");
+    std::fs::write(&dup, r#"{"kind": "char", "chars": "abca"}"#).unwrap();
+    fails(
+        &dir,
+        &["tokenizer", "encode", "--tokenizer", dup.to_str().unwrap(), "--text", "a"],
+        &["dup.json", "'a' twice"],
+    );
     // A checkpoint whose tokenizer has more tokens than the model's vocabulary (its ids would
     // index outside the embedding).
     let ck = checkpoint(&dir);
@@ -555,6 +562,14 @@ fn outputs_never_replace_files_they_do_not_own() {
     };
     let o = prep(Path::new(&c), &[], Path::new(&c));
     assert!(!o.status.success() && text(&o).contains("is a file"), "{}", text(&o));
+    let empty = dir.join("empty.txt");
+    std::fs::write(&empty, "").unwrap();
+    let o = prep(&dir.join("from-empty"), &[], &empty);
+    assert!(
+        !o.status.success() && text(&o).contains("empty.txt") && text(&o).contains("too little text"),
+        "{}",
+        text(&o)
+    );
     assert_eq!(std::fs::read(&c).unwrap(), corpus_before);
     for name in ["a/b", "", ".hidden"] {
         let o = prep(&dir.join("named"), &["--name", name], Path::new(&c));

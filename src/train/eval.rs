@@ -300,9 +300,12 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             if let Some(m) = meta
                 && m.tokenizer != tok.to_json()
             {
+                let how = crate::tokenizer::Tokenizer::from_json(&m.tokenizer)
+                    .map(|theirs| theirs.difference(&tok))
+                    .unwrap_or_else(|e| format!("theirs unreadable: {e}"));
                 return Err(TrainError::Settings(format!(
                     "{}: the shards were made with another tokenizer (vocabulary {}) than the checkpoint's (vocabulary \
-                     {vocab}); prepare the text again with the checkpoint's tokenizer (`ddl data prepare --tokenizer`)",
+                     {vocab}; {how}); prepare the text again with the checkpoint's tokenizer (`ddl data prepare --tokenizer`)",
                     folder.join("meta.json").display(),
                     m.vocab_size
                 )));

@@ -412,11 +412,30 @@ fn write_all(
         ValSplit::Tokens(n) => n,
         ValSplit::Fraction(f) => total - ((total as f64) * (1.0 - f)).round() as usize,
     };
-    if val_n == 0 || val_n >= total {
+    let listed = || {
+        let names: Vec<String> = files.iter().take(3).map(|f| format!("'{}'", f.display())).collect();
+        format!(
+            "{}{}",
+            names.join(", "),
+            if files.len() > 3 { format!(" and {} more", files.len() - 3) } else { String::new() }
+        )
+    };
+    if total < 2 {
         return Err(crate::train::TrainError::Settings(format!(
-            "the inputs give {total} tokens: a validation split of {val_n} leaves {} for training; lower \
-             --val-tokens / --val-fraction or add text",
-            total.saturating_sub(val_n)
+            "the inputs ({}) give {total} token(s): too little text to split into training and validation; add text",
+            listed()
+        )));
+    }
+    if val_n == 0 {
+        return Err(crate::train::TrainError::Settings(format!(
+            "the inputs give {total} tokens, of which the validation split (--val-fraction / --val-tokens) takes 0: \
+             raise --val-fraction or pass --val-tokens N (at least 1)"
+        )));
+    }
+    if val_n >= total {
+        return Err(crate::train::TrainError::Settings(format!(
+            "the inputs give {total} tokens and the validation split asks for {val_n}, which leaves none for \
+             training: lower --val-tokens / --val-fraction, or add text"
         )));
     }
     let split = total - val_n;
