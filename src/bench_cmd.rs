@@ -254,7 +254,7 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             ddl::bench::data::data_rows(&gpu, &o, |r| print_row(&r, json))?;
         }
         BenchCmd::Copy { mib, reps, json } => {
-            let max = gpu.limits.max_buffer_size.min(gpu.limits.max_storage_buffer_binding_size as u64);
+            let max = gpu.limits.max_buffer_size.min(gpu.limits.max_storage_buffer_binding_size);
             if mib.checked_mul(1 << 20).is_none_or(|b| b as u64 > max) {
                 anyhow::bail!(
                     "--mib {mib}: larger than adapter '{}' binds in one buffer ({} MiB); choose --mib {} or less",
