@@ -200,6 +200,14 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             let ((cfg, t), against_cfg) = train_configs.expect("made above for bench train");
             ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
             let (b, seq) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
+            if seq > cfg.max_seq_len {
+                anyhow::bail!(
+                    "--seq {seq}: longer than the model's context (model.max_seq_len = {}); pass --seq {} or less, \
+                     or raise the context with --set model.max_seq_len={seq}",
+                    cfg.max_seq_len,
+                    cfg.max_seq_len
+                );
+            }
             let other = against_forms.as_deref().map(|spec| forms_handle(&gpu, spec)).transpose()?;
             // `--set train.recompute=true` (or `train.head_chunk=R`) holds for both sides,
             // `--recompute` (`--head-chunk R`) for the measured one.

@@ -300,6 +300,12 @@ pub fn check_precision(
 pub fn check_stored(gpu: &Arc<Gpu>, g: &Golden, st: crate::model::Storage) -> Result<Vec<Row>, GoldenError> {
     let (state_f16, precision) = (st.state_f16, st.precision);
     let half = precision == Precision::F16;
+    if state_f16 && let Err(why) = g.config.f16_state_support() {
+        return Err(GoldenError::Content {
+            path: g.path.clone(),
+            msg: format!("--f16-state: {why}; run --f16-state on the files of those variants (d_v = 4)"),
+        });
+    }
     let state_f16 = state_f16 || (half && g.config.f16_state_support().is_ok());
     let loose = state_f16 || half;
     let base = if half { F16_PRECISION_TOL } else { F16_STATE_TOL };

@@ -217,6 +217,8 @@ fn config_problems_are_clear_errors() {
     fails(&dir, &["info", "--preset", "tiny", "--variant", "baseline", "--f16-state"], &["state_f16", "baseline"]);
     fails(&dir, &["info", "--preset", "tiny", "--batch", "18446744073709551615"], &["batch_size"]);
     fails(&dir, &["info", "--batch", "4"], &["--preset"]);
+    let golden = ddl::testing::data_path("tests/golden/baseline.safetensors");
+    fails(&dir, &["golden", "--f16-state", golden.to_str().unwrap()], &["--f16-state", "got baseline"]);
     t(&["--set", "train.steps=9"], &["unknown key 'train.steps'", "--steps N"]);
     t(&["--set", "model.dv=2"], &["did you mean 'model.d_v'?"]);
     t(&["--set", "train.batch_size=\"many\""], &["batch_size"]);
@@ -469,6 +471,7 @@ fn bench_problems_are_clear_errors() {
         &["bench", "kernels", "--preset", "tiny", "--batch", "1", "--reps", "1", "--filter", "zzzz"],
         &["--filter zzzz", "no kernel case"],
     );
+    fails(&dir, &["bench", "train", "--preset", "tiny", "--seq", "100000"], &["--seq 100000", "max_seq_len = 64"]);
     // bench train takes the model's shapes as `ddl train` does, with its checks.
     fails(&dir, &["bench", "train", "--set", "model.widht=3"], &["--set model.widht", "unknown key"]);
     fails(&dir, &["bench", "train", "--set", "model.n_layers=0"], &["model.n_layers = 0", "expected an integer"]);
