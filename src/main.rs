@@ -381,6 +381,17 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         run.check_resume(saved, dir).map_err(anyhow::Error::msg)?;
     }
     if let Some(src) = from.as_deref().filter(|src| !same_folder(src, &out)) {
+        if a.distributed.is_some() {
+            // (Every rank runs this command; the copy is one process's job.)
+            anyhow::bail!(
+                "--resume {} --out {}: continuing a copy is not done with --distributed; copy the folder first \
+                 (cp -r {} {}) and resume the copy",
+                src.display(),
+                out.display(),
+                src.display(),
+                out.display()
+            );
+        }
         let copied = ddl::train::branch_run(src, &out)?;
         eprintln!("continuing {} in {} (a copy of its checkpoint at step {copied})", src.display(), out.display());
     }
