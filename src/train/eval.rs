@@ -209,10 +209,12 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     };
     let seq_len = req.seq_len.unwrap_or(t.seq_len);
     if seq_len == 0 || seq_len > max {
-        let from =
-            if req.seq_len.is_some() { "--seq-len".to_string() } else { format!("seq_len of {}", cfg_path.display()) };
+        let from = match req.seq_len {
+            Some(_) => format!("--seq-len {seq_len}"),
+            None => format!("seq_len = {seq_len} in {}", cfg_path.display()),
+        };
         return Err(TrainError::Settings(format!(
-            "{from} = {seq_len}: the model's context (max_seq_len) is {max} tokens; pass --seq-len 1 to {max}"
+            "{from}: the model's context (max_seq_len) is {max} tokens; pass --seq-len 1 to {max}"
         )));
     }
     t.seq_len = seq_len;
