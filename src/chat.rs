@@ -225,10 +225,16 @@ impl Lines for PlainLines<'_> {
     fn next_line(&mut self, prompt: &str) -> std::io::Result<Option<String>> {
         write!(self.log, "{prompt}")?;
         self.log.flush()?;
-        let mut line = String::new();
-        if self.input.read_line(&mut line)? == 0 {
+        let mut bytes = Vec::new();
+        if self.input.read_until(b'\n', &mut bytes)? == 0 {
             return Ok(None);
         }
+        // A line that is not UTF-8 is one bad line, not the end of the chat: its invalid bytes
+        // become U+FFFD, which the tokenizer then reports as a character it does not know.
+        let line = String::from_utf8(bytes).unwrap_or_else(|e| {
+            let _ = writeln!(self.log, "(this line is not UTF-8: its invalid bytes are shown as U+FFFD)");
+            String::from_utf8_lossy(e.as_bytes()).into_owned()
+        });
         Ok(Some(line.trim_end_matches(['\n', '\r']).to_string()))
     }
 }
@@ -347,6 +353,16 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_one_bad_line_not_the_end_of_the_input() {
+        let mut input = std::io::Cursor::new(b"first\n\xff\xfe bad\nnext\n".to_vec());
+        let mut log = Vec::new();
+        let mut lines = PlainLines { input: &mut input, log: &mut log };
+        let got: Vec<String> = std::iter::from_fn(|| lines.next_line("> ").unwrap()).collect();
+        assert_eq!(got, ["first", "\u{fffd}\u{fffd} bad", "next"]);
+        assert!(String::from_utf8(log).unwrap().contains("not UTF-8"));
+    }
 
     fn base() -> ChatSettings {
         ChatSettings { sampler: SamplerConfig::default(), max_tokens: 20, stop: Vec::new() }

@@ -573,6 +573,13 @@ fn experiment(
         }
         return Ok(());
     }
+    if report_only && !out.join("experiment.toml").exists() && !out.join("runs").is_dir() {
+        anyhow::bail!(
+            "--report-only: '{}' holds no experiment (no experiment.toml, no runs/) to report on; run the spec into \
+             it first (the same command without --report-only), or restore its runs (scripts/experiment-runs.sh)",
+            out.display()
+        );
+    }
     let gpu = dev.open().context("opening the GPU")?;
     ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
     eprintln!("experiment {} on {} ({:?}) -> {}", spec_path.display(), gpu.info.name, gpu.info.backend, out.display());

@@ -261,6 +261,12 @@ fn bad_specs_are_clear_errors() {
         );
         assert!(!t.contains("panicked"), "{t}");
     }
+    // --report-only of a folder that holds no experiment: refused, nothing created.
+    let good = dir.join("good.toml");
+    std::fs::write(&good, "preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = 3\n").unwrap();
+    let r =
+        ddl(&dir, &["experiment", "--spec", good.to_str().unwrap(), "--out", out.to_str().unwrap(), "--report-only"]);
+    assert!(!r.status.success() && text(&r).contains("holds no experiment"), "{}", text(&r));
     let r = ddl(&dir, &["experiment", "--spec", dir.join("missing.toml").to_str().unwrap(), "--out", "x"]);
     assert!(!r.status.success() && text(&r).contains("missing.toml"), "{}", text(&r));
     assert!(!out.exists(), "a bad spec must not create the output directory");
