@@ -278,20 +278,32 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     let (out, from) = match (&a.resume, &a.out) {
         (Some(r), Some(o)) if !same_folder(r, o) => (o.clone(), Some(r.clone())),
         (Some(r), _) => {
-            if r.parent().and_then(|p| p.file_name()).is_some_and(|n| n == ddl::train::checkpoint::KEPT_DIR) {
+            if let Some(run) = kept_checkpoint_of(r) {
                 anyhow::bail!(
                     "--resume {}: a kept checkpoint of the run in '{}': training in it would change it, and that run \
                      replaces its kept checkpoints as it goes on; continue it in a new folder with --out NEW_DIR",
                     r.display(),
-                    r.parent().and_then(|p| p.parent()).unwrap_or(std::path::Path::new(".")).display()
+                    run.display()
                 );
             }
             (r.clone(), Some(r.clone()))
         }
-        (None, Some(o)) => (o.clone(), None),
+        (None, Some(o)) => {
+            if let Some(run) = kept_checkpoint_of(o) {
+                anyhow::bail!(
+                    "--out {}: a kept checkpoint of the run in '{}' (its checkpoints/ folder belongs to that run); \
+                     choose a folder outside it",
+                    o.display(),
+                    run.display()
+                );
+            }
+            (o.clone(), None)
+        }
         (None, None) => anyhow::bail!("--out DIR is required"),
     };
     let resume = from.is_some();
+    // The step of the copy `--resume SRC --out NEW` made (removed again if the run cannot start).
+    let mut branched = None;
     // A resumed run starts from its saved settings, which flags may repeat but not change.
     let saved = from.as_deref().map(ddl::train::RunConfig::saved).transpose().map_err(anyhow::Error::msg)?;
     let mut run = match &saved {
@@ -306,9 +318,6 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
                     run.preset
                 );
             }
-            if let Some(v) = variant {
-                run.model.variant = v;
-            }
             if let Some(path) = &a.config {
                 let text =
                     std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
@@ -318,6 +327,34 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         }
         None => preset_with_config(a.preset.as_deref(), variant, a.config.as_deref())?,
     };
+    // What the settings are without the flags: the defaults (the preset's, or the saved run's),
+    // then --config and --set; the flags go on top. A flag that changes a setting that --config
+    // or --set gave another value is refused (either way one of them would be ignored).
+    let defaults = match &saved {
+        Some(saved) => saved.clone(),
+        None => ddl::train::RunConfig::preset(&run.preset, run.model.variant)?,
+    };
+    for kv in &a.sets {
+        let key = kv.split_once('=').map(|(k, _)| k.trim()).unwrap_or(kv.as_str());
+        // The tokenizer sizes the vocabulary when the run opens (trainer), so a set one would be
+        // overwritten without a word.
+        if matches!(key, "model.vocab_size" | "vocab_size") {
+            anyhow::bail!(
+                "--set {kv}: `ddl train` takes the vocabulary size from the tokenizer (the corpus's \
+                 characters with --tokenizer char, or a tokenizer.json's vocabulary), so this setting \
+                 would be ignored; drop it, or train a tokenizer of the size you want \
+                 (`ddl tokenizer train --corpus FILE --vocab-size N --out tok.json`, then --tokenizer tok.json)"
+            );
+        }
+        if key == "preset" {
+            anyhow::bail!(
+                "--set {kv}: a preset is every default at once, chosen with --preset NAME (or `preset = \"NAME\"` in \
+                 --config), not a setting --set changes"
+            );
+        }
+        run.set(kv).map_err(anyhow::Error::msg)?;
+    }
+    let without_flags = run.clone();
     if let Some(c) = &a.corpus {
         run.corpus = c.clone();
     }
@@ -330,6 +367,9 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     if let Some(f) = &a.data_format {
         ddl::train::shards::Format::parse(f).map_err(anyhow::Error::msg)?;
         run.data_format = f.clone();
+    }
+    if let Some(v) = variant {
+        run.model.variant = v;
     }
     if let Some(s) = a.seed {
         run.train.seed = s;
@@ -349,51 +389,54 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     if let Some(rows) = a.head_chunk {
         run.train.head_chunk = rows;
     }
-    for kv in &a.sets {
-        // The tokenizer sizes the vocabulary when the run opens (trainer), so a set one would be
-        // overwritten without a word.
-        if matches!(kv.split_once('=').map(|(k, _)| k.trim()), Some("model.vocab_size" | "vocab_size")) {
-            anyhow::bail!(
-                "--set {kv}: `ddl train` takes the vocabulary size from the tokenizer (the corpus's \
-                 characters with --tokenizer char, or a tokenizer.json's vocabulary), so this setting \
-                 would be ignored; drop it, or train a tokenizer of the size you want \
-                 (`ddl tokenizer train --corpus FILE --vocab-size N --out tok.json`, then --tokenizer tok.json)"
-            );
-        }
-        run.set(kv).map_err(anyhow::Error::msg)?;
-    }
-    // An explicit flag and a --set of the same setting must agree.
-    let flagged: [(&str, Option<String>, String); 4] = [
-        ("--variant", variant.map(|v| v.to_string()), run.model.variant.to_string()),
-        ("--seed", a.seed.map(|s| s.to_string()), run.train.seed.to_string()),
-        ("--precision", a.precision.map(|p| format!("{p:?}")), format!("{:?}", run.train.precision)),
-        ("--f16-state", a.f16_state.then(|| "true".to_string()), run.train.state_f16.to_string()),
+    let flags = [
+        ("--corpus", "corpus"),
+        ("--tokenizer", "tokenizer"),
+        ("--data", "data"),
+        ("--data-format", "data_format"),
+        ("--variant", "model.variant"),
+        ("--seed", "train.seed"),
+        ("--skip-nonfinite", "train.skip_nonfinite"),
+        ("--f16-state", "train.state_f16"),
+        ("--precision", "train.precision"),
+        ("--recompute", "train.recompute"),
+        ("--head-chunk", "train.head_chunk"),
     ];
-    for (flag, given, now) in flagged {
-        if let Some(given) = given
-            && given != now
-        {
-            anyhow::bail!("{flag} says {given} but a --set gives {now}: drop one of them");
+    let (d, w, f) = (settings_table(&defaults)?, settings_table(&without_flags)?, settings_table(&run)?);
+    for (flag, key) in flags {
+        let get = |t: &toml::Table| -> Option<toml::Value> {
+            match key.split_once('.') {
+                Some((table, k)) => t.get(table)?.get(k).cloned(),
+                None => t.get(key).cloned(),
+            }
+        };
+        let (default, explicit, last) = (get(&d), get(&w), get(&f));
+        if explicit != default && last != explicit {
+            let show = |v: Option<toml::Value>| v.map_or("(unset)".into(), |v| v.to_string());
+            anyhow::bail!(
+                "{flag} gives {key} = {} but --config or --set gives {key} = {}: drop one of them",
+                show(last),
+                show(explicit)
+            );
         }
     }
     if let (Some(saved), Some(dir)) = (&saved, &from) {
         // (A changed setting would otherwise be ignored without a word.)
         run.check_resume(saved, dir).map_err(anyhow::Error::msg)?;
     }
-    if let Some(src) = from.as_deref().filter(|src| !same_folder(src, &out)) {
-        if a.distributed.is_some() {
-            // (Every rank runs this command; the copy is one process's job.)
-            anyhow::bail!(
-                "--resume {} --out {}: continuing a copy is not done with --distributed; copy the folder first \
-                 (cp -r {} {}) and resume the copy",
-                src.display(),
-                out.display(),
-                src.display(),
-                out.display()
-            );
-        }
-        let copied = ddl::train::branch_run(src, &out)?;
-        eprintln!("continuing {} in {} (a copy of its checkpoint at step {copied})", src.display(), out.display());
+    let branch = from.as_deref().filter(|src| !same_folder(src, &out));
+    if let Some(src) = branch
+        && a.distributed.is_some()
+    {
+        // (Every rank runs this command; the copy is one process's job.)
+        anyhow::bail!(
+            "--resume {} --out {}: continuing a copy is not done with --distributed; copy the folder first \
+             (cp -r {} {}) and resume the copy",
+            src.display(),
+            out.display(),
+            src.display(),
+            out.display()
+        );
     }
     if !resume {
         // Every setting is checked before the adapter opens or anything is written.
@@ -404,6 +447,11 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     }
     let gpu = dev.open().context("opening the GPU")?;
     ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
+    if let Some(src) = branch {
+        let copied = ddl::train::branch_run(src, &out)?;
+        eprintln!("continuing {} in {} (a copy of its checkpoint at step {copied})", src.display(), out.display());
+        branched = Some(copied);
+    }
     eprintln!(
         "training {} ({}) on {} ({:?}) -> {}",
         run.model.variant,
@@ -415,8 +463,33 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     let summary = ddl::train::train(
         gpu.clone(),
         TrainOptions { run, steps: a.steps, out: out.clone(), resume, overwrite: a.overwrite, show: Show::Bar },
-    )?;
+    )
+    .inspect_err(|_| {
+        // A copy that trained no step (the run could not start) is removed again.
+        if let Some(step) = branched
+            && ddl::train::logged_steps_after(&out, step) == 0
+        {
+            let _ = std::fs::remove_dir_all(&out);
+        }
+    })?;
     report_training(dev, &a, &out, &summary)
+}
+
+/// The run folder whose kept checkpoint `path` is (`RUN/checkpoints/NAME`, however spelled:
+/// relative, through `.` or `..`, or a symbolic link), if it is one.
+fn kept_checkpoint_of(path: &std::path::Path) -> Option<std::path::PathBuf> {
+    let real = path.canonicalize().ok().or_else(|| {
+        // (A folder not made yet: its parent resolved, then its name.)
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+        Some(parent.canonicalize().ok()?.join(path.file_name()?))
+    })?;
+    let kept = real.parent()?;
+    (kept.file_name()? == ddl::train::checkpoint::KEPT_DIR).then(|| kept.parent().map(|p| p.to_path_buf())).flatten()
+}
+
+/// A run's settings as a TOML table (for comparing one key across versions of them).
+fn settings_table(run: &ddl::train::RunConfig) -> Result<toml::Table> {
+    toml::Table::try_from(run).map_err(|e| anyhow::anyhow!("the run settings: {e}"))
 }
 
 /// Whether two paths name the same folder (the same path, or both exist and resolve alike).

@@ -989,6 +989,20 @@ fn resuming_keeps_the_saved_settings_and_continues_kept_checkpoints_in_a_new_fol
     let k = kept.to_str().unwrap();
     let kept_model = std::fs::read(kept.join("model.safetensors")).unwrap();
     fails(&dir, &["train", "--resume", k, "--steps", "3"], &["kept checkpoint", "--out"]);
+    // However it is spelled: from inside the run's checkpoints/ folder, or as `.` from inside it.
+    for (cwd, name) in [(ck.join("checkpoints"), "step-00000002"), (kept.clone(), ".")] {
+        let o = cmd(&dir).current_dir(&cwd).args(["train", "--resume", name, "--steps", "3"]).output().unwrap();
+        assert!(
+            !o.status.success() && text(&o).contains("kept checkpoint"),
+            "{name} in {}: {}",
+            cwd.display(),
+            text(&o)
+        );
+    }
+    // Nor does a new run go into a run's checkpoints/ folder.
+    let into = kept.to_str().unwrap();
+    fails(&dir, &train_args(&c, into, "1", &["--overwrite"]), &["kept checkpoint", "outside"]);
+    assert_eq!(std::fs::read(kept.join("model.safetensors")).unwrap(), kept_model);
     let branch = dir.join("branch");
     let r =
         cmd(&dir).args(["train", "--resume", k, "--out", branch.to_str().unwrap(), "--steps", "3"]).output().unwrap();
@@ -1007,6 +1021,22 @@ fn resuming_keeps_the_saved_settings_and_continues_kept_checkpoints_in_a_new_fol
     assert_eq!(num(&a), num(&b), "the branch's step 3 differs from the run's");
     let m = std::fs::read_to_string(branch.join("metrics.jsonl")).unwrap();
     assert!(m.contains("\"step\":1,"), "the branch lacks its run's metrics before the checkpoint:\n{m}");
+    // The best checkpoint so far came along: both continued runs mark the same best.
+    let best = |d: &Path| std::fs::read_to_string(d.join("checkpoints/best/best.json")).unwrap();
+    assert_eq!(best(&ck), best(&branch));
+    // A copy goes only into a new or empty folder; a failed start removes the copy.
+    let bs = branch.to_str().unwrap();
+    fails(&dir, &["train", "--resume", o, "--out", bs, "--steps", "4"], &["holds a run"]);
+    let gone = dir.join("gone");
+    std::fs::write(dir.join("data.json.bak"), std::fs::read(ck.join("data.json")).unwrap()).unwrap();
+    std::fs::write(ck.join("data.json"), "{").unwrap();
+    fails(
+        &dir,
+        &["train", "--resume", o, "--out", gone.to_str().unwrap(), "--steps", "4"],
+        &["data.json", "malformed"],
+    );
+    assert!(!gone.exists(), "a copy that could not start was left");
+    std::fs::write(ck.join("data.json"), std::fs::read(dir.join("data.json.bak")).unwrap()).unwrap();
     // A folder with metrics and no checkpoint (a run stopped before its first save).
     let early = dir.join("early");
     std::fs::create_dir_all(&early).unwrap();
@@ -1015,11 +1045,14 @@ fn resuming_keeps_the_saved_settings_and_continues_kept_checkpoints_in_a_new_fol
     fails(&dir, &train_args(&c, e, "1", &[]), &["before its first checkpoint", "--overwrite"]);
     fails(&dir, &["train", "--resume", e, "--steps", "2"], &["before its first checkpoint", "--overwrite"]);
     fails(&dir, &["train", "--resume", dir.join("nothere").to_str().unwrap()], &["nothere", "no such folder"]);
+    fails(&dir, &["train", "--resume", &c, "--steps", "2"], &["corpus.txt", "a file, not a run folder"]);
     // A flag and a --set (or a --config) of one setting that disagree; a --config's preset.
     let x = dir.join("x");
     let xs = x.to_str().unwrap();
     fails(&dir, &train_args(&c, xs, "1", &["--set", "model.variant=baseline"]), &["--variant", "baseline"]);
     fails(&dir, &train_args(&c, xs, "1", &["--seed", "7", "--set", "train.seed=9"]), &["--seed"]);
+    fails(&dir, &train_args(&c, xs, "1", &["--set", "corpus=/elsewhere.txt"]), &["--corpus", "drop one"]);
+    fails(&dir, &train_args(&c, xs, "1", &["--set", "preset=small-124m"]), &["--set preset", "--preset NAME"]);
     let cfg = dir.join("preset.toml");
     std::fs::write(&cfg, "preset = \"no-such-preset\"\n").unwrap();
     fails(&dir, &train_args(&c, xs, "1", &["--config", cfg.to_str().unwrap()]), &["no-such-preset"]);

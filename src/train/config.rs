@@ -384,6 +384,12 @@ impl RunConfig {
     /// error says what DIR lacks and how to go on.
     pub fn saved(dir: &std::path::Path) -> Result<RunConfig, String> {
         use super::checkpoint::{CheckpointError, MODEL_FILE};
+        if dir.exists() && !dir.is_dir() {
+            return Err(format!(
+                "--resume {}: a file, not a run folder (give a `ddl train --out` folder)",
+                dir.display()
+            ));
+        }
         if !dir.is_dir() {
             return Err(format!("--resume {}: no such folder (give a `ddl train --out` folder)", dir.display()));
         }

@@ -437,10 +437,17 @@ pub fn open_for_run(
 /// passes). `doing` says what needs the same data ("resume", "evaluate its validation split").
 pub fn check_data_record(dir: &Path, ds: &Dataset, doing: &str, remedy: &str) -> Result<(), crate::train::TrainError> {
     let path = dir.join("data.json");
-    let Some(saved) =
-        std::fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-    else {
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        // (Runs older than the record have none.)
         return Ok(());
+    };
+    let saved = serde_json::from_str::<serde_json::Value>(&text).ok().filter(|v| v["key"].is_string());
+    let Some(saved) = saved else {
+        return Err(crate::train::TrainError::Settings(format!(
+            "{}: not the record of a run's data (malformed), so this run cannot {doing} with the data checked; \
+             restore the file (a copy of the run has it), or delete it to go on without the check",
+            path.display()
+        )));
     };
     let now = serde_json::json!({"key": ds.key, "train_tokens": ds.split, "val_tokens": ds.val.len()});
     if ["key", "train_tokens", "val_tokens"].iter().all(|k| saved[k] == now[k]) {

@@ -231,46 +231,81 @@ fn claim_for_new_run(dir: &Path, overwrite: bool) -> Result<bool, TrainError> {
     Ok(true)
 }
 
-/// `ddl train --resume SRC --out DST`: DST (new, or a folder without a run) receives a copy of
-/// SRC's checkpoint, settings, data record and metrics (a kept checkpoint's metrics are its run's,
-/// which the resume cuts back to its step), so that resuming DST continues SRC's run there and
-/// SRC stays as it is. Returns the checkpoint's step. On failure DST is left as it was.
+/// `ddl train --resume SRC --out DST`: DST (new, or an empty folder) receives a copy of SRC's
+/// checkpoint, settings, data record, metrics (a kept checkpoint's metrics are its run's, which
+/// the resume cuts back to its step) and best checkpoint (when it is not newer than SRC's step),
+/// so that resuming DST continues SRC's run there and SRC stays as it is. The copy is made in a
+/// temporary folder renamed to DST at the end: a failed or killed copy leaves no DST (what a
+/// killed one leaves is removed by the next). Returns the checkpoint's step.
 pub fn branch_run(src: &Path, dst: &Path) -> Result<usize, TrainError> {
     let step = checkpoint::saved_step(src)?;
     claim_for_new_run(dst, false)?;
-    let created = !dst.exists();
-    check_writable(dst)?;
-    let kept_run =
-        src.parent().filter(|p| p.file_name().is_some_and(|n| n == checkpoint::KEPT_DIR)).and_then(Path::parent);
-    let metrics = [Some(src.to_path_buf()), kept_run.map(Path::to_path_buf)]
-        .into_iter()
-        .flatten()
-        .map(|d| d.join("metrics.jsonl"))
-        .find(|p| p.exists());
-    let mut copies: Vec<(PathBuf, PathBuf)> =
-        [checkpoint::MODEL_FILE, checkpoint::OPTIM_FILE, checkpoint::OPTIM_PREV_FILE, "config.toml", "data.json"]
-            .iter()
-            .map(|f| (src.join(f), dst.join(f)))
-            .filter(|(s, _)| s.exists())
-            .collect();
-    copies.extend(metrics.map(|m| (m, dst.join("metrics.jsonl"))));
-    let mut done = Vec::new();
-    let result = copies.iter().try_for_each(|(s, d)| {
-        let bytes = std::fs::read(s).map_err(|source| TrainError::Io { path: s.clone(), source })?;
-        checkpoint::write_atomic(d, &bytes).map_err(|source| TrainError::Io { path: d.clone(), source })?;
-        done.push(d.clone());
-        Ok(())
-    });
+    if dst.exists() && std::fs::read_dir(dst).map(|mut d| d.next().is_some()).unwrap_or(true) {
+        return Err(TrainError::Settings(format!(
+            "--out '{}' exists and is not empty: the copy of --resume {} goes into a new (or empty) folder",
+            dst.display(),
+            src.display()
+        )));
+    }
+    let parent = dst.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| TrainError::Io { path, source }
+    };
+    std::fs::create_dir_all(parent).map_err(io(parent))?;
+    let stem = format!(".{}.branch-", dst.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+    prepare::remove_stale_temp_dirs(parent, &stem);
+    let tmp = parent.join(format!("{stem}{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let result = (|| {
+        std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+        let kept_run =
+            src.parent().filter(|p| p.file_name().is_some_and(|n| n == checkpoint::KEPT_DIR)).and_then(Path::parent);
+        let run = kept_run.unwrap_or(src);
+        let metrics = [src, run].into_iter().map(|d| d.join("metrics.jsonl")).find(|p| p.exists());
+        let mut copies: Vec<(PathBuf, PathBuf)> =
+            [checkpoint::MODEL_FILE, checkpoint::OPTIM_FILE, checkpoint::OPTIM_PREV_FILE, "config.toml", "data.json"]
+                .iter()
+                .map(|f| (src.join(f), tmp.join(f)))
+                .filter(|(s, _)| s.exists())
+                .collect();
+        copies.extend(metrics.map(|m| (m, tmp.join("metrics.jsonl"))));
+        // The best so far, unless it is newer than the checkpoint continued.
+        if checkpoint::read_best(run).is_some_and(|b| b.step <= step) {
+            let (from, to) = (
+                run.join(checkpoint::KEPT_DIR).join(checkpoint::BEST_DIR),
+                tmp.join(checkpoint::KEPT_DIR).join(checkpoint::BEST_DIR),
+            );
+            std::fs::create_dir_all(&to).map_err(io(&to))?;
+            for e in std::fs::read_dir(&from).map_err(io(&from))?.flatten() {
+                if e.path().is_file() && !e.file_name().to_string_lossy().starts_with('.') {
+                    copies.push((e.path(), to.join(e.file_name())));
+                }
+            }
+        }
+        for (s, d) in &copies {
+            std::fs::copy(s, d).map_err(io(s))?;
+        }
+        if dst.exists() {
+            std::fs::remove_dir(dst).map_err(io(dst))?;
+        }
+        std::fs::rename(&tmp, dst).map_err(io(dst))
+    })();
     if let Err(e) = result {
-        for d in &done {
-            let _ = std::fs::remove_file(d);
-        }
-        if created {
-            let _ = std::fs::remove_dir(dst);
-        }
+        let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
     Ok(step)
+}
+
+/// Lines of `dir/metrics.jsonl` logged for steps after `step` (0 without the file).
+pub fn logged_steps_after(dir: &Path, step: usize) -> usize {
+    std::fs::read_to_string(dir.join("metrics.jsonl")).map_or(0, |t| {
+        t.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["step"].as_u64())
+            .filter(|&s| s as usize > step)
+            .count()
+    })
 }
 
 /// Removes the files of the run in `dir` (`--overwrite`, after [`claim_for_new_run`]) and its

@@ -236,7 +236,7 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
     std::fs::create_dir_all(parent).map_err(write_err(parent))?;
     let stem =
         format!(".{}.prepare-", opts.out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
-    remove_stale_prepares(parent, &stem);
+    remove_stale_temp_dirs(parent, &stem);
     let tmp = parent.join(format!("{stem}{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(write_err(&tmp))?;
@@ -286,9 +286,10 @@ fn check_name(name: &str) -> Result<(), crate::train::TrainError> {
     Ok(())
 }
 
-/// Removes the temporary folders (`{stem}PID`) of earlier `ddl data prepare` runs into the same
-/// `--out` that were killed before they could (their process no longer exists).
-fn remove_stale_prepares(parent: &Path, stem: &str) {
+/// Removes the temporary folders (`{stem}PID`) that earlier processes writing the same output
+/// (`ddl data prepare`, `ddl train --resume … --out`) left when killed (their process no longer
+/// exists).
+pub(crate) fn remove_stale_temp_dirs(parent: &Path, stem: &str) {
     let Ok(entries) = std::fs::read_dir(parent) else { return };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();

@@ -778,7 +778,8 @@ impl<'c> Trainer<'c> {
             host_device_memory: self.gpu.forms.cpu,
             losses: self.losses,
         };
-        if self.lead {
+        // (An invocation that trained nothing keeps the summary of the one that did.)
+        if self.lead && step > self.start {
             let path = self.out.join("summary.json");
             let text = serde_json::to_string_pretty(&summary.to_json()).expect("serialisable");
             checkpoint::write_atomic(&path, text.as_bytes()).map_err(|source| TrainError::Io { path, source })?;
