@@ -311,6 +311,10 @@ fn corpus_problems_are_clear_errors() {
     let p = dir.join("short.txt");
     std::fs::write(&p, "To be, or not to be").unwrap();
     t(p.to_str().unwrap(), &["fewer than one sequence", "seq_len"]);
+    let p = dir.join("tiny.txt");
+    std::fs::write(&p, "hi\n").unwrap();
+    let e = t(p.to_str().unwrap(), &["--corpus", "tiny.txt", "too little text"]);
+    assert!(!e.contains("ddl/shards"), "the message names the cache, not the corpus: {e}");
     let p = dir.join("latin1.txt");
     std::fs::write(&p, b"caf\xe9 au lait").unwrap();
     t(p.to_str().unwrap(), &["latin1.txt", "not UTF-8", "offset 3"]);

@@ -398,7 +398,19 @@ pub fn open_for_run(
         (open(train)?, open(val)?, tok, key)
     } else {
         let (dir, tok) = corpus_shards(&run.corpus, &run.tokenizer, given, t.val_fraction)?;
-        let (train, val) = find(dir.to_str().unwrap_or_default(), Format::Llmc).map_err(DataError::from)?;
+        let (train, val) = find(dir.to_str().unwrap_or_default(), Format::Llmc).map_err(|e| {
+            // The shards are the cache's, made from the corpus: a split too small to hold a
+            // shard is the corpus's shortness, which the message names.
+            if e.to_string().contains("holds no validation shard") {
+                crate::train::TrainError::Settings(format!(
+                    "--corpus {}: too little text for a validation split (train.val_fraction = {} of it gives no \
+                     token): use a longer corpus",
+                    run.corpus, t.val_fraction
+                ))
+            } else {
+                DataError::from(e).into()
+            }
+        })?;
         let open = |v: Vec<PathBuf>| -> Result<Stream, DataError> {
             Ok(Stream::new(v.iter().map(|p| Shard::open(p, Format::Llmc)).collect::<Result<Vec<_>, _>>()?))
         };
