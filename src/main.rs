@@ -278,7 +278,7 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     let (out, from) = match (&a.resume, &a.out) {
         (Some(r), Some(o)) if !same_folder(r, o) => (o.clone(), Some(r.clone())),
         (Some(r), _) => {
-            if let Some(run) = kept_checkpoint_of(r) {
+            if let Some(run) = ddl::train::checkpoint::kept_run_of(r) {
                 anyhow::bail!(
                     "--resume {}: a kept checkpoint of the run in '{}': training in it would change it, and that run \
                      replaces its kept checkpoints as it goes on; continue it in a new folder with --out NEW_DIR",
@@ -289,7 +289,7 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             (r.clone(), Some(r.clone()))
         }
         (None, Some(o)) => {
-            if let Some(run) = kept_checkpoint_of(o) {
+            if let Some(run) = ddl::train::checkpoint::kept_run_of(o) {
                 anyhow::bail!(
                     "--out {}: a kept checkpoint of the run in '{}' (its checkpoints/ folder belongs to that run); \
                      choose a folder outside it",
@@ -473,18 +473,6 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         }
     })?;
     report_training(dev, &a, &out, &summary)
-}
-
-/// The run folder whose kept checkpoint `path` is (`RUN/checkpoints/NAME`, however spelled:
-/// relative, through `.` or `..`, or a symbolic link), if it is one.
-fn kept_checkpoint_of(path: &std::path::Path) -> Option<std::path::PathBuf> {
-    let real = path.canonicalize().ok().or_else(|| {
-        // (A folder not made yet: its parent resolved, then its name.)
-        let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-        Some(parent.canonicalize().ok()?.join(path.file_name()?))
-    })?;
-    let kept = real.parent()?;
-    (kept.file_name()? == ddl::train::checkpoint::KEPT_DIR).then(|| kept.parent().map(|p| p.to_path_buf())).flatten()
 }
 
 /// A run's settings as a TOML table (for comparing one key across versions of them).

@@ -689,6 +689,18 @@ pub fn saved_run_config(dir: &Path) -> Result<String, CheckpointError> {
     Ok(om.get("run_config").cloned().unwrap_or_default())
 }
 
+/// The run folder whose kept checkpoint `path` is (`RUN/checkpoints/NAME`, however spelled:
+/// relative, through `.` or `..`, or a symbolic link; a folder not made yet by its parent), if
+/// it is one.
+pub fn kept_run_of(path: &Path) -> Option<PathBuf> {
+    let real = path.canonicalize().ok().or_else(|| {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        Some(parent.canonicalize().ok()?.join(path.file_name()?))
+    })?;
+    let kept = real.parent()?;
+    (kept.file_name()? == KEPT_DIR).then(|| kept.parent().map(Path::to_path_buf)).flatten()
+}
+
 /// The step of `dir`'s checkpoint, from its model file's metadata.
 #[cfg(feature = "native")]
 pub fn saved_step(dir: &Path) -> Result<usize, CheckpointError> {

@@ -444,10 +444,23 @@ pub fn open_for_run(
     Ok((ds, tok))
 }
 
+/// The record `data.json` a run folder keeps of the data it trains on: what identifies it (the
+/// cache key or the shards' fingerprint, the split sizes) and where it came from.
+pub fn data_record(ds: &Dataset, run: &crate::train::RunConfig) -> serde_json::Value {
+    let source = if run.data.is_empty() { format!("--corpus {}", run.corpus) } else { format!("--data {}", run.data) };
+    serde_json::json!({"key": ds.key, "train_tokens": ds.split, "val_tokens": ds.val.len(), "source": source})
+}
+
 /// Checks `ds` against the record `data.json` that a run folder keeps of the data it trained on
-/// (its key, split sizes): `Err` with both sides when they differ (a missing or unreadable record
-/// passes). `doing` says what needs the same data ("resume", "evaluate its validation split").
-pub fn check_data_record(dir: &Path, ds: &Dataset, doing: &str, remedy: &str) -> Result<(), crate::train::TrainError> {
+/// (`now`, a [`data_record`] of the data at hand: their keys and split sizes): `Err` with both
+/// sides when they differ (a run without the record passes; a malformed one is an error).
+/// `doing` says what needs the same data.
+pub fn check_data_record(
+    dir: &Path,
+    now: &serde_json::Value,
+    doing: &str,
+    remedy: &str,
+) -> Result<(), crate::train::TrainError> {
     let path = dir.join("data.json");
     let Ok(text) = std::fs::read_to_string(&path) else {
         // (Runs older than the record have none.)
@@ -461,7 +474,7 @@ pub fn check_data_record(dir: &Path, ds: &Dataset, doing: &str, remedy: &str) ->
             path.display()
         )));
     };
-    let now = serde_json::json!({"key": ds.key, "train_tokens": ds.split, "val_tokens": ds.val.len()});
+
     if ["key", "train_tokens", "val_tokens"].iter().all(|k| saved[k] == now[k]) {
         return Ok(());
     }

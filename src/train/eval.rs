@@ -241,7 +241,8 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                     cfg_path.display()
                 ))
             })?;
-            data::check_data_record(dir, &ds, "evaluate its splits", &format!("Restore it, or {other}"))?;
+            let now = data::data_record(&ds, run);
+            data::check_data_record(dir, &now, "evaluate its splits", &format!("Restore it, or {other}"))?;
             match req.split {
                 Split::Val => (ds.val, format!("the validation split of {what}"), ds.key),
                 Split::Train => {

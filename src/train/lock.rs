@@ -40,7 +40,7 @@ pub fn host_name() -> String {
 }
 
 /// Whether process `pid` is alive on this host: `Some` where that can be checked (`/proc`).
-fn alive(pid: u32) -> Option<bool> {
+pub(crate) fn alive(pid: u32) -> Option<bool> {
     if !Path::new("/proc/self").exists() {
         return None;
     }

@@ -259,9 +259,8 @@ pub fn branch_run(src: &Path, dst: &Path) -> Result<usize, TrainError> {
     let _ = std::fs::remove_dir_all(&tmp);
     let result = (|| {
         std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-        let kept_run =
-            src.parent().filter(|p| p.file_name().is_some_and(|n| n == checkpoint::KEPT_DIR)).and_then(Path::parent);
-        let run = kept_run.unwrap_or(src);
+        let kept_run = checkpoint::kept_run_of(src);
+        let run = kept_run.as_deref().unwrap_or(src);
         let metrics = [src, run].into_iter().map(|d| d.join("metrics.jsonl")).find(|p| p.exists());
         let mut copies: Vec<(PathBuf, PathBuf)> =
             [checkpoint::MODEL_FILE, checkpoint::OPTIM_FILE, checkpoint::OPTIM_PREV_FILE, "config.toml", "data.json"]

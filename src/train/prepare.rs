@@ -294,24 +294,10 @@ pub(crate) fn remove_stale_temp_dirs(parent: &Path, stem: &str) {
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some(pid) = name.strip_prefix(stem).and_then(|p| p.parse::<u32>().ok()) else { continue };
-        if pid != std::process::id() && !process_alive(pid) {
+        // (Where liveness cannot be checked, the folder is left.)
+        if pid != std::process::id() && crate::train::lock::alive(pid) == Some(false) {
             let _ = std::fs::remove_dir_all(e.path());
         }
-    }
-}
-
-/// Whether a process with this id exists (on other systems than Unix: assumed so).
-fn process_alive(pid: u32) -> bool {
-    #[cfg(unix)]
-    {
-        // SAFETY: signal 0 only checks that the process exists and may be signalled.
-        let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-        r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = pid;
-        true
     }
 }
 

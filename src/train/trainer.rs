@@ -255,12 +255,11 @@ impl<'c> Trainer<'c> {
         };
         // What the run trains on, cheaply identified (cache key or the shards' fingerprint, the
         // split sizes): a resumed run must see the same data.
-        let data_id = json!({"key": data.key, "train_tokens": data.split, "val_tokens": data.val.len(),
-            "source": if run.data.is_empty() { format!("--corpus {}", run.corpus) } else { format!("--data {}", run.data) }});
+        let data_id = data::data_record(&data, &run);
         let data_path = out.join("data.json");
         if opts.resume {
             let remedy = "Resume with the data it started with, or start a new run with --out";
-            data::check_data_record(&out, &data, "resume", remedy)?;
+            data::check_data_record(&out, &data_id, "resume", remedy)?;
         }
 
         let bucket = dist.bucket_elems(model.layout.total);
