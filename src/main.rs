@@ -270,6 +270,56 @@ pub(crate) fn preset_with_config(
     Ok(run)
 }
 
+/// The corpus, tokenizer and data a new run names exist (before the adapter opens). Paths are
+/// taken from the current directory, a `--config` file's too; one that exists only beside the
+/// `--config` file is named in the error.
+fn check_inputs(run: &ddl::train::RunConfig, a: &TrainArgs) -> Result<()> {
+    use std::path::Path;
+    let inputs = [
+        ("--corpus", "corpus", a.corpus.is_some(), run.corpus.as_str(), run.corpus != ddl::train::data::DEFAULT_CORPUS),
+        ("--tokenizer", "tokenizer", a.tokenizer.is_some(), run.tokenizer.as_str(), run.tokenizer != "char"),
+        // (A glob's files are looked for when the data opens.)
+        (
+            "--data",
+            "data",
+            a.data.is_some(),
+            run.data.as_str(),
+            !run.data.is_empty() && !run.data.contains(['*', '?', '[']),
+        ),
+    ];
+    for (flag, key, by_flag, value, named) in inputs {
+        let path = Path::new(value);
+        if !named || path.exists() {
+            continue;
+        }
+        let here = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| ".".into());
+        if by_flag {
+            anyhow::bail!("{flag} {value}: {key} '{value}' does not exist (looked for from {here})");
+        }
+        let beside = a
+            .config
+            .as_deref()
+            .and_then(Path::parent)
+            .filter(|dir| !dir.as_os_str().is_empty() && !path.is_absolute())
+            .map(|dir| dir.join(path))
+            .filter(|p| p.exists());
+        match beside {
+            Some(b) => anyhow::bail!(
+                "{key} = \"{value}\" does not exist from the current directory {here}; '{}' exists beside the \
+                 --config file, but a relative path in it is taken from the current directory: write {key} = \"{}\" \
+                 (or an absolute path), or run from the --config file's folder",
+                b.display(),
+                b.display()
+            ),
+            None => anyhow::bail!(
+                "{key} = \"{value}\" (from --config or --set) does not exist (looked for from {here}; \
+                 a relative path is taken from the current directory); fix the setting or pass {flag} PATH"
+            ),
+        }
+    }
+    Ok(())
+}
+
 fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     use ddl::train::{Show, TrainOptions};
     let variant = a.variant.as_deref().map(ddl::model::Variant::parse).transpose().map_err(anyhow::Error::msg)?;
@@ -441,6 +491,7 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     if !resume {
         // Every setting is checked before the adapter opens or anything is written.
         run.validate()?;
+        check_inputs(&run, &a)?;
     }
     if a.distributed == Some(Distributed::Mpi) {
         return train_mpi(dev, &a, run, out, resume);
@@ -452,14 +503,6 @@ fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         eprintln!("continuing {} in {} (a copy of its checkpoint at step {copied})", src.display(), out.display());
         branched = Some(copied);
     }
-    eprintln!(
-        "training {} ({}) on {} ({:?}) -> {}",
-        run.model.variant,
-        run.preset,
-        gpu.info.name,
-        gpu.info.backend,
-        out.display()
-    );
     let summary = ddl::train::train(
         gpu.clone(),
         TrainOptions { run, steps: a.steps, out: out.clone(), resume, overwrite: a.overwrite, show: Show::Bar },

@@ -322,6 +322,18 @@ fn corpus_problems_are_clear_errors() {
     std::fs::create_dir_all(&d).unwrap();
     std::fs::write(d.join("notes.md"), "# notes").unwrap();
     t(d.to_str().unwrap(), &["no-txt", "no .txt files"]);
+    // A --config file's relative paths are taken from the current directory; one that exists
+    // only beside the file is named. Refused before the adapter opens: no "training …" line.
+    let sub = dir.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::write(sub.join("text.txt"), std::fs::read(ddl::testing::small_corpus(&dir)).unwrap()).unwrap();
+    std::fs::write(sub.join("c.toml"), "corpus = \"text.txt\"\n").unwrap();
+    let config = sub.join("c.toml").display().to_string();
+    let e = fails(&dir, &["train", "--config", &config, "--out", &out], &["corpus = \"text.txt\"", "sub/text.txt"]);
+    assert!(!e.contains("training"), "a refused run said it was training: {e}");
+    std::fs::write(sub.join("t.toml"), "tokenizer = \"tok.json\"\n").unwrap();
+    let config = sub.join("t.toml").display().to_string();
+    fails(&dir, &["train", "--config", &config, "--out", &out], &["tokenizer = \"tok.json\"", "does not exist"]);
     // None of these runs started: they left no --out folder behind.
     assert!(!dir.join("o").exists(), "a run that never started left {:?}", names(&dir.join("o")));
 }
@@ -921,7 +933,8 @@ fn a_run_folder_is_neither_overwritten_nor_shared_by_accident() {
     let before: Vec<Vec<u8>> =
         ["metrics.jsonl", "model.safetensors"].iter().map(|f| std::fs::read(ck.join(f)).unwrap()).collect();
     // A new run on a folder that holds one: refused, nothing touched.
-    fails(&dir, &train_args(&c, o, "1", &[]), &["holds a run", "--resume", "--overwrite", "metrics.jsonl"]);
+    let e = fails(&dir, &train_args(&c, o, "1", &[]), &["holds a run", "--resume", "--overwrite", "metrics.jsonl"]);
+    assert!(!e.contains("training"), "a refused run said it was training: {e}");
     let after: Vec<Vec<u8>> =
         ["metrics.jsonl", "model.safetensors"].iter().map(|f| std::fs::read(ck.join(f)).unwrap()).collect();
     assert!(before == after, "the refused run changed the folder's files");

@@ -491,6 +491,10 @@ impl RunConfig {
         let sets_model = |k: &str| overlay.get("model").and_then(|m| m.as_table()).is_some_and(|m| m.contains_key(k));
         // The value-axis compressor has K_c = d_v (spec 3.4): a d_v given alone takes K_c along.
         let kc_follows = sets_model("d_v") && !sets_model("state_kernel");
+        let given = (sets_model("d_v"), sets_model("v_act"), sets_model("state_kernel"));
+        // The settings a variant decides (d_v, v_act, K_c) follow a changed variant unless given
+        // with it or changed before (`variant = "baseline"` in --config, then --set model.variant=ddl).
+        let before = self.model.clone();
         let mut base = toml::Table::try_from(&*self).map_err(|e| e.to_string())?;
         for (k, v) in overlay {
             match (base.get_mut(&k), v) {
@@ -555,6 +559,21 @@ impl RunConfig {
                 None => format!("{origin}: {msg}"),
             }
         })?;
+        if self.model.variant != before.variant {
+            let m = &before;
+            let old = ModelConfig::base(m.variant, m.vocab_size, m.d_model, m.n_layers, m.n_heads, m.head_dim);
+            let new = ModelConfig::base(self.model.variant, m.vocab_size, m.d_model, m.n_layers, m.n_heads, m.head_dim);
+            if !given.0 && before.d_v == old.d_v {
+                self.model.d_v = new.d_v;
+            }
+            if !given.1 && before.v_act == old.v_act {
+                self.model.v_act = new.v_act;
+            }
+            if !given.2 && before.state_kernel == old.state_kernel {
+                self.model.state_kernel =
+                    if self.model.variant.value_axis() { self.model.d_v } else { new.state_kernel };
+            }
+        }
         if kc_follows && self.model.variant.value_axis() {
             self.model.state_kernel = self.model.d_v;
         }
@@ -609,6 +628,28 @@ impl RunConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_changed_variant_takes_its_own_defaults_unless_they_were_given() {
+        // --config with `variant = "baseline"`, then --set model.variant=ddl: d_v was 0.
+        let mut c = RunConfig::preset("tiny", Variant::Baseline).unwrap();
+        c.set("model.variant=ddl").unwrap();
+        assert_eq!(c.model, RunConfig::preset("tiny", Variant::Ddl).unwrap().model);
+        c.validate().unwrap();
+        let mut c = RunConfig::preset("tiny", Variant::Ddl).unwrap();
+        c.set("model.variant=ddl_vmap").unwrap();
+        assert_eq!(c.model, RunConfig::preset("tiny", Variant::DdlVmap).unwrap().model);
+        c.set("model.variant=ddl_ec").unwrap();
+        assert_eq!(c.model.state_kernel, c.model.d_v, "value axis: K_c = d_v");
+        // Given values stay, whether earlier or together with the variant.
+        let mut c = RunConfig::preset("tiny", Variant::Ddl).unwrap();
+        c.set("model.d_v=2").unwrap();
+        c.set("model.variant=ddl_vmap").unwrap();
+        assert_eq!((c.model.d_v, c.model.v_act), (2, crate::model::VActName::Linear));
+        let mut c = RunConfig::preset("tiny", Variant::Baseline).unwrap();
+        c.merge_toml("[model]\nvariant = \"ddl\"\nd_v = 3\n", "t").unwrap();
+        assert_eq!(c.model.d_v, 3);
+    }
 
     #[test]
     fn f16_states_are_refused_for_variants_and_shapes_without_them() {

@@ -217,14 +217,6 @@ pub fn run_rank(
             gpu.info.backend
         );
         crate::kernels::matmul::autotune::set_enabled(opts.autotune);
-        if mpi.rank() == 0 {
-            eprintln!(
-                "training {} ({}) -> {}",
-                opts.train.run.model.variant,
-                opts.train.run.preset,
-                opts.train.out.display()
-            );
-        }
         let summary = super::train_with(gpu, opts.train, &mpi, &opts.dist)?;
         if mpi.rank() == 0 {
             report(&summary)?;

@@ -172,6 +172,17 @@ impl<'c> Trainer<'c> {
                 replaces = claim_for_new_run(&out, opts.overwrite)?;
             }
             checkpoint::remove_stale_tmp(&out);
+            if matches!(opts.show, super::Show::Bar) {
+                // Once the folder is this run's (a refused folder is named without a "training").
+                eprintln!(
+                    "training {} ({}) on {} ({:?}) -> {}",
+                    opts.run.model.variant,
+                    opts.run.preset,
+                    gpu.info.name,
+                    gpu.info.backend,
+                    out.display()
+                );
+            }
         }
         let mut run = opts.run.clone();
         let mut dataset = None;
