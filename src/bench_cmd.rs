@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 
 use crate::cli::{BenchCmd, DeviceArgs};
-use crate::preset_with_config;
+use crate::train_cmd::preset_with_config;
 
 /// The model and training settings `bench train` times: the preset's for the variant, then
 /// `--config`'s tables and the `--set` overrides, checked as `ddl train` checks them.

@@ -1,0 +1,428 @@
+//! `ddl train`: the command's settings (preset, `--config`, `--set`, flags; a resumed run's
+//! saved settings), the checks made before the adapter opens, and the report at the end (the
+//! library's `ddl::train` trains).
+
+use anyhow::{Context, Result};
+
+use crate::cli::*;
+#[cfg(feature = "mpi")]
+use ddl::gpu::BackendChoice;
+/// A preset's settings for a variant with a `--config` file's tables over them (`ddl train`,
+/// `ddl bench train`). The preset and variant are the flags', else the file's (`preset = …`,
+/// `[model] variant = …`: the defaults are the preset's for that variant), else tiny and ddl;
+/// a flag and the file naming different ones is an error.
+pub(crate) fn preset_with_config(
+    preset: Option<&str>,
+    variant: Option<ddl::model::Variant>,
+    config: Option<&std::path::Path>,
+) -> Result<ddl::train::RunConfig> {
+    let file = config
+        .map(|path| {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
+            let table: toml::Table = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            Ok::<_, anyhow::Error>((path, text, table))
+        })
+        .transpose()?;
+    let in_file = |get: &dyn Fn(&toml::Table) -> Option<String>| file.as_ref().and_then(|(_, _, t)| get(t));
+    let file_preset = in_file(&|t| t.get("preset")?.as_str().map(String::from));
+    let file_variant = in_file(&|t| t.get("model")?.get("variant")?.as_str().map(String::from));
+    let shown = || file.as_ref().map(|(p, _, _)| p.display().to_string()).unwrap_or_default();
+    let preset = match (preset, file_preset.as_deref()) {
+        (Some(a), Some(b)) if a != b => {
+            anyhow::bail!("--preset {a} contradicts `preset = \"{b}\"` in --config {}: drop one of them", shown())
+        }
+        (Some(a), _) => a.to_string(),
+        (None, Some(b)) => b.to_string(),
+        (None, None) => "tiny".to_string(),
+    };
+    let file_variant = file_variant
+        .map(|v| {
+            ddl::model::Variant::parse(&v).map_err(|e| anyhow::anyhow!("--config {}: model.variant: {e}", shown()))
+        })
+        .transpose()?;
+    let variant = match (variant, file_variant) {
+        (Some(a), Some(b)) if a != b => {
+            anyhow::bail!(
+                "--variant {a} contradicts `variant = \"{b}\"` under [model] in --config {}: drop one of them",
+                shown()
+            )
+        }
+        (a, b) => a.or(b).unwrap_or(ddl::model::Variant::Ddl),
+    };
+    let mut run = ddl::train::RunConfig::preset(&preset, variant)?;
+    if let Some((path, text, _)) = &file {
+        run.merge_toml(text, &path.display().to_string()).map_err(anyhow::Error::msg)?;
+    }
+    Ok(run)
+}
+
+/// The corpus, tokenizer and data a new run names exist (before the adapter opens). Paths are
+/// taken from the current directory, a `--config` file's too; one that exists only beside the
+/// `--config` file is named in the error.
+fn check_inputs(run: &ddl::train::RunConfig, a: &TrainArgs) -> Result<()> {
+    use std::path::Path;
+    let inputs = [
+        ("--corpus", "corpus", a.corpus.is_some(), run.corpus.as_str(), run.corpus != ddl::train::data::DEFAULT_CORPUS),
+        ("--tokenizer", "tokenizer", a.tokenizer.is_some(), run.tokenizer.as_str(), run.tokenizer != "char"),
+        // (A glob's files are looked for when the data opens.)
+        (
+            "--data",
+            "data",
+            a.data.is_some(),
+            run.data.as_str(),
+            !run.data.is_empty() && !run.data.contains(['*', '?', '[']),
+        ),
+    ];
+    for (flag, key, by_flag, value, named) in inputs {
+        let path = Path::new(value);
+        if !named || path.exists() {
+            continue;
+        }
+        let here = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| ".".into());
+        if by_flag {
+            anyhow::bail!("{flag} {value}: {key} '{value}' does not exist (looked for from {here})");
+        }
+        let beside = a
+            .config
+            .as_deref()
+            .and_then(Path::parent)
+            .filter(|dir| !dir.as_os_str().is_empty() && !path.is_absolute())
+            .map(|dir| dir.join(path))
+            .filter(|p| p.exists());
+        match beside {
+            Some(b) => anyhow::bail!(
+                "{key} = \"{value}\" does not exist from the current directory {here}; '{}' exists beside the \
+                 --config file, but a relative path in it is taken from the current directory: write {key} = \"{}\" \
+                 (or an absolute path), or run from the --config file's folder",
+                b.display(),
+                b.display()
+            ),
+            None => anyhow::bail!(
+                "{key} = \"{value}\" (from --config or --set) does not exist (looked for from {here}; \
+                 a relative path is taken from the current directory); fix the setting or pass {flag} PATH"
+            ),
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
+    use ddl::train::{Show, TrainOptions};
+    let variant = a.variant.as_deref().map(ddl::model::Variant::parse).transpose().map_err(anyhow::Error::msg)?;
+    // --resume DIR continues DIR; with --out NEW it continues a copy of DIR's checkpoint in NEW
+    // (a branch: DIR, or a kept checkpoint of a run, stays as it is).
+    let (out, from) = match (&a.resume, &a.out) {
+        (Some(r), Some(o)) if !same_folder(r, o) => (o.clone(), Some(r.clone())),
+        (Some(r), _) => {
+            if let Some(run) = ddl::train::checkpoint::kept_run_of(r) {
+                anyhow::bail!(
+                    "--resume {}: a kept checkpoint of the run in '{}': training in it would change it, and that run \
+                     replaces its kept checkpoints as it goes on; continue it in a new folder with --out NEW_DIR",
+                    r.display(),
+                    run.display()
+                );
+            }
+            (r.clone(), Some(r.clone()))
+        }
+        (None, Some(o)) => {
+            if let Some(run) = ddl::train::checkpoint::kept_run_of(o) {
+                anyhow::bail!(
+                    "--out {}: a kept checkpoint of the run in '{}' (its checkpoints/ folder belongs to that run); \
+                     choose a folder outside it",
+                    o.display(),
+                    run.display()
+                );
+            }
+            (o.clone(), None)
+        }
+        (None, None) => anyhow::bail!("--out DIR is required"),
+    };
+    let resume = from.is_some();
+    // The step of the copy `--resume SRC --out NEW` made (removed again if the run cannot start).
+    let mut branched = None;
+    // A resumed run starts from its saved settings, which flags may repeat but not change.
+    let saved = from.as_deref().map(ddl::train::RunConfig::saved).transpose().map_err(anyhow::Error::msg)?;
+    let mut run = match &saved {
+        Some(saved) => {
+            let mut run = saved.clone();
+            if let Some(p) = &a.preset
+                && *p != run.preset
+            {
+                anyhow::bail!(
+                    "--preset {p}: the run in '{}' trains preset {}; drop --preset to resume, or start a new run with --out",
+                    from.as_ref().expect("resumed").display(),
+                    run.preset
+                );
+            }
+            if let Some(path) = &a.config {
+                let text =
+                    std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
+                run.merge_toml(&text, &path.display().to_string()).map_err(anyhow::Error::msg)?;
+            }
+            run
+        }
+        None => preset_with_config(a.preset.as_deref(), variant, a.config.as_deref())?,
+    };
+    // What the settings are without the flags: the defaults (the preset's, or the saved run's),
+    // then --config and --set; the flags go on top. A flag that changes a setting that --config
+    // or --set gave another value is refused (either way one of them would be ignored).
+    let defaults = match &saved {
+        Some(saved) => saved.clone(),
+        None => ddl::train::RunConfig::preset(&run.preset, run.model.variant)?,
+    };
+    for kv in &a.sets {
+        let key = kv.split_once('=').map(|(k, _)| k.trim()).unwrap_or(kv.as_str());
+        // The tokenizer sizes the vocabulary when the run opens (trainer), so a set one would be
+        // overwritten without a word.
+        if matches!(key, "model.vocab_size" | "vocab_size") {
+            anyhow::bail!(
+                "--set {kv}: `ddl train` takes the vocabulary size from the tokenizer (the corpus's \
+                 characters with --tokenizer char, or a tokenizer.json's vocabulary), so this setting \
+                 would be ignored; drop it, or train a tokenizer of the size you want \
+                 (`ddl tokenizer train --corpus FILE --vocab-size N --out tok.json`, then --tokenizer tok.json)"
+            );
+        }
+        if key == "preset" {
+            anyhow::bail!(
+                "--set {kv}: a preset is every default at once, chosen with --preset NAME (or `preset = \"NAME\"` in \
+                 --config), not a setting --set changes"
+            );
+        }
+        run.set(kv).map_err(anyhow::Error::msg)?;
+    }
+    let without_flags = run.clone();
+    if let Some(c) = &a.corpus {
+        run.corpus = c.clone();
+    }
+    if let Some(t) = &a.tokenizer {
+        run.tokenizer = t.clone();
+    }
+    if let Some(d) = &a.data {
+        run.data = d.clone();
+    }
+    if let Some(f) = &a.data_format {
+        ddl::train::shards::Format::parse(f).map_err(anyhow::Error::msg)?;
+        run.data_format = f.clone();
+    }
+    if let Some(v) = variant {
+        run.model.variant = v;
+    }
+    if let Some(s) = a.seed {
+        run.train.seed = s;
+    }
+    if a.skip_nonfinite {
+        run.train.skip_nonfinite = true;
+    }
+    if a.f16_state {
+        run.train.state_f16 = true;
+    }
+    if let Some(p) = a.precision {
+        run.train.precision = p;
+    }
+    if a.recompute {
+        run.train.recompute = true;
+    }
+    if let Some(rows) = a.head_chunk {
+        run.train.head_chunk = rows;
+    }
+    let flags = [
+        ("--corpus", "corpus"),
+        ("--tokenizer", "tokenizer"),
+        ("--data", "data"),
+        ("--data-format", "data_format"),
+        ("--variant", "model.variant"),
+        ("--seed", "train.seed"),
+        ("--skip-nonfinite", "train.skip_nonfinite"),
+        ("--f16-state", "train.state_f16"),
+        ("--precision", "train.precision"),
+        ("--recompute", "train.recompute"),
+        ("--head-chunk", "train.head_chunk"),
+    ];
+    let (d, w, f) = (settings_table(&defaults)?, settings_table(&without_flags)?, settings_table(&run)?);
+    for (flag, key) in flags {
+        let get = |t: &toml::Table| -> Option<toml::Value> {
+            match key.split_once('.') {
+                Some((table, k)) => t.get(table)?.get(k).cloned(),
+                None => t.get(key).cloned(),
+            }
+        };
+        let (default, explicit, last) = (get(&d), get(&w), get(&f));
+        if explicit != default && last != explicit {
+            let show = |v: Option<toml::Value>| v.map_or("(unset)".into(), |v| v.to_string());
+            anyhow::bail!(
+                "{flag} gives {key} = {} but --config or --set gives {key} = {}: drop one of them",
+                show(last),
+                show(explicit)
+            );
+        }
+    }
+    if let (Some(saved), Some(dir)) = (&saved, &from) {
+        // (A changed setting would otherwise be ignored without a word.)
+        run.check_resume(saved, dir).map_err(anyhow::Error::msg)?;
+    }
+    let branch = from.as_deref().filter(|src| !same_folder(src, &out));
+    if let Some(src) = branch
+        && a.distributed.is_some()
+    {
+        // (Every rank runs this command; the copy is one process's job.)
+        anyhow::bail!(
+            "--resume {} --out {}: continuing a copy is not done with --distributed; copy the folder first \
+             (cp -r {} {}) and resume the copy",
+            src.display(),
+            out.display(),
+            src.display(),
+            out.display()
+        );
+    }
+    if !resume {
+        // Every setting is checked before the adapter opens or anything is written.
+        run.validate()?;
+        check_inputs(&run, &a)?;
+    }
+    if a.distributed == Some(Distributed::Mpi) {
+        return train_mpi(dev, &a, run, out, resume);
+    }
+    let gpu = dev.open().context("opening the GPU")?;
+    ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
+    if let Some(src) = branch {
+        let copied = ddl::train::branch_run(src, &out)?;
+        eprintln!("continuing {} in {} (a copy of its checkpoint at step {copied})", src.display(), out.display());
+        branched = Some(copied);
+    }
+    let summary = ddl::train::train(
+        gpu.clone(),
+        TrainOptions { run, steps: a.steps, out: out.clone(), resume, overwrite: a.overwrite, show: Show::Bar },
+    )
+    .inspect_err(|_| {
+        // A copy that trained no step (the run could not start) is removed again.
+        if let Some(step) = branched
+            && ddl::train::logged_steps_after(&out, step) == 0
+        {
+            let _ = std::fs::remove_dir_all(&out);
+        }
+    })?;
+    report_training(dev, &a, &out, &summary)
+}
+
+/// A run's settings as a TOML table (for comparing one key across versions of them).
+fn settings_table(run: &ddl::train::RunConfig) -> Result<toml::Table> {
+    toml::Table::try_from(run).map_err(|e| anyhow::anyhow!("the run settings: {e}"))
+}
+
+/// Whether two paths name the same folder (the same path, or both exist and resolve alike).
+fn same_folder(a: &std::path::Path, b: &std::path::Path) -> bool {
+    a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}
+
+fn report_training(
+    dev: &DeviceArgs,
+    a: &TrainArgs,
+    out: &std::path::Path,
+    summary: &ddl::train::Summary,
+) -> Result<()> {
+    if summary.interrupted {
+        eprintln!("interrupted at step {}: checkpoint saved in {}", summary.step, out.display());
+        return Ok(());
+    }
+    if summary.losses.is_empty() {
+        println!(
+            "nothing to train: the run is at step {} already (--steps {}); pass a larger --steps to continue it",
+            summary.step, a.steps
+        );
+    } else {
+        println!("step {}: train loss {:.4}", summary.step, summary.last_loss);
+    }
+    if let Some(v) = summary.val_loss {
+        let over =
+            summary.val_tokens.map(|n| format!(", over the whole validation split: {n} tokens")).unwrap_or_default();
+        println!("validation loss {v:.4} (perplexity {:.2}{over})", v.exp());
+    }
+    if let Some(b) = &summary.best {
+        println!(
+            "best checkpoint: step {} (validation loss {:.4} over the {} tokens every evaluation covers) in {}",
+            b.step,
+            b.val_loss,
+            b.val_tokens,
+            out.join(ddl::train::checkpoint::KEPT_DIR).join(ddl::train::checkpoint::BEST_DIR).display()
+        );
+    }
+    println!("loss plot: {}", out.join("loss.png").display());
+    if let Some((peak, plan)) = summary.memory {
+        let mib = |b: u64| b as f64 / 1048576.0;
+        if summary.host_device_memory {
+            println!(
+                "memory: peak resident +{:.1} MiB after the device was created: the model's buffers (plan {:.1} \
+                 MiB) and the CPU driver's compiled kernels and workspace",
+                mib(peak),
+                mib(plan)
+            );
+        } else {
+            println!(
+                "host memory: peak resident +{:.1} MiB after the device was created (the model's {:.1} MiB plan is \
+                 on the GPU)",
+                mib(peak),
+                mib(plan)
+            );
+        }
+    }
+    if a.sample > 0 {
+        println!("--- sample ---");
+        let s = SamplingArgs {
+            max_tokens: a.sample,
+            temperature: 0.8,
+            top_k: 0,
+            top_p: 1.0,
+            repetition_penalty: 1.0,
+            seed: 0,
+            stop: Vec::new(),
+        };
+        crate::generate_cmd(dev, out, "\n", &s, None, false, (&Default::default(), false))?;
+        println!();
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "mpi"))]
+fn train_mpi(
+    _dev: &DeviceArgs,
+    _a: &TrainArgs,
+    _run: ddl::train::RunConfig,
+    _out: std::path::PathBuf,
+    _resume: bool,
+) -> Result<()> {
+    anyhow::bail!(
+        "--distributed mpi: this ddl was built without MPI support; rebuild with --features mpi \
+         (`cargo build --release --features mpi`; needs an MPI library and libclang, on Debian/Ubuntu \
+         `apt-get install libopenmpi-dev openmpi-bin libclang-dev`)"
+    )
+}
+
+/// One rank of `mpirun -n N ddl train ... --distributed mpi` ([`ddl::train::distributed::run_rank`]:
+/// an error on any rank is printed with the rank and ends the whole job).
+#[cfg(feature = "mpi")]
+fn train_mpi(
+    dev: &DeviceArgs,
+    a: &TrainArgs,
+    run: ddl::train::RunConfig,
+    out: std::path::PathBuf,
+    resume: bool,
+) -> Result<()> {
+    use ddl::train::distributed::{RankOptions, run_rank};
+    use ddl::train::{DistOptions, Show, TrainOptions};
+    if !(a.mpi_timeout > 0.0 && a.mpi_timeout.is_finite()) {
+        anyhow::bail!("--mpi-timeout {}: expected a number of seconds > 0", a.mpi_timeout);
+    }
+    if !(a.mpi_bucket_mib >= 0.0 && a.mpi_bucket_mib.is_finite()) {
+        anyhow::bail!("--mpi-bucket-mib {}: expected a size in MiB ≥ 0", a.mpi_bucket_mib);
+    }
+    let opts = RankOptions {
+        timeout: std::time::Duration::from_secs_f64(a.mpi_timeout),
+        backend: dev.backend.as_deref().map(BackendChoice::parse).transpose()?,
+        adapter: dev.adapter.clone(),
+        autotune: !dev.no_autotune,
+        train: TrainOptions { run, steps: a.steps, out: out.clone(), resume, overwrite: a.overwrite, show: Show::Bar },
+        dist: DistOptions { bucket_mib: a.mpi_bucket_mib, overlap_backward: a.mpi_overlap == MpiOverlap::Backward },
+    };
+    run_rank(opts, |summary| report_training(dev, a, &out, summary).map_err(|e| format!("{e:#}").into()))
+        .map_err(anyhow::Error::msg)
+}
