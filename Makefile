@@ -20,7 +20,8 @@ demo: setup-demo
 	$(CARGO) run --release --bin ddl -- train --preset tiny --variant ddl --steps $(DEMO_STEPS) --out runs/demo --sample 300
 
 ## Every test: shader portability (no GPU needed), kernels vs float64 on the Vulkan adapter, CLI,
-## and (when mpirun is installed) data-parallel training with 2 MPI ranks.
+## (when mpirun is installed) data-parallel training with 2 MPI ranks, and the Windows and macOS
+## compile check.
 test: setup
 	@# lavapipe's window-system code complains without a runtime dir; compute does not need one.
 	@mkdir -p /tmp/ddl-xdg && chmod 700 /tmp/ddl-xdg
@@ -62,6 +63,14 @@ test: setup
 	else \
 		echo "mpirun not found although scripts/setup.sh should have installed Open MPI: the MPI test cannot run (set DDL_SETUP_MPI=0 to opt out)"; \
 		exit 1; \
+	fi
+	@# Windows (DX12) and macOS (Metal) builds: every crate and test compiled for them, no
+	@# linking, warnings as errors (scripts/platform-check.sh; Linux only, DDL_SETUP_PLATFORMS=0
+	@# skips it).
+	@if [ "$${DDL_SETUP_PLATFORMS:-1}" = 0 ] || [ "$$(uname -s)" != Linux ]; then \
+		echo "DDL_SETUP_PLATFORMS=0 or not Linux: not compiling for Windows and macOS"; \
+	else \
+		bash scripts/platform-check.sh; \
 	fi
 
 fmt:

@@ -12,12 +12,15 @@
 #                                and its test; DDL_SETUP_MPI=0 skips them), and the Rust target
 #                                wasm32-unknown-unknown (rustup) with Chromium (`chromium`): the
 #                                browser build and its end-to-end test (DDL_SETUP_WASM=0 skips
-#                                them). `make test` (default).
+#                                them), and the Rust targets x86_64-pc-windows-msvc and
+#                                aarch64-apple-darwin (rustup): the Windows and macOS compile check,
+#                                scripts/platform-check.sh (DDL_SETUP_PLATFORMS=0 skips them).
+#                                `make test` (default).
 #
 # macOS (Metal) and Windows (DX12) need no install for any target. First it checks that the
 # installed Rust is at least Cargo.toml's rust-version (DDL_SETUP_ONLY=rust stops after that
 # check). DDL_SETUP_DRY_RUN=1 prints what it would install and installs nothing;
-# DDL_SETUP_PRETEND_MISSING=vulkan,xvfb,mpi,xz,binutils,wasm,chromium and DDL_SETUP_OS=Darwin
+# DDL_SETUP_PRETEND_MISSING=vulkan,xvfb,mpi,xz,binutils,wasm,chromium,platforms and DDL_SETUP_OS=Darwin
 # make it act as on a machine without those (for its test). Needs root or sudo for apt-get.
 set -euo pipefail
 
@@ -116,6 +119,17 @@ add_wasm=0
 if [ "$target" = test ] && [ "${DDL_SETUP_WASM:-1}" = 1 ] && ! have_wasm; then
   add_wasm=1
 fi
+# The Windows and macOS compile check (scripts/platform-check.sh): those targets' standard libraries.
+platform_targets=(x86_64-pc-windows-msvc aarch64-apple-darwin)
+add_platforms=()
+if [ "$target" = test ] && [ "${DDL_SETUP_PLATFORMS:-1}" = 1 ]; then
+  installed="$(rustup target list --installed 2>/dev/null || true)"
+  for t in "${platform_targets[@]}"; do
+    if missing platforms || [[ "$installed" != *"$t"* ]]; then
+      add_platforms+=("$t")
+    fi
+  done
+fi
 # The browser test drives Debian's Chromium headless (WebGPU through its SwiftShader).
 if [ "$target" = test ] && [ "${DDL_SETUP_WASM:-1}" = 1 ] && command -v apt-get >/dev/null 2>&1 \
    && { missing chromium || ! [ -x /usr/bin/chromium ]; }; then
@@ -124,6 +138,7 @@ fi
 
 if [ "${DDL_SETUP_DRY_RUN:-0}" = 1 ]; then
   [ "$add_wasm" = 1 ] && say "'$target' would add the Rust target wasm32-unknown-unknown (rustup)"
+  [ ${#add_platforms[@]} -gt 0 ] && say "'$target' would add the Rust targets ${add_platforms[*]} (rustup)"
   say "'$target' on $os would install: ${pkgs[*]:-nothing}"
   exit 0
 fi
@@ -133,6 +148,15 @@ if [ "$add_wasm" = 1 ]; then
     say "added the Rust target wasm32-unknown-unknown."
   else
     say "rustup not found: the browser build's check needs the Rust target wasm32-unknown-unknown; install it with your Rust's installer, or set DDL_SETUP_WASM=0 to skip the check."
+    exit 1
+  fi
+fi
+if [ ${#add_platforms[@]} -gt 0 ]; then
+  if command -v rustup >/dev/null 2>&1; then
+    rustup target add "${add_platforms[@]}" >/dev/null
+    say "added the Rust targets ${add_platforms[*]}."
+  else
+    say "rustup not found: the Windows and macOS compile check needs the Rust targets ${add_platforms[*]}; install them with your Rust's installer, or set DDL_SETUP_PLATFORMS=0 to skip the check."
     exit 1
   fi
 fi

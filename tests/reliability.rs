@@ -1177,6 +1177,7 @@ fn the_setup_script_installs_per_target_and_platform_only_what_is_missing() {
         let mut c = Command::new("bash");
         c.arg(&setup).arg(target).env("DDL_SETUP_DRY_RUN", "1").env("DDL_SETUP_PRETEND_MISSING", missing);
         c.env_remove("DDL_SETUP_MPI").env_remove("DDL_SETUP_XVFB").env_remove("DDL_SETUP_WASM");
+        c.env_remove("DDL_SETUP_PLATFORMS");
         if let Some(os) = os {
             c.env("DDL_SETUP_OS", os);
         }
@@ -1221,6 +1222,17 @@ fn the_setup_script_installs_per_target_and_platform_only_what_is_missing() {
     if has_wasm {
         assert!(!whole("test", "", None).contains(wasm));
     }
+    // The Windows and macOS compile check's Rust targets: likewise.
+    let platforms = "would add the Rust targets x86_64-pc-windows-msvc aarch64-apple-darwin";
+    assert!(whole("test", "platforms", None).contains(platforms), "{}", whole("test", "platforms", None));
+    assert!(!whole("bundle", "platforms", None).contains("windows"));
+    let has_platforms = Command::new("sh")
+        .args(["-c", "t=$(rustup target list --installed) && echo \"$t\" | grep -q windows-msvc && echo \"$t\" | grep -q aarch64-apple-darwin"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if has_platforms {
+        assert!(!whole("test", "", None).contains("windows"));
+    }
     for target in ["demo", "bundle", "test"] {
         let t = run(target, all, Some("Darwin"));
         assert!(t.contains("nothing to install"), "{target} on macOS: {t}");
@@ -1232,7 +1244,6 @@ fn the_setup_script_installs_per_target_and_platform_only_what_is_missing() {
 
 #[test]
 fn checkpoints_keep_the_newest_n_and_the_best_by_validation_loss_as_run_folders() {
-    use std::os::unix::fs::MetadataExt;
     let dir = tmpdir("keep");
     let c = ddl::testing::small_corpus(&dir);
     let out = dir.join("run");
@@ -1250,11 +1261,17 @@ fn checkpoints_keep_the_newest_n_and_the_best_by_validation_loss_as_run_folders(
         let e = cmd(&dir).args(["eval", "--checkpoint", k.to_str().unwrap()]).output().unwrap();
         assert!(e.status.success() && text(&e).contains("validation loss"), "{}", text(&e));
     }
-    // The newest is the run folder's own files, linked, not copied.
+    // The newest is the run folder's own files, linked, not copied (the same inode where that
+    // can be asked; the same bytes everywhere).
     for f in ["model.safetensors", "optim.safetensors"] {
-        let (a, b) =
-            (std::fs::metadata(out.join(f)).unwrap(), std::fs::metadata(kept.join("step-00000005").join(f)).unwrap());
-        assert_eq!(a.ino(), b.ino(), "{f} is not a hard link of the run folder's file");
+        let (a, b) = (out.join(f), kept.join("step-00000005").join(f));
+        assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(), "{f} differs from the run folder's");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let (a, b) = (std::fs::metadata(a).unwrap(), std::fs::metadata(b).unwrap());
+            assert_eq!(a.ino(), b.ino(), "{f} is not a hard link of the run folder's file");
+        }
     }
     // The best: the lowest of the validation losses over the subset every evaluation covers
     // (the periodic rows of metrics.jsonl, steps 1-4; the final evaluation's subset is its first
