@@ -338,9 +338,10 @@ pub(crate) struct TrainArgs {
     /// baseline, ddl_v1, ddl, ddl_ec, ddl_cc, ddl_ccec, ddl_v1_vmap, ddl_vmap [default: ddl].
     #[arg(long)]
     pub(crate) variant: Option<String>,
-    /// Stop after this step (the schedule's length is train.decay_steps).
-    #[arg(long, value_parser = positive, default_value_t = 200)]
-    pub(crate) steps: usize,
+    /// Stop after this step (the schedule's length is train.decay_steps) [default: 200; with
+    /// --resume, the --steps the run was last given].
+    #[arg(long, value_parser = positive)]
+    pub(crate) steps: Option<usize>,
     /// Seed of the initialisation and the batch order.
     #[arg(long)]
     pub(crate) seed: Option<u64>,

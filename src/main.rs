@@ -268,7 +268,13 @@ fn experiment(
     let gpu = dev.open().context("opening the GPU")?;
     ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
     eprintln!("experiment {} on {} ({:?}) -> {}", spec_path.display(), gpu.info.name, gpu.info.backend, out.display());
-    // `--jobs N`: N − 1 more devices of the same adapter, one run on each.
+    // `--jobs N`: N − 1 more devices of the same adapter, one run on each (no more devices than
+    // runs left to train: each holds a driver's worth of memory).
+    let to_do = ddl::experiment::runs_to_do(&spec, out).map_err(anyhow::Error::msg)?;
+    if jobs > to_do.max(1) && !report_only {
+        eprintln!("--jobs {jobs}: {to_do} run(s) left to train, so {} at once", to_do.max(1));
+    }
+    let jobs = jobs.min(to_do.max(1));
     let more_devices = if report_only {
         Vec::new()
     } else {

@@ -142,6 +142,19 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     let mut branched = None;
     // A resumed run starts from its saved settings, which flags may repeat but not change.
     let saved = from.as_deref().map(ddl::train::RunConfig::saved).transpose().map_err(anyhow::Error::msg)?;
+    // --steps: given, or a resumed run's last target (what it was interrupted on the way to).
+    let steps = match (a.steps, &from) {
+        (Some(n), _) => n,
+        (None, Some(src)) => ddl::train::saved_target(src).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--resume {}: the run's last --steps is not recorded (no summary.json: it was stopped before \
+                 one was written); pass --steps N",
+                src.display()
+            )
+        })?,
+        (None, None) => 200,
+    };
+    let a = TrainArgs { steps: Some(steps), ..a };
     let mut run = match &saved {
         Some(saved) => {
             let mut run = saved.clone();
@@ -291,7 +304,7 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     }
     let summary = ddl::train::train(
         gpu.clone(),
-        TrainOptions { run, steps: a.steps, out: out.clone(), resume, overwrite: a.overwrite, show: Show::Bar },
+        TrainOptions { run, steps, out: out.clone(), resume, overwrite: a.overwrite, show: Show::Bar },
     )
     .inspect_err(|_| {
         // A copy that trained no step (the run could not start) is removed again.
@@ -324,10 +337,15 @@ fn report_training(
         eprintln!("interrupted at step {}: checkpoint saved in {}", summary.step, out.display());
         return Ok(());
     }
-    if summary.losses.is_empty() {
+    if summary.losses.is_empty() && summary.val_tokens.is_some() {
+        println!(
+            "the run is at step {} already (--steps {}): its final evaluation, stopped before, is done now",
+            summary.step, summary.target
+        );
+    } else if summary.losses.is_empty() {
         println!(
             "nothing to train: the run is at step {} already (--steps {}); pass a larger --steps to continue it",
-            summary.step, a.steps
+            summary.step, summary.target
         );
     } else {
         println!("step {}: train loss {:.4}", summary.step, summary.last_loss);
@@ -420,7 +438,14 @@ fn train_mpi(
         backend: dev.backend.as_deref().map(BackendChoice::parse).transpose()?,
         adapter: dev.adapter.clone(),
         autotune: !dev.no_autotune,
-        train: TrainOptions { run, steps: a.steps, out: out.clone(), resume, overwrite: a.overwrite, show: Show::Bar },
+        train: TrainOptions {
+            run,
+            steps: a.steps.unwrap_or(200),
+            out: out.clone(),
+            resume,
+            overwrite: a.overwrite,
+            show: Show::Bar,
+        },
         dist: DistOptions { bucket_mib: a.mpi_bucket_mib, overlap_backward: a.mpi_overlap == MpiOverlap::Backward },
     };
     run_rank(opts, |summary| report_training(dev, a, &out, summary).map_err(|e| format!("{e:#}").into()))

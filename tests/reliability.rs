@@ -867,7 +867,27 @@ fn ctrl_c_during_the_final_evaluation_stops_it_and_keeps_the_last_step() {
     let a = train_args(&c, out2.to_str().unwrap(), "2", &["--set", "train.eval_every=0"]);
     let o = cmd(&dir).args(&a).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
-    assert!(std::fs::read_to_string(out2.join("metrics.jsonl")).unwrap().contains("val_loss"));
+    let m2 = std::fs::read_to_string(out2.join("metrics.jsonl")).unwrap();
+    assert!(m2.contains("val_loss"));
+    // Resuming the stopped run at its last step makes up its final evaluation (nothing trained):
+    // the same row as the uninterrupted run's, and its summary completed.
+    let o = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "2"]).output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success() && t.contains("final evaluation, stopped before, is done now"), "{t}");
+    let full = |m: &str| m.lines().find(|l| l.contains("\"val_full\":true")).map(str::to_string);
+    let m = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    assert_eq!(full(&m), full(&m2), "the made-up evaluation differs from the uninterrupted run's");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["interrupted"], false, "{summary}");
+    assert!(summary["val_tokens"].as_u64().is_some_and(|n| n > 0) && summary["train_loss"].is_number(), "{summary}");
+    // Once made, a further resume has nothing to do; without --steps a resume continues to the
+    // --steps the run was last given (not the default 200), and where that is not recorded says so.
+    let o = cmd(&dir).args(["train", "--resume", out.to_str().unwrap()]).output().unwrap();
+    assert!(text(&o).contains("nothing to train") && text(&o).contains("(--steps 2)"), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(out.join("metrics.jsonl")).unwrap(), m);
+    std::fs::remove_file(out.join("summary.json")).unwrap();
+    fails(&dir, &["train", "--resume", out.to_str().unwrap()], &["last --steps is not recorded", "pass --steps N"]);
 }
 
 #[test]

@@ -298,7 +298,9 @@ impl VizApp {
             Ok(e) => {
                 let e = match (add, self.experiment.take()) {
                     (true, Some(mut old)) => {
-                        old.runs.extend(e.runs);
+                        // A run given twice (or inside two folders given) is shown once.
+                        let seen: Vec<PathBuf> = old.runs.iter().map(|r| canonical(&r.dir)).collect();
+                        old.runs.extend(e.runs.into_iter().filter(|r| !seen.contains(&canonical(&r.dir))));
                         old.skipped.extend(e.skipped);
                         old
                     }
@@ -405,10 +407,36 @@ impl VizApp {
                 Event::Loading(d) => self.status = format!("loading {}…", d.display()),
                 Event::Loaded(info) => {
                     let c = &info.config;
-                    self.trace = TraceData::new(c.n_layers, c.d_model, c.m());
-                    self.sel = Selection::default();
+                    // A trace opened with --trace stays until the model generates (a model of
+                    // another shape says so); otherwise the model starts with an empty one.
+                    let t = &self.trace;
+                    let keep = !t.is_empty() && self.auto.generate.is_none();
+                    if keep && (t.n_layers, t.d, t.m) != (c.n_layers, c.d_model, c.m()) {
+                        self.messages.push((
+                            Level::Info,
+                            format!(
+                                "the trace shown was written by another model ({} layers, d = {}, d_v = {}) than {} \
+                                 ({} layers, d = {}, d_v = {}); generating replaces it",
+                                t.n_layers,
+                                t.d,
+                                t.m,
+                                info.dir.display(),
+                                c.n_layers,
+                                c.d_model,
+                                c.m()
+                            ),
+                        ));
+                    }
+                    if !keep {
+                        self.trace = TraceData::new(c.n_layers, c.d_model, c.m());
+                        self.sel = Selection::default();
+                    }
                     self.session_prompt = None;
-                    self.status = format!("loaded {} (step {})", info.dir.display(), info.step);
+                    self.status = if keep {
+                        format!("loaded {} (step {}); showing the trace opened", info.dir.display(), info.step)
+                    } else {
+                        format!("loaded {} (step {})", info.dir.display(), info.step)
+                    };
                     if !c.variant.is_ddl() {
                         self.messages.push((
                             Level::Info,
@@ -640,7 +668,9 @@ impl VizApp {
         ui.add(egui::Slider::new(&mut s.temperature, 0.0..=2.0).text("temperature")).on_hover_text("0 = greedy");
         ui.add(egui::Slider::new(&mut s.top_k, 0..=200).text("top-k")).on_hover_text("0 = all tokens");
         ui.add(egui::Slider::new(&mut s.top_p, 0.01..=1.0).text("top-p"));
-        ui.add(egui::Slider::new(&mut self.max_tokens, 1..=512).text("max tokens"));
+        // (Up to 512, or what --generate asked for.)
+        let top = self.max_tokens.max(512);
+        ui.add(egui::Slider::new(&mut self.max_tokens, 1..=top).text("max tokens"));
         ui.horizontal(|ui| {
             let l = ui.label("seed");
             ui.add(egui::DragValue::new(&mut s.seed)).labelled_by(l.id);
@@ -821,7 +851,12 @@ fn classify(p: &Path) -> Kind {
     }
 }
 
-/// Writes a screenshot as PNG.
+fn canonical(p: &Path) -> PathBuf {
+    p.canonicalize().unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// Writes a screenshot as PNG: encoded beside `path`, then renamed over it (a failed write
+/// leaves what was there).
 pub fn save_png(img: &egui::ColorImage, path: &Path) -> Result<(), String> {
     let [w, h] = img.size;
     let mut buf = Vec::with_capacity(w * h * 4);
@@ -829,7 +864,51 @@ pub fn save_png(img: &egui::ColorImage, path: &Path) -> Result<(), String> {
         buf.extend_from_slice(&c.to_srgba_unmultiplied());
     }
     let im = image::RgbaImage::from_raw(w as u32, h as u32, buf).ok_or("screenshot has the wrong size")?;
-    im.save(path).map_err(|e| format!("cannot write the screenshot {}: {e}", path.display()))
+    let err = |e: &dyn std::fmt::Display| format!("cannot write the screenshot {}: {e}", path.display());
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let result = im
+        .save_with_format(&tmp, image::ImageFormat::Png)
+        .map_err(|e| err(&e))
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| err(&e)));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Why `--screenshot PATH` cannot be written, checked before the window opens: a name without
+/// `.png`, a missing folder, or an existing file that is not a PNG image (only an earlier
+/// screenshot is replaced).
+pub fn check_screenshot_path(path: &Path) -> Result<(), String> {
+    let png = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    if !png {
+        return Err(format!(
+            "--screenshot {}: the screenshot is a PNG image; give a name ending in .png",
+            path.display()
+        ));
+    }
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        return Err(format!("--screenshot {}: the folder {} does not exist", path.display(), dir.display()));
+    }
+    if path.is_dir() {
+        return Err(format!("--screenshot {}: a folder; give a file name ending in .png", path.display()));
+    }
+    if path.exists() {
+        let mut head = [0u8; 8];
+        let is_png = std::fs::File::open(path)
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+            .is_ok_and(|()| head == *b"\x89PNG\r\n\x1a\n");
+        if !is_png {
+            return Err(format!(
+                "--screenshot {}: the file exists and is not a PNG image (a screenshot replaces only an earlier \
+                 one); choose another name or remove it",
+                path.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl eframe::App for VizApp {

@@ -11,6 +11,8 @@ use crate::metrics::Metrics;
 #[derive(Debug, Clone)]
 pub struct RunCurve {
     pub name: String,
+    /// The run folder.
+    pub dir: PathBuf,
     pub variant: String,
     pub seed: Option<u64>,
     /// (step, validation loss) as logged during training.
@@ -47,7 +49,8 @@ impl Experiment {
     /// Opens an experiment folder (with `runs/`), a folder of run folders, or one run folder.
     pub fn open(dir: &Path) -> Result<Experiment, String> {
         if !dir.is_dir() {
-            return Err(format!("the experiment folder {} does not exist", dir.display()));
+            let what = if dir.exists() { "is a file, not a folder" } else { "does not exist" };
+            return Err(format!("the experiment folder {} {what}", dir.display()));
         }
         let base = if dir.join("runs").is_dir() { dir.join("runs") } else { dir.to_path_buf() };
         let mut folders: Vec<PathBuf> = if base.join("metrics.jsonl").is_file() {
@@ -97,9 +100,13 @@ impl Experiment {
         self.runs.push(RunCurve {
             variant: r.and_then(|r| r["variant"].as_str()).map(String::from).unwrap_or(guess_variant),
             seed: r.and_then(|r| r["seed"].as_u64()).or(guess_seed),
-            final_val: r.and_then(|r| r["final_val_loss"].as_f64()).or_else(|| m.val.last().map(|v| v.1)),
+            final_val: r
+                .and_then(|r| r["final_val_loss"].as_f64())
+                .or_else(|| m.full.map(|f| f.1))
+                .or_else(|| m.val.last().map(|v| v.1)),
             val_tokens: r.and_then(|r| r["val_tokens"].as_u64()),
             val: m.val,
+            dir: dir.to_path_buf(),
             name,
         });
     }

@@ -50,6 +50,12 @@ struct Args {
     height: f32,
 }
 
+/// The window's sides in points (`--width`, `--height`).
+const MIN_SIDE: f32 = 200.0;
+const MAX_SIDE: f32 = 16384.0;
+/// The most tokens `--generate` asks for.
+const MAX_GENERATE: usize = 10_000;
+
 fn main() -> std::process::ExitCode {
     // Before any thread or wgpu call: no "XDG_RUNTIME_DIR is invalid" lines from the driver.
     ddl::gpu::use_private_runtime_dir();
@@ -70,6 +76,33 @@ fn main() -> std::process::ExitCode {
     };
     if a.generate.is_some() && a.checkpoint.is_none() {
         eprintln!("error: --generate needs --checkpoint DIR");
+        return std::process::ExitCode::from(2);
+    }
+    if a.exit_after_screenshot && a.screenshot.is_none() {
+        eprintln!(
+            "error: --exit-after-screenshot needs --screenshot FILE.png (without one the window would stay open)"
+        );
+        return std::process::ExitCode::from(2);
+    }
+    if let Some(p) = &a.screenshot
+        && let Err(e) = ddl_viz::app::check_screenshot_path(p)
+    {
+        eprintln!("error: {e}");
+        return std::process::ExitCode::from(2);
+    }
+    for (flag, v) in [("--width", a.width), ("--height", a.height)] {
+        if !(MIN_SIDE..=MAX_SIDE).contains(&v) {
+            eprintln!("error: {flag} {v}: expected a window size in points from {MIN_SIDE} to {MAX_SIDE}");
+            return std::process::ExitCode::from(2);
+        }
+    }
+    if let Some(n) = a.generate
+        && n > MAX_GENERATE
+    {
+        eprintln!(
+            "error: --generate {n}: at most {MAX_GENERATE} tokens (the views keep every token's writes); \
+             `ddl generate --max-tokens N` writes longer texts"
+        );
         return std::process::ExitCode::from(2);
     }
     if !a.intervene.is_empty() && a.generate.is_none() {

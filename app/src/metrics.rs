@@ -21,8 +21,10 @@ pub struct TrainRow {
 pub struct Metrics {
     pub dir: PathBuf,
     pub train: Vec<TrainRow>,
-    /// (step, validation loss).
+    /// (step, validation loss) over the windows every evaluation covers.
     pub val: Vec<(f64, f64)>,
+    /// (step, validation loss) of the last final evaluation (the whole validation split).
+    pub full: Option<(f64, f64)>,
     /// Lines that were not valid JSON (reported, skipped).
     pub bad_lines: usize,
     offset: u64,
@@ -34,7 +36,8 @@ impl Metrics {
     /// Opens a run directory (it must hold `metrics.jsonl`).
     pub fn open(dir: &Path) -> Result<Metrics, String> {
         if !dir.is_dir() {
-            return Err(format!("the run directory {} does not exist", dir.display()));
+            let what = if dir.exists() { "is a file, not a folder" } else { "does not exist" };
+            return Err(format!("the run directory {} {what}", dir.display()));
         }
         let mut m = Metrics { dir: dir.to_path_buf(), ..Default::default() };
         if !m.path().exists() {
@@ -100,7 +103,16 @@ impl Metrics {
             return;
         };
         if let Some(vl) = v["val_loss"].as_f64() {
-            self.val.push((step, vl));
+            if v["val_full"] == true {
+                // The final evaluation covers the whole split; the curve continues with its part
+                // over the windows every evaluation covers (the same loss as the points before).
+                self.full = Some((step, vl));
+                if let Some(sub) = v["val_subset_loss"].as_f64() {
+                    self.val.push((step, sub));
+                }
+            } else {
+                self.val.push((step, vl));
+            }
             return;
         }
         self.train.push(TrainRow {
@@ -145,6 +157,11 @@ mod tests {
         assert_eq!(m.train[1].loss, Some(3.5));
         assert_eq!(m.val, vec![(2.0, 3.7)]);
         assert_eq!(m.bad_lines, 1);
+        // The final evaluation: its subset part continues the curve, the whole split's is apart.
+        f.write_all(b"{\"step\":3,\"val_loss\":3.9,\"val_full\":true,\"val_subset_loss\":3.6}\n").unwrap();
+        assert!(m.poll().unwrap());
+        assert_eq!(m.val, vec![(2.0, 3.7), (3.0, 3.6)]);
+        assert_eq!(m.full, Some((3.0, 3.9)));
         assert!(!m.poll().unwrap());
         // Rewritten (shorter): re-read from the start.
         std::fs::write(&p, "{\"step\":1,\"loss\":9.0}\n").unwrap();

@@ -480,7 +480,13 @@ async fn compare(
 ) -> Result<crate::panels::interventions::Comparison, String> {
     sampling.validate()?;
     let iv = ddl::model::Interventions::parse(specs, false).map_err(|e| e.to_string())?;
-    let maps = iv.maps(&model.cfg).map_err(|e| e.to_string())?;
+    // (The visualizer keeps β in [0, 2]: the command line's way past that is not here.)
+    let maps = iv.maps(&model.cfg).map_err(|e| {
+        e.to_string().replace(
+            "pass --allow-out-of-range to use it anyway",
+            "the visualizer keeps β there (`ddl generate --allow-out-of-range` goes beyond)",
+        )
+    })?;
     let k_mean = iv.k_mean_targets(&model.cfg).map_err(|e| e.to_string())?;
     let ids = tok.encode(prompt).map_err(|e| format!("the tokenizer cannot encode the prompt: {e}"))?;
     if ids.is_empty() {

@@ -268,3 +268,24 @@ fn experiment_view_snapshot() {
     let mut results = SnapshotResults::new();
     results.add(h.try_snapshot_options("experiment", &opts()));
 }
+
+/// `--intervene` specs become the per-sublayer choices when each is one of them; specs the
+/// choices cannot show exactly (a clamp, two actions on one sublayer) run as given.
+#[test]
+fn given_interventions_are_shown_as_choices_or_kept_as_written() {
+    use panels::interventions::{Choice, Interventions};
+    let mut st = Interventions::default();
+    st.show_specs(&["all:beta*=0.5".into(), "block0.attn:k=mean".into()], 4);
+    // (`all` touched block0.attn first: two actions on one sublayer.)
+    assert_eq!(st.choices, vec![Choice::AsTrained; 4]);
+    assert_eq!(st.specs(), ["all:beta*=0.5", "block0.attn:k=mean"]);
+    st.show_specs(&["block1:write=0".into(), "block0.attn:k=mean".into()], 4);
+    assert!(st.given.is_empty());
+    assert_eq!(st.choices, [Choice::KMean, Choice::AsTrained, Choice::Identity, Choice::Identity]);
+    assert_eq!(st.specs(), ["block0.attn:k=mean", "block1.attn:beta=0", "block1.mlp:beta=0"]);
+    for kept in [&["all:beta<=1"][..], &["block0.mlp:beta=1.5"], &["block0.attn:k=mean", "all:write=0"]] {
+        let specs: Vec<String> = kept.iter().map(|s| s.to_string()).collect();
+        st.show_specs(&specs, 4);
+        assert_eq!(st.specs(), specs, "{kept:?}");
+    }
+}

@@ -156,3 +156,34 @@ fn screenshot(ck: &Path, extra: &[&str], shot: &Path, display: &str, xdg: &Path)
     assert!(status.success(), "ddl-viz failed ({status}): {stderr}");
     image::open(shot).unwrap_or_else(|e| panic!("no screenshot at {}: {e}; {stderr}", shot.display())).to_rgba8()
 }
+
+/// Automation flags that cannot work are refused before a window opens (exit status 2, a message
+/// naming the flag), and a screenshot never replaces a file that is not an earlier screenshot.
+#[test]
+fn bad_automation_flags_are_refused_before_the_window_opens() {
+    let dir = common::tmpdir("window-flags");
+    let refused = |args: &[&str], needle: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ddl-viz"))
+            .args(args)
+            .env_remove("DISPLAY")
+            .env_remove("WAYLAND_DISPLAY")
+            .output()
+            .expect("starting ddl-viz");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: expected {needle:?} in {stderr}");
+    };
+    refused(&["--exit-after-screenshot"], "needs --screenshot");
+    let photo = dir.join("photo.jpg");
+    std::fs::write(&photo, "not mine").unwrap();
+    refused(&["--screenshot", photo.to_str().unwrap()], "ending in .png");
+    let notes = dir.join("notes.png");
+    std::fs::write(&notes, "not an image").unwrap();
+    refused(&["--screenshot", notes.to_str().unwrap()], "not a PNG image");
+    assert_eq!(std::fs::read(&photo).unwrap(), b"not mine");
+    assert_eq!(std::fs::read(&notes).unwrap(), b"not an image");
+    refused(&["--screenshot", dir.join("no/such/x.png").to_str().unwrap()], "does not exist");
+    refused(&["--width", "0"], "--width 0");
+    refused(&["--height", "NaN"], "--height NaN");
+    refused(&["--checkpoint", dir.to_str().unwrap(), "--generate", "100000000"], "at most");
+}

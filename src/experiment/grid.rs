@@ -306,6 +306,17 @@ fn say(bars: Option<&indicatif::MultiProgress>, line: String) {
     }
 }
 
+/// How many of the spec's runs `out` does not hold finished (what `--jobs` can share out).
+pub fn runs_to_do(spec: &ExperimentSpec, out: &Path) -> Result<usize, String> {
+    let variants = spec.variant_list()?;
+    Ok(spec
+        .all_seeds()
+        .into_iter()
+        .flat_map(|seed| variants.iter().filter(move |&&v| spec.seeds_of(v).contains(&seed)).map(move |&v| (v, seed)))
+        .filter(|&(v, seed)| result_of(&out.join("runs").join(run_name(v, seed)), spec.steps).is_none())
+        .count())
+}
+
 /// The result of a finished run, if `dir` holds one for `steps` steps.
 pub(super) fn result_of(dir: &Path, steps: usize) -> Option<RunResult> {
     let text = std::fs::read_to_string(dir.join("result.json")).ok()?;
@@ -321,14 +332,14 @@ fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &Experime
     let mut tps = Vec::new();
     let mut elapsed = 0.0f64;
     let mut val_curve = Vec::new();
-    // The final evaluation over the whole validation split (its loss and tokens).
-    let mut full: Option<(f64, usize)> = None;
+    // The final evaluation over the whole validation split (its step, loss and tokens).
+    let mut full: Option<(usize, f64, usize)> = None;
     for line in text.lines() {
         let Ok(j) = serde_json::from_str::<serde_json::Value>(line) else { continue };
         let step = j["step"].as_f64().unwrap_or(0.0);
         if let Some(vl) = j["val_loss"].as_f64() {
             if j["val_full"] == true {
-                full = Some((vl, j["val_tokens"].as_u64().unwrap_or(0) as usize));
+                full = Some((step as usize, vl, j["val_tokens"].as_u64().unwrap_or(0) as usize));
                 // The curve's last point: the same windows as the evaluations during training.
                 if let Some(sub) = j["val_subset_loss"].as_f64() {
                     val_curve.push((step, sub));
@@ -344,16 +355,26 @@ fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &Experime
             elapsed = elapsed.max(j["elapsed"].as_f64().unwrap_or(0.0));
         }
     }
-    let (final_val_loss, val_tokens) = full
-        .or_else(|| val_curve.last().map(|p| (p.1, 0)))
-        .ok_or_else(|| format!("{}: no validation row", metrics_path.display()))?;
+    let ck = checkpoint::load(dir, false).map_err(|e| e.to_string())?;
+    // The final evaluation of the final step: never a periodic one in its place (an interrupt
+    // stops the final evaluation; resuming the run makes it up).
+    let (final_val_loss, val_tokens) = match full {
+        Some((step, loss, tokens)) if step == ck.step => (loss, tokens),
+        _ => {
+            return Err(format!(
+                "{}: no final evaluation of step {} (over the whole validation split); resume the run \
+                 (run the same command again) to make it",
+                metrics_path.display(),
+                ck.step
+            ));
+        }
+    };
     let tail = (losses.len() / 10).max(1).min(losses.len().max(1));
     let final_train_loss =
         if losses.is_empty() { f64::NAN } else { losses[losses.len() - tail..].iter().sum::<f64>() / tail as f64 };
     tps.sort_by(|a, b| a.total_cmp(b));
     let tok_per_s = if tps.is_empty() { f64::NAN } else { tps[tps.len() / 2] };
 
-    let ck = checkpoint::load(dir, false).map_err(|e| e.to_string())?;
     let run: RunConfig = {
         let p = dir.join("config.toml");
         let t = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;

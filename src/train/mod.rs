@@ -102,6 +102,9 @@ impl TrainError {
 #[derive(Debug, Clone)]
 pub struct Summary {
     pub step: usize,
+    /// The step this invocation was to stop after (`--steps`): a later `--resume` without
+    /// `--steps` continues to it.
+    pub target: usize,
     pub last_loss: f32,
     pub val_loss: Option<f64>,
     /// Tokens the final validation loss covers (the whole validation split, or
@@ -131,6 +134,7 @@ impl Summary {
         let finite = |x: f64| x.is_finite().then_some(x);
         serde_json::json!({
             "step": self.step,
+            "steps_target": self.target,
             "train_loss": finite(self.last_loss as f64),
             "val_loss": self.val_loss.and_then(finite),
             "val_tokens": self.val_tokens,
@@ -144,6 +148,17 @@ impl Summary {
             "memory_plan_bytes": self.memory.map(|m| m.1),
         })
     }
+}
+
+/// The `--steps` the last invocation in `dir` was given (its `summary.json`; a kept checkpoint's
+/// run's), if known.
+pub fn saved_target(dir: &Path) -> Option<usize> {
+    let run = checkpoint::kept_run_of(dir);
+    [Some(dir), run.as_deref()].into_iter().flatten().find_map(|d| {
+        let text = std::fs::read_to_string(d.join("summary.json")).ok()?;
+        let j: serde_json::Value = serde_json::from_str(&text).ok()?;
+        j["steps_target"].as_u64().map(|n| n as usize)
+    })
 }
 
 /// How to run.

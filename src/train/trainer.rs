@@ -751,7 +751,10 @@ impl<'c> Trainer<'c> {
             // Fault injection for the tests: Ctrl-C as the final evaluation starts.
             INTERRUPTED.store(true, Ordering::SeqCst);
         }
-        if !self.interrupted && step > self.start {
+        // The final evaluation: after training, or of a run resumed at its last step whose final
+        // evaluation an interrupt stopped (nothing trained, but its result was never logged).
+        let evaluate = step > self.start || (!self.distributed && !full_evaluation_logged(&self.out, step));
+        if !self.interrupted && evaluate {
             match self.evaluate(super::EvalSpan::Full, !self.distributed)? {
                 Some(e) => {
                     self.val_tokens = Some(e.tokens);
@@ -773,6 +776,7 @@ impl<'c> Trainer<'c> {
         }
         let summary = Summary {
             step,
+            target: self.end,
             last_loss: self.last_loss,
             val_loss: self.val_loss,
             best: self.best.clone(),
@@ -788,10 +792,24 @@ impl<'c> Trainer<'c> {
             host_device_memory: self.gpu.forms.cpu,
             losses: self.losses,
         };
-        // (An invocation that trained nothing keeps the summary of the one that did.)
-        if self.lead && step > self.start {
+        // (An invocation that trained nothing keeps the summary of the one that did, unless it
+        // made up that one's final evaluation.)
+        if self.lead && (step > self.start || (evaluate && self.val_tokens.is_some())) {
             let path = self.out.join("summary.json");
-            let text = serde_json::to_string_pretty(&summary.to_json()).expect("serialisable");
+            let mut json = summary.to_json();
+            if step == self.start
+                && let Some(mut old) = std::fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                    .filter(|o| o.is_object())
+            {
+                // The training invocation's summary with the evaluation made up now.
+                for key in ["val_loss", "val_tokens", "best", "interrupted"] {
+                    old[key] = json[key].take();
+                }
+                json = old;
+            }
+            let text = serde_json::to_string_pretty(&json).expect("serialisable");
             checkpoint::write_atomic(&path, text.as_bytes()).map_err(|source| TrainError::Io { path, source })?;
         }
         Ok(summary)
@@ -824,4 +842,13 @@ impl<'c> Trainer<'c> {
         let text = serde_json::to_string_pretty(&report).map_err(|e| TrainError::Settings(e.to_string()))?;
         checkpoint::write_atomic(&path, text.as_bytes()).map_err(|source| TrainError::Io { path, source })
     }
+}
+
+/// Whether `out/metrics.jsonl` holds the final evaluation (over the whole validation split) of
+/// `step`.
+fn full_evaluation_logged(out: &std::path::Path, step: usize) -> bool {
+    let Ok(text) = std::fs::read_to_string(out.join("metrics.jsonl")) else { return false };
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .any(|j| j["val_full"] == true && j["step"].as_u64() == Some(step as u64) && j["val_loss"].is_number())
 }

@@ -94,6 +94,9 @@ impl Comparison {
 #[derive(Debug, Clone, Default)]
 pub struct Interventions {
     pub choices: Vec<Choice>,
+    /// Specs given (`--intervene`) that the per-sublayer choices cannot show exactly (clamps, β
+    /// set to other values, two actions on one sublayer): run as written, after nothing else.
+    pub given: Vec<String>,
     /// The factor a newly chosen "scale β" starts with.
     pub scale: f32,
     pub comparison: Option<Comparison>,
@@ -111,34 +114,51 @@ pub enum Action {
 impl Interventions {
     /// The specs of the current choices, in sublayer order.
     pub fn specs(&self) -> Vec<String> {
+        if !self.given.is_empty() {
+            return self.given.clone();
+        }
         self.choices.iter().enumerate().filter_map(|(s, c)| c.spec(s)).collect()
     }
 
-    /// Shows `specs` (`blockN.attn|mlp:ACTION` ones; others are run but not shown) as the choices
-    /// of a model of `sublayers` sublayers.
+    /// Shows `specs` as the choices of a model of `sublayers` sublayers when every one of them is
+    /// one choice on the sublayers it names (`all`, `blockN`, `blockN.attn|mlp` with β = 0, 1, 2,
+    /// β×S, write=0 or k=mean) and no sublayer gets two; otherwise keeps them as written
+    /// ([`Interventions::given`]), so that what runs is exactly what was given.
     pub fn show_specs(&mut self, specs: &[String], sublayers: usize) {
+        use ddl::model::intervene::{Action as A, Target};
         self.choices = vec![Choice::AsTrained; sublayers];
+        self.given.clear();
+        let mut exact = true;
         for spec in specs {
-            let Some((target, action)) = spec.split_once(':') else { continue };
-            let Some((block, kind)) = target.trim().strip_prefix("block").and_then(|r| r.split_once('.')) else {
+            let Ok(i) = ddl::model::Intervention::parse(spec) else {
+                exact = false;
                 continue;
             };
-            let Ok(l) = block.parse::<usize>() else { continue };
-            let s = 2 * l + usize::from(kind == "mlp");
-            let a: String = action.chars().filter(|c| !c.is_whitespace()).collect();
-            let c = match a.as_str() {
-                "beta=0" | "write=0" => Choice::Identity,
-                "beta=1" => Choice::Projection,
-                "beta=2" => Choice::Reflection,
-                "k=mean" => Choice::KMean,
-                _ => match a.strip_prefix("beta*=").and_then(|f| f.parse::<f32>().ok()) {
-                    Some(f) => Choice::Scale(f),
-                    None => continue,
-                },
+            let c = match i.action {
+                A::Set(0.0) => Some(Choice::Identity),
+                A::Set(1.0) => Some(Choice::Projection),
+                A::Set(2.0) => Some(Choice::Reflection),
+                A::Scale(f) => Some(Choice::Scale(f)),
+                A::KMean => Some(Choice::KMean),
+                _ => None,
             };
-            if s < sublayers && (kind == "attn" || kind == "mlp") {
-                self.choices[s] = c;
+            let touched: Vec<usize> = (0..sublayers)
+                .filter(|&s| match i.target {
+                    Target::All => true,
+                    Target::Block(b) => s / 2 == b,
+                    Target::Sub(b, kind) => s / 2 == b && (s % 2 == 1) == (kind == ddl::model::SubKind::Mlp),
+                })
+                .collect();
+            match c {
+                Some(c) if !touched.is_empty() && touched.iter().all(|&s| self.choices[s] == Choice::AsTrained) => {
+                    touched.iter().for_each(|&s| self.choices[s] = c);
+                }
+                _ => exact = false,
             }
+        }
+        if !exact {
+            self.choices = vec![Choice::AsTrained; sublayers];
+            self.given = specs.to_vec();
         }
     }
 
@@ -173,9 +193,19 @@ pub fn show(
     if st.choices.len() != sublayers {
         st.choices.resize(sublayers, Choice::AsTrained);
     }
+    if !st.given.is_empty() {
+        // Specs the choices cannot show: run as given until cleared.
+        ui.horizontal(|ui| {
+            ui.label(format!("as given: {}", st.given.join("; ")));
+            if ui.small_button("clear").on_hover_text("choose per sublayer instead").clicked() {
+                st.given.clear();
+            }
+        });
+    }
     if st.scale <= 0.0 {
         st.scale = 0.5;
     }
+    let before = st.choices.clone();
     // The sublayer chosen on the β map (a click on its row), with the common choices at hand.
     let sel = selected.min(sublayers - 1);
     ui.horizontal(|ui| {
@@ -216,6 +246,10 @@ pub fn show(
             ui.end_row();
         }
     });
+    if st.choices != before {
+        // A choice made here replaces the specs as given.
+        st.given.clear();
+    }
     let specs = st.specs();
     ui.horizontal(|ui| {
         let go = ui.add_enabled(!busy && !specs.is_empty(), egui::Button::new("Generate both"));
@@ -225,6 +259,7 @@ pub fn show(
         go.on_disabled_hover_text(if busy { "the model is busy" } else { "choose an intervention first" });
         if ui.button("Reset all").clicked() {
             st.choices.iter_mut().for_each(|c| *c = Choice::AsTrained);
+            st.given.clear();
         }
         ui.weak(if specs.is_empty() { "no interventions".to_string() } else { specs.join("; ") });
     });
