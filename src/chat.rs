@@ -48,13 +48,21 @@ impl ChatSettings {
         let bad = |want: &str| format!("{name} {value:?}: expected {want}");
         match name {
             "temperature" => next.sampler.temperature = value.parse().map_err(|_| bad("a number ≥ 0 (0 = greedy)"))?,
-            "top_k" => next.sampler.top_k = value.parse().map_err(|_| bad("a whole number ≥ 0 (0 = all tokens)"))?,
+            "top_k" => {
+                next.sampler.top_k = value
+                    .parse()
+                    .map_err(|_| bad(&format!("a whole number from 0 to {} (0 = all tokens)", usize::MAX)))?
+            }
             "top_p" => next.sampler.top_p = value.parse().map_err(|_| bad("a number in (0, 1]"))?,
             "repetition_penalty" => {
                 next.sampler.repetition_penalty = value.parse().map_err(|_| bad("a number > 0 (1 = off)"))?
             }
-            "max_tokens" => next.max_tokens = value.parse().map_err(|_| bad("a whole number ≥ 1"))?,
-            "seed" => next.sampler.seed = value.parse().map_err(|_| bad("a whole number ≥ 0"))?,
+            "max_tokens" => {
+                next.max_tokens = value.parse().map_err(|_| bad(&format!("a whole number from 1 to {}", usize::MAX)))?
+            }
+            "seed" => {
+                next.sampler.seed = value.parse().map_err(|_| bad(&format!("a whole number from 0 to {}", u64::MAX)))?
+            }
             "stop" if value == "none" => next.stop.clear(),
             "stop" if value.is_empty() => return Err("stop needs a text (or `none` to clear)".into()),
             "stop" => next.stop.push(value.replace("\\n", "\n")),
@@ -106,6 +114,8 @@ pub struct Reply {
     pub text: String,
     /// Tokens this turn prefilled: the line's, or the kept window's when the context slid.
     pub prefilled: usize,
+    /// The line's tokens (with its newline) beyond the model's context: its start, not read.
+    pub dropped: usize,
 }
 
 /// A conversation with its caches: turns prefill only their own tokens.
@@ -196,7 +206,8 @@ impl<'a> Session<'a> {
             text.push_str(&rest);
             on_piece(&rest);
         }
-        Ok(Reply { tokens, text, prefilled })
+        let dropped = ids.len().saturating_sub(self.model.cfg.max_seq_len);
+        Ok(Reply { tokens, text, prefilled, dropped })
     }
 }
 
@@ -335,6 +346,16 @@ pub fn run(
                 if !r.text.ends_with('\n') {
                     writeln!(out)?;
                 }
+                if r.dropped > 0 {
+                    let cap = model.cfg.max_seq_len;
+                    writeln!(
+                        log,
+                        "(that line was {} tokens, more than the model's context of {cap}: it read the last {cap}, \
+                         not the first {})",
+                        r.dropped + cap,
+                        r.dropped
+                    )?;
+                }
             }
             Err(ChatTurnError::Encode(e)) => {
                 writeln!(log, "error: {e}")?;
@@ -387,6 +408,9 @@ mod tests {
         assert!(e.starts_with("top_p \"often\": expected a number in (0, 1]"), "{e}");
         let e = base().with("top_k", "-1").unwrap_err();
         assert!(e.contains("expected a whole number") && !e.contains("invalid digit"), "{e}");
+        // A number past the range names the range, not only "≥ 0".
+        let e = base().with("seed", "18446744073709551616").unwrap_err();
+        assert!(e.contains("from 0 to 18446744073709551615"), "{e}");
         assert!(base().with("max_tokens", "0").unwrap_err().contains("max_tokens"));
         let e = base().with("temperature", "-1").unwrap_err();
         assert!(

@@ -342,8 +342,8 @@ pub(crate) struct TrainArgs {
     /// --resume, the --steps the run was last given].
     #[arg(long, value_parser = positive)]
     pub(crate) steps: Option<usize>,
-    /// Seed of the initialisation and the batch order.
-    #[arg(long)]
+    /// Seed of the initialisation and the batch order (0 to 2^63 − 1).
+    #[arg(long, value_parser = run_seed)]
     pub(crate) seed: Option<u64>,
     /// A TOML file with [model] / [train] tables and `corpus`.
     #[arg(long)]
@@ -741,6 +741,14 @@ fn positive(s: &str) -> Result<usize, String> {
         Ok(0) => Err("must be at least 1".into()),
         Ok(v) => Ok(v),
         Err(_) => Err(format!("expected a whole number ≥ 1, got '{s}'")),
+    }
+}
+
+/// A run's seed: what its settings file (TOML, 64-bit signed integers) can hold.
+fn run_seed(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(v) if v <= i64::MAX as u64 => Ok(v),
+        _ => Err(format!("expected a whole number from 0 to {} (the run's config.toml holds it), got '{s}'", i64::MAX)),
     }
 }
 

@@ -248,6 +248,7 @@ fn bad_specs_are_clear_errors() {
             "preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = 3\ncorpus = \"/no/such.txt\"\n",
             "/no/such.txt",
         ),
+        ("preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [9223372036854775808]\nsteps = 3\n", "too large"),
     ];
     for (i, (spec, needle)) in cases.iter().enumerate() {
         let p = dir.join(format!("bad{i}.toml"));

@@ -221,6 +221,7 @@ fn config_problems_are_clear_errors() {
     fails(&dir, &["golden", "--f16-state", golden.to_str().unwrap()], &["--f16-state", "got baseline"]);
     t(&["--set", "train.steps=9"], &["unknown key 'train.steps'", "--steps N"]);
     t(&["--set", "model.dv=2"], &["did you mean 'model.d_v'?"]);
+    t(&["--seed", "18446744073709551615"], &["--seed", "from 0 to 9223372036854775807"]);
     t(&["--set", "train.batch_size=\"many\""], &["batch_size"]);
     t(&["--set", "model.d_v=0"], &["model.d_v = 0", "1 ..= 1024", "--set model.d_v=VALUE", "[model]"]);
     t(&["--variant", "ddl_v1", "--set", "model.d_v=4"], &["model.d_v = 4", "ddl_v1 has d_v = 1", "drop the setting"]);
@@ -423,6 +424,8 @@ fn generation_problems_are_clear_errors() {
     g(&["--prompt", "hi", "--temperature", "nan"], &["--temperature"]);
     // Characters the char-level tokenizer never saw are named.
     g(&["--prompt", "日本"], &["日"]);
+    // A factor written past f32's range is named as such (not "inf").
+    g(&["--prompt", "hi", "--intervene", "all:beta*=1e40"], &["1e40 is beyond the largest value"]);
     // A prompt longer than the context is documented behaviour, not an error: its last part is
     // used (with a note) and generation proceeds.
     let long = "To be, or not to be: that is the question. ".repeat(4);

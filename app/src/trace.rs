@@ -254,8 +254,22 @@ impl TraceData {
     /// holds the token texts; without it tokens show as their ids).
     pub fn load(path: &Path) -> Result<TraceData, String> {
         let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let st = safetensors::SafeTensors::deserialize(&bytes)
-            .map_err(|e| format!("{} is not a trace (safetensors): {e}", path.display()))?;
+        let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
+            // `ddl generate --trace F.safetensors` writes F.json beside it: the summary, not the trace.
+            let sibling = path.with_extension("safetensors");
+            if path.extension().is_some_and(|x| x == "json") && sibling.is_file() {
+                format!("{} is the trace's summary; the trace is {}", path.display(), sibling.display())
+            } else {
+                format!("{} is not a trace (safetensors): {e}", path.display())
+            }
+        })?;
+        if st.tensor("beta").is_err() && st.names().iter().any(|n| n.starts_with("blocks.") || n.contains("embed")) {
+            return Err(format!(
+                "{} holds a model's parameters, not a trace: open its folder as a checkpoint (--checkpoint DIR, or \
+                 Open… on a run folder)",
+                path.display()
+            ));
+        }
         let get = |name: &str| -> Result<(Vec<usize>, Vec<f32>), String> {
             let t = st.tensor(name).map_err(|_| format!("{}: tensor '{name}' is missing", path.display()))?;
             if t.dtype() != safetensors::Dtype::F32 {

@@ -193,7 +193,18 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
         for seed in spec.seeds_of(v) {
             match result_of(&out.join("runs").join(run_name(v, seed)), spec.steps) {
                 Some(r) => results.push(r),
-                None => missing.push(run_name(v, seed)),
+                None => {
+                    // Name a result that is there but cannot be used (the run counts as unfinished).
+                    let path = out.join("runs").join(run_name(v, seed)).join("result.json");
+                    let why = match std::fs::read_to_string(&path).map(|t| serde_json::from_str::<RunResult>(&t)) {
+                        Ok(Err(e)) => format!(" (its result.json is unreadable: {e})"),
+                        Ok(Ok(r)) if r.steps != spec.steps => {
+                            format!(" (its result.json is of {} steps, the spec's {})", r.steps, spec.steps)
+                        }
+                        _ => String::new(),
+                    };
+                    missing.push(format!("{}{why}", run_name(v, seed)));
+                }
             }
         }
     }

@@ -95,6 +95,12 @@ impl ExperimentSpec {
         if self.seeds.is_empty() {
             return Err("seeds: expected at least one seed".into());
         }
+        if let Some(s) = self.seeds.iter().chain(self.extra_seeds.values().flatten()).find(|&&s| s > i64::MAX as u64) {
+            return Err(format!(
+                "seeds: seed {s} is too large: a run's seed is a whole number from 0 to {} (its config.toml holds it)",
+                i64::MAX
+            ));
+        }
         let mut seen = std::collections::HashSet::new();
         for s in &self.seeds {
             if !seen.insert(*s) {

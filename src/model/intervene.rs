@@ -98,7 +98,14 @@ impl Intervention {
         let body = a.strip_prefix("beta").ok_or_else(|| err(format!("unknown action '{a}'; {FORMS}")))?;
         let num = |v: &str| -> Result<f32, InterventionError> {
             let x: f32 = v.trim().parse().map_err(|_| err(format!("'{}' is not a number", v.trim())))?;
-            if x.is_finite() { Ok(x) } else { Err(err(format!("{x} is not a finite number"))) }
+            match x {
+                x if x.is_finite() => Ok(x),
+                // (A finite number written past f32's range parses as ±inf.)
+                x if x.is_infinite() && v.trim().parse::<f64>().is_ok_and(f64::is_finite) => {
+                    Err(err(format!("{} is beyond the largest value a β can take (about 3.4e38)", v.trim())))
+                }
+                x => Err(err(format!("{x} is not a finite number"))),
+            }
         };
         let action = if let Some(v) = body.strip_prefix("<=") {
             Action::AtMost(num(v)?)

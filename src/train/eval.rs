@@ -372,14 +372,14 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             let ck = super::checkpoint::load_to_device(other, gpu.clone(), false)?;
             if ck.tokenizer != tok {
                 return Err(TrainError::Settings(format!(
-                    "--against '{}': its tokenizer ({}, vocabulary {}) is not '{}''s ({}, vocabulary {}), so their \
-                     losses per token do not compare window by window; evaluate each alone and compare bits per byte",
+                    "--against '{}': its tokenizer is not '{}''s ({}), so their losses per token do not compare \
+                     window by window; evaluate each alone and compare bits per byte",
                     other.display(),
-                    ck.tokenizer.kind(),
-                    ck.tokenizer.vocab_size(),
                     dir.display(),
-                    tok.kind(),
-                    vocab
+                    ck.tokenizer
+                        .difference(&tok)
+                        .replace("the first", "--against's")
+                        .replace("the second", "the run's"),
                 )));
             }
             if ck.model.cfg.max_seq_len < seq_len {
