@@ -263,6 +263,18 @@ impl TraceData {
                 format!("{} is not a trace (safetensors): {e}", path.display())
             }
         })?;
+        // A trace of another format version is refused (older traces without the name load).
+        if let Ok((_, meta)) = safetensors::SafeTensors::read_metadata(&bytes)
+            && let Some(format) = meta.metadata().as_ref().and_then(|m| m.get("format"))
+            && format.starts_with("ddl-trace-")
+            && format != ddl::generate::TRACE_FORMAT
+        {
+            return Err(format!(
+                "{}: a trace of format {format}; this ddl-viz reads {} (open it with the ddl-viz of the ddl that wrote it)",
+                path.display(),
+                ddl::generate::TRACE_FORMAT
+            ));
+        }
         if st.tensor("beta").is_err() && st.names().iter().any(|n| n.starts_with("blocks.") || n.contains("embed")) {
             return Err(format!(
                 "{} holds a model's parameters, not a trace: open its folder as a checkpoint (--checkpoint DIR, or \

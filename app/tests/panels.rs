@@ -289,3 +289,32 @@ fn given_interventions_are_shown_as_choices_or_kept_as_written() {
         assert_eq!(st.specs(), specs, "{kept:?}");
     }
 }
+
+/// A trace of another format version, a trace's JSON summary and a model's parameters opened as
+/// traces are messages that say what to open instead.
+#[test]
+fn wrong_files_opened_as_traces_say_what_they_are() {
+    let dir = common::tmpdir("trace-kinds");
+    let bytes = std::fs::read(common::fixture("trace.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let tensors: Vec<(String, safetensors::tensor::TensorView)> =
+        st.tensors().into_iter().map(|(n, t)| (n.to_string(), t)).collect();
+    let future = dir.join("future.safetensors");
+    let meta = std::collections::HashMap::from([("format".to_string(), "ddl-trace-99".to_string())]);
+    std::fs::write(&future, safetensors::serialize(tensors.clone(), Some(meta)).unwrap()).unwrap();
+    let e = TraceData::load(&future).unwrap_err();
+    assert!(e.contains("ddl-trace-99") && e.contains(ddl::generate::TRACE_FORMAT), "{e}");
+    let current = dir.join("t.safetensors");
+    let meta = std::collections::HashMap::from([("format".to_string(), ddl::generate::TRACE_FORMAT.to_string())]);
+    std::fs::write(&current, safetensors::serialize(tensors, Some(meta)).unwrap()).unwrap();
+    assert_eq!(TraceData::load(&current).unwrap().len(), trace().len());
+    std::fs::write(dir.join("t.json"), "{\"format\":\"ddl-trace-1\"}").unwrap();
+    let e = TraceData::load(&dir.join("t.json")).unwrap_err();
+    assert!(e.contains("summary") && e.contains("t.safetensors"), "{e}");
+    let data = [0u8; 16];
+    let model = dir.join("model.safetensors");
+    let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4], &data).unwrap();
+    std::fs::write(&model, safetensors::serialize(vec![("blocks.0.attn.wq".to_string(), v)], None).unwrap()).unwrap();
+    let e = TraceData::load(&model).unwrap_err();
+    assert!(e.contains("--checkpoint"), "{e}");
+}
