@@ -22,10 +22,26 @@ fn main() {
     ddl::gpu::use_private_runtime_dir();
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
+        if e.downcast_ref::<Interrupted>().is_some() {
+            // Saved and said so; 130 as for a program Ctrl-C ended, so that a script stops here.
+            std::process::exit(130);
+        }
         eprintln!("error: {}", error_text(&e));
         std::process::exit(1);
     }
 }
+
+/// A command that Ctrl-C stopped after saving its work (exit status 130).
+#[derive(Debug)]
+pub(crate) struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}
 
 /// The error and its causes on one line, each cause once: our error types already include their
 /// source's text in their message, so a cause whose text is already there is not repeated.
@@ -291,7 +307,10 @@ fn experiment(
             println!("{}", std::fs::read_to_string(&report).unwrap_or_default());
             println!("report: {}", report.display());
         }
-        None => println!("interrupted: run the same command again to continue"),
+        None => {
+            println!("interrupted: run the same command again to continue");
+            return Err(Interrupted.into());
+        }
     }
     Ok(())
 }

@@ -314,7 +314,11 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             let _ = std::fs::remove_dir_all(&out);
         }
     })?;
-    report_training(dev, &a, &out, &summary)
+    report_training(dev, &a, &out, &summary)?;
+    if summary.interrupted {
+        return Err(crate::Interrupted.into());
+    }
+    Ok(())
 }
 
 /// A run's settings as a TOML table (for comparing one key across versions of them).
