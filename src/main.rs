@@ -287,9 +287,7 @@ fn experiment(
     // `--jobs N`: N − 1 more devices of the same adapter, one run on each (no more devices than
     // runs left to train: each holds a driver's worth of memory).
     let to_do = ddl::experiment::runs_to_do(&spec, out).map_err(anyhow::Error::msg)?;
-    if jobs > to_do.max(1) && !report_only {
-        eprintln!("--jobs {jobs}: {to_do} run(s) left to train, so {} at once", to_do.max(1));
-    }
+    let asked = jobs;
     let jobs = jobs.min(to_do.max(1));
     let more_devices = if report_only {
         Vec::new()
@@ -299,7 +297,9 @@ fn experiment(
             .collect::<Result<Vec<_>>>()?
     };
     if jobs > 1 && !report_only {
-        eprintln!("--jobs {jobs}: up to {jobs} runs at once, each on its own device of {}", gpu.info.name);
+        let capped =
+            if asked > jobs { format!(" (of {asked}: {to_do} runs are left to train)") } else { String::new() };
+        eprintln!("--jobs {jobs}{capped}: up to {jobs} runs at once, each on its own device of {}", gpu.info.name);
     }
     let opts = ExperimentOptions { out: out.to_path_buf(), report_only, speed, quiet: false, more_devices };
     match ddl::experiment::run(gpu, &spec, &opts)? {

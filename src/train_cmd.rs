@@ -147,8 +147,8 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         (Some(n), _) => n,
         (None, Some(src)) => ddl::train::saved_target(src).ok_or_else(|| {
             anyhow::anyhow!(
-                "--resume {}: the run's last --steps is not recorded (no summary.json: it was stopped before \
-                 one was written); pass --steps N",
+                "--resume {}: the checkpoint does not record the --steps it was trained towards (it was saved \
+                 by an older ddl); pass --steps N",
                 src.display()
             )
         })?,

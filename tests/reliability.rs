@@ -222,6 +222,10 @@ fn config_problems_are_clear_errors() {
     t(&["--set", "train.steps=9"], &["unknown key 'train.steps'", "--steps N"]);
     t(&["--set", "model.dv=2"], &["did you mean 'model.d_v'?"]);
     t(&["--seed", "18446744073709551615"], &["--seed", "from 0 to 9223372036854775807"]);
+    t(
+        &["--set", "train.seed=9223372036854775808"],
+        &["train.seed=9223372036854775808", "too large", "9223372036854775807"],
+    );
     t(&["--set", "train.batch_size=\"many\""], &["batch_size"]);
     t(&["--set", "model.d_v=0"], &["model.d_v = 0", "1 ..= 1024", "--set model.d_v=VALUE", "[model]"]);
     t(&["--variant", "ddl_v1", "--set", "model.d_v=4"], &["model.d_v = 4", "ddl_v1 has d_v = 1", "drop the setting"]);
@@ -889,8 +893,19 @@ fn ctrl_c_during_the_final_evaluation_stops_it_and_keeps_the_last_step() {
     let o = cmd(&dir).args(["train", "--resume", out.to_str().unwrap()]).output().unwrap();
     assert!(text(&o).contains("nothing to train") && text(&o).contains("(--steps 2)"), "{}", text(&o));
     assert_eq!(std::fs::read_to_string(out.join("metrics.jsonl")).unwrap(), m);
+    // (The target is the checkpoint's: a summary.json that is gone changes nothing.)
     std::fs::remove_file(out.join("summary.json")).unwrap();
-    fails(&dir, &["train", "--resume", out.to_str().unwrap()], &["last --steps is not recorded", "pass --steps N"]);
+    let o = cmd(&dir).args(["train", "--resume", out.to_str().unwrap()]).output().unwrap();
+    assert!(text(&o).contains("nothing to train") && text(&o).contains("(--steps 2)"), "{}", text(&o));
+    // A checkpoint saved before the target was recorded asks for --steps.
+    let optim = out.join("optim.safetensors");
+    let (t, mut meta) = read_st(&optim);
+    let mut state: serde_json::Value = serde_json::from_str(&meta["state"]).unwrap();
+    assert_eq!(state["target"], 2, "{state}");
+    state.as_object_mut().unwrap().remove("target");
+    meta.insert("state".into(), state.to_string());
+    write_st(&optim, &t, meta);
+    fails(&dir, &["train", "--resume", out.to_str().unwrap()], &["does not record the --steps", "pass --steps N"]);
 }
 
 #[test]
@@ -975,6 +990,15 @@ fn a_run_folder_is_neither_overwritten_nor_shared_by_accident() {
         fails(&dir, &over, &["in use by process 1 on"]);
         assert_eq!(std::fs::read(ck.join("metrics.jsonl")).unwrap(), before[0], "a locked folder was written");
         std::fs::remove_file(&lock).unwrap();
+        // A run still before its first checkpoint: it is training, not stopped (no --overwrite
+        // advice).
+        let young = dir.join("young");
+        std::fs::create_dir_all(&young).unwrap();
+        std::fs::write(young.join("metrics.jsonl"), "{\"step\":1,\"loss\":4.0}\n").unwrap();
+        std::fs::write(young.join(ddl::train::lock::LOCK_FILE), format!("1 {}\n", ddl::train::lock::host_name()))
+            .unwrap();
+        let e = fails(&dir, &["train", "--resume", young.to_str().unwrap()], &["training in it now", "process 1"]);
+        assert!(!e.contains("--overwrite"), "{e}");
     }
     // A lock left by a process that is gone (kill -9) is taken over.
     std::fs::write(&lock, format!("{} {}\n", u32::MAX - 7, ddl::train::lock::host_name())).unwrap();

@@ -252,7 +252,7 @@ fn a_checkpoint_streams_from_and_to_the_device_in_pieces_and_equals_the_host_pat
     model.adam_m.write_f32(&gpu, &m).unwrap();
     model.adam_v.write_f32(&gpu, &v).unwrap();
     let tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_corpus("abc").unwrap());
-    let state = ddl::train::checkpoint::RunState { step: 3, elapsed: 1.5, loss_scale: None };
+    let state = ddl::train::checkpoint::RunState { step: 3, elapsed: 1.5, loss_scale: None, target: Some(5) };
     let (dev, host) = (tmpdir("ckpt-dev"), tmpdir("ckpt-host"));
     ddl::train::checkpoint::save_model(&dev, &model, &tok, &state, "x = 1").unwrap();
     let p = model.read_params().unwrap();

@@ -415,13 +415,13 @@ impl VizApp {
                         self.messages.push((
                             Level::Info,
                             format!(
-                                "the trace shown was written by another model ({} layers, d = {}, d_v = {}) than {} \
-                                 ({} layers, d = {}, d_v = {}); generating replaces it",
-                                t.n_layers,
+                                "the trace shown was written by another model ({}, d = {}, d_v = {}) than {} \
+                                 ({}, d = {}, d_v = {}); generating replaces it",
+                                blocks(t.n_layers),
                                 t.d,
                                 t.m,
                                 info.dir.display(),
-                                c.n_layers,
+                                blocks(c.n_layers),
                                 c.d_model,
                                 c.m()
                             ),
@@ -851,6 +851,11 @@ fn classify(p: &Path) -> Kind {
     }
 }
 
+/// "1 block", "2 blocks".
+fn blocks(n: usize) -> String {
+    format!("{n} block{}", if n == 1 { "" } else { "s" })
+}
+
 fn canonical(p: &Path) -> PathBuf {
     p.canonicalize().unwrap_or_else(|_| p.to_path_buf())
 }
@@ -894,6 +899,16 @@ pub fn check_screenshot_path(path: &Path) -> Result<(), String> {
     }
     if path.is_dir() {
         return Err(format!("--screenshot {}: a folder; give a file name ending in .png", path.display()));
+    }
+    // The folder takes a file (a read-only one would fail only after generating).
+    let probe = dir.join(format!(".ddl-viz-write-test-{}", std::process::id()));
+    match std::fs::write(&probe, b"") {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&probe);
+        }
+        Err(e) => {
+            return Err(format!("--screenshot {}: cannot write in {}: {e}", path.display(), dir.display()));
+        }
     }
     if path.exists() {
         let mut head = [0u8; 8];

@@ -253,6 +253,13 @@ impl TraceData {
     /// Reads a trace written by `ddl generate --trace FILE` (FILE and its `.json` summary, which
     /// holds the token texts; without it tokens show as their ids).
     pub fn load(path: &Path) -> Result<TraceData, String> {
+        if path.is_dir() {
+            return Err(format!(
+                "{} is a folder: a trace is the .safetensors file `ddl generate --trace FILE` wrote (a run folder \
+                 opens as a checkpoint: --checkpoint DIR, or Open…)",
+                path.display()
+            ));
+        }
         let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
             // `ddl generate --trace F.safetensors` writes F.json beside it: the summary, not the trace.

@@ -97,7 +97,8 @@ impl ExperimentSpec {
         }
         if let Some(s) = self.seeds.iter().chain(self.extra_seeds.values().flatten()).find(|&&s| s > i64::MAX as u64) {
             return Err(format!(
-                "seeds: seed {s} is too large: a run's seed is a whole number from 0 to {} (its config.toml holds it)",
+                "seeds / extra_seeds: seed {s} is too large: a run's seed is a whole number from 0 to {} (its \
+                 config.toml holds it)",
                 i64::MAX
             ));
         }

@@ -256,6 +256,10 @@ pub struct RunState {
     /// Dynamic loss scaling's state (f16 runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_scale: Option<LossScale>,
+    /// The step the invocation that saved this was to stop after (`--steps`): where a later
+    /// `--resume` without `--steps` goes on to. (Older checkpoints lack it.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<usize>,
 }
 
 /// Dynamic loss scaling (f16 runs): the loss gradient is multiplied by `scale` so that small
@@ -709,6 +713,23 @@ pub fn saved_step(dir: &Path) -> Result<usize, CheckpointError> {
     }
     let mp = dir.join(MODEL_FILE);
     Ok(model_meta(&mp, &map_file(&mp)?)?.2)
+}
+
+/// The tokenizer saved with `dir`'s checkpoint (its model file's metadata; the tensors are not
+/// read).
+pub fn saved_tokenizer(dir: &Path) -> Result<Tokenizer, CheckpointError> {
+    if !dir.is_dir() {
+        return Err(not_a_folder(dir));
+    }
+    let mp = dir.join(MODEL_FILE);
+    Ok(model_meta(&mp, &map_file(&mp)?)?.1)
+}
+
+/// The run state saved with `dir`'s checkpoint (its moments file's metadata; the tensors are not
+/// read).
+pub fn saved_state(dir: &Path) -> Result<RunState, CheckpointError> {
+    let step = saved_step(dir)?;
+    Ok(open_optim(dir, step, map_file)?.3)
 }
 
 /// Loads `dir/model.safetensors` (and `optim.safetensors` when `with_optim`).

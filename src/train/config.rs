@@ -393,6 +393,15 @@ impl RunConfig {
         if !dir.is_dir() {
             return Err(format!("--resume {}: no such folder (give a `ddl train --out` folder)", dir.display()));
         }
+        if !dir.join(MODEL_FILE).exists()
+            && let Some((pid, host)) = super::lock::holder(dir)
+        {
+            return Err(format!(
+                "--resume {}: a run is training in it now (process {pid} on {host}) and has saved no checkpoint yet; \
+                 wait until it ends (or stop it: Ctrl-C saves one) and resume then",
+                dir.display()
+            ));
+        }
         if !dir.join(MODEL_FILE).exists() && dir.join("metrics.jsonl").exists() {
             return Err(format!(
                 "--resume {}: the run stopped before its first checkpoint (train.checkpoint_every steps), so \
@@ -608,6 +617,15 @@ impl RunConfig {
         let value: toml::Value = toml::from_str::<toml::Table>(&format!("x = {v}"))
             .map(|t| t["x"].clone())
             .unwrap_or_else(|_| toml::Value::String(v.to_string()));
+        // (A whole number past what TOML holds would be reported as a string.)
+        let digits = v.trim_start_matches(['-', '+']);
+        if value.is_str() && digits.len() >= 19 && digits.chars().all(|c| c.is_ascii_digit()) {
+            return Err(format!(
+                "--set {k}={v}: too large; settings are whole numbers from {} to {}",
+                i64::MIN,
+                i64::MAX
+            ));
+        }
         let mut doc = String::new();
         if path.len() == 1 {
             doc.push_str(&format!("{} = {}\n", path[0], value));

@@ -47,6 +47,17 @@ pub(crate) fn alive(pid: u32) -> Option<bool> {
     Some(Path::new(&format!("/proc/{pid}")).exists())
 }
 
+/// The process holding `dir`'s lock (PID, host) when it is alive or on another host; `None`
+/// when the folder is free or its lock is stale.
+pub fn holder(dir: &Path) -> Option<(u32, String)> {
+    let text = std::fs::read_to_string(dir.join(LOCK_FILE)).ok()?;
+    let mut words = text.split_whitespace();
+    let pid: u32 = words.next()?.parse().ok()?;
+    let host = words.next().unwrap_or("").to_string();
+    let live = host != host_name() || (pid != std::process::id() && alive(pid) != Some(false));
+    live.then_some((pid, host))
+}
+
 impl RunLock {
     /// Locks `dir` (which must exist) for this process.
     pub fn acquire(dir: &Path) -> Result<RunLock, LockError> {

@@ -150,15 +150,10 @@ impl Summary {
     }
 }
 
-/// The `--steps` the last invocation in `dir` was given (its `summary.json`; a kept checkpoint's
-/// run's), if known.
+/// The `--steps` of the invocation that saved `dir`'s checkpoint (its run state), if recorded
+/// (checkpoints before it was are not): what `--resume` without `--steps` continues to.
 pub fn saved_target(dir: &Path) -> Option<usize> {
-    let run = checkpoint::kept_run_of(dir);
-    [Some(dir), run.as_deref()].into_iter().flatten().find_map(|d| {
-        let text = std::fs::read_to_string(d.join("summary.json")).ok()?;
-        let j: serde_json::Value = serde_json::from_str(&text).ok()?;
-        j["steps_target"].as_u64().map(|n| n as usize)
-    })
+    checkpoint::saved_state(dir).ok()?.target.filter(|&t| t >= 1)
 }
 
 /// How to run.

@@ -339,9 +339,21 @@ impl<'c> Trainer<'c> {
         if lead && !opts.resume {
             let _ = std::fs::remove_file(&metrics);
         }
+        // The loss and speed of the step resumed at (the summary of an invocation that trains
+        // nothing and only makes up the final evaluation reports them).
+        let (mut last_loss, mut tok_s) = (f32::NAN, 0.0);
         if lead && opts.resume {
             // Lines logged after the checkpoint (a run stopped between saves) would repeat.
             super::progress::cut_metrics(&metrics, start)?;
+            if let Some(row) = std::fs::read_to_string(&metrics).ok().and_then(|text| {
+                text.lines()
+                    .rev()
+                    .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                    .find(|j| j["step"].as_u64() == Some(start as u64) && j["loss"].is_number())
+            }) {
+                last_loss = row["loss"].as_f64().unwrap_or(f64::NAN) as f32;
+                tok_s = row["tok_per_s"].as_f64().unwrap_or(0.0);
+            }
         }
         if lead {
             // The resolved settings, once they are known to work here.
@@ -416,7 +428,7 @@ impl<'c> Trainer<'c> {
             elapsed0,
             t0: Instant::now(),
             step: start,
-            last_loss: f32::NAN,
+            last_loss,
             val_loss: None,
             last_eval: None,
             best: if opts.resume { checkpoint::read_best(&opts.out) } else { None },
@@ -427,7 +439,7 @@ impl<'c> Trainer<'c> {
             comm_sum: CommTimes::default(),
             timed_steps: 0,
             timed_s: 0.0,
-            tok_s: 0.0,
+            tok_s,
             last_saved: opts.resume.then_some(start),
             fault_lost_at,
             fault_oom_at,
@@ -662,7 +674,7 @@ impl<'c> Trainer<'c> {
             if self.lead
                 && let Err(e) = plot_metrics(&self.out)
             {
-                self.progress.println(format!("warning: could not write the loss plot: {e}"));
+                self.progress.println(format!("warning: could not write the loss plot of {}: {e}", self.out.display()));
             }
         }
         if checkpoint_now {
@@ -711,7 +723,8 @@ impl<'c> Trainer<'c> {
             return Ok(());
         }
         let step = self.step;
-        let state = checkpoint::RunState { step, elapsed: self.elapsed(), loss_scale: self.loss_scale };
+        let state =
+            checkpoint::RunState { step, elapsed: self.elapsed(), loss_scale: self.loss_scale, target: Some(self.end) };
         let err = |source| TrainError::Save { step, dir: self.out.clone(), source };
         checkpoint::save_model(&self.out, &self.model, &self.tok, &state, &self.run_toml).map_err(err)?;
         checkpoint::keep_step(&self.out, step, self.t.checkpoint_keep).map_err(err)?;
@@ -772,7 +785,7 @@ impl<'c> Trainer<'c> {
         if self.lead
             && let Err(e) = plot_metrics(&self.out)
         {
-            eprintln!("warning: could not write the loss plot: {e}");
+            eprintln!("warning: could not write the loss plot of {}: {e}", self.out.display());
         }
         let summary = Summary {
             step,
@@ -796,20 +809,7 @@ impl<'c> Trainer<'c> {
         // made up that one's final evaluation.)
         if self.lead && (step > self.start || (evaluate && self.val_tokens.is_some())) {
             let path = self.out.join("summary.json");
-            let mut json = summary.to_json();
-            if step == self.start
-                && let Some(mut old) = std::fs::read_to_string(&path)
-                    .ok()
-                    .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-                    .filter(|o| o.is_object())
-            {
-                // The training invocation's summary with the evaluation made up now.
-                for key in ["val_loss", "val_tokens", "best", "interrupted"] {
-                    old[key] = json[key].take();
-                }
-                json = old;
-            }
-            let text = serde_json::to_string_pretty(&json).expect("serialisable");
+            let text = serde_json::to_string_pretty(&summary.to_json()).expect("serialisable");
             checkpoint::write_atomic(&path, text.as_bytes()).map_err(|source| TrainError::Io { path, source })?;
         }
         Ok(summary)
