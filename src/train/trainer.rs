@@ -759,7 +759,11 @@ impl<'c> Trainer<'c> {
     pub fn finish(mut self) -> Result<Summary, TrainError> {
         self.progress.finish();
         let step = self.step;
-        self.save()?;
+        if self.last_saved != Some(step) {
+            // (A resumed run that trained nothing has this step's checkpoint already, with the
+            // target of the invocation that saved it.)
+            self.save()?;
+        }
         if std::env::var_os("DDL_FAULT_INTERRUPT_FINAL_EVAL").is_some() {
             // Fault injection for the tests: Ctrl-C as the final evaluation starts.
             INTERRUPTED.store(true, Ordering::SeqCst);
