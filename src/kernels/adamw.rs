@@ -98,45 +98,35 @@ fn cfg_floats(cfg: &AdamWConfig) -> Result<[f32; CFG_FLOATS]> {
     ])
 }
 
-/// One AdamW step over the first `n` elements of `params` (updated in place), using `grads`
-/// (read), the moments `m` and `v` (updated), `decay_mask` (u32 `[ceil(n/64)]`: element e is
-/// decayed iff `decay_mask[e / 64] != 0`, see [`decay_mask`]) and `norm_sq[0]` = Σ grads² (read on
-/// the GPU for the clipping factor). Buffers larger than one storage binding are bound in chunks.
-#[allow(clippy::too_many_arguments)]
-pub fn step(
-    gpu: &Gpu,
-    params: &Tensor,
-    grads: &Tensor,
-    m: &Tensor,
-    v: &Tensor,
-    decay_mask: View,
-    norm_sq: View,
-    n: usize,
-    cfg: &AdamWConfig,
-) -> Result<Vec<Dispatch>> {
+/// The buffers one AdamW step reads and writes: `params` (updated in place), `grads` (read), the
+/// moments `m` and `v` (updated), `decay_mask` (u32 `[ceil(n/64)]`: element e is decayed iff
+/// `decay_mask[e / 64] != 0`, see [`decay_mask`]) and `norm_sq[0]` = Σ grads² (read on the GPU for
+/// the clipping factor).
+#[derive(Clone, Copy)]
+pub struct AdamWBufs<'a> {
+    pub params: &'a Tensor,
+    pub grads: &'a Tensor,
+    pub m: &'a Tensor,
+    pub v: &'a Tensor,
+    pub decay_mask: View<'a>,
+    pub norm_sq: View<'a>,
+}
+
+/// One AdamW step over the first `n` elements of the buffers `b`. Buffers larger than one storage
+/// binding are bound in chunks.
+pub fn step(gpu: &Gpu, b: &AdamWBufs, n: usize, cfg: &AdamWConfig) -> Result<Vec<Dispatch>> {
     // The mask's sub-view starts at chunk_start / 64 words: chunk starts are multiples of
     // 16 · alignment elements so that both it and the f32 sub-views are aligned.
     let quantum = 16 * gpu.limits.min_storage_buffer_offset_alignment as usize;
-    step_chunked(gpu, params, grads, m, v, decay_mask, norm_sq, n, cfg, binding_elems(gpu, quantum))
+    step_chunked(gpu, b, n, cfg, binding_elems(gpu, quantum))
 }
 
 /// [`step`] with at most `max_chunk` elements per binding (rounded down to a multiple of
 /// 16 · `min_storage_buffer_offset_alignment`, 4096 on most adapters); for testing the chunking.
 #[doc(hidden)]
-#[allow(clippy::too_many_arguments)]
-pub fn step_chunked(
-    gpu: &Gpu,
-    params: &Tensor,
-    grads: &Tensor,
-    m: &Tensor,
-    v: &Tensor,
-    decay_mask: View,
-    norm_sq: View,
-    n: usize,
-    cfg: &AdamWConfig,
-    max_chunk: usize,
-) -> Result<Vec<Dispatch>> {
+pub fn step_chunked(gpu: &Gpu, b: &AdamWBufs, n: usize, cfg: &AdamWConfig, max_chunk: usize) -> Result<Vec<Dispatch>> {
     const OP: &str = "adamw";
+    let AdamWBufs { params, grads, m, v, decay_mask, norm_sq } = *b;
     let cfg = cfg_floats(cfg)?;
     for (name, t) in [("params", params), ("grads", grads), ("m", m), ("v", v)] {
         if t.len() < n {

@@ -189,12 +189,14 @@ impl Program {
             finish = finish_ops(model, &acts)?;
             optimizer = adamw::step(
                 &model.gpu,
-                &model.params,
-                &model.grads,
-                &model.adam_m,
-                &model.adam_v,
-                model.decay_mask.view(),
-                acts.norm_sq.view(),
+                &adamw::AdamWBufs {
+                    params: &model.params,
+                    grads: &model.grads,
+                    m: &model.adam_m,
+                    v: &model.adam_v,
+                    decay_mask: model.decay_mask.view(),
+                    norm_sq: acts.norm_sq.view(),
+                },
                 model.layout.total,
                 opt,
             )?;

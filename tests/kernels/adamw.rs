@@ -3,9 +3,22 @@
 //! rate that changes every step through `set_step`, chunked bindings, determinism.
 
 use super::common::*;
+use ddl::gpu::View;
 use ddl::gpu::{DType, Tensor};
-use ddl::kernels::adamw::{self, AdamWConfig};
+use ddl::kernels::adamw::{self, AdamWBufs, AdamWConfig};
 use ddl::kernels::reduce;
+
+/// The buffers of one step.
+fn bufs<'a>(
+    p: &'a Tensor,
+    g: &'a Tensor,
+    m: &'a Tensor,
+    v: &'a Tensor,
+    mask: View<'a>,
+    norm: View<'a>,
+) -> AdamWBufs<'a> {
+    AdamWBufs { params: p, grads: g, m, v, decay_mask: mask, norm_sq: norm }
+}
 
 /// float64 AdamW state.
 struct CpuAdamW {
@@ -105,8 +118,8 @@ fn five_steps_scaled(
     let norm_ds = reduce::sum_squares(gpu, &grads, n, norm_sq.view()).unwrap();
     let c1 = AdamWConfig { grad_scale: scale, ..config(1, grad_clip) };
     let step_ds = match chunk {
-        Some(c) => adamw::step_chunked(gpu, &params, &grads, &m, &v, tmask.view(), norm_sq.view(), n, &c1, c),
-        None => adamw::step(gpu, &params, &grads, &m, &v, tmask.view(), norm_sq.view(), n, &c1),
+        Some(c) => adamw::step_chunked(gpu, &bufs(&params, &grads, &m, &v, tmask.view(), norm_sq.view()), n, &c1, c),
+        None => adamw::step(gpu, &bufs(&params, &grads, &m, &v, tmask.view(), norm_sq.view()), n, &c1),
     }
     .unwrap();
     let mut cpu = CpuAdamW { p: p0.iter().map(|&x| x as f64).collect(), m: vec![0.0; n], v: vec![0.0; n] };
@@ -171,9 +184,14 @@ fn chunked_bindings_match_float64_and_are_bit_identical_to_one_binding() {
     let t = |l| Tensor::zeros(&gpu, l, &[n], DType::F32).unwrap();
     let mask = Tensor::zeros(&gpu, "mask", &[n.div_ceil(64)], DType::U32).unwrap();
     let norm = t("norm");
-    let ds =
-        adamw::step_chunked(&gpu, &t("p"), &t("g"), &t("m"), &t("v"), mask.view(), norm.view(), n, &config(1, 0.0), 1)
-            .unwrap();
+    let ds = adamw::step_chunked(
+        &gpu,
+        &bufs(&t("p"), &t("g"), &t("m"), &t("v"), mask.view(), norm.view()),
+        n,
+        &config(1, 0.0),
+        1,
+    )
+    .unwrap();
     let quantum = 16 * gpu.limits.min_storage_buffer_offset_alignment as usize;
     assert_eq!(ds.len(), n.div_ceil(quantum));
 }
@@ -225,7 +243,7 @@ fn gradients_that_carry_a_power_of_two_loss_scale_give_the_unscaled_bits() {
     let mask = Tensor::zeros(&gpu, "mask", &[1], DType::U32).unwrap();
     for bad in [0.0, -2.0, f32::INFINITY, f32::NAN] {
         let c = AdamWConfig { grad_scale: bad, ..config(1, 1.0) };
-        let e = adamw::step(&gpu, &t("p"), &t("g"), &t("m"), &t("v"), mask.view(), t("n").view(), 64, &c);
+        let e = adamw::step(&gpu, &bufs(&t("p"), &t("g"), &t("m"), &t("v"), mask.view(), t("n").view()), 64, &c);
         assert!(e.unwrap_err().to_string().contains("grad_scale"));
     }
 }
@@ -263,18 +281,19 @@ fn bad_sizes_steps_and_dispatches_are_errors_not_panics() {
     let mask = Tensor::zeros(&gpu, "mask", &[2], DType::U32).unwrap();
     let norm = t("norm", 1);
     let c = config(1, 1.0);
-    let e = adamw::step(&gpu, &p, &g, &m, &v, mask.view(), norm.view(), 100, &c).unwrap_err();
+    let e = adamw::step(&gpu, &bufs(&p, &g, &m, &v, mask.view(), norm.view()), 100, &c).unwrap_err();
     assert!(e.to_string().contains("'m' needs 100 elements"), "{e}");
-    let e = adamw::step(&gpu, &p, &g, &p, &v, mask.view(), norm.view(), 99, &c).unwrap_err();
+    let e = adamw::step(&gpu, &bufs(&p, &g, &p, &v, mask.view(), norm.view()), 99, &c).unwrap_err();
     assert!(e.to_string().contains("same buffer"), "{e}");
-    let e = adamw::step(&gpu, &p, &g, &v, &t("v2", 200), mask.view(), norm.view(), 200, &c).unwrap_err();
+    let e = adamw::step(&gpu, &bufs(&p, &g, &v, &t("v2", 200), mask.view(), norm.view()), 200, &c).unwrap_err();
     assert!(e.to_string().contains("'params' needs 200"), "{e}");
     let short = Tensor::zeros(&gpu, "mask", &[1], DType::U32).unwrap();
-    let e = adamw::step(&gpu, &p, &g, &v, &t("v3", 100), short.view(), norm.view(), 100, &c).unwrap_err();
+    let e = adamw::step(&gpu, &bufs(&p, &g, &v, &t("v3", 100), short.view(), norm.view()), 100, &c).unwrap_err();
     assert!(e.to_string().contains("'decay_mask' needs 2 elements"), "{e}");
-    let e = adamw::step(&gpu, &p, &g, &t("m2", 100), &v, mask.view(), norm.view(), 100, &config(0, 1.0)).unwrap_err();
+    let e = adamw::step(&gpu, &bufs(&p, &g, &t("m2", 100), &v, mask.view(), norm.view()), 100, &config(0, 1.0))
+        .unwrap_err();
     assert!(e.to_string().contains("1-based"), "{e}");
-    let ds = adamw::step(&gpu, &p, &g, &t("m3", 100), &v, mask.view(), norm.view(), 100, &c).unwrap();
+    let ds = adamw::step(&gpu, &bufs(&p, &g, &t("m3", 100), &v, mask.view(), norm.view()), 100, &c).unwrap();
     assert!(adamw::set_step(&gpu, &ds, &config(0, 1.0)).is_err());
     let other = reduce::sum_squares(&gpu, &g, 100, norm.view()).unwrap();
     let e = adamw::set_step(&gpu, &other, &c).unwrap_err();
@@ -295,14 +314,16 @@ fn a_non_finite_gradient_norm_leaves_parameters_and_moments_untouched() {
     let cfg = ddl::kernels::adamw::AdamWConfig::paper(1e-2);
     for bad in [f32::NAN, f32::INFINITY] {
         let norm = upload(&gpu, "norm", &[bad]);
-        let ds = ddl::kernels::adamw::step(&gpu, &params, &grads, &m, &v, mask.view(), norm.view(), n, &cfg).unwrap();
+        let ds =
+            ddl::kernels::adamw::step(&gpu, &bufs(&params, &grads, &m, &v, mask.view(), norm.view()), n, &cfg).unwrap();
         run(&gpu, &ds);
         assert_eq!(read(&gpu, &params), p0, "norm {bad}: parameters changed");
         assert!(read(&gpu, &m).iter().all(|&x| x == 0.5) && read(&gpu, &v).iter().all(|&x| x == 0.25));
     }
     // A finite norm does update (the guard is not always on).
     let norm = upload(&gpu, "norm", &[4.0]);
-    let ds = ddl::kernels::adamw::step(&gpu, &params, &grads, &m, &v, mask.view(), norm.view(), n, &cfg).unwrap();
+    let ds =
+        ddl::kernels::adamw::step(&gpu, &bufs(&params, &grads, &m, &v, mask.view(), norm.view()), n, &cfg).unwrap();
     run(&gpu, &ds);
     assert_ne!(read(&gpu, &params), p0);
 }

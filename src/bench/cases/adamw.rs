@@ -12,7 +12,8 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
     let mask = Tensor::from_u32(gpu, "bench.mask", &[n.div_ceil(64)], &decay_mask(n, &[(0, n / 2)]))?;
     let norm = Tensor::from_f32(gpu, "bench.norm_sq", &[1], &[4.0])?;
     let cfg = AdamWConfig::paper(1e-3);
-    let mut ds = step(gpu, &p, &g, &m, &v, mask.view(), norm.view(), n, &cfg)?;
+    let b = AdamWBufs { params: &p, grads: &g, m: &m, v: &v, decay_mask: mask.view(), norm_sq: norm.view() };
+    let mut ds = step(gpu, &b, n, &cfg)?;
     ds[0].scratch.extend([p, g, m, v, mask, norm]);
     Ok(vec![KernelBench {
         name: format!("adamw_step n={n} (clip, decay half)"),
