@@ -238,7 +238,6 @@ fn info(dev: &DeviceArgs) -> Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
 fn experiment(
     dev: &DeviceArgs,
     spec_path: &std::path::Path,

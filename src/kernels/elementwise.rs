@@ -75,7 +75,6 @@ pub fn scale_chunked(gpu: &Gpu, x: View, alpha: f32, n: usize, max_chunk: usize)
 /// a buffer with another row stride (elements of `y` between rows are left as they are);
 /// `x_stride` 0 copies x's one row to every row of y. Matrices larger than one storage binding
 /// are copied in row chunks.
-#[allow(clippy::too_many_arguments)]
 pub fn copy_rows(
     gpu: &Gpu,
     x: View,

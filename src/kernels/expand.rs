@@ -83,7 +83,6 @@ pub fn ec_backward_scratch_elems(s: &ConvShape) -> usize {
 
 /// Three dispatches: de; per-chunk partials of dekernel (scratch `[chunks, d, m, K]`); the
 /// chunk sum added into dekernel.
-#[allow(clippy::too_many_arguments)]
 pub fn ec_backward(
     gpu: &Gpu,
     s: &ConvShape,

@@ -210,7 +210,6 @@ fn seq_strides(s: &AttnShape, n: usize, ldk: usize) -> (usize, usize, usize) {
 
 /// The product `a·b → c` for every (sequence, head): heads are the batch, sequences the outer
 /// level; `which` names the kind of tensor each operand is ('q', 'k' or 's').
-#[allow(clippy::too_many_arguments)]
 fn product(
     s: &AttnShape,
     (n_blk, ldk): (usize, usize),
@@ -268,7 +267,6 @@ fn half_scratch(gpu: &Gpu, key: &str, elems: usize) -> Result<Tensor> {
 /// `bind` has `ph` (and `gh`), into those f16 buffers (variant `h`, [`p16`]). Each row is written
 /// up to the block's keys, or, with a granule `gran` > 0 ([`Method::Causal`]), up to the end of
 /// its own granule of queries.
-#[allow(clippy::too_many_arguments)]
 fn rows_dispatch(
     gpu: &Gpu,
     entry: &str,
@@ -316,7 +314,6 @@ pub const ROW_TEAM_WG: usize = 128;
 /// (tiled kernels, or blocks of queries through the matmul kernels). Same outputs as
 /// [`forward`]; decoding programs use [`forward`] itself, whose single dispatch [`set_kv`]
 /// moves.
-#[allow(clippy::too_many_arguments)]
 pub fn forward_seq(gpu: &Gpu, s: &AttnShape, scale: f32, io: AttnIo<'_>) -> Result<Vec<Dispatch>> {
     let AttnIo { q, k, v, out, lse } = io;
     let rows = match method(gpu) {

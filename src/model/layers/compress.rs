@@ -49,7 +49,6 @@ pub(crate) fn block_partials(r: &Rec) -> Result<Option<Tensor>> {
 /// and 1 of one buffer of chunk partials, summed once by the second call (`None`: the readout,
 /// or the value-axis kind, on its own). `de`: the last call of a replicated-embedding model
 /// writes the embedding's gradient Σ_j ∂X directly (`shortconv::sums_into_de`).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn backward(
     r: &mut Rec,
     prefix: &str,
