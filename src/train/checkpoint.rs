@@ -717,6 +717,7 @@ pub fn saved_step(dir: &Path) -> Result<usize, CheckpointError> {
 
 /// The tokenizer saved with `dir`'s checkpoint (its model file's metadata; the tensors are not
 /// read).
+#[cfg(feature = "native")]
 pub fn saved_tokenizer(dir: &Path) -> Result<Tokenizer, CheckpointError> {
     if !dir.is_dir() {
         return Err(not_a_folder(dir));
@@ -727,6 +728,7 @@ pub fn saved_tokenizer(dir: &Path) -> Result<Tokenizer, CheckpointError> {
 
 /// The run state saved with `dir`'s checkpoint (its moments file's metadata; the tensors are not
 /// read).
+#[cfg(feature = "native")]
 pub fn saved_state(dir: &Path) -> Result<RunState, CheckpointError> {
     let step = saved_step(dir)?;
     Ok(open_optim(dir, step, map_file)?.3)

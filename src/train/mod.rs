@@ -152,6 +152,7 @@ impl Summary {
 
 /// The `--steps` of the invocation that saved `dir`'s checkpoint (its run state), if recorded
 /// (checkpoints before it was are not): what `--resume` without `--steps` continues to.
+#[cfg(feature = "native")]
 pub fn saved_target(dir: &Path) -> Option<usize> {
     checkpoint::saved_state(dir).ok()?.target.filter(|&t| t >= 1)
 }
