@@ -159,6 +159,7 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
     use ddl::tokenizer::Tokenizer;
     match cmd {
         TokenizerCmd::Train { corpus, vocab_size, out, force } => {
+            train_cmd::refuse_inside_kept("--out", &out)?;
             check_tokenizer_out(&corpus, &out, force)?;
             let text = ddl::train::data::read_corpus(&corpus)?;
             let t0 = std::time::Instant::now();
@@ -219,6 +220,12 @@ fn check_tokenizer_out(corpus: &std::path::Path, out: &std::path::Path, force: b
             corpus.display()
         );
     }
+    // (The write renames a new file over the path: a device or a pipe would become a plain file.)
+    if let Ok(m) = std::fs::metadata(out)
+        && !m.is_file()
+    {
+        anyhow::bail!("--out {shown} is not a regular file (a device, a pipe or a socket): give a file name");
+    }
     if out.exists() && !force {
         anyhow::bail!("--out {shown} exists: pass --force to replace it, or choose another --out");
     }
@@ -248,6 +255,7 @@ fn experiment(
     jobs: usize,
 ) -> Result<()> {
     use ddl::experiment::{ExperimentOptions, ExperimentSpec, run_name};
+    train_cmd::refuse_inside_kept("--out", out)?;
     let spec = ExperimentSpec::load(spec_path)?;
     let variants = spec.variant_list().map_err(anyhow::Error::msg)?;
     if dry_run {
@@ -480,6 +488,7 @@ fn chat(dev: &DeviceArgs, dir: &std::path::Path, sa: SamplingArgs, trace: Option
 fn data_cmd(d: DataCmd) -> Result<()> {
     use ddl::train::prepare::{PrepareOptions, ValSplit, prepare};
     let DataCmd::Prepare { tokenizer, out, inputs, val_tokens, val_fraction, shard_tokens, name } = d;
+    train_cmd::refuse_inside_kept("--out", &out)?;
     let val = match (val_tokens, val_fraction) {
         (Some(n), _) => ValSplit::Tokens(n),
         (None, f) => ValSplit::Fraction(f.unwrap_or(0.1)),

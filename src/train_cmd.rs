@@ -112,7 +112,10 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     // --resume DIR continues DIR; with --out NEW it continues a copy of DIR's checkpoint in NEW
     // (a branch: DIR, or a kept checkpoint of a run, stays as it is).
     let (out, from) = match (&a.resume, &a.out) {
-        (Some(r), Some(o)) if !same_folder(r, o) => (o.clone(), Some(r.clone())),
+        (Some(r), Some(o)) if !same_folder(r, o) => {
+            refuse_inside_kept("--out", o)?;
+            (o.clone(), Some(r.clone()))
+        }
         (Some(r), _) => {
             if let Some(run) = ddl::train::checkpoint::kept_run_of(r) {
                 anyhow::bail!(
@@ -125,14 +128,7 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             (r.clone(), Some(r.clone()))
         }
         (None, Some(o)) => {
-            if let Some(run) = ddl::train::checkpoint::kept_run_of(o) {
-                anyhow::bail!(
-                    "--out {}: a kept checkpoint of the run in '{}' (its checkpoints/ folder belongs to that run); \
-                     choose a folder outside it",
-                    o.display(),
-                    run.display()
-                );
-            }
+            refuse_inside_kept("--out", o)?;
             (o.clone(), None)
         }
         (None, None) => anyhow::bail!("--out DIR is required"),
@@ -317,6 +313,20 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     report_training(dev, &a, &out, &summary)?;
     if summary.interrupted {
         return Err(crate::Interrupted.into());
+    }
+    Ok(())
+}
+
+/// Refuses an output (`flag PATH`) inside a run's `checkpoints/` folder, at any depth: the run
+/// prunes and replaces what is there.
+pub(crate) fn refuse_inside_kept(flag: &str, path: &std::path::Path) -> Result<()> {
+    if let Some(run) = ddl::train::checkpoint::inside_kept(path) {
+        anyhow::bail!(
+            "{flag} {}: inside the kept checkpoints of the run in '{}' (its checkpoints/ folder belongs to that \
+             run, which removes old checkpoints with everything in them); choose a folder outside it",
+            path.display(),
+            run.display()
+        );
     }
     Ok(())
 }

@@ -538,6 +538,17 @@ fn bench_problems_are_clear_errors() {
 fn outputs_never_replace_files_they_do_not_own() {
     let dir = tmpdir("outputs");
     let c = ddl::testing::small_corpus(&dir);
+    // A pipe (or a device) is not a file to replace, even with --force.
+    let fifo = dir.join("fifo");
+    if Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success()) {
+        let f = fifo.to_str().unwrap();
+        fails(
+            &dir,
+            &["tokenizer", "train", "--corpus", &c, "--vocab-size", "300", "--out", f, "--force"],
+            &["not a regular file"],
+        );
+        assert!(std::fs::symlink_metadata(&fifo).is_ok_and(|m| !m.is_file()), "the pipe became a file");
+    }
     let keep = dir.join("model.safetensors");
     std::fs::write(&keep, b"not a trace").unwrap();
     let data = dir.join("data.json");
@@ -1067,6 +1078,19 @@ fn resuming_keeps_the_saved_settings_and_continues_kept_checkpoints_in_a_new_fol
     let into = kept.to_str().unwrap();
     fails(&dir, &train_args(&c, into, "1", &["--overwrite"]), &["kept checkpoint", "outside"]);
     assert_eq!(std::fs::read(kept.join("model.safetensors")).unwrap(), kept_model);
+    // Nor anything else, at any depth (the run prunes its kept checkpoints with what is in them).
+    let deep = |p: &str| kept.join(p).display().to_string();
+    let (d1, d2, d3, d4) =
+        (deep("mine/run"), ck.join("checkpoints/mine").display().to_string(), deep("dp"), deep("t.json"));
+    for args in [
+        train_args(&c, &d1, "1", &[]),
+        vec!["train", "--resume", o, "--out", &d2, "--steps", "3"],
+        vec!["data", "prepare", "--tokenizer", "char", "--out", &d3, &c],
+        vec!["tokenizer", "train", "--corpus", &c, "--vocab-size", "300", "--out", &d4],
+    ] {
+        fails(&dir, &args, &["inside the kept checkpoints", "outside"]);
+    }
+    assert!(!kept.join("mine").exists() && !ck.join("checkpoints/mine").exists() && !kept.join("dp").exists());
     let branch = dir.join("branch");
     let r =
         cmd(&dir).args(["train", "--resume", k, "--out", branch.to_str().unwrap(), "--steps", "3"]).output().unwrap();

@@ -705,6 +705,26 @@ pub fn kept_run_of(path: &Path) -> Option<PathBuf> {
     (kept.file_name()? == KEPT_DIR).then(|| kept.parent().map(Path::to_path_buf)).flatten()
 }
 
+/// The run whose `checkpoints/` folder `path` lies in, at any depth (however spelled; parts not
+/// made yet are allowed): the run prunes and replaces what is there, so no output goes inside.
+pub fn inside_kept(path: &Path) -> Option<PathBuf> {
+    // The longest part that exists, resolved, with the rest appended.
+    let mut base = if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir().ok()?.join(path) };
+    let mut rest = Vec::new();
+    let real = loop {
+        if let Ok(r) = base.canonicalize() {
+            break rest.iter().rev().fold(r, |p: PathBuf, c: &std::ffi::OsString| p.join(c));
+        }
+        rest.push(base.file_name()?.to_os_string());
+        base = base.parent()?.to_path_buf();
+    };
+    real.ancestors().find_map(|a| {
+        let run = a.parent()?;
+        let is_run = ["config.toml", "metrics.jsonl", MODEL_FILE].iter().any(|f| run.join(f).is_file());
+        (a.file_name()? == KEPT_DIR && is_run).then(|| run.to_path_buf())
+    })
+}
+
 /// The step of `dir`'s checkpoint, from its model file's metadata.
 #[cfg(feature = "native")]
 pub fn saved_step(dir: &Path) -> Result<usize, CheckpointError> {
