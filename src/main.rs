@@ -31,6 +31,25 @@ fn main() {
     }
 }
 
+/// Standard input as text, refused past `cap` bytes (a pipe from /dev/zero would never end).
+fn read_stdin_capped(what: &str, cap: u64) -> Result<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .take(cap + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("{what}: reading standard input"))?;
+    if bytes.len() as u64 > cap {
+        anyhow::bail!("{what}: standard input gave more than {} MiB; give a file instead", cap >> 20);
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{what}: standard input is not UTF-8 text (first invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
 /// A command that Ctrl-C stopped after saving its work (exit status 130).
 #[derive(Debug)]
 pub(crate) struct Interrupted;
@@ -183,14 +202,7 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
                 );
             }
             let tok = Tokenizer::load(&tokenizer)?;
-            let text = if text == "-" {
-                let mut t = String::new();
-                std::io::Read::read_to_string(&mut std::io::stdin(), &mut t)
-                    .context("reading the text from standard input")?;
-                t
-            } else {
-                text
-            };
+            let text = if text == "-" { read_stdin_capped("--text -", 1 << 30)? } else { text };
             let ids = tok.encode(&text)?;
             println!("{}", ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(" "));
         }
@@ -343,15 +355,9 @@ pub(crate) fn generate_cmd(
     strict_context: bool,
     (interventions, compare): (&ddl::model::Interventions, bool),
 ) -> Result<()> {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let s = sa.sampler()?;
-    let prompt = if prompt == "-" {
-        let mut t = String::new();
-        std::io::stdin().read_to_string(&mut t).context("reading the prompt from standard input")?;
-        t
-    } else {
-        prompt.to_string()
-    };
+    let prompt = if prompt == "-" { read_stdin_capped("--prompt -", 256 << 20)? } else { prompt.to_string() };
     if prompt.is_empty() {
         anyhow::bail!("--prompt is empty: give at least one token of text");
     }

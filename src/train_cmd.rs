@@ -75,6 +75,9 @@ fn check_inputs(run: &ddl::train::RunConfig, a: &TrainArgs) -> Result<()> {
     ];
     for (flag, key, by_flag, value, named) in inputs {
         let path = Path::new(value);
+        if named && ddl::train::data::is_device(path) {
+            anyhow::bail!("{key} = {value}: a device, not a file or folder (a device such as /dev/zero never ends)");
+        }
         if !named || path.exists() {
             continue;
         }

@@ -310,6 +310,24 @@ fn corpus_problems_are_clear_errors() {
         fails(&dir, &a, needles)
     };
     t("/nonexistent/x.txt", &["/nonexistent/x.txt", "does not exist"]);
+    // A device never ends (/dev/zero would fill memory): refused before the adapter opens.
+    if Path::new("/dev/zero").exists() {
+        let e = t("/dev/zero", &["/dev/zero", "a device"]);
+        assert!(!e.contains("training"), "{e}");
+        fails(&dir, &["data", "prepare", "--tokenizer", "char", "--out", &out, "/dev/zero"], &["a device"]);
+    }
+    // A file reached twice (given twice, a link beside its target) is read once.
+    let twice = dir.join("twice");
+    std::fs::create_dir_all(&twice).unwrap();
+    std::fs::write(twice.join("a.txt"), "To be, or not to be\n".repeat(50)).unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink("a.txt", twice.join("b.txt")).unwrap();
+    let a = twice.join("a.txt").display().to_string();
+    let tw = twice.display().to_string();
+    let prepared = dir.join("prepared").display().to_string();
+    let o = cmd(&dir).args(["data", "prepare", "--tokenizer", "char", "--out", &prepared, &tw, &a]).output().unwrap();
+    assert!(o.status.success() && text(&o).contains("1 documents"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&prepared);
     let p = dir.join("empty.txt");
     std::fs::write(&p, "").unwrap();
     t(p.to_str().unwrap(), &["empty.txt", "empty"]);

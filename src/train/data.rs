@@ -30,6 +30,8 @@ pub enum DataError {
     NoInputFiles(PathBuf),
     #[error("corpus '{0}' is empty")]
     Empty(PathBuf),
+    #[error("'{0}' is a device, not a text file (a device such as /dev/zero never ends); give a file or a folder")]
+    Device(PathBuf),
     #[error("'{path}' is not UTF-8 text (first invalid byte at offset {offset})")]
     NotUtf8 { path: PathBuf, offset: usize },
     #[error("cannot read '{path}': {source}")]
@@ -222,19 +224,40 @@ pub fn finish_meta(
 }
 
 /// The corpus files of a `--corpus` setting (one file, or a directory's sorted .txt files).
+/// Whether `path` is a character or block device (which may never end: /dev/zero).
+pub fn is_device(path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        std::fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device() || m.file_type().is_block_device())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        false
+    }
+}
+
 fn corpus_files(path: &Path) -> Result<Vec<PathBuf>, DataError> {
     if !path.exists() {
         return Err(DataError::Missing(path.to_path_buf()));
     }
     if !path.is_dir() {
+        if is_device(path) {
+            return Err(DataError::Device(path.to_path_buf()));
+        }
         return Ok(vec![path.to_path_buf()]);
     }
     let mut v: Vec<PathBuf> = std::fs::read_dir(path)
         .map_err(|source| DataError::Io { path: path.to_path_buf(), source })?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+        .filter(|p| p.extension().is_some_and(|e| e == "txt") && p.is_file())
         .collect();
     v.sort();
+    // A file reached twice (a link to another .txt of the folder) is read once: read twice, its
+    // end would be in the validation split and its copy in the training split.
+    let mut seen = std::collections::HashSet::new();
+    v.retain(|p| seen.insert(p.canonicalize().unwrap_or_else(|_| p.clone())));
     if v.is_empty() {
         return Err(DataError::NoTxt(path.to_path_buf()));
     }

@@ -65,7 +65,7 @@ fn write_err(path: &Path) -> impl FnOnce(std::io::Error) -> DataError + '_ {
 
 /// The input files, in order: files as given, folders' `.txt` and `.jsonl` files (recursively,
 /// sorted by path; a folder reached again through a symbolic link — a cycle, or a second way
-/// into the same folder — is read once).
+/// into the same folder — is read once, and so is a file).
 fn input_files(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, DataError> {
     let mut seen = std::collections::HashSet::new();
     let mut walk = |dir: &Path, out: &mut Vec<PathBuf>| walk_dir(dir, out, &mut seen);
@@ -100,10 +100,16 @@ fn input_files(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, DataError> {
             if files.len() == before {
                 return Err(DataError::NoInputFiles(i.clone()));
             }
+        } else if super::data::is_device(i) {
+            return Err(DataError::Device(i.clone()));
         } else {
             files.push(i.clone());
         }
     }
+    // A file reached twice (given twice, or a link beside its target) is read once: read twice,
+    // its text would be in both the training and the validation split.
+    let mut once = std::collections::HashSet::new();
+    files.retain(|p| once.insert(p.canonicalize().unwrap_or_else(|_| p.clone())));
     Ok(files)
 }
 
