@@ -819,7 +819,7 @@ fn a_full_disk_or_an_unwritable_directory_is_a_clear_error_and_keeps_the_last_ch
     let o = cmd(&dir).args(&a).env("DDL_FAULT_ENOSPC_SAVE", "1").output().unwrap();
     let t = text(&o);
     assert!(!o.status.success() && !t.contains("panicked"), "{t}");
-    for n in ["step 2", "saving the checkpoint failed", "No space left on device", "--resume"] {
+    for n in ["step 2", "saving the checkpoint failed", "No space left on device", "checkpoint of step 1", "--resume"] {
         assert!(t.contains(n), "expected {n:?} in: {t}");
     }
     let ck = ddl::train::checkpoint::load(&out, true).unwrap();

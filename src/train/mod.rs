@@ -55,13 +55,8 @@ pub enum TrainError {
     NonFinite { step: usize, what: &'static str, value: f32 },
     #[error("cannot write '{path}': {source}")]
     Io { path: PathBuf, source: std::io::Error },
-    #[error(
-        "step {step}: saving the checkpoint failed: {source}. Any earlier checkpoint in '{}' is intact; free \
-         disk space or fix the directory's permissions, then continue with `ddl train --resume {}`",
-        dir.display(),
-        dir.display()
-    )]
-    Save { step: usize, dir: PathBuf, source: checkpoint::CheckpointError },
+    #[error("step {step}: saving the checkpoint failed: {source}. {kept}")]
+    Save { step: usize, kept: String, source: checkpoint::CheckpointError },
     #[error("step {step}: {source}. {kept}")]
     GpuAtStep { step: usize, kept: String, source: crate::gpu::GpuError },
     /// The driver ran out of memory during a step: the plan of what the run asks for, how to

@@ -717,6 +717,23 @@ impl<'c> Trainer<'c> {
         Ok(Some(e))
     }
 
+    /// What a failed save leaves, and how to go on (the folder may be gone, or hold no
+    /// checkpoint yet).
+    fn kept_after_failed_save(&self) -> String {
+        let out = self.out.display();
+        match self.last_saved {
+            _ if !self.out.is_dir() => format!("The run folder '{out}' no longer exists: nothing of the run is left"),
+            Some(s) => format!(
+                "The checkpoint of step {s} in '{out}' is intact; free disk space or fix the folder's permissions, \
+                 then continue with `ddl train --resume {out}`"
+            ),
+            None => format!(
+                "No checkpoint had been written yet; free disk space or fix the folder's permissions, then start \
+                 the run again (`ddl train … --out {out} --overwrite`)"
+            ),
+        }
+    }
+
     /// The checkpoint of the current step (rank 0), and whether it is the best so far.
     fn save(&mut self) -> Result<(), TrainError> {
         if !self.lead {
@@ -725,7 +742,8 @@ impl<'c> Trainer<'c> {
         let step = self.step;
         let state =
             checkpoint::RunState { step, elapsed: self.elapsed(), loss_scale: self.loss_scale, target: Some(self.end) };
-        let err = |source| TrainError::Save { step, dir: self.out.clone(), source };
+        let kept = self.kept_after_failed_save();
+        let err = |source| TrainError::Save { step, kept: kept.clone(), source };
         checkpoint::save_model(&self.out, &self.model, &self.tok, &state, &self.run_toml).map_err(err)?;
         checkpoint::keep_step(&self.out, step, self.t.checkpoint_keep).map_err(err)?;
         self.mark_best()
@@ -738,7 +756,8 @@ impl<'c> Trainer<'c> {
             return Ok(());
         }
         let step = self.step;
-        let err = |source| TrainError::Save { step, dir: self.out.clone(), source };
+        let kept = self.kept_after_failed_save();
+        let err = |source| TrainError::Save { step, kept: kept.clone(), source };
         // The best by the validation loss over the subset every evaluation covers.
         if let Some((at, e)) = self.last_eval
             && at == step
