@@ -316,6 +316,15 @@ fn corpus_problems_are_clear_errors() {
         assert!(!e.contains("training"), "{e}");
         fails(&dir, &["data", "prepare", "--tokenizer", "char", "--out", &out, "/dev/zero"], &["a device"]);
     }
+    // A shard cache that cannot be written says which and how to choose another.
+    let not_a_dir = dir.join("cache-file");
+    std::fs::write(&not_a_dir, "x").unwrap();
+    let mut a = vec!["train", "--corpus", "PLACEHOLDER", "--out", &out, "--steps", "1"];
+    let small = ddl::testing::small_corpus(&dir);
+    a[2] = &small;
+    a.extend_from_slice(SMALL);
+    let o = cmd(&dir).args(&a).env("DDL_CACHE_DIR", &not_a_dir).output().unwrap();
+    assert!(!o.status.success() && text(&o).contains("set DDL_CACHE_DIR to a writable folder"), "{}", text(&o));
     // A file reached twice (given twice, a link beside its target) is read once.
     let twice = dir.join("twice");
     std::fs::create_dir_all(&twice).unwrap();

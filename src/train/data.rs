@@ -40,6 +40,11 @@ pub enum DataError {
     Interrupted,
     #[error("cannot write '{path}': {source}")]
     Write { path: PathBuf, source: std::io::Error },
+    #[error(
+        "cannot write the shard cache in '{path}': {source}; the corpus is tokenised into the cache once \
+         (DDL_CACHE_DIR, else $XDG_CACHE_HOME/ddl or ~/.cache/ddl): set DDL_CACHE_DIR to a writable folder"
+    )]
+    Cache { path: PathBuf, source: std::io::Error },
     #[error("{0}")]
     Tokenize(#[from] crate::tokenizer::TokenizerError),
     #[error(
@@ -362,8 +367,16 @@ fn corpus_shards_in(
     static MAKER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let nth = MAKER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = root.join(format!(".{key}.{}.{nth}", std::process::id()));
-    std::fs::create_dir_all(&tmp).map_err(|source| DataError::Io { path: tmp.clone(), source })?;
-    write_shard_set(&tmp, "corpus", &tok, &ids, split, 100_000_000, &format!("--corpus {corpus}"))?;
+    std::fs::create_dir_all(&tmp).map_err(|source| DataError::Cache { path: root.to_path_buf(), source })?;
+    write_shard_set(&tmp, "corpus", &tok, &ids, split, 100_000_000, &format!("--corpus {corpus}")).map_err(|e| {
+        let _ = std::fs::remove_dir_all(&tmp);
+        match e {
+            DataError::Io { source, .. } | DataError::Write { source, .. } => {
+                DataError::Cache { path: root.to_path_buf(), source }
+            }
+            e => e,
+        }
+    })?;
     if std::fs::rename(&tmp, &dir).is_err() {
         let _ = std::fs::remove_dir_all(&tmp);
     }
