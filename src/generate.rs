@@ -775,6 +775,18 @@ pub fn check_trace_path(path: &std::path::Path) -> Result<(), String> {
             ));
         }
     }
+    // The folder takes the files, under their temporary names too (as long as the writes' own):
+    // a read-only folder or a name too long would otherwise fail only after generating.
+    for file in [path, json.as_path()] {
+        let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let probe = dir.join(format!(".{name}.tmp-{}-0", std::process::id()));
+        match std::fs::File::create(&probe) {
+            Ok(_) => {
+                let _ = std::fs::remove_file(&probe);
+            }
+            Err(e) => return Err(format!("--trace {shown}: cannot write '{}' there: {e}", file.display())),
+        }
+    }
     Ok(())
 }
 

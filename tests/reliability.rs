@@ -585,6 +585,9 @@ fn outputs_never_replace_files_they_do_not_own() {
     assert!(e.contains("model.safetensors") && e.contains("is not a ddl trace"), "{e}");
     let e = check(&dir.join("data")).unwrap_err();
     assert!(e.contains("data.json") && e.contains("is not a ddl trace"), "{e}");
+    // A name the folder cannot take (with the write's temporary suffix) is refused up front.
+    let e = check(&dir.join(format!("{}.safetensors", "a".repeat(245)))).unwrap_err();
+    assert!(e.contains("cannot write"), "{e}");
     let e = check(&dir.join("t.json")).unwrap_err();
     assert!(e.contains("cannot end in .json") && e.contains("t.safetensors"), "{e}");
     let e = check(&dir.join("nodir/t.safetensors")).unwrap_err();
