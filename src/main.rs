@@ -185,7 +185,8 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
             let tok = ddl::tokenizer::train_bpe(&text, vocab_size)?;
             let secs = t0.elapsed().as_secs_f64();
             let n = tok.encode(&text)?.len();
-            tok.save(&out)?;
+            // (Without --force never over a file made meanwhile: two trainers racing to one --out.)
+            tok.save_as(&out, force)?;
             println!("trained in {secs:.1} s: vocab size {} (asked for {vocab_size})", tok.vocab_size());
             println!(
                 "compression: {:.3} bytes per token ({} bytes -> {n} tokens)",

@@ -364,14 +364,21 @@ impl Tokenizer {
     /// Writes the tokenizer for [`Tokenizer::load`]: BPE as a Hugging Face `tokenizer.json`
     /// (loadable by Python's `tokenizers`), a character tokenizer in the checkpoint format.
     pub fn save(&self, path: &Path) -> Result<(), TokenizerError> {
+        self.save_as(path, true)
+    }
+
+    /// [`Tokenizer::save`], or with `replace` false never over an existing file (one made
+    /// meanwhile by another process is an error, not replaced).
+    pub fn save_as(&self, path: &Path, replace: bool) -> Result<(), TokenizerError> {
         let text = match self {
             Tokenizer::Char(_) => self.to_json(),
             Tokenizer::Bpe(t) => t.to_string(true).expect("serialisable"),
         };
         // Whole or not at all: a temporary file renamed over `path` (an interrupted write
         // leaves the earlier file as it was).
-        crate::train::checkpoint::write_atomic(path, text.as_bytes())
-            .map_err(|source| TokenizerError::Write { path: path.to_path_buf(), source })
+        let write =
+            if replace { crate::train::checkpoint::write_atomic } else { crate::train::checkpoint::write_new_atomic };
+        write(path, text.as_bytes()).map_err(|source| TokenizerError::Write { path: path.to_path_buf(), source })
     }
 
     /// How `other` differs from this tokenizer, for messages: for two character tokenizers the

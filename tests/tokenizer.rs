@@ -332,3 +332,21 @@ fn a_run_with_a_bpe_tokenizer_trains_checkpoints_and_resumes() {
     let second = ddl::train::train(gpu, opts(3, true)).unwrap();
     assert_eq!(second.step, 3);
 }
+
+/// Saving without replacing (tokenizer train without --force) never writes over a file that
+/// appeared meanwhile, and leaves no temporary file.
+#[test]
+fn saving_without_replace_keeps_a_file_made_meanwhile() {
+    let dir = tmpdir("no-replace");
+    let f = dir.join("tok.json");
+    bpe().save_as(&f, false).unwrap();
+    let first = std::fs::read(&f).unwrap();
+    std::fs::write(&f, "someone else's").unwrap();
+    let e = bpe().save_as(&f, false).unwrap_err().to_string();
+    assert!(e.contains("tok.json"), "{e}");
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "someone else's");
+    bpe().save_as(&f, true).unwrap();
+    assert_eq!(std::fs::read(&f).unwrap(), first);
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+}

@@ -103,6 +103,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     commit_tmp(&write_tmp(path, bytes, false)?, path)
 }
 
+/// [`write_atomic`] that never replaces: the complete temporary file is linked to `path`, which
+/// fails if `path` exists (another process's file made meanwhile stays as it is).
+pub fn write_new_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = write_tmp(path, bytes, false)?;
+    let linked = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    linked?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")));
+    Ok(())
+}
+
 /// Renames a complete temporary file onto `path` and syncs the folder; on failure removes it.
 fn commit_tmp(tmp: &Path, path: &Path) -> std::io::Result<()> {
     std::fs::rename(tmp, path).inspect_err(|_| {
