@@ -81,6 +81,11 @@ fn check_inputs(run: &ddl::train::RunConfig, a: &TrainArgs) -> Result<()> {
         if !named || path.exists() {
             continue;
         }
+        if std::fs::symlink_metadata(path).is_ok() {
+            anyhow::bail!(
+                "{key} = {value}: a symbolic link that leads nowhere (its target is missing, or the links loop)"
+            );
+        }
         let here = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| ".".into());
         if by_flag {
             anyhow::bail!("{flag} {value}: {key} '{value}' does not exist (looked for from {here})");

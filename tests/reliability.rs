@@ -316,6 +316,22 @@ fn corpus_problems_are_clear_errors() {
         assert!(!e.contains("training"), "{e}");
         fails(&dir, &["data", "prepare", "--tokenizer", "char", "--out", &out, "/dev/zero"], &["a device"]);
     }
+    // A link to nothing is named as such (not "does not exist"), as corpus and as --out.
+    #[cfg(unix)]
+    {
+        let dangling = dir.join("dangling.txt");
+        let _ = std::fs::remove_file(&dangling);
+        std::os::unix::fs::symlink("nowhere.txt", &dangling).unwrap();
+        t(dangling.to_str().unwrap(), &["dangling.txt", "symbolic link that leads nowhere"]);
+        let out_link = dir.join("out-link");
+        let _ = std::fs::remove_file(&out_link);
+        std::os::unix::fs::symlink("no-such-folder", &out_link).unwrap();
+        let small = ddl::testing::small_corpus(&dir);
+        let mut a = vec!["train", "--corpus", &small, "--out", out_link.to_str().unwrap(), "--steps", "1"];
+        a.extend_from_slice(SMALL);
+        fails(&dir, &a, &["out-link", "symbolic link that leads nowhere"]);
+        std::fs::remove_file(&out_link).unwrap();
+    }
     // A shard cache that cannot be written says which and how to choose another.
     let not_a_dir = dir.join("cache-file");
     std::fs::write(&not_a_dir, "x").unwrap();

@@ -20,6 +20,8 @@ use crate::tokenizer::Tokenizer;
 pub enum DataError {
     #[error("corpus '{0}' does not exist (pass --corpus PATH: a UTF-8 text file or a directory of .txt files)")]
     Missing(PathBuf),
+    #[error("corpus '{0}' is a symbolic link that leads nowhere (its target is missing, or the links loop)")]
+    BrokenLink(PathBuf),
     #[error("corpus directory '{0}' contains no .txt files")]
     NoTxt(PathBuf),
     #[error(
@@ -245,6 +247,9 @@ pub fn is_device(path: &Path) -> bool {
 
 fn corpus_files(path: &Path) -> Result<Vec<PathBuf>, DataError> {
     if !path.exists() {
+        if std::fs::symlink_metadata(path).is_ok() {
+            return Err(DataError::BrokenLink(path.to_path_buf()));
+        }
         return Err(DataError::Missing(path.to_path_buf()));
     }
     if !path.is_dir() {

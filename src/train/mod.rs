@@ -334,6 +334,13 @@ fn remove_run(dir: &Path) -> Result<(), TrainError> {
 }
 
 fn check_writable(dir: &Path) -> Result<(), TrainError> {
+    if !dir.exists() && std::fs::symlink_metadata(dir).is_ok() {
+        return Err(TrainError::Settings(format!(
+            "--out '{}' is a symbolic link that leads nowhere (its target is missing, or the links loop); give a \
+             folder, or make the link's target first",
+            dir.display()
+        )));
+    }
     if dir.exists() && !dir.is_dir() {
         return Err(TrainError::Settings(format!(
             "--out '{}' is a file: a run writes a folder; give a new folder's path (or a run's, with --resume)",
