@@ -73,18 +73,18 @@ fn check_inputs(run: &ddl::train::RunConfig, a: &TrainArgs) -> Result<()> {
             !run.data.is_empty() && !run.data.contains(['*', '?', '[']),
         ),
     ];
+    use ddl::train::data::{PathProblem, path_problem};
     for (flag, key, by_flag, value, named) in inputs {
         let path = Path::new(value);
-        if named && ddl::train::data::is_device(path) {
-            anyhow::bail!("{key} = {value}: a device, not a file or folder (a device such as /dev/zero never ends)");
-        }
-        if !named || path.exists() {
-            continue;
-        }
-        if std::fs::symlink_metadata(path).is_ok() {
-            anyhow::bail!(
+        match path_problem(path).filter(|_| named) {
+            None => continue,
+            Some(PathProblem::Device) => {
+                anyhow::bail!("{key} = {value}: a device, not a file or folder (a device such as /dev/zero never ends)")
+            }
+            Some(PathProblem::BrokenLink) => anyhow::bail!(
                 "{key} = {value}: a symbolic link that leads nowhere (its target is missing, or the links loop)"
-            );
+            ),
+            Some(PathProblem::Missing) => {}
         }
         let here = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| ".".into());
         if by_flag {

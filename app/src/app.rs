@@ -860,8 +860,7 @@ fn canonical(p: &Path) -> PathBuf {
     p.canonicalize().unwrap_or_else(|_| p.to_path_buf())
 }
 
-/// Writes a screenshot as PNG: encoded beside `path`, then renamed over it (a failed write
-/// leaves what was there).
+/// Writes a screenshot as PNG, atomically (a failed write leaves what was there).
 pub fn save_png(img: &egui::ColorImage, path: &Path) -> Result<(), String> {
     let [w, h] = img.size;
     let mut buf = Vec::with_capacity(w * h * 4);
@@ -870,16 +869,9 @@ pub fn save_png(img: &egui::ColorImage, path: &Path) -> Result<(), String> {
     }
     let im = image::RgbaImage::from_raw(w as u32, h as u32, buf).ok_or("screenshot has the wrong size")?;
     let err = |e: &dyn std::fmt::Display| format!("cannot write the screenshot {}: {e}", path.display());
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    let result = im
-        .save_with_format(&tmp, image::ImageFormat::Png)
-        .map_err(|e| err(&e))
-        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| err(&e)));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    let mut png = std::io::Cursor::new(Vec::new());
+    im.write_to(&mut png, image::ImageFormat::Png).map_err(|e| err(&e))?;
+    ddl::train::checkpoint::write_atomic(path, png.get_ref()).map_err(|e| err(&e))
 }
 
 /// Why `--screenshot PATH` cannot be written, checked before the window opens: a name without

@@ -708,28 +708,29 @@ pub fn saved_run_config(dir: &Path) -> Result<String, CheckpointError> {
 /// relative, through `.` or `..`, or a symbolic link; a folder not made yet by its parent), if
 /// it is one.
 pub fn kept_run_of(path: &Path) -> Option<PathBuf> {
-    let real = path.canonicalize().ok().or_else(|| {
-        let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        Some(parent.canonicalize().ok()?.join(path.file_name()?))
-    })?;
+    let real = resolved(path)?;
     let kept = real.parent()?;
     (kept.file_name()? == KEPT_DIR).then(|| kept.parent().map(Path::to_path_buf)).flatten()
+}
+
+/// `path` absolute and resolved (`.`, `..`, symbolic links) as far as it exists, with the parts
+/// not made yet appended.
+fn resolved(path: &Path) -> Option<PathBuf> {
+    let mut base = if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir().ok()?.join(path) };
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(r) = base.canonicalize() {
+            return Some(rest.iter().rev().fold(r, |p: PathBuf, c: &std::ffi::OsString| p.join(c)));
+        }
+        rest.push(base.file_name()?.to_os_string());
+        base = base.parent()?.to_path_buf();
+    }
 }
 
 /// The run whose `checkpoints/` folder `path` lies in, at any depth (however spelled; parts not
 /// made yet are allowed): the run prunes and replaces what is there, so no output goes inside.
 pub fn inside_kept(path: &Path) -> Option<PathBuf> {
-    // The longest part that exists, resolved, with the rest appended.
-    let mut base = if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir().ok()?.join(path) };
-    let mut rest = Vec::new();
-    let real = loop {
-        if let Ok(r) = base.canonicalize() {
-            break rest.iter().rev().fold(r, |p: PathBuf, c: &std::ffi::OsString| p.join(c));
-        }
-        rest.push(base.file_name()?.to_os_string());
-        base = base.parent()?.to_path_buf();
-    };
-    real.ancestors().find_map(|a| {
+    resolved(path)?.ancestors().find_map(|a| {
         let run = a.parent()?;
         let is_run = ["config.toml", "metrics.jsonl", MODEL_FILE].iter().any(|f| run.join(f).is_file());
         (a.file_name()? == KEPT_DIR && is_run).then(|| run.to_path_buf())
@@ -739,22 +740,24 @@ pub fn inside_kept(path: &Path) -> Option<PathBuf> {
 /// The step of `dir`'s checkpoint, from its model file's metadata.
 #[cfg(feature = "native")]
 pub fn saved_step(dir: &Path) -> Result<usize, CheckpointError> {
-    if !dir.is_dir() {
-        return Err(not_a_folder(dir));
-    }
-    let mp = dir.join(MODEL_FILE);
-    Ok(model_meta(&mp, &map_file(&mp)?)?.2)
+    Ok(saved_model_meta(dir)?.2)
 }
 
 /// The tokenizer saved with `dir`'s checkpoint (its model file's metadata; the tensors are not
 /// read).
 #[cfg(feature = "native")]
 pub fn saved_tokenizer(dir: &Path) -> Result<Tokenizer, CheckpointError> {
+    Ok(saved_model_meta(dir)?.1)
+}
+
+/// The config, tokenizer and step of `dir`'s model file (its metadata, by memory map).
+#[cfg(feature = "native")]
+fn saved_model_meta(dir: &Path) -> Result<(ModelConfig, Tokenizer, usize), CheckpointError> {
     if !dir.is_dir() {
         return Err(not_a_folder(dir));
     }
     let mp = dir.join(MODEL_FILE);
-    Ok(model_meta(&mp, &map_file(&mp)?)?.1)
+    model_meta(&mp, &map_file(&mp)?)
 }
 
 /// The run state saved with `dir`'s checkpoint (its moments file's metadata; the tensors are not

@@ -230,32 +230,46 @@ pub fn finish_meta(
     Ok(meta)
 }
 
-/// The corpus files of a `--corpus` setting (one file, or a directory's sorted .txt files).
-/// Whether `path` is a character or block device (which may never end: /dev/zero).
-pub fn is_device(path: &Path) -> bool {
+/// Why an input path (corpus, tokenizer, data, text) cannot be read as a file or folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathProblem {
+    /// Nothing there.
+    Missing,
+    /// A symbolic link to nothing (its target is missing, or the links loop).
+    BrokenLink,
+    /// A character or block device, which may never end (/dev/zero).
+    Device,
+}
+
+/// What is wrong with `path` as an input, if anything.
+pub fn path_problem(path: &Path) -> Option<PathProblem> {
+    let Ok(m) = std::fs::metadata(path) else {
+        return Some(if std::fs::symlink_metadata(path).is_ok() {
+            PathProblem::BrokenLink
+        } else {
+            PathProblem::Missing
+        });
+    };
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileTypeExt;
-        std::fs::metadata(path).is_ok_and(|m| m.file_type().is_char_device() || m.file_type().is_block_device())
+        if m.file_type().is_char_device() || m.file_type().is_block_device() {
+            return Some(PathProblem::Device);
+        }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = path;
-        false
-    }
+    let _ = m;
+    None
 }
 
+/// The corpus files of a `--corpus` setting (one file, or a directory's sorted .txt files).
 fn corpus_files(path: &Path) -> Result<Vec<PathBuf>, DataError> {
-    if !path.exists() {
-        if std::fs::symlink_metadata(path).is_ok() {
-            return Err(DataError::BrokenLink(path.to_path_buf()));
-        }
-        return Err(DataError::Missing(path.to_path_buf()));
+    match path_problem(path) {
+        Some(PathProblem::Missing) => return Err(DataError::Missing(path.to_path_buf())),
+        Some(PathProblem::BrokenLink) => return Err(DataError::BrokenLink(path.to_path_buf())),
+        Some(PathProblem::Device) => return Err(DataError::Device(path.to_path_buf())),
+        None => {}
     }
     if !path.is_dir() {
-        if is_device(path) {
-            return Err(DataError::Device(path.to_path_buf()));
-        }
         return Ok(vec![path.to_path_buf()]);
     }
     let mut v: Vec<PathBuf> = std::fs::read_dir(path)

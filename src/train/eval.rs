@@ -179,22 +179,6 @@ impl BetaTally {
 }
 
 /// Evaluates the checkpoint in `dir` (a run folder, or a kept checkpoint's folder) as `req` asks.
-/// `--against OTHER` whose tokenizer is not the run's: their losses per token do not compare.
-fn against_tokenizer_error(
-    other: &Path,
-    dir: &Path,
-    theirs: &crate::tokenizer::Tokenizer,
-    ours: &crate::tokenizer::Tokenizer,
-) -> TrainError {
-    TrainError::Settings(format!(
-        "--against '{}': its tokenizer is not '{}''s ({}), so their losses per token do not compare window by \
-         window; evaluate each alone and compare bits per byte",
-        other.display(),
-        dir.display(),
-        theirs.difference(ours).replace("the first", "--against's").replace("the second", "the run's"),
-    ))
-}
-
 pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Result<EvalResult, TrainError> {
     let ck = super::checkpoint::load_to_device(dir, gpu.clone(), false)?;
     let (model, tok, ck_step) = (ck.model, ck.tokenizer, ck.step);
@@ -202,7 +186,13 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     if let Some(other) = &req.against {
         let theirs = super::checkpoint::saved_tokenizer(other)?;
         if theirs != tok {
-            return Err(against_tokenizer_error(other, dir, &theirs, &tok));
+            return Err(TrainError::Settings(format!(
+                "--against '{}': its tokenizer is not '{}''s ({}), so their losses per token do not compare window \
+                 by window; evaluate each alone and compare bits per byte",
+                other.display(),
+                dir.display(),
+                theirs.difference(&tok).replace("the first", "--against's").replace("the second", "the run's"),
+            )));
         }
     }
     // The run's settings; a folder with only a model file (a demo checkpoint) evaluates a text or
@@ -393,9 +383,6 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         None => None,
         Some(other) => {
             let ck = super::checkpoint::load_to_device(other, gpu.clone(), false)?;
-            if ck.tokenizer != tok {
-                return Err(against_tokenizer_error(other, dir, &ck.tokenizer, &tok));
-            }
             if ck.model.cfg.max_seq_len < seq_len {
                 return Err(TrainError::Settings(format!(
                     "--against '{}': its context (max_seq_len) is {} tokens, shorter than the windows of {seq_len}; \

@@ -51,11 +51,27 @@ pub(crate) fn alive(pid: u32) -> Option<bool> {
 /// when the folder is free or its lock is stale.
 pub fn holder(dir: &Path) -> Option<(u32, String)> {
     let text = std::fs::read_to_string(dir.join(LOCK_FILE)).ok()?;
+    let (pid, host) = parse_lock(&text);
+    (!stale(pid, &host)).then(|| (pid.unwrap_or(0), host))
+}
+
+/// A lock file's PID (`None`: unreadable or half-written) and host.
+fn parse_lock(text: &str) -> (Option<u32>, String) {
     let mut words = text.split_whitespace();
-    let pid: u32 = words.next()?.parse().ok()?;
-    let host = words.next().unwrap_or("").to_string();
-    let live = host != host_name() || (pid != std::process::id() && alive(pid) != Some(false));
-    live.then_some((pid, host))
+    let pid = words.next().and_then(|p| p.parse().ok());
+    (pid, words.next().unwrap_or("").to_string())
+}
+
+/// Whether a lock of `pid` on `host` may be taken over: this process's own (a second run after
+/// the first ended badly), a process of this host that is gone, or a half-written lock (a writer
+/// killed between create and write). A lock of another host is never stale.
+fn stale(pid: Option<u32>, host: &str) -> bool {
+    match pid {
+        Some(p) if p == std::process::id() && host == host_name() => true,
+        Some(p) if host == host_name() => alive(p) == Some(false),
+        None => true,
+        Some(_) => false,
+    }
 }
 
 impl RunLock {
@@ -72,19 +88,8 @@ impl RunLock {
                     return Ok(RunLock { path });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let text = std::fs::read_to_string(&path).unwrap_or_default();
-                    let mut words = text.split_whitespace();
-                    let pid: Option<u32> = words.next().and_then(|p| p.parse().ok());
-                    let host = words.next().unwrap_or("").to_string();
-                    let stale = match pid {
-                        // Ours (a second run in this process after the first ended badly).
-                        Some(p) if p == std::process::id() && host == host_name() => true,
-                        Some(p) if host == host_name() => alive(p) == Some(false),
-                        // Unreadable or half-written: a writer killed between create and write.
-                        None => true,
-                        Some(_) => false,
-                    };
-                    if !stale {
+                    let (pid, host) = parse_lock(&std::fs::read_to_string(&path).unwrap_or_default());
+                    if !stale(pid, &host) {
                         return Err(LockError::Held {
                             dir: dir.to_path_buf(),
                             pid: pid.unwrap_or(0),

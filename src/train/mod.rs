@@ -334,7 +334,7 @@ fn remove_run(dir: &Path) -> Result<(), TrainError> {
 }
 
 fn check_writable(dir: &Path) -> Result<(), TrainError> {
-    if !dir.exists() && std::fs::symlink_metadata(dir).is_ok() {
+    if data::path_problem(dir) == Some(data::PathProblem::BrokenLink) {
         return Err(TrainError::Settings(format!(
             "--out '{}' is a symbolic link that leads nowhere (its target is missing, or the links loop); give a \
              folder, or make the link's target first",

@@ -100,7 +100,7 @@ fn input_files(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, DataError> {
             if files.len() == before {
                 return Err(DataError::NoInputFiles(i.clone()));
             }
-        } else if super::data::is_device(i) {
+        } else if super::data::path_problem(i) == Some(super::data::PathProblem::Device) {
             return Err(DataError::Device(i.clone()));
         } else {
             files.push(i.clone());
