@@ -354,7 +354,7 @@ fn corpus_shards_in(
 ) -> Result<(PathBuf, Tokenizer), crate::train::TrainError> {
     let mut key = corpus_key(corpus, tok_setting, given, val_fraction)?;
     let mut dir = root.join(&key);
-    if let Some(meta) = read_meta(&dir)? {
+    if let Some(meta) = cached_set(&dir)? {
         match given {
             Some(g) if g.to_json() != meta.tokenizer => {
                 // Made with another tokenizer than the one given (a tokenizer file changed since):
@@ -363,7 +363,7 @@ fn corpus_shards_in(
                 let d = sha2::Sha256::digest(g.to_json().as_bytes());
                 key = format!("{key}-{}", d.iter().take(6).map(|b| format!("{b:02x}")).collect::<String>());
                 dir = root.join(&key);
-                if read_meta(&dir)?.is_some() {
+                if cached_set(&dir)?.is_some() {
                     return Ok((dir, g.clone()));
                 }
             }
@@ -403,6 +403,55 @@ fn corpus_shards_in(
         return Err(DataError::Meta { path: dir, msg: "the cached shard set could not be created".into() }.into());
     }
     Ok((dir, tok))
+}
+
+/// The cached shard set in `dir`, checked whole: its `meta.json` reads and every shard it lists is
+/// there with the SHA-256 it records (reading the set once costs a fraction of making it again).
+/// A damaged set — a shard changed, cut short or gone, the meta unreadable — is derived data: it
+/// is moved aside and removed with a note, and `None` tells the caller to make it again from the
+/// corpus. A set another maker is renaming into place at that moment is found complete or not
+/// at all (the rename is atomic).
+fn cached_set(dir: &Path) -> Result<Option<Meta>, DataError> {
+    if !dir.join("meta.json").exists() {
+        return Ok(None);
+    }
+    let problem = match read_meta(dir) {
+        Err(e) => Some(format!("its meta.json does not read: {e}")),
+        Ok(None) => return Ok(None),
+        Ok(Some(meta)) => {
+            let mut problem = None;
+            for sm in &meta.shards {
+                let p = dir.join(&sm.file);
+                let why = match file_digest(&p) {
+                    Err(e) => Some(e.to_string()),
+                    Ok(d) if d != sm.sha256 => {
+                        Some(format!("{} has another SHA-256 than its meta.json records", p.display()))
+                    }
+                    Ok(_) => None,
+                };
+                if why.is_some() {
+                    problem = why;
+                    break;
+                }
+            }
+            match problem {
+                None => return Ok(Some(meta)),
+                p => p,
+            }
+        }
+    };
+    let why = problem.unwrap_or_default();
+    eprintln!("note: the cached shard set {} is damaged ({why}); making it again from the corpus", dir.display());
+    // Aside first (one rename: a concurrent run that found the same damage finds it gone), then
+    // removed; a run that has the old shards mapped keeps its mapping.
+    static ASIDE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nth = ASIDE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let aside = dir.with_file_name(format!(".{name}.damaged.{}.{nth}", std::process::id()));
+    if std::fs::rename(dir, &aside).is_ok() {
+        let _ = std::fs::remove_dir_all(&aside);
+    }
+    Ok(None)
 }
 
 /// The dataset and tokenizer of a run: `--data` shards (with their `meta.json`'s tokenizer, the
@@ -738,5 +787,50 @@ mod tests {
             .map(|e| e.file_name())
             .collect();
         assert!(left.is_empty(), "temporary folders left: {left:?}");
+    }
+
+    /// A damaged cached set (a shard's byte changed, a shard cut short or gone, meta.json torn) is
+    /// made again from the corpus — the same tokens as before — instead of being trained on.
+    #[test]
+    fn a_damaged_cached_shard_set_is_made_again() {
+        let dir = crate::testing::scratch_dir("data-shards-damaged");
+        let corpus = crate::testing::small_corpus(&dir);
+        let root = dir.join("shards");
+        let (d, _) = corpus_shards_in(&root, &corpus, "char", None, 0.1).unwrap();
+        let meta = read_meta(&d).unwrap().unwrap();
+        let shard = d.join(&meta.shards[0].file);
+        let good = std::fs::read(&shard).unwrap();
+        let damages: [(&str, &dyn Fn()); 4] = [
+            ("a byte changed", &|| {
+                let mut b = good.clone();
+                let n = b.len();
+                b[n - 3] ^= 0x40;
+                std::fs::write(&shard, b).unwrap();
+            }),
+            ("cut short", &|| std::fs::write(&shard, &good[..good.len() / 2]).unwrap()),
+            ("gone", &|| std::fs::remove_file(&shard).unwrap()),
+            ("meta.json torn", &|| std::fs::write(d.join("meta.json"), "{\"format\": \"ddl-corpus").unwrap()),
+        ];
+        for (what, damage) in damages {
+            damage();
+            let (d2, _) = corpus_shards_in(&root, &corpus, "char", None, 0.1)
+                .unwrap_or_else(|e| panic!("{what}: the damaged set was not made again: {e}"));
+            assert_eq!(d2, d, "{what}: the same key");
+            assert_eq!(std::fs::read(&shard).unwrap(), good, "{what}: the same tokens as the first time");
+            let m2 = read_meta(&d2).unwrap().unwrap();
+            assert_eq!(
+                serde_json::to_string(&m2.shards).unwrap(),
+                serde_json::to_string(&meta.shards).unwrap(),
+                "{what}"
+            );
+            assert!(cached_set(&d2).unwrap().is_some(), "{what}: the new set checks whole");
+        }
+        let left: Vec<_> = std::fs::read_dir(&root)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "damaged sets left aside: {left:?}");
     }
 }

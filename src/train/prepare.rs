@@ -2,7 +2,8 @@
 //! shards in llm.c's format ([`super::shards`]), in constant memory.
 //!
 //! Inputs are read in pieces — a `.txt` file in chunks of about 8 MB cut after a newline that is
-//! followed by a non-space character (where a byte-level BPE pre-tokenizer splits anyway), a
+//! followed by a non-space character (where a byte-level BPE pre-tokenizer splits anyway; a line
+//! of more than 16 MB at a single space, [`cut_point`]), a
 //! `.jsonl` file one document per line (its `text` field) — and a batch of pieces is tokenised by
 //! all cores at once, then written in order. Documents (files, JSON lines) are separated by the
 //! tokenizer's end-of-text token, or by a newline for a char tokenizer (whose vocabulary, the
@@ -117,8 +118,37 @@ fn is_jsonl(p: &Path) -> bool {
     p.extension().is_some_and(|e| e == "jsonl")
 }
 
+/// Where to cut the text read so far into a piece (0: read on): after the last newline followed
+/// by a non-space character; once `carry` holds `long` bytes without one (a line of megabytes),
+/// before the last single space between two non-space characters — where a byte-level BPE
+/// pre-tokenizer splits anyway, so the tokens are those of the uncut text — and, in `long` bytes
+/// without such a space either, at the last character boundary (the one cut that may change
+/// tokens: no merge across it). So a piece holds at most `long` bytes plus one read.
+fn cut_point(carry: &[u8], long: usize) -> usize {
+    let at_line = (1..carry.len()).rev().find(|&i| carry[i - 1] == b'\n' && !carry[i].is_ascii_whitespace());
+    if let Some(i) = at_line {
+        return i;
+    }
+    if carry.len() < long {
+        return 0;
+    }
+    let at_space = (1..carry.len().saturating_sub(1))
+        .rev()
+        .find(|&i| carry[i] == b' ' && !carry[i - 1].is_ascii_whitespace() && !carry[i + 1].is_ascii_whitespace());
+    at_space.unwrap_or_else(|| (1..carry.len()).rev().find(|&i| carry[i] & 0xC0 != 0x80).unwrap_or(carry.len()))
+}
+
 /// Calls `f(piece, starts_document)` for every piece of text of `path`, in order.
-fn pieces(path: &Path, mut f: impl FnMut(String, bool) -> Result<(), DataError>) -> Result<(), DataError> {
+fn pieces(path: &Path, f: impl FnMut(String, bool) -> Result<(), DataError>) -> Result<(), DataError> {
+    pieces_of(path, CHUNK, f)
+}
+
+/// [`pieces`], reading `chunk` bytes at a time (a line longer than two chunks is cut).
+fn pieces_of(
+    path: &Path,
+    chunk: usize,
+    mut f: impl FnMut(String, bool) -> Result<(), DataError>,
+) -> Result<(), DataError> {
     let file = std::fs::File::open(path).map_err(io(path))?;
     if is_jsonl(path) {
         let r = std::io::BufReader::new(file);
@@ -148,7 +178,7 @@ fn pieces(path: &Path, mut f: impl FnMut(String, bool) -> Result<(), DataError>)
     let mut offset = 0usize;
     let mut first = true;
     loop {
-        let mut buf = vec![0u8; CHUNK];
+        let mut buf = vec![0u8; chunk];
         let mut got = 0;
         while got < buf.len() {
             let n = r.read(&mut buf[got..]).map_err(io(path))?;
@@ -160,12 +190,7 @@ fn pieces(path: &Path, mut f: impl FnMut(String, bool) -> Result<(), DataError>)
         buf.truncate(got);
         let end = got == 0;
         carry.extend_from_slice(&buf);
-        // Cut after the last newline followed by a non-space character (or take it all at the end).
-        let cut = if end {
-            carry.len()
-        } else {
-            (1..carry.len()).rev().find(|&i| carry[i - 1] == b'\n' && !carry[i].is_ascii_whitespace()).unwrap_or(0)
-        };
+        let cut = if end { carry.len() } else { cut_point(&carry, 2 * chunk) };
         if cut > 0 {
             let rest = carry.split_off(cut);
             let text = String::from_utf8(std::mem::replace(&mut carry, rest)).map_err(|e| DataError::NotUtf8 {
@@ -493,4 +518,59 @@ fn carve(
     }
     *shards = kept;
     Ok(val)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pieces_of_text(dir: &Path, name: &str, text: &str, chunk: usize) -> Vec<String> {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        let mut got = Vec::new();
+        pieces_of(&p, chunk, |t, _| {
+            got.push(t);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        got
+    }
+
+    /// A corpus that is one long line is cut into bounded pieces (it was held whole: a line of
+    /// gigabytes, gigabytes of memory), at single spaces, where byte-level BPE gives the tokens of
+    /// the uncut text; a line without spaces at character boundaries.
+    #[test]
+    fn a_long_line_is_cut_into_bounded_pieces_with_the_tokens_of_the_whole() {
+        let dir = crate::testing::scratch_dir("prepare-long-line");
+        let shakespeare = crate::train::data::embedded_corpus();
+        let tok = crate::tokenizer::train_bpe(&shakespeare[..200_000], 600).unwrap();
+        let chunk = 4096;
+        // One line: the corpus's lines joined by spaces (runs of spaces and punctuation kept).
+        let line: String = shakespeare[..120_000].replace('\n', " ");
+        let got = pieces_of_text(&dir, "line.txt", &line, chunk);
+        assert!(got.len() > 10, "cut into {} pieces", got.len());
+        assert_eq!(got.concat(), line, "the pieces are the text");
+        assert!(
+            got.iter().all(|p| p.len() <= 3 * chunk),
+            "a piece over the bound: {:?}",
+            got.iter().map(String::len).max()
+        );
+        let whole = tok.encode(&line).unwrap();
+        let cut: Vec<u32> = got.iter().flat_map(|p| tok.encode(p).unwrap()).collect();
+        assert_eq!(cut, whole, "the pieces' tokens are the whole line's");
+
+        // No space at all, multi-byte characters: bounded, cut at character boundaries.
+        let blob: String = "日本語のテキストé".repeat(3000);
+        let got = pieces_of_text(&dir, "blob.txt", &blob, chunk);
+        assert!(got.len() > 5 && got.iter().all(|p| p.len() <= 3 * chunk));
+        assert_eq!(got.concat(), blob);
+
+        // Ordinary text keeps its cuts after a newline followed by a non-space character.
+        let text = &shakespeare[..60_000];
+        let got = pieces_of_text(&dir, "text.txt", text, chunk);
+        assert_eq!(got.concat(), text);
+        for p in &got[..got.len() - 1] {
+            assert!(p.ends_with('\n'), "a piece of ordinary text cut mid-line: …{:?}", &p[p.len() - 20..]);
+        }
+    }
 }
