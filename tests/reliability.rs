@@ -714,6 +714,25 @@ fn eval_refuses_data_that_changed_since_it_was_trained_or_prepared() {
     bytes[at] ^= 1;
     std::fs::write(&val, bytes).unwrap();
     fails(&dir, &refs(&eval(&["--data", shards.to_str().unwrap()])), &["data_val_000000.bin", "SHA-256", "meta.json"]);
+    // Training on them: the check beside the first steps stops the run before any checkpoint.
+    let run = dir.join("on-damaged");
+    let mut a = vec!["train", "--variant", "ddl", "--data", shards.to_str().unwrap(), "--out", run.to_str().unwrap()];
+    a.extend_from_slice(&["--steps", "3"]);
+    a.extend_from_slice(SMALL);
+    let t = fails(&dir, &a, &["data_val_000000.bin", "SHA-256", "no checkpoint was written on these shards"]);
+    assert!(
+        !run.join("model.safetensors").exists() && !run.join("checkpoints").exists(),
+        "saved on damaged shards: {t}"
+    );
+    // And on the shards as prepared it trains.
+    std::fs::remove_dir_all(&shards).unwrap();
+    let o = cmd(&dir)
+        .args(["data", "prepare", "--tokenizer", "char", "--out", shards.to_str().unwrap(), corpus.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let o = cmd(&dir).args(&a).arg("--overwrite").output().unwrap();
+    assert!(o.status.success() && run.join("model.safetensors").exists(), "{}", text(&o));
 }
 
 /// Names of the files in `dir`.

@@ -153,6 +153,51 @@ pub fn verify_shards(meta: &Meta, folder: &Path, files: &[PathBuf]) -> Result<()
     Ok(())
 }
 
+/// The check of a run's prepared shards (`--data` with a `meta.json`) against their SHA-256s, on
+/// a thread from the run's start: reading gigabytes of shards must not hold the first step back,
+/// but no checkpoint is written before it has passed ([`ShardCheck::wait`]). Shards without a
+/// `meta.json` (llm.c's downloads) have nothing to check against.
+pub struct ShardCheck(pub(crate) Option<std::thread::JoinHandle<Result<(), DataError>>>);
+
+impl ShardCheck {
+    /// Starts the check of `run`'s prepared shards; `None` for a corpus (its cached set is checked
+    /// as it opens) and for shards without a `meta.json`.
+    pub fn start(run: &crate::train::RunConfig) -> Result<Option<ShardCheck>, crate::train::TrainError> {
+        use super::shards::{Format, find};
+        if run.data.is_empty() {
+            return Ok(None);
+        }
+        let format = Format::parse(&run.data_format).map_err(crate::train::TrainError::Settings)?;
+        let (train, val) = find(&run.data, format).map_err(DataError::from)?;
+        let folder = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
+        let Some(meta) = read_meta(&folder)? else { return Ok(None) };
+        let files: Vec<PathBuf> = train.into_iter().chain(val).collect();
+        let h = std::thread::Builder::new()
+            .name("ddl-shard-check".into())
+            .spawn(move || verify_shards(&meta, &folder, &files))
+            .map_err(|e| crate::train::TrainError::Settings(format!("cannot start the shards' check: {e}")))?;
+        Ok(Some(ShardCheck(Some(h))))
+    }
+
+    /// The check's verdict once it has finished (`Ok` while it runs, and after it passed).
+    pub fn poll(&mut self) -> Result<(), DataError> {
+        if self.0.as_ref().is_some_and(|h| h.is_finished()) {
+            return self.wait();
+        }
+        Ok(())
+    }
+
+    /// Waits for the check's verdict (at once after it has been given).
+    pub fn wait(&mut self) -> Result<(), DataError> {
+        match self.0.take() {
+            Some(h) => h.join().unwrap_or_else(|_| {
+                Err(DataError::Meta { path: PathBuf::from("(shard check)"), msg: "the check's thread panicked".into() })
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
 /// SHA-256 of a file, hex.
 pub fn file_digest(path: &Path) -> Result<String, DataError> {
     use sha2::Digest;

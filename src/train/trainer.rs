@@ -85,6 +85,9 @@ pub(super) struct Trainer<'c> {
     /// Seconds [`Trainer::open`] took, and of them opening the data.
     startup_s: f64,
     data_open_s: f64,
+    /// The prepared shards' check against their SHA-256s, running beside the first steps (no
+    /// checkpoint is written before it passed).
+    shard_check: Option<data::ShardCheck>,
 }
 
 /// What one optimizer step computed.
@@ -264,6 +267,12 @@ impl<'c> Trainer<'c> {
                 d
             }
         };
+        // Prepared shards are checked against their digests beside training; a data-parallel
+        // run's ranks, which must stop at the same step, check theirs before the first.
+        let mut shard_check = data::ShardCheck::start(&run)?;
+        if distributed && let Some(mut c) = shard_check.take() {
+            c.wait()?;
+        }
         // What the run trains on, cheaply identified (cache key or the shards' fingerprint, the
         // split sizes): a resumed run must see the same data.
         let data_id = data::data_record(&data, &run);
@@ -451,6 +460,7 @@ impl<'c> Trainer<'c> {
             activation_bytes: plan.activation_bytes,
             startup_s: 0.0,
             data_open_s,
+            shard_check,
         })
     }
 
@@ -461,6 +471,36 @@ impl<'c> Trainer<'c> {
             self.interrupted = true;
         }
         self.interrupted
+    }
+
+    /// The shards' check: its verdict if it has finished (`wait`: waits for it). A failed check
+    /// says that nothing was saved on those shards.
+    fn shards_checked(&mut self, wait: bool) -> Result<(), TrainError> {
+        let Some(c) = &mut self.shard_check else { return Ok(()) };
+        let verdict = if wait { c.wait() } else { c.poll() };
+        if c.0.is_none() {
+            self.shard_check = None;
+        }
+        verdict.map_err(|e| match e {
+            data::DataError::Meta { path, msg } => data::DataError::Meta {
+                path,
+                msg: format!(
+                    "{msg}. Found by the check that runs beside training (at step {}); no checkpoint was written on \
+                     these shards{}",
+                    self.step,
+                    if self.start > 0 {
+                        format!(
+                            " (its checkpoint of step {} is kept: `ddl train --resume` once the shards are right)",
+                            self.start
+                        )
+                    } else {
+                        " (`--overwrite` starts the run again once the shards are right)".to_string()
+                    }
+                ),
+            },
+            e => e,
+        })?;
+        Ok(())
     }
 
     /// A GPU failure during step `step` (device lost, out of memory): says which step, and what
@@ -655,6 +695,7 @@ impl<'c> Trainer<'c> {
     /// After a step: the ranks' parameter check (first step, checkpoints), an evaluation every
     /// `eval_every` steps, a checkpoint every `checkpoint_every` steps.
     pub fn after_step(&mut self) -> Result<(), TrainError> {
+        self.shards_checked(false)?;
         let (t, step) = (&self.t, self.step);
         if step <= self.start + 2 {
             super::progress::trace_memory(&format!("step {step}"), self.rss0, self.gpu.stats.live());
@@ -738,6 +779,12 @@ impl<'c> Trainer<'c> {
     fn save(&mut self) -> Result<(), TrainError> {
         if !self.lead {
             return Ok(());
+        }
+        self.shards_checked(false)?;
+        if self.shard_check.is_some() {
+            self.progress
+                .println("checking the shards against meta.json's SHA-256s before the first checkpoint …".into());
+            self.shards_checked(true)?;
         }
         let step = self.step;
         let state =
