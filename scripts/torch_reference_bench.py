@@ -35,7 +35,14 @@ import statistics
 import sys
 import time
 
-import torch
+try:
+    import torch
+except ImportError:
+    _help = "-h" in sys.argv or "--help" in sys.argv
+    sys.exit(
+        "torch_reference_bench: PyTorch is not installed here (pip install torch; the GPU check's machine has it)"
+        + ("\n\n" + (__doc__ or "") if _help else "")
+    )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REF_CANDIDATES = [

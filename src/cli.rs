@@ -189,7 +189,8 @@ pub(crate) enum Cmd {
         strict_context: bool,
         /// Intervene on the delta writes while generating: TARGET:ACTION, TARGET `all`, `blockN`,
         /// `blockN.attn` or `blockN.mlp`, ACTION `beta=V` (0 identity, 1 projection, 2
-        /// reflection), `beta*=S`, `beta<=V` or `beta>=V`; repeatable, applied in order.
+        /// reflection), `beta*=S`, `beta<=V`, `beta>=V`, `write=0` (no write) or `k=mean` (the
+        /// direction fixed to the prompt's mean k); repeatable, applied in order.
         #[arg(long = "intervene", value_name = "SPEC")]
         intervene: Vec<String>,
         /// Allow --intervene values of β outside [0, 2].
@@ -470,8 +471,8 @@ pub(crate) struct EvalArgs {
     /// all at once): the same losses, with one slice's logits in memory instead of the batch's.
     #[arg(long, value_name = "ROWS")]
     pub(crate) head_chunk: Option<usize>,
-    /// One JSON object: loss, perplexity, tokens, bytes, bits_per_byte, windows, source (and
-    /// betas).
+    /// One JSON object: loss, perplexity, tokens, bytes, bits_per_byte, windows, seq_len,
+    /// batch_size, whole, split, source, step (with --betas: betas; with --against: against).
     #[arg(long)]
     pub(crate) json: bool,
 }

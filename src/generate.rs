@@ -900,7 +900,7 @@ pub fn write_trace_with(
         "format": TRACE_FORMAT,
         "interventions": interventions,
         "regime_thresholds": {"identity": "beta < 0.5", "projection": "0.5 <= beta <= 1.5", "reflection": "beta > 1.5"},
-        "sublayers": (0..s).map(|i| format!("blocks.{}.{}", i / 2, if i % 2 == 0 { "attn" } else { "mlp" })).collect::<Vec<_>>(),
+        "sublayers": (0..s).map(|i| format!("block{}.{}", i / 2, if i % 2 == 0 { "attn" } else { "mlp" })).collect::<Vec<_>>(),
         "tokens": traces.iter().map(|tr| serde_json::json!({
             "id": tr.token, "text": tr.text,
             "beta": tr.beta, "regime": tr.beta.iter().map(|b| regime(*b)).collect::<Vec<_>>(),

@@ -373,8 +373,11 @@ fn report_training(
         println!("step {}: train loss {:.4}", summary.step, summary.last_loss);
     }
     if let Some(v) = summary.val_loss {
-        let over =
-            summary.val_tokens.map(|n| format!(", over the whole validation split: {n} tokens")).unwrap_or_default();
+        let over = match (summary.val_tokens, summary.val_whole) {
+            (Some(n), true) => format!(", over the whole validation split: {n} tokens"),
+            (Some(n), false) => format!(", over the validation split's first {n} tokens: train.val_max_tokens"),
+            (None, _) => String::new(),
+        };
         println!("validation loss {v:.4} (perplexity {:.2}{over})", v.exp());
     }
     if let Some(b) = &summary.best {

@@ -622,6 +622,24 @@ fn a_long_final_evaluation_shows_its_progress() {
     let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("evaluation: batch ")).collect();
     assert_eq!(lines.len(), 10, "{err}");
     assert_eq!(lines.last(), Some(&"evaluation: batch 124/124"), "{err}");
+    // Cut by train.val_max_tokens, it is not called the whole split (in summary.json neither).
+    let o = ddl_cmd(&dir)
+        .args(["train", "--preset", "tiny", "--variant", "baseline", "--steps", "1", "--corpus", &c, "--out"])
+        .arg(dir.join("cut"))
+        .args(["--set", "model.d_model=16", "--set", "model.n_layers=1", "--set", "model.n_heads=2"])
+        .args(["--set", "model.head_dim=8", "--set", "model.mlp_hidden=40", "--set", "train.batch_size=1"])
+        .args(["--set", "train.seq_len=16", "--set", "train.eval_every=0", "--set", "train.val_max_tokens=160"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("over the validation split's first 160 tokens: train.val_max_tokens"), "{out}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("cut/summary.json")).unwrap()).unwrap();
+    assert_eq!((summary["val_tokens"].as_u64(), summary["val_whole"].as_bool()), (Some(160), Some(false)));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run/summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["val_whole"].as_bool(), Some(true));
 }
 
 /// Any d_v the settings accept trains, evaluates and generates through the CLI: d_v = 9 (above the
@@ -986,6 +1004,8 @@ fn generate_streams_text_writes_a_trace_and_chat_keeps_context() {
         serde_json::from_str(&std::fs::read_to_string(trace.with_extension("json")).unwrap()).unwrap();
     assert_eq!(summary["tokens"].as_array().unwrap().len(), 40);
     assert!(summary["regime_counts"][0]["projection"].is_u64());
+    // The sublayers as --intervene and `eval --betas` name them.
+    assert_eq!(summary["sublayers"], serde_json::json!(["block0.attn", "block0.mlp"]));
     // Greedy decoding is deterministic.
     let g2 = ddl_cmd(&dir)
         .args(["generate", "--checkpoint"])

@@ -109,6 +109,18 @@ fn main() -> std::process::ExitCode {
         eprintln!("error: --intervene needs --generate N (the comparison's length) and --checkpoint DIR");
         return std::process::ExitCode::from(2);
     }
+    // The specs, and their blocks against the checkpoint's model when its metadata reads (an
+    // unreadable checkpoint is the window's to report).
+    let checked = ddl::model::Interventions::parse(&a.intervene, false).and_then(|ivs| {
+        match a.checkpoint.as_deref().map(ddl::train::checkpoint::saved_config) {
+            Some(Ok(cfg)) => ivs.maps(&cfg).and(ivs.k_mean_targets(&cfg)).map(|_| ()),
+            _ => Ok(()),
+        }
+    });
+    if let Err(e) = checked {
+        eprintln!("error: {e}");
+        return std::process::ExitCode::from(2);
+    }
     let opts = Options {
         checkpoint: a.checkpoint,
         run: a.run,

@@ -186,4 +186,10 @@ fn bad_automation_flags_are_refused_before_the_window_opens() {
     refused(&["--width", "0"], "--width 0");
     refused(&["--height", "NaN"], "--height NaN");
     refused(&["--checkpoint", dir.to_str().unwrap(), "--generate", "100000000"], "at most");
+    // Interventions: a spec of no form, and (with a checkpoint whose metadata reads) a block the
+    // model does not have.
+    refused(&["--checkpoint", dir.to_str().unwrap(), "--generate", "5", "--intervene", "foo"], "foo");
+    let ck = common::tiny_checkpoint(&dir);
+    let ck = ck.to_str().unwrap();
+    refused(&["--checkpoint", ck, "--generate", "5", "--intervene", "block9.mlp:beta=0"], "block9");
 }

@@ -237,8 +237,18 @@ pub(super) fn write_report(
     let val_tokens: BTreeSet<usize> = results.iter().map(|r| r.val_tokens).collect();
     let val_what = match (val_tokens.len(), val_tokens.first()) {
         (1, Some(&0)) => "the run's last evaluation (results made before the whole-split evaluation)".to_string(),
-        (1, Some(n)) => {
-            format!("the whole validation split at the end of the run ({n} tokens, the same for every run)")
+        (1, Some(&n)) => {
+            // train.val_max_tokens cut the split when the evaluation reached it (a split shorter
+            // than the cap gives fewer tokens than the cap).
+            let cap = spec.train.get("val_max_tokens").and_then(|v| v.as_integer()).unwrap_or(0);
+            if cap > 0 && n as i64 >= cap {
+                format!(
+                    "the validation split's first {n} tokens at the end of the run (train.val_max_tokens = {cap}; \
+                     the same for every run)"
+                )
+            } else {
+                format!("the whole validation split at the end of the run ({n} tokens, the same for every run)")
+            }
         }
         _ => format!("the final evaluation; token counts differ between runs: {val_tokens:?}"),
     };
@@ -550,5 +560,30 @@ mod tests {
         )
         .unwrap();
         assert_eq!(old.adapter, "");
+    }
+
+    /// A final evaluation cut by `train.val_max_tokens` is not called the whole validation split.
+    #[test]
+    fn the_report_says_when_the_validation_split_was_cut() {
+        let md_of = |extra: &str, val_tokens: usize| {
+            let s = spec(extra).unwrap();
+            let variants = s.variant_list().unwrap();
+            let results: Vec<RunResult> = [("baseline", 1), ("baseline", 2), ("ddl", 1), ("ddl", 2)]
+                .iter()
+                .map(|&(v, seed)| RunResult { val_tokens, ..result(v, seed, 2.0 + seed as f64 / 100.0, "abc") })
+                .collect();
+            let dir = std::env::temp_dir().join(format!("ddl-cut-test-{}-{val_tokens}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let md = std::fs::read_to_string(write_report(&dir, &s, &variants, &results, &[]).unwrap()).unwrap();
+            std::fs::remove_dir_all(&dir).ok();
+            md
+        };
+        let md = md_of("[train]\nval_max_tokens = 4096\n", 4096);
+        assert!(md.contains("the validation split's first 4096 tokens") && !md.contains("whole validation"), "{md}");
+        // A split shorter than the cap is evaluated whole.
+        let md = md_of("[train]\nval_max_tokens = 100000\n", 2048);
+        assert!(md.contains("the whole validation split at the end of the run (2048 tokens"), "{md}");
+        let md = md_of("", 4096);
+        assert!(md.contains("the whole validation split at the end of the run (4096 tokens"), "{md}");
     }
 }

@@ -750,6 +750,13 @@ pub fn saved_tokenizer(dir: &Path) -> Result<Tokenizer, CheckpointError> {
     Ok(saved_model_meta(dir)?.1)
 }
 
+/// The model config saved with `dir`'s checkpoint (its model file's metadata; the tensors are
+/// not read).
+#[cfg(feature = "native")]
+pub fn saved_config(dir: &Path) -> Result<ModelConfig, CheckpointError> {
+    Ok(saved_model_meta(dir)?.0)
+}
+
 /// The config, tokenizer and step of `dir`'s model file (its metadata, by memory map).
 #[cfg(feature = "native")]
 fn saved_model_meta(dir: &Path) -> Result<(ModelConfig, Tokenizer, usize), CheckpointError> {

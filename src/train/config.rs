@@ -497,6 +497,7 @@ impl RunConfig {
     pub fn merge_toml(&mut self, text: &str, origin: &str) -> Result<(), String> {
         let overlay: toml::Table = toml::from_str(text).map_err(|e| format!("{origin}: {e}"))?;
         let overlay_copy = overlay.clone();
+        let base_before = toml::Table::try_from(&*self).map_err(|e| e.to_string())?;
         let sets_model = |k: &str| overlay.get("model").and_then(|m| m.as_table()).is_some_and(|m| m.contains_key(k));
         // The value-axis compressor has K_c = d_v (spec 3.4): a d_v given alone takes K_c along.
         let kc_follows = sets_model("d_v") && !sets_model("state_kernel");
@@ -504,6 +505,11 @@ impl RunConfig {
         // The settings a variant decides (d_v, v_act, K_c) follow a changed variant unless given
         // with it or changed before (`variant = "baseline"` in --config, then --set model.variant=ddl).
         let before = self.model.clone();
+        // train.min_lr is a tenth of train.lr unless given: a new lr takes it along when it was
+        // that tenth and is not given with it (else `--set train.lr=3e-4` on a preset of lr 3e-3
+        // was refused for the preset's min_lr).
+        let sets_train = |k: &str| overlay.get("train").and_then(|m| m.as_table()).is_some_and(|m| m.contains_key(k));
+        let min_lr_follows = sets_train("lr") && !sets_train("min_lr") && self.train.min_lr == self.train.lr / 10.0;
         let mut base = toml::Table::try_from(&*self).map_err(|e| e.to_string())?;
         for (k, v) in overlay {
             match (base.get_mut(&k), v) {
@@ -563,8 +569,28 @@ impl RunConfig {
             ]
             .iter()
             .fold(e.message().to_string(), |m, (rust, plain)| m.replace(rust, plain));
+            // The remedy: the value in the type the key takes now.
+            let hint = key
+                .as_ref()
+                .and_then(|k| {
+                    let name = k.split(" = ").next()?;
+                    let (table, field) = name.split_once('.').map_or((None, name), |(t, f)| (Some(t), f));
+                    let now = match table {
+                        Some(t) => base_before.get(t)?.as_table()?.get(field)?.clone(),
+                        None => base_before.get(field)?.clone(),
+                    };
+                    let kind = match &now {
+                        toml::Value::Integer(_) => "a whole number",
+                        toml::Value::Float(_) => "a number",
+                        toml::Value::Boolean(_) => "true or false",
+                        toml::Value::String(_) => "a string (quoted in TOML)",
+                        _ => return None,
+                    };
+                    Some(format!(" ({name} takes {kind}, e.g. its current value {now})"))
+                })
+                .unwrap_or_default();
             match key {
-                Some(k) => format!("{origin}: {k}: {msg}"),
+                Some(k) => format!("{origin}: {k}: {msg}{hint}"),
                 None => format!("{origin}: {msg}"),
             }
         })?;
@@ -585,6 +611,9 @@ impl RunConfig {
         }
         if kc_follows && self.model.variant.value_axis() {
             self.model.state_kernel = self.model.d_v;
+        }
+        if min_lr_follows {
+            self.train.min_lr = self.train.lr / 10.0;
         }
         Ok(())
     }
@@ -607,9 +636,37 @@ impl RunConfig {
                 (false, true) => vec!["model".into(), k.into()],
                 (true, true) => return Err(format!("--set '{k}' is ambiguous: write train.{k} or model.{k}")),
                 (false, false) => {
-                    let mut all = base["train"].as_table().cloned().unwrap_or_default();
-                    all.extend(base["model"].as_table().cloned().unwrap_or_default());
-                    return Err(format!("--set: {}", unknown_key(k, k, &all)));
+                    // Every key with its table, so that a suggestion is a key `--set` takes.
+                    let mut all = toml::Table::new();
+                    for (name, v) in &base {
+                        match v.as_table() {
+                            Some(t) => {
+                                all.extend(t.keys().map(|k2| (format!("{name}.{k2}"), toml::Value::Boolean(true))))
+                            }
+                            None => {
+                                all.insert(name.clone(), toml::Value::Boolean(true));
+                            }
+                        }
+                    }
+                    if k == "steps" || k == "max_steps" {
+                        return Err(format!(
+                            "--set: unknown key '{k}': the steps a run trains are the flag --steps N (the schedule's \
+                             length is train.decay_steps)"
+                        ));
+                    }
+                    let near = all
+                        .keys()
+                        .filter_map(|full| {
+                            let field = full.rsplit('.').next().unwrap_or(full);
+                            let d = edit_distance(k, field);
+                            (d <= (k.len() / 3).max(1) || field.contains(k) || k.contains(field)).then_some((d, full))
+                        })
+                        .min()
+                        .map(|(_, full)| format!(" (did you mean '{full}'?)"))
+                        .unwrap_or_default();
+                    let mut keys: Vec<&str> = all.keys().map(String::as_str).collect();
+                    keys.sort_unstable();
+                    return Err(format!("--set: unknown key '{k}'{near}; known keys: {}", keys.join(", ")));
                 }
             }
         };
@@ -646,6 +703,21 @@ impl RunConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// train.min_lr is a tenth of train.lr unless given: `--set train.lr=3e-4` on the tiny preset
+    /// (lr 3e-3) was refused for the preset's min_lr of 3e-4.
+    #[test]
+    fn a_new_learning_rate_takes_its_minimum_along_unless_given() {
+        let mut c = RunConfig::preset("tiny", Variant::Ddl).unwrap();
+        c.set("train.lr=3e-4").unwrap();
+        assert_eq!(c.train.min_lr, 3e-4 / 10.0);
+        c.validate().unwrap();
+        c.set("train.min_lr=1e-5").unwrap();
+        c.set("train.lr=2e-4").unwrap();
+        assert_eq!(c.train.min_lr, 1e-5, "a given minimum stays");
+        c.merge_toml("[train]\nlr = 1e-3\nmin_lr = 5e-4\n", "run.toml").unwrap();
+        assert_eq!((c.train.lr, c.train.min_lr), (1e-3, 5e-4), "given together");
+    }
 
     #[test]
     fn a_changed_variant_takes_its_own_defaults_unless_they_were_given() {
@@ -704,9 +776,11 @@ mod tests {
         let e = c.set("model.dv=2").unwrap_err();
         assert!(e.contains("did you mean 'model.d_v'?"), "{e}");
         let e = c.set("lrr=2").unwrap_err();
-        assert!(e.contains("did you mean 'lr'?"), "{e}");
+        assert!(e.contains("did you mean 'train.lr'?") && e.contains("model.d_v, "), "{e}");
         let e = c.set("train.batch_size=\"x\"").unwrap_err();
-        assert!(e.contains("batch_size") || e.contains("invalid type"), "{e}");
+        assert!(e.contains("train.batch_size") && e.contains("takes a whole number"), "{e}");
+        let e = c.set("train.lr=abc").unwrap_err();
+        assert!(e.contains("train.lr takes a number, e.g. its current value 0.0003"), "{e}");
         c.merge_toml("[train]\nsteps_typo = 3\n", "run.toml").unwrap_err();
         c.merge_toml("corpus = \"a.txt\"\n[train]\nwarmup_steps = 3\n", "run.toml").unwrap();
         assert_eq!((c.corpus.as_str(), c.train.warmup_steps), ("a.txt", 3));

@@ -520,8 +520,10 @@ pub fn open_for_run(
             }
             (None, _) if run.tokenizer == "char" => {
                 return Err(crate::train::TrainError::Settings(format!(
-                    "--data '{}' has no meta.json naming its tokenizer: pass --tokenizer FILE (the tokenizer.json \
-                     the shards were made with, e.g. GPT-2's for llm.c's FineWeb shards)",
+                    "--data '{}' has no meta.json naming its tokenizer, and a character tokenizer (`char`, the \
+                     default) cannot be rebuilt from token ids: pass --tokenizer FILE (the tokenizer.json the shards \
+                     were made with, e.g. GPT-2's for llm.c's FineWeb shards), or prepare the text with `ddl data \
+                     prepare --tokenizer char`, whose meta.json carries it",
                     run.data
                 )));
             }

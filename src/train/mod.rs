@@ -105,6 +105,8 @@ pub struct Summary {
     /// Tokens the final validation loss covers (the whole validation split, or
     /// `train.val_max_tokens`).
     pub val_tokens: Option<usize>,
+    /// Whether those tokens are the whole validation split (false: `train.val_max_tokens` cut it).
+    pub val_whole: bool,
     /// The best checkpoint (`checkpoints/best/`), when evaluations chose one.
     pub best: Option<checkpoint::Best>,
     /// Seconds from the call to the first step (settings, data, model, programs), and of them
@@ -133,6 +135,7 @@ impl Summary {
             "train_loss": finite(self.last_loss as f64),
             "val_loss": self.val_loss.and_then(finite),
             "val_tokens": self.val_tokens,
+            "val_whole": self.val_tokens.map(|_| self.val_whole),
             "best": self.best,
             "startup_s": self.startup_s,
             "data_open_s": self.data_open_s,

@@ -866,6 +866,10 @@ impl<'c> Trainer<'c> {
             startup_s: self.startup_s,
             data_open_s: self.data_open_s,
             val_tokens: self.val_tokens,
+            val_whole: {
+                let t = self.prog.t();
+                super::eval_windows(&self.data, &self.t, super::EvalSpan::Full, 1, t) == self.data.val_windows(t)
+            },
             tokens_per_s: self.tok_s,
             interrupted: self.interrupted,
             memory: self
