@@ -53,6 +53,9 @@ pub struct Golden {
     pub batch: usize,
     pub seq_len: usize,
     pub tensors: HashMap<String, (Vec<usize>, Data)>,
+    /// The `--intervene` specs the reference ran with (`tests/golden/override/`: checked by the
+    /// decode tests against the engine's interventions), empty for a plain model.
+    pub interventions: String,
 }
 
 impl Golden {
@@ -104,7 +107,8 @@ impl Golden {
             };
             tensors.insert(name, (shape, d));
         }
-        Ok(Golden { path: p, config, opt, steps, params, batch, seq_len, tensors })
+        let interventions = md.get("interventions").cloned().unwrap_or_default();
+        Ok(Golden { path: p, config, opt, steps, params, batch, seq_len, tensors, interventions })
     }
 
     fn err(&self, msg: String) -> GoldenError {

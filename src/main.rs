@@ -501,7 +501,14 @@ fn data_cmd(d: DataCmd) -> Result<()> {
         (None, f) => ValSplit::Fraction(f.unwrap_or(0.1)),
     };
     let opts = PrepareOptions { tokenizer, out: out.clone(), inputs, val, shard_tokens, name, quiet: false };
-    let p = prepare(&opts)?;
+    let p = match prepare(&opts) {
+        // Stopped by Ctrl-C, leaving nothing: said so, and 130 as `ddl train` exits.
+        Err(ddl::train::TrainError::Data(e @ ddl::train::data::DataError::Interrupted)) => {
+            eprintln!("{e}");
+            return Err(Interrupted.into());
+        }
+        r => r?,
+    };
     println!(
         "{} documents, {:.1} MB of text -> {} training and {} validation tokens in {:.1} s ({:.1} MB/s, {:.2} M tokens/s)",
         p.documents,
@@ -534,6 +541,16 @@ fn golden(dev: &DeviceArgs, files: &[std::path::PathBuf], quiet: bool, st: ddl::
             continue;
         }
         let result = ddl::golden::Golden::load(f).and_then(|g| {
+            if !g.interventions.is_empty() {
+                return Err(ddl::golden::GoldenError::Content {
+                    path: f.clone(),
+                    msg: format!(
+                        "made with β interventions ({}), which `ddl golden` does not apply: the decode tests check \
+                         these files (cargo test --test decode); give it the plain golden files",
+                        g.interventions
+                    ),
+                });
+            }
             let rows = ddl::golden::check_stored(&gpu, &g, st)?;
             Ok((g, rows))
         });

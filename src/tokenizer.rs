@@ -195,25 +195,46 @@ pub fn train_bpe(corpus_text: &str, vocab_size: usize) -> Result<Tokenizer, Toke
     Ok(Tokenizer::Bpe(Box::new(t)))
 }
 
-/// Pieces of `text` of about `target` bytes or more, cut only after a `\n` with a letter, digit or
-/// ASCII punctuation mark on each side: there GPT-2's pre-tokenizer ends a word anyway, so
-/// tokenising the pieces gives exactly the ids of the whole text.
+/// Whether GPT-2's byte-level pre-tokenizer ends a pre-token at byte `i` of `text` whatever comes
+/// before and after: after a `\n`, or before a single space, with a letter, digit or ASCII
+/// punctuation mark on each side (the space then starts the next word's pre-token). Cutting
+/// there and tokenising the pieces gives exactly the ids of the whole text.
+pub(crate) fn safe_cut(text: &[u8], i: usize) -> bool {
+    if i == 0 || i >= text.len() {
+        return false;
+    }
+    let solid = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c.is_ascii_punctuation());
+    // The characters ending at `end` and starting at `start` (the text may be cut anywhere).
+    let before = |end: usize| {
+        let from = (end.saturating_sub(4)..end).find(|&j| text[j] & 0xC0 != 0x80)?;
+        std::str::from_utf8(&text[from..end]).ok()?.chars().next_back()
+    };
+    let after = |start: usize| {
+        let to = (start + 1..=(start + 4).min(text.len())).find(|&j| j == text.len() || text[j] & 0xC0 != 0x80)?;
+        std::str::from_utf8(&text[start..to]).ok()?.chars().next()
+    };
+    match (text[i - 1], text[i]) {
+        (b'\n', _) => i >= 2 && solid(before(i - 1)) && solid(after(i)),
+        (_, b' ') => i + 1 < text.len() && solid(before(i)) && solid(after(i + 1)),
+        _ => false,
+    }
+}
+
+/// Pieces of `text` of about `target` bytes or more, cut only where [`safe_cut`] says (after a
+/// newline or before a single space between two words), so that tokenising the pieces gives
+/// exactly the ids of the whole text — a text of one long line is cut too.
 fn chunks(text: &str, target: usize) -> Vec<&str> {
     let bytes = text.as_bytes();
     let mut out = Vec::new();
     let mut start = 0;
-    let mut from = target;
-    while from < bytes.len() {
-        let Some(nl) = bytes[from..].iter().position(|&b| b == b'\n').map(|p| from + p) else { break };
-        let before = text[start..nl].chars().next_back();
-        let after = text[nl + 1..].chars().next();
-        let solid = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c.is_ascii_punctuation());
-        if solid(before) && solid(after) {
-            out.push(&text[start..=nl]);
-            start = nl + 1;
-            from = start + target;
+    let mut i = target.max(1);
+    while i < bytes.len() {
+        if safe_cut(bytes, i) {
+            out.push(&text[start..i]);
+            start = i;
+            i = start + target.max(1);
         } else {
-            from = nl + 1;
+            i += 1;
         }
     }
     if start < text.len() || out.is_empty() {
@@ -561,13 +582,18 @@ mod tests {
         assert_eq!(c.concat(), text);
         assert_eq!(c, ["ab\n", "cd\n\nef\n gh\n", "ij"]);
         assert_eq!(chunks("", 4), [""]);
-        assert_eq!(chunks("no newline at all", 2), ["no newline at all"]);
+        // One line: before single spaces between words (not a double space, not after a space).
+        assert_eq!(chunks("no newline at all", 2), ["no", " newline", " at", " all"]);
+        assert_eq!(chunks("a  b c\t d", 1), ["a  b", " c\t d"]);
+        // A line ending in a space keeps it with its newline (" \n" is one pre-token).
+        assert_eq!(chunks("ab \ncd\nef", 1), ["ab \ncd\n", "ef"]);
         assert_eq!(chunks("é\nü\n漢\n字", 1), ["é\n", "ü\n", "漢\n", "字"]);
+        assert_eq!(chunks("é ü 漢字", 1), ["é", " ü", " 漢字"]);
     }
 
     #[test]
     fn chunked_bpe_encoding_equals_encoding_the_whole_text() {
-        let text = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n  \tx\n";
+        let text = "First Citizen:\nBefore we proceed any further, hear me speak. \n\nAll:\nSpeak,  speak.\n  \tx\n";
         let tok = train_bpe(&text.repeat(20), 300).unwrap();
         let Tokenizer::Bpe(t) = &tok else { unreachable!() };
         assert!(chunkable(t));
@@ -578,6 +604,10 @@ mod tests {
         let huge = big.repeat(30);
         assert!(huge.len() > CHUNK_BYTES);
         assert_eq!(tok.encode(&huge).unwrap(), t.encode_fast(huge.as_str(), false).unwrap().get_ids());
+        // One long line (newlines as spaces) is cut at its spaces, to the same ids.
+        let line = huge.replace('\n', " ");
+        assert!(chunks(&line, CHUNK_BYTES).len() > 1);
+        assert_eq!(tok.encode(&line).unwrap(), t.encode_fast(line.as_str(), false).unwrap().get_ids());
     }
 
     /// The byte table sums to the text's UTF-8 length over any encoding of it (what bits per byte

@@ -334,3 +334,23 @@ fn jobs_train_runs_at_once_to_the_same_numbers() {
     let r = ddl(&dir, &["experiment", "--spec", s, "--out", two.to_str().unwrap(), "--jobs", "0"]);
     assert!(!r.status.success() && text(&r).contains("--jobs"), "{}", text(&r));
 }
+
+/// A grid without the baseline finishes with its report: the speed section (steps against the
+/// baseline's) says why it is not measured (it failed the whole report, on every re-run).
+#[test]
+fn a_grid_without_the_baseline_writes_its_report() {
+    let dir = tmpdir("no-baseline");
+    let s = spec(&dir, 2);
+    let text_ = std::fs::read_to_string(&s)
+        .unwrap()
+        .replace("variants = [\"baseline\", \"ddl\"]", "variants = [\"ddl\", \"ddl_v1\"]")
+        .replace("seeds = [1, 2]", "seeds = [1]");
+    std::fs::write(&s, text_).unwrap();
+    let out = dir.join("out");
+    let r = ddl(&dir, &["experiment", "--spec", s.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert!(r.status.success(), "{}", text(&r));
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("this grid has no baseline variant"), "{md}");
+    let r = ddl(&dir, &["experiment", "--spec", s.to_str().unwrap(), "--out", out.to_str().unwrap(), "--speed"]);
+    assert!(!r.status.success() && text(&r).contains("add \"baseline\""), "{}", text(&r));
+}

@@ -219,6 +219,8 @@ fn config_problems_are_clear_errors() {
     fails(&dir, &["info", "--batch", "4"], &["--preset"]);
     let golden = ddl::testing::data_path("tests/golden/baseline.safetensors");
     fails(&dir, &["golden", "--f16-state", golden.to_str().unwrap()], &["--f16-state", "got baseline"]);
+    let with_interventions = ddl::testing::data_path("tests/golden/override/ddl_all_beta1.safetensors");
+    fails(&dir, &["golden", with_interventions.to_str().unwrap()], &["β interventions (all:beta=1)", "--test decode"]);
     t(&["--set", "train.steps=9"], &["unknown key 'train.steps'", "--steps N"]);
     t(&["--set", "model.dv=2"], &["did you mean 'model.d_v'?"]);
     t(&["--seed", "18446744073709551615"], &["--seed", "from 0 to 9223372036854775807"]);
@@ -733,6 +735,26 @@ fn eval_refuses_data_that_changed_since_it_was_trained_or_prepared() {
     assert!(o.status.success(), "{}", text(&o));
     let o = cmd(&dir).args(&a).arg("--overwrite").output().unwrap();
     assert!(o.status.success() && run.join("model.safetensors").exists(), "{}", text(&o));
+    // A folder of several shards: one gone (its tokens would be left out), or one added.
+    std::fs::remove_dir_all(&shards).unwrap();
+    let o = cmd(&dir)
+        .args(["data", "prepare", "--tokenizer", "char", "--shard-tokens", "4000", "--out", shards.to_str().unwrap()])
+        .arg(&corpus)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let second = shards.join("data_train_000001.bin");
+    let bytes = std::fs::read(&second).unwrap();
+    std::fs::remove_file(&second).unwrap();
+    let overwrite: Vec<&str> = a.iter().copied().chain(["--overwrite"]).collect();
+    fails(&dir, &overwrite, &["data_train_000001.bin", "lists this shard, which is missing"]);
+    fails(&dir, &refs(&eval(&["--data", shards.to_str().unwrap(), "--split", "train"])), &["which is missing"]);
+    std::fs::write(&second, &bytes).unwrap();
+    std::fs::write(shards.join("data_train_000099.bin"), &bytes).unwrap();
+    fails(&dir, &overwrite, &["data_train_000099.bin", "not a shard"]);
+    std::fs::remove_file(shards.join("data_train_000099.bin")).unwrap();
+    let o = cmd(&dir).args(&overwrite).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
 }
 
 /// Names of the files in `dir`.

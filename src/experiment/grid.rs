@@ -219,7 +219,16 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
     let measured: BTreeSet<String> =
         speed_rows(out).iter().filter_map(|r| r["variant"].as_str().map(str::to_string)).collect();
     let speed_missing = variants.iter().any(|v| *v != Variant::Baseline && !measured.contains(v.name()));
-    if opts.speed || (speed_missing && missing.is_empty() && !opts.report_only) {
+    // (Steps are measured against the baseline's: a grid without it has no speed section.)
+    let has_baseline = variants.contains(&Variant::Baseline);
+    if opts.speed && !has_baseline {
+        return Err(ExperimentError::Report(
+            "--speed: the speed section times each variant's step against the baseline's, and this grid has no \
+             baseline variant: add \"baseline\" to the spec's variants"
+                .into(),
+        ));
+    }
+    if has_baseline && (opts.speed || (speed_missing && missing.is_empty() && !opts.report_only)) {
         measure_speed(&gpu, spec, out, opts.quiet)?;
     }
     let commits: BTreeSet<(&str, &str)> = results.iter().map(|r| (r.commit.as_str(), r.dirty.as_str())).collect();

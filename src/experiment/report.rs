@@ -367,7 +367,14 @@ pub(super) fn write_report(
         }
         md.push('\n');
     }
-    md.push_str(&speed_section(out));
+    if variants.contains(&Variant::Baseline) {
+        md.push_str(&speed_section(out));
+    } else {
+        md.push_str(
+            "## Speed\n\nNot measured: the section times each variant's step against the baseline's, and this grid \
+             has no baseline variant.\n\n",
+        );
+    }
     md.push_str(
         "## Runs\n\nTheir tok/s and wall time are those of a machine shared with other work: not a speed \
          measurement (see Speed).\n\n| run | val loss | train loss | tok/s | wall time |\n|---|---:|---:|---:|---:|\n",

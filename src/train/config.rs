@@ -464,6 +464,13 @@ impl RunConfig {
                 {
                     continue;
                 }
+                // A number written another way (3e-5 given for the 2.9999999999999997e-5 a tenth of
+                // 3e-4 saved) is the same setting.
+                if let (Some(toml::Value::Float(h)), toml::Value::Float(w)) = (have, want)
+                    && (h - w).abs() <= 1e-12 * h.abs().max(w.abs())
+                {
+                    continue;
+                }
                 let have = have.map(|h| h.to_string()).unwrap_or_else(|| "(unset)".into());
                 diffs.push(format!("{key}: saved {have}, given {want}"));
             }
@@ -523,8 +530,15 @@ impl RunConfig {
                 }
                 (Some(slot), v) => *slot = v,
                 (None, _) => {
+                    // A key of a table written at the top: say under which table it goes.
+                    let table = ["train", "model"]
+                        .into_iter()
+                        .find(|t| base.get(*t).and_then(|b| b.as_table()).is_some_and(|b| b.contains_key(&k)));
+                    let hint =
+                        table.map(|t| format!("; {k} goes under [{t}] (or --set {t}.{k}=…)")).unwrap_or_default();
                     return Err(format!(
-                        "{origin}: unknown key '{k}' (expected preset, corpus, tokenizer, data, data_format, [model], [train])"
+                        "{origin}: unknown key '{k}' (expected preset, corpus, tokenizer, data, data_format, [model], \
+                         [train]){hint}"
                     ));
                 }
             }
@@ -623,6 +637,12 @@ impl RunConfig {
     pub fn set(&mut self, kv: &str) -> Result<(), String> {
         let (k, v) = kv.split_once('=').ok_or_else(|| format!("--set '{kv}': expected key=value"))?;
         let (k, v) = (k.trim(), v.trim());
+        if k.is_empty() {
+            return Err(format!("--set '{kv}': expected key=value, with a key such as train.lr"));
+        }
+        if v.parse::<f64>().is_ok_and(|x| x.is_infinite()) && !v.to_ascii_lowercase().contains("inf") {
+            return Err(format!("--set {k}={v}: too large for a number (at most about 1.8e308)"));
+        }
         let base = toml::Table::try_from(&*self).map_err(|e| e.to_string())?;
         let path: Vec<String> = if k.contains('.') {
             k.split('.').map(|s| s.to_string()).collect()
@@ -779,6 +799,10 @@ mod tests {
         assert!(e.contains("did you mean 'train.lr'?") && e.contains("model.d_v, "), "{e}");
         let e = c.set("train.batch_size=\"x\"").unwrap_err();
         assert!(e.contains("train.batch_size") && e.contains("takes a whole number"), "{e}");
+        assert!(c.set("=3").unwrap_err().contains("with a key"));
+        assert!(c.set("train.lr=1e400").unwrap_err().contains("too large for a number"));
+        let e = c.merge_toml("lr = 0.1\n", "run.toml").unwrap_err();
+        assert!(e.contains("lr goes under [train]"), "{e}");
         let e = c.set("train.lr=abc").unwrap_err();
         assert!(e.contains("train.lr takes a number, e.g. its current value 0.0003"), "{e}");
         c.merge_toml("[train]\nsteps_typo = 3\n", "run.toml").unwrap_err();

@@ -133,21 +133,50 @@ pub struct ShardMeta {
     pub sha256: String,
 }
 
-/// Checks shard files against the digests `meta.json` lists for them (files it does not list
-/// pass): a shard changed since `ddl data prepare` wrote it is an error naming it.
-pub fn verify_shards(meta: &Meta, folder: &Path, files: &[PathBuf]) -> Result<(), DataError> {
-    for p in files {
-        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let Some(sm) = meta.shards.iter().find(|s| s.file == name) else { continue };
+/// Checks shard files against the `meta.json` of their folder: each must be listed there, with
+/// the SHA-256 it records (a shard changed or added since `ddl data prepare` wrote the set is an
+/// error naming it); with `whole_folder` (the data given as a folder, not a glob), every shard it
+/// lists of the splits among `files` must be there too.
+pub fn verify_shards(meta: &Meta, folder: &Path, files: &[PathBuf], whole_folder: bool) -> Result<(), DataError> {
+    let meta_path = folder.join("meta.json");
+    let err = |p: &Path, msg: String| DataError::Meta { path: p.to_path_buf(), msg };
+    let names: Vec<String> =
+        files.iter().map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()).collect();
+    if whole_folder {
+        let split_of = |n: &str| if n.contains("_val_") { "_val_" } else { "_train_" };
+        for sm in &meta.shards {
+            if names.iter().any(|n| split_of(n) == split_of(&sm.file)) && !names.contains(&sm.file) {
+                return Err(err(
+                    &folder.join(&sm.file),
+                    format!(
+                        "{} lists this shard, which is missing (or not a file): its tokens would be left out; restore \
+                         it or prepare the data again",
+                        meta_path.display()
+                    ),
+                ));
+            }
+        }
+    }
+    for (p, name) in files.iter().zip(&names) {
+        let Some(sm) = meta.shards.iter().find(|s| &s.file == name) else {
+            return Err(err(
+                p,
+                format!(
+                    "not a shard {} lists: it was not made with the others by `ddl data prepare`; move it out of the \
+                     folder, or prepare the data again",
+                    meta_path.display()
+                ),
+            ));
+        };
         if file_digest(p)? != sm.sha256 {
-            return Err(DataError::Meta {
-                path: p.to_path_buf(),
-                msg: format!(
+            return Err(err(
+                p,
+                format!(
                     "its SHA-256 differs from the one {} records: the shard changed since `ddl data prepare` wrote \
                      it; prepare the data again",
-                    folder.join("meta.json").display()
+                    meta_path.display()
                 ),
-            });
+            ));
         }
     }
     Ok(())
@@ -172,9 +201,10 @@ impl ShardCheck {
         let folder = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
         let Some(meta) = read_meta(&folder)? else { return Ok(None) };
         let files: Vec<PathBuf> = train.into_iter().chain(val).collect();
+        let whole_folder = Path::new(&run.data).is_dir();
         let h = std::thread::Builder::new()
             .name("ddl-shard-check".into())
-            .spawn(move || verify_shards(&meta, &folder, &files))
+            .spawn(move || verify_shards(&meta, &folder, &files, whole_folder))
             .map_err(|e| crate::train::TrainError::Settings(format!("cannot start the shards' check: {e}")))?;
         Ok(Some(ShardCheck(Some(h))))
     }
@@ -444,48 +474,67 @@ fn corpus_shards_in(
     if std::fs::rename(&tmp, &dir).is_err() {
         let _ = std::fs::remove_dir_all(&tmp);
     }
-    if read_meta(&dir)?.is_none() {
-        return Err(DataError::Meta { path: dir, msg: "the cached shard set could not be created".into() }.into());
+    // Ours, or a concurrent maker's; checked whole either way (what is there is what trains).
+    if let Err(why) = set_problem(&dir) {
+        return Err(DataError::Meta {
+            path: dir,
+            msg: format!(
+                "the cached shard set could not be made ({why}): remove the folder, or set DDL_CACHE_DIR to another \
+                 cache"
+            ),
+        }
+        .into());
     }
     Ok((dir, tok))
 }
 
-/// The cached shard set in `dir`, checked whole: its `meta.json` reads and every shard it lists is
-/// there with the SHA-256 it records (reading the set once costs a fraction of making it again).
-/// A damaged set — a shard changed, cut short or gone, the meta unreadable — is derived data: it
-/// is moved aside and removed with a note, and `None` tells the caller to make it again from the
-/// corpus. A set another maker is renaming into place at that moment is found complete or not
-/// at all (the rename is atomic).
+/// What is wrong with the shard set in `dir`, if anything: its `meta.json` must read and its
+/// shards' token counts add up to the split sizes it records; the folder's shard files must be
+/// exactly the ones it lists, each with the SHA-256 it records.
+fn set_problem(dir: &Path) -> Result<Meta, String> {
+    let meta = match read_meta(dir) {
+        Err(e) => return Err(format!("its meta.json does not read: {e}")),
+        Ok(None) => return Err("it has no meta.json".into()),
+        Ok(Some(m)) => m,
+    };
+    let sum = |part: &str| meta.shards.iter().filter(|s| s.file.contains(part)).map(|s| s.tokens).sum::<usize>();
+    if (sum("_train_"), sum("_val_")) != (meta.train_tokens, meta.val_tokens) {
+        return Err("its meta.json's token counts do not add up".into());
+    }
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("it does not list: {e}"))?;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".bin") && !meta.shards.iter().any(|s| s.file == name) {
+            return Err(format!("{name} is not in its meta.json"));
+        }
+    }
+    for sm in &meta.shards {
+        let p = dir.join(&sm.file);
+        match file_digest(&p) {
+            Err(e) => return Err(e.to_string()),
+            Ok(d) if d != sm.sha256 => {
+                return Err(format!("{} has another SHA-256 than its meta.json records", p.display()));
+            }
+            Ok(_) => {}
+        }
+    }
+    Ok(meta)
+}
+
+/// The cached shard set in `dir`, checked whole ([`set_problem`]: reading the set once costs a
+/// fraction of making it again). A damaged set — a shard changed, cut short, gone or added, the
+/// meta unreadable or gone, the folder a file — is derived data: it is moved aside and removed
+/// with a note, and `None` tells the caller to make it again from the corpus. A set that cannot be
+/// moved aside is an error (it is never trained on). A set another maker renames into place at
+/// that moment is found complete or not at all (the rename is atomic).
 fn cached_set(dir: &Path) -> Result<Option<Meta>, DataError> {
-    if !dir.join("meta.json").exists() {
+    if std::fs::symlink_metadata(dir).is_err() {
         return Ok(None);
     }
-    let problem = match read_meta(dir) {
-        Err(e) => Some(format!("its meta.json does not read: {e}")),
-        Ok(None) => return Ok(None),
-        Ok(Some(meta)) => {
-            let mut problem = None;
-            for sm in &meta.shards {
-                let p = dir.join(&sm.file);
-                let why = match file_digest(&p) {
-                    Err(e) => Some(e.to_string()),
-                    Ok(d) if d != sm.sha256 => {
-                        Some(format!("{} has another SHA-256 than its meta.json records", p.display()))
-                    }
-                    Ok(_) => None,
-                };
-                if why.is_some() {
-                    problem = why;
-                    break;
-                }
-            }
-            match problem {
-                None => return Ok(Some(meta)),
-                p => p,
-            }
-        }
+    let why = match set_problem(dir) {
+        Ok(meta) => return Ok(Some(meta)),
+        Err(why) => why,
     };
-    let why = problem.unwrap_or_default();
     eprintln!("note: the cached shard set {} is damaged ({why}); making it again from the corpus", dir.display());
     // Aside first (one rename: a concurrent run that found the same damage finds it gone), then
     // removed; a run that has the old shards mapped keeps its mapping.
@@ -493,10 +542,23 @@ fn cached_set(dir: &Path) -> Result<Option<Meta>, DataError> {
     let nth = ASIDE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let aside = dir.with_file_name(format!(".{name}.damaged.{}.{nth}", std::process::id()));
-    if std::fs::rename(dir, &aside).is_ok() {
-        let _ = std::fs::remove_dir_all(&aside);
+    match std::fs::rename(dir, &aside) {
+        Ok(()) => {
+            if std::fs::remove_dir_all(&aside).is_err() {
+                let _ = std::fs::remove_file(&aside);
+            }
+            Ok(None)
+        }
+        // Another run moved it first.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(DataError::Meta {
+            path: dir.to_path_buf(),
+            msg: format!(
+                "the cached shard set is damaged ({why}) and cannot be moved aside ({e}): remove the folder, or set \
+                 DDL_CACHE_DIR to another cache"
+            ),
+        }),
     }
-    Ok(None)
 }
 
 /// The dataset and tokenizer of a run: `--data` shards (with their `meta.json`'s tokenizer, the
@@ -847,7 +909,7 @@ mod tests {
         let meta = read_meta(&d).unwrap().unwrap();
         let shard = d.join(&meta.shards[0].file);
         let good = std::fs::read(&shard).unwrap();
-        let damages: [(&str, &dyn Fn()); 4] = [
+        let damages: [(&str, &dyn Fn()); 9] = [
             ("a byte changed", &|| {
                 let mut b = good.clone();
                 let n = b.len();
@@ -857,6 +919,23 @@ mod tests {
             ("cut short", &|| std::fs::write(&shard, &good[..good.len() / 2]).unwrap()),
             ("gone", &|| std::fs::remove_file(&shard).unwrap()),
             ("meta.json torn", &|| std::fs::write(d.join("meta.json"), "{\"format\": \"ddl-corpus").unwrap()),
+            ("meta.json gone", &|| std::fs::remove_file(d.join("meta.json")).unwrap()),
+            ("a shard added", &|| std::fs::write(d.join("corpus_train_000009.bin"), &good).unwrap()),
+            ("an entry dropped", &|| {
+                let mut m = read_meta(&d).unwrap().unwrap();
+                let gone = m.shards.remove(0);
+                m.train_tokens -= gone.tokens;
+                std::fs::write(d.join("meta.json"), serde_json::to_string(&m).unwrap()).unwrap();
+            }),
+            ("counts changed", &|| {
+                let mut m = read_meta(&d).unwrap().unwrap();
+                m.train_tokens += 1;
+                std::fs::write(d.join("meta.json"), serde_json::to_string(&m).unwrap()).unwrap();
+            }),
+            ("the folder a file", &|| {
+                std::fs::remove_dir_all(&d).unwrap();
+                std::fs::write(&d, "x").unwrap();
+            }),
         ];
         for (what, damage) in damages {
             damage();

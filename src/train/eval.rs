@@ -311,7 +311,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             let meta = data::read_meta(&folder)?;
             if let Some(m) = &meta {
                 // (Evaluation reads every token of these files anyway.)
-                data::verify_shards(m, &folder, &files)?;
+                data::verify_shards(m, &folder, &files, Path::new(d).is_dir())?;
             }
             if let Some(m) = meta
                 && m.tokenizer != tok.to_json()

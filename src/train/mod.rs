@@ -192,8 +192,15 @@ pub fn install_ctrlc() {
     ONCE.call_once(|| {
         let _ = ctrlc::set_handler(|| {
             if INTERRUPTED.swap(true, Ordering::SeqCst) {
-                // Second Ctrl-C: the user insists.
+                // Second Ctrl-C: the user insists. What was saved before stays (checkpoints are
+                // replaced atomically); the steps since the last checkpoint are not kept.
+                eprintln!(
+                    "\nsecond Ctrl-C: stopped at once, without finishing the save; what was saved before is intact \
+                     (a run's last checkpoint: `--resume` continues from it)"
+                );
                 std::process::exit(130);
+            } else {
+                eprintln!("\nCtrl-C: stopping cleanly (Ctrl-C again stops at once)");
             }
         });
     });

@@ -2,8 +2,8 @@
 //! shards in llm.c's format ([`super::shards`]), in constant memory.
 //!
 //! Inputs are read in pieces — a `.txt` file in chunks of about 8 MB cut after a newline that is
-//! followed by a non-space character (where a byte-level BPE pre-tokenizer splits anyway; a line
-//! of more than 16 MB at a single space, [`cut_point`]), a
+//! between two words (where a byte-level BPE pre-tokenizer splits anyway; a line of more than
+//! 16 MB before a single space between two words, [`cut_point`]), a
 //! `.jsonl` file one document per line (its `text` field) — and a batch of pieces is tokenised by
 //! all cores at once, then written in order. Documents (files, JSON lines) are separated by the
 //! tokenizer's end-of-text token, or by a newline for a char tokenizer (whose vocabulary, the
@@ -118,23 +118,22 @@ fn is_jsonl(p: &Path) -> bool {
     p.extension().is_some_and(|e| e == "jsonl")
 }
 
-/// Where to cut the text read so far into a piece (0: read on): after the last newline followed
-/// by a non-space character; once `carry` holds `long` bytes without one (a line of megabytes),
-/// before the last single space between two non-space characters — where a byte-level BPE
-/// pre-tokenizer splits anyway, so the tokens are those of the uncut text — and, in `long` bytes
-/// without such a space either, at the last character boundary (the one cut that may change
-/// tokens: no merge across it). So a piece holds at most `long` bytes plus one read.
+/// Where to cut the text read so far into a piece (0: read on): after the last newline between
+/// two words (or punctuation marks); once `carry` holds `long` bytes without one (a line of
+/// megabytes), before the last single space between two words — at either, byte-level BPE gives
+/// the tokens of the uncut text ([`crate::tokenizer::safe_cut`]) — and, in `long` bytes without
+/// such a space either, at the last character boundary (the one cut that may change tokens: no
+/// merge across it). So a piece holds at most `long` bytes plus one read.
 fn cut_point(carry: &[u8], long: usize) -> usize {
-    let at_line = (1..carry.len()).rev().find(|&i| carry[i - 1] == b'\n' && !carry[i].is_ascii_whitespace());
+    use crate::tokenizer::safe_cut;
+    let at_line = (1..carry.len()).rev().find(|&i| carry[i - 1] == b'\n' && safe_cut(carry, i));
     if let Some(i) = at_line {
         return i;
     }
     if carry.len() < long {
         return 0;
     }
-    let at_space = (1..carry.len().saturating_sub(1))
-        .rev()
-        .find(|&i| carry[i] == b' ' && !carry[i - 1].is_ascii_whitespace() && !carry[i + 1].is_ascii_whitespace());
+    let at_space = (1..carry.len()).rev().find(|&i| carry[i] == b' ' && safe_cut(carry, i));
     at_space.unwrap_or_else(|| (1..carry.len()).rev().find(|&i| carry[i] & 0xC0 != 0x80).unwrap_or(carry.len()))
 }
 
@@ -524,6 +523,12 @@ fn carve(
 mod tests {
     use super::*;
 
+    /// The ids of the whole text from the Hugging Face tokenizer itself (no cutting of ours).
+    fn whole_ids(tok: &Tokenizer, text: &str) -> Vec<u32> {
+        let Tokenizer::Bpe(t) = tok else { unreachable!("a BPE") };
+        t.encode_fast(text, false).unwrap().get_ids().to_vec()
+    }
+
     fn pieces_of_text(dir: &Path, name: &str, text: &str, chunk: usize) -> Vec<String> {
         let p = dir.join(name);
         std::fs::write(&p, text).unwrap();
@@ -555,7 +560,7 @@ mod tests {
             "a piece over the bound: {:?}",
             got.iter().map(String::len).max()
         );
-        let whole = tok.encode(&line).unwrap();
+        let whole = whole_ids(&tok, &line);
         let cut: Vec<u32> = got.iter().flat_map(|p| tok.encode(p).unwrap()).collect();
         assert_eq!(cut, whole, "the pieces' tokens are the whole line's");
 
@@ -565,7 +570,16 @@ mod tests {
         assert!(got.len() > 5 && got.iter().all(|p| p.len() <= 3 * chunk));
         assert_eq!(got.concat(), blob);
 
-        // Ordinary text keeps its cuts after a newline followed by a non-space character.
+        // Lines ending in a space: " \n" is one pre-token, never cut between (it was: another
+        // token than the whole text's where a piece ended).
+        let spaced = shakespeare[..120_000].replace('\n', " \n");
+        let tok2 = crate::tokenizer::train_bpe(&spaced, 500).unwrap();
+        let got = pieces_of_text(&dir, "spaced.txt", &spaced, chunk);
+        assert!(got.len() > 10);
+        let cut: Vec<u32> = got.iter().flat_map(|p| tok2.encode(p).unwrap()).collect();
+        assert_eq!(cut, whole_ids(&tok2, &spaced), "the pieces' tokens are the whole text's");
+
+        // Ordinary text keeps its cuts after a newline between two words.
         let text = &shakespeare[..60_000];
         let got = pieces_of_text(&dir, "text.txt", text, chunk);
         assert_eq!(got.concat(), text);

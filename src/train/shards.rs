@@ -317,6 +317,15 @@ impl Writer {
     pub fn push(&mut self, mut ids: &[u32]) -> Result<(), ShardError> {
         while !ids.is_empty() {
             if self.cur.is_none() {
+                // Every shard is mapped when the set is read, and a process may hold about 65,000
+                // mappings (Linux's vm.max_map_count): far fewer shards than that.
+                if self.done.len() >= MAX_SHARDS {
+                    return Err(ShardError::Layout(format!(
+                        "more than {MAX_SHARDS} {} shards of {} tokens: the set could not be mapped to be read; give \
+                         a larger --shard-tokens",
+                        self.split, self.shard_tokens
+                    )));
+                }
                 let tmp = self.dir.join(format!(".{}_{}_{:06}.bin.part", self.name, self.split, self.done.len()));
                 let f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
                 let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
@@ -447,6 +456,9 @@ fn find_parts(data: &str, format: Format) -> Result<(Vec<PathBuf>, Vec<PathBuf>)
     Ok((train, val))
 }
 
+/// The most shards of one split a set may have ([`Writer::push`]).
+pub const MAX_SHARDS: usize = 10_000;
+
 /// Files matching a glob whose wildcards are in the file name only (`DIR/*_train_*.bin`).
 fn glob_files(pattern: &str) -> Result<Vec<PathBuf>, ShardError> {
     let p = Path::new(pattern);
@@ -459,10 +471,14 @@ fn glob_files(pattern: &str) -> Result<Vec<PathBuf>, ShardError> {
         .map_err(io(dir))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|f| f.file_name().is_some_and(|n| wildcard(&pat, &n.to_string_lossy())))
+        // (`DIR/*` takes the shards, not the set's meta.json.)
+        .filter(|f| f.file_name().is_none_or(|n| n != "meta.json"))
         .collect();
     v.sort();
     if v.is_empty() {
-        return Err(ShardError::Layout(format!("--data '{pattern}' matches no file")));
+        return Err(ShardError::Layout(format!(
+            "--data '{pattern}' matches no file (the wildcards are * and ?, in the file name only)"
+        )));
     }
     Ok(v)
 }
