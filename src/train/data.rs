@@ -857,6 +857,16 @@ impl Dataset {
 mod tests {
     use super::*;
 
+    /// The names in `root` that start with a dot (temporary and moved-aside folders).
+    fn hidden_entries(root: &Path) -> Vec<std::ffi::OsString> {
+        std::fs::read_dir(root)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+            .map(|e| e.file_name())
+            .collect()
+    }
+
     /// The runs of `ddl experiment --jobs` are threads of one process: when they all make the
     /// same corpus's shard set at once in a fresh cache, each must get the complete set (they
     /// once shared one temporary folder named after the process, and a run read shards that
@@ -889,12 +899,7 @@ mod tests {
             assert!(got[0].0.join(&sh.file).is_file(), "shard {} missing", sh.file);
         }
         // No temporary folder is left behind.
-        let left: Vec<_> = std::fs::read_dir(&root)
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
-            .map(|e| e.file_name())
-            .collect();
+        let left = hidden_entries(&root);
         assert!(left.is_empty(), "temporary folders left: {left:?}");
     }
 
@@ -951,12 +956,7 @@ mod tests {
             );
             assert!(cached_set(&d2).unwrap().is_some(), "{what}: the new set checks whole");
         }
-        let left: Vec<_> = std::fs::read_dir(&root)
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
-            .map(|e| e.file_name())
-            .collect();
+        let left = hidden_entries(&root);
         assert!(left.is_empty(), "damaged sets left aside: {left:?}");
     }
 }
