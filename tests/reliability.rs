@@ -757,6 +757,51 @@ fn eval_refuses_data_that_changed_since_it_was_trained_or_prepared() {
     assert!(o.status.success(), "{}", text(&o));
 }
 
+/// `ddl eval` of a run's own `--data` checks what it reads against meta.json's SHA-256s:
+/// `data.json`'s fingerprint covers only a shard's first and last MiB, so a change in the middle
+/// of a larger shard was evaluated as if nothing had happened.
+#[test]
+fn eval_of_a_runs_own_shards_checks_what_it_reads() {
+    let dir = tmpdir("eval-own-shards");
+    let small = std::fs::read_to_string(ddl::testing::small_corpus(&dir)).unwrap();
+    let corpus = dir.join("big.txt");
+    std::fs::write(&corpus, small.repeat(4_000_000 / small.len() + 1)).unwrap();
+    let shards = dir.join("shards");
+    let o = cmd(&dir)
+        .args(["data", "prepare", "--tokenizer", "char", "--val-tokens", "1500000", "--out"])
+        .arg(&shards)
+        .arg(&corpus)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let run = dir.join("run");
+    let mut a = vec!["train", "--variant", "ddl", "--data", shards.to_str().unwrap(), "--out", run.to_str().unwrap()];
+    a.extend_from_slice(&["--steps", "2", "--set", "train.val_max_tokens=64"]);
+    a.extend_from_slice(SMALL);
+    let o = cmd(&dir).args(&a).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let eval = |split: &str| {
+        let r = run.to_str().unwrap().to_string();
+        ["eval", "--checkpoint", &r, "--batches", "1", "--split", split].map(String::from)
+    };
+    let flip = |p: &Path| {
+        let good = std::fs::read(p).unwrap();
+        assert!(good.len() > 5 << 19, "{} is too small to change between its ends", p.display());
+        let mut bad = good.clone();
+        bad[good.len() / 2] ^= 1;
+        std::fs::write(p, &bad).unwrap();
+        good
+    };
+    for (split, shard) in [("val", "data_val_000000.bin"), ("train", "data_train_000000.bin")] {
+        let e = eval(split);
+        let e: Vec<&str> = e.iter().map(String::as_str).collect();
+        assert!(cmd(&dir).args(&e).output().unwrap().status.success());
+        let good = flip(&shards.join(shard));
+        fails(&dir, &e, &[shard, "SHA-256"]);
+        std::fs::write(shards.join(shard), good).unwrap();
+    }
+}
+
 /// Names of the files in `dir`.
 fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)

@@ -182,6 +182,36 @@ pub fn verify_shards(meta: &Meta, folder: &Path, files: &[PathBuf], whole_folder
     Ok(())
 }
 
+/// Checks the shards of one split of `run`'s prepared data (`--data` with a `meta.json`) as
+/// [`verify_shards`] does, up to the shard that holds token `upto` (all of them when `None`): what
+/// an evaluation of that split reads. Nothing to check for a corpus (its cache is checked as it
+/// opens) or shards without a `meta.json`.
+pub fn verify_run_split(run: &crate::train::RunConfig, val: bool, upto: Option<usize>) -> Result<(), DataError> {
+    use super::shards::{Format, find};
+    if run.data.is_empty() {
+        return Ok(());
+    }
+    let Ok(format) = Format::parse(&run.data_format) else { return Ok(()) };
+    let (train, vals) = find(&run.data, format)?;
+    let folder = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
+    let Some(meta) = read_meta(&folder)? else { return Ok(()) };
+    let mut files = if val { vals } else { train };
+    if let Some(n) = upto {
+        // The shards before the one that holds token `n`, and that one.
+        let mut seen = 0;
+        let keep = files
+            .iter()
+            .position(|p| {
+                let name = p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+                seen += meta.shards.iter().find(|s| s.file == name).map_or(0, |s| s.tokens);
+                seen > n
+            })
+            .map_or(files.len(), |i| i + 1);
+        files.truncate(keep);
+    }
+    verify_shards(&meta, &folder, &files, Path::new(&run.data).is_dir() && upto.is_none())
+}
+
 /// The check of a run's prepared shards (`--data` with a `meta.json`) against their SHA-256s, on
 /// a thread from the run's start: reading gigabytes of shards must not hold the first step back,
 /// but no checkpoint is written before it has passed ([`ShardCheck::wait`]). Shards without a

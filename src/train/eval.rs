@@ -256,12 +256,19 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             })?;
             let now = data::data_record(&ds, run);
             data::check_data_record(dir, &now, "evaluate its splits", &format!("Restore it, or {other}"))?;
+            // (data.json names the shards by a fingerprint of their ends; what is read is checked
+            // against meta.json's SHA-256s, as `ddl train --data` and `eval --data` check it.)
             match req.split {
-                Split::Val => (ds.val, format!("the validation split of {what}"), ds.key),
+                Split::Val => {
+                    data::verify_run_split(run, true, None)?;
+                    (ds.val, format!("the validation split of {what}"), ds.key)
+                }
                 Split::Train => {
                     // As many tokens as the validation split has, unless --batches says otherwise:
                     // the two losses then compare (the whole training split may be billions).
                     t.val_max_tokens = (ds.val_windows(seq_len) * seq_len).max(seq_len);
+                    let read = t.val_max_tokens.max(req.batches.unwrap_or(0) * t.batch_size * seq_len) + 1;
+                    data::verify_run_split(run, false, Some(read))?;
                     (ds.train, format!("the training split of {what}"), ds.key)
                 }
             }
