@@ -530,30 +530,35 @@ fn golden(dev: &DeviceArgs, files: &[std::path::PathBuf], quiet: bool, st: ddl::
     let gpu = dev.open().context("opening the GPU")?;
     let (mut failed_files, mut unchecked, mut skipped) = (Vec::new(), Vec::new(), Vec::new());
     for f in files {
+        let g = match ddl::golden::Golden::load(f) {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("error: {e}");
+                unchecked.push(f.display().to_string());
+                continue;
+            }
+        };
         // `--f16-state` checks the files whose model can store f16 states (d_v = 4 of ddl and
         // ddl_vmap); the others of a glob are skipped, and named.
         if st.state_f16
-            && let Ok(g) = ddl::golden::Golden::load(f)
             && let Err(why) = g.config.f16_state_support()
         {
             eprintln!("skipped {}: {why}", f.display());
             skipped.push(format!("{} ({why})", f.display()));
             continue;
         }
-        let result = ddl::golden::Golden::load(f).and_then(|g| {
-            if !g.interventions.is_empty() {
-                return Err(ddl::golden::GoldenError::Content {
-                    path: f.clone(),
-                    msg: format!(
-                        "made with β interventions ({}), which `ddl golden` does not apply: the decode tests check \
-                         these files (cargo test --test decode); give it the plain golden files",
-                        g.interventions
-                    ),
-                });
-            }
-            let rows = ddl::golden::check_stored(&gpu, &g, st)?;
-            Ok((g, rows))
-        });
+        let result = if g.interventions.is_empty() {
+            ddl::golden::check_stored(&gpu, &g, st).map(|rows| (g, rows))
+        } else {
+            Err(ddl::golden::GoldenError::Content {
+                path: f.clone(),
+                msg: format!(
+                    "made with β interventions ({}), which `ddl golden` does not apply: the decode tests check \
+                     these files (cargo test --test decode); give it the plain golden files",
+                    g.interventions
+                ),
+            })
+        };
         match result {
             Err(e) => {
                 eprintln!("error: {e}");

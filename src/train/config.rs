@@ -272,11 +272,14 @@ impl TrainConfig {
 fn unknown_key(full: &str, field: &str, known: &toml::Table) -> String {
     let mut msg = format!("unknown key '{full}'");
     let steps = field == "steps" || field == "max_steps";
+    // (Compared by their last part: `--set` lists keys with their table, `train.lr`.)
     let near = known
         .keys()
         .filter(|_| !steps)
-        .map(|k| (edit_distance(field, k), k))
-        .filter(|(dist, k)| *dist <= (field.len() / 3).max(1) || k.contains(field) || field.contains(k.as_str()))
+        .map(|k| (k.rsplit('.').next().unwrap_or(k), k))
+        .map(|(last, k)| (edit_distance(field, last), k, last))
+        .filter(|(dist, _, last)| *dist <= (field.len() / 3).max(1) || last.contains(field) || field.contains(last))
+        .map(|(dist, k, _)| (dist, k))
         .min();
     if let Some((_, k)) = near {
         msg.push_str(&format!(" (did you mean '{}'?)", full.replace(field, k)));
@@ -668,25 +671,7 @@ impl RunConfig {
                             }
                         }
                     }
-                    if k == "steps" || k == "max_steps" {
-                        return Err(format!(
-                            "--set: unknown key '{k}': the steps a run trains are the flag --steps N (the schedule's \
-                             length is train.decay_steps)"
-                        ));
-                    }
-                    let near = all
-                        .keys()
-                        .filter_map(|full| {
-                            let field = full.rsplit('.').next().unwrap_or(full);
-                            let d = edit_distance(k, field);
-                            (d <= (k.len() / 3).max(1) || field.contains(k) || k.contains(field)).then_some((d, full))
-                        })
-                        .min()
-                        .map(|(_, full)| format!(" (did you mean '{full}'?)"))
-                        .unwrap_or_default();
-                    let mut keys: Vec<&str> = all.keys().map(String::as_str).collect();
-                    keys.sort_unstable();
-                    return Err(format!("--set: unknown key '{k}'{near}; known keys: {}", keys.join(", ")));
+                    return Err(format!("--set: {}", unknown_key(k, k, &all)));
                 }
             }
         };

@@ -182,20 +182,39 @@ pub fn verify_shards(meta: &Meta, folder: &Path, files: &[PathBuf], whole_folder
     Ok(())
 }
 
-/// Checks the shards of one split of `run`'s prepared data (`--data` with a `meta.json`) as
-/// [`verify_shards`] does, up to the shard that holds token `upto` (all of them when `None`): what
-/// an evaluation of that split reads. Nothing to check for a corpus (its cache is checked as it
-/// opens) or shards without a `meta.json`.
-pub fn verify_run_split(run: &crate::train::RunConfig, val: bool, upto: Option<usize>) -> Result<(), DataError> {
+/// A run's prepared shard set (`--data` with a `meta.json`).
+struct PreparedSet {
+    meta: Meta,
+    folder: PathBuf,
+    train: Vec<PathBuf>,
+    val: Vec<PathBuf>,
+    /// Given as a folder (all of it), not a glob.
+    whole_folder: bool,
+}
+
+/// `run`'s prepared shard set; `None` for a corpus (its cached set is checked as it opens) and
+/// for shards without a `meta.json` (llm.c's downloads), which have nothing to check against.
+fn prepared_set(run: &crate::train::RunConfig) -> Result<Option<PreparedSet>, crate::train::TrainError> {
     use super::shards::{Format, find};
     if run.data.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
-    let Ok(format) = Format::parse(&run.data_format) else { return Ok(()) };
-    let (train, vals) = find(&run.data, format)?;
+    let format = Format::parse(&run.data_format).map_err(crate::train::TrainError::Settings)?;
+    let (train, val) = find(&run.data, format).map_err(DataError::from)?;
     let folder = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
-    let Some(meta) = read_meta(&folder)? else { return Ok(()) };
-    let mut files = if val { vals } else { train };
+    let Some(meta) = read_meta(&folder)? else { return Ok(None) };
+    Ok(Some(PreparedSet { meta, folder, train, val, whole_folder: Path::new(&run.data).is_dir() }))
+}
+
+/// Checks the shards of one split of `run`'s prepared data as [`verify_shards`] does, up to the
+/// shard that holds token `upto` (all of them when `None`): what an evaluation of that split reads.
+pub fn verify_run_split(
+    run: &crate::train::RunConfig,
+    val: bool,
+    upto: Option<usize>,
+) -> Result<(), crate::train::TrainError> {
+    let Some(set) = prepared_set(run)? else { return Ok(()) };
+    let mut files = if val { set.val } else { set.train };
     if let Some(n) = upto {
         // The shards before the one that holds token `n`, and that one.
         let mut seen = 0;
@@ -203,58 +222,43 @@ pub fn verify_run_split(run: &crate::train::RunConfig, val: bool, upto: Option<u
             .iter()
             .position(|p| {
                 let name = p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-                seen += meta.shards.iter().find(|s| s.file == name).map_or(0, |s| s.tokens);
+                seen += set.meta.shards.iter().find(|s| s.file == name).map_or(0, |s| s.tokens);
                 seen > n
             })
             .map_or(files.len(), |i| i + 1);
         files.truncate(keep);
     }
-    verify_shards(&meta, &folder, &files, Path::new(&run.data).is_dir() && upto.is_none())
+    Ok(verify_shards(&set.meta, &set.folder, &files, set.whole_folder && upto.is_none())?)
 }
 
-/// The check of a run's prepared shards (`--data` with a `meta.json`) against their SHA-256s, on
-/// a thread from the run's start: reading gigabytes of shards must not hold the first step back,
-/// but no checkpoint is written before it has passed ([`ShardCheck::wait`]). Shards without a
-/// `meta.json` (llm.c's downloads) have nothing to check against.
-pub struct ShardCheck(pub(crate) Option<std::thread::JoinHandle<Result<(), DataError>>>);
+/// The check of a run's prepared shards against their SHA-256s ([`verify_shards`]), on a thread
+/// from the run's start: reading gigabytes of shards must not hold the first step back, but no
+/// checkpoint is written before it has passed ([`ShardCheck::wait`]).
+pub struct ShardCheck(std::thread::JoinHandle<Result<(), DataError>>);
 
 impl ShardCheck {
-    /// Starts the check of `run`'s prepared shards; `None` for a corpus (its cached set is checked
-    /// as it opens) and for shards without a `meta.json`.
+    /// Starts the check of `run`'s prepared shards; `None` where there is nothing to check
+    /// ([`prepared_set`]).
     pub fn start(run: &crate::train::RunConfig) -> Result<Option<ShardCheck>, crate::train::TrainError> {
-        use super::shards::{Format, find};
-        if run.data.is_empty() {
-            return Ok(None);
-        }
-        let format = Format::parse(&run.data_format).map_err(crate::train::TrainError::Settings)?;
-        let (train, val) = find(&run.data, format).map_err(DataError::from)?;
-        let folder = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
-        let Some(meta) = read_meta(&folder)? else { return Ok(None) };
-        let files: Vec<PathBuf> = train.into_iter().chain(val).collect();
-        let whole_folder = Path::new(&run.data).is_dir();
+        let Some(set) = prepared_set(run)? else { return Ok(None) };
+        let files: Vec<PathBuf> = set.train.into_iter().chain(set.val).collect();
         let h = std::thread::Builder::new()
             .name("ddl-shard-check".into())
-            .spawn(move || verify_shards(&meta, &folder, &files, whole_folder))
+            .spawn(move || verify_shards(&set.meta, &set.folder, &files, set.whole_folder))
             .map_err(|e| crate::train::TrainError::Settings(format!("cannot start the shards' check: {e}")))?;
-        Ok(Some(ShardCheck(Some(h))))
+        Ok(Some(ShardCheck(h)))
     }
 
-    /// The check's verdict once it has finished (`Ok` while it runs, and after it passed).
-    pub fn poll(&mut self) -> Result<(), DataError> {
-        if self.0.as_ref().is_some_and(|h| h.is_finished()) {
-            return self.wait();
-        }
-        Ok(())
+    /// Whether the check has finished (its verdict is then [`ShardCheck::wait`]'s, at once).
+    pub fn finished(&self) -> bool {
+        self.0.is_finished()
     }
 
-    /// Waits for the check's verdict (at once after it has been given).
-    pub fn wait(&mut self) -> Result<(), DataError> {
-        match self.0.take() {
-            Some(h) => h.join().unwrap_or_else(|_| {
-                Err(DataError::Meta { path: PathBuf::from("(shard check)"), msg: "the check's thread panicked".into() })
-            }),
-            None => Ok(()),
-        }
+    /// The check's verdict, waiting for it.
+    pub fn wait(self) -> Result<(), DataError> {
+        self.0.join().unwrap_or_else(|_| {
+            Err(DataError::Meta { path: PathBuf::from("(shard check)"), msg: "the check's thread panicked".into() })
+        })
     }
 }
 

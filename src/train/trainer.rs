@@ -270,7 +270,7 @@ impl<'c> Trainer<'c> {
         // Prepared shards are checked against their digests beside training; a data-parallel
         // run's ranks, which must stop at the same step, check theirs before the first.
         let mut shard_check = data::ShardCheck::start(&run)?;
-        if distributed && let Some(mut c) = shard_check.take() {
+        if distributed && let Some(c) = shard_check.take() {
             c.wait()?;
         }
         // What the run trains on, cheaply identified (cache key or the shards' fingerprint, the
@@ -476,12 +476,11 @@ impl<'c> Trainer<'c> {
     /// The shards' check: its verdict if it has finished (`wait`: waits for it). A failed check
     /// says that nothing was saved on those shards.
     fn shards_checked(&mut self, wait: bool) -> Result<(), TrainError> {
-        let Some(c) = &mut self.shard_check else { return Ok(()) };
-        let verdict = if wait { c.wait() } else { c.poll() };
-        if c.0.is_none() {
-            self.shard_check = None;
+        if !wait && !self.shard_check.as_ref().is_some_and(data::ShardCheck::finished) {
+            return Ok(());
         }
-        verdict.map_err(|e| match e {
+        let Some(c) = self.shard_check.take() else { return Ok(()) };
+        c.wait().map_err(|e| match e {
             data::DataError::Meta { path, msg } => data::DataError::Meta {
                 path,
                 msg: format!(
