@@ -279,8 +279,8 @@ fn experiment(
                 let run = spec.run_config(v, seed).map_err(anyhow::Error::msg)?;
                 let mut m = run.model.clone();
                 if run.tokenizer == "char" {
-                    let text = ddl::train::data::read_corpus(std::path::Path::new(&run.corpus))?;
-                    m.vocab_size = ddl::train::build_tokenizer("char", &text)?.vocab_size();
+                    let path = std::path::Path::new(&run.corpus);
+                    m.vocab_size = ddl::train::data::corpus_char_tokenizer(path)?.vocab_size();
                 }
                 println!(
                     "  {:<20} {:>10} params  batch {}x{}  lr {}",

@@ -289,27 +289,6 @@ pub fn read_meta(dir: &Path) -> Result<Option<Meta>, DataError> {
     serde_json::from_str(&text).map(Some).map_err(|e| DataError::Meta { path: p, msg: e.to_string() })
 }
 
-/// Writes train and validation shards (`NAME_train_…`, `NAME_val_…`) of `ids` split at `split`
-/// into `dir`, with `meta.json`; returns the meta.
-pub fn write_shard_set(
-    dir: &Path,
-    name: &str,
-    tok: &Tokenizer,
-    ids: &[u32],
-    split: usize,
-    shard_tokens: usize,
-    source: &str,
-) -> Result<Meta, DataError> {
-    let wide = tok.vocab_size() > u16::MAX as usize + 1;
-    let mut shards = Vec::new();
-    for (part, range) in [("train", 0..split), ("val", split..ids.len())] {
-        let mut w = super::shards::Writer::new(dir, name, part, shard_tokens, wide);
-        w.push(&ids[range])?;
-        shards.extend(w.finish()?);
-    }
-    finish_meta(dir, tok, shards, split, ids.len() - split, source)
-}
-
 /// `meta.json` for shards already written.
 pub fn finish_meta(
     dir: &Path,
@@ -371,7 +350,7 @@ pub fn path_problem(path: &Path) -> Option<PathProblem> {
 }
 
 /// The corpus files of a `--corpus` setting (one file, or a directory's sorted .txt files).
-fn corpus_files(path: &Path) -> Result<Vec<PathBuf>, DataError> {
+pub(crate) fn corpus_files(path: &Path) -> Result<Vec<PathBuf>, DataError> {
     match path_problem(path) {
         Some(PathProblem::Missing) => return Err(DataError::Missing(path.to_path_buf())),
         Some(PathProblem::BrokenLink) => return Err(DataError::BrokenLink(path.to_path_buf())),
@@ -396,6 +375,16 @@ fn corpus_files(path: &Path) -> Result<Vec<PathBuf>, DataError> {
     }
     Ok(v)
 }
+
+/// The char tokenizer of a `--corpus` (the characters of its text), read in pieces.
+pub fn corpus_char_tokenizer(corpus: &Path) -> Result<Tokenizer, DataError> {
+    super::prepare::Corpus::open(corpus)?.char_tokenizer()
+}
+
+/// A corpus this large (bytes) is said to be tokenised, with a progress bar on a terminal.
+const BIG_CORPUS: u64 = 64 << 20;
+/// The bytes a `--corpus` is read in at a time (its pieces: [`super::prepare`]).
+const CORPUS_CHUNK: usize = 8 << 20;
 
 /// The cache key of a corpus's shard set, from what `stat` tells (no read of the corpus): the
 /// files' absolute names, sizes and modification times, the tokenizer (its setting, and its
@@ -482,24 +471,38 @@ fn corpus_shards_in(
             }
         }
     }
-    let text = read_corpus(Path::new(corpus))?;
+    let source = super::prepare::Corpus::open(Path::new(corpus))?;
     let tok = match given {
         Some(t) => t.clone(),
-        None => crate::train::build_tokenizer(tok_setting, &text)?,
+        None if tok_setting == "char" => source.char_tokenizer()?,
+        None => crate::train::build_tokenizer(tok_setting, "")?,
     };
-    let ids = tok.encode(&text).map_err(DataError::from)?;
-    let split = ((ids.len() as f64) * (1.0 - val_fraction)).round() as usize;
     // Built in a private folder, renamed into place complete (a concurrent maker's copy wins):
     // private to this call, not only to the process, since the runs of `ddl experiment --jobs`
-    // are threads of one process that may all make the same set at once.
+    // are threads of one process that may all make the same set at once. What a killed maker
+    // left is removed by the next.
     static MAKER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let nth = MAKER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = root.join(format!(".{key}.{}.{nth}", std::process::id()));
+    let stem = format!(".{key}.make-");
+    super::prepare::remove_stale_temp_dirs(root, &stem);
+    let tmp = root.join(format!("{stem}{}.{nth}", std::process::id()));
     std::fs::create_dir_all(&tmp).map_err(|source| DataError::Cache { path: root.to_path_buf(), source })?;
-    write_shard_set(&tmp, "corpus", &tok, &ids, split, 100_000_000, &format!("--corpus {corpus}")).map_err(|e| {
+    let bytes = source.bytes();
+    let big = bytes >= BIG_CORPUS;
+    if big {
+        eprintln!(
+            "note: tokenising --corpus {corpus} ({:.1} MB) into the shard cache {} once; later runs on it start at \
+             once",
+            bytes as f64 / 1e6,
+            dir.display()
+        );
+    }
+    let made = source.write_set(&tmp, &tok, val_fraction, 100_000_000, CORPUS_CHUNK, big);
+    made.map_err(|e| {
         let _ = std::fs::remove_dir_all(&tmp);
         match e {
-            DataError::Io { source, .. } | DataError::Write { source, .. } => {
+            DataError::Write { source, .. } => DataError::Cache { path: root.to_path_buf(), source },
+            DataError::Io { path, source } if path.starts_with(&tmp) => {
                 DataError::Cache { path: root.to_path_buf(), source }
             }
             e => e,
@@ -890,6 +893,112 @@ impl Dataset {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The shard set of a corpus made the way `--corpus` once made it (and `corpus_set` must
+    /// match): the whole text read, encoded at once, `ids` written split at `split`.
+    fn write_shard_set(
+        dir: &Path,
+        name: &str,
+        tok: &Tokenizer,
+        ids: &[u32],
+        split: usize,
+        shard_tokens: usize,
+        source: &str,
+    ) -> Result<Meta, DataError> {
+        let wide = tok.vocab_size() > u16::MAX as usize + 1;
+        let mut shards = Vec::new();
+        for (part, range) in [("train", 0..split), ("val", split..ids.len())] {
+            let mut w = crate::train::shards::Writer::new(dir, name, part, shard_tokens, wide);
+            w.push(&ids[range])?;
+            shards.extend(w.finish()?);
+        }
+        finish_meta(dir, tok, shards, split, ids.len() - split, source)
+    }
+
+    /// `--corpus`'s shard set is made in pieces (it was: the whole corpus read, then its whole
+    /// token list held, gigabytes for a large corpus) with exactly the tokenizer, tokens, split
+    /// and shard files of the whole text: files joined by newlines (a byte-order mark, a file
+    /// without a final newline, an empty one), char and BPE tokenizers, pieces much smaller than
+    /// the text, shards split across the validation boundary; a file that is not UTF-8 is named
+    /// with the offset in it; and a killed maker's temporary folder is removed.
+    #[test]
+    fn a_corpus_is_made_into_shards_in_pieces_with_the_tokens_of_its_whole_text() {
+        use crate::train::prepare::{Corpus, CorpusPart};
+        let dir = crate::testing::scratch_dir("data-corpus-pieces");
+        let shakespeare = embedded_corpus();
+        let folder = dir.join("folder");
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("a.txt"), &shakespeare[..30_000]).unwrap();
+        std::fs::write(folder.join("b.txt"), format!("\u{feff}{}", &shakespeare[30_000..41_003])).unwrap();
+        std::fs::write(folder.join("c.txt"), "").unwrap();
+        std::fs::write(folder.join("d.txt"), "Ünïcödé — ends without a newline").unwrap();
+        let one = dir.join("one.txt");
+        std::fs::write(&one, &shakespeare[..50_000]).unwrap();
+        let tiny = dir.join("tiny.txt");
+        std::fs::write(&tiny, "hello world").unwrap();
+        let bpe = crate::tokenizer::train_bpe(&shakespeare[..100_000], 400).unwrap();
+        for corpus in [&folder, &one, &tiny] {
+            let text = read_corpus(corpus).unwrap();
+            let opened = Corpus::open(corpus).unwrap();
+            let chars = Tokenizer::Char(crate::tokenizer::CharTokenizer::from_corpus(&text).unwrap());
+            let streamed = corpus_char_tokenizer(corpus).unwrap();
+            assert_eq!(streamed.to_json(), chars.to_json(), "{}: the char tokenizer", corpus.display());
+            for (name, tok) in [("char", &chars), ("bpe", &bpe)] {
+                for (val_fraction, shard_tokens) in [(0.1, 3000), (0.37, 1 << 20)] {
+                    let what = format!("{} with {name}, {val_fraction}, {shard_tokens}", corpus.display());
+                    let ids = tok.encode(&text).unwrap();
+                    let split = ((ids.len() as f64) * (1.0 - val_fraction)).round() as usize;
+                    let (old, new) = (dir.join("old"), dir.join("new"));
+                    for d in [&old, &new] {
+                        let _ = std::fs::remove_dir_all(d);
+                        std::fs::create_dir_all(d).unwrap();
+                    }
+                    let source = format!("--corpus {}", corpus.display());
+                    let want = write_shard_set(&old, "corpus", tok, &ids, split, shard_tokens, &source).unwrap();
+                    let got = opened
+                        .write_set(&new, tok, val_fraction, shard_tokens, 1024, false)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert_eq!(serde_json::to_string(&got).unwrap(), serde_json::to_string(&want).unwrap(), "{what}");
+                    if corpus == &folder && shard_tokens == 3000 {
+                        assert!(got.shards.len() >= 4, "{what}: {} shards, the boundary inside one", got.shards.len());
+                    }
+                    set_problem(&new).unwrap_or_else(|e| panic!("{what}: {e}"));
+                }
+            }
+        }
+
+        // Not UTF-8: the file and the offset in it, as reading it whole says.
+        let bad = dir.join("bad");
+        std::fs::create_dir_all(&bad).unwrap();
+        std::fs::write(bad.join("a.txt"), &shakespeare[..5000]).unwrap();
+        std::fs::write(bad.join("b.txt"), [&shakespeare.as_bytes()[..3001], &[0xff, b'x']].concat()).unwrap();
+        let whole = read_corpus(&bad).unwrap_err().to_string();
+        assert!(whole.contains("b.txt") && whole.contains("3001"), "{whole}");
+        let streamed = corpus_char_tokenizer(&bad).unwrap_err().to_string();
+        assert_eq!(streamed, whole);
+        let made = Corpus::open(&bad).unwrap().write_set(&dir.join("bad-set"), &bpe, 0.1, 1000, 1024, false);
+        assert_eq!(made.unwrap_err().to_string(), whole);
+        // Empty: the corpus named.
+        let empty = dir.join("empty.txt");
+        std::fs::write(&empty, "").unwrap();
+        assert!(matches!(corpus_char_tokenizer(&empty), Err(DataError::Empty(p)) if p == empty));
+        let source = Corpus { path: empty.clone(), parts: vec![CorpusPart::File(empty.clone())] };
+        let made = source.write_set(&dir.join("empty-set"), &bpe, 0.1, 1000, 1024, false);
+        assert!(matches!(made, Err(DataError::Empty(ref p)) if p == &empty), "{made:?}");
+
+        // Through the cache: a killed maker's folder goes, the set is the whole text's.
+        let root = dir.join("cache");
+        let key = corpus_key(one.to_str().unwrap(), "char", None, 0.1).unwrap();
+        let stale = root.join(format!(".{key}.make-{}.0", u32::MAX - 7));
+        std::fs::create_dir_all(&stale).unwrap();
+        std::fs::write(stale.join("corpus_train_000000.bin.part"), b"half").unwrap();
+        let (d, tok) = corpus_shards_in(&root, one.to_str().unwrap(), "char", None, 0.1).unwrap();
+        assert!(!stale.exists(), "the killed maker's folder is left: {:?}", hidden_entries(&root));
+        assert!(hidden_entries(&root).is_empty(), "{:?}", hidden_entries(&root));
+        let meta = read_meta(&d).unwrap().unwrap();
+        let ids = tok.encode(&read_corpus(&one).unwrap()).unwrap();
+        assert_eq!(meta.train_tokens + meta.val_tokens, ids.len());
+    }
 
     /// The names in `root` that start with a dot (temporary and moved-aside folders).
     fn hidden_entries(root: &Path) -> Vec<std::ffi::OsString> {

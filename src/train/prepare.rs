@@ -172,7 +172,113 @@ fn pieces_of(
         }
         return Ok(());
     }
-    let mut r = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut feed = FileFeed { path, r: std::io::BufReader::with_capacity(1 << 20, file) };
+    text_pieces(&mut feed, chunk, true, f)
+}
+
+/// Bytes of text, read on by [`text_pieces`]; its errors name the file.
+trait Feed {
+    /// Like [`Read::read`]: 0 at the end.
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, DataError>;
+    /// The error for bytes that are not UTF-8 at `offset` of the text read.
+    fn not_utf8(&self, offset: usize) -> DataError;
+}
+
+struct FileFeed<'a, R> {
+    path: &'a Path,
+    r: R,
+}
+
+impl<R: Read> Feed for FileFeed<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, DataError> {
+        self.r.read(buf).map_err(io(self.path))
+    }
+    fn not_utf8(&self, offset: usize) -> DataError {
+        DataError::NotUtf8 { path: self.path.to_path_buf(), offset }
+    }
+}
+
+/// A part of a `--corpus`: a file, or the built-in text.
+#[derive(Debug, Clone)]
+pub(crate) enum CorpusPart {
+    File(PathBuf),
+    Text(&'static str),
+}
+
+/// A `--corpus`'s parts read as one text, joined by newlines ([`super::data::read_corpus`]'s text).
+struct CorpusFeed<'a> {
+    parts: &'a [CorpusPart],
+    /// The part being read, and where in the text each part opened so far starts.
+    cur: Option<Box<dyn Read + 'a>>,
+    starts: Vec<usize>,
+    /// Whether the newline before part `starts.len()` was given.
+    joined: bool,
+    pos: usize,
+}
+
+impl<'a> CorpusFeed<'a> {
+    fn new(parts: &'a [CorpusPart]) -> Self {
+        CorpusFeed { parts, cur: None, starts: Vec::new(), joined: false, pos: 0 }
+    }
+
+    fn path(&self, i: usize) -> PathBuf {
+        match &self.parts[i] {
+            CorpusPart::File(p) => p.clone(),
+            CorpusPart::Text(_) => PathBuf::from(super::data::DEFAULT_CORPUS),
+        }
+    }
+}
+
+impl Feed for CorpusFeed<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, DataError> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            if let Some(r) = self.cur.as_mut() {
+                let at = self.starts.len() - 1;
+                let n = r.read(buf).map_err(|source| DataError::Io { path: self.path(at), source })?;
+                if n > 0 {
+                    self.pos += n;
+                    return Ok(n);
+                }
+                self.cur = None;
+            }
+            let next = self.starts.len();
+            if next == self.parts.len() {
+                return Ok(0);
+            }
+            if next > 0 && !self.joined {
+                self.joined = true;
+                buf[0] = b'\n';
+                self.pos += 1;
+                return Ok(1);
+            }
+            self.joined = false;
+            self.cur = Some(match &self.parts[next] {
+                CorpusPart::File(p) => {
+                    Box::new(std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(p).map_err(io(p))?))
+                }
+                CorpusPart::Text(t) => Box::new(t.as_bytes()),
+            });
+            self.starts.push(self.pos);
+        }
+    }
+
+    fn not_utf8(&self, offset: usize) -> DataError {
+        let i = self.starts.iter().rposition(|&s| s <= offset).unwrap_or(0);
+        DataError::NotUtf8 { path: self.path(i), offset: offset - self.starts.get(i).copied().unwrap_or(0) }
+    }
+}
+
+/// Calls `f(piece, first)` for the pieces of `feed`'s text, cut at [`cut_point`]s, `chunk` bytes
+/// read at a time; `bom`: a byte-order mark that starts the text is dropped.
+fn text_pieces(
+    feed: &mut impl Feed,
+    chunk: usize,
+    bom: bool,
+    mut f: impl FnMut(String, bool) -> Result<(), DataError>,
+) -> Result<(), DataError> {
     let mut carry: Vec<u8> = Vec::new();
     let mut offset = 0usize;
     let mut first = true;
@@ -180,7 +286,7 @@ fn pieces_of(
         let mut buf = vec![0u8; chunk];
         let mut got = 0;
         while got < buf.len() {
-            let n = r.read(&mut buf[got..]).map_err(io(path))?;
+            let n = feed.read(&mut buf[got..])?;
             if n == 0 {
                 break;
             }
@@ -192,13 +298,12 @@ fn pieces_of(
         let cut = if end { carry.len() } else { cut_point(&carry, 2 * chunk) };
         if cut > 0 {
             let rest = carry.split_off(cut);
-            let text = String::from_utf8(std::mem::replace(&mut carry, rest)).map_err(|e| DataError::NotUtf8 {
-                path: path.to_path_buf(),
-                offset: offset + e.utf8_error().valid_up_to(),
-            })?;
+            let text = String::from_utf8(std::mem::replace(&mut carry, rest))
+                .map_err(|e| feed.not_utf8(offset + e.utf8_error().valid_up_to()))?;
             offset += cut;
             // A text file's byte-order mark is not text.
-            let text = if first { text.strip_prefix('\u{feff}').map(String::from).unwrap_or(text) } else { text };
+            let text =
+                if first && bom { text.strip_prefix('\u{feff}').map(String::from).unwrap_or(text) } else { text };
             f(text, first)?;
             first = false;
         }
@@ -316,14 +421,17 @@ fn check_name(name: &str) -> Result<(), crate::train::TrainError> {
     Ok(())
 }
 
-/// Removes the temporary folders (`{stem}PID`) that earlier processes writing the same output
-/// (`ddl data prepare`, `ddl train --resume … --out`) left when killed (their process no longer
-/// exists).
+/// Removes the temporary folders (`{stem}PID`, `{stem}PID.N`) that earlier processes writing the
+/// same output (`ddl data prepare`, `ddl train --resume … --out`, `--corpus`'s shard cache) left
+/// when killed (their process no longer exists).
 pub(crate) fn remove_stale_temp_dirs(parent: &Path, stem: &str) {
     let Ok(entries) = std::fs::read_dir(parent) else { return };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix(stem).and_then(|p| p.parse::<u32>().ok()) else { continue };
+        // (`{stem}PID`, or `{stem}PID.N`.)
+        let Some(pid) = name.strip_prefix(stem).and_then(|p| p.split('.').next()?.parse::<u32>().ok()) else {
+            continue;
+        };
         // (Where liveness cannot be checked, the folder is left.)
         if pid != std::process::id() && crate::train::lock::alive(pid) == Some(false) {
             let _ = std::fs::remove_dir_all(e.path());
@@ -332,6 +440,128 @@ pub(crate) fn remove_stale_temp_dirs(parent: &Path, stem: &str) {
 }
 
 type Written = (usize, usize, usize);
+
+/// What an [`Encoder`] wrote: the shards with their token counts, the tokens, the documents.
+struct Encoded {
+    shards: Vec<(PathBuf, usize)>,
+    tokens: usize,
+    documents: usize,
+}
+
+/// Text pieces into token shards: pieces are batched, a batch tokenised by all cores at once and
+/// written in order, documents separated by `sep`, the progress (bytes of `bytes`) on a bar.
+struct Encoder<'a> {
+    tok: &'a Tokenizer,
+    sep: &'a [u32],
+    threads: usize,
+    writer: Writer,
+    batch: Vec<(String, bool)>,
+    batch_bytes: usize,
+    /// Tokens written, documents begun, bytes of text read.
+    total: usize,
+    documents: usize,
+    read: u64,
+    bar: Option<indicatif::ProgressBar>,
+    bytes: u64,
+    t0: std::time::Instant,
+}
+
+impl<'a> Encoder<'a> {
+    fn new(tok: &'a Tokenizer, sep: &'a [u32], writer: Writer, bytes: u64, bar: bool) -> Self {
+        let bar = bar.then(|| {
+            let b = indicatif::ProgressBar::new(bytes);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} {msg} eta {eta}",
+                )
+                .expect("a valid template"),
+            );
+            b
+        });
+        Encoder {
+            tok,
+            sep,
+            threads: std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(1, 64),
+            writer,
+            batch: Vec::new(),
+            batch_bytes: 0,
+            total: 0,
+            documents: 0,
+            read: 0,
+            bar,
+            bytes,
+            t0: std::time::Instant::now(),
+        }
+    }
+
+    /// Takes a piece of text (`starts`: it begins a document); Ctrl-C stops here.
+    fn push(&mut self, text: String, starts: bool) -> Result<(), DataError> {
+        if crate::train::interrupted() {
+            return Err(DataError::Interrupted);
+        }
+        self.batch_bytes += text.len();
+        self.read += text.len() as u64;
+        self.batch.push((text, starts));
+        if self.batch_bytes >= BATCH_BYTES || self.batch.len() >= 4096 {
+            self.flush()?;
+            if let Some(b) = &self.bar {
+                b.set_position(self.read.min(self.bytes));
+                b.set_message(format!(
+                    "{:.2} M tokens/s",
+                    self.total as f64 / self.t0.elapsed().as_secs_f64().max(1e-9) / 1e6
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), DataError> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        // Contiguous parts of the batch, one per thread, encoded at once, written in order.
+        let per = self.batch.len().div_ceil(self.threads);
+        let tok = self.tok;
+        let encoded: Vec<Result<Vec<Vec<u32>>, crate::tokenizer::TokenizerError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .batch
+                .chunks(per)
+                .map(|part| s.spawn(move || part.iter().map(|(t, _)| tok.encode(t)).collect::<Result<Vec<_>, _>>()))
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("a tokenizer thread panicked")).collect()
+        });
+        let mut i = 0;
+        for part in encoded {
+            for ids in part? {
+                if self.batch[i].1 {
+                    if self.documents > 0 {
+                        self.writer.push(self.sep)?;
+                        self.total += self.sep.len();
+                    }
+                    self.documents += 1;
+                }
+                self.writer.push(&ids)?;
+                self.total += ids.len();
+                i += 1;
+            }
+        }
+        self.batch.clear();
+        self.batch_bytes = 0;
+        Ok(())
+    }
+
+    /// The shards written, the tokens and the documents.
+    fn finish(mut self) -> Result<Encoded, DataError> {
+        self.flush()?;
+        if crate::train::interrupted() {
+            return Err(DataError::Interrupted);
+        }
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+        Ok(Encoded { shards: self.writer.finish()?, tokens: self.total, documents: self.documents })
+    }
+}
 
 fn write_all(
     opts: &PrepareOptions,
@@ -342,88 +572,17 @@ fn write_all(
     dir: &Path,
     bytes: u64,
 ) -> Result<Written, crate::train::TrainError> {
-    let bar = (!opts.quiet).then(|| {
-        let b = indicatif::ProgressBar::new(bytes);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} {msg} eta {eta}",
-            )
-            .expect("a valid template"),
-        );
-        b
-    });
-    let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(1, 64);
-    let mut writer = Writer::new(dir, &opts.name, "train", opts.shard_tokens, wide);
-    let (mut total, mut documents, mut done_bytes) = (0usize, 0usize, 0u64);
-    let t0 = std::time::Instant::now();
-    let mut batch: Vec<(String, bool)> = Vec::new();
-    let mut batch_bytes = 0usize;
-    let flush = |batch: &mut Vec<(String, bool)>,
-                 writer: &mut Writer,
-                 total: &mut usize,
-                 documents: &mut usize|
-     -> Result<(), crate::train::TrainError> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        // Contiguous parts of the batch, one per thread, encoded at once, written in order.
-        let per = batch.len().div_ceil(threads);
-        let encoded: Vec<Result<Vec<Vec<u32>>, crate::tokenizer::TokenizerError>> = std::thread::scope(|s| {
-            let handles: Vec<_> = batch
-                .chunks(per)
-                .map(|part| s.spawn(move || part.iter().map(|(t, _)| tok.encode(t)).collect::<Result<Vec<_>, _>>()))
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("a tokenizer thread panicked")).collect()
-        });
-        let mut i = 0;
-        for part in encoded {
-            for ids in part.map_err(DataError::from)? {
-                if batch[i].1 {
-                    if *documents > 0 {
-                        writer.push(sep).map_err(DataError::from)?;
-                        *total += sep.len();
-                    }
-                    *documents += 1;
-                }
-                writer.push(&ids).map_err(DataError::from)?;
-                *total += ids.len();
-                i += 1;
-            }
-        }
-        batch.clear();
-        Ok(())
-    };
+    let writer = Writer::new(dir, &opts.name, "train", opts.shard_tokens, wide);
+    let mut enc = Encoder::new(tok, sep, writer, bytes, !opts.quiet);
     for f in files {
         pieces(f, |text, starts| {
-            if crate::train::interrupted() {
-                return Err(DataError::Interrupted);
-            }
-            batch_bytes += text.len();
-            done_bytes += text.len() as u64;
-            batch.push((text, starts));
-            if batch_bytes >= BATCH_BYTES || batch.len() >= 4096 {
-                flush(&mut batch, &mut writer, &mut total, &mut documents)
-                    .map_err(|e| DataError::Meta { path: f.clone(), msg: e.to_string() })?;
-                batch_bytes = 0;
-                if let Some(b) = &bar {
-                    b.set_position(done_bytes.min(bytes));
-                    b.set_message(format!(
-                        "{:.2} M tokens/s",
-                        total as f64 / t0.elapsed().as_secs_f64().max(1e-9) / 1e6
-                    ));
-                }
-            }
-            Ok(())
+            enc.push(text, starts).map_err(|e| match e {
+                DataError::Interrupted => e,
+                e => DataError::Meta { path: f.clone(), msg: e.to_string() },
+            })
         })?;
     }
-    flush(&mut batch, &mut writer, &mut total, &mut documents)?;
-    if crate::train::interrupted() {
-        return Err(DataError::Interrupted.into());
-    }
-    let mut shards = writer.finish().map_err(DataError::from)?;
-    if let Some(b) = &bar {
-        b.finish_and_clear();
-    }
+    let Encoded { mut shards, tokens: total, documents } = enc.finish()?;
     // The validation split: the end of the stream.
     let val_n = match opts.val {
         ValSplit::Tokens(n) => n,
@@ -466,6 +625,82 @@ fn write_all(
     all.extend(val);
     super::data::finish_meta(dir, tok, all, split, val_n, &source)?;
     Ok((split, val_n, documents))
+}
+
+/// A `--corpus` read in pieces: its parts' text joined by newlines, one document — the text
+/// [`super::data::read_corpus`] reads whole.
+#[derive(Debug, Clone)]
+pub(crate) struct Corpus {
+    /// The setting, for messages.
+    pub path: PathBuf,
+    pub parts: Vec<CorpusPart>,
+}
+
+impl Corpus {
+    /// The parts of a `--corpus`: its files, or the built-in text for the default corpus when it
+    /// is not there.
+    pub fn open(path: &Path) -> Result<Corpus, DataError> {
+        use super::data::{DEFAULT_CORPUS, corpus_files, embedded_corpus};
+        let parts = if !path.exists() && path == Path::new(DEFAULT_CORPUS) {
+            vec![CorpusPart::Text(embedded_corpus())]
+        } else {
+            corpus_files(path)?.into_iter().map(CorpusPart::File).collect()
+        };
+        Ok(Corpus { path: path.to_path_buf(), parts })
+    }
+
+    /// The bytes of its text (the parts' sizes and the newlines that join them).
+    pub fn bytes(&self) -> u64 {
+        let sizes = self.parts.iter().map(|p| match p {
+            CorpusPart::File(f) => std::fs::metadata(f).map(|m| m.len()).unwrap_or(0),
+            CorpusPart::Text(t) => t.len() as u64,
+        });
+        sizes.sum::<u64>() + self.parts.len().saturating_sub(1) as u64
+    }
+
+    /// The char tokenizer of its text: [`CharTokenizer::from_corpus`] of the whole text, without
+    /// holding it.
+    pub fn char_tokenizer(&self) -> Result<Tokenizer, DataError> {
+        let mut set = crate::tokenizer::CharSet::default();
+        text_pieces(&mut CorpusFeed::new(&self.parts), CHUNK, false, |t, _| {
+            set.add(&t);
+            Ok(())
+        })?;
+        let chars = set.chars();
+        if chars.is_empty() {
+            return Err(DataError::Empty(self.path.clone()));
+        }
+        Ok(Tokenizer::Char(CharTokenizer::from_chars(chars)))
+    }
+
+    /// Writes its shard set into `dir` in constant memory: its text tokenised with `tok` in
+    /// pieces of about `chunk` bytes — the tokens of the whole text, since pieces are cut where
+    /// byte-level BPE splits anyway (a line of more than `2 × chunk` bytes without a space
+    /// between words is the exception, [`cut_point`]) — its last `n − round(n·(1 − f))` tokens
+    /// the validation split; `bar`: progress shown on a terminal.
+    pub fn write_set(
+        &self,
+        dir: &Path,
+        tok: &Tokenizer,
+        val_fraction: f64,
+        shard_tokens: usize,
+        chunk: usize,
+        bar: bool,
+    ) -> Result<super::data::Meta, DataError> {
+        let wide = tok.vocab_size() > u16::MAX as usize + 1;
+        let writer = Writer::new(dir, "corpus", "train", shard_tokens, wide);
+        let mut enc = Encoder::new(tok, &[], writer, self.bytes(), bar);
+        text_pieces(&mut CorpusFeed::new(&self.parts), chunk, false, |t, starts| enc.push(t, starts))?;
+        if enc.read == 0 {
+            return Err(DataError::Empty(self.path.clone()));
+        }
+        let Encoded { mut shards, tokens: total, .. } = enc.finish()?;
+        let split = ((total as f64) * (1.0 - val_fraction)).round() as usize;
+        let val = carve(dir, "corpus", &mut shards, split, shard_tokens, wide)?;
+        shards.extend(val);
+        let source = format!("--corpus {}", self.path.display());
+        super::data::finish_meta(dir, tok, shards, split, total - split, &source)
+    }
 }
 
 /// Moves tokens `[split, total)` of the training shards into validation shards and truncates
