@@ -180,18 +180,18 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
         TokenizerCmd::Train { corpus, vocab_size, out, force } => {
             train_cmd::refuse_inside_kept("--out", &out)?;
             check_tokenizer_out(&corpus, &out, force)?;
-            let text = ddl::train::data::read_corpus(&corpus)?;
+            // The corpus is read in pieces (a corpus of gigabytes is never held whole), twice:
+            // to train, then to count the tokens.
             let t0 = std::time::Instant::now();
-            let tok = ddl::tokenizer::train_bpe(&text, vocab_size)?;
+            let tok = ddl::train::data::train_corpus_bpe(&corpus, vocab_size)?;
             let secs = t0.elapsed().as_secs_f64();
-            let n = tok.encode(&text)?.len();
+            let (bytes, n) = ddl::train::data::corpus_token_count(&corpus, &tok)?;
             // (Without --force never over a file made meanwhile: two trainers racing to one --out.)
             tok.save_as(&out, force)?;
             println!("trained in {secs:.1} s: vocab size {} (asked for {vocab_size})", tok.vocab_size());
             println!(
-                "compression: {:.3} bytes per token ({} bytes -> {n} tokens)",
-                text.len() as f64 / n.max(1) as f64,
-                text.len()
+                "compression: {:.3} bytes per token ({bytes} bytes -> {n} tokens)",
+                bytes as f64 / n.max(1) as f64
             );
             println!("wrote {}", out.display());
         }

@@ -19,7 +19,7 @@ pub const EOT: &str = "<|endoftext|>";
 pub const BPE_BASE_VOCAB: usize = 256 + 1;
 
 /// Texts longer than this are tokenised in pieces cut where the pre-tokenizer splits anyway.
-const CHUNK_BYTES: usize = 64 * 1024;
+pub(crate) const CHUNK_BYTES: usize = 64 * 1024;
 
 /// Why text could not be tokenised (or a tokenizer could not be built, read or written).
 #[derive(Debug, thiserror::Error)]
@@ -172,11 +172,20 @@ impl Stored {
 /// text round-trips exactly) with `vocab_size` tokens at most, [`EOT`] included; merges need a
 /// pair seen at least twice, so a small corpus may give fewer tokens.
 pub fn train_bpe(corpus_text: &str, vocab_size: usize) -> Result<Tokenizer, TokenizerError> {
-    if vocab_size <= BPE_BASE_VOCAB {
-        return Err(TokenizerError::VocabTooSmall { got: vocab_size, min: BPE_BASE_VOCAB + 1 });
-    }
     if corpus_text.is_empty() {
         return Err(TokenizerError::Empty);
+    }
+    train_bpe_pieces(chunks(corpus_text, CHUNK_BYTES).into_iter(), vocab_size)
+}
+
+/// [`train_bpe`] on a text given as pieces, in order, cut where [`safe_cut`] says (the words
+/// counted are the whole text's): a corpus read piece by piece is never held whole.
+pub fn train_bpe_pieces<S: AsRef<str> + Send>(
+    pieces: impl Iterator<Item = S> + Send,
+    vocab_size: usize,
+) -> Result<Tokenizer, TokenizerError> {
+    if vocab_size <= BPE_BASE_VOCAB {
+        return Err(TokenizerError::VocabTooSmall { got: vocab_size, min: BPE_BASE_VOCAB + 1 });
     }
     let mut t = HfTokenizer::new(BPE::default());
     t.with_pre_tokenizer(Some(ByteLevel::default().add_prefix_space(false)));
@@ -190,8 +199,7 @@ pub fn train_bpe(corpus_text: &str, vocab_size: usize) -> Result<Tokenizer, Toke
         .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
         .build()
         .into();
-    t.train(&mut trainer, chunks(corpus_text, CHUNK_BYTES).into_iter())
-        .map_err(|e| TokenizerError::Train(e.to_string()))?;
+    t.train(&mut trainer, pieces).map_err(|e| TokenizerError::Train(e.to_string()))?;
     Ok(Tokenizer::Bpe(Box::new(t)))
 }
 
@@ -223,7 +231,7 @@ pub(crate) fn safe_cut(text: &[u8], i: usize) -> bool {
 /// Pieces of `text` of about `target` bytes or more, cut only where [`safe_cut`] says (after a
 /// newline or before a single space between two words), so that tokenising the pieces gives
 /// exactly the ids of the whole text — a text of one long line is cut too.
-fn chunks(text: &str, target: usize) -> Vec<&str> {
+pub(crate) fn chunks(text: &str, target: usize) -> Vec<&str> {
     let bytes = text.as_bytes();
     let mut out = Vec::new();
     let mut start = 0;

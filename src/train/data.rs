@@ -381,6 +381,17 @@ pub fn corpus_char_tokenizer(corpus: &Path) -> Result<Tokenizer, DataError> {
     super::prepare::Corpus::open(corpus)?.char_tokenizer()
 }
 
+/// A byte-level BPE of `vocab_size` tokens trained on a `--corpus`'s text, read in pieces
+/// (`ddl tokenizer train`).
+pub fn train_corpus_bpe(corpus: &Path, vocab_size: usize) -> Result<Tokenizer, DataError> {
+    super::prepare::Corpus::open(corpus)?.train_bpe(vocab_size, CORPUS_CHUNK)
+}
+
+/// The bytes of a `--corpus`'s text and the tokens `tok` makes of them, read in pieces.
+pub fn corpus_token_count(corpus: &Path, tok: &Tokenizer) -> Result<(u64, usize), DataError> {
+    super::prepare::Corpus::open(corpus)?.count_tokens(tok)
+}
+
 /// A corpus this large (bytes) is said to be tokenised, with a progress bar on a terminal.
 const BIG_CORPUS: u64 = 64 << 20;
 /// The bytes a `--corpus` is read in at a time (its pieces: [`super::prepare`]).
@@ -998,6 +1009,38 @@ mod tests {
         let meta = read_meta(&d).unwrap().unwrap();
         let ids = tok.encode(&read_corpus(&one).unwrap()).unwrap();
         assert_eq!(meta.train_tokens + meta.val_tokens, ids.len());
+    }
+
+    /// `ddl tokenizer train` reads its corpus in pieces (it held the whole text): the same
+    /// tokenizer as one trained on the whole text, the same token count, the errors of reading
+    /// it whole.
+    #[test]
+    fn a_tokenizer_is_trained_on_a_corpus_read_in_pieces() {
+        use crate::train::prepare::Corpus;
+        let dir = crate::testing::scratch_dir("data-bpe-pieces");
+        let shakespeare = embedded_corpus();
+        let folder = dir.join("folder");
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("a.txt"), &shakespeare[..60_000]).unwrap();
+        std::fs::write(folder.join("b.txt"), format!("\u{feff}{} ends", &shakespeare[60_000..90_000])).unwrap();
+        let text = read_corpus(&folder).unwrap();
+        let whole = crate::tokenizer::train_bpe(&text, 500).unwrap();
+        let corpus = Corpus::open(&folder).unwrap();
+        let pieces = corpus.train_bpe(500, 2048).unwrap();
+        assert_eq!(pieces.to_json(), whole.to_json(), "the same merges as the whole text's");
+        assert_eq!(train_corpus_bpe(&folder, 500).unwrap().to_json(), whole.to_json());
+        let (bytes, n) = corpus_token_count(&folder, &pieces).unwrap();
+        assert_eq!((bytes, n), (text.len() as u64, whole.encode(&text).unwrap().len()));
+        // Errors: the whole text's (the file and offset; empty; a vocabulary too small).
+        std::fs::write(folder.join("c.txt"), [&shakespeare.as_bytes()[..777], &[0xc3, b'(']].concat()).unwrap();
+        let bad = Corpus::open(&folder).unwrap().train_bpe(500, 2048).unwrap_err().to_string();
+        assert_eq!(bad, read_corpus(&folder).unwrap_err().to_string());
+        assert!(bad.contains("c.txt") && bad.contains("777"), "{bad}");
+        let empty = dir.join("empty.txt");
+        std::fs::write(&empty, "").unwrap();
+        assert!(matches!(train_corpus_bpe(&empty, 500), Err(DataError::Empty(p)) if p == empty));
+        let small = train_corpus_bpe(&dir.join("folder/a.txt"), 10).unwrap_err().to_string();
+        assert!(small.contains("10"), "{small}");
     }
 
     /// The names in `root` that start with a dot (temporary and moved-aside folders).

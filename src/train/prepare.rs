@@ -454,7 +454,8 @@ struct Encoder<'a> {
     tok: &'a Tokenizer,
     sep: &'a [u32],
     threads: usize,
-    writer: Writer,
+    /// `None`: the tokens are counted only.
+    writer: Option<Writer>,
     batch: Vec<(String, bool)>,
     batch_bytes: usize,
     /// Tokens written, documents begun, bytes of text read.
@@ -467,7 +468,7 @@ struct Encoder<'a> {
 }
 
 impl<'a> Encoder<'a> {
-    fn new(tok: &'a Tokenizer, sep: &'a [u32], writer: Writer, bytes: u64, bar: bool) -> Self {
+    fn new(tok: &'a Tokenizer, sep: &'a [u32], writer: Option<Writer>, bytes: u64, bar: bool) -> Self {
         let bar = bar.then(|| {
             let b = indicatif::ProgressBar::new(bytes);
             b.set_style(
@@ -535,12 +536,16 @@ impl<'a> Encoder<'a> {
             for ids in part? {
                 if self.batch[i].1 {
                     if self.documents > 0 {
-                        self.writer.push(self.sep)?;
+                        if let Some(w) = &mut self.writer {
+                            w.push(self.sep)?;
+                        }
                         self.total += self.sep.len();
                     }
                     self.documents += 1;
                 }
-                self.writer.push(&ids)?;
+                if let Some(w) = &mut self.writer {
+                    w.push(&ids)?;
+                }
                 self.total += ids.len();
                 i += 1;
             }
@@ -559,7 +564,11 @@ impl<'a> Encoder<'a> {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
         }
-        Ok(Encoded { shards: self.writer.finish()?, tokens: self.total, documents: self.documents })
+        let shards = match self.writer.take() {
+            Some(w) => w.finish()?,
+            None => Vec::new(),
+        };
+        Ok(Encoded { shards, tokens: self.total, documents: self.documents })
     }
 }
 
@@ -573,7 +582,7 @@ fn write_all(
     bytes: u64,
 ) -> Result<Written, crate::train::TrainError> {
     let writer = Writer::new(dir, &opts.name, "train", opts.shard_tokens, wide);
-    let mut enc = Encoder::new(tok, sep, writer, bytes, !opts.quiet);
+    let mut enc = Encoder::new(tok, sep, Some(writer), bytes, !opts.quiet);
     for f in files {
         pieces(f, |text, starts| {
             enc.push(text, starts).map_err(|e| match e {
@@ -673,6 +682,43 @@ impl Corpus {
         Ok(Tokenizer::Char(CharTokenizer::from_chars(chars)))
     }
 
+    /// A byte-level BPE of `vocab_size` tokens trained on its text
+    /// ([`crate::tokenizer::train_bpe`] of the whole text), read in pieces on a thread of its own
+    /// while the trainer counts them (about `chunk` bytes each): the text is never held whole.
+    pub fn train_bpe(&self, vocab_size: usize, chunk: usize) -> Result<Tokenizer, DataError> {
+        // The trainer's own pieces (64 KB: what it counts on a core at once) of the pieces read.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<String>(256);
+        let (read, trained) = std::thread::scope(|s| {
+            let reader = s.spawn(move || {
+                let mut read = 0u64;
+                text_pieces(&mut CorpusFeed::new(&self.parts), chunk, false, |t, _| {
+                    read += t.len() as u64;
+                    // (A trainer that stopped — its error is returned — takes no more.)
+                    for piece in crate::tokenizer::chunks(&t, crate::tokenizer::CHUNK_BYTES) {
+                        tx.send(piece.to_string()).map_err(|_| DataError::Interrupted)?;
+                    }
+                    Ok(())
+                })
+                .map(|()| read)
+            });
+            let trained = crate::tokenizer::train_bpe_pieces(rx.into_iter(), vocab_size);
+            (reader.join().expect("the corpus reader panicked"), trained)
+        });
+        let tok = trained?;
+        if read? == 0 {
+            return Err(DataError::Empty(self.path.clone()));
+        }
+        Ok(tok)
+    }
+
+    /// The bytes of its text and the tokens `tok` makes of them, counted in pieces on every core.
+    pub fn count_tokens(&self, tok: &Tokenizer) -> Result<(u64, usize), DataError> {
+        let mut enc = Encoder::new(tok, &[], None, self.bytes(), false);
+        text_pieces(&mut CorpusFeed::new(&self.parts), CHUNK, false, |t, starts| enc.push(t, starts))?;
+        let read = enc.read;
+        Ok((read, enc.finish()?.tokens))
+    }
+
     /// Writes its shard set into `dir` in constant memory: its text tokenised with `tok` in
     /// pieces of about `chunk` bytes — the tokens of the whole text, since pieces are cut where
     /// byte-level BPE splits anyway (a line of more than `2 × chunk` bytes without a space
@@ -689,7 +735,7 @@ impl Corpus {
     ) -> Result<super::data::Meta, DataError> {
         let wide = tok.vocab_size() > u16::MAX as usize + 1;
         let writer = Writer::new(dir, "corpus", "train", shard_tokens, wide);
-        let mut enc = Encoder::new(tok, &[], writer, self.bytes(), bar);
+        let mut enc = Encoder::new(tok, &[], Some(writer), self.bytes(), bar);
         text_pieces(&mut CorpusFeed::new(&self.parts), chunk, false, |t, starts| enc.push(t, starts))?;
         if enc.read == 0 {
             return Err(DataError::Empty(self.path.clone()));
