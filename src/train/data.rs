@@ -905,8 +905,8 @@ impl Dataset {
 mod tests {
     use super::*;
 
-    /// The shard set of a corpus made the way `--corpus` once made it (and `corpus_set` must
-    /// match): the whole text read, encoded at once, `ids` written split at `split`.
+    /// The shard set of a corpus made the way `--corpus` once made it (`Corpus::write_set` must
+    /// match it): the whole text read, encoded at once, `ids` written split at `split`.
     fn write_shard_set(
         dir: &Path,
         name: &str,
