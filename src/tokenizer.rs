@@ -204,14 +204,20 @@ pub fn train_bpe_pieces<S: AsRef<str> + Send>(
 }
 
 /// Whether GPT-2's byte-level pre-tokenizer ends a pre-token at byte `i` of `text` whatever comes
-/// before and after: after a `\n`, or before a single space, with a letter, digit or ASCII
-/// punctuation mark on each side (the space then starts the next word's pre-token). Cutting
-/// there and tokenising the pieces gives exactly the ids of the whole text.
+/// before and after: after a `\n`, or before a single space, with a character that is neither
+/// whitespace nor a control character on each side. Its pattern
+/// (`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`) then ends a
+/// match there in the whole text as in the pieces: no match that starts before such a character
+/// crosses whitespace, a lone `\n` before one is a match of its own, and a single space starts the
+/// next word's match. Cutting there and tokenising the pieces gives exactly the ids of the whole
+/// text — text in any script (a line of Chinese ends in `。`, not in a letter) included.
 pub(crate) fn safe_cut(text: &[u8], i: usize) -> bool {
     if i == 0 || i >= text.len() {
         return false;
     }
-    let solid = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c.is_ascii_punctuation());
+    // (Control characters are left out: whether the pattern's `\s` takes U+001C–U+001F, which
+    // Unicode's White_Space does not, is the regex engine's choice.)
+    let solid = |c: Option<char>| c.is_some_and(|c| !c.is_whitespace() && !c.is_control());
     // The characters ending at `end` and starting at `start` (the text may be cut anywhere).
     let before = |end: usize| {
         let from = (end.saturating_sub(4)..end).find(|&j| text[j] & 0xC0 != 0x80)?;
@@ -252,11 +258,12 @@ pub(crate) fn chunks(text: &str, target: usize) -> Vec<&str> {
 }
 
 /// Whether [`chunks`] cannot change how `t` tokenises: no normaliser, GPT-2 byte-level
-/// pre-tokenisation without a prefix space, and no added token spanning a newline.
+/// pre-tokenisation without a prefix space, and no added token holding whitespace (a cut could
+/// fall inside it).
 fn chunkable(t: &HfTokenizer) -> bool {
     t.get_normalizer().is_none()
         && matches!(t.get_pre_tokenizer(), Some(PreTokenizerWrapper::ByteLevel(b)) if !b.add_prefix_space && b.use_regex)
-        && t.get_added_tokens_decoder().values().all(|a| !a.content.contains('\n'))
+        && t.get_added_tokens_decoder().values().all(|a| !a.content.chars().any(char::is_whitespace))
 }
 
 impl Tokenizer {
@@ -265,6 +272,16 @@ impl Tokenizer {
         match self {
             Tokenizer::Char(c) => c.chars.len(),
             Tokenizer::Bpe(t) => t.get_vocab(true).values().max().map_or(0, |&m| m as usize + 1),
+        }
+    }
+
+    /// Whether a text cut where [`safe_cut`] says tokenises to the ids of the whole text: always
+    /// for characters; for a BPE, GPT-2's byte-level pre-tokenisation without a prefix space and
+    /// without a normaliser (not, e.g., SentencePiece's Metaspace).
+    pub fn cuts_exactly(&self) -> bool {
+        match self {
+            Tokenizer::Char(_) => true,
+            Tokenizer::Bpe(t) => chunkable(t),
         }
     }
 

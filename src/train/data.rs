@@ -461,33 +461,52 @@ fn corpus_shards_in(
     given: Option<&Tokenizer>,
     val_fraction: f64,
 ) -> Result<(PathBuf, Tokenizer), crate::train::TrainError> {
-    let mut key = corpus_key(corpus, tok_setting, given, val_fraction)?;
-    let mut dir = root.join(&key);
-    if let Some(meta) = cached_set(&dir)? {
-        match given {
-            Some(g) if g.to_json() != meta.tokenizer => {
-                // Made with another tokenizer than the one given (a tokenizer file changed since):
-                // a set of its own.
-                use sha2::Digest;
-                let d = sha2::Sha256::digest(g.to_json().as_bytes());
-                key = format!("{key}-{}", d.iter().take(6).map(|b| format!("{b:02x}")).collect::<String>());
-                dir = root.join(&key);
-                if cached_set(&dir)?.is_some() {
-                    return Ok((dir, g.clone()));
-                }
-            }
-            _ => {
-                let tok = Tokenizer::from_json(&meta.tokenizer).map_err(DataError::from)?;
-                return Ok((dir, tok));
+    let base = corpus_key(corpus, tok_setting, given, val_fraction)?;
+    let source = super::prepare::Corpus::open(Path::new(corpus))?;
+    // A set made with the tokenizer the settings name is `base`; one made with another
+    // (`given`: a resumed run's or evaluation's, the settings' file having changed since) is
+    // `base-DIGEST`, never `base`, where a new run on the same settings would take it and train
+    // with a tokenizer they do not name.
+    let with_digest = |t: &Tokenizer| {
+        use sha2::Digest;
+        let d = sha2::Sha256::digest(t.to_json().as_bytes());
+        format!("{base}-{}", d.iter().take(6).map(|b| format!("{b:02x}")).collect::<String>())
+    };
+    let settings_tok = || -> Result<Tokenizer, crate::train::TrainError> {
+        if tok_setting == "char" {
+            Ok(source.char_tokenizer()?)
+        } else {
+            crate::train::build_tokenizer(tok_setting, "")
+        }
+    };
+    let found = cached_set(&root.join(&base))?;
+    let (key, tok) = match (given, found) {
+        (Some(g), Some(meta)) if g.to_json() == meta.tokenizer => return Ok((root.join(&base), g.clone())),
+        (None, Some(meta)) => {
+            let theirs = Tokenizer::from_json(&meta.tokenizer).map_err(DataError::from)?;
+            // (A tokenizer file's set is checked against the file: an earlier version made sets
+            // with a resumed run's tokenizer under `base`.)
+            match (tok_setting != "char").then(settings_tok).transpose()? {
+                Some(t) if t.to_json() != meta.tokenizer => (with_digest(&t), t),
+                _ => return Ok((root.join(&base), theirs)),
             }
         }
-    }
-    let source = super::prepare::Corpus::open(Path::new(corpus))?;
-    let tok = match given {
-        Some(t) => t.clone(),
-        None if tok_setting == "char" => source.char_tokenizer()?,
-        None => crate::train::build_tokenizer(tok_setting, "")?,
+        (None, None) => (base.clone(), settings_tok()?),
+        (Some(g), found) => {
+            let key = with_digest(g);
+            if cached_set(&root.join(&key))?.is_some() {
+                return Ok((root.join(&key), g.clone()));
+            }
+            // No set yet: `base` if the settings name this very tokenizer (a resumed run whose
+            // cache was removed), else its own.
+            let same = found.is_none() && settings_tok().is_ok_and(|t| t.to_json() == g.to_json());
+            (if same { base.clone() } else { key }, g.clone())
+        }
     };
+    let dir = root.join(&key);
+    if key != base && cached_set(&dir)?.is_some() {
+        return Ok((dir, tok));
+    }
     // Built in a private folder, renamed into place complete (a concurrent maker's copy wins):
     // private to this call, not only to the process, since the runs of `ddl experiment --jobs`
     // are threads of one process that may all make the same set at once. What a killed maker
@@ -1041,6 +1060,69 @@ mod tests {
         assert!(matches!(train_corpus_bpe(&empty, 500), Err(DataError::Empty(p)) if p == empty));
         let small = train_corpus_bpe(&dir.join("folder/a.txt"), 10).unwrap_err().to_string();
         assert!(small.contains("10"), "{small}");
+    }
+
+    /// A set made with a resumed run's tokenizer (given) is never the one a new run on the same
+    /// settings finds: a new run once trained, silently, with the tokenizer of an earlier run
+    /// instead of the file it named (its cache had been made again by a resume after the file
+    /// changed), and a char run with the characters of an earlier corpus.
+    #[test]
+    fn a_new_run_gets_the_tokenizer_its_settings_name_whatever_resumes_cached() {
+        let dir = crate::testing::scratch_dir("data-cache-tokenizer");
+        let root = dir.join("shards");
+        let corpus = crate::testing::small_corpus(&dir);
+        let c = corpus.as_str();
+        let text = read_corpus(Path::new(c)).unwrap();
+        let tok_a = crate::tokenizer::train_bpe(&text, 320).unwrap();
+        let tok_b = crate::tokenizer::train_bpe(&text, 290).unwrap();
+        let file = dir.join("tok.json");
+        let f = file.to_str().unwrap();
+        tok_a.save_as(&file, true).unwrap();
+        let (_, got) = corpus_shards_in(&root, c, f, None, 0.1).unwrap();
+        assert_eq!(got.to_json(), tok_a.to_json(), "a new run: the file's tokenizer");
+        // The file changes; a run trained with A resumes (its cache removed), then a new run.
+        tok_b.save_as(&file, true).unwrap();
+        std::fs::remove_dir_all(&root).unwrap();
+        let (d, got) = corpus_shards_in(&root, c, f, Some(&tok_a), 0.1).unwrap();
+        assert_eq!(got.to_json(), tok_a.to_json(), "the resumed run: its own tokenizer");
+        assert_eq!(read_meta(&d).unwrap().unwrap().tokenizer, tok_a.to_json());
+        let (d2, got) = corpus_shards_in(&root, c, f, None, 0.1).unwrap();
+        assert_eq!(
+            got.to_json(),
+            tok_b.to_json(),
+            "a new run after the resume: the file's tokenizer, not the resumed run's"
+        );
+        assert_eq!(read_meta(&d2).unwrap().unwrap().tokenizer, tok_b.to_json());
+        assert_ne!(d, d2);
+        // A resume with the file's own tokenizer uses the new run's set.
+        assert_eq!(corpus_shards_in(&root, c, f, Some(&tok_b), 0.1).unwrap().0, d2);
+        // A set an earlier version left under the settings' key with another tokenizer is not taken.
+        let base = corpus_key(c, f, None, 0.1).unwrap();
+        std::fs::remove_dir_all(root.join(&base)).unwrap();
+        let copy = |from: &Path, to: &Path| {
+            std::fs::create_dir_all(to).unwrap();
+            for e in std::fs::read_dir(from).unwrap().flatten() {
+                std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+            }
+        };
+        copy(&d, &root.join(&base));
+        let (_, got) = corpus_shards_in(&root, c, f, None, 0.1).unwrap();
+        assert_eq!(got.to_json(), tok_b.to_json(), "a stale set under the settings' key");
+
+        // Characters: a resumed run's tokenizer with characters the corpus lacks.
+        let char_root = dir.join("char-shards");
+        let mut chars = crate::tokenizer::CharSet::default();
+        chars.add(&text);
+        chars.add("~§");
+        let old = Tokenizer::Char(crate::tokenizer::CharTokenizer::from_chars(chars.chars()));
+        let (_, got) = corpus_shards_in(&char_root, c, "char", Some(&old), 0.1).unwrap();
+        assert_eq!(got.vocab_size(), old.vocab_size());
+        let (_, got) = corpus_shards_in(&char_root, c, "char", None, 0.1).unwrap();
+        let own = Tokenizer::Char(crate::tokenizer::CharTokenizer::from_corpus(&text).unwrap());
+        assert_eq!(got.to_json(), own.to_json(), "a new char run: the corpus's characters");
+        // A resume whose tokenizer is the corpus's own finds the same set.
+        let (d_own, _) = corpus_shards_in(&char_root, c, "char", None, 0.1).unwrap();
+        assert_eq!(corpus_shards_in(&char_root, c, "char", Some(&own), 0.1).unwrap().0, d_own);
     }
 
     /// The names in `root` that start with a dot (temporary and moved-aside folders).

@@ -868,4 +868,51 @@ mod tests {
             assert!(p.ends_with('\n'), "a piece of ordinary text cut mid-line: …{:?}", &p[p.len() - 20..]);
         }
     }
+
+    /// Text whose lines end in other marks than letters and ASCII punctuation — Chinese (`。`,
+    /// `」`), emoji, Cyrillic, tabs, CRLF — is cut at its lines too (it was cut only at hard
+    /// character boundaries every 16 MB, changing tokens there, and a piece of 16 MB tokenised
+    /// at once took gigabytes), with the tokens of the whole text.
+    #[test]
+    fn text_in_any_script_is_cut_at_its_lines_with_the_tokens_of_the_whole() {
+        let dir = crate::testing::scratch_dir("prepare-scripts");
+        let lines = [
+            "「你好，世界。」他说。",
+            "今日は良い天気ですね！",
+            "Привет, мир… — «цитата»",
+            "emoji 🎉🎉 end 🎉",
+            "tab\tseparated\tvalues\t",
+            "crlf line\r",
+            "  leading spaces and trailing ones  ",
+            "數字１２３と number 456。",
+            "",
+            "don't we'll they're 's",
+        ];
+        let mut text = String::new();
+        let mut n = 0usize;
+        while text.len() < 200_000 {
+            text.push_str(lines[n % lines.len()]);
+            text.push_str(if n % 7 == 3 { " " } else { "" });
+            text.push('\n');
+            n = n * 31 % 1009 + 1;
+        }
+        let tok = crate::tokenizer::train_bpe(&text, 700).unwrap();
+        let chunk = 2048;
+        let got = pieces_of_text(&dir, "scripts.txt", &text, chunk);
+        assert_eq!(got.concat(), text, "the pieces are the text");
+        assert!(got.len() > 50, "cut into {} pieces", got.len());
+        assert!(got.iter().all(|p| p.len() <= 2 * chunk), "{:?}", got.iter().map(String::len).max());
+        let cut: Vec<u32> = got.iter().flat_map(|p| tok.encode(p).unwrap()).collect();
+        assert_eq!(cut, whole_ids(&tok, &text), "the pieces' tokens are the whole text's");
+        // And the tokenizer's own 64 KB pieces.
+        assert_eq!(tok.encode(&text).unwrap(), whole_ids(&tok, &text));
+        // Chinese alone: every piece ends at a line's end.
+        let zh: String = (0..3000)
+            .map(|i| ["「你好，世界。」他说。\n", "今日は良い天気ですね！\n", "數字１２３。\n"][i % 3])
+            .collect();
+        let got = pieces_of_text(&dir, "zh.txt", &zh, chunk);
+        assert!(got.len() > 10 && got[..got.len() - 1].iter().all(|p| p.ends_with('\n')), "{} pieces", got.len());
+        let cut: Vec<u32> = got.iter().flat_map(|p| tok.encode(p).unwrap()).collect();
+        assert_eq!(cut, whole_ids(&tok, &zh));
+    }
 }
