@@ -317,7 +317,15 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         {
             let _ = std::fs::remove_dir_all(&out);
         }
-    })?;
+    });
+    let summary = match summary {
+        // Ctrl-C while the corpus was tokenised: said so, and 130 as a run Ctrl-C stopped.
+        Err(ddl::train::TrainError::Data(e @ ddl::train::data::DataError::CacheInterrupted(_))) => {
+            eprintln!("{e}");
+            return Err(crate::Interrupted.into());
+        }
+        s => s?,
+    };
     report_training(dev, &a, &out, &summary)?;
     if summary.interrupted {
         return Err(crate::Interrupted.into());

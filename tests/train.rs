@@ -1103,6 +1103,60 @@ fn ctrl_c_saves_a_checkpoint_and_exits_cleanly_and_the_run_resumes() {
     assert_eq!(ddl::train::checkpoint::load(&out, false).unwrap().step, ck.step + 2);
 }
 
+/// Ctrl-C while `--corpus` is tokenised into the shard cache (a large corpus takes a while; the
+/// process died at once and left the half-made set): exit 130, said so, nothing left in the cache
+/// or in --out. A maker killed outright leaves its folder, which the next maker of any corpus
+/// removes.
+#[test]
+fn ctrl_c_while_the_corpus_is_tokenised_leaves_nothing() {
+    use std::io::{BufRead, Write};
+    let dir = tmpdir("sigint-corpus");
+    let big = dir.join("big.txt");
+    {
+        // Over 64 MiB: the size that says it is being tokenised (the line waited for).
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&big).unwrap());
+        let text = ddl::train::data::embedded_corpus();
+        for _ in 0..(66 << 20) / text.len() + 1 {
+            f.write_all(text.as_bytes()).unwrap();
+        }
+    }
+    let out = dir.join("run");
+    let shards = dir.join("cache/shards");
+    std::fs::create_dir_all(&shards).unwrap();
+    // A killed maker's folder (of another corpus).
+    let stale = shards.join(format!(".0123abcd.make-{}.0", (1u32 << 22) + 5));
+    std::fs::create_dir_all(&stale).unwrap();
+    let mut child = ddl_cmd(&dir)
+        .args(["train", "--steps", "1", "--no-autotune", "--corpus", big.to_str().unwrap()])
+        .arg("--out")
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut said = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        said.push(line.clone());
+        if line.contains("tokenising --corpus") {
+            break;
+        }
+    }
+    assert!(said.last().is_some_and(|l| l.contains("tokenising --corpus")), "{said:?}");
+    assert!(!stale.exists(), "the killed maker's folder is left");
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    said.extend(lines.map(|l| l.unwrap()));
+    let status = child.wait().unwrap();
+    let said = said.join("\n");
+    assert_eq!(status.code(), Some(130), "{said}");
+    assert!(said.contains("interrupted (Ctrl-C) while tokenising --corpus"), "{said}");
+    let left: Vec<_> = std::fs::read_dir(&shards).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "left in the cache: {left:?}");
+    let in_out: Vec<_> =
+        std::fs::read_dir(&out).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert!(in_out.is_empty(), "left in --out: {in_out:?}");
+}
+
 /// A tiny model of `variant` (the benchmark tests' size).
 fn bench_cfg(variant: Variant) -> ddl::model::ModelConfig {
     let mut cfg = ddl::model::ModelConfig::preset("tiny", variant).unwrap();

@@ -44,9 +44,15 @@ pub enum DataError {
     Write { path: PathBuf, source: std::io::Error },
     #[error(
         "cannot write the shard cache in '{path}': {source}; the corpus is tokenised into the cache once \
-         (DDL_CACHE_DIR, else $XDG_CACHE_HOME/ddl or ~/.cache/ddl): set DDL_CACHE_DIR to a writable folder"
+         (DDL_CACHE_DIR, else $XDG_CACHE_HOME/ddl or ~/.cache/ddl): set DDL_CACHE_DIR to a writable folder with \
+         room for the shards (2 bytes a token, 4 above 65,536 token ids)"
     )]
     Cache { path: PathBuf, source: std::io::Error },
+    #[error(
+        "interrupted (Ctrl-C) while tokenising --corpus {0} into the shard cache: nothing was kept, and the next run \
+         tokenises it again"
+    )]
+    CacheInterrupted(String),
     #[error("{0}")]
     Tokenize(#[from] crate::tokenizer::TokenizerError),
     #[error(
@@ -96,10 +102,11 @@ pub fn read_corpus(path: &Path) -> Result<String, DataError> {
 
 /// The cache directory: `$DDL_CACHE_DIR`, else `$XDG_CACHE_HOME/ddl`, else `~/.cache/ddl`.
 pub fn cache_dir() -> PathBuf {
-    if let Ok(d) = std::env::var("DDL_CACHE_DIR") {
+    // (An empty value is no setting, as for XDG's variables.)
+    if let Some(d) = std::env::var_os("DDL_CACHE_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
     }
-    if let Ok(d) = std::env::var("XDG_CACHE_HOME") {
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
         return PathBuf::from(d).join("ddl");
     }
     std::env::var("HOME")
@@ -289,6 +296,28 @@ pub fn read_meta(dir: &Path) -> Result<Option<Meta>, DataError> {
     serde_json::from_str(&text).map(Some).map_err(|e| DataError::Meta { path: p, msg: e.to_string() })
 }
 
+/// Writes train and validation shards (`NAME_train_…`, `NAME_val_…`) of `ids` split at `split`
+/// into `dir`, with `meta.json`; returns the meta. (A corpus's set from its whole text:
+/// [`super::prepare::Corpus::write_set`] writes the same in pieces.)
+fn write_shard_set(
+    dir: &Path,
+    name: &str,
+    tok: &Tokenizer,
+    ids: &[u32],
+    split: usize,
+    shard_tokens: usize,
+    source: &str,
+) -> Result<Meta, DataError> {
+    let wide = tok.vocab_size() > u16::MAX as usize + 1;
+    let mut shards = Vec::new();
+    for (part, range) in [("train", 0..split), ("val", split..ids.len())] {
+        let mut w = crate::train::shards::Writer::new(dir, name, part, shard_tokens, wide);
+        w.push(&ids[range])?;
+        shards.extend(w.finish()?);
+    }
+    finish_meta(dir, tok, shards, split, ids.len() - split, source)
+}
+
 /// `meta.json` for shards already written.
 pub fn finish_meta(
     dir: &Path,
@@ -450,19 +479,24 @@ pub fn corpus_shards(
     given: Option<&Tokenizer>,
     val_fraction: f64,
 ) -> Result<(PathBuf, Tokenizer), crate::train::TrainError> {
-    corpus_shards_in(&cache_dir().join("shards"), corpus, tok_setting, given, val_fraction)
+    corpus_shards_in(&cache_dir().join("shards"), corpus, tok_setting, given, val_fraction, CORPUS_CHUNK)
 }
 
-/// [`corpus_shards`] with the cache's shard folder given.
+/// [`corpus_shards`] with the cache's shard folder given, the corpus read `chunk` bytes at a time.
 fn corpus_shards_in(
     root: &Path,
     corpus: &str,
     tok_setting: &str,
     given: Option<&Tokenizer>,
     val_fraction: f64,
+    chunk: usize,
 ) -> Result<(PathBuf, Tokenizer), crate::train::TrainError> {
     let base = corpus_key(corpus, tok_setting, given, val_fraction)?;
     let source = super::prepare::Corpus::open(Path::new(corpus))?;
+    // Ctrl-C while the corpus is read stops cleanly: nothing half-made is left.
+    let _ctrlc = crate::train::CtrlcScope::new();
+    // A corpus that is not all regular files (a pipe, `<(…)`) can be read once only: held whole.
+    let held = if source.regular() { None } else { Some(read_corpus(Path::new(corpus))?) };
     // A set made with the tokenizer the settings name is `base`; one made with another
     // (`given`: a resumed run's or evaluation's, the settings' file having changed since) is
     // `base-DIGEST`, never `base`, where a new run on the same settings would take it and train
@@ -473,10 +507,10 @@ fn corpus_shards_in(
         format!("{base}-{}", d.iter().take(6).map(|b| format!("{b:02x}")).collect::<String>())
     };
     let settings_tok = || -> Result<Tokenizer, crate::train::TrainError> {
-        if tok_setting == "char" {
-            Ok(source.char_tokenizer()?)
-        } else {
-            crate::train::build_tokenizer(tok_setting, "")
+        match (tok_setting, &held) {
+            ("char", Some(text)) => Ok(crate::train::build_tokenizer("char", text)?),
+            ("char", None) => Ok(source.char_tokenizer().map_err(|e| interrupted_making(e, corpus))?),
+            _ => crate::train::build_tokenizer(tok_setting, ""),
         }
     };
     let found = cached_set(&root.join(&base))?;
@@ -507,31 +541,73 @@ fn corpus_shards_in(
     if key != base && cached_set(&dir)?.is_some() {
         return Ok((dir, tok));
     }
+    make_set(root, &key, &source, held, &tok, val_fraction, chunk)?;
+    Ok((dir, tok))
+}
+
+/// An interruption of the making of `corpus`'s set said as such.
+fn interrupted_making(e: DataError, corpus: &str) -> DataError {
+    match e {
+        DataError::Interrupted => DataError::CacheInterrupted(corpus.to_string()),
+        e => e,
+    }
+}
+
+/// Makes the shard set `root/key` of `source` with `tok` (`held`: its text, when it could be read
+/// only once; else read `chunk` bytes at a time) and checks it.
+fn make_set(
+    root: &Path,
+    key: &str,
+    source: &super::prepare::Corpus,
+    held: Option<String>,
+    tok: &Tokenizer,
+    val_fraction: f64,
+    chunk: usize,
+) -> Result<(), DataError> {
+    let dir = root.join(key);
+    let corpus = source.path.display().to_string();
+    let corpus = corpus.as_str();
     // Built in a private folder, renamed into place complete (a concurrent maker's copy wins):
     // private to this call, not only to the process, since the runs of `ddl experiment --jobs`
     // are threads of one process that may all make the same set at once. What a killed maker
-    // left is removed by the next.
+    // left (of any corpus) is removed by the next.
     static MAKER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let nth = MAKER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let stem = format!(".{key}.make-");
-    super::prepare::remove_stale_temp_dirs(root, &stem);
-    let tmp = root.join(format!("{stem}{}.{nth}", std::process::id()));
+    remove_stale_makers(root);
+    let tmp = root.join(format!(".{key}{MAKING}{}.{nth}", std::process::id()));
     std::fs::create_dir_all(&tmp).map_err(|source| DataError::Cache { path: root.to_path_buf(), source })?;
     let bytes = source.bytes();
     let big = bytes >= BIG_CORPUS;
     if big {
         eprintln!(
-            "note: tokenising --corpus {corpus} ({:.1} MB) into the shard cache {} once; later runs on it start at \
+            "note: tokenising --corpus {corpus} ({:.1} MiB) into the shard cache {} once; later runs on it start at \
              once",
-            bytes as f64 / 1e6,
+            bytes as f64 / (1 << 20) as f64,
             dir.display()
         );
     }
-    let made = source.write_set(&tmp, &tok, val_fraction, 100_000_000, CORPUS_CHUNK, big);
+    let shard_tokens = 100_000_000;
+    let made = match held {
+        // Pieces give the whole text's tokens: read in pieces.
+        None if tok.cuts_exactly() => source.write_set(&tmp, tok, val_fraction, shard_tokens, chunk, big),
+        // Else the text whole, encoded at once (a tokenizer with a normaliser or a prefix space, a
+        // pipe).
+        held => (|| {
+            let text = match held {
+                Some(t) => t,
+                None => read_corpus(Path::new(corpus))?,
+            };
+            let ids = tok.encode(&text)?;
+            let split = ((ids.len() as f64) * (1.0 - val_fraction)).round() as usize;
+            write_shard_set(&tmp, "corpus", tok, &ids, split, shard_tokens, &format!("--corpus {corpus}"))
+        })(),
+    };
     made.map_err(|e| {
         let _ = std::fs::remove_dir_all(&tmp);
-        match e {
-            DataError::Write { source, .. } => DataError::Cache { path: root.to_path_buf(), source },
+        match interrupted_making(e, corpus) {
+            DataError::Write { source, .. } | DataError::Shard(super::shards::ShardError::Write { source, .. }) => {
+                DataError::Cache { path: root.to_path_buf(), source }
+            }
             DataError::Io { path, source } if path.starts_with(&tmp) => {
                 DataError::Cache { path: root.to_path_buf(), source }
             }
@@ -549,10 +625,31 @@ fn corpus_shards_in(
                 "the cached shard set could not be made ({why}): remove the folder, or set DDL_CACHE_DIR to another \
                  cache"
             ),
-        }
-        .into());
+        });
     }
-    Ok((dir, tok))
+    Ok(())
+}
+
+/// The part of a maker's temporary folder's name (`.KEY.make-PID.N`) before its process id.
+const MAKING: &str = ".make-";
+
+/// Removes the temporary folders of makers, of any set, whose process is gone (killed).
+fn remove_stale_makers(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix('.')
+            .and_then(|n| n.rsplit_once(MAKING))
+            .and_then(|(_, rest)| rest.split('.').next()?.parse::<u32>().ok());
+        // (Where liveness cannot be checked, the folder is left.)
+        if let Some(pid) = pid
+            && pid != std::process::id()
+            && super::lock::alive(pid) == Some(false)
+        {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// What is wrong with the shard set in `dir`, if anything: its `meta.json` must read and its
@@ -924,27 +1021,6 @@ impl Dataset {
 mod tests {
     use super::*;
 
-    /// The shard set of a corpus made the way `--corpus` once made it (`Corpus::write_set` must
-    /// match it): the whole text read, encoded at once, `ids` written split at `split`.
-    fn write_shard_set(
-        dir: &Path,
-        name: &str,
-        tok: &Tokenizer,
-        ids: &[u32],
-        split: usize,
-        shard_tokens: usize,
-        source: &str,
-    ) -> Result<Meta, DataError> {
-        let wide = tok.vocab_size() > u16::MAX as usize + 1;
-        let mut shards = Vec::new();
-        for (part, range) in [("train", 0..split), ("val", split..ids.len())] {
-            let mut w = crate::train::shards::Writer::new(dir, name, part, shard_tokens, wide);
-            w.push(&ids[range])?;
-            shards.extend(w.finish()?);
-        }
-        finish_meta(dir, tok, shards, split, ids.len() - split, source)
-    }
-
     /// `--corpus`'s shard set is made in pieces (it was: the whole corpus read, then its whole
     /// token list held, gigabytes for a large corpus) with exactly the tokenizer, tokens, split
     /// and shard files of the whole text: files joined by newlines (a byte-order mark, a file
@@ -1022,7 +1098,7 @@ mod tests {
         let stale = root.join(format!(".{key}.make-{}.0", u32::MAX - 7));
         std::fs::create_dir_all(&stale).unwrap();
         std::fs::write(stale.join("corpus_train_000000.bin.part"), b"half").unwrap();
-        let (d, tok) = corpus_shards_in(&root, one.to_str().unwrap(), "char", None, 0.1).unwrap();
+        let (d, tok) = corpus_shards_in(&root, one.to_str().unwrap(), "char", None, 0.1, CORPUS_CHUNK).unwrap();
         assert!(!stale.exists(), "the killed maker's folder is left: {:?}", hidden_entries(&root));
         assert!(hidden_entries(&root).is_empty(), "{:?}", hidden_entries(&root));
         let meta = read_meta(&d).unwrap().unwrap();
@@ -1078,15 +1154,15 @@ mod tests {
         let file = dir.join("tok.json");
         let f = file.to_str().unwrap();
         tok_a.save_as(&file, true).unwrap();
-        let (_, got) = corpus_shards_in(&root, c, f, None, 0.1).unwrap();
+        let (_, got) = corpus_shards_in(&root, c, f, None, 0.1, CORPUS_CHUNK).unwrap();
         assert_eq!(got.to_json(), tok_a.to_json(), "a new run: the file's tokenizer");
         // The file changes; a run trained with A resumes (its cache removed), then a new run.
         tok_b.save_as(&file, true).unwrap();
         std::fs::remove_dir_all(&root).unwrap();
-        let (d, got) = corpus_shards_in(&root, c, f, Some(&tok_a), 0.1).unwrap();
+        let (d, got) = corpus_shards_in(&root, c, f, Some(&tok_a), 0.1, CORPUS_CHUNK).unwrap();
         assert_eq!(got.to_json(), tok_a.to_json(), "the resumed run: its own tokenizer");
         assert_eq!(read_meta(&d).unwrap().unwrap().tokenizer, tok_a.to_json());
-        let (d2, got) = corpus_shards_in(&root, c, f, None, 0.1).unwrap();
+        let (d2, got) = corpus_shards_in(&root, c, f, None, 0.1, CORPUS_CHUNK).unwrap();
         assert_eq!(
             got.to_json(),
             tok_b.to_json(),
@@ -1095,7 +1171,7 @@ mod tests {
         assert_eq!(read_meta(&d2).unwrap().unwrap().tokenizer, tok_b.to_json());
         assert_ne!(d, d2);
         // A resume with the file's own tokenizer uses the new run's set.
-        assert_eq!(corpus_shards_in(&root, c, f, Some(&tok_b), 0.1).unwrap().0, d2);
+        assert_eq!(corpus_shards_in(&root, c, f, Some(&tok_b), 0.1, CORPUS_CHUNK).unwrap().0, d2);
         // A set an earlier version left under the settings' key with another tokenizer is not taken.
         let base = corpus_key(c, f, None, 0.1).unwrap();
         std::fs::remove_dir_all(root.join(&base)).unwrap();
@@ -1106,7 +1182,7 @@ mod tests {
             }
         };
         copy(&d, &root.join(&base));
-        let (_, got) = corpus_shards_in(&root, c, f, None, 0.1).unwrap();
+        let (_, got) = corpus_shards_in(&root, c, f, None, 0.1, CORPUS_CHUNK).unwrap();
         assert_eq!(got.to_json(), tok_b.to_json(), "a stale set under the settings' key");
 
         // Characters: a resumed run's tokenizer with characters the corpus lacks.
@@ -1115,14 +1191,91 @@ mod tests {
         chars.add(&text);
         chars.add("~§");
         let old = Tokenizer::Char(crate::tokenizer::CharTokenizer::from_chars(chars.chars()));
-        let (_, got) = corpus_shards_in(&char_root, c, "char", Some(&old), 0.1).unwrap();
+        let (_, got) = corpus_shards_in(&char_root, c, "char", Some(&old), 0.1, CORPUS_CHUNK).unwrap();
         assert_eq!(got.vocab_size(), old.vocab_size());
-        let (_, got) = corpus_shards_in(&char_root, c, "char", None, 0.1).unwrap();
+        let (_, got) = corpus_shards_in(&char_root, c, "char", None, 0.1, CORPUS_CHUNK).unwrap();
         let own = Tokenizer::Char(crate::tokenizer::CharTokenizer::from_corpus(&text).unwrap());
         assert_eq!(got.to_json(), own.to_json(), "a new char run: the corpus's characters");
         // A resume whose tokenizer is the corpus's own finds the same set.
-        let (d_own, _) = corpus_shards_in(&char_root, c, "char", None, 0.1).unwrap();
-        assert_eq!(corpus_shards_in(&char_root, c, "char", Some(&own), 0.1).unwrap().0, d_own);
+        let (d_own, _) = corpus_shards_in(&char_root, c, "char", None, 0.1, CORPUS_CHUNK).unwrap();
+        assert_eq!(corpus_shards_in(&char_root, c, "char", Some(&own), 0.1, CORPUS_CHUNK).unwrap().0, d_own);
+    }
+
+    /// The set's tokens, train then validation.
+    fn set_tokens(dir: &Path) -> Vec<u32> {
+        let meta = read_meta(dir).unwrap().unwrap();
+        let shards = meta.shards.iter().map(|s| {
+            crate::train::shards::Shard::open(&dir.join(&s.file), crate::train::shards::Format::Llmc).unwrap()
+        });
+        let stream = crate::train::shards::Stream::new(shards.collect());
+        (0..stream.len()).map(|i| stream.get(i)).collect()
+    }
+
+    /// What pieces cannot give exactly, `--corpus` reads whole, as before: a tokenizer with a
+    /// prefix space (each piece would start with one), and a corpus that reads once (a pipe: a
+    /// char tokenizer's first pass emptied it, "corpus is empty"); a folder whose first file is
+    /// empty is joined as `read_corpus` joins it (no newline first), and one of empty files is
+    /// empty.
+    #[test]
+    fn what_pieces_cannot_give_exactly_is_read_whole() {
+        let dir = crate::testing::scratch_dir("data-corpus-whole");
+        let root = dir.join("shards");
+        let shakespeare = embedded_corpus();
+        let corpus = dir.join("c.txt");
+        std::fs::write(&corpus, &shakespeare[..40_000]).unwrap();
+        let c = corpus.to_str().unwrap();
+        let text = read_corpus(&corpus).unwrap();
+        let bpe = crate::tokenizer::train_bpe(&text, 400).unwrap();
+        let plain = dir.join("plain.json");
+        bpe.save_as(&plain, true).unwrap();
+        let json = std::fs::read_to_string(&plain).unwrap();
+        let prefixed = dir.join("prefixed.json");
+        let flipped = json.replace("\"add_prefix_space\": false", "\"add_prefix_space\": true");
+        assert!(flipped != json, "the tokenizer file's prefix-space setting was not found");
+        std::fs::write(&prefixed, flipped).unwrap();
+        let pre = Tokenizer::load(&prefixed).unwrap();
+        assert!(!pre.cuts_exactly() && bpe.cuts_exactly());
+        for (file, tok) in [(&plain, &bpe), (&prefixed, &pre)] {
+            let (d, got) = corpus_shards_in(&root, c, file.to_str().unwrap(), None, 0.1, 1024).unwrap();
+            assert_eq!(got.to_json(), tok.to_json());
+            assert_eq!(set_tokens(&d), tok.encode(&text).unwrap(), "{}: the whole text's tokens", file.display());
+        }
+        // (Pieces would have differed: the test can fail.)
+        let mut pieces = Vec::new();
+        let source = crate::train::prepare::Corpus::open(&corpus).unwrap();
+        std::fs::create_dir_all(dir.join("pieces")).unwrap();
+        source.write_set(&dir.join("pieces"), &pre, 0.1, 1 << 20, 1024, false).unwrap();
+        pieces.extend(set_tokens(&dir.join("pieces")));
+        assert!(pieces != pre.encode(&text).unwrap(), "pieces gave the whole text's tokens");
+
+        // A pipe, read once.
+        #[cfg(unix)]
+        {
+            let fifo = dir.join("fifo.txt");
+            assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+            let (f2, t2) = (fifo.clone(), text.clone());
+            let writer = std::thread::spawn(move || std::fs::write(&f2, t2).unwrap());
+            let (d, tok) = corpus_shards_in(&root, fifo.to_str().unwrap(), "char", None, 0.1, 1024).unwrap();
+            writer.join().unwrap();
+            let own = Tokenizer::Char(crate::tokenizer::CharTokenizer::from_corpus(&text).unwrap());
+            assert_eq!(tok.to_json(), own.to_json());
+            assert_eq!(set_tokens(&d), own.encode(&text).unwrap());
+        }
+
+        // An empty first file; empty files only.
+        let folder = dir.join("folder");
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("a.txt"), "").unwrap();
+        std::fs::write(folder.join("b.txt"), &shakespeare[..5000]).unwrap();
+        let whole = read_corpus(&folder).unwrap();
+        assert!(!whole.starts_with('\n'));
+        let (d, tok) = corpus_shards_in(&root, folder.to_str().unwrap(), "char", None, 0.1, 1024).unwrap();
+        assert_eq!(set_tokens(&d), tok.encode(&whole).unwrap());
+        std::fs::write(folder.join("b.txt"), "").unwrap();
+        std::fs::write(folder.join("c.txt"), "").unwrap();
+        let empty = corpus_shards_in(&root, folder.to_str().unwrap(), "char", None, 0.1, 1024).unwrap_err();
+        assert!(empty.to_string().contains("empty"), "{empty}");
+        assert!(hidden_entries(&root).is_empty(), "{:?}", hidden_entries(&root));
     }
 
     /// The names in `root` that start with a dot (temporary and moved-aside folders).
@@ -1151,7 +1304,7 @@ mod tests {
                 .map(|_| {
                     s.spawn(|| {
                         barrier.wait();
-                        let (d, tok) = corpus_shards_in(&root, &corpus, "char", None, 0.1)
+                        let (d, tok) = corpus_shards_in(&root, &corpus, "char", None, 0.1, CORPUS_CHUNK)
                             .unwrap_or_else(|e| panic!("a concurrent maker failed: {e}"));
                         (d, tok.to_json())
                     })
@@ -1178,7 +1331,7 @@ mod tests {
         let dir = crate::testing::scratch_dir("data-shards-damaged");
         let corpus = crate::testing::small_corpus(&dir);
         let root = dir.join("shards");
-        let (d, _) = corpus_shards_in(&root, &corpus, "char", None, 0.1).unwrap();
+        let (d, _) = corpus_shards_in(&root, &corpus, "char", None, 0.1, CORPUS_CHUNK).unwrap();
         let meta = read_meta(&d).unwrap().unwrap();
         let shard = d.join(&meta.shards[0].file);
         let good = std::fs::read(&shard).unwrap();
@@ -1212,7 +1365,7 @@ mod tests {
         ];
         for (what, damage) in damages {
             damage();
-            let (d2, _) = corpus_shards_in(&root, &corpus, "char", None, 0.1)
+            let (d2, _) = corpus_shards_in(&root, &corpus, "char", None, 0.1, CORPUS_CHUNK)
                 .unwrap_or_else(|e| panic!("{what}: the damaged set was not made again: {e}"));
             assert_eq!(d2, d, "{what}: the same key");
             assert_eq!(std::fs::read(&shard).unwrap(), good, "{what}: the same tokens as the first time");

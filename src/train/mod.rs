@@ -185,12 +185,23 @@ pub enum Show {
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// Whether the process stops cleanly on Ctrl-C ([`install_ctrlc`], or a [`CtrlcScope`] now);
+/// else Ctrl-C ends it at once, as without a handler.
+static LISTENING: AtomicBool = AtomicBool::new(false);
 
 /// Installs a Ctrl-C handler that asks the loop to save and stop (once per process).
 pub fn install_ctrlc() {
+    set_ctrlc_handler();
+    LISTENING.store(true, Ordering::SeqCst);
+}
+
+fn set_ctrlc_handler() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let _ = ctrlc::set_handler(|| {
+            if !LISTENING.load(Ordering::SeqCst) {
+                std::process::exit(130);
+            }
             if INTERRUPTED.swap(true, Ordering::SeqCst) {
                 // Second Ctrl-C: the user insists. What was saved before stays (checkpoints are
                 // replaced atomically); the steps since the last checkpoint are not kept.
@@ -204,6 +215,30 @@ pub fn install_ctrlc() {
             }
         });
     });
+}
+
+/// Ctrl-C stops cleanly (sets [`interrupted`]) while this lives: work that cleans up after
+/// itself, in a command that otherwise ends at once on Ctrl-C (`ddl eval` making a corpus's
+/// shard cache).
+pub struct CtrlcScope(bool);
+
+impl CtrlcScope {
+    pub fn new() -> Self {
+        set_ctrlc_handler();
+        CtrlcScope(LISTENING.swap(true, Ordering::SeqCst))
+    }
+}
+
+impl Default for CtrlcScope {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for CtrlcScope {
+    fn drop(&mut self) {
+        LISTENING.store(self.0, Ordering::SeqCst);
+    }
 }
 
 /// Whether Ctrl-C was pressed since [`install_ctrlc`].

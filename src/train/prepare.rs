@@ -248,7 +248,9 @@ impl Feed for CorpusFeed<'_> {
             if next == self.parts.len() {
                 return Ok(0);
             }
-            if next > 0 && !self.joined {
+            // (As `read_corpus`: no newline before the first text, an empty first file's
+            // neither.)
+            if next > 0 && !self.joined && self.pos > 0 {
                 self.joined = true;
                 buf[0] = b'\n';
                 self.pos += 1;
@@ -362,6 +364,14 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
         Tokenizer::load(Path::new(&opts.tokenizer))
             .map_err(|source| TrainError::Tokenizer { setting: opts.tokenizer.clone(), source })?
     };
+    if !tok.cuts_exactly() && !opts.quiet {
+        eprintln!(
+            "note: {} does not pre-tokenise as GPT-2's byte-level BPE without a prefix space (it has a normaliser, a \
+             prefix space or another pre-tokenizer, such as SentencePiece's): a text file's ~8 MB pieces are \
+             tokenised each on its own, so the tokens where they meet may differ from the whole text's",
+            opts.tokenizer
+        );
+    }
     let sep: Vec<u32> = match tok.eot_id() {
         Some(id) => vec![id],
         None => tok.encode("\n").map_err(DataError::from)?,
@@ -658,6 +668,14 @@ impl Corpus {
         Ok(Corpus { path: path.to_path_buf(), parts })
     }
 
+    /// Whether every part can be read again (no pipe, no device).
+    pub fn regular(&self) -> bool {
+        self.parts.iter().all(|p| match p {
+            CorpusPart::File(f) => std::fs::metadata(f).is_ok_and(|m| m.is_file()),
+            CorpusPart::Text(_) => true,
+        })
+    }
+
     /// The bytes of its text (the parts' sizes and the newlines that join them).
     pub fn bytes(&self) -> u64 {
         let sizes = self.parts.iter().map(|p| match p {
@@ -672,6 +690,9 @@ impl Corpus {
     pub fn char_tokenizer(&self) -> Result<Tokenizer, DataError> {
         let mut set = crate::tokenizer::CharSet::default();
         text_pieces(&mut CorpusFeed::new(&self.parts), CHUNK, false, |t, _| {
+            if crate::train::interrupted() {
+                return Err(DataError::Interrupted);
+            }
             set.add(&t);
             Ok(())
         })?;

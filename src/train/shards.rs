@@ -24,6 +24,8 @@ pub const HEADER_BYTES: usize = 1024;
 pub enum ShardError {
     #[error("cannot read '{path}': {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("cannot write '{path}': {source}")]
+    Write { path: PathBuf, source: std::io::Error },
     #[error(
         "'{path}' has {len} bytes, fewer than the 1024-byte header of an llm.c token shard (a headerless uint16 \
          file such as nanoGPT's train.bin needs --data-format raw-u16)"
@@ -104,6 +106,10 @@ pub struct Shard {
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ShardError + '_ {
     move |source| ShardError::Io { path: path.to_path_buf(), source }
+}
+
+fn write_err(path: &Path) -> impl FnOnce(std::io::Error) -> ShardError + '_ {
+    move |source| ShardError::Write { path: path.to_path_buf(), source }
 }
 
 impl Shard {
@@ -327,9 +333,9 @@ impl Writer {
                     )));
                 }
                 let tmp = self.dir.join(format!(".{}_{}_{:06}.bin.part", self.name, self.split, self.done.len()));
-                let f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+                let f = std::fs::File::create(&tmp).map_err(write_err(&tmp))?;
                 let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
-                w.write_all(&[0u8; HEADER_BYTES]).map_err(io(&tmp))?;
+                w.write_all(&[0u8; HEADER_BYTES]).map_err(write_err(&tmp))?;
                 self.cur = Some((w, tmp, 0));
             }
             let (w, tmp, n) = self.cur.as_mut().unwrap();
@@ -342,7 +348,7 @@ impl Writer {
                     buf.extend_from_slice(&(id as u16).to_le_bytes());
                 }
             }
-            w.write_all(&buf).map_err(io(tmp))?;
+            w.write_all(&buf).map_err(write_err(tmp))?;
             *n += take;
             ids = &ids[take..];
             if *n == self.shard_tokens {
@@ -355,17 +361,17 @@ impl Writer {
     fn close(&mut self) -> Result<(), ShardError> {
         use std::io::{Seek, SeekFrom};
         let Some((w, tmp, n)) = self.cur.take() else { return Ok(()) };
-        let mut f = w.into_inner().map_err(|e| ShardError::Io { path: tmp.clone(), source: e.into_error() })?;
+        let mut f = w.into_inner().map_err(|e| ShardError::Write { path: tmp.clone(), source: e.into_error() })?;
         let (magic, version) = if self.wide { (MAGIC_U32, VERSION_U32) } else { (MAGIC_U16, VERSION_U16) };
         let mut header = [0u8; 12];
         header[..4].copy_from_slice(&magic.to_le_bytes());
         header[4..8].copy_from_slice(&version.to_le_bytes());
         header[8..].copy_from_slice(&(n as i32).to_le_bytes());
-        f.seek(SeekFrom::Start(0)).map_err(io(&tmp))?;
-        f.write_all(&header).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
+        f.seek(SeekFrom::Start(0)).map_err(write_err(&tmp))?;
+        f.write_all(&header).map_err(write_err(&tmp))?;
+        f.sync_all().map_err(write_err(&tmp))?;
         let path = self.shard_path(self.done.len());
-        std::fs::rename(&tmp, &path).map_err(io(&path))?;
+        std::fs::rename(&tmp, &path).map_err(write_err(&path))?;
         self.done.push((path, n));
         Ok(())
     }
