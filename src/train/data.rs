@@ -22,7 +22,10 @@ pub enum DataError {
     Missing(PathBuf),
     #[error("corpus '{0}' is a symbolic link that leads nowhere (its target is missing, or the links loop)")]
     BrokenLink(PathBuf),
-    #[error("corpus directory '{0}' contains no .txt files")]
+    #[error(
+        "corpus directory '{0}' contains no .txt files (a corpus folder's text files must end in .txt; `ddl data \
+         prepare` also reads .jsonl files and subfolders)"
+    )]
     NoTxt(PathBuf),
     #[error(
         "input '{0}' does not exist (ddl data prepare takes text files, folders of .txt / .jsonl files and .jsonl files)"
@@ -34,10 +37,19 @@ pub enum DataError {
     Empty(PathBuf),
     #[error("'{0}' is a device, not a text file (a device such as /dev/zero never ends); give a file or a folder")]
     Device(PathBuf),
-    #[error("'{path}' is not UTF-8 text (first invalid byte at offset {offset})")]
+    #[error(
+        "'{path}' is not UTF-8 text (first invalid byte at offset {offset}): convert it (e.g. `iconv -f LATIN1 -t \
+         UTF-8`), or take it out of the corpus"
+    )]
     NotUtf8 { path: PathBuf, offset: usize },
     #[error("cannot read '{path}': {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error(
+        "'{path}': character {ch:?} at byte {offset} is not among the character tokenizer's {vocab} characters, \
+         which are those of the text it was made from (a resumed run's: its corpus has changed since; restore the \
+         corpus, or start a new run)"
+    )]
+    UnknownChar { path: PathBuf, offset: usize, ch: char, vocab: usize },
     #[error("interrupted (Ctrl-C): nothing was written to --out")]
     Interrupted,
     #[error("cannot write '{path}': {source}")]
@@ -56,7 +68,8 @@ pub enum DataError {
     #[error("{0}")]
     Tokenize(#[from] crate::tokenizer::TokenizerError),
     #[error(
-        "the {split} split has {have} tokens, fewer than one sequence of {need} (seq_len + 1): use a longer corpus or a shorter --set train.seq_len"
+        "the {split} split has {have} token(s), fewer than one sequence of {need} (seq_len + 1): use a longer corpus, \
+         a shorter --set train.seq_len, or (for a split of a --corpus) another --set train.val_fraction"
     )]
     TooShort { split: &'static str, have: usize, need: usize },
     #[error(transparent)]
@@ -1275,6 +1288,14 @@ mod tests {
         std::fs::write(folder.join("c.txt"), "").unwrap();
         let empty = corpus_shards_in(&root, folder.to_str().unwrap(), "char", None, 0.1, 1024).unwrap_err();
         assert!(empty.to_string().contains("empty"), "{empty}");
+
+        // A character the given tokenizer lacks: its file and its offset there.
+        std::fs::write(folder.join("b.txt"), &shakespeare[..3000]).unwrap();
+        std::fs::write(folder.join("c.txt"), "the tale ~ here").unwrap();
+        let given = Tokenizer::Char(crate::tokenizer::CharTokenizer::from_corpus(&shakespeare[..3000]).unwrap());
+        let e = corpus_shards_in(&root, folder.to_str().unwrap(), "char", Some(&given), 0.1, 1024).unwrap_err();
+        let want = format!("'{}': character '~' at byte 9 is not among", folder.join("c.txt").display());
+        assert!(e.to_string().contains(&want), "{e}");
         assert!(hidden_entries(&root).is_empty(), "{:?}", hidden_entries(&root));
     }
 

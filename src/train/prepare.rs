@@ -451,6 +451,16 @@ pub(crate) fn remove_stale_temp_dirs(parent: &Path, stem: &str) {
 
 type Written = (usize, usize, usize);
 
+/// `tok`'s ids of `text`, which starts at byte `at` of a longer text: an unknown character's
+/// position is given in that text.
+fn encode_at(tok: &Tokenizer, text: &str, at: u64) -> Result<Vec<u32>, crate::tokenizer::TokenizerError> {
+    use crate::tokenizer::TokenizerError;
+    tok.encode(text).map_err(|e| match e {
+        TokenizerError::Unknown { ch, pos, vocab } => TokenizerError::Unknown { ch, pos: pos + at as usize, vocab },
+        e => e,
+    })
+}
+
 /// What an [`Encoder`] wrote: the shards with their token counts, the tokens, the documents.
 struct Encoded {
     shards: Vec<(PathBuf, usize)>,
@@ -466,7 +476,8 @@ struct Encoder<'a> {
     threads: usize,
     /// `None`: the tokens are counted only.
     writer: Option<Writer>,
-    batch: Vec<(String, bool)>,
+    /// Pieces: text, whether it starts a document, its first byte's offset in the text pushed.
+    batch: Vec<(String, bool, u64)>,
     batch_bytes: usize,
     /// Tokens written, documents begun, bytes of text read.
     total: usize,
@@ -510,9 +521,10 @@ impl<'a> Encoder<'a> {
         if crate::train::interrupted() {
             return Err(DataError::Interrupted);
         }
+        let len = text.len() as u64;
         self.batch_bytes += text.len();
-        self.read += text.len() as u64;
-        self.batch.push((text, starts));
+        self.read += len;
+        self.batch.push((text, starts, self.read - len));
         if self.batch_bytes >= BATCH_BYTES || self.batch.len() >= 4096 {
             self.flush()?;
             if let Some(b) = &self.bar {
@@ -537,7 +549,9 @@ impl<'a> Encoder<'a> {
             let handles: Vec<_> = self
                 .batch
                 .chunks(per)
-                .map(|part| s.spawn(move || part.iter().map(|(t, _)| tok.encode(t)).collect::<Result<Vec<_>, _>>()))
+                .map(|part| {
+                    s.spawn(move || part.iter().map(|(t, _, at)| encode_at(tok, t, *at)).collect::<Result<Vec<_>, _>>())
+                })
                 .collect();
             handles.into_iter().map(|h| h.join().expect("a tokenizer thread panicked")).collect()
         });
@@ -593,15 +607,21 @@ fn write_all(
 ) -> Result<Written, crate::train::TrainError> {
     let writer = Writer::new(dir, &opts.name, "train", opts.shard_tokens, wide);
     let mut enc = Encoder::new(tok, sep, Some(writer), bytes, !opts.quiet);
+    // Where each file's text starts in the text pushed: a batch holds pieces of several files.
+    let mut starts: Vec<(u64, &PathBuf)> = Vec::new();
+    let locate = |e: DataError, starts: &[(u64, &PathBuf)]| match e {
+        DataError::Tokenize(crate::tokenizer::TokenizerError::Unknown { ch, pos, vocab }) => {
+            let i = starts.iter().rposition(|&(s, _)| s <= pos as u64).unwrap_or(0);
+            let (start, path) = starts.get(i).map_or((0, &opts.out), |&(s, p)| (s, p));
+            DataError::UnknownChar { path: path.clone(), offset: pos - start as usize, ch, vocab }
+        }
+        e => e,
+    };
     for f in files {
-        pieces(f, |text, starts| {
-            enc.push(text, starts).map_err(|e| match e {
-                DataError::Interrupted => e,
-                e => DataError::Meta { path: f.clone(), msg: e.to_string() },
-            })
-        })?;
+        starts.push((enc.read, f));
+        pieces(f, |text, starts_doc| enc.push(text, starts_doc)).map_err(|e| locate(e, &starts))?;
     }
-    let Encoded { mut shards, tokens: total, documents } = enc.finish()?;
+    let Encoded { mut shards, tokens: total, documents } = enc.finish().map_err(|e| locate(e, &starts))?;
     // The validation split: the end of the stream.
     let val_n = match opts.val {
         ValSplit::Tokens(n) => n,
@@ -666,6 +686,29 @@ impl Corpus {
             corpus_files(path)?.into_iter().map(CorpusPart::File).collect()
         };
         Ok(Corpus { path: path.to_path_buf(), parts })
+    }
+
+    /// An unknown character's error with the file it is in and its offset there (the encoder
+    /// gives its offset in the joined text).
+    fn locate(&self, e: DataError) -> DataError {
+        let DataError::Tokenize(crate::tokenizer::TokenizerError::Unknown { ch, pos, vocab }) = e else { return e };
+        // The parts' starts in the text, as `CorpusFeed` joins them.
+        let (mut start, mut at) = (0usize, (self.path.clone(), pos));
+        for p in &self.parts {
+            let (path, len) = match p {
+                CorpusPart::File(f) => (f.clone(), std::fs::metadata(f).map_or(0, |m| m.len() as usize)),
+                CorpusPart::Text(t) => (PathBuf::from(super::data::DEFAULT_CORPUS), t.len()),
+            };
+            if start > 0 {
+                start += 1;
+            }
+            if pos < start {
+                break;
+            }
+            at = (path, pos - start);
+            start += len;
+        }
+        DataError::UnknownChar { path: at.0, offset: at.1, ch, vocab }
     }
 
     /// Whether every part can be read again (no pipe, no device).
@@ -757,11 +800,12 @@ impl Corpus {
         let wide = tok.vocab_size() > u16::MAX as usize + 1;
         let writer = Writer::new(dir, "corpus", "train", shard_tokens, wide);
         let mut enc = Encoder::new(tok, &[], Some(writer), self.bytes(), bar);
-        text_pieces(&mut CorpusFeed::new(&self.parts), chunk, false, |t, starts| enc.push(t, starts))?;
+        text_pieces(&mut CorpusFeed::new(&self.parts), chunk, false, |t, starts| enc.push(t, starts))
+            .map_err(|e| self.locate(e))?;
         if enc.read == 0 {
             return Err(DataError::Empty(self.path.clone()));
         }
-        let Encoded { mut shards, tokens: total, .. } = enc.finish()?;
+        let Encoded { mut shards, tokens: total, .. } = enc.finish().map_err(|e| self.locate(e))?;
         let split = ((total as f64) * (1.0 - val_fraction)).round() as usize;
         let val = carve(dir, "corpus", &mut shards, split, shard_tokens, wide)?;
         shards.extend(val);
