@@ -185,9 +185,10 @@ pub enum Show {
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-/// Whether the process stops cleanly on Ctrl-C ([`install_ctrlc`], or a [`CtrlcScope`] now);
-/// else Ctrl-C ends it at once, as without a handler.
+/// Whether the process stops cleanly on Ctrl-C ([`install_ctrlc`] was called, or a
+/// [`CtrlcScope`] lives: they count); else Ctrl-C ends it at once, as without a handler.
 static LISTENING: AtomicBool = AtomicBool::new(false);
+static SCOPES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Installs a Ctrl-C handler that asks the loop to save and stop (once per process).
 pub fn install_ctrlc() {
@@ -199,7 +200,7 @@ fn set_ctrlc_handler() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let _ = ctrlc::set_handler(|| {
-            if !LISTENING.load(Ordering::SeqCst) {
+            if !LISTENING.load(Ordering::SeqCst) && SCOPES.load(Ordering::SeqCst) == 0 {
                 std::process::exit(130);
             }
             if INTERRUPTED.swap(true, Ordering::SeqCst) {
@@ -220,12 +221,13 @@ fn set_ctrlc_handler() {
 /// Ctrl-C stops cleanly (sets [`interrupted`]) while this lives: work that cleans up after
 /// itself, in a command that otherwise ends at once on Ctrl-C (`ddl eval` making a corpus's
 /// shard cache).
-pub struct CtrlcScope(bool);
+pub struct CtrlcScope(());
 
 impl CtrlcScope {
     pub fn new() -> Self {
         set_ctrlc_handler();
-        CtrlcScope(LISTENING.swap(true, Ordering::SeqCst))
+        SCOPES.fetch_add(1, Ordering::SeqCst);
+        CtrlcScope(())
     }
 }
 
@@ -237,7 +239,7 @@ impl Default for CtrlcScope {
 
 impl Drop for CtrlcScope {
     fn drop(&mut self) {
-        LISTENING.store(self.0, Ordering::SeqCst);
+        SCOPES.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
