@@ -506,8 +506,6 @@ fn corpus_shards_in(
 ) -> Result<(PathBuf, Tokenizer), crate::train::TrainError> {
     let base = corpus_key(corpus, tok_setting, given, val_fraction)?;
     let source = super::prepare::Corpus::open(Path::new(corpus))?;
-    // Ctrl-C while the corpus is read stops cleanly: nothing half-made is left.
-    let _ctrlc = crate::train::CtrlcScope::new();
     // A corpus that is not all regular files (a pipe, `<(…)`) can be read once only: held whole.
     let held = if source.regular() { None } else { Some(read_corpus(Path::new(corpus))?) };
     // A set made with the tokenizer the settings name is `base`; one made with another
@@ -522,7 +520,12 @@ fn corpus_shards_in(
     let settings_tok = || -> Result<Tokenizer, crate::train::TrainError> {
         match (tok_setting, &held) {
             ("char", Some(text)) => Ok(crate::train::build_tokenizer("char", text)?),
-            ("char", None) => Ok(source.char_tokenizer().map_err(|e| interrupted_making(e, corpus))?),
+            ("char", None) => {
+                // Ctrl-C while the corpus is read stops cleanly (and only then: a cached set
+                // found is used at once).
+                let _ctrlc = crate::train::CtrlcScope::new();
+                Ok(source.char_tokenizer().map_err(|e| interrupted_making(e, corpus))?)
+            }
             _ => crate::train::build_tokenizer(tok_setting, ""),
         }
     };
@@ -578,6 +581,8 @@ fn make_set(
     chunk: usize,
 ) -> Result<(), DataError> {
     let dir = root.join(key);
+    // Ctrl-C stops cleanly: nothing half-made is left.
+    let _ctrlc = crate::train::CtrlcScope::new();
     let corpus = source.path.display().to_string();
     let corpus = corpus.as_str();
     // Built in a private folder, renamed into place complete (a concurrent maker's copy wins):
