@@ -26,6 +26,15 @@ fn main() {
             // Saved and said so; 130 as for a program Ctrl-C ended, so that a script stops here.
             std::process::exit(130);
         }
+        // Ctrl-C while a corpus was tokenised (by any command that needed its shard cache).
+        use ddl::train::{TrainError, data::DataError};
+        let cache = |d: &DataError| matches!(d, DataError::CacheInterrupted(_));
+        if e.downcast_ref::<TrainError>().is_some_and(|t| matches!(t, TrainError::Data(d) if cache(d)))
+            || e.downcast_ref::<DataError>().is_some_and(cache)
+        {
+            eprintln!("{}", error_text(&e));
+            std::process::exit(130);
+        }
         eprintln!("error: {}", error_text(&e));
         std::process::exit(1);
     }

@@ -204,19 +204,20 @@ pub fn train_bpe_pieces<S: AsRef<str> + Send>(
 }
 
 /// Whether GPT-2's byte-level pre-tokenizer ends a pre-token at byte `i` of `text` whatever comes
-/// before and after: after a `\n`, or before a single space, with a character that is neither
-/// whitespace nor a control character on each side. Its pattern
-/// (`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`) then ends a
-/// match there in the whole text as in the pieces: no match that starts before such a character
-/// crosses whitespace, a lone `\n` before one is a match of its own, and a single space starts the
-/// next word's match. Cutting there and tokenising the pieces gives exactly the ids of the whole
-/// text — text in any script (a line of Chinese ends in `。`, not in a letter) included.
+/// before and after: between a character that is neither whitespace nor a control character and
+/// a whitespace character (a space, a newline, `\r`, U+3000 …). Its pattern
+/// (`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`) has no match
+/// that holds both (a match of non-space characters never takes whitespace, and one of
+/// whitespace starts after them), and matches are taken from left to right, so the pieces match
+/// as the whole text does: cutting there and tokenising the pieces gives exactly its ids — text
+/// in any script, with any line ends (`\r\n`, paragraphs indented with U+3000), included.
+/// (Checked against Hugging Face's pre-tokenizer for every such pair below U+3000 and more.)
 pub(crate) fn safe_cut(text: &[u8], i: usize) -> bool {
     if i == 0 || i >= text.len() {
         return false;
     }
-    // (Control characters are left out: whether the pattern's `\s` takes U+001C–U+001F, which
-    // Unicode's White_Space does not, is the regex engine's choice.)
+    // (Control characters are left out before the cut: whether the pattern's `\s` takes
+    // U+001C–U+001F, which Unicode's White_Space does not, is the regex engine's choice.)
     let solid = |c: Option<char>| c.is_some_and(|c| !c.is_whitespace() && !c.is_control());
     // The characters ending at `end` and starting at `start` (the text may be cut anywhere).
     let before = |end: usize| {
@@ -227,16 +228,12 @@ pub(crate) fn safe_cut(text: &[u8], i: usize) -> bool {
         let to = (start + 1..=(start + 4).min(text.len())).find(|&j| j == text.len() || text[j] & 0xC0 != 0x80)?;
         std::str::from_utf8(&text[start..to]).ok()?.chars().next()
     };
-    match (text[i - 1], text[i]) {
-        (b'\n', _) => i >= 2 && solid(before(i - 1)) && solid(after(i)),
-        (_, b' ') => i + 1 < text.len() && solid(before(i)) && solid(after(i + 1)),
-        _ => false,
-    }
+    solid(before(i)) && after(i).is_some_and(char::is_whitespace)
 }
 
-/// Pieces of `text` of about `target` bytes or more, cut only where [`safe_cut`] says (after a
-/// newline or before a single space between two words), so that tokenising the pieces gives
-/// exactly the ids of the whole text — a text of one long line is cut too.
+/// Pieces of `text` of about `target` bytes or more, cut only where [`safe_cut`] says (before
+/// whitespace that follows a word), so that tokenising the pieces gives exactly the ids of the
+/// whole text — a text of one long line is cut too.
 pub(crate) fn chunks(text: &str, target: usize) -> Vec<&str> {
     let bytes = text.as_bytes();
     let mut out = Vec::new();
@@ -259,11 +256,13 @@ pub(crate) fn chunks(text: &str, target: usize) -> Vec<&str> {
 
 /// Whether [`chunks`] cannot change how `t` tokenises: no normaliser, GPT-2 byte-level
 /// pre-tokenisation without a prefix space, and no added token holding whitespace (a cut could
-/// fall inside it).
+/// fall inside it) or taking the whitespace beside it (`lstrip`, `rstrip`: a cut could part them).
 fn chunkable(t: &HfTokenizer) -> bool {
     t.get_normalizer().is_none()
         && matches!(t.get_pre_tokenizer(), Some(PreTokenizerWrapper::ByteLevel(b)) if !b.add_prefix_space && b.use_regex)
-        && t.get_added_tokens_decoder().values().all(|a| !a.content.chars().any(char::is_whitespace))
+        && t.get_added_tokens_decoder()
+            .values()
+            .all(|a| !a.content.chars().any(char::is_whitespace) && !a.lstrip && !a.rstrip)
 }
 
 impl Tokenizer {
@@ -601,19 +600,23 @@ mod tests {
     }
 
     #[test]
-    fn chunks_cut_only_after_a_newline_between_two_words_and_cover_the_text() {
+    fn chunks_cut_only_before_whitespace_after_a_word_and_cover_the_text() {
         let text = "ab\ncd\n\nef\n gh\nij";
         let c = chunks(text, 1);
         assert_eq!(c.concat(), text);
-        assert_eq!(c, ["ab\n", "cd\n\nef\n gh\n", "ij"]);
+        assert_eq!(c, ["ab", "\ncd", "\n\nef", "\n gh", "\nij"]);
         assert_eq!(chunks("", 4), [""]);
-        // One line: before single spaces between words (not a double space, not after a space).
+        // One line: before spaces that follow a word (not inside a run of whitespace).
         assert_eq!(chunks("no newline at all", 2), ["no", " newline", " at", " all"]);
-        assert_eq!(chunks("a  b c\t d", 1), ["a  b", " c\t d"]);
-        // A line ending in a space keeps it with its newline (" \n" is one pre-token).
-        assert_eq!(chunks("ab \ncd\nef", 1), ["ab \ncd\n", "ef"]);
-        assert_eq!(chunks("é\nü\n漢\n字", 1), ["é\n", "ü\n", "漢\n", "字"]);
+        assert_eq!(chunks("a  b c\t d", 1), ["a", "  b", " c", "\t d"]);
+        // A line ending in a space: before the space (" \n" is one pre-token, never parted).
+        assert_eq!(chunks("ab \ncd\nef", 1), ["ab", " \ncd", "\nef"]);
+        assert_eq!(chunks("é\nü\n漢\n字", 1), ["é", "\nü", "\n漢", "\n字"]);
         assert_eq!(chunks("é ü 漢字", 1), ["é", " ü", " 漢字"]);
+        // Windows line ends and U+3000 indents: before the line end.
+        assert_eq!(chunks("甲。\r\n\u{3000}乙。\r\n丙", 1), ["甲。", "\r\n\u{3000}乙。", "\r\n丙"]);
+        // Not after a control character.
+        assert_eq!(chunks("a\u{1c} b", 1), ["a\u{1c} b"]);
     }
 
     #[test]

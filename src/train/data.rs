@@ -61,8 +61,8 @@ pub enum DataError {
     )]
     Cache { path: PathBuf, source: std::io::Error },
     #[error(
-        "interrupted (Ctrl-C) while tokenising --corpus {0} into the shard cache: nothing was kept, and the next run \
-         tokenises it again"
+        "interrupted (Ctrl-C) while tokenising --corpus {0} into the shard cache: a set not finished is not kept \
+         (the next run tokenises the corpus again)"
     )]
     CacheInterrupted(String),
     #[error("{0}")]
@@ -615,7 +615,7 @@ fn make_set(
                 Some(t) => t,
                 None => read_corpus(Path::new(corpus))?,
             };
-            let ids = tok.encode(&text)?;
+            let ids = tok.encode(&text).map_err(|e| source.locate(e.into()))?;
             let split = ((ids.len() as f64) * (1.0 - val_fraction)).round() as usize;
             write_shard_set(&tmp, "corpus", tok, &ids, split, shard_tokens, &format!("--corpus {corpus}"))
         })(),
@@ -644,6 +644,11 @@ fn make_set(
                  cache"
             ),
         });
+    }
+    // Ctrl-C after the last piece: the set is whole and kept, and the command stops as asked
+    // (a command that went on would not look at it again: `ddl eval` ran to its end).
+    if crate::train::interrupted() {
+        return Err(DataError::CacheInterrupted(corpus.to_string()));
     }
     Ok(())
 }
@@ -1253,6 +1258,14 @@ mod tests {
         std::fs::write(&prefixed, flipped).unwrap();
         let pre = Tokenizer::load(&prefixed).unwrap();
         assert!(!pre.cuts_exactly() && bpe.cuts_exactly());
+        // An added token that takes the whitespace beside it (RoBERTa's <mask>) is not cut either.
+        for strip in ["lstrip", "rstrip"] {
+            let stripping = dir.join(format!("{strip}.json"));
+            let edited = json.replace(&format!("\"{strip}\": false"), &format!("\"{strip}\": true"));
+            assert!(edited != json, "{strip} not found");
+            std::fs::write(&stripping, edited).unwrap();
+            assert!(!Tokenizer::load(&stripping).unwrap().cuts_exactly(), "{strip}");
+        }
         for (file, tok) in [(&plain, &bpe), (&prefixed, &pre)] {
             let (d, got) = corpus_shards_in(&root, c, file.to_str().unwrap(), None, 0.1, 1024).unwrap();
             assert_eq!(got.to_json(), tok.to_json());

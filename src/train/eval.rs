@@ -245,6 +245,8 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             let other = "evaluate another text with --text FILE (or shards with --data DIR)";
             let (ds, _) = data::open_for_run(run, Some(&tok)).map_err(|e| {
                 let e = match e {
+                    // (Ctrl-C: said as such, exit 130.)
+                    e @ TrainError::Data(data::DataError::CacheInterrupted(_)) => return e,
                     // (Its remedy names `ddl train --corpus`.)
                     TrainError::Data(data::DataError::Missing(_)) => "it does not exist".to_string(),
                     e => e.to_string(),

@@ -53,8 +53,11 @@ pub struct Prepared {
 
 /// A `.txt` piece size: about this many bytes.
 const CHUNK: usize = 8 << 20;
-/// Bytes of text tokenised in one parallel batch.
-const BATCH_BYTES: usize = 64 << 20;
+/// Bytes of text tokenised in one parallel batch: a piece per core, 16–64 MB (Ctrl-C is seen
+/// between batches: a few seconds on 2 cores).
+fn batch_bytes(threads: usize) -> usize {
+    (threads * CHUNK).clamp(16 << 20, 64 << 20)
+}
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DataError + '_ {
     move |source| DataError::Io { path: path.to_path_buf(), source }
@@ -118,22 +121,23 @@ fn is_jsonl(p: &Path) -> bool {
     p.extension().is_some_and(|e| e == "jsonl")
 }
 
-/// Where to cut the text read so far into a piece (0: read on): after the last newline between
-/// two words (or punctuation marks); once `carry` holds `long` bytes without one (a line of
-/// megabytes), before the last single space between two words — at either, byte-level BPE gives
-/// the tokens of the uncut text ([`crate::tokenizer::safe_cut`]) — and, in `long` bytes without
-/// such a space either, at the last character boundary (the one cut that may change tokens: no
-/// merge across it). So a piece holds at most `long` bytes plus one read.
+/// Where to cut the text read so far into a piece (0: read on): before the last line end (a
+/// newline, or `\r\n`) that follows a word (or any character but whitespace and control
+/// characters); once `carry` holds `long` bytes without one (a line of megabytes), before the
+/// last whitespace that follows one — at either, byte-level BPE gives the tokens of the uncut
+/// text ([`crate::tokenizer::safe_cut`]) — and, in `long` bytes without such whitespace either,
+/// at the last character boundary (the one cut that may change tokens: no merge across it). So
+/// a piece holds at most `long` bytes plus one read.
 fn cut_point(carry: &[u8], long: usize) -> usize {
     use crate::tokenizer::safe_cut;
-    let at_line = (1..carry.len()).rev().find(|&i| carry[i - 1] == b'\n' && safe_cut(carry, i));
+    let at_line = (1..carry.len()).rev().find(|&i| matches!(carry[i], b'\n' | b'\r') && safe_cut(carry, i));
     if let Some(i) = at_line {
         return i;
     }
     if carry.len() < long {
         return 0;
     }
-    let at_space = (1..carry.len()).rev().find(|&i| carry[i] == b' ' && safe_cut(carry, i));
+    let at_space = (1..carry.len()).rev().find(|&i| safe_cut(carry, i));
     at_space.unwrap_or_else(|| (1..carry.len()).rev().find(|&i| carry[i] & 0xC0 != 0x80).unwrap_or(carry.len()))
 }
 
@@ -367,8 +371,9 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
     if !tok.cuts_exactly() && !opts.quiet {
         eprintln!(
             "note: {} does not pre-tokenise as GPT-2's byte-level BPE without a prefix space (it has a normaliser, a \
-             prefix space or another pre-tokenizer, such as SentencePiece's): a text file's ~8 MB pieces are \
-             tokenised each on its own, so the tokens where they meet may differ from the whole text's",
+             prefix space, another pre-tokenizer such as SentencePiece's, or an added token that holds or strips \
+             whitespace): a text file's ~8 MB pieces are tokenised each on its own, so the tokens where they meet \
+             may differ from the whole text's",
             opts.tokenizer
         );
     }
@@ -525,7 +530,7 @@ impl<'a> Encoder<'a> {
         self.batch_bytes += text.len();
         self.read += len;
         self.batch.push((text, starts, self.read - len));
-        if self.batch_bytes >= BATCH_BYTES || self.batch.len() >= 4096 {
+        if self.batch_bytes >= batch_bytes(self.threads) || self.batch.len() >= 4096 {
             self.flush()?;
             if let Some(b) = &self.bar {
                 b.set_position(self.read.min(self.bytes));
@@ -690,7 +695,7 @@ impl Corpus {
 
     /// An unknown character's error with the file it is in and its offset there (the encoder
     /// gives its offset in the joined text).
-    fn locate(&self, e: DataError) -> DataError {
+    pub fn locate(&self, e: DataError) -> DataError {
         let DataError::Tokenize(crate::tokenizer::TokenizerError::Unknown { ch, pos, vocab }) = e else { return e };
         // The parts' starts in the text, as `CorpusFeed` joins them.
         let (mut start, mut at) = (0usize, (self.path.clone(), pos));
@@ -925,12 +930,12 @@ mod tests {
         let cut: Vec<u32> = got.iter().flat_map(|p| tok2.encode(p).unwrap()).collect();
         assert_eq!(cut, whole_ids(&tok2, &spaced), "the pieces' tokens are the whole text's");
 
-        // Ordinary text keeps its cuts after a newline between two words.
+        // Ordinary text is cut at its lines' ends (before the newline that follows a word).
         let text = &shakespeare[..60_000];
         let got = pieces_of_text(&dir, "text.txt", text, chunk);
         assert_eq!(got.concat(), text);
-        for p in &got[..got.len() - 1] {
-            assert!(p.ends_with('\n'), "a piece of ordinary text cut mid-line: …{:?}", &p[p.len() - 20..]);
+        for p in &got[1..] {
+            assert!(p.starts_with('\n'), "a piece of ordinary text cut mid-line: {:?}…", &p[..20]);
         }
     }
 
@@ -971,13 +976,18 @@ mod tests {
         assert_eq!(cut, whole_ids(&tok, &text), "the pieces' tokens are the whole text's");
         // And the tokenizer's own 64 KB pieces.
         assert_eq!(tok.encode(&text).unwrap(), whole_ids(&tok, &text));
-        // Chinese alone: every piece ends at a line's end.
-        let zh: String = (0..3000)
-            .map(|i| ["「你好，世界。」他说。\n", "今日は良い天気ですね！\n", "數字１２３。\n"][i % 3])
-            .collect();
-        let got = pieces_of_text(&dir, "zh.txt", &zh, chunk);
-        assert!(got.len() > 10 && got[..got.len() - 1].iter().all(|p| p.ends_with('\n')), "{} pieces", got.len());
-        let cut: Vec<u32> = got.iter().flat_map(|p| tok.encode(p).unwrap()).collect();
-        assert_eq!(cut, whole_ids(&tok, &zh));
+        // Chinese alone, with Windows line ends and paragraphs indented with U+3000 (no newline
+        // between two non-space characters there): every piece starts at a line's end.
+        let lines = ["「你好，世界。」他说。", "今日は良い天気ですね！", "數字１２３。"];
+        for (name, end, indent) in [("zh", "\n", ""), ("zh-crlf", "\r\n", ""), ("zh-indent", "\n", "\u{3000}\u{3000}")]
+        {
+            let zh: String = (0..3000).map(|i| format!("{indent}{}{end}", lines[i % 3])).collect();
+            let got = pieces_of_text(&dir, &format!("{name}.txt"), &zh, chunk);
+            assert!(got.len() > 10, "{name}: {} pieces", got.len());
+            assert!(got[1..].iter().all(|p| p.starts_with(['\n', '\r'])), "{name}: a piece cut mid-line");
+            let cut: Vec<u32> = got.iter().flat_map(|p| tok.encode(p).unwrap()).collect();
+            assert_eq!(cut, whole_ids(&tok, &zh), "{name}");
+            assert_eq!(tok.encode(&zh).unwrap(), whole_ids(&tok, &zh), "{name}: the tokenizer's own pieces");
+        }
     }
 }
