@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Checks `tokenizer::safe_cut`'s rule against Hugging Face's GPT-2 byte-level pre-tokenizer.
+
+The rule: a text may be cut between a character that is neither whitespace nor a control
+character and a whitespace character; the pieces then pre-tokenise as the whole text does. For
+every such pair (X, W) with X below U+3000, in U+FE00..U+FF0F or U+1F300..U+1F6FF, and W any
+whitespace Rust's `char::is_whitespace` takes, in several contexts before and after, this
+compares the pre-tokens of the whole text with those of its two pieces. Needs `pip install
+tokenizers`; a few minutes. Prints the first differences and exits 1 if there are any.
+"""
+import sys
+
+from tokenizers.pre_tokenizers import ByteLevel
+
+pt = ByteLevel(add_prefix_space=False, use_regex=True)
+
+
+def toks(s):
+    return [p for p, _ in pt.pre_tokenize_str(s)]
+
+
+# Unicode's White_Space, as Rust's char::is_whitespace.
+WS = "\t\n\x0b\x0c\r \x85\xa0\u1680" + "".join(chr(c) for c in range(0x2000, 0x200B)) + "\u2028\u2029\u202f\u205f\u3000"
+
+
+def control(c):
+    return ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0
+
+
+def main():
+    ranges = list(range(0x20, 0x3000)) + list(range(0xFE00, 0xFF10)) + list(range(0x1F300, 0x1F700))
+    solid = [chr(i) for i in ranges if chr(i) not in WS and not control(chr(i)) and not 0xD800 <= i < 0xE000]
+    bad = 0
+    checked = 0
+    for x in solid:
+        for w in WS:
+            for after in ["", "x", "'s", " ", "\n", "1", "。", "\u3000他"]:
+                for before in ["ab", "a'", " "]:
+                    t = before + x + w + after
+                    cut = len(before) + 1
+                    checked += 1
+                    if toks(t) != toks(t[:cut]) + toks(t[cut:]):
+                        bad += 1
+                        if bad <= 10:
+                            print("differs:", repr(before), hex(ord(x)), hex(ord(w)), repr(after))
+    print(f"{checked} cuts checked, {bad} differ")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
