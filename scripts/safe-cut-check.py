@@ -2,10 +2,12 @@
 """Checks `tokenizer::safe_cut`'s rule against Hugging Face's GPT-2 byte-level pre-tokenizer.
 
 The rule: a text may be cut between a character that is neither whitespace nor a control
-character and a whitespace character; the pieces then pre-tokenise as the whole text does. For
-every such pair (X, W) with X below U+3000, in U+FE00..U+FF0F or U+1F300..U+1F6FF, and W any
-whitespace Rust's `char::is_whitespace` takes, in several contexts before and after, this
-compares the pre-tokens of the whole text with those of its two pieces. Needs `pip install
+character and a whitespace character, and between two ASCII characters of different classes
+(letters, digits, others) the first of which is not an apostrophe; the pieces then pre-tokenise
+as the whole text does. For every such pair — (X, W) with X below U+3000, in U+FE00..U+FF0F or
+U+1F300..U+1F6FF and W any whitespace Rust's `char::is_whitespace` takes; every ASCII pair — in
+several contexts before and after, this compares the pre-tokens of the whole text with those of
+its two pieces. Needs `pip install
 tokenizers`; a few minutes. Prints the first differences and exits 1 if there are any.
 """
 import sys
@@ -43,6 +45,26 @@ def main():
                         bad += 1
                         if bad <= 10:
                             print("differs:", repr(before), hex(ord(x)), hex(ord(w)), repr(after))
+    # Between ASCII letters, digits and other ASCII characters, the first not an apostrophe.
+    def cls(c):
+        return "L" if c.isalpha() else "N" if c.isdigit() else "O"
+
+    graphic = [chr(i) for i in range(0x21, 0x7F)]
+    for x in graphic:
+        if x == "'":
+            continue
+        for y in graphic:
+            if cls(x) == cls(y):
+                continue
+            for before in ["", "a", "1", "?", "'", "ab'", " ", "\n", "don", "é", "漢"]:
+                for after in ["", "a", "1", "?", "s", "t", "re", "ll", "'", " x", "\n", "é", "漢", "'s"]:
+                    t = before + x + y + after
+                    cut = len(before) + 1
+                    checked += 1
+                    if toks(t) != toks(t[:cut]) + toks(t[cut:]):
+                        bad += 1
+                        if bad <= 10:
+                            print("differs:", repr(before), repr(x), repr(y), repr(after))
     print(f"{checked} cuts checked, {bad} differ")
     sys.exit(1 if bad else 0)
 

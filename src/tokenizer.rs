@@ -210,8 +210,9 @@ pub fn train_bpe_pieces<S: AsRef<str> + Send>(
 /// that holds both (a match of non-space characters never takes whitespace, and one of
 /// whitespace starts after them), and matches are taken from left to right, so the pieces match
 /// as the whole text does: cutting there and tokenising the pieces gives exactly its ids — text
-/// in any script, with any line ends (`\r\n`, paragraphs indented with U+3000), included.
-/// (Checked against Hugging Face's pre-tokenizer for every such pair below U+3000 and more.)
+/// in any script, with any line ends (`\r\n`, paragraphs indented with U+3000), included. Also
+/// between ASCII letters, digits and other ASCII characters, after anything but an apostrophe.
+/// (`scripts/safe-cut-check.py` checks both against Hugging Face's pre-tokenizer.)
 pub(crate) fn safe_cut(text: &[u8], i: usize) -> bool {
     if i == 0 || i >= text.len() {
         return false;
@@ -228,7 +229,15 @@ pub(crate) fn safe_cut(text: &[u8], i: usize) -> bool {
         let to = (start + 1..=(start + 4).min(text.len())).find(|&j| j == text.len() || text[j] & 0xC0 != 0x80)?;
         std::str::from_utf8(&text[start..to]).ok()?.chars().next()
     };
-    solid(before(i)) && after(i).is_some_and(char::is_whitespace)
+    if solid(before(i)) && after(i).is_some_and(char::is_whitespace) {
+        return true;
+    }
+    // Between two ASCII characters of different classes (letters, digits, others), the first not
+    // an apostrophe (`'s`, `'t` … start with one): no alternative of the pattern takes both, so
+    // text without whitespace (base64, a URL list) is cut too.
+    let class = |b: u8| (b.is_ascii_alphabetic(), b.is_ascii_digit());
+    let (b, a) = (text[i - 1], text[i]);
+    b.is_ascii_graphic() && a.is_ascii_graphic() && b != b'\'' && class(b) != class(a)
 }
 
 /// Pieces of `text` of about `target` bytes or more, cut only where [`safe_cut`] says (before
@@ -617,6 +626,8 @@ mod tests {
         assert_eq!(chunks("甲。\r\n\u{3000}乙。\r\n丙", 1), ["甲。", "\r\n\u{3000}乙。", "\r\n丙"]);
         // Not after a control character.
         assert_eq!(chunks("a\u{1c} b", 1), ["a\u{1c} b"]);
+        // Between ASCII letters, digits and others, not after an apostrophe.
+        assert_eq!(chunks("ab12+/x'sy", 1), ["ab", "12", "+/", "x", "'sy"]);
     }
 
     #[test]

@@ -915,6 +915,16 @@ mod tests {
         let cut: Vec<u32> = got.iter().flat_map(|p| tok.encode(p).unwrap()).collect();
         assert_eq!(cut, whole, "the pieces' tokens are the whole line's");
 
+        // No whitespace, ASCII (base64): cut between letters, digits and others, to the same ids.
+        let b64: String = (0..100_000u32)
+            .map(|i| b"ABCdef0123+/xyZ9="[(i.wrapping_mul(2_654_435_761) >> 7) as usize % 17] as char)
+            .collect();
+        let tok3 = crate::tokenizer::train_bpe(&b64, 400).unwrap();
+        let got = pieces_of_text(&dir, "b64.txt", &b64, chunk);
+        assert!(got.len() > 5 && got.iter().all(|p| p.len() <= 3 * chunk), "{} pieces", got.len());
+        let cut: Vec<u32> = got.iter().flat_map(|p| tok3.encode(p).unwrap()).collect();
+        assert_eq!(cut, whole_ids(&tok3, &b64), "base64: the pieces' tokens are the whole line's");
+
         // No space at all, multi-byte characters: bounded, cut at character boundaries.
         let blob: String = "日本語のテキストé".repeat(3000);
         let got = pieces_of_text(&dir, "blob.txt", &blob, chunk);
