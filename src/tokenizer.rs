@@ -241,8 +241,9 @@ pub(crate) fn safe_cut(text: &[u8], i: usize) -> bool {
 }
 
 /// Pieces of `text` of about `target` bytes or more, cut only where [`safe_cut`] says (before
-/// whitespace that follows a word), so that tokenising the pieces gives exactly the ids of the
-/// whole text — a text of one long line is cut too.
+/// whitespace that follows a word, or between ASCII letters, digits and others), so that
+/// tokenising the pieces gives exactly the ids of the whole text — a text of one long line is
+/// cut too.
 pub(crate) fn chunks(text: &str, target: usize) -> Vec<&str> {
     let bytes = text.as_bytes();
     let mut out = Vec::new();

@@ -1,11 +1,12 @@
 //! `ddl data prepare`: text files, folders of them and JSON-lines files (documents) into token
 //! shards in llm.c's format ([`super::shards`]), in constant memory.
 //!
-//! Inputs are read in pieces — a `.txt` file in chunks of about 8 MB cut after a newline that is
-//! between two words (where a byte-level BPE pre-tokenizer splits anyway; a line of more than
-//! 16 MB before a single space between two words, [`cut_point`]), a
-//! `.jsonl` file one document per line (its `text` field) — and a batch of pieces is tokenised by
-//! all cores at once, then written in order. Documents (files, JSON lines) are separated by the
+//! Inputs are read in pieces — a `.txt` file in chunks of about 8 MB cut before a line end that
+//! follows a word (where a byte-level BPE pre-tokenizer splits anyway; a line of more than 16 MB
+//! before other whitespace after a word, or between ASCII letters, digits and others,
+//! [`cut_point`]), a `.jsonl` file one document per line (its `text` field) — and a batch of
+//! pieces is tokenised by all cores at once, then written in order. `ddl train --corpus`'s cache
+//! and `ddl tokenizer train` read a corpus so too ([`Corpus`]). Documents (files, JSON lines) are separated by the
 //! tokenizer's end-of-text token, or by a newline for a char tokenizer (whose vocabulary, the
 //! characters of the inputs, is collected by a first pass). The validation split is the end of the
 //! token stream (`--val-tokens N`, or `--val-fraction f`: the last `n − round(n·(1 − f))` tokens,
@@ -123,10 +124,10 @@ fn is_jsonl(p: &Path) -> bool {
 
 /// Where to cut the text read so far into a piece (0: read on): before the last line end (a
 /// newline, or `\r\n`) that follows a word (or any character but whitespace and control
-/// characters); once `carry` holds `long` bytes without one (a line of megabytes), before the
-/// last whitespace that follows one — at either, byte-level BPE gives the tokens of the uncut
-/// text ([`crate::tokenizer::safe_cut`]) — and, in `long` bytes without such whitespace either,
-/// at the last character boundary (the one cut that may change tokens: no merge across it). So
+/// characters); once `carry` holds `long` bytes without one (a line of megabytes), at the last
+/// other [`crate::tokenizer::safe_cut`] (before whitespace that follows a word, between ASCII
+/// letters, digits and others) — at either, byte-level BPE gives the tokens of the uncut text —
+/// and, in `long` bytes without any, at the last character boundary (the one cut that may change tokens: no merge across it). So
 /// a piece holds at most `long` bytes plus one read.
 fn cut_point(carry: &[u8], long: usize) -> usize {
     use crate::tokenizer::safe_cut;
