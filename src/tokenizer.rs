@@ -178,7 +178,7 @@ pub fn train_bpe(corpus_text: &str, vocab_size: usize) -> Result<Tokenizer, Toke
     train_bpe_pieces(chunks(corpus_text, CHUNK_BYTES).into_iter(), vocab_size)
 }
 
-/// [`train_bpe`] on a text given as pieces, in order, cut where [`safe_cut`] says (the words
+/// [`train_bpe`] on a text given as pieces, in order, cut where `safe_cut` says (the words
 /// counted are the whole text's): a corpus read piece by piece is never held whole.
 pub fn train_bpe_pieces<S: AsRef<str> + Send>(
     pieces: impl Iterator<Item = S> + Send,
@@ -284,7 +284,7 @@ impl Tokenizer {
         }
     }
 
-    /// Whether a text cut where [`safe_cut`] says tokenises to the ids of the whole text: always
+    /// Whether a text cut where `safe_cut` says tokenises to the ids of the whole text: always
     /// for characters; for a BPE, GPT-2's byte-level pre-tokenisation without a prefix space and
     /// without a normaliser (not, e.g., SentencePiece's Metaspace).
     pub fn cuts_exactly(&self) -> bool {
