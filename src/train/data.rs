@@ -258,7 +258,7 @@ pub struct ShardCheck(std::thread::JoinHandle<Result<(), DataError>>);
 
 impl ShardCheck {
     /// Starts the check of `run`'s prepared shards; `None` where there is nothing to check
-    /// ([`prepared_set`]).
+    /// (`prepared_set`).
     pub fn start(run: &crate::train::RunConfig) -> Result<Option<ShardCheck>, crate::train::TrainError> {
         let Some(set) = prepared_set(run)? else { return Ok(None) };
         let files: Vec<PathBuf> = set.train.into_iter().chain(set.val).collect();

@@ -4,9 +4,9 @@
 //! Inputs are read in pieces — a `.txt` file in chunks of about 8 MB cut before a line end that
 //! follows a word (where a byte-level BPE pre-tokenizer splits anyway; a line of more than 16 MB
 //! before other whitespace after a word, or between ASCII letters, digits and others,
-//! [`cut_point`]), a `.jsonl` file one document per line (its `text` field) — and a batch of
+//! `cut_point`), a `.jsonl` file one document per line (its `text` field) — and a batch of
 //! pieces is tokenised by all cores at once, then written in order. `ddl train --corpus`'s cache
-//! and `ddl tokenizer train` read a corpus so too ([`Corpus`]). Documents (files, JSON lines) are separated by the
+//! and `ddl tokenizer train` read a corpus so too (`Corpus`). Documents (files, JSON lines) are separated by the
 //! tokenizer's end-of-text token, or by a newline for a char tokenizer (whose vocabulary, the
 //! characters of the inputs, is collected by a first pass). The validation split is the end of the
 //! token stream (`--val-tokens N`, or `--val-fraction f`: the last `n − round(n·(1 − f))` tokens,
