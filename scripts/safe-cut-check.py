@@ -30,41 +30,41 @@ def control(c):
 
 
 def main():
+    checked = 0
+    bad = 0
+
+    def check(before, x, y, after):
+        """Cuts `before + x + y + after` between x and y; counts a difference."""
+        nonlocal checked, bad
+        t = before + x + y + after
+        cut = len(before) + len(x)
+        checked += 1
+        if toks(t) != toks(t[:cut]) + toks(t[cut:]):
+            bad += 1
+            if bad <= 10:
+                print("differs:", repr(before), repr(x), repr(y), repr(after))
+
+    # A character that is neither whitespace nor a control character, then whitespace.
     ranges = list(range(0x20, 0x3000)) + list(range(0xFE00, 0xFF10)) + list(range(0x1F300, 0x1F700))
     solid = [chr(i) for i in ranges if chr(i) not in WS and not control(chr(i)) and not 0xD800 <= i < 0xE000]
-    bad = 0
-    checked = 0
     for x in solid:
         for w in WS:
             for after in ["", "x", "'s", " ", "\n", "1", "。", "\u3000他"]:
                 for before in ["ab", "a'", " "]:
-                    t = before + x + w + after
-                    cut = len(before) + 1
-                    checked += 1
-                    if toks(t) != toks(t[:cut]) + toks(t[cut:]):
-                        bad += 1
-                        if bad <= 10:
-                            print("differs:", repr(before), hex(ord(x)), hex(ord(w)), repr(after))
+                    check(before, x, w, after)
+
     # Between ASCII letters, digits and other ASCII characters, the first not an apostrophe.
     def cls(c):
         return "L" if c.isalpha() else "N" if c.isdigit() else "O"
 
     graphic = [chr(i) for i in range(0x21, 0x7F)]
     for x in graphic:
-        if x == "'":
-            continue
         for y in graphic:
-            if cls(x) == cls(y):
+            if x == "'" or cls(x) == cls(y):
                 continue
             for before in ["", "a", "1", "?", "'", "ab'", " ", "\n", "don", "é", "漢"]:
                 for after in ["", "a", "1", "?", "s", "t", "re", "ll", "'", " x", "\n", "é", "漢", "'s"]:
-                    t = before + x + y + after
-                    cut = len(before) + 1
-                    checked += 1
-                    if toks(t) != toks(t[:cut]) + toks(t[cut:]):
-                        bad += 1
-                        if bad <= 10:
-                            print("differs:", repr(before), repr(x), repr(y), repr(after))
+                    check(before, x, y, after)
     print(f"{checked} cuts checked, {bad} differ")
     sys.exit(1 if bad else 0)
 

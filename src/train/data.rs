@@ -93,12 +93,13 @@ pub fn embedded_corpus() -> &'static str {
 /// newline). The default corpus ([`DEFAULT_CORPUS`]) is the copy in the binary when the current
 /// directory has no such file (the same text either way).
 pub fn read_corpus(path: &Path) -> Result<String, DataError> {
-    if !path.exists() && path == Path::new(DEFAULT_CORPUS) {
-        return Ok(EMBEDDED_CORPUS.to_string());
-    }
-    let files = corpus_files(path)?;
+    use super::prepare::{Corpus, CorpusPart};
     let mut text = String::new();
-    for f in files {
+    for part in Corpus::open(path)?.parts {
+        let f = match part {
+            CorpusPart::Text(t) => return Ok(t.to_string()),
+            CorpusPart::File(f) => f,
+        };
         let bytes = std::fs::read(&f).map_err(|source| DataError::Io { path: f.clone(), source })?;
         let s = String::from_utf8(bytes)
             .map_err(|e| DataError::NotUtf8 { path: f.clone(), offset: e.utf8_error().valid_up_to() })?;
@@ -658,21 +659,7 @@ const MAKING: &str = ".make-";
 
 /// Removes the temporary folders of makers, of any set, whose process is gone (killed).
 fn remove_stale_makers(root: &Path) {
-    let Ok(entries) = std::fs::read_dir(root) else { return };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let pid = name
-            .strip_prefix('.')
-            .and_then(|n| n.rsplit_once(MAKING))
-            .and_then(|(_, rest)| rest.split('.').next()?.parse::<u32>().ok());
-        // (Where liveness cannot be checked, the folder is left.)
-        if let Some(pid) = pid
-            && pid != std::process::id()
-            && super::lock::alive(pid) == Some(false)
-        {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
+    super::prepare::remove_dead_writers(root, |name| Some(name.strip_prefix('.')?.rsplit_once(MAKING)?.1));
 }
 
 /// What is wrong with the shard set in `dir`, if anything: its `meta.json` must read and its

@@ -441,11 +441,16 @@ fn check_name(name: &str) -> Result<(), crate::train::TrainError> {
 /// same output (`ddl data prepare`, `ddl train --resume … --out`, `--corpus`'s shard cache) left
 /// when killed (their process no longer exists).
 pub(crate) fn remove_stale_temp_dirs(parent: &Path, stem: &str) {
+    remove_dead_writers(parent, |name| name.strip_prefix(stem));
+}
+
+/// Removes the entries of `parent` whose name `pid_of` takes to `PID` or `PID.N` (the rest of the
+/// name after its stem) and whose process is gone.
+pub(crate) fn remove_dead_writers(parent: &Path, pid_of: impl Fn(&str) -> Option<&str>) {
     let Ok(entries) = std::fs::read_dir(parent) else { return };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        // (`{stem}PID`, or `{stem}PID.N`.)
-        let Some(pid) = name.strip_prefix(stem).and_then(|p| p.split('.').next()?.parse::<u32>().ok()) else {
+        let Some(pid) = pid_of(&name).and_then(|p| p.split('.').next()?.parse::<u32>().ok()) else {
             continue;
         };
         // (Where liveness cannot be checked, the folder is left.)
@@ -453,6 +458,14 @@ pub(crate) fn remove_stale_temp_dirs(parent: &Path, stem: &str) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
+}
+
+/// An unknown character's error placed in its file: `pos`, its offset in the text pushed, is
+/// taken to the last of `starts` (where each file's text starts in it) at or before it.
+fn placed(e: DataError, starts: &[(usize, PathBuf)]) -> DataError {
+    let DataError::Tokenize(crate::tokenizer::TokenizerError::Unknown { ch, pos, vocab }) = e else { return e };
+    let (start, path) = starts.iter().rev().find(|(s, _)| *s <= pos).cloned().unwrap_or_default();
+    DataError::UnknownChar { path, offset: pos - start, ch, vocab }
 }
 
 type Written = (usize, usize, usize);
@@ -614,20 +627,12 @@ fn write_all(
     let writer = Writer::new(dir, &opts.name, "train", opts.shard_tokens, wide);
     let mut enc = Encoder::new(tok, sep, Some(writer), bytes, !opts.quiet);
     // Where each file's text starts in the text pushed: a batch holds pieces of several files.
-    let mut starts: Vec<(u64, &PathBuf)> = Vec::new();
-    let locate = |e: DataError, starts: &[(u64, &PathBuf)]| match e {
-        DataError::Tokenize(crate::tokenizer::TokenizerError::Unknown { ch, pos, vocab }) => {
-            let i = starts.iter().rposition(|&(s, _)| s <= pos as u64).unwrap_or(0);
-            let (start, path) = starts.get(i).map_or((0, &opts.out), |&(s, p)| (s, p));
-            DataError::UnknownChar { path: path.clone(), offset: pos - start as usize, ch, vocab }
-        }
-        e => e,
-    };
+    let mut starts: Vec<(usize, PathBuf)> = Vec::new();
     for f in files {
-        starts.push((enc.read, f));
-        pieces(f, |text, starts_doc| enc.push(text, starts_doc)).map_err(|e| locate(e, &starts))?;
+        starts.push((enc.read as usize, f.clone()));
+        pieces(f, |text, starts_doc| enc.push(text, starts_doc)).map_err(|e| placed(e, &starts))?;
     }
-    let Encoded { mut shards, tokens: total, documents } = enc.finish().map_err(|e| locate(e, &starts))?;
+    let Encoded { mut shards, tokens: total, documents } = enc.finish().map_err(|e| placed(e, &starts))?;
     // The validation split: the end of the stream.
     let val_n = match opts.val {
         ValSplit::Tokens(n) => n,
@@ -697,24 +702,19 @@ impl Corpus {
     /// An unknown character's error with the file it is in and its offset there (the encoder
     /// gives its offset in the joined text).
     pub fn locate(&self, e: DataError) -> DataError {
-        let DataError::Tokenize(crate::tokenizer::TokenizerError::Unknown { ch, pos, vocab }) = e else { return e };
-        // The parts' starts in the text, as `CorpusFeed` joins them.
-        let (mut start, mut at) = (0usize, (self.path.clone(), pos));
+        // The parts' starts in the text, as `CorpusFeed` joins them (a newline after text).
+        let mut starts = Vec::new();
+        let mut at = 0usize;
         for p in &self.parts {
             let (path, len) = match p {
                 CorpusPart::File(f) => (f.clone(), std::fs::metadata(f).map_or(0, |m| m.len() as usize)),
                 CorpusPart::Text(t) => (PathBuf::from(super::data::DEFAULT_CORPUS), t.len()),
             };
-            if start > 0 {
-                start += 1;
-            }
-            if pos < start {
-                break;
-            }
-            at = (path, pos - start);
-            start += len;
+            at += usize::from(at > 0);
+            starts.push((at, path));
+            at += len;
         }
-        DataError::UnknownChar { path: at.0, offset: at.1, ch, vocab }
+        placed(e, &starts)
     }
 
     /// Whether every part can be read again (no pipe, no device).
