@@ -29,11 +29,13 @@ test: setup
 	@# benchmarks or training runs on this machine must not change what the tests run.
 	@# The browser site first (wasm32, WebGPU): web/tests/browser.rs opens it in headless
 	@# Chromium. DDL_SETUP_WASM=0 skips both (the browser test is then left out).
-	@if [ "$${DDL_SETUP_WASM:-1}" = 0 ]; then \
+	@# (Each cache dir is removed when its command ends.)
+	@c=$$(mktemp -d); trap 'rm -rf "$$c"' EXIT; \
+	if [ "$${DDL_SETUP_WASM:-1}" = 0 ]; then \
 		echo "DDL_SETUP_WASM=0: not building the browser site nor running its test"; \
-		DDL_CACHE_DIR=$$(mktemp -d) $(CARGO) test --workspace --no-fail-fast --exclude ddl-web; \
+		DDL_CACHE_DIR=$$c $(CARGO) test --workspace --no-fail-fast --exclude ddl-web; \
 	else \
-		bash scripts/web.sh && DDL_CACHE_DIR=$$(mktemp -d) $(CARGO) test --workspace --no-fail-fast; \
+		bash scripts/web.sh && DDL_CACHE_DIR=$$c $(CARGO) test --workspace --no-fail-fast; \
 	fi
 	@# The model again on llvmpipe at other vector widths, i.e. other subgroup sizes: 128 bits,
 	@# subgroups of 4 (an ARM64 (NEON) host's lavapipe), 1024 bits, 32 (NVIDIA's and Apple's
@@ -42,7 +44,7 @@ test: setup
 	@# "Other subgroup sizes" and "Workgroup memory").
 	@# (--workspace: the binaries the run above built, nothing rebuilt; the CLI it built says
 	@# which adapter and subgroups each rerun has.)
-	@bin="$${CARGO_TARGET_DIR:-target}/debug/ddl"; \
+	@bin="$${CARGO_TARGET_DIR:-target}/debug/ddl"; c=$$(mktemp -d); trap 'rm -rf "$$c"' EXIT; \
 	if [ -x "$$bin" ] && ! "$$bin" info 2>/dev/null | grep -q '^adapter: *llvmpipe'; then \
 		echo "the adapter is not lavapipe: no reruns at other subgroup sizes"; exit 0; \
 	fi; \
@@ -51,13 +53,13 @@ test: setup
 		extra=""; forms="$${DDL_FORMS:-}"; \
 		if [ $$w = 2048 ]; then extra="--test kernels"; forms="$${forms:+$$forms,}wg_poison=1"; fi; \
 		echo "LP_NATIVE_VECTOR_WIDTH=$$w DDL_FORMS=$$forms $(CARGO) test --workspace --test golden --test decode $$extra"; \
-		LP_NATIVE_VECTOR_WIDTH=$$w DDL_FORMS=$$forms DDL_CACHE_DIR=$$(mktemp -d) $(CARGO) test --workspace --test golden --test decode $$extra || exit 1; \
+		LP_NATIVE_VECTOR_WIDTH=$$w DDL_FORMS=$$forms DDL_CACHE_DIR=$$c/$$w $(CARGO) test --workspace --test golden --test decode $$extra || exit 1; \
 	done
 	@# Data-parallel training (2 MPI ranks vs one process) when MPI is installed (scripts/setup.sh
 	@# installs it on Debian/Ubuntu unless DDL_SETUP_MPI=0).
 	@if command -v mpirun >/dev/null 2>&1; then \
 		echo "DDL_CACHE_DIR=\$$(mktemp -d) $(CARGO) test -p ddl --features mpi --test mpi"; \
-		DDL_CACHE_DIR=$$(mktemp -d) $(CARGO) test -p ddl --features mpi --test mpi; \
+		c=$$(mktemp -d); trap 'rm -rf "$$c"' EXIT; DDL_CACHE_DIR=$$c $(CARGO) test -p ddl --features mpi --test mpi; \
 	elif [ "$${DDL_SETUP_MPI:-1}" = 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
 		echo "no mpirun (DDL_SETUP_MPI=0, or not a Debian/Ubuntu machine): not running the MPI test"; \
 	else \

@@ -207,14 +207,53 @@ pub fn f64s(x: &[f32]) -> Vec<f64> {
     x.iter().map(|&v| v as f64).collect()
 }
 
-/// A fresh, empty directory `$TMPDIR/ddl-{name}-{pid}` for one test (anything left there by an
-/// earlier run of the same process id is removed).
+/// A fresh, empty directory `$TMPDIR/ddl-tests/{pid}/{name}` for one test. A test process's
+/// folder is removed when the process exits, unless a test in it failed (then it stays to be
+/// looked at, until a later test process finds its process gone and removes it): a `make test`
+/// leaves nothing behind (it left a few hundred MB a run in `$TMPDIR` before).
 pub fn scratch_dir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("ddl-{name}-{}", std::process::id()));
+    let d = scratch_root().join(name);
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("create a test directory under the temp dir");
     d
 }
+
+/// Set when a test of this process panics: its scratch folder is kept.
+static FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// This test process's scratch folder, `$TMPDIR/ddl-tests/{pid}`. The first call removes the
+/// folders of test processes that are gone and arranges for this one's removal at exit.
+fn scratch_root() -> &'static std::path::Path {
+    static ROOT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        let parent = std::env::temp_dir().join("ddl-tests");
+        #[cfg(feature = "native")]
+        crate::train::prepare::remove_dead_writers(&parent, |name| Some(name));
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            FAILED.store(true, std::sync::atomic::Ordering::Relaxed);
+            previous(info)
+        }));
+        #[cfg(unix)]
+        {
+            extern "C" fn remove_at_exit() {
+                if !FAILED.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Some(root) = ROOT_AT_EXIT.get() {
+                        let _ = std::fs::remove_dir_all(root);
+                    }
+                }
+            }
+            // SAFETY: `atexit` registers a plain function without arguments, called once at exit.
+            unsafe { libc::atexit(remove_at_exit) };
+        }
+        let root = parent.join(std::process::id().to_string());
+        let _ = ROOT_AT_EXIT.set(root.clone());
+        root
+    })
+}
+
+/// The folder `scratch_root` removes at exit (a copy the exit handler can read).
+static ROOT_AT_EXIT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
 /// Writes the first 20,000 characters of TinyShakespeare (`assets/`) to `dir/corpus.txt`, a
 /// corpus small enough to tokenise and train on in seconds; returns its path.

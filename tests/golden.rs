@@ -216,8 +216,7 @@ fn golden_one_token_every_variant() {
 
 #[test]
 fn a_malformed_golden_file_is_a_clear_error() {
-    let dir = std::env::temp_dir().join(format!("ddl-golden-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = ddl::testing::scratch_dir("golden-bad");
     let p = dir.join("bad.safetensors");
     std::fs::write(&p, b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all").unwrap();
     let e = ddl::golden::Golden::load(&p).err().expect("must fail");

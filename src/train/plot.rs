@@ -336,8 +336,7 @@ pub fn interval_plot(path: &Path, title: &str, x_label: &str, rows: &[Interval])
 mod tests {
     #[test]
     fn a_line_plot_is_written_as_png() {
-        let dir = std::env::temp_dir().join(format!("ddl-plot-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::testing::scratch_dir("plot");
         let p = dir.join("x.png");
         let s = super::Series {
             name: "train".into(),
