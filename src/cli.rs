@@ -25,7 +25,7 @@ Check and measure:
   bench       Benchmarks: matmul, kernels, train, generate, copy (--json for JSON lines)
 
 Tools:
-  data        Prepare token shards (llm.c's format) from text, folders and JSON lines
+  data        Prepare token shards (llm.c's format) from text, folders and JSON lines; the --corpus shard cache
   tokenizer   Train a byte-level BPE tokenizer on a corpus, or encode text with one
   help        This message, or a command's options (`ddl help train`)
 
@@ -221,7 +221,7 @@ pub(crate) enum Cmd {
     /// Byte-level BPE tokenizers: train one on a corpus, encode text with one.
     #[command(subcommand)]
     Tokenizer(TokenizerCmd),
-    /// Token shards for `ddl train --data`.
+    /// Token shards for `ddl train --data`, and the shard cache of `ddl train --corpus`.
     #[command(subcommand)]
     Data(DataCmd),
 }
@@ -255,6 +255,28 @@ pub(crate) enum DataCmd {
         /// Shard name prefix (NAME_train_000000.bin).
         #[arg(long, default_value = "data")]
         name: String,
+    },
+    /// The shard cache of `ddl train --corpus` (DDL_CACHE_DIR, else $XDG_CACHE_HOME/ddl or
+    /// ~/.cache/ddl, folder shards/): each set's corpus, tokenizer, tokens, size, last use and
+    /// whether a run can still find it. A run removes the sets of its own corpus that no run can
+    /// find again (the corpus edited since); the others stay until pruned.
+    Cache {
+        /// Remove the stale sets (their corpus or tokenizer file changed since, or the corpus is
+        /// gone: no run finds them again) and what killed processes left.
+        #[arg(long)]
+        prune: bool,
+        /// With --prune: also the sets no run has used for this long (30d, 12h, 2w).
+        #[arg(long, value_name = "SPAN", requires = "prune", value_parser = ddl::train::cache::parse_span)]
+        unused_for: Option<std::time::Duration>,
+        /// Remove every set (the next run on each corpus tokenises it again).
+        #[arg(long, conflicts_with = "prune")]
+        clear: bool,
+        /// With --prune or --clear: list what would be removed, remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// One JSON object (the listing, or what was removed).
+        #[arg(long)]
+        json: bool,
     },
 }
 

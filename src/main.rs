@@ -503,7 +503,14 @@ fn chat(dev: &DeviceArgs, dir: &std::path::Path, sa: SamplingArgs, trace: Option
 
 fn data_cmd(d: DataCmd) -> Result<()> {
     use ddl::train::prepare::{PrepareOptions, ValSplit, prepare};
-    let DataCmd::Prepare { tokenizer, out, inputs, val_tokens, val_fraction, shard_tokens, name } = d;
+    let (tokenizer, out, inputs, val_tokens, val_fraction, shard_tokens, name) = match d {
+        DataCmd::Prepare { tokenizer, out, inputs, val_tokens, val_fraction, shard_tokens, name } => {
+            (tokenizer, out, inputs, val_tokens, val_fraction, shard_tokens, name)
+        }
+        DataCmd::Cache { prune, unused_for, clear, dry_run, json } => {
+            return cache_cmd(prune || clear, ddl::train::cache::Prune { all: clear, unused_for, dry_run }, json);
+        }
+    };
     train_cmd::refuse_inside_kept("--out", &out)?;
     let val = match (val_tokens, val_fraction) {
         (Some(n), _) => ValSplit::Tokens(n),
@@ -532,6 +539,116 @@ fn data_cmd(d: DataCmd) -> Result<()> {
         println!("  {}", f.display());
     }
     println!("train on it with: ddl train --data {} ...", out.display());
+    Ok(())
+}
+
+/// `ddl data cache`: the shard cache listed, or pruned (`remove`).
+fn cache_cmd(remove: bool, p: ddl::train::cache::Prune, json: bool) -> Result<()> {
+    use ddl::train::cache::{State, age, count, list, prune, reason, size};
+    let root = ddl::train::data::cache_dir().join("shards");
+    if p.dry_run && !remove {
+        anyhow::bail!("--dry-run says what --prune or --clear would remove: add one of them");
+    }
+    if remove {
+        let out = prune(&root, &p);
+        if json {
+            println!("{}", serde_json::json!({ "root": root, "dry_run": p.dry_run, "removed": out }));
+        } else {
+            let now = std::time::SystemTime::now();
+            let verb = if p.dry_run { "would remove" } else { "removed" };
+            for s in &out.sets {
+                println!(
+                    "{verb} {}  {}  {}  ({})",
+                    s.key,
+                    s.corpus(),
+                    size(s.bytes),
+                    reason(s, &p, now).unwrap_or_default()
+                );
+            }
+            for d in &out.leftovers {
+                println!("{verb} {}  (left by a process that was killed)", d.display());
+            }
+            println!(
+                "{} {} set{} and {} leftover{}: {} ({})",
+                if p.dry_run { "would free" } else { "freed" },
+                out.sets.len(),
+                if out.sets.len() == 1 { "" } else { "s" },
+                out.leftovers.len(),
+                if out.leftovers.len() == 1 { "" } else { "s" },
+                size(out.bytes),
+                root.display()
+            );
+        }
+        if !out.failed.is_empty() {
+            let what: Vec<String> = out.failed.iter().map(|(d, e)| format!("{}: {e}", d.display())).collect();
+            anyhow::bail!(
+                "could not remove {} folder(s) of the shard cache: {} (remove them by hand, or check the cache's \
+                 permissions)",
+                out.failed.len(),
+                what.join("; ")
+            );
+        }
+        return Ok(());
+    }
+    let l = list(&root);
+    if json {
+        println!("{}", serde_json::json!({ "root": root, "bytes": l.bytes(), "listing": l }));
+        return Ok(());
+    }
+    println!("shard cache of `ddl train --corpus`: {}", root.display());
+    if l.sets.is_empty() && l.leftovers.is_empty() {
+        println!("(empty{})", if root.exists() { "" } else { ": no set made yet" });
+        return Ok(());
+    }
+    let now = std::time::SystemTime::now();
+    let rows: Vec<[String; 7]> = l
+        .sets
+        .iter()
+        .map(|s| {
+            let tokens = match (s.train_tokens, s.val_tokens) {
+                (Some(t), Some(v)) => count((t + v) as u64),
+                _ => "?".into(),
+            };
+            let used = s
+                .last_used
+                .and_then(|t| now.duration_since(t).ok())
+                .map(|d| format!("{} ago", age(d)))
+                .unwrap_or_else(|| "?".into());
+            [s.key.clone(), s.corpus(), s.tokenizer(), tokens, size(s.bytes), used, s.state.describe().to_string()]
+        })
+        .collect();
+    let head = ["set", "corpus", "tokenizer", "tokens", "size", "last used", "state"].map(String::from);
+    let widths: Vec<usize> =
+        (0..7).map(|i| rows.iter().chain([&head]).map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    for r in [&head].into_iter().chain(&rows) {
+        let cells: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        println!("{}", cells.join("  ").trim_end());
+    }
+    let stale: Vec<_> = l.sets.iter().filter(|s| s.state.stale()).collect();
+    let left: u64 = l.leftovers.iter().map(|l| l.1).sum();
+    println!("{} set{}, {} in all", l.sets.len(), if l.sets.len() == 1 { "" } else { "s" }, size(l.bytes()));
+    if !stale.is_empty() || !l.leftovers.is_empty() {
+        println!(
+            "{} stale set{} ({}) and {} leftover{} of killed processes ({}): `ddl data cache --prune` removes them",
+            stale.len(),
+            if stale.len() == 1 { "" } else { "s" },
+            size(stale.iter().map(|s| s.bytes).sum()),
+            l.leftovers.len(),
+            if l.leftovers.len() == 1 { "" } else { "s" },
+            size(left)
+        );
+    }
+    let unrecorded = l.sets.iter().filter(|s| s.state == State::Unrecorded).count();
+    if unrecorded > 0 {
+        println!(
+            "{unrecorded} set{} made by an earlier ddl, whose settings are not recorded (a run that uses one records \
+             it): `ddl data cache --prune --unused-for 30d` removes those unused for 30 days",
+            if unrecorded == 1 { "" } else { "s" }
+        );
+    }
+    if l.in_progress > 0 {
+        println!("{} set(s) being made or removed by a running process", l.in_progress);
+    }
     Ok(())
 }
 

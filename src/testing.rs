@@ -237,10 +237,10 @@ fn scratch_root() -> &'static std::path::Path {
         #[cfg(unix)]
         {
             extern "C" fn remove_at_exit() {
-                if !FAILED.load(std::sync::atomic::Ordering::Relaxed) {
-                    if let Some(root) = ROOT_AT_EXIT.get() {
-                        let _ = std::fs::remove_dir_all(root);
-                    }
+                if !FAILED.load(std::sync::atomic::Ordering::Relaxed)
+                    && let Some(root) = ROOT_AT_EXIT.get()
+                {
+                    let _ = std::fs::remove_dir_all(root);
                 }
             }
             // SAFETY: `atexit` registers a plain function without arguments, called once at exit.

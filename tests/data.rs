@@ -374,3 +374,64 @@ fn hand_written_llmc_shards_train_and_bad_shards_are_clear_errors() {
     let o = train(&raw, "raw-run", &["--tokenizer", tok.to_str().unwrap(), "--data-format", "raw-u16"]);
     assert!(o.status.success(), "{}", text(&o));
 }
+
+/// `ddl data cache` lists the shard sets `--corpus` made (corpus, state) and removes them on
+/// request; a run on an edited corpus removes its earlier set and says so; bad flags are clear
+/// errors.
+#[test]
+fn the_corpus_cache_is_listed_and_pruned_from_the_command_line() {
+    let dir = tmpdir("cache-cli");
+    let corpus = ddl::testing::small_corpus(&dir);
+    let run = |args: &[&str]| {
+        let o = ddl(&dir).args(args).output().unwrap();
+        (o.status.success(), text(&o))
+    };
+    let (ok, out) = run(&["data", "cache"]);
+    assert!(ok && out.contains("(empty: no set made yet)"), "{out}");
+    let train = |name: &str| {
+        let mut args = vec!["train", "--preset", "tiny", "--variant", "baseline", "--steps", "1", "--corpus", &corpus];
+        for kv in ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "train.batch_size=2", "train.seq_len=16"]
+        {
+            args.extend(["--set", kv]);
+        }
+        let out = dir.join(name);
+        let out = out.to_str().unwrap().to_string();
+        let o = ddl(&dir).args(&args).args(["--no-autotune", "--out", &out]).output().unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        text(&o)
+    };
+    train("r1");
+    let (ok, out) = run(&["data", "cache"]);
+    let canonical = std::fs::canonicalize(&corpus).unwrap().display().to_string();
+    assert!(ok && out.contains(&canonical) && out.contains("current") && out.contains("1 set,"), "{out}");
+    let (_, json) = run(&["data", "cache", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["listing"]["sets"][0]["state"], "current", "{json}");
+    assert_eq!(v["listing"]["sets"][0]["record"]["corpus"], canonical.as_str(), "{json}");
+
+    // The corpus edited: the next run's set replaces the earlier one.
+    std::fs::write(&corpus, std::fs::read_to_string(&corpus).unwrap() + "\nMore.\n").unwrap();
+    let said = train("r2");
+    assert!(said.contains("removed 1 cached shard set of an earlier version"), "{said}");
+    let (_, out) = run(&["data", "cache"]);
+    assert!(out.contains("1 set,") && !out.contains("stale"), "{out}");
+
+    // Removing: a dry run keeps, --clear removes.
+    let (ok, out) = run(&["data", "cache", "--clear", "--dry-run"]);
+    assert!(ok && out.contains("would remove") && out.contains("would free 1 set"), "{out}");
+    assert!(run(&["data", "cache"]).1.contains("1 set,"));
+    let (ok, out) = run(&["data", "cache", "--clear"]);
+    assert!(ok && out.contains("freed 1 set"), "{out}");
+    assert!(run(&["data", "cache"]).1.contains("(empty)"));
+
+    // Bad flags.
+    for (args, says) in [
+        (&["data", "cache", "--dry-run"][..], "add one of them"),
+        (&["data", "cache", "--prune", "--unused-for", "3x"][..], "expected a number with a unit"),
+        (&["data", "cache", "--unused-for", "30d"][..], "--prune"),
+        (&["data", "cache", "--prune", "--clear"][..], "cannot be used with"),
+    ] {
+        let (ok, out) = run(args);
+        assert!(!ok && out.contains(says), "{args:?}: {out}");
+    }
+}

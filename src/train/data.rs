@@ -441,14 +441,17 @@ const BIG_CORPUS: u64 = 64 << 20;
 const CORPUS_CHUNK: usize = 8 << 20;
 
 /// The cache key of a corpus's shard set, from what `stat` tells (no read of the corpus): the
-/// files' absolute names, sizes and modification times, the tokenizer (its setting, and its
-/// file's size and time; or the given tokenizer's JSON) and the validation fraction.
-fn corpus_key(
-    corpus: &str,
-    tok_setting: &str,
-    given: Option<&Tokenizer>,
-    val_fraction: f64,
-) -> Result<String, DataError> {
+/// files' absolute names, sizes and modification times, the tokenizer setting (a file's size and
+/// time) and the validation fraction. A resumed run, which passes the tokenizer it trained with,
+/// gets the same key as the run that made the set.
+fn corpus_key(corpus: &str, tok_setting: &str, val_fraction: f64) -> Result<String, DataError> {
+    let path = Path::new(corpus);
+    let embedded = !path.exists() && path == Path::new(DEFAULT_CORPUS);
+    key_of((!embedded).then_some(path), tok_setting, val_fraction)
+}
+
+/// [`corpus_key`] of the corpus at `corpus` (`None`: the built-in TinyShakespeare).
+pub(crate) fn key_of(corpus: Option<&Path>, tok_setting: &str, val_fraction: f64) -> Result<String, DataError> {
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
     h.update(CACHE_FORMAT.as_bytes());
@@ -460,18 +463,17 @@ fn corpus_key(
         h.update(t.as_nanos().to_le_bytes());
         Ok(())
     };
-    let path = Path::new(corpus);
-    if !path.exists() && path == Path::new(DEFAULT_CORPUS) {
-        h.update(b"embedded tinyshakespeare");
-        h.update((EMBEDDED_CORPUS.len() as u64).to_le_bytes());
-    } else {
-        for f in corpus_files(path)? {
-            stat(&mut h, &f)?;
+    match corpus {
+        None => {
+            h.update(b"embedded tinyshakespeare");
+            h.update((EMBEDDED_CORPUS.len() as u64).to_le_bytes());
+        }
+        Some(path) => {
+            for f in corpus_files(path)? {
+                stat(&mut h, &f)?;
+            }
         }
     }
-    // The tokenizer setting (not a given tokenizer): a resumed run, which passes the tokenizer
-    // it trained with, finds the same shard set as the run that made it.
-    let _ = given;
     if tok_setting == "char" {
         h.update(b"char");
     } else {
@@ -497,6 +499,9 @@ pub fn corpus_shards(
 }
 
 /// [`corpus_shards`] with the cache's shard folder given, the corpus read `chunk` bytes at a time.
+/// The set found or made records its settings and is marked used; the sets of the same settings
+/// that no run can find again (the corpus or the tokenizer file changed since) are removed
+/// ([`super::cache::used`]).
 fn corpus_shards_in(
     root: &Path,
     corpus: &str,
@@ -505,7 +510,31 @@ fn corpus_shards_in(
     val_fraction: f64,
     chunk: usize,
 ) -> Result<(PathBuf, Tokenizer), crate::train::TrainError> {
-    let base = corpus_key(corpus, tok_setting, given, val_fraction)?;
+    let (dir, tok) = find_or_make_set(root, corpus, tok_setting, given, val_fraction, chunk)?;
+    let removed = super::cache::used(root, &dir, &super::cache::Record::new(corpus, tok_setting, val_fraction));
+    if !removed.is_empty() {
+        let bytes: u64 = removed.iter().map(|s| s.bytes).sum();
+        eprintln!(
+            "note: removed {} cached shard set{} of an earlier version of --corpus {corpus} ({}; `ddl data cache` \
+             lists the cache)",
+            removed.len(),
+            if removed.len() == 1 { "" } else { "s" },
+            super::cache::size(bytes)
+        );
+    }
+    Ok((dir, tok))
+}
+
+/// The cached set of the corpus with these settings, made if there is none.
+fn find_or_make_set(
+    root: &Path,
+    corpus: &str,
+    tok_setting: &str,
+    given: Option<&Tokenizer>,
+    val_fraction: f64,
+    chunk: usize,
+) -> Result<(PathBuf, Tokenizer), crate::train::TrainError> {
+    let base = corpus_key(corpus, tok_setting, val_fraction)?;
     let source = super::prepare::Corpus::open(Path::new(corpus))?;
     // A corpus that is not all regular files (a pipe, `<(…)`) can be read once only: held whole.
     let held = if source.regular() { None } else { Some(read_corpus(Path::new(corpus))?) };
@@ -655,7 +684,7 @@ fn make_set(
 }
 
 /// The part of a maker's temporary folder's name (`.KEY.make-PID.N`) before its process id.
-const MAKING: &str = ".make-";
+pub(crate) const MAKING: &str = ".make-";
 
 /// Removes the temporary folders of makers, of any set, whose process is gone (killed).
 fn remove_stale_makers(root: &Path) {
@@ -665,7 +694,7 @@ fn remove_stale_makers(root: &Path) {
 /// What is wrong with the shard set in `dir`, if anything: its `meta.json` must read and its
 /// shards' token counts add up to the split sizes it records; the folder's shard files must be
 /// exactly the ones it lists, each with the SHA-256 it records.
-fn set_problem(dir: &Path) -> Result<Meta, String> {
+pub(crate) fn set_problem(dir: &Path) -> Result<Meta, String> {
     let meta = match read_meta(dir) {
         Err(e) => return Err(format!("its meta.json does not read: {e}")),
         Ok(None) => return Err("it has no meta.json".into()),
@@ -1104,7 +1133,7 @@ mod tests {
 
         // Through the cache: a killed maker's folder goes, the set is the whole text's.
         let root = dir.join("cache");
-        let key = corpus_key(one.to_str().unwrap(), "char", None, 0.1).unwrap();
+        let key = corpus_key(one.to_str().unwrap(), "char", 0.1).unwrap();
         let stale = root.join(format!(".{key}.make-{}.0", u32::MAX - 7));
         std::fs::create_dir_all(&stale).unwrap();
         std::fs::write(stale.join("corpus_train_000000.bin.part"), b"half").unwrap();
@@ -1183,7 +1212,7 @@ mod tests {
         // A resume with the file's own tokenizer uses the new run's set.
         assert_eq!(corpus_shards_in(&root, c, f, Some(&tok_b), 0.1, CORPUS_CHUNK).unwrap().0, d2);
         // A set an earlier version left under the settings' key with another tokenizer is not taken.
-        let base = corpus_key(c, f, None, 0.1).unwrap();
+        let base = corpus_key(c, f, 0.1).unwrap();
         std::fs::remove_dir_all(root.join(&base)).unwrap();
         let copy = |from: &Path, to: &Path| {
             std::fs::create_dir_all(to).unwrap();
@@ -1209,6 +1238,113 @@ mod tests {
         // A resume whose tokenizer is the corpus's own finds the same set.
         let (d_own, _) = corpus_shards_in(&char_root, c, "char", None, 0.1, CORPUS_CHUNK).unwrap();
         assert_eq!(corpus_shards_in(&char_root, c, "char", Some(&own), 0.1, CORPUS_CHUNK).unwrap().0, d_own);
+    }
+
+    /// The shard cache keeps what a run can find: a run on an edited corpus removes its earlier
+    /// set (not the sets of other settings), a set records its settings (an earlier version's set
+    /// gets them when used), and `prune` removes the stale sets (corpus or tokenizer changed,
+    /// corpus gone), killed processes' leftovers, the sets unused for a span, or all.
+    #[test]
+    fn the_corpus_cache_keeps_what_a_run_can_find_and_prunes_the_rest() {
+        use super::super::cache::{self, Prune, State};
+        let dir = crate::testing::scratch_dir("data-cache-prune");
+        let root = dir.join("shards");
+        let a = crate::testing::small_corpus(&dir);
+        let b = dir.join("b.txt");
+        std::fs::write(&b, &std::fs::read_to_string(&a).unwrap()[..6_000]).unwrap();
+        let b = b.to_str().unwrap();
+        let tok = dir.join("tok.json");
+        crate::tokenizer::train_bpe(&read_corpus(Path::new(&a)).unwrap(), 300).unwrap().save_as(&tok, true).unwrap();
+        let t = tok.to_str().unwrap();
+        let set = |corpus: &str, tok: &str| corpus_shards_in(&root, corpus, tok, None, 0.1, CORPUS_CHUNK).unwrap().0;
+        let states = || -> Vec<(String, State)> {
+            let mut v: Vec<_> = cache::list(&root).sets.into_iter().map(|s| (s.key, s.state)).collect();
+            v.sort();
+            v
+        };
+        let key = |d: &Path| d.file_name().unwrap().to_string_lossy().into_owned();
+        let (a_char, a_bpe, b_char) = (set(&a, "char"), set(&a, t), set(b, "char"));
+        let rec = cache::Record::new(&a, "char", 0.1);
+        assert_eq!(rec.corpus, std::fs::canonicalize(&a).unwrap().display().to_string());
+        assert_eq!(
+            serde_json::from_slice::<cache::Record>(&std::fs::read(a_char.join(cache::RECORD_FILE)).unwrap()).unwrap(),
+            rec
+        );
+        let mut want =
+            vec![(key(&a_char), State::Current), (key(&a_bpe), State::Current), (key(&b_char), State::Current)];
+        want.sort();
+        assert_eq!(states(), want);
+        // The same settings again: the same set, nothing removed.
+        assert_eq!(set(&a, "char"), a_char);
+        assert_eq!(states().len(), 3);
+
+        // A is edited: its char run makes a new set and removes its earlier one; A's BPE set is
+        // stale now too (another setting: it stays until pruned).
+        std::fs::write(&a, std::fs::read_to_string(&a).unwrap() + "\nMore text.\n").unwrap();
+        let a_char2 = set(&a, "char");
+        assert_ne!(a_char2, a_char);
+        assert!(!a_char.exists(), "the set of the edited corpus's earlier version is removed");
+        let s = states();
+        assert_eq!(s.len(), 3, "{s:?}");
+        assert!(s.contains(&(key(&a_bpe), State::Changed)) && s.contains(&(key(&a_char2), State::Current)), "{s:?}");
+
+        // An earlier version's set (no record) is listed as such, and recorded when used.
+        std::fs::remove_file(b_char.join(cache::RECORD_FILE)).unwrap();
+        assert!(states().contains(&(key(&b_char), State::Unrecorded)));
+        assert_eq!(set(b, "char"), b_char);
+        assert!(states().contains(&(key(&b_char), State::Current)));
+
+        // Leftovers: a killed maker's folder is pruned, a live one's is not touched.
+        let gone = std::process::Command::new("true").spawn().unwrap();
+        let gone_pid = gone.id();
+        let mut gone = gone;
+        gone.wait().unwrap();
+        let dead = root.join(format!(".{}{MAKING}{gone_pid}.0", key(&a_char)));
+        let live = root.join(format!(".{}{MAKING}{}.7", key(&a_char), std::process::id()));
+        for d in [&dead, &live] {
+            std::fs::create_dir_all(d).unwrap();
+            std::fs::write(d.join("x.bin"), [0u8; 100]).unwrap();
+        }
+        let l = cache::list(&root);
+        assert_eq!(l.leftovers.iter().map(|x| x.0.clone()).collect::<Vec<_>>(), vec![dead.clone()]);
+        assert_eq!(l.in_progress, 1);
+
+        // A dry run removes nothing; a prune the stale set and the leftover, and keeps the rest.
+        let dry = cache::prune(&root, &Prune { dry_run: true, ..Prune::default() });
+        assert_eq!(dry.sets.iter().map(|s| s.key.clone()).collect::<Vec<_>>(), vec![key(&a_bpe)]);
+        assert!(a_bpe.exists() && dead.exists());
+        let p = cache::prune(&root, &Prune::default());
+        assert_eq!(p.sets.iter().map(|s| s.key.clone()).collect::<Vec<_>>(), vec![key(&a_bpe)]);
+        assert_eq!(p.leftovers, vec![dead.clone()]);
+        assert!(p.failed.is_empty());
+        assert!(!a_bpe.exists() && !dead.exists() && live.exists());
+        let mut want = vec![(key(&a_char2), State::Current), (key(&b_char), State::Current)];
+        want.sort();
+        assert_eq!(states(), want);
+
+        // B is gone: stale.
+        std::fs::remove_file(b).unwrap();
+        assert!(states().contains(&(key(&b_char), State::CorpusGone)));
+        assert_eq!(cache::prune(&root, &Prune::default()).sets.len(), 1);
+        assert!(!b_char.exists());
+
+        // Unused for a span: 40 days ago is 30 days unused; 1 day is not.
+        let f = std::fs::File::options().write(true).open(a_char2.join(cache::RECORD_FILE)).unwrap();
+        f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(40 * 86_400)).unwrap();
+        drop(f);
+        let days = |d: u64| Prune { unused_for: Some(std::time::Duration::from_secs(d * 86_400)), ..Prune::default() };
+        assert!(cache::prune(&root, &Prune::default()).sets.is_empty(), "a current set stays");
+        assert!(cache::prune(&root, &days(41)).sets.is_empty());
+        assert_eq!(cache::prune(&root, &days(30)).sets.len(), 1);
+        assert!(cache::list(&root).sets.is_empty());
+
+        // All.
+        set(&a, t);
+        assert_eq!(cache::list(&root).sets.len(), 1);
+        assert_eq!(cache::prune(&root, &Prune { all: true, ..Prune::default() }).sets.len(), 1);
+        assert!(cache::list(&root).sets.is_empty());
+        std::fs::remove_dir_all(&live).unwrap();
+        assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0, "nothing is left in the cache");
     }
 
     /// The set's tokens, train then validation.

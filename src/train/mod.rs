@@ -1,6 +1,7 @@
 //! Headless training: data, schedule, the loop, evaluation, metrics, plots and checkpoints with
 //! exact resume.
 
+pub mod cache;
 pub mod checkpoint;
 pub mod collective;
 pub mod config;
