@@ -256,9 +256,9 @@ pub(crate) enum DataCmd {
         #[arg(long, default_value = "data")]
         name: String,
     },
-    /// The shard cache of `ddl train --corpus` (DDL_CACHE_DIR, else $XDG_CACHE_HOME/ddl or
-    /// ~/.cache/ddl, folder shards/): each set's corpus, tokenizer, tokens, size, last use and
-    /// whether a run can still find it. A run removes the sets of its own corpus that no run can
+    /// The shard cache of `ddl train --corpus` and `ddl eval --text` (DDL_CACHE_DIR, else
+    /// $XDG_CACHE_HOME/ddl or ~/.cache/ddl, folder shards/): each set's corpus, tokenizer, tokens,
+    /// size, last use and whether a run can still find it. A run removes the sets of its own corpus that no run can
     /// find again (the corpus edited since); the others stay until pruned.
     Cache {
         /// Remove the stale sets (their corpus or tokenizer file changed since, or the corpus is

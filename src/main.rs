@@ -595,7 +595,7 @@ fn cache_cmd(remove: bool, p: ddl::train::cache::Prune, json: bool) -> Result<()
         println!("{}", serde_json::json!({ "root": root, "bytes": l.bytes(), "listing": l }));
         return Ok(());
     }
-    println!("shard cache of `ddl train --corpus`: {}", root.display());
+    println!("shard cache of `ddl train --corpus` and `ddl eval --text`: {}", root.display());
     if l.sets.is_empty() && l.leftovers.is_empty() {
         println!("(empty{})", if root.exists() { "" } else { ": no set made yet" });
         return Ok(());

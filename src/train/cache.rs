@@ -1,4 +1,5 @@
-//! The shard cache of `ddl train --corpus`: the sets [`super::data`] makes, one folder each under
+//! The shard cache of `ddl train --corpus` and `ddl eval --text`: the sets [`super::data`] makes
+//! (a corpus's split, a text's tokens with a checkpoint's tokenizer), one folder each under
 //! `CACHE/shards/KEY` (KEY from the corpus files' names, sizes and times, the tokenizer setting and
 //! the validation fraction). Each set records the settings it serves in `cache.json`, whose
 //! modification time is when a run last used it. With that record a set is *current* (a run with
@@ -146,6 +147,7 @@ impl Set {
         let vocab = self.vocab_size.map(|v| format!(" ({v})")).unwrap_or_default();
         match &self.record {
             Some(r) if r.tokenizer == "char" => format!("char{vocab}"),
+            Some(r) if r.tokenizer.starts_with(super::data::EVAL_TOKENIZER) => format!("a checkpoint's{vocab}"),
             Some(r) => format!(
                 "{}{vocab}",
                 Path::new(&r.tokenizer).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
@@ -209,7 +211,14 @@ fn set_at(dir: &Path) -> Set {
     };
     // The tokenizer's kind, where no record names it.
     let kind = match (&record, &meta) {
-        (None, Some(m)) => crate::tokenizer::Tokenizer::from_json(&m.tokenizer).ok().map(|t| t.kind().to_string()),
+        // (Its tag only: building a BPE tokenizer at every run's start would cost.)
+        (None, Some(m)) => {
+            #[derive(serde::Deserialize)]
+            struct Tagged {
+                kind: String,
+            }
+            serde_json::from_str::<Tagged>(&m.tokenizer).ok().map(|t| t.kind)
+        }
         _ => None,
     };
     let last_used = modified(&dir.join(RECORD_FILE)).or_else(|| modified(&dir.join("meta.json")));

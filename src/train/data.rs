@@ -61,8 +61,8 @@ pub enum DataError {
     )]
     Cache { path: PathBuf, source: std::io::Error },
     #[error(
-        "interrupted (Ctrl-C) while tokenising --corpus {0} into the shard cache: a set not finished is not kept \
-         (the next run tokenises the corpus again)"
+        "interrupted (Ctrl-C) while tokenising {0} into the shard cache: a set not finished is not kept (the next \
+         use tokenises it again)"
     )]
     CacheInterrupted(String),
     #[error("{0}")]
@@ -554,7 +554,7 @@ fn find_or_make_set(
                 // Ctrl-C while the corpus is read stops cleanly (and only then: a cached set
                 // found is used at once).
                 let _ctrlc = crate::train::CtrlcScope::new();
-                Ok(source.char_tokenizer().map_err(|e| interrupted_making(e, corpus))?)
+                Ok(source.char_tokenizer().map_err(|e| interrupted_making(e, &format!("--corpus {corpus}")))?)
             }
             _ => crate::train::build_tokenizer(tok_setting, ""),
         }
@@ -587,34 +587,84 @@ fn find_or_make_set(
     if key != base && cached_set(&dir)?.is_some() {
         return Ok((dir, tok));
     }
-    make_set(root, &key, &source, held, &tok, val_fraction, chunk)?;
+    make_set(root, &key, Input { source: &source, held, flag: "--corpus" }, &tok, val_fraction, chunk)?;
     Ok((dir, tok))
 }
 
-/// An interruption of the making of `corpus`'s set said as such.
-fn interrupted_making(e: DataError, corpus: &str) -> DataError {
+/// The tokenizer setting under which `ddl eval --text` caches a text's tokens: the checkpoint's
+/// tokenizer by its fingerprint (a run's settings never look like it).
+pub(crate) const EVAL_TOKENIZER: &str = "checkpoint tokenizer ";
+
+/// The training shards of the tokens `tok` makes of the text `path` (a file, or a folder's .txt
+/// files joined by newlines as a `--corpus`), for `ddl eval --text`: a set of the shard cache
+/// with no validation split, made once in pieces (constant memory; what pieces cannot give
+/// exactly, read whole) and found again by later evaluations of the text with this tokenizer.
+pub fn text_shards(path: &Path, tok: &Tokenizer) -> Result<Vec<PathBuf>, crate::train::TrainError> {
+    text_shards_in(&cache_dir().join("shards"), path, tok, CORPUS_CHUNK)
+}
+
+fn text_shards_in(
+    root: &Path,
+    path: &Path,
+    tok: &Tokenizer,
+    chunk: usize,
+) -> Result<Vec<PathBuf>, crate::train::TrainError> {
+    let text = path.to_string_lossy();
+    let setting = format!("{EVAL_TOKENIZER}{}", tok.fingerprint());
+    let key = corpus_key(&text, &setting, 0.0)?;
+    let dir = root.join(&key);
+    let meta = match cached_set(&dir)? {
+        Some(m) if m.tokenizer == tok.to_json() => m,
+        found => {
+            if found.is_some() {
+                std::fs::remove_dir_all(&dir).map_err(|source| DataError::Cache { path: dir.clone(), source })?;
+            }
+            let source = super::prepare::Corpus::open(path)?;
+            let held = if source.regular() { None } else { Some(read_corpus(path)?) };
+            make_set(root, &key, Input { source: &source, held, flag: "--text" }, tok, 0.0, chunk)?;
+            read_meta(&dir)?.ok_or_else(|| DataError::Meta { path: dir.clone(), msg: "no meta.json".into() })?
+        }
+    };
+    let removed = super::cache::used(root, &dir, &super::cache::Record::new(&text, &setting, 0.0));
+    if !removed.is_empty() {
+        eprintln!("note: removed {} cached token set(s) of an earlier version of --text {text}", removed.len());
+    }
+    Ok(meta.shards.iter().filter(|s| s.file.contains("_train_")).map(|s| dir.join(&s.file)).collect())
+}
+
+/// An interruption of the making of a set said as such (`what`: `--corpus PATH`, `--text PATH`).
+fn interrupted_making(e: DataError, what: &str) -> DataError {
     match e {
-        DataError::Interrupted => DataError::CacheInterrupted(corpus.to_string()),
+        DataError::Interrupted => DataError::CacheInterrupted(what.to_string()),
         e => e,
     }
 }
 
-/// Makes the shard set `root/key` of `source` with `tok` (`held`: its text, when it could be read
-/// only once; else read `chunk` bytes at a time) and checks it.
+/// What a set is made of: the corpus (or text) `source`, `held` its text when it could be read
+/// only once, `flag` the setting that named it (`--corpus`, `--text`), for messages.
+struct Input<'a> {
+    source: &'a super::prepare::Corpus,
+    held: Option<String>,
+    flag: &'a str,
+}
+
+/// Makes the shard set `root/key` of `input` with `tok` (read `chunk` bytes at a time unless
+/// held) and checks it.
 fn make_set(
     root: &Path,
     key: &str,
-    source: &super::prepare::Corpus,
-    held: Option<String>,
+    input: Input<'_>,
     tok: &Tokenizer,
     val_fraction: f64,
     chunk: usize,
 ) -> Result<(), DataError> {
+    let Input { source, held, flag } = input;
     let dir = root.join(key);
     // Ctrl-C stops cleanly: nothing half-made is left.
     let _ctrlc = crate::train::CtrlcScope::new();
     let corpus = source.path.display().to_string();
     let corpus = corpus.as_str();
+    let what = format!("{flag} {corpus}");
     // Built in a private folder, renamed into place complete (a concurrent maker's copy wins):
     // private to this call, not only to the process, since the runs of `ddl experiment --jobs`
     // are threads of one process that may all make the same set at once. What a killed maker
@@ -628,8 +678,7 @@ fn make_set(
     let big = bytes >= BIG_CORPUS;
     if big {
         eprintln!(
-            "note: tokenising --corpus {corpus} ({:.1} MiB) into the shard cache {} once; later runs on it start at \
-             once",
+            "note: tokenising {what} ({:.1} MiB) into the shard cache {} once; later uses of it start at once",
             bytes as f64 / (1 << 20) as f64,
             dir.display()
         );
@@ -647,12 +696,12 @@ fn make_set(
             };
             let ids = tok.encode(&text).map_err(|e| source.locate(e.into()))?;
             let split = ((ids.len() as f64) * (1.0 - val_fraction)).round() as usize;
-            write_shard_set(&tmp, "corpus", tok, &ids, split, shard_tokens, &format!("--corpus {corpus}"))
+            write_shard_set(&tmp, "corpus", tok, &ids, split, shard_tokens, &what)
         })(),
     };
     made.map_err(|e| {
         let _ = std::fs::remove_dir_all(&tmp);
-        match interrupted_making(e, corpus) {
+        match interrupted_making(e, &what) {
             DataError::Write { source, .. } | DataError::Shard(super::shards::ShardError::Write { source, .. }) => {
                 DataError::Cache { path: root.to_path_buf(), source }
             }
@@ -678,7 +727,7 @@ fn make_set(
     // Ctrl-C after the last piece: the set is whole and kept, and the command stops as asked
     // (a command that went on would not look at it again: `ddl eval` ran to its end).
     if crate::train::interrupted() {
-        return Err(DataError::CacheInterrupted(corpus.to_string()));
+        return Err(DataError::CacheInterrupted(what));
     }
     Ok(())
 }
@@ -1345,6 +1394,58 @@ mod tests {
         assert!(cache::list(&root).sets.is_empty());
         std::fs::remove_dir_all(&live).unwrap();
         assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0, "nothing is left in the cache");
+    }
+
+    /// `ddl eval --text`'s tokens: those of the whole text (a file, a folder), made in pieces
+    /// into the cache once and found again; an edited text's earlier set goes; a character the
+    /// checkpoint lacks is placed in its file; another tokenizer gets its own set.
+    #[test]
+    fn a_text_to_evaluate_is_tokenised_once_into_the_cache() {
+        use crate::train::shards::{Format, Shard, Stream};
+        let dir = crate::testing::scratch_dir("data-eval-text");
+        let root = dir.join("shards");
+        let corpus = crate::testing::small_corpus(&dir);
+        let text = std::fs::read_to_string(&corpus).unwrap();
+        let char_tok = Tokenizer::Char(crate::tokenizer::CharTokenizer::from_corpus(&text).unwrap());
+        let bpe = crate::tokenizer::train_bpe(&text, 300).unwrap();
+        let tokens = |files: &[PathBuf]| -> Vec<u32> {
+            let s = Stream::new(files.iter().map(|p| Shard::open(p, Format::Llmc).unwrap()).collect());
+            (0..s.len()).map(|i| s.get(i)).collect()
+        };
+        let path = Path::new(&corpus);
+        for tok in [&char_tok, &bpe] {
+            // Pieces of 1 kB: many cuts, the whole text's tokens.
+            let files = text_shards_in(&root, path, tok, 1 << 10).unwrap();
+            assert_eq!(tokens(&files), tok.encode(&text).unwrap(), "{}", tok.kind());
+            let modified = std::fs::metadata(&files[0]).unwrap().modified().unwrap();
+            let again = text_shards_in(&root, path, tok, 1 << 10).unwrap();
+            assert_eq!(again, files, "found again");
+            assert_eq!(std::fs::metadata(&again[0]).unwrap().modified().unwrap(), modified, "not made again");
+        }
+        assert_eq!(super::super::cache::list(&root).sets.len(), 2, "a set per tokenizer");
+        // Edited: the new text's tokens, the earlier set of this tokenizer removed.
+        let edited = format!("{text}\nAnd more.\n");
+        std::fs::write(path, &edited).unwrap();
+        let files = text_shards_in(&root, path, &char_tok, 1 << 10).unwrap();
+        assert_eq!(tokens(&files), char_tok.encode(&edited).unwrap());
+        let sets = super::super::cache::list(&root).sets;
+        assert_eq!(sets.len(), 2, "the edited text's char set replaces the earlier one; the BPE set stays (stale)");
+        assert!(sets.iter().any(|s| s.state == super::super::cache::State::Changed));
+        // A folder: its files joined by a newline; a character the tokenizer lacks, in its file.
+        let folder = dir.join("texts");
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("a.txt"), &text[..500]).unwrap();
+        std::fs::write(folder.join("b.txt"), &text[500..1000]).unwrap();
+        let files = text_shards_in(&root, &folder, &char_tok, 1 << 10).unwrap();
+        assert_eq!(tokens(&files), char_tok.encode(&format!("{}\n{}", &text[..500], &text[500..1000])).unwrap());
+        std::fs::write(folder.join("c.txt"), "ab\u{00a7}c").unwrap();
+        match text_shards_in(&root, &folder, &char_tok, 1 << 10) {
+            Err(crate::train::TrainError::Data(DataError::UnknownChar { path, offset, ch, .. })) => {
+                assert_eq!((path, offset, ch), (folder.join("c.txt"), 2, '\u{00a7}'));
+            }
+            other => panic!("expected an unknown character, got {other:?}"),
+        }
+        assert!(hidden_entries(&root).is_empty(), "nothing half-made is left");
     }
 
     /// The set's tokens, train then validation.

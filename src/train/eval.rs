@@ -284,24 +284,33 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             }
             // The whole text is evaluated, not a run's validation budget of it.
             t.val_max_tokens = 0;
-            let text = data::read_corpus(path).map_err(|e| match e {
-                // (The corpus error's remedy names `ddl train --corpus`.)
-                data::DataError::Missing(p) => TrainError::Settings(format!(
+            let files = data::text_shards(path, &tok).map_err(|e| match e {
+                // (The corpus errors' remedies name `ddl train --corpus`.)
+                TrainError::Data(data::DataError::Missing(p)) => TrainError::Settings(format!(
                     "--text '{}' does not exist: pass a UTF-8 text file or a folder of .txt files",
                     p.display()
                 )),
-                e => e.into(),
-            })?;
-            let ids = tok.encode(&text).map_err(|e| {
-                TrainError::Settings(format!(
-                    "--text '{}': {e}; the checkpoint's {} tokenizer cannot encode it{}",
+                TrainError::Data(data::DataError::Empty(p)) => {
+                    TrainError::Settings(format!("--text '{}' is empty: give a text to evaluate", p.display()))
+                }
+                TrainError::Data(data::DataError::UnknownChar { path: p, offset, ch, vocab }) => {
+                    let place = if p == *path { String::new() } else { format!(" of '{}'", p.display()) };
+                    TrainError::Settings(format!(
+                        "--text '{}': character {ch:?} at byte {offset}{place} is not among the {vocab} characters of \
+                         the checkpoint's char tokenizer: a character model knows only its corpus's characters (take \
+                         them out of the text, or evaluate a model with a byte-level tokenizer)",
+                        path.display(),
+                    ))
+                }
+                TrainError::Data(data::DataError::Tokenize(e)) => TrainError::Settings(format!(
+                    "--text '{}': {e}; the checkpoint's {} tokenizer cannot encode it",
                     path.display(),
-                    tok.kind(),
-                    if tok.kind() == "char" { " (a character model knows only its corpus's characters)" } else { "" }
-                ))
+                    tok.kind()
+                )),
+                e => e,
             })?;
-            let shard = Shard::from_tokens(path, &ids).map_err(data::DataError::from)?;
-            (Stream::new(vec![shard]), format!("'{}'", path.display()), tok.fingerprint())
+            let shards = files.iter().map(|p| Shard::open(p, Format::Llmc)).collect::<Result<Vec<_>, _>>();
+            (Stream::new(shards.map_err(data::DataError::from)?), format!("'{}'", path.display()), tok.fingerprint())
         }
         EvalSource::Data { data: d, format } => {
             t.val_max_tokens = 0;
