@@ -260,19 +260,27 @@ pub(crate) enum DataCmd {
     /// $XDG_CACHE_HOME/ddl or ~/.cache/ddl, folder shards/): each set's corpus, tokenizer, tokens,
     /// size, last use and whether a run can still find it. A run removes the sets of its own corpus that no run can
     /// find again (the corpus edited since); the others stay until pruned.
+    #[command(group = clap::ArgGroup::new("removing").args(["prune", "clear"]).multiple(false))]
     Cache {
         /// Remove the stale sets (their corpus or tokenizer file changed since, or the corpus is
         /// gone: no run finds them again) and what killed processes left.
         #[arg(long)]
         prune: bool,
         /// With --prune: also the sets no run has used for this long (30d, 12h, 2w).
-        #[arg(long, value_name = "SPAN", requires = "prune", value_parser = ddl::train::cache::parse_span)]
+        #[arg(
+            long,
+            value_name = "SPAN",
+            requires = "prune",
+            conflicts_with = "clear",
+            allow_hyphen_values = true,
+            value_parser = ddl::train::cache::parse_span
+        )]
         unused_for: Option<std::time::Duration>,
         /// Remove every set (the next run on each corpus tokenises it again).
         #[arg(long, conflicts_with = "prune")]
         clear: bool,
         /// With --prune or --clear: list what would be removed, remove nothing.
-        #[arg(long)]
+        #[arg(long, requires = "removing")]
         dry_run: bool,
         /// One JSON object (the listing, or what was removed).
         #[arg(long)]

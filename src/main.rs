@@ -546,11 +546,16 @@ fn data_cmd(d: DataCmd) -> Result<()> {
 fn cache_cmd(remove: bool, p: ddl::train::cache::Prune, json: bool) -> Result<()> {
     use ddl::train::cache::{State, age, count, list, prune, reason, size};
     let root = ddl::train::data::cache_dir().join("shards");
-    if p.dry_run && !remove {
-        anyhow::bail!("--dry-run says what --prune or --clear would remove: add one of them");
-    }
+    let unreadable = |e: std::io::Error| {
+        anyhow::anyhow!(
+            "the shard cache '{}' cannot be listed ({e}): it is DDL_CACHE_DIR's (else $XDG_CACHE_HOME/ddl's or \
+             ~/.cache/ddl's) folder shards/; point DDL_CACHE_DIR at a folder",
+            root.display()
+        )
+    };
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
     if remove {
-        let out = prune(&root, &p);
+        let out = prune(&root, &p).map_err(unreadable)?;
         if json {
             println!("{}", serde_json::json!({ "root": root, "dry_run": p.dry_run, "removed": out }));
         } else {
@@ -572,9 +577,9 @@ fn cache_cmd(remove: bool, p: ddl::train::cache::Prune, json: bool) -> Result<()
                 "{} {} set{} and {} leftover{}: {} ({})",
                 if p.dry_run { "would free" } else { "freed" },
                 out.sets.len(),
-                if out.sets.len() == 1 { "" } else { "s" },
+                plural(out.sets.len()),
                 out.leftovers.len(),
-                if out.leftovers.len() == 1 { "" } else { "s" },
+                plural(out.leftovers.len()),
                 size(out.bytes),
                 root.display()
             );
@@ -590,64 +595,78 @@ fn cache_cmd(remove: bool, p: ddl::train::cache::Prune, json: bool) -> Result<()
         }
         return Ok(());
     }
-    let l = list(&root);
+    let l = list(&root).map_err(unreadable)?;
     if json {
-        println!("{}", serde_json::json!({ "root": root, "bytes": l.bytes(), "listing": l }));
+        println!("{}", serde_json::to_string(&l)?);
         return Ok(());
     }
     println!("shard cache of `ddl train --corpus` and `ddl eval --text`: {}", root.display());
     if l.sets.is_empty() && l.leftovers.is_empty() {
         println!("(empty{})", if root.exists() { "" } else { ": no set made yet" });
-        return Ok(());
-    }
-    let now = std::time::SystemTime::now();
-    let rows: Vec<[String; 7]> = l
-        .sets
-        .iter()
-        .map(|s| {
-            let tokens = match (s.train_tokens, s.val_tokens) {
-                (Some(t), Some(v)) => count((t + v) as u64),
-                _ => "?".into(),
-            };
-            let used = s
-                .last_used
-                .and_then(|t| now.duration_since(t).ok())
-                .map(|d| format!("{} ago", age(d)))
-                .unwrap_or_else(|| "?".into());
-            [s.key.clone(), s.corpus(), s.tokenizer(), tokens, size(s.bytes), used, s.state.describe().to_string()]
-        })
-        .collect();
-    let head = ["set", "corpus", "tokenizer", "tokens", "size", "last used", "state"].map(String::from);
-    let widths: Vec<usize> =
-        (0..7).map(|i| rows.iter().chain([&head]).map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
-    for r in [&head].into_iter().chain(&rows) {
-        let cells: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        println!("{}", cells.join("  ").trim_end());
-    }
-    let stale: Vec<_> = l.sets.iter().filter(|s| s.state.stale()).collect();
-    let left: u64 = l.leftovers.iter().map(|l| l.1).sum();
-    println!("{} set{}, {} in all", l.sets.len(), if l.sets.len() == 1 { "" } else { "s" }, size(l.bytes()));
-    if !stale.is_empty() || !l.leftovers.is_empty() {
+    } else {
+        let now = std::time::SystemTime::now();
+        let rows: Vec<[String; 8]> = l
+            .sets
+            .iter()
+            .map(|s| {
+                let tokens = match (s.train_tokens, s.val_tokens) {
+                    (Some(t), Some(v)) => count((t + v) as u64),
+                    _ => "?".into(),
+                };
+                let val = match &s.record {
+                    Some(r) if r.val_fraction == 0.0 => "-".to_string(),
+                    Some(r) => format!("{}", r.val_fraction),
+                    None => "?".into(),
+                };
+                let used = s
+                    .last_used
+                    .and_then(|t| now.duration_since(t).ok())
+                    .map(|d| format!("{} ago", age(d)))
+                    .unwrap_or_else(|| "?".into());
+                [s.key.clone(), s.corpus(), s.tokenizer(), val, tokens, size(s.bytes), used, s.state.describe().into()]
+            })
+            .collect();
+        let head = ["set", "corpus", "tokenizer", "val", "tokens", "size", "last used", "state"].map(String::from);
+        let widths: Vec<usize> =
+            (0..8).map(|i| rows.iter().chain([&head]).map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+        for r in [&head].into_iter().chain(&rows) {
+            let cells: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+            println!("{}", cells.join("  ").trim_end());
+        }
+        let stale: Vec<_> = l.sets.iter().filter(|s| s.state.stale()).collect();
+        let left: u64 = l.leftovers.iter().map(|l| l.1).sum();
         println!(
-            "{} stale set{} ({}) and {} leftover{} of killed processes ({}): `ddl data cache --prune` removes them",
-            stale.len(),
-            if stale.len() == 1 { "" } else { "s" },
-            size(stale.iter().map(|s| s.bytes).sum()),
-            l.leftovers.len(),
-            if l.leftovers.len() == 1 { "" } else { "s" },
-            size(left)
+            "{} set{}, {} in all (val: the validation fraction)",
+            l.sets.len(),
+            plural(l.sets.len()),
+            size(l.bytes)
         );
-    }
-    let unrecorded = l.sets.iter().filter(|s| s.state == State::Unrecorded).count();
-    if unrecorded > 0 {
-        println!(
-            "{unrecorded} set{} made by an earlier ddl, whose settings are not recorded (a run that uses one records \
-             it): `ddl data cache --prune --unused-for 30d` removes those unused for 30 days",
-            if unrecorded == 1 { "" } else { "s" }
-        );
+        if !stale.is_empty() || !l.leftovers.is_empty() {
+            println!(
+                "{} stale set{} ({}) and {} leftover{} of killed processes ({}): `ddl data cache --prune` removes them",
+                stale.len(),
+                plural(stale.len()),
+                size(stale.iter().map(|s| s.bytes).sum()),
+                l.leftovers.len(),
+                plural(l.leftovers.len()),
+                size(left)
+            );
+        }
+        let unrecorded = l.sets.iter().filter(|s| s.state == State::Unrecorded).count();
+        if unrecorded > 0 {
+            println!(
+                "{unrecorded} set{} made by an earlier ddl, whose settings are not recorded (a run that uses one \
+                 records it): `ddl data cache --prune --unused-for 30d` removes those unused for 30 days",
+                plural(unrecorded)
+            );
+        }
     }
     if l.in_progress > 0 {
         println!("{} set(s) being made or removed by a running process", l.in_progress);
+    }
+    if !l.others.is_empty() {
+        let names: Vec<String> = l.others.iter().map(|p| p.display().to_string()).collect();
+        println!("not the cache's (names that are not a set's), left alone: {}", names.join(", "));
     }
     Ok(())
 }

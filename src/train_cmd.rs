@@ -324,6 +324,16 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             eprintln!("{e}");
             return Err(crate::Interrupted.into());
         }
+        // A resumed run's corpus is its own (`--corpus` cannot change it): the remedy is to
+        // restore it.
+        Err(ddl::train::TrainError::Data(ddl::train::data::DataError::Missing(p))) if resume => {
+            anyhow::bail!(
+                "the run's corpus '{}' (from {}) does not exist: a resumed run trains on the text it started on; \
+                 restore it there, or start a new run with --out",
+                p.display(),
+                out.join("config.toml").display()
+            );
+        }
         s => s?,
     };
     report_training(dev, &a, &out, &summary)?;

@@ -406,8 +406,8 @@ fn the_corpus_cache_is_listed_and_pruned_from_the_command_line() {
     assert!(ok && out.contains(&canonical) && out.contains("current") && out.contains("1 set,"), "{out}");
     let (_, json) = run(&["data", "cache", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(v["listing"]["sets"][0]["state"], "current", "{json}");
-    assert_eq!(v["listing"]["sets"][0]["record"]["corpus"], canonical.as_str(), "{json}");
+    assert_eq!(v["sets"][0]["state"], "current", "{json}");
+    assert_eq!(v["sets"][0]["record"]["corpus"], canonical.as_str(), "{json}");
 
     // The corpus edited: the next run's set replaces the earlier one.
     std::fs::write(&corpus, std::fs::read_to_string(&corpus).unwrap() + "\nMore.\n").unwrap();
@@ -424,9 +424,38 @@ fn the_corpus_cache_is_listed_and_pruned_from_the_command_line() {
     assert!(ok && out.contains("freed 1 set"), "{out}");
     assert!(run(&["data", "cache"]).1.contains("(empty)"));
 
+    // A resumed run whose corpus is gone: restore it (`--corpus` cannot change a resumed run's).
+    let aside = dir.join("corpus.aside");
+    std::fs::rename(&corpus, &aside).unwrap();
+    let r1 = dir.join("r1");
+    let (ok, out) = run(&["train", "--resume", r1.to_str().unwrap(), "--steps", "2", "--no-autotune"]);
+    assert!(
+        !ok && out.contains("the run's corpus") && out.contains("restore it") && !out.contains("pass --corpus"),
+        "{out}"
+    );
+    std::fs::rename(&aside, &corpus).unwrap();
+    // A validation fraction that leaves no training token: said in the settings' words.
+    let (ok, out) = run(&[
+        "train",
+        "--preset",
+        "tiny",
+        "--steps",
+        "1",
+        "--corpus",
+        &corpus,
+        "--set",
+        "train.val_fraction=0.99999",
+        "--out",
+        dir.join("r3").to_str().unwrap(),
+    ]);
+    assert!(!ok && out.contains("leaves no token for training") && !out.contains("--data"), "{out}");
+
     // Bad flags.
     for (args, says) in [
-        (&["data", "cache", "--dry-run"][..], "add one of them"),
+        (&["data", "cache", "--dry-run"][..], "<--prune|--clear>"),
+        (&["data", "cache", "--prune", "--unused-for", "-1d"][..], "non-negative"),
+        (&["data", "cache", "--prune", "--unused-for", "99999999999999999999d"][..], "too long"),
+        (&["data", "cache", "--clear", "--unused-for", "1d"][..], "cannot be used with"),
         (&["data", "cache", "--prune", "--unused-for", "3x"][..], "expected a number with a unit"),
         (&["data", "cache", "--unused-for", "30d"][..], "--prune"),
         (&["data", "cache", "--prune", "--clear"][..], "cannot be used with"),

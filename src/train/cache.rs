@@ -142,8 +142,15 @@ impl Set {
         }
     }
 
-    /// Its tokenizer, as a person names it: the setting and the vocabulary size.
+    /// Its tokenizer, as a person names it: the setting and the vocabulary size (and whose it is
+    /// when it is not the one the settings name: a set `KEY-DIGEST` was made with a resumed run's
+    /// tokenizer, the file having changed since).
     pub fn tokenizer(&self) -> String {
+        let given = if self.key.contains('-') { ", a resumed run's" } else { "" };
+        format!("{}{given}", self.named_tokenizer())
+    }
+
+    fn named_tokenizer(&self) -> String {
         let vocab = self.vocab_size.map(|v| format!(" ({v})")).unwrap_or_default();
         match &self.record {
             Some(r) if r.tokenizer == "char" => format!("char{vocab}"),
@@ -162,6 +169,8 @@ impl Set {
 pub struct Listing {
     /// The shard cache's folder.
     pub root: PathBuf,
+    /// Bytes of its sets and leftovers.
+    pub bytes: u64,
     /// Its sets, the most recently used first.
     pub sets: Vec<Set>,
     /// What makers and removers that were killed left (hidden folders of processes gone), with
@@ -169,11 +178,17 @@ pub struct Listing {
     pub leftovers: Vec<(PathBuf, u64)>,
     /// Sets being made or removed now (by a live process).
     pub in_progress: usize,
+    /// Folders whose names are not a set's (a cache key): not the cache's, never removed.
+    pub others: Vec<PathBuf>,
 }
 
-impl Listing {
-    pub fn bytes(&self) -> u64 {
-        self.sets.iter().map(|s| s.bytes).sum::<u64>() + self.leftovers.iter().map(|l| l.1).sum::<u64>()
+/// Whether `name` is a set's: a cache key, 24 hexadecimal digits, with `-` and 12 more for a set
+/// made with a resumed run's tokenizer.
+fn is_key(name: &str) -> bool {
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    match name.split_once('-') {
+        None => hex(name, 24),
+        Some((k, d)) => hex(k, 24) && hex(d, 12),
     }
 }
 
@@ -249,10 +264,21 @@ fn hidden_pid(name: &str) -> Option<u32> {
     tail.split('.').next()?.parse().ok()
 }
 
-/// What the shard cache `root` holds (nothing when it does not exist).
-pub fn list(root: &Path) -> Listing {
-    let mut l = Listing { root: root.to_path_buf(), sets: Vec::new(), leftovers: Vec::new(), in_progress: 0 };
-    let Ok(entries) = std::fs::read_dir(root) else { return l };
+/// What the shard cache `root` holds (nothing when it does not exist; an error when it is not a
+/// folder or cannot be listed).
+pub fn list(root: &Path) -> std::io::Result<Listing> {
+    let mut l = Listing {
+        root: root.to_path_buf(),
+        bytes: 0,
+        sets: Vec::new(),
+        leftovers: Vec::new(),
+        in_progress: 0,
+        others: Vec::new(),
+    };
+    let entries = match std::fs::read_dir(root) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(l),
+        r => r?,
+    };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         if !e.file_type().is_ok_and(|t| t.is_dir()) {
@@ -268,10 +294,16 @@ pub fn list(root: &Path) -> Listing {
             }
             continue;
         }
-        l.sets.push(set_at(&e.path()));
+        if is_key(&name) {
+            l.sets.push(set_at(&e.path()));
+        } else {
+            l.others.push(e.path());
+        }
     }
     l.sets.sort_by(|a, b| b.last_used.cmp(&a.last_used).then_with(|| a.key.cmp(&b.key)));
-    l
+    l.others.sort();
+    l.bytes = l.sets.iter().map(|s| s.bytes).sum::<u64>() + l.leftovers.iter().map(|l| l.1).sum::<u64>();
+    Ok(l)
 }
 
 /// Removes the set in `dir`: moved aside first (one rename, so that a run never finds half a
@@ -312,7 +344,7 @@ pub(crate) fn used(root: &Path, dir: &Path, record: &Record) -> Vec<Set> {
     }
     let mine = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut removed = Vec::new();
-    for set in list(root).sets {
+    for set in list(root).map(|l| l.sets).unwrap_or_default() {
         if set.key != mine
             && set.state == State::Changed
             && set.record.as_ref().is_some_and(|r| r.same_settings(record))
@@ -357,9 +389,10 @@ pub fn reason(set: &Set, p: &Prune, now: SystemTime) -> Option<String> {
     p.unused_for.filter(|&d| idle >= d).map(|_| format!("unused for {}", age(idle)))
 }
 
-/// Removes from the shard cache `root` what `p` names, and what killed processes left.
-pub fn prune(root: &Path, p: &Prune) -> Pruned {
-    let l = list(root);
+/// Removes from the shard cache `root` what `p` names, and what killed processes left (an error:
+/// the cache cannot be listed).
+pub fn prune(root: &Path, p: &Prune) -> std::io::Result<Pruned> {
+    let l = list(root)?;
     let now = SystemTime::now();
     let mut out = Pruned::default();
     for set in l.sets {
@@ -389,7 +422,7 @@ pub fn prune(root: &Path, p: &Prune) -> Pruned {
         out.bytes += bytes;
         out.leftovers.push(dir);
     }
-    out
+    Ok(out)
 }
 
 /// A token count as a person reads it: "830", "12.3 k", "1.12 M", "9.87 G".
@@ -425,10 +458,11 @@ pub fn age(d: Duration) -> String {
     }
 }
 
-/// Parses a span: a number with a unit, `s`, `m` (minutes), `h`, `d` or `w` (`30d`, `12h`).
+/// Parses a span: a number with a unit, `s`, `m` (minutes), `h`, `d` or `w` (`30d`, `12h`, `1e3d`).
 pub fn parse_span(s: &str) -> Result<Duration, String> {
     let t = s.trim();
-    let (num, unit) = t.split_at(t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len()));
+    let unit_at = t.rfind(|c: char| !c.is_ascii_alphabetic()).map_or(0, |i| i + 1);
+    let (num, unit) = t.split_at(unit_at);
     let secs = match unit {
         "s" => 1.0,
         "m" | "min" => 60.0,
@@ -438,7 +472,8 @@ pub fn parse_span(s: &str) -> Result<Duration, String> {
         _ => return Err(format!("'{s}': expected a number with a unit, s, m, h, d or w (e.g. 30d, 12h)")),
     };
     match num.trim().parse::<f64>() {
-        Ok(n) if n.is_finite() && n >= 0.0 => Ok(Duration::from_secs_f64(n * secs)),
+        Ok(n) if n.is_finite() && n >= 0.0 => Duration::try_from_secs_f64(n * secs)
+            .map_err(|_| format!("'{s}': too long a span (at most about 500 billion years)")),
         _ => Err(format!("'{s}': expected a non-negative number before the unit (e.g. 30d, 12h)")),
     }
 }
@@ -452,7 +487,9 @@ mod tests {
         assert_eq!(parse_span("30d").unwrap(), Duration::from_secs(30 * 86_400));
         assert_eq!(parse_span("1.5h").unwrap(), Duration::from_secs(5_400));
         assert_eq!(parse_span("0s").unwrap(), Duration::ZERO);
-        for bad in ["30", "d", "-1d", "3x", "nand"] {
+        assert_eq!(parse_span("1e3d").unwrap(), Duration::from_secs(1_000 * 86_400));
+        assert!(parse_span("99999999999999999999d").unwrap_err().contains("too long"));
+        for bad in ["30", "d", "-1d", "3x", "nand", "30D", ""] {
             assert!(parse_span(bad).is_err(), "{bad}");
         }
         assert_eq!(age(Duration::from_secs(90)), "90 s");

@@ -869,7 +869,13 @@ pub fn open_for_run(
             if e.to_string().contains("holds no validation shard") {
                 crate::train::TrainError::Settings(format!(
                     "--corpus {}: too little text for a validation split (train.val_fraction = {} of it gives no \
-                     token): use a longer corpus",
+                     token): use a longer corpus, or a larger --set train.val_fraction",
+                    run.corpus, t.val_fraction
+                ))
+            } else if e.to_string().contains("holds no training shards") {
+                crate::train::TrainError::Settings(format!(
+                    "--corpus {}: train.val_fraction = {} leaves no token for training: use a smaller --set \
+                     train.val_fraction (the default is 0.1)",
                     run.corpus, t.val_fraction
                 ))
             } else {
@@ -1307,7 +1313,7 @@ mod tests {
         let t = tok.to_str().unwrap();
         let set = |corpus: &str, tok: &str| corpus_shards_in(&root, corpus, tok, None, 0.1, CORPUS_CHUNK).unwrap().0;
         let states = || -> Vec<(String, State)> {
-            let mut v: Vec<_> = cache::list(&root).sets.into_iter().map(|s| (s.key, s.state)).collect();
+            let mut v: Vec<_> = cache::list(&root).unwrap().sets.into_iter().map(|s| (s.key, s.state)).collect();
             v.sort();
             v
         };
@@ -1354,15 +1360,20 @@ mod tests {
             std::fs::create_dir_all(d).unwrap();
             std::fs::write(d.join("x.bin"), [0u8; 100]).unwrap();
         }
-        let l = cache::list(&root);
+        let l = cache::list(&root).unwrap();
         assert_eq!(l.leftovers.iter().map(|x| x.0.clone()).collect::<Vec<_>>(), vec![dead.clone()]);
         assert_eq!(l.in_progress, 1);
 
+        // A folder that is not a set's (a user's, DDL_CACHE_DIR pointed elsewhere) is left alone.
+        let mine = root.join("my-notes");
+        std::fs::create_dir_all(&mine).unwrap();
+        assert_eq!(cache::list(&root).unwrap().others, vec![mine.clone()]);
+
         // A dry run removes nothing; a prune the stale set and the leftover, and keeps the rest.
-        let dry = cache::prune(&root, &Prune { dry_run: true, ..Prune::default() });
+        let dry = cache::prune(&root, &Prune { dry_run: true, ..Prune::default() }).unwrap();
         assert_eq!(dry.sets.iter().map(|s| s.key.clone()).collect::<Vec<_>>(), vec![key(&a_bpe)]);
         assert!(a_bpe.exists() && dead.exists());
-        let p = cache::prune(&root, &Prune::default());
+        let p = cache::prune(&root, &Prune::default()).unwrap();
         assert_eq!(p.sets.iter().map(|s| s.key.clone()).collect::<Vec<_>>(), vec![key(&a_bpe)]);
         assert_eq!(p.leftovers, vec![dead.clone()]);
         assert!(p.failed.is_empty());
@@ -1374,7 +1385,7 @@ mod tests {
         // B is gone: stale.
         std::fs::remove_file(b).unwrap();
         assert!(states().contains(&(key(&b_char), State::CorpusGone)));
-        assert_eq!(cache::prune(&root, &Prune::default()).sets.len(), 1);
+        assert_eq!(cache::prune(&root, &Prune::default()).unwrap().sets.len(), 1);
         assert!(!b_char.exists());
 
         // Unused for a span: 40 days ago is 30 days unused; 1 day is not.
@@ -1382,18 +1393,25 @@ mod tests {
         f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(40 * 86_400)).unwrap();
         drop(f);
         let days = |d: u64| Prune { unused_for: Some(std::time::Duration::from_secs(d * 86_400)), ..Prune::default() };
-        assert!(cache::prune(&root, &Prune::default()).sets.is_empty(), "a current set stays");
-        assert!(cache::prune(&root, &days(41)).sets.is_empty());
-        assert_eq!(cache::prune(&root, &days(30)).sets.len(), 1);
-        assert!(cache::list(&root).sets.is_empty());
+        assert!(cache::prune(&root, &Prune::default()).unwrap().sets.is_empty(), "a current set stays");
+        assert!(cache::prune(&root, &days(41)).unwrap().sets.is_empty());
+        assert_eq!(cache::prune(&root, &days(30)).unwrap().sets.len(), 1);
+        assert!(cache::list(&root).unwrap().sets.is_empty());
 
         // All.
         set(&a, t);
-        assert_eq!(cache::list(&root).sets.len(), 1);
-        assert_eq!(cache::prune(&root, &Prune { all: true, ..Prune::default() }).sets.len(), 1);
-        assert!(cache::list(&root).sets.is_empty());
+        assert_eq!(cache::list(&root).unwrap().sets.len(), 1);
+        assert_eq!(cache::prune(&root, &Prune { all: true, ..Prune::default() }).unwrap().sets.len(), 1);
+        assert!(cache::list(&root).unwrap().sets.is_empty());
+        assert!(mine.exists(), "a folder that is not a set's stays");
         std::fs::remove_dir_all(&live).unwrap();
+        std::fs::remove_dir_all(&mine).unwrap();
         assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0, "nothing is left in the cache");
+        // A cache that is not a folder is an error, one that does not exist is empty.
+        std::fs::remove_dir_all(&root).unwrap();
+        assert!(cache::list(&root).unwrap().sets.is_empty());
+        std::fs::write(&root, "a file").unwrap();
+        assert!(cache::list(&root).is_err() && cache::prune(&root, &Prune::default()).is_err());
     }
 
     /// `ddl eval --text`'s tokens: those of the whole text (a file, a folder), made in pieces
@@ -1422,13 +1440,13 @@ mod tests {
             assert_eq!(again, files, "found again");
             assert_eq!(std::fs::metadata(&again[0]).unwrap().modified().unwrap(), modified, "not made again");
         }
-        assert_eq!(super::super::cache::list(&root).sets.len(), 2, "a set per tokenizer");
+        assert_eq!(super::super::cache::list(&root).unwrap().sets.len(), 2, "a set per tokenizer");
         // Edited: the new text's tokens, the earlier set of this tokenizer removed.
         let edited = format!("{text}\nAnd more.\n");
         std::fs::write(path, &edited).unwrap();
         let files = text_shards_in(&root, path, &char_tok, 1 << 10).unwrap();
         assert_eq!(tokens(&files), char_tok.encode(&edited).unwrap());
-        let sets = super::super::cache::list(&root).sets;
+        let sets = super::super::cache::list(&root).unwrap().sets;
         assert_eq!(sets.len(), 2, "the edited text's char set replaces the earlier one; the BPE set stays (stale)");
         assert!(sets.iter().any(|s| s.state == super::super::cache::State::Changed));
         // A folder: its files joined by a newline; a character the tokenizer lacks, in its file.
