@@ -354,3 +354,36 @@ fn a_grid_without_the_baseline_writes_its_report() {
     let r = ddl(&dir, &["experiment", "--spec", s.to_str().unwrap(), "--out", out.to_str().unwrap(), "--speed"]);
     assert!(!r.status.success() && text(&r).contains("add \"baseline\""), "{}", text(&r));
 }
+
+/// A grid whose corpus was edited after some runs trained starts no new run (it would pair runs
+/// trained on different texts), naming the data on both sides and the remedy; a report over runs
+/// whose records name different data says so.
+#[test]
+fn a_grid_refuses_new_runs_on_an_edited_corpus() {
+    let dir = tmpdir("edited-corpus");
+    let s = spec(&dir, 2);
+    let one = std::fs::read_to_string(&s).unwrap().replace("seeds = [1, 2]", "seeds = [1]");
+    std::fs::write(&s, &one).unwrap();
+    let out = dir.join("out");
+    let args = ["experiment", "--spec", s.to_str().unwrap(), "--out", out.to_str().unwrap(), "--no-autotune"];
+    let r = ddl(&dir, &args);
+    assert!(r.status.success(), "{}", text(&r));
+    let corpus = dir.join("corpus.txt");
+    std::fs::write(&corpus, std::fs::read_to_string(&corpus).unwrap() + "\nEDITED\n").unwrap();
+    std::fs::write(&s, one.replace("seeds = [1]", "seeds = [1, 2]")).unwrap();
+    let r = ddl(&dir, &args);
+    let t = text(&r);
+    assert!(!r.status.success(), "{t}");
+    assert!(t.contains("training data changed") && t.contains("restore the corpus") && t.contains("new --out"), "{t}");
+    assert!(!out.join("runs/baseline-seed2").exists(), "no new run started: {t}");
+    // Records that differ (a grid mixed by an earlier version): the report warns.
+    let rec = out.join("runs/ddl-seed1/data.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&rec).unwrap()).unwrap();
+    v["key"] = serde_json::json!("0123456789abcdef");
+    std::fs::write(&rec, v.to_string()).unwrap();
+    std::fs::write(&s, &one).unwrap();
+    let r = ddl(&dir, &["experiment", "--spec", s.to_str().unwrap(), "--out", out.to_str().unwrap(), "--report-only"]);
+    assert!(r.status.success(), "{}", text(&r));
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("Warning: these runs trained on different data"), "{md}");
+}

@@ -19,6 +19,41 @@ fn any_run_trained(runs: &Path) -> bool {
     })
 }
 
+/// Refuses to start new runs of a grid whose trained runs saw other data than the spec's corpus
+/// gives now (it was edited since): a comparison would pair runs trained on different texts. Each
+/// run's `data.json` keeps what it trained on (the tokens' digest and split sizes).
+fn same_data_as_trained(spec: &ExperimentSpec, out: &Path, variants: &[Variant]) -> Result<(), ExperimentError> {
+    let runs = out.join("runs");
+    let mut recorded: Vec<PathBuf> = std::fs::read_dir(&runs)
+        .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.join("data.json").is_file()).collect())
+        .unwrap_or_default();
+    recorded.sort();
+    let (Some(&v), Some(seed)) = (variants.first(), spec.all_seeds().first().copied()) else { return Ok(()) };
+    if recorded.is_empty() {
+        return Ok(());
+    }
+    let run_cfg = spec.run_config(v, seed).map_err(|msg| ExperimentError::Run { run: run_name(v, seed), msg })?;
+    let spec_path = out.join("experiment.toml");
+    let data_error =
+        |e: crate::train::TrainError| ExperimentError::Spec { path: spec_path.clone(), msg: e.to_string() };
+    let (ds, _) = crate::train::data::open_for_run(&run_cfg, None).map_err(data_error)?;
+    let now = crate::train::data::data_record(&ds, &run_cfg);
+    for dir in recorded {
+        crate::train::data::check_data_record(
+            &dir,
+            &now,
+            "be paired with new runs trained",
+            &format!(
+                "The grid's runs must train on the same text: restore the corpus ({}) they trained on, or run the \
+                 spec in a new --out directory",
+                run_cfg.corpus
+            ),
+        )
+        .map_err(data_error)?;
+    }
+    Ok(())
+}
+
 /// The shared settings (top-level keys and `[model]` / `[train]` entries) that differ between
 /// two specs, as `key: old → new`.
 fn changed_settings(old: &ExperimentSpec, new: &ExperimentSpec) -> String {
@@ -114,6 +149,9 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
                 }
                 pending.push_back((i, v, seed));
             }
+        }
+        if !pending.is_empty() {
+            same_data_as_trained(spec, out, &variants)?;
         }
         let devices: Vec<&Arc<Gpu>> = std::iter::once(&gpu).chain(&opts.more_devices).collect();
         let jobs = devices.len().min(pending.len()).max(1);

@@ -272,6 +272,24 @@ pub(super) fn write_report(
     if commits.len() > 1 {
         md.push_str("**Warning: these runs were made by different builds of the engine.**\n\n");
     }
+    // Which data: every run's data.json names the tokens it trained on (a grid resumed after its
+    // corpus was edited, by a version that did not check, mixes texts).
+    let data: BTreeSet<String> = results
+        .iter()
+        .filter_map(|r| {
+            let path =
+                out.join("runs").join(super::run_name(Variant::parse(&r.variant).ok()?, r.seed)).join("data.json");
+            let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+            Some(format!("{} ({} train tokens)", v["key"].as_str()?, v["train_tokens"]))
+        })
+        .collect();
+    if data.len() > 1 {
+        md.push_str(&format!(
+            "**Warning: these runs trained on different data ({}: the corpus changed while the grid ran); their \
+             comparisons pair runs on different texts.**\n\n",
+            data.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
     // Which adapters trained them (runs made before it was recorded: "unrecorded").
     let mut adapters: BTreeMap<&str, usize> = BTreeMap::new();
     for r in results {
