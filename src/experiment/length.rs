@@ -15,13 +15,14 @@ pub(super) fn length_section(spec: &ExperimentSpec, results: &[RunResult], varia
     let family = comparison_family(variants);
     let core: Vec<_> = family.iter().filter(|f| f.2 == Question::PaperGap).collect();
     let use_: Vec<_> = if core.is_empty() { family.iter().collect() } else { core };
-    let mut sds: Vec<f64> = use_
-        .iter()
-        .filter_map(|&&(a, b, _)| paired(results, a, b).map(|p| p.diff.sd))
-        .filter(|s| s.is_finite())
-        .collect();
+    let tests: Vec<_> = use_.iter().filter_map(|&&(a, b, _)| paired(results, a, b)).collect();
+    let mut sds: Vec<f64> = tests.iter().map(|p| p.diff.sd).filter(|s| s.is_finite()).collect();
     sds.sort_by(f64::total_cmp);
     let spread = sds.get(sds.len() / 2).copied();
+    // The seeds the spread rests on: a standard deviation of 2 seeds (1 degree of freedom) may be
+    // several times too large or too small (its 95 % interval spans a factor of 70), too uncertain
+    // to call a run long enough by.
+    let seeds = tests.iter().map(|p| p.diff.n).min().unwrap_or(0);
     let from = 0.8 * spec.steps as f64;
     let mut rows = Vec::new();
     for &v in variants {
@@ -74,10 +75,25 @@ pub(super) fn length_section(spec: &ExperimentSpec, results: &[RunResult], varia
         spread / 2.0,
         spread
     ));
+    // A schedule that decays over the run flattens every curve near its end, long enough or not.
+    let decay = spec
+        .run_config(variants[0], spec.all_seeds().first().copied().unwrap_or(1))
+        .ok()
+        .map(|r| (r.train.lr_at(from as usize), r.train.lr_at(spec.steps.saturating_sub(1)), r.train.lr))
+        .filter(|&(a, _, peak)| a < 0.5 * peak);
     md.push_str(&format!(
-        "\n{}\n\n",
-        if worst < spread / 2.0 {
-            format!("**Long enough**: every curve changes by less than half the paired spread (largest {worst:.4}).")
+        "\n{}{}\n\n",
+        if worst < spread / 2.0 && seeds < 3 {
+            format!(
+                "**No verdict**: every curve changes by less than half the paired spread (largest {worst:.4}), but \
+                 that spread rests on {seeds} seeds per pair, too few to estimate it (a standard deviation of 2 \
+                 values may be far too large); run at least 3 seeds per variant for a verdict."
+            )
+        } else if worst < spread / 2.0 {
+            format!(
+                "**Long enough**: every curve changes by less than half the paired spread (largest {worst:.4}; the \
+                 spread from {seeds} or more seeds per pair)."
+            )
         } else if rising {
             format!(
                 "**Not settled: overfitting**: the {} curve rises by {worst:.4} over the last 20 %, more than half the \
@@ -93,6 +109,15 @@ pub(super) fn length_section(spec: &ExperimentSpec, results: &[RunResult], varia
                  longer runs may move the comparisons (which ones moved over the last 20 %: below).",
                 spread / 2.0
             )
+        },
+        match decay {
+            Some((a, b, peak)) => format!(
+                " The learning rate over these steps is {a:.2e} to {b:.2e}, below half its peak {peak:.2e} (the \
+                 schedule decays over the run): part of any flattening is the schedule's, which slows every curve \
+                 at its end whatever the run's length, so a flat end is necessary but not sufficient; how the \
+                 comparisons moved says more (below)."
+            ),
+            None => String::new(),
         }
     ));
     md.push_str(&drift_table(results, &family, from, spread / 2.0));
@@ -183,11 +208,30 @@ mod tests {
                 })
                 .collect()
         };
+        // Flat ends, but a spread of 2 seeds: no verdict.
         let md = length_section(&s, &mk(0.002), &variants);
-        assert!(md.contains("Half the paired seed spread: 0.0071") && md.contains("**Long enough**"), "{md}");
+        assert!(md.contains("Half the paired seed spread: 0.0071") && md.contains("**No verdict**"), "{md}");
+        assert!(md.contains("rests on 2 seeds") && !md.contains("**Long enough**"), "{md}");
+        // A third seed (differences 0.05, 0.07, 0.06: sd 0.01, half 0.005): long enough, with the
+        // schedule's part said.
+        let three = |s: &crate::experiment::ExperimentSpec| {
+            let mut rs = mk(0.002);
+            for (v, l) in [("baseline", 2.21), ("ddl", 2.15)] {
+                rs.push(RunResult {
+                    val_curve: vec![(8.0, l + 0.3), (16.0, l + 0.002), (20.0, l)],
+                    ..result(v, 3, l, "abc")
+                });
+            }
+            length_section(s, &rs, &s.variant_list().unwrap())
+        };
+        let mut s3 = spec("").unwrap();
+        s3.seeds = vec![1, 2, 3];
+        let md = three(&s3);
+        assert!(md.contains("Half the paired seed spread: 0.0050") && md.contains("**Long enough**"), "{md}");
+        assert!(md.contains("below half its peak"), "the cosine schedule's low end is said: {md}");
         assert!(md.contains("| ddl | 16 | 20 | +0.0020 |"), "{md}");
         // Both curves fell by the same 0.002: baseline − ddl is 0.06 at steps 16 and 20.
-        assert!(md.contains("| baseline − ddl | 2 | 16 | +0.0600 | 20 | +0.0600 | +0.0000 | steady |"), "{md}");
+        assert!(md.contains("| baseline − ddl | 3 | 16 | +0.0600 | 20 | +0.0600 | +0.0000 | steady |"), "{md}");
         let md = length_section(&s, &mk(0.03), &variants);
         assert!(md.contains("**Not long enough**: a curve still changes by 0.0300"), "{md}");
         // Still falling 0.03, but together: the comparison is steady.
