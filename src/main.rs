@@ -281,8 +281,30 @@ fn experiment(
     let spec = ExperimentSpec::load(spec_path)?;
     let variants = spec.variant_list().map_err(anyhow::Error::msg)?;
     if dry_run {
+        // What the real run would refuse, it refuses here too: another spec's runs in --out, or
+        // a corpus edited since its runs trained.
+        ddl::experiment::check_out(&spec, out)?;
+        if ddl::experiment::runs_to_do(&spec, out).map_err(anyhow::Error::msg)? > 0 {
+            ddl::experiment::same_data_as_trained(&spec, out, &variants)?;
+        }
         let total: usize = variants.iter().map(|&v| spec.seeds_of(v).len()).sum();
-        println!("{total} runs of {} steps, preset {}:", spec.steps, spec.preset);
+        let mut states = Vec::new();
+        for seed in spec.all_seeds() {
+            for &v in variants.iter().filter(|&&v| spec.seeds_of(v).contains(&seed)) {
+                states.push(ddl::experiment::run_state(&spec, out, v, seed));
+            }
+        }
+        let finished = states.iter().filter(|s| *s == "finished").count();
+        let new = states.iter().filter(|s| *s == "new").count();
+        println!(
+            "{total} runs of {} steps, preset {} ({} in {}: {finished} finished, {} to resume, {new} new):",
+            spec.steps,
+            spec.preset,
+            if out.join("experiment.toml").exists() { "an experiment" } else { "a new experiment" },
+            out.display(),
+            total - finished - new
+        );
+        let mut state = states.iter();
         for seed in spec.all_seeds() {
             for &v in variants.iter().filter(|&&v| spec.seeds_of(v).contains(&seed)) {
                 let run = spec.run_config(v, seed).map_err(anyhow::Error::msg)?;
@@ -292,12 +314,13 @@ fn experiment(
                     m.vocab_size = ddl::train::data::corpus_char_tokenizer(path)?.vocab_size();
                 }
                 println!(
-                    "  {:<20} {:>10} params  batch {}x{}  lr {}",
+                    "  {:<20} {:>10} params  batch {}x{}  lr {}  {}",
                     run_name(v, seed),
                     ddl::model::Layout::new(&m).count(),
                     run.train.batch_size,
                     run.train.seq_len,
-                    run.train.lr
+                    run.train.lr,
+                    state.next().map(String::as_str).unwrap_or("")
                 );
             }
         }
@@ -337,7 +360,9 @@ fn experiment(
             println!("report: {}", report.display());
         }
         None => {
-            println!("interrupted: run the same command again to continue");
+            println!(
+                "interrupted: the runs in progress saved their checkpoints; run the same command again to continue"
+            );
             return Err(Interrupted.into());
         }
     }

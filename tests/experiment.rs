@@ -368,9 +368,21 @@ fn a_grid_refuses_new_runs_on_an_edited_corpus() {
     let args = ["experiment", "--spec", s.to_str().unwrap(), "--out", out.to_str().unwrap(), "--no-autotune"];
     let r = ddl(&dir, &args);
     assert!(r.status.success(), "{}", text(&r));
+    // The dry run says what the folder holds, and refuses what the run would refuse.
+    std::fs::write(&s, one.replace("seeds = [1]", "seeds = [1, 2]")).unwrap();
+    let dry = ["experiment", "--spec", s.to_str().unwrap(), "--out", out.to_str().unwrap(), "--dry-run"];
+    let t = text(&ddl(&dir, &dry));
+    assert!(t.contains("4 runs of 2 steps") && t.contains("2 finished, 0 to resume, 2 new"), "{t}");
+    let state = |run: &str| t.lines().find(|l| l.trim_start().starts_with(run)).unwrap_or("").to_string();
+    assert!(state("ddl-seed1").ends_with("finished") && state("ddl-seed2").ends_with("new"), "{t}");
+    std::fs::write(&s, one.replace("steps = 2", "steps = 3")).unwrap();
+    let r = ddl(&dir, &dry);
+    assert!(!r.status.success() && text(&r).contains("steps: 2 → 3"), "{}", text(&r));
+    std::fs::write(&s, one.replace("seeds = [1]", "seeds = [1, 2]")).unwrap();
     let corpus = dir.join("corpus.txt");
     std::fs::write(&corpus, std::fs::read_to_string(&corpus).unwrap() + "\nEDITED\n").unwrap();
-    std::fs::write(&s, one.replace("seeds = [1]", "seeds = [1, 2]")).unwrap();
+    let r = ddl(&dir, &dry);
+    assert!(!r.status.success() && text(&r).contains("training data changed"), "{}", text(&r));
     let r = ddl(&dir, &args);
     let t = text(&r);
     assert!(!r.status.success(), "{t}");

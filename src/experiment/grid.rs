@@ -19,10 +19,50 @@ fn any_run_trained(runs: &Path) -> bool {
     })
 }
 
+/// Whether `spec` may run into `out`: a directory keeps the spec it was started with; the grid
+/// may grow (more variants or seeds: the finished runs still count), but the settings every run
+/// shares may not change under runs that trained.
+pub fn check_out(spec: &ExperimentSpec, out: &Path) -> Result<(), ExperimentError> {
+    let spec_path = out.join("experiment.toml");
+    if let Ok(old) = std::fs::read_to_string(&spec_path) {
+        // The grid may grow (more variants or seeds: the finished runs still count), but the
+        // settings every run shares may not change under finished runs.
+        let same = |a: &ExperimentSpec, b: &ExperimentSpec| {
+            let strip = |s: &ExperimentSpec| ExperimentSpec {
+                name: String::new(),
+                description: String::new(),
+                variants: Vec::new(),
+                seeds: Vec::new(),
+                extra_seeds: BTreeMap::new(),
+                ..s.clone()
+            };
+            strip(a) == strip(b)
+        };
+        let old = toml::from_str::<ExperimentSpec>(&old).ok();
+        match old {
+            Some(o) if same(&o, spec) => {}
+            // Before any run has trained, the spec may still change (a first attempt that failed).
+            _ if !any_run_trained(&out.join("runs")) => {}
+            o => {
+                let changed = o.map(|o| changed_settings(&o, spec)).unwrap_or_else(|| "unreadable".into());
+                return Err(ExperimentError::Spec {
+                    path: spec_path,
+                    msg: format!(
+                        "this directory holds an experiment whose runs share other settings than this spec's \
+                         ({changed}); use a new --out directory (or delete this one) to run the changed spec. \
+                         Adding variants or seeds is fine"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Refuses to start new runs of a grid whose trained runs saw other data than the spec's corpus
 /// gives now (it was edited since): a comparison would pair runs trained on different texts. Each
 /// run's `data.json` keeps what it trained on (the tokens' digest and split sizes).
-fn same_data_as_trained(spec: &ExperimentSpec, out: &Path, variants: &[Variant]) -> Result<(), ExperimentError> {
+pub fn same_data_as_trained(spec: &ExperimentSpec, out: &Path, variants: &[Variant]) -> Result<(), ExperimentError> {
     let runs = out.join("runs");
     let mut recorded: Vec<PathBuf> = std::fs::read_dir(&runs)
         .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.join("data.json").is_file()).collect())
@@ -98,38 +138,7 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
     // The spec a directory was started with is kept; a different spec needs a new directory.
     let spec_path = out.join("experiment.toml");
     let spec_text = toml::to_string(spec).map_err(|e| ExperimentError::Report(e.to_string()))?;
-    if let Ok(old) = std::fs::read_to_string(&spec_path) {
-        // The grid may grow (more variants or seeds: the finished runs still count), but the
-        // settings every run shares may not change under finished runs.
-        let same = |a: &ExperimentSpec, b: &ExperimentSpec| {
-            let strip = |s: &ExperimentSpec| ExperimentSpec {
-                name: String::new(),
-                description: String::new(),
-                variants: Vec::new(),
-                seeds: Vec::new(),
-                extra_seeds: BTreeMap::new(),
-                ..s.clone()
-            };
-            strip(a) == strip(b)
-        };
-        let old = toml::from_str::<ExperimentSpec>(&old).ok();
-        match old {
-            Some(o) if same(&o, spec) => {}
-            // Before any run has trained, the spec may still change (a first attempt that failed).
-            _ if !any_run_trained(&out.join("runs")) => {}
-            o => {
-                let changed = o.map(|o| changed_settings(&o, spec)).unwrap_or_else(|| "unreadable".into());
-                return Err(ExperimentError::Spec {
-                    path: spec_path,
-                    msg: format!(
-                        "this directory holds an experiment whose runs share other settings than this spec's \
-                         ({changed}); use a new --out directory (or delete this one) to run the changed spec. \
-                         Adding variants or seeds is fine"
-                    ),
-                });
-            }
-        }
-    }
+    check_out(spec, out)?;
     checkpoint::write_atomic(&spec_path, spec_text.as_bytes()).map_err(io(&spec_path))?;
     let variants = spec.variant_list().map_err(|m| ExperimentError::Spec { path: spec_path.clone(), msg: m })?;
     let total: usize = variants.iter().map(|&v| spec.seeds_of(v).len()).sum();
@@ -217,11 +226,6 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
             return Err(e);
         }
         if interrupted.into_inner() {
-            if jobs > 1 {
-                eprintln!(
-                    "interrupted: the runs in progress saved their checkpoints; run the same command to continue"
-                );
-            }
             return Ok(None);
         }
     }
@@ -373,6 +377,22 @@ pub fn runs_to_do(spec: &ExperimentSpec, out: &Path) -> Result<usize, String> {
         .flat_map(|seed| variants.iter().filter(move |&&v| spec.seeds_of(v).contains(&seed)).map(move |&v| (v, seed)))
         .filter(|&(v, seed)| result_of(&out.join("runs").join(run_name(v, seed)), spec.steps).is_none())
         .count())
+}
+
+/// What the grid's folder holds of a run: "finished", "resumes at step N" (a checkpoint), or
+/// "new".
+pub fn run_state(spec: &ExperimentSpec, out: &Path, v: Variant, seed: u64) -> String {
+    let dir = out.join("runs").join(run_name(v, seed));
+    if result_of(&dir, spec.steps).is_some() {
+        return "finished".into();
+    }
+    if dir.join(checkpoint::OPTIM_FILE).exists() {
+        return match checkpoint::saved_step(&dir) {
+            Ok(step) => format!("resumes at step {step}"),
+            Err(_) => "resumes from its checkpoint".into(),
+        };
+    }
+    "new".into()
 }
 
 /// The result of a finished run, if `dir` holds one for `steps` steps.

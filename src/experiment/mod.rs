@@ -24,7 +24,7 @@ use crate::gpu::Gpu;
 use crate::model::Variant;
 use crate::train::TrainError;
 
-pub use grid::{beta_regimes, run, runs_to_do};
+pub use grid::{beta_regimes, check_out, run, run_state, runs_to_do, same_data_as_trained};
 pub use report::{Question, comparison_family, paper_val_loss, verdict};
 pub use spec::ExperimentSpec;
 pub use speed::{SPEED_BLOCKS, SPEED_FILE, measure_speed};
