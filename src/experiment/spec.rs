@@ -79,11 +79,20 @@ impl ExperimentSpec {
         {
             return Err(err(format!("tokenizer = \"{t}\": no such file (\"char\", or a tokenizer.json)")));
         }
-        // Every run's config must resolve now, not an hour into the grid.
-        for v in spec.variant_list().map_err(err)? {
-            for s in spec.seeds_of(v) {
-                spec.run_config(v, s).map_err(|m| err(format!("variant {v}, seed {s}: {m}")))?;
-            }
+        // Every run's config must resolve now, not an hour into the grid (a seed changes nothing
+        // that is checked: each variant's first seed stands for its runs). A setting wrong for every
+        // variant is the spec's; one wrong for some, theirs.
+        let variants = spec.variant_list().map_err(err)?;
+        let errors: Vec<(Variant, String)> = variants
+            .iter()
+            .filter_map(|&v| {
+                let seed = spec.seeds_of(v).first().copied().unwrap_or(1);
+                spec.run_config(v, seed).err().map(|m| (v, m))
+            })
+            .collect();
+        if let Some((v, m)) = errors.first() {
+            let everywhere = errors.len() == variants.len() && errors.iter().all(|e| e.1 == *m);
+            return Err(err(if everywhere { m.clone() } else { format!("variant {v}: {m}") }));
         }
         Ok(spec)
     }
@@ -157,7 +166,7 @@ impl ExperimentSpec {
 
     /// The resolved config of one run of the grid.
     pub fn run_config(&self, variant: Variant, seed: u64) -> Result<RunConfig, String> {
-        let mut run = RunConfig::preset(&self.preset, variant).map_err(|e| e.to_string())?;
+        let mut run = RunConfig::preset(&self.preset, variant).map_err(in_spec)?;
         let mut overlay = toml::Table::new();
         if let Some(c) = &self.corpus {
             overlay.insert("corpus".into(), toml::Value::String(c.clone()));
@@ -186,15 +195,85 @@ impl ExperimentSpec {
         overlay.insert("train".into(), toml::Value::Table(train));
         let text = toml::to_string(&overlay).map_err(|e| e.to_string())?;
         run.merge_toml(&text, "spec")?;
-        run.validate().map_err(|e| e.to_string())?;
+        run.validate().map_err(in_spec)?;
         Ok(run)
     }
+}
+
+/// A setting's error in the spec's words: where the spec sets it (`batch_size` under [train],
+/// `preset`) and its remedy with the spec's keys for `ddl train`'s flags (`--set train.x=V` is
+/// `x = V` under [train], `--preset NAME` is `preset = "NAME"`).
+fn in_spec(e: crate::model::ConfigError) -> String {
+    let place = match e.key.split_once('.') {
+        Some((table @ ("model" | "train"), field)) => format!("`{field} = {}` under [{table}]", e.value),
+        _ => format!("`{} = {}`", e.key, e.value),
+    };
+    let remedy = if e.remedy.starts_with("change it with --set ") {
+        match e.key.split_once('.') {
+            Some((table, field)) => format!("change `{field}` under [{table}] in the spec"),
+            None => format!("change `{}` in the spec", e.key),
+        }
+    } else {
+        spec_words(&e.remedy)
+    };
+    format!("{place}: {}; {remedy}", e.expected)
+}
+
+/// `ddl train`'s flags in a remedy said as the spec's keys.
+fn spec_words(remedy: &str) -> String {
+    let mut out = String::new();
+    let mut rest = remedy;
+    while let Some(i) = [rest.find("--set "), rest.find("--preset ")].into_iter().flatten().min() {
+        out.push_str(&rest[..i]);
+        let after = &rest[i..];
+        let start = if after.starts_with("--set ") { 6 } else { 9 };
+        let end = after[start..].find([' ', ')', ',', ';']).map_or(after.len(), |j| j + start);
+        let flag = &after[..end];
+        match flag.strip_prefix("--set ").and_then(|kv| kv.split_once('=')) {
+            Some((key, value)) => match key.split_once('.') {
+                Some((table, field)) => out.push_str(&format!("`{field} = {value}` under [{table}]")),
+                None => out.push_str(&format!("`{key} = {value}`")),
+            },
+            None => match flag.strip_prefix("--preset ") {
+                Some(name) => out.push_str(&format!("`preset = \"{name}\"`")),
+                None => out.push_str(flag),
+            },
+        }
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::experiment::test_support::spec;
+
+    /// A setting out of range is said where the spec sets it, with its remedy in the spec's keys
+    /// (the messages were `ddl train`'s: `--set train.batch_size=VALUE`, `--preset NAME`), and
+    /// without a run's name when every run has it.
+    #[test]
+    fn a_bad_setting_is_said_in_the_specs_words() {
+        let bad = |extra: &str, preset: &str| {
+            let text = format!(
+                "preset = \"{preset}\"\nvariants = [\"baseline\", \"ddl\"]\nseeds = [1, 2]\nsteps = 20\n{extra}"
+            );
+            ExperimentSpec::parse(&text, Path::new("s.toml")).unwrap_err().to_string()
+        };
+        let e = bad("[train]\nbatch_size = 0\n", "tiny");
+        assert!(e.contains("`batch_size = 0` under [train]") && e.contains("in the spec"), "{e}");
+        assert!(!e.contains("--set") && !e.contains("--config") && !e.contains("variant "), "{e}");
+        let e = bad("[train]\nseq_len = 100\n", "tiny");
+        assert!(e.contains("`seq_len = 64` under [train]") && e.contains("`max_seq_len = 100` under [model]"), "{e}");
+        assert!(!e.contains("--set"), "{e}");
+        let e = bad("", "huge");
+        assert!(e.contains("`preset = huge`") && e.contains("`preset = \"NAME\"`") && !e.contains("--preset"), "{e}");
+        assert_eq!(
+            spec_words("lower it (--set a.b=1) or --preset X, then"),
+            "lower it (`b = 1` under [a]) or `preset = \"X\"`, then"
+        );
+    }
 
     #[test]
     fn run_configs_share_everything_but_the_variant_and_the_seed() {
