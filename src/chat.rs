@@ -358,7 +358,12 @@ pub fn run(
                 }
             }
             Err(ChatTurnError::Encode(e)) => {
-                writeln!(log, "error: {e}")?;
+                writeln!(
+                    log,
+                    "error: {e}; the checkpoint's {} tokenizer cannot encode this line: type it again without that \
+                     character (the conversation is as it was)",
+                    tok.kind()
+                )?;
                 continue;
             }
             Err(ChatTurnError::Gpu(e)) => return Err(e.into()),

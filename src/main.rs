@@ -132,6 +132,9 @@ fn run(cli: Cli) -> Result<()> {
             compare,
         } => {
             let iv = ddl::model::Interventions::parse(&intervene, allow_out_of_range)?;
+            for note in iv.notes() {
+                eprintln!("{note}");
+            }
             if compare && iv.is_empty() {
                 anyhow::bail!("--compare compares a generation with and without --intervene SPEC: give at least one");
             }
@@ -392,8 +395,12 @@ pub(crate) fn generate_cmd(
 ) -> Result<()> {
     use std::io::Write;
     let s = sa.sampler()?;
-    let prompt = if prompt == "-" { read_stdin_capped("--prompt -", 256 << 20)? } else { prompt.to_string() };
+    let from_stdin = prompt == "-";
+    let prompt = if from_stdin { read_stdin_capped("--prompt -", 256 << 20)? } else { prompt.to_string() };
     if prompt.is_empty() {
+        if from_stdin {
+            anyhow::bail!("--prompt -: standard input was empty: pipe the prompt in (… | ddl generate --prompt -)");
+        }
         anyhow::bail!("--prompt is empty: give at least one token of text");
     }
     if let Some(t) = trace {
@@ -404,9 +411,21 @@ pub(crate) fn generate_cmd(
     // The interventions checked against the model before anything is printed.
     let beta_maps = if interventions.is_empty() { None } else { Some(interventions.maps(&model.cfg)?) };
     let k_mean = interventions.k_mean_targets(&model.cfg)?;
+    if trace.is_some() && !model.cfg.variant.is_ddl() {
+        eprintln!(
+            "note: the {} variant has residual additions, not delta writes: the trace holds the tokens only (no β, \
+             k or v)",
+            model.cfg.variant
+        );
+    }
     let ids = tok.encode(&prompt).map_err(|e| {
+        let crlf = if prompt.contains('\r') && tok.kind() == "char" {
+            " (the prompt has Windows line ends, \\r\\n: convert them, e.g. `tr -d '\\r'`)"
+        } else {
+            ""
+        };
         anyhow::anyhow!(
-            "--prompt: {e}; the checkpoint's {} tokenizer cannot encode it: leave that character out",
+            "--prompt: {e}; the checkpoint's {} tokenizer cannot encode it: leave that character out{crlf}",
             tok.kind()
         )
     })?;
@@ -416,8 +435,9 @@ pub(crate) fn generate_cmd(
         if strict_context {
             anyhow::bail!(
                 "--prompt has {} tokens, more than the model's context of {cap} (--strict-context): shorten it by \
-                 at least {cut} tokens, or drop --strict-context to keep its last {cap} tokens",
-                ids.len()
+                 at least {cut} token{}, or drop --strict-context to keep its last {cap} tokens",
+                ids.len(),
+                if cut == 1 { "" } else { "s" }
             );
         }
         let dropped = tok.decode(&ids[..cut]).unwrap_or_default();

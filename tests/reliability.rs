@@ -457,6 +457,8 @@ fn generation_problems_are_clear_errors() {
         fails(&dir, &a, needles)
     };
     g(&["--prompt", ""], &["--prompt is empty"]);
+    g(&["--prompt", "-"], &["--prompt -", "standard input was empty"]);
+    g(&["--prompt", "ROMEO:\r\n"], &["Windows line ends", "tr -d"]);
     g(&["--prompt", "hi", "--max-tokens", "0"], &["--max-tokens", "at least 1"]);
     g(&["--prompt", "hi", "--temperature=-0.5"], &["--temperature", "-0.5"]);
     // A negative number after a space is the flag's value (clap would call it an unknown flag).

@@ -599,6 +599,7 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     std::fs::write(&short, "ROMEO:").unwrap();
     bad(&["--text", short.to_str().unwrap()], &["short.txt", "fewer than one window", "--seq-len"]);
     bad(&["--data", dir.join("none").to_str().unwrap()], &["does not exist"]);
+    bad(&["--against", dir.join("no-run").to_str().unwrap()], &["--against", "no-run", "does not exist"]);
 }
 
 /// The final evaluation over the whole validation split comes after the progress bar: when it is

@@ -245,6 +245,14 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
                         }
                         _ => String::new(),
                     };
+                    // (Said here too: the report's line is easy to miss.)
+                    if !why.is_empty() && !opts.quiet {
+                        eprintln!(
+                            "warning: {} is left out of the report{why}; its run counts as unfinished (run without \
+                             --report-only to train it again)",
+                            run_name(v, seed)
+                        );
+                    }
                     missing.push(format!("{}{why}", run_name(v, seed)));
                 }
             }

@@ -119,11 +119,12 @@ fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> (String, 
     let adjusted = stats::holm(&ps);
     let listed: Vec<String> = family.iter().map(|(a, b, _)| format!("{} − {}", a.name(), b.name())).collect();
     md.push_str(&format!(
-        "The family, fixed by the spec's variant list before the runs ({} comparisons): {}. Each is the \
+        "The family, fixed by the spec's variant list before the runs ({} comparison{}): {}. Each is the \
          difference of final validation losses paired by seed (the runs of a seed share their batches): \
          its mean, 95 % t-interval (seeds − 1 degrees of freedom), Student's paired t and two-sided p, and \
          p adjusted by Holm's method over the whole family. A verdict needs the adjusted p below 0.05.\n\n",
         family.len(),
+        if family.len() == 1 { "" } else { "s" },
         listed.join(", ")
     ));
     md.push_str("| a − b | seeds | mean difference | 95 % interval | t (df) | p | p (Holm) | verdict |\n");

@@ -164,6 +164,26 @@ impl Interventions {
         self.list.is_empty()
     }
 
+    /// What a person should know of these interventions that no error says: a scale above 1 is
+    /// clamped at 2 (the end of β's range) unless out-of-range values are allowed.
+    pub fn notes(&self) -> Vec<String> {
+        if self.allow_out_of_range {
+            return Vec::new();
+        }
+        self.list
+            .iter()
+            .filter_map(|i| match i.action {
+                Action::Scale(s) if s > 1.0 => Some(format!(
+                    "note: {}: β is clamped to [0, 2] after scaling, so every β above {:.3} becomes 2 (a \
+                     reflection); --allow-out-of-range lets it pass 2",
+                    i.spec,
+                    2.0 / s
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The specs as written, `; `-separated (for traces and reports).
     pub fn describe(&self) -> String {
         self.list.iter().map(|i| i.spec.as_str()).collect::<Vec<_>>().join("; ")
@@ -314,6 +334,11 @@ mod tests {
         assert!(e("all:write=1", Variant::Ddl).contains("can only be zeroed"));
         assert!(e("all:k=first", Variant::Ddl).contains("k=mean"));
         // Allowed out of range: the value is kept.
+        // A scale above 1 is clamped at 2, and said so (not with --allow-out-of-range).
+        let notes = Interventions::parse(&["all:beta*=4".into(), "block0:beta*=0.5".into()], false).unwrap().notes();
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].contains("all:beta*=4") && notes[0].contains("above 0.500 becomes 2"), "{notes:?}");
+        assert!(Interventions::parse(&["all:beta*=4".into()], true).unwrap().notes().is_empty());
         let i = Interventions::parse(&["all:beta=2.5".into()], true).unwrap();
         assert_eq!(i.maps(&cfg(Variant::Ddl)).unwrap()[0].apply(0.3), 2.5);
     }

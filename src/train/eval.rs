@@ -184,11 +184,12 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     let (model, tok, ck_step) = (ck.model, ck.tokenizer, ck.step);
     // --against's tokenizer first (its metadata only): a mismatch is refused before evaluating.
     if let Some(other) = &req.against {
-        let theirs = super::checkpoint::saved_tokenizer(other)?;
+        let theirs = super::checkpoint::saved_tokenizer(other)
+            .map_err(|e| TrainError::Settings(format!("--against '{}': {e}", other.display())))?;
         if theirs != tok {
             return Err(TrainError::Settings(format!(
-                "--against '{}': its tokenizer is not '{}''s ({}), so their losses per token do not compare window \
-                 by window; evaluate each alone and compare bits per byte",
+                "--against '{}': its tokenizer is not the one of '{}' ({}), so their losses per token do not \
+                 compare window by window; evaluate each alone and compare bits per byte",
                 other.display(),
                 dir.display(),
                 theirs.difference(&tok).replace("the first", "--against's").replace("the second", "the run's"),
@@ -400,7 +401,8 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     let against = match &req.against {
         None => None,
         Some(other) => {
-            let ck = super::checkpoint::load_to_device(other, gpu.clone(), false)?;
+            let ck = super::checkpoint::load_to_device(other, gpu.clone(), false)
+                .map_err(|e| TrainError::Settings(format!("--against '{}': {e}", other.display())))?;
             if ck.model.cfg.max_seq_len < seq_len {
                 return Err(TrainError::Settings(format!(
                     "--against '{}': its context (max_seq_len) is {} tokens, shorter than the windows of {seq_len}; \
