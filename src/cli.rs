@@ -90,10 +90,10 @@ pub(crate) enum Cmd {
         #[arg(long, default_value = "ddl", requires = "preset")]
         variant: String,
         /// Batch size of the plan (default: the preset's training value).
-        #[arg(long, value_parser = positive, requires = "preset")]
+        #[arg(long, value_parser = sizes_up_to_2_24, requires = "preset")]
         batch: Option<usize>,
         /// Sequence length of the plan (default: the preset's training value).
-        #[arg(long, value_parser = positive, requires = "preset")]
+        #[arg(long, value_parser = sizes_up_to_2_24, requires = "preset")]
         seq: Option<usize>,
         /// Plan the expanded states in half precision (`ddl train --f16-state`).
         #[arg(long, requires = "preset")]
@@ -295,7 +295,7 @@ pub(crate) enum TokenizerCmd {
         /// A UTF-8 text file or a directory of .txt files.
         #[arg(long)]
         corpus: std::path::PathBuf,
-        /// Vocabulary size, byte tokens and <|endoftext|> included (at least 258).
+        /// Vocabulary size, byte tokens and <|endoftext|> included (258 to 2,097,152).
         #[arg(long)]
         vocab_size: usize,
         /// Output file (never one of the corpus's files; an existing file only with --force).
@@ -310,7 +310,7 @@ pub(crate) enum TokenizerCmd {
         /// A tokenizer.json (Hugging Face format).
         #[arg(long)]
         tokenizer: std::path::PathBuf,
-        /// The text to encode (`-`: standard input).
+        /// The text to encode, itself (not a file name: `-` reads standard input, e.g. `< file.txt`).
         #[arg(long)]
         text: String,
     },
@@ -556,10 +556,10 @@ pub(crate) enum BenchCmd {
         #[arg(long, conflicts_with = "sizes")]
         preset: Option<String>,
         /// With --preset: batch size (default: the preset's).
-        #[arg(long, value_parser = positive, requires = "preset")]
+        #[arg(long, value_parser = sizes_up_to_2_24, requires = "preset")]
         batch: Option<usize>,
         /// With --preset: sequence length (default: the preset's).
-        #[arg(long, value_parser = positive, requires = "preset")]
+        #[arg(long, value_parser = sizes_up_to_2_24, requires = "preset")]
         seq: Option<usize>,
         /// Tile variants to time: all (every one the adapter runs), auto (only the one the
         /// engine picks: the autotuner's measurement where there is one, else its heuristic),
@@ -595,10 +595,10 @@ pub(crate) enum BenchCmd {
         #[arg(long, default_value = "shakespeare-char")]
         preset: String,
         /// Batch size (default: the preset's).
-        #[arg(long, value_parser = positive)]
+        #[arg(long, value_parser = sizes_up_to_2_24)]
         batch: Option<usize>,
         /// Sequence length (default: the preset's).
-        #[arg(long, value_parser = positive)]
+        #[arg(long, value_parser = sizes_up_to_2_24)]
         seq: Option<usize>,
         /// Timed repetitions per kernel (median reported).
         #[arg(long, value_parser = positive, default_value_t = 5)]
@@ -627,10 +627,10 @@ pub(crate) enum BenchCmd {
         #[arg(long, value_parser = positive, default_value_t = 5)]
         steps: usize,
         /// Batch size (default: the preset's, or train.batch_size from --config / --set).
-        #[arg(long, value_parser = positive)]
+        #[arg(long, value_parser = sizes_up_to_2_24)]
         batch: Option<usize>,
         /// Sequence length (default: the preset's, or train.seq_len from --config / --set).
-        #[arg(long, value_parser = positive)]
+        #[arg(long, value_parser = sizes_up_to_2_24)]
         seq: Option<usize>,
         /// Also list every dispatch of the profiled step in order (kernel, workgroups, ms).
         #[arg(long)]
@@ -772,6 +772,14 @@ fn positive(s: &str) -> Result<usize, String> {
         Ok(0) => Err("must be at least 1".into()),
         Ok(v) => Ok(v),
         Err(_) => Err(format!("expected a whole number ≥ 1, got '{s}'")),
+    }
+}
+
+/// A batch size or sequence length: 1 to 2^24, as `train.batch_size` and `train.seq_len` allow.
+fn sizes_up_to_2_24(s: &str) -> Result<usize, String> {
+    match positive(s)? {
+        v if v > 1 << 24 => Err(format!("at most 2^24 = 16777216 (as train.batch_size and train.seq_len), got {v}")),
+        v => Ok(v),
     }
 }
 

@@ -288,7 +288,7 @@ fn experiment(
         // a corpus edited since its runs trained.
         ddl::experiment::check_out(&spec, out)?;
         if ddl::experiment::runs_to_do(&spec, out).map_err(anyhow::Error::msg)? > 0 {
-            ddl::experiment::same_data_as_trained(&spec, out, &variants)?;
+            ddl::experiment::same_data_as_trained(&spec, out, &variants, false)?;
         }
         let total: usize = variants.iter().map(|&v| spec.seeds_of(v).len()).sum();
         let mut states = Vec::new();

@@ -37,6 +37,11 @@ pub enum TokenizerError {
          (256 byte tokens + {EOT} + at least one merge)"
     )]
     VocabTooSmall { got: usize, min: usize },
+    #[error(
+        "vocab_size {got} is larger than a byte-level BPE here may ask for (at most {max}: the trainer reserves \
+         memory for every token asked for, and GPT-2's 50,257 or a few hundred thousand are the sizes in use)"
+    )]
+    VocabTooLarge { got: usize, max: usize },
     #[error("tokenizer file '{0}' does not exist (expected a Hugging Face tokenizer.json)")]
     Missing(PathBuf),
     #[error("cannot read tokenizer file '{path}': {source}")]
@@ -168,6 +173,10 @@ impl Stored {
     }
 }
 
+/// The largest vocabulary [`train_bpe`] takes: Hugging Face's trainer reserves memory in
+/// proportion to the size asked for (4,294,967,296 asked for 283 GB and aborted the process).
+pub const MAX_BPE_VOCAB: usize = 1 << 21;
+
 /// Trains a byte-level BPE (GPT-2 pre-tokenisation, all 256 bytes in the base vocabulary, so any
 /// text round-trips exactly) with `vocab_size` tokens at most, [`EOT`] included; merges need a
 /// pair seen at least twice, so a small corpus may give fewer tokens.
@@ -186,6 +195,9 @@ pub fn train_bpe_pieces<S: AsRef<str> + Send>(
 ) -> Result<Tokenizer, TokenizerError> {
     if vocab_size <= BPE_BASE_VOCAB {
         return Err(TokenizerError::VocabTooSmall { got: vocab_size, min: BPE_BASE_VOCAB + 1 });
+    }
+    if vocab_size > MAX_BPE_VOCAB {
+        return Err(TokenizerError::VocabTooLarge { got: vocab_size, max: MAX_BPE_VOCAB });
     }
     let mut t = HfTokenizer::new(BPE::default());
     t.with_pre_tokenizer(Some(ByteLevel::default().add_prefix_space(false)));

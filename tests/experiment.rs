@@ -381,11 +381,20 @@ fn a_grid_refuses_new_runs_on_an_edited_corpus() {
     std::fs::write(&s, one.replace("seeds = [1]", "seeds = [1, 2]")).unwrap();
     let corpus = dir.join("corpus.txt");
     std::fs::write(&corpus, std::fs::read_to_string(&corpus).unwrap() + "\nEDITED\n").unwrap();
+    let sets = || -> Vec<std::ffi::OsString> {
+        let mut v: Vec<_> =
+            std::fs::read_dir(dir.join("cache/shards")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        v.sort();
+        v
+    };
+    let before = sets();
     let r = ddl(&dir, &dry);
     assert!(!r.status.success() && text(&r).contains("training data changed"), "{}", text(&r));
+    assert_eq!(sets(), before, "a dry run leaves the cache as it was");
     let r = ddl(&dir, &args);
     let t = text(&r);
     assert!(!r.status.success(), "{t}");
+    assert!(before.iter().all(|s| dir.join("cache/shards").join(s).exists()), "a refused run keeps the trained-on set");
     assert!(t.contains("training data changed") && t.contains("restore the corpus") && t.contains("new --out"), "{t}");
     assert!(!out.join("runs/baseline-seed2").exists(), "no new run started: {t}");
     // Records that differ (a grid mixed by an earlier version): the report warns.

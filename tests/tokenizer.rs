@@ -204,6 +204,13 @@ fn bad_files_and_settings_are_clear_errors() {
         assert!(e.to_string().contains(&format!("vocab_size {v} is too small")), "{e}");
     }
     assert!(matches!(train_bpe("", 300), Err(TokenizerError::Empty)));
+    // A size too large is refused before the trainer reserves memory for it (4,294,967,296
+    // aborted the process asking for 283 GB).
+    for v in [ddl::tokenizer::MAX_BPE_VOCAB + 1, 1 << 32] {
+        let e = train_bpe("some text", v).unwrap_err();
+        assert!(matches!(e, TokenizerError::VocabTooLarge { got, .. } if got == v), "{e:?}");
+        assert!(e.to_string().contains("at most 2097152"), "{e}");
+    }
 
     let e = bpe().decode(&[1, VOCAB as u32 + 7]).unwrap_err();
     assert!(matches!(e, TokenizerError::OutOfRange { id, .. } if id == VOCAB as u32 + 7), "{e:?}");

@@ -62,7 +62,14 @@ pub fn check_out(spec: &ExperimentSpec, out: &Path) -> Result<(), ExperimentErro
 /// Refuses to start new runs of a grid whose trained runs saw other data than the spec's corpus
 /// gives now (it was edited since): a comparison would pair runs trained on different texts. Each
 /// run's `data.json` keeps what it trained on (the tokens' digest and split sizes).
-pub fn same_data_as_trained(spec: &ExperimentSpec, out: &Path, variants: &[Variant]) -> Result<(), ExperimentError> {
+/// `write_cache`: a set the corpus needs is made in the cache (a dry run makes it aside and
+/// removes it).
+pub fn same_data_as_trained(
+    spec: &ExperimentSpec,
+    out: &Path,
+    variants: &[Variant],
+    write_cache: bool,
+) -> Result<(), ExperimentError> {
     let runs = out.join("runs");
     let mut recorded: Vec<PathBuf> = std::fs::read_dir(&runs)
         .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.join("data.json").is_file()).collect())
@@ -76,8 +83,7 @@ pub fn same_data_as_trained(spec: &ExperimentSpec, out: &Path, variants: &[Varia
     let spec_path = out.join("experiment.toml");
     let data_error =
         |e: crate::train::TrainError| ExperimentError::Spec { path: spec_path.clone(), msg: e.to_string() };
-    let (ds, _) = crate::train::data::open_for_run(&run_cfg, None).map_err(data_error)?;
-    let now = crate::train::data::data_record(&ds, &run_cfg);
+    let now = crate::train::data::corpus_record(&run_cfg, write_cache).map_err(data_error)?;
     for dir in recorded {
         crate::train::data::check_data_record(
             &dir,
@@ -160,7 +166,7 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
             }
         }
         if !pending.is_empty() {
-            same_data_as_trained(spec, out, &variants)?;
+            same_data_as_trained(spec, out, &variants, true)?;
         }
         let devices: Vec<&Arc<Gpu>> = std::iter::once(&gpu).chain(&opts.more_devices).collect();
         let jobs = devices.len().min(pending.len()).max(1);

@@ -45,7 +45,11 @@ pub(super) fn length_section(spec: &ExperimentSpec, results: &[RunResult], varia
         rows.push((v, start, end, mean[&start] - mean[&end]));
     }
     if rows.is_empty() {
-        md.push_str("The curves have no evaluation in the last 20 % of the steps.\n\n");
+        md.push_str(&format!(
+            "No verdict: judging a curve's end needs an evaluation near step {from:.0} (80 % of the steps) before \
+             its last one, and the evaluation nearest it is the last; evaluate more often (`eval_every` under \
+             [train]).\n\n"
+        ));
         return md;
     }
     let mut table = String::from(

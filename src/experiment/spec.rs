@@ -206,6 +206,8 @@ impl ExperimentSpec {
 fn in_spec(e: crate::model::ConfigError) -> String {
     let place = match e.key.split_once('.') {
         Some((table @ ("model" | "train"), field)) => format!("`{field} = {}` under [{table}]", e.value),
+        // (The spec's one string setting here: quoted as it is written.)
+        _ if e.key == "preset" => format!("`preset = \"{}\"`", e.value),
         _ => format!("`{} = {}`", e.key, e.value),
     };
     let remedy = if e.remedy.starts_with("change it with --set ") {
@@ -268,7 +270,10 @@ mod tests {
         assert!(e.contains("`seq_len = 64` under [train]") && e.contains("`max_seq_len = 100` under [model]"), "{e}");
         assert!(!e.contains("--set"), "{e}");
         let e = bad("", "huge");
-        assert!(e.contains("`preset = huge`") && e.contains("`preset = \"NAME\"`") && !e.contains("--preset"), "{e}");
+        assert!(
+            e.contains("`preset = \"huge\"`") && e.contains("`preset = \"NAME\"`") && !e.contains("--preset"),
+            "{e}"
+        );
         assert_eq!(
             spec_words("lower it (--set a.b=1) or --preset X, then"),
             "lower it (`b = 1` under [a]) or `preset = \"X\"`, then"

@@ -228,6 +228,9 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     };
     match num.parse::<f64>() {
         Ok(x) if x > 0.0 && x.is_finite() && scale.is_finite() && x * scale < 1e18 => Ok((x * scale) as u64),
+        Ok(x) if x > 0.0 && scale.is_finite() => Err(format!(
+            "'{text}' is too large a memory size (at most 1e18 bytes, an exabyte; a card has 24 to 192 GB)"
+        )),
         _ => Err(format!(
             "'{text}' is not a memory size: expected a positive number of bytes with an optional unit, such as \
              80GB, 141GiB, 24 GiB or 8e10"
@@ -514,9 +517,13 @@ mod tests {
         ] {
             assert_eq!(parse_bytes(text), Ok(want), "{text}");
         }
-        for bad in ["", "80XB", "-3GB", "0", "GB", "1e30", "eighty"] {
+        for bad in ["", "80XB", "-3GB", "0", "GB", "eighty"] {
             let e = parse_bytes(bad).unwrap_err();
             assert!(e.contains(&format!("'{bad}'")) && e.contains("80GB"), "{bad}: {e}");
+        }
+        for big in ["1e30", "1e30GB", "1e400"] {
+            let e = parse_bytes(big).unwrap_err();
+            assert!(e.contains(&format!("'{big}'")) && e.contains("too large"), "{big}: {e}");
         }
     }
 

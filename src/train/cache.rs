@@ -472,7 +472,7 @@ pub fn parse_span(s: &str) -> Result<Duration, String> {
         _ => return Err(format!("'{s}': expected a number with a unit, s, m, h, d or w (e.g. 30d, 12h)")),
     };
     match num.trim().parse::<f64>() {
-        Ok(n) if n.is_finite() && n >= 0.0 => Duration::try_from_secs_f64(n * secs)
+        Ok(n) if !n.is_nan() && n >= 0.0 => Duration::try_from_secs_f64(n * secs)
             .map_err(|_| format!("'{s}': too long a span (at most about 500 billion years)")),
         _ => Err(format!("'{s}': expected a non-negative number before the unit (e.g. 30d, 12h)")),
     }
@@ -489,6 +489,7 @@ mod tests {
         assert_eq!(parse_span("0s").unwrap(), Duration::ZERO);
         assert_eq!(parse_span("1e3d").unwrap(), Duration::from_secs(1_000 * 86_400));
         assert!(parse_span("99999999999999999999d").unwrap_err().contains("too long"));
+        assert!(parse_span("1e400d").unwrap_err().contains("too long"), "parses as infinity");
         for bad in ["30", "d", "-1d", "3x", "nand", "30D", ""] {
             assert!(parse_span(bad).is_err(), "{bad}");
         }

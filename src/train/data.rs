@@ -888,15 +888,7 @@ pub fn open_for_run(
         // The tokens' identity: the shards' digests (a corpus file rewritten with the same text
         // gets a new cache key but the same tokens, and a run on it still resumes).
         let key = match read_meta(&dir)? {
-            Some(m) => {
-                use sha2::Digest;
-                let mut h = sha2::Sha256::new();
-                for sm in &m.shards {
-                    h.update(sm.sha256.as_bytes());
-                    h.update((sm.tokens as u64).to_le_bytes());
-                }
-                h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect()
-            }
+            Some(m) => tokens_identity(&m),
             None => dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
         };
         (open(train)?, open(val)?, tok, key)
@@ -913,6 +905,56 @@ pub fn open_for_run(
         e => e.into(),
     })?;
     Ok((ds, tok))
+}
+
+/// The identity of a cached set's tokens (a run's data key): a digest of its shards' digests and
+/// token counts.
+fn tokens_identity(m: &Meta) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for sm in &m.shards {
+        h.update(sm.sha256.as_bytes());
+        h.update((sm.tokens as u64).to_le_bytes());
+    }
+    h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The [`data_record`] (key and split sizes) a new run with `run`'s `--corpus` settings would
+/// train on now, for checks before training (`ddl experiment`'s grid, and its dry run): from the
+/// cached set; without one, made in the cache (`write_cache`) or in a temporary folder removed
+/// after (a dry run leaves the cache as it was). Removes no earlier set of the corpus (a refused
+/// run must not delete the set of the version it asks to restore).
+pub fn corpus_record(
+    run: &crate::train::RunConfig,
+    write_cache: bool,
+) -> Result<serde_json::Value, crate::train::TrainError> {
+    let root = cache_dir().join("shards");
+    let base = corpus_key(&run.corpus, &run.tokenizer, run.train.val_fraction)?;
+    let cached = cached_set(&root.join(&base))?.is_some();
+    let scratch = (!write_cache && !cached).then(|| {
+        static NTH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let nth = NTH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::env::temp_dir().join(format!("ddl-check-{}-{nth}", std::process::id()))
+    });
+    let made = find_or_make_set(
+        scratch.as_deref().unwrap_or(&root),
+        &run.corpus,
+        &run.tokenizer,
+        None,
+        run.train.val_fraction,
+        CORPUS_CHUNK,
+    );
+    let meta = made.and_then(|(dir, _)| {
+        read_meta(&dir)?.ok_or_else(|| DataError::Meta { path: dir, msg: "no meta.json".into() }.into())
+    });
+    if let Some(d) = &scratch {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    let m = meta?;
+    let source = format!("--corpus {}", run.corpus);
+    Ok(
+        serde_json::json!({"key": tokens_identity(&m), "train_tokens": m.train_tokens, "val_tokens": m.val_tokens, "source": source}),
+    )
 }
 
 /// The record `data.json` a run folder keeps of the data it trains on: what identifies it (the

@@ -294,6 +294,10 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                 TrainError::Data(data::DataError::Empty(p)) => {
                     TrainError::Settings(format!("--text '{}' is empty: give a text to evaluate", p.display()))
                 }
+                TrainError::Data(data::DataError::NoTxt(p)) => TrainError::Settings(format!(
+                    "--text '{}' is a folder without .txt files: give a text file, or a folder of .txt files",
+                    p.display()
+                )),
                 TrainError::Data(data::DataError::UnknownChar { path: p, offset, ch, vocab }) => {
                     let place = if p == *path { String::new() } else { format!(" of '{}'", p.display()) };
                     TrainError::Settings(format!(
