@@ -324,9 +324,10 @@ fn remove_set(dir: &Path) -> std::io::Result<bool> {
 /// Marks the set in `dir` used now by a run with settings `record` (its record written if it has
 /// none or another, else its time set), then removes the sets of the cache `root` with the same
 /// settings that no run can find again (made before the corpus or the tokenizer file last
-/// changed); returns them. Nothing here fails a run: a cache that cannot be written keeps what it
-/// has.
-pub(crate) fn used(root: &Path, dir: &Path, record: &Record) -> Vec<Set> {
+/// changed); returns them with their bytes. Nothing here fails a run: a cache that cannot be
+/// written keeps what it has. (Only the sets' small records are read, not their `meta.json`s,
+/// which hold a BPE's whole vocabulary: this runs at every run's start.)
+pub(crate) fn used(root: &Path, dir: &Path, record: &Record) -> Vec<(PathBuf, u64)> {
     let path = dir.join(RECORD_FILE);
     if read_record(dir).as_ref() == Some(record) {
         if let Ok(f) = std::fs::File::options().write(true).open(&path) {
@@ -344,13 +345,20 @@ pub(crate) fn used(root: &Path, dir: &Path, record: &Record) -> Vec<Set> {
     }
     let mine = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut removed = Vec::new();
-    for set in list(root).map(|l| l.sets).unwrap_or_default() {
-        if set.key != mine
-            && set.state == State::Changed
-            && set.record.as_ref().is_some_and(|r| r.same_settings(record))
-            && remove_set(&set.dir).is_ok_and(|mine| mine)
-        {
-            removed.push(set);
+    let Ok(entries) = std::fs::read_dir(root) else { return removed };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name == mine || !is_key(&name) {
+            continue;
+        }
+        let other = e.path();
+        let base = name.split('-').next().unwrap_or_default();
+        let stale = read_record(&other).is_some_and(|r| r.same_settings(record) && r.state(base) == State::Changed);
+        if stale {
+            let bytes = folder_bytes(&other);
+            if remove_set(&other).is_ok_and(|mine| mine) {
+                removed.push((other, bytes));
+            }
         }
     }
     removed

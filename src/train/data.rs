@@ -513,7 +513,7 @@ fn corpus_shards_in(
     let (dir, tok) = find_or_make_set(root, corpus, tok_setting, given, val_fraction, chunk)?;
     let removed = super::cache::used(root, &dir, &super::cache::Record::new(corpus, tok_setting, val_fraction));
     if !removed.is_empty() {
-        let bytes: u64 = removed.iter().map(|s| s.bytes).sum();
+        let bytes: u64 = removed.iter().map(|s| s.1).sum();
         eprintln!(
             "note: removed {} cached shard set{} of an earlier version of --corpus {corpus} ({}; `ddl data cache` \
              lists the cache)",
