@@ -433,26 +433,25 @@ pub fn prune(root: &Path, p: &Prune) -> std::io::Result<Pruned> {
     Ok(out)
 }
 
+/// `n` in thousands, millions or billions: `units` names each scale with its decimals.
+fn scaled(n: u64, units: [(&str, usize); 4]) -> String {
+    let (i, div) = match n {
+        0..1_000 => return format!("{n}{}", units[0].0),
+        1_000..1_000_000 => (1, 1e3),
+        1_000_000..1_000_000_000 => (2, 1e6),
+        _ => (3, 1e9),
+    };
+    format!("{:.*}{}", units[i].1, n as f64 / div, units[i].0)
+}
+
 /// A token count as a person reads it: "830", "12.3 k", "1.12 M", "9.87 G".
 pub fn count(n: u64) -> String {
-    let x = n as f64;
-    match n {
-        0..1_000 => format!("{n}"),
-        1_000..1_000_000 => format!("{:.1} k", x / 1e3),
-        1_000_000..1_000_000_000 => format!("{:.2} M", x / 1e6),
-        _ => format!("{:.2} G", x / 1e9),
-    }
+    scaled(n, [("", 0), (" k", 1), (" M", 2), (" G", 2)])
 }
 
 /// `bytes` as a person reads them (kB, MB, GB: powers of 1000).
 pub fn size(bytes: u64) -> String {
-    let b = bytes as f64;
-    match bytes {
-        0..1_000 => format!("{bytes} B"),
-        1_000..1_000_000 => format!("{:.1} kB", b / 1e3),
-        1_000_000..1_000_000_000 => format!("{:.1} MB", b / 1e6),
-        _ => format!("{:.2} GB", b / 1e9),
-    }
+    scaled(bytes, [(" B", 0), (" kB", 1), (" MB", 1), (" GB", 2)])
 }
 
 /// A time span as a person reads it: "40 s", "12 min", "5 h", "3 days".
@@ -504,5 +503,7 @@ mod tests {
         assert_eq!(age(Duration::from_secs(90)), "90 s");
         assert_eq!(age(Duration::from_secs(3 * 86_400 + 5)), "3 days");
         assert_eq!(size(1_234_567), "1.2 MB");
+        assert_eq!((size(999), size(1_500), size(2_345_678_901)), ("999 B".into(), "1.5 kB".into(), "2.35 GB".into()));
+        assert_eq!((count(830), count(12_345), count(1_120_000)), ("830".into(), "12.3 k".into(), "1.12 M".into()));
     }
 }
