@@ -408,6 +408,10 @@ fn the_corpus_cache_is_listed_and_pruned_from_the_command_line() {
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["sets"][0]["state"], "current", "{json}");
     assert_eq!(v["sets"][0]["record"]["corpus"], canonical.as_str(), "{json}");
+    // The run's data.json names the set it trained on.
+    let rec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("r1/data.json")).unwrap()).unwrap();
+    assert_eq!(rec["folder"], v["sets"][0]["dir"], "{rec}");
 
     // The corpus edited: the next run's set replaces the earlier one.
     std::fs::write(&corpus, std::fs::read_to_string(&corpus).unwrap() + "\nMore.\n").unwrap();

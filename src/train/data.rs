@@ -822,7 +822,7 @@ pub fn open_for_run(
 ) -> Result<(Dataset, Tokenizer), crate::train::TrainError> {
     use super::shards::{Format, Shard, Stream, find};
     let t = &run.train;
-    let (train, val, tok, key) = if !run.data.is_empty() {
+    let (train, val, tok, key, folder) = if !run.data.is_empty() {
         let format = Format::parse(&run.data_format).map_err(crate::train::TrainError::Settings)?;
         let (train, val) = find(&run.data, format).map_err(DataError::from)?;
         let dir = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
@@ -860,7 +860,7 @@ pub fn open_for_run(
             Ok(Stream::new(v.iter().map(|p| Shard::open(p, format)).collect::<Result<Vec<_>, _>>()?))
         };
         let key = fingerprint(&train.iter().chain(&val).cloned().collect::<Vec<_>>())?;
-        (open(train)?, open(val)?, tok, key)
+        (open(train)?, open(val)?, tok, key, dir)
     } else {
         let (dir, tok) = corpus_shards(&run.corpus, &run.tokenizer, given, t.val_fraction)?;
         let (train, val) = find(dir.to_str().unwrap_or_default(), Format::Llmc).map_err(|e| {
@@ -891,12 +891,12 @@ pub fn open_for_run(
             Some(m) => tokens_identity(&m),
             None => dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
         };
-        (open(train)?, open(val)?, tok, key)
+        (open(train)?, open(val)?, tok, key, dir)
     };
     // The validation split is read whole by evaluation: check its ids once here.
     val.check_vocab(tok.vocab_size()).map_err(DataError::from)?;
     train.advise_random();
-    let ds = Dataset::new(train, val, t.seq_len, tok.vocab_size(), key).map_err(|e| match e {
+    let mut ds = Dataset::new(train, val, t.seq_len, tok.vocab_size(), key).map_err(|e| match e {
         // Say which data is too short.
         DataError::TooShort { .. } => crate::train::TrainError::Settings(format!(
             "{}: {e}",
@@ -904,6 +904,7 @@ pub fn open_for_run(
         )),
         e => e.into(),
     })?;
+    ds.folder = Some(folder);
     Ok((ds, tok))
 }
 
@@ -961,7 +962,13 @@ pub fn corpus_record(
 /// cache key or the shards' fingerprint, the split sizes) and where it came from.
 pub fn data_record(ds: &Dataset, run: &crate::train::RunConfig) -> serde_json::Value {
     let source = if run.data.is_empty() { format!("--corpus {}", run.corpus) } else { format!("--data {}", run.data) };
-    serde_json::json!({"key": ds.key, "train_tokens": ds.split, "val_tokens": ds.val.len(), "source": source})
+    let mut v =
+        serde_json::json!({"key": ds.key, "train_tokens": ds.split, "val_tokens": ds.val.len(), "source": source});
+    // (Where the shards are: for a corpus, the cache's set, as `ddl data cache` names it.)
+    if let Some(f) = &ds.folder {
+        v["folder"] = serde_json::json!(f);
+    }
+    v
 }
 
 /// Checks `ds` against the record `data.json` that a run folder keeps of the data it trained on
@@ -1036,6 +1043,9 @@ pub struct Dataset {
     /// Names the data (the cache key or the shards' fingerprint): data-parallel ranks and resumed
     /// runs compare it.
     pub key: String,
+    /// The shards' folder: a `--data` folder, or the cache's set of a `--corpus` (`ddl data
+    /// cache` lists it by this name).
+    pub folder: Option<PathBuf>,
 }
 
 impl Dataset {
@@ -1053,7 +1063,7 @@ impl Dataset {
         if val.len() < need {
             return Err(DataError::TooShort { split: "validation", have: val.len(), need });
         }
-        Ok(Dataset { split: train.len(), train, val, vocab, key })
+        Ok(Dataset { split: train.len(), train, val, vocab, key, folder: None })
     }
 
     /// A dataset to evaluate on alone: `tokens` as its validation split and no training split
@@ -1068,7 +1078,7 @@ impl Dataset {
         if tokens.len() < need {
             return Err(DataError::TooShort { split: "evaluated", have: tokens.len(), need });
         }
-        Ok(Dataset { split: 0, train: super::shards::Stream::new(Vec::new()), val: tokens, vocab, key })
+        Ok(Dataset { split: 0, train: super::shards::Stream::new(Vec::new()), val: tokens, vocab, key, folder: None })
     }
 
     /// Tokens in the whole stream (train and validation).
