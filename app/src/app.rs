@@ -146,6 +146,10 @@ impl VizApp {
         }
         if let Some(dir) = &opts.run {
             app.open_run(dir);
+            // A run alone (no checkpoint, trace or experiment to show): its dashboard.
+            if opts.checkpoint.is_none() && opts.trace.is_none() && opts.experiment.is_empty() {
+                app.tab = Tab::Training;
+            }
         }
         for d in &opts.experiment {
             app.open_experiment(d, true);
@@ -597,13 +601,14 @@ impl VizApp {
             match &self.model {
                 Some(m) => {
                     let c = &m.config;
+                    // (A baseline has no value axis: no d_v to show.)
+                    let dv = if c.variant.is_ddl() { format!(" d_v={}", c.m()) } else { String::new() };
                     ui.label(format!(
-                        "{} · {} · d={} L={} d_v={} · vocab {} · step {}",
+                        "{} · {} · d={} L={}{dv} · vocab {} · step {}",
                         m.dir.display(),
                         c.variant,
                         c.d_model,
                         c.n_layers,
-                        c.m(),
                         m.vocab,
                         m.step
                     ))
@@ -887,7 +892,8 @@ pub fn check_screenshot_path(path: &Path) -> Result<(), String> {
     }
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if !dir.is_dir() {
-        return Err(format!("--screenshot {}: the folder {} does not exist", path.display(), dir.display()));
+        let what = if dir.exists() { "is a file, not a folder" } else { "does not exist" };
+        return Err(format!("--screenshot {}: {} {what}", path.display(), dir.display()));
     }
     if path.is_dir() {
         return Err(format!("--screenshot {}: a folder; give a file name ending in .png", path.display()));

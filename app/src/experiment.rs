@@ -24,6 +24,23 @@ pub struct RunCurve {
     pub val_tokens: Option<u64>,
 }
 
+/// `key`'s value under `[table]` of a run's `config.toml` (a string's without its quotes): the
+/// two settings the view needs, read without a TOML parser (the browser build has none).
+fn setting(config: &str, table: &str, key: &str) -> Option<String> {
+    let mut current = String::new();
+    for line in config.lines().map(str::trim) {
+        if let Some(t) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            current = t.trim().to_string();
+        } else if current == table
+            && let Some((k, v)) = line.split_once('=')
+            && k.trim() == key
+        {
+            return Some(v.trim().trim_matches('"').to_string());
+        }
+    }
+    None
+}
+
 /// Per-variant statistics of the final validation loss.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VariantSummary {
@@ -53,15 +70,27 @@ impl Experiment {
             return Err(format!("the experiment folder {} {what}", dir.display()));
         }
         let base = if dir.join("runs").is_dir() { dir.join("runs") } else { dir.to_path_buf() };
+        let mut ignored = Vec::new();
         let mut folders: Vec<PathBuf> = if base.join("metrics.jsonl").is_file() {
             vec![base.clone()]
         } else {
-            std::fs::read_dir(&base)
-                .map_err(|e| format!("cannot list {}: {e}", base.display()))?
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.join("metrics.jsonl").is_file())
-                .collect()
+            let mut v = Vec::new();
+            let entries = std::fs::read_dir(&base).map_err(|e| format!("cannot list {}: {e}", base.display()))?;
+            for p in entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()) {
+                if p.join("metrics.jsonl").is_file() {
+                    v.push(p);
+                } else if p.join("runs").is_dir() {
+                    // An experiment folder among the folders given: its runs.
+                    let runs = std::fs::read_dir(p.join("runs")).map(|r| r.flatten().map(|e| e.path()).collect());
+                    v.extend(
+                        runs.unwrap_or_else(|_| Vec::new()).into_iter().filter(|r| r.join("metrics.jsonl").is_file()),
+                    );
+                } else {
+                    let name = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+                    ignored.push(format!("{name}: no metrics.jsonl (not a training run)"));
+                }
+            }
+            v
         };
         folders.sort();
         if folders.is_empty() {
@@ -73,6 +102,9 @@ impl Experiment {
         let mut e = Experiment { dir: dir.to_path_buf(), ..Default::default() };
         for f in folders {
             e.add_run(&f);
+        }
+        if !e.runs.is_empty() {
+            e.skipped.extend(ignored);
         }
         if e.runs.is_empty() {
             return Err(format!("no run of {} could be read: {}", dir.display(), e.skipped.join("; ")));
@@ -92,14 +124,23 @@ impl Experiment {
         };
         let result: Option<serde_json::Value> =
             std::fs::read_to_string(dir.join("result.json")).ok().and_then(|s| serde_json::from_str(&s).ok());
+        // Without a result: the run's config.toml, else the folder's name `VARIANT-seedN`.
+        let config = std::fs::read_to_string(dir.join("config.toml")).unwrap_or_default();
         let (guess_variant, guess_seed) = match name.rsplit_once("-seed") {
             Some((v, s)) => (v.to_string(), s.parse().ok()),
             None => (name.clone(), None),
         };
         let r = result.as_ref();
         self.runs.push(RunCurve {
-            variant: r.and_then(|r| r["variant"].as_str()).map(String::from).unwrap_or(guess_variant),
-            seed: r.and_then(|r| r["seed"].as_u64()).or(guess_seed),
+            variant: r
+                .and_then(|r| r["variant"].as_str())
+                .map(String::from)
+                .or_else(|| setting(&config, "model", "variant"))
+                .unwrap_or(guess_variant),
+            seed: r
+                .and_then(|r| r["seed"].as_u64())
+                .or_else(|| setting(&config, "train", "seed").and_then(|s| s.parse().ok()))
+                .or(guess_seed),
             final_val: r
                 .and_then(|r| r["final_val_loss"].as_f64())
                 .or_else(|| m.full.map(|f| f.1))
@@ -211,6 +252,26 @@ mod tests {
         assert_eq!(Experiment::open(&dir.join("runs/ddl-seed1")).unwrap().runs.len(), 1);
         assert!(Experiment::open(&dir.join("runs/not-a-run")).unwrap_err().contains("no training runs"));
         assert!(Experiment::open(&dir.join("missing")).unwrap_err().contains("does not exist"));
+        // A run folder named otherwise: its config.toml's variant and seed, not its name.
+        write_run(&dir, "my-run", &[(50, 2.3)], None);
+        std::fs::write(
+            dir.join("runs/my-run/config.toml"),
+            "preset = \"tiny\"\n\n[model]\nvariant = \"ddl_v1\"\nd_v = 1\n\n[train]\nlr = 0.001\nseed = 7\n",
+        )
+        .unwrap();
+        let e = Experiment::open(&dir).unwrap();
+        let mine = e.runs.iter().find(|r| r.name == "my-run").unwrap();
+        assert_eq!((mine.variant.as_str(), mine.seed), ("ddl_v1", Some(7)));
+        // The folder without metrics.jsonl is named as skipped; an experiment inside a folder
+        // given contributes its runs.
+        assert_eq!(e.skipped, ["not-a-run: no metrics.jsonl (not a training run)"]);
+        let outer = dir.with_extension("outer");
+        let _ = std::fs::remove_dir_all(&outer);
+        std::fs::create_dir_all(&outer).unwrap();
+        std::fs::rename(&dir, outer.join("exp")).unwrap();
+        assert_eq!(Experiment::open(&outer).unwrap().runs.len(), 4);
+        std::fs::rename(outer.join("exp"), &dir).unwrap();
+        let _ = std::fs::remove_dir_all(&outer);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -118,7 +118,7 @@ fn main() -> std::process::ExitCode {
         }
     });
     if let Err(e) = checked {
-        eprintln!("error: {e}");
+        eprintln!("error: {}", ddl_viz::worker::in_viz_words(&e.to_string()));
         return std::process::ExitCode::from(2);
     }
     let opts = Options {

@@ -41,7 +41,12 @@ impl Metrics {
         }
         let mut m = Metrics { dir: dir.to_path_buf(), ..Default::default() };
         if !m.path().exists() {
-            return Err(format!("{} has no metrics.jsonl: not a training run directory", dir.display()));
+            let hint = if dir.join("runs").is_dir() || dir.join("experiment.toml").is_file() {
+                " (an experiment folder: open it with --experiment DIR, or Open… in the Experiment view)"
+            } else {
+                ""
+            };
+            return Err(format!("{} has no metrics.jsonl: not a training run directory{hint}", dir.display()));
         }
         m.poll()?;
         Ok(m)

@@ -285,10 +285,20 @@ impl Source {
 
     fn load(&self, g: &Arc<ddl::gpu::Gpu>) -> Result<(ddl::model::Model, ddl::tokenizer::Tokenizer, usize), String> {
         match self {
-            Source::Dir(dir) => ddl::train::checkpoint::load(dir, false).map_err(|e| e.to_string()).and_then(|ck| {
-                let m = ddl::model::Model::with_params(g.clone(), ck.config.clone(), &ck.params);
-                m.map(|m| (m, ck.tokenizer, ck.step)).map_err(|e| e.to_string())
-            }),
+            Source::Dir(dir) => ddl::train::checkpoint::load(dir, false)
+                .map_err(|e| {
+                    // An experiment folder given as a checkpoint: say where it goes.
+                    let hint = if dir.join("runs").is_dir() || dir.join("experiment.toml").is_file() {
+                        " (an experiment folder: open it with --experiment DIR, or one of its runs/ as the checkpoint)"
+                    } else {
+                        ""
+                    };
+                    format!("{e}{hint}")
+                })
+                .and_then(|ck| {
+                    let m = ddl::model::Model::with_params(g.clone(), ck.config.clone(), &ck.params);
+                    m.map(|m| (m, ck.tokenizer, ck.step)).map_err(|e| e.to_string())
+                }),
             Source::Bytes { name, bytes } => {
                 ddl::generate::load_for_inference_from_bytes(g, name, bytes).map_err(|e| format!("{e:#}"))
             }
@@ -480,13 +490,7 @@ async fn compare(
 ) -> Result<crate::panels::interventions::Comparison, String> {
     sampling.validate()?;
     let iv = ddl::model::Interventions::parse(specs, false).map_err(|e| e.to_string())?;
-    // (The visualizer keeps β in [0, 2]: the command line's way past that is not here.)
-    let maps = iv.maps(&model.cfg).map_err(|e| {
-        e.to_string().replace(
-            "pass --allow-out-of-range to use it anyway",
-            "the visualizer keeps β there (`ddl generate --allow-out-of-range` goes beyond)",
-        )
-    })?;
+    let maps = iv.maps(&model.cfg).map_err(|e| in_viz_words(&e.to_string()))?;
     let k_mean = iv.k_mean_targets(&model.cfg).map_err(|e| e.to_string())?;
     let ids = tok.encode(prompt).map_err(|e| format!("the tokenizer cannot encode the prompt: {e}"))?;
     if ids.is_empty() {
@@ -526,4 +530,13 @@ async fn compare(
         intervened,
         delta_logprob,
     })
+}
+
+/// An intervention error in the visualizer's words: it keeps β in [0, 2] (the command line's way
+/// past that, `--allow-out-of-range`, is not one of its flags).
+pub fn in_viz_words(e: &str) -> String {
+    e.replace(
+        "pass --allow-out-of-range to use it anyway",
+        "the visualizer keeps β there (`ddl generate --allow-out-of-range` goes beyond)",
+    )
 }

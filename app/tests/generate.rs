@@ -160,6 +160,22 @@ fn a_baseline_model_generates_text_without_traces() {
     assert!(app.trace.len() > 3 && !app.trace.any_traced());
     assert!(app.messages.iter().any(|m| m.1.contains("no delta writes")), "{:?}", app.messages);
     assert!(h.query_by_label_contains("no delta writes to show").is_some());
+    // The header shows no d_v for a baseline (it has no value axis).
+    assert!(h.query_by_label_contains("d_v=").is_none());
+}
+
+/// `--run DIR` alone opens on its dashboard (it opened on an empty β map); with a checkpoint
+/// the views of the model come first, and `--tab` wins either way.
+#[test]
+fn a_run_alone_opens_on_its_dashboard() {
+    use ddl_viz::app::Tab;
+    let ck = common::tiny_baseline_checkpoint();
+    let app = VizApp::new(None, Options { run: Some(ck.clone()), ..Default::default() });
+    assert_eq!(app.tab, Tab::Training);
+    let app = VizApp::new(None, Options { run: Some(ck.clone()), tab: Some(Tab::Eigen), ..Default::default() });
+    assert_eq!(app.tab, Tab::Eigen);
+    let app = VizApp::new(None, Options { run: Some(ck.clone()), checkpoint: Some(ck), ..Default::default() });
+    assert_eq!(app.tab, Tab::BetaMap);
 }
 
 /// The Interventions view with the model thread: choose identity for one write, Generate both,

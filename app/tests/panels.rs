@@ -283,10 +283,17 @@ fn given_interventions_are_shown_as_choices_or_kept_as_written() {
     assert!(st.given.is_empty());
     assert_eq!(st.choices, [Choice::KMean, Choice::AsTrained, Choice::Identity, Choice::Identity]);
     assert_eq!(st.specs(), ["block0.attn:k=mean", "block1.attn:beta=0", "block1.mlp:beta=0"]);
-    for kept in [&["all:beta<=1"][..], &["block0.mlp:beta=1.5"], &["block0.attn:k=mean", "all:write=0"]] {
+    // A factor above the control's 4 runs as given, not as 4.
+    for kept in [
+        &["all:beta<=1"][..],
+        &["block0.mlp:beta=1.5"],
+        &["block0.attn:k=mean", "all:write=0"],
+        &["block0.attn:beta*=5"],
+    ] {
         let specs: Vec<String> = kept.iter().map(|s| s.to_string()).collect();
         st.show_specs(&specs, 4);
         assert_eq!(st.specs(), specs, "{kept:?}");
+        assert_eq!(st.choices, vec![Choice::AsTrained; 4], "kept as written, not shown as choices: {kept:?}");
     }
 }
 

@@ -9,7 +9,9 @@ use crate::trace::sublayer_name;
 
 pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
     let Some(m) = m else {
-        ui.weak("No run open: use Open… → run directory (the --out of `ddl train`), or start with --run DIR.");
+        ui.weak(
+            "No run open: use Open… and choose a run directory (the --out of `ddl train`), or start with --run DIR.",
+        );
         return;
     };
     let last = m.train.last();

@@ -15,7 +15,7 @@ pub fn variant_color(i: usize, n: usize) -> Color32 {
 pub fn show(ui: &mut egui::Ui, e: Option<&Experiment>) {
     let Some(e) = e else {
         ui.weak(
-            "No experiment open: use Open… → an experiment folder (the --out of `ddl experiment`) or a folder of \
+            "No experiment open: use Open… and choose an experiment folder (the --out of `ddl experiment`) or a folder of \
              training runs, or start with --experiment DIR.",
         );
         return;
@@ -27,7 +27,7 @@ pub fn show(ui: &mut egui::Ui, e: Option<&Experiment>) {
         ui.strong(format!("Experiment {name}")).on_hover_text(e.dir.display().to_string());
         ui.label(format!("{} runs, {} variants", e.runs.len(), n));
         if !e.skipped.is_empty() {
-            ui.colored_label(Color32::from_rgb(230, 160, 60), format!("{} run(s) skipped", e.skipped.len()))
+            ui.colored_label(Color32::from_rgb(230, 160, 60), format!("{} folder(s) skipped", e.skipped.len()))
                 .on_hover_text(e.skipped.join("\n"));
         }
     });
@@ -36,9 +36,13 @@ pub fn show(ui: &mut egui::Ui, e: Option<&Experiment>) {
     super::legend_row(ui, &items);
     ui.weak("thin: each run; thick: the variant's mean; band: its seeds' min to max (at steps every run logged)");
     let h = (ui.available_height() - 170.0).max(160.0);
-    Plot::new("experiment-val").height(h).x_axis_label("step").y_axis_label("validation loss (periodic subset)").show(
-        ui,
-        |p| {
+    // Steps from 0 (runs evaluated once would otherwise span a fraction of a step).
+    Plot::new("experiment-val")
+        .height(h)
+        .include_x(0.0)
+        .x_axis_label("step")
+        .y_axis_label("validation loss (periodic subset)")
+        .show(ui, |p| {
             for (i, v) in variants.iter().enumerate() {
                 let c = variant_color(i, n);
                 let band = e.band(v);
@@ -57,10 +61,13 @@ pub fn show(ui: &mut egui::Ui, e: Option<&Experiment>) {
                     p.line(Line::new(r.name.clone(), pts).color(c.gamma_multiply(0.55)).width(1.0));
                 }
                 let mean: Vec<[f64; 2]> = band.iter().map(|b| [b.0, b.1]).collect();
+                // (A mean of one evaluation is a point, which a line does not draw.)
+                if mean.len() == 1 {
+                    p.points(egui_plot::Points::new(format!("{v} mean"), mean.clone()).radius(4.0).color(c));
+                }
                 p.line(Line::new(format!("{v} mean"), mean).color(c).width(2.5));
             }
-        },
-    );
+        });
     ui.separator();
     ui.strong("Final validation loss");
     egui::Grid::new("experiment-table").striped(true).num_columns(6).show(ui, |ui| {

@@ -10,6 +10,9 @@ use eframe::egui::{self, Color32, RichText, Sense, Stroke, StrokeKind, vec2};
 
 use crate::trace::{chip_text, sublayer_name};
 
+/// The largest factor the scale control takes (β × 4 reaches 2 from 0.5).
+const MAX_SCALE: f32 = 4.0;
+
 /// What one sublayer's write does.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum Choice {
@@ -138,7 +141,8 @@ impl Interventions {
                 A::Set(0.0) => Some(Choice::Identity),
                 A::Set(1.0) => Some(Choice::Projection),
                 A::Set(2.0) => Some(Choice::Reflection),
-                A::Scale(f) => Some(Choice::Scale(f)),
+                // (A factor the control cannot hold, above its 4, stays as given.)
+                A::Scale(f) if f <= MAX_SCALE => Some(Choice::Scale(f)),
                 A::KMean => Some(Choice::KMean),
                 _ => None,
             };
@@ -239,7 +243,7 @@ pub fn show(
             let scale = if let Choice::Scale(f) = st.choices[s] { f } else { st.scale };
             st.choices[s] = Choice::from_index(i, scale);
             if let Choice::Scale(f) = &mut st.choices[s] {
-                ui.add(egui::DragValue::new(f).range(0.0..=4.0).speed(0.01).prefix("× "));
+                ui.add(egui::DragValue::new(f).range(0.0..=MAX_SCALE).speed(0.01).prefix("× "));
             } else {
                 ui.label("");
             }
