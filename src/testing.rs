@@ -221,10 +221,12 @@ pub fn scratch_dir(name: &str) -> std::path::PathBuf {
 /// Set when a test of this process panics: its scratch folder is kept.
 static FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// This test process's scratch folder, `$TMPDIR/ddl-tests/{pid}`. The first call removes the
-/// folders of test processes that are gone and arranges for this one's removal at exit.
+/// This test process's scratch folder, `$TMPDIR/ddl-tests/{pid}`, once made.
+static ROOT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// [`ROOT`]: the first call removes the folders of test processes that are gone and arranges for
+/// this one's removal at exit.
 fn scratch_root() -> &'static std::path::Path {
-    static ROOT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     ROOT.get_or_init(|| {
         let parent = std::env::temp_dir().join("ddl-tests");
         #[cfg(feature = "native")]
@@ -238,7 +240,7 @@ fn scratch_root() -> &'static std::path::Path {
         {
             extern "C" fn remove_at_exit() {
                 if !FAILED.load(std::sync::atomic::Ordering::Relaxed)
-                    && let Some(root) = ROOT_AT_EXIT.get()
+                    && let Some(root) = ROOT.get()
                 {
                     let _ = std::fs::remove_dir_all(root);
                 }
@@ -246,14 +248,9 @@ fn scratch_root() -> &'static std::path::Path {
             // SAFETY: `atexit` registers a plain function without arguments, called once at exit.
             unsafe { libc::atexit(remove_at_exit) };
         }
-        let root = parent.join(std::process::id().to_string());
-        let _ = ROOT_AT_EXIT.set(root.clone());
-        root
+        parent.join(std::process::id().to_string())
     })
 }
-
-/// The folder `scratch_root` removes at exit (a copy the exit handler can read).
-static ROOT_AT_EXIT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
 /// Writes the first 20,000 characters of TinyShakespeare (`assets/`) to `dir/corpus.txt`, a
 /// corpus small enough to tokenise and train on in seconds; returns its path.

@@ -25,8 +25,6 @@ fn any_run_trained(runs: &Path) -> bool {
 pub fn check_out(spec: &ExperimentSpec, out: &Path) -> Result<(), ExperimentError> {
     let spec_path = out.join("experiment.toml");
     if let Ok(old) = std::fs::read_to_string(&spec_path) {
-        // The grid may grow (more variants or seeds: the finished runs still count), but the
-        // settings every run shares may not change under finished runs.
         let same = |a: &ExperimentSpec, b: &ExperimentSpec| {
             let strip = |s: &ExperimentSpec| ExperimentSpec {
                 name: String::new(),

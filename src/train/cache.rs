@@ -254,8 +254,9 @@ fn set_at(dir: &Path) -> Set {
 
 /// The markers of the hidden folders of a cache: a maker's (`.KEY.make-PID.N`), a damaged set
 /// moved aside (`.KEY.damaged.PID.N`), a set being removed (`.KEY.removed.PID.N`).
-const HIDDEN: [&str; 3] = [MAKING, ".damaged.", REMOVING];
+const HIDDEN: [&str; 3] = [MAKING, DAMAGED, REMOVING];
 const REMOVING: &str = ".removed.";
+pub(crate) const DAMAGED: &str = ".damaged.";
 
 /// The process id in a hidden folder's name, if it is one of the cache's.
 fn hidden_pid(name: &str) -> Option<u32> {
@@ -306,18 +307,27 @@ pub fn list(root: &Path) -> std::io::Result<Listing> {
     Ok(l)
 }
 
-/// Removes the set in `dir`: moved aside first (one rename, so that a run never finds half a
-/// set), then deleted. A run that has its shards mapped keeps reading them (on Unix).
-/// `false`: another process removed it first.
-fn remove_set(dir: &Path) -> std::io::Result<bool> {
+/// Moves the set in `dir` aside under a hidden name (`.KEY{marker}PID.N`, which a listing counts
+/// as in progress, or as a leftover once the process is gone): one rename, so that a run finds a
+/// set whole or not at all. `None`: it was gone already (another process moved it first).
+pub(crate) fn move_aside(dir: &Path, marker: &str) -> std::io::Result<Option<PathBuf>> {
     static NTH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let nth = NTH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let aside = dir.with_file_name(format!(".{name}{REMOVING}{}.{nth}", std::process::id()));
+    let aside = dir.with_file_name(format!(".{name}{marker}{}.{nth}", std::process::id()));
     match std::fs::rename(dir, &aside) {
-        Ok(()) => std::fs::remove_dir_all(&aside).map(|()| true),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Ok(()) => Ok(Some(aside)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
+    }
+}
+
+/// Removes the set in `dir`: moved aside first ([`move_aside`]), then deleted. A run that has its
+/// shards mapped keeps reading them (on Unix). `false`: another process removed it first.
+pub(crate) fn remove_set(dir: &Path) -> std::io::Result<bool> {
+    match move_aside(dir, REMOVING)? {
+        Some(aside) => std::fs::remove_dir_all(&aside).map(|()| true),
+        None => Ok(false),
     }
 }
 

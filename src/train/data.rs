@@ -616,8 +616,9 @@ fn text_shards_in(
     let meta = match cached_set(&dir)? {
         Some(m) if m.tokenizer == tok.to_json() => m,
         found => {
+            // (A set of this key with another tokenizer: a fingerprint's collision, replaced.)
             if found.is_some() {
-                std::fs::remove_dir_all(&dir).map_err(|source| DataError::Cache { path: dir.clone(), source })?;
+                super::cache::remove_set(&dir).map_err(|source| DataError::Cache { path: dir.clone(), source })?;
             }
             let source = super::prepare::Corpus::open(path)?;
             let held = if source.regular() { None } else { Some(read_corpus(path)?) };
@@ -790,19 +791,16 @@ fn cached_set(dir: &Path) -> Result<Option<Meta>, DataError> {
     eprintln!("note: the cached shard set {} is damaged ({why}); making it again from the corpus", dir.display());
     // Aside first (one rename: a concurrent run that found the same damage finds it gone), then
     // removed; a run that has the old shards mapped keeps its mapping.
-    static ASIDE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let nth = ASIDE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let aside = dir.with_file_name(format!(".{name}.damaged.{}.{nth}", std::process::id()));
-    match std::fs::rename(dir, &aside) {
-        Ok(()) => {
+    match super::cache::move_aside(dir, super::cache::DAMAGED) {
+        Ok(Some(aside)) => {
+            // (A "set" that is a file is damaged too.)
             if std::fs::remove_dir_all(&aside).is_err() {
                 let _ = std::fs::remove_file(&aside);
             }
             Ok(None)
         }
         // Another run moved it first.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Ok(None) => Ok(None),
         Err(e) => Err(DataError::Meta {
             path: dir.to_path_buf(),
             msg: format!(
@@ -952,23 +950,24 @@ pub fn corpus_record(
         let _ = std::fs::remove_dir_all(d);
     }
     let m = meta?;
-    let source = format!("--corpus {}", run.corpus);
-    Ok(
-        serde_json::json!({"key": tokens_identity(&m), "train_tokens": m.train_tokens, "val_tokens": m.val_tokens, "source": source}),
-    )
+    Ok(record(tokens_identity(&m), m.train_tokens, m.val_tokens, run))
 }
 
 /// The record `data.json` a run folder keeps of the data it trains on: what identifies it (the
 /// cache key or the shards' fingerprint, the split sizes) and where it came from.
 pub fn data_record(ds: &Dataset, run: &crate::train::RunConfig) -> serde_json::Value {
-    let source = if run.data.is_empty() { format!("--corpus {}", run.corpus) } else { format!("--data {}", run.data) };
-    let mut v =
-        serde_json::json!({"key": ds.key, "train_tokens": ds.split, "val_tokens": ds.val.len(), "source": source});
+    let mut v = record(ds.key.clone(), ds.split, ds.val.len(), run);
     // (Where the shards are: for a corpus, the cache's set, as `ddl data cache` names it.)
     if let Some(f) = &ds.folder {
         v["folder"] = serde_json::json!(f);
     }
     v
+}
+
+/// A [`data_record`] of these tokens (their identity and split sizes) from `run`'s data.
+fn record(key: String, train_tokens: usize, val_tokens: usize, run: &crate::train::RunConfig) -> serde_json::Value {
+    let source = if run.data.is_empty() { format!("--corpus {}", run.corpus) } else { format!("--data {}", run.data) };
+    serde_json::json!({"key": key, "train_tokens": train_tokens, "val_tokens": val_tokens, "source": source})
 }
 
 /// Checks `ds` against the record `data.json` that a run folder keeps of the data it trained on
