@@ -470,6 +470,9 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
         for k in ["loss", "tokens", "bytes", "windows", "bits_per_byte", "whole"] {
             assert_eq!(other[k], own[k], "{k} of eval {args:?}: {other} against the run's {own}");
         }
+        // A text is evaluated whole: no split (null); shards have their validation split.
+        let split = if args[0] == "--text" { serde_json::Value::Null } else { "val".into() };
+        assert_eq!(other["split"], split, "{other}");
     }
     // `ddl data prepare`'s shards of the same corpus (its characters, the same split): the same loss;
     // shards of another text, whose meta.json names another character set, are refused.

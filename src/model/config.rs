@@ -461,4 +461,24 @@ mod tests {
         v["d_model"] = serde_json::json!(8);
         assert!(ModelConfig::from_golden_json(&v).is_ok());
     }
+
+    #[test]
+    fn the_pytorch_checkpoint_script_writes_the_fields_this_config_reads() {
+        // scripts/torch_checkpoint.py writes checkpoints this crate reads (`deny_unknown_fields`,
+        // every field required): its field list and format must follow the config's (no Python
+        // here: the script's text is read).
+        let script = include_str!("../../scripts/torch_checkpoint.py");
+        let list = script.split("DDL_FIELDS = (").nth(1).and_then(|r| r.split(')').next()).expect("DDL_FIELDS");
+        let fields: Vec<&str> = list.split(',').map(|f| f.trim().trim_matches('"')).filter(|f| !f.is_empty()).collect();
+        let cfg = serde_json::to_value(ModelConfig::preset("tiny", Variant::Ddl).unwrap()).unwrap();
+        let want: Vec<&str> = cfg.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut sorted = fields.clone();
+        sorted.sort_unstable();
+        let mut want_sorted = want.clone();
+        want_sorted.sort_unstable();
+        assert_eq!(sorted, want_sorted, "scripts/torch_checkpoint.py's DDL_FIELDS against ModelConfig's");
+        let format = format!("FORMAT = \"{}\"", crate::train::checkpoint::FORMAT);
+        let version = format!("VERSION = \"{}\"", crate::train::checkpoint::VERSION);
+        assert!(script.contains(&format) && script.contains(&version), "the script's {format} / {version}");
+    }
 }

@@ -219,7 +219,11 @@ fn set_at(dir: &Path) -> Set {
         (Some(_), Some(r)) => r.state(base),
         // Without a record, what `meta.json` says: a corpus named by an absolute path that is gone
         // is gone (a relative one depends on the directory the run was in).
-        (Some(_), None) => match source.as_deref().and_then(|s| s.strip_prefix("--corpus ")).map(Path::new) {
+        (Some(_), None) => match source
+            .as_deref()
+            .and_then(|s| s.strip_prefix("--corpus ").or_else(|| s.strip_prefix("--text ")))
+            .map(Path::new)
+        {
             Some(p) if p.is_absolute() && !p.exists() => State::CorpusGone,
             _ => State::Unrecorded,
         },

@@ -687,7 +687,7 @@ fn make_set(
     let shard_tokens = 100_000_000;
     let made = match held {
         // Pieces give the whole text's tokens: read in pieces.
-        None if tok.cuts_exactly() => source.write_set(&tmp, tok, val_fraction, shard_tokens, chunk, big),
+        None if tok.cuts_exactly() => source.write_set(&tmp, &what, tok, val_fraction, shard_tokens, chunk, big),
         // Else the text whole, encoded at once (a tokenizer with a normaliser or a prefix space, a
         // pipe).
         held => (|| {
@@ -1207,7 +1207,7 @@ mod tests {
                     let source = format!("--corpus {}", corpus.display());
                     let want = write_shard_set(&old, "corpus", tok, &ids, split, shard_tokens, &source).unwrap();
                     let got = opened
-                        .write_set(&new, tok, val_fraction, shard_tokens, 1024, false)
+                        .write_set(&new, &source, tok, val_fraction, shard_tokens, 1024, false)
                         .unwrap_or_else(|e| panic!("{what}: {e}"));
                     assert_eq!(serde_json::to_string(&got).unwrap(), serde_json::to_string(&want).unwrap(), "{what}");
                     if corpus == &folder && shard_tokens == 3000 {
@@ -1227,14 +1227,14 @@ mod tests {
         assert!(whole.contains("b.txt") && whole.contains("3001"), "{whole}");
         let streamed = corpus_char_tokenizer(&bad).unwrap_err().to_string();
         assert_eq!(streamed, whole);
-        let made = Corpus::open(&bad).unwrap().write_set(&dir.join("bad-set"), &bpe, 0.1, 1000, 1024, false);
+        let made = Corpus::open(&bad).unwrap().write_set(&dir.join("bad-set"), "--corpus bad", &bpe, 0.1, 1000, 1024, false);
         assert_eq!(made.unwrap_err().to_string(), whole);
         // Empty: the corpus named.
         let empty = dir.join("empty.txt");
         std::fs::write(&empty, "").unwrap();
         assert!(matches!(corpus_char_tokenizer(&empty), Err(DataError::Empty(p)) if p == empty));
         let source = Corpus { path: empty.clone(), parts: vec![CorpusPart::File(empty.clone())] };
-        let made = source.write_set(&dir.join("empty-set"), &bpe, 0.1, 1000, 1024, false);
+        let made = source.write_set(&dir.join("empty-set"), "--corpus empty", &bpe, 0.1, 1000, 1024, false);
         assert!(matches!(made, Err(DataError::Empty(ref p)) if p == &empty), "{made:?}");
 
         // Through the cache: a killed maker's folder goes, the set is the whole text's.
@@ -1568,7 +1568,7 @@ mod tests {
         let mut pieces = Vec::new();
         let source = crate::train::prepare::Corpus::open(&corpus).unwrap();
         std::fs::create_dir_all(dir.join("pieces")).unwrap();
-        source.write_set(&dir.join("pieces"), &pre, 0.1, 1 << 20, 1024, false).unwrap();
+        source.write_set(&dir.join("pieces"), "--corpus pieces", &pre, 0.1, 1 << 20, 1024, false).unwrap();
         pieces.extend(set_tokens(&dir.join("pieces")));
         assert!(pieces != pre.encode(&text).unwrap(), "pieces gave the whole text's tokens");
 

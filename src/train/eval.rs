@@ -59,7 +59,9 @@ pub struct EvalResult {
     pub step: usize,
     /// What was evaluated, in words (the run's corpus split, a file, shards).
     pub source: String,
-    pub split: Split,
+    /// The split of the run's data or of a `--data` folder; `None` (JSON null) for a `--text`,
+    /// which is evaluated whole.
+    pub split: Option<Split>,
     /// Mean cross-entropy per predicted token, in nats (label smoothing off).
     pub loss: f64,
     pub perplexity: f64,
@@ -441,7 +443,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     Ok(EvalResult {
         step: ck_step,
         source,
-        split: req.split,
+        split: if matches!(req.source, EvalSource::Text(_)) { None } else { Some(req.split) },
         loss: e.loss,
         perplexity: e.loss.exp(),
         tokens: e.tokens,
@@ -516,9 +518,9 @@ impl EvalResult {
     /// One line for people: loss, perplexity, bits per byte, and what they cover.
     pub fn line(&self) -> String {
         let name = match self.split {
-            Split::Val if self.source.starts_with("the validation split") => "validation loss",
-            Split::Train => "training-text loss",
-            Split::Val => "loss",
+            Some(Split::Val) if self.source.starts_with("the validation split") => "validation loss",
+            Some(Split::Train) => "training-text loss",
+            Some(Split::Val) | None => "loss",
         };
         let bpb = match self.bits_per_byte {
             Some(b) => format!(", {b:.4} bits per byte"),

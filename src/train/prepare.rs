@@ -793,10 +793,13 @@ impl Corpus {
     /// pieces of about `chunk` bytes — the tokens of the whole text, since pieces are cut where
     /// byte-level BPE splits anyway (a line of more than `2 × chunk` bytes without a space
     /// between words is the exception, [`cut_point`]) — its last `n − round(n·(1 − f))` tokens
-    /// the validation split; `bar`: progress shown on a terminal.
+    /// the validation split; `bar`: progress shown on a terminal; `source`: how the set's
+    /// `meta.json` names its text (`--corpus PATH`, `--text PATH`).
+    #[allow(clippy::too_many_arguments)]
     pub fn write_set(
         &self,
         dir: &Path,
+        source: &str,
         tok: &Tokenizer,
         val_fraction: f64,
         shard_tokens: usize,
@@ -815,8 +818,7 @@ impl Corpus {
         let split = ((total as f64) * (1.0 - val_fraction)).round() as usize;
         let val = carve(dir, "corpus", &mut shards, split, shard_tokens, wide)?;
         shards.extend(val);
-        let source = format!("--corpus {}", self.path.display());
-        super::data::finish_meta(dir, tok, shards, split, total - split, &source)
+        super::data::finish_meta(dir, tok, shards, split, total - split, source)
     }
 }
 
