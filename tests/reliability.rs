@@ -1504,6 +1504,27 @@ fn checkpoints_keep_the_newest_n_and_the_best_by_validation_loss_as_run_folders(
     let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "6"]).output().unwrap();
     assert!(r.status.success(), "{}", text(&r));
     assert_eq!(names(&kept), ["best", "step-00000005", "step-00000006"]);
+    // The run's checkpoint damaged in place (so its kept link step-6 too): --resume names the
+    // newest kept checkpoint that reads, and the branch it advises continues.
+    let model = out.join("model.safetensors");
+    let len = std::fs::metadata(&model).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&model).unwrap().set_len(len / 2).unwrap();
+    let resume = ["train", "--resume", out.to_str().unwrap(), "--steps", "7"];
+    let e = fails(&dir, &resume, &["step-00000005", "--out NEW"]);
+    assert!(!e.contains("step-00000006") || cfg!(not(unix)), "{e}");
+    // Gone: not "stopped before its first checkpoint", and no advice to --overwrite it away.
+    std::fs::remove_file(&model).unwrap();
+    let e = fails(&dir, &resume, &["no model.safetensors", "step-00000005 (step 5)", "--out NEW"]);
+    assert!(!e.contains("first checkpoint") && !e.contains("start it again"), "{e}");
+    fails(&dir, &train_args(&c, out.to_str().unwrap(), "2", &[]), &["is gone", "step-00000005", "kept checkpoints"]);
+    let branch = dir.join("branch");
+    let k5 = kept.join("step-00000005");
+    let r = cmd(&dir)
+        .args(["train", "--resume", k5.to_str().unwrap(), "--out", branch.to_str().unwrap(), "--steps", "6"])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", text(&r));
+    assert_eq!(ddl::train::checkpoint::load(&branch, false).unwrap().step, 6);
     let out0 = dir.join("run0");
     let none = ["--set", "train.checkpoint_every=1", "--set", "train.checkpoint_keep=0"];
     let o = cmd(&dir).args(train_args(&c, out0.to_str().unwrap(), "2", &none)).output().unwrap();

@@ -775,6 +775,46 @@ pub fn saved_state(dir: &Path) -> Result<RunState, CheckpointError> {
     Ok(open_optim(dir, step, map_file)?.3)
 }
 
+/// Where a run whose own checkpoint is missing or does not read can continue from, said as a
+/// remedy: the newest of its kept checkpoints (`checkpoints/step-N`, newest first, then
+/// `checkpoints/best`) whose files read (their metadata and run state, the step of both) and are
+/// not the run's own files (kept files are hard links of them, so a file damaged in place is
+/// damaged there too). `None` when it keeps none that reads.
+#[cfg(feature = "native")]
+pub fn kept_remedy(run: &Path) -> Option<String> {
+    let kept = run.join(KEPT_DIR);
+    let mut dirs: Vec<PathBuf> = kept_steps(run).into_iter().rev().map(|s| kept.join(step_dir_name(s))).collect();
+    dirs.push(kept.join(BEST_DIR));
+    let own = run.join(MODEL_FILE);
+    let usable = dirs.into_iter().find(|d| !same_file(&d.join(MODEL_FILE), &own) && saved_state(d).is_ok())?;
+    let step = saved_step(&usable).ok()?;
+    Some(format!(
+        "its kept checkpoint {} (step {step}) reads: `ddl train --resume {} --out NEW` continues from it in a new \
+         folder",
+        usable.display(),
+        usable.display()
+    ))
+}
+
+/// Whether `a` and `b` are the same file (hard links of one); false where either is missing (or
+/// off Unix, where it is not known).
+#[cfg(feature = "native")]
+fn same_file(a: &Path, b: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (std::fs::metadata(a), std::fs::metadata(b)) {
+            (Ok(x), Ok(y)) => (x.dev(), x.ino()) == (y.dev(), y.ino()),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (a, b);
+        false
+    }
+}
+
 /// Loads `dir/model.safetensors` (and `optim.safetensors` when `with_optim`).
 pub fn load(dir: &Path, with_optim: bool) -> Result<Loaded, CheckpointError> {
     if !dir.is_dir() {

@@ -406,9 +406,17 @@ impl RunConfig {
             ));
         }
         if !dir.join(MODEL_FILE).exists() && dir.join("metrics.jsonl").exists() {
+            if let Some(kept) = super::checkpoint::kept_remedy(dir) {
+                return Err(format!(
+                    "--resume {}: the run has no {MODEL_FILE} (its newest checkpoint is gone), but {kept} \
+                     (`--overwrite` would remove the kept checkpoints too)",
+                    dir.display(),
+                ));
+            }
             return Err(format!(
-                "--resume {}: the run stopped before its first checkpoint (train.checkpoint_every steps), so \
-                 there is nothing to continue from; start it again with `ddl train --out {} --overwrite`",
+                "--resume {}: the run has no {MODEL_FILE}: it stopped before its first checkpoint \
+                 (train.checkpoint_every steps), so there is nothing to continue from; start it again with \
+                 `ddl train --out {} --overwrite`",
                 dir.display(),
                 dir.display()
             ));
@@ -420,7 +428,10 @@ impl RunConfig {
                     dir.display()
                 )
             }
-            e => e.to_string(),
+            e => match super::checkpoint::kept_remedy(dir) {
+                Some(kept) => format!("--resume {}: {e}; {kept}", dir.display()),
+                None => e.to_string(),
+            },
         })?;
         let (text, from) = if text.is_empty() {
             let path = dir.join("config.toml");

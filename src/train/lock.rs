@@ -51,24 +51,37 @@ pub(crate) fn alive(pid: u32) -> Option<bool> {
 /// when the folder is free or its lock is stale.
 pub fn holder(dir: &Path) -> Option<(u32, String)> {
     let text = std::fs::read_to_string(dir.join(LOCK_FILE)).ok()?;
-    let (pid, host) = parse_lock(&text);
-    (!stale(pid, &host)).then(|| (pid.unwrap_or(0), host))
+    let (pid, host, start) = parse_lock(&text);
+    (!stale(pid, &host, start)).then(|| (pid.unwrap_or(0), host))
 }
 
-/// A lock file's PID (`None`: unreadable or half-written) and host.
-fn parse_lock(text: &str) -> (Option<u32>, String) {
+/// A lock file's PID (`None`: unreadable or half-written), host and the process's start time
+/// ([`started`]; absent in locks of older builds).
+fn parse_lock(text: &str) -> (Option<u32>, String, Option<u64>) {
     let mut words = text.split_whitespace();
     let pid = words.next().and_then(|p| p.parse().ok());
-    (pid, words.next().unwrap_or("").to_string())
+    let host = words.next().unwrap_or("").to_string();
+    (pid, host, words.next().and_then(|t| t.parse().ok()))
 }
 
-/// Whether a lock of `pid` on `host` may be taken over: this process's own (a second run after
-/// the first ended badly), a process of this host that is gone, or a half-written lock (a writer
-/// killed between create and write). A lock of another host is never stale.
-fn stale(pid: Option<u32>, host: &str) -> bool {
+/// When process `pid` started (clock ticks after boot, `/proc/PID/stat`'s 22nd field), where
+/// that can be read: with the PID it names one process, not whichever later reuses the number.
+fn started(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name, which may hold spaces and parentheses: field 3 onwards.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether a lock of `pid` on `host` (its process started at `start`) may be taken over: this
+/// process's own (a second run after the first ended badly), a process of this host that is gone
+/// (or whose PID another process now has: its start time differs), or a half-written lock (a
+/// writer killed between create and write). A lock of another host is never stale.
+fn stale(pid: Option<u32>, host: &str, start: Option<u64>) -> bool {
     match pid {
         Some(p) if p == std::process::id() && host == host_name() => true,
-        Some(p) if host == host_name() => alive(p) == Some(false),
+        Some(p) if host == host_name() => {
+            alive(p) == Some(false) || matches!((start, started(p)), (Some(a), Some(b)) if a != b)
+        }
         None => true,
         Some(_) => false,
     }
@@ -79,17 +92,21 @@ impl RunLock {
     pub fn acquire(dir: &Path) -> Result<RunLock, LockError> {
         let path = dir.join(LOCK_FILE);
         let io = |source| LockError::Io { dir: dir.to_path_buf(), source };
-        let me = format!("{} {}\n", std::process::id(), host_name());
+        let me = match started(std::process::id()) {
+            Some(t) => format!("{} {} {t}\n", std::process::id(), host_name()),
+            None => format!("{} {}\n", std::process::id(), host_name()),
+        };
         // Two tries: the second after removing a stale lock.
         for _ in 0..2 {
             match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
                 Ok(mut f) => {
                     f.write_all(me.as_bytes()).map_err(io)?;
+                    HELD.lock().unwrap_or_else(|e| e.into_inner()).push(path.clone());
                     return Ok(RunLock { path });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let (pid, host) = parse_lock(&std::fs::read_to_string(&path).unwrap_or_default());
-                    if !stale(pid, &host) {
+                    let (pid, host, start) = parse_lock(&std::fs::read_to_string(&path).unwrap_or_default());
+                    if !stale(pid, &host, start) {
                         return Err(LockError::Held {
                             dir: dir.to_path_buf(),
                             pid: pid.unwrap_or(0),
@@ -112,7 +129,19 @@ impl RunLock {
 
 impl Drop for RunLock {
     fn drop(&mut self) {
+        HELD.lock().unwrap_or_else(|e| e.into_inner()).retain(|p| p != &self.path);
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The lock files this process holds, for [`release_all`].
+static HELD: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Removes every lock this process holds: before it exits without unwinding (a second Ctrl-C),
+/// which would leave them for the next process to recognise as stale.
+pub fn release_all() {
+    for p in HELD.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        let _ = std::fs::remove_file(p);
     }
 }
 
@@ -141,6 +170,23 @@ mod tests {
             child.wait().unwrap();
             std::fs::write(&lock, format!("{pid} {}\n", host_name())).unwrap();
             drop(RunLock::acquire(&dir).unwrap());
+            // A live PID that another process now has (its start time is not the lock's): stale.
+            let start = started(1).expect("PID 1's start time");
+            std::fs::write(&lock, format!("1 {} {}\n", host_name(), start + 1)).unwrap();
+            drop(RunLock::acquire(&dir).unwrap());
+            // The same start time: the same process, respected.
+            std::fs::write(&lock, format!("1 {} {start}\n", host_name())).unwrap();
+            assert!(RunLock::acquire(&dir).unwrap_err().to_string().contains("process 1 on"));
+            std::fs::remove_file(&lock).unwrap();
+            // This process's lock records its start time.
+            let held = RunLock::acquire(&dir).unwrap();
+            let (pid, host, start) = parse_lock(&std::fs::read_to_string(&lock).unwrap());
+            assert_eq!((pid, host, start), (Some(std::process::id()), host_name(), started(std::process::id())));
+            assert!(start.is_some());
+            // An exit without unwinding removes it first.
+            release_all();
+            assert!(!lock.exists(), "release_all removes the locks held");
+            drop(held);
         }
         // Another host's lock cannot be checked: refused.
         std::fs::write(&lock, "4242 some-other-host\n").unwrap();

@@ -78,6 +78,14 @@ pub enum TrainError {
         checkpoint::MODEL_FILE
     )]
     RunWithoutCheckpoint { dir: PathBuf, what: String },
+    /// A run whose own checkpoint is gone but which keeps others (`kept`: the remedy).
+    #[error(
+        "'{}' holds a run ({what}) whose {} is gone, but {kept}; --overwrite replaces the run and its kept \
+         checkpoints, or choose another --out",
+        dir.display(),
+        checkpoint::MODEL_FILE
+    )]
+    RunWithKeptCheckpoints { dir: PathBuf, what: String, kept: String },
     #[error(transparent)]
     Lock(#[from] lock::LockError),
     /// A data-parallel run cannot go on; every rank meets this error at the same point.
@@ -186,6 +194,9 @@ pub enum Show {
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// A Ctrl-C this soon after the first is the same one delivered again (to the process and to its
+/// group), not a second.
+const SECOND_CTRLC_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
 /// Whether the process stops cleanly on Ctrl-C ([`install_ctrlc`] was called, or a
 /// [`CtrlcScope`] lives: they count); else Ctrl-C ends it at once, as without a handler.
 static LISTENING: AtomicBool = AtomicBool::new(false);
@@ -204,15 +215,23 @@ fn set_ctrlc_handler() {
             if !LISTENING.load(Ordering::SeqCst) && SCOPES.load(Ordering::SeqCst) == 0 {
                 std::process::exit(130);
             }
+            static FIRST: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
             if INTERRUPTED.swap(true, Ordering::SeqCst) {
+                // The same interruption delivered twice (a terminal, or `timeout`, signals the
+                // process and then its group): not a second Ctrl-C.
+                if FIRST.get().is_some_and(|t| t.elapsed() < SECOND_CTRLC_AFTER) {
+                    return;
+                }
                 // Second Ctrl-C: the user insists. What was saved before stays (checkpoints are
                 // replaced atomically); the steps since the last checkpoint are not kept.
                 eprintln!(
-                    "\nsecond Ctrl-C: stopped at once, without finishing the save; what was saved before is intact \
-                     (a run's last checkpoint: `--resume` continues from it)"
+                    "\nsecond Ctrl-C: stopped at once, without finishing the save; a checkpoint saved before is \
+                     intact (`--resume` continues from it)"
                 );
+                lock::release_all();
                 std::process::exit(130);
             } else {
+                let _ = FIRST.set(std::time::Instant::now());
                 eprintln!("\nCtrl-C: stopping cleanly (Ctrl-C again stops at once)");
             }
         });
@@ -278,6 +297,8 @@ fn claim_for_new_run(dir: &Path, overwrite: bool) -> Result<bool, TrainError> {
         let (dir, what) = (dir.to_path_buf(), found.join(", "));
         return Err(if found.contains(&checkpoint::MODEL_FILE) {
             TrainError::RunExists { dir, what }
+        } else if let Some(kept) = checkpoint::kept_remedy(&dir) {
+            TrainError::RunWithKeptCheckpoints { dir, what, kept }
         } else {
             TrainError::RunWithoutCheckpoint { dir, what }
         });

@@ -191,7 +191,18 @@ impl<'c> Trainer<'c> {
         let mut dataset = None;
         let mut data_open_s = 0.0;
         let (mut model, tok, start, elapsed0, saved_scale) = if opts.resume {
-            let ck = checkpoint::load_to_device(&out, gpu.clone(), true)?;
+            let ck = checkpoint::load_to_device(&out, gpu.clone(), true).map_err(|e| {
+                // A damaged checkpoint: where the run can continue from, if it keeps another.
+                match (&e, checkpoint::kept_remedy(&out)) {
+                    (
+                        checkpoint::CheckpointError::Corrupt { .. }
+                        | checkpoint::CheckpointError::Content { .. }
+                        | checkpoint::CheckpointError::MissingFile(_),
+                        Some(kept),
+                    ) => TrainError::Settings(format!("--resume {}: {e}; {kept}", out.display())),
+                    _ => e.into(),
+                }
+            })?;
             let (state, run_cfg) = ck.optim.expect("loaded with optimizer state");
             if !run_cfg.is_empty() {
                 let saved: RunConfig = toml::from_str(&run_cfg).map_err(|e| {
