@@ -445,17 +445,17 @@ pub(crate) struct TrainArgs {
     pub(crate) distributed: Option<Distributed>,
     /// With --distributed: a rank waiting this many seconds in one collective (a dead or hung
     /// peer) reports it and exits, which ends the job (10× as long until the first step is done).
-    #[arg(long, allow_negative_numbers = true, default_value_t = 300.0)]
+    #[arg(long, requires = "distributed", allow_negative_numbers = true, default_value_t = 300.0)]
     pub(crate) mpi_timeout: f64,
     /// With --distributed: gradients are all-reduced in buckets of this many MiB, overlapping the
     /// readback of the next bucket; 0 = one bucket (no overlap).
-    #[arg(long, allow_negative_numbers = true, default_value_t = 1.0)]
+    #[arg(long, requires = "distributed", allow_negative_numbers = true, default_value_t = 1.0)]
     pub(crate) mpi_bucket_mib: f64,
     /// With --distributed: what the gradient all-reduce overlaps. `readback`: after the
     /// backward, each bucket's all-reduce overlaps the readback of the next; `backward`: the last
     /// micro-batch's backward is submitted block by block and each finished block is all-reduced
     /// while the GPU computes the next (for real GPUs; slower on a CPU adapter, docs/PERF.md).
-    #[arg(long, value_enum, default_value = "readback")]
+    #[arg(long, requires = "distributed", value_enum, default_value = "readback")]
     pub(crate) mpi_overlap: MpiOverlap,
 }
 
@@ -764,7 +764,10 @@ pub(crate) enum BenchCmd {
 /// with the flag's name).
 /// A memory size (`--memory`): `ddl::model::parse_bytes`.
 fn memory_size(s: &str) -> Result<u64, String> {
-    ddl::model::parse_bytes(s)
+    match ddl::model::parse_bytes(s)? {
+        b if b < 1 << 20 => Err(format!("{b} bytes: expected a device's memory, at least 1 MiB (e.g. 80GB, 24GiB)")),
+        b => Ok(b),
+    }
 }
 
 fn positive(s: &str) -> Result<usize, String> {

@@ -30,3 +30,20 @@ pub mod train {
 pub fn build_commit() -> (&'static str, &'static str) {
     (env!("DDL_GIT_COMMIT"), env!("DDL_GIT_DIRTY"))
 }
+
+/// The cache directory (autotune measurements, the `--corpus` shard sets): `$DDL_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/ddl`, else `~/.cache/ddl` (else the temporary folder's `ddl`); an empty
+/// variable is no setting, as for XDG's.
+pub fn cache_dir() -> std::path::PathBuf {
+    use std::path::PathBuf;
+    if let Some(d) = std::env::var_os("DDL_CACHE_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("ddl");
+    }
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|h| PathBuf::from(h).join(".cache/ddl"))
+        .unwrap_or_else(|| std::env::temp_dir().join("ddl"))
+}

@@ -20,6 +20,10 @@ fn main() {
     }
     // Before any thread or wgpu call: no "XDG_RUNTIME_DIR is invalid" lines from the driver.
     ddl::gpu::use_private_runtime_dir();
+    if let Err(e) = check_env() {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    }
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
         if e.downcast_ref::<Interrupted>().is_some() {
@@ -38,6 +42,33 @@ fn main() {
         eprintln!("error: {}", error_text(&e));
         std::process::exit(1);
     }
+}
+
+/// The environment variables the command line reads in place of its flags, checked in their own
+/// names (clap would name the flag): an empty one is no setting (as an empty `DDL_CACHE_DIR` is).
+fn check_env() -> Result<(), String> {
+    for var in ["DDL_BACKEND", "DDL_ADAPTER", "DDL_NO_AUTOTUNE"] {
+        if std::env::var_os(var).is_some_and(|v| v.is_empty()) {
+            // SAFETY: before any thread of this process exists (only the runtime-dir setup ran).
+            unsafe { std::env::remove_var(var) };
+        }
+    }
+    // (A flag given wins over its variable, which is then not read.)
+    let flag = |f: &str| std::env::args().any(|a| a == f || a.starts_with(&format!("{f}=")));
+    if let Some(v) = std::env::var_os("DDL_NO_AUTOTUNE").filter(|_| !flag("--no-autotune")) {
+        let v = v.to_string_lossy().to_ascii_lowercase();
+        if !["1", "0", "true", "false", "yes", "no", "on", "off", "y", "n", "t", "f"].contains(&v.as_str()) {
+            return Err(format!(
+                "DDL_NO_AUTOTUNE={v}: expected 1 (or true, yes, on) to skip measuring matmul tiles, 0 (or false, no, \
+                 off) to measure; set it to one of those or unset it"
+            ));
+        }
+    }
+    if let Some(v) = std::env::var_os("DDL_BACKEND").filter(|_| !flag("--backend")) {
+        let v = v.to_string_lossy();
+        BackendChoice::parse(&v).map_err(|e| format!("DDL_BACKEND={v}: {e}; set it to one of those or unset it"))?;
+    }
+    Ok(())
 }
 
 /// Standard input as text, refused past `cap` bytes (a pipe from /dev/zero would never end).
@@ -803,7 +834,12 @@ fn info_model(
         (asked.state_f16, asked.precision, asked.recompute, asked.head_chunk);
     // The checks `ddl train` makes of these settings (context length, f16 states, precision).
     (t.batch_size, t.seq_len) = (b, s);
-    t.validate(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // (In this command's words: `ddl info` takes --batch and --seq, not --set.)
+    t.validate(&cfg).map_err(|e| match e.key.as_str() {
+        "train.seq_len" => anyhow::anyhow!("--seq {s}: {}; give a --seq of at most {}", e.expected, cfg.max_seq_len),
+        "train.batch_size" => anyhow::anyhow!("--batch {b}: {}; give a smaller --batch", e.expected),
+        _ => anyhow::anyhow!("{e}"),
+    })?;
     if (b as u128) * (s as u128) * (cfg.vocab_size as u128).max(cfg.d_model as u128 * 64) * 16 > u64::MAX as u128 {
         anyhow::bail!("--batch {b} × --seq {s}: too many tokens to plan; give a smaller --batch");
     }
@@ -833,6 +869,12 @@ fn info_model(
     Ok(())
 }
 
+/// A size in GiB with one decimal, or in MiB below 1 GiB (where GiB would say 0.0).
+fn size_words(bytes: u64) -> String {
+    let gib = bytes as f64 / (1u64 << 30) as f64;
+    if gib >= 1.0 { format!("{gib:.1} GiB") } else { format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64) }
+}
+
 /// `ddl info --preset P --memory SIZE`: the largest batch whose training plan fits `bytes`, for
 /// each way of storing the activations the variant allows.
 fn info_fit(preset: &str, variant: &str, seq: Option<usize>, head_chunk: usize, bytes: u64) -> Result<()> {
@@ -842,9 +884,9 @@ fn info_fit(preset: &str, variant: &str, seq: Option<usize>, head_chunk: usize, 
     let t = seq.unwrap_or(ddl::train::TrainConfig::preset(preset).seq_len);
     let chunk = if head_chunk > 0 { format!(", the LM head in slices of {head_chunk} rows") } else { String::new() };
     println!(
-        "largest batch of {t}-token sequences whose plan fits {bytes} bytes ({:.1} GiB{chunk}; the plan counts \
+        "largest batch of {t}-token sequences whose plan fits {bytes} bytes ({}{chunk}; the plan counts \
          parameters, gradients, moments, activations and scratch, not the driver's own):",
-        bytes as f64 / (1u64 << 30) as f64
+        size_words(bytes)
     );
     // Each as `ddl train` would store it (f16 precision implies f16 states where the variant has them).
     let storage = |state_f16: bool, precision: Precision| {
@@ -867,13 +909,9 @@ fn info_fit(preset: &str, variant: &str, seq: Option<usize>, head_chunk: usize, 
         let b = ddl::model::largest_batch(&cfg, t, st, bytes);
         let plan = ddl::model::memory_plan_for(&cfg, b.max(1), t, st);
         if b == 0 {
-            println!("  {name:<30} none (one sequence needs {:.1} GiB)", plan.total() as f64 / (1u64 << 30) as f64);
+            println!("  {name:<30} none (one sequence needs {})", size_words(plan.total()));
         } else {
-            println!(
-                "  {name:<30} B {b:>5}  ({} tokens a micro-batch, {:.1} GiB)",
-                b * t,
-                plan.total() as f64 / (1u64 << 30) as f64
-            );
+            println!("  {name:<30} B {b:>5}  ({} tokens a micro-batch, {})", b * t, size_words(plan.total()));
         }
     }
     Ok(())

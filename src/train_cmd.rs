@@ -458,6 +458,10 @@ fn train_mpi(
     )
 }
 
+/// The longest `--mpi-timeout`, in seconds (ten times it is the limit before the first step).
+#[cfg(feature = "mpi")]
+const MAX_MPI_TIMEOUT: f64 = 1e6;
+
 /// One rank of `mpirun -n N ddl train ... --distributed mpi` ([`ddl::train::distributed::run_rank`]:
 /// an error on any rank is printed with the rank and ends the whole job).
 #[cfg(feature = "mpi")]
@@ -470,8 +474,12 @@ fn train_mpi(
 ) -> Result<()> {
     use ddl::train::distributed::{RankOptions, run_rank};
     use ddl::train::{DistOptions, Show, TrainOptions};
-    if !(a.mpi_timeout > 0.0 && a.mpi_timeout.is_finite()) {
-        anyhow::bail!("--mpi-timeout {}: expected a number of seconds > 0", a.mpi_timeout);
+    if !(a.mpi_timeout > 0.0 && a.mpi_timeout <= MAX_MPI_TIMEOUT) {
+        anyhow::bail!(
+            "--mpi-timeout {}: expected a number of seconds > 0 and at most {MAX_MPI_TIMEOUT} (11.6 days; a hung \
+             peer is found after this long)",
+            a.mpi_timeout
+        );
     }
     if !(a.mpi_bucket_mib >= 0.0 && a.mpi_bucket_mib.is_finite()) {
         anyhow::bail!("--mpi-bucket-mib {}: expected a size in MiB ≥ 0", a.mpi_bucket_mib);

@@ -355,15 +355,42 @@ fn hand_written_llmc_shards_train_and_bad_shards_are_clear_errors() {
         &|d| shard(&d.join("fw_val_000000.bin"), 20240520, 300, &[60_000u16; 300]),
         &["fw_val_000000.bin", "60000", "vocabulary of 50257"],
     );
+    // A meta.json as `ddl data prepare` writes it, with edits.
+    let meta_with = |d: &Path, edit: &dyn Fn(&mut serde_json::Value)| {
+        let other = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_corpus("abc").unwrap());
+        let listed = |file: &str, tokens: usize| serde_json::json!({"file": file, "tokens": tokens, "sha256": "0"});
+        let mut meta = serde_json::json!({"format": "x", "tokenizer": other.to_json(), "vocab_size": 3,
+            "train_tokens": 2700, "val_tokens": 300, "shards": [listed("fw_val_000000.bin", 300),
+            listed("fw_train_000001.bin", 1500), listed("fw_train_000002.bin", 1200)]});
+        edit(&mut meta);
+        std::fs::write(d.join("meta.json"), meta.to_string()).unwrap();
+    };
+    bad("meta", &|d| meta_with(d, &|_| {}), &["meta.json", "another tokenizer", "vocabulary 3"]);
+    // A meta.json that does not describe its shards (edited by hand): named before anything trains.
     bad(
-        "meta",
+        "meta-split",
+        &|d| meta_with(d, &|m| m["train_tokens"] = serde_json::json!(2000)),
+        &["meta.json", "train_tokens is 2000", "prepare the data again"],
+    );
+    bad(
+        "meta-shard",
         &|d| {
-            let other = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_corpus("abc").unwrap());
-            let meta = serde_json::json!({"format": "x", "tokenizer": other.to_json(), "vocab_size": 3, "train_tokens": 2700,
-            "val_tokens": 300, "shards": []});
-            std::fs::write(d.join("meta.json"), meta.to_string()).unwrap();
+            meta_with(d, &|m| {
+                m["shards"][1]["tokens"] = serde_json::json!(1000);
+                m["train_tokens"] = serde_json::json!(2200);
+            })
         },
-        &["meta.json", "another tokenizer", "vocabulary 3"],
+        &["meta.json", "1000 tokens for fw_train_000001.bin, whose header says 1500"],
+    );
+    bad(
+        "meta-vocab",
+        &|d| meta_with(d, &|m| m["vocab_size"] = serde_json::json!(100)),
+        &["meta.json", "vocab_size is 100 but its tokenizer has 3"],
+    );
+    bad(
+        "meta-broken",
+        &|d| std::fs::write(d.join("meta.json"), "{").unwrap(),
+        &["meta.json", "does not read", "prepare the data again", "remove"],
     );
     // A headerless uint16 file is read only with --data-format raw-u16.
     let raw = dir.join("raw");

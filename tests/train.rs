@@ -1086,13 +1086,8 @@ fn ctrl_c_saves_a_checkpoint_and_exits_cleanly_and_the_run_resumes() {
         }
         v
     };
-    let child = ddl_cmd(&dir)
-        .args(args("100000"))
-        .arg("--out")
-        .arg(&out)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child =
+        ddl_cmd(&dir).args(args("100000")).arg("--out").arg(&out).stderr(std::process::Stdio::piped()).spawn().unwrap();
     // Wait until a few steps are logged, then interrupt.
     let metrics = out.join("metrics.jsonl");
     let t0 = std::time::Instant::now();

@@ -400,7 +400,8 @@ impl ModelConfig {
     pub fn from_golden_json(v: &serde_json::Value) -> Result<Self, ConfigError> {
         let obj = v.as_object().ok_or_else(|| json_err("", "a JSON object"))?;
         let variant_s = obj.get("variant").and_then(|x| x.as_str()).ok_or_else(|| json_err("variant", "a string"))?;
-        let variant = Variant::parse(variant_s).map_err(|e| ConfigError::new("config.variant", variant_s, e))?;
+        let variant = Variant::parse(variant_s)
+            .map_err(|e| ConfigError::new("config.variant", variant_s, e).remedy(GOLDEN_REMEDY))?;
         let us = |f: &str| -> Result<usize, ConfigError> {
             obj.get(f).and_then(|x| x.as_u64()).map(|x| x as usize).ok_or_else(|| json_err(f, "a non-negative integer"))
         };
@@ -419,8 +420,8 @@ impl ModelConfig {
         c.norm_eps = fl("norm_eps")?;
         c.rope_base = fl("rope_base")?;
         if let Some(s) = obj.get("v_act") {
-            c.v_act =
-                serde_json::from_value(s.clone()).map_err(|e| ConfigError::new("config.v_act", s, e.to_string()))?;
+            c.v_act = serde_json::from_value(s.clone())
+                .map_err(|e| ConfigError::new("config.v_act", s, e.to_string()).remedy(GOLDEN_REMEDY))?;
         } else {
             c.v_act = VActName::Sigmoid4;
         }
@@ -440,10 +441,15 @@ impl ModelConfig {
         if let Ok(t) = us("seq_len") {
             c.max_seq_len = c.max_seq_len.max(t);
         }
-        c.validate()?;
+        c.validate().map_err(|e| e.remedy(GOLDEN_REMEDY))?;
         Ok(c)
     }
 }
+
+/// What to do about a golden file's (or another tool's JSON) config the engine refuses: the
+/// file is not one the format allows, not a setting to change here.
+const GOLDEN_REMEDY: &str = "the file's `config` metadata is not a model this format allows: regenerate the file (the PyTorch reference's \
+     make_golden.py) or correct that metadata (tests/golden/README.md)";
 
 #[cfg(test)]
 mod tests {
@@ -457,7 +463,12 @@ mod tests {
             "head_dim": 8, "mlp_hidden": 8, "d_v": 2, "state_kernel": 4, "embed_kernel": 4,
             "beta_init": 1.0, "k_eps": 1e-5, "norm_eps": 1e-5, "rope_base": 10000.0
         });
-        assert!(ModelConfig::from_golden_json(&v).unwrap_err().to_string().contains("d_model"));
+        let e = ModelConfig::from_golden_json(&v).unwrap_err().to_string();
+        assert!(e.contains("d_model") && e.contains("regenerate the file") && !e.contains("--set"), "{e}");
+        v["variant"] = serde_json::json!("zzz");
+        let e = ModelConfig::from_golden_json(&v).unwrap_err().to_string();
+        assert!(e.contains("zzz") && e.contains("regenerate the file") && !e.contains("--set"), "{e}");
+        v["variant"] = serde_json::json!("ddl");
         v["d_model"] = serde_json::json!(8);
         assert!(ModelConfig::from_golden_json(&v).is_ok());
     }

@@ -114,18 +114,9 @@ pub fn read_corpus(path: &Path) -> Result<String, DataError> {
     Ok(text)
 }
 
-/// The cache directory: `$DDL_CACHE_DIR`, else `$XDG_CACHE_HOME/ddl`, else `~/.cache/ddl`.
+/// The cache directory ([`crate::cache_dir`]).
 pub fn cache_dir() -> PathBuf {
-    // (An empty value is no setting, as for XDG's variables.)
-    if let Some(d) = std::env::var_os("DDL_CACHE_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("ddl");
-    }
-    std::env::var("HOME")
-        .map(|h| PathBuf::from(h).join(".cache/ddl"))
-        .unwrap_or_else(|_| std::env::temp_dir().join("ddl"))
+    crate::cache_dir()
 }
 
 /// Version of the cached shard sets' layout (part of their key).
@@ -199,6 +190,41 @@ pub fn verify_shards(meta: &Meta, folder: &Path, files: &[PathBuf], whole_folder
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+/// Checks a shard folder's `meta.json` against itself and the shards' headers (cheap: no
+/// digests, which [`verify_shards`] compares): the listed shards' counts add up to the splits'
+/// sizes, each present shard holds the tokens listed for it, and the vocabulary is the
+/// tokenizer's. A `meta.json` edited by hand, or of another set, is an error naming it.
+pub fn check_meta_counts(meta: &Meta, folder: &Path) -> Result<(), DataError> {
+    let meta_path = folder.join("meta.json");
+    let bad = |msg: String| DataError::Meta {
+        path: meta_path.clone(),
+        msg: format!("{msg}: the file does not describe these shards; prepare the data again (`ddl data prepare`)"),
+    };
+    let sum = |part: &str| meta.shards.iter().filter(|s| s.file.contains(part)).map(|s| s.tokens).sum::<usize>();
+    for (part, split, total) in
+        [("_train_", "train_tokens", meta.train_tokens), ("_val_", "val_tokens", meta.val_tokens)]
+    {
+        if sum(part) != total {
+            return Err(bad(format!("{split} is {total} but its {part} shards list {} tokens", sum(part))));
+        }
+    }
+    for sm in &meta.shards {
+        let p = folder.join(&sm.file);
+        if !p.is_file() {
+            continue;
+        }
+        let n = super::shards::Shard::open(&p, super::shards::Format::Llmc)?.len();
+        if n != sm.tokens {
+            return Err(bad(format!("it lists {} tokens for {}, whose header says {n}", sm.tokens, sm.file)));
+        }
+    }
+    let vocab = Tokenizer::from_json(&meta.tokenizer).map_err(DataError::from)?.vocab_size();
+    if vocab != meta.vocab_size {
+        return Err(bad(format!("vocab_size is {} but its tokenizer has {vocab} tokens", meta.vocab_size)));
     }
     Ok(())
 }
@@ -308,6 +334,20 @@ pub fn read_meta(dir: &Path) -> Result<Option<Meta>, DataError> {
     }
     let text = std::fs::read_to_string(&p).map_err(|source| DataError::Io { path: p.clone(), source })?;
     serde_json::from_str(&text).map(Some).map_err(|e| DataError::Meta { path: p, msg: e.to_string() })
+}
+
+/// [`read_meta`] of a `--data` folder: a `meta.json` that does not read is said with what to do.
+pub fn read_data_meta(dir: &Path) -> Result<Option<Meta>, DataError> {
+    read_meta(dir).map_err(|e| match e {
+        DataError::Meta { path, msg } => DataError::Meta {
+            path,
+            msg: format!(
+                "does not read as the meta.json `ddl data prepare` writes ({msg}); prepare the data again, or remove \
+                 meta.json to read the shards without it (nothing is then checked)"
+            ),
+        },
+        e => e,
+    })
 }
 
 /// Writes train and validation shards (`NAME_train_…`, `NAME_val_…`) of `ids` split at `split`
@@ -824,7 +864,12 @@ pub fn open_for_run(
         let format = Format::parse(&run.data_format).map_err(crate::train::TrainError::Settings)?;
         let (train, val) = find(&run.data, format).map_err(DataError::from)?;
         let dir = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
-        let meta = read_meta(&dir)?;
+        let meta = read_data_meta(&dir)?;
+        if let Some(m) = &meta
+            && format == Format::Llmc
+        {
+            check_meta_counts(m, &dir)?;
+        }
         let tok = match (given, &meta) {
             (Some(g), _) => g.clone(),
             (None, Some(m)) if run.tokenizer == "char" || run.tokenizer.is_empty() => {
@@ -1227,7 +1272,8 @@ mod tests {
         assert!(whole.contains("b.txt") && whole.contains("3001"), "{whole}");
         let streamed = corpus_char_tokenizer(&bad).unwrap_err().to_string();
         assert_eq!(streamed, whole);
-        let made = Corpus::open(&bad).unwrap().write_set(&dir.join("bad-set"), "--corpus bad", &bpe, 0.1, 1000, 1024, false);
+        let made =
+            Corpus::open(&bad).unwrap().write_set(&dir.join("bad-set"), "--corpus bad", &bpe, 0.1, 1000, 1024, false);
         assert_eq!(made.unwrap_err().to_string(), whole);
         // Empty: the corpus named.
         let empty = dir.join("empty.txt");

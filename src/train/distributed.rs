@@ -42,6 +42,12 @@ pub struct Mpi {
     _universe: Universe,
 }
 
+/// Seconds for the watchdog's message: three significant digits below 100 s, whole seconds above.
+fn seconds(s: f64) -> String {
+    let decimals = if s >= 100.0 || s <= 0.0 { 0 } else { (2.0 - s.log10().floor()).clamp(0.0, 6.0) as usize };
+    format!("{s:.decimals$} s")
+}
+
 impl Mpi {
     /// Initialises MPI (MPI calls are made from the calling thread only) and starts the watchdog,
     /// which ends the process when one collective waits longer than `timeout` — 10 × `timeout`
@@ -71,18 +77,21 @@ impl Mpi {
                 let tick = (timeout / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
                 loop {
                     std::thread::sleep(tick);
-                    let limit = if w.steps_begun.load(Ordering::Relaxed) <= 1 { timeout * 10 } else { timeout };
+                    let limit =
+                        if w.steps_begun.load(Ordering::Relaxed) <= 1 { timeout.saturating_mul(10) } else { timeout };
                     let stuck = w.current.lock().unwrap().as_ref().and_then(|(t0, what)| {
                         (t0.elapsed() > limit).then(|| (what.clone(), t0.elapsed().as_secs_f64()))
                     });
                     if let Some((what, secs)) = stuck {
                         eprintln!(
-                            "error: {tag}: step {}: the collective '{what}' made no progress for {secs:.0} s \
-                             (limit {} s, from --mpi-timeout): another rank has probably died or hangs. \
+                            "error: {tag}: step {}: the collective '{what}' made no progress for {} \
+                             (limit {}, from --mpi-timeout): another rank has probably died or hangs. \
                              Exiting so that mpirun ends the job.",
                             w.step.load(Ordering::Relaxed) + 1,
-                            limit.as_secs_f64()
+                            seconds(secs),
+                            seconds(limit.as_secs_f64())
                         );
+                        super::lock::release_all();
                         std::process::exit(WATCHDOG_EXIT);
                     }
                 }
@@ -109,6 +118,7 @@ impl Mpi {
     /// Ends every rank of the job (`MPI_Abort`) after this one reported an error: other ranks may
     /// be waiting in a collective this rank will never enter, so a normal exit could hang.
     pub fn abort(&self, code: i32) -> ! {
+        super::lock::release_all();
         self.world.abort(code)
     }
 
@@ -209,13 +219,15 @@ pub fn run_rank(
         let gpu =
             crate::gpu::Gpu::new(&crate::gpu::GpuOptions { backend: opts.backend, adapter: Some(adapter.clone()) })
                 .map_err(|e| format!("opening the GPU: {e}"))?;
-        eprintln!(
-            "{tag}: local rank {} of {} drives adapter {adapter}: {} ({:?})",
+        // One write, so that the ranks' lines do not interleave.
+        let line = format!(
+            "{tag}: local rank {} of {} drives adapter {adapter}: {} ({:?})\n",
             mpi.local_rank(),
             mpi.local_size(),
             gpu.info.name,
             gpu.info.backend
         );
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         crate::kernels::matmul::autotune::set_enabled(opts.autotune);
         let summary = super::train_with(gpu, opts.train, &mpi, &opts.dist)?;
         if mpi.rank() == 0 {

@@ -333,8 +333,11 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             }
             // Shards that say which tokenizer made them must have been made with the checkpoint's.
             let folder = files[0].parent().map(Path::to_path_buf).unwrap_or_default();
-            let meta = data::read_meta(&folder)?;
+            let meta = data::read_data_meta(&folder)?;
             if let Some(m) = &meta {
+                if format == Format::Llmc {
+                    data::check_meta_counts(m, &folder)?;
+                }
                 // (Evaluation reads every token of these files anyway.)
                 data::verify_shards(m, &folder, &files, Path::new(d).is_dir())?;
             }

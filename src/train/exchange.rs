@@ -214,6 +214,7 @@ pub(super) fn handshake(
     steps: usize,
     bucket: usize,
     overlap_backward: bool,
+    out: &str,
     params_digest: u64,
 ) -> Result<(), String> {
     let names = [
@@ -225,8 +226,14 @@ pub(super) fn handshake(
         "--steps",
         "the gradient bucket (--mpi-bucket-mib, in elements)",
         "the overlap with the backward pass (--mpi-overlap)",
+        "the run folder (--out)",
         "the initial parameter digest",
     ];
+    // How a field's values are shown: digests in hex, the overlap by name; the run folder by
+    // each rank itself (only its digest travels).
+    const DIGESTS: [usize; 3] = [0, 3, 9];
+    const OVERLAP: usize = 7;
+    const OUT: usize = 8;
     let mine = [
         collective::digest64(run_toml.as_bytes()),
         params as u64,
@@ -236,6 +243,7 @@ pub(super) fn handshake(
         steps as u64,
         bucket as u64,
         overlap_backward as u64,
+        collective::digest64(out.as_bytes()),
         params_digest,
     ];
     let k = mine.len();
@@ -258,7 +266,20 @@ pub(super) fn handshake(
         if config_differs.is_empty() || f != names.len() - 1 {
             let values: Vec<u64> = (0..size).map(|r| all[r * k + f]).collect();
             if values.iter().any(|&v| v != values[0]) {
-                let shown: Vec<String> = values.iter().enumerate().map(|(r, v)| format!("rank {r}: {v}")).collect();
+                if f == OUT {
+                    problems.push(format!(
+                        "{name} differs between the ranks (here '{out}'): give every rank the same folder (on a \
+                         file system they share)"
+                    ));
+                    continue;
+                }
+                let show = |v: u64| match f {
+                    OVERLAP => (if v == 1 { "backward" } else { "readback" }).to_string(),
+                    f if DIGESTS.contains(&f) => format!("{v:016x}"),
+                    _ => v.to_string(),
+                };
+                let shown: Vec<String> =
+                    values.iter().enumerate().map(|(r, &v)| format!("rank {r}: {}", show(v))).collect();
                 problems.push(format!("{name} differs ({})", shown.join(", ")));
             }
         }

@@ -291,6 +291,11 @@ impl<'c> Trainer<'c> {
         if opts.resume {
             let remedy = "Resume with the data it started with, or start a new run with --out";
             data::check_data_record(&out, &data_id, "resume", remedy)?;
+            if !distributed {
+                // The report of an earlier data-parallel part would describe a run this one
+                // continues in one process.
+                let _ = std::fs::remove_file(out.join("distributed.json"));
+            }
         }
 
         let bucket = dist.bucket_elems(model.layout.total);
@@ -308,17 +313,33 @@ impl<'c> Trainer<'c> {
                 opts.steps,
                 bucket,
                 dist.overlap_backward,
+                &out.display().to_string(),
                 digest,
             )
             .map_err(derr)?;
             if !t.grad_accum.is_multiple_of(size) {
+                // A resumed run keeps its saved grad_accum: the rank counts that divide it.
+                let remedy = if opts.resume {
+                    let fit: Vec<String> =
+                        (1..=t.grad_accum).filter(|n| t.grad_accum.is_multiple_of(*n)).map(|n| n.to_string()).collect();
+                    format!(
+                        "the run resumes with its saved train.grad_accum, so resume it with a number of ranks that \
+                         divides {} (mpirun -n {})",
+                        t.grad_accum,
+                        fit.join(", -n ")
+                    )
+                } else {
+                    format!(
+                        "set --set train.grad_accum={} (or another multiple of {size})",
+                        t.grad_accum.div_ceil(size) * size
+                    )
+                };
                 return Err(derr(format!(
                     "train.grad_accum = {} is not a multiple of the {size} ranks: each global batch (batch_size × \
                      grad_accum = {} sequences, as one process would draw them) is shared out by micro-batches, rank r \
-                     taking micro-batches r, r + {size}, …; set --set train.grad_accum={} (or another multiple of {size})",
+                     taking micro-batches r, r + {size}, …; {remedy}",
                     t.grad_accum,
                     t.batch_size * t.grad_accum,
-                    t.grad_accum.div_ceil(size) * size
                 )));
             }
         }

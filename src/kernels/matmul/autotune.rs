@@ -28,24 +28,24 @@ pub(super) fn announce() {
     );
 }
 
-/// `$DDL_CACHE_DIR`, else `$XDG_CACHE_HOME/ddl`, else `~/.cache/ddl`.
+/// `matmul-autotune.json` in the cache directory ([`crate::cache_dir`]; none in the browser).
 pub fn cache_path() -> Option<PathBuf> {
-    let dir = if let Ok(d) = std::env::var("DDL_CACHE_DIR") {
-        PathBuf::from(d)
-    } else if let Ok(d) = std::env::var("XDG_CACHE_HOME") {
-        PathBuf::from(d).join("ddl")
-    } else {
-        PathBuf::from(std::env::var("HOME").ok()?).join(".cache").join("ddl")
-    };
-    Some(dir.join("matmul-autotune.json"))
+    cfg!(feature = "native").then(|| crate::cache_dir().join("matmul-autotune.json"))
 }
 
 pub(super) fn cache() -> &'static Mutex<HashMap<String, String>> {
     CACHE.get_or_init(|| {
-        let map = cache_path()
-            .and_then(|p| std::fs::read_to_string(p).ok())
-            .and_then(|s| serde_json::from_str(&s).ok())
-            .unwrap_or_default();
+        let Some(path) = cache_path() else { return Mutex::new(HashMap::new()) };
+        let map = match std::fs::read_to_string(&path) {
+            Ok(s) => serde_json::from_str(&s).unwrap_or_else(|e| {
+                eprintln!(
+                    "note: the matmul tile measurements in {} do not read ({e}); measuring again, they replace it",
+                    path.display()
+                );
+                HashMap::new()
+            }),
+            Err(_) => HashMap::new(),
+        };
         Mutex::new(map)
     })
 }
@@ -59,10 +59,21 @@ pub(super) fn save() {
     // Atomic replace through a temporary file of its own per process and write: a crash never
     // leaves a half-written cache, and two writers (grids side by side, the threads of `ddl
     // experiment --jobs`) never rename each other's half.
-    let _ = crate::train::checkpoint::write_atomic(
+    let written = crate::train::checkpoint::write_atomic(
         &path,
         serde_json::to_string_pretty(&map).unwrap_or_default().as_bytes(),
     );
+    if let Err(e) = written {
+        // Said once: the measurements stay in this process, and later ones measure again.
+        static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            eprintln!(
+                "warning: cannot write the matmul tile measurements to {}: {e}; later runs will measure again \
+                 (set DDL_CACHE_DIR to a writable folder, or pass --no-autotune)",
+                path.display()
+            );
+        }
+    }
 }
 
 /// Times every variant on scratch buffers of this shape (random operands) and returns `(variant, ms)`, fastest
