@@ -225,6 +225,15 @@ fn ranks_with_different_settings_all_fail_clearly_without_hanging() {
         );
     }
     assert!(err.contains("train.lr = 0.002 here, 0.003 on rank 0"), "the differing setting must be named: {err}");
+    // The same settings into different run folders: refused too (only rank 0 writes, so rank 1's
+    // folder would silently stay empty and its --resume find nothing).
+    let mut m = mpirun(&dir);
+    m.args(["-n", "1", DDL]).args(train_args(&c, 4)).args(["--distributed", "mpi", "--out", "run-a"]);
+    m.args([":", "-n", "1", DDL]).args(train_args(&c, 4)).args(["--distributed", "mpi", "--out", "run-b"]);
+    let (o, in_time) = run_limited(m, Duration::from_secs(120));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(in_time && !o.status.success(), "{}", show(&o));
+    assert!(err.contains("the run folder (--out) differs") && err.contains("run-b'"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

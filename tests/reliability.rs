@@ -503,6 +503,23 @@ fn device_problems_are_clear_errors() {
         fails(&dir, &["--adapter", i, "info"], &[&format!("no adapter matches '{i}'"), "[0]"]);
     }
     fails(&dir, &["--adapter", "no-such-gpu", "info"], &["no-such-gpu", "Adapters found"]);
+    // The variables standing for flags are named as themselves; an empty one is no setting, and
+    // a flag given wins over its variable.
+    let with_env = |k: &str, v: &str, args: &[&str]| cmd(&dir).env(k, v).args(args).output().unwrap();
+    for (k, v, needle) in
+        [("DDL_NO_AUTOTUNE", "bogus", "DDL_NO_AUTOTUNE=bogus: expected 1"), ("DDL_BACKEND", "zz", "DDL_BACKEND=zz")]
+    {
+        let o = with_env(k, v, &["info"]);
+        assert!(o.status.code() == Some(2) && text(&o).contains(needle) && !text(&o).contains("'--"), "{}", text(&o));
+        assert!(with_env(k, "", &["info"]).status.success(), "{k} empty: {}", text(&with_env(k, "", &["info"])));
+    }
+    assert!(with_env("DDL_BACKEND", "zz", &["--backend", "vulkan", "info"]).status.success());
+    // MPI's options without --distributed, and info's in its own words.
+    fails(&dir, &["train", "--preset", "tiny", "--mpi-timeout", "5", "--out", "x"], &["--distributed"]);
+    fails(&dir, &["info", "--preset", "tiny", "--seq", "100000"], &["--seq 100000", "at most 64"]);
+    fails(&dir, &["info", "--preset", "tiny", "--memory", "0.4"], &["at least 1 MiB"]);
+    let o = cmd(&dir).args(["info", "--preset", "tiny", "--memory", "50MB"]).output().unwrap();
+    assert!(o.status.success() && text(&o).contains("MiB)") && !text(&o).contains("0.0 GiB"), "{}", text(&o));
     // No Vulkan driver at all: the message says how to install one.
     let o = cmd(&dir)
         .args(["--backend", "vulkan", "info"])
@@ -1314,6 +1331,21 @@ fn first_use_is_quiet_about_the_driver_and_says_when_it_tunes() {
     let t = text(&o);
     assert!(o.status.success() && !t.contains("tuning matmul tiles"), "{t}");
     assert!(!env.join("cache").join("matmul-autotune.json").exists(), "DDL_NO_AUTOTUNE=1 measured and cached tiles");
+    // Measurements that cannot be cached are said so (the run goes on); an unreadable cache is
+    // noted and replaced.
+    let ro = tmpdir("firstuse-unwritable");
+    std::fs::create_dir_all(ro.join("cache").join("matmul-autotune.json")).unwrap();
+    let o = cmd(&ro).args(train_args(&c, ro.join("r").to_str().unwrap(), "1", &[])).output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success() && t.contains("cannot write the matmul tile measurements"), "{t}");
+    let bad = tmpdir("firstuse-garbage");
+    std::fs::create_dir_all(bad.join("cache")).unwrap();
+    std::fs::write(bad.join("cache").join("matmul-autotune.json"), "{garbage").unwrap();
+    let o = cmd(&bad).args(train_args(&c, bad.join("r").to_str().unwrap(), "1", &[])).output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success() && t.contains("do not read") && t.contains("they replace it"), "{t}");
+    let cached = std::fs::read_to_string(bad.join("cache").join("matmul-autotune.json")).unwrap();
+    assert!(serde_json::from_str::<serde_json::Value>(&cached).is_ok(), "{cached}");
 }
 
 #[test]
