@@ -213,7 +213,6 @@ fn config_problems_are_clear_errors() {
     std::fs::write(&file, "x").unwrap();
     fails(&dir, &["train", "--corpus", &c, "--out", file.to_str().unwrap(), "--steps", "1"], &["a-file", "is a file"]);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
-    fails(&dir, &["info", "--preset", "tiny", "--seq", "100000"], &["train.seq_len = 100000", "max_seq_len"]);
     fails(&dir, &["info", "--preset", "tiny", "--variant", "baseline", "--f16-state"], &["state_f16", "baseline"]);
     fails(&dir, &["info", "--preset", "tiny", "--batch", "18446744073709551615"], &["batch_size"]);
     fails(&dir, &["info", "--batch", "4"], &["--preset"]);
@@ -909,7 +908,7 @@ fn a_non_finite_step_stops_the_run_or_is_skipped_and_no_checkpoint_is_corrupted(
     let mut extra: Vec<&str> = diverge.to_vec();
     extra.extend_from_slice(&every);
     let a = train_args(&c, out.to_str().unwrap(), "8", &extra);
-    let e = fails(&dir, &a, &["not finite", "the last good one is kept", "--skip-nonfinite"]);
+    let e = fails(&dir, &a, &["not finite", "the last one saved before, if any, is kept", "--skip-nonfinite"]);
     let bad: usize = e.split("step ").filter_map(|s| s.split(':').next()?.trim().parse().ok()).last().unwrap();
     assert!(bad >= 2, "{e}");
     // The checkpoint on disk is the last good step, loads (no NaN in it) and resumes.
@@ -1115,13 +1114,21 @@ fn a_memory_plan_beyond_what_the_adapter_reports_is_refused_before_training_with
     }
     assert!(t.contains("grad_accum") && !t.contains("panicked"), "{t}");
     assert!(!out.exists(), "a refused run left {} behind", out.display());
-    // The suggested batch trains.
-    let b = t.split("--set train.batch_size=").nth(1).unwrap().split(|ch: char| !ch.is_ascii_digit()).next().unwrap();
-    let set = format!("train.batch_size={b}");
+    // The suggested batch trains, with the suggested accumulation, whose global batch is as said.
+    let number = |after: &str| -> usize {
+        t.split(after).nth(1).unwrap().split(|ch: char| !ch.is_ascii_digit()).next().unwrap().parse().unwrap()
+    };
+    let (b, accum) = (number("--set train.batch_size="), number("--set train.grad_accum="));
+    if t.contains("keeps the global batch of 64 sequences") {
+        assert_eq!(b * accum, 64, "{t}");
+    } else {
+        assert!(t.contains(&format!("gives a global batch of {} sequences", b * accum)), "{t}");
+    }
+    let (set_b, set_a) = (format!("train.batch_size={b}"), format!("train.grad_accum={accum}"));
     let mut a = train_args(&c, out.to_str().unwrap(), "1", &[]);
-    a.extend(["--set", &set]);
+    a.extend(["--set", &set_b, "--set", &set_a]);
     let o = cmd(&dir).args(&a).env("DDL_FAULT_HOST_MEMORY", "1000000").output().unwrap();
-    assert!(o.status.success(), "batch {b}: {}", text(&o));
+    assert!(o.status.success(), "batch {b} × {accum}: {}", text(&o));
 }
 
 #[test]
@@ -1215,6 +1222,14 @@ fn resuming_keeps_the_saved_settings_and_continues_kept_checkpoints_in_a_new_fol
     let k = kept.to_str().unwrap();
     let kept_model = std::fs::read(kept.join("model.safetensors")).unwrap();
     fails(&dir, &["train", "--resume", k, "--steps", "3"], &["kept checkpoint", "--out"]);
+    // The copy goes into a folder: a file given as --out is said to be one; --set changes are
+    // refused for the copy too, saying how settings change (a new run).
+    let file = dir.join("a-file-out");
+    std::fs::write(&file, "x").unwrap();
+    fails(&dir, &["train", "--resume", k, "--out", file.to_str().unwrap(), "--steps", "3"], &["is a file"]);
+    let b = dir.join("branch-set").display().to_string();
+    let e = fails(&dir, &["train", "--resume", k, "--out", &b, "--set", "train.lr=0.1"], &["train.lr", "new run"]);
+    assert!(e.contains("without --resume"), "{e}");
     // However it is spelled: from inside the run's checkpoints/ folder, or as `.` from inside it.
     for (cwd, name) in [(ck.join("checkpoints"), "step-00000002"), (kept.clone(), ".")] {
         let o = cmd(&dir).current_dir(&cwd).args(["train", "--resume", name, "--steps", "3"]).output().unwrap();

@@ -131,16 +131,15 @@ pub fn fit_advice(
 ) -> Option<String> {
     let plan = memory_plan_for(c, batch, seq, st);
     let why = plan.misfit(limits)?;
+    // What is advised fits with a margin where the limit moves (the host's available memory):
+    // the advice is followed a moment later, beside other processes.
+    // (The other fixes say "this batch then fits": at the limit itself.)
+    let margin = Limits { host_available: limits.host_available.map(|a| a / 10 * 9), ..*limits };
     let fits = |b: usize, st: Storage| memory_plan_for(c, b, seq, st).misfit(limits).is_none();
     let mut fixes = Vec::new();
-    let lo = largest_fitting(|b| fits(b, st));
+    let lo = largest_fitting(|b| memory_plan_for(c, b, seq, st).misfit(&margin).is_none());
     if lo > 0 {
-        let accum = (batch * grad_accum).div_ceil(lo);
-        fixes.push(format!(
-            "lower train.batch_size to {lo} or less (--set train.batch_size={lo}; --set train.grad_accum={accum} keeps \
-             the global batch of {} sequences)",
-            batch * grad_accum
-        ));
+        fixes.push(batch_advice(lo, batch * grad_accum));
     } else {
         fixes.push(format!(
             "even one sequence does not fit: lower train.batch_size to 1 and train.seq_len (now {seq}), or make the \
@@ -175,6 +174,24 @@ pub fn fit_advice(
         plan.summary(),
         fixes.join(", ")
     ))
+}
+
+/// "lower train.batch_size to B …" for a run whose micro-batch must be at most `largest`
+/// sequences and whose global batch is `global`: with the `train.grad_accum` that keeps it,
+/// exactly where a batch not much smaller than `largest` divides it, else the nearest above.
+pub fn batch_advice(largest: usize, global: usize) -> String {
+    let exact =
+        (largest.div_ceil(2).max(largest.saturating_sub(4096))..=largest).rev().find(|b| global.is_multiple_of(*b));
+    let b = exact.unwrap_or(largest);
+    let accum = global.div_ceil(b);
+    let keeps = if b * accum == global {
+        format!("keeps the global batch of {global} sequences")
+    } else {
+        format!("gives a global batch of {} sequences, near the {global} of now", b * accum)
+    };
+    format!(
+        "lower train.batch_size to {b} or less (--set train.batch_size={b}; --set train.grad_accum={accum} {keeps})"
+    )
 }
 
 /// The head chunk `fit_advice` suggests: 1024 rows of logits at a time (206 MB at V = 50304).
@@ -443,6 +460,17 @@ pub fn memory_plan_for(c: &ModelConfig, b: usize, t: usize, st: Storage) -> Memo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batch_advice_keeps_the_global_batch_where_a_divisor_is_near_and_says_so_where_not() {
+        // 64 sequences, at most 7 a micro-batch: 4 × 16 keeps 64 exactly.
+        assert!(batch_advice(7, 64).contains("batch_size=4; --set train.grad_accum=16 keeps the global batch of 64"));
+        // 16777216 at most 4584: 4096 × 4096.
+        assert!(batch_advice(4584, 1 << 24).contains("batch_size=4096; --set train.grad_accum=4096 keeps"));
+        // A prime global batch: the largest batch, the global batch it gives said as such.
+        let a = batch_advice(10, 97);
+        assert!(a.contains("batch_size=10; --set train.grad_accum=10 gives a global batch of 100"), "{a}");
+    }
     use crate::model::{Precision, Variant};
 
     #[test]
@@ -453,15 +481,21 @@ mod tests {
         let roomy = Limits { max_buffer: u64::MAX, host_available: Some(plan.total()) };
         let st = |state_f16: bool| Storage::states(state_f16);
         assert_eq!(fit_advice(&c, b, t, 1, st(false), &roomy), None);
-        // A host with two thirds of the plan: the advice's batch fits and one more does not.
+        // A host with two thirds of the plan: the advice's batch fits with a tenth to spare (the
+        // host's available memory moves), the largest such batch that divides the global batch.
         let tight = Limits { max_buffer: u64::MAX, host_available: Some(plan.total() * 2 / 3) };
         let advice = fit_advice(&c, b, t, 2, st(false), &tight).expect("must not fit");
         let fit_b: usize =
             advice.split("--set train.batch_size=").nth(1).unwrap().split(';').next().unwrap().parse().unwrap();
-        assert!(memory_plan(&c, fit_b, t).misfit(&tight).is_none(), "{advice}");
-        assert!(memory_plan(&c, fit_b + 1, t).misfit(&tight).is_some(), "{advice}");
-        // The global batch 64 × 2 kept: grad_accum = ceil(128 / fit_b).
-        assert!(advice.contains(&format!("train.grad_accum={}", 128usize.div_ceil(fit_b))), "{advice}");
+        let spare = Limits { host_available: Some(plan.total() * 2 / 3 / 10 * 9), ..tight };
+        assert!(memory_plan(&c, fit_b, t).misfit(&spare).is_none(), "{advice}");
+        let larger = (fit_b + 1..=128).find(|d| 128 % d == 0).unwrap();
+        assert!(memory_plan(&c, larger, t).misfit(&spare).is_some(), "{advice}");
+        // The global batch 64 × 2 kept exactly.
+        assert!(
+            advice.contains(&format!("train.grad_accum={} keeps the global batch of 128", 128 / fit_b)),
+            "{advice}"
+        );
         assert!(advice.contains("available") && advice.contains(&plan.total().to_string()), "{advice}");
         // ddl at d_v = 4 has f16 states: offered when they make this batch fit.
         let f16 = memory_plan_with(&c, b, t, true).total();

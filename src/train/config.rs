@@ -494,7 +494,8 @@ impl RunConfig {
         }
         Err(format!(
             "--resume continues '{}' with the settings saved in its checkpoint; the flags given change {} \
-             setting(s): {}. Drop those flags to resume, or start a new run with --out to change them",
+             setting(s): {}. Drop those flags to resume (a copy continued with --out keeps the checkpoint's \
+             settings too), or start a new run (without --resume) to change them",
             out.display(),
             diffs.len(),
             diffs.join("; ")

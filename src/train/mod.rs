@@ -51,7 +51,8 @@ pub enum TrainError {
     Gpu(#[from] crate::gpu::GpuError),
     #[error(
         "step {step}: the {what} is not finite ({value}); the run stopped without writing a checkpoint \
-         (the last good one is kept). Lower the learning rate, or pass --skip-nonfinite to skip such steps"
+         (the last one saved before, if any, is kept). Lower the learning rate, or pass --skip-nonfinite to skip such \
+         steps"
     )]
     NonFinite { step: usize, what: &'static str, value: f32 },
     #[error("cannot write '{path}': {source}")]
@@ -315,6 +316,13 @@ fn claim_for_new_run(dir: &Path, overwrite: bool) -> Result<bool, TrainError> {
 pub fn branch_run(src: &Path, dst: &Path) -> Result<usize, TrainError> {
     let step = checkpoint::saved_step(src)?;
     claim_for_new_run(dst, false)?;
+    if dst.exists() && !dst.is_dir() {
+        return Err(TrainError::Settings(format!(
+            "--out '{}' is a file: the copy of --resume {} goes into a new (or empty) folder",
+            dst.display(),
+            src.display()
+        )));
+    }
     if dst.exists() && std::fs::read_dir(dst).map(|mut d| d.next().is_some()).unwrap_or(true) {
         return Err(TrainError::Settings(format!(
             "--out '{}' exists and is not empty: the copy of --resume {} goes into a new (or empty) folder",

@@ -175,17 +175,6 @@ impl<'c> Trainer<'c> {
                 replaces = claim_for_new_run(&out, opts.overwrite)?;
             }
             checkpoint::remove_stale_tmp(&out);
-            if matches!(opts.show, super::Show::Bar) {
-                // Once the folder is this run's (a refused folder is named without a "training").
-                eprintln!(
-                    "training {} ({}) on {} ({:?}) -> {}",
-                    opts.run.model.variant,
-                    opts.run.preset,
-                    gpu.info.name,
-                    gpu.info.backend,
-                    out.display()
-                );
-            }
         }
         let mut run = opts.run.clone();
         let mut dataset = None;
@@ -253,6 +242,18 @@ impl<'c> Trainer<'c> {
             crate::model::fit_advice(&run.model, tr.batch_size, tr.seq_len, tr.grad_accum, storage, &limits)
         {
             return Err(TrainError::Settings(format!("adapter '{}': {advice}", gpu.info.name)));
+        }
+        if lead && matches!(opts.show, super::Show::Bar) {
+            // Once the folder is this run's and its data, model and memory plan are ready (a run
+            // refused before is named without a "training").
+            eprintln!(
+                "training {} ({}) on {} ({:?}) -> {}",
+                run.model.variant,
+                run.preset,
+                gpu.info.name,
+                gpu.info.backend,
+                out.display()
+            );
         }
         let plan = crate::model::memory_plan_for(&run.model, tr.batch_size, tr.seq_len, storage);
         model.set_recompute(tr.recompute);
@@ -351,11 +352,7 @@ impl<'c> Trainer<'c> {
                 // The activations grow with the batch: the batch at which this one would fit.
                 let b = (t.batch_size as u128 * max as u128 / needed.max(1) as u128) as usize;
                 let fix = if b >= 1 {
-                    format!(
-                        "lower train.batch_size to {b} or less (--set train.batch_size={b}; --set \
-                         train.grad_accum={} keeps the global batch) or train.seq_len",
-                        (t.batch_size * t.grad_accum).div_ceil(b)
-                    )
+                    format!("{} or train.seq_len", crate::model::batch_advice(b, t.batch_size * t.grad_accum))
                 } else {
                     "lower train.batch_size to 1 and train.seq_len, or make the model smaller".to_string()
                 };
