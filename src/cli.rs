@@ -118,7 +118,7 @@ pub(crate) enum Cmd {
     /// Check the engine against PyTorch golden files (format ddl-golden-1): forward, backward,
     /// traces and AdamW steps, one row per compared tensor; exits non-zero on any failure.
     Golden {
-        /// Golden files (e.g. tests/golden/*.safetensors).
+        /// Golden files (e.g. tests/golden/*.safetensors); a folder stands for its .safetensors.
         #[arg(required = true)]
         files: Vec<std::path::PathBuf>,
         /// Print only failing rows and the per-file summary.

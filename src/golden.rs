@@ -15,7 +15,7 @@ use crate::testing::compare;
 pub enum GoldenError {
     #[error("{path}: cannot read: {source}")]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("{path}: not a valid safetensors file: {msg}")]
+    #[error("{path}: not a valid safetensors file (truncated, corrupt, or another kind of file): {msg}")]
     Format { path: PathBuf, msg: String },
     #[error("{path}: {msg}")]
     Content { path: PathBuf, msg: String },

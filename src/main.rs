@@ -145,7 +145,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Data(d) => data_cmd(d),
         Cmd::Golden { files, quiet, f16_state, precision, head_chunk } => {
             let st = ddl::model::Storage { state_f16: f16_state, precision, head_chunk, ..Default::default() };
-            golden(&cli.device, &files, quiet, st)
+            golden(&cli.device, &golden_files(&files)?, quiet, st)
         }
         Cmd::Train(a) => train_cmd::train(&cli.device, a),
         Cmd::Eval(a) => eval(&cli.device, a),
@@ -602,8 +602,9 @@ fn data_cmd(d: DataCmd) -> Result<()> {
         r => r?,
     };
     println!(
-        "{} documents, {:.1} MB of text -> {} training and {} validation tokens in {:.1} s ({:.1} MB/s, {:.2} M tokens/s)",
+        "{} document{}, {:.1} MB of text -> {} training and {} validation tokens in {:.1} s ({:.1} MB/s, {:.2} M tokens/s)",
         p.documents,
+        if p.documents == 1 { "" } else { "s" },
         p.bytes as f64 / 1e6,
         p.train_tokens,
         p.val_tokens,
@@ -745,6 +746,32 @@ fn cache_cmd(remove: bool, p: ddl::train::cache::Prune, json: bool) -> Result<()
         println!("not the cache's (names that are not a set's), left alone: {}", names.join(", "));
     }
     Ok(())
+}
+
+/// The golden files given: a folder stands for its `*.safetensors` (not its subfolders').
+fn golden_files(given: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>> {
+    let mut files = Vec::new();
+    for g in given {
+        if !g.is_dir() {
+            files.push(g.clone());
+            continue;
+        }
+        let entries = std::fs::read_dir(g).with_context(|| format!("listing {}", g.display()))?;
+        let mut inside: Vec<_> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "safetensors"))
+            .collect();
+        if inside.is_empty() {
+            anyhow::bail!(
+                "{}: a folder without .safetensors files; give golden files (e.g. tests/golden/*.safetensors)",
+                g.display()
+            );
+        }
+        inside.sort();
+        files.extend(inside);
+    }
+    Ok(files)
 }
 
 fn golden(dev: &DeviceArgs, files: &[std::path::PathBuf], quiet: bool, st: ddl::model::Storage) -> Result<()> {

@@ -18,8 +18,23 @@ pub(crate) fn preset_with_config(
 ) -> Result<ddl::train::RunConfig> {
     let file = config
         .map(|path| {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
-            let table: toml::Table = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            let bytes = std::fs::read(path).with_context(|| format!("reading --config {}", path.display()))?;
+            let text = String::from_utf8(bytes).map_err(|e| {
+                anyhow::anyhow!(
+                    "--config {}: not UTF-8 text (byte {} is not part of a UTF-8 character): save the file as UTF-8",
+                    path.display(),
+                    e.utf8_error().valid_up_to()
+                )
+            })?;
+            let table: toml::Table = toml::from_str(&text).map_err(|e| {
+                // (The parser calls an integer beyond 64 bits an "invalid type".)
+                let hint = if e.to_string().contains("as i128") {
+                    "; TOML integers are at most 9223372036854775807 (and each setting's own range is smaller)"
+                } else {
+                    ""
+                };
+                anyhow::anyhow!("{}: {}{hint}", path.display(), e.to_string().trim_end())
+            })?;
             Ok::<_, anyhow::Error>((path, text, table))
         })
         .transpose()?;
@@ -27,6 +42,7 @@ pub(crate) fn preset_with_config(
     let file_preset = in_file(&|t| t.get("preset")?.as_str().map(String::from));
     let file_variant = in_file(&|t| t.get("model")?.get("variant")?.as_str().map(String::from));
     let shown = || file.as_ref().map(|(p, _, _)| p.display().to_string()).unwrap_or_default();
+    let preset_flag = preset;
     let preset = match (preset, file_preset.as_deref()) {
         (Some(a), Some(b)) if a != b => {
             anyhow::bail!("--preset {a} contradicts `preset = \"{b}\"` in --config {}: drop one of them", shown())
@@ -49,7 +65,13 @@ pub(crate) fn preset_with_config(
         }
         (a, b) => a.or(b).unwrap_or(ddl::model::Variant::Ddl),
     };
-    let mut run = ddl::train::RunConfig::preset(&preset, variant)?;
+    let mut run = ddl::train::RunConfig::preset(&preset, variant).map_err(|e| match (&file_preset, preset_flag) {
+        // (The remedy names --preset; the name came from the file.)
+        (Some(_), None) => {
+            anyhow::anyhow!("--config {}: preset = \"{preset}\": {}; write one of them there", shown(), e.expected)
+        }
+        _ => e.into(),
+    })?;
     if let Some((path, text, _)) = &file {
         run.merge_toml(text, &path.display().to_string()).map_err(anyhow::Error::msg)?;
     }

@@ -208,6 +208,23 @@ fn config_problems_are_clear_errors() {
     // Out of range: the full key, the value given, the allowed range and the remedy.
     t(&["--set", "train.nope=1"], &["unknown key 'train.nope'", "known keys here", "warmup_steps"]);
     t(&["--set", "train.batch_size=-1"], &["train.batch_size = -1", "expected a whole number ≥ 0"]);
+    // A --config file's problems in the file's words: a preset it names, bytes that are not
+    // UTF-8 (where), an integer beyond TOML's.
+    let file = |name: &str, bytes: &[u8]| {
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p.display().to_string()
+    };
+    let huge = file("huge.toml", b"preset = \"huge\"\n");
+    t(&["--config", &huge], &["--config", "preset = \"huge\"", "write one of them there"]);
+    let latin = file("latin1.toml", b"preset = \"tiny\"\n# caf\xe9\n");
+    t(&["--config", &latin], &["not UTF-8", "byte 21", "save the file as UTF-8"]);
+    let big = file("big.toml", b"[train]\nbatch_size = 99999999999999999999\n");
+    t(&["--config", &big], &["at most 9223372036854775807"]);
+    // A golden folder stands for its files; one without any is said so.
+    let empty = dir.join("no-goldens");
+    std::fs::create_dir_all(&empty).unwrap();
+    fails(&dir, &["golden", empty.to_str().unwrap()], &["no-goldens", "without .safetensors"]);
     // --out a file; `ddl info`'s plan flags checked as `ddl train` checks them, and only with a preset.
     let file = dir.join("a-file");
     std::fs::write(&file, "x").unwrap();

@@ -336,6 +336,19 @@ pub fn read_meta(dir: &Path) -> Result<Option<Meta>, DataError> {
     serde_json::from_str(&text).map(Some).map_err(|e| DataError::Meta { path: p, msg: e.to_string() })
 }
 
+/// [`read_corpus`] of a text that can be read only once (a pipe), saying first that it waits for
+/// the pipe's writer (else a pipe nobody writes to looks like a hang).
+fn read_piped(path: &Path, flag: &str) -> Result<String, DataError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo()) {
+            eprintln!("note: {flag} {} is a pipe: reading it until its writer closes it", path.display());
+        }
+    }
+    read_corpus(path)
+}
+
 /// [`read_meta`] of a `--data` folder: a `meta.json` that does not read is said with what to do.
 pub fn read_data_meta(dir: &Path) -> Result<Option<Meta>, DataError> {
     read_meta(dir).map_err(|e| match e {
@@ -577,7 +590,7 @@ fn find_or_make_set(
     let base = corpus_key(corpus, tok_setting, val_fraction)?;
     let source = super::prepare::Corpus::open(Path::new(corpus))?;
     // A corpus that is not all regular files (a pipe, `<(…)`) can be read once only: held whole.
-    let held = if source.regular() { None } else { Some(read_corpus(Path::new(corpus))?) };
+    let held = if source.regular() { None } else { Some(read_piped(Path::new(corpus), "--corpus")?) };
     // A set made with the tokenizer the settings name is `base`; one made with another
     // (`given`: a resumed run's or evaluation's, the settings' file having changed since) is
     // `base-DIGEST`, never `base`, where a new run on the same settings would take it and train
@@ -661,7 +674,7 @@ fn text_shards_in(
                 super::cache::remove_set(&dir).map_err(|source| DataError::Cache { path: dir.clone(), source })?;
             }
             let source = super::prepare::Corpus::open(path)?;
-            let held = if source.regular() { None } else { Some(read_corpus(path)?) };
+            let held = if source.regular() { None } else { Some(read_piped(path, "--text")?) };
             make_set(root, &key, Input { source: &source, held, flag: "--text" }, tok, 0.0, chunk)?;
             read_meta(&dir)?.ok_or_else(|| DataError::Meta { path: dir.clone(), msg: "no meta.json".into() })?
         }
