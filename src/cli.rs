@@ -403,6 +403,11 @@ pub(crate) struct TrainArgs {
     /// Continue the run in this directory exactly where its checkpoint stopped.
     #[arg(long)]
     pub(crate) resume: Option<std::path::PathBuf>,
+    /// Start a new run from this checkpoint's parameters (a run folder or one of its kept
+    /// checkpoints), with its model and tokenizer: fine-tuning, with fresh AdamW moments, a
+    /// schedule from step 0 and this run's own settings and data.
+    #[arg(long, value_name = "CHECKPOINT", conflicts_with = "resume")]
+    pub(crate) init_from: Option<std::path::PathBuf>,
     /// Replace the run that --out holds (its checkpoint, settings and metrics) instead of refusing.
     #[arg(long, conflicts_with = "resume")]
     pub(crate) overwrite: bool,

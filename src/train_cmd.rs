@@ -136,6 +136,16 @@ fn check_inputs(run: &ddl::train::RunConfig, a: &TrainArgs) -> Result<()> {
     Ok(())
 }
 
+/// The model config of the checkpoint `--init-from` names, or what is wrong with it.
+fn init_config(ck: &std::path::Path) -> Result<ddl::model::ModelConfig> {
+    ddl::train::checkpoint::saved_config(ck).map_err(|e| {
+        anyhow::anyhow!(
+            "--init-from {}: {e} (give a `ddl train --out` folder or one of its checkpoints/ folders)",
+            ck.display()
+        )
+    })
+}
+
 pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     use ddl::train::{Show, TrainOptions};
     let variant = a.variant.as_deref().map(ddl::model::Variant::parse).transpose().map_err(anyhow::Error::msg)?;
@@ -200,7 +210,37 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             }
             run
         }
-        None => preset_with_config(a.preset.as_deref(), variant, a.config.as_deref())?,
+        None => match &a.init_from {
+            None => preset_with_config(a.preset.as_deref(), variant, a.config.as_deref())?,
+            Some(ck) => {
+                // The checkpoint's model; the preset (the schedule's defaults) its run's unless given.
+                let cfg = init_config(ck)?;
+                if let Some(v) = variant
+                    && v != cfg.variant
+                {
+                    anyhow::bail!(
+                        "--variant {v}: --init-from {} holds a {} model, whose parameters a {v} model cannot take; \
+                         drop --variant",
+                        ck.display(),
+                        cfg.variant
+                    );
+                }
+                let saved = ddl::train::RunConfig::saved(ck).ok().map(|r| r.preset);
+                let preset = a.preset.clone().or(saved);
+                let mut run = preset_with_config(preset.as_deref(), Some(cfg.variant), a.config.as_deref())?;
+                let plain = ddl::train::RunConfig::preset(&run.preset, cfg.variant)?;
+                if run.model != plain.model {
+                    anyhow::bail!(
+                        "--config {}: a [model] table changes the model, which --init-from {} gives (its checkpoint's); \
+                         drop the [model] settings",
+                        a.config.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+                        ck.display()
+                    );
+                }
+                run.model = cfg;
+                run
+            }
+        },
     };
     // What the settings are without the flags: the defaults (the preset's, or the saved run's),
     // then --config and --set; the flags go on top. A flag that changes a setting that --config
@@ -219,6 +259,14 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
                  characters with --tokenizer char, or a tokenizer.json's vocabulary), so this setting \
                  would be ignored; drop it, or train a tokenizer of the size you want \
                  (`ddl tokenizer train --corpus FILE --vocab-size N --out tok.json`, then --tokenizer tok.json)"
+            );
+        }
+        if let Some(ck) = &a.init_from
+            && (key.starts_with("model.") || key == "variant")
+        {
+            anyhow::bail!(
+                "--set {kv}: the model is --init-from {}'s (its parameters fix its shape); drop the model settings",
+                ck.display()
             );
         }
         if key == "preset" {
@@ -245,6 +293,10 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     }
     if let Some(v) = variant {
         run.model.variant = v;
+    }
+    if let Some(ck) = &a.init_from {
+        // (Absolute: config.toml records where the parameters came from.)
+        run.init_from = std::fs::canonicalize(ck).unwrap_or_else(|_| ck.clone()).display().to_string();
     }
     if let Some(s) = a.seed {
         run.train.seed = s;

@@ -2017,3 +2017,93 @@ fn the_cli_trains_the_same_run_when_recomputing_or_slicing_the_head_and_resumes_
     train("keep", "6", &["--resume", keep.to_str().unwrap(), "--set", "train.head_chunk=3"]);
     assert_eq!((steps(&sliced).len(), steps(&keep).len()), (4, 6));
 }
+
+/// `ddl train --init-from CHECKPOINT`: a new run from a checkpoint's parameters, model and
+/// tokenizer (fine-tuning): at learning rate 0 its parameters stay the checkpoint's to the bit;
+/// its own settings and schedule apply, its config.toml records the source and it resumes; a
+/// model setting, another variant or tokenizer, or text the tokenizer cannot encode is refused.
+#[test]
+fn a_run_starts_from_a_checkpoints_parameters_with_init_from() {
+    let dir = tmpdir("init-from");
+    let c = ddl::testing::small_corpus(&dir);
+    let small = [
+        "--set",
+        "model.d_model=32",
+        "--set",
+        "model.n_layers=1",
+        "--set",
+        "model.n_heads=2",
+        "--set",
+        "model.head_dim=16",
+        "--set",
+        "train.batch_size=2",
+        "--set",
+        "train.seq_len=16",
+        "--set",
+        "train.eval_batches=1",
+    ];
+    let run = |args: &[&str]| {
+        let o = ddl_cmd(&dir).arg("--no-autotune").arg("train").args(args).output().unwrap();
+        (o.status.success(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let a = dir.join("a").display().to_string();
+    let (ok, e) = run(&[&["--corpus", &c, "--variant", "ddl_cc", "--steps", "3", "--out", &a][..], &small].concat());
+    assert!(ok, "{e}");
+    // Learning rate 0 for one step: the parameters are the checkpoint's, bit for bit.
+    let b = dir.join("b").display().to_string();
+    let rest = ["--set", "train.batch_size=2", "--set", "train.seq_len=16", "--set", "train.eval_batches=1"];
+    let (ok, e) =
+        run(&[&["--init-from", &a, "--corpus", &c, "--steps", "1", "--out", &b, "--set", "train.lr=0"][..], &rest]
+            .concat());
+    assert!(ok, "{e}");
+    assert!(e.contains("starting from the parameters of") && e.contains("(step 3)"), "{e}");
+    let (ck_a, ck_b) = (
+        ddl::train::checkpoint::load(Path::new(&a), false).unwrap(),
+        ddl::train::checkpoint::load(Path::new(&b), false).unwrap(),
+    );
+    assert_eq!(ck_b.step, 1);
+    assert_eq!(ck_a.config, ck_b.config);
+    assert!(ck_a.params.iter().zip(&ck_b.params).all(|(x, y)| x.to_bits() == y.to_bits()), "parameters moved at lr 0");
+    let cfg = std::fs::read_to_string(Path::new(&b).join("config.toml")).unwrap();
+    assert!(cfg.contains("init_from = ") && cfg.contains("lr = 0.0"), "{cfg}");
+    // Its own run: it resumes (the source is not read again).
+    let (ok, e) = run(&["--resume", &b, "--steps", "2"]);
+    assert!(ok, "{e}");
+    // Refused: a model setting, another variant, another tokenizer, a character the model lacks,
+    // a checkpoint that is not one.
+    let c2 = dir.join("c2").display().to_string();
+    for (args, needle) in [
+        (vec!["--set", "model.d_model=64"], "the model is --init-from"),
+        (vec!["--variant", "ddl"], "holds a ddl_cc model"),
+        (vec!["--corpus", dir.join("odd.txt").to_str().unwrap()], "characters of --init-from"),
+        (vec!["--tokenizer", dir.join("tok.json").to_str().unwrap()], "another tokenizer"),
+    ] {
+        std::fs::write(dir.join("odd.txt"), "zebra ÿ ".repeat(50)).unwrap();
+        let tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_corpus("xyz").unwrap());
+        std::fs::write(dir.join("tok.json"), tok.to_json()).unwrap();
+        let mut full = vec!["--init-from", &a, "--steps", "1", "--out", &c2];
+        if !args.contains(&"--corpus") {
+            full.extend(["--corpus", &c]);
+        }
+        full.extend(args.iter().copied());
+        let (ok, e) = run(&full);
+        assert!(!ok && e.contains(needle) && !e.contains("panicked"), "{args:?}: {e}");
+        assert!(!Path::new(&c2).join("model.safetensors").exists(), "{args:?} left a run");
+    }
+    let (ok, e) = run(&["--init-from", dir.join("nope").to_str().unwrap(), "--out", &c2]);
+    assert!(!ok && e.contains("--init-from") && e.contains("nope"), "{e}");
+    let (ok, e) = run(&["--init-from", &a, "--resume", &b]);
+    assert!(!ok && e.contains("--init-from"), "{e}");
+    // A model-only checkpoint (as scripts/torch_checkpoint.py writes one): --resume is refused,
+    // pointing here; --init-from trains from it.
+    let only = dir.join("model-only");
+    std::fs::create_dir_all(&only).unwrap();
+    std::fs::copy(Path::new(&a).join("model.safetensors"), only.join("model.safetensors")).unwrap();
+    let (ok, e) = run(&["--resume", only.to_str().unwrap(), "--steps", "2"]);
+    assert!(!ok && e.contains("model-only") && e.contains("--init-from"), "{e}");
+    let d = dir.join("d").display().to_string();
+    let (ok, e) =
+        run(&[&["--init-from", only.to_str().unwrap(), "--corpus", &c, "--steps", "1", "--out", &d][..], &rest]
+            .concat());
+    assert!(ok, "{e}");
+}

@@ -334,6 +334,10 @@ pub struct RunConfig {
     /// How `data` stores tokens: `llmc` (llm.c's shards) or `raw-u16` (headerless uint16).
     #[serde(default = "default_data_format")]
     pub data_format: String,
+    /// The checkpoint folder whose parameters a new run starts from (`ddl train --init-from`),
+    /// with its model and tokenizer, instead of the spec's initialisation; empty = the spec's.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub init_from: String,
     pub model: ModelConfig,
     pub train: TrainConfig,
 }
@@ -422,6 +426,18 @@ impl RunConfig {
             ));
         }
         let text = super::checkpoint::saved_run_config(dir).map_err(|e| match e {
+            CheckpointError::MissingFile(f)
+                if f.ends_with(super::checkpoint::OPTIM_FILE) && dir.join(MODEL_FILE).is_file() =>
+            {
+                format!(
+                    "--resume {}: the checkpoint has a model but no {} (AdamW moments and run state): a model-only \
+                     checkpoint (e.g. written by scripts/torch_checkpoint.py) cannot be resumed; start a new run from \
+                     its parameters with `ddl train --init-from {} --out NEW`",
+                    dir.display(),
+                    super::checkpoint::OPTIM_FILE,
+                    dir.display()
+                )
+            }
             CheckpointError::MissingFile(_) => {
                 format!(
                     "--resume {}: {e} (give a `ddl train --out` folder or one of its checkpoints/ folders)",
@@ -510,6 +526,7 @@ impl RunConfig {
             tokenizer: default_tokenizer(),
             data: String::new(),
             data_format: default_data_format(),
+            init_from: String::new(),
             model: ModelConfig::preset(preset, variant)?,
             train: TrainConfig::preset(preset),
         })

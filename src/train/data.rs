@@ -864,6 +864,40 @@ fn cached_set(dir: &Path) -> Result<Option<Meta>, DataError> {
     }
 }
 
+/// A run started from a checkpoint's parameters (`--init-from`, its tokenizer `tok`) names no
+/// other tokenizer: neither its `tokenizer` file nor its `--data` shards' `meta.json`.
+pub fn check_init_tokenizer(
+    run: &crate::train::RunConfig,
+    tok: &Tokenizer,
+    from: &Path,
+) -> Result<(), crate::train::TrainError> {
+    let other = |what: String, vocab: usize| {
+        crate::train::TrainError::Settings(format!(
+            "{what} another tokenizer (vocabulary {vocab}) than --init-from {}'s (vocabulary {}), whose token ids its \
+             parameters were trained on: use that checkpoint's tokenizer (drop --tokenizer; prepare --data with it)",
+            from.display(),
+            tok.vocab_size()
+        ))
+    };
+    if run.tokenizer != "char" && !run.tokenizer.is_empty() {
+        let named = crate::train::build_tokenizer(&run.tokenizer, "")?;
+        if named.to_json() != tok.to_json() {
+            return Err(other(format!("tokenizer = {} is", run.tokenizer), named.vocab_size()));
+        }
+    }
+    if !run.data.is_empty() {
+        let format = super::shards::Format::parse(&run.data_format).map_err(crate::train::TrainError::Settings)?;
+        let (train, _) = super::shards::find(&run.data, format).map_err(DataError::from)?;
+        let dir = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
+        if let Some(m) = read_data_meta(&dir)?
+            && m.tokenizer != tok.to_json()
+        {
+            return Err(other(format!("the shards' {} name", dir.join("meta.json").display()), m.vocab_size));
+        }
+    }
+    Ok(())
+}
+
 /// The dataset and tokenizer of a run: `--data` shards (with their `meta.json`'s tokenizer, the
 /// run's `tokenizer` file, or `given`), else the corpus's cached shard set. `given`: the
 /// tokenizer a resumed run was trained with.

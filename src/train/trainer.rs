@@ -221,12 +221,42 @@ impl<'c> Trainer<'c> {
             // the corpus is read and tokenised.
             run.absolute_paths();
             run.validate()?;
+            // Fine-tuning (`--init-from`): the checkpoint's tokenizer encodes the data.
+            let init = (!run.init_from.is_empty()).then(|| PathBuf::from(&run.init_from));
+            let given = init.as_deref().map(checkpoint::saved_tokenizer).transpose()?;
             let td = Instant::now();
-            let (ds, tok) = data::open_for_run(&run, None)?;
+            let (ds, tok) = data::open_for_run(&run, given.as_ref()).map_err(|e| match (e, &init) {
+                (TrainError::Data(data::DataError::UnknownChar { path, offset, ch, vocab }), Some(from)) => {
+                    TrainError::Settings(format!(
+                        "'{}': character {ch:?} at byte {offset} is not among the {vocab} characters of --init-from \
+                         {}'s character tokenizer: a character model knows only its corpus's characters (take them \
+                         out of the text, or start from a model with a byte-level tokenizer)",
+                        path.display(),
+                        from.display()
+                    ))
+                }
+                (e, _) => e,
+            })?;
             data_open_s = td.elapsed().as_secs_f64();
-            run.model.vocab_size = tok.vocab_size();
-            run.validate()?;
-            let model = Model::new(gpu.clone(), run.model.clone(), run.train.seed)?;
+            let model = match &init {
+                None => {
+                    run.model.vocab_size = tok.vocab_size();
+                    run.validate()?;
+                    Model::new(gpu.clone(), run.model.clone(), run.train.seed)?
+                }
+                Some(from) => {
+                    data::check_init_tokenizer(&run, &tok, from)?;
+                    let ck = checkpoint::load_to_device(from, gpu.clone(), false)?;
+                    if ck.model.cfg != run.model {
+                        return Err(TrainError::Settings(format!(
+                            "--init-from {}: its model changed since the settings were read from it",
+                            from.display()
+                        )));
+                    }
+                    run.validate()?;
+                    ck.model
+                }
+            };
             dataset = Some(ds);
             (model, tok, 0, 0.0, None)
         };
@@ -246,8 +276,15 @@ impl<'c> Trainer<'c> {
         if lead && matches!(opts.show, super::Show::Bar) {
             // Once the folder is this run's and its data, model and memory plan are ready (a run
             // refused before is named without a "training").
+            let from = match (opts.resume, run.init_from.as_str()) {
+                (false, f) if !f.is_empty() => {
+                    let step = checkpoint::saved_step(std::path::Path::new(f)).unwrap_or(0);
+                    format!(", starting from the parameters of {f} (step {step})")
+                }
+                _ => String::new(),
+            };
             eprintln!(
-                "training {} ({}) on {} ({:?}) -> {}",
+                "training {} ({}) on {} ({:?}) -> {}{from}",
                 run.model.variant,
                 run.preset,
                 gpu.info.name,
