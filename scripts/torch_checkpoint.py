@@ -17,9 +17,12 @@ From the command line:
 
     python3 scripts/torch_checkpoint.py eval runs/a --text play.txt [--seq-len T] [--batches N] [--json]
         # loss, perplexity, tokens, windows: the windows `ddl eval --checkpoint runs/a --text play.txt`
-        # evaluates (consecutive, non-overlapping, window w predicting tokens w·T+1 … w·T+T)
+        # evaluates (consecutive, non-overlapping, window w predicting tokens w·T+1 … w·T+T; T and
+        # the batch the run's train.seq_len and train.batch_size, as there)
     python3 scripts/torch_checkpoint.py init --like runs/a --out runs/t [--variant ddl_cc] [--seed 1]
-        # a ddl checkpoint (step 0) of the PyTorch reference's spec init, with runs/a's config and tokenizer
+        # a ddl checkpoint (step 0) of the PyTorch reference's spec init, with runs/a's config and
+        # tokenizer (another --variant: what that variant decides derived anew); `ddl train
+        # --init-from runs/t` trains from it
     python3 scripts/torch_checkpoint.py check --ddl target/release/ddl [--variants ddl,baseline] [--out DIR]
         # every variant (and `ddl` with a byte-level BPE tokenizer): a model trained a few steps by
         # ddl, evaluated by ddl and by PyTorch (float64); a model initialised by PyTorch, evaluated by
@@ -42,7 +45,7 @@ from dataclasses import dataclass, fields
 
 try:
     import torch
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
     from safetensors.torch import save_file
 except ImportError as e:
     _help = "-h" in sys.argv or "--help" in sys.argv
@@ -112,6 +115,13 @@ def torch_config(cfg_json: str) -> tuple["D.Config", int]:
 def load(path: str, dtype=torch.float64) -> Checkpoint:
     """A ddl checkpoint's parameters (as `dtype`), config, tokenizer and step."""
     p = model_file(path)
+    try:
+        return _load(p, dtype)
+    except SafetensorError as e:
+        raise Bad(f"'{p}' is not a valid safetensors file (truncated or corrupt): {e}")
+
+
+def _load(p: str, dtype) -> Checkpoint:
     with safe_open(p, "pt") as f:
         meta = f.metadata() or {}
         if meta.get("format") != FORMAT:
@@ -140,6 +150,22 @@ def save(dir: str, cfg: "D.Config", params: dict, tokenizer: str, max_seq_len: i
     missing = [k for k in DDL_FIELDS if k not in c]
     if missing:
         raise Bad(f"the config lacks {missing}")
+    if cfg.variant not in D.VARIANTS:
+        raise Bad(f"variant {cfg.variant!r} is not one of {D.VARIANTS}")
+    if not 1 <= c["max_seq_len"] <= 1 << 24:
+        raise Bad(f"max_seq_len {max_seq_len}: expected the model's context, 1 … 16777216 tokens")
+    try:
+        kind = json.loads(tokenizer).get("kind")
+    except (ValueError, AttributeError):
+        kind = None
+    if kind not in ("char", "bpe"):
+        raise Bad("the tokenizer is not one a ddl checkpoint holds (JSON with kind 'char' or 'bpe': take it from "
+                  "load(...).tokenizer)")
+    for name, t in params.items():
+        if not isinstance(t, torch.Tensor):
+            raise Bad(f"{name} is a {type(t).__name__}, not a torch.Tensor")
+        if not torch.isfinite(t).all():
+            raise Bad(f"{name} holds a non-finite value (NaN or Inf): ddl refuses such a checkpoint")
     want = {name: tuple(shape) for name, shape, _, _ in D.param_specs(cfg)}
     if set(want) != set(params):
         raise Bad(f"the parameters are not those of a {cfg.variant} model: missing {sorted(set(want) - set(params))[:3]}, "
@@ -194,7 +220,7 @@ def evaluate(cfg: "D.Config", params: dict, ids: list[int], seq_len: int, batch_
     """Mean cross-entropy (nats per predicted token, label smoothing off) over consecutive
     non-overlapping windows of `seq_len` (window w predicts tokens w·T+1 … w·T+T), as `ddl eval`
     computes it; only the first `batches` batches of `batch_size` windows if given."""
-    windows = (len(ids) - 1) // seq_len
+    windows = max(len(ids) - 1, 0) // seq_len
     if windows == 0:
         raise Bad(f"the text has {len(ids)} tokens: fewer than a window of {seq_len} + 1")
     if batches is not None:
@@ -215,10 +241,20 @@ def evaluate(cfg: "D.Config", params: dict, ids: list[int], seq_len: int, batch_
 
 def read_text(path: str) -> str:
     if os.path.isdir(path):
-        names = sorted(n for n in os.listdir(path) if n.endswith(".txt"))
-        if not names:
+        # As ddl joins a folder's .txt files: sorted by name, each file once (a link to another
+        # counts once), a newline between them.
+        names = sorted(n for n in os.listdir(path) if n.endswith(".txt") and os.path.isfile(os.path.join(path, n)))
+        seen, text = set(), ""
+        for n in names:
+            real = os.path.realpath(os.path.join(path, n))
+            if real in seen:
+                continue
+            seen.add(real)
+            part = read_text(os.path.join(path, n))
+            text = text + "\n" + part if text else part
+        if not seen:
             raise Bad(f"--text '{path}' is a folder without .txt files")
-        return "".join(read_text(os.path.join(path, n)) for n in names)
+        return text
     try:
         with open(path, encoding="utf-8", newline="") as f:
             return f.read()
@@ -228,13 +264,28 @@ def read_text(path: str) -> str:
         raise Bad(f"--text '{path}' is not UTF-8 (byte {e.start})")
 
 
+def run_defaults(ck: Checkpoint) -> tuple[int, int]:
+    """The window length and batch size `ddl eval` takes for this checkpoint: its run's
+    `train.seq_len` and `train.batch_size` (config.toml beside it), else the model's context and 8."""
+    cfg = os.path.join(os.path.dirname(ck.path), "config.toml")
+    try:
+        import tomllib
+        with open(cfg, "rb") as f:
+            t = tomllib.load(f).get("train", {})
+        return int(t["seq_len"]), int(t["batch_size"])
+    except (OSError, KeyError, ValueError, ImportError):
+        return ck.max_seq_len, 8
+
+
 def cmd_eval(a) -> int:
     dtype = {"float64": torch.float64, "float32": torch.float32}[a.dtype]
     ck = load(a.checkpoint, dtype)
-    seq_len = a.seq_len or ck.max_seq_len
+    run_seq, run_batch = run_defaults(ck)
+    seq_len = a.seq_len if a.seq_len is not None else run_seq
+    batch_size = a.batch_size if a.batch_size is not None else run_batch
     if not 1 <= seq_len <= ck.max_seq_len:
         raise Bad(f"--seq-len {seq_len}: the model's windows are 1 … {ck.max_seq_len} tokens (max_seq_len)")
-    r = evaluate(ck.cfg, ck.params, encode(ck.tokenizer, read_text(a.text)), seq_len, a.batch_size, a.batches)
+    r = evaluate(ck.cfg, ck.params, encode(ck.tokenizer, read_text(a.text)), seq_len, batch_size, a.batches)
     r.update(step=ck.step, checkpoint=ck.path, dtype=a.dtype)
     if a.json:
         print(json.dumps(r))
@@ -246,17 +297,26 @@ def cmd_eval(a) -> int:
 
 def cmd_init(a) -> int:
     like = load(a.like)
+    out_model = os.path.join(a.out, "model.safetensors")
+    if os.path.exists(out_model) and not a.overwrite:
+        raise Bad(f"'{out_model}' exists: --out names a new (or empty) folder; --overwrite replaces that model "
+                  "(a run's other files stay and no longer match it)")
     c = {k: v for k, v in vars(like.cfg).items()}
-    if a.variant:
+    if a.variant and a.variant != like.cfg.variant:
         c["variant"] = a.variant
-        # Let the reference derive what the variant fixes (d_v of ddl_v1, v_act and k-MLP of v-Map).
+        # What a variant decides, derived again by the reference for the new one (v_act and the
+        # k-MLP of v-Map, d_v of the d_v = 1 variants); an expanded state of width ≥ 2 (4 where the
+        # source had none); the value-axis compressor's K_c = d_v.
         for k in ("v_act", "k_mlp_hidden"):
             c[k] = D.Config.__dataclass_fields__[k].default
-        if a.variant in ("ddl_cc", "ddl_ccec"):
-            c["state_kernel"] = c["d_v"] if c["d_v"] > 1 else 4
-        if like.cfg.variant in ("baseline", "ddl_v1", "ddl_v1_vmap") and c["d_v"] < 2:
+        if a.variant in ("ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_vmap") and c["d_v"] < 2:
             c["d_v"] = 4
-    cfg = D.Config(**c)
+        if a.variant in ("ddl_cc", "ddl_ccec"):
+            c["state_kernel"] = c["d_v"]
+    try:
+        cfg = D.Config(**c)
+    except ValueError as e:
+        raise Bad(f"a {c['variant']} model of {a.like}'s shape: {e}")
     gen = torch.Generator().manual_seed(a.seed)
     params = D.init_params(cfg, gen)
     out = save(a.out, cfg, params, like.tokenizer, like.max_seq_len, step=0)
@@ -266,14 +326,22 @@ def cmd_init(a) -> int:
 
 def cmd_check(a) -> int:
     """Both directions for every variant: ddl trains, both evaluate; PyTorch initialises, both evaluate."""
-    if not os.path.isfile(a.ddl):
-        raise Bad(f"--ddl '{a.ddl}' does not exist: build it (cargo build --release --bin ddl) and pass its path")
+    a.ddl = os.path.abspath(a.ddl)
+    if not (os.path.isfile(a.ddl) and os.access(a.ddl, os.X_OK)):
+        raise Bad(f"--ddl '{a.ddl}' is not an executable file: build it (cargo build --release --bin ddl) and pass "
+                  "its path")
+    unknown = [v for v in a.variants.split(",") if v and v not in D.VARIANTS] + (
+        [a.bpe] if a.bpe and a.bpe not in D.VARIANTS else [])
+    if unknown:
+        raise Bad(f"unknown variant(s) {unknown}: expected some of {', '.join(D.VARIANTS)}")
+    src = a.corpus or os.path.join(HERE, "..", "assets", "tinyshakespeare.txt")
+    if not os.path.isfile(src):
+        raise Bad(f"the corpus '{src}' does not exist: pass --corpus FILE (a UTF-8 text)")
     work = a.out or tempfile.mkdtemp(prefix="ddl-torch-check-")
     os.makedirs(work, exist_ok=True)
     env = {**os.environ, "DDL_CACHE_DIR": os.environ.get("DDL_CACHE_DIR", os.path.join(work, "cache"))}
     corpus = os.path.join(work, "corpus.txt")
     text = os.path.join(work, "text.txt")
-    src = a.corpus or os.path.join(HERE, "..", "assets", "tinyshakespeare.txt")
     with open(src, encoding="utf-8") as f:
         body = f.read()
     with open(corpus, "w", encoding="utf-8") as f:
@@ -287,13 +355,16 @@ def cmd_check(a) -> int:
         o = subprocess.run([a.ddl, "eval", "--checkpoint", ck, "--text", text, "--seq-len", str(a.seq_len), "--json"],
                            env=env, capture_output=True, text=True)
         if o.returncode != 0:
-            raise RuntimeError(f"ddl eval {ck}: {o.stderr.strip()}")
-        return json.loads(o.stdout)["loss"]
+            raise Bad(f"ddl eval {ck} failed: {o.stderr.strip()[-2000:]}")
+        try:
+            return json.loads(o.stdout)["loss"]
+        except (ValueError, KeyError, TypeError):
+            raise Bad(f"ddl eval {ck} printed no loss (is --ddl '{a.ddl}' ddl?): {o.stdout.strip()[:200]!r}")
 
     def run_ddl(what: str, args: list[str]):
         o = subprocess.run([a.ddl, *args], env=env, capture_output=True, text=True)
         if o.returncode != 0:
-            raise RuntimeError(f"ddl {what}: {o.stderr.strip()[-2000:]}")
+            raise Bad(f"ddl {what} failed: {o.stderr.strip()[-2000:]}")
 
     # The variants with the char tokenizer; then one with a byte-level BPE (Python's tokenizers
     # encodes the text there), when `--bpe` names a variant.
@@ -325,15 +396,27 @@ def cmd_check(a) -> int:
     return 0 if ok else 1
 
 
+def positive(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 1, got {s!r}")
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 1, got {v}")
+    return v
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("eval", help="evaluate a ddl checkpoint with the PyTorch reference")
     e.add_argument("checkpoint")
     e.add_argument("--text", required=True, help="a UTF-8 text file or a folder of .txt files")
-    e.add_argument("--seq-len", type=int, default=0, help="window length (default: the model's max_seq_len)")
-    e.add_argument("--batch-size", type=int, default=16)
-    e.add_argument("--batches", type=int, default=None, help="only the first N batches of windows")
+    e.add_argument("--seq-len", type=positive, default=None,
+                   help="window length (default: the run's train.seq_len, as ddl eval; else the model's max_seq_len)")
+    e.add_argument("--batch-size", type=positive, default=None,
+                   help="windows per batch (default: the run's train.batch_size, else 8; matters with --batches)")
+    e.add_argument("--batches", type=positive, default=None, help="only the first N batches of windows")
     e.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     e.add_argument("--json", action="store_true")
     i = sub.add_parser("init", help="a ddl checkpoint of the reference's spec init")
@@ -341,13 +424,14 @@ def main() -> int:
     i.add_argument("--out", required=True)
     i.add_argument("--variant", choices=D.VARIANTS)
     i.add_argument("--seed", type=int, default=0)
+    i.add_argument("--overwrite", action="store_true", help="replace a model.safetensors already in --out")
     c = sub.add_parser("check", help="ddl eval against PyTorch float64, both directions, every variant")
     c.add_argument("--ddl", required=True, help="the ddl binary (target/release/ddl)")
     c.add_argument("--variants", default=",".join(D.VARIANTS))
     c.add_argument("--bpe", default="ddl", help="also this variant with a byte-level BPE tokenizer ('' for none)")
-    c.add_argument("--steps", type=int, default=10)
-    c.add_argument("--seq-len", type=int, default=32)
-    c.add_argument("--text-chars", type=int, default=20_000)
+    c.add_argument("--steps", type=positive, default=10)
+    c.add_argument("--seq-len", type=positive, default=32)
+    c.add_argument("--text-chars", type=positive, default=20_000)
     c.add_argument("--corpus", help="default: assets/tinyshakespeare.txt")
     c.add_argument("--out", help="a folder for the runs (default: a new temporary folder)")
     c.add_argument("--tol", type=float, default=1e-5, help="largest relative loss difference accepted")
