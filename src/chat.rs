@@ -127,19 +127,23 @@ pub struct Session<'a> {
     turn: u64,
     trace: bool,
     traces: Vec<TokenTrace>,
+    /// The last reply ended without a newline (cut by max_tokens or a stop text): the next line
+    /// starts on a new one, as the screen shows it.
+    needs_newline: bool,
 }
 
 impl<'a> Session<'a> {
     /// An empty conversation; with `trace`, what every delta write did for every token the
     /// model reads (lines and replies) is kept ([`Session::traces`]).
     pub fn new(model: &'a Model, tok: &'a Tokenizer, settings: ChatSettings, trace: bool) -> Self {
-        Session { model, tok, settings, generator: None, turn: 0, trace, traces: Vec::new() }
+        Session { model, tok, settings, generator: None, turn: 0, trace, traces: Vec::new(), needs_newline: false }
     }
 
     /// Forgets the conversation (the next turn starts a new context).
     pub fn reset(&mut self) {
         self.generator = None;
         self.traces.clear();
+        self.needs_newline = false;
     }
 
     /// Every token the model has read, in order (lines, replies, a sampled stop token).
@@ -160,10 +164,12 @@ impl<'a> Session<'a> {
         Sampler::new(cfg)
     }
 
-    /// One turn: reads `line` and a newline, then generates the reply, handing each piece of
-    /// text to `on_piece` as it is sampled. A line the tokenizer cannot encode changes nothing.
+    /// One turn: reads `line` and a newline (after a newline of its own when the last reply
+    /// ended without one, as the screen shows it), then generates the reply, handing each piece
+    /// of text to `on_piece` as it is sampled. A line the tokenizer cannot encode changes nothing.
     pub fn turn(&mut self, line: &str, mut on_piece: impl FnMut(&str)) -> Result<Reply, ChatTurnError> {
-        let ids = self.tok.encode(&format!("{line}\n")).map_err(|e| ChatTurnError::Encode(e.to_string()))?;
+        let lead = if self.needs_newline && self.generator.is_some() { "\n" } else { "" };
+        let ids = self.tok.encode(&format!("{lead}{line}\n")).map_err(|e| ChatTurnError::Encode(e.to_string()))?;
         let sampler = self.sampler();
         self.turn += 1;
         let prefilled = match &mut self.generator {
@@ -185,12 +191,14 @@ impl<'a> Session<'a> {
         let (max_tokens, stop_token) = (self.settings.max_tokens, self.tok.eot_id());
         let mut tokens = Vec::new();
         let mut text = String::new();
+        let mut ended_by_token = false;
         for _ in 0..max_tokens {
             let s = g.step()?;
             if let Some(tr) = s.trace {
                 self.traces.push(tr);
             }
             if stop_token == Some(s.token) {
+                ended_by_token = true;
                 break;
             }
             tokens.push(s.token);
@@ -206,6 +214,8 @@ impl<'a> Session<'a> {
             text.push_str(&rest);
             on_piece(&rest);
         }
+        // (After an end-of-text token the next line starts a new document anyway.)
+        self.needs_newline = !ended_by_token && !text.is_empty() && !text.ends_with('\n');
         let dropped = ids.len().saturating_sub(self.model.cfg.max_seq_len);
         Ok(Reply { tokens, text, prefilled, dropped })
     }
@@ -312,8 +322,15 @@ pub fn run(
     let mut session = Session::new(model, tok, settings, trace.is_some());
     while let Some(line) = lines.next_line("> ")? {
         if let Some(cmd) = line.strip_prefix('/') {
-            let (name, rest) = cmd.split_once(' ').unwrap_or((cmd, ""));
-            let parts: Vec<&str> = rest.splitn(2, ' ').collect();
+            // (Extra spaces between the words are not part of them; a stop text keeps its own.)
+            let cmd = cmd.trim_start();
+            let (name, rest) = cmd.split_once(char::is_whitespace).unwrap_or((cmd, ""));
+            let rest = rest.trim_start();
+            let parts: Vec<&str> = match rest.split_once(char::is_whitespace) {
+                Some((key, value)) => vec![key, value.trim_start()],
+                None if rest.is_empty() => vec![],
+                None => vec![rest],
+            };
             match (name.trim(), parts.as_slice()) {
                 ("quit" | "exit", _) => break,
                 ("reset", _) => {
@@ -325,7 +342,13 @@ pub fn run(
                 ("set", [key, value]) => match session.settings.with(key, value) {
                     Ok(next) => {
                         session.settings = next;
-                        writeln!(log, "({key} = {value})")?;
+                        if *key == "stop" {
+                            // (`stop TEXT` adds to the list: the list is what holds now.)
+                            let stops: Vec<String> = session.settings.stop.iter().map(|x| format!("{x:?}")).collect();
+                            writeln!(log, "(stop texts: [{}], and a blank line)", stops.join(", "))?;
+                        } else {
+                            writeln!(log, "({key} = {value})")?;
+                        }
                     }
                     Err(e) => writeln!(log, "error: {e}")?,
                 },
@@ -333,6 +356,19 @@ pub fn run(
                 _ => writeln!(log, "unknown command '/{cmd}' ({HELP})")?,
             }
             continue;
+        }
+        // A line longer than the context: said before the reply (which reads only its end).
+        let cap = model.cfg.max_seq_len;
+        if let Ok(ids) = tok.encode(&format!("{line}\n"))
+            && ids.len() > cap
+        {
+            writeln!(
+                log,
+                "(that line is {} tokens, more than the model's context of {cap}: it reads the last {cap}, not the \
+                 first {})",
+                ids.len(),
+                ids.len() - cap
+            )?;
         }
         let mut io = Ok(());
         let reply = session.turn(&line, |piece| {
@@ -345,16 +381,6 @@ pub fn run(
             Ok(r) => {
                 if !r.text.ends_with('\n') {
                     writeln!(out)?;
-                }
-                if r.dropped > 0 {
-                    let cap = model.cfg.max_seq_len;
-                    writeln!(
-                        log,
-                        "(that line was {} tokens, more than the model's context of {cap}: it read the last {cap}, \
-                         not the first {})",
-                        r.dropped + cap,
-                        r.dropped
-                    )?;
                 }
             }
             Err(ChatTurnError::Encode(e)) => {

@@ -454,10 +454,13 @@ impl<'a> Generator<'a> {
                 .iter()
                 .map(|&t| TokenTrace { token: t, text: st.push(t).unwrap_or_default(), ..Default::default() })
                 .collect();
+            let n = tokens.len().min(run.len());
             if model.cfg.variant.is_ddl() {
-                let n = tokens.len().min(run.len());
                 read_traces(model, &p, run.len() - n..run.len(), &mut traces[tokens.len() - n..], wait).await?;
             }
+            // The tokens beyond the context were not read: no trace, as for a prompt's (their
+            // text was decoded above, so the rest's pieces are whole).
+            traces.drain(..tokens.len() - n);
         }
         Ok((run.len(), traces))
     }
@@ -478,6 +481,12 @@ impl<'a> Generator<'a> {
     /// The prompt and every token generated so far.
     pub fn history(&self) -> &[u32] {
         &self.history
+    }
+
+    /// The logits the next [`Generator::step`] samples from (the model's prediction after the
+    /// history, in the context it has now).
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
     }
 
     /// The text generated so far.
@@ -508,7 +517,7 @@ impl<'a> Generator<'a> {
         let ddl = model.cfg.variant.is_ddl();
         if self.cache.pos + 1 > cap {
             // Slide: keep the last half of the context (this token included) and re-prefill it.
-            let keep_from = self.history.len() - cap / 2;
+            let keep_from = self.history.len() - slide_keep(cap);
             let kept: Vec<u32> = self.history[keep_from..].to_vec();
             self.fresh_cache()?;
             let mut p = model.decode_program(&self.cache, kept.len())?;
@@ -602,10 +611,10 @@ pub async fn timed_generation(
 }
 
 /// Log-probabilities (natural log) the model gives each token of `continuation` after `prompt`,
-/// teacher-forced in one forward (the last `max_seq_len` tokens of prompt + continuation), under
-/// `beta_maps` when given and with the `k_mean` sublayers' directions fixed to the prompt's mean
-/// (as generation fixes them). One value per continuation token that fits the context (from its
-/// end).
+/// teacher-forced, under `beta_maps` when given and with the `k_mean` sublayers' directions
+/// fixed to the prompt's mean (as generation fixes them). One value per continuation token, each
+/// in the context generation gave it: the prompt's last `max_seq_len` tokens, then, whenever the
+/// context is full, its last half ([`Generator::step`]'s slide) — one forward per such window.
 pub fn continuation_logprobs(
     model: &Model,
     prompt: &[u32],
@@ -627,27 +636,38 @@ pub async fn continuation_logprobs_with(
 ) -> Result<Vec<f64>> {
     let (cap, v) = (model.cfg.max_seq_len, model.cfg.vocab_size);
     let all: Vec<u32> = prompt.iter().chain(continuation).copied().collect();
-    let start = all.len().saturating_sub(cap);
-    let window = &all[start..];
-    // Targets: the continuation tokens whose predicting position is in the window.
-    let first_target = prompt.len().max(start + 1);
-    if window.len() < 2 || first_target >= all.len() {
+    let n = all.len();
+    if prompt.is_empty() || continuation.is_empty() {
         return Ok(Vec::new());
     }
     let k_fixed = mean_k_directions_with(model, prompt, &beta_maps, k_mean, wait).await?;
-    let mut cache = model.decode_cache()?;
-    cache.beta_maps = beta_maps;
-    cache.k_fixed = k_fixed;
-    let mut p = model.decode_program(&cache, window.len())?;
-    let logits = p.forward_with(model, window, &mut cache, wait).await?;
-    Ok((first_target..all.len())
-        .map(|i| {
+    let mut out = Vec::with_capacity(continuation.len());
+    // A window [start, last): its positions predict tokens start + 1 ..= last; generation
+    // predicts `first ..= last` in it (the earlier ones belong to the window before).
+    let (mut start, mut first) = (prompt.len().saturating_sub(cap), prompt.len());
+    while first < n {
+        let last = (start + cap).min(n - 1);
+        let window = &all[start..last];
+        let mut cache = model.decode_cache()?;
+        cache.beta_maps = beta_maps.clone();
+        cache.k_fixed = k_fixed.clone();
+        let mut p = model.decode_program(&cache, window.len())?;
+        let logits = p.forward_with(model, window, &mut cache, wait).await?;
+        for i in first..=last {
             let row = &logits[(i - 1 - start) * v..(i - start) * v];
             let max = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
             let lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
-            row[all[i] as usize] as f64 - lse
-        })
-        .collect())
+            out.push(row[all[i] as usize] as f64 - lse);
+        }
+        first = last + 1;
+        start = first - slide_keep(cap);
+    }
+    Ok(out)
+}
+
+/// How many tokens a full context keeps when generation slides: its last half (at least one).
+fn slide_keep(cap: usize) -> usize {
+    (cap / 2).max(1)
 }
 
 /// Per token of `continuation`: its log-probability under the interventions (`beta_maps`,

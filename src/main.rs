@@ -509,12 +509,16 @@ pub(crate) fn generate_cmd(
             let (imin, min) =
                 d.iter().enumerate().fold((0, f64::INFINITY), |a, (i, &x)| if x < a.1 { (i, x) } else { a });
             let off = c.original.len() - d.len();
+            let at = format!("at token {} ({:?})", imin + off, text(&c.original[imin + off..imin + off + 1]));
+            let extreme = if min < 0.0 {
+                format!("largest drop {min:+.4} {at}")
+            } else {
+                format!("no token's log-probability fell (the smallest change {min:+.4} {at})")
+            };
             println!(
-                "log-probability of the original continuation under the interventions (teacher-forced): mean Δ \
-                 {mean:+.4} nats per token over {} tokens; largest drop {min:+.4} at token {} ({:?})",
+                "log-probability of the original continuation under the interventions (teacher-forced, each token \
+                 in the context generation gave it): mean Δ {mean:+.4} nats per token over {} tokens; {extreme}",
                 d.len(),
-                imin + off,
-                text(&c.original[imin + off..imin + off + 1])
             );
             let per: Vec<String> = d.iter().map(|x| format!("{x:+.3}")).collect();
             println!("Δ log p per token: {}", per.join(" "));

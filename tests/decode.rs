@@ -275,6 +275,45 @@ fn compare_with_identity_maps_changes_nothing_and_a_real_intervention_is_measure
     assert!(c.delta_logprob.iter().any(|&d| d.abs() > 1e-4), "{:?}", c.delta_logprob);
 }
 
+/// Teacher-forced log-probabilities are those generation itself had, token by token, also past
+/// the context (a context of 5: generation slides to its last half, and so does the measure).
+#[test]
+fn teacher_forced_log_probabilities_follow_generation_past_the_context() {
+    use ddl::generate::{Generator, Sampler, SamplerConfig, continuation_logprobs};
+    for cap in [5usize, 1] {
+        let g = Golden::load(&ddl::testing::data_path("tests/golden").join("ddl.safetensors")).unwrap();
+        let mut cfg = g.config.clone();
+        cfg.max_seq_len = cap;
+        let layout = Layout::new(&cfg);
+        let mut flat = vec![0.0f32; layout.total];
+        for (s, &off) in layout.specs.iter().zip(&layout.offsets) {
+            flat[off..off + s.len()].copy_from_slice(g.f32(&format!("param.{}", s.name), Some(&s.shape)).unwrap());
+        }
+        let model = Model::with_params(ddl::testing::gpu(), cfg.clone(), &flat).unwrap();
+        let tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_chars(
+            (0..cfg.vocab_size as u32).map(|i| char::from_u32(0x4e00 + i).unwrap()).collect(),
+        ));
+        let prompt: Vec<u32> =
+            g.i32("input.tokens", &[g.batch, g.seq_len]).unwrap()[..3].iter().map(|&x| x as u32).collect();
+        let sampler = Sampler::new(SamplerConfig { seed: 11, ..SamplerConfig::default() });
+        let mut generator = Generator::new(&model, &tok, &prompt, sampler, false).unwrap();
+        let (mut tokens, mut had) = (Vec::new(), Vec::new());
+        for _ in 0..17 {
+            let row: Vec<f64> = generator.logits().iter().map(|&x| x as f64).collect();
+            let t = generator.step().unwrap().token;
+            let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let lse = max + row.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
+            had.push(row[t as usize] - lse);
+            tokens.push(t);
+        }
+        let lp = continuation_logprobs(&model, &prompt, &tokens, None, &[]).unwrap();
+        assert_eq!(lp.len(), tokens.len(), "context {cap}: one value per token");
+        for (i, (a, b)) in lp.iter().zip(&had).enumerate() {
+            assert!((a - b).abs() <= 1e-4, "context {cap}, token {i}: teacher-forced {a} against generation's {b}");
+        }
+    }
+}
+
 #[test]
 fn k_mean_writes_along_the_prompts_mean_direction_from_the_prefill_on() {
     // The plain write, the v-Map direction MLP's k, and the expanded state with compressors.

@@ -711,10 +711,13 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
     assert_eq!(pieces.len(), r1.tokens.len(), "{pieces:?}");
     assert_eq!(pieces.concat(), r1.text);
     let before: Vec<u32> = s.history().to_vec();
+    // A reply cut by max_tokens ends without a newline: the next line starts on a new one, as
+    // the screen shows it (not glued to the reply's last word).
+    let line = if r1.text.ends_with('\n') { "Second\n".to_string() } else { "\nSecond\n".to_string() };
     let r2 = s.turn("Second", |_| {}).unwrap();
-    assert_eq!(r2.prefilled, "Second\n".chars().count(), "the second turn prefills only its line");
+    assert_eq!(r2.prefilled, line.chars().count(), "the second turn prefills only its line");
     let mut prompt = before.clone();
-    prompt.extend(tok.encode("Second\n").unwrap());
+    prompt.extend(tok.encode(&line).unwrap());
     let opts = GenOptions {
         max_tokens: 6,
         stop: vec!["\n\n".into()],
@@ -739,7 +742,7 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
             assert!((x - y).abs() < 1e-4, "token {i}: β {x} cached vs {y} in one prefill");
         }
     }
-    let second = tok.encode("Second\n").unwrap();
+    let second = tok.encode(&line).unwrap();
     let alone = ddl::generate::Generator::new(&model, &tok, &second, sampler(), true).unwrap();
     let cached = &s.traces()[before.len()..prompt.len()];
     let moved = alone
@@ -754,6 +757,13 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
     let r3 = s.turn(&long, |_| {}).unwrap();
     assert!(r3.prefilled >= 41 && r3.prefilled <= 48, "{}", r3.prefilled);
     s.turn("and on", |_| {}).unwrap();
+    // A line longer than the context: only the tokens read have traces, as for a first line's.
+    let (read, traced) = (s.history().len(), s.traces().len());
+    let r5 = s.turn(&"y".repeat(60), |_| {}).unwrap();
+    assert!(r5.dropped > 0);
+    let new_traces = &s.traces()[traced..];
+    assert!(new_traces.iter().all(|t| t.beta.len() == 2), "a trace without β (a token not read)");
+    assert_eq!(new_traces.len(), s.history().len() - read - r5.dropped, "traces of the tokens read only");
 
     // Through `chat::run`: every token reaches the output as its own flushed write, commands and
     // errors go to the log, and the trace file holds the whole conversation.
@@ -767,8 +777,8 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
             Ok(())
         }
     }
-    let script =
-        "First Citizen:\n/set top_k 3\n/set max_tokens 4\n/settings\n/set nope 1\nSecond\n/reset\nagain\n/quit\n";
+    let script = "First Citizen:\n/set top_k 3\n/set  max_tokens   4\n/settings\n/set nope 1\n/set stop \\n\n/set stop ab\n\
+                  /set stop none\nSecond\n/reset\nagain\n/quit\n";
     let (mut input, mut log, mut out) = (std::io::Cursor::new(script.as_bytes()), Vec::new(), Writes(Vec::new()));
     let trace = dir.join("chat-trace.safetensors");
     let mut lines = PlainLines { input: &mut input, log: &mut Vec::new() };
@@ -779,6 +789,8 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
         "{log}"
     );
     assert!(log.contains("max_tokens 4") && log.contains("top_k 3"), "{log}");
+    // `stop TEXT` adds: the list that holds is said.
+    assert!(log.contains(r#"(stop texts: ["\n", "ab"], and a blank line)"#), "{log}");
     let replies: Vec<&String> = out.0.iter().filter(|w| w.as_str() != "\n").collect();
     assert!(replies.len() >= 6 + 4, "token-by-token writes expected, got {:?}", out.0);
     let bytes = std::fs::read(&trace).unwrap();

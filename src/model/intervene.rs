@@ -168,7 +168,24 @@ impl Interventions {
     /// clamped at 2 (the end of β's range) unless out-of-range values are allowed.
     pub fn notes(&self) -> Vec<String> {
         if self.allow_out_of_range {
-            return Vec::new();
+            // Far outside (0, 2) each write multiplies the k-component by |1 − β|: float32
+            // overflows within a few layers and the text stops meaning anything.
+            return self
+                .list
+                .iter()
+                .filter_map(|i| match i.action {
+                    Action::Set(b) | Action::AtLeast(b) if !(-2.0..=4.0).contains(&b) => Some(b),
+                    Action::Scale(s) if s.abs() > 2.0 => Some(2.0 * s),
+                    _ => None,
+                })
+                .map(|b| {
+                    format!(
+                        "note: β up to {b:e}: each write scales the state's k-component by |1 − β|, so far outside \
+                         (0, 2) the state overflows float32 within a few writes and the text stops meaning anything"
+                    )
+                })
+                .take(1)
+                .collect();
         }
         self.list
             .iter()

@@ -475,6 +475,35 @@ fn run_model(
     betas: bool,
     label: &str,
 ) -> Result<ModelRun, TrainError> {
+    run_model_in(model, ds, t, span, windows, betas, label).map_err(|e| match e {
+        // A batch of windows whose buffers the adapter cannot bind: the batch that would fit.
+        TrainError::Gpu(crate::gpu::GpuError::TooLarge { needed, max, .. }) => {
+            let fits = (t.batch_size as u128 * max as u128 / needed.max(1) as u128) as usize;
+            let fix = if fits >= 1 {
+                format!("pass --batch-size {fits} or less")
+            } else {
+                "pass --batch-size 1 and a shorter --seq-len".to_string()
+            };
+            TrainError::Settings(format!(
+                "a batch of {} windows of {} tokens does not fit adapter '{}': one of its buffers needs {needed} \
+                 bytes, at most {max} can be bound; {fix}",
+                t.batch_size, t.seq_len, model.gpu.info.name
+            ))
+        }
+        e => e,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_model_in(
+    model: &Model,
+    ds: &Dataset,
+    t: &super::TrainConfig,
+    span: EvalSpan,
+    windows: usize,
+    betas: bool,
+    label: &str,
+) -> Result<ModelRun, TrainError> {
     // (The head in the run's slices, or `--head-chunk`'s: the same loss, less memory.)
     let prog = model.loss_program(t.batch_size, t.seq_len, t.head_chunk)?;
     let mut tally = BetaTally::default();
@@ -585,9 +614,14 @@ impl EvalResult {
                     ));
                 }
                 _ => out.push_str(&format!(
-                    "\nfewer than two full batches of {} windows to pair: no interval (pass a smaller --batch-size or a \
-                     longer text)",
-                    self.batch_size
+                    "\nfewer than two full batches of {} window{} to pair: no interval ({})",
+                    self.batch_size,
+                    if self.batch_size == 1 { "" } else { "s" },
+                    if self.batch_size > 1 {
+                        "pass a smaller --batch-size or a longer text"
+                    } else {
+                        "pass a longer text"
+                    }
                 )),
             }
         }
