@@ -124,8 +124,9 @@ pub(crate) enum Cmd {
         /// Print only failing rows and the per-file summary.
         #[arg(long)]
         quiet: bool,
-        /// Run with the expanded states in half precision (`--f16-state`) at its looser stated
-        /// tolerances (d_v = 4 files of ddl and ddl_vmap).
+        /// Check with the expanded states in half precision (as `ddl train --f16-state` stores
+        /// them) at their looser stated tolerances: the d_v = 4 files of ddl and ddl_vmap; the
+        /// other files are skipped and named.
         #[arg(long)]
         f16_state: bool,
         /// f32, or f16: the linear layers and the tied LM head take f16 operands (f32
@@ -173,7 +174,7 @@ pub(crate) enum Cmd {
     Eval(EvalArgs),
     /// Generate text from a checkpoint with the KV and conv caches, streaming tokens to stdout.
     Generate {
-        /// A run directory (its checkpoint and tokenizer).
+        /// A run folder (its checkpoint and tokenizer), or one of its kept checkpoints.
         #[arg(long)]
         checkpoint: std::path::PathBuf,
         /// The prompt; `-` reads it from standard input.
@@ -205,7 +206,7 @@ pub(crate) enum Cmd {
     /// Interactive generation that keeps the context (and its caches) across turns (/reset,
     /// /set NAME VALUE, /settings, /help, /quit).
     Chat {
-        /// A run directory (its checkpoint and tokenizer).
+        /// A run folder (its checkpoint and tokenizer), or one of its kept checkpoints.
         #[arg(long)]
         checkpoint: std::path::PathBuf,
         #[command(flatten)]
@@ -363,30 +364,36 @@ impl SamplingArgs {
 
 #[derive(Args)]
 pub(crate) struct TrainArgs {
-    /// Model and schedule preset: tiny, shakespeare-char, small-124m, medium-353m [default: tiny].
+    /// Model and schedule preset: tiny, shakespeare-char, small-124m, medium-353m [default: tiny,
+    /// or what --config names; with --resume or --init-from, that run's].
     #[arg(long)]
     pub(crate) preset: Option<String>,
-    /// baseline, ddl_v1, ddl, ddl_ec, ddl_cc, ddl_ccec, ddl_v1_vmap, ddl_vmap [default: ddl].
+    /// baseline, ddl_v1, ddl, ddl_ec, ddl_cc, ddl_ccec, ddl_v1_vmap, ddl_vmap [default: ddl, or
+    /// what --config names; with --resume or --init-from, that checkpoint's].
     #[arg(long)]
     pub(crate) variant: Option<String>,
     /// Stop after this step (the schedule's length is train.decay_steps) [default: 200; with
     /// --resume, the --steps the run was last given].
     #[arg(long, value_parser = positive)]
     pub(crate) steps: Option<usize>,
-    /// Seed of the initialisation and the batch order (0 to 2^63 − 1).
+    /// Seed of the initialisation and the batch order (0 to 2^63 − 1) [default: 1337,
+    /// `train.seed`].
     #[arg(long, value_parser = run_seed)]
     pub(crate) seed: Option<u64>,
     /// A TOML file with [model] / [train] tables and `corpus`.
     #[arg(long)]
     pub(crate) config: Option<std::path::PathBuf>,
-    /// key=value overrides (train.lr=3e-4, model.d_v=2, batch_size=16 ...).
-    #[arg(long = "set")]
+    /// A setting: train.lr=3e-4, model.d_v=2, batch_size=16 ... (every key: docs/TRAINING.md,
+    /// "Every setting"; a run folder's config.toml holds them all).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
     pub(crate) sets: Vec<String>,
-    /// A UTF-8 text file or a directory of .txt files.
+    /// A UTF-8 text file or a directory of .txt files [default: assets/tinyshakespeare.txt,
+    /// also built into the binary].
     #[arg(long)]
     pub(crate) corpus: Option<String>,
-    /// `char`, or a tokenizer.json (e.g. from `ddl tokenizer train`; with --data: the one the
-    /// shards were made with, when they have no meta.json, e.g. GPT-2's for llm.c's shards).
+    /// `char` [default], or a tokenizer.json (e.g. from `ddl tokenizer train`; with --data: the
+    /// one the shards were made with, when they have no meta.json, e.g. GPT-2's for llm.c's
+    /// shards).
     #[arg(long)]
     pub(crate) tokenizer: Option<String>,
     /// Train on token shards instead of --corpus: a folder (`ddl data prepare`'s, or llm.c's
@@ -400,7 +407,8 @@ pub(crate) struct TrainArgs {
     /// Output directory (a new one, or one without a run: see --resume and --overwrite).
     #[arg(long, required_unless_present = "resume")]
     pub(crate) out: Option<std::path::PathBuf>,
-    /// Continue the run in this directory exactly where its checkpoint stopped.
+    /// Continue the run in this folder exactly where its checkpoint stopped (with --out NEW: a
+    /// copy of it, or of one of its kept checkpoints, continues in NEW).
     #[arg(long)]
     pub(crate) resume: Option<std::path::PathBuf>,
     /// Start a new run from this checkpoint's parameters (a run folder or one of its kept

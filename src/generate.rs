@@ -660,6 +660,9 @@ pub async fn continuation_logprobs_with(
             out.push(row[all[i] as usize] as f64 - lse);
         }
         first = last + 1;
+        if first >= n {
+            break;
+        }
         start = first - slide_keep(cap);
     }
     Ok(out)

@@ -174,8 +174,8 @@ impl Interventions {
                 .list
                 .iter()
                 .filter_map(|i| match i.action {
-                    Action::Set(b) | Action::AtLeast(b) if !(-2.0..=4.0).contains(&b) => Some(b),
-                    Action::Scale(s) if s.abs() > 2.0 => Some(2.0 * s),
+                    Action::Set(b) | Action::AtLeast(b) if !(-8.0..=10.0).contains(&b) => Some(b),
+                    Action::Scale(s) if s.abs() > 5.0 => Some(2.0 * s),
                     _ => None,
                 })
                 .map(|b| {
@@ -356,6 +356,9 @@ mod tests {
         assert_eq!(notes.len(), 1);
         assert!(notes[0].contains("all:beta*=4") && notes[0].contains("above 0.500 becomes 2"), "{notes:?}");
         assert!(Interventions::parse(&["all:beta*=4".into()], true).unwrap().notes().is_empty());
+        // Far outside (0, 2), allowed: the overflow it leads to is said.
+        let far = Interventions::parse(&["all:beta=1e5".into(), "block0:beta*=100".into()], true).unwrap().notes();
+        assert!(far.len() == 1 && far[0].contains("1e5") && far[0].contains("overflows"), "{far:?}");
         let i = Interventions::parse(&["all:beta=2.5".into()], true).unwrap();
         assert_eq!(i.maps(&cfg(Variant::Ddl)).unwrap()[0].apply(0.3), 2.5);
     }

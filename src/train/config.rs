@@ -736,6 +736,31 @@ impl RunConfig {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_settings_table_in_training_md_names_every_key() {
+        // docs/TRAINING.md's "Every setting" lists what config.toml holds: a key added without a
+        // row there fails here.
+        let doc = include_str!("../../docs/TRAINING.md");
+        let table = doc.split("### Every setting").nth(1).expect("the section").split("\n\n|").nth(1).unwrap_or("");
+        let table = table.split("\n\n").next().unwrap_or("");
+        let mut run = RunConfig::preset("tiny", crate::model::Variant::Ddl).unwrap();
+        run.init_from = "x".into();
+        let t = toml::Table::try_from(&run).unwrap();
+        let mut missing = Vec::new();
+        for (k, v) in &t {
+            let keys: Vec<String> = match v.as_table() {
+                Some(inner) => inner.keys().map(|f| format!("{k}.{f}")).collect(),
+                None => vec![k.clone()],
+            };
+            for key in keys {
+                if !table.contains(&format!("`{key}`")) {
+                    missing.push(key);
+                }
+            }
+        }
+        assert!(missing.is_empty(), "docs/TRAINING.md's settings table lacks {missing:?}");
+    }
+
     use super::*;
 
     /// train.min_lr is a tenth of train.lr unless given: `--set train.lr=3e-4` on the tiny preset

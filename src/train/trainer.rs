@@ -200,14 +200,13 @@ impl<'c> Trainer<'c> {
                         out.join(checkpoint::OPTIM_FILE).display()
                     ))
                 })?;
-                // The saved settings, except the flags that may change between invocations.
+                // The saved settings, except those that may change between invocations (memory, and
+                // what a bad step does: not the results). The caller's run holds the saved values
+                // unless it was given others (`ddl train --resume` starts from them), so these are
+                // taken as they come, also to turn one off (`--set train.recompute=false`).
                 let (skip, recompute, chunk) = (run.train.skip_nonfinite, run.train.recompute, run.train.head_chunk);
                 run = saved;
-                run.train.skip_nonfinite |= skip;
-                run.train.recompute |= recompute;
-                if chunk > 0 {
-                    run.train.head_chunk = chunk;
-                }
+                (run.train.skip_nonfinite, run.train.recompute, run.train.head_chunk) = (skip, recompute, chunk);
             }
             if run.model != ck.model.cfg {
                 return Err(TrainError::Settings(format!(
