@@ -186,7 +186,7 @@ fn checkpoint_problems_are_clear_errors() {
     // Resuming needs the moments too: a missing or mismatched optim file is named.
     let m = mutated(&ck, "no-optim", |_, _| {});
     std::fs::remove_file(m.join("optim.safetensors")).unwrap();
-    fails(&dir, &["train", "--resume", m.to_str().unwrap(), "--steps", "3"], &["optim.safetensors", "missing"]);
+    fails(&dir, &["train", "--resume", m.to_str().unwrap(), "--steps", "3"], &["no optim.safetensors", "--init-from"]);
     let m = mutated(&ck, "step", |_, meta| {
         meta.insert("step".into(), "7".into());
     });
@@ -369,7 +369,7 @@ fn corpus_problems_are_clear_errors() {
     let tw = twice.display().to_string();
     let prepared = dir.join("prepared").display().to_string();
     let o = cmd(&dir).args(["data", "prepare", "--tokenizer", "char", "--out", &prepared, &tw, &a]).output().unwrap();
-    assert!(o.status.success() && text(&o).contains("1 documents"), "{}", text(&o));
+    assert!(o.status.success() && text(&o).contains("1 document,"), "{}", text(&o));
     let _ = std::fs::remove_dir_all(&prepared);
     let p = dir.join("empty.txt");
     std::fs::write(&p, "").unwrap();
@@ -708,7 +708,7 @@ fn outputs_never_replace_files_they_do_not_own() {
     std::fs::create_dir_all(&other).unwrap();
     let o = prep(&dir.join("shards"), &[], &tree);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("1 documents"), "the cycle was followed: {}", text(&o));
+    assert!(text(&o).contains("1 document,"), "the cycle was followed: {}", text(&o));
     assert!(!stale.exists(), "a killed run's temporary folder was left");
     assert!(other.exists());
 }
