@@ -339,6 +339,8 @@ pub fn read_meta(dir: &Path) -> Result<Option<Meta>, DataError> {
 /// [`read_corpus`] of a text that can be read only once (a pipe), saying first that it waits for
 /// the pipe's writer (else a pipe nobody writes to looks like a hang).
 fn read_piped(path: &Path, flag: &str) -> Result<String, DataError> {
+    #[cfg(not(unix))]
+    let _ = flag;
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileTypeExt;
