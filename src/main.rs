@@ -480,6 +480,7 @@ pub(crate) fn generate_cmd(
             ids.len()
         );
     }
+    note_unreachable_stops(&tok, &sa.stop);
     let opts = ddl::generate::GenOptions {
         max_tokens: sa.max_tokens,
         stop: sa.stop.clone(),
@@ -540,6 +541,16 @@ pub(crate) fn generate_cmd(
     Ok(())
 }
 
+/// A `--stop` text the checkpoint's tokenizer cannot produce (a character a char model lacks)
+/// never stops the text: said, so that a long output is not a surprise.
+fn note_unreachable_stops(tok: &ddl::tokenizer::Tokenizer, stops: &[String]) {
+    for stop in stops.iter().filter(|s| !s.is_empty()) {
+        if let Err(e) = tok.encode(stop) {
+            eprintln!("note: --stop {stop:?} can never be generated ({e}): it will not stop the text");
+        }
+    }
+}
+
 fn chat(dev: &DeviceArgs, dir: &std::path::Path, sa: SamplingArgs, trace: Option<&std::path::Path>) -> Result<()> {
     use std::io::IsTerminal;
     let settings = ddl::chat::ChatSettings { sampler: sa.sampler()?, max_tokens: sa.max_tokens, stop: sa.stop };
@@ -548,6 +559,7 @@ fn chat(dev: &DeviceArgs, dir: &std::path::Path, sa: SamplingArgs, trace: Option
     }
     let gpu = dev.open().context("opening the GPU")?;
     let (model, tok) = ddl::generate::load_for_inference(&gpu, dir)?;
+    note_unreachable_stops(&tok, &settings.stop);
     eprintln!(
         "chat with {} ({} parameters, context {} tokens). /help lists the commands; Ctrl-D or /quit ends",
         dir.display(),

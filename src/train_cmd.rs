@@ -136,6 +136,30 @@ fn check_inputs(run: &ddl::train::RunConfig, a: &TrainArgs) -> Result<()> {
     Ok(())
 }
 
+/// `--tokenizer char` given for `--data` shards whose `meta.json` names a BPE tokenizer: `char`
+/// (the default) means the shards' own there, so the flag would be ignored without a word.
+fn refuse_char_for_bpe_shards(run: &ddl::train::RunConfig, a: &TrainArgs) -> Result<()> {
+    if a.tokenizer.as_deref() != Some("char") || run.data.is_empty() {
+        return Ok(());
+    }
+    let Ok(format) = ddl::train::shards::Format::parse(&run.data_format) else { return Ok(()) };
+    let Ok((train, _)) = ddl::train::shards::find(&run.data, format) else { return Ok(()) };
+    let Some(dir) = train.first().and_then(|p| p.parent()) else { return Ok(()) };
+    if let Ok(Some(meta)) = ddl::train::data::read_meta(dir)
+        && let Ok(tok) = ddl::tokenizer::Tokenizer::from_json(&meta.tokenizer)
+        && tok.kind() != "char"
+    {
+        anyhow::bail!(
+            "--tokenizer char: the shards in {} were made with a {} tokenizer of {} tokens (their meta.json), which \
+             they are trained with; drop --tokenizer",
+            dir.display(),
+            tok.kind(),
+            tok.vocab_size()
+        );
+    }
+    Ok(())
+}
+
 /// The model config of the checkpoint `--init-from` names, or what is wrong with it.
 fn init_config(ck: &std::path::Path) -> Result<ddl::model::ModelConfig> {
     ddl::train::checkpoint::saved_config(ck).map_err(|e| {
@@ -369,6 +393,7 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         // Every setting is checked before the adapter opens or anything is written.
         run.validate()?;
         check_inputs(&run, &a)?;
+        refuse_char_for_bpe_shards(&run, &a)?;
     }
     if a.distributed == Some(Distributed::Mpi) {
         return train_mpi(dev, &a, run, out, resume);

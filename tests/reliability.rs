@@ -440,6 +440,17 @@ fn tokenizer_problems_are_clear_errors() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
+    // Shards made with it: `--tokenizer char` (which means "the shards' own" with --data, the
+    // default) given for them is refused rather than ignored.
+    let shards = dir.join("bpe-shards").display().to_string();
+    let o = cmd(&dir)
+        .args(["data", "prepare", "--tokenizer", bpe.to_str().unwrap(), "--out", &shards, &c])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let mut a = vec!["train", "--data", &shards, "--out", &out, "--steps", "1", "--tokenizer", "char"];
+    a.extend_from_slice(SMALL);
+    fails(&dir, &a, &["--tokenizer char", "bpe tokenizer of 300 tokens", "drop --tokenizer"]);
     // `--text -` reads standard input, as `generate --prompt -` does.
     let encode = |t: &str| {
         let mut c = cmd(&dir);
@@ -493,6 +504,13 @@ fn generation_problems_are_clear_errors() {
     g(&["--prompt", "日本"], &["日"]);
     // A factor written past f32's range is named as such (not "inf").
     g(&["--prompt", "hi", "--intervene", "all:beta*=1e40"], &["1e40 is beyond the largest value"]);
+    // A stop text the char tokenizer cannot produce: generation goes on, and says the stop
+    // cannot happen.
+    let o = cmd(&dir)
+        .args(["generate", "--checkpoint", k, "--prompt", "hi", "--max-tokens", "2", "--stop", "é"])
+        .output()
+        .unwrap();
+    assert!(o.status.success() && text(&o).contains("can never be generated"), "{}", text(&o));
     // A prompt longer than the context is documented behaviour, not an error: its last part is
     // used (with a note) and generation proceeds.
     let long = "To be, or not to be: that is the question. ".repeat(4);
