@@ -570,7 +570,7 @@ fn chat(dev: &DeviceArgs, dir: &std::path::Path, sa: SamplingArgs, trace: Option
     // A terminal gets line editing and history; a pipe or file is read line by line.
     let mut edited = None;
     if stdin.is_terminal() {
-        let history = ddl::train::data::cache_dir().join("chat-history.txt");
+        let history = ddl::cache_dir().join("chat-history.txt");
         match ddl::chat::EditedLines::new(Some(history)) {
             Ok(e) => edited = Some(e),
             Err(e) => eprintln!("({e}; reading plain lines)"),
@@ -638,7 +638,7 @@ fn data_cmd(d: DataCmd) -> Result<()> {
 /// `ddl data cache`: the shard cache listed, or pruned (`remove`).
 fn cache_cmd(remove: bool, p: ddl::train::cache::Prune, json: bool) -> Result<()> {
     use ddl::train::cache::{State, age, count, list, prune, reason, size};
-    let root = ddl::train::data::cache_dir().join("shards");
+    let root = ddl::cache_dir().join("shards");
     let unreadable = |e: std::io::Error| {
         anyhow::anyhow!(
             "the shard cache '{}' cannot be listed ({e}): it is DDL_CACHE_DIR's (else $XDG_CACHE_HOME/ddl's or \

@@ -139,13 +139,11 @@ fn check_inputs(run: &ddl::train::RunConfig, a: &TrainArgs) -> Result<()> {
 /// `--tokenizer char` given for `--data` shards whose `meta.json` names a BPE tokenizer: `char`
 /// (the default) means the shards' own there, so the flag would be ignored without a word.
 fn refuse_char_for_bpe_shards(run: &ddl::train::RunConfig, a: &TrainArgs) -> Result<()> {
-    if a.tokenizer.as_deref() != Some("char") || run.data.is_empty() {
+    if a.tokenizer.as_deref() != Some("char") {
         return Ok(());
     }
-    let Ok(format) = ddl::train::shards::Format::parse(&run.data_format) else { return Ok(()) };
-    let Ok((train, _)) = ddl::train::shards::find(&run.data, format) else { return Ok(()) };
-    let Some(dir) = train.first().and_then(|p| p.parent()) else { return Ok(()) };
-    if let Ok(Some(meta)) = ddl::train::data::read_meta(dir)
+    // (Shards that do not open are said so when the data opens.)
+    if let Ok(Some((dir, meta))) = ddl::train::data::data_meta(run)
         && let Ok(tok) = ddl::tokenizer::Tokenizer::from_json(&meta.tokenizer)
         && tok.kind() != "char"
     {

@@ -114,11 +114,6 @@ pub fn read_corpus(path: &Path) -> Result<String, DataError> {
     Ok(text)
 }
 
-/// The cache directory ([`crate::cache_dir`]).
-pub fn cache_dir() -> PathBuf {
-    crate::cache_dir()
-}
-
 /// Version of the cached shard sets' layout (part of their key).
 const CACHE_FORMAT: &str = "ddl-corpus-shards-1";
 
@@ -136,6 +131,17 @@ pub struct Meta {
     /// What the tokens were made from, and how documents are separated.
     #[serde(default)]
     pub source: String,
+}
+
+impl Meta {
+    /// Where the listed shards' token counts do not add up to a split's recorded size.
+    fn split_sums_problem(&self) -> Option<String> {
+        let sum = |part: &str| self.shards.iter().filter(|s| s.file.contains(part)).map(|s| s.tokens).sum::<usize>();
+        [("_train_", "train_tokens", self.train_tokens), ("_val_", "val_tokens", self.val_tokens)]
+            .into_iter()
+            .find(|&(part, _, total)| sum(part) != total)
+            .map(|(part, split, total)| format!("{split} is {total} but its {part} shards list {} tokens", sum(part)))
+    }
 }
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -204,13 +210,8 @@ pub fn check_meta_counts(meta: &Meta, folder: &Path) -> Result<(), DataError> {
         path: meta_path.clone(),
         msg: format!("{msg}: the file does not describe these shards; prepare the data again (`ddl data prepare`)"),
     };
-    let sum = |part: &str| meta.shards.iter().filter(|s| s.file.contains(part)).map(|s| s.tokens).sum::<usize>();
-    for (part, split, total) in
-        [("_train_", "train_tokens", meta.train_tokens), ("_val_", "val_tokens", meta.val_tokens)]
-    {
-        if sum(part) != total {
-            return Err(bad(format!("{split} is {total} but its {part} shards list {} tokens", sum(part))));
-        }
+    if let Some(why) = meta.split_sums_problem() {
+        return Err(bad(why));
     }
     for sm in &meta.shards {
         let p = folder.join(&sm.file);
@@ -550,7 +551,7 @@ pub fn corpus_shards(
     given: Option<&Tokenizer>,
     val_fraction: f64,
 ) -> Result<(PathBuf, Tokenizer), crate::train::TrainError> {
-    corpus_shards_in(&cache_dir().join("shards"), corpus, tok_setting, given, val_fraction, CORPUS_CHUNK)
+    corpus_shards_in(&crate::cache_dir().join("shards"), corpus, tok_setting, given, val_fraction, CORPUS_CHUNK)
 }
 
 /// [`corpus_shards`] with the cache's shard folder given, the corpus read `chunk` bytes at a time.
@@ -655,7 +656,7 @@ pub(crate) const EVAL_TOKENIZER: &str = "checkpoint tokenizer ";
 /// with no validation split, made once in pieces (constant memory; what pieces cannot give
 /// exactly, read whole) and found again by later evaluations of the text with this tokenizer.
 pub fn text_shards(path: &Path, tok: &Tokenizer) -> Result<Vec<PathBuf>, crate::train::TrainError> {
-    text_shards_in(&cache_dir().join("shards"), path, tok, CORPUS_CHUNK)
+    text_shards_in(&crate::cache_dir().join("shards"), path, tok, CORPUS_CHUNK)
 }
 
 fn text_shards_in(
@@ -805,8 +806,7 @@ pub(crate) fn set_problem(dir: &Path) -> Result<Meta, String> {
         Ok(None) => return Err("it has no meta.json".into()),
         Ok(Some(m)) => m,
     };
-    let sum = |part: &str| meta.shards.iter().filter(|s| s.file.contains(part)).map(|s| s.tokens).sum::<usize>();
-    if (sum("_train_"), sum("_val_")) != (meta.train_tokens, meta.val_tokens) {
+    if meta.split_sums_problem().is_some() {
         return Err("its meta.json's token counts do not add up".into());
     }
     let entries = std::fs::read_dir(dir).map_err(|e| format!("it does not list: {e}"))?;
@@ -887,17 +887,24 @@ pub fn check_init_tokenizer(
             return Err(other(format!("tokenizer = {} is", run.tokenizer), named.vocab_size()));
         }
     }
-    if !run.data.is_empty() {
-        let format = super::shards::Format::parse(&run.data_format).map_err(crate::train::TrainError::Settings)?;
-        let (train, _) = super::shards::find(&run.data, format).map_err(DataError::from)?;
-        let dir = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
-        if let Some(m) = read_data_meta(&dir)?
-            && m.tokenizer != tok.to_json()
-        {
-            return Err(other(format!("the shards' {} name", dir.join("meta.json").display()), m.vocab_size));
-        }
+    if let Some((dir, m)) = data_meta(run)?
+        && m.tokenizer != tok.to_json()
+    {
+        return Err(other(format!("the shards' {} name", dir.join("meta.json").display()), m.vocab_size));
     }
     Ok(())
+}
+
+/// The folder of a run's `--data` shards and its `meta.json`, when it has one (`None` also for
+/// a `--corpus` run).
+pub fn data_meta(run: &crate::train::RunConfig) -> Result<Option<(PathBuf, Meta)>, crate::train::TrainError> {
+    if run.data.is_empty() {
+        return Ok(None);
+    }
+    let format = super::shards::Format::parse(&run.data_format).map_err(crate::train::TrainError::Settings)?;
+    let (train, _) = super::shards::find(&run.data, format).map_err(DataError::from)?;
+    let dir = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
+    Ok(read_data_meta(&dir)?.map(|m| (dir, m)))
 }
 
 /// The dataset and tokenizer of a run: `--data` shards (with their `meta.json`'s tokenizer, the
@@ -1021,7 +1028,7 @@ pub fn corpus_record(
     run: &crate::train::RunConfig,
     write_cache: bool,
 ) -> Result<serde_json::Value, crate::train::TrainError> {
-    let root = cache_dir().join("shards");
+    let root = crate::cache_dir().join("shards");
     let base = corpus_key(&run.corpus, &run.tokenizer, run.train.val_fraction)?;
     let cached = cached_set(&root.join(&base))?.is_some();
     let scratch = (!write_cache && !cached).then(|| {
