@@ -202,6 +202,10 @@ pub(crate) enum Cmd {
         /// the original continuation under the interventions (teacher-forced).
         #[arg(long)]
         compare: bool,
+        /// Continuations to sample from the prompt, one after another, each headed by its seed:
+        /// the i-th is exactly what `--seed` + i − 1 gives alone.
+        #[arg(long, value_parser = positive, default_value_t = 1)]
+        samples: usize,
     },
     /// Interactive generation that keeps the context (and its caches) across turns (/reset,
     /// /set NAME VALUE, /settings, /help, /quit).

@@ -56,6 +56,8 @@ pub struct Golden {
     /// The `--intervene` specs the reference ran with (`tests/golden/override/`: checked by the
     /// decode tests against the engine's interventions), empty for a plain model.
     pub interventions: String,
+    /// The tensors a check has read (`unread` names the others).
+    read: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Golden {
@@ -108,7 +110,18 @@ impl Golden {
             tensors.insert(name, (shape, d));
         }
         let interventions = md.get("interventions").cloned().unwrap_or_default();
-        Ok(Golden { path: p, config, opt, steps, params, batch, seq_len, tensors, interventions })
+        Ok(Golden {
+            path: p,
+            config,
+            opt,
+            steps,
+            params,
+            batch,
+            seq_len,
+            tensors,
+            interventions,
+            read: Default::default(),
+        })
     }
 
     fn err(&self, msg: String) -> GoldenError {
@@ -117,6 +130,7 @@ impl Golden {
 
     /// An f32 tensor with its expected shape checked.
     pub fn f32(&self, name: &str, shape: Option<&[usize]>) -> Result<&[f32], GoldenError> {
+        self.mark(name);
         match self.tensors.get(name) {
             Some((s, Data::F32(v))) => {
                 if let Some(want) = shape
@@ -132,11 +146,25 @@ impl Golden {
     }
 
     pub fn i32(&self, name: &str, shape: &[usize]) -> Result<&[i32], GoldenError> {
+        self.mark(name);
         match self.tensors.get(name) {
             Some((s, Data::I32(v))) if s == shape => Ok(v),
             Some((s, _)) => Err(self.err(format!("tensor '{name}' must be I32 {shape:?}, found shape {s:?}"))),
             None => Err(self.err(format!("tensor '{name}' is missing"))),
         }
+    }
+
+    fn mark(&self, name: &str) {
+        self.read.lock().unwrap_or_else(|e| e.into_inner()).insert(name.to_string());
+    }
+
+    /// The file's tensors no check has read so far, sorted: after a check, those it could not
+    /// compare (a newer reference's quantities this build does not know).
+    pub fn unread(&self) -> Vec<String> {
+        let read = self.read.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<String> = self.tensors.keys().filter(|k| !read.contains(*k)).cloned().collect();
+        v.sort();
+        v
     }
 }
 
@@ -180,7 +208,9 @@ pub fn structural(g: &Golden) -> Result<Vec<Row>, GoldenError> {
     let same_names = names == g.params.iter().map(|s| s.as_str()).collect::<Vec<_>>();
     let mut shape_msg = String::new();
     for s in &layout.specs {
-        match g.tensors.get(&format!("param.{}", s.name)) {
+        let name = format!("param.{}", s.name);
+        g.mark(&name);
+        match g.tensors.get(&name) {
             Some((shape, _)) if *shape == s.shape => {}
             Some((shape, _)) => {
                 shape_msg = format!("param.{} has shape {shape:?}, the config builds {:?}", s.name, s.shape)
@@ -522,5 +552,17 @@ pub fn report(path: &Path, g: &Golden, rows: &[Row], quiet: bool) -> String {
         s += &format!("{r}\n");
     }
     let fails = rows.iter().filter(|r| !r.pass).count();
+    let unread = g.unread();
+    if !unread.is_empty() {
+        // A newer reference's quantities: said, not silently passed over.
+        const SHOWN: usize = 8;
+        let more = if unread.len() > SHOWN { format!(" and {} more", unread.len() - SHOWN) } else { String::new() };
+        s += &format!(
+            "note: {} of the file's {} tensors not compared (this build does not know them): {}{more}\n",
+            unread.len(),
+            g.tensors.len(),
+            unread[..unread.len().min(SHOWN)].join(", ")
+        );
+    }
     s + &format!("{}: {} compared, {} failed\n\n", path.display(), rows.len(), fails)
 }

@@ -161,6 +161,7 @@ fn run(cli: Cli) -> Result<()> {
             intervene,
             allow_out_of_range,
             compare,
+            samples,
         } => {
             let iv = ddl::model::Interventions::parse(&intervene, allow_out_of_range)?;
             for note in iv.notes() {
@@ -174,10 +175,51 @@ fn run(cli: Cli) -> Result<()> {
                     "--compare writes no trace: drop --trace, or run the intervened generation alone to trace it"
                 );
             }
-            generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, trace.as_deref(), strict_context, (&iv, compare))
+            if samples > 1 {
+                check_samples(samples, &sampling, trace.is_some(), compare)?;
+            }
+            generate_cmd(
+                &cli.device,
+                &checkpoint,
+                &prompt,
+                &sampling,
+                trace.as_deref(),
+                strict_context,
+                (&iv, compare),
+                samples,
+            )
         }
         Cmd::Chat { checkpoint, sampling, trace } => chat(&cli.device, &checkpoint, sampling, trace.as_deref()),
     }
+}
+
+/// `--samples N` (N > 1) against the settings that make it pointless or ambiguous, before the
+/// adapter opens.
+fn check_samples(samples: usize, sa: &SamplingArgs, trace: bool, compare: bool) -> Result<()> {
+    if sa.temperature == 0.0 {
+        anyhow::bail!(
+            "--samples {samples} with --temperature 0: greedy decoding gives the same text every time; raise \
+             --temperature (e.g. 0.8) or drop --samples"
+        );
+    }
+    if trace {
+        anyhow::bail!("--samples {samples} with --trace: a trace holds one generation; drop --samples, or --trace");
+    }
+    if compare {
+        anyhow::bail!(
+            "--samples {samples} with --compare: a comparison is one generation with and without the interventions; \
+             drop --samples (give --seed to compare another sample)"
+        );
+    }
+    if sa.seed.checked_add(samples as u64 - 1).is_none() {
+        anyhow::bail!(
+            "--seed {} --samples {samples}: the samples' seeds (--seed, --seed + 1, …) pass 2^64 − 1; give a \
+             --seed of at most {}",
+            sa.seed,
+            u64::MAX - (samples as u64 - 1)
+        );
+    }
+    Ok(())
 }
 
 /// `DDL_CHECK_ARGS=1 ddl …`: the command line parsed and its kernel forms checked (`DDL_FORMS`,
@@ -423,6 +465,7 @@ pub(crate) fn generate_cmd(
     trace: Option<&std::path::Path>,
     strict_context: bool,
     (interventions, compare): (&ddl::model::Interventions, bool),
+    samples: usize,
 ) -> Result<()> {
     use std::io::Write;
     let s = sa.sampler()?;
@@ -526,13 +569,22 @@ pub(crate) fn generate_cmd(
         }
         return Ok(());
     }
-    print!("{prompt}");
-    let mut sampler = ddl::generate::Sampler::new(s);
-    let (_, traces) = ddl::generate::generate(&model, &tok, &ids, &opts, &mut sampler, |t| {
-        print!("{t}");
-        let _ = std::io::stdout().flush();
-    })?;
-    println!();
+    let mut traces = Vec::new();
+    for i in 0..samples as u64 {
+        // Each sample is what its seed gives alone (a fresh sampler, the prompt's caches anew).
+        let cfg = ddl::generate::SamplerConfig { seed: s.seed + i, ..s.clone() };
+        if samples > 1 {
+            println!("--- sample {} of {samples} (--seed {}) ---", i + 1, cfg.seed);
+        }
+        print!("{prompt}");
+        let mut sampler = ddl::generate::Sampler::new(cfg);
+        traces = ddl::generate::generate(&model, &tok, &ids, &opts, &mut sampler, |t| {
+            print!("{t}");
+            let _ = std::io::stdout().flush();
+        })?
+        .1;
+        println!();
+    }
     if let Some(path) = trace {
         ddl::generate::write_trace_with(path, &model.cfg, &traces, &interventions.describe())
             .with_context(|| format!("writing the trace {}", path.display()))?;

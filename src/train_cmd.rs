@@ -389,7 +389,20 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     }
     if !resume {
         // Every setting is checked before the adapter opens or anything is written.
-        run.validate()?;
+        run.validate().map_err(|mut e| {
+            // The model is the checkpoint's with --init-from, so --set model.* is refused:
+            // the remedy lowers the windows instead.
+            if let Some(ck) = &a.init_from
+                && e.key == "train.seq_len"
+            {
+                e.remedy = format!(
+                    "lower it (--set train.seq_len={}): the context is --init-from {}'s model's",
+                    run.model.max_seq_len,
+                    ck.display()
+                );
+            }
+            e
+        })?;
         check_inputs(&run, &a)?;
         refuse_char_for_bpe_shards(&run, &a)?;
     }
@@ -534,7 +547,7 @@ fn report_training(
             seed: 0,
             stop: Vec::new(),
         };
-        crate::generate_cmd(dev, out, "\n", &s, None, false, (&Default::default(), false))?;
+        crate::generate_cmd(dev, out, "\n", &s, None, false, (&Default::default(), false), 1)?;
         println!();
     }
     Ok(())

@@ -23,6 +23,8 @@ fn check_path_on(gpu: &Arc<Gpu>, name: &str, path: &std::path::Path) {
     let fails: Vec<String> = rows.iter().filter(|r| !r.pass).map(|r| r.to_string()).collect();
     assert!(rows.len() > 50, "{name}: only {} rows compared", rows.len());
     assert!(fails.is_empty(), "{name}: {} of {} rows failed:\n{}", fails.len(), rows.len(), fails.join("\n"));
+    // Every quantity the file holds was read by the check (none passed over).
+    assert!(g.unread().is_empty(), "{name}: tensors not compared: {:?}", g.unread());
 }
 
 /// The eight variants, in the spec's order.
@@ -223,6 +225,27 @@ fn a_malformed_golden_file_is_a_clear_error() {
     assert!(e.to_string().contains("bad.safetensors"), "{e}");
     let e = ddl::golden::Golden::load(&dir.join("missing.safetensors")).err().expect("must fail");
     assert!(e.to_string().contains("cannot read"), "{e}");
+}
+
+/// A tensor the build does not know (a newer reference's) is named in the report, not passed
+/// over in silence; the known ones are still compared.
+#[test]
+fn tensors_a_golden_file_holds_beyond_the_checks_are_named() {
+    let path = ddl::testing::data_path("tests/golden/baseline.safetensors");
+    let mut g = ddl::golden::Golden::load(&path).unwrap();
+    for name in ["internal.block0.future_thing", "out.something_new"] {
+        g.tensors.insert(name.into(), (vec![2], ddl::golden::Data::F32(vec![0.0, 1.0])));
+    }
+    let rows = ddl::golden::check(&ddl::testing::gpu(), &g).unwrap();
+    assert!(rows.len() > 50 && rows.iter().all(|r| r.pass));
+    assert_eq!(g.unread(), ["internal.block0.future_thing", "out.something_new"]);
+    let report = ddl::golden::report(&path, &g, &rows, true);
+    assert!(
+        report.contains("2 of the file's")
+            && report.contains("not compared")
+            && report.contains("internal.block0.future_thing, out.something_new"),
+        "{report}"
+    );
 }
 
 /// The f16 saved-state path (`--f16-state`) against the same float64 goldens at the looser
