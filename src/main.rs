@@ -178,16 +178,8 @@ fn run(cli: Cli) -> Result<()> {
             if samples > 1 {
                 check_samples(samples, &sampling, trace.is_some(), compare)?;
             }
-            generate_cmd(
-                &cli.device,
-                &checkpoint,
-                &prompt,
-                &sampling,
-                trace.as_deref(),
-                strict_context,
-                (&iv, compare),
-                samples,
-            )
+            let how = GenerateHow { trace: trace.as_deref(), strict_context, interventions: &iv, compare, samples };
+            generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, how)
         }
         Cmd::Chat { checkpoint, sampling, trace } => chat(&cli.device, &checkpoint, sampling, trace.as_deref()),
     }
@@ -457,17 +449,25 @@ fn eval(dev: &DeviceArgs, a: EvalArgs) -> Result<()> {
     Ok(())
 }
 
+/// How `ddl generate` runs besides the prompt and sampling: a trace, the context rule, the
+/// interventions (and `--compare`), the number of samples.
+pub(crate) struct GenerateHow<'a> {
+    pub(crate) trace: Option<&'a std::path::Path>,
+    pub(crate) strict_context: bool,
+    pub(crate) interventions: &'a ddl::model::Interventions,
+    pub(crate) compare: bool,
+    pub(crate) samples: usize,
+}
+
 pub(crate) fn generate_cmd(
     dev: &DeviceArgs,
     dir: &std::path::Path,
     prompt: &str,
     sa: &SamplingArgs,
-    trace: Option<&std::path::Path>,
-    strict_context: bool,
-    (interventions, compare): (&ddl::model::Interventions, bool),
-    samples: usize,
+    how: GenerateHow,
 ) -> Result<()> {
     use std::io::Write;
+    let GenerateHow { trace, strict_context, interventions, compare, samples } = how;
     let s = sa.sampler()?;
     let from_stdin = prompt == "-";
     let prompt = if from_stdin { read_stdin_capped("--prompt -", 256 << 20)? } else { prompt.to_string() };

@@ -547,7 +547,14 @@ fn report_training(
             seed: 0,
             stop: Vec::new(),
         };
-        crate::generate_cmd(dev, out, "\n", &s, None, false, (&Default::default(), false), 1)?;
+        let how = crate::GenerateHow {
+            trace: None,
+            strict_context: false,
+            interventions: &Default::default(),
+            compare: false,
+            samples: 1,
+        };
+        crate::generate_cmd(dev, out, "\n", &s, how)?;
         println!();
     }
     Ok(())
