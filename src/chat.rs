@@ -24,7 +24,7 @@ pub struct ChatSettings {
     pub sampler: SamplerConfig,
     /// Tokens per reply at most (≥ 1).
     pub max_tokens: usize,
-    /// A reply also stops when it ends with one of these (besides a blank line).
+    /// A reply also stops right after one of these (besides a blank line), also inside a token.
     pub stop: Vec<String>,
 }
 
@@ -192,6 +192,9 @@ impl<'a> Session<'a> {
         let mut tokens = Vec::new();
         let mut text = String::new();
         let mut ended_by_token = false;
+        let stops: Vec<String> =
+            std::iter::once("\n\n".to_string()).chain(self.settings.stop.iter().cloned()).collect();
+        let mut cut = false;
         for _ in 0..max_tokens {
             let s = g.step()?;
             if let Some(tr) = s.trace {
@@ -202,15 +205,19 @@ impl<'a> Session<'a> {
                 break;
             }
             tokens.push(s.token);
-            text.push_str(&s.piece);
-            on_piece(&s.piece);
-            let t = g.text();
-            if t.ends_with("\n\n") || self.settings.stop.iter().any(|st| !st.is_empty() && t.ends_with(st.as_str())) {
+            // A blank line or a stop text ends the reply right after it, even inside the
+            // token's text (the model has read the whole token).
+            if let Some(keep) = crate::generate::stop_cut(g.text(), s.piece.len(), &stops) {
+                text.push_str(&s.piece[..keep]);
+                on_piece(&s.piece[..keep]);
+                cut = true;
                 break;
             }
+            text.push_str(&s.piece);
+            on_piece(&s.piece);
         }
         let rest = g.end_reply();
-        if !rest.is_empty() {
+        if !rest.is_empty() && !cut {
             text.push_str(&rest);
             on_piece(&rest);
         }

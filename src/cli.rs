@@ -341,7 +341,8 @@ pub(crate) struct SamplingArgs {
     /// Seed of the sampler: the same seed, settings and prompt give the same text.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
-    /// Stop when the output ends with this text (repeatable).
+    /// Stop right after the output first contains this text, which is printed (also inside a
+    /// token's text: a BPE token may hold several characters); repeatable.
     #[arg(long)]
     pub(crate) stop: Vec<String>,
 }

@@ -127,6 +127,55 @@ mod tests {
         assert!(SamplerConfig { top_p: 0.0, ..Default::default() }.validate().is_err());
         assert!(SamplerConfig { temperature: -1.0, ..Default::default() }.validate().is_err());
     }
+
+    /// A stop text is found wherever it ends in the newest piece (inside a token's text, or begun
+    /// in earlier pieces), and the piece is kept up to its end; the earliest of several wins.
+    #[test]
+    fn a_stop_text_ending_inside_a_piece_cuts_the_piece_right_after_it() {
+        let st = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // " Marcius" is one piece: "Mar" ends inside it.
+        assert_eq!(stop_cut("ROMEO Marcius", 8, &st(&["Mar"])), Some(4));
+        assert_eq!(stop_cut("ROMEO Marcius", 8, &st(&["ius"])), Some(8));
+        assert_eq!(stop_cut("ROMEO Marcius", 8, &st(&["xyz"])), None);
+        // Begun in earlier pieces ("O M" starts in "ROMEO").
+        assert_eq!(stop_cut("ROMEO Marcius", 8, &st(&["O Ma"])), Some(3));
+        // Wholly in earlier text: not this piece's (it would have stopped earlier).
+        assert_eq!(stop_cut("ROMEO Marcius", 8, &st(&["ROM"])), None);
+        // The earliest end of several.
+        assert_eq!(stop_cut("ab cdef", 5, &st(&["ef", "cd", "x"])), Some(3));
+        // Multi-byte characters: cuts at character boundaries, search start moved back to one.
+        assert_eq!(stop_cut("né é!", 4, &st(&["é!"])), Some(4));
+        assert_eq!(stop_cut("aéb", 1, &st(&["éb"])), Some(1));
+        // An empty piece or empty stop texts stop nothing.
+        assert_eq!(stop_cut("abc", 0, &st(&["c"])), None);
+        assert_eq!(stop_cut("abc", 1, &st(&[""])), None);
+        // A blank line (chat's stop) inside a piece of three newlines.
+        assert_eq!(stop_cut("hi\n\n\n", 3, &st(&["\n\n"])), Some(2));
+    }
+}
+
+/// Where a stop text ends in the newest piece of generated text: `text` is the generated text
+/// with that piece (its last `piece_len` bytes) at its end. Returns how many bytes of the piece
+/// to keep, up to and including the end of the earliest stop text that ends in it, or `None`
+/// when none does. A stop text may begin in earlier pieces and end inside this one (a BPE token
+/// holds several characters: `Mar` ends inside ` Marcius`).
+pub fn stop_cut(text: &str, piece_len: usize, stops: &[String]) -> Option<usize> {
+    let start = text.len().checked_sub(piece_len)?;
+    stops
+        .iter()
+        .filter(|st| !st.is_empty())
+        .filter_map(|st| {
+            // Only a match that ends in the piece: one ending before it would have stopped an
+            // earlier piece.
+            let mut from = start.saturating_sub(st.len() - 1);
+            while !text.is_char_boundary(from) {
+                from -= 1;
+            }
+            let at = text[from..].find(st.as_str())? + from;
+            let end = at + st.len();
+            (end > start).then_some(end - start)
+        })
+        .min()
 }
 
 /// Options of [`generate`].
@@ -566,13 +615,16 @@ pub fn generate(
             break;
         }
         out.push(s.token);
-        on_token(&s.piece);
         if let Some(t) = s.trace {
             traces.push(t);
         }
-        if opts.stop.iter().any(|st| !st.is_empty() && g.text().ends_with(st.as_str())) {
-            break;
+        // A stop text ends the text right after it, even inside the token's text.
+        if let Some(keep) = stop_cut(g.text(), s.piece.len(), &opts.stop) {
+            on_token(&s.piece[..keep]);
+            *sampler = g.sampler;
+            return Ok((out, traces));
         }
+        on_token(&s.piece);
     }
     let rest = if out.is_empty() {
         String::new()

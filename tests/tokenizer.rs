@@ -336,8 +336,34 @@ fn a_run_with_a_bpe_tokenizer_trains_checkpoints_and_resumes() {
     assert!(first.last_loss.is_finite() && (first.last_loss - (VOCAB as f32).ln()).abs() < 1.0, "{first:?}");
     let cfg = std::fs::read_to_string(out.join("config.toml")).unwrap();
     assert!(cfg.contains("tokenizer = ") && cfg.contains("tokenizer.json"), "{cfg}");
-    let second = ddl::train::train(gpu, opts(3, true)).unwrap();
+    let second = ddl::train::train(gpu.clone(), opts(3, true)).unwrap();
     assert_eq!(second.step, 3);
+    // A stop text that ends inside a token's text stops there, the text cut right after it.
+    let (model, tok) = ddl::generate::load_for_inference(&gpu, &out).unwrap();
+    let prompt = tok.encode("ROMEO:").unwrap();
+    let greedy = ddl::generate::SamplerConfig { temperature: 0.0, ..Default::default() };
+    let mut opts = ddl::generate::GenOptions {
+        max_tokens: 30,
+        stop: Vec::new(),
+        stop_token: None,
+        trace: false,
+        beta_maps: None,
+        k_mean: Vec::new(),
+    };
+    let run_gen = |opts: &ddl::generate::GenOptions| {
+        let mut pieces = Vec::new();
+        let mut sampler = ddl::generate::Sampler::new(greedy.clone());
+        ddl::generate::generate(&model, &tok, &prompt, opts, &mut sampler, |p| pieces.push(p.to_string())).unwrap();
+        pieces
+    };
+    let pieces = run_gen(&opts);
+    let i = pieces.iter().position(|p| p.chars().count() >= 2).expect("a token of several characters");
+    let before: String = pieces[..i].concat();
+    let first = pieces[i].chars().next().unwrap();
+    // (The whole text up to the token's first character: its first occurrence ends there.)
+    let stop = format!("{before}{first}");
+    opts.stop = vec![stop.clone()];
+    assert_eq!(run_gen(&opts).concat(), stop, "pieces {pieces:?}");
 }
 
 /// Saving without replacing (tokenizer train without --force) never writes over a file that
