@@ -559,6 +559,10 @@ impl<'a> Generator<'a> {
         let model = self.model;
         let (cap, v) = (model.cfg.max_seq_len, model.cfg.vocab_size);
         let next = self.sampler.sample(&self.logits, &self.history);
+        if self.stream.fresh() {
+            // The text so far as the first new token's context (a WordPiece `##` joins it).
+            self.stream.prime(&self.history);
+        }
         self.history.push(next);
         let piece = self.stream.push(next).unwrap_or_default();
         self.text.push_str(&piece);

@@ -167,7 +167,11 @@ impl Stored {
                 Tokenizer::Char(CharTokenizer::from_chars(chars))
             }
             Stored::Bpe { tokenizer } => {
-                Tokenizer::Bpe(Box::new(serde_json::from_value(tokenizer).map_err(|e| e.to_string())?))
+                let t: HfTokenizer = serde_json::from_value(tokenizer).map_err(|e| e.to_string())?;
+                if let Some(p) = hf_problem(&t) {
+                    return Err(p);
+                }
+                Tokenizer::Bpe(Box::new(t))
             }
         })
     }
@@ -285,6 +289,60 @@ fn chunkable(t: &HfTokenizer) -> bool {
         && t.get_added_tokens_decoder()
             .values()
             .all(|a| !a.content.chars().any(char::is_whitespace) && !a.lstrip && !a.rstrip)
+}
+
+/// Why a Hugging Face tokenizer cannot serve a model, or `None`: every id from 0 to the largest
+/// names exactly one token (a hole is a row of the model no text gives and a sampled id nothing
+/// decodes; two tokens on one id cannot both decode), and a byte-level BPE without an unknown
+/// token has a token for each of the 256 bytes (else text holding a missing byte loses it
+/// without a word: the BPE drops what it cannot encode).
+fn hf_problem(t: &HfTokenizer) -> Option<String> {
+    let vocab = t.get_vocab(true);
+    let mut by_id: HashMap<u32, Vec<&str>> = HashMap::new();
+    for (tok, &id) in &vocab {
+        by_id.entry(id).or_default().push(tok);
+    }
+    let mut shared: Vec<(u32, Vec<&str>)> =
+        by_id.iter().filter(|(_, v)| v.len() > 1).map(|(&i, v)| (i, v.clone())).collect();
+    if let Some((id, mut toks)) = shared.drain(..).min_by_key(|(i, _)| *i) {
+        toks.sort();
+        return Some(format!(
+            "tokens {} share the id {id} (each id names one token); give each its own id",
+            toks.iter().take(4).map(|t| format!("{t:?}")).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let unk = match t.get_model() {
+        tokenizers::ModelWrapper::BPE(b) => b.unk_token.is_some() || b.byte_fallback,
+        _ => true,
+    };
+    if !unk && matches!(t.get_decoder(), Some(tokenizers::DecoderWrapper::ByteLevel(_))) {
+        let mut missing: Vec<u8> =
+            byte_level_bytes().iter().filter(|(c, _)| !vocab.contains_key(&c.to_string())).map(|(_, &b)| b).collect();
+        missing.sort();
+        if !missing.is_empty() {
+            let shown: Vec<String> = missing.iter().take(8).map(|b| format!("0x{b:02x}")).collect();
+            return Some(format!(
+                "a byte-level BPE without tokens for {} of the 256 bytes ({}{}) and without an unknown token: \
+                 text holding them would lose them silently; train it with every byte in its base vocabulary \
+                 (`ddl tokenizer train` does)",
+                missing.len(),
+                shown.join(", "),
+                if missing.len() > 8 { ", …" } else { "" }
+            ));
+        }
+    }
+    let size = vocab.values().max().map_or(0, |&m| m as usize + 1);
+    let holes: Vec<usize> = (0..size).filter(|i| !by_id.contains_key(&(*i as u32))).collect();
+    if let Some(first) = holes.first() {
+        return Some(format!(
+            "{} of the ids 0 to {} name{} no token (the first: {first}): a model row no text gives and an id \
+             nothing decodes; number the tokens without gaps",
+            holes.len(),
+            size - 1,
+            if holes.len() == 1 { "s" } else { "" }
+        ));
+    }
+    None
 }
 
 impl Tokenizer {
@@ -424,7 +482,11 @@ impl Tokenizer {
             let st: Stored = serde_json::from_value(v).map_err(|e| malformed(e.to_string()))?;
             st.into_tokenizer().map_err(malformed)
         } else {
-            Ok(Tokenizer::Bpe(Box::new(serde_json::from_value(v).map_err(|e| malformed(e.to_string()))?)))
+            let t: HfTokenizer = serde_json::from_value(v).map_err(|e| malformed(e.to_string()))?;
+            if let Some(p) = hf_problem(&t) {
+                return Err(malformed(p));
+            }
+            Ok(Tokenizer::Bpe(Box::new(t)))
         }
     }
 
@@ -475,7 +537,7 @@ impl Tokenizer {
 
     /// A decoder for ids produced one at a time (generation).
     pub fn stream(&self) -> StreamDecoder<'_> {
-        StreamDecoder { tok: self, bytes: Vec::new(), ids: Vec::new() }
+        StreamDecoder { tok: self, bytes: Vec::new(), ids: Vec::new(), pending: 0, prefix: String::new(), fresh: true }
     }
 
     /// Short identity of the tokenizer (for cache keys).
@@ -492,9 +554,20 @@ pub struct StreamDecoder<'a> {
     tok: &'a Tokenizer,
     /// Byte-level BPE: bytes not yet emitted (an incomplete character).
     bytes: Vec<u8>,
-    /// Other Hugging Face decoders: ids not yet emitted.
+    /// Other Hugging Face decoders: the last ids (a few already emitted, for their context, and
+    /// those not yet emitted).
     ids: Vec<u32>,
+    /// Other Hugging Face decoders: how many of `ids` (the last) are not yet emitted.
+    pending: usize,
+    /// Other Hugging Face decoders: the text of `ids` already emitted.
+    prefix: String,
+    /// Nothing pushed or primed yet.
+    fresh: bool,
 }
+
+/// Ids a non-byte-level stream keeps as context: enough for a decoder that joins or strips by
+/// the neighbour (WordPiece's `##`, Metaspace's `▁`, a character split over byte tokens).
+const STREAM_CONTEXT: usize = 8;
 
 /// GPT-2's byte-to-character table reversed: printable bytes stand for themselves, the other
 /// bytes for U+0100, U+0101, ... in byte order.
@@ -516,23 +589,56 @@ fn byte_level_bytes() -> &'static HashMap<char, u8> {
 }
 
 impl StreamDecoder<'_> {
+    /// Nothing has been pushed or primed yet.
+    pub fn fresh(&self) -> bool {
+        self.fresh
+    }
+
+    /// Gives the stream the ids before its first one (the prompt, the conversation so far), whose
+    /// text is not emitted: decoders that join or strip by the neighbour (WordPiece's `##`,
+    /// Metaspace's word-initial `▁`) then decode the first new token as the whole text would.
+    /// Only non-byte-level Hugging Face decoders need it; for the others it does nothing.
+    pub fn prime(&mut self, context: &[u32]) {
+        self.fresh = false;
+        if self.byte_level().is_some() || matches!(self.tok, Tokenizer::Char(_)) {
+            return;
+        }
+        let ids = &context[context.len().saturating_sub(STREAM_CONTEXT)..];
+        if let Ok(text) = self.tok.decode(ids) {
+            (self.ids, self.prefix) = (ids.to_vec(), text);
+        }
+    }
+
+    fn byte_level(&self) -> Option<&HfTokenizer> {
+        match self.tok {
+            Tokenizer::Bpe(t) if matches!(t.get_decoder(), Some(tokenizers::DecoderWrapper::ByteLevel(_))) => Some(t),
+            _ => None,
+        }
+    }
+
     /// The text that `id` completes (empty while a character is still incomplete).
     pub fn push(&mut self, id: u32) -> Result<String, TokenizerError> {
-        let t = match self.tok {
-            Tokenizer::Char(_) => return self.tok.decode(&[id]),
-            Tokenizer::Bpe(t) => t,
-        };
-        if !matches!(t.get_decoder(), Some(tokenizers::DecoderWrapper::ByteLevel(_))) {
-            // Without the bytes, wait while the text ends in an incomplete character (at most 4
-            // tokens: a character has at most 4 bytes and every token at least one).
+        self.fresh = false;
+        if let Tokenizer::Char(_) = self.tok {
+            return self.tok.decode(&[id]);
+        }
+        let Some(t) = self.byte_level() else {
+            // Other decoders: the text the ids give with their context, less what the context
+            // gave (a decoder may join, strip or add by the neighbour); while the text ends in an
+            // incomplete character, wait (at most 4 tokens: a character has at most 4 bytes and
+            // every token at least one).
             self.ids.push(id);
+            self.pending += 1;
             let s = self.tok.decode(&self.ids)?;
-            if s.ends_with(char::REPLACEMENT_CHARACTER) && self.ids.len() < 4 {
+            if s.ends_with(char::REPLACEMENT_CHARACTER) && self.pending < 4 {
                 return Ok(String::new());
             }
-            self.ids.clear();
-            return Ok(s);
-        }
+            let out = self.new_text(&s)?;
+            let keep = self.ids.len().saturating_sub(STREAM_CONTEXT);
+            self.ids.drain(..keep);
+            self.prefix = self.tok.decode(&self.ids)?;
+            return Ok(out);
+        };
         let piece = t.id_to_token(id).ok_or(TokenizerError::OutOfRange { id, vocab: self.tok.vocab_size() })?;
         // As the byte-level decoder does: map every character to its byte, or if some character
         // has none (an added token), take the token's UTF-8 as it is.
@@ -569,10 +675,24 @@ impl StreamDecoder<'_> {
         }
     }
 
+    /// `s`, the text of `ids`, less the text already emitted; or, where the decoder rewrote that
+    /// text, the pending ids' own text.
+    fn new_text(&mut self, s: &str) -> Result<String, TokenizerError> {
+        let pending = std::mem::take(&mut self.pending);
+        match s.strip_prefix(self.prefix.as_str()) {
+            Some(rest) => Ok(rest.to_string()),
+            None => self.tok.decode(&self.ids[self.ids.len() - pending..]),
+        }
+    }
+
     /// Whatever is still held back (incomplete bytes as U+FFFD).
-    pub fn finish(self) -> Result<String, TokenizerError> {
+    pub fn finish(mut self) -> Result<String, TokenizerError> {
         if self.bytes.is_empty() {
-            self.tok.decode(&self.ids)
+            if self.pending == 0 {
+                return Ok(String::new());
+            }
+            let s = self.tok.decode(&self.ids)?;
+            self.new_text(&s)
         } else {
             Ok(String::from_utf8_lossy(&self.bytes).into_owned())
         }

@@ -212,6 +212,30 @@ fn bad_files_and_settings_are_clear_errors() {
         assert!(e.to_string().contains("at most 2097152"), "{e}");
     }
 
+    // A vocabulary that cannot serve a model: two tokens on one id, ids without a token, a
+    // byte-level BPE missing a byte (whose text would be dropped without a word).
+    let good = dir.join("good.json");
+    bpe().save(&good).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&good).unwrap()).unwrap();
+    let vocab = json["model"]["vocab"].as_object().unwrap();
+    let merged = vocab.iter().find(|(_, id)| id.as_u64() == Some(300)).unwrap().0.clone();
+    for (name, edit, says) in [
+        ("shared.json", (merged.clone(), Some(5)), "share the id 5"),
+        ("holes.json", (merged.clone(), Some(VOCAB as u64 + 50)), "name no token (the first: 300)"),
+        ("nobyte.json", ("Ā".to_string(), None), "without tokens for 1 of the 256 bytes (0x00)"),
+    ] {
+        let mut j = json.clone();
+        let v = j["model"]["vocab"].as_object_mut().unwrap();
+        match edit.1 {
+            Some(id) => v.insert(edit.0, id.into()),
+            None => v.remove(&edit.0),
+        };
+        let f = dir.join(name);
+        std::fs::write(&f, j.to_string()).unwrap();
+        let e = Tokenizer::load(&f).unwrap_err().to_string();
+        assert!(e.contains(name) && e.contains(says), "{e}");
+    }
+
     let e = bpe().decode(&[1, VOCAB as u32 + 7]).unwrap_err();
     assert!(matches!(e, TokenizerError::OutOfRange { id, .. } if id == VOCAB as u32 + 7), "{e:?}");
 }
@@ -291,6 +315,42 @@ fn a_stream_decoder_emits_only_whole_characters_and_loses_nothing() {
     let char_tok = Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_corpus("ab").unwrap());
     let mut s = char_tok.stream();
     assert_eq!((s.push(1).unwrap(), s.push(0).unwrap()), ("b".to_string(), "a".to_string()));
+}
+
+/// Decoders that join or strip by the neighbour (WordPiece's `##`, Metaspace's `▁`): a stream
+/// primed with the text before it emits what decoding the whole text adds, token by token.
+#[test]
+fn a_stream_of_a_wordpiece_or_metaspace_tokenizer_decodes_as_the_whole_text_does() {
+    let dir = tmpdir("stream-decoders");
+    let wordpiece = r###"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+        "pre_tokenizer":{"type":"Whitespace"},"post_processor":null,
+        "decoder":{"type":"WordPiece","prefix":"##","cleanup":true},
+        "model":{"type":"WordPiece","unk_token":"[UNK]","continuing_subword_prefix":"##","max_input_chars_per_word":100,
+                 "vocab":{"[UNK]":0,"hi":1,"##ink":2,"the":3,"##re":4,"a":5,"th":6}}}"###;
+    let metaspace = r###"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+        "pre_tokenizer":{"type":"Metaspace","replacement":"▁","prepend_scheme":"always","split":true},
+        "post_processor":null,
+        "decoder":{"type":"Metaspace","replacement":"▁","prepend_scheme":"always","split":true},
+        "model":{"type":"Unigram","unk_id":0,"byte_fallback":false,
+                 "vocab":[["<unk>",0.0],["▁hi",-1.0],["▁the",-1.0],["re",-2.0],["▁a",-1.5],["ink",-2.0],["▁th",-3.0]]}}"###;
+    for (name, json, text) in
+        [("wordpiece", wordpiece, "hi hiink there a there"), ("metaspace", metaspace, "hi there a hiink the")]
+    {
+        let path = dir.join(format!("{name}.json"));
+        std::fs::write(&path, json).unwrap();
+        let t = Tokenizer::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let ids = t.encode(text).unwrap();
+        assert!(ids.len() >= 6 && !ids.contains(&0), "{name}: {ids:?}");
+        let whole = t.decode(&ids).unwrap();
+        for split in 1..ids.len() {
+            let before = t.decode(&ids[..split]).unwrap();
+            let mut s = t.stream();
+            s.prime(&ids[..split]);
+            let mut out: String = ids[split..].iter().map(|&id| s.push(id).unwrap()).collect();
+            out += &s.finish().unwrap();
+            assert_eq!(format!("{before}{out}"), whole, "{name}, split at {split}");
+        }
+    }
 }
 
 #[test]

@@ -223,7 +223,15 @@ pub fn check_meta_counts(meta: &Meta, folder: &Path) -> Result<(), DataError> {
             return Err(bad(format!("it lists {} tokens for {}, whose header says {n}", sm.tokens, sm.file)));
         }
     }
-    let vocab = Tokenizer::from_json(&meta.tokenizer).map_err(DataError::from)?.vocab_size();
+    let vocab = Tokenizer::from_json(&meta.tokenizer)
+        .map_err(|e| DataError::Meta {
+            path: meta_path.clone(),
+            msg: format!(
+                "its tokenizer cannot serve a model ({e}); prepare the data again (`ddl data prepare`) with a \
+                 tokenizer that loads (`ddl tokenizer encode --tokenizer FILE --text x` checks one)"
+            ),
+        })?
+        .vocab_size();
     if vocab != meta.vocab_size {
         return Err(bad(format!("vocab_size is {} but its tokenizer has {vocab} tokens", meta.vocab_size)));
     }
