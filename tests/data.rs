@@ -221,10 +221,13 @@ fn documents_from_folders_and_json_lines_are_separated_by_the_end_of_text_token(
     std::fs::create_dir_all(&empty).unwrap();
     let latin = dir.join("latin1.txt");
     std::fs::write(&latin, b"caf\xe9\n").unwrap();
+    let latin_lines = dir.join("latin1.jsonl");
+    std::fs::write(&latin_lines, b"{\"text\": \"ok\"}\n{\"text\": \"caf\xe9\"}\n").unwrap();
     for (input, needle) in [
         (dir.join("missing.txt"), "input"),
         (empty.clone(), "holds no .txt or .jsonl files"),
         (latin.clone(), "is not UTF-8 text (first invalid byte at offset 3)"),
+        (latin_lines.clone(), "line 2: not UTF-8 text (first invalid byte at offset 13 of the line)"),
     ] {
         let o = ddl(&dir)
             .args(["data", "prepare", "--tokenizer", "char", "--out"])
@@ -241,6 +244,32 @@ fn documents_from_folders_and_json_lines_are_separated_by_the_end_of_text_token(
         );
         assert!(!dir.join("bad").exists());
     }
+    // A tokenizer without an end-of-text token that drops newlines (WordPiece on whitespace):
+    // the documents meet with nothing between them, which is said, and meta.json says so too.
+    let wordpiece = dir.join("wordpiece.json");
+    std::fs::write(
+        &wordpiece,
+        r###"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+            "pre_tokenizer":{"type":"Whitespace"},"post_processor":null,
+            "decoder":{"type":"WordPiece","prefix":"##","cleanup":true},
+            "model":{"type":"WordPiece","unk_token":"[UNK]","continuing_subword_prefix":"##",
+                     "max_input_chars_per_word":100,"vocab":{"[UNK]":0,"one":1,"two":2}}}"###,
+    )
+    .unwrap();
+    let lines = dir.join("two.jsonl");
+    std::fs::write(&lines, "{\"text\": \"one two\"}\n{\"text\": \"two one one\"}\n").unwrap();
+    let o = ddl(&dir)
+        .args(["data", "prepare", "--val-tokens", "1", "--tokenizer"])
+        .arg(&wordpiece)
+        .arg("--out")
+        .arg(dir.join("joined"))
+        .arg(&lines)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("documents follow each other with nothing between them"), "{}", text(&o));
+    let meta = std::fs::read_to_string(dir.join("joined/meta.json")).unwrap();
+    assert!(meta.contains("separated by nothing"), "{meta}");
 }
 
 /// A shard written by hand here (llm.c's header, uint16 tokens, a vocabulary of 50,257 as GPT-2's)

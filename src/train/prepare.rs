@@ -156,8 +156,18 @@ fn pieces_of(
     let file = std::fs::File::open(path).map_err(io(path))?;
     if is_jsonl(path) {
         let r = std::io::BufReader::new(file);
-        for (n, line) in r.lines().enumerate() {
-            let line = line.map_err(io(path))?;
+        for (n, line) in r.split(b'\n').enumerate() {
+            let mut line = String::from_utf8(line.map_err(io(path))?).map_err(|e| DataError::Meta {
+                path: path.to_path_buf(),
+                msg: format!(
+                    "line {}: not UTF-8 text (first invalid byte at offset {} of the line); convert the file to UTF-8",
+                    n + 1,
+                    e.utf8_error().valid_up_to()
+                ),
+            })?;
+            if line.ends_with('\r') {
+                line.pop();
+            }
             // A byte-order mark (editors on Windows write one) is not part of the first line's JSON.
             let line = if n == 0 { line.trim_start_matches('\u{feff}').to_string() } else { line };
             if line.trim().is_empty() {
@@ -382,6 +392,15 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
         Some(id) => vec![id],
         None => tok.encode("\n").map_err(DataError::from)?,
     };
+    if sep.is_empty() && !opts.quiet {
+        eprintln!(
+            "note: {} has no {} token and encodes a newline to no token: documents follow each other with \
+             nothing between them (add {} to the tokenizer as a special token to mark where they meet)",
+            opts.tokenizer,
+            crate::tokenizer::EOT,
+            crate::tokenizer::EOT
+        );
+    }
     let wide = tok.vocab_size() > u16::MAX as usize + 1;
     let parent = opts.out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(write_err(parent))?;
@@ -669,7 +688,12 @@ fn write_all(
     let source = format!(
         "ddl data prepare: {} input file(s), {documents} document(s) separated by {}",
         files.len(),
-        if tok.eot_id().is_some() { "the end-of-text token" } else { "a newline" }
+        match (tok.eot_id(), sep.is_empty()) {
+            (Some(_), _) => "the end-of-text token",
+            (None, false) => "a newline",
+            // (The tokenizer drops newlines: meta.json says so rather than claim one.)
+            (None, true) => "nothing (the tokenizer has no end-of-text token and drops newlines)",
+        }
     );
     let mut all = shards.clone();
     all.extend(val);
