@@ -16,8 +16,12 @@ pub(crate) fn bench_config(
 ) -> Result<(ddl::model::ModelConfig, ddl::train::TrainConfig)> {
     let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
     let mut run = preset_with_config(Some(preset), Some(v), config)?;
+    let plain = ddl::train::RunConfig::preset(preset, v)?;
+    unused_settings(&plain, &run, "--config")?;
     for kv in sets {
+        let before = run.clone();
         run.set(kv).map_err(anyhow::Error::msg)?;
+        unused_settings(&before, &run, &format!("--set {kv}"))?;
     }
     if run.model.variant != v {
         anyhow::bail!(
@@ -30,11 +34,70 @@ pub(crate) fn bench_config(
     Ok((run.model, run.train))
 }
 
+/// `bench train` times steps on random tokens with its own optimizer settings: of the run's
+/// settings it takes the model's and these (the flags `--f16-state` and `--precision` take the
+/// storage and precision).
+const BENCH_TRAIN_KEYS: [&str; 4] = ["batch_size", "seq_len", "recompute", "head_chunk"];
+
+/// A setting `bench train` would ignore, changed between `before` and `after` by `what`: refused,
+/// naming what it does take (it was timed as if the setting were not there).
+fn unused_settings(before: &ddl::train::RunConfig, after: &ddl::train::RunConfig, what: &str) -> Result<()> {
+    let (b, a) = (serde_json::to_value(&before.train)?, serde_json::to_value(&after.train)?);
+    let mut changed: Vec<String> = a
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, v)| !BENCH_TRAIN_KEYS.contains(&k.as_str()) && b.get(k.as_str()) != Some(v))
+        .map(|(k, _)| format!("train.{k}"))
+        .collect();
+    for (key, x, y) in [
+        ("corpus", &before.corpus, &after.corpus),
+        ("tokenizer", &before.tokenizer, &after.tokenizer),
+        ("data", &before.data, &after.data),
+        ("data_format", &before.data_format, &after.data_format),
+    ] {
+        if x != y {
+            changed.push(key.to_string());
+        }
+    }
+    if changed.is_empty() {
+        return Ok(());
+    }
+    let flag = match changed[0].as_str() {
+        "train.precision" => " (give --precision for the step's precision)",
+        "train.state_f16" => " (give --f16-state for f16 states)",
+        _ => "",
+    };
+    anyhow::bail!(
+        "{what}: bench train times steps on random tokens with its own optimizer settings, so {} would be \
+         ignored{flag}; it takes the model's settings and train.{} (--batch, --seq, --recompute, --head-chunk)",
+        changed.join(", "),
+        BENCH_TRAIN_KEYS.join(", train.")
+    )
+}
+
+/// An `--against-forms` that names no form (empty, or commas only) is refused.
+pub(crate) fn check_against_forms(spec: &str) -> Result<()> {
+    if spec.split(',').all(|p| p.trim().is_empty()) {
+        anyhow::bail!(
+            "--against-forms {spec:?}: no form given; give KEY=VALUE[,KEY=VALUE…] (`ddl info` lists the forms)"
+        );
+    }
+    Ok(())
+}
+
 /// `--against-forms SPEC`: another handle to the device with `SPEC` (`DDL_FORMS` syntax) applied
 /// over its forms.
 fn forms_handle(gpu: &std::sync::Arc<ddl::gpu::Gpu>, spec: &str) -> Result<std::sync::Arc<ddl::gpu::Gpu>> {
+    check_against_forms(spec)?;
     let mut f = gpu.forms.clone();
     f.apply(spec, gpu.features).map_err(|e| anyhow::anyhow!("--against-forms {spec:?}: {e}"))?;
+    if f == gpu.forms {
+        eprintln!(
+            "note: --against-forms {spec:?} gives the forms this run has already (DDL_FORMS or the adapter's \
+             defaults): both sides are the same, so the ratio shows only the machine's noise"
+        );
+    }
     Ok(gpu.with_forms(|x| *x = f))
 }
 
@@ -234,18 +297,45 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
         BenchCmd::Precision { preset, variant, steps, seeds, corpus, out, json } => {
             let variant = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
             let b = ddl::bench::precision::PrecisionBench { preset, variant, corpus, steps, seeds, out };
-            ddl::bench::precision::precision_rows(&gpu, &b, |r| print_row(&r, json))?;
+            let result = ddl::bench::precision::precision_rows(&gpu, &b, |r| print_row(&r, json));
+            if ddl::train::interrupted() {
+                eprintln!(
+                    "bench precision: interrupted (Ctrl-C); the finished runs in {} are kept, and the same command \
+                     continues with the others",
+                    b.out.display()
+                );
+                return Err(crate::Interrupted.into());
+            }
+            result?;
         }
         BenchCmd::Generate { preset, variant, contexts, reps, json } => {
             let v = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
             let cfg = ddl::model::ModelConfig::preset(&preset, v)?;
+            let cap = cfg.max_seq_len;
+            let contexts = contexts.unwrap_or_else(|| {
+                let fit: Vec<usize> = [64, 256].into_iter().filter(|&c| c <= cap).collect();
+                if fit.is_empty() { vec![cap] } else { fit }
+            });
             if let Some(bad) = contexts.iter().find(|&&c| c < 2) {
                 anyhow::bail!("--contexts: {bad} is too short (at least 2)");
+            }
+            if let Some(bad) = contexts.iter().find(|&&c| c > cap) {
+                anyhow::bail!(
+                    "--contexts: {bad} is longer than the model's context (model.max_seq_len = {cap} for {preset}): \
+                     generation slides its window before that; give contexts up to {cap}"
+                );
             }
             ddl::bench::generate_rows(&gpu, &cfg, &contexts, reps, |r| print_row(&r, json))?;
         }
         BenchCmd::Data { mib, small_mib, dir, keep, steps, preset, variant, draws, json } => {
             let variant = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
+            ddl::model::ModelConfig::preset(&preset, variant)?;
+            if small_mib > mib {
+                anyhow::bail!(
+                    "--small-mib {small_mib} is above --mib {mib}: the small set is the one start-up and memory are \
+                     compared against; give a --small-mib below --mib"
+                );
+            }
             ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
             let dir =
                 dir.unwrap_or_else(|| std::env::temp_dir().join(format!("ddl-bench-data-{}", std::process::id())));
@@ -259,7 +349,14 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 );
             }
             let o = ddl::bench::data::DataBench { dir, small_mib, mib, steps, preset, variant, draws, keep };
-            ddl::bench::data::data_rows(&gpu, &o, |r| print_row(&r, json))?;
+            // Ctrl-C stops it cleanly: what it made is removed, and it exits with 130.
+            let _ctrlc = ddl::train::CtrlcScope::new();
+            let result = ddl::bench::data::data_rows(&gpu, &o, |r| print_row(&r, json));
+            if ddl::train::interrupted() {
+                eprintln!("bench data: interrupted (Ctrl-C); what it had made in {} is removed", o.dir.display());
+                return Err(crate::Interrupted.into());
+            }
+            result?;
         }
         BenchCmd::Copy { mib, reps, json } => {
             let max = gpu.limits.max_buffer_size.min(gpu.limits.max_storage_buffer_binding_size);

@@ -700,8 +700,8 @@ pub(crate) enum BenchCmd {
         /// Optimizer steps per run (also the schedule's length; warm-up a tenth).
         #[arg(long, value_parser = positive, default_value_t = 300)]
         steps: usize,
-        /// Seeds (comma-separated, at least two).
-        #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+        /// Seeds (comma-separated, at least two different ones).
+        #[arg(long, value_delimiter = ',', value_parser = run_seed, default_value = "1,2,3")]
         seeds: Vec<u64>,
         /// The text to train on.
         #[arg(long, default_value = "assets/tinyshakespeare.txt")]
@@ -721,9 +721,10 @@ pub(crate) enum BenchCmd {
         /// The variant to time.
         #[arg(long, default_value = "ddl")]
         variant: String,
-        /// Context lengths to time one token at (comma-separated, each at least 2).
-        #[arg(long, value_parser = positive, value_delimiter = ',', default_value = "64,256")]
-        contexts: Vec<usize>,
+        /// Context lengths to time one token at (comma-separated, each from 2 to the model's
+        /// context) [default: those of 64 and 256 the model's context holds, else its context].
+        #[arg(long, value_parser = positive, value_delimiter = ',')]
+        contexts: Option<Vec<usize>>,
         /// Timed tokens per context (median reported).
         #[arg(long, value_parser = positive, default_value_t = 3)]
         reps: usize,

@@ -235,12 +235,14 @@ fn check_args(cli: &Cli) -> Result<()> {
                     bench_cmd::bench_config(preset, a, config.as_deref(), sets)?;
                 }
                 if let Some(spec) = against_forms {
+                    bench_cmd::check_against_forms(spec)?;
                     forms("--against-forms", spec)?;
                 }
             }
             BenchCmd::Matmul { against_forms, variants, .. } => {
                 ddl::bench::VariantSet::check_names(variants).map_err(anyhow::Error::msg)?;
                 if let Some(spec) = against_forms {
+                    bench_cmd::check_against_forms(spec)?;
                     forms("--against-forms", spec)?;
                 }
             }

@@ -597,6 +597,27 @@ fn bench_problems_are_clear_errors() {
     fails(&dir, &["bench", "train", "--set", "model.widht=3"], &["--set model.widht", "unknown key"]);
     fails(&dir, &["bench", "train", "--set", "model.n_layers=0"], &["model.n_layers = 0", "expected an integer"]);
     fails(&dir, &["bench", "train", "--variant", "baseline", "--set", "model.variant=ddl"], &["--variant"]);
+    // Settings bench train does not use are refused, not ignored (it timed as if they were not
+    // there); seeds given twice, a small set above the large one, contexts past the model's,
+    // shapes past the adapter (an abort while drawing host data before) and a disk too small.
+    fails(&dir, &["bench", "train", "--set", "train.lr=0"], &["--set train.lr=0", "would be ignored"]);
+    fails(&dir, &["bench", "train", "--set", "train.precision=f16"], &["train.precision", "give --precision"]);
+    fails(&dir, &["bench", "precision", "--seeds", "1,1", "--steps", "1"], &["seed 1 is given twice"]);
+    fails(&dir, &["bench", "matmul", "--sizes", "32", "--against-forms", ","], &["no form given"]);
+    fails(&dir, &["bench", "data", "--mib", "1", "--small-mib", "2"], &["--small-mib 2 is above --mib 1"]);
+    fails(
+        &dir,
+        &["bench", "generate", "--preset", "tiny", "--contexts", "65"],
+        &["--contexts: 65", "max_seq_len = 64"],
+    );
+    let t = fails(
+        &dir,
+        &["bench", "kernels", "--filter", "rope", "--batch", "4096", "--seq", "4096", "--reps", "1"],
+        &["attention: could not run at these shapes", "could not run at these shapes (above)"],
+    );
+    assert!(!t.contains("memory allocation") && !t.contains("backtrace"), "{t}");
+    let t = fails(&dir, &["bench", "data", "--mib", "99999999", "--dir", "bench-data"], &["--dir", "MiB free"]);
+    assert!(!dir.join("bench-data").exists(), "the folder it made is removed: {t}");
     let t = fails(&dir, &["bench", "train", "--config", "no-such.toml"], &["--config", "no-such.toml"]);
     assert!(!t.contains("kernel forms"), "a bad setting is refused before the adapter opens: {t}");
     let args = ["--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "train.batch_size=3", "--seq", "16"];

@@ -47,6 +47,9 @@ fn write_text(path: &Path, bytes: u64, seed: u64) -> std::io::Result<()> {
     let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
     let (mut written, mut x) = (0u64, seed | 1);
     while written < bytes {
+        if crate::train::interrupted() {
+            return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "interrupted (Ctrl-C)"));
+        }
         // xorshift64*
         x ^= x >> 12;
         x ^= x << 25;
@@ -65,23 +68,81 @@ fn peak_added_mib(rss0: Option<u64>) -> Option<f64> {
     Some(peak.saturating_sub(rss0?) as f64 / MIB)
 }
 
-/// Runs the benchmark, one row per measurement.
+/// Bytes an unprivileged writer may still write in the file system holding `dir` (Unix), or
+/// `None` where that is not known.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+        // SAFETY: `statvfs` fills the zeroed struct from a NUL-terminated path.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+            return None;
+        }
+        Some(st.f_bavail as u64 * st.f_frsize as u64)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        None
+    }
+}
+
+/// The most disk the benchmark holds at once, in bytes: a set's text (half its shard bytes)
+/// beside its shards while they are made, the sets made before it when they are kept, a run's
+/// checkpoint (its parameters and two AdamW moments in f32) and 64 MiB to spare.
+pub fn disk_needed(o: &DataBench) -> anyhow::Result<u64> {
+    let cfg = crate::model::ModelConfig::preset(&o.preset, o.variant)?;
+    let checkpoint = 12 * crate::model::Layout::new(&cfg).total as u64;
+    let (small, large) = ((o.small_mib as u64) << 20, (o.mib as u64) << 20);
+    let kept = if o.keep { small + checkpoint } else { 0 };
+    Ok((small + small / 2).max(kept + large + large / 2) + checkpoint + (64 << 20))
+}
+
+/// Runs the benchmark, one row per measurement. What it makes in `o.dir` (the sets' text,
+/// shards and runs, and the folder when it made it) is removed afterwards unless `o.keep`, and
+/// whenever it stops early (an error, Ctrl-C: [`crate::train::interrupted`]).
 pub fn data_rows(gpu: &Arc<Gpu>, o: &DataBench, mut emit: impl FnMut(Row)) -> anyhow::Result<()> {
     use anyhow::Context;
+    let made_dir = !o.dir.exists();
     std::fs::create_dir_all(&o.dir).with_context(|| format!("creating --dir {}", o.dir.display()))?;
+    let sets = [("small", o.small_mib), ("large", o.mib)];
+    let remove_made = |set: &str| {
+        let _ = std::fs::remove_file(o.dir.join(format!("{set}.txt")));
+        let _ = std::fs::remove_dir_all(o.dir.join(format!("{set}-shards")));
+        let _ = std::fs::remove_dir_all(o.dir.join(format!("{set}-run")));
+    };
     let result = (|| -> anyhow::Result<()> {
-        for (set, mib) in [("small", o.small_mib), ("large", o.mib)] {
+        let need = disk_needed(o)?;
+        if let Some(free) = free_bytes(&o.dir)
+            && free < need
+        {
+            anyhow::bail!(
+                "--dir {}: {} MiB free, and the benchmark needs about {} MiB at once (text beside its shards, a \
+                 run's checkpoint); lower --mib (or --small-mib), or give a --dir with more space",
+                o.dir.display(),
+                free >> 20,
+                need.div_ceil(1 << 20)
+            );
+        }
+        for (set, mib) in sets {
             let made = make_set(o, set, mib, &mut emit)?;
             time_draws(o, set, &made, &mut emit)?;
             train_on(gpu, o, set, &made, &mut emit)?;
             if !o.keep {
-                let _ = std::fs::remove_dir_all(&made);
-                let _ = std::fs::remove_dir_all(o.dir.join(format!("{set}-run")));
+                remove_made(set);
             }
         }
         Ok(())
     })();
-    if !o.keep {
+    let stopped = result.is_err() || crate::train::interrupted();
+    if !o.keep || stopped {
+        for (set, _) in sets {
+            remove_made(set);
+        }
+    }
+    if made_dir && (!o.keep || stopped) {
         let _ = std::fs::remove_dir(&o.dir);
     }
     result
@@ -179,7 +240,8 @@ fn time_draws(o: &DataBench, set: &str, shards: &Path, emit: &mut impl FnMut(Row
         "batch_tokens": t.batch_size * t.seq_len,
         "draws": ms.len(),
         "draw_ms_mean": mean,
-        "draw_ms_median": ms[ms.len() / 2],
+        // (An even count's median: the mean of the middle two.)
+        "draw_ms_median": (ms[(ms.len() - 1) / 2] + ms[ms.len() / 2]) / 2.0,
         "draw_ms_max": ms[ms.len() - 1],
         "peak_rss_added_mib": peak_added_mib(rss0),
     })));
@@ -209,6 +271,10 @@ fn train_on(gpu: &Arc<Gpu>, o: &DataBench, set: &str, shards: &Path, emit: &mut 
         cmd.args(["--set", kv]);
     }
     let o_ = cmd.output().with_context(|| format!("running {}", exe.display()))?;
+    if crate::train::interrupted() {
+        // (The run got the Ctrl-C too, and stopped.)
+        anyhow::bail!("interrupted (Ctrl-C) during the training run on the {set} set");
+    }
     if !o_.status.success() {
         anyhow::bail!(
             "the training run on the {set} set failed: {}{}",
@@ -227,7 +293,8 @@ fn train_on(gpu: &Arc<Gpu>, o: &DataBench, set: &str, shards: &Path, emit: &mut 
     let data_ms: Vec<f64> = rows.iter().filter_map(|r| r["data_ms"].as_f64()).collect();
     let n = data_ms.len().max(1) as f64;
     // The first step has no prefetched batches; the others were drawn during the step before.
-    let later = data_ms.iter().skip(1).copied().fold(0.0, f64::max);
+    // (None with one step: no step after the first.)
+    let later = data_ms.iter().skip(1).copied().reduce(f64::max);
     let mib = |k: &str| summary[k].as_f64().map(|b| b / MIB);
     emit(Row(json!({
         "bench": "data_train",

@@ -59,6 +59,9 @@ fn run_one(
             show: crate::train::Show::Quiet,
         },
     )?;
+    if crate::train::interrupted() {
+        anyhow::bail!("{}: interrupted (Ctrl-C)", dir.display());
+    }
     let val = s.val_loss.ok_or_else(|| anyhow::anyhow!("{}: the run reported no validation loss", dir.display()))?;
     Ok((val, s.val_tokens.unwrap_or(0), s.tokens_per_s, dir))
 }
@@ -80,6 +83,10 @@ fn finished(dir: &Path, steps: usize) -> Option<(f64, usize, f64)> {
 pub fn precision_rows(gpu: &std::sync::Arc<Gpu>, b: &PrecisionBench, mut emit: impl FnMut(Row)) -> anyhow::Result<()> {
     if b.seeds.len() < 2 {
         anyhow::bail!("--seeds: at least two seeds are needed for a spread and a paired test, got {:?}", b.seeds);
+    }
+    // A seed given twice is one run counted twice: a spread and a test of it would be false.
+    if let Some(s) = b.seeds.iter().enumerate().find_map(|(i, s)| b.seeds[..i].contains(s).then_some(s)) {
+        anyhow::bail!("--seeds: seed {s} is given twice; give at least two different seeds (e.g. 1,2,3)");
     }
     let mut pairs = Vec::new();
     for &seed in &b.seeds {

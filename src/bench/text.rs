@@ -114,13 +114,16 @@ impl Row {
             ),
             Some("data_train") => writeln!(
                 out,
-                "{:<5} train:   {} steps; start-up {:.2} s (data {:.3} s); waited for batches {:.3} ms at the first step, then at most {:.3} ms (mean {:.3}); {:.0} tok/s; peak resident +{} (plan {})",
+                "{:<5} train:   {} steps; start-up {:.2} s (data {:.3} s); waited for batches {:.3} ms at the first step, {} (mean {:.3}); {:.0} tok/s; peak resident +{} (plan {})",
                 v["set"].as_str().unwrap_or(""),
                 v["steps"],
                 v["startup_s"].as_f64().unwrap_or(0.0),
                 v["data_open_s"].as_f64().unwrap_or(0.0),
                 v["data_ms_first"].as_f64().unwrap_or(0.0),
-                v["data_ms_max_after_first"].as_f64().unwrap_or(0.0),
+                match v["data_ms_max_after_first"].as_f64() {
+                    Some(ms) => format!("then at most {ms:.3} ms"),
+                    None => "no step after it".into(),
+                },
                 v["data_ms_mean"].as_f64().unwrap_or(0.0),
                 v["tokens_per_s"].as_f64().unwrap_or(0.0),
                 mib_text(&v["peak_rss_added_mib"]),

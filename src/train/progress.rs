@@ -135,7 +135,12 @@ pub(super) fn cut_metrics(path: &Path, step: usize) -> Result<usize, TrainError>
 
 /// Reads `metrics.jsonl` back into the loss plot.
 pub fn plot_metrics(dir: &Path) -> Result<(), String> {
-    let text = std::fs::read_to_string(dir.join("metrics.jsonl")).map_err(|e| e.to_string())?;
+    let text = match std::fs::read_to_string(dir.join("metrics.jsonl")) {
+        Ok(t) => t,
+        // A run stopped before its first logged step: nothing to plot.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    };
     let mut train = Vec::new();
     let mut val = Vec::new();
     for line in text.lines() {

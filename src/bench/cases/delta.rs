@@ -19,6 +19,8 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
         let s = DeltaShape { n, d, m, k_eps: 1e-5, v_act: VAct::Sigmoid4, state_f16, beta: Default::default() };
         // An f16 state: n·d·m halves of small normal values (the f32 bits of a normal draw would
         // hold f16 NaNs and subnormals).
+        // (The sizes checked before host data is drawn, as `Tensor::zeros` checks them.)
+        gpu.check_buffer_size(&format!("tensor 'x' [{}]", n * d * m), (n * d * m) as u64 * 4)?;
         let x = if state_f16 {
             let bits: Vec<f32> = rng
                 .normal(s.state_elems(), 1.0)
@@ -32,7 +34,10 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
         } else {
             Tensor::from_f32(gpu, "x", &[n * d * m], &rng.normal(n * d * m, 1.0))?
         };
-        let mut t = |label: &str, len: usize| Tensor::from_f32(gpu, label, &[len], &rng.normal(len, 1.0));
+        let mut t = |label: &str, len: usize| {
+            gpu.check_buffer_size(&format!("tensor '{label}' [{len}]"), len as u64 * 4)?;
+            Tensor::from_f32(gpu, label, &[len], &rng.normal(len, 1.0))
+        };
         let kraw = t("kraw", n * d)?;
         let a = t("a", n * d)?;
         let c = t("c", n * d)?;
