@@ -131,6 +131,16 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             let other = other.map(|a| bench_config(preset, a, config.as_deref(), sets)).transpose()?;
             Some((own, other.map(|(m, _)| m)))
         }
+        BenchCmd::Matmul { preset: None, batch, seq, .. } if batch.is_some() || seq.is_some() => {
+            anyhow::bail!("--batch / --seq size a preset's products (--preset NAME); the square sizes are --sizes N,…");
+        }
+        BenchCmd::Matmul { preset: Some(p), cases, .. } if cases.join(",") != "nn,nt,tn" => {
+            anyhow::bail!(
+                "--cases {}: with --preset {p} every product of a training step is timed in the form the model \
+                 runs it; --cases picks the forms of square --sizes",
+                cases.join(",")
+            );
+        }
         _ => None,
     };
     let gpu = dev.open().context("opening the GPU")?;

@@ -574,7 +574,7 @@ fn device_problems_are_clear_errors() {
 #[test]
 fn bench_problems_are_clear_errors() {
     let dir = tmpdir("bench");
-    fails(&dir, &["bench", "matmul", "--variants", "t999"], &["--variants", "'t999'", "expected all, auto"]);
+    fails(&dir, &["bench", "matmul", "--variants", "t999"], &["--variants", "'t999'", "expected all or auto alone"]);
     fails(&dir, &["bench", "matmul", "--preset", "gpt-9"], &["unknown preset 'gpt-9'"]);
     fails(&dir, &["bench", "matmul", "--preset", "tiny", "--sizes", "64"], &["--sizes", "--preset"]);
     fails(&dir, &["bench", "matmul", "--batch", "2"], &["--preset"]);
@@ -604,6 +604,8 @@ fn bench_problems_are_clear_errors() {
     fails(&dir, &["bench", "train", "--set", "train.precision=f16"], &["train.precision", "give --precision"]);
     fails(&dir, &["bench", "precision", "--seeds", "1,1", "--steps", "1"], &["seed 1 is given twice"]);
     fails(&dir, &["bench", "matmul", "--sizes", "32", "--against-forms", ","], &["no form given"]);
+    fails(&dir, &["bench", "matmul", "--sizes", "32", "--batch", "4"], &["--batch / --seq size a preset's"]);
+    fails(&dir, &["bench", "matmul", "--preset", "tiny", "--cases", "nn"], &["--cases nn: with --preset tiny"]);
     fails(&dir, &["bench", "data", "--mib", "1", "--small-mib", "2"], &["--small-mib 2 is above --mib 1"]);
     fails(
         &dir,

@@ -176,7 +176,7 @@ impl VariantSet {
         known.extend(matmul::STAGED_DIAGNOSTIC);
         match s.split(',').map(str::trim).find(|n| !known.contains(n)) {
             Some(bad) => Err(format!(
-                "--variants: '{bad}' is not a tile variant of this engine (expected all, auto or a list of: {})",
+                "--variants: '{bad}' is not a tile variant of this engine (expected all or auto alone, or a list of: {})",
                 known.join(", ")
             )),
             None => Ok(()),
@@ -198,7 +198,7 @@ impl VariantSet {
                 known.extend(matmul::staged_diagnostics_for(gpu));
                 if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
                     return Err(format!(
-                        "--variants: '{bad}' is not a tile variant this adapter runs (expected all, auto or a list of: {})",
+                        "--variants: '{bad}' is not a tile variant this adapter runs (expected all or auto alone, or a list of: {})",
                         known.join(", ")
                     ));
                 }
