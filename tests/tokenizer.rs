@@ -255,6 +255,43 @@ fn a_run_builds_a_char_tokenizer_or_loads_the_named_file() {
     assert!(e.contains("bad.json") && e.contains("not JSON"), "{e}");
 }
 
+/// A resumed run trains on with its checkpoint's tokenizer; a tokenizer file changed or gone
+/// since is said (it was passed over in silence, with a note that blamed the corpus).
+#[test]
+fn a_resumed_run_says_its_tokenizer_file_changed() {
+    let dir = tmpdir("resume-changed");
+    let corpus = dir.join("corpus.txt");
+    std::fs::write(&corpus, shakespeare(20_000)).unwrap();
+    let tok = dir.join("tok.json");
+    bpe().save(&tok).unwrap();
+    let out = dir.join("run");
+    let ddl = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_ddl"))
+            .current_dir(&dir)
+            .env("DDL_CACHE_DIR", dir.join("cache"))
+            .args(["--no-autotune", "train"])
+            .args(args)
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{args:?}: {e}");
+        e
+    };
+    let small = ["--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.n_heads=2"];
+    let mut first = vec!["--preset", "tiny", "--steps", "1", "--corpus", corpus.to_str().unwrap()];
+    first.extend(["--tokenizer", tok.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    first.extend(["--set", "model.head_dim=16", "--set", "train.batch_size=2", "--set", "train.eval_batches=1"]);
+    first.extend(small);
+    let e = ddl(&first);
+    assert!(!e.contains("trains on with its checkpoint's tokenizer"), "{e}");
+    train_bpe(&shakespeare(8_000), 300).unwrap().save(&tok).unwrap();
+    let e = ddl(&["--resume", out.to_str().unwrap(), "--steps", "2"]);
+    assert!(e.contains("trains on with its checkpoint's tokenizer") && e.contains("has changed since"), "{e}");
+    std::fs::remove_file(&tok).unwrap();
+    let e = ddl(&["--resume", out.to_str().unwrap(), "--steps", "3"]);
+    assert!(e.contains("cannot be used now") && e.contains("does not exist"), "{e}");
+}
+
 #[test]
 fn the_cli_trains_a_tokenizer_file_that_loads_and_encodes() {
     let dir = tmpdir("cli");

@@ -579,8 +579,8 @@ fn corpus_shards_in(
     if !removed.is_empty() {
         let bytes: u64 = removed.iter().map(|s| s.1).sum();
         eprintln!(
-            "note: removed {} cached shard set{} of an earlier version of --corpus {corpus} ({}; `ddl data cache` \
-             lists the cache)",
+            "note: removed {} cached shard set{} of an earlier version of --corpus {corpus} or of its tokenizer \
+             file ({}; `ddl data cache` lists the cache)",
             removed.len(),
             if removed.len() == 1 { "" } else { "s" },
             super::cache::size(bytes)
@@ -1002,6 +1002,15 @@ pub fn open_for_run(
     };
     // The validation split is read whole by evaluation: check its ids once here.
     val.check_vocab(tok.vocab_size()).map_err(DataError::from)?;
+    if let Some(p) = train.narrow_for(tok.vocab_size()).or(val.narrow_for(tok.vocab_size())) {
+        eprintln!(
+            "note: {} stores token ids in 16 bits, but the tokenizer has {} tokens: ids from 65536 up cannot be in \
+             it (shards written from this tokenizer's ids in 16 bits lost their upper bits); `ddl data prepare` \
+             writes 32-bit shards for such a vocabulary",
+            p.display(),
+            tok.vocab_size()
+        );
+    }
     train.advise_random();
     let mut ds = Dataset::new(train, val, t.seq_len, tok.vocab_size(), key).map_err(|e| match e {
         // Say which data is too short.

@@ -274,6 +274,12 @@ impl Stream {
     }
 
     /// Fails naming the shard and position of the first token id ≥ `vocab`.
+    /// The first shard that stores ids in 16 bits although the vocabulary has more than 65,536
+    /// tokens (ids from 65,536 up cannot be in it: written from such a tokenizer, they were cut).
+    pub fn narrow_for(&self, vocab: usize) -> Option<&Path> {
+        (vocab > 1 << 16).then(|| self.shards.iter().find(|s| !s.wide).map(|s| s.path.as_path())).flatten()
+    }
+
     pub fn check_vocab(&self, vocab: usize) -> Result<(), ShardError> {
         for s in &self.shards {
             if let Some((index, id)) = s.max_id()
@@ -548,6 +554,9 @@ mod tests {
             assert!(s.check_vocab(200_000).is_ok());
             let e = s.check_vocab(if wide { 70_050 } else { 50 }).unwrap_err().to_string();
             assert!(e.contains("outside the model's vocabulary") && e.contains(&format!("{name}_train_0000")), "{e}");
+            // 16-bit shards cannot hold a vocabulary past 65,536: named; 32-bit ones can.
+            assert_eq!(s.narrow_for(70_000).is_some(), !wide);
+            assert!(s.narrow_for(65_536).is_none());
         }
         assert!(std::fs::read_dir(&dir).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".part")));
     }

@@ -214,6 +214,21 @@ impl<'c> Trainer<'c> {
                     out.display()
                 )));
             }
+            // A run trains on with its checkpoint's tokenizer: a tokenizer file changed (or gone)
+            // since is said, not silently passed over.
+            if run.tokenizer != "char" && run.data.is_empty() {
+                let now = crate::tokenizer::Tokenizer::load(std::path::Path::new(&run.tokenizer));
+                if !matches!(&now, Ok(t) if *t == ck.tokenizer) {
+                    eprintln!(
+                        "note: the run trains on with its checkpoint's tokenizer; its tokenizer file {} {}",
+                        run.tokenizer,
+                        match now {
+                            Err(e) => format!("cannot be used now ({e})"),
+                            Ok(_) => "has changed since".into(),
+                        }
+                    );
+                }
+            }
             (ck.model, ck.tokenizer, state.step, state.elapsed, state.loss_scale)
         } else {
             // Paths that work from any directory; settings first: a bad value is reported before
