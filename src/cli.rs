@@ -238,7 +238,8 @@ pub(crate) enum DataCmd {
     /// and meta.json. Streams in constant memory, tokenizes in parallel, puts the end-of-text token
     /// between documents (char tokenizers: a newline).
     Prepare {
-        /// `char` (the characters of the inputs) or a tokenizer.json.
+        /// `char` (the characters of the inputs), a tokenizer.json, or a run folder (or kept
+        /// checkpoint) whose model's tokenizer to use.
         #[arg(long)]
         tokenizer: String,
         /// Output folder (new or empty).
@@ -312,7 +313,8 @@ pub(crate) enum TokenizerCmd {
     },
     /// Print the token ids of a text.
     Encode {
-        /// A tokenizer.json (Hugging Face format).
+        /// A tokenizer.json (Hugging Face format), or a run folder (or kept checkpoint) whose
+        /// model's tokenizer to use.
         #[arg(long)]
         tokenizer: std::path::PathBuf,
         /// The text to encode, itself (not a file name: `-` reads standard input, e.g. `< file.txt`).

@@ -254,7 +254,6 @@ fn check_args(cli: &Cli) -> Result<()> {
 }
 
 fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
-    use ddl::tokenizer::Tokenizer;
     match cmd {
         TokenizerCmd::Train { corpus, vocab_size, out, force } => {
             train_cmd::refuse_inside_kept("--out", &out)?;
@@ -281,7 +280,7 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
                      build one); give a tokenizer.json"
                 );
             }
-            let tok = Tokenizer::load(&tokenizer)?;
+            let tok = ddl::train::load_tokenizer(&tokenizer)?;
             let text = if text == "-" { read_stdin_capped("--text -", 1 << 30)? } else { text };
             let ids = tok.encode(&text)?;
             println!("{}", ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(" "));

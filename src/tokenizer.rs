@@ -525,6 +525,11 @@ impl Tokenizer {
                 }
                 format!("characters only in the first: {}; only in the second: {}", only(a, b), only(b, a))
             }
+            _ if self.kind() == other.kind() && self.vocab_size() == other.vocab_size() => format!(
+                "two {}s of vocabulary {}, with other tokens, merges or settings",
+                self.kind(),
+                self.vocab_size()
+            ),
             _ => format!(
                 "{} of vocabulary {} against {} of vocabulary {}",
                 self.kind(),

@@ -290,6 +290,28 @@ fn a_resumed_run_says_its_tokenizer_file_changed() {
     std::fs::remove_file(&tok).unwrap();
     let e = ddl(&["--resume", out.to_str().unwrap(), "--steps", "3"]);
     assert!(e.contains("cannot be used now") && e.contains("does not exist"), "{e}");
+    // The run's own tokenizer, its file gone: a run folder stands for its model's tokenizer
+    // (`tokenizer encode`, `data prepare`).
+    let o = Command::new(env!("CARGO_BIN_EXE_ddl"))
+        .args(["tokenizer", "encode", "--text", "ROMEO: hi", "--tokenizer"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let ids: Vec<u32> = bpe().encode("ROMEO: hi").unwrap();
+    let want = ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(" ");
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), want, "{}", String::from_utf8_lossy(&o.stderr));
+    let shards = dir.join("shards");
+    let o = Command::new(env!("CARGO_BIN_EXE_ddl"))
+        .args(["data", "prepare", "--tokenizer", out.to_str().unwrap(), "--out", shards.to_str().unwrap()])
+        .arg(&corpus)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let meta = std::fs::read_to_string(shards.join("meta.json")).unwrap();
+    assert!(
+        meta.contains(&format!("\"vocab_size\": {VOCAB}")) || meta.contains(&format!("\"vocab_size\":{VOCAB}")),
+        "{meta}"
+    );
 }
 
 #[test]

@@ -349,9 +349,11 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                     .unwrap_or_else(|e| format!("theirs unreadable: {e}"));
                 return Err(TrainError::Settings(format!(
                     "{}: the shards were made with another tokenizer (vocabulary {}) than the checkpoint's (vocabulary \
-                     {vocab}; {how}); prepare the text again with the checkpoint's tokenizer (`ddl data prepare --tokenizer`)",
+                     {vocab}; {how}); prepare the text again with the checkpoint's tokenizer (`ddl data prepare \
+                     --tokenizer {}`: a run folder gives its model's)",
                     folder.join("meta.json").display(),
-                    m.vocab_size
+                    m.vocab_size,
+                    dir.display()
                 )));
             }
             let shards = files.iter().map(|p| Shard::open(p, format)).collect::<Result<Vec<_>, _>>();

@@ -591,6 +591,19 @@ pub fn build_tokenizer(setting: &str, corpus_text: &str) -> Result<Tokenizer, Tr
     Tokenizer::load(Path::new(setting)).map_err(|source| TrainError::Tokenizer { setting: setting.to_string(), source })
 }
 
+/// A tokenizer file, or the tokenizer a checkpoint holds when `path` is a run folder or one of
+/// its kept checkpoints (`ddl data prepare --tokenizer RUN`, `ddl tokenizer encode`: the text
+/// tokenised as that model reads it, whatever became of its tokenizer file).
+pub fn load_tokenizer(path: &Path) -> Result<Tokenizer, crate::tokenizer::TokenizerError> {
+    if path.is_dir() && path.join(checkpoint::MODEL_FILE).is_file() {
+        return checkpoint::saved_tokenizer(path).map_err(|e| crate::tokenizer::TokenizerError::Malformed {
+            path: path.join(checkpoint::MODEL_FILE),
+            msg: e.to_string(),
+        });
+    }
+    Tokenizer::load(path)
+}
+
 /// Trains (or resumes) a model and writes everything into `opts.out`.
 pub fn train(gpu: Arc<Gpu>, opts: TrainOptions) -> Result<Summary, TrainError> {
     train_with(gpu, opts, &Single, &DistOptions::default())

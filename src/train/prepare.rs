@@ -376,7 +376,7 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
     let tok = if opts.tokenizer == "char" {
         char_tokenizer(&files)?
     } else {
-        Tokenizer::load(Path::new(&opts.tokenizer))
+        crate::train::load_tokenizer(Path::new(&opts.tokenizer))
             .map_err(|source| TrainError::Tokenizer { setting: opts.tokenizer.clone(), source })?
     };
     if !tok.cuts_exactly() && !opts.quiet {
