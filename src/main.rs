@@ -266,7 +266,13 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
             let (bytes, n) = ddl::train::data::corpus_token_count(&corpus, &tok)?;
             // (Without --force never over a file made meanwhile: two trainers racing to one --out.)
             tok.save_as(&out, force)?;
-            println!("trained in {secs:.1} s: vocab size {} (asked for {vocab_size})", tok.vocab_size());
+            let short = if tok.vocab_size() < vocab_size {
+                // (A merge needs a pair seen at least twice: a small corpus runs out of them.)
+                "; the corpus has no more pairs of tokens that occur twice to merge"
+            } else {
+                ""
+            };
+            println!("trained in {secs:.1} s: vocab size {} (asked for {vocab_size}{short})", tok.vocab_size());
             println!(
                 "compression: {:.3} bytes per token ({bytes} bytes -> {n} tokens)",
                 bytes as f64 / n.max(1) as f64

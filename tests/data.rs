@@ -270,6 +270,16 @@ fn documents_from_folders_and_json_lines_are_separated_by_the_end_of_text_token(
     assert!(text(&o).contains("documents follow each other with nothing between them"), "{}", text(&o));
     let meta = std::fs::read_to_string(dir.join("joined/meta.json")).unwrap();
     assert!(meta.contains("separated by nothing"), "{meta}");
+    // A JSON-lines file as a plain text (a corpus, a tokenizer's text) would be read JSON syntax
+    // and all: refused, pointing to data prepare.
+    for args in [
+        vec!["tokenizer", "train", "--vocab-size", "300", "--out", "t.json", "--corpus"],
+        vec!["train", "--steps", "1", "--out", "jl-run", "--corpus"],
+    ] {
+        let o = ddl(&dir).args(&args).arg(&lines).output().unwrap();
+        assert!(!o.status.success() && text(&o).contains("is a JSON-lines file"), "{args:?}: {}", text(&o));
+    }
+    assert!(!dir.join("t.json").exists() && !dir.join("jl-run").exists());
 }
 
 /// A shard written by hand here (llm.c's header, uint16 tokens, a vocabulary of 50,257 as GPT-2's)

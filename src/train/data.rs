@@ -65,6 +65,12 @@ pub enum DataError {
          use tokenises it again)"
     )]
     CacheInterrupted(String),
+    #[error(
+        "'{0}' is a JSON-lines file: read as a text it would be its JSON syntax and all; `ddl data prepare` reads \
+         its documents (their `text` fields) into shards for `ddl train --data` and `ddl eval --data`, and a \
+         tokenizer is trained on plain text (give the .txt files)"
+    )]
+    JsonLinesAsText(PathBuf),
     #[error("{0}")]
     Tokenize(#[from] crate::tokenizer::TokenizerError),
     #[error(
@@ -465,6 +471,9 @@ pub(crate) fn corpus_files(path: &Path) -> Result<Vec<PathBuf>, DataError> {
         None => {}
     }
     if !path.is_dir() {
+        if path.extension().is_some_and(|e| e == "jsonl") {
+            return Err(DataError::JsonLinesAsText(path.to_path_buf()));
+        }
         return Ok(vec![path.to_path_buf()]);
     }
     let mut v: Vec<PathBuf> = std::fs::read_dir(path)
