@@ -155,12 +155,36 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
         | BenchCmd::Copy { json, .. } => *json,
     };
     if json {
+        // The adapter first (the text forms say it in their headers), then the forms.
+        let i = &gpu.info;
+        println!(
+            "{}",
+            serde_json::json!({
+                "bench": "adapter", "name": i.name, "backend": format!("{:?}", i.backend),
+                "driver": i.driver, "driver_info": i.driver_info, "device_type": format!("{:?}", i.device_type),
+            })
+        );
         println!("{}", gpu.forms.to_json());
     } else {
         print!("{}", gpu.forms.describe());
     }
     match b {
-        BenchCmd::Matmul { sizes, cases, preset, batch, seq, variants, reps, tune, operands, against_forms, json } => {
+        BenchCmd::Matmul {
+            mut sizes,
+            cases,
+            preset,
+            batch,
+            seq,
+            variants,
+            reps,
+            tune,
+            operands,
+            against_forms,
+            json,
+        } => {
+            // (A size given twice is timed once.)
+            let mut seen = std::collections::HashSet::new();
+            sizes.retain(|s| seen.insert(*s));
             if !json {
                 println!(
                     "adapter: {} ({:?}), timing: {}",
@@ -322,10 +346,12 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             let v = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
             let cfg = ddl::model::ModelConfig::preset(&preset, v)?;
             let cap = cfg.max_seq_len;
-            let contexts = contexts.unwrap_or_else(|| {
+            let mut contexts = contexts.unwrap_or_else(|| {
                 let fit: Vec<usize> = [64, 256].into_iter().filter(|&c| c <= cap).collect();
                 if fit.is_empty() { vec![cap] } else { fit }
             });
+            let mut seen = std::collections::HashSet::new();
+            contexts.retain(|c| seen.insert(*c));
             if let Some(bad) = contexts.iter().find(|&&c| c < 2) {
                 anyhow::bail!("--contexts: {bad} is too short (at least 2)");
             }

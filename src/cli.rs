@@ -587,7 +587,7 @@ pub(crate) enum BenchCmd {
         #[arg(long, default_value = "all")]
         variants: String,
         /// Timed repetitions per measurement (median reported).
-        #[arg(long, value_parser = positive, default_value_t = 5)]
+        #[arg(long, value_parser = repetitions, default_value_t = 5)]
         reps: usize,
         /// How A and B are read: f32; r16 (f32 storage rounded to f16 as read, the activations of
         /// `--precision f16`); f16 (f16 storage, its weights); rh (A r16, B f16: a linear layer of
@@ -621,7 +621,7 @@ pub(crate) enum BenchCmd {
         #[arg(long, value_parser = sizes_up_to_2_24)]
         seq: Option<usize>,
         /// Timed repetitions per kernel (median reported).
-        #[arg(long, value_parser = positive, default_value_t = 5)]
+        #[arg(long, value_parser = repetitions, default_value_t = 5)]
         reps: usize,
         /// One JSON object per line.
         #[arg(long)]
@@ -728,7 +728,7 @@ pub(crate) enum BenchCmd {
         #[arg(long, value_parser = positive, value_delimiter = ',')]
         contexts: Option<Vec<usize>>,
         /// Timed tokens per context (median reported).
-        #[arg(long, value_parser = positive, default_value_t = 3)]
+        #[arg(long, value_parser = repetitions, default_value_t = 3)]
         reps: usize,
         /// One JSON object per line.
         #[arg(long)]
@@ -773,7 +773,7 @@ pub(crate) enum BenchCmd {
         #[arg(long, value_parser = positive, default_value_t = 64)]
         mib: usize,
         /// Timed copies (median reported).
-        #[arg(long, value_parser = positive, default_value_t = 5)]
+        #[arg(long, value_parser = repetitions, default_value_t = 5)]
         reps: usize,
         /// One JSON object per line.
         #[arg(long)]
@@ -788,6 +788,14 @@ fn memory_size(s: &str) -> Result<u64, String> {
     match ddl::model::parse_bytes(s)? {
         b if b < 1 << 20 => Err(format!("{b} bytes: expected a device's memory, at least 1 MiB (e.g. 80GB, 24GiB)")),
         b => Ok(b),
+    }
+}
+
+/// A benchmark's repetitions: 1 to 10,000 (more would run for days without a line).
+fn repetitions(s: &str) -> Result<usize, String> {
+    match positive(s)? {
+        v if v > 10_000 => Err(format!("{v}: at most 10000 repetitions (nothing is printed until they are done)")),
+        v => Ok(v),
     }
 }
 

@@ -648,6 +648,12 @@ fn bench_problems_are_clear_errors() {
         .unwrap();
     let t = text(&o);
     assert!(o.status.success() && t.contains("\"d\":32,") && t.contains("\"layers\":1,"), "{t}");
+    // JSON lines start with the adapter and the kernel forms (the text says them in headers).
+    let first: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().take(2).map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!((first[0]["bench"].as_str(), first[1]["bench"].as_str()), (Some("adapter"), Some("forms")), "{t}");
+    assert!(first[0]["name"].as_str().is_some_and(|n| !n.is_empty()), "{t}");
+    fails(&dir, &["bench", "copy", "--reps", "100000"], &["at most 10000 repetitions"]);
 }
 
 /// Outputs never replace files they do not own: a trace refuses a path (or its `.json`

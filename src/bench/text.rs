@@ -32,9 +32,9 @@ impl Row {
                 v["gflop_per_s"].as_f64().unwrap_or(0.0),
                 match (v["against_forms"].as_str(), v["against_ms"].as_f64()) {
                     (Some(spec), Some(ms)) => format!(
-                        "; with {spec}: {ms:.3} ms, ratio {:.3} median of {} blocks{}",
+                        "; with {spec}: {ms:.3} ms, ratio {:.3} median of {}{}",
                         v["ratio_median_block"].as_f64().unwrap_or(f64::NAN),
-                        v["blocks"],
+                        blocks(&v["blocks"]),
                         match (v["ratio_median_ci95"][0].as_f64(), v["ratio_median_ci95"][1].as_f64()) {
                             (Some(lo), Some(hi)) => format!(" (95 % interval {lo:.3}–{hi:.3})"),
                             _ => String::new(),
@@ -165,7 +165,7 @@ impl Row {
             }
             Some("train_compare") => writeln!(
                 out,
-                "{}{} vs {}{}{} d={} L={} B={} T={}, {} blocks (A B B A): step ratio {:.3} median of blocks ({}range {:.3}–{:.3}), \
+                "{}{} vs {}{}{} d={} L={} B={} T={}, {} (A B B A): step ratio {:.3} median of blocks ({}range {:.3}–{:.3}), \
                  {:.3} best to best ({:.1} vs {:.1} ms; medians {:.1} vs {:.1} ms){}{}",
                 v["variant"].as_str().unwrap_or(""),
                 numerics(v, ""),
@@ -176,7 +176,7 @@ impl Row {
                 v["layers"],
                 v["batch"],
                 v["seq"],
-                v["blocks"],
+                blocks(&v["blocks"]),
                 v["ratio_median_block"].as_f64().unwrap_or(f64::NAN),
                 match (v["ratio_median_ci95"][0].as_f64(), v["ratio_median_ci95"][1].as_f64()) {
                     (Some(lo), Some(hi)) => format!("95 % interval of the median {lo:.3}–{hi:.3}; "),
@@ -306,6 +306,14 @@ fn numerics(v: &serde_json::Value, prefix: &str) -> String {
         parts.push(format!("head chunk {r}"));
     }
     if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) }
+}
+
+/// "1 block", "6 blocks".
+fn blocks(n: &serde_json::Value) -> String {
+    match n.as_u64() {
+        Some(1) => "1 block".into(),
+        _ => format!("{n} blocks"),
+    }
 }
 
 #[cfg(test)]
