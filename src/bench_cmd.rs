@@ -369,7 +369,7 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             if small_mib > mib {
                 anyhow::bail!(
                     "--small-mib {small_mib} is above --mib {mib}: the small set is the one start-up and memory are \
-                     compared against; give a --small-mib below --mib"
+                     compared against; give a --small-mib of at most --mib"
                 );
             }
             ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);

@@ -202,8 +202,9 @@ pub(crate) enum Cmd {
         /// the original continuation under the interventions (teacher-forced).
         #[arg(long)]
         compare: bool,
-        /// Continuations to sample from the prompt, one after another, each headed by its seed:
-        /// the i-th is exactly what `--seed` + i − 1 gives alone.
+        /// Continuations to sample from the prompt, one after another (from two on, each headed
+        /// by its seed): the i-th is exactly what `--seed` + i − 1 gives alone. More than one is
+        /// refused with --temperature 0, --trace and --compare.
         #[arg(long, value_parser = positive, default_value_t = 1)]
         samples: usize,
     },
@@ -239,7 +240,7 @@ pub(crate) enum DataCmd {
     /// between documents (char tokenizers: a newline).
     Prepare {
         /// `char` (the characters of the inputs), a tokenizer.json, or a run folder (or kept
-        /// checkpoint) whose model's tokenizer to use.
+        /// checkpoint), whose model's tokenizer is used.
         #[arg(long)]
         tokenizer: String,
         /// Output folder (new or empty).
@@ -313,8 +314,8 @@ pub(crate) enum TokenizerCmd {
     },
     /// Print the token ids of a text.
     Encode {
-        /// A tokenizer.json (Hugging Face format), or a run folder (or kept checkpoint) whose
-        /// model's tokenizer to use.
+        /// A tokenizer.json (Hugging Face format), or a run folder (or kept checkpoint), whose
+        /// model's tokenizer is used.
         #[arg(long)]
         tokenizer: std::path::PathBuf,
         /// The text to encode, itself (not a file name: `-` reads standard input, e.g. `< file.txt`).
@@ -744,11 +745,13 @@ pub(crate) enum BenchCmd {
         /// Shard size of the small set in MiB.
         #[arg(long, value_parser = positive, default_value_t = 16)]
         small_mib: usize,
-        /// Where the sets are made (default: a new folder in the system's temporary directory);
-        /// removed afterwards unless --keep.
+        /// Where the sets are made (default: a new folder in the system's temporary directory).
+        /// The sets it makes are removed afterwards unless --keep, and so is the folder if it made
+        /// it.
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
-        /// Keep the shard sets and runs.
+        /// Keep the shard sets and runs (not after an error or Ctrl-C: what this run made then
+        /// goes).
         #[arg(long)]
         keep: bool,
         /// Training steps per set.

@@ -283,7 +283,7 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
             if tokenizer.as_os_str() == "char" {
                 anyhow::bail!(
                     "--tokenizer char: a character tokenizer is made from a corpus (`ddl train` and `ddl data prepare` \
-                     build one); give a tokenizer.json"
+                     build one); give a tokenizer.json, or a run folder for its model's tokenizer"
                 );
             }
             let tok = ddl::train::load_tokenizer(&tokenizer)?;

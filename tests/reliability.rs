@@ -620,6 +620,12 @@ fn bench_problems_are_clear_errors() {
     assert!(!t.contains("memory allocation") && !t.contains("backtrace"), "{t}");
     let t = fails(&dir, &["bench", "data", "--mib", "99999999", "--dir", "bench-data"], &["--dir", "MiB free"]);
     assert!(!dir.join("bench-data").exists(), "the folder it made is removed: {t}");
+    // Sets an earlier --keep run left in a --dir are not this run's to remove when it fails.
+    let kept = dir.join("bench-kept/small-shards");
+    std::fs::create_dir_all(&kept).unwrap();
+    std::fs::write(kept.join("marker"), "earlier").unwrap();
+    fails(&dir, &["bench", "data", "--mib", "99999999", "--dir", "bench-kept"], &["MiB free"]);
+    assert!(kept.join("marker").exists(), "an earlier run's set was removed");
     let t = fails(&dir, &["bench", "train", "--config", "no-such.toml"], &["--config", "no-such.toml"]);
     assert!(!t.contains("kernel forms"), "a bad setting is refused before the adapter opens: {t}");
     let args = ["--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "train.batch_size=3", "--seq", "16"];

@@ -89,20 +89,24 @@ fn free_bytes(dir: &Path) -> Option<u64> {
     }
 }
 
-/// The most disk the benchmark holds at once, in bytes: a set's text (half its shard bytes)
-/// beside its shards while they are made, the sets made before it when they are kept, a run's
-/// checkpoint (its parameters and two AdamW moments in f32) and 64 MiB to spare.
+/// The most disk the benchmark holds at once, in bytes: a set's shards beside its text (half
+/// their bytes) while they are made, then beside a run's checkpoint (its parameters and two AdamW
+/// moments in f32), the small set and its run too when kept, and 64 MiB to spare.
 pub fn disk_needed(o: &DataBench) -> anyhow::Result<u64> {
     let cfg = crate::model::ModelConfig::preset(&o.preset, o.variant)?;
     let checkpoint = 12 * crate::model::Layout::new(&cfg).total as u64;
     let (small, large) = ((o.small_mib as u64) << 20, (o.mib as u64) << 20);
+    // A set's shards beside its text while they are made, then beside the run's checkpoint (the
+    // text is removed before it trains); the small set and its run too when kept.
+    let set = |shards: u64| shards + (shards / 2).max(checkpoint);
     let kept = if o.keep { small + checkpoint } else { 0 };
-    Ok((small + small / 2).max(kept + large + large / 2) + checkpoint + (64 << 20))
+    Ok(set(small).max(kept + set(large)) + (64 << 20))
 }
 
-/// Runs the benchmark, one row per measurement. What it makes in `o.dir` (the sets' text,
-/// shards and runs, and the folder when it made it) is removed afterwards unless `o.keep`, and
-/// whenever it stops early (an error, Ctrl-C: [`crate::train::interrupted`]).
+/// Runs the benchmark, one row per measurement. The sets it makes in `o.dir` (their text,
+/// shards and runs, and the folder when it made it) are removed afterwards unless `o.keep`, and
+/// whenever it stops early (an error, Ctrl-C: [`crate::train::interrupted`]); sets an earlier
+/// run left there are removed only when this one makes that set again.
 pub fn data_rows(gpu: &Arc<Gpu>, o: &DataBench, mut emit: impl FnMut(Row)) -> anyhow::Result<()> {
     use anyhow::Context;
     let made_dir = !o.dir.exists();
@@ -113,6 +117,7 @@ pub fn data_rows(gpu: &Arc<Gpu>, o: &DataBench, mut emit: impl FnMut(Row)) -> an
         let _ = std::fs::remove_dir_all(o.dir.join(format!("{set}-shards")));
         let _ = std::fs::remove_dir_all(o.dir.join(format!("{set}-run")));
     };
+    let made = std::cell::RefCell::new(Vec::new());
     let result = (|| -> anyhow::Result<()> {
         let need = disk_needed(o)?;
         if let Some(free) = free_bytes(&o.dir)
@@ -127,9 +132,10 @@ pub fn data_rows(gpu: &Arc<Gpu>, o: &DataBench, mut emit: impl FnMut(Row)) -> an
             );
         }
         for (set, mib) in sets {
-            let made = make_set(o, set, mib, &mut emit)?;
-            time_draws(o, set, &made, &mut emit)?;
-            train_on(gpu, o, set, &made, &mut emit)?;
+            made.borrow_mut().push(set);
+            let shards = make_set(o, set, mib, &mut emit)?;
+            time_draws(o, set, &shards, &mut emit)?;
+            train_on(gpu, o, set, &shards, &mut emit)?;
             if !o.keep {
                 remove_made(set);
             }
@@ -138,7 +144,7 @@ pub fn data_rows(gpu: &Arc<Gpu>, o: &DataBench, mut emit: impl FnMut(Row)) -> an
     })();
     let stopped = result.is_err() || crate::train::interrupted();
     if !o.keep || stopped {
-        for (set, _) in sets {
+        for set in made.borrow().iter() {
             remove_made(set);
         }
     }

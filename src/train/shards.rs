@@ -273,13 +273,13 @@ impl Stream {
         self.shards.iter().for_each(Shard::advise_random);
     }
 
-    /// Fails naming the shard and position of the first token id ≥ `vocab`.
     /// The first shard that stores ids in 16 bits although the vocabulary has more than 65,536
     /// tokens (ids from 65,536 up cannot be in it: written from such a tokenizer, they were cut).
     pub fn narrow_for(&self, vocab: usize) -> Option<&Path> {
         (vocab > 1 << 16).then(|| self.shards.iter().find(|s| !s.wide).map(|s| s.path.as_path())).flatten()
     }
 
+    /// Fails naming the shard and position of the first token id ≥ `vocab`.
     pub fn check_vocab(&self, vocab: usize) -> Result<(), ShardError> {
         for s in &self.shards {
             if let Some((index, id)) = s.max_id()
