@@ -76,6 +76,12 @@ fn unused_settings(before: &ddl::train::RunConfig, after: &ddl::train::RunConfig
     )
 }
 
+/// A size given twice is timed once: the first of each, in order.
+fn first_of_each(v: &mut Vec<usize>) {
+    let mut seen = std::collections::HashSet::new();
+    v.retain(|x| seen.insert(*x));
+}
+
 /// An `--against-forms` that names no form (empty, or commas only) is refused.
 pub(crate) fn check_against_forms(spec: &str) -> Result<()> {
     if spec.split(',').all(|p| p.trim().is_empty()) {
@@ -134,7 +140,7 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
         BenchCmd::Matmul { preset: None, batch, seq, .. } if batch.is_some() || seq.is_some() => {
             anyhow::bail!("--batch / --seq size a preset's products (--preset NAME); the square sizes are --sizes N,…");
         }
-        BenchCmd::Matmul { preset: Some(p), cases, .. } if cases.join(",") != "nn,nt,tn" => {
+        BenchCmd::Matmul { preset: Some(p), cases, .. } if cases.join(",") != crate::cli::MATMUL_CASES => {
             anyhow::bail!(
                 "--cases {}: with --preset {p} every product of a training step is timed in the form the model \
                  runs it; --cases picks the forms of square --sizes",
@@ -182,9 +188,7 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             against_forms,
             json,
         } => {
-            // (A size given twice is timed once.)
-            let mut seen = std::collections::HashSet::new();
-            sizes.retain(|s| seen.insert(*s));
+            first_of_each(&mut sizes);
             if !json {
                 println!(
                     "adapter: {} ({:?}), timing: {}",
@@ -350,8 +354,7 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 let fit: Vec<usize> = [64, 256].into_iter().filter(|&c| c <= cap).collect();
                 if fit.is_empty() { vec![cap] } else { fit }
             });
-            let mut seen = std::collections::HashSet::new();
-            contexts.retain(|c| seen.insert(*c));
+            first_of_each(&mut contexts);
             if let Some(bad) = contexts.iter().find(|&&c| c < 2) {
                 anyhow::bail!("--contexts: {bad} is too short (at least 2)");
             }

@@ -562,6 +562,9 @@ pub(crate) enum Distributed {
     Mpi,
 }
 
+/// `bench matmul`'s forms of square products by default: all three.
+pub(crate) const MATMUL_CASES: &str = "nn,nt,tn";
+
 #[derive(Subcommand)]
 pub(crate) enum BenchCmd {
     /// GFLOP/s of the matmul forms (A·B, A·Bᵀ, Aᵀ·B) for every tile variant.
@@ -570,7 +573,7 @@ pub(crate) enum BenchCmd {
         #[arg(long, value_parser = positive, value_delimiter = ',', default_value = "128,256,512,1024")]
         sizes: Vec<usize>,
         /// Forms to run: nn, nt, tn.
-        #[arg(long, value_delimiter = ',', default_value = "nn,nt,tn")]
+        #[arg(long, value_delimiter = ',', default_value = MATMUL_CASES)]
         cases: Vec<String>,
         /// Instead of square sizes: the linear-layer products (forward, weight and input
         /// gradients) of one training step of this preset, at --batch × --seq tokens.

@@ -224,6 +224,10 @@ fn check_args(cli: &Cli) -> Result<()> {
         let mut f = ddl::kernels::forms::Forms::defaults(false, (32, 32), all);
         f.apply(spec, all).map_err(|e| anyhow::anyhow!("{what} {spec:?}: {e}"))
     };
+    let against_forms_ok = |spec: &str| -> Result<()> {
+        bench_cmd::check_against_forms(spec)?;
+        forms("--against-forms", spec)
+    };
     if let Ok(spec) = std::env::var("DDL_FORMS") {
         forms("DDL_FORMS", &spec)?;
     }
@@ -235,15 +239,13 @@ fn check_args(cli: &Cli) -> Result<()> {
                     bench_cmd::bench_config(preset, a, config.as_deref(), sets)?;
                 }
                 if let Some(spec) = against_forms {
-                    bench_cmd::check_against_forms(spec)?;
-                    forms("--against-forms", spec)?;
+                    against_forms_ok(spec)?;
                 }
             }
             BenchCmd::Matmul { against_forms, variants, .. } => {
                 ddl::bench::VariantSet::check_names(variants).map_err(anyhow::Error::msg)?;
                 if let Some(spec) = against_forms {
-                    bench_cmd::check_against_forms(spec)?;
-                    forms("--against-forms", spec)?;
+                    against_forms_ok(spec)?;
                 }
             }
             _ => {}

@@ -117,7 +117,7 @@ pub fn data_rows(gpu: &Arc<Gpu>, o: &DataBench, mut emit: impl FnMut(Row)) -> an
         let _ = std::fs::remove_dir_all(o.dir.join(format!("{set}-shards")));
         let _ = std::fs::remove_dir_all(o.dir.join(format!("{set}-run")));
     };
-    let made = std::cell::RefCell::new(Vec::new());
+    let mut made = Vec::new();
     let result = (|| -> anyhow::Result<()> {
         let need = disk_needed(o)?;
         if let Some(free) = free_bytes(&o.dir)
@@ -132,7 +132,7 @@ pub fn data_rows(gpu: &Arc<Gpu>, o: &DataBench, mut emit: impl FnMut(Row)) -> an
             );
         }
         for (set, mib) in sets {
-            made.borrow_mut().push(set);
+            made.push(set);
             let shards = make_set(o, set, mib, &mut emit)?;
             time_draws(o, set, &shards, &mut emit)?;
             train_on(gpu, o, set, &shards, &mut emit)?;
@@ -144,7 +144,7 @@ pub fn data_rows(gpu: &Arc<Gpu>, o: &DataBench, mut emit: impl FnMut(Row)) -> an
     })();
     let stopped = result.is_err() || crate::train::interrupted();
     if !o.keep || stopped {
-        for set in made.borrow().iter() {
+        for set in &made {
             remove_made(set);
         }
     }

@@ -11,12 +11,7 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
     let z = |label: &str, n: usize| Tensor::zeros(gpu, label, &[n], DType::F32);
     // Inputs random, never zeros (a GPU can run zeros faster than real data).
     let rng = std::cell::RefCell::new(crate::testing::Rng::new(0xa77e));
-    // (The size checked before the host data is drawn: a shape past the adapter is an error
-    // here, not an allocation of gigabytes that aborts.)
-    let r = |label: &str, n: usize| {
-        gpu.check_buffer_size(&format!("tensor '{label}' [{n}]"), n as u64 * 4)?;
-        Tensor::from_f32(gpu, label, &[n], &rng.borrow_mut().normal(n, 1.0))
-    };
+    let r = |label: &str, n: usize| super::normal(gpu, &mut rng.borrow_mut(), label, n);
     let scale = 1.0 / (b.head_dim as f32).sqrt();
     let mut cases = Vec::new();
 

@@ -18,10 +18,11 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
     for (m, state_f16) in cases.into_iter().filter(|&(m, h)| !h || (f16 && m == 4)) {
         let s = DeltaShape { n, d, m, k_eps: 1e-5, v_act: VAct::Sigmoid4, state_f16, beta: Default::default() };
         // An f16 state: n·d·m halves of small normal values (the f32 bits of a normal draw would
-        // hold f16 NaNs and subnormals).
-        // (The sizes checked before host data is drawn, as `Tensor::zeros` checks them.)
-        gpu.check_buffer_size(&format!("tensor 'x' [{}]", n * d * m), (n * d * m) as u64 * 4)?;
+        // hold f16 NaNs and subnormals); its size checked before they are drawn, as
+        // [`super::normal`] checks the others.
         let x = if state_f16 {
+            let bytes = s.state_elems() as u64 * 4;
+            gpu.check_buffer_size(&format!("tensor 'x' [{}]", s.state_elems()), bytes)?;
             let bits: Vec<f32> = rng
                 .normal(s.state_elems(), 1.0)
                 .iter()
@@ -32,12 +33,9 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
                 .collect();
             Tensor::from_f32(gpu, "x", &[bits.len()], &bits)?
         } else {
-            Tensor::from_f32(gpu, "x", &[n * d * m], &rng.normal(n * d * m, 1.0))?
+            super::normal(gpu, &mut rng, "x", n * d * m)?
         };
-        let mut t = |label: &str, len: usize| {
-            gpu.check_buffer_size(&format!("tensor '{label}' [{len}]"), len as u64 * 4)?;
-            Tensor::from_f32(gpu, label, &[len], &rng.normal(len, 1.0))
-        };
+        let mut t = |label: &str, len: usize| super::normal(gpu, &mut rng, label, len);
         let kraw = t("kraw", n * d)?;
         let a = t("a", n * d)?;
         let c = t("c", n * d)?;
