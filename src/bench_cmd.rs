@@ -252,28 +252,35 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             let against = other.as_deref().zip(against_forms.as_deref());
             ddl::bench::matmul_rows_against(&gpu, against, &products, &variants, reps, |r| print_row(&r, json))?;
         }
-        BenchCmd::Kernels { filter, preset, batch, seq, reps, json } => {
+        BenchCmd::Kernels { filter, preset, batch, seq, reps, peak_tflops, json } => {
             let shape = bench_shape(&preset, batch, seq)?;
-            let copy = ddl::bench::copy_bandwidth(&gpu, 64, 3)?;
-            let gbs = copy.0["gb_per_s"].as_f64().unwrap_or(1.0);
-            let gflops = ddl::bench::matmul_rate(&gpu)?;
-            if !json {
-                println!(
-                    "adapter: {} ({:?}); shapes of {preset} at B {} × T {}; floors: bytes at the copy \
-                     bandwidth {gbs:.2} GB/s, FLOPs at the best square matmul rate {gflops:.2} GFLOP/s (the \
-                     larger one is each kernel's floor)",
-                    gpu.info.name, gpu.info.backend, shape.b, shape.t
-                );
-                println!(
-                    "{:<52} {:>10} {:>10} {:>10} {:>8} {:>7}",
-                    "kernel", "ms", "GFLOP/s", "GB/s", "floor%", "bound"
-                );
-            } else {
-                print_row(&copy, true);
-                print_row(&ddl::bench::Row(serde_json::json!({"bench": "matmul_rate", "gflop_per_s": gflops})), true);
-            }
+            // The floors are measured when the first case the filter keeps is about to run.
+            let floors = || -> ddl::gpu::Result<(f64, f64)> {
+                let copy = ddl::bench::copy_bandwidth(&gpu, 64, 3)?;
+                let gbs = copy.0["gb_per_s"].as_f64().unwrap_or(1.0);
+                let ceiling = ddl::bench::Ceiling::measure_or(&gpu, peak_tflops)?;
+                if !json {
+                    println!(
+                        "adapter: {} ({:?}); shapes of {preset} at B {} × T {}; floors: bytes at the copy \
+                         bandwidth {gbs:.2} GB/s, FLOPs at {} (the larger one is each kernel's floor)",
+                        gpu.info.name,
+                        gpu.info.backend,
+                        shape.b,
+                        shape.t,
+                        ceiling.describe()
+                    );
+                    println!(
+                        "{:<52} {:>10} {:>10} {:>10} {:>8} {:>7}",
+                        "kernel", "ms", "GFLOP/s", "GB/s", "floor%", "bound"
+                    );
+                } else {
+                    print_row(&copy, true);
+                    print_row(&ddl::bench::Row(ceiling.json()), true);
+                }
+                Ok((gbs, ceiling.gflop_per_s))
+            };
             let (failed, kept) =
-                ddl::bench::all_kernel_rows(&gpu, &shape, &filter, reps, (gbs, gflops), |r| print_row(&r, json));
+                ddl::bench::all_kernel_rows(&gpu, &shape, &filter, reps, floors, |r| print_row(&r, json))?;
             if kept == 0 && failed.is_empty() && !filter.is_empty() {
                 anyhow::bail!(
                     "--filter {}: no kernel case's name contains it (names such as 'rmsnorm_forward block \
@@ -290,6 +297,7 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             batch,
             seq,
             dispatches,
+            peak_tflops,
             against_forms,
             f16_state,
             precision,
@@ -329,7 +337,9 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                         print_row(&r, json)
                     })?;
                 }
-                None => ddl::bench::train_rows(&gpu, &cfg, b, seq, steps, dispatches, st, |r| print_row(&r, json))?,
+                None => ddl::bench::train_rows(&gpu, &cfg, b, seq, steps, dispatches, st, peak_tflops, |r| {
+                    print_row(&r, json)
+                })?,
             }
         }
         BenchCmd::Precision { preset, variant, steps, seeds, corpus, out, json } => {

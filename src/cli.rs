@@ -627,6 +627,12 @@ pub(crate) enum BenchCmd {
         /// Timed repetitions per kernel (median reported).
         #[arg(long, value_parser = repetitions, default_value_t = 5)]
         reps: usize,
+        /// The FLOP rate to divide by for the kernels' FLOP floors, in TFLOP/s: the card's datasheet peak for the
+        /// precision timed (e.g. 67 for an H100 SXM's f32 FMA rate), fixed across runs and as other
+        /// frameworks' MFU use it. Default: the engine's best square matmul rate, measured in each
+        /// run (it varies between runs on a busy machine).
+        #[arg(long, value_name = "TFLOPS", allow_negative_numbers = true, value_parser = peak_tflops)]
+        peak_tflops: Option<f64>,
         /// One JSON object per line.
         #[arg(long)]
         json: bool,
@@ -647,8 +653,8 @@ pub(crate) enum BenchCmd {
         /// `ddl train --set`; both sides of --against take them.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
-        /// Timed steps (median reported).
-        #[arg(long, value_parser = positive, default_value_t = 5)]
+        /// Timed steps (median reported); with --against or --against-forms, blocks of A B B A.
+        #[arg(long, value_parser = timed_steps, default_value_t = 5)]
         steps: usize,
         /// Batch size (default: the preset's, or train.batch_size from --config / --set).
         #[arg(long, value_parser = sizes_up_to_2_24)]
@@ -657,8 +663,14 @@ pub(crate) enum BenchCmd {
         #[arg(long, value_parser = sizes_up_to_2_24)]
         seq: Option<usize>,
         /// Also list every dispatch of the profiled step in order (kernel, workgroups, ms).
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["against", "against_forms"])]
         dispatches: bool,
+        /// The FLOP rate to divide by for MFU, in TFLOP/s: the card's datasheet peak for the
+        /// precision timed (e.g. 67 for an H100 SXM's f32 FMA rate), fixed across runs and as other
+        /// frameworks' MFU use it. Default: the engine's best square matmul rate, measured in each
+        /// run (it varies between runs on a busy machine).
+        #[arg(long, value_name = "TFLOPS", allow_negative_numbers = true, value_parser = peak_tflops, conflicts_with_all = ["against", "against_forms"])]
+        peak_tflops: Option<f64>,
         /// Compare against this variant instead: both models' steps alternated in one process
         /// (blocks A B B A, `--steps` blocks), reporting the step ratio per block, which a
         /// machine whose speed drifts cannot skew the way separate runs can: the median block
@@ -802,6 +814,26 @@ fn repetitions(s: &str) -> Result<usize, String> {
     match positive(s)? {
         v if v > 10_000 => Err(format!("{v}: at most 10000 repetitions (nothing is printed until they are done)")),
         v => Ok(v),
+    }
+}
+
+/// `bench train --steps`: 1 to 10000 (a step of small-124m takes seconds on a CPU adapter, and
+/// nothing is printed until they are done).
+fn timed_steps(s: &str) -> Result<usize, String> {
+    match positive(s)? {
+        v if v > 10_000 => Err(format!("{v}: at most 10000 timed steps (nothing is printed until they are done)")),
+        v => Ok(v),
+    }
+}
+
+/// `--peak-tflops`: a positive, finite rate below 10^6 TFLOP/s.
+fn peak_tflops(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v < 1e6 => Ok(v),
+        Ok(v) => {
+            Err(format!("{v}: expected a rate in TFLOP/s above 0 and below 10^6 (e.g. 67 for an H100 SXM in f32)"))
+        }
+        Err(_) => Err(format!("expected a number of TFLOP/s (e.g. 67), got '{s}'")),
     }
 }
 

@@ -587,10 +587,26 @@ fn bench_problems_are_clear_errors() {
     }
     fails(&dir, &["bench", "kernels", "--preset", "tiny", "--batch", "0"], &["--batch", "must be at least 1"]);
     fails(&dir, &["bench", "kernels", "--preset", "gpt-9"], &["unknown preset 'gpt-9'"]);
+    // A filter that keeps nothing is refused before the floors are measured (seconds on lavapipe).
+    let t = fails(
+        &dir,
+        &["bench", "kernels", "--preset", "tiny", "--batch", "1", "--reps", "1", "--filter", "zzzz", "--json"],
+        &["--filter zzzz", "no kernel case"],
+    );
+    assert!(!t.contains("\"copy\"") && !t.contains("\"ceiling\""), "floors measured for nothing: {t}");
+    fails(&dir, &["bench", "kernels", "--peak-tflops", "-1"], &["--peak-tflops", "above 0"]);
+    fails(&dir, &["bench", "train", "--peak-tflops", "inf"], &["--peak-tflops", "above 0"]);
+    fails(&dir, &["bench", "train", "--steps", "10001"], &["--steps", "at most 10000"]);
+    // Settings the A/B comparison does not use are refused by clap, not ignored.
     fails(
         &dir,
-        &["bench", "kernels", "--preset", "tiny", "--batch", "1", "--reps", "1", "--filter", "zzzz"],
-        &["--filter zzzz", "no kernel case"],
+        &["bench", "train", "--against", "baseline", "--peak-tflops", "67"],
+        &["--peak-tflops", "cannot be used"],
+    );
+    fails(
+        &dir,
+        &["bench", "train", "--against-forms", "split_k_tiles=0", "--dispatches"],
+        &["--dispatches", "cannot be used"],
     );
     fails(&dir, &["bench", "train", "--preset", "tiny", "--seq", "100000"], &["--seq 100000", "max_seq_len = 64"]);
     // bench train takes the model's shapes as `ddl train` does, with its checks.

@@ -1230,9 +1230,25 @@ fn the_training_benchmark_counts_one_submit_one_readback_no_allocations_and_a_pe
         let gpu = own_gpu();
         let mut rows = Vec::new();
         let st = Storage { state_f16: f16, precision: p, ..Default::default() };
-        ddl::bench::train_rows(&gpu, &bench_cfg(v), 2, 16, 3, true, st, |r| rows.push(r.0)).unwrap();
+        // MFU against a stated peak (--peak-tflops) for the baseline, the measured rate otherwise.
+        let peak = (v == Variant::Baseline).then_some(0.5);
+        ddl::bench::train_rows(&gpu, &bench_cfg(v), 2, 16, 3, true, st, peak, |r| rows.push(r.0)).unwrap();
         let r = &rows[0];
         let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{v:?}: field {k} missing in {r}"));
+        let mfu = f("model_gflop_per_s") / f("ceiling_gflop_per_s");
+        assert!((f("mfu") - mfu).abs() <= 1e-12 * mfu, "{v:?}: {r}");
+        match peak {
+            Some(t) => assert_eq!(
+                (r["ceiling"].as_str(), f("ceiling_gflop_per_s"), r["ceiling_up_to"].is_null()),
+                (Some("stated"), t * 1e3, true)
+            ),
+            // lavapipe's 1024³ product takes far more than 20 ms: measured at 1024³ alone.
+            None => assert_eq!(
+                (r["ceiling"].as_str(), r["ceiling_up_to"].as_u64()),
+                (Some("measured"), Some(1024)),
+                "{v:?}"
+            ),
+        }
         assert_eq!(r["bench"], "train");
         assert_eq!(
             (f("submits_per_step"), f("readbacks_per_step"), f("allocs_per_step")),

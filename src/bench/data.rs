@@ -272,7 +272,11 @@ fn train_on(gpu: &Arc<Gpu>, o: &DataBench, set: &str, shards: &Path, emit: &mut 
         .arg(shards)
         .arg("--out")
         .arg(&out)
-        .env("DDL_ADAPTER", &gpu.info.name);
+        // The same adapter (by name, on its backend: GL and Vulkan may both list llvmpipe) and
+        // the same --no-autotune.
+        .env("DDL_ADAPTER", &gpu.info.name)
+        .env("DDL_BACKEND", format!("{:?}", gpu.info.backend).to_ascii_lowercase())
+        .env("DDL_NO_AUTOTUNE", if crate::kernels::matmul::autotune::enabled() { "0" } else { "1" });
     for kv in &sets {
         cmd.args(["--set", kv]);
     }

@@ -221,31 +221,47 @@ pub fn tune_rows(gpu: &Gpu, products: &[(String, Matmul)], mut emit: impl FnMut(
 /// Every kernel module's cases at `shape` (those whose name contains one of `filter`, all when
 /// it is empty). A module whose cases cannot run at these shapes on this adapter (a tensor over
 /// its storage binding, say) gets a `kernel_error` row and the others still run; returns the
-/// modules that failed and how many cases the filter kept.
+/// modules that failed and how many cases the filter kept. `floors` (the copy bandwidth in GB/s
+/// and the FLOP ceiling in GFLOP/s) is called once, before the first case the filter keeps is
+/// timed, so a filter that keeps nothing measures nothing.
 pub fn all_kernel_rows(
     gpu: &Gpu,
     shape: &BenchShape,
     filter: &[String],
     reps: usize,
-    floors: (f64, f64),
+    mut floors: impl FnMut() -> Result<(f64, f64)>,
     mut emit: impl FnMut(Row),
-) -> (Vec<&'static str>, usize) {
+) -> Result<(Vec<&'static str>, usize)> {
     let (mut failed, mut kept) = (Vec::new(), 0);
+    let mut measured: Option<(f64, f64)> = None;
     for (module, f) in BENCHES {
-        let run = f(gpu, shape).and_then(|cases| {
-            let cases: Vec<_> = cases
+        let cases = f(gpu, shape).map(|cases| {
+            cases
                 .into_iter()
                 .filter(|c| filter.is_empty() || filter.iter().any(|x| c.name.contains(x.as_str())))
-                .collect();
+                .collect::<Vec<_>>()
+        });
+        let run = cases.and_then(|cases| {
+            if cases.is_empty() {
+                return Ok(());
+            }
             kept += cases.len();
-            kernel_rows(gpu, cases, reps, floors.0, floors.1, &mut emit)
+            let (gbs, gflops) = match measured {
+                Some(m) => m,
+                None => *measured.insert(floors()?),
+            };
+            kernel_rows(gpu, cases, reps, gbs, gflops, &mut emit)
         });
         if let Err(e) = run {
+            if measured.is_none() && kept > 0 {
+                // The floors themselves could not be measured: nothing else can run either.
+                return Err(e);
+            }
             emit(Row(json!({"bench": "kernel_error", "module": module, "error": e.to_string()})));
             failed.push(*module);
         }
     }
-    (failed, kept)
+    Ok((failed, kept))
 }
 
 /// Why `mm` cannot be benchmarked as one dispatch on this adapter (an operand over its storage
@@ -542,15 +558,74 @@ impl BenchShape {
     }
 }
 
+/// The FLOP rate MFU and the compute floors of `ddl bench kernels` divide by: the engine's own
+/// best square matmul rate measured now ([`matmul_rate`]), or a peak the user states
+/// (`--peak-tflops`: the card's datasheet rate, a denominator that does not move between runs
+/// and that other frameworks' MFU use too).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ceiling {
+    /// GFLOP/s.
+    pub gflop_per_s: f64,
+    /// The largest square size measured (the rate is the best of them), `None` for a stated peak.
+    pub measured_up_to: Option<usize>,
+}
+
+impl Ceiling {
+    /// `peak_tflops` when given (nothing is measured), else the engine's best matmul rate.
+    pub fn measure_or(gpu: &Gpu, peak_tflops: Option<f64>) -> Result<Ceiling> {
+        Ok(match peak_tflops {
+            Some(t) => Ceiling { gflop_per_s: t * 1e3, measured_up_to: None },
+            None => {
+                let (gflop_per_s, n) = matmul_rate(gpu)?;
+                Ceiling { gflop_per_s, measured_up_to: Some(n) }
+            }
+        })
+    }
+
+    /// `"measured"` or `"stated"` (the JSON rows' `ceiling`).
+    pub fn kind(&self) -> &'static str {
+        if self.measured_up_to.is_some() { "measured" } else { "stated" }
+    }
+
+    /// What the rate is, for the text output: "the engine's best square matmul rate, 41.3
+    /// GFLOP/s (f32, up to 1024³, measured now; --peak-tflops for a card's peak)" or "the
+    /// stated peak, 67.0 TFLOP/s (--peak-tflops)".
+    pub fn describe(&self) -> String {
+        match self.measured_up_to {
+            Some(n) => format!(
+                "the engine's best square matmul rate, {} (f32, up to {n}³, measured now; it varies between runs on \
+                 a busy machine: --peak-tflops for a fixed one)",
+                rate_text(self.gflop_per_s)
+            ),
+            None => format!("the stated peak, {} (--peak-tflops)", rate_text(self.gflop_per_s)),
+        }
+    }
+
+    /// The JSON rows' fields: `ceiling` (measured or stated), `ceiling_gflop_per_s` and
+    /// `ceiling_up_to` (the largest square size measured; null for a stated peak).
+    pub fn json(&self) -> serde_json::Value {
+        json!({"bench": "ceiling", "ceiling": self.kind(), "ceiling_gflop_per_s": self.gflop_per_s,
+               "ceiling_up_to": self.measured_up_to})
+    }
+}
+
+/// A FLOP rate in GFLOP/s as text: TFLOP/s from 1000 GFLOP/s on.
+fn rate_text(gflop_per_s: f64) -> String {
+    if gflop_per_s >= 1e3 { format!("{:.1} TFLOP/s", gflop_per_s / 1e3) } else { format!("{gflop_per_s:.1} GFLOP/s") }
+}
+
 /// The engine's own best matmul rate on this adapter in GFLOP/s (the MFU denominator and the
-/// compute floor of `ddl bench kernels`): square products A·B and A·Bᵀ with the variants the
-/// runtime picks, the fastest of 5 runs each (the least disturbed: this is a ceiling), at 1024³
-/// and, while a product takes under 20 ms (a GPU, where 1024³ is launch-bound: 2.5 TFLOP/s on
-/// the H200 against 31 at 2048³), at 2048³ and 4096³ too.
-pub fn matmul_rate(gpu: &Gpu) -> Result<f64> {
+/// compute floor of `ddl bench kernels` unless `--peak-tflops` states one) and the largest size
+/// measured: square f32 products A·B and A·Bᵀ with the variants the runtime picks, the fastest of
+/// 5 runs each (the least disturbed: this is a ceiling), at 1024³ and, while a product takes
+/// under 20 ms (a GPU, where 1024³ is launch-bound: 2.5 TFLOP/s on the H200 against 31 at
+/// 2048³), at 2048³ and 4096³ too.
+pub fn matmul_rate(gpu: &Gpu) -> Result<(f64, usize)> {
     use crate::kernels::matmul::Matmul;
     let mut best = 0.0f64;
+    let mut up_to = 0;
     for n in [1024usize, 2048, 4096] {
+        up_to = n;
         let a = crate::gpu::Tensor::from_f32(gpu, "rate.a", &[n, n], &Rng::new(3).normal(n * n, 1.0))?;
         let c = crate::gpu::Tensor::zeros(gpu, "rate.c", &[n, n], crate::gpu::DType::F32)?;
         let mut slowest_best_ms = 0.0f64;
@@ -573,7 +648,7 @@ pub fn matmul_rate(gpu: &Gpu) -> Result<f64> {
             break;
         }
     }
-    Ok(best)
+    Ok((best, up_to))
 }
 
 /// Times each case (median of `reps` after a warm-up, short cases run back to back:

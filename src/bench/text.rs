@@ -225,11 +225,15 @@ impl Row {
                 let mib = |k: &str| v[k].as_f64().unwrap_or(0.0) / (1 << 20) as f64;
                 let _ = writeln!(
                     out,
-                    "    best step {:.1} ms; MFU {:.0}% of the engine's matmul rate ({:.1} GFLOP/s at 1024³); {:.1} submits, \
+                    "    best step {:.1} ms; MFU {:.0}% of {}; {:.1} submits, \
                      {:.1} readbacks, {:.1} allocations per step; peak device memory {:.1} MiB = {:.2}× the plan ({:.1} MiB, activations {:.1} MiB)",
                     v["best_step_ms"].as_f64().unwrap_or(0.0),
                     100.0 * v["mfu"].as_f64().unwrap_or(0.0),
-                    v["matmul_gflop_per_s"].as_f64().unwrap_or(0.0),
+                    super::Ceiling {
+                        gflop_per_s: v["ceiling_gflop_per_s"].as_f64().unwrap_or(f64::NAN),
+                        measured_up_to: v["ceiling_up_to"].as_u64().map(|n| n as usize),
+                    }
+                    .describe(),
                     v["submits_per_step"].as_f64().unwrap_or(f64::NAN),
                     v["readbacks_per_step"].as_f64().unwrap_or(f64::NAN),
                     v["allocs_per_step"].as_f64().unwrap_or(f64::NAN),

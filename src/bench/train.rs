@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::{Row, ab_blocks, matmul_rate, timed};
+use super::{Ceiling, Row, ab_blocks, timed};
 use crate::gpu::{Gpu, Recorder, Result};
 use crate::model::Storage;
 use crate::testing::Rng;
@@ -50,7 +50,9 @@ fn bench_opt(
 
 /// `ddl bench train`: tokens per second of full training steps (forward, backward, norm, AdamW)
 /// on random tokens, with the per-kernel time split of one profiled step, the model storing its
-/// activations as `st` says (f16 states, precision, recomputing: [`Storage`]).
+/// activations as `st` says (f16 states, precision, recomputing: [`Storage`]); MFU against
+/// `peak_tflops` when given, else against the engine's best matmul rate measured now
+/// ([`Ceiling`]).
 #[allow(clippy::too_many_arguments)]
 pub fn train_rows(
     gpu: &std::sync::Arc<Gpu>,
@@ -60,6 +62,7 @@ pub fn train_rows(
     steps: usize,
     list_dispatches: bool,
     st: Storage,
+    peak_tflops: Option<f64>,
     mut emit: impl FnMut(Row),
 ) -> Result<()> {
     use crate::gpu::Op;
@@ -137,8 +140,8 @@ pub fn train_rows(
     let params = model.layout.count() as f64;
     // 6·N·P for the dense part (the usual estimate), attention scores excluded.
     let flops = 6.0 * params * n as f64;
-    let matmul_gflops = matmul_rate(gpu)?;
-    let mfu = flops / step_ms / 1e6 / matmul_gflops;
+    let ceiling = Ceiling::measure_or(gpu, peak_tflops)?;
+    let mfu = flops / step_ms / 1e6 / ceiling.gflop_per_s;
     emit(Row(json!({
         "bench": "train", "variant": cfg.variant.name(), "d": cfg.d_model, "layers": cfg.n_layers,
         "batch": batch, "seq": seq, "params": params, "step_ms": step_ms,
@@ -148,7 +151,8 @@ pub fn train_rows(
         "matmul_share": if total > 0.0 { matmul_ms / total } else { 0.0 },
         "dispatches_per_step": dispatches, "transfers_per_step": zero_ops,
         "submits_per_step": submits_per_step, "readbacks_per_step": readbacks_per_step, "profiled_ms": total, "best_step_ms": best_ms,
-        "matmul_gflop_per_s": matmul_gflops, "mfu": mfu,
+        "mfu": mfu, "ceiling": ceiling.kind(), "ceiling_gflop_per_s": ceiling.gflop_per_s,
+        "ceiling_up_to": ceiling.measured_up_to,
         "allocs_per_step": allocs_per_step, "peak_bytes": peak_bytes, "plan_bytes": plan.total(),
         "activation_plan_bytes": plan.activation_bytes,
         "peak_over_plan": peak_bytes as f64 / plan.total() as f64,

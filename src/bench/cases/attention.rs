@@ -5,7 +5,8 @@ use crate::gpu::{DType, Gpu, Result, Tensor};
 use crate::kernels::attention::*;
 
 /// Benchmark cases for `ddl bench kernels` at the benchmarked preset's shapes: the training forward
-/// and backward (B 8, T 256, H 6, h 64) and one decoding step against a full cache.
+/// and backward (B, T, H, h of the preset; shakespeare-char's B 8, T 256, H 6, h 64 by default)
+/// and one decoding step against a full cache of T keys.
 pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
     let b = *shape;
     let z = |label: &str, n: usize| Tensor::zeros(gpu, label, &[n], DType::F32);
