@@ -117,13 +117,6 @@ fn two_ranks_match_one_process_keep_identical_parameters_and_resume_exactly() {
     let dir = tmpdir("match");
     let c = ddl::testing::small_corpus(&dir);
     let limit = Duration::from_secs(240);
-    // One process first: it also fills the matmul autotune cache the ranks then read, so both
-    // runs use the same kernels.
-    let mut single = Command::new(DDL);
-    single.args(train_args(&c, 6)).args(["--out", "single"]).env("DDL_CACHE_DIR", dir.join("cache")).current_dir(&dir);
-    let (o, in_time) = run_limited(single, limit);
-    assert!(in_time && o.status.success(), "single process: {}", show(&o));
-
     let ranks = |steps: usize, extra: &[&str]| {
         let mut m = mpirun(&dir);
         m.args(["-n", "2", DDL]).args(train_args(&c, steps)).args(["--distributed", "mpi", "--mpi-timeout", "60"]);
@@ -132,11 +125,21 @@ fn two_ranks_match_one_process_keep_identical_parameters_and_resume_exactly() {
         assert!(in_time && o.status.success(), "mpirun -n 2 {extra:?}: {}", show(&o));
         o
     };
+    // The ranks first, on a fresh matmul tile cache: rank 0 measures, rank 1 takes its choices
+    // instead of timing the same adapter at the same time (which disturbed both measurements).
+    assert!(!dir.join("cache/matmul-autotune.json").exists());
     let o = ranks(6, &["--out", "ranks"]);
     let err = String::from_utf8_lossy(&o.stderr);
     for r in 0..2 {
         assert!(err.contains(&format!("rank {r}/2")) && err.contains("drives adapter"), "rank {r} adapter line: {err}");
     }
+    assert_eq!(err.matches("tuning matmul tiles").count(), 1, "one rank measures: {err}");
+    // Then one process, on the cache the ranks filled: both runs use the same kernels.
+    let mut single = Command::new(DDL);
+    single.args(train_args(&c, 6)).args(["--out", "single"]).env("DDL_CACHE_DIR", dir.join("cache")).current_dir(&dir);
+    let (o, in_time) = run_limited(single, limit);
+    assert!(in_time && o.status.success(), "single process: {}", show(&o));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("tuning matmul tiles"), "{}", show(&o));
 
     let a = losses(&dir.join("single"));
     let b = losses(&dir.join("ranks"));

@@ -416,7 +416,27 @@ impl<'c> Trainer<'c> {
         };
         let objective =
             Objective { label_smoothing: run.model.label_smoothing as f32, loss_scale: 1.0 / t.grad_accum as f32 };
-        let prog = model.program_with(t.batch_size, t.seq_len, &opt0, objective).map_err(hint)?;
+        let build = || model.program_with(t.batch_size, t.seq_len, &opt0, objective).map_err(hint);
+        let prog = if distributed && crate::kernels::matmul::autotune::enabled() {
+            // Ranks that measured matmul tiles at once would disturb each other's timings where
+            // they share an adapter (and measure the same thing N times where they do not): rank
+            // 0 builds its program first, measuring what its cache lacks, and the others take its
+            // choices (keyed by adapter name: a rank on another kind of adapter measures its own).
+            let (prog, mut tuned) = match lead {
+                true => (Some(build()?), crate::kernels::matmul::autotune::snapshot()),
+                false => (None, Vec::new()),
+            };
+            comm.broadcast_bytes(&mut tuned, "rank 0's matmul tile measurements");
+            match prog {
+                Some(p) => p,
+                None => {
+                    crate::kernels::matmul::autotune::adopt(&tuned);
+                    build()?
+                }
+            }
+        } else {
+            build()?
+        };
         // Evaluation runs over the training program's activations: no second set.
         let eval_prog = model.forward_program_sharing(&prog).map_err(hint)?;
         super::progress::trace_memory("the programs' creation", rss0, gpu.stats.live());

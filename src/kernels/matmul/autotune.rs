@@ -76,6 +76,22 @@ pub(super) fn save() {
     }
 }
 
+/// This process's measurements as bytes (JSON), for [`adopt`] in another process: a
+/// data-parallel run's rank 0 measures, the other ranks take its choices instead of timing
+/// tiles on the same adapter at the same time (which disturbs every measurement).
+pub fn snapshot() -> Vec<u8> {
+    serde_json::to_vec(&*cache().lock().unwrap()).unwrap_or_default()
+}
+
+/// Adds another process's measurements ([`snapshot`]) to this one's, in memory (entries of
+/// another adapter are keyed by its name and stay unused here); bytes that do not read are
+/// ignored (this process measures then, as without them).
+pub fn adopt(bytes: &[u8]) {
+    if let Ok(theirs) = serde_json::from_slice::<HashMap<String, String>>(bytes) {
+        cache().lock().unwrap().extend(theirs);
+    }
+}
+
 /// Times every variant on scratch buffers of this shape (random operands) and returns `(variant, ms)`, fastest
 /// first. The heuristic's choice is timed first; a variant whose first timed run takes more
 /// than 3× the best median so far is not repeated (the other kernel family is 10–50× slower
