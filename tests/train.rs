@@ -628,16 +628,37 @@ fn a_long_final_evaluation_shows_its_progress() {
     assert_eq!(lines.last(), Some(&"evaluation: batch 124/124"), "{err}");
     // Cut by train.val_max_tokens, it is not called the whole split (in summary.json neither).
     let o = ddl_cmd(&dir)
-        .args(["train", "--preset", "tiny", "--variant", "baseline", "--steps", "1", "--corpus", &c, "--out"])
+        .args(["train", "--preset", "tiny", "--variant", "baseline", "--steps", "2", "--corpus", &c, "--out"])
         .arg(dir.join("cut"))
         .args(["--set", "model.d_model=16", "--set", "model.n_layers=1", "--set", "model.n_heads=2"])
         .args(["--set", "model.head_dim=8", "--set", "model.mlp_hidden=40", "--set", "train.batch_size=1"])
-        .args(["--set", "train.seq_len=16", "--set", "train.eval_every=0", "--set", "train.val_max_tokens=160"])
+        .args(["--set", "train.seq_len=16", "--set", "train.eval_every=1", "--set", "train.val_max_tokens=160"])
+        .args(["--set", "train.eval_batches=20"])
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(out.contains("over the validation split's first 160 tokens: train.val_max_tokens"), "{out}");
+    // The cap holds for the evaluations during training too (20 batches of 16 tokens would be
+    // 320): every evaluation covers the same 160 tokens, so the best checkpoint compares them.
+    let metrics = std::fs::read_to_string(dir.join("cut/metrics.jsonl")).unwrap();
+    let evals: Vec<serde_json::Value> = metrics
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &serde_json::Value| r["val_loss"].is_number())
+        .collect();
+    assert_eq!(evals.len(), 2, "{metrics}");
+    assert_eq!(evals[0]["val_tokens"].as_u64(), Some(160), "{metrics}");
+    assert_eq!(evals[1]["val_subset_tokens"].as_u64(), Some(160), "{metrics}");
+    // `ddl eval --split train` covers as many tokens as the validation evaluation does.
+    let o = ddl_cmd(&dir)
+        .args(["eval", "--json", "--split", "train", "--checkpoint"])
+        .arg(dir.join("cut"))
+        .output()
+        .unwrap();
+    let e: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&o.stderr)));
+    assert_eq!(e["tokens"].as_u64(), Some(160), "{e}");
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("cut/summary.json")).unwrap()).unwrap();
     assert_eq!((summary["val_tokens"].as_u64(), summary["val_whole"].as_bool()), (Some(160), Some(false)));

@@ -36,7 +36,8 @@ pub struct TrainConfig {
     /// Batches of validation windows per evaluation during training (the first ones: a fixed
     /// subset); the final evaluation covers the whole validation split.
     pub eval_batches: usize,
-    /// Tokens the final evaluation covers at most (0 = the whole validation split).
+    /// Tokens an evaluation covers at most, the final one's and those during training (0 = the
+    /// whole validation split).
     #[serde(default)]
     pub val_max_tokens: usize,
     /// Write a checkpoint every this many steps (0 = only at the end).

@@ -269,9 +269,11 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                     (ds.val, format!("the validation split of {what}"), ds.key)
                 }
                 Split::Train => {
-                    // As many tokens as the validation split has, unless --batches says otherwise:
-                    // the two losses then compare (the whole training split may be billions).
-                    t.val_max_tokens = (ds.val_windows(seq_len) * seq_len).max(seq_len);
+                    // As many tokens as the evaluation of the validation split covers (its windows,
+                    // up to the run's train.val_max_tokens), unless --batches says otherwise: the
+                    // two losses then compare (the whole training split may be billions).
+                    let val_windows = super::eval_windows(&ds, &t, EvalSpan::Full, 1, seq_len);
+                    t.val_max_tokens = (val_windows * seq_len).max(seq_len);
                     let read = t.val_max_tokens.max(req.batches.unwrap_or(0) * t.batch_size * seq_len) + 1;
                     data::verify_run_split(run, false, Some(read))?;
                     (ds.train, format!("the training split of {what}"), ds.key)
@@ -379,7 +381,9 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     let ds = Dataset::for_evaluation(tokens, seq_len, vocab, key)?;
     let span = match req.batches {
         Some(b) => {
+            // --batches says how much: not capped by the run's train.val_max_tokens.
             t.eval_batches = b;
+            t.val_max_tokens = 0;
             EvalSpan::Periodic
         }
         None => EvalSpan::Full,

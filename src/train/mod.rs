@@ -449,7 +449,8 @@ fn adamw_cfg(t: &TrainConfig, step: usize) -> AdamWConfig {
 /// Which validation windows an evaluation covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EvalSpan {
-    /// The first `train.eval_batches` batches of windows (the evaluations during training).
+    /// The first `train.eval_batches` batches of windows (the evaluations during training), at
+    /// most the windows `train.val_max_tokens` leaves.
     Periodic,
     /// Every window of the validation split (up to `train.val_max_tokens` when set): the final
     /// evaluation, `ddl eval`, the experiments.
@@ -475,10 +476,13 @@ pub struct Eval {
 /// The windows `span` covers at a program's batch `b` and length `t`.
 pub fn eval_windows(data: &data::Dataset, cfg: &TrainConfig, span: EvalSpan, b: usize, t: usize) -> usize {
     let all = data.val_windows(t);
+    // `train.val_max_tokens` caps every evaluation, the periodic ones too: their windows are
+    // then the final one's first (its subset, by which the best checkpoint is chosen, is the
+    // same windows in every evaluation).
+    let full = if cfg.val_max_tokens > 0 { all.min(cfg.val_max_tokens.div_ceil(t)) } else { all };
     match span {
-        EvalSpan::Periodic => all.min(cfg.eval_batches * b),
-        EvalSpan::Full if cfg.val_max_tokens > 0 => all.min(cfg.val_max_tokens.div_ceil(t)),
-        EvalSpan::Full => all,
+        EvalSpan::Periodic => full.min(cfg.eval_batches * b),
+        EvalSpan::Full => full,
     }
 }
 
