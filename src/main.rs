@@ -27,8 +27,9 @@ fn main() {
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
         if e.downcast_ref::<Interrupted>().is_some() {
-            // Saved and said so; 130 as for a program Ctrl-C ended, so that a script stops here.
-            std::process::exit(130);
+            // Saved and said so; 130 as for a program Ctrl-C ended (143 after SIGTERM), so that a
+            // script stops here.
+            std::process::exit(ddl::train::interrupted_status());
         }
         // Ctrl-C while a corpus was tokenised (by any command that needed its shard cache).
         use ddl::train::{TrainError, data::DataError};
@@ -37,7 +38,7 @@ fn main() {
             || e.downcast_ref::<DataError>().is_some_and(cache)
         {
             eprintln!("{}", error_text(&e));
-            std::process::exit(130);
+            std::process::exit(ddl::train::interrupted_status());
         }
         eprintln!("error: {}", error_text(&e));
         std::process::exit(1);

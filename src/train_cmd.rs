@@ -416,6 +416,8 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         eprintln!("continuing {} in {} (a copy of its checkpoint at step {copied})", src.display(), out.display());
         branched = Some(copied);
     }
+    // Its output's reader gone (`ddl train … | head`), the run saves and stops as on Ctrl-C.
+    ddl::train::stop_on_broken_pipe();
     let summary = ddl::train::train(
         gpu.clone(),
         TrainOptions { run, steps, out: out.clone(), resume, overwrite: a.overwrite, show: Show::Bar },
@@ -484,7 +486,12 @@ fn report_training(
     summary: &ddl::train::Summary,
 ) -> Result<()> {
     if summary.interrupted {
-        eprintln!("interrupted at step {}: checkpoint saved in {}", summary.step, out.display());
+        eprintln!(
+            "interrupted ({}) at step {}: checkpoint saved in {}",
+            ddl::train::interruption(),
+            summary.step,
+            out.display()
+        );
         return Ok(());
     }
     if summary.losses.is_empty() && summary.val_tokens.is_some() {

@@ -1119,7 +1119,7 @@ fn generate_streams_text_writes_a_trace_and_chat_keeps_context() {
 }
 
 #[test]
-fn ctrl_c_saves_a_checkpoint_and_exits_cleanly_and_the_run_resumes() {
+fn ctrl_c_sigterm_and_a_closed_pipe_save_a_checkpoint_and_exit_cleanly_and_the_run_resumes() {
     let dir = tmpdir("sigint");
     let c = ddl::testing::small_corpus(&dir);
     let out = dir.join("run");
@@ -1141,15 +1141,18 @@ fn ctrl_c_saves_a_checkpoint_and_exits_cleanly_and_the_run_resumes() {
         }
         v
     };
+    let started = |out: &Path| {
+        // Wait until a few steps are logged.
+        let metrics = out.join("metrics.jsonl");
+        let t0 = std::time::Instant::now();
+        while std::fs::read_to_string(&metrics).map(|s| s.lines().count()).unwrap_or(0) < 3 {
+            assert!(t0.elapsed().as_secs() < 120, "training did not start");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
     let child =
         ddl_cmd(&dir).args(args("100000")).arg("--out").arg(&out).stderr(std::process::Stdio::piped()).spawn().unwrap();
-    // Wait until a few steps are logged, then interrupt.
-    let metrics = out.join("metrics.jsonl");
-    let t0 = std::time::Instant::now();
-    while std::fs::read_to_string(&metrics).map(|s| s.lines().count()).unwrap_or(0) < 3 {
-        assert!(t0.elapsed().as_secs() < 120, "training did not start");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    started(&out);
     let pid = child.id().to_string();
     assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
     // The same interruption delivered again at once (GNU timeout signals the process, then its
@@ -1161,6 +1164,7 @@ fn ctrl_c_saves_a_checkpoint_and_exits_cleanly_and_the_run_resumes() {
     // Saved, then the status of a program Ctrl-C ended (a script's next command must not run).
     assert_eq!(status.code(), Some(130), "Ctrl-C must save and exit with 130, got {status:?}: {err}");
     assert!(!err.contains("second Ctrl-C"), "{err}");
+    assert!(err.contains("interrupted (Ctrl-C) at step"), "{err}");
     assert!(!out.join(".ddl-lock").exists(), "the lock goes with the process");
     let ck = ddl::train::checkpoint::load(&out, true).unwrap();
     assert!(ck.step >= 3, "checkpoint at step {}", ck.step);
@@ -1168,6 +1172,48 @@ fn ctrl_c_saves_a_checkpoint_and_exits_cleanly_and_the_run_resumes() {
     let o = ddl_cmd(&dir).args(args(&(ck.step + 2).to_string())).arg("--resume").arg(&out).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(ddl::train::checkpoint::load(&out, false).unwrap().step, ck.step + 2);
+
+    // SIGTERM (`kill`, `timeout`, Slurm, systemd) stops as cleanly: saved, 143.
+    let term = dir.join("term");
+    let child = ddl_cmd(&dir)
+        .args(args("100000"))
+        .arg("--out")
+        .arg(&term)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    started(&term);
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(143), "SIGTERM must save and exit with 143: {err}");
+    assert!(err.contains("SIGTERM: stopping cleanly") && err.contains("interrupted (SIGTERM) at step"), "{err}");
+    assert!(!term.join(".ddl-lock").exists(), "the lock goes with the process");
+    assert!(ddl::train::checkpoint::load(&term, true).unwrap().step >= 3);
+
+    // Its output's reader gone (`ddl train … 2>&1 | head -2`): saved, 141, not killed by SIGPIPE
+    // between checkpoints.
+    let pipe = dir.join("pipe");
+    let mut child = ddl_cmd(&dir)
+        .args(args("100000"))
+        .arg("--out")
+        .arg(&pipe)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    started(&pipe);
+    drop(child.stderr.take());
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t0.elapsed().as_secs() < 120, "the run went on after its stderr's reader left");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(status.code(), Some(141), "a closed output pipe must save and exit with 141, got {status:?}");
+    assert!(!pipe.join(".ddl-lock").exists(), "the lock goes with the process");
+    assert!(ddl::train::checkpoint::load(&pipe, true).unwrap().step >= 3);
 }
 
 /// Ctrl-C while `--corpus` is tokenised into the shard cache (a large corpus takes a while; the

@@ -195,6 +195,32 @@ pub enum Show {
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// The signal that interrupted the process when it was not SIGINT (Ctrl-C): SIGTERM (`kill`,
+/// `timeout`, Slurm and systemd stopping a job) or, in a training run, SIGPIPE (its output's
+/// reader gone: `ddl train … | head`); both stop as cleanly as Ctrl-C does. 0 for Ctrl-C.
+static SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The exit status of a process an interruption stopped: 128 + the signal's number, as for a
+/// process that signal ended: 130 after Ctrl-C, 143 after SIGTERM, 141 after SIGPIPE.
+pub fn interrupted_status() -> i32 {
+    match SIGNAL.load(Ordering::SeqCst) {
+        0 => 130,
+        s => 128 + s,
+    }
+}
+
+/// What stopped the process, for its messages: "Ctrl-C", "SIGTERM" or "SIGPIPE (its output's
+/// reader is gone)".
+pub fn interruption() -> &'static str {
+    #[cfg(unix)]
+    match SIGNAL.load(Ordering::SeqCst) {
+        libc::SIGTERM => return "SIGTERM",
+        libc::SIGPIPE => return "SIGPIPE (the output's reader is gone)",
+        _ => {}
+    }
+    "Ctrl-C"
+}
+
 /// A Ctrl-C this soon after the first is the same one delivered again (to the process and to its
 /// group), not a second.
 const SECOND_CTRLC_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
@@ -214,7 +240,7 @@ fn set_ctrlc_handler() {
     ONCE.call_once(|| {
         let _ = ctrlc::set_handler(|| {
             if !LISTENING.load(Ordering::SeqCst) && SCOPES.load(Ordering::SeqCst) == 0 {
-                std::process::exit(130);
+                std::process::exit(interrupted_status());
             }
             static FIRST: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
             if INTERRUPTED.swap(true, Ordering::SeqCst) {
@@ -226,17 +252,80 @@ fn set_ctrlc_handler() {
                 // Second Ctrl-C: the user insists. What was saved before stays (checkpoints are
                 // replaced atomically); the steps since the last checkpoint are not kept.
                 eprintln!(
-                    "\nsecond Ctrl-C: stopped at once, without finishing the save; a checkpoint saved before is \
-                     intact (`--resume` continues from it)"
+                    "\nsecond {}: stopped at once, without finishing the save; a checkpoint saved before is \
+                     intact (`--resume` continues from it)",
+                    interruption()
                 );
                 lock::release_all();
-                std::process::exit(130);
+                std::process::exit(interrupted_status());
             } else {
                 let _ = FIRST.set(std::time::Instant::now());
-                eprintln!("\nCtrl-C: stopping cleanly (Ctrl-C again stops at once)");
+                eprintln!("\n{}: stopping cleanly (Ctrl-C or SIGTERM again stops at once)", interruption());
             }
         });
+        // SIGTERM stops as Ctrl-C does: noted, then delivered to the handler above as SIGINT.
+        #[cfg(unix)]
+        {
+            extern "C" fn on_term(sig: libc::c_int) {
+                // Async-signal-safe: an atomic store and raise(3).
+                SIGNAL.store(sig, Ordering::SeqCst);
+                // SAFETY: raise is async-signal-safe; SIGINT's handler is ctrlc's.
+                unsafe {
+                    libc::raise(libc::SIGINT);
+                }
+            }
+            // SAFETY: installs a handler that only touches an atomic and raises a signal.
+            unsafe {
+                libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
+            }
+        }
     });
+}
+
+/// `ddl train`: a run whose output's reader goes away (`ddl train … | head`, a log reader that
+/// died) stops as on Ctrl-C, saving its checkpoint, instead of dying between checkpoints: from
+/// the SIGPIPE on, whichever of stdout and stderr lost its reader goes to /dev/null, and it exits
+/// with 141. (The write that
+/// met the closed pipe fails: the training loop's lines ignore that, [`progress`]; other commands
+/// keep the default, ending at once.)
+pub fn stop_on_broken_pipe() {
+    #[cfg(unix)]
+    {
+        extern "C" fn on_pipe(sig: libc::c_int) {
+            // Async-signal-safe: poll(2), open(2), dup2(2), close(2), an atomic store and raise(3).
+            // SAFETY: the calls take a valid C string, a valid pollfd and descriptors this process
+            // owns.
+            unsafe {
+                // Only stdout and stderr are the run's output: another pipe's error is its writer's.
+                let broken = |fd: libc::c_int| {
+                    let mut p = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+                    libc::poll(&mut p, 1, 0) == 1 && p.revents & (libc::POLLERR | libc::POLLHUP) != 0
+                };
+                let (out, err) = (broken(1), broken(2));
+                if !out && !err {
+                    return;
+                }
+                let fd = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
+                if fd >= 0 {
+                    if out {
+                        libc::dup2(fd, 1);
+                    }
+                    if err {
+                        libc::dup2(fd, 2);
+                    }
+                    libc::close(fd);
+                }
+                if SIGNAL.load(Ordering::SeqCst) == 0 && !INTERRUPTED.load(Ordering::SeqCst) {
+                    SIGNAL.store(sig, Ordering::SeqCst);
+                    libc::raise(libc::SIGINT);
+                }
+            }
+        }
+        // SAFETY: installs a handler that only makes async-signal-safe calls.
+        unsafe {
+            libc::signal(libc::SIGPIPE, on_pipe as *const () as libc::sighandler_t);
+        }
+    }
 }
 
 /// Ctrl-C stops cleanly (sets [`interrupted`]) while this lives: work that cleans up after

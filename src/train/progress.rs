@@ -49,7 +49,7 @@ impl Progress {
             b.set_position(step as u64);
             b.set_message(msg);
         } else if self.plain && log {
-            eprintln!("{}step {step} {msg}", self.prefix);
+            say(&format!("{}step {step} {msg}", self.prefix));
         }
     }
 
@@ -58,7 +58,7 @@ impl Progress {
             // (A job's bar prints above all the bars.)
             b.println(format!("{}{s}", self.prefix));
         } else if self.plain {
-            eprintln!("{}{s}", self.prefix);
+            say(&format!("{}{s}", self.prefix));
         }
     }
 
@@ -80,7 +80,7 @@ impl Progress {
                 Some(bars) => {
                     let _ = bars.println(line);
                 }
-                None => eprintln!("{line}"),
+                None => say(&line),
             }
         }
     }
@@ -213,4 +213,12 @@ pub fn trace_memory(stage: &str, base: Option<u64>, tensors: u64) {
             }
         }
     }
+}
+
+/// A line on stderr that never panics: a run whose output's reader went away (the write fails
+/// with a broken pipe) stops cleanly on the SIGPIPE ([`super::install_ctrlc`]) rather than in a
+/// panic of `eprintln!`.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
