@@ -11,6 +11,30 @@ use ddl::gpu::BackendChoice;
 /// `ddl bench train`). The preset and variant are the flags', else the file's (`preset = …`,
 /// `[model] variant = …`: the defaults are the preset's for that variant), else tiny and ddl;
 /// a flag and the file naming different ones is an error.
+/// `vocab_size` under `[model]` in `ddl train --config` is refused as `--set model.vocab_size` is:
+/// the tokenizer sizes the vocabulary, so the setting would be ignored (`bench train`, on random
+/// tokens, takes it).
+fn refuse_vocab_size(path: &std::path::Path) -> Result<()> {
+    if let Some(v) = config_model_table(path).and_then(|m| m.get("vocab_size").cloned()) {
+        anyhow::bail!(
+            "--config {}: `vocab_size = {v}` under [model]: `ddl train` takes the vocabulary size from the \
+             tokenizer (the corpus's characters with --tokenizer char, or a tokenizer.json's vocabulary), so this \
+             setting would be ignored; drop it, or train a tokenizer of the size you want (`ddl tokenizer train \
+             --corpus FILE --vocab-size N --out tok.json`, then --tokenizer tok.json)",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// The `[model]` table of a `--config` file (`None`: no such table, or a file that does not read,
+/// which [`preset_with_config`] then reports).
+fn config_model_table(path: &std::path::Path) -> Option<toml::Table> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let table: toml::Table = toml::from_str(&text).ok()?;
+    table.get("model")?.as_table().cloned()
+}
+
 pub(crate) fn preset_with_config(
     preset: Option<&str>,
     variant: Option<ddl::model::Variant>,
@@ -213,6 +237,9 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         (None, None) => 200,
     };
     let a = TrainArgs { steps: Some(steps), ..a };
+    if let Some(path) = &a.config {
+        refuse_vocab_size(path)?;
+    }
     let mut run = match &saved {
         Some(saved) => {
             let mut run = saved.clone();
@@ -245,6 +272,18 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
                          drop --variant",
                         ck.display(),
                         cfg.variant
+                    );
+                }
+                // A [model] table is refused by name (before it could be read as contradicting
+                // the checkpoint's variant, which the user did not give as --variant).
+                if let Some(path) = &a.config
+                    && config_model_table(path).is_some_and(|m| !m.is_empty())
+                {
+                    anyhow::bail!(
+                        "--config {}: a [model] table changes the model, which --init-from {} gives (its \
+                         checkpoint's); drop the [model] settings",
+                        path.display(),
+                        ck.display()
                     );
                 }
                 let saved = ddl::train::RunConfig::saved(ck).ok().map(|r| r.preset);

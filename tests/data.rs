@@ -439,6 +439,10 @@ fn hand_written_llmc_shards_train_and_bad_shards_are_clear_errors() {
     std::fs::write(raw.join("val.bin"), bytes(&toks[..300])).unwrap();
     let o = train(&raw, "raw-run", &["--tokenizer", tok.to_str().unwrap(), "--data-format", "raw-u16"]);
     assert!(o.status.success(), "{}", text(&o));
+    // raw-u16 on a folder of llm.c shards: says what raw-u16 reads, and which format they are.
+    let o = train(&data, "raw-llmc", &["--tokenizer", tok.to_str().unwrap(), "--data-format", "raw-u16"]);
+    let t = text(&o);
+    assert!(!o.status.success() && t.contains("no train.bin") && t.contains("drop --data-format raw-u16"), "{t}");
 }
 
 /// `ddl data cache` lists the shard sets `--corpus` made (corpus, state) and removes them on

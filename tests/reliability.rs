@@ -297,6 +297,10 @@ fn config_problems_are_clear_errors() {
     std::fs::write(&cfg, "[trian]\nlr = 1.0\n").unwrap();
     t(&["--config", cfg.to_str().unwrap()], &["run.toml", "unknown key 'trian'"]);
     t(&["--config", dir.join("none.toml").to_str().unwrap()], &["none.toml"]);
+    // The vocabulary in a config file is refused as --set's is (it was silently replaced).
+    let voc = dir.join("voc.toml");
+    std::fs::write(&voc, "[model]\nvocab_size = 100\n").unwrap();
+    t(&["--config", voc.to_str().unwrap()], &["voc.toml", "vocab_size = 100", "from the tokenizer"]);
     // Resuming keeps the run's settings: changing the variant or a setting is refused, not ignored.
     let ck = checkpoint(&dir);
     let r = ck.to_str().unwrap();
@@ -305,6 +309,24 @@ fn config_problems_are_clear_errors() {
         &["train", "--resume", r, "--variant", "ddl_cc", "--steps", "3"],
         &["model.variant", "saved \"ddl\"", "given \"ddl_cc\""],
     );
+    // Another variant's own defaults are said as following from it (the baseline's d_v of 0 was
+    // listed as if given).
+    let base = dir.join("base.toml");
+    std::fs::write(&base, "[model]\nvariant = \"baseline\"\n").unwrap();
+    let t_ = fails(
+        &dir,
+        &["train", "--resume", r, "--config", base.to_str().unwrap(), "--steps", "3"],
+        &["change 1 setting(s)", "model.variant: saved \"ddl\", given \"baseline\" (and with it model.d_v 4 → 0)"],
+    );
+    assert!(!t_.contains("model.d_v: saved"), "{t_}");
+    fails(&dir, &["train", "--resume", r, "--config", voc.to_str().unwrap(), "--steps", "3"], &["vocab_size = 100"]);
+    // --init-from with a [model] table: refused by name, not as a --variant nobody gave.
+    let t_ = fails(
+        &dir,
+        &["train", "--init-from", r, "--config", base.to_str().unwrap(), "--steps", "1", "--out", "ft"],
+        &["base.toml", "a [model] table changes the model", "--init-from"],
+    );
+    assert!(!t_.contains("--variant"), "{t_}");
     fails(
         &dir,
         &["train", "--resume", r, "--set", "train.lr=1", "--steps", "3"],

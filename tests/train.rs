@@ -2209,6 +2209,19 @@ fn a_run_starts_from_a_checkpoints_parameters_with_init_from() {
         assert!(!ok && e.contains(needle) && !e.contains("panicked"), "{args:?}: {e}");
         assert!(!Path::new(&c2).join("model.safetensors").exists(), "{args:?} left a run");
     }
+    // Shards made with another tokenizer: named by their meta.json, with the remedy, before a
+    // token id past the model's vocabulary is met.
+    let shards = dir.join("odd-shards");
+    let o = ddl_cmd(&dir)
+        .args(["data", "prepare", "--tokenizer", "char", "--out"])
+        .arg(&shards)
+        .arg(dir.join("odd.txt"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (ok, e) = run(&["--init-from", &a, "--data", shards.to_str().unwrap(), "--steps", "1", "--out", &c2]);
+    assert!(!ok && e.contains("meta.json") && e.contains("prepare the --data shards with it"), "{e}");
+    assert!(!e.contains("drop --tokenizer") && !e.contains("outside the model's vocabulary"), "{e}");
     let (ok, e) = run(&["--init-from", dir.join("nope").to_str().unwrap(), "--out", &c2]);
     assert!(!ok && e.contains("--init-from") && e.contains("nope"), "{e}");
     let (ok, e) = run(&["--init-from", &a, "--resume", &b]);

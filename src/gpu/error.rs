@@ -45,6 +45,10 @@ pub enum GpuError {
     #[error("shape error: {0}")]
     Shape(String),
 
+    /// What this adapter (or model) cannot do, with the remedy.
+    #[error("{0}")]
+    Unsupported(String),
+
     #[error("{0}. Fix or unset DDL_FORMS (`ddl info` lists the kernel forms and their keys)")]
     Forms(String),
 }

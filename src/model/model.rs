@@ -140,13 +140,17 @@ impl Model {
     /// `ddl_vmap`) at d_v = 4 on adapters with SHADER_F16 (not OpenGL).
     pub fn set_state_f16(&mut self, on: bool) -> Result<()> {
         if on {
-            let bad = |why: String| Err(crate::gpu::GpuError::Shape(format!("f16 state: {why}")));
+            let bad = |why: String| {
+                Err(crate::gpu::GpuError::Unsupported(format!(
+                    "f16 states: {why}; keep them in f32 (drop --f16-state)"
+                )))
+            };
             self.cfg.f16_state_support().or_else(bad)?;
             if !self.gpu.features.contains(wgpu::Features::SHADER_F16) {
-                return bad(format!("adapter '{}' has no SHADER_F16", self.gpu.info.name));
+                return bad(format!("adapter '{}' has no SHADER_F16 (half-precision shaders)", self.gpu.info.name));
             }
             if self.gpu.info.backend == wgpu::Backend::Gl {
-                return bad("not supported on the OpenGL backend".into());
+                return bad("not supported on the OpenGL backend (choose another with --backend)".into());
             }
         }
         self.state_f16 = on;
@@ -182,12 +186,17 @@ impl Model {
     /// ([`Precision`]); f16 needs SHADER_F16 (not OpenGL).
     pub fn set_precision(&mut self, p: Precision) -> Result<()> {
         if p == Precision::F16 {
-            let bad = |why: String| Err(crate::gpu::GpuError::Shape(format!("precision f16: {why}")));
+            let bad = |why: String| Err(crate::gpu::GpuError::Unsupported(format!("precision f16: {why}")));
             if !self.gpu.features.contains(wgpu::Features::SHADER_F16) {
-                return bad(format!("adapter '{}' has no SHADER_F16; use --precision f32", self.gpu.info.name));
+                return bad(format!(
+                    "adapter '{}' has no SHADER_F16 (half-precision shaders); use --precision f32",
+                    self.gpu.info.name
+                ));
             }
             if self.gpu.info.backend == wgpu::Backend::Gl {
-                return bad("not supported on the OpenGL backend; use --precision f32".into());
+                return bad(
+                    "not supported on the OpenGL backend; use --precision f32 (or another backend, --backend)".into()
+                );
             }
         }
         self.precision = p;

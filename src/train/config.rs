@@ -502,13 +502,36 @@ impl RunConfig {
                 {
                     continue;
                 }
-                let have = have.map(|h| h.to_string()).unwrap_or_else(|| "(unset)".into());
-                diffs.push(format!("{key}: saved {have}, given {want}"));
+                diffs.push((key, have.map(|h| h.to_string()).unwrap_or_else(|| "(unset)".into()), want.to_string()));
             }
         }
         if diffs.is_empty() {
             return Ok(());
         }
+        // Another variant brings its own defaults (the baseline's d_v of 0): those are said as
+        // following from it, not as settings the user changed.
+        let other_model = diffs
+            .iter()
+            .any(|d| d.0 == "model.variant")
+            .then(|| RunConfig::preset(&self.preset, self.model.variant).ok())
+            .flatten()
+            .and_then(|d| toml::Table::try_from(&d.model).ok());
+        let follows = |key: &str, want: &str| {
+            let k = key.strip_prefix("model.")?;
+            (k != "variant" && other_model.as_ref()?.get(k)?.to_string() == want).then_some(())
+        };
+        let (derived, diffs): (Vec<_>, Vec<_>) = diffs.into_iter().partition(|(k, _, w)| follows(k, w).is_some());
+        let diffs: Vec<String> = diffs
+            .iter()
+            .map(|(key, have, want)| {
+                let mut line = format!("{key}: saved {have}, given {want}");
+                if key == "model.variant" && !derived.is_empty() {
+                    let with: Vec<String> = derived.iter().map(|(k, h, w)| format!("{k} {h} → {w}")).collect();
+                    line += &format!(" (and with it {})", with.join(", "));
+                }
+                line
+            })
+            .collect();
         Err(format!(
             "--resume continues '{}' with the settings saved in its checkpoint; the flags given change {} \
              setting(s): {}. Drop those flags to resume (a copy continued with --out keeps the checkpoint's \
@@ -613,6 +636,8 @@ impl RunConfig {
                 ("expected u32", "expected a whole number ≥ 0"),
                 ("expected f64", "expected a number"),
                 ("expected f32", "expected a number"),
+                // (An enum's values are "variants" to serde; a model's variant is a setting here.)
+                ("unknown variant", "unknown value"),
             ]
             .iter()
             .fold(e.message().to_string(), |m, (rust, plain)| m.replace(rust, plain));

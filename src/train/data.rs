@@ -890,24 +890,30 @@ pub fn check_init_tokenizer(
     tok: &Tokenizer,
     from: &Path,
 ) -> Result<(), crate::train::TrainError> {
-    let other = |what: String, vocab: usize| {
+    let other = |what: String, vocab: usize, remedy: &str| {
         crate::train::TrainError::Settings(format!(
             "{what} another tokenizer (vocabulary {vocab}) than --init-from {}'s (vocabulary {}), whose token ids its \
-             parameters were trained on: use that checkpoint's tokenizer (drop --tokenizer; prepare --data with it)",
+             parameters were trained on: use that checkpoint's tokenizer ({remedy}: `ddl data prepare --tokenizer {} \
+             --out DIR TEXT…` takes the checkpoint for its tokenizer)",
             from.display(),
-            tok.vocab_size()
+            tok.vocab_size(),
+            from.display()
         ))
     };
     if run.tokenizer != "char" && !run.tokenizer.is_empty() {
         let named = crate::train::build_tokenizer(&run.tokenizer, "")?;
         if named.to_json() != tok.to_json() {
-            return Err(other(format!("tokenizer = {} is", run.tokenizer), named.vocab_size()));
+            return Err(other(format!("tokenizer = {} is", run.tokenizer), named.vocab_size(), "drop --tokenizer"));
         }
     }
     if let Some((dir, m)) = data_meta(run)?
         && m.tokenizer != tok.to_json()
     {
-        return Err(other(format!("the shards' {} name", dir.join("meta.json").display()), m.vocab_size));
+        return Err(other(
+            format!("the shards' {} name", dir.join("meta.json").display()),
+            m.vocab_size,
+            "prepare the --data shards with it",
+        ));
     }
     Ok(())
 }

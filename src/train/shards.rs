@@ -334,7 +334,8 @@ impl Writer {
                 if self.done.len() >= MAX_SHARDS {
                     return Err(ShardError::Layout(format!(
                         "more than {MAX_SHARDS} {} shards of {} tokens: the set could not be mapped to be read; give \
-                         a larger --shard-tokens",
+                         a larger --shard-tokens (a split may have at most {MAX_SHARDS} shards: with --shard-tokens N \
+                         it holds at most {MAX_SHARDS} × N tokens; the default, 100000000, holds 10^12)",
                         self.split, self.shard_tokens
                     )));
                 }
@@ -395,6 +396,18 @@ impl Writer {
 pub fn find(data: &str, format: Format) -> Result<(Vec<PathBuf>, Vec<PathBuf>), ShardError> {
     let (train, val) = find_parts(data, format)?;
     let layout = |m: String| ShardError::Layout(m);
+    if format == Format::RawU16 && Path::new(data).is_dir() && (train.is_empty() || val.is_empty()) {
+        let other = if find_parts(data, Format::Llmc).is_ok_and(|(t, v)| !t.is_empty() && !v.is_empty()) {
+            "; it holds llm.c-format shards (NAME_train_000001.bin …): drop --data-format raw-u16"
+        } else {
+            ""
+        };
+        return Err(layout(format!(
+            "--data '{data}' with --data-format raw-u16: no {} (raw-u16 reads a folder's train.bin and val.bin, \
+             headerless 16-bit token ids){other}",
+            if train.is_empty() { "train.bin" } else { "val.bin" }
+        )));
+    }
     if train.is_empty() {
         return Err(layout(format!(
             "--data '{data}' holds no training shards (llm.c's names: NAME_train_000001.bin …; `ddl data prepare` \

@@ -238,6 +238,11 @@ impl<'c> Trainer<'c> {
             // Fine-tuning (`--init-from`): the checkpoint's tokenizer encodes the data.
             let init = (!run.init_from.is_empty()).then(|| PathBuf::from(&run.init_from));
             let given = init.as_deref().map(checkpoint::saved_tokenizer).transpose()?;
+            if let (Some(from), Some(tok)) = (&init, &given) {
+                // Another tokenizer named (a file, the shards' meta.json) before the data is read
+                // with this one (which met a token id past its vocabulary first).
+                data::check_init_tokenizer(&run, tok, from)?;
+            }
             let td = Instant::now();
             let (ds, tok) = data::open_for_run(&run, given.as_ref()).map_err(|e| match (e, &init) {
                 (TrainError::Data(data::DataError::UnknownChar { path, offset, ch, vocab }), Some(from)) => {
@@ -259,7 +264,6 @@ impl<'c> Trainer<'c> {
                     Model::new(gpu.clone(), run.model.clone(), run.train.seed)?
                 }
                 Some(from) => {
-                    data::check_init_tokenizer(&run, &tok, from)?;
                     let ck = checkpoint::load_to_device(from, gpu.clone(), false)?;
                     if ck.model.cfg != run.model {
                         return Err(TrainError::Settings(format!(
