@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Two `ddl` binaries' training steps, interleaved A B A B (so that a machine whose speed drifts
 # skews both alike): `ddl bench train` PAIRS times each, then the median new/old ratio of the
-# median step times with the range.
+# median step times with the range, and their geometric mean with its 95 % t-interval (the mean
+# of the log ratios ± t(0.975, PAIRS−1) standard errors, exponentiated; PAIRS ≥ 2).
 #   scripts/ab-train.sh OLD_DDL NEW_DDL PRESET [PAIRS=6] [VARIANT=ddl] [STEPS=5]
 set -euo pipefail
 [ $# -ge 3 ] || { echo "usage: scripts/ab-train.sh OLD_DDL NEW_DDL PRESET [PAIRS] [VARIANT] [STEPS]" >&2; exit 2; }
@@ -20,4 +21,13 @@ for i in $(seq "$pairs"); do
 done
 printf '%s\n' "${ratios[@]}" | sort -g | awk -v p="$preset" -v v="$variant" '{ r[NR] = $1 } END {
   m = (NR % 2) ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2;
-  printf("%s %s: median new/old step ratio %.4f over %d pairs (range %.4f-%.4f)\n", p, v, m, NR, r[1], r[NR]) }'
+  printf("%s %s: median new/old step ratio %.4f over %d pairs (range %.4f-%.4f)\n", p, v, m, NR, r[1], r[NR]);
+  if (NR < 2) exit;
+  # t(0.975, df) for df 1..30, then the normal 1.96.
+  split("12.706 4.303 3.182 2.776 2.571 2.447 2.365 2.306 2.262 2.228 2.201 2.179 2.160 2.145 2.131 2.120 2.110 2.101 2.093 2.086 2.080 2.074 2.069 2.064 2.060 2.056 2.052 2.048 2.045 2.042", t, " ");
+  df = NR - 1; q = (df <= 30) ? t[df] : 1.96;
+  for (i = 1; i <= NR; i++) s += log(r[i]); mu = s / NR;
+  for (i = 1; i <= NR; i++) ss += (log(r[i]) - mu) ^ 2; se = sqrt(ss / df / NR);
+  lo = exp(mu - q * se); hi = exp(mu + q * se);
+  printf("%s %s: geometric mean new/old %.3f, 95 %% t-interval [%.3f, %.3f] (log ratios, df %d): %s\n", p, v, exp(mu), lo, hi, df,
+    (lo > 1 || hi < 1) ? "a significant difference" : "not distinguishable") }'

@@ -22,7 +22,7 @@ Generate:
 Check and measure:
   info        Adapters, features, limits, kernel forms; with --preset a model's memory plan
   golden      Parity with the PyTorch float64 golden files, one row per tensor
-  bench       Benchmarks: matmul, kernels, train, generate, copy (--json for JSON lines)
+  bench       Benchmarks: matmul, kernels, train, precision, generate, data, copy (--json for JSON lines)
 
 Tools:
   data        Prepare token shards (llm.c's format) from text, folders and JSON lines; the --corpus shard cache
