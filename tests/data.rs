@@ -345,6 +345,8 @@ fn hand_written_llmc_shards_train_and_bad_shards_are_clear_errors() {
     assert!(text(&o).contains("validation loss") && text(&o).contains("288 tokens"), "{}", text(&o));
     let cfg = std::fs::read_to_string(dir.join("run/config.toml")).unwrap();
     assert!(cfg.contains("vocab_size = 50257") && cfg.contains("data = "), "{cfg}");
+    // It read no corpus, and its config.toml says so (it named the default corpus).
+    assert!(cfg.contains("corpus = \"\""), "{cfg}");
     // Resume checks the data cheaply: a changed shard is refused, the original resumes.
     let resume = |extra: &[&str]| {
         let mut c = ddl(&dir);

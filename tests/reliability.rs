@@ -1439,6 +1439,8 @@ fn first_use_is_quiet_about_the_driver_and_says_when_it_tunes() {
     assert!(o.status.success(), "{t}");
     assert_eq!(t.matches("tuning matmul tiles").count(), 1, "{t}");
     assert!(t.contains("matmul-autotune.json") && t.contains("--no-autotune"), "{t}");
+    // ... and when it is done, with what it took.
+    assert_eq!(t.matches("tuned the matmul tiles of ").count(), 1, "{t}");
     assert!(!t.contains("XDG_RUNTIME_DIR"), "{t}");
     let fresh = tmpdir("firstuse-notune");
     let b = fresh.join("b");

@@ -323,6 +323,11 @@ impl<'c> Trainer<'c> {
         let loss_scale = (tr.precision == crate::model::Precision::F16)
             .then(|| saved_scale.unwrap_or_else(|| checkpoint::LossScale::new(tr.loss_scale)));
         let t = run.train.clone();
+        if !run.data.is_empty() {
+            // A `--data` run reads no corpus: its config.toml names none (it named the default,
+            // which read as if it had trained on it).
+            run.corpus.clear();
+        }
         let run_toml = toml::to_string(&run).map_err(|e| TrainError::Settings(e.to_string()))?;
 
         let data = match dataset {
@@ -420,6 +425,7 @@ impl<'c> Trainer<'c> {
         };
         let objective =
             Objective { label_smoothing: run.model.label_smoothing as f32, loss_scale: 1.0 / t.grad_accum as f32 };
+        let tuned0 = crate::kernels::matmul::autotune::tuned();
         let build = || model.program_with(t.batch_size, t.seq_len, &opt0, objective).map_err(hint);
         let prog = if distributed && crate::kernels::matmul::autotune::enabled() {
             // Ranks that measured matmul tiles at once would disturb each other's timings where
@@ -443,6 +449,16 @@ impl<'c> Trainer<'c> {
         };
         // Evaluation runs over the training program's activations: no second set.
         let eval_prog = model.forward_program_sharing(&prog).map_err(hint)?;
+        let tuned = crate::kernels::matmul::autotune::tuned();
+        if lead && tuned.0 > tuned0.0 && matches!(opts.show, super::Show::Bar) {
+            // The first use's cost said when it is over (a minute or two on a CPU adapter, with
+            // one line before it).
+            eprintln!(
+                "tuned the matmul tiles of {} product shape(s) in {:.0} s; later runs on this adapter reuse them",
+                tuned.0 - tuned0.0,
+                tuned.1 - tuned0.1
+            );
+        }
         super::progress::trace_memory("the programs' creation", rss0, gpu.stats.live());
         let metrics = out.join("metrics.jsonl");
         if replaces {

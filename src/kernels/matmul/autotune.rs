@@ -24,7 +24,7 @@ pub(super) fn announce() {
     let at = cache_path().map(|p| p.display().to_string()).unwrap_or_else(|| "memory only".into());
     eprintln!(
         "tuning matmul tiles for this adapter (first use of these shapes: each product's tile variants are \
-         timed once, usually a few seconds, on a CPU adapter up to a minute; cached in {at}; --no-autotune skips it)"
+         timed once: seconds on a GPU, a minute or two on a CPU adapter; cached in {at}; --no-autotune skips it)"
     );
 }
 
@@ -136,9 +136,20 @@ pub fn measure(gpu: &Gpu, mm: &Matmul, reps: usize) -> Result<Vec<(&'static str,
 
 /// Measures this shape's bucket now (regardless of [`enabled`]) and stores the winner.
 pub fn tune(gpu: &Gpu, mm: &Matmul) -> Result<&'static str> {
+    let t0 = Instant::now();
     let best = measure(gpu, mm, 3)?[0].0;
     let key = cache_key(gpu, mm);
     cache().lock().unwrap().insert(key, best.to_string());
     save();
+    let mut t = TUNED.lock().unwrap();
+    *t = (t.0 + 1, t.1 + t0.elapsed().as_secs_f64());
     Ok(best)
+}
+
+static TUNED: Mutex<(usize, f64)> = Mutex::new((0, 0.0));
+
+/// The product shapes this process has measured so far and the seconds that took: a command
+/// says what its first use cost once its programs are built.
+pub fn tuned() -> (usize, f64) {
+    *TUNED.lock().unwrap()
 }
