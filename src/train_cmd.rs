@@ -7,10 +7,7 @@ use anyhow::{Context, Result};
 use crate::cli::*;
 #[cfg(feature = "mpi")]
 use ddl::gpu::BackendChoice;
-/// A preset's settings for a variant with a `--config` file's tables over them (`ddl train`,
-/// `ddl bench train`). The preset and variant are the flags', else the file's (`preset = …`,
-/// `[model] variant = …`: the defaults are the preset's for that variant), else tiny and ddl;
-/// a flag and the file naming different ones is an error.
+
 /// `vocab_size` under `[model]` in `ddl train --config` is refused as `--set model.vocab_size` is:
 /// the tokenizer sizes the vocabulary, so the setting would be ignored (`bench train`, on random
 /// tokens, takes it).
@@ -35,6 +32,10 @@ fn config_model_table(path: &std::path::Path) -> Option<toml::Table> {
     table.get("model")?.as_table().cloned()
 }
 
+/// A preset's settings for a variant with a `--config` file's tables over them (`ddl train`,
+/// `ddl bench train`). The preset and variant are the flags', else the file's (`preset = …`,
+/// `[model] variant = …`: the defaults are the preset's for that variant), else tiny and ddl;
+/// a flag and the file naming different ones is an error.
 pub(crate) fn preset_with_config(
     preset: Option<&str>,
     variant: Option<ddl::model::Variant>,

@@ -588,8 +588,8 @@ impl Ceiling {
     }
 
     /// What the rate is, for the text output: "the engine's best square matmul rate, 41.3
-    /// GFLOP/s (f32, up to 1024³, measured now; --peak-tflops for a card's peak)" or "the
-    /// stated peak, 67.0 TFLOP/s (--peak-tflops)".
+    /// GFLOP/s (f32, up to 1024³, measured now; …: --peak-tflops for a fixed one)" or "the stated
+    /// peak, 67.0 TFLOP/s (--peak-tflops)".
     pub fn describe(&self) -> String {
         match self.measured_up_to {
             Some(n) => format!(
