@@ -637,7 +637,7 @@ impl RunConfig {
                 ("expected f64", "expected a number"),
                 ("expected f32", "expected a number"),
                 // (An enum's values are "variants" to serde; a model's variant is a setting here.)
-                ("unknown variant", "unknown value"),
+                ("unknown variant `", "unknown value `"),
             ]
             .iter()
             .fold(e.message().to_string(), |m, (rust, plain)| m.replace(rust, plain));
