@@ -193,8 +193,24 @@ fn init_config(ck: &std::path::Path) -> Result<ddl::model::ModelConfig> {
     })
 }
 
+/// The number of processes an MPI launcher started this one among (Open MPI's
+/// `OMPI_COMM_WORLD_SIZE`, MPICH's and Slurm's `PMI_SIZE`), when it set one.
+fn launched_ranks() -> Option<usize> {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"].iter().find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+}
+
 pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     use ddl::train::{Show, TrainOptions};
+    if a.distributed.is_none()
+        && let Some(n) = launched_ranks().filter(|&n| n > 1)
+    {
+        // N independent runs into one folder: all but one were refused as "in use", naming no cause.
+        anyhow::bail!(
+            "started as one of {n} MPI processes (mpirun -n {n}) without --distributed mpi: each would train alone \
+             into the same --out; add --distributed mpi for data-parallel training (docs/TRAINING.md), or run one \
+             process without mpirun"
+        );
+    }
     let variant = a.variant.as_deref().map(ddl::model::Variant::parse).transpose().map_err(anyhow::Error::msg)?;
     // --resume DIR continues DIR; with --out NEW it continues a copy of DIR's checkpoint in NEW
     // (a branch: DIR, or a kept checkpoint of a run, stays as it is).
@@ -663,6 +679,13 @@ fn train_mpi(
         },
         dist: DistOptions { bucket_mib: a.mpi_bucket_mib, overlap_backward: a.mpi_overlap == MpiOverlap::Backward },
     };
-    run_rank(opts, |summary| report_training(dev, a, &out, summary).map_err(|e| format!("{e:#}").into()))
-        .map_err(anyhow::Error::msg)
+    let interrupted =
+        run_rank(opts, |summary| report_training(dev, a, &out, summary).map_err(|e| format!("{e:#}").into()))
+            .map_err(anyhow::Error::msg)?;
+    if interrupted {
+        // Saved; every rank exits as a process that signal stopped (130 Ctrl-C, 143 SIGTERM), as
+        // one process does, so that mpirun and a script see the run did not finish.
+        return Err(crate::Interrupted.into());
+    }
+    Ok(())
 }

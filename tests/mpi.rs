@@ -237,6 +237,14 @@ fn ranks_with_different_settings_all_fail_clearly_without_hanging() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(in_time && !o.status.success(), "{}", show(&o));
     assert!(err.contains("the run folder (--out) differs") && err.contains("run-b'"), "{err}");
+    // Two processes started by mpirun without --distributed mpi: refused with the flag named (one
+    // trained and the other said the folder was in use).
+    let mut m = mpirun(&dir);
+    m.args(["-n", "2", DDL]).args(train_args(&c, 4)).args(["--out", "plain"]);
+    let (o, in_time) = run_limited(m, Duration::from_secs(120));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(in_time && !o.status.success(), "{}", show(&o));
+    assert!(err.contains("without --distributed mpi") && !dir.join("plain").exists(), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -249,8 +257,9 @@ fn rank_pid(mpirun_pid: u32, rank: usize) -> Option<u32> {
 }
 
 /// Starts a long 2-rank run, waits until it trains, sends `signal` to rank 1 and returns how long
-/// mpirun took to end afterwards and its output.
-fn signal_rank_1(name: &str, signal: &str) -> (Duration, Output) {
+/// mpirun took to end afterwards, its output and the folder (whose `run` is the run's; the caller
+/// removes it).
+fn signal_rank_1(name: &str, signal: &str) -> (Duration, Output, PathBuf) {
     let dir = tmpdir(name);
     let c = ddl::testing::small_corpus(&dir);
     let mut m = mpirun(&dir);
@@ -279,8 +288,7 @@ fn signal_rank_1(name: &str, signal: &str) -> (Duration, Output) {
         let _ = child.kill();
     }
     let o = child.wait_with_output().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    (waited, o)
+    (waited, o, dir)
 }
 
 #[test]
@@ -290,13 +298,15 @@ fn a_rank_that_dies_or_hangs_ends_the_job_with_an_error() {
         return;
     }
     // Killed: Open MPI notices the exit and ends the job.
-    let (waited, o) = signal_rank_1("killed", "-KILL");
+    let (waited, o, dir) = signal_rank_1("killed", "-KILL");
+    let _ = std::fs::remove_dir_all(&dir);
     assert!(waited < Duration::from_secs(60), "mpirun still running {waited:?} after rank 1 was killed");
     assert!(!o.status.success(), "{}", show(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("rank 1") && err.contains("signal 9"), "mpirun should name the dead rank: {err}");
     // Hung (stopped): nothing tells Open MPI, so rank 0's watchdog (--mpi-timeout 5) reports it.
-    let (waited, o) = signal_rank_1("stopped", "-STOP");
+    let (waited, o, dir) = signal_rank_1("stopped", "-STOP");
+    let _ = std::fs::remove_dir_all(&dir);
     assert!(waited < Duration::from_secs(60), "mpirun still running {waited:?} after rank 1 stopped");
     assert!(!o.status.success(), "{}", show(&o));
     let err = String::from_utf8_lossy(&o.stderr);
@@ -304,4 +314,14 @@ fn a_rank_that_dies_or_hangs_ends_the_job_with_an_error() {
         err.contains("error: rank 0/2") && err.contains("made no progress for"),
         "rank 0 should report the hung peer: {err}"
     );
+    // SIGTERM to one rank (a scheduler stopping a job): every rank stops after the step, rank 0
+    // saves and says which signal, and the job does not end as if it had finished (it exited 0).
+    let (waited, o, dir) = signal_rank_1("terminated", "-TERM");
+    assert!(waited < Duration::from_secs(60), "mpirun still running {waited:?} after rank 1's SIGTERM");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "an interrupted run must not exit 0: {}", show(&o));
+    assert!(err.contains("interrupted (SIGTERM) at step") && !err.contains("(Ctrl-C)"), "{err}");
+    let ck = ddl::train::checkpoint::load(&dir.join("run"), true).expect("rank 0 saved the checkpoint");
+    assert!(ck.step >= 5, "checkpoint at step {}", ck.step);
+    let _ = std::fs::remove_dir_all(&dir);
 }

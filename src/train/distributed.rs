@@ -201,15 +201,17 @@ pub struct RankOptions {
 /// Runs this process as one rank: starts MPI, opens its adapter, trains, and lets rank 0
 /// `report` the summary. Any error is printed with the rank and host and ends the whole job
 /// (`MPI_Abort`, this function does not return then): the other ranks may be waiting in a
-/// collective. Returns `Err` only when MPI itself cannot start.
+/// collective. Returns whether an interruption (Ctrl-C, SIGTERM on any rank) stopped the run
+/// (saved: the caller exits as a process that signal stopped), and `Err` only when MPI itself
+/// cannot start.
 pub fn run_rank(
     opts: RankOptions,
     report: impl FnOnce(&super::Summary) -> Result<(), Box<dyn std::error::Error + Send + Sync>>,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     type BoxError = Box<dyn std::error::Error + Send + Sync>;
     let mpi = Mpi::init(opts.timeout).map_err(|e| format!("starting MPI: {e}"))?;
     let tag = format!("rank {}/{} ({})", mpi.rank(), mpi.size(), mpi.host());
-    let result = (|| -> Result<(), BoxError> {
+    let result = (|| -> Result<bool, BoxError> {
         let adapter = match &opts.adapter {
             Some(sel) => sel.clone(),
             None => crate::gpu::adapter_for_local_rank(opts.backend, mpi.local_rank())
@@ -228,18 +230,24 @@ pub fn run_rank(
             gpu.info.backend
         );
         let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+        if mpi.size() == 1 {
+            eprintln!(
+                "note: --distributed mpi with one rank (not started by `mpirun -n N`): this trains as one process \
+                 does, and writes no distributed.json"
+            );
+        }
         crate::kernels::matmul::autotune::set_enabled(opts.autotune);
         let summary = super::train_with(gpu, opts.train, &mpi, &opts.dist)?;
         if mpi.rank() == 0 {
             report(&summary)?;
         }
-        Ok(())
+        Ok(summary.interrupted)
     })();
     match result {
-        Ok(()) => {
+        Ok(interrupted) => {
             // Ranks finish together, so a rank that leaves first is not mistaken for a failure.
             mpi.barrier("finish");
-            Ok(())
+            Ok(interrupted)
         }
         Err(e) => {
             // One write, so that mpirun does not interleave it with other ranks' output.

@@ -200,25 +200,42 @@ static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 /// reader gone: `ddl train … | head`); both stop as cleanly as Ctrl-C does. 0 for Ctrl-C.
 static SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
+/// The signal numbers an interruption comes from (POSIX's, the same on Linux and macOS).
+pub(crate) const SIGINT: i32 = 2;
+pub(crate) const SIGPIPE: i32 = 13;
+pub(crate) const SIGTERM: i32 = 15;
+
+/// The signal that interrupted this process (`SIGINT` for Ctrl-C), or that the rank which was
+/// interrupted got in a data-parallel run ([`adopt_signal`]).
+pub(crate) fn interrupting_signal() -> i32 {
+    match SIGNAL.load(Ordering::SeqCst) {
+        0 => SIGINT,
+        s => s,
+    }
+}
+
+/// A data-parallel rank that stops because another rank was interrupted takes that rank's
+/// signal, for its messages and exit status.
+pub(crate) fn adopt_signal(sig: i32) {
+    if sig != SIGINT {
+        let _ = SIGNAL.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
+    }
+}
+
 /// The exit status of a process an interruption stopped: 128 + the signal's number, as for a
 /// process that signal ended: 130 after Ctrl-C, 143 after SIGTERM, 141 after SIGPIPE.
 pub fn interrupted_status() -> i32 {
-    match SIGNAL.load(Ordering::SeqCst) {
-        0 => 130,
-        s => 128 + s,
-    }
+    128 + interrupting_signal()
 }
 
 /// What stopped the process, for its messages: "Ctrl-C", "SIGTERM" or "SIGPIPE (its output's
 /// reader is gone)".
 pub fn interruption() -> &'static str {
-    #[cfg(unix)]
-    match SIGNAL.load(Ordering::SeqCst) {
-        libc::SIGTERM => return "SIGTERM",
-        libc::SIGPIPE => return "SIGPIPE (the output's reader is gone)",
-        _ => {}
+    match interrupting_signal() {
+        SIGTERM => "SIGTERM",
+        SIGPIPE => "SIGPIPE (the output's reader is gone)",
+        _ => "Ctrl-C",
     }
-    "Ctrl-C"
 }
 
 /// A Ctrl-C this soon after the first is the same one delivered again (to the process and to its

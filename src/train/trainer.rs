@@ -727,10 +727,19 @@ impl<'c> Trainer<'c> {
                 Some(c) => c,
                 None => reduce_gradients(model, self.comm, self.bucket)?,
             };
-            let mut red = [loss_sum, if INTERRUPTED.load(Ordering::SeqCst) { 1.0 } else { 0.0 }];
+            // With the loss: how many ranks Ctrl-C, SIGTERM or a closed pipe interrupted (every
+            // rank then stops after this step, saying and exiting with that signal: SIGTERM first).
+            let sig = if INTERRUPTED.load(Ordering::SeqCst) { super::interrupting_signal() } else { 0 };
+            let by = |s: i32| if sig == s { 1.0 } else { 0.0 };
+            let mut red = [loss_sum, by(super::SIGTERM), by(super::SIGINT), by(super::SIGPIPE)];
             self.comm.all_reduce_sum_f64(&mut red, "loss all-reduce");
             loss_sum = red[0];
-            self.stop = red[1] > 0.0;
+            self.stop = red[1..].iter().any(|&n| n > 0.0);
+            if self.stop && sig == 0 {
+                let first =
+                    [super::SIGTERM, super::SIGINT, super::SIGPIPE].into_iter().zip(&red[1..]).find(|(_, n)| **n > 0.0);
+                super::adopt_signal(first.map_or(super::SIGINT, |(s, _)| s));
+            }
             stats = prog.run(model, Parts::FINISH_STEP).map_err(ctx.clone())?;
             comm_s = Some((c.wait, c.total));
             if step > self.start {
