@@ -165,6 +165,13 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
     let r4 = ddl(&dir, &["experiment", "--spec", s, "--out", o, "--report-only", "--speed"]);
     assert!(r4.status.success(), "{}", text(&r4));
     assert!(speed_time() > measured && text(&r4).contains("speed: ddl against baseline"), "{}", text(&r4));
+    // --report-only with a grown spec reports; the folder keeps the spec its runs trained by.
+    let kept = std::fs::read_to_string(out.join("experiment.toml")).unwrap();
+    let grown = dir.join("grown.toml");
+    std::fs::write(&grown, std::fs::read_to_string(s).unwrap().replace("seeds = [1, 2]", "seeds = [1, 2, 3]")).unwrap();
+    let r5 = ddl(&dir, &["experiment", "--spec", grown.to_str().unwrap(), "--out", o, "--report-only"]);
+    assert!(r5.status.success(), "{}", text(&r5));
+    assert_eq!(std::fs::read_to_string(out.join("experiment.toml")).unwrap(), kept, "--report-only rewrote the spec");
     // Carried through git (scripts/experiment-runs.sh): the finished runs' result.json and
     // config.toml alone give a fresh folder the same report, nothing re-trained.
     let script = ddl::testing::data_path("scripts/experiment-runs.sh");

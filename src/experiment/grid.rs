@@ -143,7 +143,10 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
     let spec_path = out.join("experiment.toml");
     let spec_text = toml::to_string(spec).map_err(|e| ExperimentError::Report(e.to_string()))?;
     check_out(spec, out)?;
-    checkpoint::write_atomic(&spec_path, spec_text.as_bytes()).map_err(io(&spec_path))?;
+    // (--report-only reports; the folder keeps the spec its runs were trained by.)
+    if !opts.report_only || !spec_path.exists() {
+        checkpoint::write_atomic(&spec_path, spec_text.as_bytes()).map_err(io(&spec_path))?;
+    }
     let variants = spec.variant_list().map_err(|m| ExperimentError::Spec { path: spec_path.clone(), msg: m })?;
     let total: usize = variants.iter().map(|&v| spec.seeds_of(v).len()).sum();
     if !opts.report_only {
