@@ -263,6 +263,9 @@ fn signal_rank_1(name: &str, signal: &str) -> (Duration, Output, PathBuf) {
     let dir = tmpdir(name);
     let c = ddl::testing::small_corpus(&dir);
     let mut m = mpirun(&dir);
+    // No tile measurements: rank 1 would wait for rank 0's in a collective, longer than this
+    // test's short --mpi-timeout allows before the first step (10 × 5 s) on a slow machine.
+    m.env("DDL_NO_AUTOTUNE", "1");
     m.args(["-n", "2", DDL]).args(train_args(&c, 1_000_000));
     m.args(["--distributed", "mpi", "--mpi-timeout", "5", "--out", "run"]);
     let mut child = m.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
