@@ -1,7 +1,7 @@
 //! Running the grid: the runs not finished yet (one device or several), each run's result, then
 //! the report.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -25,17 +25,7 @@ fn any_run_trained(runs: &Path) -> bool {
 pub fn check_out(spec: &ExperimentSpec, out: &Path) -> Result<(), ExperimentError> {
     let spec_path = out.join("experiment.toml");
     if let Ok(old) = std::fs::read_to_string(&spec_path) {
-        let same = |a: &ExperimentSpec, b: &ExperimentSpec| {
-            let strip = |s: &ExperimentSpec| ExperimentSpec {
-                name: String::new(),
-                description: String::new(),
-                variants: Vec::new(),
-                seeds: Vec::new(),
-                extra_seeds: BTreeMap::new(),
-                ..s.clone()
-            };
-            strip(a) == strip(b)
-        };
+        let same = |a: &ExperimentSpec, b: &ExperimentSpec| same_runs(a, b);
         let old = toml::from_str::<ExperimentSpec>(&old).ok();
         match old {
             Some(o) if same(&o, spec) => {}
@@ -55,6 +45,29 @@ pub fn check_out(spec: &ExperimentSpec, out: &Path) -> Result<(), ExperimentErro
         }
     }
     Ok(())
+}
+
+/// Whether two specs train the same runs: every variant either lists resolves to the same run
+/// config under both (a setting written out at its default, `lr = 0.003`, changes nothing), with
+/// the same length and β-count batches. Names, descriptions, variants and seeds may differ.
+fn same_runs(a: &ExperimentSpec, b: &ExperimentSpec) -> bool {
+    if (a.steps, a.beta_batches) != (b.steps, b.beta_batches) {
+        return false;
+    }
+    let (Ok(va), Ok(vb)) = (a.variant_list(), b.variant_list()) else { return false };
+    let mut variants: Vec<Variant> = Vec::new();
+    for v in va.into_iter().chain(vb) {
+        if !variants.contains(&v) {
+            variants.push(v);
+        }
+    }
+    if variants.is_empty() {
+        variants.push(Variant::Baseline);
+    }
+    variants.iter().all(|&v| match (a.run_config(v, 1), b.run_config(v, 1)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    })
 }
 
 /// Refuses to start new runs of a grid whose trained runs saw other data than the spec's corpus
@@ -532,4 +545,33 @@ pub fn beta_regimes(
     }
     let means = tally.means();
     Ok((tally.counts, means))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::test_support::spec;
+
+    /// A folder's runs are compared by what they train, not by how the spec is written: a setting
+    /// written out at the value it had is no change (it was refused as one), another value is.
+    #[test]
+    fn a_setting_written_at_its_value_is_no_change() {
+        let plain = spec("").unwrap();
+        let lr = plain.run_config(Variant::Ddl, 1).unwrap().train.lr;
+        let d_model = plain.run_config(Variant::Ddl, 1).unwrap().model.d_model;
+        let written = spec(&format!("[train]\nlr = {lr:?}\n[model]\nd_model = {d_model}\n")).unwrap();
+        assert!(same_runs(&plain, &written) && same_runs(&written, &plain));
+        let more = spec("extra_seeds = { ddl = [3] }\n").unwrap();
+        assert!(same_runs(&plain, &more), "more seeds are no change");
+        let changed = spec(&format!("[train]\nlr = {:?}\n", lr * 2.0)).unwrap();
+        assert!(!same_runs(&plain, &changed) && !same_runs(&written, &changed));
+        assert!(changed_settings(&plain, &changed).contains("train.lr: (unset) → "));
+        let longer = spec("").map(|s| ExperimentSpec { steps: 21, ..s }).unwrap();
+        assert!(!same_runs(&plain, &longer));
+        let counted = ExperimentSpec { beta_batches: 5, ..spec("").unwrap() };
+        assert!(!same_runs(&plain, &counted));
+        // A [model] setting only the ddl variants read still counts once a ddl variant is listed.
+        let d_v = spec("[model]\nd_v = 2\n").unwrap();
+        assert!(!same_runs(&plain, &d_v));
+    }
 }
