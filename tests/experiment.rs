@@ -305,18 +305,14 @@ fn extra_seeds_give_some_variants_more_runs() {
 }
 
 /// `--jobs 2`: two runs train at once, each on its own device, and every run's numbers (losses,
-/// validation curve, β regimes) are the same bits as when the grid trains one run at a time.
+/// validation curve, β regimes) are the same bits as when the grid trains one run at a time. On
+/// a fresh cache the jobs measure the matmul tiles one shape at a time, each shape once.
 #[test]
 fn jobs_train_runs_at_once_to_the_same_numbers() {
     let dir = tmpdir("experiment-jobs");
     let s = spec(&dir, 4);
     let s = s.to_str().unwrap();
     let (one, two) = (dir.join("one"), dir.join("two"));
-    let r = ddl(&dir, &["experiment", "--spec", s, "--out", one.to_str().unwrap()]);
-    let t = text(&r);
-    assert!(r.status.success(), "{t}");
-    // One at a time, stderr not a terminal: each run's plain lines, without a name.
-    assert!(t.contains("\nstep 4 loss") && t.contains("\nstep 2: val loss") && !t.contains("[ddl-seed1] step"), "{t}");
     let r = ddl(&dir, &["experiment", "--spec", s, "--out", two.to_str().unwrap(), "--jobs", "2"]);
     let t = text(&r);
     assert!(r.status.success(), "{t}");
@@ -326,6 +322,22 @@ fn jobs_train_runs_at_once_to_the_same_numbers() {
         assert!(t.contains(&format!("[{run}] step 4 loss")), "{run}: {t}");
         assert!(t.contains(&format!("[{run}] step 2: val loss")), "{run}: {t}");
     }
+    // The first two runs built their programs at once: what each measured is said under its
+    // name, and no shape twice (the two used to time the same tiles side by side).
+    let measured: usize = t
+        .lines()
+        .filter_map(|l| l.split_once("] tuned the matmul tiles of ").map(|(_, rest)| rest))
+        .map(|rest| rest.split_whitespace().next().unwrap().parse::<usize>().unwrap())
+        .sum();
+    let cached: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("cache/matmul-autotune.json")).unwrap()).unwrap();
+    assert!(measured >= 1 && measured <= cached.len(), "{measured} measured, {} shapes cached: {t}", cached.len());
+    assert!(!t.lines().any(|l| l.starts_with("tuned the matmul tiles")), "a job's tuning line without its name: {t}");
+    let r = ddl(&dir, &["experiment", "--spec", s, "--out", one.to_str().unwrap()]);
+    let t = text(&r);
+    assert!(r.status.success(), "{t}");
+    // One at a time, stderr not a terminal: each run's plain lines, without a name.
+    assert!(t.contains("\nstep 4 loss") && t.contains("\nstep 2: val loss") && !t.contains("[ddl-seed1] step"), "{t}");
     assert!(two.join("report.md").is_file(), "{t}");
     for run in ["baseline-seed1", "baseline-seed2", "ddl-seed1", "ddl-seed2"] {
         let res = |out: &Path| -> serde_json::Value {

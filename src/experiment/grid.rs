@@ -339,7 +339,13 @@ fn train_run(
             bars,
             format!(
                 "[{at}/{of}] {name}: {} {} steps -> {}{}",
-                if resume { "resuming," } else { "training" },
+                match resume {
+                    true => match checkpoint::saved_step(&dir) {
+                        Ok(step) => format!("resuming at step {step} of"),
+                        Err(_) => "resuming,".to_string(),
+                    },
+                    false => "training".to_string(),
+                },
                 spec.steps,
                 dir.display(),
                 if bars.is_some() { " (beside other runs: its bar and lines carry its name)" } else { "" }

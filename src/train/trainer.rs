@@ -449,16 +449,16 @@ impl<'c> Trainer<'c> {
         };
         // Evaluation runs over the training program's activations: no second set.
         let eval_prog = model.forward_program_sharing(&prog).map_err(hint)?;
+        // The first use's cost said when it is over (a minute or two on a CPU adapter, with one
+        // line before it), once the progress shows (a job's line carries its name).
         let tuned = crate::kernels::matmul::autotune::tuned();
-        if lead && tuned.0 > tuned0.0 && matches!(opts.show, super::Show::Bar) {
-            // The first use's cost said when it is over (a minute or two on a CPU adapter, with
-            // one line before it).
-            eprintln!(
+        let tuned_line = (tuned.0 > tuned0.0).then(|| {
+            format!(
                 "tuned the matmul tiles of {} product shape(s) in {:.0} s; later runs on this adapter reuse them",
                 tuned.0 - tuned0.0,
                 tuned.1 - tuned0.1
-            );
-        }
+            )
+        });
         super::progress::trace_memory("the programs' creation", rss0, gpu.stats.live());
         let metrics = out.join("metrics.jsonl");
         if replaces {
@@ -495,6 +495,9 @@ impl<'c> Trainer<'c> {
         }
         install_ctrlc();
         let progress = Progress::new(if lead { &opts.show } else { &super::Show::Quiet }, start, opts.steps);
+        if let Some(line) = tuned_line {
+            progress.println(line);
+        }
         if distributed {
             progress.println(format!(
                 "data-parallel over {}: each rank computes {} of the {} micro-batches of a step; {:.2} MB of gradients \

@@ -134,22 +134,36 @@ pub fn measure(gpu: &Gpu, mm: &Matmul, reps: usize) -> Result<Vec<(&'static str,
     Ok(out)
 }
 
-/// Measures this shape's bucket now (regardless of [`enabled`]) and stores the winner.
+/// Measures this shape's bucket now (regardless of [`enabled`]) and stores the winner. One
+/// measurement at a time in a process: the runs of `ddl experiment --jobs` build their programs
+/// at once, on devices of one adapter, and would time each other's tiles (and the same shapes N
+/// times); a thread that waited finds the shape measured by the one before it.
 pub fn tune(gpu: &Gpu, mm: &Matmul) -> Result<&'static str> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let key = cache_key(gpu, mm);
+    if let Some(v) = cache().lock().unwrap().get(&key)
+        && let Some(name) = variants_for(gpu).into_iter().find(|n| n == v)
+    {
+        return Ok(name);
+    }
     let t0 = Instant::now();
     let best = measure(gpu, mm, 3)?[0].0;
-    let key = cache_key(gpu, mm);
     cache().lock().unwrap().insert(key, best.to_string());
     save();
-    let mut t = TUNED.lock().unwrap();
-    *t = (t.0 + 1, t.1 + t0.elapsed().as_secs_f64());
+    TUNED.with(|t| {
+        let (n, s) = t.get();
+        t.set((n + 1, s + t0.elapsed().as_secs_f64()));
+    });
     Ok(best)
 }
 
-static TUNED: Mutex<(usize, f64)> = Mutex::new((0, 0.0));
+thread_local! {
+    static TUNED: std::cell::Cell<(usize, f64)> = const { std::cell::Cell::new((0, 0.0)) };
+}
 
-/// The product shapes this process has measured so far and the seconds that took: a command
-/// says what its first use cost once its programs are built.
+/// The product shapes this thread has measured so far and the seconds that took: a command (a
+/// run of `ddl experiment --jobs`) says what its first use cost once its programs are built.
 pub fn tuned() -> (usize, f64) {
-    *TUNED.lock().unwrap()
+    TUNED.with(|t| t.get())
 }
