@@ -278,6 +278,22 @@ fn bad_specs_are_clear_errors() {
     let r = ddl(&dir, &["experiment", "--spec", dir.join("missing.toml").to_str().unwrap(), "--out", "x"]);
     assert!(!r.status.success() && text(&r).contains("missing.toml"), "{}", text(&r));
     assert!(!out.exists(), "a bad spec must not create the output directory");
+    // A folder another live process works in (PID 1 always runs on Linux): refused naming it,
+    // before devices open and the grid's headers are said.
+    if Path::new("/proc/1").exists() {
+        let busy = dir.join("busy");
+        std::fs::create_dir_all(&busy).unwrap();
+        let lock = busy.join(ddl::train::lock::LOCK_FILE);
+        std::fs::write(&lock, format!("1 {}\n", ddl::train::lock::host_name())).unwrap();
+        let r = ddl(
+            &dir,
+            &["experiment", "--spec", good.to_str().unwrap(), "--out", busy.to_str().unwrap(), "--jobs", "2"],
+        );
+        let t = text(&r);
+        assert!(!r.status.success() && t.contains("in use by process 1 on"), "{t}");
+        assert!(!t.contains("--jobs 2:") && !t.contains(") -> "), "headers before the refusal: {t}");
+        assert!(lock.exists() && !busy.join("experiment.toml").exists(), "{t}");
+    }
 }
 
 #[test]
