@@ -158,9 +158,18 @@ fn two_ranks_match_one_process_keep_identical_parameters_and_resume_exactly() {
     assert_eq!(digests.len(), 2, "{report}");
     assert_eq!(digests[0], digests[1], "parameters differ between the ranks: {report}");
     assert_eq!(report["allreduce_bytes_per_step"].as_u64().unwrap() % 4, 0);
+    // The run's first line says how many all-reduces a step makes, as the report counts them.
+    let pieces = |err: &str| -> u64 {
+        let at = err.find(" piece(s)").unwrap_or_else(|| panic!("no piece count: {err}"));
+        err[..at].rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let plain = report["buckets_per_step"].as_u64().unwrap();
+    assert_eq!(pieces(&err), plain, "{err}");
 
     // The exchange overlapped with the backward pass (block by block) gives the same result.
-    ranks(6, &["--out", "overlapped", "--mpi-overlap", "backward"]);
+    let o = ranks(6, &["--out", "overlapped", "--mpi-overlap", "backward"]);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(err.contains("piece(s), block by block beside the backward"), "{err}");
     let o = losses(&dir.join("overlapped"));
     assert_eq!(o.len(), 6, "{o:?}");
     assert_eq!(a[0], o[0], "step 1, --mpi-overlap backward: single {a:?} ranks {o:?}");
@@ -170,6 +179,9 @@ fn two_ranks_match_one_process_keep_identical_parameters_and_resume_exactly() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("overlapped/distributed.json")).unwrap()).unwrap();
     assert_eq!(report["overlap_backward"], true, "{report}");
+    // Each block's gradients go in their own all-reduce (the line said 1 bucket).
+    let overlapped = report["buckets_per_step"].as_u64().unwrap();
+    assert!(overlapped > plain && pieces(&err) == overlapped, "{overlapped} vs {plain}: {err}");
     let digests = report["params_digest_by_rank"].as_array().unwrap();
     assert_eq!(digests[0], digests[1], "--mpi-overlap backward: parameters differ between the ranks: {report}");
 

@@ -176,20 +176,7 @@ pub(super) fn backward_with_exchange(
         times.readback += tr.elapsed().as_secs_f64();
         covered.push((off, len));
     }
-    // What the blocks do not cover: embedding, expansion, readout, final norm.
-    covered.sort();
-    let mut rest = Vec::new();
-    let mut at = 0;
-    for &(off, len) in &covered {
-        if off > at {
-            rest.push((at, off - at));
-        }
-        at = at.max(off + len);
-    }
-    if at < model.layout.total {
-        rest.push((at, model.layout.total - at));
-    }
-    for (off, len) in rest {
+    for (off, len) in uncovered(covered, model.layout.total) {
         let tr = Instant::now();
         let send = model.grads.read_f32_range(&model.gpu, off, len)?;
         times.readback += tr.elapsed().as_secs_f64();
@@ -199,6 +186,41 @@ pub(super) fn backward_with_exchange(
     // is counted as exchange time (compare step times to see what the overlap gains).
     times.total = times.allreduce + times.write;
     Ok(times)
+}
+
+/// The parameter ranges of `0..total` outside `covered` (the blocks' ranges): embedding,
+/// expansion, readout, final norm.
+fn uncovered(mut covered: Vec<(usize, usize)>, total: usize) -> Vec<(usize, usize)> {
+    covered.sort();
+    let mut rest = Vec::new();
+    let mut at = 0;
+    for &(off, len) in &covered {
+        if off > at {
+            rest.push((at, off - at));
+        }
+        at = at.max(off + len);
+    }
+    if at < total {
+        rest.push((at, total - at));
+    }
+    rest
+}
+
+/// How many all-reduces a step's gradient exchange makes: the gradients in buckets of `bucket`
+/// elements, or with `overlap` (the backward block by block) each block's range and each range
+/// outside the blocks in such buckets.
+pub(super) fn all_reduces_per_step(model: &Model, prog: &Program, bucket: usize, overlap: bool) -> usize {
+    let (total, b) = (model.layout.total, bucket.max(1));
+    if !overlap {
+        return total.div_ceil(b);
+    }
+    let blocks: Vec<(usize, usize)> = prog
+        .backward_segments()
+        .into_iter()
+        .filter_map(|(_, block)| block.and_then(|l| model.layout.block_range(l)))
+        .collect();
+    let rest = uncovered(blocks.clone(), total);
+    blocks.iter().chain(&rest).map(|&(_, len)| len.div_ceil(b)).sum()
 }
 
 /// Compares every rank's values of the settings that must agree (exchanged at start-up), and

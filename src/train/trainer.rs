@@ -501,12 +501,13 @@ impl<'c> Trainer<'c> {
         if distributed {
             progress.println(format!(
                 "data-parallel over {}: each rank computes {} of the {} micro-batches of a step; {:.2} MB of gradients \
-                 all-reduced per step in {} bucket(s)",
+                 all-reduced per step in {} piece(s){}",
                 comm.describe(),
                 t.grad_accum / size,
                 t.grad_accum,
                 4.0 * model.layout.total as f64 / 1e6,
-                model.layout.total.div_ceil(bucket)
+                super::exchange::all_reduces_per_step(&model, &prog, bucket, dist.overlap_backward),
+                if dist.overlap_backward { ", block by block beside the backward" } else { "" }
             ));
         }
         let micros: Vec<usize> = (rank..t.grad_accum).step_by(size).collect();
@@ -1033,7 +1034,7 @@ impl<'c> Trainer<'c> {
             "allreduce_bytes_per_step": 4 * total,
             "bucket_elems": bucket,
             "overlap_backward": self.dist.overlap_backward,
-            "buckets_per_step": total.div_ceil(bucket),
+            "buckets_per_step": super::exchange::all_reduces_per_step(&self.model, &self.prog, bucket, self.dist.overlap_backward),
             "timed_steps": timed_steps,
             "mean_step_s": timed_s / n,
             "mean_wait_s": c.wait / n,
