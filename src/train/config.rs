@@ -97,6 +97,14 @@ fn default_loss_scale_growth() -> usize {
     2000
 }
 
+/// A tenth of `lr` (the default `train.min_lr`) as the decimal number it is meant to be, to 15
+/// significant digits: `3e-3 / 10.0` is 0.00030000000000000003 in binary, which config.toml and
+/// the messages showed.
+fn tenth(lr: f64) -> f64 {
+    let t = lr / 10.0;
+    format!("{t:.14e}").parse().unwrap_or(t)
+}
+
 impl TrainConfig {
     /// The training settings of a named preset ([`crate::presets::PRESETS`]; the paper's
     /// optimizer settings, schedule lengths scaled to the preset); a name that is not a preset
@@ -111,7 +119,7 @@ impl TrainConfig {
             seq_len,
             grad_accum: 1,
             lr,
-            min_lr: lr / 10.0,
+            min_lr: tenth(lr),
             warmup_steps,
             decay_steps,
             beta1: 0.9,
@@ -572,7 +580,9 @@ impl RunConfig {
         // that tenth and is not given with it (else `--set train.lr=3e-4` on a preset of lr 3e-3
         // was refused for the preset's min_lr).
         let sets_train = |k: &str| overlay.get("train").and_then(|m| m.as_table()).is_some_and(|m| m.contains_key(k));
-        let min_lr_follows = sets_train("lr") && !sets_train("min_lr") && self.train.min_lr == self.train.lr / 10.0;
+        let min_lr_follows = sets_train("lr")
+            && !sets_train("min_lr")
+            && (self.train.min_lr == tenth(self.train.lr) || self.train.min_lr == self.train.lr / 10.0);
         let mut base = toml::Table::try_from(&*self).map_err(|e| e.to_string())?;
         for (k, v) in overlay {
             match (base.get_mut(&k), v) {
@@ -685,7 +695,7 @@ impl RunConfig {
             self.model.state_kernel = self.model.d_v;
         }
         if min_lr_follows {
-            self.train.min_lr = self.train.lr / 10.0;
+            self.train.min_lr = tenth(self.train.lr);
         }
         Ok(())
     }
@@ -795,13 +805,24 @@ mod tests {
     fn a_new_learning_rate_takes_its_minimum_along_unless_given() {
         let mut c = RunConfig::preset("tiny", Variant::Ddl).unwrap();
         c.set("train.lr=3e-4").unwrap();
-        assert_eq!(c.train.min_lr, 3e-4 / 10.0);
+        assert_eq!(c.train.min_lr, 3e-5);
         c.validate().unwrap();
         c.set("train.min_lr=1e-5").unwrap();
         c.set("train.lr=2e-4").unwrap();
         assert_eq!(c.train.min_lr, 1e-5, "a given minimum stays");
         c.merge_toml("[train]\nlr = 1e-3\nmin_lr = 5e-4\n", "run.toml").unwrap();
         assert_eq!((c.train.lr, c.train.min_lr), (1e-3, 5e-4), "given together");
+        // The tenth as written in decimal: 3e-3 / 10 is 0.00030000000000000003 in binary, which
+        // config.toml and the messages showed.
+        let tiny = RunConfig::preset("tiny", Variant::Ddl).unwrap();
+        assert_eq!(tiny.train.lr, 3e-3);
+        assert_eq!(tiny.train.min_lr.to_string(), "0.0003");
+        assert!(toml::to_string(&tiny).unwrap().contains("min_lr = 0.0003\n"));
+        // A config saved with the binary tenth still takes a new lr's minimum along.
+        let mut old = tiny.clone();
+        old.train.min_lr = 3e-3 / 10.0;
+        old.set("train.lr=2e-3").unwrap();
+        assert_eq!(old.train.min_lr, 2e-4);
     }
 
     #[test]
