@@ -1150,9 +1150,19 @@ fn ctrl_c_sigterm_and_a_closed_pipe_save_a_checkpoint_and_exit_cleanly_and_the_r
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
     };
-    let child =
-        ddl_cmd(&dir).args(args("100000")).arg("--out").arg(&out).stderr(std::process::Stdio::piped()).spawn().unwrap();
-    started(&out);
+    // A long run into `out`, its stderr piped, once it has logged a few steps.
+    let spawn = |out: &Path| {
+        let child = ddl_cmd(&dir)
+            .args(args("100000"))
+            .arg("--out")
+            .arg(out)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        started(out);
+        child
+    };
+    let child = spawn(&out);
     let pid = child.id().to_string();
     assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
     // The same interruption delivered again at once (GNU timeout signals the process, then its
@@ -1175,14 +1185,7 @@ fn ctrl_c_sigterm_and_a_closed_pipe_save_a_checkpoint_and_exit_cleanly_and_the_r
 
     // SIGTERM (`kill`, `timeout`, Slurm, systemd) stops as cleanly: saved, 143.
     let term = dir.join("term");
-    let child = ddl_cmd(&dir)
-        .args(args("100000"))
-        .arg("--out")
-        .arg(&term)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    started(&term);
+    let child = spawn(&term);
     assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
@@ -1194,14 +1197,7 @@ fn ctrl_c_sigterm_and_a_closed_pipe_save_a_checkpoint_and_exit_cleanly_and_the_r
     // Its output's reader gone (`ddl train … 2>&1 | head -2`): saved, 141, not killed by SIGPIPE
     // between checkpoints.
     let pipe = dir.join("pipe");
-    let mut child = ddl_cmd(&dir)
-        .args(args("100000"))
-        .arg("--out")
-        .arg(&pipe)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    started(&pipe);
+    let mut child = spawn(&pipe);
     drop(child.stderr.take());
     let t0 = std::time::Instant::now();
     let status = loop {
