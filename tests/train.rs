@@ -1580,11 +1580,13 @@ fn every_kernel_benchmark_runs_at_the_shapes_it_is_given() {
         let cases = f(&gpu, &shape).unwrap_or_else(|e| panic!("{module}: {e}"));
         assert!(!cases.is_empty(), "{module}: no cases");
         let mut rows = Vec::new();
-        ddl::bench::kernel_rows(&gpu, cases, 1, 1.0, 1.0, |r| rows.push(r.0))
+        ddl::bench::kernel_rows(&gpu, module, cases, 1, 1.0, 1.0, |r| rows.push(r.0))
             .unwrap_or_else(|e| panic!("{module}: {e}"));
         for r in &rows {
             let ms = r["ms"].as_f64().unwrap();
             assert!(ms.is_finite() && ms > 0.0, "{module}: {r}");
+            // Rows carry their kernel module apart from the case's name (shape, variant).
+            assert_eq!(r["module"], *module, "{r}");
         }
     }
     // A preset's shapes are its ddl model's.

@@ -250,7 +250,7 @@ pub fn all_kernel_rows(
                 Some(m) => m,
                 None => *measured.insert(floors()?),
             };
-            kernel_rows(gpu, cases, reps, gbs, gflops, &mut emit)
+            kernel_rows(gpu, module, cases, reps, gbs, gflops, &mut emit)
         });
         if let Err(e) = run {
             if measured.is_none() && kept > 0 {
@@ -657,6 +657,7 @@ pub fn matmul_rate(gpu: &Gpu) -> Result<(f64, usize)> {
 /// `copy_gbs` (GB/s) and its FLOPs at the engine's matmul rate `matmul_gflops`.
 pub fn kernel_rows(
     gpu: &Gpu,
+    module: &str,
     cases: Vec<KernelBench>,
     reps: usize,
     copy_gbs: f64,
@@ -670,7 +671,7 @@ pub fn kernel_rows(
         let flop_floor_ms = c.flops / (matmul_gflops * 1e9) * 1e3;
         let floor_ms = byte_floor_ms.max(flop_floor_ms);
         emit(Row(json!({
-            "bench": "kernel", "name": c.name, "ms": ms, "flop": c.flops, "bytes": c.bytes,
+            "bench": "kernel", "module": module, "name": c.name, "ms": ms, "flop": c.flops, "bytes": c.bytes,
             "gflop_per_s": c.flops / ms / 1e6, "gb_per_s": c.bytes / ms / 1e6,
             "byte_floor_ms": byte_floor_ms, "flop_floor_ms": flop_floor_ms, "floor_ms": floor_ms,
             "bound": if flop_floor_ms > byte_floor_ms { "flops" } else { "bytes" },
