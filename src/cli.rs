@@ -47,38 +47,6 @@ pub(crate) struct Cli {
     pub(crate) cmd: Cmd,
 }
 
-/// The command line as `ddl` parses it: [`Cli`], with the device flags (global, so that `ddl
-/// --backend vulkan train` and `ddl train --backend vulkan` both work) hidden from the help of
-/// the commands that open no GPU (`data`, `tokenizer`), where they did nothing.
-pub(crate) fn command() -> clap::Command {
-    use clap::CommandFactory;
-    fn hide_device_flags(mut c: clap::Command) -> clap::Command {
-        for id in ["backend", "adapter", "no_autotune"] {
-            if c.get_arguments().any(|a| a.get_id() == id) {
-                c = c.mut_arg(id, |a| a.hide(true));
-            }
-        }
-        let subs: Vec<String> = c.get_subcommands().map(|s| s.get_name().to_string()).collect();
-        for name in subs {
-            c = c.mut_subcommand(name, hide_device_flags);
-        }
-        c
-    }
-    let mut cmd = Cli::command();
-    // (Built first: the global flags are copied into the subcommands then.)
-    cmd.build();
-    for name in ["data", "tokenizer"] {
-        cmd = cmd.mut_subcommand(name, hide_device_flags);
-    }
-    cmd
-}
-
-/// Parses the process's arguments with [`command`] (exits with clap's message on an error).
-pub(crate) fn parse() -> Cli {
-    use clap::FromArgMatches;
-    Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit())
-}
-
 #[derive(Args, Clone)]
 pub(crate) struct DeviceArgs {
     /// Graphics backend: vulkan, metal, dx12 or gl (default: the best adapter of any).

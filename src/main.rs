@@ -5,6 +5,7 @@ mod cli;
 mod train_cmd;
 
 use anyhow::{Context, Result};
+use clap::Parser;
 
 use cli::*;
 use ddl::gpu::BackendChoice;
@@ -23,7 +24,7 @@ fn main() {
         eprintln!("error: {e}");
         std::process::exit(2);
     }
-    let cli = cli::parse();
+    let cli = Cli::parse();
     if let Err(e) = run(cli) {
         if e.downcast_ref::<Interrupted>().is_some() {
             // Saved and said so; 130 as for a program Ctrl-C ended (143 after SIGTERM), so that a
@@ -1056,43 +1057,6 @@ mod tests {
         let mut missing = Vec::new();
         walk(&super::Cli::command(), "ddl", &mut missing);
         assert!(missing.is_empty(), "without help text: {}", missing.join(", "));
-    }
-
-    /// The device flags stay global (`ddl train --backend X`), and the help of a command that
-    /// opens no GPU does not offer them.
-    #[test]
-    fn the_device_flags_show_where_a_gpu_is_opened() {
-        let mut cmd = crate::cli::command();
-        let mut help = |path: &[&str]| {
-            let mut c = &mut cmd;
-            for p in path {
-                c = c.find_subcommand_mut(p).unwrap();
-            }
-            c.render_help().to_string()
-        };
-        for path in [&["train"][..], &["bench", "train"], &["info"], &["generate"]] {
-            let h = help(path);
-            assert!(h.contains("--backend") && h.contains("--no-autotune"), "{path:?}:\n{h}");
-        }
-        for path in [&["data"][..], &["data", "prepare"], &["tokenizer", "train"]] {
-            let h = help(path);
-            assert!(
-                !h.contains("--backend") && !h.contains("--adapter") && !h.contains("--no-autotune"),
-                "{path:?}:\n{h}"
-            );
-        }
-        use clap::FromArgMatches;
-        for args in [
-            &["ddl", "train", "--backend", "gl", "--steps", "1", "--out", "x"][..],
-            &["ddl", "--backend", "gl", "info"],
-        ] {
-            let m = crate::cli::command().try_get_matches_from(args).unwrap();
-            assert_eq!(
-                crate::cli::Cli::from_arg_matches(&m).unwrap().device.backend.as_deref(),
-                Some("gl"),
-                "{args:?}"
-            );
-        }
     }
 
     #[test]
