@@ -1059,6 +1059,35 @@ mod tests {
         assert!(missing.is_empty(), "without help text: {}", missing.join(", "));
     }
 
+    /// `--help` answers on every command and subcommand, before any required argument is
+    /// missed or the command runs (`ddl data cache --help` must not list, let alone clear, the
+    /// cache): an attempt to hide the global device flags from some commands' help broke it.
+    #[test]
+    fn help_answers_on_every_command() {
+        use clap::CommandFactory;
+        fn walk(c: &clap::Command, path: &mut Vec<String>, seen: &mut usize) {
+            for flag in ["--help", "-h"] {
+                let mut args = vec!["ddl".to_string()];
+                args.extend(path.iter().cloned());
+                args.push(flag.into());
+                let e = match super::Cli::command().try_get_matches_from(&args) {
+                    Ok(_) => panic!("{args:?} ran instead of showing help"),
+                    Err(e) => e,
+                };
+                assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp, "{args:?}: {e}");
+                *seen += 1;
+            }
+            for s in c.get_subcommands().filter(|s| s.get_name() != "help") {
+                path.push(s.get_name().to_string());
+                walk(s, path, seen);
+                path.pop();
+            }
+        }
+        let mut seen = 0;
+        walk(&super::Cli::command(), &mut Vec::new(), &mut seen);
+        assert!(seen > 20, "{seen}");
+    }
+
     #[test]
     fn the_top_level_help_lists_every_command_under_a_task() {
         let mut cmd = super::Cli::command();
