@@ -280,6 +280,53 @@ fn documents_from_folders_and_json_lines_are_separated_by_the_end_of_text_token(
         assert!(!o.status.success() && text(&o).contains("is a JSON-lines file"), "{args:?}: {}", text(&o));
     }
     assert!(!dir.join("t.json").exists() && !dir.join("jl-run").exists());
+    // ... whatever the case of its extension (`G.JSONL` was read as text: JSON syntax and all).
+    let upper = dir.join("UPPER.JSONL");
+    std::fs::copy(&lines, &upper).unwrap();
+    let o = ddl(&dir)
+        .args(["tokenizer", "train", "--vocab-size", "300", "--out", "t.json", "--corpus"])
+        .arg(&upper)
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && text(&o).contains("is a JSON-lines file"), "{}", text(&o));
+    let o = ddl(&dir)
+        .args(["data", "prepare", "--tokenizer", "char", "--out"])
+        .arg(dir.join("upper"))
+        .arg(&upper)
+        .output()
+        .unwrap();
+    assert!(o.status.success() && text(&o).contains("2 documents"), "{}", text(&o));
+    // A file given twice is read once (in both splits its text would leak), and that is said.
+    let o = ddl(&dir)
+        .args(["data", "prepare", "--tokenizer", "char", "--out"])
+        .arg(dir.join("twice"))
+        .arg(&lines)
+        .arg(&lines)
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(o.status.success() && t.contains("2 documents") && t.contains("two.jsonl' reached a second time"), "{t}");
+    // A character the given character tokenizer lacks: in a JSON-lines file, its line and the
+    // byte in that line's text (the byte was counted over all the documents' text), with a
+    // remedy for preparing data (not a resumed run's).
+    let chars = dir.join("chars.json");
+    ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_corpus("one tw\n").unwrap())
+        .save(&chars)
+        .unwrap();
+    let odd = dir.join("odd.jsonl");
+    std::fs::write(&odd, "{\"text\": \"one two\"}\n\n{\"text\": \"two one\"}\n{\"text\": \"one!\"}\n").unwrap();
+    let o = ddl(&dir)
+        .args(["data", "prepare", "--tokenizer"])
+        .arg(&chars)
+        .arg("--out")
+        .arg(dir.join("odd"))
+        .arg(&odd)
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(!o.status.success() && t.contains("odd.jsonl': line 4: character '!' at byte 3 of its text"), "{t}");
+    assert!(t.contains("--tokenizer char") && !t.contains("resumed"), "{t}");
+    assert!(!dir.join("odd").exists(), "{t}");
 }
 
 /// A shard written by hand here (llm.c's header, uint16 tokens, a vocabulary of 50,257 as GPT-2's)

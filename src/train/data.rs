@@ -50,7 +50,11 @@ pub enum DataError {
          corpus, or start a new run)"
     )]
     UnknownChar { path: PathBuf, offset: usize, ch: char, vocab: usize },
-    #[error("interrupted (Ctrl-C): nothing was written to --out")]
+    /// `ddl data prepare`'s: an input's character the tokenizer lacks (`line`: a JSON-lines
+    /// file's line and the byte in its `text`).
+    #[error("{}", unknown_in_input(path, *line, *offset, *ch, *vocab))]
+    UnknownCharInInput { path: PathBuf, line: Option<(usize, usize)>, offset: usize, ch: char, vocab: usize },
+    #[error("interrupted ({how}): nothing was written to --out", how = crate::train::interruption())]
     Interrupted,
     #[error("cannot write '{path}': {source}")]
     Write { path: PathBuf, source: std::io::Error },
@@ -61,8 +65,9 @@ pub enum DataError {
     )]
     Cache { path: PathBuf, source: std::io::Error },
     #[error(
-        "interrupted (Ctrl-C) while tokenising {0} into the shard cache: a set not finished is not kept (the next \
-         use tokenises it again)"
+        "interrupted ({how}) while tokenising {0} into the shard cache: a set not finished is not kept (the next \
+         use tokenises it again)",
+        how = crate::train::interruption()
     )]
     CacheInterrupted(String),
     #[error(
@@ -471,7 +476,7 @@ pub(crate) fn corpus_files(path: &Path) -> Result<Vec<PathBuf>, DataError> {
         None => {}
     }
     if !path.is_dir() {
-        if path.extension().is_some_and(|e| e == "jsonl") {
+        if super::prepare::is_jsonl(path) {
             return Err(DataError::JsonLinesAsText(path.to_path_buf()));
         }
         return Ok(vec![path.to_path_buf()]);
@@ -748,6 +753,7 @@ fn make_set(
     remove_stale_makers(root);
     let tmp = root.join(format!(".{key}{MAKING}{}.{nth}", std::process::id()));
     std::fs::create_dir_all(&tmp).map_err(|source| DataError::Cache { path: root.to_path_buf(), source })?;
+    let _scrap = crate::train::Scrap::new(&tmp);
     let bytes = source.bytes();
     let big = bytes >= BIG_CORPUS;
     if big {
@@ -1846,4 +1852,18 @@ mod tests {
         let left = hidden_entries(&root);
         assert!(left.is_empty(), "damaged sets left aside: {left:?}");
     }
+}
+
+/// [`DataError::UnknownCharInInput`]'s message.
+fn unknown_in_input(path: &Path, line: Option<(usize, usize)>, offset: usize, ch: char, vocab: usize) -> String {
+    let at = match line {
+        Some((n, b)) => format!("line {n}: character {ch:?} at byte {b} of its text"),
+        None => format!("character {ch:?} at byte {offset}"),
+    };
+    format!(
+        "'{}': {at} is not among the {vocab} characters of the --tokenizer's character tokenizer (those of the \
+         text its model was trained on): take it out of the input, or prepare for a new model with --tokenizer \
+         char (the inputs' own characters) or a byte-level BPE (`ddl tokenizer train`)",
+        path.display()
+    )
 }

@@ -267,12 +267,9 @@ fn set_ctrlc_handler() {
                     return;
                 }
                 // Second Ctrl-C: the user insists. What was saved before stays (checkpoints are
-                // replaced atomically); the steps since the last checkpoint are not kept.
-                eprintln!(
-                    "\nsecond {}: stopped at once, without finishing the save; a checkpoint saved before is \
-                     intact (`--resume` continues from it)",
-                    interruption()
-                );
+                // replaced atomically); the steps since the last checkpoint are not kept, and
+                // output still being written is removed.
+                eprintln!("\n{}", stop_at_once());
                 lock::release_all();
                 std::process::exit(interrupted_status());
             } else {
@@ -342,6 +339,58 @@ pub fn stop_on_broken_pipe() {
         unsafe {
             libc::signal(libc::SIGPIPE, on_pipe as *const () as libc::sighandler_t);
         }
+    }
+}
+
+/// What a second Ctrl-C does before the process exits: removes the folders still being written
+/// ([`Scrap`]) and says what is left.
+fn stop_at_once() -> String {
+    let scrapped: Vec<PathBuf> = std::mem::take(&mut *SCRAP.lock().unwrap_or_else(|e| e.into_inner()));
+    stop_at_once_with(&scrapped, TRAINING.load(Ordering::SeqCst))
+}
+
+/// [`stop_at_once`] for these folders and whether a run is training.
+fn stop_at_once_with(scrapped: &[PathBuf], training: bool) -> String {
+    for dir in scrapped {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    if training {
+        format!(
+            "second {}: stopped at once, without finishing the save; a checkpoint saved before is intact \
+             (`--resume` continues from it)",
+            interruption()
+        )
+    } else if scrapped.is_empty() {
+        format!("second {}: stopped at once", interruption())
+    } else {
+        let list: Vec<String> = scrapped.iter().map(|p| format!("'{}'", p.display())).collect();
+        format!("second {}: stopped at once; removed the unfinished {}", interruption(), list.join(", "))
+    }
+}
+
+/// A training run is in progress in this process (its checkpoint is what a second Ctrl-C
+/// leaves): says so in the second Ctrl-C's message.
+pub(crate) static TRAINING: AtomicBool = AtomicBool::new(false);
+
+/// Folders being written that a second Ctrl-C removes before the process exits (the first
+/// stops cleanly and their writer removes them): `ddl data prepare`'s output, a shard set being
+/// made in the cache.
+static SCRAP: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// A folder being written, removed if the process is stopped at once (a second Ctrl-C) while
+/// this lives.
+pub struct Scrap(PathBuf);
+
+impl Scrap {
+    pub fn new(dir: &Path) -> Scrap {
+        SCRAP.lock().unwrap_or_else(|e| e.into_inner()).push(dir.to_path_buf());
+        Scrap(dir.to_path_buf())
+    }
+}
+
+impl Drop for Scrap {
+    fn drop(&mut self) {
+        SCRAP.lock().unwrap_or_else(|e| e.into_inner()).retain(|p| p != &self.0);
     }
 }
 
@@ -736,4 +785,34 @@ pub fn train_with(
         run.after_step()?;
     }
     run.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A second Ctrl-C removes the folders still being written (`ddl data prepare` left its
+    /// temporary folder, and said a checkpoint was intact where there was none) and says so;
+    /// a folder whose writer finished (its [`Scrap`] dropped) stays.
+    #[test]
+    fn a_second_ctrl_c_removes_unfinished_output_and_says_what_is_left() {
+        let dir = crate::testing::scratch_dir("scrap");
+        let (writing, done) = (dir.join(".out.prepare-1"), dir.join("done"));
+        std::fs::create_dir_all(&writing).unwrap();
+        std::fs::create_dir_all(&done).unwrap();
+        std::fs::write(writing.join("data_train_000000.bin"), b"half").unwrap();
+        // (The registry is the process's: other tests' folders may be in it too.)
+        let listed = |p: &Path| SCRAP.lock().unwrap().contains(&p.to_path_buf());
+        let w = Scrap::new(&writing);
+        drop(Scrap::new(&done));
+        assert!(listed(&writing) && !listed(&done));
+        let said = stop_at_once_with(&[writing.clone()], false);
+        assert!(!writing.exists() && done.exists(), "{said}");
+        assert!(said.contains("removed the unfinished") && said.contains(".out.prepare-1"), "{said}");
+        assert!(!said.contains("checkpoint"), "{said}");
+        assert_eq!(stop_at_once_with(&[], false), format!("second {}: stopped at once", interruption()));
+        assert!(stop_at_once_with(&[], true).contains("a checkpoint saved before is intact"));
+        drop(w);
+        assert!(!listed(&writing));
+    }
 }

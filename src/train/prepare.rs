@@ -55,7 +55,7 @@ pub struct Prepared {
 /// A `.txt` piece size: about this many bytes.
 const CHUNK: usize = 8 << 20;
 /// Bytes of text tokenised in one parallel batch: a piece per core, 16–64 MB (Ctrl-C is seen
-/// between batches: a few seconds on 2 cores).
+/// between batches, and within a piece every megabyte: [`encode_at`]).
 fn batch_bytes(threads: usize) -> usize {
     (threads * CHUNK).clamp(16 << 20, 64 << 20)
 }
@@ -71,7 +71,7 @@ fn write_err(path: &Path) -> impl FnOnce(std::io::Error) -> DataError + '_ {
 /// The input files, in order: files as given, folders' `.txt` and `.jsonl` files (recursively,
 /// sorted by path; a folder reached again through a symbolic link — a cycle, or a second way
 /// into the same folder — is read once, and so is a file).
-fn input_files(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, DataError> {
+fn input_files(inputs: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<PathBuf>), DataError> {
     let mut seen = std::collections::HashSet::new();
     let mut walk = |dir: &Path, out: &mut Vec<PathBuf>| walk_dir(dir, out, &mut seen);
     fn walk_dir(
@@ -88,7 +88,7 @@ fn input_files(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, DataError> {
         for p in entries {
             if p.is_dir() {
                 walk_dir(&p, out, seen)?;
-            } else if p.extension().is_some_and(|e| e == "txt" || e == "jsonl") {
+            } else if p.extension().is_some_and(|e| e.eq_ignore_ascii_case("txt") || e.eq_ignore_ascii_case("jsonl")) {
                 out.push(p);
             }
         }
@@ -114,12 +114,13 @@ fn input_files(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, DataError> {
     // A file reached twice (given twice, or a link beside its target) is read once: read twice,
     // its text would be in both the training and the validation split.
     let mut once = std::collections::HashSet::new();
-    files.retain(|p| once.insert(p.canonicalize().unwrap_or_else(|_| p.clone())));
-    Ok(files)
+    let (files, again) = files.into_iter().partition(|p| once.insert(p.canonicalize().unwrap_or_else(|_| p.clone())));
+    Ok((files, again))
 }
 
-fn is_jsonl(p: &Path) -> bool {
-    p.extension().is_some_and(|e| e == "jsonl")
+/// A JSON-lines file, by its extension (any case: `G.JSONL`).
+pub(crate) fn is_jsonl(p: &Path) -> bool {
+    p.extension().is_some_and(|e| e.eq_ignore_ascii_case("jsonl"))
 }
 
 /// Where to cut the text read so far into a piece (0: read on): before the last line end (a
@@ -371,7 +372,16 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
             opts.out.display()
         )));
     }
-    let files = input_files(&opts.inputs)?;
+    let (files, again) = input_files(&opts.inputs)?;
+    if !again.is_empty() && !opts.quiet {
+        let named: Vec<String> = again.iter().take(3).map(|p| format!("'{}'", p.display())).collect();
+        eprintln!(
+            "note: {}{} reached a second time (given twice, or also through a folder or a link given) {} read once",
+            named.join(", "),
+            if again.len() > 3 { format!(" and {} more", again.len() - 3) } else { String::new() },
+            if again.len() == 1 { "is" } else { "are" }
+        );
+    }
     let bytes: u64 = files.iter().map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0)).sum();
     let tok = if opts.tokenizer == "char" {
         char_tokenizer(&files)?
@@ -411,8 +421,9 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(write_err(&tmp))?;
     // Ctrl-C stops at the next piece of text and removes the partial shards (a second one
-    // exits at once; the next run removes what that leaves).
+    // exits at once, removing them too).
     crate::train::install_ctrlc();
+    let _scrap = crate::train::Scrap::new(&tmp);
     let result = write_all(opts, &files, &tok, &sep, wide, &tmp, bytes).and_then(|written| {
         // Move into place: the folder appears complete.
         if opts.out.exists() {
@@ -487,17 +498,71 @@ fn placed(e: DataError, starts: &[(usize, PathBuf)]) -> DataError {
     DataError::UnknownChar { path, offset: pos - start, ch, vocab }
 }
 
+/// [`placed`] for `ddl data prepare`'s inputs: a JSON-lines file's text is its documents' `text`
+/// fields, so the line and the byte in that text are given; the remedy is one for preparing data.
+fn placed_input(e: DataError, starts: &[(usize, PathBuf)]) -> DataError {
+    match placed(e, starts) {
+        DataError::UnknownChar { path, offset, ch, vocab } => {
+            let line = if is_jsonl(&path) { jsonl_place(&path, offset) } else { None };
+            DataError::UnknownCharInInput { path, line, offset: line.map_or(offset, |(_, b)| b), ch, vocab }
+        }
+        other => other,
+    }
+}
+
+/// The line of a JSON-lines file whose `text` holds byte `offset` of the documents' text (the
+/// non-empty lines' `text` fields one after the other), and the byte in that text.
+fn jsonl_place(path: &Path, offset: usize) -> Option<(usize, usize)> {
+    use std::io::BufRead;
+    let r = std::io::BufReader::new(std::fs::File::open(path).ok()?);
+    let mut at = 0;
+    for (n, line) in r.split(b'\n').enumerate() {
+        let line = String::from_utf8(line.ok()?).ok()?;
+        let line = line.trim_end_matches('\r').trim_start_matches('\u{feff}');
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(line).ok()?;
+        let len = v.get("text")?.as_str()?.len();
+        if offset < at + len {
+            return Some((n + 1, offset - at));
+        }
+        at += len;
+    }
+    None
+}
+
 type Written = (usize, usize, usize);
 
 /// `tok`'s ids of `text`, which starts at byte `at` of a longer text: an unknown character's
 /// position is given in that text.
 fn encode_at(tok: &Tokenizer, text: &str, at: u64) -> Result<Vec<u32>, crate::tokenizer::TokenizerError> {
     use crate::tokenizer::TokenizerError;
-    tok.encode(text).map_err(|e| match e {
-        TokenizerError::Unknown { ch, pos, vocab } => TokenizerError::Unknown { ch, pos: pos + at as usize, vocab },
-        e => e,
-    })
+    let shift = |from: usize| {
+        move |e| match e {
+            TokenizerError::Unknown { ch, pos, vocab } => TokenizerError::Unknown { ch, pos: pos + from, vocab },
+            e => e,
+        }
+    };
+    if text.len() <= ENCODE_STEP || !tok.cuts_exactly() {
+        return tok.encode(text).map_err(shift(at as usize));
+    }
+    // A piece in steps of about a megabyte (cut where the tokens do not change), Ctrl-C looked
+    // at between them: a piece of 8 MB took 20 s on a slow core with a BPE. Interrupted, the
+    // ids so far are returned; the encoder sees the interruption before it finishes.
+    let mut ids = Vec::with_capacity(text.len() / 3);
+    for part in crate::tokenizer::chunks(text, ENCODE_STEP) {
+        if crate::train::interrupted() {
+            break;
+        }
+        let from = part.as_ptr() as usize - text.as_ptr() as usize;
+        ids.extend(tok.encode(part).map_err(shift(at as usize + from))?);
+    }
+    Ok(ids)
 }
+
+/// Bytes of a piece tokenised between two looks at Ctrl-C ([`encode_at`]).
+const ENCODE_STEP: usize = 1 << 20;
 
 /// What an [`Encoder`] wrote: the shards with their token counts, the tokens, the documents.
 struct Encoded {
@@ -649,9 +714,9 @@ fn write_all(
     let mut starts: Vec<(usize, PathBuf)> = Vec::new();
     for f in files {
         starts.push((enc.read as usize, f.clone()));
-        pieces(f, |text, starts_doc| enc.push(text, starts_doc)).map_err(|e| placed(e, &starts))?;
+        pieces(f, |text, starts_doc| enc.push(text, starts_doc)).map_err(|e| placed_input(e, &starts))?;
     }
-    let Encoded { mut shards, tokens: total, documents } = enc.finish().map_err(|e| placed(e, &starts))?;
+    let Encoded { mut shards, tokens: total, documents } = enc.finish().map_err(|e| placed_input(e, &starts))?;
     // The validation split: the end of the stream.
     let val_n = match opts.val {
         ValSplit::Tokens(n) => n,

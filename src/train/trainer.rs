@@ -494,6 +494,7 @@ impl<'c> Trainer<'c> {
                 .map_err(|source| TrainError::Io { path: data_path.clone(), source })?;
         }
         install_ctrlc();
+        super::TRAINING.store(true, std::sync::atomic::Ordering::SeqCst);
         let progress = Progress::new(if lead { &opts.show } else { &super::Show::Quiet }, start, opts.steps);
         if let Some(line) = tuned_line {
             progress.println(line);
