@@ -52,7 +52,8 @@ pub(crate) struct DeviceArgs {
     /// Graphics backend: vulkan, metal, dx12 or gl (default: the best adapter of any).
     #[arg(long, global = true, env = "DDL_BACKEND")]
     pub(crate) backend: Option<String>,
-    /// Adapter index (as `ddl info` lists them) or a name substring.
+    /// Adapter index (as `ddl info` lists them, with the same --backend: the indices count the
+    /// adapters of that backend) or a name substring.
     #[arg(long, global = true, env = "DDL_ADAPTER")]
     pub(crate) adapter: Option<String>,
     /// Do not measure matmul tiles on first use (train, experiment, bench train): use earlier

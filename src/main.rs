@@ -961,6 +961,14 @@ fn info_model(
         anyhow::bail!("--batch {b} × --seq {s}: too many tokens to plan; give a smaller --batch");
     }
     let st = t.storage(&cfg);
+    // The adapter the plan is compared with: one asked for (--backend, --adapter) must be there,
+    // as for every other command (a wrong one left the comparison out without a word); with none
+    // asked for, the plan stands alone where no adapter is found.
+    let gpu = match dev.open() {
+        Ok(gpu) => Some(gpu),
+        Err(e) if dev.backend.is_some() || dev.adapter.is_some() => return Err(e),
+        Err(_) => None,
+    };
     let plan = ddl::model::memory_plan_for(&cfg, b, s, st);
     println!(
         "preset {preset}, variant {v}{}: V {} d {} L {} H {} h {} F {} d_v {}",
@@ -974,7 +982,7 @@ fn info_model(
         cfg.m()
     );
     print!("{}", plan.text(b, s));
-    if let Ok(gpu) = dev.open() {
+    if let Some(gpu) = gpu {
         let limit = gpu.limits.max_storage_buffer_binding_size;
         if plan.largest.1 > limit {
             println!(

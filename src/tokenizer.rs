@@ -33,12 +33,12 @@ pub enum TokenizerError {
     #[error("the corpus is empty: a tokenizer needs at least one character to learn from")]
     Empty,
     #[error(
-        "vocab_size {got} is too small for a byte-level BPE: it must be at least {min} \
+        "--vocab-size {got} is too small for a byte-level BPE: it must be at least {min} \
          (256 byte tokens + {EOT} + at least one merge)"
     )]
     VocabTooSmall { got: usize, min: usize },
     #[error(
-        "vocab_size {got} is larger than a byte-level BPE here may ask for (at most {max}: the trainer reserves \
+        "--vocab-size {got} is larger than a byte-level BPE here may ask for (at most {max}: the trainer reserves \
          memory for every token asked for, and GPT-2's 50,257 or a few hundred thousand are the sizes in use)"
     )]
     VocabTooLarge { got: usize, max: usize },

@@ -559,6 +559,9 @@ fn device_problems_are_clear_errors() {
         fails(&dir, &["--adapter", i, "info"], &[&format!("no adapter matches '{i}'"), "[0]"]);
     }
     fails(&dir, &["--adapter", "no-such-gpu", "info"], &["no-such-gpu", "Adapters found"]);
+    // ... also where the adapter only annotates the output (a model's memory plan).
+    fails(&dir, &["--adapter", "7", "info", "--preset", "tiny"], &["no adapter matches '7'"]);
+    fails(&dir, &["--backend", "metal", "info", "--preset", "tiny"], &["no adapter matches", "Metal"]);
     // The variables standing for flags are named as themselves; an empty one is no setting, and
     // a flag given wins over its variable.
     let with_env = |k: &str, v: &str, args: &[&str]| cmd(&dir).env(k, v).args(args).output().unwrap();

@@ -201,7 +201,7 @@ fn bad_files_and_settings_are_clear_errors() {
     for v in [0, 256, 257] {
         let e = train_bpe("some text", v).unwrap_err();
         assert!(matches!(e, TokenizerError::VocabTooSmall { got, min: 258 } if got == v), "{e:?}");
-        assert!(e.to_string().contains(&format!("vocab_size {v} is too small")), "{e}");
+        assert!(e.to_string().contains(&format!("--vocab-size {v} is too small")), "{e}");
     }
     assert!(matches!(train_bpe("", 300), Err(TokenizerError::Empty)));
     // A size too large is refused before the trainer reserves memory for it (4,294,967,296
@@ -352,7 +352,7 @@ fn the_cli_trains_a_tokenizer_file_that_loads_and_encodes() {
         .output()
         .unwrap();
     let e = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && e.contains("vocab_size 100 is too small"), "{e}");
+    assert!(!o.status.success() && e.contains("--vocab-size 100 is too small"), "{e}");
 }
 
 #[test]
