@@ -1301,6 +1301,20 @@ impl Dataset {
     }
 }
 
+/// [`DataError::UnknownCharInInput`]'s message.
+fn unknown_in_input(path: &Path, line: Option<(usize, usize)>, offset: usize, ch: char, vocab: usize) -> String {
+    let at = match line {
+        Some((n, b)) => format!("line {n}: character {ch:?} at byte {b} of its text"),
+        None => format!("character {ch:?} at byte {offset}"),
+    };
+    format!(
+        "'{}': {at} is not among the {vocab} characters of the --tokenizer's character tokenizer (those of the \
+         text its model was trained on): take it out of the input, or prepare for a new model with --tokenizer \
+         char (the inputs' own characters) or a byte-level BPE (`ddl tokenizer train`)",
+        path.display()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1852,18 +1866,4 @@ mod tests {
         let left = hidden_entries(&root);
         assert!(left.is_empty(), "damaged sets left aside: {left:?}");
     }
-}
-
-/// [`DataError::UnknownCharInInput`]'s message.
-fn unknown_in_input(path: &Path, line: Option<(usize, usize)>, offset: usize, ch: char, vocab: usize) -> String {
-    let at = match line {
-        Some((n, b)) => format!("line {n}: character {ch:?} at byte {b} of its text"),
-        None => format!("character {ch:?} at byte {offset}"),
-    };
-    format!(
-        "'{}': {at} is not among the {vocab} characters of the --tokenizer's character tokenizer (those of the \
-         text its model was trained on): take it out of the input, or prepare for a new model with --tokenizer \
-         char (the inputs' own characters) or a byte-level BPE (`ddl tokenizer train`)",
-        path.display()
-    )
 }

@@ -806,7 +806,7 @@ mod tests {
         let w = Scrap::new(&writing);
         drop(Scrap::new(&done));
         assert!(listed(&writing) && !listed(&done));
-        let said = stop_at_once_with(&[writing.clone()], false);
+        let said = stop_at_once_with(std::slice::from_ref(&writing), false);
         assert!(!writing.exists() && done.exists(), "{said}");
         assert!(said.contains("removed the unfinished") && said.contains(".out.prepare-1"), "{said}");
         assert!(!said.contains("checkpoint"), "{said}");
