@@ -413,15 +413,7 @@ fn experiment(
     }
     // What would refuse the grid refuses it before devices open and anything is said: another
     // process working in --out (the grid takes the lock itself), another spec's runs in it.
-    if let Some((pid, host)) = ddl::train::lock::holder(out) {
-        return Err(ddl::train::lock::LockError::Held {
-            dir: out.to_path_buf(),
-            pid,
-            host,
-            lock: out.join(ddl::train::lock::LOCK_FILE),
-        }
-        .into());
-    }
+    ddl::train::lock::refuse_if_held(out)?;
     ddl::experiment::check_out(&spec, out)?;
     let gpu = dev.open().context("opening the GPU")?;
     ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);

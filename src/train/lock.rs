@@ -87,6 +87,15 @@ fn stale(pid: Option<u32>, host: &str, start: Option<u64>) -> bool {
     }
 }
 
+/// The error [`RunLock::acquire`] would give now when a live process holds `dir`'s lock (a
+/// command that checks before it starts its work: `ddl experiment` before it opens devices).
+pub fn refuse_if_held(dir: &Path) -> Result<(), LockError> {
+    match holder(dir) {
+        Some((pid, host)) => Err(LockError::Held { dir: dir.to_path_buf(), pid, host, lock: dir.join(LOCK_FILE) }),
+        None => Ok(()),
+    }
+}
+
 impl RunLock {
     /// Locks `dir` (which must exist) for this process.
     pub fn acquire(dir: &Path) -> Result<RunLock, LockError> {

@@ -15,6 +15,7 @@
 //! complete, so a stopped or failed run leaves nothing that looks like a shard set.
 
 use std::io::{BufRead, Read};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use super::data::DataError;
@@ -148,46 +149,58 @@ fn pieces(path: &Path, f: impl FnMut(String, bool) -> Result<(), DataError>) -> 
     pieces_of(path, CHUNK, f)
 }
 
+/// The documents of a JSON-lines file in order: each non-empty line's `text` field, with the
+/// line's number (from 1), until `f` breaks; a line that is not UTF-8 JSON with a string `text`
+/// is an error naming the line.
+fn jsonl_documents(
+    path: &Path,
+    mut f: impl FnMut(usize, String) -> Result<ControlFlow<()>, DataError>,
+) -> Result<(), DataError> {
+    let r = std::io::BufReader::new(std::fs::File::open(path).map_err(io(path))?);
+    for (n, line) in r.split(b'\n').enumerate() {
+        let mut line = String::from_utf8(line.map_err(io(path))?).map_err(|e| DataError::Meta {
+            path: path.to_path_buf(),
+            msg: format!(
+                "line {}: not UTF-8 text (first invalid byte at offset {} of the line); convert the file to UTF-8",
+                n + 1,
+                e.utf8_error().valid_up_to()
+            ),
+        })?;
+        if line.ends_with('\r') {
+            line.pop();
+        }
+        // A byte-order mark (editors on Windows write one) is not part of the first line's JSON.
+        let line = if n == 0 { line.trim_start_matches('\u{feff}').to_string() } else { line };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| DataError::Meta {
+            path: path.to_path_buf(),
+            msg: format!("line {}: not JSON ({e})", n + 1),
+        })?;
+        let Some(text) = v.get("text").and_then(|t| t.as_str()) else {
+            return Err(DataError::Meta {
+                path: path.to_path_buf(),
+                msg: format!("line {}: no string field \"text\" (each line must be {{\"text\": \"…\"}})", n + 1),
+            });
+        };
+        if f(n + 1, text.to_string())?.is_break() {
+            break;
+        }
+    }
+    Ok(())
+}
+
 /// [`pieces`], reading `chunk` bytes at a time (a line longer than two chunks is cut).
 fn pieces_of(
     path: &Path,
     chunk: usize,
     mut f: impl FnMut(String, bool) -> Result<(), DataError>,
 ) -> Result<(), DataError> {
-    let file = std::fs::File::open(path).map_err(io(path))?;
     if is_jsonl(path) {
-        let r = std::io::BufReader::new(file);
-        for (n, line) in r.split(b'\n').enumerate() {
-            let mut line = String::from_utf8(line.map_err(io(path))?).map_err(|e| DataError::Meta {
-                path: path.to_path_buf(),
-                msg: format!(
-                    "line {}: not UTF-8 text (first invalid byte at offset {} of the line); convert the file to UTF-8",
-                    n + 1,
-                    e.utf8_error().valid_up_to()
-                ),
-            })?;
-            if line.ends_with('\r') {
-                line.pop();
-            }
-            // A byte-order mark (editors on Windows write one) is not part of the first line's JSON.
-            let line = if n == 0 { line.trim_start_matches('\u{feff}').to_string() } else { line };
-            if line.trim().is_empty() {
-                continue;
-            }
-            let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| DataError::Meta {
-                path: path.to_path_buf(),
-                msg: format!("line {}: not JSON ({e})", n + 1),
-            })?;
-            let Some(text) = v.get("text").and_then(|t| t.as_str()) else {
-                return Err(DataError::Meta {
-                    path: path.to_path_buf(),
-                    msg: format!("line {}: no string field \"text\" (each line must be {{\"text\": \"…\"}})", n + 1),
-                });
-            };
-            f(text.to_string(), true)?;
-        }
-        return Ok(());
+        return jsonl_documents(path, |_, text| f(text, true).map(|()| ControlFlow::Continue(())));
     }
+    let file = std::fs::File::open(path).map_err(io(path))?;
     let mut feed = FileFeed { path, r: std::io::BufReader::with_capacity(1 << 20, file) };
     text_pieces(&mut feed, chunk, true, f)
 }
@@ -513,23 +526,17 @@ fn placed_input(e: DataError, starts: &[(usize, PathBuf)]) -> DataError {
 /// The line of a JSON-lines file whose `text` holds byte `offset` of the documents' text (the
 /// non-empty lines' `text` fields one after the other), and the byte in that text.
 fn jsonl_place(path: &Path, offset: usize) -> Option<(usize, usize)> {
-    use std::io::BufRead;
-    let r = std::io::BufReader::new(std::fs::File::open(path).ok()?);
-    let mut at = 0;
-    for (n, line) in r.split(b'\n').enumerate() {
-        let line = String::from_utf8(line.ok()?).ok()?;
-        let line = line.trim_end_matches('\r').trim_start_matches('\u{feff}');
-        if line.trim().is_empty() {
-            continue;
+    let (mut at, mut found) = (0, None);
+    jsonl_documents(path, |line, text| {
+        if offset < at + text.len() {
+            found = Some((line, offset - at));
+            return Ok(ControlFlow::Break(()));
         }
-        let v: serde_json::Value = serde_json::from_str(line).ok()?;
-        let len = v.get("text")?.as_str()?.len();
-        if offset < at + len {
-            return Some((n + 1, offset - at));
-        }
-        at += len;
-    }
-    None
+        at += text.len();
+        Ok(ControlFlow::Continue(()))
+    })
+    .ok()?;
+    found
 }
 
 type Written = (usize, usize, usize);
