@@ -632,8 +632,12 @@ impl Forms {
             "kernel forms ({} adapter; DDL_FORMS=\"key=value,...\" overrides):\n",
             if self.cpu { "CPU" } else { "GPU" }
         );
-        for (k, v, what) in self.table() {
-            let _ = writeln!(s, "  {k:<16} {v:<10} {what}");
+        let table = self.table();
+        // Keys and values aligned on the longest of each (`matmul_f16_weights` is 18 wide).
+        let kw = table.iter().map(|(k, _, _)| k.len()).max().unwrap_or(0);
+        let vw = table.iter().map(|(_, v, _)| v.chars().count()).max().unwrap_or(0).max(10);
+        for (k, v, what) in table {
+            let _ = writeln!(s, "  {k:<kw$} {v:<vw$} {what}");
         }
         for m in &self.measured {
             let _ = writeln!(s, "  measured on this device ({}): {} ({})", m.device, m.forms, m.evidence);
@@ -656,6 +660,14 @@ impl Forms {
 mod tests {
     use super::*;
 
+    /// Whether `f.describe()` has the row `key` with the value `value` (columns as printed).
+    fn shows(f: &Forms, key: &str, value: &str) -> bool {
+        f.describe().lines().any(|l| {
+            let mut w = l.split_whitespace();
+            w.next() == Some(key) && w.next() == Some(value)
+        })
+    }
+
     #[test]
     fn measured_entries_parse_and_apply_by_name() {
         let f = wgpu::Features::SUBGROUP;
@@ -672,7 +684,7 @@ mod tests {
         assert_eq!((gpu.split_k_tiles, h200.split_k_tiles), (256, 512));
         assert!(gpu.checks("matmul") && !h200.checks("matmul") && !h200.checks("norm") && !h200.checks("adamw"));
         assert!(h200.checks("delta") && h200.checks("shortconv"), "the two shaders whose tests failed unchecked");
-        assert!(h200.describe().contains("unchecked        all-delta-shortconv"));
+        assert!(shows(&h200, "unchecked", "all-delta-shortconv"));
         assert_eq!(gpu.clone().with_measured("NVIDIA GeForce RTX 4090", f), gpu, "another device keeps the defaults");
         let cpu = Forms::defaults(true, (8, 8), f);
         assert_eq!(cpu.clone().with_measured("H200", f), cpu, "CPU adapters take no GPU measurements");
@@ -690,7 +702,7 @@ mod tests {
             let mut o = d.clone();
             o.apply("wg_zero=1,wg_poison", f).unwrap();
             assert!(o.wg_zero && o.wg_poison);
-            assert!(o.describe().contains("wg_zero          on") && o.describe().contains("wg_poison        on"));
+            assert!(shows(&o, "wg_zero", "on") && shows(&o, "wg_poison", "on"));
         }
     }
 
@@ -716,10 +728,19 @@ mod tests {
         let t = f.table();
         assert_eq!(t.len(), Forms::KEYS.len());
         assert!(t.iter().any(|(k, v, _)| *k == "norm_team" && v == "32"));
-        assert!(f.describe().contains("attention        blocked:16"));
+        assert!(shows(&f, "attention", "blocked:16"));
+        // Every row's value and description start in the same column, whatever the longest key.
+        let d = f.describe();
+        let columns = |l: &str| {
+            let value = l[2..].find(' ').map(|e| 2 + e + l[2 + e..].find(|c| c != ' ').unwrap()).unwrap();
+            let gap = value + l[value..].find(' ').unwrap();
+            (value, gap + l[gap..].find(|c| c != ' ').unwrap())
+        };
+        let rows: Vec<_> = d.lines().skip(1).take(t.len()).map(columns).collect();
+        assert!(rows.iter().all(|c| *c == rows[0]), "{d}");
         f.apply("attention=Causal", sg).unwrap();
         assert_eq!(f.attention, AttentionForm::Causal);
-        assert!(f.describe().contains("attention        causal"));
+        assert!(shows(&f, "attention", "causal"));
     }
 
     #[test]
@@ -731,7 +752,7 @@ mod tests {
         f.apply("unchecked=reduce+matmul+reduce", sg).unwrap();
         assert_eq!(f.unchecked, ["matmul", "reduce"], "sorted, each once");
         assert!(!f.checks("matmul") && !f.checks("reduce") && f.checks("delta"));
-        assert!(f.describe().contains("unchecked        matmul+reduce"));
+        assert!(shows(&f, "unchecked", "matmul+reduce"));
         // shader_checks decides for every module again: 1 all checked, 0 none.
         let mut on = f.clone();
         on.apply("shader_checks=1", sg).unwrap();
@@ -741,16 +762,16 @@ mod tests {
         assert!(crate::shaders::ALL.iter().all(|s| !off.checks(s.name)));
         f.apply("unchecked=none", sg).unwrap();
         assert_eq!(f, gpu);
-        assert!(f.describe().contains("unchecked        none"));
+        assert!(shows(&f, "unchecked", "none"));
         // every shader, or every shader but some.
         f.apply("unchecked=all", sg).unwrap();
         assert!(
-            crate::shaders::ALL.iter().all(|s| !f.checks(s.name)) && f.describe().contains("unchecked        all ")
+            crate::shaders::ALL.iter().all(|s| !f.checks(s.name)) && shows(&f, "unchecked", "all")
         );
         f.apply("unchecked=all-shortconv-delta", sg).unwrap();
         assert!(f.checks("delta") && f.checks("shortconv") && !f.checks("matmul") && !f.checks("fill"));
         assert_eq!(f.unchecked.len(), crate::shaders::ALL.len() - 2);
-        assert!(f.describe().contains("unchecked        all-delta-shortconv"), "{}", f.describe());
+        assert!(shows(&f, "unchecked", "all-delta-shortconv"), "{}", f.describe());
     }
 
     #[test]
