@@ -246,6 +246,10 @@ fn tensors_a_golden_file_holds_beyond_the_checks_are_named() {
             && report.contains("internal.block0.future_thing, out.something_new"),
         "{report}"
     );
+    // --quiet with every row passing: the summary alone, no table header; without it, both.
+    assert!(!report.contains("rel_l2") && report.contains("compared, 0 failed"), "{report}");
+    let full = ddl::golden::report(&path, &g, &rows, false);
+    assert!(full.contains("rel_l2") && full.lines().count() > rows.len(), "{full}");
 }
 
 /// The f16 saved-state path (`--f16-state`) against the same float64 goldens at the looser
