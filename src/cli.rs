@@ -306,7 +306,8 @@ pub(crate) enum TokenizerCmd {
         /// Vocabulary size, byte tokens and <|endoftext|> included (258 to 2,097,152).
         #[arg(long)]
         vocab_size: usize,
-        /// Output file (never one of the corpus's files; an existing file only with --force).
+        /// Output file (never one of the corpus's files; an existing file only with --force); a
+        /// missing folder is made.
         #[arg(long, default_value = "tokenizer.json")]
         out: std::path::PathBuf,
         /// Replace --out if it exists.

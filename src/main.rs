@@ -267,6 +267,10 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
             let tok = ddl::train::data::train_corpus_bpe(&corpus, vocab_size)?;
             let secs = t0.elapsed().as_secs_f64();
             let (bytes, n) = ddl::train::data::corpus_token_count(&corpus, &tok)?;
+            if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty() && !d.is_dir()) {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("--out {}: cannot make the folder '{}'", out.display(), dir.display()))?;
+            }
             // (Without --force never over a file made meanwhile: two trainers racing to one --out.)
             tok.save_as(&out, force)?;
             let short = if tok.vocab_size() < vocab_size {
@@ -299,7 +303,8 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
 }
 
 /// `ddl tokenizer train --out`: not the corpus (or one of its files), not a folder, and not an
-/// existing file unless `force`; its folder must exist. Checked before the (long) training.
+/// existing file unless `force`; its folder exists or can be made. Checked before the (long)
+/// training.
 fn check_tokenizer_out(corpus: &std::path::Path, out: &std::path::Path, force: bool) -> Result<()> {
     let shown = out.display();
     if out.is_dir() {
@@ -308,9 +313,15 @@ fn check_tokenizer_out(corpus: &std::path::Path, out: &std::path::Path, force: b
             out.join("tokenizer.json").display()
         );
     }
+    // A missing folder is made after the training, as `ddl data prepare` makes its --out's; one
+    // that cannot be (a file in its place) is refused now.
     let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    if !dir.is_dir() {
-        anyhow::bail!("--out {shown}: the folder '{}' does not exist; create it first", dir.display());
+    if let Some(file) = dir.ancestors().find(|a| !a.as_os_str().is_empty() && a.exists() && !a.is_dir()) {
+        anyhow::bail!(
+            "--out {shown}: '{}' is a file, so the folder '{}' cannot be made; choose another --out",
+            file.display(),
+            dir.display()
+        );
     }
     if let (Ok(o), Ok(c)) = (out.canonicalize(), corpus.canonicalize())
         && (o == c || (c.is_dir() && o.starts_with(&c) && o.extension().is_some_and(|e| e == "txt")))

@@ -706,7 +706,7 @@ fn bench_problems_are_clear_errors() {
 /// Outputs never replace files they do not own: a trace refuses a path (or its `.json`
 /// sibling) that holds something else, a folder that does not exist, a name ending in .json, and
 /// replaces an earlier trace; `tokenizer train` refuses its own corpus and an existing file
-/// without `--force`; `data prepare` refuses a file as `--out`, a name that is a path, reads a
+/// without `--force`, makes a missing folder and refuses one under a file; `data prepare` refuses a file as `--out`, a name that is a path, reads a
 /// folder reached again through a symbolic link once, and removes what a killed run left.
 #[test]
 fn outputs_never_replace_files_they_do_not_own() {
@@ -767,6 +767,13 @@ fn outputs_never_replace_files_they_do_not_own() {
     assert!(cmd(&dir).args(refs(&tok(&tk, false))).output().unwrap().status.success());
     fails(&dir, &refs(&tok(&tk, false)), &["tk.json", "exists", "--force"]);
     assert!(cmd(&dir).args(refs(&tok(&tk, true))).output().unwrap().status.success());
+    // A missing folder is made (as data prepare makes its --out's); one under a file is refused
+    // before the training, naming the file.
+    let nested = dir.join("made/here/tk.json");
+    assert!(cmd(&dir).args(refs(&tok(nested.to_str().unwrap(), false))).output().unwrap().status.success());
+    assert!(ddl::train::load_tokenizer(&nested).is_ok());
+    let under_file = format!("{c}/sub/tk.json");
+    fails(&dir, &refs(&tok(&under_file, false)), &["is a file", "cannot be made", "choose another --out"]);
 
     // data prepare: --out a file, --name a path, a symbolic-link cycle, a killed run's leftovers.
     let prep = |out: &Path, extra: &[&str], input: &Path| {
