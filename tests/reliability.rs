@@ -783,6 +783,13 @@ fn outputs_never_replace_files_they_do_not_own() {
     };
     let o = prep(Path::new(&c), &[], Path::new(&c));
     assert!(!o.status.success() && text(&o).contains("is a file"), "{}", text(&o));
+    // A folder nothing can be made in (as root, permissions would not stop it: /proc) is named
+    // as --out's, not as the temporary folder's bare path.
+    if Path::new("/proc/self").is_dir() {
+        let o = prep(Path::new("/proc/ddl-out"), &[], Path::new(&c));
+        let t = text(&o);
+        assert!(!o.status.success() && t.contains("--out /proc/ddl-out: cannot make") && t.contains("temporary"), "{t}");
+    }
     let empty = dir.join("empty.txt");
     std::fs::write(&empty, "").unwrap();
     let o = prep(&dir.join("from-empty"), &[], &empty);

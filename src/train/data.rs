@@ -59,6 +59,11 @@ pub enum DataError {
     #[error("cannot write '{path}': {source}")]
     Write { path: PathBuf, source: std::io::Error },
     #[error(
+        "--out {out}: cannot make '{made}' ({source}); the shards are written into a temporary folder \
+         beside --out, then moved into place: give an --out in a folder you can write, with room for the shards"
+    )]
+    OutFolder { out: PathBuf, made: PathBuf, source: std::io::Error },
+    #[error(
         "cannot write the shard cache in '{path}': {source}; the corpus is tokenised into the cache once \
          (DDL_CACHE_DIR, else $XDG_CACHE_HOME/ddl or ~/.cache/ddl): set DDL_CACHE_DIR to a writable folder with \
          room for the shards (2 bytes a token, 4 above 65,536 token ids)"

@@ -426,13 +426,17 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
     }
     let wide = tok.vocab_size() > u16::MAX as usize + 1;
     let parent = opts.out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(write_err(parent))?;
+    let out_folder = |made: &Path| {
+        let (out, made) = (opts.out.clone(), made.to_path_buf());
+        move |source| DataError::OutFolder { out, made, source }
+    };
+    std::fs::create_dir_all(parent).map_err(out_folder(parent))?;
     let stem =
         format!(".{}.prepare-", opts.out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
     remove_stale_temp_dirs(parent, &stem);
     let tmp = parent.join(format!("{stem}{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).map_err(write_err(&tmp))?;
+    std::fs::create_dir_all(&tmp).map_err(out_folder(&tmp))?;
     // Ctrl-C stops at the next piece of text and removes the partial shards (a second one
     // exits at once, removing them too).
     crate::train::install_ctrlc();
