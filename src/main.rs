@@ -986,12 +986,34 @@ fn info_model(
     );
     print!("{}", plan.text(b, s));
     if let Some(gpu) = gpu {
-        let limit = gpu.limits.max_storage_buffer_binding_size;
-        if plan.largest.1 > limit {
+        // What `ddl train` would refuse on this adapter: a buffer over its largest (or, on a CPU
+        // adapter, more than the host has), or a state over one storage binding (bound whole).
+        let limits = ddl::model::Limits::of(&gpu);
+        let binding = gpu.limits.max_storage_buffer_binding_size;
+        if let Some(why) = plan.misfit(&limits) {
+            // (The advice restates why, with the plan's total, and says what fits.)
+            let advice = ddl::model::fit_advice(&cfg, b, s, 1, st, &limits).unwrap_or(why);
+            println!("does not fit this adapter ({}): {advice}", gpu.info.name);
+        } else if plan.largest_bound.1 > binding {
+            let per_seq = plan.largest_bound.1 / b as u64;
+            let fits = binding / per_seq.max(1);
+            let remedy = if fits > 0 {
+                format!("give --batch {fits} or less")
+            } else {
+                format!("even one sequence's is too large: give a smaller --seq (now {s})")
+            };
             println!(
-                "note: '{}' ({} bytes) exceeds this adapter's max storage binding ({limit} bytes): the kernels bind it in chunks",
+                "does not fit this adapter ({}): '{}' needs {} bytes and its kernels bind it whole, but a storage \
+                 binding holds at most {binding} bytes; {remedy}",
+                gpu.info.name, plan.largest_bound.0, plan.largest_bound.1
+            );
+        } else if plan.largest.1 > binding {
+            println!(
+                "note: '{}' ({} bytes) is over this adapter's storage binding ({binding} bytes): the kernels bind it in pieces",
                 plan.largest.0, plan.largest.1
             );
+        } else {
+            println!("fits this adapter's buffers ({})", gpu.info.name);
         }
     }
     Ok(())

@@ -788,7 +788,10 @@ fn outputs_never_replace_files_they_do_not_own() {
     if Path::new("/proc/self").is_dir() {
         let o = prep(Path::new("/proc/ddl-out"), &[], Path::new(&c));
         let t = text(&o);
-        assert!(!o.status.success() && t.contains("--out /proc/ddl-out: cannot make") && t.contains("temporary"), "{t}");
+        assert!(
+            !o.status.success() && t.contains("--out /proc/ddl-out: cannot make") && t.contains("temporary"),
+            "{t}"
+        );
     }
     let empty = dir.join("empty.txt");
     std::fs::write(&empty, "").unwrap();
@@ -1254,6 +1257,30 @@ fn a_memory_plan_beyond_what_the_adapter_reports_is_refused_before_training_with
     a.extend(["--set", &set_b, "--set", &set_a]);
     let o = cmd(&dir).args(&a).env("DDL_FAULT_HOST_MEMORY", "1000000").output().unwrap();
     assert!(o.status.success(), "batch {b} × {accum}: {}", text(&o));
+
+    // `ddl info --preset` says the same of this adapter: over the host's memory, with the batch
+    // that fits; a state gradient over one storage binding (bound whole), with the largest
+    // batch whose gradient fits one; and that a plan fits.
+    let info = |batch: usize, host: &str| {
+        let b = batch.to_string();
+        let o = cmd(&dir)
+            .args(["info", "--preset", "tiny", "--variant", "ddl", "--batch", &b])
+            .env("DDL_FAULT_HOST_MEMORY", host)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        text(&o)
+    };
+    let t = info(64, "150000000");
+    assert!(t.contains("does not fit this adapter") && t.contains("--set train.batch_size="), "{t}");
+    let binding = ddl::testing::gpu().limits.max_storage_buffer_binding_size;
+    let per_seq = 4 * 64 * 128 * 4; // tiny: T 64, d 128, d_v 4, f32
+    let over = (binding / per_seq + 1) as usize;
+    let t = info(over, "1000000000000000");
+    let most = format!("give --batch {} or less", binding / per_seq);
+    assert!(t.contains("'dxa (the states' gradient)'") && t.contains("bind it whole") && t.contains(&most), "{t}");
+    let t = info(4, "1000000000000000");
+    assert!(t.contains("fits this adapter's buffers") && t.contains("largest single buffer"), "{t}");
 }
 
 #[test]

@@ -357,7 +357,9 @@ fn info_plans_a_presets_memory_in_each_precision() {
     assert!(chunked.contains("variant ddl (head chunk 1024)"), "{chunked}");
     let v = cfg.vocab_size as u64;
     assert_eq!(bytes(&f32, "activations") - bytes(&chunked, "activations"), 4 * (8192 - 1024) * v);
-    assert!(chunked.contains(&format!("largest single tensor: {} bytes (logits)", 4 * 1024 * v)), "{chunked}");
+    let all = ddl::model::memory_plan(&cfg, 1, 1).param_bytes;
+    assert!(chunked.contains(&format!("largest single buffer: {all} bytes (params (all ")), "{chunked}");
+    assert!(f32.contains(&format!("largest single buffer: {} bytes (logits)", 4 * 8192 * v)), "{f32}");
     let fit_c = info(&["--memory", "80GB", "--head-chunk", "1024"]);
     assert!(fit_c.contains("the LM head in slices of 1024 rows"), "{fit_c}");
     let line = fit_c.lines().find(|l| l.trim_start().starts_with("f32 --recompute")).unwrap();
@@ -1802,6 +1804,43 @@ fn short_dispatches_are_timed_back_to_back_and_long_ones_alone() {
     let refs: Vec<&ddl::gpu::Dispatch> = short.iter().collect();
     let (ms, k) = ddl::bench::steady_ms(&gpu, &refs, 3).unwrap();
     assert!(ms > 0.0 && ms.is_finite() && (1..=16).contains(&k), "{ms} ms, {k} runs per repetition");
+}
+
+/// The memory plan's largest buffer is the largest tensor a model and its training program
+/// allocate (what `ddl info` and the fit checks compare with the adapter's largest buffer),
+/// whichever it is: the parameters' one buffer, the logits, the states' gradient or the MLP's
+/// hidden layer; with f32 and f16 states, whole and sliced heads.
+#[test]
+fn the_plans_largest_buffer_is_the_largest_tensor_allocated() {
+    use ddl::model::Storage;
+    let gpu = own_gpu();
+    let opt = ddl::kernels::adamw::AdamWConfig::paper(1e-3);
+    let mut seen = std::collections::BTreeSet::new();
+    for (variant, b, t, vocab, hidden, state_f16, head_chunk) in [
+        (Variant::Baseline, 2, 8, 65, 85, false, 0),   // the parameters
+        (Variant::Baseline, 8, 32, 900, 85, false, 0), // the logits
+        (Variant::Baseline, 8, 32, 65, 300, false, 0), // the MLP's hidden layer
+        (Variant::Ddl, 8, 32, 65, 85, false, 0),       // the states' gradient
+        (Variant::Ddl, 8, 32, 65, 85, true, 0),        // ... f32 with f16 states too
+        (Variant::DdlVmap, 8, 32, 900, 85, false, 16), // sliced logits: the gradient again
+    ] {
+        let mut cfg = bench_cfg(variant);
+        (cfg.vocab_size, cfg.mlp_hidden) = (vocab, hidden);
+        let st = Storage { state_f16, head_chunk, ..Default::default() };
+        let plan = ddl::model::memory_plan_for(&cfg, b, t, st);
+        gpu.stats.reset_peak();
+        let mut model = ddl::model::Model::new(gpu.clone(), cfg.clone(), 1).unwrap();
+        if state_f16 {
+            model.set_state_f16(true).unwrap();
+        }
+        model.set_head_chunk(head_chunk);
+        let prog = model.program(b, t, &opt).unwrap();
+        let what = format!("{variant:?} {b}×{t} V {vocab} F {hidden} f16 states {state_f16} chunk {head_chunk}");
+        assert_eq!(gpu.stats.largest(), plan.largest.1, "{what}: plan {:?}", plan.largest);
+        seen.insert(plan.largest.0.split(' ').next().unwrap().to_string());
+        drop((prog, model));
+    }
+    assert_eq!(seen.len(), 4, "each kind of buffer largest once: {seen:?}");
 }
 
 /// A forward-only program (evaluation) keeps per layer only what is read after its forward —

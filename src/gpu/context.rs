@@ -135,6 +135,9 @@ pub struct AllocStats {
     pub bind_groups: std::sync::atomic::AtomicU64,
     pub live_bytes: std::sync::atomic::AtomicU64,
     pub peak_bytes: std::sync::atomic::AtomicU64,
+    /// The largest tensor allocated since the device was opened (or the last
+    /// [`AllocStats::reset_peak`]), in bytes: what the memory plan's largest buffer predicts.
+    pub largest_bytes: std::sync::atomic::AtomicU64,
     /// Queue submits made through the runtime.
     pub submits: std::sync::atomic::AtomicU64,
     /// Buffers mapped for reading (readbacks).
@@ -170,9 +173,16 @@ impl AllocStats {
         self.peak_bytes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Starts a new peak from the bytes alive now.
+    /// The largest tensor allocated since the device was opened (or the last
+    /// [`AllocStats::reset_peak`]), in bytes.
+    pub fn largest(&self) -> u64 {
+        self.largest_bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Starts a new peak from the bytes alive now (and a new largest tensor from none).
     pub fn reset_peak(&self) {
         self.peak_bytes.store(self.live(), std::sync::atomic::Ordering::Relaxed);
+        self.largest_bytes.store(0, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub(crate) fn buffer(&self) {
@@ -188,6 +198,7 @@ impl AllocStats {
         self.buffer();
         let now = self.live_bytes.fetch_add(bytes, Relaxed) + bytes;
         self.peak_bytes.fetch_max(now, Relaxed);
+        self.largest_bytes.fetch_max(bytes, Relaxed);
     }
 
     pub(crate) fn tensor_free(&self, bytes: u64) {

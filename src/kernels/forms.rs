@@ -765,9 +765,7 @@ mod tests {
         assert!(shows(&f, "unchecked", "none"));
         // every shader, or every shader but some.
         f.apply("unchecked=all", sg).unwrap();
-        assert!(
-            crate::shaders::ALL.iter().all(|s| !f.checks(s.name)) && shows(&f, "unchecked", "all")
-        );
+        assert!(crate::shaders::ALL.iter().all(|s| !f.checks(s.name)) && shows(&f, "unchecked", "all"));
         f.apply("unchecked=all-shortconv-delta", sg).unwrap();
         assert!(f.checks("delta") && f.checks("shortconv") && !f.checks("matmul") && !f.checks("fill"));
         assert_eq!(f.unchecked.len(), crate::shaders::ALL.len() - 2);

@@ -19,8 +19,14 @@ pub struct MemoryPlan {
     pub activation_bytes: u64,
     /// Gradient scratch shared by all layers (with the blocked attention's score blocks).
     pub grad_scratch_bytes: u64,
-    /// The largest single tensor (name, bytes).
+    /// The largest single buffer (name, bytes): what one buffer of the adapter must hold
+    /// (`max_buffer_size`). The parameters are one buffer (and so are their gradients and each
+    /// AdamW moment).
     pub largest: (String, u64),
+    /// The largest buffer a training step's kernels bind whole (name, bytes): the states'
+    /// gradient or the MLP's hidden layer. One storage binding of the adapter must hold it (the logits, the
+    /// parameters and elementwise passes are bound in pieces where larger).
+    pub largest_bound: (String, u64),
     /// The f16 copy of the parameters that `--precision f16` reads its weights from (0 in f32).
     pub half_param_bytes: u64,
 }
@@ -42,7 +48,7 @@ impl MemoryPlan {
         ] {
             s += &format!("  {name:<18} {bytes:>14}  ({:.1} MiB)\n", mib(bytes));
         }
-        s + &format!("largest single tensor: {} bytes ({})\n", self.largest.1, self.largest.0)
+        s + &format!("largest single buffer: {} bytes ({})\n", self.largest.1, self.largest.0)
     }
 
     /// Parameters, gradients, two moments, activations and scratch.
@@ -54,7 +60,7 @@ impl MemoryPlan {
     pub fn summary(&self) -> String {
         format!(
             "{} bytes ({:.1} MiB: parameters, gradients and AdamW moments {}, activations {}, gradient scratch {}; \
-             largest tensor '{}' {} bytes)",
+             largest buffer '{}' {} bytes)",
             self.total(),
             self.total() as f64 / 1048576.0,
             4 * self.param_bytes,
@@ -69,7 +75,7 @@ impl MemoryPlan {
     pub fn misfit(&self, limits: &Limits) -> Option<String> {
         if self.largest.1 > limits.max_buffer {
             return Some(format!(
-                "its largest tensor, '{}', needs {} bytes but the adapter allows at most {} bytes per buffer",
+                "its largest buffer, '{}', needs {} bytes but the adapter allows at most {} bytes per buffer",
                 self.largest.0, self.largest.1, limits.max_buffer
             ));
         }
@@ -440,11 +446,24 @@ pub fn memory_plan_for(c: &ModelConfig, b: usize, t: usize, st: Storage) -> Memo
         + if f4 != f { l * d * f4 } else { 0 }
         + launcher_scratch(c, b, t)
         + k_pieces_scratch_elems(&layout, b * t, &KSplit::PLANNED) as u64;
+    // The largest buffer among the parameters (one buffer), the activations (as `Acts::new`
+    // labels them) and the scratches: what one buffer of the adapter must hold. The state's
+    // gradient (f32 also with f16 states) is at least as large as a state, and bound whole.
+    // So is the MLP's hidden layer (SwiGLU's operands); the attention's scratch is sized to fit
+    // one binding.
+    let (dx, hidden) = (
+        ("dxa (the states' gradient)".to_string(), 4 * n * d * m),
+        ("b0.mlp.g1 (the MLP's hidden layer)".to_string(), 4 * n * f4),
+    );
+    let largest_bound = if hidden.1 > dx.1 { hidden } else { dx };
     let mut largest = ("logits".to_string(), 4 * head_rows * v);
-    for s in &layout.specs {
-        let bytes = 4 * s.len() as u64;
+    for (name, bytes) in [
+        (format!("params (all {} parameters)", layout.count()), 4 * layout.total as u64),
+        largest_bound.clone(),
+        ("attention scratch".to_string(), 4 * block as u64),
+    ] {
         if bytes > largest.1 {
-            largest = (s.name.clone(), bytes);
+            largest = (name, bytes);
         }
     }
     MemoryPlan {
@@ -453,6 +472,7 @@ pub fn memory_plan_for(c: &ModelConfig, b: usize, t: usize, st: Storage) -> Memo
         activation_bytes: 4 * acts,
         grad_scratch_bytes: 4 * scratch,
         largest,
+        largest_bound,
         half_param_bytes: if precision == super::Precision::F16 { 4 * layout.total.div_ceil(2) as u64 } else { 0 },
     }
 }
@@ -570,7 +590,11 @@ mod tests {
         let chunk = |head_chunk: usize| Storage { head_chunk, ..Storage::default() };
         let (whole, sliced) = (memory_plan_for(&c, 8, 1024, chunk(0)), memory_plan_for(&c, 8, 1024, chunk(1024)));
         assert_eq!(whole.activation_bytes - sliced.activation_bytes, 4 * (8192 - 1024) * v);
-        assert_eq!(sliced.largest, ("logits".to_string(), 4 * 1024 * v));
+        // Unsliced, the logits are the largest buffer; in slices, the parameters' one buffer.
+        assert_eq!(whole.largest, ("logits".to_string(), 4 * 8192 * v));
+        let params = 4 * Layout::new(&c).total as u64;
+        assert!(sliced.largest.0.starts_with("params (all ") && sliced.largest.1 == params, "{:?}", sliced.largest);
+        assert!(params > 4 * 1024 * v);
         assert_eq!(sliced.grad_scratch_bytes, whole.grad_scratch_bytes);
         // A chunk of at least the batch's rows plans as no chunk.
         assert_eq!(memory_plan_for(&c, 8, 1024, chunk(8192)).total(), whole.total());
