@@ -373,6 +373,17 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         run.model.variant = v;
     }
     if let Some(ck) = &a.init_from {
+        // A new run in the folder it starts from (or one that holds it) would replace its own
+        // source (with --overwrite; without, the folder is refused as holding a run).
+        if let (Ok(src), Ok(dst)) = (ck.canonicalize(), out.canonicalize())
+            && src.starts_with(&dst)
+        {
+            anyhow::bail!(
+                "--init-from {} --out {}: the new run would replace the run it starts from; choose another --out",
+                ck.display(),
+                out.display()
+            );
+        }
         // (Absolute: config.toml records where the parameters came from.)
         run.init_from = std::fs::canonicalize(ck).unwrap_or_else(|_| ck.clone()).display().to_string();
     }

@@ -327,6 +327,18 @@ fn config_problems_are_clear_errors() {
         &["base.toml", "a [model] table changes the model", "--init-from"],
     );
     assert!(!t_.contains("--variant"), "{t_}");
+    // --init-from its own --out (or a checkpoint inside it) with --overwrite: refused, the run kept.
+    let model_before = std::fs::read(Path::new(r).join("model.safetensors")).unwrap();
+    let kept = Path::new(r).join("checkpoints");
+    let inside = std::fs::read_dir(&kept).unwrap().next().unwrap().unwrap().path();
+    for src in [r.to_string(), inside.display().to_string()] {
+        fails(
+            &dir,
+            &["train", "--init-from", &src, "--steps", "1", "--out", r, "--overwrite"],
+            &["would replace the run it starts from", "choose another --out"],
+        );
+    }
+    assert_eq!(std::fs::read(Path::new(r).join("model.safetensors")).unwrap(), model_before);
     fails(
         &dir,
         &["train", "--resume", r, "--set", "train.lr=1", "--steps", "3"],
