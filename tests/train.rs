@@ -454,6 +454,8 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     let run: RunConfig = toml::from_str(&std::fs::read_to_string(out.join("config.toml")).unwrap()).unwrap();
     let (ds, tok) = ddl::train::data::open_for_run(&run, None).unwrap();
     let ids: Vec<u32> = (0..ds.val.len()).map(|i| ds.val.get(i)).collect();
+    // The tokens after the last whole window are said, as not counted.
+    assert_eq!(own["uncounted"].as_u64(), Some((ids.len() - 1 - tokens) as u64), "{own}");
     // Bytes: those of the predicted tokens 1 ..= windows · T.
     let bytes = tok.decode(&ids[1..=tokens]).unwrap().len() as u64;
     assert_eq!(own["bytes"].as_u64(), Some(bytes), "{own}");
@@ -520,6 +522,7 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
         (first["windows"].as_u64(), first["tokens"].as_u64(), first["whole"].as_bool()),
         (Some(2), Some(16), Some(false))
     );
+    assert_eq!(first["uncounted"].as_u64(), Some(0), "only whole evaluations count what is left over: {first}");
 
     // β per sublayer over exactly the evaluated tokens (a last batch's padding rows left out:
     // the windows are not a multiple of the batch here), each regime's share consistent with the mean.
@@ -551,6 +554,16 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!((v["loss"].clone(), v["tokens"].clone()), (own["loss"].clone(), own["tokens"].clone()), "{v}");
+    // In words: a text of 16 + 1 + 5 tokens is one window, and the last 5 tokens are said to be left out.
+    let short = dir.join("short.txt");
+    std::fs::write(&short, tok.decode(&ids[..22]).unwrap()).unwrap();
+    let o = on_bare(&["--text", short.to_str().unwrap(), "--seq-len", "16"]);
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        t.contains(": 16 tokens")
+            && t.contains("in 1 window of 16 (the last 5 tokens, too few for a window, not counted)"),
+        "{t}"
+    );
     let o = on_bare(&[]);
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && e.contains("no config.toml") && e.contains("--text"), "{e}");

@@ -76,6 +76,9 @@ pub struct EvalResult {
     pub windows: usize,
     /// Whether every window of the split or text was evaluated (not only the first --batches).
     pub whole: bool,
+    /// Tokens after the last whole window (fewer than `seq_len`): predicted by no window, so not
+    /// in the loss (0 unless `whole`).
+    pub uncounted: usize,
     /// With `--betas`: per sublayer, what its delta write did on the evaluated tokens (empty for
     /// the baseline, which has none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -392,6 +395,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     t.batch_size = t.batch_size.min(super::eval_windows(&ds, &t, EvalSpan::Full, 1, seq_len).max(1));
     let windows = super::eval_windows(&ds, &t, span, t.batch_size, seq_len);
     let whole = windows == ds.val_windows(seq_len);
+    let uncounted = if whole { ds.val.len() - 1 - windows * seq_len } else { 0 };
     if req.betas && !model.cfg.variant.is_ddl() {
         eprintln!("--betas: a {} model has no delta writes, so no β to count", model.cfg.variant.name());
     }
@@ -461,6 +465,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         seq_len,
         windows,
         whole,
+        uncounted,
         betas: tally.sublayers(),
         batch_size: t.batch_size,
         against,
@@ -566,10 +571,22 @@ impl EvalResult {
         };
         let bytes = self.bytes.map(|b| format!(" ({b} bytes)")).unwrap_or_default();
         let span = if self.whole { "all of" } else { "the first windows of" };
+        let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        let left = if self.uncounted > 0 {
+            let last = if self.uncounted == 1 { "token".into() } else { format!("{} tokens", self.uncounted) };
+            format!(" (the last {last}, too few for a window, not counted)")
+        } else {
+            String::new()
+        };
         let mut out = format!(
-            "{name} {:.4} (perplexity {:.2}{bpb}) over {span} {}: {} tokens{bytes} in {} windows of {}, checkpoint \
-             step {}",
-            self.loss, self.perplexity, self.source, self.tokens, self.windows, self.seq_len, self.step
+            "{name} {:.4} (perplexity {:.2}{bpb}) over {span} {}: {}{bytes} in {} of {}{left}, checkpoint step {}",
+            self.loss,
+            self.perplexity,
+            self.source,
+            plural(self.tokens, "token", "tokens"),
+            plural(self.windows, "window", "windows"),
+            self.seq_len,
+            self.step
         );
         if !self.betas.is_empty() {
             out.push_str(&format!(
