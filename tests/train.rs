@@ -613,6 +613,10 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     std::fs::write(&odd, "ROMEO: ☃").unwrap();
     bad(&["--text", odd.to_str().unwrap()], &["odd.txt", "'☃'", "char tokenizer"]);
     bad(&["--text", text.to_str().unwrap(), "--split", "train"], &["--split train"]);
+    bad(
+        &["--data", raw.to_str().unwrap(), "--data-format", "raw-u16", "--split", "train"],
+        &["--split train", "is a file or a glob", "drop --split"],
+    );
     let short = dir.join("short.txt");
     std::fs::write(&short, "ROMEO:").unwrap();
     bad(&["--text", short.to_str().unwrap()], &["short.txt", "fewer than one window", "--seq-len"]);

@@ -326,6 +326,13 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         }
         EvalSource::Data { data: d, format } => {
             t.val_max_tokens = 0;
+            if req.split == Split::Train && !Path::new(d).is_dir() {
+                // (A file or a glob is evaluated as given: the split of a folder's shards does not
+                // apply, and a validation shard was labelled training text.)
+                return Err(TrainError::Settings(format!(
+                    "--split train chooses the training shards of a --data folder; --data '{d}' is a file or a glob,                      evaluated as given: drop --split, or give the folder"
+                )));
+            }
             let format = Format::parse(format).map_err(TrainError::Settings)?;
             let files =
                 super::shards::find_for_eval(d, format, req.split == Split::Val).map_err(data::DataError::from)?;

@@ -45,11 +45,8 @@ pub enum ShardError {
     Truncated { path: PathBuf, header: u64, have: u64 },
     #[error("'{path}': a raw uint16 file must have an even size, got {len} bytes")]
     OddRaw { path: PathBuf, len: u64 },
-    #[error(
-        "'{path}': token {index} is {id}, outside the model's vocabulary of {vocab} (the shards were made with \
-         another tokenizer; use the tokenizer they were made with, or prepare them again)"
-    )]
-    OutOfVocab { path: PathBuf, index: usize, id: u32, vocab: usize },
+    #[error("'{path}': token {index} is {id}, outside the model's vocabulary of {vocab} ({why})")]
+    OutOfVocab { path: PathBuf, index: usize, id: u32, vocab: usize, why: String },
     #[error("{0}")]
     Layout(String),
 }
@@ -286,7 +283,19 @@ impl Stream {
                 && id as usize >= vocab
             {
                 let index = (0..s.len()).find(|&i| s.get(i) as usize >= vocab).unwrap_or(index);
-                return Err(ShardError::OutOfVocab { path: s.path.clone(), index, id: s.get(index), vocab });
+                // A file read as headerless that starts with an llm.c header: its header words
+                // were read as tokens.
+                let magic = s.map.get(..4).map(|b| i32::from_le_bytes(b.try_into().unwrap()));
+                let why = match magic {
+                    Some(m @ (MAGIC_U16 | MAGIC_U32)) if !s.anon && s.offset == 0 => format!(
+                        "the file starts with an llm.c shard's header (magic {m}), read here as tokens: pass \
+                         --data-format llmc"
+                    ),
+                    _ => "the shards were made with another tokenizer; use the tokenizer they were made with, or \
+                          prepare them again"
+                        .into(),
+                };
+                return Err(ShardError::OutOfVocab { path: s.path.clone(), index, id: s.get(index), vocab, why });
             }
         }
         Ok(())
@@ -603,6 +612,18 @@ mod tests {
         std::fs::write(&tiny, [1u8, 0, 2, 0]).unwrap();
         let r = Shard::open(&tiny, Format::RawU16).unwrap();
         assert_eq!((r.len(), r.get(0), r.get(1)), (2, 1, 2));
+        // An llm.c shard read as headerless: its header words are out of the vocabulary, and the
+        // error says to read it as llm.c's; a headerless file's own out-of-vocabulary token does not.
+        let llmc = write("llmc.bin", &[MAGIC_U16, 1, 4], 4);
+        let as_raw = Stream::new(vec![Shard::open(&llmc, Format::RawU16).unwrap()]);
+        let e = as_raw.check_vocab(50257).unwrap_err().to_string();
+        assert!(
+            e.contains("llmc.bin") && e.contains("llm.c shard's header") && e.contains("--data-format llmc"),
+            "{e}"
+        );
+        Stream::new(vec![Shard::open(&llmc, Format::Llmc).unwrap()]).check_vocab(50257).unwrap();
+        let e = Stream::new(vec![r]).check_vocab(2).unwrap_err().to_string();
+        assert!(e.contains("token 1 is 2") && e.contains("another tokenizer") && !e.contains("llmc"), "{e}");
     }
 
     #[test]
