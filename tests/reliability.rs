@@ -1099,6 +1099,15 @@ fn a_full_disk_or_an_unwritable_directory_is_a_clear_error_and_keeps_the_last_ch
     assert!(!names(&out).iter().any(|n| n.contains(".tmp-")), "temporary files left: {:?}", names(&out));
     let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "3"]).output().unwrap();
     assert!(r.status.success(), "{}", text(&r));
+    // The step's checkpoint saved but its copy under checkpoints/ not (a file in the folder's
+    // place): the message names that step as saved, not the one before, and it resumes there.
+    std::fs::remove_dir_all(out.join("checkpoints")).unwrap();
+    std::fs::write(out.join("checkpoints"), "x").unwrap();
+    let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "5"]).output().unwrap();
+    let t = text(&r);
+    assert!(!r.status.success() && t.contains("step 4: saving the checkpoint failed"), "{t}");
+    assert!(t.contains("The checkpoint of step 4 itself is saved") && !t.contains("step 3 in"), "{t}");
+    assert_eq!(ddl::train::checkpoint::load(&out, true).unwrap().step, 4);
 }
 
 #[test]

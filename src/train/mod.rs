@@ -346,20 +346,29 @@ pub fn stop_on_broken_pipe() {
 /// ([`Scrap`]) and says what is left.
 fn stop_at_once() -> String {
     let scrapped: Vec<PathBuf> = std::mem::take(&mut *SCRAP.lock().unwrap_or_else(|e| e.into_inner()));
-    stop_at_once_with(&scrapped, TRAINING.load(Ordering::SeqCst))
+    let training = TRAINING.load(Ordering::SeqCst).then(|| {
+        let step = |s: usize| (s != NO_STEP).then_some(s);
+        (step(SAVED_STEP.load(Ordering::SeqCst)), step(SAVING_STEP.load(Ordering::SeqCst)))
+    });
+    stop_at_once_with(&scrapped, training)
 }
 
-/// [`stop_at_once`] for these folders and whether a run is training.
-fn stop_at_once_with(scrapped: &[PathBuf], training: bool) -> String {
+/// [`stop_at_once`] for these folders and, when a run is training, the step of its last
+/// checkpoint and the step whose checkpoint is being saved (if any).
+fn stop_at_once_with(scrapped: &[PathBuf], training: Option<(Option<usize>, Option<usize>)>) -> String {
     for dir in scrapped {
         let _ = std::fs::remove_dir_all(dir);
     }
-    if training {
-        format!(
-            "second {}: stopped at once, without finishing the save; a checkpoint saved before is intact \
-             (`--resume` continues from it)",
-            interruption()
-        )
+    if let Some((saved, saving)) = training {
+        let stopped = match saving {
+            Some(s) => format!("stopped at once, without finishing the save of step {s}"),
+            None => "stopped at once".into(),
+        };
+        let left = match saved {
+            Some(s) => format!("the checkpoint of step {s} is intact (`--resume` continues from it)"),
+            None => "no checkpoint had been saved yet: nothing to resume (start the run again)".into(),
+        };
+        format!("second {}: {stopped}; {left}", interruption())
     } else if scrapped.is_empty() {
         format!("second {}: stopped at once", interruption())
     } else {
@@ -371,6 +380,11 @@ fn stop_at_once_with(scrapped: &[PathBuf], training: bool) -> String {
 /// A training run is in progress in this process (its checkpoint is what a second Ctrl-C
 /// leaves): says so in the second Ctrl-C's message.
 pub(crate) static TRAINING: AtomicBool = AtomicBool::new(false);
+/// The step of the training run's last complete checkpoint ([`NO_STEP`]: none yet).
+pub(crate) static SAVED_STEP: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(NO_STEP);
+/// The step whose checkpoint is being saved ([`NO_STEP`]: none is).
+pub(crate) static SAVING_STEP: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(NO_STEP);
+pub(crate) const NO_STEP: usize = usize::MAX;
 
 /// Folders being written that a second Ctrl-C removes before the process exits (the first
 /// stops cleanly and their writer removes them): `ddl data prepare`'s output, a shard set being
@@ -806,12 +820,21 @@ mod tests {
         let w = Scrap::new(&writing);
         drop(Scrap::new(&done));
         assert!(listed(&writing) && !listed(&done));
-        let said = stop_at_once_with(std::slice::from_ref(&writing), false);
+        let said = stop_at_once_with(std::slice::from_ref(&writing), None);
         assert!(!writing.exists() && done.exists(), "{said}");
         assert!(said.contains("removed the unfinished") && said.contains(".out.prepare-1"), "{said}");
         assert!(!said.contains("checkpoint"), "{said}");
-        assert_eq!(stop_at_once_with(&[], false), format!("second {}: stopped at once", interruption()));
-        assert!(stop_at_once_with(&[], true).contains("a checkpoint saved before is intact"));
+        assert_eq!(stop_at_once_with(&[], None), format!("second {}: stopped at once", interruption()));
+        // A training run: the checkpoint that is left, or that there is none; the save cut short.
+        let said = stop_at_once_with(&[], Some((Some(6), None)));
+        assert!(
+            said.ends_with("stopped at once; the checkpoint of step 6 is intact (`--resume` continues from it)"),
+            "{said}"
+        );
+        let said = stop_at_once_with(&[], Some((Some(6), Some(9))));
+        assert!(said.contains("without finishing the save of step 9; the checkpoint of step 6 is intact"), "{said}");
+        let said = stop_at_once_with(&[], Some((None, None)));
+        assert!(said.contains("no checkpoint had been saved yet") && !said.contains("--resume"), "{said}");
         drop(w);
         assert!(!listed(&writing));
     }

@@ -495,6 +495,9 @@ impl<'c> Trainer<'c> {
         }
         install_ctrlc();
         super::TRAINING.store(true, std::sync::atomic::Ordering::SeqCst);
+        // (A resumed run, or a branch, starts from its folder's checkpoint of this step.)
+        let saved = if opts.resume { start } else { super::NO_STEP };
+        super::SAVED_STEP.store(saved, std::sync::atomic::Ordering::SeqCst);
         let progress = Progress::new(if lead { &opts.show } else { &super::Show::Quiet }, start, opts.steps);
         if let Some(line) = tuned_line {
             progress.println(line);
@@ -924,8 +927,26 @@ impl<'c> Trainer<'c> {
             checkpoint::RunState { step, elapsed: self.elapsed(), loss_scale: self.loss_scale, target: Some(self.end) };
         let kept = self.kept_after_failed_save();
         let err = |source| TrainError::Save { step, kept: kept.clone(), source };
-        checkpoint::save_model(&self.out, &self.model, &self.tok, &state, &self.run_toml).map_err(err)?;
-        checkpoint::keep_step(&self.out, step, self.t.checkpoint_keep).map_err(err)?;
+        // (What a second Ctrl-C says is left: the save under way, the last checkpoint.)
+        use std::sync::atomic::Ordering::SeqCst;
+        super::SAVING_STEP.store(step, SeqCst);
+        let saved = checkpoint::save_model(&self.out, &self.model, &self.tok, &state, &self.run_toml);
+        super::SAVING_STEP.store(super::NO_STEP, SeqCst);
+        saved.map_err(err)?;
+        super::SAVED_STEP.store(step, SeqCst);
+        // The step's checkpoint is in the run folder now: a failure to keep its copy (or mark
+        // it best) leaves this step's, not the one before (which the message said).
+        self.last_saved = Some(step);
+        let out = self.out.display();
+        let kept = format!(
+            "The checkpoint of step {step} itself is saved in '{out}' (what failed is its copy under checkpoints/); \
+             free disk space or fix the folder's permissions, then continue with `ddl train --resume {out}`"
+        );
+        checkpoint::keep_step(&self.out, step, self.t.checkpoint_keep).map_err(|source| TrainError::Save {
+            step,
+            kept: kept.clone(),
+            source,
+        })?;
         self.mark_best()
     }
 
