@@ -536,6 +536,17 @@ pub fn branch_run(src: &Path, dst: &Path) -> Result<usize, TrainError> {
         }
         for (s, d) in &copies {
             std::fs::copy(s, d).map_err(io(s))?;
+            // The copy is the new run's own: writable whatever the source's mode (a read-only
+            // run's files kept it, and the branch failed writing metrics.jsonl).
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                let mut perm = std::fs::metadata(d).map_err(io(d))?.permissions();
+                if perm.mode() & 0o200 == 0 {
+                    perm.set_mode(perm.mode() | 0o200);
+                    std::fs::set_permissions(d, perm).map_err(io(d))?;
+                }
+            }
         }
         if dst.exists() {
             std::fs::remove_dir(dst).map_err(io(dst))?;
