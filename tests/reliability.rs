@@ -1461,6 +1461,12 @@ fn resuming_keeps_the_saved_settings_and_continues_kept_checkpoints_in_a_new_fol
     // The best checkpoint so far came along: both continued runs mark the same best.
     let best = |d: &Path| std::fs::read_to_string(d.join("checkpoints/best/best.json")).unwrap();
     assert_eq!(best(&ck), best(&branch));
+    // A run whose data.json is gone continues, saying its data cannot be checked, and records it anew.
+    std::fs::remove_file(branch.join("data.json")).unwrap();
+    let r = cmd(&dir).args(["train", "--resume", branch.to_str().unwrap(), "--steps", "4"]).output().unwrap();
+    let t = text(&r);
+    assert!(r.status.success() && t.contains("data.json is missing") && t.contains("cannot be checked"), "{t}");
+    assert!(branch.join("data.json").exists());
     // A copy goes only into a new or empty folder; a failed start removes the copy.
     let bs = branch.to_str().unwrap();
     fails(&dir, &["train", "--resume", o, "--out", bs, "--steps", "4"], &["holds a run"]);

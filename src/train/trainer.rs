@@ -351,6 +351,15 @@ impl<'c> Trainer<'c> {
         let data_path = out.join("data.json");
         if opts.resume {
             let remedy = "Resume with the data it started with, or start a new run with --out";
+            if lead && !data_path.exists() {
+                // (Runs older than the record have none; a deleted one is the way past a changed
+                // data check: either way it is said, not passed over.)
+                eprintln!(
+                    "note: {} is missing, so the data cannot be checked against what this run trained on; it \
+                     continues on the data given now, which is recorded anew",
+                    data_path.display()
+                );
+            }
             data::check_data_record(&out, &data_id, "resume", remedy)?;
             if !distributed {
                 // The report of an earlier data-parallel part would describe a run this one
