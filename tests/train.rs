@@ -1181,6 +1181,29 @@ fn ctrl_c_sigterm_and_a_closed_pipe_save_a_checkpoint_and_exit_cleanly_and_the_r
         started(out);
         child
     };
+    // Ctrl-C while the run starts (a slow start injected): it ends at once, saying so, and
+    // leaves neither the folder it made nor its lock.
+    let early = dir.join("early");
+    let child = ddl_cmd(&dir)
+        .args(args("100000"))
+        .arg("--out")
+        .arg(&early)
+        .env("DDL_FAULT_SLOW_START", "60")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while !early.join(".ddl-lock").exists() {
+        assert!(t0.elapsed().as_secs() < 60, "the run did not take its lock");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(err.contains("while the run was starting: nothing was trained"), "{err}");
+    assert!(!early.exists(), "a run stopped while starting left {}", early.display());
+
     let child = spawn(&out);
     let pid = child.id().to_string();
     assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());

@@ -257,6 +257,16 @@ fn set_ctrlc_handler() {
     ONCE.call_once(|| {
         let _ = ctrlc::set_handler(|| {
             if !LISTENING.load(Ordering::SeqCst) && SCOPES.load(Ordering::SeqCst) == 0 {
+                // At once, as without a handler, leaving no lock and no folder made for a run
+                // still starting ([`StartingRun`]).
+                lock::release_all();
+                let made: Vec<PathBuf> = std::mem::take(&mut *STARTING.lock().unwrap_or_else(|e| e.into_inner()));
+                if !made.is_empty() {
+                    for d in &made {
+                        let _ = std::fs::remove_dir(d);
+                    }
+                    eprintln!("\n{} while the run was starting: nothing was trained", interruption());
+                }
                 std::process::exit(interrupted_status());
             }
             static FIRST: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
@@ -385,6 +395,33 @@ pub(crate) static SAVED_STEP: std::sync::atomic::AtomicUsize = std::sync::atomic
 /// The step whose checkpoint is being saved ([`NO_STEP`]: none is).
 pub(crate) static SAVING_STEP: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(NO_STEP);
 pub(crate) const NO_STEP: usize = usize::MAX;
+
+/// The `--out` folders made for runs still starting (no step trained, nothing but their lock
+/// in them), removed when Ctrl-C ends the process then.
+static STARTING: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// A run starting in `dir`, a folder it made: Ctrl-C before the run listens for it (the handler
+/// is installed now) ends the process at once, removing the folder if it holds nothing else,
+/// and the run's lock.
+pub(crate) struct StartingRun(Option<PathBuf>);
+
+impl StartingRun {
+    pub(crate) fn new(dir: &Path, made: bool) -> StartingRun {
+        set_ctrlc_handler();
+        if made {
+            STARTING.lock().unwrap_or_else(|e| e.into_inner()).push(dir.to_path_buf());
+        }
+        StartingRun(made.then(|| dir.to_path_buf()))
+    }
+}
+
+impl Drop for StartingRun {
+    fn drop(&mut self) {
+        if let Some(d) = &self.0 {
+            STARTING.lock().unwrap_or_else(|e| e.into_inner()).retain(|p| p != d);
+        }
+    }
+}
 
 /// Folders being written that a second Ctrl-C removes before the process exits (the first
 /// stops cleanly and their writer removes them): `ddl data prepare`'s output, a shard set being

@@ -139,6 +139,8 @@ impl<'c> Trainer<'c> {
         super::progress::reset_peak_rss();
         let rss0 = super::progress::rss().map(|r| r.0);
         let t_open = Instant::now();
+        // Ctrl-C while the run starts: no lock and no empty folder left (until it listens).
+        let _starting = super::StartingRun::new(&out, created && comm.rank() == 0);
         Self::open_in(gpu, opts, comm, dist, rss0)
             .map(|mut t| {
                 t.startup_s = t_open.elapsed().as_secs_f64();
@@ -171,6 +173,11 @@ impl<'c> Trainer<'c> {
         if lead {
             check_writable(&out)?;
             lock = Some(RunLock::acquire(&out)?);
+            if let Some(s) = std::env::var("DDL_FAULT_SLOW_START").ok().and_then(|v| v.parse::<u64>().ok()) {
+                // Fault injection for the tests: a start-up this many seconds long (an autotune, a
+                // large corpus), for a Ctrl-C to arrive during it.
+                std::thread::sleep(std::time::Duration::from_secs(s));
+            }
             if !opts.resume {
                 replaces = claim_for_new_run(&out, opts.overwrite)?;
             }
