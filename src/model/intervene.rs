@@ -173,15 +173,21 @@ impl Interventions {
             return self
                 .list
                 .iter()
-                .filter_map(|i| match i.action {
-                    Action::Set(b) | Action::AtLeast(b) if !(-8.0..=10.0).contains(&b) => Some(b),
-                    Action::Scale(s) if s.abs() > 5.0 => Some(2.0 * s),
-                    _ => None,
+                .filter_map(|i| {
+                    // (A number as written, in exponent form only when long.)
+                    let num = |x: f32| if x.abs() < 1e6 { format!("{x}") } else { format!("{x:e}") };
+                    match i.action {
+                        Action::Set(b) | Action::AtLeast(b) if !(-8.0..=10.0).contains(&b) => {
+                            Some(format!("{}: β = {}", i.spec, num(b)))
+                        }
+                        Action::Scale(s) if s.abs() > 5.0 => Some(format!("{}: β up to {}", i.spec, num(2.0 * s))),
+                        _ => None,
+                    }
                 })
-                .map(|b| {
+                .map(|what| {
                     format!(
-                        "note: β up to {b:e}: each write scales the state's k-component by |1 − β|, so far outside \
-                         (0, 2) the state overflows float32 within a few writes and the text stops meaning anything"
+                        "note: {what}: each write scales the state's k-component by |1 − β| (above 9 here), so \
+                         the state can overflow float32 within a few writes and the text stop meaning anything"
                     )
                 })
                 .take(1)
@@ -236,7 +242,8 @@ impl Interventions {
             let err = |msg: String| InterventionError { spec: i.spec.clone(), msg };
             if !cfg.variant.is_ddl() {
                 return Err(err(format!(
-                    "the {} variant has residual additions, not delta writes: there is no β or k to intervene on",
+                    "the {} variant has residual additions, not delta writes: there is no β or k to intervene on; \
+                     use a checkpoint of a delta-write variant (ddl, ddl_v1, ddl_ec, ddl_cc, …)",
                     cfg.variant
                 )));
             }
@@ -345,7 +352,9 @@ mod tests {
         );
         assert!(e("all:beta*=-1", Variant::Ddl).contains("negative scale"));
         assert!(e("all:beta=x", Variant::Ddl).contains("'x' is not a number"));
-        assert!(e("all:beta=0", Variant::Baseline).contains("no β or k to intervene on"));
+        assert!(
+            e("all:beta=0", Variant::Baseline).contains("no β or k to intervene on; use a checkpoint of a delta-write")
+        );
         assert!(e("all:k=mean", Variant::Baseline).contains("no β or k to intervene on"));
         assert!(e("block7.attn:k=mean", Variant::Ddl).contains("block 7"));
         assert!(e("all:write=1", Variant::Ddl).contains("can only be zeroed"));
@@ -358,7 +367,14 @@ mod tests {
         assert!(Interventions::parse(&["all:beta*=4".into()], true).unwrap().notes().is_empty());
         // Far outside (0, 2), allowed: the overflow it leads to is said.
         let far = Interventions::parse(&["all:beta=1e5".into(), "block0:beta*=100".into()], true).unwrap().notes();
-        assert!(far.len() == 1 && far[0].contains("1e5") && far[0].contains("overflows"), "{far:?}");
+        assert!(
+            far.len() == 1 && far[0].contains("all:beta=1e5: β = 100000") && far[0].contains("overflow"),
+            "{far:?}"
+        );
+        let below = Interventions::parse(&["all:beta=-20".into()], true).unwrap().notes();
+        assert!(below.len() == 1 && below[0].contains("β = -20:") && !below[0].contains("up to"), "{below:?}");
+        let big = Interventions::parse(&["block0:beta*=1e9".into()], true).unwrap().notes();
+        assert!(big[0].contains("β up to 2e9"), "{big:?}");
         let i = Interventions::parse(&["all:beta=2.5".into()], true).unwrap();
         assert_eq!(i.maps(&cfg(Variant::Ddl)).unwrap()[0].apply(0.3), 2.5);
     }
