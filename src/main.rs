@@ -963,7 +963,16 @@ fn info_model(
     if (b as u128) * (s as u128) * (cfg.vocab_size as u128).max(cfg.d_model as u128 * 64) * 16 > u64::MAX as u128 {
         anyhow::bail!("--batch {b} × --seq {s}: too many tokens to plan; give a smaller --batch");
     }
-    let st = t.storage(&cfg);
+    let mut st = t.storage(&cfg);
+    if st.head_chunk >= b * s {
+        // (A slice of all the batch's rows is the whole head: the plan and its label say so.)
+        println!(
+            "note: --head-chunk {} covers all {} rows of B {b} × T {s}: the LM head runs whole",
+            st.head_chunk,
+            b * s
+        );
+        st.head_chunk = 0;
+    }
     // The adapter the plan is compared with: one asked for (--backend, --adapter) must be there,
     // as for every other command (a wrong one left the comparison out without a word); with none
     // asked for, the plan stands alone where no adapter is found.

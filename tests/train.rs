@@ -353,6 +353,10 @@ fn info_plans_a_presets_memory_in_each_precision() {
     assert!(batch("f32 --recompute") > batch("f32 "), "{fit}");
     // `--head-chunk 1024`: the logits of 1024 rows instead of 8192 (V = 50304), in every row of
     // `--memory` too.
+    // A chunk of all the rows (or more) is the whole head, said and planned as such.
+    let all_rows = info(&["--head-chunk", "100000"]);
+    assert!(all_rows.contains("the LM head runs whole") && !all_rows.contains("(head chunk"), "{all_rows}");
+    assert_eq!(bytes(&all_rows, "activations"), bytes(&f32, "activations"));
     let chunked = info(&["--head-chunk", "1024"]);
     assert!(chunked.contains("variant ddl (head chunk 1024)"), "{chunked}");
     let v = cfg.vocab_size as u64;
