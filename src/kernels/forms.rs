@@ -356,7 +356,9 @@ impl Forms {
                 match value.to_ascii_lowercase().as_str() {
                     "1" | "on" | "true" | "yes" => Ok(true),
                     "0" | "off" | "false" | "no" => Ok(false),
-                    _ => Err(format!("{key}={value}: expected 0 or 1")),
+                    _ => Err(format!(
+                        "{key}={value}: expected on or off (also 1/0, true/false, yes/no; the key alone is on)"
+                    )),
                 }
             };
             let pow2 = |max: usize| -> Result<usize, String> {
@@ -534,17 +536,17 @@ impl Forms {
         ("attn_rows", "decoding attention: one query row per invocation (head dim ≤ 64)"),
         ("attn_team", "blocked attention's softmax steps: a team of N per row (0: one invocation)"),
         ("norm_rows", "RMSNorm: one row per invocation when rows are many"),
-        ("norm_team", "RMSNorm: a fixed team size (forced)"),
+        ("norm_team", "RMSNorm: the team size (rule: chosen per shape; N: forced)"),
         ("norm_quads", "RMSNorm one-row kernels: four features per load"),
         ("norm_heads", "delta heads' backward folded into the norm backward"),
         ("norm_vec", "RMSNorm with teams: rows in vec4 registers, dx and dγ in one pass"),
         ("delta_rows", "delta write: one token per invocation when tokens are many"),
-        ("delta_seg", "delta write: a fixed segment width (forced)"),
+        ("delta_seg", "delta write: the segment width (rule: chosen per shape; N: forced)"),
         ("delta_quads", "delta write one-token kernels: four features per load"),
         ("delta_packed", "delta forward: heads and saves in packed buffers (9 bindings)"),
         ("subgroup_loads", "uniform values loaded once per subgroup and broadcast"),
         ("ce_rows", "cross-entropy: one row per invocation for V ≤ 4096"),
-        ("ce_tpr", "cross-entropy: fixed invocations per row (forced)"),
+        ("ce_tpr", "cross-entropy: invocations per row (rule: chosen per shape; N: forced)"),
         ("col_sum_seq", "column sums in order up to this many rows"),
         ("sum_squares_seq", "gradient norm: blocks summed in order"),
         ("conv_quads", "compressor walks: four features per invocation"),
@@ -783,7 +785,7 @@ mod tests {
             ("attn_team=256", "or 0 (one invocation per row)"),
             ("attention=flash", "expected tiled, blocked"),
             ("attention=blocked:0", "ROWS ≥ 1"),
-            ("conv_quads=maybe", "expected 0 or 1"),
+            ("conv_quads=maybe", "expected on or off"),
             ("conv_fwd_chunk=0", "≥ 1"),
             ("matmul_subgroup=1", "fixed size dividing 8"),
             ("unchecked=matmul+matmull", "'matmull' is not a shader (expected names joined by '+' from: fill, matmul,"),
