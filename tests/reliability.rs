@@ -342,7 +342,13 @@ fn config_problems_are_clear_errors() {
     fails(
         &dir,
         &["train", "--resume", r, "--set", "train.lr=1", "--steps", "3"],
-        &["train.lr: saved 0.003, given 1", "--out"],
+        &["change 1 setting(s)", "train.lr: saved 0.003, given 1.0 (and with it train.min_lr 0.0003 → 0.1)", "--out"],
+    );
+    // A min_lr given too is a setting of its own.
+    fails(
+        &dir,
+        &["train", "--resume", r, "--set", "train.lr=1", "--set", "train.min_lr=0.5", "--steps", "3"],
+        &["change 2 setting(s)", "train.min_lr: saved 0.0003, given 0.5"],
     );
     // Repeating the run's own flags is fine.
     let c2 = c.clone();

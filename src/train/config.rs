@@ -529,12 +529,23 @@ impl RunConfig {
             (k != "variant" && other_model.as_ref()?.get(k)?.to_string() == want).then_some(())
         };
         let (derived, diffs): (Vec<_>, Vec<_>) = diffs.into_iter().partition(|(k, _, w)| follows(k, w).is_some());
+        // A given lr brings its own minimum (a tenth of it) unless min_lr is given too: said as
+        // following from it, not as a setting the user changed.
+        let lr_changed = diffs.iter().any(|d| d.0 == "train.lr");
+        let (min_lr, diffs): (Vec<_>, Vec<_>) = diffs
+            .into_iter()
+            .partition(|(k, _, _)| k == "train.min_lr" && lr_changed && self.train.min_lr == tenth(self.train.lr));
         let diffs: Vec<String> = diffs
             .iter()
             .map(|(key, have, want)| {
                 let mut line = format!("{key}: saved {have}, given {want}");
-                if key == "model.variant" && !derived.is_empty() {
-                    let with: Vec<String> = derived.iter().map(|(k, h, w)| format!("{k} {h} → {w}")).collect();
+                let with = match key.as_str() {
+                    "model.variant" => &derived,
+                    "train.lr" => &min_lr,
+                    _ => return line,
+                };
+                if !with.is_empty() {
+                    let with: Vec<String> = with.iter().map(|(k, h, w)| format!("{k} {h} → {w}")).collect();
                     line += &format!(" (and with it {})", with.join(", "));
                 }
                 line
