@@ -183,6 +183,55 @@ fn refuse_char_for_bpe_shards(run: &ddl::train::RunConfig, a: &TrainArgs) -> Res
     Ok(())
 }
 
+/// `ddl train --resume DIR`: a `DIR/config.toml` edited since the checkpoint was saved is said,
+/// with the keys that differ (the checkpoint's settings are the run's, and config.toml is
+/// written from them again; the edit was ignored and undone without a word).
+fn note_edited_config(saved: &ddl::train::RunConfig, dir: &std::path::Path) {
+    let path = dir.join("config.toml");
+    let Ok(text) = std::fs::read_to_string(&path) else { return };
+    let (Ok(on_disk), Ok(saved)) = (toml::from_str::<toml::Table>(&text), toml::Table::try_from(saved)) else {
+        return;
+    };
+    let flat = |t: &toml::Table| -> std::collections::BTreeMap<String, toml::Value> {
+        let mut m = std::collections::BTreeMap::new();
+        for (k, v) in t {
+            match v {
+                toml::Value::Table(inner) => m.extend(inner.iter().map(|(k2, v2)| (format!("{k}.{k2}"), v2.clone()))),
+                v => {
+                    m.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        m
+    };
+    let (disk, kept) = (flat(&on_disk), flat(&saved));
+    let differ: Vec<String> = disk
+        .keys()
+        .chain(kept.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|k| disk.get(*k) != kept.get(*k))
+        // (Settings a resume may change, written to config.toml when a run starts, before its
+        // next checkpoint saves them.)
+        .filter(|k| {
+            !matches!(k.as_str(), "model.vocab_size" | "train.skip_nonfinite" | "train.recompute" | "train.head_chunk")
+        })
+        .map(|k| {
+            let show = |v: Option<&toml::Value>| v.map_or("(none)".to_string(), |v| v.to_string());
+            format!("{k} {} there, {} saved", show(disk.get(k)), show(kept.get(k)))
+        })
+        .collect();
+    if !differ.is_empty() {
+        eprintln!(
+            "note: {} differs from the settings saved with the checkpoint ({}); the run continues with the saved \
+             ones and writes them to config.toml again: to change a setting, start a new run (or continue a copy \
+             with --out) with --set",
+            path.display(),
+            differ.join(", ")
+        );
+    }
+}
+
 /// The model config of the checkpoint `--init-from` names, or what is wrong with it.
 fn init_config(ck: &std::path::Path) -> Result<ddl::model::ModelConfig> {
     ddl::train::checkpoint::saved_config(ck).map_err(|e| {
@@ -241,6 +290,9 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     let mut branched = None;
     // A resumed run starts from its saved settings, which flags may repeat but not change.
     let saved = from.as_deref().map(ddl::train::RunConfig::saved).transpose().map_err(anyhow::Error::msg)?;
+    if let (Some(saved), Some(dir)) = (&saved, &from) {
+        note_edited_config(saved, dir);
+    }
     // --steps: given, or a resumed run's last target (what it was interrupted on the way to).
     let steps = match (a.steps, &from) {
         (Some(n), _) => n,

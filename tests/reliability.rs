@@ -350,6 +350,18 @@ fn config_problems_are_clear_errors() {
         &["train", "--resume", r, "--set", "train.lr=1", "--set", "train.min_lr=0.5", "--steps", "3"],
         &["change 2 setting(s)", "train.min_lr: saved 0.0003, given 0.5"],
     );
+    // An edited config.toml is said (the saved settings are the run's), and only then.
+    let cfg_path = Path::new(r).join("config.toml");
+    let cfg_text = std::fs::read_to_string(&cfg_path).unwrap();
+    std::fs::write(&cfg_path, cfg_text.replace("lr = 0.003", "lr = 0.01")).unwrap();
+    let t_ = fails(&dir, &["train", "--resume", r, "--set", "train.lr=1", "--steps", "3"], &["change 1 setting(s)"]);
+    assert!(
+        t_.contains("config.toml differs from the settings saved") && t_.contains("train.lr 0.01 there, 0.003 saved"),
+        "{t_}"
+    );
+    std::fs::write(&cfg_path, &cfg_text).unwrap();
+    let t_ = fails(&dir, &["train", "--resume", r, "--set", "train.lr=1", "--steps", "3"], &["change 1 setting(s)"]);
+    assert!(!t_.contains("differs from the settings saved"), "{t_}");
     // Repeating the run's own flags is fine.
     let c2 = c.clone();
     let mut a = train_args(&c2, r, "3", &[]);
