@@ -806,7 +806,15 @@ pub(crate) enum BenchCmd {
 /// A memory size (`--memory`): `ddl::model::parse_bytes`.
 fn memory_size(s: &str) -> Result<u64, String> {
     match ddl::model::parse_bytes(s)? {
-        b if b < 1 << 20 => Err(format!("{b} bytes: expected a device's memory, at least 1 MiB (e.g. 80GB, 24GiB)")),
+        b if b < 1 << 20 => {
+            // A bare number is bytes; a card's size written without its unit is meant in GB.
+            let meant = if s.trim().chars().all(|c| c.is_ascii_digit()) {
+                format!(": write the unit, e.g. {0}GB or {0}GiB", s.trim())
+            } else {
+                " (e.g. 80GB, 24GiB)".into()
+            };
+            Err(format!("{b} bytes: expected a device's memory, at least 1 MiB{meant}"))
+        }
         b => Ok(b),
     }
 }

@@ -607,6 +607,8 @@ fn device_problems_are_clear_errors() {
     fails(&dir, &["train", "--preset", "tiny", "--mpi-timeout", "5", "--out", "x"], &["--distributed"]);
     fails(&dir, &["info", "--preset", "tiny", "--seq", "100000"], &["--seq 100000", "at most 64"]);
     fails(&dir, &["info", "--preset", "tiny", "--memory", "0.4"], &["at least 1 MiB"]);
+    fails(&dir, &["info", "--preset", "tiny", "--memory", "80"], &["80 bytes", "write the unit, e.g. 80GB or 80GiB"]);
+    fails(&dir, &["info", "--preset", "tiny", "--memory", "80G"], &["G alone is ambiguous", "80GB", "80GiB"]);
     let o = cmd(&dir).args(["info", "--preset", "tiny", "--memory", "50MB"]).output().unwrap();
     assert!(o.status.success() && text(&o).contains("MiB)") && !text(&o).contains("0.0 GiB"), "{}", text(&o));
     // No Vulkan driver at all: the message says how to install one.

@@ -247,6 +247,13 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         "mib" => 1024.0 * 1024.0,
         "gib" => 1024.0 * 1024.0 * 1024.0,
         "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        u @ ("k" | "m" | "g" | "t") => {
+            // (A letter alone could mean either: said, not guessed.)
+            let u = u.to_ascii_uppercase();
+            return Err(format!(
+                "'{text}': {u} alone is ambiguous: write {num}{u}B (powers of 10) or {num}{u}iB (of 2)"
+            ));
+        }
         _ => f64::NAN,
     };
     match num.parse::<f64>() {
@@ -571,6 +578,8 @@ mod tests {
         ] {
             assert_eq!(parse_bytes(text), Ok(want), "{text}");
         }
+        let e = parse_bytes("80G").unwrap_err();
+        assert!(e.contains("'80G'") && e.contains("80GB") && e.contains("80GiB"), "{e}");
         for bad in ["", "80XB", "-3GB", "0", "GB", "eighty"] {
             let e = parse_bytes(bad).unwrap_err();
             assert!(e.contains(&format!("'{bad}'")) && e.contains("80GB"), "{bad}: {e}");
