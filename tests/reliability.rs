@@ -143,6 +143,10 @@ fn checkpoint_problems_are_clear_errors() {
     let m = mutated(&ck, "missing-file", |_, _| {});
     std::fs::remove_file(m.join("model.safetensors")).unwrap();
     fails_gen(&dir, &m, &["model.safetensors", "missing"]);
+    // A folder of runs given for a run: the runs in it are named.
+    let e = fails_gen(&dir, &dir, &["missing", "holds runs in its folders", "give one of them"]);
+    let name = ck.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(e.contains(&name) && !e.contains("missing-file,") && !e.contains("missing-file)"), "{e}");
     let m = mutated(&ck, "truncated", |_, _| {});
     let b = std::fs::read(m.join("model.safetensors")).unwrap();
     std::fs::write(m.join("model.safetensors"), &b[..b.len() * 2 / 3]).unwrap();

@@ -617,6 +617,10 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     std::fs::write(&odd, "ROMEO: ☃").unwrap();
     bad(&["--text", odd.to_str().unwrap()], &["odd.txt", "'☃'", "char tokenizer"]);
     bad(&["--text", text.to_str().unwrap(), "--split", "train"], &["--split train"]);
+    let nested = dir.join("nested");
+    std::fs::create_dir_all(nested.join("sub")).unwrap();
+    std::fs::write(nested.join("sub/a.txt"), "ROMEO: hello there, my friend.\n".repeat(20)).unwrap();
+    bad(&["--text", nested.to_str().unwrap()], &["without .txt files", "its 1 subfolder(s) are not read"]);
     bad(
         &["--data", raw.to_str().unwrap(), "--data-format", "raw-u16", "--split", "train"],
         &["--split train", "is a file or a glob", "drop --split"],

@@ -26,7 +26,7 @@ pub enum CheckpointError {
     MissingDir(PathBuf),
     #[error("'{0}' is a file, not a checkpoint folder: give the run's folder (the one that holds model.safetensors)")]
     NotADir(PathBuf),
-    #[error("checkpoint file '{0}' is missing")]
+    #[error("checkpoint file '{0}' is missing{runs}", runs = runs_inside(.0))]
     MissingFile(PathBuf),
     #[error("cannot read or write '{path}': {source}")]
     Io { path: PathBuf, source: std::io::Error },
@@ -423,6 +423,36 @@ pub struct Loaded {
     pub params: Vec<f32>,
     /// Flat moments and the run state, when `optim.safetensors` was read.
     pub optim: Option<(Vec<f32>, Vec<f32>, RunState, String)>,
+}
+
+/// For a missing `model.safetensors`: the folders beside it that hold one (a folder of runs
+/// given for a run), said with the remedy; empty otherwise.
+fn runs_inside(missing: &Path) -> String {
+    if missing.file_name().is_none_or(|n| n != MODEL_FILE) {
+        return String::new();
+    }
+    let dir = missing.parent().unwrap_or(Path::new("."));
+    let mut runs: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().join(MODEL_FILE).is_file())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    if runs.is_empty() {
+        return String::new();
+    }
+    runs.sort();
+    const SHOWN: usize = 5;
+    let more = if runs.len() > SHOWN { format!(" and {} more", runs.len() - SHOWN) } else { String::new() };
+    runs.truncate(SHOWN);
+    format!(
+        "; '{}' holds runs in its folders ({}{more}): give one of them, e.g. '{}'",
+        dir.display(),
+        runs.join(", "),
+        dir.join(&runs[0]).display()
+    )
 }
 
 fn read_file(path: &Path) -> Result<Vec<u8>, CheckpointError> {

@@ -301,10 +301,20 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                 TrainError::Data(data::DataError::Empty(p)) => {
                     TrainError::Settings(format!("--text '{}' is empty: give a text to evaluate", p.display()))
                 }
-                TrainError::Data(data::DataError::NoTxt(p)) => TrainError::Settings(format!(
-                    "--text '{}' is a folder without .txt files: give a text file, or a folder of .txt files",
-                    p.display()
-                )),
+                TrainError::Data(data::DataError::NoTxt(p)) => {
+                    // (Its own .txt files only: a folder whose texts are in subfolders is said so.)
+                    let subs =
+                        std::fs::read_dir(&p).map(|d| d.flatten().filter(|e| e.path().is_dir()).count()).unwrap_or(0);
+                    let note = if subs > 0 {
+                        format!(" (its {subs} subfolder(s) are not read: give one of them, or the files)")
+                    } else {
+                        String::new()
+                    };
+                    TrainError::Settings(format!(
+                        "--text '{}' is a folder without .txt files{note}: give a text file, or a folder of .txt files",
+                        p.display()
+                    ))
+                }
                 TrainError::Data(data::DataError::UnknownChar { path: p, offset, ch, vocab }) => {
                     let place = if p == *path { String::new() } else { format!(" of '{}'", p.display()) };
                     TrainError::Settings(format!(
