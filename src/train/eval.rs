@@ -340,7 +340,8 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                 // (A file or a glob is evaluated as given: the split of a folder's shards does not
                 // apply, and a validation shard was labelled training text.)
                 return Err(TrainError::Settings(format!(
-                    "--split train chooses the training shards of a --data folder; --data '{d}' is a file or a glob,                      evaluated as given: drop --split, or give the folder"
+                    "--split train chooses the training shards of a --data folder; --data '{d}' is a file or a glob, \
+                     evaluated as given: drop --split, or give the folder"
                 )));
             }
             let format = Format::parse(format).map_err(TrainError::Settings)?;
