@@ -188,40 +188,16 @@ fn refuse_char_for_bpe_shards(run: &ddl::train::RunConfig, a: &TrainArgs) -> Res
 /// written from them again; the edit was ignored and undone without a word).
 fn note_edited_config(saved: &ddl::train::RunConfig, dir: &std::path::Path) {
     let path = dir.join("config.toml");
-    let Ok(text) = std::fs::read_to_string(&path) else { return };
-    let (Ok(on_disk), Ok(saved)) = (toml::from_str::<toml::Table>(&text), toml::Table::try_from(saved)) else {
+    // (A file that no longer reads as settings is not compared: the saved ones replace it.)
+    let Some(edited) =
+        std::fs::read_to_string(&path).ok().and_then(|t| toml::from_str::<ddl::train::RunConfig>(&t).ok())
+    else {
         return;
     };
-    let flat = |t: &toml::Table| -> std::collections::BTreeMap<String, toml::Value> {
-        let mut m = std::collections::BTreeMap::new();
-        for (k, v) in t {
-            match v {
-                toml::Value::Table(inner) => m.extend(inner.iter().map(|(k2, v2)| (format!("{k}.{k2}"), v2.clone()))),
-                v => {
-                    m.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        m
-    };
-    let (disk, kept) = (flat(&on_disk), flat(&saved));
-    let differ: Vec<String> = disk
-        .keys()
-        .chain(kept.keys())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .filter(|k| disk.get(*k) != kept.get(*k))
-        // (Settings a resume may change, written to config.toml when a run starts, before its
-        // next checkpoint saves them.)
-        .filter(|k| {
-            !matches!(k.as_str(), "model.vocab_size" | "train.skip_nonfinite" | "train.recompute" | "train.head_chunk")
-        })
-        .map(|k| {
-            let show = |v: Option<&toml::Value>| v.map_or("(none)".to_string(), |v| v.to_string());
-            format!("{k} {} there, {} saved", show(disk.get(k)), show(kept.get(k)))
-        })
-        .collect();
+    let Ok(differ) = edited.resume_differences(saved) else { return };
     if !differ.is_empty() {
+        let differ: Vec<String> =
+            differ.iter().map(|(k, have, there)| format!("{k} {there} there, {have} saved")).collect();
         eprintln!(
             "note: {} differs from the settings saved with the checkpoint ({}); the run continues with the saved \
              ones and writes them to config.toml again: to change a setting, start a new run (or continue a copy \

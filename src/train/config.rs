@@ -470,12 +470,10 @@ impl RunConfig {
             .map_err(|e| format!("--resume: the run settings saved in {} are invalid: {e}", from.display()))
     }
 
-    /// For `ddl train --resume DIR`: fails unless these settings (the saved ones, `saved`, with
-    /// the flags given applied) equal `saved` (flags may repeat the saved settings, not change
-    /// them: a changed setting would be silently ignored). The error lists every difference and
-    /// the remedy. `model.vocab_size` (from the tokenizer) and the settings of how, not what, a
-    /// run trains (`train.skip_nonfinite`, `train.recompute`, `train.head_chunk`) may differ.
-    pub fn check_resume(&self, saved: &RunConfig, out: &std::path::Path) -> Result<(), String> {
+    /// The settings of `self` that a run resumed with them would change from `saved`, as (key,
+    /// saved value, this value): paths compared as a new run stores them, numbers by value,
+    /// leaving out those a resume may change (see [`RunConfig::check_resume`]).
+    pub fn resume_differences(&self, saved: &RunConfig) -> Result<Vec<(String, String, String)>, String> {
         let mut saved = saved.clone();
         saved.absolute_paths();
         let saved = toml::Table::try_from(&saved).map_err(|e| e.to_string())?;
@@ -513,6 +511,16 @@ impl RunConfig {
                 diffs.push((key, have.map(|h| h.to_string()).unwrap_or_else(|| "(unset)".into()), want.to_string()));
             }
         }
+        Ok(diffs)
+    }
+
+    /// For `ddl train --resume DIR`: fails unless these settings (the saved ones, `saved`, with
+    /// the flags given applied) equal `saved` (flags may repeat the saved settings, not change
+    /// them: a changed setting would be silently ignored). The error lists every difference and
+    /// the remedy. `model.vocab_size` (from the tokenizer) and the settings of how, not what, a
+    /// run trains (`train.skip_nonfinite`, `train.recompute`, `train.head_chunk`) may differ.
+    pub fn check_resume(&self, saved: &RunConfig, out: &std::path::Path) -> Result<(), String> {
+        let diffs = self.resume_differences(saved)?;
         if diffs.is_empty() {
             return Ok(());
         }
