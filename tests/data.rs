@@ -532,8 +532,15 @@ fn the_corpus_cache_is_listed_and_pruned_from_the_command_line() {
         serde_json::from_str(&std::fs::read_to_string(dir.join("r1/data.json")).unwrap()).unwrap();
     assert_eq!(rec["folder"], v["sets"][0]["dir"], "{rec}");
 
-    // The corpus edited: the next run's set replaces the earlier one.
+    // The corpus edited: a resume is refused (other tokens) and leaves the earlier set in the
+    // cache (it removed it before its data check); the next run's set replaces it.
     std::fs::write(&corpus, std::fs::read_to_string(&corpus).unwrap() + "\nMore.\n").unwrap();
+    let r1 = dir.join("r1");
+    let (ok, out) = run(&["train", "--resume", r1.to_str().unwrap(), "--steps", "2", "--no-autotune"]);
+    assert!(!ok && out.contains("data changed since this run started"), "{out}");
+    assert!(!out.contains("removed"), "{out}");
+    let (_, out) = run(&["data", "cache"]);
+    assert!(out.contains("2 sets,") && out.contains("stale"), "{out}");
     let said = train("r2");
     assert!(said.contains("removed 1 cached shard set of an earlier version"), "{said}");
     let (_, out) = run(&["data", "cache"]);

@@ -342,6 +342,23 @@ pub(crate) fn remove_set(dir: &Path) -> std::io::Result<bool> {
 /// written keeps what it has. (Only the sets' small records are read, not their `meta.json`s,
 /// which hold a BPE's whole vocabulary: this runs at every run's start.)
 pub(crate) fn used(root: &Path, dir: &Path, record: &Record) -> Vec<(PathBuf, u64)> {
+    mark_used(root, dir, record).remove()
+}
+
+/// The sets a run's set makes stale, removed when the run has settled on it ([`Stale::remove`]):
+/// a resumed run removes them after its data check, so that a refused resume (its corpus
+/// changed) leaves the cache as it found it.
+#[derive(Debug)]
+pub struct Stale {
+    root: PathBuf,
+    dir: PathBuf,
+    record: Record,
+}
+
+/// Marks the set in `dir` (of the cache `root`) used now by a run with settings `record`: its
+/// record written if it has none or another, else its time set. The sets it makes stale are
+/// removed by the [`Stale`] returned.
+pub(crate) fn mark_used(root: &Path, dir: &Path, record: &Record) -> Stale {
     let path = dir.join(RECORD_FILE);
     if read_record(dir).as_ref() == Some(record) {
         if let Ok(f) = std::fs::File::options().write(true).open(&path) {
@@ -357,25 +374,35 @@ pub(crate) fn used(root: &Path, dir: &Path, record: &Record) -> Vec<(PathBuf, u6
             let _ = std::fs::remove_file(&tmp);
         }
     }
-    let mine = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut removed = Vec::new();
-    let Ok(entries) = std::fs::read_dir(root) else { return removed };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name == mine || !is_key(&name) {
-            continue;
-        }
-        let other = e.path();
-        let base = name.split('-').next().unwrap_or_default();
-        let stale = read_record(&other).is_some_and(|r| r.same_settings(record) && r.state(base) == State::Changed);
-        if stale {
-            let bytes = folder_bytes(&other);
-            if remove_set(&other).is_ok_and(|mine| mine) {
-                removed.push((other, bytes));
+    Stale { root: root.to_path_buf(), dir: dir.to_path_buf(), record: record.clone() }
+}
+
+impl Stale {
+    /// Removes the sets of the cache with the same settings as this run's that no run can find
+    /// again (made before the corpus or the tokenizer file last changed); returns them with their
+    /// bytes. Nothing here fails a run: what cannot be removed stays.
+    pub fn remove(self) -> Vec<(PathBuf, u64)> {
+        let mine = self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let mut removed = Vec::new();
+        let Ok(entries) = std::fs::read_dir(&self.root) else { return removed };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name == mine || !is_key(&name) {
+                continue;
+            }
+            let other = e.path();
+            let base = name.split('-').next().unwrap_or_default();
+            let stale =
+                read_record(&other).is_some_and(|r| r.same_settings(&self.record) && r.state(base) == State::Changed);
+            if stale {
+                let bytes = folder_bytes(&other);
+                if remove_set(&other).is_ok_and(|mine| mine) {
+                    removed.push((other, bytes));
+                }
             }
         }
+        removed
     }
-    removed
 }
 
 /// What `prune` removes.

@@ -593,8 +593,29 @@ fn corpus_shards_in(
     val_fraction: f64,
     chunk: usize,
 ) -> Result<(PathBuf, Tokenizer), crate::train::TrainError> {
+    let (dir, tok, stale) = corpus_set_in(root, corpus, tok_setting, given, val_fraction, chunk)?;
+    say_removed(stale, corpus);
+    Ok((dir, tok))
+}
+
+/// [`corpus_shards_in`] with the removal of the stale sets left to the caller ([`say_removed`]
+/// once the run settles on the set: a resumed run after its data check).
+fn corpus_set_in(
+    root: &Path,
+    corpus: &str,
+    tok_setting: &str,
+    given: Option<&Tokenizer>,
+    val_fraction: f64,
+    chunk: usize,
+) -> Result<(PathBuf, Tokenizer, super::cache::Stale), crate::train::TrainError> {
     let (dir, tok) = find_or_make_set(root, corpus, tok_setting, given, val_fraction, chunk)?;
-    let removed = super::cache::used(root, &dir, &super::cache::Record::new(corpus, tok_setting, val_fraction));
+    let stale = super::cache::mark_used(root, &dir, &super::cache::Record::new(corpus, tok_setting, val_fraction));
+    Ok((dir, tok, stale))
+}
+
+/// Removes the cached sets `stale` names and says so (`corpus`: the run's --corpus).
+fn say_removed(stale: super::cache::Stale, corpus: &str) {
+    let removed = stale.remove();
     if !removed.is_empty() {
         let bytes: u64 = removed.iter().map(|s| s.1).sum();
         eprintln!(
@@ -605,7 +626,6 @@ fn corpus_shards_in(
             super::cache::size(bytes)
         );
     }
-    Ok((dir, tok))
 }
 
 /// The cached set of the corpus with these settings, made if there is none.
@@ -950,6 +970,7 @@ pub fn open_for_run(
 ) -> Result<(Dataset, Tokenizer), crate::train::TrainError> {
     use super::shards::{Format, Shard, Stream, find};
     let t = &run.train;
+    let mut stale_sets = None;
     let (train, val, tok, key, folder) = if !run.data.is_empty() {
         let format = Format::parse(&run.data_format).map_err(crate::train::TrainError::Settings)?;
         let (train, val) = find(&run.data, format).map_err(DataError::from)?;
@@ -995,7 +1016,9 @@ pub fn open_for_run(
         let key = fingerprint(&train.iter().chain(&val).cloned().collect::<Vec<_>>())?;
         (open(train)?, open(val)?, tok, key, dir)
     } else {
-        let (dir, tok) = corpus_shards(&run.corpus, &run.tokenizer, given, t.val_fraction)?;
+        let root = crate::cache_dir().join("shards");
+        let (dir, tok, stale) = corpus_set_in(&root, &run.corpus, &run.tokenizer, given, t.val_fraction, CORPUS_CHUNK)?;
+        stale_sets = Some(stale);
         let (train, val) = find(dir.to_str().unwrap_or_default(), Format::Llmc).map_err(|e| {
             // The shards are the cache's, made from the corpus: a split too small to hold a
             // shard is the corpus's shortness, which the message names.
@@ -1047,6 +1070,7 @@ pub fn open_for_run(
         e => e.into(),
     })?;
     ds.folder = Some(folder);
+    ds.stale_sets = stale_sets;
     Ok((ds, tok))
 }
 
@@ -1189,6 +1213,8 @@ pub struct Dataset {
     /// The shards' folder: a `--data` folder, or the cache's set of a `--corpus` (`ddl data
     /// cache` lists it by this name).
     pub folder: Option<PathBuf>,
+    /// The cached sets a `--corpus` run's set makes stale: removed by [`Dataset::settle`].
+    stale_sets: Option<super::cache::Stale>,
 }
 
 impl Dataset {
@@ -1206,7 +1232,7 @@ impl Dataset {
         if val.len() < need {
             return Err(DataError::TooShort { split: "validation", have: val.len(), need });
         }
-        Ok(Dataset { split: train.len(), train, val, vocab, key, folder: None })
+        Ok(Dataset { split: train.len(), train, val, vocab, key, folder: None, stale_sets: None })
     }
 
     /// A dataset to evaluate on alone: `tokens` as its validation split and no training split
@@ -1221,7 +1247,24 @@ impl Dataset {
         if tokens.len() < need {
             return Err(DataError::TooShort { split: "evaluated", have: tokens.len(), need });
         }
-        Ok(Dataset { split: 0, train: super::shards::Stream::new(Vec::new()), val: tokens, vocab, key, folder: None })
+        Ok(Dataset {
+            split: 0,
+            train: super::shards::Stream::new(Vec::new()),
+            val: tokens,
+            vocab,
+            key,
+            folder: None,
+            stale_sets: None,
+        })
+    }
+
+    /// The run trains on this data (a resumed run: its data checked): the cached sets of an
+    /// earlier version of its `--corpus` (or of its tokenizer file), which no run can find again,
+    /// are removed and said. Until then a refused run leaves the cache as it found it.
+    pub fn settle(&mut self, corpus: &str) {
+        if let Some(stale) = self.stale_sets.take() {
+            say_removed(stale, corpus);
+        }
     }
 
     /// Tokens in the whole stream (train and validation).

@@ -337,7 +337,7 @@ impl<'c> Trainer<'c> {
         }
         let run_toml = toml::to_string(&run).map_err(|e| TrainError::Settings(e.to_string()))?;
 
-        let data = match dataset {
+        let mut data = match dataset {
             Some(d) => d,
             None => {
                 let td = Instant::now();
@@ -374,6 +374,8 @@ impl<'c> Trainer<'c> {
                 let _ = std::fs::remove_file(out.join("distributed.json"));
             }
         }
+        // (Only now, the data checked: a refused resume leaves the cache's older sets alone.)
+        data.settle(&run.corpus);
 
         let bucket = dist.bucket_elems(model.layout.total);
         if distributed {
