@@ -8,20 +8,102 @@ use crate::cli::*;
 #[cfg(feature = "mpi")]
 use ddl::gpu::BackendChoice;
 
-/// `vocab_size` under `[model]` in `ddl train --config` is refused as `--set model.vocab_size` is:
-/// the tokenizer sizes the vocabulary, so the setting would be ignored (`bench train`, on random
-/// tokens, takes it).
-fn refuse_vocab_size(path: &std::path::Path) -> Result<()> {
-    if let Some(v) = config_model_table(path).and_then(|m| m.get("vocab_size").cloned()) {
-        anyhow::bail!(
-            "--config {}: `vocab_size = {v}` under [model]: `ddl train` takes the vocabulary size from the \
-             tokenizer (the corpus's characters with --tokenizer char, or a tokenizer.json's vocabulary), so this \
-             setting would be ignored; drop it, or train a tokenizer of the size you want (`ddl tokenizer train \
-             --corpus FILE --vocab-size N --out tok.json`, then --tokenizer tok.json)",
+/// `vocab_size` under `[model]` in `ddl train --config` (a run's own `config.toml` has it): the
+/// tokenizer sizes the vocabulary, so the value is taken only as what the tokenizer must give
+/// ([`check_config_vocab`]); one that is not a whole number is refused here.
+fn config_vocab_size(path: &std::path::Path) -> Result<Option<usize>> {
+    let Some(v) = config_model_table(path).and_then(|m| m.get("vocab_size").cloned()) else { return Ok(None) };
+    match v.as_integer().and_then(|n| usize::try_from(n).ok()) {
+        Some(n) => Ok(Some(n)),
+        None => anyhow::bail!(
+            "--config {}: `vocab_size = {v}` under [model]: expected the tokenizer's vocabulary size, a whole number \
+             (`ddl train` takes the size from the tokenizer; drop the line to let it)",
             path.display()
+        ),
+    }
+}
+
+/// A `vocab_size` given in `--config` (`given`, from the file `path`) against the vocabulary of
+/// the tokenizer the run trains with (its data opened as the run will open it: a corpus's cached
+/// set is made now, and found again by the run): a size the tokenizer does not give is refused,
+/// as it would be ignored.
+fn check_config_vocab(run: &ddl::train::RunConfig, path: &std::path::Path, given: usize) -> Result<()> {
+    let (_, tok) = ddl::train::data::open_for_run(run, None)?;
+    if tok.vocab_size() != given {
+        let which = if run.tokenizer == "char" || run.tokenizer.is_empty() {
+            if run.data.is_empty() {
+                format!("the characters of --corpus {}", run.corpus)
+            } else {
+                format!("the tokenizer of --data {}", run.data)
+            }
+        } else {
+            format!("--tokenizer {}", run.tokenizer)
+        };
+        anyhow::bail!(
+            "--config {}: `vocab_size = {given}` under [model], but the run's tokenizer ({which}) has {} tokens: \
+             `ddl train` takes the vocabulary size from the tokenizer, so this setting would be ignored; drop it, or \
+             train a tokenizer of the size you want (`ddl tokenizer train --corpus FILE --vocab-size N --out \
+             tok.json`, then --tokenizer tok.json)",
+            path.display(),
+            tok.vocab_size()
         );
     }
     Ok(())
+}
+
+/// `init_from = "DIR"` in a `--config` file (a run's own `config.toml` has it when the run
+/// started from a checkpoint): the `--init-from` it stands for, `flag` the one given (both given:
+/// they must name the same checkpoint).
+fn config_init_from(path: &std::path::Path, flag: Option<&std::path::Path>) -> Result<Option<std::path::PathBuf>> {
+    let Some(text) = std::fs::read_to_string(path).ok() else { return Ok(None) };
+    let Some(v) = toml::from_str::<toml::Table>(&text).ok().and_then(|t| t.get("init_from").cloned()) else {
+        return Ok(None);
+    };
+    let Some(dir) = v.as_str() else {
+        anyhow::bail!(
+            "--config {}: `init_from = {v}`: expected the checkpoint folder the run starts from, a string (quoted in \
+             TOML), as --init-from DIR gives it",
+            path.display()
+        );
+    };
+    if dir.is_empty() {
+        return Ok(None);
+    }
+    let dir = std::path::PathBuf::from(dir);
+    if let Some(f) = flag {
+        let same = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        if same(f) != same(&dir) {
+            anyhow::bail!(
+                "--init-from {} and --config {} (init_from = \"{}\") name different checkpoints to start from; drop \
+                 one of them",
+                f.display(),
+                path.display(),
+                dir.display()
+            );
+        }
+    }
+    Ok(Some(dir))
+}
+
+/// The settings of a `--config` `[model]` table that are not `cfg`'s, said as `key = value where
+/// the checkpoint has value` (none: the table of a run's own config.toml, given again with the
+/// checkpoint it started from).
+fn model_differences(table: &toml::Table, cfg: &ddl::model::ModelConfig) -> Vec<String> {
+    let own = toml::Table::try_from(cfg).unwrap_or_default();
+    table
+        .iter()
+        .filter_map(|(k, v)| {
+            let same = match (own.get(k), v) {
+                (Some(toml::Value::Float(a)), toml::Value::Integer(b)) => *a == *b as f64,
+                (Some(have), v) => have == v,
+                (None, _) => false,
+            };
+            (!same).then(|| match own.get(k) {
+                Some(have) => format!("{k} = {v} where the checkpoint has {have}"),
+                None => format!("{k} = {v}"),
+            })
+        })
+        .collect()
 }
 
 /// The `[model]` table of a `--config` file (`None`: no such table, or a file that does not read,
@@ -281,10 +363,15 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         })?,
         (None, None) => 200,
     };
-    let a = TrainArgs { steps: Some(steps), ..a };
-    if let Some(path) = &a.config {
-        refuse_vocab_size(path)?;
-    }
+    let init_from = match (&a.resume, &a.config) {
+        (None, Some(path)) => config_init_from(path, a.init_from.as_deref())?.or(a.init_from.clone()),
+        _ => a.init_from.clone(),
+    };
+    let a = TrainArgs { steps: Some(steps), init_from, ..a };
+    let config_vocab = match &a.config {
+        Some(path) => config_vocab_size(path)?,
+        None => None,
+    };
     let mut run = match &saved {
         Some(saved) => {
             let mut run = saved.clone();
@@ -298,6 +385,15 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
                 );
             }
             if let Some(path) = &a.config {
+                if let Some(v) = config_vocab.filter(|&v| v != run.model.vocab_size) {
+                    anyhow::bail!(
+                        "--config {}: `vocab_size = {v}` under [model], but the run in '{}' has a vocabulary of {} (its \
+                         tokenizer's), which it keeps; drop the line",
+                        path.display(),
+                        from.as_ref().expect("resumed").display(),
+                        run.model.vocab_size
+                    );
+                }
                 let text =
                     std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
                 run.merge_toml(&text, &path.display().to_string()).map_err(anyhow::Error::msg)?;
@@ -322,12 +418,14 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
                 // A [model] table is refused by name (before it could be read as contradicting
                 // the checkpoint's variant, which the user did not give as --variant).
                 if let Some(path) = &a.config
-                    && config_model_table(path).is_some_and(|m| !m.is_empty())
+                    && let Some(m) = config_model_table(path)
+                    && !model_differences(&m, &cfg).is_empty()
                 {
                     anyhow::bail!(
-                        "--config {}: a [model] table changes the model, which --init-from {} gives (its \
+                        "--config {}: a [model] table changes the model ({}), which --init-from {} gives (its \
                          checkpoint's); drop the [model] settings",
                         path.display(),
+                        model_differences(&m, &cfg).join("; "),
                         ck.display()
                     );
                 }
@@ -335,7 +433,10 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
                 let preset = a.preset.clone().or(saved);
                 let mut run = preset_with_config(preset.as_deref(), Some(cfg.variant), a.config.as_deref())?;
                 let plain = ddl::train::RunConfig::preset(&run.preset, cfg.variant)?;
-                if run.model != plain.model {
+                // (A [model] table that is the checkpoint's model, as a run's own config.toml
+                // has, was let through above.)
+                let checkpoints = a.config.as_deref().and_then(config_model_table).is_some_and(|m| !m.is_empty());
+                if run.model != plain.model && !checkpoints {
                     anyhow::bail!(
                         "--config {}: a [model] table changes the model, which --init-from {} gives (its checkpoint's); \
                          drop the [model] settings",
@@ -500,6 +601,9 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         })?;
         check_inputs(&run, &a)?;
         refuse_char_for_bpe_shards(&run, &a)?;
+        if let (Some(given), Some(path), None) = (config_vocab, &a.config, &a.init_from) {
+            check_config_vocab(&run, path, given)?;
+        }
     }
     if a.distributed == Some(Distributed::Mpi) {
         return train_mpi(dev, &a, run, out, resume);

@@ -372,6 +372,55 @@ fn config_problems_are_clear_errors() {
     a[5] = "--resume";
     let o = cmd(&dir).args(&a).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
+    // A run's own config.toml is a --config for a new run: its vocab_size is the tokenizer's (it
+    // was refused as given), its init_from the checkpoint it started from, with that checkpoint's
+    // [model] table (refused as changing the model).
+    let at = |name: &str| dir.join(name).display().to_string();
+    let again = |cfg: &Path, name: &str| {
+        let o = cmd(&dir)
+            .args(["train", "--config", cfg.to_str().unwrap(), "--steps", "1", "--no-autotune", "--out", &at(name)])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        std::fs::read_to_string(dir.join(name).join("config.toml")).unwrap()
+    };
+    let no_steps = |t: &str| t.lines().filter(|l| !l.starts_with("steps")).collect::<Vec<_>>().join("\n");
+    assert_eq!(no_steps(&again(&cfg_path, "same")), no_steps(&cfg_text));
+    let o = cmd(&dir)
+        .args(["train", "--init-from", r, "--corpus", &c, "--steps", "1", "--no-autotune", "--out", &at("ft1")])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let ft1 = dir.join("ft1/config.toml");
+    let ft1_text = std::fs::read_to_string(&ft1).unwrap();
+    assert!(ft1_text.contains("init_from = "), "{ft1_text}");
+    assert_eq!(no_steps(&again(&ft1, "ft2")), no_steps(&ft1_text));
+    let edited = dir.join("ft-edited.toml");
+    std::fs::write(&edited, ft1_text.replace("d_model = 32", "d_model = 24")).unwrap();
+    fails(
+        &dir,
+        &["train", "--config", edited.to_str().unwrap(), "--steps", "1", "--out", &at("ft3")],
+        &["a [model] table changes the model (d_model = 24 where the checkpoint has 32)"],
+    );
+    fails(
+        &dir,
+        &["train", "--config", ft1.to_str().unwrap(), "--init-from", &at("same"), "--steps", "1", "--out", &at("ft3")],
+        &["same and --config", "name different checkpoints"],
+    );
+    let voc = dir.join("voc2.toml");
+    let vocab = cfg_text.lines().find(|l| l.starts_with("vocab_size")).unwrap().to_string();
+    std::fs::write(&voc, cfg_text.replace(&vocab, "vocab_size = 7")).unwrap();
+    fails(
+        &dir,
+        &["train", "--config", voc.to_str().unwrap(), "--steps", "1", "--out", &at("ft3")],
+        &["vocab_size = 7", "but the run's tokenizer", "has"],
+    );
+    fails(
+        &dir,
+        &["train", "--resume", r, "--config", voc.to_str().unwrap(), "--steps", "3"],
+        &["vocab_size = 7", "which it keeps"],
+    );
+    assert!(!dir.join("ft3").exists());
 }
 
 #[test]

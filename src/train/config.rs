@@ -614,6 +614,10 @@ impl RunConfig {
                     }
                 }
                 (Some(slot), v) => *slot = v,
+                // (Not written while empty: a run's config.toml has it only with --init-from.)
+                (None, v) if k == "init_from" => {
+                    base.insert(k, v);
+                }
                 (None, _) => {
                     // A key of a table written at the top: say under which table it goes.
                     let table = ["train", "model"]
