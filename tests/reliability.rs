@@ -1828,6 +1828,13 @@ fn checkpoints_keep_the_newest_n_and_the_best_by_validation_loss_as_run_folders(
     let resume = ["train", "--resume", out.to_str().unwrap(), "--steps", "7"];
     let e = fails(&dir, &resume, &["step-00000005", "--out NEW"]);
     assert!(!e.contains("step-00000006") || cfg!(not(unix)), "{e}");
+    // A new run into it is not told to resume it (which fails) but where it can continue.
+    let e = fails(
+        &dir,
+        &train_args(&c, out.to_str().unwrap(), "2", &[]),
+        &["does not read", "step-00000005", "--overwrite"],
+    );
+    assert!(!e.contains("continues it"), "{e}");
     // Gone: not "stopped before its first checkpoint", and no advice to --overwrite it away.
     std::fs::remove_file(&model).unwrap();
     let e = fails(&dir, &resume, &["no model.safetensors", "step-00000005 (step 5)", "--out NEW"]);
@@ -1841,6 +1848,15 @@ fn checkpoints_keep_the_newest_n_and_the_best_by_validation_loss_as_run_folders(
         .unwrap();
     assert!(r.status.success(), "{}", text(&r));
     assert_eq!(ddl::train::checkpoint::load(&branch, false).unwrap().step, 6);
+    // Its moments file gone, the model intact: the kept checkpoint of the same step (sharing the
+    // model, with its own moments) continues it; --init-from is the other way.
+    std::fs::remove_file(branch.join("optim.safetensors")).unwrap();
+    let e = fails(
+        &dir,
+        &["train", "--resume", branch.to_str().unwrap(), "--steps", "7"],
+        &["no optim.safetensors", "step-00000006 (step 6) reads", "--init-from"],
+    );
+    assert!(!e.contains("model-only"), "{e}");
     let out0 = dir.join("run0");
     let none = ["--set", "train.checkpoint_every=1", "--set", "train.checkpoint_keep=0"];
     let o = cmd(&dir).args(train_args(&c, out0.to_str().unwrap(), "2", &none)).output().unwrap();

@@ -808,15 +808,17 @@ pub fn saved_state(dir: &Path) -> Result<RunState, CheckpointError> {
 /// Where a run whose own checkpoint is missing or does not read can continue from, said as a
 /// remedy: the newest of its kept checkpoints (`checkpoints/step-N`, newest first, then
 /// `checkpoints/best`) whose files read (their metadata and run state, the step of both) and are
-/// not the run's own files (kept files are hard links of them, so a file damaged in place is
-/// damaged there too). `None` when it keeps none that reads.
+/// not the run's files named in `suspect`, those that may be damaged (kept files are hard links
+/// of the run's, so a file damaged in place is damaged there too; `[]`: the run's files are
+/// missing, not damaged; [`suspect_files`] names them from an error). `None` when it keeps none
+/// that reads.
 #[cfg(feature = "native")]
-pub fn kept_remedy(run: &Path) -> Option<String> {
+pub fn kept_remedy_for(run: &Path, suspect: &[&str]) -> Option<String> {
     let kept = run.join(KEPT_DIR);
     let mut dirs: Vec<PathBuf> = kept_steps(run).into_iter().rev().map(|s| kept.join(step_dir_name(s))).collect();
     dirs.push(kept.join(BEST_DIR));
-    let own = run.join(MODEL_FILE);
-    let usable = dirs.into_iter().find(|d| !same_file(&d.join(MODEL_FILE), &own) && saved_state(d).is_ok())?;
+    let shares = |d: &Path| suspect.iter().any(|f| same_file(&d.join(f), &run.join(f)));
+    let usable = dirs.into_iter().find(|d| !shares(d) && saved_state(d).is_ok())?;
     let step = saved_step(&usable).ok()?;
     Some(format!(
         "its kept checkpoint {} (step {step}) reads: `ddl train --resume {} --out NEW` continues from it in a new \
@@ -824,6 +826,23 @@ pub fn kept_remedy(run: &Path) -> Option<String> {
         usable.display(),
         usable.display()
     ))
+}
+
+/// The files of a checkpoint that `e` shows damaged (the one it names, when it is the model's or
+/// the moments' file; else both): what [`kept_remedy_for`] must not share.
+pub fn suspect_files(e: &CheckpointError) -> &'static [&'static str] {
+    let path = match e {
+        CheckpointError::Corrupt { path, .. }
+        | CheckpointError::Content { path, .. }
+        | CheckpointError::Io { path, .. } => path,
+        CheckpointError::MissingFile(_) => return &[],
+        _ => return &[MODEL_FILE, OPTIM_FILE],
+    };
+    match path.file_name().and_then(|n| n.to_str()) {
+        Some(MODEL_FILE) => &[MODEL_FILE],
+        Some(OPTIM_FILE) => &[OPTIM_FILE],
+        _ => &[MODEL_FILE, OPTIM_FILE],
+    }
 }
 
 /// Whether `a` and `b` are the same file (hard links of one); false where either is missing (or

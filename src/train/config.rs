@@ -419,7 +419,7 @@ impl RunConfig {
             ));
         }
         if !dir.join(MODEL_FILE).exists() && dir.join("metrics.jsonl").exists() {
-            if let Some(kept) = super::checkpoint::kept_remedy(dir) {
+            if let Some(kept) = super::checkpoint::kept_remedy_for(dir, &[]) {
                 return Err(format!(
                     "--resume {}: the run has no {MODEL_FILE} (its newest checkpoint is gone), but {kept} \
                      (`--overwrite` would remove the kept checkpoints too)",
@@ -438,14 +438,25 @@ impl RunConfig {
             CheckpointError::MissingFile(f)
                 if f.ends_with(super::checkpoint::OPTIM_FILE) && dir.join(MODEL_FILE).is_file() =>
             {
-                format!(
-                    "--resume {}: the checkpoint has a model but no {} (AdamW moments and run state): a model-only \
-                     checkpoint (e.g. written by scripts/torch_checkpoint.py) cannot be resumed; start a new run from \
-                     its parameters with `ddl train --init-from {} --out NEW`",
-                    dir.display(),
-                    super::checkpoint::OPTIM_FILE,
-                    dir.display()
-                )
+                match super::checkpoint::kept_remedy_for(dir, &[]) {
+                    // A run's moments file gone: a kept checkpoint continues with its moments.
+                    Some(kept) => format!(
+                        "--resume {}: the run's checkpoint has a model but no {} (AdamW moments and run state), but \
+                         {kept}; or start a new run from the model's parameters (fresh moments) with `ddl train \
+                         --init-from {} --out NEW`",
+                        dir.display(),
+                        super::checkpoint::OPTIM_FILE,
+                        dir.display()
+                    ),
+                    None => format!(
+                        "--resume {}: the checkpoint has a model but no {} (AdamW moments and run state): a \
+                         model-only checkpoint (e.g. written by scripts/torch_checkpoint.py) cannot be resumed; start \
+                         a new run from its parameters with `ddl train --init-from {} --out NEW`",
+                        dir.display(),
+                        super::checkpoint::OPTIM_FILE,
+                        dir.display()
+                    ),
+                }
             }
             CheckpointError::MissingFile(_) => {
                 format!(
@@ -453,7 +464,7 @@ impl RunConfig {
                     dir.display()
                 )
             }
-            e => match super::checkpoint::kept_remedy(dir) {
+            e => match super::checkpoint::kept_remedy_for(dir, super::checkpoint::suspect_files(&e)) {
                 Some(kept) => format!("--resume {}: {e}; {kept}", dir.display()),
                 None => e.to_string(),
             },

@@ -87,6 +87,14 @@ pub enum TrainError {
         checkpoint::MODEL_FILE
     )]
     RunWithKeptCheckpoints { dir: PathBuf, what: String, kept: String },
+    /// A run whose own checkpoint does not read (`problem`), so that `--resume` would fail;
+    /// `kept`: a kept checkpoint to continue from, said as "; but …", or empty.
+    #[error(
+        "'{}' holds a run ({what}) whose checkpoint does not read ({problem}), so it cannot be resumed{kept}; \
+         --overwrite replaces the run, or choose another --out",
+        dir.display()
+    )]
+    RunUnreadable { dir: PathBuf, what: String, problem: String, kept: String },
     #[error(transparent)]
     Lock(#[from] lock::LockError),
     /// A data-parallel run cannot go on; every rank meets this error at the same point.
@@ -503,8 +511,17 @@ fn claim_for_new_run(dir: &Path, overwrite: bool) -> Result<bool, TrainError> {
     if !overwrite {
         let (dir, what) = (dir.to_path_buf(), found.join(", "));
         return Err(if found.contains(&checkpoint::MODEL_FILE) {
-            TrainError::RunExists { dir, what }
-        } else if let Some(kept) = checkpoint::kept_remedy(&dir) {
+            // (Its files' metadata and run state, as `--resume` reads them first.)
+            match checkpoint::saved_state(&dir) {
+                Ok(_) => TrainError::RunExists { dir, what },
+                Err(e) => {
+                    let kept = checkpoint::kept_remedy_for(&dir, checkpoint::suspect_files(&e))
+                        .map(|k| format!("; but {k}"))
+                        .unwrap_or_default();
+                    TrainError::RunUnreadable { dir, what, problem: e.to_string(), kept }
+                }
+            }
+        } else if let Some(kept) = checkpoint::kept_remedy_for(&dir, &[]) {
             TrainError::RunWithKeptCheckpoints { dir, what, kept }
         } else {
             TrainError::RunWithoutCheckpoint { dir, what }

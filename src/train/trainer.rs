@@ -189,7 +189,7 @@ impl<'c> Trainer<'c> {
         let (mut model, tok, start, elapsed0, saved_scale) = if opts.resume {
             let ck = checkpoint::load_to_device(&out, gpu.clone(), true).map_err(|e| {
                 // A damaged checkpoint: where the run can continue from, if it keeps another.
-                match (&e, checkpoint::kept_remedy(&out)) {
+                match (&e, checkpoint::kept_remedy_for(&out, checkpoint::suspect_files(&e))) {
                     (
                         checkpoint::CheckpointError::Corrupt { .. }
                         | checkpoint::CheckpointError::Content { .. }
