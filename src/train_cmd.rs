@@ -106,6 +106,29 @@ fn model_differences(table: &toml::Table, cfg: &ddl::model::ModelConfig) -> Vec<
         .collect()
 }
 
+/// Whether the `--config` file `path` sets `key` (`table.field`) to `value` (as the setting's
+/// error writes it) and no `--set` of `sets` gives it after.
+fn config_gave(path: &std::path::Path, key: &str, value: &str, sets: &[String]) -> bool {
+    let Some(table) = std::fs::read_to_string(path).ok().and_then(|t| toml::from_str::<toml::Table>(&t).ok()) else {
+        return false;
+    };
+    let (t, field) = key.split_once('.').unwrap_or(("", key));
+    let given = match t {
+        "" => table.get(field),
+        t => table.get(t).and_then(|v| v.as_table()).and_then(|v| v.get(field)),
+    };
+    let set_after = sets.iter().any(|kv| {
+        let k = kv.split_once('=').map(|(k, _)| k.trim()).unwrap_or(kv);
+        k == key || k == field
+    });
+    let same = |v: &toml::Value| match v {
+        toml::Value::String(s) => s == value,
+        toml::Value::Float(f) => value.parse::<f64>().is_ok_and(|x| x == *f),
+        v => v.to_string() == value,
+    };
+    given.is_some_and(same) && !set_after
+}
+
 /// The `[model]` table of a `--config` file (`None`: no such table, or a file that does not read,
 /// which [`preset_with_config`] then reports).
 fn config_model_table(path: &std::path::Path) -> Option<toml::Table> {
@@ -597,7 +620,13 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
                     ck.display()
                 );
             }
-            e
+            // A value that came from the --config file (not --set, not a flag): the file named.
+            match &a.config {
+                Some(path) if config_gave(path, &e.key, &e.value, &a.sets) => {
+                    anyhow::anyhow!("--config {}: {e}", path.display())
+                }
+                _ => e.into(),
+            }
         })?;
         check_inputs(&run, &a)?;
         refuse_char_for_bpe_shards(&run, &a)?;

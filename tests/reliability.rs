@@ -211,7 +211,7 @@ fn config_problems_are_clear_errors() {
     };
     // Out of range: the full key, the value given, the allowed range and the remedy.
     t(&["--set", "train.nope=1"], &["unknown key 'train.nope'", "known keys here", "warmup_steps"]);
-    t(&["--set", "train.batch_size=-1"], &["train.batch_size = -1", "expected a whole number ≥ 0"]);
+    t(&["--set", "train.batch_size=-1"], &["train.batch_size = -1", "expected a whole number, not a negative one"]);
     // A --config file's problems in the file's words: a preset it names, bytes that are not
     // UTF-8 (where), an integer beyond TOML's.
     let file = |name: &str, bytes: &[u8]| {
@@ -225,6 +225,16 @@ fn config_problems_are_clear_errors() {
     t(&["--config", &latin], &["not UTF-8", "byte 21", "save the file as UTF-8"]);
     let big = file("big.toml", b"[train]\nbatch_size = 99999999999999999999\n");
     t(&["--config", &big], &["at most 9223372036854775807"]);
+    // A value out of its range is named with the file it came from (not when --set gives it).
+    let zero = file("zero.toml", b"[train]\nbatch_size = 0\nlr = 3e-3\n");
+    t(&["--config", &zero], &["zero.toml: train.batch_size = 0", "1 ..= 2^24"]);
+    let four = file("four.toml", b"[train]\nbatch_size = 4\n");
+    let e = fails(
+        &dir,
+        &["train", "--corpus", &c, "--out", &out, "--config", &four, "--set", "train.batch_size=0"],
+        &["train.batch_size = 0"],
+    );
+    assert!(!e.contains("four.toml"), "{e}");
     // A golden folder stands for its files; one without any is said so.
     let empty = dir.join("no-goldens");
     std::fs::create_dir_all(&empty).unwrap();

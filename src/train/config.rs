@@ -675,9 +675,9 @@ impl RunConfig {
             }
             // serde names Rust types; say what they take.
             let msg = [
-                ("expected usize", "expected a whole number ≥ 0"),
-                ("expected u64", "expected a whole number ≥ 0"),
-                ("expected u32", "expected a whole number ≥ 0"),
+                ("expected usize", "expected a whole number, not a negative one"),
+                ("expected u64", "expected a whole number, not a negative one"),
+                ("expected u32", "expected a whole number, not a negative one"),
                 ("expected f64", "expected a number"),
                 ("expected f32", "expected a number"),
                 // (An enum's values are "variants" to serde; a model's variant is a setting here.)
