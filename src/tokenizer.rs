@@ -515,10 +515,15 @@ impl Tokenizer {
     pub fn difference(&self, other: &Tokenizer) -> String {
         match (self, other) {
             (Tokenizer::Char(a), Tokenizer::Char(b)) => {
+                // (At most 8 shown, then how many more.)
                 let only = |x: &CharTokenizer, y: &CharTokenizer| -> String {
-                    let v: Vec<String> =
-                        x.chars.iter().filter(|c| !y.chars.contains(c)).take(8).map(|c| format!("{c:?}")).collect();
-                    if v.is_empty() { "none".into() } else { v.join(" ") }
+                    let all: Vec<String> =
+                        x.chars.iter().filter(|c| !y.chars.contains(c)).map(|c| format!("{c:?}")).collect();
+                    match all.len() {
+                        0 => "none".into(),
+                        n if n <= 8 => all.join(" "),
+                        n => format!("{} … ({n} in all)", all[..8].join(" ")),
+                    }
                 };
                 if a.chars.len() == b.chars.len() && only(a, b) == "none" {
                     return "the same characters in another order".into();
@@ -715,6 +720,13 @@ mod tests {
         assert_eq!(a.difference(&b), "characters only in the first: 'Z'; only in the second: '€'");
         let c = Tokenizer::Char(CharTokenizer::from_chars("baZ".chars().collect()));
         assert_eq!(a.difference(&c), "the same characters in another order");
+        // Past 8: the first 8, then how many in all.
+        let many = Tokenizer::Char(CharTokenizer::from_chars("abcdefghijkl".chars().collect()));
+        let few = Tokenizer::Char(CharTokenizer::from_chars("ab".chars().collect()));
+        assert_eq!(
+            many.difference(&few),
+            "characters only in the first: 'c' 'd' 'e' 'f' 'g' 'h' 'i' 'j' … (10 in all); only in the second: none"
+        );
         let bad = Tokenizer::from_json(r#"{"kind": "char", "chars": "aba"}"#).unwrap_err().to_string();
         assert!(bad.contains("'a' twice"), "{bad}");
     }
