@@ -196,7 +196,7 @@ pub(crate) enum Cmd {
         #[arg(long = "intervene", value_name = "SPEC")]
         intervene: Vec<String>,
         /// Allow --intervene values of β outside [0, 2].
-        #[arg(long)]
+        #[arg(long, requires = "intervene")]
         allow_out_of_range: bool,
         /// With --intervene: generate with and without the interventions (same seed), show both
         /// continuations, where they first differ, and the log-probability change of each token of

@@ -71,9 +71,15 @@ impl Intervention {
                     Some((n, k)) => (n, Some(k)),
                     None => (rest, None),
                 };
+                // (Digits only, as the sublayers are named: `block01` or `block+1` would be
+                // recorded as written, under another name than the block's.)
                 let block: usize = num
                     .parse()
-                    .map_err(|_| err(format!("unknown sublayer '{t}': '{num}' is not a block number; {FORMS}")))?;
+                    .ok()
+                    .filter(|_| num.bytes().all(|b| b.is_ascii_digit()) && (num == "0" || !num.starts_with('0')))
+                    .ok_or_else(|| {
+                        err(format!("unknown sublayer '{t}': '{num}' is not a block number (0, 1, 2, …); {FORMS}"))
+                    })?;
                 match kind {
                     None => Target::Block(block),
                     Some("attn") => Target::Sub(block, SubKind::Attn),
@@ -95,7 +101,8 @@ impl Intervention {
             }
             _ => {}
         }
-        let body = a.strip_prefix("beta").ok_or_else(|| err(format!("unknown action '{a}'; {FORMS}")))?;
+        // (Spaces anywhere in the action, as around its sublayer: `beta = 0` is `beta=0`.)
+        let body = compact.strip_prefix("beta").ok_or_else(|| err(format!("unknown action '{a}'; {FORMS}")))?;
         let num = |v: &str| -> Result<f32, InterventionError> {
             let x: f32 = v.trim().parse().map_err(|_| err(format!("'{}' is not a number", v.trim())))?;
             match x {
@@ -196,6 +203,12 @@ impl Interventions {
         self.list
             .iter()
             .filter_map(|i| match i.action {
+                Action::AtMost(v) if v >= 2.0 => {
+                    Some(format!("note: {}: β is never above 2, so this bound changes nothing", i.spec))
+                }
+                Action::AtLeast(v) if v <= 0.0 => {
+                    Some(format!("note: {}: β is never below 0, so this bound changes nothing", i.spec))
+                }
                 Action::Scale(s) if s > 1.0 => Some(format!(
                     "note: {}: β is clamped to [0, 2] after scaling, so every β above {:.3} becomes 2 (a \
                      reflection); --allow-out-of-range lets it pass 2",
@@ -260,8 +273,10 @@ impl Interventions {
                 Action::KMean => continue,
                 Action::Set(v) if in_range(v) => BetaMap { scale: 0.0, add: v, lo, hi },
                 Action::Scale(s) if s >= 0.0 => BetaMap { scale: s, add: 0.0, lo, hi },
-                Action::AtMost(v) if in_range(v) => BetaMap { scale: 1.0, add: 0.0, lo, hi: v },
-                Action::AtLeast(v) if in_range(v) => BetaMap { scale: 1.0, add: 0.0, lo: v, hi },
+                // (A bound β never passes, `beta<=3` or `beta>=-1`, changes nothing: taken, and
+                // said by `notes`.)
+                Action::AtMost(v) if in_range(v) || v > 2.0 => BetaMap { scale: 1.0, add: 0.0, lo, hi: v },
+                Action::AtLeast(v) if in_range(v) || v < 0.0 => BetaMap { scale: 1.0, add: 0.0, lo: v, hi },
                 Action::Scale(s) => return Err(err(format!("a negative scale ({s}) would make β negative"))),
                 Action::Set(v) | Action::AtMost(v) | Action::AtLeast(v) => {
                     return Err(err(format!(
@@ -359,6 +374,20 @@ mod tests {
         assert!(e("block7.attn:k=mean", Variant::Ddl).contains("block 7"));
         assert!(e("all:write=1", Variant::Ddl).contains("can only be zeroed"));
         assert!(e("all:k=first", Variant::Ddl).contains("k=mean"));
+        // Block numbers as the sublayers are named: no leading zeros or signs.
+        for t in ["block01.mlp", "block+1", "block00"] {
+            assert!(e(&format!("{t}:beta=0"), Variant::Ddl).contains("is not a block number"), "{t}");
+        }
+        assert!(Interventions::parse(&["block10:beta=0".into(), "block0:beta=0".into()], false).is_ok());
+        // Spaces inside an action as around it; a bound β never passes is taken and said.
+        let spaced = Interventions::parse(&["all:beta = 0.5".into(), "all: beta <= 3".into()], false).unwrap();
+        let maps = spaced.maps(&cfg(Variant::Ddl)).unwrap();
+        assert_eq!(maps[0].apply(1.7), 0.5);
+        let notes = spaced.notes();
+        assert!(notes.len() == 1 && notes[0].contains("beta <= 3: β is never above 2"), "{notes:?}");
+        let floor = Interventions::parse(&["all:beta>=-1".into()], false).unwrap();
+        assert_eq!(floor.maps(&cfg(Variant::Ddl)).unwrap()[3].apply(0.25), 0.25);
+        assert!(floor.notes()[0].contains("never below 0"));
         // Allowed out of range: the value is kept.
         // A scale above 1 is clamped at 2, and said so (not with --allow-out-of-range).
         let notes = Interventions::parse(&["all:beta*=4".into(), "block0:beta*=0.5".into()], false).unwrap().notes();
