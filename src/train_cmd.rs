@@ -329,6 +329,12 @@ fn launched_ranks() -> Option<usize> {
     ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"].iter().find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
 }
 
+/// This process's rank among those an MPI launcher started (`OMPI_COMM_WORLD_RANK`, `PMI_RANK`);
+/// 0 when started alone.
+fn launched_rank() -> usize {
+    ["OMPI_COMM_WORLD_RANK", "PMI_RANK"].iter().find_map(|v| std::env::var(v).ok()?.trim().parse().ok()).unwrap_or(0)
+}
+
 pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     use ddl::train::{Show, TrainOptions};
     if a.distributed.is_none()
@@ -371,7 +377,8 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     let mut branched = None;
     // A resumed run starts from its saved settings, which flags may repeat but not change.
     let saved = from.as_deref().map(ddl::train::RunConfig::saved).transpose().map_err(anyhow::Error::msg)?;
-    if let (Some(saved), Some(dir)) = (&saved, &from) {
+    // (Said once: by the first of a data-parallel run's processes.)
+    if let (Some(saved), Some(dir), 0) = (&saved, &from, launched_rank()) {
         note_edited_config(saved, dir);
     }
     // --steps: given, or a resumed run's last target (what it was interrupted on the way to).
