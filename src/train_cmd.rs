@@ -671,12 +671,13 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             eprintln!("{e}");
             return Err(crate::Interrupted.into());
         }
-        // A resumed run's corpus is its own (`--corpus` cannot change it): the remedy is to
-        // restore it.
-        Err(ddl::train::TrainError::Data(ddl::train::data::DataError::Missing(p))) if resume => {
+        // A resumed run's corpus is its own: restored there, or given where it is now (its
+        // tokens are checked against data.json).
+        Err(ddl::train::TrainError::Data(ddl::train::data::DataError::Missing(p))) if resume && a.corpus.is_none() => {
             anyhow::bail!(
                 "the run's corpus '{}' (from {}) does not exist: a resumed run trains on the text it started on; \
-                 restore it there, or start a new run with --out",
+                 restore it there, or, if it moved, pass --corpus PATH where it is now (its tokens are checked \
+                 against the run's data.json)",
                 p.display(),
                 out.join("config.toml").display()
             );

@@ -433,6 +433,38 @@ fn config_problems_are_clear_errors() {
     assert!(!dir.join("ft3").exists());
 }
 
+/// A resumed run's corpus moved: given anew with `--corpus`, the run continues there when its
+/// tokens are those of `data.json` (another text is refused by them, not by its path).
+#[test]
+fn a_resumed_run_follows_its_corpus_where_it_moved() {
+    let dir = tmpdir("moved");
+    let c = ddl::testing::small_corpus(&dir);
+    let out = dir.join("run");
+    let o = cmd(&dir).args(train_args(&c, out.to_str().unwrap(), "2", &[])).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let moved = dir.join("moved.txt");
+    std::fs::rename(&c, &moved).unwrap();
+    let resume = |steps: &str, extra: &[&str]| {
+        let mut a = vec!["train", "--resume", out.to_str().unwrap(), "--steps", steps];
+        a.extend_from_slice(extra);
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let args = resume("3", &[]);
+    fails(&dir, &args.iter().map(String::as_str).collect::<Vec<_>>(), &["does not exist", "pass --corpus PATH"]);
+    let o = cmd(&dir).args(resume("3", &["--corpus", moved.to_str().unwrap()])).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(ddl::train::checkpoint::saved_step(&out).unwrap(), 3);
+    let cfg = std::fs::read_to_string(out.join("config.toml")).unwrap();
+    assert!(cfg.contains(&format!("corpus = \"{}\"", moved.display())), "{cfg}");
+    let other = dir.join("other.txt");
+    let mut shorter = std::fs::read_to_string(&moved).unwrap();
+    shorter.truncate(shorter.len() * 9 / 10);
+    std::fs::write(&other, shorter).unwrap();
+    let args = resume("4", &["--corpus", other.to_str().unwrap()]);
+    fails(&dir, &args.iter().map(String::as_str).collect::<Vec<_>>(), &["data changed since this run started"]);
+    assert_eq!(ddl::train::checkpoint::saved_step(&out).unwrap(), 3);
+}
+
 #[test]
 fn corpus_problems_are_clear_errors() {
     let dir = tmpdir("corpus");

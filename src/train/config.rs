@@ -529,9 +529,13 @@ impl RunConfig {
     /// the flags given applied) equal `saved` (flags may repeat the saved settings, not change
     /// them: a changed setting would be silently ignored). The error lists every difference and
     /// the remedy. `model.vocab_size` (from the tokenizer) and the settings of how, not what, a
-    /// run trains (`train.skip_nonfinite`, `train.recompute`, `train.head_chunk`) may differ.
+    /// run trains (`train.skip_nonfinite`, `train.recompute`, `train.head_chunk`) may differ, and
+    /// the paths of `corpus` and `data` (the trainer checks the tokens there against `data.json`).
     pub fn check_resume(&self, saved: &RunConfig, out: &std::path::Path) -> Result<(), String> {
-        let diffs = self.resume_differences(saved)?;
+        let mut diffs = self.resume_differences(saved)?;
+        // Where the data is may change (a corpus moved): the resumed run checks its tokens
+        // against the run's data.json.
+        diffs.retain(|(k, _, _)| k != "corpus" && k != "data");
         if diffs.is_empty() {
             return Ok(());
         }

@@ -212,8 +212,15 @@ impl<'c> Trainer<'c> {
                 // unless it was given others (`ddl train --resume` starts from them), so these are
                 // taken as they come, also to turn one off (`--set train.recompute=false`).
                 let (skip, recompute, chunk) = (run.train.skip_nonfinite, run.train.recompute, run.train.head_chunk);
+                // Where its data is now (a corpus or shard folder moved since, given anew with
+                // --corpus/--data): the tokens, not the path, are checked against data.json below.
+                let (corpus, data) = (std::mem::take(&mut run.corpus), std::mem::take(&mut run.data));
                 run = saved;
                 (run.train.skip_nonfinite, run.train.recompute, run.train.head_chunk) = (skip, recompute, chunk);
+                if !corpus.is_empty() || !data.is_empty() {
+                    (run.corpus, run.data) = (corpus, data);
+                    run.absolute_paths();
+                }
             }
             if run.model != ck.model.cfg {
                 return Err(TrainError::Settings(format!(
