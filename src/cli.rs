@@ -115,6 +115,10 @@ pub(crate) enum Cmd {
         /// (e.g. 80GB, 141GiB, 24GiB), for each way of storing the activations.
         #[arg(long, value_name = "SIZE", value_parser = memory_size, requires = "preset")]
         memory: Option<u64>,
+        /// Write the adapters and the chosen one's description as one JSON object (features,
+        /// limits, cooperative matrices, kernel forms) instead of text.
+        #[arg(long, conflicts_with = "preset")]
+        json: bool,
     },
     /// Check the engine against PyTorch golden files (format ddl-golden-1): forward, backward,
     /// traces and AdamW steps, one row per compared tensor; exits non-zero on any failure.

@@ -122,7 +122,7 @@ fn run(cli: Cli) -> Result<()> {
         return check_args(&cli);
     }
     match cli.cmd {
-        Cmd::Info { preset, variant, batch, seq, f16_state, precision, recompute, head_chunk, memory } => {
+        Cmd::Info { preset, variant, batch, seq, f16_state, precision, recompute, head_chunk, memory, json } => {
             match preset {
                 Some(p) => {
                     let asked = ddl::model::Storage {
@@ -138,7 +138,7 @@ fn run(cli: Cli) -> Result<()> {
                         None => Ok(()),
                     }
                 }
-                None => info(&cli.device),
+                None => info(&cli.device, json),
             }
         }
         Cmd::Bench(b) => bench_cmd::bench(&cli.device, b),
@@ -343,9 +343,27 @@ fn check_tokenizer_out(corpus: &std::path::Path, out: &std::path::Path, force: b
     Ok(())
 }
 
-fn info(dev: &DeviceArgs) -> Result<()> {
+fn info(dev: &DeviceArgs, json: bool) -> Result<()> {
     let backend = dev.backend.as_deref().map(BackendChoice::parse).transpose()?;
     let adapters = ddl::gpu::enumerate_adapters(backend);
+    if json {
+        let gpu = dev.open().context("opening the GPU")?;
+        let list: Vec<serde_json::Value> = adapters
+            .iter()
+            .map(|a| {
+                serde_json::json!({
+                    "index": a.index,
+                    "name": a.info.name,
+                    "backend": format!("{:?}", a.info.backend),
+                    "device_type": format!("{:?}", a.info.device_type),
+                    "driver": a.info.driver,
+                })
+            })
+            .collect();
+        let out = serde_json::json!({"adapters": list, "chosen": gpu.to_json()});
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
     println!("adapters found: {}", adapters.len());
     for a in &adapters {
         println!("  {a}");

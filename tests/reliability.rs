@@ -698,6 +698,20 @@ fn device_problems_are_clear_errors() {
         assert!(with_env(k, "", &["info"]).status.success(), "{k} empty: {}", text(&with_env(k, "", &["info"])));
     }
     assert!(with_env("DDL_BACKEND", "zz", &["--backend", "vulkan", "info"]).status.success());
+    // `info --json`: the text's facts as one object (the adapter, limits, forms of the text).
+    let o = cmd(&dir).args(["--backend", "vulkan", "info", "--json"]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let described = text(&cmd(&dir).args(["--backend", "vulkan", "info"]).output().unwrap());
+    let chosen = &v["chosen"];
+    assert!(described.contains(&format!("adapter:   {}", chosen["adapter"].as_str().unwrap())), "{v}");
+    assert_eq!(chosen["backend"], "Vulkan");
+    let binding = chosen["limits"]["max_storage_buffer_binding_size"].as_u64().unwrap();
+    assert!(described.contains(&format!("max_storage_buffer_binding_size    {binding}")), "{described}");
+    assert!(chosen["forms"]["attention"].is_string() && chosen["forms"].get("bench").is_none(), "{v}");
+    assert!(chosen["cooperative_forms"]["cooperative-matrix matmuls"].as_str().unwrap().starts_with("off ("), "{v}");
+    assert!(v["adapters"].as_array().is_some_and(|a| !a.is_empty()), "{v}");
+    fails(&dir, &["info", "--json", "--preset", "tiny"], &["--json", "--preset"]);
     // MPI's options without --distributed, and info's in its own words.
     fails(&dir, &["train", "--preset", "tiny", "--mpi-timeout", "5", "--out", "x"], &["--distributed"]);
     fails(&dir, &["info", "--preset", "tiny", "--seq", "100000"], &["--seq 100000", "at most 64"]);

@@ -607,7 +607,6 @@ impl Gpu {
 
     /// A human-readable description of the device for `ddl info`.
     pub fn describe(&self) -> String {
-        let l = &self.limits;
         let i = &self.info;
         let mut s = String::new();
         s.push_str(&format!("adapter:   {} ({:?})\n", i.name, i.device_type));
@@ -661,59 +660,157 @@ impl Gpu {
                 ));
             }
         }
-        s.push_str(&match crate::kernels::matmul::coop::why_not(self) {
-            None => "cooperative-matrix matmuls: on (f16 products; the self-test passed)\n".to_string(),
-            Some(why) => format!("cooperative-matrix matmuls: off ({why})\n"),
-        });
+        for (what, status) in self.coop_forms() {
+            s.push_str(&format!("{what}: {status}\n"));
+        }
+        s.push_str("limits:\n");
+        for (name, value) in self.limit_rows() {
+            s.push_str(&format!("  {name:<34} {value}\n"));
+        }
+        s.push_str(&self.forms.describe());
+        s
+    }
+
+    /// The cooperative-matrix forms' states (what, and on/off with why), as `ddl info` says
+    /// them; the self-tests of the wide and 8x8 forms run only where `matmul_coop` is on.
+    fn coop_forms(&self) -> Vec<(&'static str, String)> {
+        let mut out = vec![(
+            "cooperative-matrix matmuls",
+            match crate::kernels::matmul::coop::why_not(self) {
+                None => "on (f16 products; the self-test passed)".to_string(),
+                Some(why) => format!("off ({why})"),
+            },
+        )];
         if crate::kernels::matmul::coop::configuration8_offered(&self.adapter) {
-            s.push_str(&if !self.forms.matmul_coop {
-                "cooperative-matrix 8x8 form (coop8): not tested (it runs with matmul_coop=1)\n".to_string()
-            } else {
-                match crate::kernels::matmul::coop::status8(self) {
-                    Ok(()) => "cooperative-matrix 8x8 form (coop8): on (its self-test passed)\n".to_string(),
-                    Err(why) => format!("cooperative-matrix 8x8 form (coop8): off ({why})\n"),
-                }
-            });
+            out.push((
+                "cooperative-matrix 8x8 form (coop8)",
+                if !self.forms.matmul_coop {
+                    "not tested (it runs with matmul_coop=1)".to_string()
+                } else {
+                    match crate::kernels::matmul::coop::status8(self) {
+                        Ok(()) => "on (its self-test passed)".to_string(),
+                        Err(why) => format!("off ({why})"),
+                    }
+                },
+            ));
         }
         if self.coop.is_ok() {
             // Its self-test only where the form is on (the GPU check's info stage sets it).
-            s.push_str(&if !self.forms.matmul_coop {
-                "cooperative-matrix wide form (coop128): not tested (it runs with matmul_coop=1)\n".to_string()
-            } else {
-                match crate::kernels::matmul::coop::wide_status(self) {
-                    Ok(()) => "cooperative-matrix wide form (coop128): on (its self-test passed)\n".to_string(),
-                    Err(why) => format!("cooperative-matrix wide form (coop128): off ({why})\n"),
-                }
-            });
-            if self.forms.matmul_coop {
-                s.push_str(&match crate::kernels::matmul::coop::wide_v_status(self) {
-                    Ok(()) => {
-                        "cooperative-matrix form coop128v: self-test passed (picked with matmul_coop_v=1)\n".to_string()
+            out.push((
+                "cooperative-matrix wide form (coop128)",
+                if !self.forms.matmul_coop {
+                    "not tested (it runs with matmul_coop=1)".to_string()
+                } else {
+                    match crate::kernels::matmul::coop::wide_status(self) {
+                        Ok(()) => "on (its self-test passed)".to_string(),
+                        Err(why) => format!("off ({why})"),
                     }
-                    Err(why) => format!("cooperative-matrix form coop128v: off ({why})\n"),
-                });
-                s.push_str(&match crate::kernels::matmul::coop::direct_status(self) {
-                    Ok(()) => "cooperative-matrix form coop128d: self-test passed (f16-stored operands; bench only)\n"
-                        .to_string(),
-                    Err(why) => format!("cooperative-matrix form coop128d: off ({why})\n"),
-                });
+                },
+            ));
+            if self.forms.matmul_coop {
+                out.push((
+                    "cooperative-matrix form coop128v",
+                    match crate::kernels::matmul::coop::wide_v_status(self) {
+                        Ok(()) => "self-test passed (picked with matmul_coop_v=1)".to_string(),
+                        Err(why) => format!("off ({why})"),
+                    },
+                ));
+                out.push((
+                    "cooperative-matrix form coop128d",
+                    match crate::kernels::matmul::coop::direct_status(self) {
+                        Ok(()) => "self-test passed (f16-stored operands; bench only)".to_string(),
+                        Err(why) => format!("off ({why})"),
+                    },
+                ));
             }
         }
-        s.push_str("limits:\n");
-        s.push_str(&format!("  max_buffer_size                    {}\n", l.max_buffer_size));
-        s.push_str(&format!("  max_storage_buffer_binding_size    {}\n", l.max_storage_buffer_binding_size));
-        s.push_str(&format!("  max_uniform_buffer_binding_size    {}\n", l.max_uniform_buffer_binding_size));
-        s.push_str(&format!("  max_storage_buffers_per_stage      {}\n", l.max_storage_buffers_per_shader_stage));
-        s.push_str(&format!("  min_storage_buffer_offset_align    {}\n", l.min_storage_buffer_offset_alignment));
-        s.push_str(&format!("  max_compute_workgroup_storage_size {}\n", l.max_compute_workgroup_storage_size));
-        s.push_str(&format!("  max_compute_invocations_per_wg     {}\n", l.max_compute_invocations_per_workgroup));
-        s.push_str(&format!(
-            "  max_compute_workgroup_size         {}x{}x{}\n",
-            l.max_compute_workgroup_size_x, l.max_compute_workgroup_size_y, l.max_compute_workgroup_size_z
-        ));
-        s.push_str(&format!("  max_compute_workgroups_per_dim     {}\n", l.max_compute_workgroups_per_dimension));
-        s.push_str(&self.forms.describe());
-        s
+        out
+    }
+
+    /// The limits `ddl info` lists, by name.
+    fn limit_rows(&self) -> Vec<(&'static str, String)> {
+        let l = &self.limits;
+        vec![
+            ("max_buffer_size", l.max_buffer_size.to_string()),
+            ("max_storage_buffer_binding_size", l.max_storage_buffer_binding_size.to_string()),
+            ("max_uniform_buffer_binding_size", l.max_uniform_buffer_binding_size.to_string()),
+            ("max_storage_buffers_per_stage", l.max_storage_buffers_per_shader_stage.to_string()),
+            ("min_storage_buffer_offset_align", l.min_storage_buffer_offset_alignment.to_string()),
+            ("max_compute_workgroup_storage_size", l.max_compute_workgroup_storage_size.to_string()),
+            ("max_compute_invocations_per_wg", l.max_compute_invocations_per_workgroup.to_string()),
+            (
+                "max_compute_workgroup_size",
+                format!(
+                    "{}x{}x{}",
+                    l.max_compute_workgroup_size_x, l.max_compute_workgroup_size_y, l.max_compute_workgroup_size_z
+                ),
+            ),
+            ("max_compute_workgroups_per_dim", l.max_compute_workgroups_per_dimension.to_string()),
+        ]
+    }
+
+    /// What [`Gpu::describe`] says, as one JSON object (`ddl info --json`): the adapter, the
+    /// features enabled and offered, subgroup sizes, cooperative-matrix configurations and
+    /// forms, limits (numbers; the workgroup size as `[x, y, z]`) and the kernel forms.
+    pub fn to_json(&self) -> serde_json::Value {
+        let i = &self.info;
+        let l = &self.limits;
+        let enabled: Vec<&str> = self.features.iter_names().map(|(n, _)| n).collect();
+        let offered: Vec<&str> = self.adapter.features().iter_names().map(|(n, _)| n).collect();
+        let coop = if self.adapter.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+            self.adapter.cooperative_matrix_properties()
+        } else {
+            Vec::new()
+        };
+        let configs: Vec<serde_json::Value> = coop
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "m": c.m_size, "n": c.n_size, "k": c.k_size,
+                    "ab_type": format!("{:?}", c.ab_type), "cr_type": format!("{:?}", c.cr_type),
+                    "saturating": c.saturating_accumulation,
+                })
+            })
+            .collect();
+        let forms: serde_json::Map<String, serde_json::Value> =
+            self.coop_forms().into_iter().map(|(k, v)| (k.to_string(), v.into())).collect();
+        // (The forms as their benchmark row has them, without the row's own name.)
+        let mut forms_table = self.forms.to_json();
+        if let Some(o) = forms_table.as_object_mut() {
+            o.remove("bench");
+        }
+        let subgroups = self
+            .features
+            .contains(wgpu::Features::SUBGROUP)
+            .then(|| serde_json::json!([i.subgroup_min_size, i.subgroup_max_size]));
+        serde_json::json!({
+            "adapter": i.name,
+            "device_type": format!("{:?}", i.device_type),
+            "backend": format!("{:?}", i.backend),
+            "driver": i.driver,
+            "driver_info": i.driver_info,
+            "vendor": i.vendor,
+            "device": i.device,
+            "features": enabled,
+            "subgroup_sizes": subgroups,
+            "adapter_features": offered,
+            "cooperative_matrices": configs,
+            "cooperative_forms": forms,
+            "limits": {
+                "max_buffer_size": l.max_buffer_size,
+                "max_storage_buffer_binding_size": l.max_storage_buffer_binding_size,
+                "max_uniform_buffer_binding_size": l.max_uniform_buffer_binding_size,
+                "max_storage_buffers_per_stage": l.max_storage_buffers_per_shader_stage,
+                "min_storage_buffer_offset_align": l.min_storage_buffer_offset_alignment,
+                "max_compute_workgroup_storage_size": l.max_compute_workgroup_storage_size,
+                "max_compute_invocations_per_wg": l.max_compute_invocations_per_workgroup,
+                "max_compute_workgroup_size": [
+                    l.max_compute_workgroup_size_x, l.max_compute_workgroup_size_y, l.max_compute_workgroup_size_z
+                ],
+                "max_compute_workgroups_per_dim": l.max_compute_workgroups_per_dimension,
+            },
+            "forms": forms_table,
+        })
     }
 }
 
