@@ -178,7 +178,7 @@ pub struct Listing {
     pub leftovers: Vec<(PathBuf, u64)>,
     /// Sets being made or removed now (by a live process).
     pub in_progress: usize,
-    /// Folders whose names are not a set's (a cache key): not the cache's, never removed.
+    /// Files and folders whose names are not a set's (a cache key): not the cache's, never removed.
     pub others: Vec<PathBuf>,
 }
 
@@ -287,6 +287,11 @@ pub fn list(root: &Path) -> std::io::Result<Listing> {
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            // (A file a person put here is said, as a folder is; a hidden one is a record
+            // being written.)
+            if !name.starts_with('.') {
+                l.others.push(e.path());
+            }
             continue;
         }
         if name.starts_with('.') {
@@ -546,5 +551,18 @@ mod tests {
         assert_eq!(size(1_234_567), "1.2 MB");
         assert_eq!((size(999), size(1_500), size(2_345_678_901)), ("999 B".into(), "1.5 kB".into(), "2.35 GB".into()));
         assert_eq!((count(830), count(12_345), count(1_120_000)), ("830".into(), "12.3 k".into(), "1.12 M".into()));
+    }
+
+    #[test]
+    fn a_listing_names_what_is_not_the_caches() {
+        let root = std::env::temp_dir().join(format!("ddl-cache-list-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("notes")).unwrap();
+        std::fs::write(root.join("readme.txt"), "mine").unwrap();
+        std::fs::write(root.join(".record.json.1.0"), "{").unwrap();
+        let l = list(&root).unwrap();
+        assert_eq!(l.others, [root.join("notes"), root.join("readme.txt")]);
+        assert!(l.sets.is_empty() && l.leftovers.is_empty() && l.bytes == 0);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }
