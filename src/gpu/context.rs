@@ -681,32 +681,22 @@ impl Gpu {
                 Some(why) => format!("off ({why})"),
             },
         )];
+        // A form's self-test, run only where `matmul_coop` is on.
+        let tested = |test: fn(&Gpu) -> Result<(), String>| {
+            if !self.forms.matmul_coop {
+                return "not tested (it runs with matmul_coop=1)".to_string();
+            }
+            match test(self) {
+                Ok(()) => "on (its self-test passed)".to_string(),
+                Err(why) => format!("off ({why})"),
+            }
+        };
         if crate::kernels::matmul::coop::configuration8_offered(&self.adapter) {
-            out.push((
-                "cooperative-matrix 8x8 form (coop8)",
-                if !self.forms.matmul_coop {
-                    "not tested (it runs with matmul_coop=1)".to_string()
-                } else {
-                    match crate::kernels::matmul::coop::status8(self) {
-                        Ok(()) => "on (its self-test passed)".to_string(),
-                        Err(why) => format!("off ({why})"),
-                    }
-                },
-            ));
+            out.push(("cooperative-matrix 8x8 form (coop8)", tested(crate::kernels::matmul::coop::status8)));
         }
         if self.coop.is_ok() {
             // Its self-test only where the form is on (the GPU check's info stage sets it).
-            out.push((
-                "cooperative-matrix wide form (coop128)",
-                if !self.forms.matmul_coop {
-                    "not tested (it runs with matmul_coop=1)".to_string()
-                } else {
-                    match crate::kernels::matmul::coop::wide_status(self) {
-                        Ok(()) => "on (its self-test passed)".to_string(),
-                        Err(why) => format!("off ({why})"),
-                    }
-                },
-            ));
+            out.push(("cooperative-matrix wide form (coop128)", tested(crate::kernels::matmul::coop::wide_status)));
             if self.forms.matmul_coop {
                 out.push((
                     "cooperative-matrix form coop128v",
