@@ -698,6 +698,17 @@ fn device_problems_are_clear_errors() {
         assert!(with_env(k, "", &["info"]).status.success(), "{k} empty: {}", text(&with_env(k, "", &["info"])));
     }
     assert!(with_env("DDL_BACKEND", "zz", &["--backend", "vulkan", "info"]).status.success());
+    // With a backend, indices count its adapters: an index `info` gives another backend's
+    // adapter is said to count only this one's (where this machine has adapters of two).
+    let count = |args: &[&str]| {
+        let t = text(&cmd(&dir).args(args).output().unwrap());
+        t.lines().filter(|l| l.trim_start().starts_with('[')).count()
+    };
+    let (every, vulkan) = (count(&["info"]), count(&["--backend", "vulkan", "info"]));
+    if every > vulkan {
+        let i = vulkan.to_string();
+        fails(&dir, &["--backend", "vulkan", "--adapter", &i, "info"], &["indices count that backend's adapters only"]);
+    }
     // `info --json`: the text's facts as one object (the adapter, limits, forms of the text).
     let o = cmd(&dir).args(["--backend", "vulkan", "info", "--json"]).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));

@@ -318,11 +318,19 @@ impl Gpu {
                         all.iter().position(|a| a.info.name.to_ascii_lowercase().contains(&s))
                     }
                 };
-                found.ok_or_else(|| GpuError::AdapterNotFound {
-                    requested: sel.clone(),
-                    available: listing(),
-                    hint: String::new(),
-                })?
+                // (With a backend, indices count its adapters only, not those `ddl info` lists
+                // without one: said when the number is an index there.)
+                let hint = match (opts.backend, sel.trim().parse::<usize>()) {
+                    (Some(b), Ok(i)) if i < enumerate(None).len() => {
+                        let name = format!("{b:?}").to_ascii_lowercase();
+                        format!(
+                            "\nWith --backend {name}, the indices count that backend's adapters only (those listed \
+                             above); `ddl info` without --backend numbers every backend's"
+                        )
+                    }
+                    _ => String::new(),
+                };
+                found.ok_or_else(|| GpuError::AdapterNotFound { requested: sel.clone(), available: listing(), hint })?
             }
             None => (0..adapters.len()).max_by_key(|&i| (rank(&all[i].info), std::cmp::Reverse(i))).unwrap(),
         };
