@@ -569,22 +569,12 @@ pub(crate) fn key_of(corpus: Option<&Path>, tok_setting: &str, val_fraction: f64
     Ok(h.finalize().iter().take(12).map(|b| format!("{b:02x}")).collect())
 }
 
-/// The `--corpus` front end: the corpus's cached shard set (made on first use: the corpus read
-/// once, tokenised with `given` or the run's tokenizer setting, split at `val_fraction`), and the
-/// tokenizer it was made with.
-pub fn corpus_shards(
-    corpus: &str,
-    tok_setting: &str,
-    given: Option<&Tokenizer>,
-    val_fraction: f64,
-) -> Result<(PathBuf, Tokenizer), crate::train::TrainError> {
-    corpus_shards_in(&crate::cache_dir().join("shards"), corpus, tok_setting, given, val_fraction, CORPUS_CHUNK)
-}
-
-/// [`corpus_shards`] with the cache's shard folder given, the corpus read `chunk` bytes at a time.
-/// The set found or made records its settings and is marked used; the sets of the same settings
-/// that no run can find again (the corpus or the tokenizer file changed since) are removed
+/// The `--corpus` front end's set, as a run that settles on it at once has it (the tests'): the
+/// corpus's cached shard set in the cache folder `root` (made on first use: the corpus read
+/// `chunk` bytes at a time, tokenised with `given` or the run's tokenizer setting, split at
+/// `val_fraction`) and the tokenizer it was made with, the sets it makes stale removed
 /// ([`super::cache::used`]).
+#[cfg(test)]
 fn corpus_shards_in(
     root: &Path,
     corpus: &str,
@@ -598,8 +588,11 @@ fn corpus_shards_in(
     Ok((dir, tok))
 }
 
-/// [`corpus_shards_in`] with the removal of the stale sets left to the caller ([`say_removed`]
-/// once the run settles on the set: a resumed run after its data check).
+/// The `--corpus` front end: the corpus's cached shard set in the cache folder `root` (made on
+/// first use: the corpus read `chunk` bytes at a time, tokenised with `given` or the run's
+/// tokenizer setting, split at `val_fraction`), the tokenizer it was made with, and the sets it
+/// makes stale, which the caller removes ([`say_removed`]) once the run settles on the set (a
+/// resumed run after its data check: [`Dataset::settle`]).
 fn corpus_set_in(
     root: &Path,
     corpus: &str,
