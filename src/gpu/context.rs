@@ -644,11 +644,7 @@ impl Gpu {
         let names: Vec<&str> = offered.iter_names().map(|(n, _)| n).collect();
         s.push_str(&format!("adapter offers ({} optional features):\n", names.len()));
         s.push_str(&wrap_names(&names, "  ", 100));
-        let coop = if offered.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
-            self.adapter.cooperative_matrix_properties()
-        } else {
-            Vec::new()
-        };
+        let coop = self.coop_configurations();
         if coop.is_empty() {
             s.push_str("cooperative matrices: none offered\n");
         } else {
@@ -673,6 +669,10 @@ impl Gpu {
         }
         s.push_str("limits:\n");
         for (name, value) in self.limit_rows() {
+            let value = match value.as_array() {
+                Some(xyz) => xyz.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("x"),
+                None => value.to_string(),
+            };
             s.push_str(&format!("  {name:<34} {value}\n"));
         }
         s.push_str(&self.forms.describe());
@@ -725,25 +725,36 @@ impl Gpu {
         out
     }
 
-    /// The limits `ddl info` lists, by name.
-    fn limit_rows(&self) -> Vec<(&'static str, String)> {
+    /// The cooperative-matrix configurations the adapter offers (none without the feature).
+    fn coop_configurations(&self) -> Vec<wgpu::CooperativeMatrixProperties> {
+        if self.adapter.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+            self.adapter.cooperative_matrix_properties()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// The limits `ddl info` lists, by name (numbers; the workgroup size as `[x, y, z]`, which
+    /// the text writes `XxYxZ`).
+    fn limit_rows(&self) -> Vec<(&'static str, serde_json::Value)> {
         let l = &self.limits;
         vec![
-            ("max_buffer_size", l.max_buffer_size.to_string()),
-            ("max_storage_buffer_binding_size", l.max_storage_buffer_binding_size.to_string()),
-            ("max_uniform_buffer_binding_size", l.max_uniform_buffer_binding_size.to_string()),
-            ("max_storage_buffers_per_stage", l.max_storage_buffers_per_shader_stage.to_string()),
-            ("min_storage_buffer_offset_align", l.min_storage_buffer_offset_alignment.to_string()),
-            ("max_compute_workgroup_storage_size", l.max_compute_workgroup_storage_size.to_string()),
-            ("max_compute_invocations_per_wg", l.max_compute_invocations_per_workgroup.to_string()),
+            ("max_buffer_size", l.max_buffer_size.into()),
+            ("max_storage_buffer_binding_size", l.max_storage_buffer_binding_size.into()),
+            ("max_uniform_buffer_binding_size", l.max_uniform_buffer_binding_size.into()),
+            ("max_storage_buffers_per_stage", l.max_storage_buffers_per_shader_stage.into()),
+            ("min_storage_buffer_offset_align", l.min_storage_buffer_offset_alignment.into()),
+            ("max_compute_workgroup_storage_size", l.max_compute_workgroup_storage_size.into()),
+            ("max_compute_invocations_per_wg", l.max_compute_invocations_per_workgroup.into()),
             (
                 "max_compute_workgroup_size",
-                format!(
-                    "{}x{}x{}",
-                    l.max_compute_workgroup_size_x, l.max_compute_workgroup_size_y, l.max_compute_workgroup_size_z
-                ),
+                serde_json::json!([
+                    l.max_compute_workgroup_size_x,
+                    l.max_compute_workgroup_size_y,
+                    l.max_compute_workgroup_size_z
+                ]),
             ),
-            ("max_compute_workgroups_per_dim", l.max_compute_workgroups_per_dimension.to_string()),
+            ("max_compute_workgroups_per_dim", l.max_compute_workgroups_per_dimension.into()),
         ]
     }
 
@@ -752,15 +763,12 @@ impl Gpu {
     /// forms, limits (numbers; the workgroup size as `[x, y, z]`) and the kernel forms.
     pub fn to_json(&self) -> serde_json::Value {
         let i = &self.info;
-        let l = &self.limits;
+        let limits: serde_json::Map<String, serde_json::Value> =
+            self.limit_rows().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         let enabled: Vec<&str> = self.features.iter_names().map(|(n, _)| n).collect();
         let offered: Vec<&str> = self.adapter.features().iter_names().map(|(n, _)| n).collect();
-        let coop = if self.adapter.features().contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
-            self.adapter.cooperative_matrix_properties()
-        } else {
-            Vec::new()
-        };
-        let configs: Vec<serde_json::Value> = coop
+        let configs: Vec<serde_json::Value> = self
+            .coop_configurations()
             .iter()
             .map(|c| {
                 serde_json::json!({
@@ -794,19 +802,7 @@ impl Gpu {
             "adapter_features": offered,
             "cooperative_matrices": configs,
             "cooperative_forms": forms,
-            "limits": {
-                "max_buffer_size": l.max_buffer_size,
-                "max_storage_buffer_binding_size": l.max_storage_buffer_binding_size,
-                "max_uniform_buffer_binding_size": l.max_uniform_buffer_binding_size,
-                "max_storage_buffers_per_stage": l.max_storage_buffers_per_shader_stage,
-                "min_storage_buffer_offset_align": l.min_storage_buffer_offset_alignment,
-                "max_compute_workgroup_storage_size": l.max_compute_workgroup_storage_size,
-                "max_compute_invocations_per_wg": l.max_compute_invocations_per_workgroup,
-                "max_compute_workgroup_size": [
-                    l.max_compute_workgroup_size_x, l.max_compute_workgroup_size_y, l.max_compute_workgroup_size_z
-                ],
-                "max_compute_workgroups_per_dim": l.max_compute_workgroups_per_dimension,
-            },
+            "limits": limits,
             "forms": forms_table,
         })
     }
