@@ -252,8 +252,41 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             let against = other.as_deref().zip(against_forms.as_deref());
             ddl::bench::matmul_rows_against(&gpu, against, &products, &variants, reps, |r| print_row(&r, json))?;
         }
-        BenchCmd::Kernels { filter, preset, batch, seq, reps, peak_tflops, json } => {
+        BenchCmd::Kernels { filter, list, preset, batch, seq, reps, peak_tflops, json } => {
             let shape = bench_shape(&preset, batch, seq)?;
+            let keep = ddl::bench::CaseFilter::new(&filter);
+            let nothing_kept = || {
+                anyhow::anyhow!(
+                    "--filter {}: no kernel case's name contains it (names such as 'rmsnorm_forward block \
+                     rows=… dim=…' or 'delta_forward …'; `ddl bench kernels --list` names them all)",
+                    filter.join(",")
+                )
+            };
+            if list {
+                let names = ddl::bench::kernel_case_names(&gpu, &shape)?;
+                let names: Vec<_> = names.into_iter().filter(|(_, n)| keep.keeps(n)).collect();
+                if names.is_empty() {
+                    return Err(nothing_kept());
+                }
+                if !json {
+                    println!(
+                        "{} kernel cases at the shapes of {preset}, B {} × T {}, on {} ({:?}):",
+                        names.len(),
+                        shape.b,
+                        shape.t,
+                        gpu.info.name,
+                        gpu.info.backend
+                    );
+                }
+                for (module, name) in names {
+                    if json {
+                        println!("{}", serde_json::json!({"bench": "kernel_case", "module": module, "name": name}));
+                    } else {
+                        println!("  {module:<12} {name}");
+                    }
+                }
+                return Ok(());
+            }
             // The floors are measured when the first case the filter keeps is about to run.
             let floors = || -> ddl::gpu::Result<(f64, f64)> {
                 let copy = ddl::bench::copy_bandwidth(&gpu, 64, 3)?;
@@ -280,13 +313,9 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 Ok((gbs, ceiling.gflop_per_s))
             };
             let (failed, kept) =
-                ddl::bench::all_kernel_rows(&gpu, &shape, &filter, reps, floors, |r| print_row(&r, json))?;
+                ddl::bench::all_kernel_rows(&gpu, &shape, &keep, reps, floors, |r| print_row(&r, json))?;
             if kept == 0 && failed.is_empty() && !filter.is_empty() {
-                anyhow::bail!(
-                    "--filter {}: no kernel case's name contains it (names such as 'rmsnorm_forward block \
-                     rows=… dim=…' or 'delta_forward …'; `ddl bench kernels` without --filter lists them all)",
-                    filter.join(",")
-                );
+                return Err(nothing_kept());
             }
             if !failed.is_empty() {
                 anyhow::bail!("the benchmarks of {} could not run at these shapes (above)", failed.join(", "));

@@ -115,9 +115,10 @@ pub(crate) enum Cmd {
         /// (e.g. 80GB, 141GiB, 24GiB), for each way of storing the activations.
         #[arg(long, value_name = "SIZE", value_parser = memory_size, requires = "preset")]
         memory: Option<u64>,
-        /// Write the adapters and the chosen one's description as one JSON object (features,
-        /// limits, cooperative matrices, kernel forms) instead of text.
-        #[arg(long, conflicts_with = "preset")]
+        /// Write one JSON object instead of text: the adapters and the chosen one's description
+        /// (features, limits, cooperative matrices, kernel forms), or with --preset the memory
+        /// plan (and --memory's batches) and whether it fits the adapter.
+        #[arg(long)]
         json: bool,
     },
     /// Check the engine against PyTorch golden files (format ddl-golden-1): forward, backward,
@@ -621,6 +622,9 @@ pub(crate) enum BenchCmd {
         /// Only kernels whose name contains one of these (comma-separated).
         #[arg(long, value_delimiter = ',')]
         filter: Vec<String>,
+        /// Name the cases (those --filter keeps) at these shapes, without building or timing any.
+        #[arg(long, conflicts_with_all = ["reps", "peak_tflops"])]
+        list: bool,
         /// The preset whose shapes the kernels run at (its ddl model).
         #[arg(long, default_value = "shakespeare-char")]
         preset: String,

@@ -132,11 +132,14 @@ fn run(cli: Cli) -> Result<()> {
                         head_chunk,
                         ..Default::default()
                     };
-                    info_model(&cli.device, &p, &variant, batch, seq, asked)?;
-                    match memory {
-                        Some(bytes) => info_fit(&p, &variant, seq, head_chunk, bytes),
-                        None => Ok(()),
+                    let mut plan = info_model(&cli.device, &p, &variant, batch, seq, asked, json)?;
+                    if let Some(bytes) = memory {
+                        plan["fit"] = info_fit(&p, &variant, seq, head_chunk, bytes, json)?;
                     }
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&plan)?);
+                    }
+                    Ok(())
                 }
                 None => info(&cli.device, json),
             }
@@ -955,6 +958,7 @@ fn golden(dev: &DeviceArgs, files: &[std::path::PathBuf], quiet: bool, st: ddl::
 
 /// `ddl info --preset P`: the memory plan of training P at its batch (or --batch × --seq), the
 /// activations stored as `asked` says (f16 precision implies f16 states as `ddl train` does).
+/// Printed as text unless `json`; returned as JSON either way (the same facts).
 fn info_model(
     dev: &DeviceArgs,
     preset: &str,
@@ -962,7 +966,9 @@ fn info_model(
     batch: Option<usize>,
     seq: Option<usize>,
     asked: ddl::model::Storage,
-) -> Result<()> {
+    json: bool,
+) -> Result<serde_json::Value> {
+    let mut notes = Vec::new();
     let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
     let cfg = ddl::model::ModelConfig::preset(preset, v)?;
     let mut t = ddl::train::TrainConfig::preset(preset);
@@ -984,11 +990,11 @@ fn info_model(
     let mut st = t.storage(&cfg);
     if st.head_chunk >= b * s {
         // (A slice of all the batch's rows is the whole head: the plan and its label say so.)
-        println!(
-            "note: --head-chunk {} covers all {} rows of B {b} × T {s}: the LM head runs whole",
+        notes.push(format!(
+            "--head-chunk {} covers all {} rows of B {b} × T {s}: the LM head runs whole",
             st.head_chunk,
             b * s
-        );
+        ));
         st.head_chunk = 0;
     }
     // The adapter the plan is compared with: one asked for (--backend, --adapter) must be there,
@@ -1000,27 +1006,16 @@ fn info_model(
         Err(_) => None,
     };
     let plan = ddl::model::memory_plan_for(&cfg, b, s, st);
-    println!(
-        "preset {preset}, variant {v}{}: V {} d {} L {} H {} h {} F {} d_v {}",
-        st.label(),
-        cfg.vocab_size,
-        cfg.d_model,
-        cfg.n_layers,
-        cfg.n_heads,
-        cfg.head_dim,
-        cfg.mlp_hidden,
-        cfg.m()
-    );
-    print!("{}", plan.text(b, s));
-    if let Some(gpu) = gpu {
-        // What `ddl train` would refuse on this adapter: a buffer over its largest (or, on a CPU
-        // adapter, more than the host has), or a state over one storage binding (bound whole).
-        let limits = ddl::model::Limits::of(&gpu);
+    // What `ddl train` would refuse on this adapter: a buffer over its largest (or, on a CPU
+    // adapter, more than the host has), or a state over one storage binding (bound whole).
+    // (fits, what the text says)
+    let verdict = gpu.as_ref().map(|gpu| {
+        let limits = ddl::model::Limits::of(gpu);
         let binding = gpu.limits.max_storage_buffer_binding_size;
         if let Some(why) = plan.misfit(&limits) {
             // (The advice restates why, with the plan's total, and says what fits.)
             let advice = ddl::model::fit_advice(&cfg, b, s, 1, st, &limits).unwrap_or(why);
-            println!("does not fit this adapter ({}): {advice}", gpu.info.name);
+            (false, format!("does not fit this adapter ({}): {advice}", gpu.info.name))
         } else if plan.largest_bound.1 > binding {
             let per_seq = plan.largest_bound.1 / b as u64;
             let fits = binding / per_seq.max(1);
@@ -1029,21 +1024,75 @@ fn info_model(
             } else {
                 format!("even one sequence's is too large: give a smaller --seq (now {s})")
             };
-            println!(
+            let line = format!(
                 "does not fit this adapter ({}): '{}' needs {} bytes and its kernels bind it whole, but a storage \
                  binding holds at most {binding} bytes; {remedy}",
                 gpu.info.name, plan.largest_bound.0, plan.largest_bound.1
             );
+            (false, line)
         } else if plan.largest.1 > binding {
-            println!(
+            let line = format!(
                 "note: '{}' ({} bytes) is over this adapter's storage binding ({binding} bytes): the kernels bind it in pieces",
                 plan.largest.0, plan.largest.1
             );
+            (true, line)
         } else {
-            println!("fits this adapter's buffers ({})", gpu.info.name);
+            (true, format!("fits this adapter's buffers ({})", gpu.info.name))
+        }
+    });
+    if !json {
+        for n in &notes {
+            println!("note: {n}");
+        }
+        println!(
+            "preset {preset}, variant {v}{}: V {} d {} L {} H {} h {} F {} d_v {}",
+            st.label(),
+            cfg.vocab_size,
+            cfg.d_model,
+            cfg.n_layers,
+            cfg.n_heads,
+            cfg.head_dim,
+            cfg.mlp_hidden,
+            cfg.m()
+        );
+        print!("{}", plan.text(b, s));
+        if let Some((_, line)) = &verdict {
+            println!("{line}");
         }
     }
-    Ok(())
+    let adapter = match (&gpu, &verdict) {
+        (Some(gpu), Some((fits, line))) => serde_json::json!({
+            "name": gpu.info.name,
+            "backend": format!("{:?}", gpu.info.backend),
+            "fits": fits,
+            "says": line,
+        }),
+        _ => serde_json::Value::Null,
+    };
+    Ok(serde_json::json!({
+        "preset": preset,
+        "variant": v.name(),
+        "storage": {
+            "precision": st.precision.name(),
+            "f16_state": st.state_f16,
+            "recompute": st.recompute,
+            "head_chunk": st.head_chunk,
+        },
+        "model": {
+            "vocab_size": cfg.vocab_size,
+            "d_model": cfg.d_model,
+            "n_layers": cfg.n_layers,
+            "n_heads": cfg.n_heads,
+            "head_dim": cfg.head_dim,
+            "mlp_hidden": cfg.mlp_hidden,
+            "d_v": cfg.m(),
+        },
+        "batch": b,
+        "seq": s,
+        "notes": notes,
+        "plan": plan.json(),
+        "adapter": adapter,
+    }))
 }
 
 /// A size in GiB with one decimal, or in MiB below 1 GiB (where GiB would say 0.0).
@@ -1054,17 +1103,27 @@ fn size_words(bytes: u64) -> String {
 
 /// `ddl info --preset P --memory SIZE`: the largest batch whose training plan fits `bytes`, for
 /// each way of storing the activations the variant allows.
-fn info_fit(preset: &str, variant: &str, seq: Option<usize>, head_chunk: usize, bytes: u64) -> Result<()> {
+/// Printed as text unless `json`; returned as JSON either way.
+fn info_fit(
+    preset: &str,
+    variant: &str,
+    seq: Option<usize>,
+    head_chunk: usize,
+    bytes: u64,
+    json: bool,
+) -> Result<serde_json::Value> {
     use ddl::model::{Precision, Storage};
     let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
     let cfg = ddl::model::ModelConfig::preset(preset, v)?;
     let t = seq.unwrap_or(ddl::train::TrainConfig::preset(preset).seq_len);
     let chunk = if head_chunk > 0 { format!(", the LM head in slices of {head_chunk} rows") } else { String::new() };
-    println!(
-        "largest batch of {t}-token sequences whose plan fits {bytes} bytes ({}{chunk}; the plan counts \
-         parameters, gradients, moments, activations and scratch, not the driver's own):",
-        size_words(bytes)
-    );
+    if !json {
+        println!(
+            "largest batch of {t}-token sequences whose plan fits {bytes} bytes ({}{chunk}; the plan counts \
+             parameters, gradients, moments, activations and scratch, not the driver's own):",
+            size_words(bytes)
+        );
+    }
     // Each as `ddl train` would store it (f16 precision implies f16 states where the variant has them).
     let storage = |state_f16: bool, precision: Precision| {
         let mut tc = ddl::train::TrainConfig::preset(preset);
@@ -1082,16 +1141,28 @@ fn info_fit(preset: &str, variant: &str, seq: Option<usize>, head_chunk: usize, 
             [(name.to_string(), st), (format!("{name} --recompute"), Storage { recompute: true, ..st })]
         })
         .collect();
+    let mut out = Vec::new();
     for (name, st) in rows {
         let b = ddl::model::largest_batch(&cfg, t, st, bytes);
         let plan = ddl::model::memory_plan_for(&cfg, b.max(1), t, st);
-        if b == 0 {
+        if json {
+            // (The plan of one sequence where none fits: what it would need.)
+            out.push(serde_json::json!({
+                "storage": name,
+                "precision": st.precision.name(),
+                "f16_state": st.state_f16,
+                "recompute": st.recompute,
+                "batch": b,
+                "tokens": b * t,
+                "plan_bytes": plan.total(),
+            }));
+        } else if b == 0 {
             println!("  {name:<30} none (one sequence needs {})", size_words(plan.total()));
         } else {
             println!("  {name:<30} B {b:>5}  ({} tokens a micro-batch, {})", b * t, size_words(plan.total()));
         }
     }
-    Ok(())
+    Ok(serde_json::json!({"memory_bytes": bytes, "seq": t, "head_chunk": head_chunk, "rows": out}))
 }
 
 #[cfg(test)]

@@ -722,7 +722,14 @@ fn device_problems_are_clear_errors() {
     assert!(chosen["forms"]["attention"].is_string() && chosen["forms"].get("bench").is_none(), "{v}");
     assert!(chosen["cooperative_forms"]["cooperative-matrix matmuls"].as_str().unwrap().starts_with("off ("), "{v}");
     assert!(v["adapters"].as_array().is_some_and(|a| !a.is_empty()), "{v}");
-    fails(&dir, &["info", "--json", "--preset", "tiny"], &["--json", "--preset"]);
+    // With --preset, the plan and the adapter's verdict (on lavapipe: it fits).
+    let o = cmd(&dir).args(["--backend", "vulkan", "info", "--json", "--preset", "tiny"]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((v["preset"].as_str(), v["variant"].as_str()), (Some("tiny"), Some("ddl")), "{v}");
+    assert_eq!(v["adapter"]["name"], chosen["adapter"], "{v}");
+    assert_eq!(v["adapter"]["fits"], true, "{v}");
+    assert!(v["plan"]["bytes"]["total"].as_u64().unwrap() > 0 && v.get("fit").is_none(), "{v}");
     // MPI's options without --distributed, and info's in its own words.
     fails(&dir, &["train", "--preset", "tiny", "--mpi-timeout", "5", "--out", "x"], &["--distributed"]);
     fails(&dir, &["info", "--preset", "tiny", "--seq", "100000"], &["--seq 100000", "at most 64"]);
@@ -771,6 +778,21 @@ fn bench_problems_are_clear_errors() {
         &["--filter zzzz", "no kernel case"],
     );
     assert!(!t.contains("\"copy\"") && !t.contains("\"ceiling\""), "floors measured for nothing: {t}");
+    assert!(t.contains("bench kernels --list"), "{t}");
+    fails(&dir, &["bench", "kernels", "--list", "--filter", "zzzz"], &["--filter zzzz", "no kernel case"]);
+    fails(&dir, &["bench", "kernels", "--list", "--reps", "3"], &["--list", "--reps"]);
+    // `--list` names the cases the filter keeps, timing none.
+    let o = cmd(&dir).args(["bench", "kernels", "--preset", "tiny", "--list", "--filter", "rmsnorm_", "--json"]).output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let cases: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["bench"] == "kernel_case")
+        .collect();
+    assert_eq!(cases.len(), 4, "{t}");
+    assert!(cases.iter().all(|v| v["module"] == "norm" && v["name"].as_str().unwrap().starts_with("rmsnorm_")), "{t}");
+    assert!(!t.contains("\"copy\"") && !t.contains("\"kernel\""), "something timed: {t}");
     fails(&dir, &["bench", "kernels", "--peak-tflops", "-1"], &["--peak-tflops", "above 0"]);
     fails(&dir, &["bench", "train", "--peak-tflops", "inf"], &["--peak-tflops", "above 0"]);
     fails(&dir, &["bench", "train", "--steps", "10001"], &["--steps", "at most 10000"]);
@@ -807,8 +829,8 @@ fn bench_problems_are_clear_errors() {
     );
     let t = fails(
         &dir,
-        &["bench", "kernels", "--filter", "rope", "--batch", "4096", "--seq", "4096", "--reps", "1"],
-        &["attention: could not run at these shapes", "could not run at these shapes (above)"],
+        &["bench", "kernels", "--filter", "attention_decode,rope", "--batch", "4096", "--seq", "4096", "--reps", "1"],
+        &["attention: could not run at these shapes", "rope: could not", "could not run at these shapes (above)"],
     );
     assert!(!t.contains("memory allocation") && !t.contains("backtrace"), "{t}");
     let t = fails(&dir, &["bench", "data", "--mib", "99999999", "--dir", "bench-data"], &["--dir", "MiB free"]);

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use ddl::bench::CaseFilter;
 use ddl::model::{Storage, Variant};
 use ddl::train::{RunConfig, TrainOptions};
 
@@ -371,6 +372,20 @@ fn info_plans_a_presets_memory_in_each_precision() {
     let st = Storage { recompute: true, head_chunk: 1024, ..Default::default() };
     assert_eq!(b, ddl::model::largest_batch(&cfg, 1024, st, 80_000_000_000), "{fit_c}");
     assert!(b > batch("f32 --recompute"), "{fit_c}");
+    // `--json`: the same plan and batches as one object.
+    let v: serde_json::Value = serde_json::from_str(&info(&["--precision", "f16", "--memory", "80GB", "--json"])).unwrap();
+    let f16_text = info(&["--precision", "f16"]);
+    let st = &v["storage"];
+    assert_eq!((st["precision"].as_str(), st["f16_state"].as_bool(), v["batch"].as_u64()), (Some("f16"), Some(true), Some(8)));
+    for (key, what) in [("activations", "activations"), ("f16_weight_copy", "f16 weight copy"), ("total", "total")] {
+        assert_eq!(v["plan"]["bytes"][key].as_u64(), Some(bytes(&f16_text, what)), "{key}: {v}");
+    }
+    assert_eq!(v["model"]["d_model"], 768);
+    let rows = v["fit"]["rows"].as_array().unwrap();
+    let row = |name: &str| rows.iter().find(|r| r["storage"] == name).unwrap_or_else(|| panic!("{name}: {v}"));
+    assert_eq!(row("f32 --recompute")["batch"].as_u64(), Some(batch("f32 --recompute") as u64), "{v}");
+    assert_eq!(row("f32")["batch"].as_u64(), Some(batch("f32 ") as u64), "{v}");
+    assert_eq!(rows.len(), fit.lines().filter(|l| l.starts_with("  ") && (l.contains(" B ") || l.contains(" none "))).count(), "{fit}");
     let o = ddl_cmd(&dir).args(["info", "--preset", "small-124m", "--memory", "80 XB"]).output().unwrap();
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && e.contains("--memory") && e.contains("'80 XB'") && e.contains("80GB"), "{e}");
@@ -1626,9 +1641,21 @@ fn every_kernel_benchmark_runs_at_the_shapes_it_is_given() {
         kernel: 3,
         params: 5_001,
     };
+    let listed = ddl::bench::kernel_case_names(&gpu, &shape).unwrap();
     for (module, f) in ddl::bench::BENCHES {
-        let cases = f(&gpu, &shape).unwrap_or_else(|e| panic!("{module}: {e}"));
+        let cases = f(&gpu, &shape, &CaseFilter::all()).unwrap_or_else(|e| panic!("{module}: {e}"));
         assert!(!cases.is_empty(), "{module}: no cases");
+        // `--list` names exactly the cases built, in order, building none.
+        let names: Vec<&str> = cases.iter().map(|c| c.name.as_str()).collect();
+        let mine: Vec<&str> = listed.iter().filter(|(m, _)| m == module).map(|(_, n)| n.as_str()).collect();
+        assert_eq!(names, mine, "{module}");
+        // A filter keeping nothing builds nothing; one keeping a case builds it (and the others
+        // of its group at most).
+        let none = [String::from("no such case")];
+        assert!(f(&gpu, &shape, &CaseFilter::new(&none)).unwrap().is_empty(), "{module}");
+        let last = [names[names.len() - 1].to_string()];
+        let kept = f(&gpu, &shape, &CaseFilter::new(&last)).unwrap();
+        assert!(kept.iter().any(|c| c.name == last[0]) && kept.len() <= names.len(), "{module}");
         let mut rows = Vec::new();
         ddl::bench::kernel_rows(&gpu, module, cases, 1, 1.0, 1.0, |r| rows.push(r.0))
             .unwrap_or_else(|e| panic!("{module}: {e}"));

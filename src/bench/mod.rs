@@ -218,8 +218,8 @@ pub fn tune_rows(gpu: &Gpu, products: &[(String, Matmul)], mut emit: impl FnMut(
     Ok(())
 }
 
-/// Every kernel module's cases at `shape` (those whose name contains one of `filter`, all when
-/// it is empty). A module whose cases cannot run at these shapes on this adapter (a tensor over
+/// Every kernel module's cases at `shape` that `filter` keeps (a module builds only the groups
+/// of cases it wants). A module whose cases cannot run at these shapes on this adapter (a tensor over
 /// its storage binding, say) gets a `kernel_error` row and the others still run; returns the
 /// modules that failed and how many cases the filter kept. `floors` (the copy bandwidth in GB/s
 /// and the FLOP ceiling in GFLOP/s) is called once, before the first case the filter keeps is
@@ -227,7 +227,7 @@ pub fn tune_rows(gpu: &Gpu, products: &[(String, Matmul)], mut emit: impl FnMut(
 pub fn all_kernel_rows(
     gpu: &Gpu,
     shape: &BenchShape,
-    filter: &[String],
+    filter: &CaseFilter,
     reps: usize,
     mut floors: impl FnMut() -> Result<(f64, f64)>,
     mut emit: impl FnMut(Row),
@@ -235,12 +235,8 @@ pub fn all_kernel_rows(
     let (mut failed, mut kept) = (Vec::new(), 0);
     let mut measured: Option<(f64, f64)> = None;
     for (module, f) in BENCHES {
-        let cases = f(gpu, shape).map(|cases| {
-            cases
-                .into_iter()
-                .filter(|c| filter.is_empty() || filter.iter().any(|x| c.name.contains(x.as_str())))
-                .collect::<Vec<_>>()
-        });
+        let cases = f(gpu, shape, filter)
+            .map(|cases| cases.into_iter().filter(|c| filter.keeps(&c.name)).collect::<Vec<_>>());
         let run = cases.and_then(|cases| {
             if cases.is_empty() {
                 return Ok(());
@@ -496,6 +492,50 @@ pub fn ab_blocks(blocks: usize, mut time: impl FnMut(usize) -> Result<f64>) -> R
     })
 }
 
+/// Which kernel cases a module builds (`ddl bench kernels --filter`, `--list`). A module asks
+/// before it allocates a group of cases (tensors shared by a forward and its backward), with
+/// names made from the shapes alone, so a filter builds only the groups it times and a listing
+/// builds nothing. Every name asked about is recorded, in order.
+pub struct CaseFilter<'a> {
+    patterns: &'a [String],
+    list: bool,
+    seen: std::cell::RefCell<Vec<String>>,
+}
+
+impl<'a> CaseFilter<'a> {
+    /// Every case whose name contains one of `patterns` (all of them when it is empty).
+    pub fn new(patterns: &'a [String]) -> Self {
+        CaseFilter { patterns, list: false, seen: Default::default() }
+    }
+
+    /// Every case, built.
+    pub fn all() -> Self {
+        Self::new(&[])
+    }
+
+    /// No case built: only the names recorded ([`CaseFilter::names`]).
+    pub fn list() -> Self {
+        CaseFilter { patterns: &[], list: true, seen: Default::default() }
+    }
+
+    /// Whether a case of this name is kept (without recording it).
+    pub fn keeps(&self, name: &str) -> bool {
+        !self.list && (self.patterns.is_empty() || self.patterns.iter().any(|p| name.contains(p.as_str())))
+    }
+
+    /// Whether a group of cases with these names is to be built: one of them is kept. Records
+    /// the names.
+    pub fn wants<S: AsRef<str>>(&self, names: &[S]) -> bool {
+        self.seen.borrow_mut().extend(names.iter().map(|n| n.as_ref().to_string()));
+        names.iter().any(|n| self.keeps(n.as_ref()))
+    }
+
+    /// The names asked about so far, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.seen.borrow().clone()
+    }
+}
+
 /// One kernel benchmark case: bound dispatches plus the work they must do at minimum.
 pub struct KernelBench {
     /// e.g. `"rmsnorm_forward N=2048 d=384"`.
@@ -733,8 +773,21 @@ pub fn median_ci95(sorted: &[f64]) -> Option<(f64, f64)> {
     best.map(|k| (sorted[k - 1], sorted[n - k]))
 }
 
-/// A kernel module's benchmark cases at the given shapes.
-pub type BenchFn = fn(&Gpu, &BenchShape) -> Result<Vec<KernelBench>>;
+/// A kernel module's benchmark cases at the given shapes: those [`CaseFilter::wants`] (a module
+/// may return others of a group it built; [`all_kernel_rows`] drops them).
+pub type BenchFn = fn(&Gpu, &BenchShape, &CaseFilter) -> Result<Vec<KernelBench>>;
+
+/// Every kernel case's module and name at `shape`, nothing built (`ddl bench kernels --list`).
+pub fn kernel_case_names(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<(&'static str, String)>> {
+    let mut out = Vec::new();
+    for (module, f) in BENCHES {
+        let list = CaseFilter::list();
+        let built = f(gpu, shape, &list)?;
+        debug_assert!(built.is_empty(), "{module} built cases for a listing");
+        out.extend(list.names().into_iter().map(|n| (*module, n)));
+    }
+    Ok(out)
+}
 
 /// Every kernel module's benchmark cases, for `ddl bench kernels` (`src/bench/<kernel>.rs`; the
 /// kernel modules themselves only launch).

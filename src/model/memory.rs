@@ -51,6 +51,25 @@ impl MemoryPlan {
         s + &format!("largest single buffer: {} bytes ({})\n", self.largest.1, self.largest.0)
     }
 
+    /// The plan as `ddl info --preset --json` writes it: the parts of [`MemoryPlan::text`] in
+    /// bytes, and the largest buffer and the largest bound whole, each with its name.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "params": self.params,
+            "bytes": {
+                "parameters": self.param_bytes,
+                "gradients": self.param_bytes,
+                "adamw_moments": 2 * self.param_bytes,
+                "f16_weight_copy": self.half_param_bytes,
+                "activations": self.activation_bytes,
+                "gradient_scratch": self.grad_scratch_bytes,
+                "total": self.total(),
+            },
+            "largest_buffer": {"name": self.largest.0, "bytes": self.largest.1},
+            "largest_bound_whole": {"name": self.largest_bound.0, "bytes": self.largest_bound.1},
+        })
+    }
+
     /// Parameters, gradients, two moments, activations and scratch.
     pub fn total(&self) -> u64 {
         4 * self.param_bytes + self.half_param_bytes + self.activation_bytes + self.grad_scratch_bytes

@@ -1,12 +1,16 @@
 //! `ddl bench kernels` cases of [`crate::kernels::adamw`].
 
-use crate::bench::{BenchShape, KernelBench};
+use crate::bench::{BenchShape, CaseFilter, KernelBench};
 use crate::gpu::{DType, Gpu, Result, Tensor};
 use crate::kernels::adamw::*;
 
 /// Benchmark case for `ddl bench kernels`: one step over the parameters of the benchmarked model.
-pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
+pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<KernelBench>> {
     let n = shape.params;
+    let name = format!("adamw_step n={n} (clip, decay half)");
+    if !filter.wants(&[&name]) {
+        return Ok(Vec::new());
+    }
     let t = |label: &str| Tensor::zeros(gpu, label, &[n], DType::F32);
     let (p, g, m, v) = (t("bench.params")?, t("bench.grads")?, t("bench.m")?, t("bench.v")?);
     let mask = Tensor::from_u32(gpu, "bench.mask", &[n.div_ceil(64)], &decay_mask(n, &[(0, n / 2)]))?;
@@ -16,7 +20,7 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
     let mut ds = step(gpu, &b, n, &cfg)?;
     ds[0].scratch.extend([p, g, m, v, mask, norm]);
     Ok(vec![KernelBench {
-        name: format!("adamw_step n={n} (clip, decay half)"),
+        name,
         dispatches: ds,
         // clip 1, decay 1, m 3, v 4, update 5
         flops: 14.0 * n as f64,

@@ -1,13 +1,13 @@
 //! `ddl bench kernels` cases of [`crate::kernels::attention`].
 
-use crate::bench::{BenchShape, KernelBench};
+use crate::bench::{BenchShape, CaseFilter, KernelBench};
 use crate::gpu::{DType, Gpu, Result, Tensor};
 use crate::kernels::attention::*;
 
 /// Benchmark cases for `ddl bench kernels` at the benchmarked preset's shapes: the training forward
 /// and backward (B, T, H, h of the preset; shakespeare-char's B 8, T 256, H 6, h 64 by default)
 /// and one decoding step against a full cache of T keys.
-pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
+pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<KernelBench>> {
     let b = *shape;
     let z = |label: &str, n: usize| Tensor::zeros(gpu, label, &[n], DType::F32);
     // Inputs random, never zeros (a GPU can run zeros faster than real data).
@@ -43,6 +43,12 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
             Method::Causal => format!("causal{f16}"),
         };
         let s = AttnShape { half, ..AttnShape::training(b.b, b.heads, b.head_dim, b.t) };
+        let shape = format!("B{} T{} H{} h{}", s.batch, s.q_len, s.heads, s.head_dim);
+        let names = [format!("attention_forward[{tag}] {shape}"), format!("attention_backward[{tag}] {shape}")];
+        if !filter.wants(&names) {
+            continue;
+        }
+        let [fwd_name, bwd_name] = names;
         let (q, k, v) = (r("q", s.q_elems())?, r("k", s.kv_elems())?, r("v", s.kv_elems())?);
         let (out, lse) = (z("out", s.q_elems())?, z("lse", s.lse_elems())?);
         let (dout, dq) = (r("dout", s.q_elems())?, z("dq", s.q_elems())?);
@@ -59,9 +65,8 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
             AttnIo { q: q.view(), k: k.view(), v: v.view(), out: out.view(), lse: lse.view() },
         )?;
         fwd[0].scratch.extend([q.clone(), k.clone(), v.clone(), out.clone(), lse.clone()]);
-        let shape = format!("B{} T{} H{} h{}", s.batch, s.q_len, s.heads, s.head_dim);
         cases.push(KernelBench {
-            name: format!("attention_forward[{tag}] {shape}"),
+            name: fwd_name,
             dispatches: fwd,
             flops: forward_flops(&s),
             bytes: forward_bytes(&s),
@@ -75,7 +80,7 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
         )?;
         bwd[0].scratch.extend([q, k, v, out, lse, dout, dq, dk, dv]);
         cases.push(KernelBench {
-            name: format!("attention_backward[{tag}] {shape}"),
+            name: bwd_name,
             dispatches: bwd,
             flops: backward_flops(&s),
             bytes: backward_bytes(&s),
@@ -84,13 +89,17 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
 
     // One generated token per sequence against a full cache of T keys.
     let s = AttnShape::decode(b.b, b.heads, b.head_dim, 1, b.t, b.t);
+    let name = format!("attention_decode B{} q1 kv{} H{} h{}", s.batch, s.kv_len, s.heads, s.head_dim);
+    if !filter.wants(&[&name]) {
+        return Ok(cases);
+    }
     let (q, k, v) = (r("q", s.q_elems())?, r("k", s.kv_elems())?, r("v", s.kv_elems())?);
     let (out, lse) = (z("out", s.q_elems())?, z("lse", s.lse_elems())?);
     let mut dec =
         forward(gpu, &s, scale, AttnIo { q: q.view(), k: k.view(), v: v.view(), out: out.view(), lse: lse.view() })?;
     dec[0].scratch = vec![q, k, v, out, lse];
     cases.push(KernelBench {
-        name: format!("attention_decode B{} q1 kv{} H{} h{}", s.batch, s.kv_len, s.heads, s.head_dim),
+        name,
         dispatches: dec,
         flops: forward_flops(&s),
         bytes: forward_bytes(&s),

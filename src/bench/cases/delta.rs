@@ -1,13 +1,13 @@
 //! `ddl bench kernels` cases of [`crate::kernels::delta`].
 
-use crate::bench::{BenchShape, KernelBench};
+use crate::bench::{BenchShape, CaseFilter, KernelBench};
 use crate::gpu::{Gpu, Result, Tensor};
 use crate::kernels::delta::*;
 use crate::testing::Rng;
 
 /// Benchmark cases for `ddl bench kernels` at the benchmarked preset's shapes: forward and
 /// backward for m = 4 and m = 1.
-pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
+pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<KernelBench>> {
     let mut out = Vec::new();
     let mut rng = Rng::new(7);
     let n = shape.b * shape.t;
@@ -17,6 +17,12 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
     let cases = [(shape.m, false), (shape.m, true), (1, false)];
     for (m, state_f16) in cases.into_iter().filter(|&(m, h)| !h || (f16 && m == 4)) {
         let s = DeltaShape { n, d, m, k_eps: 1e-5, v_act: VAct::Sigmoid4, state_f16, beta: Default::default() };
+        let state = if state_f16 { " f16 state" } else { "" };
+        let names = [format!("delta_forward N={n} d={d} m={m}{state}"), format!("delta_backward N={n} d={d} m={m}{state}")];
+        if !filter.wants(&names) {
+            continue;
+        }
+        let [fwd_name, bwd_name] = names;
         // An f16 state: n·d·m halves of small normal values (the f32 bits of a normal draw would
         // hold f16 NaNs and subnormals); its size checked before they are drawn, as
         // [`super::normal`] checks the others.
@@ -87,13 +93,13 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
             g, x, kraw, rnorm, beta, v, delta, a, c, w_beta, w_v, dx, dkraw, da, dc, dw_beta, db_beta, dw_v, db_v,
         ]);
         out.push(KernelBench {
-            name: format!("delta_forward N={n} d={d} m={m}{}", if state_f16 { " f16 state" } else { "" }),
+            name: fwd_name,
             dispatches: fwd,
             flops: forward_flops(&s),
             bytes: forward_bytes(&s),
         });
         out.push(KernelBench {
-            name: format!("delta_backward N={n} d={d} m={m}{}", if state_f16 { " f16 state" } else { "" }),
+            name: bwd_name,
             dispatches: bwd,
             flops: backward_flops(&s),
             bytes: backward_bytes(&s, false),

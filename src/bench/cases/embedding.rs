@@ -1,14 +1,19 @@
 //! `ddl bench kernels` cases of [`crate::kernels::embedding`].
 
-use crate::bench::{BenchShape, KernelBench};
+use crate::bench::{BenchShape, CaseFilter, KernelBench};
 use crate::gpu::{DType, Gpu, Result, Tensor};
 use crate::kernels::embedding::*;
 
 /// Benchmark cases for `ddl bench kernels` at the benchmarked preset's shapes: N = B·T tokens of
 /// width d from a vocabulary of V, forward gather and backward scatter-add.
-pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
+pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<KernelBench>> {
     let s = *shape;
     let (n, d, v) = (s.b * s.t, s.d, s.vocab);
+    let names = [format!("embedding_forward N={n} d={d} V={v}"), format!("embedding_backward N={n} d={d} V={v}")];
+    if !filter.wants(&names) {
+        return Ok(Vec::new());
+    }
+    let [fwd_name, bwd_name] = names;
     let toks = crate::testing::Rng::new(1).ints(n, v);
     let index = build_index(&toks, v)?;
     let u = index[0] as usize;
@@ -23,14 +28,14 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
     let (nd, ud) = ((n * d) as f64, (u * d) as f64);
     Ok(vec![
         KernelBench {
-            name: format!("embedding_forward N={n} d={d} V={v}"),
+            name: fwd_name,
             dispatches: fwd,
             flops: 0.0,
             // read the ids and the used table rows, write the output
             bytes: 4.0 * (n as f64 + ud + nd),
         },
         KernelBench {
-            name: format!("embedding_backward N={n} d={d} V={v}"),
+            name: bwd_name,
             dispatches: bwd,
             // one add per dout element (plus one per touched dtable element)
             flops: nd + ud,

@@ -1,13 +1,13 @@
 //! `ddl bench kernels` cases of [`crate::kernels::loss`].
 
-use crate::bench::{BenchShape, KernelBench};
+use crate::bench::{BenchShape, CaseFilter, KernelBench};
 use crate::gpu::{DType, Gpu, Result, Tensor};
 use crate::kernels::loss::*;
 
 /// Benchmark cases for `ddl bench kernels`: forward and backward at the benchmarked preset's
 /// head (N = B·T, its V) and, for a preset with a smaller vocabulary, at N = 512 and GPT-2's
 /// V = 50304 too (named so: its shape is the same whatever the preset).
-pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
+pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<KernelBench>> {
     let s = *shape;
     let mut out = Vec::new();
     let mut shapes = vec![(s.b * s.t, s.vocab, "")];
@@ -15,6 +15,14 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
         shapes.push((512, 50304, " GPT-2 vocabulary"));
     }
     for (n, vocab, label) in shapes {
+        let names = [
+            format!("cross_entropy_forward N={n} V={vocab} (α=0.1){label}"),
+            format!("cross_entropy_backward N={n} V={vocab} (α=0.1){label}"),
+        ];
+        if !filter.wants(&names) {
+            continue;
+        }
+        let [fwd_name, bwd_name] = names;
         let logits = Tensor::zeros(gpu, "bench.logits", &[n * vocab], DType::F32)?;
         let targets: Vec<i32> = (0..n).map(|i| (i % vocab) as i32).collect();
         let targets = Tensor::from_i32(gpu, "bench.targets", &[n], &targets)?;
@@ -29,7 +37,7 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
         f[0].scratch.extend([logits.clone(), targets.clone(), lse.clone(), stats.clone()]);
         b[0].scratch.extend([logits, targets, lse, stats, dlogits]);
         out.push(KernelBench {
-            name: format!("cross_entropy_forward N={n} V={vocab} (α=0.1){label}"),
+            name: fwd_name,
             dispatches: f,
             // compare, exp, multiply-add, shifted sum per logit
             flops: 5.0 * nv,
@@ -37,7 +45,7 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
             bytes: 4.0 * (nv + 2.0 * n as f64 + 2.0),
         });
         out.push(KernelBench {
-            name: format!("cross_entropy_backward N={n} V={vocab} (α=0.1){label}"),
+            name: bwd_name,
             dispatches: b,
             // subtract, exp, subtract twice, multiply
             flops: 5.0 * nv,

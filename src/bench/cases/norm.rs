@@ -1,16 +1,24 @@
 //! `ddl bench kernels` cases of [`crate::kernels::norm`].
 
-use crate::bench::{BenchShape, KernelBench};
+use crate::bench::{BenchShape, CaseFilter, KernelBench};
 use crate::gpu::{DType, Gpu, Result, Tensor};
 use crate::kernels::norm::*;
 
 /// Benchmark cases for `ddl bench kernels` at the benchmarked preset's shapes: the block norm
 /// (rows N, dim d) and the QK-norm (rows N·H, dim h), forward and backward.
-pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
+pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<KernelBench>> {
     let s = *shape;
     let n = s.b * s.t;
     let mut out = Vec::new();
     for (label, rows, dim) in [("block", n, s.d), ("qk", n * s.heads, s.head_dim)] {
+        let names = [
+            format!("rmsnorm_forward {label} rows={rows} dim={dim}"),
+            format!("rmsnorm_backward {label} rows={rows} dim={dim}"),
+        ];
+        if !filter.wants(&names) {
+            continue;
+        }
+        let [fwd_name, bwd_name] = names;
         let t = |l: &str, len: usize| Tensor::zeros(gpu, l, &[len], DType::F32);
         let (x, y, dy, dx) = (t("x", rows * dim)?, t("y", rows * dim)?, t("dy", rows * dim)?, t("dx", rows * dim)?);
         let (gain, dgain, rstd) = (t("gain", dim)?, t("dgain", dim)?, t("rstd", rows)?);
@@ -33,7 +41,7 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
         bwd[0].scratch = vec![x, gain, rstd, dy, dx, dgain];
         let (r, e) = (rows as f64, (rows * dim) as f64);
         out.push(KernelBench {
-            name: format!("rmsnorm_forward {label} rows={rows} dim={dim}"),
+            name: fwd_name,
             dispatches: fwd,
             // x² and sum (2), γ·(x·r) (2) per element; mean, +ε, sqrt, divide per row.
             flops: 4.0 * e + 4.0 * r,
@@ -41,7 +49,7 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
             bytes: 4.0 * (2.0 * e + dim as f64 + r),
         });
         out.push(KernelBench {
-            name: format!("rmsnorm_backward {label} rows={rows} dim={dim}"),
+            name: bwd_name,
             dispatches: bwd,
             // Σ xγdy (3), dx (4), dγ terms and sums (3) per element.
             flops: 10.0 * e + 5.0 * r,

@@ -1,13 +1,18 @@
 //! `ddl bench kernels` cases of [`crate::kernels::swiglu`].
 
-use crate::bench::{BenchShape, KernelBench};
+use crate::bench::{BenchShape, CaseFilter, KernelBench};
 use crate::gpu::{DType, Gpu, Result, Tensor};
 use crate::kernels::swiglu::*;
 
 /// Benchmark cases for `ddl bench kernels` at the benchmarked preset's shapes: n = N·F.
-pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
+pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<KernelBench>> {
     let s = *shape;
     let n = s.b * s.t * s.f;
+    let names = [format!("swiglu_forward n={n}"), format!("swiglu_backward n={n}")];
+    if !filter.wants(&names) {
+        return Ok(Vec::new());
+    }
+    let [fwd_name, bwd_name] = names;
     let t = |label: &str| Tensor::zeros(gpu, label, &[n], DType::F32);
     let (gate, up, out) = (t("gate")?, t("up")?, t("out")?);
     let (dout, dgate, dup) = (t("dout")?, t("dgate")?, t("dup")?);
@@ -18,14 +23,14 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape) -> Result<Vec<KernelBench>> {
     let nf = n as f64;
     Ok(vec![
         KernelBench {
-            name: format!("swiglu_forward n={n}"),
+            name: fwd_name,
             dispatches: fwd,
             // exp, 1 + e, divide, g·σ, ·up (the |g| and select are not counted).
             flops: 5.0 * nf,
             bytes: 4.0 * 3.0 * nf,
         },
         KernelBench {
-            name: format!("swiglu_backward n={n}"),
+            name: bwd_name,
             dispatches: bwd,
             // exp, 1 + e, two divides, g·σ, dy·silu, g·(1−σ), 1 + …, σ·(…), dy·u, product.
             flops: 11.0 * nf,
