@@ -66,6 +66,8 @@ pub type AutoResult = Arc<Mutex<Option<Result<(), String>>>>;
 struct Automation {
     generate: Option<usize>,
     intervene: Vec<String>,
+    /// The view `--tab` asked for: with `--intervene`, the intervened text is shown there.
+    tab: Option<Tab>,
     started: bool,
     done: bool,
     screenshot: Option<PathBuf>,
@@ -135,6 +137,7 @@ impl VizApp {
         }
         app.auto.generate = opts.generate;
         app.auto.intervene = opts.intervene.clone();
+        app.auto.tab = opts.tab;
         app.auto.screenshot = opts.screenshot.clone();
         app.auto.exit = opts.exit_after_screenshot;
         app.auto.t0 = Some(web_time::Instant::now());
@@ -151,8 +154,12 @@ impl VizApp {
                 app.tab = Tab::Training;
             }
         }
-        for d in &opts.experiment {
-            app.open_experiment(d, true);
+        // Every folder given as one experiment (a folder without runs is skipped, named).
+        if !opts.experiment.is_empty() {
+            match crate::experiment::Experiment::open_all(&opts.experiment) {
+                Ok(e) => app.show_experiment(e),
+                Err(e) => app.error(e),
+            }
         }
         if let Some(f) = &opts.trace {
             app.open_trace(f);
@@ -223,9 +230,21 @@ impl VizApp {
             }
             None => self.error("no model thread in this view"),
         }
-        // A run directory is also a checkpoint: show its training curves too.
-        if dir.join("metrics.jsonl").exists() && self.metrics.is_none() {
-            self.open_run(dir);
+        // A run directory is also a checkpoint: show its training curves too (a kept checkpoint,
+        // RUN/checkpoints/NAME, its run's).
+        let run = if dir.join("metrics.jsonl").exists() {
+            Some(dir.to_path_buf())
+        } else {
+            dir.parent()
+                .filter(|p| p.file_name().is_some_and(|n| n == "checkpoints"))
+                .and_then(Path::parent)
+                .filter(|r| r.join("metrics.jsonl").is_file())
+                .map(Path::to_path_buf)
+        };
+        if let Some(run) = run
+            && self.metrics.is_none()
+        {
+            self.open_run(&run);
         }
     }
 
@@ -302,26 +321,31 @@ impl VizApp {
             Ok(e) => {
                 let e = match (add, self.experiment.take()) {
                     (true, Some(mut old)) => {
-                        // A run given twice (or inside two folders given) is shown once.
-                        let seen: Vec<PathBuf> = old.runs.iter().map(|r| canonical(&r.dir)).collect();
-                        old.runs.extend(e.runs.into_iter().filter(|r| !seen.contains(&canonical(&r.dir))));
-                        old.skipped.extend(e.skipped);
+                        old.merge(e);
                         old
                     }
                     (_, _) => e,
                 };
-                self.status = format!("experiment: {} runs", e.runs.len());
-                self.experiment = Some(e);
-                self.tab = Tab::Experiment;
+                self.show_experiment(e);
             }
             Err(e) => self.error(e),
         }
+    }
+
+    fn show_experiment(&mut self, e: crate::experiment::Experiment) {
+        let n = e.runs.len();
+        self.status = format!("experiment: {n} run{}", if n == 1 { "" } else { "s" });
+        self.experiment = Some(e);
+        self.tab = Tab::Experiment;
     }
 
     pub fn open_trace(&mut self, file: &Path) {
         match TraceData::load(file) {
             Ok(t) => {
                 self.status = format!("trace {} ({} tokens)", file.display(), t.len());
+                for n in &t.notes {
+                    self.messages.push((Level::Info, n.clone()));
+                }
                 self.trace = t;
                 self.sel = Selection::default();
             }
@@ -460,7 +484,7 @@ impl VizApp {
                         } else {
                             let specs = self.auto.intervene.clone();
                             self.interventions.show_specs(&specs, 2 * self.model.as_ref().unwrap().config.n_layers);
-                            self.tab = Tab::Interventions;
+                            self.tab = self.auto.tab.unwrap_or(Tab::Interventions);
                             self.compare(specs);
                         }
                     }
@@ -481,8 +505,14 @@ impl VizApp {
                     self.status = format!("generating… {n} token(s), {rate:.1} tokens/s");
                 }
                 Event::Progress(p) => self.status = p,
+                Event::Note(n) => self.messages.push((Level::Info, n)),
                 Event::Compared(c) => {
                     self.interventions.comparison = Some(c);
+                    // `--intervene … --tab beta` (any view but Interventions): the intervened
+                    // continuation in that view, as *show in the other views* does.
+                    if self.auto.started && self.auto.tab.is_some_and(|t| t != Tab::Interventions) {
+                        self.show_compared(true);
+                    }
                 }
                 Event::Done { reason } => {
                     self.gen_started = None;
@@ -709,7 +739,7 @@ impl VizApp {
             panels::tokens::chips(ui, &self.trace, &mut self.sel, self.chip_colour);
         });
         ui.separator();
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             for t in Tab::ALL {
                 ui.selectable_value(&mut self.tab, t, t.name());
             }
@@ -850,19 +880,15 @@ fn classify(p: &Path) -> Kind {
         checkpoint: p.join(ddl::train::checkpoint::MODEL_FILE).is_file(),
         run: p.join("metrics.jsonl").is_file(),
         trace: is_trace,
-        experiment: p.join("metrics.jsonl").is_file()
+        experiment: crate::experiment::is_run(p)
             || p.join("runs").is_dir()
-            || std::fs::read_dir(p).is_ok_and(|rd| rd.flatten().any(|e| e.path().join("metrics.jsonl").is_file())),
+            || std::fs::read_dir(p).is_ok_and(|rd| rd.flatten().any(|e| crate::experiment::is_run(&e.path()))),
     }
 }
 
 /// "1 block", "2 blocks".
 fn blocks(n: usize) -> String {
     format!("{n} block{}", if n == 1 { "" } else { "s" })
-}
-
-fn canonical(p: &Path) -> PathBuf {
-    p.canonicalize().unwrap_or_else(|_| p.to_path_buf())
 }
 
 /// Writes a screenshot as PNG, atomically (a failed write leaves what was there).

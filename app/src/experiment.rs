@@ -1,7 +1,9 @@
 //! Several training runs side by side: an experiment folder (`ddl experiment --out DIR`, whose
 //! runs are `DIR/runs/*`) or any run folders. Each run's validation curve comes from its
-//! `metrics.jsonl`; its variant, seed and final validation loss from `result.json` when the
-//! experiment wrote one (else the folder's name `VARIANT-seedN` and the curve's last point).
+//! `metrics.jsonl` (or, for a run that kept only its `result.json`, as the committed experiments
+//! do, from that file's curve); its variant, seed and final validation loss from `result.json`
+//! when the experiment wrote one (else its `config.toml` or the folder's name `VARIANT-seedN`,
+//! and the whole-split evaluation or the curve's last point).
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +24,42 @@ pub struct RunCurve {
     pub final_val: Option<f64>,
     /// Tokens the final validation loss covers (`result.json`).
     pub val_tokens: Option<u64>,
+    /// Where the final validation loss comes from.
+    pub final_from: FinalFrom,
+    /// The steps the run trained (`result.json`, else the last step its metrics logged).
+    pub steps: Option<u64>,
+    /// The model's size from its `config.toml` ("d 128, 4 blocks"), where it has one.
+    pub size: Option<String>,
+}
+
+/// Where a run's final validation loss comes from: losses of different sources are measured
+/// over different tokens and do not compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinalFrom {
+    /// `result.json` (`ddl experiment`), over its `val_tokens`.
+    Result,
+    /// The run's final evaluation over its whole validation split (`metrics.jsonl`).
+    WholeSplit,
+    /// The last periodic evaluation (a subset of the split): the run has no final one.
+    Periodic,
+    /// No validation loss at all.
+    None,
+}
+
+impl FinalFrom {
+    pub fn describe(self) -> &'static str {
+        match self {
+            FinalFrom::Result => "result.json",
+            FinalFrom::WholeSplit => "the run's whole validation split (metrics.jsonl)",
+            FinalFrom::Periodic => "the last periodic evaluation (a subset; the run made no final one)",
+            FinalFrom::None => "none",
+        }
+    }
+}
+
+/// Whether `p` is a run folder: a `metrics.jsonl`, or an experiment run's `result.json`.
+pub fn is_run(p: &Path) -> bool {
+    p.join("metrics.jsonl").is_file() || p.join("result.json").is_file()
 }
 
 /// `key`'s value under `[table]` of a run's `config.toml` (a string's without its quotes): the
@@ -71,23 +109,21 @@ impl Experiment {
         }
         let base = if dir.join("runs").is_dir() { dir.join("runs") } else { dir.to_path_buf() };
         let mut ignored = Vec::new();
-        let mut folders: Vec<PathBuf> = if base.join("metrics.jsonl").is_file() {
+        let mut folders: Vec<PathBuf> = if is_run(&base) {
             vec![base.clone()]
         } else {
             let mut v = Vec::new();
             let entries = std::fs::read_dir(&base).map_err(|e| format!("cannot list {}: {e}", base.display()))?;
             for p in entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()) {
-                if p.join("metrics.jsonl").is_file() {
+                if is_run(&p) {
                     v.push(p);
                 } else if p.join("runs").is_dir() {
                     // An experiment folder among the folders given: its runs.
                     let runs = std::fs::read_dir(p.join("runs")).map(|r| r.flatten().map(|e| e.path()).collect());
-                    v.extend(
-                        runs.unwrap_or_else(|_| Vec::new()).into_iter().filter(|r| r.join("metrics.jsonl").is_file()),
-                    );
+                    v.extend(runs.unwrap_or_else(|_| Vec::new()).into_iter().filter(|r| is_run(r)));
                 } else {
                     let name = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-                    ignored.push(format!("{name}: no metrics.jsonl (not a training run)"));
+                    ignored.push(format!("{name}: no metrics.jsonl or result.json (not a training run)"));
                 }
             }
             v
@@ -95,7 +131,7 @@ impl Experiment {
         folders.sort();
         if folders.is_empty() {
             return Err(format!(
-                "{} holds no training runs (folders with metrics.jsonl, or an experiment's runs/ folder)",
+                "{} holds no training runs (folders with metrics.jsonl or result.json, or an experiment's runs/ folder)",
                 dir.display()
             ));
         }
@@ -112,18 +148,59 @@ impl Experiment {
         Ok(e)
     }
 
+    /// Opens every folder of `dirs` ([`Experiment::open`]) as one experiment: a folder that holds
+    /// no run is skipped with why (named in [`Experiment::skipped`]), a run in two folders is
+    /// shown once; an error only when no folder holds a run.
+    pub fn open_all(dirs: &[PathBuf]) -> Result<Experiment, String> {
+        let mut all: Option<Experiment> = None;
+        let mut errors = Vec::new();
+        for d in dirs {
+            match Experiment::open(d) {
+                Ok(e) => match &mut all {
+                    Some(a) => a.merge(e),
+                    None => all = Some(e),
+                },
+                Err(e) => errors.push(e),
+            }
+        }
+        match all {
+            Some(mut a) => {
+                a.skipped.extend(errors);
+                Ok(a)
+            }
+            None => Err(errors.join("; ")),
+        }
+    }
+
+    /// Adds `other`'s runs (those not shown already: a run given twice, or inside two folders
+    /// given, is shown once) and its skipped folders.
+    pub fn merge(&mut self, other: Experiment) {
+        let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        let seen: Vec<PathBuf> = self.runs.iter().map(|r| canonical(&r.dir)).collect();
+        self.runs.extend(other.runs.into_iter().filter(|r| !seen.contains(&canonical(&r.dir))));
+        self.skipped.extend(other.skipped);
+    }
+
     /// Adds one run folder (a message in `skipped` when it cannot be read).
     pub fn add_run(&mut self, dir: &Path) {
         let name = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        let result: Option<serde_json::Value> =
+            std::fs::read_to_string(dir.join("result.json")).ok().and_then(|s| serde_json::from_str(&s).ok());
         let m = match Metrics::open(dir) {
             Ok(m) => m,
+            // A run that kept only its result (a committed experiment): the curve it holds.
+            Err(_) if !dir.join("metrics.jsonl").exists() && result.is_some() => {
+                let curve = result
+                    .as_ref()
+                    .and_then(|r| r["val_curve"].as_array())
+                    .map(|a| a.iter().filter_map(|p| Some((p[0].as_f64()?, p[1].as_f64()?))).collect::<Vec<_>>());
+                Metrics::from_curve(dir, curve.unwrap_or_default())
+            }
             Err(e) => {
                 self.skipped.push(format!("{name}: {e}"));
                 return;
             }
         };
-        let result: Option<serde_json::Value> =
-            std::fs::read_to_string(dir.join("result.json")).ok().and_then(|s| serde_json::from_str(&s).ok());
         // Without a result: the run's config.toml, else the folder's name `VARIANT-seedN`.
         let config = std::fs::read_to_string(dir.join("config.toml")).unwrap_or_default();
         let (guess_variant, guess_seed) = match name.rsplit_once("-seed") {
@@ -131,6 +208,13 @@ impl Experiment {
             None => (name.clone(), None),
         };
         let r = result.as_ref();
+        let result_final = r.and_then(|r| r["final_val_loss"].as_f64());
+        let (final_val, final_from) = match (result_final, m.full, m.val.last()) {
+            (Some(f), _, _) => (Some(f), FinalFrom::Result),
+            (None, Some(full), _) => (Some(full.1), FinalFrom::WholeSplit),
+            (None, None, Some(last)) => (Some(last.1), FinalFrom::Periodic),
+            (None, None, None) => (None, FinalFrom::None),
+        };
         self.runs.push(RunCurve {
             variant: r
                 .and_then(|r| r["variant"].as_str())
@@ -141,10 +225,12 @@ impl Experiment {
                 .and_then(|r| r["seed"].as_u64())
                 .or_else(|| setting(&config, "train", "seed").and_then(|s| s.parse().ok()))
                 .or(guess_seed),
-            final_val: r
-                .and_then(|r| r["final_val_loss"].as_f64())
-                .or_else(|| m.full.map(|f| f.1))
-                .or_else(|| m.val.last().map(|v| v.1)),
+            final_val,
+            final_from,
+            steps: r.and_then(|r| r["steps"].as_u64()).or_else(|| m.train.last().map(|t| t.step as u64)),
+            size: setting(&config, "model", "d_model")
+                .zip(setting(&config, "model", "n_layers"))
+                .map(|(d, l)| format!("d {d}, {l} blocks")),
             val_tokens: r.and_then(|r| r["val_tokens"].as_u64()),
             val: m.val,
             dir: dir.to_path_buf(),
@@ -181,6 +267,52 @@ impl Experiment {
                 })
             })
             .collect()
+    }
+
+    /// Why the final losses of the table do not compare, or `None` where they do: measured
+    /// from different sources or over different numbers of tokens, or runs of one variant
+    /// trained for different numbers of steps.
+    pub fn mixed(&self) -> Option<String> {
+        let mut why = Vec::new();
+        let mut sources: Vec<FinalFrom> = Vec::new();
+        for r in self.runs.iter().filter(|r| r.final_val.is_some()) {
+            if !sources.contains(&r.final_from) {
+                sources.push(r.final_from);
+            }
+        }
+        if sources.len() > 1 {
+            let parts: Vec<String> = sources
+                .iter()
+                .map(|s| {
+                    let n = self.runs.iter().filter(|r| r.final_val.is_some() && r.final_from == *s).count();
+                    format!("{n} from {}", s.describe())
+                })
+                .collect();
+            why.push(format!("final losses measured differently: {}", parts.join(", ")));
+        }
+        let tokens: Vec<u64> = self.runs.iter().filter_map(|r| r.val_tokens).collect();
+        if let (Some(lo), Some(hi)) = (tokens.iter().min(), tokens.iter().max())
+            && lo != hi
+        {
+            why.push(format!("over {lo} to {hi} validation tokens"));
+        }
+        for v in self.variants() {
+            let mut steps: Vec<u64> = self.runs.iter().filter(|r| r.variant == v).filter_map(|r| r.steps).collect();
+            steps.sort_unstable();
+            steps.dedup();
+            if steps.len() > 1 {
+                let list: Vec<String> = steps.iter().map(u64::to_string).collect();
+                why.push(format!("runs of {v} trained for different numbers of steps ({})", list.join(", ")));
+            }
+            let mut sizes: Vec<&str> =
+                self.runs.iter().filter(|r| r.variant == v).filter_map(|r| r.size.as_deref()).collect();
+            sizes.sort_unstable();
+            sizes.dedup();
+            if sizes.len() > 1 {
+                why.push(format!("runs of {v} are models of different sizes ({})", sizes.join("; ")));
+            }
+        }
+        (!why.is_empty()).then(|| why.join("; "))
     }
 
     /// The final validation loss per variant.
@@ -264,7 +396,59 @@ mod tests {
         assert_eq!((mine.variant.as_str(), mine.seed), ("ddl_v1", Some(7)));
         // The folder without metrics.jsonl is named as skipped; an experiment inside a folder
         // given contributes its runs.
-        assert_eq!(e.skipped, ["not-a-run: no metrics.jsonl (not a training run)"]);
+        assert_eq!(e.skipped, ["not-a-run: no metrics.jsonl or result.json (not a training run)"]);
+        // Losses of different sources are said not to compare (two from result.json, the
+        // others their last periodic evaluation).
+        let why = e.mixed().unwrap();
+        assert!(why.contains("2 from result.json") && why.contains("2 from the last periodic"), "{why}");
+        // A run that kept only its result.json (a committed experiment): its curve from there.
+        let kept = dir.join("kept/baseline-seed3");
+        std::fs::create_dir_all(&kept).unwrap();
+        std::fs::write(
+            kept.join("result.json"),
+            "{\"variant\":\"baseline\",\"seed\":3,\"steps\":100,\"final_val_loss\":1.8,\"val_tokens\":1000,\
+             \"val_curve\":[[50.0,2.1],[100.0,1.85]]}",
+        )
+        .unwrap();
+        let k = Experiment::open(&dir.join("kept")).unwrap();
+        assert_eq!(k.runs.len(), 1);
+        let r = &k.runs[0];
+        assert_eq!(
+            (r.val.clone(), r.final_val, r.final_from, r.steps),
+            (vec![(50.0, 2.1), (100.0, 1.85)], Some(1.8), FinalFrom::Result, Some(100))
+        );
+        assert!(k.mixed().is_none());
+        // A run of the same variant trained longer, or a model of another size: said so.
+        let longer = dir.join("kept/baseline-seed4");
+        std::fs::create_dir_all(&longer).unwrap();
+        std::fs::write(
+            longer.join("result.json"),
+            "{\"variant\":\"baseline\",\"seed\":4,\"steps\":200,\"final_val_loss\":1.7,\"val_tokens\":1000}",
+        )
+        .unwrap();
+        std::fs::write(longer.join("config.toml"), "[model]\nd_model = 64\nn_layers = 2\n").unwrap();
+        std::fs::write(kept.join("config.toml"), "[model]\nd_model = 128\nn_layers = 4\n").unwrap();
+        let why = Experiment::open(&dir.join("kept")).unwrap().mixed().unwrap();
+        assert!(why.contains("different numbers of steps (100, 200)"), "{why}");
+        assert!(why.contains("different sizes (d 128, 4 blocks; d 64, 2 blocks)"), "{why}");
+        std::fs::remove_dir_all(&longer).unwrap();
+        // Several folders: one without runs is skipped (named), not the end of the view; a run
+        // in two of them is shown once.
+        let all = Experiment::open_all(&[
+            dir.join("kept"),
+            dir.join("runs/not-a-run"),
+            dir.join("kept/baseline-seed3"),
+            dir.join("runs/baseline-seed1"),
+        ])
+        .unwrap();
+        assert_eq!(all.runs.len(), 2, "{:?}", all.runs);
+        assert!(
+            all.skipped.iter().any(|s| s.contains("not-a-run") && s.contains("no training runs")),
+            "{:?}",
+            all.skipped
+        );
+        assert!(Experiment::open_all(&[dir.join("runs/not-a-run")]).unwrap_err().contains("no training runs"));
+        let _ = std::fs::remove_dir_all(dir.join("kept"));
         let outer = dir.with_extension("outer");
         let _ = std::fs::remove_dir_all(&outer);
         std::fs::create_dir_all(&outer).unwrap();

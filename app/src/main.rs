@@ -43,9 +43,10 @@ struct Args {
     /// The view to open: beta, eigen, k, writes, interventions, training, experiment.
     #[arg(long)]
     tab: Option<String>,
-    /// Window size in points.
+    /// Window width in points.
     #[arg(long, default_value_t = 1280.0)]
     width: f32,
+    /// Window height in points.
     #[arg(long, default_value_t = 820.0)]
     height: f32,
 }
@@ -55,6 +56,48 @@ const MIN_SIDE: f32 = 200.0;
 const MAX_SIDE: f32 = 16384.0;
 /// The most tokens `--generate` asks for.
 const MAX_GENERATE: usize = 10_000;
+
+/// The paths given exist and are of the kind their flag takes (before the window opens: a
+/// typo is a usage error, not a window with a message). A corrupt file is the window's to report.
+fn check_paths(a: &Args) -> Result<(), String> {
+    let missing = |flag: &str, p: &std::path::Path| {
+        let what = if std::fs::symlink_metadata(p).is_ok() { "is a link to nothing" } else { "does not exist" };
+        format!("{flag} {}: {what}", p.display())
+    };
+    if let Some(d) = &a.checkpoint {
+        if !d.exists() {
+            return Err(missing("--checkpoint", d));
+        }
+        let model = ddl::train::checkpoint::MODEL_FILE;
+        if d.is_dir() && !d.join(model).exists() {
+            let hint = if d.join("metrics.jsonl").is_file() {
+                format!(
+                    ": a run that has not saved a checkpoint yet? --run {} follows its training curves meanwhile",
+                    d.display()
+                )
+            } else {
+                " (a checkpoint is the --out folder of `ddl train`, or one of its checkpoints/ folders)".to_string()
+            };
+            return Err(format!("--checkpoint {}: the folder holds no {model}{hint}", d.display()));
+        }
+    }
+    if let Some(t) = &a.trace {
+        if !t.exists() {
+            return Err(missing("--trace", t));
+        }
+    }
+    if let Some(r) = &a.run {
+        if !r.exists() {
+            return Err(missing("--run", r));
+        }
+    }
+    for e in &a.experiment {
+        if !e.exists() {
+            return Err(missing("--experiment", e));
+        }
+    }
+    Ok(())
+}
 
 fn main() -> std::process::ExitCode {
     // Before any thread or wgpu call: no "XDG_RUNTIME_DIR is invalid" lines from the driver.
@@ -121,6 +164,14 @@ fn main() -> std::process::ExitCode {
         eprintln!("error: {}", ddl_viz::worker::in_viz_words(&e.to_string()));
         return std::process::ExitCode::from(2);
     }
+    if let Err(e) = check_paths(&a) {
+        eprintln!("error: {e}");
+        return std::process::ExitCode::from(2);
+    }
+    if a.generate.is_some() && a.prompt.as_deref().is_some_and(|p| p.is_empty()) {
+        eprintln!("error: --prompt is empty: give the text to continue, e.g. --prompt \"First Citizen:\"");
+        return std::process::ExitCode::from(2);
+    }
     let opts = Options {
         checkpoint: a.checkpoint,
         run: a.run,
@@ -149,7 +200,17 @@ fn main() -> std::process::ExitCode {
         }),
     );
     if let Err(e) = run {
-        eprintln!("error: the window could not be opened: {e}");
+        let e = e.to_string();
+        // (winit's message names its own source file; the remedy is what a user needs.)
+        if e.contains("DISPLAY") {
+            eprintln!(
+                "error: the window could not be opened: no display (neither DISPLAY nor WAYLAND_DISPLAY is set). Run \
+                 ddl-viz in a desktop session, or under a virtual display for screenshots: xvfb-run -a ddl-viz … \
+                 (winit: {e})"
+            );
+        } else {
+            eprintln!("error: the window could not be opened: {e}");
+        }
         return std::process::ExitCode::FAILURE;
     }
     let auto = result.lock().unwrap().clone();

@@ -52,6 +52,11 @@ impl Metrics {
         Ok(m)
     }
 
+    /// The metrics of a run that kept only a validation curve (an experiment's `result.json`).
+    pub fn from_curve(dir: &Path, val: Vec<(f64, f64)>) -> Metrics {
+        Metrics { dir: dir.to_path_buf(), val, ..Default::default() }
+    }
+
     pub fn path(&self) -> PathBuf {
         self.dir.join("metrics.jsonl")
     }

@@ -32,6 +32,8 @@ pub struct TraceData {
     /// Value width d_v (length of every v and k^T X).
     pub m: usize,
     pub rows: Vec<Row>,
+    /// What a reader should know about a trace file (how it was made, what is missing).
+    pub notes: Vec<String>,
     pca: RefCell<Option<(usize, web_time::Instant, Pca)>>,
 }
 
@@ -289,6 +291,13 @@ impl TraceData {
                 path.display()
             ));
         }
+        if st.tensor("beta").is_err() {
+            return Err(format!(
+                "{} is not a trace: it holds no tensor 'beta' (a trace is the .safetensors file `ddl generate --trace \
+                 FILE` writes: beta, k, v, ktx, write and tokens)",
+                path.display()
+            ));
+        }
         let get = |name: &str| -> Result<(Vec<usize>, Vec<f32>), String> {
             let t = st.tensor(name).map_err(|_| format!("{}: tensor '{name}' is missing", path.display()))?;
             if t.dtype() != safetensors::Dtype::F32 {
@@ -319,14 +328,35 @@ impl TraceData {
         {
             return Err(bad());
         }
-        let texts: Vec<String> = std::fs::read_to_string(path.with_extension("json"))
+        // The summary beside the trace: the tokens' text and how the text was generated.
+        let summary_path = path.with_extension("json");
+        let summary = std::fs::read_to_string(&summary_path)
+            .map_err(|e| if e.kind() == std::io::ErrorKind::NotFound { "missing".to_string() } else { e.to_string() })
+            .and_then(|j| serde_json::from_str::<serde_json::Value>(&j).map_err(|e| format!("not JSON ({e})")));
+        let texts: Vec<String> = summary
+            .as_ref()
             .ok()
-            .and_then(|j| serde_json::from_str::<serde_json::Value>(&j).ok())
             .and_then(|j| {
                 j["tokens"].as_array().map(|a| a.iter().map(|x| x["text"].as_str().unwrap_or("").to_string()).collect())
             })
             .unwrap_or_default();
         let mut data = TraceData::new(s / 2, d, m);
+        if texts.len() != t {
+            let why = match &summary {
+                Err(e) => e.clone(),
+                Ok(_) => format!("its tokens do not match the trace's {t}"),
+            };
+            data.notes.push(format!(
+                "tokens shown as ids (#N): the trace's summary {} (written beside it by `ddl generate --trace`) is {why}",
+                summary_path.display()
+            ));
+        }
+        if let Some(iv) = summary.as_ref().ok().and_then(|j| j["interventions"].as_str()).filter(|s| !s.is_empty()) {
+            data.notes.push(format!(
+                "this text was generated under the intervention {iv} (`ddl generate --intervene`): the writes shown are \
+                 the intervened model's"
+            ));
+        }
         for i in 0..t {
             let traced = (0..s).all(|j| beta[i * s + j].is_finite());
             let slice = |a: &[f32], w: usize| if traced { a[i * s * w..(i + 1) * s * w].to_vec() } else { Vec::new() };

@@ -53,6 +53,8 @@ pub enum Event {
     Token(GenStep),
     /// How far a longer piece of work (a comparison) has come, for the status line.
     Progress(String),
+    /// Something the user should know (a note under the views), e.g. a prompt cut to the context.
+    Note(String),
     /// A comparison finished.
     Compared(crate::panels::interventions::Comparison),
     /// Generation ended (max tokens, stopped, end of text).
@@ -430,6 +432,9 @@ async fn serve(
                     continue;
                 }
             };
+            if let Some(n) = prompt_cut(ids.len(), model.cfg.max_seq_len) {
+                out.send(Event::Note(n));
+            }
             match Generator::open(model, tok, &ids, Sampler::new(sampling), true, None, &[], wait).await {
                 Ok(g) => {
                     out.send(Event::Started { prompt: g.prompt_traces().to_vec() });
@@ -473,6 +478,18 @@ async fn serve(
     None
 }
 
+/// The note for a prompt of `n` tokens longer than the model's context `cap` (which keeps its
+/// last `cap` tokens), or `None` when it fits.
+pub fn prompt_cut(n: usize, cap: usize) -> Option<String> {
+    (n > cap).then(|| {
+        format!(
+            "the prompt has {n} tokens, more than the model's context of {cap}: its first {} are left out (the model \
+             sees and the views show its last {cap})",
+            n - cap
+        )
+    })
+}
+
 /// Generates `prompt`'s continuation as the model is and under `specs` (the same sampler settings
 /// and seed, traced), and the per-token change of the original continuation's log-probability
 /// under the interventions (teacher-forced), as `ddl generate --compare` does.
@@ -493,6 +510,9 @@ async fn compare(
     let maps = iv.maps(&model.cfg).map_err(|e| in_viz_words(&e.to_string()))?;
     let k_mean = iv.k_mean_targets(&model.cfg).map_err(|e| e.to_string())?;
     let ids = tok.encode(prompt).map_err(|e| format!("the tokenizer cannot encode the prompt: {e}"))?;
+    if let Some(n) = prompt_cut(ids.len(), model.cfg.max_seq_len) {
+        out.send(Event::Note(n));
+    }
     if ids.is_empty() {
         return Err("the prompt is empty: type some text first".into());
     }

@@ -68,6 +68,17 @@ fn generate_step_and_errors_with_a_tiny_model() {
     h.state_mut().stop();
     wait(&mut h, "stop", |a| !a.busy() && a.status.starts_with("done"));
     assert!(h.state().trace.len() < prompt + 500);
+    // A prompt longer than the context: its last max_seq_len tokens, and a note saying so.
+    let cap = h.state().model.as_ref().unwrap().config.max_seq_len;
+    let long = "First Citizen:".repeat(cap / 14 + 2);
+    (h.state_mut().prompt, h.state_mut().max_tokens) = (long.clone(), 1);
+    h.get_by_label("Generate").click();
+    wait(&mut h, "a long prompt", |a| !a.busy() && a.status.starts_with("done"));
+    let m = &h.state().messages;
+    assert!(m.len() == 1 && m[0].1.contains(&format!("{} are left out", long.len() - cap)), "{m:?}");
+    assert_eq!(h.state().trace.rows.iter().filter(|r| r.prompt).count(), cap);
+    h.state_mut().messages.clear();
+    h.state_mut().prompt = "First Citizen:".into();
     // Errors are messages: a missing directory, a corrupt checkpoint, then the good one again.
     h.state_mut().open_checkpoint(&dir.join("nope"));
     wait(&mut h, "an error", |a| !a.messages.is_empty() && !a.busy());
@@ -223,4 +234,30 @@ fn the_intervention_flow_generates_both_texts_and_measures_the_change() {
     let t = &h.state().trace;
     assert_eq!(t.len(), c.prompt_intervened.len() + c.intervened.len());
     assert!((0..t.len()).all(|i| t.beta(i, 1) == Some(0.0)));
+}
+
+/// `--intervene SPEC --generate N --tab beta`: the comparison runs and the view asked for shows
+/// the intervened continuation (the Interventions view is not forced).
+#[test]
+fn an_intervention_from_the_command_line_shows_in_the_view_asked_for() {
+    use ddl_viz::app::Tab;
+    let dir = common::tmpdir("intervene-tab");
+    let ck = common::tiny_checkpoint(&dir);
+    let opts = Options {
+        checkpoint: Some(ck),
+        prompt: Some("First Citizen:".into()),
+        generate: Some(4),
+        intervene: vec!["block1.mlp:beta=0".into()],
+        tab: Some(Tab::BetaMap),
+        ..Default::default()
+    };
+    let app = VizApp::new(None, opts);
+    let mut h =
+        Harness::builder().with_size([1280.0, 800.0]).build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), app);
+    wait(&mut h, "the comparison", |a| !a.busy() && a.interventions.comparison.is_some() && !a.trace.is_empty());
+    assert_eq!(h.state().tab, Tab::BetaMap);
+    let t = &h.state().trace;
+    let c = h.state().interventions.comparison.as_ref().unwrap();
+    assert_eq!(t.len(), c.prompt_intervened.len() + c.intervened.len());
+    assert!((0..t.len()).all(|i| t.beta(i, 3) == Some(0.0) && t.beta(i, 1).is_some_and(|b| b > 0.0)));
 }

@@ -297,6 +297,10 @@ fn given_interventions_are_shown_as_choices_or_kept_as_written() {
     }
 }
 
+fn v16(data: &[u8; 16]) -> safetensors::tensor::TensorView<'_> {
+    safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4], data).unwrap()
+}
+
 /// A trace of another format version, a trace's JSON summary and a model's parameters opened as
 /// traces are messages that say what to open instead.
 #[test]
@@ -314,10 +318,29 @@ fn wrong_files_opened_as_traces_say_what_they_are() {
     let current = dir.join("t.safetensors");
     let meta = std::collections::HashMap::from([("format".to_string(), ddl::generate::TRACE_FORMAT.to_string())]);
     std::fs::write(&current, safetensors::serialize(tensors, Some(meta)).unwrap()).unwrap();
-    assert_eq!(TraceData::load(&current).unwrap().len(), trace().len());
+    // Without its summary the tokens are ids, said so; the fixture (with one) has no notes.
+    let t = TraceData::load(&current).unwrap();
+    assert_eq!(t.len(), trace().len());
+    assert!(t.notes.len() == 1 && t.notes[0].contains("ids") && t.notes[0].contains("missing"), "{:?}", t.notes);
+    assert!(t.rows[0].trace.text.starts_with('#'));
+    assert!(trace().notes.is_empty(), "{:?}", trace().notes);
     std::fs::write(dir.join("t.json"), "{\"format\":\"ddl-trace-1\"}").unwrap();
     let e = TraceData::load(&dir.join("t.json")).unwrap_err();
     assert!(e.contains("summary") && e.contains("t.safetensors"), "{e}");
+    let notes = TraceData::load(&current).unwrap().notes;
+    assert!(notes.len() == 1 && notes[0].contains("do not match"), "{notes:?}");
+    // A text generated under an intervention says so.
+    let mut summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(common::fixture("trace.json")).unwrap()).unwrap();
+    summary["interventions"] = "block1.mlp:beta=0".into();
+    std::fs::write(dir.join("t.json"), summary.to_string()).unwrap();
+    let notes = TraceData::load(&current).unwrap().notes;
+    assert!(notes.len() == 1 && notes[0].contains("under the intervention block1.mlp:beta=0"), "{notes:?}");
+    // Another safetensors file (an optimizer's moments) is named as not a trace.
+    let optim = dir.join("optim.safetensors");
+    std::fs::write(&optim, safetensors::serialize(vec![("m".to_string(), v16(&[0u8; 16]))], None).unwrap()).unwrap();
+    let e = TraceData::load(&optim).unwrap_err();
+    assert!(e.contains("not a trace") && e.contains("ddl generate --trace"), "{e}");
     let data = [0u8; 16];
     let model = dir.join("model.safetensors");
     let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4], &data).unwrap();

@@ -199,4 +199,17 @@ fn bad_automation_flags_are_refused_before_the_window_opens() {
     );
     // A file where the screenshot's folder should be.
     refused(&["--screenshot", photo.join("x.png").to_str().unwrap()], "is a file, not a folder");
+    // Paths that do not exist, a run that has saved no checkpoint yet, an empty prompt.
+    let none = dir.join("no-such");
+    let none = none.to_str().unwrap();
+    refused(&["--checkpoint", none], "--checkpoint");
+    refused(&["--trace", none], "does not exist");
+    refused(&["--run", none], "--run");
+    refused(&["--experiment", ck, "--experiment", none], "--experiment");
+    let training = dir.join("training");
+    std::fs::create_dir_all(&training).unwrap();
+    std::fs::write(training.join("metrics.jsonl"), "").unwrap();
+    refused(&["--checkpoint", training.to_str().unwrap()], "follows its training curves meanwhile");
+    refused(&["--checkpoint", dir.to_str().unwrap()], "holds no model.safetensors");
+    refused(&["--checkpoint", ck, "--generate", "3", "--prompt", ""], "--prompt is empty");
 }

@@ -22,10 +22,14 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
             m.dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| m.dir.display().to_string());
         ui.strong(format!("Run {name}")).on_hover_text(m.dir.display().to_string());
         ui.label(format!(
-            "{} steps logged{}{}",
+            "{} steps logged{}{}{}",
             m.train.len(),
             last.and_then(|r| r.loss).map(|l| format!(", last loss {l:.4}")).unwrap_or_default(),
-            m.val.last().map(|v| format!(", val loss {:.4} at step {}", v.1, v.0)).unwrap_or_default(),
+            m.val
+                .last()
+                .map(|v| format!(", val loss {:.4} at step {} (periodic subset)", v.1, v.0))
+                .unwrap_or_default(),
+            m.full.map(|f| format!(", final {:.4} over the whole split", f.1)).unwrap_or_default(),
         ));
         if m.bad_lines > 0 {
             ui.colored_label(Color32::from_rgb(230, 160, 60), format!("{} unreadable line(s) skipped", m.bad_lines));
@@ -43,7 +47,10 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
         m.train.iter().filter_map(|r| f(r).filter(|v| v.is_finite()).map(|v| [r.step, v])).collect()
     };
     ui.columns(2, |cols| {
-        super::legend_row(&mut cols[0], &[("train loss".into(), train_c), ("val loss".into(), val_c)]);
+        super::legend_row(
+            &mut cols[0],
+            &[("train loss".into(), train_c), ("val loss (periodic subset)".into(), val_c)],
+        );
         super::legend_row(&mut cols[1], &[("learning rate".into(), lr_c)]);
         Plot::new("dash-loss")
             .height(h)

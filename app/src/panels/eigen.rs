@@ -96,7 +96,7 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
         .allow_scroll(false)
         .include_y(0.0)
         .y_axis_label("tokens")
-        .x_axis_formatter(super::sublayer_ticks(s))
+        .x_axis_formatter(super::sublayer_ticks_x(s))
         .show(ui, |p| {
             for c in charts {
                 p.bar_chart(c);

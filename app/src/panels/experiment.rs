@@ -5,7 +5,12 @@
 use eframe::egui::{self, Color32, RichText};
 use egui_plot::{Line, Plot, Polygon};
 
-use crate::experiment::Experiment;
+use crate::experiment::{Experiment, FinalFrom};
+
+/// "1 run", "3 runs".
+fn plural(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
 
 /// A variant's colour (the palette of the sublayers, one hue per variant).
 pub fn variant_color(i: usize, n: usize) -> Color32 {
@@ -25,7 +30,7 @@ pub fn show(ui: &mut egui::Ui, e: Option<&Experiment>) {
     let name = e.dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     ui.horizontal(|ui| {
         ui.strong(format!("Experiment {name}")).on_hover_text(e.dir.display().to_string());
-        ui.label(format!("{} runs, {} variants", e.runs.len(), n));
+        ui.label(format!("{}, {}", plural(e.runs.len(), "run"), plural(n, "variant")));
         if !e.skipped.is_empty() {
             ui.colored_label(Color32::from_rgb(230, 160, 60), format!("{} folder(s) skipped", e.skipped.len()))
                 .on_hover_text(e.skipped.join("\n"));
@@ -35,7 +40,8 @@ pub fn show(ui: &mut egui::Ui, e: Option<&Experiment>) {
         variants.iter().enumerate().map(|(i, v)| (v.clone(), variant_color(i, n))).collect();
     super::legend_row(ui, &items);
     ui.weak("thin: each run; thick: the variant's mean; band: its seeds' min to max (at steps every run logged)");
-    let h = (ui.available_height() - 170.0).max(160.0);
+    // The table below keeps its rows in view: a row per variant, heading, notes.
+    let h = (ui.available_height() - 110.0 - 24.0 * (n as f32 + 1.0)).max(160.0);
     // Steps from 0 (runs evaluated once would otherwise span a fraction of a step).
     Plot::new("experiment-val")
         .height(h)
@@ -70,28 +76,42 @@ pub fn show(ui: &mut egui::Ui, e: Option<&Experiment>) {
         });
     ui.separator();
     ui.strong("Final validation loss");
-    egui::Grid::new("experiment-table").striped(true).num_columns(6).show(ui, |ui| {
-        for h in ["variant", "runs", "mean", "sd", "min", "max"] {
-            ui.label(RichText::new(h).strong());
+    match e.mixed() {
+        Some(why) => {
+            ui.colored_label(
+                Color32::from_rgb(230, 160, 60),
+                format!("Not comparable as one table: {why}. Open runs of one experiment together."),
+            );
         }
-        ui.end_row();
-        for s in e.summary() {
-            let i = variants.iter().position(|v| *v == s.variant).unwrap_or(0);
-            ui.colored_label(variant_color(i, n), &s.variant);
-            ui.label(s.runs.to_string());
-            for x in [s.mean, s.sd, s.min, s.max] {
-                ui.monospace(format!("{x:.4}"));
+        None => {
+            let tokens: Vec<u64> = e.runs.iter().filter_map(|r| r.val_tokens).collect();
+            let from = e.runs.first().map(|r| r.final_from).unwrap_or(FinalFrom::None);
+            match tokens.first() {
+                Some(t) => ui.weak(format!("each final loss over {t} validation tokens (result.json)")),
+                None => ui.weak(format!("each final loss from {}", from.describe())),
+            };
+        }
+    }
+    // (Scrolled where the window is too small for every row.)
+    egui::ScrollArea::vertical().id_salt("experiment-table-scroll").show(ui, |ui| {
+        egui::Grid::new("experiment-table").striped(true).num_columns(6).show(ui, |ui| {
+            for h in ["variant", "runs", "mean", "sd", "min", "max"] {
+                ui.label(RichText::new(h).strong());
             }
             ui.end_row();
-        }
-    });
-    let tokens: Vec<u64> = e.runs.iter().filter_map(|r| r.val_tokens).collect();
-    if let (Some(lo), Some(hi)) = (tokens.iter().min(), tokens.iter().max()) {
-        ui.weak(if lo == hi {
-            format!("each final loss over {lo} validation tokens (result.json)")
-        } else {
-            format!("final losses over {lo}–{hi} validation tokens (result.json)")
+            for s in e.summary() {
+                let i = variants.iter().position(|v| *v == s.variant).unwrap_or(0);
+                ui.colored_label(variant_color(i, n), &s.variant);
+                ui.label(s.runs.to_string());
+                ui.monospace(format!("{:.4}", s.mean));
+                // (One run has no spread to state.)
+                ui.monospace(if s.runs > 1 { format!("{:.4}", s.sd) } else { "—".to_string() });
+                for x in [s.min, s.max] {
+                    ui.monospace(format!("{x:.4}"));
+                }
+                ui.end_row();
+            }
         });
-    }
-    ui.weak("The experiment's report (report.md, `ddl experiment --report-only`) gives the paired statistics.");
+        ui.weak("The experiment's report (report.md, `ddl experiment --report-only`) gives the paired statistics.");
+    });
 }

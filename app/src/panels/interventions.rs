@@ -190,8 +190,14 @@ pub fn show(
         ui.strong("Interventions");
         ui.weak("(choose what each write does, then generate the prompt with and without it at the same seed)");
     });
-    if sublayers == 0 || !ddl {
-        ui.weak("Open a DDL checkpoint: a baseline model has residual additions, no writes to intervene on.");
+    if sublayers == 0 {
+        ui.weak("No model loaded: open a DDL checkpoint (--checkpoint DIR, or Open…) to intervene on its writes.");
+        return None;
+    }
+    if !ddl {
+        ui.weak(
+            "This is a baseline model: it has residual additions, no writes to intervene on. Open a DDL checkpoint.",
+        );
         return None;
     }
     if st.choices.len() != sublayers {

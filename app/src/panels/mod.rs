@@ -55,6 +55,13 @@ pub(crate) fn sublayer_ticks(s: usize) -> impl Fn(egui_plot::GridMark, &std::ops
     }
 }
 
+/// [`sublayer_ticks`] for an x axis: the name on two lines ("block 0" over "attn"), narrow
+/// enough that every sublayer of a few blocks keeps its label.
+pub(crate) fn sublayer_ticks_x(s: usize) -> impl Fn(egui_plot::GridMark, &std::ops::RangeInclusive<f64>) -> String {
+    let one = sublayer_ticks(s);
+    move |m, r| one(m, r).replacen(" attn", "\nattn", 1).replacen(" MLP", "\nMLP", 1)
+}
+
 /// A plot's legend as a row above it (wrapping), so that it never covers the data: a colour
 /// swatch and the series' name per entry.
 pub(crate) fn legend_row(ui: &mut eframe::egui::Ui, items: &[(String, eframe::egui::Color32)]) {

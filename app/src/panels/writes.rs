@@ -1,7 +1,7 @@
 //! Write strength per sublayer: |β (v − k^T X)|, what is erased (k^T X) and written (v).
 
 use eframe::egui;
-use egui_plot::{Bar, BarChart, Legend, Line, Plot};
+use egui_plot::{Bar, BarChart, Line, Plot};
 
 use super::Selection;
 use crate::colors;
@@ -16,7 +16,12 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
     ui.strong(format!("Writes of {}", super::token_label(data, t)));
     ui.label("Each sublayer erases k^T X (the state's component along k) and writes v there, scaled by β: the update is β·k·(v − k^T X)^T.");
     let h = (ui.available_height() * 0.5).clamp(140.0, 320.0);
-    let fmt = super::sublayer_ticks(s);
+    let fmt = super::sublayer_ticks_x(s);
+    let (write_c, erased_c, written_c) = (
+        egui::Color32::from_rgb(240, 190, 60),
+        egui::Color32::from_rgb(90, 140, 230),
+        egui::Color32::from_rgb(90, 190, 110),
+    );
     ui.columns(2, |cols| {
         let ui = &mut cols[0];
         let mk = |name: &str, off: f64, f: &dyn Fn(usize) -> Option<f64>, c: egui::Color32| {
@@ -24,17 +29,15 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
                 (0..s).filter_map(|i| f(i).map(|v| Bar::new(i as f64 + off, v).width(0.25).name(sublayer_name(i))));
             BarChart::new(name, bars.collect()).color(c)
         };
-        let write = mk(
-            "write |β(v − k^T X)|",
-            -0.27,
-            &|i| data.write(t, i).map(|x| x as f64),
-            egui::Color32::from_rgb(240, 190, 60),
-        );
-        let erased = mk("erased |k^T X|", 0.0, &|i| data.ktx(t, i).map(norm), egui::Color32::from_rgb(90, 140, 230));
-        let written = mk("written |v|", 0.27, &|i| data.v(t, i).map(norm), egui::Color32::from_rgb(90, 190, 110));
+        let names = ["write |β(v − k^T X)|", "erased |k^T X|", "written |v|"];
+        let write = mk(names[0], -0.27, &|i| data.write(t, i).map(|x| x as f64), write_c);
+        let erased = mk(names[1], 0.0, &|i| data.ktx(t, i).map(norm), erased_c);
+        let written = mk(names[2], 0.27, &|i| data.v(t, i).map(norm), written_c);
+        let items: Vec<(String, egui::Color32)> =
+            names.iter().zip([write_c, erased_c, written_c]).map(|(n, c)| (n.to_string(), c)).collect();
+        super::legend_row(ui, &items);
         Plot::new("writes-bars")
             .height(h)
-            .legend(Legend::default())
             .include_y(0.0)
             .allow_zoom(false)
             .allow_drag(false)
@@ -70,17 +73,17 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
     });
     ui.separator();
     ui.strong("Write size over the text, per sublayer");
-    Plot::new("writes-over-text")
-        .height(ui.available_height().max(120.0))
-        .legend(Legend::default())
-        .include_y(0.0)
-        .x_axis_label("token")
-        .show(ui, |p| {
+    let items: Vec<(String, egui::Color32)> = (0..s).map(|i| (sublayer_name(i), colors::layer_color(i, s))).collect();
+    super::legend_row(ui, &items);
+    Plot::new("writes-over-text").height(ui.available_height().max(120.0)).include_y(0.0).x_axis_label("token").show(
+        ui,
+        |p| {
             for i in 0..s {
                 let pts: Vec<[f64; 2]> =
                     (0..data.len()).filter_map(|tt| data.write(tt, i).map(|w| [tt as f64, w as f64])).collect();
                 p.line(Line::new(sublayer_name(i), pts).color(colors::layer_color(i, s)));
             }
             p.vline(egui_plot::VLine::new("selected", t as f64).color(egui::Color32::GRAY));
-        });
+        },
+    );
 }
