@@ -47,19 +47,23 @@ pub(crate) struct Cli {
     pub(crate) cmd: Cmd,
 }
 
+/// The help section of the device flags: global, so every command's help lists them, apart from
+/// its own options (commands that run no kernels — data, tokenizer — ignore them).
+const DEVICE_HEADING: &str = "Device (for commands that run kernels)";
+
 #[derive(Args, Clone)]
 pub(crate) struct DeviceArgs {
     /// Graphics backend: vulkan, metal, dx12 or gl (default: the best adapter of any).
-    #[arg(long, global = true, env = "DDL_BACKEND")]
+    #[arg(long, global = true, help_heading = DEVICE_HEADING, env = "DDL_BACKEND")]
     pub(crate) backend: Option<String>,
     /// Adapter index (as `ddl info` lists them, with the same --backend: the indices count the
     /// adapters of that backend) or a name substring.
-    #[arg(long, global = true, env = "DDL_ADAPTER")]
+    #[arg(long, global = true, help_heading = DEVICE_HEADING, env = "DDL_ADAPTER")]
     pub(crate) adapter: Option<String>,
     /// Do not measure matmul tiles on first use (train, experiment, bench train): use earlier
     /// measurements and the heuristic choice. Results are the same bits either way. Also
     /// DDL_NO_AUTOTUNE=1 (e.g. in a shell profile, for every command).
-    #[arg(long, global = true, env = "DDL_NO_AUTOTUNE", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, global = true, help_heading = DEVICE_HEADING, env = "DDL_NO_AUTOTUNE", value_parser = clap::builder::BoolishValueParser::new())]
     pub(crate) no_autotune: bool,
 }
 
