@@ -58,7 +58,7 @@ pub(crate) struct DeviceArgs {
     pub(crate) backend: Option<String>,
     /// Adapter index (as `ddl info` lists them, with the same --backend: the indices count the
     /// adapters of that backend) or a name substring.
-    #[arg(long, global = true, help_heading = DEVICE_HEADING, env = "DDL_ADAPTER")]
+    #[arg(long, global = true, help_heading = DEVICE_HEADING, env = "DDL_ADAPTER", allow_negative_numbers = true)]
     pub(crate) adapter: Option<String>,
     /// Do not measure matmul tiles on first use (train, experiment, bench train): use earlier
     /// measurements and the heuristic choice. Results are the same bits either way. Also
@@ -69,8 +69,35 @@ pub(crate) struct DeviceArgs {
 
 impl DeviceArgs {
     pub(crate) fn open(&self) -> Result<std::sync::Arc<Gpu>> {
-        let backend = self.backend.as_deref().map(BackendChoice::parse).transpose()?;
-        let gpu = Gpu::new(&GpuOptions { backend, adapter: self.adapter.clone() })?;
+        // A value that came from the environment (a shell profile, say) is named as such.
+        let from_env = |var: &str, v: &str| {
+            if std::env::var(var).is_ok_and(|e| e == v) {
+                format!(" (from the environment variable {var}: unset it, or give the flag)")
+            } else {
+                String::new()
+            }
+        };
+        if let Some(a) = self.adapter.as_deref()
+            && a.trim().is_empty()
+        {
+            anyhow::bail!(
+                "--adapter '{a}'{}: expected an adapter index or a name substring (`ddl info` lists them)",
+                from_env("DDL_ADAPTER", a)
+            );
+        }
+        let backend = self
+            .backend
+            .as_deref()
+            .map(|b| BackendChoice::parse(b).map_err(|e| anyhow::anyhow!("{e}{}", from_env("DDL_BACKEND", b))))
+            .transpose()?;
+        let gpu = Gpu::new(&GpuOptions { backend, adapter: self.adapter.clone() }).map_err(|e| {
+            match (&e, self.adapter.as_deref()) {
+                (ddl::gpu::GpuError::AdapterNotFound { .. }, Some(a)) if !from_env("DDL_ADAPTER", a).is_empty() => {
+                    anyhow::anyhow!("{e}\nThe adapter '{a}' was asked for by the environment variable DDL_ADAPTER: unset it, or give --adapter")
+                }
+                _ => anyhow::Error::from(e),
+            }
+        })?;
         if gpu.info.backend == wgpu::Backend::Gl && backend.is_none() && self.adapter.is_none() {
             eprintln!(
                 "note: running on OpenGL ({}): no Vulkan, Metal or DX12 adapter was found. The engine is \
@@ -113,11 +140,11 @@ pub(crate) enum Cmd {
         recompute: bool,
         /// Plan a run whose LM head works in slices of this many rows (`ddl train
         /// --head-chunk`): one slice's logits instead of the batch's.
-        #[arg(long, value_name = "ROWS", default_value_t = 0, requires = "preset")]
+        #[arg(long, value_name = "ROWS", allow_negative_numbers = true, value_parser = count, default_value_t = 0, requires = "preset")]
         head_chunk: usize,
         /// Also print the largest batch of --seq tokens whose plan fits this much device memory
         /// (e.g. 80GB, 141GiB, 24GiB), for each way of storing the activations.
-        #[arg(long, value_name = "SIZE", value_parser = memory_size, requires = "preset")]
+        #[arg(long, value_name = "SIZE", allow_hyphen_values = true, value_parser = memory_size, requires = "preset")]
         memory: Option<u64>,
         /// Write one JSON object instead of text: the adapters and the chosen one's description
         /// (features, limits, cooperative matrices, kernel forms), or with --preset the memory
@@ -146,7 +173,7 @@ pub(crate) enum Cmd {
         /// Train the files' steps with the LM head in slices of this many rows (`ddl train
         /// --head-chunk`; 0 = all rows at once), at the f32 tolerances: the loss and the logits'
         /// gradient are the same bits, the embedding's gradient sums the slices' products.
-        #[arg(long, value_name = "ROWS", default_value_t = 0)]
+        #[arg(long, value_name = "ROWS", allow_negative_numbers = true, value_parser = count, default_value_t = 0)]
         head_chunk: usize,
     },
     /// Train a model (headless): progress bar, metrics.jsonl, loss.png, checkpoints in --out.
@@ -711,7 +738,7 @@ pub(crate) enum BenchCmd {
         recompute: bool,
         /// The measured side's LM head in slices of this many rows (`ddl train --head-chunk`),
         /// the other side's not unless `--set train.head_chunk=R` (both sides).
-        #[arg(long, value_name = "ROWS", default_value_t = 0)]
+        #[arg(long, value_name = "ROWS", allow_negative_numbers = true, value_parser = count, default_value_t = 0)]
         head_chunk: usize,
         /// One JSON object per line.
         #[arg(long)]
@@ -755,7 +782,7 @@ pub(crate) enum BenchCmd {
         variant: String,
         /// Context lengths to time one token at (comma-separated, each from 2 to the model's
         /// context) [default: those of 64 and 256 the model's context holds, else its context].
-        #[arg(long, value_parser = positive, value_delimiter = ',')]
+        #[arg(long, value_parser = context_length, value_delimiter = ',')]
         contexts: Option<Vec<usize>>,
         /// Timed tokens per context (median reported).
         #[arg(long, value_parser = repetitions, default_value_t = 3)]
@@ -856,6 +883,24 @@ fn peak_tflops(s: &str) -> Result<f64, String> {
             Err(format!("{v}: expected a rate in TFLOP/s above 0 and below 10^6 (e.g. 67 for an H100 SXM in f32)"))
         }
         Err(_) => Err(format!("expected a number of TFLOP/s (e.g. 67), got '{s}'")),
+    }
+}
+
+/// A count that may be 0 (`--head-chunk 0`: off); a negative one said as such.
+fn count(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(v) => Ok(v),
+        Err(_) if s.trim().parse::<i64>().is_ok() => Err(format!("{s}: a whole number, not a negative one")),
+        Err(_) => Err(format!("expected a whole number ≥ 0, got '{s}'")),
+    }
+}
+
+/// `bench generate --contexts`: a context to time one token at holds it and one before (≥ 2).
+fn context_length(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(v) if v >= 2 => Ok(v),
+        Ok(v) => Err(format!("{v} is too short (at least 2: the token and one before it)")),
+        Err(_) => Err(format!("expected a whole number ≥ 2, got '{s}'")),
     }
 }
 

@@ -298,7 +298,14 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
             }
             let tok = ddl::train::load_tokenizer(&tokenizer)?;
             let text = if text == "-" { read_stdin_capped("--text -", 1 << 30)? } else { text };
-            let ids = tok.encode(&text)?;
+            let ids = tok.encode(&text).map_err(|e| match e {
+                ddl::tokenizer::TokenizerError::Unknown { .. } => anyhow::anyhow!(
+                    "--text: {e}; the tokenizer of {} cannot encode it: leave that character out, or use a \
+                     tokenizer made from a corpus that has it",
+                    tokenizer.display()
+                ),
+                e => anyhow::anyhow!("--text: {e}"),
+            })?;
             println!("{}", ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(" "));
         }
     }

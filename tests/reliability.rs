@@ -698,6 +698,13 @@ fn device_problems_are_clear_errors() {
         assert!(with_env(k, "", &["info"]).status.success(), "{k} empty: {}", text(&with_env(k, "", &["info"])));
     }
     assert!(with_env("DDL_BACKEND", "zz", &["--backend", "vulkan", "info"]).status.success());
+    // An adapter asked for by the environment is named as such; an empty name is refused.
+    let o = with_env("DDL_ADAPTER", "no-such-adapter", &["info"]);
+    assert!(!o.status.success() && text(&o).contains("environment variable DDL_ADAPTER"), "{}", text(&o));
+    fails(&dir, &["--adapter", "", "info"], &["--adapter ''", "an adapter index or a name substring"]);
+    // Negative values are the flag's error, not "unexpected argument".
+    fails(&dir, &["info", "--preset", "tiny", "--head-chunk", "-1"], &["--head-chunk", "not a negative one"]);
+    fails(&dir, &["info", "--preset", "tiny", "--memory", "-5GB"], &["--memory", "'-5GB' is not a memory size"]);
     // With a backend, indices count its adapters: an index `info` gives another backend's
     // adapter is said to count only this one's (where this machine has adapters of two).
     let count = |args: &[&str]| {
@@ -782,7 +789,10 @@ fn bench_problems_are_clear_errors() {
     fails(&dir, &["bench", "kernels", "--list", "--filter", "zzzz"], &["--filter zzzz", "no kernel case"]);
     fails(&dir, &["bench", "kernels", "--list", "--reps", "3"], &["--list", "--reps"]);
     // `--list` names the cases the filter keeps, timing none.
-    let o = cmd(&dir).args(["bench", "kernels", "--preset", "tiny", "--list", "--filter", "rmsnorm_", "--json"]).output().unwrap();
+    let o = cmd(&dir)
+        .args(["bench", "kernels", "--preset", "tiny", "--list", "--filter", "rmsnorm_", "--json"])
+        .output()
+        .unwrap();
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     let cases: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)

@@ -373,10 +373,14 @@ fn info_plans_a_presets_memory_in_each_precision() {
     assert_eq!(b, ddl::model::largest_batch(&cfg, 1024, st, 80_000_000_000), "{fit_c}");
     assert!(b > batch("f32 --recompute"), "{fit_c}");
     // `--json`: the same plan and batches as one object.
-    let v: serde_json::Value = serde_json::from_str(&info(&["--precision", "f16", "--memory", "80GB", "--json"])).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&info(&["--precision", "f16", "--memory", "80GB", "--json"])).unwrap();
     let f16_text = info(&["--precision", "f16"]);
     let st = &v["storage"];
-    assert_eq!((st["precision"].as_str(), st["f16_state"].as_bool(), v["batch"].as_u64()), (Some("f16"), Some(true), Some(8)));
+    assert_eq!(
+        (st["precision"].as_str(), st["f16_state"].as_bool(), v["batch"].as_u64()),
+        (Some("f16"), Some(true), Some(8))
+    );
     for (key, what) in [("activations", "activations"), ("f16_weight_copy", "f16 weight copy"), ("total", "total")] {
         assert_eq!(v["plan"]["bytes"][key].as_u64(), Some(bytes(&f16_text, what)), "{key}: {v}");
     }
@@ -385,7 +389,11 @@ fn info_plans_a_presets_memory_in_each_precision() {
     let row = |name: &str| rows.iter().find(|r| r["storage"] == name).unwrap_or_else(|| panic!("{name}: {v}"));
     assert_eq!(row("f32 --recompute")["batch"].as_u64(), Some(batch("f32 --recompute") as u64), "{v}");
     assert_eq!(row("f32")["batch"].as_u64(), Some(batch("f32 ") as u64), "{v}");
-    assert_eq!(rows.len(), fit.lines().filter(|l| l.starts_with("  ") && (l.contains(" B ") || l.contains(" none "))).count(), "{fit}");
+    assert_eq!(
+        rows.len(),
+        fit.lines().filter(|l| l.starts_with("  ") && (l.contains(" B ") || l.contains(" none "))).count(),
+        "{fit}"
+    );
     let o = ddl_cmd(&dir).args(["info", "--preset", "small-124m", "--memory", "80 XB"]).output().unwrap();
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && e.contains("--memory") && e.contains("'80 XB'") && e.contains("80GB"), "{e}");

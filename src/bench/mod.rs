@@ -235,8 +235,8 @@ pub fn all_kernel_rows(
     let (mut failed, mut kept) = (Vec::new(), 0);
     let mut measured: Option<(f64, f64)> = None;
     for (module, f) in BENCHES {
-        let cases = f(gpu, shape, filter)
-            .map(|cases| cases.into_iter().filter(|c| filter.keeps(&c.name)).collect::<Vec<_>>());
+        let cases =
+            f(gpu, shape, filter).map(|cases| cases.into_iter().filter(|c| filter.keeps(&c.name)).collect::<Vec<_>>());
         let run = cases.and_then(|cases| {
             if cases.is_empty() {
                 return Ok(());

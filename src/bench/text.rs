@@ -13,7 +13,7 @@ impl Row {
             Some("matmul") if v.get("skipped").is_some() => writeln!(
                 out,
                 "{:<26} {:>6}x{:<6}x{:<6} {}skipped: {}",
-                v["case"].as_str().unwrap_or(""),
+                matmul_case(v),
                 v["m"],
                 v["n"],
                 v["k"],
@@ -23,7 +23,7 @@ impl Row {
             Some("matmul") => writeln!(
                 out,
                 "{:<26} {:>6}x{:<6}x{:<6} {:<14} {:>10.3} ms {:>9.2} GFLOP/s{}{}",
-                v["case"].as_str().unwrap_or(""),
+                matmul_case(v),
                 v["m"],
                 v["n"],
                 v["k"],
@@ -152,7 +152,7 @@ impl Row {
                 let ms = v["ms"].as_f64().unwrap_or(0.0);
                 // A product's rate from its FLOPs (matmul dispatches carry them).
                 let rate = match v["gflop"].as_f64() {
-                    Some(g) if ms > 0.0 => format!(" {:>8.2} TFLOP/s", g / ms),
+                    Some(g) if ms > 0.0 => format!(" {}", rate_words(g / ms)),
                     _ => String::new(),
                 };
                 writeln!(
@@ -260,7 +260,7 @@ impl Row {
                     let rates = v["split_tflop_per_s"].as_object();
                     for (k, ms) in items {
                         let _ = match rates.and_then(|r| r.get(k.as_str())).and_then(|r| r.as_f64()) {
-                            Some(r) => writeln!(out, "    {k:<40} {ms:>10.2} ms {r:>8.2} TFLOP/s"),
+                            Some(r) => writeln!(out, "    {k:<40} {ms:>10.2} ms {}", rate_words(r)),
                             None => writeln!(out, "    {k:<40} {ms:>10.2} ms"),
                         };
                     }
@@ -289,6 +289,21 @@ impl Row {
 }
 
 /// "12.3 MiB", or "n/a" off Linux.
+/// A matmul row's case with its operands where they are not f32 (`--operands`: "nt (rh)").
+fn matmul_case(v: &serde_json::Value) -> String {
+    let case = v["case"].as_str().unwrap_or("");
+    match v["operands"].as_str() {
+        Some(o) if o != "ff" => format!("{case} ({o})"),
+        _ => case.to_string(),
+    }
+}
+
+/// A rate given in TFLOP/s, right-aligned: in GFLOP/s below 1 TFLOP/s (a CPU adapter's products
+/// would read 0.00 or 0.01 TFLOP/s).
+fn rate_words(tflops: f64) -> String {
+    if tflops < 1.0 { format!("{:>8.2} GFLOP/s", tflops * 1e3) } else { format!("{tflops:>8.2} TFLOP/s") }
+}
+
 fn mib_text(v: &serde_json::Value) -> String {
     v.as_f64().map(|m| format!("{m:.1} MiB")).unwrap_or_else(|| "n/a".into())
 }
@@ -336,6 +351,10 @@ mod tests {
         let mm = Row(json!({"bench": "matmul", "case": "qkv", "m": 8, "n": 16, "k": 32, "variant": "t16",
             "ms": 1.0, "gflop_per_s": 2.0, "auto": true}));
         let t = mm.text();
+        let half = Row(json!({"bench": "matmul", "case": "nt", "m": 8, "n": 16, "k": 32, "variant": "t16",
+            "ms": 1.0, "gflop_per_s": 2.0, "operands": "rh"}));
+        assert!(half.text().starts_with("nt (rh) "), "{}", half.text());
+        assert!(!t.contains("(ff)"), "{t}");
         assert!(t.starts_with("qkv") && t.contains("8x16") && t.contains("<- auto"), "{t}");
         let train = Row(json!({"bench": "train", "variant": "ddl", "split_ms": {"a": 1.0, "b": 3.0}}));
         let t = train.text();
@@ -356,6 +375,9 @@ mod tests {
             .text()
         };
         assert!(d(json!(10.0)).trim_end().ends_with("0.500 ms    20.00 TFLOP/s"), "{}", d(json!(10.0)));
+        // Below 1 TFLOP/s (a CPU adapter's products) in GFLOP/s, not 0.01 TFLOP/s.
+        assert_eq!(rate_words(0.0123), "   12.30 GFLOP/s");
+        assert_eq!(rate_words(1.5), "    1.50 TFLOP/s");
         assert!(d(json!(null)).trim_end().ends_with("0.500 ms"), "{}", d(json!(null)));
         // The storage of each side: precision, f16 states, recomputing.
         let st = |p: &str, f16: bool, rc: bool| json!({"precision": p, "state_f16": f16, "recompute": rc});

@@ -277,7 +277,14 @@ impl Interventions {
                 // said by `notes`.)
                 Action::AtMost(v) if in_range(v) || v > 2.0 => BetaMap { scale: 1.0, add: 0.0, lo, hi: v },
                 Action::AtLeast(v) if in_range(v) || v < 0.0 => BetaMap { scale: 1.0, add: 0.0, lo: v, hi },
-                Action::Scale(s) => return Err(err(format!("a negative scale ({s}) would make β negative"))),
+                Action::Scale(s) => {
+                    return Err(err(format!(
+                        "a negative scale ({s}) would make β negative: scales are 0 or more, with or without \
+                         --allow-out-of-range (which lifts the [0, 2] range of beta=V, beta<=V and beta>=V); \
+                         give a scale of 0 or more (beta*=0 is identity), or a fixed β below 0 with beta=V \
+                         --allow-out-of-range"
+                    )));
+                }
                 Action::Set(v) | Action::AtMost(v) | Action::AtLeast(v) => {
                     return Err(err(format!(
                         "β = {v} is outside [0, 2] (identity 0, projection 1, reflection 2); pass \

@@ -143,10 +143,10 @@ impl Set {
     }
 
     /// Its tokenizer, as a person names it: the setting and the vocabulary size (and whose it is
-    /// when it is not the one the settings name: a set `KEY-DIGEST` was made with a resumed run's
-    /// tokenizer, the file having changed since).
+    /// when it is not the one the settings name: a set `KEY-DIGEST` was made with a checkpoint's
+    /// tokenizer (a resumed run's, an `--init-from` run's, an evaluation's), the file having changed since).
     pub fn tokenizer(&self) -> String {
-        let given = if self.key.contains('-') { ", a resumed run's" } else { "" };
+        let given = if self.key.contains('-') { ", a checkpoint's" } else { "" };
         format!("{}{given}", self.named_tokenizer())
     }
 

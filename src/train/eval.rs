@@ -393,9 +393,10 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     };
     if tokens.len() <= seq_len {
         return Err(TrainError::Settings(format!(
-            "{source} has {} tokens, fewer than one window of {} (--seq-len + 1): evaluate a longer text or pass a \
+            "{source} has {} token{}, fewer than one window of {} (--seq-len + 1): evaluate a longer text or pass a \
              shorter --seq-len",
             tokens.len(),
+            if tokens.len() == 1 { "" } else { "s" },
             seq_len + 1
         )));
     }
@@ -561,7 +562,7 @@ fn run_model_in(
                 bar.set_length(k.of as u64);
                 bar.set_position(k.done as u64);
             }
-            None if k.next_tenth(&mut last) => eprintln!("eval: {label}batch {}/{}", k.done, k.of),
+            None if k.next_tenth(&mut last) => eprintln!("evaluation: {label}batch {}/{}", k.done, k.of),
             None => {}
         }
         true

@@ -474,7 +474,7 @@ impl<'c> Trainer<'c> {
         };
         // Evaluation runs over the training program's activations: no second set.
         let eval_prog = model.forward_program_sharing(&prog).map_err(hint)?;
-        // The first use's cost said when it is over (a minute or two on a CPU adapter, with one
+        // The first use's cost said when it is over (minutes on a CPU adapter, with one
         // line before it), once the progress shows (a job's line carries its name).
         let tuned = crate::kernels::matmul::autotune::tuned();
         let tuned_line = (tuned.0 > tuned0.0).then(|| {

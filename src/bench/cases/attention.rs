@@ -65,12 +65,7 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<K
             AttnIo { q: q.view(), k: k.view(), v: v.view(), out: out.view(), lse: lse.view() },
         )?;
         fwd[0].scratch.extend([q.clone(), k.clone(), v.clone(), out.clone(), lse.clone()]);
-        cases.push(KernelBench {
-            name: fwd_name,
-            dispatches: fwd,
-            flops: forward_flops(&s),
-            bytes: forward_bytes(&s),
-        });
+        cases.push(KernelBench { name: fwd_name, dispatches: fwd, flops: forward_flops(&s), bytes: forward_bytes(&s) });
         let mut bwd = backward(
             gpu,
             &s,
@@ -98,11 +93,6 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<K
     let mut dec =
         forward(gpu, &s, scale, AttnIo { q: q.view(), k: k.view(), v: v.view(), out: out.view(), lse: lse.view() })?;
     dec[0].scratch = vec![q, k, v, out, lse];
-    cases.push(KernelBench {
-        name,
-        dispatches: dec,
-        flops: forward_flops(&s),
-        bytes: forward_bytes(&s),
-    });
+    cases.push(KernelBench { name, dispatches: dec, flops: forward_flops(&s), bytes: forward_bytes(&s) });
     Ok(cases)
 }

@@ -18,7 +18,8 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<K
     for (m, state_f16) in cases.into_iter().filter(|&(m, h)| !h || (f16 && m == 4)) {
         let s = DeltaShape { n, d, m, k_eps: 1e-5, v_act: VAct::Sigmoid4, state_f16, beta: Default::default() };
         let state = if state_f16 { " f16 state" } else { "" };
-        let names = [format!("delta_forward N={n} d={d} m={m}{state}"), format!("delta_backward N={n} d={d} m={m}{state}")];
+        let names =
+            [format!("delta_forward N={n} d={d} m={m}{state}"), format!("delta_backward N={n} d={d} m={m}{state}")];
         if !filter.wants(&names) {
             continue;
         }
@@ -92,12 +93,7 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<K
         bwd[0].scratch.extend([
             g, x, kraw, rnorm, beta, v, delta, a, c, w_beta, w_v, dx, dkraw, da, dc, dw_beta, db_beta, dw_v, db_v,
         ]);
-        out.push(KernelBench {
-            name: fwd_name,
-            dispatches: fwd,
-            flops: forward_flops(&s),
-            bytes: forward_bytes(&s),
-        });
+        out.push(KernelBench { name: fwd_name, dispatches: fwd, flops: forward_flops(&s), bytes: forward_bytes(&s) });
         out.push(KernelBench {
             name: bwd_name,
             dispatches: bwd,

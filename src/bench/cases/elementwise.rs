@@ -8,7 +8,8 @@ use crate::kernels::elementwise::*;
 pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<KernelBench>> {
     let s = *shape;
     let n = s.b * s.t * s.d;
-    let names = [format!("add (y += x) N={} d={}", s.b * s.t, s.d), format!("scale (x *= a) N={} d={}", s.b * s.t, s.d)];
+    let names =
+        [format!("add (y += x) N={} d={}", s.b * s.t, s.d), format!("scale (x *= a) N={} d={}", s.b * s.t, s.d)];
     if !filter.wants(&names) {
         return Ok(Vec::new());
     }
@@ -20,17 +21,7 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<K
     let mut sc = scale(gpu, y.view(), 0.5, n)?;
     sc[0].scratch.push(y);
     Ok(vec![
-        KernelBench {
-            name: add_name,
-            dispatches: a,
-            flops: n as f64,
-            bytes: 12.0 * n as f64,
-        },
-        KernelBench {
-            name: scale_name,
-            dispatches: sc,
-            flops: n as f64,
-            bytes: 8.0 * n as f64,
-        },
+        KernelBench { name: add_name, dispatches: a, flops: n as f64, bytes: 12.0 * n as f64 },
+        KernelBench { name: scale_name, dispatches: sc, flops: n as f64, bytes: 8.0 * n as f64 },
     ])
 }

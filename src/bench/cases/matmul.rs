@@ -26,12 +26,7 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<K
         let c = Tensor::zeros(gpu, "c", &[mm.c.extent(mm.m, mm.n, 1)], crate::gpu::DType::F32)?;
         let mut d = mm.bind_variant(gpu, v, a.view(), b.view(), c.view())?;
         d.scratch = vec![a, b, c];
-        out.push(KernelBench {
-            name,
-            dispatches: vec![d],
-            flops: mm.flops(),
-            bytes: mm.min_bytes(),
-        });
+        out.push(KernelBench { name, dispatches: vec![d], flops: mm.flops(), bytes: mm.min_bytes() });
     }
     Ok(out)
 }

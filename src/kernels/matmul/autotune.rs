@@ -24,7 +24,8 @@ pub(super) fn announce() {
     let at = cache_path().map(|p| p.display().to_string()).unwrap_or_else(|| "memory only".into());
     eprintln!(
         "tuning matmul tiles for this adapter (first use of these shapes: each product's tile variants are \
-         timed once: seconds on a GPU, a minute or two on a CPU adapter; cached in {at}; --no-autotune skips it)"
+         timed once: seconds on a GPU; on a CPU adapter minutes, more for larger models (a GPT-2-small one takes \
+         several); cached in {at}; --no-autotune skips it)"
     );
 }
 
