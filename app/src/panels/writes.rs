@@ -49,7 +49,7 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
                 p.bar_chart(written);
             });
         let ui = &mut cols[1];
-        egui::ScrollArea::vertical().id_salt("writes-table").max_height(h).show(ui, |ui| {
+        egui::ScrollArea::both().id_salt("writes-table").max_height(h).show(ui, |ui| {
             egui::Grid::new("writes-grid").striped(true).num_columns(5).show(ui, |ui| {
                 for head in ["sublayer", "β", "write", "|k^T X| erased", "|v| written"] {
                     ui.strong(head);
