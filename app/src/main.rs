@@ -148,10 +148,6 @@ fn main() -> std::process::ExitCode {
         );
         return std::process::ExitCode::from(2);
     }
-    if !a.intervene.is_empty() && a.generate.is_none() {
-        eprintln!("error: --intervene needs --generate N (the comparison's length) and --checkpoint DIR");
-        return std::process::ExitCode::from(2);
-    }
     // The specs, and their blocks against the checkpoint's model when its metadata reads (an
     // unreadable checkpoint is the window's to report).
     let checked = ddl::model::Interventions::parse(&a.intervene, false).and_then(|ivs| {
@@ -162,6 +158,11 @@ fn main() -> std::process::ExitCode {
     });
     if let Err(e) = checked {
         eprintln!("error: {}", ddl_viz::worker::in_viz_words(&e.to_string()));
+        return std::process::ExitCode::from(2);
+    }
+    // (After the specs: a malformed one is named first.)
+    if !a.intervene.is_empty() && a.generate.is_none() {
+        eprintln!("error: --intervene needs --generate N (the comparison's length) and --checkpoint DIR");
         return std::process::ExitCode::from(2);
     }
     if let Err(e) = check_paths(&a) {

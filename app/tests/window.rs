@@ -189,6 +189,9 @@ fn bad_automation_flags_are_refused_before_the_window_opens() {
     // Interventions: a spec of no form, and (with a checkpoint whose metadata reads) a block the
     // model does not have.
     refused(&["--checkpoint", dir.to_str().unwrap(), "--generate", "5", "--intervene", "foo"], "foo");
+    // A malformed spec is named before the flags it also needs.
+    refused(&["--intervene", "foo"], "foo");
+    refused(&["--intervene", "block0.mlp:beta=0"], "--intervene needs --generate");
     let ck = common::tiny_checkpoint(&dir);
     let ck = ck.to_str().unwrap();
     refused(&["--checkpoint", ck, "--generate", "5", "--intervene", "block9.mlp:beta=0"], "block9");
