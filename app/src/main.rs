@@ -81,20 +81,15 @@ fn check_paths(a: &Args) -> Result<(), String> {
             return Err(format!("--checkpoint {}: the folder holds no {model}{hint}", d.display()));
         }
     }
-    if let Some(t) = &a.trace {
-        if !t.exists() {
-            return Err(missing("--trace", t));
+    for (flag, p) in [("--trace", &a.trace), ("--run", &a.run)] {
+        if let Some(p) = p
+            && !p.exists()
+        {
+            return Err(missing(flag, p));
         }
     }
-    if let Some(r) = &a.run {
-        if !r.exists() {
-            return Err(missing("--run", r));
-        }
-    }
-    for e in &a.experiment {
-        if !e.exists() {
-            return Err(missing("--experiment", e));
-        }
+    if let Some(e) = a.experiment.iter().find(|e| !e.exists()) {
+        return Err(missing("--experiment", e));
     }
     Ok(())
 }
