@@ -510,7 +510,8 @@ impl VizApp {
                     self.interventions.comparison = Some(c);
                     // `--intervene … --tab beta` (any view but Interventions): the intervened
                     // continuation in that view, as *show in the other views* does.
-                    if self.auto.started && self.auto.tab.is_some_and(|t| t != Tab::Interventions) {
+                    // (Only the comparison the command line asked for, not later ones.)
+                    if self.auto.started && !self.auto.done && self.auto.tab.is_some_and(|t| t != Tab::Interventions) {
                         self.show_compared(true);
                     }
                 }
