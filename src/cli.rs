@@ -91,11 +91,12 @@ impl DeviceArgs {
             .map(|b| BackendChoice::parse(b).map_err(|e| anyhow::anyhow!("{e}{}", from_env("DDL_BACKEND", b))))
             .transpose()?;
         let gpu = Gpu::new(&GpuOptions { backend, adapter: self.adapter.clone() }).map_err(|e| {
-            match (&e, self.adapter.as_deref()) {
-                (ddl::gpu::GpuError::AdapterNotFound { .. }, Some(a)) if !from_env("DDL_ADAPTER", a).is_empty() => {
-                    anyhow::anyhow!("{e}\nThe adapter '{a}' was asked for by the environment variable DDL_ADAPTER: unset it, or give --adapter")
+            let env = self.adapter.as_deref().map(|a| from_env("DDL_ADAPTER", a)).unwrap_or_default();
+            match e {
+                ddl::gpu::GpuError::AdapterNotFound { .. } if !env.is_empty() => {
+                    anyhow::anyhow!("{e}\nThe adapter was asked for{env}")
                 }
-                _ => anyhow::Error::from(e),
+                e => anyhow::Error::from(e),
             }
         })?;
         if gpu.info.backend == wgpu::Backend::Gl && backend.is_none() && self.adapter.is_none() {

@@ -530,6 +530,12 @@ impl<'a> CaseFilter<'a> {
         names.iter().any(|n| self.keeps(n.as_ref()))
     }
 
+    /// [`CaseFilter::wants`] for a group of `N` names: the names back when it is to be built
+    /// (`let Some([fwd, bwd]) = filter.wanted([..]) else { continue };`).
+    pub fn wanted<const N: usize>(&self, names: [String; N]) -> Option<[String; N]> {
+        self.wants(&names).then_some(names)
+    }
+
     /// The names asked about so far, in order.
     pub fn names(&self) -> Vec<String> {
         self.seen.borrow().clone()

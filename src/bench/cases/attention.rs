@@ -44,11 +44,11 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<K
         };
         let s = AttnShape { half, ..AttnShape::training(b.b, b.heads, b.head_dim, b.t) };
         let shape = format!("B{} T{} H{} h{}", s.batch, s.q_len, s.heads, s.head_dim);
-        let names = [format!("attention_forward[{tag}] {shape}"), format!("attention_backward[{tag}] {shape}")];
-        if !filter.wants(&names) {
+        let Some([fwd_name, bwd_name]) =
+            filter.wanted([format!("attention_forward[{tag}] {shape}"), format!("attention_backward[{tag}] {shape}")])
+        else {
             continue;
-        }
-        let [fwd_name, bwd_name] = names;
+        };
         let (q, k, v) = (r("q", s.q_elems())?, r("k", s.kv_elems())?, r("v", s.kv_elems())?);
         let (out, lse) = (z("out", s.q_elems())?, z("lse", s.lse_elems())?);
         let (dout, dq) = (r("dout", s.q_elems())?, z("dq", s.q_elems())?);

@@ -18,12 +18,12 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<K
     for (m, state_f16) in cases.into_iter().filter(|&(m, h)| !h || (f16 && m == 4)) {
         let s = DeltaShape { n, d, m, k_eps: 1e-5, v_act: VAct::Sigmoid4, state_f16, beta: Default::default() };
         let state = if state_f16 { " f16 state" } else { "" };
-        let names =
-            [format!("delta_forward N={n} d={d} m={m}{state}"), format!("delta_backward N={n} d={d} m={m}{state}")];
-        if !filter.wants(&names) {
+        let Some([fwd_name, bwd_name]) = filter.wanted([
+            format!("delta_forward N={n} d={d} m={m}{state}"),
+            format!("delta_backward N={n} d={d} m={m}{state}"),
+        ]) else {
             continue;
-        }
-        let [fwd_name, bwd_name] = names;
+        };
         // An f16 state: n·d·m halves of small normal values (the f32 bits of a normal draw would
         // hold f16 NaNs and subnormals); its size checked before they are drawn, as
         // [`super::normal`] checks the others.

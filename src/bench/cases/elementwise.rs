@@ -8,12 +8,12 @@ use crate::kernels::elementwise::*;
 pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<KernelBench>> {
     let s = *shape;
     let n = s.b * s.t * s.d;
-    let names =
-        [format!("add (y += x) N={} d={}", s.b * s.t, s.d), format!("scale (x *= a) N={} d={}", s.b * s.t, s.d)];
-    if !filter.wants(&names) {
+    let Some([add_name, scale_name]) = filter.wanted([
+        format!("add (y += x) N={} d={}", s.b * s.t, s.d),
+        format!("scale (x *= a) N={} d={}", s.b * s.t, s.d),
+    ]) else {
         return Ok(Vec::new());
-    }
-    let [add_name, scale_name] = names;
+    };
     let x = Tensor::zeros(gpu, "bench.x", &[n], DType::F32)?;
     let y = Tensor::zeros(gpu, "bench.y", &[n], DType::F32)?;
     let mut a = add(gpu, x.view(), y.view(), n)?;

@@ -9,11 +9,11 @@ use crate::kernels::embedding::*;
 pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<KernelBench>> {
     let s = *shape;
     let (n, d, v) = (s.b * s.t, s.d, s.vocab);
-    let names = [format!("embedding_forward N={n} d={d} V={v}"), format!("embedding_backward N={n} d={d} V={v}")];
-    if !filter.wants(&names) {
+    let Some([fwd_name, bwd_name]) = filter
+        .wanted([format!("embedding_forward N={n} d={d} V={v}"), format!("embedding_backward N={n} d={d} V={v}")])
+    else {
         return Ok(Vec::new());
-    }
-    let [fwd_name, bwd_name] = names;
+    };
     let toks = crate::testing::Rng::new(1).ints(n, v);
     let index = build_index(&toks, v)?;
     let u = index[0] as usize;

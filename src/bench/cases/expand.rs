@@ -13,16 +13,14 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<K
     let (ndf, dmf, kf) = (n as f64 * d as f64, (d * m) as f64, k as f64);
     let state = n as f64 * dmf;
     let shape = format!("B={} T={} d={d} m={m}", b.b, b.t);
-    let names = [
+    let Some([ec_fwd, ec_bwd, rep_fwd, rep_bwd]) = filter.wanted([
         format!("expand ec_forward {shape} K={k}"),
         format!("expand ec_backward {shape} K={k}"),
         format!("expand replicate_forward {shape}"),
         format!("expand replicate_backward {shape}"),
-    ];
-    if !filter.wants(&names) {
+    ]) else {
         return Ok(Vec::new());
-    }
-    let [ec_fwd, ec_bwd, rep_fwd, rep_bwd] = names;
+    };
     let t = |label: &str, elems: usize| Tensor::zeros(gpu, label, &[elems], DType::F32);
     let e = t("e", n * d)?;
     let ek = t("ekernel", d * m * k)?;

@@ -15,14 +15,12 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<K
         shapes.push((512, 50304, " GPT-2 vocabulary"));
     }
     for (n, vocab, label) in shapes {
-        let names = [
+        let Some([fwd_name, bwd_name]) = filter.wanted([
             format!("cross_entropy_forward N={n} V={vocab} (α=0.1){label}"),
             format!("cross_entropy_backward N={n} V={vocab} (α=0.1){label}"),
-        ];
-        if !filter.wants(&names) {
+        ]) else {
             continue;
-        }
-        let [fwd_name, bwd_name] = names;
+        };
         let logits = Tensor::zeros(gpu, "bench.logits", &[n * vocab], DType::F32)?;
         let targets: Vec<i32> = (0..n).map(|i| (i % vocab) as i32).collect();
         let targets = Tensor::from_i32(gpu, "bench.targets", &[n], &targets)?;

@@ -11,14 +11,12 @@ pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<K
     let n = s.b * s.t;
     let mut out = Vec::new();
     for (label, rows, dim) in [("block", n, s.d), ("qk", n * s.heads, s.head_dim)] {
-        let names = [
+        let Some([fwd_name, bwd_name]) = filter.wanted([
             format!("rmsnorm_forward {label} rows={rows} dim={dim}"),
             format!("rmsnorm_backward {label} rows={rows} dim={dim}"),
-        ];
-        if !filter.wants(&names) {
+        ]) else {
             continue;
-        }
-        let [fwd_name, bwd_name] = names;
+        };
         let t = |l: &str, len: usize| Tensor::zeros(gpu, l, &[len], DType::F32);
         let (x, y, dy, dx) = (t("x", rows * dim)?, t("y", rows * dim)?, t("dy", rows * dim)?, t("dx", rows * dim)?);
         let (gain, dgain, rstd) = (t("gain", dim)?, t("dgain", dim)?, t("rstd", rows)?);

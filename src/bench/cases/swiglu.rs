@@ -8,11 +8,10 @@ use crate::kernels::swiglu::*;
 pub fn cases(gpu: &Gpu, shape: &BenchShape, filter: &CaseFilter) -> Result<Vec<KernelBench>> {
     let s = *shape;
     let n = s.b * s.t * s.f;
-    let names = [format!("swiglu_forward n={n}"), format!("swiglu_backward n={n}")];
-    if !filter.wants(&names) {
+    let Some([fwd_name, bwd_name]) = filter.wanted([format!("swiglu_forward n={n}"), format!("swiglu_backward n={n}")])
+    else {
         return Ok(Vec::new());
-    }
-    let [fwd_name, bwd_name] = names;
+    };
     let t = |label: &str| Tensor::zeros(gpu, label, &[n], DType::F32);
     let (gate, up, out) = (t("gate")?, t("up")?, t("out")?);
     let (dout, dgate, dup) = (t("dout")?, t("dgate")?, t("dup")?);
