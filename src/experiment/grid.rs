@@ -184,6 +184,9 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
         }
         let devices: Vec<&Arc<Gpu>> = std::iter::once(&gpu).chain(&opts.more_devices).collect();
         let jobs = devices.len().min(pending.len()).max(1);
+        if jobs > 1 && crate::kernels::matmul::autotune::enabled() {
+            pretune(&devices, spec, &pending, opts.quiet);
+        }
         // Several runs at once: each its own bar (or its named lines), under a bar of the grid.
         let bars = (jobs > 1).then(indicatif::MultiProgress::new);
         let grid_bar = bars.as_ref().map(|b| {
@@ -388,6 +391,43 @@ fn train_run(
         );
     }
     Ok(true)
+}
+
+/// Before `--jobs` start: every pending variant's matmul tiles measured on one device of each
+/// adapter (the others of that adapter share its cache entries), so that no tile is timed while
+/// another job trains on the same machine (which would disturb both: the measurement and the
+/// run's step times). A variant whose programs cannot be built here is left to its run, which
+/// says why.
+fn pretune(
+    devices: &[&Arc<Gpu>],
+    spec: &ExperimentSpec,
+    pending: &std::collections::VecDeque<(usize, Variant, u64)>,
+    quiet: bool,
+) {
+    let mut adapters = BTreeSet::new();
+    let mut variants: Vec<(Variant, u64)> = Vec::new();
+    for &(_, v, seed) in pending {
+        if !variants.iter().any(|(w, _)| *w == v) {
+            variants.push((v, seed));
+        }
+    }
+    let (mut shapes, mut secs) = (0, 0.0);
+    for g in devices.iter().filter(|g| adapters.insert(adapter_name(g))) {
+        for &(v, seed) in &variants {
+            let Ok(run) = spec.run_config(v, seed) else { continue };
+            if let Ok((n, s)) = crate::train::tune_for((*g).clone(), &run) {
+                shapes += n;
+                secs += s;
+            }
+        }
+    }
+    if shapes > 0 && !quiet {
+        eprintln!(
+            "tuned the matmul tiles of {shapes} product shape(s) for the {} variant(s) in {secs:.0} s, before the jobs \
+             start",
+            variants.len()
+        );
+    }
 }
 
 /// A line of the grid's own: above the runs' bars while they are drawn (`--jobs` on a terminal),

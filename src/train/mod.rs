@@ -31,6 +31,7 @@ pub use config::{RunConfig, TrainConfig};
 pub use exchange::{CommTimes, DistOptions};
 pub use progress::plot_metrics;
 use trainer::Trainer;
+pub use trainer::tune_for;
 
 /// Why a run stopped with an error.
 #[derive(Debug, thiserror::Error)]

@@ -325,15 +325,7 @@ impl<'c> Trainer<'c> {
             );
         }
         let plan = crate::model::memory_plan_for(&run.model, tr.batch_size, tr.seq_len, storage);
-        model.set_recompute(tr.recompute);
-        model.set_head_chunk(tr.head_chunk);
-        // (The variant and shape were validated with the settings; what is left is the adapter.)
-        model
-            .set_precision(tr.precision)
-            .map_err(|e| TrainError::Settings(format!("train.precision (--precision): {e}")))?;
-        model
-            .set_state_f16(states_f16)
-            .map_err(|e| TrainError::Settings(format!("train.state_f16 (--f16-state): {e}")))?;
+        configure(&mut model, tr, states_f16)?;
         let loss_scale = (tr.precision == crate::model::Precision::F16)
             .then(|| saved_scale.unwrap_or_else(|| checkpoint::LossScale::new(tr.loss_scale)));
         let t = run.train.clone();
@@ -448,8 +440,7 @@ impl<'c> Trainer<'c> {
             }
             e => TrainError::Gpu(e),
         };
-        let objective =
-            Objective { label_smoothing: run.model.label_smoothing as f32, loss_scale: 1.0 / t.grad_accum as f32 };
+        let objective = objective(&run);
         let tuned0 = crate::kernels::matmul::autotune::tuned();
         let build = || model.program_with(t.batch_size, t.seq_len, &opt0, objective).map_err(hint);
         let prog = if distributed && crate::kernels::matmul::autotune::enabled() {
@@ -1104,4 +1095,43 @@ fn full_evaluation_logged(out: &std::path::Path, step: usize) -> bool {
     text.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .any(|j| j["val_full"] == true && j["step"].as_u64() == Some(step as u64) && j["val_loss"].is_number())
+}
+
+/// The model's numerics and memory settings of a run (the variant and shape were validated with
+/// the settings; what is left is the adapter).
+fn configure(model: &mut Model, tr: &TrainConfig, states_f16: bool) -> Result<(), TrainError> {
+    model.set_recompute(tr.recompute);
+    model.set_head_chunk(tr.head_chunk);
+    model
+        .set_precision(tr.precision)
+        .map_err(|e| TrainError::Settings(format!("train.precision (--precision): {e}")))?;
+    model.set_state_f16(states_f16).map_err(|e| TrainError::Settings(format!("train.state_f16 (--f16-state): {e}")))
+}
+
+/// What a run's training program minimises: its label smoothing, the micro-batches' mean.
+fn objective(run: &RunConfig) -> Objective {
+    Objective { label_smoothing: run.model.label_smoothing as f32, loss_scale: 1.0 / run.train.grad_accum as f32 }
+}
+
+/// Measures the matmul tiles a new run of `run`'s settings would measure when it builds its
+/// programs (what its cache lacks, as the run itself would: the same model, batch, precision and
+/// memory settings), then frees what it built; no run folder is touched. `ddl experiment --jobs`
+/// does this for every variant before its jobs start, so that no tile is timed beside a run that
+/// trains. Returns the product shapes measured and the seconds that took.
+pub fn tune_for(gpu: Arc<Gpu>, run: &RunConfig) -> Result<(usize, f64), TrainError> {
+    let mut run = run.clone();
+    run.absolute_paths();
+    run.validate()?;
+    let (_, tok) = data::open_for_run(&run, None)?;
+    run.model.vocab_size = tok.vocab_size();
+    run.validate()?;
+    let tr = &run.train;
+    let storage = tr.storage(&run.model).on(&gpu);
+    let mut model = Model::new(gpu.clone(), run.model.clone(), tr.seed)?;
+    configure(&mut model, tr, storage.state_f16)?;
+    let before = crate::kernels::matmul::autotune::tuned();
+    let prog = model.program_with(tr.batch_size, tr.seq_len, &adamw_cfg(tr, 0), objective(&run))?;
+    model.forward_program_sharing(&prog)?;
+    let after = crate::kernels::matmul::autotune::tuned();
+    Ok((after.0 - before.0, after.1 - before.1))
 }
