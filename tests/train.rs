@@ -651,6 +651,11 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     let short = dir.join("short.txt");
     std::fs::write(&short, "ROMEO:").unwrap();
     bad(&["--text", short.to_str().unwrap()], &["short.txt", "fewer than one window", "--seq-len"]);
+    // ... and leaves no token set of it in the cache (the texts evaluated above keep theirs).
+    let cache = ddl_cmd(&dir).args(["data", "cache"]).output().unwrap();
+    let listed = String::from_utf8_lossy(&cache.stdout).into_owned();
+    assert!(cache.status.success() && !listed.contains("odd.txt"), "{listed}");
+    assert!(listed.contains(text.file_name().unwrap().to_str().unwrap()) && !listed.contains("short.txt"), "{listed}");
     bad(&["--data", dir.join("none").to_str().unwrap()], &["does not exist"]);
     bad(&["--against", dir.join("no-run").to_str().unwrap()], &["--against", "no-run", "does not exist"]);
 }

@@ -695,8 +695,18 @@ pub(crate) const EVAL_TOKENIZER: &str = "checkpoint tokenizer ";
 /// files joined by newlines as a `--corpus`), for `ddl eval --text`: a set of the shard cache
 /// with no validation split, made once in pieces (constant memory; what pieces cannot give
 /// exactly, read whole) and found again by later evaluations of the text with this tokenizer.
-pub fn text_shards(path: &Path, tok: &Tokenizer) -> Result<Vec<PathBuf>, crate::train::TrainError> {
+/// The flag: whether this call made the set (a caller that finds the text unusable, e.g.
+/// shorter than one window, removes it with [`remove_text_set`] rather than leave it cached).
+pub fn text_shards(path: &Path, tok: &Tokenizer) -> Result<(Vec<PathBuf>, bool), crate::train::TrainError> {
     text_shards_in(&crate::cache_dir().join("shards"), path, tok, CORPUS_CHUNK)
+}
+
+/// Removes the cached set whose shards [`text_shards`] gave (its folder), best effort: the
+/// cache's listing and pruning find what a failure leaves.
+pub fn remove_text_set(files: &[PathBuf]) {
+    if let Some(dir) = files.first().and_then(|f| f.parent()) {
+        let _ = super::cache::remove_set(dir);
+    }
 }
 
 fn text_shards_in(
@@ -704,14 +714,16 @@ fn text_shards_in(
     path: &Path,
     tok: &Tokenizer,
     chunk: usize,
-) -> Result<Vec<PathBuf>, crate::train::TrainError> {
+) -> Result<(Vec<PathBuf>, bool), crate::train::TrainError> {
     let text = path.to_string_lossy();
     let setting = format!("{EVAL_TOKENIZER}{}", tok.fingerprint());
     let key = corpus_key(&text, &setting, 0.0)?;
     let dir = root.join(&key);
+    let mut made = false;
     let meta = match cached_set(&dir)? {
         Some(m) if m.tokenizer == tok.to_json() => m,
         found => {
+            made = true;
             // (A set of this key with another tokenizer: a fingerprint's collision, replaced.)
             if found.is_some() {
                 super::cache::remove_set(&dir).map_err(|source| DataError::Cache { path: dir.clone(), source })?;
@@ -726,7 +738,7 @@ fn text_shards_in(
     if !removed.is_empty() {
         eprintln!("note: removed {} cached token set(s) of an earlier version of --text {text}", removed.len());
     }
-    Ok(meta.shards.iter().filter(|s| s.file.contains("_train_")).map(|s| dir.join(&s.file)).collect())
+    Ok((meta.shards.iter().filter(|s| s.file.contains("_train_")).map(|s| dir.join(&s.file)).collect(), made))
 }
 
 /// An interruption of the making of a set said as such (`what`: `--corpus PATH`, `--text PATH`).
@@ -1679,10 +1691,12 @@ mod tests {
         let path = Path::new(&corpus);
         for tok in [&char_tok, &bpe] {
             // Pieces of 1 kB: many cuts, the whole text's tokens.
-            let files = text_shards_in(&root, path, tok, 1 << 10).unwrap();
+            let (files, made) = text_shards_in(&root, path, tok, 1 << 10).unwrap();
+            assert!(made, "made now");
             assert_eq!(tokens(&files), tok.encode(&text).unwrap(), "{}", tok.kind());
             let modified = std::fs::metadata(&files[0]).unwrap().modified().unwrap();
-            let again = text_shards_in(&root, path, tok, 1 << 10).unwrap();
+            let (again, made) = text_shards_in(&root, path, tok, 1 << 10).unwrap();
+            assert!(!made, "found, not made");
             assert_eq!(again, files, "found again");
             assert_eq!(std::fs::metadata(&again[0]).unwrap().modified().unwrap(), modified, "not made again");
         }
@@ -1690,7 +1704,7 @@ mod tests {
         // Edited: the new text's tokens, the earlier set of this tokenizer removed.
         let edited = format!("{text}\nAnd more.\n");
         std::fs::write(path, &edited).unwrap();
-        let files = text_shards_in(&root, path, &char_tok, 1 << 10).unwrap();
+        let files = text_shards_in(&root, path, &char_tok, 1 << 10).unwrap().0;
         assert_eq!(tokens(&files), char_tok.encode(&edited).unwrap());
         let sets = super::super::cache::list(&root).unwrap().sets;
         assert_eq!(sets.len(), 2, "the edited text's char set replaces the earlier one; the BPE set stays (stale)");
@@ -1700,7 +1714,7 @@ mod tests {
         std::fs::create_dir_all(&folder).unwrap();
         std::fs::write(folder.join("a.txt"), &text[..500]).unwrap();
         std::fs::write(folder.join("b.txt"), &text[500..1000]).unwrap();
-        let files = text_shards_in(&root, &folder, &char_tok, 1 << 10).unwrap();
+        let files = text_shards_in(&root, &folder, &char_tok, 1 << 10).unwrap().0;
         assert_eq!(tokens(&files), char_tok.encode(&format!("{}\n{}", &text[..500], &text[500..1000])).unwrap());
         std::fs::write(folder.join("c.txt"), "ab\u{00a7}c").unwrap();
         match text_shards_in(&root, &folder, &char_tok, 1 << 10) {

@@ -292,7 +292,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             }
             // The whole text is evaluated, not a run's validation budget of it.
             t.val_max_tokens = 0;
-            let files = data::text_shards(path, &tok).map_err(|e| match e {
+            let (files, made) = data::text_shards(path, &tok).map_err(|e| match e {
                 // (The corpus errors' remedies name `ddl train --corpus`.)
                 TrainError::Data(data::DataError::Missing(p)) => TrainError::Settings(format!(
                     "--text '{}' does not exist: pass a UTF-8 text file or a folder of .txt files",
@@ -332,7 +332,12 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                 e => e,
             })?;
             let shards = files.iter().map(|p| Shard::open(p, Format::Llmc)).collect::<Result<Vec<_>, _>>();
-            (Stream::new(shards.map_err(data::DataError::from)?), format!("'{}'", path.display()), tok.fingerprint())
+            let stream = Stream::new(shards.map_err(data::DataError::from)?);
+            if made && stream.len() <= seq_len {
+                // Refused below: a text too short to evaluate leaves nothing in the cache.
+                data::remove_text_set(&files);
+            }
+            (stream, format!("'{}'", path.display()), tok.fingerprint())
         }
         EvalSource::Data { data: d, format } => {
             t.val_max_tokens = 0;
