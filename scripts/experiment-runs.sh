@@ -42,6 +42,9 @@ case "$cmd" in
         # Through a temporary name in the same folder: nothing half-written is left behind.
         cp "$dir/$f" "$keep/$name/.$f.tmp" && mv "$keep/$name/.$f.tmp" "$keep/$name/$f"
       done
+      # The run finished: an unfinished checkpoint of it kept earlier (save-partial) is done with
+      # and must not reach git beside its result.
+      rm -f "$keep/$name"/{data.json,metrics.jsonl,model.safetensors,optim.safetensors,optim.prev.safetensors}
       n=$((n + 1))
     done
     echo "saved $n finished run(s) of $out into $keep"
@@ -50,11 +53,18 @@ case "$cmd" in
     out=$2 keep=$3
     [ -d "$out/runs" ] || { echo "$0: $out/runs: no such folder (the grid's --out folder has runs/NAME/ inside)" >&2; exit 1; }
     mkdir -p "$keep"
-    n=0
+    n=0 skipped=0
     for dir in "$out"/runs/*/; do
       name=$(basename "$dir")
       [ -f "$dir/result.json" ] && continue # finished: `save` keeps it
       [ -f "$dir/optim.safetensors" ] && [ -f "$dir/model.safetensors" ] && [ -f "$dir/config.toml" ] || continue
+      if [ -f "$keep/$name/result.json" ]; then
+        # KEEP holds this run finished (OUT was not restored from KEEP first, or is another
+        # grid's): its result is never replaced by an unfinished checkpoint.
+        echo "$0: $keep/$name holds a finished run (result.json): not replaced by the unfinished checkpoint of $dir (restore $keep into $out first to use the finished run there)" >&2
+        skipped=$((skipped + 1))
+        continue
+      fi
       # The set of files is one checkpoint: gathered in a temporary folder, then renamed over
       # the kept one, so a kept checkpoint is never half of two.
       tmp="$keep/.$name.tmp"
@@ -65,7 +75,7 @@ case "$cmd" in
       rm -rf "$keep/$name" && mv "$tmp" "$keep/$name"
       n=$((n + 1))
     done
-    echo "saved $n unfinished run(s) of $out (their checkpoints) into $keep"
+    echo "saved $n unfinished run(s) of $out (their checkpoints) into $keep$([ $skipped -gt 0 ] && echo "; $skipped left out: finished in $keep")"
     ;;
   restore)
     keep=$2 out=$3
@@ -96,6 +106,11 @@ case "$cmd" in
       done
       n=$((n + 1))
     done
+    if [ $n -eq 0 ] && [ $p -eq 0 ] && [ -d "$keep/runs" ]; then
+      # A grid's --out folder given for KEEP: its runs are one level down.
+      echo "$0: $keep holds no saved run, but $keep/runs does: $keep looks like a grid's --out folder; did you mean: $0 restore $keep/runs $out" >&2
+      exit 1
+    fi
     echo "restored $n finished run(s)$([ $p -gt 0 ] && echo " and $p unfinished run(s) to resume") from $keep into $out/runs"
     ;;
   *) usage ;;

@@ -417,7 +417,12 @@ fn experiment(
             "{total} runs of {} steps, preset {} ({} in {}: {finished} finished, {} to resume, {new} new):",
             spec.steps,
             spec.preset,
-            if out.join("experiment.toml").exists() { "an experiment" } else { "a new experiment" },
+            // (Runs restored into a folder without the spec are an experiment's too.)
+            if out.join("experiment.toml").exists() || out.join("runs").is_dir() {
+                "an experiment"
+            } else {
+                "a new experiment"
+            },
             out.display(),
             total - finished - new
         );

@@ -203,6 +203,30 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
     assert_eq!(table(&fresh), table(&out), "the carried runs give another report");
     let r = sh(&[Path::new("save"), &dir.join("nowhere"), &keep]);
     assert!(!r.status.success() && text(&r).contains("no such folder"), "{}", text(&r));
+    // A grid folder given where the kept runs go: the hint, not "restored 0".
+    let r = sh(&[Path::new("restore"), &out, &dir.join("fresh2")]);
+    assert!(!r.status.success() && text(&r).contains("did you mean") && text(&r).contains("/runs"), "{}", text(&r));
+    // An unfinished checkpoint of a run KEEP holds finished (another grid folder, not restored
+    // first) never replaces its result; `save` of a finished run removes a checkpoint kept of it.
+    let other = dir.join("other-grid/runs/ddl-seed1");
+    std::fs::create_dir_all(&other).unwrap();
+    for f in ["config.toml", "model.safetensors", "optim.safetensors", "metrics.jsonl"] {
+        std::fs::write(other.join(f), "x").unwrap();
+    }
+    let r = sh(&[Path::new("save-partial"), &dir.join("other-grid"), &keep]);
+    assert!(r.status.success() && text(&r).contains("1 left out: finished in"), "{}", text(&r));
+    assert!(keep.join("ddl-seed1/result.json").is_file() && !keep.join("ddl-seed1/model.safetensors").exists());
+    let keep2 = dir.join("keep2");
+    let r = sh(&[Path::new("save-partial"), &dir.join("other-grid"), &keep2]);
+    assert!(r.status.success() && keep2.join("ddl-seed1/optim.safetensors").is_file(), "{}", text(&r));
+    let r = sh(&[Path::new("save"), &out, &keep2]);
+    assert!(r.status.success(), "{}", text(&r));
+    let mut kept: Vec<String> = std::fs::read_dir(keep2.join("ddl-seed1"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    kept.sort();
+    assert_eq!(kept, ["config.toml", "result.json"], "the finished run's files only");
     // The same directory with changed shared settings is refused, naming the problem.
     let s5 = spec(&dir.join("other").tap_mkdir(), 5);
     let r5 = ddl(&dir, &["experiment", "--spec", s5.to_str().unwrap(), "--out", o]);
@@ -278,6 +302,18 @@ fn bad_specs_are_clear_errors() {
     let r = ddl(&dir, &["experiment", "--spec", dir.join("missing.toml").to_str().unwrap(), "--out", "x"]);
     assert!(!r.status.success() && text(&r).contains("missing.toml"), "{}", text(&r));
     assert!(!out.exists(), "a bad spec must not create the output directory");
+    // A `ddl train` run's folder is no experiment's: refused (also by --dry-run), nothing added.
+    let run = dir.join("a-run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("model.safetensors"), "x").unwrap();
+    for extra in [&[][..], &["--dry-run"][..]] {
+        let mut args = vec!["experiment", "--spec", good.to_str().unwrap(), "--out", run.to_str().unwrap()];
+        args.extend(extra);
+        let r = ddl(&dir, &args);
+        let t = text(&r);
+        assert!(!r.status.success() && t.contains("holds a training run (model.safetensors)"), "{t}");
+        assert_eq!(std::fs::read_dir(&run).unwrap().count(), 1, "{t}");
+    }
     // A folder another live process works in (PID 1 always runs on Linux): refused naming it,
     // before devices open and the grid's headers are said.
     if Path::new("/proc/1").exists() {

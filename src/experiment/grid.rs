@@ -23,6 +23,19 @@ fn any_run_trained(runs: &Path) -> bool {
 /// may grow (more variants or seeds: the finished runs still count), but the settings every run
 /// shares may not change under runs that trained.
 pub fn check_out(spec: &ExperimentSpec, out: &Path) -> Result<(), ExperimentError> {
+    // A `ddl train` run's folder: the grid's files (runs/, report, plots) would mix with its.
+    let trained: Vec<&str> = [checkpoint::MODEL_FILE, checkpoint::OPTIM_FILE, "metrics.jsonl"]
+        .into_iter()
+        .filter(|f| out.join(f).is_file())
+        .collect();
+    if !trained.is_empty() {
+        return Err(ExperimentError::Report(format!(
+            "--out '{}' holds a training run ({}), not an experiment: give the grid a folder of its own (a new one, or \
+             one an experiment made)",
+            out.display(),
+            trained.join(", ")
+        )));
+    }
     let spec_path = out.join("experiment.toml");
     if let Ok(old) = std::fs::read_to_string(&spec_path) {
         let same = |a: &ExperimentSpec, b: &ExperimentSpec| same_runs(a, b);
