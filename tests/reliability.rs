@@ -1033,6 +1033,23 @@ fn eval_refuses_data_that_changed_since_it_was_trained_or_prepared() {
     assert!(!t.contains("--corpus"), "eval has no --corpus: {t}");
     std::fs::write(&corpus, &original).unwrap();
     assert!(cmd(&dir).args(eval(&[])).output().unwrap().status.success(), "the restored corpus was refused");
+    // A run on the default corpus, evaluated from a folder with its own assets/tinyshakespeare.txt:
+    // the message says which file was read (the name resolves against the current folder).
+    let default = dir.join("ck-default");
+    std::fs::create_dir_all(&default).unwrap();
+    for e in std::fs::read_dir(&ck).unwrap().flatten().filter(|e| e.path().is_file()) {
+        std::fs::copy(e.path(), default.join(e.file_name())).unwrap();
+    }
+    let cfg = std::fs::read_to_string(default.join("config.toml")).unwrap();
+    let line = cfg.lines().find(|l| l.starts_with("corpus = ")).unwrap();
+    std::fs::write(default.join("config.toml"), cfg.replace(line, "corpus = \"assets/tinyshakespeare.txt\"")).unwrap();
+    let elsewhere = dir.join("elsewhere");
+    std::fs::create_dir_all(elsewhere.join("assets")).unwrap();
+    std::fs::write(elsewhere.join("assets/tinyshakespeare.txt"), original.replace("the", "eht")).unwrap();
+    let o = cmd(&dir).current_dir(&elsewhere).args(["eval", "--checkpoint"]).arg(&default).output().unwrap();
+    let t = text(&o);
+    assert!(!o.status.success() && t.contains("changed since this run started"), "{t}");
+    assert!(t.contains("elsewhere/assets/tinyshakespeare.txt: the name resolves against the current folder"), "{t}");
     // Shards changed after `ddl data prepare`.
     let shards = dir.join("shards");
     let o = cmd(&dir)

@@ -1170,9 +1170,23 @@ pub fn check_data_record(
     if ["key", "train_tokens", "val_tokens"].iter().all(|k| saved[k] == now[k]) {
         return Ok(());
     }
+    // The default corpus's name resolves against the current folder: a file of that name here is
+    // read instead of the built-in text, which is most likely what changed.
+    let here = Path::new(DEFAULT_CORPUS);
+    let note = if now["source"].as_str() == Some(&format!("--corpus {DEFAULT_CORPUS}")) && here.is_file() {
+        let at = std::fs::canonicalize(here).unwrap_or_else(|_| here.to_path_buf());
+        format!(
+            " (the default corpus '{DEFAULT_CORPUS}' was read from {}: the name resolves against the current folder, \
+             and the built-in text is used only where no such file is; run from another folder to read the built-in \
+             one)",
+            at.display()
+        )
+    } else {
+        String::new()
+    };
     Err(crate::train::TrainError::Settings(format!(
         "{}: the training data changed since this run started (saved: {} train and {} validation tokens, id {}; \
-         now: {} and {}, id {}), so this run cannot {doing} on it. {remedy}",
+         now: {} and {}, id {}{note}), so this run cannot {doing} on it. {remedy}",
         path.display(),
         saved["train_tokens"],
         saved["val_tokens"],
