@@ -42,7 +42,7 @@ impl ChatSettings {
     }
 
     /// `/set NAME VALUE`: the settings with one value changed, or why not. `stop TEXT` adds a
-    /// stop text (`\n` for a newline), `stop none` clears them.
+    /// stop text (`\n` a newline, `\t` a tab, `\\` a backslash), `stop none` clears them.
     pub fn with(&self, name: &str, value: &str) -> Result<ChatSettings, String> {
         let mut next = self.clone();
         let bad = |want: &str| format!("{name} {value:?}: expected {want}");
@@ -65,7 +65,7 @@ impl ChatSettings {
             }
             "stop" if value == "none" => next.stop.clear(),
             "stop" if value.is_empty() => return Err("stop needs a text (or `none` to clear)".into()),
-            "stop" => next.stop.push(value.replace("\\n", "\n")),
+            "stop" => next.stop.push(crate::generate::unescape_stop(value)),
             _ => return Err(format!("unknown setting '{name}' ({})", Self::NAMES.join(", "))),
         }
         // (The range messages name the command line's flags; here the settings' names.)
@@ -255,6 +255,8 @@ impl Lines for PlainLines<'_> {
         self.log.flush()?;
         let mut bytes = Vec::new();
         if self.input.read_until(b'\n', &mut bytes)? == 0 {
+            // The end of the input: the prompt's line ends (a shell's prompt starts on its own).
+            writeln!(self.log)?;
             return Ok(None);
         }
         // A line that is not UTF-8 is one bad line, not the end of the chat: its invalid bytes
@@ -302,7 +304,11 @@ impl Lines for EditedLines {
                     return Ok(Some(line));
                 }
                 Err(ReadlineError::Interrupted) => continue,
-                Err(ReadlineError::Eof) => return Ok(None),
+                Err(ReadlineError::Eof) => {
+                    // (Ctrl-D: the prompt's line ends, as a shell's prompt starts on its own.)
+                    println!();
+                    return Ok(None);
+                }
                 Err(ReadlineError::Io(e)) => return Err(e),
                 Err(e) => return Err(std::io::Error::other(e.to_string())),
             }
@@ -339,6 +345,10 @@ pub fn run(
                 None => vec![rest],
             };
             match (name.trim(), parts.as_slice()) {
+                (bare @ ("quit" | "exit" | "reset" | "settings" | "help"), [_, ..]) => {
+                    // (Not run with the words after it ignored: `/reset now` may mean something else.)
+                    writeln!(log, "/{bare} takes nothing after it (got '{rest}'): type /{bare} alone")?
+                }
                 ("quit" | "exit", _) => break,
                 ("reset", _) => {
                     session.reset();
@@ -420,7 +430,10 @@ mod tests {
         let mut lines = PlainLines { input: &mut input, log: &mut log };
         let got: Vec<String> = std::iter::from_fn(|| lines.next_line("> ").unwrap()).collect();
         assert_eq!(got, ["first", "\u{fffd}\u{fffd} bad", "next"]);
-        assert!(String::from_utf8(log).unwrap().contains("not UTF-8"));
+        let log = String::from_utf8(log).unwrap();
+        assert!(log.contains("not UTF-8"), "{log}");
+        // The end of the input ends the last prompt's line.
+        assert!(log.ends_with("> \n"), "{log:?}");
     }
 
     fn base() -> ChatSettings {

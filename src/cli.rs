@@ -384,7 +384,8 @@ pub(crate) struct SamplingArgs {
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
     /// Stop right after the output first contains this text, which is printed (also inside a
-    /// token's text: a BPE token may hold several characters); repeatable.
+    /// token's text: a BPE token may hold several characters); repeatable. `\n` is a newline,
+    /// `\t` a tab, `\\` a backslash (as in chat's `/set stop`).
     #[arg(long)]
     pub(crate) stop: Vec<String>,
 }
@@ -406,6 +407,11 @@ impl SamplingArgs {
             anyhow::bail!("--stop \"\": a stop text must not be empty (it would stop nothing)");
         }
         Ok(s)
+    }
+
+    /// The `--stop` texts as meant (`\n` a newline: [`ddl::generate::unescape_stop`]).
+    pub(crate) fn stops(&self) -> Vec<String> {
+        self.stop.iter().map(|s| ddl::generate::unescape_stop(s)).collect()
     }
 }
 

@@ -152,6 +152,46 @@ mod tests {
         // A blank line (chat's stop) inside a piece of three newlines.
         assert_eq!(stop_cut("hi\n\n\n", 3, &st(&["\n\n"])), Some(2));
     }
+
+    #[test]
+    fn stop_texts_are_unescaped_as_typed() {
+        for (typed, meant) in [
+            ("\\n", "\n"),
+            ("END\\n", "END\n"),
+            ("a\\tb", "a\tb"),
+            ("\\\\n", "\\n"),
+            ("\\x", "\\x"),
+            ("tail\\", "tail\\"),
+            ("\n", "\n"),
+            ("plain", "plain"),
+            ("\\\\\\n", "\\\n"),
+        ] {
+            assert_eq!(unescape_stop(typed), meant, "{typed:?}");
+        }
+    }
+}
+
+/// A stop text as typed (`--stop`, chat's `/set stop`): `\n` a newline, `\t` a tab, `\\` one
+/// backslash; any other backslash stays as it is (a newline typed as itself, `--stop $'\n'`, too).
+pub fn unescape_stop(typed: &str) -> String {
+    let mut out = String::with_capacity(typed.len());
+    let mut chars = typed.chars().peekable();
+    while let Some(c) = chars.next() {
+        let escaped = match (c, chars.peek()) {
+            ('\\', Some('n')) => Some('\n'),
+            ('\\', Some('t')) => Some('\t'),
+            ('\\', Some('\\')) => Some('\\'),
+            _ => None,
+        };
+        match escaped {
+            Some(e) => {
+                chars.next();
+                out.push(e);
+            }
+            None => out.push(c),
+        }
+    }
+    out
 }
 
 /// Where a stop text ends in the newest piece of generated text: `text` is the generated text

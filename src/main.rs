@@ -581,10 +581,11 @@ pub(crate) fn generate_cmd(
             ids.len()
         );
     }
-    note_unreachable_stops(&tok, &sa.stop);
+    let stops = sa.stops();
+    note_unreachable_stops(&tok, &stops);
     let opts = ddl::generate::GenOptions {
         max_tokens: sa.max_tokens,
-        stop: sa.stop.clone(),
+        stop: stops,
         stop_token: tok.eot_id(),
         trace: trace.is_some(),
         beta_maps,
@@ -594,8 +595,10 @@ pub(crate) fn generate_cmd(
         let maps = opts.beta_maps.clone().expect("--compare needs interventions");
         let c = ddl::generate::compare(&model, &tok, &ids, &opts, &s, maps, &opts.k_mean)?;
         let text = |t: &[u32]| tok.decode(t).unwrap_or_default();
-        println!("--- original ---\n{prompt}{}", text(&c.original));
-        println!("--- with {} ---\n{prompt}{}", interventions.describe(), text(&c.intervened));
+        // (Each text ends its line: no blank line after one that ends in a newline.)
+        let line = |t: String| if t.ends_with('\n') { t } else { t + "\n" };
+        print!("--- original ---\n{}", line(format!("{prompt}{}", text(&c.original))));
+        print!("--- with {} ---\n{}", interventions.describe(), line(format!("{prompt}{}", text(&c.intervened))));
         println!("---");
         match c.first_difference {
             None => println!("the continuations are identical ({} tokens)", c.original.len()),
@@ -635,13 +638,20 @@ pub(crate) fn generate_cmd(
             println!("--- sample {} of {samples} (--seed {}) ---", i + 1, cfg.seed);
         }
         print!("{prompt}");
+        // The text ends its line: a newline after it unless it ends in one (`--stop '\n'`).
+        let mut at_line_start = prompt.is_empty() || prompt.ends_with('\n');
         let mut sampler = ddl::generate::Sampler::new(cfg);
         traces = ddl::generate::generate(&model, &tok, &ids, &opts, &mut sampler, |t| {
             print!("{t}");
+            if !t.is_empty() {
+                at_line_start = t.ends_with('\n');
+            }
             let _ = std::io::stdout().flush();
         })?
         .1;
-        println!();
+        if !at_line_start {
+            println!();
+        }
     }
     if let Some(path) = trace {
         ddl::generate::write_trace_with(path, &model.cfg, &traces, &interventions.describe())
@@ -663,7 +673,7 @@ fn note_unreachable_stops(tok: &ddl::tokenizer::Tokenizer, stops: &[String]) {
 
 fn chat(dev: &DeviceArgs, dir: &std::path::Path, sa: SamplingArgs, trace: Option<&std::path::Path>) -> Result<()> {
     use std::io::IsTerminal;
-    let settings = ddl::chat::ChatSettings { sampler: sa.sampler()?, max_tokens: sa.max_tokens, stop: sa.stop };
+    let settings = ddl::chat::ChatSettings { sampler: sa.sampler()?, max_tokens: sa.max_tokens, stop: sa.stops() };
     if let Some(t) = trace {
         ddl::generate::check_trace_path(t).map_err(anyhow::Error::msg)?;
     }

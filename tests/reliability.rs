@@ -658,6 +658,15 @@ fn generation_problems_are_clear_errors() {
         .output()
         .unwrap();
     assert!(o.status.success() && text(&o).contains("can never be generated"), "{}", text(&o));
+    // `--stop '\n'` is a newline, as in chat (it was a backslash and an n, which the char model
+    // cannot write); the text stops after it and ends its line once (no blank line after it).
+    let o = cmd(&dir)
+        .args(["generate", "--checkpoint", k, "--prompt", "hi", "--max-tokens", "400", "--stop", "\\n", "--seed", "3"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success() && !text(&o).contains("can never be generated"), "{}", text(&o));
+    assert!(out.ends_with('\n') && !out.ends_with("\n\n") && out.matches('\n').count() == 1, "{out:?}");
     // A prompt longer than the context is documented behaviour, not an error: its last part is
     // used (with a note) and generation proceeds.
     let long = "To be, or not to be: that is the question. ".repeat(4);
