@@ -201,6 +201,20 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
     };
     assert!(!table(&out).is_empty());
     assert_eq!(table(&fresh), table(&out), "the carried runs give another report");
+    // A carried result of another length is left out of the report, said, and trained again.
+    let res = fresh.join("runs/ddl-seed2/result.json");
+    let other = std::fs::read_to_string(&res).unwrap().replace("\"steps\": 4", "\"steps\": 99");
+    std::fs::write(&res, other).unwrap();
+    let fr = fresh.to_str().unwrap();
+    let r = ddl(&dir, &["experiment", "--spec", s, "--out", fr, "--report-only"]);
+    assert!(text(&r).contains("ddl-seed2 is left out of the report (its result.json is of 99 steps"), "{}", text(&r));
+    let r = ddl(&dir, &["experiment", "--spec", s, "--out", fr]);
+    let t = text(&r);
+    assert!(
+        r.status.success() && t.contains("ddl-seed2: trained again (its result.json is of 99 steps, the spec's 4)"),
+        "{t}"
+    );
+    assert_eq!(t.matches("finished earlier, not re-run").count(), 3, "{t}");
     let r = sh(&[Path::new("save"), &dir.join("nowhere"), &keep]);
     assert!(!r.status.success() && text(&r).contains("no such folder"), "{}", text(&r));
     // A grid folder given where the kept runs go: the hint, not "restored 0".

@@ -189,6 +189,11 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
                     }
                     continue;
                 }
+                let why = unusable_result(&out.join("runs").join(&name), spec.steps);
+                if !why.is_empty() && !opts.quiet {
+                    // (A result restored from another grid, or left by a spec of another length.)
+                    eprintln!("[{i}/{total}] {name}: trained again{why}");
+                }
                 pending.push_back((i, v, seed));
             }
         }
@@ -273,14 +278,7 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
                 Some(r) => results.push(r),
                 None => {
                     // Name a result that is there but cannot be used (the run counts as unfinished).
-                    let path = out.join("runs").join(run_name(v, seed)).join("result.json");
-                    let why = match std::fs::read_to_string(&path).map(|t| serde_json::from_str::<RunResult>(&t)) {
-                        Ok(Err(e)) => format!(" (its result.json is unreadable: {e})"),
-                        Ok(Ok(r)) if r.steps != spec.steps => {
-                            format!(" (its result.json is of {} steps, the spec's {})", r.steps, spec.steps)
-                        }
-                        _ => String::new(),
-                    };
+                    let why = unusable_result(&out.join("runs").join(run_name(v, seed)), spec.steps);
                     // (Said here too: the report's line is easy to miss.)
                     if !why.is_empty() && !opts.quiet {
                         eprintln!(
@@ -483,6 +481,16 @@ pub fn run_state(spec: &ExperimentSpec, out: &Path, v: Variant, seed: u64) -> St
 }
 
 /// The result of a finished run, if `dir` holds one for `steps` steps.
+/// Why a run's `result.json` that is there cannot be used, said as " (its result.json …)"; empty
+/// when there is none or it can be used.
+fn unusable_result(dir: &Path, steps: usize) -> String {
+    match std::fs::read_to_string(dir.join("result.json")).map(|t| serde_json::from_str::<RunResult>(&t)) {
+        Ok(Err(e)) => format!(" (its result.json is unreadable: {e})"),
+        Ok(Ok(r)) if r.steps != steps => format!(" (its result.json is of {} steps, the spec's {steps})", r.steps),
+        _ => String::new(),
+    }
+}
+
 pub(super) fn result_of(dir: &Path, steps: usize) -> Option<RunResult> {
     let text = std::fs::read_to_string(dir.join("result.json")).ok()?;
     let r: RunResult = serde_json::from_str(&text).ok()?;

@@ -405,9 +405,10 @@ pub(super) fn write_report(
         ));
     }
     let total_s: f64 = results.iter().map(|r| r.elapsed_s).sum();
+    // (Seconds for a grid of short runs, where "0.0 min" said nothing.)
+    let total = if total_s < 60.0 { format!("{total_s:.1} s") } else { format!("{:.1} min", total_s / 60.0) };
     md.push_str(&format!(
-        "\nTotal training time {:.1} min. Plots: `val_loss.png`{}, `beta_regimes.png`.\n",
-        total_s / 60.0,
+        "\nTotal training time {total}. Plots: `val_loss.png`{}, `beta_regimes.png`.\n",
         if forest.is_empty() { "" } else { ", `comparisons.png`" }
     ));
 

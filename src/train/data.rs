@@ -39,7 +39,7 @@ pub enum DataError {
     Device(PathBuf),
     #[error(
         "'{path}' is not UTF-8 text (first invalid byte at offset {offset}): convert it (e.g. `iconv -f LATIN1 -t \
-         UTF-8`), or take it out of the corpus"
+         UTF-8`), or leave that file out"
     )]
     NotUtf8 { path: PathBuf, offset: usize },
     #[error("cannot read '{path}': {source}")]
