@@ -168,6 +168,20 @@ fn main() -> std::process::ExitCode {
         eprintln!("error: --prompt is empty: give the text to continue, e.g. --prompt \"First Citizen:\"");
         return std::process::ExitCode::from(2);
     }
+    // A prompt the checkpoint's tokenizer cannot encode (a character a char model never saw), as
+    // `ddl generate` says it, before the window (the tokenizer is in the model file's metadata; an
+    // unreadable checkpoint is the window's to report).
+    if a.generate.is_some()
+        && let (Some(prompt), Some(ck)) = (a.prompt.as_deref(), a.checkpoint.as_deref())
+        && let Ok(tok) = ddl::train::checkpoint::saved_tokenizer(ck)
+        && let Err(e) = tok.encode(prompt)
+    {
+        eprintln!(
+            "error: --prompt: {e}; the checkpoint's {} tokenizer cannot encode it: leave that character out",
+            tok.kind()
+        );
+        return std::process::ExitCode::from(2);
+    }
     let opts = Options {
         checkpoint: a.checkpoint,
         run: a.run,

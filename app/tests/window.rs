@@ -215,4 +215,6 @@ fn bad_automation_flags_are_refused_before_the_window_opens() {
     refused(&["--checkpoint", training.to_str().unwrap()], "follows its training curves meanwhile");
     refused(&["--checkpoint", dir.to_str().unwrap()], "holds no model.safetensors");
     refused(&["--checkpoint", ck, "--generate", "3", "--prompt", ""], "--prompt is empty");
+    // A character the char model never saw is named before the window, as `ddl generate` does.
+    refused(&["--checkpoint", ck, "--generate", "3", "--prompt", "ROMEO: ☃"], "'☃'");
 }
