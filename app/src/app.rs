@@ -955,4 +955,21 @@ impl eframe::App for VizApp {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         self.ui_root(ui);
     }
+
+    /// Until a `--screenshot` is saved, the pointer is not the window's: a virtual display's
+    /// pointer rests where the window happens to lie (on a small screen, over a plot, whose hover
+    /// line and highlight would be in the picture). After it, input is as usual.
+    fn raw_input_hook(&mut self, _ctx: &egui::Context, raw_input: &mut egui::RawInput) {
+        if self.auto.screenshot.is_some() && self.auto.result.lock().unwrap().is_none() {
+            raw_input.events.retain(|e| {
+                !matches!(
+                    e,
+                    egui::Event::PointerMoved(_)
+                        | egui::Event::MouseMoved(_)
+                        | egui::Event::PointerButton { .. }
+                        | egui::Event::MouseWheel { .. }
+                )
+            });
+        }
+    }
 }

@@ -89,17 +89,16 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
     }
     let items: Vec<(String, egui::Color32)> = (0..3).map(|r| (REGIMES[r].to_string(), regime_color(r))).collect();
     super::legend_row(ui, &items);
-    Plot::new("eigen-counts")
+    let plot = Plot::new("eigen-counts")
         .height(ui.available_height().max(120.0))
         .allow_zoom(false)
         .allow_drag(false)
         .allow_scroll(false)
         .include_y(0.0)
-        .y_axis_label("tokens")
-        .x_axis_formatter(super::sublayer_ticks_x(s))
-        .show(ui, |p| {
-            for c in charts {
-                p.bar_chart(c);
-            }
-        });
+        .y_axis_label("tokens");
+    super::sublayer_x_axis(plot, s).show(ui, |p| {
+        for c in charts {
+            p.bar_chart(c);
+        }
+    });
 }

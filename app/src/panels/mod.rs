@@ -62,6 +62,25 @@ pub(crate) fn sublayer_ticks_x(s: usize) -> impl Fn(egui_plot::GridMark, &std::o
     move |m, r| one(m, r).replacen(" attn", "\nattn", 1).replacen(" MLP", "\nMLP", 1)
 }
 
+/// A plot whose x coordinates 0..s are sublayers, with every sublayer named under its bars: a
+/// mark at each one and labels kept down to 30 points apart in the small font (egui_plot hides
+/// x labels closer than 60 points, which left only the first of 8 sublayers named in a
+/// 1000-point window).
+pub(crate) fn sublayer_x_axis(plot: egui_plot::Plot<'_>, s: usize) -> egui_plot::Plot<'_> {
+    let hints = egui_plot::AxisHints::new_x()
+        .formatter(sublayer_ticks_x(s))
+        .label_spacing(30.0..=40.0)
+        .tick_label_font(eframe::egui::TextStyle::Small.resolve(&eframe::egui::Style::default()));
+    plot.custom_x_axes(vec![hints]).x_grid_spacer(move |input| {
+        let (lo, hi) = input.bounds;
+        (0..s)
+            .map(|i| i as f64)
+            .filter(|v| (lo..=hi).contains(v))
+            .map(|value| egui_plot::GridMark { value, step_size: 1.0 })
+            .collect()
+    })
+}
+
 /// A plot's legend as a row above it (wrapping), so that it never covers the data: a colour
 /// swatch and the series' name per entry.
 pub(crate) fn legend_row(ui: &mut eframe::egui::Ui, items: &[(String, eframe::egui::Color32)]) {

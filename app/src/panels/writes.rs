@@ -16,7 +16,6 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
     ui.strong(format!("Writes of {}", super::token_label(data, t)));
     ui.label("Each sublayer erases k^T X (the state's component along k) and writes v there, scaled by β: the update is β·k·(v − k^T X)^T.");
     let h = (ui.available_height() * 0.5).clamp(140.0, 320.0);
-    let fmt = super::sublayer_ticks_x(s);
     let (write_c, erased_c, written_c) = (
         egui::Color32::from_rgb(240, 190, 60),
         egui::Color32::from_rgb(90, 140, 230),
@@ -36,18 +35,13 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
         let items: Vec<(String, egui::Color32)> =
             names.iter().zip([write_c, erased_c, written_c]).map(|(n, c)| (n.to_string(), c)).collect();
         super::legend_row(ui, &items);
-        Plot::new("writes-bars")
-            .height(h)
-            .include_y(0.0)
-            .allow_zoom(false)
-            .allow_drag(false)
-            .allow_scroll(false)
-            .x_axis_formatter(fmt)
-            .show(ui, |p| {
-                p.bar_chart(write);
-                p.bar_chart(erased);
-                p.bar_chart(written);
-            });
+        let plot =
+            Plot::new("writes-bars").height(h).include_y(0.0).allow_zoom(false).allow_drag(false).allow_scroll(false);
+        super::sublayer_x_axis(plot, s).show(ui, |p| {
+            p.bar_chart(write);
+            p.bar_chart(erased);
+            p.bar_chart(written);
+        });
         let ui = &mut cols[1];
         egui::ScrollArea::both().id_salt("writes-table").max_height(h).show(ui, |ui| {
             egui::Grid::new("writes-grid").striped(true).num_columns(5).show(ui, |ui| {
