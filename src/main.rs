@@ -486,9 +486,9 @@ fn experiment(
             println!("report: {}", report.display());
         }
         None => {
-            println!(
-                "interrupted: the runs in progress saved their checkpoints; run the same command again to continue"
-            );
+            // (What was stopped, and what it kept, is said above: a run's checkpoint, the tiles
+            // measured, the finished runs.)
+            println!("interrupted: run the same command again to continue");
             return Err(Interrupted.into());
         }
     }

@@ -415,6 +415,40 @@ fn jobs_train_runs_at_once_to_the_same_numbers() {
             assert_eq!(a[key], b[key], "{run}: {key}");
         }
     }
+    // Ctrl-C while the speed section is measured (every run finished): it stops there, exit 130,
+    // no speed.jsonl or report written, and says to run the command again, which finishes them.
+    std::fs::remove_file(one.join("speed.jsonl")).unwrap();
+    std::fs::remove_file(one.join("report.md")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ddl"))
+        .args(["experiment", "--spec", s, "--out", one.to_str().unwrap()])
+        .env("DDL_CACHE_DIR", dir.join("cache"))
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut err, &mut line).unwrap() == 0 {
+            panic!("no speed measurement began: {seen}");
+        }
+        seen.push_str(&line);
+        if line.starts_with("speed: ddl against baseline") {
+            break;
+        }
+    }
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    std::io::Read::read_to_string(&mut err, &mut seen).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{seen}");
+    assert!(
+        seen.contains("Ctrl-C during the speed measurement: every run is finished; run the same command"),
+        "{seen}"
+    );
+    assert!(!one.join("speed.jsonl").exists() && !one.join("report.md").exists(), "{seen}");
+    let r = ddl(&dir, &["experiment", "--spec", s, "--out", one.to_str().unwrap()]);
+    assert!(r.status.success() && one.join("speed.jsonl").is_file() && one.join("report.md").is_file(), "{}", text(&r));
     // A bad count is a clear error.
     let r = ddl(&dir, &["experiment", "--spec", s, "--out", two.to_str().unwrap(), "--jobs", "0"]);
     assert!(!r.status.success() && text(&r).contains("--jobs"), "{}", text(&r));

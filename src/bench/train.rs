@@ -233,6 +233,10 @@ pub fn train_compare_rows(
     // measures it; replayed through the same blocks for its ratios.
     let mut cpu_seq = Vec::new();
     let wall = ab_blocks(blocks, |who| {
+        // Where Ctrl-C stops cleanly (`ddl experiment`'s speed section), it stops the blocks.
+        if crate::train::interrupted() {
+            return Err(crate::gpu::GpuError::Unsupported("interrupted".into()));
+        }
         let s = &mut sides[who];
         let o = crate::kernels::adamw::AdamWConfig { step: s.step, ..s.opt };
         let ((l, g), wall, cpu) = timed(|| s.model.train_step(&s.prog, &o))?;

@@ -202,8 +202,13 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
         }
         let devices: Vec<&Arc<Gpu>> = std::iter::once(&gpu).chain(&opts.more_devices).collect();
         let jobs = devices.len().min(pending.len()).max(1);
-        if jobs > 1 && crate::kernels::matmul::autotune::enabled() {
-            pretune(&devices, spec, &pending, opts.quiet);
+        if jobs > 1 && crate::kernels::matmul::autotune::enabled() && !pretune(&devices, spec, &pending, opts.quiet) {
+            eprintln!(
+                "{} while the matmul tiles were measured before the jobs: nothing was trained (the shapes measured \
+                 so far are kept)",
+                crate::train::interruption()
+            );
+            return Ok(None);
         }
         // Several runs at once: each its own bar (or its named lines), under a bar of the grid.
         let bars = (jobs > 1).then(indicatif::MultiProgress::new);
@@ -313,7 +318,16 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
         ));
     }
     if has_baseline && (opts.speed || (speed_missing && missing.is_empty() && !opts.report_only)) {
-        measure_speed(&gpu, spec, out, opts.quiet)?;
+        // No run trains now: a second Ctrl-C's message names no checkpoint.
+        crate::train::TRAINING.store(false, std::sync::atomic::Ordering::SeqCst);
+        if !measure_speed(&gpu, spec, out, opts.quiet)? {
+            eprintln!(
+                "{} during the speed measurement: every run is finished; run the same command again to measure the \
+                 speed and write the report",
+                crate::train::interruption()
+            );
+            return Ok(None);
+        }
     }
     let commits: BTreeSet<(&str, &str)> = results.iter().map(|r| (r.commit.as_str(), r.dirty.as_str())).collect();
     if commits.len() > 1 && !opts.quiet {
@@ -408,13 +422,15 @@ fn train_run(
 /// adapter (the others of that adapter share its cache entries), so that no tile is timed while
 /// another job trains on the same machine (which would disturb both: the measurement and the
 /// run's step times). A variant whose programs cannot be built here is left to its run, which
-/// says why.
+/// says why. `false`: Ctrl-C stopped it (after the variant being measured).
 fn pretune(
     devices: &[&Arc<Gpu>],
     spec: &ExperimentSpec,
     pending: &std::collections::VecDeque<(usize, Variant, u64)>,
     quiet: bool,
-) {
+) -> bool {
+    // Ctrl-C stops after the variant in hand (each measured shape is in the cache already).
+    let _ctrlc = crate::train::CtrlcScope::new();
     let mut adapters = BTreeSet::new();
     let mut variants: Vec<(Variant, u64)> = Vec::new();
     for &(_, v, seed) in pending {
@@ -425,6 +441,9 @@ fn pretune(
     let (mut shapes, mut secs) = (0, 0.0);
     for g in devices.iter().filter(|g| adapters.insert(adapter_name(g))) {
         for &(v, seed) in &variants {
+            if crate::train::interrupted() {
+                return false;
+            }
             let Ok(run) = spec.run_config(v, seed) else { continue };
             if let Ok((n, s)) = crate::train::tune_for((*g).clone(), &run) {
                 shapes += n;
@@ -439,6 +458,7 @@ fn pretune(
             variants.len()
         );
     }
+    !crate::train::interrupted()
 }
 
 /// A line of the grid's own: above the runs' bars while they are drawn (`--jobs` on a terminal),

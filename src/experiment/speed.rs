@@ -19,7 +19,9 @@ pub const SPEED_BLOCKS: usize = 12;
 /// ([`crate::bench::train_compare_rows`], what `ddl bench train --against baseline` runs), written
 /// to `OUT/speed.jsonl` with the adapter and the engine's commit. Not the grid's wall clock: its
 /// runs share a machine with whatever else runs. Needs a finished baseline run.
-pub fn measure_speed(gpu: &Arc<Gpu>, spec: &ExperimentSpec, out: &Path, quiet: bool) -> Result<(), ExperimentError> {
+pub fn measure_speed(gpu: &Arc<Gpu>, spec: &ExperimentSpec, out: &Path, quiet: bool) -> Result<bool, ExperimentError> {
+    // Ctrl-C stops it after the step in hand (nothing is written then: `false`).
+    let _ctrlc = crate::train::CtrlcScope::new();
     let variants =
         spec.variant_list().map_err(|m| ExperimentError::Spec { path: out.join("experiment.toml"), msg: m })?;
     let saved = |v: Variant| -> Result<RunConfig, ExperimentError> {
@@ -43,7 +45,7 @@ pub fn measure_speed(gpu: &Arc<Gpu>, spec: &ExperimentSpec, out: &Path, quiet: b
             eprintln!("speed: {} against baseline, {SPEED_BLOCKS} blocks of 4 steps at {batch} × {seq}", v.name());
         }
         let mut row = None;
-        crate::bench::train_compare_rows(
+        let row_done = crate::bench::train_compare_rows(
             gpu,
             None,
             &cfg.model,
@@ -55,7 +57,11 @@ pub fn measure_speed(gpu: &Arc<Gpu>, spec: &ExperimentSpec, out: &Path, quiet: b
             crate::model::Storage::default(),
             |r| row = Some(r.0),
         )
-        .map_err(|e| ExperimentError::Report(format!("speed: {} against baseline: {e:#}", v.name())))?;
+        .map_err(|e| ExperimentError::Report(format!("speed: {} against baseline: {e:#}", v.name())));
+        if crate::train::interrupted() {
+            return Ok(false);
+        }
+        row_done?;
         let mut row = row.ok_or_else(|| ExperimentError::Report("speed: the benchmark gave no row".into()))?;
         row["adapter"] = serde_json::json!(gpu.info.name);
         row["commit"] = serde_json::json!(commit);
@@ -63,7 +69,8 @@ pub fn measure_speed(gpu: &Arc<Gpu>, spec: &ExperimentSpec, out: &Path, quiet: b
         text.push_str(&format!("{row}\n"));
     }
     let path = out.join(SPEED_FILE);
-    checkpoint::write_atomic(&path, text.as_bytes()).map_err(|source| ExperimentError::Io { path, source })
+    checkpoint::write_atomic(&path, text.as_bytes()).map_err(|source| ExperimentError::Io { path, source })?;
+    Ok(true)
 }
 
 /// The rows of `OUT/speed.jsonl` (none when it is missing).
