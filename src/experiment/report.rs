@@ -408,8 +408,9 @@ pub(super) fn write_report(
     // (Seconds for a grid of short runs, where "0.0 min" said nothing.)
     let total = if total_s < 60.0 { format!("{total_s:.1} s") } else { format!("{:.1} min", total_s / 60.0) };
     md.push_str(&format!(
-        "\nTotal training time {total}. Plots: `val_loss.png`{}, `beta_regimes.png`.\n",
-        if forest.is_empty() { "" } else { ", `comparisons.png`" }
+        "\nTotal training time {total}. Plots: `val_loss.png`{}{}.\n",
+        if forest.is_empty() { "" } else { ", `comparisons.png`" },
+        if ddl_rows.is_empty() { "" } else { ", `beta_regimes.png`" }
     ));
 
     // Validation-loss curves: mean over seeds with a min–max band.
@@ -456,6 +457,12 @@ pub(super) fn write_report(
     if !panels.is_empty() {
         plot::regime_plot(&out.join("beta_regimes.png"), "β regimes per sublayer on validation text", &panels)
             .map_err(ExperimentError::Report)?;
+    } else {
+        // (An earlier report's plot would sit beside a report that has no such section.)
+        let _ = std::fs::remove_file(out.join("beta_regimes.png"));
+    }
+    if forest.is_empty() {
+        let _ = std::fs::remove_file(out.join("comparisons.png"));
     }
     if !forest.is_empty() {
         plot::interval_plot(
@@ -495,6 +502,21 @@ mod tests {
         let md = std::fs::read_to_string(path).unwrap();
         std::fs::remove_dir_all(&dir).ok();
         md
+    }
+
+    #[test]
+    fn the_report_names_only_the_plots_it_wrote() {
+        // The baseline alone: no β regimes and no comparisons, so neither plot is named.
+        let md = report(&["baseline"], 2, |_, seed| 2.2 + seed as f64 / 100.0, |_| "abc".into());
+        assert!(md.contains("Plots: `val_loss.png`.\n"), "{md}");
+        let md = report(
+            &["baseline", "ddl"],
+            2,
+            |v, seed| if v == "ddl" { 2.1 } else { 2.2 } + seed as f64 / 1e3,
+            |_| "abc".into(),
+        );
+        // (The fixtures' runs counted no β regimes: no regime plot either.)
+        assert!(md.contains("Plots: `val_loss.png`, `comparisons.png`.\n"), "{md}");
     }
 
     fn row(md: &str, pair: &str) -> String {
