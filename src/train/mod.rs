@@ -33,6 +33,21 @@ pub use progress::plot_metrics;
 use trainer::Trainer;
 pub use trainer::tune_for;
 
+/// What to do about a write that failed, for the errors that have a remedy: a full disk, no
+/// permission.
+fn io_remedy(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+            "; free space on that disk (the run's files written before are intact), or continue the run on another \
+             one: `ddl train --resume DIR --out OTHER` copies it there"
+        }
+        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
+            "; make the folder writable, or write the run to another --out"
+        }
+        _ => "",
+    }
+}
+
 /// Why a run stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
@@ -56,7 +71,7 @@ pub enum TrainError {
          steps"
     )]
     NonFinite { step: usize, what: &'static str, value: f32 },
-    #[error("cannot write '{path}': {source}")]
+    #[error("cannot write '{}': {source}{}", path.display(), io_remedy(source))]
     Io { path: PathBuf, source: std::io::Error },
     #[error("step {step}: saving the checkpoint failed: {source}. {kept}")]
     Save { step: usize, kept: String, source: checkpoint::CheckpointError },
@@ -870,6 +885,19 @@ pub fn train_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A write that failed for want of space or permission says what to do; others say what failed.
+    #[test]
+    fn write_errors_name_their_remedy() {
+        let err = |kind| TrainError::Io { path: "run/metrics.jsonl".into(), source: std::io::Error::from(kind) };
+        let full = err(std::io::ErrorKind::StorageFull).to_string();
+        assert!(full.starts_with("cannot write 'run/metrics.jsonl': ") && full.contains("free space"), "{full}");
+        assert!(full.contains("--resume DIR --out OTHER"), "{full}");
+        let denied = err(std::io::ErrorKind::PermissionDenied).to_string();
+        assert!(denied.contains("make the folder writable"), "{denied}");
+        let other = err(std::io::ErrorKind::InvalidData).to_string();
+        assert!(!other.contains("; "), "{other}");
+    }
 
     /// A second Ctrl-C removes the folders still being written (`ddl data prepare` left its
     /// temporary folder, and said a checkpoint was intact where there was none) and says so;

@@ -59,8 +59,7 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
     }
     let pad = ((y1 - y0) * 0.05).max(1e-6);
     // The image encoder picks the format from the extension: keep .png on the temporary name.
-    let tmp = tmp_png(path);
-    {
+    via_tmp(path, |tmp| {
         let root = BitMapBackend::new(&tmp, (900, 540)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let mut chart = ChartBuilder::on(&root)
@@ -88,9 +87,8 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
             .border_style(BLACK)
             .draw()
             .map_err(|e| e.to_string())?;
-        root.present().map_err(|e| e.to_string())?;
-    }
-    std::fs::rename(&tmp, path).map_err(|e| e.to_string())
+        root.present().map_err(|e| e.to_string())
+    })
 }
 
 /// One curve with an uncertainty band: (x, centre, low, high) points.
@@ -102,6 +100,18 @@ pub struct Band {
 /// Writes through a temporary file next to `path` (keeping the .png extension the encoder needs).
 fn tmp_png(path: &Path) -> std::path::PathBuf {
     path.with_file_name(format!(".tmp-{}", path.file_name().unwrap_or_default().to_string_lossy()))
+}
+
+/// Draws into the temporary file of `path` ([`tmp_png`]) and renames it to `path`: a plot is
+/// whole or the earlier one stays, and a failed drawing or rename (a full disk) removes the
+/// temporary file rather than leave it beside the run.
+fn via_tmp(path: &Path, draw: impl FnOnce(&Path) -> Result<(), String>) -> Result<(), String> {
+    let tmp = tmp_png(path);
+    let done = draw(&tmp).and_then(|()| std::fs::rename(&tmp, path).map_err(|e| e.to_string()));
+    if done.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    done
 }
 
 /// Draws curves with shaded bands (e.g. the mean over seeds with a min..max band) into a PNG.
@@ -123,8 +133,7 @@ pub fn band_plot(path: &Path, title: &str, x_label: &str, y_label: &str, bands: 
         x1 = x0 + 1.0;
     }
     let pad = ((y1 - y0) * 0.05).max(1e-6);
-    let tmp = tmp_png(path);
-    {
+    via_tmp(path, |tmp| {
         let root = BitMapBackend::new(&tmp, (960, 600)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let mut chart = ChartBuilder::on(&root)
@@ -159,9 +168,8 @@ pub fn band_plot(path: &Path, title: &str, x_label: &str, y_label: &str, bands: 
             .border_style(BLACK)
             .draw()
             .map_err(|e| e.to_string())?;
-        root.present().map_err(|e| e.to_string())?;
-    }
-    std::fs::rename(&tmp, path).map_err(|e| e.to_string())
+        root.present().map_err(|e| e.to_string())
+    })
 }
 
 /// One panel of [`regime_plot`]: per row (sublayer) the shares of identity, projection, reflection.
@@ -184,8 +192,7 @@ pub fn regime_plot(path: &Path, title: &str, panels: &[RegimePanel]) -> Result<(
     }
     let cols = panels.len().min(3);
     let rows = panels.len().div_ceil(cols);
-    let tmp = tmp_png(path);
-    {
+    via_tmp(path, |tmp| {
         let root = BitMapBackend::new(&tmp, (360 * cols as u32 + 20, 300 * rows as u32 + 90)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let root = root.titled(title, ("sans-serif", 22)).map_err(|e| e.to_string())?;
@@ -248,9 +255,8 @@ pub fn regime_plot(path: &Path, title: &str, panels: &[RegimePanel]) -> Result<(
                 }
             }
         }
-        root.present().map_err(|e| e.to_string())?;
-    }
-    std::fs::rename(&tmp, path).map_err(|e| e.to_string())
+        root.present().map_err(|e| e.to_string())
+    })
 }
 
 /// One row of [`interval_plot`]: an estimate with its 95 % interval, and whether the test
@@ -278,8 +284,7 @@ pub fn interval_plot(path: &Path, title: &str, x_label: &str, rows: &[Interval])
     let pad = ((hi - lo) * 0.06).max(1e-6);
     let n = rows.len() as i32;
     let label_px = rows.iter().map(|r| r.label.chars().count()).max().unwrap_or(8) as u32 * 9 + 16;
-    let tmp = tmp_png(path);
-    {
+    via_tmp(path, |tmp| {
         let root = BitMapBackend::new(&tmp, (960, 90 + 38 * n as u32 + 40)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let mut chart = ChartBuilder::on(&root)
@@ -327,13 +332,31 @@ pub fn interval_plot(path: &Path, title: &str, x_label: &str, rows: &[Interval])
             let style = if r.significant { color.filled() } else { color.stroke_width(2) };
             chart.draw_series(std::iter::once(Circle::new((r.mean, y), 6, style))).map_err(|e| e.to_string())?;
         }
-        root.present().map_err(|e| e.to_string())?;
-    }
-    std::fs::rename(&tmp, path).map_err(|e| e.to_string())
+        root.present().map_err(|e| e.to_string())
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    /// A drawing that fails half-way (a full disk) leaves neither its temporary file nor a
+    /// changed plot; one that succeeds replaces the plot.
+    #[test]
+    fn a_failed_plot_leaves_no_temporary_file() {
+        let dir = crate::testing::scratch_dir("plot-fail");
+        let p = dir.join("loss.png");
+        std::fs::write(&p, b"earlier").unwrap();
+        let r = super::via_tmp(&p, |tmp| {
+            std::fs::write(tmp, b"half").unwrap();
+            Err("No space left on device".into())
+        });
+        assert!(r.is_err());
+        assert!(!super::tmp_png(&p).exists(), "the temporary file was left");
+        assert_eq!(std::fs::read(&p).unwrap(), b"earlier");
+        super::via_tmp(&p, |tmp| std::fs::write(tmp, b"new").map_err(|e| e.to_string())).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        assert!(!super::tmp_png(&p).exists());
+    }
+
     #[test]
     fn a_line_plot_is_written_as_png() {
         let dir = crate::testing::scratch_dir("plot");
