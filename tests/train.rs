@@ -1262,8 +1262,11 @@ fn ctrl_c_sigterm_and_a_closed_pipe_save_a_checkpoint_and_exit_cleanly_and_the_r
     assert!(ck.step >= 3, "checkpoint at step {}", ck.step);
     // The interrupted run resumes from its checkpoint.
     let o = ddl_cmd(&dir).args(args(&(ck.step + 2).to_string())).arg("--resume").arg(&out).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
     assert_eq!(ddl::train::checkpoint::load(&out, false).unwrap().step, ck.step + 2);
+    // Its first line says where it continues from.
+    assert!(err.contains(&format!(", resuming at step {} of {}\n", ck.step, ck.step + 2)), "{err}");
 
     // SIGTERM (`kill`, `timeout`, Slurm, systemd) stops as cleanly: saved, 143.
     let term = dir.join("term");

@@ -313,6 +313,7 @@ impl<'c> Trainer<'c> {
                     let step = checkpoint::saved_step(std::path::Path::new(f)).unwrap_or(0);
                     format!(", starting from the parameters of {f} (step {step})")
                 }
+                (true, _) => format!(", resuming at step {start} of {}", opts.steps),
                 _ => String::new(),
             };
             eprintln!(
