@@ -26,7 +26,7 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
     let h = (ui.available_height() * 0.5).clamp(140.0, 320.0);
     ui.columns(2, |cols| {
         let ui = &mut cols[0];
-        Plot::new("eigen-lambda")
+        let plot = Plot::new("eigen-lambda")
             .height(h)
             .include_x(-1.0)
             .include_x(1.0)
@@ -35,25 +35,24 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
             .allow_zoom(false)
             .allow_drag(false)
             .allow_scroll(false)
-            .x_axis_label("λ = 1 − β")
-            .y_axis_formatter(super::sublayer_ticks(s))
-            .show(ui, |p| {
-                for (r, range) in [(2usize, -1.0..=-0.5), (1, -0.5..=0.5), (0, 0.5..=1.0)] {
-                    p.span(Span::new(REGIMES[r], range).axis(Axis::X).fill(regime_color(r).gamma_multiply(0.18)));
+            .x_axis_label("λ = 1 − β");
+        super::sublayer_y_axis(plot, s).show(ui, |p| {
+            for (r, range) in [(2usize, -1.0..=-0.5), (1, -0.5..=0.5), (0, 0.5..=1.0)] {
+                p.span(Span::new(REGIMES[r], range).axis(Axis::X).fill(regime_color(r).gamma_multiply(0.18)));
+            }
+            for i in 0..s {
+                if let Some(b) = data.beta(t, i) {
+                    let lam = 1.0 - b as f64;
+                    p.points(
+                        Points::new(sublayer_name(i), vec![[lam, i as f64]])
+                            .radius(5.0)
+                            .color(regime_color(regime_index(b))),
+                    );
                 }
-                for i in 0..s {
-                    if let Some(b) = data.beta(t, i) {
-                        let lam = 1.0 - b as f64;
-                        p.points(
-                            Points::new(sublayer_name(i), vec![[lam, i as f64]])
-                                .radius(5.0)
-                                .color(regime_color(regime_index(b))),
-                        );
-                    }
-                }
-            });
+            }
+        });
         let ui = &mut cols[1];
-        egui::ScrollArea::vertical().id_salt("eigen-table").max_height(h).show(ui, |ui| {
+        egui::ScrollArea::both().id_salt("eigen-table").max_height(h).show(ui, |ui| {
             egui::Grid::new("eigen-grid").striped(true).num_columns(5).show(ui, |ui| {
                 for head in ["sublayer", "β", "λ = 1−β", "det = λ^d_v", "regime"] {
                     ui.strong(head);
@@ -95,6 +94,9 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
         .allow_drag(false)
         .allow_scroll(false)
         .include_y(0.0)
+        // (Every bar whole: the first and last sublayer's bars reach half a unit past them.)
+        .include_x(-0.5)
+        .include_x(s as f64 - 0.5)
         .y_axis_label("tokens");
     super::sublayer_x_axis(plot, s).show(ui, |p| {
         for c in charts {

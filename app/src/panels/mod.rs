@@ -71,14 +71,29 @@ pub(crate) fn sublayer_x_axis(plot: egui_plot::Plot<'_>, s: usize) -> egui_plot:
         .formatter(sublayer_ticks_x(s))
         .label_spacing(30.0..=40.0)
         .tick_label_font(eframe::egui::TextStyle::Small.resolve(&eframe::egui::Style::default()));
-    plot.custom_x_axes(vec![hints]).x_grid_spacer(move |input| {
+    plot.custom_x_axes(vec![hints]).x_grid_spacer(sublayer_marks(s))
+}
+
+/// [`sublayer_x_axis`] for a y axis (one line per name, kept down to 12 points apart): every
+/// sublayer named beside its row in a short plot (a small window).
+pub(crate) fn sublayer_y_axis(plot: egui_plot::Plot<'_>, s: usize) -> egui_plot::Plot<'_> {
+    let hints = egui_plot::AxisHints::new_y()
+        .formatter(sublayer_ticks(s))
+        .label_spacing(12.0..=18.0)
+        .tick_label_font(eframe::egui::TextStyle::Small.resolve(&eframe::egui::Style::default()));
+    plot.custom_y_axes(vec![hints]).y_grid_spacer(sublayer_marks(s))
+}
+
+/// A grid mark at each sublayer 0..s within the plot's bounds.
+fn sublayer_marks(s: usize) -> impl Fn(egui_plot::GridInput) -> Vec<egui_plot::GridMark> {
+    move |input| {
         let (lo, hi) = input.bounds;
         (0..s)
             .map(|i| i as f64)
             .filter(|v| (lo..=hi).contains(v))
             .map(|value| egui_plot::GridMark { value, step_size: 1.0 })
             .collect()
-    })
+    }
 }
 
 /// A plot's legend as a row above it (wrapping), so that it never covers the data: a colour
