@@ -500,7 +500,6 @@ pub fn run_state(spec: &ExperimentSpec, out: &Path, v: Variant, seed: u64) -> St
     "new".into()
 }
 
-/// The result of a finished run, if `dir` holds one for `steps` steps.
 /// Why a run's `result.json` that is there cannot be used, said as " (its result.json …)"; empty
 /// when there is none or it can be used.
 fn unusable_result(dir: &Path, steps: usize) -> String {
@@ -511,6 +510,7 @@ fn unusable_result(dir: &Path, steps: usize) -> String {
     }
 }
 
+/// The result of a finished run, if `dir` holds one for `steps` steps.
 pub(super) fn result_of(dir: &Path, steps: usize) -> Option<RunResult> {
     let text = std::fs::read_to_string(dir.join("result.json")).ok()?;
     let r: RunResult = serde_json::from_str(&text).ok()?;
