@@ -268,6 +268,14 @@ impl TraceData {
             let sibling = path.with_extension("safetensors");
             if path.extension().is_some_and(|x| x == "json") && sibling.is_file() {
                 format!("{} is the trace's summary; the trace is {}", path.display(), sibling.display())
+            } else if matches!(e, safetensors::SafeTensorError::MetadataIncompleteBuffer) {
+                // (A safetensors header whose tensors do not end where the file does.)
+                format!(
+                    "{} is damaged: it does not hold the {} bytes its header describes (cut short by a write that \
+                     stopped, or a partial copy); write it again with `ddl generate --trace`",
+                    path.display(),
+                    declared_len(&bytes).map(|n| n.to_string()).unwrap_or_else(|| "tensor".into())
+                )
             } else {
                 format!("{} is not a trace (safetensors): {e}", path.display())
             }
@@ -379,6 +387,21 @@ impl TraceData {
 }
 
 /// Display name of sublayer `s` (block-major: attention then MLP).
+/// The length a safetensors file's header declares (8 + header + its tensors' bytes), for the
+/// message about a file that is cut short; `None` when the header itself does not read.
+fn declared_len(bytes: &[u8]) -> Option<usize> {
+    let n = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?) as usize;
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(bytes.get(8..8usize.checked_add(n)?)?).ok()?;
+    let end = header
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .filter_map(|(_, t)| t["data_offsets"][1].as_u64())
+        .max()
+        .unwrap_or(0);
+    Some(8 + n + end as usize)
+}
+
 pub fn sublayer_name(s: usize) -> String {
     format!("block {} {}", s / 2, if s.is_multiple_of(2) { "attn" } else { "MLP" })
 }

@@ -52,6 +52,12 @@ fn fixture_trace_loads_with_texts_and_all_sublayers() {
     std::fs::write(&bad, b"not a trace").unwrap();
     assert!(TraceData::load(&bad).unwrap_err().contains("not a trace"));
     assert!(TraceData::load(&dir.join("missing.safetensors")).is_err());
+    // A trace cut short (a write that stopped, a partial copy) is called damaged, with its length.
+    let whole = std::fs::read(common::fixture("trace.safetensors")).unwrap();
+    let cut = dir.join("cut.safetensors");
+    std::fs::write(&cut, &whole[..whole.len() - 100]).unwrap();
+    let e = TraceData::load(&cut).unwrap_err();
+    assert!(e.contains("is damaged") && e.contains(&format!("the {} bytes", whole.len())), "{e}");
 }
 
 #[test]
