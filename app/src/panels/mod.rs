@@ -67,21 +67,23 @@ pub(crate) fn sublayer_ticks_x(s: usize) -> impl Fn(egui_plot::GridMark, &std::o
 /// x labels closer than 60 points, which left only the first of 8 sublayers named in a
 /// 1000-point window).
 pub(crate) fn sublayer_x_axis(plot: egui_plot::Plot<'_>, s: usize) -> egui_plot::Plot<'_> {
-    let hints = egui_plot::AxisHints::new_x()
-        .formatter(sublayer_ticks_x(s))
-        .label_spacing(30.0..=40.0)
-        .tick_label_font(eframe::egui::TextStyle::Small.resolve(&eframe::egui::Style::default()));
+    let hints = small_labels(egui_plot::AxisHints::new_x().formatter(sublayer_ticks_x(s)), 30.0);
     plot.custom_x_axes(vec![hints]).x_grid_spacer(sublayer_marks(s))
 }
 
 /// [`sublayer_x_axis`] for a y axis (one line per name, kept down to 12 points apart): every
 /// sublayer named beside its row in a short plot (a small window).
 pub(crate) fn sublayer_y_axis(plot: egui_plot::Plot<'_>, s: usize) -> egui_plot::Plot<'_> {
-    let hints = egui_plot::AxisHints::new_y()
-        .formatter(sublayer_ticks(s))
-        .label_spacing(12.0..=18.0)
-        .tick_label_font(eframe::egui::TextStyle::Small.resolve(&eframe::egui::Style::default()));
+    let hints = small_labels(egui_plot::AxisHints::new_y().formatter(sublayer_ticks(s)), 12.0);
     plot.custom_y_axes(vec![hints]).y_grid_spacer(sublayer_marks(s))
+}
+
+/// An axis's labels in the small font, shown down to `min` points apart (full strength from
+/// 1.5 × that).
+fn small_labels(hints: egui_plot::AxisHints<'_>, min: f32) -> egui_plot::AxisHints<'_> {
+    hints
+        .label_spacing(min..=1.5 * min)
+        .tick_label_font(eframe::egui::TextStyle::Small.resolve(&eframe::egui::Style::default()))
 }
 
 /// A grid mark at each sublayer 0..s within the plot's bounds.
