@@ -463,8 +463,7 @@ pub(super) fn write_report(
     }
     if forest.is_empty() {
         let _ = std::fs::remove_file(out.join("comparisons.png"));
-    }
-    if !forest.is_empty() {
+    } else {
         plot::interval_plot(
             &out.join("comparisons.png"),
             "paired differences of final validation loss (a − b, nats): mean and 95 % interval",
