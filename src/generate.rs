@@ -945,17 +945,26 @@ pub fn write_trace(
     cfg: &crate::model::ModelConfig,
     traces: &[TokenTrace],
 ) -> std::io::Result<()> {
-    write_trace_with(path, cfg, traces, "")
+    write_trace_with(path, cfg, traces, &TraceOrigin::default())
 }
 
-/// [`write_trace`] of a generation under interventions: their specs (`; `-separated, as
-/// [`crate::model::Interventions::describe`] writes them) go into both files, so the result
-/// can be reproduced.
+/// How a traced text was made, recorded in both trace files so that it can be made again.
+#[derive(Debug, Clone, Default)]
+pub struct TraceOrigin {
+    /// The interventions, `; `-separated as [`crate::model::Interventions::describe`] writes them.
+    pub interventions: String,
+    /// The text the traced tokens continue (`""` when the traces are the whole text).
+    pub prompt: String,
+    /// The sampling settings of the traced tokens (their own seed).
+    pub sampling: Option<SamplerConfig>,
+}
+
+/// [`write_trace`] with how the text was made ([`TraceOrigin`]): written into both files.
 pub fn write_trace_with(
     path: &std::path::Path,
     cfg: &crate::model::ModelConfig,
     traces: &[TokenTrace],
-    interventions: &str,
+    origin: &TraceOrigin,
 ) -> std::io::Result<()> {
     check_trace_path(path).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let t = traces.len();
@@ -1001,7 +1010,17 @@ pub fn write_trace_with(
     let mut meta = std::collections::HashMap::new();
     meta.insert("format".to_string(), TRACE_FORMAT.to_string());
     meta.insert("config".to_string(), serde_json::to_string(cfg).unwrap());
-    meta.insert("interventions".to_string(), interventions.to_string());
+    // (f32 settings written as typed: 0.7, not 0.699999988.)
+    let short = |x: f32| x.to_string().parse::<f64>().unwrap_or(x as f64);
+    let sampling = origin.sampling.as_ref().map(|c| {
+        serde_json::json!({"temperature": short(c.temperature), "top_k": c.top_k, "top_p": short(c.top_p),
+            "repetition_penalty": short(c.repetition_penalty), "seed": c.seed})
+    });
+    meta.insert("interventions".to_string(), origin.interventions.clone());
+    meta.insert("prompt".to_string(), origin.prompt.clone());
+    if let Some(s) = &sampling {
+        meta.insert("sampling".to_string(), s.to_string());
+    }
     let bytes = safetensors::serialize(views, Some(meta)).map_err(std::io::Error::other)?;
     crate::train::checkpoint::write_atomic(path, &bytes)?;
     let mut counts = vec![[0usize; 3]; s];
@@ -1017,7 +1036,9 @@ pub fn write_trace_with(
     }
     let summary = serde_json::json!({
         "format": TRACE_FORMAT,
-        "interventions": interventions,
+        "interventions": origin.interventions,
+        "prompt": origin.prompt,
+        "sampling": sampling,
         "regime_thresholds": {"identity": "beta < 0.5", "projection": "0.5 <= beta <= 1.5", "reflection": "beta > 1.5"},
         "sublayers": (0..s).map(|i| format!("block{}.{}", i / 2, if i % 2 == 0 { "attn" } else { "mlp" })).collect::<Vec<_>>(),
         "tokens": traces.iter().map(|tr| serde_json::json!({

@@ -654,8 +654,18 @@ pub(crate) fn generate_cmd(
         }
     }
     if let Some(path) = trace {
-        ddl::generate::write_trace_with(path, &model.cfg, &traces, &interventions.describe())
-            .with_context(|| format!("writing the trace {}", path.display()))?;
+        ddl::generate::write_trace_with(
+            path,
+            &model.cfg,
+            &traces,
+            &ddl::generate::TraceOrigin {
+                interventions: interventions.describe(),
+                prompt: prompt.clone(),
+                // (--trace takes one sample: its seed is --seed.)
+                sampling: Some(s.clone()),
+            },
+        )
+        .with_context(|| format!("writing the trace {}", path.display()))?;
         eprintln!("trace written to {} (+ .json summary)", path.display());
     }
     Ok(())

@@ -2006,12 +2006,18 @@ fn interventions_through_the_cli_generate_record_their_spec_and_refuse_bad_ones(
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(trace.with_extension("json")).unwrap()).unwrap();
     assert_eq!(summary["interventions"], "block0.mlp:beta=0; all:beta<=1");
+    // How the text was made, so that it can be made again: the prompt and the sampling settings.
+    assert_eq!(summary["prompt"], "To be");
+    assert_eq!(summary["sampling"]["seed"], 5);
+    assert_eq!(summary["sampling"]["temperature"], 0.8, "{}", summary["sampling"]);
     for tk in summary["tokens"].as_array().unwrap() {
         let b = tk["beta"].as_array().unwrap();
         assert!(b[0].as_f64().unwrap() <= 1.0 && b[1].as_f64().unwrap() == 0.0, "{tk}");
     }
     let (_, meta) = read_st(&trace);
     assert_eq!(meta["interventions"], "block0.mlp:beta=0; all:beta<=1");
+    assert_eq!(meta["prompt"], "To be");
+    assert!(meta["sampling"].contains("\"seed\":5"), "{}", meta["sampling"]);
     // Bad specs: nothing generated, a message naming the spec and the fix.
     for (spec, needles) in [
         ("block3.mlp:beta=0", &["block3.mlp:beta=0", "block 3 (the model has blocks 0 to 0)"][..]),

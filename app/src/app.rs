@@ -109,6 +109,9 @@ pub struct VizApp {
     pub dialog: Option<OpenDialog>,
     /// The Interventions view: per-sublayer choices and the last comparison.
     pub interventions: panels::interventions::Interventions,
+    /// What the token strip shows when it is not the model's last generation (a trace file, one
+    /// side of a comparison), said above the tokens.
+    pub shown: Option<String>,
     session_prompt: Option<String>,
     /// When the running generation started and how many tokens it has produced.
     gen_started: Option<(web_time::Instant, usize)>,
@@ -163,6 +166,10 @@ impl VizApp {
         }
         if let Some(f) = &opts.trace {
             app.open_trace(f);
+            // A prompt given wins over the trace's.
+            if let Some(p) = &opts.prompt {
+                app.prompt = p.clone();
+            }
         }
         // An explicit --tab wins over the view an opened experiment switched to.
         if let Some(t) = opts.tab {
@@ -189,6 +196,7 @@ impl VizApp {
             status: String::new(),
             dialog: None,
             interventions: Default::default(),
+            shown: None,
             session_prompt: None,
             gen_started: None,
             auto: Automation::default(),
@@ -346,6 +354,16 @@ impl VizApp {
                 for n in &t.notes {
                     self.messages.push((Level::Info, n.clone()));
                 }
+                // The trace's prompt and sampling settings on the left, so that Generate with the
+                // model that wrote it writes the same text again.
+                if let Some(p) = &t.prompt {
+                    self.prompt = p.clone();
+                }
+                if let Some(s) = &t.sampling {
+                    self.sampling = s.clone();
+                    self.max_tokens = t.len().max(1);
+                }
+                self.shown = Some(format!("the trace {}", file.display()));
                 self.trace = t;
                 self.sel = Selection::default();
             }
@@ -414,10 +432,9 @@ impl VizApp {
         generated.iter().for_each(|r| t.push(r.clone(), false));
         self.trace = t;
         self.sel = Selection::default();
-        self.status = format!(
-            "showing the {} continuation in every view",
-            if intervened { format!("intervened ({})", c.specs) } else { "original".into() }
-        );
+        let side = if intervened { format!("intervened ({})", c.specs) } else { "original".into() };
+        self.status = format!("showing the {side} continuation in every view");
+        self.shown = Some(format!("the comparison's {side} continuation"));
     }
 
     pub fn stop(&mut self) {
@@ -458,6 +475,7 @@ impl VizApp {
                     if !keep {
                         self.trace = TraceData::new(c.n_layers, c.d_model, c.m());
                         self.sel = Selection::default();
+                        self.shown = None;
                     }
                     self.session_prompt = None;
                     self.status = if keep {
@@ -491,6 +509,7 @@ impl VizApp {
                 }
                 Event::Started { prompt } => {
                     self.gen_started = Some((web_time::Instant::now(), 0));
+                    self.shown = None;
                     self.trace.clear();
                     for t in prompt {
                         self.trace.push(t, true);
@@ -511,9 +530,11 @@ impl VizApp {
                     // `--intervene … --tab beta` (any view but Interventions): the intervened
                     // continuation in that view, as *show in the other views* does.
                     // (Only the comparison the command line asked for, not later ones.)
-                    if self.auto.started && !self.auto.done && self.auto.tab.is_some_and(|t| t != Tab::Interventions) {
-                        self.show_compared(true);
-                    }
+                    // Otherwise the original continuation, so that the token strip and the other
+                    // views show what was compared rather than nothing or an older text.
+                    let auto_tab =
+                        self.auto.started && !self.auto.done && self.auto.tab.is_some_and(|t| t != Tab::Interventions);
+                    self.show_compared(auto_tab);
                 }
                 Event::Done { reason } => {
                     self.gen_started = None;
@@ -731,6 +752,11 @@ impl VizApp {
             }
         }
         panels::tokens::controls(ui, &self.trace, &mut self.sel, &mut self.chip_colour);
+        if let Some(s) = &self.shown
+            && !self.trace.is_empty()
+        {
+            ui.weak(format!("showing {s}; Generate replaces it"));
+        }
         egui::ScrollArea::vertical().id_salt("chips").max_height(130.0).auto_shrink([false, true]).show(ui, |ui| {
             if self.trace.is_empty() {
                 ui.weak(

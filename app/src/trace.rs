@@ -34,6 +34,11 @@ pub struct TraceData {
     pub rows: Vec<Row>,
     /// What a reader should know about a trace file (how it was made, what is missing).
     pub notes: Vec<String>,
+    /// The prompt a trace file's tokens continue (its summary's `prompt`; written by `ddl
+    /// generate --trace` since it records one).
+    pub prompt: Option<String>,
+    /// The sampling settings its tokens were drawn with (its summary's `sampling`).
+    pub sampling: Option<ddl::generate::SamplerConfig>,
     pca: RefCell<Option<(usize, web_time::Instant, Pca)>>,
 }
 
@@ -359,6 +364,19 @@ impl TraceData {
                 summary_path.display()
             ));
         }
+        data.prompt =
+            summary.as_ref().ok().and_then(|j| j["prompt"].as_str()).filter(|s| !s.is_empty()).map(String::from);
+        data.sampling = summary.as_ref().ok().and_then(|j| {
+            let s = &j["sampling"];
+            Some(ddl::generate::SamplerConfig {
+                temperature: s["temperature"].as_f64()? as f32,
+                top_k: s["top_k"].as_u64()? as usize,
+                top_p: s["top_p"].as_f64()? as f32,
+                repetition_penalty: s["repetition_penalty"].as_f64()? as f32,
+                seed: s["seed"].as_u64()?,
+            })
+            .filter(|c| c.validate().is_ok())
+        });
         if let Some(iv) = summary.as_ref().ok().and_then(|j| j["interventions"].as_str()).filter(|s| !s.is_empty()) {
             data.notes.push(format!(
                 "this text was generated under the intervention {iv} (`ddl generate --intervene`): the writes shown are \

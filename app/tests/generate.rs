@@ -224,6 +224,11 @@ fn the_intervention_flow_generates_both_texts_and_measures_the_change() {
     // The intervened writes really had β = 0 on that sublayer, and only there.
     assert!(c.intervened.iter().chain(&c.prompt_intervened).all(|t| t.beta[1] == 0.0));
     assert!(c.original.iter().all(|t| t.beta[1] > 0.0));
+    // The token strip and the other views show the original continuation, and say so.
+    let t = &h.state().trace;
+    assert_eq!(t.len(), c.prompt.len() + c.original.len());
+    assert!(t.rows.iter().filter(|r| !r.prompt).map(|r| r.trace.token).eq(c.original.iter().map(|r| r.token)));
+    assert!(h.query_by_label("showing the comparison's original continuation; Generate replaces it").is_some());
     // Both texts are on screen.
     h.run();
     assert!(h.query_by_label("original").is_some());
@@ -234,6 +239,58 @@ fn the_intervention_flow_generates_both_texts_and_measures_the_change() {
     let t = &h.state().trace;
     assert_eq!(t.len(), c.prompt_intervened.len() + c.intervened.len());
     assert!((0..t.len()).all(|i| t.beta(i, 1) == Some(0.0)));
+    assert!(
+        h.query_by_label("showing the comparison's intervened (block0.mlp:beta=0) continuation; Generate replaces it")
+            .is_some()
+    );
+    // Generate shows its own text, without the note.
+    h.state_mut().tab = Tab::BetaMap;
+    h.get_by_label("Generate").click();
+    wait(&mut h, "generation", |a| !a.busy() && a.shown.is_none() && a.trace.rows.iter().any(|r| !r.prompt));
+    assert!(h.query_by_label_contains("Generate replaces it").is_none());
+}
+
+/// A trace written with its prompt and sampling settings opens with them on the left, so that
+/// Generate with the model that wrote it writes the same tokens again.
+#[test]
+fn a_trace_opens_with_its_prompt_and_settings_and_generate_writes_it_again() {
+    let (dir, ck, mut h) = loaded("trace-again");
+    let sampling =
+        ddl::generate::SamplerConfig { temperature: 1.3, top_k: 7, top_p: 0.9, seed: 11, ..Default::default() };
+    h.state_mut().prompt = "ROMEO:".into();
+    h.state_mut().sampling = sampling.clone();
+    h.state_mut().max_tokens = 9;
+    h.get_by_label("Generate").click();
+    wait(&mut h, "generation", |a| !a.busy() && a.trace.rows.iter().any(|r| !r.prompt));
+    let app = h.state();
+    let generated: Vec<_> = app.trace.rows.iter().filter(|r| !r.prompt).map(|r| r.trace.clone()).collect();
+    let cfg = app.model.as_ref().unwrap().config.clone();
+    // The trace as `ddl generate --trace` writes it: the generated tokens, the prompt beside them.
+    let file = dir.join("again.safetensors");
+    let origin = ddl::generate::TraceOrigin {
+        interventions: String::new(),
+        prompt: "ROMEO:".into(),
+        sampling: Some(sampling.clone()),
+    };
+    ddl::generate::write_trace_with(&file, &cfg, &generated, &origin).unwrap();
+    // Opened beside the checkpoint in a fresh window with other settings on the command line.
+    let app = VizApp::new(None, Options { checkpoint: Some(ck), trace: Some(file.clone()), ..Default::default() });
+    let mut h =
+        Harness::builder().with_size([1280.0, 800.0]).build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), app);
+    wait(&mut h, "the model to load", |a| a.model.is_some() && !a.busy());
+    let a = h.state();
+    assert_eq!(a.prompt, "ROMEO:");
+    assert_eq!((a.sampling.temperature, a.sampling.top_k, a.sampling.top_p, a.sampling.seed), (1.3, 7, 0.9, 11));
+    assert_eq!(a.max_tokens, generated.len());
+    assert_eq!(a.trace.len(), generated.len(), "the trace shown until Generate");
+    assert!(h.query_by_label(&format!("showing the trace {}; Generate replaces it", file.display())).is_some());
+    h.get_by_label("Generate").click();
+    wait(&mut h, "generation", |a| !a.busy() && a.shown.is_none() && a.trace.rows.iter().any(|r| !r.prompt));
+    let again: Vec<u32> = h.state().trace.rows.iter().filter(|r| !r.prompt).map(|r| r.trace.token).collect();
+    assert_eq!(again, generated.iter().map(|r| r.token).collect::<Vec<_>>(), "the same tokens again");
+    // A prompt given on the command line wins over the trace's.
+    let app = VizApp::new(None, Options { trace: Some(file), prompt: Some("JULIET:".into()), ..Default::default() });
+    assert_eq!(app.prompt, "JULIET:");
 }
 
 /// `--intervene SPEC --generate N --tab beta`: the comparison runs and the view asked for shows

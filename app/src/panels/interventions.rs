@@ -360,4 +360,24 @@ fn delta_strip(ui: &mut egui::Ui, c: &Comparison) {
         let tok = c.original.get(i).map(|t| chip_text(&t.text)).unwrap_or_default();
         resp.on_hover_text(format!("token {i} “{tok}”: Δ log p = {:+.4}", d[i]));
     }
+    delta_scale(ui, scale);
+}
+
+/// The strip's colour scale: −`scale` (full red) through 0 to +`scale` (full green) nats, the
+/// colour's strength growing with √|Δ| as the cells' does.
+fn delta_scale(ui: &mut egui::Ui, scale: f64) {
+    ui.horizontal(|ui| {
+        ui.weak(format!("{:+.3}", -scale));
+        let (w, h, n) = (160.0, 10.0, 32);
+        let (rect, _) = ui.allocate_exact_size(vec2(w, h), Sense::hover());
+        let painter = ui.painter_at(rect);
+        for j in 0..n {
+            // The cell's centre on [−1, 1].
+            let x = (j as f32 + 0.5) / n as f32 * 2.0 - 1.0;
+            let base = if x < 0.0 { DROP } else { RISE };
+            let r = egui::Rect::from_min_size(rect.min + vec2(w * j as f32 / n as f32, 0.0), vec2(w / n as f32, h));
+            painter.rect_filled(r, 0.0, Color32::from_gray(40).lerp_to_gamma(base, x.abs().sqrt()));
+        }
+        ui.weak(format!("{:+.3} nats (0 in the middle; red: less likely under the interventions)", scale));
+    });
 }
