@@ -644,6 +644,19 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     if a.distributed == Some(Distributed::Mpi) {
         return train_mpi(dev, &a, run, out, resume);
     }
+    // A finished run resumed in place with nothing to add: its results, without the device.
+    if branch.is_none()
+        && a.sample == 0
+        && let Some(done) = from.as_deref().and_then(|dir| ddl::train::finished_summary(dir, steps))
+    {
+        println!(
+            "nothing to train: the run finished at step {} (--steps {}), its final evaluation included; pass a \
+             larger --steps to continue it",
+            done.step, done.target
+        );
+        print_results(&out, &done);
+        return Ok(());
+    }
     let gpu = dev.open().context("opening the GPU")?;
     ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
     if let Some(src) = branch {
@@ -715,6 +728,30 @@ fn same_folder(a: &std::path::Path, b: &std::path::Path) -> bool {
     a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
 }
 
+/// A run's results: the final validation loss, the best checkpoint and the loss plot.
+fn print_results(out: &std::path::Path, summary: &ddl::train::Summary) {
+    if let Some(v) = summary.val_loss {
+        let over = match (summary.val_tokens, summary.val_whole) {
+            (Some(n), true) => format!(", over the whole validation split: {n} tokens"),
+            (Some(n), false) => format!(", over the validation split's first {n} tokens: train.val_max_tokens"),
+            (None, _) => String::new(),
+        };
+        println!("validation loss {v:.4} (perplexity {:.2}{over})", v.exp());
+    }
+    if let Some(b) = &summary.best {
+        println!(
+            "best checkpoint: step {} (validation loss {:.4} over the {} tokens every evaluation covers) in {}",
+            b.step,
+            b.val_loss,
+            b.val_tokens,
+            out.join(ddl::train::checkpoint::KEPT_DIR).join(ddl::train::checkpoint::BEST_DIR).display()
+        );
+    }
+    if out.join("loss.png").exists() {
+        println!("loss plot: {}", out.join("loss.png").display());
+    }
+}
+
 fn report_training(
     dev: &DeviceArgs,
     a: &TrainArgs,
@@ -743,24 +780,7 @@ fn report_training(
     } else {
         println!("step {}: train loss {:.4}", summary.step, summary.last_loss);
     }
-    if let Some(v) = summary.val_loss {
-        let over = match (summary.val_tokens, summary.val_whole) {
-            (Some(n), true) => format!(", over the whole validation split: {n} tokens"),
-            (Some(n), false) => format!(", over the validation split's first {n} tokens: train.val_max_tokens"),
-            (None, _) => String::new(),
-        };
-        println!("validation loss {v:.4} (perplexity {:.2}{over})", v.exp());
-    }
-    if let Some(b) = &summary.best {
-        println!(
-            "best checkpoint: step {} (validation loss {:.4} over the {} tokens every evaluation covers) in {}",
-            b.step,
-            b.val_loss,
-            b.val_tokens,
-            out.join(ddl::train::checkpoint::KEPT_DIR).join(ddl::train::checkpoint::BEST_DIR).display()
-        );
-    }
-    println!("loss plot: {}", out.join("loss.png").display());
+    print_results(out, summary);
     if let Some((peak, plan)) = summary.memory {
         let mib = |b: u64| b as f64 / 1048576.0;
         if summary.host_device_memory {

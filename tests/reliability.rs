@@ -1398,6 +1398,28 @@ fn ctrl_c_during_the_final_evaluation_stops_it_and_keeps_the_last_step() {
     assert!(summary["val_tokens"].as_u64().is_some_and(|n| n > 0) && summary["train_loss"].is_number(), "{summary}");
     // Once made, a further resume has nothing to do; without --steps a resume continues to the
     // --steps the run was last given (not the default 200), and where that is not recorded says so.
+    // A finished run says its results without opening the device (an adapter that does not
+    // exist is never asked for) and writes nothing.
+    let files = |d: &Path| -> Vec<(String, std::time::SystemTime)> {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .map(|e| (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().modified().unwrap()))
+            .collect();
+        v.sort();
+        v
+    };
+    let before = files(&out);
+    let o =
+        cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--adapter", "no-such-adapter"]).output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("nothing to train: the run finished at step 2 (--steps 2)") && t.contains("validation loss"),
+        "{t}"
+    );
+    assert!(!t.contains("no-such-adapter") && !t.contains("training ddl"), "{t}");
+    assert_eq!(files(&out), before, "a finished run's folder changed");
     let o = cmd(&dir).args(["train", "--resume", out.to_str().unwrap()]).output().unwrap();
     assert!(text(&o).contains("nothing to train") && text(&o).contains("(--steps 2)"), "{}", text(&o));
     assert_eq!(std::fs::read_to_string(out.join("metrics.jsonl")).unwrap(), m);

@@ -182,6 +182,40 @@ impl Summary {
     }
 }
 
+/// The summary of a run in `dir` that finished `steps` steps, its final evaluation included
+/// (`summary.json` at that step, not interrupted, with a validation loss, beside a checkpoint of
+/// that step): what `--resume` of a finished run reports without opening the device. Its losses
+/// and memory are empty (they belong to the invocation that trained).
+#[cfg(feature = "native")]
+pub fn finished_summary(dir: &Path, steps: usize) -> Option<Summary> {
+    let text = std::fs::read_to_string(dir.join("summary.json")).ok()?;
+    let j: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let step = j["step"].as_u64()? as usize;
+    let finished = step == steps
+        && j["steps_target"].as_u64() == Some(steps as u64)
+        && j["interrupted"].as_bool() == Some(false)
+        && checkpoint::saved_step(dir).ok() == Some(steps);
+    if !finished {
+        return None;
+    }
+    Some(Summary {
+        step,
+        target: steps,
+        last_loss: j["train_loss"].as_f64().map_or(f32::NAN, |x| x as f32),
+        val_loss: Some(j["val_loss"].as_f64()?),
+        val_tokens: Some(j["val_tokens"].as_u64()? as usize),
+        val_whole: j["val_whole"].as_bool().unwrap_or(true),
+        best: checkpoint::read_best(dir),
+        startup_s: 0.0,
+        data_open_s: 0.0,
+        tokens_per_s: j["tokens_per_s"].as_f64().unwrap_or(f64::NAN),
+        interrupted: false,
+        memory: None,
+        host_device_memory: false,
+        losses: Vec::new(),
+    })
+}
+
 /// The `--steps` of the invocation that saved `dir`'s checkpoint (its run state), if recorded
 /// (checkpoints before it was are not): what `--resume` without `--steps` continues to.
 #[cfg(feature = "native")]
