@@ -209,6 +209,9 @@ impl Interventions {
                 Action::AtLeast(v) if v <= 0.0 => {
                     Some(format!("note: {}: β is never below 0, so this bound changes nothing", i.spec))
                 }
+                Action::Scale(s) if s == 1.0 => {
+                    Some(format!("note: {}: β × 1 leaves every write as trained, so this changes nothing", i.spec))
+                }
                 Action::Scale(s) if s > 1.0 => Some(format!(
                     "note: {}: β is clamped to [0, 2] after scaling, so every β above {:.3} becomes 2 (a \
                      reflection); --allow-out-of-range lets it pass 2",
@@ -395,6 +398,8 @@ mod tests {
         let floor = Interventions::parse(&["all:beta>=-1".into()], false).unwrap();
         assert_eq!(floor.maps(&cfg(Variant::Ddl)).unwrap()[3].apply(0.25), 0.25);
         assert!(floor.notes()[0].contains("never below 0"));
+        let one = Interventions::parse(&["all:beta*=1".into(), "block0:beta*=1.0".into()], false).unwrap().notes();
+        assert!(one.len() == 2 && one.iter().all(|n| n.contains("β × 1 leaves every write as trained")), "{one:?}");
         // Allowed out of range: the value is kept.
         // A scale above 1 is clamped at 2, and said so (not with --allow-out-of-range).
         let notes = Interventions::parse(&["all:beta*=4".into(), "block0:beta*=0.5".into()], false).unwrap().notes();
