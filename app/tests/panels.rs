@@ -354,3 +354,27 @@ fn wrong_files_opened_as_traces_say_what_they_are() {
     let e = TraceData::load(&model).unwrap_err();
     assert!(e.contains("--checkpoint"), "{e}");
 }
+
+/// A legend narrower than its entries moves each entry whole to the next line: every entry's
+/// name stays on one line ("block 1 attn" never split after "block 1").
+#[test]
+fn legend_entries_wrap_whole() {
+    let m = Metrics::open(&common::fixture("run")).unwrap();
+    for width in [420.0, 560.0, 700.0] {
+        let mut h = Harness::builder().with_size([width, 500.0]).build_ui(|ui| {
+            egui::CentralPanel::default().show(ui, |ui| panels::dashboard::show(ui, Some(&m)));
+        });
+        h.run();
+        let names = ["block 0 attn", "block 0 MLP", "block 1 attn", "block 1 MLP", "regime thresholds 0.5, 1.5"];
+        let rows: Vec<f32> = names
+            .iter()
+            .map(|n| {
+                let r = h.get_by_label(n).rect();
+                assert!(r.height() < 20.0, "{n} at width {width}: {r:?} (broken across lines)");
+                r.top()
+            })
+            .collect();
+        // At these widths the five entries take more than one line, so some moved down whole.
+        assert!(rows.iter().any(|&y| y > rows[0] + 5.0), "width {width}: one legend line {rows:?}");
+    }
+}

@@ -100,15 +100,23 @@ fn sublayer_marks(s: usize) -> impl Fn(egui_plot::GridInput) -> Vec<egui_plot::G
 
 /// A plot's legend as a row above it (wrapping), so that it never covers the data: a colour
 /// swatch and the series' name per entry.
+/// Each entry is one piece: a row too narrow for it moves it whole to the next line (never
+/// "block 3" on one line and "attn" on the next).
 pub(crate) fn legend_row(ui: &mut eframe::egui::Ui, items: &[(String, eframe::egui::Color32)]) {
-    use eframe::egui::{Rect, Sense, vec2};
+    use eframe::egui::{Align2, Rect, Sense, TextStyle, vec2};
     ui.horizontal_wrapped(|ui| {
-        ui.spacing_mut().item_spacing.x = 4.0;
+        ui.spacing_mut().item_spacing.x = 12.0;
+        let font = TextStyle::Small.resolve(ui.style());
+        let text = ui.visuals().text_color();
         for (name, color) in items {
-            let (r, _) = ui.allocate_exact_size(vec2(12.0, 12.0), Sense::hover());
-            ui.painter().rect_filled(Rect::from_center_size(r.center(), vec2(10.0, 4.0)), 1.0, *color);
-            ui.label(eframe::egui::RichText::new(name).small());
-            ui.add_space(8.0);
+            let galley = ui.painter().layout_no_wrap(name.clone(), font.clone(), text);
+            let size = vec2(16.0 + galley.size().x, galley.size().y.max(12.0));
+            let (r, resp) = ui.allocate_exact_size(size, Sense::hover());
+            resp.widget_info(|| eframe::egui::WidgetInfo::labeled(eframe::egui::Role::Label, true, name));
+            let swatch = Rect::from_center_size(r.left_center() + vec2(6.0, 0.0), vec2(10.0, 4.0));
+            ui.painter().rect_filled(swatch, 1.0, *color);
+            let at = Align2::LEFT_CENTER.align_size_within_rect(galley.size(), r.with_min_x(r.left() + 16.0)).min;
+            ui.painter().galley(at, galley, text);
         }
     });
 }
