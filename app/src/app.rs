@@ -363,6 +363,10 @@ impl VizApp {
                     self.sampling = s.clone();
                     self.max_tokens = t.len().max(1);
                 }
+                if let Some(iv) = &t.interventions {
+                    let specs: Vec<String> = iv.split("; ").map(String::from).collect();
+                    self.interventions.show_specs(&specs, t.s());
+                }
                 self.shown = Some(format!("the trace {}", file.display()));
                 self.trace = t;
                 self.sel = Selection::default();

@@ -39,6 +39,9 @@ pub struct TraceData {
     pub prompt: Option<String>,
     /// The sampling settings its tokens were drawn with (its summary's `sampling`).
     pub sampling: Option<ddl::generate::SamplerConfig>,
+    /// The interventions its tokens were generated under (its summary's `interventions`, the
+    /// specs `; `-separated).
+    pub interventions: Option<String>,
     pca: RefCell<Option<(usize, web_time::Instant, Pca)>>,
 }
 
@@ -380,8 +383,10 @@ impl TraceData {
         if let Some(iv) = summary.as_ref().ok().and_then(|j| j["interventions"].as_str()).filter(|s| !s.is_empty()) {
             data.notes.push(format!(
                 "this text was generated under the intervention {iv} (`ddl generate --intervene`): the writes shown are \
-                 the intervened model's"
+                 the intervened model's; the Interventions view has it chosen, so Generate both there compares it \
+                 with the model as trained"
             ));
+            data.interventions = Some(iv.to_string());
         }
         for i in 0..t {
             let traced = (0..s).all(|j| beta[i * s + j].is_finite());

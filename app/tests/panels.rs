@@ -342,6 +342,14 @@ fn wrong_files_opened_as_traces_say_what_they_are() {
     std::fs::write(dir.join("t.json"), summary.to_string()).unwrap();
     let notes = TraceData::load(&current).unwrap().notes;
     assert!(notes.len() == 1 && notes[0].contains("under the intervention block1.mlp:beta=0"), "{notes:?}");
+    // Opened in the app, the Interventions view has it chosen (Generate both compares it).
+    summary["interventions"] = "block1.mlp:beta=0; block0.attn:k=mean".into();
+    std::fs::write(dir.join("t.json"), summary.to_string()).unwrap();
+    let mut app = VizApp::without_worker();
+    app.open_trace(&current);
+    use panels::interventions::Choice;
+    assert_eq!(app.interventions.choices, [Choice::KMean, Choice::AsTrained, Choice::AsTrained, Choice::Identity]);
+    assert_eq!(app.interventions.specs(), ["block0.attn:k=mean", "block1.mlp:beta=0"]);
     // Another safetensors file (an optimizer's moments) is named as not a trace.
     let optim = dir.join("optim.safetensors");
     std::fs::write(&optim, safetensors::serialize(vec![("m".to_string(), v16(&[0u8; 16]))], None).unwrap()).unwrap();
