@@ -209,7 +209,7 @@ impl Interventions {
                 Action::AtLeast(v) if v <= 0.0 => {
                     Some(format!("note: {}: β is never below 0, so this bound changes nothing", i.spec))
                 }
-                Action::Scale(s) if s == 1.0 => {
+                Action::Scale(1.0) => {
                     Some(format!("note: {}: β × 1 leaves every write as trained, so this changes nothing", i.spec))
                 }
                 Action::Scale(s) if s > 1.0 => Some(format!(
