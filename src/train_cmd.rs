@@ -644,18 +644,46 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     if a.distributed == Some(Distributed::Mpi) {
         return train_mpi(dev, &a, run, out, resume);
     }
-    // A finished run resumed in place with nothing to add: its results, without the device.
-    if branch.is_none()
-        && a.sample == 0
-        && let Some(done) = from.as_deref().and_then(|dir| ddl::train::finished_summary(dir, steps))
+    // Nothing to train (the checkpoint at or past --steps): said, with the run's results, without
+    // opening the device for training and without writing anything (not when the final
+    // evaluation is still to be made up); `--sample N` then samples the run's model.
+    if let Some(src) = from.as_deref()
+        && let Ok(at) = ddl::train::checkpoint::saved_step(src)
+        && at >= steps
     {
-        println!(
-            "nothing to train: the run finished at step {} (--steps {}), its final evaluation included; pass a \
-             larger --steps to continue it",
-            done.step, done.target
-        );
-        print_results(&out, &done);
-        return Ok(());
+        let done = ddl::train::finished_summary(src, at);
+        let said = if branch.is_some() {
+            Some(format!(
+                "nothing to train: {} is at step {at} (--steps {steps}); nothing was copied to {}: pass --steps above \
+                 {at} to continue it there",
+                src.display(),
+                out.display()
+            ))
+        } else if at > steps {
+            Some(format!(
+                "nothing to train: the run is at step {at}, past --steps {steps}; pass --steps above {at} to continue it"
+            ))
+        } else {
+            done.as_ref().map(|_| {
+                format!(
+                    "nothing to train: the run finished at step {at} (--steps {steps}), its final evaluation \
+                     included; pass a larger --steps to continue it"
+                )
+            })
+        };
+        if let Some(said) = said {
+            println!("{said}");
+            if let Some((summary, from_metrics)) = &done {
+                if *from_metrics {
+                    println!(
+                        "(its summary.json is missing or unreadable: the results below are metrics.jsonl's final \
+                         evaluation)"
+                    );
+                }
+                print_results(src, summary);
+            }
+            return print_sample(dev, src, a.sample);
+        }
     }
     let gpu = dev.open().context("opening the GPU")?;
     ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
@@ -799,27 +827,33 @@ fn report_training(
             );
         }
     }
-    if a.sample > 0 {
-        println!("--- sample ---");
-        let s = SamplingArgs {
-            max_tokens: a.sample,
-            temperature: 0.8,
-            top_k: 0,
-            top_p: 1.0,
-            repetition_penalty: 1.0,
-            seed: 0,
-            stop: Vec::new(),
-        };
-        let how = crate::GenerateHow {
-            trace: None,
-            strict_context: false,
-            interventions: &Default::default(),
-            compare: false,
-            samples: 1,
-        };
-        crate::generate_cmd(dev, out, "\n", &s, how)?;
-        println!();
+    print_sample(dev, out, a.sample)
+}
+
+/// `--sample N`: N tokens of the run's model after a newline (nothing for 0).
+fn print_sample(dev: &DeviceArgs, out: &std::path::Path, n: usize) -> Result<()> {
+    if n == 0 {
+        return Ok(());
     }
+    println!("--- sample ---");
+    let s = SamplingArgs {
+        max_tokens: n,
+        temperature: 0.8,
+        top_k: 0,
+        top_p: 1.0,
+        repetition_penalty: 1.0,
+        seed: 0,
+        stop: Vec::new(),
+    };
+    let how = crate::GenerateHow {
+        trace: None,
+        strict_context: false,
+        interventions: &Default::default(),
+        compare: false,
+        samples: 1,
+    };
+    crate::generate_cmd(dev, out, "\n", &s, how)?;
+    println!();
     Ok(())
 }
 

@@ -1420,13 +1420,31 @@ fn ctrl_c_during_the_final_evaluation_stops_it_and_keeps_the_last_step() {
     );
     assert!(!t.contains("no-such-adapter") && !t.contains("training ddl"), "{t}");
     assert_eq!(files(&out), before, "a finished run's folder changed");
+    // Below its step, or continued in a copy at its step: said, nothing copied or written.
+    let o = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "1"]).output().unwrap();
+    assert!(o.status.success() && text(&o).contains("the run is at step 2, past --steps 1"), "{}", text(&o));
+    let copy = dir.join("copy");
+    let o =
+        cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--out", copy.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success() && text(&o).contains("nothing was copied"), "{}", text(&o));
+    assert!(!copy.exists());
+    // --sample: the results, then a sample of the run's model.
+    let o = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--sample", "3"]).output().unwrap();
+    assert!(o.status.success() && text(&o).contains("--- sample ---"), "{}", text(&o));
+    assert_eq!(files(&out), before, "a finished run's folder changed");
     let o = cmd(&dir).args(["train", "--resume", out.to_str().unwrap()]).output().unwrap();
     assert!(text(&o).contains("nothing to train") && text(&o).contains("(--steps 2)"), "{}", text(&o));
     assert_eq!(std::fs::read_to_string(out.join("metrics.jsonl")).unwrap(), m);
     // (The target is the checkpoint's: a summary.json that is gone changes nothing.)
+    // (Its results then come from metrics.jsonl's final evaluation, said so.)
     std::fs::remove_file(out.join("summary.json")).unwrap();
     let o = cmd(&dir).args(["train", "--resume", out.to_str().unwrap()]).output().unwrap();
     assert!(text(&o).contains("nothing to train") && text(&o).contains("(--steps 2)"), "{}", text(&o));
+    assert!(
+        text(&o).contains("metrics.jsonl's final evaluation") && text(&o).contains("validation loss"),
+        "{}",
+        text(&o)
+    );
     // A checkpoint saved before the target was recorded asks for --steps.
     let optim = out.join("optim.safetensors");
     let (t, mut meta) = read_st(&optim);

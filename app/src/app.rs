@@ -112,6 +112,8 @@ pub struct VizApp {
     /// What the token strip shows when it is not the model's last generation (a trace file, one
     /// side of a comparison), said above the tokens.
     pub shown: Option<String>,
+    /// The seed field's text while it is edited (the seed itself is set when it reads as a u64).
+    seed_text: Option<String>,
     session_prompt: Option<String>,
     /// When the running generation started and how many tokens it has produced.
     gen_started: Option<(web_time::Instant, usize)>,
@@ -197,6 +199,7 @@ impl VizApp {
             dialog: None,
             interventions: Default::default(),
             shown: None,
+            seed_text: None,
             session_prompt: None,
             gen_started: None,
             auto: Automation::default(),
@@ -367,7 +370,19 @@ impl VizApp {
                     let specs: Vec<String> = iv.split("; ").map(String::from).collect();
                     self.interventions.show_specs(&specs, t.s());
                 }
-                self.shown = Some(format!("the trace {}", file.display()));
+                // What Generate will and will not do with it.
+                let how = match (&t.sampling, &t.interventions) {
+                    (None, _) => {
+                        " (its prompt and sampling settings are not recorded: Generate does not write it again)"
+                            .to_string()
+                    }
+                    (Some(_), Some(iv)) => format!(
+                        " (generated under {iv}: Generate writes the model as trained, Generate both in the \
+                         Interventions view compares the two)"
+                    ),
+                    (Some(_), None) => String::new(),
+                };
+                self.shown = Some(format!("the trace {}{how}", file.display()));
                 self.trace = t;
                 self.sel = Selection::default();
             }
@@ -507,7 +522,8 @@ impl VizApp {
                             let specs = self.auto.intervene.clone();
                             self.interventions.show_specs(&specs, 2 * self.model.as_ref().unwrap().config.n_layers);
                             self.tab = self.auto.tab.unwrap_or(Tab::Interventions);
-                            self.compare(specs);
+                            // (As the view lists them: the same order on both lines.)
+                            self.compare(self.interventions.specs());
                         }
                     }
                 }
@@ -726,15 +742,37 @@ impl VizApp {
         ui.separator();
         ui.strong("Sampling");
         let s = &mut self.sampling;
-        ui.add(egui::Slider::new(&mut s.temperature, 0.0..=2.0).text("temperature")).on_hover_text("0 = greedy");
-        ui.add(egui::Slider::new(&mut s.top_k, 0..=200).text("top-k")).on_hover_text("0 = all tokens");
-        ui.add(egui::Slider::new(&mut s.top_p, 0.01..=1.0).text("top-p"));
+        // The sliders span the usual values; a value beyond them (typed in the number, or from a
+        // trace: `ddl generate --temperature 3`) is kept as it is, and checked below.
+        let free = egui::SliderClamping::Never;
+        ui.add(egui::Slider::new(&mut s.temperature, 0.0..=2.0).clamping(free).text("temperature"))
+            .on_hover_text("0 = greedy");
+        ui.add(egui::Slider::new(&mut s.top_k, 0..=200).clamping(free).text("top-k")).on_hover_text("0 = all tokens");
+        ui.add(egui::Slider::new(&mut s.top_p, 0.01..=1.0).clamping(free).text("top-p"));
+        ui.add(egui::Slider::new(&mut s.repetition_penalty, 1.0..=2.0).clamping(free).text("repetition"))
+            .on_hover_text("repetition penalty: 1 = off; above 1, tokens already in the text are less likely");
         // (Up to 512, or what --generate asked for.)
         let top = self.max_tokens.max(512);
         ui.add(egui::Slider::new(&mut self.max_tokens, 1..=top).text("max tokens"));
         ui.horizontal(|ui| {
             let l = ui.label("seed");
-            ui.add(egui::DragValue::new(&mut s.seed)).labelled_by(l.id);
+            // A text field, not a number dragger: every u64 exactly (a dragger's f64 rounds
+            // seeds above 2^53, and the seed shown would not be the seed used).
+            let mut text = self.seed_text.clone().unwrap_or_else(|| s.seed.to_string());
+            let r = ui.add(egui::TextEdit::singleline(&mut text).desired_width(150.0)).labelled_by(l.id);
+            if r.changed() {
+                if let Ok(v) = text.trim().parse::<u64>() {
+                    s.seed = v;
+                }
+                self.seed_text = Some(text.clone());
+            }
+            if !r.has_focus() {
+                self.seed_text = None;
+            }
+            if text.trim().parse::<u64>().is_err() {
+                ui.colored_label(Color32::from_rgb(240, 90, 80), "a whole number from 0")
+                    .on_hover_text(format!("the seed used is {}", s.seed));
+            }
         });
         if let Err(e) = s.validate() {
             ui.colored_label(Color32::from_rgb(240, 90, 80), e);
@@ -759,7 +797,8 @@ impl VizApp {
         if let Some(s) = &self.shown
             && !self.trace.is_empty()
         {
-            ui.weak(format!("showing {s}; Generate replaces it"));
+            let then = if self.model.is_some() { "; Generate replaces it" } else { "" };
+            ui.add(egui::Label::new(egui::RichText::new(format!("showing {s}{then}")).weak()).wrap());
         }
         egui::ScrollArea::vertical().id_salt("chips").max_height(130.0).auto_shrink([false, true]).show(ui, |ui| {
             if self.trace.is_empty() {

@@ -255,8 +255,14 @@ fn the_intervention_flow_generates_both_texts_and_measures_the_change() {
 #[test]
 fn a_trace_opens_with_its_prompt_and_settings_and_generate_writes_it_again() {
     let (dir, ck, mut h) = loaded("trace-again");
-    let sampling =
-        ddl::generate::SamplerConfig { temperature: 1.3, top_k: 7, top_p: 0.9, seed: 11, ..Default::default() };
+    // (Beyond the sliders' spans and a seed past f64's integers: kept exactly, not clamped.)
+    let sampling = ddl::generate::SamplerConfig {
+        temperature: 3.0,
+        top_k: 100_000,
+        top_p: 0.005,
+        repetition_penalty: 2.5,
+        seed: u64::MAX - 2,
+    };
     h.state_mut().prompt = "ROMEO:".into();
     h.state_mut().sampling = sampling.clone();
     h.state_mut().max_tokens = 9;
@@ -280,7 +286,13 @@ fn a_trace_opens_with_its_prompt_and_settings_and_generate_writes_it_again() {
     wait(&mut h, "the model to load", |a| a.model.is_some() && !a.busy());
     let a = h.state();
     assert_eq!(a.prompt, "ROMEO:");
-    assert_eq!((a.sampling.temperature, a.sampling.top_k, a.sampling.top_p, a.sampling.seed), (1.3, 7, 0.9, 11));
+    let s = &a.sampling;
+    assert_eq!(
+        (s.temperature, s.top_k, s.top_p, s.repetition_penalty, s.seed),
+        (3.0, 100_000, 0.005, 2.5, u64::MAX - 2)
+    );
+    let seed = (u64::MAX - 2).to_string();
+    assert!(h.query_all_by(|n| n.value().as_deref() == Some(seed.as_str())).count() > 0, "the seed shown as it is");
     assert_eq!(a.max_tokens, generated.len());
     assert_eq!(a.trace.len(), generated.len(), "the trace shown until Generate");
     assert!(h.query_by_label(&format!("showing the trace {}; Generate replaces it", file.display())).is_some());

@@ -386,3 +386,42 @@ fn legend_entries_wrap_whole() {
         assert!(rows.iter().any(|&y| y > rows[0] + 5.0), "width {width}: one legend line {rows:?}");
     }
 }
+
+/// A comparison whose interventions change nothing says so (as `ddl generate --compare` does)
+/// rather than naming a "largest drop" of +0.000 over a colour scale of ±0.000; a long text's
+/// Δ log p strip wraps into rows within the view.
+#[test]
+fn the_delta_strip_says_when_nothing_changed_and_wraps_long_texts() {
+    let data = trace();
+    let rows: Vec<_> = data.rows.iter().map(|r| r.trace.clone()).collect();
+    let comparison = |n: usize, delta: f64| panels::interventions::Comparison {
+        specs: "all:beta*=1".into(),
+        prompt: rows[..4].to_vec(),
+        prompt_intervened: rows[..4].to_vec(),
+        original: rows.iter().cycle().take(n).cloned().collect(),
+        intervened: rows.iter().cycle().take(n).cloned().collect(),
+        delta_logprob: (0..n).map(|i| delta * (i as f64 * 0.3).sin()).collect(),
+    };
+    let mut st = panels::interventions::Interventions { comparison: Some(comparison(20, 0.0)), ..Default::default() };
+    let mut h = Harness::builder().with_size([700.0, 900.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::interventions::show(ui, &mut st, 4, true, false, 0));
+    });
+    h.run();
+    assert!(h.query_by_label_contains("no token's log-probability fell").is_some());
+    assert!(h.query_by_label_contains("the interventions change nothing here").is_some());
+    assert!(h.query_by_label_contains("0 in the middle").is_none(), "no colour scale for Δ = 0");
+    drop(h);
+    // 400 tokens in 700 points: the strip wraps (its rows stay inside the window) and has its scale.
+    let mut st = panels::interventions::Interventions { comparison: Some(comparison(400, 2.0)), ..Default::default() };
+    let mut h = Harness::builder().with_size([700.0, 1400.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::interventions::show(ui, &mut st, 4, true, false, 0));
+    });
+    h.run();
+    assert!(
+        h.query_by_label_contains("largest drop -2.000").is_some()
+            || h.query_by_label_contains("largest drop -1.99").is_some()
+    );
+    let strip = h.get_by_label("Δ log p per token").rect();
+    assert!(strip.right() <= 700.0 && strip.height() > 3.0 * 22.0, "{strip:?}");
+    assert!(h.query_by_label_contains("0 in the middle").is_some(), "the colour scale");
+}

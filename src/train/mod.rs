@@ -182,38 +182,57 @@ impl Summary {
     }
 }
 
-/// The summary of a run in `dir` that finished `steps` steps, its final evaluation included
-/// (`summary.json` at that step, not interrupted, with a validation loss, beside a checkpoint of
-/// that step): what `--resume` of a finished run reports without opening the device. Its losses
-/// and memory are empty (they belong to the invocation that trained).
+/// The results of a run in `dir` whose checkpoint is at step `step` and whose final evaluation
+/// there is done: what `--resume` of a finished run reports without opening the device. From
+/// `summary.json` (at that step, not interrupted, with a validation loss); where that file is
+/// missing or unreadable, from `metrics.jsonl`'s final evaluation row of that step (the second
+/// value says so). None when the final evaluation is not recorded (the device path makes it up).
+/// Its losses and memory are empty (they belong to the invocation that trained).
 #[cfg(feature = "native")]
-pub fn finished_summary(dir: &Path, steps: usize) -> Option<Summary> {
-    let text = std::fs::read_to_string(dir.join("summary.json")).ok()?;
-    let j: serde_json::Value = serde_json::from_str(&text).ok()?;
-    let step = j["step"].as_u64()? as usize;
-    let finished = step == steps
-        && j["steps_target"].as_u64() == Some(steps as u64)
-        && j["interrupted"].as_bool() == Some(false)
-        && checkpoint::saved_step(dir).ok() == Some(steps);
-    if !finished {
+pub fn finished_summary(dir: &Path, step: usize) -> Option<(Summary, bool)> {
+    if checkpoint::saved_step(dir).ok() != Some(step) {
         return None;
     }
-    Some(Summary {
-        step,
-        target: steps,
-        last_loss: j["train_loss"].as_f64().map_or(f32::NAN, |x| x as f32),
-        val_loss: Some(j["val_loss"].as_f64()?),
-        val_tokens: Some(j["val_tokens"].as_u64()? as usize),
-        val_whole: j["val_whole"].as_bool().unwrap_or(true),
-        best: checkpoint::read_best(dir),
-        startup_s: 0.0,
-        data_open_s: 0.0,
-        tokens_per_s: j["tokens_per_s"].as_f64().unwrap_or(f64::NAN),
-        interrupted: false,
-        memory: None,
-        host_device_memory: false,
-        losses: Vec::new(),
-    })
+    let summary = |j: &serde_json::Value, whole: Option<bool>| -> Option<Summary> {
+        let val_tokens = j["val_tokens"].as_u64()? as usize;
+        Some(Summary {
+            step,
+            target: j["steps_target"].as_u64().map_or(step, |t| t as usize),
+            last_loss: j["train_loss"].as_f64().map_or(f32::NAN, |x| x as f32),
+            val_loss: Some(j["val_loss"].as_f64()?),
+            val_tokens: Some(val_tokens),
+            val_whole: whole.or(j["val_whole"].as_bool()).unwrap_or(true),
+            best: checkpoint::read_best(dir),
+            startup_s: 0.0,
+            data_open_s: 0.0,
+            tokens_per_s: j["tokens_per_s"].as_f64().unwrap_or(f64::NAN),
+            interrupted: false,
+            memory: None,
+            host_device_memory: false,
+            losses: Vec::new(),
+        })
+    };
+    let file = std::fs::read_to_string(dir.join("summary.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .filter(|j| j["step"].as_u64().is_some());
+    if let Some(j) = file {
+        // A summary of this step that is whole: its evaluation is done, or was stopped.
+        if j["step"].as_u64() == Some(step as u64) && j["interrupted"].is_boolean() {
+            return if j["interrupted"] == false { summary(&j, None).map(|s| (s, false)) } else { None };
+        }
+    }
+    // No usable summary: the final evaluation's row in metrics.jsonl (its tokens are the whole
+    // split unless `train.val_max_tokens` cut them).
+    let text = std::fs::read_to_string(dir.join("metrics.jsonl")).ok()?;
+    let row = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|j| j["val_full"] == true && j["step"].as_u64() == Some(step as u64))
+        .last()?;
+    let cap = RunConfig::saved(dir).ok().map_or(0, |c| c.train.val_max_tokens);
+    let whole = cap == 0 || row["val_tokens"].as_u64().is_some_and(|n| (n as usize) < cap);
+    summary(&row, Some(whole)).map(|s| (s, true))
 }
 
 /// The `--steps` of the invocation that saved `dir`'s checkpoint (its run state), if recorded

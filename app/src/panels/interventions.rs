@@ -186,7 +186,7 @@ pub fn show(
     selected: usize,
 ) -> Option<Action> {
     let mut action = None;
-    ui.horizontal(|ui| {
+    ui.horizontal_wrapped(|ui| {
         ui.strong("Interventions");
         ui.weak("(choose what each write does, then generate the prompt with and without it at the same seed)");
     });
@@ -205,7 +205,7 @@ pub fn show(
     }
     if !st.given.is_empty() {
         // Specs the choices cannot show: run as given until cleared.
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             ui.label(format!("as given: {}", st.given.join("; ")));
             if ui.small_button("clear").on_hover_text("choose per sublayer instead").clicked() {
                 st.given.clear();
@@ -218,7 +218,7 @@ pub fn show(
     let before = st.choices.clone();
     // The sublayer chosen on the β map (a click on its row), with the common choices at hand.
     let sel = selected.min(sublayers - 1);
-    ui.horizontal(|ui| {
+    ui.horizontal_wrapped(|ui| {
         ui.label(format!("selected on the β map: {}", sublayer_name(sel)));
         for (name, c) in [
             ("identity", Choice::Identity),
@@ -261,7 +261,7 @@ pub fn show(
         st.given.clear();
     }
     let specs = st.specs();
-    ui.horizontal(|ui| {
+    ui.horizontal_wrapped(|ui| {
         let go = ui.add_enabled(!busy && !specs.is_empty(), egui::Button::new("Generate both"));
         if go.clicked() {
             action = Some(Action::Compare(specs.clone()));
@@ -290,7 +290,7 @@ pub fn show(
             } else {
                 (format!("with {}", c.specs), &c.intervened, &c.original)
             };
-            ui.horizontal(|ui| {
+            ui.horizontal_wrapped(|ui| {
                 ui.strong(title);
                 if ui.small_button("show in the other views").clicked() {
                     action = Some(Action::Show(k == 1));
@@ -339,34 +339,59 @@ fn delta_strip(ui: &mut egui::Ui, c: &Comparison) {
     }
     let mean = d.iter().sum::<f64>() / d.len() as f64;
     let (imin, min) = d.iter().enumerate().fold((0, f64::INFINITY), |a, (i, &x)| if x < a.1 { (i, x) } else { a });
+    // (As `ddl generate --compare` says it.)
+    let extreme = if min < 0.0 {
+        format!("largest drop {min:+.3} at token {imin}")
+    } else {
+        format!("no token's log-probability fell (the smallest change {min:+.3} at token {imin})")
+    };
     ui.label(format!(
-        "Δ log p of the original continuation under the interventions: mean {mean:+.3} nats per token, largest drop \
-         {min:+.3} at token {imin}"
+        "Δ log p of the original continuation under the interventions: mean {mean:+.3} nats per token, {extreme}"
     ));
-    let scale = d.iter().fold(1e-6f64, |m, x| m.max(x.abs()));
-    let cw = ((ui.available_width() - 4.0) / d.len() as f32).clamp(4.0, 24.0);
-    let (resp, painter) = ui.allocate_painter(vec2(cw * d.len() as f32 + 2.0, 22.0), Sense::hover());
+    let largest = d.iter().fold(0f64, |m, x| m.max(x.abs()));
+    let scale = largest.max(1e-6);
+    // Cells of 6 to 24 points, in as many rows as the text needs (a long text wraps rather than
+    // running past the window).
+    let n = d.len();
+    let avail = (ui.available_width() - 4.0).max(24.0);
+    let cw = (avail / n as f32).clamp(6.0, 24.0);
+    let per_row = ((avail / cw) as usize).clamp(1, n);
+    let (rh, rows) = (22.0, n.div_ceil(per_row));
+    let (resp, painter) = ui.allocate_painter(vec2(cw * per_row as f32 + 2.0, rh * rows as f32), Sense::hover());
+    resp.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Image, true, "Δ log p per token"));
+    let cell = |i: usize| {
+        let at = vec2(cw * (i % per_row) as f32, rh * (i / per_row) as f32);
+        egui::Rect::from_min_size(resp.rect.min + at, vec2(cw, 20.0))
+    };
+    let first = c.first_difference();
     for (i, &x) in d.iter().enumerate() {
-        let r = egui::Rect::from_min_size(resp.rect.min + vec2(cw * i as f32, 0.0), vec2(cw, 20.0));
+        let r = cell(i);
         let a = (x.abs() / scale).sqrt() as f32;
         let base = if x < 0.0 { DROP } else { RISE };
         painter.rect_filled(r.shrink(0.5), 0.0, Color32::from_gray(40).lerp_to_gamma(base, a));
-        if c.first_difference() == Some(i) {
+        if first == Some(i) {
             painter.rect_stroke(r, 0.0, Stroke::new(2.0, Color32::WHITE), StrokeKind::Inside);
         }
     }
     if let Some(p) = resp.hover_pos() {
-        let i = (((p.x - resp.rect.left()) / cw) as usize).min(d.len() - 1);
-        let tok = c.original.get(i).map(|t| chip_text(&t.text)).unwrap_or_default();
-        resp.on_hover_text(format!("token {i} “{tok}”: Δ log p = {:+.4}", d[i]));
+        let rel = p - resp.rect.min;
+        let i = (rel.y / rh) as usize * per_row + ((rel.x / cw) as usize).min(per_row - 1);
+        if i < n {
+            let tok = c.original.get(i).map(|t| chip_text(&t.text)).unwrap_or_default();
+            resp.on_hover_text(format!("token {i} “{tok}”: Δ log p = {:+.4}", d[i]));
+        }
     }
-    delta_scale(ui, scale);
+    if largest < 5e-4 {
+        ui.weak("every token's Δ log p is 0 at this precision: the interventions change nothing here");
+    } else {
+        delta_scale(ui, scale);
+    }
 }
 
 /// The strip's colour scale: −`scale` (full red) through 0 to +`scale` (full green) nats, the
 /// colour's strength growing with √|Δ| as the cells' does.
 fn delta_scale(ui: &mut egui::Ui, scale: f64) {
-    ui.horizontal(|ui| {
+    ui.horizontal_wrapped(|ui| {
         ui.weak(format!("{:+.3}", -scale));
         let (w, h, n) = (160.0, 10.0, 32);
         let (rect, _) = ui.allocate_exact_size(vec2(w, h), Sense::hover());
@@ -378,6 +403,7 @@ fn delta_scale(ui: &mut egui::Ui, scale: f64) {
             let r = egui::Rect::from_min_size(rect.min + vec2(w * j as f32 / n as f32, 0.0), vec2(w / n as f32, h));
             painter.rect_filled(r, 0.0, Color32::from_gray(40).lerp_to_gamma(base, x.abs().sqrt()));
         }
-        ui.weak(format!("{:+.3} nats (0 in the middle; red: less likely under the interventions)", scale));
+        ui.weak(format!("{:+.3} nats", scale));
+        ui.weak("(0 in the middle; red: less likely under the interventions)");
     });
 }
