@@ -227,9 +227,9 @@ pub fn finished_summary(dir: &Path, step: usize) -> Option<(Summary, bool)> {
     let text = std::fs::read_to_string(dir.join("metrics.jsonl")).ok()?;
     let row = text
         .lines()
+        .rev()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|j| j["val_full"] == true && j["step"].as_u64() == Some(step as u64))
-        .last()?;
+        .find(|j| j["val_full"] == true && j["step"].as_u64() == Some(step as u64))?;
     let cap = RunConfig::saved(dir).ok().map_or(0, |c| c.train.val_max_tokens);
     let whole = cap == 0 || row["val_tokens"].as_u64().is_some_and(|n| (n as usize) < cap);
     summary(&row, Some(whole)).map(|s| (s, true))
