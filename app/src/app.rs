@@ -705,7 +705,8 @@ impl VizApp {
                     remove = Some(i);
                 }
                 ui.colored_label(c, RichText::new(icon).strong());
-                ui.label(m);
+                // (Wrapped within the window: a long note is read whole, not cut at its edge.)
+                ui.add(egui::Label::new(m).wrap());
             });
         }
         if let Some(i) = remove {
