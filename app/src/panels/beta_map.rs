@@ -43,7 +43,7 @@ pub fn legend(ui: &mut egui::Ui) {
 
 /// The heatmap; clicking a column selects that token.
 pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
-    ui.horizontal(|ui| {
+    ui.horizontal_wrapped(|ui| {
         ui.strong("β per sublayer and token");
         ui.weak("(hover a cell for details, click to select the token and the sublayer)");
     });

@@ -15,7 +15,7 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
         return;
     };
     let last = m.train.last();
-    ui.horizontal(|ui| {
+    ui.horizontal_wrapped(|ui| {
         // The directory's name (the full path on hover): snapshots stay the same wherever the
         // repository is checked out.
         let name =

@@ -28,7 +28,7 @@ pub fn show(ui: &mut egui::Ui, e: Option<&Experiment>) {
     let variants = e.variants();
     let n = variants.len();
     let name = e.dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-    ui.horizontal(|ui| {
+    ui.horizontal_wrapped(|ui| {
         ui.strong(format!("Experiment {name}")).on_hover_text(e.dir.display().to_string());
         ui.label(format!("{}, {}", plural(e.runs.len(), "run"), plural(n, "variant")));
         if !e.skipped.is_empty() {
