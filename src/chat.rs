@@ -127,6 +127,8 @@ pub struct Session<'a> {
     turn: u64,
     trace: bool,
     traces: Vec<TokenTrace>,
+    /// Per trace: read from a line (true) or written by the model (false).
+    read: Vec<bool>,
     /// The last reply ended without a newline (cut by max_tokens or a stop text): the next line
     /// starts on a new one, as the screen shows it.
     needs_newline: bool,
@@ -136,13 +138,24 @@ impl<'a> Session<'a> {
     /// An empty conversation; with `trace`, what every delta write did for every token the
     /// model reads (lines and replies) is kept ([`Session::traces`]).
     pub fn new(model: &'a Model, tok: &'a Tokenizer, settings: ChatSettings, trace: bool) -> Self {
-        Session { model, tok, settings, generator: None, turn: 0, trace, traces: Vec::new(), needs_newline: false }
+        Session {
+            model,
+            tok,
+            settings,
+            generator: None,
+            turn: 0,
+            trace,
+            traces: Vec::new(),
+            read: Vec::new(),
+            needs_newline: false,
+        }
     }
 
     /// Forgets the conversation (the next turn starts a new context).
     pub fn reset(&mut self) {
         self.generator = None;
         self.traces.clear();
+        self.read.clear();
         self.needs_newline = false;
     }
 
@@ -154,6 +167,11 @@ impl<'a> Session<'a> {
     /// The traces of every token read so far (empty unless tracing).
     pub fn traces(&self) -> &[TokenTrace] {
         &self.traces
+    }
+
+    /// Per trace of [`Session::traces`]: whether the token was read from a line (not written).
+    pub fn read(&self) -> &[bool] {
+        &self.read
     }
 
     /// The sampler of the next turn: the settings with the seed advanced by the turn number, so
@@ -176,12 +194,14 @@ impl<'a> Session<'a> {
             Some(g) => {
                 g.set_sampler(sampler);
                 let (n, traces) = g.feed(&ids)?;
+                self.read.extend(std::iter::repeat_n(true, traces.len()));
                 self.traces.extend(traces);
                 n
             }
             None => {
                 let g = Generator::new(self.model, self.tok, &ids, sampler, self.trace)?;
                 self.traces.extend_from_slice(g.prompt_traces());
+                self.read.extend(std::iter::repeat_n(true, g.prompt_traces().len()));
                 let n = ids.len().min(self.model.cfg.max_seq_len);
                 self.generator = Some(g);
                 n
@@ -199,6 +219,7 @@ impl<'a> Session<'a> {
             let s = g.step()?;
             if let Some(tr) = s.trace {
                 self.traces.push(tr);
+                self.read.push(false);
             }
             if stop_token == Some(s.token) {
                 ended_by_token = true;
@@ -412,7 +433,8 @@ pub fn run(
             Err(ChatTurnError::Gpu(e)) => return Err(e.into()),
         }
         if let Some(path) = trace {
-            crate::generate::write_trace(path, &model.cfg, session.traces())
+            let origin = crate::generate::TraceOrigin { read: session.read().to_vec(), ..Default::default() };
+            crate::generate::write_trace_with(path, &model.cfg, session.traces(), &origin)
                 .map_err(|source| ChatError::Trace { path: path.to_path_buf(), source })?;
         }
     }

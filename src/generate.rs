@@ -957,6 +957,9 @@ pub struct TraceOrigin {
     pub prompt: String,
     /// The sampling settings of the traced tokens (their own seed).
     pub sampling: Option<SamplerConfig>,
+    /// Per traced token, whether it was read (a prompt's or a chat line's token) rather than
+    /// generated; empty: every traced token was generated.
+    pub read: Vec<bool>,
 }
 
 /// [`write_trace`] with how the text was made ([`TraceOrigin`]): written into both files.
@@ -1041,8 +1044,8 @@ pub fn write_trace_with(
         "sampling": sampling,
         "regime_thresholds": {"identity": "beta < 0.5", "projection": "0.5 <= beta <= 1.5", "reflection": "beta > 1.5"},
         "sublayers": (0..s).map(|i| format!("block{}.{}", i / 2, if i % 2 == 0 { "attn" } else { "mlp" })).collect::<Vec<_>>(),
-        "tokens": traces.iter().map(|tr| serde_json::json!({
-            "id": tr.token, "text": tr.text,
+        "tokens": traces.iter().enumerate().map(|(i, tr)| serde_json::json!({
+            "id": tr.token, "text": tr.text, "read": origin.read.get(i).copied().unwrap_or(false),
             "beta": tr.beta, "regime": tr.beta.iter().map(|b| regime(*b)).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "regime_counts": counts.iter().map(|c| serde_json::json!({"identity": c[0], "projection": c[1], "reflection": c[2]})).collect::<Vec<_>>(),

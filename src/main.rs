@@ -663,6 +663,7 @@ pub(crate) fn generate_cmd(
                 prompt: prompt.clone(),
                 // (--trace takes one sample: its seed is --seed.)
                 sampling: Some(s.clone()),
+                read: Vec::new(),
             },
         )
         .with_context(|| format!("writing the trace {}", path.display()))?;

@@ -878,6 +878,12 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
     // After /reset the trace is the new conversation: "again\n" and its reply.
     let n = st.tensor("beta").unwrap().shape()[0];
     assert!(n > "again\n".len() && n <= "again\n".len() + 5, "{n}");
+    // The summary tells the line's tokens (read) from the reply's (written).
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(trace.with_extension("json")).unwrap()).unwrap();
+    let read: Vec<bool> = summary["tokens"].as_array().unwrap().iter().map(|t| t["read"] == true).collect();
+    assert_eq!(read.len(), n);
+    assert!(read[.."again\n".len()].iter().all(|&r| r) && read["again\n".len()..].iter().all(|&r| !r), "{read:?}");
 }
 
 /// Evaluation during training runs over the training program's activations: the sharing

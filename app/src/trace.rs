@@ -349,6 +349,12 @@ impl TraceData {
         let summary = std::fs::read_to_string(&summary_path)
             .map_err(|e| if e.kind() == std::io::ErrorKind::NotFound { "missing".to_string() } else { e.to_string() })
             .and_then(|j| serde_json::from_str::<serde_json::Value>(&j).map_err(|e| format!("not JSON ({e})")));
+        // Tokens read rather than generated (a chat's lines), shown as the prompt's are.
+        let read: Vec<bool> = summary
+            .as_ref()
+            .ok()
+            .and_then(|j| j["tokens"].as_array().map(|a| a.iter().map(|x| x["read"] == true).collect()))
+            .unwrap_or_default();
         let texts: Vec<String> = summary
             .as_ref()
             .ok()
@@ -402,7 +408,7 @@ impl TraceData {
                     ktx: slice(&ktx, m),
                     write: slice(&write, 1),
                 },
-                false,
+                texts.len() == t && read.get(i) == Some(&true),
             );
         }
         Ok(data)

@@ -277,6 +277,7 @@ fn a_trace_opens_with_its_prompt_and_settings_and_generate_writes_it_again() {
         interventions: String::new(),
         prompt: "ROMEO:".into(),
         sampling: Some(sampling.clone()),
+        read: Vec::new(),
     };
     ddl::generate::write_trace_with(&file, &cfg, &generated, &origin).unwrap();
     // Opened beside the checkpoint in a fresh window with other settings on the command line.

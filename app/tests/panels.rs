@@ -425,3 +425,26 @@ fn the_delta_strip_says_when_nothing_changed_and_wraps_long_texts() {
     assert!(strip.right() <= 700.0 && strip.height() > 3.0 * 22.0, "{strip:?}");
     assert!(h.query_by_label_contains("0 in the middle").is_some(), "the colour scale");
 }
+
+/// A chat's trace tells the tokens read from its lines from those the model wrote: opened, the
+/// read ones are shown as a prompt's (italic), the written ones as generated.
+#[test]
+fn a_traces_read_tokens_open_as_prompt_tokens() {
+    let dir = common::tmpdir("read-trace");
+    let data = trace();
+    let rows: Vec<_> = data.rows.iter().take(10).map(|r| r.trace.clone()).collect();
+    let cfg: ddl::model::ModelConfig = {
+        let bytes = std::fs::read(common::fixture("trace.safetensors")).unwrap();
+        let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+        serde_json::from_str(&meta.metadata().as_ref().unwrap()["config"]).unwrap()
+    };
+    let read: Vec<bool> = (0..10).map(|i| i < 4 || i == 7).collect();
+    let file = dir.join("chat.safetensors");
+    let origin = ddl::generate::TraceOrigin { read: read.clone(), ..Default::default() };
+    ddl::generate::write_trace_with(&file, &cfg, &rows, &origin).unwrap();
+    let t = TraceData::load(&file).unwrap();
+    assert_eq!(t.rows.iter().map(|r| r.prompt).collect::<Vec<_>>(), read);
+    // Without the summary (tokens shown as ids) nothing is claimed read.
+    std::fs::remove_file(file.with_extension("json")).unwrap();
+    assert!(TraceData::load(&file).unwrap().rows.iter().all(|r| !r.prompt));
+}
