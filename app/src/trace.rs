@@ -415,7 +415,6 @@ impl TraceData {
     }
 }
 
-/// Display name of sublayer `s` (block-major: attention then MLP).
 /// The length a safetensors file's header declares (8 + header + its tensors' bytes), for the
 /// message about a file that is cut short; `None` when the header itself does not read.
 fn declared_len(bytes: &[u8]) -> Option<usize> {
@@ -431,6 +430,7 @@ fn declared_len(bytes: &[u8]) -> Option<usize> {
     Some(8 + n + end as usize)
 }
 
+/// Display name of sublayer `s` (block-major: attention then MLP).
 pub fn sublayer_name(s: usize) -> String {
     format!("block {} {}", s / 2, if s.is_multiple_of(2) { "attn" } else { "MLP" })
 }
