@@ -366,9 +366,7 @@ fn delta_strip(ui: &mut egui::Ui, c: &Comparison) {
     let first = c.first_difference();
     for (i, &x) in d.iter().enumerate() {
         let r = cell(i);
-        let a = (x.abs() / scale).sqrt() as f32;
-        let base = if x < 0.0 { DROP } else { RISE };
-        painter.rect_filled(r.shrink(0.5), 0.0, Color32::from_gray(40).lerp_to_gamma(base, a));
+        painter.rect_filled(r.shrink(0.5), 0.0, shade((x / scale) as f32));
         if first == Some(i) {
             painter.rect_stroke(r, 0.0, Stroke::new(2.0, Color32::WHITE), StrokeKind::Inside);
         }
@@ -388,6 +386,12 @@ fn delta_strip(ui: &mut egui::Ui, c: &Comparison) {
     }
 }
 
+/// The colour of a Δ log p at `x` of the largest |Δ| (−1 … 1): grey at 0, towards [`DROP`] or
+/// [`RISE`] with √|x|.
+fn shade(x: f32) -> Color32 {
+    Color32::from_gray(40).lerp_to_gamma(if x < 0.0 { DROP } else { RISE }, x.abs().sqrt())
+}
+
 /// The strip's colour scale: −`scale` (full red) through 0 to +`scale` (full green) nats, the
 /// colour's strength growing with √|Δ| as the cells' does.
 fn delta_scale(ui: &mut egui::Ui, scale: f64) {
@@ -399,9 +403,8 @@ fn delta_scale(ui: &mut egui::Ui, scale: f64) {
         for j in 0..n {
             // The cell's centre on [−1, 1].
             let x = (j as f32 + 0.5) / n as f32 * 2.0 - 1.0;
-            let base = if x < 0.0 { DROP } else { RISE };
             let r = egui::Rect::from_min_size(rect.min + vec2(w * j as f32 / n as f32, 0.0), vec2(w / n as f32, h));
-            painter.rect_filled(r, 0.0, Color32::from_gray(40).lerp_to_gamma(base, x.abs().sqrt()));
+            painter.rect_filled(r, 0.0, shade(x));
         }
         ui.weak(format!("{:+.3} nats", scale));
         ui.weak("(0 in the middle; red: less likely under the interventions)");
