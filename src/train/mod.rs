@@ -224,15 +224,21 @@ pub fn finished_summary(dir: &Path, step: usize) -> Option<(Summary, bool)> {
     }
     // No usable summary: the final evaluation's row in metrics.jsonl (its tokens are the whole
     // split unless `train.val_max_tokens` cut them).
-    let text = std::fs::read_to_string(dir.join("metrics.jsonl")).ok()?;
-    let row = text
-        .lines()
-        .rev()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|j| j["val_full"] == true && j["step"].as_u64() == Some(step as u64))?;
+    let row = final_evaluation_row(dir, step)?;
     let cap = RunConfig::saved(dir).ok().map_or(0, |c| c.train.val_max_tokens);
     let whole = cap == 0 || row["val_tokens"].as_u64().is_some_and(|n| (n as usize) < cap);
     summary(&row, Some(whole)).map(|s| (s, true))
+}
+
+/// The last row of `out/metrics.jsonl` holding the final evaluation (over the whole validation
+/// split) of `step`, if any.
+#[cfg(feature = "native")]
+pub(crate) fn final_evaluation_row(out: &Path, step: usize) -> Option<serde_json::Value> {
+    let text = std::fs::read_to_string(out.join("metrics.jsonl")).ok()?;
+    text.lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|j| j["val_full"] == true && j["step"].as_u64() == Some(step as u64) && j["val_loss"].is_number())
 }
 
 /// The `--steps` of the invocation that saved `dir`'s checkpoint (its run state), if recorded

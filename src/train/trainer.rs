@@ -1007,7 +1007,8 @@ impl<'c> Trainer<'c> {
         }
         // The final evaluation: after training, or of a run resumed at its last step whose final
         // evaluation an interrupt stopped (nothing trained, but its result was never logged).
-        let evaluate = step > self.start || (!self.distributed && !full_evaluation_logged(&self.out, step));
+        let evaluate =
+            step > self.start || (!self.distributed && super::final_evaluation_row(&self.out, step).is_none());
         if !self.interrupted && evaluate {
             match self.evaluate(super::EvalSpan::Full, !self.distributed)? {
                 Some(e) => {
@@ -1087,15 +1088,6 @@ impl<'c> Trainer<'c> {
         let text = serde_json::to_string_pretty(&report).map_err(|e| TrainError::Settings(e.to_string()))?;
         checkpoint::write_atomic(&path, text.as_bytes()).map_err(|source| TrainError::Io { path, source })
     }
-}
-
-/// Whether `out/metrics.jsonl` holds the final evaluation (over the whole validation split) of
-/// `step`.
-fn full_evaluation_logged(out: &std::path::Path, step: usize) -> bool {
-    let Ok(text) = std::fs::read_to_string(out.join("metrics.jsonl")) else { return false };
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .any(|j| j["val_full"] == true && j["step"].as_u64() == Some(step as u64) && j["val_loss"].is_number())
 }
 
 /// The model's numerics and memory settings of a run (the variant and shape were validated with
