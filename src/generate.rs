@@ -953,6 +953,8 @@ pub fn write_trace(
 pub struct TraceOrigin {
     /// The interventions, `; `-separated as [`crate::model::Interventions::describe`] writes them.
     pub interventions: String,
+    /// Whether they ran with β allowed outside [0, 2] (`--allow-out-of-range`).
+    pub allow_out_of_range: bool,
     /// The text the traced tokens continue (`""` when the traces are the whole text).
     pub prompt: String,
     /// The sampling settings of the traced tokens (their own seed).
@@ -1020,6 +1022,9 @@ pub fn write_trace_with(
             "repetition_penalty": short(c.repetition_penalty), "seed": c.seed})
     });
     meta.insert("interventions".to_string(), origin.interventions.clone());
+    if origin.allow_out_of_range {
+        meta.insert("allow_out_of_range".to_string(), "true".to_string());
+    }
     meta.insert("prompt".to_string(), origin.prompt.clone());
     if let Some(s) = &sampling {
         meta.insert("sampling".to_string(), s.to_string());
@@ -1040,6 +1045,7 @@ pub fn write_trace_with(
     let summary = serde_json::json!({
         "format": TRACE_FORMAT,
         "interventions": origin.interventions,
+        "allow_out_of_range": origin.allow_out_of_range,
         "prompt": origin.prompt,
         "sampling": sampling,
         "regime_thresholds": {"identity": "beta < 0.5", "projection": "0.5 <= beta <= 1.5", "reflection": "beta > 1.5"},

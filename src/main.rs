@@ -660,6 +660,7 @@ pub(crate) fn generate_cmd(
             &traces,
             &ddl::generate::TraceOrigin {
                 interventions: interventions.describe(),
+                allow_out_of_range: interventions.allow_out_of_range && !interventions.is_empty(),
                 prompt: prompt.clone(),
                 // (--trace takes one sample: its seed is --seed.)
                 sampling: Some(s.clone()),

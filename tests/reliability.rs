@@ -2058,6 +2058,16 @@ fn interventions_through_the_cli_generate_record_their_spec_and_refuse_bad_ones(
     assert_eq!(meta["interventions"], "block0.mlp:beta=0; all:beta<=1");
     assert_eq!(meta["prompt"], "To be");
     assert!(meta["sampling"].contains("\"seed\":5"), "{}", meta["sampling"]);
+    assert_eq!((summary["allow_out_of_range"].as_bool(), meta.get("allow_out_of_range")), (Some(false), None));
+    // β allowed out of range: recorded in both files, and the βs passed 2.
+    let o = run(&["--intervene", "all:beta*=3", "--allow-out-of-range", "--trace", trace.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(trace.with_extension("json")).unwrap()).unwrap();
+    assert_eq!(summary["allow_out_of_range"], true);
+    assert_eq!(read_st(&trace).1["allow_out_of_range"], "true");
+    let top = summary["tokens"].as_array().unwrap().iter().flat_map(|t| t["beta"].as_array().unwrap().clone());
+    assert!(top.filter_map(|b| b.as_f64()).fold(0.0, f64::max) > 2.0, "{summary}");
     // Bad specs: nothing generated, a message naming the spec and the fix.
     for (spec, needles) in [
         ("block3.mlp:beta=0", &["block3.mlp:beta=0", "block 3 (the model has blocks 0 to 0)"][..]),

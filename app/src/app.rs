@@ -53,6 +53,8 @@ pub struct Options {
     pub generate: Option<usize>,
     /// Automation: compare with these interventions instead of generating once.
     pub intervene: Vec<String>,
+    /// Their β may leave [0, 2] (`--allow-out-of-range`, as `ddl generate` takes it).
+    pub allow_out_of_range: bool,
     /// Automation: save a screenshot here once generation is done.
     pub screenshot: Option<PathBuf>,
     pub exit_after_screenshot: bool,
@@ -66,6 +68,7 @@ pub type AutoResult = Arc<Mutex<Option<Result<(), String>>>>;
 struct Automation {
     generate: Option<usize>,
     intervene: Vec<String>,
+    allow_out_of_range: bool,
     /// The view `--tab` asked for: with `--intervene`, the intervened text is shown there.
     tab: Option<Tab>,
     started: bool,
@@ -142,6 +145,7 @@ impl VizApp {
         }
         app.auto.generate = opts.generate;
         app.auto.intervene = opts.intervene.clone();
+        app.auto.allow_out_of_range = opts.allow_out_of_range;
         app.auto.tab = opts.tab;
         app.auto.screenshot = opts.screenshot.clone();
         app.auto.exit = opts.exit_after_screenshot;
@@ -368,7 +372,7 @@ impl VizApp {
                 }
                 if let Some(iv) = &t.interventions {
                     let specs: Vec<String> = iv.split("; ").map(String::from).collect();
-                    self.interventions.show_specs(&specs, t.s());
+                    self.interventions.show_specs(&specs, t.s(), t.allow_out_of_range);
                 }
                 // What Generate will and will not do with it.
                 let how = match (&t.sampling, &t.interventions) {
@@ -432,11 +436,14 @@ impl VizApp {
             return;
         }
         self.session_prompt = None;
+        // (The flag goes with the specs as given: the view's own choices keep β in [0, 2].)
+        let allow_out_of_range = self.interventions.allow_out_of_range && specs == self.interventions.given;
         self.send(Command::Compare {
             prompt: self.prompt.clone(),
             sampling: self.sampling.clone(),
             max_tokens: self.max_tokens,
             specs,
+            allow_out_of_range,
         });
         self.status = "generating with and without the interventions…".into();
     }
@@ -520,7 +527,12 @@ impl VizApp {
                             self.generate();
                         } else {
                             let specs = self.auto.intervene.clone();
-                            self.interventions.show_specs(&specs, 2 * self.model.as_ref().unwrap().config.n_layers);
+                            let allow = self.auto.allow_out_of_range;
+                            self.interventions.show_specs(
+                                &specs,
+                                2 * self.model.as_ref().unwrap().config.n_layers,
+                                allow,
+                            );
                             self.tab = self.auto.tab.unwrap_or(Tab::Interventions);
                             // (As the view lists them: the same order on both lines.)
                             self.compare(self.interventions.specs());

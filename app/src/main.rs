@@ -34,6 +34,9 @@ struct Args {
     /// `ddl generate --intervene`'s specs, e.g. block1.mlp:beta=0) and open the Interventions view.
     #[arg(long = "intervene", value_name = "SPEC")]
     intervene: Vec<String>,
+    /// With --intervene: allow β outside [0, 2] (as `ddl generate --allow-out-of-range`).
+    #[arg(long, requires = "intervene")]
+    allow_out_of_range: bool,
     /// Automation: save a PNG screenshot of the window once generation is done.
     #[arg(long)]
     screenshot: Option<PathBuf>,
@@ -145,14 +148,14 @@ fn main() -> std::process::ExitCode {
     }
     // The specs, and their blocks against the checkpoint's model when its metadata reads (an
     // unreadable checkpoint is the window's to report).
-    let checked = ddl::model::Interventions::parse(&a.intervene, false).and_then(|ivs| {
+    let checked = ddl::model::Interventions::parse(&a.intervene, a.allow_out_of_range).and_then(|ivs| {
         match a.checkpoint.as_deref().map(ddl::train::checkpoint::saved_config) {
             Some(Ok(cfg)) => ivs.maps(&cfg).and(ivs.k_mean_targets(&cfg)).map(|_| ()),
             _ => Ok(()),
         }
     });
     if let Err(e) = checked {
-        eprintln!("error: {}", ddl_viz::worker::in_viz_words(&e.to_string()));
+        eprintln!("error: {e}");
         return std::process::ExitCode::from(2);
     }
     // (After the specs: a malformed one is named first.)
@@ -190,6 +193,7 @@ fn main() -> std::process::ExitCode {
         prompt: a.prompt,
         generate: a.generate,
         intervene: a.intervene,
+        allow_out_of_range: a.allow_out_of_range,
         screenshot: a.screenshot,
         exit_after_screenshot: a.exit_after_screenshot,
         tab,

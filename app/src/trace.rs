@@ -42,6 +42,8 @@ pub struct TraceData {
     /// The interventions its tokens were generated under (its summary's `interventions`, the
     /// specs `; `-separated).
     pub interventions: Option<String>,
+    /// They ran with β allowed outside [0, 2] (`ddl generate --allow-out-of-range`).
+    pub allow_out_of_range: bool,
     pca: RefCell<Option<(usize, web_time::Instant, Pca)>>,
 }
 
@@ -387,10 +389,14 @@ impl TraceData {
             .filter(|c| c.validate().is_ok())
         });
         if let Some(iv) = summary.as_ref().ok().and_then(|j| j["interventions"].as_str()).filter(|s| !s.is_empty()) {
+            data.allow_out_of_range =
+                summary.as_ref().ok().and_then(|j| j["allow_out_of_range"].as_bool()).unwrap_or(false);
+            let allowed =
+                if data.allow_out_of_range { " with β allowed outside [0, 2] (--allow-out-of-range)" } else { "" };
             data.notes.push(format!(
-                "this text was generated under the intervention {iv} (`ddl generate --intervene`): the writes shown are \
-                 the intervened model's; the Interventions view has it chosen, so Generate both there compares it \
-                 with the model as trained"
+                "this text was generated under the intervention {iv}{allowed} (`ddl generate --intervene`): the writes \
+                 shown are the intervened model's; the Interventions view has it chosen, so Generate both there \
+                 compares it with the model as trained"
             ));
             data.interventions = Some(iv.to_string());
         }

@@ -27,7 +27,8 @@ pub enum Command {
     Step { prompt: String, sampling: SamplerConfig, fresh: bool },
     /// Generate `prompt`'s continuation without and with the interventions `specs` (same
     /// sampler seed) and measure the change (the Interventions view).
-    Compare { prompt: String, sampling: SamplerConfig, max_tokens: usize, specs: Vec<String> },
+    /// (`allow_out_of_range`: β may leave [0, 2], as `ddl generate --allow-out-of-range`.)
+    Compare { prompt: String, sampling: SamplerConfig, max_tokens: usize, specs: Vec<String>, allow_out_of_range: bool },
 }
 
 /// A loaded model.
@@ -392,10 +393,11 @@ async fn serve(
             Command::LoadBytes { name, bytes } => {
                 return Some(Source::Bytes { name, bytes });
             }
-            Command::Compare { prompt, sampling, max_tokens, specs } => {
+            Command::Compare { prompt, sampling, max_tokens, specs, allow_out_of_range } => {
                 // The comparison's own generators; the interactive session starts afresh.
                 session = None;
-                match compare(model, tok, &prompt, sampling, max_tokens, &specs, stop, out, wait).await {
+                let specs = (specs.as_slice(), allow_out_of_range);
+                match compare(model, tok, &prompt, sampling, max_tokens, specs, stop, out, wait).await {
                     Ok(c) => {
                         let n = c.original.len();
                         out.send(Event::Compared(c));
@@ -500,14 +502,14 @@ async fn compare(
     prompt: &str,
     sampling: SamplerConfig,
     max_tokens: usize,
-    specs: &[String],
+    (specs, allow_out_of_range): (&[String], bool),
     stop: &AtomicBool,
     out: &Out,
     wait: Wait,
 ) -> Result<crate::panels::interventions::Comparison, String> {
     sampling.validate()?;
-    let iv = ddl::model::Interventions::parse(specs, false).map_err(|e| e.to_string())?;
-    let maps = iv.maps(&model.cfg).map_err(|e| in_viz_words(&e.to_string()))?;
+    let iv = ddl::model::Interventions::parse(specs, allow_out_of_range).map_err(|e| e.to_string())?;
+    let maps = iv.maps(&model.cfg).map_err(|e| e.to_string())?;
     let k_mean = iv.k_mean_targets(&model.cfg).map_err(|e| e.to_string())?;
     let ids = tok.encode(prompt).map_err(|e| format!("the tokenizer cannot encode the prompt: {e}"))?;
     if let Some(n) = prompt_cut(ids.len(), model.cfg.max_seq_len) {
@@ -550,13 +552,4 @@ async fn compare(
         intervened,
         delta_logprob,
     })
-}
-
-/// An intervention error in the visualizer's words: it keeps β in [0, 2] (the command line's way
-/// past that, `--allow-out-of-range`, is not one of its flags).
-pub fn in_viz_words(e: &str) -> String {
-    e.replace(
-        "pass --allow-out-of-range to use it anyway",
-        "the visualizer keeps β there (`ddl generate --allow-out-of-range` goes beyond)",
-    )
 }

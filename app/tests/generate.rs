@@ -275,6 +275,7 @@ fn a_trace_opens_with_its_prompt_and_settings_and_generate_writes_it_again() {
     let file = dir.join("again.safetensors");
     let origin = ddl::generate::TraceOrigin {
         interventions: String::new(),
+        allow_out_of_range: false,
         prompt: "ROMEO:".into(),
         sampling: Some(sampling.clone()),
         read: Vec::new(),
@@ -304,6 +305,57 @@ fn a_trace_opens_with_its_prompt_and_settings_and_generate_writes_it_again() {
     // A prompt given on the command line wins over the trace's.
     let app = VizApp::new(None, Options { trace: Some(file), prompt: Some("JULIET:".into()), ..Default::default() });
     assert_eq!(app.prompt, "JULIET:");
+}
+
+/// A trace made with `ddl generate --intervene all:beta*=3 --allow-out-of-range` opens with its
+/// specs as given and the flag, and Generate both lets β pass 2 as the trace's writes did; the
+/// same trace without the flag shows the scale as a choice and clamps β at 2.
+#[test]
+fn a_trace_made_with_beta_out_of_range_compares_with_the_flag() {
+    use ddl_viz::panels::interventions::Choice;
+    let (dir, ck, mut h) = loaded("beyond");
+    h.state_mut().max_tokens = 5;
+    h.get_by_label("Generate").click();
+    wait(&mut h, "generation", |a| !a.busy() && a.trace.rows.iter().any(|r| !r.prompt));
+    let app = h.state();
+    let rows: Vec<_> = app.trace.rows.iter().filter(|r| !r.prompt).map(|r| r.trace.clone()).collect();
+    let cfg = app.model.as_ref().unwrap().config.clone();
+    let sampling = app.sampling.clone();
+    let beyond = |allow: bool| {
+        let file = dir.join(format!("beyond-{allow}.safetensors"));
+        let origin = ddl::generate::TraceOrigin {
+            interventions: "all:beta*=3".into(),
+            allow_out_of_range: allow,
+            prompt: "First Citizen:".into(),
+            sampling: Some(sampling.clone()),
+            read: Vec::new(),
+        };
+        ddl::generate::write_trace_with(&file, &cfg, &rows, &origin).unwrap();
+        let opts = Options { checkpoint: Some(ck.clone()), trace: Some(file), ..Default::default() };
+        let mut h = Harness::builder()
+            .with_size([1280.0, 800.0])
+            .build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), VizApp::new(None, opts));
+        wait(&mut h, "the model to load", |a| a.model.is_some() && !a.busy());
+        h.get_by_label("Interventions").click();
+        h.run();
+        let st = &h.state().interventions;
+        if allow {
+            assert_eq!((st.given.clone(), st.allow_out_of_range), (vec!["all:beta*=3".to_string()], true));
+            assert!(h.query_by_label("(β may leave [0, 2]: --allow-out-of-range)").is_some(), "the flag said beside the specs");
+        } else {
+            assert_eq!((st.given.is_empty(), st.allow_out_of_range), (true, false));
+            assert_eq!(st.choices, vec![Choice::Scale(3.0); 2 * cfg.n_layers]);
+        }
+        h.get_by_label("Generate both").click();
+        wait(&mut h, "the comparison", |a| !a.busy() && a.interventions.comparison.is_some());
+        assert!(h.state().messages.iter().all(|m| m.0 != ddl_viz::app::Level::Error), "{:?}", h.state().messages);
+        let c = h.state().interventions.comparison.clone().unwrap();
+        c.intervened.iter().chain(&c.prompt_intervened).flat_map(|t| t.beta.clone()).fold(0f32, f32::max)
+    };
+    let top = beyond(true);
+    assert!(top > 2.0, "β × 3 passes 2 with the flag: largest β {top}");
+    let top = beyond(false);
+    assert!(top <= 2.0, "β × 3 clamped at 2 without it: largest β {top}");
 }
 
 /// `--intervene SPEC --generate N --tab beta`: the comparison runs and the view asked for shows

@@ -92,7 +92,7 @@ fn panel_snapshots() {
     intervened[6..].reverse();
     let delta_logprob = (0..original.len()).map(|i| if i < 6 { 0.0 } else { (i as f64 * 0.7).sin() * 1.5 }).collect();
     let mut st = panels::interventions::Interventions::default();
-    st.show_specs(&["block0.mlp:beta=0".into(), "block1.attn:k=mean".into()], 4);
+    st.show_specs(&["block0.mlp:beta=0".into(), "block1.attn:k=mean".into()], 4, false);
     st.comparison = Some(panels::interventions::Comparison {
         specs: "block0.mlp:beta=0; block1.attn:k=mean".into(),
         prompt: rows[..14].to_vec(),
@@ -281,11 +281,11 @@ fn experiment_view_snapshot() {
 fn given_interventions_are_shown_as_choices_or_kept_as_written() {
     use panels::interventions::{Choice, Interventions};
     let mut st = Interventions::default();
-    st.show_specs(&["all:beta*=0.5".into(), "block0.attn:k=mean".into()], 4);
+    st.show_specs(&["all:beta*=0.5".into(), "block0.attn:k=mean".into()], 4, false);
     // (`all` touched block0.attn first: two actions on one sublayer.)
     assert_eq!(st.choices, vec![Choice::AsTrained; 4]);
     assert_eq!(st.specs(), ["all:beta*=0.5", "block0.attn:k=mean"]);
-    st.show_specs(&["block1:write=0".into(), "block0.attn:k=mean".into()], 4);
+    st.show_specs(&["block1:write=0".into(), "block0.attn:k=mean".into()], 4, false);
     assert!(st.given.is_empty());
     assert_eq!(st.choices, [Choice::KMean, Choice::AsTrained, Choice::Identity, Choice::Identity]);
     assert_eq!(st.specs(), ["block0.attn:k=mean", "block1.attn:beta=0", "block1.mlp:beta=0"]);
@@ -297,9 +297,29 @@ fn given_interventions_are_shown_as_choices_or_kept_as_written() {
         &["block0.attn:beta*=5"],
     ] {
         let specs: Vec<String> = kept.iter().map(|s| s.to_string()).collect();
-        st.show_specs(&specs, 4);
+        st.show_specs(&specs, 4, false);
         assert_eq!(st.specs(), specs, "{kept:?}");
         assert_eq!(st.choices, vec![Choice::AsTrained; 4], "kept as written, not shown as choices: {kept:?}");
+        assert!(!st.allow_out_of_range);
+    }
+    // With β allowed outside [0, 2] (a trace made with --allow-out-of-range): specs that do
+    // something else then run as given with the flag (a scale above 1 passes 2, a β beyond the
+    // range); specs the flag does not change are still shown as choices, without it.
+    for needs in [&["all:beta*=3"][..], &["block0.mlp:beta=-0.5"], &["block1:beta>=2.5"], &["all:beta<=-1"]] {
+        let specs: Vec<String> = needs.iter().map(|s| s.to_string()).collect();
+        st.show_specs(&specs, 4, true);
+        assert_eq!((st.given.clone(), st.allow_out_of_range), (specs, true), "{needs:?}");
+        assert_eq!(st.choices, vec![Choice::AsTrained; 4]);
+    }
+    st.show_specs(&["all:beta*=3".into()], 4, false);
+    assert_eq!((st.choices.clone(), st.allow_out_of_range), (vec![Choice::Scale(3.0); 4], false), "clamped at 2");
+    for same in [&["all:beta*=0.5"][..], &["block0.mlp:beta=2", "block1.attn:k=mean"], &["all:beta<=3"]] {
+        let specs: Vec<String> = same.iter().map(|s| s.to_string()).collect();
+        st.show_specs(&specs, 4, false);
+        let without = (st.choices.clone(), st.specs());
+        st.show_specs(&specs, 4, true);
+        assert!(!st.allow_out_of_range, "{same:?}: the flag changes nothing");
+        assert_eq!((st.choices.clone(), st.specs()), without, "{same:?}");
     }
 }
 

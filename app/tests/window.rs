@@ -195,11 +195,9 @@ fn bad_automation_flags_are_refused_before_the_window_opens() {
     let ck = common::tiny_checkpoint(&dir);
     let ck = ck.to_str().unwrap();
     refused(&["--checkpoint", ck, "--generate", "5", "--intervene", "block9.mlp:beta=0"], "block9");
-    // β out of range: the visualizer's words (it has no --allow-out-of-range).
-    refused(
-        &["--checkpoint", ck, "--generate", "5", "--intervene", "block0.mlp:beta=5"],
-        "the visualizer keeps β there",
-    );
+    // β out of range without --allow-out-of-range (which takes an --intervene).
+    refused(&["--checkpoint", ck, "--generate", "5", "--intervene", "block0.mlp:beta=5"], "--allow-out-of-range");
+    refused(&["--checkpoint", ck, "--generate", "5", "--allow-out-of-range"], "--intervene");
     // A file where the screenshot's folder should be.
     refused(&["--screenshot", photo.join("x.png").to_str().unwrap()], "is a file, not a folder");
     // Paths that do not exist, a run that has saved no checkpoint yet, an empty prompt.

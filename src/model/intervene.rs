@@ -223,6 +223,20 @@ impl Interventions {
             .collect()
     }
 
+    /// Whether these specs do something else with `--allow-out-of-range` than without it: a β set
+    /// outside [0, 2] or clamped beyond it (refused without the flag), or a scale above 1 (clamped
+    /// at 2 without it). A bound β never passes (`beta<=3`) and every other action are the same
+    /// either way.
+    pub fn need_out_of_range(&self) -> bool {
+        self.list.iter().any(|i| match i.action {
+            Action::Set(v) => !(0.0..=2.0).contains(&v),
+            Action::AtMost(v) => v < 0.0,
+            Action::AtLeast(v) => v > 2.0,
+            Action::Scale(s) => s > 1.0,
+            Action::KMean => false,
+        })
+    }
+
     /// The specs as written, `; `-separated (for traces and reports).
     pub fn describe(&self) -> String {
         self.list.iter().map(|i| i.spec.as_str()).collect::<Vec<_>>().join("; ")
@@ -343,6 +357,45 @@ mod tests {
         }
         // No interventions: the identity everywhere.
         assert!(Interventions::default().maps(&cfg(Variant::Ddl)).unwrap().iter().all(|m| *m == BetaMap::IDENTITY));
+    }
+
+    /// `need_out_of_range` is true exactly where the flag changes what the specs do: refused
+    /// without it, or another β for some model β in (0, 2).
+    #[test]
+    fn the_flag_is_needed_exactly_where_it_changes_the_maps() {
+        let c = cfg(Variant::Ddl);
+        for spec in [
+            "all:beta=0",
+            "all:beta=2",
+            "all:beta=2.5",
+            "all:beta=-0.1",
+            "block1:beta*=0.5",
+            "block1:beta*=1",
+            "block1:beta*=1.5",
+            "all:beta*=0",
+            "all:beta<=1",
+            "all:beta<=3",
+            "all:beta<=-1",
+            "all:beta>=1",
+            "all:beta>=-1",
+            "all:beta>=2.5",
+            "block0.attn:k=mean",
+            "block2.mlp:write=0",
+        ] {
+            let with = Interventions::parse(&[spec.into()], true).unwrap();
+            let without = Interventions::parse(&[spec.into()], false).unwrap();
+            let differs = match without.maps(&c) {
+                Err(_) => true,
+                Ok(m0) => {
+                    let m1 = with.maps(&c).unwrap();
+                    m0.iter()
+                        .zip(&m1)
+                        .any(|(a, b)| (1..200).any(|k| a.apply(k as f32 / 100.0) != b.apply(k as f32 / 100.0)))
+                }
+            };
+            assert_eq!(with.need_out_of_range(), differs, "{spec}");
+            assert_eq!(without.need_out_of_range(), differs, "{spec}: a property of the specs, not of the flag");
+        }
     }
 
     #[test]

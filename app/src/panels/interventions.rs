@@ -100,6 +100,10 @@ pub struct Interventions {
     /// Specs given (`--intervene`) that the per-sublayer choices cannot show exactly (clamps, β
     /// set to other values, two actions on one sublayer): run as written, after nothing else.
     pub given: Vec<String>,
+    /// The specs as given run with β allowed outside [0, 2] (a trace made with `ddl generate
+    /// --allow-out-of-range`, or ddl-viz's own flag) where that changes what they do; cleared with
+    /// them.
+    pub allow_out_of_range: bool,
     /// The factor a newly chosen "scale β" starts with.
     pub scale: f32,
     pub comparison: Option<Comparison>,
@@ -126,11 +130,19 @@ impl Interventions {
     /// Shows `specs` as the choices of a model of `sublayers` sublayers when every one of them is
     /// one choice on the sublayers it names (`all`, `blockN`, `blockN.attn|mlp` with β = 0, 1, 2,
     /// β×S, write=0 or k=mean) and no sublayer gets two; otherwise keeps them as written
-    /// ([`Interventions::given`]), so that what runs is exactly what was given.
-    pub fn show_specs(&mut self, specs: &[String], sublayers: usize) {
+    /// ([`Interventions::given`]), so that what runs is exactly what was given. Specs that do
+    /// something else with β allowed outside [0, 2] (`allow_out_of_range`: a β set beyond it, a
+    /// scale above 1) are kept as written with that flag.
+    pub fn show_specs(&mut self, specs: &[String], sublayers: usize, allow_out_of_range: bool) {
         use ddl::model::intervene::{Action as A, Target};
         self.choices = vec![Choice::AsTrained; sublayers];
         self.given.clear();
+        self.allow_out_of_range = false;
+        if allow_out_of_range && ddl::model::Interventions::parse(specs, true).is_ok_and(|iv| iv.need_out_of_range()) {
+            self.given = specs.to_vec();
+            self.allow_out_of_range = true;
+            return;
+        }
         let mut exact = true;
         for spec in specs {
             let Ok(i) = ddl::model::Intervention::parse(spec) else {
@@ -207,8 +219,12 @@ pub fn show(
         // Specs the choices cannot show: run as given until cleared.
         ui.horizontal_wrapped(|ui| {
             ui.label(format!("as given: {}", st.given.join("; ")));
+            if st.allow_out_of_range {
+                ui.weak("(β may leave [0, 2]: --allow-out-of-range)");
+            }
             if ui.small_button("clear").on_hover_text("choose per sublayer instead").clicked() {
                 st.given.clear();
+                st.allow_out_of_range = false;
             }
         });
     }
@@ -259,6 +275,7 @@ pub fn show(
     if st.choices != before {
         // A choice made here replaces the specs as given.
         st.given.clear();
+        st.allow_out_of_range = false;
     }
     let specs = st.specs();
     ui.horizontal_wrapped(|ui| {
@@ -270,6 +287,7 @@ pub fn show(
         if ui.button("Reset all").clicked() {
             st.choices.iter_mut().for_each(|c| *c = Choice::AsTrained);
             st.given.clear();
+            st.allow_out_of_range = false;
         }
         ui.weak(if specs.is_empty() { "no interventions".to_string() } else { specs.join("; ") });
     });
