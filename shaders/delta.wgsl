@@ -61,7 +61,13 @@ struct Params {
     beta_add: f32,
     beta_lo: f32,
     beta_hi: f32,
+    // forward: X' = X + β' k (value_scale · v − erase_scale · kᵀX)ᵀ (interventions; 1 and 1
+    // otherwise, bit-exact); the saved v and δ are the scaled ones
+    erase_scale: f32,
+    value_scale: f32,
     _p2: u32,
+    _p3: u32,
+    _p4: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -224,8 +230,8 @@ fn token_forward(t: u32, part: array<f32, NV>, store: bool, coef: ptr<function, 
     let rn = 1.0 / sqrt(fma(params.k_eps, params.k_eps, pt[0]));
     let bt = clamp(fma(params.beta_scale, 2.0 * sigmoid(pt[1] + hb_beta()), params.beta_add), params.beta_lo, params.beta_hi);
     for (var j = 0u; j < MM; j++) {
-        let vj = value_act(pt[2u + j] + hb_v(j));
-        let dj = fma(-pt[2u + MM + j], rn, vj);
+        let vj = value_act(pt[2u + j] + hb_v(j)) * params.value_scale;
+        let dj = fma(-pt[2u + MM + j] * params.erase_scale, rn, vj);
         (*coef)[j] = bt * dj;
         if (store) { put_value(t, j, vj, dj); }
     }

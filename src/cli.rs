@@ -228,8 +228,9 @@ pub(crate) enum Cmd {
         strict_context: bool,
         /// Intervene on the delta writes while generating: TARGET:ACTION, TARGET `all`, `blockN`,
         /// `blockN.attn` or `blockN.mlp`, ACTION `beta=V` (0 identity, 1 projection, 2
-        /// reflection), `beta*=S`, `beta<=V`, `beta>=V`, `write=0` (no write) or `k=mean` (the
-        /// direction fixed to the prompt's mean k); repeatable, applied in order.
+        /// reflection), `beta*=S`, `beta<=V`, `beta>=V`, `write=0` (no write), `k=mean` (the
+        /// direction fixed to the prompt's mean k), `erase=0` (X + βkvᵀ: nothing erased) or `v=0`
+        /// ((I − βkkᵀ)X: nothing written), `erase*=S`, `v*=S`; repeatable, applied in order.
         #[arg(long = "intervene", value_name = "SPEC")]
         intervene: Vec<String>,
         /// Allow --intervene values of β outside [0, 2].

@@ -241,6 +241,36 @@ fn interventions_map_beta_in_the_decode_path_and_beta_zero_everywhere_bypasses_e
 }
 
 #[test]
+fn the_writes_terms_reach_the_decode_path() {
+    // `erase=0` and `v=0` on one sublayer together leave its state as it is: the logits of β = 0
+    // there, bit for bit; either alone changes the logits, another way than β = 0; factors of 1
+    // are the model as trained.
+    let maps = |g: &Golden, specs: &[&str]| {
+        let specs: Vec<String> = specs.iter().map(|s| s.to_string()).collect();
+        Some(ddl::model::Interventions::parse(&specs, false).unwrap().maps(&g.config).unwrap())
+    };
+    for name in ["ddl", "ddl_cc"] {
+        let (model, g) = model_from_golden(name);
+        let t = g.seq_len;
+        let toks: Vec<u32> = g.i32("input.tokens", &[g.batch, t]).unwrap()[..t].iter().map(|&x| x as u32).collect();
+        let (base, base_beta) = decode_with(&model, &toks, None);
+        let (ones, _) = decode_with(&model, &toks, maps(&g, &["all:erase*=1", "all:v*=1"]));
+        assert_eq!(ones, base, "{name}: factors of 1 changed the logits");
+        let (zero, _) = decode_with(&model, &toks, maps(&g, &["block0.mlp:beta=0"]));
+        let (none, beta) = decode_with(&model, &toks, maps(&g, &["block0.mlp:erase=0", "block0.mlp:v=0"]));
+        assert_eq!(none, zero, "{name}: nothing erased and nothing written is the identity");
+        // (Block 0's gates as trained; later ones read the changed state.)
+        let subs = 2 * g.config.n_layers;
+        let first = |b: &[f32]| b.chunks(subs).map(|r| r[..2].to_vec()).collect::<Vec<_>>();
+        assert_eq!(first(&beta), first(&base_beta), "{name}: β as trained");
+        for spec in ["block0.mlp:erase=0", "block0.mlp:v=0"] {
+            let (one, _) = decode_with(&model, &toks, maps(&g, &[spec]));
+            assert!(one != base && one != zero, "{name} {spec}: changed nothing, or removed the whole write");
+        }
+    }
+}
+
+#[test]
 fn compare_with_identity_maps_changes_nothing_and_a_real_intervention_is_measured() {
     use ddl::generate::{GenOptions, SamplerConfig, compare, continuation_logprobs};
     use ddl::kernels::delta::BetaMap;

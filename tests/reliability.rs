@@ -2068,6 +2068,17 @@ fn interventions_through_the_cli_generate_record_their_spec_and_refuse_bad_ones(
     assert_eq!(read_st(&trace).1["allow_out_of_range"], "true");
     let top = summary["tokens"].as_array().unwrap().iter().flat_map(|t| t["beta"].as_array().unwrap().clone());
     assert!(top.filter_map(|b| b.as_f64()).fold(0.0, f64::max) > 2.0, "{summary}");
+    // The write's terms: the trace holds the write as done (v = 0 written; kᵀX = 0 erased).
+    for (spec, array) in [("block0.mlp:v=0", "v"), ("block0.mlp:erase=0", "ktx")] {
+        let o = run(&["--intervene", spec, "--trace", trace.to_str().unwrap()]);
+        assert!(o.status.success(), "{spec}: {}", text(&o));
+        let (t, _) = read_st(&trace);
+        let (_, shape, data) = t.iter().find(|(n, _, _)| n == array).unwrap();
+        let (s, m) = (shape[1], shape[2]);
+        let sub = |i: usize| data.chunks(m).skip(i).step_by(s).flatten().copied().collect::<Vec<f32>>();
+        assert!(sub(1).iter().all(|&x| x == 0.0), "{spec}: {array} of block0.mlp {:?}", sub(1));
+        assert!(sub(0).iter().any(|&x| x != 0.0), "{spec}: block0.attn as trained");
+    }
     // Bad specs: nothing generated, a message naming the spec and the fix.
     for (spec, needles) in [
         ("block3.mlp:beta=0", &["block3.mlp:beta=0", "block 3 (the model has blocks 0 to 0)"][..]),

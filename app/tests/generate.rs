@@ -341,7 +341,10 @@ fn a_trace_made_with_beta_out_of_range_compares_with_the_flag() {
         let st = &h.state().interventions;
         if allow {
             assert_eq!((st.given.clone(), st.allow_out_of_range), (vec!["all:beta*=3".to_string()], true));
-            assert!(h.query_by_label("(β may leave [0, 2]: --allow-out-of-range)").is_some(), "the flag said beside the specs");
+            assert!(
+                h.query_by_label("(β may leave [0, 2]: --allow-out-of-range)").is_some(),
+                "the flag said beside the specs"
+            );
         } else {
             assert_eq!((st.given.is_empty(), st.allow_out_of_range), (true, false));
             assert_eq!(st.choices, vec![Choice::Scale(3.0); 2 * cfg.n_layers]);

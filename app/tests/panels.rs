@@ -289,12 +289,17 @@ fn given_interventions_are_shown_as_choices_or_kept_as_written() {
     assert!(st.given.is_empty());
     assert_eq!(st.choices, [Choice::KMean, Choice::AsTrained, Choice::Identity, Choice::Identity]);
     assert_eq!(st.specs(), ["block0.attn:k=mean", "block1.attn:beta=0", "block1.mlp:beta=0"]);
+    // The write's terms removed: choices of their own.
+    st.show_specs(&["block1.mlp:v=0".into(), "block0:erase=0".into()], 4, false);
+    assert_eq!(st.choices, [Choice::NoErase, Choice::NoErase, Choice::AsTrained, Choice::NoValue]);
+    assert_eq!(st.specs(), ["block0.attn:erase=0", "block0.mlp:erase=0", "block1.mlp:v=0"]);
     // A factor above the control's 4 runs as given, not as 4.
     for kept in [
         &["all:beta<=1"][..],
         &["block0.mlp:beta=1.5"],
         &["block0.attn:k=mean", "all:write=0"],
         &["block0.attn:beta*=5"],
+        &["block0.attn:erase*=0.5"],
     ] {
         let specs: Vec<String> = kept.iter().map(|s| s.to_string()).collect();
         st.show_specs(&specs, 4, false);

@@ -96,23 +96,34 @@ struct Params {
     beta_add: f32,
     beta_lo: f32,
     beta_hi: f32,
-    _pad: u32,
+    /// forward: the write's factors on kᵀX (erase) and on v (value), 1 unless intervened.
+    erase_scale: f32,
+    value_scale: f32,
+    _pad: [u32; 3],
 }
 
-/// What the forward does to each token's gate β = 2σ(z) before the write uses it:
-/// β' = clamp(scale · β + add, lo, hi). The identity (1, 0, 0, 2) leaves every β ∈ [0, 2]
-/// bit-exact; other maps are interventions of forward-only (decoding) programs — the backward
-/// assumes the identity.
+/// What the forward does to each token's write before using it: the gate β = 2σ(z) becomes
+/// β' = clamp(scale · β + add, lo, hi), and the write X' = X + β' k (value · v − erase · kᵀX)ᵀ
+/// takes its two terms with factors (`erase` = 0: nothing of the state along k is removed, a
+/// rank-1 addition β' k vᵀ; `value` = 0: the operator (I − β' k kᵀ) X alone). The identity
+/// (1, 0, 0, 2; 1, 1) leaves every β ∈ [0, 2] and every write bit-exact; other maps are
+/// interventions of forward-only (decoding) programs — the backward assumes the identity.
+/// Under a map the saved `v` is the value the write used (value · v) and `delta` its
+/// value · v − erase · kᵀX, so traces show the write as it was done.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BetaMap {
     pub scale: f32,
     pub add: f32,
     pub lo: f32,
     pub hi: f32,
+    /// The factor on the erased part kᵀX.
+    pub erase: f32,
+    /// The factor on the written value v.
+    pub value: f32,
 }
 
 impl BetaMap {
-    pub const IDENTITY: BetaMap = BetaMap { scale: 1.0, add: 0.0, lo: 0.0, hi: 2.0 };
+    pub const IDENTITY: BetaMap = BetaMap { scale: 1.0, add: 0.0, lo: 0.0, hi: 2.0, erase: 1.0, value: 1.0 };
 
     /// β' for β, as the kernel computes it (f32 fused multiply-add, then the clamp).
     pub fn apply(&self, beta: f32) -> f32 {
@@ -183,7 +194,9 @@ impl DeltaShape {
             beta_add: self.beta.add,
             beta_lo: self.beta.lo,
             beta_hi: self.beta.hi,
-            _pad: 0,
+            erase_scale: self.beta.erase,
+            value_scale: self.beta.value,
+            _pad: [0; 3],
         }
     }
 

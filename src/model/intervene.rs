@@ -9,8 +9,11 @@
 //!
 //! A spec is `TARGET:ACTION`: TARGET is `all`, `blockN` (both sublayers of block N), `blockN.attn`
 //! or `blockN.mlp`; ACTION is `beta=V` (set), `beta*=S` (scale), `beta<=V` or `beta>=V` (clamp),
-//! `write=0` (no write: β = 0, X' = X) or `k=mean` (the fixed direction). Several specs apply in
-//! order. Values outside β's range [0, 2] are refused unless allowed.
+//! `write=0` (no write: β = 0, X' = X), `k=mean` (the fixed direction), or one of the write's two
+//! terms X' = X + β k (vᵀ − kᵀX) removed or scaled: `erase=0` (nothing of the state along k is
+//! removed: X' = X + β k vᵀ, a rank-1 addition), `v=0` (nothing written: X' = (I − β k kᵀ) X,
+//! the operator alone), `erase*=S`, `v*=S`. Several specs apply in order. Values outside β's
+//! range [0, 2] are refused unless allowed.
 
 use crate::kernels::delta::BetaMap;
 
@@ -34,6 +37,10 @@ pub enum Action {
     AtLeast(f32),
     /// k replaced by the mean of the sublayer's unit k over the prompt (renormalised).
     KMean,
+    /// The erased part kᵀX times this factor (≥ 0; `erase=0`: none).
+    Erase(f32),
+    /// The written value v times this factor (≥ 0; `v=0`: none).
+    Value(f32),
 }
 
 /// One parsed spec.
@@ -54,8 +61,8 @@ pub struct InterventionError {
 }
 
 const FORMS: &str = "expected TARGET:ACTION with TARGET all, blockN, blockN.attn or blockN.mlp and ACTION \
-                     beta=V, beta*=S, beta<=V, beta>=V, write=0 or k=mean (e.g. block2.mlp:beta=0, \
-                     all:beta<=1, block1.attn:k=mean)";
+                     beta=V, beta*=S, beta<=V, beta>=V, write=0, k=mean, erase=0, erase*=S, v=0 or v*=S \
+                     (e.g. block2.mlp:beta=0, all:beta<=1, block1.attn:k=mean, block0.mlp:erase=0)";
 
 impl Intervention {
     /// Parses `TARGET:ACTION` (the syntax only; [`Interventions::maps`] checks it against a model).
@@ -100,6 +107,25 @@ impl Intervention {
                 return Err(err(format!("'{a}': the fixed direction is the prompt's mean k (k=mean)")));
             }
             _ => {}
+        }
+        // The write's terms: `erase=0` / `v=0`, or a factor `erase*=S` / `v*=S` (S ≥ 0).
+        for (name, make) in [("erase", Action::Erase as fn(f32) -> Action), ("v", Action::Value)] {
+            let Some(rest) = compact.strip_prefix(name).filter(|r| r.starts_with('=') || r.starts_with("*=")) else {
+                continue;
+            };
+            let factor = if let Some(v) = rest.strip_prefix("*=") {
+                v.parse::<f32>().ok().filter(|f| f.is_finite() && *f >= 0.0).ok_or_else(|| {
+                    err(format!("'{a}': the factor is a finite number of 0 or more ({name}*=0.5; {name}=0 removes it)"))
+                })?
+            } else if rest.strip_prefix('=').and_then(|v| v.parse::<f32>().ok()) == Some(0.0) {
+                0.0
+            } else {
+                return Err(err(format!(
+                    "'{a}': the {} can be removed ({name}=0) or scaled ({name}*=S, S ≥ 0), not set",
+                    if name == "v" { "written value" } else { "erased part kᵀX" }
+                )));
+            };
+            return Ok(Intervention { target, action: make(factor), spec: s.to_string() });
         }
         // (Spaces anywhere in the action, as around its sublayer: `beta = 0` is `beta=0`.)
         let body = compact.strip_prefix("beta").ok_or_else(|| err(format!("unknown action '{a}'; {FORMS}")))?;
@@ -151,12 +177,14 @@ fn compose(first: BetaMap, then: BetaMap) -> BetaMap {
     // The first clamp's bounds moved through the second affine map (scale ≥ 0 keeps their order).
     let (l, h) = (then.scale.mul_add(first.lo, then.add), then.scale.mul_add(first.hi, then.add));
     let (lo, hi) = (l.max(then.lo), h.min(then.hi));
+    // (The write's factors multiply.)
+    let (erase, value) = (first.erase * then.erase, first.value * then.value);
     if lo <= hi {
-        BetaMap { scale: s, add: a, lo, hi }
+        BetaMap { scale: s, add: a, lo, hi, erase, value }
     } else {
         // Disjoint ranges: every β lands on the same bound of the second clamp.
         let c = if h < then.lo { then.lo } else { then.hi };
-        BetaMap { scale: 0.0, add: c, lo: c, hi: c }
+        BetaMap { scale: 0.0, add: c, lo: c, hi: c, erase, value }
     }
 }
 
@@ -212,6 +240,10 @@ impl Interventions {
                 Action::Scale(1.0) => {
                     Some(format!("note: {}: β × 1 leaves every write as trained, so this changes nothing", i.spec))
                 }
+                Action::Erase(1.0) | Action::Value(1.0) => Some(format!(
+                    "note: {}: a factor of 1 leaves every write as trained, so this changes nothing",
+                    i.spec
+                )),
                 Action::Scale(s) if s > 1.0 => Some(format!(
                     "note: {}: β is clamped to [0, 2] after scaling, so every β above {:.3} becomes 2 (a \
                      reflection); --allow-out-of-range lets it pass 2",
@@ -233,7 +265,7 @@ impl Interventions {
             Action::AtMost(v) => v < 0.0,
             Action::AtLeast(v) => v > 2.0,
             Action::Scale(s) => s > 1.0,
-            Action::KMean => false,
+            Action::KMean | Action::Erase(_) | Action::Value(_) => false,
         })
     }
 
@@ -262,7 +294,7 @@ impl Interventions {
     /// (`k=mean` leaves β as it is).
     pub fn maps(&self, cfg: &ModelConfig) -> Result<Vec<BetaMap>, InterventionError> {
         let (lo, hi) = if self.allow_out_of_range { (-1e30, 1e30) } else { (0.0, 2.0) };
-        let base = BetaMap { scale: 1.0, add: 0.0, lo, hi };
+        let base = BetaMap { scale: 1.0, add: 0.0, lo, hi, ..BetaMap::IDENTITY };
         let mut maps = vec![BetaMap::IDENTITY; 2 * cfg.n_layers];
         if self.list.is_empty() {
             return Ok(maps);
@@ -288,12 +320,14 @@ impl Interventions {
             let in_range = |x: f32| self.allow_out_of_range || (0.0..=2.0).contains(&x);
             let map = match i.action {
                 Action::KMean => continue,
-                Action::Set(v) if in_range(v) => BetaMap { scale: 0.0, add: v, lo, hi },
-                Action::Scale(s) if s >= 0.0 => BetaMap { scale: s, add: 0.0, lo, hi },
+                Action::Erase(f) => BetaMap { erase: f, ..base },
+                Action::Value(f) => BetaMap { value: f, ..base },
+                Action::Set(v) if in_range(v) => BetaMap { scale: 0.0, add: v, lo, hi, ..base },
+                Action::Scale(s) if s >= 0.0 => BetaMap { scale: s, add: 0.0, lo, hi, ..base },
                 // (A bound β never passes, `beta<=3` or `beta>=-1`, changes nothing: taken, and
                 // said by `notes`.)
-                Action::AtMost(v) if in_range(v) || v > 2.0 => BetaMap { scale: 1.0, add: 0.0, lo, hi: v },
-                Action::AtLeast(v) if in_range(v) || v < 0.0 => BetaMap { scale: 1.0, add: 0.0, lo: v, hi },
+                Action::AtMost(v) if in_range(v) || v > 2.0 => BetaMap { hi: v, ..base },
+                Action::AtLeast(v) if in_range(v) || v < 0.0 => BetaMap { lo: v, ..base },
                 Action::Scale(s) => {
                     return Err(err(format!(
                         "a negative scale ({s}) would make β negative: scales are 0 or more, with or without \
@@ -346,9 +380,9 @@ mod tests {
         assert_eq!(maps[1].apply(0.6), 0.3);
         // Composition equals applying the maps one after the other, for β across [0, 2].
         let seq = [
-            BetaMap { scale: 1.0, add: 0.0, lo: 0.0, hi: 0.5 },
-            BetaMap { scale: 1.0, add: 0.0, lo: 1.0, hi: 2.0 },
-            BetaMap { scale: 1.5, add: 0.1, lo: 0.0, hi: 2.0 },
+            BetaMap { hi: 0.5, ..BetaMap::IDENTITY },
+            BetaMap { lo: 1.0, ..BetaMap::IDENTITY },
+            BetaMap { scale: 1.5, add: 0.1, ..BetaMap::IDENTITY },
         ];
         for b in (0..=20).map(|k| k as f32 / 10.0) {
             let step = seq.iter().fold(b, |x, m| m.apply(x));
@@ -396,6 +430,38 @@ mod tests {
             assert_eq!(with.need_out_of_range(), differs, "{spec}");
             assert_eq!(without.need_out_of_range(), differs, "{spec}: a property of the specs, not of the flag");
         }
+    }
+
+    /// `erase=0`, `v=0` and their factors set the write's terms on the sublayers they name, multiply
+    /// in order, and leave β alone; the other spellings are clear errors.
+    #[test]
+    fn the_writes_terms_are_removed_or_scaled() {
+        let c = cfg(Variant::Ddl); // 4 blocks
+        let specs = ["block1.mlp:erase=0", "all:v*=0.5", "block1:v *= 3", "block0.attn:v=0", "block2.attn:erase*=0.25"];
+        let i = Interventions::parse(&specs.map(String::from), false).unwrap();
+        let maps = i.maps(&c).unwrap();
+        let fx: Vec<(f32, f32)> = maps.iter().map(|m| (m.erase, m.value)).collect();
+        assert_eq!(
+            fx,
+            [(1.0, 0.0), (1.0, 0.5), (1.0, 1.5), (0.0, 1.5), (0.25, 0.5), (1.0, 0.5), (1.0, 0.5), (1.0, 0.5)]
+        );
+        assert!(maps.iter().all(|m| (1..200).all(|k| m.apply(k as f32 / 100.0) == k as f32 / 100.0)), "β as trained");
+        // After a β map too: β = 1 with nothing erased.
+        let both = Interventions::parse(&["block0.mlp:beta=1".into(), "block0.mlp:erase=0".into()], false).unwrap();
+        let m = both.maps(&c).unwrap()[1];
+        assert_eq!((m.apply(0.3), m.erase, m.value), (1.0, 0.0, 1.0));
+        for (spec, needle) in [
+            ("all:erase=1", "removed (erase=0) or scaled"),
+            ("all:v=0.5", "not set"),
+            ("all:v*=-1", "a finite number of 0 or more"),
+            ("all:erase*=x", "a finite number of 0 or more"),
+            ("all:value=0", "unknown action"),
+        ] {
+            let e = Interventions::parse(&[spec.into()], false).unwrap_err().to_string();
+            assert!(e.contains(needle) && e.contains(spec), "{spec}: {e}");
+        }
+        assert_eq!(Intervention::parse("all:v = 0.0").unwrap().action, Action::Value(0.0));
+        assert!(Interventions::parse(&["all:erase=0".into()], false).unwrap().maps(&cfg(Variant::Baseline)).is_err());
     }
 
     #[test]

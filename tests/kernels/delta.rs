@@ -94,14 +94,18 @@ fn ref_forward(s: &DeltaShape, p: &Inputs) -> Outputs {
         let z = (0..d).map(|i| p.w_beta[i] * p.c[t * d + i]).sum::<f64>() + p.b_beta[0];
         let (map, gate) = (s.beta, 2.0 * sigmoid(z));
         let beta = (map.scale as f64 * gate + map.add as f64).clamp(map.lo as f64, map.hi as f64);
+        // (The write's factors: X' = X + β k (value · v − erase · kᵀX)ᵀ; the saved v is value · v.)
+        let (erase, value) = (map.erase as f64, map.value as f64);
         for j in 0..m {
             let u = (0..d).map(|i| p.w_v[j * d + i] * p.a[t * d + i]).sum::<f64>() + p.b_v[j];
-            let v = act(s.v_act, u);
+            let v0 = act(s.v_act, u);
+            let v = value * v0;
             let proj = (0..d).map(|i| k[i] * p.x[(t * d + i) * m + j]).sum::<f64>();
-            let dl = v - proj;
+            let dl = v - erase * proj;
             let u_scale = (0..d).map(|i| (p.w_v[j * d + i] * p.a[t * d + i]).abs()).sum::<f64>() + p.b_v[j].abs();
-            let v_scale = act_grad_from_v(s.v_act, v) * u_scale;
-            let dl_scale = v_scale + v.abs() + (0..d).map(|i| (k[i] * p.x[(t * d + i) * m + j]).abs()).sum::<f64>();
+            let v_scale = value * act_grad_from_v(s.v_act, v0) * u_scale;
+            let dl_scale =
+                v_scale + v.abs() + erase * (0..d).map(|i| (k[i] * p.x[(t * d + i) * m + j]).abs()).sum::<f64>();
             for i in 0..d {
                 let e = (t * d + i) * m + j;
                 o.x_out[e] = p.x[e] + beta * k[i] * dl;
@@ -858,12 +862,16 @@ fn a_beta_map_sets_scales_and_clamps_the_gate_before_the_write() {
     let gpu = gpu();
     let maps = [
         ("identity", BetaMap::IDENTITY),
-        ("β = 0", BetaMap { scale: 0.0, add: 0.0, lo: 0.0, hi: 2.0 }),
-        ("β = 1", BetaMap { scale: 0.0, add: 1.0, lo: 0.0, hi: 2.0 }),
-        ("β = 2", BetaMap { scale: 0.0, add: 2.0, lo: 0.0, hi: 2.0 }),
-        ("β × 0.5", BetaMap { scale: 0.5, add: 0.0, lo: 0.0, hi: 2.0 }),
-        ("β ≤ 0.8", BetaMap { scale: 1.0, add: 0.0, lo: 0.0, hi: 0.8 }),
-        ("β ≥ 1.2", BetaMap { scale: 1.0, add: 0.0, lo: 1.2, hi: 2.0 }),
+        ("β = 0", BetaMap { scale: 0.0, add: 0.0, ..BetaMap::IDENTITY }),
+        ("β = 1", BetaMap { scale: 0.0, add: 1.0, ..BetaMap::IDENTITY }),
+        ("β = 2", BetaMap { scale: 0.0, add: 2.0, ..BetaMap::IDENTITY }),
+        ("β × 0.5", BetaMap { scale: 0.5, ..BetaMap::IDENTITY }),
+        ("β ≤ 0.8", BetaMap { hi: 0.8, ..BetaMap::IDENTITY }),
+        ("β ≥ 1.2", BetaMap { lo: 1.2, ..BetaMap::IDENTITY }),
+        // The write's terms: no erase (X + β k vᵀ), no value (the operator alone), both scaled.
+        ("erase = 0", BetaMap { erase: 0.0, ..BetaMap::IDENTITY }),
+        ("v = 0", BetaMap { value: 0.0, ..BetaMap::IDENTITY }),
+        ("erase × 0.5, v × 3, β = 2", BetaMap { erase: 0.5, value: 3.0, scale: 0.0, add: 2.0, ..BetaMap::IDENTITY }),
     ];
     for (n, d, m) in [(7, 37, 4), (5, 64, 1), (3, 19, 9)] {
         for (name, map) in maps {
@@ -876,10 +884,19 @@ fn a_beta_map_sets_scales_and_clamps_the_gate_before_the_write() {
             let tag = format!("{name} n={n} d={d} m={m}");
             close(&format!("beta {tag}"), &f.beta, &want.beta, 1, 0, Some(&want.beta_scale), 1e-5, seed);
             close(&format!("x_out {tag}"), &f.x_out, &want.x_out, d * m, 0, Some(&want.x_out_scale), 1e-5, seed);
+            // The saved v and δ are the write's own (what traces show).
+            close(&format!("v {tag}"), &f.v, &want.v, m, 0, Some(&want.v_scale), 1e-5, seed);
+            close(&format!("delta {tag}"), &f.delta, &want.delta, m, 0, Some(&want.delta_scale), 1e-5, seed);
+            if map.erase == 0.0 {
+                assert_eq!(f.delta, f.v, "{tag}: nothing erased, δ = v");
+            }
+            if map.value == 0.0 {
+                assert!(f.v.iter().all(|&v| v == 0.0), "{tag}: nothing written");
+            }
             if map.scale == 0.0 {
                 assert!(f.beta.iter().all(|&b| b == map.add), "{tag}: β {:?}", f.beta);
             }
-            if map == (BetaMap { scale: 0.0, add: 0.0, lo: 0.0, hi: 2.0 }) {
+            if map == (BetaMap { scale: 0.0, add: 0.0, ..BetaMap::IDENTITY }) {
                 // β = 0: the write is the identity, bit for bit.
                 assert_eq!(f.x_out, inp[0], "{tag}: X' must equal X");
             }

@@ -1,5 +1,6 @@
 //! The Interventions view: choose what each sublayer's delta write does (as trained, identity,
-//! projection, reflection, a scaled β, or the prompt's mean direction), generate the prompt's
+//! projection, reflection, a scaled β, the prompt's mean direction, or one of the write's two
+//! terms removed: nothing erased, nothing written), generate the prompt's
 //! continuation with and without the choice at the same seed, and compare: both texts side by
 //! side with the tokens that differ marked, and the change of the log-probability of every token
 //! of the original continuation under the interventions as a strip (teacher-forced, as
@@ -28,11 +29,23 @@ pub enum Choice {
     Scale(f32),
     /// k fixed to the mean of the sublayer's k over the prompt.
     KMean,
+    /// Nothing erased (`erase=0`): X' = X + β k vᵀ, a rank-1 addition.
+    NoErase,
+    /// Nothing written (`v=0`): X' = (I − β k kᵀ) X, the operator alone.
+    NoValue,
 }
 
 impl Choice {
-    pub const NAMES: [&'static str; 6] =
-        ["as trained", "identity (β = 0)", "projection (β = 1)", "reflection (β = 2)", "scale β", "k = prompt mean"];
+    pub const NAMES: [&'static str; 8] = [
+        "as trained",
+        "identity (β = 0)",
+        "projection (β = 1)",
+        "reflection (β = 2)",
+        "scale β",
+        "k = prompt mean",
+        "no erase (erase = 0)",
+        "no value (v = 0)",
+    ];
 
     fn index(self) -> usize {
         match self {
@@ -42,6 +55,8 @@ impl Choice {
             Choice::Reflection => 3,
             Choice::Scale(_) => 4,
             Choice::KMean => 5,
+            Choice::NoErase => 6,
+            Choice::NoValue => 7,
         }
     }
 
@@ -52,6 +67,8 @@ impl Choice {
             3 => Choice::Reflection,
             4 => Choice::Scale(scale),
             5 => Choice::KMean,
+            6 => Choice::NoErase,
+            7 => Choice::NoValue,
             _ => Choice::AsTrained,
         }
     }
@@ -66,6 +83,8 @@ impl Choice {
             Choice::Reflection => "beta=2".to_string(),
             Choice::Scale(f) => format!("beta*={f}"),
             Choice::KMean => "k=mean".to_string(),
+            Choice::NoErase => "erase=0".to_string(),
+            Choice::NoValue => "v=0".to_string(),
         };
         Some(format!("{target}:{action}"))
     }
@@ -129,7 +148,7 @@ impl Interventions {
 
     /// Shows `specs` as the choices of a model of `sublayers` sublayers when every one of them is
     /// one choice on the sublayers it names (`all`, `blockN`, `blockN.attn|mlp` with β = 0, 1, 2,
-    /// β×S, write=0 or k=mean) and no sublayer gets two; otherwise keeps them as written
+    /// β×S, write=0, k=mean, erase=0 or v=0) and no sublayer gets two; otherwise keeps them as written
     /// ([`Interventions::given`]), so that what runs is exactly what was given. Specs that do
     /// something else with β allowed outside [0, 2] (`allow_out_of_range`: a β set beyond it, a
     /// scale above 1) are kept as written with that flag.
@@ -156,6 +175,8 @@ impl Interventions {
                 // (A factor the control cannot hold, above its 4, stays as given.)
                 A::Scale(f) if f <= MAX_SCALE => Some(Choice::Scale(f)),
                 A::KMean => Some(Choice::KMean),
+                A::Erase(0.0) => Some(Choice::NoErase),
+                A::Value(0.0) => Some(Choice::NoValue),
                 _ => None,
             };
             let touched: Vec<usize> = (0..sublayers)
