@@ -568,16 +568,41 @@ pub(crate) struct EvalArgs {
     /// all at once): the same losses, with one slice's logits in memory instead of the batch's.
     #[arg(long, value_name = "ROWS")]
     pub(crate) head_chunk: Option<usize>,
+    /// Also evaluate the model under interventions on its writes (`ddl generate`'s specs but
+    /// k=mean, e.g. block1.mlp:beta=0, all:erase=0; repeatable, applied in order) on the same
+    /// windows, and the paired difference from the model as trained.
+    #[arg(long = "intervene", value_name = "SPEC", conflicts_with_all = ["against", "ablate"])]
+    pub(crate) intervene: Vec<String>,
+    /// Allow --intervene values of β outside [0, 2].
+    #[arg(long, requires = "intervene")]
+    pub(crate) allow_out_of_range: bool,
+    /// Also evaluate, for every sublayer in turn, the model with that sublayer's write ablated —
+    /// `write` (β = 0), `erase` (its erased part kᵀX: erase=0) or `v` (its value: v=0) — on the
+    /// same windows: per sublayer the paired difference from the model as trained, p after Holm.
+    #[arg(long, value_enum, value_name = "PART", conflicts_with = "against")]
+    pub(crate) ablate: Option<EvalAblate>,
+    /// With --ablate: a forest plot of the differences per sublayer (a .png file).
+    #[arg(long, value_name = "FILE", requires = "ablate")]
+    pub(crate) plot: Option<std::path::PathBuf>,
     /// One JSON object: loss, perplexity, tokens, bytes, bits_per_byte, windows, seq_len,
-    /// batch_size, whole, split, source, step (with --betas: betas; with --against: against).
+    /// batch_size, whole, split, source, step (with --betas: betas; with --against: against;
+    /// with --intervene: intervened; with --ablate: ablate, ablations).
     #[arg(long)]
     pub(crate) json: bool,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum EvalAblate {
+    Write,
+    Erase,
+    V,
+}
+
 impl EvalArgs {
-    /// What the library evaluates.
-    pub(crate) fn request(self) -> ddl::train::eval::EvalRequest {
-        use ddl::train::eval::{EvalRequest, EvalSource, Split};
+    /// What the library evaluates (a malformed --intervene spec refused here, before the
+    /// adapter opens).
+    pub(crate) fn request(self) -> Result<ddl::train::eval::EvalRequest, ddl::model::intervene::InterventionError> {
+        use ddl::train::eval::{Ablate, EvalRequest, EvalSource, Split};
         let source = match (self.text, self.data) {
             (Some(t), _) => EvalSource::Text(t),
             (None, Some(data)) => EvalSource::Data { data, format: self.data_format },
@@ -586,7 +611,30 @@ impl EvalArgs {
         let split = if self.split == EvalSplit::Train { Split::Train } else { Split::Val };
         let (seq_len, batch_size, batches, betas, against, head_chunk) =
             (self.seq_len, self.batch_size, self.batches, self.betas, self.against, self.head_chunk);
-        EvalRequest { source, split, seq_len, batch_size, batches, betas, against, head_chunk }
+        let intervene = if self.intervene.is_empty() {
+            None
+        } else {
+            Some(ddl::model::Interventions::parse(&self.intervene, self.allow_out_of_range)?)
+        };
+        let ablate = self.ablate.map(|a| match a {
+            EvalAblate::Write => Ablate::Write,
+            EvalAblate::Erase => Ablate::Erase,
+            EvalAblate::V => Ablate::Value,
+        });
+        let plot = self.plot;
+        Ok(EvalRequest {
+            source,
+            split,
+            seq_len,
+            batch_size,
+            batches,
+            betas,
+            against,
+            head_chunk,
+            intervene,
+            ablate,
+            plot,
+        })
     }
 }
 

@@ -496,9 +496,15 @@ fn experiment(
 }
 
 fn eval(dev: &DeviceArgs, a: EvalArgs) -> Result<()> {
-    let gpu = dev.open().context("opening the GPU")?;
     let (dir, json) = (a.checkpoint.clone(), a.json);
-    let r = ddl::train::eval::evaluate_checkpoint(&gpu, &dir, &a.request())?;
+    let req = a.request()?;
+    if let Some(iv) = &req.intervene {
+        for note in iv.notes() {
+            eprintln!("{note}");
+        }
+    }
+    let gpu = dev.open().context("opening the GPU")?;
+    let r = ddl::train::eval::evaluate_checkpoint(&gpu, &dir, &req)?;
     if json {
         println!("{}", serde_json::to_string(&r)?);
     } else {

@@ -448,6 +448,41 @@ fn interventions_match_the_reference_models_override_goldens() {
 }
 
 #[test]
+fn an_evaluation_under_interventions_gives_the_override_goldens_loss() {
+    // `ddl eval --intervene`'s program (a loss program with the write maps) against the PyTorch
+    // float64 loss of the override goldens, the LM head whole and in slices; without the maps,
+    // the model's own loss differs (the intervention is felt).
+    let dir = ddl::testing::data_path("tests/golden/override");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).collect();
+    files.sort();
+    for path in files {
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        let bytes = std::fs::read(&path).unwrap();
+        let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+        let specs: Vec<String> =
+            meta.metadata().as_ref().unwrap()["interventions"].split("; ").map(String::from).collect();
+        let (model, g) = model_from_golden_file(&path);
+        let maps = ddl::model::Interventions::parse(&specs, false).unwrap().maps(&g.config).unwrap();
+        let (b, t) = (g.batch, g.seq_len);
+        let (tokens, targets) = (g.i32("input.tokens", &[b, t]).unwrap(), g.i32("input.targets", &[b, t]).unwrap());
+        let want = g.f32("out.loss", Some(&[1])).unwrap()[0] as f64;
+        let loss = |maps: Option<&[ddl::kernels::delta::BetaMap]>, chunk: usize| {
+            let p = model.loss_program_with(b, t, chunk, maps).unwrap();
+            p.set_batch(&model, tokens, targets).unwrap();
+            model.eval_loss(&p).unwrap().0 as f64
+        };
+        let mut err = 0f64;
+        for chunk in [0, 5] {
+            let got = loss(Some(&maps), chunk);
+            assert!((got - want).abs() <= 1e-4 * want.abs(), "{name} {specs:?} head {chunk}: {got} vs {want}");
+            err = err.max((got - want).abs());
+        }
+        let own = loss(None, 0);
+        assert!((own - want).abs() > 3.0 * err, "{name}: the model's own loss {own} is as close to {want}");
+    }
+}
+
+#[test]
 fn an_awaited_generator_gives_the_blocking_generators_tokens_and_traces() {
     // The browser's generator (every device read awaited) and the CLI's (blocking) are one code
     // path: same tokens, same trace bits, with interventions (k = mean, a β override), a chat

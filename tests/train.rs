@@ -662,6 +662,97 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
 
 /// The final evaluation over the whole validation split comes after the progress bar: when it is
 /// long (≥ 100 batches) it says how far it has got, at every tenth, up to its last batch.
+/// `ddl eval --intervene` and `--ablate`: the model under interventions (or each sublayer's
+/// write ablated in turn) on the same windows, paired with the model as trained; bad requests
+/// refused before anything is evaluated.
+#[test]
+fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
+    let dir = tmpdir("eval-intervene");
+    let c = ddl::testing::small_corpus(&dir);
+    let train_micro = |name: &str, variant: &str| {
+        let o = ddl_cmd(&dir)
+            .args(["train", "--preset", "tiny", "--variant", variant, "--steps", "2", "--corpus", &c, "--out"])
+            .arg(dir.join(name))
+            .args(["--set", "model.d_model=16", "--set", "model.n_layers=2", "--set", "model.n_heads=2"])
+            .args(["--set", "model.head_dim=8", "--set", "model.mlp_hidden=40", "--set", "train.batch_size=2"])
+            .args(["--set", "train.seq_len=16", "--set", "train.eval_batches=1"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        dir.join(name)
+    };
+    let out = train_micro("run", "ddl");
+    let eval_of = |ck: &std::path::Path, args: &[&str]| {
+        ddl_cmd(&dir).args(["eval", "--batch-size", "2", "--checkpoint"]).arg(ck).args(args).output().unwrap()
+    };
+    let eval = |args: &[&str]| eval_of(&out, args);
+    let json = |args: &[&str]| -> serde_json::Value {
+        let o = eval(&[args, &["--json"]].concat());
+        assert!(o.status.success(), "eval {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+    };
+    let f = |v: &serde_json::Value| v.as_f64().unwrap();
+    // Factors of 1: the model as trained, to the bit.
+    let same = json(&["--intervene", "all:erase*=1", "--intervene", "all:v*=1"]);
+    let i = &same["intervened"];
+    assert_eq!((i["loss"].clone(), f(&i["difference"]), f(&i["p"])), (same["loss"].clone(), 0.0, 1.0), "{same}");
+    assert_eq!(i["interventions"], "all:erase*=1; all:v*=1");
+    // A write removed: another loss, the difference intervened − as trained, an interval.
+    let cut = json(&["--intervene", "block0.mlp:write=0"]);
+    let i = &cut["intervened"];
+    assert_ne!(i["loss"], cut["loss"], "{cut}");
+    assert!((f(&i["difference"]) - (f(&i["loss"]) - f(&cut["loss"]))).abs() < 1e-15, "{cut}");
+    let ci: Vec<f64> = i["ci"].as_array().unwrap().iter().map(f).collect();
+    assert!(ci[0] <= f(&i["mean_paired_difference"]) && f(&i["mean_paired_difference"]) <= ci[1], "{cut}");
+    assert_eq!(i["allow_out_of_range"], false);
+    let wide = json(&["--intervene", "all:beta=3", "--allow-out-of-range"]);
+    assert_eq!(wide["intervened"]["allow_out_of_range"], true, "{wide}");
+    // Every sublayer ablated in turn: the same losses as one --intervene each, Holm over them,
+    // and the forest plot.
+    let plot = dir.join("ablate.png");
+    let all = json(&["--ablate", "write", "--plot", plot.to_str().unwrap()]);
+    assert_eq!(all["ablate"], "write");
+    let rows = all["ablations"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["sublayer"].as_str().unwrap()).collect();
+    assert_eq!(names, ["block0.attn", "block0.mlp", "block1.attn", "block1.mlp"]);
+    assert_eq!((rows[1]["spec"].clone(), rows[1]["loss"].clone()), ("block0.mlp:write=0".into(), i["loss"].clone()));
+    assert_eq!(all["loss"], cut["loss"], "the model as trained");
+    for r in rows {
+        assert!(f(&r["p_holm"]) >= f(&r["p"]) && f(&r["p_holm"]) <= 1.0, "{r}");
+    }
+    assert!(std::fs::read(&plot).unwrap().starts_with(b"\x89PNG"), "the plot is a PNG image");
+    let erase = json(&["--ablate", "erase"]);
+    assert_eq!(erase["ablations"][3]["spec"], "block1.mlp:erase=0");
+    assert!(erase["ablations"].as_array().unwrap().iter().all(|r| r["loss"] != erase["loss"]), "{erase}");
+    let line = String::from_utf8_lossy(&eval(&["--ablate", "v"]).stdout).into_owned();
+    for want in ["without its value", "p after Holm over the 4 sublayers", "block1.mlp", "95 % interval"] {
+        assert!(line.contains(want), "{want:?} in {line}");
+    }
+    let line = String::from_utf8_lossy(&eval(&["--intervene", "block0.mlp:write=0"]).stdout).into_owned();
+    assert!(line.contains("under block0.mlp:write=0") && line.contains("intervened − as trained"), "{line}");
+
+    // Bad requests: said before anything is evaluated, nothing written.
+    let base = train_micro("base", "baseline");
+    let bad = |ck: &std::path::Path, args: &[&str], want: &[&str]| {
+        let o = eval_of(ck, args);
+        let e = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!o.status.success() && want.iter().all(|w| e.contains(w)), "eval {args:?}: {e}");
+        assert!(!e.contains("batch ") && o.stdout.is_empty(), "eval {args:?} evaluated first: {e}");
+    };
+    bad(&out, &["--intervene", "block0.attn:k=mean"], &["k=mean", "ddl generate"]);
+    bad(&out, &["--intervene", "block5.mlp:beta=0"], &["block 5", "blocks 0 to 1"]);
+    bad(&out, &["--intervene", "block0.mlp:gamma=0"], &["unknown action"]);
+    bad(&out, &["--intervene", "all:beta=3"], &["--allow-out-of-range"]);
+    bad(&base, &["--intervene", "all:write=0"], &["no β or k"]);
+    bad(&base, &["--ablate", "erase"], &["--ablate erase", "no delta writes"]);
+    bad(&out, &["--ablate", "write", "--plot", dir.join("x.jpg").to_str().unwrap()], &["x.jpg", ".png"]);
+    bad(&out, &["--ablate", "write", "--plot", dir.join("no/such/x.png").to_str().unwrap()], &["does not exist"]);
+    bad(&out, &["--plot", plot.to_str().unwrap()], &["--ablate"]);
+    bad(&out, &["--ablate", "write", "--against", base.to_str().unwrap()], &["--against"]);
+    bad(&out, &["--ablate", "write", "--intervene", "all:write=0"], &["--intervene"]);
+    assert!(!dir.join("x.jpg").exists() && !dir.join("no").exists());
+}
+
 #[test]
 fn a_long_final_evaluation_shows_its_progress() {
     let dir = tmpdir("eval-progress");

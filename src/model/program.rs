@@ -87,13 +87,13 @@ impl Model {
     /// [`Model::program`] with an explicit objective (the gradient scale is 1/k when k
     /// micro-batches accumulate into one step).
     pub fn program_with(&self, b: usize, t: usize, opt: &AdamWConfig, obj: Objective) -> Result<Program> {
-        Program::new(self, b, t, Some(opt), obj, Purpose::Train)
+        Program::new(self, b, t, Some(opt), obj, Purpose::Train, None)
     }
 
     /// A forward-only program (evaluation, β statistics): no gradient scratch, no optimizer,
     /// no label smoothing.
     pub fn forward_program(&self, b: usize, t: usize) -> Result<Program> {
-        Program::new(self, b, t, None, Objective { label_smoothing: 0.0, loss_scale: 1.0 }, Purpose::Forward)
+        Program::new(self, b, t, None, Objective { label_smoothing: 0.0, loss_scale: 1.0 }, Purpose::Forward, None)
     }
 
     /// [`Model::forward_program`] for the loss alone (`ddl eval`): the LM head in slices of
@@ -101,15 +101,37 @@ impl Model {
     /// program's), so that it never holds the batch's logits — the same loss, to the bit, in
     /// one slice's logits instead of B·T rows'; its [`Program::logits`] hold the last slice.
     pub fn loss_program(&self, b: usize, t: usize, head_chunk: usize) -> Result<Program> {
+        self.loss_program_with(b, t, head_chunk, None)
+    }
+
+    /// [`Model::loss_program`] with interventions on the writes: the map of every sublayer
+    /// (2l + sublayer, [`crate::model::Interventions::maps`]) in its delta write's uniform, as
+    /// decoding takes them (`ddl eval --intervene`, `--ablate`). None: the model as trained.
+    pub fn loss_program_with(
+        &self,
+        b: usize,
+        t: usize,
+        head_chunk: usize,
+        maps: Option<&[crate::kernels::delta::BetaMap]>,
+    ) -> Result<Program> {
         let obj = Objective { label_smoothing: 0.0, loss_scale: 1.0 };
-        Program::new(self, b, t, None, obj, Purpose::Loss(head_chunk))
+        if let Some(m) = maps
+            && m.len() != 2 * self.cfg.n_layers
+        {
+            return Err(crate::gpu::GpuError::Shape(format!(
+                "{} write maps for a model of {} sublayers",
+                m.len(),
+                2 * self.cfg.n_layers
+            )));
+        }
+        Program::new(self, b, t, None, obj, Purpose::Loss(head_chunk), maps)
     }
 
     /// A forward-only program (no label smoothing) over the activations of `train`: it allocates
     /// nothing, so evaluation during training needs no second set of activations. Its runs
     /// overwrite `train`'s activations (a training step recomputes them from its batch).
     pub fn forward_program_sharing(&self, train: &Program) -> Result<Program> {
-        Program::build(self, train.acts.clone(), None, Objective { label_smoothing: 0.0, loss_scale: 1.0 })
+        Program::build(self, train.acts.clone(), None, Objective { label_smoothing: 0.0, loss_scale: 1.0 }, None)
     }
 
     /// Updates the per-step optimizer values (learning rate, step number).
@@ -148,6 +170,7 @@ impl Program {
         opt: Option<&AdamWConfig>,
         obj: Objective,
         purpose: Purpose,
+        maps: Option<&[crate::kernels::delta::BetaMap]>,
     ) -> Result<Program> {
         let c = &model.cfg;
         if t > c.max_seq_len {
@@ -163,12 +186,21 @@ impl Program {
             model.gpu.shared_scratch(matmul::K_PIECES_SCRATCH, kp)?;
         }
         let acts = Acts::new(model, b, t, purpose)?;
-        Program::build(model, acts, opt, obj)
+        Program::build(model, acts, opt, obj, maps)
     }
 
     /// Records the program's ops over `acts`.
-    fn build(model: &Model, acts: Acts, opt: Option<&AdamWConfig>, obj: Objective) -> Result<Program> {
+    fn build(
+        model: &Model,
+        acts: Acts,
+        opt: Option<&AdamWConfig>,
+        obj: Objective,
+        maps: Option<&[crate::kernels::delta::BetaMap]>,
+    ) -> Result<Program> {
+        // (The backward assumes the model's own writes: maps only in forward-only programs.)
+        debug_assert!(maps.is_none() || opt.is_none());
         let mut r = Rec::new(model, &acts, obj, None);
+        r.beta_maps = maps;
         r.grad_head = opt.is_some() && acts.head_chunked();
         let head_at = layers::forward(&mut r)?;
         let head = head_at..r.ops.len();

@@ -50,6 +50,54 @@ pub struct EvalRequest {
     /// The LM head in slices of this many rows (0 = all at once; `None`: the run's
     /// `train.head_chunk`): the same losses in one slice's logits ([`Model::loss_program`]).
     pub head_chunk: Option<usize>,
+    /// Interventions on the writes (`--intervene`, as `ddl generate` takes them but `k=mean`,
+    /// which needs a prompt): the model under them on the same windows, and the paired difference
+    /// from the model as trained.
+    pub intervene: Option<crate::model::Interventions>,
+    /// Every sublayer's write in turn without one of its parts (`--ablate`), on the same windows:
+    /// the paired difference from the model as trained per sublayer, Holm-corrected over them.
+    pub ablate: Option<Ablate>,
+    /// With `ablate`: a forest plot of the differences (PNG).
+    pub plot: Option<PathBuf>,
+}
+
+/// What `--ablate` removes from each sublayer's write in turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ablate {
+    /// The whole write (`write=0`, β = 0: X' = X).
+    Write,
+    /// Its erased part (`erase=0`: X' = X + β k vᵀ).
+    Erase,
+    /// Its value (`v=0`: X' = (I − β k kᵀ) X).
+    Value,
+}
+
+impl Ablate {
+    /// The `--intervene` action that does it.
+    pub fn action(self) -> &'static str {
+        match self {
+            Ablate::Write => "write=0",
+            Ablate::Erase => "erase=0",
+            Ablate::Value => "v=0",
+        }
+    }
+
+    fn short(self) -> &'static str {
+        match self {
+            Ablate::Write => "without its write (write=0)",
+            Ablate::Erase => "without its erased part (erase=0)",
+            Ablate::Value => "without its value (v=0)",
+        }
+    }
+
+    fn words(self) -> &'static str {
+        match self {
+            Ablate::Write => "each sublayer's write removed in turn (write=0: β = 0, X' = X)",
+            Ablate::Erase => "each sublayer's write without its erased part in turn (erase=0: X' = X + β k vᵀ)",
+            Ablate::Value => "each sublayer's write without its value in turn (v=0: X' = (I − β k kᵀ) X)",
+        }
+    }
 }
 
 /// What an evaluation measured.
@@ -88,26 +136,65 @@ pub struct EvalResult {
     /// With `--against`: the other checkpoint on the same windows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub against: Option<Against>,
+    /// With `--intervene`: the model under the interventions on the same windows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intervened: Option<Intervened>,
+    /// With `--ablate`: what it removed, and per sublayer the model without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ablate: Option<Ablate>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ablations: Vec<Ablation>,
 }
 
-/// The other checkpoint of `--against` on the same windows, and this one's difference from it.
+/// A second evaluation on the same windows, and its paired difference from the first.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Against {
-    pub checkpoint: String,
-    pub step: usize,
+pub struct Versus {
     pub loss: f64,
     pub perplexity: f64,
     pub bits_per_byte: Option<f64>,
-    /// This checkpoint's loss minus the other's (over all the tokens).
+    /// The difference of the two losses over all the tokens (which one minus which: see the
+    /// struct that holds it).
     pub difference: f64,
     /// Full batches compared (the paired units).
     pub pairs: usize,
-    /// Mean over the full batches of (this − other), its 95 % t-interval (df = pairs − 1), t and
-    /// the two-sided p of Student's paired t-test; None with fewer than two full batches.
+    /// Mean over the full batches of the same difference, its 95 % t-interval (df = pairs − 1),
+    /// t and the two-sided p of Student's paired t-test; None with fewer than two full batches.
     pub mean_paired_difference: Option<f64>,
     pub ci: Option<(f64, f64)>,
     pub t: Option<f64>,
     pub p: Option<f64>,
+}
+
+/// The other checkpoint of `--against` on the same windows, and this one's difference from it
+/// (this − other).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Against {
+    pub checkpoint: String,
+    pub step: usize,
+    #[serde(flatten)]
+    pub vs: Versus,
+}
+
+/// The model under `--intervene` on the same windows, and its difference from the model as
+/// trained (intervened − as trained: positive when the interventions raise the loss).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Intervened {
+    /// The specs, `; `-separated.
+    pub interventions: String,
+    pub allow_out_of_range: bool,
+    #[serde(flatten)]
+    pub vs: Versus,
+}
+
+/// One sublayer of `--ablate`: the model with that sublayer's write ablated (ablated − as
+/// trained), and its p after Holm's correction over every sublayer.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Ablation {
+    pub sublayer: String,
+    pub spec: String,
+    #[serde(flatten)]
+    pub vs: Versus,
+    pub p_holm: Option<f64>,
 }
 
 /// β over a sublayer's tokens: the mean and the shares of the three regimes (identity β < 0.5,
@@ -185,8 +272,37 @@ impl BetaTally {
 
 /// Evaluates the checkpoint in `dir` (a run folder, or a kept checkpoint's folder) as `req` asks.
 pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Result<EvalResult, TrainError> {
+    if let Some(path) = &req.plot {
+        check_plot_path(path)?;
+    }
     let ck = super::checkpoint::load_to_device(dir, gpu.clone(), false)?;
     let (model, tok, ck_step) = (ck.model, ck.tokenizer, ck.step);
+    // The interventions against the model, before any window is evaluated.
+    let intervened_maps = match &req.intervene {
+        None => None,
+        Some(iv) => {
+            if let Some(i) = iv.list.iter().find(|i| i.action == crate::model::intervene::Action::KMean) {
+                return Err(TrainError::Settings(format!(
+                    "--intervene '{}': k=mean fixes a write's direction to the mean k of a generation's prompt, \
+                     which an evaluation over windows does not have; measure it with `ddl generate --intervene {} \
+                     --compare`, or give β or term specs here (beta=V, beta*=S, write=0, erase=0, v=0, …)",
+                    i.spec, i.spec
+                )));
+            }
+            Some(iv.maps(&model.cfg).map_err(|e| TrainError::Settings(e.to_string()))?)
+        }
+    };
+    if let Some(kind) = req.ablate
+        && !model.cfg.variant.is_ddl()
+    {
+        return Err(TrainError::Settings(format!(
+            "--ablate {}: '{}' is a {} model: its sublayers add their outputs (residual additions), there are no \
+             delta writes to ablate; give a checkpoint of a delta-write variant (ddl, ddl_v1, ddl_ec, …)",
+            kind.action().split('=').next().unwrap_or_default(),
+            dir.display(),
+            model.cfg.variant.name()
+        )));
+    }
     // --against's tokenizer first (its metadata only): a mismatch is refused before evaluating.
     if let Some(other) = &req.against {
         let theirs = super::checkpoint::saved_tokenizer(other)
@@ -423,8 +539,14 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     if req.betas && !model.cfg.variant.is_ddl() {
         eprintln!("--betas: a {} model has no delta writes, so no β to count", model.cfg.variant.name());
     }
-    let label = if req.against.is_some() { format!("{} ", dir.display()) } else { String::new() };
-    let (e, losses, tally) = run_model(&model, &ds, &t, span, windows, req.betas, &label)?;
+    let label = if req.against.is_some() {
+        format!("{} ", dir.display())
+    } else if req.intervene.is_some() || req.ablate.is_some() {
+        "as trained ".to_string()
+    } else {
+        String::new()
+    };
+    let (e, losses, tally) = run_model(&model, &ds, &t, span, windows, req.betas, &label, None)?;
     // Window w predicts tokens w·T + 1 ..= w·T + T: together 1 ..= windows·T.
     let bytes = tok.token_bytes().map(|table| {
         let n = windows * seq_len;
@@ -440,6 +562,66 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     let bpb = |loss: f64, tokens: usize| {
         bytes.filter(|&b| b > 0).map(|b| loss * tokens as f64 / (b as f64 * std::f64::consts::LN_2))
     };
+    // Another evaluation of the same windows against this one, paired by batch: the units are
+    // the full batches (a last, partial batch weighs otherwise in the token mean). The
+    // differences are this − other, or other − this when `other_first`.
+    let full = t.batch_size * seq_len;
+    let versus = |other: &ModelRun, other_first: bool| -> Versus {
+        let (eo, lo) = (&other.0, &other.1);
+        let pairs: Vec<(f64, f64)> = losses
+            .iter()
+            .zip(lo)
+            .filter(|((_, n), _)| *n == full)
+            .map(|(&(a, _), &(b, _))| if other_first { (b, a) } else { (a, b) })
+            .collect();
+        let test = crate::stats::Paired::of(&pairs);
+        Versus {
+            loss: eo.loss,
+            perplexity: eo.loss.exp(),
+            bits_per_byte: bpb(eo.loss, eo.tokens),
+            difference: if other_first { eo.loss - e.loss } else { e.loss - eo.loss },
+            pairs: pairs.len(),
+            mean_paired_difference: test.map(|p| p.diff.mean),
+            ci: test.map(|p| p.diff.ci),
+            t: test.map(|p| p.t),
+            p: test.map(|p| p.p),
+        }
+    };
+    let intervened = match (&req.intervene, &intervened_maps) {
+        (Some(iv), Some(maps)) => {
+            let label = format!("{} ", iv.describe());
+            let run = run_model(&model, &ds, &t, span, windows, false, &label, Some(maps))?;
+            Some(Intervened {
+                interventions: iv.describe(),
+                allow_out_of_range: iv.allow_out_of_range,
+                vs: versus(&run, true),
+            })
+        }
+        _ => None,
+    };
+    let mut ablations = Vec::new();
+    if let Some(kind) = req.ablate {
+        for s in 0..2 * model.cfg.n_layers {
+            let sublayer = format!("block{}.{}", s / 2, if s % 2 == 0 { "attn" } else { "mlp" });
+            let spec = format!("{sublayer}:{}", kind.action());
+            let maps = crate::model::Interventions::parse(std::slice::from_ref(&spec), false)
+                .and_then(|iv| iv.maps(&model.cfg))
+                .map_err(|e| TrainError::Settings(e.to_string()))?;
+            let label = format!("{spec} ({}/{}) ", s + 1, 2 * model.cfg.n_layers);
+            let run = run_model(&model, &ds, &t, span, windows, false, &label, Some(&maps))?;
+            ablations.push(Ablation { sublayer, spec, vs: versus(&run, true), p_holm: None });
+        }
+        // Holm over the sublayers (a family fixed by the model: every one of them).
+        let ps: Vec<f64> = ablations.iter().filter_map(|a| a.vs.p).collect();
+        if ps.len() == ablations.len() {
+            for (a, h) in ablations.iter_mut().zip(crate::stats::holm(&ps)) {
+                a.p_holm = Some(h);
+            }
+        }
+        if let Some(path) = &req.plot {
+            plot_ablations(path, kind, &ablations, t.batch_size)?;
+        }
+    }
     drop(model);
     let against = match &req.against {
         None => None,
@@ -455,26 +637,10 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                     ck.model.cfg.max_seq_len
                 )));
             }
-            let (eb, lb, _) = run_model(&ck.model, &ds, &t, span, windows, false, &format!("{} ", other.display()))?;
-            // Paired by batch: the same windows through both models. The units are the full
-            // batches (a last, partial batch weighs otherwise in the token mean).
-            let full = t.batch_size * seq_len;
-            let pairs: Vec<(f64, f64)> =
-                losses.iter().zip(&lb).filter(|((_, n), _)| *n == full).map(|(&(a, _), &(b, _))| (a, b)).collect();
-            let test = crate::stats::Paired::of(&pairs);
-            Some(Against {
-                checkpoint: other.display().to_string(),
-                step: ck.step,
-                loss: eb.loss,
-                perplexity: eb.loss.exp(),
-                bits_per_byte: bpb(eb.loss, eb.tokens),
-                difference: e.loss - eb.loss,
-                pairs: pairs.len(),
-                mean_paired_difference: test.map(|p| p.diff.mean),
-                ci: test.map(|p| p.diff.ci),
-                t: test.map(|p| p.t),
-                p: test.map(|p| p.p),
-            })
+            let label = format!("{} ", other.display());
+            let run = run_model(&ck.model, &ds, &t, span, windows, false, &label, None)?;
+            // Paired by batch: the same windows through both models.
+            Some(Against { checkpoint: other.display().to_string(), step: ck.step, vs: versus(&run, false) })
         }
     };
     Ok(EvalResult {
@@ -493,14 +659,64 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         betas: tally.sublayers(),
         batch_size: t.batch_size,
         against,
+        intervened,
+        ablate: req.ablate,
+        ablations,
     })
+}
+
+/// `--plot`'s file: a `.png` in a folder that exists, not a folder itself (checked before any
+/// evaluation; the plot is written whole or not at all).
+fn check_plot_path(path: &Path) -> Result<(), TrainError> {
+    let bad = |why: &str| TrainError::Settings(format!("--plot '{}': {why}", path.display()));
+    if !path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
+        return Err(bad("the plot is a PNG image: give a file name ending in .png"));
+    }
+    if path.is_dir() {
+        return Err(bad("is a folder: give a file name ending in .png"));
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        return Err(bad(&format!(
+            "the folder '{}' does not exist: make it first, or write the plot elsewhere",
+            parent.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The forest plot of `--ablate`: per sublayer, ablated − as trained with its 95 % t-interval,
+/// filled where Holm's p is below 0.05.
+fn plot_ablations(path: &Path, kind: Ablate, rows: &[Ablation], batch: usize) -> Result<(), TrainError> {
+    let pairs = rows.first().map_or(0, |a| a.vs.pairs);
+    let rows: Vec<super::plot::Interval> = rows
+        .iter()
+        .map(|a| {
+            let (lo, hi) = a.vs.ci.unwrap_or((f64::NAN, f64::NAN));
+            super::plot::Interval {
+                label: a.sublayer.clone(),
+                mean: a.vs.mean_paired_difference.unwrap_or(a.vs.difference),
+                lo,
+                hi,
+                significant: a.p_holm.is_some_and(|p| p < 0.05),
+            }
+        })
+        .collect();
+    let title = format!("loss change per sublayer {}", kind.short());
+    let x = format!(
+        "ablated − as trained, nats per token (mean over {pairs} batches of {batch} windows, 95 % t-interval; filled: p < 0.05 after Holm)"
+    );
+    super::plot::interval_plot(path, &title, &x, &rows)
+        .map_err(|e| TrainError::Settings(format!("--plot '{}': {e}", path.display())))
 }
 
 /// What [`run_model`] measured: the evaluation, each batch's (mean loss, tokens), the β tally.
 type ModelRun = (super::Eval, Vec<(f64, usize)>, BetaTally);
 
 /// One model over the windows of `span`: the evaluation, each batch's (mean loss, tokens), and
-/// with `betas` the β tally. Shows progress (`label` names the model when there are two).
+/// with `betas` the β tally; with `maps`, under interventions on its writes. Shows progress
+/// (`label` names the model when there are two).
+#[allow(clippy::too_many_arguments)]
 fn run_model(
     model: &Model,
     ds: &Dataset,
@@ -509,8 +725,9 @@ fn run_model(
     windows: usize,
     betas: bool,
     label: &str,
+    maps: Option<&[crate::kernels::delta::BetaMap]>,
 ) -> Result<ModelRun, TrainError> {
-    run_model_in(model, ds, t, span, windows, betas, label).map_err(|e| match e {
+    run_model_in(model, ds, t, span, windows, betas, label, maps).map_err(|e| match e {
         // A batch of windows whose buffers the adapter cannot bind: the batch that would fit.
         TrainError::Gpu(crate::gpu::GpuError::TooLarge { needed, max, .. }) => {
             let fits = (t.batch_size as u128 * max as u128 / needed.max(1) as u128) as usize;
@@ -538,9 +755,10 @@ fn run_model_in(
     windows: usize,
     betas: bool,
     label: &str,
+    maps: Option<&[crate::kernels::delta::BetaMap]>,
 ) -> Result<ModelRun, TrainError> {
     // (The head in the run's slices, or `--head-chunk`'s: the same loss, less memory.)
-    let prog = model.loss_program(t.batch_size, t.seq_len, t.head_chunk)?;
+    let prog = model.loss_program_with(t.batch_size, t.seq_len, t.head_chunk, maps)?;
     let mut tally = BetaTally::default();
     let mut losses = Vec::new();
     // A bar on a terminal; without one, a line at every tenth of a long evaluation.
@@ -581,7 +799,41 @@ fn run_model_in(
     Ok((e, losses, tally))
 }
 
+/// A p-value as the reports print it (Student's t in f64 resolves p down to about 1e-15).
+fn p_text(p: f64) -> String {
+    match p {
+        p if p < 1e-15 => "p < 1e-15".to_string(),
+        p if p < 1e-3 => format!("p = {p:.1e}"),
+        p => format!("p = {p:.3}"),
+    }
+}
+
 impl EvalResult {
+    /// The paired comparison's line of `v` (its mean difference, interval, p and verdict: `sign`
+    /// names a significant mean's meaning), or why there is none.
+    fn paired(&self, v: &Versus, sign: impl Fn(f64) -> &'static str) -> String {
+        match (v.mean_paired_difference, v.ci, v.p) {
+            (Some(m), Some((lo, hi)), Some(p)) => {
+                let verdict = if p >= 0.05 { "not distinguishable on this text" } else { sign(m) };
+                format!(
+                    "\npaired over {} batches of {} windows: mean {m:+.4} [{lo:+.4}, {hi:+.4}] (95 % t-interval, df {}), \
+                     {}: {verdict}. The interval covers the text's variation, not the training's (seeds): see `ddl \
+                     experiment` for that",
+                    v.pairs,
+                    self.batch_size,
+                    v.pairs.saturating_sub(1),
+                    p_text(p)
+                )
+            }
+            _ => format!(
+                "\nfewer than two full batches of {} window{} to pair: no interval ({})",
+                self.batch_size,
+                if self.batch_size == 1 { "" } else { "s" },
+                if self.batch_size > 1 { "pass a smaller --batch-size or a longer text" } else { "pass a longer text" }
+            ),
+        }
+    }
+
     /// One line for people: loss, perplexity, bits per byte, and what they cover.
     pub fn line(&self) -> String {
         let name = match self.split {
@@ -630,46 +882,72 @@ impl EvalResult {
             }
         }
         if let Some(a) = &self.against {
-            let bpb = a.bits_per_byte.map(|b| format!(", {b:.4} bits per byte")).unwrap_or_default();
+            let v = &a.vs;
+            let bpb = v.bits_per_byte.map(|b| format!(", {b:.4} bits per byte")).unwrap_or_default();
             out.push_str(&format!(
                 "\nagainst {} (step {}): loss {:.4} (perplexity {:.2}{bpb}) on the same windows; this − that = {:+.4} \
                  nats per token",
-                a.checkpoint, a.step, a.loss, a.perplexity, a.difference
+                a.checkpoint, a.step, v.loss, v.perplexity, v.difference
             ));
-            match (a.mean_paired_difference, a.ci, a.p) {
-                (Some(m), Some((lo, hi)), Some(p)) => {
-                    let verdict = if p >= 0.05 {
-                        "not distinguishable on this text"
-                    } else if m < 0.0 {
-                        "this checkpoint predicts this text better"
-                    } else {
-                        "the other checkpoint predicts this text better"
-                    };
-                    // Student's t in f64 resolves p down to about 1e-15.
-                    let p = match p {
-                        p if p < 1e-15 => "p < 1e-15".to_string(),
-                        p if p < 1e-3 => format!("p = {p:.1e}"),
-                        p => format!("p = {p:.3}"),
-                    };
-                    out.push_str(&format!(
-                        "\npaired over {} batches of {} windows: mean {m:+.4} [{lo:+.4}, {hi:+.4}] (95 % t-interval, \
-                         df {}), {p}: {verdict}. The interval covers the text's variation, not the training's \
-                         (seeds): see `ddl experiment` for that",
-                        a.pairs,
-                        self.batch_size,
-                        a.pairs.saturating_sub(1)
-                    ));
+            out.push_str(&self.paired(v, |m| {
+                if m < 0.0 {
+                    "this checkpoint predicts this text better"
+                } else {
+                    "the other checkpoint predicts this text better"
                 }
-                _ => out.push_str(&format!(
-                    "\nfewer than two full batches of {} window{} to pair: no interval ({})",
-                    self.batch_size,
-                    if self.batch_size == 1 { "" } else { "s" },
-                    if self.batch_size > 1 {
-                        "pass a smaller --batch-size or a longer text"
-                    } else {
-                        "pass a longer text"
-                    }
-                )),
+            }));
+        }
+        if let Some(i) = &self.intervened {
+            let v = &i.vs;
+            let bpb = v.bits_per_byte.map(|b| format!(", {b:.4} bits per byte")).unwrap_or_default();
+            let allowed = if i.allow_out_of_range { " (β allowed outside [0, 2])" } else { "" };
+            out.push_str(&format!(
+                "\nunder {}{allowed}: loss {:.4} (perplexity {:.2}{bpb}) on the same windows; intervened − as trained = \
+                 {:+.4} nats per token",
+                i.interventions, v.loss, v.perplexity, v.difference
+            ));
+            out.push_str(&self.paired(v, |m| {
+                if m > 0.0 { "the interventions raise the loss" } else { "the interventions lower the loss" }
+            }));
+        }
+        if let Some(kind) = self.ablate {
+            let a0 = self.ablations.first();
+            let pairs = a0.map_or(0, |a| a.vs.pairs);
+            out.push_str(&format!(
+                "\n{} on the same windows: loss, and ablated − as trained paired over {pairs} batches of {} windows \
+                 (mean, 95 % t-interval, df {}; p after Holm over the {} sublayers):\n{:<12} {:>8} {:>9}  {:<22} {}",
+                kind.words(),
+                self.batch_size,
+                pairs.saturating_sub(1),
+                self.ablations.len(),
+                "sublayer",
+                "loss",
+                "Δ loss",
+                "95 % interval",
+                "p (Holm)"
+            ));
+            for a in &self.ablations {
+                let v = &a.vs;
+                let m = v.mean_paired_difference.unwrap_or(v.difference);
+                let ci = v.ci.map(|(lo, hi)| format!("[{lo:+.4}, {hi:+.4}]")).unwrap_or_else(|| "–".into());
+                let p = a.p_holm.map(p_text).unwrap_or_else(|| "–".into());
+                out.push_str(&format!("\n{:<12} {:>8.4} {:>+9.4}  {ci:<22} {p}", a.sublayer, v.loss, m));
+            }
+            let significant: Vec<&Ablation> =
+                self.ablations.iter().filter(|a| a.p_holm.is_some_and(|p| p < 0.05)).collect();
+            if let Some(top) =
+                self.ablations.iter().max_by(|a, b| a.vs.difference.total_cmp(&b.vs.difference)).filter(|_| pairs >= 2)
+            {
+                out.push_str(&format!(
+                    "\n{} of {} sublayers change the loss at p < 0.05 after Holm; the largest rise: {} ({:+.4}). The \
+                     intervals cover the text's variation, not the training's (seeds)",
+                    significant.len(),
+                    self.ablations.len(),
+                    top.sublayer,
+                    top.vs.difference
+                ));
+            } else {
+                out.push_str(&self.paired(&a0.expect("one ablation per sublayer").vs, |_| ""));
             }
         }
         out
