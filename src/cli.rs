@@ -577,10 +577,11 @@ pub(crate) struct EvalArgs {
     #[arg(long, requires = "intervene")]
     pub(crate) allow_out_of_range: bool,
     /// Also evaluate, for every sublayer in turn, the model with that sublayer's write ablated —
-    /// `write` (β = 0), `erase` (its erased part kᵀX: erase=0) or `v` (its value: v=0) — on the
-    /// same windows: per sublayer the paired difference from the model as trained, p after Holm.
-    #[arg(long, value_enum, value_name = "PART", conflicts_with = "against")]
-    pub(crate) ablate: Option<EvalAblate>,
+    /// `write` (β = 0), `erase` (its erased part kᵀX: erase=0) or `v` (its value: v=0); several
+    /// comma-separated — on the same windows: per sublayer and part the paired difference from
+    /// the model as trained, p after Holm over all of them.
+    #[arg(long, value_enum, value_name = "PART", value_delimiter = ',', conflicts_with = "against")]
+    pub(crate) ablate: Vec<EvalAblate>,
     /// With --ablate: a forest plot of the differences per sublayer (a .png file).
     #[arg(long, value_name = "FILE", requires = "ablate")]
     pub(crate) plot: Option<std::path::PathBuf>,
@@ -616,11 +617,18 @@ impl EvalArgs {
         } else {
             Some(ddl::model::Interventions::parse(&self.intervene, self.allow_out_of_range)?)
         };
-        let ablate = self.ablate.map(|a| match a {
-            EvalAblate::Write => Ablate::Write,
-            EvalAblate::Erase => Ablate::Erase,
-            EvalAblate::V => Ablate::Value,
-        });
+        let mut ablate: Vec<Ablate> = Vec::new();
+        for a in self.ablate {
+            let part = match a {
+                EvalAblate::Write => Ablate::Write,
+                EvalAblate::Erase => Ablate::Erase,
+                EvalAblate::V => Ablate::Value,
+            };
+            // (A part named twice is evaluated once.)
+            if !ablate.contains(&part) {
+                ablate.push(part);
+            }
+        }
         let plot = self.plot;
         Ok(EvalRequest {
             source,

@@ -711,7 +711,7 @@ fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
     // and the forest plot.
     let plot = dir.join("ablate.png");
     let all = json(&["--ablate", "write", "--plot", plot.to_str().unwrap()]);
-    assert_eq!(all["ablate"], "write");
+    assert_eq!(all["ablate"], serde_json::json!(["write"]));
     let rows = all["ablations"].as_array().unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r["sublayer"].as_str().unwrap()).collect();
     assert_eq!(names, ["block0.attn", "block0.mlp", "block1.attn", "block1.mlp"]);
@@ -724,8 +724,14 @@ fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
     let erase = json(&["--ablate", "erase"]);
     assert_eq!(erase["ablations"][3]["spec"], "block1.mlp:erase=0");
     assert!(erase["ablations"].as_array().unwrap().iter().all(|r| r["loss"] != erase["loss"]), "{erase}");
+    // Several parts: each sublayer's together, Holm over all the rows.
+    let two = json(&["--ablate", "v,erase,v", "--batches", "2"]);
+    assert_eq!(two["ablate"], serde_json::json!(["v", "erase"]), "as the flag names them, once each");
+    let specs: Vec<&str> = two["ablations"].as_array().unwrap().iter().map(|r| r["spec"].as_str().unwrap()).collect();
+    assert_eq!(specs[..3], ["block0.attn:v=0", "block0.attn:erase=0", "block0.mlp:v=0"]);
+    assert_eq!((specs.len(), two["ablations"][1]["part"].clone()), (8, "erase".into()));
     let line = String::from_utf8_lossy(&eval(&["--ablate", "v"]).stdout).into_owned();
-    for want in ["without its value", "p after Holm over the 4 sublayers", "block1.mlp", "95 % interval"] {
+    for want in ["v=0: X' = (I − β k kᵀ) X", "p after Holm over the 4 rows", "block1.mlp:v=0", "95 % interval"] {
         assert!(line.contains(want), "{want:?} in {line}");
     }
     let line = String::from_utf8_lossy(&eval(&["--intervene", "block0.mlp:write=0"]).stdout).into_owned();

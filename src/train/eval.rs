@@ -54,9 +54,10 @@ pub struct EvalRequest {
     /// which needs a prompt): the model under them on the same windows, and the paired difference
     /// from the model as trained.
     pub intervene: Option<crate::model::Interventions>,
-    /// Every sublayer's write in turn without one of its parts (`--ablate`), on the same windows:
-    /// the paired difference from the model as trained per sublayer, Holm-corrected over them.
-    pub ablate: Option<Ablate>,
+    /// Every sublayer's write in turn without each of these parts (`--ablate`), on the same
+    /// windows: the paired difference from the model as trained per sublayer and part,
+    /// Holm-corrected over all of them (empty: none).
+    pub ablate: Vec<Ablate>,
     /// With `ablate`: a forest plot of the differences (PNG).
     pub plot: Option<PathBuf>,
 }
@@ -69,7 +70,8 @@ pub enum Ablate {
     Write,
     /// Its erased part (`erase=0`: X' = X + β k vᵀ).
     Erase,
-    /// Its value (`v=0`: X' = (I − β k kᵀ) X).
+    /// Its value (`v=0`: X' = (I − β k kᵀ) X; `"v"` in JSON, as `--ablate v`).
+    #[serde(rename = "v")]
     Value,
 }
 
@@ -83,6 +85,7 @@ impl Ablate {
         }
     }
 
+    /// For the plot's title.
     fn short(self) -> &'static str {
         match self {
             Ablate::Write => "without its write (write=0)",
@@ -93,9 +96,9 @@ impl Ablate {
 
     fn words(self) -> &'static str {
         match self {
-            Ablate::Write => "each sublayer's write removed in turn (write=0: β = 0, X' = X)",
-            Ablate::Erase => "each sublayer's write without its erased part in turn (erase=0: X' = X + β k vᵀ)",
-            Ablate::Value => "each sublayer's write without its value in turn (v=0: X' = (I − β k kᵀ) X)",
+            Ablate::Write => "write=0: β = 0, X' = X",
+            Ablate::Erase => "erase=0: X' = X + β k vᵀ",
+            Ablate::Value => "v=0: X' = (I − β k kᵀ) X",
         }
     }
 }
@@ -139,9 +142,9 @@ pub struct EvalResult {
     /// With `--intervene`: the model under the interventions on the same windows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub intervened: Option<Intervened>,
-    /// With `--ablate`: what it removed, and per sublayer the model without it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ablate: Option<Ablate>,
+    /// With `--ablate`: the parts it removed, and per sublayer and part the model without it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ablate: Vec<Ablate>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ablations: Vec<Ablation>,
 }
@@ -191,6 +194,7 @@ pub struct Intervened {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Ablation {
     pub sublayer: String,
+    pub part: Ablate,
     pub spec: String,
     #[serde(flatten)]
     pub vs: Versus,
@@ -292,7 +296,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             Some(iv.maps(&model.cfg).map_err(|e| TrainError::Settings(e.to_string()))?)
         }
     };
-    if let Some(kind) = req.ablate
+    if let Some(kind) = req.ablate.first()
         && !model.cfg.variant.is_ddl()
     {
         return Err(TrainError::Settings(format!(
@@ -541,7 +545,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     }
     let label = if req.against.is_some() {
         format!("{} ", dir.display())
-    } else if req.intervene.is_some() || req.ablate.is_some() {
+    } else if req.intervene.is_some() || !req.ablate.is_empty() {
         "as trained ".to_string()
     } else {
         String::new()
@@ -600,18 +604,29 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         _ => None,
     };
     let mut ablations = Vec::new();
-    if let Some(kind) = req.ablate {
-        for s in 0..2 * model.cfg.n_layers {
+    if !req.ablate.is_empty() {
+        // Sublayer by sublayer, its parts together (the order of the table and the plot).
+        let subs = 2 * model.cfg.n_layers;
+        let all = subs * req.ablate.len();
+        for s in 0..subs {
             let sublayer = format!("block{}.{}", s / 2, if s % 2 == 0 { "attn" } else { "mlp" });
-            let spec = format!("{sublayer}:{}", kind.action());
-            let maps = crate::model::Interventions::parse(std::slice::from_ref(&spec), false)
-                .and_then(|iv| iv.maps(&model.cfg))
-                .map_err(|e| TrainError::Settings(e.to_string()))?;
-            let label = format!("{spec} ({}/{}) ", s + 1, 2 * model.cfg.n_layers);
-            let run = run_model(&model, &ds, &t, span, windows, false, &label, Some(&maps))?;
-            ablations.push(Ablation { sublayer, spec, vs: versus(&run, true), p_holm: None });
+            for &part in &req.ablate {
+                let spec = format!("{sublayer}:{}", part.action());
+                let maps = crate::model::Interventions::parse(std::slice::from_ref(&spec), false)
+                    .and_then(|iv| iv.maps(&model.cfg))
+                    .map_err(|e| TrainError::Settings(e.to_string()))?;
+                let label = format!("{spec} ({}/{all}) ", ablations.len() + 1);
+                let run = run_model(&model, &ds, &t, span, windows, false, &label, Some(&maps))?;
+                ablations.push(Ablation {
+                    sublayer: sublayer.clone(),
+                    part,
+                    spec,
+                    vs: versus(&run, true),
+                    p_holm: None,
+                });
+            }
         }
-        // Holm over the sublayers (a family fixed by the model: every one of them).
+        // Holm over every row (a family fixed by the model and the parts asked for).
         let ps: Vec<f64> = ablations.iter().filter_map(|a| a.vs.p).collect();
         if ps.len() == ablations.len() {
             for (a, h) in ablations.iter_mut().zip(crate::stats::holm(&ps)) {
@@ -619,7 +634,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             }
         }
         if let Some(path) = &req.plot {
-            plot_ablations(path, kind, &ablations, t.batch_size)?;
+            plot_ablations(path, &req.ablate, &ablations, t.batch_size)?;
         }
     }
     drop(model);
@@ -660,7 +675,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         batch_size: t.batch_size,
         against,
         intervened,
-        ablate: req.ablate,
+        ablate: req.ablate.clone(),
         ablations,
     })
 }
@@ -687,14 +702,14 @@ fn check_plot_path(path: &Path) -> Result<(), TrainError> {
 
 /// The forest plot of `--ablate`: per sublayer, ablated − as trained with its 95 % t-interval,
 /// filled where Holm's p is below 0.05.
-fn plot_ablations(path: &Path, kind: Ablate, rows: &[Ablation], batch: usize) -> Result<(), TrainError> {
+fn plot_ablations(path: &Path, parts: &[Ablate], rows: &[Ablation], batch: usize) -> Result<(), TrainError> {
     let pairs = rows.first().map_or(0, |a| a.vs.pairs);
     let rows: Vec<super::plot::Interval> = rows
         .iter()
         .map(|a| {
             let (lo, hi) = a.vs.ci.unwrap_or((f64::NAN, f64::NAN));
             super::plot::Interval {
-                label: a.sublayer.clone(),
+                label: if parts.len() > 1 { a.spec.clone() } else { a.sublayer.clone() },
                 mean: a.vs.mean_paired_difference.unwrap_or(a.vs.difference),
                 lo,
                 hi,
@@ -702,7 +717,10 @@ fn plot_ablations(path: &Path, kind: Ablate, rows: &[Ablation], batch: usize) ->
             }
         })
         .collect();
-    let title = format!("loss change per sublayer {}", kind.short());
+    let title = match parts {
+        [one] => format!("loss change per sublayer {}", one.short()),
+        _ => "loss change per sublayer and part of its write removed".to_string(),
+    };
     let x = format!(
         "ablated − as trained, nats per token (mean over {pairs} batches of {batch} windows, 95 % t-interval; filled: p < 0.05 after Holm)"
     );
@@ -910,17 +928,19 @@ impl EvalResult {
                 if m > 0.0 { "the interventions raise the loss" } else { "the interventions lower the loss" }
             }));
         }
-        if let Some(kind) = self.ablate {
+        if !self.ablate.is_empty() {
             let a0 = self.ablations.first();
             let pairs = a0.map_or(0, |a| a.vs.pairs);
+            let parts: Vec<&str> = self.ablate.iter().map(|p| p.words()).collect();
             out.push_str(&format!(
-                "\n{} on the same windows: loss, and ablated − as trained paired over {pairs} batches of {} windows \
-                 (mean, 95 % t-interval, df {}; p after Holm over the {} sublayers):\n{:<12} {:>8} {:>9}  {:<22} {}",
-                kind.words(),
+                "\neach sublayer's write with one part removed in turn ({}) on the same windows: loss, and ablated − as \
+                 trained paired over {pairs} batches of {} windows (mean, 95 % t-interval, df {}; p after Holm over the \
+                 {} rows):\n{:<20} {:>8} {:>9}  {:<22} {}",
+                parts.join("; "),
                 self.batch_size,
                 pairs.saturating_sub(1),
                 self.ablations.len(),
-                "sublayer",
+                "ablated",
                 "loss",
                 "Δ loss",
                 "95 % interval",
@@ -931,20 +951,20 @@ impl EvalResult {
                 let m = v.mean_paired_difference.unwrap_or(v.difference);
                 let ci = v.ci.map(|(lo, hi)| format!("[{lo:+.4}, {hi:+.4}]")).unwrap_or_else(|| "–".into());
                 let p = a.p_holm.map(p_text).unwrap_or_else(|| "–".into());
-                out.push_str(&format!("\n{:<12} {:>8.4} {:>+9.4}  {ci:<22} {p}", a.sublayer, v.loss, m));
+                out.push_str(&format!("\n{:<20} {:>8.4} {:>+9.4}  {ci:<22} {p}", a.spec, v.loss, m));
             }
-            let significant: Vec<&Ablation> =
-                self.ablations.iter().filter(|a| a.p_holm.is_some_and(|p| p < 0.05)).collect();
-            if let Some(top) =
-                self.ablations.iter().max_by(|a, b| a.vs.difference.total_cmp(&b.vs.difference)).filter(|_| pairs >= 2)
-            {
+            let significant = self.ablations.iter().filter(|a| a.p_holm.is_some_and(|p| p < 0.05)).count();
+            let mean = |a: &Ablation| a.vs.mean_paired_difference.unwrap_or(a.vs.difference);
+            if let Some(top) = self.ablations.iter().max_by(|a, b| mean(a).total_cmp(&mean(b))).filter(|_| pairs >= 2) {
+                let top = if mean(top) > 0.0 {
+                    format!("the largest rise: {} ({:+.4})", top.spec, mean(top))
+                } else {
+                    "none raises the loss".to_string()
+                };
                 out.push_str(&format!(
-                    "\n{} of {} sublayers change the loss at p < 0.05 after Holm; the largest rise: {} ({:+.4}). The \
-                     intervals cover the text's variation, not the training's (seeds)",
-                    significant.len(),
+                    "\n{significant} of {} rows change the loss at p < 0.05 after Holm; {top}. The intervals cover \
+                     the text's variation, not the training's (seeds)",
                     self.ablations.len(),
-                    top.sublayer,
-                    top.vs.difference
                 ));
             } else {
                 out.push_str(&self.paired(&a0.expect("one ablation per sublayer").vs, |_| ""));
