@@ -64,7 +64,9 @@ impl ChatSettings {
                 next.sampler.seed = value.parse().map_err(|_| bad(&format!("a whole number from 0 to {}", u64::MAX)))?
             }
             "stop" if value == "none" => next.stop.clear(),
-            "stop" if value.is_empty() => return Err("stop needs a text (or `none` to clear)".into()),
+            "stop" if value.is_empty() => {
+                return Err("stop needs a text (`\\s` for a space, or `none` to clear)".into());
+            }
             "stop" => next.stop.push(crate::generate::unescape_stop(value)),
             _ => return Err(format!("unknown setting '{name}' ({})", Self::NAMES.join(", "))),
         }
@@ -338,7 +340,8 @@ impl Lines for EditedLines {
 }
 
 const HELP: &str = "commands: /reset (forget the conversation), /set NAME VALUE (temperature, top_k, top_p, \
-                    repetition_penalty, max_tokens, seed, stop TEXT | stop none), /settings, /help, /quit";
+                    repetition_penalty, max_tokens, seed, stop TEXT | stop none; \\n \\t \\s in TEXT: newline, tab, space), \
+                    /settings, /help, /quit";
 
 /// Runs a chat until `/quit` or the end of the input: replies stream to `out` token by token,
 /// notes and errors about a line (a bad command, text the tokenizer cannot encode) go to `log`.
@@ -474,6 +477,9 @@ mod tests {
         let s = base().with("stop", "END\\n").unwrap().with("stop", "###").unwrap();
         assert_eq!(s.stop, vec!["END\n".to_string(), "###".to_string()]);
         assert!(s.with("stop", "none").unwrap().stop.is_empty());
+        // A lone space, which the line trims, typed as `\s`.
+        assert_eq!(base().with("stop", "\\s").unwrap().stop, [" "]);
+        assert!(base().with("stop", "").unwrap_err().contains("\\s"));
         assert!(s.describe().contains("\"###\"") && s.describe().contains("max_tokens 20"));
         let e = base().with("colour", "red").unwrap_err();
         assert!(e.contains("unknown setting 'colour'") && e.contains("repetition_penalty"), "{e}");

@@ -386,7 +386,7 @@ pub(crate) struct SamplingArgs {
     pub(crate) seed: u64,
     /// Stop right after the output first contains this text, which is printed (also inside a
     /// token's text: a BPE token may hold several characters); repeatable. `\n` is a newline,
-    /// `\t` a tab, `\\` a backslash (as in chat's `/set stop`).
+    /// `\t` a tab, `\s` a space, `\\` a backslash (as in chat's `/set stop`).
     #[arg(long)]
     pub(crate) stop: Vec<String>,
 }

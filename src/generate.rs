@@ -161,6 +161,10 @@ mod tests {
             ("a\\tb", "a\tb"),
             ("\\\\n", "\\n"),
             ("\\x", "\\x"),
+            // (A space at either end, which chat's `/set stop` and a shell would trim.)
+            ("\\s", " "),
+            ("\\sEND\\s", " END "),
+            ("\\\\s", "\\s"),
             ("tail\\", "tail\\"),
             ("\n", "\n"),
             ("plain", "plain"),
@@ -171,8 +175,9 @@ mod tests {
     }
 }
 
-/// A stop text as typed (`--stop`, chat's `/set stop`): `\n` a newline, `\t` a tab, `\\` one
-/// backslash; any other backslash stays as it is (a newline typed as itself, `--stop $'\n'`, too).
+/// A stop text as typed (`--stop`, chat's `/set stop`): `\n` a newline, `\t` a tab, `\s` a
+/// space (a lone space, or one at either end, which a command line trims), `\\` one backslash;
+/// any other backslash stays as it is (a newline typed as itself, `--stop $'\n'`, too).
 pub fn unescape_stop(typed: &str) -> String {
     let mut out = String::with_capacity(typed.len());
     let mut chars = typed.chars().peekable();
@@ -180,6 +185,7 @@ pub fn unescape_stop(typed: &str) -> String {
         let escaped = match (c, chars.peek()) {
             ('\\', Some('n')) => Some('\n'),
             ('\\', Some('t')) => Some('\t'),
+            ('\\', Some('s')) => Some(' '),
             ('\\', Some('\\')) => Some('\\'),
             _ => None,
         };
