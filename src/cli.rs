@@ -230,10 +230,10 @@ pub(crate) enum Cmd {
         /// `blockN.attn` or `blockN.mlp`, ACTION `beta=V` (0 identity, 1 projection, 2
         /// reflection), `beta*=S`, `beta<=V`, `beta>=V`, `write=0` (no write), `k=mean` (the
         /// direction fixed to the prompt's mean k), `erase=0` (X + βkvᵀ: nothing erased) or `v=0`
-        /// ((I − βkkᵀ)X: nothing written), `erase*=S`, `v*=S`; repeatable, applied in order.
+        /// ((I − βkkᵀ)X: no value written), `erase*=S`, `v*=S`; repeatable, applied in order.
         #[arg(long = "intervene", value_name = "SPEC")]
         intervene: Vec<String>,
-        /// Allow --intervene values of β outside [0, 2].
+        /// Allow --intervene values of β outside [0, 2] (and erase factors above 1).
         #[arg(long, requires = "intervene")]
         allow_out_of_range: bool,
         /// With --intervene: generate with and without the interventions (same seed), show both
@@ -568,12 +568,12 @@ pub(crate) struct EvalArgs {
     /// all at once): the same losses, with one slice's logits in memory instead of the batch's.
     #[arg(long, value_name = "ROWS")]
     pub(crate) head_chunk: Option<usize>,
-    /// Also evaluate the model under interventions on its writes (`ddl generate`'s specs but
+    /// Also evaluate the model under interventions on its writes (`ddl generate`'s specs except
     /// k=mean, e.g. block1.mlp:beta=0, all:erase=0; repeatable, applied in order) on the same
     /// windows, and the paired difference from the model as trained.
     #[arg(long = "intervene", value_name = "SPEC", conflicts_with_all = ["against", "ablate"])]
     pub(crate) intervene: Vec<String>,
-    /// Allow --intervene values of β outside [0, 2].
+    /// Allow --intervene values of β outside [0, 2] (and erase factors above 1).
     #[arg(long, requires = "intervene")]
     pub(crate) allow_out_of_range: bool,
     /// Also evaluate, for every sublayer in turn, the model with that sublayer's write ablated —

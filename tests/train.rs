@@ -734,6 +734,11 @@ fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
     for want in ["v=0: X' = (I − β k kᵀ) X", "p after Holm over the 4 rows", "block1.mlp:v=0", "95 % interval"] {
         assert!(line.contains(want), "{want:?} in {line}");
     }
+    // One batch: nothing to pair, said once, with what to pass.
+    let one = String::from_utf8_lossy(&eval(&["--ablate", "write", "--batches", "1"]).stdout).into_owned();
+    assert!(one.contains("no intervals; pass --batches 2 or more") && !one.contains("df 0"), "{one}");
+    let one = String::from_utf8_lossy(&eval(&["--intervene", "all:v=0", "--batches", "1"]).stdout).into_owned();
+    assert!(one.contains("no interval (pass --batches 2 or more)"), "{one}");
     let line = String::from_utf8_lossy(&eval(&["--intervene", "block0.mlp:write=0"]).stdout).into_owned();
     assert!(line.contains("under block0.mlp:write=0") && line.contains("intervened − as trained"), "{line}");
 

@@ -70,7 +70,9 @@ impl Intervention {
         let err = |msg: String| InterventionError { spec: spec.to_string(), msg };
         let s = spec.trim();
         let (t, a) = s.split_once(':').ok_or_else(|| err(FORMS.into()))?;
-        let target = match t.trim() {
+        // (Spaces inside the sublayer's name as around it: `block1 . mlp` is `block1.mlp`.)
+        let t: String = t.chars().filter(|c| !c.is_whitespace()).collect();
+        let target = match t.as_str() {
             "all" => Target::All,
             t => {
                 let rest = t.strip_prefix("block").ok_or_else(|| err(format!("unknown sublayer '{t}'; {FORMS}")))?;
@@ -108,38 +110,53 @@ impl Intervention {
             }
             _ => {}
         }
-        // The write's terms: `erase=0` / `v=0`, or a factor `erase*=S` / `v*=S` (S ≥ 0).
-        for (name, make) in [("erase", Action::Erase as fn(f32) -> Action), ("v", Action::Value)] {
-            let Some(rest) = compact.strip_prefix(name).filter(|r| r.starts_with('=') || r.starts_with("*=")) else {
-                continue;
-            };
-            let factor = if let Some(v) = rest.strip_prefix("*=") {
-                v.parse::<f32>().ok().filter(|f| f.is_finite() && *f >= 0.0).ok_or_else(|| {
-                    err(format!("'{a}': the factor is a finite number of 0 or more ({name}*=0.5; {name}=0 removes it)"))
-                })?
-            } else if rest.strip_prefix('=').and_then(|v| v.parse::<f32>().ok()) == Some(0.0) {
-                0.0
-            } else {
-                return Err(err(format!(
-                    "'{a}': the {} can be removed ({name}=0) or scaled ({name}*=S, S ≥ 0), not set",
-                    if name == "v" { "written value" } else { "erased part kᵀX" }
-                )));
-            };
-            return Ok(Intervention { target, action: make(factor), spec: s.to_string() });
+        // (One action a spec: `erase=0;v=0` would read as a malformed value.)
+        if compact.contains([';', ',']) {
+            return Err(err(format!(
+                "'{a}': one action a spec; give each its own --intervene (e.g. --intervene {t}:erase=0 --intervene \
+                 {t}:v=0)",
+                t = t.trim()
+            )));
         }
-        // (Spaces anywhere in the action, as around its sublayer: `beta = 0` is `beta=0`.)
-        let body = compact.strip_prefix("beta").ok_or_else(|| err(format!("unknown action '{a}'; {FORMS}")))?;
         let num = |v: &str| -> Result<f32, InterventionError> {
             let x: f32 = v.trim().parse().map_err(|_| err(format!("'{}' is not a number", v.trim())))?;
             match x {
                 x if x.is_finite() => Ok(x),
                 // (A finite number written past f32's range parses as ±inf.)
                 x if x.is_infinite() && v.trim().parse::<f64>().is_ok_and(f64::is_finite) => {
-                    Err(err(format!("{} is beyond the largest value a β can take (about 3.4e38)", v.trim())))
+                    Err(err(format!("{} is beyond the largest float32 (about 3.4e38)", v.trim())))
                 }
                 x => Err(err(format!("{x} is not a finite number"))),
             }
         };
+        // The write's terms: `erase=0` / `v=0`, or a factor `erase*=S` / `v*=S` (S ≥ 0).
+        for (name, make) in [("erase", Action::Erase as fn(f32) -> Action), ("v", Action::Value)] {
+            let Some(rest) = compact.strip_prefix(name).filter(|r| r.starts_with('=') || r.starts_with("*=")) else {
+                continue;
+            };
+            let factor = if let Some(v) = rest.strip_prefix("*=") {
+                let f = num(v)?;
+                if f < 0.0 {
+                    return Err(err(format!(
+                        "'{a}': a negative factor ({f}); factors are 0 or more ({name}*=0.5 halves it, {name}=0 removes it)"
+                    )));
+                }
+                f
+            } else {
+                match num(&rest[1..])? {
+                    0.0 => 0.0,
+                    x => {
+                        return Err(err(format!(
+                            "'{a}': the {} can be removed ({name}=0) or scaled ({name}*=S, S ≥ 0), not set to {x}",
+                            if name == "v" { "written value" } else { "erased part kᵀX" }
+                        )));
+                    }
+                }
+            };
+            return Ok(Intervention { target, action: make(factor), spec: s.to_string() });
+        }
+        // (Spaces anywhere in the action, as around its sublayer: `beta = 0` is `beta=0`.)
+        let body = compact.strip_prefix("beta").ok_or_else(|| err(format!("unknown action '{a}'; {FORMS}")))?;
         let action = if let Some(v) = body.strip_prefix("<=") {
             Action::AtMost(num(v)?)
         } else if let Some(v) = body.strip_prefix(">=") {
@@ -202,22 +219,31 @@ impl Interventions {
     /// What a person should know of these interventions that no error says: a scale above 1 is
     /// clamped at 2 (the end of β's range) unless out-of-range values are allowed.
     pub fn notes(&self) -> Vec<String> {
+        // (A number as written, in exponent form only when long.)
+        let num = |x: f32| if x.abs() < 1e6 { format!("{x}") } else { format!("{x:e}") };
+        // A value scaled far up writes states the model never saw (in either mode).
+        let values = self.list.iter().filter_map(|i| match i.action {
+            Action::Value(s) if s > 10.0 => Some(format!(
+                "note: {}: each write puts {} times its trained value along k, far from any state the model saw, so \
+                 the text can stop meaning anything",
+                i.spec,
+                num(s)
+            )),
+            _ => None,
+        });
         if self.allow_out_of_range {
             // Far outside (0, 2) each write multiplies the k-component by |1 − β|: float32
             // overflows within a few layers and the text stops meaning anything.
             return self
                 .list
                 .iter()
-                .filter_map(|i| {
-                    // (A number as written, in exponent form only when long.)
-                    let num = |x: f32| if x.abs() < 1e6 { format!("{x}") } else { format!("{x:e}") };
-                    match i.action {
-                        Action::Set(b) | Action::AtLeast(b) if !(-8.0..=10.0).contains(&b) => {
-                            Some(format!("{}: β = {}", i.spec, num(b)))
-                        }
-                        Action::Scale(s) if s.abs() > 5.0 => Some(format!("{}: β up to {}", i.spec, num(2.0 * s))),
-                        _ => None,
+                .filter_map(|i| match i.action {
+                    Action::Set(b) | Action::AtLeast(b) if !(-8.0..=10.0).contains(&b) => {
+                        Some(format!("{}: β = {}", i.spec, num(b)))
                     }
+                    Action::Scale(s) if s.abs() > 5.0 => Some(format!("{}: β up to {}", i.spec, num(2.0 * s))),
+                    Action::Erase(s) if s > 5.0 => Some(format!("{}: β × {} on the erased part", i.spec, num(s))),
+                    _ => None,
                 })
                 .map(|what| {
                     format!(
@@ -226,6 +252,7 @@ impl Interventions {
                     )
                 })
                 .take(1)
+                .chain(values.take(1))
                 .collect();
         }
         self.list
@@ -252,6 +279,7 @@ impl Interventions {
                 )),
                 _ => None,
             })
+            .chain(values.take(1))
             .collect()
     }
 
@@ -264,8 +292,8 @@ impl Interventions {
             Action::Set(v) => !(0.0..=2.0).contains(&v),
             Action::AtMost(v) => v < 0.0,
             Action::AtLeast(v) => v > 2.0,
-            Action::Scale(s) => s > 1.0,
-            Action::KMean | Action::Erase(_) | Action::Value(_) => false,
+            Action::Scale(s) | Action::Erase(s) => s > 1.0,
+            Action::KMean | Action::Value(_) => false,
         })
     }
 
@@ -320,6 +348,14 @@ impl Interventions {
             let in_range = |x: f32| self.allow_out_of_range || (0.0..=2.0).contains(&x);
             let map = match i.action {
                 Action::KMean => continue,
+                Action::Erase(f) if f > 1.0 && !self.allow_out_of_range => {
+                    return Err(err(format!(
+                        "an erase factor above 1 ({f}) takes the write past a reflection, as β above 2 does: along k \
+                         the state is multiplied by 1 − {f}·β, below −1 for β above {:.3}; give a factor of 1 or less, \
+                         or pass --allow-out-of-range to use it anyway",
+                        2.0 / f
+                    )));
+                }
                 Action::Erase(f) => BetaMap { erase: f, ..base },
                 Action::Value(f) => BetaMap { value: f, ..base },
                 Action::Set(v) if in_range(v) => BetaMap { scale: 0.0, add: v, lo, hi, ..base },
@@ -415,6 +451,9 @@ mod tests {
             "all:beta>=2.5",
             "block0.attn:k=mean",
             "block2.mlp:write=0",
+            "all:erase*=2",
+            "all:erase*=0.5",
+            "all:v*=3",
         ] {
             let with = Interventions::parse(&[spec.into()], true).unwrap();
             let without = Interventions::parse(&[spec.into()], false).unwrap();
@@ -422,9 +461,10 @@ mod tests {
                 Err(_) => true,
                 Ok(m0) => {
                     let m1 = with.maps(&c).unwrap();
-                    m0.iter()
-                        .zip(&m1)
-                        .any(|(a, b)| (1..200).any(|k| a.apply(k as f32 / 100.0) != b.apply(k as f32 / 100.0)))
+                    m0.iter().zip(&m1).any(|(a, b)| {
+                        (a.erase, a.value) != (b.erase, b.value)
+                            || (1..200).any(|k| a.apply(k as f32 / 100.0) != b.apply(k as f32 / 100.0))
+                    })
                 }
             };
             assert_eq!(with.need_out_of_range(), differs, "{spec}");
@@ -453,14 +493,33 @@ mod tests {
         for (spec, needle) in [
             ("all:erase=1", "removed (erase=0) or scaled"),
             ("all:v=0.5", "not set"),
-            ("all:v*=-1", "a finite number of 0 or more"),
-            ("all:erase*=x", "a finite number of 0 or more"),
+            ("all:v*=-1", "a negative factor"),
+            ("all:erase*=x", "'x' is not a number"),
+            ("all:v*=inf", "not a finite number"),
+            ("all:erase*=1e40", "beyond the largest float32"),
+            ("all:v==0", "'=0' is not a number"),
             ("all:value=0", "unknown action"),
+            ("block0.mlp:erase=0;v=0", "one action a spec; give each its own --intervene"),
+            ("block0.mlp:erase=0,v=0", "--intervene block0.mlp:v=0"),
         ] {
             let e = Interventions::parse(&[spec.into()], false).unwrap_err().to_string();
             assert!(e.contains(needle) && e.contains(spec), "{spec}: {e}");
         }
         assert_eq!(Intervention::parse("all:v = 0.0").unwrap().action, Action::Value(0.0));
+        // Spaces inside the sublayer's name too.
+        let spaced = Intervention::parse(" block1 . mlp : v = 0 ").unwrap();
+        assert_eq!((spaced.target, spaced.action), (Target::Sub(1, SubKind::Mlp), Action::Value(0.0)));
+        // An erase factor above 1 passes a reflection: refused unless out-of-range values are
+        // allowed (and then noted when far out); a large value factor is noted either way.
+        let e = Interventions::parse(&["all:erase*=2".into()], false).unwrap().maps(&c).unwrap_err().to_string();
+        assert!(e.contains("above 1") && e.contains("--allow-out-of-range"), "{e}");
+        let wide = Interventions::parse(&["all:erase*=2".into()], true).unwrap();
+        assert_eq!(wide.maps(&c).unwrap()[0].erase, 2.0);
+        assert!(wide.notes().is_empty());
+        let far = Interventions::parse(&["all:erase*=6".into(), "all:v*=20".into()], true).unwrap().notes();
+        assert!(far.len() == 2 && far[0].contains("overflow") && far[1].contains("20 times"), "{far:?}");
+        let big = Interventions::parse(&["all:v*=1e30".into()], false).unwrap().notes();
+        assert!(big.len() == 1 && big[0].contains("1e30 times its trained value"), "{big:?}");
         assert!(Interventions::parse(&["all:erase=0".into()], false).unwrap().maps(&cfg(Variant::Baseline)).is_err());
     }
 

@@ -189,8 +189,8 @@ pub struct Intervened {
     pub vs: Versus,
 }
 
-/// One sublayer of `--ablate`: the model with that sublayer's write ablated (ablated − as
-/// trained), and its p after Holm's correction over every sublayer.
+/// One row of `--ablate`: the model with one part of a sublayer's write ablated (ablated − as
+/// trained), and its p after Holm's correction over every row (sublayer and part).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Ablation {
     pub sublayer: String,
@@ -721,9 +721,16 @@ fn plot_ablations(path: &Path, parts: &[Ablate], rows: &[Ablation], batch: usize
         [one] => format!("loss change per sublayer {}", one.short()),
         _ => "loss change per sublayer and part of its write removed".to_string(),
     };
-    let x = format!(
-        "ablated − as trained, nats per token (mean over {pairs} batches of {batch} windows, 95 % t-interval; filled: p < 0.05 after Holm)"
-    );
+    let s = |n: usize| if n == 1 { "" } else { "s" };
+    let x = if pairs >= 2 {
+        format!(
+            "ablated − as trained, nats per token (mean over {pairs} batches of {batch} window{}, 95 % t-interval; \
+             filled: p < 0.05 after Holm)",
+            s(batch)
+        )
+    } else {
+        "ablated − as trained, nats per token over all the tokens (no intervals: fewer than two full batches)".into()
+    };
     super::plot::interval_plot(path, &title, &x, &rows)
         .map_err(|e| TrainError::Settings(format!("--plot '{}': {e}", path.display())))
 }
@@ -844,11 +851,24 @@ impl EvalResult {
                 )
             }
             _ => format!(
-                "\nfewer than two full batches of {} window{} to pair: no interval ({})",
-                self.batch_size,
-                if self.batch_size == 1 { "" } else { "s" },
-                if self.batch_size > 1 { "pass a smaller --batch-size or a longer text" } else { "pass a longer text" }
+                "\nfewer than two full batches of {} to pair: no interval ({})",
+                self.windows_word(),
+                self.more()
             ),
+        }
+    }
+
+    /// "N window(s)" of a batch.
+    fn windows_word(&self) -> String {
+        format!("{} window{}", self.batch_size, if self.batch_size == 1 { "" } else { "s" })
+    }
+
+    /// How to get two full batches to pair.
+    fn more(&self) -> &'static str {
+        match (self.whole, self.batch_size > 1) {
+            (false, _) => "pass --batches 2 or more",
+            (true, true) => "pass a smaller --batch-size or a longer text",
+            (true, false) => "pass a longer text",
         }
     }
 
@@ -932,14 +952,24 @@ impl EvalResult {
             let a0 = self.ablations.first();
             let pairs = a0.map_or(0, |a| a.vs.pairs);
             let parts: Vec<&str> = self.ablate.iter().map(|p| p.words()).collect();
+            let how = if pairs >= 2 {
+                format!(
+                    "paired over {pairs} batches of {} (mean, 95 % t-interval, df {}; p after Holm over the {} rows)",
+                    self.windows_word(),
+                    pairs - 1,
+                    self.ablations.len()
+                )
+            } else {
+                format!(
+                    "over all the tokens (fewer than two full batches of {} to pair: no intervals; {})",
+                    self.windows_word(),
+                    self.more()
+                )
+            };
             out.push_str(&format!(
                 "\neach sublayer's write with one part removed in turn ({}) on the same windows: loss, and ablated − as \
-                 trained paired over {pairs} batches of {} windows (mean, 95 % t-interval, df {}; p after Holm over the \
-                 {} rows):\n{:<20} {:>8} {:>9}  {:<22} {}",
+                 trained {how}:\n{:<20} {:>8} {:>9}  {:<22} {}",
                 parts.join("; "),
-                self.batch_size,
-                pairs.saturating_sub(1),
-                self.ablations.len(),
                 "ablated",
                 "loss",
                 "Δ loss",
@@ -966,8 +996,6 @@ impl EvalResult {
                      the text's variation, not the training's (seeds)",
                     self.ablations.len(),
                 ));
-            } else {
-                out.push_str(&self.paired(&a0.expect("one ablation per sublayer").vs, |_| ""));
             }
         }
         out

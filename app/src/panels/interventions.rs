@@ -262,6 +262,8 @@ pub fn show(
             ("projection", Choice::Projection),
             ("reflection", Choice::Reflection),
             ("k = prompt mean", Choice::KMean),
+            ("no erase", Choice::NoErase),
+            ("no value", Choice::NoValue),
             ("as trained", Choice::AsTrained),
         ] {
             if ui.small_button(name).on_hover_text(format!("{}: {}", sublayer_name(sel), name)).clicked() {
