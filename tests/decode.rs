@@ -408,23 +408,37 @@ fn k_mean_case(variant: &str) {
     assert!(c.delta_logprob.iter().any(|&x| x.abs() > 1e-6), "{:?}", c.delta_logprob);
 }
 
+/// The override goldens (tests/golden/override: the public set's ddl and ddl_cc models with β
+/// set on chosen sublayers, by scripts/make_override_goldens.py from the PyTorch float64
+/// reference), each with its name, model, golden and write maps.
+type Override = (String, Vec<String>, Model, Golden, Vec<ddl::kernels::delta::BetaMap>);
+
+fn override_goldens() -> Vec<Override> {
+    let dir = ddl::testing::data_path("tests/golden/override");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).collect();
+    files.sort();
+    assert_eq!(files.len(), 6, "{files:?}");
+    files
+        .into_iter()
+        .map(|path| {
+            let name = path.file_stem().unwrap().to_string_lossy().to_string();
+            let bytes = std::fs::read(&path).unwrap();
+            let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+            let specs: Vec<String> =
+                meta.metadata().as_ref().unwrap()["interventions"].split("; ").map(String::from).collect();
+            let (model, g) = model_from_golden_file(&path);
+            let maps = ddl::model::Interventions::parse(&specs, false).unwrap().maps(&g.config).unwrap();
+            (name, specs, model, g, maps)
+        })
+        .collect()
+}
+
 #[test]
 fn interventions_match_the_reference_models_override_goldens() {
     // tests/golden/override: the public set's ddl and ddl_cc models with β set to 0, 1 or 2 on
     // chosen sublayers, made by scripts/make_override_goldens.py from the PyTorch float64
     // reference. The decode path with the same `--intervene` specs gives their logits and β.
-    let dir = ddl::testing::data_path("tests/golden/override");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).collect();
-    files.sort();
-    assert_eq!(files.len(), 6, "{files:?}");
-    for path in files {
-        let name = path.file_stem().unwrap().to_string_lossy().to_string();
-        let bytes = std::fs::read(&path).unwrap();
-        let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
-        let specs: Vec<String> =
-            meta.metadata().as_ref().unwrap()["interventions"].split("; ").map(String::from).collect();
-        let (model, g) = model_from_golden_file(&path);
-        let maps = ddl::model::Interventions::parse(&specs, false).unwrap().maps(&g.config).unwrap();
+    for (name, specs, model, g, maps) in override_goldens() {
         let (b, t, v) = (g.batch, g.seq_len, g.config.vocab_size);
         let tokens = g.i32("input.tokens", &[b, t]).unwrap();
         let want = g.f32("out.logits", Some(&[b, t, v])).unwrap();
@@ -452,17 +466,7 @@ fn an_evaluation_under_interventions_gives_the_override_goldens_loss() {
     // `ddl eval --intervene`'s program (a loss program with the write maps) against the PyTorch
     // float64 loss of the override goldens, the LM head whole and in slices; without the maps,
     // the model's own loss differs (the intervention is felt).
-    let dir = ddl::testing::data_path("tests/golden/override");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).collect();
-    files.sort();
-    for path in files {
-        let name = path.file_stem().unwrap().to_string_lossy().to_string();
-        let bytes = std::fs::read(&path).unwrap();
-        let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
-        let specs: Vec<String> =
-            meta.metadata().as_ref().unwrap()["interventions"].split("; ").map(String::from).collect();
-        let (model, g) = model_from_golden_file(&path);
-        let maps = ddl::model::Interventions::parse(&specs, false).unwrap().maps(&g.config).unwrap();
+    for (name, specs, model, g, maps) in override_goldens() {
         let (b, t) = (g.batch, g.seq_len);
         let (tokens, targets) = (g.i32("input.tokens", &[b, t]).unwrap(), g.i32("input.targets", &[b, t]).unwrap());
         let want = g.f32("out.loss", Some(&[1])).unwrap()[0] as f64;

@@ -443,22 +443,26 @@ fn the_cli_trains_evaluates_and_samples() {
 /// validation loss to the bit over several batches of windows (every page an evaluation lets go of
 /// is read again), bits per byte are loss · tokens / (bytes · ln 2) with the bytes of the predicted
 /// text, and bad requests are clear errors.
+/// A micro run of `variant` (d = 16, `layers` blocks) trained 2 steps on `corpus` into
+/// `dir/name`, for the evaluation tests.
+fn micro_run(dir: &Path, name: &str, variant: &str, corpus: &str, layers: usize) -> PathBuf {
+    let o = ddl_cmd(dir)
+        .args(["train", "--preset", "tiny", "--variant", variant, "--steps", "2", "--corpus", corpus, "--out"])
+        .arg(dir.join(name))
+        .args(["--set", "model.d_model=16", "--set", &format!("model.n_layers={layers}"), "--set", "model.n_heads=2"])
+        .args(["--set", "model.head_dim=8", "--set", "model.mlp_hidden=40", "--set", "train.batch_size=2"])
+        .args(["--set", "train.seq_len=16", "--set", "train.eval_batches=1"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    dir.join(name)
+}
+
 #[test]
 fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     let dir = tmpdir("eval-sources");
     let c = ddl::testing::small_corpus(&dir);
-    let train_micro = |name: &str, variant: &str, corpus: &str| {
-        let o = ddl_cmd(&dir)
-            .args(["train", "--preset", "tiny", "--variant", variant, "--steps", "2", "--corpus", corpus, "--out"])
-            .arg(dir.join(name))
-            .args(["--set", "model.d_model=16", "--set", "model.n_layers=1", "--set", "model.n_heads=2"])
-            .args(["--set", "model.head_dim=8", "--set", "model.mlp_hidden=40", "--set", "train.batch_size=2"])
-            .args(["--set", "train.seq_len=16", "--set", "train.eval_batches=1"])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        dir.join(name)
-    };
+    let train_micro = |name: &str, variant: &str, corpus: &str| micro_run(&dir, name, variant, corpus, 1);
     let out = train_micro("run", "ddl", &c);
     let eval = |args: &[&str]| ddl_cmd(&dir).args(["eval", "--checkpoint"]).arg(&out).args(args).output().unwrap();
     let json = |args: &[&str]| -> serde_json::Value {
@@ -669,18 +673,7 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
 fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
     let dir = tmpdir("eval-intervene");
     let c = ddl::testing::small_corpus(&dir);
-    let train_micro = |name: &str, variant: &str| {
-        let o = ddl_cmd(&dir)
-            .args(["train", "--preset", "tiny", "--variant", variant, "--steps", "2", "--corpus", &c, "--out"])
-            .arg(dir.join(name))
-            .args(["--set", "model.d_model=16", "--set", "model.n_layers=2", "--set", "model.n_heads=2"])
-            .args(["--set", "model.head_dim=8", "--set", "model.mlp_hidden=40", "--set", "train.batch_size=2"])
-            .args(["--set", "train.seq_len=16", "--set", "train.eval_batches=1"])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        dir.join(name)
-    };
+    let train_micro = |name: &str, variant: &str| micro_run(&dir, name, variant, &c, 2);
     let out = train_micro("run", "ddl");
     let eval_of = |ck: &std::path::Path, args: &[&str]| {
         ddl_cmd(&dir).args(["eval", "--batch-size", "2", "--checkpoint"]).arg(ck).args(args).output().unwrap()
