@@ -408,11 +408,12 @@ fn k_mean_case(variant: &str) {
     assert!(c.delta_logprob.iter().any(|&x| x.abs() > 1e-6), "{:?}", c.delta_logprob);
 }
 
-/// The override goldens (tests/golden/override: the public set's ddl and ddl_cc models with β
-/// set on chosen sublayers, by scripts/make_override_goldens.py from the PyTorch float64
-/// reference), each with its name, model, golden and write maps.
+/// One override golden: its name, specs, model, golden and write maps.
 type Override = (String, Vec<String>, Model, Golden, Vec<ddl::kernels::delta::BetaMap>);
 
+/// The override goldens (tests/golden/override: the public set's ddl and ddl_cc models with β
+/// set on chosen sublayers, by scripts/make_override_goldens.py from the PyTorch float64
+/// reference).
 fn override_goldens() -> Vec<Override> {
     let dir = ddl::testing::data_path("tests/golden/override");
     let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).collect();
