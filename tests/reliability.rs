@@ -650,7 +650,7 @@ fn generation_problems_are_clear_errors() {
     // Characters the char-level tokenizer never saw are named.
     g(&["--prompt", "日本"], &["日"]);
     // A factor written past f32's range is named as such (not "inf").
-    g(&["--prompt", "hi", "--intervene", "all:beta*=1e40"], &["1e40 is beyond the largest value"]);
+    g(&["--prompt", "hi", "--intervene", "all:beta*=1e40"], &["1e40 is beyond the largest float32"]);
     // A stop text the char tokenizer cannot produce: generation goes on, and says the stop
     // cannot happen.
     let o = cmd(&dir)
