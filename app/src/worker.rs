@@ -396,8 +396,9 @@ async fn serve(
             Command::Compare { prompt, sampling, max_tokens, specs, allow_out_of_range } => {
                 // The comparison's own generators; the interactive session starts afresh.
                 session = None;
-                let specs = (specs.as_slice(), allow_out_of_range);
-                match compare(model, tok, &prompt, sampling, max_tokens, specs, stop, out, wait).await {
+                match compare(model, tok, &prompt, sampling, max_tokens, &specs, allow_out_of_range, stop, out, wait)
+                    .await
+                {
                     Ok(c) => {
                         let n = c.original.len();
                         out.send(Event::Compared(c));
@@ -502,7 +503,8 @@ async fn compare(
     prompt: &str,
     sampling: SamplerConfig,
     max_tokens: usize,
-    (specs, allow_out_of_range): (&[String], bool),
+    specs: &[String],
+    allow_out_of_range: bool,
     stop: &AtomicBool,
     out: &Out,
     wait: Wait,

@@ -114,8 +114,7 @@ impl Intervention {
         if compact.contains([';', ',']) {
             return Err(err(format!(
                 "'{a}': one action a spec; give each its own --intervene (e.g. --intervene {t}:erase=0 --intervene \
-                 {t}:v=0)",
-                t = t.trim()
+                 {t}:v=0)"
             )));
         }
         let num = |v: &str| -> Result<f32, InterventionError> {
@@ -284,9 +283,9 @@ impl Interventions {
     }
 
     /// Whether these specs do something else with `--allow-out-of-range` than without it: a β set
-    /// outside [0, 2] or clamped beyond it (refused without the flag), or a scale above 1 (clamped
-    /// at 2 without it). A bound β never passes (`beta<=3`) and every other action are the same
-    /// either way.
+    /// outside [0, 2] or clamped beyond it, or an erase factor above 1 (refused without the flag),
+    /// or a scale above 1 (clamped at 2 without it). A bound β never passes (`beta<=3`) and every
+    /// other action are the same either way.
     pub fn need_out_of_range(&self) -> bool {
         self.list.iter().any(|i| match i.action {
             Action::Set(v) => !(0.0..=2.0).contains(&v),
@@ -358,8 +357,8 @@ impl Interventions {
                 }
                 Action::Erase(f) => BetaMap { erase: f, ..base },
                 Action::Value(f) => BetaMap { value: f, ..base },
-                Action::Set(v) if in_range(v) => BetaMap { scale: 0.0, add: v, lo, hi, ..base },
-                Action::Scale(s) if s >= 0.0 => BetaMap { scale: s, add: 0.0, lo, hi, ..base },
+                Action::Set(v) if in_range(v) => BetaMap { scale: 0.0, add: v, ..base },
+                Action::Scale(s) if s >= 0.0 => BetaMap { scale: s, ..base },
                 // (A bound β never passes, `beta<=3` or `beta>=-1`, changes nothing: taken, and
                 // said by `notes`.)
                 Action::AtMost(v) if in_range(v) || v > 2.0 => BetaMap { hi: v, ..base },

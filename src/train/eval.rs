@@ -76,6 +76,15 @@ pub enum Ablate {
 }
 
 impl Ablate {
+    /// Its name on the command line (`--ablate write|erase|v`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Ablate::Write => "write",
+            Ablate::Erase => "erase",
+            Ablate::Value => "v",
+        }
+    }
+
     /// The `--intervene` action that does it.
     pub fn action(self) -> &'static str {
         match self {
@@ -302,7 +311,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         return Err(TrainError::Settings(format!(
             "--ablate {}: '{}' is a {} model: its sublayers add their outputs (residual additions), there are no \
              delta writes to ablate; give a checkpoint of a delta-write variant (ddl, ddl_v1, ddl_ec, …)",
-            kind.action().split('=').next().unwrap_or_default(),
+            kind.name(),
             dir.display(),
             model.cfg.variant.name()
         )));
@@ -841,11 +850,11 @@ impl EvalResult {
             (Some(m), Some((lo, hi)), Some(p)) => {
                 let verdict = if p >= 0.05 { "not distinguishable on this text" } else { sign(m) };
                 format!(
-                    "\npaired over {} batches of {} windows: mean {m:+.4} [{lo:+.4}, {hi:+.4}] (95 % t-interval, df {}), \
+                    "\npaired over {} batches of {}: mean {m:+.4} [{lo:+.4}, {hi:+.4}] (95 % t-interval, df {}), \
                      {}: {verdict}. The interval covers the text's variation, not the training's (seeds): see `ddl \
                      experiment` for that",
                     v.pairs,
-                    self.batch_size,
+                    self.windows_word(),
                     v.pairs.saturating_sub(1),
                     p_text(p)
                 )
