@@ -411,7 +411,7 @@ fn experiment(
                 states.push(ddl::experiment::run_state(&spec, out, v, seed));
             }
         }
-        let finished = states.iter().filter(|s| *s == "finished").count();
+        let finished = states.iter().filter(|s| s.starts_with("finished")).count();
         let new = states.iter().filter(|s| *s == "new").count();
         println!(
             "{total} runs of {} steps, preset {} ({} in {}: {finished} finished, {} to resume, {new} new):",

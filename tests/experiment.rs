@@ -527,3 +527,108 @@ fn a_grid_refuses_new_runs_on_an_edited_corpus() {
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("Warning: these runs trained on different data"), "{md}");
 }
+
+/// `ablate` added to a finished grid: its delta-write runs are ablated from their checkpoints
+/// (nothing trained again), each result keeps its ablations, and the report gains the section
+/// and its plot. The numbers are `ddl eval --ablate`'s on the same checkpoint; a run already
+/// ablated is not ablated again; `--dry-run` and `--report-only` name the runs still to ablate;
+/// a run kept without its checkpoint is named, not fatal.
+#[test]
+fn ablations_are_added_to_a_finished_grid_from_its_checkpoints() {
+    let dir = tmpdir("experiment-ablate");
+    let s = spec(&dir, 2);
+    let out = dir.join("out");
+    let (sp, o) = (s.to_str().unwrap(), out.to_str().unwrap());
+    let r = ddl(&dir, &["experiment", "--spec", sp, "--out", o]);
+    assert!(r.status.success(), "{}", text(&r));
+    let report = || std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(!report().contains("ablation") && !out.join("ablations.png").exists(), "{}", report());
+    let metrics = |run: &str| std::fs::read(out.join("runs").join(run).join("metrics.jsonl")).unwrap();
+    let before = metrics("ddl-seed1");
+    // The spec now asks for the write's parts (keys before the [model] table).
+    let asked = std::fs::read_to_string(&s)
+        .unwrap()
+        .replace("beta_batches = 2\n", "beta_batches = 2\nablate = [\"v\", \"write\", \"erase\"]\n");
+    std::fs::write(&s, asked).unwrap();
+    let r = ddl(&dir, &["experiment", "--spec", sp, "--out", o, "--dry-run"]);
+    let t = text(&r);
+    assert!(r.status.success() && t.contains("4 finished"), "{t}");
+    let state = |run: &str| t.lines().find(|l| l.trim_start().starts_with(run)).unwrap_or_else(|| panic!("{run}: {t}"));
+    assert!(
+        state("ddl-seed1").ends_with("finished, to ablate") && state("baseline-seed1").ends_with("finished"),
+        "{t}"
+    );
+    let r = ddl(&dir, &["experiment", "--spec", sp, "--out", o, "--report-only"]);
+    assert!(r.status.success(), "{}", text(&r));
+    assert!(report().contains("**Not ablated yet (left out of this section):** ddl-seed1, ddl-seed2"), "{}", report());
+    // The real run: the runs are not trained again; each ddl run is ablated.
+    let r = ddl(&dir, &["experiment", "--spec", sp, "--out", o]);
+    let t = text(&r);
+    assert!(r.status.success(), "{t}");
+    assert!(t.contains("ddl-seed1: finished earlier, not re-run"), "{t}");
+    assert!(t.contains("ddl-seed1: each sublayer's write without its write / erase / v in turn"), "{t}");
+    assert!(!t.contains("baseline-seed1: each sublayer"), "{t}");
+    assert_eq!(metrics("ddl-seed1"), before, "ablating trained nothing");
+    let result = |run: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(out.join("runs").join(run).join("result.json")).unwrap()).unwrap()
+    };
+    assert!(result("baseline-seed1").get("ablations").is_none());
+    let a = result("ddl-seed1")["ablations"].clone();
+    let rows = a["rows"].as_array().unwrap();
+    // One block: two sublayers × three parts, over the whole validation split.
+    assert_eq!(rows.len(), 6, "{a}");
+    assert_eq!((a["batches"].as_u64(), a["tokens"].as_u64()), (Some(0), result("ddl-seed1")["val_tokens"].as_u64()));
+    // The same numbers as `ddl eval --ablate` on the run's checkpoint.
+    let e = ddl(
+        &dir,
+        &["eval", "--checkpoint", out.join("runs/ddl-seed1").to_str().unwrap(), "--ablate", "write,erase,v", "--json"],
+    );
+    assert!(e.status.success(), "{}", text(&e));
+    let e: serde_json::Value = serde_json::from_slice(&e.stdout).unwrap();
+    assert_eq!(a["loss"], e["loss"], "{a}\n{e}");
+    for (mine, theirs) in rows.iter().zip(e["ablations"].as_array().unwrap()) {
+        for key in ["sublayer", "part", "loss", "difference"] {
+            assert_eq!(mine[key], theirs[key], "{key}: {mine} vs {theirs}");
+        }
+    }
+    let md = report();
+    for needle in [
+        "## What each part of the write carries (ablations)",
+        "| ddl | block0.attn | write=0 | 2 |",
+        "| ddl | block0.mlp | v=0 − write=0 | 2 |",
+        "**ddl** (2 seeds): removing the whole write",
+        "`ablations.png`",
+    ] {
+        assert!(md.contains(needle), "report lacks {needle:?}:\n{md}");
+    }
+    assert!(!md.contains("Not ablated yet"), "{md}");
+    let png = std::fs::read(out.join("ablations.png")).unwrap();
+    assert!(&png[1..4] == b"PNG" && png.len() > 5_000, "{} bytes", png.len());
+    // Again: nothing left to ablate.
+    let r = ddl(&dir, &["experiment", "--spec", sp, "--out", o]);
+    assert!(r.status.success() && !text(&r).contains("each sublayer's write without"), "{}", text(&r));
+    // The spec asks for fewer batches: a run whose checkpoint is gone is named and left out.
+    let fewer = std::fs::read_to_string(&s).unwrap().replace("ablate = [", "ablate_batches = 1\nablate = [");
+    std::fs::write(&s, fewer).unwrap();
+    std::fs::remove_file(out.join("runs/ddl-seed2/model.safetensors")).unwrap();
+    let r = ddl(&dir, &["experiment", "--spec", sp, "--out", o]);
+    let t = text(&r);
+    assert!(r.status.success(), "{t}");
+    assert!(t.contains("warning: ddl-seed2 cannot be ablated") && t.contains("model.safetensors"), "{t}");
+    assert_eq!(result("ddl-seed1")["ablations"]["batches"], 1, "{t}");
+    let md = report();
+    assert!(md.contains("**Not ablated yet (left out of this section):** ddl-seed2"), "{md}");
+    assert!(
+        md.contains("| ddl | block0.attn | write=0 | < 2 |") && md.contains("the validation split's first batch ("),
+        "{md}"
+    );
+    // Without `ablate`: no section, no plot left behind.
+    let none = std::fs::read_to_string(&s)
+        .unwrap()
+        .replace("ablate_batches = 1\n", "")
+        .replace("ablate = [\"v\", \"write\", \"erase\"]\n", "");
+    std::fs::write(&s, none).unwrap();
+    let r = ddl(&dir, &["experiment", "--spec", sp, "--out", o, "--report-only"]);
+    assert!(r.status.success(), "{}", text(&r));
+    assert!(!report().contains("ablation") && !out.join("ablations.png").exists(), "{}", report());
+}

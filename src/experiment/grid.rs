@@ -51,7 +51,7 @@ pub fn check_out(spec: &ExperimentSpec, out: &Path) -> Result<(), ExperimentErro
                     msg: format!(
                         "this directory holds an experiment whose runs share other settings than this spec's \
                          ({changed}); use a new --out directory (or delete this one) to run the changed spec. \
-                         Adding variants or seeds is fine"
+                         Adding variants, seeds or ablations is fine"
                     ),
                 });
             }
@@ -129,7 +129,7 @@ pub fn same_data_as_trained(
 fn changed_settings(old: &ExperimentSpec, new: &ExperimentSpec) -> String {
     let table = |s: &ExperimentSpec| toml::Table::try_from(s).unwrap_or_default();
     let (a, b) = (table(old), table(new));
-    let skip = ["name", "description", "variants", "seeds", "extra_seeds"];
+    let skip = ["name", "description", "variants", "seeds", "extra_seeds", "ablate", "ablate_batches"];
     let mut keys: Vec<&String> = a.keys().chain(b.keys()).filter(|k| !skip.contains(&k.as_str())).collect();
     keys.sort();
     keys.dedup();
@@ -272,6 +272,18 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
             return Err(e);
         }
         if interrupted.into_inner() {
+            return Ok(None);
+        }
+        // The spec's ablations of the finished runs (a grid that asks for them later: from the
+        // runs' checkpoints, nothing trained again). No run trains now: a second Ctrl-C's message
+        // names no checkpoint.
+        crate::train::TRAINING.store(false, std::sync::atomic::Ordering::SeqCst);
+        if !super::ablation::ablate_runs(&gpu, spec, out, &variants, opts.quiet)? {
+            eprintln!(
+                "{} during the ablations: the runs ablated so far are kept; run the same command again to ablate the \
+                 rest and write the report",
+                crate::train::interruption()
+            );
             return Ok(None);
         }
     }
@@ -484,11 +496,17 @@ pub fn runs_to_do(spec: &ExperimentSpec, out: &Path) -> Result<usize, String> {
         .count())
 }
 
-/// What the grid's folder holds of a run: "finished", "resumes at step N" (a checkpoint), or
+/// What the grid's folder holds of a run: "finished" (or "finished, to ablate": the spec's
+/// ablations are not in its result yet), "resumes at step N" (a checkpoint), or
 /// "new".
 pub fn run_state(spec: &ExperimentSpec, out: &Path, v: Variant, seed: u64) -> String {
     let dir = out.join("runs").join(run_name(v, seed));
-    if result_of(&dir, spec.steps).is_some() {
+    if let Some(r) = result_of(&dir, spec.steps) {
+        // (A spec that asks for ablations the result does not hold yet: made from its checkpoint.)
+        let parts = spec.ablate_parts().unwrap_or_default();
+        if v.is_ddl() && !parts.is_empty() && !super::ablation::ablated(&r, &parts, spec.ablate_batches) {
+            return "finished, to ablate".into();
+        }
         return "finished".into();
     }
     if dir.join(checkpoint::OPTIM_FILE).exists() {
@@ -592,6 +610,7 @@ fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &Experime
         commit: crate::build_commit().0.to_string(),
         dirty: crate::build_commit().1.to_string(),
         adapter: adapter_name(gpu),
+        ablations: None,
     })
 }
 

@@ -9,6 +9,7 @@
 //! sampler depends only on the seed and the step), the same number of steps and tokens, and the
 //! same tokenizer; only the architecture (and so the initialisation) differs.
 
+mod ablation;
 mod grid;
 mod length;
 mod report;
@@ -90,6 +91,39 @@ pub struct RunResult {
     /// report says which ones made its runs.
     #[serde(default)]
     pub adapter: String,
+    /// With the spec's `ablate`: the run's final model with each part of each sublayer's write
+    /// removed in turn (`None`: not ablated, or a baseline run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ablations: Option<RunAblations>,
+}
+
+/// A run's ablations (`ddl eval --ablate` on its final checkpoint, over the validation split).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunAblations {
+    /// The validation batches they cover (0: the whole split).
+    pub batches: usize,
+    /// Tokens evaluated, and the loss of the model as trained over them.
+    pub tokens: usize,
+    pub loss: f64,
+    pub rows: Vec<RunAblation>,
+}
+
+/// One sublayer with one part of its write removed: its loss, and the difference from the model
+/// as trained over the same tokens (ablated − as trained: positive when the part carried
+/// something the model uses).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunAblation {
+    pub sublayer: String,
+    pub part: crate::train::eval::Ablate,
+    pub loss: f64,
+    pub difference: f64,
+}
+
+impl RunAblations {
+    /// Whether these ablations answer the spec's: every part it asks for, over its batches.
+    pub fn cover(&self, parts: &[crate::train::eval::Ablate], batches: usize) -> bool {
+        self.batches == batches && parts.iter().all(|p| self.rows.iter().any(|r| r.part == *p))
+    }
 }
 
 /// Options of [`run`].
@@ -145,6 +179,7 @@ mod test_support {
             commit: commit.to_string(),
             dirty: "clean".to_string(),
             adapter: "llvmpipe (Vulkan)".to_string(),
+            ablations: None,
         }
     }
 }

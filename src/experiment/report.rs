@@ -386,6 +386,8 @@ pub(super) fn write_report(
         }
         md.push('\n');
     }
+    let (ablations, ablation_rows) = super::ablation::section(spec, results, variants);
+    md.push_str(&ablations);
     if variants.contains(&Variant::Baseline) {
         md.push_str(&speed_section(out));
     } else {
@@ -408,9 +410,10 @@ pub(super) fn write_report(
     // (Seconds for a grid of short runs, where "0.0 min" said nothing.)
     let total = if total_s < 60.0 { format!("{total_s:.1} s") } else { format!("{:.1} min", total_s / 60.0) };
     md.push_str(&format!(
-        "\nTotal training time {total}. Plots: `val_loss.png`{}{}.\n",
+        "\nTotal training time {total}. Plots: `val_loss.png`{}{}{}.\n",
         if forest.is_empty() { "" } else { ", `comparisons.png`" },
-        if ddl_rows.is_empty() { "" } else { ", `beta_regimes.png`" }
+        if ddl_rows.is_empty() { "" } else { ", `beta_regimes.png`" },
+        if ablation_rows.is_empty() { String::new() } else { format!(", `{}`", super::ablation::PLOT) }
     ));
 
     // Validation-loss curves: mean over seeds with a min–max band.
@@ -469,6 +472,17 @@ pub(super) fn write_report(
             "paired differences of final validation loss (a − b, nats): mean and 95 % interval",
             "a − b (nats); > 0: b lower",
             &forest,
+        )
+        .map_err(ExperimentError::Report)?;
+    }
+    if ablation_rows.is_empty() {
+        let _ = std::fs::remove_file(out.join(super::ablation::PLOT));
+    } else {
+        plot::interval_plot(
+            &out.join(super::ablation::PLOT),
+            "each sublayer's write with one part removed: ablated − as trained (nats), mean over seeds and 95 % interval",
+            "ablated − as trained (nats per token); > 0: the part carries something the model uses",
+            &ablation_rows,
         )
         .map_err(ExperimentError::Report)?;
     }

@@ -44,6 +44,18 @@ pub struct ExperimentSpec {
     /// Validation batches on which the final β regimes are counted.
     #[serde(default = "default_beta_batches")]
     pub beta_batches: usize,
+    /// Parts of every sublayer's write removed in turn at the end of each delta-write run
+    /// (`"write"`, `"erase"`, `"v"`, as `ddl eval --ablate`): the report's ablation section.
+    /// Added to a finished grid, the runs are ablated from their checkpoints, not trained again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ablate: Vec<String>,
+    /// The ablations' validation batches (0: the whole split, the final evaluation's windows).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ablate_batches: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 fn default_beta_batches() -> usize {
@@ -136,7 +148,39 @@ impl ExperimentSpec {
         if self.beta_batches == 0 {
             return Err("beta_batches: expected at least 1".into());
         }
+        self.ablate_parts()?;
+        if self.ablate_batches > 0 && self.ablate.is_empty() {
+            return Err(format!(
+                "ablate_batches = {}: there is nothing to ablate; add ablate = [\"write\", \"erase\", \"v\"] (or \
+                 some of them), or remove ablate_batches",
+                self.ablate_batches
+            ));
+        }
+        if !self.ablate.is_empty()
+            && let Ok(vs) = self.variant_list()
+            && !vs.iter().any(|v| v.is_ddl())
+        {
+            return Err(format!(
+                "ablate = {:?}: no variant of the spec has delta writes to ablate (the baseline adds its sublayers' \
+                 outputs); add a delta-write variant (ddl, ddl_v1, …) or remove ablate",
+                self.ablate
+            ));
+        }
         Ok(())
+    }
+
+    /// The parts `ablate` names, in the order of the tables (write, erase, v).
+    pub fn ablate_parts(&self) -> Result<Vec<crate::train::eval::Ablate>, String> {
+        let mut parts = Vec::new();
+        for name in &self.ablate {
+            let p = crate::train::eval::Ablate::parse(name).map_err(|e| format!("ablate: {e}"))?;
+            if parts.contains(&p) {
+                return Err(format!("ablate: \"{name}\" appears twice"));
+            }
+            parts.push(p);
+        }
+        parts.sort();
+        Ok(parts)
     }
 
     /// The seeds variant `v` runs: `seeds`, then its `extra_seeds`.

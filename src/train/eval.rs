@@ -63,7 +63,7 @@ pub struct EvalRequest {
 }
 
 /// What `--ablate` removes from each sublayer's write in turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Ablate {
     /// The whole write (`write=0`, β = 0: X' = X).
@@ -76,6 +76,20 @@ pub enum Ablate {
 }
 
 impl Ablate {
+    /// Every part, in the order of the tables.
+    pub const ALL: [Ablate; 3] = [Ablate::Write, Ablate::Erase, Ablate::Value];
+
+    /// The part a name says (`write`, `erase` or `v`, as `--ablate` and an experiment spec's
+    /// `ablate` take them).
+    pub fn parse(name: &str) -> Result<Ablate, String> {
+        Ablate::ALL.into_iter().find(|a| a.name() == name.trim()).ok_or_else(|| {
+            format!(
+                "'{name}' is not a part of a write: expected \"write\" (the whole write, β = 0), \"erase\" (its \
+                 erased part, erase=0) or \"v\" (its value, v=0)"
+            )
+        })
+    }
+
     /// Its name on the command line (`--ablate write|erase|v`).
     pub fn name(self) -> &'static str {
         match self {
@@ -95,7 +109,7 @@ impl Ablate {
     }
 
     /// For the plot's title.
-    fn short(self) -> &'static str {
+    pub fn short(self) -> &'static str {
         match self {
             Ablate::Write => "without its write (write=0)",
             Ablate::Erase => "without its erased part (erase=0)",
@@ -103,7 +117,8 @@ impl Ablate {
         }
     }
 
-    fn words(self) -> &'static str {
+    /// The action and what it leaves of the write, for a table's header.
+    pub fn words(self) -> &'static str {
         match self {
             Ablate::Write => "write=0: β = 0, X' = X",
             Ablate::Erase => "erase=0: X' = X + β k vᵀ",
