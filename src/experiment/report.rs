@@ -480,8 +480,8 @@ pub(super) fn write_report(
     } else {
         plot::interval_plot(
             &out.join(super::ablation::PLOT),
-            "each sublayer's write with one part removed: ablated − as trained (nats), mean over seeds and 95 % interval",
-            "ablated − as trained (nats per token); > 0: the part carries something the model uses",
+            "one part of a write removed: ablated − as trained, mean over seeds, 95 % interval",
+            "ablated − as trained (nats per token); > 0: the model used what was removed",
             &ablation_rows,
         )
         .map_err(ExperimentError::Report)?;
