@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::report::p_text;
 use super::{ExperimentError, ExperimentSpec, RunAblation, RunAblations, RunResult, run_name};
 use crate::gpu::Gpu;
 use crate::model::Variant;
@@ -403,11 +404,6 @@ fn test_cells(r: &Row, words: impl Fn(bool) -> &'static str) -> String {
         }
         _ => "< 2 | | | | | | too few seeds to test |".to_string(),
     }
-}
-
-/// "= 0.034", or "< 0.001" (as the comparisons say it).
-fn p_text(p: f64) -> String {
-    if p < 0.001 { "< 0.001".into() } else { format!("= {p:.3}") }
 }
 
 /// `blockI.attn` → 2I, `blockI.mlp` → 2I + 1 (other names last).

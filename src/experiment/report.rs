@@ -206,7 +206,7 @@ fn seeds_text(spec: &ExperimentSpec) -> String {
 }
 
 /// "= 0.034", or "< 0.001".
-fn p_text(p: f64) -> String {
+pub(super) fn p_text(p: f64) -> String {
     if p < 0.001 { "< 0.001".into() } else { format!("= {p:.3}") }
 }
 

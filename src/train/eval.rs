@@ -109,7 +109,7 @@ impl Ablate {
     }
 
     /// For the plot's title.
-    pub fn short(self) -> &'static str {
+    fn short(self) -> &'static str {
         match self {
             Ablate::Write => "without its write (write=0)",
             Ablate::Erase => "without its erased part (erase=0)",
