@@ -350,8 +350,17 @@ fn golden_f16_precision() {
             let off = gpu.with_forms(|f| f.matmul_f16_weights = false);
             let other = ddl::golden::check_precision(&off, &g, false, ddl::model::Precision::F16)
                 .unwrap_or_else(|e| panic!("{e}"));
-            let same = rows.iter().zip(&other).all(|(a, b)| a.rel_l2.to_bits() == b.rel_l2.to_bits());
-            assert!(same && rows.len() == other.len(), "{name}: the f16 weight copy changed the results");
+            let differ: Vec<String> = rows
+                .iter()
+                .zip(&other)
+                .filter(|(a, b)| a.rel_l2.to_bits() != b.rel_l2.to_bits())
+                .map(|(a, b)| format!("{a} / {b}"))
+                .collect();
+            assert!(
+                differ.is_empty() && rows.len() == other.len(),
+                "{name}: the f16 weight copy changed the results:\n{}",
+                differ.join("\n")
+            );
             // The MLP's SwiGLU output stored in f16 or in f32 and rounded as read (form
             // f16_acts): the same bits.
             let off = gpu.with_forms(|f| f.f16_acts = false);

@@ -9,8 +9,23 @@ fn round_f16(x: f32) -> f32 {
     let ax = u & 0x7fffffffu;
     if (ax >= 0x7f800000u) { return x; }
     if (ax < 0x38800000u) {
-        // Below 2^-14, f16's subnormals: multiples of 2^-24 (the scalings are exact).
-        return round(x * 16777216.0) * 5.9604644775390625e-8;
+        // Below 2^-14, f16's subnormals: multiples q · 2^-24 of 2^-24. |x| · 2^24 is the 24-bit
+        // significand m shifted right by s = 126 − E (E the biased exponent, s ≥ 14), rounded to
+        // nearest even by integers too: llvmpipe compiled `round(x · 2^24)` rounding some ties
+        // away from zero, and losing −0's sign, in some shaders and not in others. Below 2^-25
+        // (E < 102, f32 subnormals included) everything rounds to ±0.
+        let e = ax >> 23u;
+        var q = 0u;
+        if (e >= 102u) {
+            let m = (ax & 0x007fffffu) | 0x00800000u;
+            let s = 126u - e;
+            q = m >> s;
+            let rem = m & ((1u << s) - 1u);
+            let half = 1u << (s - 1u);
+            q += select(0u, 1u, rem > half || (rem == half && (q & 1u) == 1u));
+        }
+        // q ≤ 1024: the product is exact, and a normal f32.
+        return bitcast<f32>((u & 0x80000000u) | bitcast<u32>(f32(q) * 5.9604644775390625e-8));
     }
     let r = (ax + 0x0fffu + ((ax >> 13u) & 1u)) & 0xffffe000u;
     return bitcast<f32>((u & 0x80000000u) | select(r, 0x7f800000u, r >= 0x47800000u));

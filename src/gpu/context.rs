@@ -222,6 +222,12 @@ fn rank(info: &wgpu::AdapterInfo) -> (u8, u8) {
 pub(crate) fn enumerate(backend: Option<BackendChoice>) -> Vec<wgpu::Adapter> {
     let backends = backend.map(|b| b.backends()).unwrap_or(wgpu::Backends::all());
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    // The same shaders in debug and release builds: wgpu's debug builds add DEBUG, which puts
+    // debug information into the SPIR-V, and llvmpipe compiled some kernels differently with it
+    // (the f16 rounding's ties, docs/TESTING.md), so the debug test binaries tested other code
+    // than `ddl` runs. WGPU_DEBUG=1 asks for it (shader debugging, captures); WGPU_VALIDATION
+    // as wgpu reads it.
+    desc.flags = (desc.flags - wgpu::InstanceFlags::DEBUG).with_env();
     desc.backends = backends;
     let instance = wgpu::Instance::new(desc);
     pollster::block_on(instance.enumerate_adapters(backends))

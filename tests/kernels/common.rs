@@ -62,6 +62,14 @@ pub fn f16_round(v: &[f32]) -> Vec<f32> {
     v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
 }
 
+/// Every multiple of 2^-30 in (−2^-13, 2^-13): all of f16's subnormals (multiples of 2^-24
+/// below 2^-14) with 63 values between each pair, so every tie between two of them (to even,
+/// both signs), ±0 and the first normals. llvmpipe once compiled `round()` in the subnormal
+/// rounding so that some ties went away from zero and −0 lost its sign, in some shaders only.
+pub fn f16_subnormal_grid() -> Vec<f32> {
+    (-(1i32 << 17) + 1..1 << 17).map(|k| k as f32 * 2f32.powi(-30)).chain([-0.0]).collect()
+}
+
 /// Values packed two f16 per four-byte element (little-endian: element 2i in the low half), the
 /// layout of an f16 state buffer; uploaded with [`upload`] as raw bits.
 pub fn f16_pack(v: &[f32]) -> Vec<f32> {

@@ -203,6 +203,20 @@ fn pack_f16_rounds_every_element_to_nearest_and_packs_two_per_word() {
             rng.seed
         );
     }
+    // Every subnormal and every tie between two of them, bit for bit (−0 keeps its sign).
+    let x = f16_subnormal_grid();
+    let n = x.len();
+    let tx = upload(&gpu, "x", &x);
+    let ty = poisoned(&gpu, "y", &[n.div_ceil(2)]);
+    run(&gpu, &elementwise::pack_f16(&gpu, tx.view(), ty.view(), n).unwrap());
+    let got = f16_unpack(&ty.read_f32(&gpu).unwrap());
+    let want = f16_round(&x);
+    let bad: Vec<String> = (0..n)
+        .filter(|&i| got[i].to_bits() != want[i].to_bits())
+        .take(5)
+        .map(|i| format!("{:e} packed as {:e}, want {:e}", x[i], got[i], want[i]))
+        .collect();
+    assert!(bad.is_empty(), "pack_f16 around f16's subnormals:\n{}", bad.join("\n"));
     let t = upload(&gpu, "x", &[0.0; 8]);
     let e = elementwise::pack_f16(&gpu, t.view(), upload(&gpu, "y", &[0.0; 3]).view(), 8).unwrap_err().to_string();
     assert!(e.contains("pack_f16") && e.contains("ceil(n / 2)"), "{e}");
