@@ -561,17 +561,32 @@ fn ablations_are_added_to_a_finished_grid_from_its_checkpoints() {
     let r = ddl(&dir, &["experiment", "--spec", sp, "--out", o, "--report-only"]);
     assert!(r.status.success(), "{}", text(&r));
     assert!(report().contains("**Not ablated yet (left out of this section):** ddl-seed1, ddl-seed2"), "{}", report());
-    // The real run: the runs are not trained again; each ddl run is ablated.
-    let r = ddl(&dir, &["experiment", "--spec", sp, "--out", o]);
-    let t = text(&r);
-    assert!(r.status.success(), "{t}");
-    assert!(t.contains("ddl-seed1: finished earlier, not re-run"), "{t}");
-    assert!(t.contains("ddl-seed1: each sublayer's write without its write / erase / v in turn"), "{t}");
-    assert!(!t.contains("baseline-seed1: each sublayer"), "{t}");
-    assert_eq!(metrics("ddl-seed1"), before, "ablating trained nothing");
     let result = |run: &str| -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(out.join("runs").join(run).join("result.json")).unwrap()).unwrap()
     };
+    // Ctrl-C as the second run's ablations start: they stop at their first batch, the first run's
+    // are kept, the second's result is as it was, the exit status is Ctrl-C's.
+    let r = Command::new(env!("CARGO_BIN_EXE_ddl"))
+        .args(["experiment", "--spec", sp, "--out", o])
+        .env("DDL_CACHE_DIR", dir.join("cache"))
+        .env("DDL_FAULT_INTERRUPT_ABLATION", "2")
+        .output()
+        .unwrap();
+    let t = text(&r);
+    assert_eq!(r.status.code(), Some(130), "{t}");
+    assert!(t.contains("ddl-seed1: finished earlier, not re-run"), "{t}");
+    assert!(t.contains("ddl-seed1: each sublayer's write without its write / erase / v in turn"), "{t}");
+    assert!(!t.contains("baseline-seed1: each sublayer"), "{t}");
+    assert!(t.contains("ddl-seed2: its ablations were stopped before their end; nothing of them was kept"), "{t}");
+    assert!(t.contains("Ctrl-C during the ablations: the runs ablated so far are kept"), "{t}");
+    assert!(result("ddl-seed1").get("ablations").is_some() && result("ddl-seed2").get("ablations").is_none(), "{t}");
+    // The same command goes on: the runs are not trained again; the second ddl run is ablated.
+    let r = ddl(&dir, &["experiment", "--spec", sp, "--out", o]);
+    let t = text(&r);
+    assert!(r.status.success(), "{t}");
+    assert!(t.contains("ddl-seed2: each sublayer's write without its write / erase / v in turn"), "{t}");
+    assert!(!t.contains("ddl-seed1: each sublayer") && !t.contains("baseline-seed1: each sublayer"), "{t}");
+    assert_eq!(metrics("ddl-seed1"), before, "ablating trained nothing");
     assert!(result("baseline-seed1").get("ablations").is_none());
     let a = result("ddl-seed1")["ablations"].clone();
     let rows = a["rows"].as_array().unwrap();

@@ -93,8 +93,22 @@ pub(super) fn ablate_runs(
             ablate: parts.clone(),
             plot: None,
         };
-        let e = crate::train::eval::evaluate_checkpoint(gpu, &dir, &req)
-            .map_err(|source| ExperimentError::Train { run: name.clone(), source: Box::new(source) })?;
+        if std::env::var("DDL_FAULT_INTERRUPT_ABLATION").is_ok_and(|v| v == (i + 1).to_string()) {
+            // Fault injection for the tests: Ctrl-C as this run's ablations start.
+            crate::train::interrupt_now();
+        }
+        let e = match crate::train::eval::evaluate_checkpoint(gpu, &dir, &req) {
+            Ok(e) => e,
+            // Ctrl-C within the run's passes: they stop at the batch they are on (its result.json
+            // is as it was; the same command ablates it again).
+            Err(crate::train::TrainError::Interrupted { .. }) => {
+                if !quiet {
+                    eprintln!("{name}: its ablations were stopped before their end; nothing of them was kept");
+                }
+                return Ok(false);
+            }
+            Err(source) => return Err(ExperimentError::Train { run: name, source: Box::new(source) }),
+        };
         if e.step != r.steps {
             return Err(ExperimentError::Run {
                 run: name,

@@ -837,13 +837,22 @@ fn run_model_in(
             None if k.next_tenth(&mut last) => eprintln!("evaluation: {label}batch {}/{}", k.done, k.of),
             None => {}
         }
-        true
+        // Where Ctrl-C stops cleanly (a grid's ablations), it stops here; elsewhere `ddl eval`
+        // ends at once on it and this stays false.
+        !super::interrupted()
     })?;
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    if !e.complete {
+        let what = match label.trim() {
+            "" => "the evaluation".to_string(),
+            l => format!("the evaluation ({l})"),
+        };
+        return Err(TrainError::Interrupted { what });
+    }
     if let Some(e) = failed {
         return Err(e.into());
-    }
-    if let Some(b) = bar {
-        b.finish_and_clear();
     }
     Ok((e, losses, tally))
 }

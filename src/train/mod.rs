@@ -113,6 +113,10 @@ pub enum TrainError {
     RunUnreadable { dir: PathBuf, what: String, problem: String, kept: String },
     #[error(transparent)]
     Lock(#[from] lock::LockError),
+    /// Ctrl-C (or SIGTERM) stopped work that keeps nothing of itself half done (an evaluation
+    /// of a grid's ablations), where the process stops cleanly on it.
+    #[error("{} stopped {what} before its end: nothing of it was kept", interruption())]
+    Interrupted { what: String },
     /// A data-parallel run cannot go on; every rank meets this error at the same point.
     #[error("{msg}")]
     Distributed { rank: usize, size: usize, msg: String },
@@ -551,6 +555,12 @@ impl Drop for CtrlcScope {
     fn drop(&mut self) {
         SCOPES.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// As if Ctrl-C had been pressed now, where the process stops cleanly on it (fault injection
+/// for the tests).
+pub(crate) fn interrupt_now() {
+    INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
 /// Whether Ctrl-C was pressed since [`install_ctrlc`].
