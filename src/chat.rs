@@ -131,6 +131,8 @@ pub struct Session<'a> {
     traces: Vec<TokenTrace>,
     /// Per trace: read from a line (true) or written by the model (false).
     read: Vec<bool>,
+    /// Per turn traced: where it starts among the traces and how its reply was sampled.
+    turns: Vec<crate::generate::TraceTurn>,
     /// The last reply ended without a newline (cut by max_tokens or a stop text): the next line
     /// starts on a new one, as the screen shows it.
     needs_newline: bool,
@@ -149,6 +151,7 @@ impl<'a> Session<'a> {
             trace,
             traces: Vec::new(),
             read: Vec::new(),
+            turns: Vec::new(),
             needs_newline: false,
         }
     }
@@ -158,6 +161,7 @@ impl<'a> Session<'a> {
         self.generator = None;
         self.traces.clear();
         self.read.clear();
+        self.turns.clear();
         self.needs_newline = false;
     }
 
@@ -176,12 +180,18 @@ impl<'a> Session<'a> {
         &self.read
     }
 
-    /// The sampler of the next turn: the settings with the seed advanced by the turn number, so
+    /// Per traced turn of the conversation (since the last reset): where it starts among
+    /// [`Session::traces`] and the settings its reply was sampled with (empty unless tracing).
+    pub fn turns(&self) -> &[crate::generate::TraceTurn] {
+        &self.turns
+    }
+
+    /// The sampling of the next turn: the settings with the seed advanced by the turn number, so
     /// that turns do not repeat each other's draws and a conversation replays exactly.
-    fn sampler(&self) -> Sampler {
+    fn sampling(&self) -> SamplerConfig {
         let mut cfg = self.settings.sampler.clone();
         cfg.seed = cfg.seed.wrapping_add(self.turn);
-        Sampler::new(cfg)
+        cfg
     }
 
     /// One turn: reads `line` and a newline (after a newline of its own when the last reply
@@ -190,8 +200,17 @@ impl<'a> Session<'a> {
     pub fn turn(&mut self, line: &str, mut on_piece: impl FnMut(&str)) -> Result<Reply, ChatTurnError> {
         let lead = if self.needs_newline && self.generator.is_some() { "\n" } else { "" };
         let ids = self.tok.encode(&format!("{lead}{line}\n")).map_err(|e| ChatTurnError::Encode(e.to_string()))?;
-        let sampler = self.sampler();
+        let sampling = self.sampling();
+        let sampler = Sampler::new(sampling.clone());
         self.turn += 1;
+        if self.trace {
+            self.turns.push(crate::generate::TraceTurn {
+                from_token: self.traces.len(),
+                sampling,
+                max_tokens: self.settings.max_tokens,
+                stop: self.settings.stop.clone(),
+            });
+        }
         let prefilled = match &mut self.generator {
             Some(g) => {
                 g.set_sampler(sampler);
@@ -436,7 +455,11 @@ pub fn run(
             Err(ChatTurnError::Gpu(e)) => return Err(e.into()),
         }
         if let Some(path) = trace {
-            let origin = crate::generate::TraceOrigin { read: session.read().to_vec(), ..Default::default() };
+            let origin = crate::generate::TraceOrigin {
+                read: session.read().to_vec(),
+                turns: session.turns().to_vec(),
+                ..Default::default()
+            };
             crate::generate::write_trace_with(path, &model.cfg, session.traces(), &origin)
                 .map_err(|source| ChatError::Trace { path: path.to_path_buf(), source })?;
         }

@@ -968,6 +968,21 @@ pub struct TraceOrigin {
     /// Per traced token, whether it was read (a prompt's or a chat line's token) rather than
     /// generated; empty: every traced token was generated.
     pub read: Vec<bool>,
+    /// A chat's turns (empty elsewhere): where each starts among the traced tokens and the
+    /// settings its reply was sampled with (`/set` changes them between turns).
+    pub turns: Vec<TraceTurn>,
+}
+
+/// One chat turn of a trace: its line's first token and how its reply was made.
+#[derive(Debug, Clone)]
+pub struct TraceTurn {
+    /// Index of the turn's first traced token (its line's).
+    pub from_token: usize,
+    /// The reply's sampling, with the turn's own seed (the chat's seed plus the turn number).
+    pub sampling: SamplerConfig,
+    pub max_tokens: usize,
+    /// Stop texts besides a blank line.
+    pub stop: Vec<String>,
 }
 
 /// [`write_trace`] with how the text was made ([`TraceOrigin`]): written into both files.
@@ -1023,9 +1038,22 @@ pub fn write_trace_with(
     meta.insert("config".to_string(), serde_json::to_string(cfg).unwrap());
     // (f32 settings written as typed: 0.7, not 0.699999988.)
     let short = |x: f32| x.to_string().parse::<f64>().unwrap_or(x as f64);
-    let sampling = origin.sampling.as_ref().map(|c| {
+    let sampling_json = |c: &SamplerConfig| {
         serde_json::json!({"temperature": short(c.temperature), "top_k": c.top_k, "top_p": short(c.top_p),
             "repetition_penalty": short(c.repetition_penalty), "seed": c.seed})
+    };
+    let sampling = origin.sampling.as_ref().map(sampling_json);
+    let turns = (!origin.turns.is_empty()).then(|| {
+        serde_json::Value::Array(
+            origin
+                .turns
+                .iter()
+                .map(|t| {
+                    serde_json::json!({"from_token": t.from_token, "sampling": sampling_json(&t.sampling),
+                        "max_tokens": t.max_tokens, "stop": t.stop})
+                })
+                .collect(),
+        )
     });
     meta.insert("interventions".to_string(), origin.interventions.clone());
     if origin.allow_out_of_range {
@@ -1034,6 +1062,9 @@ pub fn write_trace_with(
     meta.insert("prompt".to_string(), origin.prompt.clone());
     if let Some(s) = &sampling {
         meta.insert("sampling".to_string(), s.to_string());
+    }
+    if let Some(t) = &turns {
+        meta.insert("turns".to_string(), t.to_string());
     }
     let bytes = safetensors::serialize(views, Some(meta)).map_err(std::io::Error::other)?;
     crate::train::checkpoint::write_atomic(path, &bytes)?;
@@ -1054,6 +1085,7 @@ pub fn write_trace_with(
         "allow_out_of_range": origin.allow_out_of_range,
         "prompt": origin.prompt,
         "sampling": sampling,
+        "turns": turns,
         "regime_thresholds": {"identity": "beta < 0.5", "projection": "0.5 <= beta <= 1.5", "reflection": "beta > 1.5"},
         "sublayers": (0..s).map(|i| format!("block{}.{}", i / 2, if i % 2 == 0 { "attn" } else { "mlp" })).collect::<Vec<_>>(),
         "tokens": traces.iter().enumerate().map(|(i, tr)| serde_json::json!({

@@ -671,6 +671,7 @@ pub(crate) fn generate_cmd(
                 // (--trace takes one sample: its seed is --seed.)
                 sampling: Some(s.clone()),
                 read: Vec::new(),
+                turns: Vec::new(),
             },
         )
         .with_context(|| format!("writing the trace {}", path.display()))?;

@@ -953,6 +953,7 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
     let (mut input, mut log, mut out) = (std::io::Cursor::new(script.as_bytes()), Vec::new(), Writes(Vec::new()));
     let trace = dir.join("chat-trace.safetensors");
     let mut lines = PlainLines { input: &mut input, log: &mut Vec::new() };
+    let settings_seed = settings.sampler.seed;
     ddl::chat::run(&model, &tok, settings, &mut lines, &mut out, &mut log, Some(&trace)).unwrap();
     let log = String::from_utf8(log).unwrap();
     assert!(
@@ -979,6 +980,19 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
     let read: Vec<bool> = summary["tokens"].as_array().unwrap().iter().map(|t| t["read"] == true).collect();
     assert_eq!(read.len(), n);
     assert!(read[.."again\n".len()].iter().all(|&r| r) && read["again\n".len()..].iter().all(|&r| !r), "{read:?}");
+    // …and how the reply was made: the settings then in force, the turn's own seed (the third
+    // turn: the chat's seed + 2), in the summary and in the safetensors header.
+    let turns = summary["turns"].as_array().unwrap_or_else(|| panic!("{summary}"));
+    assert_eq!(turns.len(), 1, "{summary}");
+    let t = &turns[0];
+    assert_eq!((t["from_token"].as_u64(), t["max_tokens"].as_u64()), (Some(0), Some(4)), "{t}");
+    assert_eq!(t["stop"], serde_json::json!([]), "{t}");
+    assert_eq!(t["sampling"]["top_k"], 3, "{t}");
+    assert_eq!(t["sampling"]["seed"].as_u64(), Some(settings_seed + 2), "{t}");
+    assert_eq!(summary["sampling"], serde_json::Value::Null, "{summary}");
+    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let header: serde_json::Value = serde_json::from_str(&meta.metadata().as_ref().unwrap()["turns"]).unwrap();
+    assert_eq!(header, summary["turns"]);
 }
 
 /// Evaluation during training runs over the training program's activations: the sharing

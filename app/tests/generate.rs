@@ -279,6 +279,7 @@ fn a_trace_opens_with_its_prompt_and_settings_and_generate_writes_it_again() {
         prompt: "ROMEO:".into(),
         sampling: Some(sampling.clone()),
         read: Vec::new(),
+        turns: Vec::new(),
     };
     ddl::generate::write_trace_with(&file, &cfg, &generated, &origin).unwrap();
     // Opened beside the checkpoint in a fresh window with other settings on the command line.
@@ -329,6 +330,7 @@ fn a_trace_made_with_beta_out_of_range_compares_with_the_flag() {
             prompt: "First Citizen:".into(),
             sampling: Some(sampling.clone()),
             read: Vec::new(),
+            turns: Vec::new(),
         };
         ddl::generate::write_trace_with(&file, &cfg, &rows, &origin).unwrap();
         let opts = Options { checkpoint: Some(ck.clone()), trace: Some(file), ..Default::default() };
