@@ -1003,7 +1003,7 @@ impl<'c> Trainer<'c> {
         }
         if std::env::var_os("DDL_FAULT_INTERRUPT_FINAL_EVAL").is_some() {
             // Fault injection for the tests: Ctrl-C as the final evaluation starts.
-            INTERRUPTED.store(true, Ordering::SeqCst);
+            super::interrupt_now();
         }
         // The final evaluation: after training, or of a run resumed at its last step whose final
         // evaluation an interrupt stopped (nothing trained, but its result was never logged).
