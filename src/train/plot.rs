@@ -2,17 +2,157 @@
 
 use std::path::Path;
 
+use ab_glyph::{Font, FontRef, ScaleFont};
 use plotters::prelude::*;
+use plotters_backend::text_anchor::{HPos, VPos};
+// The backend traits by path: `BackendStyle::stroke_width` would clash with `Color::stroke_width`.
+use plotters_backend::{BackendColor, BackendCoord, DrawingErrorKind};
+
+/// The plots' one font (Ubuntu Light, egui's), registered as plotters' "sans-serif".
+const FONT: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/fonts/Ubuntu-Light.ttf"));
 
 fn register_font() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let _ = plotters::style::register_font(
-            "sans-serif",
-            FontStyle::Normal,
-            include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/fonts/Ubuntu-Light.ttf")),
-        );
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
     });
+}
+
+fn font() -> &'static FontRef<'static> {
+    static F: std::sync::OnceLock<FontRef<'static>> = std::sync::OnceLock::new();
+    // The bundled file is part of the build (a unit test draws with it).
+    F.get_or_init(|| FontRef::try_from_slice(FONT).expect("assets/fonts/Ubuntu-Light.ttf is a valid font"))
+}
+
+/// The bitmap backend with the text drawn right. plotters 0.3.7 draws each glyph from the left
+/// edge of its ink, dropping the glyph's left side bearing (plotters-rs/plotters#576): "as
+/// trained" came out as "astrained" and "block1.mlp" as "block1 .mlp". This backend hands every
+/// shape to the wrapped one and draws text itself in the box plotters lays out (advances and
+/// kerning; the height and baseline plotters uses), each glyph at its pen position with its bearing.
+pub struct Glyphs<B>(pub B);
+
+impl<B: DrawingBackend> DrawingBackend for Glyphs<B> {
+    type ErrorType = B::ErrorType;
+
+    fn get_size(&self) -> (u32, u32) {
+        self.0.get_size()
+    }
+    fn ensure_prepared(&mut self) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+        self.0.ensure_prepared()
+    }
+    fn present(&mut self) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+        self.0.present()
+    }
+    fn draw_pixel(&mut self, point: BackendCoord, color: BackendColor) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+        self.0.draw_pixel(point, color)
+    }
+    fn draw_line<S: plotters_backend::BackendStyle>(
+        &mut self,
+        from: BackendCoord,
+        to: BackendCoord,
+        style: &S,
+    ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+        self.0.draw_line(from, to, style)
+    }
+    fn draw_rect<S: plotters_backend::BackendStyle>(
+        &mut self,
+        upper_left: BackendCoord,
+        bottom_right: BackendCoord,
+        style: &S,
+        fill: bool,
+    ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+        self.0.draw_rect(upper_left, bottom_right, style, fill)
+    }
+    fn draw_path<S: plotters_backend::BackendStyle, I: IntoIterator<Item = BackendCoord>>(
+        &mut self,
+        path: I,
+        style: &S,
+    ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+        self.0.draw_path(path, style)
+    }
+    fn draw_circle<S: plotters_backend::BackendStyle>(
+        &mut self,
+        center: BackendCoord,
+        radius: u32,
+        style: &S,
+        fill: bool,
+    ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+        self.0.draw_circle(center, radius, style, fill)
+    }
+    fn fill_polygon<S: plotters_backend::BackendStyle, I: IntoIterator<Item = BackendCoord>>(
+        &mut self,
+        vert: I,
+        style: &S,
+    ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+        self.0.fill_polygon(vert, style)
+    }
+    fn blit_bitmap(
+        &mut self,
+        pos: BackendCoord,
+        size: (u32, u32),
+        src: &[u8],
+    ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+        self.0.blit_bitmap(pos, size, src)
+    }
+
+    fn draw_text<T: plotters_backend::BackendTextStyle>(
+        &mut self,
+        text: &str,
+        style: &T,
+        pos: BackendCoord,
+    ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
+        let color = style.color();
+        if color.alpha == 0.0 {
+            return Ok(());
+        }
+        // The box plotters lays out (and measures with `estimate_text_size`), anchored as it does.
+        let ((min_x, min_y), (max_x, max_y)) =
+            style.layout_box(text).map_err(|e| DrawingErrorKind::FontError(Box::new(e)))?;
+        let dx = match style.anchor().h_pos {
+            HPos::Left => 0,
+            HPos::Right => -(max_x - min_x),
+            HPos::Center => -(max_x - min_x) / 2,
+        };
+        let dy = match style.anchor().v_pos {
+            VPos::Top => 0,
+            VPos::Center => -(max_y - min_y) / 2,
+            VPos::Bottom => -(max_y - min_y),
+        };
+        let trans = style.transform();
+        let (w, h) = self.get_size();
+        let size = style.size() as f32;
+        let font = font().as_scaled(size);
+        let mut pen = 0f32;
+        let mut prev = None;
+        for c in text.chars() {
+            let id = font.glyph_id(c);
+            if let Some(p) = prev {
+                pen += font.kern(p, id);
+            }
+            prev = Some(id);
+            let glyph = id.with_scale_and_position(font.scale(), ab_glyph::point(pen, 0.0));
+            pen += font.h_advance(id);
+            let Some(outline) = font.outline_glyph(glyph) else { continue };
+            let ink = outline.px_bounds();
+            // plotters puts the baseline size/2 below the box's top.
+            let (gx, gy) = (ink.min.x as i32, (size / 2.0 + ink.min.y) as i32);
+            let mut pixels = Vec::new();
+            outline.draw(|x, y, a| pixels.push((x as i32, y as i32, a)));
+            for (x, y, a) in pixels {
+                let (x, y) = trans.transform(gx + x + dx - min_x, gy + y + dy - min_y);
+                let (x, y) = (pos.0 + x, pos.1 + y);
+                if x >= 0 && x < w as i32 && y >= 0 && y < h as i32 {
+                    self.draw_pixel((x, y), color.mix(a as f64))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The PNG backend every plot draws on (see [`Glyphs`]).
+fn png(path: &Path, size: (u32, u32)) -> Glyphs<BitMapBackend<'_>> {
+    Glyphs(BitMapBackend::new(path, size))
 }
 
 /// Distinct line colours (Tableau 10), so six or more curves stay tellable apart.
@@ -60,7 +200,7 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
     let pad = ((y1 - y0) * 0.05).max(1e-6);
     // The image encoder picks the format from the extension: keep .png on the temporary name.
     via_tmp(path, |tmp| {
-        let root = BitMapBackend::new(&tmp, (900, 540)).into_drawing_area();
+        let root = png(tmp, (900, 540)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 24))
@@ -134,7 +274,7 @@ pub fn band_plot(path: &Path, title: &str, x_label: &str, y_label: &str, bands: 
     }
     let pad = ((y1 - y0) * 0.05).max(1e-6);
     via_tmp(path, |tmp| {
-        let root = BitMapBackend::new(&tmp, (960, 600)).into_drawing_area();
+        let root = png(tmp, (960, 600)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 22))
@@ -193,7 +333,7 @@ pub fn regime_plot(path: &Path, title: &str, panels: &[RegimePanel]) -> Result<(
     let cols = panels.len().min(3);
     let rows = panels.len().div_ceil(cols);
     via_tmp(path, |tmp| {
-        let root = BitMapBackend::new(&tmp, (360 * cols as u32 + 20, 300 * rows as u32 + 90)).into_drawing_area();
+        let root = png(tmp, (360 * cols as u32 + 20, 300 * rows as u32 + 90)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let root = root.titled(title, ("sans-serif", 22)).map_err(|e| e.to_string())?;
         let (legend, body) = root.split_vertically(34);
@@ -285,7 +425,7 @@ pub fn interval_plot(path: &Path, title: &str, x_label: &str, rows: &[Interval])
     let n = rows.len() as i32;
     let label_px = rows.iter().map(|r| r.label.chars().count()).max().unwrap_or(8) as u32 * 9 + 16;
     via_tmp(path, |tmp| {
-        let root = BitMapBackend::new(&tmp, (960, 90 + 38 * n as u32 + 40)).into_drawing_area();
+        let root = png(tmp, (960, 90 + 38 * n as u32 + 40)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 20))
@@ -355,6 +495,48 @@ mod tests {
         super::via_tmp(&p, |tmp| std::fs::write(tmp, b"new").map_err(|e| e.to_string())).unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"new");
         assert!(!super::tmp_png(&p).exists());
+    }
+
+    /// Each glyph's ink starts at its pen position plus its left side bearing: "1" and "11" at
+    /// 40 px, whose "1" has a bearing of several pixels (plotters' own drawing puts the ink at
+    /// the pen, the bug [`super::Glyphs`] works around), and the box is the one plotters measures.
+    #[test]
+    fn text_keeps_each_glyphs_side_bearing() {
+        use ab_glyph::{Font, ScaleFont};
+        use plotters::prelude::*;
+        use plotters_backend::DrawingBackend;
+        super::register_font();
+        let font = super::font().as_scaled(40.0);
+        let one = font.glyph_id('1');
+        let bearing = font.h_side_bearing(one);
+        assert!(bearing >= 3.0, "the test needs a visible bearing, '1' has {bearing} px");
+        let (w, h) = (200u32, 80u32);
+        // The first dark column of each run of ink, left to right.
+        let ink_starts = |text: &str| -> Vec<i32> {
+            let mut buf = vec![255u8; (w * h * 3) as usize];
+            {
+                let mut b = super::Glyphs(BitMapBackend::with_buffer(&mut buf, (w, h)));
+                let style = ("sans-serif", 40).into_font().color(&BLACK);
+                b.draw_text(text, &style, (10, 10)).unwrap();
+                b.present().unwrap();
+            }
+            let dark: Vec<bool> = (0..w).map(|x| (0..h).any(|y| buf[((y * w + x) * 3) as usize] < 128)).collect();
+            (0..w as usize).filter(|&x| dark[x] && (x == 0 || !dark[x - 1])).map(|x| x as i32).collect()
+        };
+        let near = |got: i32, want: f32| (got as f32 - want).abs() <= 1.0;
+        let single = ink_starts("1");
+        assert_eq!(single.len(), 1, "{single:?}");
+        assert!(near(single[0], 10.0 + bearing), "'1' ink at {} px, pen 10 + bearing {bearing}", single[0]);
+        let pair = ink_starts("11");
+        let second = 10.0 + font.h_advance(one) + font.kern(one, one) + bearing;
+        assert_eq!(pair.len(), 2, "{pair:?}");
+        assert!(near(pair[0], 10.0 + bearing) && near(pair[1], second), "{pair:?}, want {second} for the second");
+        // The layout plotters measures (axis label areas are sized from it) is unchanged.
+        let style = ("sans-serif", 40).into_font().color(&BLACK);
+        let mut pixel = [0u8; 3];
+        let b = super::Glyphs(BitMapBackend::with_buffer(&mut pixel, (1, 1)));
+        let (tw, _) = b.estimate_text_size("11", &style).unwrap();
+        assert_eq!(tw, (2.0 * font.h_advance(one) + font.kern(one, one)) as u32);
     }
 
     #[test]
