@@ -376,6 +376,12 @@ impl VizApp {
                 }
                 // What Generate will and will not do with it.
                 let how = match (&t.sampling, &t.interventions) {
+                    (None, _) if !t.turns.is_empty() => format!(
+                        " (a chat of {} turn{}: Generate writes one continuation of the prompt on the left, not the \
+                         chat again)",
+                        t.turns.len(),
+                        if t.turns.len() == 1 { "" } else { "s" }
+                    ),
                     (None, _) => {
                         " (its prompt and sampling settings are not recorded: Generate does not write it again)"
                             .to_string()

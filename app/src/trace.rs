@@ -44,6 +44,9 @@ pub struct TraceData {
     pub interventions: Option<String>,
     /// They ran with β allowed outside [0, 2] (`ddl generate --allow-out-of-range`).
     pub allow_out_of_range: bool,
+    /// A chat's turns (its summary's `turns`, `ddl chat --trace`): where each starts and how its
+    /// reply was sampled; empty for one generation.
+    pub turns: Vec<ddl::generate::TraceTurn>,
     pca: RefCell<Option<(usize, web_time::Instant, Pca)>>,
 }
 
@@ -72,6 +75,11 @@ impl TraceData {
 
     pub fn push(&mut self, trace: TokenTrace, prompt: bool) {
         self.rows.push(Row { trace, prompt });
+    }
+
+    /// The chat turn token `t` belongs to (0-based; `None` outside a chat's trace).
+    pub fn turn_of(&self, t: usize) -> Option<usize> {
+        self.turns.iter().rposition(|x| x.from_token <= t)
     }
 
     /// Whether token `t` has a full trace (not a baseline model, not a token whose write was skipped).
@@ -377,8 +385,7 @@ impl TraceData {
         }
         data.prompt =
             summary.as_ref().ok().and_then(|j| j["prompt"].as_str()).filter(|s| !s.is_empty()).map(String::from);
-        data.sampling = summary.as_ref().ok().and_then(|j| {
-            let s = &j["sampling"];
+        let sampler = |s: &serde_json::Value| {
             Some(ddl::generate::SamplerConfig {
                 temperature: s["temperature"].as_f64()? as f32,
                 top_k: s["top_k"].as_u64()? as usize,
@@ -387,7 +394,39 @@ impl TraceData {
                 seed: s["seed"].as_u64()?,
             })
             .filter(|c| c.validate().is_ok())
-        });
+        };
+        data.sampling = summary.as_ref().ok().and_then(|j| sampler(&j["sampling"]));
+        if let Some(turns) = summary.as_ref().ok().and_then(|j| j["turns"].as_array()).filter(|a| !a.is_empty()) {
+            let parsed: Option<Vec<ddl::generate::TraceTurn>> = turns
+                .iter()
+                .map(|x| {
+                    Some(ddl::generate::TraceTurn {
+                        from_token: x["from_token"].as_u64()? as usize,
+                        sampling: sampler(&x["sampling"])?,
+                        max_tokens: x["max_tokens"].as_u64()? as usize,
+                        stop: x["stop"]
+                            .as_array()?
+                            .iter()
+                            .map(|s| s.as_str().map(String::from))
+                            .collect::<Option<_>>()?,
+                    })
+                })
+                .collect();
+            // Each turn starts inside the trace and after the one before.
+            match parsed.filter(|p| {
+                p.windows(2).all(|w| w[0].from_token < w[1].from_token) && p.iter().all(|x| x.from_token < t)
+            }) {
+                Some(p) => {
+                    data.notes.push(describe_turns(&p));
+                    data.turns = p;
+                }
+                None => data.notes.push(format!(
+                    "the chat's turns in {} are not readable (each needs from_token inside the trace and after the \
+                     one before, sampling, max_tokens and stop): its tokens are shown without them",
+                    summary_path.display()
+                )),
+            }
+        }
         if let Some(iv) = summary.as_ref().ok().and_then(|j| j["interventions"].as_str()).filter(|s| !s.is_empty()) {
             data.allow_out_of_range =
                 summary.as_ref().ok().and_then(|j| j["allow_out_of_range"].as_bool()).unwrap_or(false);
@@ -419,6 +458,42 @@ impl TraceData {
         }
         Ok(data)
     }
+}
+
+/// One line per chat turn: where it starts and how its reply was sampled.
+fn describe_turns(turns: &[ddl::generate::TraceTurn]) -> String {
+    const SHOWN: usize = 12;
+    let mut lines: Vec<String> = turns
+        .iter()
+        .take(SHOWN)
+        .enumerate()
+        .map(|(i, x)| {
+            let s = &x.sampling;
+            let stop = if x.stop.is_empty() { String::new() } else { format!(", stop {:?}", x.stop) };
+            format!(
+                "turn {} from token {}: temperature {}, top_k {}, top_p {}, repetition penalty {}, seed {}, at most {} \
+                 tokens{stop}",
+                i + 1,
+                x.from_token,
+                s.temperature,
+                s.top_k,
+                s.top_p,
+                s.repetition_penalty,
+                s.seed,
+                x.max_tokens
+            )
+        })
+        .collect();
+    if turns.len() > SHOWN {
+        lines.push(format!("… and {} more (all in the trace's summary, its `turns`)", turns.len() - SHOWN));
+    }
+    format!(
+        "a chat of {} turn{} (`ddl chat --trace`): each line's tokens are shown as read (italic), the replies as \
+         written; each reply's sampling:\n{}",
+        turns.len(),
+        if turns.len() == 1 { "" } else { "s" },
+        lines.join("\n")
+    )
 }
 
 /// The length a safetensors file's header declares (8 + header + its tensors' bytes), for the

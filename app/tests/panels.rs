@@ -469,7 +469,72 @@ fn a_traces_read_tokens_open_as_prompt_tokens() {
     ddl::generate::write_trace_with(&file, &cfg, &rows, &origin).unwrap();
     let t = TraceData::load(&file).unwrap();
     assert_eq!(t.rows.iter().map(|r| r.prompt).collect::<Vec<_>>(), read);
+    assert!(t.turns.is_empty() && t.turn_of(5).is_none(), "no turns recorded, none shown");
     // Without the summary (tokens shown as ids) nothing is claimed read.
     std::fs::remove_file(file.with_extension("json")).unwrap();
     assert!(TraceData::load(&file).unwrap().rows.iter().all(|r| !r.prompt));
+}
+
+/// A chat's trace with its turns (`ddl chat --trace`): each token knows its turn, each turn's
+/// sampling is shown, the window says Generate does not replay the chat; turns that do not fit
+/// the trace are reported, not trusted.
+#[test]
+fn a_chat_traces_turns_open_with_their_sampling() {
+    let dir = common::tmpdir("chat-turns");
+    let data = trace();
+    let rows: Vec<_> = data.rows.iter().take(10).map(|r| r.trace.clone()).collect();
+    let cfg: ddl::model::ModelConfig = {
+        let bytes = std::fs::read(common::fixture("trace.safetensors")).unwrap();
+        let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+        serde_json::from_str(&meta.metadata().as_ref().unwrap()["config"]).unwrap()
+    };
+    let sampling = |temperature: f32, seed: u64| ddl::generate::SamplerConfig {
+        temperature,
+        top_k: 40,
+        top_p: 0.9,
+        repetition_penalty: 1.0,
+        seed,
+    };
+    let turn = |from_token: usize, temperature: f32, seed: u64, stop: Vec<String>| ddl::generate::TraceTurn {
+        from_token,
+        sampling: sampling(temperature, seed),
+        max_tokens: 3,
+        stop,
+    };
+    // Turn 1: line 0..2, reply 2..4; turn 2: line 4..7, reply 7..10 (after `/set temperature 0.5`).
+    let read: Vec<bool> = (0..10).map(|i| i < 2 || (4..7).contains(&i)).collect();
+    let turns = vec![turn(0, 0.8, 8, vec![]), turn(4, 0.5, 9, vec!["END".into()])];
+    let file = dir.join("chat.safetensors");
+    let origin = ddl::generate::TraceOrigin { read: read.clone(), turns, ..Default::default() };
+    ddl::generate::write_trace_with(&file, &cfg, &rows, &origin).unwrap();
+    let t = TraceData::load(&file).unwrap();
+    assert_eq!(t.rows.iter().map(|r| r.prompt).collect::<Vec<_>>(), read);
+    assert_eq!(t.turns.len(), 2);
+    assert_eq!((t.turns[1].from_token, t.turns[1].sampling.temperature, t.turns[1].sampling.seed), (4, 0.5, 9));
+    assert_eq!(t.turns[1].stop, vec!["END".to_string()]);
+    assert_eq!((0..10).map(|i| t.turn_of(i)).collect::<Vec<_>>(), [vec![Some(0); 4], vec![Some(1); 6]].concat());
+    let note = t.notes.iter().find(|n| n.starts_with("a chat of 2 turns")).expect("the turns described");
+    assert!(
+        note.contains("turn 1 from token 0: temperature 0.8")
+            && note.contains("seed 9, at most 3 tokens, stop [\"END\"]"),
+        "{note}"
+    );
+    // Opened in the window: the status says what Generate does with it; the notes are shown.
+    let app = VizApp::new(None, ddl_viz::app::Options { trace: Some(file.clone()), ..Default::default() });
+    let shown = app.shown.clone().unwrap_or_default();
+    assert!(shown.contains("a chat of 2 turns: Generate writes one continuation"), "{shown}");
+    assert!(app.messages.iter().any(|(_, m)| m.starts_with("a chat of 2 turns")));
+    // The headings and tooltips name the token's turn and part.
+    let label = |i: usize| panels::token_label(&t, i);
+    assert_eq!(label(1), format!("token 1 “{}” (turn 1, read)", chip_text(&t.rows[1].trace.text)));
+    assert!(label(3).ends_with("(turn 1, reply)") && label(5).ends_with("(turn 2, read)"));
+    assert!(label(8).ends_with("(turn 2, reply)"), "{}", label(8));
+    // A turn past the trace's end: reported, and the tokens shown without turns.
+    let summary = file.with_extension("json");
+    let mut j: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+    j["turns"][1]["from_token"] = 10.into();
+    std::fs::write(&summary, serde_json::to_vec(&j).unwrap()).unwrap();
+    let t = TraceData::load(&file).unwrap();
+    assert!(t.turns.is_empty());
+    assert!(t.notes.iter().any(|n| n.contains("turns") && n.contains("not readable")), "{:?}", t.notes);
 }

@@ -122,7 +122,13 @@ pub(crate) fn legend_row(ui: &mut eframe::egui::Ui, items: &[(String, eframe::eg
 }
 
 /// "token 12 'abc'" for headings.
-pub(crate) fn token_label(data: &TraceData, t: usize) -> String {
+pub fn token_label(data: &TraceData, t: usize) -> String {
     let r = &data.rows[t];
-    format!("token {t} “{}”{}", crate::trace::chip_text(&r.trace.text), if r.prompt { " (prompt)" } else { "" })
+    let what = match (data.turn_of(t), r.prompt) {
+        (Some(i), true) => format!(" (turn {}, read)", i + 1),
+        (Some(i), false) => format!(" (turn {}, reply)", i + 1),
+        (None, true) => " (prompt)".to_string(),
+        (None, false) => String::new(),
+    };
+    format!("token {t} “{}”{what}", crate::trace::chip_text(&r.trace.text))
 }
