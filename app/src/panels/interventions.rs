@@ -271,7 +271,7 @@ pub fn show(
             }
         }
     });
-    egui::Grid::new("interventions-grid").num_columns(3).striped(true).show(ui, |ui| {
+    egui::Grid::new("interventions-grid").num_columns(3).show(ui, |ui| {
         for s in 0..sublayers {
             let l = ui.label(sublayer_name(s));
             let mut i = st.choices[s].index();
