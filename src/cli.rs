@@ -585,9 +585,16 @@ pub(crate) struct EvalArgs {
     /// With --ablate: a forest plot of the differences per sublayer (a .png file).
     #[arg(long, value_name = "FILE", requires = "ablate")]
     pub(crate) plot: Option<std::path::PathBuf>,
+    /// Write every evaluated token's loss to FILE, tab-separated with a header: index (the token's
+    /// place among the evaluated tokens), token (its id), text (\t, \n, \r, \\ escaped), loss
+    /// (nats), and with --intervene loss_intervened, with --against loss_against, with --ablate
+    /// one loss_SPEC per sublayer and part.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) per_token: Option<std::path::PathBuf>,
     /// One JSON object: loss, perplexity, tokens, bytes, bits_per_byte, windows, seq_len,
     /// batch_size, whole, split, source, step (with --betas: betas; with --against: against;
-    /// with --intervene: intervened; with --ablate: ablate, ablations).
+    /// with --intervene: intervened; with --ablate: ablate, ablations; with --per-token:
+    /// per_token).
     #[arg(long)]
     pub(crate) json: bool,
 }
@@ -629,7 +636,7 @@ impl EvalArgs {
                 ablate.push(part);
             }
         }
-        let plot = self.plot;
+        let (plot, per_token) = (self.plot, self.per_token);
         Ok(EvalRequest {
             source,
             split,
@@ -642,6 +649,7 @@ impl EvalArgs {
             intervene,
             ablate,
             plot,
+            per_token,
         })
     }
 }

@@ -664,6 +664,121 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     bad(&["--against", dir.join("no-run").to_str().unwrap()], &["--against", "no-run", "does not exist"]);
 }
 
+/// `ddl eval --per-token FILE`: every evaluated token's loss, in order, beside the model's under
+/// interventions, the other checkpoint's or each ablation's; the columns' means are the losses
+/// the evaluation reports, each row's text is the token it predicts, a sliced head writes the
+/// same file, and a bad file name is refused before anything is evaluated.
+#[test]
+fn eval_writes_every_tokens_loss_with_its_text() {
+    let dir = tmpdir("eval-per-token");
+    let c = ddl::testing::small_corpus(&dir);
+    let out = micro_run(&dir, "run", "ddl", &c, 2);
+    let other = micro_run(&dir, "other", "ddl_v1", &c, 2);
+    // A text of 3 windows of 16 and 4 tokens left over, with newlines to escape.
+    let text: String = std::fs::read_to_string(&c).unwrap().chars().skip(1000).take(3 * 16 + 5).collect();
+    assert!(text.contains('\n'));
+    let txt = dir.join("some.txt");
+    std::fs::write(&txt, &text).unwrap();
+    let eval = |file: &str, args: &[&str]| -> serde_json::Value {
+        let o = ddl_cmd(&dir)
+            .args(["eval", "--json", "--batch-size", "2", "--text", txt.to_str().unwrap(), "--checkpoint"])
+            .arg(&out)
+            .args(["--per-token", dir.join(file).to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "eval {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    // (header, rows of fields) with the text field unescaped.
+    let table = |file: &str| -> (Vec<String>, Vec<Vec<String>>) {
+        let body = std::fs::read_to_string(dir.join(file)).unwrap();
+        let mut lines = body.lines();
+        let head = lines.next().unwrap().split('\t').map(String::from).collect::<Vec<_>>();
+        let unescape = |f: &str| f.replace("\\n", "\n").replace("\\t", "\t").replace("\\r", "\r").replace("\\\\", "\\");
+        let rows = lines
+            .map(|l| {
+                let mut f: Vec<String> = l.split('\t').map(String::from).collect();
+                assert_eq!(f.len(), head.len(), "{l:?}");
+                f[2] = unescape(&f[2]);
+                f
+            })
+            .collect();
+        (head, rows)
+    };
+    let mean = |rows: &[Vec<String>], col: usize| {
+        rows.iter().map(|r| r[col].parse::<f64>().unwrap()).sum::<f64>() / rows.len() as f64
+    };
+    let f = |v: &serde_json::Value| v.as_f64().unwrap();
+    let r = eval("t.tsv", &["--intervene", "block0.mlp:write=0"]);
+    assert_eq!(r["per_token"], dir.join("t.tsv").to_str().unwrap());
+    let (head, rows) = table("t.tsv");
+    assert_eq!(head, ["index", "token", "text", "loss", "loss_intervened"]);
+    assert_eq!(rows.len() as u64, r["tokens"].as_u64().unwrap());
+    assert_eq!(rows.len(), 3 * 16, "every token of the whole windows");
+    // Row i predicts token i + 1 of the text: its text is that character.
+    let chars: Vec<String> = text.chars().map(String::from).collect();
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!((row[0].parse::<usize>().unwrap(), &row[2]), (i + 1, &chars[i + 1]), "row {i}");
+    }
+    assert!((mean(&rows, 3) - f(&r["loss"])).abs() < 1e-5, "{} vs {r}", mean(&rows, 3));
+    assert!((mean(&rows, 4) - f(&r["intervened"]["loss"])).abs() < 1e-5, "{} vs {r}", mean(&rows, 4));
+    assert!(rows.iter().any(|row| row[3] != row[4]), "the intervention changes some token's loss");
+    // The LM head in slices of 5 rows: the same bits.
+    eval("sliced.tsv", &["--intervene", "block0.mlp:write=0", "--head-chunk", "5"]);
+    assert_eq!(std::fs::read(dir.join("sliced.tsv")).unwrap(), std::fs::read(dir.join("t.tsv")).unwrap());
+    // Another checkpoint on the same tokens; each ablation's column.
+    let a = eval("a.tsv", &["--against", other.to_str().unwrap()]);
+    let (head, rows) = table("a.tsv");
+    assert_eq!(head[4], "loss_against");
+    assert!((mean(&rows, 4) - f(&a["against"]["loss"])).abs() < 1e-5, "{a}");
+    let b = eval("b.tsv", &["--ablate", "write,erase"]);
+    let (head, rows) = table("b.tsv");
+    assert_eq!(
+        head[4..],
+        [
+            "loss_block0.attn:write=0",
+            "loss_block0.attn:erase=0",
+            "loss_block0.mlp:write=0",
+            "loss_block0.mlp:erase=0",
+            "loss_block1.attn:write=0",
+            "loss_block1.attn:erase=0",
+            "loss_block1.mlp:write=0",
+            "loss_block1.mlp:erase=0"
+        ]
+    );
+    for (k, row) in b["ablations"].as_array().unwrap().iter().enumerate() {
+        assert!((mean(&rows, 4 + k) - f(&row["loss"])).abs() < 1e-5, "{row}");
+    }
+    // The line for people names the file.
+    let o = ddl_cmd(&dir)
+        .args([
+            "eval",
+            "--text",
+            txt.to_str().unwrap(),
+            "--per-token",
+            dir.join("p.tsv").to_str().unwrap(),
+            "--checkpoint",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(line.contains("each token's loss: ") && line.contains("p.tsv (48 rows, tab-separated)"), "{line}");
+    // A file that cannot be written: refused first, nothing evaluated, nothing left behind.
+    for (file, want) in [("no/such/x.tsv", "does not exist"), ("", "is a folder")] {
+        let path = dir.join(file);
+        let o = ddl_cmd(&dir)
+            .args(["eval", "--checkpoint", out.to_str().unwrap(), "--per-token", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!o.status.success() && e.contains("--per-token") && e.contains(want), "{e}");
+        assert!(o.stdout.is_empty() && !e.contains("batch "), "{e}");
+    }
+    assert!(!dir.join("no").exists());
+}
+
 /// The final evaluation over the whole validation split comes after the progress bar: when it is
 /// long (≥ 100 batches) it says how far it has got, at every tenth, up to its last batch.
 /// `ddl eval --intervene` and `--ablate`: the model under interventions (or each sublayer's

@@ -180,6 +180,12 @@ impl RowSlices {
         }
     }
 
+    /// Each row's loss `[n]` as the last forward over it wrote it (0 for an ignored target):
+    /// what `ddl eval --per-token` reads back.
+    pub fn row_loss(&self) -> &Tensor {
+        &self.row_loss
+    }
+
     /// Writes `out[1]` = the valid targets among all `n` and `out[0]` = 0.
     pub fn count(&self, gpu: &Gpu, targets: View, out: View) -> Result<Vec<Dispatch>> {
         check_len("cross_entropy_count", "targets", &targets, self.n, &format!("n {}", self.n))?;

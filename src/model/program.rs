@@ -60,6 +60,8 @@ pub struct Program {
     obj: Objective,
     /// `stats`' persistent staging copy, filled in the same submit as the step.
     stats_rb: Readback,
+    /// Each token's loss `[B·T]` of the last forward (programs with a loss head).
+    row_loss: Option<Tensor>,
     /// The inputs and statistics of an accumulated step's micro-batches (made on first use).
     micro: std::sync::Mutex<Option<MicroInputs>>,
 }
@@ -204,6 +206,7 @@ impl Program {
         r.grad_head = opt.is_some() && acts.head_chunked();
         let head_at = layers::forward(&mut r)?;
         let head = head_at..r.ops.len();
+        let row_loss = r.head_ce.as_ref().map(|ce| ce.row_loss().clone());
         r.ops.extend(beta_sums(model, &acts)?);
         let forward = std::mem::take(&mut r.ops);
         let eval_head = if r.grad_head {
@@ -253,6 +256,7 @@ impl Program {
             refresh16,
             obj,
             stats_rb,
+            row_loss,
             micro: std::sync::Mutex::new(None),
         })
     }
@@ -294,6 +298,13 @@ impl Program {
     /// Tokens (and targets, −1 = ignored) for the next run; builds the embedding index too.
     pub fn set_batch(&self, model: &Model, tokens: &[i32], targets: &[i32]) -> Result<()> {
         self.acts.set_batch(model, tokens, targets)
+    }
+
+    /// Each token's loss (nats, label smoothing included; 0 where the target is ignored) as the
+    /// last forward wrote it: `[B·T]`, row b·T + t the loss of predicting window b's token
+    /// t + 1. `None` for a program without a loss head.
+    pub fn row_losses(&self) -> Option<&Tensor> {
+        self.row_loss.as_ref()
     }
 
     /// The activations and saves of the last run (β traces, golden comparisons).

@@ -60,6 +60,9 @@ pub struct EvalRequest {
     pub ablate: Vec<Ablate>,
     /// With `ablate`: a forest plot of the differences (PNG).
     pub plot: Option<PathBuf>,
+    /// Each evaluated token's loss into this file (`--per-token`, tab-separated): the model as
+    /// evaluated, and beside it under the interventions, the other checkpoint or each ablation.
+    pub per_token: Option<PathBuf>,
 }
 
 /// What `--ablate` removes from each sublayer's write in turn.
@@ -171,6 +174,9 @@ pub struct EvalResult {
     pub ablate: Vec<Ablate>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ablations: Vec<Ablation>,
+    /// With `--per-token`: the file each token's loss was written to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_token: Option<String>,
 }
 
 /// A second evaluation on the same windows, and its paired difference from the first.
@@ -303,6 +309,10 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     if let Some(path) = &req.plot {
         check_plot_path(path)?;
     }
+    if let Some(path) = &req.per_token {
+        check_per_token_path(path)?;
+    }
+    let rows = req.per_token.is_some();
     let ck = super::checkpoint::load_to_device(dir, gpu.clone(), false)?;
     let (model, tok, ck_step) = (ck.model, ck.tokenizer, ck.step);
     // The interventions against the model, before any window is evaluated.
@@ -574,7 +584,9 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     } else {
         String::new()
     };
-    let (e, losses, tally) = run_model(&model, &ds, &t, span, windows, req.betas, &label, None)?;
+    let (e, losses, tally, own_rows) = run_model(&model, &ds, &t, span, windows, req.betas, rows, &label, None)?;
+    // With --per-token: each run's token losses beside the model's own (column name, losses).
+    let mut columns: Vec<(String, Vec<f32>)> = Vec::new();
     // Window w predicts tokens w·T + 1 ..= w·T + T: together 1 ..= windows·T.
     let bytes = tok.token_bytes().map(|table| {
         let n = windows * seq_len;
@@ -618,7 +630,8 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     let intervened = match (&req.intervene, &intervened_maps) {
         (Some(iv), Some(maps)) => {
             let label = format!("{} ", iv.describe());
-            let run = run_model(&model, &ds, &t, span, windows, false, &label, Some(maps))?;
+            let mut run = run_model(&model, &ds, &t, span, windows, false, rows, &label, Some(maps))?;
+            columns.push(("intervened".into(), std::mem::take(&mut run.3)));
             Some(Intervened {
                 interventions: iv.describe(),
                 allow_out_of_range: iv.allow_out_of_range,
@@ -640,7 +653,8 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                     .and_then(|iv| iv.maps(&model.cfg))
                     .map_err(|e| TrainError::Settings(e.to_string()))?;
                 let label = format!("{spec} ({}/{all}) ", ablations.len() + 1);
-                let run = run_model(&model, &ds, &t, span, windows, false, &label, Some(&maps))?;
+                let mut run = run_model(&model, &ds, &t, span, windows, false, rows, &label, Some(&maps))?;
+                columns.push((spec.clone(), std::mem::take(&mut run.3)));
                 ablations.push(Ablation {
                     sublayer: sublayer.clone(),
                     part,
@@ -677,10 +691,21 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                 )));
             }
             let label = format!("{} ", other.display());
-            let run = run_model(&ck.model, &ds, &t, span, windows, false, &label, None)?;
+            let mut run = run_model(&ck.model, &ds, &t, span, windows, false, rows, &label, None)?;
+            columns.push(("against".into(), std::mem::take(&mut run.3)));
             // Paired by batch: the same windows through both models.
             Some(Against { checkpoint: other.display().to_string(), step: ck.step, vs: versus(&run, false) })
         }
+    };
+    let per_token = match &req.per_token {
+        Some(path) => {
+            // Window w's row j predicts token w·T + j + 1 of the evaluated tokens.
+            let index: Vec<usize> = (0..own_rows.len()).map(|i| i + 1).collect();
+            let ids: Vec<u32> = index.iter().map(|&i| ds.val.get(i)).collect();
+            write_per_token(path, &tok, &index, &ids, &own_rows, &columns)?;
+            Some(path.display().to_string())
+        }
+        None => None,
     };
     Ok(EvalResult {
         step: ck_step,
@@ -701,7 +726,73 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         intervened,
         ablate: req.ablate.clone(),
         ablations,
+        per_token,
     })
+}
+
+/// `--per-token`'s file: not a folder, in a folder that exists (checked before any evaluation;
+/// the file is written whole or not at all).
+fn check_per_token_path(path: &Path) -> Result<(), TrainError> {
+    let bad = |why: String| TrainError::Settings(format!("--per-token '{}': {why}", path.display()));
+    if path.is_dir() {
+        return Err(bad("is a folder: give a file name (e.g. tokens.tsv)".into()));
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        return Err(bad(format!(
+            "the folder '{}' does not exist: make it first, or write the file elsewhere",
+            parent.display()
+        )));
+    }
+    Ok(())
+}
+
+/// A token's text in one tab-separated field: `\\`, `\t`, `\n` and `\r` escaped.
+fn tsv_field(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Writes `--per-token`'s table: a header, then per evaluated token its index among the
+/// evaluated tokens (`index`), id (`token`), text (`text`, escaped: [`tsv_field`]; a byte-level
+/// token that is part of a character shows U+FFFD), the model's loss in nats (`loss`) and each
+/// other run's (`columns`: the interventions, the other checkpoint, each ablation).
+fn write_per_token(
+    path: &Path,
+    tok: &crate::tokenizer::Tokenizer,
+    index: &[usize],
+    ids: &[u32],
+    loss: &[f32],
+    columns: &[(String, Vec<f32>)],
+) -> Result<(), TrainError> {
+    use std::fmt::Write as _;
+    let texts: Vec<String> =
+        (0..tok.vocab_size() as u32).map(|id| tsv_field(&tok.decode(&[id]).unwrap_or_default())).collect();
+    let mut out = String::from("index\ttoken\ttext\tloss");
+    for (name, _) in columns {
+        out.push_str("\tloss_");
+        out.push_str(name);
+    }
+    out.push('\n');
+    for (i, (&at, &id)) in index.iter().zip(ids).enumerate() {
+        let text = texts.get(id as usize).map(String::as_str).unwrap_or("");
+        let _ = write!(out, "{at}\t{id}\t{text}\t{:.6}", loss[i]);
+        for (_, c) in columns {
+            let _ = write!(out, "\t{:.6}", c[i]);
+        }
+        out.push('\n');
+    }
+    super::checkpoint::write_atomic(path, out.as_bytes())
+        .map_err(|e| TrainError::Settings(format!("--per-token '{}': cannot write it: {e}", path.display())))
 }
 
 /// `--plot`'s file: a `.png` in a folder that exists, not a folder itself (checked before any
@@ -759,11 +850,13 @@ fn plot_ablations(path: &Path, parts: &[Ablate], rows: &[Ablation], batch: usize
         .map_err(|e| TrainError::Settings(format!("--plot '{}': {e}", path.display())))
 }
 
-/// What [`run_model`] measured: the evaluation, each batch's (mean loss, tokens), the β tally.
-type ModelRun = (super::Eval, Vec<(f64, usize)>, BetaTally);
+/// What [`run_model`] measured: the evaluation, each batch's (mean loss, tokens), the β tally,
+/// and (when asked) every evaluated token's loss in order.
+type ModelRun = (super::Eval, Vec<(f64, usize)>, BetaTally, Vec<f32>);
 
 /// One model over the windows of `span`: the evaluation, each batch's (mean loss, tokens), and
-/// with `betas` the β tally; with `maps`, under interventions on its writes. Shows progress
+/// with `betas` the β tally; with `rows`, each token's loss; with `maps`, under interventions on
+/// its writes. Shows progress
 /// (`label` names the model when there are two).
 #[allow(clippy::too_many_arguments)]
 fn run_model(
@@ -773,10 +866,11 @@ fn run_model(
     span: EvalSpan,
     windows: usize,
     betas: bool,
+    rows: bool,
     label: &str,
     maps: Option<&[crate::kernels::delta::BetaMap]>,
 ) -> Result<ModelRun, TrainError> {
-    run_model_in(model, ds, t, span, windows, betas, label, maps).map_err(|e| match e {
+    run_model_in(model, ds, t, span, windows, betas, rows, label, maps).map_err(|e| match e {
         // A batch of windows whose buffers the adapter cannot bind: the batch that would fit.
         TrainError::Gpu(crate::gpu::GpuError::TooLarge { needed, max, .. }) => {
             let fits = (t.batch_size as u128 * max as u128 / needed.max(1) as u128) as usize;
@@ -803,6 +897,7 @@ fn run_model_in(
     span: EvalSpan,
     windows: usize,
     betas: bool,
+    rows: bool,
     label: &str,
     maps: Option<&[crate::kernels::delta::BetaMap]>,
 ) -> Result<ModelRun, TrainError> {
@@ -810,6 +905,7 @@ fn run_model_in(
     let prog = model.loss_program_with(t.batch_size, t.seq_len, t.head_chunk, maps)?;
     let mut tally = BetaTally::default();
     let mut losses = Vec::new();
+    let mut token_losses = Vec::new();
     // A bar on a terminal; without one, a line at every tenth of a long evaluation.
     let bar = std::io::stderr().is_terminal().then(|| {
         let b = indicatif::ProgressBar::new(0);
@@ -822,11 +918,20 @@ fn run_model_in(
     let mut failed = None;
     let e = super::evaluate_sharded(model, &prog, ds, t, span, &super::Single, &mut |k| {
         losses.push((k.loss, k.tokens));
-        // The batch just run: its β, while the program still holds them.
-        if betas && model.cfg.variant.is_ddl() && failed.is_none() {
-            let rows = (windows - (k.done - 1) * b).min(b);
-            if let Err(e) = tally.add(model, &prog, rows) {
-                failed = Some(e);
+        // The batch just run: its β and token losses, while the program still holds them.
+        let live = (windows - (k.done - 1) * b).min(b);
+        if betas
+            && model.cfg.variant.is_ddl()
+            && failed.is_none()
+            && let Err(e) = tally.add(model, &prog, live)
+        {
+            failed = Some(e);
+        }
+        if rows && failed.is_none() {
+            match prog.row_losses().map(|l| l.read_f32(&model.gpu)) {
+                Some(Ok(l)) => token_losses.extend_from_slice(&l[..live * t.seq_len]),
+                Some(Err(e)) => failed = Some(e),
+                None => failed = Some(crate::gpu::GpuError::Shape("a loss program without its loss head".into())),
             }
         }
         match &bar {
@@ -854,7 +959,7 @@ fn run_model_in(
     if let Some(e) = failed {
         return Err(e.into());
     }
-    Ok((e, losses, tally))
+    Ok((e, losses, tally, token_losses))
 }
 
 /// A p-value as the reports print it (Student's t in f64 resolves p down to about 1e-15).
@@ -1030,6 +1135,9 @@ impl EvalResult {
                     self.ablations.len(),
                 ));
             }
+        }
+        if let Some(f) = &self.per_token {
+            out.push_str(&format!("\neach token's loss: {f} ({} rows, tab-separated)", self.tokens));
         }
         out
     }

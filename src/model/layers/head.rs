@@ -34,7 +34,11 @@ pub(crate) fn forward(r: &mut Rec) -> Result<()> {
         return sliced(r);
     }
     by_emb(r, Matmul::nt(n, v, d), a.zn.view(), a.logits.view())?;
-    r.run(loss::cross_entropy_forward(gpu, &ce_shape(r), a.ce_io()))?;
+    // (`cross_entropy_forward`'s dispatches, with its row losses kept for the program.)
+    let ce = row_slices(r)?;
+    let io = a.ce_io();
+    r.run(ce.forward_rows(gpu, io.logits, io.targets, io.lse, 0..n))?;
+    r.run(ce.finish(gpu, io.targets, io.out))?;
     r.push(Op::Copy { src: a.loss_out.clone(), src_off: 0, dst: a.stats.clone(), dst_off: 0, len: 2 });
     Ok(())
 }
@@ -49,11 +53,7 @@ pub(crate) fn forward(r: &mut Rec) -> Result<()> {
 fn sliced(r: &mut Rec) -> Result<()> {
     let (gpu, c, a) = (r.gpu, r.c, r.a);
     let (n, d, v, rows) = (r.n(), c.d_model, c.vocab_size, a.head_rows);
-    let ce = match &r.head_ce {
-        Some(ce) => ce.clone(),
-        None => loss::RowSlices::new(gpu, &ce_shape(r))?,
-    };
-    r.head_ce = Some(ce.clone());
+    let ce = row_slices(r)?;
     let (targets, lse, out) = (a.targets.view(), a.lse.view(), a.loss_out.view());
     if r.grad_head {
         r.run(ce.count(gpu, targets, out))?;
@@ -78,6 +78,18 @@ fn sliced(r: &mut Rec) -> Result<()> {
     r.run(ce.finish(gpu, targets, out))?;
     r.push(Op::Copy { src: a.loss_out.clone(), src_off: 0, dst: a.stats.clone(), dst_off: 0, len: 2 });
     Ok(())
+}
+
+/// The loss's scratch (its row losses among it): made by the head's first recording, shared by
+/// a second one over the same activations (a training program's forward-only head), and kept in
+/// [`Rec::head_ce`] for the program ([`crate::model::Program::row_losses`]).
+fn row_slices(r: &mut Rec) -> Result<loss::RowSlices> {
+    let ce = match &r.head_ce {
+        Some(ce) => ce.clone(),
+        None => loss::RowSlices::new(r.gpu, &ce_shape(r))?,
+    };
+    r.head_ce = Some(ce.clone());
+    Ok(ce)
 }
 
 /// The loss's sizes: a row per token, the vocabulary, the objective's label smoothing.

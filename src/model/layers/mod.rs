@@ -52,8 +52,8 @@ pub(crate) struct Rec<'a> {
     /// A chunked LM head computes the logits' gradient in the forward (a training program's
     /// forward, not an evaluation over its activations): `head::sliced`.
     pub grad_head: bool,
-    /// The sliced head's loss scratch: made by its first recording, shared by a second one
-    /// over the same activations (a training program's forward-only head).
+    /// The head's loss scratch (its row losses among it): made by its first recording, shared by
+    /// a second one over the same activations (a training program's forward-only head).
     pub head_ce: Option<crate::kernels::loss::RowSlices>,
 }
 
