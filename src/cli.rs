@@ -587,8 +587,9 @@ pub(crate) struct EvalArgs {
     pub(crate) plot: Option<std::path::PathBuf>,
     /// Write every evaluated token's loss to FILE, tab-separated with a header: index (the token's
     /// place among the evaluated tokens), token (its id), text (\t, \n, \r, \\ escaped), loss
-    /// (nats), and with --intervene loss_intervened, with --against loss_against, with --ablate
-    /// one loss_SPEC per sublayer and part.
+    /// (nats), with --betas each sublayer's β (beta_block0.attn, …), and with --intervene
+    /// loss_intervened, with --against loss_against, with --ablate one loss_SPEC per sublayer and
+    /// part.
     #[arg(long, value_name = "FILE")]
     pub(crate) per_token: Option<std::path::PathBuf>,
     /// One JSON object: loss, perplexity, tokens, bytes, bits_per_byte, windows, seq_len,

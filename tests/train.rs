@@ -727,6 +727,18 @@ fn eval_writes_every_tokens_loss_with_its_text() {
     // The LM head in slices of 5 rows: the same bits.
     eval("sliced.tsv", &["--intervene", "block0.mlp:write=0", "--head-chunk", "5"]);
     assert_eq!(std::fs::read(dir.join("sliced.tsv")).unwrap(), std::fs::read(dir.join("t.tsv")).unwrap());
+    // With --betas: each token's β per sublayer (the model as trained), before the other losses.
+    let bt = eval("beta.tsv", &["--betas", "--intervene", "block0.mlp:write=0"]);
+    let (head, rows) = table("beta.tsv");
+    let want = ["beta_block0.attn", "beta_block0.mlp", "beta_block1.attn", "beta_block1.mlp", "loss_intervened"];
+    assert_eq!(head[4..], want);
+    for k in 0..4 {
+        assert!((mean(&rows, 4 + k) - f(&bt["betas"][k]["mean"])).abs() < 1e-5, "{k}: {bt}");
+    }
+    assert_eq!(
+        rows.iter().map(|r| r[8].clone()).collect::<Vec<_>>(),
+        table("t.tsv").1.iter().map(|r| r[4].clone()).collect::<Vec<_>>()
+    );
     // Another checkpoint on the same tokens; each ablation's column.
     let a = eval("a.tsv", &["--against", other.to_str().unwrap()]);
     let (head, rows) = table("a.tsv");

@@ -251,6 +251,9 @@ pub struct BetaTally {
     /// [identity, projection, reflection] per sublayer.
     pub counts: Vec<[u64; 3]>,
     pub sums: Vec<f64>,
+    /// With `keep` set: every added token's β per sublayer, in order (`--per-token --betas`).
+    pub keep: bool,
+    pub tokens: Vec<Vec<f32>>,
 }
 
 impl BetaTally {
@@ -263,6 +266,10 @@ impl BetaTally {
             if self.counts.len() <= s {
                 self.counts.push([0; 3]);
                 self.sums.push(0.0);
+                self.tokens.push(Vec::new());
+            }
+            if self.keep {
+                self.tokens[s].extend_from_slice(&b[..n]);
             }
             for &beta in &b[..n] {
                 let r = match crate::generate::regime(beta) {
@@ -587,6 +594,11 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     let (e, losses, tally, own_rows) = run_model(&model, &ds, &t, span, windows, req.betas, rows, &label, None)?;
     // With --per-token: each run's token losses beside the model's own (column name, losses).
     let mut columns: Vec<(String, Vec<f32>)> = Vec::new();
+    // (With --betas: each token's β per sublayer, after its loss.)
+    let mut beta_columns: Vec<(String, Vec<f32>)> = Vec::new();
+    for (s, b) in tally.tokens.iter().enumerate() {
+        beta_columns.push((format!("block{}.{}", s / 2, if s % 2 == 0 { "attn" } else { "mlp" }), b.clone()));
+    }
     // Window w predicts tokens w·T + 1 ..= w·T + T: together 1 ..= windows·T.
     let bytes = tok.token_bytes().map(|table| {
         let n = windows * seq_len;
@@ -702,7 +714,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             // Window w's row j predicts token w·T + j + 1 of the evaluated tokens.
             let index: Vec<usize> = (0..own_rows.len()).map(|i| i + 1).collect();
             let ids: Vec<u32> = index.iter().map(|&i| ds.val.get(i)).collect();
-            write_per_token(path, &tok, &index, &ids, &own_rows, &columns)?;
+            write_per_token(path, &tok, &index, &ids, &own_rows, &beta_columns, &columns)?;
             Some(path.display().to_string())
         }
         None => None,
@@ -764,20 +776,26 @@ fn tsv_field(text: &str) -> String {
 
 /// Writes `--per-token`'s table: a header, then per evaluated token its index among the
 /// evaluated tokens (`index`), id (`token`), text (`text`, escaped: [`tsv_field`]; a byte-level
-/// token that is part of a character shows U+FFFD), the model's loss in nats (`loss`) and each
-/// other run's (`columns`: the interventions, the other checkpoint, each ablation).
+/// token that is part of a character shows U+FFFD), the model's loss in nats (`loss`), its β per
+/// sublayer (`betas`: `beta_NAME`), and each other run's loss (`columns`: `loss_NAME`, the
+/// interventions, the other checkpoint, each ablation).
 fn write_per_token(
     path: &Path,
     tok: &crate::tokenizer::Tokenizer,
     index: &[usize],
     ids: &[u32],
     loss: &[f32],
+    betas: &[(String, Vec<f32>)],
     columns: &[(String, Vec<f32>)],
 ) -> Result<(), TrainError> {
     use std::fmt::Write as _;
     let texts: Vec<String> =
         (0..tok.vocab_size() as u32).map(|id| tsv_field(&tok.decode(&[id]).unwrap_or_default())).collect();
     let mut out = String::from("index\ttoken\ttext\tloss");
+    for (name, _) in betas {
+        out.push_str("\tbeta_");
+        out.push_str(name);
+    }
     for (name, _) in columns {
         out.push_str("\tloss_");
         out.push_str(name);
@@ -786,6 +804,9 @@ fn write_per_token(
     for (i, (&at, &id)) in index.iter().zip(ids).enumerate() {
         let text = texts.get(id as usize).map(String::as_str).unwrap_or("");
         let _ = write!(out, "{at}\t{id}\t{text}\t{:.6}", loss[i]);
+        for (_, b) in betas {
+            let _ = write!(out, "\t{:.6}", b[i]);
+        }
         for (_, c) in columns {
             let _ = write!(out, "\t{:.6}", c[i]);
         }
@@ -903,7 +924,7 @@ fn run_model_in(
 ) -> Result<ModelRun, TrainError> {
     // (The head in the run's slices, or `--head-chunk`'s: the same loss, less memory.)
     let prog = model.loss_program_with(t.batch_size, t.seq_len, t.head_chunk, maps)?;
-    let mut tally = BetaTally::default();
+    let mut tally = BetaTally { keep: rows, ..Default::default() };
     let mut losses = Vec::new();
     let mut token_losses = Vec::new();
     // A bar on a terminal; without one, a line at every tenth of a long evaluation.
