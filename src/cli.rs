@@ -593,7 +593,7 @@ pub(crate) struct EvalArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) per_token: Option<std::path::PathBuf>,
     /// One JSON object: loss, perplexity, tokens, bytes, bits_per_byte, windows, seq_len,
-    /// batch_size, whole, split, source, step (with --betas: betas; with --against: against;
+    /// batch_size, whole, uncounted, split, source, step (with --betas: betas; with --against: against;
     /// with --intervene: intervened; with --ablate: ablate, ablations; with --per-token:
     /// per_token).
     #[arg(long)]

@@ -201,9 +201,10 @@ pub fn fit_advice(
     ))
 }
 
-/// "lower train.batch_size to B …" for a run whose micro-batch must be at most `largest`
-/// sequences and whose global batch is `global`: with the `train.grad_accum` that keeps it,
-/// exactly where a batch not much smaller than `largest` divides it, else the nearest above.
+/// "lower train.batch_size to `largest` or less …" for a run whose micro-batch must be at most
+/// `largest` sequences and whose global batch is `global`: with the `train.grad_accum` that keeps
+/// it, exactly where a batch not much smaller than `largest` divides it (that batch then named
+/// beside the largest), else the nearest above.
 pub fn batch_advice(largest: usize, global: usize) -> String {
     let exact =
         (largest.div_ceil(2).max(largest.saturating_sub(4096))..=largest).rev().find(|b| global.is_multiple_of(*b));
@@ -214,9 +215,12 @@ pub fn batch_advice(largest: usize, global: usize) -> String {
     } else {
         format!("gives a global batch of {} sequences, near the {global} of now", b * accum)
     };
-    format!(
-        "lower train.batch_size to {b} or less (--set train.batch_size={b}; --set train.grad_accum={accum} {keeps})"
-    )
+    let how = format!("--set train.batch_size={b}; --set train.grad_accum={accum} {keeps}");
+    if b < largest {
+        format!("lower train.batch_size to {largest} or less (at most {largest} fit; {how})")
+    } else {
+        format!("lower train.batch_size to {b} or less ({how})")
+    }
 }
 
 /// The head chunk `fit_advice` suggests: 1024 rows of logits at a time (206 MB at V = 50304).
@@ -510,7 +514,12 @@ mod tests {
     #[test]
     fn batch_advice_keeps_the_global_batch_where_a_divisor_is_near_and_says_so_where_not() {
         // 64 sequences, at most 7 a micro-batch: 4 × 16 keeps 64 exactly.
-        assert!(batch_advice(7, 64).contains("batch_size=4; --set train.grad_accum=16 keeps the global batch of 64"));
+        let a = batch_advice(7, 64);
+        assert!(a.contains("batch_size=4; --set train.grad_accum=16 keeps the global batch of 64"), "{a}");
+        // The largest that fits is named too, not only the divisor.
+        assert!(a.starts_with("lower train.batch_size to 7 or less (at most 7 fit; --set"), "{a}");
+        let a = batch_advice(8, 64);
+        assert!(a.starts_with("lower train.batch_size to 8 or less (--set train.batch_size=8; --set"), "{a}");
         // 16777216 at most 4584: 4096 × 4096.
         assert!(batch_advice(4584, 1 << 24).contains("batch_size=4096; --set train.grad_accum=4096 keeps"));
         // A prime global batch: the largest batch, the global batch it gives said as such.
