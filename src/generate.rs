@@ -887,6 +887,13 @@ pub fn check_trace_path(path: &std::path::Path) -> Result<(), String> {
     if !dir.is_dir() {
         return Err(format!("--trace {shown}: the folder '{}' does not exist; create it first", dir.display()));
     }
+    if let Some(run) = crate::train::checkpoint::inside_kept(path) {
+        return Err(format!(
+            "--trace {shown}: inside the kept checkpoints of the run in '{}' (its checkpoints/ folder belongs to \
+             that run, which removes old checkpoints with everything in them); choose a folder outside it",
+            run.display()
+        ));
+    }
     let json = path.with_extension("json");
     for (file, is_trace) in [(path, is_trace_file as fn(&std::path::Path) -> bool), (&json, is_trace_summary)] {
         if file.is_dir() {

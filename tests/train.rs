@@ -777,8 +777,19 @@ fn eval_writes_every_tokens_loss_with_its_text() {
         .unwrap();
     let line = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(line.contains("each token's loss: ") && line.contains("p.tsv (48 rows, tab-separated)"), "{line}");
-    // A file that cannot be written: refused first, nothing evaluated, nothing left behind.
-    for (file, want) in [("no/such/x.tsv", "does not exist"), ("", "is a folder")] {
+    // An earlier table is replaced; anything else is refused first (nothing evaluated, nothing
+    // left behind): a missing folder, a folder, a file that is not such a table (the text
+    // itself), a place inside the run's kept checkpoints.
+    eval("t.tsv", &[]);
+    assert_eq!(table("t.tsv").0, ["index", "token", "text", "loss"]);
+    std::fs::create_dir_all(out.join("checkpoints")).unwrap();
+    let cases = [
+        ("no/such/x.tsv", "does not exist"),
+        ("", "is a folder"),
+        ("some.txt", "is not a table"),
+        ("run/checkpoints/x.tsv", "inside the kept checkpoints"),
+    ];
+    for (file, want) in cases {
         let path = dir.join(file);
         let o = ddl_cmd(&dir)
             .args(["eval", "--checkpoint", out.to_str().unwrap(), "--per-token", path.to_str().unwrap()])
@@ -788,7 +799,16 @@ fn eval_writes_every_tokens_loss_with_its_text() {
         assert!(!o.status.success() && e.contains("--per-token") && e.contains(want), "{e}");
         assert!(o.stdout.is_empty() && !e.contains("batch "), "{e}");
     }
-    assert!(!dir.join("no").exists());
+    assert!(!dir.join("no").exists() && !out.join("checkpoints/x.tsv").exists());
+    assert_eq!(std::fs::read_to_string(&txt).unwrap(), text, "the text as it was");
+    // (`--trace` is refused there too, before generating.)
+    let o = ddl_cmd(&dir)
+        .args(["generate", "--checkpoint", out.to_str().unwrap(), "--prompt", "RO", "--max-tokens", "2", "--trace"])
+        .arg(out.join("checkpoints/t.safetensors"))
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success() && e.contains("inside the kept checkpoints") && o.stdout.is_empty(), "{e}");
 }
 
 /// The final evaluation over the whole validation split comes after the progress bar: when it is

@@ -742,8 +742,10 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     })
 }
 
-/// `--per-token`'s file: not a folder, in a folder that exists (checked before any evaluation;
-/// the file is written whole or not at all).
+/// `--per-token`'s file, checked before any evaluation (the table is written whole at the end, or
+/// not at all): not a folder, in a folder that exists and takes files, not inside a run's kept
+/// checkpoints (the run prunes them), and absent or an earlier `--per-token` table (which it
+/// replaces) — never a text, a checkpoint or a run's own file.
 fn check_per_token_path(path: &Path) -> Result<(), TrainError> {
     let bad = |why: String| TrainError::Settings(format!("--per-token '{}': {why}", path.display()));
     if path.is_dir() {
@@ -756,6 +758,41 @@ fn check_per_token_path(path: &Path) -> Result<(), TrainError> {
             parent.display()
         )));
     }
+    if let Some(run) = super::checkpoint::inside_kept(path) {
+        return Err(bad(format!(
+            "inside the kept checkpoints of the run in '{}' (its checkpoints/ folder belongs to that run, which \
+             removes old checkpoints with everything in them); choose a folder outside it",
+            run.display()
+        )));
+    }
+    if path.exists() && !is_per_token_table(path) {
+        return Err(bad(
+            "exists and is not a table `ddl eval --per-token` wrote, and writing would replace it; choose another \
+             file name"
+                .into(),
+        ));
+    }
+    probe_writable(path).map_err(|e| bad(format!("cannot write there: {e}; choose a folder that takes files")))
+}
+
+/// Whether `path` begins with the header [`write_per_token`] writes.
+fn is_per_token_table(path: &Path) -> bool {
+    use std::io::Read;
+    const HEAD: &[u8] = b"index\ttoken\ttext\tloss";
+    let mut head = [0u8; HEAD.len() + 1];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok()
+        && head.starts_with(HEAD)
+        && matches!(head[HEAD.len()], b'\t' | b'\n')
+}
+
+/// Whether a file can be made beside `path` (under the temporary name style the atomic writes
+/// use): a read-only folder is found before the evaluation, not after it.
+fn probe_writable(path: &Path) -> std::io::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let probe = dir.join(format!(".{name}.probe-{}", std::process::id()));
+    std::fs::File::create(&probe)?;
+    let _ = std::fs::remove_file(&probe);
     Ok(())
 }
 
@@ -833,7 +870,14 @@ fn check_plot_path(path: &Path) -> Result<(), TrainError> {
             parent.display()
         )));
     }
-    Ok(())
+    if let Some(run) = super::checkpoint::inside_kept(path) {
+        return Err(bad(&format!(
+            "inside the kept checkpoints of the run in '{}' (its checkpoints/ folder belongs to that run, which \
+             removes old checkpoints with everything in them); choose a folder outside it",
+            run.display()
+        )));
+    }
+    probe_writable(path).map_err(|e| bad(&format!("cannot write there: {e}; choose a folder that takes files")))
 }
 
 /// The forest plot of `--ablate`: per sublayer, ablated − as trained with its 95 % t-interval,
