@@ -887,12 +887,8 @@ pub fn check_trace_path(path: &std::path::Path) -> Result<(), String> {
     if !dir.is_dir() {
         return Err(format!("--trace {shown}: the folder '{}' does not exist; create it first", dir.display()));
     }
-    if let Some(run) = crate::train::checkpoint::inside_kept(path) {
-        return Err(format!(
-            "--trace {shown}: inside the kept checkpoints of the run in '{}' (its checkpoints/ folder belongs to \
-             that run, which removes old checkpoints with everything in them); choose a folder outside it",
-            run.display()
-        ));
+    if let Some(e) = crate::train::checkpoint::kept_refusal("--trace", path) {
+        return Err(e);
     }
     let json = path.with_extension("json");
     for (file, is_trace) in [(path, is_trace_file as fn(&std::path::Path) -> bool), (&json, is_trace_summary)] {
@@ -910,14 +906,8 @@ pub fn check_trace_path(path: &std::path::Path) -> Result<(), String> {
     // The folder takes the files, under their temporary names too (as long as the writes' own):
     // a read-only folder or a name too long would otherwise fail only after generating.
     for file in [path, json.as_path()] {
-        let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let probe = dir.join(format!(".{name}.tmp-{}-0", std::process::id()));
-        match std::fs::File::create(&probe) {
-            Ok(_) => {
-                let _ = std::fs::remove_file(&probe);
-            }
-            Err(e) => return Err(format!("--trace {shown}: cannot write '{}' there: {e}", file.display())),
-        }
+        crate::train::checkpoint::probe_writable(file)
+            .map_err(|e| format!("--trace {shown}: cannot write '{}' there: {e}", file.display()))?;
     }
     Ok(())
 }
@@ -1094,7 +1084,7 @@ pub fn write_trace_with(
         "sampling": sampling,
         "turns": turns,
         "regime_thresholds": {"identity": "beta < 0.5", "projection": "0.5 <= beta <= 1.5", "reflection": "beta > 1.5"},
-        "sublayers": (0..s).map(|i| format!("block{}.{}", i / 2, if i % 2 == 0 { "attn" } else { "mlp" })).collect::<Vec<_>>(),
+        "sublayers": (0..s).map(crate::model::intervene::sublayer_name).collect::<Vec<_>>(),
         "tokens": traces.iter().enumerate().map(|(i, tr)| serde_json::json!({
             "id": tr.token, "text": tr.text, "read": origin.read.get(i).copied().unwrap_or(false),
             "beta": tr.beta, "regime": tr.beta.iter().map(|b| regime(*b)).collect::<Vec<_>>(),

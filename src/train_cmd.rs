@@ -735,15 +735,10 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
 /// Refuses an output (`flag PATH`) inside a run's `checkpoints/` folder, at any depth: the run
 /// prunes and replaces what is there.
 pub(crate) fn refuse_inside_kept(flag: &str, path: &std::path::Path) -> Result<()> {
-    if let Some(run) = ddl::train::checkpoint::inside_kept(path) {
-        anyhow::bail!(
-            "{flag} {}: inside the kept checkpoints of the run in '{}' (its checkpoints/ folder belongs to that \
-             run, which removes old checkpoints with everything in them); choose a folder outside it",
-            path.display(),
-            run.display()
-        );
+    match ddl::train::checkpoint::kept_refusal(flag, path) {
+        Some(e) => Err(anyhow::Error::msg(e)),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// A run's settings as a TOML table (for comparing one key across versions of them).

@@ -20,6 +20,12 @@ use crate::kernels::delta::BetaMap;
 use super::acts::SubKind;
 use super::config::ModelConfig;
 
+/// Sublayer `s`'s name (2l + sublayer, block order): `block{l}.attn` or `block{l}.mlp`, as
+/// TARGET takes it.
+pub fn sublayer_name(s: usize) -> String {
+    format!("block{}.{}", s / 2, if s.is_multiple_of(2) { "attn" } else { "mlp" })
+}
+
 /// Which sublayers an intervention touches.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Target {

@@ -757,6 +757,29 @@ fn resolved(path: &Path) -> Option<PathBuf> {
     }
 }
 
+/// Refuses an output `path` (given as `flag`) inside a run's `checkpoints/` folder, at any depth
+/// ([`inside_kept`]): the error text, naming the run; `None` elsewhere.
+pub fn kept_refusal(flag: &str, path: &Path) -> Option<String> {
+    inside_kept(path).map(|run| {
+        format!(
+            "{flag} {}: inside the kept checkpoints of the run in '{}' (its checkpoints/ folder belongs to that \
+             run, which removes old checkpoints with everything in them); choose a folder outside it",
+            path.display(),
+            run.display()
+        )
+    })
+}
+
+/// Whether `path`'s folder takes a file under the temporary name its atomic write would use
+/// (made and removed at once): a read-only folder or a name too long is found before the work
+/// whose result goes there, not after it.
+pub fn probe_writable(path: &Path) -> std::io::Result<()> {
+    let probe = tmp_path(path);
+    std::fs::File::create(&probe)?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
 /// The run whose `checkpoints/` folder `path` lies in, at any depth (however spelled; parts not
 /// made yet are allowed): the run prunes and replaces what is there, so no output goes inside.
 pub fn inside_kept(path: &Path) -> Option<PathBuf> {

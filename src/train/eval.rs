@@ -299,7 +299,7 @@ impl BetaTally {
                 let tokens = c.iter().sum::<u64>();
                 let share = |k: usize| c[k] as f64 / tokens.max(1) as f64;
                 SublayerBetas {
-                    sublayer: format!("block{}.{}", i / 2, if i % 2 == 0 { "attn" } else { "mlp" }),
+                    sublayer: crate::model::intervene::sublayer_name(i),
                     mean,
                     identity: share(0),
                     projection: share(1),
@@ -591,14 +591,15 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     } else {
         String::new()
     };
-    let (e, losses, tally, own_rows) = run_model(&model, &ds, &t, span, windows, req.betas, rows, &label, None)?;
+    let (e, losses, mut tally, own_rows) = run_model(&model, &ds, &t, span, windows, req.betas, rows, &label, None)?;
     // With --per-token: each run's token losses beside the model's own (column name, losses).
     let mut columns: Vec<(String, Vec<f32>)> = Vec::new();
     // (With --betas: each token's β per sublayer, after its loss.)
-    let mut beta_columns: Vec<(String, Vec<f32>)> = Vec::new();
-    for (s, b) in tally.tokens.iter().enumerate() {
-        beta_columns.push((format!("block{}.{}", s / 2, if s % 2 == 0 { "attn" } else { "mlp" }), b.clone()));
-    }
+    let beta_columns: Vec<(String, Vec<f32>)> = std::mem::take(&mut tally.tokens)
+        .into_iter()
+        .enumerate()
+        .map(|(s, b)| (crate::model::intervene::sublayer_name(s), b))
+        .collect();
     // Window w predicts tokens w·T + 1 ..= w·T + T: together 1 ..= windows·T.
     let bytes = tok.token_bytes().map(|table| {
         let n = windows * seq_len;
@@ -658,7 +659,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         let subs = 2 * model.cfg.n_layers;
         let all = subs * req.ablate.len();
         for s in 0..subs {
-            let sublayer = format!("block{}.{}", s / 2, if s % 2 == 0 { "attn" } else { "mlp" });
+            let sublayer = crate::model::intervene::sublayer_name(s);
             for &part in &req.ablate {
                 let spec = format!("{sublayer}:{}", part.action());
                 let maps = crate::model::Interventions::parse(std::slice::from_ref(&spec), false)
@@ -712,9 +713,8 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     let per_token = match &req.per_token {
         Some(path) => {
             // Window w's row j predicts token w·T + j + 1 of the evaluated tokens.
-            let index: Vec<usize> = (0..own_rows.len()).map(|i| i + 1).collect();
-            let ids: Vec<u32> = index.iter().map(|&i| ds.val.get(i)).collect();
-            write_per_token(path, &tok, &index, &ids, &own_rows, &beta_columns, &columns)?;
+            let ids: Vec<u32> = (1..=own_rows.len()).map(|i| ds.val.get(i)).collect();
+            write_per_token(path, &tok, &ids, &own_rows, &beta_columns, &columns)?;
             Some(path.display().to_string())
         }
         None => None,
@@ -758,12 +758,8 @@ fn check_per_token_path(path: &Path) -> Result<(), TrainError> {
             parent.display()
         )));
     }
-    if let Some(run) = super::checkpoint::inside_kept(path) {
-        return Err(bad(format!(
-            "inside the kept checkpoints of the run in '{}' (its checkpoints/ folder belongs to that run, which \
-             removes old checkpoints with everything in them); choose a folder outside it",
-            run.display()
-        )));
+    if let Some(e) = super::checkpoint::kept_refusal("--per-token", path) {
+        return Err(TrainError::Settings(e));
     }
     if path.exists() && !is_per_token_table(path) {
         return Err(bad(
@@ -772,7 +768,8 @@ fn check_per_token_path(path: &Path) -> Result<(), TrainError> {
                 .into(),
         ));
     }
-    probe_writable(path).map_err(|e| bad(format!("cannot write there: {e}; choose a folder that takes files")))
+    super::checkpoint::probe_writable(path)
+        .map_err(|e| bad(format!("cannot write there: {e}; choose a folder that takes files")))
 }
 
 /// Whether `path` begins with the header [`write_per_token`] writes.
@@ -783,17 +780,6 @@ fn is_per_token_table(path: &Path) -> bool {
     std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok()
         && head.starts_with(HEAD)
         && matches!(head[HEAD.len()], b'\t' | b'\n')
-}
-
-/// Whether a file can be made beside `path` (under the temporary name style the atomic writes
-/// use): a read-only folder is found before the evaluation, not after it.
-fn probe_writable(path: &Path) -> std::io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let probe = dir.join(format!(".{name}.probe-{}", std::process::id()));
-    std::fs::File::create(&probe)?;
-    let _ = std::fs::remove_file(&probe);
-    Ok(())
 }
 
 /// A token's text in one tab-separated field: `\\`, `\t`, `\n` and `\r` escaped.
@@ -812,14 +798,13 @@ fn tsv_field(text: &str) -> String {
 }
 
 /// Writes `--per-token`'s table: a header, then per evaluated token its index among the
-/// evaluated tokens (`index`), id (`token`), text (`text`, escaped: [`tsv_field`]; a byte-level
+/// evaluated tokens (`index`: row i is token i + 1, the first being only read), id (`token`), text (`text`, escaped: [`tsv_field`]; a byte-level
 /// token that is part of a character shows U+FFFD), the model's loss in nats (`loss`), its β per
 /// sublayer (`betas`: `beta_NAME`), and each other run's loss (`columns`: `loss_NAME`, the
 /// interventions, the other checkpoint, each ablation).
 fn write_per_token(
     path: &Path,
     tok: &crate::tokenizer::Tokenizer,
-    index: &[usize],
     ids: &[u32],
     loss: &[f32],
     betas: &[(String, Vec<f32>)],
@@ -838,9 +823,9 @@ fn write_per_token(
         out.push_str(name);
     }
     out.push('\n');
-    for (i, (&at, &id)) in index.iter().zip(ids).enumerate() {
+    for (i, &id) in ids.iter().enumerate() {
         let text = texts.get(id as usize).map(String::as_str).unwrap_or("");
-        let _ = write!(out, "{at}\t{id}\t{text}\t{:.6}", loss[i]);
+        let _ = write!(out, "{}\t{id}\t{text}\t{:.6}", i + 1, loss[i]);
         for (_, b) in betas {
             let _ = write!(out, "\t{:.6}", b[i]);
         }
@@ -870,14 +855,11 @@ fn check_plot_path(path: &Path) -> Result<(), TrainError> {
             parent.display()
         )));
     }
-    if let Some(run) = super::checkpoint::inside_kept(path) {
-        return Err(bad(&format!(
-            "inside the kept checkpoints of the run in '{}' (its checkpoints/ folder belongs to that run, which \
-             removes old checkpoints with everything in them); choose a folder outside it",
-            run.display()
-        )));
+    if let Some(e) = super::checkpoint::kept_refusal("--plot", path) {
+        return Err(TrainError::Settings(e));
     }
-    probe_writable(path).map_err(|e| bad(&format!("cannot write there: {e}; choose a folder that takes files")))
+    super::checkpoint::probe_writable(path)
+        .map_err(|e| bad(&format!("cannot write there: {e}; choose a folder that takes files")))
 }
 
 /// The forest plot of `--ablate`: per sublayer, ablated − as trained with its 95 % t-interval,
