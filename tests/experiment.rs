@@ -328,6 +328,21 @@ fn bad_specs_are_clear_errors() {
         assert!(!r.status.success() && t.contains("holds a training run (model.safetensors)"), "{t}");
         assert_eq!(std::fs::read_dir(&run).unwrap().count(), 1, "{t}");
     }
+    // A folder of someone's own files of the names the grid writes (no experiment.toml, no
+    // runs/): refused (also by --dry-run), naming them, nothing replaced.
+    let mine = dir.join("mine");
+    std::fs::create_dir_all(&mine).unwrap();
+    std::fs::write(mine.join("report.md"), "my notes").unwrap();
+    std::fs::write(mine.join("val_loss.png"), "my plot").unwrap();
+    for extra in [&[][..], &["--dry-run"][..]] {
+        let mut args = vec!["experiment", "--spec", good.to_str().unwrap(), "--out", mine.to_str().unwrap()];
+        args.extend(extra);
+        let r = ddl(&dir, &args);
+        let t = text(&r);
+        assert!(!r.status.success() && t.contains("holds report.md, val_loss.png but no experiment.toml"), "{t}");
+        assert_eq!(std::fs::read(mine.join("report.md")).unwrap(), b"my notes");
+        assert_eq!(std::fs::read_dir(&mine).unwrap().count(), 2, "{t}");
+    }
     // A folder another live process works in (PID 1 always runs on Linux): refused naming it,
     // before devices open and the grid's headers are said.
     if Path::new("/proc/1").exists() {

@@ -1542,6 +1542,48 @@ fn a_memory_plan_beyond_what_the_adapter_reports_is_refused_before_training_with
     assert!(t.contains("fits this adapter's buffers") && t.contains("largest single buffer"), "{t}");
 }
 
+/// A new run in a folder that holds no run but files of the names a run writes (a settings
+/// file, a copied summary): refused naming them, nothing replaced, unless --overwrite; what a
+/// run that stopped before its first step left (config.toml beside its data.json) is its own.
+#[test]
+fn a_new_run_never_replaces_files_of_a_folder_that_holds_no_run() {
+    let dir = tmpdir("not-a-run");
+    let ck = checkpoint(&dir);
+    let c = ddl::testing::small_corpus(&dir);
+    let mine = dir.join("mine");
+    std::fs::create_dir_all(&mine).unwrap();
+    let settings = "# my settings\n[train]\nlr = 0.002\n";
+    std::fs::write(mine.join("config.toml"), settings).unwrap();
+    std::fs::write(mine.join("summary.json"), "{\"mine\": true}").unwrap();
+    let m = mine.to_str().unwrap();
+    let cfg = mine.join("config.toml").display().to_string();
+    let e = fails(
+        &dir,
+        &train_args(&c, m, "1", &["--config", &cfg]),
+        &["holds config.toml, summary.json but no run", "--config belongs outside", "--overwrite"],
+    );
+    assert!(!e.contains("training"), "{e}");
+    assert_eq!(std::fs::read_to_string(mine.join("config.toml")).unwrap(), settings);
+    assert_eq!(std::fs::read_to_string(mine.join("summary.json")).unwrap(), "{\"mine\": true}");
+    assert_eq!(names(&mine), ["config.toml", "summary.json"], "the refused run left files");
+    // Continuing a copy into it: refused as a folder not empty (no --overwrite advice, which
+    // a copy does not take).
+    let e = fails(&dir, &["train", "--resume", ck.to_str().unwrap(), "--out", m, "--steps", "3"], &["not empty"]);
+    assert!(!e.contains("--overwrite"), "{e}");
+    // --overwrite replaces them.
+    let r = cmd(&dir).args(train_args(&c, m, "1", &["--overwrite"])).output().unwrap();
+    assert!(r.status.success(), "{}", text(&r));
+    assert!(!std::fs::read_to_string(mine.join("config.toml")).unwrap().contains("my settings"));
+    // A run that stopped before its first step (its config.toml and data.json, no metrics): a
+    // new run takes the folder without --overwrite.
+    for f in ["metrics.jsonl", "model.safetensors", "optim.safetensors", "summary.json", "loss.png"] {
+        let _ = std::fs::remove_file(mine.join(f));
+    }
+    let r = cmd(&dir).args(train_args(&c, m, "1", &[])).output().unwrap();
+    assert!(r.status.success(), "{}", text(&r));
+    assert!(mine.join("metrics.jsonl").exists());
+}
+
 #[test]
 fn a_run_folder_is_neither_overwritten_nor_shared_by_accident() {
     let dir = tmpdir("claim");

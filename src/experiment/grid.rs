@@ -37,6 +37,32 @@ pub fn check_out(spec: &ExperimentSpec, out: &Path) -> Result<(), ExperimentErro
         )));
     }
     let spec_path = out.join("experiment.toml");
+    // (Runs restored into a folder without the spec, scripts/experiment-runs.sh, are an
+    // experiment's.)
+    let has_runs = std::fs::read_dir(out.join("runs")).is_ok_and(|mut d| d.next().is_some());
+    if !spec_path.exists() && !has_runs {
+        // A folder no experiment made: files of the names the grid writes are someone else's.
+        let theirs: Vec<&str> = [
+            "report.md",
+            "val_loss.png",
+            "beta_regimes.png",
+            "comparisons.png",
+            super::ablation::PLOT,
+            super::speed::SPEED_FILE,
+        ]
+        .into_iter()
+        .filter(|f| out.join(f).exists())
+        .collect();
+        if !theirs.is_empty() {
+            return Err(ExperimentError::Report(format!(
+                "--out '{}' holds {} but no experiment.toml and no runs/, so no experiment made it: the grid writes files of these \
+                 names and would replace them. Give the grid a folder of its own (a new one, or one an experiment \
+                 made), or move those files elsewhere",
+                out.display(),
+                theirs.join(", ")
+            )));
+        }
+    }
     if let Ok(old) = std::fs::read_to_string(&spec_path) {
         let same = |a: &ExperimentSpec, b: &ExperimentSpec| same_runs(a, b);
         let old = toml::from_str::<ExperimentSpec>(&old).ok();

@@ -111,6 +111,15 @@ pub enum TrainError {
         dir.display()
     )]
     RunUnreadable { dir: PathBuf, what: String, problem: String, kept: String },
+    /// Files of the names a run writes in a folder that holds no run (the user's own settings
+    /// file, a copied summary, a plot): a new run would replace them.
+    #[error(
+        "'{}' holds {files} but no run (no metrics.jsonl, no checkpoint, no data.json a run wrote): a new run writes \
+         files of these names and would replace them{hint}. Move them elsewhere, choose another --out, or pass \
+         --overwrite to replace them",
+        dir.display()
+    )]
+    NotARunsFiles { dir: PathBuf, files: String, hint: String },
     #[error(transparent)]
     Lock(#[from] lock::LockError),
     /// Ctrl-C (or SIGTERM) stopped work that keeps nothing of itself half done (an evaluation
@@ -591,7 +600,26 @@ const RUN_FILES: [&str; 9] = [
 fn claim_for_new_run(dir: &Path, overwrite: bool) -> Result<bool, TrainError> {
     let found: Vec<&str> = TRAINED_FILES.into_iter().filter(|f| dir.join(f).exists()).collect();
     if found.is_empty() {
-        return Ok(false);
+        let others: Vec<&str> = RUN_FILES.into_iter().filter(|f| dir.join(f).exists()).collect();
+        if others.is_empty() {
+            return Ok(false);
+        }
+        // A run that stopped before its first step leaves its config.toml and data.json (its
+        // record of the data: replaced as its own). Anything else is not the run's to replace.
+        if overwrite || is_runs_data_record(&dir.join("data.json")) {
+            return Ok(true);
+        }
+        let hint = if others.contains(&"config.toml") {
+            " (a settings file for --config belongs outside the folder a run writes: the run keeps its resolved \
+             settings in config.toml)"
+        } else {
+            ""
+        };
+        return Err(TrainError::NotARunsFiles {
+            dir: dir.to_path_buf(),
+            files: others.join(", "),
+            hint: hint.to_string(),
+        });
     }
     if !overwrite {
         let (dir, what) = (dir.to_path_buf(), found.join(", "));
@@ -615,6 +643,13 @@ fn claim_for_new_run(dir: &Path, overwrite: bool) -> Result<bool, TrainError> {
     Ok(true)
 }
 
+/// Whether `path` is the record of its data a run writes (`data.json`: key, split sizes, source).
+fn is_runs_data_record(path: &Path) -> bool {
+    std::fs::read_to_string(path).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok()).is_some_and(
+        |v| v["key"].is_string() && v["train_tokens"].is_u64() && v["val_tokens"].is_u64() && v["source"].is_string(),
+    )
+}
+
 /// `ddl train --resume SRC --out DST`: DST (new, or an empty folder) receives a copy of SRC's
 /// checkpoint, settings, data record, metrics (a kept checkpoint's metrics are its run's, which
 /// the resume cuts back to its step) and best checkpoint (when it is not newer than SRC's step),
@@ -623,7 +658,10 @@ fn claim_for_new_run(dir: &Path, overwrite: bool) -> Result<bool, TrainError> {
 /// killed one leaves is removed by the next). Returns the checkpoint's step.
 pub fn branch_run(src: &Path, dst: &Path) -> Result<usize, TrainError> {
     let step = checkpoint::saved_step(src)?;
-    claim_for_new_run(dst, false)?;
+    if TRAINED_FILES.iter().any(|f| dst.join(f).exists()) {
+        // (A run there; other files are refused below as a folder not empty.)
+        claim_for_new_run(dst, false)?;
+    }
     if dst.exists() && !dst.is_dir() {
         return Err(TrainError::Settings(format!(
             "--out '{}' is a file: the copy of --resume {} goes into a new (or empty) folder",
