@@ -26,6 +26,14 @@ pub(crate) const CHUNK_BYTES: usize = 64 * 1024;
 pub enum TokenizerError {
     #[error("character {ch:?} at byte {pos} is not in the tokenizer's vocabulary of {vocab} characters")]
     Unknown { ch: char, pos: usize, vocab: usize },
+    /// A BPE without an unknown token or byte fallback has no token for `ch`: its model drops
+    /// it, so the text would lose it without a word.
+    #[error(
+        "character {ch:?} at byte {pos} has no token in this BPE tokenizer, which has neither an unknown token nor \
+         byte fallback, so it would be dropped without a word: take it out of the text, or use a tokenizer that \
+         covers it (`ddl tokenizer train` writes a byte-level BPE, which covers every byte)"
+    )]
+    Dropped { ch: char, pos: usize },
     #[error("token id {id} is outside the vocabulary of {vocab}")]
     OutOfRange { id: u32, vocab: usize },
     #[error("malformed tokenizer JSON: {0}")]
@@ -291,6 +299,46 @@ fn chunkable(t: &HfTokenizer) -> bool {
             .all(|a| !a.content.chars().any(char::is_whitespace) && !a.lstrip && !a.rstrip)
 }
 
+/// Whether `t`'s model drops what it has no token for: a BPE without an unknown token or byte
+/// fallback, unless it is byte-level (whose bytes [`hf_problem`] requires all present).
+fn drops_unknown(t: &HfTokenizer) -> bool {
+    matches!(t.get_model(), tokenizers::ModelWrapper::BPE(b) if b.unk_token.is_none() && !b.byte_fallback)
+        && !matches!(t.get_decoder(), Some(tokenizers::DecoderWrapper::ByteLevel(_)))
+}
+
+/// The first character of `text` (its byte offset) outside every token's span `spans` (byte
+/// offsets in `text`, sorted here) that is not whitespace (a pre-tokeniser may split on
+/// whitespace and keep none of it, by design).
+fn first_uncovered(text: &str, spans: &mut [(usize, usize)]) -> Option<(usize, char)> {
+    spans.sort_unstable();
+    let (mut k, mut reach) = (0, 0);
+    for (pos, ch) in text.char_indices() {
+        while k < spans.len() && spans[k].0 <= pos {
+            reach = reach.max(spans[k].1);
+            k += 1;
+        }
+        if pos >= reach && !ch.is_whitespace() {
+            return Some((pos, ch));
+        }
+    }
+    None
+}
+
+/// The first character of the word (run without whitespace) of `text` around byte `pos` that `t`'s
+/// BPE has no token for, neither alone nor as a word's continuation, with its byte offset.
+fn first_without_token(t: &HfTokenizer, text: &str, pos: usize) -> Option<(usize, char)> {
+    let tokenizers::ModelWrapper::BPE(b) = t.get_model() else { return None };
+    let prefix = b.continuing_subword_prefix.clone().unwrap_or_default();
+    let vocab = b.get_vocab();
+    let start =
+        text[..pos].rfind(char::is_whitespace).map_or(0, |i| i + text[i..].chars().next().map_or(1, char::len_utf8));
+    text[start..]
+        .char_indices()
+        .take_while(|(_, c)| !c.is_whitespace())
+        .find(|(_, c)| !vocab.contains_key(&c.to_string()) && !vocab.contains_key(&format!("{prefix}{c}")))
+        .map(|(i, c)| (start + i, c))
+}
+
 /// Why a Hugging Face tokenizer cannot serve a model, or `None`: every id from 0 to the largest
 /// names exactly one token (a hole is a row of the model no text gives and a sampled id nothing
 /// decodes; two tokens on one id cannot both decode), and a byte-level BPE without an unknown
@@ -390,12 +438,37 @@ impl Tokenizer {
                 .collect(),
             Tokenizer::Bpe(t) => {
                 let err = |e: tokenizers::Error| TokenizerError::Encode(e.to_string());
-                if text.len() > CHUNK_BYTES && chunkable(t) {
-                    let encs = t.encode_batch_fast(chunks(text, CHUNK_BYTES), false).map_err(err)?;
-                    Ok(encs.iter().flat_map(|e| e.get_ids().iter().copied()).collect())
+                // (A tokenizer that may drop characters encodes with byte offsets, to find them.)
+                let check = drops_unknown(t);
+                let (pieces, encs) = if text.len() > CHUNK_BYTES && chunkable(t) {
+                    let pieces = chunks(text, CHUNK_BYTES);
+                    let encs = if check {
+                        t.encode_batch(pieces.clone(), false)
+                    } else {
+                        t.encode_batch_fast(pieces.clone(), false)
+                    };
+                    (pieces, encs.map_err(err)?)
                 } else {
-                    Ok(t.encode_fast(text, false).map_err(err)?.get_ids().to_vec())
+                    let enc = if check { t.encode(text, false) } else { t.encode_fast(text, false) };
+                    (vec![text], vec![enc.map_err(err)?])
+                };
+                if check {
+                    // (Each piece is a slice of `text`: its offsets move by where it starts.)
+                    let at = |p: &str| p.as_ptr() as usize - text.as_ptr() as usize;
+                    let mut spans: Vec<(usize, usize)> = pieces
+                        .iter()
+                        .zip(&encs)
+                        .flat_map(|(p, e)| e.get_offsets().iter().map(move |&(a, b)| (at(p) + a, at(p) + b)))
+                        .collect();
+                    if let Some((pos, ch)) = first_uncovered(text, &mut spans) {
+                        // (The model counts a word's offsets over the characters it keeps, so
+                        // the gap shows at the word's end: the character without a token is
+                        // looked for in the word.)
+                        let (pos, ch) = first_without_token(t, text, pos).unwrap_or((pos, ch));
+                        return Err(TokenizerError::Dropped { ch, pos });
+                    }
                 }
+                Ok(encs.iter().flat_map(|e| e.get_ids().iter().copied()).collect())
             }
         }
     }
@@ -797,6 +870,39 @@ mod tests {
         let line = huge.replace('\n', " ");
         assert!(chunks(&line, CHUNK_BYTES).len() > 1);
         assert_eq!(tok.encode(&line).unwrap(), t.encode_fast(line.as_str(), false).unwrap().get_ids());
+    }
+
+    /// A BPE without an unknown token or byte fallback drops what it has no token for: its
+    /// encoding is refused naming the first such character (whitespace its pre-tokeniser
+    /// leaves out is not one); with an unknown token it encodes.
+    #[test]
+    fn a_bpe_that_would_drop_a_character_names_it() {
+        let json = |unk: &str| {
+            format!(
+                r#"{{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+                "pre_tokenizer":{{"type":"Whitespace"}},"post_processor":null,"decoder":null,
+                "model":{{"type":"BPE","dropout":null,"unk_token":{unk},"continuing_subword_prefix":null,
+                "end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"ignore_merges":false,
+                "vocab":{{"a":0,"b":1,"ab":2,"<unk>":3}},"merges":["a b"]}}}}"#
+            )
+        };
+        let lossy = Tokenizer::Bpe(Box::new(serde_json::from_str(&json("null")).unwrap()));
+        assert_eq!(lossy.encode("ab  ab\nba").unwrap(), [2, 2, 1, 0]);
+        match lossy.encode("ab é ab ab c") {
+            Err(TokenizerError::Dropped { ch: 'é', pos: 3 }) => {}
+            other => panic!("expected é at byte 3 dropped, got {other:?}"),
+        }
+        match lossy.encode("abab\tabc") {
+            Err(TokenizerError::Dropped { ch: 'c', pos: 7 }) => {}
+            other => panic!("expected c at byte 7 dropped, got {other:?}"),
+        }
+        // Inside a word (whose offsets the model counts over the characters it keeps).
+        match lossy.encode("ab\nbaxab ab") {
+            Err(TokenizerError::Dropped { ch: 'x', pos: 5 }) => {}
+            other => panic!("expected x at byte 5 dropped, got {other:?}"),
+        }
+        let with_unk = Tokenizer::Bpe(Box::new(serde_json::from_str(&json(r#""<unk>""#)).unwrap()));
+        assert_eq!(with_unk.encode("ab c").unwrap(), [2, 3]);
     }
 
     /// The byte table sums to the text's UTF-8 length over any encoding of it (what bits per byte

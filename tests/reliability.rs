@@ -578,6 +578,35 @@ fn tokenizer_problems_are_clear_errors() {
         &["tokenizer", "encode", "--tokenizer", dup.to_str().unwrap(), "--text", "a"],
         &["dup.json", "'a' twice"],
     );
+    // A BPE without an unknown token or byte fallback drops what it has no token for: refused
+    // naming the character (and the file, for data prepare), nothing written.
+    let lossy = dir.join("lossy.json");
+    std::fs::write(
+        &lossy,
+        r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+        "pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,
+        "model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,
+        "end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"ignore_merges":false,
+        "vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]}}"#,
+    )
+    .unwrap();
+    let l = lossy.to_str().unwrap();
+    let o = cmd(&dir).args(["tokenizer", "encode", "--tokenizer", l, "--text", "ab ba"]).output().unwrap();
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "2 1 0", "{}", text(&o));
+    fails(
+        &dir,
+        &["tokenizer", "encode", "--tokenizer", l, "--text", "ab cab"],
+        &["'c' at byte 3", "neither an unknown token nor byte fallback", "ddl tokenizer train"],
+    );
+    let abc = dir.join("abc.txt");
+    std::fs::write(&abc, "ab ba ab\nab\tba\nabba c").unwrap();
+    let lossy_out = dir.join("lossy-shards");
+    fails(
+        &dir,
+        &["data", "prepare", "--tokenizer", l, "--out", lossy_out.to_str().unwrap(), abc.to_str().unwrap()],
+        &["abc.txt", "'c' at byte 20", "dropped"],
+    );
+    assert!(!lossy_out.exists(), "a refused preparation left its --out");
     // A checkpoint whose tokenizer has more tokens than the model's vocabulary (its ids would
     // index outside the embedding).
     let ck = checkpoint(&dir);

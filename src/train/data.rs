@@ -54,6 +54,10 @@ pub enum DataError {
     /// file's line and the byte in its `text`).
     #[error("{}", unknown_in_input(path, *line, *offset, *ch, *vocab))]
     UnknownCharInInput { path: PathBuf, line: Option<(usize, usize)>, offset: usize, ch: char, vocab: usize },
+    /// A character the BPE tokenizer has no token for and would drop (no unknown token, no byte
+    /// fallback), placed in its file (`line`: a JSON-lines file's line and the byte in its `text`).
+    #[error("{}", dropped_in(path, *line, *offset, *ch))]
+    DroppedChar { path: PathBuf, line: Option<(usize, usize)>, offset: usize, ch: char },
     #[error("interrupted ({how}): nothing was written to --out", how = crate::train::interruption())]
     Interrupted,
     #[error("cannot write '{path}': {source}")]
@@ -1366,6 +1370,20 @@ impl Dataset {
         }
         (x, y)
     }
+}
+
+/// [`DataError::DroppedChar`]'s message.
+fn dropped_in(path: &Path, line: Option<(usize, usize)>, offset: usize, ch: char) -> String {
+    let at = match line {
+        Some((n, b)) => format!("line {n}: character {ch:?} at byte {b} of its text"),
+        None => format!("character {ch:?} at byte {offset}"),
+    };
+    format!(
+        "'{}': {at} has no token in the BPE tokenizer, which has neither an unknown token nor byte fallback, so it \
+         would be dropped without a word: take it out of the text, or use a tokenizer that covers it (`ddl \
+         tokenizer train` writes a byte-level BPE, which covers every byte)",
+        path.display()
+    )
 }
 
 /// [`DataError::UnknownCharInInput`]'s message.

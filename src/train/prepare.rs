@@ -510,9 +510,19 @@ pub(crate) fn remove_dead_writers(parent: &Path, pid_of: impl Fn(&str) -> Option
 /// An unknown character's error placed in its file: `pos`, its offset in the text pushed, is
 /// taken to the last of `starts` (where each file's text starts in it) at or before it.
 fn placed(e: DataError, starts: &[(usize, PathBuf)]) -> DataError {
-    let DataError::Tokenize(crate::tokenizer::TokenizerError::Unknown { ch, pos, vocab }) = e else { return e };
-    let (start, path) = starts.iter().rev().find(|(s, _)| *s <= pos).cloned().unwrap_or_default();
-    DataError::UnknownChar { path, offset: pos - start, ch, vocab }
+    use crate::tokenizer::TokenizerError;
+    let file = |pos: usize| starts.iter().rev().find(|(s, _)| *s <= pos).cloned().unwrap_or_default();
+    match e {
+        DataError::Tokenize(TokenizerError::Unknown { ch, pos, vocab }) => {
+            let (start, path) = file(pos);
+            DataError::UnknownChar { path, offset: pos - start, ch, vocab }
+        }
+        DataError::Tokenize(TokenizerError::Dropped { ch, pos }) => {
+            let (start, path) = file(pos);
+            DataError::DroppedChar { path, line: None, offset: pos - start, ch }
+        }
+        e => e,
+    }
 }
 
 /// [`placed`] for `ddl data prepare`'s inputs: a JSON-lines file's text is its documents' `text`
@@ -522,6 +532,10 @@ fn placed_input(e: DataError, starts: &[(usize, PathBuf)]) -> DataError {
         DataError::UnknownChar { path, offset, ch, vocab } => {
             let line = if is_jsonl(&path) { jsonl_place(&path, offset) } else { None };
             DataError::UnknownCharInInput { path, line, offset: line.map_or(offset, |(_, b)| b), ch, vocab }
+        }
+        DataError::DroppedChar { path, offset, ch, .. } => {
+            let line = if is_jsonl(&path) { jsonl_place(&path, offset) } else { None };
+            DataError::DroppedChar { path, line, offset: line.map_or(offset, |(_, b)| b), ch }
         }
         other => other,
     }
@@ -552,6 +566,7 @@ fn encode_at(tok: &Tokenizer, text: &str, at: u64) -> Result<Vec<u32>, crate::to
     let shift = |from: usize| {
         move |e| match e {
             TokenizerError::Unknown { ch, pos, vocab } => TokenizerError::Unknown { ch, pos: pos + from, vocab },
+            TokenizerError::Dropped { ch, pos } => TokenizerError::Dropped { ch, pos: pos + from },
             e => e,
         }
     };
