@@ -830,6 +830,8 @@ fn print_sample(dev: &DeviceArgs, out: &std::path::Path, n: usize) -> Result<()>
     if n == 0 {
         return Ok(());
     }
+    // (The run is saved: Ctrl-C now stops the sample at once, as it stops `ddl generate`.)
+    ddl::train::stop_at_once_from_now("stopped the sample (the run was saved before it)");
     println!("--- sample ---");
     let s = SamplingArgs {
         max_tokens: n,

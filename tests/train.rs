@@ -1559,6 +1559,43 @@ fn ctrl_c_sigterm_and_a_closed_pipe_save_a_checkpoint_and_exit_cleanly_and_the_r
     assert!(ddl::train::checkpoint::load(&pipe, true).unwrap().step >= 3);
 }
 
+/// Ctrl-C or SIGTERM during `ddl train --sample N`'s sample (the run saved before it) stops the
+/// sample at once, saying so, with 130 / 143 (the first was ignored: the training's clean stop
+/// was still listening, and sampling never looked).
+#[test]
+fn ctrl_c_during_the_sample_after_training_stops_it_at_once() {
+    use std::io::BufRead;
+    let dir = tmpdir("sigint-sample");
+    let c = ddl::testing::small_corpus(&dir);
+    for (signal, status, name) in [("-INT", 130, "Ctrl-C"), ("-TERM", 143, "SIGTERM")] {
+        let out = dir.join(format!("run{signal}"));
+        let mut child = ddl_cmd(&dir)
+            .args(["train", "--variant", "ddl", "--steps", "2", "--sample", "1000000", "--corpus", &c])
+            .args(["--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.n_heads=2"])
+            .args(["--set", "model.head_dim=16", "--set", "model.mlp_hidden=85", "--set", "train.batch_size=2"])
+            .args(["--set", "train.seq_len=16", "--set", "train.eval_batches=1", "--out"])
+            .arg(&out)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        assert!(lines.any(|l| l.unwrap().contains("--- sample ---")), "no sample was started");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let t0 = std::time::Instant::now();
+        assert!(Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap().success());
+        // (Read to its end: a closed stdout would stop the process as SIGPIPE.)
+        let rest = std::thread::spawn(move || lines.count());
+        let o = child.wait_with_output().unwrap();
+        rest.join().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(t0.elapsed().as_secs() < 30, "the sample went on after {name}: {err}");
+        assert_eq!(o.status.code(), Some(status), "{err}");
+        assert!(err.contains(&format!("{name}: stopped the sample (the run was saved before it)")), "{err}");
+        assert_eq!(ddl::train::checkpoint::load(&out, false).unwrap().step, 2);
+    }
+}
+
 /// Ctrl-C while `--corpus` is tokenised into the shard cache (a large corpus takes a while; the
 /// process died at once and left the half-made set): exit 130, said so, nothing left in the cache
 /// or in --out. A maker killed outright leaves its folder, which the next maker of any corpus

@@ -348,6 +348,18 @@ pub fn install_ctrlc() {
     LISTENING.store(true, Ordering::SeqCst);
 }
 
+/// What Ctrl-C stopping the process at once says, if anything ([`stop_at_once_from_now`]).
+static AT_ONCE_NOTE: std::sync::Mutex<Option<&'static str>> = std::sync::Mutex::new(None);
+
+/// From now on Ctrl-C (or SIGTERM) ends the process at once, as in a command that never listened,
+/// saying `note`: work after a run that keeps nothing half done (`ddl train --sample`'s sample,
+/// which polled no interruption, so that the first Ctrl-C was ignored).
+pub fn stop_at_once_from_now(note: &'static str) {
+    set_ctrlc_handler();
+    *AT_ONCE_NOTE.lock().unwrap_or_else(|e| e.into_inner()) = Some(note);
+    LISTENING.store(false, Ordering::SeqCst);
+}
+
 fn set_ctrlc_handler() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -362,6 +374,8 @@ fn set_ctrlc_handler() {
                         let _ = std::fs::remove_dir(d);
                     }
                     eprintln!("\n{} while the run was starting: nothing was trained", interruption());
+                } else if let Some(note) = *AT_ONCE_NOTE.lock().unwrap_or_else(|e| e.into_inner()) {
+                    eprintln!("\n{}: {note}", interruption());
                 }
                 std::process::exit(interrupted_status());
             }
