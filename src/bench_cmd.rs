@@ -147,6 +147,24 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 cases.join(",")
             );
         }
+        BenchCmd::Precision { out, .. } => {
+            // Its runs go into --out's subfolders: not inside a run's kept checkpoints (pruned),
+            // not into a run's own folder.
+            crate::train_cmd::refuse_inside_kept("--out", out)?;
+            let trained: Vec<&str> = ["metrics.jsonl", "model.safetensors", "optim.safetensors"]
+                .into_iter()
+                .filter(|f| out.join(f).is_file())
+                .collect();
+            if !trained.is_empty() {
+                anyhow::bail!(
+                    "--out '{}' holds a training run ({}): bench precision trains its runs in subfolders of a \
+                     folder of its own; choose another --out",
+                    out.display(),
+                    trained.join(", ")
+                );
+            }
+            None
+        }
         _ => None,
     };
     let gpu = dev.open().context("opening the GPU")?;
@@ -377,8 +395,9 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             let result = ddl::bench::precision::precision_rows(&gpu, &b, |r| print_row(&r, json));
             if ddl::train::interrupted() {
                 eprintln!(
-                    "bench precision: interrupted (Ctrl-C); the finished runs in {} are kept, and the same command \
+                    "bench precision: interrupted ({}); the finished runs in {} are kept, and the same command \
                      continues with the others",
+                    ddl::train::interruption(),
                     b.out.display()
                 );
                 return Err(crate::Interrupted.into());
@@ -431,7 +450,11 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             let _ctrlc = ddl::train::CtrlcScope::new();
             let result = ddl::bench::data::data_rows(&gpu, &o, |r| print_row(&r, json));
             if ddl::train::interrupted() {
-                eprintln!("bench data: interrupted (Ctrl-C); what it had made in {} is removed", o.dir.display());
+                eprintln!(
+                    "bench data: interrupted ({}); what it had made in {} is removed",
+                    ddl::train::interruption(),
+                    o.dir.display()
+                );
                 return Err(crate::Interrupted.into());
             }
             result?;

@@ -866,6 +866,15 @@ fn bench_problems_are_clear_errors() {
     fails(&dir, &["bench", "train", "--set", "train.lr=0"], &["--set train.lr=0", "would be ignored"]);
     fails(&dir, &["bench", "train", "--set", "train.precision=f16"], &["train.precision", "give --precision"]);
     fails(&dir, &["bench", "precision", "--seeds", "1,1", "--steps", "1"], &["seed 1 is given twice"]);
+    // Its runs go into --out's subfolders: not a run's folder, not inside its kept checkpoints.
+    let run = dir.join("a-run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("metrics.jsonl"), "{\"step\":1,\"loss\":4.0}\n").unwrap();
+    let r = run.to_str().unwrap();
+    fails(&dir, &["bench", "precision", "--steps", "1", "--out", r], &["holds a training run (metrics.jsonl)"]);
+    let kept = run.join("checkpoints/mine").display().to_string();
+    fails(&dir, &["bench", "precision", "--steps", "1", "--out", &kept], &["inside the kept checkpoints"]);
+    assert_eq!(names(&run), ["metrics.jsonl"]);
     fails(&dir, &["bench", "matmul", "--sizes", "32", "--against-forms", ","], &["no form given"]);
     fails(&dir, &["bench", "matmul", "--sizes", "32", "--batch", "4"], &["--batch / --seq size a preset's"]);
     fails(&dir, &["bench", "matmul", "--preset", "tiny", "--cases", "nn"], &["--cases nn: with --preset tiny"]);

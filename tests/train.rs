@@ -865,7 +865,10 @@ fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
     assert_eq!(erase["ablations"][3]["spec"], "block1.mlp:erase=0");
     assert!(erase["ablations"].as_array().unwrap().iter().all(|r| r["loss"] != erase["loss"]), "{erase}");
     // Several parts: each sublayer's together, Holm over all the rows.
-    let two = json(&["--ablate", "v,erase,v", "--batches", "2"]);
+    // (Its plot replaces the earlier --plot's.)
+    let before = std::fs::read(&plot).unwrap();
+    let two = json(&["--ablate", "v,erase,v", "--batches", "2", "--plot", plot.to_str().unwrap()]);
+    assert_ne!(std::fs::read(&plot).unwrap(), before, "the earlier plot was not replaced");
     assert_eq!(two["ablate"], serde_json::json!(["v", "erase"]), "as the flag names them, once each");
     let specs: Vec<&str> = two["ablations"].as_array().unwrap().iter().map(|r| r["spec"].as_str().unwrap()).collect();
     assert_eq!(specs[..3], ["block0.attn:v=0", "block0.attn:erase=0", "block0.mlp:v=0"]);
@@ -899,6 +902,11 @@ fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
     bad(&out, &["--ablate", "write", "--plot", dir.join("x.jpg").to_str().unwrap()], &["x.jpg", ".png"]);
     bad(&out, &["--ablate", "write", "--plot", dir.join("no/such/x.png").to_str().unwrap()], &["does not exist"]);
     bad(&out, &["--plot", plot.to_str().unwrap()], &["--ablate"]);
+    // A PNG that is no earlier --plot (the run's own loss.png): refused, kept.
+    let loss_png = out.join("loss.png");
+    let kept = std::fs::read(&loss_png).unwrap();
+    bad(&out, &["--ablate", "write", "--plot", loss_png.to_str().unwrap()], &["loss.png", "is not a plot"]);
+    assert_eq!(std::fs::read(&loss_png).unwrap(), kept);
     bad(&out, &["--ablate", "write", "--against", base.to_str().unwrap()], &["--against"]);
     bad(&out, &["--ablate", "write", "--intervene", "all:write=0"], &["--intervene"]);
     assert!(!dir.join("x.jpg").exists() && !dir.join("no").exists());

@@ -48,7 +48,8 @@ fn write_text(path: &Path, bytes: u64, seed: u64) -> std::io::Result<()> {
     let (mut written, mut x) = (0u64, seed | 1);
     while written < bytes {
         if crate::train::interrupted() {
-            return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "interrupted (Ctrl-C)"));
+            let how = format!("interrupted ({})", crate::train::interruption());
+            return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, how));
         }
         // xorshift64*
         x ^= x >> 12;
@@ -283,7 +284,7 @@ fn train_on(gpu: &Arc<Gpu>, o: &DataBench, set: &str, shards: &Path, emit: &mut 
     let o_ = cmd.output().with_context(|| format!("running {}", exe.display()))?;
     if crate::train::interrupted() {
         // (The run got the Ctrl-C too, and stopped.)
-        anyhow::bail!("interrupted (Ctrl-C) during the training run on the {set} set");
+        anyhow::bail!("interrupted ({}) during the training run on the {set} set", crate::train::interruption());
     }
     if !o_.status.success() {
         anyhow::bail!(

@@ -60,7 +60,7 @@ fn run_one(
         },
     )?;
     if crate::train::interrupted() {
-        anyhow::bail!("{}: interrupted (Ctrl-C)", dir.display());
+        anyhow::bail!("{}: interrupted ({})", dir.display(), crate::train::interruption());
     }
     let val = s.val_loss.ok_or_else(|| anyhow::anyhow!("{}: the run reported no validation loss", dir.display()))?;
     Ok((val, s.val_tokens.unwrap_or(0), s.tokens_per_s, dir))

@@ -838,8 +838,11 @@ fn write_per_token(
         .map_err(|e| TrainError::Settings(format!("--per-token '{}': cannot write it: {e}", path.display())))
 }
 
-/// `--plot`'s file: a `.png` in a folder that exists, not a folder itself (checked before any
-/// evaluation; the plot is written whole or not at all).
+/// How `--plot`'s titles begin: an existing file is replaced only when it is such a plot.
+const ABLATION_PLOT_TITLE: &str = "loss change per sublayer";
+
+/// `--plot`'s file: a `.png` in a folder that exists, not a folder itself, absent or an earlier
+/// `--plot` (checked before any evaluation; the plot is written whole or not at all).
 fn check_plot_path(path: &Path) -> Result<(), TrainError> {
     let bad = |why: &str| TrainError::Settings(format!("--plot '{}': {why}", path.display()));
     if !path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
@@ -857,6 +860,12 @@ fn check_plot_path(path: &Path) -> Result<(), TrainError> {
     }
     if let Some(e) = super::checkpoint::kept_refusal("--plot", path) {
         return Err(TrainError::Settings(e));
+    }
+    if path.exists() && !super::plot::plot_title(path).is_some_and(|t| t.starts_with(ABLATION_PLOT_TITLE)) {
+        return Err(bad(
+            "exists and is not a plot `ddl eval --plot` drew (a run's loss.png, an image of yours), and writing would \
+             replace it; choose another file name",
+        ));
     }
     super::checkpoint::probe_writable(path)
         .map_err(|e| bad(&format!("cannot write there: {e}; choose a folder that takes files")))
@@ -880,8 +889,8 @@ fn plot_ablations(path: &Path, parts: &[Ablate], rows: &[Ablation], batch: usize
         })
         .collect();
     let title = match parts {
-        [one] => format!("loss change per sublayer {}", one.short()),
-        _ => "loss change per sublayer and part of its write removed".to_string(),
+        [one] => format!("{ABLATION_PLOT_TITLE} {}", one.short()),
+        _ => format!("{ABLATION_PLOT_TITLE} and part of its write removed"),
     };
     let s = |n: usize| if n == 1 { "" } else { "s" };
     let x = if pairs >= 2 {

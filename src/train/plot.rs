@@ -199,7 +199,7 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
     }
     let pad = ((y1 - y0) * 0.05).max(1e-6);
     // The image encoder picks the format from the extension: keep .png on the temporary name.
-    via_tmp(path, |tmp| {
+    via_tmp(path, title, |tmp| {
         let root = png(tmp, (900, 540)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let mut chart = ChartBuilder::on(&root)
@@ -245,13 +245,69 @@ fn tmp_png(path: &Path) -> std::path::PathBuf {
 /// Draws into the temporary file of `path` ([`tmp_png`]) and renames it to `path`: a plot is
 /// whole or the earlier one stays, and a failed drawing or rename (a full disk) removes the
 /// temporary file rather than leave it beside the run.
-fn via_tmp(path: &Path, draw: impl FnOnce(&Path) -> Result<(), String>) -> Result<(), String> {
+/// The drawn PNG carries `Software: ddl` and `Title: title` ([`plot_title`] reads them back).
+fn via_tmp(path: &Path, title: &str, draw: impl FnOnce(&Path) -> Result<(), String>) -> Result<(), String> {
     let tmp = tmp_png(path);
-    let done = draw(&tmp).and_then(|()| std::fs::rename(&tmp, path).map_err(|e| e.to_string()));
+    let done = draw(&tmp)
+        .and_then(|()| tag_png(&tmp, &[("Software", "ddl"), ("Title", title)]).map_err(|e| e.to_string()))
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| e.to_string()));
     if done.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     done
+}
+
+/// The PNG signature, before the first chunk.
+const PNG_SIGNATURE: &[u8; 8] = b"\x89PNG\r\n\x1a\n";
+
+/// Adds a `tEXt` chunk per (keyword, text) after the PNG `path`'s header chunk (a file that is
+/// not a PNG is left as it is). Text is Latin-1 in PNG: other characters become `?`.
+fn tag_png(path: &Path, texts: &[(&str, &str)]) -> std::io::Result<()> {
+    let bytes = std::fs::read(path)?;
+    if !bytes.starts_with(PNG_SIGNATURE) || bytes.len() < 33 || &bytes[12..16] != b"IHDR" {
+        return Ok(());
+    }
+    // Signature (8) + IHDR: length (4), type (4), 13 bytes of data, CRC (4).
+    let mut out = bytes[..33].to_vec();
+    for (key, text) in texts {
+        let mut chunk = b"tEXt".to_vec();
+        chunk.extend(key.bytes());
+        chunk.push(0);
+        chunk.extend(text.chars().map(|c| if (c as u32) < 256 && c != '\0' { c as u8 } else { b'?' }));
+        out.extend(((chunk.len() - 4) as u32).to_be_bytes());
+        out.extend(&chunk);
+        out.extend(crc32fast::hash(&chunk).to_be_bytes());
+    }
+    out.extend(&bytes[33..]);
+    std::fs::write(path, out)
+}
+
+/// The title of a plot `ddl` drew (its `Software: ddl` and `Title` text chunks), or `None` for
+/// any other file: what lets a plot replace only an earlier plot of its kind.
+pub fn plot_title(path: &Path) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    let mut at = bytes.starts_with(PNG_SIGNATURE).then_some(8)?;
+    let (mut software, mut title) = (None, None);
+    while at + 8 <= bytes.len() {
+        let len = u32::from_be_bytes(bytes[at..at + 4].try_into().ok()?) as usize;
+        let kind = &bytes[at + 4..at + 8];
+        let data = bytes.get(at + 8..at + 8 + len)?;
+        if kind == b"IDAT" || kind == b"IEND" {
+            break;
+        }
+        if kind == b"tEXt"
+            && let Some(nul) = data.iter().position(|&b| b == 0)
+        {
+            let text: String = data[nul + 1..].iter().map(|&b| b as char).collect();
+            match &data[..nul] {
+                b"Software" => software = Some(text),
+                b"Title" => title = Some(text),
+                _ => {}
+            }
+        }
+        at += 12 + len;
+    }
+    (software.as_deref() == Some("ddl")).then_some(title).flatten()
 }
 
 /// Draws curves with shaded bands (e.g. the mean over seeds with a min..max band) into a PNG.
@@ -273,7 +329,7 @@ pub fn band_plot(path: &Path, title: &str, x_label: &str, y_label: &str, bands: 
         x1 = x0 + 1.0;
     }
     let pad = ((y1 - y0) * 0.05).max(1e-6);
-    via_tmp(path, |tmp| {
+    via_tmp(path, title, |tmp| {
         let root = png(tmp, (960, 600)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let mut chart = ChartBuilder::on(&root)
@@ -332,7 +388,7 @@ pub fn regime_plot(path: &Path, title: &str, panels: &[RegimePanel]) -> Result<(
     }
     let cols = panels.len().min(3);
     let rows = panels.len().div_ceil(cols);
-    via_tmp(path, |tmp| {
+    via_tmp(path, title, |tmp| {
         let root = png(tmp, (360 * cols as u32 + 20, 300 * rows as u32 + 90)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let root = root.titled(title, ("sans-serif", 22)).map_err(|e| e.to_string())?;
@@ -424,7 +480,7 @@ pub fn interval_plot(path: &Path, title: &str, x_label: &str, rows: &[Interval])
     let pad = ((hi - lo) * 0.06).max(1e-6);
     let n = rows.len() as i32;
     let label_px = rows.iter().map(|r| r.label.chars().count()).max().unwrap_or(8) as u32 * 9 + 16;
-    via_tmp(path, |tmp| {
+    via_tmp(path, title, |tmp| {
         let root = png(tmp, (960, 90 + 38 * n as u32 + 40)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let mut chart = ChartBuilder::on(&root)
@@ -485,14 +541,14 @@ mod tests {
         let dir = crate::testing::scratch_dir("plot-fail");
         let p = dir.join("loss.png");
         std::fs::write(&p, b"earlier").unwrap();
-        let r = super::via_tmp(&p, |tmp| {
+        let r = super::via_tmp(&p, "t", |tmp| {
             std::fs::write(tmp, b"half").unwrap();
             Err("No space left on device".into())
         });
         assert!(r.is_err());
         assert!(!super::tmp_png(&p).exists(), "the temporary file was left");
         assert_eq!(std::fs::read(&p).unwrap(), b"earlier");
-        super::via_tmp(&p, |tmp| std::fs::write(tmp, b"new").map_err(|e| e.to_string())).unwrap();
+        super::via_tmp(&p, "t", |tmp| std::fs::write(tmp, b"new").map_err(|e| e.to_string())).unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"new");
         assert!(!super::tmp_png(&p).exists());
     }
@@ -552,6 +608,12 @@ mod tests {
         assert_eq!(&bytes[1..4], b"PNG");
         let b = super::Band { name: "a".into(), points: (0..5).map(|i| (i as f64, 2.0, 1.5, 2.5)).collect() };
         super::band_plot(&dir.join("b.png"), "bands", "step", "nats", &[b]).unwrap();
+        // Each plot carries its title for `--plot` to know it by; other files have none.
+        assert_eq!(super::plot_title(&dir.join("b.png")).as_deref(), Some("bands"));
+        assert_eq!(super::plot_title(&p).as_deref(), Some("loss"));
+        std::fs::write(dir.join("not.png"), b"\x89PNG\r\n\x1a\nshort").unwrap();
+        assert_eq!(super::plot_title(&dir.join("not.png")), None);
+        assert_eq!(super::plot_title(&dir.join("missing.png")), None);
         assert_eq!(&std::fs::read(dir.join("b.png")).unwrap()[1..4], b"PNG");
         let r = super::RegimePanel { name: "ddl".into(), labels: vec!["0A".into()], shares: vec![[0.2, 0.5, 0.3]] };
         super::regime_plot(&dir.join("r.png"), "regimes", &[r]).unwrap();
