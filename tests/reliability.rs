@@ -1320,6 +1320,18 @@ fn a_full_disk_or_an_unwritable_directory_is_a_clear_error_and_keeps_the_last_ch
     let bad = dir.join("file").join("run");
     let a = train_args(&c, bad.to_str().unwrap(), "2", &[]);
     fails(&dir, &a, &["output directory", "not writable"]);
+    // A disk without room for one checkpoint (injected: 100 kB free; the model's checkpoint is
+    // about 1 MB and more): refused before training, naming both sizes, no folder left.
+    let small = dir.join("small-disk");
+    let a = train_args(&c, small.to_str().unwrap(), "2", &[]);
+    let o = cmd(&dir).args(&a).env("DDL_FAULT_FREE_BYTES", "100000").output().unwrap();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    for n in ["small-disk", "its disk has 0.1 MB free", "saving a checkpoint of this model needs", "another disk"] {
+        assert!(t.contains(n), "expected {n:?} in: {t}");
+    }
+    assert!(!t.contains("training ddl"), "refused after the training line: {t}");
+    assert!(!small.exists(), "the refused run left its folder");
     // A full disk during a save (injected: the checkpoint saves after the first one fail half-way
     // through a file with ENOSPC): the run stops with a clear error and the previous checkpoint stays loadable.
     let out = dir.join("run");

@@ -69,27 +69,6 @@ fn peak_added_mib(rss0: Option<u64>) -> Option<f64> {
     Some(peak.saturating_sub(rss0?) as f64 / MIB)
 }
 
-/// Bytes an unprivileged writer may still write in the file system holding `dir` (Unix), or
-/// `None` where that is not known.
-fn free_bytes(dir: &Path) -> Option<u64> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::ffi::OsStrExt;
-        let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-        // SAFETY: `statvfs` fills the zeroed struct from a NUL-terminated path.
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-            return None;
-        }
-        Some(st.f_bavail as u64 * st.f_frsize as u64)
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = dir;
-        None
-    }
-}
-
 /// The most disk the benchmark holds at once, in bytes: a set's shards beside its text (half
 /// their bytes) while they are made, then beside a run's checkpoint (its parameters and two AdamW
 /// moments in f32), the small set and its run too when kept, and 64 MiB to spare.
@@ -121,7 +100,7 @@ pub fn data_rows(gpu: &Arc<Gpu>, o: &DataBench, mut emit: impl FnMut(Row)) -> an
     let mut made = Vec::new();
     let result = (|| -> anyhow::Result<()> {
         let need = disk_needed(o)?;
-        if let Some(free) = free_bytes(&o.dir)
+        if let Some(free) = crate::train::checkpoint::free_bytes(&o.dir)
             && free < need
         {
             anyhow::bail!(

@@ -66,6 +66,39 @@ fn injected_enospc() -> bool {
     SAVES.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= n
 }
 
+/// Bytes an unprivileged writer may still write in the file system holding `dir` (Unix), or
+/// `None` where that is not known. `DDL_FAULT_FREE_BYTES=N` pretends N (fault injection for the
+/// tests).
+pub fn free_bytes(dir: &Path) -> Option<u64> {
+    if let Some(n) = std::env::var("DDL_FAULT_FREE_BYTES").ok().and_then(|v| v.parse::<u64>().ok()) {
+        return Some(n);
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+        // SAFETY: `statvfs` fills the zeroed struct from a NUL-terminated path.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+            return None;
+        }
+        Some(st.f_bavail as u64 * st.f_frsize as u64)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        None
+    }
+}
+
+/// The disk a save of a run's checkpoint needs beside what is there (both new files are written
+/// whole before the old ones go): the parameters and AdamW's two moments in f32, the tokenizer in
+/// both files' metadata, and 1 MiB for the rest of it. Returns (needed, parameters, moments).
+pub fn save_bytes(params: usize, tok: &Tokenizer) -> (u64, u64, u64) {
+    let (p, m) = (4 * params as u64, 8 * params as u64);
+    (p + m + 2 * tok.to_json().len() as u64 + (1 << 20), p, m)
+}
+
 /// Runs `write` on the temporary file of `path`; on failure removes it.
 fn with_tmp(path: &Path, write: impl FnOnce(&Path) -> std::io::Result<()>) -> std::io::Result<PathBuf> {
     let tmp = tmp_path(path);

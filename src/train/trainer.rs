@@ -305,6 +305,23 @@ impl<'c> Trainer<'c> {
         {
             return Err(TrainError::Settings(format!("adapter '{}': {advice}", gpu.info.name)));
         }
+        if lead && let Some(free) = checkpoint::free_bytes(&out) {
+            // A disk without room for a checkpoint is said now, not at the first save.
+            let (need, p, m) = checkpoint::save_bytes(model.layout.total, &tok);
+            if free < need {
+                let mb = |b: u64| format!("{:.1} MB", b as f64 / 1e6);
+                return Err(TrainError::Settings(format!(
+                    "--out '{}': its disk has {} free, and saving a checkpoint of this model needs {} (the \
+                     parameters {} and AdamW's two moments {}, written whole beside the previous checkpoint before \
+                     it is replaced): free space there, or choose an --out on another disk",
+                    out.display(),
+                    mb(free),
+                    mb(need),
+                    mb(p),
+                    mb(m)
+                )));
+            }
+        }
         if lead && matches!(opts.show, super::Show::Bar) {
             // Once the folder is this run's and its data, model and memory plan are ready (a run
             // refused before is named without a "training").
