@@ -183,6 +183,24 @@ fn checkpoint_problems_are_clear_errors() {
         meta.insert("version".into(), "99".into());
     });
     fails_gen(&dir, &m, &["version 99", "newer", "upgrade"]);
+    let m = mutated(&ck, "version-x", |_, meta| {
+        meta.insert("version".into(), "x".into());
+    });
+    fails_gen(&dir, &m, &["metadata 'version' = \"x\" is not a whole number"]);
+    let m = mutated(&ck, "step-x", |_, meta| {
+        meta.insert("step".into(), "seven".into());
+    });
+    fails_gen(&dir, &m, &["model.safetensors", "metadata 'step' = \"seven\" is not a whole number"]);
+    // A character tokenizer with fewer characters than the model's vocabulary (ids without one
+    // would be sampled and dropped from the text).
+    let m = mutated(&ck, "few-chars", |_, meta| {
+        let t = meta.get_mut("tokenizer").unwrap();
+        let mut tok: serde_json::Value = serde_json::from_str(t).unwrap();
+        let chars = tok["chars"].as_str().unwrap().chars().skip(1).collect::<String>();
+        tok["chars"] = chars.into();
+        *t = tok.to_string();
+    });
+    fails_gen(&dir, &m, &["model.safetensors", "the character tokenizer has", "a character model's vocabulary"]);
     let m = mutated(&ck, "format", |_, meta| {
         meta.insert("format".into(), "something-else".into());
     });

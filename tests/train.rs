@@ -213,7 +213,9 @@ fn a_checkpoint_round_trips_and_rejects_a_mismatched_tensor() {
     let cfg = ddl::model::ModelConfig::preset("tiny", Variant::DdlCcec).unwrap();
     let layout = ddl::model::Layout::new(&cfg);
     let p = layout.init(3);
-    let tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_corpus("abc").unwrap());
+    let tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_chars(
+        (0..cfg.vocab_size as u32).map(|i| char::from_u32(0x4e00 + i).unwrap()).collect(),
+    ));
     ddl::train::checkpoint::save(&dir, &cfg, &tok, &layout, &p, None).unwrap();
     let back = ddl::train::checkpoint::load(&dir, false).unwrap();
     assert_eq!(back.config, cfg);
@@ -252,7 +254,9 @@ fn a_checkpoint_streams_from_and_to_the_device_in_pieces_and_equals_the_host_pat
     }
     model.adam_m.write_f32(&gpu, &m).unwrap();
     model.adam_v.write_f32(&gpu, &v).unwrap();
-    let tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_corpus("abc").unwrap());
+    let tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_chars(
+        (0..cfg.vocab_size as u32).map(|i| char::from_u32(0x4e00 + i).unwrap()).collect(),
+    ));
     let state = ddl::train::checkpoint::RunState { step: 3, elapsed: 1.5, loss_scale: None, target: Some(5) };
     let (dev, host) = (tmpdir("ckpt-dev"), tmpdir("ckpt-host"));
     ddl::train::checkpoint::save_model(&dev, &model, &tok, &state, "x = 1").unwrap();

@@ -656,7 +656,13 @@ fn metadata(path: &Path, bytes: &[u8]) -> Result<HashMap<String, String>, Checkp
         Some(f) => return Err(content(format!("format '{f}' is not a ddl checkpoint ('{FORMAT}')"))),
         None => return Err(content("no 'format' metadata: not a ddl checkpoint".into())),
     }
-    let version: u32 = md.get("version").and_then(|v| v.parse().ok()).unwrap_or(1);
+    // (Missing in the first checkpoints: version 1.)
+    let version: u32 = match md.get("version") {
+        None => 1,
+        Some(v) => v.trim().parse().map_err(|_| {
+            content(format!("metadata 'version' = {v:?} is not a whole number: the file is damaged or not ddl's"))
+        })?,
+    };
     if version > VERSION {
         return Err(content(format!(
             "checkpoint format version {version} is newer than this build reads ({VERSION}); upgrade ddl"
@@ -687,7 +693,26 @@ fn model_meta(mp: &Path, bytes: &[u8]) -> Result<(ModelConfig, Tokenizer, usize)
             ),
         ));
     }
-    let step: usize = md.get("step").and_then(|s| s.parse().ok()).unwrap_or(0);
+    // A character model's vocabulary is its characters: an id without one would be sampled and
+    // dropped from the text without a word.
+    if matches!(tokenizer, Tokenizer::Char(_)) && tokenizer.vocab_size() != config.vocab_size {
+        return Err(content(
+            mp,
+            format!(
+                "the character tokenizer has {} characters but the model's vocabulary is {} (a character model's \
+                 vocabulary is its characters; ids without one would be dropped from generated text)",
+                tokenizer.vocab_size(),
+                config.vocab_size
+            ),
+        ));
+    }
+    let step: usize = match md.get("step") {
+        None => 0,
+        Some(s) => s
+            .trim()
+            .parse()
+            .map_err(|_| content(mp, format!("metadata 'step' = {s:?} is not a whole number: the file is damaged")))?,
+    };
     Ok((config, tokenizer, step))
 }
 
