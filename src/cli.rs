@@ -123,10 +123,10 @@ pub(crate) enum Cmd {
         #[arg(long, default_value = "ddl", requires = "preset")]
         variant: String,
         /// Batch size of the plan (default: the preset's training value).
-        #[arg(long, value_parser = sizes_up_to_2_24, requires = "preset")]
+        #[arg(long, allow_negative_numbers = true, value_parser = sizes_up_to_2_24, requires = "preset")]
         batch: Option<usize>,
         /// Sequence length of the plan (default: the preset's training value).
-        #[arg(long, value_parser = sizes_up_to_2_24, requires = "preset")]
+        #[arg(long, allow_negative_numbers = true, value_parser = sizes_up_to_2_24, requires = "preset")]
         seq: Option<usize>,
         /// Plan the expanded states in half precision (`ddl train --f16-state`).
         #[arg(long, requires = "preset")]
@@ -204,7 +204,7 @@ pub(crate) enum Cmd {
         /// for a machine one run leaves partly idle (a small model on a GPU, a CPU adapter's
         /// cores between dispatches). Each run's numbers are the same bits as one at a time; on a
         /// terminal each run has its own bar under the grid's, else its lines begin with its name.
-        #[arg(long, value_parser = positive, default_value_t = 1)]
+        #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 1)]
         jobs: usize,
     },
     /// Loss, perplexity and bits per byte of a checkpoint: its run's validation split, another text
@@ -244,7 +244,7 @@ pub(crate) enum Cmd {
         /// Continuations to sample from the prompt, one after another (from two on, each headed
         /// by its seed): the i-th is exactly what `--seed` + i − 1 gives alone. More than one is
         /// refused with --temperature 0, --trace and --compare.
-        #[arg(long, value_parser = positive, default_value_t = 1)]
+        #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 1)]
         samples: usize,
     },
     /// Interactive generation that keeps the context (and its caches) across turns (/reset,
@@ -289,14 +289,14 @@ pub(crate) enum DataCmd {
         #[arg(required = true)]
         inputs: Vec<std::path::PathBuf>,
         /// Validation tokens, taken from the end of the token stream.
-        #[arg(long, value_parser = positive, conflicts_with = "val_fraction")]
+        #[arg(long, allow_negative_numbers = true, value_parser = positive, conflicts_with = "val_fraction")]
         val_tokens: Option<usize>,
         /// Validation fraction of the token stream, taken from its end [default: 0.1, as
         /// train.val_fraction].
         #[arg(long, allow_negative_numbers = true)]
         val_fraction: Option<f64>,
         /// Tokens per training shard.
-        #[arg(long, value_parser = positive, default_value_t = 100_000_000)]
+        #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 100_000_000)]
         shard_tokens: usize,
         /// Shard name prefix (NAME_train_000000.bin).
         #[arg(long, default_value = "data")]
@@ -342,7 +342,7 @@ pub(crate) enum TokenizerCmd {
         #[arg(long)]
         corpus: std::path::PathBuf,
         /// Vocabulary size, byte tokens and <|endoftext|> included (258 to 2,097,152).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true, value_parser = count)]
         vocab_size: usize,
         /// Output file (never one of the corpus's files; an existing file only with --force); a
         /// missing folder is made.
@@ -367,13 +367,13 @@ pub(crate) enum TokenizerCmd {
 #[derive(Args, Clone)]
 pub(crate) struct SamplingArgs {
     /// Tokens to generate at most.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, allow_negative_numbers = true, value_parser = count, default_value_t = 200)]
     pub(crate) max_tokens: usize,
     /// 0 = greedy.
     #[arg(long, allow_negative_numbers = true, default_value_t = 0.8)]
     pub(crate) temperature: f32,
     /// Keep the k most likely tokens (0 = all).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, value_parser = count, default_value_t = 0)]
     pub(crate) top_k: usize,
     /// Nucleus sampling: keep the most likely tokens up to this probability mass.
     #[arg(long, allow_negative_numbers = true, default_value_t = 1.0)]
@@ -382,7 +382,7 @@ pub(crate) struct SamplingArgs {
     #[arg(long, allow_negative_numbers = true, default_value_t = 1.0)]
     pub(crate) repetition_penalty: f32,
     /// Seed of the sampler: the same seed, settings and prompt give the same text.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, value_parser = whole_u64, default_value_t = 0)]
     pub(crate) seed: u64,
     /// Stop right after the output first contains this text, which is printed (also inside a
     /// token's text: a BPE token may hold several characters); repeatable. `\n` is a newline,
@@ -428,11 +428,11 @@ pub(crate) struct TrainArgs {
     pub(crate) variant: Option<String>,
     /// Stop after this step (the schedule's length is train.decay_steps) [default: 200; with
     /// --resume, the --steps the run was last given].
-    #[arg(long, value_parser = positive)]
+    #[arg(long, allow_negative_numbers = true, value_parser = positive)]
     pub(crate) steps: Option<usize>,
     /// Seed of the initialisation and the batch order (0 to 2^63 − 1) [default: 1337,
     /// `train.seed`].
-    #[arg(long, value_parser = run_seed)]
+    #[arg(long, allow_negative_numbers = true, value_parser = run_seed)]
     pub(crate) seed: Option<u64>,
     /// A TOML file with [model] / [train] tables and `corpus`.
     #[arg(long)]
@@ -500,10 +500,10 @@ pub(crate) struct TrainArgs {
     /// B·T × V — at small-124m's 8 × 1024, 1.65 GB of logits become 206 MB with 1024. The same
     /// losses; the embedding's gradient sums the slices in float32 (a rounding apart). May be
     /// set when a run resumes.
-    #[arg(long, value_name = "ROWS")]
+    #[arg(long, value_name = "ROWS", allow_negative_numbers = true, value_parser = count)]
     pub(crate) head_chunk: Option<usize>,
     /// Generate this many tokens from the trained model at the end.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, value_parser = count, default_value_t = 0)]
     pub(crate) sample: usize,
     /// Data-parallel training as one rank of `mpirun -n N ddl train ... --distributed mpi`
     /// (needs a build with `--features mpi`). Each rank drives one adapter (default: its rank on
@@ -548,13 +548,13 @@ pub(crate) struct EvalArgs {
     #[arg(long, value_enum, default_value = "val")]
     pub(crate) split: EvalSplit,
     /// Window length in tokens (default: the run's seq_len; at most the model's context).
-    #[arg(long, value_parser = positive)]
+    #[arg(long, allow_negative_numbers = true, value_parser = positive)]
     pub(crate) seq_len: Option<usize>,
     /// Windows per batch (default: the run's batch_size).
-    #[arg(long, value_parser = positive)]
+    #[arg(long, allow_negative_numbers = true, value_parser = positive)]
     pub(crate) batch_size: Option<usize>,
     /// Only the first this many batches of windows (default: all of the split or text).
-    #[arg(long, value_parser = positive)]
+    #[arg(long, allow_negative_numbers = true, value_parser = positive)]
     pub(crate) batches: Option<usize>,
     /// Also evaluate this checkpoint (same tokenizer) on the same windows, and the paired
     /// difference over batches: mean, 95 % t-interval, p.
@@ -566,7 +566,7 @@ pub(crate) struct EvalArgs {
     pub(crate) betas: bool,
     /// The LM head in slices of ROWS rows of a batch (default: the run's train.head_chunk; 0 =
     /// all at once): the same losses, with one slice's logits in memory instead of the batch's.
-    #[arg(long, value_name = "ROWS")]
+    #[arg(long, value_name = "ROWS", allow_negative_numbers = true, value_parser = count)]
     pub(crate) head_chunk: Option<usize>,
     /// Also evaluate the model under interventions on its writes (`ddl generate`'s specs except
     /// k=mean, e.g. block1.mlp:beta=0, all:erase=0; repeatable, applied in order) on the same
@@ -681,7 +681,7 @@ pub(crate) enum BenchCmd {
     /// GFLOP/s of the matmul forms (A·B, A·Bᵀ, Aᵀ·B) for every tile variant.
     Matmul {
         /// Square sizes to run.
-        #[arg(long, value_parser = positive, value_delimiter = ',', default_value = "128,256,512,1024")]
+        #[arg(long, allow_negative_numbers = true, value_parser = positive, value_delimiter = ',', default_value = "128,256,512,1024")]
         sizes: Vec<usize>,
         /// Forms to run: nn, nt, tn.
         #[arg(long, value_delimiter = ',', default_value = MATMUL_CASES)]
@@ -691,10 +691,10 @@ pub(crate) enum BenchCmd {
         #[arg(long, conflicts_with = "sizes")]
         preset: Option<String>,
         /// With --preset: batch size (default: the preset's).
-        #[arg(long, value_parser = sizes_up_to_2_24, requires = "preset")]
+        #[arg(long, allow_negative_numbers = true, value_parser = sizes_up_to_2_24, requires = "preset")]
         batch: Option<usize>,
         /// With --preset: sequence length (default: the preset's).
-        #[arg(long, value_parser = sizes_up_to_2_24, requires = "preset")]
+        #[arg(long, allow_negative_numbers = true, value_parser = sizes_up_to_2_24, requires = "preset")]
         seq: Option<usize>,
         /// Tile variants to time: all (every one the adapter runs), auto (only the one the
         /// engine picks: the autotuner's measurement where there is one, else its heuristic),
@@ -733,10 +733,10 @@ pub(crate) enum BenchCmd {
         #[arg(long, default_value = "shakespeare-char")]
         preset: String,
         /// Batch size (default: the preset's).
-        #[arg(long, value_parser = sizes_up_to_2_24)]
+        #[arg(long, allow_negative_numbers = true, value_parser = sizes_up_to_2_24)]
         batch: Option<usize>,
         /// Sequence length (default: the preset's).
-        #[arg(long, value_parser = sizes_up_to_2_24)]
+        #[arg(long, allow_negative_numbers = true, value_parser = sizes_up_to_2_24)]
         seq: Option<usize>,
         /// Timed repetitions per kernel (median reported).
         #[arg(long, value_parser = repetitions, default_value_t = 5)]
@@ -771,10 +771,10 @@ pub(crate) enum BenchCmd {
         #[arg(long, value_parser = timed_steps, default_value_t = 5)]
         steps: usize,
         /// Batch size (default: the preset's, or train.batch_size from --config / --set).
-        #[arg(long, value_parser = sizes_up_to_2_24)]
+        #[arg(long, allow_negative_numbers = true, value_parser = sizes_up_to_2_24)]
         batch: Option<usize>,
         /// Sequence length (default: the preset's, or train.seq_len from --config / --set).
-        #[arg(long, value_parser = sizes_up_to_2_24)]
+        #[arg(long, allow_negative_numbers = true, value_parser = sizes_up_to_2_24)]
         seq: Option<usize>,
         /// Also list every dispatch of the profiled step in order (kernel, workgroups, ms).
         #[arg(long, conflicts_with_all = ["against", "against_forms"])]
@@ -830,10 +830,10 @@ pub(crate) enum BenchCmd {
         #[arg(long, default_value = "ddl")]
         variant: String,
         /// Optimizer steps per run (also the schedule's length; warm-up a tenth).
-        #[arg(long, value_parser = positive, default_value_t = 300)]
+        #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 300)]
         steps: usize,
         /// Seeds (comma-separated, at least two different ones).
-        #[arg(long, value_delimiter = ',', value_parser = run_seed, default_value = "1,2,3")]
+        #[arg(long, allow_negative_numbers = true, value_delimiter = ',', value_parser = run_seed, default_value = "1,2,3")]
         seeds: Vec<u64>,
         /// The text to train on.
         #[arg(long, default_value = "assets/tinyshakespeare.txt")]
@@ -855,7 +855,7 @@ pub(crate) enum BenchCmd {
         variant: String,
         /// Context lengths to time one token at (comma-separated, each from 2 to the model's
         /// context) [default: those of 64 and 256 the model's context holds, else its context].
-        #[arg(long, value_parser = context_length, value_delimiter = ',')]
+        #[arg(long, allow_negative_numbers = true, value_parser = context_length, value_delimiter = ',')]
         contexts: Option<Vec<usize>>,
         /// Timed tokens per context (median reported).
         #[arg(long, value_parser = repetitions, default_value_t = 3)]
@@ -869,10 +869,10 @@ pub(crate) enum BenchCmd {
     /// and a short `ddl train --data` run (start-up, data wait per step, peak resident memory).
     Data {
         /// Shard size of the large set in MiB (two bytes per token).
-        #[arg(long, value_parser = positive, default_value_t = 1100)]
+        #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 1100)]
         mib: usize,
         /// Shard size of the small set in MiB.
-        #[arg(long, value_parser = positive, default_value_t = 16)]
+        #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 16)]
         small_mib: usize,
         /// Where the sets are made (default: a new folder in the system's temporary directory).
         /// The sets it makes are removed afterwards unless --keep, and so is the folder if it made
@@ -884,7 +884,7 @@ pub(crate) enum BenchCmd {
         #[arg(long)]
         keep: bool,
         /// Training steps per set.
-        #[arg(long, value_parser = positive, default_value_t = 20)]
+        #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 20)]
         steps: usize,
         /// The model trained (a preset: tiny, shakespeare-char, small-124m, medium-353m).
         #[arg(long, default_value = "tiny")]
@@ -893,7 +893,7 @@ pub(crate) enum BenchCmd {
         #[arg(long, default_value = "ddl")]
         variant: String,
         /// Batches drawn and timed per set outside training.
-        #[arg(long, value_parser = positive, default_value_t = 200)]
+        #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 200)]
         draws: usize,
         /// One JSON object per line.
         #[arg(long)]
@@ -902,7 +902,7 @@ pub(crate) enum BenchCmd {
     /// Device buffer copy bandwidth (the memory ceiling for bandwidth-bound kernels).
     Copy {
         /// Buffer size in MiB.
-        #[arg(long, value_parser = positive, default_value_t = 64)]
+        #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 64)]
         mib: usize,
         /// Timed copies (median reported).
         #[arg(long, value_parser = repetitions, default_value_t = 5)]
@@ -961,9 +961,21 @@ fn peak_tflops(s: &str) -> Result<f64, String> {
 
 /// A count that may be 0 (`--head-chunk 0`: off); a negative one said as such.
 fn count(s: &str) -> Result<usize, String> {
-    match s.trim().parse::<usize>() {
+    whole_u64(s).and_then(|v| usize::try_from(v).map_err(|_| format!("{s} is too large (at most {})", usize::MAX)))
+}
+
+/// A whole number ≥ 0 (64 bits), with a message for a negative one, one too large and anything
+/// else (not Rust's "invalid digit found in string").
+fn whole_u64(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    match t.parse::<u64>() {
         Ok(v) => Ok(v),
-        Err(_) if s.trim().parse::<i64>().is_ok() => Err(format!("{s}: a whole number, not a negative one")),
+        Err(_) if t.strip_prefix('-').is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())) => {
+            Err(format!("{s}: a whole number ≥ 0 is expected, not a negative one"))
+        }
+        Err(_) if !t.is_empty() && t.trim_start_matches('+').bytes().all(|b| b.is_ascii_digit()) => {
+            Err(format!("{s} is too large (at most {})", u64::MAX))
+        }
         Err(_) => Err(format!("expected a whole number ≥ 0, got '{s}'")),
     }
 }
@@ -978,10 +990,9 @@ fn context_length(s: &str) -> Result<usize, String> {
 }
 
 fn positive(s: &str) -> Result<usize, String> {
-    match s.trim().parse::<usize>() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(v) => Ok(v),
-        Err(_) => Err(format!("expected a whole number ≥ 1, got '{s}'")),
+    match count(s).map_err(|e| e.replace("≥ 0", "≥ 1"))? {
+        0 => Err("must be at least 1".into()),
+        v => Ok(v),
     }
 }
 

@@ -220,6 +220,13 @@ fn config_problems_are_clear_errors() {
     let dir = tmpdir("config");
     let c = ddl::testing::small_corpus(&dir);
     let out = dir.join("o").display().to_string();
+    // Counts on the command line: a negative one, one too large, a non-number, each said as such
+    // (clap's "unexpected argument '-1'" and Rust's "invalid digit found in string" before).
+    fails(&dir, &["train", "--out", &out, "--steps", "-1"], &["--steps", "-1: a whole number ≥ 1", "not a negative"]);
+    fails(&dir, &["train", "--out", &out, "--sample", "-2"], &["--sample", "not a negative one"]);
+    fails(&dir, &["train", "--out", &out, "--head-chunk", "99999999999999999999"], &["is too large (at most"]);
+    fails(&dir, &["generate", "--checkpoint", &out, "--seed", "x1"], &["expected a whole number ≥ 0, got 'x1'"]);
+    fails(&dir, &["tokenizer", "train", "--corpus", &c, "--out", &out, "--vocab-size", "-300"], &["not a negative"]);
     let t = |extra: &[&str], needles: &[&str]| {
         let mut a = vec!["train", "--corpus", &c, "--out", &out, "--steps", "1"];
         a.extend_from_slice(extra);
