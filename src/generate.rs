@@ -850,7 +850,9 @@ pub fn load_for_inference(
     gpu: &std::sync::Arc<crate::gpu::Gpu>,
     dir: &std::path::Path,
 ) -> anyhow::Result<(Model, Tokenizer)> {
-    let ck = crate::train::checkpoint::load_to_device(dir, gpu.clone(), false)?;
+    use crate::train::checkpoint;
+    let ck = checkpoint::load_to_device(dir, gpu.clone(), false)
+        .map_err(|e| checkpoint::with_kept_for_reading(dir, "--checkpoint", e))?;
     Ok((ck.model, ck.tokenizer))
 }
 

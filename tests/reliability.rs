@@ -2110,6 +2110,15 @@ fn checkpoints_keep_the_newest_n_and_the_best_by_validation_loss_as_run_folders(
     let resume = ["train", "--resume", out.to_str().unwrap(), "--steps", "7"];
     let e = fails(&dir, &resume, &["step-00000005", "--out NEW"]);
     assert!(!e.contains("step-00000006") || cfg!(not(unix)), "{e}");
+    // Generation and evaluation of it name the kept checkpoint that reads, as --checkpoint.
+    let o = out.to_str().unwrap();
+    let give = "step-00000005 (step 5) reads: give --checkpoint";
+    fails(
+        &dir,
+        &["generate", "--checkpoint", o, "--prompt", "To", "--max-tokens", "2"],
+        &["truncated or corrupt", give],
+    );
+    fails(&dir, &["eval", "--checkpoint", o, "--text", &c], &["model.safetensors", give]);
     // A new run into it is not told to resume it (which fails) but where it can continue.
     let e = fails(
         &dir,
@@ -2121,6 +2130,11 @@ fn checkpoints_keep_the_newest_n_and_the_best_by_validation_loss_as_run_folders(
     std::fs::remove_file(&model).unwrap();
     let e = fails(&dir, &resume, &["no model.safetensors", "step-00000005 (step 5)", "--out NEW"]);
     assert!(!e.contains("first checkpoint") && !e.contains("start it again"), "{e}");
+    fails(
+        &dir,
+        &["generate", "--checkpoint", o, "--prompt", "To", "--max-tokens", "2"],
+        &["the file is missing", give],
+    );
     fails(&dir, &train_args(&c, out.to_str().unwrap(), "2", &[]), &["is gone", "step-00000005", "kept checkpoints"]);
     let branch = dir.join("branch");
     let k5 = kept.join("step-00000005");

@@ -895,18 +895,54 @@ pub fn saved_state(dir: &Path) -> Result<RunState, CheckpointError> {
 /// that reads.
 #[cfg(feature = "native")]
 pub fn kept_remedy_for(run: &Path, suspect: &[&str]) -> Option<String> {
-    let kept = run.join(KEPT_DIR);
-    let mut dirs: Vec<PathBuf> = kept_steps(run).into_iter().rev().map(|s| kept.join(step_dir_name(s))).collect();
-    dirs.push(kept.join(BEST_DIR));
-    let shares = |d: &Path| suspect.iter().any(|f| same_file(&d.join(f), &run.join(f)));
-    let usable = dirs.into_iter().find(|d| !shares(d) && saved_state(d).is_ok())?;
-    let step = saved_step(&usable).ok()?;
+    let (usable, step) = kept_that_reads(run, suspect)?;
     Some(format!(
         "its kept checkpoint {} (step {step}) reads: `ddl train --resume {} --out NEW` continues from it in a new \
          folder",
         usable.display(),
         usable.display()
     ))
+}
+
+/// The newest kept checkpoint of `run` (then its best) that reads and shares none of the files
+/// `suspect` with the run's own, with its step.
+fn kept_that_reads(run: &Path, suspect: &[&str]) -> Option<(PathBuf, usize)> {
+    let kept = run.join(KEPT_DIR);
+    let mut dirs: Vec<PathBuf> = kept_steps(run).into_iter().rev().map(|s| kept.join(step_dir_name(s))).collect();
+    dirs.push(kept.join(BEST_DIR));
+    let shares = |d: &Path| suspect.iter().any(|f| same_file(&d.join(f), &run.join(f)));
+    let usable = dirs.into_iter().find(|d| !shares(d) && saved_state(d).is_ok())?;
+    let step = saved_step(&usable).ok()?;
+    Some((usable, step))
+}
+
+/// A model that does not load for evaluation or generation (`e`, from `run`'s `model.safetensors`
+/// damaged or missing), with the kept checkpoint that reads, if any, named as the one to give
+/// instead (`flag`: `--checkpoint`, `--against`).
+pub fn with_kept_for_reading(run: &Path, flag: &str, e: CheckpointError) -> CheckpointError {
+    let model = |p: &Path| p.file_name().is_some_and(|n| n == MODEL_FILE);
+    let Some((kept, step)) = (match &e {
+        CheckpointError::Corrupt { path, .. }
+        | CheckpointError::Content { path, .. }
+        | CheckpointError::MissingFile(path)
+            if model(path) =>
+        {
+            kept_that_reads(run, &[MODEL_FILE])
+        }
+        _ => None,
+    }) else {
+        return e;
+    };
+    let but =
+        format!("; but its kept checkpoint {} (step {step}) reads: give {flag} {}", kept.display(), kept.display());
+    match e {
+        CheckpointError::Corrupt { path, msg } => CheckpointError::Corrupt { path, msg: msg + &but },
+        CheckpointError::Content { path, msg } => CheckpointError::Content { path, msg: msg + &but },
+        CheckpointError::MissingFile(path) => {
+            CheckpointError::Content { path, msg: format!("the file is missing{but}") }
+        }
+        e => e,
+    }
 }
 
 /// The files of a checkpoint that `e` shows damaged (the one it names, when it is the model's or

@@ -320,7 +320,8 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         check_per_token_path(path)?;
     }
     let rows = req.per_token.is_some();
-    let ck = super::checkpoint::load_to_device(dir, gpu.clone(), false)?;
+    let ck = super::checkpoint::load_to_device(dir, gpu.clone(), false)
+        .map_err(|e| super::checkpoint::with_kept_for_reading(dir, "--checkpoint", e))?;
     let (model, tok, ck_step) = (ck.model, ck.tokenizer, ck.step);
     // The interventions against the model, before any window is evaluated.
     let intervened_maps = match &req.intervene {
@@ -693,6 +694,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         None => None,
         Some(other) => {
             let ck = super::checkpoint::load_to_device(other, gpu.clone(), false)
+                .map_err(|e| super::checkpoint::with_kept_for_reading(other, "--against", e))
                 .map_err(|e| TrainError::Settings(format!("--against '{}': {e}", other.display())))?;
             if ck.model.cfg.max_seq_len < seq_len {
                 return Err(TrainError::Settings(format!(
