@@ -91,10 +91,17 @@ impl DeviceArgs {
             .map(|b| BackendChoice::parse(b).map_err(|e| anyhow::anyhow!("{e}{}", from_env("DDL_BACKEND", b))))
             .transpose()?;
         let gpu = Gpu::new(&GpuOptions { backend, adapter: self.adapter.clone() }).map_err(|e| {
-            let env = self.adapter.as_deref().map(|a| from_env("DDL_ADAPTER", a)).unwrap_or_default();
+            // (Which of the choices came from the environment: a shell profile's, say.)
+            let env: Vec<String> = [("DDL_BACKEND", self.backend.as_deref()), ("DDL_ADAPTER", self.adapter.as_deref())]
+                .into_iter()
+                .filter_map(|(var, v)| v.filter(|v| std::env::var(var).is_ok_and(|e| e == *v)).map(|v| format!("{var}={v}")))
+                .collect();
             match e {
                 ddl::gpu::GpuError::AdapterNotFound { .. } if !env.is_empty() => {
-                    anyhow::anyhow!("{e}\nThe adapter was asked for{env}")
+                    anyhow::anyhow!(
+                        "{e}\nThe adapter was asked for by the environment ({}): unset it, or give --backend / --adapter",
+                        env.join(", ")
+                    )
                 }
                 e => anyhow::Error::from(e),
             }

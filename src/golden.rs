@@ -78,6 +78,13 @@ impl Golden {
         let md = meta.metadata().clone().ok_or_else(|| content("no __metadata__ in the header".into()))?;
         let get = |k: &str| md.get(k).cloned().ok_or_else(|| content(format!("metadata key '{k}' is missing")));
         let format = get("format")?;
+        if format == crate::train::checkpoint::FORMAT {
+            return Err(content(
+                "a ddl checkpoint's model file, not a golden file: `ddl golden` checks the engine against PyTorch's \
+                 golden files (tests/golden/*.safetensors); a checkpoint is evaluated with `ddl eval --checkpoint DIR`"
+                    .into(),
+            ));
+        }
         if format != "ddl-golden-1" {
             return Err(content(format!("unsupported format '{format}' (this build reads 'ddl-golden-1')")));
         }

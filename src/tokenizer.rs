@@ -50,6 +50,11 @@ pub enum TokenizerError {
          memory for every token asked for, and GPT-2's 50,257 or a few hundred thousand are the sizes in use)"
     )]
     VocabTooLarge { got: usize, max: usize },
+    #[error(
+        "the corpus has no pair of tokens that occurs twice, so the BPE learnt no merge (it would be the 256 bytes \
+         and {EOT} alone, as --vocab-size 257 would): give a larger corpus"
+    )]
+    NoMerges,
     #[error("tokenizer file '{0}' does not exist (expected a Hugging Face tokenizer.json)")]
     Missing(PathBuf),
     #[error("cannot read tokenizer file '{path}': {source}")]
@@ -224,7 +229,12 @@ pub fn train_bpe_pieces<S: AsRef<str> + Send>(
         .build()
         .into();
     t.train(&mut trainer, pieces).map_err(|e| TokenizerError::Train(e.to_string()))?;
-    Ok(Tokenizer::Bpe(Box::new(t)))
+    let tok = Tokenizer::Bpe(Box::new(t));
+    if tok.vocab_size() <= BPE_BASE_VOCAB {
+        // (The bytes and EOT alone: the tokenizer --vocab-size 257 is refused for.)
+        return Err(TokenizerError::NoMerges);
+    }
+    Ok(tok)
 }
 
 /// Whether GPT-2's byte-level pre-tokenizer ends a pre-token at byte `i` of `text` whatever comes
@@ -870,6 +880,13 @@ mod tests {
         let line = huge.replace('\n', " ");
         assert!(chunks(&line, CHUNK_BYTES).len() > 1);
         assert_eq!(tok.encode(&line).unwrap(), t.encode_fast(line.as_str(), false).unwrap().get_ids());
+    }
+
+    /// A corpus without a pair that occurs twice teaches no merge: refused, as --vocab-size 257 is.
+    #[test]
+    fn a_corpus_that_teaches_no_merge_is_refused() {
+        assert!(matches!(train_bpe("abc", 300), Err(TokenizerError::NoMerges)));
+        assert!(matches!(train_bpe("abab", 300), Ok(t) if t.vocab_size() > BPE_BASE_VOCAB));
     }
 
     /// A BPE without an unknown token or byte fallback drops what it has no token for: its

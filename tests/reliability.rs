@@ -140,6 +140,9 @@ fn checkpoint_problems_are_clear_errors() {
 
     fails_gen(&dir, &dir.join("nope"), &["nope", "does not exist"]);
     fails_gen(&dir, &ck.join("model.safetensors"), &["model.safetensors", "is a file", "run's folder"]);
+    // Given to `ddl golden`, a checkpoint is said to be one, with the command that takes it.
+    let model = ck.join("model.safetensors");
+    fails(&dir, &["golden", model.to_str().unwrap()], &["a ddl checkpoint's model file", "ddl eval --checkpoint"]);
     let m = mutated(&ck, "missing-file", |_, _| {});
     std::fs::remove_file(m.join("model.safetensors")).unwrap();
     fails_gen(&dir, &m, &["model.safetensors", "missing"]);
@@ -237,6 +240,7 @@ fn config_problems_are_clear_errors() {
     // Out of range: the full key, the value given, the allowed range and the remedy.
     t(&["--set", "train.nope=1"], &["unknown key 'train.nope'", "known keys here", "warmup_steps"]);
     t(&["--set", "train.batch_size=-1"], &["train.batch_size = -1", "expected a whole number, not a negative one"]);
+    t(&["--set", "data_format=xx"], &["data_format = \"xx\"", "expected llmc or raw-u16"]);
     // A --config file's problems in the file's words: a preset it names, bytes that are not
     // UTF-8 (where), an integer beyond TOML's.
     let file = |name: &str, bytes: &[u8]| {
@@ -763,7 +767,16 @@ fn device_problems_are_clear_errors() {
     assert!(with_env("DDL_BACKEND", "zz", &["--backend", "vulkan", "info"]).status.success());
     // An adapter asked for by the environment is named as such; an empty name is refused.
     let o = with_env("DDL_ADAPTER", "no-such-adapter", &["info"]);
-    assert!(!o.status.success() && text(&o).contains("environment variable DDL_ADAPTER"), "{}", text(&o));
+    assert!(
+        !o.status.success() && text(&o).contains("by the environment (DDL_ADAPTER=no-such-adapter)"),
+        "{}",
+        text(&o)
+    );
+    // A backend that is no adapter's here (Metal, off macOS), from the environment, likewise.
+    if !cfg!(target_os = "macos") {
+        let o = with_env("DDL_BACKEND", "metal", &["info"]);
+        assert!(!o.status.success() && text(&o).contains("by the environment (DDL_BACKEND=metal)"), "{}", text(&o));
+    }
     fails(&dir, &["--adapter", "", "info"], &["--adapter ''", "an adapter index or a name substring"]);
     // Negative values are the flag's error, not "unexpected argument".
     fails(&dir, &["info", "--preset", "tiny", "--head-chunk", "-1"], &["--head-chunk", "not a negative one"]);

@@ -224,6 +224,13 @@ impl ExperimentSpec {
         if self.model.contains_key("variant") {
             return Err("[model] variant: variants come from the spec's `variants` list".into());
         }
+        if let Some(v) = self.model.get("vocab_size") {
+            // (It was ignored: each run takes its tokenizer's size.)
+            return Err(format!(
+                "[model] vocab_size = {v}: each run's vocabulary is its tokenizer's size (the corpus's characters, or \
+                 the `tokenizer` file's tokens); drop it"
+            ));
+        }
         let mut train = self.train.clone();
         if train.contains_key("seed") {
             return Err("[train] seed: seeds come from the spec's `seeds` list".into());
@@ -363,6 +370,9 @@ mod tests {
         assert!(s.run_config(Variant::Ddl, 1).unwrap_err().contains("seeds"));
         let s = spec("[train]\nlr = -1.0\n").unwrap();
         assert!(s.run_config(Variant::Ddl, 1).unwrap_err().contains("lr"));
+        let s = spec("[model]\nvocab_size = 99\n").unwrap();
+        let e = s.run_config(Variant::Ddl, 1).unwrap_err();
+        assert!(e.contains("[model] vocab_size = 99") && e.contains("tokenizer's size"), "{e}");
         let s = spec("[model]\nd_modle = 3\n").unwrap();
         assert!(s.run_config(Variant::Ddl, 1).unwrap_err().contains("d_modle"));
     }

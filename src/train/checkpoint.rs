@@ -906,6 +906,7 @@ pub fn kept_remedy_for(run: &Path, suspect: &[&str]) -> Option<String> {
 
 /// The newest kept checkpoint of `run` (then its best) that reads and shares none of the files
 /// `suspect` with the run's own, with its step.
+#[cfg(feature = "native")]
 fn kept_that_reads(run: &Path, suspect: &[&str]) -> Option<(PathBuf, usize)> {
     let kept = run.join(KEPT_DIR);
     let mut dirs: Vec<PathBuf> = kept_steps(run).into_iter().rev().map(|s| kept.join(step_dir_name(s))).collect();
@@ -919,6 +920,7 @@ fn kept_that_reads(run: &Path, suspect: &[&str]) -> Option<(PathBuf, usize)> {
 /// A model that does not load for evaluation or generation (`e`, from `run`'s `model.safetensors`
 /// damaged or missing), with the kept checkpoint that reads, if any, named as the one to give
 /// instead (`flag`: `--checkpoint`, `--against`).
+#[cfg(feature = "native")]
 pub fn with_kept_for_reading(run: &Path, flag: &str, e: CheckpointError) -> CheckpointError {
     let model = |p: &Path| p.file_name().is_some_and(|n| n == MODEL_FILE);
     let Some((kept, step)) = (match &e {

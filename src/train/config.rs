@@ -804,6 +804,10 @@ impl RunConfig {
 
     pub fn validate(&self) -> Result<(), crate::model::ConfigError> {
         self.model.validate()?;
+        // (What `--data-format` refuses, `--set data_format=…` and a --config file do too.)
+        if let Err(e) = super::shards::Format::parse(&self.data_format) {
+            return Err(crate::model::ConfigError::new("data_format", format!("{:?}", self.data_format), e));
+        }
         self.train.validate(&self.model)
     }
 }

@@ -889,11 +889,14 @@ impl Corpus {
             let trained = crate::tokenizer::train_bpe_pieces(rx.into_iter(), vocab_size);
             (reader.join().expect("the corpus reader panicked"), trained)
         });
-        let tok = trained?;
-        if read? == 0 {
-            return Err(DataError::Empty(self.path.clone()));
+        // (An empty corpus is said as such, not as the merges it could not teach; a failed read
+        // as the read's error, which left the trainer short of text.)
+        match (read, trained) {
+            (Ok(0), _) => Err(DataError::Empty(self.path.clone())),
+            (Err(e), Ok(_) | Err(crate::tokenizer::TokenizerError::NoMerges)) => Err(e),
+            (_, Err(e)) => Err(e.into()),
+            (Ok(_), Ok(tok)) => Ok(tok),
         }
-        Ok(tok)
     }
 
     /// The bytes of its text and the tokens `tok` makes of them, counted in pieces on every core.
