@@ -991,6 +991,12 @@ fn outputs_never_replace_files_they_do_not_own() {
             &["not a regular file"],
         );
         assert!(std::fs::symlink_metadata(&fifo).is_ok_and(|m| !m.is_file()), "the pipe became a file");
+        // Read from: refused where the command reads it twice or by name (a pipe without a
+        // writer blocked them), not waited on.
+        let out = dir.join("from-pipe").display().to_string();
+        fails(&dir, &["data", "prepare", "--tokenizer", "char", "--out", &out, f], &["a pipe", "more than once"]);
+        fails(&dir, &["tokenizer", "train", "--corpus", f, "--vocab-size", "300", "--out", &out], &["a pipe", "twice"]);
+        fails(&dir, &["golden", f], &["a pipe", "read whole"]);
     }
     let keep = dir.join("model.safetensors");
     std::fs::write(&keep, b"not a trace").unwrap();
