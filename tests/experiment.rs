@@ -316,32 +316,32 @@ fn bad_specs_are_clear_errors() {
     let r = ddl(&dir, &["experiment", "--spec", dir.join("missing.toml").to_str().unwrap(), "--out", "x"]);
     assert!(!r.status.success() && text(&r).contains("missing.toml"), "{}", text(&r));
     assert!(!out.exists(), "a bad spec must not create the output directory");
-    // A `ddl train` run's folder is no experiment's: refused (also by --dry-run), nothing added.
+    // A `ddl train` run's folder is no experiment's, nor is a folder of someone's own files of
+    // the names the grid writes (no experiment.toml, no runs/): refused (also by --dry-run),
+    // naming what is there, nothing added or replaced.
     let run = dir.join("a-run");
     std::fs::create_dir_all(&run).unwrap();
     std::fs::write(run.join("model.safetensors"), "x").unwrap();
-    for extra in [&[][..], &["--dry-run"][..]] {
-        let mut args = vec!["experiment", "--spec", good.to_str().unwrap(), "--out", run.to_str().unwrap()];
-        args.extend(extra);
-        let r = ddl(&dir, &args);
-        let t = text(&r);
-        assert!(!r.status.success() && t.contains("holds a training run (model.safetensors)"), "{t}");
-        assert_eq!(std::fs::read_dir(&run).unwrap().count(), 1, "{t}");
-    }
-    // A folder of someone's own files of the names the grid writes (no experiment.toml, no
-    // runs/): refused (also by --dry-run), naming them, nothing replaced.
     let mine = dir.join("mine");
     std::fs::create_dir_all(&mine).unwrap();
     std::fs::write(mine.join("report.md"), "my notes").unwrap();
     std::fs::write(mine.join("val_loss.png"), "my plot").unwrap();
-    for extra in [&[][..], &["--dry-run"][..]] {
-        let mut args = vec!["experiment", "--spec", good.to_str().unwrap(), "--out", mine.to_str().unwrap()];
-        args.extend(extra);
-        let r = ddl(&dir, &args);
-        let t = text(&r);
-        assert!(!r.status.success() && t.contains("holds report.md, val_loss.png but no experiment.toml"), "{t}");
-        assert_eq!(std::fs::read(mine.join("report.md")).unwrap(), b"my notes");
-        assert_eq!(std::fs::read_dir(&mine).unwrap().count(), 2, "{t}");
+    for (folder, said) in [
+        (&run, "holds a training run (model.safetensors)"),
+        (&mine, "holds report.md, val_loss.png but no experiment.toml"),
+    ] {
+        let before: Vec<_> =
+            std::fs::read_dir(folder).unwrap().flatten().map(|e| std::fs::read(e.path()).unwrap()).collect();
+        for extra in [&[][..], &["--dry-run"][..]] {
+            let mut args = vec!["experiment", "--spec", good.to_str().unwrap(), "--out", folder.to_str().unwrap()];
+            args.extend(extra);
+            let r = ddl(&dir, &args);
+            let t = text(&r);
+            assert!(!r.status.success() && t.contains(said), "{t}");
+            let after: Vec<_> =
+                std::fs::read_dir(folder).unwrap().flatten().map(|e| std::fs::read(e.path()).unwrap()).collect();
+            assert_eq!(after, before, "{t}");
+        }
     }
     // A folder another live process works in (PID 1 always runs on Linux): refused naming it,
     // before devices open and the grid's headers are said.
