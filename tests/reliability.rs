@@ -1668,11 +1668,21 @@ fn a_new_run_never_replaces_files_of_a_folder_that_holds_no_run() {
     let r = cmd(&dir).args(train_args(&c, m, "1", &["--overwrite"])).output().unwrap();
     assert!(r.status.success(), "{}", text(&r));
     assert!(!std::fs::read_to_string(mine.join("config.toml")).unwrap().contains("my settings"));
-    // A run that stopped before its first step (its config.toml and data.json, no metrics): a
-    // new run takes the folder without --overwrite.
+    // Its config.toml and data.json beside kept checkpoints, its own files gone: a run to
+    // continue from them, said, not removed.
     for f in ["metrics.jsonl", "model.safetensors", "optim.safetensors", "summary.json", "loss.png"] {
         let _ = std::fs::remove_file(mine.join(f));
     }
+    assert!(mine.join("checkpoints").is_dir());
+    fails(
+        &dir,
+        &train_args(&c, m, "1", &[]),
+        &["holds a run (data.json, config.toml)", "kept checkpoint", "step-00000001"],
+    );
+    assert!(mine.join("checkpoints").is_dir(), "the kept checkpoints were removed");
+    // A run that stopped before its first step (its config.toml and data.json, no metrics, no
+    // checkpoint): a new run takes the folder without --overwrite.
+    std::fs::remove_dir_all(mine.join("checkpoints")).unwrap();
     let r = cmd(&dir).args(train_args(&c, m, "1", &[])).output().unwrap();
     assert!(r.status.success(), "{}", text(&r));
     assert!(mine.join("metrics.jsonl").exists());

@@ -618,10 +618,20 @@ fn claim_for_new_run(dir: &Path, overwrite: bool) -> Result<bool, TrainError> {
         if others.is_empty() {
             return Ok(false);
         }
-        // A run that stopped before its first step leaves its config.toml and data.json (its
-        // record of the data: replaced as its own). Anything else is not the run's to replace.
-        if overwrite || is_runs_data_record(&dir.join("data.json")) {
+        if overwrite {
             return Ok(true);
+        }
+        // A run that stopped before its first step leaves its config.toml and data.json (its
+        // record of the data): the new run writes over them, as its own. (Kept checkpoints
+        // beside them are a run's to continue: said, not removed.) Anything else is not the
+        // run's to replace.
+        if is_runs_data_record(&dir.join("data.json")) {
+            return match checkpoint::kept_remedy_for(dir, &[]) {
+                Some(kept) => {
+                    Err(TrainError::RunWithKeptCheckpoints { dir: dir.to_path_buf(), what: others.join(", "), kept })
+                }
+                None => Ok(false),
+            };
         }
         let hint = if others.contains(&"config.toml") {
             " (a settings file for --config belongs outside the folder a run writes: the run keeps its resolved \
