@@ -380,6 +380,7 @@ fn set_ctrlc_handler() {
                 std::process::exit(interrupted_status());
             }
             static FIRST: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+            THIS_IS_TERM.store(TERM_NOW.swap(false, Ordering::SeqCst), Ordering::SeqCst);
             if INTERRUPTED.swap(true, Ordering::SeqCst) {
                 // The same interruption delivered twice (a terminal, or `timeout`, signals the
                 // process and then its group): not a second Ctrl-C.
@@ -394,6 +395,7 @@ fn set_ctrlc_handler() {
                 std::process::exit(interrupted_status());
             } else {
                 let _ = FIRST.set(std::time::Instant::now());
+                let _ = FIRST_NAME.set(interruption());
                 eprintln!("\n{}: stopping cleanly (Ctrl-C or SIGTERM again stops at once)", interruption());
             }
         });
@@ -403,6 +405,7 @@ fn set_ctrlc_handler() {
             extern "C" fn on_term(sig: libc::c_int) {
                 // Async-signal-safe: an atomic store and raise(3).
                 SIGNAL.store(sig, Ordering::SeqCst);
+                TERM_NOW.store(true, Ordering::SeqCst);
                 // SAFETY: raise is async-signal-safe; SIGINT's handler is ctrlc's.
                 unsafe {
                     libc::raise(libc::SIGINT);
@@ -470,12 +473,31 @@ fn stop_at_once() -> String {
         let step = |s: usize| (s != NO_STEP).then_some(s);
         (step(SAVED_STEP.load(Ordering::SeqCst)), step(SAVING_STEP.load(Ordering::SeqCst)))
     });
-    stop_at_once_with(&scrapped, training)
+    stop_at_once_with(&second_label(), &scrapped, training)
+}
+
+/// The first interruption's name ([`interruption`] when it came), for the second's message.
+static FIRST_NAME: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+/// Set by the SIGTERM handler before it raises SIGINT: the delivery the Ctrl-C handler sees next
+/// is a SIGTERM (a plain SIGINT leaves it unset).
+static TERM_NOW: AtomicBool = AtomicBool::new(false);
+/// What the interruption being handled is (read once per delivery: [`TERM_NOW`]).
+static THIS_IS_TERM: AtomicBool = AtomicBool::new(false);
+
+/// "second Ctrl-C", or "SIGTERM after Ctrl-C" when the two differ (the message said "second
+/// SIGTERM" after a Ctrl-C and a SIGTERM).
+fn second_label() -> String {
+    let second = if THIS_IS_TERM.load(Ordering::SeqCst) { "SIGTERM" } else { "Ctrl-C" };
+    label_of(FIRST_NAME.get().copied().unwrap_or(second), second)
+}
+
+fn label_of(first: &str, second: &str) -> String {
+    if first == second { format!("second {second}") } else { format!("{second} after {first}") }
 }
 
 /// [`stop_at_once`] for these folders and, when a run is training, the step of its last
 /// checkpoint and the step whose checkpoint is being saved (if any).
-fn stop_at_once_with(scrapped: &[PathBuf], training: Option<(Option<usize>, Option<usize>)>) -> String {
+fn stop_at_once_with(label: &str, scrapped: &[PathBuf], training: Option<(Option<usize>, Option<usize>)>) -> String {
     for dir in scrapped {
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -488,12 +510,12 @@ fn stop_at_once_with(scrapped: &[PathBuf], training: Option<(Option<usize>, Opti
             Some(s) => format!("the checkpoint of step {s} is intact (`--resume` continues from it)"),
             None => "no checkpoint had been saved yet: nothing to resume (start the run again)".into(),
         };
-        format!("second {}: {stopped}; {left}", interruption())
+        format!("{label}: {stopped}; {left}")
     } else if scrapped.is_empty() {
-        format!("second {}: stopped at once", interruption())
+        format!("{label}: stopped at once")
     } else {
         let list: Vec<String> = scrapped.iter().map(|p| format!("'{}'", p.display())).collect();
-        format!("second {}: stopped at once; removed the unfinished {}", interruption(), list.join(", "))
+        format!("{label}: stopped at once; removed the unfinished {}", list.join(", "))
     }
 }
 
@@ -1045,20 +1067,25 @@ mod tests {
         let w = Scrap::new(&writing);
         drop(Scrap::new(&done));
         assert!(listed(&writing) && !listed(&done));
-        let said = stop_at_once_with(std::slice::from_ref(&writing), None);
+        let said = stop_at_once_with("second Ctrl-C", std::slice::from_ref(&writing), None);
         assert!(!writing.exists() && done.exists(), "{said}");
         assert!(said.contains("removed the unfinished") && said.contains(".out.prepare-1"), "{said}");
         assert!(!said.contains("checkpoint"), "{said}");
-        assert_eq!(stop_at_once_with(&[], None), format!("second {}: stopped at once", interruption()));
+        assert_eq!(stop_at_once_with("second Ctrl-C", &[], None), "second Ctrl-C: stopped at once");
+        // Two interruptions of different kinds are named as such.
+        assert_eq!(
+            (label_of("Ctrl-C", "Ctrl-C"), label_of("Ctrl-C", "SIGTERM")),
+            ("second Ctrl-C".into(), "SIGTERM after Ctrl-C".into())
+        );
         // A training run: the checkpoint that is left, or that there is none; the save cut short.
-        let said = stop_at_once_with(&[], Some((Some(6), None)));
+        let said = stop_at_once_with("second Ctrl-C", &[], Some((Some(6), None)));
         assert!(
             said.ends_with("stopped at once; the checkpoint of step 6 is intact (`--resume` continues from it)"),
             "{said}"
         );
-        let said = stop_at_once_with(&[], Some((Some(6), Some(9))));
+        let said = stop_at_once_with("second Ctrl-C", &[], Some((Some(6), Some(9))));
         assert!(said.contains("without finishing the save of step 9; the checkpoint of step 6 is intact"), "{said}");
-        let said = stop_at_once_with(&[], Some((None, None)));
+        let said = stop_at_once_with("second Ctrl-C", &[], Some((None, None)));
         assert!(said.contains("no checkpoint had been saved yet") && !said.contains("--resume"), "{said}");
         drop(w);
         assert!(!listed(&writing));
