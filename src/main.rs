@@ -744,9 +744,6 @@ fn data_cmd(d: DataCmd) -> Result<()> {
         }
     };
     train_cmd::refuse_inside_kept("--out", &out)?;
-    for input in &inputs {
-        refuse_pipe("input", input, "`ddl data prepare` reads its inputs more than once")?;
-    }
     let val = match (val_tokens, val_fraction) {
         (Some(n), _) => ValSplit::Tokens(n),
         (None, f) => ValSplit::Fraction(f.unwrap_or(0.1)),
@@ -908,23 +905,16 @@ fn cache_cmd(remove: bool, p: ddl::train::cache::Prune, json: bool) -> Result<()
 }
 
 /// The golden files given: a folder stands for its `*.safetensors` (not its subfolders').
-/// Refuses `path` when it is a pipe (or another file that is not a regular one): `what` says why
-/// the command cannot read it there (a pipe without a writer blocked it, and one read twice
-/// blocked the second read).
+/// Refuses `path` when it is a pipe: `what` says why the command cannot read it there (a pipe
+/// without a writer blocked it, and one read twice blocked the second read).
 fn refuse_pipe(flag: &str, path: &std::path::Path, what: &str) -> Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileTypeExt;
-        if std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo() || m.file_type().is_char_device()) {
-            anyhow::bail!(
-                "{flag} {}: a pipe (or a device), which can be read only once as it comes, and {what}; save what it \
-                 gives to a file first (e.g. `… > text.txt`) and give that",
-                path.display()
-            );
-        }
+    if ddl::train::data::is_pipe(path) {
+        anyhow::bail!(
+            "{flag} {}: a pipe, which can be read only once as it comes, and {what}; save what it gives to a file \
+             first (e.g. `… > text.txt`) and give that",
+            path.display()
+        );
     }
-    #[cfg(not(unix))]
-    let _ = (flag, path, what);
     Ok(())
 }
 

@@ -997,6 +997,13 @@ fn outputs_never_replace_files_they_do_not_own() {
         fails(&dir, &["data", "prepare", "--tokenizer", "char", "--out", &out, f], &["a pipe", "more than once"]);
         fails(&dir, &["tokenizer", "train", "--corpus", f, "--vocab-size", "300", "--out", &out], &["a pipe", "twice"]);
         fails(&dir, &["golden", f], &["a pipe", "read whole"]);
+        // In a folder too.
+        let piped = dir.join("piped");
+        std::fs::create_dir_all(&piped).unwrap();
+        assert!(Command::new("mkfifo").arg(piped.join("b.txt")).status().unwrap().success());
+        let p = piped.to_str().unwrap();
+        fails(&dir, &["data", "prepare", "--tokenizer", "char", "--out", &out, p], &["b.txt' is a pipe"]);
+        assert!(!Path::new(&out).exists());
     }
     let keep = dir.join("model.safetensors");
     std::fs::write(&keep, b"not a trace").unwrap();

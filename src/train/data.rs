@@ -37,6 +37,12 @@ pub enum DataError {
     Empty(PathBuf),
     #[error("'{0}' is a device, not a text file (a device such as /dev/zero never ends); give a file or a folder")]
     Device(PathBuf),
+    /// `ddl data prepare`'s input that is a pipe: read more than once, it blocked.
+    #[error(
+        "'{0}' is a pipe, which can be read only once as it comes, and `ddl data prepare` reads its inputs more than \
+         once; save what it gives to a file first (e.g. `… > text.txt`) and give that"
+    )]
+    Pipe(PathBuf),
     #[error(
         "'{path}' is not UTF-8 text (first invalid byte at offset {offset}): convert it (e.g. `iconv -f LATIN1 -t \
          UTF-8`), or leave that file out"
@@ -454,6 +460,20 @@ pub enum PathProblem {
     BrokenLink,
     /// A character or block device, which may never end (/dev/zero).
     Device,
+}
+
+/// Whether `path` is a pipe (a FIFO: its text can be read only once, as it comes).
+pub fn is_pipe(path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        false
+    }
 }
 
 /// What is wrong with `path` as an input, if anything.

@@ -90,6 +90,10 @@ fn input_files(inputs: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<PathBuf>), DataE
             if p.is_dir() {
                 walk_dir(&p, out, seen)?;
             } else if p.extension().is_some_and(|e| e.eq_ignore_ascii_case("txt") || e.eq_ignore_ascii_case("jsonl")) {
+                // (A pipe in a folder blocked the second read, or the first without a writer.)
+                if super::data::is_pipe(&p) {
+                    return Err(DataError::Pipe(p));
+                }
                 out.push(p);
             }
         }
@@ -108,6 +112,8 @@ fn input_files(inputs: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<PathBuf>), DataE
             }
         } else if super::data::path_problem(i) == Some(super::data::PathProblem::Device) {
             return Err(DataError::Device(i.clone()));
+        } else if super::data::is_pipe(i) {
+            return Err(DataError::Pipe(i.clone()));
         } else {
             files.push(i.clone());
         }
