@@ -151,10 +151,7 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             // Its runs go into --out's subfolders: not inside a run's kept checkpoints (pruned),
             // not into a run's own folder.
             crate::train_cmd::refuse_inside_kept("--out", out)?;
-            let trained: Vec<&str> = ["metrics.jsonl", "model.safetensors", "optim.safetensors"]
-                .into_iter()
-                .filter(|f| out.join(f).is_file())
-                .collect();
+            let trained = ddl::train::trained_files(out);
             if !trained.is_empty() {
                 anyhow::bail!(
                     "--out '{}' holds a training run ({}): bench precision trains its runs in subfolders of a \

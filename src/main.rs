@@ -904,7 +904,6 @@ fn cache_cmd(remove: bool, p: ddl::train::cache::Prune, json: bool) -> Result<()
     Ok(())
 }
 
-/// The golden files given: a folder stands for its `*.safetensors` (not its subfolders').
 /// Refuses `path` when it is a pipe: `what` says why the command cannot read it there (a pipe
 /// without a writer blocked it, and one read twice blocked the second read).
 fn refuse_pipe(flag: &str, path: &std::path::Path, what: &str) -> Result<()> {
@@ -918,6 +917,7 @@ fn refuse_pipe(flag: &str, path: &std::path::Path, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// The golden files given: a folder stands for its `*.safetensors` (not its subfolders').
 fn golden_files(given: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>> {
     let mut files = Vec::new();
     for g in given {

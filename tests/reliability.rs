@@ -35,6 +35,19 @@ fn fails(dir: &Path, args: &[&str], needles: &[&str]) -> String {
     t
 }
 
+/// Runs `ddl args` with the fault `var=value` injected and checks it stops with our error (1), no
+/// panic, every needle in its output; returns the output.
+fn fails_under(dir: &Path, (var, value): (&str, &str), args: &[&str], needles: &[&str]) -> String {
+    let o = cmd(dir).args(args).env(var, value).output().unwrap();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "`ddl {}` with {var}={value}:\n{t}", args.join(" "));
+    assert!(!t.contains("panicked"), "{t}");
+    for n in needles {
+        assert!(t.contains(n), "expected {n:?} in: {t}");
+    }
+    t
+}
+
 /// Flags of a model that trains a step in well under a second on lavapipe.
 const SMALL: &[&str] = &[
     "--set",
@@ -1375,12 +1388,8 @@ fn a_full_disk_or_an_unwritable_directory_is_a_clear_error_and_keeps_the_last_ch
     // about 1 MB and more): refused before training, naming both sizes, no folder left.
     let small = dir.join("small-disk");
     let a = train_args(&c, small.to_str().unwrap(), "2", &[]);
-    let o = cmd(&dir).args(&a).env("DDL_FAULT_FREE_BYTES", "100000").output().unwrap();
-    let t = text(&o);
-    assert_eq!(o.status.code(), Some(1), "{t}");
-    for n in ["small-disk", "its disk has 0.1 MB free", "saving a checkpoint of this model needs", "another disk"] {
-        assert!(t.contains(n), "expected {n:?} in: {t}");
-    }
+    let needles = ["small-disk", "its disk has 0.1 MB free", "saving a checkpoint of this model needs", "another disk"];
+    let t = fails_under(&dir, ("DDL_FAULT_FREE_BYTES", "100000"), &a, &needles);
     assert!(!t.contains("training ddl"), "refused after the training line: {t}");
     assert!(!small.exists(), "the refused run left its folder");
     // A full disk during a save (injected: the checkpoint saves after the first one fail half-way
@@ -1416,13 +1425,8 @@ fn a_lost_device_is_a_clear_error_and_keeps_the_last_checkpoint() {
     let out = dir.join("run");
     let a = train_args(&c, out.to_str().unwrap(), "6", &["--set", "train.checkpoint_every=1"]);
     // Injected: the device is destroyed (as a driver reset would lose it) before step 3 runs.
-    let o = cmd(&dir).args(&a).env("DDL_FAULT_DEVICE_LOST_STEP", "3").output().unwrap();
-    let t = text(&o);
-    assert_eq!(o.status.code(), Some(1), "{t}");
-    for n in ["step 3", "device was lost", "checkpoint of step 2", "--resume"] {
-        assert!(t.contains(n), "expected {n:?} in: {t}");
-    }
-    assert!(!t.contains("panicked"), "{t}");
+    let needles = ["step 3", "device was lost", "checkpoint of step 2", "--resume"];
+    fails_under(&dir, ("DDL_FAULT_DEVICE_LOST_STEP", "3"), &a, &needles);
     assert_eq!(ddl::train::checkpoint::load(&out, true).unwrap().step, 2);
     let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "4"]).output().unwrap();
     assert!(r.status.success(), "{}", text(&r));
@@ -1564,10 +1568,7 @@ fn running_out_of_memory_is_a_clear_error_with_the_plan_and_keeps_the_last_check
     let out = dir.join("run");
     let a = train_args(&c, out.to_str().unwrap(), "6", &["--set", "train.checkpoint_every=1"]);
     // Injected: the driver reports running out of memory during step 3.
-    let o = cmd(&dir).args(&a).env("DDL_FAULT_OOM_STEP", "3").output().unwrap();
-    let t = text(&o);
-    assert_eq!(o.status.code(), Some(1), "{t}");
-    for n in [
+    let needles = [
         "step 3",
         "ran out of memory",
         "allocating",
@@ -1578,10 +1579,8 @@ fn running_out_of_memory_is_a_clear_error_with_the_plan_and_keeps_the_last_check
         "--recompute",
         "checkpoint of step 2",
         "--resume",
-    ] {
-        assert!(t.contains(n), "expected {n:?} in: {t}");
-    }
-    assert!(!t.contains("panicked"), "{t}");
+    ];
+    fails_under(&dir, ("DDL_FAULT_OOM_STEP", "3"), &a, &needles);
     assert_eq!(ddl::train::checkpoint::load(&out, true).unwrap().step, 2);
     let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "4"]).output().unwrap();
     assert!(r.status.success(), "{}", text(&r));
@@ -1594,13 +1593,10 @@ fn a_memory_plan_beyond_what_the_adapter_reports_is_refused_before_training_with
     let out = dir.join("run");
     // A CPU adapter's memory is the host's: pretend the host has 1 MB available.
     let a = train_args(&c, out.to_str().unwrap(), "2", &["--set", "train.batch_size=64"]);
-    let o = cmd(&dir).args(&a).env("DDL_FAULT_HOST_MEMORY", "1000000").output().unwrap();
-    let t = text(&o);
-    assert_eq!(o.status.code(), Some(1), "{t}");
-    for n in ["memory plan of a batch of 64 × 16 tokens", "1000000 bytes are available", "--set train.batch_size="] {
-        assert!(t.contains(n), "expected {n:?} in: {t}");
-    }
-    assert!(t.contains("grad_accum") && !t.contains("panicked"), "{t}");
+    let needles =
+        ["memory plan of a batch of 64 × 16 tokens", "1000000 bytes are available", "--set train.batch_size="];
+    let t = fails_under(&dir, ("DDL_FAULT_HOST_MEMORY", "1000000"), &a, &needles);
+    assert!(t.contains("grad_accum"), "{t}");
     assert!(!out.exists(), "a refused run left {} behind", out.display());
     // The suggested batch trains, with the suggested accumulation, whose global batch is as said.
     let number = |after: &str| -> usize {

@@ -24,10 +24,7 @@ fn any_run_trained(runs: &Path) -> bool {
 /// shares may not change under runs that trained.
 pub fn check_out(spec: &ExperimentSpec, out: &Path) -> Result<(), ExperimentError> {
     // A `ddl train` run's folder: the grid's files (runs/, report, plots) would mix with its.
-    let trained: Vec<&str> = [checkpoint::MODEL_FILE, checkpoint::OPTIM_FILE, "metrics.jsonl"]
-        .into_iter()
-        .filter(|f| out.join(f).is_file())
-        .collect();
+    let trained = crate::train::trained_files(out);
     if !trained.is_empty() {
         return Err(ExperimentError::Report(format!(
             "--out '{}' holds a training run ({}), not an experiment: give the grid a folder of its own (a new one, or \

@@ -1392,12 +1392,18 @@ impl Dataset {
     }
 }
 
-/// [`DataError::DroppedChar`]'s message.
-fn dropped_in(path: &Path, line: Option<(usize, usize)>, offset: usize, ch: char) -> String {
-    let at = match line {
+/// Where character `ch` is in an input: its byte, or a JSON-lines file's line and the byte in
+/// its `text`.
+fn char_at(line: Option<(usize, usize)>, offset: usize, ch: char) -> String {
+    match line {
         Some((n, b)) => format!("line {n}: character {ch:?} at byte {b} of its text"),
         None => format!("character {ch:?} at byte {offset}"),
-    };
+    }
+}
+
+/// [`DataError::DroppedChar`]'s message.
+fn dropped_in(path: &Path, line: Option<(usize, usize)>, offset: usize, ch: char) -> String {
+    let at = char_at(line, offset, ch);
     format!(
         "'{}': {at} has no token in the BPE tokenizer, which has neither an unknown token nor byte fallback, so it \
          would be dropped without a word: take it out of the text, or use a tokenizer that covers it (`ddl \
@@ -1408,10 +1414,7 @@ fn dropped_in(path: &Path, line: Option<(usize, usize)>, offset: usize, ch: char
 
 /// [`DataError::UnknownCharInInput`]'s message.
 fn unknown_in_input(path: &Path, line: Option<(usize, usize)>, offset: usize, ch: char, vocab: usize) -> String {
-    let at = match line {
-        Some((n, b)) => format!("line {n}: character {ch:?} at byte {b} of its text"),
-        None => format!("character {ch:?} at byte {offset}"),
-    };
+    let at = char_at(line, offset, ch);
     format!(
         "'{}': {at} is not among the {vocab} characters of the --tokenizer's character tokenizer (those of the \
          text its model was trained on): take it out of the input, or prepare for a new model with --tokenizer \

@@ -616,6 +616,12 @@ pub fn interrupted() -> bool {
 /// The files that show a folder holds a run that trained: its metrics and checkpoint.
 const TRAINED_FILES: [&str; 3] = ["metrics.jsonl", checkpoint::MODEL_FILE, checkpoint::OPTIM_FILE];
 
+/// Those of [`TRAINED_FILES`] that `dir` holds: a run trained there when any (what new runs, grids
+/// and benchmarks refuse to mix their files with).
+pub fn trained_files(dir: &Path) -> Vec<&'static str> {
+    TRAINED_FILES.into_iter().filter(|f| dir.join(f).exists()).collect()
+}
+
 /// Every file a run writes into its folder (what `--overwrite` removes).
 const RUN_FILES: [&str; 9] = [
     "metrics.jsonl",
@@ -634,7 +640,7 @@ const RUN_FILES: [&str; 9] = [
 /// [`remove_run`] removes once the new run is known to start (its settings, data and programs
 /// work here): a new run that fails to start leaves the old one as it was.
 fn claim_for_new_run(dir: &Path, overwrite: bool) -> Result<bool, TrainError> {
-    let found: Vec<&str> = TRAINED_FILES.into_iter().filter(|f| dir.join(f).exists()).collect();
+    let found = trained_files(dir);
     if found.is_empty() {
         let others: Vec<&str> = RUN_FILES.into_iter().filter(|f| dir.join(f).exists()).collect();
         if others.is_empty() {
@@ -704,7 +710,7 @@ fn is_runs_data_record(path: &Path) -> bool {
 /// killed one leaves is removed by the next). Returns the checkpoint's step.
 pub fn branch_run(src: &Path, dst: &Path) -> Result<usize, TrainError> {
     let step = checkpoint::saved_step(src)?;
-    if TRAINED_FILES.iter().any(|f| dst.join(f).exists()) {
+    if !trained_files(dst).is_empty() {
         // (A run there; other files are refused below as a folder not empty.)
         claim_for_new_run(dst, false)?;
     }

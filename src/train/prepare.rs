@@ -534,13 +534,14 @@ fn placed(e: DataError, starts: &[(usize, PathBuf)]) -> DataError {
 /// [`placed`] for `ddl data prepare`'s inputs: a JSON-lines file's text is its documents' `text`
 /// fields, so the line and the byte in that text are given; the remedy is one for preparing data.
 fn placed_input(e: DataError, starts: &[(usize, PathBuf)]) -> DataError {
+    let line_of = |path: &Path, offset: usize| if is_jsonl(path) { jsonl_place(path, offset) } else { None };
     match placed(e, starts) {
         DataError::UnknownChar { path, offset, ch, vocab } => {
-            let line = if is_jsonl(&path) { jsonl_place(&path, offset) } else { None };
+            let line = line_of(&path, offset);
             DataError::UnknownCharInInput { path, line, offset: line.map_or(offset, |(_, b)| b), ch, vocab }
         }
         DataError::DroppedChar { path, offset, ch, .. } => {
-            let line = if is_jsonl(&path) { jsonl_place(&path, offset) } else { None };
+            let line = line_of(&path, offset);
             DataError::DroppedChar { path, line, offset: line.map_or(offset, |(_, b)| b), ch }
         }
         other => other,
