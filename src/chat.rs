@@ -10,12 +10,19 @@
 //! merge across a turn boundary is not made, as in chat models' templates).
 //!
 //! Commands: `/reset`, `/set NAME VALUE` for every sampling option ([`ChatSettings::NAMES`]),
-//! `/settings`, `/help`, `/quit`.
+//! `/settings`, `/intervene SPEC` (the writes under `ddl generate --intervene`'s interventions,
+//! from then on; `/intervene none` ends them), `/undo` (forget the last turn), `/retry` (its line
+//! again, with the next turn's seed), `/save FILE` (the conversation as text), `/help`, `/quit`.
+//!
+//! A change that concerns what the model has read (an intervention set or ended, a turn undone)
+//! re-reads the conversation in one prefill, its last context of tokens, as the model would read
+//! it had it been under these interventions throughout (the replies stay as they were written).
 
 use std::io::{BufRead, Write};
 
 use crate::generate::{Generator, Sampler, SamplerConfig, TokenTrace};
-use crate::model::Model;
+use crate::kernels::delta::BetaMap;
+use crate::model::{Interventions, Model};
 use crate::tokenizer::Tokenizer;
 
 /// What a chat samples with.
@@ -106,6 +113,9 @@ pub enum ChatError {
     Gpu(#[from] crate::gpu::GpuError),
     #[error("writing the trace {path}: {source}")]
     Trace { path: std::path::PathBuf, source: std::io::Error },
+    /// `--intervene` the model cannot take (checked against it as the chat opens).
+    #[error("{0}")]
+    Intervene(String),
 }
 
 /// One reply of a [`Session`].
@@ -136,6 +146,23 @@ pub struct Session<'a> {
     /// The last reply ended without a newline (cut by max_tokens or a stop text): the next line
     /// starts on a new one, as the screen shows it.
     needs_newline: bool,
+    /// The interventions every forward runs under, checked against the model: the specs, one β
+    /// map per sublayer (`None`: none) and the sublayers writing along the mean k.
+    interventions: Interventions,
+    beta_maps: Option<Vec<BetaMap>>,
+    k_mean: Vec<bool>,
+    /// Per turn since the last reset: its line and what undoing it restores.
+    marks: Vec<TurnMark>,
+}
+
+/// Where a turn started: what [`Session::undo`] goes back to.
+#[derive(Debug, Clone)]
+struct TurnMark {
+    line: String,
+    history: usize,
+    traces: usize,
+    turns: usize,
+    needs_newline: bool,
 }
 
 impl<'a> Session<'a> {
@@ -153,21 +180,95 @@ impl<'a> Session<'a> {
             read: Vec::new(),
             turns: Vec::new(),
             needs_newline: false,
+            interventions: Interventions::default(),
+            beta_maps: None,
+            k_mean: Vec::new(),
+            marks: Vec::new(),
         }
     }
 
-    /// Forgets the conversation (the next turn starts a new context).
+    /// Forgets the conversation (the next turn starts a new context; the interventions stay).
     pub fn reset(&mut self) {
         self.generator = None;
         self.traces.clear();
         self.read.clear();
         self.turns.clear();
+        self.marks.clear();
         self.needs_newline = false;
+    }
+
+    /// The interventions the model runs under (empty: none).
+    pub fn interventions(&self) -> &Interventions {
+        &self.interventions
+    }
+
+    /// Runs the model under `iv` from now on (empty: as trained). The conversation so far is
+    /// re-read under them (one prefill of its last context of tokens; a `k=mean` direction is the
+    /// mean over those tokens, or over the next line's when nothing has been read yet). Returns
+    /// the tokens re-read. Interventions the model cannot take (a residual variant, a block it
+    /// does not have, a β out of range) and directions that cancel change nothing and say why.
+    pub fn set_interventions(&mut self, iv: Interventions) -> Result<usize, ChatTurnError> {
+        let cfg = &self.model.cfg;
+        let beta_maps = if iv.is_empty() { None } else { Some(iv.maps(cfg)?) };
+        let k_mean = iv.k_mean_targets(cfg)?;
+        let n = self.history().len();
+        let generator = self.reread(n, beta_maps.clone(), &k_mean)?;
+        (self.interventions, self.beta_maps, self.k_mean) = (iv, beta_maps, k_mean);
+        let read = generator.as_ref().map_or(0, |g| g.history().len().min(self.model.cfg.max_seq_len));
+        self.generator = generator;
+        Ok(read)
+    }
+
+    /// A generator that has read the conversation's first `upto` tokens (their last context)
+    /// under these interventions; `None` for none. Refused when a `k=mean` direction cancels.
+    fn reread(
+        &self,
+        upto: usize,
+        beta_maps: Option<Vec<BetaMap>>,
+        k_mean: &[bool],
+    ) -> Result<Option<Generator<'a>>, ChatTurnError> {
+        if upto == 0 {
+            return Ok(None);
+        }
+        let history = &self.history()[..upto];
+        let sampler = Sampler::new(self.sampling());
+        match Generator::with_interventions(self.model, self.tok, history, sampler, self.trace, beta_maps, k_mean) {
+            Ok(g) => Ok(Some(g)),
+            // (The one refusal a prefill gives: a mean direction of zero length.)
+            Err(crate::gpu::GpuError::Shape(msg)) => Err(ChatTurnError::Refused(msg)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Forgets the last turn (its line and its reply): the model re-reads the conversation before
+    /// it (its last context of tokens). Returns the turn's line, `None` when there is no turn.
+    /// The turn count goes on, so the same line sent again draws a new reply (`/retry`).
+    pub fn undo(&mut self) -> Result<Option<String>, ChatTurnError> {
+        let Some(mark) = self.marks.last().cloned() else { return Ok(None) };
+        let generator = self.reread(mark.history, self.beta_maps.clone(), &self.k_mean.clone())?;
+        self.generator = generator;
+        self.marks.pop();
+        self.traces.truncate(mark.traces);
+        self.read.truncate(mark.traces);
+        self.turns.truncate(mark.turns);
+        self.needs_newline = mark.needs_newline;
+        Ok(Some(mark.line))
+    }
+
+    /// The conversation as the model read it since the last reset: every line and reply.
+    pub fn text(&self) -> String {
+        self.tok.decode(self.history()).unwrap_or_default()
     }
 
     /// Every token the model has read, in order (lines, replies, a sampled stop token).
     pub fn history(&self) -> &[u32] {
         self.generator.as_ref().map_or(&[], |g| g.history())
+    }
+
+    /// The model's prediction for the next token (its logits after the conversation, in the
+    /// context it has now); empty before the first turn.
+    pub fn logits(&self) -> &[f32] {
+        self.generator.as_ref().map_or(&[], |g| g.logits())
     }
 
     /// The traces of every token read so far (empty unless tracing).
@@ -203,12 +304,20 @@ impl<'a> Session<'a> {
         let sampling = self.sampling();
         let sampler = Sampler::new(sampling.clone());
         self.turn += 1;
+        self.marks.push(TurnMark {
+            line: line.to_string(),
+            history: self.history().len(),
+            traces: self.traces.len(),
+            turns: self.turns.len(),
+            needs_newline: self.needs_newline,
+        });
         if self.trace {
             self.turns.push(crate::generate::TraceTurn {
                 from_token: self.traces.len(),
                 sampling,
                 max_tokens: self.settings.max_tokens,
                 stop: self.settings.stop.clone(),
+                interventions: self.interventions.describe(),
             });
         }
         let prefilled = match &mut self.generator {
@@ -220,7 +329,26 @@ impl<'a> Session<'a> {
                 n
             }
             None => {
-                let g = Generator::new(self.model, self.tok, &ids, sampler, self.trace)?;
+                let g = match Generator::with_interventions(
+                    self.model,
+                    self.tok,
+                    &ids,
+                    sampler,
+                    self.trace,
+                    self.beta_maps.clone(),
+                    &self.k_mean,
+                ) {
+                    Ok(g) => g,
+                    Err(crate::gpu::GpuError::Shape(msg)) => {
+                        // (k=mean over a first line whose directions cancel: nothing was read.)
+                        if let Some(mark) = self.marks.pop() {
+                            self.turns.truncate(mark.turns);
+                        }
+                        self.turn -= 1;
+                        return Err(ChatTurnError::Refused(msg));
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 self.traces.extend_from_slice(g.prompt_traces());
                 self.read.extend(std::iter::repeat_n(true, g.prompt_traces().len()));
                 let n = ids.len().min(self.model.cfg.max_seq_len);
@@ -275,6 +403,12 @@ impl<'a> Session<'a> {
 pub enum ChatTurnError {
     #[error("{0}")]
     Encode(String),
+    /// A `k=mean` whose directions cancel: nothing changed.
+    #[error("{0}")]
+    Refused(String),
+    /// An intervention the model cannot take: nothing changed.
+    #[error(transparent)]
+    Intervention(#[from] crate::model::intervene::InterventionError),
     #[error(transparent)]
     Gpu(#[from] crate::gpu::GpuError),
 }
@@ -358,14 +492,56 @@ impl Lines for EditedLines {
     }
 }
 
-const HELP: &str = "commands: /reset (forget the conversation), /set NAME VALUE (temperature, top_k, top_p, \
-                    repetition_penalty, max_tokens, seed, stop TEXT | stop none; \\n \\t \\s in TEXT: newline, tab, space), \
-                    /settings, /help, /quit";
+const HELP: &str = "commands: /reset (forget the conversation), /undo (forget the last turn), /retry (the last \
+                    line again, a new reply), /set NAME VALUE (temperature, top_k, top_p, repetition_penalty, \
+                    max_tokens, seed, stop TEXT | stop none; \\n \\t \\s in TEXT: newline, tab, space), /settings, \
+                    /intervene SPEC (e.g. block1.mlp:beta=0; several separated by spaces or `;`; /intervene none \
+                    ends them, /intervene alone lists them), /save FILE (the conversation as text), /help, /quit";
+
+/// How a chat runs besides its sampling: the trace file, the interventions it starts under.
+#[derive(Debug, Clone, Default)]
+pub struct ChatOptions<'p> {
+    /// Write the traces of the whole conversation here after every turn (`ddl generate
+    /// --trace`'s format: safetensors and a `.json` summary).
+    pub trace: Option<&'p std::path::Path>,
+    /// The interventions of the first turn on (`ddl chat --intervene`); `/intervene` changes them.
+    pub interventions: Interventions,
+}
+
+/// The specs of `/intervene`'s words: `;`-separated, and within a part words that each hold a
+/// `:` are specs of their own (`block1.mlp:beta=0 all:erase=0`; `block1 . mlp:beta=0` is one).
+fn intervene_specs(words: &str) -> Vec<String> {
+    words
+        .split(';')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .flat_map(|part| {
+            let w: Vec<&str> = part.split_whitespace().collect();
+            if w.len() > 1 && w.iter().all(|x| x.contains(':')) {
+                w.into_iter().map(String::from).collect()
+            } else {
+                vec![part.to_string()]
+            }
+        })
+        .collect()
+}
+
+/// A refused intervention as `/intervene` says it (the flag's name and its remedy are the chat's).
+fn in_chat(e: &ChatTurnError) -> String {
+    match e {
+        ChatTurnError::Intervention(e) => format!(
+            "/intervene '{}': {}",
+            e.spec,
+            e.msg.replace("pass --allow-out-of-range", "start the chat with --allow-out-of-range")
+        ),
+        e => e.to_string(),
+    }
+}
 
 /// Runs a chat until `/quit` or the end of the input: replies stream to `out` token by token,
 /// notes and errors about a line (a bad command, text the tokenizer cannot encode) go to `log`.
-/// With `trace`, the traces of the whole conversation are written there after every turn
-/// (`ddl generate --trace`'s format: safetensors and a `.json` summary).
+/// With `opts.trace`, the traces of the whole conversation are written there after every turn
+/// (and after `/undo`).
 pub fn run(
     model: &Model,
     tok: &Tokenizer,
@@ -373,10 +549,39 @@ pub fn run(
     lines: &mut dyn Lines,
     out: &mut dyn Write,
     log: &mut dyn Write,
-    trace: Option<&std::path::Path>,
+    opts: &ChatOptions,
 ) -> Result<(), ChatError> {
+    let trace = opts.trace;
     let mut session = Session::new(model, tok, settings, trace.is_some());
+    if !opts.interventions.is_empty() {
+        match session.set_interventions(opts.interventions.clone()) {
+            Ok(_) => writeln!(log, "(under {})", opts.interventions.describe())?,
+            Err(ChatTurnError::Gpu(e)) => return Err(e.into()),
+            Err(e) => return Err(ChatError::Intervene(e.to_string())),
+        }
+    }
+    let write_trace = |session: &Session| -> Result<(), ChatError> {
+        let Some(path) = trace else { return Ok(()) };
+        let origin = crate::generate::TraceOrigin {
+            read: session.read().to_vec(),
+            turns: session.turns().to_vec(),
+            // (One set of interventions for the whole trace: said at its top, as generate does.)
+            interventions: match session.turns() {
+                [first, rest @ ..] if rest.iter().all(|t| t.interventions == first.interventions) => {
+                    first.interventions.clone()
+                }
+                _ => String::new(),
+            },
+            allow_out_of_range: session.interventions().allow_out_of_range,
+            ..Default::default()
+        };
+        crate::generate::write_trace_with(path, &model.cfg, session.traces(), &origin)
+            .map_err(|source| ChatError::Trace { path: path.to_path_buf(), source })
+    };
+    // The files `/save` wrote: saved again without a question (others are not replaced).
+    let mut saved: Vec<std::path::PathBuf> = Vec::new();
     while let Some(line) = lines.next_line("> ")? {
+        let mut say = None;
         if let Some(cmd) = line.strip_prefix('/') {
             // (Extra spaces between the words are not part of them; a stop text keeps its own.)
             let cmd = cmd.trim_start();
@@ -388,7 +593,7 @@ pub fn run(
                 None => vec![rest],
             };
             match (name.trim(), parts.as_slice()) {
-                (bare @ ("quit" | "exit" | "reset" | "settings" | "help"), [_, ..]) => {
+                (bare @ ("quit" | "exit" | "reset" | "settings" | "help" | "undo" | "retry"), [_, ..]) => {
                     // (Not run with the words after it ignored: `/reset now` may mean something else.)
                     writeln!(log, "/{bare} takes nothing after it (got '{rest}'): type /{bare} alone")?
                 }
@@ -397,7 +602,13 @@ pub fn run(
                     session.reset();
                     writeln!(log, "(context cleared)")?;
                 }
-                ("settings", _) => writeln!(log, "({})", session.settings.describe())?,
+                ("settings", _) => {
+                    let iv = match session.interventions().describe() {
+                        d if d.is_empty() => "none".to_string(),
+                        d => d,
+                    };
+                    writeln!(log, "({} · interventions: {iv})", session.settings.describe())?
+                }
                 ("help", _) => writeln!(log, "{HELP}")?,
                 ("set", [key, value]) => match session.settings.with(key, value) {
                     Ok(next) => {
@@ -413,10 +624,86 @@ pub fn run(
                     Err(e) => writeln!(log, "error: {e}")?,
                 },
                 ("set", _) => writeln!(log, "usage: /set NAME VALUE, NAME one of {}", ChatSettings::NAMES.join(", "))?,
+                ("intervene", []) => match session.interventions().describe() {
+                    d if d.is_empty() => writeln!(log, "(no interventions: the model as trained)")?,
+                    d => writeln!(log, "(interventions: {d})")?,
+                },
+                ("intervene", _) => {
+                    let allow = session.interventions().allow_out_of_range;
+                    let next = if rest == "none" {
+                        Ok(Interventions { list: Vec::new(), allow_out_of_range: allow })
+                    } else {
+                        Interventions::parse(&intervene_specs(rest), allow).map(|add| {
+                            let mut list = session.interventions().list.clone();
+                            list.extend(add.list);
+                            Interventions { list, allow_out_of_range: allow }
+                        })
+                    };
+                    match next.map_err(ChatTurnError::from) {
+                        Err(e) => writeln!(log, "error: {} (nothing changed)", in_chat(&e))?,
+                        Ok(iv) if iv == *session.interventions() => {
+                            writeln!(log, "(no change: the interventions are already these)")?
+                        }
+                        Ok(iv) => {
+                            let notes = iv.notes();
+                            match session.set_interventions(iv) {
+                                Ok(n) => {
+                                    for note in notes {
+                                        writeln!(log, "{note}")?;
+                                    }
+                                    let what = match session.interventions().describe() {
+                                        d if d.is_empty() => "no interventions: the model as trained".to_string(),
+                                        d => format!("interventions: {d}"),
+                                    };
+                                    let when = match n {
+                                        0 => "from the next line on".to_string(),
+                                        n if session.interventions().is_empty() => {
+                                            format!("the conversation's last {n} tokens re-read as trained")
+                                        }
+                                        n => format!("the conversation's last {n} tokens re-read under them"),
+                                    };
+                                    writeln!(log, "({what}; {when})")?;
+                                }
+                                Err(ChatTurnError::Gpu(e)) => return Err(e.into()),
+                                Err(e) => writeln!(log, "error: {} (nothing changed)", in_chat(&e))?,
+                            }
+                        }
+                    }
+                }
+                (bare @ ("undo" | "retry"), _) => match session.undo() {
+                    Ok(None) => writeln!(log, "(nothing to {bare}: no turn since the start or the last /reset)")?,
+                    Ok(Some(undone)) => {
+                        write_trace(&session)?;
+                        if bare == "retry" {
+                            writeln!(log, "(again: {undone:?})")?;
+                            say = Some(undone);
+                        } else {
+                            writeln!(log, "(undone: {undone:?} and its reply)")?;
+                        }
+                    }
+                    Err(ChatTurnError::Gpu(e)) => return Err(e.into()),
+                    Err(e) => writeln!(log, "error: {e} (nothing changed)")?,
+                },
+                ("save", []) => {
+                    writeln!(log, "usage: /save FILE (the conversation since the start or the last /reset)")?
+                }
+                ("save", _) => {
+                    let path = std::path::PathBuf::from(rest);
+                    match save_text(&path, &session.text(), saved.contains(&path)) {
+                        Ok(n) => {
+                            writeln!(log, "(saved the conversation, {n} characters, to {})", path.display())?;
+                            saved.push(path);
+                        }
+                        Err(e) => writeln!(log, "error: {e}")?,
+                    }
+                }
                 _ => writeln!(log, "unknown command '/{cmd}' ({HELP})")?,
             }
-            continue;
+            if say.is_none() {
+                continue;
+            }
         }
+        let line = say.unwrap_or(line);
         // A line longer than the context: said before the reply (which reads only its end).
         let cap = model.cfg.max_seq_len;
         if let Ok(ids) = tok.encode(&format!("{line}\n"))
@@ -452,19 +739,38 @@ pub fn run(
                 )?;
                 continue;
             }
+            Err(e @ (ChatTurnError::Refused(_) | ChatTurnError::Intervention(_))) => {
+                writeln!(log, "error: {} (the conversation is as it was)", in_chat(&e))?;
+                continue;
+            }
             Err(ChatTurnError::Gpu(e)) => return Err(e.into()),
         }
-        if let Some(path) = trace {
-            let origin = crate::generate::TraceOrigin {
-                read: session.read().to_vec(),
-                turns: session.turns().to_vec(),
-                ..Default::default()
-            };
-            crate::generate::write_trace_with(path, &model.cfg, session.traces(), &origin)
-                .map_err(|source| ChatError::Trace { path: path.to_path_buf(), source })?;
-        }
+        write_trace(&session)?;
     }
     Ok(())
+}
+
+/// `/save FILE`: the conversation's text into `path` (whole, or not at all). An existing file
+/// is replaced only when `again` (this chat saved it before); returns the characters written.
+fn save_text(path: &std::path::Path, text: &str, again: bool) -> Result<usize, String> {
+    let shown = path.display();
+    if text.is_empty() {
+        return Err("nothing to save: the conversation is empty (since the start or the last /reset)".into());
+    }
+    if path.is_dir() {
+        return Err(format!("{shown} is a folder: give a file name, e.g. {}", path.join("chat.txt").display()));
+    }
+    if path.exists() && !again {
+        return Err(format!(
+            "{shown} exists and this chat did not write it: give another name, or remove it first (it is not replaced)"
+        ));
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if !parent.is_dir() {
+        return Err(format!("{shown}: the folder {} does not exist", parent.display()));
+    }
+    crate::train::checkpoint::write_atomic(path, text.as_bytes()).map_err(|e| format!("writing {shown}: {e}"))?;
+    Ok(text.chars().count())
 }
 
 #[cfg(test)]
@@ -482,6 +788,37 @@ mod tests {
         assert!(log.contains("not UTF-8"), "{log}");
         // The end of the input ends the last prompt's line.
         assert!(log.ends_with("> \n"), "{log:?}");
+    }
+
+    #[test]
+    fn intervene_takes_specs_separated_by_spaces_or_semicolons() {
+        let specs = |w: &str| intervene_specs(w);
+        assert_eq!(specs("block1.mlp:beta=0"), ["block1.mlp:beta=0"]);
+        assert_eq!(specs("block1.mlp:beta=0 all:erase=0"), ["block1.mlp:beta=0", "all:erase=0"]);
+        assert_eq!(specs(" block1.mlp:beta=0 ;all:erase=0; "), ["block1.mlp:beta=0", "all:erase=0"]);
+        // Spaces inside one spec (which its parser takes) keep it whole.
+        assert_eq!(specs("block1 . mlp:beta=0"), ["block1 . mlp:beta=0"]);
+        assert_eq!(specs("block1 . mlp:beta=0; all:k=mean"), ["block1 . mlp:beta=0", "all:k=mean"]);
+        assert!(specs(" ; ").is_empty());
+    }
+
+    #[test]
+    fn save_writes_the_text_and_replaces_only_its_own_file() {
+        let dir = std::env::temp_dir().join(format!("ddl-chat-save-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("c.txt");
+        let _ = std::fs::remove_file(&f);
+        assert_eq!(save_text(&f, "héllo\n", false), Ok(6));
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "héllo\n");
+        let e = save_text(&f, "other", false).unwrap_err();
+        assert!(e.contains("exists") && e.contains("not replaced"), "{e}");
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "héllo\n");
+        assert_eq!(save_text(&f, "again", true), Ok(5));
+        assert!(save_text(&dir, "x", false).unwrap_err().contains("is a folder"));
+        assert!(save_text(&dir.join("no/c.txt"), "x", false).unwrap_err().contains("does not exist"));
+        assert!(save_text(&dir.join("d.txt"), "", false).unwrap_err().contains("nothing to save"));
+        assert!(!dir.join("d.txt").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     fn base() -> ChatSettings {

@@ -255,7 +255,7 @@ pub(crate) enum Cmd {
         samples: usize,
     },
     /// Interactive generation that keeps the context (and its caches) across turns (/reset,
-    /// /set NAME VALUE, /settings, /help, /quit).
+    /// /undo, /retry, /set NAME VALUE, /settings, /intervene SPEC, /save FILE, /help, /quit).
     Chat {
         /// A run folder (its checkpoint and tokenizer), or one of its kept checkpoints.
         #[arg(long)]
@@ -266,6 +266,15 @@ pub(crate) enum Cmd {
         /// each turn, in `ddl generate --trace`'s format.
         #[arg(long)]
         trace: Option<std::path::PathBuf>,
+        /// Chat with the model under interventions on its writes (`ddl generate --intervene`'s
+        /// specs, e.g. block1.mlp:beta=0, all:erase=0; repeatable, applied in order); `/intervene
+        /// SPEC` adds one during the chat, `/intervene none` ends them.
+        #[arg(long = "intervene", value_name = "SPEC")]
+        intervene: Vec<String>,
+        /// Allow intervention values of β outside [0, 2] (and erase factors above 1), from the
+        /// command line and from /intervene.
+        #[arg(long)]
+        allow_out_of_range: bool,
     },
     /// Benchmarks (results as a table, or JSON lines with --json).
     #[command(subcommand)]

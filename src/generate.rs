@@ -982,6 +982,8 @@ pub struct TraceTurn {
     pub max_tokens: usize,
     /// Stop texts besides a blank line.
     pub stop: Vec<String>,
+    /// The interventions the turn ran under (`/intervene`), `; `-separated; empty: none.
+    pub interventions: String,
 }
 
 /// [`write_trace`] with how the text was made ([`TraceOrigin`]): written into both files.
@@ -1049,7 +1051,7 @@ pub fn write_trace_with(
                 .iter()
                 .map(|t| {
                     serde_json::json!({"from_token": t.from_token, "sampling": sampling_json(&t.sampling),
-                        "max_tokens": t.max_tokens, "stop": t.stop})
+                        "max_tokens": t.max_tokens, "stop": t.stop, "interventions": t.interventions})
                 })
                 .collect(),
         )

@@ -185,7 +185,14 @@ fn run(cli: Cli) -> Result<()> {
             let how = GenerateHow { trace: trace.as_deref(), strict_context, interventions: &iv, compare, samples };
             generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, how)
         }
-        Cmd::Chat { checkpoint, sampling, trace } => chat(&cli.device, &checkpoint, sampling, trace.as_deref()),
+        Cmd::Chat { checkpoint, sampling, trace, intervene, allow_out_of_range } => {
+            let iv = ddl::model::Interventions::parse(&intervene, allow_out_of_range)?;
+            for note in iv.notes() {
+                eprintln!("{note}");
+            }
+            let opts = ddl::chat::ChatOptions { trace: trace.as_deref(), interventions: iv };
+            chat(&cli.device, &checkpoint, sampling, opts)
+        }
     }
 }
 
@@ -691,14 +698,19 @@ fn note_unreachable_stops(tok: &ddl::tokenizer::Tokenizer, stops: &[String]) {
     }
 }
 
-fn chat(dev: &DeviceArgs, dir: &std::path::Path, sa: SamplingArgs, trace: Option<&std::path::Path>) -> Result<()> {
+fn chat(dev: &DeviceArgs, dir: &std::path::Path, sa: SamplingArgs, opts: ddl::chat::ChatOptions) -> Result<()> {
     use std::io::IsTerminal;
     let settings = ddl::chat::ChatSettings { sampler: sa.sampler()?, max_tokens: sa.max_tokens, stop: sa.stops() };
+    let trace = opts.trace;
     if let Some(t) = trace {
         ddl::generate::check_trace_path(t).map_err(anyhow::Error::msg)?;
     }
     let gpu = dev.open().context("opening the GPU")?;
     let (model, tok) = ddl::generate::load_for_inference(&gpu, dir)?;
+    // The interventions checked against the model before the chat opens.
+    if !opts.interventions.is_empty() {
+        opts.interventions.maps(&model.cfg)?;
+    }
     note_unreachable_stops(&tok, &settings.stop);
     eprintln!(
         "chat with {} ({} parameters, context {} tokens). /help lists the commands; Ctrl-D or /quit ends",
@@ -726,7 +738,7 @@ fn chat(dev: &DeviceArgs, dir: &std::path::Path, sa: SamplingArgs, trace: Option
         }
     };
     let mut errlog = std::io::stderr();
-    ddl::chat::run(&model, &tok, settings, lines, &mut stdout.lock(), &mut errlog, trace)?;
+    ddl::chat::run(&model, &tok, settings, lines, &mut stdout.lock(), &mut errlog, &opts)?;
     if let Some(p) = trace {
         eprintln!("trace written to {} (+ .json summary)", p.display());
     }

@@ -1113,7 +1113,8 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
     let trace = dir.join("chat-trace.safetensors");
     let mut lines = PlainLines { input: &mut input, log: &mut Vec::new() };
     let settings_seed = settings.sampler.seed;
-    ddl::chat::run(&model, &tok, settings, &mut lines, &mut out, &mut log, Some(&trace)).unwrap();
+    let opts = ddl::chat::ChatOptions { trace: Some(&trace), ..Default::default() };
+    ddl::chat::run(&model, &tok, settings, &mut lines, &mut out, &mut log, &opts).unwrap();
     let log = String::from_utf8(log).unwrap();
     assert!(
         log.contains("(top_k = 3)") && log.contains("unknown setting 'nope'") && log.contains("context cleared"),
@@ -1152,6 +1153,165 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
     let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
     let header: serde_json::Value = serde_json::from_str(&meta.metadata().as_ref().unwrap()["turns"]).unwrap();
     assert_eq!(header, summary["turns"]);
+}
+
+/// `ddl chat` under interventions, and its turns undone: a turn after `/intervene` is the reply a
+/// fresh generation under the interventions over the whole conversation gives (the conversation
+/// re-read under them), its writes carry them, `/intervene none` gives the model back as trained;
+/// `/undo` restores the conversation before the last turn exactly (the same greedy reply again),
+/// and `run` says all of it, saves the text and records each turn's interventions in the trace.
+#[test]
+fn a_chat_runs_under_interventions_and_undoes_turns() {
+    use ddl::chat::{ChatOptions, ChatSettings, PlainLines, Session};
+    use ddl::generate::{GenOptions, Sampler, SamplerConfig};
+    let dir = tmpdir("chat-intervene");
+    env_cache(&dir);
+    let c = ddl::testing::small_corpus(&dir);
+    let gpu = ddl::testing::gpu();
+    let out = dir.join("run");
+    let mut run = small_run(Variant::Ddl, &c);
+    // (Two blocks: an intervention on block 0 changes what block 1's attention cached.)
+    run.set("model.max_seq_len=48").unwrap();
+    run.set("model.n_layers=2").unwrap();
+    let show = ddl::train::Show::Quiet;
+    let opts = TrainOptions { run, steps: 3, out: out.clone(), resume: false, overwrite: false, show };
+    ddl::train::train(gpu.clone(), opts).unwrap();
+    let (model, tok) = ddl::generate::load_for_inference(&gpu, &out).unwrap();
+    let greedy = SamplerConfig { temperature: 0.0, ..Default::default() };
+    let settings = ChatSettings { sampler: greedy.clone(), max_tokens: 5, stop: Vec::new() };
+    let fresh = |prompt: &[u32], iv: &ddl::model::Interventions| -> Vec<u32> {
+        let opts = GenOptions {
+            max_tokens: 5,
+            stop: vec!["\n\n".into()],
+            stop_token: tok.eot_id(),
+            trace: false,
+            beta_maps: (!iv.is_empty()).then(|| iv.maps(&model.cfg).unwrap()),
+            k_mean: iv.k_mean_targets(&model.cfg).unwrap(),
+        };
+        ddl::generate::generate(&model, &tok, prompt, &opts, &mut Sampler::new(greedy.clone()), |_| {}).unwrap().0
+    };
+    let mut s = Session::new(&model, &tok, settings.clone(), true);
+    s.turn("First Citizen:", |_| {}).unwrap();
+    let after_first = s.history().to_vec();
+    let (traces_first, turns_first) = (s.traces().len(), s.turns().len());
+    let r2 = s.turn("Second", |_| {}).unwrap();
+    // Undo: the conversation before the turn, its traces and turns too; the same line again
+    // gives the same greedy reply.
+    assert_eq!(s.undo().unwrap().as_deref(), Some("Second"));
+    assert_eq!(s.history(), &after_first[..]);
+    assert_eq!((s.traces().len(), s.read().len(), s.turns().len()), (traces_first, traces_first, turns_first));
+    let again = s.turn("Second", |_| {}).unwrap();
+    assert_eq!(again.tokens, r2.tokens, "the turn after /undo must be the turn it replaced");
+    assert_eq!(s.undo().unwrap().as_deref(), Some("Second"));
+
+    // Under an intervention: the conversation re-read, the next reply as a fresh generation
+    // under it over the whole conversation, the intervened sublayer's β 0 in every new trace.
+    let iv = ddl::model::Interventions::parse(&["block0.mlp:beta=0".into()], false).unwrap();
+    let reread = s.set_interventions(iv.clone()).unwrap();
+    assert_eq!(reread, after_first.len());
+    // The prediction is the intervened model's over the conversation (and not the model's own).
+    let logits_of = |history: &[u32], iv: &ddl::model::Interventions| -> Vec<f32> {
+        let (maps, k_mean) =
+            ((!iv.is_empty()).then(|| iv.maps(&model.cfg).unwrap()), iv.k_mean_targets(&model.cfg).unwrap());
+        let sampler = Sampler::new(greedy.clone());
+        let g = ddl::generate::Generator::with_interventions(&model, &tok, history, sampler, false, maps, &k_mean);
+        g.unwrap().logits().to_vec()
+    };
+    let gap = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    let none = ddl::model::Interventions::default();
+    let (want, own) = (logits_of(&after_first, &iv), logits_of(&after_first, &none));
+    assert!(gap(s.logits(), &want) < 1e-4, "re-read: {}", gap(s.logits(), &want));
+    assert!(gap(&want, &own) > 1e-2, "the intervention changes the prediction by only {}", gap(&want, &own));
+    let line = tok.encode(if after_first.ends_with(&tok.encode("\n").unwrap()) { "Second\n" } else { "\nSecond\n" });
+    let mut prompt = after_first.clone();
+    prompt.extend(line.unwrap());
+    let r = s.turn("Second", |_| {}).unwrap();
+    assert_eq!(r.tokens, fresh(&prompt, &iv), "a turn under an intervention is a generation under it");
+    // (Block 1 attends over the whole conversation as the intervened model cached it.)
+    let after = s.history().to_vec();
+    assert!(
+        gap(s.logits(), &logits_of(&after, &iv)) < 1e-4,
+        "after the turn: {}",
+        gap(s.logits(), &logits_of(&after, &iv))
+    );
+    let own = fresh(&prompt, &ddl::model::Interventions::default());
+    let new_traces = &s.traces()[traces_first..];
+    assert!(!new_traces.is_empty() && new_traces.iter().all(|t| t.beta[1] == 0.0), "block0.mlp's β is not 0");
+    assert!(s.traces()[..traces_first].iter().any(|t| t.beta[1] != 0.0), "the earlier traces stay as read");
+    assert_eq!(s.turns().last().unwrap().interventions, "block0.mlp:beta=0");
+    // Ended: as trained again (the same turn redone).
+    s.undo().unwrap();
+    s.set_interventions(ddl::model::Interventions::default()).unwrap();
+    assert_eq!(s.turn("Second", |_| {}).unwrap().tokens, own);
+    assert_eq!(s.turns().last().unwrap().interventions, "");
+    // Refused: a block the model lacks changes nothing.
+    let bad = ddl::model::Interventions::parse(&["block9.mlp:beta=0".into()], false).unwrap();
+    let e = s.set_interventions(bad).unwrap_err().to_string();
+    assert!(e.contains("block9.mlp:beta=0") && e.contains("blocks 0 to"), "{e}");
+    assert!(s.interventions().is_empty());
+    // Nothing left to undo after undoing every turn; the first line's turn starts afresh.
+    s.undo().unwrap();
+    assert_eq!(s.undo().unwrap().as_deref(), Some("First Citizen:"));
+    assert!(s.history().is_empty() && s.traces().is_empty() && s.turns().is_empty());
+    assert_eq!(s.undo().unwrap(), None);
+
+    // Through `run`: what each command says, the saved text, each turn's interventions in the
+    // trace (and, all turns alike, at its top).
+    let trace = dir.join("chat.safetensors");
+    let saved = dir.join("chat.txt");
+    let taken = dir.join("taken.txt");
+    std::fs::write(&taken, "mine").unwrap();
+    let script = format!(
+        "/intervene\nFirst Citizen:\n/intervene block0.mlp:beta=0 all:erase=0\n/intervene block0.mlp:beta=0; all:erase=0\n\
+         /intervene block0.mlp:beta=3\n/intervene nope\n/settings\nSecond\n/undo\n/retry\n/retry\n/save {}\n\
+         /save {}\n/save {}\n/save {}\n/undo now\n",
+        saved.display(),
+        saved.display(),
+        taken.display(),
+        dir.display()
+    );
+    let (mut input, mut log, mut text) = (std::io::Cursor::new(script.into_bytes()), Vec::new(), Vec::new());
+    let mut lines = PlainLines { input: &mut input, log: &mut Vec::new() };
+    let iv0 = ddl::model::Interventions::parse(&["block0.attn:beta<=1".into()], false).unwrap();
+    let opts = ChatOptions { trace: Some(&trace), interventions: iv0 };
+    ddl::chat::run(&model, &tok, settings, &mut lines, &mut text, &mut log, &opts).unwrap();
+    let log = String::from_utf8(log).unwrap();
+    for want in [
+        "(under block0.attn:beta<=1)",
+        "(interventions: block0.attn:beta<=1)",
+        "(interventions: block0.attn:beta<=1; block0.mlp:beta=0; all:erase=0; the conversation's last",
+        "tokens re-read under them)",
+        // (The same specs again, `;`-separated: they add, composed in order.)
+        "(interventions: block0.attn:beta<=1; block0.mlp:beta=0; all:erase=0; block0.mlp:beta=0; all:erase=0;",
+        "error: /intervene 'block0.mlp:beta=3': β = 3 is outside [0, 2]",
+        "start the chat with --allow-out-of-range",
+        "error: /intervene 'nope': expected TARGET:ACTION",
+        "interventions: block0.attn:beta<=1; block0.mlp:beta=0; all:erase=0; block0.mlp:beta=0; all:erase=0)",
+        "(undone: \"Second\" and its reply)",
+        "(again: \"First Citizen:\")",
+        "(saved the conversation, ",
+        "exists and this chat did not write it",
+        "is a folder: give a file name",
+        "/undo takes nothing after it (got 'now')",
+    ] {
+        assert!(log.contains(want), "{want:?} not in the log:\n{log}");
+    }
+    // Saved twice to the same file (this chat's own); another's file is left as it was.
+    assert_eq!(log.matches("(saved the conversation, ").count(), 2, "{log}");
+    assert_eq!(std::fs::read_to_string(&taken).unwrap(), "mine");
+    let saved_text = std::fs::read_to_string(&saved).unwrap();
+    assert!(saved_text.starts_with("First Citizen:\n"), "{saved_text:?}");
+    assert!(!saved_text.contains("Second"), "the undone turn is not in the saved text: {saved_text:?}");
+    // Two /retry: the first line's turn twice redone, one turn left in the trace.
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(trace.with_extension("json")).unwrap()).unwrap();
+    let turns = summary["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 1, "{summary}");
+    let want_iv = "block0.attn:beta<=1; block0.mlp:beta=0; all:erase=0; block0.mlp:beta=0; all:erase=0";
+    assert_eq!(turns[0]["interventions"], want_iv, "{summary}");
+    assert_eq!(summary["interventions"], want_iv, "{summary}");
+    let n = summary["tokens"].as_array().unwrap().len();
+    assert_eq!(n, tok.encode(&saved_text).unwrap().len(), "the trace is the saved conversation's tokens");
 }
 
 /// Evaluation during training runs over the training program's activations: the sharing

@@ -409,6 +409,8 @@ impl TraceData {
                             .iter()
                             .map(|s| s.as_str().map(String::from))
                             .collect::<Option<_>>()?,
+                        // (Traces written before chats had interventions have none.)
+                        interventions: x["interventions"].as_str().unwrap_or_default().to_string(),
                     })
                 })
                 .collect();
@@ -470,9 +472,10 @@ fn describe_turns(turns: &[ddl::generate::TraceTurn]) -> String {
         .map(|(i, x)| {
             let s = &x.sampling;
             let stop = if x.stop.is_empty() { String::new() } else { format!(", stop {:?}", x.stop) };
+            let under = if x.interventions.is_empty() { String::new() } else { format!(", under {}", x.interventions) };
             format!(
                 "turn {} from token {}: temperature {}, top_k {}, top_p {}, repetition penalty {}, seed {}, at most {} \
-                 tokens{stop}",
+                 tokens{stop}{under}",
                 i + 1,
                 x.from_token,
                 s.temperature,

@@ -500,10 +500,15 @@ fn a_chat_traces_turns_open_with_their_sampling() {
         sampling: sampling(temperature, seed),
         max_tokens: 3,
         stop,
+        interventions: String::new(),
     };
-    // Turn 1: line 0..2, reply 2..4; turn 2: line 4..7, reply 7..10 (after `/set temperature 0.5`).
+    // Turn 1: line 0..2, reply 2..4; turn 2: line 4..7, reply 7..10 (after `/set temperature 0.5`
+    // and `/intervene block0.mlp:beta=0`).
     let read: Vec<bool> = (0..10).map(|i| i < 2 || (4..7).contains(&i)).collect();
-    let turns = vec![turn(0, 0.8, 8, vec![]), turn(4, 0.5, 9, vec!["END".into()])];
+    let turns = vec![
+        turn(0, 0.8, 8, vec![]),
+        ddl::generate::TraceTurn { interventions: "block0.mlp:beta=0".into(), ..turn(4, 0.5, 9, vec!["END".into()]) },
+    ];
     let file = dir.join("chat.safetensors");
     let origin = ddl::generate::TraceOrigin { read: read.clone(), turns, ..Default::default() };
     ddl::generate::write_trace_with(&file, &cfg, &rows, &origin).unwrap();
@@ -516,9 +521,11 @@ fn a_chat_traces_turns_open_with_their_sampling() {
     let note = t.notes.iter().find(|n| n.starts_with("a chat of 2 turns")).expect("the turns described");
     assert!(
         note.contains("turn 1 from token 0: temperature 0.8")
-            && note.contains("seed 9, at most 3 tokens, stop [\"END\"]"),
+            && note.contains("seed 9, at most 3 tokens, stop [\"END\"], under block0.mlp:beta=0"),
         "{note}"
     );
+    assert_eq!(t.turns[1].interventions, "block0.mlp:beta=0");
+    assert!(!note.contains("8, at most 3 tokens, under"), "turn 1 ran as trained: {note}");
     // Opened in the window: the status says what Generate does with it; the notes are shown.
     let app = VizApp::new(None, ddl_viz::app::Options { trace: Some(file.clone()), ..Default::default() });
     let shown = app.shown.clone().unwrap_or_default();
@@ -529,9 +536,19 @@ fn a_chat_traces_turns_open_with_their_sampling() {
     assert_eq!(label(1), format!("token 1 “{}” (turn 1, read)", chip_text(&t.rows[1].trace.text)));
     assert!(label(3).ends_with("(turn 1, reply)") && label(5).ends_with("(turn 2, read)"));
     assert!(label(8).ends_with("(turn 2, reply)"), "{}", label(8));
-    // A turn past the trace's end: reported, and the tokens shown without turns.
+    // A trace written before chats had interventions (no `interventions` per turn) still reads.
     let summary = file.with_extension("json");
     let mut j: serde_json::Value = serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+    let old = j.clone();
+    for t in j["turns"].as_array_mut().unwrap() {
+        t.as_object_mut().unwrap().remove("interventions");
+    }
+    std::fs::write(&summary, serde_json::to_vec(&j).unwrap()).unwrap();
+    let t = TraceData::load(&file).unwrap();
+    assert_eq!(t.turns.len(), 2);
+    assert!(t.turns.iter().all(|x| x.interventions.is_empty()));
+    let mut j = old;
+    // A turn past the trace's end: reported, and the tokens shown without turns.
     j["turns"][1]["from_token"] = 10.into();
     std::fs::write(&summary, serde_json::to_vec(&j).unwrap()).unwrap();
     let t = TraceData::load(&file).unwrap();
