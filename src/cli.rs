@@ -377,6 +377,21 @@ pub(crate) enum TokenizerCmd {
         /// The text to encode, itself (not a file name: `-` reads standard input, e.g. `< file.txt`).
         #[arg(long)]
         text: String,
+        /// One token per line: its id, a tab and its text (`\\`, `\t`, `\n`, `\r` escaped, as `ddl
+        /// eval --per-token` writes it; a byte-level token that is part of a character shows U+FFFD).
+        #[arg(long)]
+        pieces: bool,
+    },
+    /// Print the text of token ids (what `encode` printed): exactly, with a newline after it only
+    /// on a terminal.
+    Decode {
+        /// A tokenizer.json (Hugging Face format), or a run folder (or kept checkpoint), whose
+        /// model's tokenizer is used.
+        #[arg(long)]
+        tokenizer: std::path::PathBuf,
+        /// The ids, separated by spaces or commas (`-` reads standard input).
+        #[arg(long)]
+        ids: String,
     },
 }
 

@@ -297,14 +297,8 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
             );
             println!("wrote {}", out.display());
         }
-        TokenizerCmd::Encode { tokenizer, text } => {
-            if tokenizer.as_os_str() == "char" {
-                anyhow::bail!(
-                    "--tokenizer char: a character tokenizer is made from a corpus (`ddl train` and `ddl data prepare` \
-                     build one); give a tokenizer.json, or a run folder for its model's tokenizer"
-                );
-            }
-            let tok = ddl::train::load_tokenizer(&tokenizer)?;
+        TokenizerCmd::Encode { tokenizer, text, pieces } => {
+            let tok = tokenizer_for(&tokenizer)?;
             let text = if text == "-" { read_stdin_capped("--text -", 1 << 30)? } else { text };
             let ids = tok.encode(&text).map_err(|e| match e {
                 ddl::tokenizer::TokenizerError::Unknown { .. } => anyhow::anyhow!(
@@ -314,10 +308,83 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
                 ),
                 e => anyhow::anyhow!("--text: {e}"),
             })?;
-            println!("{}", ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(" "));
+            if pieces {
+                let mut out = String::new();
+                for &id in &ids {
+                    let text = ddl::train::eval::tsv_field(&tok.decode(&[id]).unwrap_or_default());
+                    out.push_str(&format!("{id}\t{text}\n"));
+                }
+                print!("{out}");
+            } else {
+                println!("{}", ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(" "));
+            }
+        }
+        TokenizerCmd::Decode { tokenizer, ids } => {
+            use std::io::{IsTerminal, Write};
+            let tok = tokenizer_for(&tokenizer)?;
+            let ids = if ids == "-" { read_stdin_capped("--ids -", 1 << 30)? } else { ids };
+            let ids = parse_ids(&ids, tok.vocab_size()).map_err(|e| anyhow::anyhow!("--ids: {e}"))?;
+            let text = tok.decode(&ids).map_err(|e| anyhow::anyhow!("--ids: {e}"))?;
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())?;
+            if std::io::stdout().is_terminal() && !text.ends_with('\n') {
+                writeln!(out)?;
+            }
+            out.flush()?;
         }
     }
     Ok(())
+}
+
+/// `--tokenizer` of `ddl tokenizer encode` and `decode`: a tokenizer.json or a run's.
+fn tokenizer_for(path: &std::path::Path) -> Result<ddl::tokenizer::Tokenizer> {
+    if path.as_os_str() == "char" {
+        anyhow::bail!(
+            "--tokenizer char: a character tokenizer is made from a corpus (`ddl train` and `ddl data prepare` build \
+             one); give a tokenizer.json, or a run folder for its model's tokenizer"
+        );
+    }
+    Ok(ddl::train::load_tokenizer(path)?)
+}
+
+/// Token ids separated by spaces or commas, each below `vocab`.
+fn parse_ids(text: &str, vocab: usize) -> std::result::Result<Vec<u32>, String> {
+    let words: Vec<&str> = text.split(|c: char| c.is_whitespace() || c == ',').filter(|w| !w.is_empty()).collect();
+    if words.is_empty() {
+        return Err(
+            "no ids: give token ids separated by spaces or commas (as `ddl tokenizer encode` prints them)".into()
+        );
+    }
+    words
+        .iter()
+        .enumerate()
+        .map(|(i, w)| match w.parse::<u64>() {
+            Ok(id) if (id as u128) < vocab as u128 => Ok(id as u32),
+            Ok(id) => Err(format!(
+                "id {id} (the {} of the ids) is outside the tokenizer's vocabulary of {vocab} (ids 0 to {})",
+                ordinal(i + 1),
+                vocab - 1
+            )),
+            Err(_) => Err(format!(
+                "'{w}' (the {} of the ids) is not a token id: expected whole numbers from 0 to {}, separated by \
+                 spaces or commas",
+                ordinal(i + 1),
+                vocab.saturating_sub(1)
+            )),
+        })
+        .collect()
+}
+
+/// 1st, 2nd, 3rd, 4th, … 11th, 12th, 13th, 21st.
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
 }
 
 /// `ddl tokenizer train --out`: not the corpus (or one of its files), not a folder, and not an

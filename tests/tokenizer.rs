@@ -346,6 +346,54 @@ fn the_cli_trains_a_tokenizer_file_that_loads_and_encodes() {
     let ids: Vec<u32> = String::from_utf8_lossy(&o.stdout).split_whitespace().map(|s| s.parse().unwrap()).collect();
     assert_eq!(ids, t.encode("héllo\t🙂<|endoftext|>").unwrap());
 
+    // Decoded back exactly (no newline added off a terminal), from the flag or standard input,
+    // ids separated by spaces or commas.
+    let run = |args: &[&str], stdin: &str| {
+        use std::io::Write;
+        let mut c = Command::new(env!("CARGO_BIN_EXE_ddl"));
+        c.args(args).arg("--tokenizer").arg(&out);
+        c.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let spaced = ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(" ");
+    let commas = ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+    for (args, stdin) in
+        [(["tokenizer", "decode", "--ids", &commas], ""), (["tokenizer", "decode", "--ids", "-"], &*spaced)]
+    {
+        let o = run(&args, stdin);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(String::from_utf8(o.stdout).unwrap(), "héllo\t🙂<|endoftext|>");
+    }
+    let bad = |ids: &str, want: &str| {
+        let o = run(&["tokenizer", "decode", "--ids", ids], "");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && e.contains(want) && o.stdout.is_empty(), "{ids}: {e}");
+    };
+    bad("1 2 400", "id 400 (the 3rd of the ids) is outside the tokenizer's vocabulary of 400 (ids 0 to 399)");
+    bad("1, x", "'x' (the 2nd of the ids) is not a token id: expected whole numbers from 0 to 399");
+    bad(" ,", "no ids");
+    // One token per line with its text, escaped as `ddl eval --per-token` writes it; a token that
+    // is part of a character shows U+FFFD.
+    let o = run(&["tokenizer", "encode", "--pieces", "--text", "héllo\t🙂<|endoftext|>"], "");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: Vec<(u32, String)> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (id, text) = l.split_once('\t').unwrap();
+            (id.parse().unwrap(), text.to_string())
+        })
+        .collect();
+    assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), ids);
+    for (id, text) in &rows {
+        let want = t.decode(&[*id]).unwrap().replace('\\', "\\\\").replace('\t', "\\t");
+        assert_eq!(text, &want, "token {id}");
+    }
+    assert!(rows.iter().any(|r| r.1.contains("\\t")), "the tab escaped: {rows:?}");
+    assert_eq!(rows.last().unwrap().1, "<|endoftext|>");
+
     let o = Command::new(env!("CARGO_BIN_EXE_ddl"))
         .args(["tokenizer", "train", "--vocab-size", "100", "--corpus"])
         .arg(&corpus)

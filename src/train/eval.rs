@@ -785,7 +785,7 @@ fn is_per_token_table(path: &Path) -> bool {
 }
 
 /// A token's text in one tab-separated field: `\\`, `\t`, `\n` and `\r` escaped.
-fn tsv_field(text: &str) -> String {
+pub fn tsv_field(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
