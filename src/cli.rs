@@ -17,7 +17,7 @@ Train and compare:
 
 Generate:
   generate    Text from a checkpoint, streamed (--trace: what every delta write did)
-  chat        A conversation that keeps its context and caches (/set NAME VALUE, /help)
+  chat        A conversation that keeps its context and caches (/set, /intervene, /undo, /help)
 
 Check and measure:
   info        Adapters, features, limits, kernel forms; with --preset a model's memory plan
@@ -26,7 +26,7 @@ Check and measure:
 
 Tools:
   data        Prepare token shards (llm.c's format) from text, folders and JSON lines; the --corpus shard cache
-  tokenizer   Train a byte-level BPE tokenizer on a corpus, or encode text with one
+  tokenizer   Train a byte-level BPE tokenizer on a corpus, encode text with one, decode ids
   help        This message, or a command's options (`ddl help train`)
 
 Options:
@@ -279,7 +279,7 @@ pub(crate) enum Cmd {
     /// Benchmarks (results as a table, or JSON lines with --json).
     #[command(subcommand)]
     Bench(BenchCmd),
-    /// Byte-level BPE tokenizers: train one on a corpus, encode text with one.
+    /// Byte-level BPE tokenizers: train one on a corpus, encode text with one, decode its ids.
     #[command(subcommand)]
     Tokenizer(TokenizerCmd),
     /// Token shards for `ddl train --data`, and the shard cache of `ddl train --corpus`.
