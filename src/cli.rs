@@ -20,7 +20,7 @@ Generate:
   chat        A conversation that keeps its context and caches (/set, /intervene, /undo, /help)
 
 Check and measure:
-  info        Adapters, features, limits, kernel forms; with --preset a model's memory plan
+  info        Adapters, features, limits, kernel forms; --preset: a memory plan; --checkpoint: a run
   golden      Parity with the PyTorch float64 golden files, one row per tensor
   bench       Benchmarks: matmul, kernels, train, precision, generate, data, copy (--json for JSON lines)
 
@@ -121,11 +121,16 @@ impl DeviceArgs {
 #[derive(Subcommand)]
 pub(crate) enum Cmd {
     /// Adapters found, the chosen one, its backend, driver, features and limits; with --preset,
-    /// the model's parameter count and memory plan.
+    /// the model's parameter count and memory plan; with --checkpoint, what a run holds.
     Info {
         /// A model preset to plan: tiny, shakespeare-char, small-124m, medium-353m.
         #[arg(long)]
         preset: Option<String>,
+        /// Describe a run folder or one of its kept checkpoints instead (no device opened): the
+        /// model, tokenizer, steps and tokens trained, settings, data, losses, the best and kept
+        /// checkpoints, file sizes.
+        #[arg(long, value_name = "DIR", conflicts_with = "preset")]
+        checkpoint: Option<std::path::PathBuf>,
         /// The variant to plan: baseline, ddl_v1, ddl, ddl_ec, ddl_cc, ddl_ccec, ddl_v1_vmap, ddl_vmap.
         #[arg(long, default_value = "ddl", requires = "preset")]
         variant: String,
@@ -156,7 +161,8 @@ pub(crate) enum Cmd {
         memory: Option<u64>,
         /// Write one JSON object instead of text: the adapters and the chosen one's description
         /// (features, limits, cooperative matrices, kernel forms), or with --preset the memory
-        /// plan (and --memory's batches) and whether it fits the adapter.
+        /// plan (and --memory's batches) and whether it fits the adapter, or with --checkpoint
+        /// its description.
         #[arg(long)]
         json: bool,
     },

@@ -122,28 +122,37 @@ fn run(cli: Cli) -> Result<()> {
         return check_args(&cli);
     }
     match cli.cmd {
-        Cmd::Info { preset, variant, batch, seq, f16_state, precision, recompute, head_chunk, memory, json } => {
-            match preset {
-                Some(p) => {
-                    let asked = ddl::model::Storage {
-                        state_f16: f16_state,
-                        precision,
-                        recompute,
-                        head_chunk,
-                        ..Default::default()
-                    };
-                    let mut plan = info_model(&cli.device, &p, &variant, batch, seq, asked, json)?;
-                    if let Some(bytes) = memory {
-                        plan["fit"] = info_fit(&p, &variant, seq, head_chunk, bytes, json)?;
-                    }
-                    if json {
-                        println!("{}", serde_json::to_string_pretty(&plan)?);
-                    }
-                    Ok(())
-                }
-                None => info(&cli.device, json),
+        Cmd::Info { checkpoint: Some(dir), json, .. } => {
+            let info = ddl::train::describe::describe(&dir)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&info)?);
+            } else {
+                print!("{}", info.text());
             }
+            Ok(())
         }
+        Cmd::Info {
+            preset, variant, batch, seq, f16_state, precision, recompute, head_chunk, memory, json, ..
+        } => match preset {
+            Some(p) => {
+                let asked = ddl::model::Storage {
+                    state_f16: f16_state,
+                    precision,
+                    recompute,
+                    head_chunk,
+                    ..Default::default()
+                };
+                let mut plan = info_model(&cli.device, &p, &variant, batch, seq, asked, json)?;
+                if let Some(bytes) = memory {
+                    plan["fit"] = info_fit(&p, &variant, seq, head_chunk, bytes, json)?;
+                }
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&plan)?);
+                }
+                Ok(())
+            }
+            None => info(&cli.device, json),
+        },
         Cmd::Bench(b) => bench_cmd::bench(&cli.device, b),
         Cmd::Tokenizer(t) => tokenizer(t),
         Cmd::Data(d) => data_cmd(d),

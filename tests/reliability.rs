@@ -2130,6 +2130,64 @@ fn checkpoints_keep_the_newest_n_and_the_best_by_validation_loss_as_run_folders(
     }
     assert_eq!(ddl::train::checkpoint::load(&kept.join("best"), false).unwrap().step, bs);
     assert!(t.contains(&format!("best checkpoint: step {bs}")), "{t}");
+    // `ddl info --checkpoint`: what the run, a kept checkpoint and the best hold, from their
+    // files (no device).
+    let info = |p: &Path, json: bool| {
+        let mut c = cmd(&dir);
+        c.args(["info", "--checkpoint"]).arg(p);
+        if json {
+            c.arg("--json");
+        }
+        c.output().unwrap()
+    };
+    let o = info(&out, false);
+    let it = text(&o);
+    assert!(o.status.success(), "{it}");
+    for want in [
+        ": a run folder, its checkpoint at step 5".to_string(),
+        "model: ddl, V ".into(),
+        " d 32 L 1 H 2 h 16 F 85 d_v 4".into(),
+        "tokenizer: char".into(),
+        // (B 2 × T 16: 32 tokens a step.)
+        "trained: 5 steps, 160 tokens (32 a step)".into(),
+        "settings: B 2 × T 16, lr 0.02".into(),
+        "training memory plan: ".into(),
+        "data: --corpus ".into(),
+        "losses at this step: train ".into(),
+        format!("best: step {bs}, validation loss {bl:.4}"),
+        "kept checkpoints at steps 4, 5".into(),
+        "files: model.safetensors ".into(),
+    ] {
+        assert!(it.contains(&want), "{want:?} not in:\n{it}");
+    }
+    let o = info(&kept.join("step-00000004"), false);
+    let it = text(&o);
+    assert!(o.status.success() && it.contains(": a kept checkpoint of the run ") && it.contains("step 4"), "{it}");
+    assert!(it.contains("trained: 4 steps, 128 tokens") && !it.contains("losses at this step"), "{it}");
+    let o = info(&kept.join("best"), false);
+    let it = text(&o);
+    assert!(o.status.success() && it.contains(&format!(": the best checkpoint of the run {}", out.display())), "{it}");
+    let o = info(&out, true);
+    assert!(o.status.success(), "{}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (j["kind"].as_str(), j["step"].as_u64(), j["tokens_per_step"].as_u64()),
+        (Some("run"), Some(5), Some(32))
+    );
+    assert_eq!(j["kept"], serde_json::json!([4, 5]));
+    assert_eq!(j["best"]["step"].as_u64(), Some(bs as u64));
+    assert_eq!(j["model"]["d_model"].as_u64(), Some(32));
+    let cfg = ddl::train::checkpoint::saved_config(&out).unwrap();
+    assert_eq!(j["parameters"].as_u64(), Some(ddl::model::params::Layout::new(&cfg).count() as u64));
+    // A model-only checkpoint (no moments) says what it is good for; a missing folder is named.
+    let only = dir.join("model-only");
+    std::fs::create_dir_all(&only).unwrap();
+    std::fs::copy(out.join("model.safetensors"), only.join("model.safetensors")).unwrap();
+    let o = info(&only, false);
+    let it = text(&o);
+    assert!(o.status.success() && it.contains("no moments file") && it.contains("--init-from"), "{it}");
+    let o = info(&dir.join("nowhere"), false);
+    assert!(!o.status.success() && text(&o).contains("nowhere"), "{}", text(&o));
     // Resumed, the run goes on keeping the newest two; train.checkpoint_keep=0 keeps none.
     let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "6"]).output().unwrap();
     assert!(r.status.success(), "{}", text(&r));

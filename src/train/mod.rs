@@ -6,6 +6,8 @@ pub mod checkpoint;
 pub mod collective;
 pub mod config;
 pub mod data;
+#[cfg(feature = "native")]
+pub mod describe;
 #[cfg(feature = "mpi")]
 pub mod distributed;
 pub mod eval;

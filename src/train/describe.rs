@@ -1,0 +1,278 @@
+//! `ddl info --checkpoint`: what a run folder or one of its kept checkpoints holds, read from
+//! its files' metadata and the run's small records (`config.toml`, `data.json`, `summary.json`,
+//! `checkpoints/best/best.json`); no tensor is read and no device opened.
+
+use std::path::{Path, PathBuf};
+
+use super::checkpoint::{self, Best, CheckpointError, RunState};
+use super::config::RunConfig;
+use crate::model::ModelConfig;
+
+/// What a checkpoint is and what it holds.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CheckpointInfo {
+    /// The folder asked about.
+    pub path: PathBuf,
+    /// `run` (a `ddl train --out` folder), `kept` (one of its `checkpoints/step-N`) or `best`
+    /// (its `checkpoints/best`).
+    pub kind: &'static str,
+    /// The run folder (the path itself for a run).
+    pub run: PathBuf,
+    /// Optimizer steps the checkpoint's parameters have taken.
+    pub step: usize,
+    pub model: ModelConfig,
+    pub parameters: usize,
+    /// The tokenizer saved with the model: `char`, `byte-level BPE`, …
+    pub tokenizer: String,
+    pub vocab_size: usize,
+    /// The run settings saved with the checkpoint (what `--resume` continues with); `None` for a
+    /// model-only checkpoint (e.g. written by `scripts/torch_checkpoint.py`).
+    pub settings: Option<RunConfig>,
+    /// The run state saved with the moments (seconds trained, the step it was to stop after,
+    /// f16 loss scaling); `None` without a moments file.
+    pub state: Option<RunState>,
+    /// Tokens one optimizer step trains on: batch × sequence × accumulation (over every rank).
+    pub tokens_per_step: Option<usize>,
+    /// The data record (`data.json`): where the tokens came from, how many for training and
+    /// validation.
+    pub data: Option<serde_json::Value>,
+    /// The run's last losses (`summary.json`) when they are this checkpoint's step's.
+    pub losses: Option<Losses>,
+    /// The run's best checkpoint, when it keeps one.
+    pub best: Option<Best>,
+    /// The steps of the run's kept checkpoints (`checkpoints/step-N`).
+    pub kept: Vec<usize>,
+    /// The checkpoint's files and their sizes in bytes.
+    pub files: Vec<(String, u64)>,
+    /// The bytes the training plan of the saved settings needs on a device.
+    pub plan_bytes: Option<u64>,
+}
+
+/// A run's losses at the end of its last invocation.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Losses {
+    pub train_loss: Option<f64>,
+    pub val_loss: Option<f64>,
+    pub val_tokens: Option<u64>,
+    /// The validation loss covers the whole split (not `train.val_max_tokens` of it).
+    pub val_whole: bool,
+}
+
+/// Reads what `path` (a run folder or one of its kept checkpoints) holds. The error names what
+/// is missing or does not read, and a kept checkpoint that does read where there is one.
+pub fn describe(path: &Path) -> Result<CheckpointInfo, CheckpointError> {
+    let (kind, run) = match checkpoint::kept_run_of(path) {
+        Some(run) if path.file_name().is_some_and(|n| n == checkpoint::BEST_DIR) => ("best", run),
+        Some(run) => ("kept", run),
+        None => ("run", path.to_path_buf()),
+    };
+    let read = |e| if kind == "run" { checkpoint::with_kept_for_reading(path, "--checkpoint", e) } else { e };
+    let model = checkpoint::saved_config(path).map_err(read)?;
+    let tok = checkpoint::saved_tokenizer(path).map_err(read)?;
+    let step = checkpoint::saved_step(path).map_err(read)?;
+    let has_optim = path.join(checkpoint::OPTIM_FILE).is_file();
+    let state = if has_optim { Some(checkpoint::saved_state(path).map_err(read)?) } else { None };
+    let settings = settings_of(path, has_optim);
+    let tokens_per_step = settings.as_ref().map(|s| s.train.batch_size * s.train.seq_len * s.train.grad_accum);
+    let plan_bytes = settings.as_ref().map(|s| {
+        crate::model::memory_plan_for(&model, s.train.batch_size, s.train.seq_len, s.train.storage(&model)).total()
+    });
+    let data = std::fs::read_to_string(path.join("data.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
+    let losses = (kind == "run").then(|| losses_at(path, step)).flatten();
+    let files = [checkpoint::MODEL_FILE, checkpoint::OPTIM_FILE, "config.toml", "data.json"]
+        .iter()
+        .filter_map(|f| Some((f.to_string(), std::fs::metadata(path.join(f)).ok().filter(|m| m.is_file())?.len())))
+        .collect();
+    Ok(CheckpointInfo {
+        path: path.to_path_buf(),
+        kind,
+        step,
+        parameters: crate::model::params::Layout::new(&model).count(),
+        tokenizer: tok.kind().to_string(),
+        vocab_size: tok.vocab_size(),
+        model,
+        settings,
+        state,
+        tokens_per_step,
+        data,
+        losses,
+        best: checkpoint::read_best(&run),
+        kept: checkpoint::kept_steps(&run),
+        files,
+        plan_bytes,
+        run,
+    })
+}
+
+/// The run settings saved in the checkpoint's moments file, else its `config.toml`.
+fn settings_of(path: &Path, has_optim: bool) -> Option<RunConfig> {
+    let saved = if has_optim { checkpoint::saved_run_config(path).ok().filter(|t| !t.is_empty()) } else { None };
+    let text = saved.or_else(|| std::fs::read_to_string(path.join("config.toml")).ok())?;
+    toml::from_str(&text).ok()
+}
+
+/// The losses of the run's `summary.json` when it was written at `step`.
+fn losses_at(run: &Path, step: usize) -> Option<Losses> {
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).ok()?).ok()?;
+    (j["step"].as_u64()? == step as u64).then(|| Losses {
+        train_loss: j["train_loss"].as_f64(),
+        val_loss: j["val_loss"].as_f64(),
+        val_tokens: j["val_tokens"].as_u64(),
+        val_whole: j["val_whole"].as_bool().unwrap_or(false),
+    })
+}
+
+/// A byte count in kB, MB or GB (powers of 1000, as disks are sold).
+fn size(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1_000_000_000 => format!("{:.2} GB", b as f64 / 1e9),
+        b if b >= 1_000_000 => format!("{:.1} MB", b as f64 / 1e6),
+        b if b >= 1_000 => format!("{:.1} kB", b as f64 / 1e3),
+        b => format!("{b} B"),
+    }
+}
+
+/// A count with thousands apart: 811 068.
+fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(' ');
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl CheckpointInfo {
+    /// The description as lines of text.
+    pub fn text(&self) -> String {
+        let mut out = Vec::new();
+        let (c, run) = (&self.model, self.run.display());
+        out.push(match self.kind {
+            "run" => format!("{}: a run folder, its checkpoint at step {}", self.path.display(), self.step),
+            "best" => format!("{}: the best checkpoint of the run {run}, step {}", self.path.display(), self.step),
+            _ => format!("{}: a kept checkpoint of the run {run}, step {}", self.path.display(), self.step),
+        });
+        out.push(format!(
+            "model: {}, V {} d {} L {} H {} h {} F {} d_v {}, context {} tokens; {} parameters",
+            c.variant,
+            c.vocab_size,
+            c.d_model,
+            c.n_layers,
+            c.n_heads,
+            c.head_dim,
+            c.mlp_hidden,
+            c.m(),
+            c.max_seq_len,
+            count(self.parameters as u64)
+        ));
+        out.push(format!("tokenizer: {}, {} tokens (saved with the model)", self.tokenizer, self.vocab_size));
+        match (&self.state, self.tokens_per_step) {
+            (Some(st), tokens) => {
+                let mut line = format!("trained: {} steps", self.step);
+                if let Some(t) = tokens {
+                    line.push_str(&format!(
+                        ", {} tokens ({} a step)",
+                        count(t as u64 * self.step as u64),
+                        count(t as u64)
+                    ));
+                }
+                line.push_str(&format!(", {:.0} s of training", st.elapsed));
+                if let Some(target) = st.target.filter(|&t| t > self.step) {
+                    line.push_str(&format!(
+                        "; its invocation was to go on to step {target} (`ddl train --resume` continues there)"
+                    ));
+                }
+                out.push(line);
+                if let Some(ls) = &st.loss_scale {
+                    out.push(format!(
+                        "f16 loss scaling: scale {}, {} steps skipped for overflow so far",
+                        ls.scale, ls.skipped
+                    ));
+                }
+            }
+            (None, _) => out.push(format!(
+                "trained: {} steps; no moments file ({}): a model-only checkpoint, for eval, generate and \
+                 `ddl train --init-from`, not for --resume",
+                self.step,
+                checkpoint::OPTIM_FILE
+            )),
+        }
+        if let Some(s) = &self.settings {
+            let t = &s.train;
+            let accum = if t.grad_accum > 1 { format!(" × {} accumulated", t.grad_accum) } else { String::new() };
+            out.push(format!(
+                "settings: B {} × T {}{accum}, lr {} → {} (warmup {}, decay to step {}), weight decay {}, precision {}{}, \
+                 seed {}",
+                t.batch_size,
+                t.seq_len,
+                t.lr,
+                t.min_lr,
+                t.warmup_steps,
+                t.decay_steps,
+                t.weight_decay,
+                t.precision.name(),
+                if t.state_f16 { ", f16 states" } else { "" },
+                t.seed
+            ));
+            if let Some(b) = self.plan_bytes {
+                out.push(format!(
+                    "training memory plan: {} at these settings (`ddl info --preset` explains one)",
+                    size(b)
+                ));
+            }
+        }
+        if let Some(d) = &self.data {
+            let tokens = |k: &str| d[k].as_u64().map(count).unwrap_or_else(|| "?".into());
+            let source = d["source"].as_str().unwrap_or("?");
+            out.push(format!(
+                "data: {source}: {} training tokens, {} validation",
+                tokens("train_tokens"),
+                tokens("val_tokens")
+            ));
+            if let (Some(per), Some(train)) = (self.tokens_per_step, d["train_tokens"].as_u64())
+                && train > 0
+            {
+                let epochs = (per as f64 * self.step as f64) / train as f64;
+                out.push(format!("  {epochs:.2} epochs of the training tokens so far"));
+            }
+        }
+        if let Some(l) = &self.losses {
+            let mut line = String::from("losses at this step:");
+            if let Some(x) = l.train_loss {
+                line.push_str(&format!(" train {x:.4}"));
+            }
+            if let Some(x) = l.val_loss {
+                let over = match (l.val_whole, l.val_tokens) {
+                    (true, Some(n)) => format!(" (the whole validation split, {} tokens)", count(n)),
+                    (false, Some(n)) => format!(" ({} validation tokens)", count(n)),
+                    _ => String::new(),
+                };
+                line.push_str(&format!(", validation {x:.4}{over}"));
+            }
+            out.push(line);
+        }
+        if let Some(b) = &self.best {
+            out.push(format!(
+                "best: step {}, validation loss {:.4} over {} tokens ({})",
+                b.step,
+                b.val_loss,
+                count(b.val_tokens as u64),
+                self.run.join(checkpoint::KEPT_DIR).join(checkpoint::BEST_DIR).display()
+            ));
+        }
+        if !self.kept.is_empty() {
+            let steps: Vec<String> = self.kept.iter().map(|s| s.to_string()).collect();
+            out.push(format!(
+                "kept checkpoints at steps {} ({})",
+                steps.join(", "),
+                self.run.join(checkpoint::KEPT_DIR).display()
+            ));
+        }
+        let files: Vec<String> = self.files.iter().map(|(f, b)| format!("{f} {}", size(*b))).collect();
+        out.push(format!("files: {}", files.join(", ")));
+        out.join("\n") + "\n"
+    }
+}
