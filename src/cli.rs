@@ -25,7 +25,7 @@ Check and measure:
   bench       Benchmarks: matmul, kernels, train, precision, generate, data, copy (--json for JSON lines)
 
 Tools:
-  data        Prepare token shards (llm.c's format) from text, folders and JSON lines; the --corpus shard cache
+  data        Prepare token shards (llm.c's format) from text, folders and JSON lines; inspect a set; the --corpus shard cache
   tokenizer   Train a byte-level BPE tokenizer on a corpus, encode text with one, decode ids
   help        This message, or a command's options (`ddl help train`)
 
@@ -288,7 +288,8 @@ pub(crate) enum Cmd {
     /// Byte-level BPE tokenizers: train one on a corpus, encode text with one, decode its ids.
     #[command(subcommand)]
     Tokenizer(TokenizerCmd),
-    /// Token shards for `ddl train --data`, and the shard cache of `ddl train --corpus`.
+    /// Token shards for `ddl train --data` (prepare, inspect), and the shard cache of `ddl train
+    /// --corpus`.
     #[command(subcommand)]
     Data(DataCmd),
 }
@@ -323,6 +324,36 @@ pub(crate) enum DataCmd {
         /// Shard name prefix (NAME_train_000000.bin).
         #[arg(long, default_value = "data")]
         name: String,
+    },
+    /// What a shard set holds: its shards per split with their tokens, sizes and id widths, the
+    /// tokenizer and source its meta.json records, and a sample of its tokens as text; --verify
+    /// also checks every shard's SHA-256 against meta.json and every id against the vocabulary.
+    Inspect {
+        /// A shard folder or a glob of shard files, as `ddl train --data` takes them.
+        data: String,
+        /// How the files store tokens: llmc (llm.c's shards) or raw-u16 (nanoGPT's train.bin).
+        #[arg(long, default_value = "llmc")]
+        data_format: String,
+        /// Decode and check with this tokenizer (a tokenizer.json, or a run folder for its
+        /// model's) instead of meta.json's; shards without a meta.json need it to show text.
+        #[arg(long)]
+        tokenizer: Option<std::path::PathBuf>,
+        /// The split of the sample: train or val.
+        #[arg(long, default_value = "train")]
+        split: String,
+        /// The sample's first token: its position in the split.
+        #[arg(long, allow_negative_numbers = true, value_parser = count, default_value_t = 0)]
+        at: usize,
+        /// Tokens in the sample (0 = none).
+        #[arg(long, allow_negative_numbers = true, value_parser = count, default_value_t = 64)]
+        sample: usize,
+        /// Also read every token: each shard's SHA-256 against meta.json, every id below the
+        /// vocabulary, the distinct ids and end-of-text tokens counted (fails naming a problem).
+        #[arg(long)]
+        verify: bool,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// The shard cache of `ddl train --corpus` and `ddl eval --text` (DDL_CACHE_DIR, else
     /// $XDG_CACHE_HOME/ddl or ~/.cache/ddl, folder shards/): each set's corpus, tokenizer, tokens,

@@ -827,6 +827,9 @@ fn data_cmd(d: DataCmd) -> Result<()> {
         DataCmd::Prepare { tokenizer, out, inputs, val_tokens, val_fraction, shard_tokens, name } => {
             (tokenizer, out, inputs, val_tokens, val_fraction, shard_tokens, name)
         }
+        DataCmd::Inspect { data, data_format, tokenizer, split, at, sample, verify, json } => {
+            return inspect_cmd(data, data_format, tokenizer, split, at, sample, verify, json);
+        }
         DataCmd::Cache { prune, unused_for, clear, dry_run, json } => {
             return cache_cmd(prune || clear, ddl::train::cache::Prune { all: clear, unused_for, dry_run }, json);
         }
@@ -860,6 +863,38 @@ fn data_cmd(d: DataCmd) -> Result<()> {
         println!("  {}", f.display());
     }
     println!("train on it with: ddl train --data {} ...", out.display());
+    Ok(())
+}
+
+/// `ddl data inspect`: what a shard set holds.
+#[allow(clippy::too_many_arguments)]
+fn inspect_cmd(
+    data: String,
+    data_format: String,
+    tokenizer: Option<std::path::PathBuf>,
+    split: String,
+    at: usize,
+    sample: usize,
+    verify: bool,
+    json: bool,
+) -> Result<()> {
+    use ddl::train::inspect::{InspectOptions, Split, inspect};
+    use std::io::IsTerminal;
+    let format = ddl::train::shards::Format::parse(&data_format).map_err(|e| anyhow::anyhow!("--data-format: {e}"))?;
+    let split = Split::parse(&split).map_err(|e| anyhow::anyhow!("--split: {e}"))?;
+    let tokenizer = match tokenizer {
+        Some(p) => {
+            Some((tokenizer_for(&p).with_context(|| format!("--tokenizer {}", p.display()))?, p.display().to_string()))
+        }
+        None => None,
+    };
+    let progress = std::io::stderr().is_terminal();
+    let info = inspect(&InspectOptions { data, format, tokenizer, split, at, sample, verify, progress })?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&info)?);
+    } else {
+        print!("{}", info.text());
+    }
     Ok(())
 }
 

@@ -204,6 +204,82 @@ fn documents_from_folders_and_json_lines_are_separated_by_the_end_of_text_token(
     assert_eq!(data.val.len(), 5);
     assert!(data.train.shards.iter().all(|s| s.len() <= 8) && data.train.shards.len() >= 2);
     assert!(out.join("mix_train_000000.bin").exists() && out.join("mix_val_000000.bin").exists());
+    // `ddl data inspect`: the set's shards, tokenizer and a sample, and --verify's pass over it.
+    let inspect = |args: &[&str]| ddl(&dir).args(["data", "inspect"]).args(args).output().unwrap();
+    let o = inspect(&[out.to_str().unwrap(), "--verify", "--at", "1", "--sample", "4", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((j["meta"].as_bool(), j["tokenizer"]["kind"].as_str()), (Some(true), Some("bpe")));
+    assert_eq!(j["tokenizer"]["vocab_size"].as_u64(), Some(tok.vocab_size() as u64));
+    let (n, nt) = (want.len(), want.len() - 5);
+    assert_eq!((j["splits"][0]["tokens"].as_u64(), j["splits"][1]["tokens"].as_u64()), (Some(nt as u64), Some(5)));
+    assert_eq!(j["splits"][0]["shards"].as_array().unwrap().len(), data.train.shards.len());
+    assert_eq!(j["sample"]["ids"], serde_json::json!(want[1..5]));
+    assert_eq!(j["sample"]["text"].as_str(), Some(tok.decode(&want[1..5]).unwrap().as_str()));
+    for (i, part) in [&want[..nt], &want[nt..n]].into_iter().enumerate() {
+        let v = &j["verified"]["splits"][i];
+        let distinct: std::collections::BTreeSet<_> = part.iter().collect();
+        assert_eq!(v["distinct"].as_u64(), Some(distinct.len() as u64), "{v}");
+        assert_eq!(v["max_id"].as_u64(), part.iter().max().map(|&m| m as u64), "{v}");
+        assert_eq!(v["end_of_text"].as_u64(), Some(part.iter().filter(|&&t| t == eot).count() as u64), "{v}");
+    }
+    assert_eq!(j["verified"]["digests"].as_bool(), Some(true));
+    let o = inspect(&[out.to_str().unwrap(), "--verify"]);
+    let t = text(&o);
+    for want in [
+        "made by `ddl data prepare` (meta.json)",
+        "tokenizer: bpe",
+        "mix_train_000000.bin  8 tokens",
+        "every shard's SHA-256 matches meta.json",
+        "sample: train split, tokens 0..36 of 36:",
+    ] {
+        assert!(o.status.success() && t.contains(want), "{want:?} not in:\n{t}");
+    }
+    // A position past the split, a split the glob has no shard of: said, with what to do.
+    let o = inspect(&[out.to_str().unwrap(), "--split", "val", "--at", "5"]);
+    assert!(!o.status.success() && text(&o).contains("--at 5: the val split holds 5 tokens"), "{}", text(&o));
+    let glob = format!("{}/*train*.bin", out.display());
+    let o = inspect(&[&glob, "--split", "val"]);
+    assert!(!o.status.success() && text(&o).contains("holds no validation tokens"), "{}", text(&o));
+    // A changed shard fails --verify naming it.
+    let changed = dir.join("changed");
+    std::fs::create_dir_all(&changed).unwrap();
+    for e in std::fs::read_dir(&out).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, changed.join(p.file_name().unwrap())).unwrap();
+    }
+    let mut bytes = std::fs::read(changed.join("mix_val_000000.bin")).unwrap();
+    *bytes.last_mut().unwrap() ^= 1;
+    std::fs::write(changed.join("mix_val_000000.bin"), &bytes).unwrap();
+    let o = inspect(&[changed.to_str().unwrap(), "--verify"]);
+    assert!(!o.status.success() && text(&o).contains("mix_val_000000.bin: its SHA-256 differs"), "{}", text(&o));
+    // Headerless files without meta.json: ids without text unless --tokenizer, whose vocabulary
+    // --verify holds every id to (the first one outside named with its file and place).
+    let raw = dir.join("raw");
+    std::fs::create_dir_all(&raw).unwrap();
+    let u16s = |ids: &[u16]| ids.iter().flat_map(|i| i.to_le_bytes()).collect::<Vec<u8>>();
+    std::fs::write(raw.join("train.bin"), u16s(&[want[0] as u16, want[1] as u16, 60000])).unwrap();
+    std::fs::write(raw.join("val.bin"), u16s(&[want[0] as u16])).unwrap();
+    let o = inspect(&[raw.to_str().unwrap(), "--data-format", "raw-u16", "--sample", "2"]);
+    let t = text(&o);
+    assert!(o.status.success() && t.contains("no meta.json") && t.contains(&format!("{} {}", want[0], want[1])), "{t}");
+    let o = inspect(&[
+        raw.to_str().unwrap(),
+        "--data-format",
+        "raw-u16",
+        "--sample",
+        "2",
+        "--tokenizer",
+        bpe.to_str().unwrap(),
+    ]);
+    assert!(o.status.success() && text(&o).contains(&tok.decode(&want[..2]).unwrap()), "{}", text(&o));
+    let o =
+        inspect(&[raw.to_str().unwrap(), "--data-format", "raw-u16", "--verify", "--tokenizer", bpe.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(!o.status.success() && t.contains("train.bin': token 2 is 60000, outside the model's vocabulary"), "{t}");
+    let o = inspect(&[raw.to_str().unwrap(), "--data-format", "raw-u16", "--tokenizer", bpe.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(!o.status.success() && t.contains("token 2 of the train split is 60000, outside the tokenizer's"), "{t}");
     // A JSON line without a text field names the file and line.
     std::fs::write(inputs.join("c.jsonl"), "{\"text\": \"one\"}\n{\"body\": \"two\"}\n").unwrap();
     let o = ddl(&dir)

@@ -12,6 +12,7 @@ pub mod describe;
 pub mod distributed;
 pub mod eval;
 mod exchange;
+pub mod inspect;
 pub mod lock;
 pub mod plot;
 pub mod prepare;

@@ -163,6 +163,11 @@ impl Shard {
         self.len == 0
     }
 
+    /// 16 or 32: the width of each stored id.
+    pub fn id_bits(&self) -> u32 {
+        if self.wide { 32 } else { 16 }
+    }
+
     /// Token `i` (< len).
     #[inline]
     pub fn get(&self, i: usize) -> u32 {
@@ -456,7 +461,7 @@ pub fn find_for_eval(data: &str, format: Format, val: bool) -> Result<Vec<PathBu
 }
 
 /// The training and validation files of `data` (either may be empty).
-fn find_parts(data: &str, format: Format) -> Result<(Vec<PathBuf>, Vec<PathBuf>), ShardError> {
+pub fn find_parts(data: &str, format: Format) -> Result<(Vec<PathBuf>, Vec<PathBuf>), ShardError> {
     let path = Path::new(data);
     let layout = |m: String| ShardError::Layout(m);
     let files: Vec<PathBuf> = if path.is_dir() {
