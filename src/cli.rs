@@ -14,6 +14,7 @@ Train and compare:
   train       Train a model: progress bar, metrics.jsonl, loss.png, checkpoints in --out
   eval        Loss, perplexity, bits per byte of a checkpoint on its data, a text or shards
   experiment  A grid of runs (variants x seeds) and its report (report.md, plots)
+  plot        Runs' curves in one picture (validation or training loss, |g|, lr, tok/s, β) and where each ended
 
 Generate:
   generate    Text from a checkpoint, streamed (--trace: what every delta write did)
@@ -223,6 +224,31 @@ pub(crate) enum Cmd {
     /// Loss, perplexity and bits per byte of a checkpoint: its run's validation split, another text
     /// or shards; β per sublayer; against another checkpoint.
     Eval(EvalArgs),
+    /// One metric of several runs as curves in one PNG, from their metrics.jsonl (no device), and
+    /// a table of where each ended: last step and tokens, training loss (mean of the last tenth of
+    /// the logged steps), the validation curve's last and best points, the whole split's loss.
+    Plot {
+        /// Run folders (`ddl train --out`; an experiment's are under its runs/).
+        #[arg(required = true)]
+        runs: Vec<std::path::PathBuf>,
+        /// The picture (.png); an existing file only when `ddl plot` drew it.
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// val (the validation curve: the windows every evaluation covers), train, grad_norm, lr,
+        /// tok_per_s, or beta (one run: each delta write's mean β; several: each run's mean over
+        /// its writes).
+        #[arg(long, default_value = "val")]
+        metric: String,
+        /// The x axis: step, tokens (from each run's config.toml) or seconds (of training).
+        #[arg(long, default_value = "step")]
+        x: String,
+        /// Each point the mean of the last N logged steps (not for val).
+        #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 1)]
+        smooth: usize,
+        /// The table as one JSON object (with the picture's path) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Generate text from a checkpoint with the KV and conv caches, streaming tokens to stdout.
     Generate {
         /// A run folder (its checkpoint and tokenizer), or one of its kept checkpoints.

@@ -162,6 +162,19 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Train(a) => train_cmd::train(&cli.device, a),
         Cmd::Eval(a) => eval(&cli.device, a),
+        Cmd::Plot { runs, out, metric, x, smooth, json } => {
+            use ddl::train::curves::{Metric, PlotOptions, XAxis, ends_text, plot_runs};
+            let metric = Metric::parse(&metric).map_err(|e| anyhow::anyhow!("--metric: {e}"))?;
+            let x = XAxis::parse(&x).map_err(|e| anyhow::anyhow!("--x: {e}"))?;
+            let ends = plot_runs(&PlotOptions { runs, out: out.clone(), metric, x, smooth })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "out": out, "runs": ends }))?);
+            } else {
+                print!("{}", ends_text(&ends));
+                println!("wrote {}", out.display());
+            }
+            Ok(())
+        }
         Cmd::Experiment { spec, out, report_only, speed, dry_run, jobs } => {
             experiment(&cli.device, &spec, &out, report_only, speed, dry_run, jobs)
         }

@@ -296,6 +296,86 @@ fn ddl_cmd(dir: &Path) -> Command {
     c
 }
 
+/// `ddl plot`: runs' curves from their metrics.jsonl in one PNG (no device), the table of where
+/// each ended, its own picture replaced and nothing else, runs without the metric named.
+#[test]
+fn plot_draws_runs_curves_and_tabulates_where_each_ended() {
+    let dir = tmpdir("plot");
+    // Two runs' folders as `ddl train` leaves them: config.toml (B 2 × T 16) and metrics.jsonl.
+    let run = |name: &str, variant: Variant, lines: &[String]| {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("config.toml"), toml::to_string(&small_run(variant, "c.txt")).unwrap()).unwrap();
+        std::fs::write(d.join("metrics.jsonl"), lines.join("\n") + "\n").unwrap();
+        d
+    };
+    let step = |s: usize, loss: f64, betas: &str| {
+        format!(
+            "{{\"step\":{s},\"loss\":{loss},\"lr\":0.001,\"grad_norm\":1.5,\"tok_per_s\":100,\"elapsed\":{}{betas}}}",
+            s as f64 * 0.5
+        )
+    };
+    let val = |s: usize, loss: f64, full: bool| {
+        let extra = if full { format!(",\"val_subset_loss\":{}", loss - 0.25) } else { String::new() };
+        format!("{{\"step\":{s},\"val_loss\":{loss},\"val_tokens\":64,\"val_full\":{full}{extra}}}")
+    };
+    let b = ",\"beta_mean\":[1.0,0.5]";
+    let a = run(
+        "a",
+        Variant::Ddl,
+        &[step(1, 4.0, b), step(2, 3.0, b), val(2, 3.5, false), step(3, 2.0, b), step(4, 1.0, b), val(4, 2.9, true)],
+    );
+    let base = run("base", Variant::Baseline, &[step(1, 4.5, ""), step(2, 3.5, ""), val(2, 3.0, true)]);
+    let out = dir.join("val.png");
+    let text = |o: &std::process::Output| {
+        format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    };
+    let plot = |args: &[&str]| ddl_cmd(&dir).arg("plot").args(args).output().unwrap();
+    let (sa, sb, so) = (a.to_str().unwrap(), base.to_str().unwrap(), out.to_str().unwrap());
+    let o = plot(&[sa, sb, "--out", so, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = &j["runs"][0];
+    // 4 steps of 32 tokens; the last 10 % of the logged losses (one); the curve's last point is the
+    // final evaluation's part over the windows every evaluation covers (2.9 - 0.25), its best too.
+    assert_eq!((r["step"].as_u64(), r["tokens"].as_u64(), r["train_loss"].as_f64()), (Some(4), Some(128), Some(1.0)));
+    assert_eq!(
+        (&r["val_last"], &r["val_best"], &r["val_whole"]),
+        (&serde_json::json!([4, 2.65]), &serde_json::json!([4, 2.65]), &serde_json::json!([4, 2.9, 64]))
+    );
+    assert_eq!((r["points"].as_u64(), j["runs"][1]["points"].as_u64()), (Some(2), Some(1)));
+    assert_eq!(ddl::train::plot::plot_title(&out).as_deref(), Some("validation loss, 2 runs"));
+    // The text table; its own picture replaced; by tokens, smoothed, β of one run per write.
+    let o = plot(&[sa, sb, "--out", so, "--metric", "train", "--x", "tokens", "--smooth", "2"]);
+    let t = text(&o);
+    assert!(
+        o.status.success() && t.contains("train (last 10 %)") && t.contains("2.6500 @4") && t.contains("wrote "),
+        "{t}"
+    );
+    assert_eq!(ddl::train::plot::plot_title(&out).as_deref(), Some("training loss, 2 runs"));
+    let o = plot(&[sa, "--out", so, "--metric", "beta", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["runs"][0]["points"].as_u64(), Some(8), "two writes × four steps");
+    // Refused, naming what and why: the baseline's β, a folder without metrics, a run given twice,
+    // a file ddl plot did not draw (a run's loss.png), a bad metric.
+    for (args, want) in [
+        (vec![sa, sb, "--out", so, "--metric", "beta"], "no β in its metrics.jsonl"),
+        (vec![sa, dir.to_str().unwrap(), "--out", so], "holds no metrics.jsonl"),
+        (vec![sa, sa, "--out", so], "given twice"),
+        (vec![sa, "--out", a.join("loss.png").to_str().unwrap()], "not a plot `ddl plot` drew"),
+        (vec![sa, "--out", so, "--metric", "loss"], "unknown metric 'loss'"),
+        (vec![sa, "--out", dir.join("x.svg").to_str().unwrap()], "give a file name ending in .png"),
+    ] {
+        if want.contains("not a plot") {
+            ddl::train::progress::plot_metrics(&a).unwrap();
+        }
+        let o = plot(&args);
+        assert!(o.status.code() == Some(1) && text(&o).contains(want), "{args:?}: {want:?} not in {}", text(&o));
+    }
+    assert_eq!(ddl::train::plot::plot_title(&a.join("loss.png")).as_deref(), Some("loss"));
+}
+
 #[test]
 fn info_plans_a_presets_memory_in_each_precision() {
     // `ddl info --preset P --variant V [--precision f16]`: the plan `ddl train` checks against,

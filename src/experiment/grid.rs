@@ -562,33 +562,11 @@ pub(super) fn result_of(dir: &Path, steps: usize) -> Option<RunResult> {
 fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &ExperimentSpec) -> Result<RunResult, String> {
     let metrics_path = dir.join("metrics.jsonl");
     let text = std::fs::read_to_string(&metrics_path).map_err(|e| format!("{}: {e}", metrics_path.display()))?;
-    let mut losses = Vec::new();
-    let mut tps = Vec::new();
-    let mut elapsed = 0.0f64;
-    let mut val_curve = Vec::new();
+    let m = crate::train::curves::Metrics::parse(&text);
+    let mut tps: Vec<f64> = m.train.iter().filter_map(|r| r.tok_per_s).collect();
+    let elapsed = m.train.iter().filter_map(|r| r.elapsed).fold(0.0f64, f64::max);
     // The final evaluation over the whole validation split (its step, loss and tokens).
-    let mut full: Option<(usize, f64, usize)> = None;
-    for line in text.lines() {
-        let Ok(j) = serde_json::from_str::<serde_json::Value>(line) else { continue };
-        let step = j["step"].as_f64().unwrap_or(0.0);
-        if let Some(vl) = j["val_loss"].as_f64() {
-            if j["val_full"] == true {
-                full = Some((step as usize, vl, j["val_tokens"].as_u64().unwrap_or(0) as usize));
-                // The curve's last point: the same windows as the evaluations during training.
-                if let Some(sub) = j["val_subset_loss"].as_f64() {
-                    val_curve.push((step, sub));
-                }
-            } else {
-                val_curve.push((step, vl));
-            }
-        } else if let Some(l) = j["loss"].as_f64() {
-            losses.push(l);
-            if let Some(t) = j["tok_per_s"].as_f64() {
-                tps.push(t);
-            }
-            elapsed = elapsed.max(j["elapsed"].as_f64().unwrap_or(0.0));
-        }
-    }
+    let (val_curve, full) = (m.val.clone(), m.full);
     let ck = checkpoint::load(dir, false).map_err(|e| e.to_string())?;
     // The final evaluation of the final step: never a periodic one in its place (an interrupt
     // stops the final evaluation; resuming the run makes it up).
@@ -603,9 +581,7 @@ fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &Experime
             ));
         }
     };
-    let tail = (losses.len() / 10).max(1).min(losses.len().max(1));
-    let final_train_loss =
-        if losses.is_empty() { f64::NAN } else { losses[losses.len() - tail..].iter().sum::<f64>() / tail as f64 };
+    let final_train_loss = m.final_train_loss().unwrap_or(f64::NAN);
     tps.sort_by(|a, b| a.total_cmp(b));
     let tok_per_s = if tps.is_empty() { f64::NAN } else { tps[tps.len() / 2] };
 

@@ -846,31 +846,8 @@ const ABLATION_PLOT_TITLE: &str = "loss change per sublayer";
 /// `--plot`'s file: a `.png` in a folder that exists, not a folder itself, absent or an earlier
 /// `--plot` (checked before any evaluation; the plot is written whole or not at all).
 fn check_plot_path(path: &Path) -> Result<(), TrainError> {
-    let bad = |why: &str| TrainError::Settings(format!("--plot '{}': {why}", path.display()));
-    if !path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
-        return Err(bad("the plot is a PNG image: give a file name ending in .png"));
-    }
-    if path.is_dir() {
-        return Err(bad("is a folder: give a file name ending in .png"));
-    }
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if !parent.is_dir() {
-        return Err(bad(&format!(
-            "the folder '{}' does not exist: make it first, or write the plot elsewhere",
-            parent.display()
-        )));
-    }
-    if let Some(e) = super::checkpoint::kept_refusal("--plot", path) {
-        return Err(TrainError::Settings(e));
-    }
-    if path.exists() && !super::plot::plot_title(path).is_some_and(|t| t.starts_with(ABLATION_PLOT_TITLE)) {
-        return Err(bad(
-            "exists and is not a plot `ddl eval --plot` drew (a run's loss.png, an image of yours), and writing would \
-             replace it; choose another file name",
-        ));
-    }
-    super::checkpoint::probe_writable(path)
-        .map_err(|e| bad(&format!("cannot write there: {e}; choose a folder that takes files")))
+    super::plot::check_png_out("--plot", path, |t| t.starts_with(ABLATION_PLOT_TITLE), "`ddl eval --plot`")
+        .map_err(TrainError::Settings)
 }
 
 /// The forest plot of `--ablate`: per sublayer, ablated − as trained with its 95 % t-interval,

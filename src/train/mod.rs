@@ -5,6 +5,7 @@ pub mod cache;
 pub mod checkpoint;
 pub mod collective;
 pub mod config;
+pub mod curves;
 pub mod data;
 #[cfg(feature = "native")]
 pub mod describe;

@@ -282,6 +282,38 @@ fn tag_png(path: &Path, texts: &[(&str, &str)]) -> std::io::Result<()> {
     std::fs::write(path, out)
 }
 
+/// Checks an output PNG `path` (given as `flag`) before the work whose picture it is: a name
+/// ending in `.png`, not a folder, in a folder that exists, not inside a run's kept checkpoints,
+/// writable, and absent or a plot whose stored title `ours` recognises (`drawer` names what drew
+/// those): never a run's `loss.png` or an image of the user's.
+pub fn check_png_out(flag: &str, path: &Path, ours: impl Fn(&str) -> bool, drawer: &str) -> Result<(), String> {
+    let bad = |why: &str| format!("{flag} '{}': {why}", path.display());
+    if !path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
+        return Err(bad("the plot is a PNG image: give a file name ending in .png"));
+    }
+    if path.is_dir() {
+        return Err(bad("is a folder: give a file name ending in .png"));
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !parent.is_dir() {
+        return Err(bad(&format!(
+            "the folder '{}' does not exist: make it first, or write the plot elsewhere",
+            parent.display()
+        )));
+    }
+    if let Some(e) = super::checkpoint::kept_refusal(flag, path) {
+        return Err(e);
+    }
+    if path.exists() && !plot_title(path).is_some_and(|t| ours(&t)) {
+        return Err(bad(&format!(
+            "exists and is not a plot {drawer} drew (a run's loss.png, an image of yours), and writing would \
+             replace it; choose another file name"
+        )));
+    }
+    super::checkpoint::probe_writable(path)
+        .map_err(|e| bad(&format!("cannot write there: {e}; choose a folder that takes files")))
+}
+
 /// The title of a plot `ddl` drew (its `Software: ddl` and `Title` text chunks), or `None` for
 /// any other file: what lets a plot replace only an earlier plot of its kind.
 pub fn plot_title(path: &Path) -> Option<String> {

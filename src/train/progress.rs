@@ -133,25 +133,12 @@ pub(super) fn cut_metrics(path: &Path, step: usize) -> Result<usize, TrainError>
     Ok(cut)
 }
 
-/// Reads `metrics.jsonl` back into the loss plot.
+/// Reads `metrics.jsonl` back into the loss plot (the validation curve on the windows every
+/// evaluation covers: [`super::curves::Metrics::val`]).
 pub fn plot_metrics(dir: &Path) -> Result<(), String> {
-    let text = match std::fs::read_to_string(dir.join("metrics.jsonl")) {
-        Ok(t) => t,
-        // A run stopped before its first logged step: nothing to plot.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e.to_string()),
-    };
-    let mut train = Vec::new();
-    let mut val = Vec::new();
-    for line in text.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
-        let step = v["step"].as_f64().unwrap_or(0.0);
-        if let Some(l) = v["val_loss"].as_f64() {
-            val.push((step, l));
-        } else if let Some(l) = v["loss"].as_f64() {
-            train.push((step, l));
-        }
-    }
+    // A run stopped before its first logged step: nothing to plot.
+    let Some(m) = super::curves::Metrics::read(dir).map_err(|e| e.to_string())? else { return Ok(()) };
+    let train = m.train.iter().filter_map(|r| Some((r.step, r.loss?))).collect();
     plot::line_plot(
         &dir.join("loss.png"),
         "loss",
@@ -159,7 +146,7 @@ pub fn plot_metrics(dir: &Path) -> Result<(), String> {
         "cross-entropy (nats)",
         &[
             plot::Series { name: "train".into(), points: train },
-            plot::Series { name: "validation".into(), points: val },
+            plot::Series { name: "validation".into(), points: m.val },
         ],
     )
 }
