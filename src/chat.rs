@@ -37,7 +37,8 @@ pub struct ChatSettings {
 
 impl ChatSettings {
     /// Every name `/set` takes.
-    pub const NAMES: &[&str] = &["temperature", "top_k", "top_p", "repetition_penalty", "max_tokens", "seed", "stop"];
+    pub const NAMES: &[&str] =
+        &["temperature", "top_k", "top_p", "min_p", "repetition_penalty", "max_tokens", "seed", "stop"];
 
     /// Fails with a message naming the setting when a value is out of range.
     pub fn validate(&self) -> Result<(), String> {
@@ -61,6 +62,7 @@ impl ChatSettings {
                     .map_err(|_| bad(&format!("a whole number from 0 to {} (0 = all tokens)", usize::MAX)))?
             }
             "top_p" => next.sampler.top_p = value.parse().map_err(|_| bad("a number in (0, 1]"))?,
+            "min_p" => next.sampler.min_p = value.parse().map_err(|_| bad("a number in [0, 1] (0 = off)"))?,
             "repetition_penalty" => {
                 next.sampler.repetition_penalty = value.parse().map_err(|_| bad("a number > 0 (1 = off)"))?
             }
@@ -79,9 +81,14 @@ impl ChatSettings {
         }
         // (The range messages name the command line's flags; here the settings' names.)
         next.validate().map_err(|e| {
-            [("--temperature", "temperature"), ("--top-p", "top_p"), ("--repetition-penalty", "repetition_penalty")]
-                .iter()
-                .fold(e, |e, (flag, setting)| e.replace(flag, setting))
+            [
+                ("--temperature", "temperature"),
+                ("--top-p", "top_p"),
+                ("--min-p", "min_p"),
+                ("--repetition-penalty", "repetition_penalty"),
+            ]
+            .iter()
+            .fold(e, |e, (flag, setting)| e.replace(flag, setting))
         })?;
         Ok(next)
     }
@@ -91,11 +98,12 @@ impl ChatSettings {
         let s = &self.sampler;
         let stops: Vec<String> = self.stop.iter().map(|x| format!("{x:?}")).collect();
         format!(
-            "temperature {} · top_k {} · top_p {} · repetition_penalty {} · max_tokens {} · seed {} · stop [{}] \
+            "temperature {} · top_k {} · top_p {} · min_p {} · repetition_penalty {} · max_tokens {} · seed {} · stop [{}] \
              (and a blank line)",
             s.temperature,
             s.top_k,
             s.top_p,
+            s.min_p,
             s.repetition_penalty,
             self.max_tokens,
             s.seed,
@@ -493,7 +501,7 @@ impl Lines for EditedLines {
 }
 
 const HELP: &str = "commands: /reset (forget the conversation), /undo (forget the last turn), /retry (the last \
-                    line again, a new reply), /set NAME VALUE (temperature, top_k, top_p, repetition_penalty, \
+                    line again, a new reply), /set NAME VALUE (temperature, top_k, top_p, min_p, repetition_penalty, \
                     max_tokens, seed, stop TEXT | stop none; \\n \\t \\s in TEXT: newline, tab, space), /settings, \
                     /intervene SPEC (e.g. block1.mlp:beta=0; several separated by spaces or `;`; /intervene none \
                     ends them, /intervene alone lists them), /save FILE (the conversation as text), /help, /quit";
@@ -857,11 +865,14 @@ mod tests {
             "the chat names its setting, not a flag: {e}"
         );
         assert!(base().with("repetition_penalty", "0").is_err());
+        assert_eq!(base().with("min_p", "0.1").unwrap().sampler.min_p, 0.1);
+        let e = base().with("min_p", "2").unwrap_err();
+        assert!(e.starts_with("min_p must be in [0, 1]"), "{e}");
         // Every name is settable.
         for n in ChatSettings::NAMES {
             let v = match *n {
                 "stop" => "x",
-                "top_p" | "temperature" | "repetition_penalty" => "0.9",
+                "top_p" | "min_p" | "temperature" | "repetition_penalty" => "0.9",
                 _ => "3",
             };
             base().with(n, v).unwrap_or_else(|e| panic!("{n}: {e}"));

@@ -472,6 +472,10 @@ pub(crate) struct SamplingArgs {
     /// Nucleus sampling: keep the most likely tokens up to this probability mass.
     #[arg(long, allow_negative_numbers = true, default_value_t = 1.0)]
     pub(crate) top_p: f32,
+    /// Min-p sampling: keep the tokens at least this fraction as likely as the most likely one
+    /// (0 = off; applied after --top-k and the temperature, before --top-p).
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
+    pub(crate) min_p: f32,
     /// Penalise tokens already in the context (1 = off).
     #[arg(long, allow_negative_numbers = true, default_value_t = 1.0)]
     pub(crate) repetition_penalty: f32,
@@ -491,6 +495,7 @@ impl SamplingArgs {
             temperature: self.temperature,
             top_k: self.top_k,
             top_p: self.top_p,
+            min_p: self.min_p,
             repetition_penalty: self.repetition_penalty,
             seed: self.seed,
         };

@@ -16,6 +16,9 @@ pub struct SamplerConfig {
     pub top_k: usize,
     /// Keep the smallest set of tokens whose probability reaches p (1 = all).
     pub top_p: f32,
+    /// Keep the tokens at least this fraction as likely as the most likely one (0 = all): a cut
+    /// that follows the model's confidence (min-p sampling).
+    pub min_p: f32,
     /// Divide positive logits (multiply negative ones) of tokens already seen by this (1 = off).
     pub repetition_penalty: f32,
     pub seed: u64,
@@ -23,7 +26,7 @@ pub struct SamplerConfig {
 
 impl Default for SamplerConfig {
     fn default() -> Self {
-        SamplerConfig { temperature: 0.8, top_k: 0, top_p: 1.0, repetition_penalty: 1.0, seed: 0 }
+        SamplerConfig { temperature: 0.8, top_k: 0, top_p: 1.0, min_p: 0.0, repetition_penalty: 1.0, seed: 0 }
     }
 }
 
@@ -35,6 +38,9 @@ impl SamplerConfig {
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return Err(format!("--top-p must be in (0, 1], got {}", self.top_p));
+        }
+        if !(self.min_p >= 0.0 && self.min_p <= 1.0) {
+            return Err(format!("--min-p must be in [0, 1] (0 = off), got {}", self.min_p));
         }
         if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
             return Err(format!(
@@ -84,6 +90,15 @@ impl Sampler {
         let mut probs: Vec<f64> = idx.iter().map(|&i| ((l[i] - mx) / t).exp()).collect();
         let sum: f64 = probs.iter().sum();
         probs.iter_mut().for_each(|p| *p /= sum);
+        if self.cfg.min_p > 0.0 {
+            // The probabilities are sorted: keep those down to min_p × the largest (at least one).
+            let floor = self.cfg.min_p as f64 * probs[0];
+            let keep = probs.iter().take_while(|&&p| p >= floor).count().max(1);
+            probs.truncate(keep);
+            idx.truncate(keep);
+            let s: f64 = probs.iter().sum();
+            probs.iter_mut().for_each(|p| *p /= s);
+        }
         if self.cfg.top_p < 1.0 {
             let mut acc = 0.0;
             let mut keep = probs.len();
@@ -125,7 +140,33 @@ mod tests {
         let mut s = Sampler::new(SamplerConfig { temperature: 0.0, repetition_penalty: 10.0, ..Default::default() });
         assert_eq!(s.sample(&l, &[1]), 3, "the penalty demotes a seen token");
         assert!(SamplerConfig { top_p: 0.0, ..Default::default() }.validate().is_err());
+        assert!(SamplerConfig { min_p: 1.5, ..Default::default() }.validate().is_err());
         assert!(SamplerConfig { temperature: -1.0, ..Default::default() }.validate().is_err());
+    }
+
+    /// Min-p keeps the tokens at least min_p × the most likely one's probability (after the
+    /// temperature): here p = 0.5, 0.3, 0.15, 0.05 and min_p 0.5 keeps the first two; min_p 1
+    /// keeps the most likely alone; min_p 0 draws exactly what no min-p draws.
+    #[test]
+    fn min_p_keeps_the_tokens_near_the_most_likely_one() {
+        let l: Vec<f32> = [0.5f64, 0.3, 0.15, 0.05].iter().map(|p| p.ln() as f32).collect();
+        let draw = |cfg: SamplerConfig| {
+            let mut s = Sampler::new(cfg);
+            (0..4000).map(|_| s.sample(&l, &[])).collect::<Vec<u32>>()
+        };
+        let base = SamplerConfig { temperature: 1.0, seed: 7, ..Default::default() };
+        let half = draw(SamplerConfig { min_p: 0.5, ..base.clone() });
+        let count = |v: &[u32], t: u32| v.iter().filter(|&&x| x == t).count();
+        assert_eq!(count(&half, 2) + count(&half, 3), 0);
+        // 0.5 / 0.8 of the draws are token 0: 2500 ± 5 standard deviations (≈ 31 each).
+        assert!((count(&half, 0) as i64 - 2500).abs() < 155, "{}", count(&half, 0));
+        assert!(draw(SamplerConfig { min_p: 1.0, ..base.clone() }).iter().all(|&t| t == 0));
+        let all = draw(base.clone());
+        assert_eq!(draw(SamplerConfig { min_p: 0.0, ..base.clone() }), all);
+        assert!(count(&all, 3) > 0, "without min-p the unlikely token is drawn too");
+        // 0.15 ≥ 0.25 × 0.5: min_p 0.25 keeps three.
+        let quarter = draw(SamplerConfig { min_p: 0.25, ..base });
+        assert!(count(&quarter, 2) > 0 && count(&quarter, 3) == 0);
     }
 
     /// A stop text is found wherever it ends in the newest piece (inside a token's text, or begun
@@ -1041,7 +1082,7 @@ pub fn write_trace_with(
     let short = |x: f32| x.to_string().parse::<f64>().unwrap_or(x as f64);
     let sampling_json = |c: &SamplerConfig| {
         serde_json::json!({"temperature": short(c.temperature), "top_k": c.top_k, "top_p": short(c.top_p),
-            "repetition_penalty": short(c.repetition_penalty), "seed": c.seed})
+            "min_p": short(c.min_p), "repetition_penalty": short(c.repetition_penalty), "seed": c.seed})
     };
     let sampling = origin.sampling.as_ref().map(sampling_json);
     let turns = (!origin.turns.is_empty()).then(|| {

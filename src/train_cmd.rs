@@ -838,6 +838,7 @@ fn print_sample(dev: &DeviceArgs, out: &std::path::Path, n: usize) -> Result<()>
         temperature: 0.8,
         top_k: 0,
         top_p: 1.0,
+        min_p: 0.0,
         repetition_penalty: 1.0,
         seed: 0,
         stop: Vec::new(),

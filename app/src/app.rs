@@ -768,6 +768,8 @@ impl VizApp {
             .on_hover_text("0 = greedy");
         ui.add(egui::Slider::new(&mut s.top_k, 0..=200).clamping(free).text("top-k")).on_hover_text("0 = all tokens");
         ui.add(egui::Slider::new(&mut s.top_p, 0.01..=1.0).clamping(free).text("top-p"));
+        ui.add(egui::Slider::new(&mut s.min_p, 0.0..=0.5).clamping(free).text("min-p"))
+            .on_hover_text("keep the tokens at least this fraction as likely as the most likely one; 0 = off");
         ui.add(egui::Slider::new(&mut s.repetition_penalty, 1.0..=2.0).clamping(free).text("repetition"))
             .on_hover_text("repetition penalty: 1 = off; above 1, tokens already in the text are less likely");
         // (Up to 512, or what --generate asked for.)

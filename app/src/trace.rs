@@ -390,6 +390,8 @@ impl TraceData {
                 temperature: s["temperature"].as_f64()? as f32,
                 top_k: s["top_k"].as_u64()? as usize,
                 top_p: s["top_p"].as_f64()? as f32,
+                // (Traces before min-p have none: off.)
+                min_p: s["min_p"].as_f64().unwrap_or(0.0) as f32,
                 repetition_penalty: s["repetition_penalty"].as_f64()? as f32,
                 seed: s["seed"].as_u64()?,
             })
@@ -474,13 +476,14 @@ fn describe_turns(turns: &[ddl::generate::TraceTurn]) -> String {
             let stop = if x.stop.is_empty() { String::new() } else { format!(", stop {:?}", x.stop) };
             let under = if x.interventions.is_empty() { String::new() } else { format!(", under {}", x.interventions) };
             format!(
-                "turn {} from token {}: temperature {}, top_k {}, top_p {}, repetition penalty {}, seed {}, at most {} \
+                "turn {} from token {}: temperature {}, top_k {}, top_p {}, min_p {}, repetition penalty {}, seed {}, at most {} \
                  tokens{stop}{under}",
                 i + 1,
                 x.from_token,
                 s.temperature,
                 s.top_k,
                 s.top_p,
+                s.min_p,
                 s.repetition_penalty,
                 s.seed,
                 x.max_tokens

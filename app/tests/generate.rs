@@ -260,6 +260,7 @@ fn a_trace_opens_with_its_prompt_and_settings_and_generate_writes_it_again() {
         temperature: 3.0,
         top_k: 100_000,
         top_p: 0.005,
+        min_p: 0.75,
         repetition_penalty: 2.5,
         seed: u64::MAX - 2,
     };
@@ -291,8 +292,8 @@ fn a_trace_opens_with_its_prompt_and_settings_and_generate_writes_it_again() {
     assert_eq!(a.prompt, "ROMEO:");
     let s = &a.sampling;
     assert_eq!(
-        (s.temperature, s.top_k, s.top_p, s.repetition_penalty, s.seed),
-        (3.0, 100_000, 0.005, 2.5, u64::MAX - 2)
+        (s.temperature, s.top_k, s.top_p, s.min_p, s.repetition_penalty, s.seed),
+        (3.0, 100_000, 0.005, 0.75, 2.5, u64::MAX - 2)
     );
     let seed = (u64::MAX - 2).to_string();
     assert!(h.query_all_by(|n| n.value().as_deref() == Some(seed.as_str())).count() > 0, "the seed shown as it is");

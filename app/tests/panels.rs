@@ -492,6 +492,7 @@ fn a_chat_traces_turns_open_with_their_sampling() {
         temperature,
         top_k: 40,
         top_p: 0.9,
+        min_p: 0.0,
         repetition_penalty: 1.0,
         seed,
     };
