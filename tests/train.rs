@@ -542,6 +542,85 @@ fn micro_run(dir: &Path, name: &str, variant: &str, corpus: &str, layers: usize)
     dir.join(name)
 }
 
+/// `train.early_stop`: with the learning rate 0 the validation loss never falls below the first
+/// evaluation's, so the run stops after `early_stop` more evaluations (checkpoint and final
+/// evaluation as at a last step); resuming counts on from its metrics, and the setting may be
+/// changed on resuming to train on.
+#[test]
+fn early_stopping_ends_a_run_whose_validation_loss_stops_falling_and_resumes() {
+    let dir = tmpdir("early-stop");
+    let c = ddl::testing::small_corpus(&dir);
+    let out = dir.join("run");
+    let train = |extra: &[&str]| {
+        let mut cmd = ddl_cmd(&dir);
+        cmd.arg("train").args(extra).arg("--out").arg(&out);
+        let o = cmd.output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(o.status.success(), "{text}");
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+        (text, summary)
+    };
+    let (text, s) = train(&[
+        "--preset",
+        "tiny",
+        "--variant",
+        "ddl",
+        "--steps",
+        "10",
+        "--corpus",
+        &c,
+        "--set",
+        "model.d_model=16",
+        "--set",
+        "model.n_layers=1",
+        "--set",
+        "model.n_heads=2",
+        "--set",
+        "model.head_dim=8",
+        "--set",
+        "model.mlp_hidden=40",
+        "--set",
+        "train.batch_size=2",
+        "--set",
+        "train.seq_len=16",
+        "--set",
+        "train.eval_batches=1",
+        "--set",
+        "train.eval_every=1",
+        "--set",
+        "train.lr=0",
+        "--set",
+        "train.min_lr=0",
+        "--set",
+        "train.early_stop=2",
+    ]);
+    // Evaluations at steps 1 (the best), 2 and 3 (not below it): stopped after step 3.
+    assert!(text.contains("stopped early after step 3 of 10 (train.early_stop): 2 evaluations"), "{text}");
+    assert_eq!((s["step"].as_u64(), s["stopped_early"]["best_step"].as_u64()), (Some(3), Some(1)));
+    assert_eq!(ddl::train::checkpoint::saved_step(&out).unwrap(), 3);
+    let m = ddl::train::curves::Metrics::read(&out).unwrap().unwrap();
+    assert_eq!(m.full.map(|f| f.0), Some(3), "the final evaluation, as at a last step");
+    // Resumed to 10 as it was given: counts on from its metrics (the first new evaluation stops it).
+    let (text, s) = train(&["--resume", out.to_str().unwrap(), "--steps", "10"]);
+    assert!(text.contains("stopped early after step 4 of 10"), "{text}");
+    assert_eq!(s["step"].as_u64(), Some(4));
+    // Turned off on resuming: trains to the end.
+    let (text, s) = train(&["--resume", out.to_str().unwrap(), "--steps", "6", "--set", "train.early_stop=0"]);
+    assert!(!text.contains("stopped early") && s["stopped_early"].is_null(), "{text}");
+    assert_eq!(s["step"].as_u64(), Some(6));
+    // Without evaluations to count it is refused, naming the setting and the remedy.
+    let o = ddl_cmd(&dir)
+        .args(["train", "--preset", "tiny", "--steps", "2", "--corpus", &c, "--set", "train.eval_every=0"])
+        .args(["--set", "train.early_stop=3", "--out"])
+        .arg(dir.join("refused"))
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("train.early_stop") && e.contains("train.eval_every"), "{e}");
+    assert!(!dir.join("refused").join("config.toml").exists());
+}
+
 #[test]
 fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     let dir = tmpdir("eval-sources");

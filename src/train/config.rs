@@ -54,6 +54,11 @@ pub struct TrainConfig {
     pub seed: u64,
     /// Skip (instead of stopping at) a step whose loss or gradients are not finite.
     pub skip_nonfinite: bool,
+    /// Stop training after this many evaluations in a row without a validation loss below the
+    /// best so far (0 = never): the run then ends as at its last step (checkpoint, final
+    /// evaluation). May change when a run resumes.
+    #[serde(default)]
+    pub early_stop: usize,
     /// Store the expanded states in half precision (`--f16-state`; [`crate::model::Model::set_state_f16`]).
     #[serde(default)]
     pub state_f16: bool,
@@ -136,6 +141,7 @@ impl TrainConfig {
             val_fraction: 0.1,
             seed: 1337,
             skip_nonfinite: false,
+            early_stop: 0,
             state_f16: false,
             precision: Precision::F32,
             recompute: false,
@@ -181,6 +187,21 @@ impl TrainConfig {
                 format!("batch_size × seq_len at most 2^32 − 1 tokens, got {tokens}"),
             )
             .remedy("lower train.batch_size and raise train.grad_accum (same global batch, less memory)"));
+        }
+        if self.early_stop > 1 << 20 {
+            return e(
+                "early_stop",
+                &self.early_stop,
+                "expected an integer in 0 ..= 2^20 (evaluations without improvement before stopping; 0 = never)".into(),
+            );
+        }
+        if self.early_stop > 0 && self.eval_every == 0 {
+            return Err(ConfigError::new(
+                "train.early_stop",
+                self.early_stop,
+                "evaluations during training to count, but train.eval_every is 0".to_string(),
+            )
+            .remedy("set train.eval_every (e.g. --set train.eval_every=100), or leave train.early_stop at 0"));
         }
         if self.checkpoint_keep > 1 << 20 {
             return e(
@@ -507,7 +528,11 @@ impl RunConfig {
                 // (Settings that change how, not what, a run trains may differ on resuming.)
                 if matches!(
                     key.as_str(),
-                    "model.vocab_size" | "train.skip_nonfinite" | "train.recompute" | "train.head_chunk"
+                    "model.vocab_size"
+                        | "train.skip_nonfinite"
+                        | "train.recompute"
+                        | "train.head_chunk"
+                        | "train.early_stop"
                 ) || have == Some(want)
                 {
                     continue;
@@ -529,7 +554,8 @@ impl RunConfig {
     /// the flags given applied) equal `saved` (flags may repeat the saved settings, not change
     /// them: a changed setting would be silently ignored). The error lists every difference and
     /// the remedy. `model.vocab_size` (from the tokenizer) and the settings of how, not what, a
-    /// run trains (`train.skip_nonfinite`, `train.recompute`, `train.head_chunk`) may differ, and
+    /// run trains (`train.skip_nonfinite`, `train.recompute`, `train.head_chunk`) and when it stops
+    /// (`train.early_stop`) may differ, and
     /// the paths of `corpus` and `data` (the trainer checks the tokens there against `data.json`).
     pub fn check_resume(&self, saved: &RunConfig, out: &std::path::Path) -> Result<(), String> {
         let mut diffs = self.resume_differences(saved)?;

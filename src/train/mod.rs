@@ -166,6 +166,8 @@ pub struct Summary {
     pub data_open_s: f64,
     pub tokens_per_s: f64,
     pub interrupted: bool,
+    /// `train.early_stop` ended this invocation before its last step.
+    pub stopped_early: Option<EarlyStop>,
     /// (peak resident bytes the run added after the device was created, the memory plan's
     /// total): Linux only (`/proc/self/status`).
     pub memory: Option<(u64, u64)>,
@@ -173,6 +175,35 @@ pub struct Summary {
     /// buffers, not only the host side's.
     pub host_device_memory: bool,
     pub losses: Vec<f32>,
+}
+
+/// Where and why `train.early_stop` ended a run.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct EarlyStop {
+    /// The step it stopped after, and the step it was to train to.
+    pub step: usize,
+    pub planned: usize,
+    /// The validation curve's lowest point, and the evaluations since that were not below it.
+    pub best_step: usize,
+    pub best_loss: f64,
+    pub evaluations: usize,
+}
+
+impl std::fmt::Display for EarlyStop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "stopped early after step {} of {} (train.early_stop): {} evaluation{} without a validation loss below \
+             step {}'s {:.4}; `ddl train --resume` with a larger --steps and --set train.early_stop=0 (or a larger \
+             one) trains on",
+            self.step,
+            self.planned,
+            self.evaluations,
+            if self.evaluations == 1 { "" } else { "s" },
+            self.best_step,
+            self.best_loss
+        )
+    }
 }
 
 impl Summary {
@@ -192,6 +223,7 @@ impl Summary {
             "data_open_s": self.data_open_s,
             "tokens_per_s": finite(self.tokens_per_s),
             "interrupted": self.interrupted,
+            "stopped_early": self.stopped_early,
             "steps_this_invocation": self.losses.len(),
             "peak_resident_added_bytes": self.memory.map(|m| m.0),
             "memory_plan_bytes": self.memory.map(|m| m.1),
@@ -224,6 +256,7 @@ pub fn finished_summary(dir: &Path, step: usize) -> Option<(Summary, bool)> {
             data_open_s: 0.0,
             tokens_per_s: j["tokens_per_s"].as_f64().unwrap_or(f64::NAN),
             interrupted: false,
+            stopped_early: None,
             memory: None,
             host_device_memory: false,
             losses: Vec::new(),

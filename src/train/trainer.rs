@@ -64,6 +64,12 @@ pub(super) struct Trainer<'c> {
     interrupted: bool,
     /// Another rank was interrupted: stop after this step.
     stop: bool,
+    /// The validation curve's lowest point so far (step, loss) and the evaluations since it
+    /// (`train.early_stop`); a resumed run's from its metrics.jsonl.
+    eval_best: Option<(usize, f64)>,
+    evals_since_best: usize,
+    /// `train.early_stop` ended the run at this step.
+    stopped_early: Option<super::EarlyStop>,
     comm_sum: CommTimes,
     timed_steps: usize,
     timed_s: f64,
@@ -211,12 +217,14 @@ impl<'c> Trainer<'c> {
                 // what a bad step does: not the results). The caller's run holds the saved values
                 // unless it was given others (`ddl train --resume` starts from them), so these are
                 // taken as they come, also to turn one off (`--set train.recompute=false`).
-                let (skip, recompute, chunk) = (run.train.skip_nonfinite, run.train.recompute, run.train.head_chunk);
+                let (skip, recompute, chunk, early) =
+                    (run.train.skip_nonfinite, run.train.recompute, run.train.head_chunk, run.train.early_stop);
                 // Where its data is now (a corpus or shard folder moved since, given anew with
                 // --corpus/--data): the tokens, not the path, are checked against data.json below.
                 let (corpus, data) = (std::mem::take(&mut run.corpus), std::mem::take(&mut run.data));
                 run = saved;
-                (run.train.skip_nonfinite, run.train.recompute, run.train.head_chunk) = (skip, recompute, chunk);
+                (run.train.skip_nonfinite, run.train.recompute, run.train.head_chunk, run.train.early_stop) =
+                    (skip, recompute, chunk, early);
                 if !corpus.is_empty() || !data.is_empty() {
                     (run.corpus, run.data) = (corpus, data);
                     run.absolute_paths();
@@ -574,6 +582,20 @@ impl<'c> Trainer<'c> {
             t.seq_len,
             plan.summary()
         );
+        // The validation curve so far (a resumed run's, up to its step): where it was lowest, and
+        // the evaluations since (train.early_stop counts on from there).
+        let (mut eval_best, mut evals_since_best) = (None::<(usize, f64)>, 0);
+        if opts.resume
+            && let Ok(Some(m)) = super::curves::Metrics::read(&opts.out)
+        {
+            for &(s, l) in m.val.iter().filter(|p| p.0 as usize <= start) {
+                if eval_best.is_none_or(|(_, b)| l < b) {
+                    (eval_best, evals_since_best) = (Some((s as usize, l)), 0);
+                } else {
+                    evals_since_best += 1;
+                }
+            }
+        }
         Ok(Trainer {
             _lock: lock,
             gpu,
@@ -607,6 +629,9 @@ impl<'c> Trainer<'c> {
             losses: Vec::new(),
             interrupted: false,
             stop: false,
+            eval_best,
+            evals_since_best,
+            stopped_early: None,
             comm_sum: CommTimes::default(),
             timed_steps: 0,
             timed_s: 0.0,
@@ -887,6 +912,29 @@ impl<'c> Trainer<'c> {
             {
                 self.progress.println(format!("warning: could not write the loss plot of {}: {e}", self.out.display()));
             }
+            // train.early_stop: the same decision on every rank (they share one evaluation).
+            if self.eval_best.is_none_or(|(_, b)| e.loss < b) {
+                (self.eval_best, self.evals_since_best) = (Some((step, e.loss)), 0);
+            } else {
+                self.evals_since_best += 1;
+            }
+            if let Some((best_step, best_loss)) = self.eval_best
+                && self.t.early_stop > 0
+                && self.evals_since_best >= self.t.early_stop
+            {
+                let stop = super::EarlyStop {
+                    step,
+                    best_step,
+                    best_loss,
+                    evaluations: self.evals_since_best,
+                    planned: self.end,
+                };
+                self.progress.println(stop.to_string());
+                self.stopped_early = Some(stop);
+                // The run ends here as at its last step: checkpoint (its target this step), final
+                // evaluation.
+                self.end = step;
+            }
         }
         if checkpoint_now {
             self.save()?;
@@ -1061,6 +1109,7 @@ impl<'c> Trainer<'c> {
             },
             tokens_per_s: self.tok_s,
             interrupted: self.interrupted,
+            stopped_early: self.stopped_early,
             memory: self
                 .rss0
                 .zip(super::progress::rss())
