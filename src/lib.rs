@@ -23,6 +23,7 @@ pub mod train;
 #[cfg(not(feature = "native"))]
 pub mod train {
     pub mod checkpoint;
+    pub mod metrics;
 }
 
 /// The commit this build of the engine was made from, and whether its tree had uncommitted

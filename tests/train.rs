@@ -599,7 +599,7 @@ fn early_stopping_ends_a_run_whose_validation_loss_stops_falling_and_resumes() {
     assert!(text.contains("stopped early after step 3 of 10 (train.early_stop): 2 evaluations"), "{text}");
     assert_eq!((s["step"].as_u64(), s["stopped_early"]["best_step"].as_u64()), (Some(3), Some(1)));
     assert_eq!(ddl::train::checkpoint::saved_step(&out).unwrap(), 3);
-    let m = ddl::train::curves::Metrics::read(&out).unwrap().unwrap();
+    let m = ddl::train::metrics::Metrics::read(&out).unwrap().unwrap();
     assert_eq!(m.full.map(|f| f.0), Some(3), "the final evaluation, as at a last step");
     // Resumed to 10 as it was given: counts on from its metrics (the first new evaluation stops it).
     let (text, s) = train(&["--resume", out.to_str().unwrap(), "--steps", "10"]);

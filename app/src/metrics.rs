@@ -4,17 +4,8 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-/// One training step.
-#[derive(Debug, Clone, Default)]
-pub struct TrainRow {
-    pub step: f64,
-    pub loss: Option<f64>,
-    pub lr: Option<f64>,
-    pub grad_norm: Option<f64>,
-    pub tok_per_s: Option<f64>,
-    /// Mean β per sublayer (DDL variants, on logged steps).
-    pub beta_mean: Option<Vec<f64>>,
-}
+/// One training step (as the engine reads `metrics.jsonl`).
+pub use ddl::train::metrics::TrainRow;
 
 /// The metrics of a run, followed as the file grows.
 #[derive(Debug, Default)]
@@ -101,38 +92,24 @@ impl Metrics {
     }
 
     fn parse_line(&mut self, line: &str) {
+        use ddl::train::metrics::{Line, parse_line};
         if line.is_empty() {
             return;
         }
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            self.bad_lines += 1;
-            return;
-        };
-        let Some(step) = v["step"].as_f64() else {
-            self.bad_lines += 1;
-            return;
-        };
-        if let Some(vl) = v["val_loss"].as_f64() {
-            if v["val_full"] == true {
+        match parse_line(line) {
+            None => self.bad_lines += 1,
+            Some(Line::Train(row)) => self.train.push(row),
+            Some(Line::Val(v)) => {
                 // The final evaluation covers the whole split; the curve continues with its part
                 // over the windows every evaluation covers (the same loss as the points before).
-                self.full = Some((step, vl));
-                if let Some(sub) = v["val_subset_loss"].as_f64() {
-                    self.val.push((step, sub));
+                if v.full {
+                    self.full = Some((v.step, v.loss));
                 }
-            } else {
-                self.val.push((step, vl));
+                if let Some(p) = v.curve_point() {
+                    self.val.push(p);
+                }
             }
-            return;
         }
-        self.train.push(TrainRow {
-            step,
-            loss: v["loss"].as_f64(),
-            lr: v["lr"].as_f64(),
-            grad_norm: v["grad_norm"].as_f64(),
-            tok_per_s: v["tok_per_s"].as_f64(),
-            beta_mean: v["beta_mean"].as_array().map(|a| a.iter().map(|x| x.as_f64().unwrap_or(f64::NAN)).collect()),
-        });
     }
 
     /// Number of sublayers in the β means (0 for baseline runs).

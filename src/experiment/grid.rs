@@ -562,7 +562,7 @@ pub(super) fn result_of(dir: &Path, steps: usize) -> Option<RunResult> {
 fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &ExperimentSpec) -> Result<RunResult, String> {
     let metrics_path = dir.join("metrics.jsonl");
     let text = std::fs::read_to_string(&metrics_path).map_err(|e| format!("{}: {e}", metrics_path.display()))?;
-    let m = crate::train::curves::Metrics::parse(&text);
+    let m = crate::train::metrics::Metrics::parse(&text);
     let mut tps: Vec<f64> = m.train.iter().filter_map(|r| r.tok_per_s).collect();
     let elapsed = m.train.iter().filter_map(|r| r.elapsed).fold(0.0f64, f64::max);
     // The final evaluation over the whole validation split (its step, loss and tokens).

@@ -1,106 +1,12 @@
-//! A run's `metrics.jsonl` read back — for its `loss.png`, `ddl experiment`'s results and `ddl
-//! plot` — and `ddl plot`: one metric of several runs as curves in one picture, with a table of
-//! where each run ended.
+//! `ddl plot`: one metric of several runs as curves in one picture, from their `metrics.jsonl`
+//! ([`super::metrics::Metrics`]), with a table of where each run ended.
 
 use std::path::{Path, PathBuf};
 
 use super::TrainError;
 use super::config::RunConfig;
+use super::metrics::{Metrics, TrainRow};
 use super::plot;
-
-/// One logged training step.
-#[derive(Debug, Clone, Default)]
-pub struct TrainRow {
-    pub step: f64,
-    pub loss: Option<f64>,
-    pub lr: Option<f64>,
-    pub grad_norm: Option<f64>,
-    pub tok_per_s: Option<f64>,
-    /// Seconds of training so far.
-    pub elapsed: Option<f64>,
-    /// Mean β over the step's tokens, per delta write in sublayer order (DDL variants).
-    pub beta_mean: Option<Vec<f64>>,
-}
-
-/// What `metrics.jsonl` holds.
-#[derive(Debug, Clone, Default)]
-pub struct Metrics {
-    pub train: Vec<TrainRow>,
-    /// The validation curve: (step, loss) of every evaluation over the windows each evaluation
-    /// covers — the final evaluation's point is its part over those windows, so that the curve
-    /// does not jump where the whole split is evaluated.
-    pub val: Vec<(f64, f64)>,
-    /// The last evaluation over the whole validation split: (step, loss, tokens).
-    pub full: Option<(usize, f64, usize)>,
-    /// Lines that did not read as JSON with a step.
-    pub bad_lines: usize,
-}
-
-impl Metrics {
-    pub fn parse(text: &str) -> Metrics {
-        let mut m = Metrics::default();
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            let Ok(j) = serde_json::from_str::<serde_json::Value>(line) else {
-                m.bad_lines += 1;
-                continue;
-            };
-            let Some(step) = j["step"].as_f64() else {
-                m.bad_lines += 1;
-                continue;
-            };
-            if let Some(vl) = j["val_loss"].as_f64() {
-                if j["val_full"] == true {
-                    m.full = Some((step as usize, vl, j["val_tokens"].as_u64().unwrap_or(0) as usize));
-                    if let Some(sub) = j["val_subset_loss"].as_f64() {
-                        m.val.push((step, sub));
-                    }
-                } else {
-                    m.val.push((step, vl));
-                }
-                continue;
-            }
-            m.train.push(TrainRow {
-                step,
-                loss: j["loss"].as_f64(),
-                lr: j["lr"].as_f64(),
-                grad_norm: j["grad_norm"].as_f64(),
-                tok_per_s: j["tok_per_s"].as_f64(),
-                elapsed: j["elapsed"].as_f64(),
-                beta_mean: j["beta_mean"]
-                    .as_array()
-                    .map(|a| a.iter().map(|x| x.as_f64().unwrap_or(f64::NAN)).collect()),
-            });
-        }
-        m
-    }
-
-    /// `DIR/metrics.jsonl`; `None` when there is none (a run stopped before its first step).
-    pub fn read(dir: &Path) -> std::io::Result<Option<Metrics>> {
-        match std::fs::read_to_string(dir.join("metrics.jsonl")) {
-            Ok(t) => Ok(Some(Metrics::parse(&t))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// The mean training loss over the last tenth of the logged steps (at least one): the end
-    /// of a noisy curve.
-    pub fn final_train_loss(&self) -> Option<f64> {
-        let losses: Vec<f64> = self.train.iter().filter_map(|r| r.loss).collect();
-        let tail = (losses.len() / 10).max(1).min(losses.len());
-        (tail > 0).then(|| losses[losses.len() - tail..].iter().sum::<f64>() / tail as f64)
-    }
-
-    /// The lowest point of the validation curve: (step, loss).
-    pub fn best_val(&self) -> Option<(f64, f64)> {
-        self.val.iter().copied().filter(|p| p.1.is_finite()).min_by(|a, b| a.1.total_cmp(&b.1))
-    }
-
-    /// Seconds trained by `step`: those of the last logged step at or before it.
-    fn elapsed_at(&self, step: f64) -> Option<f64> {
-        self.train.iter().rev().find(|r| r.step <= step).and_then(|r| r.elapsed)
-    }
-}
 
 /// What `ddl plot` draws.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -405,25 +311,6 @@ pub fn ends_text(ends: &[RunEnd]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn metrics_read_back_with_the_final_evaluation_on_the_curve_s_windows() {
-        let text = "{\"step\":1,\"loss\":4.0,\"lr\":0.1,\"elapsed\":0.5,\"beta_mean\":[1.0,0.5]}\n\
-                    not json\n\
-                    {\"step\":2,\"loss\":3.0,\"elapsed\":1.0}\n\
-                    {\"step\":2,\"val_loss\":3.5,\"val_tokens\":10,\"val_full\":false}\n\
-                    {\"step\":4,\"loss\":2.0,\"elapsed\":2.0}\n\
-                    {\"step\":4,\"val_loss\":2.9,\"val_tokens\":99,\"val_full\":true,\"val_subset_loss\":2.5}\n";
-        let m = Metrics::parse(text);
-        assert_eq!(m.bad_lines, 1);
-        assert_eq!(m.train.len(), 3);
-        assert_eq!(m.val, vec![(2.0, 3.5), (4.0, 2.5)]);
-        assert_eq!(m.full, Some((4, 2.9, 99)));
-        assert_eq!(m.best_val(), Some((4.0, 2.5)));
-        assert_eq!(m.final_train_loss(), Some(2.0));
-        assert_eq!(m.elapsed_at(3.0), Some(1.0));
-        assert_eq!(m.train[0].beta_mean.as_deref(), Some(&[1.0, 0.5][..]));
-    }
 
     #[test]
     fn smoothing_is_a_trailing_mean_and_titles_are_recognised() {

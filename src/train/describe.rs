@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::cache::size;
 use super::checkpoint::{self, Best, CheckpointError, RunState};
 use super::config::RunConfig;
 use crate::model::ModelConfig;
@@ -122,18 +123,8 @@ fn losses_at(run: &Path, step: usize) -> Option<Losses> {
     })
 }
 
-/// A byte count in kB, MB or GB (powers of 1000, as disks are sold).
-fn size(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1_000_000_000 => format!("{:.2} GB", b as f64 / 1e9),
-        b if b >= 1_000_000 => format!("{:.1} MB", b as f64 / 1e6),
-        b if b >= 1_000 => format!("{:.1} kB", b as f64 / 1e3),
-        b => format!("{b} B"),
-    }
-}
-
-/// A count with thousands apart: 811 068.
-fn count(n: u64) -> String {
+/// A count with thousands apart: 811 068 (exact, where `cache::count` rounds to k, M, G).
+pub(crate) fn count(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {

@@ -6,7 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
+use super::cache::size;
 use super::data::{self, DataError, Meta};
+use super::describe::count;
 use super::shards::{self, Format, Shard, Stream};
 use crate::tokenizer::Tokenizer;
 
@@ -381,29 +383,6 @@ fn verify(
 
 fn file_bytes(p: &Path) -> u64 {
     std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
-}
-
-/// A count with thousands apart: 1 003 855.
-fn count(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(' ');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// A byte count in kB, MB or GB.
-fn size(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1_000_000_000 => format!("{:.2} GB", b as f64 / 1e9),
-        b if b >= 1_000_000 => format!("{:.1} MB", b as f64 / 1e6),
-        b if b >= 1_000 => format!("{:.1} kB", b as f64 / 1e3),
-        b => format!("{b} B"),
-    }
 }
 
 impl SetInfo {

@@ -15,6 +15,7 @@ pub mod eval;
 mod exchange;
 pub mod inspect;
 pub mod lock;
+pub mod metrics;
 pub mod plot;
 pub mod prepare;
 pub mod progress;

@@ -134,10 +134,10 @@ pub(super) fn cut_metrics(path: &Path, step: usize) -> Result<usize, TrainError>
 }
 
 /// Reads `metrics.jsonl` back into the loss plot (the validation curve on the windows every
-/// evaluation covers: [`super::curves::Metrics::val`]).
+/// evaluation covers: [`super::metrics::Metrics::val`]).
 pub fn plot_metrics(dir: &Path) -> Result<(), String> {
     // A run stopped before its first logged step: nothing to plot.
-    let Some(m) = super::curves::Metrics::read(dir).map_err(|e| e.to_string())? else { return Ok(()) };
+    let Some(m) = super::metrics::Metrics::read(dir).map_err(|e| e.to_string())? else { return Ok(()) };
     let train = m.train.iter().filter_map(|r| Some((r.step, r.loss?))).collect();
     plot::line_plot(
         &dir.join("loss.png"),

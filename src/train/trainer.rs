@@ -586,7 +586,7 @@ impl<'c> Trainer<'c> {
         // the evaluations since (train.early_stop counts on from there).
         let (mut eval_best, mut evals_since_best) = (None::<(usize, f64)>, 0);
         if opts.resume
-            && let Ok(Some(m)) = super::curves::Metrics::read(&opts.out)
+            && let Ok(Some(m)) = super::metrics::Metrics::read(&opts.out)
         {
             for &(s, l) in m.val.iter().filter(|p| p.0 as usize <= start) {
                 if eval_best.is_none_or(|(_, b)| l < b) {

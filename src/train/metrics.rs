@@ -1,0 +1,156 @@
+//! A run's `metrics.jsonl` read back: for its `loss.png`, `ddl experiment`'s results, `ddl plot`,
+//! early stopping on resume, and the visualizer's dashboard (which follows the file line by line
+//! with [`parse_line`]; this module builds for the browser too).
+
+use std::path::Path;
+
+/// One line of `metrics.jsonl`.
+#[derive(Debug, Clone)]
+pub enum Line {
+    Train(TrainRow),
+    Val(ValRow),
+}
+
+/// One evaluation.
+#[derive(Debug, Clone, Copy)]
+pub struct ValRow {
+    pub step: f64,
+    pub loss: f64,
+    pub tokens: Option<u64>,
+    /// Over the whole validation split (the final evaluation), with its part over the windows
+    /// every evaluation covers (`subset`).
+    pub full: bool,
+    pub subset: Option<f64>,
+}
+
+impl ValRow {
+    /// Its point on the validation curve — the loss over the windows every evaluation covers:
+    /// a final evaluation's part over them (none when it has no such part), else the loss.
+    pub fn curve_point(&self) -> Option<(f64, f64)> {
+        if self.full { self.subset.map(|s| (self.step, s)) } else { Some((self.step, self.loss)) }
+    }
+}
+
+/// A line read: `None` when it is not JSON with a step.
+pub fn parse_line(line: &str) -> Option<Line> {
+    let j = serde_json::from_str::<serde_json::Value>(line).ok()?;
+    let step = j["step"].as_f64()?;
+    if let Some(loss) = j["val_loss"].as_f64() {
+        return Some(Line::Val(ValRow {
+            step,
+            loss,
+            tokens: j["val_tokens"].as_u64(),
+            full: j["val_full"] == true,
+            subset: j["val_subset_loss"].as_f64(),
+        }));
+    }
+    Some(Line::Train(TrainRow {
+        step,
+        loss: j["loss"].as_f64(),
+        lr: j["lr"].as_f64(),
+        grad_norm: j["grad_norm"].as_f64(),
+        tok_per_s: j["tok_per_s"].as_f64(),
+        elapsed: j["elapsed"].as_f64(),
+        beta_mean: j["beta_mean"].as_array().map(|a| a.iter().map(|x| x.as_f64().unwrap_or(f64::NAN)).collect()),
+    }))
+}
+
+/// One logged training step.
+#[derive(Debug, Clone, Default)]
+pub struct TrainRow {
+    pub step: f64,
+    pub loss: Option<f64>,
+    pub lr: Option<f64>,
+    pub grad_norm: Option<f64>,
+    pub tok_per_s: Option<f64>,
+    /// Seconds of training so far.
+    pub elapsed: Option<f64>,
+    /// Mean β over the step's tokens, per delta write in sublayer order (DDL variants).
+    pub beta_mean: Option<Vec<f64>>,
+}
+
+/// What `metrics.jsonl` holds.
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    pub train: Vec<TrainRow>,
+    /// The validation curve: (step, loss) of every evaluation over the windows each evaluation
+    /// covers — the final evaluation's point is its part over those windows, so that the curve
+    /// does not jump where the whole split is evaluated.
+    pub val: Vec<(f64, f64)>,
+    /// The last evaluation over the whole validation split: (step, loss, tokens).
+    pub full: Option<(usize, f64, usize)>,
+    /// Lines that did not read as JSON with a step.
+    pub bad_lines: usize,
+}
+
+impl Metrics {
+    pub fn parse(text: &str) -> Metrics {
+        let mut m = Metrics::default();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            match parse_line(line) {
+                None => m.bad_lines += 1,
+                Some(Line::Train(row)) => m.train.push(row),
+                Some(Line::Val(v)) => {
+                    if v.full {
+                        m.full = Some((v.step as usize, v.loss, v.tokens.unwrap_or(0) as usize));
+                    }
+                    if let Some(p) = v.curve_point() {
+                        m.val.push(p);
+                    }
+                }
+            }
+        }
+        m
+    }
+
+    /// `DIR/metrics.jsonl`; `None` when there is none (a run stopped before its first step).
+    pub fn read(dir: &Path) -> std::io::Result<Option<Metrics>> {
+        match std::fs::read_to_string(dir.join("metrics.jsonl")) {
+            Ok(t) => Ok(Some(Metrics::parse(&t))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The mean training loss over the last tenth of the logged steps (at least one): the end
+    /// of a noisy curve.
+    pub fn final_train_loss(&self) -> Option<f64> {
+        let losses: Vec<f64> = self.train.iter().filter_map(|r| r.loss).collect();
+        let tail = (losses.len() / 10).max(1).min(losses.len());
+        (tail > 0).then(|| losses[losses.len() - tail..].iter().sum::<f64>() / tail as f64)
+    }
+
+    /// The lowest point of the validation curve: (step, loss).
+    pub fn best_val(&self) -> Option<(f64, f64)> {
+        self.val.iter().copied().filter(|p| p.1.is_finite()).min_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
+    /// Seconds trained by `step`: those of the last logged step at or before it.
+    pub fn elapsed_at(&self, step: f64) -> Option<f64> {
+        self.train.iter().rev().find(|r| r.step <= step).and_then(|r| r.elapsed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_read_back_with_the_final_evaluation_on_the_curve_s_windows() {
+        let text = "{\"step\":1,\"loss\":4.0,\"lr\":0.1,\"elapsed\":0.5,\"beta_mean\":[1.0,0.5]}\n\
+                    not json\n\
+                    {\"step\":2,\"loss\":3.0,\"elapsed\":1.0}\n\
+                    {\"step\":2,\"val_loss\":3.5,\"val_tokens\":10,\"val_full\":false}\n\
+                    {\"step\":4,\"loss\":2.0,\"elapsed\":2.0}\n\
+                    {\"step\":4,\"val_loss\":2.9,\"val_tokens\":99,\"val_full\":true,\"val_subset_loss\":2.5}\n";
+        let m = Metrics::parse(text);
+        assert_eq!(m.bad_lines, 1);
+        assert_eq!(m.train.len(), 3);
+        assert_eq!(m.val, vec![(2.0, 3.5), (4.0, 2.5)]);
+        assert_eq!(m.full, Some((4, 2.9, 99)));
+        assert_eq!(m.best_val(), Some((4.0, 2.5)));
+        assert_eq!(m.final_train_loss(), Some(2.0));
+        assert_eq!(m.elapsed_at(3.0), Some(1.0));
+        assert_eq!(m.train[0].beta_mean.as_deref(), Some(&[1.0, 0.5][..]));
+    }
+}
