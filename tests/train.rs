@@ -601,6 +601,12 @@ fn early_stopping_ends_a_run_whose_validation_loss_stops_falling_and_resumes() {
     assert_eq!(ddl::train::checkpoint::saved_step(&out).unwrap(), 3);
     let m = ddl::train::metrics::Metrics::read(&out).unwrap().unwrap();
     assert_eq!(m.full.map(|f| f.0), Some(3), "the final evaluation, as at a last step");
+    let o = ddl_cmd(&dir).args(["info", "--checkpoint"]).arg(&out).output().unwrap();
+    let info = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        info.contains("stopped early (train.early_stop) before step 10: the validation curve was lowest at step 1"),
+        "{info}"
+    );
     // Resumed to 10 as it was given: counts on from its metrics (the first new evaluation stops it).
     let (text, s) = train(&["--resume", out.to_str().unwrap(), "--steps", "10"]);
     assert!(text.contains("stopped early after step 4 of 10"), "{text}");

@@ -57,6 +57,9 @@ pub struct Losses {
     pub val_tokens: Option<u64>,
     /// The validation loss covers the whole split (not `train.val_max_tokens` of it).
     pub val_whole: bool,
+    /// `train.early_stop` ended the run at this step: (the step it was to reach, the best step
+    /// and loss of its validation curve).
+    pub stopped_early: Option<(usize, usize, f64)>,
 }
 
 /// Reads what `path` (a run folder or one of its kept checkpoints) holds. The error names what
@@ -120,6 +123,14 @@ fn losses_at(run: &Path, step: usize) -> Option<Losses> {
         val_loss: j["val_loss"].as_f64(),
         val_tokens: j["val_tokens"].as_u64(),
         val_whole: j["val_whole"].as_bool().unwrap_or(false),
+        stopped_early: {
+            let e = &j["stopped_early"];
+            e["planned"]
+                .as_u64()
+                .zip(e["best_step"].as_u64())
+                .zip(e["best_loss"].as_f64())
+                .map(|((p, b), l)| (p as usize, b as usize, l))
+        },
     })
 }
 
@@ -244,6 +255,12 @@ impl CheckpointInfo {
                 line.push_str(&format!(", validation {x:.4}{over}"));
             }
             out.push(line);
+            if let Some((planned, best_step, best_loss)) = l.stopped_early {
+                out.push(format!(
+                    "stopped early (train.early_stop) before step {planned}: the validation curve was lowest at step \
+                     {best_step}, {best_loss:.4}"
+                ));
+            }
         }
         if let Some(b) = &self.best {
             out.push(format!(
