@@ -226,9 +226,11 @@ pub(crate) enum Cmd {
     Eval(EvalArgs),
     /// One metric of several runs as curves in one PNG, from their metrics.jsonl (no device), and
     /// a table of where each ended: last step and tokens, training loss (mean of the last tenth of
-    /// the logged steps), the validation curve's last and best points, the whole split's loss.
+    /// the logged steps), the validation curve's last and best points, the whole split's loss. An
+    /// experiment's folder gives one curve per variant: the mean over its seeds, a min..max band.
     Plot {
-        /// Run folders (`ddl train --out`; an experiment's are under its runs/).
+        /// Run folders (`ddl train --out`), or experiments' (`ddl experiment --out`: one curve per
+        /// variant, mean ± sd over its runs in the table; its runs/* for each run's own curve).
         #[arg(required = true)]
         runs: Vec<std::path::PathBuf>,
         /// The picture (.png); an existing file only when `ddl plot` drew it.

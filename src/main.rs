@@ -168,7 +168,12 @@ fn run(cli: Cli) -> Result<()> {
             let x = XAxis::parse(&x).map_err(|e| anyhow::anyhow!("--x: {e}"))?;
             let ends = plot_runs(&PlotOptions { runs, out: out.clone(), metric, x, smooth })?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "out": out, "runs": ends }))?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({ "out": out, "runs": ends.runs, "groups": ends.groups, "left_out": ends.left_out })
+                    )?
+                );
             } else {
                 print!("{}", ends_text(&ends));
                 println!("wrote {}", out.display());

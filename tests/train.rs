@@ -377,6 +377,112 @@ fn plot_draws_runs_curves_and_tabulates_where_each_ended() {
 }
 
 #[test]
+fn plot_draws_an_experiments_variants_as_means_over_seeds() {
+    // An experiment's folder as `ddl experiment` leaves it: runs/VARIANT-seedN, each a run folder.
+    let dir = tmpdir("plot-exp");
+    let exp = dir.join("grid");
+    let run = |name: &str, variant: Variant, vals: &[(usize, f64)], beta: bool| {
+        let d = exp.join("runs").join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("config.toml"), toml::to_string(&small_run(variant, "c.txt")).unwrap()).unwrap();
+        let b = if beta { ",\"beta_mean\":[1.0,0.5]" } else { "" };
+        let mut lines = Vec::new();
+        for &(s, l) in vals {
+            lines.push(format!("{{\"step\":{s},\"loss\":{},\"lr\":0.001,\"elapsed\":{s}{b}}}", l + 0.5));
+            lines.push(format!("{{\"step\":{s},\"val_loss\":{l},\"val_tokens\":64,\"val_full\":false}}"));
+        }
+        std::fs::write(d.join("metrics.jsonl"), lines.join("\n") + "\n").unwrap();
+        d
+    };
+    run("baseline-seed1", Variant::Baseline, &[(2, 3.0), (4, 2.0)], false);
+    run("baseline-seed2", Variant::Baseline, &[(2, 3.2), (4, 2.4)], false);
+    let d1 = run("ddl-seed1", Variant::Ddl, &[(2, 2.9), (4, 1.8)], true);
+    // A seed still training (two steps of four) and one not started.
+    run("ddl-seed2", Variant::Ddl, &[(2, 3.1)], true);
+    std::fs::create_dir_all(exp.join("runs/ddl-seed3")).unwrap();
+    std::fs::write(exp.join("experiment.toml"), "").unwrap();
+    let out = dir.join("exp.png");
+    let text = |o: &std::process::Output| {
+        format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    };
+    let plot = |args: &[&str]| ddl_cmd(&dir).arg("plot").args(args).output().unwrap();
+    let (se, so) = (exp.to_str().unwrap(), out.to_str().unwrap());
+    let o = plot(&[se, "--out", so, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let g = &j["groups"];
+    assert_eq!((g[0]["name"].as_str(), g[1]["name"].as_str(), g[2].is_null()), (Some("baseline"), Some("ddl"), true));
+    let spread = |v: &serde_json::Value| (v["mean"].as_f64().unwrap(), v["sd"].as_f64().unwrap(), v["n"].as_u64());
+    let close = |(m, s, n): (f64, f64, Option<u64>), want: (f64, f64, u64)| {
+        (m - want.0).abs() < 1e-12 && (s - want.1).abs() < 1e-12 && n == Some(want.2)
+    };
+    // Baseline: last points 2.0 and 2.4 (mean 2.2, sd √0.08), best the same; training 2.5 and 2.9.
+    assert!(close(spread(&g[0]["val_last"]), (2.2, 0.08f64.sqrt(), 2)), "{g}");
+    assert!(close(spread(&g[0]["train_loss"]), (2.7, 0.08f64.sqrt(), 2)), "{g}");
+    assert_eq!(
+        (g[0]["runs"].as_u64(), &g[0]["steps"], g[0]["common_step"].as_u64()),
+        (Some(2), &serde_json::json!([4, 4]), Some(4))
+    );
+    // ddl: the unfinished seed ends at step 2, and the band's curve with it.
+    assert_eq!((&g[1]["steps"], g[1]["common_step"].as_u64()), (&serde_json::json!([2, 4]), Some(2)));
+    // Its last points 1.8 (step 4) and 3.1 (step 2): the table's columns are each run's own.
+    assert!(close(spread(&g[1]["val_last"]), (2.45, 1.3 / 2f64.sqrt(), 2)), "{g}");
+    assert_eq!(j["runs"].as_array().map(Vec::len), Some(4));
+    assert_eq!(j["runs"][2]["group"].as_str(), Some("ddl"));
+    let left = j["left_out"].to_string();
+    assert!(left.contains("ddl-seed3") && left.contains("not started"), "{left}");
+    assert_eq!(
+        ddl::train::plot::plot_title(&out).as_deref(),
+        Some("validation loss, 4 runs by variant: mean over seeds, band min..max")
+    );
+    // The text: one row per variant with mean ± sd, the cut curve and the run left out named;
+    // its own picture replaced.
+    let o = plot(&[se, "--out", so, "--metric", "train", "--x", "seconds"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("variant (mean ± sd over its runs)") && t.contains("2.2000 ± 0.2828"), "{t}");
+    assert!(t.contains("ddl at step 2") && t.contains("left out: ") && !t.contains("baseline-seed1"), "{t}");
+    // β: the baseline's runs have none and are left out; the ddl runs are drawn.
+    let o = plot(&[se, "--out", so, "--metric", "beta", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((j["groups"][0]["name"].as_str(), j["groups"][1].is_null()), (Some("ddl"), true), "{j}");
+    assert!(j["left_out"].to_string().contains("no β"), "{j}");
+    // Two experiments (and a run beside them): curves named after their folders.
+    let exp2 = dir.join("grid2");
+    std::fs::create_dir_all(exp2.join("runs")).unwrap();
+    copy_dir(&d1, &exp2.join("runs/ddl-seed1"));
+    let single = dir.join("single");
+    copy_dir(&d1, &single);
+    let o = plot(&[se, exp2.to_str().unwrap(), single.to_str().unwrap(), "--out", so, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let names: Vec<&str> = j["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+    assert_eq!(names, [format!("{se}/baseline"), format!("{se}/ddl"), format!("{}/ddl", exp2.display())]);
+    assert_eq!(j["runs"].as_array().map(Vec::len), Some(6));
+    // Refused: a run given itself and inside its experiment; an experiment without runs yet; a
+    // metric no run has.
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(empty.join("runs")).unwrap();
+    for (args, want) in [
+        (vec![se, d1.to_str().unwrap(), "--out", so], "given twice"),
+        (vec![empty.to_str().unwrap(), "--out", so], "holds no run yet"),
+        (vec![se, "--out", so, "--metric", "grad_norm"], "no run of the experiments given has a point of it"),
+    ] {
+        let o = plot(&args);
+        assert!(o.status.code() == Some(1) && text(&o).contains(want), "{args:?}: {want:?} not in {}", text(&o));
+    }
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+#[test]
 fn info_plans_a_presets_memory_in_each_precision() {
     // `ddl info --preset P --variant V [--precision f16]`: the plan `ddl train` checks against,
     // f16 with its weight copy, the SwiGLU output in f16 and the states it implies.

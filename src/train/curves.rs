@@ -104,6 +104,8 @@ pub struct PlotOptions {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RunEnd {
     pub run: PathBuf,
+    /// The experiment variant's curve it is part of (`None`: its own curve).
+    pub group: Option<String>,
     /// The last logged step, and the tokens it amounts to (from `config.toml`).
     pub step: usize,
     pub tokens: Option<u64>,
@@ -118,13 +120,17 @@ pub struct RunEnd {
     pub points: usize,
 }
 
+/// The suffix of the title of a plot of experiments' variants.
+const GROUPED: &str = " by variant: mean over seeds, band min..max";
+
 /// A title `ddl plot` gives, as its PNG text chunk stores it.
-fn stored_title(metric: Metric, runs: usize) -> String {
-    format!("{}, {runs} run{}", metric.title(), if runs == 1 { "" } else { "s" })
+fn stored_title(metric: Metric, runs: usize, grouped: bool) -> String {
+    format!("{}, {runs} run{}{}", metric.title(), if runs == 1 { "" } else { "s" }, if grouped { GROUPED } else { "" })
 }
 
 /// Whether `title` (a PNG's stored title) is one `ddl plot` gave: it may replace that file.
 fn is_plot_title(title: &str) -> bool {
+    let title = title.strip_suffix(GROUPED).unwrap_or(title);
     Metric::ALL.iter().any(|m| {
         title.strip_prefix(m.title()).and_then(|r| r.strip_prefix(", ")).is_some_and(|r| {
             let n = r.trim_end_matches(" runs").trim_end_matches(" run");
@@ -133,109 +139,331 @@ fn is_plot_title(title: &str) -> bool {
     })
 }
 
-/// Draws `o.metric` of every run of `o.runs` into `o.out` and returns where each ended. The
-/// output is checked before anything is read (a PNG `ddl plot` drew before may be replaced, no
-/// other file), and written whole or not at all.
-pub fn plot_runs(o: &PlotOptions) -> Result<Vec<RunEnd>, TrainError> {
+/// Whether `dir` is an experiment's folder (`ddl experiment --out`): its runs under `runs/`, no
+/// run of its own.
+pub fn is_experiment(dir: &Path) -> bool {
+    dir.join("runs").is_dir() && !dir.join("metrics.jsonl").exists()
+}
+
+/// An experiment's run folders by variant (`runs/VARIANT-seedN`), the variants in the engine's
+/// order, each one's runs by seed; a folder of another name is a group of its own, after them.
+pub fn experiment_groups(dir: &Path) -> std::io::Result<Vec<(String, Vec<PathBuf>)>> {
+    let mut runs: Vec<(usize, String, u64, PathBuf)> = Vec::new();
+    for e in std::fs::read_dir(dir.join("runs"))? {
+        let e = e?;
+        if !e.path().is_dir() {
+            continue;
+        }
+        let name = e.file_name().to_string_lossy().to_string();
+        let parsed = name.rsplit_once("-seed").and_then(|(v, s)| {
+            let v = crate::model::Variant::parse(v).ok()?;
+            Some((crate::model::Variant::ALL.iter().position(|&x| x == v)?, v.name().to_string(), s.parse().ok()?))
+        });
+        let (order, group, seed) = parsed.unwrap_or((usize::MAX, name, 0));
+        runs.push((order, group, seed, e.path()));
+    }
+    runs.sort();
+    let mut groups: Vec<(String, Vec<PathBuf>)> = Vec::new();
+    for (_, group, _, path) in runs {
+        match groups.last_mut() {
+            Some((g, paths)) if *g == group => paths.push(path),
+            _ => groups.push((group, vec![path])),
+        }
+    }
+    Ok(groups)
+}
+
+/// One run's curves keyed by step (before the x axis maps them), and where it ended.
+struct RunCurves {
+    series: Vec<(String, Vec<(f64, f64)>)>,
+    /// The x of a step: the step, its tokens, or the run's seconds of training by then.
+    x: Vec<(f64, f64)>,
+    end: RunEnd,
+}
+
+/// Reads `run`'s `o.metric` (`per_write`: one curve per delta write for β). `None` when it has
+/// no point of the metric (`why` says why).
+fn read_run(
+    run: &Path,
+    o: &PlotOptions,
+    per_write: bool,
+    label: &str,
+) -> Result<Result<RunCurves, String>, TrainError> {
+    let bad = |why: String| TrainError::Settings(format!("{}: {why}", run.display()));
+    if !run.is_dir() {
+        return Err(bad(
+            "not a folder: give run folders (`ddl train --out`) or experiments' (`ddl experiment --out`)".into()
+        ));
+    }
+    let m = Metrics::read(run).map_err(|e| bad(format!("cannot read metrics.jsonl: {e}")))?.ok_or_else(|| {
+        bad("holds no metrics.jsonl: not a run folder of `ddl train` (a kept checkpoint has none: give its run), or a \
+             run stopped before its first step"
+            .into())
+    })?;
+    let per_step = tokens_per_step(run);
+    if o.x == XAxis::Tokens && per_step.is_none() {
+        return Err(bad("its config.toml does not read, so its tokens per step are unknown: plot by step".into()));
+    }
+    let rows = |f: &dyn Fn(&TrainRow) -> Option<f64>| -> Vec<(f64, f64)> {
+        let pts: Vec<(f64, f64)> = m.train.iter().filter_map(|r| Some((r.step, f(r)?))).collect();
+        smooth(&pts, o.smooth)
+    };
+    let one = |points| vec![(label.to_string(), points)];
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = match o.metric {
+        Metric::Val => one(m.val.clone()),
+        Metric::Train => one(rows(&|r| r.loss)),
+        Metric::GradNorm => one(rows(&|r| r.grad_norm)),
+        Metric::Lr => one(rows(&|r| r.lr)),
+        Metric::TokPerS => one(rows(&|r| r.tok_per_s)),
+        Metric::Beta if per_write => {
+            // One run: every write's own curve.
+            let writes = m.train.iter().filter_map(|r| r.beta_mean.as_ref().map(Vec::len)).max().unwrap_or(0);
+            (0..writes)
+                .map(|j| {
+                    let name = format!("block {} {}", j / 2, if j % 2 == 0 { "attention" } else { "MLP" });
+                    (name, rows(&|r| r.beta_mean.as_ref()?.get(j).copied()))
+                })
+                .collect()
+        }
+        Metric::Beta => {
+            let mean = |r: &TrainRow| {
+                let b = r.beta_mean.as_ref().filter(|b| !b.is_empty())?;
+                Some(b.iter().sum::<f64>() / b.len() as f64)
+            };
+            vec![(format!("{label} (mean of its writes)"), rows(&mean))]
+        }
+    };
+    series.retain(|s| !s.1.is_empty());
+    let points = series.iter().map(|s| s.1.len()).sum();
+    if points == 0 {
+        let why = match o.metric {
+            Metric::Val => "no evaluation in its metrics.jsonl (train.eval_every = 0 and no final evaluation yet)",
+            Metric::Beta => "no β in its metrics.jsonl (the baseline has no delta writes)",
+            _ => "no logged step with this metric in its metrics.jsonl",
+        };
+        return Ok(Err(why.to_string()));
+    }
+    let mut x: Vec<(f64, f64)> = series.iter().flat_map(|s| s.1.iter().map(|p| p.0)).map(|s| (s, s)).collect();
+    x.sort_by(|a, b| a.0.total_cmp(&b.0));
+    x.dedup_by(|a, b| a.0 == b.0);
+    for (s, xv) in &mut x {
+        *xv = match o.x {
+            XAxis::Step => *s,
+            XAxis::Tokens => *s * per_step.unwrap_or(0) as f64,
+            XAxis::Seconds => m.elapsed_at(*s).unwrap_or(0.0),
+        };
+    }
+    let step = m.train.last().map_or(0.0, |r| r.step).max(m.val.last().map_or(0.0, |v| v.0)) as usize;
+    let end = RunEnd {
+        run: run.to_path_buf(),
+        group: None,
+        step,
+        tokens: per_step.map(|t| (t * step) as u64),
+        train_loss: m.final_train_loss(),
+        val_last: m.val.last().map(|&(s, l)| (s as usize, l)),
+        val_best: m.best_val().map(|(s, l)| (s as usize, l)),
+        val_whole: m.full,
+        points,
+    };
+    Ok(Ok(RunCurves { series, x, end }))
+}
+
+impl RunCurves {
+    fn x_of(&self, step: f64) -> f64 {
+        self.x.binary_search_by(|p| p.0.total_cmp(&step)).map_or(step, |i| self.x[i].1)
+    }
+}
+
+/// Mean, standard deviation (n − 1) and count of some values.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Spread {
+    pub mean: f64,
+    pub sd: f64,
+    pub n: usize,
+}
+
+impl Spread {
+    fn of(xs: impl IntoIterator<Item = f64>) -> Option<Spread> {
+        let xs: Vec<f64> = xs.into_iter().collect();
+        let n = xs.len();
+        if n == 0 {
+            return None;
+        }
+        let mean = xs.iter().sum::<f64>() / n as f64;
+        let sd = if n > 1 { (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt() } else { 0.0 };
+        Some(Spread { mean, sd, n })
+    }
+}
+
+/// Where an experiment's runs of one variant ended, over its seeds.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GroupEnd {
+    /// The variant, after its experiment's folder when several inputs were given.
+    pub name: String,
+    pub experiment: PathBuf,
+    /// Runs drawn (those with the metric), and the range of their last steps.
+    pub runs: usize,
+    pub steps: (usize, usize),
+    /// The last step every run has reached: the band's curve ends there.
+    pub common_step: Option<usize>,
+    pub train_loss: Option<Spread>,
+    pub val_last: Option<Spread>,
+    pub val_best: Option<Spread>,
+    pub val_whole: Option<Spread>,
+}
+
+/// What `ddl plot` found: every run's end, and every experiment variant's.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PlotEnds {
+    pub runs: Vec<RunEnd>,
+    pub groups: Vec<GroupEnd>,
+    /// Runs of experiments left out, and why (no metrics yet, no point of the metric).
+    pub left_out: Vec<(PathBuf, String)>,
+}
+
+/// Draws `o.metric` of every run of `o.runs` into `o.out` and returns where each ended. A run
+/// folder is one curve; an experiment's folder (`ddl experiment --out`) is one curve per variant,
+/// the mean over its seeds at the steps every seed has logged, with a min..max band. The output
+/// is checked before anything is read (a PNG `ddl plot` drew before may be replaced, no other
+/// file), and written whole or not at all.
+pub fn plot_runs(o: &PlotOptions) -> Result<PlotEnds, TrainError> {
     plot::check_png_out("--out", &o.out, is_plot_title, "`ddl plot`").map_err(TrainError::Settings)?;
     let bad = |run: &Path, why: String| TrainError::Settings(format!("{}: {why}", run.display()));
-    for (i, r) in o.runs.iter().enumerate() {
-        if o.runs[..i].iter().any(|q| same_file(q, r)) {
-            return Err(bad(r, "given twice; give each run once".into()));
+    // Each input: a run, or an experiment's runs by variant.
+    let mut inputs: Vec<(PathBuf, Option<Vec<(String, Vec<PathBuf>)>>)> = Vec::new();
+    for p in &o.runs {
+        if is_experiment(p) {
+            let groups = experiment_groups(p).map_err(|e| bad(p, format!("cannot list its runs/: {e}")))?;
+            if groups.is_empty() {
+                return Err(bad(p, "an experiment's folder whose runs/ holds no run yet: nothing to plot".into()));
+            }
+            inputs.push((p.clone(), Some(groups)));
+        } else {
+            inputs.push((p.clone(), None));
         }
     }
-    let mut series = Vec::new();
-    let mut ends = Vec::new();
-    for run in &o.runs {
-        if !run.is_dir() {
-            return Err(bad(run, "not a folder: give run folders (`ddl train --out`)".into()));
-        }
-        let m =
-            Metrics::read(run).map_err(|e| bad(run, format!("cannot read metrics.jsonl: {e}")))?.ok_or_else(|| {
-                bad(
-                    run,
-                    "holds no metrics.jsonl: not a run folder of `ddl train` (a kept checkpoint has none: give its \
-                     run), or a run stopped before its first step"
-                        .into(),
-                )
-            })?;
-        let per_step = tokens_per_step(run);
-        let x_of = |step: f64| -> Result<f64, TrainError> {
-            match o.x {
-                XAxis::Step => Ok(step),
-                XAxis::Tokens => per_step.map(|t| step * t as f64).ok_or_else(|| {
-                    bad(run, "its config.toml does not read, so its tokens per step are unknown: plot by step".into())
-                }),
-                XAxis::Seconds => Ok(m.elapsed_at(step).unwrap_or(0.0)),
-            }
-        };
-        let label = run.display().to_string();
-        let rows = |f: &dyn Fn(&TrainRow) -> Option<f64>| -> Result<Vec<(f64, f64)>, TrainError> {
-            let pts: Vec<(f64, f64)> = m.train.iter().filter_map(|r| Some((r.step, f(r)?))).collect();
-            smooth(&pts, o.smooth).into_iter().map(|(s, y)| Ok((x_of(s)?, y))).collect()
-        };
-        let mut own: Vec<plot::Series> = match o.metric {
-            Metric::Val => {
-                let pts = m.val.iter().map(|&(s, y)| Ok((x_of(s)?, y))).collect::<Result<_, TrainError>>()?;
-                vec![plot::Series { name: label.clone(), points: pts }]
-            }
-            Metric::Train => vec![plot::Series { name: label.clone(), points: rows(&|r| r.loss)? }],
-            Metric::GradNorm => vec![plot::Series { name: label.clone(), points: rows(&|r| r.grad_norm)? }],
-            Metric::Lr => vec![plot::Series { name: label.clone(), points: rows(&|r| r.lr)? }],
-            Metric::TokPerS => vec![plot::Series { name: label.clone(), points: rows(&|r| r.tok_per_s)? }],
-            Metric::Beta if o.runs.len() == 1 => {
-                // One run: every write's own curve.
-                let writes = m.train.iter().filter_map(|r| r.beta_mean.as_ref().map(Vec::len)).max().unwrap_or(0);
-                (0..writes)
-                    .map(|j| {
-                        let name = format!("block {} {}", j / 2, if j % 2 == 0 { "attention" } else { "MLP" });
-                        rows(&|r| r.beta_mean.as_ref()?.get(j).copied()).map(|points| plot::Series { name, points })
-                    })
-                    .collect::<Result<_, _>>()?
-            }
-            Metric::Beta => {
-                let mean = |r: &TrainRow| {
-                    let b = r.beta_mean.as_ref().filter(|b| !b.is_empty())?;
-                    Some(b.iter().sum::<f64>() / b.len() as f64)
-                };
-                vec![plot::Series { name: format!("{label} (mean of its writes)"), points: rows(&mean)? }]
-            }
-        };
-        own.retain(|s| !s.points.is_empty());
-        let points = own.iter().map(|s| s.points.len()).sum();
-        if points == 0 {
-            let why = match o.metric {
-                Metric::Val => "no evaluation in its metrics.jsonl (train.eval_every = 0 and no final evaluation yet)",
-                Metric::Beta => "no β in its metrics.jsonl (the baseline has no delta writes)",
-                _ => "no logged step with this metric in its metrics.jsonl",
-            };
+    let all: Vec<&PathBuf> = inputs
+        .iter()
+        .flat_map(|(p, g)| match g {
+            None => vec![p],
+            Some(g) => g.iter().flat_map(|(_, r)| r).collect(),
+        })
+        .collect();
+    for (i, r) in all.iter().enumerate() {
+        if all[..i].iter().any(|q| same_file(q, r)) {
             return Err(bad(
-                run,
-                format!("--metric {}: {why}; choose another metric or leave the run out", o.metric.name()),
+                r,
+                "given twice (itself, or in an experiment's folder given too); give each run once".into(),
             ));
         }
-        series.extend(own);
-        let step = m.train.last().map_or(0.0, |r| r.step).max(m.val.last().map_or(0.0, |v| v.0)) as usize;
-        ends.push(RunEnd {
-            run: run.clone(),
-            step,
-            tokens: per_step.map(|t| (t * step) as u64),
-            train_loss: m.final_train_loss(),
-            val_last: m.val.last().map(|&(s, l)| (s as usize, l)),
-            val_best: m.best_val().map(|(s, l)| (s as usize, l)),
-            val_whole: m.full,
-            points,
-        });
+    }
+    let grouped = inputs.iter().any(|i| i.1.is_some());
+    let per_write = o.metric == Metric::Beta && !grouped && o.runs.len() == 1;
+    let several = inputs.len() > 1;
+    let mut bands: Vec<plot::Band> = Vec::new();
+    let mut ends = PlotEnds { runs: Vec::new(), groups: Vec::new(), left_out: Vec::new() };
+    for (input, groups) in &inputs {
+        let Some(groups) = groups else {
+            let label = input.display().to_string();
+            let c = read_run(input, o, per_write, &label)?.map_err(|why| {
+                bad(input, format!("--metric {}: {why}; choose another metric or leave the run out", o.metric.name()))
+            })?;
+            for (name, pts) in &c.series {
+                bands.push(plot::Band {
+                    name: name.clone(),
+                    points: pts.iter().map(|&(s, y)| (c.x_of(s), y, y, y)).collect(),
+                });
+            }
+            ends.runs.push(c.end);
+            continue;
+        };
+        for (variant, runs) in groups {
+            let name = if several { format!("{}/{variant}", input.display()) } else { variant.clone() };
+            let mut curves = Vec::new();
+            for run in runs {
+                if !run.join("metrics.jsonl").exists() {
+                    ends.left_out.push((run.clone(), "no metrics.jsonl yet (not started)".into()));
+                    continue;
+                }
+                match read_run(run, o, false, &name)? {
+                    Ok(mut c) => {
+                        c.end.group = Some(name.clone());
+                        curves.push(c)
+                    }
+                    Err(why) => ends.left_out.push((run.clone(), why)),
+                }
+            }
+            if curves.is_empty() {
+                continue;
+            }
+            // The steps every run has: mean, min and max there (x: the runs' mean).
+            let mut at: std::collections::BTreeMap<u64, Vec<(f64, f64)>> = Default::default();
+            for c in &curves {
+                for &(s, y) in &c.series[0].1 {
+                    at.entry(s.to_bits()).or_default().push((c.x_of(s), y));
+                }
+            }
+            let mut pts: Vec<(f64, f64, f64, f64, f64)> = at
+                .into_iter()
+                .filter(|(_, v)| v.len() == curves.len())
+                .map(|(s, v)| {
+                    let n = v.len() as f64;
+                    let y = v.iter().map(|p| p.1);
+                    (
+                        f64::from_bits(s),
+                        v.iter().map(|p| p.0).sum::<f64>() / n,
+                        y.clone().sum::<f64>() / n,
+                        y.clone().fold(f64::INFINITY, f64::min),
+                        y.fold(f64::NEG_INFINITY, f64::max),
+                    )
+                })
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let e: Vec<&RunEnd> = curves.iter().map(|c| &c.end).collect();
+            let steps = e.iter().map(|e| e.step);
+            ends.groups.push(GroupEnd {
+                name: name.clone(),
+                experiment: input.clone(),
+                runs: curves.len(),
+                steps: (steps.clone().min().unwrap_or(0), steps.max().unwrap_or(0)),
+                common_step: pts.last().map(|p| p.0 as usize),
+                train_loss: Spread::of(e.iter().filter_map(|e| e.train_loss)),
+                val_last: Spread::of(e.iter().filter_map(|e| e.val_last.map(|v| v.1))),
+                val_best: Spread::of(e.iter().filter_map(|e| e.val_best.map(|v| v.1))),
+                val_whole: Spread::of(e.iter().filter_map(|e| e.val_whole.map(|v| v.1))),
+            });
+            let seeds = if curves.len() == 1 { "1 run".to_string() } else { format!("{} runs", curves.len()) };
+            bands.push(plot::Band {
+                name: format!("{name} ({seeds})"),
+                points: pts.into_iter().map(|(_, x, m, lo, hi)| (x, m, lo, hi)).collect(),
+            });
+            ends.runs.extend(curves.into_iter().map(|c| c.end));
+        }
+    }
+    if bands.is_empty() {
+        let why = ends.left_out.first().map_or(String::new(), |(r, w)| format!(" ({}: {w})", r.display()));
+        return Err(TrainError::Settings(format!(
+            "--metric {}: no run of the experiments given has a point of it{why}; choose another metric",
+            o.metric.name()
+        )));
     }
     // (ASCII, as PNG text stores it: the file is recognised as this command's by its title.)
-    let title = stored_title(o.metric, o.runs.len());
+    let title = stored_title(o.metric, ends.runs.len(), grouped);
     let x_label = if o.smooth > 1 && o.metric != Metric::Val {
         format!("{} (each point the mean of the last {} logged steps)", o.x.label(), o.smooth)
     } else {
         o.x.label().to_string()
     };
-    plot::line_plot(&o.out, &title, &x_label, o.metric.y_label(), &series)
-        .map_err(|e| TrainError::Settings(format!("--out {}: the plot was not written: {e}", o.out.display())))?;
+    let drawn = if grouped {
+        plot::band_plot(&o.out, &title, &x_label, o.metric.y_label(), &bands)
+    } else {
+        let series: Vec<plot::Series> = bands
+            .into_iter()
+            .map(|b| plot::Series { name: b.name, points: b.points.into_iter().map(|p| (p.0, p.1)).collect() })
+            .collect();
+        plot::line_plot(&o.out, &title, &x_label, o.metric.y_label(), &series)
+    };
+    drawn.map_err(|e| TrainError::Settings(format!("--out {}: the plot was not written: {e}", o.out.display())))?;
     Ok(ends)
 }
 
@@ -270,33 +498,12 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// The table of where the runs ended, as text.
-pub fn ends_text(ends: &[RunEnd]) -> String {
-    let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.4}"));
-    let at = |x: Option<(usize, f64)>| x.map_or("-".to_string(), |(s, l)| format!("{l:.4} @{s}"));
-    let mut rows = vec![[
-        "run".to_string(),
-        "step".into(),
-        "tokens".into(),
-        "train (last 10 %)".into(),
-        "val (last)".into(),
-        "val (best)".into(),
-        "val (whole split)".into(),
-    ]];
-    for e in ends {
-        rows.push([
-            e.run.display().to_string(),
-            e.step.to_string(),
-            e.tokens.map_or("-".into(), |t| t.to_string()),
-            f(e.train_loss),
-            at(e.val_last),
-            at(e.val_best),
-            e.val_whole.map_or("-".into(), |(s, l, _)| format!("{l:.4} @{s}")),
-        ]);
-    }
-    let widths: Vec<usize> = (0..7).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+/// Lays out rows of cells: the first column left-aligned, the others right-aligned.
+fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..cols).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     let mut out = String::new();
-    for r in &rows {
+    for r in rows {
         let cells: Vec<String> = r
             .iter()
             .enumerate()
@@ -304,6 +511,77 @@ pub fn ends_text(ends: &[RunEnd]) -> String {
             .collect();
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
+    }
+    out
+}
+
+/// The tables of where the runs ended, as text: the runs drawn on their own, then the
+/// experiments' variants (mean ± standard deviation over their runs; each run's numbers are in
+/// `--json`), then the runs left out.
+pub fn ends_text(ends: &PlotEnds) -> String {
+    let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.4}"));
+    let at = |x: Option<(usize, f64)>| x.map_or("-".to_string(), |(s, l)| format!("{l:.4} @{s}"));
+    let head = |first: &str, second: &str| -> Vec<String> {
+        [first, second, "tokens", "train (last 10 %)", "val (last)", "val (best)", "val (whole split)"]
+            .map(String::from)
+            .to_vec()
+    };
+    let mut out = String::new();
+    let own: Vec<&RunEnd> = ends.runs.iter().filter(|e| e.group.is_none()).collect();
+    if !own.is_empty() {
+        let mut rows = vec![head("run", "step")];
+        for e in own {
+            rows.push(vec![
+                e.run.display().to_string(),
+                e.step.to_string(),
+                e.tokens.map_or("-".into(), |t| t.to_string()),
+                f(e.train_loss),
+                at(e.val_last),
+                at(e.val_best),
+                e.val_whole.map_or("-".into(), |(s, l, _)| format!("{l:.4} @{s}")),
+            ]);
+        }
+        out.push_str(&table(&rows));
+    }
+    if !ends.groups.is_empty() {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        let pm = |x: Option<Spread>| {
+            x.map_or("-".to_string(), |s| {
+                if s.n > 1 { format!("{:.4} ± {:.4}", s.mean, s.sd) } else { format!("{:.4}", s.mean) }
+            })
+        };
+        let mut rows = vec![head("variant (mean ± sd over its runs)", "runs")];
+        rows[0][2] = "steps".into();
+        for g in &ends.groups {
+            let (lo, hi) = g.steps;
+            rows.push(vec![
+                g.name.clone(),
+                g.runs.to_string(),
+                if lo == hi { lo.to_string() } else { format!("{lo}..{hi}") },
+                pm(g.train_loss),
+                pm(g.val_last),
+                pm(g.val_best),
+                pm(g.val_whole),
+            ]);
+        }
+        out.push_str(&table(&rows));
+        let cut: Vec<String> = ends
+            .groups
+            .iter()
+            .filter(|g| g.steps.0 != g.steps.1)
+            .map(|g| format!("{} at step {}", g.name, g.common_step.map_or("-".into(), |s| s.to_string())))
+            .collect();
+        if !cut.is_empty() {
+            out.push_str(&format!(
+                "(runs of different lengths: a curve ends where its shortest run does: {})\n",
+                cut.join(", ")
+            ));
+        }
+    }
+    for (run, why) in &ends.left_out {
+        out.push_str(&format!("left out: {}: {why}\n", run.display()));
     }
     out
 }
@@ -318,7 +596,9 @@ mod tests {
         assert_eq!(smooth(&pts, 2), vec![(1.0, 1.0), (2.0, 2.0), (3.0, 4.0), (4.0, 6.0)]);
         assert_eq!(smooth(&pts, 1), pts.to_vec());
         for m in Metric::ALL {
-            assert!(is_plot_title(&stored_title(m, 1)) && is_plot_title(&stored_title(m, 12)), "{m:?}");
+            for g in [false, true] {
+                assert!(is_plot_title(&stored_title(m, 1, g)) && is_plot_title(&stored_title(m, 12, g)), "{m:?}");
+            }
             assert_eq!(Metric::parse(m.name()), Ok(m));
         }
         for other in ["loss", "validation loss per variant", "validation loss, runs", "validation loss, 3 runs!"] {
