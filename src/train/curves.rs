@@ -145,9 +145,12 @@ pub fn is_experiment(dir: &Path) -> bool {
     dir.join("runs").is_dir() && !dir.join("metrics.jsonl").exists()
 }
 
+/// Run folders under a curve's name.
+pub type Groups = Vec<(String, Vec<PathBuf>)>;
+
 /// An experiment's run folders by variant (`runs/VARIANT-seedN`), the variants in the engine's
 /// order, each one's runs by seed; a folder of another name is a group of its own, after them.
-pub fn experiment_groups(dir: &Path) -> std::io::Result<Vec<(String, Vec<PathBuf>)>> {
+pub fn experiment_groups(dir: &Path) -> std::io::Result<Groups> {
     let mut runs: Vec<(usize, String, u64, PathBuf)> = Vec::new();
     for e in std::fs::read_dir(dir.join("runs"))? {
         let e = e?;
@@ -163,7 +166,7 @@ pub fn experiment_groups(dir: &Path) -> std::io::Result<Vec<(String, Vec<PathBuf
         runs.push((order, group, seed, e.path()));
     }
     runs.sort();
-    let mut groups: Vec<(String, Vec<PathBuf>)> = Vec::new();
+    let mut groups: Groups = Vec::new();
     for (_, group, _, path) in runs {
         match groups.last_mut() {
             Some((g, paths)) if *g == group => paths.push(path),
@@ -330,7 +333,7 @@ pub fn plot_runs(o: &PlotOptions) -> Result<PlotEnds, TrainError> {
     plot::check_png_out("--out", &o.out, is_plot_title, "`ddl plot`").map_err(TrainError::Settings)?;
     let bad = |run: &Path, why: String| TrainError::Settings(format!("{}: {why}", run.display()));
     // Each input: a run, or an experiment's runs by variant.
-    let mut inputs: Vec<(PathBuf, Option<Vec<(String, Vec<PathBuf>)>>)> = Vec::new();
+    let mut inputs: Vec<(PathBuf, Option<Groups>)> = Vec::new();
     for p in &o.runs {
         if is_experiment(p) {
             let groups = experiment_groups(p).map_err(|e| bad(p, format!("cannot list its runs/: {e}")))?;
