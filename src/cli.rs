@@ -287,6 +287,15 @@ pub(crate) enum Cmd {
         /// refused with --temperature 0, --trace and --compare.
         #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 1)]
         samples: usize,
+        /// After each continuation, a table of its tokens: each one's log-probability and rank
+        /// under the model (its softmax at temperature 1, before the sampling's penalty and
+        /// filters) and the N most likely tokens at its place (0: none, only the token's own).
+        #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = count, conflicts_with = "compare")]
+        logprobs: Option<usize>,
+        /// Each continuation as one line of JSON instead of streamed text: prompt, seed, text, token
+        /// ids, why it stopped (length, stop_text, end_of_text) and, with --logprobs, the scores.
+        #[arg(long, conflicts_with = "compare")]
+        json: bool,
     },
     /// Interactive generation that keeps the context (and its caches) across turns (/reset,
     /// /undo, /retry, /set NAME VALUE, /settings, /intervene SPEC, /save FILE, /help, /quit).

@@ -148,6 +148,33 @@ mod tests {
     /// temperature): here p = 0.5, 0.3, 0.15, 0.05 and min_p 0.5 keeps the first two; min_p 1
     /// keeps the most likely alone; min_p 0 draws exactly what no min-p draws.
     #[test]
+    fn a_token_is_scored_against_the_models_softmax_with_its_rank_and_the_most_likely() {
+        let tok = Tokenizer::Char(crate::tokenizer::CharTokenizer::from_chars("abcde".chars().collect()));
+        // Fresh logits each run: an odd vocabulary of five, one tie.
+        let mut rng = ChaCha8Rng::seed_from_u64(std::process::id() as u64);
+        let mut logits: Vec<f32> = (0..5).map(|_| rng.random_range(-3.0f32..3.0)).collect();
+        logits[4] = logits[1];
+        let z: f64 = logits.iter().map(|&x| (x as f64).exp()).sum();
+        for id in 0..5u32 {
+            let s = score_token(&logits, id, 3, &tok);
+            let want = (logits[id as usize] as f64).exp() / z;
+            assert!((s.logprob.exp() - want).abs() < 1e-12, "{s:?}");
+            assert_eq!(s.rank, 1 + logits.iter().filter(|&&x| x > logits[id as usize]).count());
+            assert_eq!(s.text, tok.decode(&[id]).unwrap());
+            // The top three in order, ties by id; each as probable as its logit says.
+            let mut order: Vec<u32> = (0..5).collect();
+            order.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]).then(a.cmp(&b)));
+            assert_eq!(s.top.iter().map(|a| a.id).collect::<Vec<_>>(), order[..3]);
+            for a in &s.top {
+                assert!((a.logprob - ((logits[a.id as usize] as f64).exp() / z).ln()).abs() < 1e-12);
+            }
+        }
+        let s = score_token(&logits, 0, 0, &tok);
+        assert!(s.top.is_empty() && s.logprob < 0.0);
+        assert_eq!(score_token(&logits, 2, 99, &tok).top.len(), 5);
+    }
+
+    #[test]
     fn min_p_keeps_the_tokens_near_the_most_likely_one() {
         let l: Vec<f32> = [0.5f64, 0.3, 0.15, 0.05].iter().map(|p| p.ln() as f32).collect();
         let draw = |cfg: SamplerConfig| {
@@ -682,6 +709,77 @@ impl<'a> Generator<'a> {
     }
 }
 
+/// One of the most likely tokens at a position: its id, its text and its log-probability.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Alternative {
+    pub id: u32,
+    pub text: String,
+    pub logprob: f64,
+}
+
+/// A generated token as the model saw it: its log-probability under the model's distribution
+/// (the logits' softmax at temperature 1, before the sampler's penalty and filters), its rank
+/// there (1: the most likely), and the `top` most likely tokens at its position.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TokenScore {
+    pub id: u32,
+    pub text: String,
+    pub logprob: f64,
+    pub rank: usize,
+    pub top: Vec<Alternative>,
+}
+
+/// Scores token `id` against `logits` (natural logs, in f64), with the `top` most likely tokens
+/// (ties by id) and their texts as `tok` decodes each alone.
+pub fn score_token(logits: &[f32], id: u32, top: usize, tok: &Tokenizer) -> TokenScore {
+    let mx = logits.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
+    let lse = mx + logits.iter().map(|&x| (x as f64 - mx).exp()).sum::<f64>().ln();
+    let own = logits[id as usize];
+    let rank = 1 + logits.iter().filter(|&&x| x > own).count();
+    let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+    let by = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
+    let n = top.min(idx.len());
+    if n > 0 && n < idx.len() {
+        idx.select_nth_unstable_by(n - 1, by);
+    }
+    idx.truncate(n);
+    idx.sort_by(by);
+    let text = |i: u32| tok.decode(&[i]).unwrap_or_default();
+    TokenScore {
+        id,
+        text: text(id),
+        logprob: own as f64 - lse,
+        rank,
+        top: idx
+            .into_iter()
+            .map(|i| Alternative { id: i, text: text(i), logprob: logits[i as usize] as f64 - lse })
+            .collect(),
+    }
+}
+
+/// Why a generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// It generated `max_tokens` tokens.
+    Length,
+    /// Its text came to a stop text (`--stop`).
+    StopText,
+    /// The model generated the end-of-text token (neither shown nor returned).
+    EndOfText,
+}
+
+/// What [`generate_scored`] generated.
+#[derive(Debug, Clone)]
+pub struct Generated {
+    pub tokens: Vec<u32>,
+    /// The generated tokens' traces, when asked.
+    pub traces: Vec<TokenTrace>,
+    /// Each generated token's score, when asked (`top` alternatives each).
+    pub scores: Vec<TokenScore>,
+    pub stop: Stop,
+}
+
 /// Generates with the KV and conv caches (through a [`Generator`]): the prompt is prefilled in
 /// one batched forward, then one token per step. When the context is full, the last half of the
 /// text is kept and re-prefilled (documented behaviour). Returns the new tokens and, if asked,
@@ -692,32 +790,53 @@ pub fn generate(
     prompt: &[u32],
     opts: &GenOptions,
     sampler: &mut Sampler,
-    mut on_token: impl FnMut(&str),
+    on_token: impl FnMut(&str),
 ) -> Result<(Vec<u32>, Vec<TokenTrace>)> {
+    let g = generate_scored(model, tok, prompt, opts, sampler, None, on_token)?;
+    Ok((g.tokens, g.traces))
+}
+
+/// [`generate`], scoring each generated token ([`score_token`]) with `top` alternatives when
+/// `top` is given, and saying why it stopped.
+pub fn generate_scored(
+    model: &Model,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    opts: &GenOptions,
+    sampler: &mut Sampler,
+    top: Option<usize>,
+    mut on_token: impl FnMut(&str),
+) -> Result<Generated> {
     let owned = std::mem::replace(sampler, Sampler::new(sampler.cfg.clone()));
     let mut g =
         Generator::with_interventions(model, tok, prompt, owned, opts.trace, opts.beta_maps.clone(), &opts.k_mean)?;
-    let mut out = Vec::new();
-    let mut traces = Vec::new();
+    let mut out = Generated { tokens: Vec::new(), traces: Vec::new(), scores: Vec::new(), stop: Stop::Length };
     for _ in 0..opts.max_tokens {
+        // (The distribution the step samples from: scored before the step replaces it.)
+        let logits = top.map(|_| g.logits().to_vec());
         let s = g.step()?;
         // The stop token ends the text: it is neither shown nor returned.
         if opts.stop_token == Some(s.token) {
+            out.stop = Stop::EndOfText;
             break;
         }
-        out.push(s.token);
+        out.tokens.push(s.token);
+        if let (Some(l), Some(n)) = (logits, top) {
+            out.scores.push(score_token(&l, s.token, n, tok));
+        }
         if let Some(t) = s.trace {
-            traces.push(t);
+            out.traces.push(t);
         }
         // A stop text ends the text right after it, even inside the token's text.
         if let Some(keep) = stop_cut(g.text(), s.piece.len(), &opts.stop) {
             on_token(&s.piece[..keep]);
             *sampler = g.sampler;
-            return Ok((out, traces));
+            out.stop = Stop::StopText;
+            return Ok(out);
         }
         on_token(&s.piece);
     }
-    let rest = if out.is_empty() {
+    let rest = if out.tokens.is_empty() {
         String::new()
     } else {
         std::mem::replace(&mut g.stream, tok.stream()).finish().unwrap_or_default()
@@ -726,7 +845,7 @@ pub fn generate(
     if !rest.is_empty() {
         on_token(&rest);
     }
-    Ok((out, traces))
+    Ok(out)
 }
 
 /// One timed generation, the same procedure natively and in a browser (the browser-vs-native

@@ -193,6 +193,8 @@ fn run(cli: Cli) -> Result<()> {
             allow_out_of_range,
             compare,
             samples,
+            logprobs,
+            json,
         } => {
             let iv = ddl::model::Interventions::parse(&intervene, allow_out_of_range)?;
             for note in iv.notes() {
@@ -209,7 +211,15 @@ fn run(cli: Cli) -> Result<()> {
             if samples > 1 {
                 check_samples(samples, &sampling, trace.is_some(), compare)?;
             }
-            let how = GenerateHow { trace: trace.as_deref(), strict_context, interventions: &iv, compare, samples };
+            let how = GenerateHow {
+                trace: trace.as_deref(),
+                strict_context,
+                interventions: &iv,
+                compare,
+                samples,
+                logprobs,
+                json,
+            };
             generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, how)
         }
         Cmd::Chat { checkpoint, sampling, trace, intervene, allow_out_of_range } => {
@@ -623,6 +633,10 @@ pub(crate) struct GenerateHow<'a> {
     pub(crate) interventions: &'a ddl::model::Interventions,
     pub(crate) compare: bool,
     pub(crate) samples: usize,
+    /// Score each generated token with this many alternatives (`--logprobs`).
+    pub(crate) logprobs: Option<usize>,
+    /// One JSON line per continuation instead of streamed text.
+    pub(crate) json: bool,
 }
 
 pub(crate) fn generate_cmd(
@@ -633,7 +647,7 @@ pub(crate) fn generate_cmd(
     how: GenerateHow,
 ) -> Result<()> {
     use std::io::Write;
-    let GenerateHow { trace, strict_context, interventions, compare, samples } = how;
+    let GenerateHow { trace, strict_context, interventions, compare, samples, logprobs, json } = how;
     let s = sa.sampler()?;
     let from_stdin = prompt == "-";
     let prompt = if from_stdin { read_stdin_capped("--prompt -", 256 << 20)? } else { prompt.to_string() };
@@ -742,24 +756,46 @@ pub(crate) fn generate_cmd(
     for i in 0..samples as u64 {
         // Each sample is what its seed gives alone (a fresh sampler, the prompt's caches anew).
         let cfg = ddl::generate::SamplerConfig { seed: s.seed + i, ..s.clone() };
+        let seed = cfg.seed;
+        let mut sampler = ddl::generate::Sampler::new(cfg);
+        if json {
+            let g = ddl::generate::generate_scored(&model, &tok, &ids, &opts, &mut sampler, logprobs, |_| {})?;
+            let mut line = serde_json::json!({
+                "sample": i + 1,
+                "seed": seed,
+                "prompt": prompt,
+                "prompt_tokens": ids.len().min(cap),
+                "text": tok.decode(&g.tokens).unwrap_or_default(),
+                "tokens": g.tokens,
+                "stop": g.stop,
+            });
+            if logprobs.is_some() {
+                line["logprobs"] = serde_json::to_value(&g.scores)?;
+            }
+            println!("{line}");
+            traces = g.traces;
+            continue;
+        }
         if samples > 1 {
-            println!("--- sample {} of {samples} (--seed {}) ---", i + 1, cfg.seed);
+            println!("--- sample {} of {samples} (--seed {seed}) ---", i + 1);
         }
         print!("{prompt}");
         // The text ends its line: a newline after it unless it ends in one (`--stop '\n'`).
         let mut at_line_start = prompt.is_empty() || prompt.ends_with('\n');
-        let mut sampler = ddl::generate::Sampler::new(cfg);
-        traces = ddl::generate::generate(&model, &tok, &ids, &opts, &mut sampler, |t| {
+        let g = ddl::generate::generate_scored(&model, &tok, &ids, &opts, &mut sampler, logprobs, |t| {
             print!("{t}");
             if !t.is_empty() {
                 at_line_start = t.ends_with('\n');
             }
             let _ = std::io::stdout().flush();
-        })?
-        .1;
+        })?;
         if !at_line_start {
             println!();
         }
+        if let Some(n) = logprobs {
+            print!("{}", logprobs_text(&g.scores, n, g.stop));
+        }
+        traces = g.traces;
     }
     if let Some(path) = trace {
         ddl::generate::write_trace_with(
@@ -780,6 +816,56 @@ pub(crate) fn generate_cmd(
         eprintln!("trace written to {} (+ .json summary)", path.display());
     }
     Ok(())
+}
+
+/// `ddl generate --logprobs N`'s table of a continuation's tokens: each one's log-probability,
+/// probability and rank under the model, and the `n` most likely tokens at its place; then the
+/// mean and the perplexity it amounts to, and why the text stopped.
+fn logprobs_text(scores: &[ddl::generate::TokenScore], n: usize, stop: ddl::generate::Stop) -> String {
+    let shown = |t: &str| format!("{t:?}");
+    let mut rows: Vec<[String; 6]> =
+        vec![["#".into(), "token".into(), "log p".into(), "p".into(), "rank".into(), format!("top {n}")]];
+    for (i, s) in scores.iter().enumerate() {
+        let top: Vec<String> = s.top.iter().map(|a| format!("{} {:.3}", shown(&a.text), a.logprob.exp())).collect();
+        rows.push([
+            (i + 1).to_string(),
+            shown(&s.text),
+            format!("{:.4}", s.logprob),
+            format!("{:.4}", s.logprob.exp()),
+            s.rank.to_string(),
+            top.join("  "),
+        ]);
+    }
+    let cols = if n == 0 { 5 } else { 6 };
+    let widths: Vec<usize> = (0..cols).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out =
+        String::from("--- log-probabilities under the model (temperature 1, before the sampling's filters) ---\n");
+    for r in &rows {
+        let cells: Vec<String> = (0..cols)
+            .map(|c| match c {
+                1 | 5 => format!("{:<w$}", r[c], w = widths[c]),
+                _ => format!("{:>w$}", r[c], w = widths[c]),
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    let why = match stop {
+        ddl::generate::Stop::Length => "it reached --max-tokens",
+        ddl::generate::Stop::StopText => "it reached a --stop text",
+        ddl::generate::Stop::EndOfText => "the model ended the text (its end-of-text token)",
+    };
+    if scores.is_empty() {
+        out.push_str(&format!("no token generated: {why}\n"));
+    } else {
+        let mean = scores.iter().map(|s| s.logprob).sum::<f64>() / scores.len() as f64;
+        out.push_str(&format!(
+            "mean log p {mean:.4} over {} tokens (perplexity {:.3}); stopped: {why}\n",
+            scores.len(),
+            (-mean).exp()
+        ));
+    }
+    out
 }
 
 /// A `--stop` text the checkpoint's tokenizer cannot produce (a character a char model lacks)

@@ -849,6 +849,8 @@ fn print_sample(dev: &DeviceArgs, out: &std::path::Path, n: usize) -> Result<()>
         interventions: &Default::default(),
         compare: false,
         samples: 1,
+        logprobs: None,
+        json: false,
     };
     crate::generate_cmd(dev, out, "\n", &s, how)?;
     println!();

@@ -1834,6 +1834,57 @@ fn generate_streams_text_writes_a_trace_and_chat_keeps_context() {
         run_gen(&["--seed", "4"])
     );
     assert_eq!(both, expected);
+    // --json --logprobs: each token's log-probability is the model's teacher-forced one (through
+    // a slide of the context of 16: 5 + 12 tokens), its rank and alternatives agree with it; the
+    // text is the streamed one's.
+    let lines = run_gen(&["--seed", "5", "--samples", "2", "--json", "--logprobs", "3"]);
+    let gpu = ddl::testing::gpu();
+    let (model, tok) = ddl::generate::load_for_inference(&gpu, &out).unwrap();
+    let prompt = tok.encode("First").unwrap();
+    let lines: Vec<serde_json::Value> = lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2);
+    for (i, j) in lines.iter().enumerate() {
+        let ids: Vec<u32> = j["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+        assert_eq!(
+            (j["sample"].as_u64(), j["seed"].as_u64(), j["stop"].as_str()),
+            (Some(i as u64 + 1), Some(5 + i as u64), Some("length"))
+        );
+        assert_eq!(ids.len(), 12);
+        assert_eq!(j["text"].as_str().unwrap(), tok.decode(&ids).unwrap());
+        let (t, seed) = (j["text"].as_str().unwrap(), (5 + i).to_string());
+        let end = if t.ends_with('\n') { "" } else { "\n" };
+        assert_eq!(run_gen(&["--seed", &seed]), format!("First{t}{end}"));
+        let want = ddl::generate::continuation_logprobs(&model, &prompt, &ids, None, &[]).unwrap();
+        let lp = j["logprobs"].as_array().unwrap();
+        for (k, (s, w)) in lp.iter().zip(&want).enumerate() {
+            let got = s["logprob"].as_f64().unwrap();
+            assert!((got - w).abs() < 1e-4, "token {k}: {got} against teacher-forced {w}");
+            let top = s["top"].as_array().unwrap();
+            let top_lp: Vec<f64> = top.iter().map(|a| a["logprob"].as_f64().unwrap()).collect();
+            assert!(top.len() == 3 && top_lp.windows(2).all(|w| w[0] >= w[1]), "{s}");
+            let rank = s["rank"].as_u64().unwrap() as usize;
+            assert_eq!(rank == 1, (got - top_lp[0]).abs() < 1e-12, "{s}");
+            if rank <= 3 {
+                assert_eq!(top[rank - 1]["id"], s["id"], "{s}");
+            }
+        }
+    }
+    // Greedy: every token the most likely; the text's table has a row per token.
+    let greedy: serde_json::Value =
+        serde_json::from_str(&run_gen(&["--temperature", "0", "--json", "--logprobs", "1"])).unwrap();
+    for s in greedy["logprobs"].as_array().unwrap() {
+        assert!(s["rank"] == 1 && s["top"][0]["id"] == s["id"], "{s}");
+    }
+    let stop: String = greedy["text"].as_str().unwrap().chars().nth(2).unwrap().to_string();
+    let stop = if stop == "\n" { "\\n".to_string() } else { stop };
+    let cut: serde_json::Value =
+        serde_json::from_str(&run_gen(&["--temperature", "0", "--json", "--stop", &stop])).unwrap();
+    let n = cut["tokens"].as_array().unwrap().len();
+    assert!(cut["stop"] == "stop_text" && (1..=3).contains(&n) && cut.get("logprobs").is_none(), "{cut}");
+    let shown = run_gen(&["--logprobs", "0"]);
+    let table = shown.split_once("--- log-probabilities under the model").map(|t| t.1).unwrap_or_default();
+    let rows = table.lines().skip(2).take_while(|l| !l.starts_with("mean log p")).count();
+    assert!(rows == 12 && table.contains("over 12 tokens") && !table.contains("top "), "{shown}");
     // Invalid sampling values and an empty prompt are clear errors.
     for (args, want) in [
         (vec!["--samples", "2", "--temperature", "0"], "greedy decoding gives the same text"),
@@ -1842,6 +1893,8 @@ fn generate_streams_text_writes_a_trace_and_chat_keeps_context() {
         (vec!["--temperature=-1"], "--temperature"),
         (vec!["--top-p=1.5"], "--top-p"),
         (vec!["--max-tokens", "0"], "--max-tokens"),
+        (vec!["--logprobs=-1"], "--logprobs"),
+        (vec!["--json", "--compare", "--intervene", "all:beta=0"], "cannot be used with"),
     ] {
         let o = ddl_cmd(&dir)
             .args(["generate", "--checkpoint"])
