@@ -396,7 +396,14 @@ pub struct TokenTrace {
     pub ktx: Vec<f32>,
     /// ‖β (v − kᵀX)‖, the size of the write.
     pub write: Vec<f32>,
+    /// How likely the model found this token where it stands ([`score_token`] with
+    /// [`TRACE_TOP`] alternatives): `None` for the first token of a context (nothing predicted it)
+    /// and in traces written before scores were recorded.
+    pub score: Option<TokenScore>,
 }
+
+/// The alternatives a trace records per token (the most likely tokens at its place).
+pub const TRACE_TOP: usize = 5;
 
 /// Reads what every delta write did for the rows `rows` of program `p` into `trs` (one per row):
 /// each buffer is read back once for all the rows.
@@ -533,7 +540,14 @@ impl<'a> Generator<'a> {
             let mut st = tok.stream();
             prompt_traces = keep
                 .iter()
-                .map(|&t| TokenTrace { token: t, text: st.push(t).unwrap_or_default(), ..Default::default() })
+                .enumerate()
+                .map(|(i, &t)| TokenTrace {
+                    token: t,
+                    text: st.push(t).unwrap_or_default(),
+                    // (Token i as predicted after the ones before it: the prefill's row i − 1.)
+                    score: (i > 0).then(|| score_token(&first[(i - 1) * v..i * v], t, TRACE_TOP, tok)),
+                    ..Default::default()
+                })
                 .collect();
             if model.cfg.variant.is_ddl() {
                 read_traces(model, &pre, 0..keep.len(), &mut prompt_traces, wait).await?;
@@ -606,16 +620,33 @@ impl<'a> Generator<'a> {
         }
         let mut p = model.decode_program(&self.cache, run.len())?;
         let l = p.forward_with(model, &run, &mut self.cache, wait).await?;
-        self.logits = l[(run.len() - 1) * v..].to_vec();
+        // The prediction the first new token answers: the logits after the history before it.
+        let before = std::mem::replace(&mut self.logits, l[(run.len() - 1) * v..].to_vec());
         if fresh {
             self.step_prog = model.decode_program(&self.cache, 1)?;
         }
         let mut traces = Vec::new();
         if self.trace {
             let mut st = self.tok.stream();
+            // New token j is the run's row r = j + (run − tokens); r − 1 predicted it.
+            let off = run.len() as isize - tokens.len() as isize;
             traces = tokens
                 .iter()
-                .map(|&t| TokenTrace { token: t, text: st.push(t).unwrap_or_default(), ..Default::default() })
+                .enumerate()
+                .map(|(j, &t)| {
+                    let r = j as isize + off;
+                    let logits = if r >= 1 {
+                        Some(&l[(r as usize - 1) * v..r as usize * v])
+                    } else {
+                        (j == 0).then_some(&before[..])
+                    };
+                    TokenTrace {
+                        token: t,
+                        text: st.push(t).unwrap_or_default(),
+                        score: logits.map(|x| score_token(x, t, TRACE_TOP, self.tok)),
+                        ..Default::default()
+                    }
+                })
                 .collect();
             let n = tokens.len().min(run.len());
             if model.cfg.variant.is_ddl() {
@@ -673,6 +704,7 @@ impl<'a> Generator<'a> {
         let model = self.model;
         let (cap, v) = (model.cfg.max_seq_len, model.cfg.vocab_size);
         let next = self.sampler.sample(&self.logits, &self.history);
+        let score = self.trace.then(|| score_token(&self.logits, next, TRACE_TOP, self.tok));
         if self.stream.fresh() {
             // The text so far as the first new token's context (a WordPiece `##` joins it).
             self.stream.prime(&self.history);
@@ -680,7 +712,8 @@ impl<'a> Generator<'a> {
         self.history.push(next);
         let piece = self.stream.push(next).unwrap_or_default();
         self.text.push_str(&piece);
-        let mut trace = self.trace.then(|| TokenTrace { token: next, text: piece.clone(), ..Default::default() });
+        let mut trace =
+            self.trace.then(|| TokenTrace { token: next, text: piece.clone(), score, ..Default::default() });
         let ddl = model.cfg.variant.is_ddl();
         if self.cache.pos + 1 > cap {
             // Slide: keep the last half of the context (this token included) and re-prefill it.
@@ -1180,6 +1213,26 @@ pub fn write_trace_with(
         ("write".into(), vec![t, s], cat(&|tr| &tr.write, 1)),
         ("tokens".into(), vec![t], tokens),
     ];
+    // How likely the model found each token: NaN (and rank 0, id −1) where nothing predicted it.
+    let mut arrays = arrays;
+    let k = TRACE_TOP;
+    let score = |f: &dyn Fn(&TokenScore) -> f32, none: f32| -> Vec<f32> {
+        traces.iter().map(|tr| tr.score.as_ref().map_or(none, f)).collect()
+    };
+    let top = |f: &dyn Fn(&Alternative) -> f32, none: f32| -> Vec<f32> {
+        traces
+            .iter()
+            .flat_map(|tr| {
+                let mut row: Vec<f32> = tr.score.as_ref().map_or(Vec::new(), |s| s.top.iter().map(f).collect());
+                row.resize(k, none);
+                row
+            })
+            .collect()
+    };
+    arrays.push(("logprob".into(), vec![t], score(&|s| s.logprob as f32, f32::NAN)));
+    arrays.push(("rank".into(), vec![t], score(&|s| s.rank as f32, 0.0)));
+    arrays.push(("top_ids".into(), vec![t, k], top(&|a| a.id as f32, -1.0)));
+    arrays.push(("top_logprob".into(), vec![t, k], top(&|a| a.logprob as f32, f32::NAN)));
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = arrays
         .iter()
         .map(|(n, shape, data)| {
@@ -1252,6 +1305,8 @@ pub fn write_trace_with(
         "tokens": traces.iter().enumerate().map(|(i, tr)| serde_json::json!({
             "id": tr.token, "text": tr.text, "read": origin.read.get(i).copied().unwrap_or(false),
             "beta": tr.beta, "regime": tr.beta.iter().map(|b| regime(*b)).collect::<Vec<_>>(),
+            "logprob": tr.score.as_ref().map(|s| s.logprob), "rank": tr.score.as_ref().map(|s| s.rank),
+            "top": tr.score.as_ref().map(|s| &s.top),
         })).collect::<Vec<_>>(),
         "regime_counts": counts.iter().map(|c| serde_json::json!({"identity": c[0], "projection": c[1], "reflection": c[2]})).collect::<Vec<_>>(),
     });

@@ -1807,6 +1807,27 @@ fn generate_streams_text_writes_a_trace_and_chat_keeps_context() {
     assert!(summary["regime_counts"][0]["projection"].is_u64());
     // The sublayers as --intervene and `eval --betas` name them.
     assert_eq!(summary["sublayers"], serde_json::json!(["block0.attn", "block0.mlp"]));
+    // Each token's score as `--logprobs 5 --json` gives it: log p and rank, the five likeliest
+    // (ids in the safetensors, with texts in the summary).
+    let g = ddl_cmd(&dir)
+        .args(["generate", "--checkpoint"])
+        .arg(&out)
+        .args(["--prompt", "First Citizen:", "--max-tokens", "40", "--temperature", "0", "--json", "--logprobs", "5"])
+        .output()
+        .unwrap();
+    let scored: serde_json::Value = serde_json::from_slice(&g.stdout).unwrap();
+    let tensor = |name: &str| -> Vec<f32> {
+        st.tensor(name).unwrap().data().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    };
+    let (lp, rank, top_ids) = (tensor("logprob"), tensor("rank"), tensor("top_ids"));
+    assert_eq!((lp.len(), top_ids.len()), (40, 200));
+    for (i, s) in scored["logprobs"].as_array().unwrap().iter().enumerate() {
+        assert!((lp[i] as f64 - s["logprob"].as_f64().unwrap()).abs() < 1e-5, "token {i}: {} vs {s}", lp[i]);
+        assert_eq!(rank[i] as u64, s["rank"].as_u64().unwrap());
+        let ids: Vec<u64> = s["top"].as_array().unwrap().iter().map(|a| a["id"].as_u64().unwrap()).collect();
+        assert_eq!(top_ids[i * 5..i * 5 + 5].iter().map(|&x| x as u64).collect::<Vec<_>>(), ids);
+        assert_eq!(summary["tokens"][i]["top"], s["top"], "token {i}");
+    }
     // Greedy decoding is deterministic.
     let g2 = ddl_cmd(&dir)
         .args(["generate", "--checkpoint"])

@@ -130,6 +130,17 @@ impl TraceData {
         sublayer_name(s)
     }
 
+    /// How surprised the model was by token `t`: −log p of it where it stands (nats; `None` for
+    /// the first token of a context and traces without scores).
+    pub fn surprise(&self, t: usize) -> Option<f32> {
+        self.rows.get(t)?.trace.score.as_ref().map(|s| -s.logprob as f32)
+    }
+
+    /// Largest surprise over the tokens (for normalising colours).
+    pub fn max_surprise(&self) -> f32 {
+        (0..self.len()).filter_map(|t| self.surprise(t)).fold(0.0, f32::max)
+    }
+
     /// Largest total write over the tokens (for normalising colours).
     pub fn max_total_write(&self) -> f32 {
         (0..self.len()).filter_map(|t| self.total_write(t)).fold(0.0, f32::max)
@@ -443,6 +454,42 @@ impl TraceData {
             ));
             data.interventions = Some(iv.to_string());
         }
+        // How likely the model found each token (traces before scores were recorded have none).
+        let n_top = ddl::generate::TRACE_TOP;
+        let optional = |name: &str, len: usize| get(name).ok().map(|x| x.1).filter(|x| x.len() == len);
+        let (logprob, rank) = (optional("logprob", t), optional("rank", t));
+        let (top_ids, top_lp) = (optional("top_ids", t * n_top), optional("top_logprob", t * n_top));
+        let top_texts = |i: usize| -> Vec<String> {
+            summary
+                .as_ref()
+                .ok()
+                .and_then(|j| j["tokens"][i]["top"].as_array().cloned())
+                .map(|a| a.iter().map(|x| x["text"].as_str().unwrap_or_default().to_string()).collect())
+                .unwrap_or_default()
+        };
+        let score_of = |i: usize, id: u32| -> Option<ddl::generate::TokenScore> {
+            let (lp, rank) = (logprob.as_ref()?[i], rank.as_ref()?[i]);
+            if !lp.is_finite() || rank < 1.0 {
+                return None;
+            }
+            let alt_texts = top_texts(i);
+            let top = match (&top_ids, &top_lp) {
+                (Some(ids), Some(lps)) => (0..n_top)
+                    .filter(|&j| ids[i * n_top + j] >= 0.0 && lps[i * n_top + j].is_finite())
+                    .map(|j| {
+                        let a = ids[i * n_top + j] as u32;
+                        ddl::generate::Alternative {
+                            id: a,
+                            text: alt_texts.get(j).cloned().unwrap_or_else(|| format!("#{a}")),
+                            logprob: lps[i * n_top + j] as f64,
+                        }
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let text = texts.get(i).cloned().unwrap_or_else(|| format!("#{id}"));
+            Some(ddl::generate::TokenScore { id, text, logprob: lp as f64, rank: rank as usize, top })
+        };
         for i in 0..t {
             let traced = (0..s).all(|j| beta[i * s + j].is_finite());
             let slice = |a: &[f32], w: usize| if traced { a[i * s * w..(i + 1) * s * w].to_vec() } else { Vec::new() };
@@ -456,6 +503,7 @@ impl TraceData {
                     v: slice(&v, m),
                     ktx: slice(&ktx, m),
                     write: slice(&write, 1),
+                    score: score_of(i, id),
                 },
                 texts.len() == t && read.get(i) == Some(&true),
             );
@@ -564,7 +612,16 @@ mod tests {
 
     fn row(beta: Vec<f32>, k: Vec<f32>) -> TokenTrace {
         let s = beta.len();
-        TokenTrace { token: 1, text: "a".into(), beta, k, v: vec![0.0; s], ktx: vec![0.0; s], write: vec![1.0; s] }
+        TokenTrace {
+            token: 1,
+            text: "a".into(),
+            beta,
+            k,
+            v: vec![0.0; s],
+            ktx: vec![0.0; s],
+            write: vec![1.0; s],
+            score: None,
+        }
     }
 
     #[test]

@@ -282,7 +282,26 @@ fn a_trace_opens_with_its_prompt_and_settings_and_generate_writes_it_again() {
         read: Vec::new(),
         turns: Vec::new(),
     };
+    // Every token the model predicted has its score (the prompt's first has none: nothing came
+    // before it), the sampled ones among the likeliest where their rank says so.
+    let rows = &app.trace.rows;
+    assert!(rows[0].trace.score.is_none() && rows[1..].iter().all(|r| r.trace.score.is_some()));
+    for r in &rows[1..] {
+        let s = r.trace.score.as_ref().unwrap();
+        assert!(s.logprob <= 0.0 && s.rank >= 1 && s.top.len() == ddl::generate::TRACE_TOP && s.id == r.trace.token);
+        assert_eq!(s.rank <= s.top.len(), s.top.iter().any(|a| a.id == s.id), "{s:?}");
+    }
     ddl::generate::write_trace_with(&file, &cfg, &generated, &origin).unwrap();
+    // The scores come back from the file (log p in f32).
+    let back = ddl_viz::trace::TraceData::load(&file).unwrap();
+    for (a, b) in back.rows.iter().zip(&generated) {
+        let (x, y) = (a.trace.score.as_ref().unwrap(), b.score.as_ref().unwrap());
+        assert!((x.logprob - y.logprob).abs() < 1e-6 && x.rank == y.rank && x.text == y.text, "{x:?} {y:?}");
+        assert_eq!(
+            x.top.iter().map(|t| (t.id, &t.text)).collect::<Vec<_>>(),
+            y.top.iter().map(|t| (t.id, &t.text)).collect::<Vec<_>>()
+        );
+    }
     // Opened beside the checkpoint in a fresh window with other settings on the command line.
     let app = VizApp::new(None, Options { checkpoint: Some(ck), trace: Some(file.clone()), ..Default::default() });
     let mut h =

@@ -76,6 +76,25 @@ fn panel_snapshots() {
             panels::tokens::chips(ui, d, s, colour);
         });
     }
+    // Surprise: the fixture (written before traces held scores) has none; given some, each
+    // token's chip is as dark as its −log p against the text's largest (the first has none).
+    let mut data = trace();
+    assert!(data.surprise(3).is_none() && data.max_surprise() == 0.0);
+    for (t, r) in data.rows.iter_mut().enumerate().skip(1) {
+        let logprob = -((t * 7 % 11) as f64) * 0.4;
+        let id = r.trace.token;
+        r.trace.score =
+            Some(ddl::generate::TokenScore { id, text: r.trace.text.clone(), logprob, rank: 1, top: Vec::new() });
+    }
+    assert_eq!((data.surprise(0), data.max_surprise()), (None, 4.0));
+    let mut sel = Selection { token: Some(7), sublayer: 2 };
+    let mut h = Harness::builder().with_size([560.0, 120.0]).wgpu().build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| {
+            panels::tokens::chips(ui, &data, &mut sel, ChipColour::Surprise);
+        });
+    });
+    h.run();
+    results.add(h.try_snapshot_options("chips_surprise", &opts()));
     let m = Metrics::open(&common::fixture("run")).unwrap();
     assert!(m.train.len() > 10 && !m.val.is_empty() && m.n_sublayers() == 4);
     let mut h = Harness::builder().with_size([1000.0, 560.0]).wgpu().build_ui(|ui| {

@@ -17,11 +17,13 @@ pub enum ChipColour {
     Regime,
     /// Total write size, relative to the largest in the text.
     WriteSize,
+    /// −log p of the token under the model, relative to the largest in the text.
+    Surprise,
 }
 
 impl ChipColour {
-    pub const ALL: [ChipColour; 4] =
-        [ChipColour::Plain, ChipColour::MeanBeta, ChipColour::Regime, ChipColour::WriteSize];
+    pub const ALL: [ChipColour; 5] =
+        [ChipColour::Plain, ChipColour::MeanBeta, ChipColour::Regime, ChipColour::WriteSize, ChipColour::Surprise];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -29,6 +31,7 @@ impl ChipColour {
             ChipColour::MeanBeta => "mean β",
             ChipColour::Regime => "regime at layer",
             ChipColour::WriteSize => "write size",
+            ChipColour::Surprise => "surprise (−log p)",
         }
     }
 }
@@ -77,6 +80,10 @@ pub fn chip_color(data: &TraceData, t: usize, sublayer: usize, colour: ChipColou
             let mx = data.max_total_write();
             data.total_write(t).map(|w| colors::magnitude_color(if mx > 0.0 { w / mx } else { 0.0 }))
         }
+        ChipColour::Surprise => {
+            let mx = data.max_surprise();
+            data.surprise(t).map(|s| colors::magnitude_color(if mx > 0.0 { s / mx } else { 0.0 }))
+        }
     }
 }
 
@@ -113,6 +120,12 @@ pub fn chips(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection, colour: C
                 if let Some(w) = data.total_write(t) {
                     ui.label(format!("total write {w:.3}"));
                 }
+                if let Some(s) = &r.trace.score {
+                    ui.label(score_line(s));
+                    if !s.top.is_empty() {
+                        ui.label(likeliest_line(s));
+                    }
+                }
             });
             if resp.clicked() {
                 sel.token = if selected { None } else { Some(t) };
@@ -121,4 +134,15 @@ pub fn chips(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection, colour: C
         }
     });
     changed
+}
+
+/// A token's probability under the model, as its chip's tooltip says it.
+pub fn score_line(s: &ddl::generate::TokenScore) -> String {
+    format!("p {:.4} (log p {:.3}), rank {} under the model", s.logprob.exp(), s.logprob, s.rank)
+}
+
+/// The most likely tokens at a token's place, with their probabilities.
+pub fn likeliest_line(s: &ddl::generate::TokenScore) -> String {
+    let top: Vec<String> = s.top.iter().map(|a| format!("{} {:.3}", chip_text(&a.text), a.logprob.exp())).collect();
+    format!("likeliest here: {}", top.join("  "))
 }
