@@ -2410,3 +2410,84 @@ fn check_args_validates_a_command_without_running_it() {
         assert!(!t.contains("no-such-adapter"), "{args:?}: an adapter was looked for:\n{t}");
     }
 }
+
+/// Every `ddl …` command the README and docs/ show in a shell block (```sh, or one without a
+/// language) is one the CLI takes: parsed, its kernel forms and `bench train` settings checked,
+/// nothing run (`DDL_CHECK_ARGS`). A flag renamed or dropped since a page was written fails here
+/// with the page and line. Lines continued with `\` are joined; a `#` comment, a redirection or
+/// a pipe ends the command; lines with `...` placeholders are left out.
+#[test]
+fn the_commands_the_docs_show_are_ones_the_cli_takes() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![root.join("README.md")];
+    let mut docs: Vec<_> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    docs.sort();
+    pages.extend(docs);
+    let dir = tmpdir("doc-commands");
+    let (mut checked, mut refused) = (0, Vec::new());
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        let mut shell = None::<bool>;
+        let mut lines = text.lines().enumerate();
+        while let Some((i, line)) = lines.next() {
+            if let Some(lang) = line.strip_prefix("```") {
+                shell = match shell {
+                    Some(_) => None,
+                    None => Some(matches!(lang.trim(), "" | "sh" | "bash" | "console")),
+                };
+                continue;
+            }
+            if shell != Some(true) || !line.trim_start().starts_with("ddl ") {
+                continue;
+            }
+            let mut command = line.trim().to_string();
+            while command.ends_with('\\') {
+                command.pop();
+                command.push_str(lines.next().map_or("", |l| l.1.trim()));
+            }
+            let words = shlex::split(&uncommented(&command))
+                .unwrap_or_else(|| panic!("{}:{}: unbalanced quotes: {command}", page.display(), i + 1));
+            let words: Vec<String> = words
+                .into_iter()
+                .take_while(|w| !["<", ">", "|", "&&", ";", "2>&1"].contains(&w.as_str()) && !w.starts_with(['<', '>']))
+                .collect();
+            if words.iter().any(|w| w.contains("...") || w.contains('…')) {
+                continue;
+            }
+            checked += 1;
+            let o = cmd(&dir).args(&words[1..]).env("DDL_CHECK_ARGS", "1").output().unwrap();
+            if !o.status.success() {
+                let why =
+                    String::from_utf8_lossy(&o.stderr).lines().find(|l| !l.trim().is_empty()).unwrap_or("").to_string();
+                refused.push(format!("{}:{}: {command}\n    {why}", page.display(), i + 1));
+            }
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "{} of {checked} commands in the docs are refused:\n{}",
+        refused.len(),
+        refused.join("\n")
+    );
+    assert!(checked >= 80, "only {checked} commands found: the pages' shell blocks moved?");
+}
+
+/// `line` without its `#` comment (a `#` that starts a word outside quotes).
+fn uncommented(line: &str) -> String {
+    let (mut quote, mut prev) = (None, ' ');
+    for (i, c) in line.char_indices() {
+        match (quote, c) {
+            (None, '\'' | '"') => quote = Some(c),
+            (Some(q), _) if c == q => quote = None,
+            (None, '#') if prev.is_whitespace() => return line[..i].to_string(),
+            _ => {}
+        }
+        prev = c;
+    }
+    line.to_string()
+}
