@@ -615,6 +615,12 @@ pub(crate) struct TrainArgs {
     /// Generate this many tokens from the trained model at the end.
     #[arg(long, allow_negative_numbers = true, value_parser = count, default_value_t = 0)]
     pub(crate) sample: usize,
+    /// Say what this command would do and stop: the folder (new, resumed, replaced, or refused
+    /// and why), model and parameters, tokenizer and data (epochs where the data's size is known),
+    /// steps and tokens, evaluations, checkpoints, memory plan, and the settings config.toml
+    /// would hold. No device is opened and nothing is written (a char tokenizer reads the corpus).
+    #[arg(long)]
+    pub(crate) dry_run: bool,
     /// Data-parallel training as one rank of `mpirun -n N ddl train ... --distributed mpi`
     /// (needs a build with `--features mpi`). Each rank drives one adapter (default: its rank on
     /// the machine modulo the adapters of the best kind found; --adapter overrides).

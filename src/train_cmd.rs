@@ -641,6 +641,15 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             check_config_vocab(&run, path, given)?;
         }
     }
+    if a.dry_run {
+        let plan = ddl::train::plan::dry_run(&run, steps, &out, from.as_deref(), a.overwrite)?;
+        print!("{}", plan.text());
+        // (A command that would be refused fails its dry run too, for scripts that check first.)
+        if let Some(why) = plan.refused {
+            anyhow::bail!("the run would not start: {why}");
+        }
+        return Ok(());
+    }
     if a.distributed == Some(Distributed::Mpi) {
         return train_mpi(dev, &a, run, out, resume);
     }

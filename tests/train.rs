@@ -482,6 +482,114 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     }
 }
 
+/// `ddl train --dry-run`: what the command would do, from the settings it resolved, with no
+/// device opened and nothing written (no run folder, no cached shard set); refused settings and
+/// folders are failures naming why.
+#[test]
+fn a_dry_run_says_what_training_would_do_and_writes_nothing() {
+    let dir = tmpdir("dry-run");
+    let c = ddl::testing::small_corpus(&dir);
+    let out = dir.join("run");
+    let small = [
+        "--set",
+        "model.d_model=32",
+        "--set",
+        "model.n_layers=1",
+        "--set",
+        "model.n_heads=2",
+        "--set",
+        "model.head_dim=16",
+        "--set",
+        "model.mlp_hidden=85",
+        "--set",
+        "train.batch_size=2",
+        "--set",
+        "train.seq_len=16",
+        "--set",
+        "model.max_seq_len=16",
+        "--set",
+        "train.eval_batches=1",
+        "--set",
+        "train.eval_every=2",
+    ];
+    let train = |args: &[&str]| {
+        let o = ddl_cmd(&dir)
+            .args(["train", "--preset", "tiny", "--variant", "ddl", "--corpus", &c, "--out"])
+            .arg(&out)
+            .args(small)
+            .args(args)
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned(), text)
+    };
+    let chars = {
+        let mut v: Vec<char> = std::fs::read_to_string(&c).unwrap().chars().collect();
+        v.sort();
+        v.dedup();
+        v.len()
+    };
+    let (code, plan, all) = train(&["--steps", "6", "--dry-run"]);
+    assert_eq!(code, Some(0), "{all}");
+    assert!(
+        plan.contains(&format!("a new run in {}", out.display())) && plan.contains(&format!("vocabulary {chars}")),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("not tokenised yet")
+            && plan.contains("6 to train")
+            && plan.contains("32 tokens a step: 192 tokens"),
+        "{plan}"
+    );
+    assert!(plan.contains("evaluations: every 2 steps over 1 batches"), "{plan}");
+    // The settings as config.toml will hold them: they read back as the run's.
+    let toml_text = plan.split_once("settings (config.toml):\n").unwrap().1;
+    let cfg: ddl::train::RunConfig = toml::from_str(toml_text).unwrap();
+    assert_eq!(
+        (cfg.model.vocab_size, cfg.model.d_model, cfg.train.batch_size, cfg.corpus.as_str()),
+        (chars, 32, 2, c.as_str())
+    );
+    let plan_params = ddl::model::Layout::new(&cfg.model).count();
+    assert!(plan.contains(&format!("{} parameters", describe_count(plan_params))), "{plan}");
+    assert!(!out.exists() && !dir.join("cache").exists(), "a dry run writes nothing");
+    // Trained for two steps; then resuming it, with the corpus's set cached: its tokens and epochs.
+    let (code, _, all) = train(&["--steps", "2"]);
+    assert_eq!(code, Some(0), "{all}");
+    let o = ddl_cmd(&dir).args(["train", "--resume"]).arg(&out).args(["--steps", "5", "--dry-run"]).output().unwrap();
+    let plan = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{plan}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(plan.contains("resumes the run in") && plan.contains("at step 2") && plan.contains("3 to train"), "{plan}");
+    let data: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("data.json")).unwrap()).unwrap();
+    let train_tokens = data["train_tokens"].as_u64().unwrap();
+    let line = format!("{} training tokens", describe_count(train_tokens as usize));
+    assert!(
+        plan.contains(&line) && plan.contains(&format!("{:.2} epochs", 5.0 * 32.0 / train_tokens as f64)),
+        "{line}\n{plan}"
+    );
+    // A new run into it is refused as `ddl train` refuses it (exit 1, the plan said, the reason
+    // on stderr); with --overwrite it would replace it; a bad setting fails as it does.
+    let (code, plan, all) = train(&["--steps", "6", "--dry-run"]);
+    assert!(code == Some(1) && plan.contains("it would not start") && all.contains("--overwrite replaces it"), "{all}");
+    let (code, plan, all) = train(&["--steps", "6", "--dry-run", "--overwrite"]);
+    assert!(code == Some(0) && plan.contains("replaces the run in"), "{all}");
+    let (code, _, all) = train(&["--steps", "6", "--dry-run", "--set", "train.lr=-1"]);
+    assert!(code == Some(1) && all.contains("train.lr = -1"), "{all}");
+    assert_eq!(ddl::train::checkpoint::saved_step(&out).unwrap(), 2, "the run is as it was");
+}
+
+/// `describe`'s counts: thousands apart by spaces.
+fn describe_count(n: usize) -> String {
+    let d = n.to_string();
+    d.chars().enumerate().fold(String::new(), |mut s, (i, c)| {
+        if i > 0 && (d.len() - i).is_multiple_of(3) {
+            s.push(' ');
+        }
+        s.push(c);
+        s
+    })
+}
+
 #[test]
 fn info_plans_a_presets_memory_in_each_precision() {
     // `ddl info --preset P --variant V [--precision f16]`: the plan `ddl train` checks against,

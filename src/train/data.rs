@@ -990,6 +990,91 @@ pub fn data_meta(run: &crate::train::RunConfig) -> Result<Option<(PathBuf, Meta)
     Ok(read_data_meta(&dir)?.map(|m| (dir, m)))
 }
 
+/// What a run's data would be, found without making anything (`ddl train --dry-run`).
+#[derive(Debug, Clone)]
+pub struct DataPreview {
+    pub tokenizer: Tokenizer,
+    /// Where the tokens come from, in words.
+    pub source: String,
+    /// The splits' tokens where known without tokenising: the shards', or the corpus's cached
+    /// set's (`None`: the corpus is tokenised when the run opens it, and cached then).
+    pub tokens: Option<(u64, u64)>,
+}
+
+/// The tokenizer and the splits' sizes of `run`'s data as [`open_for_run`] would find them, with
+/// nothing written: shards are counted from their headers, a corpus's cached set is used when
+/// there is a sound one (a damaged one is left as it is, to be made again by the run), else only
+/// its tokenizer is made (a char tokenizer reads the corpus once). `given`: a resumed or
+/// fine-tuned run's tokenizer.
+pub fn preview(
+    run: &crate::train::RunConfig,
+    given: Option<&Tokenizer>,
+) -> Result<DataPreview, crate::train::TrainError> {
+    use super::shards::{Format, Shard, find};
+    let count = |files: &[PathBuf], format: Format| -> Result<u64, DataError> {
+        files.iter().map(|p| Ok(Shard::open(p, format)?.len() as u64)).sum()
+    };
+    if !run.data.is_empty() {
+        let format = Format::parse(&run.data_format).map_err(crate::train::TrainError::Settings)?;
+        let (train, val) = find(&run.data, format).map_err(DataError::from)?;
+        let dir = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
+        let meta = read_data_meta(&dir)?;
+        let tokenizer = match (given, &meta) {
+            (Some(g), _) => g.clone(),
+            (None, Some(m)) if run.tokenizer == "char" || run.tokenizer.is_empty() => {
+                Tokenizer::from_json(&m.tokenizer).map_err(DataError::from)?
+            }
+            (None, _) if run.tokenizer == "char" => {
+                return Err(crate::train::TrainError::Settings(format!(
+                    "--data '{}' has no meta.json naming its tokenizer, and a character tokenizer (`char`, the \
+                     default) cannot be rebuilt from token ids: pass --tokenizer FILE (the tokenizer.json the shards \
+                     were made with)",
+                    run.data
+                )));
+            }
+            (None, _) => crate::train::build_tokenizer(&run.tokenizer, "")?,
+        };
+        let tokens = (count(&train, format)?, count(&val, format)?);
+        let source = format!("shards {} ({} training, {} validation files)", run.data, train.len(), val.len());
+        return Ok(DataPreview { tokenizer, source, tokens: Some(tokens) });
+    }
+    let root = crate::cache_dir().join("shards");
+    let base = corpus_key(&run.corpus, &run.tokenizer, run.train.val_fraction)?;
+    let cached = set_problem(&root.join(&base)).ok();
+    let from_cache = cached.as_ref().and_then(|m| {
+        let t = Tokenizer::from_json(&m.tokenizer).ok()?;
+        // (The set of another tokenizer than a resumed run's, or than a tokenizer file's now,
+        // is not the one the run would use.)
+        let same = match given {
+            Some(g) => *g == t,
+            None => run.tokenizer == "char" || crate::train::build_tokenizer(&run.tokenizer, "").is_ok_and(|f| f == t),
+        };
+        same.then_some((t, (m.train_tokens as u64, m.val_tokens as u64)))
+    });
+    let corpus = if Path::new(&run.corpus) == Path::new(DEFAULT_CORPUS) && !Path::new(DEFAULT_CORPUS).exists() {
+        "TinyShakespeare (built in)".to_string()
+    } else {
+        run.corpus.clone()
+    };
+    Ok(match from_cache {
+        Some((tokenizer, tokens)) => {
+            DataPreview { tokenizer, source: format!("corpus {corpus} (its cached shard set)"), tokens: Some(tokens) }
+        }
+        None => {
+            let tokenizer = match given {
+                Some(g) => g.clone(),
+                None if run.tokenizer == "char" => corpus_char_tokenizer(Path::new(&run.corpus))?,
+                None => crate::train::build_tokenizer(&run.tokenizer, "")?,
+            };
+            DataPreview {
+                tokenizer,
+                source: format!("corpus {corpus} (not tokenised yet: the run tokenises and caches it when it opens)"),
+                tokens: None,
+            }
+        }
+    })
+}
+
 /// The dataset and tokenizer of a run: `--data` shards (with their `meta.json`'s tokenizer, the
 /// run's `tokenizer` file, or `given`), else the corpus's cached shard set. `given`: the
 /// tokenizer a resumed run was trained with.

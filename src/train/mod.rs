@@ -16,6 +16,8 @@ mod exchange;
 pub mod inspect;
 pub mod lock;
 pub mod metrics;
+#[cfg(feature = "native")]
+pub mod plan;
 pub mod plot;
 pub mod prepare;
 pub mod progress;
