@@ -33,12 +33,14 @@ pub struct ChatSettings {
     pub max_tokens: usize,
     /// A reply also stops right after one of these (besides a blank line), also inside a token.
     pub stop: Vec<String>,
+    /// After each reply, its tokens' scores with this many alternatives (`None`: no table).
+    pub logprobs: Option<usize>,
 }
 
 impl ChatSettings {
     /// Every name `/set` takes.
     pub const NAMES: &[&str] =
-        &["temperature", "top_k", "top_p", "min_p", "repetition_penalty", "max_tokens", "seed", "stop"];
+        &["temperature", "top_k", "top_p", "min_p", "repetition_penalty", "max_tokens", "seed", "stop", "logprobs"];
 
     /// Fails with a message naming the setting when a value is out of range.
     pub fn validate(&self) -> Result<(), String> {
@@ -77,6 +79,12 @@ impl ChatSettings {
                 return Err("stop needs a text (`\\s` for a space, or `none` to clear)".into());
             }
             "stop" => next.stop.push(crate::generate::unescape_stop(value)),
+            "logprobs" if value == "off" => next.logprobs = None,
+            "logprobs" => {
+                next.logprobs = Some(value.parse().map_err(|_| {
+                    bad("a whole number of alternatives to show (0: only each token's own score), or off")
+                })?)
+            }
             _ => return Err(format!("unknown setting '{name}' ({})", Self::NAMES.join(", "))),
         }
         // (The range messages name the command line's flags; here the settings' names.)
@@ -99,7 +107,7 @@ impl ChatSettings {
         let stops: Vec<String> = self.stop.iter().map(|x| format!("{x:?}")).collect();
         format!(
             "temperature {} · top_k {} · top_p {} · min_p {} · repetition_penalty {} · max_tokens {} · seed {} · stop [{}] \
-             (and a blank line)",
+             (and a blank line) · logprobs {}",
             s.temperature,
             s.top_k,
             s.top_p,
@@ -107,7 +115,8 @@ impl ChatSettings {
             s.repetition_penalty,
             self.max_tokens,
             s.seed,
-            stops.join(", ")
+            stops.join(", "),
+            self.logprobs.map_or("off".to_string(), |n| n.to_string())
         )
     }
 }
@@ -136,6 +145,9 @@ pub struct Reply {
     pub prefilled: usize,
     /// The line's tokens (with its newline) beyond the model's context: its start, not read.
     pub dropped: usize,
+    /// Each reply token's score (`logprobs` on), and why the reply ended.
+    pub scores: Vec<crate::generate::TokenScore>,
+    pub stopped: &'static str,
 }
 
 /// A conversation with its caches: turns prefill only their own tokens.
@@ -372,8 +384,13 @@ impl<'a> Session<'a> {
         let stops: Vec<String> =
             std::iter::once("\n\n".to_string()).chain(self.settings.stop.iter().cloned()).collect();
         let mut cut = false;
+        let mut scores = Vec::new();
         for _ in 0..max_tokens {
+            let logits = self.settings.logprobs.map(|_| g.logits().to_vec());
             let s = g.step()?;
+            if let (Some(l), Some(n), false) = (logits, self.settings.logprobs, stop_token == Some(s.token)) {
+                scores.push(crate::generate::score_token(&l, s.token, n, self.tok));
+            }
             if let Some(tr) = s.trace {
                 self.traces.push(tr);
                 self.read.push(false);
@@ -402,7 +419,14 @@ impl<'a> Session<'a> {
         // (After an end-of-text token the next line starts a new document anyway.)
         self.needs_newline = !ended_by_token && !text.is_empty() && !text.ends_with('\n');
         let dropped = ids.len().saturating_sub(self.model.cfg.max_seq_len);
-        Ok(Reply { tokens, text, prefilled, dropped })
+        let stopped = if ended_by_token {
+            "the model ended the text (its end-of-text token)"
+        } else if cut {
+            "a blank line or a stop text"
+        } else {
+            "max_tokens"
+        };
+        Ok(Reply { tokens, text, prefilled, dropped, scores, stopped })
     }
 }
 
@@ -502,7 +526,8 @@ impl Lines for EditedLines {
 
 const HELP: &str = "commands: /reset (forget the conversation), /undo (forget the last turn), /retry (the last \
                     line again, a new reply), /set NAME VALUE (temperature, top_k, top_p, min_p, repetition_penalty, \
-                    max_tokens, seed, stop TEXT | stop none; \\n \\t \\s in TEXT: newline, tab, space), /settings, \
+                    max_tokens, seed, stop TEXT | stop none; \\n \\t \\s in TEXT: newline, tab, space; logprobs N | \
+                    logprobs off: a table of each reply's tokens under the model), /settings, \
                     /intervene SPEC (e.g. block1.mlp:beta=0; several separated by spaces or `;`; /intervene none \
                     ends them, /intervene alone lists them), /save FILE (the conversation as text), /help, /quit";
 
@@ -737,6 +762,9 @@ pub fn run(
                 if !r.text.ends_with('\n') {
                     writeln!(out)?;
                 }
+                if let Some(n) = session.settings.logprobs {
+                    write!(out, "{}", crate::generate::scores_table(&r.scores, n, r.stopped))?;
+                }
             }
             Err(ChatTurnError::Encode(e)) => {
                 writeln!(
@@ -830,7 +858,7 @@ mod tests {
     }
 
     fn base() -> ChatSettings {
-        ChatSettings { sampler: SamplerConfig::default(), max_tokens: 20, stop: Vec::new() }
+        ChatSettings { sampler: SamplerConfig::default(), max_tokens: 20, stop: Vec::new(), logprobs: None }
     }
 
     #[test]
@@ -868,6 +896,10 @@ mod tests {
         assert_eq!(base().with("min_p", "0.1").unwrap().sampler.min_p, 0.1);
         let e = base().with("min_p", "2").unwrap_err();
         assert!(e.starts_with("min_p must be in [0, 1]"), "{e}");
+        let s = base().with("logprobs", "3").unwrap();
+        assert!(s.logprobs == Some(3) && s.describe().contains("logprobs 3"));
+        assert!(s.with("logprobs", "off").unwrap().logprobs.is_none() && base().describe().contains("logprobs off"));
+        assert!(base().with("logprobs", "-1").unwrap_err().contains("or off"));
         // Every name is settable.
         for n in ChatSettings::NAMES {
             let v = match *n {

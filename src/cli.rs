@@ -318,6 +318,10 @@ pub(crate) enum Cmd {
         /// command line and from /intervene.
         #[arg(long)]
         allow_out_of_range: bool,
+        /// After each reply, a table of its tokens: log-probability and rank under the model and
+        /// the N most likely tokens at each place (`ddl generate --logprobs`; /set logprobs N|off).
+        #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = count)]
+        logprobs: Option<usize>,
     },
     /// Benchmarks (results as a table, or JSON lines with --json).
     #[command(subcommand)]

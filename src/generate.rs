@@ -790,6 +790,52 @@ pub fn score_token(logits: &[f32], id: u32, top: usize, tok: &Tokenizer) -> Toke
     }
 }
 
+/// The table `--logprobs N` prints after a text (`ddl generate`, chat's `/set logprobs N`): each
+/// token's log-probability, probability and rank under the model, and the `n` most likely tokens
+/// at its place; then the mean and the perplexity it amounts to, and `stopped` (why the text
+/// ended).
+pub fn scores_table(scores: &[TokenScore], n: usize, stopped: &str) -> String {
+    let shown = |t: &str| format!("{t:?}");
+    let mut rows: Vec<[String; 6]> =
+        vec![["#".into(), "token".into(), "log p".into(), "p".into(), "rank".into(), format!("top {n}")]];
+    for (i, s) in scores.iter().enumerate() {
+        let top: Vec<String> = s.top.iter().map(|a| format!("{} {:.3}", shown(&a.text), a.logprob.exp())).collect();
+        rows.push([
+            (i + 1).to_string(),
+            shown(&s.text),
+            format!("{:.4}", s.logprob),
+            format!("{:.4}", s.logprob.exp()),
+            s.rank.to_string(),
+            top.join("  "),
+        ]);
+    }
+    let cols = if n == 0 { 5 } else { 6 };
+    let widths: Vec<usize> = (0..cols).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out =
+        String::from("--- log-probabilities under the model (temperature 1, before the sampling's filters) ---\n");
+    for r in &rows {
+        let cells: Vec<String> = (0..cols)
+            .map(|c| match c {
+                1 | 5 => format!("{:<w$}", r[c], w = widths[c]),
+                _ => format!("{:>w$}", r[c], w = widths[c]),
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    if scores.is_empty() {
+        out.push_str(&format!("no token generated: {stopped}\n"));
+    } else {
+        let mean = scores.iter().map(|s| s.logprob).sum::<f64>() / scores.len() as f64;
+        out.push_str(&format!(
+            "mean log p {mean:.4} over {} tokens (perplexity {:.3}); stopped: {stopped}\n",
+            scores.len(),
+            (-mean).exp()
+        ));
+    }
+    out
+}
+
 /// Why a generation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]

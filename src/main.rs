@@ -222,13 +222,13 @@ fn run(cli: Cli) -> Result<()> {
             };
             generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, how)
         }
-        Cmd::Chat { checkpoint, sampling, trace, intervene, allow_out_of_range } => {
+        Cmd::Chat { checkpoint, sampling, trace, intervene, allow_out_of_range, logprobs } => {
             let iv = ddl::model::Interventions::parse(&intervene, allow_out_of_range)?;
             for note in iv.notes() {
                 eprintln!("{note}");
             }
             let opts = ddl::chat::ChatOptions { trace: trace.as_deref(), interventions: iv };
-            chat(&cli.device, &checkpoint, sampling, opts)
+            chat(&cli.device, &checkpoint, sampling, logprobs, opts)
         }
     }
 }
@@ -793,7 +793,12 @@ pub(crate) fn generate_cmd(
             println!();
         }
         if let Some(n) = logprobs {
-            print!("{}", logprobs_text(&g.scores, n, g.stop));
+            let why = match g.stop {
+                ddl::generate::Stop::Length => "it reached --max-tokens",
+                ddl::generate::Stop::StopText => "it reached a --stop text",
+                ddl::generate::Stop::EndOfText => "the model ended the text (its end-of-text token)",
+            };
+            print!("{}", ddl::generate::scores_table(&g.scores, n, why));
         }
         traces = g.traces;
     }
@@ -818,56 +823,6 @@ pub(crate) fn generate_cmd(
     Ok(())
 }
 
-/// `ddl generate --logprobs N`'s table of a continuation's tokens: each one's log-probability,
-/// probability and rank under the model, and the `n` most likely tokens at its place; then the
-/// mean and the perplexity it amounts to, and why the text stopped.
-fn logprobs_text(scores: &[ddl::generate::TokenScore], n: usize, stop: ddl::generate::Stop) -> String {
-    let shown = |t: &str| format!("{t:?}");
-    let mut rows: Vec<[String; 6]> =
-        vec![["#".into(), "token".into(), "log p".into(), "p".into(), "rank".into(), format!("top {n}")]];
-    for (i, s) in scores.iter().enumerate() {
-        let top: Vec<String> = s.top.iter().map(|a| format!("{} {:.3}", shown(&a.text), a.logprob.exp())).collect();
-        rows.push([
-            (i + 1).to_string(),
-            shown(&s.text),
-            format!("{:.4}", s.logprob),
-            format!("{:.4}", s.logprob.exp()),
-            s.rank.to_string(),
-            top.join("  "),
-        ]);
-    }
-    let cols = if n == 0 { 5 } else { 6 };
-    let widths: Vec<usize> = (0..cols).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
-    let mut out =
-        String::from("--- log-probabilities under the model (temperature 1, before the sampling's filters) ---\n");
-    for r in &rows {
-        let cells: Vec<String> = (0..cols)
-            .map(|c| match c {
-                1 | 5 => format!("{:<w$}", r[c], w = widths[c]),
-                _ => format!("{:>w$}", r[c], w = widths[c]),
-            })
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    let why = match stop {
-        ddl::generate::Stop::Length => "it reached --max-tokens",
-        ddl::generate::Stop::StopText => "it reached a --stop text",
-        ddl::generate::Stop::EndOfText => "the model ended the text (its end-of-text token)",
-    };
-    if scores.is_empty() {
-        out.push_str(&format!("no token generated: {why}\n"));
-    } else {
-        let mean = scores.iter().map(|s| s.logprob).sum::<f64>() / scores.len() as f64;
-        out.push_str(&format!(
-            "mean log p {mean:.4} over {} tokens (perplexity {:.3}); stopped: {why}\n",
-            scores.len(),
-            (-mean).exp()
-        ));
-    }
-    out
-}
-
 /// A `--stop` text the checkpoint's tokenizer cannot produce (a character a char model lacks)
 /// never stops the text: said, so that a long output is not a surprise.
 fn note_unreachable_stops(tok: &ddl::tokenizer::Tokenizer, stops: &[String]) {
@@ -878,9 +833,16 @@ fn note_unreachable_stops(tok: &ddl::tokenizer::Tokenizer, stops: &[String]) {
     }
 }
 
-fn chat(dev: &DeviceArgs, dir: &std::path::Path, sa: SamplingArgs, opts: ddl::chat::ChatOptions) -> Result<()> {
+fn chat(
+    dev: &DeviceArgs,
+    dir: &std::path::Path,
+    sa: SamplingArgs,
+    logprobs: Option<usize>,
+    opts: ddl::chat::ChatOptions,
+) -> Result<()> {
     use std::io::IsTerminal;
-    let settings = ddl::chat::ChatSettings { sampler: sa.sampler()?, max_tokens: sa.max_tokens, stop: sa.stops() };
+    let settings =
+        ddl::chat::ChatSettings { sampler: sa.sampler()?, max_tokens: sa.max_tokens, stop: sa.stops(), logprobs };
     let trace = opts.trace;
     if let Some(t) = trace {
         ddl::generate::check_trace_path(t).map_err(anyhow::Error::msg)?;

@@ -1410,7 +1410,7 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
     .unwrap();
     let (model, tok) = ddl::generate::load_for_inference(&gpu, &out).unwrap();
     let greedy = SamplerConfig { temperature: 0.0, ..Default::default() };
-    let settings = ChatSettings { sampler: greedy.clone(), max_tokens: 6, stop: Vec::new() };
+    let settings = ChatSettings { sampler: greedy.clone(), max_tokens: 6, stop: Vec::new(), logprobs: None };
     let mut s = Session::new(&model, &tok, settings.clone(), true);
     let mut pieces = Vec::new();
     let r1 = s.turn("First Citizen:", |p| pieces.push(p.to_string())).unwrap();
@@ -1435,9 +1435,26 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
         beta_maps: None,
         k_mean: Vec::new(),
     };
-    let (fresh, _) = ddl::generate::generate(&model, &tok, &prompt, &opts, &mut Sampler::new(greedy), |_| {}).unwrap();
+    let (fresh, _) =
+        ddl::generate::generate(&model, &tok, &prompt, &opts, &mut Sampler::new(greedy.clone()), |_| {}).unwrap();
     assert_eq!(r2.tokens, fresh, "the cached turn must equal a generation over the whole conversation");
     assert!(s.history().starts_with(&prompt));
+    assert!(r2.scores.is_empty(), "no scores unless asked");
+    // /set logprobs 3: each reply token scored as the model saw it (greedy: the likeliest), the
+    // log-probabilities those of the whole conversation teacher-forced.
+    let mut scored = Session::new(&model, &tok, ChatSettings { logprobs: Some(3), ..settings.clone() }, false);
+    let r = scored.turn("First Citizen:", |_| {}).unwrap();
+    assert_eq!(r.tokens, r1.tokens);
+    assert_eq!(r.scores.iter().map(|x| x.id).collect::<Vec<_>>(), r.tokens);
+    let forced =
+        ddl::generate::continuation_logprobs(&model, &tok.encode("First Citizen:\n").unwrap(), &r.tokens, None, &[])
+            .unwrap();
+    for (x, want) in r.scores.iter().zip(&forced) {
+        assert!(
+            x.rank == 1 && x.top.len() == 3 && x.top[0].id == x.id && (x.logprob - want).abs() < 1e-4,
+            "{x:?} {want}"
+        );
+    }
     // Every token read has a trace with one β per sublayer; the β of the cached turns equal a
     // single prefill of the whole conversation's, and differ from the second line read alone
     // (the context reaches its writes through attention).
@@ -1557,7 +1574,7 @@ fn a_chat_runs_under_interventions_and_undoes_turns() {
     ddl::train::train(gpu.clone(), opts).unwrap();
     let (model, tok) = ddl::generate::load_for_inference(&gpu, &out).unwrap();
     let greedy = SamplerConfig { temperature: 0.0, ..Default::default() };
-    let settings = ChatSettings { sampler: greedy.clone(), max_tokens: 5, stop: Vec::new() };
+    let settings = ChatSettings { sampler: greedy.clone(), max_tokens: 5, stop: Vec::new(), logprobs: None };
     let fresh = |prompt: &[u32], iv: &ddl::model::Interventions| -> Vec<u32> {
         let opts = GenOptions {
             max_tokens: 5,
