@@ -129,7 +129,8 @@ pub(crate) enum Cmd {
         preset: Option<String>,
         /// Describe a run folder or one of its kept checkpoints instead (no device opened): the
         /// model, tokenizer, steps and tokens trained, settings, data, losses, the best and kept
-        /// checkpoints, file sizes.
+        /// checkpoints, file sizes. An experiment's folder: its runs, how far each is, the
+        /// variants' mean losses, its report.
         #[arg(long, value_name = "DIR", conflicts_with = "preset")]
         checkpoint: Option<std::path::PathBuf>,
         /// The variant to plan: baseline, ddl_v1, ddl, ddl_ec, ddl_cc, ddl_ccec, ddl_v1_vmap, ddl_vmap.

@@ -122,6 +122,15 @@ fn run(cli: Cli) -> Result<()> {
         return check_args(&cli);
     }
     match cli.cmd {
+        Cmd::Info { checkpoint: Some(dir), json, .. } if ddl::train::curves::is_experiment(&dir) => {
+            let info = ddl::experiment::status::describe(&dir)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&info)?);
+            } else {
+                print!("{}", info.text());
+            }
+            Ok(())
+        }
         Cmd::Info { checkpoint: Some(dir), json, .. } => {
             let info = ddl::train::describe::describe(&dir)?;
             if json {

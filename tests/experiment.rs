@@ -146,9 +146,49 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
     assert!(r2.status.success(), "{}", text(&r2));
     assert_eq!(text(&r2).matches("finished earlier, not re-run").count(), 4, "{}", text(&r2));
     assert_eq!(mtime("ddl-seed2"), before);
+    // `ddl info --checkpoint OUT`: every run finished with its result's losses, each variant's
+    // mean over them; `ddl plot OUT`: one curve per variant over its two seeds.
+    let info = |o: &str| -> serde_json::Value {
+        let r = ddl(&dir, &["info", "--checkpoint", o, "--json"]);
+        assert!(r.status.success(), "{}", text(&r));
+        serde_json::from_slice(&r.stdout).unwrap()
+    };
+    let result = |run: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(out.join("runs").join(run).join("result.json")).unwrap()).unwrap()
+    };
+    let j = info(o);
+    assert_eq!((j["steps"].as_u64(), j["runs"].as_array().map(Vec::len)), (Some(4), Some(4)), "{j}");
+    for r in j["runs"].as_array().unwrap() {
+        let res = result(r["name"].as_str().unwrap());
+        assert_eq!((r["state"].as_str(), r["step"].as_u64()), (Some("finished"), Some(4)), "{r}");
+        assert_eq!((&r["val_loss"], &r["train_loss"]), (&res["final_val_loss"], &res["final_train_loss"]), "{r}");
+    }
+    let mean = (result("ddl-seed1")["final_val_loss"].as_f64().unwrap()
+        + result("ddl-seed2")["final_val_loss"].as_f64().unwrap())
+        / 2.0;
+    let v = &j["variants"][1];
+    assert!(
+        v["variant"] == "ddl" && v["finished"] == 2 && (v["val_mean"].as_f64().unwrap() - mean).abs() < 1e-12,
+        "{j}"
+    );
+    let r = ddl(&dir, &["info", "--checkpoint", o]);
+    let t = text(&r);
+    assert!(t.contains("4 of 4 runs finished") && t.contains("report: ") && t.contains("± "), "{t}");
+    let png = dir.join("variants.png");
+    let r = ddl(&dir, &["plot", o, "--out", png.to_str().unwrap(), "--json"]);
+    let p: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap_or_else(|_| panic!("{}", text(&r)));
+    assert_eq!((p["groups"][0]["name"].as_str(), p["groups"][0]["runs"].as_u64()), (Some("baseline"), Some(2)), "{p}");
+    assert_eq!(
+        (p["groups"][1]["name"].as_str(), p["groups"][1]["common_step"].as_u64()),
+        (Some("ddl"), Some(4)),
+        "{p}"
+    );
     // A run whose result is lost but whose checkpoint is there resumes; a missing run is trained.
     std::fs::remove_file(out.join("runs/ddl-seed2/result.json")).unwrap();
     std::fs::remove_dir_all(out.join("runs/baseline-seed2")).unwrap();
+    let states: Vec<String> =
+        info(o)["runs"].as_array().unwrap().iter().map(|r| r["state"].as_str().unwrap().to_string()).collect();
+    assert_eq!(states, ["finished", "new", "finished", "resumes at step 4"]);
     let r3 = ddl(&dir, &["experiment", "--spec", s, "--out", o]);
     assert!(r3.status.success(), "{}", text(&r3));
     let t3 = text(&r3);

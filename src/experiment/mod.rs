@@ -15,6 +15,7 @@ mod length;
 mod report;
 mod spec;
 mod speed;
+pub mod status;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,0 +1,204 @@
+//! `ddl info --checkpoint EXPERIMENT`: what an experiment's folder holds, from its files without a
+//! device: its spec, every run of the grid and how far it is (finished with its losses, at a step,
+//! or not started), each variant's mean over its finished runs, runs the spec does not name, and
+//! its report.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::{ExperimentError, ExperimentSpec, grid, run_name};
+use crate::train::checkpoint;
+
+/// One run of an experiment's folder.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunStatus {
+    pub name: String,
+    /// `finished`, `finished, to ablate`, `resumes at step N`, `new`, or (a folder the spec does
+    /// not name) `not in the spec`.
+    pub state: String,
+    /// The step its checkpoint holds, where it has one.
+    pub step: Option<usize>,
+    /// A finished run's losses (`result.json`): the final validation loss and the training loss
+    /// over its last tenth of steps.
+    pub val_loss: Option<f64>,
+    pub train_loss: Option<f64>,
+}
+
+/// One variant's finished runs: the mean and standard deviation (n − 1) of their final
+/// validation losses.
+#[derive(Debug, Clone, Serialize)]
+pub struct VariantSummary {
+    pub variant: String,
+    pub runs: usize,
+    pub finished: usize,
+    pub val_mean: Option<f64>,
+    pub val_sd: Option<f64>,
+}
+
+/// What an experiment's folder holds.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExperimentInfo {
+    pub path: PathBuf,
+    /// The spec's name, description, preset and steps (`None`: the folder has no readable
+    /// `experiment.toml`; its runs are listed as found).
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub preset: Option<String>,
+    pub steps: Option<usize>,
+    /// Why the spec could not be read, when it is there.
+    pub spec_problem: Option<String>,
+    pub runs: Vec<RunStatus>,
+    pub variants: Vec<VariantSummary>,
+    pub report: Option<PathBuf>,
+}
+
+/// Describes the experiment in `dir` (`ddl experiment --out`).
+pub fn describe(dir: &Path) -> Result<ExperimentInfo, ExperimentError> {
+    let spec_path = dir.join("experiment.toml");
+    let (spec, spec_problem) = match spec_path.exists() {
+        false => (None, None),
+        // (Read, not checked as a new grid's spec is: its corpus may have moved since.)
+        true => match std::fs::read_to_string(&spec_path).map_err(|e| e.to_string()).and_then(|t| {
+            let s: ExperimentSpec = toml::from_str(&t).map_err(|e| e.to_string())?;
+            s.variant_list().map(|_| s)
+        }) {
+            Ok(s) => (Some(s), None),
+            Err(e) => (None, Some(e)),
+        },
+    };
+    let runs_dir = dir.join("runs");
+    let step_of = |d: &Path| d.join(checkpoint::MODEL_FILE).exists().then(|| checkpoint::saved_step(d).ok()).flatten();
+    let mut runs = Vec::new();
+    let mut variants = Vec::new();
+    let mut named = std::collections::BTreeSet::new();
+    if let Some(s) = &spec {
+        let list = s.variant_list().map_err(|msg| ExperimentError::Spec { path: spec_path.clone(), msg })?;
+        for &v in &list {
+            let mut vals = Vec::new();
+            let seeds = s.seeds_of(v);
+            for &seed in &seeds {
+                let name = run_name(v, seed);
+                let d = runs_dir.join(&name);
+                let result = grid::result_of(&d, s.steps);
+                if let Some(r) = &result {
+                    vals.push(r.final_val_loss);
+                }
+                runs.push(RunStatus {
+                    state: grid::run_state(s, dir, v, seed),
+                    step: step_of(&d),
+                    val_loss: result.as_ref().map(|r| r.final_val_loss),
+                    train_loss: result.as_ref().map(|r| r.final_train_loss),
+                    name: name.clone(),
+                });
+                named.insert(name);
+            }
+            let n = vals.len();
+            let mean = (n > 0).then(|| vals.iter().sum::<f64>() / n as f64);
+            let sd = mean
+                .filter(|_| n > 1)
+                .map(|m| (vals.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt());
+            variants.push(VariantSummary {
+                variant: v.name().to_string(),
+                runs: seeds.len(),
+                finished: n,
+                val_mean: mean,
+                val_sd: sd,
+            });
+        }
+    }
+    // Run folders the spec does not name (or every one, without a spec).
+    let mut others: Vec<PathBuf> = std::fs::read_dir(&runs_dir)
+        .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect())
+        .unwrap_or_default();
+    others.sort();
+    for d in others {
+        let name = d.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if named.contains(&name) {
+            continue;
+        }
+        let result: Option<super::RunResult> =
+            std::fs::read_to_string(d.join("result.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
+        let step = step_of(&d);
+        let state = match (&spec, &result, step) {
+            (Some(_), _, _) => "not in the spec".to_string(),
+            (None, Some(r), _) => format!("finished ({} steps)", r.steps),
+            (None, None, Some(s)) => format!("at step {s}"),
+            (None, None, None) => "no checkpoint".to_string(),
+        };
+        runs.push(RunStatus {
+            name,
+            state,
+            step,
+            val_loss: result.as_ref().map(|r| r.final_val_loss),
+            train_loss: result.as_ref().map(|r| r.final_train_loss),
+        });
+    }
+    let report = Some(dir.join("report.md")).filter(|p| p.is_file());
+    Ok(ExperimentInfo {
+        path: dir.to_path_buf(),
+        name: spec.as_ref().map(|s| s.name.clone()),
+        description: spec.as_ref().map(|s| s.description.clone()),
+        preset: spec.as_ref().map(|s| s.preset.clone()),
+        steps: spec.as_ref().map(|s| s.steps),
+        spec_problem,
+        runs,
+        variants,
+        report,
+    })
+}
+
+impl ExperimentInfo {
+    /// The description as lines of text.
+    pub fn text(&self) -> String {
+        let mut out = Vec::new();
+        let p = self.path.display();
+        let finished = self.runs.iter().filter(|r| r.state.starts_with("finished")).count();
+        match (&self.name, self.steps, &self.preset) {
+            (Some(name), Some(steps), Some(preset)) => {
+                let title = if name.is_empty() { String::new() } else { format!(" \"{name}\"") };
+                out.push(format!(
+                    "{p}: the experiment{title}, preset {preset}, {steps} steps a run; {finished} of {} runs finished",
+                    self.runs.iter().filter(|r| r.state != "not in the spec").count()
+                ));
+                if let Some(d) = self.description.as_ref().filter(|d| !d.trim().is_empty()) {
+                    out.push(format!("  {}", d.trim()));
+                }
+            }
+            _ => out.push(format!(
+                "{p}: an experiment's folder without a readable experiment.toml{}; its runs as found:",
+                self.spec_problem.as_ref().map(|e| format!(" ({e})")).unwrap_or_default()
+            )),
+        }
+        let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.4}"));
+        let w = self.runs.iter().map(|r| r.name.chars().count()).max().unwrap_or(3).max(3);
+        let sw = self.runs.iter().map(|r| r.state.chars().count()).max().unwrap_or(5).max(5);
+        out.push(format!("  {:<w$}  {:<sw$}  {:>10}  {:>10}", "run", "state", "val loss", "train loss"));
+        for r in &self.runs {
+            out.push(format!("  {:<w$}  {:<sw$}  {:>10}  {:>10}", r.name, r.state, f(r.val_loss), f(r.train_loss)));
+        }
+        if !self.variants.is_empty() {
+            out.push("final validation loss per variant (its finished runs: mean ± sd):".to_string());
+            for v in &self.variants {
+                let value = match (v.val_mean, v.val_sd) {
+                    (Some(m), Some(s)) => format!("{m:.4} ± {s:.4}"),
+                    (Some(m), None) => format!("{m:.4}"),
+                    _ => "-".into(),
+                };
+                out.push(format!("  {:<12} {value}  ({} of {} runs finished)", v.variant, v.finished, v.runs));
+            }
+        }
+        match &self.report {
+            Some(r) => out.push(format!("report: {} (its comparisons with their intervals and tests)", r.display())),
+            None => out.push("no report yet: `ddl experiment` writes report.md when its runs finish".into()),
+        }
+        if self.steps.is_some() && finished < self.runs.len() {
+            out.push(format!(
+                "continue it: ddl experiment --spec {} --out {p}",
+                self.path.join("experiment.toml").display()
+            ));
+        }
+        out.push(format!("curves: ddl plot {p} --out curves.png (each variant's mean over its seeds)"));
+        out.join("\n") + "\n"
+    }
+}
