@@ -14,14 +14,14 @@ Train and compare:
   train       Train a model: progress bar, metrics.jsonl, loss.png, checkpoints in --out
   eval        Loss, perplexity, bits per byte of a checkpoint on its data, a text or shards
   experiment  A grid of runs (variants x seeds) and its report (report.md, plots)
-  plot        Runs' curves in one picture (validation or training loss, |g|, lr, tok/s, β) and where each ended
+  plot        Runs' curves in one picture (validation or training loss, |g|, lr, tok/s, β) and where each ended; an experiment's: each variant's mean
 
 Generate:
-  generate    Text from a checkpoint, streamed (--trace: what every delta write did)
+  generate    Text from a checkpoint, streamed (--trace: what every delta write did; --logprobs: how likely each token was)
   chat        A conversation that keeps its context and caches (/set, /intervene, /undo, /help)
 
 Check and measure:
-  info        Adapters, features, limits, kernel forms; --preset: a memory plan; --checkpoint: a run
+  info        Adapters, features, limits, kernel forms; --preset: a memory plan; --checkpoint: a run or an experiment
   golden      Parity with the PyTorch float64 golden files, one row per tensor
   bench       Benchmarks: matmul, kernels, train, precision, generate, data, copy (--json for JSON lines)
 
