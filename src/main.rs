@@ -321,9 +321,16 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
             // The corpus is read in pieces (a corpus of gigabytes is never held whole), twice:
             // to train, then to count the tokens.
             let t0 = std::time::Instant::now();
-            let tok = ddl::train::data::train_corpus_bpe(&corpus, vocab_size)?;
+            // JSON lines (a file, or in a folder): their documents' text, as `ddl data prepare`
+            // reads them; else the text of the file or the folder's .txt files.
+            let (tok, bytes, n) = if ddl::train::prepare::has_documents(&corpus) {
+                ddl::train::prepare::train_bpe_on_documents(std::slice::from_ref(&corpus), vocab_size)?
+            } else {
+                let tok = ddl::train::data::train_corpus_bpe(&corpus, vocab_size)?;
+                let (bytes, n) = ddl::train::data::corpus_token_count(&corpus, &tok)?;
+                (tok, bytes, n)
+            };
             let secs = t0.elapsed().as_secs_f64();
-            let (bytes, n) = ddl::train::data::corpus_token_count(&corpus, &tok)?;
             if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty() && !d.is_dir()) {
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("--out {}: cannot make the folder '{}'", out.display(), dir.display()))?;

@@ -346,25 +346,42 @@ fn documents_from_folders_and_json_lines_are_separated_by_the_end_of_text_token(
     assert!(text(&o).contains("documents follow each other with nothing between them"), "{}", text(&o));
     let meta = std::fs::read_to_string(dir.join("joined/meta.json")).unwrap();
     assert!(meta.contains("separated by nothing"), "{meta}");
-    // A JSON-lines file as a plain text (a corpus, a tokenizer's text) would be read JSON syntax
-    // and all: refused, pointing to data prepare.
-    for args in [
-        vec!["tokenizer", "train", "--vocab-size", "300", "--out", "t.json", "--corpus"],
-        vec!["train", "--steps", "1", "--out", "jl-run", "--corpus"],
-    ] {
-        let o = ddl(&dir).args(&args).arg(&lines).output().unwrap();
-        assert!(!o.status.success() && text(&o).contains("is a JSON-lines file"), "{args:?}: {}", text(&o));
-    }
-    assert!(!dir.join("t.json").exists() && !dir.join("jl-run").exists());
-    // ... whatever the case of its extension (`G.JSONL` was read as text: JSON syntax and all).
+    // A JSON-lines file as a training corpus would be read JSON syntax and all: refused, pointing
+    // to data prepare.
+    let o = ddl(&dir).args(["train", "--steps", "1", "--out", "jl-run", "--corpus"]).arg(&lines).output().unwrap();
+    assert!(!o.status.success() && text(&o).contains("is a JSON-lines file"), "{}", text(&o));
+    assert!(!dir.join("jl-run").exists());
+    // `ddl tokenizer train` reads its documents (their `text` fields), as data prepare does,
+    // whatever the case of its extension, alone or in a folder: the tokenizer trained on the
+    // documents' text itself (paragraphs as documents, joined by a newline in the text file).
+    let corpus = std::fs::read_to_string(ddl::testing::small_corpus(&dir)).unwrap();
+    let paragraphs: Vec<&str> = corpus.split("\n\n").filter(|p| !p.trim().is_empty()).collect();
+    let docs = dir.join("docs/UPPER.JSONL");
+    std::fs::create_dir_all(dir.join("docs")).unwrap();
+    let json: Vec<String> = paragraphs.iter().map(|p| serde_json::json!({ "text": p }).to_string()).collect();
+    std::fs::write(&docs, json.join("\n") + "\n").unwrap();
+    let plain = dir.join("paragraphs.txt");
+    std::fs::write(&plain, paragraphs.join("\n")).unwrap();
+    let bpe = |corpus: &Path, out: &str| {
+        let o = ddl(&dir)
+            .args(["tokenizer", "train", "--vocab-size", "300", "--corpus"])
+            .arg(corpus)
+            .arg("--out")
+            .arg(dir.join(out))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        (text(&o), ddl::tokenizer::Tokenizer::load(&dir.join(out)).unwrap())
+    };
+    let (said, from_docs) = bpe(&docs, "t-docs.json");
+    let (_, from_text) = bpe(&plain, "t-text.json");
+    let (_, from_folder) = bpe(&dir.join("docs"), "t-folder.json");
+    assert_eq!(from_docs.vocab_size(), 300);
+    assert!(from_docs == from_text && from_folder == from_docs, "the documents' text, not their JSON");
+    let bytes: usize = paragraphs.iter().map(|p| p.len()).sum();
+    assert!(said.contains(&format!("({bytes} bytes -> ")), "{said}");
     let upper = dir.join("UPPER.JSONL");
     std::fs::copy(&lines, &upper).unwrap();
-    let o = ddl(&dir)
-        .args(["tokenizer", "train", "--vocab-size", "300", "--out", "t.json", "--corpus"])
-        .arg(&upper)
-        .output()
-        .unwrap();
-    assert!(!o.status.success() && text(&o).contains("is a JSON-lines file"), "{}", text(&o));
     let o = ddl(&dir)
         .args(["data", "prepare", "--tokenizer", "char", "--out"])
         .arg(dir.join("upper"))

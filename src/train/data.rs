@@ -87,8 +87,8 @@ pub enum DataError {
     CacheInterrupted(String),
     #[error(
         "'{0}' is a JSON-lines file: read as a text it would be its JSON syntax and all; `ddl data prepare` reads \
-         its documents (their `text` fields) into shards for `ddl train --data` and `ddl eval --data`, and a \
-         tokenizer is trained on plain text (give the .txt files)"
+         its documents (their `text` fields) into shards for `ddl train --data` and `ddl eval --data` (and \
+         `ddl tokenizer train --corpus` trains a tokenizer on them)"
     )]
     JsonLinesAsText(PathBuf),
     #[error("{0}")]

@@ -369,6 +369,61 @@ fn char_tokenizer(files: &[PathBuf]) -> Result<Tokenizer, DataError> {
     Ok(Tokenizer::Char(CharTokenizer::from_chars(set.chars())))
 }
 
+/// Whether `path` is a JSON-lines file, or a folder that holds one (at any depth): text that
+/// `ddl tokenizer train` reads as `ddl data prepare` does, document by document.
+pub fn has_documents(path: &Path) -> bool {
+    if !path.is_dir() {
+        return is_jsonl(path);
+    }
+    input_files(&[path.to_path_buf()]).is_ok_and(|(files, _)| files.iter().any(|f| is_jsonl(f)))
+}
+
+/// A byte-level BPE of `vocab_size` tokens trained on the documents of `inputs` as `ddl data
+/// prepare` reads them (a text file whole, each JSON line's `text` field, a folder's `.txt` and
+/// `.jsonl` files in order), read in pieces on a thread of their own while the trainer counts
+/// them: the text is never held whole. Returns it with the bytes of text read and the tokens it
+/// makes of them (a second read).
+pub fn train_bpe_on_documents(inputs: &[PathBuf], vocab_size: usize) -> Result<(Tokenizer, u64, usize), DataError> {
+    let (files, _) = input_files(inputs)?;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<String>(256);
+    let (read, trained) = std::thread::scope(|s| {
+        let files = &files;
+        let reader = s.spawn(move || {
+            let mut read = 0u64;
+            for f in files {
+                pieces(f, |t, _| {
+                    if crate::train::interrupted() {
+                        return Err(DataError::Interrupted);
+                    }
+                    read += t.len() as u64;
+                    for piece in crate::tokenizer::chunks(&t, crate::tokenizer::CHUNK_BYTES) {
+                        tx.send(piece.to_string()).map_err(|_| DataError::Interrupted)?;
+                    }
+                    Ok(())
+                })?;
+            }
+            Ok::<u64, DataError>(read)
+        });
+        let trained = crate::tokenizer::train_bpe_pieces(rx.into_iter(), vocab_size);
+        (reader.join().expect("the document reader panicked"), trained)
+    });
+    let tok = match (read, trained) {
+        (Ok(0), _) => return Err(DataError::Empty(inputs.first().cloned().unwrap_or_default())),
+        (Err(e), Ok(_) | Err(crate::tokenizer::TokenizerError::NoMerges)) => return Err(e),
+        (_, Err(e)) => return Err(e.into()),
+        (Ok(_), Ok(tok)) => tok,
+    };
+    let (mut bytes, mut tokens) = (0u64, 0usize);
+    for f in &files {
+        pieces(f, |t, _| {
+            bytes += t.len() as u64;
+            tokens += tok.encode(&t).map_err(DataError::from)?.len();
+            Ok(())
+        })?;
+    }
+    Ok((tok, bytes, tokens))
+}
+
 /// Runs `ddl data prepare`.
 pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainError> {
     use crate::train::TrainError;
