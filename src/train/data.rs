@@ -990,6 +990,47 @@ pub fn data_meta(run: &crate::train::RunConfig) -> Result<Option<(PathBuf, Meta)
     Ok(read_data_meta(&dir)?.map(|m| (dir, m)))
 }
 
+/// The tokenizer of `--data` shards in `dir`: `given` (a resumed or fine-tuned run's), else their
+/// `meta.json`'s, else the run's tokenizer file; a file that is not the one the shards were made
+/// with is refused.
+fn shards_tokenizer(
+    run: &crate::train::RunConfig,
+    given: Option<&Tokenizer>,
+    meta: Option<&Meta>,
+    dir: &Path,
+) -> Result<Tokenizer, crate::train::TrainError> {
+    let tok = match (given, meta) {
+        (Some(g), _) => g.clone(),
+        (None, Some(m)) if run.tokenizer == "char" || run.tokenizer.is_empty() => {
+            Tokenizer::from_json(&m.tokenizer).map_err(DataError::from)?
+        }
+        (None, _) if run.tokenizer == "char" => {
+            return Err(crate::train::TrainError::Settings(format!(
+                "--data '{}' has no meta.json naming its tokenizer, and a character tokenizer (`char`, the \
+                 default) cannot be rebuilt from token ids: pass --tokenizer FILE (the tokenizer.json the shards \
+                 were made with, e.g. GPT-2's for llm.c's FineWeb shards), or prepare the text with `ddl data \
+                 prepare --tokenizer char`, whose meta.json carries it",
+                run.data
+            )));
+        }
+        (None, _) => crate::train::build_tokenizer(&run.tokenizer, "")?,
+    };
+    if let (Some(m), None) = (meta, given)
+        && m.tokenizer != tok.to_json()
+        && run.tokenizer != "char"
+    {
+        return Err(crate::train::TrainError::Settings(format!(
+            "{}: the shards were made with another tokenizer (vocabulary {}) than --tokenizer {} (vocabulary {}); \
+             drop --tokenizer to use theirs, or prepare the data again with this one",
+            dir.join("meta.json").display(),
+            m.vocab_size,
+            run.tokenizer,
+            tok.vocab_size()
+        )));
+    }
+    Ok(tok)
+}
+
 /// What a run's data would be, found without making anything (`ddl train --dry-run`).
 #[derive(Debug, Clone)]
 pub struct DataPreview {
@@ -1019,21 +1060,7 @@ pub fn preview(
         let (train, val) = find(&run.data, format).map_err(DataError::from)?;
         let dir = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
         let meta = read_data_meta(&dir)?;
-        let tokenizer = match (given, &meta) {
-            (Some(g), _) => g.clone(),
-            (None, Some(m)) if run.tokenizer == "char" || run.tokenizer.is_empty() => {
-                Tokenizer::from_json(&m.tokenizer).map_err(DataError::from)?
-            }
-            (None, _) if run.tokenizer == "char" => {
-                return Err(crate::train::TrainError::Settings(format!(
-                    "--data '{}' has no meta.json naming its tokenizer, and a character tokenizer (`char`, the \
-                     default) cannot be rebuilt from token ids: pass --tokenizer FILE (the tokenizer.json the shards \
-                     were made with)",
-                    run.data
-                )));
-            }
-            (None, _) => crate::train::build_tokenizer(&run.tokenizer, "")?,
-        };
+        let tokenizer = shards_tokenizer(run, given, meta.as_ref(), &dir)?;
         let tokens = (count(&train, format)?, count(&val, format)?);
         let source = format!("shards {} ({} training, {} validation files)", run.data, train.len(), val.len());
         return Ok(DataPreview { tokenizer, source, tokens: Some(tokens) });
@@ -1095,35 +1122,7 @@ pub fn open_for_run(
         {
             check_meta_counts(m, &dir)?;
         }
-        let tok = match (given, &meta) {
-            (Some(g), _) => g.clone(),
-            (None, Some(m)) if run.tokenizer == "char" || run.tokenizer.is_empty() => {
-                Tokenizer::from_json(&m.tokenizer).map_err(DataError::from)?
-            }
-            (None, _) if run.tokenizer == "char" => {
-                return Err(crate::train::TrainError::Settings(format!(
-                    "--data '{}' has no meta.json naming its tokenizer, and a character tokenizer (`char`, the \
-                     default) cannot be rebuilt from token ids: pass --tokenizer FILE (the tokenizer.json the shards \
-                     were made with, e.g. GPT-2's for llm.c's FineWeb shards), or prepare the text with `ddl data \
-                     prepare --tokenizer char`, whose meta.json carries it",
-                    run.data
-                )));
-            }
-            (None, _) => crate::train::build_tokenizer(&run.tokenizer, "")?,
-        };
-        if let (Some(m), None) = (&meta, given)
-            && m.tokenizer != tok.to_json()
-            && run.tokenizer != "char"
-        {
-            return Err(crate::train::TrainError::Settings(format!(
-                "{}: the shards were made with another tokenizer (vocabulary {}) than --tokenizer {} (vocabulary {}); \
-                 drop --tokenizer to use theirs, or prepare the data again with this one",
-                dir.join("meta.json").display(),
-                m.vocab_size,
-                run.tokenizer,
-                tok.vocab_size()
-            )));
-        }
+        let tok = shards_tokenizer(run, given, meta.as_ref(), &dir)?;
         let open = |v: Vec<PathBuf>| -> Result<Stream, DataError> {
             Ok(Stream::new(v.iter().map(|p| Shard::open(p, format)).collect::<Result<Vec<_>, _>>()?))
         };
