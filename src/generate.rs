@@ -147,6 +147,13 @@ mod tests {
     /// Min-p keeps the tokens at least min_p × the most likely one's probability (after the
     /// temperature): here p = 0.5, 0.3, 0.15, 0.05 and min_p 0.5 keeps the first two; min_p 1
     /// keeps the most likely alone; min_p 0 draws exactly what no min-p draws.
+    /// A character tokenizer of 300 characters (scored texts need one per id).
+    fn tok300() -> Tokenizer {
+        Tokenizer::Char(crate::tokenizer::CharTokenizer::from_chars(
+            (0..300u32).map(|i| char::from_u32(0x100 + i).unwrap()).collect(),
+        ))
+    }
+
     #[test]
     fn a_token_is_scored_against_the_models_softmax_with_its_rank_and_the_most_likely() {
         let tok = Tokenizer::Char(crate::tokenizer::CharTokenizer::from_chars("abcde".chars().collect()));
@@ -172,6 +179,15 @@ mod tests {
         let s = score_token(&logits, 0, 0, &tok);
         assert!(s.top.is_empty() && s.logprob < 0.0);
         assert_eq!(score_token(&logits, 2, 99, &tok).top.len(), 5);
+        // A vocabulary of 300 with many ties: the one-pass top-k and the selection agree with a
+        // full sort, either side of the switch between them.
+        let big: Vec<f32> = (0..300).map(|_| (rng.random_range(0..40) as f32) * 0.25).collect();
+        let mut order: Vec<u32> = (0..300).collect();
+        order.sort_by(|&a, &b| big[b as usize].total_cmp(&big[a as usize]).then(a.cmp(&b)));
+        for n in [1, 7, TOP_BY_INSERTION, TOP_BY_INSERTION + 1, 120, 300] {
+            let ids: Vec<u32> = score_token(&big, 5, n, &tok300()).top.iter().map(|a| a.id).collect();
+            assert_eq!(ids, order[..n], "top {n}");
+        }
     }
 
     #[test]
@@ -762,6 +778,9 @@ pub struct TokenScore {
     pub top: Vec<Alternative>,
 }
 
+/// Up to this many alternatives, [`score_token`] keeps them in one pass over the logits.
+const TOP_BY_INSERTION: usize = 32;
+
 /// Scores token `id` against `logits` (natural logs, in f64), with the `top` most likely tokens
 /// (ties by id) and their texts as `tok` decodes each alone.
 pub fn score_token(logits: &[f32], id: u32, top: usize, tok: &Tokenizer) -> TokenScore {
@@ -769,14 +788,30 @@ pub fn score_token(logits: &[f32], id: u32, top: usize, tok: &Tokenizer) -> Toke
     let lse = mx + logits.iter().map(|&x| (x as f64 - mx).exp()).sum::<f64>().ln();
     let own = logits[id as usize];
     let rank = 1 + logits.iter().filter(|&&x| x > own).count();
-    let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
     let by = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
-    let n = top.min(idx.len());
-    if n > 0 && n < idx.len() {
-        idx.select_nth_unstable_by(n - 1, by);
-    }
-    idx.truncate(n);
-    idx.sort_by(by);
+    let n = top.min(logits.len());
+    let idx = if n <= TOP_BY_INSERTION {
+        // One pass keeping the n best in order (ties by id: the earlier id stays ahead), without
+        // an index of the whole vocabulary.
+        let mut best: Vec<u32> = Vec::with_capacity(n + 1);
+        for i in 0..logits.len() as u32 {
+            if best.len() == n && (n == 0 || by(&i, &best[n - 1]).is_ge()) {
+                continue;
+            }
+            let at = best.partition_point(|b| by(b, &i).is_lt());
+            best.insert(at, i);
+            best.truncate(n);
+        }
+        best
+    } else {
+        let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+        if n < idx.len() {
+            idx.select_nth_unstable_by(n - 1, by);
+        }
+        idx.truncate(n);
+        idx.sort_by(by);
+        idx
+    };
     let text = |i: u32| tok.decode(&[i]).unwrap_or_default();
     TokenScore {
         id,
