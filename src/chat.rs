@@ -385,11 +385,11 @@ impl<'a> Session<'a> {
             std::iter::once("\n\n".to_string()).chain(self.settings.stop.iter().cloned()).collect();
         let mut cut = false;
         let mut scores = Vec::new();
+        g.set_scores(self.settings.logprobs);
         for _ in 0..max_tokens {
-            let logits = self.settings.logprobs.map(|_| g.logits().to_vec());
             let s = g.step()?;
-            if let (Some(l), Some(n), false) = (logits, self.settings.logprobs, stop_token == Some(s.token)) {
-                scores.push(crate::generate::score_token(&l, s.token, n, self.tok));
+            if stop_token != Some(s.token) {
+                scores.extend(s.score);
             }
             if let Some(tr) = s.trace {
                 self.traces.push(tr);

@@ -458,6 +458,8 @@ pub struct GenStep {
     pub piece: String,
     /// What every delta write did while the model read this token (when tracing).
     pub trace: Option<TokenTrace>,
+    /// How likely the model found it ([`Generator::set_scores`]; `None` unless asked).
+    pub score: Option<TokenScore>,
 }
 
 /// Stateful generation with the KV and conv caches, one token per [`Generator::step`]: the
@@ -474,6 +476,8 @@ pub struct Generator<'a> {
     stream: crate::tokenizer::StreamDecoder<'a>,
     text: String,
     trace: bool,
+    /// Alternatives each sampled token is scored with for its [`GenStep`] (`None`: not scored).
+    score_top: Option<usize>,
     prompt_traces: Vec<TokenTrace>,
 }
 
@@ -581,6 +585,7 @@ impl<'a> Generator<'a> {
             stream: tok.stream(),
             text: String::new(),
             trace,
+            score_top: None,
             prompt_traces,
         })
     }
@@ -675,6 +680,12 @@ impl<'a> Generator<'a> {
         Ok((run.len(), traces))
     }
 
+    /// Scores every token [`Generator::step`] samples from now on ([`GenStep::score`], with `top`
+    /// alternatives), or none (`None`).
+    pub fn set_scores(&mut self, top: Option<usize>) {
+        self.score_top = top;
+    }
+
     /// Samples with `sampler` from now on (a chat's changed settings or next turn's seed).
     pub fn set_sampler(&mut self, sampler: Sampler) {
         self.sampler = sampler;
@@ -720,7 +731,16 @@ impl<'a> Generator<'a> {
         let model = self.model;
         let (cap, v) = (model.cfg.max_seq_len, model.cfg.vocab_size);
         let next = self.sampler.sample(&self.logits, &self.history);
-        let score = self.trace.then(|| score_token(&self.logits, next, TRACE_TOP, self.tok));
+        // Scored once, from the logits it was sampled from, for the trace and the caller.
+        let scored =
+            self.score_top.max(self.trace.then_some(TRACE_TOP)).map(|n| score_token(&self.logits, next, n, self.tok));
+        let cut = |n: usize| {
+            scored.clone().map(|mut s| {
+                s.top.truncate(n);
+                s
+            })
+        };
+        let (score, step_score) = (cut(TRACE_TOP), self.score_top.and_then(cut));
         if self.stream.fresh() {
             // The text so far as the first new token's context (a WordPiece `##` joins it).
             self.stream.prime(&self.history);
@@ -749,7 +769,7 @@ impl<'a> Generator<'a> {
                 read_traces(model, &self.step_prog, 0..1, std::slice::from_mut(tr), wait).await?;
             }
         }
-        Ok(GenStep { token: next, piece, trace })
+        Ok(GenStep { token: next, piece, trace, score: step_score })
     }
 
     /// Whatever text the stream decoder still holds back (an incomplete character).
@@ -924,10 +944,9 @@ pub fn generate_scored(
     let owned = std::mem::replace(sampler, Sampler::new(sampler.cfg.clone()));
     let mut g =
         Generator::with_interventions(model, tok, prompt, owned, opts.trace, opts.beta_maps.clone(), &opts.k_mean)?;
+    g.set_scores(top);
     let mut out = Generated { tokens: Vec::new(), traces: Vec::new(), scores: Vec::new(), stop: Stop::Length };
     for _ in 0..opts.max_tokens {
-        // (The distribution the step samples from: scored before the step replaces it.)
-        let logits = top.map(|_| g.logits().to_vec());
         let s = g.step()?;
         // The stop token ends the text: it is neither shown nor returned.
         if opts.stop_token == Some(s.token) {
@@ -935,9 +954,7 @@ pub fn generate_scored(
             break;
         }
         out.tokens.push(s.token);
-        if let (Some(l), Some(n)) = (logits, top) {
-            out.scores.push(score_token(&l, s.token, n, tok));
-        }
+        out.scores.extend(s.score);
         if let Some(t) = s.trace {
             out.traces.push(t);
         }

@@ -252,6 +252,27 @@ fn scratch_root() -> &'static std::path::Path {
     })
 }
 
+/// `ddl train` flags of a model that trains a step in well under a second on lavapipe
+/// (d 32, one block, B 2 × T 16, one evaluation batch).
+pub const SMALL_MODEL_FLAGS: &[&str] = &[
+    "--set",
+    "model.d_model=32",
+    "--set",
+    "model.n_layers=1",
+    "--set",
+    "model.n_heads=2",
+    "--set",
+    "model.head_dim=16",
+    "--set",
+    "model.mlp_hidden=85",
+    "--set",
+    "train.batch_size=2",
+    "--set",
+    "train.seq_len=16",
+    "--set",
+    "train.eval_batches=1",
+];
+
 /// Writes the first 20,000 characters of TinyShakespeare (`assets/`) to `dir/corpus.txt`, a
 /// corpus small enough to tokenise and train on in seconds; returns its path.
 pub fn small_corpus(dir: &std::path::Path) -> String {

@@ -48,25 +48,7 @@ fn fails_under(dir: &Path, (var, value): (&str, &str), args: &[&str], needles: &
     t
 }
 
-/// Flags of a model that trains a step in well under a second on lavapipe.
-const SMALL: &[&str] = &[
-    "--set",
-    "model.d_model=32",
-    "--set",
-    "model.n_layers=1",
-    "--set",
-    "model.n_heads=2",
-    "--set",
-    "model.head_dim=16",
-    "--set",
-    "model.mlp_hidden=85",
-    "--set",
-    "train.batch_size=2",
-    "--set",
-    "train.seq_len=16",
-    "--set",
-    "train.eval_batches=1",
-];
+const SMALL: &[&str] = ddl::testing::SMALL_MODEL_FLAGS;
 
 fn train_args<'a>(corpus: &'a str, out: &'a str, steps: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut a = vec!["train", "--variant", "ddl", "--corpus", corpus, "--out", out, "--steps", steps];

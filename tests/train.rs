@@ -290,26 +290,7 @@ fn a_checkpoint_streams_from_and_to_the_device_in_pieces_and_equals_the_host_pat
     );
 }
 
-/// Flags of a model that trains a step in well under a second on lavapipe (as in
-/// tests/reliability.rs).
-const SMALL: &[&str] = &[
-    "--set",
-    "model.d_model=32",
-    "--set",
-    "model.n_layers=1",
-    "--set",
-    "model.n_heads=2",
-    "--set",
-    "model.head_dim=16",
-    "--set",
-    "model.mlp_hidden=85",
-    "--set",
-    "train.batch_size=2",
-    "--set",
-    "train.seq_len=16",
-    "--set",
-    "train.eval_batches=1",
-];
+const SMALL: &[&str] = ddl::testing::SMALL_MODEL_FLAGS;
 
 fn ddl_cmd(dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ddl"));

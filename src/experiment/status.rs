@@ -93,17 +93,13 @@ pub fn describe(dir: &Path) -> Result<ExperimentInfo, ExperimentError> {
                 });
                 named.insert(name);
             }
-            let n = vals.len();
-            let mean = (n > 0).then(|| vals.iter().sum::<f64>() / n as f64);
-            let sd = mean
-                .filter(|_| n > 1)
-                .map(|m| (vals.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt());
+            let spread = crate::train::curves::Spread::of(vals);
             variants.push(VariantSummary {
                 variant: v.name().to_string(),
                 runs: seeds.len(),
-                finished: n,
-                val_mean: mean,
-                val_sd: sd,
+                finished: spread.map_or(0, |s| s.n),
+                val_mean: spread.map(|s| s.mean),
+                val_sd: spread.filter(|s| s.n > 1).map(|s| s.sd),
             });
         }
     }

@@ -286,7 +286,8 @@ pub struct Spread {
 }
 
 impl Spread {
-    fn of(xs: impl IntoIterator<Item = f64>) -> Option<Spread> {
+    /// The spread of some values (`None` for none; sd 0 for one).
+    pub fn of(xs: impl IntoIterator<Item = f64>) -> Option<Spread> {
         let xs: Vec<f64> = xs.into_iter().collect();
         let n = xs.len();
         if n == 0 {
