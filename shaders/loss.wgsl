@@ -22,6 +22,13 @@
 // valid count), ce_finish sums the partials in one workgroup and writes out = (mean, count).
 // A loss computed in slices of rows with each slice's backward right after its forward (the
 // chunked LM head) counts first: the same two passes with `count_only`, out = (0, count).
+//
+// ce_ranks (evaluation only, after ce_forward over the same rows, reading its lse) writes four
+// numbers per row into row_stats: the target's rank 1 + #{c : ℓ_c > ℓ_y} (0 for an ignored
+// row), the likeliest token argmax_c ℓ_c (the smallest c among ties), its log-probability
+// ℓ_top − lse and the entropy Σ_c p_c·(lse − ℓ_c) of p = exp(ℓ − lse) in nats (every term ≥ 0:
+// no cancellation). Ranks and ids are below 2^24 (the launcher's vocabulary bound), so f32 holds
+// them exactly.
 
 struct Params {
     rows: u32,     // rows in this dispatch (ce_partials, ce_finish: all n rows)
@@ -46,6 +53,7 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
 @group(0) @binding(7) var<storage, read> lse: array<f32>;
 @group(0) @binding(8) var<storage, read> stats: array<f32>;
+@group(0) @binding(10) var<storage, read_write> row_stats: array<f32>;
 
 const WG: u32 = 256u;
 const PER: u32 = 16u;
@@ -57,6 +65,7 @@ var<workgroup> sh_a: array<f32, WG>;
 var<workgroup> sh_b: array<f32, WG>;
 var<workgroup> sh_c: array<f32, WG>;
 var<workgroup> sh_u: array<u32, WG>;
+var<workgroup> sh_v: array<u32, WG>;
 var<workgroup> sh_flag: f32;
 
 fn valid_target(y: i32) -> bool {
@@ -284,5 +293,83 @@ fn ce_backward(
                 put_dl(base + c, 0.0);
             }
         }
+    }
+}
+
+@compute @workgroup_size(256)
+fn ce_ranks(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let p = params;
+    let tpr = p.tpr;
+    let rpw = WG / tpr;
+    let g = wid.y * nwg.x + wid.x;
+    if (g * rpw >= p.rows) {
+        return;
+    }
+    let seg = lid / tpr;
+    let lane = lid % tpr;
+    let r = g * rpw + seg;
+    let live = r < p.rows;
+    let base = r * p.vocab;
+    let row = p.row0 + r;
+
+    var y = -1;
+    var l = 0.0;
+    if (live) {
+        y = targets[row];
+        l = lse[row];
+    }
+    let valid = live && valid_target(y);
+    var own = 0.0;
+    if (valid) {
+        own = logits[base + u32(y)];
+    }
+    var above = 0u;            // logits above the target's
+    var best = NEG_BIG;        // the invocation's largest logit and its first column
+    var best_c = 0xffffffffu;
+    var h = 0.0;               // Σ p·(lse − ℓ)
+    if (live) {
+        for (var c = lane; c < p.vocab; c += tpr) {
+            let x = logits[base + c];
+            if (x > own) {
+                above += 1u;
+            }
+            if (x > best) {
+                best = x;
+                best_c = c;
+            }
+            h += exp(x - l) * (l - x);
+        }
+    }
+    sh_a[lid] = best;
+    sh_v[lid] = best_c;
+    sh_u[lid] = above;
+    sh_b[lid] = h;
+    workgroupBarrier();
+    for (var k = tpr / 2u; k > 0u; k >>= 1u) {
+        if (lane < k) {
+            let b2 = sh_a[lid + k];
+            let c2 = sh_v[lid + k];
+            if (b2 > sh_a[lid] || (b2 == sh_a[lid] && c2 < sh_v[lid])) {
+                sh_a[lid] = b2;
+                sh_v[lid] = c2;
+            }
+            sh_u[lid] += sh_u[lid + k];
+            sh_b[lid] += sh_b[lid + k];
+        }
+        workgroupBarrier();
+    }
+    if (live && lane == 0u) {
+        var rank = 0.0;
+        if (valid) {
+            rank = f32(sh_u[lid] + 1u);
+        }
+        row_stats[4u * row] = rank;
+        row_stats[4u * row + 1u] = f32(sh_v[lid]);
+        row_stats[4u * row + 2u] = sh_a[lid] - l;
+        row_stats[4u * row + 3u] = sh_b[lid];
     }
 }

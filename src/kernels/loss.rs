@@ -144,6 +144,8 @@ pub struct RowSlices {
     /// writes or reads them.
     row_loss: Tensor,
     parts: Tensor,
+    /// [`RowSlices::with_ranks`]: per row (rank, likeliest token, its log p, entropy) `[n, 4]`.
+    ranks: Option<Tensor>,
 }
 
 impl RowSlices {
@@ -162,7 +164,25 @@ impl RowSlices {
             nparts,
             row_loss: Tensor::zeros(gpu, "cross_entropy.row_loss", &[n.max(1)], DType::F32)?,
             parts: Tensor::zeros(gpu, "cross_entropy.partials", &[2 * nparts], DType::F32)?,
+            ranks: None,
         })
+    }
+
+    /// [`RowSlices::new`] whose forward also scores every row (`ddl eval`): after each slice's
+    /// losses, per row the target's rank among the logits (1 + how many are larger; 0 for an
+    /// ignored target), the likeliest token (the smallest id among ties), its log-probability
+    /// and the entropy of the row's softmax in nats — [`RowSlices::ranks`], one more pass over
+    /// the logits.
+    pub fn with_ranks(gpu: &Gpu, s: &CeShape) -> Result<RowSlices> {
+        let mut ce = RowSlices::new(gpu, s)?;
+        ce.ranks = Some(Tensor::zeros(gpu, "cross_entropy.ranks", &[4 * s.n.max(1)], DType::F32)?);
+        Ok(ce)
+    }
+
+    /// [`RowSlices::with_ranks`]' scores `[n, 4]` as the last forward over each row wrote them:
+    /// (rank, likeliest token, its log p, entropy), ids and ranks exact in f32 (< 2^24).
+    pub fn ranks(&self) -> Option<&Tensor> {
+        self.ranks.as_ref()
     }
 
     fn shape(&self) -> CeShape {
@@ -225,6 +245,10 @@ impl RowSlices {
         let (n, v) = (self.n, self.vocab);
         let rpw = 256 / self.tpr;
         let fwd = gpu.kernel("loss", Some("split"), "ce_forward")?;
+        let rank = match &self.ranks {
+            Some(t) => Some((gpu.kernel("loss", Some("split"), "ce_ranks")?, t)),
+            None => None,
+        };
         let mut ds = Vec::new();
         for (c0, cr) in row_chunks(gpu, OP, rows, v, max_chunk)? {
             let p = Params { rows: cr as u32, row0: (r0 + c0) as u32, ..self.params() };
@@ -241,6 +265,21 @@ impl RowSlices {
             )?;
             d.scratch.push(self.row_loss.clone());
             ds.push(d);
+            if let Some((k, ranks)) = &rank {
+                let mut d = k.dispatch(
+                    gpu,
+                    Some(bytemuck::bytes_of(&p)),
+                    &[
+                        ("logits", logits.sub(c0 * v, cr * v)),
+                        ("targets", targets.sub(0, n)),
+                        ("lse", lse.sub(0, n)),
+                        ("row_stats", ranks.view()),
+                    ],
+                    grid_1d(cr as u64, rpw as u32, maxdim),
+                )?;
+                d.scratch.push((*ranks).clone());
+                ds.push(d);
+            }
         }
         Ok(ds)
     }

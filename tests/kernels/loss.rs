@@ -2,7 +2,9 @@
 //! ignored targets, vocabularies 1, 65, 67, 1000 and 50304, logits of ±1e4, all rows ignored,
 //! more than 4096 rows (two-pass mean) and more than 65535 workgroups, row chunking, slices of
 //! rows (the chunked LM head: the whole batch's bits),
-//! determinism, and the CPU backward against finite differences of the CPU forward.
+//! determinism, and the CPU backward against finite differences of the CPU forward; each row's
+//! scores for `ddl eval` (the target's rank, the likeliest token, its log p, the entropy) against
+//! float64 with ties, row widths, slices and chunks.
 
 use super::common::*;
 use ddl::gpu::{Tensor, View};
@@ -318,6 +320,107 @@ fn slices_of_rows_give_the_same_bits_as_the_whole_batch() {
     let io = io(t.view(), ty.view(), lse.view(), out.view());
     let e = slices_of.backward_rows(&gpu, io, t.view(), 0..0, 1.0).unwrap_err();
     assert!(e.to_string().contains("outside"), "{e}");
+}
+
+/// float64 scores of a row as `RowSlices::with_ranks` gives them: (rank of the target: 1 + how
+/// many logits exceed its own, 0 when ignored; the likeliest token, the first among ties; its
+/// log p; the entropy in nats).
+fn scores_f64(x: &[f32], y: &[i32], v: usize) -> Vec<(f32, f32, f64, f64)> {
+    (0..y.len())
+        .map(|r| {
+            let row = &x[r * v..(r + 1) * v];
+            let m = row.iter().fold(f64::NEG_INFINITY, |m, &a| m.max(a as f64));
+            let lse = m + row.iter().map(|&a| (a as f64 - m).exp()).sum::<f64>().ln();
+            let rank = match y[r] {
+                t if t >= 0 && (t as usize) < v => 1 + row.iter().filter(|&&a| a > row[t as usize]).count(),
+                _ => 0,
+            };
+            let top = (0..v).fold(0, |b, c| if row[c] > row[b] { c } else { b });
+            let h: f64 = row.iter().map(|&a| (a as f64 - lse).exp() * (lse - a as f64)).sum();
+            (rank as f32, top as f32, row[top] as f64 - lse, h)
+        })
+        .collect()
+}
+
+#[test]
+fn row_scores_match_float64_with_ties_row_widths_slices_and_chunks() {
+    // What `ddl eval` reads per token: ranks and likeliest tokens exactly (rows of small integer
+    // logits tie often, within and across the invocations of a row; a row whose maximum repeats;
+    // a renormalised row of +100), the log p and entropy to 1e-5 of float64; ignored targets
+    // rank 0; the outputs poisoned first; the forward's own results unchanged by the scoring.
+    let gpu = gpu();
+    let mut rng = Rng::fresh();
+    for (n, v, slice, max_chunk) in [
+        (9, 1, 9, usize::MAX),
+        (300, 65, 300, usize::MAX),
+        (131, 67, 17, usize::MAX),
+        (37, 1000, 37, usize::MAX),
+        (5, 50304, 3, 2 * 50304),
+    ] {
+        let mut x = rng.normal(n * v, 2.0);
+        for r in (0..n).filter(|r| r % 3 == 1) {
+            x[r * v..(r + 1) * v].iter_mut().for_each(|e| *e = e.round().clamp(-2.0, 2.0));
+        }
+        if n > 2 && v > 3 {
+            x[2 * v..3 * v].iter_mut().for_each(|e| *e += 100.0);
+            let top = x[..v].iter().cloned().fold(f32::MIN, f32::max) + 1.0;
+            (x[0], x[v - 1], x[v / 2]) = (top - 1.0, top, top);
+        }
+        let y = targets(&mut rng, n, v);
+        let want = scores_f64(&x, &y, v);
+        let team = (1usize << (usize::BITS - 1 - v.leading_zeros())).min(256);
+        for tpr in [None, Some(1), Some(team)] {
+            let name = format!("scores n={n} V={v} slices of {slice} tpr={tpr:?} (seed {})", rng.seed);
+            with_forms(
+                &gpu,
+                |f| f.ce_threads_per_row = tpr,
+                |gpu| {
+                    let ty = Tensor::from_i32(gpu, "targets", &[n], &y).unwrap();
+                    let lse = poisoned(gpu, "lse", &[n]);
+                    let ce = loss::RowSlices::with_ranks(gpu, &ce(n, v, 0.0)).unwrap();
+                    ddl::kernels::poison(gpu, ce.ranks().unwrap()).unwrap();
+                    let mut ds = Vec::new();
+                    let mut keep = Vec::new();
+                    for r0 in (0..n).step_by(slice) {
+                        let rows = slice.min(n - r0);
+                        let t = upload(gpu, "slice", &x[r0 * v..(r0 + rows) * v]);
+                        let range = r0..r0 + rows;
+                        ds.extend(
+                            ce.forward_rows_chunked(gpu, t.view(), ty.view(), lse.view(), range, max_chunk).unwrap(),
+                        );
+                        keep.push(t);
+                    }
+                    run(gpu, &ds);
+                    let got = read(gpu, ce.ranks().unwrap());
+                    for (r, w) in want.iter().enumerate() {
+                        let g = &got[4 * r..4 * r + 4];
+                        assert_eq!((g[0], g[1]), (w.0, w.1), "{name}: row {r}'s rank and likeliest token");
+                    }
+                    let logp: Vec<f32> = (0..n).map(|r| got[4 * r + 2]).collect();
+                    let h: Vec<f32> = (0..n).map(|r| got[4 * r + 3]).collect();
+                    assert_close(
+                        &format!("{name} log p"),
+                        &logp,
+                        &want.iter().map(|w| w.2).collect::<Vec<_>>(),
+                        1e-5,
+                        rng.seed,
+                    );
+                    assert_close(
+                        &format!("{name} entropy"),
+                        &h,
+                        &want.iter().map(|w| w.3).collect::<Vec<_>>(),
+                        1e-5,
+                        rng.seed,
+                    );
+                    // (The losses beside them are the unscored forward's.)
+                    let (lse_want, ..) = forward_ref(&x, &y, v, 0.0);
+                    assert_close(&format!("{name} lse"), &read(gpu, &lse), &lse_want, 1e-5, rng.seed);
+                },
+            );
+        }
+    }
+    // Without with_ranks there are none.
+    assert!(loss::RowSlices::new(&gpu, &ce(3, 5, 0.0)).unwrap().ranks().is_none());
 }
 
 #[test]
