@@ -707,6 +707,10 @@ pub(crate) struct EvalArgs {
     /// With --ablate: a forest plot of the differences per sublayer (a .png file).
     #[arg(long, value_name = "FILE", requires = "ablate")]
     pub(crate) plot: Option<std::path::PathBuf>,
+    /// A reliability diagram of the model's predictions (a .png file): per bin of the likeliest
+    /// token's probability, how often that token came, against the bin's mean probability.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) calibration_plot: Option<std::path::PathBuf>,
     /// Write every evaluated token's loss to FILE, tab-separated with a header: index (the token's
     /// place among the evaluated tokens), token (its id), text (\t, \n, \r, \\ escaped), loss
     /// (nats), with --betas each sublayer's β (beta_block0.attn, …), and with --intervene
@@ -759,7 +763,7 @@ impl EvalArgs {
                 ablate.push(part);
             }
         }
-        let (plot, per_token) = (self.plot, self.per_token);
+        let (plot, per_token, calibration_plot) = (self.plot, self.per_token, self.calibration_plot);
         Ok(EvalRequest {
             source,
             split,
@@ -773,6 +777,7 @@ impl EvalArgs {
             ablate,
             plot,
             per_token,
+            calibration_plot,
         })
     }
 }

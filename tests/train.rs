@@ -1029,6 +1029,73 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     bad(&["--against", dir.join("no-run").to_str().unwrap()], &["--against", "no-run", "does not exist"]);
 }
 
+/// `--per-token`'s own columns, before β and other runs' losses.
+const OWN: [&str; 9] = ["index", "token", "text", "loss", "rank", "top", "top_text", "top_logprob", "entropy"];
+
+/// `--per-token`'s scores of each token (rows of [`OWN`] of the checkpoint `run` over `text` in
+/// windows of 16) against the same windows through the decode program, teacher-forced: the
+/// loss, the rank (where no other logit is within 1e-4 of the target's), the likeliest token, its
+/// log p and the entropy; and the evaluation's accuracy, entropy and calibration (`r`) against
+/// the table's columns.
+fn check_scores(run: &Path, text: &str, rows: &[Vec<String>], r: &serde_json::Value) {
+    let gpu = ddl::testing::gpu();
+    let (model, tok) = ddl::generate::load_for_inference(&gpu, run).unwrap();
+    let ids = tok.encode(text).unwrap();
+    let v = model.cfg.vocab_size;
+    let num = |row: &[String], c: usize| row[c].parse::<f64>().unwrap();
+    let mut near_ties = 0;
+    for w in 0..rows.len() / 16 {
+        let window = &ids[w * 16..w * 16 + 16];
+        let mut cache = model.decode_cache().unwrap();
+        let mut p = model.decode_program(&cache, 16).unwrap();
+        let logits = p.forward(&model, window, &mut cache).unwrap();
+        for j in 0..16 {
+            let (row, target) = (&rows[w * 16 + j], ids[w * 16 + j + 1]);
+            let l = &logits[j * v..(j + 1) * v];
+            let s = ddl::generate::score_token(l, target, 1, &tok);
+            let lse = l[s.top[0].id as usize] as f64 - s.top[0].logprob;
+            let h: f64 = l.iter().map(|&x| (x as f64 - lse).exp() * (lse - x as f64)).sum();
+            let at = format!("window {w} row {j}: {row:?}");
+            assert_eq!(num(row, 1) as u32, target, "{at}");
+            assert!((num(row, 3) + s.logprob).abs() < 1e-4, "{at}: loss vs log p {}", s.logprob);
+            assert!((num(row, 7) - s.top[0].logprob).abs() < 1e-4, "{at}: top log p {}", s.top[0].logprob);
+            assert!((num(row, 8) - h).abs() < 1e-4, "{at}: entropy {h}");
+            if l.iter().enumerate().any(|(c, &x)| c != target as usize && (x - l[target as usize]).abs() < 1e-4) {
+                near_ties += 1;
+            } else {
+                assert_eq!(num(row, 4) as usize, s.rank, "{at}: rank");
+                assert_eq!(num(row, 5) as u32, s.top[0].id, "{at}: likeliest token");
+            }
+            assert_eq!(row[4] == "1", row[5] == row[1], "{at}: rank 1 is the likeliest token");
+        }
+    }
+    assert!(near_ties < rows.len() / 4, "{near_ties} rows of near ties");
+    let share = |pred: &dyn Fn(&[String]) -> bool| rows.iter().filter(|r| pred(r)).count() as f64 / rows.len() as f64;
+    let f = |k: &str| r[k].as_f64().unwrap();
+    assert!((f("accuracy") - share(&|r| r[4] == "1")).abs() < 1e-12, "{r}");
+    assert!((f("top5_accuracy") - share(&|r| num(r, 4) <= 5.0)).abs() < 1e-12, "{r}");
+    assert!(f("top5_accuracy") >= f("accuracy") && f("top5_accuracy") > 0.0, "{r}");
+    let mean_h = rows.iter().map(|r| num(r, 8)).sum::<f64>() / rows.len() as f64;
+    assert!((f("entropy") - mean_h).abs() < 1e-5, "{r}");
+    // The calibration bins from the table's likeliest p (to 6 decimals: a p at a bin's edge may
+    // fall either side, within the tolerance).
+    let bins = r["calibration"].as_array().unwrap();
+    assert_eq!(bins.len(), 10);
+    assert_eq!(bins.iter().map(|b| b["tokens"].as_u64().unwrap()).sum::<u64>(), rows.len() as u64);
+    let mut ece = 0.0;
+    for (i, b) in bins.iter().enumerate() {
+        let inside: Vec<&Vec<String>> =
+            rows.iter().filter(|r| ((num(r, 7).exp() * 10.0) as usize).min(9) == i).collect();
+        let (hits, conf) =
+            (inside.iter().filter(|r| r[4] == "1").count() as f64, inside.iter().map(|r| num(r, 7).exp()).sum::<f64>());
+        ece += (hits - conf).abs() / rows.len() as f64;
+        if b["tokens"].as_u64().unwrap() == 0 {
+            assert!(b["confidence"].is_null() && b["accuracy"].is_null(), "{b}");
+        }
+    }
+    assert!((f("calibration_error") - ece).abs() < 1e-3, "{ece} vs {r}");
+}
+
 /// `ddl eval --per-token FILE`: every evaluated token's loss, in order, beside the model's under
 /// interventions, the other checkpoint's or each ablation's; the columns' means are the losses
 /// the evaluation reports, each row's text is the token it predicts, a sliced head writes the
@@ -1078,7 +1145,7 @@ fn eval_writes_every_tokens_loss_with_its_text() {
     let r = eval("t.tsv", &["--intervene", "block0.mlp:write=0"]);
     assert_eq!(r["per_token"], dir.join("t.tsv").to_str().unwrap());
     let (head, rows) = table("t.tsv");
-    assert_eq!(head, ["index", "token", "text", "loss", "loss_intervened"]);
+    assert_eq!(head, [&OWN[..], &["loss_intervened"]].concat());
     assert_eq!(rows.len() as u64, r["tokens"].as_u64().unwrap());
     assert_eq!(rows.len(), 3 * 16, "every token of the whole windows");
     // Row i predicts token i + 1 of the text: its text is that character.
@@ -1087,8 +1154,9 @@ fn eval_writes_every_tokens_loss_with_its_text() {
         assert_eq!((row[0].parse::<usize>().unwrap(), &row[2]), (i + 1, &chars[i + 1]), "row {i}");
     }
     assert!((mean(&rows, 3) - f(&r["loss"])).abs() < 1e-5, "{} vs {r}", mean(&rows, 3));
-    assert!((mean(&rows, 4) - f(&r["intervened"]["loss"])).abs() < 1e-5, "{} vs {r}", mean(&rows, 4));
-    assert!(rows.iter().any(|row| row[3] != row[4]), "the intervention changes some token's loss");
+    assert!((mean(&rows, 9) - f(&r["intervened"]["loss"])).abs() < 1e-5, "{} vs {r}", mean(&rows, 9));
+    assert!(rows.iter().any(|row| row[3] != row[9]), "the intervention changes some token's loss");
+    check_scores(&out, &text, &rows, &r);
     // The LM head in slices of 5 rows: the same bits.
     eval("sliced.tsv", &["--intervene", "block0.mlp:write=0", "--head-chunk", "5"]);
     assert_eq!(std::fs::read(dir.join("sliced.tsv")).unwrap(), std::fs::read(dir.join("t.tsv")).unwrap());
@@ -1096,23 +1164,23 @@ fn eval_writes_every_tokens_loss_with_its_text() {
     let bt = eval("beta.tsv", &["--betas", "--intervene", "block0.mlp:write=0"]);
     let (head, rows) = table("beta.tsv");
     let want = ["beta_block0.attn", "beta_block0.mlp", "beta_block1.attn", "beta_block1.mlp", "loss_intervened"];
-    assert_eq!(head[4..], want);
+    assert_eq!(head[9..], want);
     for k in 0..4 {
-        assert!((mean(&rows, 4 + k) - f(&bt["betas"][k]["mean"])).abs() < 1e-5, "{k}: {bt}");
+        assert!((mean(&rows, 9 + k) - f(&bt["betas"][k]["mean"])).abs() < 1e-5, "{k}: {bt}");
     }
     assert_eq!(
-        rows.iter().map(|r| r[8].clone()).collect::<Vec<_>>(),
-        table("t.tsv").1.iter().map(|r| r[4].clone()).collect::<Vec<_>>()
+        rows.iter().map(|r| r[13].clone()).collect::<Vec<_>>(),
+        table("t.tsv").1.iter().map(|r| r[9].clone()).collect::<Vec<_>>()
     );
     // Another checkpoint on the same tokens; each ablation's column.
     let a = eval("a.tsv", &["--against", other.to_str().unwrap()]);
     let (head, rows) = table("a.tsv");
-    assert_eq!(head[4], "loss_against");
-    assert!((mean(&rows, 4) - f(&a["against"]["loss"])).abs() < 1e-5, "{a}");
+    assert_eq!(head[9], "loss_against");
+    assert!((mean(&rows, 9) - f(&a["against"]["loss"])).abs() < 1e-5, "{a}");
     let b = eval("b.tsv", &["--ablate", "write,erase"]);
     let (head, rows) = table("b.tsv");
     assert_eq!(
-        head[4..],
+        head[9..],
         [
             "loss_block0.attn:write=0",
             "loss_block0.attn:erase=0",
@@ -1125,7 +1193,7 @@ fn eval_writes_every_tokens_loss_with_its_text() {
         ]
     );
     for (k, row) in b["ablations"].as_array().unwrap().iter().enumerate() {
-        assert!((mean(&rows, 4 + k) - f(&row["loss"])).abs() < 1e-5, "{row}");
+        assert!((mean(&rows, 9 + k) - f(&row["loss"])).abs() < 1e-5, "{row}");
     }
     // The line for people names the file.
     let o = ddl_cmd(&dir)
@@ -1141,12 +1209,43 @@ fn eval_writes_every_tokens_loss_with_its_text() {
         .output()
         .unwrap();
     let line = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(line.contains("each token's loss: ") && line.contains("p.tsv (48 rows, tab-separated)"), "{line}");
+    assert!(
+        line.contains("each token's loss, rank and the model's likeliest token: ")
+            && line.contains("p.tsv (48 rows, tab-separated)"),
+        "{line}"
+    );
+    assert!(line.contains("the likeliest token came ") && line.contains("calibration error "), "{line}");
+    // --calibration-plot: a reliability diagram named in the line and the JSON; it replaces only
+    // an earlier one; a name that is not a .png or a file of someone else's is refused first.
+    let png = dir.join("cal.png");
+    let cal = |args: &[&str]| {
+        ddl_cmd(&dir)
+            .args(["eval", "--text", txt.to_str().unwrap(), "--checkpoint", out.to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for _ in 0..2 {
+        let o = cal(&["--json", "--calibration-plot", png.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(r["calibration_plot"], png.to_str().unwrap());
+        let title = ddl::train::plot::plot_title(&png).unwrap();
+        assert!(title.starts_with("calibration of 'run' (step 2) on some.txt: error "), "{title}");
+    }
+    std::fs::write(dir.join("mine.png"), b"a picture").unwrap();
+    for (file, want) in [("cal.txt", "ending in .png"), ("mine.png", "is not a plot")] {
+        let o = cal(&["--calibration-plot", dir.join(file).to_str().unwrap()]);
+        let e = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!o.status.success() && e.contains("--calibration-plot") && e.contains(want), "{e}");
+        assert!(o.stdout.is_empty(), "{e}");
+    }
+    assert_eq!(std::fs::read(dir.join("mine.png")).unwrap(), b"a picture");
     // An earlier table is replaced; anything else is refused first (nothing evaluated, nothing
     // left behind): a missing folder, a folder, a file that is not such a table (the text
     // itself), a place inside the run's kept checkpoints.
     eval("t.tsv", &[]);
-    assert_eq!(table("t.tsv").0, ["index", "token", "text", "loss"]);
+    assert_eq!(table("t.tsv").0, OWN);
     std::fs::create_dir_all(out.join("checkpoints")).unwrap();
     let cases = [
         ("no/such/x.tsv", "does not exist"),

@@ -62,6 +62,8 @@ pub struct Program {
     stats_rb: Readback,
     /// Each token's loss `[B·T]` of the last forward (programs with a loss head).
     row_loss: Option<Tensor>,
+    /// [`Model::loss_program_ranked`]: each token's scores `[B·T, 4]` of the last forward.
+    row_ranks: Option<Tensor>,
     /// The inputs and statistics of an accumulated step's micro-batches (made on first use).
     micro: std::sync::Mutex<Option<MicroInputs>>,
 }
@@ -89,13 +91,22 @@ impl Model {
     /// [`Model::program`] with an explicit objective (the gradient scale is 1/k when k
     /// micro-batches accumulate into one step).
     pub fn program_with(&self, b: usize, t: usize, opt: &AdamWConfig, obj: Objective) -> Result<Program> {
-        Program::new(self, b, t, Some(opt), obj, Purpose::Train, None)
+        Program::new(self, b, t, Some(opt), obj, Purpose::Train, None, false)
     }
 
     /// A forward-only program (evaluation, β statistics): no gradient scratch, no optimizer,
     /// no label smoothing.
     pub fn forward_program(&self, b: usize, t: usize) -> Result<Program> {
-        Program::new(self, b, t, None, Objective { label_smoothing: 0.0, loss_scale: 1.0 }, Purpose::Forward, None)
+        Program::new(
+            self,
+            b,
+            t,
+            None,
+            Objective { label_smoothing: 0.0, loss_scale: 1.0 },
+            Purpose::Forward,
+            None,
+            false,
+        )
     }
 
     /// [`Model::forward_program`] for the loss alone (`ddl eval`): the LM head in slices of
@@ -116,6 +127,30 @@ impl Model {
         head_chunk: usize,
         maps: Option<&[crate::kernels::delta::BetaMap]>,
     ) -> Result<Program> {
+        self.loss_program_scoring(b, t, head_chunk, maps, false)
+    }
+
+    /// [`Model::loss_program_with`] whose head also scores every token: its rank among the
+    /// logits, the likeliest token, that token's log p and the entropy ([`Program::row_ranks`];
+    /// one more pass over the logits; `ddl eval`'s accuracy and calibration).
+    pub fn loss_program_ranked(
+        &self,
+        b: usize,
+        t: usize,
+        head_chunk: usize,
+        maps: Option<&[crate::kernels::delta::BetaMap]>,
+    ) -> Result<Program> {
+        self.loss_program_scoring(b, t, head_chunk, maps, true)
+    }
+
+    fn loss_program_scoring(
+        &self,
+        b: usize,
+        t: usize,
+        head_chunk: usize,
+        maps: Option<&[crate::kernels::delta::BetaMap]>,
+        ranks: bool,
+    ) -> Result<Program> {
         let obj = Objective { label_smoothing: 0.0, loss_scale: 1.0 };
         if let Some(m) = maps
             && m.len() != 2 * self.cfg.n_layers
@@ -126,14 +161,14 @@ impl Model {
                 2 * self.cfg.n_layers
             )));
         }
-        Program::new(self, b, t, None, obj, Purpose::Loss(head_chunk), maps)
+        Program::new(self, b, t, None, obj, Purpose::Loss(head_chunk), maps, ranks)
     }
 
     /// A forward-only program (no label smoothing) over the activations of `train`: it allocates
     /// nothing, so evaluation during training needs no second set of activations. Its runs
     /// overwrite `train`'s activations (a training step recomputes them from its batch).
     pub fn forward_program_sharing(&self, train: &Program) -> Result<Program> {
-        Program::build(self, train.acts.clone(), None, Objective { label_smoothing: 0.0, loss_scale: 1.0 }, None)
+        Program::build(self, train.acts.clone(), None, Objective { label_smoothing: 0.0, loss_scale: 1.0 }, None, false)
     }
 
     /// Updates the per-step optimizer values (learning rate, step number).
@@ -165,6 +200,7 @@ impl Model {
 }
 
 impl Program {
+    #[allow(clippy::too_many_arguments)]
     fn new(
         model: &Model,
         b: usize,
@@ -173,6 +209,7 @@ impl Program {
         obj: Objective,
         purpose: Purpose,
         maps: Option<&[crate::kernels::delta::BetaMap]>,
+        ranks: bool,
     ) -> Result<Program> {
         let c = &model.cfg;
         if t > c.max_seq_len {
@@ -188,7 +225,7 @@ impl Program {
             model.gpu.shared_scratch(matmul::K_PIECES_SCRATCH, kp)?;
         }
         let acts = Acts::new(model, b, t, purpose)?;
-        Program::build(model, acts, opt, obj, maps)
+        Program::build(model, acts, opt, obj, maps, ranks)
     }
 
     /// Records the program's ops over `acts`.
@@ -198,15 +235,18 @@ impl Program {
         opt: Option<&AdamWConfig>,
         obj: Objective,
         maps: Option<&[crate::kernels::delta::BetaMap]>,
+        ranks: bool,
     ) -> Result<Program> {
         // (The backward assumes the model's own writes: maps only in forward-only programs.)
         debug_assert!(maps.is_none() || opt.is_none());
         let mut r = Rec::new(model, &acts, obj, None);
         r.beta_maps = maps;
+        r.ranks = ranks;
         r.grad_head = opt.is_some() && acts.head_chunked();
         let head_at = layers::forward(&mut r)?;
         let head = head_at..r.ops.len();
         let row_loss = r.head_ce.as_ref().map(|ce| ce.row_loss().clone());
+        let row_ranks = r.head_ce.as_ref().and_then(|ce| ce.ranks().cloned());
         r.ops.extend(beta_sums(model, &acts)?);
         let forward = std::mem::take(&mut r.ops);
         let eval_head = if r.grad_head {
@@ -257,6 +297,7 @@ impl Program {
             obj,
             stats_rb,
             row_loss,
+            row_ranks,
             micro: std::sync::Mutex::new(None),
         })
     }
@@ -305,6 +346,14 @@ impl Program {
     /// t + 1. `None` for a program without a loss head.
     pub fn row_losses(&self) -> Option<&Tensor> {
         self.row_loss.as_ref()
+    }
+
+    /// Each token's scores as the last forward of a [`Model::loss_program_ranked`] wrote them:
+    /// `[B·T, 4]`, per row (the target's rank among the logits — 1 + how many are larger, 0 where
+    /// the target is ignored —, the likeliest token, its log p, the entropy in nats), row b·T + t
+    /// for window b's token t + 1. `None` for other programs.
+    pub fn row_ranks(&self) -> Option<&Tensor> {
+        self.row_ranks.as_ref()
     }
 
     /// The activations and saves of the last run (β traces, golden comparisons).

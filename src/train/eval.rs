@@ -63,6 +63,8 @@ pub struct EvalRequest {
     /// Each evaluated token's loss into this file (`--per-token`, tab-separated): the model as
     /// evaluated, and beside it under the interventions, the other checkpoint or each ablation.
     pub per_token: Option<PathBuf>,
+    /// A reliability diagram of the model's predictions (a .png file; [`EvalResult::calibration`]).
+    pub calibration_plot: Option<PathBuf>,
 }
 
 /// What `--ablate` removes from each sublayer's write in turn.
@@ -177,6 +179,103 @@ pub struct EvalResult {
     /// With `--per-token`: the file each token's loss was written to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per_token: Option<String>,
+    /// Share of the predicted tokens that were the model's likeliest (top-1 accuracy).
+    pub accuracy: f64,
+    /// Share of the predicted tokens among the model's five likeliest.
+    pub top5_accuracy: f64,
+    /// Mean entropy of the model's predictions, in nats (a calibrated model's equals its loss on
+    /// average).
+    pub entropy: f64,
+    /// Expected calibration error of the likeliest token's probability: Σ over
+    /// [`EvalResult::calibration`]'s bins of (tokens / all) · |accuracy − mean probability|.
+    pub calibration_error: f64,
+    /// The likeliest token's probability in ten bins of width 0.1: per bin its tokens, their
+    /// mean probability and how often the likeliest token was the one that came.
+    pub calibration: Vec<CalibrationBin>,
+    /// With `--calibration-plot`: the file the reliability diagram was written to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibration_plot: Option<String>,
+}
+
+/// One bin of [`EvalResult::calibration`]: the tokens whose likeliest prediction had a
+/// probability in [from, to) (the last bin includes 1).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CalibrationBin {
+    pub from: f64,
+    pub to: f64,
+    pub tokens: u64,
+    /// Mean probability of the likeliest token (None: an empty bin).
+    pub confidence: Option<f64>,
+    /// Share of the bin's tokens whose likeliest prediction came (None: an empty bin).
+    pub accuracy: Option<f64>,
+}
+
+/// Bins of [`EvalResult::calibration`].
+const CALIBRATION_BINS: usize = 10;
+
+/// Every predicted token's scores ([`Program::row_ranks`]), tallied batch by batch: top-1 and
+/// top-5 hits, the entropy's sum, the calibration bins; with `keep`, every row's scores in order.
+#[derive(Debug, Clone, Default)]
+struct ScoreTally {
+    tokens: u64,
+    top1: u64,
+    top5: u64,
+    entropy: f64,
+    /// Per bin: tokens, Σ probability of the likeliest token, tokens whose likeliest came.
+    bins: [(u64, f64, u64); CALIBRATION_BINS],
+    keep: bool,
+    rows: Vec<[f32; 4]>,
+}
+
+impl ScoreTally {
+    /// Adds rows of (rank, likeliest token, its log p, entropy); rows of rank 0 (ignored targets)
+    /// count in nothing.
+    fn add(&mut self, rows: &[f32]) {
+        for r in rows.chunks_exact(4) {
+            if self.keep {
+                self.rows.push([r[0], r[1], r[2], r[3]]);
+            }
+            let rank = r[0];
+            if rank < 1.0 {
+                continue;
+            }
+            self.tokens += 1;
+            self.top1 += (rank == 1.0) as u64;
+            self.top5 += (rank <= 5.0) as u64;
+            self.entropy += r[3] as f64;
+            let p = (r[2] as f64).exp().clamp(0.0, 1.0);
+            let bin = &mut self.bins[((p * CALIBRATION_BINS as f64) as usize).min(CALIBRATION_BINS - 1)];
+            bin.0 += 1;
+            bin.1 += p;
+            bin.2 += (rank == 1.0) as u64;
+        }
+    }
+
+    fn share(&self, n: u64) -> f64 {
+        if self.tokens == 0 { 0.0 } else { n as f64 / self.tokens as f64 }
+    }
+
+    fn calibration(&self) -> Vec<CalibrationBin> {
+        let edge = |i: usize| i as f64 / CALIBRATION_BINS as f64;
+        self.bins
+            .iter()
+            .enumerate()
+            .map(|(i, &(n, conf, hit))| CalibrationBin {
+                from: edge(i),
+                to: edge(i + 1),
+                tokens: n,
+                confidence: (n > 0).then(|| conf / n as f64),
+                accuracy: (n > 0).then(|| hit as f64 / n as f64),
+            })
+            .collect()
+    }
+
+    fn calibration_error(&self) -> f64 {
+        if self.tokens == 0 {
+            return 0.0;
+        }
+        self.bins.iter().map(|&(_, conf, hit)| (hit as f64 - conf).abs()).sum::<f64>() / self.tokens as f64
+    }
 }
 
 /// A second evaluation on the same windows, and its paired difference from the first.
@@ -318,6 +417,9 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     }
     if let Some(path) = &req.per_token {
         check_per_token_path(path)?;
+    }
+    if let Some(path) = &req.calibration_plot {
+        check_calibration_plot_path(path)?;
     }
     let rows = req.per_token.is_some();
     let ck = super::checkpoint::load_to_device(dir, gpu.clone(), false)
@@ -592,7 +694,10 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     } else {
         String::new()
     };
-    let (e, losses, mut tally, own_rows) = run_model(&model, &ds, &t, span, windows, req.betas, rows, &label, None)?;
+    let (e, losses, mut tally, own_rows, scores) =
+        run_model(&model, &ds, &t, span, windows, req.betas, rows, true, &label, None)?;
+    let mut scores = scores.expect("the model's own run scores its tokens");
+    let token_scores = std::mem::take(&mut scores.rows);
     // With --per-token: each run's token losses beside the model's own (column name, losses).
     let mut columns: Vec<(String, Vec<f32>)> = Vec::new();
     // (With --betas: each token's β per sublayer, after its loss.)
@@ -644,7 +749,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     let intervened = match (&req.intervene, &intervened_maps) {
         (Some(iv), Some(maps)) => {
             let label = format!("{} ", iv.describe());
-            let mut run = run_model(&model, &ds, &t, span, windows, false, rows, &label, Some(maps))?;
+            let mut run = run_model(&model, &ds, &t, span, windows, false, rows, false, &label, Some(maps))?;
             columns.push(("intervened".into(), std::mem::take(&mut run.3)));
             Some(Intervened {
                 interventions: iv.describe(),
@@ -667,7 +772,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                     .and_then(|iv| iv.maps(&model.cfg))
                     .map_err(|e| TrainError::Settings(e.to_string()))?;
                 let label = format!("{spec} ({}/{all}) ", ablations.len() + 1);
-                let mut run = run_model(&model, &ds, &t, span, windows, false, rows, &label, Some(&maps))?;
+                let mut run = run_model(&model, &ds, &t, span, windows, false, rows, false, &label, Some(&maps))?;
                 columns.push((spec.clone(), std::mem::take(&mut run.3)));
                 ablations.push(Ablation {
                     sublayer: sublayer.clone(),
@@ -706,7 +811,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                 )));
             }
             let label = format!("{} ", other.display());
-            let mut run = run_model(&ck.model, &ds, &t, span, windows, false, rows, &label, None)?;
+            let mut run = run_model(&ck.model, &ds, &t, span, windows, false, rows, false, &label, None)?;
             columns.push(("against".into(), std::mem::take(&mut run.3)));
             // Paired by batch: the same windows through both models.
             Some(Against { checkpoint: other.display().to_string(), step: ck.step, vs: versus(&run, false) })
@@ -716,11 +821,27 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         Some(path) => {
             // Window w's row j predicts token w·T + j + 1 of the evaluated tokens.
             let ids: Vec<u32> = (1..=own_rows.len()).map(|i| ds.val.get(i)).collect();
-            write_per_token(path, &tok, &ids, &own_rows, &beta_columns, &columns)?;
+            write_per_token(path, &tok, &ids, &own_rows, &token_scores, &beta_columns, &columns)?;
             Some(path.display().to_string())
         }
         None => None,
     };
+    let calibration = scores.calibration();
+    let calibration_error = scores.calibration_error();
+    if let Some(path) = &req.calibration_plot {
+        let title = format!(
+            "{CALIBRATION_PLOT_TITLE} '{}' (step {ck_step}) on {}: error {calibration_error:.4}",
+            dir.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+            // (A text or shards by their file name: a title stays short.)
+            match source.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')) {
+                Some(p) => Path::new(p).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or(source.clone()),
+                None => source.clone(),
+            },
+        );
+        let x = format!("p of the likeliest token ({} tokens in 10 bins)", scores.tokens);
+        super::plot::reliability_plot(path, &title, &x, &calibration)
+            .map_err(|e| TrainError::Settings(format!("--calibration-plot '{}': {e}", path.display())))?;
+    }
     Ok(EvalResult {
         step: ck_step,
         source,
@@ -741,6 +862,12 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         ablate: req.ablate.clone(),
         ablations,
         per_token,
+        accuracy: scores.share(scores.top1),
+        top5_accuracy: scores.share(scores.top5),
+        entropy: if scores.tokens > 0 { scores.entropy / scores.tokens as f64 } else { 0.0 },
+        calibration_error,
+        calibration,
+        calibration_plot: req.calibration_plot.as_ref().map(|p| p.display().to_string()),
     })
 }
 
@@ -801,21 +928,24 @@ pub fn tsv_field(text: &str) -> String {
 
 /// Writes `--per-token`'s table: a header, then per evaluated token its index among the
 /// evaluated tokens (`index`: row i is token i + 1, the first being only read), id (`token`), text (`text`, escaped: [`tsv_field`]; a byte-level
-/// token that is part of a character shows U+FFFD), the model's loss in nats (`loss`), its β per
-/// sublayer (`betas`: `beta_NAME`), and each other run's loss (`columns`: `loss_NAME`, the
-/// interventions, the other checkpoint, each ablation).
+/// token that is part of a character shows U+FFFD), the model's loss in nats (`loss`), its rank
+/// among the model's predictions (`rank`: 1 = the likeliest), the likeliest token (`top`,
+/// `top_text`) and its log p (`top_logprob`), the entropy of the prediction (`entropy`, nats:
+/// `scores`), its β per sublayer (`betas`: `beta_NAME`), and each other run's loss (`columns`:
+/// `loss_NAME`, the interventions, the other checkpoint, each ablation).
 fn write_per_token(
     path: &Path,
     tok: &crate::tokenizer::Tokenizer,
     ids: &[u32],
     loss: &[f32],
+    scores: &[[f32; 4]],
     betas: &[(String, Vec<f32>)],
     columns: &[(String, Vec<f32>)],
 ) -> Result<(), TrainError> {
     use std::fmt::Write as _;
     let texts: Vec<String> =
         (0..tok.vocab_size() as u32).map(|id| tsv_field(&tok.decode(&[id]).unwrap_or_default())).collect();
-    let mut out = String::from("index\ttoken\ttext\tloss");
+    let mut out = String::from("index\ttoken\ttext\tloss\trank\ttop\ttop_text\ttop_logprob\tentropy");
     for (name, _) in betas {
         out.push_str("\tbeta_");
         out.push_str(name);
@@ -828,6 +958,10 @@ fn write_per_token(
     for (i, &id) in ids.iter().enumerate() {
         let text = texts.get(id as usize).map(String::as_str).unwrap_or("");
         let _ = write!(out, "{}\t{id}\t{text}\t{:.6}", i + 1, loss[i]);
+        let [rank, top, top_logprob, entropy] = scores[i];
+        let top = top as u32;
+        let top_text = texts.get(top as usize).map(String::as_str).unwrap_or("");
+        let _ = write!(out, "\t{}\t{top}\t{top_text}\t{top_logprob:.6}\t{entropy:.6}", rank as u32);
         for (_, b) in betas {
             let _ = write!(out, "\t{:.6}", b[i]);
         }
@@ -845,6 +979,20 @@ const ABLATION_PLOT_TITLE: &str = "loss change per sublayer";
 
 /// `--plot`'s file: a `.png` in a folder that exists, not a folder itself, absent or an earlier
 /// `--plot` (checked before any evaluation; the plot is written whole or not at all).
+/// How `--calibration-plot`'s titles begin: an existing file is replaced only when it is such a plot.
+const CALIBRATION_PLOT_TITLE: &str = "calibration of";
+
+/// `--calibration-plot`'s file, checked as `--plot`'s before any evaluation.
+fn check_calibration_plot_path(path: &Path) -> Result<(), TrainError> {
+    super::plot::check_png_out(
+        "--calibration-plot",
+        path,
+        |t| t.starts_with(CALIBRATION_PLOT_TITLE),
+        "`ddl eval --calibration-plot`",
+    )
+    .map_err(TrainError::Settings)
+}
+
 fn check_plot_path(path: &Path) -> Result<(), TrainError> {
     super::plot::check_png_out("--plot", path, |t| t.starts_with(ABLATION_PLOT_TITLE), "`ddl eval --plot`")
         .map_err(TrainError::Settings)
@@ -887,7 +1035,7 @@ fn plot_ablations(path: &Path, parts: &[Ablate], rows: &[Ablation], batch: usize
 
 /// What [`run_model`] measured: the evaluation, each batch's (mean loss, tokens), the β tally,
 /// and (when asked) every evaluated token's loss in order.
-type ModelRun = (super::Eval, Vec<(f64, usize)>, BetaTally, Vec<f32>);
+type ModelRun = (super::Eval, Vec<(f64, usize)>, BetaTally, Vec<f32>, Option<ScoreTally>);
 
 /// One model over the windows of `span`: the evaluation, each batch's (mean loss, tokens), and
 /// with `betas` the β tally; with `rows`, each token's loss; with `maps`, under interventions on
@@ -902,10 +1050,11 @@ fn run_model(
     windows: usize,
     betas: bool,
     rows: bool,
+    scores: bool,
     label: &str,
     maps: Option<&[crate::kernels::delta::BetaMap]>,
 ) -> Result<ModelRun, TrainError> {
-    run_model_in(model, ds, t, span, windows, betas, rows, label, maps).map_err(|e| match e {
+    run_model_in(model, ds, t, span, windows, betas, rows, scores, label, maps).map_err(|e| match e {
         // A batch of windows whose buffers the adapter cannot bind: the batch that would fit.
         TrainError::Gpu(crate::gpu::GpuError::TooLarge { needed, max, .. }) => {
             let fits = (t.batch_size as u128 * max as u128 / needed.max(1) as u128) as usize;
@@ -933,12 +1082,18 @@ fn run_model_in(
     windows: usize,
     betas: bool,
     rows: bool,
+    scores: bool,
     label: &str,
     maps: Option<&[crate::kernels::delta::BetaMap]>,
 ) -> Result<ModelRun, TrainError> {
     // (The head in the run's slices, or `--head-chunk`'s: the same loss, less memory.)
-    let prog = model.loss_program_with(t.batch_size, t.seq_len, t.head_chunk, maps)?;
+    let prog = if scores {
+        model.loss_program_ranked(t.batch_size, t.seq_len, t.head_chunk, maps)?
+    } else {
+        model.loss_program_with(t.batch_size, t.seq_len, t.head_chunk, maps)?
+    };
     let mut tally = BetaTally { keep: rows, ..Default::default() };
+    let mut score_tally = scores.then(|| ScoreTally { keep: rows, ..Default::default() });
     let mut losses = Vec::new();
     let mut token_losses = Vec::new();
     // A bar on a terminal; without one, a line at every tenth of a long evaluation.
@@ -961,6 +1116,15 @@ fn run_model_in(
             && let Err(e) = tally.add(model, &prog, live)
         {
             failed = Some(e);
+        }
+        if let Some(st) = &mut score_tally
+            && failed.is_none()
+        {
+            match prog.row_ranks().map(|l| l.read_f32_range(&model.gpu, 0, 4 * live * t.seq_len)) {
+                Some(Ok(l)) => st.add(&l),
+                Some(Err(e)) => failed = Some(e),
+                None => failed = Some(crate::gpu::GpuError::Shape("a loss program without its token scores".into())),
+            }
         }
         if rows && failed.is_none() {
             match prog.row_losses().map(|l| l.read_f32(&model.gpu)) {
@@ -994,7 +1158,7 @@ fn run_model_in(
     if let Some(e) = failed {
         return Err(e.into());
     }
-    Ok((e, losses, tally, token_losses))
+    Ok((e, losses, tally, token_losses, score_tally))
 }
 
 /// A p-value as the reports print it (Student's t in f64 resolves p down to about 1e-15).
@@ -1075,6 +1239,17 @@ impl EvalResult {
             self.seq_len,
             self.step
         );
+        if self.tokens > 0 {
+            out.push_str(&format!(
+                "\nthe likeliest token came {:.2} % of the time (top-1 accuracy; among the five likeliest {:.2} %); \
+                 mean entropy {:.4} nats; calibration error {:.4} (|accuracy − mean p| of the likeliest token over \
+                 {CALIBRATION_BINS} bins of p, weighted by tokens)",
+                100.0 * self.accuracy,
+                100.0 * self.top5_accuracy,
+                self.entropy,
+                self.calibration_error
+            ));
+        }
         if !self.betas.is_empty() {
             out.push_str(&format!(
                 "\nβ on these tokens, per sublayer (identity β < 0.5, projection 0.5–1.5, reflection > 1.5):\n\
@@ -1171,8 +1346,14 @@ impl EvalResult {
                 ));
             }
         }
+        if let Some(f) = &self.calibration_plot {
+            out.push_str(&format!("\nreliability diagram: {f}"));
+        }
         if let Some(f) = &self.per_token {
-            out.push_str(&format!("\neach token's loss: {f} ({} rows, tab-separated)", self.tokens));
+            out.push_str(&format!(
+                "\neach token's loss, rank and the model's likeliest token: {f} ({} rows, tab-separated)",
+                self.tokens
+            ));
         }
         out
     }

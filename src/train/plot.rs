@@ -564,6 +564,89 @@ pub fn interval_plot(path: &Path, title: &str, x_label: &str, rows: &[Interval])
     })
 }
 
+/// A reliability diagram (`ddl eval --calibration-plot`): per bin of the likeliest token's
+/// probability a bar to the share of its tokens whose likeliest prediction came, its mean
+/// probability marked on it (the gap to the bar's top is the miscalibration), the diagonal of a
+/// calibrated model, and each bar's share of the tokens above it. Empty bins are left blank.
+pub fn reliability_plot(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    bins: &[super::eval::CalibrationBin],
+) -> Result<(), String> {
+    register_font();
+    let all: u64 = bins.iter().map(|b| b.tokens).sum();
+    if all == 0 {
+        return Err(format!("{}: no tokens to plot", path.display()));
+    }
+    via_tmp(path, title, |tmp| {
+        let root = png(tmp, (760, 640)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(12)
+            .margin_right(24)
+            .x_label_area_size(44)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..1.0, 0.0..1.08)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc("the likeliest token came (share)")
+            .y_labels(6)
+            .draw()
+            .map_err(|e| e.to_string())?;
+        let bar = PALETTE[0].to_rgba();
+        let gap = PALETTE[3].to_rgba();
+        for b in bins {
+            let (Some(acc), Some(conf)) = (b.accuracy, b.confidence) else { continue };
+            chart
+                .draw_series(std::iter::once(Rectangle::new([(b.from, 0.0), (b.to, acc)], bar.mix(0.75).filled())))
+                .map_err(|e| e.to_string())?;
+            chart
+                .draw_series(std::iter::once(Rectangle::new([(b.from, 0.0), (b.to, acc)], WHITE.stroke_width(1))))
+                .map_err(|e| e.to_string())?;
+            // The bin's mean probability: where its bar would end if the model were calibrated.
+            chart
+                .draw_series(std::iter::once(PathElement::new(vec![(b.from, conf), (b.to, conf)], gap.stroke_width(3))))
+                .map_err(|e| e.to_string())?;
+            let share = 100.0 * b.tokens as f64 / all as f64;
+            let text = if share >= 1.0 { format!("{share:.0}%") } else { format!("{share:.1}%") };
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    text,
+                    ((b.from + b.to) / 2.0 - 0.03, acc.max(conf) + 0.045),
+                    ("sans-serif", 14),
+                )))
+                .map_err(|e| e.to_string())?;
+        }
+        chart
+            .draw_series(std::iter::once(PathElement::new(vec![(0.0, 0.0), (1.0, 1.0)], BLACK.stroke_width(1))))
+            .map_err(|e| e.to_string())?
+            .label("calibrated (share = p)")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(1)));
+        chart
+            .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
+            .map_err(|e| e.to_string())?
+            .label("how often it came, per bin (above: the bin's share of tokens)")
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 20, y + 5)], bar.mix(0.75).filled()));
+        chart
+            .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
+            .map_err(|e| e.to_string())?
+            .label("mean p per bin")
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], gap.stroke_width(3)));
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     /// A drawing that fails half-way (a full disk) leaves neither its temporary file nor a

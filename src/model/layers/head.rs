@@ -86,6 +86,7 @@ fn sliced(r: &mut Rec) -> Result<()> {
 fn row_slices(r: &mut Rec) -> Result<loss::RowSlices> {
     let ce = match &r.head_ce {
         Some(ce) => ce.clone(),
+        None if r.ranks => loss::RowSlices::with_ranks(r.gpu, &ce_shape(r))?,
         None => loss::RowSlices::new(r.gpu, &ce_shape(r))?,
     };
     r.head_ce = Some(ce.clone());

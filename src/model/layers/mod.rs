@@ -55,6 +55,8 @@ pub(crate) struct Rec<'a> {
     /// The head's loss scratch (its row losses among it): made by its first recording, shared by
     /// a second one over the same activations (a training program's forward-only head).
     pub head_ce: Option<crate::kernels::loss::RowSlices>,
+    /// The head also scores every row ([`crate::kernels::loss::RowSlices::with_ranks`]).
+    pub ranks: bool,
 }
 
 impl<'a> Rec<'a> {
@@ -72,6 +74,7 @@ impl<'a> Rec<'a> {
             k_fixed: None,
             grad_head: false,
             head_ce: None,
+            ranks: false,
         }
     }
 
