@@ -25,10 +25,13 @@
 //
 // ce_ranks (evaluation only, after ce_forward over the same rows, reading its lse) writes four
 // numbers per row into row_stats: the target's rank 1 + #{c : ℓ_c > ℓ_y} (0 for an ignored
-// row), the likeliest token argmax_c ℓ_c (the smallest c among ties), its log-probability
-// ℓ_top − lse and the entropy Σ_c p_c·(lse − ℓ_c) of p = exp(ℓ − lse) in nats (every term ≥ 0:
-// no cancellation). Ranks and ids are below 2^24 (the launcher's vocabulary bound), so f32 holds
-// them exactly.
+// row), the likeliest token argmax_c ℓ_c (the smallest c among ties), its log-probability and
+// the entropy of the row's softmax in nats. With the forward's lse as a shift l (not trusted to
+// the last bit: the entropy's derivative in it is 1 − H, so a rounding of 2e−5 in an lse of 13
+// would move an entropy of 10 by 2e−4): Z = Σ exp(ℓ − l) and A = Σ exp(ℓ − l)·(l − ℓ) give
+// H = A / Z + log Z and log p_top = ℓ_top − l − log Z exactly (A's terms are ≥ 0 up to l's
+// rounding: no cancellation). Ranks and ids are below 2^24 (the launcher's vocabulary bound), so
+// f32 holds them exactly.
 
 struct Params {
     rows: u32,     // rows in this dispatch (ce_partials, ce_finish: all n rows)
@@ -60,6 +63,7 @@ const PER: u32 = 16u;
 const BLOCK: u32 = 4096u;          // rows per ce_partials workgroup (WG · PER)
 const NEG_BIG: f32 = -3.0e38;      // "−∞" for the running max of an invocation with no element
 const RENORM_LSE: f32 = 64.0;
+const SUM_BLOCK: u32 = 64u;        // ce_ranks: terms per partial sum
 
 var<workgroup> sh_a: array<f32, WG>;
 var<workgroup> sh_b: array<f32, WG>;
@@ -330,24 +334,43 @@ fn ce_ranks(
     var above = 0u;            // logits above the target's
     var best = NEG_BIG;        // the invocation's largest logit and its first column
     var best_c = 0xffffffffu;
-    var h = 0.0;               // Σ p·(lse − ℓ)
+    // Z = Σ exp(ℓ − l) and A = Σ exp(ℓ − l)·(l − ℓ), summed in blocks of SUM_BLOCK terms whose
+    // sums are then added: an invocation of a row of 50 304 logits in 16 invocations sums 3 144
+    // terms, which one running f32 sum gets wrong by 1e−5 of Z (more for a row of equal logits),
+    // an error the entropy amplifies by H − 1. (Compensated summation would be undone: Mesa
+    // simplifies (a + b) − a to b.)
+    var z = 0.0;
+    var h = 0.0;
     if (live) {
-        for (var c = lane; c < p.vocab; c += tpr) {
-            let x = logits[base + c];
-            if (x > own) {
-                above += 1u;
+        for (var c0 = lane; c0 < p.vocab; c0 += tpr * SUM_BLOCK) {
+            var zb = 0.0;
+            var hb = 0.0;
+            for (var j = 0u; j < SUM_BLOCK; j++) {
+                let c = c0 + j * tpr;
+                if (c >= p.vocab) {
+                    break;
+                }
+                let x = logits[base + c];
+                if (x > own) {
+                    above += 1u;
+                }
+                if (x > best) {
+                    best = x;
+                    best_c = c;
+                }
+                let e = exp(x - l);
+                zb += e;
+                hb += e * (l - x);
             }
-            if (x > best) {
-                best = x;
-                best_c = c;
-            }
-            h += exp(x - l) * (l - x);
+            z += zb;
+            h += hb;
         }
     }
     sh_a[lid] = best;
     sh_v[lid] = best_c;
     sh_u[lid] = above;
     sh_b[lid] = h;
+    sh_c[lid] = z;
     workgroupBarrier();
     for (var k = tpr / 2u; k > 0u; k >>= 1u) {
         if (lane < k) {
@@ -359,17 +382,19 @@ fn ce_ranks(
             }
             sh_u[lid] += sh_u[lid + k];
             sh_b[lid] += sh_b[lid + k];
+            sh_c[lid] += sh_c[lid + k];
         }
         workgroupBarrier();
     }
     if (live && lane == 0u) {
+        let log_z = log(sh_c[lid]);
         var rank = 0.0;
         if (valid) {
             rank = f32(sh_u[lid] + 1u);
         }
         row_stats[4u * row] = rank;
         row_stats[4u * row + 1u] = f32(sh_v[lid]);
-        row_stats[4u * row + 2u] = sh_a[lid] - l;
-        row_stats[4u * row + 3u] = sh_b[lid];
+        row_stats[4u * row + 2u] = sh_a[lid] - l - log_z;
+        row_stats[4u * row + 3u] = sh_b[lid] / sh_c[lid] + log_z;
     }
 }
