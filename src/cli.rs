@@ -12,7 +12,7 @@ const HELP: &str = "\
 
 Train and compare:
   train       Train a model: progress bar, metrics.jsonl, loss.png, checkpoints in --out
-  eval        Loss, perplexity, bits per byte of a checkpoint on its data, a text or shards
+  eval        Loss, perplexity, bits per byte, accuracy and calibration of a checkpoint on its data, a text or shards
   experiment  A grid of runs (variants x seeds) and its report (report.md, plots)
   plot        Runs' curves in one picture (validation or training loss, |g|, lr, tok/s, β) and where each ended; an experiment's: each variant's mean
 
@@ -293,6 +293,11 @@ pub(crate) enum Cmd {
         /// filters) and the N most likely tokens at its place (0: none, only the token's own).
         #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = count, conflicts_with = "compare")]
         logprobs: Option<usize>,
+        /// With --logprobs: first a table of the prompt's own tokens, each scored as the model
+        /// predicts it from the ones before it (in the contexts generation would give them); with
+        /// --json as `prompt_logprobs`.
+        #[arg(long, requires = "logprobs")]
+        score_prompt: bool,
         /// Each continuation as one line of JSON instead of streamed text: prompt, seed, text, token
         /// ids, why it stopped (length, stop_text, end_of_text) and, with --logprobs, the scores.
         #[arg(long, conflicts_with = "compare")]

@@ -850,13 +850,38 @@ pub fn score_token(logits: &[f32], id: u32, top: usize, tok: &Tokenizer) -> Toke
 /// at its place; then the mean and the perplexity it amounts to, and `stopped` (why the text
 /// ended).
 pub fn scores_table(scores: &[TokenScore], n: usize, stopped: &str) -> String {
+    table_of_scores(
+        scores,
+        n,
+        "log-probabilities under the model (temperature 1, before the sampling's filters)",
+        1,
+        Some(stopped),
+    )
+}
+
+/// The table `--score-prompt` prints before the continuations: [`prompt_scores`] as
+/// [`scores_table`] shows a continuation's, numbered by the tokens' places in the prompt (the
+/// first, predicted by nothing, has no row).
+pub fn prompt_scores_table(scores: &[TokenScore], n: usize) -> String {
+    table_of_scores(
+        scores,
+        n,
+        "the prompt's log-probabilities under the model (each token after the ones before it)",
+        2,
+        None,
+    )
+}
+
+/// A table of scores under `title`, rows numbered from `first`, ending with the mean and, for a
+/// continuation, why it `stopped`.
+fn table_of_scores(scores: &[TokenScore], n: usize, title: &str, first: usize, stopped: Option<&str>) -> String {
     let shown = |t: &str| format!("{t:?}");
     let mut rows: Vec<[String; 6]> =
         vec![["#".into(), "token".into(), "log p".into(), "p".into(), "rank".into(), format!("top {n}")]];
     for (i, s) in scores.iter().enumerate() {
         let top: Vec<String> = s.top.iter().map(|a| format!("{} {:.3}", shown(&a.text), a.logprob.exp())).collect();
         rows.push([
-            (i + 1).to_string(),
+            (i + first).to_string(),
             shown(&s.text),
             format!("{:.4}", s.logprob),
             format!("{:.4}", s.logprob.exp()),
@@ -866,8 +891,7 @@ pub fn scores_table(scores: &[TokenScore], n: usize, stopped: &str) -> String {
     }
     let cols = if n == 0 { 5 } else { 6 };
     let widths: Vec<usize> = (0..cols).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
-    let mut out =
-        String::from("--- log-probabilities under the model (temperature 1, before the sampling's filters) ---\n");
+    let mut out = format!("--- {title} ---\n");
     for r in &rows {
         let cells: Vec<String> = (0..cols)
             .map(|c| match c {
@@ -878,15 +902,21 @@ pub fn scores_table(scores: &[TokenScore], n: usize, stopped: &str) -> String {
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
-    if scores.is_empty() {
-        out.push_str(&format!("no token generated: {stopped}\n"));
-    } else {
-        let mean = scores.iter().map(|s| s.logprob).sum::<f64>() / scores.len() as f64;
-        out.push_str(&format!(
-            "mean log p {mean:.4} over {} tokens (perplexity {:.3}); stopped: {stopped}\n",
-            scores.len(),
-            (-mean).exp()
-        ));
+    match (scores.is_empty(), stopped) {
+        (true, Some(stopped)) => out.push_str(&format!("no token generated: {stopped}\n")),
+        (true, None) => out.push_str("no token to score: the prompt is one token, which nothing predicts\n"),
+        (false, _) => {
+            let mean = scores.iter().map(|s| s.logprob).sum::<f64>() / scores.len() as f64;
+            out.push_str(&format!(
+                "mean log p {mean:.4} over {} tokens (perplexity {:.3})",
+                scores.len(),
+                (-mean).exp()
+            ));
+            if let Some(stopped) = stopped {
+                out.push_str(&format!("; stopped: {stopped}"));
+            }
+            out.push('\n');
+        }
     }
     out
 }
@@ -1027,17 +1057,66 @@ pub async fn continuation_logprobs_with(
     k_mean: &[bool],
     wait: Wait,
 ) -> Result<Vec<f64>> {
-    let (cap, v) = (model.cfg.max_seq_len, model.cfg.vocab_size);
-    let all: Vec<u32> = prompt.iter().chain(continuation).copied().collect();
-    let n = all.len();
     if prompt.is_empty() || continuation.is_empty() {
         return Ok(Vec::new());
     }
     let k_fixed = mean_k_directions_with(model, prompt, &beta_maps, k_mean, wait).await?;
+    let all: Vec<u32> = prompt.iter().chain(continuation).copied().collect();
     let mut out = Vec::with_capacity(continuation.len());
+    teacher_forced(model, &all, prompt.len(), beta_maps, k_fixed, wait, |row, id| {
+        let max = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+        let lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+        out.push(row[id as usize] as f64 - lse);
+    })
+    .await?;
+    Ok(out)
+}
+
+/// Scores every token of `prompt` after the first as the model predicts it from the ones before
+/// it ([`score_token`] with `top` alternatives), teacher-forced in the contexts generation would
+/// give a continuation ([`continuation_logprobs`]' windows), under `beta_maps` and with the
+/// `k_mean` sublayers' directions fixed to the whole prompt's mean, as its generation fixes them
+/// (`ddl generate --logprobs N --score-prompt`). One score per token from the second on.
+pub fn prompt_scores(
+    model: &Model,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    top: usize,
+    beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
+    k_mean: &[bool],
+) -> Result<Vec<TokenScore>> {
+    now(async {
+        if prompt.len() < 2 {
+            return Ok(Vec::new());
+        }
+        let k_fixed = mean_k_directions_with(model, prompt, &beta_maps, k_mean, Wait::Block).await?;
+        let mut out = Vec::with_capacity(prompt.len() - 1);
+        teacher_forced(model, prompt, 1, beta_maps, k_fixed, Wait::Block, |row, id| {
+            out.push(score_token(row, id, top, tok))
+        })
+        .await?;
+        Ok(out)
+    })
+}
+
+/// Runs `all` through the model teacher-forced and calls `each(logits, token)` for every token
+/// from `first` on, in order, with the logits that predicted it: the context generation would
+/// give it — the last `max_seq_len` tokens before `first`, then, whenever the context is full,
+/// its last half ([`Generator::step`]'s slide) — one forward per such window.
+async fn teacher_forced(
+    model: &Model,
+    all: &[u32],
+    first: usize,
+    beta_maps: Option<Vec<crate::kernels::delta::BetaMap>>,
+    k_fixed: Vec<Option<crate::gpu::Tensor>>,
+    wait: Wait,
+    mut each: impl FnMut(&[f32], u32),
+) -> Result<()> {
+    let (cap, v) = (model.cfg.max_seq_len, model.cfg.vocab_size);
+    let n = all.len();
     // A window [start, last): its positions predict tokens start + 1 ..= last; generation
     // predicts `first ..= last` in it (the earlier ones belong to the window before).
-    let (mut start, mut first) = (prompt.len().saturating_sub(cap), prompt.len());
+    let (mut start, mut first) = (first.saturating_sub(cap), first);
     while first < n {
         let last = (start + cap).min(n - 1);
         let window = &all[start..last];
@@ -1047,10 +1126,7 @@ pub async fn continuation_logprobs_with(
         let mut p = model.decode_program(&cache, window.len())?;
         let logits = p.forward_with(model, window, &mut cache, wait).await?;
         for i in first..=last {
-            let row = &logits[(i - 1 - start) * v..(i - start) * v];
-            let max = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-            let lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
-            out.push(row[all[i] as usize] as f64 - lse);
+            each(&logits[(i - 1 - start) * v..(i - start) * v], all[i]);
         }
         first = last + 1;
         if first >= n {
@@ -1058,7 +1134,7 @@ pub async fn continuation_logprobs_with(
         }
         start = first - slide_keep(cap);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// How many tokens a full context keeps when generation slides: its last half (at least one).

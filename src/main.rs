@@ -203,6 +203,7 @@ fn run(cli: Cli) -> Result<()> {
             compare,
             samples,
             logprobs,
+            score_prompt,
             json,
         } => {
             let iv = ddl::model::Interventions::parse(&intervene, allow_out_of_range)?;
@@ -227,6 +228,7 @@ fn run(cli: Cli) -> Result<()> {
                 compare,
                 samples,
                 logprobs,
+                score_prompt,
                 json,
             };
             generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, how)
@@ -651,6 +653,8 @@ pub(crate) struct GenerateHow<'a> {
     pub(crate) samples: usize,
     /// Score each generated token with this many alternatives (`--logprobs`).
     pub(crate) logprobs: Option<usize>,
+    /// Score the prompt's tokens too (`--score-prompt`).
+    pub(crate) score_prompt: bool,
     /// One JSON line per continuation instead of streamed text.
     pub(crate) json: bool,
 }
@@ -663,7 +667,7 @@ pub(crate) fn generate_cmd(
     how: GenerateHow,
 ) -> Result<()> {
     use std::io::Write;
-    let GenerateHow { trace, strict_context, interventions, compare, samples, logprobs, json } = how;
+    let GenerateHow { trace, strict_context, interventions, compare, samples, logprobs, score_prompt, json } = how;
     let s = sa.sampler()?;
     let from_stdin = prompt == "-";
     let prompt = if from_stdin { read_stdin_capped("--prompt -", 256 << 20)? } else { prompt.to_string() };
@@ -768,6 +772,17 @@ pub(crate) fn generate_cmd(
         }
         return Ok(());
     }
+    // The prompt's own tokens, scored once (the same for every sample).
+    let prompt_scores = match logprobs.filter(|_| score_prompt) {
+        Some(n) => {
+            let scores = ddl::generate::prompt_scores(&model, &tok, &ids, n, opts.beta_maps.clone(), &opts.k_mean)?;
+            if !json {
+                print!("{}", ddl::generate::prompt_scores_table(&scores, n));
+            }
+            Some(scores)
+        }
+        None => None,
+    };
     let mut traces = Vec::new();
     for i in 0..samples as u64 {
         // Each sample is what its seed gives alone (a fresh sampler, the prompt's caches anew).
@@ -787,6 +802,9 @@ pub(crate) fn generate_cmd(
             });
             if logprobs.is_some() {
                 line["logprobs"] = serde_json::to_value(&g.scores)?;
+            }
+            if let Some(p) = &prompt_scores {
+                line["prompt_logprobs"] = serde_json::to_value(p)?;
             }
             println!("{line}");
             traces = g.traces;

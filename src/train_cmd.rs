@@ -859,6 +859,7 @@ fn print_sample(dev: &DeviceArgs, out: &std::path::Path, n: usize) -> Result<()>
         compare: false,
         samples: 1,
         logprobs: None,
+        score_prompt: false,
         json: false,
     };
     crate::generate_cmd(dev, out, "\n", &s, how)?;

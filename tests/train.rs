@@ -2096,6 +2096,59 @@ fn generate_streams_text_writes_a_trace_and_chat_keeps_context() {
             }
         }
     }
+    let gen_prompt = |prompt: &str, args: &[&str]| {
+        let o =
+            ddl_cmd(&dir).args(["generate", "--checkpoint"]).arg(&out).args(["--prompt", prompt]).args(args).output();
+        let o = o.unwrap();
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    // --score-prompt: the prompt's own tokens, each as the prefill of a generation scores it (a
+    // prompt within the context: the Generator's prompt traces), before the continuation's.
+    let short = "First Citizen:";
+    let j: serde_json::Value = serde_json::from_str(
+        gen_prompt(short, &["--json", "--logprobs", "3", "--score-prompt", "--max-tokens", "2"]).trim(),
+    )
+    .unwrap();
+    let sampler = ddl::generate::Sampler::new(ddl::generate::SamplerConfig::default());
+    let ids = tok.encode(short).unwrap();
+    let g = ddl::generate::Generator::new(&model, &tok, &ids, sampler, true).unwrap();
+    let ps = j["prompt_logprobs"].as_array().unwrap();
+    assert_eq!(ps.len(), ids.len() - 1, "{j}");
+    for (k, (s, t)) in ps.iter().zip(&g.prompt_traces()[1..]).enumerate() {
+        let want = t.score.as_ref().unwrap();
+        let got = s["logprob"].as_f64().unwrap();
+        assert!((got - want.logprob).abs() < 1e-5, "prompt token {}: {got} against the prefill's {want:?}", k + 1);
+        assert_eq!((s["id"].as_u64(), s["rank"].as_u64()), (Some(ids[k + 1] as u64), Some(want.rank as u64)));
+        let top: Vec<u64> = s["top"].as_array().unwrap().iter().map(|a| a["id"].as_u64().unwrap()).collect();
+        assert_eq!(top, want.top[..3].iter().map(|a| a.id as u64).collect::<Vec<_>>(), "the trace keeps five");
+    }
+    assert_eq!(j["logprobs"].as_array().unwrap().len(), 2);
+    // A prompt longer than the context of 16: every token after the first, in the contexts
+    // generation gives a continuation (slides of half the context); the table numbers them by
+    // place and comes before the text.
+    let long = "First Citizen:\nBefore we proceed";
+    let ids = tok.encode(long).unwrap();
+    assert!(ids.len() > 16);
+    let j: serde_json::Value = serde_json::from_str(
+        gen_prompt(long, &["--json", "--logprobs", "1", "--score-prompt", "--max-tokens", "1"]).lines().next().unwrap(),
+    )
+    .unwrap();
+    let want = ddl::generate::continuation_logprobs(&model, &ids[..1], &ids[1..], None, &[]).unwrap();
+    let got: Vec<f64> =
+        j["prompt_logprobs"].as_array().unwrap().iter().map(|s| s["logprob"].as_f64().unwrap()).collect();
+    assert_eq!(got.len(), want.len());
+    assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-9), "{got:?} vs {want:?}");
+    let shown = gen_prompt(long, &["--logprobs", "0", "--score-prompt", "--max-tokens", "1"]);
+    let (table, rest) = shown.split_once("\nFirst Citizen:\nBefore we proceed").unwrap();
+    assert!(table.starts_with("--- the prompt's log-probabilities under the model"), "{shown}");
+    let rows: Vec<&str> = table.lines().skip(2).take_while(|l| !l.starts_with("mean log p")).collect();
+    assert_eq!(rows.len(), ids.len() - 1, "{table}");
+    assert!(rows[0].trim_start().starts_with("2 ") && table.contains(&format!("over {} tokens", ids.len() - 1)));
+    assert!(rest.contains("--- log-probabilities under the model"), "{shown}");
+    // A one-token prompt has nothing to score: said so.
+    let one = gen_prompt("F", &["--logprobs", "0", "--score-prompt", "--max-tokens", "1"]);
+    assert!(one.contains("no token to score: the prompt is one token"), "{one}");
     // Greedy: every token the most likely; the text's table has a row per token.
     let greedy: serde_json::Value =
         serde_json::from_str(&run_gen(&["--temperature", "0", "--json", "--logprobs", "1"])).unwrap();
@@ -2122,6 +2175,7 @@ fn generate_streams_text_writes_a_trace_and_chat_keeps_context() {
         (vec!["--max-tokens", "0"], "--max-tokens"),
         (vec!["--logprobs=-1"], "--logprobs"),
         (vec!["--json", "--compare", "--intervene", "all:beta=0"], "cannot be used with"),
+        (vec!["--score-prompt"], "--logprobs"),
     ] {
         let o = ddl_cmd(&dir)
             .args(["generate", "--checkpoint"])
