@@ -237,15 +237,15 @@ pub(crate) enum Cmd {
         /// The picture (.png); an existing file only when `ddl plot` drew it.
         #[arg(long)]
         out: std::path::PathBuf,
-        /// val (the validation curve: the windows every evaluation covers), train, grad_norm, lr,
-        /// tok_per_s, or beta (one run: each delta write's mean β; several: each run's mean over
-        /// its writes).
+        /// val (the validation curve: the windows every evaluation covers), val_accuracy (its
+        /// top-1 accuracy over the same windows), train, grad_norm, lr, tok_per_s, or beta (one
+        /// run: each delta write's mean β; several: each run's mean over its writes).
         #[arg(long, default_value = "val")]
         metric: String,
         /// The x axis: step, tokens (from each run's config.toml) or seconds (of training).
         #[arg(long, default_value = "step")]
         x: String,
-        /// Each point the mean of the last N logged steps (not for val).
+        /// Each point the mean of the last N logged steps (not for val, val_accuracy).
         #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 1)]
         smooth: usize,
         /// The table as one JSON object (with the picture's path) instead of text.

@@ -840,9 +840,34 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     assert_eq!(tokens, windows * 16);
     // The LM head in slices of 5 rows (7 a batch of 32): the same loss, to the bit.
     let sliced = json(&["--head-chunk", "5"]);
-    for k in ["loss", "tokens", "windows", "bits_per_byte"] {
+    for k in ["loss", "tokens", "windows", "bits_per_byte", "accuracy", "top5_accuracy", "calibration"] {
         assert_eq!(sliced[k], own[k], "{k} of eval --head-chunk 5: {sliced} against {own}");
     }
+    // The run's final evaluation (the whole validation split, as here): its loss and its
+    // accuracy, from the training program's own scored evaluation, are this evaluation's.
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let last: serde_json::Value = metrics
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .rfind(|j| j["val_full"] == true)
+        .unwrap();
+    assert_eq!(last["val_tokens"], own["tokens"], "{last}");
+    assert!((last["val_loss"].as_f64().unwrap() - own["loss"].as_f64().unwrap()).abs() < 1e-6, "{last} vs {own}");
+    let acc = own["accuracy"].as_f64().unwrap();
+    assert_eq!(last["val_accuracy"].as_f64(), Some(acc), "{last} vs {own}");
+    assert!(last["val_subset_accuracy"].is_number() && acc > 0.0 && acc < 1.0, "{last}");
+    // `ddl plot --metric val_accuracy` draws its curve (every evaluation logged one).
+    let png = dir.join("acc.png");
+    let o = ddl_cmd(&dir)
+        .args(["plot", "--metric", "val_accuracy", "--json", "--out", png.to_str().unwrap()])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(ddl::train::plot::plot_title(&png).as_deref(), Some("validation accuracy, 1 run"));
+    let evals = metrics.lines().filter(|l| l.contains("\"val_loss\"")).count();
+    let plotted: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(plotted["runs"][0]["points"].as_u64(), Some(evals as u64), "{plotted}");
     assert!(windows > 8 && own["whole"] == true && own["split"] == "val", "{own}");
 
     // The validation split's tokens, as the run reads them.

@@ -165,10 +165,11 @@ impl Model {
     }
 
     /// A forward-only program (no label smoothing) over the activations of `train`: it allocates
-    /// nothing, so evaluation during training needs no second set of activations. Its runs
-    /// overwrite `train`'s activations (a training step recomputes them from its batch).
+    /// nothing but its tokens' scores ([`Program::row_ranks`], for the validation accuracy), so
+    /// evaluation during training needs no second set of activations. Its runs overwrite
+    /// `train`'s activations (a training step recomputes them from its batch).
     pub fn forward_program_sharing(&self, train: &Program) -> Result<Program> {
-        Program::build(self, train.acts.clone(), None, Objective { label_smoothing: 0.0, loss_scale: 1.0 }, None, false)
+        Program::build(self, train.acts.clone(), None, Objective { label_smoothing: 0.0, loss_scale: 1.0 }, None, true)
     }
 
     /// Updates the per-step optimizer values (learning rate, step number).

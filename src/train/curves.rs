@@ -12,6 +12,7 @@ use super::plot;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Metric {
     Val,
+    ValAccuracy,
     Train,
     GradNorm,
     Lr,
@@ -20,8 +21,8 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 6] =
-        [Metric::Val, Metric::Train, Metric::GradNorm, Metric::Lr, Metric::TokPerS, Metric::Beta];
+    pub const ALL: [Metric; 7] =
+        [Metric::Val, Metric::ValAccuracy, Metric::Train, Metric::GradNorm, Metric::Lr, Metric::TokPerS, Metric::Beta];
 
     pub fn parse(s: &str) -> Result<Metric, String> {
         Metric::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| {
@@ -32,6 +33,7 @@ impl Metric {
     pub fn name(self) -> &'static str {
         match self {
             Metric::Val => "val",
+            Metric::ValAccuracy => "val_accuracy",
             Metric::Train => "train",
             Metric::GradNorm => "grad_norm",
             Metric::Lr => "lr",
@@ -44,6 +46,7 @@ impl Metric {
     fn title(self) -> &'static str {
         match self {
             Metric::Val => "validation loss",
+            Metric::ValAccuracy => "validation accuracy",
             Metric::Train => "training loss",
             Metric::GradNorm => "gradient norm",
             Metric::Lr => "learning rate",
@@ -55,6 +58,7 @@ impl Metric {
     fn y_label(self) -> &'static str {
         match self {
             Metric::Val | Metric::Train => "cross-entropy (nats)",
+            Metric::ValAccuracy => "share of tokens whose likeliest prediction came (top-1)",
             Metric::GradNorm => "global gradient norm (before clipping)",
             Metric::Lr => "learning rate",
             Metric::TokPerS => "tokens per second",
@@ -214,6 +218,7 @@ fn read_run(
     let one = |points| vec![(label.to_string(), points)];
     let mut series: Vec<(String, Vec<(f64, f64)>)> = match o.metric {
         Metric::Val => one(m.val.clone()),
+        Metric::ValAccuracy => one(m.val_accuracy.clone()),
         Metric::Train => one(rows(&|r| r.loss)),
         Metric::GradNorm => one(rows(&|r| r.grad_norm)),
         Metric::Lr => one(rows(&|r| r.lr)),
@@ -241,6 +246,10 @@ fn read_run(
     if points == 0 {
         let why = match o.metric {
             Metric::Val => "no evaluation in its metrics.jsonl (train.eval_every = 0 and no final evaluation yet)",
+            Metric::ValAccuracy => {
+                "no evaluation with an accuracy in its metrics.jsonl (none yet, or a run logged before evaluations \
+                 measured it: `ddl eval --checkpoint RUN` gives it now)"
+            }
             Metric::Beta => "no β in its metrics.jsonl (the baseline has no delta writes)",
             _ => "no logged step with this metric in its metrics.jsonl",
         };
@@ -453,7 +462,7 @@ pub fn plot_runs(o: &PlotOptions) -> Result<PlotEnds, TrainError> {
     }
     // (ASCII, as PNG text stores it: the file is recognised as this command's by its title.)
     let title = stored_title(o.metric, ends.runs.len(), grouped);
-    let x_label = if o.smooth > 1 && o.metric != Metric::Val {
+    let x_label = if o.smooth > 1 && !matches!(o.metric, Metric::Val | Metric::ValAccuracy) {
         format!("{} (each point the mean of the last {} logged steps)", o.x.label(), o.smooth)
     } else {
         o.x.label().to_string()
@@ -608,6 +617,6 @@ mod tests {
         for other in ["loss", "validation loss per variant", "validation loss, runs", "validation loss, 3 runs!"] {
             assert!(!is_plot_title(other), "{other}");
         }
-        assert!(Metric::parse("loss").unwrap_err().contains("val, train"));
+        assert!(Metric::parse("loss").unwrap_err().contains("val, val_accuracy, train"));
     }
 }

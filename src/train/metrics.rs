@@ -21,6 +21,10 @@ pub struct ValRow {
     /// every evaluation covers (`subset`).
     pub full: bool,
     pub subset: Option<f64>,
+    /// The share of its tokens whose likeliest prediction came (runs before it was logged: none),
+    /// and a final evaluation's over the windows every evaluation covers.
+    pub accuracy: Option<f64>,
+    pub subset_accuracy: Option<f64>,
 }
 
 impl ValRow {
@@ -28,6 +32,12 @@ impl ValRow {
     /// a final evaluation's part over them (none when it has no such part), else the loss.
     pub fn curve_point(&self) -> Option<(f64, f64)> {
         if self.full { self.subset.map(|s| (self.step, s)) } else { Some((self.step, self.loss)) }
+    }
+
+    /// Its point on the validation accuracy's curve, over the same windows as [`ValRow::curve_point`].
+    pub fn accuracy_point(&self) -> Option<(f64, f64)> {
+        let a = if self.full { self.subset_accuracy } else { self.accuracy };
+        a.map(|a| (self.step, a))
     }
 }
 
@@ -42,6 +52,8 @@ pub fn parse_line(line: &str) -> Option<Line> {
             tokens: j["val_tokens"].as_u64(),
             full: j["val_full"] == true,
             subset: j["val_subset_loss"].as_f64(),
+            accuracy: j["val_accuracy"].as_f64(),
+            subset_accuracy: j["val_subset_accuracy"].as_f64(),
         }));
     }
     Some(Line::Train(TrainRow {
@@ -77,6 +89,9 @@ pub struct Metrics {
     /// covers — the final evaluation's point is its part over those windows, so that the curve
     /// does not jump where the whole split is evaluated.
     pub val: Vec<(f64, f64)>,
+    /// The validation accuracy's curve over the same windows: (step, share of tokens whose
+    /// likeliest prediction came), of the evaluations that logged it.
+    pub val_accuracy: Vec<(f64, f64)>,
     /// The last evaluation over the whole validation split: (step, loss, tokens).
     pub full: Option<(usize, f64, usize)>,
     /// Lines that did not read as JSON with a step.
@@ -96,6 +111,9 @@ impl Metrics {
                     }
                     if let Some(p) = v.curve_point() {
                         m.val.push(p);
+                    }
+                    if let Some(p) = v.accuracy_point() {
+                        m.val_accuracy.push(p);
                     }
                 }
             }
@@ -140,13 +158,17 @@ mod tests {
         let text = "{\"step\":1,\"loss\":4.0,\"lr\":0.1,\"elapsed\":0.5,\"beta_mean\":[1.0,0.5]}\n\
                     not json\n\
                     {\"step\":2,\"loss\":3.0,\"elapsed\":1.0}\n\
-                    {\"step\":2,\"val_loss\":3.5,\"val_tokens\":10,\"val_full\":false}\n\
+                    {\"step\":2,\"val_loss\":3.5,\"val_tokens\":10,\"val_full\":false,\"val_accuracy\":0.25}\n\
                     {\"step\":4,\"loss\":2.0,\"elapsed\":2.0}\n\
-                    {\"step\":4,\"val_loss\":2.9,\"val_tokens\":99,\"val_full\":true,\"val_subset_loss\":2.5}\n";
+                    {\"step\":4,\"val_loss\":2.9,\"val_tokens\":99,\"val_full\":true,\"val_subset_loss\":2.5,\
+                     \"val_accuracy\":0.3,\"val_subset_accuracy\":0.375}\n\
+                    {\"step\":5,\"val_loss\":2.8,\"val_tokens\":10,\"val_full\":false}\n";
         let m = Metrics::parse(text);
         assert_eq!(m.bad_lines, 1);
         assert_eq!(m.train.len(), 3);
-        assert_eq!(m.val, vec![(2.0, 3.5), (4.0, 2.5)]);
+        assert_eq!(m.val, vec![(2.0, 3.5), (4.0, 2.5), (5.0, 2.8)]);
+        // (The final evaluation's accuracy on the curve's windows; a row without one, none.)
+        assert_eq!(m.val_accuracy, vec![(2.0, 0.25), (4.0, 0.375)]);
         assert_eq!(m.full, Some((4, 2.9, 99)));
         assert_eq!(m.best_val(), Some((4.0, 2.5)));
         assert_eq!(m.final_train_loss(), Some(2.0));

@@ -917,6 +917,11 @@ pub struct Eval {
     /// batches of windows, which every evaluation covers): the number evaluations of different
     /// spans are compared by (the best checkpoint).
     pub subset: (f64, usize),
+    /// The share of the predicted tokens that were the model's likeliest (top-1 accuracy), all
+    /// and over the periodic subset; NaN when the program does not score its tokens
+    /// ([`crate::model::Model::loss_program_ranked`]; training's evaluation program does).
+    pub accuracy: f64,
+    pub subset_accuracy: f64,
     /// Whether it covered its whole span (false: its `tick` stopped it; the numbers cover the
     /// batches before).
     pub complete: bool,
@@ -990,7 +995,9 @@ pub fn evaluate_sharded(
     let batches = windows.div_ceil(b);
     // The periodic subset is the first batches of every span.
     let subset_batches = eval_windows(data, t, EvalSpan::Periodic, b, len).div_ceil(b).min(batches);
-    let mut sums = [0.0f64; 4]; // loss·tokens and tokens, all and the subset
+    // loss·tokens and tokens, all and the subset; the likeliest token's hits, all and the subset
+    let mut sums = [0.0f64; 6];
+    let scored = prog.row_ranks().is_some();
     let mine = (comm.rank()..batches).step_by(comm.size()).len();
     let mut complete = true;
     for (done, i) in (comm.rank()..batches).step_by(comm.size()).enumerate() {
@@ -1001,11 +1008,18 @@ pub fn evaluate_sharded(
         }
         prog.set_batch(model, &x, &y)?;
         let (loss, n) = model.eval_loss(prog)?;
+        // (Rank 1: the likeliest token came; ignored rows have rank 0.)
+        let hits = match prog.row_ranks() {
+            Some(r) => r.read_f32(&model.gpu)?.chunks_exact(4).filter(|s| s[0] == 1.0).count() as f64,
+            None => 0.0,
+        };
         sums[0] += loss as f64 * n as f64;
         sums[1] += n as f64;
+        sums[4] += hits;
         if i < subset_batches {
             sums[2] += loss as f64 * n as f64;
             sums[3] += n as f64;
+            sums[5] += hits;
         }
         let go_on = tick(Tick { done: done + 1, of: mine, loss: loss as f64, tokens: n as usize });
         if !go_on && !comm.is_distributed() {
@@ -1017,10 +1031,13 @@ pub fn evaluate_sharded(
         comm.all_reduce_sum_f64(&mut sums, "validation loss");
     }
     let mean = |s: f64, n: f64| if n > 0.0 { s / n } else { f64::NAN };
+    let share = |hits: f64, n: f64| if scored { mean(hits, n) } else { f64::NAN };
     Ok(Eval {
         loss: mean(sums[0], sums[1]),
         tokens: sums[1] as usize,
         subset: (mean(sums[2], sums[3]), sums[3] as usize),
+        accuracy: share(sums[4], sums[1]),
+        subset_accuracy: share(sums[5], sums[3]),
         complete,
     })
 }

@@ -967,10 +967,17 @@ impl<'c> Trainer<'c> {
         self.last_eval = Some((self.step, e));
         let full = span == super::EvalSpan::Full;
         let mut row = json!({"step": self.step, "val_loss": e.loss, "val_ppl": e.loss.exp(), "val_tokens": e.tokens, "val_full": full});
+        let finite = |x: f64| x.is_finite().then_some(x);
+        if let Some(a) = finite(e.accuracy) {
+            row["val_accuracy"] = json!(a);
+        }
         if full {
             // The part over the windows every evaluation covers: the curve's end point.
             row["val_subset_loss"] = json!(e.subset.0);
             row["val_subset_tokens"] = json!(e.subset.1);
+            if let Some(a) = finite(e.subset_accuracy) {
+                row["val_subset_accuracy"] = json!(a);
+            }
         }
         self.append(&row)?;
         Ok(Some(e))
