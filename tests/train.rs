@@ -999,6 +999,9 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
         (Some(0.0), Some(0.0), Some(1.0)),
         "{same}"
     );
+    let acc = &a["accuracy"];
+    assert_eq!(acc["this"], acc["other"], "{same}");
+    assert_eq!((acc["difference"].as_f64(), acc["p"].as_f64()), (Some(0.0), Some(1.0)), "{same}");
     let base = train_micro("base", "baseline", &c);
     let vs = json(&["--against", base.to_str().unwrap()]);
     let base_alone = {
@@ -1015,8 +1018,21 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     if windows % 2 == 0 {
         assert!((m - f(&a["difference"])).abs() < 1e-9, "all batches full: the paired mean is the difference: {vs}");
     }
+    // Their top-1 accuracies on the same windows, each its own evaluation's, paired by batch.
+    let acc = &a["accuracy"];
+    assert_eq!((&acc["this"], &acc["other"]), (&own["accuracy"], &base_alone["accuracy"]), "{vs}");
+    assert!((f(&acc["difference"]) - (f(&own["accuracy"]) - f(&base_alone["accuracy"]))).abs() < 1e-15, "{vs}");
+    let (m, ci) = (f(&acc["mean_paired_difference"]), acc["ci"].as_array().unwrap().iter().map(f).collect::<Vec<_>>());
+    assert!(ci[0] <= m && m <= ci[1] && (0.0..=1.0).contains(&f(&acc["p"])), "{vs}");
+    if windows % 2 == 0 {
+        assert!((m - f(&acc["difference"])).abs() < 1e-12, "equal batches: the paired mean is the difference: {vs}");
+    }
     let line = String::from_utf8_lossy(&eval(&["--against", base.to_str().unwrap()]).stdout).into_owned();
     assert!(line.contains("against") && line.contains("95 % t-interval") && line.contains("this − that"), "{line}");
+    assert!(line.contains("top-1 accuracy ") && line.contains("points"), "{line}");
+    // (Interventions and ablations compare losses only.)
+    let iv = json(&["--intervene", "block0.mlp:write=0"]);
+    assert!(iv["intervened"].get("accuracy").is_none(), "{iv}");
     // A checkpoint with another tokenizer (another corpus's characters) does not pair.
     let other_tok = train_micro("other-tok", "ddl", other.to_str().unwrap());
     let o = eval(&["--against", other_tok.to_str().unwrap()]);

@@ -225,12 +225,20 @@ struct ScoreTally {
     bins: [(u64, f64, u64); CALIBRATION_BINS],
     keep: bool,
     rows: Vec<[f32; 4]>,
+    /// Per batch added: (hits of the likeliest token, tokens), for a paired comparison.
+    batches: Vec<(u64, u64)>,
 }
 
 impl ScoreTally {
     /// Adds rows of (rank, likeliest token, its log p, entropy); rows of rank 0 (ignored targets)
     /// count in nothing.
     fn add(&mut self, rows: &[f32]) {
+        let (top1, tokens) = (self.top1, self.tokens);
+        self.add_rows(rows);
+        self.batches.push((self.top1 - top1, self.tokens - tokens));
+    }
+
+    fn add_rows(&mut self, rows: &[f32]) {
         for r in rows.chunks_exact(4) {
             if self.keep {
                 self.rows.push([r[0], r[1], r[2], r[3]]);
@@ -291,6 +299,23 @@ pub struct Versus {
     pub pairs: usize,
     /// Mean over the full batches of the same difference, its 95 % t-interval (df = pairs − 1),
     /// t and the two-sided p of Student's paired t-test; None with fewer than two full batches.
+    pub mean_paired_difference: Option<f64>,
+    pub ci: Option<(f64, f64)>,
+    pub t: Option<f64>,
+    pub p: Option<f64>,
+    /// With `--against`: the two models' top-1 accuracies on the same windows, paired by batch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accuracy: Option<AccuracyVersus>,
+}
+
+/// Two top-1 accuracies on the same windows (this − other, in shares of the tokens): the
+/// difference over all the tokens and Student's paired t over the full batches (the units of
+/// the loss's comparison); no interval with fewer than two full batches.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AccuracyVersus {
+    pub this: f64,
+    pub other: f64,
+    pub difference: f64,
     pub mean_paired_difference: Option<f64>,
     pub ci: Option<(f64, f64)>,
     pub t: Option<f64>,
@@ -744,6 +769,29 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             ci: test.map(|p| p.diff.ci),
             t: test.map(|p| p.t),
             p: test.map(|p| p.p),
+            accuracy: other.4.as_ref().map(|theirs| {
+                // (this − other, whichever ran first.)
+                let (a, b) = if other_first { (theirs, &scores) } else { (&scores, theirs) };
+                let pairs: Vec<(f64, f64)> = a
+                    .batches
+                    .iter()
+                    .zip(&b.batches)
+                    .zip(&losses)
+                    .filter(|(_, (_, n))| *n == full)
+                    .map(|((&(ha, na), &(hb, nb)), _)| (ha as f64 / na.max(1) as f64, hb as f64 / nb.max(1) as f64))
+                    .collect();
+                let test = crate::stats::Paired::of(&pairs);
+                let (this, that) = (a.share(a.top1), b.share(b.top1));
+                AccuracyVersus {
+                    this,
+                    other: that,
+                    difference: this - that,
+                    mean_paired_difference: test.map(|p| p.diff.mean),
+                    ci: test.map(|p| p.diff.ci),
+                    t: test.map(|p| p.t),
+                    p: test.map(|p| p.p),
+                }
+            }),
         }
     };
     let intervened = match (&req.intervene, &intervened_maps) {
@@ -811,7 +859,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                 )));
             }
             let label = format!("{} ", other.display());
-            let mut run = run_model(&ck.model, &ds, &t, span, windows, false, rows, false, &label, None)?;
+            let mut run = run_model(&ck.model, &ds, &t, span, windows, false, rows, true, &label, None)?;
             columns.push(("against".into(), std::mem::take(&mut run.3)));
             // Paired by batch: the same windows through both models.
             Some(Against { checkpoint: other.display().to_string(), step: ck.step, vs: versus(&run, false) })
@@ -1282,6 +1330,32 @@ impl EvalResult {
                     "the other checkpoint predicts this text better"
                 }
             }));
+            if let Some(acc) = &v.accuracy {
+                out.push_str(&format!(
+                    "\ntop-1 accuracy {:.2} % against {:.2} %: this − that = {:+.2} points",
+                    100.0 * acc.this,
+                    100.0 * acc.other,
+                    100.0 * acc.difference
+                ));
+                out.push_str(&match (acc.mean_paired_difference, acc.ci, acc.p) {
+                    (Some(m), Some((lo, hi)), Some(p)) => {
+                        let verdict = match (p < 0.05, m > 0.0) {
+                            (false, _) => "not distinguishable on this text",
+                            (true, true) => "this checkpoint's likeliest token comes more often",
+                            (true, false) => "the other checkpoint's likeliest token comes more often",
+                        };
+                        format!(
+                            ", paired over the same batches: mean {:+.2} [{:+.2}, {:+.2}] points (95 % t-interval), {}: \
+                             {verdict}",
+                            100.0 * m,
+                            100.0 * lo,
+                            100.0 * hi,
+                            p_text(p)
+                        )
+                    }
+                    _ => " (no interval: fewer than two full batches)".to_string(),
+                });
+            }
         }
         if let Some(i) = &self.intervened {
             let v = &i.vs;
