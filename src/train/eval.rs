@@ -1168,9 +1168,9 @@ fn run_model_in(
         if let Some(st) = &mut score_tally
             && failed.is_none()
         {
-            match prog.row_ranks().map(|l| l.read_f32_range(&model.gpu, 0, 4 * live * t.seq_len)) {
-                Some(Ok(l)) => st.add(&l),
-                Some(Err(e)) => failed = Some(e),
+            // (The scores evaluate_sharded read back for the accuracy: its live rows.)
+            match k.scores {
+                Some(l) => st.add(&l[..4 * live * t.seq_len]),
                 None => failed = Some(crate::gpu::GpuError::Shape("a loss program without its token scores".into())),
             }
         }

@@ -953,16 +953,19 @@ pub fn evaluate(
 
 /// One batch of an evaluation, just run (`prog` still holds its activations).
 #[derive(Debug, Clone, Copy)]
-pub struct Tick {
+pub struct Tick<'a> {
     /// This rank's batches done, of `of`.
     pub done: usize,
     pub of: usize,
     /// The batch's mean loss and the tokens it predicted.
     pub loss: f64,
     pub tokens: usize,
+    /// The batch's token scores `[b·t, 4]` as read back for the accuracy (a program that scores
+    /// its tokens: [`Program::row_ranks`]), so that a caller needs no second readback.
+    pub scores: Option<&'a [f32]>,
 }
 
-impl Tick {
+impl Tick<'_> {
     /// Whether this batch finishes another tenth of a long evaluation (≥ 100 batches) since
     /// `shown` (tenths already reported, updated): where a run without a progress bar prints a
     /// line, so that minutes of evaluation show a sign of life.
@@ -988,7 +991,7 @@ pub fn evaluate_sharded(
     t: &TrainConfig,
     span: EvalSpan,
     comm: &dyn Collective,
-    tick: &mut dyn FnMut(Tick) -> bool,
+    tick: &mut dyn FnMut(Tick<'_>) -> bool,
 ) -> Result<Eval, TrainError> {
     let (b, len) = (prog.b(), prog.t());
     let windows = eval_windows(data, t, span, b, len);
@@ -1009,10 +1012,8 @@ pub fn evaluate_sharded(
         prog.set_batch(model, &x, &y)?;
         let (loss, n) = model.eval_loss(prog)?;
         // (Rank 1: the likeliest token came; ignored rows have rank 0.)
-        let hits = match prog.row_ranks() {
-            Some(r) => r.read_f32(&model.gpu)?.chunks_exact(4).filter(|s| s[0] == 1.0).count() as f64,
-            None => 0.0,
-        };
+        let scores = prog.row_ranks().map(|r| r.read_f32(&model.gpu)).transpose()?;
+        let hits = scores.as_deref().map_or(0, |s| s.chunks_exact(4).filter(|s| s[0] == 1.0).count()) as f64;
         sums[0] += loss as f64 * n as f64;
         sums[1] += n as f64;
         sums[4] += hits;
@@ -1021,7 +1022,8 @@ pub fn evaluate_sharded(
             sums[3] += n as f64;
             sums[5] += hits;
         }
-        let go_on = tick(Tick { done: done + 1, of: mine, loss: loss as f64, tokens: n as usize });
+        let k = Tick { done: done + 1, of: mine, loss: loss as f64, tokens: n as usize, scores: scores.as_deref() };
+        let go_on = tick(k);
         if !go_on && !comm.is_distributed() {
             complete = false;
             break;

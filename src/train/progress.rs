@@ -65,7 +65,7 @@ impl Progress {
     /// How far an evaluation of `of` batches has got: on the bar while it runs; after it (the
     /// final evaluation over the whole split), a line at every tenth of a long one (≥ 100
     /// batches), so that minutes of evaluation on a large split show a sign of life.
-    pub(super) fn eval_tick(&self, k: &super::Tick, shown: &mut usize) {
+    pub(super) fn eval_tick(&self, k: &super::Tick<'_>, shown: &mut usize) {
         let (done, of) = (k.done, k.of);
         if let Some(b) = &self.bar
             && !self.finished.get()

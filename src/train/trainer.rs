@@ -949,7 +949,7 @@ impl<'c> Trainer<'c> {
     fn evaluate(&mut self, span: super::EvalSpan, stoppable: bool) -> Result<Option<super::Eval>, TrainError> {
         let e = {
             let (progress, mut shown) = (&self.progress, 0);
-            let tick = &mut |k: super::Tick| {
+            let tick = &mut |k: super::Tick<'_>| {
                 progress.eval_tick(&k, &mut shown);
                 !(stoppable && INTERRUPTED.load(Ordering::SeqCst))
             };
