@@ -716,17 +716,27 @@ pub(crate) struct EvalArgs {
     /// token's probability, how often that token came, against the bin's mean probability.
     #[arg(long, value_name = "FILE")]
     pub(crate) calibration_plot: Option<std::path::PathBuf>,
+    /// A logit lens: the model's own head (its readout compressor where it has one, final norm,
+    /// tied embedding) read on the state after the embedding and after every sublayer's write
+    /// (of the model as trained), on the same windows: per state its loss, the change from the
+    /// state before (paired over batches, 95 % t-interval), top-1 and top-5 accuracy, entropy.
+    #[arg(long)]
+    pub(crate) lens: bool,
+    /// The logit lens as a plot (a .png file): loss and top-1 accuracy per state (implies --lens).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) lens_plot: Option<std::path::PathBuf>,
     /// Write every evaluated token's loss to FILE, tab-separated with a header: index (the token's
     /// place among the evaluated tokens), token (its id), text (\t, \n, \r, \\ escaped), loss
     /// (nats), with --betas each sublayer's β (beta_block0.attn, …), and with --intervene
     /// loss_intervened, with --against loss_against, with --ablate one loss_SPEC per sublayer and
-    /// part.
+    /// part, with --lens one loss_lens_STATE per state before the output (loss_lens_embedding, …).
     #[arg(long, value_name = "FILE")]
     pub(crate) per_token: Option<std::path::PathBuf>,
     /// One JSON object: loss, perplexity, tokens, bytes, bits_per_byte, windows, seq_len,
-    /// batch_size, whole, uncounted, split, source, step (with --betas: betas; with --against: against;
-    /// with --intervene: intervened; with --ablate: ablate, ablations; with --per-token:
-    /// per_token).
+    /// batch_size, whole, uncounted, split, source, step, accuracy, top5_accuracy, entropy,
+    /// calibration_error, calibration (with --betas: betas; with --against: against; with
+    /// --intervene: intervened; with --ablate: ablate, ablations; with --per-token: per_token;
+    /// with --lens: lens).
     #[arg(long)]
     pub(crate) json: bool,
 }
@@ -769,6 +779,8 @@ impl EvalArgs {
             }
         }
         let (plot, per_token, calibration_plot) = (self.plot, self.per_token, self.calibration_plot);
+        let lens = self.lens || self.lens_plot.is_some();
+        let lens_plot = self.lens_plot;
         Ok(EvalRequest {
             source,
             split,
@@ -783,6 +795,8 @@ impl EvalArgs {
             plot,
             per_token,
             calibration_plot,
+            lens,
+            lens_plot,
         })
     }
 }

@@ -563,3 +563,69 @@ fn an_awaited_generator_gives_the_blocking_generators_tokens_and_traces() {
     }
     assert_eq!(a.2.iter().map(bits).collect::<Vec<_>>(), b.2.iter().map(bits).collect::<Vec<_>>(), "fed traces");
 }
+
+#[test]
+fn a_logit_lens_reads_each_state_as_the_model_with_every_later_write_off() {
+    // `ddl eval --lens`'s program: the head over X_0 … X_2L−1 before the model's own. State s's
+    // rows equal the model's own rows with every write from sublayer s on switched off (β = 0:
+    // X' = X, so the head reads X_s) — to the bit, losses and scores — and the baseline's block
+    // boundaries equal the model cut after that block; the model's own loss, rows and scores are
+    // the program's without the lens, to the bit; the LM head whole and in slices.
+    use ddl::model::Interventions;
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for name in ["baseline", "ddl_v1", "ddl", "ddl_ec", "ddl_cc", "ddl_ccec", "ddl_v1_vmap", "ddl_vmap"] {
+        let (model, g) = model_from_golden(name);
+        let (b, t) = (g.batch, g.seq_len);
+        let (tokens, targets) = (g.i32("input.tokens", &[b, t]).unwrap(), g.i32("input.targets", &[b, t]).unwrap());
+        let (n, subs) = (b * t, 2 * g.config.n_layers);
+        // (loss, row losses, row scores) of a ranked loss program.
+        let run = |model: &Model, maps: Option<&[ddl::kernels::delta::BetaMap]>, chunk: usize| {
+            let p = model.loss_program_ranked(b, t, chunk, maps).unwrap();
+            p.set_batch(model, tokens, targets).unwrap();
+            let loss = model.eval_loss(&p).unwrap().0;
+            let rows = p.row_losses().unwrap().read_f32(&model.gpu).unwrap();
+            (loss, rows, p.row_ranks().unwrap().read_f32(&model.gpu).unwrap())
+        };
+        for chunk in [0, 5] {
+            let p = model.lens_program(b, t, chunk, None).unwrap();
+            p.set_batch(&model, tokens, targets).unwrap();
+            let loss = model.eval_loss(&p).unwrap().0;
+            let lens = p.lens().unwrap();
+            let (ll, lr) = (lens.loss.read_f32(&model.gpu).unwrap(), lens.ranks.read_f32(&model.gpu).unwrap());
+            assert_eq!((ll.len(), lr.len()), (subs * n, 4 * subs * n));
+            let own = run(&model, None, chunk);
+            assert_eq!(loss.to_bits(), own.0.to_bits(), "{name} head {chunk}: the model's loss");
+            assert_eq!(bits(&p.row_losses().unwrap().read_f32(&model.gpu).unwrap()), bits(&own.1), "{name}");
+            assert_eq!(bits(&p.row_ranks().unwrap().read_f32(&model.gpu).unwrap()), bits(&own.2), "{name}");
+            for s in 0..subs {
+                let (rows, ranks) = (&ll[s * n..(s + 1) * n], &lr[4 * s * n..4 * (s + 1) * n]);
+                assert!(rows.iter().all(|x| x.is_finite()) && rows != &own.1[..], "{name} state {s}: {rows:?}");
+                let want = if model.cfg.variant.is_ddl() {
+                    let specs: Vec<String> =
+                        (s..subs).map(|i| format!("{}:write=0", ddl::model::intervene::sublayer_name(i))).collect();
+                    let maps = Interventions::parse(&specs, false).unwrap().maps(&model.cfg).unwrap();
+                    run(&model, Some(&maps), chunk)
+                } else if s % 2 == 0 && s > 0 {
+                    // The baseline's state after block s/2 − 1: the model of its first s/2 blocks.
+                    let mut cfg = g.config.clone();
+                    cfg.n_layers = s / 2;
+                    run(&cut_model(&g, &cfg), None, chunk)
+                } else {
+                    continue;
+                };
+                assert_eq!(bits(rows), bits(&want.1), "{name} head {chunk} state {s}: row losses");
+                assert_eq!(bits(ranks), bits(&want.2), "{name} head {chunk} state {s}: scores");
+            }
+        }
+    }
+}
+
+/// A model of the golden's parameters under `cfg` (fewer blocks: the first ones).
+fn cut_model(g: &Golden, cfg: &ddl::model::ModelConfig) -> Model {
+    let layout = Layout::new(cfg);
+    let mut flat = vec![0.0f32; layout.total];
+    for (s, &off) in layout.specs.iter().zip(&layout.offsets) {
+        flat[off..off + s.len()].copy_from_slice(g.f32(&format!("param.{}", s.name), Some(&s.shape)).unwrap());
+    }
+    Model::with_params(ddl::testing::gpu(), cfg.clone(), &flat).unwrap()
+}

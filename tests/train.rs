@@ -1390,6 +1390,62 @@ fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
     let line = String::from_utf8_lossy(&eval(&["--intervene", "block0.mlp:write=0"]).stdout).into_owned();
     assert!(line.contains("under block0.mlp:write=0") && line.contains("intervened − as trained"), "{line}");
 
+    // --lens: the head on the state after the embedding and after each sublayer's write; the
+    // last row is the model's own output (its loss and accuracy, which the lens leaves alone);
+    // a state reads as the model with every later write off; the head in slices gives the same.
+    let plain = json(&[]);
+    let lens_png = dir.join("lens.png");
+    let lensed = json(&["--lens-plot", lens_png.to_str().unwrap()]);
+    for k in ["loss", "accuracy", "top5_accuracy", "entropy", "calibration_error"] {
+        assert_eq!(lensed[k], plain[k], "{k}: the lens changed the model's own evaluation");
+    }
+    let rows = lensed["lens"].as_array().unwrap();
+    let states: Vec<&str> = rows.iter().map(|r| r["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["embedding", "block0.attn", "block0.mlp", "block1.attn", "block1.mlp"]);
+    let last = &rows[4];
+    assert_eq!(
+        (last["loss"].clone(), last["accuracy"].clone(), last["output"].clone()),
+        (plain["loss"].clone(), plain["accuracy"].clone(), true.into())
+    );
+    assert!(rows[0]["change"].is_null() && rows[..4].iter().all(|r| r["output"] == false), "{lensed}");
+    for w in rows.windows(2) {
+        assert!((f(&w[1]["change"]) - (f(&w[1]["loss"]) - f(&w[0]["loss"]))).abs() < 1e-12, "{w:?}");
+        let ci: Vec<f64> = w[1]["ci"].as_array().unwrap().iter().map(f).collect();
+        assert!(ci[0] <= f(&w[1]["mean_paired_change"]) && f(&w[1]["mean_paired_change"]) <= ci[1], "{w:?}");
+    }
+    for (s, r) in rows[..4].iter().enumerate() {
+        let later: Vec<String> = (s..4)
+            .flat_map(|i| {
+                [
+                    "--intervene".into(),
+                    format!("{}:write=0", ["block0.attn", "block0.mlp", "block1.attn", "block1.mlp"][i]),
+                ]
+            })
+            .collect();
+        let off = json(&later.iter().map(String::as_str).collect::<Vec<_>>());
+        let want = f(&off["intervened"]["loss"]);
+        assert!((f(&r["loss"]) - want).abs() <= 1e-6 * want, "state {s}: lens {} against {want}", r["loss"]);
+    }
+    assert!(std::fs::read(&lens_png).unwrap().starts_with(b"\x89PNG"), "the lens plot is a PNG image");
+    // --per-token: each earlier state's loss per token, its column's mean the lens's loss.
+    let tsv = dir.join("lens.tsv");
+    let with_rows = json(&["--lens", "--per-token", tsv.to_str().unwrap()]);
+    assert_eq!(with_rows["lens"], lensed["lens"]);
+    let table = std::fs::read_to_string(&tsv).unwrap();
+    let header: Vec<&str> = table.lines().next().unwrap().split('\t').collect();
+    for (s, r) in rows[..4].iter().enumerate() {
+        let col = header.iter().position(|h| *h == format!("loss_lens_{}", states[s])).expect("the state's column");
+        let vals: Vec<f64> = table.lines().skip(1).map(|l| l.split('\t').nth(col).unwrap().parse().unwrap()).collect();
+        let mean = vals.iter().sum::<f64>() / vals.len() as f64;
+        assert!((mean - f(&r["loss"])).abs() < 1e-5, "{}: column mean {mean} against {}", states[s], r["loss"]);
+    }
+    assert!(!header.contains(&"loss_lens_block1.mlp"), "the output's column is `loss`: {header:?}");
+    let sliced = json(&["--lens", "--head-chunk", "5"]);
+    assert_eq!(sliced["lens"], lensed["lens"], "the head in slices");
+    let line = String::from_utf8_lossy(&eval(&["--lens", "--batches", "1"]).stdout).into_owned();
+    for want in ["logit lens", "block1.mlp", "(the model's output)", "no intervals: pass --batches 2 or more"] {
+        assert!(line.contains(want), "{want:?} in {line}");
+    }
     // Bad requests: said before anything is evaluated, nothing written.
     let base = train_micro("base", "baseline");
     let bad = |ck: &std::path::Path, args: &[&str], want: &[&str]| {
@@ -1402,6 +1458,10 @@ fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
     bad(&out, &["--intervene", "block5.mlp:beta=0"], &["block 5", "blocks 0 to 1"]);
     bad(&out, &["--intervene", "block0.mlp:gamma=0"], &["unknown action"]);
     bad(&out, &["--intervene", "all:beta=3"], &["--allow-out-of-range"]);
+    // The baseline's lens: its residual stream read after each sublayer.
+    let o = eval_of(&base, &["--lens", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((v["lens"].as_array().unwrap().len(), v["lens"][4]["loss"].clone()), (5, v["loss"].clone()), "{v}");
     bad(&base, &["--intervene", "all:write=0"], &["no β or k"]);
     bad(&base, &["--ablate", "erase"], &["--ablate erase", "no delta writes"]);
     bad(&out, &["--ablate", "write", "--plot", dir.join("x.jpg").to_str().unwrap()], &["x.jpg", ".png"]);
@@ -1414,6 +1474,10 @@ fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
     assert_eq!(std::fs::read(&loss_png).unwrap(), kept);
     bad(&out, &["--ablate", "write", "--against", base.to_str().unwrap()], &["--against"]);
     bad(&out, &["--ablate", "write", "--intervene", "all:write=0"], &["--intervene"]);
+    bad(&out, &["--lens-plot", dir.join("lens.jpg").to_str().unwrap()], &["--lens-plot", "lens.jpg", ".png"]);
+    bad(&out, &["--lens-plot", loss_png.to_str().unwrap()], &["loss.png", "is not a plot"]);
+    assert_eq!(std::fs::read(&loss_png).unwrap(), kept);
+
     assert!(!dir.join("x.jpg").exists() && !dir.join("no").exists());
 }
 

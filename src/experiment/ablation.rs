@@ -94,6 +94,8 @@ pub(super) fn ablate_runs(
             plot: None,
             per_token: None,
             calibration_plot: None,
+            lens: false,
+            lens_plot: None,
         };
         if std::env::var("DDL_FAULT_INTERRUPT_ABLATION").is_ok_and(|v| v == (i + 1).to_string()) {
             // Fault injection for the tests: Ctrl-C as this run's ablations start.

@@ -64,8 +64,21 @@ pub struct Program {
     row_loss: Option<Tensor>,
     /// [`Model::loss_program_ranked`]: each token's scores `[B·T, 4]` of the last forward.
     row_ranks: Option<Tensor>,
+    /// [`Model::lens_program`]: the head's rows over every earlier state.
+    lens: Option<LensRows>,
     /// The inputs and statistics of an accumulated step's micro-batches (made on first use).
     micro: std::sync::Mutex<Option<MicroInputs>>,
+}
+
+/// A logit lens's rows ([`Model::lens_program`]): the head (readout compressor in the expanded
+/// variants, final norm, tied embedding, loss and scores) over each state X_0 … X_2L−1 that a
+/// sublayer's write leaves, as the model's own head reads X_2L.
+pub struct LensRows {
+    /// Each token's loss per state: `[2L, B·T]`, state s's rows at s·B·T (0 where the target is
+    /// ignored), as [`Program::row_losses`].
+    pub loss: Tensor,
+    /// Each token's scores per state: `[2L, B·T, 4]`, as [`Program::row_ranks`].
+    pub ranks: Tensor,
 }
 
 /// Every micro-batch of an accumulated step, uploaded at once: tokens, targets and embedding
@@ -91,7 +104,7 @@ impl Model {
     /// [`Model::program`] with an explicit objective (the gradient scale is 1/k when k
     /// micro-batches accumulate into one step).
     pub fn program_with(&self, b: usize, t: usize, opt: &AdamWConfig, obj: Objective) -> Result<Program> {
-        Program::new(self, b, t, Some(opt), obj, Purpose::Train, None, false)
+        Program::new(self, b, t, Some(opt), obj, Purpose::Train, None, false, false)
     }
 
     /// A forward-only program (evaluation, β statistics): no gradient scratch, no optimizer,
@@ -105,6 +118,7 @@ impl Model {
             Objective { label_smoothing: 0.0, loss_scale: 1.0 },
             Purpose::Forward,
             None,
+            false,
             false,
         )
     }
@@ -127,7 +141,7 @@ impl Model {
         head_chunk: usize,
         maps: Option<&[crate::kernels::delta::BetaMap]>,
     ) -> Result<Program> {
-        self.loss_program_scoring(b, t, head_chunk, maps, false)
+        self.loss_program_scoring(b, t, head_chunk, maps, false, false)
     }
 
     /// [`Model::loss_program_with`] whose head also scores every token: its rank among the
@@ -140,7 +154,21 @@ impl Model {
         head_chunk: usize,
         maps: Option<&[crate::kernels::delta::BetaMap]>,
     ) -> Result<Program> {
-        self.loss_program_scoring(b, t, head_chunk, maps, true)
+        self.loss_program_scoring(b, t, head_chunk, maps, true, false)
+    }
+
+    /// [`Model::loss_program_ranked`] with a logit lens ([`Program::lens`]): before the model's
+    /// own head, the same head over each earlier state X_0 (the embedding) … X_2L−1, its rows
+    /// kept per state. The model's loss, row losses and scores are those of the program without
+    /// the lens, to the bit; the lens costs 2L more heads per batch.
+    pub fn lens_program(
+        &self,
+        b: usize,
+        t: usize,
+        head_chunk: usize,
+        maps: Option<&[crate::kernels::delta::BetaMap]>,
+    ) -> Result<Program> {
+        self.loss_program_scoring(b, t, head_chunk, maps, true, true)
     }
 
     fn loss_program_scoring(
@@ -150,6 +178,7 @@ impl Model {
         head_chunk: usize,
         maps: Option<&[crate::kernels::delta::BetaMap]>,
         ranks: bool,
+        lens: bool,
     ) -> Result<Program> {
         let obj = Objective { label_smoothing: 0.0, loss_scale: 1.0 };
         if let Some(m) = maps
@@ -161,7 +190,7 @@ impl Model {
                 2 * self.cfg.n_layers
             )));
         }
-        Program::new(self, b, t, None, obj, Purpose::Loss(head_chunk), maps, ranks)
+        Program::new(self, b, t, None, obj, Purpose::Loss(head_chunk), maps, ranks, lens)
     }
 
     /// A forward-only program (no label smoothing) over the activations of `train`: it allocates
@@ -169,7 +198,8 @@ impl Model {
     /// evaluation during training needs no second set of activations. Its runs overwrite
     /// `train`'s activations (a training step recomputes them from its batch).
     pub fn forward_program_sharing(&self, train: &Program) -> Result<Program> {
-        Program::build(self, train.acts.clone(), None, Objective { label_smoothing: 0.0, loss_scale: 1.0 }, None, true)
+        let obj = Objective { label_smoothing: 0.0, loss_scale: 1.0 };
+        Program::build(self, train.acts.clone(), None, obj, None, true, false)
     }
 
     /// Updates the per-step optimizer values (learning rate, step number).
@@ -211,6 +241,7 @@ impl Program {
         purpose: Purpose,
         maps: Option<&[crate::kernels::delta::BetaMap]>,
         ranks: bool,
+        lens: bool,
     ) -> Result<Program> {
         let c = &model.cfg;
         if t > c.max_seq_len {
@@ -226,7 +257,7 @@ impl Program {
             model.gpu.shared_scratch(matmul::K_PIECES_SCRATCH, kp)?;
         }
         let acts = Acts::new(model, b, t, purpose)?;
-        Program::build(model, acts, opt, obj, maps, ranks)
+        Program::build(model, acts, opt, obj, maps, ranks, lens)
     }
 
     /// Records the program's ops over `acts`.
@@ -237,12 +268,27 @@ impl Program {
         obj: Objective,
         maps: Option<&[crate::kernels::delta::BetaMap]>,
         ranks: bool,
+        lens: bool,
     ) -> Result<Program> {
         // (The backward assumes the model's own writes: maps only in forward-only programs.)
         debug_assert!(maps.is_none() || opt.is_none());
+        // (The lens reuses the head's scratch before the model's head: forward-only programs.)
+        debug_assert!(!lens || opt.is_none());
+        let lens = match lens {
+            true => {
+                let (s, n) = (2 * model.cfg.n_layers, acts.n());
+                let gpu = &model.gpu;
+                Some(LensRows {
+                    loss: Tensor::zeros(gpu, "lens.loss", &[s, n], crate::gpu::DType::F32)?,
+                    ranks: Tensor::zeros(gpu, "lens.ranks", &[s, n, 4], crate::gpu::DType::F32)?,
+                })
+            }
+            false => None,
+        };
         let mut r = Rec::new(model, &acts, obj, None);
         r.beta_maps = maps;
-        r.ranks = ranks;
+        r.ranks = ranks || lens.is_some();
+        r.lens = lens.as_ref();
         r.grad_head = opt.is_some() && acts.head_chunked();
         let head_at = layers::forward(&mut r)?;
         let head = head_at..r.ops.len();
@@ -299,6 +345,7 @@ impl Program {
             stats_rb,
             row_loss,
             row_ranks,
+            lens,
             micro: std::sync::Mutex::new(None),
         })
     }
@@ -355,6 +402,12 @@ impl Program {
     /// for window b's token t + 1. `None` for other programs.
     pub fn row_ranks(&self) -> Option<&Tensor> {
         self.row_ranks.as_ref()
+    }
+
+    /// The logit lens's rows of the last forward of a [`Model::lens_program`] (`None` for other
+    /// programs).
+    pub fn lens(&self) -> Option<&LensRows> {
+        self.lens.as_ref()
     }
 
     /// The activations and saves of the last run (β traces, golden comparisons).

@@ -65,6 +65,10 @@ pub struct EvalRequest {
     pub per_token: Option<PathBuf>,
     /// A reliability diagram of the model's predictions (a .png file; [`EvalResult::calibration`]).
     pub calibration_plot: Option<PathBuf>,
+    /// A logit lens ([`EvalResult::lens`]): the model's head on every state, on the same windows.
+    pub lens: bool,
+    /// With `lens`: its plot (a .png file).
+    pub lens_plot: Option<PathBuf>,
 }
 
 /// What `--ablate` removes from each sublayer's write in turn.
@@ -195,6 +199,37 @@ pub struct EvalResult {
     /// With `--calibration-plot`: the file the reliability diagram was written to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calibration_plot: Option<String>,
+    /// With `--lens`: the model's head on the state after the embedding and after each
+    /// sublayer's write (the last: the model's own output), in model order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lens: Vec<LensRow>,
+    /// With `--lens-plot`: the file the lens was drawn to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lens_plot: Option<String>,
+}
+
+/// One state of the logit lens ([`EvalResult::lens`]): the model's own head (the readout
+/// compressor of the expanded variants, the final norm, the tied embedding) on the state the
+/// embedding or a sublayer's write leaves, on the evaluated windows.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LensRow {
+    /// `embedding` (X_0), or the sublayer whose write (or residual addition) left the state
+    /// (`block0.attn`, …; the last one's state is the model's output).
+    pub state: String,
+    /// Mean cross-entropy per predicted token, in nats.
+    pub loss: f64,
+    /// This state's loss − the state before's, over all the tokens (None for the embedding).
+    pub change: Option<f64>,
+    /// The mean over full batches of that change, and its 95 % t-interval (df = batches − 1);
+    /// None with fewer than two full batches.
+    pub mean_paired_change: Option<f64>,
+    pub ci: Option<(f64, f64)>,
+    pub accuracy: f64,
+    pub top5_accuracy: f64,
+    /// Mean entropy of the head's predictions, in nats.
+    pub entropy: f64,
+    /// Whether this is the model's output (the last state, read by the model's head).
+    pub output: bool,
 }
 
 /// One bin of [`EvalResult::calibration`]: the tokens whose likeliest prediction had a
@@ -445,6 +480,10 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     }
     if let Some(path) = &req.calibration_plot {
         check_calibration_plot_path(path)?;
+    }
+    if let Some(path) = &req.lens_plot {
+        super::plot::check_png_out("--lens-plot", path, |t| t.starts_with(LENS_PLOT_TITLE), "`ddl eval --lens-plot`")
+            .map_err(TrainError::Settings)?;
     }
     let rows = req.per_token.is_some();
     let ck = super::checkpoint::load_to_device(dir, gpu.clone(), false)
@@ -719,12 +758,19 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     } else {
         String::new()
     };
-    let (e, losses, mut tally, own_rows, scores) =
-        run_model(&model, &ds, &t, span, windows, req.betas, rows, true, &label, None)?;
+    let own = Measure { betas: req.betas, rows, scores: true, lens: req.lens };
+    let ModelRun { eval: e, losses, betas: mut tally, rows: own_rows, scores, lens: mut lens_tally } =
+        run_model(&model, &ds, &t, span, windows, own, &label, None)?;
     let mut scores = scores.expect("the model's own run scores its tokens");
     let token_scores = std::mem::take(&mut scores.rows);
-    // With --per-token: each run's token losses beside the model's own (column name, losses).
-    let mut columns: Vec<(String, Vec<f32>)> = Vec::new();
+    // With --per-token: each run's token losses beside the model's own (column name, losses);
+    // with --lens first each earlier state's.
+    let mut columns: Vec<(String, Vec<f32>)> = lens_tally
+        .iter_mut()
+        .enumerate()
+        .filter(|_| rows)
+        .map(|(s, l)| (format!("lens_{}", lens_state_name(s)), std::mem::take(&mut l.rows)))
+        .collect();
     // (With --betas: each token's β per sublayer, after its loss.)
     let beta_columns: Vec<(String, Vec<f32>)> = std::mem::take(&mut tally.tokens)
         .into_iter()
@@ -751,7 +797,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     // differences are this − other, or other − this when `other_first`.
     let full = t.batch_size * seq_len;
     let versus = |other: &ModelRun, other_first: bool| -> Versus {
-        let (eo, lo) = (&other.0, &other.1);
+        let (eo, lo) = (&other.eval, &other.losses);
         let pairs: Vec<(f64, f64)> = losses
             .iter()
             .zip(lo)
@@ -769,7 +815,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             ci: test.map(|p| p.diff.ci),
             t: test.map(|p| p.t),
             p: test.map(|p| p.p),
-            accuracy: other.4.as_ref().map(|theirs| {
+            accuracy: other.scores.as_ref().map(|theirs| {
                 // (this − other, whichever ran first.)
                 let (a, b) = if other_first { (theirs, &scores) } else { (&scores, theirs) };
                 let pairs: Vec<(f64, f64)> = a
@@ -797,8 +843,9 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     let intervened = match (&req.intervene, &intervened_maps) {
         (Some(iv), Some(maps)) => {
             let label = format!("{} ", iv.describe());
-            let mut run = run_model(&model, &ds, &t, span, windows, false, rows, false, &label, Some(maps))?;
-            columns.push(("intervened".into(), std::mem::take(&mut run.3)));
+            let what = Measure { rows, ..Default::default() };
+            let mut run = run_model(&model, &ds, &t, span, windows, what, &label, Some(maps))?;
+            columns.push(("intervened".into(), std::mem::take(&mut run.rows)));
             Some(Intervened {
                 interventions: iv.describe(),
                 allow_out_of_range: iv.allow_out_of_range,
@@ -820,8 +867,9 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                     .and_then(|iv| iv.maps(&model.cfg))
                     .map_err(|e| TrainError::Settings(e.to_string()))?;
                 let label = format!("{spec} ({}/{all}) ", ablations.len() + 1);
-                let mut run = run_model(&model, &ds, &t, span, windows, false, rows, false, &label, Some(&maps))?;
-                columns.push((spec.clone(), std::mem::take(&mut run.3)));
+                let what = Measure { rows, ..Default::default() };
+                let mut run = run_model(&model, &ds, &t, span, windows, what, &label, Some(&maps))?;
+                columns.push((spec.clone(), std::mem::take(&mut run.rows)));
                 ablations.push(Ablation {
                     sublayer: sublayer.clone(),
                     part,
@@ -859,8 +907,9 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                 )));
             }
             let label = format!("{} ", other.display());
-            let mut run = run_model(&ck.model, &ds, &t, span, windows, false, rows, true, &label, None)?;
-            columns.push(("against".into(), std::mem::take(&mut run.3)));
+            let what = Measure { rows, scores: true, ..Default::default() };
+            let mut run = run_model(&ck.model, &ds, &t, span, windows, what, &label, None)?;
+            columns.push(("against".into(), std::mem::take(&mut run.rows)));
             // Paired by batch: the same windows through both models.
             Some(Against { checkpoint: other.display().to_string(), step: ck.step, vs: versus(&run, false) })
         }
@@ -876,15 +925,20 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     };
     let calibration = scores.calibration();
     let calibration_error = scores.calibration_error();
+    let lens = if req.lens { lens_rows(&lens_tally, (e.loss, &scores, &losses), full) } else { Vec::new() };
+    if let Some(path) = &req.lens_plot {
+        let title = format!(
+            "{LENS_PLOT_TITLE} '{}' (step {ck_step}) on {}",
+            dir.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+            short_source(&source),
+        );
+        plot_lens(path, &title, &lens)?;
+    }
     if let Some(path) = &req.calibration_plot {
         let title = format!(
             "{CALIBRATION_PLOT_TITLE} '{}' (step {ck_step}) on {}: error {calibration_error:.4}",
             dir.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
-            // (A text or shards by their file name: a title stays short.)
-            match source.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')) {
-                Some(p) => Path::new(p).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or(source.clone()),
-                None => source.clone(),
-            },
+            short_source(&source),
         );
         let x = format!("p of the likeliest token ({} tokens in 10 bins)", scores.tokens);
         super::plot::reliability_plot(path, &title, &x, &calibration)
@@ -916,7 +970,56 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         calibration_error,
         calibration,
         calibration_plot: req.calibration_plot.as_ref().map(|p| p.display().to_string()),
+        lens,
+        lens_plot: req.lens_plot.as_ref().map(|p| p.display().to_string()),
     })
+}
+
+/// The lens's name of state X_s: `embedding` (X_0), else the sublayer whose write left it.
+fn lens_state_name(s: usize) -> String {
+    if s == 0 { "embedding".into() } else { crate::model::intervene::sublayer_name(s - 1) }
+}
+
+/// The lens's rows: each earlier state's tally, then the model's own output (`own`: its loss,
+/// scores and per-batch losses), each with its change from the state before, paired over the
+/// full batches (`full` tokens).
+fn lens_rows(states: &[LensTally], own: (f64, &ScoreTally, &[(f64, usize)]), full: usize) -> Vec<LensRow> {
+    let mut out: Vec<LensRow> = Vec::with_capacity(states.len() + 1);
+    let (own_loss, own_scores, own_batches) = own;
+    let all = states
+        .iter()
+        .map(|s| (s.loss / s.scores.tokens.max(1) as f64, &s.scores, s.batches.as_slice()))
+        .chain(std::iter::once((own_loss, own_scores, own_batches)));
+    let mut before: Option<&[(f64, usize)]> = None;
+    for (i, (loss, sc, batches)) in all.enumerate() {
+        let test = before.and_then(|b| {
+            let pairs: Vec<(f64, f64)> =
+                batches.iter().zip(b).filter(|((_, n), _)| *n == full).map(|(&(x, _), &(y, _))| (x, y)).collect();
+            crate::stats::Paired::of(&pairs)
+        });
+        out.push(LensRow {
+            state: lens_state_name(i),
+            loss,
+            change: out.last().map(|prev| loss - prev.loss),
+            mean_paired_change: test.map(|p| p.diff.mean),
+            ci: test.map(|p| p.diff.ci),
+            accuracy: sc.share(sc.top1),
+            top5_accuracy: sc.share(sc.top5),
+            entropy: if sc.tokens > 0 { sc.entropy / sc.tokens as f64 } else { 0.0 },
+            output: i == states.len(),
+        });
+        before = Some(batches);
+    }
+    out
+}
+
+/// What was evaluated, for a plot's title: a text or shards by their file name (a title stays
+/// short), the run's data in words.
+fn short_source(source: &str) -> String {
+    match source.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')) {
+        Some(p) => Path::new(p).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or(source.to_string()),
+        None => source.to_string(),
+    }
 }
 
 /// `--per-token`'s file, checked before any evaluation (the table is written whole at the end, or
@@ -1030,6 +1133,25 @@ const ABLATION_PLOT_TITLE: &str = "loss change per sublayer";
 /// How `--calibration-plot`'s titles begin: an existing file is replaced only when it is such a plot.
 const CALIBRATION_PLOT_TITLE: &str = "calibration of";
 
+/// The start of `--lens-plot`'s title (what marks a plot it may replace).
+const LENS_PLOT_TITLE: &str = "logit lens of";
+
+/// `--lens-plot`: loss and top-1 accuracy per state.
+fn plot_lens(path: &Path, title: &str, rows: &[LensRow]) -> Result<(), TrainError> {
+    let labels: Vec<String> = rows.iter().map(|r| r.state.clone()).collect();
+    let loss = super::plot::StatePanel {
+        y_label: "loss (nats per token)".into(),
+        values: rows.iter().map(|r| r.loss).collect(),
+    };
+    let acc = super::plot::StatePanel {
+        y_label: "top-1 accuracy (%)".into(),
+        values: rows.iter().map(|r| 100.0 * r.accuracy).collect(),
+    };
+    let x = "the state the head reads: after the embedding, after each sublayer's write (last: the model's output)";
+    super::plot::state_plot(path, title, x, &labels, &[loss, acc])
+        .map_err(|e| TrainError::Settings(format!("--lens-plot '{}': {e}", path.display())))
+}
+
 /// `--calibration-plot`'s file, checked as `--plot`'s before any evaluation.
 fn check_calibration_plot_path(path: &Path) -> Result<(), TrainError> {
     super::plot::check_png_out(
@@ -1081,14 +1203,65 @@ fn plot_ablations(path: &Path, parts: &[Ablate], rows: &[Ablation], batch: usize
         .map_err(|e| TrainError::Settings(format!("--plot '{}': {e}", path.display())))
 }
 
-/// What [`run_model`] measured: the evaluation, each batch's (mean loss, tokens), the β tally,
-/// and (when asked) every evaluated token's loss in order.
-type ModelRun = (super::Eval, Vec<(f64, usize)>, BetaTally, Vec<f32>, Option<ScoreTally>);
+/// What [`run_model`] measures besides the loss.
+#[derive(Debug, Clone, Copy, Default)]
+struct Measure {
+    /// The β tally per sublayer.
+    betas: bool,
+    /// Every evaluated token's loss, in order.
+    rows: bool,
+    /// Every token's scores (rank, likeliest token, its log p, entropy): accuracy, calibration.
+    scores: bool,
+    /// The logit lens: the head over every earlier state (implies `scores`).
+    lens: bool,
+}
 
-/// One model over the windows of `span`: the evaluation, each batch's (mean loss, tokens), and
-/// with `betas` the β tally; with `rows`, each token's loss; with `maps`, under interventions on
-/// its writes. Shows progress
-/// (`label` names the model when there are two).
+/// What [`run_model`] measured.
+struct ModelRun {
+    eval: super::Eval,
+    /// Each batch's (mean loss, tokens).
+    losses: Vec<(f64, usize)>,
+    betas: BetaTally,
+    /// With [`Measure::rows`]: every evaluated token's loss in order.
+    rows: Vec<f32>,
+    scores: Option<ScoreTally>,
+    /// With [`Measure::lens`]: per state X_0 … X_2L−1, its tally.
+    lens: Vec<LensTally>,
+}
+
+/// One state's rows of the logit lens, tallied batch by batch.
+#[derive(Debug, Clone, Default)]
+struct LensTally {
+    /// Σ loss over the predicted tokens.
+    loss: f64,
+    /// Per batch added: (mean loss, tokens).
+    batches: Vec<(f64, usize)>,
+    scores: ScoreTally,
+    /// With `keep`: every added row's loss, in order (`--per-token --lens`).
+    keep: bool,
+    rows: Vec<f32>,
+}
+
+impl LensTally {
+    /// Adds a batch's rows: losses `[rows]` and scores `[rows, 4]` (ignored targets, of rank 0,
+    /// count in nothing).
+    fn add(&mut self, losses: &[f32], scores: &[f32]) {
+        let tokens = self.scores.tokens;
+        if self.keep {
+            self.rows.extend_from_slice(losses);
+        }
+        self.scores.add(scores);
+        let sum: f64 =
+            losses.iter().zip(scores.chunks_exact(4)).filter(|(_, s)| s[0] >= 1.0).map(|(&l, _)| l as f64).sum();
+        let n = (self.scores.tokens - tokens) as usize;
+        self.loss += sum;
+        self.batches.push((if n > 0 { sum / n as f64 } else { 0.0 }, n));
+    }
+}
+
+/// One model over the windows of `span` (`what` says what it measures besides the loss; with
+/// `maps`, under interventions on its writes). Shows progress (`label` names the model when
+/// there are two).
 #[allow(clippy::too_many_arguments)]
 fn run_model(
     model: &Model,
@@ -1096,13 +1269,11 @@ fn run_model(
     t: &super::TrainConfig,
     span: EvalSpan,
     windows: usize,
-    betas: bool,
-    rows: bool,
-    scores: bool,
+    what: Measure,
     label: &str,
     maps: Option<&[crate::kernels::delta::BetaMap]>,
 ) -> Result<ModelRun, TrainError> {
-    run_model_in(model, ds, t, span, windows, betas, rows, scores, label, maps).map_err(|e| match e {
+    run_model_in(model, ds, t, span, windows, what, label, maps).map_err(|e| match e {
         // A batch of windows whose buffers the adapter cannot bind: the batch that would fit.
         TrainError::Gpu(crate::gpu::GpuError::TooLarge { needed, max, .. }) => {
             let fits = (t.batch_size as u128 * max as u128 / needed.max(1) as u128) as usize;
@@ -1128,20 +1299,23 @@ fn run_model_in(
     t: &super::TrainConfig,
     span: EvalSpan,
     windows: usize,
-    betas: bool,
-    rows: bool,
-    scores: bool,
+    what: Measure,
     label: &str,
     maps: Option<&[crate::kernels::delta::BetaMap]>,
 ) -> Result<ModelRun, TrainError> {
+    let Measure { betas, rows, scores, lens } = what;
     // (The head in the run's slices, or `--head-chunk`'s: the same loss, less memory.)
-    let prog = if scores {
+    let prog = if lens {
+        model.lens_program(t.batch_size, t.seq_len, t.head_chunk, maps)?
+    } else if scores {
         model.loss_program_ranked(t.batch_size, t.seq_len, t.head_chunk, maps)?
     } else {
         model.loss_program_with(t.batch_size, t.seq_len, t.head_chunk, maps)?
     };
     let mut tally = BetaTally { keep: rows, ..Default::default() };
-    let mut score_tally = scores.then(|| ScoreTally { keep: rows, ..Default::default() });
+    let mut score_tally = (scores || lens).then(|| ScoreTally { keep: rows, ..Default::default() });
+    let mut lens_tally =
+        vec![LensTally { keep: rows, ..Default::default() }; if lens { 2 * model.cfg.n_layers } else { 0 }];
     let mut losses = Vec::new();
     let mut token_losses = Vec::new();
     // A bar on a terminal; without one, a line at every tenth of a long evaluation.
@@ -1172,6 +1346,19 @@ fn run_model_in(
             match k.scores {
                 Some(l) => st.add(&l[..4 * live * t.seq_len]),
                 None => failed = Some(crate::gpu::GpuError::Shape("a loss program without its token scores".into())),
+            }
+        }
+        if lens && failed.is_none() {
+            // Each state's live rows (the batch's first `live` windows).
+            let (n, m) = (prog.b() * t.seq_len, live * t.seq_len);
+            match prog.lens().map(|l| (l.loss.read_f32(&model.gpu), l.ranks.read_f32(&model.gpu))) {
+                Some((Ok(l), Ok(r))) => {
+                    for (s, st) in lens_tally.iter_mut().enumerate() {
+                        st.add(&l[s * n..s * n + m], &r[4 * s * n..4 * (s * n + m)]);
+                    }
+                }
+                Some((Err(e), _) | (_, Err(e))) => failed = Some(e),
+                None => failed = Some(crate::gpu::GpuError::Shape("a loss program without its lens".into())),
             }
         }
         if rows && failed.is_none() {
@@ -1206,7 +1393,7 @@ fn run_model_in(
     if let Some(e) = failed {
         return Err(e.into());
     }
-    Ok((e, losses, tally, token_losses, score_tally))
+    Ok(ModelRun { eval: e, losses, betas: tally, rows: token_losses, scores: score_tally, lens: lens_tally })
 }
 
 /// A p-value as the reports print it (Student's t in f64 resolves p down to about 1e-15).
@@ -1313,6 +1500,39 @@ impl EvalResult {
                     100.0 * s.projection,
                     100.0 * s.reflection
                 ));
+            }
+        }
+        if !self.lens.is_empty() {
+            let paired = self.lens.iter().any(|r| r.ci.is_some());
+            let how = match paired {
+                true => format!("mean over full batches of {} [95 % t-interval]", self.windows_word()),
+                false => format!("over all the tokens (no intervals: {})", self.more()),
+            };
+            out.push_str(&format!(
+                "\nlogit lens: the model's own head (its readout compressor where it has one, final norm, tied \
+                 embedding) on the state after the embedding and after each sublayer's write; change = this state's \
+                 loss − the one before's, {how}:\n{:<14} {:>8} {:>28} {:>8} {:>8} {:>8}",
+                "state", "loss", "change", "top-1", "top-5", "entropy"
+            ));
+            for r in &self.lens {
+                let change = match (r.mean_paired_change, r.ci, r.change) {
+                    (Some(m), Some((lo, hi)), _) => format!("{m:+.4} [{lo:+.4}, {hi:+.4}]"),
+                    (_, _, Some(c)) => format!("{c:+.4}"),
+                    _ => String::new(),
+                };
+                out.push_str(&format!(
+                    "\n{:<14} {:>8.4} {:>28} {:>7.2}% {:>7.2}% {:>8.4}{}",
+                    r.state,
+                    r.loss,
+                    change,
+                    100.0 * r.accuracy,
+                    100.0 * r.top5_accuracy,
+                    r.entropy,
+                    if r.output { "  (the model's output)" } else { "" }
+                ));
+            }
+            if let Some(p) = &self.lens_plot {
+                out.push_str(&format!("\nlens plot: {p}"));
             }
         }
         if let Some(a) = &self.against {

@@ -487,6 +487,78 @@ pub fn regime_plot(path: &Path, title: &str, panels: &[RegimePanel]) -> Result<(
     })
 }
 
+/// One panel of [`state_plot`]: a value per state.
+pub struct StatePanel {
+    pub y_label: String,
+    pub values: Vec<f64>,
+}
+
+/// Panels stacked vertically over the same named states on the x axis (a logit lens: loss and
+/// accuracy per state), each a line through a point per state. With many states every k-th is
+/// named (the first and last always).
+pub fn state_plot(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    labels: &[String],
+    panels: &[StatePanel],
+) -> Result<(), String> {
+    register_font();
+    let n = labels.len();
+    if n == 0 || panels.is_empty() {
+        return Err(format!("{}: nothing to plot", path.display()));
+    }
+    let step = n.div_ceil(12).max(1);
+    let width = (700 + 34 * n as u32).min(1400);
+    via_tmp(path, title, |tmp| {
+        let root = png(tmp, (width, 70 + 300 * panels.len() as u32)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let root = root.titled(title, ("sans-serif", 22)).map_err(|e| e.to_string())?;
+        let areas = root.split_evenly((panels.len(), 1));
+        for (k, (p, area)) in panels.iter().zip(areas).enumerate() {
+            let finite: Vec<f64> = p.values.iter().copied().filter(|v| v.is_finite()).collect();
+            let (lo, hi) = finite.iter().fold((f64::MAX, f64::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+            let (lo, hi) = if finite.is_empty() { (0.0, 1.0) } else { (lo, hi) };
+            let pad = ((hi - lo) * 0.08).max(1e-6);
+            let last = k + 1 == panels.len();
+            let mut chart = ChartBuilder::on(&area)
+                .margin(10)
+                .margin_right(28)
+                .x_label_area_size(if last { 44 } else { 24 })
+                .y_label_area_size(64)
+                .build_cartesian_2d(-0.5..(n as f64 - 0.5), (lo - pad)..(hi + pad))
+                .map_err(|e| e.to_string())?;
+            let names = labels.to_vec();
+            let name_of = move |x: &f64| {
+                let i = x.round();
+                if (x - i).abs() > 1e-6 || i < 0.0 {
+                    return String::new();
+                }
+                let i = i as usize;
+                if i.is_multiple_of(step) || i + 1 == n {
+                    names.get(i).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            };
+            let mut mesh = chart.configure_mesh();
+            mesh.x_labels(n + 1).x_label_formatter(&name_of).y_desc(p.y_label.clone());
+            if last {
+                mesh.x_desc(x_label);
+            }
+            mesh.draw().map_err(|e| e.to_string())?;
+            let color = pick(k);
+            let pts: Vec<(f64, f64)> =
+                p.values.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(i, &v)| (i as f64, v)).collect();
+            chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2))).map_err(|e| e.to_string())?;
+            chart
+                .draw_series(pts.iter().map(|&(x, y)| Circle::new((x, y), 4, color.filled())))
+                .map_err(|e| e.to_string())?;
+        }
+        root.present().map_err(|e| e.to_string())
+    })
+}
+
 /// One row of [`interval_plot`]: an estimate with its 95 % interval, and whether the test
 /// behind it is significant (drawn filled and coloured; otherwise hollow and grey).
 pub struct Interval {

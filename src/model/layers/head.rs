@@ -14,15 +14,23 @@ use crate::kernels::{loss, norm, shortconv};
 use super::{Rec, compress};
 
 pub(crate) fn forward(r: &mut Rec) -> Result<()> {
+    let a = r.a;
+    forward_from(r, a.xs.last().unwrap())
+}
+
+/// The head over the state `x` (the model's own: the last state X_2L; a logit lens: an earlier
+/// one, [`super::forward`]), into the head's buffers: z (expanded variants), zn, the logits, the
+/// row losses (and scores) and the loss.
+pub(crate) fn forward_from(r: &mut Rec, x: &crate::gpu::Tensor) -> Result<()> {
     let (gpu, c, a) = (r.gpu, r.c, r.a);
     let (n, d, v) = (r.n(), c.d_model, c.vocab_size);
     if let Some(zt) = &a.z {
-        compress::forward(r, "readout", 2 * c.n_layers, a.xs.last().unwrap(), zt)?;
+        compress::forward(r, "readout", 2 * c.n_layers, x, zt)?;
     }
     let gain = r.pv("final_norm.gain");
     r.run(norm::rmsnorm_forward(
         gpu,
-        a.z_tensor().view(),
+        a.z.as_ref().unwrap_or(x).view(),
         gain,
         a.zn.view(),
         a.rstd_f.view(),

@@ -57,6 +57,8 @@ pub(crate) struct Rec<'a> {
     pub head_ce: Option<crate::kernels::loss::RowSlices>,
     /// The head also scores every row ([`crate::kernels::loss::RowSlices::with_ranks`]).
     pub ranks: bool,
+    /// A logit lens: the head over every earlier state too, its rows kept here ([`forward`]).
+    pub lens: Option<&'a super::program::LensRows>,
 }
 
 impl<'a> Rec<'a> {
@@ -75,6 +77,7 @@ impl<'a> Rec<'a> {
             grad_head: false,
             head_ce: None,
             ranks: false,
+            lens: None,
         }
     }
 
@@ -200,6 +203,21 @@ pub(crate) fn forward(r: &mut Rec) -> Result<usize> {
             if s.write.is_some() {
                 r.writes.push((l, s.kind, start..r.ops.len()));
                 write_j += 1;
+            }
+        }
+    }
+    if let Some(lens) = r.lens {
+        // The logit lens: the head over X_0 … X_2L−1 in turn, each one's row losses and scores
+        // copied out before the next overwrites them; the model's own head last, so that its
+        // buffers (the program's loss, row losses and scores) hold the model's output.
+        let n = r.n();
+        for s in 0..2 * r.c.n_layers {
+            head::forward_from(r, &a.xs[s])?;
+            let ce = r.head_ce.clone().expect("the head's loss scratch");
+            r.push(Op::Copy { src: ce.row_loss().clone(), src_off: 0, dst: lens.loss.clone(), dst_off: s * n, len: n });
+            if let Some(ranks) = ce.ranks() {
+                let dst = lens.ranks.clone();
+                r.push(Op::Copy { src: ranks.clone(), src_off: 0, dst, dst_off: 4 * s * n, len: 4 * n });
             }
         }
     }
