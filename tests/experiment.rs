@@ -83,6 +83,17 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
         // The final number is the whole-split evaluation, with its token count and the build.
         assert!(res["val_tokens"].as_u64().unwrap() > 0, "{res}");
         assert_eq!(res["commit"].as_str().unwrap(), ddl::build_commit().0, "{res}");
+        // Its top-1 accuracy: the final evaluation's, as metrics.jsonl logged it.
+        let metrics = std::fs::read_to_string(d.join("metrics.jsonl")).unwrap();
+        let last_full = metrics
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|j| j["val_full"] == true)
+            .last()
+            .unwrap();
+        let acc = res["final_val_accuracy"].as_f64().unwrap();
+        assert_eq!(acc, last_full["val_accuracy"].as_f64().unwrap(), "{res}");
+        assert!((0.0..=1.0).contains(&acc), "{res}");
         let regimes = res["regimes"].as_array().unwrap();
         if run.starts_with("ddl") {
             // 2 sublayers, 2 batches of 2×16 tokens each.
@@ -110,6 +121,8 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
         "± ",
         "## Comparisons",
         "| baseline − ddl |",
+        "## Top-1 accuracy",
+        "val accuracy % (mean ± sd)",
         "p (Holm)",
         "identity",
         "Engine: ",

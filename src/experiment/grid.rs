@@ -600,6 +600,7 @@ fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &Experime
         tokens: (ck.step * t.batch_size * t.seq_len * t.grad_accum) as u64,
         final_train_loss,
         final_val_loss,
+        final_val_accuracy: m.full_accuracy,
         val_curve,
         tok_per_s,
         elapsed_s: elapsed,

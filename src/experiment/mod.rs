@@ -68,6 +68,10 @@ pub struct RunResult {
     /// Mean training loss over the last tenth of the steps (at least one step).
     pub final_train_loss: f64,
     pub final_val_loss: f64,
+    /// The final evaluation's top-1 accuracy: the share of the validation tokens whose likeliest
+    /// prediction came (results made before it was logged: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_val_accuracy: Option<f64>,
     /// (step, validation loss) at every evaluation.
     pub val_curve: Vec<(f64, f64)>,
     /// Median training throughput.
@@ -171,6 +175,7 @@ mod test_support {
             tokens: 640,
             final_train_loss: loss + 0.01,
             final_val_loss: loss,
+            final_val_accuracy: None,
             val_curve: vec![(10.0, 2.5)],
             tok_per_s: 100.0,
             elapsed_s: 1.0,

@@ -95,8 +95,19 @@ pub fn verdict(q: Question, a: Variant, b: Variant, diff: f64, p_holm: f64) -> S
 
 /// The paired t-test of the final validation losses of `a` − `b` over the seeds both ran.
 pub(super) fn paired(results: &[RunResult], a: Variant, b: Variant) -> Option<stats::Paired> {
+    paired_on(results, a, b, |r| Some(r.final_val_loss))
+}
+
+/// The paired t-test of `key` (a run's number; `None`: the run has none) of `a` − `b` over the
+/// seeds both have it for.
+fn paired_on(
+    results: &[RunResult],
+    a: Variant,
+    b: Variant,
+    key: impl Fn(&RunResult) -> Option<f64>,
+) -> Option<stats::Paired> {
     let of = |v: Variant| -> BTreeMap<u64, f64> {
-        results.iter().filter(|r| r.variant == v.name()).map(|r| (r.seed, r.final_val_loss)).collect()
+        results.iter().filter(|r| r.variant == v.name()).filter_map(|r| Some((r.seed, key(r)?))).collect()
     };
     let (ra, rb) = (of(a), of(b));
     let pairs: Vec<(f64, f64)> = ra.iter().filter_map(|(s, x)| rb.get(s).map(|y| (*x, *y))).collect();
@@ -193,6 +204,82 @@ fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> (String, 
         );
     }
     (md, rows)
+}
+
+/// The top-1 accuracy section (runs that logged it): per variant the final validation accuracy
+/// over seeds, and the loss's family of comparisons on it, paired by seed, with Holm's
+/// correction over this family on its own. Empty when no run has an accuracy (results made
+/// before it was logged).
+fn accuracy_section(results: &[RunResult], variants: &[Variant]) -> String {
+    let with: Vec<&RunResult> = results.iter().filter(|r| r.final_val_accuracy.is_some()).collect();
+    if with.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from(
+        "## Top-1 accuracy
+
+",
+    );
+    let without = results.len() - with.len();
+    md.push_str(&format!(
+        "The final evaluation's top-1 accuracy: the share of the same validation tokens whose likeliest prediction \
+         came, in percent{}. Per variant: mean ± sample sd over seeds and the 95 % t-interval of the mean; then the \
+         comparisons above on it (a − b in points, paired by seed), with Holm's correction over these comparisons \
+         on their own. The verdicts of the report rest on the loss; these say whether the accuracy moves with it.\n\n",
+        if without > 0 { format!(" ({without} run(s) made before it was logged are left out)") } else { String::new() }
+    ));
+    md.push_str("| variant | seeds | val accuracy % (mean ± sd) | 95 % interval |\n|---|---:|---:|---:|\n");
+    for v in variants {
+        let acc: Vec<f64> = with
+            .iter()
+            .filter(|r| r.variant == v.name())
+            .filter_map(|r| r.final_val_accuracy.map(|a| 100.0 * a))
+            .collect();
+        if acc.is_empty() {
+            md.push_str(&format!("| {} | 0 | | |\n", v.name()));
+            continue;
+        }
+        let a = stats::Sample::of(&acc);
+        let ci = if a.ci.0.is_finite() { format!("[{:.2}, {:.2}]", a.ci.0, a.ci.1) } else { "—".into() };
+        let sd = if a.sd.is_finite() { format!(" ± {:.2}", a.sd) } else { String::new() };
+        md.push_str(&format!("| {} | {} | {:.2}{sd} | {ci} |\n", v.name(), a.n, a.mean));
+    }
+    md.push('\n');
+    let family = comparison_family(variants);
+    let tests: Vec<Option<stats::Paired>> =
+        family.iter().map(|&(a, b, _)| paired_on(results, a, b, |r| r.final_val_accuracy.map(|x| 100.0 * x))).collect();
+    if tests.iter().all(Option::is_none) {
+        md.push_str("No pair of the family has two seeds with an accuracy to compare.\n\n");
+        return md;
+    }
+    let ps: Vec<f64> = tests.iter().map(|t| t.map(|t| t.p).unwrap_or(1.0)).collect();
+    let adjusted = stats::holm(&ps);
+    md.push_str("| a − b | seeds | mean difference (points) | 95 % interval | p | p (Holm) | verdict |\n");
+    md.push_str("|---|---:|---:|---:|---:|---:|---|\n");
+    for (((a, b, _), t), ph) in family.iter().zip(&tests).zip(&adjusted) {
+        let (a, b) = (a.name(), b.name());
+        match t {
+            Some(t) => {
+                let verdict = match (*ph < 0.05, t.diff.mean > 0.0) {
+                    (false, _) => format!("not distinguishable (p {} after Holm)", p_text(*ph)),
+                    (true, true) => format!("{a} more accurate (p {} after Holm)", p_text(*ph)),
+                    (true, false) => format!("{b} more accurate (p {} after Holm)", p_text(*ph)),
+                };
+                let ci = t.diff.ci;
+                let ci = if ci.0.is_finite() { format!("[{:+.2}, {:+.2}]", ci.0, ci.1) } else { "—".into() };
+                md.push_str(&format!(
+                    "| {a} − {b} | {} | {:+.2} | {ci} | {} | {} | {verdict} |\n",
+                    t.diff.n,
+                    t.diff.mean,
+                    p_text(t.p).trim_start_matches("= "),
+                    p_text(*ph).trim_start_matches("= ")
+                ));
+            }
+            None => md.push_str(&format!("| {a} − {b} | < 2 | | | | | too few paired seeds to test |\n")),
+        }
+    }
+    md.push('\n');
+    md
 }
 
 /// "[1, 2, 3]", with the extra seeds of some variants.
@@ -333,6 +420,7 @@ pub(super) fn write_report(
     md.push('\n');
     let (comparisons, forest) = comparisons_section(results, variants);
     md.push_str(&comparisons);
+    md.push_str(&accuracy_section(results, variants));
     md.push_str(&length_section(spec, results, variants));
     // β regimes.
     let ddl_rows: Vec<(Variant, Vec<[f64; 3]>, Vec<f64>)> = variants
@@ -396,13 +484,22 @@ pub(super) fn write_report(
              has no baseline variant.\n\n",
         );
     }
-    md.push_str(
+    // (The accuracy column where some run logged it.)
+    let accuracy = results.iter().any(|r| r.final_val_accuracy.is_some());
+    md.push_str(&format!(
         "## Runs\n\nTheir tok/s and wall time are those of a machine shared with other work: not a speed \
-         measurement (see Speed).\n\n| run | val loss | train loss | tok/s | wall time |\n|---|---:|---:|---:|---:|\n",
-    );
+         measurement (see Speed).\n\n| run | val loss |{} train loss | tok/s | wall time |\n|---|---:|{}---:|---:|---:|\n",
+        if accuracy { " val accuracy |" } else { "" },
+        if accuracy { "---:|" } else { "" }
+    ));
     for r in results {
+        let acc = match (accuracy, r.final_val_accuracy) {
+            (false, _) => String::new(),
+            (true, Some(a)) => format!(" {:.2} % |", 100.0 * a),
+            (true, None) => " |".into(),
+        };
         md.push_str(&format!(
-            "| {}-seed{} | {:.4} | {:.4} | {:.0} | {:.0} s |\n",
+            "| {}-seed{} | {:.4} |{acc} {:.4} | {:.0} | {:.0} s |\n",
             r.variant, r.seed, r.final_val_loss, r.final_train_loss, r.tok_per_s, r.elapsed_s
         ));
     }
@@ -622,6 +719,49 @@ mod tests {
         )
         .unwrap();
         assert_eq!(old.adapter, "");
+    }
+
+    /// The accuracy section against values worked by hand; none for results made before the
+    /// accuracy was logged, and runs without one left out and counted.
+    #[test]
+    fn the_report_compares_the_final_accuracies_paired_by_seed() {
+        let s = spec("").unwrap(); // baseline and ddl, seeds 1 and 2
+        let variants = s.variant_list().unwrap();
+        let md_of = |acc: [Option<f64>; 6]| {
+            let mut s3 = s.clone();
+            s3.seeds = vec![1, 2, 3];
+            let runs = [("baseline", 1), ("baseline", 2), ("baseline", 3), ("ddl", 1), ("ddl", 2), ("ddl", 3)];
+            let results: Vec<RunResult> = runs
+                .iter()
+                .zip(acc)
+                .map(|(&(v, seed), a)| RunResult {
+                    final_val_accuracy: a,
+                    ..result(v, seed, 2.0 + seed as f64 / 100.0, "abc")
+                })
+                .collect();
+            let tag: String = acc.iter().map(|a| a.map_or("n".into(), |a| format!("{a}"))).collect();
+            let dir = std::env::temp_dir().join(format!("ddl-acc-test-{}-{tag}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let md = std::fs::read_to_string(write_report(&dir, &s3, &variants, &results, &[]).unwrap()).unwrap();
+            std::fs::remove_dir_all(&dir).ok();
+            md
+        };
+        let md = md_of([None; 6]);
+        assert!(!md.contains("accuracy"), "{md}");
+        // baseline 40, 42, 44 % (mean 42, sd 2: t(0.975, 2) · 2/√3 = 4.968); ddl 45, 46, 47: paired
+        // differences baseline − ddl −5, −4, −3: mean −4, sd 1, se 0.57735, t = −6.928 (df 2),
+        // two-sided p = 0.0202; Holm over one comparison leaves it.
+        let md = md_of([0.40, 0.42, 0.44, 0.45, 0.46, 0.47].map(Some));
+        assert!(md.contains("## Top-1 accuracy"), "{md}");
+        assert!(md.contains("| baseline | 3 | 42.00 ± 2.00 | [37.03, 46.97] |"), "{md}");
+        assert!(md.contains("| ddl | 3 | 46.00 ± 1.00 | [43.52, 48.48] |"), "{md}");
+        assert!(md.contains("| baseline − ddl | 3 | -4.00 | [-6.48, -1.52] | 0.020 | 0.020 | ddl more accurate (p = 0.020 after Holm) |"), "{md}");
+        assert!(md.contains("| baseline-seed2 | 2.0200 | 42.00 % |"), "the runs table: {md}");
+        // A run without one: left out, said, and its seed unpaired.
+        let md = md_of([Some(0.40), Some(0.42), None, Some(0.45), Some(0.46), Some(0.47)]);
+        assert!(md.contains("1 run(s) made before it was logged are left out"), "{md}");
+        assert!(md.contains("| baseline | 2 | 41.00 ± 1.41 |") && md.contains("| baseline − ddl | 2 |"), "{md}");
+        assert!(md.contains("| baseline-seed3 | 2.0300 | |"), "{md}");
     }
 
     /// A final evaluation cut by `train.val_max_tokens` is not called the whole validation split.

@@ -94,6 +94,8 @@ pub struct Metrics {
     pub val_accuracy: Vec<(f64, f64)>,
     /// The last evaluation over the whole validation split: (step, loss, tokens).
     pub full: Option<(usize, f64, usize)>,
+    /// That evaluation's top-1 accuracy (runs before it was logged: none).
+    pub full_accuracy: Option<f64>,
     /// Lines that did not read as JSON with a step.
     pub bad_lines: usize,
 }
@@ -108,6 +110,7 @@ impl Metrics {
                 Some(Line::Val(v)) => {
                     if v.full {
                         m.full = Some((v.step as usize, v.loss, v.tokens.unwrap_or(0) as usize));
+                        m.full_accuracy = v.accuracy;
                     }
                     if let Some(p) = v.curve_point() {
                         m.val.push(p);
