@@ -87,9 +87,9 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
         let metrics = std::fs::read_to_string(d.join("metrics.jsonl")).unwrap();
         let last_full = metrics
             .lines()
+            .rev()
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-            .filter(|j| j["val_full"] == true)
-            .last()
+            .find(|j| j["val_full"] == true)
             .unwrap();
         let acc = res["final_val_accuracy"].as_f64().unwrap();
         assert_eq!(acc, last_full["val_accuracy"].as_f64().unwrap(), "{res}");
