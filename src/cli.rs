@@ -12,7 +12,7 @@ const HELP: &str = "\
 
 Train and compare:
   train       Train a model: progress bar, metrics.jsonl, loss.png, checkpoints in --out
-  eval        Loss, perplexity, bits per byte, accuracy and calibration of a checkpoint on its data, a text or shards
+  eval        Loss, perplexity, bits per byte, accuracy and calibration of a checkpoint on its data, a text or shards; a logit lens
   experiment  A grid of runs (variants x seeds) and its report (report.md, plots)
   plot        Runs' curves in one picture (validation or training loss, |g|, lr, tok/s, β) and where each ended; an experiment's: each variant's mean
 
@@ -222,8 +222,9 @@ pub(crate) enum Cmd {
         #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 1)]
         jobs: usize,
     },
-    /// Loss, perplexity and bits per byte of a checkpoint: its run's validation split, another text
-    /// or shards; β per sublayer; against another checkpoint.
+    /// Loss, perplexity, bits per byte, accuracy and calibration of a checkpoint: its run's
+    /// validation split, another text or shards; β per sublayer; a logit lens; against another
+    /// checkpoint, under interventions, with each write ablated.
     Eval(EvalArgs),
     /// One metric of several runs as curves in one PNG, from their metrics.jsonl (no device), and
     /// a table of where each ended: last step and tokens, training loss (mean of the last tenth of
