@@ -299,8 +299,15 @@ pub(crate) enum Cmd {
         /// --json as `prompt_logprobs`.
         #[arg(long, requires = "logprobs")]
         score_prompt: bool,
+        /// After each continuation, a logit lens of its tokens: each one's probability under the
+        /// model's own head read on the state after the embedding and after each sublayer's write
+        /// (teacher-forced, in the contexts generation gave it; --json: `lens`, with each state's
+        /// rank, likeliest token and entropy).
+        #[arg(long, conflicts_with = "compare")]
+        lens: bool,
         /// Each continuation as one line of JSON instead of streamed text: prompt, seed, text, token
-        /// ids, why it stopped (length, stop_text, end_of_text) and, with --logprobs, the scores.
+        /// ids, why it stopped (length, stop_text, end_of_text) and, with --logprobs, the scores
+        /// (with --lens, the lens).
         #[arg(long, conflicts_with = "compare")]
         json: bool,
     },

@@ -1137,6 +1137,124 @@ async fn teacher_forced(
     Ok(())
 }
 
+/// One token at one state of a logit lens ([`continuation_lens`]): how the model's own head,
+/// read on that state, scores the token (its log p, natural log, and rank: 1 + how many tokens
+/// the head found likelier), the head's likeliest token there (the smallest id among ties) with
+/// its log p, and the entropy of the head's distribution (nats).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LensScore {
+    pub logprob: f64,
+    pub rank: usize,
+    pub top: u32,
+    pub top_text: String,
+    pub top_logprob: f64,
+    pub entropy: f64,
+}
+
+/// The states a lens reads, in model order: `embedding` (X_0), then the sublayer whose write
+/// left each state (`block0.attn`, …; the last one's state is the model's output).
+pub fn lens_states(model: &Model) -> Vec<String> {
+    std::iter::once("embedding".to_string())
+        .chain((0..2 * model.cfg.n_layers).map(crate::model::intervene::sublayer_name))
+        .collect()
+}
+
+/// The logit lens of `continuation` after `prompt` (`ddl generate --lens`): per continuation
+/// token, per state of [`lens_states`], the model's own head (its readout compressor where it
+/// has one, final norm, tied embedding) read on that state — the last state's scores are the
+/// model's own. Teacher-forced in the contexts generation gave each token ([`teacher_forced`]'s
+/// windows), through [`Model::lens_program`], under `beta_maps` when given (the fixed directions
+/// of `k=mean` are not supported: the caller refuses them).
+pub fn continuation_lens(
+    model: &Model,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    continuation: &[u32],
+    beta_maps: Option<&[crate::kernels::delta::BetaMap]>,
+) -> Result<Vec<Vec<LensScore>>> {
+    if prompt.is_empty() || continuation.is_empty() {
+        return Ok(Vec::new());
+    }
+    let all: Vec<u32> = prompt.iter().chain(continuation).copied().collect();
+    let (cap, n, subs) = (model.cfg.max_seq_len, all.len(), 2 * model.cfg.n_layers);
+    let text = |id: u32| tok.decode(&[id]).unwrap_or_default();
+    let score = |loss: f32, r: &[f32]| LensScore {
+        logprob: -(loss as f64),
+        rank: r[0] as usize,
+        top: r[1] as u32,
+        top_text: text(r[1] as u32),
+        top_logprob: r[2] as f64,
+        entropy: r[3] as f64,
+    };
+    let mut out = Vec::with_capacity(continuation.len());
+    // The windows of `teacher_forced`: [start, last), predicting first ..= last.
+    let (mut start, mut first) = (prompt.len().saturating_sub(cap), prompt.len());
+    while first < n {
+        let last = (start + cap).min(n - 1);
+        let t = last - start;
+        let tokens: Vec<i32> = all[start..last].iter().map(|&x| x as i32).collect();
+        let targets: Vec<i32> = (start + 1..=last).map(|i| if i >= first { all[i] as i32 } else { -1 }).collect();
+        // (The head in slices of 256 rows: a window of a large vocabulary never holds all its logits.)
+        let p = model.lens_program(1, t, if t > 256 { 256 } else { 0 }, beta_maps)?;
+        p.set_batch(model, &tokens, &targets)?;
+        model.eval_loss(&p)?;
+        let lens = p.lens().expect("a lens program");
+        let (ll, lr) = (lens.loss.read_f32(&model.gpu)?, lens.ranks.read_f32(&model.gpu)?);
+        let own_loss = p.row_losses().expect("a loss program").read_f32(&model.gpu)?;
+        let own_ranks = p.row_ranks().expect("a ranked program").read_f32(&model.gpu)?;
+        for i in first..=last {
+            let j = i - 1 - start;
+            let mut row: Vec<LensScore> =
+                (0..subs).map(|s| score(ll[s * t + j], &lr[4 * (s * t + j)..4 * (s * t + j + 1)])).collect();
+            row.push(score(own_loss[j], &own_ranks[4 * j..4 * j + 4]));
+            out.push(row);
+        }
+        first = last + 1;
+        if first >= n {
+            break;
+        }
+        start = first - slide_keep(cap);
+    }
+    Ok(out)
+}
+
+/// The table `ddl generate --lens` prints after a continuation: per token (numbered from 1) its
+/// probability under the head at each state, `*` where it was the head's likeliest there.
+pub fn lens_table(states: &[String], tokens: &[u32], lens: &[Vec<LensScore>], tok: &Tokenizer) -> String {
+    let mut rows: Vec<Vec<String>> =
+        vec![["#".to_string(), "token".to_string()].into_iter().chain(states.iter().cloned()).collect()];
+    for (i, (id, row)) in tokens.iter().zip(lens).enumerate() {
+        let mut r = vec![(i + 1).to_string(), format!("{:?}", tok.decode(&[*id]).unwrap_or_default())];
+        r.extend(row.iter().map(|s| format!("{:.4}{}", s.logprob.exp(), if s.rank == 1 { "*" } else { " " })));
+        rows.push(r);
+    }
+    let cols = rows[0].len();
+    let widths: Vec<usize> = (0..cols).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::from(
+        "--- logit lens: p of each token under the model's head read on the state after the embedding and after \
+         each sublayer's write (teacher-forced, in the contexts generation gave it; * the head's likeliest there; \
+         the last column is the model's own) ---\n",
+    );
+    for r in &rows {
+        let cells: Vec<String> =
+            (0..cols)
+                .map(|c| {
+                    if c == 1 { format!("{:<w$}", r[c], w = widths[c]) } else { format!("{:>w$}", r[c], w = widths[c]) }
+                })
+                .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    if !lens.is_empty() {
+        // Mean log p per state over the tokens.
+        let means: Vec<String> = (0..cols - 2)
+            .map(|s| format!("{:.4}", lens.iter().map(|r| r[s].logprob).sum::<f64>() / lens.len() as f64))
+            .collect();
+        out.push_str(&format!("mean log p per state ({} tokens): {}\n", lens.len(), means.join("  ")));
+    }
+    out
+}
+
 /// How many tokens a full context keeps when generation slides: its last half (at least one).
 fn slide_keep(cap: usize) -> usize {
     (cap / 2).max(1)

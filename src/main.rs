@@ -204,6 +204,7 @@ fn run(cli: Cli) -> Result<()> {
             samples,
             logprobs,
             score_prompt,
+            lens,
             json,
         } => {
             let iv = ddl::model::Interventions::parse(&intervene, allow_out_of_range)?;
@@ -229,6 +230,7 @@ fn run(cli: Cli) -> Result<()> {
                 samples,
                 logprobs,
                 score_prompt,
+                lens,
                 json,
             };
             generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, how)
@@ -655,6 +657,8 @@ pub(crate) struct GenerateHow<'a> {
     pub(crate) logprobs: Option<usize>,
     /// Score the prompt's tokens too (`--score-prompt`).
     pub(crate) score_prompt: bool,
+    /// A logit lens of each continuation (`--lens`).
+    pub(crate) lens: bool,
     /// One JSON line per continuation instead of streamed text.
     pub(crate) json: bool,
 }
@@ -667,7 +671,8 @@ pub(crate) fn generate_cmd(
     how: GenerateHow,
 ) -> Result<()> {
     use std::io::Write;
-    let GenerateHow { trace, strict_context, interventions, compare, samples, logprobs, score_prompt, json } = how;
+    let GenerateHow { trace, strict_context, interventions, compare, samples, logprobs, score_prompt, lens, json } =
+        how;
     let s = sa.sampler()?;
     let from_stdin = prompt == "-";
     let prompt = if from_stdin { read_stdin_capped("--prompt -", 256 << 20)? } else { prompt.to_string() };
@@ -685,6 +690,14 @@ pub(crate) fn generate_cmd(
     // The interventions checked against the model before anything is printed.
     let beta_maps = if interventions.is_empty() { None } else { Some(interventions.maps(&model.cfg)?) };
     let k_mean = interventions.k_mean_targets(&model.cfg)?;
+    if lens && let Some(i) = interventions.list.iter().find(|i| i.action == ddl::model::intervene::Action::KMean) {
+        anyhow::bail!(
+            "--lens with --intervene '{}': the lens reads the model through its evaluation program, which cannot \
+             fix a write's direction to the prompt's mean k; drop --lens, or give β or term specs (beta=V, write=0, \
+             erase=0, v=0, …)",
+            i.spec
+        );
+    }
     if trace.is_some() && !model.cfg.variant.is_ddl() {
         eprintln!(
             "note: the {} variant has residual additions, not delta writes: the trace holds the tokens only (no β, \
@@ -806,6 +819,10 @@ pub(crate) fn generate_cmd(
             if let Some(p) = &prompt_scores {
                 line["prompt_logprobs"] = serde_json::to_value(p)?;
             }
+            if lens {
+                let rows = ddl::generate::continuation_lens(&model, &tok, &ids, &g.tokens, opts.beta_maps.as_deref())?;
+                line["lens"] = serde_json::json!({ "states": ddl::generate::lens_states(&model), "tokens": rows });
+            }
             println!("{line}");
             traces = g.traces;
             continue;
@@ -833,6 +850,10 @@ pub(crate) fn generate_cmd(
                 ddl::generate::Stop::EndOfText => "the model ended the text (its end-of-text token)",
             };
             print!("{}", ddl::generate::scores_table(&g.scores, n, why));
+        }
+        if lens {
+            let rows = ddl::generate::continuation_lens(&model, &tok, &ids, &g.tokens, opts.beta_maps.as_deref())?;
+            print!("{}", ddl::generate::lens_table(&ddl::generate::lens_states(&model), &g.tokens, &rows, &tok));
         }
         traces = g.traces;
     }

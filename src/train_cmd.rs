@@ -860,6 +860,7 @@ fn print_sample(dev: &DeviceArgs, out: &std::path::Path, n: usize) -> Result<()>
         samples: 1,
         logprobs: None,
         score_prompt: false,
+        lens: false,
         json: false,
     };
     crate::generate_cmd(dev, out, "\n", &s, how)?;

@@ -2270,6 +2270,49 @@ fn generate_streams_text_writes_a_trace_and_chat_keeps_context() {
     let table = shown.split_once("--- log-probabilities under the model").map(|t| t.1).unwrap_or_default();
     let rows = table.lines().skip(2).take_while(|l| !l.starts_with("mean log p")).count();
     assert!(rows == 12 && table.contains("over 12 tokens") && !table.contains("top "), "{shown}");
+    // --lens: per token, the model's head at each state; the last state's is the model's own
+    // teacher-forced log p (through the context's slides: 5 + 12 tokens in a context of 16), a
+    // state's rank 1 where its likeliest is the token; with every write off, every state reads
+    // X_0 (the same numbers); the table after the text.
+    let j: serde_json::Value = serde_json::from_str(run_gen(&["--seed", "5", "--json", "--lens"]).trim()).unwrap();
+    let ids: Vec<u32> = j["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+    let states: Vec<&str> = j["lens"]["states"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    assert_eq!(states, ["embedding", "block0.attn", "block0.mlp"]);
+    let rows = j["lens"]["tokens"].as_array().unwrap();
+    assert_eq!(rows.len(), ids.len());
+    let want = ddl::generate::continuation_logprobs(&model, &prompt, &ids, None, &[]).unwrap();
+    for (k, row) in rows.iter().enumerate() {
+        let row = row.as_array().unwrap();
+        assert_eq!(row.len(), 3);
+        let own = row[2]["logprob"].as_f64().unwrap();
+        assert!((own - want[k]).abs() < 1e-4, "token {k}: the lens's output {own} against teacher-forced {}", want[k]);
+        for s in row {
+            let (lp, top_lp) = (s["logprob"].as_f64().unwrap(), s["top_logprob"].as_f64().unwrap());
+            assert_eq!(s["rank"] == 1, s["top"] == ids[k], "token {k}: {s}");
+            assert!(lp <= top_lp + 1e-6 && s["entropy"].as_f64().unwrap() >= 0.0, "token {k}: {s}");
+            assert_eq!(s["top_text"].as_str().unwrap(), tok.decode(&[s["top"].as_u64().unwrap() as u32]).unwrap());
+        }
+    }
+    assert_ne!(rows[0][0], rows[0][2], "the embedding's head is not the model's");
+    let off: serde_json::Value =
+        serde_json::from_str(run_gen(&["--seed", "5", "--json", "--lens", "--intervene", "all:write=0"]).trim())
+            .unwrap();
+    for row in off["lens"]["tokens"].as_array().unwrap() {
+        assert!(row[0] == row[1] && row[1] == row[2], "every write off: every state is X_0: {row}");
+    }
+    let shown = run_gen(&["--seed", "5", "--lens"]);
+    let table = shown.split_once("--- logit lens:").map(|t| t.1).unwrap_or_default();
+    let trows: Vec<&str> = table.lines().skip(2).take_while(|l| !l.starts_with("mean log p")).collect();
+    assert_eq!(trows.len(), 12, "{shown}");
+    assert!(table.contains("mean log p per state (12 tokens)") && table.contains("block0.mlp"), "{shown}");
+    let o = ddl_cmd(&dir)
+        .args(["generate", "--checkpoint"])
+        .arg(&out)
+        .args(["--prompt", "First", "--lens", "--intervene", "block0.attn:k=mean"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("--lens") && e.contains("k=mean") && o.stdout.is_empty(), "{e}");
     // Invalid sampling values and an empty prompt are clear errors.
     for (args, want) in [
         (vec!["--samples", "2", "--temperature", "0"], "greedy decoding gives the same text"),
