@@ -175,6 +175,7 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
         let res = result(r["name"].as_str().unwrap());
         assert_eq!((r["state"].as_str(), r["step"].as_u64()), (Some("finished"), Some(4)), "{r}");
         assert_eq!((&r["val_loss"], &r["train_loss"]), (&res["final_val_loss"], &res["final_train_loss"]), "{r}");
+        assert_eq!(r["val_accuracy"], res["final_val_accuracy"], "{r}");
     }
     let mean = (result("ddl-seed1")["final_val_loss"].as_f64().unwrap()
         + result("ddl-seed2")["final_val_loss"].as_f64().unwrap())
@@ -184,9 +185,13 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
         v["variant"] == "ddl" && v["finished"] == 2 && (v["val_mean"].as_f64().unwrap() - mean).abs() < 1e-12,
         "{j}"
     );
+    let acc = |run: &str| result(run)["final_val_accuracy"].as_f64().unwrap();
+    let acc_mean = (acc("ddl-seed1") + acc("ddl-seed2")) / 2.0;
+    assert!((v["accuracy_mean"].as_f64().unwrap() - acc_mean).abs() < 1e-12, "{j}");
     let r = ddl(&dir, &["info", "--checkpoint", o]);
     let t = text(&r);
     assert!(t.contains("4 of 4 runs finished") && t.contains("report: ") && t.contains("± "), "{t}");
+    assert!(t.contains("val acc") && t.contains(&format!("top-1 accuracy {:.2} ± ", 100.0 * acc_mean)), "{t}");
     let png = dir.join("variants.png");
     let r = ddl(&dir, &["plot", o, "--out", png.to_str().unwrap(), "--json"]);
     let p: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap_or_else(|_| panic!("{}", text(&r)));

@@ -23,6 +23,8 @@ pub struct RunStatus {
     /// over its last tenth of steps.
     pub val_loss: Option<f64>,
     pub train_loss: Option<f64>,
+    /// Its final validation top-1 accuracy (results made before it was logged: none).
+    pub val_accuracy: Option<f64>,
 }
 
 /// One variant's finished runs: the mean and standard deviation (n − 1) of their final
@@ -34,6 +36,9 @@ pub struct VariantSummary {
     pub finished: usize,
     pub val_mean: Option<f64>,
     pub val_sd: Option<f64>,
+    /// The same of the final top-1 accuracies, over the finished runs that logged one.
+    pub accuracy_mean: Option<f64>,
+    pub accuracy_sd: Option<f64>,
 }
 
 /// What an experiment's folder holds.
@@ -75,7 +80,7 @@ pub fn describe(dir: &Path) -> Result<ExperimentInfo, ExperimentError> {
     if let Some(s) = &spec {
         let list = s.variant_list().map_err(|msg| ExperimentError::Spec { path: spec_path.clone(), msg })?;
         for &v in &list {
-            let mut vals = Vec::new();
+            let (mut vals, mut accs) = (Vec::new(), Vec::new());
             let seeds = s.seeds_of(v);
             for &seed in &seeds {
                 let name = run_name(v, seed);
@@ -83,23 +88,28 @@ pub fn describe(dir: &Path) -> Result<ExperimentInfo, ExperimentError> {
                 let result = grid::result_of(&d, s.steps);
                 if let Some(r) = &result {
                     vals.push(r.final_val_loss);
+                    accs.extend(r.final_val_accuracy);
                 }
                 runs.push(RunStatus {
                     state: grid::run_state(s, dir, v, seed),
                     step: step_of(&d),
                     val_loss: result.as_ref().map(|r| r.final_val_loss),
                     train_loss: result.as_ref().map(|r| r.final_train_loss),
+                    val_accuracy: result.as_ref().and_then(|r| r.final_val_accuracy),
                     name: name.clone(),
                 });
                 named.insert(name);
             }
             let spread = crate::train::curves::Spread::of(vals);
+            let acc = crate::train::curves::Spread::of(accs);
             variants.push(VariantSummary {
                 variant: v.name().to_string(),
                 runs: seeds.len(),
                 finished: spread.map_or(0, |s| s.n),
                 val_mean: spread.map(|s| s.mean),
                 val_sd: spread.filter(|s| s.n > 1).map(|s| s.sd),
+                accuracy_mean: acc.map(|s| s.mean),
+                accuracy_sd: acc.filter(|s| s.n > 1).map(|s| s.sd),
             });
         }
     }
@@ -128,6 +138,7 @@ pub fn describe(dir: &Path) -> Result<ExperimentInfo, ExperimentError> {
             step,
             val_loss: result.as_ref().map(|r| r.final_val_loss),
             train_loss: result.as_ref().map(|r| r.final_train_loss),
+            val_accuracy: result.as_ref().and_then(|r| r.final_val_accuracy),
         });
     }
     let report = Some(dir.join("report.md")).filter(|p| p.is_file());
@@ -169,9 +180,14 @@ impl ExperimentInfo {
         let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.4}"));
         let w = self.runs.iter().map(|r| r.name.chars().count()).max().unwrap_or(3).max(3);
         let sw = self.runs.iter().map(|r| r.state.chars().count()).max().unwrap_or(5).max(5);
-        out.push(format!("  {:<w$}  {:<sw$}  {:>10}  {:>10}", "run", "state", "val loss", "train loss"));
+        // (The accuracy column where some run logged it.)
+        let acc = self.runs.iter().any(|r| r.val_accuracy.is_some());
+        let pct = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.2} %", 100.0 * v));
+        let head = format!("  {:<w$}  {:<sw$}  {:>10}  {:>10}", "run", "state", "val loss", "train loss");
+        out.push(if acc { format!("{head}  {:>9}", "val acc") } else { head });
         for r in &self.runs {
-            out.push(format!("  {:<w$}  {:<sw$}  {:>10}  {:>10}", r.name, r.state, f(r.val_loss), f(r.train_loss)));
+            let row = format!("  {:<w$}  {:<sw$}  {:>10}  {:>10}", r.name, r.state, f(r.val_loss), f(r.train_loss));
+            out.push(if acc { format!("{row}  {:>9}", pct(r.val_accuracy)) } else { row });
         }
         if !self.variants.is_empty() {
             out.push("final validation loss per variant (its finished runs: mean ± sd):".to_string());
@@ -181,7 +197,15 @@ impl ExperimentInfo {
                     (Some(m), None) => format!("{m:.4}"),
                     _ => "-".into(),
                 };
-                out.push(format!("  {:<12} {value}  ({} of {} runs finished)", v.variant, v.finished, v.runs));
+                let accuracy = match (v.accuracy_mean, v.accuracy_sd) {
+                    (Some(m), Some(s)) => format!("; top-1 accuracy {:.2} ± {:.2} %", 100.0 * m, 100.0 * s),
+                    (Some(m), None) => format!("; top-1 accuracy {:.2} %", 100.0 * m),
+                    _ => String::new(),
+                };
+                out.push(format!(
+                    "  {:<12} {value}{accuracy}  ({} of {} runs finished)",
+                    v.variant, v.finished, v.runs
+                ));
             }
         }
         match &self.report {
