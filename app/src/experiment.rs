@@ -24,6 +24,9 @@ pub struct RunCurve {
     pub final_val: Option<f64>,
     /// Tokens the final validation loss covers (`result.json`).
     pub val_tokens: Option<u64>,
+    /// The final evaluation's top-1 accuracy (`result.json`'s, else the run's whole-split
+    /// evaluation's; runs before it was logged: none).
+    pub final_accuracy: Option<f64>,
     /// Where the final validation loss comes from.
     pub final_from: FinalFrom,
     /// The steps the run trained (`result.json`, else the last step its metrics logged).
@@ -89,6 +92,8 @@ pub struct VariantSummary {
     pub sd: f64,
     pub min: f64,
     pub max: f64,
+    /// The final top-1 accuracies of the runs that have one: (runs, mean, sd; 0 for one run).
+    pub accuracy: Option<(usize, f64, f64)>,
 }
 
 /// The runs of an experiment.
@@ -209,6 +214,10 @@ impl Experiment {
         };
         let r = result.as_ref();
         let result_final = r.and_then(|r| r["final_val_loss"].as_f64());
+        let final_accuracy = match result_final {
+            Some(_) => r.and_then(|r| r["final_val_accuracy"].as_f64()),
+            None => m.full_accuracy,
+        };
         let (final_val, final_from) = match (result_final, m.full, m.val.last()) {
             (Some(f), _, _) => (Some(f), FinalFrom::Result),
             (None, Some(full), _) => (Some(full.1), FinalFrom::WholeSplit),
@@ -232,6 +241,7 @@ impl Experiment {
                 .zip(setting(&config, "model", "n_layers"))
                 .map(|(d, l)| format!("d {d}, {l} blocks")),
             val_tokens: r.and_then(|r| r["val_tokens"].as_u64()),
+            final_accuracy,
             val: m.val,
             dir: dir.to_path_buf(),
             name,
@@ -324,14 +334,15 @@ impl Experiment {
                 if x.is_empty() {
                     return None;
                 }
-                let n = x.len() as f64;
-                let mean = x.iter().sum::<f64>() / n;
-                let sd = if x.len() > 1 {
-                    (x.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
-                } else {
-                    0.0
-                };
+                let (mean, sd) = mean_sd(&x);
+                let acc: Vec<f64> =
+                    self.runs.iter().filter(|r| r.variant == v).filter_map(|r| r.final_accuracy).collect();
+                let accuracy = (!acc.is_empty()).then(|| {
+                    let (m, s) = mean_sd(&acc);
+                    (acc.len(), m, s)
+                });
                 Some(VariantSummary {
+                    accuracy,
                     variant: v,
                     runs: x.len(),
                     mean,
@@ -342,6 +353,14 @@ impl Experiment {
             })
             .collect()
     }
+}
+
+/// Mean and sample standard deviation (0 for one value) of a non-empty list.
+fn mean_sd(x: &[f64]) -> (f64, f64) {
+    let n = x.len() as f64;
+    let mean = x.iter().sum::<f64>() / n;
+    let sd = if x.len() > 1 { (x.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt() } else { 0.0 };
+    (mean, sd)
 }
 
 #[cfg(test)]

@@ -16,6 +16,11 @@ pub struct Metrics {
     pub val: Vec<(f64, f64)>,
     /// (step, validation loss) of the last final evaluation (the whole validation split).
     pub full: Option<(f64, f64)>,
+    /// (step, top-1 accuracy) over the same windows as `val`, of the evaluations that logged it.
+    pub val_accuracy: Vec<(f64, f64)>,
+    /// The last final evaluation's top-1 accuracy over the whole split (runs before it was
+    /// logged: none).
+    pub full_accuracy: Option<f64>,
     /// Lines that were not valid JSON (reported, skipped).
     pub bad_lines: usize,
     offset: u64,
@@ -70,6 +75,8 @@ impl Metrics {
             // The file was rewritten (a new run in the same directory): start over.
             self.train.clear();
             self.val.clear();
+            self.val_accuracy.clear();
+            (self.full, self.full_accuracy) = (None, None);
             self.bad_lines = 0;
             self.offset = 0;
             self.partial.clear();
@@ -104,9 +111,13 @@ impl Metrics {
                 // over the windows every evaluation covers (the same loss as the points before).
                 if v.full {
                     self.full = Some((v.step, v.loss));
+                    self.full_accuracy = v.accuracy;
                 }
                 if let Some(p) = v.curve_point() {
                     self.val.push(p);
+                }
+                if let Some(p) = v.accuracy_point() {
+                    self.val_accuracy.push(p);
                 }
             }
         }
@@ -149,10 +160,20 @@ mod tests {
         assert!(m.poll().unwrap());
         assert_eq!(m.val, vec![(2.0, 3.7), (3.0, 3.6)]);
         assert_eq!(m.full, Some((3.0, 3.9)));
+        assert!(m.val_accuracy.is_empty() && m.full_accuracy.is_none());
+        // Accuracies: the periodic one on the curve, the final one's subset part continuing it.
+        f.write_all(b"{\"step\":4,\"val_loss\":3.5,\"val_accuracy\":0.25}\n").unwrap();
+        f.write_all(b"{\"step\":5,\"val_loss\":3.4,\"val_full\":true,\"val_subset_loss\":3.3,\"val_accuracy\":0.3,")
+            .unwrap();
+        f.write_all(b"\"val_subset_accuracy\":0.31}\n").unwrap();
+        assert!(m.poll().unwrap());
+        assert_eq!(m.val_accuracy, vec![(4.0, 0.25), (5.0, 0.31)]);
+        assert_eq!((m.full, m.full_accuracy), (Some((5.0, 3.4)), Some(0.3)));
         assert!(!m.poll().unwrap());
-        // Rewritten (shorter): re-read from the start.
+        // Rewritten (shorter): re-read from the start, the earlier run's final evaluation gone.
         std::fs::write(&p, "{\"step\":1,\"loss\":9.0}\n").unwrap();
         assert!(m.poll().unwrap());
+        assert!(m.full.is_none() && m.full_accuracy.is_none() && m.val_accuracy.is_empty());
         assert_eq!(m.train.len(), 1);
         assert_eq!(m.train[0].loss, Some(9.0));
         assert!(Metrics::open(&dir.join("nope")).is_err());

@@ -575,3 +575,71 @@ fn a_chat_traces_turns_open_with_their_sampling() {
     assert!(t.turns.is_empty());
     assert!(t.notes.iter().any(|n| n.contains("turns") && n.contains("not readable")), "{:?}", t.notes);
 }
+
+/// Top-1 accuracies where runs logged them: the dashboard's heading gives the periodic and the
+/// final evaluation's beside their losses; the Experiment table a column of each variant's mean ±
+/// sd over the runs that have one (results made before it was logged: "—"), and none at all
+/// when no run has one.
+#[test]
+fn accuracies_show_where_runs_logged_them() {
+    let dir = common::tmpdir("accuracies");
+    let run = dir.join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(
+        run.join("metrics.jsonl"),
+        "{\"step\":1,\"loss\":4.0}\n{\"step\":1,\"val_loss\":3.9,\"val_accuracy\":0.125}\n\
+         {\"step\":2,\"loss\":3.0}\n{\"step\":2,\"val_loss\":3.5,\"val_full\":true,\"val_subset_loss\":3.4,\
+         \"val_accuracy\":0.3,\"val_subset_accuracy\":0.3125}\n",
+    )
+    .unwrap();
+    let m = Metrics::open(&run).unwrap();
+    let h = Harness::builder().with_size([1000.0, 500.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::dashboard::show(ui, Some(&m)));
+    });
+    h.get_by_label_contains("val loss 3.4000, top-1 31.25 % at step 2 (periodic subset)");
+    h.get_by_label_contains("final 3.5000, top-1 30.00 % over the whole split");
+    // An experiment: baseline 40, 42, 44 % (mean 42, sd 2); ddl one run with 45 %, one without.
+    let exp = dir.join("exp");
+    for (name, loss, acc) in [
+        ("baseline-seed1", 1.9, Some(0.40)),
+        ("baseline-seed2", 1.8, Some(0.42)),
+        ("baseline-seed3", 1.7, Some(0.44)),
+        ("ddl-seed1", 1.6, Some(0.45)),
+        ("ddl-seed2", 1.5, None),
+    ] {
+        let d = exp.join("runs").join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("metrics.jsonl"), "{\"step\":10,\"val_loss\":2.0}\n").unwrap();
+        let (v, s) = name.rsplit_once("-seed").unwrap();
+        let acc = acc.map(|a| format!(",\"final_val_accuracy\":{a}")).unwrap_or_default();
+        std::fs::write(
+            d.join("result.json"),
+            format!("{{\"variant\":\"{v}\",\"seed\":{s},\"final_val_loss\":{loss},\"val_tokens\":100{acc}}}"),
+        )
+        .unwrap();
+    }
+    let e = ddl_viz::experiment::Experiment::open(&exp).unwrap();
+    let s = e.summary();
+    let (k, mean, sd) = s[0].accuracy.unwrap();
+    assert!(k == 3 && (mean - 0.42).abs() < 1e-12 && (sd - 0.02).abs() < 1e-12, "{s:?}");
+    assert_eq!((s[1].runs, s[1].accuracy.map(|a| a.0)), (2, Some(1)), "{s:?}");
+    let h = Harness::builder().with_size([900.0, 560.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::experiment::show(ui, Some(&e)));
+    });
+    h.get_by_label("top-1 accuracy (runs)");
+    h.get_by_label("42.00 ± 2.00 % (3)");
+    h.get_by_label("45.00 % (1)");
+    // No run with one: no column.
+    for d in std::fs::read_dir(exp.join("runs")).unwrap().flatten() {
+        let p = d.path().join("result.json");
+        let t = std::fs::read_to_string(&p).unwrap();
+        let t = t.split(",\"final_val_accuracy\"").next().unwrap().trim_end_matches('}').to_string() + "}";
+        std::fs::write(&p, t).unwrap();
+    }
+    let e = ddl_viz::experiment::Experiment::open(&exp).unwrap();
+    assert!(e.summary().iter().all(|s| s.accuracy.is_none()));
+    let h = Harness::builder().with_size([900.0, 560.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::experiment::show(ui, Some(&e)));
+    });
+    assert!(h.query_by_label("top-1 accuracy (runs)").is_none());
+}

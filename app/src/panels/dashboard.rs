@@ -21,15 +21,30 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
         let name =
             m.dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| m.dir.display().to_string());
         ui.strong(format!("Run {name}")).on_hover_text(m.dir.display().to_string());
+        // (The top-1 accuracy beside the losses where the run logged it.)
+        let acc_at = |step: f64| {
+            m.val_accuracy.iter().rev().find(|a| a.0 == step).map(|a| format!(", top-1 {:.2} %", 100.0 * a.1))
+        };
         ui.label(format!(
             "{} steps logged{}{}{}",
             m.train.len(),
             last.and_then(|r| r.loss).map(|l| format!(", last loss {l:.4}")).unwrap_or_default(),
             m.val
                 .last()
-                .map(|v| format!(", val loss {:.4} at step {} (periodic subset)", v.1, v.0))
+                .map(|v| format!(
+                    ", val loss {:.4}{} at step {} (periodic subset)",
+                    v.1,
+                    acc_at(v.0).unwrap_or_default(),
+                    v.0
+                ))
                 .unwrap_or_default(),
-            m.full.map(|f| format!(", final {:.4} over the whole split", f.1)).unwrap_or_default(),
+            m.full
+                .map(|f| format!(
+                    ", final {:.4}{} over the whole split",
+                    f.1,
+                    m.full_accuracy.map(|a| format!(", top-1 {:.2} %", 100.0 * a)).unwrap_or_default()
+                ))
+                .unwrap_or_default(),
         ));
         if m.bad_lines > 0 {
             ui.colored_label(Color32::from_rgb(230, 160, 60), format!("{} unreadable line(s) skipped", m.bad_lines));

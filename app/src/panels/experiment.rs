@@ -94,12 +94,18 @@ pub fn show(ui: &mut egui::Ui, e: Option<&Experiment>) {
     }
     // (Scrolled where the window is too small for every row.)
     egui::ScrollArea::vertical().id_salt("experiment-table-scroll").show(ui, |ui| {
-        egui::Grid::new("experiment-table").striped(true).num_columns(6).show(ui, |ui| {
+        let summary = e.summary();
+        // (A column of top-1 accuracies where some run logged one.)
+        let acc = summary.iter().any(|s| s.accuracy.is_some());
+        egui::Grid::new("experiment-table").striped(true).num_columns(6 + acc as usize).show(ui, |ui| {
             for h in ["variant", "runs", "mean", "sd", "min", "max"] {
                 ui.label(RichText::new(h).strong());
             }
+            if acc {
+                ui.label(RichText::new("top-1 accuracy (runs)").strong());
+            }
             ui.end_row();
-            for s in e.summary() {
+            for s in summary {
                 let i = variants.iter().position(|v| *v == s.variant).unwrap_or(0);
                 ui.colored_label(variant_color(i, n), &s.variant);
                 ui.label(s.runs.to_string());
@@ -108,6 +114,13 @@ pub fn show(ui: &mut egui::Ui, e: Option<&Experiment>) {
                 ui.monospace(if s.runs > 1 { format!("{:.4}", s.sd) } else { "—".to_string() });
                 for x in [s.min, s.max] {
                     ui.monospace(format!("{x:.4}"));
+                }
+                if acc {
+                    ui.monospace(match s.accuracy {
+                        Some((1, m, _)) => format!("{:.2} % (1)", 100.0 * m),
+                        Some((k, m, sd)) => format!("{:.2} ± {:.2} % ({k})", 100.0 * m, 100.0 * sd),
+                        None => "—".to_string(),
+                    });
                 }
                 ui.end_row();
             }
