@@ -45,5 +45,6 @@ shot() { # name, extra args...
 shot beta-map --generate 60 --tab beta
 shot eigen --generate 60 --tab eigen
 shot kdirs --generate 60 --tab k
+shot lens --generate 60 --tab lens
 shot interventions --generate 60 --intervene block1.mlp:beta=0 --intervene block2.attn:k=mean --tab interventions
 shot training --generate 1 --tab training

@@ -19,20 +19,30 @@ pub enum Tab {
     Eigen,
     KDirs,
     Writes,
+    Lens,
     Interventions,
     Training,
     Experiment,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 7] =
-        [Tab::BetaMap, Tab::Eigen, Tab::KDirs, Tab::Writes, Tab::Interventions, Tab::Training, Tab::Experiment];
+    pub const ALL: [Tab; 8] = [
+        Tab::BetaMap,
+        Tab::Eigen,
+        Tab::KDirs,
+        Tab::Writes,
+        Tab::Lens,
+        Tab::Interventions,
+        Tab::Training,
+        Tab::Experiment,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             Tab::BetaMap => "β map",
             Tab::Eigen => "Eigenvalue regimes",
             Tab::KDirs => "k directions",
             Tab::Writes => "Write strength",
+            Tab::Lens => "Logit lens",
             Tab::Interventions => "Interventions",
             Tab::Training => "Training",
             Tab::Experiment => "Experiment",
@@ -424,6 +434,17 @@ impl VizApp {
         self.status = "generating…".into();
     }
 
+    /// Computes the logit lens of the text shown (on the model thread).
+    pub fn compute_lens(&mut self) {
+        if self.model.is_none() {
+            self.error("open a checkpoint first (Open… or --checkpoint DIR)");
+            return;
+        }
+        let tokens: Vec<u32> = self.trace.rows.iter().map(|r| r.trace.token).collect();
+        self.send(Command::Lens { tokens });
+        self.status = "computing the logit lens…".into();
+    }
+
     /// One more token (a new session when the prompt changed).
     pub fn step_one(&mut self) {
         if self.model.is_none() {
@@ -563,6 +584,10 @@ impl VizApp {
                 }
                 Event::Progress(p) => self.status = p,
                 Event::Note(n) => self.messages.push((Level::Info, n)),
+                Event::Lens(l) => {
+                    self.trace.lens = Some(l);
+                    self.status = "logit lens computed".into();
+                }
                 Event::Compared(c) => {
                     self.interventions.comparison = Some(c);
                     // `--intervene … --tab beta` (any view but Interventions): the intervened
@@ -582,7 +607,13 @@ impl VizApp {
                         format!("done: {reason}; {} tokens", self.trace.len())
                     };
                     if self.auto.started {
-                        self.auto.done = true;
+                        // `--tab lens`: the text's lens once it is generated, then the picture.
+                        let lens = self.auto.tab == Some(Tab::Lens) && !reason.starts_with("lens") && reason != "error";
+                        if lens && self.trace.len() >= 2 && self.trace.lens.is_none() {
+                            self.compute_lens();
+                        } else {
+                            self.auto.done = true;
+                        }
                     }
                 }
                 Event::Error(e) => {
@@ -841,6 +872,24 @@ impl VizApp {
             Tab::Eigen => panels::eigen::show(ui, &self.trace, &mut self.sel),
             Tab::KDirs => panels::kdirs::show(ui, &self.trace, &mut self.sel),
             Tab::Writes => panels::writes::show(ui, &self.trace, &mut self.sel),
+            Tab::Lens => {
+                let can = if cfg!(target_arch = "wasm32") {
+                    Err("the lens runs in the desktop app (ddl-viz), or with ddl generate --lens / ddl eval --lens")
+                } else if self.model.is_none() {
+                    Err("open a checkpoint to compute the lens (Open… or --checkpoint DIR)")
+                } else if self.busy() {
+                    Err("the model is busy: wait for it or Stop")
+                } else {
+                    Ok(())
+                };
+                let ask = egui::ScrollArea::vertical()
+                    .id_salt("lens")
+                    .show(ui, |ui| panels::lens::show(ui, &self.trace, &mut self.sel, can))
+                    .inner;
+                if ask == panels::lens::Ask::Compute {
+                    self.compute_lens();
+                }
+            }
             Tab::Interventions => {
                 let (s, ddl) =
                     self.model.as_ref().map_or((0, false), |m| (2 * m.config.n_layers, m.config.variant.is_ddl()));

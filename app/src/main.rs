@@ -43,7 +43,8 @@ struct Args {
     /// Automation: close the window after the screenshot (exit status 1 if something failed).
     #[arg(long)]
     exit_after_screenshot: bool,
-    /// The view to open: beta, eigen, k, writes, interventions, training, experiment.
+    /// The view to open: beta, eigen, k, writes, lens, interventions, training, experiment (lens:
+    /// with --generate, the text's logit lens computed before the screenshot).
     #[arg(long)]
     tab: Option<String>,
     /// Window width in points.
@@ -107,11 +108,12 @@ fn main() -> std::process::ExitCode {
         Some("eigen") => Some(Tab::Eigen),
         Some("k") => Some(Tab::KDirs),
         Some("writes") => Some(Tab::Writes),
+        Some("lens") => Some(Tab::Lens),
         Some("interventions") => Some(Tab::Interventions),
         Some("training") => Some(Tab::Training),
         Some("experiment") => Some(Tab::Experiment),
         Some(t) => {
-            eprintln!("error: unknown --tab {t} (beta, eigen, k, writes, interventions, training, experiment)");
+            eprintln!("error: unknown --tab {t} (beta, eigen, k, writes, lens, interventions, training, experiment)");
             return std::process::ExitCode::from(2);
         }
     };

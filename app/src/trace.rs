@@ -23,6 +23,14 @@ pub struct Pca {
     pub explained: [f64; 2],
 }
 
+/// The logit lens of a text ([`ddl::generate::continuation_lens`] from its first token): the
+/// states' names and, per token, one score per state (none for the first token).
+#[derive(Debug, Clone, Default)]
+pub struct Lens {
+    pub states: Vec<String>,
+    pub logprob: Vec<Vec<ddl::generate::LensScore>>,
+}
+
 /// All the tokens of a text with their traces.
 #[derive(Debug, Default)]
 pub struct TraceData {
@@ -47,6 +55,9 @@ pub struct TraceData {
     /// A chat's turns (its summary's `turns`, `ddl chat --trace`): where each starts and how its
     /// reply was sampled; empty for one generation.
     pub turns: Vec<ddl::generate::TraceTurn>,
+    /// The logit lens of the text, when computed (the Logit lens view; stale once the text
+    /// changes length).
+    pub lens: Option<Lens>,
     pca: RefCell<Option<(usize, web_time::Instant, Pca)>>,
 }
 
@@ -70,6 +81,7 @@ impl TraceData {
 
     pub fn clear(&mut self) {
         self.rows.clear();
+        self.lens = None;
         *self.pca.borrow_mut() = None;
     }
 

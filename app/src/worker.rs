@@ -29,6 +29,8 @@ pub enum Command {
     /// sampler seed) and measure the change (the Interventions view).
     /// (`allow_out_of_range`: β may leave [0, 2], as `ddl generate --allow-out-of-range`.)
     Compare { prompt: String, sampling: SamplerConfig, max_tokens: usize, specs: Vec<String>, allow_out_of_range: bool },
+    /// The logit lens of these tokens (the text shown), teacher-forced from the first.
+    Lens { tokens: Vec<u32> },
 }
 
 /// A loaded model.
@@ -58,6 +60,8 @@ pub enum Event {
     Note(String),
     /// A comparison finished.
     Compared(crate::panels::interventions::Comparison),
+    /// A logit lens finished.
+    Lens(crate::trace::Lens),
     /// Generation ended (max tokens, stopped, end of text).
     Done {
         reason: String,
@@ -124,7 +128,7 @@ impl Worker {
         match cmd {
             // A new checkpoint ends a running generation first.
             Command::Load(_) | Command::LoadBytes { .. } => self.stop.store(true, Ordering::SeqCst),
-            Command::Generate { .. } | Command::Step { .. } | Command::Compare { .. } => {
+            Command::Generate { .. } | Command::Step { .. } | Command::Compare { .. } | Command::Lens { .. } => {
                 self.stop.store(false, Ordering::SeqCst)
             }
         }
@@ -412,6 +416,20 @@ async fn serve(
                 busy.store(false, Ordering::SeqCst);
                 continue;
             }
+            Command::Lens { tokens } => {
+                match lens(model, tok, &tokens, wait) {
+                    Ok(l) => {
+                        out.send(Event::Lens(l));
+                        out.send(Event::Done { reason: format!("lens of {} token(s)", tokens.len()) });
+                    }
+                    Err(e) => {
+                        out.send(Event::Error(e));
+                        out.send(Event::Done { reason: "error".into() });
+                    }
+                }
+                busy.store(false, Ordering::SeqCst);
+                continue;
+            }
             Command::Generate { prompt, sampling, max_tokens } => (prompt, sampling, max_tokens, true),
             Command::Step { prompt, sampling, fresh } => (prompt, sampling, 1, fresh || session.is_none()),
         };
@@ -479,6 +497,30 @@ async fn serve(
         out.send(Event::Done { reason });
     }
     None
+}
+
+/// The logit lens of `tokens` from the first on (the desktop's blocking device reads only).
+fn lens(
+    model: &ddl::model::Model,
+    tok: &ddl::tokenizer::Tokenizer,
+    tokens: &[u32],
+    wait: Wait,
+) -> Result<crate::trace::Lens, String> {
+    if wait == Wait::Await {
+        return Err(
+            "the logit lens runs in the desktop app (`ddl-viz`), or from the command line: ddl generate --lens, \
+                    ddl eval --lens"
+                .into(),
+        );
+    }
+    if tokens.len() < 2 {
+        return Err("the logit lens needs a text of two tokens or more".into());
+    }
+    let rows = ddl::generate::continuation_lens(model, tok, &tokens[..1], &tokens[1..], None)
+        .map_err(|e| format!("the logit lens failed: {e}"))?;
+    let mut logprob = vec![Vec::new()];
+    logprob.extend(rows);
+    Ok(crate::trace::Lens { states: ddl::generate::lens_states(model), logprob })
 }
 
 /// The note for a prompt of `n` tokens longer than the model's context `cap` (which keeps its

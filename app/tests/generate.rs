@@ -408,3 +408,62 @@ fn an_intervention_from_the_command_line_shows_in_the_view_asked_for() {
     assert_eq!(t.len(), c.prompt_intervened.len() + c.intervened.len());
     assert!((0..t.len()).all(|i| t.beta(i, 3) == Some(0.0) && t.beta(i, 1).is_some_and(|b| b > 0.0)));
 }
+
+/// The Logit lens view: disabled without a model; with one, its button computes the lens of the
+/// text on the model thread — a row per state (embedding, each sublayer, the last the model's
+/// output) and a column per token, the output row the generation's own scores (the trace's log p,
+/// teacher-forced in the same contexts) — shown as a map and the selected token's table; a longer
+/// text makes it stale until computed again, a new generation drops it.
+#[test]
+fn the_logit_lens_view_computes_the_texts_lens_on_the_model_thread() {
+    let (_dir, _ck, mut h) = loaded("lens");
+    h.state_mut().max_tokens = 8;
+    h.state_mut().tab = ddl_viz::app::Tab::Lens;
+    h.get_by_label("Generate").click();
+    wait(&mut h, "generation", |a| !a.busy() && a.trace.rows.iter().any(|r| !r.prompt));
+    h.get_by_label("Compute the lens").click();
+    wait(&mut h, "the lens", |a| !a.busy() && a.trace.lens.is_some());
+    let app = h.state();
+    let lens = app.trace.lens.as_ref().unwrap();
+    assert_eq!(lens.states, ["embedding", "block0.attn", "block0.mlp", "block1.attn", "block1.mlp"]);
+    assert_eq!(lens.logprob.len(), app.trace.len());
+    assert!(lens.logprob[0].is_empty(), "nothing predicted the first token");
+    for (t, row) in lens.logprob.iter().enumerate().skip(1) {
+        assert_eq!(row.len(), 5);
+        let own = row[4].logprob;
+        if let Some(s) = &app.trace.rows[t].trace.score {
+            assert!((own - s.logprob).abs() < 1e-4, "token {t}: lens output {own} against the trace's {}", s.logprob);
+        }
+        assert!(row.iter().all(|c| c.rank >= 1 && c.logprob <= c.top_logprob + 1e-6), "token {t}: {row:?}");
+    }
+    assert!(app.messages.is_empty(), "{:?}", app.messages);
+    // The selected token's table.
+    h.state_mut().sel.token = Some(3);
+    h.run();
+    h.get_by_label("the head's likeliest there");
+    h.get_by_label("Compute again");
+    // One more token: stale, said on the button; a new generation drops it.
+    h.get_by_label("Step one token").click();
+    wait(&mut h, "one step", |a| !a.busy() && a.trace.len() == lens_len(a) + 1);
+    h.get_by_label("Compute again (the text changed)");
+    h.get_by_label("Generate").click();
+    wait(&mut h, "generation", |a| !a.busy() && a.status.starts_with("done"));
+    assert!(h.state().trace.lens.is_none());
+}
+
+fn lens_len(a: &VizApp) -> usize {
+    a.trace.lens.as_ref().map_or(0, |l| l.logprob.len())
+}
+
+/// Without a model the view says what it needs and its button is disabled.
+#[test]
+fn the_logit_lens_view_needs_a_checkpoint() {
+    let trace = ddl_viz::trace::TraceData::load(&common::fixture("trace.safetensors")).unwrap();
+    let mut app = VizApp::with_trace(trace);
+    app.tab = ddl_viz::app::Tab::Lens;
+    let mut h =
+        Harness::builder().with_size([1000.0, 600.0]).build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), app);
+    h.run();
+    h.get_by_label_contains("open a checkpoint to compute the lens");
+    assert!(h.state().trace.lens.is_none());
+}

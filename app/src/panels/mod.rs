@@ -7,6 +7,7 @@ pub mod eigen;
 pub mod experiment;
 pub mod interventions;
 pub mod kdirs;
+pub mod lens;
 pub mod tokens;
 pub mod writes;
 
