@@ -876,11 +876,12 @@ pub fn prompt_scores_table(scores: &[TokenScore], n: usize) -> String {
 /// continuation, why it `stopped`.
 fn table_of_scores(scores: &[TokenScore], n: usize, title: &str, first: usize, stopped: Option<&str>) -> String {
     let shown = |t: &str| format!("{t:?}");
-    let mut rows: Vec<[String; 6]> =
-        vec![["#".into(), "token".into(), "log p".into(), "p".into(), "rank".into(), format!("top {n}")]];
+    let cols = if n == 0 { 5 } else { 6 };
+    let mut rows: Vec<Vec<String>> =
+        vec![vec!["#".into(), "token".into(), "log p".into(), "p".into(), "rank".into(), format!("top {n}")]];
     for (i, s) in scores.iter().enumerate() {
         let top: Vec<String> = s.top.iter().map(|a| format!("{} {:.3}", shown(&a.text), a.logprob.exp())).collect();
-        rows.push([
+        rows.push(vec![
             (i + first).to_string(),
             shown(&s.text),
             format!("{:.4}", s.logprob),
@@ -889,19 +890,9 @@ fn table_of_scores(scores: &[TokenScore], n: usize, title: &str, first: usize, s
             top.join("  "),
         ]);
     }
-    let cols = if n == 0 { 5 } else { 6 };
-    let widths: Vec<usize> = (0..cols).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    rows.iter_mut().for_each(|r| r.truncate(cols));
     let mut out = format!("--- {title} ---\n");
-    for r in &rows {
-        let cells: Vec<String> = (0..cols)
-            .map(|c| match c {
-                1 | 5 => format!("{:<w$}", r[c], w = widths[c]),
-                _ => format!("{:>w$}", r[c], w = widths[c]),
-            })
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
+    out.push_str(&aligned(&rows, &[1, 5]));
     match (scores.is_empty(), stopped) {
         (true, Some(stopped)) => out.push_str(&format!("no token generated: {stopped}\n")),
         (true, None) => out.push_str("no token to score: the prompt is one token, which nothing predicts\n"),
@@ -917,6 +908,25 @@ fn table_of_scores(scores: &[TokenScore], n: usize, title: &str, first: usize, s
             }
             out.push('\n');
         }
+    }
+    out
+}
+
+/// Rows of cells as lines of columns two spaces apart, each as wide as its widest cell: the
+/// columns in `left` aligned left, the others right; trailing spaces cut.
+fn aligned(rows: &[Vec<String>], left: &[usize]) -> String {
+    let cols = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..cols).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for r in rows {
+        let cells: Vec<String> = (0..cols)
+            .map(|c| match left.contains(&c) {
+                true => format!("{:<w$}", r[c], w = widths[c]),
+                false => format!("{:>w$}", r[c], w = widths[c]),
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
     }
     out
 }
@@ -1229,22 +1239,12 @@ pub fn lens_table(states: &[String], tokens: &[u32], lens: &[Vec<LensScore>], to
         rows.push(r);
     }
     let cols = rows[0].len();
-    let widths: Vec<usize> = (0..cols).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     let mut out = String::from(
         "--- logit lens: p of each token under the model's head read on the state after the embedding and after \
          each sublayer's write (teacher-forced, in the contexts generation gave it; * the head's likeliest there; \
          the last column is the model's own) ---\n",
     );
-    for r in &rows {
-        let cells: Vec<String> =
-            (0..cols)
-                .map(|c| {
-                    if c == 1 { format!("{:<w$}", r[c], w = widths[c]) } else { format!("{:>w$}", r[c], w = widths[c]) }
-                })
-                .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
+    out.push_str(&aligned(&rows, &[1]));
     if !lens.is_empty() {
         // Mean log p per state over the tokens.
         let means: Vec<String> = (0..cols - 2)

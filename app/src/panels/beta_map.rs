@@ -110,14 +110,7 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
         }
         // The first cell's rectangle, for tests that hover or click a given cell.
         ui.data_mut(|d| d.insert_temp(cell_rect_id(), Rect::from_min_size(origin, vec2(cw, ch))));
-        let cell_at = |p: egui::Pos2| {
-            let (x, y) = (p.x - origin.x, p.y - origin.y);
-            if x < 0.0 || y < 0.0 {
-                return None;
-            }
-            let (t, i) = ((x / cw) as usize, (y / ch) as usize);
-            (t < t_n && i < s).then_some((t, i))
-        };
+        let cell_at = super::grid_cell(origin, vec2(cw, ch), t_n, s);
         let hovered = resp.hover_pos().and_then(cell_at);
         if resp.clicked()
             && let Some((t, i)) = resp.interact_pointer_pos().and_then(cell_at)

@@ -134,14 +134,7 @@ fn map(ui: &mut egui::Ui, data: &TraceData, lens: &Lens, sel: &mut Selection) {
             let col = Rect::from_min_size(origin + vec2(cw * t as f32, 0.0), vec2(cw, ch * rows as f32));
             painter.rect_stroke(col, 0.0, Stroke::new(2.0, ui.visuals().strong_text_color()), StrokeKind::Outside);
         }
-        let cell_at = |p: egui::Pos2| {
-            let (x, y) = (p.x - origin.x, p.y - origin.y);
-            if x < 0.0 || y < 0.0 {
-                return None;
-            }
-            let (t, i) = ((x / cw) as usize, (y / ch) as usize);
-            (t < t_n && i < rows).then_some((t, i))
-        };
+        let cell_at = super::grid_cell(origin, vec2(cw, ch), t_n, rows);
         if resp.clicked()
             && let Some((t, _)) = resp.interact_pointer_pos().and_then(cell_at)
         {

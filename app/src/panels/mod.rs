@@ -43,6 +43,24 @@ pub(crate) fn empty_note(ui: &mut eframe::egui::Ui, data: &TraceData) -> bool {
     false
 }
 
+/// The cell (column, row) of a heat map under a point: cells of `cell` size from `origin`,
+/// `cols` × `rows` of them (the β map's and the lens map's tokens × rows); `None` outside.
+pub(crate) fn grid_cell(
+    origin: eframe::egui::Pos2,
+    cell: eframe::egui::Vec2,
+    cols: usize,
+    rows: usize,
+) -> impl Fn(eframe::egui::Pos2) -> Option<(usize, usize)> + Copy {
+    move |p| {
+        let (x, y) = (p.x - origin.x, p.y - origin.y);
+        if x < 0.0 || y < 0.0 {
+            return None;
+        }
+        let (c, r) = ((x / cell.x) as usize, (y / cell.y) as usize);
+        (c < cols && r < rows).then_some((c, r))
+    }
+}
+
 /// Axis labels for a plot whose integer coordinates 0..s are sublayers ("block 0 attn",
 /// "block 0 MLP", …): blank between them and outside the range.
 pub(crate) fn sublayer_ticks(s: usize) -> impl Fn(egui_plot::GridMark, &std::ops::RangeInclusive<f64>) -> String {
