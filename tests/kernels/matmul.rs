@@ -5,24 +5,37 @@ use super::common::*;
 use ddl::gpu::View;
 use ddl::kernels::matmul::{self, MAX_K_PER_DISPATCH, Matmul, MatmulElem, Operand};
 
-/// float64 reference of `C (+)= alpha·A·B` over the operands' strided views, for the rows
-/// `i % row_step == 0` (other rows of C are left as in `c0`).
+/// float64 reference of `C (+)= alpha·A·B` over the operands' strided views (every batch of both
+/// levels, `outer` and `batch`), for the rows `i % row_step == 0` (other rows of C are left as in
+/// `c0`).
 fn reference(mm: &Matmul, a: &[f32], b: &[f32], c0: &[f32], row_step: usize) -> Vec<f64> {
     let mut c: Vec<f64> = c0.iter().map(|&x| x as f64).collect();
-    let at = |o: &Operand, bt, r, col| o.offset + bt * o.batch_stride + r * o.row_stride + col * o.col_stride;
-    for bt in 0..mm.batch {
+    for (ob, bt) in batches(mm) {
         for i in (0..mm.m).step_by(row_step) {
             for j in 0..mm.n {
                 let mut s = 0.0f64;
                 for p in 0..mm.k {
-                    s += a[at(&mm.a, bt, i, p)] as f64 * b[at(&mm.b, bt, p, j)] as f64;
+                    s += a[at(mm, 0, ob, bt, i, p)] as f64 * b[at(mm, 1, ob, bt, p, j)] as f64;
                 }
-                let idx = at(&mm.c, bt, i, j);
+                let idx = at(mm, 2, ob, bt, i, j);
                 c[idx] = mm.alpha as f64 * s + if mm.accumulate { c[idx] } else { 0.0 };
             }
         }
     }
     c
+}
+
+/// Every (outer, batch) pair of `mm`'s two batch levels.
+fn batches(mm: &Matmul) -> impl Iterator<Item = (usize, usize)> + use<> {
+    let batch = mm.batch;
+    (0..mm.outer.max(1)).flat_map(move |ob| (0..batch).map(move |bt| (ob, bt)))
+}
+
+/// The element of operand `which` (0 A, 1 B, 2 C) at row `r`, column `col` of batch `bt` of
+/// outer batch `ob`.
+fn at(mm: &Matmul, which: usize, ob: usize, bt: usize, r: usize, col: usize) -> usize {
+    let o = [&mm.a, &mm.b, &mm.c][which];
+    ob * mm.outer_strides[which] + o.offset + bt * o.batch_stride + r * o.row_stride + col * o.col_stride
 }
 
 /// Uploads an operand as `elem` stores it: f32, or packed f16 pairs (padded to whole vec4s).
@@ -70,9 +83,10 @@ fn check_bound_tol(mm: Matmul, row_step: usize, how: &str, bind: &Bind<'_>, tol:
         let v = rng.uniform(n, -1.0, 1.0);
         if e.half() { f16_round(&v) } else { v }
     };
-    let a = draw(&mut rng, extent(&mm.a, mm.m, mm.k, mm.batch), mm.a_elem);
-    let b = draw(&mut rng, extent(&mm.b, mm.k, mm.n, mm.batch), mm.b_elem);
-    let c_len = extent(&mm.c, mm.m, mm.n, mm.batch);
+    // (The library's extents: both batch levels, and the padding a padded read reaches.)
+    let [a_len, b_len, c_len] = mm.extents();
+    let a = draw(&mut rng, a_len, mm.a_elem);
+    let b = draw(&mut rng, b_len, mm.b_elem);
     let (ta, tb) = (upload_elem(&gpu, "a", &a, mm.a_elem), upload_elem(&gpu, "b", &b, mm.b_elem));
     let (tc, c0) = if mm.accumulate {
         let c0 = rng.uniform(c_len, -1.0, 1.0);
@@ -93,10 +107,10 @@ fn check_bound_tol(mm: Matmul, row_step: usize, how: &str, bind: &Bind<'_>, tol:
     }
     // Rows the reference skipped compare equal by construction.
     if row_step > 1 {
-        for bt in 0..mm.batch {
+        for (ob, bt) in batches(&mm) {
             for i in (0..mm.m).filter(|i| i % row_step != 0) {
                 for j in 0..mm.n {
-                    let idx = mm.c.offset + bt * mm.c.batch_stride + i * mm.c.row_stride + j;
+                    let idx = at(&mm, 2, ob, bt, i, j);
                     want[idx] = got_cmp[idx] as f64;
                 }
             }
@@ -127,11 +141,10 @@ fn check_bound_tol(mm: Matmul, row_step: usize, how: &str, bind: &Bind<'_>, tol:
         );
     }
     // …but every element inside the product must have been written.
-    let at = |bt, i, j| mm.c.offset + bt * mm.c.batch_stride + i * mm.c.row_stride + j;
-    for bt in 0..mm.batch {
+    for (ob, bt) in batches(&mm) {
         for i in 0..mm.m {
             for j in 0..mm.n {
-                assert!(!got[at(bt, i, j)].is_nan(), "{name}: C[{bt},{i},{j}] not written");
+                assert!(!got[at(&mm, 2, ob, bt, i, j)].is_nan(), "{name}: C[{ob},{bt},{i},{j}] not written");
             }
         }
     }
@@ -835,10 +848,13 @@ fn few_tile_products_with_long_sums_are_split_along_k() {
         assert!(mm.k_pieces(&gpu) > 1, "{mm:?}: not split");
         check_split_k(&gpu, mm, "split along K");
     }
-    // Many tiles or a short K: one dispatch as before (2048 × 2048 outputs are many tiles on any
-    // adapter: 256 tiles of 128 × 128, a GPU's `split_k_tiles`; 1024 × 1024, 64 of them, is split
-    // on a GPU, where this test runs too).
-    assert_eq!(Matmul::tn(2048, 2048, 768).k_pieces(&gpu), 1);
+    // Many tiles or a short K: one dispatch as before. Many is the adapter's own: a side of at
+    // least √split_k_tiles tiles of 128 (2048 at the GPU default's 256 tiles, 2896 at the H200's
+    // measured 512, where 2048 × 2048 is split in two: GPU run 5), and at least 2048 (a CPU
+    // adapter's rule splits up to 2^16 outputs).
+    let busy = matmul::KSplit::of(&gpu).busy;
+    let side = (128 * (1..).find(|t| t * t >= busy).unwrap()).max(2048);
+    assert_eq!(Matmul::tn(side, side, 768).k_pieces(&gpu), 1, "{side} × {side}, split_k_tiles {busy}");
     assert_eq!(Matmul::tn(1, 128, 300).k_pieces(&gpu), 1);
 }
 
