@@ -582,9 +582,15 @@ fn forward_q(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, lead: bool, store_k: bool
     for (var q = 0u; q < dq; q++) {
         let tq = t * dq + q;
         let kq = kraw4[tq] * rn;
-        if (store_k) { k_out4[tq] = kq; }
         let b = t * d + 4u * q;
         for (var r = 0u; r < 4u; r++) { write_x_row(b + r, kq[r], coef, xin(x[b + r])); }
+    }
+    // k in a loop of its own, after the writes: the loop that writes X' is then the same code in
+    // both entry points. With k stored inside it, NVIDIA's compiler (wgpu's index clamps off)
+    // rounded X' differently in the two, 7e-6 apart after every sum was an explicit fma (GPU
+    // run 5).
+    if (store_k) {
+        for (var q = 0u; q < dq; q++) { k_out4[t * dq + q] = kraw4[t * dq + q] * rn; }
     }
 }
 
