@@ -148,11 +148,12 @@ fn golden_with_a_gpus_forms() {
     check_sets_on(&gpu, ALL, SOME_ODD, SOME_UNALIGNED);
 }
 
-/// Every variant with a GPU's forms plus the candidates a card has not yet measured (off by
-/// default until it does, `kernels::forms`): the softmax steps by teams of 32 (`attn_team`), the
-/// compressor's batched walks (`conv_batch`), RMSNorm's vec teams (`norm_vec`), the attention
-/// over the whole causal score matrix (`attention=causal`). Before a default flips on a card's
-/// numbers, the model with it already matches float64 here.
+/// Every variant with a GPU's forms plus the forms that are not a GPU default (`kernels::forms`):
+/// the compressor's batched walks (`conv_batch`: slower on an H200, GPU run 5) and the attention
+/// over the whole causal score matrix (`attention=causal`: the H200's `MEASURED` line since run
+/// 5); the softmax steps by teams of 32 (`attn_team`) and RMSNorm's vec teams (`norm_vec`),
+/// candidates until run 5 made them GPU defaults, stay set here. Before a default flips on a
+/// card's numbers, the model with it already matches float64 here.
 #[test]
 fn golden_with_a_gpus_candidate_forms() {
     let base = ddl::testing::gpu();

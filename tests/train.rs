@@ -1940,8 +1940,10 @@ fn evaluation_shares_the_training_programs_activations() {
 /// forms and with the GPU forms (staged matmul tiles and team reductions in workgroup memory,
 /// blocked attention, the wide compressor finish), for variants that run every state kernel. An
 /// index that left its array, harmless under the clamp, would read other values here. So does
-/// `unchecked=all-delta-shortconv` (`Forms::unchecked`, the H200's form): every module unchecked
-/// but the delta write's and the compressor's.
+/// `unchecked=all-delta-shortconv` (`Forms::unchecked`, the H200's form from session 40 to GPU
+/// run 5, which made it `unchecked=all`, the same as `shader_checks=0` here): every module
+/// unchecked but the delta write's and the compressor's, checked and unchecked pipelines mixed
+/// in one step.
 #[test]
 fn kernels_built_without_wgpus_runtime_checks_train_to_the_same_bits() {
     use std::sync::Arc;

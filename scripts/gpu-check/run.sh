@@ -267,8 +267,12 @@ stage_info() {
   plan="$(grep -m1 -i 'total' "$RAW/info-plan.log" | sed 's/  */ /g')"
   # The kernel forms this adapter gets (src/kernels/forms.rs): what the GPU runs by default.
   local forms
-  forms="$(sed -n '/^kernel forms/,$p' "$RAW/info.log" | tail -n +2 | awk '{ printf("%s%s=%s", n++ ? ", " : "", $1, $2) }')"
+  forms="$(sed -n '/^kernel forms/,$p' "$RAW/info.log" | tail -n +2 | awk '$1 != "measured" { printf("%s%s=%s", n++ ? ", " : "", $1, $2) }')"
   [ -n "$forms" ] && note "- kernel forms chosen for this adapter: $forms"
+  # The MEASURED lines applied to this adapter (docs/GPU.md), apart from the table.
+  local measured
+  measured="$(sed -n '/^kernel forms/,$p' "$RAW/info.log" | grep -o '^  measured on this device ([^)]*): [^ ]*' | sed 's/^  measured on this device //' | tr '\n' ';' | sed 's/;$//; s/;/; /g')"
+  [ -n "$measured" ] && note "- measured forms applied (forms::MEASURED): $measured"
   # Whether f16 products run on cooperative matrices here (the self-test at device creation).
   local coopmm
   coopmm="$(grep -m1 '^cooperative-matrix matmuls:' "$RAW/info.log" | sed 's/^cooperative-matrix matmuls: *//')"
@@ -424,6 +428,12 @@ gpu_bench_cmds() {
       "bench-train-small-norm-vec|60|DDL_FORMS=norm_vec=1 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms norm_vec=0 --steps 6 --json"
       "bench-train-small-blocked512|60|DDL_FORMS=attention=blocked:512 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms attention=blocked:256 --steps 6 --json"
       # (in --only's runs after every other train stage: the stages run in this list's order)
+      # Session 69 (after GPU run 5): the GPU defaults attn_team=32 and norm_vec=1 and the H200's
+      # attention=causal together against the forms before them, in both steps; every module
+      # unchecked (the delta write's k stored after its writes) against the H200's line.
+      "bench-train-small-new-defaults|60|bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms attention=blocked:256,attn_team=0,norm_vec=0 --steps 6 --json"
+      "bench-train-small-ddl-new-defaults|60|bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --against-forms attention=blocked:256,attn_team=0,norm_vec=0 --steps 6 --json"
+      "bench-train-small-unchecked-all|60|DDL_FORMS=unchecked=all bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --against-forms unchecked=all-delta-shortconv --steps 6 --json"
       "bench-train-small-unchecked|70|DDL_FORMS=unchecked=all-delta-shortconv bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --against-forms unchecked=none --steps 6 --json"
       "bench-state-seg32|30|DDL_FORMS=delta_seg=32 bench kernels --filter delta_ --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-state-seg128|30|DDL_FORMS=delta_seg=128 bench kernels --filter delta_ --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
