@@ -33,7 +33,9 @@
 # skips torch when PyTorch is absent; it never touches system folders. Without --local the
 # check expects a GPU: it unpacks the bundled Vulkan loader when the machine has none, and the
 # info stage fails on a CPU adapter. The matmul autotune cache is shared by the calls of one
-# bundle on one machine (GPU_CHECK_FRESH_CACHE=1: a fresh one; --local: always fresh).
+# bundle on one machine (GPU_CHECK_FRESH_CACHE=1: a fresh one; --local: always fresh). A test
+# binary cut off by its timeout with failing tests listed runs those again alone
+# (`test-NAME-failures.log`: libtest prints the failures' messages only at its end).
 set -uo pipefail
 
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -320,6 +322,8 @@ stage_kernels() {
     [ $b = kernels-compile ] && [ $LOCAL = 1 ] && continue
     [ -x "$WORK/bin/$bin" ] || { details="$details $b: missing from the bundle;"; rcs="$rcs 1"; continue; }
     case $b in kernels|kernels-compile) secs=$([ $LOCAL = 1 ] && echo 2400 || echo 150) ;; *) secs=$([ $LOCAL = 1 ] && echo 900 || echo 60) ;; esac
+    # (GPU_CHECK_TEST_SECS=N: every test binary's timeout, for testing this stage.)
+    secs=${GPU_CHECK_TEST_SECS:-$secs}
     local args=(--color never)
     [ $LOCAL = 0 ] && [ $b = kernels ] && args+=(--skip "$compile")
     [ $b = kernels-compile ] && args+=("$compile")
@@ -333,6 +337,18 @@ stage_kernels() {
     failing="$(grep -E '^test .* \.\.\. FAILED$' "$RAW/test-$b.log" | sed -e 's/^test //' -e 's/ \.\.\. FAILED$//' | head -20 | tr '\n' ' ')"
     rcs="$rcs $rc"
     details="$details $b: ${res:-$(why $rc)}${failing:+ — failing: $failing};"
+    # libtest prints why each test failed only at its end, which a timeout cuts off (GPU run 5's
+    # call 1 lost all four messages so): the failing tests again, alone, for their messages.
+    if { [ $rc = 124 ] || [ $rc = 137 ]; } && [ -n "$failing" ]; then
+      local again="test-$b-failures" rr
+      # shellcheck disable=SC2086
+      if [ $LOCAL = 1 ]; then
+        ONLY="" step "$again" 60 "$WORK/bin/$bin" --color never --exact $failing; rr=$?
+      else
+        (export DDL_REQUIRE_COOP=1; ONLY="" step "$again" 60 "$WORK/bin/$bin" --color never --exact $failing); rr=$?
+      fi
+      details="$details the failing tests rerun alone ($(why $rr)): $(grep -c 'panicked at' "$RAW/$again.log" 2>/dev/null || echo 0) messages in $again.log;"
+    fi
   done
   st=$(settle $rcs)
   stage_row kernels "$st" $(( $(date +%s) - t0 )) "${details# }"
