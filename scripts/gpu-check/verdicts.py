@@ -212,6 +212,12 @@ PREDICTIONS = [
          doc="Next run (run 6: the H200's forms of run 5)",
          rule="the delta write and the compressors unchecked (run 5 checked: 24.7 ms; the step "
               "A/B saved 14 ms): their bandwidth against the copy rate decides issue 26's target"),
+    dict(run=6, id="lm-head-dx-pieces", stage="bench-matmul-model", what="tflops",
+         sel=dict(variant="pieces:2", case="lm_head dX = dY·W", m=8192, operands="ff"), lo=30, hi=40,
+         doc="Next run (run 6: the H200's forms of run 5)",
+         rule="--tune now tunes the pieces of a product past one dispatch as training does (run 5: "
+              "16.4 TFLOP/s on the heuristic's tile, 35.9 in the step); below 30: the pieces' "
+              "variant is not what limits the benchmark's row"),
     dict(run=6, id="ddl-vs-baseline-h200", stage="bench-train-small-ddl-vs-baseline", what="ratio",
          lo=1.03, hi=1.06, doc="Next run (run 6: the H200's forms of run 5)",
          rule="(run 5: 1.047 [1.041, 1.052] with DDL_FORMS=unchecked=all, the H200's forms since)"),

@@ -208,14 +208,43 @@ impl VariantSet {
     }
 }
 
-/// `ddl bench matmul --tune`: measures and caches the best variant of every product that fits
-/// one dispatch (the others' rows say skipped); a `matmul_tune` row each.
+/// `ddl bench matmul --tune`: measures and caches the best variant of every product that
+/// [`tune_plan`] lists; a `matmul_tune` row each (a piece's with `"piece"`, its index).
 pub fn tune_rows(gpu: &Gpu, products: &[(String, Matmul)], mut emit: impl FnMut(Row)) -> Result<()> {
-    for (name, mm) in products.iter().filter(|(_, mm)| matmul_skip(gpu, mm).is_none()) {
-        let v = matmul::autotune::tune(gpu, mm)?;
-        emit(Row(json!({"bench": "matmul_tune", "case": name, "m": mm.m, "n": mm.n, "k": mm.k, "variant": v})));
+    for (name, piece, mm) in tune_plan(gpu, products)? {
+        let v = matmul::autotune::tune(gpu, &mm)?;
+        let mut r = json!({"bench": "matmul_tune", "case": name, "m": mm.m, "n": mm.n, "k": mm.k, "variant": v});
+        if let Some(i) = piece {
+            r["piece"] = json!(i);
+        }
+        emit(Row(r));
     }
     Ok(())
+}
+
+/// The products `--tune` measures: each product that runs as one dispatch, and each piece (by
+/// its index among [`Matmul::split_products`], the first of each shape only) of a product that
+/// runs in pieces — as a training step's first use tunes them, so that the `pieces:N` row then
+/// times what training runs (GPU run 5: the LM head's ∂zn ran 16.4 TFLOP/s on the heuristic's
+/// tile and 35.9 on the autotuner's in the step). Products whose operands exceed the adapter's
+/// largest buffer are left out (their rows say skipped).
+pub fn tune_plan(gpu: &Gpu, products: &[(String, Matmul)]) -> Result<Vec<(String, Option<usize>, Matmul)>> {
+    let mut plan = Vec::new();
+    for (name, mm) in products.iter().filter(|(_, mm)| buffer_skip(gpu, mm).is_none()) {
+        if matmul_skip(gpu, mm).is_none() {
+            plan.push((name.clone(), None, *mm));
+            continue;
+        }
+        let mut seen = Vec::new();
+        for (i, piece) in mm.split_products(gpu)?.into_iter().enumerate() {
+            let shape = (piece.m, piece.n, piece.k, piece.batch, piece.a, piece.b, piece.c);
+            if !seen.contains(&shape) {
+                seen.push(shape);
+                plan.push((name.clone(), Some(i), piece));
+            }
+        }
+    }
+    Ok(plan)
 }
 
 /// Every kernel module's cases at `shape` that `filter` keeps (a module builds only the groups

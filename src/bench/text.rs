@@ -52,8 +52,9 @@ impl Row {
             ),
             Some("matmul_tune") => writeln!(
                 out,
-                "tuned {} {}x{}x{}: {}",
+                "tuned {}{} {}x{}x{}: {}",
                 v["case"].as_str().unwrap_or(""),
+                v["piece"].as_u64().map_or(String::new(), |i| format!(" (piece {i})")),
                 v["m"],
                 v["n"],
                 v["k"],

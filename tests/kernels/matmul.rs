@@ -1070,6 +1070,58 @@ fn f16_stored_operands_are_split_like_f32_ones() {
     }
 }
 
+/// `Matmul::split_products` lists the products `bind_split` binds, in order (the pieces of a
+/// product past one binding, each outer batch's; the product itself where it fits), and
+/// `bench::tune_plan` (`ddl bench matmul --tune`) measures each piece shape once, so that the
+/// benchmark's `pieces:N` rows time the variants a training step's autotuner picks for them.
+#[test]
+fn split_products_are_the_products_bind_split_binds() {
+    let gpu = f16_gpu();
+    let small = gpu.with_max_storage_binding(4096).unwrap();
+    let h = MatmulElem::F16;
+    let mut two = Matmul::nn(32, 48, 40).batched(2).accumulate(true);
+    two.outer = 2;
+    two.outer_strides = [2 * 32 * 40, 2 * 40 * 48, 2 * 32 * 48];
+    let cases = [
+        Matmul::nt(67, 85, 131),
+        Matmul::tn(40, 72, 300).elems(MatmulElem::R16, h).alpha(0.5),
+        two,
+        Matmul::nt(9, 7, 5),
+    ];
+    let mut rng = Rng::fresh();
+    for mm in cases {
+        let [ea, eb, ec] = mm.extents();
+        let ta = upload_elem(&small, "a", &rng.uniform(ea, -1.0, 1.0), mm.a_elem);
+        let tb = upload_elem(&small, "b", &rng.uniform(eb, -1.0, 1.0), mm.b_elem);
+        let tc = upload(&small, "c", &vec![f32::NAN; ec]);
+        let ds = mm.bind_split(&small, ta.view(), tb.view(), tc.view()).unwrap();
+        let ps = mm.split_products(&small).unwrap();
+        assert_eq!(ps.len(), ds.len(), "{mm:?}");
+        for (i, (p, d)) in ps.iter().zip(&ds).enumerate() {
+            assert_eq!(p.flops(), d.flops, "{mm:?}: piece {i} ({p:?})");
+            assert!(p.outer == 1 && p.a_elem == mm.a_elem && p.b_elem == mm.b_elem, "{p:?}");
+        }
+        let total: f64 = ps.iter().map(|p| p.flops()).sum();
+        assert_eq!(total, mm.flops(), "{mm:?}: the pieces cover the product");
+        if ds.len() == 1 {
+            assert_eq!(ps, vec![mm], "a product that fits is its own one product");
+        }
+        // --tune's plan: the product where it fits one dispatch, else each piece shape once.
+        let plan = ddl::bench::tune_plan(&small, &[("p".to_string(), mm)]).unwrap();
+        if ddl::bench::matmul_skip(&small, &mm).is_none() {
+            assert_eq!(plan, vec![("p".to_string(), None, mm)]);
+        } else {
+            assert!(ps.len() > 1 && !plan.is_empty() && plan.len() <= ps.len(), "{mm:?}: {plan:?}");
+            for (_, i, p) in &plan {
+                assert_eq!(Some(*p), i.map(|i| ps[i]), "{mm:?}");
+            }
+            for p in &ps {
+                assert!(plan.iter().any(|(_, _, q)| (q.m, q.n, q.k, q.batch) == (p.m, p.n, p.k, p.batch)), "{p:?}");
+            }
+        }
+    }
+}
+
 /// Products past one 128 × 128 tile for the quad-staged kernels: vec4 and scalar loads in each
 /// layout (A along K or M, B along N or K), edges, K tails, batches.
 fn quad_staging_cases() -> [Matmul; 7] {

@@ -54,66 +54,88 @@ impl Matmul {
             // Split the outer level first: each group is an ordinary one-level product.
             let mut out = Vec::new();
             for o in 0..self.outer {
-                let sh = |op: Operand, i: usize| Operand { offset: op.offset + o * self.outer_strides[i], ..op };
-                let g = Matmul {
-                    a: sh(self.a, 0),
-                    b: sh(self.b, 1),
-                    c: sh(self.c, 2),
-                    outer: 1,
-                    outer_strides: [0; 3],
-                    ..*self
-                };
-                out.extend(g.bind_split_chunked(gpu, a, b, c, max_chunk)?);
+                out.extend(self.outer_group(o).bind_split_chunked(gpu, a, b, c, max_chunk)?);
             }
             return Ok(out);
         }
+        let mut out = Vec::new();
+        for p in self.chunk_pieces(gpu, max)? {
+            let [(sa, la), (sb, lb), (sc, lc)] = p.words;
+            out.push(p.mm.bind(gpu, a.sub(sa, la), b.sub(sb, lb), c.sub(sc, lc))?);
+        }
+        Ok(out)
+    }
+
+    /// The products [`Matmul::bind_split`] binds for this one on `gpu`, without binding them:
+    /// this product where it runs as one dispatch (or split along K, [`Matmul::k_pieces`]), else
+    /// its pieces, each as its dispatch sees it (offsets within its operands' narrowed views). So
+    /// that `ddl bench matmul --tune` can measure the pieces' variants as a training step's first
+    /// use does (the autotuner picks each piece's variant by its own shape).
+    pub fn split_products(&self, gpu: &Gpu) -> Result<Vec<Matmul>> {
+        let max = binding_elems(gpu, 1);
+        let [ea, eb, ec] = self.extents();
+        let bytes = [self.a_elem.bytes(), self.b_elem.bytes(), 4];
+        // (A view's length in f32 words, as bind_split sees its operands.)
+        let words = |e: usize, b: usize| (e * b).div_ceil(4);
+        let one = self.k <= MAX_K_PER_DISPATCH
+            && [words(ea, bytes[0]), words(eb, bytes[1]), words(ec, bytes[2])].iter().all(|&w| w <= max);
+        if self.causal != Causal::None || one {
+            return Ok(vec![*self]);
+        }
+        if self.outer > 1 {
+            let mut out = Vec::new();
+            for o in 0..self.outer {
+                out.extend(self.outer_group(o).split_products(gpu)?);
+            }
+            return Ok(out);
+        }
+        Ok(self.chunk_pieces(gpu, max)?.into_iter().map(|p| p.mm).collect())
+    }
+
+    /// Outer batch `o` of a two-level product as an ordinary one-level product.
+    fn outer_group(&self, o: usize) -> Matmul {
+        let sh = |op: Operand, i: usize| Operand { offset: op.offset + o * self.outer_strides[i], ..op };
+        Matmul { a: sh(self.a, 0), b: sh(self.b, 1), c: sh(self.c, 2), outer: 1, outer_strides: [0; 3], ..*self }
+    }
+
+    /// The pieces of a one-level product whose operands exceed `max` elements per binding (or
+    /// whose K exceeds one dispatch's): each piece's product, and the f32 words of A, B and C its
+    /// views start at and span.
+    fn chunk_pieces(&self, gpu: &Gpu, max: usize) -> Result<Vec<Piece>> {
         let align = align_elems(gpu);
         let [bs, ms, ns, ks] = self.split_sizes(gpu, max)?;
         // Sub-view from the aligned element at or below `off`; the remainder stays in the offset.
         // An f16-stored operand (`per` = 2 elements to a four-byte word, offsets counting f16
         // elements) starts at an aligned word and spans the words its elements occupy.
-        fn narrow<'v>(
-            v: &View<'v>,
-            op: Operand,
-            off: usize,
-            dims: [usize; 3],
-            align: usize,
-            per: usize,
-        ) -> (Operand, View<'v>) {
+        let narrow = |op: Operand, off: usize, dims: [usize; 3], per: usize| -> (Operand, (usize, usize)) {
             let start = off / (align * per) * (align * per);
             let op = Operand { offset: off - start, ..op };
-            (op, v.sub(start / per, op.extent(dims[0], dims[1], dims[2]).div_ceil(per)))
-        }
+            (op, (start / per, op.extent(dims[0], dims[1], dims[2]).div_ceil(per)))
+        };
         let mut out = Vec::new();
         for (b0, bt) in chunks(self.batch, bs) {
             for (m0, mc) in chunks(self.m, ms) {
                 for (n0, nc) in chunks(self.n, ns) {
                     for (k0, kc) in chunks(self.k, ks) {
-                        let (pa, va) = narrow(
-                            &a,
+                        let (pa, wa) = narrow(
                             self.a,
                             self.a.offset + b0 * self.a.batch_stride + m0 * self.a.row_stride + k0 * self.a.col_stride,
                             [mc, kc, bt],
-                            align,
                             4 / self.a_elem.bytes(),
                         );
-                        let (pb, vb) = narrow(
-                            &b,
+                        let (pb, wb) = narrow(
                             self.b,
                             self.b.offset + b0 * self.b.batch_stride + k0 * self.b.row_stride + n0 * self.b.col_stride,
                             [kc, nc, bt],
-                            align,
                             4 / self.b_elem.bytes(),
                         );
-                        let (pc, vc) = narrow(
-                            &c,
+                        let (pc, wc) = narrow(
                             self.c,
                             self.c.offset + b0 * self.c.batch_stride + m0 * self.c.row_stride + n0,
                             [mc, nc, bt],
-                            align,
                             1,
                         );
-                        let piece = Matmul {
+                        let mm = Matmul {
                             m: mc,
                             n: nc,
                             k: kc,
@@ -132,7 +154,7 @@ impl Matmul {
                             b_elem: self.b_elem,
                             causal: Causal::None,
                         };
-                        out.push(piece.bind(gpu, va, vb, vc)?);
+                        out.push(Piece { mm, words: [wa, wb, wc] });
                     }
                 }
             }
@@ -332,4 +354,11 @@ pub fn k_pieces_bound(rule: KSplit, m: usize, n: usize, k: usize) -> usize {
         1 => 0,
         p => p * m * n,
     }
+}
+
+/// One piece of a product split across bindings ([`Matmul::chunk_pieces`]): its product and,
+/// per operand (A, B, C), the first f32 word and the words of its view.
+struct Piece {
+    mm: Matmul,
+    words: [(usize, usize); 3],
 }
