@@ -1173,7 +1173,7 @@ pub fn lens_states(model: &Model) -> Vec<String> {
 /// token, per state of [`lens_states`], the model's own head (its readout compressor where it
 /// has one, final norm, tied embedding) read on that state — the last state's scores are the
 /// model's own. Teacher-forced in the contexts generation gave each token ([`teacher_forced`]'s
-/// windows), through [`Model::lens_program`], under `beta_maps` when given (the fixed directions
+/// windows), through [`crate::model::Scoring::Lens`], under `beta_maps` when given (the fixed directions
 /// of `k=mean` are not supported: the caller refuses them).
 pub fn continuation_lens(
     model: &Model,
@@ -1205,7 +1205,7 @@ pub fn continuation_lens(
         let tokens: Vec<i32> = all[start..last].iter().map(|&x| x as i32).collect();
         let targets: Vec<i32> = (start + 1..=last).map(|i| if i >= first { all[i] as i32 } else { -1 }).collect();
         // (The head in slices of 256 rows: a window of a large vocabulary never holds all its logits.)
-        let p = model.lens_program(1, t, if t > 256 { 256 } else { 0 }, beta_maps)?;
+        let p = model.loss_program_with(1, t, if t > 256 { 256 } else { 0 }, beta_maps, crate::model::Scoring::Lens)?;
         p.set_batch(model, &tokens, &targets)?;
         model.eval_loss(&p)?;
         let lens = p.lens().expect("a lens program");

@@ -2,7 +2,7 @@
 //! (1 token, and prompts shorter than K−1) then one token at a time.
 
 use ddl::golden::Golden;
-use ddl::model::{Layout, Model};
+use ddl::model::{Layout, Model, Scoring};
 
 fn model_from_golden(name: &str) -> (Model, Golden) {
     model_from_golden_file(&ddl::testing::data_path("tests/golden").join(format!("{name}.safetensors")))
@@ -472,7 +472,7 @@ fn an_evaluation_under_interventions_gives_the_override_goldens_loss() {
         let (tokens, targets) = (g.i32("input.tokens", &[b, t]).unwrap(), g.i32("input.targets", &[b, t]).unwrap());
         let want = g.f32("out.loss", Some(&[1])).unwrap()[0] as f64;
         let loss = |maps: Option<&[ddl::kernels::delta::BetaMap]>, chunk: usize| {
-            let p = model.loss_program_with(b, t, chunk, maps).unwrap();
+            let p = model.loss_program_with(b, t, chunk, maps, Scoring::Loss).unwrap();
             p.set_batch(&model, tokens, targets).unwrap();
             model.eval_loss(&p).unwrap().0 as f64
         };
@@ -580,14 +580,14 @@ fn a_logit_lens_reads_each_state_as_the_model_with_every_later_write_off() {
         let (n, subs) = (b * t, 2 * g.config.n_layers);
         // (loss, row losses, row scores) of a ranked loss program.
         let run = |model: &Model, maps: Option<&[ddl::kernels::delta::BetaMap]>, chunk: usize| {
-            let p = model.loss_program_ranked(b, t, chunk, maps).unwrap();
+            let p = model.loss_program_with(b, t, chunk, maps, Scoring::Ranks).unwrap();
             p.set_batch(model, tokens, targets).unwrap();
             let loss = model.eval_loss(&p).unwrap().0;
             let rows = p.row_losses().unwrap().read_f32(&model.gpu).unwrap();
             (loss, rows, p.row_ranks().unwrap().read_f32(&model.gpu).unwrap())
         };
         for chunk in [0, 5] {
-            let p = model.lens_program(b, t, chunk, None).unwrap();
+            let p = model.loss_program_with(b, t, chunk, None, Scoring::Lens).unwrap();
             p.set_batch(&model, tokens, targets).unwrap();
             let loss = model.eval_loss(&p).unwrap().0;
             let lens = p.lens().unwrap();

@@ -30,7 +30,7 @@ pub use memory::{
 };
 pub use model::{Model, Precision};
 pub use params::{Init, Layout, ParamSpec};
-pub use program::{LensRows, Parts, Program, beta_means_of};
+pub use program::{LensRows, Parts, Program, Scoring, beta_means_of};
 
 /// The optimizer settings of a training step.
 pub use crate::kernels::adamw::AdamWConfig;

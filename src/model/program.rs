@@ -62,15 +62,31 @@ pub struct Program {
     stats_rb: Readback,
     /// Each token's loss `[B·T]` of the last forward (programs with a loss head).
     row_loss: Option<Tensor>,
-    /// [`Model::loss_program_ranked`]: each token's scores `[B·T, 4]` of the last forward.
+    /// [`Scoring::Ranks`]: each token's scores `[B·T, 4]` of the last forward.
     row_ranks: Option<Tensor>,
-    /// [`Model::lens_program`]: the head's rows over every earlier state.
+    /// [`Scoring::Lens`]: the head's rows over every earlier state.
     lens: Option<LensRows>,
     /// The inputs and statistics of an accumulated step's micro-batches (made on first use).
     micro: std::sync::Mutex<Option<MicroInputs>>,
 }
 
-/// A logit lens's rows ([`Model::lens_program`]): the head (readout compressor in the expanded
+/// What a loss program's head measures besides the loss ([`Model::loss_program_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scoring {
+    /// The loss (and the row losses) alone.
+    Loss,
+    /// Also every token's scores: its rank among the logits, the likeliest token, that token's
+    /// log p and the entropy ([`Program::row_ranks`]; one more pass over the logits; `ddl
+    /// eval`'s accuracy and calibration).
+    Ranks,
+    /// The scores and a logit lens ([`Program::lens`]): before the model's own head, the same
+    /// head over each earlier state X_0 (the embedding) … X_2L−1, its rows kept per state. The
+    /// model's loss, row losses and scores are those without the lens, to the bit; the lens
+    /// costs 2L more heads per batch.
+    Lens,
+}
+
+/// A logit lens's rows ([`Scoring::Lens`]): the head (readout compressor in the expanded
 /// variants, final norm, tied embedding, loss and scores) over each state X_0 … X_2L−1 that a
 /// sublayer's write leaves, as the model's own head reads X_2L.
 pub struct LensRows {
@@ -128,57 +144,20 @@ impl Model {
     /// program's), so that it never holds the batch's logits — the same loss, to the bit, in
     /// one slice's logits instead of B·T rows'; its [`Program::logits`] hold the last slice.
     pub fn loss_program(&self, b: usize, t: usize, head_chunk: usize) -> Result<Program> {
-        self.loss_program_with(b, t, head_chunk, None)
+        self.loss_program_with(b, t, head_chunk, None, Scoring::Loss)
     }
 
     /// [`Model::loss_program`] with interventions on the writes: the map of every sublayer
     /// (2l + sublayer, [`crate::model::Interventions::maps`]) in its delta write's uniform, as
-    /// decoding takes them (`ddl eval --intervene`, `--ablate`). None: the model as trained.
+    /// decoding takes them (`ddl eval --intervene`, `--ablate`; None: the model as trained), and
+    /// what its head measures besides the loss ([`Scoring`]).
     pub fn loss_program_with(
         &self,
         b: usize,
         t: usize,
         head_chunk: usize,
         maps: Option<&[crate::kernels::delta::BetaMap]>,
-    ) -> Result<Program> {
-        self.loss_program_scoring(b, t, head_chunk, maps, false, false)
-    }
-
-    /// [`Model::loss_program_with`] whose head also scores every token: its rank among the
-    /// logits, the likeliest token, that token's log p and the entropy ([`Program::row_ranks`];
-    /// one more pass over the logits; `ddl eval`'s accuracy and calibration).
-    pub fn loss_program_ranked(
-        &self,
-        b: usize,
-        t: usize,
-        head_chunk: usize,
-        maps: Option<&[crate::kernels::delta::BetaMap]>,
-    ) -> Result<Program> {
-        self.loss_program_scoring(b, t, head_chunk, maps, true, false)
-    }
-
-    /// [`Model::loss_program_ranked`] with a logit lens ([`Program::lens`]): before the model's
-    /// own head, the same head over each earlier state X_0 (the embedding) … X_2L−1, its rows
-    /// kept per state. The model's loss, row losses and scores are those of the program without
-    /// the lens, to the bit; the lens costs 2L more heads per batch.
-    pub fn lens_program(
-        &self,
-        b: usize,
-        t: usize,
-        head_chunk: usize,
-        maps: Option<&[crate::kernels::delta::BetaMap]>,
-    ) -> Result<Program> {
-        self.loss_program_scoring(b, t, head_chunk, maps, true, true)
-    }
-
-    fn loss_program_scoring(
-        &self,
-        b: usize,
-        t: usize,
-        head_chunk: usize,
-        maps: Option<&[crate::kernels::delta::BetaMap]>,
-        ranks: bool,
-        lens: bool,
+        scoring: Scoring,
     ) -> Result<Program> {
         let obj = Objective { label_smoothing: 0.0, loss_scale: 1.0 };
         if let Some(m) = maps
@@ -190,6 +169,11 @@ impl Model {
                 2 * self.cfg.n_layers
             )));
         }
+        let (ranks, lens) = match scoring {
+            Scoring::Loss => (false, false),
+            Scoring::Ranks => (true, false),
+            Scoring::Lens => (true, true),
+        };
         Program::new(self, b, t, None, obj, Purpose::Loss(head_chunk), maps, ranks, lens)
     }
 
@@ -396,7 +380,7 @@ impl Program {
         self.row_loss.as_ref()
     }
 
-    /// Each token's scores as the last forward of a [`Model::loss_program_ranked`] wrote them:
+    /// Each token's scores as the last forward of a [`Scoring::Ranks`] program wrote them:
     /// `[B·T, 4]`, per row (the target's rank among the logits — 1 + how many are larger, 0 where
     /// the target is ignored —, the likeliest token, its log p, the entropy in nats), row b·T + t
     /// for window b's token t + 1. `None` for other programs.
@@ -404,7 +388,7 @@ impl Program {
         self.row_ranks.as_ref()
     }
 
-    /// The logit lens's rows of the last forward of a [`Model::lens_program`] (`None` for other
+    /// The logit lens's rows of the last forward of a [`Scoring::Lens`] program (`None` for other
     /// programs).
     pub fn lens(&self) -> Option<&LensRows> {
         self.lens.as_ref()

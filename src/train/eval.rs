@@ -1305,13 +1305,15 @@ fn run_model_in(
 ) -> Result<ModelRun, TrainError> {
     let Measure { betas, rows, scores, lens } = what;
     // (The head in the run's slices, or `--head-chunk`'s: the same loss, less memory.)
-    let prog = if lens {
-        model.lens_program(t.batch_size, t.seq_len, t.head_chunk, maps)?
+    use crate::model::Scoring;
+    let scoring = if lens {
+        Scoring::Lens
     } else if scores {
-        model.loss_program_ranked(t.batch_size, t.seq_len, t.head_chunk, maps)?
+        Scoring::Ranks
     } else {
-        model.loss_program_with(t.batch_size, t.seq_len, t.head_chunk, maps)?
+        Scoring::Loss
     };
+    let prog = model.loss_program_with(t.batch_size, t.seq_len, t.head_chunk, maps, scoring)?;
     let mut tally = BetaTally { keep: rows, ..Default::default() };
     let mut score_tally = (scores || lens).then(|| ScoreTally { keep: rows, ..Default::default() });
     let mut lens_tally =

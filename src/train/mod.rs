@@ -919,7 +919,7 @@ pub struct Eval {
     pub subset: (f64, usize),
     /// The share of the predicted tokens that were the model's likeliest (top-1 accuracy), all
     /// and over the periodic subset; NaN when the program does not score its tokens
-    /// ([`crate::model::Model::loss_program_ranked`]; training's evaluation program does).
+    /// ([`crate::model::Scoring::Ranks`]; training's evaluation program does).
     pub accuracy: f64,
     pub subset_accuracy: f64,
     /// Whether it covered its whole span (false: its `tick` stopped it; the numbers cover the
