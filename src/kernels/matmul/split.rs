@@ -66,7 +66,8 @@ impl Matmul {
         Ok(out)
     }
 
-    /// The products [`Matmul::bind_split`] binds for this one on `gpu`, without binding them:
+    /// The products [`Matmul::bind_split`] binds for this one on `gpu` with operands as long as
+    /// their extents ([`Matmul::extents`]; longer views can split sooner), without binding them:
     /// this product where it runs as one dispatch (or split along K, [`Matmul::k_pieces`]), else
     /// its pieces, each as its dispatch sees it (offsets within its operands' narrowed views). So
     /// that `ddl bench matmul --tune` can measure the pieces' variants as a training step's first
