@@ -144,13 +144,13 @@ fn soft128v(
     let bn = ((li / SG) % 4u) * 32u;
     // Fragment f = 2·fi + fj, its element e = lane + SG·i (i < 8) in acc[8·f + i].
     var acc: array<f32, 64>;
-    v_load(0u, t);
-    v_stash(0u, t);
+    v_stash(0u, t, v_load(0u, t));
     workgroupBarrier();
     var buf = 0u;
     for (var k0 = 0u; k0 < p.k; k0 += QBK) {
         let more = k0 + QBK < p.k;
-        if (more) { v_load(k0 + QBK, t); }
+        var q: VQuads;
+        if (more) { q = v_load(k0 + QBK, t); }
         for (var ks = 0u; ks < QBK; ks += 16u) {
             for (var f = 0u; f < 8u; f++) {
                 let fa = va_frag(buf, am + (f / 2u) * 16u, ks);
@@ -165,7 +165,7 @@ fn soft128v(
                 }
             }
         }
-        if (more) { v_stash(1u - buf, t); }
+        if (more) { v_stash(1u - buf, t, q); }
         workgroupBarrier();
         buf = 1u - buf;
     }

@@ -365,9 +365,9 @@ fn mm_coop128v(
     var c31 = coop_mat16x16<f32, C>();
     let only_mma = (p.vec4s & 16u) != 0u;
     let only_stage = (p.vec4s & 32u) != 0u;
-    v_load(0u, t);
-    v_stash(0u, t);
-    if (only_mma) { v_stash(1u, t); }
+    let q0 = v_load(0u, t);
+    v_stash(0u, t, q0);
+    if (only_mma) { v_stash(1u, t, q0); }
     workgroupBarrier();
     var buf = 0u;
     // Diagnostic `coop128v:stage`: every slice but the last staged without products, then the
@@ -375,8 +375,8 @@ fn mm_coop128v(
     var k_first = 0u;
     if (only_stage) {
         for (; k_first + QBK < p.k; k_first += QBK) {
-            v_load(k_first + QBK, t);
-            v_stash(1u - buf, t);
+            let qs = v_load(k_first + QBK, t);
+            v_stash(1u - buf, t, qs);
             workgroupBarrier();
             buf = 1u - buf;
         }
@@ -384,7 +384,8 @@ fn mm_coop128v(
     for (var k0 = k_first; k0 < p.k; k0 += QBK) {
         let more = k0 + QBK < p.k;
         let stage = more && !only_mma;
-        if (stage) { v_load(k0 + QBK, t); }
+        var q: VQuads;
+        if (stage) { q = v_load(k0 + QBK, t); }
         for (var ks = 0u; ks < QBK; ks += 16u) {
             var a0: coop_mat16x16<f16, A>;
             var a1: coop_mat16x16<f16, A>;
@@ -419,7 +420,7 @@ fn mm_coop128v(
             c30 = coopMultiplyAdd(a3, b0, c30);
             c31 = coopMultiplyAdd(a3, b1, c31);
         }
-        if (stage) { v_stash(1u - buf, t); }
+        if (stage) { v_stash(1u - buf, t, q); }
         workgroupBarrier();
         buf = 1u - buf;
     }

@@ -221,6 +221,30 @@ PREDICTIONS = [
     dict(run=6, id="ddl-vs-baseline-h200", stage="bench-train-small-ddl-vs-baseline", what="ratio",
          lo=1.03, hi=1.06, doc="Next run (run 6: the H200's forms of run 5)",
          rule="(run 5: 1.047 [1.041, 1.052] with DDL_FORMS=unchecked=all, the H200's forms since)"),
+    # coop128v's staging in named registers (session 70): docs/GPU.md "Prediction for coop128v's
+    # quads in registers"
+    dict(run=6, id="coop128-ref", stage="bench-matmul-coop128v", what="tflops",
+         sel=dict(variant="coop128", case="nn", m=4096, operands="rh"), lo=27, hi=35,
+         doc="Prediction for coop128v's quads in registers",
+         rule="(unchanged: coop128's staging keeps its arrays; the same process's reference)"),
+    dict(run=6, id="coop128v-regs-stage", stage="bench-matmul-coop128v", what="tflops",
+         sel=dict(variant="coop128v:stage", case="nn", m=4096, operands="rh"), lo=80, hi=140,
+         doc="Prediction for coop128v's quads in registers",
+         rule="at run 5's 38-41: the arrays were not the cause (next: f16 quads in flight, or "
+              "a third buffer); above 80: they were (then coop_staging's arrays go too)"),
+    dict(run=6, id="coop128v-regs", stage="bench-matmul-coop128v", what="tflops",
+         sel=dict(variant="coop128v", case="nn", m=4096, operands="rh"), lo=70, hi=120,
+         doc="Prediction for coop128v's quads in registers",
+         rule="(run 5: 33.7-35.6; one load round trip a slice overlapped with the products: "
+              "about 1.1 us a slice, 8 waves of 128 slices)"),
+    dict(run=6, id="coop128v-regs-rel", stage="bench-matmul-coop128v", what="tflops",
+         sel=dict(variant="coop128v", case="nn", m=4096, operands="rh"), rel_to="coop128-ref",
+         lo=2.0, hi=3.5, doc="Prediction for coop128v's quads in registers",
+         rule="(run 5, the same process: 1.04x coop128 at nn)"),
+    dict(run=6, id="coop128v-regs-step", stage="bench-train-small-f16-coop128v", what="ratio",
+         lo=0.55, hi=0.80, doc="Prediction for coop128v's quads in registers",
+         rule="(run 5: 0.915 [0.909, 0.918] of coop128's f16 step); an f16 step below the f32 "
+              "step's 212.7 ms: measure the cooperative matrices on by default for f16"),
 ]
 
 

@@ -1,7 +1,7 @@
 // The staging of `mm_coop128v` (shaders/matmul_coop.wgsl; `soft128v` in
 // shaders/coop_stage_check.wgsl runs it without cooperative matrices): the quads of part
 // `coop_staging` (`a_quad_raw`, `b_quad_raw`), with three changes against `mm_coop128`'s, each
-// a suspect for its 24–34 TFLOP/s on an H200 (docs/GPU.md, run 4):
+// a suspect for its 24–34 TFLOP/s on an H200 (docs/GPU.md, run 4), and a fourth after run 5:
 // * the next slice's quads wait in registers as loaded (`RawA`/`RawB`: f32 for an f32-stored
 //   operand) and become f16 only when stashed, after the fragment products: converting them as
 //   they arrive can make every invocation wait for its loads before its products;
@@ -10,7 +10,9 @@
 //   quads run along K (a_cs = 1), else [QBK][QBM]; B [QBK][QBN] when along N, else [QBN][QBK] —
 //   rows padded by 8 halves (16 bytes: fragment loads free of bank conflicts), the fragments
 //   loaded row-major (`coopLoadT`) or column-major (`coopLoad`) to match, strides in quads;
-// * two buffers: the products read one while the stash fills the other, one barrier per slice.
+// * two buffers: the products read one while the stash fills the other, one barrier per slice;
+// * (session 70) the quads in flight in named registers, not arrays filled by loops, and a slice
+//   that lies whole inside its operand loaded as bare vec4s (see `VQuads`).
 // Workgroup memory: 2 · (10 + 10) KiB, plus the including shader's 8 KiB output scratch.
 
 const VRA: u32 = (QBK + 8u) / 4u;   // quads per row of A laid out [QBM][QBK] (quads along K)
@@ -23,25 +25,101 @@ const VBUFB: u32 = max(QBK * VRB, QBN * VCB);
 var<workgroup> Va: array<vec4<f16>, 2u * VBUFA>;
 var<workgroup> Vb: array<vec4<f16>, 2u * VBUFB>;
 
-// The next slice's quads of this invocation, in flight, as loaded.
-var<private> vra: array<RawA, QPT>;
-var<private> vrb: array<RawB, QPT>;
+// The next slice's quads of this invocation, in flight, as loaded: named registers, returned
+// by `v_load` and passed to `v_stash` (at most four quads per operand: QPT is 4 with subgroups
+// of 32, 2 with 64). Until session 70 they were private arrays filled and drained by loops over
+// QPT; on an H200 `coop128v`'s staging alone ran at 38–41 TFLOP/s (1.26 TB/s, run 5), about four
+// serialised load round trips a slice — what a driver that keeps such arrays in local memory
+// (each load's value stored there before the next load issues) would give.
+struct VQuads { a0: RawA, a1: RawA, a2: RawA, a3: RawA, b0: RawB, b1: RawB, b2: RawB, b3: RawB }
+const_assert QPT == 1u || QPT == 2u || QPT == 4u;
 
-// Issues this invocation's loads of the slice at K offset k0 into `vra`/`vrb` (nothing uses them
-// until `v_stash`).
-fn v_load(k0: u32, t: QTile) {
-    for (var i = 0u; i < QPT; i++) {
-        vra[i] = a_quad_raw(t.li + i * QNT, k0, t.row0, t.a_base, t.live);
-        vrb[i] = b_quad_raw(t.li + i * QNT, k0, t.col0, t.b_base, t.live);
+// The first element of quad `v` of A's slice at K offset k0 (as `a_quad_raw` numbers quads).
+fn a_quad_at(v: u32, k0: u32, t: QTile) -> u32 {
+    let p = params;
+    if (p.a_cs == 1u) {
+        return t.a_base + (t.row0 + v / (QBK / 4u)) * p.a_rs + k0 + (v % (QBK / 4u)) * 4u;
     }
+    return t.a_base + (t.row0 + (v % (QBM / 4u)) * 4u) * p.a_rs + (k0 + v / (QBM / 4u)) * p.a_cs;
+}
+
+// … of B's (as `b_quad_raw` numbers them).
+fn b_quad_at(v: u32, k0: u32, t: QTile) -> u32 {
+    let p = params;
+    if (p.b_cs == 1u) {
+        return t.b_base + (k0 + v / (QBN / 4u)) * p.b_rs + t.col0 + (v % (QBN / 4u)) * 4u;
+    }
+    return t.b_base + (k0 + (v % (QBK / 4u)) * 4u) * p.b_rs + (t.col0 + v / (QBK / 4u)) * p.b_cs;
+}
+
+// Whether the slice at k0 of A (`v_a_whole`) or B lies whole inside its operand, along a layout
+// with vec4 loads: then every quad is one vec4 load, no bounds (a branch uniform across the
+// workgroup); else `a_quad_raw`'s per-quad bounds and scalar loads.
+fn v_a_whole(k0: u32, t: QTile) -> bool {
+    let p = params;
+    let vec4s = (p.vec4s & select(2u, 1u, p.a_cs == 1u)) != 0u;
+    return t.live && vec4s && k0 + QBK <= p.k && t.row0 + QBM <= p.m;
+}
+
+fn v_b_whole(k0: u32, t: QTile) -> bool {
+    let p = params;
+    let vec4s = (p.vec4s & select(8u, 4u, p.b_cs == 1u)) != 0u;
+    return t.live && vec4s && k0 + QBK <= p.k && t.col0 + QBN <= p.n;
+}
+
+// Issues this invocation's loads of the slice at K offset k0 (nothing uses them until `v_stash`).
+fn v_load(k0: u32, t: QTile) -> VQuads {
+    var q: VQuads;
+    let v = t.li;
+    if (v_a_whole(k0, t)) {
+        q.a0 = lda4_raw(a_quad_at(v, k0, t) / 4u);
+        if (QPT > 1u) { q.a1 = lda4_raw(a_quad_at(v + QNT, k0, t) / 4u); }
+        if (QPT > 2u) {
+            q.a2 = lda4_raw(a_quad_at(v + 2u * QNT, k0, t) / 4u);
+            q.a3 = lda4_raw(a_quad_at(v + 3u * QNT, k0, t) / 4u);
+        }
+    } else {
+        q.a0 = a_quad_raw(v, k0, t.row0, t.a_base, t.live);
+        if (QPT > 1u) { q.a1 = a_quad_raw(v + QNT, k0, t.row0, t.a_base, t.live); }
+        if (QPT > 2u) {
+            q.a2 = a_quad_raw(v + 2u * QNT, k0, t.row0, t.a_base, t.live);
+            q.a3 = a_quad_raw(v + 3u * QNT, k0, t.row0, t.a_base, t.live);
+        }
+    }
+    if (v_b_whole(k0, t)) {
+        q.b0 = ldb4_raw(b_quad_at(v, k0, t) / 4u);
+        if (QPT > 1u) { q.b1 = ldb4_raw(b_quad_at(v + QNT, k0, t) / 4u); }
+        if (QPT > 2u) {
+            q.b2 = ldb4_raw(b_quad_at(v + 2u * QNT, k0, t) / 4u);
+            q.b3 = ldb4_raw(b_quad_at(v + 3u * QNT, k0, t) / 4u);
+        }
+    } else {
+        q.b0 = b_quad_raw(v, k0, t.col0, t.b_base, t.live);
+        if (QPT > 1u) { q.b1 = b_quad_raw(v + QNT, k0, t.col0, t.b_base, t.live); }
+        if (QPT > 2u) {
+            q.b2 = b_quad_raw(v + 2u * QNT, k0, t.col0, t.b_base, t.live);
+            q.b3 = b_quad_raw(v + 3u * QNT, k0, t.col0, t.b_base, t.live);
+        }
+    }
+    return q;
 }
 
 // The quads in flight, as f16, into buffer `buf` (0 or 1).
-fn v_stash(buf: u32, t: QTile) {
-    for (var i = 0u; i < QPT; i++) {
-        let v = t.li + i * QNT;
-        Va[buf * VBUFA + va_slot(v)] = raw_a_h(vra[i]);
-        Vb[buf * VBUFB + vb_slot(v)] = raw_b_h(vrb[i]);
+fn v_stash(buf: u32, t: QTile, q: VQuads) {
+    let v = t.li;
+    let oa = buf * VBUFA;
+    let ob = buf * VBUFB;
+    Va[oa + va_slot(v)] = raw_a_h(q.a0);
+    Vb[ob + vb_slot(v)] = raw_b_h(q.b0);
+    if (QPT > 1u) {
+        Va[oa + va_slot(v + QNT)] = raw_a_h(q.a1);
+        Vb[ob + vb_slot(v + QNT)] = raw_b_h(q.b1);
+    }
+    if (QPT > 2u) {
+        Va[oa + va_slot(v + 2u * QNT)] = raw_a_h(q.a2);
+        Vb[ob + vb_slot(v + 2u * QNT)] = raw_b_h(q.b2);
+        Va[oa + va_slot(v + 3u * QNT)] = raw_a_h(q.a3);
+        Vb[ob + vb_slot(v + 3u * QNT)] = raw_b_h(q.b3);
     }
 }
 
