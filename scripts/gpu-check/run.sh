@@ -400,7 +400,7 @@ gpu_bench_cmds() {
       "bench-matmul-f16-coop|40|DDL_FORMS=matmul_coop=1 bench matmul --sizes 2048,4096 --operands rh --variants auto --reps 3 --json"
       "bench-matmul-coop128|40|DDL_FORMS=matmul_coop=1 bench matmul --sizes 4096,8192 --cases nn,nt,tn --operands rh --variants w128,coop,coop128 --reps 3 --json"
       "bench-matmul-coop128-checks|40|DDL_FORMS=matmul_coop=1,shader_checks=0 bench matmul --sizes 4096 --cases nn,nt,tn --operands rh --variants coop128 --against-forms shader_checks=1 --reps 6 --json"
-      "bench-matmul-coop128v|45|DDL_FORMS=matmul_coop=1,shader_checks=0 bench matmul --sizes 4096 --cases nn,nt,tn --operands rh --variants w128,coop128,coop128v,coop128v:mma,coop128v:stage,coop:mma,coop:mma-b --reps 3 --json"
+      "bench-matmul-coop128v|45|DDL_FORMS=matmul_coop=1,shader_checks=0 bench matmul --sizes 4096 --cases nn,nt,tn --operands rh --variants w128,coop128,coop128v,coop128vq,coop128v:mma,coop128v:stage,coop:mma,coop:mma-b --reps 3 --json"
       "bench-matmul-coop128v-f16|40|DDL_FORMS=matmul_coop=1,shader_checks=0 bench matmul --sizes 4096 --cases nn,tn --operands f16 --variants coop128,coop128v,coop128d,coop128v:mma,coop128v:stage --reps 3 --json"
       "bench-train-small-f16-coop128v|60|DDL_FORMS=matmul_coop=1,matmul_coop_v=1,shader_checks=0 bench train --preset small-124m --variant baseline --precision f16 --against-forms matmul_coop_v=0 --batch 8 --seq 1024 --steps 6 --no-autotune --json"
       "bench-train-small-residual-fused|60|bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms residual_fused=0 --steps 6 --json"

@@ -241,6 +241,12 @@ PREDICTIONS = [
          sel=dict(variant="coop128v", case="nn", m=4096, operands="rh"), rel_to="coop128-ref",
          lo=2.0, hi=3.5, doc="Prediction for coop128v's quads in registers",
          rule="(run 5, the same process: 1.04x coop128 at nn)"),
+    dict(run=6, id="coop128vq-rel", stage="bench-matmul-coop128v", what="tflops",
+         sel=dict(variant="coop128vq", case="nn", m=4096, operands="rh"), rel_to="coop128v-regs",
+         lo=1.05, hi=1.4, doc="Prediction for coop128v's quads in registers",
+         rule="above 1.05: registers limited it (two workgroups a multiprocessor): coop128vq's "
+              "parts become coop128v's; at or below 1: not registers, or each conversion waits "
+              "for its load"),
     dict(run=6, id="coop128v-regs-step", stage="bench-train-small-f16-coop128v", what="ratio",
          lo=0.55, hi=0.80, doc="Prediction for coop128v's quads in registers",
          rule="(run 5: 0.915 [0.909, 0.918] of coop128's f16 step); an f16 step below the f32 "

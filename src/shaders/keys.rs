@@ -435,27 +435,34 @@ pub(super) fn matmul_named(name: &str) -> Option<Variant> {
 
 /// A variant of the cooperative-matrix matmul (`shaders/matmul_coop.wgsl`): workgroups of `sg`
 /// invocations (the adapter's subgroup size, a power of two in 8 ..= 128) and how A and B are
-/// stored and read (both f16 operands: [`MatmulElem::R16`] or [`MatmulElem::F16`]). Named
-/// `s32_rr`, `s32_rh`, `s64_hh`, …
+/// stored and read (both f16 operands: [`MatmulElem::R16`] or [`MatmulElem::F16`]); with `q16`
+/// an f32-stored ([`MatmulElem::R16`]) operand's quads in flight are held as f16, converted as
+/// they arrive (parts `matmul_{a,b}_r16q`, variant `coop128vq`), where without it they stay f32
+/// until stashed. Named `s32_rr`, `s32_rh`, `s64_hh`, `s32_rhq`, …
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CoopKey {
     pub sg: usize,
     pub a: MatmulElem,
     pub b: MatmulElem,
+    pub q16: bool,
 }
 
 impl CoopKey {
     pub fn name(&self) -> String {
-        format!("s{}_{}{}", self.sg, self.a.code(), self.b.code())
+        format!("s{}_{}{}{}", self.sg, self.a.code(), self.b.code(), if self.q16 { "q" } else { "" })
     }
 
     pub fn parse(name: &str) -> Option<CoopKey> {
         let (sg, ops) = name.strip_prefix('s')?.split_once('_')?;
         let sg: usize = sg.parse().ok()?;
+        let (ops, q16) = match ops.strip_suffix('q') {
+            Some(o) => (o, true),
+            None => (ops, false),
+        };
         let mut cs = ops.chars();
         let (a, b) = (MatmulElem::from_code(cs.next()?)?, MatmulElem::from_code(cs.next()?)?);
         let ok = cs.next().is_none() && sg.is_power_of_two() && (8..=128).contains(&sg) && a.half() && b.half();
-        ok.then_some(CoopKey { sg, a, b })
+        ok.then_some(CoopKey { sg, a, b, q16 })
     }
 
     fn variant(&self) -> Variant {
@@ -469,8 +476,8 @@ impl CoopKey {
                 part("coop_direct"),
                 part("matmul_params"),
                 part("f16_round"),
-                self.a.part('a'),
-                self.b.part('b'),
+                staged_part(self.a, 'a', self.q16),
+                staged_part(self.b, 'b', self.q16),
                 // `mm_coop128d`'s fragment loads need A and B stored in f16; stubs elsewhere.
                 part(if self.a == MatmulElem::F16 && self.b == MatmulElem::F16 {
                     "coop_direct_hh"
@@ -481,13 +488,23 @@ impl CoopKey {
         }
     }
 
-    /// The listed variants: 32-wide (NVIDIA) with every pair of f16 operand forms, 64-wide (AMD).
+    /// The listed variants: 32-wide (NVIDIA) with every pair of f16 operand forms, 64-wide (AMD),
+    /// and 32-wide with f16 quads in flight for the pairs the benchmark and training use (`rr`,
+    /// `rh`).
     pub fn all() -> Vec<CoopKey> {
         let (r, h) = (MatmulElem::R16, MatmulElem::F16);
-        let mut out: Vec<CoopKey> = [(r, r), (r, h), (h, r), (h, h)].map(|(a, b)| CoopKey { sg: 32, a, b }).into();
-        out.push(CoopKey { sg: 64, a: r, b: h });
+        let mut out: Vec<CoopKey> =
+            [(r, r), (r, h), (h, r), (h, h)].map(|(a, b)| CoopKey { sg: 32, a, b, q16: false }).into();
+        out.push(CoopKey { sg: 64, a: r, b: h, q16: false });
+        out.extend([(r, r), (r, h)].map(|(a, b)| CoopKey { sg: 32, a, b, q16: true }));
         out
     }
+}
+
+/// The part of an operand stored as `e` for the cooperative-matrix staging: with `q16` an
+/// f32-stored one's quads become f16 as they arrive (`matmul_{a,b}_r16q`).
+fn staged_part(e: MatmulElem, operand: char, q16: bool) -> &'static str {
+    if q16 && e == MatmulElem::R16 { part(&format!("matmul_{operand}_r16q")) } else { e.part(operand) }
 }
 
 pub(super) fn coop_variants() -> Vec<Variant> {
@@ -503,10 +520,14 @@ pub(super) fn coop_named(name: &str) -> Option<Variant> {
 /// `hr`, `hh`).
 pub(super) fn stage_check_variants() -> Vec<Variant> {
     let (r, h) = (MatmulElem::R16, MatmulElem::F16);
-    [(r, r), (r, h), (h, r), (h, h)]
+    let plain = [(r, r), (r, h), (h, r), (h, h)].map(|(a, b)| (a, b, false));
+    // (… and with f16 quads in flight, `rrq`, `rhq`, `hrq`: `coop128vq`'s staging.)
+    let q16 = [(r, r), (r, h), (h, r)].map(|(a, b)| (a, b, true));
+    plain
         .into_iter()
-        .map(|(a, b)| Variant {
-            name: format!("{}{}", a.code(), b.code()),
+        .chain(q16)
+        .map(|(a, b, q)| Variant {
+            name: format!("{}{}{}", a.code(), b.code(), if q { "q" } else { "" }),
             consts: vec![],
             parts: vec![
                 part("coop_staging"),
@@ -514,8 +535,8 @@ pub(super) fn stage_check_variants() -> Vec<Variant> {
                 part("coop_direct"),
                 part("matmul_params"),
                 part("f16_round"),
-                a.part('a'),
-                b.part('b'),
+                staged_part(a, 'a', q),
+                staged_part(b, 'b', q),
             ],
         })
         .collect()

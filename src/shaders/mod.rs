@@ -130,6 +130,8 @@ pub const PARTS: &[(&str, &str)] = &[
     ("matmul_b_f32", part!("matmul_b_f32")),
     ("matmul_b_r16", part!("matmul_b_r16")),
     ("matmul_b_f16", part!("matmul_b_f16")),
+    ("matmul_a_r16q", part!("matmul_a_r16q")),
+    ("matmul_b_r16q", part!("matmul_b_r16q")),
     ("matmul_params", part!("matmul_params")),
     ("f16_round", part!("f16_round")),
     ("coop_enable", part!("coop_enable")),

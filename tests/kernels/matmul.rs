@@ -1203,7 +1203,8 @@ fn the_cooperative_matrix_staging_puts_every_operand_element_where_the_fragments
 
 #[test]
 fn coop128_and_coop128v_without_their_cooperative_matrix_operations_match_float64() {
-    // `coop::soft_check` (`coop::soft_check_v`): mm_coop128's (mm_coop128v's) staging, tiles,
+    // `coop::soft_check` (`coop::soft_check_v`, and `soft_check_vq` for coop128vq's f16 quads in
+    // flight): mm_coop128's (mm_coop128v's) staging, tiles,
     // subgroup layout, fragment offsets and output path, with the fragment products done by the
     // invocations (lavapipe has no cooperative matrices): against float64 on f16 operands, every
     // layout, edges, K tails (and a K of one slice), batches, accumulation and alpha. What it
@@ -1222,6 +1223,14 @@ fn coop128_and_coop128v_without_their_cooperative_matrix_operations_match_float6
             1,
             &how,
             &|gpu, a, b, c| vec![matmul::coop::soft_check_v(&mm, gpu, a, b, c).unwrap()],
+            1e-5,
+        );
+        let how = format!("soft128v with f16 quads in flight (coop128vq) {i} {:?}/{:?}", mm.a_elem, mm.b_elem);
+        check_bound_tol(
+            mm,
+            1,
+            &how,
+            &|gpu, a, b, c| vec![matmul::coop::soft_check_vq(&mm, gpu, a, b, c).unwrap()],
             1e-5,
         );
     }
@@ -1288,7 +1297,7 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     let mut rng = Rng::fresh();
     let ta = upload(&gpu, "a", &rng.uniform(ea, -1.0, 1.0));
     let tb = upload_elem(&gpu, "b", &rng.uniform(eb, -1.0, 1.0), MatmulElem::F16);
-    use matmul::coop::{VARIANT8, VARIANT128, VARIANT128D, VARIANT128V};
+    use matmul::coop::{VARIANT8, VARIANT128, VARIANT128D, VARIANT128V, VARIANT128VQ};
     for v in matmul::coop::ALL.into_iter().chain(matmul::coop::DIAGNOSTIC) {
         let tc = poisoned(&gpu, "c", &[ec]);
         let family_ok = if v == VARIANT8 { matmul::coop::status8(&gpu).is_ok() } else { gpu.coop.is_ok() };
@@ -1304,6 +1313,9 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
             Err(e) if v == VARIANT128D && gpu.coop.is_ok() => {
                 // coop128d binds only products of two f16-stored operands (this one's A is f32).
                 assert!(e.to_string().contains("both operands stored in f16"), "{v}: {e}")
+            }
+            Err(e) if v == VARIANT128VQ && gpu.coop.is_ok() => {
+                assert!(matmul::coop::wide_vq_status(&gpu).is_err() && e.to_string().contains(v), "{v}: {e}")
             }
             Err(e) if v.starts_with(VARIANT128V) && gpu.coop.is_ok() => {
                 // coop128v where its self-test failed; its halves where the device cannot run it.
@@ -1324,6 +1336,7 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     for (v, status) in [
         (VARIANT128, matmul::coop::wide_status(&gpu)),
         (VARIANT128V, matmul::coop::wide_v_status(&gpu)),
+        (VARIANT128VQ, matmul::coop::wide_vq_status(&gpu)),
         (VARIANT128D, matmul::coop::direct_status(&gpu)),
     ] {
         if let (true, Err(why)) = (matmul::coop::usable(&gpu), status) {
@@ -1372,6 +1385,29 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     // coop128d's own: every layout of two f16-stored operands, ragged tiles, batches.
     for mm in matmul::coop::direct_cases().into_iter().chain(direct_more()) {
         coop(mm);
+    }
+    // coop128vq holds the same f16 values in flight as coop128v converts at its stash: the same
+    // products, bit for bit (vec4 and scalar staging, both operand forms, a ragged tile).
+    if here.contains(&VARIANT128V) && here.contains(&VARIANT128VQ) {
+        for mm in [
+            Matmul::nt(260, 300, 100).elems(MatmulElem::R16, MatmulElem::R16),
+            Matmul::tn(130, 129, 30).elems(MatmulElem::R16, MatmulElem::F16),
+            strided_tail("nt", 150, 37, 130, 3).elems(MatmulElem::F16, MatmulElem::R16),
+        ] {
+            let [ea, eb, ec] = mm.extents();
+            let ta = upload_elem(&gpu, "a", &rng.uniform(ea, -1.0, 1.0), mm.a_elem);
+            let tb = upload_elem(&gpu, "b", &rng.uniform(eb, -1.0, 1.0), mm.b_elem);
+            let outs: Vec<Vec<f32>> = [VARIANT128V, VARIANT128VQ]
+                .iter()
+                .map(|v| {
+                    let tc = poisoned(&gpu, "c", &[ec]);
+                    run(&gpu, &[mm.bind_variant(&gpu, v, ta.view(), tb.view(), tc.view()).unwrap()]);
+                    tc.read_f32(&gpu).unwrap()
+                })
+                .collect();
+            let same = outs[0].iter().zip(&outs[1]).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{}x{}x{}: coop128vq differs from coop128v", mm.m, mm.n, mm.k);
+        }
     }
     // The engine picks them for f16 products of at least 16 × 16 (the wide one from 128 × 128
     // where its self-test passed; the 8 × 8 one where only it runs).

@@ -48,6 +48,14 @@ pub const VARIANT128: &str = "coop128";
 /// apart ([`wide_v_status`]). Needs subgroups of 32 and 48 KiB of workgroup memory.
 pub const VARIANT128V: &str = "coop128v";
 
+/// [`VARIANT128V`] with the quads in flight held as f16 (`mm_coop128v` compiled with the operand
+/// parts `matmul_{a,b}_r16q`: an f32-stored operand's quads converted as they arrive, half the
+/// registers of [`VARIANT128V`]'s f32 quads — about 120 a invocation against 135, which may let
+/// two workgroups share a multiprocessor; the same f16 values, so the same products bit for
+/// bit). Written (session 70) before any GPU run: timed by `ddl bench matmul`, never picked;
+/// self-tested apart ([`wide_vq_status`]).
+pub const VARIANT128VQ: &str = "coop128vq";
+
 /// [`VARIANT128`]'s tiles, subgroups and fragments with no staging (`mm_coop128d`, part
 /// `coop_direct`): every fragment loaded straight from the operands' f16 storage, the next K
 /// step's in flight during this step's products, no workgroup memory or barrier in the K loop.
@@ -81,7 +89,7 @@ const DIAGNOSTIC128V: [(&str, u32); 2] = [("coop128v:mma", 16), ("coop128v:stage
 pub const VARIANT8: &str = "coop8";
 
 /// Every cooperative-matrix variant the engine has (the diagnostic halves aside).
-pub const ALL: [&str; 6] = [VARIANT, VARIANT64, VARIANT128, VARIANT128V, VARIANT128D, VARIANT8];
+pub const ALL: [&str; 7] = [VARIANT, VARIANT64, VARIANT128, VARIANT128V, VARIANT128VQ, VARIANT128D, VARIANT8];
 
 /// The tile of C one workgroup of `variant` computes, its entry point and the diagnostic mode it
 /// runs in (bits of the parameters' `vec4s`: 64 puts a barrier in `mm_coop_mma`'s loop) — the
@@ -176,6 +184,13 @@ pub fn wide_v_status(gpu: &Gpu) -> std::result::Result<(), String> {
     tested_once(gpu, &gpu.coop_wide_v, VARIANT128V, || self_test_wide_of(gpu, VARIANT128V))
 }
 
+/// Whether [`VARIANT128VQ`] can run on this device: [`wide_v_status`]'s conditions and its own
+/// self-test (the same products).
+pub fn wide_vq_status(gpu: &Gpu) -> std::result::Result<(), String> {
+    wide_v_ready(gpu)?;
+    tested_once(gpu, &gpu.coop_wide_vq, VARIANT128VQ, || self_test_wide_of(gpu, VARIANT128VQ))
+}
+
 /// Whether [`VARIANT128V`] runs here: [`usable`] and [`wide_v_status`].
 pub fn wide_v_usable(gpu: &Gpu) -> bool {
     usable(gpu) && wide_v_status(gpu).is_ok()
@@ -255,6 +270,9 @@ pub fn variants_here(gpu: &Gpu) -> Vec<&'static str> {
         if wide_v_usable(gpu) {
             v.push(VARIANT128V);
         }
+        if usable(gpu) && wide_vq_status(gpu).is_ok() {
+            v.push(VARIANT128VQ);
+        }
         if direct_usable(gpu) {
             v.push(VARIANT128D);
         }
@@ -308,7 +326,7 @@ fn bind_checked(
             reason: format!("cooperative matrices are not usable here: {}", why_not(gpu).unwrap_or_default()),
         });
     }
-    let key = CoopKey { sg: width(gpu), a: half(mm.a_elem), b: half(mm.b_elem) };
+    let key = CoopKey { sg: width(gpu), a: half(mm.a_elem), b: half(mm.b_elem), q16: false };
     if variant == VARIANT128 {
         if let Err(why) = if checked { wide_status(gpu) } else { wide_ready(gpu) } {
             return Err(GpuError::Shader {
@@ -328,6 +346,17 @@ fn bind_checked(
             return Err(GpuError::Shader { shader: "matmul_coop".into(), reason: format!("variant {variant}: {why}") });
         }
         return dispatch_plain(mm, gpu, "matmul_coop", &key.name(), "mm_coop128d", (128, 128), 0, a, b, c);
+    }
+    if variant == VARIANT128VQ {
+        let ok = if checked { wide_vq_status(gpu) } else { wide_v_ready(gpu) };
+        if let Err(why) = ok {
+            return Err(GpuError::Shader { shader: "matmul_coop".into(), reason: format!("variant {variant}: {why}") });
+        }
+        if shorter_than_a_quad(&key, &a, &b) {
+            return bind_checked(mm, gpu, VARIANT, a, b, c, checked);
+        }
+        let key = CoopKey { q16: true, ..key };
+        return dispatch_quads(mm, gpu, "matmul_coop", &key.name(), "mm_coop128v", 128, 0, a, b, c);
     }
     let diagnostic = DIAGNOSTIC128V.iter().find(|d| d.0 == variant);
     if variant == VARIANT128V || diagnostic.is_some() {
@@ -413,6 +442,15 @@ pub fn soft_check_v(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_
     bind_check(mm, gpu, "soft128v", a, b, c)
 }
 
+/// [`soft_check_v`] for [`VARIANT128VQ`] (`soft128v` with f16 quads in flight: the operand parts
+/// `matmul_{a,b}_r16q`; an operand pair without an f32-stored one is [`soft_check_v`]'s).
+#[doc(hidden)]
+pub fn soft_check_vq(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
+    let q = half(mm.a_elem) == MatmulElem::R16 || half(mm.b_elem) == MatmulElem::R16;
+    let variant = format!("{}{}", half(mm.a_elem).code(), half(mm.b_elem).code()) + if q { "q" } else { "" };
+    dispatch_quads(mm, gpu, "coop_stage_check", &variant, "soft128v", 128, 0, a, b, c)
+}
+
 /// [`soft_check`] for [`VARIANT128D`] (`soft128d`: its fragments' first elements and strides read
 /// straight from the operands, and its output path); `mm` must be one [`direct_fits`] allows.
 #[doc(hidden)]
@@ -466,7 +504,7 @@ fn bind8(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>, checked:
             reason: format!("8x8 cooperative matrices are not usable here: {why}"),
         });
     }
-    let key = CoopKey { sg: 32, a: half(mm.a_elem), b: half(mm.b_elem) };
+    let key = CoopKey { sg: 32, a: half(mm.a_elem), b: half(mm.b_elem), q16: false };
     if shorter_than_a_quad(&key, &a, &b) {
         // A product of a few elements: the f16 tiles.
         return mm.bind_variant(gpu, heuristic(gpu, mm), a, b, c);
@@ -544,7 +582,7 @@ pub fn self_test_wide(gpu: &Gpu) -> std::result::Result<(), String> {
     self_test_wide_of(gpu, VARIANT128)
 }
 
-/// [`self_test_wide`] for `variant` ([`VARIANT128`] or [`VARIANT128V`]).
+/// [`self_test_wide`] for `variant` ([`VARIANT128`], [`VARIANT128V`] or [`VARIANT128VQ`]).
 fn self_test_wide_of(gpu: &Gpu, variant: &str) -> std::result::Result<(), String> {
     for mm in wide_cases() {
         self_test_variant(gpu, variant, mm).map_err(|e| format!("{variant} {}x{}x{}: {e}", mm.m, mm.n, mm.k))?;
