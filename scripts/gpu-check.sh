@@ -63,7 +63,7 @@ done
 cp -r tests/golden "$STAGE/data/tests/golden"
 cp scripts/gpu-check/run.sh "$STAGE/run.sh"
 chmod +x "$STAGE/run.sh"
-cp scripts/torch_reference_bench.py "$STAGE/torch/"
+cp scripts/torch_reference_bench.py scripts/torch_matmul_bench.py "$STAGE/torch/"
 REF=""
 for d in "${DDL_TORCH_REFERENCE:-}" "$ROOT/../shared/reference" "$ROOT/shared/reference"; do
   if [ -n "$d" ] && [ -f "$d/ddl_torch.py" ]; then REF="$d"; break; fi

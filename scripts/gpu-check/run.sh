@@ -286,9 +286,11 @@ stage_info() {
     local wide
     wide="$(grep -m1 '^cooperative-matrix wide form' "$RAW/info-coop.log" | sed 's/^cooperative-matrix wide form *//')"
     note "- cooperative-matrix wide form ${wide:-(no answer: see info-coop.log)}"
-    local wv
-    wv="$(grep -m1 '^cooperative-matrix form coop128v' "$RAW/info-coop.log" | sed 's/^cooperative-matrix form coop128v: *//')"
-    note "- cooperative-matrix form coop128v: ${wv:-(no answer: see info-coop.log)}"
+    local wv v
+    for v in coop128v coop128vq; do
+      wv="$(grep -m1 "^cooperative-matrix form $v:" "$RAW/info-coop.log" | sed "s/^cooperative-matrix form $v: *//")"
+      note "- cooperative-matrix form $v: ${wv:-(no answer: see info-coop.log)}"
+    done
     local wd
     wd="$(grep -m1 '^cooperative-matrix form coop128d' "$RAW/info-coop.log" | sed 's/^cooperative-matrix form coop128d: *//')"
     note "- cooperative-matrix form coop128d: ${wd:-(no answer: see info-coop.log)}"
@@ -533,6 +535,10 @@ stage_bench() {
 
 # ---------------------------------------------------------------------------- torch
 torch_line() {
+  if [ "${1#torch-matmul}" != "$1" ]; then
+    echo "- $1 (PyTorch's products, TFLOP/s, TF32 off): $(grep '"bench":"matmul"' "$RAW/$1.jsonl" 2>/dev/null | while read -r l; do echo -n "$(jget case <<<"$l") $(jget m <<<"$l")x$(jget n <<<"$l")x$(jget k <<<"$l") $(fmt "$(jget tflops <<<"$l")" 1); "; done)"
+    return
+  fi
   local f="$RAW/$1.jsonl" l
   l="$(grep '"impl": *"torch"' "$f" 2>/dev/null | head -1)"
   [ -n "$l" ] || { echo "- $1: no result ($(tail -1 "$RAW/$1.log" 2>/dev/null))"; return; }
@@ -556,22 +562,27 @@ stage_torch() {
     cmds=(
       "torch-tiny-baseline-f32|120|--preset tiny --variant baseline --steps 2"
       "torch-tiny-ddl-f32|120|--preset tiny --variant ddl --steps 2"
+      "torch-matmul-f32|60|@matmul --sizes 256 --reps 2"
     )
   else
     cmds=(
       "torch-small-baseline-f32|45|--preset small-124m --variant baseline --batch 8 --seq 1024 --steps 5"
       "torch-small-ddl-f32|60|--preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5"
+      "torch-matmul-f32|40|@matmul --sizes 4096 --model --reps 10"
       "torch-small-baseline-bf16-compile|200|--preset small-124m --variant baseline --batch 8 --seq 1024 --dtype bf16 --compile --steps 5"
       "torch-char-baseline-f32|20|--preset shakespeare-char --variant baseline --steps 10"
       "torch-char-ddl-f32|20|--preset shakespeare-char --variant ddl --steps 10"
       "torch-small-ddl-bf16-compile|240|--preset small-124m --variant ddl --batch 8 --seq 1024 --dtype bf16 --compile --steps 5"
     )
   fi
-  local c name secs args rc
+  local c name secs args rc s
   for c in "${cmds[@]}"; do
     IFS='|' read -r name secs args <<<"$c"
+    # (`@matmul`: PyTorch's own products, scripts/torch_matmul_bench.py, not training steps.)
+    s="$script"
+    case "$args" in @matmul*) s="$BUNDLE/torch/torch_matmul_bench.py"; args="${args#@matmul}" ;; esac
     # shellcheck disable=SC2086
-    step "$name" "$secs" env PYTHONUNBUFFERED=1 "$py" "$script" --device "$dev" $args --json; rc=$?
+    step "$name" "$secs" env PYTHONUNBUFFERED=1 "$py" "$s" --device "$dev" $args --json; rc=$?
     rcs="$rcs $rc"
     [ $rc = 126 ] && continue
     [ $rc = 0 ] || details="$details $name: $(why $rc);"

@@ -221,6 +221,32 @@ PREDICTIONS = [
     dict(run=6, id="ddl-vs-baseline-h200", stage="bench-train-small-ddl-vs-baseline", what="ratio",
          lo=1.03, hi=1.06, doc="Next run (run 6: the H200's forms of run 5)",
          rule="(run 5: 1.047 [1.041, 1.052] with DDL_FORMS=unchecked=all, the H200's forms since)"),
+    # The f32 tiles' FMAs alone (session 70): docs/GPU.md "Prediction for the f32 tiles' FMAs alone"
+    dict(run=6, id="w128-mma-6", stage="bench-matmul-w128-halves", what="tflops",
+         sel=dict(variant="w128:mma", case="nt", m=4096, operands="ff"), lo=40, hi=44,
+         doc="Prediction for the f32 tiles' FMAs alone", rule="(run 5: 41.8; the same process's reference)"),
+    dict(run=6, id="w128-fma", stage="bench-matmul-w128-halves", what="tflops",
+         sel=dict(variant="w128:fma", case="nt", m=4096, operands="ff"), lo=50, hi=62,
+         doc="Prediction for the f32 tiles' FMAs alone",
+         rule="(the FMAs and barriers without workgroup-memory reads; 75-93 % of the 67 peak)"),
+    dict(run=6, id="w128-fma-rel", stage="bench-matmul-w128-halves", what="tflops",
+         sel=dict(variant="w128:fma", case="nt", m=4096, operands="ff"), rel_to="w128-mma-6",
+         lo=1.2, hi=1.5, doc="Prediction for the f32 tiles' FMAs alone",
+         rule="below 1.10: the FMAs as compiled (or the clock) limit the loop; 1.25 and above: "
+              "the reads and their addressing do (larger register blocks next)"),
+    # PyTorch's own f32 products on the card (session 70): docs/GPU.md "Prediction for
+    # PyTorch's f32 products"
+    dict(run=6, id="torch-sgemm-4096", stage="torch-matmul-f32", what="tflops",
+         sel=dict(case="nn", m=4096), lo=44, hi=56, doc="Prediction for PyTorch's f32 products",
+         rule="(cuBLAS, TF32 off) 1.3x and more of w128's 36: the f32 target is the loop's to reach; "
+              "within 1.15x: the card's f32 rate bounds both, PyTorch's edge lies outside the products"),
+    dict(run=6, id="torch-sgemm-head", stage="torch-matmul-f32", what="tflops",
+         sel=dict(case="lm_head fwd x·Wᵀ", m=8192), lo=44, hi=56, doc="Prediction for PyTorch's f32 products",
+         rule="(the step's largest product; the engine's step ran it at 34-37)"),
+    dict(run=6, id="torch-sgemm-qkv", stage="torch-matmul-f32", what="tflops",
+         sel=dict(case="attn.wq/wk/wv fwd x·Wᵀ", m=8192), lo=35, hi=52,
+         doc="Prediction for PyTorch's f32 products",
+         rule="(384 tiles of 128² on 132 multiprocessors: the last wave costs cuBLAS too)"),
     # coop128v's staging in named registers (session 70): docs/GPU.md "Prediction for coop128v's
     # quads in registers"
     dict(run=6, id="coop128-ref", stage="bench-matmul-coop128v", what="tflops",
@@ -331,10 +357,12 @@ def measure(p, lines, status, done):
         ci = r.get("ratio_median_ci95")
         return (r["ratio_median_block"], ci, f"{r['ratio_median_block']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""))
     if w == "tflops":
-        r = [r for r in rows if r.get("bench") == "matmul" and "gflop_per_s" in r and match(r, p["sel"])]
+        # (The engine's rows give GFLOP/s; PyTorch's, scripts/torch_matmul_bench.py, TFLOP/s.)
+        r = [r for r in rows if r.get("bench") == "matmul" and ("gflop_per_s" in r or "tflops" in r)
+             and match(r, p["sel"])]
         if not r:
             return None
-        best = max(x["gflop_per_s"] for x in r) / 1000
+        best = max(x["gflop_per_s"] / 1000 if "gflop_per_s" in x else x["tflops"] for x in r)
         if "rel_to" in p:
             base = done.get(p["rel_to"])
             if base is None:
