@@ -678,7 +678,8 @@ fn wm_store(r: WRegs, ma: u32, mb: u32, s: u32, e: u32) {
     }
 }
 
-// `diag`: 0 the product; the diagnostic halves (`wm_kk_mma`, `wm_kk_stage`, below) 1 and 2.
+// `diag`: 0 the product; the diagnostic halves (`wm_kk_mma`, `wm_kk_stage`, `wm_kk_fma`, below)
+// 1, 2 and 3.
 fn wm_body(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, am: u32, bmode: u32, diag: u32) {
     let p = params;
     let ti = tile_index(wid, nwg);
@@ -715,12 +716,12 @@ fn wm_body(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, am: u32, bmode: u32, 
         let r0 = wm_load(t, ma, mb, s0 * BK, e);
         wm_store(r0, ma, mb, s0 % 2u, e);
         // (The arithmetic alone reads both stages: both hold the first slice.)
-        if (diag == 1u) { wm_store(r0, ma, mb, (s0 + 1u) % 2u, e); }
+        if (diag == 1u || diag == 3u) { wm_store(r0, ma, mb, (s0 + 1u) % 2u, e); }
     }
     workgroupBarrier();
     for (var s = s0; s < nslices; s++) {
         // The next slice's loads go out before this slice's arithmetic.
-        let next = s + 1u < nslices && diag != 1u;
+        let next = s + 1u < nslices && diag != 1u && diag != 3u;
         let full = s + 1u < nfull;
         let ma = select(2u, am, full);
         let mb = select(2u, bmode, full);
@@ -729,7 +730,21 @@ fn wm_body(wid: vec3<u32>, nwg: vec3<u32>, lid: vec3<u32>, am: u32, bmode: u32, 
         let oa = (s % 2u) * BK * WA;
         let ob = (s % 2u) * BK * WB;
         // (The staging alone computes the last slice only, so that every output is written.)
-        if (diag != 2u || s + 1u == nslices) {
+        if (diag == 3u && s + 1u < nslices) {
+            // (The FMAs alone: the slice's first K step's operands, read once, for all BK steps.)
+            let a0 = Wa[oa + ty];
+            let b0 = Wb[ob + tx];
+            var a1 = a0;
+            var b1 = b0;
+            if (DM > 1u) { a1 = Wa[oa + 16u + ty]; }
+            if (DN > 1u) { b1 = Wb[ob + 16u + tx]; }
+            for (var kk = 0u; kk < BK; kk++) {
+                c00 = upd1(c00, a0, b0);
+                if (DN > 1u) { c01 = upd1(c01, a0, b1); }
+                if (DM > 1u) { c10 = upd1(c10, a1, b0); }
+                if (DM > 1u && DN > 1u) { c11 = upd1(c11, a1, b1); }
+            }
+        } else if (diag != 2u || s + 1u == nslices) {
             for (var kk = 0u; kk < BK; kk++) {
                 let a0 = Wa[oa + kk * WA + ty];
                 let b0 = Wb[ob + kk * WB + tx];
@@ -780,10 +795,16 @@ fn wm_mk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
 // goes on a GPU. `_mma`: the first slice staged into both stages, then every slice's
 // workgroup-memory reads, FMAs and barrier without loads or stores; `_stage`: every slice's
 // loads, stores and barrier, the arithmetic of the last slice only. With K ≤ BK (one slice)
-// both compute the product, bit for bit.
+// both compute the product, bit for bit. `_fma` (session 70): `_mma` without the workgroup-memory
+// reads: every slice but the last runs its BK steps' FMAs on the operands of its first step,
+// read once; the last slice is the product's (so with K ≤ BK it is the product, bit for bit).
+// `_mma` against `_fma`: the loop's reads and addressing against its FMAs.
 @compute @workgroup_size(16, 16, 1)
 fn wm_kk_mma(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_id) lid: vec3<u32>) { wm_body(wid, nwg, lid, 0u, 0u, 1u); }
 @compute @workgroup_size(16, 16, 1)
 fn wm_kk_stage(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_id) lid: vec3<u32>) { wm_body(wid, nwg, lid, 0u, 0u, 2u); }
+@compute @workgroup_size(16, 16, 1)
+fn wm_kk_fma(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_id) lid: vec3<u32>) { wm_body(wid, nwg, lid, 0u, 0u, 3u); }

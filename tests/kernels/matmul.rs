@@ -327,13 +327,14 @@ fn every_entry_point_of_the_staged_kernels_matches_float64() {
 
 #[test]
 fn the_staged_tiles_diagnostic_halves_compute_one_slice_and_are_never_picked() {
-    // `TILE:mma` (the arithmetic alone) and `TILE:stage` (the staging alone) time the halves of
-    // a staged tile on a GPU; with K within one slice both are the product, bit for bit, and past
-    // it neither is (the first slice summed once per slice; the last slice only).
+    // `TILE:mma` (the arithmetic alone), `TILE:stage` (the staging alone) and `TILE:fma` (the
+    // FMAs alone) time the halves of a staged tile on a GPU; with K within one slice each is the
+    // product, bit for bit, and past it none is (the first slice summed once per slice; the last
+    // slice only; the first K step's operands for every step of a slice).
     let gpu = gpu();
     let mut rng = Rng::fresh();
     let diag = matmul::staged_diagnostics_for(&gpu);
-    assert_eq!(diag, matmul::STAGED_DIAGNOSTIC, "every staged tile's two halves");
+    assert_eq!(diag, matmul::STAGED_DIAGNOSTIC, "every staged tile's three halves");
     let run = |mm: &Matmul, v: &str, a: &ddl::gpu::Tensor, b: &ddl::gpu::Tensor| {
         let c = poisoned(&gpu, "c", &[mm.c.extent(mm.m, mm.n, mm.batch)]);
         let d = mm.bind_variant(&gpu, v, a.view(), b.view(), c.view()).unwrap();
@@ -350,7 +351,7 @@ fn the_staged_tiles_diagnostic_halves_compute_one_slice_and_are_never_picked() {
             let b = upload(&gpu, "b", &rng.normal(mm.b.extent(mm.k, mm.n, 1), 1.0));
             let product = run(&mm, v, &a, &b);
             assert!(product.iter().all(|x| x.is_finite()), "{v} K={k}: the product wrote every output");
-            for half in ["mma", "stage"] {
+            for half in ["mma", "stage", "fma"] {
                 let name = format!("{v}:{half}");
                 let out = run(&mm, &name, &a, &b);
                 assert!(out.iter().all(|x| x.is_finite()), "{name} K={k}: every output written (seed {})", rng.seed);

@@ -28,29 +28,42 @@ pub fn variants() -> Vec<&'static str> {
 /// only: never picked, never in `--variants all`; their results are not the product past one K
 /// slice): `TILE:mma`, the kernel's workgroup-memory reads, FMAs and barriers with its first K
 /// slice staged once (no loads or stores in the loop); `TILE:stage`, its loads, stores and
-/// barriers with the arithmetic of the last slice only. Where the staged kernel's time goes on a
-/// GPU (`shaders/matmul.wgsl`, `wm_kk_mma` / `wm_kk_stage`): products whose operands both lie
-/// along K (`--cases nt`: A·Bᵀ, the model's forward products); with K ≤ the tile's K slice both
-/// compute the product, bit for bit.
-pub const STAGED_DIAGNOSTIC: [&str; 12] = [
+/// barriers with the arithmetic of the last slice only; `TILE:fma`, `TILE:mma` without the
+/// workgroup-memory reads (each slice's FMAs on its first K step's operands, the last slice the
+/// product's). Where the staged kernel's time goes on a GPU (`shaders/matmul.wgsl`,
+/// `wm_kk_mma` / `wm_kk_stage` / `wm_kk_fma`): products whose operands both lie along K
+/// (`--cases nt`: A·Bᵀ, the model's forward products); with K ≤ the tile's K slice each computes
+/// the product, bit for bit.
+pub const STAGED_DIAGNOSTIC: [&str; 18] = [
     "w128:mma",
     "w128:stage",
+    "w128:fma",
     "w128k16:mma",
     "w128k16:stage",
+    "w128k16:fma",
     "w64:mma",
     "w64:stage",
+    "w64:fma",
     "w128x64:mma",
     "w128x64:stage",
+    "w128x64:fma",
     "w64x128:mma",
     "w64x128:stage",
+    "w64x128:fma",
     "w128w:mma",
     "w128w:stage",
+    "w128w:fma",
 ];
 
 /// A staged diagnostic half's tile variant and entry point (see [`STAGED_DIAGNOSTIC`]).
 pub fn staged_diagnostic(variant: &str) -> Option<(&'static str, &'static str)> {
     let (tile, half) = STAGED_DIAGNOSTIC.iter().find(|d| **d == variant)?.split_once(':')?;
-    Some((tile, if half == "mma" { "wm_kk_mma" } else { "wm_kk_stage" }))
+    let entry = match half {
+        "mma" => "wm_kk_mma",
+        "fma" => "wm_kk_fma",
+        _ => "wm_kk_stage",
+    };
+    Some((tile, entry))
 }
 
 /// The staged diagnostic halves of the tiles this adapter runs.
