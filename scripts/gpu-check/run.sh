@@ -211,14 +211,40 @@ step() {
   [ "$secs" -gt "$l" ] && secs=$l
   if [ "$secs" -le 2 ]; then echo "skipped: no budget left" > "$RAW/$name.log"; return 125; fi
   log "$name (timeout ${secs}s): $*"
-  local t0=$(date +%s)
+  local t0=$(date +%s) smi=""
+  # On the card, the SM clock, power and temperature every 250 ms while the command runs
+  # (raw/NAME.clocks.csv): the FMA peak a rate is a fraction of depends on the clock the card
+  # holds under that load (`clocks_line`).
+  if [ $LOCAL = 0 ] && command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 250 \
+      > "$RAW/$name.clocks.csv" 2>/dev/null &
+    smi=$!
+  fi
   (cd "$WORK/run" && timeout -k 5 "$secs" "$@") > "$RAW/$name.log" 2>&1
   local rc=$?
+  if [ -n "$smi" ]; then kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null; fi
   # Each command's wall time (to plan the next call's budget): raw/steps.tsv.
   printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$secs" >> "$RAW/steps.tsv"
   grep '^{' "$RAW/$name.log" > "$RAW/$name.jsonl" 2>/dev/null || rm -f "$RAW/$name.jsonl"
   [ $rc = 124 ] || [ $rc = 137 ] && echo "TIMED OUT after ${secs}s" >> "$RAW/$name.log"
   return $rc
+}
+# The clocks sampled while command NAME ran (`step`), as a summary line, or nothing.
+clocks_line() {
+  local f="$RAW/$1.clocks.csv"
+  [ -s "$f" ] || return 0
+  awk -F', *' -v name="$1" -v peak="$F32_PEAK_TFLOPS" -v boost="${BOOST_MHZ:-1980}" '
+    $1 ~ /^[0-9.]+$/ { n++; c[n] = $1; p[n] = $2; t = ($3 > t ? $3 : t) }
+    function median(a, k,   i, j, x) {
+      for (i = 2; i <= k; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
+      return (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
+    }
+    END {
+      if (n == 0) exit
+      cm = median(c, n); pm = median(p, n)
+      printf("  - %s: SM clock median %.0f MHz (min %.0f, max %.0f), power median %.0f W, hottest %.0f C, %d samples; the f32 FMA peak at that clock %.1f TFLOP/s (%s at the %s MHz boost clock)\n",
+             name, cm, c[1], c[n], pm, t, n, peak * cm / boost, peak, boost)
+    }' "$f"
 }
 why() { case "$1" in 0) echo ok ;; 124|137) echo "timed out" ;; 125) echo "no budget left" ;; 126) echo "not selected" ;; *) echo "exit $1" ;; esac; }
 # Whether --only selects the command NAME (always, without --only; info-* always).
@@ -527,6 +553,8 @@ stage_bench() {
     [ $rc = 126 ] && continue
     [ $rc = 0 ] || details="$details $name: $(why $rc);"
     note "$(bench_line "$name")"
+    case "$name" in bench-matmul-*|bench-train-small-baseline|bench-train-small-ddl)
+      [ -s "$RAW/$name.clocks.csv" ] && note "$(clocks_line "$name")" ;; esac
     write_summary
   done
   st=$(settle $rcs)
@@ -587,6 +615,7 @@ stage_torch() {
     [ $rc = 126 ] && continue
     [ $rc = 0 ] || details="$details $name: $(why $rc);"
     note "$(torch_line "$name")"
+    [ -s "$RAW/$name.clocks.csv" ] && note "$(clocks_line "$name")"
     write_summary
   done
   compare_torch
