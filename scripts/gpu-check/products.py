@@ -92,6 +92,8 @@ def main(argv=None):
     ap.add_argument("--torch", default="torch-matmul-f32", help="PyTorch's stage (default %(default)s)")
     ap.add_argument("--layers", type=int, default=12, help="transformer layers (small-124m: 12)")
     args = ap.parse_args(argv)
+    if args.layers < 1:
+        ap.error(f"--layers {args.layers}: expected at least 1 (small-124m has 12)")
     stages = load(args.results)
     eng = engine_rates(stages.get(args.engine, []))
     tor = torch_rates(stages.get(args.torch, []))
