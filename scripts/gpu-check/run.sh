@@ -564,7 +564,7 @@ stage_bench() {
 # ---------------------------------------------------------------------------- torch
 torch_line() {
   if [ "${1#torch-matmul}" != "$1" ]; then
-    echo "- $1 (PyTorch's products, TFLOP/s, TF32 off): $(grep '"bench":"matmul"' "$RAW/$1.jsonl" 2>/dev/null | while read -r l; do echo -n "$(jget case <<<"$l") $(jget m <<<"$l")x$(jget n <<<"$l")x$(jget k <<<"$l") $(fmt "$(jget tflops <<<"$l")" 1); "; done)"
+    echo "- $1 (PyTorch's products, TFLOP/s$([ "${1#*bf16}" != "$1" ] && echo ', bf16 operands' || echo ', TF32 off')): $(grep '"bench":"matmul"' "$RAW/$1.jsonl" 2>/dev/null | while read -r l; do echo -n "$(jget case <<<"$l") $(jget m <<<"$l")x$(jget n <<<"$l")x$(jget k <<<"$l") $(fmt "$(jget tflops <<<"$l")" 1); "; done)"
     return
   fi
   local f="$RAW/$1.jsonl" l
@@ -597,6 +597,7 @@ stage_torch() {
       "torch-small-baseline-f32|45|--preset small-124m --variant baseline --batch 8 --seq 1024 --steps 5"
       "torch-small-ddl-f32|60|--preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5"
       "torch-matmul-f32|40|@matmul --sizes 4096 --model --reps 10"
+      "torch-matmul-bf16|30|@matmul --sizes 4096 --model --dtype bf16 --reps 10"
       "torch-small-baseline-bf16-compile|200|--preset small-124m --variant baseline --batch 8 --seq 1024 --dtype bf16 --compile --steps 5"
       "torch-char-baseline-f32|20|--preset shakespeare-char --variant baseline --steps 10"
       "torch-char-ddl-f32|20|--preset shakespeare-char --variant ddl --steps 10"

@@ -221,6 +221,9 @@ PREDICTIONS = [
     dict(run=6, id="ddl-vs-baseline-h200", stage="bench-train-small-ddl-vs-baseline", what="ratio",
          lo=1.03, hi=1.06, doc="Next run (run 6: the H200's forms of run 5)",
          rule="(run 5: 1.047 [1.041, 1.052] with DDL_FORMS=unchecked=all, the H200's forms since)"),
+    dict(run=6, id="torch-bf16-4096", stage="torch-matmul-bf16", what="tflops",
+         sel=dict(case="nn", m=4096), lo=550, hi=800, doc="Prediction for PyTorch's f32 products",
+         rule="(cuBLAS's tensor-core rate, bf16; issue 29's coop128v at 4096³ measures against it)"),
     # The f32 tiles' FMAs alone (session 70): docs/GPU.md "Prediction for the f32 tiles' FMAs alone"
     dict(run=6, id="w128-mma-6", stage="bench-matmul-w128-halves", what="tflops",
          sel=dict(variant="w128:mma", case="nt", m=4096, operands="ff"), lo=40, hi=44,
