@@ -19,41 +19,15 @@ rate. Python's standard library only.
 """
 
 import argparse
-import io
-import json
 import sys
-import tarfile
+
+# The archives are read as verdicts.py reads them (this folder is on the path of a script run
+# from it).
+from verdicts import load
 
 # How often one training step runs each product name's shape (per layer, or once).
 PER_LAYER = {"attn.wq/wk/wv": 3, "attn.wo": 1, "mlp.w_gate/w_up": 2, "mlp.w_down": 1}
 ONCE = {"lm_head": 1}
-
-
-def load(paths):
-    """stage name -> JSON rows (a later archive's stage replaces an earlier one's)."""
-    stages = {}
-    for path in paths:
-        try:
-            tar = tarfile.open(path)
-        except (OSError, tarfile.TarError) as e:
-            sys.exit(f"products.py: cannot read {path}: {e} (expected a results*.tar.gz that run.sh wrote)")
-        this = {}
-        for m in tar.getmembers():
-            base = m.name.rsplit("/", 1)[-1]
-            if not m.isfile() or not (base.endswith(".jsonl") or base.endswith(".log")):
-                continue
-            stage = base.rsplit(".", 1)[0]
-            rows = []
-            for line in io.TextIOWrapper(tar.extractfile(m), encoding="utf-8", errors="replace"):
-                if line.startswith("{"):
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError:
-                        pass
-            if rows and (stage not in this or base.endswith(".jsonl")):
-                this[stage] = rows
-        stages.update(this)
-    return stages
 
 
 def engine_rates(rows):
@@ -94,7 +68,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.layers < 1:
         ap.error(f"--layers {args.layers}: expected at least 1 (small-124m has 12)")
-    stages = load(args.results)
+    stages, _ = load(args.results)
     eng = engine_rates(stages.get(args.engine, []))
     tor = torch_rates(stages.get(args.torch, []))
     if not eng and not tor:

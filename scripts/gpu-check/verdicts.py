@@ -23,6 +23,7 @@ Kinds of measurement (`what`):
 
 import io
 import json
+import os
 import sys
 import tarfile
 
@@ -290,7 +291,7 @@ def load(paths):
         try:
             tar = tarfile.open(path)
         except (OSError, tarfile.TarError) as e:
-            sys.exit(f"verdicts.py: cannot read {path}: {e} (expected a results*.tar.gz that run.sh wrote)")
+            sys.exit(f"{os.path.basename(sys.argv[0])}: cannot read {path}: {e} (expected a results*.tar.gz that run.sh wrote)")
         this = {}
         for m in tar.getmembers():
             base = m.name.rsplit("/", 1)[-1]
