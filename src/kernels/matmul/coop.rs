@@ -270,7 +270,7 @@ pub fn variants_here(gpu: &Gpu) -> Vec<&'static str> {
         if wide_v_usable(gpu) {
             v.push(VARIANT128V);
         }
-        if usable(gpu) && wide_vq_status(gpu).is_ok() {
+        if wide_vq_status(gpu).is_ok() {
             v.push(VARIANT128VQ);
         }
         if direct_usable(gpu) {
@@ -347,27 +347,23 @@ fn bind_checked(
         }
         return dispatch_plain(mm, gpu, "matmul_coop", &key.name(), "mm_coop128d", (128, 128), 0, a, b, c);
     }
-    if variant == VARIANT128VQ {
-        let ok = if checked { wide_vq_status(gpu) } else { wide_v_ready(gpu) };
-        if let Err(why) = ok {
-            return Err(GpuError::Shader { shader: "matmul_coop".into(), reason: format!("variant {variant}: {why}") });
-        }
-        if shorter_than_a_quad(&key, &a, &b) {
-            return bind_checked(mm, gpu, VARIANT, a, b, c, checked);
-        }
-        let key = CoopKey { q16: true, ..key };
-        return dispatch_quads(mm, gpu, "matmul_coop", &key.name(), "mm_coop128v", 128, 0, a, b, c);
-    }
     let diagnostic = DIAGNOSTIC128V.iter().find(|d| d.0 == variant);
-    if variant == VARIANT128V || diagnostic.is_some() {
-        // (The diagnostic halves do not compute the product: no self-test for them.)
-        let ok = if checked && diagnostic.is_none() { wide_v_status(gpu) } else { wide_v_ready(gpu) };
+    if variant == VARIANT128V || variant == VARIANT128VQ || diagnostic.is_some() {
+        // (The diagnostic halves do not compute the product: no self-test for them; coop128vq,
+        // the same kernel on the `q16` operand parts, has its own.)
+        let q16 = variant == VARIANT128VQ;
+        let ok = match (checked && diagnostic.is_none(), q16) {
+            (false, _) => wide_v_ready(gpu),
+            (true, false) => wide_v_status(gpu),
+            (true, true) => wide_vq_status(gpu),
+        };
         if let Err(why) = ok {
             return Err(GpuError::Shader { shader: "matmul_coop".into(), reason: format!("variant {variant}: {why}") });
         }
         if shorter_than_a_quad(&key, &a, &b) {
             return bind_checked(mm, gpu, VARIANT, a, b, c, checked);
         }
+        let key = CoopKey { q16, ..key };
         let mode = diagnostic.map_or(0, |d| d.1);
         return dispatch_quads(mm, gpu, "matmul_coop", &key.name(), "mm_coop128v", 128, mode, a, b, c);
     }
@@ -446,9 +442,7 @@ pub fn soft_check_v(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_
 /// `matmul_{a,b}_r16q`; an operand pair without an f32-stored one is [`soft_check_v`]'s).
 #[doc(hidden)]
 pub fn soft_check_vq(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
-    let q = half(mm.a_elem) == MatmulElem::R16 || half(mm.b_elem) == MatmulElem::R16;
-    let variant = format!("{}{}", half(mm.a_elem).code(), half(mm.b_elem).code()) + if q { "q" } else { "" };
-    dispatch_quads(mm, gpu, "coop_stage_check", &variant, "soft128v", 128, 0, a, b, c)
+    bind_check_q(mm, gpu, "soft128v", true, a, b, c)
 }
 
 /// [`soft_check`] for [`VARIANT128D`] (`soft128d`: its fragments' first elements and strides read
@@ -485,7 +479,23 @@ fn dispatch_plain(
 }
 
 fn bind_check(mm: &Matmul, gpu: &Gpu, entry: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
-    let variant = format!("{}{}", half(mm.a_elem).code(), half(mm.b_elem).code());
+    bind_check_q(mm, gpu, entry, false, a, b, c)
+}
+
+/// [`bind_check`] on the staging check's variant for `mm`'s operand forms (`rh`, …), with `q16`
+/// the one holding an f32-stored operand's quads as f16 (`rhq`, …; a pair without one has none).
+fn bind_check_q(
+    mm: &Matmul,
+    gpu: &Gpu,
+    entry: &str,
+    q16: bool,
+    a: View<'_>,
+    b: View<'_>,
+    c: View<'_>,
+) -> Result<Dispatch> {
+    let (ea, eb) = (half(mm.a_elem), half(mm.b_elem));
+    let q = q16 && (ea == MatmulElem::R16 || eb == MatmulElem::R16);
+    let variant = format!("{}{}{}", ea.code(), eb.code(), if q { "q" } else { "" });
     dispatch_quads(mm, gpu, "coop_stage_check", &variant, entry, 128, 0, a, b, c)
 }
 
