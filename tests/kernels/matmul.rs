@@ -1406,8 +1406,7 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
                     tc.read_f32(&gpu).unwrap()
                 })
                 .collect();
-            let same = outs[0].iter().zip(&outs[1]).all(|(x, y)| x.to_bits() == y.to_bits());
-            assert!(same, "{}x{}x{}: coop128vq differs from coop128v", mm.m, mm.n, mm.k);
+            assert!(same_bits(&outs[0], &outs[1]), "{}x{}x{}: coop128vq differs from coop128v", mm.m, mm.n, mm.k);
         }
     }
     // The engine picks them for f16 products of at least 16 × 16 (the wide one from 128 × 128
