@@ -451,6 +451,8 @@ gpu_bench_cmds() {
       "bench-train-small-ddl|80|bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5 --dispatches --json"
       "bench-train-small-causal|80|DDL_FORMS=attention=causal bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms attention=blocked:256 --steps 6 --json"
       "bench-attention-causal|30|bench kernels --filter blocked,causal --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
+      # Session 71: the causal products over keys / queries with their tiles longest first.
+      "bench-train-small-causal-lpt|60|DDL_FORMS=causal_lpt=1 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms causal_lpt=0 --steps 6 --json"
       "bench-train-small-ddl-vs-baseline|60|bench train --preset small-124m --variant ddl --against baseline --batch 8 --seq 1024 --steps 6 --json"
       "bench-train-small-checks|60|DDL_FORMS=shader_checks=0 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms shader_checks=1 --steps 6 --json"
       "bench-train-small-split512|60|DDL_FORMS=split_k_tiles=512 bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms split_k_tiles=256 --steps 6 --json"

@@ -277,6 +277,17 @@ PREDICTIONS = [
          rule="above 1.05: registers limited it (two workgroups a multiprocessor): coop128vq's "
               "parts become coop128v's; at or below 1: not registers, or each conversion waits "
               "for its load"),
+    dict(run=6, id="causal-ragged-split", stage="bench-train-small-ddl", what="split_ms",
+         prefixes=["attention:matmul::wm_kn", "attention:matmul::wm_mn"], lo=11, hi=18,
+         doc="Prediction for the causal products' longest tiles first",
+         rule="a measurement: the causal products over keys and over queries (4 a layer) in "
+              "the grid's order, their rate beside the score products' (attention:matmul::wm_kk); "
+              "with causal-lpt-step, how much of their time the last wave was"),
+    dict(run=6, id="causal-lpt-step", stage="bench-train-small-causal-lpt", what="ratio",
+         lo=0.970, hi=0.995, doc="Prediction for the causal products' longest tiles first",
+         rule="interval below 1: causal_lpt on for GPUs (the same bits); containing 1: the "
+              "pick holds three or more workgroups a multiprocessor, or the card does not hand "
+              "out workgroups in index order: stays off"),
     dict(run=6, id="coop128v-regs-step", stage="bench-train-small-f16-coop128v", what="ratio",
          lo=0.55, hi=0.80, doc="Prediction for coop128v's quads in registers",
          rule="(run 5: 0.915 [0.909, 0.918] of coop128's f16 step); an f16 step below the f32 "

@@ -22,8 +22,9 @@ struct Params {
     // queries, columns = keys) and the tiles whose first key lies at or past the end of their
     // last query's granule are skipped (left unwritten); 2 the sum runs over keys for rows of
     // queries: a tile sums K up to the end of its rows' granule; 3 the sum runs over queries for
-    // rows of keys: a tile sums K from the start of its rows' granule. `bm` × `bn` is the
-    // launcher's tile (rows × columns of C per workgroup).
+    // rows of keys: a tile sums K from the start of its rows' granule; plus 4 (modes 2 and 3,
+    // form `causal_lpt`): the workgroups take the tiles longest first (`tile_index`). `bm` ×
+    // `bn` is the launcher's tile (rows × columns of C per workgroup).
     causal: u32, gran: u32, bm: u32, bn: u32,
 }
 
@@ -35,25 +36,38 @@ fn batch_off(z: u32, bs: u32, os: u32) -> u32 {
 
 // (tile along N, tile along M, batch, 1 if this workgroup has a tile else 0). A causal score
 // product's tiles wholly past their rows' granule have none.
+//
+// Longest first (`causal` + 4): the tile rows in order of their K ranges' length, each over every
+// batch before the next — rows last to first for sums over keys (mode 2), first to last over
+// queries (mode 3) — so that the last workgroups to start are the shortest. The same tiles.
 fn tile_index(wid: vec3<u32>, nwg: vec3<u32>) -> vec4<u32> {
     let p = params;
     let lin = wid.y * nwg.x + wid.x;
     let r = lin / p.tiles_n;
     let tn = lin % p.tiles_n;
-    let tm = r % p.tiles_m;
+    var tm = r % p.tiles_m;
+    var z = r / p.tiles_m;
+    let mode = p.causal & 3u;
+    if (p.causal >= 4u) {
+        let nb = p.total / (p.tiles_n * p.tiles_m);
+        let j = min(r / nb, p.tiles_m - 1u);
+        z = r % nb;
+        tm = select(j, p.tiles_m - 1u - j, mode == 2u);
+    }
     var live = lin < p.total;
-    if (p.causal == 1u) {
+    if (mode == 1u) {
         let last = min(tm * p.bm + p.bm, p.m) - 1u;
         live = live && tn * p.bn < (last / p.gran + 1u) * p.gran;
     }
-    return vec4<u32>(tn, tm, r / p.tiles_m, select(0u, 1u, live));
+    return vec4<u32>(tn, tm, z, select(0u, 1u, live));
 }
 
 // The K range [x, y) the tile whose first row is `row0` sums (modes 2 and 3 above; else [0, K)).
 // Its ends are multiples of `gran` or K itself, so every kernel's K steps fit them.
 fn k_span(row0: u32) -> vec2<u32> {
     let p = params;
-    if (p.causal == 2u) { return vec2<u32>(0u, min(p.k, (row0 / p.gran + 1u) * p.gran)); }
-    if (p.causal == 3u) { return vec2<u32>(min(p.k, (row0 / p.gran) * p.gran), p.k); }
+    let mode = p.causal & 3u;
+    if (mode == 2u) { return vec2<u32>(0u, min(p.k, (row0 / p.gran + 1u) * p.gran)); }
+    if (mode == 3u) { return vec2<u32>(min(p.k, (row0 / p.gran) * p.gran), p.k); }
     return vec2<u32>(0u, p.k);
 }

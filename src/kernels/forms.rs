@@ -38,6 +38,12 @@ pub struct Forms {
     /// The blocked method's softmax steps give a row to a team of this many invocations (a power
     /// of two ≤ 128; 0: one invocation per row): `attn_team=N`.
     pub attention_row_team: usize,
+    /// The causal method's products whose tiles sum ragged K ranges (O = P·V, dQ = dS·K over
+    /// keys; dV = Pᵀ·dO, dK = dSᵀ·Q over queries) hand out their tiles longest first, every
+    /// batch's longest before any batch's next, instead of batch by batch: `causal_lpt`. The
+    /// same tiles and sums, so the same bits; only the order the workgroups take them in (what
+    /// a GPU's last wave waits for: [`crate::kernels::matmul::Causal`]).
+    pub causal_lpt: bool,
     /// RMSNorm reduces a row with one invocation when there are many rows (else a team):
     /// `norm_rows`.
     pub norm_one_row_per_invocation: bool,
@@ -307,6 +313,9 @@ impl Forms {
             // GPUs: teams of 32 (GPU run 5 on an H200: the small-124m baseline step 0.953x
             // [0.946, 0.955] of one invocation per row, docs/GPU.md).
             attention_row_team: if cpu { 0 } else { 32 },
+            // Off until a GPU measures it (docs/GPU.md, "Prediction for the causal products'
+            // longest tiles first"); a CPU adapter's few threads have no last wave to shorten.
+            causal_lpt: false,
             norm_one_row_per_invocation: cpu,
             norm_team: None,
             norm_quads: true,
@@ -444,6 +453,7 @@ impl Forms {
                 "conv_k4" => self.conv_k4 = flag()?,
                 "conv_finish_wide" => self.conv_finish_wide = flag()?,
                 "conv_batch" => self.conv_batch = flag()?,
+                "causal_lpt" => self.causal_lpt = flag()?,
                 "rope_vec4" => self.rope_vec4 = flag()?,
                 "attn_rows" => self.attention_rows = flag()?,
                 "attn_team" => {
@@ -551,6 +561,7 @@ impl Forms {
         ),
         ("attn_rows", "decoding attention: one query row per invocation (head dim ≤ 64)"),
         ("attn_team", "blocked attention's softmax steps: a team of N per row (0: one invocation)"),
+        ("causal_lpt", "causal attention's products over keys or queries: the longest tiles first"),
         ("norm_rows", "RMSNorm: one row per invocation when rows are many"),
         ("norm_team", "RMSNorm: the team size (rule: chosen per shape; N: forced)"),
         ("norm_quads", "RMSNorm one-row kernels: four features per load"),
@@ -602,6 +613,7 @@ impl Forms {
                 },
                 "attn_rows" => b(self.attention_rows),
                 "attn_team" => self.attention_row_team.to_string(),
+                "causal_lpt" => b(self.causal_lpt),
                 "norm_rows" => b(self.norm_one_row_per_invocation),
                 "norm_team" => opt(self.norm_team),
                 "norm_quads" => b(self.norm_quads),

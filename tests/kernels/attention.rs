@@ -790,7 +790,8 @@ fn causal_attention_keeps_the_blocked_bits_of_out_lse_and_dq_in_one_dispatch_per
     // must be the blocked method's bits, for every team form; dK and dV sum every query in one
     // product (the blocked method adds per-block sums): float64 at the usual tolerance. T = 300
     // has granules of 128, 128 and 44 queries; the forward is 3 dispatches (scores, softmax,
-    // values), the backward 6 (scores, dP, softmax, dV, dK, dQ), whatever T.
+    // values), the backward 6 (scores, dP, softmax, dV, dK, dQ), whatever T. With its products'
+    // tiles longest first (`causal_lpt`) every output is the same bits.
     let gpu = gpu();
     let mut rng = Rng::fresh();
     for (s, amp) in [(AttnShape::training(2, 3, 16, 300), 1.0), (AttnShape::training(1, 2, 7, 129), 3.0)] {
@@ -807,6 +808,23 @@ fn causal_attention_keeps_the_blocked_bits_of_out_lse_and_dq_in_one_dispatch_per
                     got
                 },
             );
+            // Its products' tiles longest first (`causal_lpt`): only the order changes, so every
+            // output keeps its bits.
+            let lpt = with_forms(
+                &gpu,
+                |f| {
+                    set_form(f, Form(Method::Causal, team));
+                    f.causal_lpt = true;
+                },
+                |gpu| gpu_both(gpu, &x),
+            );
+            for (i, name) in ["out", "lse", "dq", "dk", "dv"].iter().enumerate() {
+                assert!(
+                    same_bits(&causal[i], &lpt[i]),
+                    "{s:?} team {team}: {name} differs with the tiles longest first (seed {})",
+                    rng.seed
+                );
+            }
             let blocked = with_forms(
                 &gpu,
                 |f| set_form(f, Form(Method::Blocked(attention::GPU_BLOCK_ROWS), team)),

@@ -46,12 +46,12 @@ pub fn read(gpu: &Gpu, t: &Tensor) -> Vec<f32> {
     t.read_f32(gpu).unwrap()
 }
 
-/// Records and runs a launcher's dispatches, then waits.
 /// Whether two outputs are the same bits (and the same length).
 pub fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
+/// Records and runs a launcher's dispatches, then waits.
 pub fn run(gpu: &Gpu, ds: &[ddl::gpu::Dispatch]) {
     let refs: Vec<&ddl::gpu::Dispatch> = ds.iter().collect();
     gpu.run(&refs).unwrap();

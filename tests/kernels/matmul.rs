@@ -1444,7 +1444,11 @@ fn causal_products_compute_only_their_granules_in_every_variant() {
     //   leaves unwritten) and zeros between the diagonal and it: O must be float64's sum over
     //   the keys each query sees, so no tile read past its granule;
     // - dV = Pᵀ·dO over queries: likewise, with P's NaN in the rows before each key's granule.
+    // The last two also with their tiles taken longest first (form `causal_lpt`, toggled from
+    // the adapter's default): the same bits (every tile once, its K range decoded under the
+    // order's flag; a tile missed keeps its NaN).
     let gpu = gpu();
+    let lpt = gpu.with_forms(|f| f.causal_lpt = !f.causal_lpt);
     let mut rng = Rng::fresh();
     let (t, batch) = (300usize, 2usize);
     let ldk = t.next_multiple_of(4);
@@ -1499,6 +1503,11 @@ fn causal_products_compute_only_their_granules_in_every_variant() {
                 };
                 let out = poisoned(&gpu, "o", &[batch * t * hd]);
                 run(&gpu, &[mm.bind_variant(&gpu, v, tp.view(), tq.view(), out.view()).unwrap()]);
+                let other = poisoned(&lpt, "o", &[batch * t * hd]);
+                run(&lpt, &[mm.bind_variant(&lpt, v, tp.view(), tq.view(), other.view()).unwrap()]);
+                assert_ne!(mm.causal_code(&gpu), mm.causal_code(&lpt), "{how}: causal_lpt changes nothing");
+                let (x, y) = (read(&gpu, &out), read(&lpt, &other));
+                assert!(same_bits(&x, &y), "causal {kind:?} {how}: the tiles longest first gave other bits");
                 let mut want = vec![0.0f64; batch * t * hd];
                 for b in 0..batch {
                     for i in 0..t {
@@ -1527,6 +1536,8 @@ fn causal_products_run_in_one_dispatch_or_not_at_all() {
     let gpu = gpu();
     let t = 40;
     let mm = Matmul::nt(t, t, 8).causal(matmul::Causal::Scores);
+    // (The score products' tiles are equal: no order to choose.)
+    assert_eq!(mm.causal_code(&gpu.with_forms(|f| f.causal_lpt = true)), mm.causal_code(&gpu));
     let (a, c) = (upload(&gpu, "a", &vec![0.5; t * 8]), poisoned(&gpu, "c", &[t * t]));
     let e = mm.bind_split_chunked(&gpu, a.view(), a.view(), c.view(), 256).unwrap_err();
     assert!(e.to_string().contains("needs one dispatch") && e.to_string().contains("attention=blocked"), "{e}");

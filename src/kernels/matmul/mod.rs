@@ -147,6 +147,18 @@ pub enum Causal {
     QueriesFromGranule,
 }
 
+/// Added to the kernels' `causal` code of a [`Causal::KeysToGranuleEnd`] or
+/// [`Causal::QueriesFromGranule`] product under the form `causal_lpt`: the workgroups take its
+/// tiles longest first. In such a product a tile's K range grows with its row granule (over
+/// keys) or shrinks with it (over queries), 1 to T/128 granules; in the grid's own order (tiles
+/// along N, then M, then batch) the longest tiles of the last batches start last, and the
+/// dispatch waits for them. Longest first, its end is the longest tile's (list scheduling).
+/// small-124m's attention (48 batches of 8 row tiles of 128, about 264 resident workgroups on
+/// an H200) counted in granules, with half a granule a tile for its start and stores: 13.0
+/// granules in the grid's order against 8.5 longest first and 7.3 if perfectly balanced
+/// (`scripts/gpu-check/causal_order.py`).
+pub const CAUSAL_LONGEST_FIRST: u32 = 4;
+
 impl Causal {
     fn code(self) -> u32 {
         match self {
@@ -455,7 +467,15 @@ impl Matmul {
                 self.m, self.n, self.k, self.batch
             )));
         }
-        Ok((self.params((tiles_m, tiles_n), (bm, bn), total), total))
+        let p = Params { causal: self.causal_code(gpu), ..self.params((tiles_m, tiles_n), (bm, bn), total) };
+        Ok((p, total))
+    }
+
+    /// The kernels' `causal` parameter for this product on `gpu`: its [`Causal`] kind's code,
+    /// plus [`CAUSAL_LONGEST_FIRST`] where the form `causal_lpt` orders its tiles.
+    pub fn causal_code(&self, gpu: &Gpu) -> u32 {
+        let ragged = matches!(self.causal, Causal::KeysToGranuleEnd | Causal::QueriesFromGranule);
+        self.causal.code() | if ragged && gpu.forms.causal_lpt { CAUSAL_LONGEST_FIRST } else { 0 }
     }
 
     fn params(&self, (tiles_m, tiles_n): (usize, usize), (bm, bn): (usize, usize), total: u64) -> Params {
