@@ -144,11 +144,14 @@ fn soft128v(
     let bn = ((li / SG) % 4u) * 32u;
     // Fragment f = 2·fi + fj, its element e = lane + SG·i (i < 8) in acc[8·f + i].
     var acc: array<f32, 64>;
-    v_stash(0u, t, v_load(0u, t));
+    // (`mm_coop128v`'s K range: a causal attention product's, else all of K.)
+    let tu = tile_index(wid, nwg);
+    let ks = select(vec2<u32>(0u), k_span(tu.y * QBM), tu.w != 0u);
+    v_stash(0u, t, v_load(ks.x, t));
     workgroupBarrier();
     var buf = 0u;
-    for (var k0 = 0u; k0 < p.k; k0 += QBK) {
-        let more = k0 + QBK < p.k;
+    for (var k0 = ks.x; k0 < ks.y; k0 += QBK) {
+        let more = k0 + QBK < ks.y;
         var q: VQuads;
         if (more) { q = v_load(k0 + QBK, t); }
         for (var ks = 0u; ks < QBK; ks += 16u) {

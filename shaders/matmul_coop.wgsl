@@ -365,24 +365,31 @@ fn mm_coop128v(
     var c31 = coop_mat16x16<f32, C>();
     let only_mma = (p.vec4s & 16u) != 0u;
     let only_stage = (p.vec4s & 32u) != 0u;
-    let q0 = v_load(0u, t);
+    // The K range [ks.x, ks.y) the tile sums: all of K, or a causal attention product's
+    // (`k_span`: ends at multiples of the granule, 128, or at K, so every slice of 32 lies
+    // within it); none for a workgroup without a tile (a causal score product's tiles past
+    // their granule), which writes nothing. (Not a return: naga wants the cooperative-matrix
+    // operations in control flow no return precedes.)
+    let tu = tile_index(wid, nwg);
+    let ks = select(vec2<u32>(0u), k_span(tu.y * QBM), tu.w != 0u);
+    let q0 = v_load(ks.x, t);
     v_stash(0u, t, q0);
     if (only_mma) { v_stash(1u, t, q0); }
     workgroupBarrier();
     var buf = 0u;
     // Diagnostic `coop128v:stage`: every slice but the last staged without products, then the
     // loop below from the last.
-    var k_first = 0u;
+    var k_first = ks.x;
     if (only_stage) {
-        for (; k_first + QBK < p.k; k_first += QBK) {
+        for (; k_first + QBK < ks.y; k_first += QBK) {
             let qs = v_load(k_first + QBK, t);
             v_stash(1u - buf, t, qs);
             workgroupBarrier();
             buf = 1u - buf;
         }
     }
-    for (var k0 = k_first; k0 < p.k; k0 += QBK) {
-        let more = k0 + QBK < p.k;
+    for (var k0 = k_first; k0 < ks.y; k0 += QBK) {
+        let more = k0 + QBK < ks.y;
         let stage = more && !only_mma;
         var q: VQuads;
         if (stage) { q = v_load(k0 + QBK, t); }

@@ -1356,6 +1356,10 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
             check_bound_tol(mm, 1, &how, &|gpu, a, b, c| vec![mm.bind_variant(gpu, v, a, b, c).unwrap()], 1e-4);
         }
     };
+    // The causal attention products on the variants that run them (`coop::CAUSAL`).
+    for &v in here.iter().filter(|v| matmul::coop::CAUSAL.contains(v)) {
+        check_causal_half(&gpu, v, &|gpu, mm, a, b, c| mm.bind_variant(gpu, v, a, b, c).unwrap(), 1e-4);
+    }
     for (i, (mm, _)) in entry_point_cases().into_iter().enumerate() {
         let (ea, eb) = HALF[i % HALF.len()];
         coop(mm.elems(ea, eb));
@@ -1526,6 +1530,112 @@ fn causal_products_compute_only_their_granules_in_every_variant() {
                 assert_close(&format!("causal {kind:?} {how}"), &read(&gpu, &out), &want, 1e-5, rng.seed);
             }
         }
+    }
+}
+
+type CausalBind<'a> = dyn Fn(&ddl::gpu::Gpu, &Matmul, View, View, View) -> ddl::gpu::Dispatch + 'a;
+
+/// The three kinds of causal attention product as `--precision f16` runs them (P stored in f16;
+/// Q, K and the values f32, rounded to f16 as read) over a whole T × T score matrix, T = 300
+/// (granules of 128, 128 and 44 queries), two heads, head dim 16, through `bind`: the scores
+/// written exactly up to each query's granule end (NaN past it: the skipped tiles ran nothing),
+/// O = P·V over keys and dV = Pᵀ·dO over queries against float64 on the f16 values, with P NaN
+/// where the softmax step leaves it unwritten (a tile that read past its K range would carry it
+/// into its outputs). Relative L2 `tol`.
+fn check_causal_half(gpu: &ddl::gpu::Gpu, how: &str, bind: &CausalBind<'_>, tol: f64) {
+    let mut rng = Rng::fresh();
+    let (t, batch, hd) = (300usize, 2usize, 16usize);
+    let ldk = t.next_multiple_of(4);
+    let s_op = Operand { offset: 0, row_stride: ldk, col_stride: 1, batch_stride: t * ldk };
+    let st_op = Operand { offset: 0, row_stride: 1, col_stride: ldk, batch_stride: t * ldk };
+    let mut p = vec![f32::NAN; batch * t * ldk];
+    for b in 0..batch {
+        for i in 0..t {
+            for j in 0..granule_end(i, t) {
+                p[b * t * ldk + i * ldk + j] = if j <= i { f16_round(&rng.uniform(1, 0.0, 1.0))[0] } else { 0.0 };
+            }
+        }
+    }
+    let tp = upload_elem(gpu, "p", &p, MatmulElem::F16);
+    let q = f16_round(&rng.uniform(batch * t * hd, -1.0, 1.0));
+    let k = f16_round(&rng.uniform(batch * t * hd, -1.0, 1.0));
+    let (tq, tk) = (upload(gpu, "q", &q), upload(gpu, "k", &k));
+    let at = |b: usize, i: usize, d: usize| (b * t + i) * hd + d;
+    let scores = Matmul { c: s_op, ..Matmul::nt(t, t, hd).batched(batch) }
+        .causal(matmul::Causal::Scores)
+        .elems(MatmulElem::R16, MatmulElem::R16);
+    let ts = poisoned(gpu, "s", &[batch * t * ldk]);
+    run(gpu, &[bind(gpu, &scores, tq.view(), tk.view(), ts.view())]);
+    let got = read(gpu, &ts);
+    let (mut g, mut w) = (Vec::new(), Vec::new());
+    for b in 0..batch {
+        for i in 0..t {
+            for j in 0..t {
+                let x = got[b * t * ldk + i * ldk + j];
+                if j < granule_end(i, t) {
+                    g.push(x);
+                    w.push((0..hd).map(|d| q[at(b, i, d)] as f64 * k[at(b, j, d)] as f64).sum::<f64>());
+                } else {
+                    assert!(x.is_nan(), "{how}: S[{b},{i},{j}] past the granule end was written ({x})");
+                }
+            }
+        }
+    }
+    assert_close(&format!("causal scores {how}"), &g, &w, tol, rng.seed);
+    let rows = Operand::row_major(t, hd);
+    for (kind, a_op) in [(matmul::Causal::KeysToGranuleEnd, s_op), (matmul::Causal::QueriesFromGranule, st_op)] {
+        let mm = Matmul { a: a_op, b: rows, c: rows, ..Matmul::nn(t, hd, t).batched(batch) };
+        let mm =
+            Matmul { b: Operand { batch_stride: t * hd, ..mm.b }, c: Operand { batch_stride: t * hd, ..mm.c }, ..mm }
+                .causal(kind)
+                .elems(MatmulElem::F16, MatmulElem::R16);
+        let out = poisoned(gpu, "o", &[batch * t * hd]);
+        run(gpu, &[bind(gpu, &mm, tp.view(), tq.view(), out.view())]);
+        let mut want = vec![0.0f64; batch * t * hd];
+        for b in 0..batch {
+            for i in 0..t {
+                for j in 0..=i {
+                    let pij = p[b * t * ldk + i * ldk + j] as f64;
+                    for d in 0..hd {
+                        if kind == matmul::Causal::KeysToGranuleEnd {
+                            want[at(b, i, d)] += pij * q[at(b, j, d)] as f64;
+                        } else {
+                            want[at(b, j, d)] += pij * q[at(b, i, d)] as f64;
+                        }
+                    }
+                }
+            }
+        }
+        assert_close(&format!("causal {kind:?} {how}"), &read(gpu, &out), &want, tol, rng.seed);
+    }
+}
+
+#[test]
+fn coop128v_runs_causal_products_without_its_cooperative_matrix_operations() {
+    // coop128v's K loop over a causal product's range and its grid's skipped score tiles
+    // (`coop::CAUSAL`), checked on any adapter through its soft check (`soft128v`, and with f16
+    // quads in flight as coop128vq runs them): what the GPU check's coop test then runs on the
+    // tensor cores. The f16 tiles through the same harness: the harness itself.
+    let gpu = f16_gpu();
+    check_causal_half(
+        &gpu,
+        "soft128v",
+        &|gpu, mm, a, b, c| matmul::coop::soft_check_v(mm, gpu, a, b, c).unwrap(),
+        1e-5,
+    );
+    check_causal_half(
+        &gpu,
+        "soft128vq",
+        &|gpu, mm, a, b, c| matmul::coop::soft_check_vq(mm, gpu, a, b, c).unwrap(),
+        1e-5,
+    );
+    check_causal_half(&gpu, "w128 f16", &|gpu, mm, a, b, c| mm.bind_variant(gpu, "w128", a, b, c).unwrap(), 1e-5);
+    // The other cooperative-matrix kernels refuse them, whatever the adapter.
+    let mm = Matmul::nt(256, 256, 16).causal(matmul::Causal::Scores).elems(MatmulElem::R16, MatmulElem::R16);
+    let (a, c) = (upload(&gpu, "a", &vec![0.5; 256 * 16]), poisoned(&gpu, "c", &[256 * 256]));
+    for v in [matmul::coop::VARIANT, matmul::coop::VARIANT128, matmul::coop::VARIANT128D, "coop128v:mma"] {
+        let e = mm.bind_variant(&gpu, v, a.view(), a.view(), c.view()).unwrap_err().to_string();
+        assert!(e.contains("causal") && e.contains("coop128v and coop128vq"), "{v}: {e}");
     }
 }
 

@@ -88,6 +88,13 @@ const DIAGNOSTIC128V: [(&str, u32); 2] = [("coop128v:mma", 16), ("coop128v:stage
 /// by naga and translated to MSL; not yet run on an Apple GPU.
 pub const VARIANT8: &str = "coop8";
 
+/// The cooperative-matrix variants that run causal attention products ([`super::Causal`]):
+/// [`VARIANT128V`]'s K loop runs the tile's `k_span` (its slices of 32 lie within a granule of
+/// 128) and its grid skips the score products' tiles past their granule, as the tiles' do.
+/// Products with an operand shorter than one vec4, which the others hand to [`VARIANT`], are
+/// refused there.
+pub const CAUSAL: [&str; 2] = [VARIANT128V, VARIANT128VQ];
+
 /// Every cooperative-matrix variant the engine has (the diagnostic halves aside).
 pub const ALL: [&str; 7] = [VARIANT, VARIANT64, VARIANT128, VARIANT128V, VARIANT128VQ, VARIANT128D, VARIANT8];
 
@@ -361,6 +368,16 @@ fn bind_checked(
             return Err(GpuError::Shader { shader: "matmul_coop".into(), reason: format!("variant {variant}: {why}") });
         }
         if shorter_than_a_quad(&key, &a, &b) {
+            if mm.causal != super::Causal::None {
+                return Err(GpuError::Shader {
+                    shader: "matmul_coop".into(),
+                    reason: format!(
+                        "variant {variant}: a causal attention product ({:?}) with an operand shorter than one \
+                         vec4 runs on the tile variants, not on the 32 x 32 kernel this variant hands it to",
+                        mm.causal
+                    ),
+                });
+            }
             return bind_checked(mm, gpu, VARIANT, a, b, c, checked);
         }
         let key = CoopKey { q16, ..key };

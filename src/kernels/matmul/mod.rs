@@ -392,13 +392,19 @@ impl Matmul {
         let (half_name, diagnostic) = (variant, staged_diagnostic(variant));
         let variant = diagnostic.map_or(variant, |d| d.0);
         let coop = coop::ALL.contains(&variant) || coop::DIAGNOSTIC.contains(&variant);
-        if self.causal != Causal::None && (coop || !CAUSAL_GRANULE.is_multiple_of(tile(variant)?.0)) {
+        // Causal products: the tile variants whose rows divide the granule, and the wide
+        // cooperative-matrix kernel on coop128v's staging (128 rows, K slices of 32 within a
+        // granule), whose K loop runs `k_span` as the tiles' do.
+        let causal_ok =
+            if coop { coop::CAUSAL.contains(&variant) } else { CAUSAL_GRANULE.is_multiple_of(tile(variant)?.0) };
+        if self.causal != Causal::None && !causal_ok {
             return Err(GpuError::Shader {
                 shader: "matmul".into(),
                 reason: format!(
-                    "a causal attention product ({:?}) runs on the tile variants whose rows divide {CAUSAL_GRANULE}, \
-                     not '{variant}'",
-                    self.causal
+                    "a causal attention product ({:?}) runs on the tile variants whose rows divide {CAUSAL_GRANULE} \
+                     and on {}, not '{variant}'",
+                    self.causal,
+                    coop::CAUSAL.join(" and ")
                 ),
             });
         }

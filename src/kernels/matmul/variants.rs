@@ -171,9 +171,10 @@ pub(super) fn cpu_heuristic(mm: &Matmul, threads: usize) -> &'static str {
 /// The variant used for a product: a cached measurement for this adapter and shape bucket,
 /// a fresh measurement when autotuning is enabled, else the heuristic.
 pub fn pick(gpu: &Gpu, mm: &Matmul) -> &'static str {
-    // The cooperative-matrix kernels know no causal structure ([`Causal`]).
+    // Of the cooperative-matrix kernels only coop128v's K loop knows the causal structure
+    // ([`Causal`], [`coop::CAUSAL`]).
     let coop_ok = mm.causal == Causal::None;
-    if coop_ok && mm.is_half() && mm.m >= 16 && mm.n >= 16 && coop::usable(gpu) {
+    if mm.is_half() && mm.m >= 16 && mm.n >= 16 && coop::usable(gpu) {
         // The wide form where the product fills its 128 × 128 tiles (the form is off by default:
         // slower than the f16 tiles on an H200 so far), on coop128v's staging with the form
         // `matmul_coop_v`.
@@ -181,7 +182,9 @@ pub fn pick(gpu: &Gpu, mm: &Matmul) -> &'static str {
         if wide && gpu.forms.matmul_coop_v && coop::wide_v_usable(gpu) {
             return coop::VARIANT128V;
         }
-        return if wide && coop::wide_usable(gpu) { coop::VARIANT128 } else { coop::VARIANT };
+        if coop_ok {
+            return if wide && coop::wide_usable(gpu) { coop::VARIANT128 } else { coop::VARIANT };
+        }
     }
     if coop_ok && mm.is_half() && mm.m >= 16 && mm.n >= 16 && coop::usable8(gpu) {
         return coop::VARIANT8;
