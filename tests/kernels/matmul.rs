@@ -1358,7 +1358,7 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     };
     // The causal attention products on the variants that run them (`coop::CAUSAL`).
     for &v in here.iter().filter(|v| matmul::coop::CAUSAL.contains(v)) {
-        check_causal_half(&gpu, v, &|gpu, mm, a, b, c| mm.bind_variant(gpu, v, a, b, c).unwrap(), 1e-4);
+        check_causal(&gpu, v, 16, true, &|gpu, mm, a, b, c| mm.bind_variant(gpu, v, a, b, c).unwrap(), 1e-4);
     }
     for (i, (mm, _)) in entry_point_cases().into_iter().enumerate() {
         let (ea, eb) = HALF[i % HALF.len()];
@@ -1439,95 +1439,21 @@ fn granule_end(i: usize, t: usize) -> usize {
 
 #[test]
 fn causal_products_compute_only_their_granules_in_every_variant() {
-    // The three kinds of causal attention product (form `attention=causal`) over a whole T × T
-    // score matrix, T = 300 (granules of 128, 128 and 44 queries), two heads, in every tile
-    // variant, with head dims 16 (vec4 entry points) and 9 (B read by scalars):
-    // - the scores S = Q·Kᵀ: exactly the keys below each query's granule end are written
-    //   (float64 there), everything past them keeps its NaN (the skipped tiles ran nothing);
-    // - O = P·V over keys: P holds NaN past each row's granule end (what the softmax step
-    //   leaves unwritten) and zeros between the diagonal and it: O must be float64's sum over
-    //   the keys each query sees, so no tile read past its granule;
-    // - dV = Pᵀ·dO over queries: likewise, with P's NaN in the rows before each key's granule.
-    // The last two also with their tiles taken longest first (form `causal_lpt`, toggled from
-    // the adapter's default): the same bits (every tile once, its K range decoded under the
-    // order's flag; a tile missed keeps its NaN).
+    // The three kinds of causal attention product (form `attention=causal`, `check_causal`) in
+    // every tile variant, with head dims 16 (vec4 entry points) and 9 (B read by scalars), f32
+    // operands; the products over keys and queries also with their tiles taken longest first
+    // (form `causal_lpt`, toggled from the adapter's default: every tile once, its K range
+    // decoded under the order's flag; a tile missed keeps its NaN). (That the order changes no
+    // bit: the causal attention's test, `causal_attention_keeps_the_blocked_bits_…`.)
     let gpu = gpu();
     let lpt = gpu.with_forms(|f| f.causal_lpt = !f.causal_lpt);
-    let mut rng = Rng::fresh();
-    let (t, batch) = (300usize, 2usize);
-    let ldk = t.next_multiple_of(4);
-    let s_op = Operand { offset: 0, row_stride: ldk, col_stride: 1, batch_stride: t * ldk };
-    let st_op = Operand { offset: 0, row_stride: 1, col_stride: ldk, batch_stride: t * ldk };
-    // P: random where a query sees the key, 0 up to its granule end, NaN beyond.
-    let mut p = vec![f32::NAN; batch * t * ldk];
-    for b in 0..batch {
-        for i in 0..t {
-            for j in 0..granule_end(i, t) {
-                p[b * t * ldk + i * ldk + j] = if j <= i { rng.uniform(1, 0.0, 1.0)[0] } else { 0.0 };
-            }
-        }
-    }
-    let tp = upload(&gpu, "p", &p);
+    let over_keys = Matmul::nn(300, 16, 300).causal(matmul::Causal::KeysToGranuleEnd);
+    assert_ne!(over_keys.causal_code(&gpu), over_keys.causal_code(&lpt), "causal_lpt changes nothing");
     for hd in [16usize, 9] {
-        let rows = Operand::row_major(t, hd);
-        let q = rng.uniform(batch * t * hd, -1.0, 1.0);
-        let k = rng.uniform(batch * t * hd, -1.0, 1.0);
-        let (tq, tk) = (upload(&gpu, "q", &q), upload(&gpu, "k", &k));
-        let at = |b: usize, i: usize, d: usize| (b * t + i) * hd + d;
         for v in matmul::variants_for(&gpu) {
-            let how = format!("{v} hd {hd}");
-            // Scores.
-            let scores = Matmul { c: s_op, ..Matmul::nt(t, t, hd).batched(batch) }.causal(matmul::Causal::Scores);
-            let ts = poisoned(&gpu, "s", &[batch * t * ldk]);
-            run(&gpu, &[scores.bind_variant(&gpu, v, tq.view(), tk.view(), ts.view()).unwrap()]);
-            let got = read(&gpu, &ts);
-            let (mut g, mut w) = (Vec::new(), Vec::new());
-            for b in 0..batch {
-                for i in 0..t {
-                    for j in 0..t {
-                        let x = got[b * t * ldk + i * ldk + j];
-                        if j < granule_end(i, t) {
-                            g.push(x);
-                            w.push((0..hd).map(|d| q[at(b, i, d)] as f64 * k[at(b, j, d)] as f64).sum::<f64>());
-                        } else {
-                            assert!(x.is_nan(), "{how}: S[{b},{i},{j}] past the granule end was written ({x})");
-                        }
-                    }
-                }
-            }
-            assert_close(&format!("causal scores {how}"), &g, &w, 1e-5, rng.seed);
-            // O = P·V (keys to the granule end) and dV = Pᵀ·dO (queries from the granule).
-            for (kind, a_op) in [(matmul::Causal::KeysToGranuleEnd, s_op), (matmul::Causal::QueriesFromGranule, st_op)]
-            {
-                let mm = Matmul { a: a_op, b: rows, c: rows, ..Matmul::nn(t, hd, t).batched(batch) }.causal(kind);
-                let mm = Matmul {
-                    b: Operand { batch_stride: t * hd, ..mm.b },
-                    c: Operand { batch_stride: t * hd, ..mm.c },
-                    ..mm
-                };
-                let out = poisoned(&gpu, "o", &[batch * t * hd]);
-                run(&gpu, &[mm.bind_variant(&gpu, v, tp.view(), tq.view(), out.view()).unwrap()]);
-                let other = poisoned(&lpt, "o", &[batch * t * hd]);
-                run(&lpt, &[mm.bind_variant(&lpt, v, tp.view(), tq.view(), other.view()).unwrap()]);
-                assert_ne!(mm.causal_code(&gpu), mm.causal_code(&lpt), "{how}: causal_lpt changes nothing");
-                let (x, y) = (read(&gpu, &out), read(&lpt, &other));
-                assert!(same_bits(&x, &y), "causal {kind:?} {how}: the tiles longest first gave other bits");
-                let mut want = vec![0.0f64; batch * t * hd];
-                for b in 0..batch {
-                    for i in 0..t {
-                        for j in 0..=i {
-                            let pij = p[b * t * ldk + i * ldk + j] as f64;
-                            for d in 0..hd {
-                                if kind == matmul::Causal::KeysToGranuleEnd {
-                                    want[at(b, i, d)] += pij * q[at(b, j, d)] as f64;
-                                } else {
-                                    want[at(b, j, d)] += pij * q[at(b, i, d)] as f64;
-                                }
-                            }
-                        }
-                    }
-                }
-                assert_close(&format!("causal {kind:?} {how}"), &read(&gpu, &out), &want, 1e-5, rng.seed);
+            for (g, order) in [(&gpu, ""), (&lpt, " (the other order)")] {
+                let how = format!("{v} hd {hd}{order}");
+                check_causal(g, &how, hd, false, &|gpu, mm, a, b, c| mm.bind_variant(gpu, v, a, b, c).unwrap(), 1e-5);
             }
         }
     }
@@ -1535,16 +1461,22 @@ fn causal_products_compute_only_their_granules_in_every_variant() {
 
 type CausalBind<'a> = dyn Fn(&ddl::gpu::Gpu, &Matmul, View, View, View) -> ddl::gpu::Dispatch + 'a;
 
-/// The three kinds of causal attention product as `--precision f16` runs them (P stored in f16;
-/// Q, K and the values f32, rounded to f16 as read) over a whole T × T score matrix, T = 300
-/// (granules of 128, 128 and 44 queries), two heads, head dim 16, through `bind`: the scores
-/// written exactly up to each query's granule end (NaN past it: the skipped tiles ran nothing),
-/// O = P·V over keys and dV = Pᵀ·dO over queries against float64 on the f16 values, with P NaN
-/// where the softmax step leaves it unwritten (a tile that read past its K range would carry it
-/// into its outputs). Relative L2 `tol`.
-fn check_causal_half(gpu: &ddl::gpu::Gpu, how: &str, bind: &CausalBind<'_>, tol: f64) {
+/// The three kinds of causal attention product over a whole T × T score matrix, T = 300
+/// (granules of 128, 128 and 44 queries), two heads of `hd`, through `bind`:
+/// - the scores S = Q·Kᵀ: exactly the keys below each query's granule end are written (float64
+///   there), everything past them keeps its NaN (the skipped tiles ran nothing);
+/// - O = P·V over keys: P holds NaN past each row's granule end (what the softmax step leaves
+///   unwritten) and zeros between the diagonal and it: O must be float64's sum over the keys
+///   each query sees, so no tile read past its granule;
+/// - dV = Pᵀ·dO over queries: likewise, with P's NaN in the rows before each key's granule.
+///
+/// With `half`, as `--precision f16` runs them: P stored in f16, Q, K and the values f32 rounded
+/// to f16 as read (the reference takes the f16 values). Relative L2 `tol`.
+fn check_causal(gpu: &ddl::gpu::Gpu, how: &str, hd: usize, half: bool, bind: &CausalBind<'_>, tol: f64) {
     let mut rng = Rng::fresh();
-    let (t, batch, hd) = (300usize, 2usize, 16usize);
+    let (t, batch) = (300usize, 2usize);
+    let value = |x: Vec<f32>| if half { f16_round(&x) } else { x };
+    let (e32, e16) = if half { (MatmulElem::R16, MatmulElem::F16) } else { (MatmulElem::F32, MatmulElem::F32) };
     let ldk = t.next_multiple_of(4);
     let s_op = Operand { offset: 0, row_stride: ldk, col_stride: 1, batch_stride: t * ldk };
     let st_op = Operand { offset: 0, row_stride: 1, col_stride: ldk, batch_stride: t * ldk };
@@ -1552,18 +1484,17 @@ fn check_causal_half(gpu: &ddl::gpu::Gpu, how: &str, bind: &CausalBind<'_>, tol:
     for b in 0..batch {
         for i in 0..t {
             for j in 0..granule_end(i, t) {
-                p[b * t * ldk + i * ldk + j] = if j <= i { f16_round(&rng.uniform(1, 0.0, 1.0))[0] } else { 0.0 };
+                p[b * t * ldk + i * ldk + j] = if j <= i { value(rng.uniform(1, 0.0, 1.0))[0] } else { 0.0 };
             }
         }
     }
-    let tp = upload_elem(gpu, "p", &p, MatmulElem::F16);
-    let q = f16_round(&rng.uniform(batch * t * hd, -1.0, 1.0));
-    let k = f16_round(&rng.uniform(batch * t * hd, -1.0, 1.0));
+    let tp = upload_elem(gpu, "p", &p, e16);
+    let q = value(rng.uniform(batch * t * hd, -1.0, 1.0));
+    let k = value(rng.uniform(batch * t * hd, -1.0, 1.0));
     let (tq, tk) = (upload(gpu, "q", &q), upload(gpu, "k", &k));
     let at = |b: usize, i: usize, d: usize| (b * t + i) * hd + d;
-    let scores = Matmul { c: s_op, ..Matmul::nt(t, t, hd).batched(batch) }
-        .causal(matmul::Causal::Scores)
-        .elems(MatmulElem::R16, MatmulElem::R16);
+    let scores =
+        Matmul { c: s_op, ..Matmul::nt(t, t, hd).batched(batch) }.causal(matmul::Causal::Scores).elems(e32, e32);
     let ts = poisoned(gpu, "s", &[batch * t * ldk]);
     run(gpu, &[bind(gpu, &scores, tq.view(), tk.view(), ts.view())]);
     let got = read(gpu, &ts);
@@ -1588,7 +1519,7 @@ fn check_causal_half(gpu: &ddl::gpu::Gpu, how: &str, bind: &CausalBind<'_>, tol:
         let mm =
             Matmul { b: Operand { batch_stride: t * hd, ..mm.b }, c: Operand { batch_stride: t * hd, ..mm.c }, ..mm }
                 .causal(kind)
-                .elems(MatmulElem::F16, MatmulElem::R16);
+                .elems(e16, e32);
         let out = poisoned(gpu, "o", &[batch * t * hd]);
         run(gpu, &[bind(gpu, &mm, tp.view(), tq.view(), out.view())]);
         let mut want = vec![0.0f64; batch * t * hd];
@@ -1617,19 +1548,23 @@ fn coop128v_runs_causal_products_without_its_cooperative_matrix_operations() {
     // quads in flight as coop128vq runs them): what the GPU check's coop test then runs on the
     // tensor cores. The f16 tiles through the same harness: the harness itself.
     let gpu = f16_gpu();
-    check_causal_half(
+    check_causal(
         &gpu,
         "soft128v",
+        16,
+        true,
         &|gpu, mm, a, b, c| matmul::coop::soft_check_v(mm, gpu, a, b, c).unwrap(),
         1e-5,
     );
-    check_causal_half(
+    check_causal(
         &gpu,
         "soft128vq",
+        16,
+        true,
         &|gpu, mm, a, b, c| matmul::coop::soft_check_vq(mm, gpu, a, b, c).unwrap(),
         1e-5,
     );
-    check_causal_half(&gpu, "w128 f16", &|gpu, mm, a, b, c| mm.bind_variant(gpu, "w128", a, b, c).unwrap(), 1e-5);
+    check_causal(&gpu, "w128 f16", 16, true, &|gpu, mm, a, b, c| mm.bind_variant(gpu, "w128", a, b, c).unwrap(), 1e-5);
     // The other cooperative-matrix kernels refuse them, whatever the adapter.
     let mm = Matmul::nt(256, 256, 16).causal(matmul::Causal::Scores).elems(MatmulElem::R16, MatmulElem::R16);
     let (a, c) = (upload(&gpu, "a", &vec![0.5; 256 * 16]), poisoned(&gpu, "c", &[256 * 256]));
