@@ -144,9 +144,7 @@ fn soft128v(
     let bn = ((li / SG) % 4u) * 32u;
     // Fragment f = 2·fi + fj, its element e = lane + SG·i (i < 8) in acc[8·f + i].
     var acc: array<f32, 64>;
-    // (`mm_coop128v`'s K range: a causal attention product's, else all of K.)
-    let tu = tile_index(wid, nwg);
-    let ks = select(vec2<u32>(0u), k_span(tu.y * QBM), tu.w != 0u);
+    let ks = v_span(wid, nwg);
     v_stash(0u, t, v_load(ks.x, t));
     workgroupBarrier();
     var buf = 0u;

@@ -365,13 +365,8 @@ fn mm_coop128v(
     var c31 = coop_mat16x16<f32, C>();
     let only_mma = (p.vec4s & 16u) != 0u;
     let only_stage = (p.vec4s & 32u) != 0u;
-    // The K range [ks.x, ks.y) the tile sums: all of K, or a causal attention product's
-    // (`k_span`: ends at multiples of the granule, 128, or at K, so every slice of 32 lies
-    // within it); none for a workgroup without a tile (a causal score product's tiles past
-    // their granule), which writes nothing. (Not a return: naga wants the cooperative-matrix
-    // operations in control flow no return precedes.)
-    let tu = tile_index(wid, nwg);
-    let ks = select(vec2<u32>(0u), k_span(tu.y * QBM), tu.w != 0u);
+    // The K range the tile sums (`v_span`: all of K, a causal product's, or none).
+    let ks = v_span(wid, nwg);
     let q0 = v_load(ks.x, t);
     v_stash(0u, t, q0);
     if (only_mma) { v_stash(1u, t, q0); }

@@ -67,6 +67,17 @@ fn v_b_whole(k0: u32, t: QTile) -> bool {
     return t.live && vec4s && k0 + QBK <= p.k && t.col0 + QBN <= p.n;
 }
 
+// The K range [x, y) workgroup `wid`'s tile sums: all of K, or a causal attention product's
+// (`k_span`: ends at multiples of the granule, 128, or at K, so every slice of QBK lies within
+// it); none for a workgroup without a tile (a causal score product's tiles past their granule),
+// which then writes nothing. Uniform across the workgroup (from `wid` and the parameters alone),
+// so the K loops over it keep their barriers and cooperative-matrix operations in uniform
+// control flow (not a return: naga wants those operations where no return precedes them).
+fn v_span(wid: vec3<u32>, nwg: vec3<u32>) -> vec2<u32> {
+    let ti = tile_index(wid, nwg);
+    return select(vec2<u32>(0u), k_span(ti.y * QBM), ti.w != 0u);
+}
+
 // Issues this invocation's loads of the slice at K offset k0 (nothing uses them until `v_stash`).
 fn v_load(k0: u32, t: QTile) -> VQuads {
     var q: VQuads;

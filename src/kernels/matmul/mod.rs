@@ -473,8 +473,7 @@ impl Matmul {
                 self.m, self.n, self.k, self.batch
             )));
         }
-        let p = Params { causal: self.causal_code(gpu), ..self.params((tiles_m, tiles_n), (bm, bn), total) };
-        Ok((p, total))
+        Ok((self.params(gpu, (tiles_m, tiles_n), (bm, bn), total), total))
     }
 
     /// The kernels' `causal` parameter for this product on `gpu`: its [`Causal`] kind's code,
@@ -484,7 +483,7 @@ impl Matmul {
         self.causal.code() | if ragged && gpu.forms.causal_lpt { CAUSAL_LONGEST_FIRST } else { 0 }
     }
 
-    fn params(&self, (tiles_m, tiles_n): (usize, usize), (bm, bn): (usize, usize), total: u64) -> Params {
+    fn params(&self, gpu: &Gpu, (tiles_m, tiles_n): (usize, usize), (bm, bn): (usize, usize), total: u64) -> Params {
         Params {
             m: self.m as u32,
             n: self.n as u32,
@@ -510,7 +509,7 @@ impl Matmul {
             a_os: self.outer_strides[0] as u32,
             b_os: self.outer_strides[1] as u32,
             c_os: self.outer_strides[2] as u32,
-            causal: self.causal.code(),
+            causal: self.causal_code(gpu),
             gran: if self.causal == Causal::None { 0 } else { CAUSAL_GRANULE as u32 },
             bm: bm as u32,
             bn: bn as u32,
