@@ -29,7 +29,8 @@ pub fn gpu() -> Arc<Gpu> {
 /// The folder that holds the tests' data (`tests/golden/`, `tests/fixtures/`, `assets/`), so
 /// that test binaries run away from the source tree (the GPU check's bundle runs them on another
 /// machine): `DDL_TEST_DATA` when set, else the working directory when it has `tests/golden/`,
-/// else the source tree the binary was built from. Panics, failing the test, with the remedy
+/// else the package folder `cargo test` names at run time (`CARGO_MANIFEST_DIR`, right also when
+/// the checkout moved after the build), else the source tree the binary was built from. Panics, failing the test, with the remedy
 /// when `DDL_TEST_DATA` names a folder without `tests/golden/`.
 pub fn data_root() -> std::path::PathBuf {
     use std::path::PathBuf;
@@ -47,6 +48,11 @@ pub fn data_root() -> std::path::PathBuf {
         && cwd.join("tests/golden").is_dir()
     {
         return cwd;
+    }
+    if let Some(d) = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from)
+        && d.join("tests/golden").is_dir()
+    {
+        return d;
     }
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }

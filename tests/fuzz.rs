@@ -180,7 +180,7 @@ fn fuzz_the_checkpoint_loader() {
 fn fuzz_the_config_parsers() {
     let base = RunConfig::preset("tiny", Variant::Ddl).unwrap();
     let seed = toml::to_string(&base).unwrap().into_bytes();
-    let spec_seed = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/experiments/shakespeare.toml")).unwrap();
+    let spec_seed = std::fs::read(ddl::testing::data_path("experiments/shakespeare.toml")).unwrap();
     runner(400)
         .run(&(muts(), muts()), |(m1, m2)| {
             let text = String::from_utf8_lossy(&apply(&seed, &m1)).to_string();
@@ -201,7 +201,7 @@ fn fuzz_the_config_parsers() {
 
 #[test]
 fn fuzz_the_golden_reader() {
-    let seed = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/ddl_v1.safetensors")).unwrap();
+    let seed = std::fs::read(ddl::testing::data_path("tests/golden/ddl_v1.safetensors")).unwrap();
     assert!(ddl::golden::Golden::parse(Path::new("seed"), &seed).is_ok(), "the seed must load");
     runner(150)
         .run(&muts(), |m| {

@@ -1931,7 +1931,7 @@ fn first_use_is_quiet_about_the_driver_and_says_when_it_tunes() {
 #[test]
 fn the_setup_script_refuses_a_rust_older_than_the_crate_needs_and_says_how_to_update() {
     let dir = tmpdir("setup-rust");
-    let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup.sh");
+    let setup = ddl::testing::data_path("scripts/setup.sh");
     let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
     let run = |version: &str| {
         let fake = dir.join("rustc");
@@ -1943,7 +1943,7 @@ fn the_setup_script_refuses_a_rust_older_than_the_crate_needs_and_says_how_to_up
     let t = text(&old);
     assert!(!old.status.success(), "{t}");
     assert!(t.contains("Rust 1.80.1 is installed") && t.contains("rustup update stable"), "{t}");
-    let need = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    let need = std::fs::read_to_string(ddl::testing::data_path("Cargo.toml")).unwrap();
     let need = need.lines().find_map(|l| l.strip_prefix("rust-version = ")).unwrap().trim_matches('"').to_string();
     assert!(t.contains(&format!("needs Rust {need} or newer")), "{t}");
     let new = run("99.0.0");
@@ -1989,7 +1989,7 @@ fn training_and_evaluation_work_from_any_directory() {
 /// docs/SETUP.md), checked in its dry-run mode with tools pretended missing.
 #[test]
 fn the_setup_script_installs_per_target_and_platform_only_what_is_missing() {
-    let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup.sh");
+    let setup = ddl::testing::data_path("scripts/setup.sh");
     let run = |target: &str, missing: &str, os: Option<&str>| {
         let mut c = Command::new("bash");
         c.arg(&setup).arg(target).env("DDL_SETUP_DRY_RUN", "1").env("DDL_SETUP_PRETEND_MISSING", missing);
@@ -2400,7 +2400,7 @@ fn check_args_validates_a_command_without_running_it() {
 /// a pipe ends the command; lines with `...` placeholders are left out.
 #[test]
 fn the_commands_the_docs_show_are_ones_the_cli_takes() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = ddl::testing::data_root();
     let mut pages = vec![root.join("README.md")];
     let mut docs: Vec<_> = std::fs::read_dir(root.join("docs"))
         .unwrap()

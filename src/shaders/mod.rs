@@ -339,7 +339,7 @@ mod tests {
 
     #[test]
     fn every_shader_file_is_registered() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/shaders");
+        let dir = crate::testing::data_path("shaders");
         for entry in std::fs::read_dir(dir).unwrap() {
             let p = entry.unwrap().path();
             if p.extension().is_some_and(|e| e == "wgsl") {
@@ -380,7 +380,7 @@ mod tests {
 
     #[test]
     fn every_part_file_is_listed_and_used() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/parts");
+        let dir = crate::testing::data_path("shaders/parts");
         let mut used: Vec<&str> = Vec::new();
         for sh in ALL {
             for v in sh.variants() {

@@ -10,8 +10,14 @@ use std::time::{Duration, Instant};
 
 use headless_chrome::{Browser, LaunchOptions, Tab};
 
+/// The repository: the parent of the package folder `cargo test` names at run time (right also
+/// when the checkout moved after the build), else of the one the test was built in.
 pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    let web = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.join("static").is_dir())
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf());
+    web.parent().unwrap().to_path_buf()
 }
 
 pub fn site() -> PathBuf {
