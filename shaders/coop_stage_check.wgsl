@@ -144,12 +144,12 @@ fn soft128v(
     let bn = ((li / SG) % 4u) * 32u;
     // Fragment f = 2·fi + fj, its element e = lane + SG·i (i < 8) in acc[8·f + i].
     var acc: array<f32, 64>;
-    let ks = v_span(wid, nwg);
-    v_stash(0u, t, v_load(ks.x, t));
+    let span = v_span(wid, nwg);
+    v_stash(0u, t, v_load(span.x, t));
     workgroupBarrier();
     var buf = 0u;
-    for (var k0 = ks.x; k0 < ks.y; k0 += QBK) {
-        let more = k0 + QBK < ks.y;
+    for (var k0 = span.x; k0 < span.y; k0 += QBK) {
+        let more = k0 + QBK < span.y;
         var q: VQuads;
         if (more) { q = v_load(k0 + QBK, t); }
         for (var ks = 0u; ks < QBK; ks += 16u) {

@@ -366,25 +366,25 @@ fn mm_coop128v(
     let only_mma = (p.vec4s & 16u) != 0u;
     let only_stage = (p.vec4s & 32u) != 0u;
     // The K range the tile sums (`v_span`: all of K, a causal product's, or none).
-    let ks = v_span(wid, nwg);
-    let q0 = v_load(ks.x, t);
+    let span = v_span(wid, nwg);
+    let q0 = v_load(span.x, t);
     v_stash(0u, t, q0);
     if (only_mma) { v_stash(1u, t, q0); }
     workgroupBarrier();
     var buf = 0u;
     // Diagnostic `coop128v:stage`: every slice but the last staged without products, then the
     // loop below from the last.
-    var k_first = ks.x;
+    var k_first = span.x;
     if (only_stage) {
-        for (; k_first + QBK < ks.y; k_first += QBK) {
+        for (; k_first + QBK < span.y; k_first += QBK) {
             let qs = v_load(k_first + QBK, t);
             v_stash(1u - buf, t, qs);
             workgroupBarrier();
             buf = 1u - buf;
         }
     }
-    for (var k0 = k_first; k0 < ks.y; k0 += QBK) {
-        let more = k0 + QBK < ks.y;
+    for (var k0 = k_first; k0 < span.y; k0 += QBK) {
+        let more = k0 + QBK < span.y;
         let stage = more && !only_mma;
         var q: VQuads;
         if (stage) { q = v_load(k0 + QBK, t); }
