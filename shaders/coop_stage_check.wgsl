@@ -145,13 +145,16 @@ fn soft128v(
     // Fragment f = 2·fi + fj, its element e = lane + SG·i (i < 8) in acc[8·f + i].
     var acc: array<f32, 64>;
     let span = v_span(wid, nwg);
-    v_stash(0u, t, v_load(span.x, t));
+    let q0 = v_load(span.x, t);
+    // (Two slices in flight with VDEPTH 2, as `mm_coop128v` keeps them.)
+    var q1: VQuads;
+    if (VDEPTH == 2u && span.x + QBK < span.y) { q1 = v_load(span.x + QBK, t); }
+    v_stash(0u, t, q0);
     workgroupBarrier();
     var buf = 0u;
     for (var k0 = span.x; k0 < span.y; k0 += QBK) {
         let more = k0 + QBK < span.y;
-        var q: VQuads;
-        if (more) { q = v_load(k0 + QBK, t); }
+        let q = v_ahead(k0, span.y, t);
         for (var ks = 0u; ks < QBK; ks += 16u) {
             for (var f = 0u; f < 8u; f++) {
                 let fa = va_frag(buf, am + (f / 2u) * 16u, ks);
@@ -166,7 +169,9 @@ fn soft128v(
                 }
             }
         }
-        if (more) { v_stash(1u - buf, t, q); }
+        if (more) {
+            if (VDEPTH == 2u) { v_stash(1u - buf, t, q1); q1 = q; } else { v_stash(1u - buf, t, q); }
+        }
         workgroupBarrier();
         buf = 1u - buf;
     }

@@ -368,6 +368,12 @@ fn mm_coop128v(
     // The K range the tile sums (`v_span`: all of K, a causal product's, or none).
     let span = v_span(wid, nwg);
     let q0 = v_load(span.x, t);
+    // With two slices in flight (VDEPTH 2, `coop128v2`): `q1` holds the next slice's quads,
+    // loaded an iteration before they are stashed (the first pair together, here), and each
+    // iteration issues the loads of the slice after that (`v_ahead`). (Never with the diagnostic
+    // halves, which are `coop128v`'s.)
+    var q1: VQuads;
+    if (VDEPTH == 2u && !only_mma && !only_stage && span.x + QBK < span.y) { q1 = v_load(span.x + QBK, t); }
     v_stash(0u, t, q0);
     if (only_mma) { v_stash(1u, t, q0); }
     workgroupBarrier();
@@ -387,7 +393,7 @@ fn mm_coop128v(
         let more = k0 + QBK < span.y;
         let stage = more && !only_mma;
         var q: VQuads;
-        if (stage) { q = v_load(k0 + QBK, t); }
+        if (!only_mma) { q = v_ahead(k0, span.y, t); }
         for (var ks = 0u; ks < QBK; ks += 16u) {
             var a0: coop_mat16x16<f16, A>;
             var a1: coop_mat16x16<f16, A>;
@@ -422,7 +428,9 @@ fn mm_coop128v(
             c30 = coopMultiplyAdd(a3, b0, c30);
             c31 = coopMultiplyAdd(a3, b1, c31);
         }
-        if (stage) { v_stash(1u - buf, t, q); }
+        if (stage) {
+            if (VDEPTH == 2u) { v_stash(1u - buf, t, q1); q1 = q; } else { v_stash(1u - buf, t, q); }
+        }
         workgroupBarrier();
         buf = 1u - buf;
     }

@@ -13,6 +13,7 @@
 // * two buffers: the products read one while the stash fills the other, one barrier per slice;
 // * (session 70) the quads in flight in named registers, not arrays filled by loops, and a slice
 //   that lies whole inside its operand loaded as bare vec4s (see `VQuads`).
+// * (session 72) with VDEPTH 2 (`coop128v2`) two slices' loads in flight, not one (`v_ahead`).
 // Workgroup memory: 2 · (10 + 10) KiB, plus the including shader's 8 KiB output scratch.
 
 const VRA: u32 = (QBK + 8u) / 4u;   // quads per row of A laid out [QBM][QBK] (quads along K)
@@ -112,6 +113,20 @@ fn v_load(k0: u32, t: QTile) -> VQuads {
             q.b3 = b_quad_raw(v + 3u * QNT, k0, t.col0, t.b_base, t.live);
         }
     }
+    return q;
+}
+
+// The loads the K-loop iteration at k0 issues (uniform across the workgroup): the slice
+// VDEPTH slices ahead, where it lies in the span (ending at `end`), else none. With VDEPTH 1
+// (`coop128v`) the next slice, stashed after this iteration's products; with VDEPTH 2
+// (`coop128v2`) the one after, stashed an iteration later (the kernels keep it in `q1`
+// meanwhile), so each slice's loads have two slices' products to arrive in, not one. A kernel
+// that runs one workgroup per multiprocessor anyway (`coop128v`'s ≈ 135 registers an
+// invocation) pays nothing in occupancy for the second set of registers.
+fn v_ahead(k0: u32, end: u32, t: QTile) -> VQuads {
+    var q: VQuads;
+    let k = k0 + VDEPTH * QBK;
+    if (k < end) { q = v_load(k, t); }
     return q;
 }
 

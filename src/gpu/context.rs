@@ -115,6 +115,8 @@ pub struct Gpu {
     pub(crate) coop_wide_v: Arc<std::sync::OnceLock<std::result::Result<(), String>>>,
     /// The same for the form `coop128vq` ([`crate::kernels::matmul::coop::wide_vq_status`]).
     pub(crate) coop_wide_vq: Arc<std::sync::OnceLock<std::result::Result<(), String>>>,
+    /// The same for the form `coop128v2` ([`crate::kernels::matmul::coop::wide_v2_status`]).
+    pub(crate) coop_wide_v2: Arc<std::sync::OnceLock<std::result::Result<(), String>>>,
     /// The same for the form `coop128d` ([`crate::kernels::matmul::coop::direct_status`]).
     pub(crate) coop_direct: Arc<std::sync::OnceLock<std::result::Result<(), String>>>,
     /// The 8 × 8 form's self-test (`coop8`, Metal), run the first time it is needed
@@ -512,6 +514,7 @@ impl Gpu {
             coop_wide: Arc::new(std::sync::OnceLock::new()),
             coop_wide_v: Arc::new(std::sync::OnceLock::new()),
             coop_wide_vq: Arc::new(std::sync::OnceLock::new()),
+            coop_wide_v2: Arc::new(std::sync::OnceLock::new()),
             coop_direct: Arc::new(std::sync::OnceLock::new()),
             coop8: Arc::new(std::sync::OnceLock::new()),
             coop,
@@ -726,6 +729,13 @@ impl Gpu {
                     "cooperative-matrix form coop128vq",
                     match crate::kernels::matmul::coop::wide_vq_status(self) {
                         Ok(()) => "self-test passed (bench only)".to_string(),
+                        Err(why) => format!("off ({why})"),
+                    },
+                ));
+                out.push((
+                    "cooperative-matrix form coop128v2",
+                    match crate::kernels::matmul::coop::wide_v2_status(self) {
+                        Ok(()) => "self-test passed (picked with matmul_coop_v=1,matmul_coop_v2=1)".to_string(),
                         Err(why) => format!("off ({why})"),
                     },
                 ));

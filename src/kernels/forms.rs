@@ -151,6 +151,10 @@ pub struct Forms {
     /// `coop128`, where that form's own self-test passed: `matmul_coop_v`. Off by default: not
     /// measured on a GPU yet (session 31).
     pub matmul_coop_v: bool,
+    /// Where `matmul_coop_v` picks `coop128v`, it runs `coop128v2` instead (two K slices' loads
+    /// in flight, not one; the same bits), where that form's own self-test passed:
+    /// `matmul_coop_v2`. Off by default: not measured on a GPU yet (session 72).
+    pub matmul_coop_v2: bool,
     /// The engine's shader modules keep wgpu's runtime checks (`shader_checks`): naga clamps every
     /// index into a workgroup, private or function array (`min` before each workgroup-memory read:
     /// the staged matmul's inner loop, 64 FMAs, carries four) and bounds every loop with a
@@ -349,6 +353,7 @@ impl Forms {
             residual_fused: true,
             matmul_coop: false,
             matmul_coop_v: false,
+            matmul_coop_v2: false,
             shader_checks: true,
             unchecked: Vec::new(),
             wg_zero: false,
@@ -478,6 +483,7 @@ impl Forms {
                 "residual_fused" => self.residual_fused = flag()?,
                 "matmul_coop" => self.matmul_coop = flag()?,
                 "matmul_coop_v" => self.matmul_coop_v = flag()?,
+                "matmul_coop_v2" => self.matmul_coop_v2 = flag()?,
                 "shader_checks" => (self.shader_checks, self.unchecked) = (flag()?, Vec::new()),
                 "unchecked" => self.unchecked = Self::shader_list(key, value)?,
                 "wg_zero" => self.wg_zero = flag()?,
@@ -593,6 +599,7 @@ impl Forms {
         ("residual_fused", "baseline: the residual added by the sublayer's last product"),
         ("matmul_coop", "f16 products on cooperative matrices where the device has them"),
         ("matmul_coop_v", "matmul_coop: the wide form on coop128v's staging"),
+        ("matmul_coop_v2", "matmul_coop_v: coop128v2, two K slices' loads in flight"),
         ("split_k_tiles", "matmul: products with fewer output tiles split along K (0: never)"),
         ("shader_checks", "wgpu's index clamps and loop counters kept in every shader"),
         ("unchecked", "shaders built without those checks all the same (a+b, all-a-b, all, none)"),
@@ -645,6 +652,7 @@ impl Forms {
                 "residual_fused" => b(self.residual_fused),
                 "matmul_coop" => b(self.matmul_coop),
                 "matmul_coop_v" => b(self.matmul_coop_v),
+                "matmul_coop_v2" => b(self.matmul_coop_v2),
                 "split_k_tiles" => self.split_k_tiles.to_string(),
                 "shader_checks" => b(self.shader_checks),
                 "unchecked" => self.unchecked_spec(),

@@ -438,23 +438,30 @@ pub(super) fn matmul_named(name: &str) -> Option<Variant> {
 /// stored and read (both f16 operands: [`MatmulElem::R16`] or [`MatmulElem::F16`]); with `q16`
 /// an f32-stored ([`MatmulElem::R16`]) operand's quads in flight are held as f16, converted as
 /// they arrive (parts `matmul_{a,b}_r16q`, variant `coop128vq`), where without it they stay f32
-/// until stashed. Named `s32_rr`, `s32_rh`, `s64_hh`, `s32_rhq`, …
+/// until stashed; with `depth2` `mm_coop128v` keeps two slices' loads in flight, not one
+/// (`VDEPTH` = 2, variant `coop128v2`). Named `s32_rr`, `s32_rh`, `s64_hh`, `s32_rhq`, `s32_rh2`, …
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CoopKey {
     pub sg: usize,
     pub a: MatmulElem,
     pub b: MatmulElem,
     pub q16: bool,
+    pub depth2: bool,
 }
 
 impl CoopKey {
     pub fn name(&self) -> String {
-        format!("s{}_{}{}{}", self.sg, self.a.code(), self.b.code(), if self.q16 { "q" } else { "" })
+        let (q, d) = (if self.q16 { "q" } else { "" }, if self.depth2 { "2" } else { "" });
+        format!("s{}_{}{}{q}{d}", self.sg, self.a.code(), self.b.code())
     }
 
     pub fn parse(name: &str) -> Option<CoopKey> {
         let (sg, ops) = name.strip_prefix('s')?.split_once('_')?;
         let sg: usize = sg.parse().ok()?;
+        let (ops, depth2) = match ops.strip_suffix('2') {
+            Some(o) => (o, true),
+            None => (ops, false),
+        };
         let (ops, q16) = match ops.strip_suffix('q') {
             Some(o) => (o, true),
             None => (ops, false),
@@ -462,13 +469,13 @@ impl CoopKey {
         let mut cs = ops.chars();
         let (a, b) = (MatmulElem::from_code(cs.next()?)?, MatmulElem::from_code(cs.next()?)?);
         let ok = cs.next().is_none() && sg.is_power_of_two() && (8..=128).contains(&sg) && a.half() && b.half();
-        ok.then_some(CoopKey { sg, a, b, q16 })
+        ok.then_some(CoopKey { sg, a, b, q16, depth2 })
     }
 
     fn variant(&self) -> Variant {
         Variant {
             name: self.name(),
-            consts: vec![("SG", "u32", u(self.sg))],
+            consts: vec![("SG", "u32", u(self.sg)), ("VDEPTH", "u32", u(1 + self.depth2 as usize))],
             parts: vec![
                 part("coop_enable"),
                 part("coop_staging"),
@@ -489,14 +496,15 @@ impl CoopKey {
     }
 
     /// The listed variants: 32-wide (NVIDIA) with every pair of f16 operand forms, 64-wide (AMD),
-    /// and 32-wide with f16 quads in flight for the pairs the benchmark and training use (`rr`,
-    /// `rh`).
+    /// and 32-wide with f16 quads in flight, or with two slices in flight, for the pairs the
+    /// benchmark and training use (`rr`, `rh`).
     pub fn all() -> Vec<CoopKey> {
         let (r, h) = (MatmulElem::R16, MatmulElem::F16);
-        let mut out: Vec<CoopKey> =
-            [(r, r), (r, h), (h, r), (h, h)].map(|(a, b)| CoopKey { sg: 32, a, b, q16: false }).into();
-        out.push(CoopKey { sg: 64, a: r, b: h, q16: false });
-        out.extend([(r, r), (r, h)].map(|(a, b)| CoopKey { sg: 32, a, b, q16: true }));
+        let key = |sg, a, b| CoopKey { sg, a, b, q16: false, depth2: false };
+        let mut out: Vec<CoopKey> = [(r, r), (r, h), (h, r), (h, h)].map(|(a, b)| key(32, a, b)).into();
+        out.push(key(64, r, h));
+        out.extend([(r, r), (r, h)].map(|(a, b)| CoopKey { q16: true, ..key(32, a, b) }));
+        out.extend([(r, r), (r, h)].map(|(a, b)| CoopKey { depth2: true, ..key(32, a, b) }));
         out
     }
 }
@@ -520,15 +528,18 @@ pub(super) fn coop_named(name: &str) -> Option<Variant> {
 /// `hr`, `hh`).
 pub(super) fn stage_check_variants() -> Vec<Variant> {
     let (r, h) = (MatmulElem::R16, MatmulElem::F16);
-    let plain = [(r, r), (r, h), (h, r), (h, h)].map(|(a, b)| (a, b, false));
-    // (… and with f16 quads in flight, `rrq`, `rhq`, `hrq`: `coop128vq`'s staging.)
-    let q16 = [(r, r), (r, h), (h, r)].map(|(a, b)| (a, b, true));
+    let plain = [(r, r), (r, h), (h, r), (h, h)].map(|(a, b)| (a, b, false, false));
+    // (… with f16 quads in flight, `rrq`, `rhq`, `hrq`: `coop128vq`'s staging; with two slices
+    // in flight, `rr2`, `rh2`, `hr2`, `hh2`: `coop128v2`'s.)
+    let q16 = [(r, r), (r, h), (h, r)].map(|(a, b)| (a, b, true, false));
+    let depth2 = plain.map(|(a, b, _, _)| (a, b, false, true));
     plain
         .into_iter()
         .chain(q16)
-        .map(|(a, b, q)| Variant {
-            name: format!("{}{}{}", a.code(), b.code(), if q { "q" } else { "" }),
-            consts: vec![],
+        .chain(depth2)
+        .map(|(a, b, q, d2)| Variant {
+            name: format!("{}{}{}{}", a.code(), b.code(), if q { "q" } else { "" }, if d2 { "2" } else { "" }),
+            consts: vec![("VDEPTH", "u32", u(1 + d2 as usize))],
             parts: vec![
                 part("coop_staging"),
                 part("coop_staging_v"),

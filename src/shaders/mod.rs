@@ -430,6 +430,18 @@ mod tests {
         let t = get("matmul").unwrap().text(Some("c64_hr")).unwrap();
         assert!(t.starts_with("enable f16;\nconst BM: u32 = 128u;"), "{}", &t[..60]);
         assert_eq!(t.matches("enable f16;").count(), 1);
+        // The cooperative-matrix keys: f16 quads in flight (`q`), two slices in flight (`2`).
+        for k in CoopKey::all() {
+            assert_eq!(CoopKey::parse(&k.name()), Some(k), "{}", k.name());
+        }
+        let k = CoopKey::parse("s32_rhq2").unwrap();
+        assert!(k.q16 && k.depth2 && (k.a, k.b) == (R16, F16) && k.sg == 32, "{k:?}");
+        assert_eq!(CoopKey::parse("s32_rh2").map(|k| (k.q16, k.depth2)), Some((false, true)));
+        for bad in ["s32_rh2q", "s32_rh22", "s32_ff", "s24_rr", "s32_r2"] {
+            assert_eq!(CoopKey::parse(bad), None, "{bad}");
+        }
+        let t = get("matmul_coop").unwrap().text(Some("s32_rr2")).unwrap();
+        assert!(t.contains("const VDEPTH: u32 = 2u;"), "{}", &t[..200]);
         assert_eq!(DeltaKey { m: 4, seg1: true, subgroup: true, f16: true, packed: false }.name(), "m4s1gh");
         assert_eq!(DeltaKey { m: 2, seg1: true, subgroup: false, f16: false, packed: true }.name(), "m2s1p");
         for k in DeltaKey::all() {

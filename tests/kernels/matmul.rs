@@ -1204,8 +1204,8 @@ fn the_cooperative_matrix_staging_puts_every_operand_element_where_the_fragments
 
 #[test]
 fn coop128_and_coop128v_without_their_cooperative_matrix_operations_match_float64() {
-    // `coop::soft_check` (`coop::soft_check_v`, and `soft_check_vq` for coop128vq's f16 quads in
-    // flight): mm_coop128's (mm_coop128v's) staging, tiles,
+    // `coop::soft_check` (`coop::soft_check_v`, `soft_check_vq` for coop128vq's f16 quads in
+    // flight and `soft_check_v2` for coop128v2's two slices in flight): mm_coop128's (mm_coop128v's) staging, tiles,
     // subgroup layout, fragment offsets and output path, with the fragment products done by the
     // invocations (lavapipe has no cooperative matrices): against float64 on f16 operands, every
     // layout, edges, K tails (and a K of one slice), batches, accumulation and alpha. What it
@@ -1232,6 +1232,14 @@ fn coop128_and_coop128v_without_their_cooperative_matrix_operations_match_float6
             1,
             &how,
             &|gpu, a, b, c| vec![matmul::coop::soft_check_vq(&mm, gpu, a, b, c).unwrap()],
+            1e-5,
+        );
+        let how = format!("soft128v with two slices in flight (coop128v2) {i} {:?}/{:?}", mm.a_elem, mm.b_elem);
+        check_bound_tol(
+            mm,
+            1,
+            &how,
+            &|gpu, a, b, c| vec![matmul::coop::soft_check_v2(&mm, gpu, a, b, c).unwrap()],
             1e-5,
         );
     }
@@ -1298,7 +1306,7 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     let mut rng = Rng::fresh();
     let ta = upload(&gpu, "a", &rng.uniform(ea, -1.0, 1.0));
     let tb = upload_elem(&gpu, "b", &rng.uniform(eb, -1.0, 1.0), MatmulElem::F16);
-    use matmul::coop::{VARIANT8, VARIANT128, VARIANT128D, VARIANT128V, VARIANT128VQ};
+    use matmul::coop::{VARIANT8, VARIANT128, VARIANT128D, VARIANT128V, VARIANT128V2, VARIANT128VQ};
     for v in matmul::coop::ALL.into_iter().chain(matmul::coop::DIAGNOSTIC) {
         let tc = poisoned(&gpu, "c", &[ec]);
         let family_ok = if v == VARIANT8 { matmul::coop::status8(&gpu).is_ok() } else { gpu.coop.is_ok() };
@@ -1317,6 +1325,9 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
             }
             Err(e) if v == VARIANT128VQ && gpu.coop.is_ok() => {
                 assert!(matmul::coop::wide_vq_status(&gpu).is_err() && e.to_string().contains(v), "{v}: {e}")
+            }
+            Err(e) if v == VARIANT128V2 && gpu.coop.is_ok() => {
+                assert!(matmul::coop::wide_v2_status(&gpu).is_err() && e.to_string().contains(v), "{v}: {e}")
             }
             Err(e) if v.starts_with(VARIANT128V) && gpu.coop.is_ok() => {
                 // coop128v where its self-test failed; its halves where the device cannot run it.
@@ -1338,6 +1349,7 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
         (VARIANT128, matmul::coop::wide_status(&gpu)),
         (VARIANT128V, matmul::coop::wide_v_status(&gpu)),
         (VARIANT128VQ, matmul::coop::wide_vq_status(&gpu)),
+        (VARIANT128V2, matmul::coop::wide_v2_status(&gpu)),
         (VARIANT128D, matmul::coop::direct_status(&gpu)),
     ] {
         if let (true, Err(why)) = (matmul::coop::usable(&gpu), status) {
@@ -1391,9 +1403,11 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
     for mm in matmul::coop::direct_cases().into_iter().chain(direct_more()) {
         coop(mm);
     }
-    // coop128vq holds the same f16 values in flight as coop128v converts at its stash: the same
-    // products, bit for bit (vec4 and scalar staging, both operand forms, a ragged tile).
-    if here.contains(&VARIANT128V) && here.contains(&VARIANT128VQ) {
+    // coop128vq holds the same f16 values in flight as coop128v converts at its stash, and
+    // coop128v2 stashes the same slices an iteration later: the same products, bit for bit (vec4
+    // and scalar staging, both operand forms, a ragged tile).
+    let same: Vec<&str> = [VARIANT128V, VARIANT128VQ, VARIANT128V2].into_iter().filter(|v| here.contains(v)).collect();
+    if same.len() > 1 && same[0] == VARIANT128V {
         for mm in [
             Matmul::nt(260, 300, 100).elems(MatmulElem::R16, MatmulElem::R16),
             Matmul::tn(130, 129, 30).elems(MatmulElem::R16, MatmulElem::F16),
@@ -1402,7 +1416,7 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
             let [ea, eb, ec] = mm.extents();
             let ta = upload_elem(&gpu, "a", &rng.uniform(ea, -1.0, 1.0), mm.a_elem);
             let tb = upload_elem(&gpu, "b", &rng.uniform(eb, -1.0, 1.0), mm.b_elem);
-            let outs: Vec<Vec<f32>> = [VARIANT128V, VARIANT128VQ]
+            let outs: Vec<Vec<f32>> = same
                 .iter()
                 .map(|v| {
                     let tc = poisoned(&gpu, "c", &[ec]);
@@ -1410,7 +1424,9 @@ fn cooperative_matrix_products_match_float64_where_the_adapter_has_them() {
                     tc.read_f32(&gpu).unwrap()
                 })
                 .collect();
-            assert!(same_bits(&outs[0], &outs[1]), "{}x{}x{}: coop128vq differs from coop128v", mm.m, mm.n, mm.k);
+            for (v, out) in same.iter().zip(&outs).skip(1) {
+                assert!(same_bits(&outs[0], out), "{}x{}x{}: {v} differs from coop128v", mm.m, mm.n, mm.k);
+            }
         }
     }
     // The engine picks them for f16 products of at least 16 × 16 (the wide one from 128 × 128
@@ -1545,8 +1561,9 @@ fn check_causal(gpu: &ddl::gpu::Gpu, how: &str, hd: usize, half: bool, bind: &Ca
 fn coop128v_runs_causal_products_without_its_cooperative_matrix_operations() {
     // coop128v's K loop over a causal product's range and its grid's skipped score tiles
     // (`coop::CAUSAL`), checked on any adapter through its soft check (`soft128v`, and with f16
-    // quads in flight as coop128vq runs them): what the GPU check's coop test then runs on the
-    // tensor cores. The f16 tiles through the same harness: the harness itself.
+    // quads or two slices in flight as coop128vq and coop128v2 run them): what the GPU check's
+    // coop test then runs on the tensor cores. The f16 tiles through the same harness: the
+    // harness itself.
     let gpu = f16_gpu();
     check_causal(
         &gpu,
@@ -1564,13 +1581,21 @@ fn coop128v_runs_causal_products_without_its_cooperative_matrix_operations() {
         &|gpu, mm, a, b, c| matmul::coop::soft_check_vq(mm, gpu, a, b, c).unwrap(),
         1e-5,
     );
+    check_causal(
+        &gpu,
+        "soft128v2",
+        16,
+        true,
+        &|gpu, mm, a, b, c| matmul::coop::soft_check_v2(mm, gpu, a, b, c).unwrap(),
+        1e-5,
+    );
     check_causal(&gpu, "w128 f16", 16, true, &|gpu, mm, a, b, c| mm.bind_variant(gpu, "w128", a, b, c).unwrap(), 1e-5);
     // The other cooperative-matrix kernels refuse them, whatever the adapter.
     let mm = Matmul::nt(256, 256, 16).causal(matmul::Causal::Scores).elems(MatmulElem::R16, MatmulElem::R16);
     let (a, c) = (upload(&gpu, "a", &vec![0.5; 256 * 16]), poisoned(&gpu, "c", &[256 * 256]));
     for v in [matmul::coop::VARIANT, matmul::coop::VARIANT128, matmul::coop::VARIANT128D, "coop128v:mma"] {
         let e = mm.bind_variant(&gpu, v, a.view(), a.view(), c.view()).unwrap_err().to_string();
-        assert!(e.contains("causal") && e.contains("coop128v and coop128vq"), "{v}: {e}");
+        assert!(e.contains("causal") && e.contains(&matmul::coop::CAUSAL.join(", ")), "{v}: {e}");
     }
 }
 

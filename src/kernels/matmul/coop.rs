@@ -56,6 +56,15 @@ pub const VARIANT128V: &str = "coop128v";
 /// self-tested apart ([`wide_vq_status`]).
 pub const VARIANT128VQ: &str = "coop128vq";
 
+/// [`VARIANT128V`] with two K slices' loads in flight, not one (`mm_coop128v` compiled with
+/// `VDEPTH` = 2, part `coop_staging_v`'s `v_ahead`): each slice's loads are issued two slices'
+/// products before they are stashed. For a kernel that keeps one workgroup on a multiprocessor
+/// anyway (≈ 135 registers an invocation), the second set of quads in registers costs no
+/// occupancy. The same products in the same order as [`VARIANT128V`], so the same bits.
+/// Written (session 72) before any GPU run: picked only with the forms `matmul_coop_v` and
+/// `matmul_coop_v2` on; self-tested apart ([`wide_v2_status`]).
+pub const VARIANT128V2: &str = "coop128v2";
+
 /// [`VARIANT128`]'s tiles, subgroups and fragments with no staging (`mm_coop128d`, part
 /// `coop_direct`): every fragment loaded straight from the operands' f16 storage, the next K
 /// step's in flight during this step's products, no workgroup memory or barrier in the K loop.
@@ -93,10 +102,11 @@ pub const VARIANT8: &str = "coop8";
 /// 128) and its grid skips the score products' tiles past their granule, as the tiles' do.
 /// Products with an operand shorter than one vec4, which the others hand to [`VARIANT`], are
 /// refused there.
-pub const CAUSAL: [&str; 2] = [VARIANT128V, VARIANT128VQ];
+pub const CAUSAL: [&str; 3] = [VARIANT128V, VARIANT128VQ, VARIANT128V2];
 
 /// Every cooperative-matrix variant the engine has (the diagnostic halves aside).
-pub const ALL: [&str; 7] = [VARIANT, VARIANT64, VARIANT128, VARIANT128V, VARIANT128VQ, VARIANT128D, VARIANT8];
+pub const ALL: [&str; 8] =
+    [VARIANT, VARIANT64, VARIANT128, VARIANT128V, VARIANT128VQ, VARIANT128V2, VARIANT128D, VARIANT8];
 
 /// The tile of C one workgroup of `variant` computes, its entry point and the diagnostic mode it
 /// runs in (bits of the parameters' `vec4s`: 64 puts a barrier in `mm_coop_mma`'s loop) — the
@@ -198,6 +208,18 @@ pub fn wide_vq_status(gpu: &Gpu) -> std::result::Result<(), String> {
     tested_once(gpu, &gpu.coop_wide_vq, VARIANT128VQ, || self_test_wide_of(gpu, VARIANT128VQ))
 }
 
+/// Whether [`VARIANT128V2`] can run on this device: [`wide_v_status`]'s conditions and its own
+/// self-test (the same products).
+pub fn wide_v2_status(gpu: &Gpu) -> std::result::Result<(), String> {
+    wide_v_ready(gpu)?;
+    tested_once(gpu, &gpu.coop_wide_v2, VARIANT128V2, || self_test_wide_of(gpu, VARIANT128V2))
+}
+
+/// Whether [`VARIANT128V2`] runs here: [`usable`] and [`wide_v2_status`].
+pub fn wide_v2_usable(gpu: &Gpu) -> bool {
+    usable(gpu) && wide_v2_status(gpu).is_ok()
+}
+
 /// Whether [`VARIANT128V`] runs here: [`usable`] and [`wide_v_status`].
 pub fn wide_v_usable(gpu: &Gpu) -> bool {
     usable(gpu) && wide_v_status(gpu).is_ok()
@@ -280,6 +302,9 @@ pub fn variants_here(gpu: &Gpu) -> Vec<&'static str> {
         if wide_vq_status(gpu).is_ok() {
             v.push(VARIANT128VQ);
         }
+        if wide_v2_status(gpu).is_ok() {
+            v.push(VARIANT128V2);
+        }
         if direct_usable(gpu) {
             v.push(VARIANT128D);
         }
@@ -333,7 +358,7 @@ fn bind_checked(
             reason: format!("cooperative matrices are not usable here: {}", why_not(gpu).unwrap_or_default()),
         });
     }
-    let key = CoopKey { sg: width(gpu), a: half(mm.a_elem), b: half(mm.b_elem), q16: false };
+    let key = CoopKey { sg: width(gpu), a: half(mm.a_elem), b: half(mm.b_elem), q16: false, depth2: false };
     if variant == VARIANT128 {
         if let Err(why) = if checked { wide_status(gpu) } else { wide_ready(gpu) } {
             return Err(GpuError::Shader {
@@ -355,14 +380,19 @@ fn bind_checked(
         return dispatch_plain(mm, gpu, "matmul_coop", &key.name(), "mm_coop128d", (128, 128), 0, a, b, c);
     }
     let diagnostic = DIAGNOSTIC128V.iter().find(|d| d.0 == variant);
-    if variant == VARIANT128V || variant == VARIANT128VQ || diagnostic.is_some() {
+    if variant == VARIANT128V || variant == VARIANT128VQ || variant == VARIANT128V2 || diagnostic.is_some() {
         // (The diagnostic halves do not compute the product: no self-test for them; coop128vq,
-        // the same kernel on the `q16` operand parts, has its own.)
-        let q16 = variant == VARIANT128VQ;
-        let ok = match (checked && diagnostic.is_none(), q16) {
-            (false, _) => wide_v_ready(gpu),
-            (true, false) => wide_v_status(gpu),
-            (true, true) => wide_vq_status(gpu),
+        // the same kernel on the `q16` operand parts, and coop128v2, with two slices in flight,
+        // have their own.)
+        let (q16, depth2) = (variant == VARIANT128VQ, variant == VARIANT128V2);
+        let ok = if !checked || diagnostic.is_some() {
+            wide_v_ready(gpu)
+        } else if q16 {
+            wide_vq_status(gpu)
+        } else if depth2 {
+            wide_v2_status(gpu)
+        } else {
+            wide_v_status(gpu)
         };
         if let Err(why) = ok {
             return Err(GpuError::Shader { shader: "matmul_coop".into(), reason: format!("variant {variant}: {why}") });
@@ -380,7 +410,7 @@ fn bind_checked(
             }
             return bind_checked(mm, gpu, VARIANT, a, b, c, checked);
         }
-        let key = CoopKey { q16, ..key };
+        let key = CoopKey { q16, depth2, ..key };
         let mode = diagnostic.map_or(0, |d| d.1);
         return dispatch_quads(mm, gpu, "matmul_coop", &key.name(), "mm_coop128v", 128, mode, a, b, c);
     }
@@ -459,7 +489,13 @@ pub fn soft_check_v(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_
 /// `matmul_{a,b}_r16q`; an operand pair without an f32-stored one is [`soft_check_v`]'s).
 #[doc(hidden)]
 pub fn soft_check_vq(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
-    bind_check_q(mm, gpu, "soft128v", true, a, b, c)
+    bind_check_q(mm, gpu, "soft128v", (true, false), a, b, c)
+}
+
+/// [`soft_check_v`] for [`VARIANT128V2`] (`soft128v` with two slices' loads in flight).
+#[doc(hidden)]
+pub fn soft_check_v2(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
+    bind_check_q(mm, gpu, "soft128v", (false, true), a, b, c)
 }
 
 /// [`soft_check`] for [`VARIANT128D`] (`soft128d`: its fragments' first elements and strides read
@@ -496,23 +532,24 @@ fn dispatch_plain(
 }
 
 fn bind_check(mm: &Matmul, gpu: &Gpu, entry: &str, a: View<'_>, b: View<'_>, c: View<'_>) -> Result<Dispatch> {
-    bind_check_q(mm, gpu, entry, false, a, b, c)
+    bind_check_q(mm, gpu, entry, (false, false), a, b, c)
 }
 
-/// [`bind_check`] on the staging check's variant for `mm`'s operand forms (`rh`, …), with `q16`
-/// the one holding an f32-stored operand's quads as f16 (`rhq`, …; a pair without one has none).
+/// [`bind_check`] on the staging check's variant for `mm`'s operand forms (`rh`, …), with
+/// `(q16, depth2)`: `q16` the one holding an f32-stored operand's quads as f16 (`rhq`, …; a pair
+/// without one has none), `depth2` the one with two slices in flight (`rh2`, …).
 fn bind_check_q(
     mm: &Matmul,
     gpu: &Gpu,
     entry: &str,
-    q16: bool,
+    (q16, depth2): (bool, bool),
     a: View<'_>,
     b: View<'_>,
     c: View<'_>,
 ) -> Result<Dispatch> {
     let (ea, eb) = (half(mm.a_elem), half(mm.b_elem));
     let q = q16 && (ea == MatmulElem::R16 || eb == MatmulElem::R16);
-    let variant = format!("{}{}{}", ea.code(), eb.code(), if q { "q" } else { "" });
+    let variant = format!("{}{}{}{}", ea.code(), eb.code(), if q { "q" } else { "" }, if depth2 { "2" } else { "" });
     dispatch_quads(mm, gpu, "coop_stage_check", &variant, entry, 128, 0, a, b, c)
 }
 
@@ -531,7 +568,7 @@ fn bind8(mm: &Matmul, gpu: &Gpu, a: View<'_>, b: View<'_>, c: View<'_>, checked:
             reason: format!("8x8 cooperative matrices are not usable here: {why}"),
         });
     }
-    let key = CoopKey { sg: 32, a: half(mm.a_elem), b: half(mm.b_elem), q16: false };
+    let key = CoopKey { sg: 32, a: half(mm.a_elem), b: half(mm.b_elem), q16: false, depth2: false };
     if shorter_than_a_quad(&key, &a, &b) {
         // A product of a few elements: the f16 tiles.
         return mm.bind_variant(gpu, heuristic(gpu, mm), a, b, c);
@@ -609,7 +646,8 @@ pub fn self_test_wide(gpu: &Gpu) -> std::result::Result<(), String> {
     self_test_wide_of(gpu, VARIANT128)
 }
 
-/// [`self_test_wide`] for `variant` ([`VARIANT128`], [`VARIANT128V`] or [`VARIANT128VQ`]).
+/// [`self_test_wide`] for `variant` ([`VARIANT128`], [`VARIANT128V`], [`VARIANT128VQ`] or
+/// [`VARIANT128V2`]).
 fn self_test_wide_of(gpu: &Gpu, variant: &str) -> std::result::Result<(), String> {
     for mm in wide_cases() {
         self_test_variant(gpu, variant, mm).map_err(|e| format!("{variant} {}x{}x{}: {e}", mm.m, mm.n, mm.k))?;

@@ -404,7 +404,7 @@ impl Matmul {
                     "a causal attention product ({:?}) runs on the tile variants whose rows divide {CAUSAL_GRANULE} \
                      and on {}, not '{variant}'",
                     self.causal,
-                    coop::CAUSAL.join(" and ")
+                    coop::CAUSAL.join(", ")
                 ),
             });
         }

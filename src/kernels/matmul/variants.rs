@@ -180,6 +180,10 @@ pub fn pick(gpu: &Gpu, mm: &Matmul) -> &'static str {
         // `matmul_coop_v`.
         let wide = mm.m >= 128 && mm.n >= 128;
         if wide && gpu.forms.matmul_coop_v && coop::wide_v_usable(gpu) {
+            // (Two slices in flight with `matmul_coop_v2`.)
+            if gpu.forms.matmul_coop_v2 && coop::wide_v2_usable(gpu) {
+                return coop::VARIANT128V2;
+            }
             return coop::VARIANT128V;
         }
         if coop_ok {
