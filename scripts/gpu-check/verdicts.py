@@ -292,6 +292,18 @@ PREDICTIONS = [
          lo=0.48, hi=0.74, doc="Prediction for coop128v's quads in registers",
          rule="(run 5: 0.915 [0.909, 0.918] of coop128's f16 step); an f16 step below the f32 "
               "step's 212.7 ms: measure the cooperative matrices on by default for f16"),
+    # Session 72: "Prediction for coop128v's two slices in flight".
+    dict(run=6, id="coop128v2-rel", stage="bench-matmul-coop128v", what="tflops",
+         sel=dict(variant="coop128v2", case="nn", m=4096, operands="rh"), rel_to="coop128v-regs",
+         lo=1.15, hi=1.8, doc="Prediction for coop128v's two slices in flight",
+         rule="where coop128v-regs-stage is 80 or more (one round trip a slice): above 1.15, "
+              "the next slice's loads were late (matmul_coop_v2 on with matmul_coop_v); at "
+              "0.9-1.1 with the staging still near 40, the loads wait on each other, not on time; "
+              "below 0.9, the second set of quads spilled"),
+    dict(run=6, id="coop128v2-step", stage="bench-train-small-f16-coop128v2", what="ratio",
+         lo=0.75, hi=0.95, doc="Prediction for coop128v's two slices in flight",
+         rule="interval below 1: matmul_coop_v2 joins matmul_coop_v wherever that goes on; "
+              "containing 1: the step's products are not waiting on their loads"),
 ]
 
 
