@@ -1204,46 +1204,36 @@ fn the_cooperative_matrix_staging_puts_every_operand_element_where_the_fragments
 
 #[test]
 fn coop128_and_coop128v_without_their_cooperative_matrix_operations_match_float64() {
-    // `coop::soft_check` (`coop::soft_check_v`, `soft_check_vq` for coop128vq's f16 quads in
-    // flight and `soft_check_v2` for coop128v2's two slices in flight): mm_coop128's (mm_coop128v's) staging, tiles,
-    // subgroup layout, fragment offsets and output path, with the fragment products done by the
-    // invocations (lavapipe has no cooperative matrices): against float64 on f16 operands, every
-    // layout, edges, K tails (and a K of one slice), batches, accumulation and alpha. What it
-    // leaves to the GPU check: the cooperative-matrix operations themselves (for coop128v, also
-    // that its loads read quads with strides in quads as `soft128v` reads them).
+    // `coop::soft_check` (and the others of `SOFT`): mm_coop128's (mm_coop128v's) staging,
+    // tiles, subgroup layout, fragment offsets and output path, with the fragment products done by
+    // the invocations (lavapipe has no cooperative matrices): against float64 on f16 operands,
+    // every layout, edges, K tails (and a K of one slice), batches, accumulation and alpha. What
+    // it leaves to the GPU check: the cooperative-matrix operations themselves (for coop128v,
+    // also that its loads read quads with strides in quads as `soft128v` reads them).
     let mut cases = Vec::from(quad_staging_cases());
     cases.insert(5, Matmul::nn(1, 20, 7));
     for (i, mm) in cases.into_iter().enumerate() {
         let (ea, eb) = HALF[i % HALF.len()];
         let mm = mm.elems(ea, eb).accumulate(i % 2 == 1).alpha(if i % 3 == 0 { 1.0 } else { -0.5 });
-        let how = format!("soft128 {i} {:?}/{:?}", mm.a_elem, mm.b_elem);
-        check_bound_tol(mm, 1, &how, &|gpu, a, b, c| vec![matmul::coop::soft_check(&mm, gpu, a, b, c).unwrap()], 1e-5);
-        let how = format!("soft128v {i} {:?}/{:?}", mm.a_elem, mm.b_elem);
-        check_bound_tol(
-            mm,
-            1,
-            &how,
-            &|gpu, a, b, c| vec![matmul::coop::soft_check_v(&mm, gpu, a, b, c).unwrap()],
-            1e-5,
-        );
-        let how = format!("soft128v with f16 quads in flight (coop128vq) {i} {:?}/{:?}", mm.a_elem, mm.b_elem);
-        check_bound_tol(
-            mm,
-            1,
-            &how,
-            &|gpu, a, b, c| vec![matmul::coop::soft_check_vq(&mm, gpu, a, b, c).unwrap()],
-            1e-5,
-        );
-        let how = format!("soft128v with two slices in flight (coop128v2) {i} {:?}/{:?}", mm.a_elem, mm.b_elem);
-        check_bound_tol(
-            mm,
-            1,
-            &how,
-            &|gpu, a, b, c| vec![matmul::coop::soft_check_v2(&mm, gpu, a, b, c).unwrap()],
-            1e-5,
-        );
+        for (name, soft) in SOFT {
+            let how = format!("{name} {i} {:?}/{:?}", mm.a_elem, mm.b_elem);
+            check_bound_tol(mm, 1, &how, &|gpu, a, b, c| vec![soft(&mm, gpu, a, b, c).unwrap()], 1e-5);
+        }
     }
 }
+
+/// A soft check: a cooperative-matrix kernel's staging and layout with the products done by
+/// the invocations (`coop::soft_check*`).
+type Soft = fn(&Matmul, &ddl::gpu::Gpu, View<'_>, View<'_>, View<'_>) -> ddl::gpu::Result<ddl::gpu::Dispatch>;
+
+/// The soft checks: `coop128`'s (`soft128`); `coop128v`'s (`soft128v`), with f16 quads in flight
+/// as `coop128vq` holds them and with two slices in flight as `coop128v2` keeps them.
+const SOFT: [(&str, Soft); 4] = [
+    ("soft128", matmul::coop::soft_check),
+    ("soft128v", matmul::coop::soft_check_v),
+    ("soft128v with f16 quads in flight (coop128vq)", matmul::coop::soft_check_vq),
+    ("soft128v with two slices in flight (coop128v2)", matmul::coop::soft_check_v2),
+];
 
 /// Products `coop128d` runs beyond its self-test's (`coop::direct_cases`): two batch levels,
 /// operands at offsets and with strides past their widths, one fragment row and column.
@@ -1565,30 +1555,10 @@ fn coop128v_runs_causal_products_without_its_cooperative_matrix_operations() {
     // coop test then runs on the tensor cores. The f16 tiles through the same harness: the
     // harness itself.
     let gpu = f16_gpu();
-    check_causal(
-        &gpu,
-        "soft128v",
-        16,
-        true,
-        &|gpu, mm, a, b, c| matmul::coop::soft_check_v(mm, gpu, a, b, c).unwrap(),
-        1e-5,
-    );
-    check_causal(
-        &gpu,
-        "soft128vq",
-        16,
-        true,
-        &|gpu, mm, a, b, c| matmul::coop::soft_check_vq(mm, gpu, a, b, c).unwrap(),
-        1e-5,
-    );
-    check_causal(
-        &gpu,
-        "soft128v2",
-        16,
-        true,
-        &|gpu, mm, a, b, c| matmul::coop::soft_check_v2(mm, gpu, a, b, c).unwrap(),
-        1e-5,
-    );
+    // (`soft128`, coop128's, is refused below: not in `coop::CAUSAL`.)
+    for (name, soft) in &SOFT[1..] {
+        check_causal(&gpu, name, 16, true, &|gpu, mm, a, b, c| soft(mm, gpu, a, b, c).unwrap(), 1e-5);
+    }
     check_causal(&gpu, "w128 f16", 16, true, &|gpu, mm, a, b, c| mm.bind_variant(gpu, "w128", a, b, c).unwrap(), 1e-5);
     // The other cooperative-matrix kernels refuse them, whatever the adapter.
     let mm = Matmul::nt(256, 256, 16).causal(matmul::Causal::Scores).elems(MatmulElem::R16, MatmulElem::R16);
