@@ -299,7 +299,8 @@ PREDICTIONS = [
          rule="where coop128v-regs-stage is 80 or more (one round trip a slice): above 1.15, "
               "the next slice's loads were late (matmul_coop_v2 on with matmul_coop_v); at "
               "0.9-1.1 with the staging still near 40, the loads wait on each other, not on time; "
-              "below 0.9, the second set of quads spilled"),
+              "below 0.9, the second set of quads spilled or cost a resident workgroup (coop128v "
+              "below 128 registers after all: then coop128vq's reading applies)"),
     dict(run=6, id="coop128v2-step", stage="bench-train-small-f16-coop128v2", what="ratio",
          lo=0.75, hi=0.95, doc="Prediction for coop128v's two slices in flight",
          rule="interval below 1: matmul_coop_v2 joins matmul_coop_v wherever that goes on; "
