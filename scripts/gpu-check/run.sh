@@ -434,6 +434,9 @@ gpu_bench_cmds() {
       # Session 72: coop128v with two K slices' loads in flight, against one; and the
       # cooperative-matrix kernels at small-124m's shapes (issue 29 asks for those rates too).
       "bench-matmul-model-coop|45|DDL_FORMS=matmul_coop=1,matmul_coop_v=1,shader_checks=0 bench matmul --preset small-124m --batch 8 --seq 1024 --operands rh --variants w128,coop128v,coop128vq,coop128v2 --reps 3 --json"
+      # Session 72: the token compressor's forward walks of 32 tokens, not 16 (its split against
+      # bench-train-small-ddl's: scripts/gpu-check/state_split.py --step).
+      "bench-train-small-ddl-conv32|45|DDL_FORMS=conv_fwd_chunk=32 bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --steps 5 --dispatches --json"
       "bench-train-small-f16-coop128v2|60|DDL_FORMS=matmul_coop=1,matmul_coop_v=1,matmul_coop_v2=1,shader_checks=0 bench train --preset small-124m --variant baseline --precision f16 --against-forms matmul_coop_v2=0 --batch 8 --seq 1024 --steps 6 --no-autotune --json"
       "bench-train-small-residual-fused|60|bench train --preset small-124m --variant baseline --batch 8 --seq 1024 --against-forms residual_fused=0 --steps 6 --json"
       "bench-train-small-recompute|70|bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --recompute --against ddl --steps 6 --json"
