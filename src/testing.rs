@@ -29,9 +29,8 @@ pub fn gpu() -> Arc<Gpu> {
 /// The folder that holds the tests' data (`tests/golden/`, `tests/fixtures/`, `assets/`), so
 /// that test binaries run away from the source tree (the GPU check's bundle runs them on another
 /// machine): `DDL_TEST_DATA` when set, else the working directory when it has `tests/golden/`,
-/// else the package folder `cargo test` names at run time (`CARGO_MANIFEST_DIR`, right also when
-/// the checkout moved after the build), else the source tree the binary was built from. Panics, failing the test, with the remedy
-/// when `DDL_TEST_DATA` names a folder without `tests/golden/`.
+/// else [`package_dir`]. Panics, failing the test, with the remedy when `DDL_TEST_DATA` names a
+/// folder without `tests/golden/`.
 pub fn data_root() -> std::path::PathBuf {
     use std::path::PathBuf;
     if let Some(d) = std::env::var_os("DDL_TEST_DATA").filter(|d| !d.is_empty()) {
@@ -49,12 +48,18 @@ pub fn data_root() -> std::path::PathBuf {
     {
         return cwd;
     }
-    if let Some(d) = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from)
-        && d.join("tests/golden").is_dir()
-    {
-        return d;
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    package_dir(env!("CARGO_MANIFEST_DIR"), "tests/golden")
+}
+
+/// A test binary's package folder: the one `cargo test` names at run time (`CARGO_MANIFEST_DIR`
+/// in the environment; right also when the checkout moved after the build, or the target
+/// folder is shared by checkouts at other paths) where it holds `marker`, else `built`, the
+/// binary's own `env!("CARGO_MANIFEST_DIR")`. (The app's and the browser's tests use it too.)
+pub fn package_dir(built: &str, marker: &str) -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .filter(|d| d.join(marker).exists())
+        .unwrap_or_else(|| built.into())
 }
 
 /// A file or folder of the tests' data under [`data_root`], e.g. `data_path("tests/golden/ddl.safetensors")`.

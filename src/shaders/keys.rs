@@ -451,8 +451,7 @@ pub struct CoopKey {
 
 impl CoopKey {
     pub fn name(&self) -> String {
-        let (q, d) = (if self.q16 { "q" } else { "" }, if self.depth2 { "2" } else { "" });
-        format!("s{}_{}{}{q}{d}", self.sg, self.a.code(), self.b.code())
+        format!("s{}_{}", self.sg, staging_name(self.a, self.b, self.q16, self.depth2))
     }
 
     pub fn parse(name: &str) -> Option<CoopKey> {
@@ -523,6 +522,13 @@ pub(super) fn coop_named(name: &str) -> Option<Variant> {
     CoopKey::parse(name).map(|k| k.variant())
 }
 
+/// The operand forms and staging flags of a cooperative-matrix variant, as its name ends
+/// (`rh`, `rrq`, `hh2`, …): [`CoopKey::name`] after the subgroup width, and the staging check's
+/// variants ([`stage_check_variants`]) whole, so that the two name a staging alike.
+pub fn staging_name(a: MatmulElem, b: MatmulElem, q16: bool, depth2: bool) -> String {
+    format!("{}{}{}{}", a.code(), b.code(), if q16 { "q" } else { "" }, if depth2 { "2" } else { "" })
+}
+
 /// The variants of the staging check (`shaders/coop_stage_check.wgsl`): the cooperative-matrix
 /// kernels' staging without cooperative matrices, one per pair of f16 operand forms (`rr`, `rh`,
 /// `hr`, `hh`).
@@ -538,7 +544,7 @@ pub(super) fn stage_check_variants() -> Vec<Variant> {
         .chain(q16)
         .chain(depth2)
         .map(|(a, b, q, d2)| Variant {
-            name: format!("{}{}{}{}", a.code(), b.code(), if q { "q" } else { "" }, if d2 { "2" } else { "" }),
+            name: staging_name(a, b, q, d2),
             consts: vec![("VDEPTH", "u32", u(1 + d2 as usize))],
             parts: vec![
                 part("coop_staging"),

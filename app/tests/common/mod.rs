@@ -7,17 +7,8 @@ use std::path::{Path, PathBuf};
 use ddl::model::Variant;
 use ddl::train::{RunConfig, TrainOptions};
 
-/// The app's package folder: the one `cargo test` names at run time (right also when the checkout
-/// moved after the build), else the one the test was built in.
-pub fn app_dir() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .filter(|d| d.join("tests/fixtures").is_dir())
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf())
-}
-
 pub fn fixture(name: &str) -> PathBuf {
-    app_dir().join("tests/fixtures").join(name)
+    ddl::testing::package_dir(env!("CARGO_MANIFEST_DIR"), "tests/fixtures").join("tests/fixtures").join(name)
 }
 
 pub fn tmpdir(name: &str) -> PathBuf {

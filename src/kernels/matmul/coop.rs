@@ -549,7 +549,7 @@ fn bind_check_q(
 ) -> Result<Dispatch> {
     let (ea, eb) = (half(mm.a_elem), half(mm.b_elem));
     let q = q16 && (ea == MatmulElem::R16 || eb == MatmulElem::R16);
-    let variant = format!("{}{}{}{}", ea.code(), eb.code(), if q { "q" } else { "" }, if depth2 { "2" } else { "" });
+    let variant = crate::shaders::staging_name(ea, eb, q, depth2);
     dispatch_quads(mm, gpu, "coop_stage_check", &variant, entry, 128, 0, a, b, c)
 }
 

@@ -5,19 +5,14 @@
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use headless_chrome::{Browser, LaunchOptions, Tab};
 
-/// The repository: the parent of the package folder `cargo test` names at run time (right also
-/// when the checkout moved after the build), else of the one the test was built in.
+/// The repository: the parent of this package's folder (`ddl::testing::package_dir`).
 pub fn repo() -> PathBuf {
-    let web = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .filter(|d| d.join("static").is_dir())
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf());
-    web.parent().unwrap().to_path_buf()
+    ddl::testing::package_dir(env!("CARGO_MANIFEST_DIR"), "static").parent().unwrap().to_path_buf()
 }
 
 pub fn site() -> PathBuf {
