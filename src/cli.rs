@@ -735,6 +735,7 @@ pub(crate) struct EvalArgs {
     pub(crate) lens_plot: Option<std::path::PathBuf>,
     /// Write every evaluated token's loss to FILE, tab-separated with a header: index (the token's
     /// place among the evaluated tokens), token (its id), text (\t, \n, \r, \\ escaped), loss
+    /// (nats), rank (1: the likeliest), top, top_text and top_logprob (the likeliest token), entropy
     /// (nats), with --betas each sublayer's β (beta_block0.attn, …), and with --intervene
     /// loss_intervened, with --against loss_against, with --ablate one loss_SPEC per sublayer and
     /// part, with --lens one loss_lens_STATE per state before the output (loss_lens_embedding, …).

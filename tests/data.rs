@@ -487,6 +487,13 @@ fn hand_written_llmc_shards_train_and_bad_shards_are_clear_errors() {
     assert!(cfg.contains("vocab_size = 50257") && cfg.contains("data = "), "{cfg}");
     // It read no corpus, and its config.toml says so (it named the default corpus).
     assert!(cfg.contains("corpus = \"\""), "{cfg}");
+    // The dry run shows that file as the run wrote it (it showed the default corpus).
+    let o = train(&data, "run-dry", &["--tokenizer", tok.to_str().unwrap(), "--dry-run"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let shown = text(&o);
+    let shown = shown.split_once("settings (config.toml):\n").map(|(_, s)| s).unwrap_or_else(|| panic!("{shown}"));
+    assert_eq!(shown.trim_end(), cfg.trim_end());
+    assert!(!dir.join("run-dry").exists());
     // Resume checks the data cheaply: a changed shard is refused, the original resumes.
     let resume = |extra: &[&str]| {
         let mut c = ddl(&dir);

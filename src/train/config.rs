@@ -416,6 +416,17 @@ impl RunConfig {
         }
     }
 
+    /// The run's `config.toml` as training writes it (and `--dry-run` shows it): a `--data` run
+    /// reads no corpus, so its file names none (the default it carries would read as if the run
+    /// had trained on it).
+    pub fn settings_toml(&self) -> Result<String, toml::ser::Error> {
+        let mut run = self.clone();
+        if !run.data.is_empty() {
+            run.corpus.clear();
+        }
+        toml::to_string(&run)
+    }
+
     /// The settings `ddl train --resume DIR` continues with: those saved in DIR's checkpoint
     /// (what the run trained with), or for a checkpoint without them `DIR/config.toml`. The
     /// error says what DIR lacks and how to go on.

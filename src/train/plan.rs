@@ -143,7 +143,7 @@ pub fn dry_run(
         format!("at the end; {keep}; the best by validation loss in checkpoints/best")
     };
     let plan = crate::model::memory_plan_for(&run.model, t.batch_size, t.seq_len, t.storage(&run.model));
-    let settings = toml::to_string(&run).map_err(|e| TrainError::Settings(e.to_string()))?;
+    let settings = run.settings_toml().map_err(|e| TrainError::Settings(e.to_string()))?;
     Ok(DryRun {
         out: out.to_path_buf(),
         action,

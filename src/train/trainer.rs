@@ -355,12 +355,7 @@ impl<'c> Trainer<'c> {
         let loss_scale = (tr.precision == crate::model::Precision::F16)
             .then(|| saved_scale.unwrap_or_else(|| checkpoint::LossScale::new(tr.loss_scale)));
         let t = run.train.clone();
-        if !run.data.is_empty() {
-            // A `--data` run reads no corpus: its config.toml names none (it named the default,
-            // which read as if it had trained on it).
-            run.corpus.clear();
-        }
-        let run_toml = toml::to_string(&run).map_err(|e| TrainError::Settings(e.to_string()))?;
+        let run_toml = run.settings_toml().map_err(|e| TrainError::Settings(e.to_string()))?;
 
         let mut data = match dataset {
             Some(d) => d,
