@@ -134,7 +134,7 @@ pub(crate) enum Cmd {
         #[arg(long, value_name = "DIR", conflicts_with = "preset")]
         checkpoint: Option<std::path::PathBuf>,
         /// The variant to plan: baseline, ddl_v1, ddl, ddl_ec, ddl_cc, ddl_ccec, ddl_v1_vmap, ddl_vmap.
-        #[arg(long, default_value = "ddl", requires = "preset")]
+        #[arg(long, value_parser = variant_name, default_value = "ddl", requires = "preset")]
         variant: String,
         /// Batch size of the plan (default: the preset's training value).
         #[arg(long, allow_negative_numbers = true, value_parser = sizes_up_to_2_24, requires = "preset")]
@@ -553,7 +553,7 @@ pub(crate) struct TrainArgs {
     pub(crate) preset: Option<String>,
     /// baseline, ddl_v1, ddl, ddl_ec, ddl_cc, ddl_ccec, ddl_v1_vmap, ddl_vmap [default: ddl, or
     /// what --config names; with --resume or --init-from, that checkpoint's].
-    #[arg(long)]
+    #[arg(long, value_parser = variant_name)]
     pub(crate) variant: Option<String>,
     /// Stop after this step (the schedule's length is train.decay_steps) [default: 200; with
     /// --resume, the --steps the run was last given].
@@ -912,7 +912,7 @@ pub(crate) enum BenchCmd {
         #[arg(long, default_value = "tiny")]
         preset: String,
         /// The variant to time.
-        #[arg(long, default_value = "ddl")]
+        #[arg(long, value_parser = variant_name, default_value = "ddl")]
         variant: String,
         /// A TOML file with [model] / [train] tables over the preset (as `ddl train --config`):
         /// the model's shapes and the batch; both sides of --against take it.
@@ -944,7 +944,7 @@ pub(crate) enum BenchCmd {
         /// (blocks A B B A, `--steps` blocks), reporting the step ratio per block, which a
         /// machine whose speed drifts cannot skew the way separate runs can: the median block
         /// ratio with its distribution-free 95 % interval (from 6 blocks), the range, best to best.
-        #[arg(long, value_name = "VARIANT")]
+        #[arg(long, value_parser = variant_name, value_name = "VARIANT")]
         against: Option<String>,
         /// Compare against these kernel forms (`DDL_FORMS` syntax, e.g. `shader_checks=1`): the
         /// other side runs with them, the same variant unless --against names one, in the same
@@ -982,7 +982,7 @@ pub(crate) enum BenchCmd {
         #[arg(long, default_value = "tiny")]
         preset: String,
         /// The variant to train.
-        #[arg(long, default_value = "ddl")]
+        #[arg(long, value_parser = variant_name, default_value = "ddl")]
         variant: String,
         /// Optimizer steps per run (also the schedule's length; warm-up a tenth).
         #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 300)]
@@ -1006,7 +1006,7 @@ pub(crate) enum BenchCmd {
         #[arg(long, default_value = "tiny")]
         preset: String,
         /// The variant to time.
-        #[arg(long, default_value = "ddl")]
+        #[arg(long, value_parser = variant_name, default_value = "ddl")]
         variant: String,
         /// Context lengths to time one token at (comma-separated, each from 2 to the model's
         /// context) [default: those of 64 and 256 the model's context holds, else its context].
@@ -1045,7 +1045,7 @@ pub(crate) enum BenchCmd {
         #[arg(long, default_value = "tiny")]
         preset: String,
         /// Its variant.
-        #[arg(long, default_value = "ddl")]
+        #[arg(long, value_parser = variant_name, default_value = "ddl")]
         variant: String,
         /// Batches drawn and timed per set outside training.
         #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 200)]
@@ -1159,11 +1159,16 @@ fn sizes_up_to_2_24(s: &str) -> Result<usize, String> {
     }
 }
 
+/// A model variant's name (`--variant`, `--against`), checked where clap names the flag.
+fn variant_name(s: &str) -> Result<String, String> {
+    ddl::model::Variant::parse(s.trim()).map(|v| v.name().to_string())
+}
+
 /// A run's seed: what its settings file (TOML, 64-bit signed integers) can hold.
 fn run_seed(s: &str) -> Result<u64, String> {
     match s.trim().parse::<u64>() {
         Ok(v) if v <= i64::MAX as u64 => Ok(v),
-        _ => Err(format!("expected a whole number from 0 to {} (the run's config.toml holds it), got '{s}'", i64::MAX)),
+        _ => Err(format!("expected a whole number from 0 to {} (what a run's config.toml holds), got '{s}'", i64::MAX)),
     }
 }
 

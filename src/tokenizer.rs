@@ -356,6 +356,13 @@ fn first_without_token(t: &HfTokenizer, text: &str, pos: usize) -> Option<(usize
 /// without a word: the BPE drops what it cannot encode).
 fn hf_problem(t: &HfTokenizer) -> Option<String> {
     let vocab = t.get_vocab(true);
+    if vocab.is_empty() {
+        return Some(
+            "it has no tokens (an empty vocabulary), so it can encode no text: give a trained tokenizer, or train one \
+             (`ddl tokenizer train --corpus FILE --vocab-size N --out tok.json`)"
+                .into(),
+        );
+    }
     let mut by_id: HashMap<u32, Vec<&str>> = HashMap::new();
     for (tok, &id) in &vocab {
         by_id.entry(id).or_default().push(tok);

@@ -106,27 +106,34 @@ fn model_differences(table: &toml::Table, cfg: &ddl::model::ModelConfig) -> Vec<
         .collect()
 }
 
+/// What the `--config` file `path` gives `key` (`table.field`, or a top-level key), if it reads.
+fn config_value(path: &std::path::Path, key: &str) -> Option<toml::Value> {
+    let table = std::fs::read_to_string(path).ok().and_then(|t| toml::from_str::<toml::Table>(&t).ok())?;
+    match key.split_once('.') {
+        None => table.get(key).cloned(),
+        Some((t, field)) => table.get(t)?.as_table()?.get(field).cloned(),
+    }
+}
+
+/// Whether one of the `--set`s `sets` names `key` (`table.field`; `--set` takes the bare field
+/// too).
+fn set_names(sets: &[String], key: &str) -> bool {
+    let field = key.rsplit('.').next().unwrap_or(key);
+    sets.iter().any(|kv| {
+        let k = kv.split_once('=').map(|(k, _)| k.trim()).unwrap_or(kv);
+        k == key || k == field
+    })
+}
+
 /// Whether the `--config` file `path` sets `key` (`table.field`) to `value` (as the setting's
 /// error writes it) and no `--set` of `sets` gives it after.
 fn config_gave(path: &std::path::Path, key: &str, value: &str, sets: &[String]) -> bool {
-    let Some(table) = std::fs::read_to_string(path).ok().and_then(|t| toml::from_str::<toml::Table>(&t).ok()) else {
-        return false;
-    };
-    let (t, field) = key.split_once('.').unwrap_or(("", key));
-    let given = match t {
-        "" => table.get(field),
-        t => table.get(t).and_then(|v| v.as_table()).and_then(|v| v.get(field)),
-    };
-    let set_after = sets.iter().any(|kv| {
-        let k = kv.split_once('=').map(|(k, _)| k.trim()).unwrap_or(kv);
-        k == key || k == field
-    });
     let same = |v: &toml::Value| match v {
         toml::Value::String(s) => s == value,
         toml::Value::Float(f) => value.parse::<f64>().is_ok_and(|x| x == *f),
         v => v.to_string() == value,
     };
-    given.is_some_and(same) && !set_after
+    config_value(path, key).is_some_and(|v| same(&v)) && !set_names(sets, key)
 }
 
 /// The `[model]` table of a `--config` file (`None`: no such table, or a file that does not read,
@@ -293,11 +300,19 @@ fn refuse_char_for_bpe_shards(run: &ddl::train::RunConfig, a: &TrainArgs) -> Res
 /// written from them again; the edit was ignored and undone without a word).
 fn note_edited_config(saved: &ddl::train::RunConfig, dir: &std::path::Path) {
     let path = dir.join("config.toml");
-    // (A file that no longer reads as settings is not compared: the saved ones replace it.)
-    let Some(edited) =
-        std::fs::read_to_string(&path).ok().and_then(|t| toml::from_str::<ddl::train::RunConfig>(&t).ok())
-    else {
-        return;
+    let Ok(text) = std::fs::read_to_string(&path) else { return };
+    let edited = match toml::from_str::<ddl::train::RunConfig>(&text) {
+        Ok(edited) => edited,
+        // (A file that no longer reads as settings cannot be compared: the saved ones replace it.)
+        Err(e) => {
+            eprintln!(
+                "note: {} does not read as a run's settings ({}); the run continues with the settings saved with \
+                 the checkpoint and writes them to config.toml again",
+                path.display(),
+                e.message().trim()
+            );
+            return;
+        }
     };
     let Ok(differ) = edited.resume_differences(saved) else { return };
     if !differ.is_empty() {
@@ -585,12 +600,22 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
                 None => t.get(key).cloned(),
             }
         };
+        // (Given by --set or --config, even at the default's value: the flag would override it
+        // without a word.)
+        let named = set_names(&a.sets, key) || a.config.as_deref().is_some_and(|p| config_value(p, key).is_some());
         let (default, explicit, last) = (get(&d), get(&w), get(&f));
-        if explicit != default && last != explicit {
+        if (named || explicit != default) && last != explicit {
             let show = |v: Option<toml::Value>| v.map_or("(unset)".into(), |v| v.to_string());
+            let remedy = if set_names(&a.sets, key) {
+                "drop one of them".to_string()
+            } else {
+                // (A run's config.toml names every setting; a --set overrides the file.)
+                format!("drop one of them (a --set overrides the file: --set {key}=VALUE in place of {flag})")
+            };
             anyhow::bail!(
-                "{flag} gives {key} = {} but --config or --set gives {key} = {}: drop one of them",
+                "{flag} gives {key} = {} but {} gives {key} = {}: {remedy}",
                 show(last),
+                if set_names(&a.sets, key) { "--set" } else { "--config" },
                 show(explicit)
             );
         }

@@ -352,6 +352,11 @@ fn bad_specs_are_clear_errors() {
             "/no/such.txt",
         ),
         ("preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [9223372036854775808]\nsteps = 3\n", "too large"),
+        // In the spec's words, not serde's Rust types.
+        ("preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = -5\n", "expected a whole number ≥ 0"),
+        ("preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [-1]\nsteps = 3\n", "expected a whole number ≥ 0"),
+        ("", "missing key `preset`"),
+        ("variants = [\"ddl\"]\nseeds = [1]\nsteps = 3\n", "a spec names at least preset, variants, seeds and steps"),
     ];
     for (i, (spec, needle)) in cases.iter().enumerate() {
         let p = dir.join(format!("bad{i}.toml"));
@@ -401,6 +406,20 @@ fn bad_specs_are_clear_errors() {
             assert_eq!(after, before, "{t}");
         }
     }
+    // A file at --out or above it: refused before any device opens (and by --dry-run), the file
+    // kept (the grid opened the device and failed on 'Not a directory').
+    let file = dir.join("afile");
+    std::fs::write(&file, "mine").unwrap();
+    for o in [file.clone(), file.join("sub")] {
+        for extra in [&[][..], &["--dry-run"][..]] {
+            let mut args = vec!["experiment", "--spec", good.to_str().unwrap(), "--out", o.to_str().unwrap()];
+            args.extend(extra);
+            let r = ddl(&dir, &args);
+            let t = text(&r);
+            assert!(!r.status.success() && t.contains("afile' is a file") && !t.contains(") -> "), "{t}");
+        }
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
     // A folder another live process works in (PID 1 always runs on Linux): refused naming it,
     // before devices open and the grid's headers are said.
     if Path::new("/proc/1").exists() {
@@ -545,6 +564,18 @@ fn a_grid_without_the_baseline_writes_its_report() {
     assert!(md.contains("this grid has no baseline variant"), "{md}");
     let r = ddl(&dir, &["experiment", "--spec", s.to_str().unwrap(), "--out", out.to_str().unwrap(), "--speed"]);
     assert!(!r.status.success() && text(&r).contains("add \"baseline\""), "{}", text(&r));
+    // The baseline alone: nothing to time against it, said so (it read "Not measured yet", also
+    // after --speed).
+    let only = dir.join("only.toml");
+    std::fs::write(&only, std::fs::read_to_string(&s).unwrap().replace("[\"ddl\", \"ddl_v1\"]", "[\"baseline\"]"))
+        .unwrap();
+    let out = dir.join("only");
+    let r = ddl(&dir, &["experiment", "--spec", only.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert!(r.status.success(), "{}", text(&r));
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("has no variant besides the baseline") && !md.contains("Not measured yet"), "{md}");
+    let r = ddl(&dir, &["experiment", "--spec", only.to_str().unwrap(), "--out", out.to_str().unwrap(), "--speed"]);
+    assert!(!r.status.success() && text(&r).contains("has only the baseline"), "{}", text(&r));
 }
 
 /// A grid whose corpus was edited after some runs trained starts no new run (it would pair runs

@@ -234,7 +234,12 @@ fn config_problems_are_clear_errors() {
     };
     // Out of range: the full key, the value given, the allowed range and the remedy.
     t(&["--set", "train.nope=1"], &["unknown key 'train.nope'", "known keys here", "warmup_steps"]);
-    t(&["--set", "train.batch_size=-1"], &["train.batch_size = -1", "expected a whole number, not a negative one"]);
+    t(&["--set", "train.batch_size=-1"], &["train.batch_size = -1", "expected a whole number ≥ 0"]);
+    t(
+        &["--set", "train.batch_size=1.5"],
+        &["floating point `1.5`, expected a whole number ≥ 0", "takes a whole number"],
+    );
+    t(&["--set", "train=1"], &["expected the [train] table", "train.KEY=VALUE"]);
     t(&["--set", "data_format=xx"], &["data_format = \"xx\"", "expected llmc or raw-u16"]);
     // A --config file's problems in the file's words: a preset it names, bytes that are not
     // UTF-8 (where), an integer beyond TOML's.
@@ -259,6 +264,26 @@ fn config_problems_are_clear_errors() {
         &["train.batch_size = 0"],
     );
     assert!(!e.contains("four.toml"), "{e}");
+    // A flag and a --set or --config that give one setting different values are refused, also
+    // when the --set or the file gives the default (the flag won without a word).
+    t(&["--precision", "f16", "--set", "train.precision=f32"], &["--precision gives", "--set gives", "drop one"]);
+    t(&["--seed", "5", "--set", "seed=1337"], &["--seed gives train.seed = 5", "--set gives train.seed = 1337"]);
+    t(&["--recompute", "--set", "train.recompute=false"], &["--recompute gives"]);
+    let f32_file = file("f32.toml", b"[train]\nprecision = \"f32\"\n");
+    t(&["--precision", "f16", "--config", &f32_file], &["--config gives", "--set train.precision=VALUE"]);
+    // The same values agree.
+    let o = cmd(&dir)
+        .args(["train", "--corpus", &c, "--out", &out, "--steps", "1", "--dry-run", "--seed", "1337"])
+        .args(["--set", "train.seed=1337"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    // The dry run of a --steps past what u64 tokens hold says so (its token count wrapped).
+    let o = cmd(&dir)
+        .args(["train", "--corpus", &c, "--out", &out, "--dry-run", "--steps", "18446744073709551615"])
+        .output()
+        .unwrap();
+    assert!(o.status.success() && text(&o).contains("tokens a step: more than 18"), "{}", text(&o));
     // A golden folder stands for its files; one without any is said so.
     let empty = dir.join("no-goldens");
     std::fs::create_dir_all(&empty).unwrap();
@@ -308,7 +333,7 @@ fn config_problems_are_clear_errors() {
     );
     fails(&dir, &["train", "--corpus", &c, "--out", &out, "--steps", "0"], &["--steps", "at least 1"]);
     assert!(!Path::new(&out).exists());
-    t(&["--variant", "ddl_x"], &["unknown variant 'ddl_x'", "baseline"]);
+    t(&["--variant", "ddl_x"], &["for '--variant <VARIANT>'", "unknown variant 'ddl_x'", "baseline"]);
     t(&["--variant", "baseline", "--f16-state"], &["train.state_f16", "ddl or ddl_vmap", "baseline"]);
     t(&["--f16-state", "--set", "model.d_v=3"], &["train.state_f16", "d_v = 4, got 3"]);
     t(&["--preset", "gigantic"], &["unknown preset 'gigantic'", "one of tiny", "--preset NAME"]);
@@ -400,6 +425,23 @@ fn config_problems_are_clear_errors() {
     std::fs::write(&cfg_path, &cfg_text).unwrap();
     let t_ = fails(&dir, &["train", "--resume", r, "--set", "train.lr=1", "--steps", "3"], &["change 1 setting(s)"]);
     assert!(!t_.contains("differs from the settings saved"), "{t_}");
+    // A config.toml that no longer reads: info and eval say so and go on with the settings saved
+    // with the checkpoint (info said nothing, eval refused without a remedy), and resume says so
+    // and writes the file again (it did so without a word).
+    let broken = mutated(&ck, "broken-config", |_, _| {});
+    std::fs::write(broken.join("config.toml"), format!("{cfg_text}garbage = = \n")).unwrap();
+    let b = broken.to_str().unwrap();
+    for args in [&["info", "--checkpoint", b][..], &["eval", "--checkpoint", b, "--batches", "1"][..]] {
+        let o = cmd(&dir).args(args).output().unwrap();
+        let t_ = text(&o);
+        assert!(o.status.success() && t_.contains("config.toml does not read as a run's settings"), "{args:?}: {t_}");
+        assert!(t_.contains("saved with the checkpoint"), "{args:?}: {t_}");
+    }
+    let o = cmd(&dir).args(["train", "--resume", b, "--steps", "3"]).output().unwrap();
+    let t_ = text(&o);
+    assert!(o.status.success() && t_.contains("does not read as a run's settings"), "{t_}");
+    let again = std::fs::read_to_string(broken.join("config.toml")).unwrap();
+    assert!(toml::from_str::<ddl::train::RunConfig>(&again).is_ok() && !again.contains("garbage"), "{again}");
     // Repeating the run's own flags is fine.
     let c2 = c.clone();
     let mut a = train_args(&c2, r, "3", &[]);
@@ -2376,6 +2418,7 @@ fn check_args_validates_a_command_without_running_it() {
         (Some("shader_checks=2"), with(&[]), "DDL_FORMS \"shader_checks=2\""),
         (None, with(&["--against-forms", "residual_fusd=0"]), "unknown form 'residual_fusd'"),
         (None, vec!["bench", "train", "--preset", "small-124m", "--variant", "basline"], "unknown variant 'basline'"),
+        (None, with(&["--against", "nope"]), "for '--against <VARIANT>': unknown variant 'nope'"),
         (None, with(&["--batchh", "8"]), "--batchh"),
         (None, vec!["bench", "matmul", "--sizes", "64", "--against-forms", "attn_team=3"], "attn_team"),
         (
@@ -2472,4 +2515,27 @@ fn uncommented(line: &str) -> String {
         prev = c;
     }
     line.to_string()
+}
+
+/// A folder a live run trains in that has saved no checkpoint yet: `eval`, `info --checkpoint`
+/// and `generate` say so and when there will be one (they said only that model.safetensors was
+/// missing, where `train --resume` said why).
+#[test]
+fn a_folder_a_run_trains_in_before_its_first_checkpoint_is_said_so() {
+    if !Path::new("/proc/1").exists() {
+        panic!("this test needs /proc (PID 1 stands for a live run's process)");
+    }
+    let dir = tmpdir("live-run");
+    let run = dir.join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join(ddl::train::lock::LOCK_FILE), format!("1 {}\n", ddl::train::lock::host_name())).unwrap();
+    let r = run.to_str().unwrap();
+    for args in [
+        &["eval", "--checkpoint", r][..],
+        &["info", "--checkpoint", r][..],
+        &["generate", "--checkpoint", r, "--prompt", "a", "--max-tokens", "1"][..],
+    ] {
+        let t = fails(&dir, args, &["a run is training in", "process 1 on", "has saved no checkpoint yet"]);
+        assert!(t.contains("wait for its first one"), "{args:?}: {t}");
+    }
 }

@@ -236,6 +236,13 @@ fn bad_files_and_settings_are_clear_errors() {
         assert!(e.contains(name) && e.contains(says), "{e}");
     }
 
+    // No tokens at all: said as such (it was a model.vocab_size = 0 whose remedy `ddl train`
+    // refuses).
+    let empty = dir.join("empty-vocab.json");
+    std::fs::write(&empty, r#"{"model":{"type":"BPE","vocab":{},"merges":[]}}"#).unwrap();
+    let e = Tokenizer::load(&empty).unwrap_err().to_string();
+    assert!(e.contains("empty-vocab.json") && e.contains("no tokens") && e.contains("ddl tokenizer train"), "{e}");
+
     let e = bpe().decode(&[1, VOCAB as u32 + 7]).unwrap_err();
     assert!(matches!(e, TokenizerError::OutOfRange { id, .. } if id == VOCAB as u32 + 7), "{e:?}");
 }

@@ -376,6 +376,17 @@ fn plot_draws_runs_curves_and_tabulates_where_each_ended() {
         assert!(o.status.code() == Some(1) && text(&o).contains(want), "{args:?}: {want:?} not in {}", text(&o));
     }
     assert_eq!(ddl::train::plot::plot_title(&a.join("loss.png")).as_deref(), Some("loss"));
+    // A run stopped before its first evaluation: said so by its settings (it blamed
+    // train.eval_every = 0 whatever the run had).
+    let young = run("young", Variant::Ddl, &[step(1, 4.0, b), step(2, 3.0, b)]);
+    let mut r = small_run(Variant::Ddl, "c.txt");
+    r.set("train.eval_every=100").unwrap();
+    std::fs::write(young.join("config.toml"), toml::to_string(&r).unwrap()).unwrap();
+    let none = run("none", Variant::Ddl, &[step(1, 4.0, b)]);
+    for (d, want) in [(&young, "logged up to step 2, its first evaluation is at step 100"), (&none, "eval_every = 0")] {
+        let o = plot(&[d.to_str().unwrap(), "--out", so]);
+        assert!(o.status.code() == Some(1) && text(&o).contains(want), "{want:?} not in {}", text(&o));
+    }
 }
 
 #[test]

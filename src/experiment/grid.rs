@@ -23,6 +23,16 @@ fn any_run_trained(runs: &Path) -> bool {
 /// may grow (more variants or seeds: the finished runs still count), but the settings every run
 /// shares may not change under runs that trained.
 pub fn check_out(spec: &ExperimentSpec, out: &Path) -> Result<(), ExperimentError> {
+    // A file at --out or above it: the grid's folder cannot be made (said before any device
+    // opens, and by --dry-run).
+    if let Some(file) = out.ancestors().find(|a| !a.as_os_str().is_empty() && a.exists() && !a.is_dir()) {
+        return Err(ExperimentError::Report(format!(
+            "--out '{}': '{}' is a file, so the experiment's folder cannot be made there; give a new folder's path (or \
+             an experiment's, to resume it)",
+            out.display(),
+            file.display()
+        )));
+    }
     // A `ddl train` run's folder: the grid's files (runs/, report, plots) would mix with its.
     let trained = crate::train::trained_files(out);
     if !trained.is_empty() {
@@ -352,7 +362,15 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
                 .into(),
         ));
     }
-    if has_baseline && (opts.speed || (speed_missing && missing.is_empty() && !opts.report_only)) {
+    let only_baseline = variants.iter().all(|&v| v == Variant::Baseline);
+    if opts.speed && only_baseline {
+        return Err(ExperimentError::Report(
+            "--speed: the speed section times each variant's step against the baseline's, and this grid has only the \
+             baseline: add another variant to the spec's variants"
+                .into(),
+        ));
+    }
+    if has_baseline && !only_baseline && (opts.speed || (speed_missing && missing.is_empty() && !opts.report_only)) {
         // No run trains now: a second Ctrl-C's message names no checkpoint.
         crate::train::TRAINING.store(false, std::sync::atomic::Ordering::SeqCst);
         if !measure_speed(&gpu, spec, out, opts.quiet)? {

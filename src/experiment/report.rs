@@ -476,7 +476,12 @@ pub(super) fn write_report(
     }
     let (ablations, ablation_rows) = super::ablation::section(spec, results, variants);
     md.push_str(&ablations);
-    if variants.contains(&Variant::Baseline) {
+    if variants.iter().all(|&v| v == Variant::Baseline) {
+        md.push_str(
+            "## Speed\n\nNot measured: the section times each variant's step against the baseline's, and this grid \
+             has no variant besides the baseline.\n\n",
+        );
+    } else if variants.contains(&Variant::Baseline) {
         md.push_str(&speed_section(out));
     } else {
         md.push_str(

@@ -73,7 +73,18 @@ impl ExperimentSpec {
     /// Parses and checks the text of a spec (`path` names it in errors).
     pub fn parse(text: &str, path: &Path) -> Result<ExperimentSpec, ExperimentError> {
         let err = |msg: String| ExperimentError::Spec { path: path.to_path_buf(), msg };
-        let spec: ExperimentSpec = toml::from_str(text).map_err(|e| err(e.to_string()))?;
+        let spec: ExperimentSpec = toml::from_str(text).map_err(|e| {
+            let msg = crate::train::config::plain_serde_message(&e.to_string());
+            // (A key the spec must have: the four it always names, and an example.)
+            if msg.contains("missing key `") {
+                err(format!(
+                    "{msg}a spec names at least preset, variants, seeds and steps, e.g. experiments/shakespeare.toml \
+                     (docs/TRAINING.md, \"Experiments\")"
+                ))
+            } else {
+                err(msg)
+            }
+        })?;
         spec.check().map_err(err)?;
         // The data files must exist now, before the experiment's folder is written.
         if let Some(c) = &spec.corpus

@@ -923,6 +923,21 @@ fn kept_that_reads(run: &Path, suspect: &[&str]) -> Option<(PathBuf, usize)> {
 #[cfg(feature = "native")]
 pub fn with_kept_for_reading(run: &Path, flag: &str, e: CheckpointError) -> CheckpointError {
     let model = |p: &Path| p.file_name().is_some_and(|n| n == MODEL_FILE);
+    // A run that is training in the folder and has saved no checkpoint yet: said so, with when
+    // there will be one.
+    if let CheckpointError::MissingFile(path) = &e
+        && model(path)
+        && let Some((pid, host)) = super::lock::holder(run)
+    {
+        return CheckpointError::Content {
+            path: path.clone(),
+            msg: format!(
+                "the file is missing: a run is training in {} now (process {pid} on {host}) and has saved no \
+                 checkpoint yet; wait for its first one (train.checkpoint_every steps, or its end; Ctrl-C saves one)",
+                run.display()
+            ),
+        };
+    }
     let Some((kept, step)) = (match &e {
         CheckpointError::Corrupt { path, .. }
         | CheckpointError::Content { path, .. }

@@ -36,8 +36,8 @@ pub struct TrainConfig {
     /// Batches of validation windows per evaluation during training (the first ones: a fixed
     /// subset); the final evaluation covers the whole validation split.
     pub eval_batches: usize,
-    /// Tokens an evaluation covers at most, the final one's and those during training (0 = the
-    /// whole validation split).
+    /// Tokens an evaluation covers, the final one's and those during training, in whole windows
+    /// of `seq_len` (rounded up; 0 = the whole validation split).
     #[serde(default)]
     pub val_max_tokens: usize,
     /// Write a checkpoint every this many steps (0 = only at the end).
@@ -370,6 +370,27 @@ pub struct RunConfig {
     pub init_from: String,
     pub model: ModelConfig,
     pub train: TrainConfig,
+}
+
+/// A serde message in the settings' words: serde names Rust types (`expected usize`, `expected
+/// struct TrainConfig`); say what the key takes. Shared by `--set`, `--config` and experiment specs.
+pub fn plain_serde_message(msg: &str) -> String {
+    [
+        ("expected usize", "expected a whole number ≥ 0"),
+        ("expected u64", "expected a whole number ≥ 0"),
+        ("expected u32", "expected a whole number ≥ 0"),
+        ("expected i64", "expected a whole number"),
+        ("expected f64", "expected a number"),
+        ("expected f32", "expected a number"),
+        ("expected struct TrainConfig", "expected the [train] table (set one of its keys: train.KEY=VALUE)"),
+        ("expected struct ModelConfig", "expected the [model] table (set one of its keys: model.KEY=VALUE)"),
+        ("expected a sequence", "expected a list such as [1, 2, 3]"),
+        ("missing field `", "missing key `"),
+        // (An enum's values are "variants" to serde; a model's variant is a setting here.)
+        ("unknown variant `", "unknown value `"),
+    ]
+    .iter()
+    .fold(msg.to_string(), |m, (rust, plain)| m.replace(rust, plain))
 }
 
 impl RunConfig {
@@ -714,18 +735,7 @@ impl RunConfig {
                     }
                 }
             }
-            // serde names Rust types; say what they take.
-            let msg = [
-                ("expected usize", "expected a whole number, not a negative one"),
-                ("expected u64", "expected a whole number, not a negative one"),
-                ("expected u32", "expected a whole number, not a negative one"),
-                ("expected f64", "expected a number"),
-                ("expected f32", "expected a number"),
-                // (An enum's values are "variants" to serde; a model's variant is a setting here.)
-                ("unknown variant `", "unknown value `"),
-            ]
-            .iter()
-            .fold(e.message().to_string(), |m, (rust, plain)| m.replace(rust, plain));
+            let msg = plain_serde_message(e.message());
             // The remedy: the value in the type the key takes now.
             let hint = key
                 .as_ref()

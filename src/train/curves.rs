@@ -244,8 +244,23 @@ fn read_run(
     series.retain(|s| !s.1.is_empty());
     let points = series.iter().map(|s| s.1.len()).sum();
     if points == 0 {
+        let last = m.train.last().map_or(0, |r| r.step as usize);
+        let eval_every = std::fs::read_to_string(run.join("config.toml"))
+            .ok()
+            .and_then(|t| toml::from_str::<RunConfig>(&t).ok())
+            .map(|c| c.train.eval_every);
+        let val_why = match eval_every {
+            Some(0) => "no evaluation in its metrics.jsonl (train.eval_every = 0 and no final evaluation yet: the run \
+                        has not finished; `ddl train --resume RUN` makes it)"
+                .to_string(),
+            Some(n) => format!(
+                "no evaluation in its metrics.jsonl yet (it logged up to step {last}, its first evaluation is at step \
+                 {n} or at its end; `ddl train --resume RUN` goes on)"
+            ),
+            None => "no evaluation in its metrics.jsonl yet".to_string(),
+        };
         let why = match o.metric {
-            Metric::Val => "no evaluation in its metrics.jsonl (train.eval_every = 0 and no final evaluation yet)",
+            Metric::Val => val_why.as_str(),
             Metric::ValAccuracy => {
                 "no evaluation with an accuracy in its metrics.jsonl (none yet, or a run logged before evaluations \
                  measured it: `ddl eval --checkpoint RUN` gives it now)"

@@ -47,6 +47,9 @@ pub struct CheckpointInfo {
     pub files: Vec<(String, u64)>,
     /// The bytes the training plan of the saved settings needs on a device.
     pub plan_bytes: Option<u64>,
+    /// Why the folder's `config.toml` does not read as a run's settings, when it is there and
+    /// does not (an edit gone wrong; `--resume` writes it again from the saved settings).
+    pub config_unreadable: Option<String>,
 }
 
 /// A run's losses at the end of its last invocation.
@@ -105,6 +108,10 @@ pub fn describe(path: &Path) -> Result<CheckpointInfo, CheckpointError> {
         files,
         plan_bytes,
         run,
+        config_unreadable: std::fs::read_to_string(path.join("config.toml"))
+            .ok()
+            .and_then(|t| toml::from_str::<RunConfig>(&t).err())
+            .map(|e| e.message().trim().to_string()),
     })
 }
 
@@ -281,6 +288,17 @@ impl CheckpointInfo {
         }
         let files: Vec<String> = self.files.iter().map(|(f, b)| format!("{f} {}", size(*b))).collect();
         out.push(format!("files: {}", files.join(", ")));
+        if let Some(e) = &self.config_unreadable {
+            out.push(format!(
+                "note: its config.toml does not read as a run's settings ({e}){}",
+                if self.state.is_some() {
+                    "; the settings above are those saved with the checkpoint, and `ddl train --resume` writes them to \
+                     config.toml again"
+                } else {
+                    ""
+                }
+            ));
+        }
         out.join("\n") + "\n"
     }
 }

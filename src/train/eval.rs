@@ -543,10 +543,36 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     let run: Option<RunConfig> = if cfg_path.exists() {
         let run_text = std::fs::read_to_string(&cfg_path)
             .map_err(|source| TrainError::Settings(format!("cannot read '{}': {source}", cfg_path.display())))?;
-        Some(
-            toml::from_str(&run_text)
-                .map_err(|e| TrainError::Settings(format!("{}: not a run's settings: {e}", cfg_path.display())))?,
-        )
+        match toml::from_str(&run_text) {
+            Ok(r) => Some(r),
+            // An edited file that no longer reads: the settings saved with the checkpoint are the
+            // run's (what `--resume` continues with and writes back).
+            Err(e) => {
+                let saved = super::checkpoint::saved_run_config(dir)
+                    .ok()
+                    .filter(|t| !t.is_empty())
+                    .and_then(|t| toml::from_str::<RunConfig>(&t).ok());
+                match saved {
+                    Some(r) => {
+                        eprintln!(
+                            "note: {} does not read as a run's settings ({}); evaluating with the settings saved with \
+                             the checkpoint (`ddl train --resume {}` writes them to config.toml again)",
+                            cfg_path.display(),
+                            e.message().trim(),
+                            dir.display()
+                        );
+                        Some(r)
+                    }
+                    None => {
+                        return Err(TrainError::Settings(format!(
+                            "{}: not a run's settings: {e}; restore the file (the run wrote it at its start; its \
+                             kept checkpoints hold copies)",
+                            cfg_path.display()
+                        )));
+                    }
+                }
+            }
+        }
     } else {
         None
     };

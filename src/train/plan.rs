@@ -112,9 +112,11 @@ pub fn dry_run(
     let t = &run.train;
     let per_step = t.batch_size * t.seq_len * t.grad_accum;
     let epochs =
-        preview.tokens.filter(|(train, _)| *train > 0).map(|(train, _)| (steps * per_step) as f64 / train as f64);
+        preview.tokens.filter(|(train, _)| *train > 0).map(|(train, _)| steps as f64 * per_step as f64 / train as f64);
     let cap = if t.val_max_tokens > 0 {
-        format!(", at most {} tokens", count(t.val_max_tokens as u64))
+        // (Whole windows: the cap rounded up to them.)
+        let windows = t.val_max_tokens.div_ceil(t.seq_len);
+        format!(", at most {} tokens ({windows} windows)", count((windows * t.seq_len) as u64))
     } else {
         String::new()
     };
@@ -192,7 +194,10 @@ impl DryRun {
             self.start_step,
             self.steps,
             count(self.tokens_per_step as u64),
-            count((left * self.tokens_per_step) as u64)
+            // (A --steps past what u64 tokens hold is said, not wrapped.)
+            u64::try_from(left as u128 * self.tokens_per_step as u128)
+                .map(count)
+                .unwrap_or_else(|_| format!("more than {}", count(u64::MAX)))
         );
         if let Some(e) = self.epochs {
             line.push_str(&format!("; {e:.2} epochs of the training tokens by step {}", self.steps));
