@@ -424,7 +424,8 @@ impl<'a> Session<'a> {
         } else if cut {
             "a blank line or a stop text"
         } else {
-            "max_tokens"
+            // (The setting's name in chat: `/set max_tokens N`, `--max-tokens`.)
+            "it reached max_tokens"
         };
         Ok(Reply { tokens, text, prefilled, dropped, scores, stopped })
     }
