@@ -21,6 +21,17 @@ pub const BPE_BASE_VOCAB: usize = 256 + 1;
 /// Texts longer than this are tokenised in pieces cut where the pre-tokenizer splits anyway.
 pub(crate) const CHUNK_BYTES: usize = 64 * 1024;
 
+/// A piece that runs this far past its target size without a place [`safe_cut`] allows (a run
+/// of letters, digits or other marks without whitespace: a pasted blob, a line of one repeated
+/// word) is cut at the next character boundary, changing the tokens there: Hugging Face's BPE
+/// takes memory (≈ 125 bytes a byte) and merge time (quadratic) in a pre-token's length, so one
+/// line of 8 MB of letters took 1 GB to encode and hours to train on.
+pub(crate) const MAX_RUN_BYTES: usize = 16 * 1024;
+
+/// The text the BPE trainer sees at a time: a run without a safe cut longer than this plus
+/// [`MAX_RUN_BYTES`] is cut (so no word it counts is longer than about 32 KB).
+const TRAIN_PIECE_BYTES: usize = 16 * 1024;
+
 /// Why text could not be tokenised (or a tokenizer could not be built, read or written).
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
@@ -228,6 +239,10 @@ pub fn train_bpe_pieces<S: AsRef<str> + Send>(
         .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
         .build()
         .into();
+    // (Each piece again in pieces of about 16 KB cut where the pre-tokenizer splits anyway, so
+    // the same words are counted, and past MAX_RUN_BYTES without such a place anywhere.)
+    let pieces =
+        pieces.flat_map(|p| chunks(p.as_ref(), TRAIN_PIECE_BYTES).into_iter().map(String::from).collect::<Vec<_>>());
     t.train(&mut trainer, pieces).map_err(|e| TokenizerError::Train(e.to_string()))?;
     let tok = Tokenizer::Bpe(Box::new(t));
     if tok.vocab_size() <= BPE_BASE_VOCAB {
@@ -277,14 +292,16 @@ pub(crate) fn safe_cut(text: &[u8], i: usize) -> bool {
 /// Pieces of `text` of about `target` bytes or more, cut only where [`safe_cut`] says (before
 /// whitespace that follows a word, or between ASCII letters, digits and others), so that
 /// tokenising the pieces gives exactly the ids of the whole text — a text of one long line is
-/// cut too.
+/// cut too; a piece that runs [`MAX_RUN_BYTES`] past `target` without such a place is cut at the
+/// next character boundary.
 pub(crate) fn chunks(text: &str, target: usize) -> Vec<&str> {
     let bytes = text.as_bytes();
     let mut out = Vec::new();
     let mut start = 0;
     let mut i = target.max(1);
     while i < bytes.len() {
-        if safe_cut(bytes, i) {
+        let hard = i - start >= target.max(1) + MAX_RUN_BYTES && bytes[i] & 0xC0 != 0x80;
+        if hard || safe_cut(bytes, i) {
             out.push(&text[start..i]);
             start = i;
             i = start + target.max(1);
@@ -887,6 +904,21 @@ mod tests {
         let line = huge.replace('\n', " ");
         assert!(chunks(&line, CHUNK_BYTES).len() > 1);
         assert_eq!(tok.encode(&line).unwrap(), t.encode_fast(line.as_str(), false).unwrap().get_ids());
+        // A run without any safe cut (one word of 200 KB): cut every MAX_RUN_BYTES past the
+        // target, at character boundaries; the pieces are the text.
+        let word = "añb".repeat(200_000 / 4);
+        let c = chunks(&word, CHUNK_BYTES);
+        assert!(c.len() >= 2 && c.iter().all(|p| p.len() <= CHUNK_BYTES + MAX_RUN_BYTES + 4), "{}", c.len());
+        assert_eq!(c.concat(), word);
+    }
+
+    /// Training on one line of letters (whose one pre-token took time growing with the square
+    /// of its length: 46 s at 400 KB, hours at 8 MB) gives a tokenizer that round-trips it.
+    #[test]
+    fn training_on_a_long_run_of_letters_round_trips_it() {
+        let line = "abcdefghij".repeat(40_000);
+        let tok = train_bpe(&line, 300).unwrap();
+        assert_eq!(tok.decode(&tok.encode(&line).unwrap()).unwrap(), line);
     }
 
     /// A corpus without a pair that occurs twice teaches no merge: refused, as --vocab-size 257 is.

@@ -1125,6 +1125,15 @@ fn outputs_never_replace_files_they_do_not_own() {
         let o = prep(&dir.join("named"), &["--name", name], Path::new(&c));
         assert!(!o.status.success() && text(&o).contains("--name"), "{name:?}: {}", text(&o));
     }
+    // A name whose shards `ddl train --data` would read as both splits (my_val_train_000000.bin):
+    // refused, naming the marker (it wrote a set that neither verified nor trained).
+    for (name, marker) in [("my_val", "\"_val_\""), ("x_train", "\"_train_\""), ("a_val_b", "\"_val_\"")] {
+        let o = prep(&dir.join("named"), &["--name", name], Path::new(&c));
+        assert!(!o.status.success() && text(&o).contains(marker), "{name:?}: {}", text(&o));
+        assert!(!dir.join("named").exists(), "{name:?}");
+    }
+    let o = prep(&dir.join("named-ok"), &["--name", "my-val"], Path::new(&c));
+    assert!(o.status.success(), "{}", text(&o));
     let tree = dir.join("tree");
     std::fs::create_dir_all(tree.join("sub")).unwrap();
     std::fs::copy(&c, tree.join("a.txt")).unwrap();

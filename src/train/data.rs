@@ -1294,7 +1294,9 @@ pub fn check_data_record(
     };
     Err(crate::train::TrainError::Settings(format!(
         "{}: the training data changed since this run started (saved: {} train and {} validation tokens, id {}; \
-         now: {} and {}, id {}{note}), so this run cannot {doing} on it. {remedy}",
+         now: {} and {}, id {}{note}; the id of shards is their file names, sizes and the digests of their first \
+         and last MiB, of a corpus its cache key: the same tokens renamed or cut into other shards count as \
+         changed), so this run cannot {doing} on it. {remedy}",
         path.display(),
         saved["train_tokens"],
         saved["val_tokens"],

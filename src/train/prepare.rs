@@ -542,6 +542,17 @@ fn check_name(name: &str) -> Result<(), crate::train::TrainError> {
              not empty, without '/' or '\\', not starting with '.'"
         )));
     }
+    // `ddl train --data` tells the splits apart by `_train_` and `_val_` in the file names: a
+    // name that holds one (or ends in `_train`/`_val`) would put its training shards in both.
+    let marked = format!("{name}_");
+    if let Some(split) = ["_train_", "_val_"].into_iter().find(|m| marked.contains(m)) {
+        return Err(crate::train::TrainError::Settings(format!(
+            "--name {name:?}: the shards' names would hold {split:?} (NAME_train_000000.bin, NAME_val_000000.bin), \
+             which `ddl train --data` reads as the split: choose a name without \"_train\" or \"_val\" before an \
+             underscore or at its end (e.g. {:?})",
+            name.replace("_train", "-train").replace("_val", "-val")
+        )));
+    }
     Ok(())
 }
 
