@@ -300,11 +300,11 @@ fn refuse_char_for_bpe_shards(run: &ddl::train::RunConfig, a: &TrainArgs) -> Res
 /// written from them again; the edit was ignored and undone without a word).
 fn note_edited_config(saved: &ddl::train::RunConfig, dir: &std::path::Path) {
     let path = dir.join("config.toml");
-    let Ok(text) = std::fs::read_to_string(&path) else { return };
-    let edited = match toml::from_str::<ddl::train::RunConfig>(&text) {
-        Ok(edited) => edited,
+    let edited = match ddl::train::RunConfig::read_file(dir) {
+        None => return,
+        Some(Ok(edited)) => edited,
         // (A file that no longer reads as settings cannot be compared: the saved ones replace it.)
-        Err(e) => {
+        Some(Err(e)) => {
             eprintln!(
                 "note: {} does not read as a run's settings ({}); the run continues with the settings saved with \
                  the checkpoint and writes them to config.toml again",
@@ -602,11 +602,12 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         };
         // (Given by --set or --config, even at the default's value: the flag would override it
         // without a word.)
-        let named = set_names(&a.sets, key) || a.config.as_deref().is_some_and(|p| config_value(p, key).is_some());
+        let by_set = set_names(&a.sets, key);
+        let named = by_set || a.config.as_deref().is_some_and(|p| config_value(p, key).is_some());
         let (default, explicit, last) = (get(&d), get(&w), get(&f));
         if (named || explicit != default) && last != explicit {
             let show = |v: Option<toml::Value>| v.map_or("(unset)".into(), |v| v.to_string());
-            let remedy = if set_names(&a.sets, key) {
+            let remedy = if by_set {
                 "drop one of them".to_string()
             } else {
                 // (A run's config.toml names every setting; a --set overrides the file.)
@@ -615,7 +616,7 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             anyhow::bail!(
                 "{flag} gives {key} = {} but {} gives {key} = {}: {remedy}",
                 show(last),
-                if set_names(&a.sets, key) { "--set" } else { "--config" },
+                if by_set { "--set" } else { "--config" },
                 show(explicit)
             );
         }

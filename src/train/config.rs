@@ -448,6 +448,13 @@ impl RunConfig {
         toml::to_string(&run)
     }
 
+    /// `dir/config.toml` as settings: `None` when there is no such file (or it cannot be read),
+    /// `Some(Err(why))` when it does not parse as a run's settings (an edit gone wrong).
+    pub fn read_file(dir: &std::path::Path) -> Option<Result<RunConfig, toml::de::Error>> {
+        let text = std::fs::read_to_string(dir.join("config.toml")).ok()?;
+        Some(toml::from_str(&text))
+    }
+
     /// The settings `ddl train --resume DIR` continues with: those saved in DIR's checkpoint
     /// (what the run trained with), or for a checkpoint without them `DIR/config.toml`. The
     /// error says what DIR lacks and how to go on.

@@ -245,10 +245,7 @@ fn read_run(
     let points = series.iter().map(|s| s.1.len()).sum();
     if points == 0 {
         let last = m.train.last().map_or(0, |r| r.step as usize);
-        let eval_every = std::fs::read_to_string(run.join("config.toml"))
-            .ok()
-            .and_then(|t| toml::from_str::<RunConfig>(&t).ok())
-            .map(|c| c.train.eval_every);
+        let eval_every = RunConfig::read_file(run).and_then(Result::ok).map(|c| c.train.eval_every);
         let val_why = match eval_every {
             Some(0) => "no evaluation in its metrics.jsonl (train.eval_every = 0 and no final evaluation yet: the run \
                         has not finished; `ddl train --resume RUN` makes it)"
@@ -515,7 +512,7 @@ fn smooth(pts: &[(f64, f64)], w: usize) -> Vec<(f64, f64)> {
 
 /// Tokens one optimizer step of the run trains on (its `config.toml`).
 fn tokens_per_step(run: &Path) -> Option<usize> {
-    let c: RunConfig = toml::from_str(&std::fs::read_to_string(run.join("config.toml")).ok()?).ok()?;
+    let c = RunConfig::read_file(run)?.ok()?;
     Some(c.train.batch_size * c.train.seq_len * c.train.grad_accum)
 }
 

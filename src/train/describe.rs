@@ -108,10 +108,7 @@ pub fn describe(path: &Path) -> Result<CheckpointInfo, CheckpointError> {
         files,
         plan_bytes,
         run,
-        config_unreadable: std::fs::read_to_string(path.join("config.toml"))
-            .ok()
-            .and_then(|t| toml::from_str::<RunConfig>(&t).err())
-            .map(|e| e.message().trim().to_string()),
+        config_unreadable: RunConfig::read_file(path).and_then(Result::err).map(|e| e.message().trim().to_string()),
     })
 }
 

@@ -541,9 +541,11 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         )));
     }
     let run: Option<RunConfig> = if cfg_path.exists() {
-        let run_text = std::fs::read_to_string(&cfg_path)
-            .map_err(|source| TrainError::Settings(format!("cannot read '{}': {source}", cfg_path.display())))?;
-        match toml::from_str(&run_text) {
+        let read = RunConfig::read_file(dir).ok_or_else(|| {
+            let source = std::fs::read_to_string(&cfg_path).err().map_or_else(String::new, |e| e.to_string());
+            TrainError::Settings(format!("cannot read '{}': {source}", cfg_path.display()))
+        })?;
+        match read {
             Ok(r) => Some(r),
             // An edited file that no longer reads: the settings saved with the checkpoint are the
             // run's (what `--resume` continues with and writes back).
