@@ -115,6 +115,9 @@ pub struct VizApp {
     pub max_tokens: usize,
     pub tab: Tab,
     pub metrics: Option<Metrics>,
+    /// The curves shown are those of the checkpoint opened (its run's), not of a run opened as
+    /// one (`--run`, Open…): the next checkpoint's replace them.
+    metrics_of_checkpoint: bool,
     /// The runs of the Experiment view.
     pub experiment: Option<crate::experiment::Experiment>,
     pub messages: Vec<(Level, String)>,
@@ -207,6 +210,7 @@ impl VizApp {
             max_tokens: 64,
             tab: Tab::default(),
             metrics: None,
+            metrics_of_checkpoint: false,
             experiment: None,
             messages: Vec::new(),
             status: String::new(),
@@ -266,10 +270,13 @@ impl VizApp {
                 .filter(|r| r.join("metrics.jsonl").is_file())
                 .map(Path::to_path_buf)
         };
-        if let Some(run) = run
-            && self.metrics.is_none()
-        {
-            self.open_run(&run);
+        // (Curves of a run opened as one stay; those of an earlier checkpoint go.)
+        if self.metrics.is_none() || self.metrics_of_checkpoint {
+            self.metrics = None;
+            if let Some(run) = run {
+                self.open_run(&run);
+                self.metrics_of_checkpoint = self.metrics.is_some();
+            }
         }
     }
 
@@ -334,6 +341,7 @@ impl VizApp {
             Ok(m) => {
                 self.status = format!("following {}", m.path().display());
                 self.metrics = Some(m);
+                self.metrics_of_checkpoint = false;
             }
             Err(e) => self.error(e),
         }
@@ -440,9 +448,27 @@ impl VizApp {
             self.error("open a checkpoint first (Open… or --checkpoint DIR)");
             return;
         }
+        if let Some(why) = self.lens_mismatch() {
+            self.error(why);
+            return;
+        }
         let tokens: Vec<u32> = self.trace.rows.iter().map(|r| r.trace.token).collect();
-        self.send(Command::Lens { tokens });
+        // A trace file of `ddl generate --trace` holds the generated tokens, its prompt as text:
+        // the lens reads them in the context generation gave them, the prompt first.
+        let t = &self.trace;
+        let prompt = t.prompt.clone().filter(|p| !p.is_empty() && t.rows.iter().all(|r| !r.prompt));
+        self.send(Command::Lens { prompt, tokens });
         self.status = "computing the logit lens…".into();
+    }
+
+    /// Why the lens of the text shown cannot be computed with the model loaded: a trace written
+    /// by a model of another shape (its token ids need not be this model's).
+    fn lens_mismatch(&self) -> Option<&'static str> {
+        let (t, c) = (&self.trace, &self.model.as_ref()?.config);
+        ((t.n_layers, t.d, t.m) != (c.n_layers, c.d_model, c.m())).then_some(
+            "the text shown was written by another model than the one loaded: open that model's checkpoint, or \
+             Generate with this one",
+        )
     }
 
     /// One more token (a new session when the prompt changed).
@@ -603,6 +629,8 @@ impl VizApp {
                     self.gen_started = None;
                     self.status = if reason.starts_with("compared") {
                         format!("done: {reason} with and without the interventions")
+                    } else if reason == crate::worker::COMPARISON_STOPPED {
+                        reason.clone()
                     } else {
                         format!("done: {reason}; {} tokens", self.trace.len())
                     };
@@ -879,6 +907,8 @@ impl VizApp {
                     Err("open a checkpoint to compute the lens (Open… or --checkpoint DIR)")
                 } else if self.busy() {
                     Err("the model is busy: wait for it or Stop")
+                } else if let Some(why) = self.lens_mismatch() {
+                    Err(why)
                 } else {
                     Ok(())
                 };

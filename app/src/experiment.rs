@@ -267,8 +267,11 @@ impl Experiment {
             .val
             .iter()
             .filter_map(|&(step, _)| {
-                let at: Vec<f64> =
-                    runs.iter().filter_map(|r| r.val.iter().find(|v| v.0 == step).map(|v| v.1)).collect();
+                let at: Vec<f64> = runs
+                    .iter()
+                    .filter_map(|r| r.val.iter().find(|v| v.0 == step).map(|v| v.1))
+                    .filter(|l| l.is_finite())
+                    .collect();
                 (at.len() == runs.len()).then(|| {
                     let mean = at.iter().sum::<f64>() / at.len() as f64;
                     let lo = at.iter().copied().fold(f64::INFINITY, f64::min);

@@ -23,8 +23,9 @@ pub struct Pca {
     pub explained: [f64; 2],
 }
 
-/// The logit lens of a text ([`ddl::generate::continuation_lens`] from its first token): the
-/// states' names and, per token, one score per state (none for the first token).
+/// The logit lens of a text ([`ddl::generate::continuation_lens`] from its first token, or after
+/// a trace file's prompt): the states' names and, per token, one score per state (none for a
+/// first token that nothing predicted).
 #[derive(Debug, Clone, Default)]
 pub struct Lens {
     pub states: Vec<String>,
@@ -123,18 +124,19 @@ impl TraceData {
         self.has(t).then(|| &self.rows[t].trace.ktx[s * m..(s + 1) * m])
     }
 
+    /// (`None` where it is not a finite number, as for β: a plot leaves a gap there.)
     pub fn write(&self, t: usize, s: usize) -> Option<f32> {
-        self.has(t).then(|| self.rows[t].trace.write[s])
+        self.has(t).then(|| self.rows[t].trace.write[s]).filter(|w| w.is_finite())
     }
 
-    /// Mean β over the sublayers of token `t`.
+    /// Mean β over the sublayers of token `t` (`None` when one is not finite).
     pub fn mean_beta(&self, t: usize) -> Option<f32> {
-        self.has(t).then(|| self.rows[t].trace.beta.iter().sum::<f32>() / self.s() as f32)
+        self.has(t).then(|| self.rows[t].trace.beta.iter().sum::<f32>() / self.s() as f32).filter(|b| b.is_finite())
     }
 
-    /// Total write size of token `t` (sum over sublayers).
+    /// Total write size of token `t` (sum over sublayers; `None` when one is not finite).
     pub fn total_write(&self, t: usize) -> Option<f32> {
-        self.has(t).then(|| self.rows[t].trace.write.iter().sum())
+        self.has(t).then(|| self.rows[t].trace.write.iter().sum::<f32>()).filter(|w| w.is_finite())
     }
 
     /// Display name of sublayer `s`.
@@ -181,7 +183,9 @@ impl TraceData {
                     return None;
                 }
                 let (a, b) = (self.k(t - 1, s)?, self.k(t, s)?);
-                Some(cosine(a, b).abs().min(1.0).acos().to_degrees())
+                // (A k that is not finite: a gap, not a turn of 0°.)
+                let c = cosine(a, b);
+                c.is_finite().then(|| c.abs().min(1.0).acos().to_degrees())
             })
             .collect()
     }
@@ -656,5 +660,31 @@ mod tests {
         assert!(p.explained[0] >= p.explained[1] && p.explained[0] > 0.0);
         assert!(!t.has(2) && t.mean_beta(2).is_none());
         assert_eq!(chip_text(" a\n"), "·a\\n");
+    }
+
+    /// A write or k that is not a finite number is a gap where it stands, and leaves every
+    /// other token's numbers (and the colour scale they share) as they are.
+    #[test]
+    fn values_that_are_not_finite_are_gaps() {
+        let mut t = TraceData::new(1, 2, 1);
+        t.push(row(vec![0.5, 1.0], vec![1.0, 0.0, 0.0, 1.0]), false);
+        let mut bad = row(vec![0.5, 1.0], vec![f32::NAN, 0.0, 0.0, 1.0]);
+        bad.write = vec![f32::INFINITY, 2.0];
+        t.push(bad, false);
+        let mut nan = row(vec![0.5, 1.0], vec![1.0, 0.0, 0.0, 1.0]);
+        nan.write = vec![0.5, f32::NAN];
+        t.push(nan, false);
+        t.push(row(vec![0.5, 1.0], vec![0.0, 1.0, 0.0, 1.0]), false);
+        assert_eq!((t.write(1, 0), t.write(1, 1), t.write(2, 1)), (None, Some(2.0), None));
+        assert_eq!((t.total_write(0), t.total_write(1), t.total_write(2)), (Some(2.0), None, None));
+        assert_eq!(t.max_total_write(), 2.0);
+        // (k of sublayer 0 is NaN at token 1: no turn into it nor out of it.)
+        let turn = t.k_turn(0);
+        assert_eq!(turn[1..3], [None, None]);
+        assert!((turn[3].unwrap() - 90.0).abs() < 1e-9);
+        let mut b = row(vec![f32::NAN, 1.0], vec![1.0, 0.0, 0.0, 1.0]);
+        b.write = vec![1.0, 1.0];
+        t.push(b, false);
+        assert_eq!((t.mean_beta(3), t.mean_beta(4)), (Some(0.75), None));
     }
 }

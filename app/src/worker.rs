@@ -29,8 +29,9 @@ pub enum Command {
     /// sampler seed) and measure the change (the Interventions view).
     /// (`allow_out_of_range`: β may leave [0, 2], as `ddl generate --allow-out-of-range`.)
     Compare { prompt: String, sampling: SamplerConfig, max_tokens: usize, specs: Vec<String>, allow_out_of_range: bool },
-    /// The logit lens of these tokens (the text shown), teacher-forced from the first.
-    Lens { tokens: Vec<u32> },
+    /// The logit lens of these tokens (the text shown), teacher-forced from the first, or after
+    /// `prompt` when the text continues one that is not shown (a trace file's).
+    Lens { prompt: Option<String>, tokens: Vec<u32> },
 }
 
 /// A loaded model.
@@ -403,11 +404,12 @@ async fn serve(
                 match compare(model, tok, &prompt, sampling, max_tokens, &specs, allow_out_of_range, stop, out, wait)
                     .await
                 {
-                    Ok(c) => {
+                    Ok(Some(c)) => {
                         let n = c.original.len();
                         out.send(Event::Compared(c));
                         out.send(Event::Done { reason: format!("compared {n} token(s)") });
                     }
+                    Ok(None) => out.send(Event::Done { reason: COMPARISON_STOPPED.into() }),
                     Err(e) => {
                         out.send(Event::Error(e));
                         out.send(Event::Done { reason: "error".into() });
@@ -416,8 +418,8 @@ async fn serve(
                 busy.store(false, Ordering::SeqCst);
                 continue;
             }
-            Command::Lens { tokens } => {
-                match lens(model, tok, &tokens, wait) {
+            Command::Lens { prompt, tokens } => {
+                match lens(model, tok, prompt.as_deref(), &tokens, wait) {
                     Ok(l) => {
                         out.send(Event::Lens(l));
                         out.send(Event::Done { reason: format!("lens of {} token(s)", tokens.len()) });
@@ -503,6 +505,7 @@ async fn serve(
 fn lens(
     model: &ddl::model::Model,
     tok: &ddl::tokenizer::Tokenizer,
+    prompt: Option<&str>,
     tokens: &[u32],
     wait: Wait,
 ) -> Result<crate::trace::Lens, String> {
@@ -513,13 +516,30 @@ fn lens(
                 .into(),
         );
     }
-    if tokens.len() < 2 {
-        return Err("the logit lens needs a text of two tokens or more".into());
+    let vocab = model.cfg.vocab_size;
+    if let Some(&id) = tokens.iter().find(|&&id| id as usize >= vocab) {
+        return Err(format!(
+            "the text shown holds token {id}, outside this model's vocabulary of {vocab}: it was written with \
+             another tokenizer; Generate with this model first"
+        ));
     }
-    let rows = ddl::generate::continuation_lens(model, tok, &tokens[..1], &tokens[1..], None)
-        .map_err(|e| format!("the logit lens failed: {e}"))?;
-    let mut logprob = vec![Vec::new()];
-    logprob.extend(rows);
+    let prompt = match prompt {
+        Some(p) => tok.encode(p).map_err(|e| format!("the tokenizer cannot encode the trace's prompt: {e}"))?,
+        None => Vec::new(),
+    };
+    let logprob = if prompt.is_empty() {
+        if tokens.len() < 2 {
+            return Err("the logit lens needs a text of two tokens or more".into());
+        }
+        let rows = ddl::generate::continuation_lens(model, tok, &tokens[..1], &tokens[1..], None)
+            .map_err(|e| format!("the logit lens failed: {e}"))?;
+        // (The first token: nothing predicted it.)
+        std::iter::once(Vec::new()).chain(rows).collect()
+    } else {
+        // Every token shown continues the prompt: each has its column.
+        ddl::generate::continuation_lens(model, tok, &prompt, tokens, None)
+            .map_err(|e| format!("the logit lens failed: {e}"))?
+    };
     Ok(crate::trace::Lens { states: ddl::generate::lens_states(model), logprob })
 }
 
@@ -535,9 +555,14 @@ pub fn prompt_cut(n: usize, cap: usize) -> Option<String> {
     })
 }
 
+/// Why a comparison ended without one: Stop came before both continuations were written (two
+/// texts cut at different points would show differences Stop made, not the interventions).
+pub const COMPARISON_STOPPED: &str = "comparison stopped before both continuations were written: nothing compared";
+
 /// Generates `prompt`'s continuation as the model is and under `specs` (the same sampler settings
 /// and seed, traced), and the per-token change of the original continuation's log-probability
-/// under the interventions (teacher-forced), as `ddl generate --compare` does.
+/// under the interventions (teacher-forced), as `ddl generate --compare` does; `None` when Stop
+/// came before both were written.
 #[allow(clippy::too_many_arguments)]
 async fn compare(
     model: &ddl::model::Model,
@@ -550,7 +575,7 @@ async fn compare(
     stop: &AtomicBool,
     out: &Out,
     wait: Wait,
-) -> Result<crate::panels::interventions::Comparison, String> {
+) -> Result<Option<crate::panels::interventions::Comparison>, String> {
     sampling.validate()?;
     let iv = ddl::model::Interventions::parse(specs, allow_out_of_range).map_err(|e| e.to_string())?;
     let maps = iv.maps(&model.cfg).map_err(|e| e.to_string())?;
@@ -582,18 +607,24 @@ async fn compare(
         Ok((g.prompt_traces().to_vec(), steps))
     };
     let (prompt_t, original) = run("original", None, &[]).await?;
+    if stop.load(Ordering::SeqCst) {
+        return Ok(None);
+    }
     let (prompt_i, intervened) = run("intervened", Some(maps.clone()), &k_mean).await?;
+    if stop.load(Ordering::SeqCst) {
+        return Ok(None);
+    }
     out.send(Event::Progress("comparing: scoring the original continuation under the interventions…".into()));
     let cont: Vec<u32> = original.iter().map(|t| t.token).collect();
     let delta_logprob = ddl::generate::delta_logprobs_with(model, &ids, &cont, maps, &k_mean, wait)
         .await
         .map_err(|e| format!("scoring failed: {e}"))?;
-    Ok(crate::panels::interventions::Comparison {
+    Ok(Some(crate::panels::interventions::Comparison {
         specs: iv.describe(),
         prompt: prompt_t,
         prompt_intervened: prompt_i,
         original,
         intervened,
         delta_logprob,
-    })
+    }))
 }

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ddl_viz::app::{Options, VizApp};
@@ -185,8 +186,36 @@ fn a_run_alone_opens_on_its_dashboard() {
     assert_eq!(app.tab, Tab::Training);
     let app = VizApp::new(None, Options { run: Some(ck.clone()), tab: Some(Tab::Eigen), ..Default::default() });
     assert_eq!(app.tab, Tab::Eigen);
-    let app = VizApp::new(None, Options { run: Some(ck.clone()), checkpoint: Some(ck), ..Default::default() });
+    let app = VizApp::new(None, Options { run: Some(ck.clone()), checkpoint: Some(ck.clone()), ..Default::default() });
     assert_eq!(app.tab, Tab::BetaMap);
+    // A baseline run's dashboard says it logged no β (it showed an empty plot).
+    let app = VizApp::new(None, Options { run: Some(ck), ..Default::default() });
+    let mut h =
+        Harness::builder().with_size([1280.0, 800.0]).build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), app);
+    h.run();
+    h.get_by_label_contains("mean β: this run logged none");
+}
+
+/// A checkpoint opened after another shows its own run's curves (they showed the first's), none
+/// when it has no run; a run opened as one (`--run`, Open…) stays whatever checkpoint comes.
+#[test]
+fn each_checkpoint_opened_shows_its_own_runs_curves() {
+    let (a, b) = (common::tiny_checkpoint(Path::new("")), common::tiny_baseline_checkpoint());
+    let lone = common::tmpdir("lone-checkpoint").join("ck");
+    std::fs::create_dir_all(&lone).unwrap();
+    std::fs::copy(b.join("model.safetensors"), lone.join("model.safetensors")).unwrap();
+    let mut app = VizApp::new(None, Options { checkpoint: Some(a.clone()), ..Default::default() });
+    let dir = |app: &VizApp| app.metrics.as_ref().map(|m| m.dir.clone());
+    assert_eq!(dir(&app), Some(a.clone()));
+    app.open_checkpoint(&b);
+    assert_eq!(dir(&app), Some(b.clone()), "the second checkpoint's run");
+    app.open_checkpoint(&lone);
+    assert_eq!(dir(&app), None, "a checkpoint without a run shows no other run's curves");
+    app.open_run(&a);
+    app.open_checkpoint(&b);
+    assert_eq!(dir(&app), Some(a.clone()), "a run opened as one stays");
+    let app = VizApp::new(None, Options { checkpoint: Some(b), run: Some(a.clone()), ..Default::default() });
+    assert_eq!(dir(&app), Some(a));
 }
 
 /// The Interventions view with the model thread: choose identity for one write, Generate both,
@@ -319,6 +348,27 @@ fn a_trace_opens_with_its_prompt_and_settings_and_generate_writes_it_again() {
     assert_eq!(a.max_tokens, generated.len());
     assert_eq!(a.trace.len(), generated.len(), "the trace shown until Generate");
     assert!(h.query_by_label(&format!("showing the trace {}; Generate replaces it", file.display())).is_some());
+    // Its logit lens reads the tokens after the trace's prompt, as generation gave them: every
+    // token has its column (the first too: the prompt predicted it), the output row the trace's
+    // own scores.
+    h.state_mut().tab = ddl_viz::app::Tab::Lens;
+    h.run();
+    h.get_by_label("Compute the lens").click();
+    wait(&mut h, "the lens", |a| !a.busy() && a.trace.lens.is_some());
+    let a = h.state();
+    assert!(a.messages.is_empty(), "{:?}", a.messages);
+    let lens = a.trace.lens.as_ref().unwrap();
+    assert_eq!(lens.logprob.len(), generated.len());
+    for (t, (row, g)) in lens.logprob.iter().zip(&generated).enumerate() {
+        assert_eq!(row.len(), 5, "token {t}");
+        let own = g.score.as_ref().unwrap().logprob;
+        assert!(
+            (row[4].logprob - own).abs() < 1e-4,
+            "token {t}: lens output {} against the trace's {own}",
+            row[4].logprob
+        );
+    }
+    h.state_mut().tab = ddl_viz::app::Tab::BetaMap;
     h.get_by_label("Generate").click();
     wait(&mut h, "generation", |a| !a.busy() && a.shown.is_none() && a.trace.rows.iter().any(|r| !r.prompt));
     let again: Vec<u32> = h.state().trace.rows.iter().filter(|r| !r.prompt).map(|r| r.trace.token).collect();
@@ -466,4 +516,48 @@ fn the_logit_lens_view_needs_a_checkpoint() {
     h.run();
     h.get_by_label_contains("open a checkpoint to compute the lens");
     assert!(h.state().trace.lens.is_none());
+}
+
+/// A text written by a model of another shape than the one loaded (a trace opened beside it)
+/// is not lensed: the button is disabled and says why.
+#[test]
+fn the_logit_lens_is_not_computed_for_another_models_text() {
+    let (_dir, _ck, mut h) = loaded("lens-other");
+    let mut other = ddl_viz::trace::TraceData::new(3, 32, 4);
+    for i in 0..4u32 {
+        let row = ddl::generate::TokenTrace {
+            token: i + 40,
+            text: "a".into(),
+            beta: vec![1.0; 6],
+            k: vec![0.1; 6 * 32],
+            v: vec![0.0; 6 * 4],
+            ktx: vec![0.0; 6 * 4],
+            write: vec![1.0; 6],
+            score: None,
+        };
+        other.push(row, false);
+    }
+    h.state_mut().trace = other;
+    h.state_mut().tab = ddl_viz::app::Tab::Lens;
+    h.run();
+    h.get_by_label_contains("the text shown was written by another model than the one loaded");
+    h.state_mut().compute_lens();
+    h.run();
+    assert!(!h.state().busy() && h.state().trace.lens.is_none());
+    assert!(h.state().messages.iter().any(|m| m.1.contains("another model")), "{:?}", h.state().messages);
+}
+
+/// Stop while Generate both runs leaves no comparison of two texts cut at different points: the
+/// status says it stopped and nothing was compared.
+#[test]
+fn stopping_a_comparison_compares_nothing() {
+    let (_, _, mut h) = loaded("compare-stop");
+    h.state_mut().max_tokens = 400;
+    h.state_mut().compare(vec!["block0.mlp:beta=0".into()]);
+    h.state_mut().stop();
+    wait(&mut h, "the comparison to stop", |a| !a.busy() && a.status.contains("stopped"));
+    let a = h.state();
+    assert!(a.interventions.comparison.is_none(), "a comparison was shown");
+    assert!(a.status.contains("nothing compared"), "{}", a.status);
+    assert!(a.messages.is_empty(), "{:?}", a.messages);
 }

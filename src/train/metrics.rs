@@ -45,13 +45,15 @@ impl ValRow {
 pub fn parse_line(line: &str) -> Option<Line> {
     let j = serde_json::from_str::<serde_json::Value>(line).ok()?;
     let step = j["step"].as_f64()?;
-    if let Some(loss) = j["val_loss"].as_f64() {
+    // (A loss that was not a finite number is written as null: an evaluation all the same.)
+    let num = |key: &str| j.get(key).map(|x| x.as_f64().unwrap_or(f64::NAN));
+    if let Some(loss) = num("val_loss") {
         return Some(Line::Val(ValRow {
             step,
             loss,
             tokens: j["val_tokens"].as_u64(),
             full: j["val_full"] == true,
-            subset: j["val_subset_loss"].as_f64(),
+            subset: num("val_subset_loss"),
             accuracy: j["val_accuracy"].as_f64(),
             subset_accuracy: j["val_subset_accuracy"].as_f64(),
         }));
@@ -177,5 +179,22 @@ mod tests {
         assert_eq!(m.final_train_loss(), Some(2.0));
         assert_eq!(m.elapsed_at(3.0), Some(1.0));
         assert_eq!(m.train[0].beta_mean.as_deref(), Some(&[1.0, 0.5][..]));
+    }
+
+    /// An evaluation whose loss was not a finite number (the trainer writes null) is read as an
+    /// evaluation with a NaN loss, not as a training step without values; it is never the best.
+    #[test]
+    fn an_evaluation_logged_as_null_is_an_evaluation() {
+        let text = "{\"step\":1,\"loss\":4.0}\n\
+                    {\"step\":1,\"val_loss\":3.5,\"val_tokens\":10,\"val_full\":false}\n\
+                    {\"step\":2,\"loss\":3.0}\n\
+                    {\"step\":2,\"val_loss\":null,\"val_ppl\":null,\"val_tokens\":10,\"val_full\":false}\n\
+                    {\"step\":3,\"val_loss\":null,\"val_tokens\":99,\"val_full\":true,\"val_subset_loss\":null}\n";
+        let m = Metrics::parse(text);
+        assert_eq!((m.train.len(), m.bad_lines), (2, 0));
+        assert_eq!(m.val.len(), 3);
+        assert!(m.val[1].1.is_nan() && m.val[2].1.is_nan() && m.val[1].0 == 2.0);
+        assert!(m.full.is_some_and(|f| f.0 == 3 && f.1.is_nan() && f.2 == 99));
+        assert_eq!(m.best_val(), Some((1.0, 3.5)));
     }
 }

@@ -584,7 +584,7 @@ impl<'c> Trainer<'c> {
             && let Ok(Some(m)) = super::metrics::Metrics::read(&opts.out)
         {
             for &(s, l) in m.val.iter().filter(|p| p.0 as usize <= start) {
-                if eval_best.is_none_or(|(_, b)| l < b) {
+                if improves(eval_best, l) {
                     (eval_best, evals_since_best) = (Some((s as usize, l)), 0);
                 } else {
                     evals_since_best += 1;
@@ -908,7 +908,7 @@ impl<'c> Trainer<'c> {
                 self.progress.println(format!("warning: could not write the loss plot of {}: {e}", self.out.display()));
             }
             // train.early_stop: the same decision on every rank (they share one evaluation).
-            if self.eval_best.is_none_or(|(_, b)| e.loss < b) {
+            if improves(self.eval_best, e.loss) {
                 (self.eval_best, self.evals_since_best) = (Some((step, e.loss)), 0);
             } else {
                 self.evals_since_best += 1;
@@ -1047,7 +1047,7 @@ impl<'c> Trainer<'c> {
         if let Some((at, e)) = self.last_eval
             && at == step
             && e.subset.1 > 0
-            && self.best.as_ref().is_none_or(|b| e.subset.0 < b.val_loss)
+            && improves(self.best.as_ref().map(|b| (b.step, b.val_loss)), e.subset.0)
         {
             let best = checkpoint::Best { step, val_loss: e.subset.0, val_tokens: e.subset.1 };
             checkpoint::mark_best(&self.out, &best).map_err(err)?;
@@ -1195,4 +1195,23 @@ pub fn tune_for(gpu: Arc<Gpu>, run: &RunConfig) -> Result<(usize, f64), TrainErr
     model.forward_program_sharing(&prog)?;
     let after = crate::kernels::matmul::autotune::tuned();
     Ok((after.0 - before.0, after.1 - before.1))
+}
+
+/// Whether an evaluation's `loss` beats the best so far (`train.early_stop`, the best checkpoint):
+/// one that is not a finite number (an evaluation that overflowed) never does, so that it
+/// cannot stand as a best no later evaluation beats.
+fn improves(best: Option<(usize, f64)>, loss: f64) -> bool {
+    loss.is_finite() && best.is_none_or(|(_, b)| loss < b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_evaluation_that_is_not_finite_is_never_the_best() {
+        assert!(improves(None, 3.0) && improves(Some((1, 3.0)), 2.5) && !improves(Some((1, 3.0)), 3.0));
+        assert!(!improves(None, f64::NAN) && !improves(Some((1, 3.0)), f64::NAN));
+        assert!(!improves(None, f64::INFINITY) && !improves(Some((1, 3.0)), f64::NEG_INFINITY));
+    }
 }

@@ -74,7 +74,8 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
             .y_axis_label("loss")
             .show(&mut cols[0], |p| {
                 p.line(Line::new("train loss", series(&|r| r.loss)).color(train_c));
-                let v: Vec<[f64; 2]> = m.val.iter().map(|&(s, l)| [s, l]).collect();
+                // (An evaluation that overflowed — NaN — is a gap; the header names it.)
+                let v: Vec<[f64; 2]> = m.val.iter().filter(|p| p.1.is_finite()).map(|&(s, l)| [s, l]).collect();
                 p.line(Line::new("val loss", v.clone()).color(val_c).width(2.0));
                 p.points(egui_plot::Points::new("val loss", v).radius(3.0).color(val_c));
             });
@@ -92,8 +93,10 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
     ui.columns(2, |cols| {
         super::legend_row(&mut cols[0], &[("grad norm".into(), g_c)]);
         let mut items: Vec<(String, Color32)> = (0..s).map(|i| (sublayer_name(i), colors::layer_color(i, s))).collect();
-        items.push(("regime thresholds 0.5, 1.5".into(), Color32::from_gray(120)));
-        super::legend_row(&mut cols[1], &items);
+        if s > 0 {
+            items.push(("regime thresholds 0.5, 1.5".into(), Color32::from_gray(120)));
+            super::legend_row(&mut cols[1], &items);
+        }
         Plot::new("dash-gnorm")
             .height(h)
             .link_axis(group, [true, false])
@@ -103,6 +106,10 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
             .show(&mut cols[0], |p| {
                 p.line(Line::new("grad norm", series(&|r| r.grad_norm)).color(g_c));
             });
+        if s == 0 {
+            cols[1].weak("mean β: this run logged none (a baseline model has no delta writes).");
+            return;
+        }
         Plot::new("dash-beta")
             .height(h)
             .link_axis(group, [true, false])

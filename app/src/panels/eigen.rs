@@ -17,8 +17,8 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
         ui.strong(format!("Eigenvalues of the delta operator for {}", super::token_label(data, t)));
     });
     ui.label(format!(
-        "A = I − β k k^T has eigenvalue λ = 1−β along k; the other d−1 = {} eigenvalues stay 1. On the state \
-         X (d × d_v) it acts on d_v = {} columns, so det A = (1−β)^{}.",
+        "A = I − β k k^T has eigenvalue λ = 1−β along k; the other d−1 = {} eigenvalues stay 1, so det A = 1−β. \
+         On the state X (d × d_v) A acts on each of its d_v = {} columns: the determinant of that map of X is (1−β)^{}.",
         data.d.saturating_sub(1),
         data.m,
         data.m
@@ -54,7 +54,7 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
         let ui = &mut cols[1];
         egui::ScrollArea::both().id_salt("eigen-table").max_height(h).show(ui, |ui| {
             egui::Grid::new("eigen-grid").striped(true).num_columns(5).show(ui, |ui| {
-                for head in ["sublayer", "β", "λ = 1−β", "det = λ^d_v", "regime"] {
+                for head in ["sublayer", "β", "λ = 1−β", "det on X = λ^d_v", "regime"] {
                     ui.strong(head);
                 }
                 ui.end_row();

@@ -63,7 +63,7 @@ pub fn show(ui: &mut egui::Ui, e: Option<&Experiment>) {
                     );
                 }
                 for r in e.runs.iter().filter(|r| &r.variant == v) {
-                    let pts: Vec<[f64; 2]> = r.val.iter().map(|&(s, l)| [s, l]).collect();
+                    let pts: Vec<[f64; 2]> = r.val.iter().filter(|p| p.1.is_finite()).map(|&(s, l)| [s, l]).collect();
                     p.line(Line::new(r.name.clone(), pts).color(c.gamma_multiply(0.55)).width(1.0));
                 }
                 let mean: Vec<[f64; 2]> = band.iter().map(|b| [b.0, b.1]).collect();

@@ -56,7 +56,7 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection, can: Resul
     };
     legend(ui);
     map(ui, data, lens, sel);
-    if let Some(t) = sel.token.filter(|&t| t > 0 && t < lens.logprob.len()) {
+    if let Some(t) = sel.token.filter(|&t| lens.logprob.get(t).is_some_and(|r| !r.is_empty())) {
         ui.separator();
         ui.strong(format!("{}: p at each state", super::token_label(data, t)));
         egui::Grid::new("lens-token").striped(true).num_columns(4).show(ui, |ui| {
@@ -154,7 +154,7 @@ fn map(ui: &mut egui::Ui, data: &TraceData, lens: &Lens, sel: &mut Selection) {
                         ));
                     }
                     None => {
-                        ui.label("the first token: nothing predicted it");
+                        ui.label("the text's first token: nothing predicted it");
                     }
                 }
             });

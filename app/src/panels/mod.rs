@@ -33,7 +33,7 @@ impl Selection {
 /// A line telling why a panel is empty.
 pub(crate) fn empty_note(ui: &mut eframe::egui::Ui, data: &TraceData) -> bool {
     if data.is_empty() {
-        ui.weak("No tokens yet: open a checkpoint and generate, or open a trace file.");
+        ui.weak("No tokens yet: Generate (with a checkpoint; Open… one if none is loaded), or open a trace file.");
         return true;
     }
     if !data.any_traced() {
