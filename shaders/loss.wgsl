@@ -24,8 +24,10 @@
 // chunked LM head) counts first: the same two passes with `count_only`, out = (0, count).
 //
 // ce_ranks (evaluation only, after ce_forward over the same rows, reading its lse) writes four
-// numbers per row into row_stats: the target's rank 1 + #{c : ℓ_c > ℓ_y} (0 for an ignored
-// row), the likeliest token argmax_c ℓ_c (the smallest c among ties), its log-probability and
+// numbers per row into row_stats: the target's rank 1 + #{c : ℓ_c > ℓ_y, or ℓ_c = ℓ_y and c < y}
+// (ties ordered as the likeliest token's, so that rank 1 is that token; the vocabulary size when
+// ℓ_y is NaN, a diverged model's; 0 for an ignored row), the likeliest token argmax_c ℓ_c (the
+// smallest c among ties), its log-probability and
 // the entropy of the row's softmax in nats. With the forward's lse as a shift l (not trusted to
 // the last bit: the entropy's derivative in it is 1 − H, so a rounding of 2e−5 in an lse of 13
 // would move an entropy of 10 by 2e−4): Z = Σ exp(ℓ − l) and A = Σ exp(ℓ − l)·(l − ℓ) give
@@ -328,8 +330,10 @@ fn ce_ranks(
     }
     let valid = live && valid_target(y);
     var own = 0.0;
+    var yc = 0u;
     if (valid) {
-        own = logits[base + u32(y)];
+        yc = u32(y);
+        own = logits[base + yc];
     }
     var above = 0u;            // logits above the target's
     var best = NEG_BIG;        // the invocation's largest logit and its first column
@@ -351,7 +355,7 @@ fn ce_ranks(
                     break;
                 }
                 let x = logits[base + c];
-                if (x > own) {
+                if (x > own || (x == own && c < yc)) {
                     above += 1u;
                 }
                 if (x > best) {
@@ -391,6 +395,11 @@ fn ce_ranks(
         var rank = 0.0;
         if (valid) {
             rank = f32(sh_u[lid] + 1u);
+            // (A NaN compares false with everything: its rank would read 1. Tested on its bits,
+            // which no compiler's no-NaN assumption folds.)
+            if ((bitcast<u32>(own) & 0x7fffffffu) > 0x7f800000u) {
+                rank = f32(p.vocab);
+            }
         }
         row_stats[4u * row] = rank;
         row_stats[4u * row + 1u] = f32(sh_v[lid]);

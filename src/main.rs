@@ -530,8 +530,9 @@ fn experiment(
     let spec = ExperimentSpec::load(spec_path)?;
     let variants = spec.variant_list().map_err(anyhow::Error::msg)?;
     if dry_run {
-        // What the real run would refuse, it refuses here too: another spec's runs in --out, or
-        // a corpus edited since its runs trained.
+        // What the real run would refuse, it refuses here too: another process working in --out,
+        // another spec's runs in it, or a corpus edited since its runs trained.
+        ddl::train::lock::refuse_if_held(out)?;
         ddl::experiment::check_out(&spec, out)?;
         if ddl::experiment::runs_to_do(&spec, out).map_err(anyhow::Error::msg)? > 0 {
             ddl::experiment::same_data_as_trained(&spec, out, &variants, false)?;

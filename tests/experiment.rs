@@ -562,6 +562,48 @@ fn a_grid_without_the_baseline_writes_its_report() {
     assert!(r.status.success(), "{}", text(&r));
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("this grid has no baseline variant"), "{md}");
+    let (sp, o) = (s.to_str().unwrap(), out.to_str().unwrap());
+    // A run folder trained with other settings (restored from another grid): refused, by
+    // --dry-run too, naming the setting (it was reported as the spec's).
+    let cfg = out.join("runs/ddl-seed1/config.toml");
+    let kept = std::fs::read_to_string(&cfg).unwrap();
+    let lr = kept.lines().find(|l| l.starts_with("lr = ")).unwrap().to_string();
+    std::fs::write(&cfg, kept.replace(&lr, "lr = 0.0123")).unwrap();
+    for extra in [&[][..], &["--dry-run"][..]] {
+        let r = ddl(&dir, &[&["experiment", "--spec", sp, "--out", o][..], extra].concat());
+        let t = text(&r);
+        assert!(
+            !r.status.success()
+                && t.contains("was trained with other settings")
+                && t.contains("train.lr = 0.0123 there"),
+            "{t}"
+        );
+    }
+    std::fs::write(&cfg, &kept).unwrap();
+    // The grid's copy of its spec edited into something that does not read: said so, with the
+    // parser's words and the remedy (it read as a spec of other settings, "unreadable").
+    let copy = out.join("experiment.toml");
+    let spec_kept = std::fs::read_to_string(&copy).unwrap();
+    std::fs::write(&copy, "garbage = [\n").unwrap();
+    let r = ddl(&dir, &["experiment", "--spec", sp, "--out", o, "--dry-run"]);
+    assert!(!r.status.success() && text(&r).contains("does not read") && text(&r).contains("cp SPEC"), "{}", text(&r));
+    std::fs::write(&copy, &spec_kept).unwrap();
+    // Another live process working in the folder (PID 1 always runs on Linux): --dry-run refuses
+    // as the grid would (it listed the runs as new); `ddl info` says a run trains now.
+    if Path::new("/proc/1").exists() {
+        let lock = out.join(ddl::train::lock::LOCK_FILE);
+        std::fs::write(&lock, format!("1 {}\n", ddl::train::lock::host_name())).unwrap();
+        let r = ddl(&dir, &["experiment", "--spec", sp, "--out", o, "--dry-run"]);
+        assert!(!r.status.success() && text(&r).contains("in use by process 1"), "{}", text(&r));
+        std::fs::remove_file(&lock).unwrap();
+        let run_lock = out.join("runs/ddl-seed1").join(ddl::train::lock::LOCK_FILE);
+        std::fs::write(&run_lock, format!("1 {}\n", ddl::train::lock::host_name())).unwrap();
+        let r = ddl(&dir, &["info", "--checkpoint", o]);
+        let t = text(&r);
+        assert!(t.contains("training now (process 1 on") && t.contains("the experiment is running"), "{t}");
+        assert!(!t.contains("continue it"), "{t}");
+        std::fs::remove_file(&run_lock).unwrap();
+    }
     let r = ddl(&dir, &["experiment", "--spec", s.to_str().unwrap(), "--out", out.to_str().unwrap(), "--speed"]);
     assert!(!r.status.success() && text(&r).contains("add \"baseline\""), "{}", text(&r));
     // The baseline alone: nothing to time against it, said so (it read "Not measured yet", also

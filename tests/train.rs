@@ -3112,6 +3112,14 @@ fn the_precision_benchmark_pairs_f16_and_f32_runs_by_seed_and_reuses_finished_on
     // A second call reads the finished runs back: the same numbers, no training.
     let again = collect();
     assert_eq!(again[4]["diff_mean"], s["diff_mean"]);
+    // Another corpus in the same --out: its runs are not this benchmark's (they were reported as
+    // if they were), and are kept.
+    let other = dir.join("other.txt");
+    std::fs::write(&other, "Another text altogether, of other letters and words. ".repeat(400)).unwrap();
+    let moved = ddl::bench::precision::PrecisionBench { corpus: other.display().to_string(), ..b.clone() };
+    let e = ddl::bench::precision::precision_rows(&gpu, &moved, |_| {}).unwrap_err().to_string();
+    assert!(e.contains("corpus") && e.contains("give another --out") && e.contains("ddl-f32-seed1"), "{e}");
+    assert_eq!(collect()[4]["diff_mean"], s["diff_mean"], "the runs are as they were");
     let one = ddl::bench::precision::PrecisionBench { seeds: vec![1], ..b };
     assert!(ddl::bench::precision::precision_rows(&gpu, &one, |_| {}).unwrap_err().to_string().contains("--seeds"));
 }

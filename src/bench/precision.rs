@@ -15,6 +15,7 @@ use crate::stats::{Paired, Sample};
 use crate::train::{RunConfig, TrainOptions};
 
 /// What to compare.
+#[derive(Debug, Clone)]
 pub struct PrecisionBench {
     pub preset: String,
     pub variant: Variant,
@@ -33,20 +34,24 @@ fn run_one(
     seed: u64,
 ) -> anyhow::Result<(f64, usize, f64, PathBuf)> {
     let dir = b.out.join(format!("{}-{}-seed{seed}", b.variant.name(), precision.name()));
+    let run = run_config(b, precision, seed)?;
+    // A run of other settings (another preset or corpus) in the same folder is not this one's
+    // result: refused, not reported as if it were, nor overwritten.
+    if let Some(Ok(saved)) = RunConfig::read_file(&dir) {
+        let diffs = run.resume_differences(&saved).map_err(anyhow::Error::msg)?;
+        if !diffs.is_empty() {
+            let list: Vec<String> =
+                diffs.iter().map(|(k, have, want)| format!("{k} = {have} there, {want} here")).collect();
+            anyhow::bail!(
+                "{}: a run of other settings than this benchmark's ({}); give another --out, or delete that folder \
+                 to train it again",
+                dir.display(),
+                list.join("; ")
+            );
+        }
+    }
     if let Some(done) = finished(&dir, b.steps) {
         return Ok((done.0, done.1, done.2, dir));
-    }
-    let mut run = RunConfig::preset(&b.preset, b.variant)?;
-    run.corpus = b.corpus.clone();
-    for kv in [
-        format!("train.precision={}", precision.name()),
-        format!("train.seed={seed}"),
-        format!("train.decay_steps={}", b.steps),
-        format!("train.warmup_steps={}", (b.steps / 10).max(1)),
-        "train.eval_every=0".to_string(),
-        "train.checkpoint_every=0".to_string(),
-    ] {
-        run.set(&kv).map_err(anyhow::Error::msg)?;
     }
     let s = crate::train::train(
         gpu.clone(),
@@ -64,6 +69,23 @@ fn run_one(
     }
     let val = s.val_loss.ok_or_else(|| anyhow::anyhow!("{}: the run reported no validation loss", dir.display()))?;
     Ok((val, s.val_tokens.unwrap_or(0), s.tokens_per_s, dir))
+}
+
+/// The settings of one run of the benchmark.
+fn run_config(b: &PrecisionBench, precision: Precision, seed: u64) -> anyhow::Result<RunConfig> {
+    let mut run = RunConfig::preset(&b.preset, b.variant)?;
+    run.corpus = b.corpus.clone();
+    for kv in [
+        format!("train.precision={}", precision.name()),
+        format!("train.seed={seed}"),
+        format!("train.decay_steps={}", b.steps),
+        format!("train.warmup_steps={}", (b.steps / 10).max(1)),
+        "train.eval_every=0".to_string(),
+        "train.checkpoint_every=0".to_string(),
+    ] {
+        run.set(&kv).map_err(anyhow::Error::msg)?;
+    }
+    Ok(run)
 }
 
 /// (val loss, val tokens, tok/s) of a run folder whose `summary.json` says it reached `steps`.

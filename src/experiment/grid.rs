@@ -72,7 +72,23 @@ pub fn check_out(spec: &ExperimentSpec, out: &Path) -> Result<(), ExperimentErro
     }
     if let Ok(old) = std::fs::read_to_string(&spec_path) {
         let same = |a: &ExperimentSpec, b: &ExperimentSpec| same_runs(a, b);
-        let old = toml::from_str::<ExperimentSpec>(&old).ok();
+        let old = match toml::from_str::<ExperimentSpec>(&old) {
+            Ok(o) => Some(o),
+            // (An edit gone wrong: said with the parser's words, not as a changed spec.)
+            Err(e) if any_run_trained(&out.join("runs")) => {
+                return Err(ExperimentError::Spec {
+                    path: spec_path.clone(),
+                    msg: format!(
+                        "the spec this experiment was started with does not read ({}); it is the grid's own copy: \
+                         write the spec its runs were trained with back into it (`cp SPEC {}` if yours is \
+                         unchanged) to go on",
+                        crate::train::config::plain_serde_message(&e.to_string()).trim(),
+                        spec_path.display()
+                    ),
+                });
+            }
+            Err(_) => None,
+        };
         match old {
             Some(o) if same(&o, spec) => {}
             // Before any run has trained, the spec may still change (a first attempt that failed).
@@ -85,6 +101,44 @@ pub fn check_out(spec: &ExperimentSpec, out: &Path) -> Result<(), ExperimentErro
                         "this directory holds an experiment whose runs share other settings than this spec's \
                          ({changed}); use a new --out directory (or delete this one) to run the changed spec. \
                          Adding variants, seeds or ablations is fine"
+                    ),
+                });
+            }
+        }
+    }
+    runs_trained_as_specified(spec, out)
+}
+
+/// Refuses a grid whose run folders hold runs trained with other settings than the spec gives
+/// them (a run restored from another grid, `scripts/experiment-runs.sh restore`, or copied in):
+/// a finished one would be reported as the spec's, paired with runs it does not match. The data
+/// each trained on is checked apart ([`same_data_as_trained`]), so the corpus and tokenizer
+/// paths are not compared here.
+fn runs_trained_as_specified(spec: &ExperimentSpec, out: &Path) -> Result<(), ExperimentError> {
+    let Ok(variants) = spec.variant_list() else { return Ok(()) };
+    for v in variants {
+        for seed in spec.seeds_of(v) {
+            let name = run_name(v, seed);
+            let dir = out.join("runs").join(&name);
+            let (Some(Ok(saved)), Ok(want)) = (RunConfig::read_file(&dir), spec.run_config(v, seed)) else {
+                continue;
+            };
+            let diffs =
+                want.resume_differences(&saved).map_err(|msg| ExperimentError::Run { run: name.clone(), msg })?;
+            let diffs: Vec<String> = diffs
+                .into_iter()
+                .filter(|(k, ..)| !matches!(k.as_str(), "corpus" | "tokenizer" | "data"))
+                .map(|(k, have, want)| format!("{k} = {have} there, {want} in the spec"))
+                .collect();
+            if !diffs.is_empty() {
+                return Err(ExperimentError::Run {
+                    run: name,
+                    msg: format!(
+                        "{} was trained with other settings than the spec gives it ({}): its result would be \
+                         reported and paired as the spec's. Move that folder out of the grid (the run then trains \
+                         again), or give the spec its own --out",
+                        dir.display(),
+                        diffs.join("; ")
                     ),
                 });
             }
@@ -450,7 +504,19 @@ fn train_run(
             show,
         },
     )
-    .map_err(|source| ExperimentError::Train { run: name.clone(), source: Box::new(source) })?;
+    .map_err(|source| match source {
+        // (The trainer's remedy names `ddl train`'s flag; a grid takes its settings from the spec.)
+        crate::train::TrainError::NonFinite { step, what, value } => ExperimentError::Run {
+            run: name.clone(),
+            msg: format!(
+                "step {step}: the {what} is not finite ({value}); the run stopped without writing a checkpoint. \
+                 Lower `lr` under [train] in the spec (a changed spec needs a new --out once runs have trained), or \
+                 set `skip_nonfinite = true` under [train] to skip such steps (a run whose final validation loss is \
+                 still not finite is then reported as diverged)"
+            ),
+        },
+        source => ExperimentError::Train { run: name.clone(), source: Box::new(source) },
+    })?;
     if summary.interrupted {
         say(bars, format!("interrupted during {name}: its checkpoint is saved; run the same command to continue"));
         return Ok(false);
@@ -460,10 +526,12 @@ fn train_run(
     let text = serde_json::to_string_pretty(&result).map_err(|e| ExperimentError::Report(e.to_string()))?;
     checkpoint::write_atomic(&path, text.as_bytes()).map_err(io(&path))?;
     if !opts.quiet {
+        let diverged =
+            if result.diverged() { " (diverged: listed in the report, left out of its statistics)" } else { "" };
         say(
             bars,
             format!(
-                "[{at}/{of}] {name}: val loss {:.4}, train loss {:.4}, {:.0} tok/s",
+                "[{at}/{of}] {name}: val loss {:.4}{diverged}, train loss {:.4}, {:.0} tok/s",
                 result.final_val_loss, result.final_train_loss, result.tok_per_s
             ),
         );
@@ -542,6 +610,10 @@ pub fn runs_to_do(spec: &ExperimentSpec, out: &Path) -> Result<usize, String> {
 /// "new".
 pub fn run_state(spec: &ExperimentSpec, out: &Path, v: Variant, seed: u64) -> String {
     let dir = out.join("runs").join(run_name(v, seed));
+    // (A run a live process trains now: not "new", nor one to continue.)
+    if let Some((pid, host)) = crate::train::lock::holder(&dir) {
+        return format!("training now (process {pid} on {host})");
+    }
     if let Some(r) = result_of(&dir, spec.steps) {
         // (A spec that asks for ablations the result does not hold yet: made from its checkpoint.)
         let parts = spec.ablate_parts().unwrap_or_default();

@@ -66,21 +66,30 @@ pub struct RunResult {
     pub steps: usize,
     pub tokens: u64,
     /// Mean training loss over the last tenth of the steps (at least one step).
+    /// (The numbers that may not be finite — a run that diverged — are written as JSON's null,
+    /// and null reads back as NaN.)
+    #[serde(deserialize_with = "nan_if_null")]
     pub final_train_loss: f64,
+    /// NaN: the run diverged (its final evaluation was not a finite number).
+    #[serde(deserialize_with = "nan_if_null")]
     pub final_val_loss: f64,
     /// The final evaluation's top-1 accuracy: the share of the validation tokens whose likeliest
     /// prediction came (results made before it was logged: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_val_accuracy: Option<f64>,
     /// (step, validation loss) at every evaluation.
+    #[serde(deserialize_with = "curve_nan_if_null")]
     pub val_curve: Vec<(f64, f64)>,
     /// Median training throughput.
+    #[serde(deserialize_with = "nan_if_null")]
     pub tok_per_s: f64,
     /// Wall time of the training, seconds.
+    #[serde(deserialize_with = "nan_if_null")]
     pub elapsed_s: f64,
     /// Per sublayer: tokens with β < 0.5, in [0.5, 1.5], > 1.5 on the validation batches.
     pub regimes: RegimeCounts,
     /// Mean β per sublayer on the same tokens.
+    #[serde(deserialize_with = "all_nan_if_null")]
     pub beta_mean: Vec<f64>,
     /// Validation tokens `final_val_loss` covers (the whole split, or `train.val_max_tokens`;
     /// 0 in results made before the final evaluation covered the whole split).
@@ -100,6 +109,26 @@ pub struct RunResult {
     /// removed in turn (`None`: not ablated, or a baseline run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ablations: Option<RunAblations>,
+}
+
+impl RunResult {
+    /// Its final validation loss is not a finite number: the run diverged.
+    pub fn diverged(&self) -> bool {
+        !self.final_val_loss.is_finite()
+    }
+}
+
+/// A number that JSON holds as null (serde_json writes NaN and ±∞ so) read as NaN.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+fn all_nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+    Ok(Vec::<Option<f64>>::deserialize(d)?.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect())
+}
+
+fn curve_nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<(f64, f64)>, D::Error> {
+    Ok(Vec::<(f64, Option<f64>)>::deserialize(d)?.into_iter().map(|(s, l)| (s, l.unwrap_or(f64::NAN))).collect())
 }
 
 /// A run's ablations (`ddl eval --ablate` on its final checkpoint, over the validation split).

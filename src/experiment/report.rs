@@ -307,9 +307,15 @@ pub(super) fn write_report(
     out: &Path,
     spec: &ExperimentSpec,
     variants: &[Variant],
-    results: &[RunResult],
+    all: &[RunResult],
     missing: &[String],
 ) -> Result<PathBuf, ExperimentError> {
+    // Runs that diverged (a final validation loss that is not finite) are listed, said, and left
+    // out of every mean, interval and test: those are then of the runs that converged.
+    let kept: Vec<RunResult> = all.iter().filter(|r| !r.diverged()).cloned().collect();
+    let diverged: Vec<String> =
+        all.iter().filter(|r| r.diverged()).map(|r| format!("{}-seed{}", r.variant, r.seed)).collect();
+    let results = &kept[..];
     let by_variant: BTreeMap<usize, Vec<&RunResult>> = variants
         .iter()
         .enumerate()
@@ -321,8 +327,8 @@ pub(super) fn write_report(
     if !spec.description.is_empty() {
         md.push_str(&format!("{}\n\n", spec.description.trim()));
     }
-    let any = results[0].clone();
-    let val_tokens: BTreeSet<usize> = results.iter().map(|r| r.val_tokens).collect();
+    let any = all[0].clone();
+    let val_tokens: BTreeSet<usize> = all.iter().map(|r| r.val_tokens).collect();
     let val_what = match (val_tokens.len(), val_tokens.first()) {
         (1, Some(&0)) => "the run's last evaluation (results made before the whole-split evaluation)".to_string(),
         (1, Some(&n)) => {
@@ -351,7 +357,7 @@ pub(super) fn write_report(
         seeds_text(spec),
     ));
     // Which build made the runs.
-    let commits: BTreeSet<(String, String)> = results.iter().map(|r| (r.commit.clone(), r.dirty.clone())).collect();
+    let commits: BTreeSet<(String, String)> = all.iter().map(|r| (r.commit.clone(), r.dirty.clone())).collect();
     let commit_text: Vec<String> = commits
         .iter()
         .map(|(c, d)| if c.is_empty() { "unrecorded".to_string() } else { format!("{} ({d})", &c[..c.len().min(12)]) })
@@ -362,7 +368,7 @@ pub(super) fn write_report(
     }
     // Which data: every run's data.json names the tokens it trained on (a grid resumed after its
     // corpus was edited, by a version that did not check, mixes texts).
-    let data: BTreeSet<String> = results
+    let data: BTreeSet<String> = all
         .iter()
         .filter_map(|r| {
             let path =
@@ -380,7 +386,7 @@ pub(super) fn write_report(
     }
     // Which adapters trained them (runs made before it was recorded: "unrecorded").
     let mut adapters: BTreeMap<&str, usize> = BTreeMap::new();
-    for r in results {
+    for r in all {
         *adapters.entry(if r.adapter.is_empty() { "unrecorded" } else { r.adapter.as_str() }).or_default() += 1;
     }
     let adapter_text: Vec<String> =
@@ -393,6 +399,14 @@ pub(super) fn write_report(
     }
     if !missing.is_empty() {
         md.push_str(&format!("**Unfinished runs (not in the table):** {}\n\n", missing.join(", ")));
+    }
+    if !diverged.is_empty() {
+        md.push_str(&format!(
+            "**Diverged runs (final validation loss not finite; listed under Runs, left out of every mean, interval \
+             and test below, which are therefore those of the runs that converged):** {}. A lower `lr` under \
+             [train] (in a new --out) trains them again.\n\n",
+            diverged.join(", ")
+        ));
     }
     md.push_str("| variant | params | seeds | train loss | val loss (mean ± sd) | 95 % interval | val perplexity | paper val loss (Small 124M) |\n");
     md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -428,14 +442,17 @@ pub(super) fn write_report(
         .enumerate()
         .filter(|(_, v)| v.is_ddl())
         .filter_map(|(i, v)| {
-            let rs = &by_variant[&i];
-            let n_sub = rs.first()?.regimes.len();
+            // (The runs with a count and a mean β per sublayer of the model: a result.json edited
+            // or cut short is left out here, not read past its end.)
+            let n_sub = by_variant[&i].iter().map(|r| r.regimes.len()).max()?;
+            let rs: Vec<&&RunResult> =
+                by_variant[&i].iter().filter(|r| r.regimes.len() == n_sub && r.beta_mean.len() == n_sub).collect();
             if n_sub == 0 {
                 return None;
             }
             let mut shares = vec![[0.0; 3]; n_sub];
             let mut beta = vec![0.0; n_sub];
-            for r in rs {
+            for r in &rs {
                 for s in 0..n_sub {
                     let tot = r.regimes[s].iter().sum::<u64>().max(1) as f64;
                     for (share, &count) in shares[s].iter_mut().zip(&r.regimes[s]) {
@@ -490,29 +507,32 @@ pub(super) fn write_report(
         );
     }
     // (The accuracy column where some run logged it.)
-    let accuracy = results.iter().any(|r| r.final_val_accuracy.is_some());
+    let accuracy = all.iter().any(|r| r.final_val_accuracy.is_some());
     md.push_str(&format!(
         "## Runs\n\nTheir tok/s and wall time are those of a machine shared with other work: not a speed \
          measurement (see Speed).\n\n| run | val loss |{} train loss | tok/s | wall time |\n|---|---:|{}---:|---:|---:|\n",
         if accuracy { " val accuracy |" } else { "" },
         if accuracy { "---:|" } else { "" }
     ));
-    for r in results {
+    for r in all {
         let acc = match (accuracy, r.final_val_accuracy) {
             (false, _) => String::new(),
             (true, Some(a)) => format!(" {:.2} % |", 100.0 * a),
             (true, None) => " |".into(),
         };
+        let val =
+            if r.diverged() { format!("{} (diverged)", r.final_val_loss) } else { format!("{:.4}", r.final_val_loss) };
         md.push_str(&format!(
-            "| {}-seed{} | {:.4} |{acc} {:.4} | {:.0} | {:.0} s |\n",
-            r.variant, r.seed, r.final_val_loss, r.final_train_loss, r.tok_per_s, r.elapsed_s
+            "| {}-seed{} | {val} |{acc} {:.4} | {:.0} | {:.0} s |\n",
+            r.variant, r.seed, r.final_train_loss, r.tok_per_s, r.elapsed_s
         ));
     }
-    let total_s: f64 = results.iter().map(|r| r.elapsed_s).sum();
+    let total_s: f64 = all.iter().map(|r| r.elapsed_s).filter(|s| s.is_finite()).sum();
     // (Seconds for a grid of short runs, where "0.0 min" said nothing.)
     let total = if total_s < 60.0 { format!("{total_s:.1} s") } else { format!("{:.1} min", total_s / 60.0) };
     md.push_str(&format!(
-        "\nTotal training time {total}. Plots: `val_loss.png`{}{}{}.\n",
+        "\nTotal training time {total}. Plots: {}{}{}{}.\n",
+        if results.is_empty() { "none (every run diverged)" } else { "`val_loss.png`" },
         if forest.is_empty() { "" } else { ", `comparisons.png`" },
         if ddl_rows.is_empty() { "" } else { ", `beta_regimes.png`" },
         if ablation_rows.is_empty() { String::new() } else { format!(", `{}`", super::ablation::PLOT) }
@@ -543,14 +563,19 @@ pub(super) fn write_report(
             .collect();
         bands.push(plot::Band { name: v.name().to_string(), points: pts });
     }
-    plot::band_plot(
-        &out.join("val_loss.png"),
-        &format!("validation loss ({title}): mean over seeds, band = min..max"),
-        "step",
-        "cross-entropy (nats)",
-        &bands,
-    )
-    .map_err(ExperimentError::Report)?;
+    if bands.iter().flat_map(|b| &b.points).all(|p| !p.1.is_finite()) {
+        // (Every run diverged: no curve to draw, nor an earlier report's to keep.)
+        let _ = std::fs::remove_file(out.join("val_loss.png"));
+    } else {
+        plot::band_plot(
+            &out.join("val_loss.png"),
+            &format!("validation loss ({title}): mean over seeds, band = min..max"),
+            "step",
+            "cross-entropy (nats)",
+            &bands,
+        )
+        .map_err(ExperimentError::Report)?;
+    }
     let panels: Vec<plot::RegimePanel> = ddl_rows
         .iter()
         .map(|(v, shares, _)| plot::RegimePanel {
@@ -632,6 +657,55 @@ mod tests {
         );
         // (The fixtures' runs counted no β regimes: no regime plot either.)
         assert!(md.contains("Plots: `val_loss.png`, `comparisons.png`.\n"), "{md}");
+    }
+
+    /// A run that diverged (final validation loss NaN) is listed and named, and left out of the
+    /// means and tests, which say over how many seeds they are; every run diverged: a report
+    /// without a curve, not an error. A run's β counts cut short are left out of the β table
+    /// (they were read past their end).
+    #[test]
+    fn diverged_runs_are_named_and_left_out_of_the_statistics() {
+        let md = report(
+            &["baseline", "ddl"],
+            3,
+            |v, seed| if v == "ddl" && seed == 2 { f64::NAN } else { 2.2 + seed as f64 / 100.0 },
+            |_| "abc".into(),
+        );
+        assert!(
+            md.contains("**Diverged runs (final validation loss not finite;") && md.contains(":** ddl-seed2."),
+            "{md}"
+        );
+        assert!(row(&md, "ddl").contains("| 2 |"), "two seeds in ddl's row: {}", row(&md, "ddl"));
+        assert!(row(&md, "baseline − ddl").contains("| 2 |"), "two pairs: {}", row(&md, "baseline − ddl"));
+        assert!(row(&md, "ddl-seed2").contains("| NaN (diverged) |"), "{}", row(&md, "ddl-seed2"));
+        assert!(!md.contains("NaN ±") && !md.contains("[NaN"), "{md}");
+        let md = report(&["baseline", "ddl"], 2, |_, _| f64::NAN, |_| "abc".into());
+        assert!(md.contains("Plots: none (every run diverged).") && md.contains("| ddl | | 0 |"), "{md}");
+        // β counts: one run's cut short.
+        let s = ExperimentSpec { variants: vec!["ddl".into()], ..spec("").unwrap() };
+        let variants = s.variant_list().unwrap();
+        let mut results: Vec<RunResult> = (1..=2).map(|seed| result("ddl", seed, 2.0, "abc")).collect();
+        results[0].regimes = vec![[1, 2, 3], [3, 2, 1]];
+        results[0].beta_mean = vec![1.0, 0.5];
+        let dir = std::env::temp_dir().join(format!("ddl-report-test-regimes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let md = std::fs::read_to_string(write_report(&dir, &s, &variants, &results, &[]).unwrap()).unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(md.contains("| ddl | 0A | 17% | 33% | 50% | 1.000 |"), "{md}");
+    }
+
+    /// A run's result with numbers that are not finite is written (JSON null) and read back.
+    #[test]
+    fn a_diverged_runs_result_reads_back() {
+        let mut r = result("ddl", 1, f64::NAN, "abc");
+        (r.final_train_loss, r.tok_per_s, r.val_curve, r.beta_mean) =
+            (f64::NAN, f64::INFINITY, vec![(10.0, f64::NAN)], vec![f64::NAN, 1.0]);
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains("\"final_val_loss\":null"), "{text}");
+        let back: RunResult = serde_json::from_str(&text).unwrap();
+        assert!(back.diverged() && back.final_train_loss.is_nan() && back.tok_per_s.is_nan());
+        assert!(back.val_curve[0].0 == 10.0 && back.val_curve[0].1.is_nan());
+        assert!(back.beta_mean[0].is_nan() && back.beta_mean[1] == 1.0);
     }
 
     fn row(md: &str, pair: &str) -> String {

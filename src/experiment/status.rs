@@ -14,7 +14,8 @@ use crate::train::checkpoint;
 #[derive(Debug, Clone, Serialize)]
 pub struct RunStatus {
     pub name: String,
-    /// `finished`, `finished, to ablate`, `resumes at step N`, `new`, or (a folder the spec does
+    /// `finished`, `finished, to ablate`, `resumes at step N`, `new`, `training now (process P on
+    /// HOST)`, or (a folder the spec does
     /// not name) `not in the spec`.
     pub state: String,
     /// The step its checkpoint holds, where it has one.
@@ -34,6 +35,8 @@ pub struct VariantSummary {
     pub variant: String,
     pub runs: usize,
     pub finished: usize,
+    /// Finished runs whose final validation loss is not finite (left out of the mean).
+    pub diverged: usize,
     pub val_mean: Option<f64>,
     pub val_sd: Option<f64>,
     /// The same of the final top-1 accuracies, over the finished runs that logged one.
@@ -80,13 +83,16 @@ pub fn describe(dir: &Path) -> Result<ExperimentInfo, ExperimentError> {
     if let Some(s) = &spec {
         let list = s.variant_list().map_err(|msg| ExperimentError::Spec { path: spec_path.clone(), msg })?;
         for &v in &list {
-            let (mut vals, mut accs) = (Vec::new(), Vec::new());
+            let (mut vals, mut accs, mut finished, mut diverged) = (Vec::new(), Vec::new(), 0, 0);
             let seeds = s.seeds_of(v);
             for &seed in &seeds {
                 let name = run_name(v, seed);
                 let d = runs_dir.join(&name);
                 let result = grid::result_of(&d, s.steps);
-                if let Some(r) = &result {
+                // (A run that diverged is listed with its NaN, not averaged.)
+                finished += result.is_some() as usize;
+                diverged += result.as_ref().is_some_and(|r| r.diverged()) as usize;
+                if let Some(r) = result.as_ref().filter(|r| !r.diverged()) {
                     vals.push(r.final_val_loss);
                     accs.extend(r.final_val_accuracy);
                 }
@@ -105,7 +111,8 @@ pub fn describe(dir: &Path) -> Result<ExperimentInfo, ExperimentError> {
             variants.push(VariantSummary {
                 variant: v.name().to_string(),
                 runs: seeds.len(),
-                finished: spread.map_or(0, |s| s.n),
+                finished,
+                diverged,
                 val_mean: spread.map(|s| s.mean),
                 val_sd: spread.filter(|s| s.n > 1).map(|s| s.sd),
                 accuracy_mean: acc.map(|s| s.mean),
@@ -202,8 +209,12 @@ impl ExperimentInfo {
                     (Some(m), None) => format!("; top-1 accuracy {:.2} %", 100.0 * m),
                     _ => String::new(),
                 };
+                let diverged = match v.diverged {
+                    0 => String::new(),
+                    n => format!(", {n} diverged (val loss not finite; not in the mean)"),
+                };
                 out.push(format!(
-                    "  {:<12} {value}{accuracy}  ({} of {} runs finished)",
+                    "  {:<12} {value}{accuracy}  ({} of {} runs finished{diverged})",
                     v.variant, v.finished, v.runs
                 ));
             }
@@ -212,7 +223,9 @@ impl ExperimentInfo {
             Some(r) => out.push(format!("report: {} (its comparisons with their intervals and tests)", r.display())),
             None => out.push("no report yet: `ddl experiment` writes report.md when its runs finish".into()),
         }
-        if self.steps.is_some() && finished < self.runs.len() {
+        if let Some(r) = self.runs.iter().find(|r| r.state.starts_with("training now")) {
+            out.push(format!("{} is {}: the experiment is running", r.name, r.state));
+        } else if self.steps.is_some() && finished < self.runs.len() {
             out.push(format!(
                 "continue it: ddl experiment --spec {} --out {p}",
                 self.path.join("experiment.toml").display()

@@ -169,8 +169,9 @@ impl RowSlices {
     }
 
     /// [`RowSlices::new`] whose forward also scores every row (`ddl eval`): after each slice's
-    /// losses, per row the target's rank among the logits (1 + how many are larger; 0 for an
-    /// ignored target), the likeliest token (the smallest id among ties), its log-probability
+    /// losses, per row the target's rank among the logits (1 + how many are larger or equal at a
+    /// smaller id, so that rank 1 is the likeliest token; the vocabulary size for a NaN logit; 0
+    /// for an ignored target), the likeliest token (the smallest id among ties), its log-probability
     /// and the entropy of the row's softmax in nats — [`RowSlices::ranks`], one more pass over
     /// the logits.
     pub fn with_ranks(gpu: &Gpu, s: &CeShape) -> Result<RowSlices> {

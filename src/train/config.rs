@@ -384,7 +384,7 @@ pub fn plain_serde_message(msg: &str) -> String {
         ("expected f32", "expected a number"),
         ("expected struct TrainConfig", "expected the [train] table (set one of its keys: train.KEY=VALUE)"),
         ("expected struct ModelConfig", "expected the [model] table (set one of its keys: model.KEY=VALUE)"),
-        ("expected a sequence", "expected a list such as [1, 2, 3]"),
+        ("expected a sequence", "expected a list in brackets ([1, 2] for numbers, [\"a\", \"b\"] for names)"),
         ("missing field `", "missing key `"),
         // (An enum's values are "variants" to serde; a model's variant is a setting here.)
         ("unknown variant `", "unknown value `"),

@@ -593,7 +593,11 @@ pub fn interval_plot(path: &Path, title: &str, x_label: &str, rows: &[Interval])
             .margin_right(24)
             .x_label_area_size(40)
             .y_label_area_size(label_px.min(420))
-            .build_cartesian_2d((lo - pad)..(hi + pad), (0..n - 1).into_segmented())
+            // (One row: a segment either side of it, as an axis of one value has no extent.)
+            .build_cartesian_2d(
+                (lo - pad)..(hi + pad),
+                if n == 1 { (-1..1).into_segmented() } else { (0..n - 1).into_segmented() },
+            )
             .map_err(|e| e.to_string())?;
         let labels: Vec<String> = rows.iter().map(|r| r.label.clone()).collect();
         // Row 0 is drawn at the top: segment n - 1 - i holds row i.
@@ -602,14 +606,16 @@ pub fn interval_plot(path: &Path, title: &str, x_label: &str, rows: &[Interval])
             .disable_y_mesh()
             .x_desc(x_label)
             .y_label_formatter(&|y| match y {
-                SegmentValue::CenterOf(i) => labels.get((n - 1 - *i) as usize).cloned().unwrap_or_default(),
+                SegmentValue::CenterOf(i) => {
+                    usize::try_from(n - 1 - *i).ok().and_then(|k| labels.get(k)).cloned().unwrap_or_default()
+                }
                 _ => String::new(),
             })
             .draw()
             .map_err(|e| e.to_string())?;
         chart
             .draw_series(std::iter::once(PathElement::new(
-                vec![(0.0, SegmentValue::Exact(0)), (0.0, SegmentValue::Last)],
+                vec![(0.0, SegmentValue::Exact(if n == 1 { -1 } else { 0 })), (0.0, SegmentValue::Last)],
                 BLACK.stroke_width(1),
             )))
             .map_err(|e| e.to_string())?;
@@ -813,6 +819,9 @@ mod tests {
         ];
         super::interval_plot(&dir.join("f.png"), "paired differences", "nats", &rows).unwrap();
         assert_eq!(&std::fs::read(dir.join("f.png")).unwrap()[1..4], b"PNG");
+        // (One row: every two-variant grid's.)
+        super::interval_plot(&dir.join("f1.png"), "one difference", "nats", &rows[..1]).unwrap();
+        assert_eq!(&std::fs::read(dir.join("f1.png")).unwrap()[1..4], b"PNG");
         let none = [super::Interval { label: "x".into(), mean: f64::NAN, lo: 0.0, hi: 0.0, significant: false }];
         assert!(super::interval_plot(&dir.join("g.png"), "x", "x", &none).is_err());
     }

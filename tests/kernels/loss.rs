@@ -323,8 +323,9 @@ fn slices_of_rows_give_the_same_bits_as_the_whole_batch() {
 }
 
 /// float64 scores of a row as `RowSlices::with_ranks` gives them: (rank of the target: 1 + how
-/// many logits exceed its own, 0 when ignored; the likeliest token, the first among ties; its
-/// log p; the entropy in nats).
+/// many logits exceed its own or equal it at a smaller index, so that rank 1 is the likeliest
+/// token; the vocabulary size for a NaN logit; 0 when ignored; the likeliest token, the first
+/// among ties; its log p; the entropy in nats).
 fn scores_f64(x: &[f32], y: &[i32], v: usize) -> Vec<(f32, f32, f64, f64)> {
     (0..y.len())
         .map(|r| {
@@ -332,7 +333,11 @@ fn scores_f64(x: &[f32], y: &[i32], v: usize) -> Vec<(f32, f32, f64, f64)> {
             let m = row.iter().fold(f64::NEG_INFINITY, |m, &a| m.max(a as f64));
             let lse = m + row.iter().map(|&a| (a as f64 - m).exp()).sum::<f64>().ln();
             let rank = match y[r] {
-                t if t >= 0 && (t as usize) < v => 1 + row.iter().filter(|&&a| a > row[t as usize]).count(),
+                t if t >= 0 && (t as usize) < v && row[t as usize].is_nan() => v,
+                t if t >= 0 && (t as usize) < v => {
+                    let (t, own) = (t as usize, row[t as usize]);
+                    1 + row.iter().enumerate().filter(|&(c, &a)| a > own || (a == own && c < t)).count()
+                }
                 _ => 0,
             };
             let top = (0..v).fold(0, |b, c| if row[c] > row[b] { c } else { b });
@@ -421,6 +426,45 @@ fn row_scores_match_float64_with_ties_row_widths_slices_and_chunks() {
     }
     // Without with_ranks there are none.
     assert!(loss::RowSlices::new(&gpu, &ce(3, 5, 0.0)).unwrap().ranks().is_none());
+}
+
+/// Ties and NaN: a row of equal logits ranks its tokens in the likeliest token's order (rank 1
+/// only for the first, which is the likeliest: a collapsed model's output is not a hit for every
+/// target), and a NaN logit of the target ranks last (it compared false with everything: rank 1,
+/// a hit). Top-1 accuracy counts rank 1.
+#[test]
+fn ties_rank_in_the_likeliest_tokens_order_and_a_nan_target_ranks_last() {
+    let gpu = gpu();
+    let v = 9;
+    let mut x = vec![0.5f32; 5 * v];
+    x[v..2 * v].iter_mut().for_each(|e| *e = f32::NAN);
+    x[2 * v + 4] = f32::NAN;
+    x[4 * v + 2] = 3.0;
+    x[4 * v + 6] = 3.0;
+    let y = [5, 3, 4, 0, 6];
+    let want = scores_f64(&x, &y, v);
+    assert_eq!(want.iter().map(|w| w.0).collect::<Vec<_>>(), [6.0, 9.0, 9.0, 1.0, 2.0], "the reference");
+    for tpr in [Some(1), Some(8)] {
+        with_forms(
+            &gpu,
+            |f| f.ce_threads_per_row = tpr,
+            |gpu| {
+                let ty = Tensor::from_i32(gpu, "targets", &[5], &y).unwrap();
+                let lse = poisoned(gpu, "lse", &[5]);
+                let ce = loss::RowSlices::with_ranks(gpu, &ce(5, v, 0.0)).unwrap();
+                ddl::kernels::poison(gpu, ce.ranks().unwrap()).unwrap();
+                let t = upload(gpu, "logits", &x);
+                let ds = ce.forward_rows_chunked(gpu, t.view(), ty.view(), lse.view(), 0..5, usize::MAX).unwrap();
+                run(gpu, &ds);
+                let got = read(gpu, ce.ranks().unwrap());
+                let ranks: Vec<f32> = (0..5).map(|r| got[4 * r]).collect();
+                assert_eq!(ranks, [6.0, 9.0, 9.0, 1.0, 2.0], "tpr {tpr:?}");
+                for r in [0, 3, 4] {
+                    assert_eq!(got[4 * r + 1], want[r].1, "tpr {tpr:?}: row {r}'s likeliest token");
+                }
+            },
+        );
+    }
 }
 
 #[test]
