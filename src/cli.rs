@@ -1023,11 +1023,11 @@ pub(crate) enum BenchCmd {
     /// with `ddl data prepare`, then per set: opening it, drawing batches from the mapped shards,
     /// and a short `ddl train --data` run (start-up, data wait per step, peak resident memory).
     Data {
-        /// Shard size of the large set in MiB (two bytes per token).
-        #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 1100)]
+        /// Shard size of the large set in MiB (two bytes per token; at most 1 TiB).
+        #[arg(long, allow_negative_numbers = true, value_parser = shard_mib, default_value_t = 1100)]
         mib: usize,
         /// Shard size of the small set in MiB.
-        #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 16)]
+        #[arg(long, allow_negative_numbers = true, value_parser = shard_mib, default_value_t = 16)]
         small_mib: usize,
         /// Where the sets are made (default: a new folder in the system's temporary directory).
         /// The sets it makes are removed afterwards unless --keep, and so is the folder if it made
@@ -1088,19 +1088,13 @@ fn memory_size(s: &str) -> Result<u64, String> {
 
 /// A benchmark's repetitions: 1 to 10,000 (more would run for days without a line).
 fn repetitions(s: &str) -> Result<usize, String> {
-    match positive(s)? {
-        v if v > 10_000 => Err(format!("{v}: at most 10000 repetitions (nothing is printed until they are done)")),
-        v => Ok(v),
-    }
+    positive_at_most(s, 10_000, |v| format!("{v}: at most 10000 repetitions (nothing is printed until they are done)"))
 }
 
 /// `bench train --steps`: 1 to 10000 (a step of small-124m takes seconds on a CPU adapter, and
 /// nothing is printed until they are done).
 fn timed_steps(s: &str) -> Result<usize, String> {
-    match positive(s)? {
-        v if v > 10_000 => Err(format!("{v}: at most 10000 timed steps (nothing is printed until they are done)")),
-        v => Ok(v),
-    }
+    positive_at_most(s, 10_000, |v| format!("{v}: at most 10000 timed steps (nothing is printed until they are done)"))
 }
 
 /// `--peak-tflops`: a positive, finite rate below 10^6 TFLOP/s.
@@ -1153,10 +1147,26 @@ fn positive(s: &str) -> Result<usize, String> {
 
 /// A batch size or sequence length: 1 to 2^24, as `train.batch_size` and `train.seq_len` allow.
 fn sizes_up_to_2_24(s: &str) -> Result<usize, String> {
-    match positive(s)? {
-        v if v > 1 << 24 => Err(format!("at most 2^24 = 16777216 (as train.batch_size and train.seq_len), got {v}")),
-        v => Ok(v),
+    positive_at_most(s, 1 << 24, |v| {
+        format!("at most 2^24 = 16777216 (as train.batch_size and train.seq_len), got {v}")
+    })
+}
+
+/// A count from 1 to `max`; `over(value)` says the bound, for a number above it and for one too
+/// large even for 64 bits (which says the flag's own limit, not u64's).
+fn positive_at_most(s: &str, max: usize, over: impl Fn(&str) -> String) -> Result<usize, String> {
+    match positive(s) {
+        Ok(v) if v > max => Err(over(&v.to_string())),
+        Ok(v) => Ok(v),
+        Err(e) if e.contains("too large") => Err(over(s.trim())),
+        Err(e) => Err(e),
     }
+}
+
+/// `bench data --mib`, `--small-mib`: 1 MiB to 1 TiB of shards (the disk check sizes what it makes
+/// from this; more than a disk holds is refused there, with the space it needs).
+fn shard_mib(s: &str) -> Result<usize, String> {
+    positive_at_most(s, 1 << 20, |v| format!("{v}: at most 1048576 MiB (1 TiB) of shards"))
 }
 
 /// A model variant's name (`--variant`, `--against`), checked where clap names the flag.

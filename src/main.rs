@@ -1307,8 +1307,8 @@ fn info_model(
         Err(_) => None,
     };
     let plan = ddl::model::memory_plan_for(&cfg, b, s, st);
-    // What `ddl train` would refuse on this adapter: a buffer over its largest (or, on a CPU
-    // adapter, more than the host has), or a state over one storage binding (bound whole).
+    // What `ddl train` would refuse on this adapter: a buffer over its largest, a state over one
+    // storage binding (bound whole), or, on a CPU adapter, more than the host has.
     // (fits, what the text says)
     let verdict = gpu.as_ref().map(|gpu| {
         let limits = ddl::model::Limits::of(gpu);
@@ -1317,20 +1317,6 @@ fn info_model(
             // (The advice restates why, with the plan's total, and says what fits.)
             let advice = ddl::model::fit_advice(&cfg, b, s, 1, st, &limits).unwrap_or(why);
             (false, format!("does not fit this adapter ({}): {advice}", gpu.info.name))
-        } else if plan.largest_bound.1 > binding {
-            let per_seq = plan.largest_bound.1 / b as u64;
-            let fits = binding / per_seq.max(1);
-            let remedy = if fits > 0 {
-                format!("give --batch {fits} or less")
-            } else {
-                format!("even one sequence's is too large: give a smaller --seq (now {s})")
-            };
-            let line = format!(
-                "does not fit this adapter ({}): '{}' needs {} bytes and its kernels bind it whole, but a storage \
-                 binding holds at most {binding} bytes; {remedy}",
-                gpu.info.name, plan.largest_bound.0, plan.largest_bound.1
-            );
-            (false, line)
         } else if plan.largest.1 > binding {
             let line = format!(
                 "note: '{}' ({} bytes) is over this adapter's storage binding ({binding} bytes): the kernels bind it in pieces",

@@ -954,6 +954,15 @@ fn bench_problems_are_clear_errors() {
     fails(&dir, &["bench", "matmul", "--sizes", "32", "--batch", "4"], &["--batch / --seq size a preset's"]);
     fails(&dir, &["bench", "matmul", "--preset", "tiny", "--cases", "nn"], &["--cases nn: with --preset tiny"]);
     fails(&dir, &["bench", "data", "--mib", "1", "--small-mib", "2"], &["--small-mib 2 is above --mib 1"]);
+    // A size past any disk (its bytes wrapped to a few MiB and passed the free-space check) and a
+    // count past 64 bits are refused with the flag's own bound, not u64's.
+    fails(&dir, &["bench", "data", "--mib", "17592186044416"], &["--mib", "at most 1048576 MiB"]);
+    fails(&dir, &["bench", "data", "--small-mib", "0"], &["--small-mib", "at least 1"]);
+    let huge = "99999999999999999999999";
+    fails(&dir, &["bench", "copy", "--reps", huge], &["--reps", &format!("{huge}: at most 10000 repetitions")]);
+    fails(&dir, &["bench", "train", "--steps", huge], &["--steps", "at most 10000 timed steps"]);
+    let t = fails(&dir, &["bench", "train", "--batch", huge], &["--batch", "at most 2^24"]);
+    assert!(!t.contains("18446744073709551615"), "{t}");
     fails(
         &dir,
         &["bench", "generate", "--preset", "tiny", "--contexts", "65"],
@@ -965,13 +974,13 @@ fn bench_problems_are_clear_errors() {
         &["attention: could not run at these shapes", "rope: could not", "could not run at these shapes (above)"],
     );
     assert!(!t.contains("memory allocation") && !t.contains("backtrace"), "{t}");
-    let t = fails(&dir, &["bench", "data", "--mib", "99999999", "--dir", "bench-data"], &["--dir", "MiB free"]);
+    let t = fails(&dir, &["bench", "data", "--mib", "1048576", "--dir", "bench-data"], &["--dir", "MiB free"]);
     assert!(!dir.join("bench-data").exists(), "the folder it made is removed: {t}");
     // Sets an earlier --keep run left in a --dir are not this run's to remove when it fails.
     let kept = dir.join("bench-kept/small-shards");
     std::fs::create_dir_all(&kept).unwrap();
     std::fs::write(kept.join("marker"), "earlier").unwrap();
-    fails(&dir, &["bench", "data", "--mib", "99999999", "--dir", "bench-kept"], &["MiB free"]);
+    fails(&dir, &["bench", "data", "--mib", "1048576", "--dir", "bench-kept"], &["MiB free"]);
     assert!(kept.join("marker").exists(), "an earlier run's set was removed");
     let t = fails(&dir, &["bench", "train", "--config", "no-such.toml"], &["--config", "no-such.toml"]);
     assert!(!t.contains("kernel forms"), "a bad setting is refused before the adapter opens: {t}");
@@ -1666,8 +1675,11 @@ fn a_memory_plan_beyond_what_the_adapter_reports_is_refused_before_training_with
     let per_seq = 4 * 64 * 128 * 4; // tiny: T 64, d 128, d_v 4, f32
     let over = (binding / per_seq + 1) as usize;
     let t = info(over, "1000000000000000");
-    let most = format!("give --batch {} or less", binding / per_seq);
+    let most = format!("lower train.batch_size to {} or less", binding / per_seq);
     assert!(t.contains("'dxa (the states' gradient)'") && t.contains("bind it whole") && t.contains(&most), "{t}");
+    // Half-precision states and recomputing leave that gradient as large: not offered (they were,
+    // as "then fits", when the host's memory was short too).
+    assert!(!t.contains("--f16-state") && !t.contains("--recompute"), "{t}");
     let t = info(4, "1000000000000000");
     assert!(t.contains("fits this adapter's buffers") && t.contains("largest single buffer"), "{t}");
 }

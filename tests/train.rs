@@ -3044,6 +3044,62 @@ fn the_data_benchmark_prepares_draws_and_trains_each_set_and_cleans_up() {
 }
 
 #[test]
+fn a_sigterm_to_the_data_benchmark_alone_stops_its_training_run_too() {
+    // A scheduler's SIGTERM reaches the benchmark, not the `ddl train` it runs (Ctrl-C at a
+    // terminal reaches both): the benchmark passes it on, so no run goes on training after it.
+    let dir = tmpdir("benchdata-term");
+    let work = dir.join("sets");
+    let child = ddl_cmd(&dir)
+        .args(["bench", "data", "--mib", "2", "--small-mib", "1", "--steps", "100000", "--draws", "2", "--dir"])
+        .arg(&work)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let metrics = work.join("small-run/metrics.jsonl");
+    let t0 = std::time::Instant::now();
+    while !std::fs::read_to_string(&metrics).is_ok_and(|m| m.lines().count() >= 2) {
+        assert!(t0.elapsed().as_secs() < 300, "the small set's training run did not start");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let run_pids = || -> Vec<String> {
+        let needle = work.join("small-run").display().to_string();
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                    let c = String::from_utf8_lossy(&c).replace('\0', " ");
+                    c.contains(" train ") && c.contains(&needle)
+                })
+            })
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .collect()
+    };
+    assert_eq!(run_pids().len(), 1, "the training run is not seen running");
+    let mut child = child;
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    // (Before, it waited for the run's 100000 steps: a minute says it did not stop.)
+    let t0 = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed().as_secs() > 60 {
+            let _ = child.kill();
+            for pid in run_pids() {
+                let _ = Command::new("kill").args(["-KILL", &pid]).status();
+            }
+            panic!("the benchmark did not stop within a minute of its SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(143), "{err}");
+    assert!(err.contains("bench data: interrupted (SIGTERM)"), "{err}");
+    assert_eq!(run_pids(), Vec::<String>::new(), "the training run went on after the benchmark stopped");
+    assert!(!work.exists(), "the benchmark's folder was left behind");
+}
+
+#[test]
 fn in_f16_the_weights_f16_copy_follows_every_optimizer_step() {
     // `--precision f16` reads its weights from an f16 copy of the parameters that the training
     // program's optimizer pass rewrites after AdamW: after each step it must be exactly the

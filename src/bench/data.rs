@@ -75,12 +75,15 @@ fn peak_added_mib(rss0: Option<u64>) -> Option<f64> {
 pub fn disk_needed(o: &DataBench) -> anyhow::Result<u64> {
     let cfg = crate::model::ModelConfig::preset(&o.preset, o.variant)?;
     let checkpoint = 12 * crate::model::Layout::new(&cfg).total as u64;
-    let (small, large) = ((o.small_mib as u64) << 20, (o.mib as u64) << 20);
+    // Saturating: a size no disk holds says so (u64::MAX bytes needed) rather than wrapping to a
+    // small number that passes the free-space check.
+    let mib = |m: usize| (m as u64).saturating_mul(1 << 20);
+    let (small, large) = (mib(o.small_mib), mib(o.mib));
     // A set's shards beside its text while they are made, then beside the run's checkpoint (the
     // text is removed before it trains); the small set and its run too when kept.
-    let set = |shards: u64| shards + (shards / 2).max(checkpoint);
-    let kept = if o.keep { small + checkpoint } else { 0 };
-    Ok(set(small).max(kept + set(large)) + (64 << 20))
+    let set = |shards: u64| shards.saturating_add((shards / 2).max(checkpoint));
+    let kept = if o.keep { small.saturating_add(checkpoint) } else { 0 };
+    Ok(set(small).max(kept.saturating_add(set(large))).saturating_add(64 << 20))
 }
 
 /// Runs the benchmark, one row per measurement. The sets it makes in `o.dir` (their text,
@@ -237,6 +240,48 @@ fn time_draws(o: &DataBench, set: &str, shards: &Path, emit: &mut impl FnMut(Row
 /// `ddl train --data` for `o.steps` steps, as a child process of its own (the current executable,
 /// or `DDL_BIN`) on the same adapter: its start-up, the time each step waited for its batches and
 /// its peak resident memory are what a user's run sees (`summary.json`, `metrics.jsonl`).
+/// Runs `cmd` to its end with its output collected, as `Command::output` does, but passes an
+/// interruption of this process on: a Ctrl-C at a terminal reaches both processes, while a
+/// SIGTERM sent to this one alone (`kill`, a job scheduler) would otherwise leave the training run
+/// going after the benchmark stopped. The run gets SIGTERM (it stops cleanly; a signal it already
+/// had within half a second counts as the same one), and this waits for it to end.
+fn run_passing_interruptions(
+    mut cmd: std::process::Command,
+) -> std::io::Result<(std::process::ExitStatus, Vec<u8>, Vec<u8>)> {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let out = drain(child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let err = drain(child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let mut passed_on = false;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if crate::train::interrupted() && !passed_on {
+            passed_on = true;
+            #[cfg(unix)]
+            // SAFETY: kill(2) on the pid of a child not yet waited for (it cannot have been reused).
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+            }
+            #[cfg(not(unix))]
+            let _ = child.kill();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    Ok((status, out.join().unwrap_or_default(), err.join().unwrap_or_default()))
+}
+
 fn train_on(gpu: &Arc<Gpu>, o: &DataBench, set: &str, shards: &Path, emit: &mut impl FnMut(Row)) -> anyhow::Result<()> {
     use anyhow::Context;
     let out = o.dir.join(format!("{set}-run"));
@@ -260,16 +305,16 @@ fn train_on(gpu: &Arc<Gpu>, o: &DataBench, set: &str, shards: &Path, emit: &mut 
     for kv in &sets {
         cmd.args(["--set", kv]);
     }
-    let o_ = cmd.output().with_context(|| format!("running {}", exe.display()))?;
+    let (status, stdout, stderr) =
+        run_passing_interruptions(cmd).with_context(|| format!("running {}", exe.display()))?;
     if crate::train::interrupted() {
-        // (The run got the Ctrl-C too, and stopped.)
         anyhow::bail!("interrupted ({}) during the training run on the {set} set", crate::train::interruption());
     }
-    if !o_.status.success() {
+    if !status.success() {
         anyhow::bail!(
             "the training run on the {set} set failed: {}{}",
-            String::from_utf8_lossy(&o_.stdout),
-            String::from_utf8_lossy(&o_.stderr)
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
         );
     }
     let summary: serde_json::Value = serde_json::from_str(
@@ -300,4 +345,31 @@ fn train_on(gpu: &Arc<Gpu>, o: &DataBench, set: &str, shards: &Path, emit: &mut 
         "plan_mib": mib("memory_plan_bytes"),
     })));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_size_no_disk_holds_needs_more_than_any_disk_has() {
+        // (MiB << 20 wrapped for 2^44 MiB to a few MiB, which passed the free-space check and
+        // wrote text without end.)
+        let o = |mib: usize, keep| DataBench {
+            dir: PathBuf::from("unused"),
+            small_mib: 1,
+            mib,
+            steps: 1,
+            preset: "tiny".into(),
+            variant: Variant::Ddl,
+            draws: 1,
+            keep,
+        };
+        for keep in [false, true] {
+            assert_eq!(disk_needed(&o(1 << 44, keep)).unwrap(), u64::MAX);
+            assert_eq!(disk_needed(&o(usize::MAX, keep)).unwrap(), u64::MAX);
+            let small = disk_needed(&o(16, keep)).unwrap();
+            assert!(small > 16 << 20 && small < 1 << 30, "{small}");
+        }
+    }
 }

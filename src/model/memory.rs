@@ -98,6 +98,13 @@ impl MemoryPlan {
                 self.largest.0, self.largest.1, limits.max_buffer
             ));
         }
+        if self.largest_bound.1 > limits.max_binding {
+            return Some(format!(
+                "'{}' needs {} bytes and its kernels bind it whole, but one storage binding of the adapter holds at \
+                 most {} bytes",
+                self.largest_bound.0, self.largest_bound.1, limits.max_binding
+            ));
+        }
         if let Some(avail) = limits.host_available
             && self.total() > avail
         {
@@ -113,10 +120,12 @@ impl MemoryPlan {
 }
 
 /// What the adapter reports that a plan must fit (wgpu has no free-memory query): its largest
-/// buffer and, for CPU adapters, whose memory is the host's, the host's available memory.
+/// buffer, its largest storage binding (what [`MemoryPlan::largest_bound`] must fit) and, for CPU
+/// adapters, whose memory is the host's, the host's available memory.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_buffer: u64,
+    pub max_binding: u64,
     pub host_available: Option<u64>,
 }
 
@@ -125,6 +134,7 @@ impl Limits {
     pub fn of(gpu: &crate::gpu::Gpu) -> Limits {
         Limits {
             max_buffer: gpu.limits.max_buffer_size,
+            max_binding: gpu.limits.max_storage_buffer_binding_size,
             host_available: if gpu.forms.cpu { host_available_bytes() } else { None },
         }
     }
@@ -533,12 +543,12 @@ mod tests {
         let c = ModelConfig::preset("tiny", Variant::Ddl).unwrap();
         let (b, t) = (64, 128);
         let plan = memory_plan(&c, b, t);
-        let roomy = Limits { max_buffer: u64::MAX, host_available: Some(plan.total()) };
+        let roomy = Limits { max_buffer: u64::MAX, max_binding: u64::MAX, host_available: Some(plan.total()) };
         let st = |state_f16: bool| Storage::states(state_f16);
         assert_eq!(fit_advice(&c, b, t, 1, st(false), &roomy), None);
         // A host with two thirds of the plan: the advice's batch fits with a tenth to spare (the
         // host's available memory moves), the largest such batch that divides the global batch.
-        let tight = Limits { max_buffer: u64::MAX, host_available: Some(plan.total() * 2 / 3) };
+        let tight = Limits { max_buffer: u64::MAX, max_binding: u64::MAX, host_available: Some(plan.total() * 2 / 3) };
         let advice = fit_advice(&c, b, t, 2, st(false), &tight).expect("must not fit");
         let fit_b: usize =
             advice.split("--set train.batch_size=").nth(1).unwrap().split(';').next().unwrap().parse().unwrap();
@@ -554,17 +564,21 @@ mod tests {
         assert!(advice.contains("available") && advice.contains(&plan.total().to_string()), "{advice}");
         // ddl at d_v = 4 has f16 states: offered when they make this batch fit.
         let f16 = memory_plan_with(&c, b, t, true).total();
-        let just = Limits { max_buffer: u64::MAX, host_available: Some(f16) };
+        let just = Limits { max_buffer: u64::MAX, max_binding: u64::MAX, host_available: Some(f16) };
         assert!(fit_advice(&c, b, t, 1, st(false), &just).unwrap().contains("--f16-state"));
         let base = ModelConfig::preset("tiny", Variant::Baseline).unwrap();
-        let small = Limits { max_buffer: u64::MAX, host_available: Some(memory_plan(&base, b, t).total() - 1) };
+        let small = Limits {
+            max_buffer: u64::MAX,
+            max_binding: u64::MAX,
+            host_available: Some(memory_plan(&base, b, t).total() - 1),
+        };
         assert!(!fit_advice(&base, b, t, 1, st(false), &small).unwrap().contains("--f16-state"));
         // Recomputing, where it makes this batch fit; with f16 states when only both together do.
         let rc = |state_f16: bool| Storage { state_f16, recompute: true, ..Storage::default() };
         let (plan_rc, plan_both) =
             (memory_plan_for(&c, b, t, rc(false)).total(), memory_plan_for(&c, b, t, rc(true)).total());
         assert!(plan_both < plan_rc.min(f16) && plan_rc < plan.total());
-        let room = |bytes: u64| Limits { max_buffer: u64::MAX, host_available: Some(bytes) };
+        let room = |bytes: u64| Limits { max_buffer: u64::MAX, max_binding: u64::MAX, host_available: Some(bytes) };
         let advice = fit_advice(&c, b, t, 1, st(false), &room(plan_rc)).unwrap();
         assert!(advice.contains("or pass --recompute"), "{advice}");
         assert_eq!(fit_advice(&c, b, t, 1, rc(false), &room(plan_rc)), None);
@@ -573,12 +587,41 @@ mod tests {
         // (Already recomputing: not offered again.)
         assert!(!fit_advice(&c, b, t, 1, rc(false), &room(plan_both)).unwrap().contains("--recompute"));
         // The per-buffer limit: the largest tensor named; nothing fits at all.
-        let nothing = Limits { max_buffer: 16, host_available: None };
+        let nothing = Limits { max_buffer: 16, max_binding: u64::MAX, host_available: None };
         let advice = fit_advice(&c, b, t, 1, st(false), &nothing).unwrap();
         assert!(
             advice.contains("allows at most 16 bytes per buffer") && advice.contains("even one sequence"),
             "{advice}"
         );
+    }
+
+    #[test]
+    fn fit_advice_keeps_the_state_gradient_within_one_storage_binding() {
+        // The states' gradient is bound whole and is f32 with f16 states too: neither --f16-state
+        // nor --recompute shrinks it, so neither is offered; the batch advised fits the binding
+        // (and the host, which here is the other limit too).
+        let c = ModelConfig::preset("tiny", Variant::Ddl).unwrap();
+        let (b, t) = (64, 64);
+        let st = Storage::states(false);
+        let plan = memory_plan_for(&c, b, t, st);
+        assert!(plan.largest_bound.0.starts_with("dxa"), "{:?}", plan.largest_bound);
+        let binding = plan.largest_bound.1 / 2 - 1;
+        for host in [None, Some(plan.total() - 1)] {
+            let limits = Limits { max_buffer: u64::MAX, max_binding: binding, host_available: host };
+            let why = plan.misfit(&limits).unwrap();
+            if host.is_none() {
+                assert!(why.contains("bind it whole") && why.contains(&binding.to_string()), "{why}");
+            }
+            let advice = fit_advice(&c, b, t, 1, st, &limits).unwrap();
+            assert!(!advice.contains("--f16-state") && !advice.contains("--recompute"), "{advice}");
+            let fit_b: usize =
+                advice.split("train.batch_size to ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+            assert_eq!(fit_b, b / 2 - 1, "{advice}");
+            assert!(memory_plan_for(&c, fit_b, t, st).misfit(&limits).is_none(), "{advice}");
+        }
+        // Within the binding, it fits.
+        let roomy = Limits { max_buffer: u64::MAX, max_binding: plan.largest_bound.1, host_available: None };
+        assert_eq!(fit_advice(&c, b, t, 1, st, &roomy), None);
     }
 
     #[test]
@@ -639,12 +682,12 @@ mod tests {
         assert_eq!(Storage { recompute: true, ..chunk(1024) }.label(), " (recompute, head chunk 1024)");
         // Advised where it makes this batch fit; not when the run already slices, nor for a
         // batch of at most 1024 tokens.
-        let room = Limits { max_buffer: u64::MAX, host_available: Some(sliced.total()) };
+        let room = Limits { max_buffer: u64::MAX, max_binding: u64::MAX, host_available: Some(sliced.total()) };
         let advice = fit_advice(&c, 8, 1024, 1, chunk(0), &room).unwrap();
         assert!(advice.contains("or pass --head-chunk 1024 (train.head_chunk"), "{advice}");
         assert_eq!(fit_advice(&c, 8, 1024, 1, chunk(1024), &room), None);
         let one = memory_plan_for(&c, 1, 1024, chunk(0)).total();
-        let tight = Limits { max_buffer: u64::MAX, host_available: Some(one - 1) };
+        let tight = Limits { max_buffer: u64::MAX, max_binding: u64::MAX, host_available: Some(one - 1) };
         assert!(!fit_advice(&c, 1, 1024, 1, chunk(0), &tight).unwrap().contains("--head-chunk"));
         // It fits more sequences on a card.
         assert!(largest_batch(&c, 1024, chunk(1024), 80 << 30) > largest_batch(&c, 1024, chunk(0), 80 << 30));
