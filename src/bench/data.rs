@@ -237,9 +237,6 @@ fn time_draws(o: &DataBench, set: &str, shards: &Path, emit: &mut impl FnMut(Row
     Ok(())
 }
 
-/// `ddl train --data` for `o.steps` steps, as a child process of its own (the current executable,
-/// or `DDL_BIN`) on the same adapter: its start-up, the time each step waited for its batches and
-/// its peak resident memory are what a user's run sees (`summary.json`, `metrics.jsonl`).
 /// Runs `cmd` to its end with its output collected, as `Command::output` does, but passes an
 /// interruption of this process on: a Ctrl-C at a terminal reaches both processes, while a
 /// SIGTERM sent to this one alone (`kill`, a job scheduler) would otherwise leave the training run
@@ -251,7 +248,7 @@ fn run_passing_interruptions(
     use std::io::Read;
     use std::process::Stdio;
     let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
-    let drain = |r: Option<Box<dyn Read + Send>>| {
+    fn drain<R: Read + Send + 'static>(r: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
         std::thread::spawn(move || {
             let mut v = Vec::new();
             if let Some(mut r) = r {
@@ -259,9 +256,8 @@ fn run_passing_interruptions(
             }
             v
         })
-    };
-    let out = drain(child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
-    let err = drain(child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    }
+    let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
     let mut passed_on = false;
     let status = loop {
         if let Some(status) = child.try_wait()? {
@@ -282,6 +278,9 @@ fn run_passing_interruptions(
     Ok((status, out.join().unwrap_or_default(), err.join().unwrap_or_default()))
 }
 
+/// `ddl train --data` for `o.steps` steps, as a child process of its own (the current executable,
+/// or `DDL_BIN`) on the same adapter: its start-up, the time each step waited for its batches and
+/// its peak resident memory are what a user's run sees (`summary.json`, `metrics.jsonl`).
 fn train_on(gpu: &Arc<Gpu>, o: &DataBench, set: &str, shards: &Path, emit: &mut impl FnMut(Row)) -> anyhow::Result<()> {
     use anyhow::Context;
     let out = o.dir.join(format!("{set}-run"));
