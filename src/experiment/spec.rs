@@ -29,6 +29,7 @@ pub struct ExperimentSpec {
     #[serde(default)]
     pub extra_seeds: BTreeMap<String, Vec<u64>>,
     /// Optimizer steps of every run (also the schedule's length unless `[train] decay_steps` is set).
+    #[serde(deserialize_with = "at_least_one")]
     pub steps: usize,
     /// Corpus and tokenizer (default: the preset's, TinyShakespeare and `char`).
     #[serde(default)]
@@ -42,7 +43,7 @@ pub struct ExperimentSpec {
     #[serde(default)]
     pub train: toml::Table,
     /// Validation batches on which the final β regimes are counted.
-    #[serde(default = "default_beta_batches")]
+    #[serde(default = "default_beta_batches", deserialize_with = "at_least_one")]
     pub beta_batches: usize,
     /// Parts of every sublayer's write removed in turn at the end of each delta-write run
     /// (`"write"`, `"erase"`, `"v"`, as `ddl eval --ablate`): the report's ablation section.
@@ -52,6 +53,16 @@ pub struct ExperimentSpec {
     /// The ablations' validation batches (0: the whole split, the final evaluation's windows).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub ablate_batches: usize,
+}
+
+/// A count that must be at least 1: a negative or zero one says so in those words (as `usize` it
+/// read "expected a whole number ≥ 0", and 0 was then refused).
+fn at_least_one<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let n = i64::deserialize(d)?;
+    usize::try_from(n)
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| serde::de::Error::invalid_value(serde::de::Unexpected::Signed(n), &"a whole number ≥ 1"))
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -340,6 +351,26 @@ mod tests {
             spec_words("lower it (--set a.b=1) or --preset X, then"),
             "lower it (`b = 1` under [a]) or `preset = \"X\"`, then"
         );
+    }
+
+    /// `steps` and `beta_batches` ask for what they take: a negative one said "≥ 0", and 0 was
+    /// then refused.
+    #[test]
+    fn counts_that_must_be_positive_say_so() {
+        let parse = |tail: &str| {
+            let text = format!("preset = \"tiny\"\nvariants = [\"baseline\"]\nseeds = [1]\n{tail}");
+            ExperimentSpec::parse(&text, Path::new("s.toml"))
+        };
+        for bad in ["steps = -5", "steps = 0", "steps = 10\nbeta_batches = 0", "steps = 10\nbeta_batches = -1"] {
+            let e = parse(bad).unwrap_err().to_string();
+            assert!(e.contains("a whole number ≥ 1") && !e.contains("≥ 0"), "{bad}: {e}");
+            assert!(e.contains("s.toml"), "{bad}: {e}");
+        }
+        let e = parse("steps = 2.5").unwrap_err().to_string();
+        assert!(e.contains("expected a whole number") && !e.contains("i64"), "{e}");
+        let s = parse("steps = 7\nbeta_batches = 2").unwrap();
+        assert_eq!((s.steps, s.beta_batches), (7, 2));
+        assert_eq!(parse("steps = 7").unwrap().beta_batches, default_beta_batches());
     }
 
     #[test]
