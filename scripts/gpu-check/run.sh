@@ -516,6 +516,9 @@ stage_bench() {
   local t0=$(date +%s) st details="" n rc rcs=""
   local -a cmds
   if [ $LOCAL = 1 ]; then
+    # The training benchmarks here run on the heuristic's tiles (--no-autotune): timing every
+    # tile variant of every product takes lavapipe minutes a model (the tiny baseline ran past
+    # its 300 s in CI); bench-matmul-f16 and -model time them ("auto") at small sizes.
     cmds=(
       "bench-copy|60|bench copy --mib 16 --reps 3 --json"
       "bench-matmul-square|120|bench matmul --sizes 64,96 --reps 1 --json"
@@ -523,17 +526,17 @@ stage_bench() {
       "bench-matmul-model|300|bench matmul --preset tiny --batch 2 --variants auto --reps 1 --json"
       "bench-matmul-checks|120|DDL_FORMS=shader_checks=0 bench matmul --sizes 64 --cases nn --variants auto --against-forms shader_checks=1 --reps 1 --json"
       "bench-matmul-w128-halves|120|bench matmul --sizes 64 --cases nt --variants w128,w128:mma,w128:stage,w128:fma,w128w,w128w:mma --reps 1 --json"
-      "bench-train-baseline|300|bench train --preset tiny --variant baseline --steps 2 --json"
-      "bench-train-ddl|300|bench train --preset tiny --variant ddl --steps 2 --json"
-      "bench-train-ddl-vs-baseline|600|bench train --preset tiny --variant ddl --against baseline --batch 4 --steps 1 --json"
-      "bench-train-checks|300|DDL_FORMS=shader_checks=0 bench train --preset tiny --variant baseline --batch 2 --against-forms shader_checks=1 --steps 1 --json"
-      "bench-train-unchecked|300|DDL_FORMS=unchecked=all-delta-shortconv bench train --preset tiny --variant baseline --batch 2 --against-forms unchecked=none --steps 1 --json"
-      "bench-train-ddl-f16|300|bench train --preset tiny --variant ddl --precision f16 --steps 2 --json"
+      "bench-train-baseline|300|bench train --preset tiny --variant baseline --steps 2 --no-autotune --json"
+      "bench-train-ddl|300|bench train --preset tiny --variant ddl --steps 2 --no-autotune --json"
+      "bench-train-ddl-vs-baseline|600|bench train --preset tiny --variant ddl --against baseline --batch 4 --steps 1 --no-autotune --json"
+      "bench-train-checks|300|DDL_FORMS=shader_checks=0 bench train --preset tiny --variant baseline --batch 2 --against-forms shader_checks=1 --steps 1 --no-autotune --json"
+      "bench-train-unchecked|300|DDL_FORMS=unchecked=all-delta-shortconv bench train --preset tiny --variant baseline --batch 2 --against-forms unchecked=none --steps 1 --no-autotune --json"
+      "bench-train-ddl-f16|300|bench train --preset tiny --variant ddl --precision f16 --steps 2 --no-autotune --json"
       "bench-kernels|600|bench kernels --preset tiny --batch 2 --reps 1 --json"
       "bench-attention-blocked64|300|DDL_FORMS=attention=blocked:64 bench kernels --filter attention --preset tiny --batch 2 --reps 1 --json"
       "bench-attention-team|300|DDL_FORMS=attn_team=4 bench kernels --filter blocked --preset tiny --batch 2 --reps 1 --json"
       "bench-attention-causal|300|bench kernels --filter blocked,causal --preset tiny --batch 2 --reps 1 --json"
-      "bench-train-causal|300|DDL_FORMS=attention=causal bench train --preset tiny --variant baseline --batch 2 --against-forms attention=blocked:64 --steps 1 --json"
+      "bench-train-causal|300|DDL_FORMS=attention=causal bench train --preset tiny --variant baseline --batch 2 --against-forms attention=blocked:64 --steps 1 --no-autotune --json"
       "bench-state-conv-batch|300|DDL_FORMS=conv_batch=1,conv_quads=0 bench kernels --filter shortconv --preset tiny --batch 2 --reps 1 --json"
       "bench-norm-vec|300|DDL_FORMS=norm_vec=1,norm_rows=0 bench kernels --filter rmsnorm --preset tiny --batch 2 --reps 1 --json"
       "bench-generate|300|bench generate --preset tiny --variant ddl --contexts 8 --reps 1 --json"
