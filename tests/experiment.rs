@@ -353,7 +353,7 @@ fn bad_specs_are_clear_errors() {
         ),
         ("preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [9223372036854775808]\nsteps = 3\n", "too large"),
         // In the spec's words, not serde's Rust types.
-        ("preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = -5\n", "expected a whole number ≥ 0"),
+        ("preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = -5\n", "expected a whole number ≥ 1"),
         ("preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [-1]\nsteps = 3\n", "expected a whole number ≥ 0"),
         ("", "missing key `preset`"),
         ("variants = [\"ddl\"]\nseeds = [1]\nsteps = 3\n", "a spec names at least preset, variants, seeds and steps"),
