@@ -164,12 +164,7 @@ impl ExperimentSpec {
                 return Err(format!("extra_seeds: seed {s} appears twice for '{name}'"));
             }
         }
-        if self.steps == 0 {
-            return Err("steps: expected at least 1".into());
-        }
-        if self.beta_batches == 0 {
-            return Err("beta_batches: expected at least 1".into());
-        }
+        // (steps and beta_batches ≥ 1: their deserializer, `at_least_one`.)
         self.ablate_parts()?;
         if self.ablate_batches > 0 && self.ablate.is_empty() {
             return Err(format!(
