@@ -263,6 +263,18 @@ fn scratch_root() -> &'static std::path::Path {
     })
 }
 
+/// The `ddl` binary `exe` (a test's `env!("CARGO_BIN_EXE_ddl")`) as the CLI tests run it: its
+/// cache folder (matmul tile choices, token caches) `dir/cache`, and no matmul tiles measured
+/// (`DDL_NO_AUTOTUNE=1`: the heuristic's tiles). On lavapipe a fresh cache's measurements took
+/// ≈ 50 s of every test's first training run (a 3-step `tiny` run: 72 s tuning, 22 s not), most
+/// of the CLI tests' time; every tile variant is tested against float64 by the kernel suite, and
+/// the tests of tuning itself ask for it back with `DDL_NO_AUTOTUNE=0`.
+pub fn ddl_command(exe: &str, dir: &std::path::Path) -> std::process::Command {
+    let mut c = std::process::Command::new(exe);
+    c.env("DDL_CACHE_DIR", dir.join("cache")).env("DDL_NO_AUTOTUNE", "1");
+    c
+}
+
 /// `ddl train` flags of a model that trains a step in well under a second on lavapipe
 /// (d 32, one block, B 2 × T 16, one evaluation batch).
 pub const SMALL_MODEL_FLAGS: &[&str] = &[

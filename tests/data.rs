@@ -106,9 +106,7 @@ fn the_data_path_reproduces_the_recorded_fixture() {
 }
 
 fn ddl(dir: &Path) -> std::process::Command {
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_ddl"));
-    c.env("DDL_CACHE_DIR", dir.join("cache"));
-    c
+    ddl::testing::ddl_command(env!("CARGO_BIN_EXE_ddl"), dir)
 }
 
 fn text(o: &std::process::Output) -> String {

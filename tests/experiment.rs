@@ -9,11 +9,7 @@ fn tmpdir(name: &str) -> PathBuf {
 }
 
 fn ddl(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_ddl"))
-        .args(args)
-        .env("DDL_CACHE_DIR", dir.join("cache"))
-        .output()
-        .expect("running the ddl binary")
+    ddl::testing::ddl_command(env!("CARGO_BIN_EXE_ddl"), dir).args(args).output().expect("running the ddl binary")
 }
 
 fn text(o: &std::process::Output) -> String {
@@ -471,7 +467,12 @@ fn jobs_train_runs_at_once_to_the_same_numbers() {
     let s = spec(&dir, 4);
     let s = s.to_str().unwrap();
     let (one, two) = (dir.join("one"), dir.join("two"));
-    let r = ddl(&dir, &["experiment", "--spec", s, "--out", two.to_str().unwrap(), "--jobs", "2"]);
+    // (Tiles measured, as the other tests' runs do not.)
+    let r = ddl::testing::ddl_command(env!("CARGO_BIN_EXE_ddl"), &dir)
+        .args(["experiment", "--spec", s, "--out", two.to_str().unwrap(), "--jobs", "2"])
+        .env("DDL_NO_AUTOTUNE", "0")
+        .output()
+        .unwrap();
     let t = text(&r);
     assert!(r.status.success(), "{t}");
     assert!(t.contains("--jobs 2: up to 2 runs at once") && t.contains("beside other runs"), "{t}");
@@ -511,9 +512,8 @@ fn jobs_train_runs_at_once_to_the_same_numbers() {
     // no speed.jsonl or report written, and says to run the command again, which finishes them.
     std::fs::remove_file(one.join("speed.jsonl")).unwrap();
     std::fs::remove_file(one.join("report.md")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ddl"))
+    let mut child = ddl::testing::ddl_command(env!("CARGO_BIN_EXE_ddl"), &dir)
         .args(["experiment", "--spec", s, "--out", one.to_str().unwrap()])
-        .env("DDL_CACHE_DIR", dir.join("cache"))
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -712,9 +712,8 @@ fn ablations_are_added_to_a_finished_grid_from_its_checkpoints() {
     };
     // Ctrl-C as the second run's ablations start: they stop at their first batch, the first run's
     // are kept, the second's result is as it was, the exit status is Ctrl-C's.
-    let r = Command::new(env!("CARGO_BIN_EXE_ddl"))
+    let r = ddl::testing::ddl_command(env!("CARGO_BIN_EXE_ddl"), &dir)
         .args(["experiment", "--spec", sp, "--out", o])
-        .env("DDL_CACHE_DIR", dir.join("cache"))
         .env("DDL_FAULT_INTERRUPT_ABLATION", "2")
         .output()
         .unwrap();

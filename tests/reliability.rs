@@ -12,8 +12,8 @@ fn tmpdir(name: &str) -> PathBuf {
 }
 
 fn cmd(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_ddl"));
-    c.env("DDL_CACHE_DIR", dir.join("cache")).env_remove("DDL_FAULT_ENOSPC_SAVE");
+    let mut c = ddl::testing::ddl_command(env!("CARGO_BIN_EXE_ddl"), dir);
+    c.env_remove("DDL_FAULT_ENOSPC_SAVE");
     c
 }
 
@@ -1948,11 +1948,19 @@ fn first_use_is_quiet_about_the_driver_and_says_when_it_tunes() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(!text(&o).contains("XDG_RUNTIME_DIR"), "{}", text(&o));
     // A first training run on a fresh cache says once that it tunes the matmul tiles, and where
-    // the choices go; --no-autotune does not tune.
+    // the choices go; --no-autotune does not tune. (`tuning`: the other tests' runs do not.)
+    let tuning = |dir: &Path| {
+        let mut c = cmd(dir);
+        c.env("DDL_NO_AUTOTUNE", "0");
+        c
+    };
     let c = ddl::testing::small_corpus(&dir);
     let a = dir.join("a");
-    let o =
-        cmd(&dir).args(train_args(&c, a.to_str().unwrap(), "1", &[])).env_remove("XDG_RUNTIME_DIR").output().unwrap();
+    let o = tuning(&dir)
+        .args(train_args(&c, a.to_str().unwrap(), "1", &[]))
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap();
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert_eq!(t.matches("tuning matmul tiles").count(), 1, "{t}");
@@ -1962,7 +1970,8 @@ fn first_use_is_quiet_about_the_driver_and_says_when_it_tunes() {
     assert!(!t.contains("XDG_RUNTIME_DIR"), "{t}");
     let fresh = tmpdir("firstuse-notune");
     let b = fresh.join("b");
-    let o = cmd(&fresh).args(train_args(&c, b.to_str().unwrap(), "1", &["--no-autotune"])).output().unwrap();
+    // (The flag wins over DDL_NO_AUTOTUNE=0.)
+    let o = tuning(&fresh).args(train_args(&c, b.to_str().unwrap(), "1", &["--no-autotune"])).output().unwrap();
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(!t.contains("tuning matmul tiles"), "{t}");
@@ -1978,13 +1987,13 @@ fn first_use_is_quiet_about_the_driver_and_says_when_it_tunes() {
     // noted and replaced.
     let ro = tmpdir("firstuse-unwritable");
     std::fs::create_dir_all(ro.join("cache").join("matmul-autotune.json")).unwrap();
-    let o = cmd(&ro).args(train_args(&c, ro.join("r").to_str().unwrap(), "1", &[])).output().unwrap();
+    let o = tuning(&ro).args(train_args(&c, ro.join("r").to_str().unwrap(), "1", &[])).output().unwrap();
     let t = text(&o);
     assert!(o.status.success() && t.contains("cannot write the matmul tile measurements"), "{t}");
     let bad = tmpdir("firstuse-garbage");
     std::fs::create_dir_all(bad.join("cache")).unwrap();
     std::fs::write(bad.join("cache").join("matmul-autotune.json"), "{garbage").unwrap();
-    let o = cmd(&bad).args(train_args(&c, bad.join("r").to_str().unwrap(), "1", &[])).output().unwrap();
+    let o = tuning(&bad).args(train_args(&c, bad.join("r").to_str().unwrap(), "1", &[])).output().unwrap();
     let t = text(&o);
     assert!(o.status.success() && t.contains("do not read") && t.contains("they replace it"), "{t}");
     let cached = std::fs::read_to_string(bad.join("cache").join("matmul-autotune.json")).unwrap();
@@ -2402,6 +2411,7 @@ fn output_into_a_closed_pipe_ends_quietly() {
     let o = Command::new("bash")
         .args(["-o", "pipefail", "-c", &sh])
         .env("DDL_CACHE_DIR", dir.join("cache"))
+        .env("DDL_NO_AUTOTUNE", "1")
         .output()
         .unwrap();
     let t = text(&o);

@@ -293,9 +293,7 @@ fn a_checkpoint_streams_from_and_to_the_device_in_pieces_and_equals_the_host_pat
 const SMALL: &[&str] = ddl::testing::SMALL_MODEL_FLAGS;
 
 fn ddl_cmd(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_ddl"));
-    c.env("DDL_CACHE_DIR", dir.join("cache"));
-    c
+    ddl::testing::ddl_command(env!("CARGO_BIN_EXE_ddl"), dir)
 }
 
 /// `ddl plot`: runs' curves from their metrics.jsonl in one PNG (no device), the table of where
