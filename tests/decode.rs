@@ -10,12 +10,18 @@ fn model_from_golden(name: &str) -> (Model, Golden) {
 
 fn model_from_golden_file(path: &std::path::Path) -> (Model, Golden) {
     let g = Golden::load(path).unwrap();
+    (model_of(&g, g.config.clone()), g)
+}
+
+/// The golden file's parameters in a model of `config` (the file's, or it with another context
+/// length).
+fn model_of(g: &Golden, config: ddl::model::ModelConfig) -> Model {
     let layout = Layout::new(&g.config);
     let mut flat = vec![0.0f32; layout.total];
     for (s, &off) in layout.specs.iter().zip(&layout.offsets) {
         flat[off..off + s.len()].copy_from_slice(g.f32(&format!("param.{}", s.name), Some(&s.shape)).unwrap());
     }
-    (Model::with_params(ddl::testing::gpu(), g.config.clone(), &flat).unwrap(), g)
+    Model::with_params(ddl::testing::gpu(), config, &flat).unwrap()
 }
 
 fn check(name: &str) {
@@ -493,7 +499,10 @@ fn an_awaited_generator_gives_the_blocking_generators_tokens_and_traces() {
     // path: same tokens, same trace bits, with interventions (k = mean, a β override), a chat
     // turn fed in, and the context slid when it fills.
     use ddl::generate::{Generator, Sampler, SamplerConfig, TokenTrace};
-    let (model, g) = model_from_golden("ddl_ccec");
+    let g = Golden::load(&ddl::testing::data_path("tests/golden/ddl_ccec.safetensors")).unwrap();
+    // A context of 12 tokens, so that it fills after a few steps (the file's 1024 took 2 × 1024
+    // traced steps, 21 s on lavapipe).
+    let model = model_of(&g, ddl::model::ModelConfig { max_seq_len: 12, ..g.config.clone() });
     let tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_chars(
         (0..g.config.vocab_size as u32).map(|i| char::from_u32(0x4e00 + i).unwrap()).collect(),
     ));
@@ -502,7 +511,7 @@ fn an_awaited_generator_gives_the_blocking_generators_tokens_and_traces() {
     let iv =
         ddl::model::Interventions::parse(&["block1.attn:k=mean".into(), "block0.mlp:beta=0.5".into()], false).unwrap();
     let (targets, maps) = (iv.k_mean_targets(&g.config).unwrap(), iv.maps(&g.config).unwrap());
-    let cap = g.config.max_seq_len;
+    let cap = model.cfg.max_seq_len;
     let sampler = || Sampler::new(SamplerConfig { seed: 11, temperature: 1.0, ..SamplerConfig::default() });
     type Run = (Vec<TokenTrace>, Vec<(u32, TokenTrace)>, Vec<TokenTrace>);
     let blocking = || -> Run {
