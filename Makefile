@@ -22,6 +22,16 @@ demo: setup-demo
 ## Every test: shader portability (no GPU needed), kernels vs float64 on the Vulkan adapter, CLI,
 ## (when mpirun is installed) data-parallel training with 2 MPI ranks, and the Windows and macOS
 ## compile check.
+# When mpirun is installed (scripts/setup.sh installs Open MPI on Debian/Ubuntu unless
+# DDL_SETUP_MPI=0), every test is built with `ddl`'s MPI feature, so tests/mpi.rs runs in the same
+# pass and the same binaries serve the reruns: built separately (`-p ddl --features mpi`) its
+# bindgen build dependency changed the host crates' features and recompiled most dependencies,
+# 7 min 45 s on 2 cores. (Expanded when the recipe runs, after `setup` has installed MPI.)
+TEST_FEATURES = $(shell command -v mpirun >/dev/null 2>&1 && echo --features ddl/mpi)
+# The browser test's site: the `web` profile without link-time optimisation (`web-test` in
+# Cargo.toml: the same code, 1.3 MB larger), in its own folder; `make web` builds the site people
+# get. The LTO build recompiled for 4 min 17 s after any change to the engine, this one 35 s.
+WEB_TEST_DIR = $(abspath $(or $(CARGO_TARGET_DIR),target))/web-test
 test: setup
 	@# lavapipe's window-system code complains without a runtime dir; compute does not need one.
 	@mkdir -p /tmp/ddl-xdg && chmod 700 /tmp/ddl-xdg
@@ -33,9 +43,17 @@ test: setup
 	@c=$$(mktemp -d); trap 'rm -rf "$$c"' EXIT; \
 	if [ "$${DDL_SETUP_WASM:-1}" = 0 ]; then \
 		echo "DDL_SETUP_WASM=0: not building the browser site nor running its test"; \
-		DDL_CACHE_DIR=$$c $(CARGO) test --workspace --no-fail-fast --exclude ddl-web; \
+		DDL_CACHE_DIR=$$c $(CARGO) test --workspace $(TEST_FEATURES) --no-fail-fast --exclude ddl-web; \
 	else \
-		bash scripts/web.sh && DDL_CACHE_DIR=$$c $(CARGO) test --workspace --no-fail-fast; \
+		DDL_WEB_PROFILE=web-test DDL_WEB_OUT=$(WEB_TEST_DIR) bash scripts/web.sh && \
+		DDL_WEB_DIR=$(WEB_TEST_DIR) DDL_CACHE_DIR=$$c $(CARGO) test --workspace $(TEST_FEATURES) --no-fail-fast; \
+	fi
+	@if [ -n "$(TEST_FEATURES)" ]; then echo "(mpirun found: tests/mpi.rs ran above, 2 MPI ranks against one process)"; \
+	elif [ "$${DDL_SETUP_MPI:-1}" = 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+		echo "no mpirun (DDL_SETUP_MPI=0, or not a Debian/Ubuntu machine): the MPI test did not run"; \
+	else \
+		echo "mpirun not found although scripts/setup.sh should have installed Open MPI: the MPI test cannot run (set DDL_SETUP_MPI=0 to opt out)"; \
+		exit 1; \
 	fi
 	@# The model again on llvmpipe at other vector widths, i.e. other subgroup sizes: 128 bits,
 	@# subgroups of 4 (an ARM64 (NEON) host's lavapipe), 1024 bits, 32 (NVIDIA's and Apple's
@@ -57,20 +75,9 @@ test: setup
 		extra=""; forms="$${DDL_FORMS:-}"; \
 		if [ $$w = 2048 ]; then extra="--test kernels"; forms="$${forms:+$$forms,}wg_poison=1"; fi; \
 		skip="--skip more_than_65535_workgroups --skip every_shader_variant_compiles"; \
-		echo "LP_NATIVE_VECTOR_WIDTH=$$w DDL_FORMS=$$forms $(CARGO) test --workspace --test golden --test decode $$extra -- $$skip"; \
-		LP_NATIVE_VECTOR_WIDTH=$$w DDL_FORMS=$$forms DDL_CACHE_DIR=$$c/$$w $(CARGO) test --workspace --test golden --test decode $$extra -- $$skip || exit 1; \
+		echo "LP_NATIVE_VECTOR_WIDTH=$$w DDL_FORMS=$$forms $(CARGO) test --workspace $(TEST_FEATURES) --test golden --test decode $$extra -- $$skip"; \
+		LP_NATIVE_VECTOR_WIDTH=$$w DDL_FORMS=$$forms DDL_CACHE_DIR=$$c/$$w $(CARGO) test --workspace $(TEST_FEATURES) --test golden --test decode $$extra -- $$skip || exit 1; \
 	done
-	@# Data-parallel training (2 MPI ranks vs one process) when MPI is installed (scripts/setup.sh
-	@# installs it on Debian/Ubuntu unless DDL_SETUP_MPI=0).
-	@if command -v mpirun >/dev/null 2>&1; then \
-		echo "DDL_CACHE_DIR=\$$(mktemp -d) $(CARGO) test -p ddl --features mpi --test mpi"; \
-		c=$$(mktemp -d); trap 'rm -rf "$$c"' EXIT; DDL_CACHE_DIR=$$c $(CARGO) test -p ddl --features mpi --test mpi; \
-	elif [ "$${DDL_SETUP_MPI:-1}" = 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
-		echo "no mpirun (DDL_SETUP_MPI=0, or not a Debian/Ubuntu machine): not running the MPI test"; \
-	else \
-		echo "mpirun not found although scripts/setup.sh should have installed Open MPI: the MPI test cannot run (set DDL_SETUP_MPI=0 to opt out)"; \
-		exit 1; \
-	fi
 	@# Windows (DX12) and macOS (Metal) builds: every crate and test compiled for them, no
 	@# linking, warnings as errors (scripts/platform-check.sh; Linux only, DDL_SETUP_PLATFORMS=0
 	@# skips it).

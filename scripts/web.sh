@@ -13,6 +13,13 @@ say() { printf 'web: %s\n' "$*"; }
 
 target_dir="${CARGO_TARGET_DIR:-target}"
 out="${DDL_WEB_OUT:-$target_dir/web}"
+# The Cargo profile: `web` (size-optimised, LTO: the site people get) unless DDL_WEB_PROFILE names
+# another; `make test` builds its browser test's site with `web-test` (no LTO, quick to rebuild).
+profile="${DDL_WEB_PROFILE:-web}"
+case "$profile" in
+  web|web-test) ;;
+  *) say "DDL_WEB_PROFILE=$profile: expected web (the default) or web-test (Cargo.toml's profiles for the site)"; exit 1 ;;
+esac
 want="$(sed -n 's/^wasm-bindgen = "=\([0-9.]*\)".*/\1/p' web/Cargo.toml)"
 [ -n "$want" ] || { say "web/Cargo.toml pins no wasm-bindgen version (wasm-bindgen = \"=X.Y.Z\")"; exit 1; }
 
@@ -32,9 +39,9 @@ if [ "$have" != "$want" ]; then
   cargo install -q wasm-bindgen-cli --version "$want"
 fi
 
-say "building the wasm module (cargo build -p ddl-web --target wasm32-unknown-unknown --profile web)"
-cargo build -q -p ddl-web --lib --target wasm32-unknown-unknown --profile web
-wasm="$target_dir/wasm32-unknown-unknown/web/ddl_web.wasm"
+say "building the wasm module (cargo build -p ddl-web --target wasm32-unknown-unknown --profile $profile)"
+cargo build -q -p ddl-web --lib --target wasm32-unknown-unknown --profile "$profile"
+wasm="$target_dir/wasm32-unknown-unknown/$profile/ddl_web.wasm"
 
 # Assemble in a fresh folder, then swap it in: a failed build leaves the previous site intact.
 tmp="$out.tmp.$$"
