@@ -28,9 +28,8 @@ demo: setup-demo
 # bindgen build dependency changed the host crates' features and recompiled most dependencies,
 # 7 min 45 s on 2 cores. (Expanded when the recipe runs, after `setup` has installed MPI.)
 TEST_FEATURES = $(shell command -v mpirun >/dev/null 2>&1 && echo --features ddl/mpi)
-# The browser test's site: the `web` profile without link-time optimisation (`web-test` in
-# Cargo.toml: the same code, 1.3 MB larger), in its own folder; `make web` builds the site people
-# get. The LTO build recompiled for 4 min 17 s after any change to the engine, this one 35 s.
+# The browser test's site, in its own folder: built with the `web-test` profile (Cargo.toml says
+# why); `make web` builds the site people get.
 WEB_TEST_DIR = $(abspath $(or $(CARGO_TARGET_DIR),target))/web-test
 test: setup
 	@# lavapipe's window-system code complains without a runtime dir; compute does not need one.
