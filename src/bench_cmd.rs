@@ -39,15 +39,15 @@ pub(crate) fn bench_config(
 /// storage and precision).
 const BENCH_TRAIN_KEYS: [&str; 4] = ["batch_size", "seq_len", "recompute", "head_chunk"];
 
-/// A setting `bench train` would ignore, changed between `before` and `after` by `what`: refused,
-/// naming what it does take (it was timed as if the setting were not there).
-fn unused_settings(before: &ddl::train::RunConfig, after: &ddl::train::RunConfig, what: &str) -> Result<()> {
+/// The settings `after` changes against `before`: `train.KEY` for each training setting, and the
+/// run's data settings by name (the model's are not listed).
+fn changed_settings(before: &ddl::train::RunConfig, after: &ddl::train::RunConfig) -> Result<Vec<String>> {
     let (b, a) = (serde_json::to_value(&before.train)?, serde_json::to_value(&after.train)?);
     let mut changed: Vec<String> = a
         .as_object()
         .into_iter()
         .flatten()
-        .filter(|(k, v)| !BENCH_TRAIN_KEYS.contains(&k.as_str()) && b.get(k.as_str()) != Some(v))
+        .filter(|(k, v)| b.get(k.as_str()) != Some(v))
         .map(|(k, _)| format!("train.{k}"))
         .collect();
     for (key, x, y) in [
@@ -55,11 +55,22 @@ fn unused_settings(before: &ddl::train::RunConfig, after: &ddl::train::RunConfig
         ("tokenizer", &before.tokenizer, &after.tokenizer),
         ("data", &before.data, &after.data),
         ("data_format", &before.data_format, &after.data_format),
+        ("init_from", &before.init_from, &after.init_from),
     ] {
         if x != y {
             changed.push(key.to_string());
         }
     }
+    Ok(changed)
+}
+
+/// A setting `bench train` would ignore, changed between `before` and `after` by `what`: refused,
+/// naming what it does take (it was timed as if the setting were not there).
+fn unused_settings(before: &ddl::train::RunConfig, after: &ddl::train::RunConfig, what: &str) -> Result<()> {
+    let changed: Vec<String> = changed_settings(before, after)?
+        .into_iter()
+        .filter(|k| !k.strip_prefix("train.").is_some_and(|k| BENCH_TRAIN_KEYS.contains(&k)))
+        .collect();
     if changed.is_empty() {
         return Ok(());
     }
@@ -74,6 +85,57 @@ fn unused_settings(before: &ddl::train::RunConfig, after: &ddl::train::RunConfig
         changed.join(", "),
         BENCH_TRAIN_KEYS.join(", train.")
     )
+}
+
+/// The settings `bench precision` sets in each run itself, with the flag that gives each (or
+/// why it is the benchmark's).
+const BENCH_PRECISION_OWN: [(&str, &str); 10] = [
+    ("train.precision", "each seed trains once in f32 and once in f16"),
+    ("train.state_f16", "the f32 runs keep f32 states, and f16 precision implies f16 states"),
+    ("train.seed", "give --seeds"),
+    ("train.decay_steps", "the schedule is --steps long"),
+    ("train.warmup_steps", "warm-up is a tenth of --steps"),
+    ("train.eval_every", "the runs are evaluated once, at the end"),
+    ("train.checkpoint_every", "the runs keep their final checkpoint only"),
+    ("corpus", "give --corpus"),
+    ("data", "the runs train on --corpus"),
+    ("init_from", "the runs start from the spec's initialisation"),
+];
+
+/// The base settings of `bench precision`'s runs: the preset's for the variant, then `--config`'s
+/// tables and the `--set` overrides, checked as `ddl train` checks them; settings the benchmark
+/// sets itself are refused, naming what gives them.
+pub(crate) fn precision_config(
+    preset: &str,
+    variant: &str,
+    config: Option<&std::path::Path>,
+    sets: &[String],
+) -> Result<ddl::train::RunConfig> {
+    let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
+    let mut run = preset_with_config(Some(preset), Some(v), config)?;
+    let plain = ddl::train::RunConfig::preset(preset, v)?;
+    let own = |before: &ddl::train::RunConfig, after: &ddl::train::RunConfig, what: &str| -> Result<()> {
+        let changed = changed_settings(before, after)?;
+        if let Some((key, why)) = BENCH_PRECISION_OWN.iter().find(|(k, _)| changed.iter().any(|c| c == k)) {
+            anyhow::bail!("{what}: bench precision sets {key} in each run itself ({why}); leave it out");
+        }
+        Ok(())
+    };
+    own(&plain, &run, "--config")?;
+    for kv in sets {
+        let before = run.clone();
+        run.set(kv).map_err(anyhow::Error::msg)?;
+        own(&before, &run, &format!("--set {kv}"))?;
+    }
+    if run.model.variant != v {
+        anyhow::bail!(
+            "bench precision: --config / --set give model.variant = {}, but --variant is {variant}: name the \
+             variant with --variant only",
+            run.model.variant
+        );
+    }
+    run.validate()?;
+    Ok(run)
 }
 
 /// A size given twice is timed once: the first of each, in order.
@@ -130,6 +192,13 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
     // `bench train`'s settings, both sides', are made and checked before the adapter opens (as
     // `ddl train` does); the other side is --against's variant, or the same one with
     // --against-forms.
+    // `bench precision`'s runs' settings too.
+    let mut precision_base = match &b {
+        BenchCmd::Precision { preset, variant, config, sets, .. } => {
+            Some(precision_config(preset, variant, config.as_deref(), sets)?)
+        }
+        _ => None,
+    };
     let train_configs = match &b {
         BenchCmd::Train { preset, variant, config, sets, against, against_forms, .. } => {
             let own = bench_config(preset, variant, config.as_deref(), sets)?;
@@ -386,9 +455,9 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 })?,
             }
         }
-        BenchCmd::Precision { preset, variant, steps, seeds, corpus, out, json } => {
-            let variant = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
-            let b = ddl::bench::precision::PrecisionBench { preset, variant, corpus, steps, seeds, out };
+        BenchCmd::Precision { steps, seeds, corpus, out, json, .. } => {
+            let base = precision_base.take().expect("made before the adapter opened");
+            let b = ddl::bench::precision::PrecisionBench { base, corpus, steps, seeds, out };
             let result = ddl::bench::precision::precision_rows(&gpu, &b, |r| print_row(&r, json));
             if ddl::train::interrupted() {
                 eprintln!(

@@ -984,6 +984,15 @@ pub(crate) enum BenchCmd {
         /// The variant to train.
         #[arg(long, value_parser = variant_name, default_value = "ddl")]
         variant: String,
+        /// A TOML file with [model] / [train] tables over the preset (as `ddl train --config`):
+        /// every run takes them, e.g. a smaller model.
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+        /// key=value overrides after --config (model.d_model=64, train.batch_size=16 ...), as
+        /// `ddl train --set`. The benchmark sets the precision, the seeds, the schedule and the
+        /// corpus itself (its flags).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
         /// Optimizer steps per run (also the schedule's length; warm-up a tenth).
         #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 300)]
         steps: usize,

@@ -941,6 +941,19 @@ fn bench_problems_are_clear_errors() {
     fails(&dir, &["bench", "train", "--set", "train.lr=0"], &["--set train.lr=0", "would be ignored"]);
     fails(&dir, &["bench", "train", "--set", "train.precision=f16"], &["train.precision", "give --precision"]);
     fails(&dir, &["bench", "precision", "--seeds", "1,1", "--steps", "1"], &["seed 1 is given twice"]);
+    // bench precision's runs take --config / --set over the preset, except what it sets itself.
+    for (set, says) in [
+        ("train.seed=3", "give --seeds"),
+        ("train.precision=f16", "each seed trains once in f32 and once in f16"),
+        ("train.state_f16=true", "f32 states"),
+        ("train.warmup_steps=7", "a tenth of --steps"),
+        ("corpus=x.txt", "give --corpus"),
+    ] {
+        let key = set.split('=').next().unwrap();
+        fails(&dir, &["bench", "precision", "--steps", "1", "--set", set], &[&format!("--set {set}"), key, says]);
+    }
+    fails(&dir, &["bench", "precision", "--set", "model.n_layers=0"], &["model.n_layers = 0", "expected an integer"]);
+    fails(&dir, &["bench", "precision", "--variant", "baseline", "--set", "model.variant=ddl"], &["--variant only"]);
     // Its runs go into --out's subfolders: not a run's folder, not inside its kept checkpoints.
     let run = dir.join("a-run");
     std::fs::create_dir_all(&run).unwrap();

@@ -3138,9 +3138,10 @@ fn the_precision_benchmark_pairs_f16_and_f32_runs_by_seed_and_reuses_finished_on
     env_cache(&dir);
     let c = ddl::testing::small_corpus(&dir);
     let gpu = ddl::testing::gpu();
+    // A small model over the preset (`bench precision --set`): the settings the benchmark sets
+    // itself (`small_run`'s schedule and evaluations) are the benchmark's.
     let b = ddl::bench::precision::PrecisionBench {
-        preset: "tiny".into(),
-        variant: Variant::Ddl,
+        base: small_run(Variant::Ddl, "not this corpus"),
         corpus: c,
         steps: 3,
         seeds: vec![1, 2],
@@ -3156,6 +3157,21 @@ fn the_precision_benchmark_pairs_f16_and_f32_runs_by_seed_and_reuses_finished_on
     let runs: Vec<_> =
         rows[..4].iter().map(|r| (r["precision"].as_str().unwrap(), r["seed"].as_u64().unwrap())).collect();
     assert_eq!(runs, [("f32", 1), ("f16", 1), ("f32", 2), ("f16", 2)]);
+    // Each run: the base's model, the benchmark's corpus, precision, seed and schedule.
+    for r in &rows[..4] {
+        let dir = std::path::PathBuf::from(r["dir"].as_str().unwrap());
+        let run = ddl::train::RunConfig::read_file(&dir).unwrap().unwrap();
+        assert_eq!((run.model.d_model, run.model.n_layers, run.train.batch_size), (32, 1, 2), "{}", dir.display());
+        assert_eq!(
+            (run.corpus.as_str(), run.train.precision.name()),
+            (b.corpus.as_str(), r["precision"].as_str().unwrap())
+        );
+        assert_eq!(
+            (run.train.seed, run.train.decay_steps, run.train.warmup_steps),
+            (r["seed"].as_u64().unwrap(), 3, 1)
+        );
+        assert!(!run.train.state_f16 && run.train.eval_every == 0, "{}", dir.display());
+    }
     let s = &rows[4];
     let f = |k: &str| s[k].as_f64().unwrap();
     let diffs: Vec<f64> = (0..2)

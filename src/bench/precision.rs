@@ -10,15 +10,18 @@ use serde_json::json;
 
 use super::Row;
 use crate::gpu::Gpu;
-use crate::model::{Precision, Variant};
+use crate::model::Precision;
 use crate::stats::{Paired, Sample};
 use crate::train::{RunConfig, TrainOptions};
 
 /// What to compare.
 #[derive(Debug, Clone)]
 pub struct PrecisionBench {
-    pub preset: String,
-    pub variant: Variant,
+    /// The runs' settings: a preset's for the variant, with any others over them (`ddl bench
+    /// precision --config / --set`, e.g. a smaller model). The benchmark sets its own over these:
+    /// the corpus, the precision, the seed, the schedule's length (`steps`, warm-up a tenth), no
+    /// evaluations or checkpoints before the end.
+    pub base: RunConfig,
     pub corpus: String,
     pub steps: usize,
     pub seeds: Vec<u64>,
@@ -33,7 +36,7 @@ fn run_one(
     precision: Precision,
     seed: u64,
 ) -> anyhow::Result<(f64, usize, f64, PathBuf)> {
-    let dir = b.out.join(format!("{}-{}-seed{seed}", b.variant.name(), precision.name()));
+    let dir = b.out.join(format!("{}-{}-seed{seed}", b.base.model.variant.name(), precision.name()));
     let run = run_config(b, precision, seed)?;
     // A run of other settings (another preset or corpus) in the same folder is not this one's
     // result: refused, not reported as if it were, nor overwritten.
@@ -73,10 +76,12 @@ fn run_one(
 
 /// The settings of one run of the benchmark.
 fn run_config(b: &PrecisionBench, precision: Precision, seed: u64) -> anyhow::Result<RunConfig> {
-    let mut run = RunConfig::preset(&b.preset, b.variant)?;
+    let mut run = b.base.clone();
     run.corpus = b.corpus.clone();
     for kv in [
         format!("train.precision={}", precision.name()),
+        // f32 runs in f32 throughout (f16 precision implies f16 states where the variant has them).
+        "train.state_f16=false".to_string(),
         format!("train.seed={seed}"),
         format!("train.decay_steps={}", b.steps),
         format!("train.warmup_steps={}", (b.steps / 10).max(1)),
@@ -117,7 +122,7 @@ pub fn precision_rows(gpu: &std::sync::Arc<Gpu>, b: &PrecisionBench, mut emit: i
             let (val, tokens, tok_s, dir) = run_one(gpu, b, p, seed)?;
             vals[i] = val;
             emit(Row(json!({
-                "bench": "precision_run", "preset": b.preset, "variant": b.variant.name(), "precision": p.name(),
+                "bench": "precision_run", "preset": b.base.preset, "variant": b.base.model.variant.name(), "precision": p.name(),
                 "seed": seed, "steps": b.steps, "val_loss": val, "val_tokens": tokens, "tok_per_s": tok_s,
                 "dir": dir.display().to_string(),
             })));
@@ -129,7 +134,7 @@ pub fn precision_rows(gpu: &std::sync::Arc<Gpu>, b: &PrecisionBench, mut emit: i
     let d = Paired::of(&pairs).expect("two or more seeds");
     let within = d.diff.mean.abs() <= f32s.sd;
     emit(Row(json!({
-        "bench": "precision", "preset": b.preset, "variant": b.variant.name(), "steps": b.steps, "seeds": b.seeds,
+        "bench": "precision", "preset": b.base.preset, "variant": b.base.model.variant.name(), "steps": b.steps, "seeds": b.seeds,
         "f32_mean": f32s.mean, "f32_sd": f32s.sd, "f16_mean": f16s.mean, "f16_sd": f16s.sd,
         "diff_mean": d.diff.mean, "diff_ci95": [d.diff.ci.0, d.diff.ci.1], "t": d.t, "df": d.df, "p": d.p,
         "within_f32_spread": within,
