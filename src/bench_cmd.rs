@@ -14,24 +14,41 @@ pub(crate) fn bench_config(
     config: Option<&std::path::Path>,
     sets: &[String],
 ) -> Result<(ddl::model::ModelConfig, ddl::train::TrainConfig)> {
+    let run = checked_settings("bench train", " (and --against)", preset, variant, config, sets, unused_settings)?;
+    Ok((run.model, run.train))
+}
+
+/// A benchmark's run settings: the preset's for the variant, then `--config`'s tables and the
+/// `--set` overrides, each change passed to `check(before, after, what)` (what the benchmark
+/// would ignore or sets itself), the variant only from `--variant`, validated as `ddl train`
+/// validates them.
+fn checked_settings(
+    bench: &str,
+    variant_flags: &str,
+    preset: &str,
+    variant: &str,
+    config: Option<&std::path::Path>,
+    sets: &[String],
+    check: fn(&ddl::train::RunConfig, &ddl::train::RunConfig, &str) -> Result<()>,
+) -> Result<ddl::train::RunConfig> {
     let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
     let mut run = preset_with_config(Some(preset), Some(v), config)?;
     let plain = ddl::train::RunConfig::preset(preset, v)?;
-    unused_settings(&plain, &run, "--config")?;
+    check(&plain, &run, "--config")?;
     for kv in sets {
         let before = run.clone();
         run.set(kv).map_err(anyhow::Error::msg)?;
-        unused_settings(&before, &run, &format!("--set {kv}"))?;
+        check(&before, &run, &format!("--set {kv}"))?;
     }
     if run.model.variant != v {
         anyhow::bail!(
-            "bench train: --config / --set give model.variant = {}, but --variant is {variant}: \
-             name the variant with --variant (and --against) only",
+            "{bench}: --config / --set give model.variant = {}, but --variant is {variant}: \
+             name the variant with --variant{variant_flags} only",
             run.model.variant
         );
     }
     run.validate()?;
-    Ok((run.model, run.train))
+    Ok(run)
 }
 
 /// `bench train` times steps on random tokens with its own optimizer settings: of the run's
@@ -102,6 +119,16 @@ const BENCH_PRECISION_OWN: [(&str, &str); 10] = [
     ("init_from", "the runs start from the spec's initialisation"),
 ];
 
+/// A setting `bench precision` sets in each run itself, changed between `before` and `after` by
+/// `what`: refused, naming the flag that gives it.
+fn precision_own(before: &ddl::train::RunConfig, after: &ddl::train::RunConfig, what: &str) -> Result<()> {
+    let changed = changed_settings(before, after)?;
+    if let Some((key, why)) = BENCH_PRECISION_OWN.iter().find(|(k, _)| changed.iter().any(|c| c == k)) {
+        anyhow::bail!("{what}: bench precision sets {key} in each run itself ({why}); leave it out");
+    }
+    Ok(())
+}
+
 /// The base settings of `bench precision`'s runs: the preset's for the variant, then `--config`'s
 /// tables and the `--set` overrides, checked as `ddl train` checks them; settings the benchmark
 /// sets itself are refused, naming what gives them.
@@ -111,31 +138,7 @@ pub(crate) fn precision_config(
     config: Option<&std::path::Path>,
     sets: &[String],
 ) -> Result<ddl::train::RunConfig> {
-    let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
-    let mut run = preset_with_config(Some(preset), Some(v), config)?;
-    let plain = ddl::train::RunConfig::preset(preset, v)?;
-    let own = |before: &ddl::train::RunConfig, after: &ddl::train::RunConfig, what: &str| -> Result<()> {
-        let changed = changed_settings(before, after)?;
-        if let Some((key, why)) = BENCH_PRECISION_OWN.iter().find(|(k, _)| changed.iter().any(|c| c == k)) {
-            anyhow::bail!("{what}: bench precision sets {key} in each run itself ({why}); leave it out");
-        }
-        Ok(())
-    };
-    own(&plain, &run, "--config")?;
-    for kv in sets {
-        let before = run.clone();
-        run.set(kv).map_err(anyhow::Error::msg)?;
-        own(&before, &run, &format!("--set {kv}"))?;
-    }
-    if run.model.variant != v {
-        anyhow::bail!(
-            "bench precision: --config / --set give model.variant = {}, but --variant is {variant}: name the \
-             variant with --variant only",
-            run.model.variant
-        );
-    }
-    run.validate()?;
-    Ok(run)
+    checked_settings("bench precision", "", preset, variant, config, sets, precision_own)
 }
 
 /// A size given twice is timed once: the first of each, in order.
