@@ -104,26 +104,11 @@ fn unused_settings(before: &ddl::train::RunConfig, after: &ddl::train::RunConfig
     )
 }
 
-/// The settings `bench precision` sets in each run itself, with the flag that gives each (or
-/// why it is the benchmark's).
-const BENCH_PRECISION_OWN: [(&str, &str); 10] = [
-    ("train.precision", "each seed trains once in f32 and once in f16"),
-    ("train.state_f16", "the f32 runs keep f32 states, and f16 precision implies f16 states"),
-    ("train.seed", "give --seeds"),
-    ("train.decay_steps", "the schedule is --steps long"),
-    ("train.warmup_steps", "warm-up is a tenth of --steps"),
-    ("train.eval_every", "the runs are evaluated once, at the end"),
-    ("train.checkpoint_every", "the runs keep their final checkpoint only"),
-    ("corpus", "give --corpus"),
-    ("data", "the runs train on --corpus"),
-    ("init_from", "the runs start from the spec's initialisation"),
-];
-
 /// A setting `bench precision` sets in each run itself, changed between `before` and `after` by
 /// `what`: refused, naming the flag that gives it.
 fn precision_own(before: &ddl::train::RunConfig, after: &ddl::train::RunConfig, what: &str) -> Result<()> {
     let changed = changed_settings(before, after)?;
-    if let Some((key, why)) = BENCH_PRECISION_OWN.iter().find(|(k, _)| changed.iter().any(|c| c == k)) {
+    if let Some((key, why)) = ddl::bench::precision::OWN_SETTINGS.iter().find(|(k, _)| changed.iter().any(|c| c == k)) {
         anyhow::bail!("{what}: bench precision sets {key} in each run itself ({why}); leave it out");
     }
     Ok(())
@@ -195,13 +180,6 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
     // `bench train`'s settings, both sides', are made and checked before the adapter opens (as
     // `ddl train` does); the other side is --against's variant, or the same one with
     // --against-forms.
-    // `bench precision`'s runs' settings too.
-    let mut precision_base = match &b {
-        BenchCmd::Precision { preset, variant, config, sets, .. } => {
-            Some(precision_config(preset, variant, config.as_deref(), sets)?)
-        }
-        _ => None,
-    };
     let train_configs = match &b {
         BenchCmd::Train { preset, variant, config, sets, against, against_forms, .. } => {
             let own = bench_config(preset, variant, config.as_deref(), sets)?;
@@ -233,6 +211,13 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 );
             }
             None
+        }
+        _ => None,
+    };
+    // `bench precision`'s runs' settings too.
+    let mut precision_base = match &b {
+        BenchCmd::Precision { preset, variant, config, sets, .. } => {
+            Some(precision_config(preset, variant, config.as_deref(), sets)?)
         }
         _ => None,
     };

@@ -18,9 +18,9 @@ use crate::train::{RunConfig, TrainOptions};
 #[derive(Debug, Clone)]
 pub struct PrecisionBench {
     /// The runs' settings: a preset's for the variant, with any others over them (`ddl bench
-    /// precision --config / --set`, e.g. a smaller model). The benchmark sets its own over these:
-    /// the corpus, the precision, the seed, the schedule's length (`steps`, warm-up a tenth), no
-    /// evaluations or checkpoints before the end.
+    /// precision --config / --set`, e.g. a smaller model). The benchmark sets its own over these
+    /// ([`OWN_SETTINGS`]): the corpus, the precision, the seed, the schedule's length (`steps`,
+    /// warm-up a tenth), no evaluations or checkpoints before the end.
     pub base: RunConfig,
     pub corpus: String,
     pub steps: usize,
@@ -74,10 +74,27 @@ fn run_one(
     Ok((val, s.val_tokens.unwrap_or(0), s.tokens_per_s, dir))
 }
 
-/// The settings of one run of the benchmark.
+/// The settings [`run_config`] gives each run over the base, each with the flag that gives it
+/// or why it is the benchmark's (`ddl bench precision --set` refuses them with that reason).
+pub const OWN_SETTINGS: [(&str, &str); 10] = [
+    ("train.precision", "each seed trains once in f32 and once in f16"),
+    ("train.state_f16", "the f32 runs keep f32 states, and f16 precision implies f16 states"),
+    ("train.seed", "give --seeds"),
+    ("train.decay_steps", "the schedule is --steps long"),
+    ("train.warmup_steps", "warm-up is a tenth of --steps"),
+    ("train.eval_every", "the runs are evaluated once, at the end"),
+    ("train.checkpoint_every", "the runs keep their final checkpoint only"),
+    ("corpus", "give --corpus"),
+    ("data", "the runs train on --corpus"),
+    ("init_from", "the runs start from the spec's initialisation"),
+];
+
+/// The settings of one run of the benchmark: the base with [`OWN_SETTINGS`] given their values.
 fn run_config(b: &PrecisionBench, precision: Precision, seed: u64) -> anyhow::Result<RunConfig> {
     let mut run = b.base.clone();
     run.corpus = b.corpus.clone();
+    run.data.clear();
+    run.init_from.clear();
     for kv in [
         format!("train.precision={}", precision.name()),
         // f32 runs in f32 throughout (f16 precision implies f16 states where the variant has them).
