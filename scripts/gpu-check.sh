@@ -121,6 +121,18 @@ if [ "$cmd" = local ]; then
   if out="$(bash "$DIR/run.sh" --local --only 'bench-no-such-command' 2>&1)" || ! grep -q "'bench-no-such-command' names no command" <<<"$out"; then
     die "run.sh --only accepted a name that matches no command: $out"
   fi
+  # --forms: a spec that names no form is refused before anything runs; with the H200's
+  # committed forms as the base (the H100 plan of docs/GPU.md "Next run"), every device command
+  # still parses and its forms check, and the summary says what the base was.
+  if out="$(bash "$DIR/run.sh" --local --forms 'no_such_form=1' 2>&1)" || ! grep -q "unknown form 'no_such_form'" <<<"$out"; then
+    die "run.sh --forms accepted a form that does not exist: $out"
+  fi
+  F="$(mktemp -d "${TMPDIR:-/tmp}/ddl-forms-check.XXXXXX")"
+  bash "$DIR/run.sh" --local --stages bench --only bench-gpu-args --forms measured=H200 --out "$F" > "$F/log" 2>&1 \
+    || { cat "$F/log" "$F/summary.md"; die "run.sh --forms measured=H200: the device run's commands did not check"; }
+  grep -q "for every command (--forms or DDL_FORMS): measured=H200" "$F/summary.md" \
+    || { cat "$F/summary.md"; die "run.sh --forms: the summary does not name the base forms"; }
+  rm -rf "$F"
   # The experiment stage cut off by its budget, then resumed from what came back (the device
   # machine is lent by the minute: a grid must continue where a call stopped it).
   say "the experiment stage, cut off and resumed (scripts/gpu-check/resume-check.toml)"

@@ -8,12 +8,17 @@
 # finished.
 #
 #   run.sh [--local] [--stages info,golden,kernels,bench,torch] [--only NAMES] [--budget SECONDS]
-#          [--out DIR] [--spec FILE]
+#          [--out DIR] [--spec FILE] [--forms SPEC]
 #
 # --only NAMES runs only the commands named (comma-separated, shell patterns allowed: the names
 # of the raw logs, e.g. test-kernels,bench-matmul-*,torch-small-baseline-bf16-compile), in the
 # stages' order, so that a rerun repeats only what failed or what changed; the info stage's own
 # commands always run. A name or pattern that matches no command is refused before anything runs.
+#
+# --forms SPEC: every command's kernel forms start from SPEC (DDL_FORMS syntax; a command's own
+# DDL_FORMS=… applies after it): `--forms measured=H200` on another card (an H100) runs the
+# H200's committed forms (src/kernels/forms.rs MEASURED), so its tests and A/Bs are of that
+# configuration. Without it, a DDL_FORMS in the environment is the base. Checked before anything runs.
 #
 # Stages, in priority order, each under its own timeout (and the whole under --budget):
 #   info     adapter, driver, features, limits, subgroup sizes, cooperative matrices; nvidia-smi
@@ -45,6 +50,8 @@ ONLY=""
 BUDGET=""
 OUTDIR="${OUT:-}"
 SPEC="experiments/shakespeare.toml"
+FORMS=""
+FORMS_SET=0
 ROOT="$PWD"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -59,8 +66,10 @@ while [ $# -gt 0 ]; do
     --out=*) OUTDIR="${1#*=}" ;;
     --spec) SPEC="$2"; shift ;;
     --spec=*) SPEC="${1#*=}" ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
-    *) echo "run.sh: unknown argument '$1' (expected --local, --stages LIST, --only NAMES, --budget SECONDS, --out DIR, --spec FILE)" >&2; exit 2 ;;
+    --forms) FORMS="$2"; FORMS_SET=1; shift ;;
+    --forms=*) FORMS="${1#*=}"; FORMS_SET=1 ;;
+    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument '$1' (expected --local, --stages LIST, --only NAMES, --budget SECONDS, --out DIR, --spec FILE, --forms SPEC)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -130,6 +139,18 @@ for f in "$BUNDLE"/bin/*.xz; do
 done
 DDL="$WORK/bin/ddl"
 cp "$BUNDLE/MANIFEST.txt" "$RAW/" 2>/dev/null
+# The base kernel forms (--forms, else DDL_FORMS from the environment), checked here without an
+# adapter: a typo would otherwise fail every stage on the device.
+if [ $FORMS_SET = 1 ]; then
+  if [ -n "$FORMS" ]; then export DDL_FORMS="$FORMS"; else unset DDL_FORMS; fi
+fi
+if [ -n "${DDL_FORMS:-}" ] && ! out="$(DDL_CHECK_ARGS=1 "$DDL" info 2>&1)"; then
+  echo "run.sh: --forms (DDL_FORMS) '$DDL_FORMS' is refused: $out" >&2; exit 2
+fi
+# A command's own DDL_FORMS=… (its first word) over the base: the `env` arguments for it.
+with_base_forms() { # "DDL_FORMS=SPEC" -> "DDL_FORMS=BASE,SPEC"
+  if [ -n "${DDL_FORMS:-}" ]; then echo "DDL_FORMS=$DDL_FORMS,${1#DDL_FORMS=}"; else echo "$1"; fi
+}
 
 # ---------------------------------------------------------------------------- Vulkan
 have_icd() {
@@ -178,6 +199,7 @@ write_summary() {
     echo "- adapter: ${ADAPTER:-not opened yet}"
     echo "- driver: ${DRIVER:-?}; ${VK_NOTE:-Vulkan as found}"
     echo "- stages asked for: $STAGES${ONLY:+; only the commands $ONLY}"
+    [ -n "${DDL_FORMS:-}" ] && echo "- kernel forms over the adapter's, for every command (--forms or DDL_FORMS): $DDL_FORMS"
     echo
     echo "| stage | status | s | details |"
     echo "|---|---|---|---|"
@@ -299,7 +321,7 @@ stage_info() {
   [ -n "$forms" ] && note "- kernel forms chosen for this adapter: $forms"
   # The MEASURED lines applied to this adapter (docs/GPU.md), apart from the table.
   local measured
-  measured="$(sed -n '/^kernel forms/,$p' "$RAW/info.log" | grep -o '^  measured on this device ([^)]*): [^ ]*' | sed 's/^  measured on this device //' | tr '\n' ';' | sed 's/;$//; s/;/; /g')"
+  measured="$(sed -n '/^kernel forms/,$p' "$RAW/info.log" | grep -o '^  measured on [^:]*: [^ ]*' | sed 's/^  measured on //' | tr '\n' ';' | sed 's/;$//; s/;/; /g')"
   [ -n "$measured" ] && note "- measured forms applied (forms::MEASURED): $measured"
   # Whether f16 products run on cooperative matrices here (the self-test at device creation).
   local coopmm
@@ -308,7 +330,7 @@ stage_info() {
   # The wide form's self-test runs only where the form is on: apart, so that a kernel never run
   # on a GPU before cannot fail the stage (its own log, info-coop.log).
   if [[ "$coopmm" == on* || "$coopmm" == *"self-test passed"* ]]; then
-    DDL_FORMS=matmul_coop=1 step info-coop 60 "$DDL" info
+    DDL_FORMS="${DDL_FORMS:+$DDL_FORMS,}matmul_coop=1" step info-coop 60 "$DDL" info
     local wide
     wide="$(grep -m1 '^cooperative-matrix wide form' "$RAW/info-coop.log" | sed 's/^cooperative-matrix wide form *//')"
     note "- cooperative-matrix wide form ${wide:-(no answer: see info-coop.log)}"
@@ -488,6 +510,7 @@ gpu_bench_cmds() {
       "bench-train-small-ddl-new-defaults|60|bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --against-forms attention=blocked:256,attn_team=0,norm_vec=0 --steps 6 --json"
       "bench-train-small-unchecked-all|60|DDL_FORMS=unchecked=all bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --against-forms unchecked=all-delta-shortconv --steps 6 --json"
       "bench-train-small-unchecked|70|DDL_FORMS=unchecked=all-delta-shortconv bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --against-forms unchecked=none --steps 6 --json"
+      "bench-train-small-unchecked-vs-checked|70|DDL_FORMS=unchecked=all bench train --preset small-124m --variant ddl --batch 8 --seq 1024 --against-forms unchecked=none --steps 6 --json"
       "bench-state-seg32|30|DDL_FORMS=delta_seg=32 bench kernels --filter delta_ --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-state-seg128|30|DDL_FORMS=delta_seg=128 bench kernels --filter delta_ --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
       "bench-state-rows|30|DDL_FORMS=delta_rows=on,conv_quads=on,conv_sweep=on bench kernels --filter delta_,shortconv,expand --preset small-124m --batch 8 --seq 1024 --reps 5 --json"
@@ -504,7 +527,8 @@ CHECK_ARGS='
   n=0; bad=0
   while IFS="|" read -r name secs args; do
     envs=""
-    case "$args" in DDL_FORMS=*) envs="${args%% *}"; args="${args#* }" ;; esac
+    case "$args" in DDL_FORMS=*) envs="${args%% *}"; args="${args#* }"
+      [ -n "${DDL_FORMS:-}" ] && envs="DDL_FORMS=$DDL_FORMS,${envs#DDL_FORMS=}" ;; esac
     n=$((n + 1))
     if ! out="$(env $envs DDL_CHECK_ARGS=1 "$1" $args 2>&1)"; then
       bad=$((bad + 1)); echo "$name: $out"
@@ -558,7 +582,7 @@ stage_bench() {
     IFS='|' read -r name secs args <<<"$c"
     # A leading DDL_FORMS=… sets the kernel forms of that command alone.
     envs=""
-    case "$args" in DDL_FORMS=*) envs="${args%% *}"; args="${args#* }" ;; esac
+    case "$args" in DDL_FORMS=*) envs="$(with_base_forms "${args%% *}")"; args="${args#* }" ;; esac
     # shellcheck disable=SC2086
     step "$name" "$secs" env $envs "$DDL" $args; rc=$?
     rcs="$rcs $rc"

@@ -375,7 +375,10 @@ impl Forms {
 
     /// Applies `key=value,…` overrides (booleans `0`/`1`, `off`/`on`, `false`/`true`; `KEY` alone
     /// means on). Keys: see [`Forms::table`]. Forms the adapter cannot run (`subgroup_loads` or
-    /// `matmul_subgroup` without fitting subgroups) are refused.
+    /// `matmul_subgroup` without fitting subgroups) are refused. `measured=DEVICE` applies, where
+    /// it stands in the list, the [`MEASURED`] entries of a device whose name contains `DEVICE`
+    /// (`measured=H200` on an H100: the H200's committed forms, to test or time them on another
+    /// card) and lists them in [`Forms::measured`].
     pub fn apply(&mut self, spec: &str, features: wgpu::Features) -> Result<(), String> {
         for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (key, value) = match item.split_once('=') {
@@ -493,9 +496,32 @@ impl Forms {
                         .parse()
                         .map_err(|_| format!("{key}={value}: expected a number of tiles (0: never split)"))?
                 }
+                "measured" => {
+                    let want = value.to_ascii_lowercase();
+                    let entries: Vec<&'static Measured> = MEASURED
+                        .iter()
+                        .filter(|m| !want.is_empty() && m.device.to_ascii_lowercase().contains(&want))
+                        .collect();
+                    if entries.is_empty() {
+                        let mut devices: Vec<&str> = MEASURED.iter().map(|m| m.device).collect();
+                        devices.sort_unstable();
+                        devices.dedup();
+                        return Err(format!(
+                            "{key}={value}: no forms were measured on a device of that name (measured on: {}; \
+                             the entries are MEASURED in src/kernels/forms.rs)",
+                            devices.join(", ")
+                        ));
+                    }
+                    for m in entries {
+                        self.apply(m.forms, features).map_err(|e| format!("{key}={value} ({}): {e}", m.forms))?;
+                        if !self.measured.contains(&m) {
+                            self.measured.push(m);
+                        }
+                    }
+                }
                 _ => {
                     return Err(format!(
-                        "unknown form '{key}' (expected one of: {})",
+                        "unknown form '{key}' (expected one of: {}; or measured=DEVICE, the forms measured on that card)",
                         Self::KEYS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
                     ));
                 }
@@ -678,7 +704,7 @@ impl Forms {
             let _ = writeln!(s, "  {k:<kw$} {v:<vw$} {what}");
         }
         for m in &self.measured {
-            let _ = writeln!(s, "  measured on this device ({}): {} ({})", m.device, m.forms, m.evidence);
+            let _ = writeln!(s, "  measured on {}: {} ({})", m.device, m.forms, m.evidence);
         }
         s
     }
@@ -735,6 +761,25 @@ mod tests {
         let mut o = h200.clone();
         o.apply("split_k_tiles=256", f).unwrap();
         assert_eq!(o.split_k_tiles, 256);
+        // measured=DEVICE: another card's forms on this one, where it stands in the list, listed
+        // as measured; an unknown device is refused, naming the devices there are.
+        let h100 = gpu.clone().with_measured("NVIDIA H100 80GB HBM3", f);
+        assert_eq!(h100, gpu, "no line was measured on an H100");
+        let mut like = h100.clone();
+        like.apply("measured=h200", f).unwrap();
+        assert_eq!(like, h200, "the H200's forms and their lines");
+        assert!(like.describe().contains("measured on H200: attention=causal"));
+        let mut later = h100.clone();
+        later.apply("measured=H200,split_k_tiles=128", f).unwrap();
+        assert_eq!((later.split_k_tiles, later.attention), (128, AttentionForm::Causal));
+        let mut twice = h200.clone();
+        twice.apply("measured=H200", f).unwrap();
+        assert_eq!(twice, h200, "an entry applied again is listed once");
+        for bad in ["measured=A100", "measured="] {
+            let e = h100.clone().apply(bad, f).unwrap_err();
+            assert!(e.contains(bad) && e.contains("measured on: H200"), "{e}");
+        }
+        assert!(h100.clone().apply("nonsense=1", f).unwrap_err().contains("measured=DEVICE"));
     }
 
     #[test]
