@@ -682,6 +682,14 @@ impl RunConfig {
         let min_lr_follows = sets_train("lr")
             && !sets_train("min_lr")
             && (self.train.min_lr == tenth(self.train.lr) || self.train.min_lr == self.train.lr / 10.0);
+        // The widths the spec derives from d (F = ⌊8d/3⌋, h_k = max(1, ⌊d/4⌋)) follow a new d
+        // unless given with it or changed before (until session 81 they kept the preset's: d 64
+        // on the tiny preset ran F = 341, the tiny model's).
+        let d = self.model.d_model;
+        let mlp_follows =
+            sets_model("d_model") && !sets_model("mlp_hidden") && self.model.mlp_hidden == d.saturating_mul(8) / 3;
+        let k_mlp_follows =
+            sets_model("d_model") && !sets_model("k_mlp_hidden") && self.model.k_mlp_hidden == (d / 4).max(1);
         let mut base = toml::Table::try_from(&*self).map_err(|e| e.to_string())?;
         for (k, v) in overlay {
             match (base.get_mut(&k), v) {
@@ -788,6 +796,12 @@ impl RunConfig {
         }
         if min_lr_follows {
             self.train.min_lr = tenth(self.train.lr);
+        }
+        if mlp_follows {
+            self.model.mlp_hidden = self.model.d_model.saturating_mul(8) / 3;
+        }
+        if k_mlp_follows {
+            self.model.k_mlp_hidden = (self.model.d_model / 4).max(1);
         }
         Ok(())
     }
@@ -919,6 +933,39 @@ mod tests {
         old.train.min_lr = 3e-3 / 10.0;
         old.set("train.lr=2e-3").unwrap();
         assert_eq!(old.train.min_lr, 2e-4);
+    }
+
+    /// The spec's F = ⌊8d/3⌋ and h_k = max(1, ⌊d/4⌋) follow a new d (they kept the preset's
+    /// until session 81), unless given with it or before.
+    #[test]
+    fn a_new_width_takes_the_mlp_widths_along_unless_given() {
+        let mut c = RunConfig::preset("tiny", Variant::DdlVmap).unwrap();
+        assert_eq!((c.model.d_model, c.model.mlp_hidden, c.model.k_mlp_hidden), (128, 341, 32));
+        c.set("model.d_model=64").unwrap();
+        assert_eq!((c.model.mlp_hidden, c.model.k_mlp_hidden), (170, 16));
+        c.validate().unwrap();
+        c.set("model.d_model=3").unwrap();
+        assert_eq!((c.model.mlp_hidden, c.model.k_mlp_hidden), (8, 1), "h_k at least 1");
+        // Given, earlier or together with d: they stay. (As train.min_lr: "given earlier" is a
+        // value other than the rule's for the d of then; the rule's own value follows.)
+        let mut c = RunConfig::preset("tiny", Variant::DdlVmap).unwrap();
+        c.set("model.mlp_hidden=300").unwrap();
+        c.set("model.d_model=64").unwrap();
+        assert_eq!((c.model.mlp_hidden, c.model.k_mlp_hidden), (300, 16));
+        c.set("model.mlp_hidden=341").unwrap();
+        assert_eq!(c.model.mlp_hidden, 341, "after d: as given");
+        let mut c = RunConfig::preset("tiny", Variant::DdlVmap).unwrap();
+        c.merge_toml("[model]\nd_model = 64\nk_mlp_hidden = 32\n", "spec.toml").unwrap();
+        assert_eq!((c.model.mlp_hidden, c.model.k_mlp_hidden), (170, 32));
+        // A saved run's config.toml gives both: read back as written.
+        let mut saved = RunConfig::preset("tiny", Variant::Ddl).unwrap();
+        saved.merge_toml(&toml::to_string(&c).unwrap(), "config.toml").unwrap();
+        assert_eq!(saved.model, c.model);
+        // Every preset's widths are the rule's (so following changes no preset).
+        for p in crate::presets::PRESETS {
+            let m = RunConfig::preset(p.name, Variant::DdlVmap).unwrap().model;
+            assert_eq!((m.mlp_hidden, m.k_mlp_hidden), (m.d_model * 8 / 3, (m.d_model / 4).max(1)), "{}", p.name);
+        }
     }
 
     #[test]
