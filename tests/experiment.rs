@@ -300,6 +300,19 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
     let r5 = ddl(&dir, &["experiment", "--spec", s5.to_str().unwrap(), "--out", o]);
     assert!(!r5.status.success());
     assert!(text(&r5).contains("share other settings") && text(&r5).contains("steps: "), "{}", text(&r5));
+    // The folder's copy of the spec reads as other settings, but its trained runs are the spec's
+    // (a value that used to follow from another and is given now: the MLP widths from d since
+    // session 81): it goes on, saying so.
+    let copy = out.join("experiment.toml");
+    let copy_kept = std::fs::read_to_string(&copy).unwrap();
+    std::fs::write(&copy, copy_kept.replace("mlp_hidden = 85", "mlp_hidden = 99")).unwrap();
+    let r = ddl(&dir, &["experiment", "--spec", s, "--out", o, "--dry-run"]);
+    let t = text(&r);
+    assert!(
+        r.status.success() && t.contains("model.mlp_hidden: 99 → 85") && t.contains("going on with the spec"),
+        "{t}"
+    );
+    std::fs::write(&copy, &copy_kept).unwrap();
     // A grown grid (one more variant) keeps the finished runs and trains only the new ones.
     let grown =
         std::fs::read_to_string(s).unwrap().replace(r#"["baseline", "ddl"]"#, r#"["baseline", "ddl", "ddl_v1"]"#);

@@ -93,6 +93,22 @@ pub fn check_out(spec: &ExperimentSpec, out: &Path) -> Result<(), ExperimentErro
             Some(o) if same(&o, spec) => {}
             // Before any run has trained, the spec may still change (a first attempt that failed).
             _ if !any_run_trained(&out.join("runs")) => {}
+            // The folder's copy reads as other settings, but the runs it trained are the spec's,
+            // run by run (a spec that now gives a value that used to follow from another, as the
+            // MLP widths from d since session 81): going on pairs like with like, and the copy
+            // is replaced by the spec.
+            Some(o)
+                if (o.steps, o.beta_batches) == (spec.steps, spec.beta_batches)
+                    && trained_spec_runs(spec, out) > 0
+                    && runs_trained_as_specified(spec, out).is_ok() =>
+            {
+                eprintln!(
+                    "note: {}'s settings differ from the spec's ({}), but every run trained there has the spec's \
+                     settings: going on with the spec",
+                    spec_path.display(),
+                    changed_settings(&o, spec)
+                );
+            }
             o => {
                 let changed = o.map(|o| changed_settings(&o, spec)).unwrap_or_else(|| "unreadable".into());
                 return Err(ExperimentError::Spec {
@@ -107,6 +123,16 @@ pub fn check_out(spec: &ExperimentSpec, out: &Path) -> Result<(), ExperimentErro
         }
     }
     runs_trained_as_specified(spec, out)
+}
+
+/// How many of the spec's runs have trained in `out` (their metrics or checkpoint).
+fn trained_spec_runs(spec: &ExperimentSpec, out: &Path) -> usize {
+    let Ok(variants) = spec.variant_list() else { return 0 };
+    variants
+        .iter()
+        .flat_map(|&v| spec.seeds_of(v).into_iter().map(move |seed| out.join("runs").join(run_name(v, seed))))
+        .filter(|d| ["metrics.jsonl", checkpoint::MODEL_FILE].iter().any(|f| d.join(f).exists()))
+        .count()
 }
 
 /// Refuses a grid whose run folders hold runs trained with other settings than the spec gives
