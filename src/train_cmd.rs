@@ -667,8 +667,25 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             check_config_vocab(&run, path, given)?;
         }
     }
+    // A resumed run's data that cannot be read (gone from where it was, a malformed data.json):
+    // refused before the adapter opens (a finished run may still say so and sample, below).
+    let resume_refusal = from
+        .as_deref()
+        .and_then(|src| ddl::train::resume_data_problem(&run, src, a.corpus.is_some(), a.data.is_some()));
     if a.dry_run {
-        let plan = ddl::train::plan::dry_run(&run, steps, &out, from.as_deref(), a.overwrite)?;
+        let plan =
+            match (ddl::train::plan::dry_run(&run, steps, &out, from.as_deref(), a.overwrite), resume_refusal) {
+                // (Its data unreadable, the plan cannot be made: the reason is the plan.)
+                (Err(_), Some(why)) => {
+                    println!("dry run (nothing trained, nothing written): it would not start: {why}");
+                    anyhow::bail!("the run would not start: {why}");
+                }
+                (plan, why) => {
+                    let mut plan = plan?;
+                    plan.refused = plan.refused.or(why);
+                    plan
+                }
+            };
         print!("{}", plan.text());
         // (A command that would be refused fails its dry run too, for scripts that check first.)
         if let Some(why) = plan.refused {
@@ -677,6 +694,9 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         return Ok(());
     }
     if a.distributed == Some(Distributed::Mpi) {
+        if let Some(why) = resume_refusal {
+            anyhow::bail!(why);
+        }
         return train_mpi(dev, &a, run, out, resume);
     }
     // Nothing to train (the checkpoint at or past --steps): said, with the run's results, without
@@ -719,6 +739,9 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             }
             return print_sample(dev, src, a.sample);
         }
+    }
+    if let Some(why) = resume_refusal {
+        anyhow::bail!(why);
     }
     let gpu = dev.open().context("opening the GPU")?;
     ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);

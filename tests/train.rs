@@ -567,6 +567,63 @@ fn a_dry_run_says_what_training_would_do_and_writes_nothing() {
     let (code, _, all) = train(&["--steps", "6", "--dry-run", "--set", "train.lr=-1"]);
     assert!(code == Some(1) && all.contains("train.lr = -1"), "{all}");
     assert_eq!(ddl::train::checkpoint::saved_step(&out).unwrap(), 2, "the run is as it was");
+
+    // What the run would refuse, its dry run refuses too (exit 1 after the plan), and a resumed
+    // run refuses its unreadable data before its "training … resuming" line (session 81: the
+    // dry runs said these would start).
+    let resume = |dry: bool| {
+        let mut cmd = ddl_cmd(&dir);
+        cmd.args(["train", "--resume"]).arg(&out).args(["--steps", "5"]);
+        if dry {
+            cmd.arg("--dry-run");
+        }
+        let o = cmd.output().unwrap();
+        (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+    };
+    let record = std::fs::read(out.join("data.json")).unwrap();
+    std::fs::write(out.join("data.json"), "{").unwrap();
+    for dry in [true, false] {
+        let (code, all) = resume(dry);
+        assert!(code == Some(1) && all.contains("data.json: not the record") && !all.contains("training ddl"), "{all}");
+        assert_eq!(dry, all.contains("it would not start"), "{all}");
+    }
+    std::fs::write(out.join("data.json"), &record).unwrap();
+    let aside = dir.join("corpus.aside");
+    std::fs::rename(&c, &aside).unwrap();
+    for dry in [true, false] {
+        let (code, all) = resume(dry);
+        let said = all.contains("the run's corpus") && all.contains("pass --corpus PATH where it is now");
+        assert!(code == Some(1) && said && !all.contains("training ddl"), "{all}");
+    }
+    std::fs::rename(&aside, &c).unwrap();
+    assert_eq!(ddl::train::checkpoint::saved_step(&out).unwrap(), 2, "the run is as it was");
+    // --out a file, or below one; a corpus whose validation split is shorter than a window.
+    let file = dir.join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let new_run = |corpus: &str, out: &std::path::Path, dry: bool| {
+        let mut cmd = ddl_cmd(&dir);
+        cmd.args(["train", "--preset", "tiny", "--corpus", corpus, "--steps", "2", "--out"]).arg(out).args(&small);
+        if dry {
+            cmd.arg("--dry-run");
+        }
+        let o = cmd.output().unwrap();
+        (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+    };
+    let (code, all) = new_run(&c, &file, true);
+    assert!(code == Some(1) && all.contains("it would not start") && all.contains("is a file"), "{all}");
+    let (code, all) = new_run(&c, &file.join("sub"), true);
+    assert!(code == Some(1) && all.contains("a-file' is a file, so the run's folder cannot be made"), "{all}");
+    // (The split sizes are known once the corpus is tokenised: the refused run cached it.)
+    let short = dir.join("short.txt");
+    std::fs::write(&short, "ROMEO: but soft, what light through yonder window breaks").unwrap();
+    for dry in [false, true] {
+        let (code, all) = new_run(short.to_str().unwrap(), &dir.join("short-run"), dry);
+        let said = all.contains("the validation split has 6 token(s), fewer than one sequence of 17");
+        assert!(code == Some(1) && said && all.contains("short.txt"), "{all}");
+        assert_eq!(dry, all.contains("it would not start"), "{all}");
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+    assert!(!dir.join("short-run").exists());
 }
 
 /// `describe`'s counts: thousands apart by spaces.
@@ -812,9 +869,12 @@ fn early_stopping_ends_a_run_whose_validation_loss_stops_falling_and_resumes() {
         info.contains("stopped early (train.early_stop) before step 10: the validation curve was lowest at step 1"),
         "{info}"
     );
-    // Resumed to 10 as it was given: counts on from its metrics (the first new evaluation stops it).
+    // Resumed to 10 as it was given: counts on from its metrics (the first new evaluation stops it),
+    // one evaluation per step: step 3's periodic and final evaluations are one (they were
+    // counted as two, so that a resumed run stopped an evaluation early).
     let (text, s) = train(&["--resume", out.to_str().unwrap(), "--steps", "10"]);
-    assert!(text.contains("stopped early after step 4 of 10"), "{text}");
+    assert!(text.contains("stopped early after step 4 of 10 (train.early_stop): 3 evaluations"), "{text}");
+    assert_eq!(s["stopped_early"]["evaluations"].as_u64(), Some(3), "{s}");
     assert_eq!(s["step"].as_u64(), Some(4));
     // Turned off on resuming: trains to the end.
     let (text, s) = train(&["--resume", out.to_str().unwrap(), "--steps", "6", "--set", "train.early_stop=0"]);
@@ -1486,6 +1546,14 @@ fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
     bad(&out, &["--lens-plot", dir.join("lens.jpg").to_str().unwrap()], &["--lens-plot", "lens.jpg", ".png"]);
     bad(&out, &["--lens-plot", loss_png.to_str().unwrap()], &["loss.png", "is not a plot"]);
     assert_eq!(std::fs::read(&loss_png).unwrap(), kept);
+    // Two outputs given one file (also as two spellings of it): refused first, naming both flags.
+    let same = dir.join("same.png");
+    let same = same.to_str().unwrap();
+    let want = ["--per-token", "--calibration-plot", "name the same file"];
+    bad(&out, &["--per-token", same, "--calibration-plot", same], &want);
+    let spelled = format!("{}/./same.png", dir.display());
+    bad(&out, &["--lens-plot", same, "--ablate", "write", "--plot", &spelled], &["--plot", "--lens-plot", "same file"]);
+    assert!(!dir.join("same.png").exists());
 
     assert!(!dir.join("x.jpg").exists() && !dir.join("no").exists());
 }

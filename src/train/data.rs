@@ -1251,6 +1251,22 @@ fn record(key: String, train_tokens: usize, val_tokens: usize, run: &crate::trai
     serde_json::json!({"key": key, "train_tokens": train_tokens, "val_tokens": val_tokens, "source": source})
 }
 
+/// The record `data.json` in the run folder `dir`: none (runs older than the record), or `Err`
+/// when it is there but malformed.
+pub fn saved_data_record(dir: &Path) -> Result<Option<serde_json::Value>, ()> {
+    let Ok(text) = std::fs::read_to_string(dir.join("data.json")) else { return Ok(None) };
+    serde_json::from_str::<serde_json::Value>(&text).ok().filter(|v| v["key"].is_string()).map(Some).ok_or(())
+}
+
+/// What is said of a malformed `data.json` at `path` when the run is to `doing`.
+pub fn malformed_record(path: &Path, doing: &str) -> String {
+    format!(
+        "{}: not the record of a run's data (malformed), so this run cannot {doing} with the data checked; \
+         restore the file (a copy of the run has it), or delete it to go on without the check",
+        path.display()
+    )
+}
+
 /// Checks `ds` against the record `data.json` that a run folder keeps of the data it trained on
 /// (`now`, a [`data_record`] of the data at hand: their keys and split sizes): `Err` with both
 /// sides when they differ (a run without the record passes; a malformed one is an error).
@@ -1262,17 +1278,11 @@ pub fn check_data_record(
     remedy: &str,
 ) -> Result<(), crate::train::TrainError> {
     let path = dir.join("data.json");
-    let Ok(text) = std::fs::read_to_string(&path) else {
+    let saved = match saved_data_record(dir) {
         // (Runs older than the record have none.)
-        return Ok(());
-    };
-    let saved = serde_json::from_str::<serde_json::Value>(&text).ok().filter(|v| v["key"].is_string());
-    let Some(saved) = saved else {
-        return Err(crate::train::TrainError::Settings(format!(
-            "{}: not the record of a run's data (malformed), so this run cannot {doing} with the data checked; \
-             restore the file (a copy of the run has it), or delete it to go on without the check",
-            path.display()
-        )));
+        Ok(None) => return Ok(()),
+        Ok(Some(v)) => v,
+        Err(()) => return Err(crate::train::TrainError::Settings(malformed_record(&path, doing))),
     };
 
     if ["key", "train_tokens", "val_tokens"].iter().all(|k| saved[k] == now[k]) {

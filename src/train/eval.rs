@@ -472,6 +472,7 @@ impl BetaTally {
 
 /// Evaluates the checkpoint in `dir` (a run folder, or a kept checkpoint's folder) as `req` asks.
 pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Result<EvalResult, TrainError> {
+    check_distinct_outputs(req)?;
     if let Some(path) = &req.plot {
         check_plot_path(path)?;
     }
@@ -1054,6 +1055,36 @@ fn short_source(source: &str) -> String {
 /// not at all): not a folder, in a folder that exists and takes files, not inside a run's kept
 /// checkpoints (the run prunes them), and absent or an earlier `--per-token` table (which it
 /// replaces) — never a text, a checkpoint or a run's own file.
+/// Refuses two of the outputs (`--plot`, `--per-token`, `--calibration-plot`, `--lens-plot`)
+/// given the same file: the later written would replace the earlier, and the message would
+/// name a file that holds something else.
+fn check_distinct_outputs(req: &EvalRequest) -> Result<(), TrainError> {
+    let outputs: Vec<(&str, &Path)> = [
+        ("--plot", &req.plot),
+        ("--per-token", &req.per_token),
+        ("--calibration-plot", &req.calibration_plot),
+        ("--lens-plot", &req.lens_plot),
+    ]
+    .into_iter()
+    .filter_map(|(flag, p)| p.as_deref().map(|p| (flag, p)))
+    .collect();
+    // The same file: by its real path where both exist, else by the absolute path as written.
+    let key = |p: &Path| p.canonicalize().or_else(|_| std::path::absolute(p)).unwrap_or_else(|_| p.to_path_buf());
+    for (i, (a, pa)) in outputs.iter().enumerate() {
+        for (b, pb) in &outputs[i + 1..] {
+            if key(pa) == key(pb) {
+                return Err(TrainError::Settings(format!(
+                    "{a} {} and {b} {} name the same file: each output needs a file of its own (the one \
+                     written later would replace the other); give one of them another name",
+                    pa.display(),
+                    pb.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn check_per_token_path(path: &Path) -> Result<(), TrainError> {
     let bad = |why: String| TrainError::Settings(format!("--per-token '{}': {why}", path.display()));
     if path.is_dir() {

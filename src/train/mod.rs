@@ -859,19 +859,73 @@ fn remove_run(dir: &Path) -> Result<(), TrainError> {
     }
 }
 
-fn check_writable(dir: &Path) -> Result<(), TrainError> {
+/// Why a run could not write its folder `dir`, as far as can be told without writing: a link to
+/// nothing, a file in its place or in the place of a folder above it (`ddl train --dry-run`
+/// says it; the run refuses it before anything is written).
+pub fn out_problem(dir: &Path) -> Option<String> {
     if data::path_problem(dir) == Some(data::PathProblem::BrokenLink) {
-        return Err(TrainError::Settings(format!(
+        return Some(format!(
             "--out '{}' is a symbolic link that leads nowhere (its target is missing, or the links loop); give a \
              folder, or make the link's target first",
             dir.display()
-        )));
+        ));
     }
     if dir.exists() && !dir.is_dir() {
-        return Err(TrainError::Settings(format!(
+        return Some(format!(
             "--out '{}' is a file: a run writes a folder; give a new folder's path (or a run's, with --resume)",
             dir.display()
-        )));
+        ));
+    }
+    if let Some(file) = dir.ancestors().skip(1).find(|a| !a.as_os_str().is_empty() && a.exists() && !a.is_dir()) {
+        return Some(format!(
+            "--out '{}': '{}' is a file, so the run's folder cannot be made there; choose another --out",
+            dir.display(),
+            file.display()
+        ));
+    }
+    None
+}
+
+/// Why a resumed run (its settings `run`, continuing the checkpoint in `from`) could not read
+/// its data, as far as can be told before the adapter opens: its record `data.json` malformed,
+/// its corpus or shards gone from where its config.toml (or the flag given now) says.
+pub fn resume_data_problem(run: &RunConfig, from: &Path, corpus_given: bool, data_given: bool) -> Option<String> {
+    if data::saved_data_record(from).is_err() {
+        return Some(data::malformed_record(&from.join("data.json"), "resume"));
+    }
+    let config = from.join("config.toml");
+    if !run.data.is_empty() {
+        let missing = !run.data.contains(['*', '?']) && !Path::new(&run.data).exists();
+        return missing.then(|| match data_given {
+            true => format!("--data '{}' does not exist (a folder of shards, a glob or a file)", run.data),
+            false => format!(
+                "the run's shards '{}' (from {}) do not exist: a resumed run trains on the data it started on; \
+                 restore them there, or, if they moved, pass --data PATH where they are now (they are checked \
+                 against the run's data.json)",
+                run.data,
+                config.display()
+            ),
+        });
+    }
+    let corpus = Path::new(&run.corpus);
+    if run.corpus == data::DEFAULT_CORPUS || corpus.exists() {
+        return None;
+    }
+    Some(match corpus_given {
+        true => data::DataError::Missing(corpus.to_path_buf()).to_string(),
+        false => format!(
+            "the run's corpus '{}' (from {}) does not exist: a resumed run trains on the text it started on; \
+             restore it there, or, if it moved, pass --corpus PATH where it is now (its tokens are checked against \
+             the run's data.json)",
+            run.corpus,
+            config.display()
+        ),
+    })
+}
+
+fn check_writable(dir: &Path) -> Result<(), TrainError> {
+    if let Some(why) = out_problem(dir) {
+        return Err(TrainError::Settings(why));
     }
     let err = |source| TrainError::OutDir { path: dir.to_path_buf(), source };
     std::fs::create_dir_all(dir).map_err(err)?;

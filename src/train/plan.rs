@@ -91,6 +91,10 @@ pub fn dry_run(
             (action, 0, tok)
         }
     };
+    // The folder a new run or a copy writes: what the run would refuse before writing.
+    if from.is_none_or(|src| !same(src, out)) {
+        refused = refused.or_else(|| super::out_problem(out));
+    }
     if start >= steps {
         refused = refused.or(Some(format!(
             "nothing to train: the checkpoint is at step {start}, --steps {steps}; pass --steps above {start}"
@@ -110,6 +114,21 @@ pub fn dry_run(
     }
     run.validate()?;
     let t = &run.train;
+    // Splits shorter than one window, where their sizes are known without tokenising.
+    if let Some((train, val)) = preview.tokens {
+        let need = t.seq_len + 1;
+        for (split, have) in [("train", train), ("validation", val)] {
+            if (have as usize) < need {
+                let e = data::DataError::TooShort { split, have: have as usize, need };
+                let source = if run.data.is_empty() {
+                    format!("--corpus {}", run.corpus)
+                } else {
+                    format!("--data {}", run.data)
+                };
+                refused = refused.or(Some(format!("{source}: {e}")));
+            }
+        }
+    }
     let per_step = t.batch_size * t.seq_len * t.grad_accum;
     let epochs =
         preview.tokens.filter(|(train, _)| *train > 0).map(|(train, _)| steps as f64 * per_step as f64 / train as f64);

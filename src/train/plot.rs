@@ -197,7 +197,7 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
     if x1 <= x0 {
         x1 = x0 + 1.0;
     }
-    let pad = ((y1 - y0) * 0.05).max(1e-6);
+    let pad = y_pad(y0, y1);
     // The image encoder picks the format from the extension: keep .png on the temporary name.
     via_tmp(path, title, |tmp| {
         let root = png(tmp, (900, 540)).into_drawing_area();
@@ -212,14 +212,16 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
         chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(|e| e.to_string())?;
         for (i, s) in series.iter().enumerate() {
             let color = pick(i);
+            let ok: Vec<(f64, f64)> = s.points.iter().copied().filter(|p| p.1.is_finite()).collect();
             chart
-                .draw_series(LineSeries::new(
-                    s.points.iter().copied().filter(|p| p.1.is_finite()),
-                    color.stroke_width(2),
-                ))
+                .draw_series(LineSeries::new(ok.iter().copied(), color.stroke_width(2)))
                 .map_err(|e| e.to_string())?
                 .label(s.name.clone())
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            // (A line through one point draws nothing: a run's one evaluation is a dot.)
+            if ok.len() == 1 {
+                chart.draw_series(ok.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(|e| e.to_string())?;
+            }
         }
         chart
             .configure_series_labels()
@@ -229,6 +231,12 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
             .map_err(|e| e.to_string())?;
         root.present().map_err(|e| e.to_string())
     })
+}
+
+/// The margin above and below a y range `y0..=y1`: 5 % of it, and of a range that is one value
+/// (a run's one evaluation) 5 % of that value, so that the axis' ticks differ.
+fn y_pad(y0: f64, y1: f64) -> f64 {
+    if y1 > y0 { ((y1 - y0) * 0.05).max(1e-6) } else { (y0.abs() * 0.05).max(0.05) }
 }
 
 /// One curve with an uncertainty band: (x, centre, low, high) points.
@@ -360,7 +368,7 @@ pub fn band_plot(path: &Path, title: &str, x_label: &str, y_label: &str, bands: 
     if x1 <= x0 {
         x1 = x0 + 1.0;
     }
-    let pad = ((y1 - y0) * 0.05).max(1e-6);
+    let pad = y_pad(y0, y1);
     via_tmp(path, title, |tmp| {
         let root = png(tmp, (960, 600)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
@@ -388,6 +396,18 @@ pub fn band_plot(path: &Path, title: &str, x_label: &str, y_label: &str, bands: 
                 .map_err(|e| e.to_string())?
                 .label(b.name.clone())
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            if ok.len() == 1 {
+                let p = ok[0];
+                chart.draw_series([Circle::new((p.0, p.1), 4, color.filled())]).map_err(|e| e.to_string())?;
+                if p.3 > p.2 {
+                    chart
+                        .draw_series(std::iter::once(PathElement::new(
+                            vec![(p.0, p.2), (p.0, p.3)],
+                            color.stroke_width(2),
+                        )))
+                        .map_err(|e| e.to_string())?;
+                }
+            }
         }
         chart
             .configure_series_labels()
@@ -786,6 +806,32 @@ mod tests {
         let b = super::Glyphs(BitMapBackend::with_buffer(&mut pixel, (1, 1)));
         let (tw, _) = b.estimate_text_size("11", &style).unwrap();
         assert_eq!(tw, (2.0 * font.h_advance(one) + font.kern(one, one)) as u32);
+    }
+
+    /// A curve of one point (a run's one evaluation) is drawn as a dot (a line through it drew
+    /// nothing), and a y range of one value gets a margin its ticks can tell apart.
+    #[test]
+    fn a_curve_of_one_point_is_a_dot() {
+        let dir = crate::testing::scratch_dir("plot-dot");
+        let train = || super::Series {
+            name: "train".into(),
+            points: (1..6).map(|i| (i as f64, 5.0 - 0.2 * i as f64)).collect(),
+        };
+        let val = |points: Vec<(f64, f64)>| super::Series { name: "val".into(), points };
+        let (with, without) = (dir.join("with.png"), dir.join("without.png"));
+        super::line_plot(&with, "loss", "step", "nats", &[train(), val(vec![(3.0, 4.5)])]).unwrap();
+        super::line_plot(&without, "loss", "step", "nats", &[train(), val(vec![])]).unwrap();
+        assert_ne!(std::fs::read(&with).unwrap(), std::fs::read(&without).unwrap(), "the one point was not drawn");
+        let b = |points| super::Band { name: "a".into(), points };
+        let (with, without) = (dir.join("bwith.png"), dir.join("bwithout.png"));
+        let line = (1..6).map(|i| (i as f64, 4.0, 3.9, 4.1)).collect();
+        super::band_plot(&with, "bands", "step", "nats", &[b(line), b(vec![(2.0, 4.05, 4.0, 4.09)])]).unwrap();
+        let line = (1..6).map(|i| (i as f64, 4.0, 3.9, 4.1)).collect();
+        super::band_plot(&without, "bands", "step", "nats", &[b(line), b(vec![])]).unwrap();
+        assert_ne!(std::fs::read(&with).unwrap(), std::fs::read(&without).unwrap(), "the one point was not drawn");
+        assert_eq!(super::y_pad(4.0, 4.0), 0.2);
+        assert_eq!(super::y_pad(0.0, 0.0), 0.05);
+        assert!((super::y_pad(1.0, 3.0) - 0.1).abs() < 1e-12);
     }
 
     #[test]

@@ -330,33 +330,8 @@ impl<'c> Trainer<'c> {
                 )));
             }
         }
-        if lead && matches!(opts.show, super::Show::Bar) {
-            // Once the folder is this run's and its data, model and memory plan are ready (a run
-            // refused before is named without a "training").
-            let from = match (opts.resume, run.init_from.as_str()) {
-                (false, f) if !f.is_empty() => {
-                    let step = checkpoint::saved_step(std::path::Path::new(f)).unwrap_or(0);
-                    format!(", starting from the parameters of {f} (step {step})")
-                }
-                (true, _) => format!(", resuming at step {start} of {}", opts.steps),
-                _ => String::new(),
-            };
-            eprintln!(
-                "training {} ({}) on {} ({:?}) -> {}{from}",
-                run.model.variant,
-                run.preset,
-                gpu.info.name,
-                gpu.info.backend,
-                out.display()
-            );
-        }
-        let plan = crate::model::memory_plan_for(&run.model, tr.batch_size, tr.seq_len, storage);
-        configure(&mut model, tr, states_f16)?;
-        let loss_scale = (tr.precision == crate::model::Precision::F16)
-            .then(|| saved_scale.unwrap_or_else(|| checkpoint::LossScale::new(tr.loss_scale)));
-        let t = run.train.clone();
-        let run_toml = run.settings_toml().map_err(|e| TrainError::Settings(e.to_string()))?;
-
+        // (A resumed run's data is opened here, before its "training … resuming" line: a
+        // missing or changed corpus is refused without one.)
         let mut data = match dataset {
             Some(d) => d,
             None => {
@@ -396,6 +371,33 @@ impl<'c> Trainer<'c> {
         }
         // (Only now, the data checked: a refused resume leaves the cache's older sets alone.)
         data.settle(&run.corpus);
+
+        if lead && matches!(opts.show, super::Show::Bar) {
+            // Once the folder is this run's and its data, model and memory plan are ready (a run
+            // refused before is named without a "training").
+            let from = match (opts.resume, run.init_from.as_str()) {
+                (false, f) if !f.is_empty() => {
+                    let step = checkpoint::saved_step(std::path::Path::new(f)).unwrap_or(0);
+                    format!(", starting from the parameters of {f} (step {step})")
+                }
+                (true, _) => format!(", resuming at step {start} of {}", opts.steps),
+                _ => String::new(),
+            };
+            eprintln!(
+                "training {} ({}) on {} ({:?}) -> {}{from}",
+                run.model.variant,
+                run.preset,
+                gpu.info.name,
+                gpu.info.backend,
+                out.display()
+            );
+        }
+        let plan = crate::model::memory_plan_for(&run.model, tr.batch_size, tr.seq_len, storage);
+        configure(&mut model, tr, states_f16)?;
+        let loss_scale = (tr.precision == crate::model::Precision::F16)
+            .then(|| saved_scale.unwrap_or_else(|| checkpoint::LossScale::new(tr.loss_scale)));
+        let t = run.train.clone();
+        let run_toml = run.settings_toml().map_err(|e| TrainError::Settings(e.to_string()))?;
 
         let bucket = dist.bucket_elems(model.layout.total);
         if distributed {
@@ -583,7 +585,13 @@ impl<'c> Trainer<'c> {
         if opts.resume
             && let Ok(Some(m)) = super::metrics::Metrics::read(&opts.out)
         {
+            // One evaluation per step: a run that ended at a step with a periodic evaluation (an
+            // early stop) logged its final one there too.
+            let mut seen = None;
             for &(s, l) in m.val.iter().filter(|p| p.0 as usize <= start) {
+                if seen.replace(s) == Some(s) {
+                    continue;
+                }
                 if improves(eval_best, l) {
                     (eval_best, evals_since_best) = (Some((s as usize, l)), 0);
                 } else {
