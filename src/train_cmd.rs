@@ -270,6 +270,25 @@ fn check_inputs(run: &ddl::train::RunConfig, a: &TrainArgs) -> Result<()> {
             ),
         }
     }
+    // A folder as the tokenizer: a run's (its tokenizer is in its checkpoint) or any other.
+    let tok = Path::new(&run.tokenizer);
+    if run.tokenizer != "char" && tok.is_dir() {
+        let flag = if a.tokenizer.is_some() { "--tokenizer" } else { "tokenizer =" };
+        if tok.join(ddl::train::checkpoint::MODEL_FILE).is_file() {
+            anyhow::bail!(
+                "{flag} {}: a run's folder, whose tokenizer is in its checkpoint; train on it with its model \
+                 (`--init-from {}`), or make shards with it (`ddl data prepare --tokenizer {} --out DIR CORPUS`, \
+                 then `ddl train --data DIR`: a new model with that tokenizer)",
+                run.tokenizer,
+                run.tokenizer,
+                run.tokenizer
+            );
+        }
+        anyhow::bail!(
+            "{flag} {}: a folder; give a tokenizer file (tokenizer.json, as `ddl tokenizer train` writes one) or char",
+            run.tokenizer
+        );
+    }
     Ok(())
 }
 
@@ -673,19 +692,18 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         .as_deref()
         .and_then(|src| ddl::train::resume_data_problem(&run, src, a.corpus.is_some(), a.data.is_some()));
     if a.dry_run {
-        let plan =
-            match (ddl::train::plan::dry_run(&run, steps, &out, from.as_deref(), a.overwrite), resume_refusal) {
-                // (Its data unreadable, the plan cannot be made: the reason is the plan.)
-                (Err(_), Some(why)) => {
-                    println!("dry run (nothing trained, nothing written): it would not start: {why}");
-                    anyhow::bail!("the run would not start: {why}");
-                }
-                (plan, why) => {
-                    let mut plan = plan?;
-                    plan.refused = plan.refused.or(why);
-                    plan
-                }
-            };
+        let plan = match (ddl::train::plan::dry_run(&run, steps, &out, from.as_deref(), a.overwrite), resume_refusal) {
+            // (Its data unreadable, the plan cannot be made: the reason is the plan.)
+            (Err(_), Some(why)) => {
+                println!("dry run (nothing trained, nothing written): it would not start: {why}");
+                anyhow::bail!("the run would not start: {why}");
+            }
+            (plan, why) => {
+                let mut plan = plan?;
+                plan.refused = plan.refused.or(why);
+                plan
+            }
+        };
         print!("{}", plan.text());
         // (A command that would be refused fails its dry run too, for scripts that check first.)
         if let Some(why) = plan.refused {

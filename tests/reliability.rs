@@ -293,6 +293,20 @@ fn config_problems_are_clear_errors() {
     std::fs::write(&file, "x").unwrap();
     fails(&dir, &["train", "--corpus", &c, "--out", file.to_str().unwrap(), "--steps", "1"], &["a-file", "is a file"]);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+    // A folder as --tokenizer: a run's names where its tokenizer is and how to use it (it read
+    // "Is a directory (os error 21)"); another folder asks for the file.
+    let run_dir = dir.join("a-run");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    std::fs::write(run_dir.join("model.safetensors"), b"").unwrap();
+    let tok_fails = |tok: &std::path::Path, want: &[&str]| {
+        let args: [&str; 9] =
+            ["train", "--corpus", &c, "--out", &out, "--steps", "1", "--tokenizer", tok.to_str().unwrap()];
+        fails(&dir, &args, want);
+    };
+    tok_fails(&run_dir, &["a run's folder", "--init-from", "ddl data prepare --tokenizer"]);
+    let plain = dir.join("a-folder");
+    std::fs::create_dir_all(&plain).unwrap();
+    tok_fails(&plain, &["a folder", "tokenizer.json"]);
     fails(&dir, &["info", "--preset", "tiny", "--variant", "baseline", "--f16-state"], &["state_f16", "baseline"]);
     fails(&dir, &["info", "--preset", "tiny", "--batch", "18446744073709551615"], &["batch_size"]);
     fails(&dir, &["info", "--batch", "4"], &["--preset"]);
