@@ -449,6 +449,12 @@ fn ordinal(n: usize) -> String {
 /// training.
 fn check_tokenizer_out(corpus: &std::path::Path, out: &std::path::Path, force: bool) -> Result<()> {
     let shown = out.display();
+    if ddl::train::data::path_problem(out) == Some(ddl::train::data::PathProblem::BrokenLink) {
+        anyhow::bail!(
+            "--out {shown} is a symbolic link that leads nowhere (its target is missing, or the links loop); give \
+             a file name, or remove the link"
+        );
+    }
     if out.is_dir() {
         anyhow::bail!(
             "--out {shown} is a folder; give the tokenizer's file name, e.g. {}",

@@ -225,6 +225,14 @@ fn config_problems_are_clear_errors() {
     fails(&dir, &["train", "--out", &out, "--head-chunk", "99999999999999999999"], &["is too large (at most"]);
     fails(&dir, &["generate", "--checkpoint", &out, "--seed", "x1"], &["expected a whole number ≥ 0, got 'x1'"]);
     fails(&dir, &["tokenizer", "train", "--corpus", &c, "--out", &out, "--vocab-size", "-300"], &["not a negative"]);
+    // A link to nothing as the tokenizer's --out: named as one (it read "File exists (os error 17)").
+    #[cfg(unix)]
+    {
+        let link = dir.join("dangling.json");
+        std::os::unix::fs::symlink(dir.join("nowhere/x.json"), &link).unwrap();
+        let args = ["tokenizer", "train", "--corpus", &c, "--out", link.to_str().unwrap(), "--vocab-size", "300"];
+        fails(&dir, &args, &["dangling.json", "leads nowhere"]);
+    }
     let t = |extra: &[&str], needles: &[&str]| {
         let mut a = vec!["train", "--corpus", &c, "--out", &out, "--steps", "1"];
         a.extend_from_slice(extra);
