@@ -1941,7 +1941,10 @@ fn resuming_keeps_the_saved_settings_and_continues_kept_checkpoints_in_a_new_fol
     assert!(branch.join("data.json").exists());
     // A copy goes only into a new or empty folder; a failed start removes the copy.
     let bs = branch.to_str().unwrap();
-    fails(&dir, &["train", "--resume", o, "--out", bs, "--steps", "4"], &["holds a run"]);
+    // (Its remedy is another folder, not --overwrite, which --resume refuses.)
+    let e =
+        fails(&dir, &["train", "--resume", o, "--out", bs, "--steps", "4"], &["holds a run", "choose another --out"]);
+    assert!(!e.contains("--overwrite"), "{e}");
     let gone = dir.join("gone");
     std::fs::write(dir.join("data.json.bak"), std::fs::read(ck.join("data.json")).unwrap()).unwrap();
     std::fs::write(ck.join("data.json"), "{").unwrap();

@@ -750,9 +750,18 @@ fn is_runs_data_record(path: &Path) -> bool {
 /// killed one leaves is removed by the next). Returns the checkpoint's step.
 pub fn branch_run(src: &Path, dst: &Path) -> Result<usize, TrainError> {
     let step = checkpoint::saved_step(src)?;
-    if !trained_files(dst).is_empty() {
-        // (A run there; other files are refused below as a folder not empty.)
-        claim_for_new_run(dst, false)?;
+    let trained = trained_files(dst);
+    if !trained.is_empty() {
+        // (A run there; other files are refused below as a folder not empty. Not "--overwrite
+        // replaces it": a copy never replaces a run.)
+        return Err(TrainError::Settings(format!(
+            "--out '{}' holds a run ({}): the copy of --resume {} goes into a new (or empty) folder; choose another \
+             --out (`ddl train --resume {}` continues the run that is there)",
+            dst.display(),
+            trained.join(", "),
+            src.display(),
+            dst.display()
+        )));
     }
     if dst.exists() && !dst.is_dir() {
         return Err(TrainError::Settings(format!(
