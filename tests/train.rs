@@ -384,6 +384,17 @@ fn plot_draws_runs_curves_and_tabulates_where_each_ended() {
     for (d, want) in [(&young, "logged up to step 2, its first evaluation is at step 100"), (&none, "eval_every = 0")] {
         let o = plot(&[d.to_str().unwrap(), "--out", so]);
         assert!(o.status.code() == Some(1) && text(&o).contains(want), "{want:?} not in {}", text(&o));
+        assert!(text(&o).contains("ddl train --resume RUN"), "{}", text(&o));
+    }
+    // One training now (another live process holds it: PID 1 always runs on Linux) goes on by
+    // itself: not told to resume, which is refused while it trains.
+    if std::path::Path::new("/proc/1").exists() {
+        let lock = young.join(ddl::train::lock::LOCK_FILE);
+        std::fs::write(&lock, format!("1 {}\n", ddl::train::lock::host_name())).unwrap();
+        let o = plot(&[young.to_str().unwrap(), "--out", so]);
+        let t = text(&o);
+        assert!(o.status.code() == Some(1) && t.contains("it is training now") && !t.contains("--resume"), "{t}");
+        std::fs::remove_file(&lock).unwrap();
     }
 }
 

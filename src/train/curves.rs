@@ -246,13 +246,18 @@ fn read_run(
     if points == 0 {
         let last = m.train.last().map_or(0, |r| r.step as usize);
         let eval_every = RunConfig::read_file(run).and_then(Result::ok).map(|c| c.train.eval_every);
+        // (A run training now goes on by itself: resuming it is refused while it runs.)
+        let training = super::lock::refuse_if_held(run).is_err();
+        let go_on = if training { "it is training now" } else { "`ddl train --resume RUN` goes on" };
         let val_why = match eval_every {
-            Some(0) => "no evaluation in its metrics.jsonl (train.eval_every = 0 and no final evaluation yet: the run \
-                        has not finished; `ddl train --resume RUN` makes it)"
-                .to_string(),
+            Some(0) => format!(
+                "no evaluation in its metrics.jsonl (train.eval_every = 0 and no final evaluation yet: the run has not \
+                 finished; {})",
+                if training { "it is training now" } else { "`ddl train --resume RUN` makes it" }
+            ),
             Some(n) => format!(
                 "no evaluation in its metrics.jsonl yet (it logged up to step {last}, its first evaluation is at step \
-                 {n} or at its end; `ddl train --resume RUN` goes on)"
+                 {n} or at its end; {go_on})"
             ),
             None => "no evaluation in its metrics.jsonl yet".to_string(),
         };
