@@ -2252,6 +2252,14 @@ fn checkpoints_keep_the_newest_n_and_the_best_by_validation_loss_as_run_folders(
     ] {
         assert!(it.contains(&want), "{want:?} not in:\n{it}");
     }
+    // Losses logged as null (a diverged or skipped step): said so (the line was left empty).
+    let summary = std::fs::read_to_string(out.join("summary.json")).unwrap();
+    let mut nulled: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    (nulled["train_loss"], nulled["val_loss"]) = (serde_json::Value::Null, serde_json::Value::Null);
+    std::fs::write(out.join("summary.json"), nulled.to_string()).unwrap();
+    let it = text(&info(&out, false));
+    assert!(it.contains("losses at this step: none that is a finite number"), "{it}");
+    std::fs::write(out.join("summary.json"), summary).unwrap();
     let o = info(&kept.join("step-00000004"), false);
     let it = text(&o);
     assert!(o.status.success() && it.contains(": a kept checkpoint of the run ") && it.contains("step 4"), "{it}");

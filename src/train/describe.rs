@@ -246,9 +246,9 @@ impl CheckpointInfo {
             }
         }
         if let Some(l) = &self.losses {
-            let mut line = String::from("losses at this step:");
+            let mut parts = Vec::new();
             if let Some(x) = l.train_loss {
-                line.push_str(&format!(" train {x:.4}"));
+                parts.push(format!("train {x:.4}"));
             }
             if let Some(x) = l.val_loss {
                 let over = match (l.val_whole, l.val_tokens) {
@@ -256,9 +256,13 @@ impl CheckpointInfo {
                     (false, Some(n)) => format!(" ({} validation tokens)", count(n)),
                     _ => String::new(),
                 };
-                line.push_str(&format!(", validation {x:.4}{over}"));
+                parts.push(format!("validation {x:.4}{over}"));
             }
-            out.push(line);
+            // (A loss logged as null: not a finite number, a diverged or skipped step.)
+            if parts.is_empty() {
+                parts.push("none that is a finite number (the run's metrics.jsonl logs them as null)".into());
+            }
+            out.push(format!("losses at this step: {}", parts.join(", ")));
             if let Some((planned, best_step, best_loss)) = l.stopped_early {
                 out.push(format!(
                     "stopped early (train.early_stop) before step {planned}: the validation curve was lowest at step \
