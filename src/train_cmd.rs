@@ -879,6 +879,14 @@ fn report_training(
     } else {
         println!("step {}: train loss {:.4}", summary.step, summary.last_loss);
     }
+    if summary.skipped_nonfinite > 0 {
+        println!(
+            "{} of {} steps skipped for a non-finite loss or gradient norm (train.skip_nonfinite; metrics.jsonl marks \
+             them \"skipped\": true): a lower train.lr or train.grad_clip may keep them finite",
+            summary.skipped_nonfinite,
+            summary.losses.len()
+        );
+    }
     print_results(out, summary);
     if let Some((peak, plan)) = summary.memory {
         let mib = |b: u64| b as f64 / 1048576.0;

@@ -1446,6 +1446,13 @@ fn a_non_finite_step_stops_the_run_or_is_skipped_and_no_checkpoint_is_corrupted(
     let lines = std::fs::read_to_string(out2.join("metrics.jsonl")).unwrap();
     let skipped = lines.lines().filter(|l| l.contains("\"skipped\":true")).count();
     assert!(skipped >= 1, "{lines}");
+    // Said on the console (it was only logged), and counted in summary.json.
+    let said = text(&o);
+    let counted = format!("{skipped} of 8 steps skipped for a non-finite loss or gradient norm");
+    assert!(said.contains("is skipped (train.skip_nonfinite)") && said.contains(&counted), "{said}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out2.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["skipped_nonfinite"].as_u64(), Some(skipped as u64));
     let ck = ddl::train::checkpoint::load(&out2, true).unwrap();
     assert_eq!(ck.step, 8);
     assert!(ck.params.iter().all(|x| x.is_finite()));
@@ -1460,7 +1467,7 @@ fn a_full_disk_or_an_unwritable_directory_is_a_clear_error_and_keeps_the_last_ch
     std::fs::write(dir.join("file"), "x").unwrap();
     let bad = dir.join("file").join("run");
     let a = train_args(&c, bad.to_str().unwrap(), "2", &[]);
-    fails(&dir, &a, &["output directory", "not writable"]);
+    fails(&dir, &a, &["file' is a file, so the run's folder cannot be made there"]);
     // A disk without room for one checkpoint (injected: 100 kB free; the model's checkpoint is
     // about 1 MB and more): refused before training, naming both sizes, no folder left.
     let small = dir.join("small-disk");

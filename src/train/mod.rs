@@ -171,6 +171,9 @@ pub struct Summary {
     pub interrupted: bool,
     /// `train.early_stop` ended this invocation before its last step.
     pub stopped_early: Option<EarlyStop>,
+    /// Steps of this invocation skipped for a non-finite loss or gradient norm
+    /// (`train.skip_nonfinite`).
+    pub skipped_nonfinite: usize,
     /// (peak resident bytes the run added after the device was created, the memory plan's
     /// total): Linux only (`/proc/self/status`).
     pub memory: Option<(u64, u64)>,
@@ -228,6 +231,7 @@ impl Summary {
             "interrupted": self.interrupted,
             "stopped_early": self.stopped_early,
             "steps_this_invocation": self.losses.len(),
+            "skipped_nonfinite": self.skipped_nonfinite,
             "peak_resident_added_bytes": self.memory.map(|m| m.0),
             "memory_plan_bytes": self.memory.map(|m| m.1),
         })
@@ -260,6 +264,7 @@ pub fn finished_summary(dir: &Path, step: usize) -> Option<(Summary, bool)> {
             tokens_per_s: j["tokens_per_s"].as_f64().unwrap_or(f64::NAN),
             interrupted: false,
             stopped_early: None,
+            skipped_nonfinite: 0,
             memory: None,
             host_device_memory: false,
             losses: Vec::new(),

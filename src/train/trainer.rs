@@ -70,6 +70,9 @@ pub(super) struct Trainer<'c> {
     evals_since_best: usize,
     /// `train.early_stop` ended the run at this step.
     stopped_early: Option<super::EarlyStop>,
+    /// Steps skipped for a non-finite loss or gradient norm (`train.skip_nonfinite`; not the f16
+    /// loss scale's overflow steps).
+    skipped_nonfinite: usize,
     comm_sum: CommTimes,
     timed_steps: usize,
     timed_s: f64,
@@ -635,6 +638,7 @@ impl<'c> Trainer<'c> {
             eval_best,
             evals_since_best,
             stopped_early: None,
+            skipped_nonfinite: 0,
             comm_sum: CommTimes::default(),
             timed_steps: 0,
             timed_s: 0.0,
@@ -836,10 +840,21 @@ impl<'c> Trainer<'c> {
                 });
             }
         }
-        if !finite && !t.skip_nonfinite && (self.loss_scale.is_none() || !loss.is_finite()) {
-            self.progress.finish();
+        if !finite && (self.loss_scale.is_none() || !loss.is_finite()) {
             let (what, value) = if loss.is_finite() { ("gradient norm", gnorm) } else { ("loss", loss) };
-            return Err(TrainError::NonFinite { step: step + 1, what, value });
+            if !t.skip_nonfinite {
+                self.progress.finish();
+                return Err(TrainError::NonFinite { step: step + 1, what, value });
+            }
+            // Said, not only logged: the first few, then their count at the end.
+            self.skipped_nonfinite += 1;
+            if self.lead && self.skipped_nonfinite <= 3 {
+                self.progress.println(format!(
+                    "step {}: the {what} is {value}; the step is skipped (train.skip_nonfinite){}",
+                    step + 1,
+                    if self.skipped_nonfinite == 3 { "; further ones are counted at the end" } else { "" }
+                ));
+            }
         }
         self.step += 1;
         self.last_loss = loss;
@@ -1120,6 +1135,7 @@ impl<'c> Trainer<'c> {
             tokens_per_s: self.tok_s,
             interrupted: self.interrupted,
             stopped_early: self.stopped_early,
+            skipped_nonfinite: self.skipped_nonfinite,
             memory: self
                 .rss0
                 .zip(super::progress::rss())
