@@ -827,6 +827,13 @@ fn same_folder(a: &std::path::Path, b: &std::path::Path) -> bool {
     a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
 }
 
+/// The run's `train.checkpoint_every`, as its config.toml says (`?` where it does not read).
+fn a_checkpoint_every(out: &std::path::Path) -> String {
+    ddl::train::RunConfig::read_file(out)
+        .and_then(Result::ok)
+        .map_or_else(|| "?".to_string(), |c| c.train.checkpoint_every.to_string())
+}
+
 /// A run's results: the final validation loss, the best checkpoint and the loss plot.
 fn print_results(out: &std::path::Path, summary: &ddl::train::Summary) {
     if let Some(v) = summary.val_loss {
@@ -888,6 +895,19 @@ fn report_training(
         );
     }
     print_results(out, summary);
+    // Early stopping's lowest point is kept only where it fell on a checkpoint step.
+    if let Some(stop) = &summary.stopped_early
+        && summary.best.as_ref().is_none_or(|b| b.step != stop.best_step)
+    {
+        println!(
+            "note: the validation curve was lowest at step {}, which is no checkpoint step (train.checkpoint_every = \
+             {}), so its parameters are not kept{}; with train.checkpoint_every = train.eval_every every evaluated \
+             step is saved and the best of them kept",
+            stop.best_step,
+            a_checkpoint_every(out),
+            summary.best.as_ref().map(|b| format!(" (the best checkpoint is step {}'s)", b.step)).unwrap_or_default()
+        );
+    }
     if let Some((peak, plan)) = summary.memory {
         let mib = |b: u64| b as f64 / 1048576.0;
         if summary.host_device_memory {

@@ -870,6 +870,13 @@ fn early_stopping_ends_a_run_whose_validation_loss_stops_falling_and_resumes() {
     ]);
     // Evaluations at steps 1 (the best), 2 and 3 (not below it): stopped after step 3.
     assert!(text.contains("stopped early after step 3 of 10 (train.early_stop): 2 evaluations"), "{text}");
+    // Its lowest point, step 1, fell on no checkpoint step: said, with the setting that keeps it.
+    assert!(
+        text.contains("lowest at step 1, which is no checkpoint step")
+            && text.contains("the best checkpoint is step 3's")
+            && text.contains("train.checkpoint_every = train.eval_every"),
+        "{text}"
+    );
     assert_eq!((s["step"].as_u64(), s["stopped_early"]["best_step"].as_u64()), (Some(3), Some(1)));
     assert_eq!(ddl::train::checkpoint::saved_step(&out).unwrap(), 3);
     let m = ddl::train::metrics::Metrics::read(&out).unwrap().unwrap();
