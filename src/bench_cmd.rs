@@ -1,6 +1,8 @@
 //! `ddl bench …`: the benchmarks' command (the library's `ddl::bench` measures; this parses,
 //! checks the settings before the adapter opens, and prints rows as text or JSON lines).
 
+use std::path::Path;
+
 use anyhow::{Context, Result};
 
 use crate::cli::{BenchCmd, DeviceArgs};
@@ -14,14 +16,18 @@ pub(crate) fn bench_config(
     config: Option<&std::path::Path>,
     sets: &[String],
 ) -> Result<(ddl::model::ModelConfig, ddl::train::TrainConfig)> {
-    let run = checked_settings("bench train", " (and --against)", preset, variant, config, sets, unused_settings)?;
+    let run =
+        checked_settings("bench train", " (and --against)", preset, variant, config, sets, unused_settings, false)?;
     Ok((run.model, run.train))
 }
 
 /// A benchmark's run settings: the preset's for the variant, then `--config`'s tables and the
-/// `--set` overrides, each change passed to `check(before, after, what)` (what the benchmark
-/// would ignore or sets itself), the variant only from `--variant`, validated as `ddl train`
-/// validates them.
+/// `--set` overrides, each step's settings passed to `check(keys, what)` (what the benchmark
+/// would ignore or sets itself): those it changes, and those a `--set` names even at the value
+/// they have (`--set train.precision=f32` where the benchmark runs f16 too), and with
+/// `config_names` those `--config` names; the variant only from `--variant`; validated as
+/// `ddl train` validates them.
+#[allow(clippy::too_many_arguments)]
 fn checked_settings(
     bench: &str,
     variant_flags: &str,
@@ -29,16 +35,25 @@ fn checked_settings(
     variant: &str,
     config: Option<&std::path::Path>,
     sets: &[String],
-    check: fn(&ddl::train::RunConfig, &ddl::train::RunConfig, &str) -> Result<()>,
+    check: fn(&[String], &str) -> Result<()>,
+    config_names: bool,
 ) -> Result<ddl::train::RunConfig> {
     let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
     let mut run = preset_with_config(Some(preset), Some(v), config)?;
     let plain = ddl::train::RunConfig::preset(preset, v)?;
-    check(&plain, &run, "--config")?;
+    let mut keys = changed_settings(&plain, &run)?;
+    if config_names && let Some(path) = config {
+        keys.extend(config_keys(path).into_iter().filter(|k| !keys.contains(k)).collect::<Vec<_>>());
+    }
+    check(&keys, "--config")?;
     for kv in sets {
         let before = run.clone();
         run.set(kv).map_err(anyhow::Error::msg)?;
-        check(&before, &run, &format!("--set {kv}"))?;
+        let mut keys = changed_settings(&before, &run)?;
+        if let Some(k) = set_key(&before, kv).filter(|k| !keys.contains(k)) {
+            keys.push(k);
+        }
+        check(&keys, &format!("--set {kv}"))?;
     }
     if run.model.variant != v {
         anyhow::bail!(
@@ -55,6 +70,9 @@ fn checked_settings(
 /// settings it takes the model's and these (the flags `--f16-state` and `--precision` take the
 /// storage and precision).
 const BENCH_TRAIN_KEYS: [&str; 4] = ["batch_size", "seq_len", "recompute", "head_chunk"];
+
+/// The run's data settings, named by their own names (the training settings are `train.KEY`).
+const DATA_KEYS: [&str; 5] = ["corpus", "tokenizer", "data", "data_format", "init_from"];
 
 /// The settings `after` changes against `before`: `train.KEY` for each training setting, and the
 /// run's data settings by name (the model's are not listed).
@@ -81,13 +99,48 @@ fn changed_settings(before: &ddl::train::RunConfig, after: &ddl::train::RunConfi
     Ok(changed)
 }
 
-/// A setting `bench train` would ignore, changed between `before` and `after` by `what`: refused,
+/// The setting `--set KEY=VALUE` names, as [`changed_settings`] names it (`train.KEY`, a data
+/// setting's name; `--set` takes a training setting's bare name too); `None` for the model's.
+fn set_key(run: &ddl::train::RunConfig, kv: &str) -> Option<String> {
+    let k = kv.split_once('=').map_or(kv, |(k, _)| k).trim();
+    if k.starts_with("train.") || DATA_KEYS.contains(&k) {
+        return Some(k.to_string());
+    }
+    let train = serde_json::to_value(&run.train).ok()?;
+    (!k.contains('.') && train.get(k).is_some()).then(|| format!("train.{k}"))
+}
+
+/// The training and data settings the `--config` file `path` names, as [`changed_settings`]
+/// names them (a file that does not read names none: `--config` itself was read before).
+fn config_keys(path: &std::path::Path) -> Vec<String> {
+    let Some(table) = std::fs::read_to_string(path).ok().and_then(|t| toml::from_str::<toml::Table>(&t).ok()) else {
+        return Vec::new();
+    };
+    let train = table.get("train").and_then(|t| t.as_table()).into_iter().flat_map(|t| t.keys());
+    let mut keys: Vec<String> = train.map(|k| format!("train.{k}")).collect();
+    keys.extend(DATA_KEYS.iter().filter(|k| table.contains_key(**k)).map(|k| k.to_string()));
+    keys
+}
+
+/// Which of `--set` and `--config` gives the training setting `key` (`train.FIELD`), if either
+/// names it (even at the value it has): a flag that gives it too contradicts them.
+fn named_by(config: Option<&std::path::Path>, sets: &[String], key: &str) -> Option<&'static str> {
+    let field = key.rsplit('.').next().unwrap_or(key);
+    let by_set = sets.iter().any(|kv| {
+        let k = kv.split_once('=').map_or(kv.as_str(), |(k, _)| k).trim();
+        k == key || k == field
+    });
+    if by_set {
+        return Some("--set");
+    }
+    config.filter(|p| config_keys(p).iter().any(|k| k == key)).map(|_| "--config")
+}
+
+/// Settings `bench train` would ignore, among `keys` (those `what` changes or names): refused,
 /// naming what it does take (it was timed as if the setting were not there).
-fn unused_settings(before: &ddl::train::RunConfig, after: &ddl::train::RunConfig, what: &str) -> Result<()> {
-    let changed: Vec<String> = changed_settings(before, after)?
-        .into_iter()
-        .filter(|k| !k.strip_prefix("train.").is_some_and(|k| BENCH_TRAIN_KEYS.contains(&k)))
-        .collect();
+fn unused_settings(keys: &[String], what: &str) -> Result<()> {
+    let changed: Vec<&String> =
+        keys.iter().filter(|k| !k.strip_prefix("train.").is_some_and(|k| BENCH_TRAIN_KEYS.contains(&k))).collect();
     if changed.is_empty() {
         return Ok(());
     }
@@ -99,16 +152,16 @@ fn unused_settings(before: &ddl::train::RunConfig, after: &ddl::train::RunConfig
     anyhow::bail!(
         "{what}: bench train times steps on random tokens with its own optimizer settings, so {} would be \
          ignored{flag}; it takes the model's settings and train.{} (--batch, --seq, --recompute, --head-chunk)",
-        changed.join(", "),
+        changed.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "),
         BENCH_TRAIN_KEYS.join(", train.")
     )
 }
 
-/// A setting `bench precision` sets in each run itself, changed between `before` and `after` by
-/// `what`: refused, naming the flag that gives it.
-fn precision_own(before: &ddl::train::RunConfig, after: &ddl::train::RunConfig, what: &str) -> Result<()> {
-    let changed = changed_settings(before, after)?;
-    if let Some((key, why)) = ddl::bench::precision::OWN_SETTINGS.iter().find(|(k, _)| changed.iter().any(|c| c == k)) {
+/// A setting `bench precision` sets in each run itself, among `keys` (those `what` changes or
+/// names, even at the value it has: the benchmark's value would replace it without a word):
+/// refused, naming the flag that gives it.
+fn precision_own(keys: &[String], what: &str) -> Result<()> {
+    if let Some((key, why)) = ddl::bench::precision::OWN_SETTINGS.iter().find(|(k, _)| keys.iter().any(|c| c == k)) {
         anyhow::bail!("{what}: bench precision sets {key} in each run itself ({why}); leave it out");
     }
     Ok(())
@@ -123,7 +176,7 @@ pub(crate) fn precision_config(
     config: Option<&std::path::Path>,
     sets: &[String],
 ) -> Result<ddl::train::RunConfig> {
-    checked_settings("bench precision", "", preset, variant, config, sets, precision_own)
+    checked_settings("bench precision", "", preset, variant, config, sets, precision_own, true)
 }
 
 /// A size given twice is timed once: the first of each, in order.
@@ -132,13 +185,18 @@ fn first_of_each(v: &mut Vec<usize>) {
     v.retain(|x| seen.insert(*x));
 }
 
-/// An `--against-forms` that names no form (empty, or commas only) is refused.
+/// An `--against-forms` that names no form (empty, or commas only) is refused, and one that no
+/// adapter takes (an unknown form, a value out of range): checked against a GPU's defaults with
+/// every feature, before the adapter opens (the adapter's own forms check it again).
 pub(crate) fn check_against_forms(spec: &str) -> Result<()> {
     if spec.split(',').all(|p| p.trim().is_empty()) {
         anyhow::bail!(
             "--against-forms {spec:?}: no form given; give KEY=VALUE[,KEY=VALUE…] (`ddl info` lists the forms)"
         );
     }
+    let all = wgpu::Features::all();
+    let mut f = ddl::kernels::forms::Forms::defaults(false, (32, 32), all);
+    f.apply(spec, all).map_err(|e| anyhow::anyhow!("--against-forms {spec:?}: {e}"))?;
     Ok(())
 }
 
@@ -168,6 +226,16 @@ fn bench_shape(preset: &str, batch: Option<usize>, seq: Option<usize>) -> Result
     Ok(ddl::bench::BenchShape::preset(preset, b, s)?)
 }
 
+/// Removes `dir` and the folders above it up to `top` while they are empty (`top` is one of its
+/// ancestors, or itself); a folder that holds anything stays, and so do those above it.
+fn remove_empty_folders(dir: &std::path::Path, top: &std::path::Path) {
+    for d in dir.ancestors() {
+        if std::fs::remove_dir(d).is_err() || d == top {
+            break;
+        }
+    }
+}
+
 fn print_row(row: &ddl::bench::Row, json: bool) {
     if json {
         println!("{}", row.0);
@@ -176,17 +244,22 @@ fn print_row(row: &ddl::bench::Row, json: bool) {
     }
 }
 
-pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
-    // `bench train`'s settings, both sides', are made and checked before the adapter opens (as
-    // `ddl train` does); the other side is --against's variant, or the same one with
-    // --against-forms.
-    let train_configs = match &b {
-        BenchCmd::Train { preset, variant, config, sets, against, against_forms, .. } => {
-            let own = bench_config(preset, variant, config.as_deref(), sets)?;
-            let other = against.as_deref().or(against_forms.as_ref().map(|_| variant.as_str()));
-            let other = other.map(|a| bench_config(preset, a, config.as_deref(), sets)).transpose()?;
-            Some((own, other.map(|(m, _)| m)))
-        }
+/// What `ddl bench` makes before the adapter opens: `bench train`'s settings (its own side's
+/// model and training settings, the other side's model) and the base of `bench precision`'s runs.
+#[derive(Default)]
+pub(crate) struct Prepared {
+    train: Option<((ddl::model::ModelConfig, ddl::train::TrainConfig), Option<ddl::model::ModelConfig>)>,
+    precision: Option<ddl::train::RunConfig>,
+}
+
+/// Every check of a bench command that needs no adapter and no file but `--config`: the settings
+/// (made as `ddl train` makes them), the flags' values and their conflicts, the shapes of a
+/// preset, the kernel forms. `ddl bench` runs them before the adapter opens (an error is not
+/// buried under the kernel forms' table), and `DDL_CHECK_ARGS` (the GPU check's local run, from
+/// another folder: so not `bench precision`'s --corpus and --out, which [`check_paths`] checks).
+pub(crate) fn check_without_adapter(b: &BenchCmd) -> Result<Prepared> {
+    let mut p = Prepared::default();
+    match b {
         BenchCmd::Matmul { preset: None, batch, seq, .. } if batch.is_some() || seq.is_some() => {
             anyhow::bail!("--batch / --seq size a preset's products (--preset NAME); the square sizes are --sizes N,…");
         }
@@ -197,31 +270,177 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 cases.join(",")
             );
         }
-        BenchCmd::Precision { out, .. } => {
-            // Its runs go into --out's subfolders: not inside a run's kept checkpoints (pruned),
-            // not into a run's own folder.
-            crate::train_cmd::refuse_inside_kept("--out", out)?;
-            let trained = ddl::train::trained_files(out);
-            if !trained.is_empty() {
+        BenchCmd::Matmul { preset, batch, seq, cases, variants, against_forms, .. } => {
+            if let Some(bad) = cases.iter().find(|c| !["nn", "nt", "tn"].contains(&c.as_str())) {
+                anyhow::bail!("--cases: unknown form '{bad}' (expected nn, nt or tn)");
+            }
+            ddl::bench::VariantSet::check_names(variants).map_err(anyhow::Error::msg)?;
+            if let Some(spec) = against_forms {
+                check_against_forms(spec)?;
+            }
+            if let Some(name) = preset {
+                bench_shape(name, *batch, *seq)?;
+            }
+        }
+        BenchCmd::Kernels { preset, batch, seq, .. } => {
+            bench_shape(preset, *batch, *seq)?;
+        }
+        BenchCmd::Train { preset, variant, config, sets, against, against_forms, batch, seq, f16_state, .. } => {
+            // Both sides' settings: the other side is --against's variant, or the same one with
+            // --against-forms.
+            let (cfg, t) = bench_config(preset, variant, config.as_deref(), sets)?;
+            let other = against.as_deref().or(against_forms.as_ref().map(|_| variant.as_str()));
+            let other = other.map(|a| bench_config(preset, a, config.as_deref(), sets)).transpose()?;
+            if let Some(spec) = against_forms {
+                check_against_forms(spec)?;
+            }
+            // A flag and a --set / --config that give one setting two values: which one was
+            // meant is not for the benchmark to guess (`ddl train --seed 1 --set train.seed=2`).
+            for (flag, given, key, have) in
+                [("--batch", *batch, "train.batch_size", t.batch_size), ("--seq", *seq, "train.seq_len", t.seq_len)]
+            {
+                if let Some(v) = given.filter(|&v| v != have)
+                    && let Some(by) = named_by(config.as_deref(), sets, key)
+                {
+                    anyhow::bail!("{flag} gives {key} = {v} but {by} gives {key} = {have}: drop one of them");
+                }
+            }
+            let s = seq.unwrap_or(t.seq_len);
+            if s > cfg.max_seq_len {
                 anyhow::bail!(
-                    "--out '{}' holds a training run ({}): bench precision trains its runs in subfolders of a \
-                     folder of its own; choose another --out",
-                    out.display(),
-                    trained.join(", ")
+                    "--seq {s}: longer than the model's context (model.max_seq_len = {}); pass --seq {} or less, \
+                     or raise the context with --set model.max_seq_len={s}",
+                    cfg.max_seq_len,
+                    cfg.max_seq_len
                 );
             }
-            None
+            if *f16_state && let Err(why) = cfg.f16_state_support() {
+                anyhow::bail!("--f16-state: {why}; drop --f16-state (the states stay f32)");
+            }
+            p.train = Some(((cfg, t), other.map(|(m, _)| m)));
         }
-        _ => None,
-    };
-    // `bench precision`'s runs' settings too.
-    let mut precision_base = match &b {
-        BenchCmd::Precision { preset, variant, config, sets, .. } => {
-            Some(precision_config(preset, variant, config.as_deref(), sets)?)
+        BenchCmd::Precision { preset, variant, config, sets, seeds, .. } => {
+            p.precision = Some(precision_config(preset, variant, config.as_deref(), sets)?);
+            ddl::bench::precision::check_seeds(seeds)?;
         }
-        _ => None,
+        BenchCmd::Generate { preset, variant, contexts, .. } => {
+            generate_contexts(preset, variant, contexts.clone())?;
+        }
+        BenchCmd::Data { mib, small_mib, preset, variant, .. } => {
+            let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
+            ddl::model::ModelConfig::preset(preset, v)?;
+            if small_mib > mib {
+                anyhow::bail!(
+                    "--small-mib {small_mib} is above --mib {mib}: the small set is the one start-up and memory are \
+                     compared against; give a --small-mib of at most --mib"
+                );
+            }
+        }
+        BenchCmd::Copy { .. } => {}
+    }
+    Ok(p)
+}
+
+/// `bench precision`'s folders, before the adapter opens: its runs go into --out's subfolders
+/// (not inside a run's kept checkpoints, which are pruned; not into a run's own folder), and
+/// train on --corpus, which must be there.
+fn check_paths(b: &BenchCmd) -> Result<()> {
+    let BenchCmd::Precision { out, corpus, .. } = b else {
+        return Ok(());
     };
+    crate::train_cmd::refuse_inside_kept("--out", out)?;
+    let trained = ddl::train::trained_files(out);
+    if !trained.is_empty() {
+        anyhow::bail!(
+            "--out '{}' holds a training run ({}): bench precision trains its runs in subfolders of a \
+             folder of its own; choose another --out",
+            out.display(),
+            trained.join(", ")
+        );
+    }
+    use ddl::train::data::{DataError, PathProblem, path_problem};
+    let path = std::path::PathBuf::from(corpus);
+    let problem = match path_problem(&path) {
+        None => return Ok(()),
+        Some(PathProblem::Missing) => DataError::Missing(path),
+        Some(PathProblem::BrokenLink) => DataError::BrokenLink(path),
+        Some(PathProblem::Device) => DataError::Device(path),
+    };
+    let here = match std::env::current_dir() {
+        Ok(d) if problem.to_string().contains("does not exist") && Path::new(corpus).is_relative() => {
+            format!(" (looked for from {})", d.display())
+        }
+        _ => String::new(),
+    };
+    anyhow::bail!("--corpus {corpus}{here}: {problem}")
+}
+
+/// What the benchmark needs of the adapter, checked as it opens, before the kernel forms are
+/// printed or anything runs: f16 shaders (SHADER_F16, not on OpenGL) for `bench precision`'s f16
+/// runs, `bench train --precision f16` / `--f16-state` and `bench matmul --operands` in f16.
+fn check_adapter(gpu: &ddl::gpu::Gpu, b: &BenchCmd) -> Result<()> {
+    let name = &gpu.info.name;
+    let no_f16 = if !gpu.features.contains(wgpu::Features::SHADER_F16) {
+        format!("adapter '{name}' has no SHADER_F16 (half-precision shaders)")
+    } else if gpu.info.backend == wgpu::Backend::Gl {
+        format!("adapter '{name}' is on the OpenGL backend, where f16 is not supported")
+    } else {
+        return Ok(());
+    };
+    let elsewhere = "an adapter with it (e.g. --backend vulkan; `ddl info` lists the adapters)";
+    match b {
+        BenchCmd::Precision { .. } => anyhow::bail!(
+            "bench precision: {no_f16}, which its f16 runs need (each seed trains in f32 and in f16): choose {elsewhere}"
+        ),
+        BenchCmd::Train { precision: ddl::model::Precision::F16, .. } => {
+            anyhow::bail!("--precision f16: {no_f16}; use --precision f32, or {elsewhere}")
+        }
+        BenchCmd::Train { f16_state: true, .. } => {
+            anyhow::bail!("--f16-state: {no_f16}; drop --f16-state (the states stay f32), or use {elsewhere}")
+        }
+        BenchCmd::Matmul { operands, .. }
+            if operands != "f32" && !gpu.features.contains(wgpu::Features::SHADER_F16) =>
+        {
+            anyhow::bail!("--operands {operands}: {no_f16}; use --operands f32, or {elsewhere}")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `bench generate`'s model and contexts: `--contexts` (each once, in order), or those of 64 and
+/// 256 the model's context holds, else its context.
+fn generate_contexts(
+    preset: &str,
+    variant: &str,
+    contexts: Option<Vec<usize>>,
+) -> Result<(ddl::model::ModelConfig, Vec<usize>)> {
+    let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
+    let cfg = ddl::model::ModelConfig::preset(preset, v)?;
+    let cap = cfg.max_seq_len;
+    let mut contexts = contexts.unwrap_or_else(|| {
+        let fit: Vec<usize> = [64, 256].into_iter().filter(|&c| c <= cap).collect();
+        if fit.is_empty() { vec![cap] } else { fit }
+    });
+    first_of_each(&mut contexts);
+    if let Some(bad) = contexts.iter().find(|&&c| c < 2) {
+        anyhow::bail!("--contexts: {bad} is too short (at least 2)");
+    }
+    if let Some(bad) = contexts.iter().find(|&&c| c > cap) {
+        anyhow::bail!(
+            "--contexts: {bad} is longer than the model's context (model.max_seq_len = {cap} for {preset}): \
+             generation slides its window before that; give contexts up to {cap}"
+        );
+    }
+    Ok((cfg, contexts))
+}
+
+pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
+    // Everything that can be checked without the adapter is, before it opens (as `ddl train`
+    // does); then what the benchmark needs of it, before anything is printed.
+    let Prepared { train: train_configs, precision: mut precision_base } = check_without_adapter(&b)?;
+    check_paths(&b)?;
     let gpu = dev.open().context("opening the GPU")?;
+    check_adapter(&gpu, &b)?;
     // Every benchmark says which kernel forms it measured.
     let json = match &b {
         BenchCmd::Matmul { json, .. }
@@ -283,9 +502,6 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                     ((max / 4) as f64).sqrt() as u64
                 );
             }
-            if let Some(bad) = cases.iter().find(|c| !["nn", "nt", "tn"].contains(&c.as_str())) {
-                anyhow::bail!("--cases: unknown form '{bad}' (expected nn, nt or tn)");
-            }
             let variants = ddl::bench::VariantSet::parse(&variants, &gpu).map_err(anyhow::Error::msg)?;
             use ddl::kernels::matmul::MatmulElem::{F16, F32, R16};
             let (ea, eb) = match operands.as_str() {
@@ -294,12 +510,6 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 "rh" => (R16, F16),
                 _ => (F32, F32),
             };
-            if ea.half() && !gpu.features.contains(wgpu::Features::SHADER_F16) {
-                anyhow::bail!(
-                    "--operands {operands}: adapter '{}' has no SHADER_F16 (use --operands f32)",
-                    gpu.info.name
-                );
-            }
             let products = match &preset {
                 Some(p) => {
                     let shape = bench_shape(p, batch, seq)?;
@@ -409,15 +619,8 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
         } => {
             let ((cfg, t), against_cfg) = train_configs.expect("made above for bench train");
             ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
+            // (--seq within the model's context: checked before the adapter opened.)
             let (b, seq) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
-            if seq > cfg.max_seq_len {
-                anyhow::bail!(
-                    "--seq {seq}: longer than the model's context (model.max_seq_len = {}); pass --seq {} or less, \
-                     or raise the context with --set model.max_seq_len={seq}",
-                    cfg.max_seq_len,
-                    cfg.max_seq_len
-                );
-            }
             let other = against_forms.as_deref().map(|spec| forms_handle(&gpu, spec)).transpose()?;
             // `--set train.recompute=true` (or `train.head_chunk=R`) holds for both sides,
             // `--recompute` (`--head-chunk R`) for the measured one.
@@ -446,7 +649,16 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
         BenchCmd::Precision { steps, seeds, corpus, out, json, .. } => {
             let base = precision_base.take().expect("made before the adapter opened");
             let b = ddl::bench::precision::PrecisionBench { base, corpus, steps, seeds, out };
+            // The folders of --out this benchmark makes (its first run makes them) are removed
+            // again if it stops before a run is kept in them.
+            let made = b.out.ancestors().take_while(|d| !d.as_os_str().is_empty() && !d.exists()).last();
+            let made = made.map(std::path::Path::to_path_buf);
             let result = ddl::bench::precision::precision_rows(&gpu, &b, |r| print_row(&r, json));
+            if (result.is_err() || ddl::train::interrupted())
+                && let Some(top) = &made
+            {
+                remove_empty_folders(&b.out, top);
+            }
             if ddl::train::interrupted() {
                 eprintln!(
                     "bench precision: interrupted ({}); the finished runs in {} are kept, and the same command \
@@ -459,34 +671,12 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             result?;
         }
         BenchCmd::Generate { preset, variant, contexts, reps, json } => {
-            let v = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
-            let cfg = ddl::model::ModelConfig::preset(&preset, v)?;
-            let cap = cfg.max_seq_len;
-            let mut contexts = contexts.unwrap_or_else(|| {
-                let fit: Vec<usize> = [64, 256].into_iter().filter(|&c| c <= cap).collect();
-                if fit.is_empty() { vec![cap] } else { fit }
-            });
-            first_of_each(&mut contexts);
-            if let Some(bad) = contexts.iter().find(|&&c| c < 2) {
-                anyhow::bail!("--contexts: {bad} is too short (at least 2)");
-            }
-            if let Some(bad) = contexts.iter().find(|&&c| c > cap) {
-                anyhow::bail!(
-                    "--contexts: {bad} is longer than the model's context (model.max_seq_len = {cap} for {preset}): \
-                     generation slides its window before that; give contexts up to {cap}"
-                );
-            }
+            let (cfg, contexts) = generate_contexts(&preset, &variant, contexts)?;
             ddl::bench::generate_rows(&gpu, &cfg, &contexts, reps, |r| print_row(&r, json))?;
         }
         BenchCmd::Data { mib, small_mib, dir, keep, steps, preset, variant, draws, json } => {
+            // (The preset, the variant and the sizes: checked before the adapter opened.)
             let variant = ddl::model::Variant::parse(&variant).map_err(anyhow::Error::msg)?;
-            ddl::model::ModelConfig::preset(&preset, variant)?;
-            if small_mib > mib {
-                anyhow::bail!(
-                    "--small-mib {small_mib} is above --mib {mib}: the small set is the one start-up and memory are \
-                     compared against; give a --small-mib of at most --mib"
-                );
-            }
             ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
             let dir =
                 dir.unwrap_or_else(|| std::env::temp_dir().join(format!("ddl-bench-data-{}", std::process::id())));

@@ -925,10 +925,12 @@ pub(crate) enum BenchCmd {
         /// Timed steps (median reported); with --against or --against-forms, blocks of A B B A.
         #[arg(long, value_parser = timed_steps, default_value_t = 5)]
         steps: usize,
-        /// Batch size (default: the preset's, or train.batch_size from --config / --set).
+        /// Batch size (default: the preset's, or train.batch_size from --config / --set; one that
+        /// differs from theirs is refused: drop one of them).
         #[arg(long, allow_negative_numbers = true, value_parser = sizes_up_to_2_24)]
         batch: Option<usize>,
-        /// Sequence length (default: the preset's, or train.seq_len from --config / --set).
+        /// Sequence length (default: the preset's, or train.seq_len from --config / --set; one that
+        /// differs from theirs is refused).
         #[arg(long, allow_negative_numbers = true, value_parser = sizes_up_to_2_24)]
         seq: Option<usize>,
         /// Also list every dispatch of the profiled step in order (kernel, workgroups, ms).
@@ -990,7 +992,7 @@ pub(crate) enum BenchCmd {
         config: Option<std::path::PathBuf>,
         /// key=value overrides after --config (model.d_model=64, train.batch_size=16 ...), as
         /// `ddl train --set`. The benchmark sets the precision, the seeds, the schedule and the
-        /// corpus itself (its flags).
+        /// corpus itself (its flags): a --set or --config that names one is refused.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
         /// Optimizer steps per run (also the schedule's length; warm-up a tenth).

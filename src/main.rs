@@ -276,41 +276,22 @@ fn check_samples(samples: usize, sa: &SamplingArgs, trace: bool, compare: bool) 
 }
 
 /// `DDL_CHECK_ARGS=1 ddl …`: the command line parsed and its kernel forms checked (`DDL_FORMS`,
-/// `--against-forms`, against a GPU's defaults with every feature), `bench train`'s settings
-/// made, then nothing run and no adapter opened: the GPU check's local run checks so every
-/// command it will run on a device (a typo there costs device minutes).
+/// `--against-forms`, against a GPU's defaults with every feature), a bench command's settings
+/// made and its flags checked as `ddl bench` checks them before its adapter opens, then nothing
+/// run and no adapter opened: the GPU check's local run checks so every command it will run on a
+/// device (a typo there costs device minutes).
 fn check_args(cli: &Cli) -> Result<()> {
     let all = wgpu::Features::all();
     let forms = |what: &str, spec: &str| -> Result<()> {
         let mut f = ddl::kernels::forms::Forms::defaults(false, (32, 32), all);
         f.apply(spec, all).map_err(|e| anyhow::anyhow!("{what} {spec:?}: {e}"))
     };
-    let against_forms_ok = |spec: &str| -> Result<()> {
-        bench_cmd::check_against_forms(spec)?;
-        forms("--against-forms", spec)
-    };
     if let Ok(spec) = std::env::var("DDL_FORMS") {
         forms("DDL_FORMS", &spec)?;
     }
     if let Cmd::Bench(b) = &cli.cmd {
-        match b {
-            BenchCmd::Train { preset, variant, config, sets, against, against_forms, .. } => {
-                bench_cmd::bench_config(preset, variant, config.as_deref(), sets)?;
-                if let Some(a) = against.as_deref().or(against_forms.as_ref().map(|_| variant.as_str())) {
-                    bench_cmd::bench_config(preset, a, config.as_deref(), sets)?;
-                }
-                if let Some(spec) = against_forms {
-                    against_forms_ok(spec)?;
-                }
-            }
-            BenchCmd::Matmul { against_forms, variants, .. } => {
-                ddl::bench::VariantSet::check_names(variants).map_err(anyhow::Error::msg)?;
-                if let Some(spec) = against_forms {
-                    against_forms_ok(spec)?;
-                }
-            }
-            _ => {}
-        }
+        // What `ddl bench` checks before its adapter opens (settings, flags, --against-forms).
+        bench_cmd::check_without_adapter(b)?;
     }
     println!("ddl: the command line and its forms are valid (DDL_CHECK_ARGS is set: nothing run)");
     Ok(())

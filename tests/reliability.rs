@@ -962,17 +962,107 @@ fn bench_problems_are_clear_errors() {
     // shapes past the adapter (an abort while drawing host data before) and a disk too small.
     fails(&dir, &["bench", "train", "--set", "train.lr=0"], &["--set train.lr=0", "would be ignored"]);
     fails(&dir, &["bench", "train", "--set", "train.precision=f16"], &["train.precision", "give --precision"]);
-    fails(&dir, &["bench", "precision", "--seeds", "1,1", "--steps", "1"], &["seed 1 is given twice"]);
-    // bench precision's runs take --config / --set over the preset, except what it sets itself.
+    // Named, even at the value it has: `--precision f16 --set train.precision=f32` ran f16.
+    fails(&dir, &["bench", "train", "--set", "train.precision=f32"], &["train.precision", "give --precision"]);
+    // A flag and a --set / --config that give one setting two values: refused (it ran the
+    // flag's), as `ddl train --seed 1 --set train.seed=2` is; the same value twice is taken.
+    for (flag, v, key, set) in [("--batch", "2", "train.batch_size", "3"), ("--seq", "32", "train.seq_len", "16")] {
+        let t = fails(
+            &dir,
+            &["bench", "train", "--steps", "1", flag, v, "--set", &format!("{key}={set}")],
+            &[&format!("{flag} gives {key} = {v} but --set gives {key} = {set}: drop one of them")],
+        );
+        assert!(!t.contains("kernel forms"), "refused before the adapter opens: {t}");
+    }
+    let batch3 = dir.join("batch3.toml");
+    std::fs::write(&batch3, "[train]\nbatch_size = 3\n").unwrap();
+    let b3 = batch3.to_str().unwrap();
+    fails(&dir, &["bench", "train", "--config", b3, "--batch", "2"], &["--config gives train.batch_size = 3"]);
+    fails(&dir, &["bench", "train", "--set", "batch_size=3", "--batch", "2"], &["--set gives train.batch_size = 3"]);
+    let o = cmd(&dir).args(["bench", "train", "--config", b3, "--batch", "3"]).env("DDL_CHECK_ARGS", "1").output();
+    assert!(o.as_ref().unwrap().status.success(), "{}", text(&o.unwrap()));
+    // Arguments wrong without an adapter are refused before it opens (not after ~45 lines of the
+    // kernel forms' table).
+    for (args, says) in [
+        (&["bench", "matmul", "--sizes", "64", "--cases", "xx"][..], "--cases: unknown form 'xx'"),
+        (&["bench", "matmul", "--sizes", "64", "--variants", "nonsense"], "--variants: 'nonsense'"),
+        (&["bench", "matmul", "--sizes", "64", "--against-forms", "garbage=1"], "unknown form 'garbage'"),
+        (&["bench", "kernels", "--preset", "nope"], "unknown preset 'nope'"),
+        (&["bench", "train", "--seq", "100"], "--seq 100: longer than the model's context (model.max_seq_len = 64)"),
+        (&["bench", "train", "--variant", "baseline", "--f16-state"], "--f16-state: f16 states need variant ddl"),
+        (&["bench", "precision", "--seeds", "1"], "--seeds: at least two seeds"),
+        (&["bench", "precision", "--seeds", "1,1", "--steps", "1"], "seed 1 is given twice"),
+        (&["bench", "data", "--mib", "1", "--small-mib", "2"], "--small-mib 2 is above --mib 1"),
+    ] {
+        let t = fails(&dir, args, &[says]);
+        assert!(!t.contains("kernel forms"), "{args:?}: refused only after the adapter opened: {t}");
+    }
+    // bench precision's runs take --config / --set over the preset, except what it sets itself:
+    // refused where a --set names it, even at the value it has (the benchmark's replaced it).
     for (set, says) in [
         ("train.seed=3", "give --seeds"),
+        ("seed=3", "give --seeds"),
         ("train.precision=f16", "each seed trains once in f32 and once in f16"),
+        ("train.precision=f32", "each seed trains once in f32 and once in f16"),
         ("train.state_f16=true", "f32 states"),
+        ("train.state_f16=false", "f32 states"),
         ("train.warmup_steps=7", "a tenth of --steps"),
         ("corpus=x.txt", "give --corpus"),
     ] {
         let key = set.split('=').next().unwrap();
-        fails(&dir, &["bench", "precision", "--steps", "1", "--set", set], &[&format!("--set {set}"), key, says]);
+        let key = if key.contains('.') || key == "corpus" { key.to_string() } else { format!("train.{key}") };
+        fails(&dir, &["bench", "precision", "--steps", "1", "--set", set], &[&format!("--set {set}"), &key, says]);
+    }
+    // And where --config names it.
+    let seeded = dir.join("seeded.toml");
+    std::fs::write(&seeded, "[train]\nseed = 1337\n").unwrap();
+    let t = fails(
+        &dir,
+        &["bench", "precision", "--steps", "1", "--config", seeded.to_str().unwrap()],
+        &["--config", "bench precision sets train.seed", "--seeds"],
+    );
+    assert_eq!(ddl::train::TrainConfig::preset("tiny").seed, 1337, "the preset's own seed, named: {t}");
+    // A corpus that is not there is refused before the adapter opens, and --out is not made.
+    let out = dir.join("prec-out");
+    let t = fails(
+        &dir,
+        &["bench", "precision", "--steps", "1", "--corpus", "/nonexist", "--out", out.to_str().unwrap()],
+        &["--corpus /nonexist", "corpus '/nonexist' does not exist"],
+    );
+    assert!(!t.contains("kernel forms") && !out.exists(), "{t}");
+    // One that fails as its first run reads it: the --out folders the benchmark made are removed.
+    let empty = dir.join("empty.txt");
+    std::fs::write(&empty, "").unwrap();
+    let nested = dir.join("made/by/bench");
+    let mut args = vec!["bench", "precision", "--steps", "1", "--seeds", "1,2", "--corpus", empty.to_str().unwrap()];
+    args.extend(["--out", nested.to_str().unwrap()]);
+    args.extend(SMALL);
+    fails(&dir, &args, &["is empty"]);
+    assert!(!dir.join("made").exists(), "an empty --out made by the benchmark is left");
+    // f16 needs SHADER_F16, which OpenGL (llvmpipe) lacks: said as the adapter opens, before a run
+    // (bench precision trained its f32 run first, and said to use --precision, which it has
+    // not), naming the flag given (--precision f16 implies f16 states: their refusal said to
+    // drop --f16-state).
+    let gl = ["--backend", "gl", "bench"];
+    let o = cmd(&dir).args(gl).args(["copy", "--mib", "1", "--reps", "1"]).output().unwrap();
+    if text(&o).contains("no adapter matches") {
+        eprintln!("no OpenGL adapter here: the SHADER_F16 refusals are not checked");
+    } else {
+        let pg = dir.join("prec-gl");
+        let mut args =
+            [&gl[..], &["precision", "--steps", "1", "--seeds", "1,2", "--out", pg.to_str().unwrap()]].concat();
+        args.extend(SMALL);
+        let t =
+            fails(&dir, &args, &["bench precision: adapter", "has no SHADER_F16", "its f16 runs", "--backend vulkan"]);
+        assert!(!t.contains("--precision f32") && !t.contains("kernel forms") && !pg.exists(), "{t}");
+        // (bench train takes the model's settings.)
+        let mut args = [&gl[..], &["train", "--steps", "1", "--precision", "f16"]].concat();
+        args.extend(&SMALL[..10]);
+        let t = fails(&dir, &args, &["--precision f16: adapter", "has no SHADER_F16", "use --precision f32"]);
+        assert!(!t.contains("--f16-state") && !t.contains("kernel forms"), "{t}");
+        let mut args = [&gl[..], &["train", "--steps", "1", "--f16-state"]].concat();
+        args.extend(&SMALL[..10]);
+        fails(&dir, &args, &["--f16-state: adapter", "has no SHADER_F16", "drop --f16-state"]);
     }
     fails(&dir, &["bench", "precision", "--set", "model.n_layers=0"], &["model.n_layers = 0", "expected an integer"]);
     fails(&dir, &["bench", "precision", "--variant", "baseline", "--set", "model.variant=ddl"], &["--variant only"]);
@@ -1009,13 +1099,16 @@ fn bench_problems_are_clear_errors() {
         &["attention: could not run at these shapes", "rope: could not", "could not run at these shapes (above)"],
     );
     assert!(!t.contains("memory allocation") && !t.contains("backtrace"), "{t}");
-    let t = fails(&dir, &["bench", "data", "--mib", "1048576", "--dir", "bench-data"], &["--dir", "MiB free"]);
-    assert!(!dir.join("bench-data").exists(), "the folder it made is removed: {t}");
+    let made = dir.join("bench-data");
+    let t =
+        fails(&dir, &["bench", "data", "--mib", "1048576", "--dir", made.to_str().unwrap()], &["--dir", "MiB free"]);
+    assert!(!made.exists(), "the folder it made is removed: {t}");
     // Sets an earlier --keep run left in a --dir are not this run's to remove when it fails.
     let kept = dir.join("bench-kept/small-shards");
     std::fs::create_dir_all(&kept).unwrap();
     std::fs::write(kept.join("marker"), "earlier").unwrap();
-    fails(&dir, &["bench", "data", "--mib", "1048576", "--dir", "bench-kept"], &["MiB free"]);
+    let bench_kept = dir.join("bench-kept");
+    fails(&dir, &["bench", "data", "--mib", "1048576", "--dir", bench_kept.to_str().unwrap()], &["MiB free"]);
     assert!(kept.join("marker").exists(), "an earlier run's set was removed");
     let t = fails(&dir, &["bench", "train", "--config", "no-such.toml"], &["--config", "no-such.toml"]);
     assert!(!t.contains("kernel forms"), "a bad setting is refused before the adapter opens: {t}");

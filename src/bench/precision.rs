@@ -121,17 +121,27 @@ fn finished(dir: &Path, steps: usize) -> Option<(f64, usize, f64)> {
     ))
 }
 
+/// `--seeds`: at least two, each once (`ddl bench precision` checks them before the adapter
+/// opens, [`precision_rows`] again).
+pub fn check_seeds(seeds: &[u64]) -> anyhow::Result<()> {
+    if seeds.len() < 2 {
+        anyhow::bail!(
+            "--seeds: at least two seeds are needed for a spread and a paired test, got {seeds:?}; give two or more \
+             different seeds (e.g. --seeds 1,2,3)"
+        );
+    }
+    // A seed given twice is one run counted twice: a spread and a test of it would be false.
+    if let Some(s) = seeds.iter().enumerate().find_map(|(i, s)| seeds[..i].contains(s).then_some(s)) {
+        anyhow::bail!("--seeds: seed {s} is given twice; give at least two different seeds (e.g. 1,2,3)");
+    }
+    Ok(())
+}
+
 /// The runs (a row each, as they finish) and the comparison (one row): per precision the mean
 /// and sd over seeds, the paired f16 − f32 difference with its 95 % interval and p, and whether
 /// its mean lies within the f32 seed spread (|mean difference| ≤ sd of the f32 losses).
 pub fn precision_rows(gpu: &std::sync::Arc<Gpu>, b: &PrecisionBench, mut emit: impl FnMut(Row)) -> anyhow::Result<()> {
-    if b.seeds.len() < 2 {
-        anyhow::bail!("--seeds: at least two seeds are needed for a spread and a paired test, got {:?}", b.seeds);
-    }
-    // A seed given twice is one run counted twice: a spread and a test of it would be false.
-    if let Some(s) = b.seeds.iter().enumerate().find_map(|(i, s)| b.seeds[..i].contains(s).then_some(s)) {
-        anyhow::bail!("--seeds: seed {s} is given twice; give at least two different seeds (e.g. 1,2,3)");
-    }
+    check_seeds(&b.seeds)?;
     let mut pairs = Vec::new();
     for &seed in &b.seeds {
         let mut vals = [0.0; 2];

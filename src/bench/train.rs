@@ -11,11 +11,13 @@ use crate::model::Storage;
 use crate::testing::Rng;
 
 /// A bench model's storage: its states in f16 when asked, or implied by f16 precision where the
-/// variant has them, and recomputing or not; returns the storage in effect.
+/// variant has them, and recomputing or not; returns the storage in effect. The precision is set
+/// first, as `ddl train` sets it: an adapter without f16 refuses `--precision f16` by its name,
+/// not the states it implies (their refusal says to drop `--f16-state`, which was not given).
 fn set_numerics(model: &mut crate::model::Model, st: Storage) -> Result<Storage> {
     let f16 = st.state_f16 || (st.precision == crate::model::Precision::F16 && model.cfg.f16_state_support().is_ok());
-    model.set_state_f16(f16)?;
     model.set_precision(st.precision)?;
+    model.set_state_f16(f16)?;
     model.set_recompute(st.recompute);
     model.set_head_chunk(st.head_chunk);
     Ok(Storage { state_f16: f16, ..st })

@@ -140,17 +140,20 @@ impl Model {
     /// `ddl_vmap`) at d_v = 4 on adapters with SHADER_F16 (not OpenGL).
     pub fn set_state_f16(&mut self, on: bool) -> Result<()> {
         if on {
-            let bad = |why: String| {
-                Err(crate::gpu::GpuError::Unsupported(format!(
-                    "f16 states: {why}; keep them in f32 (drop --f16-state)"
-                )))
+            let bad = |why: String, remedy: &str| {
+                Err(crate::gpu::GpuError::Unsupported(format!("f16 states: {why}; keep them in f32 ({remedy})")))
             };
-            self.cfg.f16_state_support().or_else(bad)?;
+            self.cfg.f16_state_support().or_else(|why| bad(why, "drop --f16-state"))?;
+            // The adapter's refusal meets f16 states implied by `--precision f16` too (where the
+            // variant has them; a caller that sets the precision first has its own words): the
+            // remedy names both.
+            let remedy = "drop --f16-state; with --precision f16, which implies them, use --precision f32";
             if !self.gpu.features.contains(wgpu::Features::SHADER_F16) {
-                return bad(format!("adapter '{}' has no SHADER_F16 (half-precision shaders)", self.gpu.info.name));
+                let why = format!("adapter '{}' has no SHADER_F16 (half-precision shaders)", self.gpu.info.name);
+                return bad(why, remedy);
             }
             if self.gpu.info.backend == wgpu::Backend::Gl {
-                return bad("not supported on the OpenGL backend (choose another with --backend)".into());
+                return bad("not supported on the OpenGL backend (choose another with --backend)".into(), remedy);
             }
         }
         self.state_f16 = on;
