@@ -3281,6 +3281,22 @@ fn the_precision_benchmark_pairs_f16_and_f32_runs_by_seed_and_reuses_finished_on
     assert!(ddl::bench::precision::precision_rows(&gpu, &one, |_| {}).unwrap_err().to_string().contains("--seeds"));
 }
 
+/// The precision benchmark's verdict writes a difference of zero without a sign (`-0.0000`
+/// before) and one that four decimals would show as a zero in three significant digits.
+#[test]
+fn the_precision_verdict_writes_zero_unsigned_and_a_tiny_difference_in_its_digits() {
+    use ddl::bench::precision::signed_diff;
+    assert_eq!(signed_diff(-0.0), "0.0000");
+    assert_eq!(signed_diff(0.0), "0.0000");
+    assert_eq!(signed_diff(0.01234), "+0.0123");
+    assert_eq!(signed_diff(-0.01234), "-0.0123");
+    assert_eq!(signed_diff(-0.0000321), "-3.21e-5");
+    assert_eq!(signed_diff(4e-9), "+4.00e-9");
+    for x in [-0.00004999, 0.00004999, -1e-300] {
+        assert!(!signed_diff(x).contains("0.0000"), "{x}: {}", signed_diff(x));
+    }
+}
+
 #[test]
 fn short_dispatches_are_timed_back_to_back_and_long_ones_alone() {
     // `bench kernels` and `bench matmul` time a short case as k runs recorded back to back in one

@@ -137,6 +137,18 @@ pub fn check_seeds(seeds: &[u64]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A signed loss difference in the verdict: `+0.0123`, `-0.0123`; zero (either sign) `0.0000`; one
+/// that four decimals would show as a zero, in three significant digits (`-3.21e-6`).
+pub fn signed_diff(x: f64) -> String {
+    if x == 0.0 {
+        "0.0000".to_string()
+    } else if x.abs() < 0.00005 {
+        format!("{x:+.2e}")
+    } else {
+        format!("{x:+.4}")
+    }
+}
+
 /// The runs (a row each, as they finish) and the comparison (one row): per precision the mean
 /// and sd over seeds, the paired f16 − f32 difference with its 95 % interval and p, and whether
 /// its mean lies within the f32 seed spread (|mean difference| ≤ sd of the f32 losses).
@@ -165,13 +177,11 @@ pub fn precision_rows(gpu: &std::sync::Arc<Gpu>, b: &PrecisionBench, mut emit: i
         "f32_mean": f32s.mean, "f32_sd": f32s.sd, "f16_mean": f16s.mean, "f16_sd": f16s.sd,
         "diff_mean": d.diff.mean, "diff_ci95": [d.diff.ci.0, d.diff.ci.1], "t": d.t, "df": d.df, "p": d.p,
         "within_f32_spread": within,
-        "verdict": if within {
-            format!("f16 − f32 = {:+.4} (95 % interval [{:+.4}, {:+.4}], p = {:.3}, n = {}): within the f32 seed spread (sd {:.4})",
-                d.diff.mean, d.diff.ci.0, d.diff.ci.1, d.p, pairs.len(), f32s.sd)
-        } else {
-            format!("f16 − f32 = {:+.4} (95 % interval [{:+.4}, {:+.4}], p = {:.3}, n = {}): OUTSIDE the f32 seed spread (sd {:.4})",
-                d.diff.mean, d.diff.ci.0, d.diff.ci.1, d.p, pairs.len(), f32s.sd)
-        },
+        "verdict": format!(
+            "f16 − f32 = {} (95 % interval [{}, {}], p = {:.3}, n = {}): {} the f32 seed spread (sd {:.4})",
+            signed_diff(d.diff.mean), signed_diff(d.diff.ci.0), signed_diff(d.diff.ci.1), d.p, pairs.len(),
+            if within { "within" } else { "OUTSIDE" }, f32s.sd
+        ),
     })));
     Ok(())
 }
