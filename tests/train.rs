@@ -365,6 +365,7 @@ fn plot_draws_runs_curves_and_tabulates_where_each_ended() {
         (vec![sa, sa, "--out", so], "given twice"),
         (vec![sa, "--out", a.join("loss.png").to_str().unwrap()], "not a plot `ddl plot` drew"),
         (vec![sa, "--out", so, "--metric", "loss"], "unknown metric 'loss'"),
+        (vec![sa, "--out", so, "--smooth", "3"], "--smooth 3: the validation curves are drawn as evaluated"),
         (vec![sa, "--out", dir.join("x.svg").to_str().unwrap()], "give a file name ending in .png"),
     ] {
         if want.contains("not a plot") {

@@ -357,6 +357,15 @@ pub struct PlotEnds {
 /// is checked before anything is read (a PNG `ddl plot` drew before may be replaced, no other
 /// file), and written whole or not at all.
 pub fn plot_runs(o: &PlotOptions) -> Result<PlotEnds, TrainError> {
+    // (An evaluation's point is a mean over its windows already; it was left as it was without
+    // a word.)
+    if o.smooth > 1 && matches!(o.metric, Metric::Val | Metric::ValAccuracy) {
+        return Err(TrainError::Settings(format!(
+            "--smooth {}: the validation curves are drawn as evaluated (each point one evaluation's mean over its \
+             windows); --smooth averages logged steps: --metric train, grad_norm, lr, tok_per_s or beta",
+            o.smooth
+        )));
+    }
     plot::check_png_out("--out", &o.out, is_plot_title, "`ddl plot`").map_err(TrainError::Settings)?;
     let bad = |run: &Path, why: String| TrainError::Settings(format!("{}: {why}", run.display()));
     // Each input: a run, or an experiment's runs by variant.
