@@ -1042,19 +1042,26 @@ fn lens_rows(states: &[LensTally], own: (f64, &ScoreTally, &[(f64, usize)]), ful
     out
 }
 
-/// What was evaluated, for a plot's title: a text or shards by their file name (a title stays
-/// short), the run's data in words.
+/// What was evaluated, for a plot's title: a text, shards or the run's data by their file name
+/// (a title stays short), and the split of the run's data.
 fn short_source(source: &str) -> String {
-    match source.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')) {
-        Some(p) => Path::new(p).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or(source.to_string()),
-        None => source.to_string(),
+    // A quoted path anywhere (a text, or "the validation split of the run's corpus '…'"): its
+    // file name, and the split where one is named (a long path made the plots' titles wider
+    // than the picture).
+    let (Some(a), Some(b)) = (source.find('\''), source.rfind('\'')) else { return source.to_string() };
+    if b <= a {
+        return source.to_string();
     }
+    let inner = &source[a + 1..b];
+    let name = Path::new(inner).file_name().map_or_else(|| inner.to_string(), |n| n.to_string_lossy().into_owned());
+    let split = ["validation", "training"]
+        .into_iter()
+        .find(|s| source.starts_with(&format!("the {s} split")))
+        .map(|s| format!(" ({s} split)"))
+        .unwrap_or_default();
+    format!("{name}{split}")
 }
 
-/// `--per-token`'s file, checked before any evaluation (the table is written whole at the end, or
-/// not at all): not a folder, in a folder that exists and takes files, not inside a run's kept
-/// checkpoints (the run prunes them), and absent or an earlier `--per-token` table (which it
-/// replaces) — never a text, a checkpoint or a run's own file.
 /// Refuses two of the outputs (`--plot`, `--per-token`, `--calibration-plot`, `--lens-plot`)
 /// given the same file: the later written would replace the earlier, and the message would
 /// name a file that holds something else.
@@ -1085,6 +1092,10 @@ fn check_distinct_outputs(req: &EvalRequest) -> Result<(), TrainError> {
     Ok(())
 }
 
+/// `--per-token`'s file, checked before any evaluation (the table is written whole at the end, or
+/// not at all): not a folder, in a folder that exists and takes files, not inside a run's kept
+/// checkpoints (the run prunes them), and absent or an earlier `--per-token` table (which it
+/// replaces) — never a text, a checkpoint or a run's own file.
 fn check_per_token_path(path: &Path) -> Result<(), TrainError> {
     let bad = |why: String| TrainError::Settings(format!("--per-token '{}': {why}", path.display()));
     if path.is_dir() {
@@ -1187,8 +1198,6 @@ fn write_per_token(
 /// How `--plot`'s titles begin: an existing file is replaced only when it is such a plot.
 const ABLATION_PLOT_TITLE: &str = "loss change per sublayer";
 
-/// `--plot`'s file: a `.png` in a folder that exists, not a folder itself, absent or an earlier
-/// `--plot` (checked before any evaluation; the plot is written whole or not at all).
 /// How `--calibration-plot`'s titles begin: an existing file is replaced only when it is such a plot.
 const CALIBRATION_PLOT_TITLE: &str = "calibration of";
 
@@ -1222,6 +1231,8 @@ fn check_calibration_plot_path(path: &Path) -> Result<(), TrainError> {
     .map_err(TrainError::Settings)
 }
 
+/// `--plot`'s file: a `.png` in a folder that exists, not a folder itself, absent or an earlier
+/// `--plot` (checked before any evaluation; the plot is written whole or not at all).
 fn check_plot_path(path: &Path) -> Result<(), TrainError> {
     super::plot::check_png_out("--plot", path, |t| t.starts_with(ABLATION_PLOT_TITLE), "`ddl eval --plot`")
         .map_err(TrainError::Settings)
@@ -1711,5 +1722,20 @@ impl EvalResult {
             ));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn plot_titles_name_what_was_evaluated_by_its_file_name() {
+        let long = "/a/very/long/folder/that/makes/titles/wider/than/their/pictures/corpus.txt";
+        assert_eq!(super::short_source(&format!("'{long}'")), "corpus.txt");
+        assert_eq!(
+            super::short_source(&format!("the validation split of the run's corpus '{long}'")),
+            "corpus.txt (validation split)"
+        );
+        assert_eq!(super::short_source("the training split of the run's shards '/d/web'"), "web (training split)");
+        assert_eq!(super::short_source("TinyShakespeare (built in)"), "TinyShakespeare (built in)");
     }
 }
