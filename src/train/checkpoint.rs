@@ -464,8 +464,13 @@ fn runs_inside(missing: &Path) -> String {
     if missing.file_name().is_none_or(|n| n != MODEL_FILE) {
         return String::new();
     }
-    let dir = missing.parent().unwrap_or(Path::new("."));
-    let mut runs: Vec<String> = std::fs::read_dir(dir)
+    let mut dir = missing.parent().unwrap_or(Path::new(".")).to_path_buf();
+    // An experiment's folder (`ddl experiment --out`): its runs are in its `runs/`.
+    let experiment = crate::train::curves::is_experiment(&dir);
+    if experiment {
+        dir = dir.join("runs");
+    }
+    let mut runs: Vec<String> = std::fs::read_dir(&dir)
         .map(|d| {
             d.flatten()
                 .filter(|e| e.path().join(MODEL_FILE).is_file())
@@ -474,18 +479,29 @@ fn runs_inside(missing: &Path) -> String {
         })
         .unwrap_or_default();
     if runs.is_empty() {
-        return String::new();
+        return match experiment {
+            true => format!(
+                "; '{}' is an experiment's folder, and no run in its runs/ has a checkpoint yet: give a run's folder \
+                 ({}) once it has one",
+                dir.parent().unwrap_or(&dir).display(),
+                dir.join("NAME").display()
+            ),
+            false => String::new(),
+        };
     }
     runs.sort();
     const SHOWN: usize = 5;
     let more = if runs.len() > SHOWN { format!(" and {} more", runs.len() - SHOWN) } else { String::new() };
     runs.truncate(SHOWN);
-    format!(
-        "; '{}' holds runs in its folders ({}{more}): give one of them, e.g. '{}'",
-        dir.display(),
-        runs.join(", "),
-        dir.join(&runs[0]).display()
-    )
+    let holds = match experiment {
+        true => format!(
+            "'{}' is an experiment's folder: its runs are in '{}'",
+            dir.parent().unwrap_or(&dir).display(),
+            dir.display()
+        ),
+        false => format!("'{}' holds runs in its folders", dir.display()),
+    };
+    format!("; {holds} ({}{more}): give one of them, e.g. '{}'", runs.join(", "), dir.join(&runs[0]).display())
 }
 
 fn read_file(path: &Path) -> Result<Vec<u8>, CheckpointError> {
