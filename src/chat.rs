@@ -13,6 +13,8 @@
 //! `/settings`, `/intervene SPEC` (the writes under `ddl generate --intervene`'s interventions,
 //! from then on; `/intervene none` ends them), `/undo` (forget the last turn), `/retry` (its line
 //! again, with the next turn's seed), `/save FILE` (the conversation as text), `/help`, `/quit`.
+//! Each reply's seed is the chat's seed plus the turns since it was given (`--seed`, or `/set seed
+//! N`, which is the next reply's own).
 //!
 //! A change that concerns what the model has read (an intervention set or ended, a turn undone)
 //! re-reads the conversation in one prefill, its last context of tokens, as the model would read
@@ -52,7 +54,8 @@ impl ChatSettings {
     }
 
     /// `/set NAME VALUE`: the settings with one value changed, or why not. `stop TEXT` adds a
-    /// stop text (`\n` a newline, `\t` a tab, `\\` a backslash), `stop none` clears them.
+    /// stop text (`\n` a newline, `\t` a tab, `\s` a space, `\\` a backslash; any other escape
+    /// is refused), `stop none` clears them.
     pub fn with(&self, name: &str, value: &str) -> Result<ChatSettings, String> {
         let mut next = self.clone();
         let bad = |want: &str| format!("{name} {value:?}: expected {want}");
@@ -78,7 +81,7 @@ impl ChatSettings {
             "stop" if value.is_empty() => {
                 return Err("stop needs a text (`\\s` for a space, or `none` to clear)".into());
             }
-            "stop" => next.stop.push(crate::generate::unescape_stop(value)),
+            "stop" => next.stop.push(crate::generate::unescape_stop(value).map_err(|e| format!("stop {e}"))?),
             "logprobs" if value == "off" => next.logprobs = None,
             "logprobs" => {
                 next.logprobs = Some(value.parse().map_err(|_| {
@@ -157,6 +160,9 @@ pub struct Session<'a> {
     pub settings: ChatSettings,
     generator: Option<Generator<'a>>,
     turn: u64,
+    /// The turn whose reply uses `settings.sampler.seed` itself (the chat's first, or the one
+    /// after `/set seed`); each turn after it uses the seed plus how many turns later it is.
+    seed_turn: u64,
     trace: bool,
     traces: Vec<TokenTrace>,
     /// Per trace: read from a line (true) or written by the model (false).
@@ -195,6 +201,7 @@ impl<'a> Session<'a> {
             settings,
             generator: None,
             turn: 0,
+            seed_turn: 0,
             trace,
             traces: Vec::new(),
             read: Vec::new(),
@@ -307,11 +314,34 @@ impl<'a> Session<'a> {
         &self.turns
     }
 
-    /// The sampling of the next turn: the settings with the seed advanced by the turn number, so
-    /// that turns do not repeat each other's draws and a conversation replays exactly.
+    /// `/set NAME VALUE` ([`ChatSettings::with`]): a seed set is the next reply's own, the
+    /// following ones' the seed plus 1, 2, … Nothing changes when the value is refused.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        self.settings = self.settings.with(name, value)?;
+        if name == "seed" {
+            self.seed_turn = self.turn;
+        }
+        Ok(())
+    }
+
+    /// The seed of the next reply: the chat's seed (`--seed`, or the last `/set seed`) plus the
+    /// turns since it was set, so that turns do not repeat each other's draws and a conversation
+    /// replays exactly; refused where that passes 2^64 − 1.
+    pub fn next_seed(&self) -> Result<u64, String> {
+        let (seed, later) = (self.settings.sampler.seed, self.turn - self.seed_turn);
+        seed.checked_add(later).ok_or_else(|| {
+            format!(
+                "this reply's seed would be {seed} + {later}, past 2^64 − 1 (each reply's seed is one more than the \
+                 last's): /set seed N (then N is the next reply's) and send the line again"
+            )
+        })
+    }
+
+    /// The sampling of the next turn: the settings with the next reply's seed ([`Session::next_seed`];
+    /// past 2^64 − 1 the settings' own, which [`Session::turn`] refuses before sampling).
     fn sampling(&self) -> SamplerConfig {
         let mut cfg = self.settings.sampler.clone();
-        cfg.seed = cfg.seed.wrapping_add(self.turn);
+        cfg.seed = self.next_seed().unwrap_or(cfg.seed);
         cfg
     }
 
@@ -321,6 +351,7 @@ impl<'a> Session<'a> {
     pub fn turn(&mut self, line: &str, mut on_piece: impl FnMut(&str)) -> Result<Reply, ChatTurnError> {
         let lead = if self.needs_newline && self.generator.is_some() { "\n" } else { "" };
         let ids = self.tok.encode(&format!("{lead}{line}\n")).map_err(|e| ChatTurnError::Encode(e.to_string()))?;
+        self.next_seed().map_err(ChatTurnError::Refused)?;
         let sampling = self.sampling();
         let sampler = Sampler::new(sampling.clone());
         self.turn += 1;
@@ -402,7 +433,7 @@ impl<'a> Session<'a> {
             tokens.push(s.token);
             // A blank line or a stop text ends the reply right after it, even inside the
             // token's text (the model has read the whole token).
-            if let Some(keep) = crate::generate::stop_cut(g.text(), s.piece.len(), &stops) {
+            if let Some(keep) = g.stop_cut(s.piece.len(), &stops) {
                 text.push_str(&s.piece[..keep]);
                 on_piece(&s.piece[..keep]);
                 cut = true;
@@ -527,8 +558,9 @@ impl Lines for EditedLines {
 
 const HELP: &str = "commands: /reset (forget the conversation), /undo (forget the last turn), /retry (the last \
                     line again, a new reply), /set NAME VALUE (temperature, top_k, top_p, min_p, repetition_penalty, \
-                    max_tokens, seed, stop TEXT | stop none; \\n \\t \\s in TEXT: newline, tab, space; logprobs N | \
-                    logprobs off: a table of each reply's tokens under the model), /settings, \
+                    max_tokens, seed N (the next reply's seed), stop TEXT | stop none; \\n \\t \\s \\\\ in TEXT: newline, \
+                    tab, space, backslash; logprobs N | logprobs off: a table of each reply's tokens under the \
+                    model), /settings, \
                     /intervene SPEC (e.g. block1.mlp:beta=0; several separated by spaces or `;`; /intervene none \
                     ends them, /intervene alone lists them), /save FILE (the conversation as text), /help, /quit";
 
@@ -641,16 +673,18 @@ pub fn run(
                         d if d.is_empty() => "none".to_string(),
                         d => d,
                     };
-                    writeln!(log, "({} · interventions: {iv})", session.settings.describe())?
+                    let next = session.next_seed().map_or_else(|_| "past 2^64 − 1".to_string(), |s| s.to_string());
+                    writeln!(log, "({} · next reply's seed {next} · interventions: {iv})", session.settings.describe())?
                 }
                 ("help", _) => writeln!(log, "{HELP}")?,
-                ("set", [key, value]) => match session.settings.with(key, value) {
-                    Ok(next) => {
-                        session.settings = next;
+                ("set", [key, value]) => match session.set(key, value) {
+                    Ok(()) => {
                         if *key == "stop" {
                             // (`stop TEXT` adds to the list: the list is what holds now.)
                             let stops: Vec<String> = session.settings.stop.iter().map(|x| format!("{x:?}")).collect();
                             writeln!(log, "(stop texts: [{}], and a blank line)", stops.join(", "))?;
+                        } else if *key == "seed" {
+                            writeln!(log, "(seed = {value}: the next reply's seed, each reply after it one more)")?;
                         } else {
                             writeln!(log, "({key} = {value})")?;
                         }
@@ -877,6 +911,10 @@ mod tests {
         // A lone space, which the line trims, typed as `\s`.
         assert_eq!(base().with("stop", "\\s").unwrap().stop, [" "]);
         assert!(base().with("stop", "").unwrap_err().contains("\\s"));
+        // Any other escape is refused, naming it and the four there are.
+        let e = base().with("stop", "\\q").unwrap_err();
+        assert!(e.starts_with("stop '\\q': unknown escape \\q") && e.contains("\\s (a space)"), "{e}");
+        assert!(base().with("stop", "a\\").unwrap_err().contains("lone backslash"));
         assert!(s.describe().contains("\"###\"") && s.describe().contains("max_tokens 20"));
         let e = base().with("colour", "red").unwrap_err();
         assert!(e.contains("unknown setting 'colour'") && e.contains("repetition_penalty"), "{e}");

@@ -490,8 +490,8 @@ pub(crate) enum TokenizerCmd {
 
 #[derive(Args, Clone)]
 pub(crate) struct SamplingArgs {
-    /// Tokens to generate at most.
-    #[arg(long, allow_negative_numbers = true, value_parser = count, default_value_t = 200)]
+    /// Tokens to generate at most (at least 1).
+    #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 200)]
     pub(crate) max_tokens: usize,
     /// 0 = greedy.
     #[arg(long, allow_negative_numbers = true, default_value_t = 0.8)]
@@ -514,7 +514,8 @@ pub(crate) struct SamplingArgs {
     pub(crate) seed: u64,
     /// Stop right after the output first contains this text, which is printed (also inside a
     /// token's text: a BPE token may hold several characters); repeatable. `\n` is a newline,
-    /// `\t` a tab, `\s` a space, `\\` a backslash (as in chat's `/set stop`).
+    /// `\t` a tab, `\s` a space, `\\` a backslash (as in chat's `/set stop`); any other
+    /// backslash is refused.
     #[arg(long)]
     pub(crate) stop: Vec<String>,
 }
@@ -530,18 +531,17 @@ impl SamplingArgs {
             seed: self.seed,
         };
         s.validate().map_err(anyhow::Error::msg)?;
-        if self.max_tokens == 0 {
-            anyhow::bail!("--max-tokens must be at least 1");
-        }
         if self.stop.iter().any(String::is_empty) {
             anyhow::bail!("--stop \"\": a stop text must not be empty (it would stop nothing)");
         }
+        self.stops()?;
         Ok(s)
     }
 
-    /// The `--stop` texts as meant (`\n` a newline: [`ddl::generate::unescape_stop`]).
-    pub(crate) fn stops(&self) -> Vec<String> {
-        self.stop.iter().map(|s| ddl::generate::unescape_stop(s)).collect()
+    /// The `--stop` texts as meant (`\n` a newline: [`ddl::generate::unescape_stop`]), or the
+    /// first one with an escape there is not.
+    pub(crate) fn stops(&self) -> Result<Vec<String>> {
+        self.stop.iter().map(|s| ddl::generate::unescape_stop(s).map_err(|e| anyhow::anyhow!("--stop {e}"))).collect()
     }
 }
 

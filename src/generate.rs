@@ -244,44 +244,199 @@ mod tests {
             ("END\\n", "END\n"),
             ("a\\tb", "a\tb"),
             ("\\\\n", "\\n"),
-            ("\\x", "\\x"),
             // (A space at either end, which chat's `/set stop` and a shell would trim.)
             ("\\s", " "),
             ("\\sEND\\s", " END "),
             ("\\\\s", "\\s"),
-            ("tail\\", "tail\\"),
+            ("tail\\\\", "tail\\"),
             ("\n", "\n"),
             ("plain", "plain"),
             ("\\\\\\n", "\\\n"),
         ] {
-            assert_eq!(unescape_stop(typed), meant, "{typed:?}");
+            assert_eq!(unescape_stop(typed).as_deref(), Ok(meant), "{typed:?}");
         }
+        // Any other escape, and a lone backslash at the end, are refused with the four there are.
+        for (typed, says) in [
+            ("\\q", "unknown escape \\q"),
+            ("a\\xb", "unknown escape \\x"),
+            ("\\\\\\r", "unknown escape \\r"),
+            ("tail\\", "ends in a lone backslash"),
+            ("\\", "ends in a lone backslash"),
+        ] {
+            let e = unescape_stop(typed).unwrap_err();
+            assert!(e.contains(says) && e.contains(&format!("'{typed}'")), "{typed:?}: {e}");
+            assert!(e.contains("\\n (a newline), \\t (a tab), \\s (a space) and \\\\ (a backslash)"), "{e}");
+        }
+    }
+
+    /// A stop text matches only text the model wrote: not a U+FFFD that a byte-level BPE's decoder
+    /// puts for a lone byte (a continuation byte, or a lead byte cut short by the next token),
+    /// but a U+FFFD the model wrote as its three bytes; with a character tokenizer every
+    /// character is written.
+    #[test]
+    fn a_stop_text_matches_no_u_fffd_the_model_did_not_write() {
+        let tok = crate::tokenizer::train_bpe(&"To be, or not to be: that is the question.\n".repeat(40), 270).unwrap();
+        let t = match &tok {
+            Tokenizer::Bpe(t) => t,
+            Tokenizer::Char(_) => unreachable!("a BPE"),
+        };
+        // The byte table is the tokenizer's own: every token decodes to its bytes as read here.
+        for id in 0..tok.vocab_size() as u32 {
+            let token = t.id_to_token(id).unwrap();
+            if let Some(b) = token.chars().map(byte_level_byte).collect::<Option<Vec<u8>>>() {
+                assert_eq!(String::from_utf8_lossy(&b), tok.decode(&[id]).unwrap(), "id {id} {token:?}");
+            }
+        }
+        let e_acute = tok.encode("é").unwrap(); // C3 A9: two byte tokens (no merge of them)
+        let fffd = tok.encode("\u{FFFD}").unwrap(); // EF BF BD, as the model would write it
+        assert_eq!((e_acute.len(), fffd.len()), (2, 3));
+        let (lead, cont) = (e_acute[0], e_acute[1]);
+        let tt = tok.encode("t").unwrap()[0];
+        let stops = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // Streams `ids`: per token the cut each stop text list gives, the text and the offsets.
+        let run = |ids: &[u32], st: &[String]| {
+            let (mut stream, mut un, mut text, mut cuts) = (tok.stream(), Unwritten::default(), String::new(), vec![]);
+            for &id in ids {
+                let piece = stream.push(id).unwrap();
+                un.push(&tok, id, &piece, text.len());
+                text.push_str(&piece);
+                cuts.push(stop_cut_written(&text, piece.len(), st, un.offsets()));
+            }
+            (cuts, text, un.offsets().to_vec())
+        };
+        // A lone continuation byte, then U+FFFD written, then "t".
+        let ids: Vec<u32> = [vec![cont], fffd.clone(), vec![tt]].concat();
+        let (cuts, text, at) = run(&ids, &stops(&["\u{FFFD}"]));
+        assert_eq!((text.as_str(), at.as_slice()), ("\u{FFFD}\u{FFFD}t", &[0][..]));
+        assert_eq!(cuts, [None, None, None, Some(3), None], "stops at the written U+FFFD only");
+        // A lead byte cut short by "t": the "t" stops, "\u{FFFD}t" does not.
+        let (cuts, text, at) = run(&[lead, tt], &stops(&["\u{FFFD}t"]));
+        assert_eq!((text.as_str(), at.as_slice(), cuts.as_slice()), ("\u{FFFD}t", &[0][..], &[None, None][..]));
+        assert_eq!(run(&[lead, tt], &stops(&["t"])).0, [None, Some(4)]);
+        // An incomplete character at the end is held back: nothing to match.
+        assert_eq!(run(&[tt, lead], &stops(&["\u{FFFD}"])).0, [None, None]);
+        // The first match is unwritten, a later one in the same piece is not: the later one.
+        assert_eq!(stop_cut_written("a\u{FFFD}b\u{FFFD}", 8, &stops(&["\u{FFFD}"]), &[1]), Some(8));
+        assert_eq!(stop_cut_written("a\u{FFFD}b\u{FFFD}", 8, &stops(&["\u{FFFD}"]), &[1, 5]), None);
+        // A character tokenizer's U+FFFD is a character of its vocabulary: written.
+        let chars = Tokenizer::Char(crate::tokenizer::CharTokenizer::from_chars(vec!['a', '\u{FFFD}']));
+        let mut un = Unwritten::default();
+        un.push(&chars, 1, "\u{FFFD}", 1);
+        assert!(un.offsets().is_empty());
     }
 }
 
 /// A stop text as typed (`--stop`, chat's `/set stop`): `\n` a newline, `\t` a tab, `\s` a
-/// space (a lone space, or one at either end, which a command line trims), `\\` one backslash;
-/// any other backslash stays as it is (a newline typed as itself, `--stop $'\n'`, too).
-pub fn unescape_stop(typed: &str) -> String {
+/// space (a lone space, or one at either end, which a command line trims), `\\` one backslash
+/// (a newline typed as itself, `--stop $'\n'`, is one too). Any other backslash is refused, naming
+/// the escape and the four there are: a `\q` or a trailing `\` taken as it is would be a stop
+/// text nobody meant.
+pub fn unescape_stop(typed: &str) -> std::result::Result<String, String> {
     let mut out = String::with_capacity(typed.len());
-    let mut chars = typed.chars().peekable();
+    let mut chars = typed.chars();
     while let Some(c) = chars.next() {
-        let escaped = match (c, chars.peek()) {
-            ('\\', Some('n')) => Some('\n'),
-            ('\\', Some('t')) => Some('\t'),
-            ('\\', Some('s')) => Some(' '),
-            ('\\', Some('\\')) => Some('\\'),
-            _ => None,
-        };
-        match escaped {
-            Some(e) => {
-                chars.next();
-                out.push(e);
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        out.push(match chars.next() {
+            Some('n') => '\n',
+            Some('t') => '\t',
+            Some('s') => ' ',
+            Some('\\') => '\\',
+            Some(other) => {
+                return Err(format!(
+                    "'{typed}': unknown escape \\{other}; the escapes are \\n (a newline), \\t (a tab), \\s (a \
+                     space) and \\\\ (a backslash): write \\\\{other} for a backslash and '{other}'"
+                ));
             }
-            None => out.push(c),
+            None => {
+                return Err(format!(
+                    "'{typed}' ends in a lone backslash; the escapes are \\n (a newline), \\t (a tab), \\s (a \
+                     space) and \\\\ (a backslash): write \\\\ at the end for a backslash"
+                ));
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// Which characters U+FFFD of a generation's text the model did not write: those its tokenizer's
+/// decoder put for bytes that form no character (a lone byte token, a character cut short). A
+/// stop text matches only text the model wrote, so such a U+FFFD never matches one
+/// ([`stop_cut_written`]). Exact for a character tokenizer (each character is one the model
+/// wrote) and a byte-level BPE (the token's bytes are decoded here as its stream decodes them);
+/// another decoder's U+FFFD cannot be told from a written one, and none of them is taken as
+/// written.
+#[derive(Debug, Clone, Default)]
+pub struct Unwritten {
+    /// Byte-level BPE: the bytes of an incomplete character held back, as the stream holds them.
+    held: Vec<u8>,
+    /// Byte offsets in the text of the U+FFFD the model did not write.
+    at: Vec<usize>,
+}
+
+impl Unwritten {
+    /// Takes the `piece` of text that token `id` completed, appended to a text of `offset`
+    /// bytes: the U+FFFD in it that stand for no character are noted.
+    pub fn push(&mut self, tok: &Tokenizer, id: u32, piece: &str, offset: usize) {
+        let fffd = |s: &str| s.match_indices(char::REPLACEMENT_CHARACTER).map(|(i, _)| i).collect::<Vec<_>>();
+        match tok {
+            Tokenizer::Char(_) => {}
+            Tokenizer::Bpe(t) if matches!(t.get_decoder(), Some(tokenizers::DecoderWrapper::ByteLevel(_))) => {
+                let Some(token) = t.id_to_token(id) else { return };
+                // As the stream decoder does: every character to its byte, or (an added token)
+                // the token's UTF-8 as it is.
+                match token.chars().map(byte_level_byte).collect::<Option<Vec<u8>>>() {
+                    Some(b) => self.held.extend(b),
+                    None => self.held.extend(token.as_bytes()),
+                }
+                let (mut text, mut substituted) = (String::new(), Vec::new());
+                loop {
+                    match std::str::from_utf8(&self.held) {
+                        Ok(s) => {
+                            text.push_str(s);
+                            self.held.clear();
+                            break;
+                        }
+                        Err(e) => {
+                            let valid = e.valid_up_to();
+                            text.push_str(std::str::from_utf8(&self.held[..valid]).expect("valid prefix"));
+                            let Some(n) = e.error_len() else {
+                                self.held.drain(..valid);
+                                break;
+                            };
+                            substituted.push(text.len());
+                            text.push(char::REPLACEMENT_CHARACTER);
+                            self.held.drain(..valid + n);
+                        }
+                    }
+                }
+                // (The same bytes as the stream's; should the two ever differ, no U+FFFD of the
+                // piece is taken as written.)
+                let at = if text == piece { substituted } else { fffd(piece) };
+                self.at.extend(at.into_iter().map(|i| offset + i));
+            }
+            Tokenizer::Bpe(_) => self.at.extend(fffd(piece).into_iter().map(|i| offset + i)),
         }
     }
-    out
+
+    /// Byte offsets in the text of the U+FFFD the model did not write.
+    pub fn offsets(&self) -> &[usize] {
+        &self.at
+    }
+}
+
+/// The byte a character of a byte-level BPE token stands for (GPT-2's table: the printable bytes
+/// stand for themselves, the others in order for U+0100, U+0101, …), `None` for another character.
+fn byte_level_byte(c: char) -> Option<u8> {
+    let printable = |b: u32| matches!(b, 0x21..=0x7E | 0xA1..=0xAC | 0xAE..=0xFF);
+    let u = c as u32;
+    if u <= 0xFF {
+        return printable(u).then_some(u as u8);
+    }
+    let n = (u - 0x100) as usize;
+    (0u32..=0xFF).filter(|&b| !printable(b)).nth(n).map(|b| b as u8)
 }
 
 /// Where a stop text ends in the newest piece of generated text: `text` is the generated text
@@ -290,6 +445,12 @@ pub fn unescape_stop(typed: &str) -> String {
 /// when none does. A stop text may begin in earlier pieces and end inside this one (a BPE token
 /// holds several characters: `Mar` ends inside ` Marcius`).
 pub fn stop_cut(text: &str, piece_len: usize, stops: &[String]) -> Option<usize> {
+    stop_cut_written(text, piece_len, stops, &[])
+}
+
+/// [`stop_cut`] where the U+FFFD at the byte offsets `unwritten` (sorted) stand for no character
+/// the model wrote ([`Unwritten`]): a stop text that would match one of them does not match there.
+pub fn stop_cut_written(text: &str, piece_len: usize, stops: &[String], unwritten: &[usize]) -> Option<usize> {
     let start = text.len().checked_sub(piece_len)?;
     stops
         .iter()
@@ -301,9 +462,21 @@ pub fn stop_cut(text: &str, piece_len: usize, stops: &[String]) -> Option<usize>
             while !text.is_char_boundary(from) {
                 from -= 1;
             }
-            let at = text[from..].find(st.as_str())? + from;
-            let end = at + st.len();
-            (end > start).then_some(end - start)
+            loop {
+                let at = text[from..].find(st.as_str())? + from;
+                let end = at + st.len();
+                if end <= start {
+                    from = at + text[at..].chars().next().map_or(1, char::len_utf8);
+                    continue;
+                }
+                // (The first unwritten U+FFFD at or after `at`: inside the match or not.)
+                let i = unwritten.partition_point(|&u| u < at);
+                if unwritten.get(i).is_some_and(|&u| u < end) {
+                    from = at + text[at..].chars().next().map_or(1, char::len_utf8);
+                    continue;
+                }
+                return Some(end - start);
+            }
         })
         .min()
 }
@@ -475,6 +648,8 @@ pub struct Generator<'a> {
     sampler: Sampler,
     stream: crate::tokenizer::StreamDecoder<'a>,
     text: String,
+    /// The U+FFFD of `text` that stand for no character the model wrote.
+    unwritten: Unwritten,
     trace: bool,
     /// Alternatives each sampled token is scored with for its [`GenStep`] (`None`: not scored).
     score_top: Option<usize>,
@@ -584,6 +759,7 @@ impl<'a> Generator<'a> {
             // Byte-level BPE can split a character over tokens: stream whole characters only.
             stream: tok.stream(),
             text: String::new(),
+            unwritten: Unwritten::default(),
             trace,
             score_top: None,
             prompt_traces,
@@ -696,6 +872,7 @@ impl<'a> Generator<'a> {
     pub fn end_reply(&mut self) -> String {
         let rest = std::mem::replace(&mut self.stream, self.tok.stream()).finish().unwrap_or_default();
         self.text.clear();
+        self.unwritten = Unwritten::default();
         rest
     }
 
@@ -713,6 +890,13 @@ impl<'a> Generator<'a> {
     /// The text generated so far.
     pub fn text(&self) -> &str {
         &self.text
+    }
+
+    /// Where a stop text ends in the newest piece of the text generated so far, `piece_len` bytes
+    /// ([`stop_cut`]), matching only text the model wrote: not a U+FFFD its tokenizer put for
+    /// bytes that form no character ([`Unwritten`]).
+    pub fn stop_cut(&self, piece_len: usize, stops: &[String]) -> Option<usize> {
+        stop_cut_written(&self.text, piece_len, stops, self.unwritten.offsets())
     }
 
     /// Samples the next token and feeds it to the model (so its trace, and the logits of the
@@ -747,6 +931,7 @@ impl<'a> Generator<'a> {
         }
         self.history.push(next);
         let piece = self.stream.push(next).unwrap_or_default();
+        self.unwritten.push(self.tok, next, &piece, self.text.len());
         self.text.push_str(&piece);
         let mut trace =
             self.trace.then(|| TokenTrace { token: next, text: piece.clone(), score, ..Default::default() });
@@ -999,7 +1184,7 @@ pub fn generate_scored(
             out.traces.push(t);
         }
         // A stop text ends the text right after it, even inside the token's text.
-        if let Some(keep) = stop_cut(g.text(), s.piece.len(), &opts.stop) {
+        if let Some(keep) = g.stop_cut(s.piece.len(), &opts.stop) {
             on_token(&s.piece[..keep]);
             *sampler = g.sampler;
             out.stop = Stop::StopText;
@@ -1299,6 +1484,10 @@ pub fn first_difference(a: &[u32], b: &[u32]) -> Option<usize> {
 pub struct Comparison {
     pub original: Vec<u32>,
     pub intervened: Vec<u32>,
+    /// Each continuation's text as generation streams it (cut right after a stop text, even
+    /// inside its last token).
+    pub original_text: String,
+    pub intervened_text: String,
     /// Index of the first generated token that differs (`None`: identical).
     pub first_difference: Option<usize>,
     /// Per original continuation token: log p under the interventions − log p without them.
@@ -1316,16 +1505,17 @@ pub fn compare(
     beta_maps: Vec<crate::kernels::delta::BetaMap>,
     k_mean: &[bool],
 ) -> Result<Comparison> {
-    let run = |maps: Option<Vec<crate::kernels::delta::BetaMap>>, k_mean: &[bool]| -> Result<Vec<u32>> {
+    let run = |maps: Option<Vec<crate::kernels::delta::BetaMap>>, k_mean: &[bool]| -> Result<(Vec<u32>, String)> {
         let o = GenOptions { beta_maps: maps, k_mean: k_mean.to_vec(), trace: false, ..opts.clone() };
         let mut s = Sampler::new(sampler.clone());
-        Ok(generate(model, tok, prompt, &o, &mut s, |_| {})?.0)
+        let mut text = String::new();
+        Ok((generate(model, tok, prompt, &o, &mut s, |t| text.push_str(t))?.0, text))
     };
-    let original = run(None, &[])?;
-    let intervened = run(Some(beta_maps.clone()), k_mean)?;
+    let (original, original_text) = run(None, &[])?;
+    let (intervened, intervened_text) = run(Some(beta_maps.clone()), k_mean)?;
     let first_difference = first_difference(&original, &intervened);
     let delta_logprob = delta_logprobs(model, prompt, &original, beta_maps, k_mean)?;
-    Ok(Comparison { original, intervened, first_difference, delta_logprob })
+    Ok(Comparison { original, intervened, original_text, intervened_text, first_difference, delta_logprob })
 }
 
 /// Loads a checkpoint directory for inference (no optimizer state): the model on `gpu` and its
@@ -1462,7 +1652,8 @@ pub struct TraceOrigin {
 pub struct TraceTurn {
     /// Index of the turn's first traced token (its line's).
     pub from_token: usize,
-    /// The reply's sampling, with the turn's own seed (the chat's seed plus the turn number).
+    /// The reply's sampling, with the turn's own seed (the chat's seed plus the turns since it
+    /// was given: `--seed`, or the last `/set seed`).
     pub sampling: SamplerConfig,
     pub max_tokens: usize,
     /// Stop texts besides a blank line.

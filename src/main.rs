@@ -74,6 +74,11 @@ fn check_env() -> Result<(), String> {
 
 /// Standard input as text, refused past `cap` bytes (a pipe from /dev/zero would never end).
 fn read_stdin_capped(what: &str, cap: u64) -> Result<String> {
+    read_stdin_capped_or(what, cap, "give a file instead")
+}
+
+/// [`read_stdin_capped`] whose refusal past `cap` gives `remedy`.
+fn read_stdin_capped_or(what: &str, cap: u64, remedy: &str) -> Result<String> {
     use std::io::Read;
     let mut bytes = Vec::new();
     std::io::stdin()
@@ -81,7 +86,7 @@ fn read_stdin_capped(what: &str, cap: u64) -> Result<String> {
         .read_to_end(&mut bytes)
         .with_context(|| format!("{what}: reading standard input"))?;
     if bytes.len() as u64 > cap {
-        anyhow::bail!("{what}: standard input gave more than {} MiB; give a file instead", cap >> 20);
+        anyhow::bail!("{what}: standard input gave more than {} MiB; {remedy}", cap >> 20);
     }
     String::from_utf8(bytes).map_err(|e| {
         anyhow::anyhow!(
@@ -663,7 +668,11 @@ pub(crate) fn generate_cmd(
         how;
     let s = sa.sampler()?;
     let from_stdin = prompt == "-";
-    let prompt = if from_stdin { read_stdin_capped("--prompt -", 256 << 20)? } else { prompt.to_string() };
+    // (What a prompt that long can mean: generation reads its last context of tokens.)
+    let too_long = "generation reads only the prompt's last max_seq_len tokens (the model's context; `ddl info \
+                    --checkpoint DIR` gives it): pipe in its end, e.g. `tail -n 1000 FILE | ddl generate … --prompt -`; \
+                    to score a long text, `ddl eval --checkpoint DIR --text FILE --per-token OUT.tsv`";
+    let prompt = if from_stdin { read_stdin_capped_or("--prompt -", 256 << 20, too_long)? } else { prompt.to_string() };
     if prompt.is_empty() {
         if from_stdin {
             anyhow::bail!("--prompt -: standard input was empty: pipe the prompt in (… | ddl generate --prompt -)");
@@ -724,7 +733,7 @@ pub(crate) fn generate_cmd(
             ids.len()
         );
     }
-    let stops = sa.stops();
+    let stops = sa.stops()?;
     note_unreachable_stops(&tok, &stops);
     let opts = ddl::generate::GenOptions {
         max_tokens: sa.max_tokens,
@@ -740,8 +749,9 @@ pub(crate) fn generate_cmd(
         let text = |t: &[u32]| tok.decode(t).unwrap_or_default();
         // (Each text ends its line: no blank line after one that ends in a newline.)
         let line = |t: String| if t.ends_with('\n') { t } else { t + "\n" };
-        print!("--- original ---\n{}", line(format!("{prompt}{}", text(&c.original))));
-        print!("--- with {} ---\n{}", interventions.describe(), line(format!("{prompt}{}", text(&c.intervened))));
+        // (The texts as generation printed them: cut right after a stop text.)
+        print!("--- original ---\n{}", line(format!("{prompt}{}", c.original_text)));
+        print!("--- with {} ---\n{}", interventions.describe(), line(format!("{prompt}{}", c.intervened_text)));
         println!("---");
         match c.first_difference {
             None => println!("the continuations are identical ({} tokens)", c.original.len()),
@@ -791,13 +801,18 @@ pub(crate) fn generate_cmd(
         let seed = cfg.seed;
         let mut sampler = ddl::generate::Sampler::new(cfg);
         if json {
-            let g = ddl::generate::generate_scored(&model, &tok, &ids, &opts, &mut sampler, logprobs, |_| {})?;
+            // The text as it would be printed: cut right after a stop text, even inside the last
+            // token (which `tokens` holds whole).
+            let mut text = String::new();
+            let g = ddl::generate::generate_scored(&model, &tok, &ids, &opts, &mut sampler, logprobs, |t| {
+                text.push_str(t)
+            })?;
             let mut line = serde_json::json!({
                 "sample": i + 1,
                 "seed": seed,
                 "prompt": prompt,
                 "prompt_tokens": ids.len().min(cap),
-                "text": tok.decode(&g.tokens).unwrap_or_default(),
+                "text": text,
                 "tokens": g.tokens,
                 "stop": g.stop,
             });
@@ -885,7 +900,7 @@ fn chat(
 ) -> Result<()> {
     use std::io::IsTerminal;
     let settings =
-        ddl::chat::ChatSettings { sampler: sa.sampler()?, max_tokens: sa.max_tokens, stop: sa.stops(), logprobs };
+        ddl::chat::ChatSettings { sampler: sa.sampler()?, max_tokens: sa.max_tokens, stop: sa.stops()?, logprobs };
     let trace = opts.trace;
     if let Some(t) = trace {
         ddl::generate::check_trace_path(t).map_err(anyhow::Error::msg)?;

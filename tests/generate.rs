@@ -1,0 +1,251 @@
+//! `ddl generate` and `ddl chat` through the real CLI: what `--json` says matches what is printed,
+//! stop texts match only text the model wrote, a chat's seeds follow `/set seed`, and bad input
+//! (escapes, counts, a folder that is not a run's, too much standard input) is a clear error.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn ddl(dir: &Path) -> Command {
+    ddl::testing::ddl_command(env!("CARGO_BIN_EXE_ddl"), dir)
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Runs `ddl args`, which must succeed; returns its output.
+fn ok(dir: &Path, args: &[&str]) -> Output {
+    let o = ddl(dir).args(args).output().unwrap();
+    assert!(o.status.success(), "`ddl {}`:\n{}", args.join(" "), text(&o));
+    o
+}
+
+/// Runs `ddl args`, which must fail with our error or clap's (never a panic), every needle in
+/// its output; returns the output's text.
+fn fails(dir: &Path, args: &[&str], needles: &[&str]) -> String {
+    let o = ddl(dir).args(args).output().unwrap();
+    let t = text(&o);
+    assert!(matches!(o.status.code(), Some(1 | 2)), "`ddl {}`: {:?}\n{t}", args.join(" "), o.status);
+    assert!(!t.contains("panicked"), "{t}");
+    for n in needles {
+        assert!(t.contains(n), "`ddl {}`: expected {n:?} in:\n{t}", args.join(" "));
+    }
+    t
+}
+
+/// A small model with a byte-level BPE of 300 tokens (`ddl tokenizer train`), trained 2 steps:
+/// its output is near random, many tokens of several characters and many lone bytes.
+fn bpe_run(dir: &Path) -> PathBuf {
+    let corpus = ddl::testing::small_corpus(dir);
+    let tok = dir.join("tok.json");
+    let tok_s = tok.to_str().unwrap();
+    ok(dir, &["tokenizer", "train", "--corpus", &corpus, "--vocab-size", "300", "--out", tok_s]);
+    let out = dir.join("run");
+    let mut a = vec!["train", "--variant", "ddl", "--corpus", &corpus, "--tokenizer", tok_s, "--steps", "2"];
+    a.extend_from_slice(ddl::testing::SMALL_MODEL_FLAGS);
+    a.extend_from_slice(&["--set", "train.val_max_tokens=512", "--out", out.to_str().unwrap()]);
+    ok(dir, &a);
+    out
+}
+
+/// Chat's lines `input` through `ddl chat --checkpoint run args`; returns stdout and stderr.
+fn chat(dir: &Path, run: &Path, args: &[&str], input: &str) -> (String, String) {
+    let mut child = ddl(dir)
+        .args(["chat", "--checkpoint", run.to_str().unwrap()])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    }
+    let o = child.wait_with_output().unwrap();
+    let (out, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
+    assert!(o.status.success() && !err.contains("panicked"), "{out}{err}");
+    (out, err)
+}
+
+/// The seed of each turn a chat trace records.
+fn turn_seeds(trace: &Path) -> Vec<u64> {
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(trace.with_extension("json")).unwrap()).unwrap();
+    j["turns"].as_array().unwrap().iter().map(|t| t["sampling"]["seed"].as_u64().unwrap()).collect()
+}
+
+#[test]
+fn json_text_is_the_printed_text_and_stop_texts_match_only_what_the_model_wrote() {
+    let dir = ddl::testing::scratch_dir("generate-json");
+    let run = bpe_run(&dir);
+    let r = run.to_str().unwrap();
+    let tok = ddl::train::checkpoint::load(&run, false).unwrap().tokenizer;
+    // With a stop text the printed text ends right after it, inside its last token where it ends
+    // there: `--json`'s `text` is that text, `tokens` every token sampled (the last whole).
+    let mut cut_inside = None;
+    for seed in 1..=6 {
+        for stop in ["e", "t"] {
+            let seed = seed.to_string();
+            let base = ["generate", "--checkpoint", r, "--prompt", "ROMEO:", "--max-tokens", "30"];
+            let args: Vec<&str> =
+                base.iter().copied().chain(["--seed", &seed, "--temperature", "1", "--stop", stop]).collect();
+            let printed = String::from_utf8(ok(&dir, &args).stdout).unwrap();
+            let json_args: Vec<&str> = args.iter().copied().chain(["--json"]).collect();
+            let line: serde_json::Value = serde_json::from_slice(&ok(&dir, &json_args).stdout).unwrap();
+            let t = line["text"].as_str().unwrap();
+            let newline = if t.ends_with('\n') { "" } else { "\n" };
+            assert_eq!(printed, format!("ROMEO:{t}{newline}"), "seed {seed} --stop {stop}: {line}");
+            if line["stop"] == "stop_text" {
+                assert!(t.ends_with(stop), "{line}");
+                let ids: Vec<u32> =
+                    line["tokens"].as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect();
+                let whole = tok.decode(&ids).unwrap();
+                assert!(whole.starts_with(t), "{whole:?} {line}");
+                if whole != t && cut_inside.is_none() {
+                    cut_inside = Some((args.iter().map(|a| a.to_string()).collect::<Vec<_>>(), printed.clone()));
+                }
+            }
+        }
+    }
+    let Some((args, printed)) = cut_inside else {
+        panic!("no stop text ended inside a token: the test checked nothing that differs")
+    };
+    // `--compare` shows the continuation as generation printed it too.
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    args.extend(["--intervene", "all:beta=0", "--compare"]);
+    let o = String::from_utf8(ok(&dir, &args).stdout).unwrap();
+    assert!(o.starts_with(&format!("--- original ---\n{printed}--- with all:beta=0 ---\n")), "{o}\nvs\n{printed}");
+
+    // `--stop U+FFFD`: the near-random model writes lone bytes, which print as U+FFFD, but it
+    // never wrote U+FFFD itself (bytes EF BF BD): nothing stops.
+    let o = ok(
+        &dir,
+        &[
+            "generate",
+            "--checkpoint",
+            r,
+            "--prompt",
+            "ROMEO:",
+            "--max-tokens",
+            "30",
+            "--temperature",
+            "1.5",
+            "--samples",
+            "8",
+            "--seed",
+            "1",
+            "--stop",
+            "\u{FFFD}",
+            "--json",
+        ],
+    );
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 8);
+    assert!(lines.iter().any(|l| l["text"].as_str().unwrap().contains('\u{FFFD}')), "no lone byte: {lines:?}");
+    for l in &lines {
+        assert_ne!(l["stop"], "stop_text", "{l}");
+    }
+}
+
+#[test]
+fn a_chat_seed_set_is_the_next_replys_and_a_seed_past_u64_is_refused_at_its_turn() {
+    let dir = ddl::testing::scratch_dir("generate-chat-seed");
+    let run = bpe_run(&dir);
+    let trace = dir.join("chat.safetensors");
+    let tr = trace.to_str().unwrap();
+    let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr], "A\n/set seed 5\nB\nC\n/settings\n");
+    assert_eq!(turn_seeds(&trace), [0, 5, 6], "{err}");
+    assert!(err.contains("(seed = 5: the next reply's seed, each reply after it one more)"), "{err}");
+    assert!(err.contains("next reply's seed 7"), "{err}");
+    // Set again to the seed it already is: the next reply's again.
+    let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr, "--seed", "4"], "A\nB\n/set seed 4\nC\n");
+    assert_eq!(turn_seeds(&trace), [4, 5, 4], "{err}");
+    // The largest seed: its turn, then the next one's would pass 2^64 − 1: refused, said with the
+    // remedy, the conversation as it was; `/set seed` goes on.
+    let max = u64::MAX.to_string();
+    let (out, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr, "--seed", &max], "A\nB\n/set seed 9\nB\n");
+    assert!(err.contains("past 2^64 − 1") && err.contains("/set seed N") && err.contains("as it was"), "{err}");
+    assert_eq!(turn_seeds(&trace), [u64::MAX, 9], "{out}{err}");
+    // A stop text's unknown escape is refused, naming the escapes there are.
+    let (_, err) = chat(&dir, &run, &["--max-tokens", "3"], "/set stop \\q\n/set stop a\\\n/settings\n");
+    assert!(err.contains("unknown escape \\q") && err.contains("ends in a lone backslash"), "{err}");
+    assert!(err.contains("stop []"), "nothing was added: {err}");
+}
+
+#[test]
+fn bad_generation_input_is_a_clear_error_with_a_remedy_that_works() {
+    let dir = ddl::testing::scratch_dir("generate-bad");
+    let run = bpe_run(&dir);
+    let r = run.to_str().unwrap();
+    let g = |extra: &[&str], needles: &[&str]| {
+        let a: Vec<&str> =
+            ["generate", "--checkpoint", r, "--prompt", "hi"].iter().copied().chain(extra.iter().copied()).collect();
+        fails(&dir, &a, needles)
+    };
+    // --max-tokens takes 1 and more: its message says so for a negative number too.
+    let e = g(&["--max-tokens", "-1"], &["--max-tokens", "≥ 1", "not a negative one"]);
+    assert!(!e.contains("≥ 0"), "{e}");
+    g(&["--max-tokens", "0"], &["--max-tokens", "at least 1"]);
+    // Unknown escapes in a stop text, and a trailing backslash.
+    g(&["--stop", "\\q"], &["--stop '\\q': unknown escape \\q", "\\n (a newline)", "\\\\ (a backslash)"]);
+    g(&["--stop", "end\\"], &["--stop 'end\\'", "lone backslash"]);
+    fails(&dir, &["chat", "--checkpoint", r, "--stop", "\\x"], &["--stop '\\x': unknown escape \\x"]);
+
+    // An experiment's folder for a run: said, with its runs.
+    let exp = dir.join("exp");
+    let runs = exp.join("runs");
+    for name in ["ddl-seed1", "ddl-seed2"] {
+        std::fs::create_dir_all(runs.join(name)).unwrap();
+        for f in ["model.safetensors", "config.toml"] {
+            std::fs::copy(run.join(f), runs.join(name).join(f)).unwrap();
+        }
+    }
+    std::fs::write(exp.join("experiment.toml"), "").unwrap();
+    let want = format!("'{}' is an experiment's folder: its runs are in '{}'", exp.display(), runs.display());
+    let e = runs.join("ddl-seed1").display().to_string();
+    for cmd in ["generate", "chat"] {
+        let mut a = vec![cmd, "--checkpoint", exp.to_str().unwrap()];
+        if cmd == "generate" {
+            a.extend(["--prompt", "hi"]);
+        }
+        fails(&dir, &a, &[&want, "(ddl-seed1, ddl-seed2)", &format!("e.g. '{e}'")]);
+    }
+    // One whose runs have no checkpoint yet.
+    let empty = dir.join("exp2");
+    std::fs::create_dir_all(empty.join("runs")).unwrap();
+    fails(
+        &dir,
+        &["generate", "--checkpoint", empty.to_str().unwrap(), "--prompt", "hi"],
+        &["is an experiment's folder", "no run in its runs/ has a checkpoint yet", "runs/NAME"],
+    );
+
+    // More than 256 MiB on standard input: the remedy says what generation reads of a prompt.
+    let mut child = ddl(&dir)
+        .args(["generate", "--checkpoint", r, "--prompt", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        let block = vec![b'a'; 1 << 20];
+        // (It stops reading past the cap: the pipe then breaks.)
+        for _ in 0..257 {
+            if stdin.write_all(&block).is_err() {
+                break;
+            }
+        }
+    });
+    let o = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    for n in ["more than 256 MiB", "last max_seq_len tokens", "tail -n", "ddl eval"] {
+        assert!(t.contains(n), "expected {n:?} in {t}");
+    }
+    assert!(!t.contains("give a file instead"), "--prompt takes no file: {t}");
+}
