@@ -369,8 +369,10 @@ pub fn check_stored(gpu: &Arc<Gpu>, g: &Golden, st: crate::model::Storage) -> Re
     let tokens = g.i32("input.tokens", &[b, t])?;
     let targets = g.i32("input.targets", &[b, t])?;
     let mut model = Model::with_params(gpu.clone(), cfg.clone(), &flat).map_err(gpu_err)?;
-    model.set_state_f16(state_f16).map_err(gpu_err)?;
+    // (The precision first, as ddl train sets them: on an adapter without f16 its refusal names
+    // --precision, not --f16-state.)
     model.set_precision(precision).map_err(gpu_err)?;
+    model.set_state_f16(state_f16).map_err(gpu_err)?;
     model.set_head_chunk(st.head_chunk);
     // The file's decayed list must be what our ≥2-D rule gives.
     let ours: Vec<&str> = layout.specs.iter().filter(|s| s.decay).map(|s| s.name.as_str()).collect();

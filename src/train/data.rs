@@ -1252,10 +1252,11 @@ fn record(key: String, train_tokens: usize, val_tokens: usize, run: &crate::trai
 }
 
 /// The record `data.json` in the run folder `dir`: none (runs older than the record), or `Err`
-/// when it is there but malformed.
-pub fn saved_data_record(dir: &Path) -> Result<Option<serde_json::Value>, ()> {
-    let Ok(text) = std::fs::read_to_string(dir.join("data.json")) else { return Ok(None) };
-    serde_json::from_str::<serde_json::Value>(&text).ok().filter(|v| v["key"].is_string()).map(Some).ok_or(())
+/// with its path when it is there but malformed.
+pub fn saved_data_record(dir: &Path) -> Result<Option<serde_json::Value>, PathBuf> {
+    let path = dir.join("data.json");
+    let Ok(text) = std::fs::read_to_string(&path) else { return Ok(None) };
+    serde_json::from_str::<serde_json::Value>(&text).ok().filter(|v| v["key"].is_string()).map(Some).ok_or(path)
 }
 
 /// What is said of a malformed `data.json` at `path` when the run is to `doing`.
@@ -1282,7 +1283,7 @@ pub fn check_data_record(
         // (Runs older than the record have none.)
         Ok(None) => return Ok(()),
         Ok(Some(v)) => v,
-        Err(()) => return Err(crate::train::TrainError::Settings(malformed_record(&path, doing))),
+        Err(path) => return Err(crate::train::TrainError::Settings(malformed_record(&path, doing))),
     };
 
     if ["key", "train_tokens", "val_tokens"].iter().all(|k| saved[k] == now[k]) {

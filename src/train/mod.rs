@@ -904,8 +904,8 @@ pub fn out_problem(dir: &Path) -> Option<String> {
 /// its data, as far as can be told before the adapter opens: its record `data.json` malformed,
 /// its corpus or shards gone from where its config.toml (or the flag given now) says.
 pub fn resume_data_problem(run: &RunConfig, from: &Path, corpus_given: bool, data_given: bool) -> Option<String> {
-    if data::saved_data_record(from).is_err() {
-        return Some(data::malformed_record(&from.join("data.json"), "resume"));
+    if let Err(path) = data::saved_data_record(from) {
+        return Some(data::malformed_record(&path, "resume"));
     }
     let config = from.join("config.toml");
     if !run.data.is_empty() {
