@@ -466,7 +466,8 @@ fn runs_inside(missing: &Path) -> String {
     }
     let mut dir = missing.parent().unwrap_or(Path::new(".")).to_path_buf();
     // An experiment's folder (`ddl experiment --out`): its runs are in its `runs/`.
-    let experiment = crate::train::curves::is_experiment(&dir);
+    // (As `curves::is_experiment` tells one, which the browser's build leaves out.)
+    let experiment = dir.join("runs").is_dir() && !dir.join("metrics.jsonl").exists();
     if experiment {
         dir = dir.join("runs");
     }
