@@ -791,13 +791,7 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         // A resumed run's corpus is its own: restored there, or given where it is now (its
         // tokens are checked against data.json).
         Err(ddl::train::TrainError::Data(ddl::train::data::DataError::Missing(p))) if resume && a.corpus.is_none() => {
-            anyhow::bail!(
-                "the run's corpus '{}' (from {}) does not exist: a resumed run trains on the text it started on; \
-                 restore it there, or, if it moved, pass --corpus PATH where it is now (its tokens are checked \
-                 against the run's data.json)",
-                p.display(),
-                out.join("config.toml").display()
-            );
+            anyhow::bail!(ddl::train::resumed_corpus_missing(&p, &out.join("config.toml")));
         }
         s => s?,
     };
@@ -828,7 +822,7 @@ fn same_folder(a: &std::path::Path, b: &std::path::Path) -> bool {
 }
 
 /// The run's `train.checkpoint_every`, as its config.toml says (`?` where it does not read).
-fn a_checkpoint_every(out: &std::path::Path) -> String {
+fn checkpoint_every_of(out: &std::path::Path) -> String {
     ddl::train::RunConfig::read_file(out)
         .and_then(Result::ok)
         .map_or_else(|| "?".to_string(), |c| c.train.checkpoint_every.to_string())
@@ -904,7 +898,7 @@ fn report_training(
              {}), so its parameters are not kept{}; with train.checkpoint_every = train.eval_every every evaluated \
              step is saved and the best of them kept",
             stop.best_step,
-            a_checkpoint_every(out),
+            checkpoint_every_of(out),
             summary.best.as_ref().map(|b| format!(" (the best checkpoint is step {}'s)", b.step)).unwrap_or_default()
         );
     }

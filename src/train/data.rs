@@ -1176,10 +1176,7 @@ pub fn open_for_run(
     train.advise_random();
     let mut ds = Dataset::new(train, val, t.seq_len, tok.vocab_size(), key).map_err(|e| match e {
         // Say which data is too short.
-        DataError::TooShort { .. } => crate::train::TrainError::Settings(format!(
-            "{}: {e}",
-            if run.data.is_empty() { format!("--corpus {}", run.corpus) } else { format!("--data {}", run.data) }
-        )),
+        DataError::TooShort { .. } => crate::train::TrainError::Settings(format!("{}: {e}", source_flag(run))),
         e => e.into(),
     })?;
     ds.folder = Some(folder);
@@ -1245,9 +1242,14 @@ pub fn data_record(ds: &Dataset, run: &crate::train::RunConfig) -> serde_json::V
     v
 }
 
+/// A run's data as the flag that gives it: `--corpus PATH` or `--data PATH`.
+pub fn source_flag(run: &crate::train::RunConfig) -> String {
+    if run.data.is_empty() { format!("--corpus {}", run.corpus) } else { format!("--data {}", run.data) }
+}
+
 /// A [`data_record`] of these tokens (their identity and split sizes) from `run`'s data.
 fn record(key: String, train_tokens: usize, val_tokens: usize, run: &crate::train::RunConfig) -> serde_json::Value {
-    let source = if run.data.is_empty() { format!("--corpus {}", run.corpus) } else { format!("--data {}", run.data) };
+    let source = source_flag(run);
     serde_json::json!({"key": key, "train_tokens": train_tokens, "val_tokens": val_tokens, "source": source})
 }
 

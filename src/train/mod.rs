@@ -927,14 +927,19 @@ pub fn resume_data_problem(run: &RunConfig, from: &Path, corpus_given: bool, dat
     }
     Some(match corpus_given {
         true => data::DataError::Missing(corpus.to_path_buf()).to_string(),
-        false => format!(
-            "the run's corpus '{}' (from {}) does not exist: a resumed run trains on the text it started on; \
-             restore it there, or, if it moved, pass --corpus PATH where it is now (its tokens are checked against \
-             the run's data.json)",
-            run.corpus,
-            config.display()
-        ),
+        false => resumed_corpus_missing(corpus, &config),
     })
+}
+
+/// A resumed run's corpus `corpus` (from its `config`) is gone: what to do.
+pub fn resumed_corpus_missing(corpus: &Path, config: &Path) -> String {
+    format!(
+        "the run's corpus '{}' (from {}) does not exist: a resumed run trains on the text it started on; restore it \
+         there, or, if it moved, pass --corpus PATH where it is now (its tokens are checked against the run's \
+         data.json)",
+        corpus.display(),
+        config.display()
+    )
 }
 
 fn check_writable(dir: &Path) -> Result<(), TrainError> {

@@ -120,12 +120,7 @@ pub fn dry_run(
         for (split, have) in [("train", train), ("validation", val)] {
             if (have as usize) < need {
                 let e = data::DataError::TooShort { split, have: have as usize, need };
-                let source = if run.data.is_empty() {
-                    format!("--corpus {}", run.corpus)
-                } else {
-                    format!("--data {}", run.data)
-                };
-                refused = refused.or(Some(format!("{source}: {e}")));
+                refused = refused.or(Some(format!("{}: {e}", data::source_flag(&run))));
             }
         }
     }
