@@ -450,7 +450,7 @@ fn check_tokenizer_out(corpus: &std::path::Path, out: &std::path::Path, force: b
     // A missing folder is made after the training, as `ddl data prepare` makes its --out's; one
     // that cannot be (a file in its place) is refused now.
     let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    if let Some(file) = dir.ancestors().find(|a| !a.as_os_str().is_empty() && a.exists() && !a.is_dir()) {
+    if let Some(file) = ddl::train::data::file_in_the_way(dir) {
         anyhow::bail!(
             "--out {shown}: '{}' is a file, so the folder '{}' cannot be made; choose another --out",
             file.display(),

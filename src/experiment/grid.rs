@@ -25,7 +25,7 @@ fn any_run_trained(runs: &Path) -> bool {
 pub fn check_out(spec: &ExperimentSpec, out: &Path) -> Result<(), ExperimentError> {
     // A file at --out or above it: the grid's folder cannot be made (said before any device
     // opens, and by --dry-run).
-    if let Some(file) = out.ancestors().find(|a| !a.as_os_str().is_empty() && a.exists() && !a.is_dir()) {
+    if let Some(file) = crate::train::data::file_in_the_way(out) {
         return Err(ExperimentError::Report(format!(
             "--out '{}': '{}' is a file, so the experiment's folder cannot be made there; give a new folder's path (or \
              an experiment's, to resume it)",

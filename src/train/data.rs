@@ -1242,6 +1242,12 @@ pub fn data_record(ds: &Dataset, run: &crate::train::RunConfig) -> serde_json::V
     v
 }
 
+/// The file that stands where `path` or a folder above it would be (so that the folder cannot
+/// be made), if any.
+pub fn file_in_the_way(path: &Path) -> Option<&Path> {
+    path.ancestors().find(|a| !a.as_os_str().is_empty() && a.exists() && !a.is_dir())
+}
+
 /// A run's data as the flag that gives it: `--corpus PATH` or `--data PATH`.
 pub fn source_flag(run: &crate::train::RunConfig) -> String {
     if run.data.is_empty() { format!("--corpus {}", run.corpus) } else { format!("--data {}", run.data) }

@@ -890,7 +890,7 @@ pub fn out_problem(dir: &Path) -> Option<String> {
             dir.display()
         ));
     }
-    if let Some(file) = dir.ancestors().skip(1).find(|a| !a.as_os_str().is_empty() && a.exists() && !a.is_dir()) {
+    if let Some(file) = data::file_in_the_way(dir) {
         return Some(format!(
             "--out '{}': '{}' is a file, so the run's folder cannot be made there; choose another --out",
             dir.display(),
