@@ -125,12 +125,7 @@ fn config_keys(path: &std::path::Path) -> Vec<String> {
 /// Which of `--set` and `--config` gives the training setting `key` (`train.FIELD`), if either
 /// names it (even at the value it has): a flag that gives it too contradicts them.
 fn named_by(config: Option<&std::path::Path>, sets: &[String], key: &str) -> Option<&'static str> {
-    let field = key.rsplit('.').next().unwrap_or(key);
-    let by_set = sets.iter().any(|kv| {
-        let k = kv.split_once('=').map_or(kv.as_str(), |(k, _)| k).trim();
-        k == key || k == field
-    });
-    if by_set {
+    if crate::train_cmd::set_names(sets, key) {
         return Some("--set");
     }
     config.filter(|p| config_keys(p).iter().any(|k| k == key)).map(|_| "--config")

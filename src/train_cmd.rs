@@ -117,7 +117,7 @@ fn config_value(path: &std::path::Path, key: &str) -> Option<toml::Value> {
 
 /// Whether one of the `--set`s `sets` names `key` (`table.field`; `--set` takes the bare field
 /// too).
-fn set_names(sets: &[String], key: &str) -> bool {
+pub(crate) fn set_names(sets: &[String], key: &str) -> bool {
     let field = key.rsplit('.').next().unwrap_or(key);
     sets.iter().any(|kv| {
         let k = kv.split_once('=').map(|(k, _)| k.trim()).unwrap_or(kv);
