@@ -50,8 +50,13 @@ pub struct Paired {
     pub diff: Sample,
     pub t: f64,
     pub df: f64,
-    /// Two-sided p-value.
+    /// Two-sided p-value: Student's t's, or where `no_spread` the exact sign test's.
     pub p: f64,
+    /// Every difference is the same and not zero (e.g. accuracies over a few batches that differ
+    /// by the same count): the sample has no spread, so t is ±∞ and says nothing. `p` is then
+    /// the exact two-sided sign test's, 2^(1−n) (all n differences on one side), not 0, and the
+    /// interval [d, d] is no interval: reports say "no spread" instead.
+    pub no_spread: bool,
 }
 
 impl Paired {
@@ -64,17 +69,38 @@ impl Paired {
         let diff = Sample::of(&d);
         let df = (d.len() - 1) as f64;
         let se = diff.sd / (d.len() as f64).sqrt();
-        // Identical differences: no spread, the sign alone (t infinite, p 0), or no difference.
-        let t = if se > 0.0 {
-            diff.mean / se
-        } else if diff.mean == 0.0 {
-            0.0
-        } else {
+        // Identical differences: no difference at all (t 0, p 1), or no spread: the sign alone
+        // (t infinite; p of the sign test, every one of n differences on the same side).
+        // (A spread of rounding error counts as none: 0.31 − 0.30 and 0.11 − 0.10 differ in the
+        // last bit, which would make t about 1e15.)
+        let no_spread = diff.mean != 0.0 && diff.sd <= 1e-9 * diff.mean.abs();
+        let t = if no_spread {
             diff.mean.signum() * f64::INFINITY
+        } else if se > 0.0 {
+            diff.mean / se
+        } else {
+            0.0
         };
-        let p = if t.is_infinite() { 0.0 } else { two_sided_p(t, df) };
-        Some(Paired { diff, t, df, p })
+        let p = if no_spread { sign_test_p(d.len()) } else { two_sided_p(t, df) };
+        Some(Paired { diff, t, df, p, no_spread })
     }
+
+    /// What a report says of a test without spread (`None` for an ordinary t-test): "all 3
+    /// differences are +0.0100 (no spread: no t-test nor interval; sign test p = 0.250)".
+    pub fn no_spread_note(&self, decimals: usize) -> Option<String> {
+        self.no_spread.then(|| {
+            format!(
+                "all {} differences are {:+.*} (no spread: no t-test nor interval; exact sign test p = {:.3})",
+                self.diff.n, decimals, self.diff.mean, self.p
+            )
+        })
+    }
+}
+
+/// The exact two-sided sign test's p-value when all `n` differences fall on one side:
+/// 2 · 2^(−n), at most 1.
+pub fn sign_test_p(n: usize) -> f64 {
+    (2.0 * 0.5f64.powi(n.min(2000) as i32)).min(1.0)
 }
 
 /// Holm's step-down adjusted p-values (same order as `p`): the k-th smallest (k from 0) times
@@ -120,6 +146,32 @@ mod tests {
         // The sign follows a − b; fewer than two pairs is no test.
         assert!(Paired::of(&[(1.0, 2.0), (1.1, 2.0), (0.9, 2.05)]).unwrap().t < 0.0);
         assert!(Paired::of(&[(1.0, 2.0)]).is_none());
+    }
+
+    #[test]
+    fn differences_without_spread_get_the_sign_test_not_p_zero() {
+        // Two batches whose accuracies differ by the same 1/64: the t statistic is infinite, but
+        // two differences on one side are p = 0.5 by the sign test, nothing like p = 0.
+        let p = Paired::of(&[(0.5, 0.5 - 1.0 / 64.0), (0.25, 0.25 - 1.0 / 64.0)]).unwrap();
+        assert!(p.no_spread && p.t == f64::INFINITY && p.p == 0.5, "{p:?}");
+        assert_eq!(
+            p.no_spread_note(4).unwrap(),
+            "all 2 differences are +0.0156 (no spread: no t-test nor interval; exact sign test p = 0.500)"
+        );
+        // Six seeds the same amount lower: 2/64 = 0.03125, below 5 %.
+        let six: Vec<(f64, f64)> = (0..6).map(|i| (i as f64, i as f64 + 0.5)).collect();
+        let p = Paired::of(&six).unwrap();
+        assert!(p.no_spread && p.t == f64::NEG_INFINITY && (p.p - 0.03125).abs() < 1e-15, "{p:?}");
+        // Differences equal but for rounding (accuracies over 100 tokens) are no spread either.
+        let p = Paired::of(&[(0.31, 0.30), (0.11, 0.10), (0.52, 0.51)]).unwrap();
+        assert!(p.no_spread && p.p == 0.25, "{p:?}");
+        // No difference at all is no evidence either way, and not "no spread".
+        let p = Paired::of(&[(1.0, 1.0), (2.0, 2.0), (3.0, 3.0)]).unwrap();
+        assert!(!p.no_spread && p.t == 0.0 && p.p == 1.0 && p.no_spread_note(4).is_none(), "{p:?}");
+        // An ordinary sample is no such case.
+        assert!(!Paired::of(&[(2.13, 2.10), (2.12, 2.10)]).unwrap().no_spread);
+        assert_eq!(sign_test_p(1), 1.0);
+        assert!(sign_test_p(100_000) == 0.0 || sign_test_p(100_000) < 1e-300);
     }
 
     #[test]

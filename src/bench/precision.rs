@@ -176,10 +176,16 @@ pub fn precision_rows(gpu: &std::sync::Arc<Gpu>, b: &PrecisionBench, mut emit: i
         "bench": "precision", "preset": b.base.preset, "variant": b.base.model.variant.name(), "steps": b.steps, "seeds": b.seeds,
         "f32_mean": f32s.mean, "f32_sd": f32s.sd, "f16_mean": f16s.mean, "f16_sd": f16s.sd,
         "diff_mean": d.diff.mean, "diff_ci95": [d.diff.ci.0, d.diff.ci.1], "t": d.t, "df": d.df, "p": d.p,
-        "within_f32_spread": within,
+        "no_spread": d.no_spread, "within_f32_spread": within,
         "verdict": format!(
-            "f16 − f32 = {} (95 % interval [{}, {}], p = {:.3}, n = {}): {} the f32 seed spread (sd {:.4})",
-            signed_diff(d.diff.mean), signed_diff(d.diff.ci.0), signed_diff(d.diff.ci.1), d.p, pairs.len(),
+            "f16 − f32 = {} ({}, n = {}): {} the f32 seed spread (sd {:.4})",
+            signed_diff(d.diff.mean),
+            if d.no_spread {
+                format!("every seed the same: no spread, no interval; exact sign test p = {:.3}", d.p)
+            } else {
+                format!("95 % interval [{}, {}], p = {:.3}", signed_diff(d.diff.ci.0), signed_diff(d.diff.ci.1), d.p)
+            },
+            pairs.len(),
             if within { "within" } else { "OUTSIDE" }, f32s.sd
         ),
     })));

@@ -263,8 +263,8 @@ pub(super) fn section(
             forest.push(plot::Interval {
                 label: format!("{} {} {}", r.variant.name(), r.sublayer, r.part.action()),
                 mean: t.diff.mean,
-                lo: t.diff.ci.0,
-                hi: t.diff.ci.1,
+                lo: if t.no_spread { f64::NAN } else { t.diff.ci.0 },
+                hi: if t.no_spread { f64::NAN } else { t.diff.ci.1 },
                 significant: r.p_holm.is_some_and(|p| p < 0.05),
             });
         }
@@ -408,13 +408,16 @@ fn test_cells(r: &Row, words: impl Fn(bool) -> &'static str) -> String {
             } else {
                 format!("not distinguishable (p {} after Holm)", p_text(ph))
             };
+            // No spread (every seed's difference the same): no interval nor t, the sign test's p.
+            let (ci, tt, sign) = if t.no_spread {
+                ("no spread".to_string(), "—".to_string(), " (sign test)")
+            } else {
+                (format!("[{:+.4}, {:+.4}]", t.diff.ci.0, t.diff.ci.1), format!("{:.2}", t.t), "")
+            };
             format!(
-                "{} | {:+.4} | [{:+.4}, {:+.4}] | {:.2} ({}) | {} | {} | {verdict} |",
+                "{} | {:+.4} | {ci} | {tt} ({}) | {}{sign} | {} | {verdict} |",
                 t.diff.n,
                 t.diff.mean,
-                t.diff.ci.0,
-                t.diff.ci.1,
-                t.t,
                 t.df,
                 p_text(t.p).trim_start_matches("= "),
                 p_text(ph).trim_start_matches("= ")

@@ -146,23 +146,23 @@ fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> (String, 
             Some(t) => {
                 let v = verdict(*q, *a, *b, t.diff.mean, *ph);
                 md.push_str(&format!(
-                    "| {} − {} | {} | {:+.4} | {} | {:.2} ({}) | {} | {} | {v} |\n",
+                    "| {} − {} | {} | {:+.4} | {} | {} ({}) | {} | {} | {v} |\n",
                     a.name(),
                     b.name(),
                     t.diff.n,
                     t.diff.mean,
-                    interval(t.diff.ci),
-                    t.t,
+                    if t.no_spread { "no spread".into() } else { interval(t.diff.ci) },
+                    if t.no_spread { "—".to_string() } else { format!("{:.2}", t.t) },
                     t.df,
-                    p_text(t.p).trim_start_matches("= "),
+                    p_text(t.p).trim_start_matches("= ").to_string() + if t.no_spread { " (sign test)" } else { "" },
                     p_text(*ph).trim_start_matches("= ")
                 ));
                 verdicts.push(((*a, *b), (t.diff.mean, *ph)));
                 rows.push(plot::Interval {
                     label: format!("{} − {}", a.name(), b.name()),
                     mean: t.diff.mean,
-                    lo: t.diff.ci.0,
-                    hi: t.diff.ci.1,
+                    lo: if t.no_spread { f64::NAN } else { t.diff.ci.0 },
+                    hi: if t.no_spread { f64::NAN } else { t.diff.ci.1 },
                     significant: *ph < 0.05,
                 });
             }
@@ -174,6 +174,7 @@ fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> (String, 
         }
     }
     md.push('\n');
+    md.push_str(&no_spread_notes(&family, &tests, 4, ""));
     // The paper's ordering baseline > ddl_v1 > ddl: both adjacent gaps must hold.
     let gap = |a: Variant, b: Variant| verdicts.iter().find(|(k, _)| *k == (a, b)).map(|(_, x)| *x);
     if let (Some(g1), Some(g2)) = (gap(Variant::Baseline, Variant::DdlV1), gap(Variant::DdlV1, Variant::Ddl)) {
@@ -266,12 +267,18 @@ fn accuracy_section(results: &[RunResult], variants: &[Variant]) -> String {
                     (true, false) => format!("{b} more accurate (p {} after Holm)", p_text(*ph)),
                 };
                 let ci = t.diff.ci;
-                let ci = if ci.0.is_finite() { format!("[{:+.2}, {:+.2}]", ci.0, ci.1) } else { "—".into() };
+                let ci = if t.no_spread {
+                    "no spread".into()
+                } else if ci.0.is_finite() {
+                    format!("[{:+.2}, {:+.2}]", ci.0, ci.1)
+                } else {
+                    "—".into()
+                };
                 md.push_str(&format!(
                     "| {a} − {b} | {} | {:+.2} | {ci} | {} | {} | {verdict} |\n",
                     t.diff.n,
                     t.diff.mean,
-                    p_text(t.p).trim_start_matches("= "),
+                    p_text(t.p).trim_start_matches("= ").to_string() + if t.no_spread { " (sign test)" } else { "" },
                     p_text(*ph).trim_start_matches("= ")
                 ));
             }
@@ -279,7 +286,44 @@ fn accuracy_section(results: &[RunResult], variants: &[Variant]) -> String {
         }
     }
     md.push('\n');
+    md.push_str(&no_spread_notes(&family, &tests, 2, " points"));
     md
+}
+
+/// A paragraph naming the comparisons whose seeds all differ by the same amount (no spread: no
+/// t-test nor interval, the sign test's p instead); empty when there are none.
+fn no_spread_notes(
+    family: &[(Variant, Variant, Question)],
+    tests: &[Option<stats::Paired>],
+    decimals: usize,
+    unit: &str,
+) -> String {
+    let notes: Vec<String> = family
+        .iter()
+        .zip(tests)
+        .filter_map(|((a, b, _), t)| {
+            let t = t.as_ref()?;
+            let note = t.no_spread_note(decimals)?;
+            Some(format!(
+                "{} − {}: {}",
+                a.name(),
+                b.name(),
+                note.replacen(
+                    &format!("{:+.*}", decimals, t.diff.mean),
+                    &format!("{:+.*}{unit}", decimals, t.diff.mean),
+                    1
+                )
+            ))
+        })
+        .collect();
+    if notes.is_empty() {
+        return String::new();
+    }
+    format!(
+        "No spread: {}. Every seed's difference is the same there, so Student's t says nothing (t is infinite); \
+         the p given is the exact two-sided sign test's, 2^(1−seeds), and Holm adjusts it with the others.\n\n",
+        notes.join("; ")
+    )
 }
 
 /// "[1, 2, 3]", with the extra seeds of some variants.
@@ -636,7 +680,10 @@ mod tests {
             .flat_map(|v| (1..=seeds).map(move |seed| (v, seed)))
             .map(|(v, seed)| result(v, seed, loss(v, seed), &commit(seed)))
             .collect();
-        let dir = std::env::temp_dir().join(format!("ddl-report-test-{}-{seeds}", std::process::id()));
+        // (One folder per call: tests run in parallel, some with the same number of seeds.)
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("ddl-report-test-{}-{seeds}-{call}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = write_report(&dir, &s, &variants, &results, &[]).unwrap();
         let md = std::fs::read_to_string(path).unwrap();
@@ -841,6 +888,34 @@ mod tests {
         assert!(md.contains("1 run(s) made before it was logged are left out"), "{md}");
         assert!(md.contains("| baseline | 2 | 41.00 ± 1.41 |") && md.contains("| baseline − ddl | 2 |"), "{md}");
         assert!(md.contains("| baseline-seed3 | 2.0300 | |"), "{md}");
+        // Every seed 5 points apart: no spread, so no interval nor t-test; the sign test's p over
+        // three seeds (0.25), not p = 0 and "ddl more accurate".
+        let md = md_of([0.40, 0.42, 0.44, 0.45, 0.47, 0.49].map(Some));
+        assert!(
+            md.contains("| baseline − ddl | 3 | -5.00 | no spread | 0.250 (sign test) | 0.250 | not distinguishable (p = 0.250 after Holm) |"),
+            "{md}"
+        );
+        assert!(md.contains("No spread: baseline − ddl: all 3 differences are -5.00 points (no spread: no t-test nor interval; exact sign test p = 0.250)."), "{md}");
+        // The losses' comparison the same way (the fixture's losses are 2.0 + seed/100 for both).
+        assert!(md.contains("| baseline − ddl | 3 | +0.0000 |"), "{md}");
+    }
+
+    /// Seeds whose losses differ by the same amount: "no spread" and the sign test's p in the
+    /// comparisons table, a note under it, and no verdict from t = ∞.
+    #[test]
+    fn a_comparison_without_spread_gets_the_sign_test() {
+        let md = report(
+            &["baseline", "ddl"],
+            3,
+            |v, seed| if v == "ddl" { 2.1 } else { 2.2 } + seed as f64 / 1e3,
+            |_| "abc".into(),
+        );
+        assert!(
+            md.contains("| baseline − ddl | 3 | +0.1000 | no spread | — (2) | 0.250 (sign test) | 0.250 | not distinguishable (p = 0.250 after Holm) |"),
+            "{md}"
+        );
+        assert!(md.contains("No spread: baseline − ddl: all 3 differences are +0.1000 (no spread"), "{md}");
+        assert!(!md.contains("| inf") && !md.contains("NaN"), "{md}");
     }
 
     /// A final evaluation cut by `train.val_max_tokens` is not called the whole validation split.

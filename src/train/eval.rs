@@ -338,6 +338,10 @@ pub struct Versus {
     pub ci: Option<(f64, f64)>,
     pub t: Option<f64>,
     pub p: Option<f64>,
+    /// Every batch's difference the same (not zero): no spread, so no t-test; `p` is the exact
+    /// sign test's and `ci` no interval (stats::Paired::no_spread). Written only when true.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub no_spread: bool,
     /// With `--against`: the two models' top-1 accuracies on the same windows, paired by batch.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub accuracy: Option<AccuracyVersus>,
@@ -355,6 +359,9 @@ pub struct AccuracyVersus {
     pub ci: Option<(f64, f64)>,
     pub t: Option<f64>,
     pub p: Option<f64>,
+    /// As [`Versus::no_spread`]: common with few batches (the same count of tokens apart).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub no_spread: bool,
 }
 
 /// The other checkpoint of `--against` on the same windows, and this one's difference from it
@@ -844,6 +851,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             ci: test.map(|p| p.diff.ci),
             t: test.map(|p| p.t),
             p: test.map(|p| p.p),
+            no_spread: test.is_some_and(|p| p.no_spread),
             accuracy: other.scores.as_ref().map(|theirs| {
                 // (this − other, whichever ran first.)
                 let (a, b) = if other_first { (theirs, &scores) } else { (&scores, theirs) };
@@ -865,6 +873,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                     ci: test.map(|p| p.diff.ci),
                     t: test.map(|p| p.t),
                     p: test.map(|p| p.p),
+                    no_spread: test.is_some_and(|p| p.no_spread),
                 }
             }),
         }
@@ -1031,7 +1040,8 @@ fn lens_rows(states: &[LensTally], own: (f64, &ScoreTally, &[(f64, usize)]), ful
             loss,
             change: out.last().map(|prev| loss - prev.loss),
             mean_paired_change: test.map(|p| p.diff.mean),
-            ci: test.map(|p| p.diff.ci),
+            // (No spread: no interval, the change alone.)
+            ci: test.filter(|p| !p.no_spread).map(|p| p.diff.ci),
             accuracy: sc.share(sc.top1),
             top5_accuracy: sc.share(sc.top5),
             entropy: if sc.tokens > 0 { sc.entropy / sc.tokens as f64 } else { 0.0 },
@@ -1245,7 +1255,8 @@ fn plot_ablations(path: &Path, parts: &[Ablate], rows: &[Ablation], batch: usize
     let rows: Vec<super::plot::Interval> = rows
         .iter()
         .map(|a| {
-            let (lo, hi) = a.vs.ci.unwrap_or((f64::NAN, f64::NAN));
+            // (No spread: a point, no interval.)
+            let (lo, hi) = a.vs.ci.filter(|_| !a.vs.no_spread).unwrap_or((f64::NAN, f64::NAN));
             super::plot::Interval {
                 label: if parts.len() > 1 { a.spec.clone() } else { a.sublayer.clone() },
                 mean: a.vs.mean_paired_difference.unwrap_or(a.vs.difference),
@@ -1482,6 +1493,15 @@ impl EvalResult {
     /// names a significant mean's meaning), or why there is none.
     fn paired(&self, v: &Versus, sign: impl Fn(f64) -> &'static str) -> String {
         match (v.mean_paired_difference, v.ci, v.p) {
+            (Some(m), _, Some(p)) if v.no_spread => {
+                let verdict = if p >= 0.05 { "not distinguishable on this text" } else { sign(m) };
+                format!(
+                    "\npaired over {} batches of {}: every difference {m:+.4} (no spread: no t-test nor interval), \
+                     exact sign test p = {p:.3}: {verdict}",
+                    v.pairs,
+                    self.windows_word(),
+                )
+            }
             (Some(m), Some((lo, hi)), Some(p)) => {
                 let verdict = if p >= 0.05 { "not distinguishable on this text" } else { sign(m) };
                 format!(
@@ -1629,13 +1649,20 @@ impl EvalResult {
                     100.0 * acc.other,
                     100.0 * acc.difference
                 ));
+                let verdict = |p: f64, m: f64| match (p < 0.05, m > 0.0) {
+                    (false, _) => "not distinguishable on this text",
+                    (true, true) => "this checkpoint's likeliest token comes more often",
+                    (true, false) => "the other checkpoint's likeliest token comes more often",
+                };
                 out.push_str(&match (acc.mean_paired_difference, acc.ci, acc.p) {
+                    (Some(m), _, Some(p)) if acc.no_spread => format!(
+                        ", paired over the same batches: every difference {:+.2} points (no spread: no t-test nor \
+                         interval), exact sign test p = {p:.3}: {}",
+                        100.0 * m,
+                        verdict(p, m)
+                    ),
                     (Some(m), Some((lo, hi)), Some(p)) => {
-                        let verdict = match (p < 0.05, m > 0.0) {
-                            (false, _) => "not distinguishable on this text",
-                            (true, true) => "this checkpoint's likeliest token comes more often",
-                            (true, false) => "the other checkpoint's likeliest token comes more often",
-                        };
+                        let verdict = verdict(p, m);
                         format!(
                             ", paired over the same batches: mean {:+.2} [{:+.2}, {:+.2}] points (95 % t-interval), {}: \
                              {verdict}",
@@ -1693,9 +1720,19 @@ impl EvalResult {
             for a in &self.ablations {
                 let v = &a.vs;
                 let m = v.mean_paired_difference.unwrap_or(v.difference);
-                let ci = v.ci.map(|(lo, hi)| format!("[{lo:+.4}, {hi:+.4}]")).unwrap_or_else(|| "–".into());
+                let ci = match v.ci {
+                    _ if v.no_spread => "no spread".into(),
+                    Some((lo, hi)) => format!("[{lo:+.4}, {hi:+.4}]"),
+                    None => "–".into(),
+                };
                 let p = a.p_holm.map(p_text).unwrap_or_else(|| "–".into());
                 out.push_str(&format!("\n{:<20} {:>8.4} {:>+9.4}  {ci:<22} {p}", a.spec, v.loss, m));
+            }
+            if self.ablations.iter().any(|a| a.vs.no_spread) {
+                out.push_str(
+                    "\n(no spread: every batch's difference the same, so no t-test nor interval; that row's p is the \
+                     exact sign test's, 2^(1−batches), before Holm)",
+                );
             }
             let significant = self.ablations.iter().filter(|a| a.p_holm.is_some_and(|p| p < 0.05)).count();
             let mean = |a: &Ablation| a.vs.mean_paired_difference.unwrap_or(a.vs.difference);
@@ -1727,6 +1764,95 @@ impl EvalResult {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// Two batches whose accuracies differ by the same count of tokens: "no spread", the sign
+    /// test's p = 0.5 and "not distinguishable", where Student's t would have said p = 0 and a
+    /// winner. The loss's comparison with spread keeps its t-interval; an ablation without spread
+    /// says so in its row and under the table.
+    #[test]
+    fn comparisons_without_spread_say_so_and_give_the_sign_test() {
+        let paired = |pairs: &[(f64, f64)]| crate::stats::Paired::of(pairs).unwrap();
+        let loss = paired(&[(2.10, 2.00), (2.30, 2.15)]);
+        let acc = paired(&[(0.50, 0.50 - 3.0 / 64.0), (0.25, 0.25 - 3.0 / 64.0)]);
+        assert!(!loss.no_spread && acc.no_spread && acc.p == 0.5, "{loss:?} {acc:?}");
+        let vs = |t: crate::stats::Paired, accuracy: Option<AccuracyVersus>| Versus {
+            loss: 2.075,
+            perplexity: 2.075f64.exp(),
+            bits_per_byte: None,
+            difference: t.diff.mean,
+            pairs: 2,
+            mean_paired_difference: Some(t.diff.mean),
+            ci: Some(t.diff.ci),
+            t: Some(t.t),
+            p: Some(t.p),
+            no_spread: t.no_spread,
+            accuracy,
+        };
+        let accuracy = AccuracyVersus {
+            this: 0.375,
+            other: 0.375 - 3.0 / 64.0,
+            difference: 3.0 / 64.0,
+            mean_paired_difference: Some(acc.diff.mean),
+            ci: Some(acc.diff.ci),
+            t: Some(acc.t),
+            p: Some(acc.p),
+            no_spread: true,
+        };
+        let r = EvalResult {
+            step: 10,
+            source: "'t.txt'".into(),
+            split: None,
+            loss: 2.2,
+            perplexity: 2.2f64.exp(),
+            tokens: 128,
+            bytes: None,
+            bits_per_byte: None,
+            seq_len: 16,
+            windows: 8,
+            whole: true,
+            uncounted: 0,
+            betas: vec![],
+            batch_size: 4,
+            against: Some(Against { checkpoint: "runs/b".into(), step: 10, vs: vs(loss, Some(accuracy)) }),
+            intervened: None,
+            ablate: vec![Ablate::Write],
+            ablations: vec![Ablation {
+                sublayer: "block0.attn".into(),
+                part: Ablate::Write,
+                spec: "block0.attn:write=0".into(),
+                vs: vs(paired(&[(2.5, 2.2), (2.4, 2.1)]), None),
+                p_holm: Some(0.5),
+            }],
+            per_token: None,
+            accuracy: 0.375,
+            top5_accuracy: 0.8,
+            entropy: 1.0,
+            calibration_error: 0.0,
+            calibration: vec![],
+            calibration_plot: None,
+            lens: vec![],
+            lens_plot: None,
+        };
+        let line = r.line();
+        assert!(line.contains("mean +0.1250 [") && line.contains("(95 % t-interval, df 1), p = 0."), "{line}");
+        assert!(
+            line.contains(
+                "paired over the same batches: every difference +4.69 points (no spread: no t-test nor interval), \
+                 exact sign test p = 0.500: not distinguishable on this text"
+            ),
+            "{line}"
+        );
+        assert!(
+            line.contains("block0.attn:write=0") && line.contains("no spread") && line.contains("exact sign test's"),
+            "{line}"
+        );
+        assert!(!line.contains("inf") && !line.contains("NaN") && !line.contains("p < 1e-15"), "{line}");
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["against"]["accuracy"]["no_spread"], true, "{json}");
+        assert!(json["against"].get("no_spread").is_none(), "written only when true: {json}");
+    }
+
     #[test]
     fn plot_titles_name_what_was_evaluated_by_its_file_name() {
         let long = "/a/very/long/folder/that/makes/titles/wider/than/their/pictures/corpus.txt";
