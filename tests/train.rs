@@ -758,6 +758,72 @@ fn info_plans_a_presets_memory_in_each_precision() {
 }
 
 #[test]
+fn info_plans_the_shape_a_set_gives() {
+    // `ddl info --preset P --set model.KEY=VALUE`: the memory plan of the shape a run given the
+    // same --set would train (`ddl train --dry-run` and `ddl info --checkpoint` point to `ddl info
+    // --preset` to explain their plan; before, it took no --set and planned only the presets).
+    let dir = tmpdir("info-set");
+    let sets = ["model.d_v=3", "model.d_model=100", "model.n_heads=5", "model.head_dim=14", "model.n_layers=3"];
+    let set_args: Vec<&str> = sets.iter().flat_map(|s| ["--set", s]).collect();
+    let run = |args: &[&str]| {
+        let o = ddl_cmd(&dir).args(args).output().unwrap();
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).to_string(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    let mut info = vec!["info", "--preset", "tiny", "--variant", "ddl_ccec", "--batch", "3", "--seq", "7"];
+    info.extend(&set_args);
+    let (ok, out, err) = run(&[&info[..], &["--json"]].concat());
+    assert!(ok, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mut cfg = RunConfig::preset("tiny", Variant::DdlCcec).unwrap();
+    for s in sets {
+        cfg.set(s).unwrap();
+    }
+    let cfg = cfg.model;
+    // (CC's K_c follows d_v; F and h_k follow d.)
+    assert_eq!((cfg.d_v, cfg.state_kernel, cfg.d_model, cfg.mlp_hidden), (3, 3, 100, 266));
+    let plan = ddl::model::memory_plan_for(&cfg, 3, 7, Storage::default());
+    assert_eq!(v["plan"]["bytes"]["total"].as_u64(), Some(plan.total()), "{v}");
+    assert_eq!((v["model"]["d_model"].as_u64(), v["model"]["d_v"].as_u64()), (Some(100), Some(3)), "{v}");
+    assert_eq!(v["sets"].as_array().map(|a| a.len()), Some(sets.len()), "{v}");
+    // The text names the settings; its parameter count is the one `ddl train --dry-run` gives
+    // for the same --set.
+    let (ok, text, err) = run(&info);
+    assert!(ok && text.contains("with --set model.d_v=3 --set model.d_model=100"), "{text}{err}");
+    let params = |t: &str, after: &str| -> String {
+        t.lines().find_map(|l| l.split(after).nth(1)).unwrap_or_else(|| panic!("{after}: {t}")).to_string()
+    };
+    let n: usize = params(&text, "parameters: ").trim().parse().unwrap();
+    let mut dry = vec!["train", "--dry-run", "--variant", "ddl_ccec", "--out"];
+    let out = dir.join("dry");
+    dry.push(out.to_str().unwrap());
+    dry.extend(&set_args);
+    let (ok, d, err) = run(&dry);
+    assert!(ok, "{d}{err}");
+    assert!(d.contains(&format!("{} parameters", describe_count(n))), "{n}: {d}");
+    // Refused, naming the setting and what to give instead: a bad value (the remedy is --set:
+    // this command has no --config), the variant, a run setting a flag gives, one the plan does
+    // not read, a context the preset's length does not fit.
+    for (set, says) in [
+        ("model.d_v=0", "model.d_v = 0: expected an integer in 1 ..= 1024"),
+        ("model.variant=ddl", "name the variant to plan with --variant"),
+        ("train.batch_size=3", "give --batch N instead"),
+        ("train.lr=0", "train.lr would be ignored"),
+        ("model.max_seq_len=32", "give a --seq of at most 32"),
+        ("model.nope=1", "unknown key 'model.nope'"),
+    ] {
+        let (ok, out, err) = run(&["info", "--preset", "tiny", "--set", set]);
+        assert!(
+            !ok && err.contains(says) && !err.contains("--config") && !err.contains("panicked"),
+            "{set}: {out}{err}"
+        );
+    }
+}
+
+#[test]
 fn the_cli_trains_evaluates_and_samples() {
     let dir = tmpdir("cli");
     let c = ddl::testing::small_corpus(&dir);
