@@ -750,7 +750,8 @@ pub(crate) struct EvalArgs {
     /// One JSON object: loss, perplexity, tokens, bytes, bits_per_byte, windows, seq_len,
     /// batch_size, whole, uncounted, split, source, step, accuracy, top5_accuracy, entropy,
     /// calibration_error, calibration (with --betas: betas; with --against: against; with
-    /// --intervene: intervened; with --ablate: ablate, ablations; with --per-token: per_token;
+    /// --intervene: intervened; with --ablate: ablate, ablations, and with --plot ablate_plot;
+    /// with --per-token: per_token;
     /// with --lens: lens).
     #[arg(long)]
     pub(crate) json: bool,

@@ -1520,6 +1520,8 @@ fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
         assert!(f(&r["p_holm"]) >= f(&r["p"]) && f(&r["p_holm"]) <= 1.0, "{r}");
     }
     assert!(std::fs::read(&plot).unwrap().starts_with(b"\x89PNG"), "the plot is a PNG image");
+    // Where the plot went is said, as --lens-plot's and --calibration-plot's are (it was not).
+    assert_eq!(all["ablate_plot"].as_str(), plot.to_str(), "{all}");
     let erase = json(&["--ablate", "erase"]);
     assert_eq!(erase["ablations"][3]["spec"], "block1.mlp:erase=0");
     assert!(erase["ablations"].as_array().unwrap().iter().all(|r| r["loss"] != erase["loss"]), "{erase}");
@@ -1532,10 +1534,13 @@ fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
     let specs: Vec<&str> = two["ablations"].as_array().unwrap().iter().map(|r| r["spec"].as_str().unwrap()).collect();
     assert_eq!(specs[..3], ["block0.attn:v=0", "block0.attn:erase=0", "block0.mlp:v=0"]);
     assert_eq!((specs.len(), two["ablations"][1]["part"].clone()), (8, "erase".into()));
-    let line = String::from_utf8_lossy(&eval(&["--ablate", "v"]).stdout).into_owned();
-    for want in ["v=0: X' = (I − β k kᵀ) X", "p after Holm over the 4 rows", "block1.mlp:v=0", "95 % interval"] {
+    let line = String::from_utf8_lossy(&eval(&["--ablate", "v", "--plot", plot.to_str().unwrap()]).stdout).into_owned();
+    let said = format!("forest plot of the ablations: {}", plot.display());
+    for want in ["v=0: X' = (I − β k kᵀ) X", "p after Holm over the 4 rows", "block1.mlp:v=0", "95 % interval", &said]
+    {
         assert!(line.contains(want), "{want:?} in {line}");
     }
+    assert!(!json(&["--ablate", "v", "--batches", "1"]).as_object().unwrap().contains_key("ablate_plot"));
     // One batch: nothing to pair, said once, with what to pass.
     let one = String::from_utf8_lossy(&eval(&["--ablate", "write", "--batches", "1"]).stdout).into_owned();
     assert!(one.contains("no intervals; pass --batches 2 or more") && !one.contains("df 0"), "{one}");
