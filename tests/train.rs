@@ -1214,7 +1214,15 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     );
     let short = dir.join("short.txt");
     std::fs::write(&short, "ROMEO:").unwrap();
-    bad(&["--text", short.to_str().unwrap()], &["short.txt", "fewer than one window", "--seq-len"]);
+    // (The remedy names the --seq-len that fits it, and a one-token text fits none: it said
+    // "pass a shorter --seq-len" even at --seq-len 1.)
+    bad(&["--text", short.to_str().unwrap()], &["short.txt", "fewer than one window", "pass --seq-len 5 or less"]);
+    let one = dir.join("short1.txt");
+    std::fs::write(&one, "R").unwrap();
+    bad(
+        &["--text", one.to_str().unwrap(), "--seq-len", "1"],
+        &["1 token, fewer than one window of 2", "needs two tokens"],
+    );
     // ... and leaves no token set of it in the cache (the texts evaluated above keep theirs).
     let cache = ddl_cmd(&dir).args(["data", "cache"]).output().unwrap();
     let listed = String::from_utf8_lossy(&cache.stdout).into_owned();

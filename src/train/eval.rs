@@ -757,9 +757,15 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         }
     };
     if tokens.len() <= seq_len {
+        // (A window is at least two tokens: with one token there is nothing to predict at any
+        // --seq-len.)
+        let remedy = if tokens.len() >= 2 {
+            format!("evaluate a longer text or pass --seq-len {} or less", tokens.len() - 1)
+        } else {
+            "evaluate a longer text (a window needs two tokens: one read, one predicted)".to_string()
+        };
         return Err(TrainError::Settings(format!(
-            "{source} has {} token{}, fewer than one window of {} (--seq-len + 1): evaluate a longer text or pass a \
-             shorter --seq-len",
+            "{source} has {} token{}, fewer than one window of {} (--seq-len + 1): {remedy}",
             tokens.len(),
             if tokens.len() == 1 { "" } else { "s" },
             seq_len + 1
