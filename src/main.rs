@@ -739,9 +739,10 @@ pub(crate) fn generate_cmd(
         let dropped = tok.decode(&ids[..cut]).unwrap_or_default();
         let shown: String = dropped.chars().take(60).collect();
         let more = if dropped.chars().count() > 60 { "…" } else { "" };
+        let (tokens, are) = if cut == 1 { ("token", "is") } else { ("tokens", "are") };
         eprintln!(
             "note: the prompt has {} tokens, more than the context of {cap}; only its last part is used: the first \
-             {cut} tokens ({shown:?}{more}) are dropped (--strict-context refuses such prompts)",
+             {cut} {tokens} ({shown:?}{more}) {are} dropped (--strict-context refuses such prompts)",
             ids.len()
         );
     }

@@ -792,6 +792,10 @@ fn generation_problems_are_clear_errors() {
     assert!(text(&o).contains("more than the context of 64"), "{}", text(&o));
     // It says what was cut; --strict-context refuses such a prompt instead.
     assert!(text(&o).contains("tokens (\"To be, or not to be"), "{}", text(&o));
+    // One token over: "the first 1 token (\"T\") is dropped" (it said "1 tokens … are dropped").
+    let o =
+        cmd(&dir).args(["generate", "--checkpoint", k, "--prompt", &long[..65], "--max-tokens", "1"]).output().unwrap();
+    assert!(text(&o).contains("the first 1 token (\"T\") is dropped"), "{}", text(&o));
     fails(
         &dir,
         &["generate", "--checkpoint", k, "--prompt", &long, "--max-tokens", "3", "--strict-context"],
