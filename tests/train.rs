@@ -821,6 +821,21 @@ fn info_plans_the_shape_a_set_gives() {
             "{set}: {out}{err}"
         );
     }
+    // A legal model at a legal batch whose activations no device holds: refused by name, not a
+    // panic (the plan's byte counts overflowed u64: "attempt to multiply with overflow" in
+    // memory_plan_for, from `ddl train --dry-run` as from `ddl info`).
+    let huge = ["--set", "model.d_model=2048", "--set", "model.d_v=1024", "--set", "model.n_layers=1024"];
+    let (ok, out, err) = run(&[&["info", "--preset", "tiny", "--batch", "16777216"][..], &huge].concat());
+    assert!(!ok && err.contains("--batch 16777216:") && err.contains("more than 2^60"), "{out}{err}");
+    assert!(!err.contains("panicked") && out.is_empty(), "{out}{err}");
+    let dry = dir.join("huge");
+    let train = ["train", "--dry-run", "--out", dry.to_str().unwrap(), "--set", "train.batch_size=16777216"];
+    let (ok, out, err) = run(&[&train[..], &huge].concat());
+    assert!(
+        !ok && err.contains("train.batch_size = 16777216:") && err.contains("lower train.batch_size"),
+        "{out}{err}"
+    );
+    assert!(!err.contains("panicked") && !dry.exists(), "{out}{err}");
 }
 
 #[test]

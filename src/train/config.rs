@@ -188,6 +188,32 @@ impl TrainConfig {
             )
             .remedy("lower train.batch_size and raise train.grad_accum (same global batch, less memory)"));
         }
+        // The activations of a micro-batch, over-estimated per token (the states of every layer,
+        // each sublayer's saves, the attention's scores of a whole row, the logits, the
+        // scratches): beyond 2^60 bytes no device holds them, and the memory plan's own sums
+        // (u64, in bytes) would overflow (`ddl train --dry-run` and `ddl info --preset --set`
+        // panicked at 2,048 × 1,024 × d_v 1,024 over 2^24 × 64 tokens).
+        let (d, m, l) = (model.d_model as u128, model.m() as u128, model.n_layers as u128);
+        let (dq, h, f, hk) =
+            (model.qk_dim() as u128, model.n_heads as u128, model.mlp_stride() as u128, model.k_mlp_hidden as u128);
+        let per_token = (2 * l + 3) * d * m
+            + l * (8 * dq + 4 * h + 4 * f + 2 * (6 * d + 2 * hk + 2 * m + 4))
+            + h * self.seq_len as u128
+            + model.vocab_size as u128
+            + 16 * (d + dq + f + hk + 1);
+        let bytes = 4 * tokens * per_token;
+        if bytes > 1u128 << 60 {
+            return Err(ConfigError::new(
+                "train.batch_size",
+                self.batch_size,
+                format!(
+                    "{} × {} tokens of this model would need about {:.1e} bytes of activations, more than 2^60 \
+                     (an exbibyte)",
+                    self.batch_size, self.seq_len, bytes as f64
+                ),
+            )
+            .remedy("lower train.batch_size (or train.seq_len), or make the model smaller"));
+        }
         if self.early_stop > 1 << 20 {
             return e(
                 "early_stop",
