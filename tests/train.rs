@@ -758,6 +758,70 @@ fn info_plans_a_presets_memory_in_each_precision() {
 }
 
 #[test]
+fn a_context_whose_rope_table_no_buffer_holds_is_refused_naming_it() {
+    // The RoPE table holds max_seq_len × head_dim floats in one buffer. Past 2^31 − 1 of them it
+    // is refused with the settings (before: `ddl train --dry-run` passed, the run failed as the
+    // device opened with "shape error: rope table: max_pos … exceeds 2^31 elements"); past the
+    // adapter's largest buffer the run says which context fits (before: "tensor 'rope.table' …
+    // needs N bytes", after computing the table on the host), and writes nothing.
+    let dir = tmpdir("rope-table");
+    let run = |args: &[&str]| {
+        let o = ddl_cmd(&dir).args(args).output().unwrap();
+        (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+    };
+    let huge = ["--set", "model.head_dim=16384", "--set", "model.max_seq_len=16777216"];
+    let dry = dir.join("dry");
+    let (ok, t) = run(&[&["train", "--dry-run", "--out", dry.to_str().unwrap()][..], &huge].concat());
+    assert!(!ok && t.contains("model.max_seq_len = 16777216: model.max_seq_len × model.head_dim"), "{t}");
+    assert!(t.contains("--set model.max_seq_len=131071 or less") && !t.contains("panicked"), "{t}");
+    let (ok, t) = run(&[&["info", "--preset", "tiny"][..], &huge].concat());
+    assert!(!ok && t.contains("model.max_seq_len = 16777216:"), "{t}");
+    // A table under 2^31 floats that is over this adapter's largest buffer (lavapipe: 2^31 − 1
+    // bytes, so 2^23 positions of 64): refused by name, nothing written.
+    let (ok, info) = run(&["info", "--json"]);
+    assert!(ok, "{info}");
+    let v: serde_json::Value = serde_json::from_str(&info).unwrap();
+    let max = v["chosen"]["limits"]["max_buffer_size"].as_u64().unwrap();
+    let positions = max / 256 + 1;
+    if positions > 1 << 24 {
+        return; // (An adapter whose buffers hold the longest context's table.)
+    }
+    let text = dir.join("t.txt");
+    std::fs::write(&text, "abcdefgh ".repeat(40)).unwrap();
+    let out = dir.join("run");
+    let ctx = format!("model.max_seq_len={positions}");
+    let (ok, t) = run(&[
+        "train",
+        "--corpus",
+        text.to_str().unwrap(),
+        "--steps",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+        "--variant",
+        "baseline",
+        "--set",
+        "model.d_model=8",
+        "--set",
+        "model.n_heads=1",
+        "--set",
+        "model.head_dim=64",
+        "--set",
+        "model.n_layers=1",
+        "--set",
+        "train.seq_len=4",
+        "--set",
+        "train.batch_size=1",
+        "--set",
+        &ctx,
+    ]);
+    let fits = max / 256;
+    assert!(!ok && t.contains(&format!("model.max_seq_len = {positions}: the RoPE table")), "{t}");
+    assert!(t.contains(&format!("--set model.max_seq_len={fits} or less")), "{t}");
+    assert!(!out.join("model.safetensors").exists() && !out.join("config.toml").exists(), "{t}");
+}
+
+#[test]
 fn info_plans_the_shape_a_set_gives() {
     // `ddl info --preset P --set model.KEY=VALUE`: the memory plan of the shape a run given the
     // same --set would train (`ddl train --dry-run` and `ddl info --checkpoint` point to `ddl info
