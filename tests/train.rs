@@ -783,42 +783,108 @@ fn a_context_whose_rope_table_no_buffer_holds_is_refused_naming_it() {
     let v: serde_json::Value = serde_json::from_str(&info).unwrap();
     let max = v["chosen"]["limits"]["max_buffer_size"].as_u64().unwrap();
     let positions = max / 256 + 1;
-    if positions > 1 << 24 {
-        return; // (An adapter whose buffers hold the longest context's table.)
-    }
     let text = dir.join("t.txt");
     std::fs::write(&text, "abcdefgh ".repeat(40)).unwrap();
-    let out = dir.join("run");
+    // (Where the adapter's buffers hold the longest context's table, there is nothing to refuse.)
+    if positions <= 1 << 24 {
+        let out = dir.join("run");
+        let ctx = format!("model.max_seq_len={positions}");
+        let (ok, t) = run(&[
+            "train",
+            "--corpus",
+            text.to_str().unwrap(),
+            "--steps",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+            "--variant",
+            "baseline",
+            "--set",
+            "model.d_model=8",
+            "--set",
+            "model.n_heads=1",
+            "--set",
+            "model.head_dim=64",
+            "--set",
+            "model.n_layers=1",
+            "--set",
+            "train.seq_len=4",
+            "--set",
+            "train.batch_size=1",
+            "--set",
+            &ctx,
+        ]);
+        let fits = max / 256;
+        assert!(!ok && t.contains(&format!("model.max_seq_len = {positions}: the RoPE table")), "{t}");
+        assert!(t.contains(&format!("--set model.max_seq_len={fits} or less")), "{t}");
+        assert!(!out.join("model.safetensors").exists() && !out.join("config.toml").exists(), "{t}");
+    }
+
+    // A context whose decode caches (keys and values of every position, max_seq_len × H·h
+    // floats a layer) are over the adapter's largest buffer, its RoPE table not: the model
+    // trains and evaluates; generating is refused before anything is printed, naming the context
+    // that fits (before: the prompt printed, then "tensor 'kcache0' … needs N bytes"; `ddl train
+    // --sample` failed so after the whole run), and `--sample` is refused before training.
+    let positions = max / (4 * 64 * 128) + 1;
+    if positions > 1 << 24 {
+        return; // (An adapter whose buffers hold the longest context's caches.)
+    }
+    let fits = max / (4 * 64 * 128);
     let ctx = format!("model.max_seq_len={positions}");
-    let (ok, t) = run(&[
-        "train",
-        "--corpus",
-        text.to_str().unwrap(),
-        "--steps",
-        "1",
-        "--out",
-        out.to_str().unwrap(),
-        "--variant",
-        "baseline",
-        "--set",
-        "model.d_model=8",
-        "--set",
-        "model.n_heads=1",
-        "--set",
-        "model.head_dim=64",
-        "--set",
-        "model.n_layers=1",
-        "--set",
-        "train.seq_len=4",
-        "--set",
-        "train.batch_size=1",
-        "--set",
-        &ctx,
-    ]);
-    let fits = max / 256;
-    assert!(!ok && t.contains(&format!("model.max_seq_len = {positions}: the RoPE table")), "{t}");
-    assert!(t.contains(&format!("--set model.max_seq_len={fits} or less")), "{t}");
-    assert!(!out.join("model.safetensors").exists() && !out.join("config.toml").exists(), "{t}");
+    let args = |out: &Path| -> Vec<String> {
+        [
+            "train",
+            "--corpus",
+            text.to_str().unwrap(),
+            "--steps",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+            "--set",
+            "model.d_model=8",
+            "--set",
+            "model.n_heads=64",
+            "--set",
+            "model.head_dim=128",
+            "--set",
+            "model.n_layers=1",
+            "--set",
+            "train.seq_len=4",
+            "--set",
+            "train.batch_size=1",
+            "--set",
+            &ctx,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let says = format!("model.max_seq_len = {positions} tokens, needs decode caches");
+    let remedy = format!("--set model.max_seq_len={fits})");
+    let out = dir.join("kv");
+    let mut sample: Vec<String> = args(&out);
+    sample.extend(["--sample".to_string(), "3".to_string()]);
+    let (ok, t) = run(&sample.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    assert!(!ok && t.contains("--sample 3: ") && t.contains(&says) && t.contains(&remedy), "{t}");
+    assert!(!out.exists(), "refused before the run: {t}");
+    let (ok, t) = run(&args(&out).iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    assert!(ok, "{t}");
+    let o = ddl_cmd(&dir)
+        .args(["generate", "--checkpoint", out.to_str().unwrap(), "--prompt", "abc", "--max-tokens", "2"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains(&says) && e.contains(&remedy), "{e}");
+    assert!(o.stdout.is_empty(), "nothing printed: {}", String::from_utf8_lossy(&o.stdout));
+    let o = ddl_cmd(&dir)
+        .args(["chat", "--checkpoint", out.to_str().unwrap()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains(&says) && !e.contains("chat with"), "{e}");
+    let (ok, t) = run(&["eval", "--checkpoint", out.to_str().unwrap(), "--batches", "1"]);
+    assert!(ok && t.contains("loss"), "{t}");
 }
 
 #[test]
