@@ -2348,6 +2348,9 @@ fn checkpoints_keep_the_newest_n_and_the_best_by_validation_loss_as_run_folders(
         "trained: 5 steps, 160 tokens (32 a step)".into(),
         "settings: B 2 × T 16, lr 0.02".into(),
         "training memory plan: ".into(),
+        // The command that explains the plan: this run's shape, batch and length.
+        "(`ddl info --preset tiny --variant ddl --set model.d_model=32 ".into(),
+        " --batch 2 --seq 16` explains it)".into(),
         "data: --corpus ".into(),
         "losses at this step: train ".into(),
         format!("best: step {bs}, validation loss {bl:.4}"),

@@ -934,6 +934,22 @@ fn info_plans_the_shape_a_set_gives() {
     let (ok, d, err) = run(&dry);
     assert!(ok, "{d}{err}");
     assert!(d.contains(&format!("{} parameters", describe_count(n))), "{n}: {d}");
+    // The dry run names the `ddl info` command that explains its plan (it said "`ddl info
+    // --preset` explains one", which planned only the preset's shape): run, it plans the same
+    // model at the run's batch and length.
+    let line = d.lines().find(|l| l.starts_with("memory plan: ")).unwrap_or_else(|| panic!("{d}"));
+    let cmd = line.split('`').nth(1).unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        cmd.starts_with("ddl info --preset tiny --variant ddl_ccec --set model.d_model=100 --set model.d_v=3"),
+        "{cmd}"
+    );
+    let args: Vec<&str> = cmd.split(' ').skip(1).chain(["--json"]).collect();
+    let (ok, out, err) = run(&args);
+    assert!(ok, "{cmd}: {out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let t = ddl::train::TrainConfig::preset("tiny");
+    let at_run = ddl::model::memory_plan_for(&cfg, t.batch_size, t.seq_len, Storage::default());
+    assert_eq!(v["plan"]["bytes"]["total"].as_u64(), Some(at_run.total()), "{cmd}: {v}");
     // Refused, naming the setting and what to give instead: a bad value (the remedy is --set:
     // this command has no --config), the variant, a run setting a flag gives, one the plan does
     // not read, a context the preset's length does not fit.

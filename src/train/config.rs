@@ -419,6 +419,44 @@ pub fn plain_serde_message(msg: &str) -> String {
     .fold(msg.to_string(), |m, (rust, plain)| m.replace(rust, plain))
 }
 
+/// The `ddl info --preset` command that prints the memory plan of training `model` with `train`'s
+/// batch, length and storage on `preset`'s defaults: the preset and variant, a `--set` for each
+/// model setting that differs from the preset's (d_model first and d_v second, so that the
+/// widths and K_c that follow them are the ones given after), `--batch`, `--seq` and the storage
+/// flags. `ddl train --dry-run` and `ddl info --checkpoint` name it beside their plan's total.
+pub fn info_command(preset: &str, model: &ModelConfig, train: &TrainConfig) -> String {
+    let mut cmd = format!("ddl info --preset {preset} --variant {}", model.variant);
+    let plain = ModelConfig::preset(preset, model.variant).ok();
+    let (Ok(serde_json::Value::Object(now)), Some(Ok(serde_json::Value::Object(was)))) =
+        (serde_json::to_value(model), plain.as_ref().map(serde_json::to_value))
+    else {
+        return format!("ddl info --preset {preset}");
+    };
+    let mut keys: Vec<&String> = now.keys().filter(|k| k.as_str() != "variant" && now.get(*k) != was.get(*k)).collect();
+    keys.sort_by_key(|k| (k.as_str() != "d_model", k.as_str() != "d_v", k.as_str().to_string()));
+    for k in keys {
+        let v = match &now[k] {
+            serde_json::Value::String(s) => s.clone(),
+            v => v.to_string(),
+        };
+        cmd.push_str(&format!(" --set model.{k}={v}"));
+    }
+    cmd.push_str(&format!(" --batch {} --seq {}", train.batch_size, train.seq_len));
+    if train.state_f16 {
+        cmd.push_str(" --f16-state");
+    }
+    if train.precision == Precision::F16 {
+        cmd.push_str(" --precision f16");
+    }
+    if train.recompute {
+        cmd.push_str(" --recompute");
+    }
+    if train.head_chunk > 0 {
+        cmd.push_str(&format!(" --head-chunk {}", train.head_chunk));
+    }
+    cmd
+}
+
 impl RunConfig {
     /// Makes the corpus and tokenizer paths absolute where they name files that exist relative
     /// to the current directory, so that the run folder's `config.toml` still finds them from
