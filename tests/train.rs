@@ -2230,6 +2230,19 @@ fn a_chat_runs_under_interventions_and_undoes_turns() {
     assert_eq!(summary["interventions"], want_iv, "{summary}");
     let n = summary["tokens"].as_array().unwrap().len();
     assert_eq!(n, tok.encode(&saved_text).unwrap().len(), "the trace is the saved conversation's tokens");
+    // `ddl chat --allow-out-of-range` without --intervene: /intervene takes β outside [0, 2]
+    // (it was refused, telling to start the chat with the flag it was started with).
+    let mut input =
+        std::io::Cursor::new(b"/intervene block0.mlp:beta=3\n/intervene none\n/intervene all:beta=-1\n".to_vec());
+    let mut lines = PlainLines { input: &mut input, log: &mut Vec::new() };
+    let (mut log, mut text) = (Vec::new(), Vec::new());
+    let wide = ddl::model::Interventions::parse(&[], true).unwrap();
+    let opts = ChatOptions { trace: None, interventions: wide };
+    let settings = ChatSettings { sampler: greedy.clone(), max_tokens: 5, stop: Vec::new(), logprobs: None };
+    ddl::chat::run(&model, &tok, settings, &mut lines, &mut text, &mut log, &opts).unwrap();
+    let log = String::from_utf8(log).unwrap();
+    assert!(log.contains("(interventions: block0.mlp:beta=3") && log.contains("(interventions: all:beta=-1"), "{log}");
+    assert!(!log.contains("outside [0, 2]") && !log.contains("error"), "{log}");
 }
 
 /// Evaluation during training runs over the training program's activations: the sharing
