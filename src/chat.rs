@@ -697,7 +697,10 @@ pub fn run(
                     d => writeln!(log, "(interventions: {d})")?,
                 },
                 ("intervene", _) => {
-                    let allow = session.interventions().allow_out_of_range;
+                    // (The flag the chat was started with: it held only where --intervene was
+                    // given too, so `ddl chat --allow-out-of-range` alone refused /intervene
+                    // beta=3, telling to start the chat with the flag it had.)
+                    let allow = opts.interventions.allow_out_of_range || session.interventions().allow_out_of_range;
                     let next = if rest == "none" {
                         Ok(Interventions { list: Vec::new(), allow_out_of_range: allow })
                     } else {

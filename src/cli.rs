@@ -136,6 +136,12 @@ pub(crate) enum Cmd {
         /// The variant to plan: baseline, ddl_v1, ddl, ddl_ec, ddl_cc, ddl_ccec, ddl_v1_vmap, ddl_vmap.
         #[arg(long, value_parser = variant_name, default_value = "ddl", requires = "preset")]
         variant: String,
+        /// A model setting of the plan over the preset's, as `ddl train --set` takes it
+        /// (model.d_model=200, model.d_v=2, model.n_heads=3, model.vocab_size=50257 ...;
+        /// repeatable): the memory of a run at that shape. The run's own settings are the flags
+        /// --batch, --seq, --f16-state, --precision, --recompute and --head-chunk.
+        #[arg(long = "set", value_name = "KEY=VALUE", requires = "preset")]
+        sets: Vec<String>,
         /// Batch size of the plan (default: the preset's training value).
         #[arg(long, allow_negative_numbers = true, value_parser = sizes_up_to_2_24, requires = "preset")]
         batch: Option<usize>,
@@ -744,7 +750,8 @@ pub(crate) struct EvalArgs {
     /// One JSON object: loss, perplexity, tokens, bytes, bits_per_byte, windows, seq_len,
     /// batch_size, whole, uncounted, split, source, step, accuracy, top5_accuracy, entropy,
     /// calibration_error, calibration (with --betas: betas; with --against: against; with
-    /// --intervene: intervened; with --ablate: ablate, ablations; with --per-token: per_token;
+    /// --intervene: intervened; with --ablate: ablate, ablations, and with --plot ablate_plot;
+    /// with --per-token: per_token;
     /// with --lens: lens).
     #[arg(long)]
     pub(crate) json: bool,

@@ -1528,6 +1528,8 @@ pub fn load_for_inference(
     use crate::train::checkpoint;
     let ck = checkpoint::load_to_device(dir, gpu.clone(), false)
         .map_err(|e| checkpoint::with_kept_for_reading(dir, "--checkpoint", e))?;
+    // (Before anything is printed: a context whose caches this adapter cannot hold.)
+    ck.model.check_decode_cache()?;
     Ok((ck.model, ck.tokenizer))
 }
 
@@ -1541,6 +1543,7 @@ pub fn load_for_inference_from_bytes(
 ) -> anyhow::Result<(Model, Tokenizer, usize)> {
     let (config, tokenizer, step, params) = crate::train::checkpoint::parse_model(std::path::Path::new(name), bytes)?;
     let model = Model::with_params(gpu.clone(), config, &params)?;
+    model.check_decode_cache()?;
     Ok((model, tokenizer, step))
 }
 

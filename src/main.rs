@@ -146,9 +146,21 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Info {
-            preset, variant, batch, seq, f16_state, precision, recompute, head_chunk, memory, json, ..
+            preset,
+            variant,
+            sets,
+            batch,
+            seq,
+            f16_state,
+            precision,
+            recompute,
+            head_chunk,
+            memory,
+            json,
+            ..
         } => match preset {
             Some(p) => {
+                let cfg = info_config(&p, &variant, &sets)?;
                 let asked = ddl::model::Storage {
                     state_f16: f16_state,
                     precision,
@@ -156,9 +168,9 @@ fn run(cli: Cli) -> Result<()> {
                     head_chunk,
                     ..Default::default()
                 };
-                let mut plan = info_model(&cli.device, &p, &variant, batch, seq, asked, json)?;
+                let mut plan = info_model(&cli.device, &p, &cfg, &sets, batch, seq, asked, json)?;
                 if let Some(bytes) = memory {
-                    plan["fit"] = info_fit(&p, &variant, seq, head_chunk, bytes, json)?;
+                    plan["fit"] = info_fit(&p, &cfg, seq, head_chunk, bytes, json)?;
                 }
                 if json {
                     println!("{}", serde_json::to_string_pretty(&plan)?);
@@ -727,9 +739,10 @@ pub(crate) fn generate_cmd(
         let dropped = tok.decode(&ids[..cut]).unwrap_or_default();
         let shown: String = dropped.chars().take(60).collect();
         let more = if dropped.chars().count() > 60 { "…" } else { "" };
+        let (tokens, are) = if cut == 1 { ("token", "is") } else { ("tokens", "are") };
         eprintln!(
             "note: the prompt has {} tokens, more than the context of {cap}; only its last part is used: the first \
-             {cut} tokens ({shown:?}{more}) are dropped (--strict-context refuses such prompts)",
+             {cut} {tokens} ({shown:?}{more}) {are} dropped (--strict-context refuses such prompts)",
             ids.len()
         );
     }
@@ -1259,21 +1272,75 @@ fn golden(dev: &DeviceArgs, files: &[std::path::PathBuf], quiet: bool, st: ddl::
     }
 }
 
-/// `ddl info --preset P`: the memory plan of training P at its batch (or --batch × --seq), the
-/// activations stored as `asked` says (f16 precision implies f16 states as `ddl train` does).
-/// Printed as text unless `json`; returned as JSON either way (the same facts).
+/// The model `ddl info --preset P --variant V --set KEY=VALUE …` plans: the preset's for the
+/// variant with the model settings `sets` over it, checked as `ddl train` checks them. The run's
+/// own settings are this command's flags (--batch, --seq, --f16-state, --precision, --recompute,
+/// --head-chunk), so a `--set` of one is refused naming its flag, and one that does not change the
+/// memory (train.lr) is refused as ignored.
+fn info_config(preset: &str, variant: &str, sets: &[String]) -> Result<ddl::model::ModelConfig> {
+    let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
+    let mut run = ddl::train::RunConfig::preset(preset, v)?;
+    for kv in sets {
+        let key = kv.split_once('=').map_or(kv.as_str(), |(k, _)| k).trim();
+        // (An unknown key, or a value of the wrong kind, is reported as `ddl train` reports it.)
+        run.set(kv).map_err(anyhow::Error::msg)?;
+        let model = serde_json::to_value(&run.model)?;
+        let field = key.strip_prefix("model.").unwrap_or(key);
+        if field == "variant" {
+            anyhow::bail!(
+                "--set {kv}: name the variant to plan with --variant (--variant {})",
+                kv.split_once('=').map_or("", |(_, v)| v.trim())
+            );
+        }
+        if key.starts_with("model.") || (!key.contains('.') && model.get(key).is_some()) {
+            continue;
+        }
+        let flag = match key.strip_prefix("train.").unwrap_or(key) {
+            "batch_size" => Some("--batch N"),
+            "seq_len" => Some("--seq T"),
+            "state_f16" => Some("--f16-state"),
+            "precision" => Some("--precision f16"),
+            "recompute" => Some("--recompute"),
+            "head_chunk" => Some("--head-chunk ROWS"),
+            _ => None,
+        };
+        match flag {
+            Some(flag) => anyhow::bail!(
+                "--set {kv}: `ddl info --preset` takes the run's batch, length and storage from its flags; give {flag} instead"
+            ),
+            None => anyhow::bail!(
+                "--set {kv}: the memory plan depends on the model and on --batch, --seq, --f16-state, --precision, \
+                 --recompute and --head-chunk only, so {key} would be ignored; drop it (`ddl info --preset` takes \
+                 model settings with --set: model.d_model, model.d_v, model.n_heads ...)"
+            ),
+        }
+    }
+    run.model.validate().map_err(|mut e| {
+        // (This command has no --config file: the remedy names --set alone.)
+        if e.remedy == ddl::model::ConfigError::new(&e.key, "", "").remedy {
+            e.remedy = format!("change it with --set {}=VALUE", e.key);
+        }
+        anyhow::Error::from(e)
+    })?;
+    Ok(run.model)
+}
+
+/// `ddl info --preset P [--set …]`: the memory plan of training the model `cfg` (P's, or the
+/// shape its --set gives) at P's batch (or --batch × --seq), the activations stored as `asked`
+/// says (f16 precision implies f16 states as `ddl train` does). Printed as text unless `json`; returned as JSON either way (the same facts).
+#[allow(clippy::too_many_arguments)]
 fn info_model(
     dev: &DeviceArgs,
     preset: &str,
-    variant: &str,
+    cfg: &ddl::model::ModelConfig,
+    sets: &[String],
     batch: Option<usize>,
     seq: Option<usize>,
     asked: ddl::model::Storage,
     json: bool,
 ) -> Result<serde_json::Value> {
     let mut notes = Vec::new();
-    let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
-    let cfg = ddl::model::ModelConfig::preset(preset, v)?;
+    let (cfg, v) = (cfg.clone(), cfg.variant);
     let mut t = ddl::train::TrainConfig::preset(preset);
     let (b, s) = (batch.unwrap_or(t.batch_size), seq.unwrap_or(t.seq_len));
     // f16 precision implies f16 states where the variant has them (as `ddl train` does).
@@ -1283,6 +1350,11 @@ fn info_model(
     (t.batch_size, t.seq_len) = (b, s);
     // (In this command's words: `ddl info` takes --batch and --seq, not --set.)
     t.validate(&cfg).map_err(|e| match e.key.as_str() {
+        "train.seq_len" if seq.is_none() => anyhow::anyhow!(
+            "the preset's sequence length {s}: {}; give a --seq of at most {}, or a longer context with --set model.max_seq_len={s}",
+            e.expected,
+            cfg.max_seq_len
+        ),
         "train.seq_len" => anyhow::anyhow!("--seq {s}: {}; give a --seq of at most {}", e.expected, cfg.max_seq_len),
         "train.batch_size" => anyhow::anyhow!("--batch {b}: {}; give a smaller --batch", e.expected),
         _ => anyhow::anyhow!("{e}"),
@@ -1333,8 +1405,9 @@ fn info_model(
         for n in &notes {
             println!("note: {n}");
         }
+        let with = if sets.is_empty() { String::new() } else { format!(" with --set {}", sets.join(" --set ")) };
         println!(
-            "preset {preset}, variant {v}{}: V {} d {} L {} H {} h {} F {} d_v {}",
+            "preset {preset}{with}, variant {v}{}: V {} d {} L {} H {} h {} F {} d_v {}",
             st.label(),
             cfg.vocab_size,
             cfg.d_model,
@@ -1360,6 +1433,7 @@ fn info_model(
     };
     Ok(serde_json::json!({
         "preset": preset,
+        "sets": sets,
         "variant": v.name(),
         "storage": {
             "precision": st.precision.name(),
@@ -1395,15 +1469,13 @@ fn size_words(bytes: u64) -> String {
 /// Printed as text unless `json`; returned as JSON either way.
 fn info_fit(
     preset: &str,
-    variant: &str,
+    cfg: &ddl::model::ModelConfig,
     seq: Option<usize>,
     head_chunk: usize,
     bytes: u64,
     json: bool,
 ) -> Result<serde_json::Value> {
     use ddl::model::{Precision, Storage};
-    let v = ddl::model::Variant::parse(variant).map_err(anyhow::Error::msg)?;
-    let cfg = ddl::model::ModelConfig::preset(preset, v)?;
     let t = seq.unwrap_or(ddl::train::TrainConfig::preset(preset).seq_len);
     let chunk = if head_chunk > 0 { format!(", the LM head in slices of {head_chunk} rows") } else { String::new() };
     if !json {
@@ -1417,7 +1489,7 @@ fn info_fit(
     let storage = |state_f16: bool, precision: Precision| {
         let mut tc = ddl::train::TrainConfig::preset(preset);
         (tc.state_f16, tc.precision, tc.head_chunk) = (state_f16, precision, head_chunk);
-        tc.storage(&cfg)
+        tc.storage(cfg)
     };
     let mut rows: Vec<(&str, Storage)> = vec![("f32", storage(false, Precision::F32))];
     if cfg.f16_state_support().is_ok() {
@@ -1432,8 +1504,8 @@ fn info_fit(
         .collect();
     let mut out = Vec::new();
     for (name, st) in rows {
-        let b = ddl::model::largest_batch(&cfg, t, st, bytes);
-        let plan = ddl::model::memory_plan_for(&cfg, b.max(1), t, st);
+        let b = ddl::model::largest_batch(cfg, t, st, bytes);
+        let plan = ddl::model::memory_plan_for(cfg, b.max(1), t, st);
         if json {
             // (The plan of one sequence where none fits: what it would need.)
             out.push(serde_json::json!({

@@ -763,6 +763,11 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     }
     let gpu = dev.open().context("opening the GPU")?;
     ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
+    // The sample after the run needs the decode caches: refused now, not after the training.
+    if a.sample > 0 {
+        ddl::model::decode::check_decode_cache(&run.model, &gpu)
+            .map_err(|e| anyhow::anyhow!("--sample {}: {e}; drop --sample to train the run", a.sample))?;
+    }
     if let Some(src) = branch {
         let copied = ddl::train::branch_run(src, &out)?;
         eprintln!("continuing {} in {} (a copy of its checkpoint at step {copied})", src.display(), out.display());

@@ -792,6 +792,10 @@ fn generation_problems_are_clear_errors() {
     assert!(text(&o).contains("more than the context of 64"), "{}", text(&o));
     // It says what was cut; --strict-context refuses such a prompt instead.
     assert!(text(&o).contains("tokens (\"To be, or not to be"), "{}", text(&o));
+    // One token over: "the first 1 token (\"T\") is dropped" (it said "1 tokens … are dropped").
+    let o =
+        cmd(&dir).args(["generate", "--checkpoint", k, "--prompt", &long[..65], "--max-tokens", "1"]).output().unwrap();
+    assert!(text(&o).contains("the first 1 token (\"T\") is dropped"), "{}", text(&o));
     fails(
         &dir,
         &["generate", "--checkpoint", k, "--prompt", &long, "--max-tokens", "3", "--strict-context"],
@@ -2344,6 +2348,9 @@ fn checkpoints_keep_the_newest_n_and_the_best_by_validation_loss_as_run_folders(
         "trained: 5 steps, 160 tokens (32 a step)".into(),
         "settings: B 2 × T 16, lr 0.02".into(),
         "training memory plan: ".into(),
+        // The command that explains the plan: this run's shape, batch and length.
+        "(`ddl info --preset tiny --variant ddl --set model.d_model=32 ".into(),
+        " --batch 2 --seq 16` explains it)".into(),
         "data: --corpus ".into(),
         "losses at this step: train ".into(),
         format!("best: step {bs}, validation loss {bl:.4}"),

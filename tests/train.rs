@@ -758,6 +758,233 @@ fn info_plans_a_presets_memory_in_each_precision() {
 }
 
 #[test]
+fn a_context_whose_rope_table_no_buffer_holds_is_refused_naming_it() {
+    // The RoPE table holds max_seq_len × head_dim floats in one buffer. Past 2^31 − 1 of them it
+    // is refused with the settings (before: `ddl train --dry-run` passed, the run failed as the
+    // device opened with "shape error: rope table: max_pos … exceeds 2^31 elements"); past the
+    // adapter's largest buffer the run says which context fits (before: "tensor 'rope.table' …
+    // needs N bytes", after computing the table on the host), and writes nothing.
+    let dir = tmpdir("rope-table");
+    let run = |args: &[&str]| {
+        let o = ddl_cmd(&dir).args(args).output().unwrap();
+        (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+    };
+    let huge = ["--set", "model.head_dim=16384", "--set", "model.max_seq_len=16777216"];
+    let dry = dir.join("dry");
+    let (ok, t) = run(&[&["train", "--dry-run", "--out", dry.to_str().unwrap()][..], &huge].concat());
+    assert!(!ok && t.contains("model.max_seq_len = 16777216: model.max_seq_len × model.head_dim"), "{t}");
+    assert!(t.contains("--set model.max_seq_len=131071 or less") && !t.contains("panicked"), "{t}");
+    let (ok, t) = run(&[&["info", "--preset", "tiny"][..], &huge].concat());
+    assert!(!ok && t.contains("model.max_seq_len = 16777216:"), "{t}");
+    // A table under 2^31 floats that is over this adapter's largest buffer (lavapipe: 2^31 − 1
+    // bytes, so 2^23 positions of 64): refused by name, nothing written.
+    let (ok, info) = run(&["info", "--json"]);
+    assert!(ok, "{info}");
+    let v: serde_json::Value = serde_json::from_str(&info).unwrap();
+    let max = v["chosen"]["limits"]["max_buffer_size"].as_u64().unwrap();
+    let positions = max / 256 + 1;
+    let text = dir.join("t.txt");
+    std::fs::write(&text, "abcdefgh ".repeat(40)).unwrap();
+    // (Where the adapter's buffers hold the longest context's table, there is nothing to refuse.)
+    if positions <= 1 << 24 {
+        let out = dir.join("run");
+        let ctx = format!("model.max_seq_len={positions}");
+        let (ok, t) = run(&[
+            "train",
+            "--corpus",
+            text.to_str().unwrap(),
+            "--steps",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+            "--variant",
+            "baseline",
+            "--set",
+            "model.d_model=8",
+            "--set",
+            "model.n_heads=1",
+            "--set",
+            "model.head_dim=64",
+            "--set",
+            "model.n_layers=1",
+            "--set",
+            "train.seq_len=4",
+            "--set",
+            "train.batch_size=1",
+            "--set",
+            &ctx,
+        ]);
+        let fits = max / 256;
+        assert!(!ok && t.contains(&format!("model.max_seq_len = {positions}: the RoPE table")), "{t}");
+        assert!(t.contains(&format!("--set model.max_seq_len={fits} or less")), "{t}");
+        assert!(!out.join("model.safetensors").exists() && !out.join("config.toml").exists(), "{t}");
+    }
+
+    // A context whose decode caches (keys and values of every position, max_seq_len × H·h
+    // floats a layer) are over the adapter's largest buffer, its RoPE table not: the model
+    // trains and evaluates; generating is refused before anything is printed, naming the context
+    // that fits (before: the prompt printed, then "tensor 'kcache0' … needs N bytes"; `ddl train
+    // --sample` failed so after the whole run), and `--sample` is refused before training.
+    let positions = max / (4 * 64 * 128) + 1;
+    if positions > 1 << 24 {
+        return; // (An adapter whose buffers hold the longest context's caches.)
+    }
+    let fits = max / (4 * 64 * 128);
+    let ctx = format!("model.max_seq_len={positions}");
+    let args = |out: &Path| -> Vec<String> {
+        [
+            "train",
+            "--corpus",
+            text.to_str().unwrap(),
+            "--steps",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+            "--set",
+            "model.d_model=8",
+            "--set",
+            "model.n_heads=64",
+            "--set",
+            "model.head_dim=128",
+            "--set",
+            "model.n_layers=1",
+            "--set",
+            "train.seq_len=4",
+            "--set",
+            "train.batch_size=1",
+            "--set",
+            &ctx,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let says = format!("model.max_seq_len = {positions} tokens, needs decode caches");
+    let remedy = format!("--set model.max_seq_len={fits})");
+    let out = dir.join("kv");
+    let mut sample: Vec<String> = args(&out);
+    sample.extend(["--sample".to_string(), "3".to_string()]);
+    let (ok, t) = run(&sample.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    assert!(!ok && t.contains("--sample 3: ") && t.contains(&says) && t.contains(&remedy), "{t}");
+    assert!(!out.exists(), "refused before the run: {t}");
+    let (ok, t) = run(&args(&out).iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    assert!(ok, "{t}");
+    let o = ddl_cmd(&dir)
+        .args(["generate", "--checkpoint", out.to_str().unwrap(), "--prompt", "abc", "--max-tokens", "2"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains(&says) && e.contains(&remedy), "{e}");
+    assert!(o.stdout.is_empty(), "nothing printed: {}", String::from_utf8_lossy(&o.stdout));
+    let o = ddl_cmd(&dir)
+        .args(["chat", "--checkpoint", out.to_str().unwrap()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains(&says) && !e.contains("chat with"), "{e}");
+    let (ok, t) = run(&["eval", "--checkpoint", out.to_str().unwrap(), "--batches", "1"]);
+    assert!(ok && t.contains("loss"), "{t}");
+}
+
+#[test]
+fn info_plans_the_shape_a_set_gives() {
+    // `ddl info --preset P --set model.KEY=VALUE`: the memory plan of the shape a run given the
+    // same --set would train (`ddl train --dry-run` and `ddl info --checkpoint` point to `ddl info
+    // --preset` to explain their plan; before, it took no --set and planned only the presets).
+    let dir = tmpdir("info-set");
+    let sets = ["model.d_v=3", "model.d_model=100", "model.n_heads=5", "model.head_dim=14", "model.n_layers=3"];
+    let set_args: Vec<&str> = sets.iter().flat_map(|s| ["--set", s]).collect();
+    let run = |args: &[&str]| {
+        let o = ddl_cmd(&dir).args(args).output().unwrap();
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).to_string(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    let mut info = vec!["info", "--preset", "tiny", "--variant", "ddl_ccec", "--batch", "3", "--seq", "7"];
+    info.extend(&set_args);
+    let (ok, out, err) = run(&[&info[..], &["--json"]].concat());
+    assert!(ok, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mut cfg = RunConfig::preset("tiny", Variant::DdlCcec).unwrap();
+    for s in sets {
+        cfg.set(s).unwrap();
+    }
+    let cfg = cfg.model;
+    // (CC's K_c follows d_v; F and h_k follow d.)
+    assert_eq!((cfg.d_v, cfg.state_kernel, cfg.d_model, cfg.mlp_hidden), (3, 3, 100, 266));
+    let plan = ddl::model::memory_plan_for(&cfg, 3, 7, Storage::default());
+    assert_eq!(v["plan"]["bytes"]["total"].as_u64(), Some(plan.total()), "{v}");
+    assert_eq!((v["model"]["d_model"].as_u64(), v["model"]["d_v"].as_u64()), (Some(100), Some(3)), "{v}");
+    assert_eq!(v["sets"].as_array().map(|a| a.len()), Some(sets.len()), "{v}");
+    // The text names the settings; its parameter count is the one `ddl train --dry-run` gives
+    // for the same --set.
+    let (ok, text, err) = run(&info);
+    assert!(ok && text.contains("with --set model.d_v=3 --set model.d_model=100"), "{text}{err}");
+    let params = |t: &str, after: &str| -> String {
+        t.lines().find_map(|l| l.split(after).nth(1)).unwrap_or_else(|| panic!("{after}: {t}")).to_string()
+    };
+    let n: usize = params(&text, "parameters: ").trim().parse().unwrap();
+    let mut dry = vec!["train", "--dry-run", "--variant", "ddl_ccec", "--out"];
+    let out = dir.join("dry");
+    dry.push(out.to_str().unwrap());
+    dry.extend(&set_args);
+    let (ok, d, err) = run(&dry);
+    assert!(ok, "{d}{err}");
+    assert!(d.contains(&format!("{} parameters", describe_count(n))), "{n}: {d}");
+    // The dry run names the `ddl info` command that explains its plan (it said "`ddl info
+    // --preset` explains one", which planned only the preset's shape): run, it plans the same
+    // model at the run's batch and length.
+    let line = d.lines().find(|l| l.starts_with("memory plan: ")).unwrap_or_else(|| panic!("{d}"));
+    let cmd = line.split('`').nth(1).unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        cmd.starts_with("ddl info --preset tiny --variant ddl_ccec --set model.d_model=100 --set model.d_v=3"),
+        "{cmd}"
+    );
+    let args: Vec<&str> = cmd.split(' ').skip(1).chain(["--json"]).collect();
+    let (ok, out, err) = run(&args);
+    assert!(ok, "{cmd}: {out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let t = ddl::train::TrainConfig::preset("tiny");
+    let at_run = ddl::model::memory_plan_for(&cfg, t.batch_size, t.seq_len, Storage::default());
+    assert_eq!(v["plan"]["bytes"]["total"].as_u64(), Some(at_run.total()), "{cmd}: {v}");
+    // Refused, naming the setting and what to give instead: a bad value (the remedy is --set:
+    // this command has no --config), the variant, a run setting a flag gives, one the plan does
+    // not read, a context the preset's length does not fit.
+    for (set, says) in [
+        ("model.d_v=0", "model.d_v = 0: expected an integer in 1 ..= 1024"),
+        ("model.variant=ddl", "name the variant to plan with --variant"),
+        ("train.batch_size=3", "give --batch N instead"),
+        ("train.lr=0", "train.lr would be ignored"),
+        ("model.max_seq_len=32", "give a --seq of at most 32"),
+        ("model.nope=1", "unknown key 'model.nope'"),
+    ] {
+        let (ok, out, err) = run(&["info", "--preset", "tiny", "--set", set]);
+        assert!(
+            !ok && err.contains(says) && !err.contains("--config") && !err.contains("panicked"),
+            "{set}: {out}{err}"
+        );
+    }
+    // A legal model at a legal batch whose activations no device holds: refused by name, not a
+    // panic (the plan's byte counts overflowed u64: "attempt to multiply with overflow" in
+    // memory_plan_for, from `ddl train --dry-run` as from `ddl info`).
+    let huge = ["--set", "model.d_model=2048", "--set", "model.d_v=1024", "--set", "model.n_layers=1024"];
+    let (ok, out, err) = run(&[&["info", "--preset", "tiny", "--batch", "16777216"][..], &huge].concat());
+    assert!(!ok && err.contains("--batch 16777216:") && err.contains("more than 2^60"), "{out}{err}");
+    assert!(!err.contains("panicked") && out.is_empty(), "{out}{err}");
+    let dry = dir.join("huge");
+    let train = ["train", "--dry-run", "--out", dry.to_str().unwrap(), "--set", "train.batch_size=16777216"];
+    let (ok, out, err) = run(&[&train[..], &huge].concat());
+    assert!(
+        !ok && err.contains("train.batch_size = 16777216:") && err.contains("lower train.batch_size"),
+        "{out}{err}"
+    );
+    assert!(!err.contains("panicked") && !dry.exists(), "{out}{err}");
+}
+
+#[test]
 fn the_cli_trains_evaluates_and_samples() {
     let dir = tmpdir("cli");
     let c = ddl::testing::small_corpus(&dir);
@@ -1148,7 +1375,15 @@ fn eval_measures_a_text_shards_and_the_training_split_in_bits_per_byte() {
     );
     let short = dir.join("short.txt");
     std::fs::write(&short, "ROMEO:").unwrap();
-    bad(&["--text", short.to_str().unwrap()], &["short.txt", "fewer than one window", "--seq-len"]);
+    // (The remedy names the --seq-len that fits it, and a one-token text fits none: it said
+    // "pass a shorter --seq-len" even at --seq-len 1.)
+    bad(&["--text", short.to_str().unwrap()], &["short.txt", "fewer than one window", "pass --seq-len 5 or less"]);
+    let one = dir.join("short1.txt");
+    std::fs::write(&one, "R").unwrap();
+    bad(
+        &["--text", one.to_str().unwrap(), "--seq-len", "1"],
+        &["1 token, fewer than one window of 2", "needs two tokens"],
+    );
     // ... and leaves no token set of it in the cache (the texts evaluated above keep theirs).
     let cache = ddl_cmd(&dir).args(["data", "cache"]).output().unwrap();
     let listed = String::from_utf8_lossy(&cache.stdout).into_owned();
@@ -1454,6 +1689,8 @@ fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
         assert!(f(&r["p_holm"]) >= f(&r["p"]) && f(&r["p_holm"]) <= 1.0, "{r}");
     }
     assert!(std::fs::read(&plot).unwrap().starts_with(b"\x89PNG"), "the plot is a PNG image");
+    // Where the plot went is said, as --lens-plot's and --calibration-plot's are (it was not).
+    assert_eq!(all["ablate_plot"].as_str(), plot.to_str(), "{all}");
     let erase = json(&["--ablate", "erase"]);
     assert_eq!(erase["ablations"][3]["spec"], "block1.mlp:erase=0");
     assert!(erase["ablations"].as_array().unwrap().iter().all(|r| r["loss"] != erase["loss"]), "{erase}");
@@ -1466,10 +1703,13 @@ fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
     let specs: Vec<&str> = two["ablations"].as_array().unwrap().iter().map(|r| r["spec"].as_str().unwrap()).collect();
     assert_eq!(specs[..3], ["block0.attn:v=0", "block0.attn:erase=0", "block0.mlp:v=0"]);
     assert_eq!((specs.len(), two["ablations"][1]["part"].clone()), (8, "erase".into()));
-    let line = String::from_utf8_lossy(&eval(&["--ablate", "v"]).stdout).into_owned();
-    for want in ["v=0: X' = (I − β k kᵀ) X", "p after Holm over the 4 rows", "block1.mlp:v=0", "95 % interval"] {
+    let line = String::from_utf8_lossy(&eval(&["--ablate", "v", "--plot", plot.to_str().unwrap()]).stdout).into_owned();
+    let said = format!("forest plot of the ablations: {}", plot.display());
+    for want in ["v=0: X' = (I − β k kᵀ) X", "p after Holm over the 4 rows", "block1.mlp:v=0", "95 % interval", &said]
+    {
         assert!(line.contains(want), "{want:?} in {line}");
     }
+    assert!(!json(&["--ablate", "v", "--batches", "1"]).as_object().unwrap().contains_key("ablate_plot"));
     // One batch: nothing to pair, said once, with what to pass.
     let one = String::from_utf8_lossy(&eval(&["--ablate", "write", "--batches", "1"]).stdout).into_owned();
     assert!(one.contains("no intervals; pass --batches 2 or more") && !one.contains("df 0"), "{one}");
@@ -1990,6 +2230,19 @@ fn a_chat_runs_under_interventions_and_undoes_turns() {
     assert_eq!(summary["interventions"], want_iv, "{summary}");
     let n = summary["tokens"].as_array().unwrap().len();
     assert_eq!(n, tok.encode(&saved_text).unwrap().len(), "the trace is the saved conversation's tokens");
+    // `ddl chat --allow-out-of-range` without --intervene: /intervene takes β outside [0, 2]
+    // (it was refused, telling to start the chat with the flag it was started with).
+    let mut input =
+        std::io::Cursor::new(b"/intervene block0.mlp:beta=3\n/intervene none\n/intervene all:beta=-1\n".to_vec());
+    let mut lines = PlainLines { input: &mut input, log: &mut Vec::new() };
+    let (mut log, mut text) = (Vec::new(), Vec::new());
+    let wide = ddl::model::Interventions::parse(&[], true).unwrap();
+    let opts = ChatOptions { trace: None, interventions: wide };
+    let settings = ChatSettings { sampler: greedy.clone(), max_tokens: 5, stop: Vec::new(), logprobs: None };
+    ddl::chat::run(&model, &tok, settings, &mut lines, &mut text, &mut log, &opts).unwrap();
+    let log = String::from_utf8(log).unwrap();
+    assert!(log.contains("(interventions: block0.mlp:beta=3") && log.contains("(interventions: all:beta=-1"), "{log}");
+    assert!(!log.contains("outside [0, 2]") && !log.contains("error"), "{log}");
 }
 
 /// Evaluation during training runs over the training program's activations: the sharing

@@ -372,6 +372,25 @@ impl ModelConfig {
             )
             .remedy("make the model smaller (model.d_model, model.n_layers, model.mlp_hidden)"));
         }
+        // The RoPE table holds every position's angles, max_seq_len × head_dim floats, in one
+        // buffer the kernels index with 32 bits (`rope::table`; it refused only as the device
+        // opened, naming neither setting).
+        let rope = self.max_seq_len as u128 * self.head_dim as u128;
+        if rope > (u32::MAX / 2) as u128 {
+            let fit = (u32::MAX / 2) as usize / self.head_dim;
+            return Err(cerr(
+                "max_seq_len",
+                self.max_seq_len,
+                format!(
+                    "model.max_seq_len × model.head_dim ({} × {} = {rope}) at most 2^31 − 1, the RoPE table of \
+                     every position's angles",
+                    self.max_seq_len, self.head_dim
+                ),
+            )
+            .remedy(format!(
+                "lower the context (--set model.max_seq_len={fit} or less) or the head (model.head_dim)"
+            )));
+        }
         for (f, v) in [("k_eps", self.k_eps), ("norm_eps", self.norm_eps), ("rope_base", self.rope_base)] {
             if !(v > 0.0 && v.is_finite()) {
                 return Err(cerr(f, v, "expected a finite number > 0"));

@@ -66,9 +66,42 @@ pub struct DecodeProgram {
     writes: Vec<(usize, SubKind, Range<usize>)>,
 }
 
+/// Whether `gpu` holds the decode caches of `c`'s whole context: the keys (and the values) of
+/// every position, one buffer of max_seq_len × H·h floats per layer. The error names the
+/// context, the adapter's limit and the context that fits (it said only "tensor 'kcache0' …
+/// needs N bytes", after `ddl generate` had printed the prompt, and `ddl train --sample` after
+/// the whole run).
+pub fn check_decode_cache(c: &super::ModelConfig, gpu: &crate::gpu::Gpu) -> Result<()> {
+    let limits = &gpu.limits;
+    let row = 4 * c.qk_dim() as u64;
+    let bytes = c.max_seq_len as u64 * row;
+    if bytes > limits.max_buffer_size {
+        let fit = limits.max_buffer_size / row;
+        return Err(crate::gpu::GpuError::Unsupported(format!(
+            "this model's context, model.max_seq_len = {} tokens, needs decode caches of {} × {} floats \
+             ({bytes} bytes) per layer for the keys and as much for the values, more than the adapter '{}' \
+             allows a buffer ({} bytes): generating with it (ddl generate, ddl chat) needs an adapter with \
+             larger buffers, or a model trained with a context of at most {fit} tokens \
+             (--set model.max_seq_len={fit}); `ddl eval` scores texts with it here",
+            c.max_seq_len,
+            c.max_seq_len,
+            c.qk_dim(),
+            gpu.info.name,
+            limits.max_buffer_size
+        )));
+    }
+    Ok(())
+}
+
 impl Model {
+    /// Whether this adapter holds the model's decode caches ([`check_decode_cache`]).
+    pub fn check_decode_cache(&self) -> Result<()> {
+        check_decode_cache(&self.cfg, &self.gpu)
+    }
+
     /// An empty cache (all zeros) for one sequence.
     pub fn decode_cache(&self) -> Result<DecodeCache> {
+        self.check_decode_cache()?;
         let c = &self.cfg;
         let g = &*self.gpu;
         let cap = c.max_seq_len;

@@ -114,6 +114,19 @@ impl Model {
         let adam_v = Tensor::zeros(&gpu, "adam.v", &[n], DType::F32)?;
         let mask = adamw::decay_mask(n, &layout.decay_ranges());
         let decay_mask = Tensor::from_u32(&gpu, "decay_mask", &[mask.len()], &mask)?;
+        // The RoPE table is one buffer of max_seq_len × head_dim floats: over the adapter's
+        // largest, the context is what to lower (said before the table is computed on the host;
+        // it said only "tensor 'rope.table' … needs N bytes", after computing it).
+        let rope_bytes = 4 * cfg.max_seq_len.max(1) as u64 * cfg.head_dim as u64;
+        if rope_bytes > gpu.limits.max_buffer_size {
+            let fit = gpu.limits.max_buffer_size / (4 * cfg.head_dim as u64);
+            return Err(crate::gpu::GpuError::Unsupported(format!(
+                "model.max_seq_len = {}: the RoPE table of every position (model.max_seq_len × model.head_dim = \
+                 {} × {} floats, {rope_bytes} bytes) is larger than the adapter '{}' allows a buffer ({} bytes); \
+                 a context of at most {fit} tokens fits it (--set model.max_seq_len={fit} or less when training)",
+                cfg.max_seq_len, cfg.max_seq_len, cfg.head_dim, gpu.info.name, gpu.limits.max_buffer_size
+            )));
+        }
         let rope_table = rope::table(&gpu, cfg.max_seq_len.max(1), cfg.head_dim, cfg.rope_base)?;
         Ok(Model {
             gpu,

@@ -188,6 +188,32 @@ impl TrainConfig {
             )
             .remedy("lower train.batch_size and raise train.grad_accum (same global batch, less memory)"));
         }
+        // The activations of a micro-batch, over-estimated per token (the states of every layer,
+        // each sublayer's saves, the attention's scores of a whole row, the logits, the
+        // scratches): beyond 2^60 bytes no device holds them, and the memory plan's own sums
+        // (u64, in bytes) would overflow (`ddl train --dry-run` and `ddl info --preset --set`
+        // panicked at 2,048 × 1,024 × d_v 1,024 over 2^24 × 64 tokens).
+        let (d, m, l) = (model.d_model as u128, model.m() as u128, model.n_layers as u128);
+        let (dq, h, f, hk) =
+            (model.qk_dim() as u128, model.n_heads as u128, model.mlp_stride() as u128, model.k_mlp_hidden as u128);
+        let per_token = (2 * l + 3) * d * m
+            + l * (8 * dq + 4 * h + 4 * f + 2 * (6 * d + 2 * hk + 2 * m + 4))
+            + h * self.seq_len as u128
+            + model.vocab_size as u128
+            + 16 * (d + dq + f + hk + 1);
+        let bytes = 4 * tokens * per_token;
+        if bytes > 1u128 << 60 {
+            return Err(ConfigError::new(
+                "train.batch_size",
+                self.batch_size,
+                format!(
+                    "{} × {} tokens of this model would need about {:.1e} bytes of activations, more than 2^60 \
+                     (an exbibyte)",
+                    self.batch_size, self.seq_len, bytes as f64
+                ),
+            )
+            .remedy("lower train.batch_size (or train.seq_len), or make the model smaller"));
+        }
         if self.early_stop > 1 << 20 {
             return e(
                 "early_stop",
@@ -391,6 +417,44 @@ pub fn plain_serde_message(msg: &str) -> String {
     ]
     .iter()
     .fold(msg.to_string(), |m, (rust, plain)| m.replace(rust, plain))
+}
+
+/// The `ddl info --preset` command that prints the memory plan of training `model` with `train`'s
+/// batch, length and storage on `preset`'s defaults: the preset and variant, a `--set` for each
+/// model setting that differs from the preset's (d_model first and d_v second, so that the
+/// widths and K_c that follow them are the ones given after), `--batch`, `--seq` and the storage
+/// flags. `ddl train --dry-run` and `ddl info --checkpoint` name it beside their plan's total.
+pub fn info_command(preset: &str, model: &ModelConfig, train: &TrainConfig) -> String {
+    let mut cmd = format!("ddl info --preset {preset} --variant {}", model.variant);
+    let plain = ModelConfig::preset(preset, model.variant).ok();
+    let (Ok(serde_json::Value::Object(now)), Some(Ok(serde_json::Value::Object(was)))) =
+        (serde_json::to_value(model), plain.as_ref().map(serde_json::to_value))
+    else {
+        return format!("ddl info --preset {preset}");
+    };
+    let mut keys: Vec<&String> = now.keys().filter(|k| k.as_str() != "variant" && now.get(*k) != was.get(*k)).collect();
+    keys.sort_by_key(|k| (k.as_str() != "d_model", k.as_str() != "d_v", k.as_str().to_string()));
+    for k in keys {
+        let v = match &now[k] {
+            serde_json::Value::String(s) => s.clone(),
+            v => v.to_string(),
+        };
+        cmd.push_str(&format!(" --set model.{k}={v}"));
+    }
+    cmd.push_str(&format!(" --batch {} --seq {}", train.batch_size, train.seq_len));
+    if train.state_f16 {
+        cmd.push_str(" --f16-state");
+    }
+    if train.precision == Precision::F16 {
+        cmd.push_str(" --precision f16");
+    }
+    if train.recompute {
+        cmd.push_str(" --recompute");
+    }
+    if train.head_chunk > 0 {
+        cmd.push_str(&format!(" --head-chunk {}", train.head_chunk));
+    }
+    cmd
 }
 
 impl RunConfig {

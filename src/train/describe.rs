@@ -225,8 +225,9 @@ impl CheckpointInfo {
             ));
             if let Some(b) = self.plan_bytes {
                 out.push(format!(
-                    "training memory plan: {} at these settings (`ddl info --preset` explains one)",
-                    size(b)
+                    "training memory plan: {} at these settings (`{}` explains it)",
+                    size(b),
+                    super::config::info_command(&s.preset, &self.model, t)
                 ));
             }
         }

@@ -180,6 +180,9 @@ pub struct EvalResult {
     pub ablate: Vec<Ablate>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ablations: Vec<Ablation>,
+    /// With `--ablate … --plot`: the file the forest plot of the ablations was drawn to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ablate_plot: Option<String>,
     /// With `--per-token`: the file each token's loss was written to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per_token: Option<String>,
@@ -761,9 +764,15 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         }
     };
     if tokens.len() <= seq_len {
+        // (A window is at least two tokens: with one token there is nothing to predict at any
+        // --seq-len.)
+        let remedy = if tokens.len() >= 2 {
+            format!("evaluate a longer text or pass --seq-len {} or less", tokens.len() - 1)
+        } else {
+            "evaluate a longer text (a window needs two tokens: one read, one predicted)".to_string()
+        };
         return Err(TrainError::Settings(format!(
-            "{source} has {} token{}, fewer than one window of {} (--seq-len + 1): evaluate a longer text or pass a \
-             shorter --seq-len",
+            "{source} has {} token{}, fewer than one window of {} (--seq-len + 1): {remedy}",
             tokens.len(),
             if tokens.len() == 1 { "" } else { "s" },
             seq_len + 1
@@ -1001,6 +1010,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         intervened,
         ablate: req.ablate.clone(),
         ablations,
+        ablate_plot: req.plot.as_ref().filter(|_| !req.ablate.is_empty()).map(|p| p.display().to_string()),
         per_token,
         accuracy: scores.share(scores.top1),
         top5_accuracy: scores.share(scores.top5),
@@ -1747,6 +1757,9 @@ impl EvalResult {
                      the text's variation, not the training's (seeds)",
                     self.ablations.len(),
                 ));
+            }
+            if let Some(p) = &self.ablate_plot {
+                out.push_str(&format!("\nforest plot of the ablations: {p}"));
             }
         }
         if let Some(f) = &self.calibration_plot {

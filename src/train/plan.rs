@@ -38,6 +38,8 @@ pub struct DryRun {
     /// The memory plan's total and its parts (bytes), as `ddl info --preset` gives them.
     pub memory: serde_json::Value,
     pub memory_total: u64,
+    /// The `ddl info --preset … --set …` command that explains the plan.
+    pub info_command: String,
     /// `config.toml` as the run would write it.
     pub settings: String,
 }
@@ -179,6 +181,7 @@ pub fn dry_run(
         checkpoints,
         memory: plan.json(),
         memory_total: plan.total(),
+        info_command: super::config::info_command(&run.preset, &run.model, t),
         settings,
     })
 }
@@ -220,8 +223,9 @@ impl DryRun {
         out.push(format!("evaluations: {}", self.evaluations));
         out.push(format!("checkpoints: {}", self.checkpoints));
         out.push(format!(
-            "memory plan: {} (`ddl info --preset` explains one; the run checks it against the adapter when it opens)",
-            size(self.memory_total)
+            "memory plan: {} (`{}` explains it; the run checks it against the adapter when it opens)",
+            size(self.memory_total),
+            self.info_command
         ));
         out.push(format!("settings (config.toml):\n{}", self.settings.trim_end()));
         out.join("\n") + "\n"
