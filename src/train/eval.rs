@@ -1846,6 +1846,7 @@ mod tests {
             calibration_plot: None,
             lens: vec![],
             lens_plot: None,
+            ablate_plot: None,
         };
         let line = r.line();
         assert!(line.contains("mean +0.1250 [") && line.contains("(95 % t-interval, df 1), p = 0."), "{line}");
