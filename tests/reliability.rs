@@ -203,6 +203,32 @@ fn checkpoint_problems_are_clear_errors() {
         meta.insert("format".into(), "something-else".into());
     });
     fails_gen(&dir, &m, &["something-else", "not a ddl checkpoint"]);
+    // A bit flipped in a tensor's data (a damaged disk or copy; the value stays finite): found by
+    // the checksum the header records, naming the file, on the device path (generate, eval,
+    // --resume's moments) and the host path (`checkpoint::load`); it loaded silently before.
+    let flip = |file: &Path| {
+        let mut b = std::fs::read(file).unwrap();
+        let at = b.len() - 4; // the lowest byte of the last float
+        b[at] ^= 0x01;
+        std::fs::write(file, &b).unwrap();
+    };
+    let m = mutated(&ck, "flipped", |_, meta| assert!(meta.contains_key("data_crc32"), "{meta:?}"));
+    flip(&m.join("model.safetensors"));
+    let needles = ["model.safetensors", "do not match the checksum its header records", "damaged disk or copy"];
+    fails_gen(&dir, &m, &needles);
+    fails(&dir, &["eval", "--checkpoint", m.to_str().unwrap(), "--batches", "1"], &needles);
+    let e = ddl::train::checkpoint::load(&m, false).err().expect("a flipped model file is refused").to_string();
+    assert!(e.contains("do not match the checksum"), "{e}");
+    let m = mutated(&ck, "flipped-moments", |_, _| {});
+    flip(&m.join("optim.safetensors"));
+    let needles = ["optim.safetensors", "do not match the checksum its header records"];
+    fails(&dir, &["train", "--resume", m.to_str().unwrap(), "--steps", "3"], &needles);
+    let e = ddl::train::checkpoint::load(&m, true).err().expect("a flipped moments file is refused").to_string();
+    assert!(e.contains("optim.safetensors") && e.contains("do not match the checksum"), "{e}");
+    // A file without the checksum (an earlier build's) loads as before.
+    let m = mutated(&ck, "no-checksum", |_, meta| assert!(meta.remove("data_crc32").is_some()));
+    let o = cmd(&dir).args(gen_args(&m)).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
     // Resuming needs the moments too: a missing or mismatched optim file is named.
     let m = mutated(&ck, "no-optim", |_, _| {});
     std::fs::remove_file(m.join("optim.safetensors")).unwrap();
