@@ -1662,11 +1662,26 @@ fn resuming_cuts_the_metrics_back_to_the_checkpoint() {
     std::fs::write(&m, torn).unwrap();
     let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "5"]).output().unwrap();
     assert!(r.status.success(), "{}", text(&r));
+    assert!(!text(&r).contains("note: "), "a torn last line is a crash's, dropped without a word: {}", text(&r));
     let text_after = std::fs::read_to_string(&m).unwrap();
     assert_eq!(steps(&text_after), vec![1, 2, 3, 4, 5]);
     for l in text_after.lines() {
         assert!(serde_json::from_str::<serde_json::Value>(l).is_ok(), "a line that is not JSON: {l}");
     }
+    // What the curves lose is said (it was dropped silently): a line in the middle that does not
+    // read (an edit), and a metrics.jsonl that is gone, whose curves then start at the checkpoint.
+    let mut lines: Vec<String> = text_after.lines().map(String::from).collect();
+    lines[1] = "{\"step\": 2, \"loss\": oops".into();
+    std::fs::write(&m, lines.join("\n") + "\n").unwrap();
+    let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "6"]).output().unwrap();
+    let t = text(&r);
+    assert!(r.status.success() && t.contains("metrics.jsonl: dropped 1 line(s)") && t.contains("(line 2)"), "{t}");
+    assert_eq!(steps(&std::fs::read_to_string(&m).unwrap()), vec![1, 3, 4, 5, 6]);
+    std::fs::remove_file(&m).unwrap();
+    let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "7"]).output().unwrap();
+    let t = text(&r);
+    assert!(r.status.success() && t.contains("metrics.jsonl is missing") && t.contains("start there"), "{t}");
+    assert_eq!(steps(&std::fs::read_to_string(&m).unwrap()), vec![7]);
 }
 
 /// Ctrl-C during the final evaluation stops it: the run's checkpoint (saved before it) holds
