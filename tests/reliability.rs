@@ -1684,6 +1684,34 @@ fn resuming_cuts_the_metrics_back_to_the_checkpoint() {
     assert_eq!(steps(&std::fs::read_to_string(&m).unwrap()), vec![7]);
 }
 
+/// A run whose `checkpoints/best/best.json` does not read (damaged, edited) resumes with the
+/// best taken from `best/`'s step and the loss metrics.jsonl logged there, said, and the record
+/// written again: it went on with no best, so its next evaluation replaced `best/` whatever
+/// its loss, silently.
+#[test]
+fn a_damaged_best_record_is_recovered_from_the_metrics_when_the_run_resumes() {
+    let dir = tmpdir("best-record");
+    let c = ddl::testing::small_corpus(&dir);
+    let out = dir.join("run");
+    let extra = ["--set", "train.checkpoint_every=2", "--set", "train.eval_every=2"];
+    let o = cmd(&dir).args(train_args(&c, out.to_str().unwrap(), "4", &extra)).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let record = out.join("checkpoints/best/best.json");
+    let read = || -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap() };
+    let old = read();
+    std::fs::write(&record, "{\"step\": 4, \"val_lo").unwrap();
+    let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "5"]).output().unwrap();
+    let t = text(&r);
+    assert!(r.status.success(), "{t}");
+    assert!(t.contains("best.json does not read: the best checkpoint is taken as its step"), "{t}");
+    let new = read();
+    let (old_loss, new_loss) = (old["val_loss"].as_f64().unwrap(), new["val_loss"].as_f64().unwrap());
+    assert!(new == old || (new["step"] == 5 && new_loss < old_loss), "best {old} became {new}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["best"], new, "{summary}");
+}
+
 /// Ctrl-C during the final evaluation stops it: the run's checkpoint (saved before it) holds
 /// the last step, no partial validation row is logged, and the summary says interrupted.
 #[test]
