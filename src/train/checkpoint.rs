@@ -267,12 +267,17 @@ fn write_tmp_flat(
         at += bytes;
     }
     let mut head = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
-    head.resize(head.len().next_multiple_of(8), b' ');
-    // Where the placeholder's digits are in the file.
+    // Where the placeholder's digits are in the file (never missing; if they were, the file goes
+    // without a checksum rather than with a wrong one).
     let crc_at = {
         let key = format!("\"{DATA_CRC}\":\"00000000\"");
         head.windows(key.len()).position(|w| w == key.as_bytes()).map(|i| 8 + i + key.len() - 9)
     };
+    if crc_at.is_none() && meta.remove(DATA_CRC).is_some() {
+        header.insert("__metadata__".into(), serde_json::json!(meta));
+        head = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
+    }
+    head.resize(head.len().next_multiple_of(8), b' ');
     #[cfg(feature = "native")]
     let mut sum = 0u32;
     with_tmp(path, |tmp| {
@@ -308,12 +313,12 @@ fn write_tmp_flat(
                 sum = sum.wrapping_add(crc.finalize());
             }
         }
-        let mut f = f.into_inner().map_err(|e| e.into_error())?;
+        let f = f.into_inner().map_err(|e| e.into_error())?;
         #[cfg(feature = "native")]
         if let Some(at) = crc_at {
             use std::io::{Seek, SeekFrom};
-            f.seek(SeekFrom::Start(at as u64))?;
-            f.write_all(format!("{sum:08x}").as_bytes())?;
+            (&f).seek(SeekFrom::Start(at as u64))?;
+            (&f).write_all(format!("{sum:08x}").as_bytes())?;
         }
         #[cfg(not(feature = "native"))]
         let _ = crc_at;
