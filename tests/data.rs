@@ -420,6 +420,59 @@ fn documents_from_folders_and_json_lines_are_separated_by_the_end_of_text_token(
     assert!(!dir.join("odd").exists(), "{t}");
 }
 
+/// A prepared folder that lost a shard meta.json lists (deleted, moved): `ddl data inspect
+/// --verify` fails naming it (it said "every shard's SHA-256 matches meta.json" when a whole
+/// split was gone), a plain inspection notes it, and `ddl train --data` names it instead of
+/// advising `ddl data prepare --val-tokens N`, as if the set had never had a validation shard.
+#[test]
+fn a_shard_that_meta_json_lists_and_the_folder_lacks_is_named() {
+    let dir = tmpdir("missing-listed");
+    let corpus = ddl::testing::small_corpus(&dir);
+    let set = dir.join("set");
+    let o = ddl(&dir)
+        .args(["data", "prepare", "--tokenizer", "char", "--shard-tokens", "5000", "--out"])
+        .arg(&set)
+        .arg(&corpus)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    for gone in ["data_val_000000.bin", "data_train_000000.bin"] {
+        let d = dir.join(format!("without-{gone}"));
+        std::fs::create_dir_all(&d).unwrap();
+        for e in std::fs::read_dir(&set).unwrap() {
+            let p = e.unwrap().path();
+            if p.file_name().unwrap() != gone {
+                std::fs::copy(&p, d.join(p.file_name().unwrap())).unwrap();
+            }
+        }
+        let inspect = |verify: bool| {
+            let mut c = ddl(&dir);
+            c.args(["data", "inspect"]).arg(&d);
+            if verify {
+                c.arg("--verify");
+            }
+            c.output().unwrap()
+        };
+        let o = inspect(true);
+        let t = text(&o);
+        assert!(!o.status.success() && t.contains(gone) && t.contains("lists this shard, which is missing"), "{t}");
+        assert!(!t.contains("matches meta.json"), "{t}");
+        let o = inspect(false);
+        let t = text(&o);
+        assert!(o.status.success() && t.contains(gone) && t.contains("which is missing"), "{t}");
+        let o = ddl(&dir)
+            .args(["train", "--steps", "1", "--set", "train.seq_len=16", "--out"])
+            .arg(dir.join("run"))
+            .arg("--data")
+            .arg(&d)
+            .output()
+            .unwrap();
+        let t = text(&o);
+        assert!(!o.status.success() && t.contains(gone) && t.contains("lists this shard, which is missing"), "{t}");
+        assert!(!t.contains("--val-tokens") && !dir.join("run").exists(), "{t}");
+    }
+}
+
 /// A shard written by hand here (llm.c's header, uint16 tokens, a vocabulary of 50,257 as GPT-2's)
 /// trains through `ddl train --data` with the tokenizer given by --tokenizer; then the problems:
 /// a truncated shard, a wrong magic, a token id beyond the vocabulary, meta.json naming another

@@ -203,6 +203,32 @@ fn checkpoint_problems_are_clear_errors() {
         meta.insert("format".into(), "something-else".into());
     });
     fails_gen(&dir, &m, &["something-else", "not a ddl checkpoint"]);
+    // A bit flipped in a tensor's data (a damaged disk or copy; the value stays finite): found by
+    // the checksum the header records, naming the file, on the device path (generate, eval,
+    // --resume's moments) and the host path (`checkpoint::load`); it loaded silently before.
+    let flip = |file: &Path| {
+        let mut b = std::fs::read(file).unwrap();
+        let at = b.len() - 4; // the lowest byte of the last float
+        b[at] ^= 0x01;
+        std::fs::write(file, &b).unwrap();
+    };
+    let m = mutated(&ck, "flipped", |_, meta| assert!(meta.contains_key("data_crc32"), "{meta:?}"));
+    flip(&m.join("model.safetensors"));
+    let needles = ["model.safetensors", "do not match the checksum its header records", "damaged disk or copy"];
+    fails_gen(&dir, &m, &needles);
+    fails(&dir, &["eval", "--checkpoint", m.to_str().unwrap(), "--batches", "1"], &needles);
+    let e = ddl::train::checkpoint::load(&m, false).err().expect("a flipped model file is refused").to_string();
+    assert!(e.contains("do not match the checksum"), "{e}");
+    let m = mutated(&ck, "flipped-moments", |_, _| {});
+    flip(&m.join("optim.safetensors"));
+    let needles = ["optim.safetensors", "do not match the checksum its header records"];
+    fails(&dir, &["train", "--resume", m.to_str().unwrap(), "--steps", "3"], &needles);
+    let e = ddl::train::checkpoint::load(&m, true).err().expect("a flipped moments file is refused").to_string();
+    assert!(e.contains("optim.safetensors") && e.contains("do not match the checksum"), "{e}");
+    // A file without the checksum (an earlier build's) loads as before.
+    let m = mutated(&ck, "no-checksum", |_, meta| assert!(meta.remove("data_crc32").is_some()));
+    let o = cmd(&dir).args(gen_args(&m)).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
     // Resuming needs the moments too: a missing or mismatched optim file is named.
     let m = mutated(&ck, "no-optim", |_, _| {});
     std::fs::remove_file(m.join("optim.safetensors")).unwrap();
@@ -1640,11 +1666,54 @@ fn resuming_cuts_the_metrics_back_to_the_checkpoint() {
     std::fs::write(&m, torn).unwrap();
     let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "5"]).output().unwrap();
     assert!(r.status.success(), "{}", text(&r));
+    assert!(!text(&r).contains("note: "), "a torn last line is a crash's, dropped without a word: {}", text(&r));
     let text_after = std::fs::read_to_string(&m).unwrap();
     assert_eq!(steps(&text_after), vec![1, 2, 3, 4, 5]);
     for l in text_after.lines() {
         assert!(serde_json::from_str::<serde_json::Value>(l).is_ok(), "a line that is not JSON: {l}");
     }
+    // What the curves lose is said (it was dropped silently): a line in the middle that does not
+    // read (an edit), and a metrics.jsonl that is gone, whose curves then start at the checkpoint.
+    let mut lines: Vec<String> = text_after.lines().map(String::from).collect();
+    lines[1] = "{\"step\": 2, \"loss\": oops".into();
+    std::fs::write(&m, lines.join("\n") + "\n").unwrap();
+    let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "6"]).output().unwrap();
+    let t = text(&r);
+    assert!(r.status.success() && t.contains("metrics.jsonl: dropped 1 line(s)") && t.contains("(line 2)"), "{t}");
+    assert_eq!(steps(&std::fs::read_to_string(&m).unwrap()), vec![1, 3, 4, 5, 6]);
+    std::fs::remove_file(&m).unwrap();
+    let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "7"]).output().unwrap();
+    let t = text(&r);
+    assert!(r.status.success() && t.contains("metrics.jsonl is missing") && t.contains("start there"), "{t}");
+    assert_eq!(steps(&std::fs::read_to_string(&m).unwrap()), vec![7]);
+}
+
+/// A run whose `checkpoints/best/best.json` does not read (damaged, edited) resumes with the
+/// best taken from `best/`'s step and the loss metrics.jsonl logged there, said, and the record
+/// written again: it went on with no best, so its next evaluation replaced `best/` whatever
+/// its loss, silently.
+#[test]
+fn a_damaged_best_record_is_recovered_from_the_metrics_when_the_run_resumes() {
+    let dir = tmpdir("best-record");
+    let c = ddl::testing::small_corpus(&dir);
+    let out = dir.join("run");
+    let extra = ["--set", "train.checkpoint_every=2", "--set", "train.eval_every=2"];
+    let o = cmd(&dir).args(train_args(&c, out.to_str().unwrap(), "4", &extra)).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let record = out.join("checkpoints/best/best.json");
+    let read = || -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap() };
+    let old = read();
+    std::fs::write(&record, "{\"step\": 4, \"val_lo").unwrap();
+    let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "5"]).output().unwrap();
+    let t = text(&r);
+    assert!(r.status.success(), "{t}");
+    assert!(t.contains("best.json does not read: the best checkpoint is taken as its step"), "{t}");
+    let new = read();
+    let (old_loss, new_loss) = (old["val_loss"].as_f64().unwrap(), new["val_loss"].as_f64().unwrap());
+    assert!(new == old || (new["step"] == 5 && new_loss < old_loss), "best {old} became {new}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["best"], new, "{summary}");
 }
 
 /// Ctrl-C during the final evaluation stops it: the run's checkpoint (saved before it) holds

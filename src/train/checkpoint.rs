@@ -18,6 +18,9 @@ pub const OPTIM_PREV_FILE: &str = "optim.prev.safetensors";
 pub const FORMAT: &str = "ddl-checkpoint-1";
 /// Newest checkpoint format version this build reads.
 pub const VERSION: u32 = 1;
+/// The metadata key of the CRC-32 of a file's tensor data (all bytes after the header), as eight
+/// hexadecimal digits; files of builds before it have none (and are not checked).
+pub const DATA_CRC: &str = "data_crc32";
 
 /// A checkpoint that cannot be read, naming the file and the problem.
 #[derive(Debug, thiserror::Error)]
@@ -246,6 +249,12 @@ fn write_tmp_flat(
     // The header as the safetensors format has it: its byte length (u64, little-endian), then
     // JSON naming each tensor's dtype, shape and byte range of the data that follows, padded
     // with spaces so that the data starts 8-byte aligned.
+    let mut meta = meta;
+    // The tensor data's CRC-32, known once the data is written: a placeholder of its length now,
+    // replaced in place below (a byte changed later on disk or in a copy is then found on load).
+    if cfg!(feature = "native") {
+        meta.insert(DATA_CRC.to_string(), "00000000".to_string());
+    }
     let mut header = serde_json::Map::new();
     header.insert("__metadata__".into(), serde_json::json!(meta));
     let mut at = 0usize;
@@ -258,14 +267,28 @@ fn write_tmp_flat(
         at += bytes;
     }
     let mut head = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
+    // Where the placeholder's digits are in the file (never missing; if they were, the file goes
+    // without a checksum rather than with a wrong one).
+    let crc_at = {
+        let key = format!("\"{DATA_CRC}\":\"00000000\"");
+        head.windows(key.len()).position(|w| w == key.as_bytes()).map(|i| 8 + i + key.len() - 9)
+    };
+    if crc_at.is_none() && meta.remove(DATA_CRC).is_some() {
+        header.insert("__metadata__".into(), serde_json::json!(meta));
+        head = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
+    }
     head.resize(head.len().next_multiple_of(8), b' ');
+    #[cfg(feature = "native")]
+    let mut sum = 0u32;
     with_tmp(path, |tmp| {
         let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(tmp)?);
         f.write_all(&(head.len() as u64).to_le_bytes())?;
         f.write_all(&head)?;
         // The pieces of the buffer being written (one buffer's at a time).
         let mut pieces: Option<(usize, Pieces<'_>)> = None;
-        for (_, shape, which, offset) in entries {
+        for (_name, shape, which, offset) in entries {
+            #[cfg(feature = "native")]
+            let mut crc = tensor_crc(_name);
             let n = shape.iter().product::<usize>();
             if pieces.as_ref().is_none_or(|p| p.0 != *which) {
                 drop(pieces.take()); // the previous buffer's staging goes before the next one's
@@ -274,13 +297,31 @@ fn write_tmp_flat(
             let (_, pieces) = pieces.as_mut().expect("set above");
             pieces.stream(*offset, n, &mut |vals| {
                 if cfg!(target_endian = "little") {
+                    #[cfg(feature = "native")]
+                    crc.update(bytemuck::cast_slice(vals));
                     f.write_all(bytemuck::cast_slice(vals))
                 } else {
-                    vals.iter().try_for_each(|v| f.write_all(&v.to_le_bytes()))
+                    vals.iter().try_for_each(|v| {
+                        #[cfg(feature = "native")]
+                        crc.update(&v.to_le_bytes());
+                        f.write_all(&v.to_le_bytes())
+                    })
                 }
             })?;
+            #[cfg(feature = "native")]
+            {
+                sum = sum.wrapping_add(crc.finalize());
+            }
         }
         let f = f.into_inner().map_err(|e| e.into_error())?;
+        #[cfg(feature = "native")]
+        if let Some(at) = crc_at {
+            use std::io::{Seek, SeekFrom};
+            (&f).seek(SeekFrom::Start(at as u64))?;
+            (&f).write_all(format!("{sum:08x}").as_bytes())?;
+        }
+        #[cfg(not(feature = "native"))]
+        let _ = crc_at;
         if fail {
             let len = f.metadata()?.len();
             f.set_len(len / 2)?;
@@ -564,6 +605,51 @@ fn check_tensors<'b>(
     Ok(all)
 }
 
+/// A tensor's CRC-32 hasher, started with its name: [`DATA_CRC`] is the wrapping sum of every
+/// tensor's CRC-32 of its name and data, whatever order the file stores them in.
+#[cfg(feature = "native")]
+fn tensor_crc(name: &str) -> crc32fast::Hasher {
+    let mut h = crc32fast::Hasher::new();
+    h.update(name.as_bytes());
+    h
+}
+
+/// Checks the tensors of a checkpoint file (`bytes`) against the CRC-32 its header records
+/// ([`DATA_CRC`]; a file without one passes), reading each in pieces passed to `done` once
+/// hashed (a memory map lets their pages go). A mismatch is a byte changed since the file was
+/// written: a disk, a copy or an edit damaged it.
+#[cfg(feature = "native")]
+fn check_data_crc(
+    path: &Path,
+    bytes: &[u8],
+    views: &[&(String, safetensors::tensor::TensorView<'_>)],
+    done: impl Fn(&[u8]),
+) -> Result<(), CheckpointError> {
+    let (_, m) = safetensors::SafeTensors::read_metadata(bytes)
+        .map_err(|e| CheckpointError::Corrupt { path: path.to_path_buf(), msg: e.to_string() })?;
+    let Some(want) = m.metadata().as_ref().and_then(|md| md.get(DATA_CRC)).cloned() else { return Ok(()) };
+    let mut sum = 0u32;
+    for (name, t) in views {
+        let mut h = tensor_crc(name);
+        for part in t.data().chunks(1 << 22) {
+            h.update(part);
+            done(part);
+        }
+        sum = sum.wrapping_add(h.finalize());
+    }
+    let got = format!("{sum:08x}");
+    if !want.eq_ignore_ascii_case(&got) {
+        return Err(CheckpointError::Corrupt {
+            path: path.to_path_buf(),
+            msg: format!(
+                "its tensors do not match the checksum its header records ({DATA_CRC} {want}, the tensors give \
+                 {got}): bytes changed after the file was written (a damaged disk or copy, or an edit)"
+            ),
+        });
+    }
+    Ok(())
+}
+
 fn deserialize<'b>(path: &Path, bytes: &'b [u8]) -> Result<safetensors::SafeTensors<'b>, CheckpointError> {
     safetensors::SafeTensors::deserialize(bytes)
         .map_err(|e| CheckpointError::Corrupt { path: path.to_path_buf(), msg: e.to_string() })
@@ -614,6 +700,8 @@ fn parse_tensors(
     let views = check_tensors(path, &st, layout, &[prefix], Some(cfg))?.remove(0);
     let mut out = vec![0.0f32; layout.total];
     copy_tensors(path, &views, layout, &mut out)?;
+    #[cfg(feature = "native")]
+    check_data_crc(path, bytes, &views.iter().collect::<Vec<_>>(), |_| {})?;
     Ok(out)
 }
 
@@ -782,6 +870,7 @@ pub fn load_to_device(dir: &Path, gpu: std::sync::Arc<Gpu>, with_optim: bool) ->
         let model = crate::model::Model::zeroed(gpu.clone(), config)
             .map_err(|source| CheckpointError::Device { path: mp.clone(), source: Box::new(source) })?;
         upload_tensors(&mp, &map, &views, &layout, &gpu, &model.params)?;
+        check_data_crc(&mp, &map, &views.iter().collect::<Vec<_>>(), |part| forget_pages(&map, part))?;
         (model, tokenizer, step, layout)
     };
     let optim = if with_optim {
@@ -792,6 +881,7 @@ pub fn load_to_device(dir: &Path, gpu: std::sync::Arc<Gpu>, with_optim: bool) ->
         let m = both.pop().expect("two prefixes");
         upload_tensors(&op, &map, &m, &layout, &gpu, &model.adam_m)?;
         upload_tensors(&op, &map, &v, &layout, &gpu, &model.adam_v)?;
+        check_data_crc(&op, &map, &m.iter().chain(&v).collect::<Vec<_>>(), |part| forget_pages(&map, part))?;
         Some((state, om.get("run_config").cloned().unwrap_or_default()))
     } else {
         None
@@ -1076,7 +1166,10 @@ fn parse_two(path: &Path, bytes: &[u8], layout: &Layout, m: &mut [f32], v: &mut 
     let st = deserialize(path, bytes)?;
     let both = check_tensors(path, &st, layout, &["adam.m.", "adam.v."], None)?;
     copy_tensors(path, &both[0], layout, m)?;
-    copy_tensors(path, &both[1], layout, v)
+    copy_tensors(path, &both[1], layout, v)?;
+    #[cfg(feature = "native")]
+    check_data_crc(path, bytes, &both.iter().flatten().collect::<Vec<_>>(), |_| {})?;
+    Ok(())
 }
 
 /// The folder of a run's kept checkpoints.

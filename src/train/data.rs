@@ -177,6 +177,24 @@ pub struct ShardMeta {
     pub sha256: String,
 }
 
+/// The error for a shard `file` that the `meta.json` of `folder` lists but the folder lacks.
+fn listed_but_missing(folder: &Path, file: &str) -> DataError {
+    DataError::Meta {
+        path: folder.join(file),
+        msg: format!(
+            "{} lists this shard, which is missing (or not a file): its tokens would be left out; restore it or \
+             prepare the data again",
+            folder.join("meta.json").display()
+        ),
+    }
+}
+
+/// The first shard of `meta`'s list that `folder` lacks (deleted or moved since `ddl data
+/// prepare` wrote the set), as the error that names it.
+pub fn missing_listed_shard(meta: &Meta, folder: &Path) -> Option<DataError> {
+    meta.shards.iter().find(|sm| !folder.join(&sm.file).is_file()).map(|sm| listed_but_missing(folder, &sm.file))
+}
+
 /// Checks shard files against the `meta.json` of their folder: each must be listed there, with
 /// the SHA-256 it records (a shard changed or added since `ddl data prepare` wrote the set is an
 /// error naming it); with `whole_folder` (the data given as a folder, not a glob), every shard it
@@ -190,14 +208,7 @@ pub fn verify_shards(meta: &Meta, folder: &Path, files: &[PathBuf], whole_folder
         let split_of = |n: &str| if n.contains("_val_") { "_val_" } else { "_train_" };
         for sm in &meta.shards {
             if names.iter().any(|n| split_of(n) == split_of(&sm.file)) && !names.contains(&sm.file) {
-                return Err(err(
-                    &folder.join(&sm.file),
-                    format!(
-                        "{} lists this shard, which is missing (or not a file): its tokens would be left out; restore \
-                         it or prepare the data again",
-                        meta_path.display()
-                    ),
-                ));
+                return Err(listed_but_missing(folder, &sm.file));
             }
         }
     }
@@ -1057,7 +1068,15 @@ pub fn preview(
     };
     if !run.data.is_empty() {
         let format = Format::parse(&run.data_format).map_err(crate::train::TrainError::Settings)?;
-        let (train, val) = find(&run.data, format).map_err(DataError::from)?;
+        let (train, val) = find(&run.data, format).map_err(|e| {
+            // A folder whose meta.json lists the split's shards that are gone: those are named
+            // (not "prepare it with --val-tokens", which the set was).
+            let folder = Path::new(&run.data);
+            match read_meta(folder) {
+                Ok(Some(m)) if folder.is_dir() => missing_listed_shard(&m, folder).unwrap_or(DataError::from(e)),
+                _ => DataError::from(e),
+            }
+        })?;
         let dir = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
         let meta = read_data_meta(&dir)?;
         let tokenizer = shards_tokenizer(run, given, meta.as_ref(), &dir)?;
@@ -1114,13 +1133,26 @@ pub fn open_for_run(
     let mut stale_sets = None;
     let (train, val, tok, key, folder) = if !run.data.is_empty() {
         let format = Format::parse(&run.data_format).map_err(crate::train::TrainError::Settings)?;
-        let (train, val) = find(&run.data, format).map_err(DataError::from)?;
+        let (train, val) = find(&run.data, format).map_err(|e| {
+            // A folder whose meta.json lists the split's shards that are gone: those are named
+            // (not "prepare it with --val-tokens", which the set was).
+            let folder = Path::new(&run.data);
+            match read_meta(folder) {
+                Ok(Some(m)) if folder.is_dir() => missing_listed_shard(&m, folder).unwrap_or(DataError::from(e)),
+                _ => DataError::from(e),
+            }
+        })?;
         let dir = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
         let meta = read_data_meta(&dir)?;
         if let Some(m) = &meta
             && format == Format::Llmc
         {
             check_meta_counts(m, &dir)?;
+            // A listed shard gone from the folder given: refused now (a stat each), not by the
+            // digests' check beside the first steps, after the run's folder was made.
+            if let Some(e) = missing_listed_shard(m, &dir).filter(|_| Path::new(&run.data).is_dir()) {
+                return Err(e.into());
+            }
         }
         let tok = shards_tokenizer(run, given, meta.as_ref(), &dir)?;
         let open = |v: Vec<PathBuf>| -> Result<Stream, DataError> {

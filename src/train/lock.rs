@@ -97,7 +97,9 @@ pub fn refuse_if_held(dir: &Path) -> Result<(), LockError> {
 }
 
 impl RunLock {
-    /// Locks `dir` (which must exist) for this process.
+    /// Locks `dir` (which must exist) for this process. The lock file appears complete (written
+    /// under a temporary name, then linked into place, which fails if one is there): another
+    /// process never reads a half-written lock and takes it for a stale one.
     pub fn acquire(dir: &Path) -> Result<RunLock, LockError> {
         let path = dir.join(LOCK_FILE);
         let io = |source| LockError::Io { dir: dir.to_path_buf(), source };
@@ -105,35 +107,89 @@ impl RunLock {
             Some(t) => format!("{} {} {t}\n", std::process::id(), host_name()),
             None => format!("{} {}\n", std::process::id(), host_name()),
         };
-        // Two tries: the second after removing a stale lock.
-        for _ in 0..2 {
-            match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
-                Ok(mut f) => {
-                    f.write_all(me.as_bytes()).map_err(io)?;
+        remove_dead_temporaries(dir);
+        let tmp = dir.join(format!("{LOCK_FILE}.new-{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::fs::write(&tmp, &me).map_err(io)?;
+        let done = |r| {
+            let _ = std::fs::remove_file(&tmp);
+            r
+        };
+        // Three tries: the later ones after taking over a stale lock (or losing one to another
+        // process that took it over at the same moment).
+        for _ in 0..3 {
+            match link_new(&tmp, &path) {
+                Ok(()) => {
                     HELD.lock().unwrap_or_else(|e| e.into_inner()).push(path.clone());
-                    return Ok(RunLock { path });
+                    return done(Ok(RunLock { path }));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let (pid, host, start) = parse_lock(&std::fs::read_to_string(&path).unwrap_or_default());
+                    let judged = std::fs::read_to_string(&path).unwrap_or_default();
+                    let (pid, host, start) = parse_lock(&judged);
                     if !stale(pid, &host, start) {
-                        return Err(LockError::Held {
+                        return done(Err(LockError::Held {
                             dir: dir.to_path_buf(),
                             pid: pid.unwrap_or(0),
                             host,
                             lock: path.clone(),
-                        });
+                        }));
                     }
-                    match std::fs::remove_file(&path) {
-                        Ok(()) => continue,
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                        Err(e) => return Err(io(e)),
+                    if let Err(e) = take_over(&path, &judged) {
+                        return done(Err(io(e)));
                     }
                 }
-                Err(e) => return Err(io(e)),
+                Err(e) => return done(Err(io(e))),
             }
         }
-        Err(io(std::io::Error::other("another process took the lock at the same moment")))
+        done(Err(io(std::io::Error::other("another process took the lock at the same moment"))))
     }
+}
+
+/// Removes the temporary files of the lock (`.ddl-lock.new-PID`, `.ddl-lock.stale-PID`) that
+/// processes killed in the middle of [`RunLock::acquire`] left in `dir`.
+fn remove_dead_temporaries(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = [".new-", ".stale-"]
+            .iter()
+            .find_map(|m| name.strip_prefix(LOCK_FILE)?.strip_prefix(m))
+            .and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| p != std::process::id() && alive(p) == Some(false)) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Links the complete file `tmp` to `path`, failing with `AlreadyExists` if `path` exists (where
+/// the file system has no hard links: `path` created new, then written).
+fn link_new(tmp: &Path, path: &Path) -> std::io::Result<()> {
+    match std::fs::hard_link(tmp, path) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(path)?;
+            f.write_all(&std::fs::read(tmp)?)
+        }
+        r => r,
+    }
+}
+
+/// Removes the lock file at `path` if it is still the one whose contents `judged` were found
+/// stale: it is moved aside first (one rename), and a lock another process made meanwhile (it
+/// took the stale one over a moment before) is put back, not removed under its feet. `Ok` also
+/// when the file is gone or was put back: the caller tries to lock again.
+fn take_over(path: &Path, judged: &str) -> std::io::Result<()> {
+    let aside = path.with_file_name(format!("{LOCK_FILE}.stale-{}", std::process::id()));
+    match std::fs::rename(path, &aside) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        r => r?,
+    }
+    let moved = std::fs::read_to_string(&aside).unwrap_or_default();
+    if moved != judged {
+        // Another process's lock, made since it was judged: back in place (unless yet another
+        // lock was made there meanwhile, which then stands).
+        let _ = std::fs::hard_link(&aside, path);
+    }
+    std::fs::remove_file(&aside)
 }
 
 impl Drop for RunLock {
@@ -196,6 +252,27 @@ mod tests {
             release_all();
             assert!(!lock.exists(), "release_all removes the locks held");
             drop(held);
+        }
+        // A takeover removes only the lock it judged stale: one another process made since
+        // (it took the stale lock over a moment before) stays, and is then respected.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = format!("{} {}\n", child.id(), host_name());
+        child.wait().unwrap();
+        if let Some(start) = started(1) {
+            let live = format!("1 {} {start}\n", host_name());
+            std::fs::write(&lock, &live).unwrap();
+            take_over(&lock, &dead).unwrap();
+            assert_eq!(std::fs::read_to_string(&lock).unwrap(), live, "a live lock was taken over");
+            assert!(RunLock::acquire(&dir).unwrap_err().to_string().contains("process 1 on"));
+            // The stale one it judged goes.
+            std::fs::write(&lock, &dead).unwrap();
+            take_over(&lock, &dead).unwrap();
+            assert!(!lock.exists());
+            // No temporary file of the lock is left beside it, and a killed process's are removed.
+            std::fs::write(dir.join(format!("{LOCK_FILE}.new-{}", child.id())), &dead).unwrap();
+            drop(RunLock::acquire(&dir).unwrap());
+            let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
+            assert!(left.is_empty(), "{left:?}");
         }
         // Another host's lock cannot be checked: refused.
         std::fs::write(&lock, "4242 some-other-host\n").unwrap();

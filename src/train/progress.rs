@@ -108,23 +108,56 @@ pub(super) fn append_line(path: &Path, line: &serde_json::Value) -> Result<(), T
 /// Cuts `metrics.jsonl` back to the lines of steps ≤ `step` (a resumed run continues from its
 /// checkpoint: lines a stopped run logged after it would otherwise appear twice), and drops
 /// lines that are not JSON objects with a step (a line torn by a crash mid-write, which the next
-/// line appended would otherwise be glued onto). Written atomically; a missing file is fine.
+/// line appended would otherwise be glued onto). Written atomically. What the curves lose is said
+/// (the steps before `step` are drawn from this file): a file that is missing or holds no line
+/// of a step up to `step`, and lines dropped as unreadable other than a torn last one.
 pub(super) fn cut_metrics(path: &Path, step: usize) -> Result<usize, TrainError> {
-    let Ok(bytes) = std::fs::read(path) else { return Ok(0) };
+    let Ok(bytes) = std::fs::read(path) else {
+        if step > 0 {
+            eprintln!(
+                "note: {} is missing: the run goes on from step {step}, and its curves (loss.png, `ddl plot`) \
+                 start there",
+                path.display()
+            );
+        }
+        return Ok(0);
+    };
     let text = String::from_utf8_lossy(&bytes);
     let mut kept = String::with_capacity(text.len());
-    let mut cut = 0;
-    for line in text.lines() {
-        let keep = serde_json::from_str::<serde_json::Value>(line)
-            .ok()
-            .and_then(|v| v["step"].as_u64())
-            .is_some_and(|s| s as usize <= step);
-        if keep {
+    let (mut cut, mut kept_lines, mut unreadable) = (0, 0, Vec::new());
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        let read = serde_json::from_str::<serde_json::Value>(line).ok().and_then(|v| v["step"].as_u64());
+        // (A last line without its newline is one a crash tore: dropped without a word.)
+        let torn = i + 1 == lines.len() && !text.ends_with('\n');
+        if read.is_none() && !torn && !line.trim().is_empty() {
+            unreadable.push(i + 1);
+        }
+        if read.is_some_and(|s| s as usize <= step) {
             kept.push_str(line);
             kept.push('\n');
+            kept_lines += 1;
         } else {
             cut += 1;
         }
+    }
+    if !unreadable.is_empty() {
+        let shown: Vec<String> = unreadable.iter().take(5).map(|n| n.to_string()).collect();
+        eprintln!(
+            "note: {}: dropped {} line(s) that do not read as a step's record (line {}{}): edited or damaged; the \
+             curves lack them",
+            path.display(),
+            unreadable.len(),
+            shown.join(", "),
+            if unreadable.len() > 5 { ", …" } else { "" }
+        );
+    }
+    if kept_lines == 0 && step > 0 {
+        eprintln!(
+            "note: {} holds no record of the steps up to {step}: the run goes on from step {step}, and its curves \
+             (loss.png, `ddl plot`) start there",
+            path.display()
+        );
     }
     if cut > 0 || kept.len() != bytes.len() {
         crate::train::checkpoint::write_atomic(path, kept.as_bytes())

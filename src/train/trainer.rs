@@ -630,7 +630,7 @@ impl<'c> Trainer<'c> {
             last_loss,
             val_loss: None,
             last_eval: None,
-            best: if opts.resume { checkpoint::read_best(&opts.out) } else { None },
+            best: if opts.resume { resumed_best(&opts.out, lead) } else { None },
             val_tokens: None,
             losses: Vec::new(),
             interrupted: false,
@@ -1226,6 +1226,55 @@ pub fn tune_for(gpu: Arc<Gpu>, run: &RunConfig) -> Result<(usize, f64), TrainErr
 /// cannot stand as a best no later evaluation beats.
 fn improves(best: Option<(usize, f64)>, loss: f64) -> bool {
     loss.is_finite() && best.is_none_or(|(_, b)| loss < b)
+}
+
+/// The best checkpoint a resumed run in `out` goes on from: `checkpoints/best/best.json`'s, or,
+/// where that record does not read (damaged, edited, deleted) but `best/` holds a checkpoint,
+/// its step with the loss `metrics.jsonl` logged there, written back to `best.json` — without
+/// it the run's next evaluation replaced `best/`, a better checkpoint, silently. Said either way
+/// (`lead`: the process that writes).
+fn resumed_best(out: &std::path::Path, lead: bool) -> Option<checkpoint::Best> {
+    if let Some(b) = checkpoint::read_best(out) {
+        return Some(b);
+    }
+    let dir = out.join(checkpoint::KEPT_DIR).join(checkpoint::BEST_DIR);
+    let record = dir.join(checkpoint::BEST_FILE);
+    let step = checkpoint::saved_step(&dir).ok()?;
+    let logged = std::fs::read_to_string(out.join("metrics.jsonl")).ok().and_then(|text| {
+        text.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find_map(|j| {
+            if j["step"].as_u64() != Some(step as u64) {
+                return None;
+            }
+            let (loss, tokens) = if j["val_full"].as_bool() == Some(true) {
+                (j["val_subset_loss"].as_f64()?, j["val_subset_tokens"].as_u64()?)
+            } else {
+                (j["val_loss"].as_f64()?, j["val_tokens"].as_u64()?)
+            };
+            Some(checkpoint::Best { step, val_loss: loss, val_tokens: tokens as usize })
+        })
+    });
+    if lead {
+        match &logged {
+            Some(b) => {
+                eprintln!(
+                    "note: {} does not read: the best checkpoint is taken as its step {step}, validation loss {:.4} \
+                     (metrics.jsonl), and the record written again",
+                    record.display(),
+                    b.val_loss
+                );
+                if let Ok(text) = serde_json::to_vec_pretty(b) {
+                    let _ = checkpoint::write_atomic(&record, &text);
+                }
+            }
+            None => eprintln!(
+                "note: {} does not read and metrics.jsonl has no evaluation of its step {step}: the run's next \
+                 evaluation replaces {} whatever its loss",
+                record.display(),
+                dir.display()
+            ),
+        }
+    }
+    logged
 }
 
 #[cfg(test)]
