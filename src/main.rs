@@ -1153,6 +1153,19 @@ fn cache_cmd(remove: bool, p: ddl::train::cache::Prune, json: bool) -> Result<()
                 plural(unrecorded)
             );
         }
+        let damaged: Vec<_> = l.sets.iter().filter(|s| s.state == State::RecordDamaged).collect();
+        if !damaged.is_empty() {
+            let files: Vec<String> =
+                damaged.iter().map(|s| s.dir.join(ddl::train::cache::RECORD_FILE).display().to_string()).collect();
+            println!(
+                "{} set{} whose record does not read (damaged or edited: {}), so their settings are not known: a run \
+                 with their settings finds them and writes the record again; `ddl data cache --prune --unused-for \
+                 30d` removes those unused for 30 days, `ddl data cache --clear` every set",
+                damaged.len(),
+                plural(damaged.len()),
+                files.join(", ")
+            );
+        }
     }
     if l.in_progress > 0 {
         println!("{} set(s) being made or removed by a running process", l.in_progress);

@@ -696,6 +696,23 @@ fn the_corpus_cache_is_listed_and_pruned_from_the_command_line() {
     assert!(said.contains("removed 1 cached shard set of an earlier version"), "{said}");
     let (_, out) = run(&["data", "cache"]);
     assert!(out.contains("1 set,") && !out.contains("stale"), "{out}");
+    // A damaged record is said as damaged, naming the file and the remedies (it was listed as
+    // an earlier version's set).
+    let (_, json) = run(&["data", "cache", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let record = Path::new(v["sets"][0]["dir"].as_str().unwrap()).join("cache.json");
+    std::fs::write(&record, "{\"corpus\": ").unwrap();
+    let (ok, out) = run(&["data", "cache"]);
+    assert!(
+        ok && out.contains("record damaged (cache.json does not read)")
+            && !out.contains("older ddl")
+            && out.contains(&record.display().to_string())
+            && out.contains("a run with their settings finds them and writes the record again")
+            && out.contains("`ddl data cache --clear`"),
+        "{out}"
+    );
+    let (_, json) = run(&["data", "cache", "--json"]);
+    assert!(json.contains("\"state\":\"record_damaged\""), "{json}");
 
     // Removing: a dry run keeps, --clear removes.
     let (ok, out) = run(&["data", "cache", "--clear", "--dry-run"]);

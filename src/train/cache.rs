@@ -83,6 +83,9 @@ pub enum State {
     CorpusGone,
     /// Made by an earlier version of `ddl`, not used since: its settings are not known.
     Unrecorded,
+    /// Its record (`cache.json`) is there but does not read (damaged, edited): its settings are
+    /// not known. A run with its settings that finds it writes the record again.
+    RecordDamaged,
     /// Its `meta.json` does not read (a run on its settings would make it again).
     Damaged,
 }
@@ -99,6 +102,7 @@ impl State {
             State::Changed => "stale: corpus or tokenizer changed",
             State::CorpusGone => "stale: corpus gone",
             State::Unrecorded => "unrecorded (older ddl)",
+            State::RecordDamaged => "record damaged (cache.json does not read)",
             State::Damaged => "damaged",
         }
     }
@@ -207,6 +211,12 @@ fn read_record(dir: &Path) -> Option<Record> {
     serde_json::from_slice(&std::fs::read(dir.join(RECORD_FILE)).ok()?).ok()
 }
 
+/// Whether `dir` has a record file that does not read as one (damaged, edited; an earlier
+/// version's set has none).
+fn record_damaged(dir: &Path) -> bool {
+    dir.join(RECORD_FILE).exists() && read_record(dir).is_none()
+}
+
 /// The set in `dir` (its name the key), without reading its shards.
 fn set_at(dir: &Path) -> Set {
     let key = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -225,6 +235,8 @@ fn set_at(dir: &Path) -> Set {
             .map(Path::new)
         {
             Some(p) if p.is_absolute() && !p.exists() => State::CorpusGone,
+            // (Said as damaged, not as an earlier version's: `ddl data cache` says what to do.)
+            _ if record_damaged(dir) => State::RecordDamaged,
             _ => State::Unrecorded,
         },
     };

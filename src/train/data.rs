@@ -1798,6 +1798,14 @@ mod tests {
         assert!(states().contains(&(key(&b_char), State::Unrecorded)));
         assert_eq!(set(b, "char"), b_char);
         assert!(states().contains(&(key(&b_char), State::Current)));
+        // A damaged record is said as such (it was listed as an earlier version's), and written
+        // again when a run uses the set.
+        std::fs::write(b_char.join(cache::RECORD_FILE), "{\"corpus\": \"/x").unwrap();
+        assert!(states().contains(&(key(&b_char), State::RecordDamaged)), "{:?}", states());
+        assert_eq!(State::RecordDamaged.describe(), "record damaged (cache.json does not read)");
+        assert!(!State::RecordDamaged.stale(), "the set may be current: a run finds it");
+        assert_eq!(set(b, "char"), b_char);
+        assert!(states().contains(&(key(&b_char), State::Current)));
 
         // Leftovers: a killed maker's folder is pruned, a live one's is not touched.
         let gone = std::process::Command::new("true").spawn().unwrap();
