@@ -1703,7 +1703,19 @@ fn a_damaged_best_record_is_recovered_from_the_metrics_when_the_run_resumes() {
     let record = out.join("checkpoints/best/best.json");
     let read = || -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap() };
     let old = read();
+    // `ddl info` says a record that is missing or damaged (it said nothing), and the remedy.
+    let info = || {
+        let o = cmd(&dir).args(["info", "--checkpoint", out.to_str().unwrap()]).output().unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        text(&o)
+    };
+    assert!(!info().contains("best.json"), "{}", info());
+    std::fs::remove_file(&record).unwrap();
+    let t = info();
+    assert!(t.contains("best.json is missing") && t.contains("`ddl train --resume"), "{t}");
     std::fs::write(&record, "{\"step\": 4, \"val_lo").unwrap();
+    let t = info();
+    assert!(t.contains("best.json does not read (") && t.contains("writes it again"), "{t}");
     let r = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "5"]).output().unwrap();
     let t = text(&r);
     assert!(r.status.success(), "{t}");
@@ -1714,6 +1726,7 @@ fn a_damaged_best_record_is_recovered_from_the_metrics_when_the_run_resumes() {
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["best"], new, "{summary}");
+    assert!(!info().contains("best.json"), "{}", info());
 }
 
 /// Ctrl-C during the final evaluation stops it: the run's checkpoint (saved before it) holds

@@ -41,6 +41,9 @@ pub struct CheckpointInfo {
     pub losses: Option<Losses>,
     /// The run's best checkpoint, when it keeps one.
     pub best: Option<Best>,
+    /// Why `checkpoints/best/`'s record (`best.json`) is not read, when the folder is there and
+    /// the record is missing or does not read (`ddl train --resume` writes it again).
+    pub best_unreadable: Option<String>,
     /// The steps of the run's kept checkpoints (`checkpoints/step-N`).
     pub kept: Vec<usize>,
     /// The checkpoint's files and their sizes in bytes.
@@ -104,11 +107,29 @@ pub fn describe(path: &Path) -> Result<CheckpointInfo, CheckpointError> {
         data,
         losses,
         best: checkpoint::read_best(&run),
+        best_unreadable: best_unreadable(&run),
         kept: checkpoint::kept_steps(&run),
         files,
         plan_bytes,
         run,
         config_unreadable: RunConfig::read_file(path).and_then(Result::err).map(|e| e.message().trim().to_string()),
+    })
+}
+
+/// Why the record of `run`'s `checkpoints/best/` is not read, when that folder is there: its
+/// `best.json` is missing or does not read as one (damaged, edited).
+fn best_unreadable(run: &Path) -> Option<String> {
+    let dir = run.join(checkpoint::KEPT_DIR).join(checkpoint::BEST_DIR);
+    if !dir.is_dir() || checkpoint::read_best(run).is_some() {
+        return None;
+    }
+    Some(match std::fs::read_to_string(dir.join(checkpoint::BEST_FILE)) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "is missing".to_string(),
+        Err(e) => format!("does not read ({e})"),
+        Ok(text) => match serde_json::from_str::<Best>(&text) {
+            Err(e) => format!("does not read ({e})"),
+            Ok(_) => "does not read".to_string(),
+        },
     })
 }
 
@@ -278,6 +299,15 @@ impl CheckpointInfo {
                 b.val_loss,
                 count(b.val_tokens as u64),
                 self.run.join(checkpoint::KEPT_DIR).join(checkpoint::BEST_DIR).display()
+            ));
+        }
+        if let Some(why) = &self.best_unreadable {
+            let best = self.run.join(checkpoint::KEPT_DIR).join(checkpoint::BEST_DIR);
+            out.push(format!(
+                "note: the best checkpoint's record {} {why}: its step and validation loss are not known here; \
+                 `ddl train --resume {}` writes it again from best/'s step and the loss metrics.jsonl logged there (where it logged one)",
+                best.join(checkpoint::BEST_FILE).display(),
+                self.run.display()
             ));
         }
         if !self.kept.is_empty() {
