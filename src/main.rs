@@ -196,9 +196,13 @@ fn run(cli: Cli) -> Result<()> {
             if json {
                 println!(
                     "{}",
-                    serde_json::to_string_pretty(
-                        &serde_json::json!({ "out": out, "runs": ends.runs, "groups": ends.groups, "left_out": ends.left_out })
-                    )?
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "out": out,
+                        "runs": ends.runs,
+                        "groups": ends.groups,
+                        "left_out": ends.left_out,
+                        "unreadable": ends.unreadable,
+                    }))?
                 );
             } else {
                 print!("{}", ends_text(&ends));

@@ -353,6 +353,26 @@ fn plot_draws_runs_curves_and_tabulates_where_each_ended() {
         "{t}"
     );
     assert_eq!(ddl::train::plot::plot_title(&out).as_deref(), Some("training loss, 2 runs"));
+    // Lines that do not read (an edit) are skipped and said, with the file and their numbers (they
+    // were skipped without a word); a torn last line (a run writing it, or killed) is not.
+    let edited = run("edited", Variant::Ddl, &[step(1, 4.0, b), "{\"step\": 2, oops".into(), step(3, 2.0, b)]);
+    let mut m = std::fs::read_to_string(edited.join("metrics.jsonl")).unwrap();
+    m.push_str("{\"step\":4,\"lo");
+    std::fs::write(edited.join("metrics.jsonl"), &m).unwrap();
+    let o = plot(&[edited.to_str().unwrap(), "--out", so, "--metric", "train"]);
+    let t = text(&o);
+    let file = edited.join("metrics.jsonl").display().to_string();
+    assert!(
+        o.status.success()
+            && t.contains(&format!("note: {file}: skipped 1 line that does not read"))
+            && t.contains("(line 2)"),
+        "{t}"
+    );
+    let o = plot(&[edited.to_str().unwrap(), "--out", so, "--metric", "train", "--json"]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["unreadable"], serde_json::json!([[file, [2]]]), "{j}");
+    let o = plot(&[sa, "--out", so, "--metric", "train"]);
+    assert!(o.status.success() && !text(&o).contains("skipped"), "{}", text(&o));
     let o = plot(&[sa, "--out", so, "--metric", "beta", "--json"]);
     assert!(o.status.success(), "{}", text(&o));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();

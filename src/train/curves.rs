@@ -189,12 +189,14 @@ struct RunCurves {
 }
 
 /// Reads `run`'s `o.metric` (`per_write`: one curve per delta write for β). `None` when it has
-/// no point of the metric (`why` says why).
+/// no point of the metric (`why` says why). Lines of its `metrics.jsonl` that do not read are
+/// added to `unreadable` (the file, their numbers).
 fn read_run(
     run: &Path,
     o: &PlotOptions,
     per_write: bool,
     label: &str,
+    unreadable: &mut Vec<(PathBuf, Vec<usize>)>,
 ) -> Result<Result<RunCurves, String>, TrainError> {
     let bad = |why: String| TrainError::Settings(format!("{}: {why}", run.display()));
     if !run.is_dir() {
@@ -207,6 +209,9 @@ fn read_run(
              run stopped before its first step"
             .into())
     })?;
+    if !m.bad_lines.is_empty() {
+        unreadable.push((run.join("metrics.jsonl"), m.bad_lines.clone()));
+    }
     let per_step = tokens_per_step(run);
     if o.x == XAxis::Tokens && per_step.is_none() {
         return Err(bad("its config.toml does not read, so its tokens per step are unknown: plot by step".into()));
@@ -349,6 +354,10 @@ pub struct PlotEnds {
     pub groups: Vec<GroupEnd>,
     /// Runs of experiments left out, and why (no metrics yet, no point of the metric).
     pub left_out: Vec<(PathBuf, String)>,
+    /// `metrics.jsonl` files with lines that do not read as a step's record (edited, damaged),
+    /// skipped: the file and the lines' numbers (a torn last line of a run writing it, or
+    /// killed, is not counted).
+    pub unreadable: Vec<(PathBuf, Vec<usize>)>,
 }
 
 /// Draws `o.metric` of every run of `o.runs` into `o.out` and returns where each ended. A run
@@ -400,11 +409,11 @@ pub fn plot_runs(o: &PlotOptions) -> Result<PlotEnds, TrainError> {
     let per_write = o.metric == Metric::Beta && !grouped && o.runs.len() == 1;
     let several = inputs.len() > 1;
     let mut bands: Vec<plot::Band> = Vec::new();
-    let mut ends = PlotEnds { runs: Vec::new(), groups: Vec::new(), left_out: Vec::new() };
+    let mut ends = PlotEnds { runs: Vec::new(), groups: Vec::new(), left_out: Vec::new(), unreadable: Vec::new() };
     for (input, groups) in &inputs {
         let Some(groups) = groups else {
             let label = input.display().to_string();
-            let c = read_run(input, o, per_write, &label)?.map_err(|why| {
+            let c = read_run(input, o, per_write, &label, &mut ends.unreadable)?.map_err(|why| {
                 bad(input, format!("--metric {}: {why}; choose another metric or leave the run out", o.metric.name()))
             })?;
             for (name, pts) in &c.series {
@@ -424,7 +433,7 @@ pub fn plot_runs(o: &PlotOptions) -> Result<PlotEnds, TrainError> {
                     ends.left_out.push((run.clone(), "no metrics.jsonl yet (not started)".into()));
                     continue;
                 }
-                match read_run(run, o, false, &name)? {
+                match read_run(run, o, false, &name, &mut ends.unreadable)? {
                     Ok(mut c) => {
                         c.end.group = Some(name.clone());
                         curves.push(c)
@@ -621,6 +630,19 @@ pub fn ends_text(ends: &PlotEnds) -> String {
     }
     for (run, why) in &ends.left_out {
         out.push_str(&format!("left out: {}: {why}\n", run.display()));
+    }
+    for (file, lines) in &ends.unreadable {
+        let shown: Vec<String> = lines.iter().take(5).map(|n| n.to_string()).collect();
+        out.push_str(&format!(
+            "note: {}: skipped {} line{} that {} not read as a step's record (line {}{}): edited or damaged; the \
+             curves and the table lack them\n",
+            file.display(),
+            lines.len(),
+            if lines.len() == 1 { "" } else { "s" },
+            if lines.len() == 1 { "does" } else { "do" },
+            shown.join(", "),
+            if lines.len() > 5 { ", …" } else { "" }
+        ));
     }
     out
 }

@@ -98,16 +98,24 @@ pub struct Metrics {
     pub full: Option<(usize, f64, usize)>,
     /// That evaluation's top-1 accuracy (runs before it was logged: none).
     pub full_accuracy: Option<f64>,
-    /// Lines that did not read as JSON with a step.
-    pub bad_lines: usize,
+    /// The numbers (from 1) of the lines that did not read as JSON with a step, a torn last line
+    /// aside (one without its newline: being written by a run training now, or cut by a crash,
+    /// which `--resume` drops without a word).
+    pub bad_lines: Vec<usize>,
 }
 
 impl Metrics {
     pub fn parse(text: &str) -> Metrics {
         let mut m = Metrics::default();
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
             match parse_line(line) {
-                None => m.bad_lines += 1,
+                None => {
+                    let torn = i + 1 == lines.len() && !text.ends_with('\n');
+                    if !torn {
+                        m.bad_lines.push(i + 1);
+                    }
+                }
                 Some(Line::Train(row)) => m.train.push(row),
                 Some(Line::Val(v)) => {
                     if v.full {
@@ -169,7 +177,12 @@ mod tests {
                      \"val_accuracy\":0.3,\"val_subset_accuracy\":0.375}\n\
                     {\"step\":5,\"val_loss\":2.8,\"val_tokens\":10,\"val_full\":false}\n";
         let m = Metrics::parse(text);
-        assert_eq!(m.bad_lines, 1);
+        assert_eq!(m.bad_lines, vec![2]);
+        // A torn last line (no newline: a run writing it, or killed) is not counted; one with its
+        // newline is.
+        let torn = format!("{text}{{\"step\":6,\"lo");
+        assert_eq!(Metrics::parse(&torn).bad_lines, vec![2]);
+        assert_eq!(Metrics::parse(&format!("{torn}\n")).bad_lines, vec![2, 8]);
         assert_eq!(m.train.len(), 3);
         assert_eq!(m.val, vec![(2.0, 3.5), (4.0, 2.5), (5.0, 2.8)]);
         // (The final evaluation's accuracy on the curve's windows; a row without one, none.)
@@ -191,7 +204,7 @@ mod tests {
                     {\"step\":2,\"val_loss\":null,\"val_ppl\":null,\"val_tokens\":10,\"val_full\":false}\n\
                     {\"step\":3,\"val_loss\":null,\"val_tokens\":99,\"val_full\":true,\"val_subset_loss\":null}\n";
         let m = Metrics::parse(text);
-        assert_eq!((m.train.len(), m.bad_lines), (2, 0));
+        assert_eq!((m.train.len(), m.bad_lines.len()), (2, 0));
         assert_eq!(m.val.len(), 3);
         assert!(m.val[1].1.is_nan() && m.val[2].1.is_nan() && m.val[1].0 == 2.0);
         assert!(m.full.is_some_and(|f| f.0 == 3 && f.1.is_nan() && f.2 == 99));
