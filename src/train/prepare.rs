@@ -190,11 +190,50 @@ fn jsonl_documents(
                 msg: format!("line {}: no string field \"text\" (each line must be {{\"text\": \"…\"}})", n + 1),
             });
         };
+        // (A JSON object that gives a field twice reads as its last value: the first document
+        // was dropped without a word.)
+        if text_fields(&line) > 1 {
+            return Err(DataError::Meta {
+                path: path.to_path_buf(),
+                msg: format!(
+                    "line {}: the field \"text\" is given more than once (only the last would be read); keep one \
+                     \"text\" per line, a document per line",
+                    n + 1
+                ),
+            });
+        }
         if f(n + 1, text.to_string())?.is_break() {
             break;
         }
     }
     Ok(())
+}
+
+/// How many times a JSON object's line gives the field `text` (at its top level; 0 for a line
+/// that is not an object).
+fn text_fields(line: &str) -> usize {
+    struct Count(usize);
+    impl<'de> serde::Deserialize<'de> for Count {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Count, D::Error> {
+            struct V;
+            impl<'de> serde::de::Visitor<'de> for V {
+                type Value = Count;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Count, A::Error> {
+                    let mut n = 0;
+                    while let Some(key) = map.next_key::<String>()? {
+                        n += usize::from(key == "text");
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                    Ok(Count(n))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+    serde_json::from_str::<Count>(line).map_or(0, |c| c.0)
 }
 
 /// [`pieces`], reading `chunk` bytes at a time (a line longer than two chunks is cut).
@@ -1084,6 +1123,30 @@ mod tests {
         })
         .unwrap_or_else(|e| panic!("{name}: {e}"));
         got
+    }
+
+    /// A JSON line that gives `text` twice is refused naming the file, the line and the field (the
+    /// last value was taken, the first document dropped without a word); a `text` inside another
+    /// field's object is no second one.
+    #[test]
+    fn a_json_line_with_the_text_field_twice_is_refused() {
+        let dir = crate::testing::scratch_dir("prepare-jsonl-twice");
+        let p = dir.join("docs.jsonl");
+        std::fs::write(&p, "{\"text\": \"one\"}\n{\"text\": \"a\", \"text\": \"b\"}\n").unwrap();
+        let e = pieces_of(&p, 4096, |_, _| Ok(())).unwrap_err().to_string();
+        assert!(
+            e.contains("docs.jsonl") && e.contains("line 2") && e.contains("\"text\" is given more than once"),
+            "{e}"
+        );
+        std::fs::write(&p, "{\"meta\": {\"text\": \"x\"}, \"text\": \"a\"}\n").unwrap();
+        let mut got = Vec::new();
+        pieces_of(&p, 4096, |t, _| {
+            got.push(t);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got, vec!["a".to_string()]);
+        assert_eq!((text_fields("[1]"), text_fields("{\"te\\u0078t\": 1, \"text\": 2}")), (0, 2));
     }
 
     /// A corpus that is one long line is cut into bounded pieces (it was held whole: a line of
