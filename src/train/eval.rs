@@ -1837,6 +1837,7 @@ mod tests {
                 vs: vs(paired(&[(2.5, 2.2), (2.4, 2.1)]), None),
                 p_holm: Some(0.5),
             }],
+            ablate_plot: None,
             per_token: None,
             accuracy: 0.375,
             top5_accuracy: 0.8,
