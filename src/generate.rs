@@ -131,6 +131,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn beta_outside_0_2_is_in_no_regime() {
+        // In range: the paper's three by the thresholds, the ends included.
+        for (b, r) in [(0.0, 0), (0.49, 0), (0.5, 1), (1.5, 1), (1.51, 2), (2.0, 2)] {
+            assert_eq!(regime_index(b), r, "β = {b}");
+            assert!(!outside_range(b), "β = {b}");
+        }
+        // Outside: amplifying along k (λ = 1−β beyond ±1), not identity or reflection.
+        for b in [-1.0, -1e-3, 2.001, 3.0] {
+            assert!(outside_range(b), "β = {b}");
+            assert_eq!(REGIMES[regime_index(b)], "outside [0, 2]", "β = {b}");
+        }
+        // The threshold label, which a trace's JSON keeps for its readers, is unchanged.
+        assert_eq!((regime(-1.0), regime(3.0)), ("identity", "reflection"));
+    }
+
+    #[test]
     fn greedy_picks_the_largest_and_top_k_1_equals_greedy() {
         let l = [0.1, 2.0, -1.0, 1.9];
         let mut s = Sampler::new(SamplerConfig { temperature: 0.0, ..Default::default() });
@@ -558,8 +574,35 @@ pub async fn mean_k_directions_with(
     Ok(out)
 }
 
-/// Regime of a gate value: identity (β < 0.5: λ = 1−β > 0.5), reflection (β > 1.5: λ < −0.5),
-/// projection in between (λ ≈ 0: the k-component is replaced by v).
+/// The regimes a write's β can be in, by [`regime_index`]: the paper's three, and a fourth for β
+/// outside [0, 2] (reachable only with `--allow-out-of-range` interventions), where λ = 1−β is
+/// above 1 or below −1: the write amplifies the k-component, none of the three.
+pub const REGIMES: [&str; 4] = ["identity", "projection", "reflection", "outside [0, 2]"];
+
+/// β is outside [0, 2]: λ = 1−β lies outside [−1, 1], so the write amplifies along k rather than
+/// keeping (identity), replacing (projection) or reflecting (reflection) the k-component (a NaN is
+/// in no regime either).
+pub fn outside_range(beta: f32) -> bool {
+    !(0.0..=2.0).contains(&beta)
+}
+
+/// The index in [`REGIMES`] of a gate value: 3 when [`outside_range`], else that of [`regime`].
+pub fn regime_index(beta: f32) -> usize {
+    if outside_range(beta) {
+        return 3;
+    }
+    match regime(beta) {
+        "identity" => 0,
+        "projection" => 1,
+        _ => 2,
+    }
+}
+
+/// Regime of a gate value by the thresholds alone: identity (β < 0.5: λ = 1−β > 0.5), reflection
+/// (β > 1.5: λ < −0.5), projection in between (λ ≈ 0: the k-component is replaced by v). It does
+/// not look at the range: β outside [0, 2] ([`outside_range`]) gets the label of its side (what a
+/// trace's JSON `regime` records, for its readers), though it is in none of the three regimes;
+/// [`regime_index`] tells it apart.
 pub fn regime(beta: f32) -> &'static str {
     if beta < 0.5 {
         "identity"
@@ -1768,7 +1811,9 @@ pub fn write_trace_with(
     }
     let bytes = safetensors::serialize(views, Some(meta)).map_err(std::io::Error::other)?;
     crate::train::checkpoint::write_atomic(path, &bytes)?;
-    let mut counts = vec![[0usize; 3]; s];
+    // [identity, projection, reflection] by the thresholds alone (as before: they sum to the
+    // tokens), then how many of those βs lie outside [0, 2].
+    let mut counts = vec![[0usize; 4]; s];
     for tr in traces {
         for (i, b) in tr.beta.iter().enumerate() {
             let r = match regime(*b) {
@@ -1777,6 +1822,7 @@ pub fn write_trace_with(
                 _ => 2,
             };
             counts[i][r] += 1;
+            counts[i][3] += outside_range(*b) as usize;
         }
     }
     let summary = serde_json::json!({
@@ -1786,15 +1832,19 @@ pub fn write_trace_with(
         "prompt": origin.prompt,
         "sampling": sampling,
         "turns": turns,
-        "regime_thresholds": {"identity": "beta < 0.5", "projection": "0.5 <= beta <= 1.5", "reflection": "beta > 1.5"},
+        "regime_thresholds": {"identity": "beta < 0.5", "projection": "0.5 <= beta <= 1.5", "reflection": "beta > 1.5",
+            "outside": "beta < 0 or beta > 2: in none of the three regimes (1 - beta is above 1 or below -1: the write \
+                amplifies along k); such a beta keeps its side's label in `regime` and `regime_counts`, and is flagged \
+                in each token's `outside_range` and counted in `regime_counts`' `outside`"},
         "sublayers": (0..s).map(crate::model::intervene::sublayer_name).collect::<Vec<_>>(),
         "tokens": traces.iter().enumerate().map(|(i, tr)| serde_json::json!({
             "id": tr.token, "text": tr.text, "read": origin.read.get(i).copied().unwrap_or(false),
             "beta": tr.beta, "regime": tr.beta.iter().map(|b| regime(*b)).collect::<Vec<_>>(),
+            "outside_range": tr.beta.iter().map(|b| outside_range(*b)).collect::<Vec<_>>(),
             "logprob": tr.score.as_ref().map(|s| s.logprob), "rank": tr.score.as_ref().map(|s| s.rank),
             "top": tr.score.as_ref().map(|s| &s.top),
         })).collect::<Vec<_>>(),
-        "regime_counts": counts.iter().map(|c| serde_json::json!({"identity": c[0], "projection": c[1], "reflection": c[2]})).collect::<Vec<_>>(),
+        "regime_counts": counts.iter().map(|c| serde_json::json!({"identity": c[0], "projection": c[1], "reflection": c[2], "outside": c[3]})).collect::<Vec<_>>(),
     });
     let json_path = path.with_extension("json");
     crate::train::checkpoint::write_atomic(&json_path, serde_json::to_string_pretty(&summary).unwrap().as_bytes())
