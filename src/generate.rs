@@ -1389,6 +1389,12 @@ pub struct LensScore {
     pub entropy: f64,
 }
 
+/// What each logit-lens state after the embedding follows, in the lens's headers: a sublayer's
+/// delta write, or for the baseline (residual additions, no delta writes) its residual addition.
+pub fn lens_step(variant: crate::model::Variant) -> &'static str {
+    if variant.is_ddl() { "each sublayer's write" } else { "each sublayer's residual addition" }
+}
+
 /// The states a lens reads, in model order: `embedding` (X_0), then the sublayer whose write
 /// left each state (`block0.attn`, …; the last one's state is the model's output).
 pub fn lens_states(model: &Model) -> Vec<String> {
@@ -1457,8 +1463,9 @@ pub fn continuation_lens(
 }
 
 /// The table `ddl generate --lens` prints after a continuation: per token (numbered from 1) its
-/// probability under the head at each state, `*` where it was the head's likeliest there.
-pub fn lens_table(states: &[String], tokens: &[u32], lens: &[Vec<LensScore>], tok: &Tokenizer) -> String {
+/// probability under the head at each state, `*` where it was the head's likeliest there; `step`
+/// is what the states follow ([`lens_step`]).
+pub fn lens_table(states: &[String], step: &str, tokens: &[u32], lens: &[Vec<LensScore>], tok: &Tokenizer) -> String {
     let mut rows: Vec<Vec<String>> =
         vec![["#".to_string(), "token".to_string()].into_iter().chain(states.iter().cloned()).collect()];
     for (i, (id, row)) in tokens.iter().zip(lens).enumerate() {
@@ -1467,10 +1474,10 @@ pub fn lens_table(states: &[String], tokens: &[u32], lens: &[Vec<LensScore>], to
         rows.push(r);
     }
     let cols = rows[0].len();
-    let mut out = String::from(
+    let mut out = format!(
         "--- logit lens: p of each token under the model's head read on the state after the embedding and after \
-         each sublayer's write (teacher-forced, in the contexts generation gave it; * the head's likeliest there; \
-         the last column is the model's own) ---\n",
+         {step} (teacher-forced, in the contexts generation gave it; * the head's likeliest there; the last column \
+         is the model's own) ---\n",
     );
     out.push_str(&aligned(&rows, &[1]));
     if !lens.is_empty() {

@@ -1774,6 +1774,7 @@ fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
     for want in ["logit lens", "block1.mlp", "(the model's output)", "no intervals: pass --batches 2 or more"] {
         assert!(line.contains(want), "{want:?} in {line}");
     }
+    assert!(line.contains("after each sublayer's write") && !line.contains("residual addition"), "{line}");
     // Bad requests: said before anything is evaluated, nothing written.
     let base = train_micro("base", "baseline");
     let bad = |ck: &std::path::Path, args: &[&str], want: &[&str]| {
@@ -1790,6 +1791,22 @@ fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
     let o = eval_of(&base, &["--lens", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!((v["lens"].as_array().unwrap().len(), v["lens"][4]["loss"].clone()), (5, v["loss"].clone()), "{v}");
+    // It has residual additions, no delta writes, and the headers say so (they said "after each
+    // sublayer's write"): eval's and generate's.
+    let o = eval_of(&base, &["--lens", "--batches", "1"]);
+    let line = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(line.contains("after each sublayer's residual addition") && !line.contains("sublayer's write"), "{line}");
+    let o = ddl_cmd(&dir)
+        .args(["generate", "--prompt", "First", "--max-tokens", "3", "--lens", "--checkpoint"])
+        .arg(&base)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success() && shown.contains("--- logit lens:"), "{shown}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        shown.contains("after each sublayer's residual addition") && !shown.contains("sublayer's write"),
+        "{shown}"
+    );
     bad(&base, &["--intervene", "all:write=0"], &["no β or k"]);
     bad(&base, &["--ablate", "erase"], &["--ablate erase", "no delta writes"]);
     bad(&out, &["--ablate", "write", "--plot", dir.join("x.jpg").to_str().unwrap()], &["x.jpg", ".png"]);
@@ -2656,6 +2673,7 @@ fn generate_streams_text_writes_a_trace_and_chat_keeps_context() {
     let trows: Vec<&str> = table.lines().skip(2).take_while(|l| !l.starts_with("mean log p")).collect();
     assert_eq!(trows.len(), 12, "{shown}");
     assert!(table.contains("mean log p per state (12 tokens)") && table.contains("block0.mlp"), "{shown}");
+    assert!(shown.contains("after each sublayer's write"), "{shown}");
     let o = ddl_cmd(&dir)
         .args(["generate", "--checkpoint"])
         .arg(&out)
