@@ -1698,6 +1698,9 @@ pub struct TraceOrigin {
     /// A chat's turns (empty elsewhere): where each starts among the traced tokens and the
     /// settings its reply was sampled with (`/set` changes them between turns).
     pub turns: Vec<TraceTurn>,
+    /// The trace is a chat's (`ddl chat --trace`): its `turns` are recorded even when none is
+    /// left (`[]` after `/undo` of every turn; elsewhere no turns are `null`).
+    pub chat: bool,
 }
 
 /// One chat turn of a trace: its line's first token and how its reply was made.
@@ -1793,7 +1796,7 @@ pub fn write_trace_with(
             "min_p": short(c.min_p), "repetition_penalty": short(c.repetition_penalty), "seed": c.seed})
     };
     let sampling = origin.sampling.as_ref().map(sampling_json);
-    let turns = (!origin.turns.is_empty()).then(|| {
+    let turns = (origin.chat || !origin.turns.is_empty()).then(|| {
         serde_json::Value::Array(
             origin
                 .turns

@@ -895,6 +895,7 @@ pub(crate) fn generate_cmd(
                 sampling: Some(s.clone()),
                 read: Vec::new(),
                 turns: Vec::new(),
+                chat: false,
             },
         )
         .with_context(|| format!("writing the trace {}", path.display()))?;

@@ -2260,6 +2260,23 @@ fn a_chat_runs_under_interventions_and_undoes_turns() {
     let log = String::from_utf8(log).unwrap();
     assert!(log.contains("(interventions: block0.mlp:beta=3") && log.contains("(interventions: all:beta=-1"), "{log}");
     assert!(!log.contains("outside [0, 2]") && !log.contains("error"), "{log}");
+    // Every turn undone: the trace records no turns as `[]` (it wrote `"turns": null`), in the
+    // summary and the safetensors metadata.
+    let mut input = std::io::Cursor::new(b"First\n/undo\n".to_vec());
+    let mut lines = PlainLines { input: &mut input, log: &mut Vec::new() };
+    let (mut log, mut text) = (Vec::new(), Vec::new());
+    let opts =
+        ChatOptions { trace: Some(&trace), interventions: ddl::model::Interventions::parse(&[], false).unwrap() };
+    let settings = ChatSettings { sampler: greedy.clone(), max_tokens: 3, stop: Vec::new(), logprobs: None };
+    ddl::chat::run(&model, &tok, settings, &mut lines, &mut text, &mut log, &opts).unwrap();
+    let log = String::from_utf8(log).unwrap();
+    assert!(log.contains("(undone: \"First\" and its reply)"), "{log}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(trace.with_extension("json")).unwrap()).unwrap();
+    assert_eq!(summary["turns"], serde_json::json!([]), "{summary}");
+    let bytes = std::fs::read(&trace).unwrap();
+    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    assert_eq!(meta.metadata().as_ref().unwrap()["turns"], "[]");
 }
 
 /// Evaluation during training runs over the training program's activations: the sharing
