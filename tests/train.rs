@@ -4008,6 +4008,47 @@ fn a_run_starts_from_a_checkpoints_parameters_with_init_from() {
     assert!(ck_a.params.iter().zip(&ck_b.params).all(|(x, y)| x.to_bits() == y.to_bits()), "parameters moved at lr 0");
     let cfg = std::fs::read_to_string(Path::new(&b).join("config.toml")).unwrap();
     assert!(cfg.contains("init_from = ") && cfg.contains("lr = 0.0"), "{cfg}");
+    // The model settings that fix no parameter may change (they were refused with every
+    // model.* as "its parameters fix its shape"), and the fine-tune uses them: label smoothing
+    // changes the first step's loss on the same batch from the same parameters; a longer context
+    // trains windows past the checkpoint's.
+    let first_loss = |run: &str| -> f64 {
+        let m = std::fs::read_to_string(Path::new(run).join("metrics.jsonl")).unwrap();
+        let line = m.lines().find(|l| l.contains("\"step\":1,") && l.contains("\"loss\"")).unwrap().to_string();
+        serde_json::from_str::<serde_json::Value>(&line).unwrap()["loss"].as_f64().unwrap()
+    };
+    let smooth = dir.join("smooth").display().to_string();
+    let (ok, e) = run(&[
+        &["--init-from", &a, "--corpus", &c, "--steps", "1", "--out", &smooth, "--set", "train.lr=0"][..],
+        &rest,
+        &["--set", "model.label_smoothing=0.1"],
+    ]
+    .concat());
+    assert!(ok, "{e}");
+    let ck_s = ddl::train::checkpoint::load(Path::new(&smooth), false).unwrap();
+    assert_eq!(ck_s.config.label_smoothing, 0.1);
+    assert_eq!(ck_s.config.with_fine_tune_settings_of(&ck_a.config), ck_a.config, "only α changed");
+    assert!(ck_a.params.iter().zip(&ck_s.params).all(|(x, y)| x.to_bits() == y.to_bits()));
+    let (plain, smoothed) = (first_loss(&b), first_loss(&smooth));
+    assert!(smoothed != plain && smoothed.is_finite(), "α 0.1 trained on loss {smoothed}, α 0 on {plain}");
+    let long = dir.join("long").display().to_string();
+    let past = ck_a.config.max_seq_len + 8;
+    let (ok, e) = run(&[
+        &["--init-from", &a, "--corpus", &c, "--steps", "1", "--out", &long][..],
+        &["--set", "train.batch_size=1", "--set", "train.eval_batches=1"],
+        &["--set", format!("train.seq_len={past}").as_str(), "--set", format!("model.max_seq_len={past}").as_str()],
+    ]
+    .concat());
+    assert!(ok, "{e}");
+    let ck_l = ddl::train::checkpoint::load(Path::new(&long), false).unwrap();
+    assert_eq!((ck_l.config.max_seq_len, ck_l.config.label_smoothing), (past, 0.0));
+    let cfg_l = std::fs::read_to_string(Path::new(&long).join("config.toml")).unwrap();
+    assert!(cfg_l.contains(&format!("max_seq_len = {past}")), "{cfg_l}");
+    // Its config.toml given again with the checkpoint it started from (init_from in it): taken,
+    // its context with it.
+    let again = dir.join("again").display().to_string();
+    let (ok, e) = run(&["--config", &format!("{long}/config.toml"), "--steps", "1", "--out", &again, "--dry-run"]);
+    assert!(ok, "{e}");
     // Its own run: it resumes (the source is not read again).
     let (ok, e) = run(&["--resume", &b, "--steps", "2"]);
     assert!(ok, "{e}");
@@ -4015,12 +4056,14 @@ fn a_run_starts_from_a_checkpoints_parameters_with_init_from() {
     // a checkpoint that is not one.
     let c2 = dir.join("c2").display().to_string();
     for (args, needle) in [
-        (vec!["--set", "model.d_model=64"], "the model is --init-from"),
+        (vec!["--set", "model.d_model=64"], "model.d_model keeps its value (it sizes parameters"),
+        (vec!["--set", "model.beta_init=0.5"], "(it only sets how parameters start"),
+        (vec!["--set", "model.rope_base=500"], "(it changes what the parameters compute"),
         (vec!["--variant", "ddl"], "holds a ddl_cc model"),
         (vec!["--corpus", dir.join("odd.txt").to_str().unwrap()], "characters of --init-from"),
         (vec!["--tokenizer", dir.join("tok.json").to_str().unwrap()], "another tokenizer"),
-        // Windows past the checkpoint's context: the remedy lowers them (model.* is refused).
-        (vec!["--set", "train.seq_len=100000"], "the context is --init-from"),
+        // Windows past the checkpoint's context: the remedy lowers them or raises the context.
+        (vec!["--set", "train.seq_len=100000"], "or raise it (--set model.max_seq_len=100000"),
     ] {
         std::fs::write(dir.join("odd.txt"), "zebra ÿ ".repeat(50)).unwrap();
         let tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_corpus("xyz").unwrap());
