@@ -639,6 +639,7 @@ pub fn run(
                 _ => String::new(),
             },
             allow_out_of_range: session.interventions().allow_out_of_range,
+            chat: true,
             ..Default::default()
         };
         crate::generate::write_trace_with(path, &model.cfg, session.traces(), &origin)

@@ -131,6 +131,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn beta_outside_0_2_is_in_no_regime() {
+        // In range: the paper's three by the thresholds, the ends included.
+        for (b, r) in [(0.0, 0), (0.49, 0), (0.5, 1), (1.5, 1), (1.51, 2), (2.0, 2)] {
+            assert_eq!(regime_index(b), r, "β = {b}");
+            assert!(!outside_range(b), "β = {b}");
+        }
+        // Outside: amplifying along k (λ = 1−β beyond ±1), not identity or reflection.
+        for b in [-1.0, -1e-3, 2.001, 3.0] {
+            assert!(outside_range(b), "β = {b}");
+            assert_eq!(REGIMES[regime_index(b)], "outside [0, 2]", "β = {b}");
+        }
+        // The threshold label, which a trace's JSON keeps for its readers, is unchanged.
+        assert_eq!((regime(-1.0), regime(3.0)), ("identity", "reflection"));
+    }
+
+    #[test]
     fn greedy_picks_the_largest_and_top_k_1_equals_greedy() {
         let l = [0.1, 2.0, -1.0, 1.9];
         let mut s = Sampler::new(SamplerConfig { temperature: 0.0, ..Default::default() });
@@ -558,8 +574,35 @@ pub async fn mean_k_directions_with(
     Ok(out)
 }
 
-/// Regime of a gate value: identity (β < 0.5: λ = 1−β > 0.5), reflection (β > 1.5: λ < −0.5),
-/// projection in between (λ ≈ 0: the k-component is replaced by v).
+/// The regimes a write's β can be in, by [`regime_index`]: the paper's three, and a fourth for β
+/// outside [0, 2] (reachable only with `--allow-out-of-range` interventions), where λ = 1−β is
+/// above 1 or below −1: the write amplifies the k-component, none of the three.
+pub const REGIMES: [&str; 4] = ["identity", "projection", "reflection", "outside [0, 2]"];
+
+/// β is outside [0, 2]: λ = 1−β lies outside [−1, 1], so the write amplifies along k rather than
+/// keeping (identity), replacing (projection) or reflecting (reflection) the k-component (a NaN is
+/// in no regime either).
+pub fn outside_range(beta: f32) -> bool {
+    !(0.0..=2.0).contains(&beta)
+}
+
+/// The index in [`REGIMES`] of a gate value: 3 when [`outside_range`], else that of [`regime`].
+pub fn regime_index(beta: f32) -> usize {
+    if outside_range(beta) {
+        return 3;
+    }
+    match regime(beta) {
+        "identity" => 0,
+        "projection" => 1,
+        _ => 2,
+    }
+}
+
+/// Regime of a gate value by the thresholds alone: identity (β < 0.5: λ = 1−β > 0.5), reflection
+/// (β > 1.5: λ < −0.5), projection in between (λ ≈ 0: the k-component is replaced by v). It does
+/// not look at the range: β outside [0, 2] ([`outside_range`]) gets the label of its side (what a
+/// trace's JSON `regime` records, for its readers), though it is in none of the three regimes;
+/// [`regime_index`] tells it apart.
 pub fn regime(beta: f32) -> &'static str {
     if beta < 0.5 {
         "identity"
@@ -1346,6 +1389,12 @@ pub struct LensScore {
     pub entropy: f64,
 }
 
+/// What each logit-lens state after the embedding follows, in the lens's headers: a sublayer's
+/// delta write, or for the baseline (residual additions, no delta writes) its residual addition.
+pub fn lens_step(variant: crate::model::Variant) -> &'static str {
+    if variant.is_ddl() { "each sublayer's write" } else { "each sublayer's residual addition" }
+}
+
 /// The states a lens reads, in model order: `embedding` (X_0), then the sublayer whose write
 /// left each state (`block0.attn`, …; the last one's state is the model's output).
 pub fn lens_states(model: &Model) -> Vec<String> {
@@ -1414,8 +1463,9 @@ pub fn continuation_lens(
 }
 
 /// The table `ddl generate --lens` prints after a continuation: per token (numbered from 1) its
-/// probability under the head at each state, `*` where it was the head's likeliest there.
-pub fn lens_table(states: &[String], tokens: &[u32], lens: &[Vec<LensScore>], tok: &Tokenizer) -> String {
+/// probability under the head at each state, `*` where it was the head's likeliest there; `step`
+/// is what the states follow ([`lens_step`]).
+pub fn lens_table(states: &[String], step: &str, tokens: &[u32], lens: &[Vec<LensScore>], tok: &Tokenizer) -> String {
     let mut rows: Vec<Vec<String>> =
         vec![["#".to_string(), "token".to_string()].into_iter().chain(states.iter().cloned()).collect()];
     for (i, (id, row)) in tokens.iter().zip(lens).enumerate() {
@@ -1424,10 +1474,10 @@ pub fn lens_table(states: &[String], tokens: &[u32], lens: &[Vec<LensScore>], to
         rows.push(r);
     }
     let cols = rows[0].len();
-    let mut out = String::from(
+    let mut out = format!(
         "--- logit lens: p of each token under the model's head read on the state after the embedding and after \
-         each sublayer's write (teacher-forced, in the contexts generation gave it; * the head's likeliest there; \
-         the last column is the model's own) ---\n",
+         {step} (teacher-forced, in the contexts generation gave it; * the head's likeliest there; the last column \
+         is the model's own) ---\n",
     );
     out.push_str(&aligned(&rows, &[1]));
     if !lens.is_empty() {
@@ -1648,6 +1698,9 @@ pub struct TraceOrigin {
     /// A chat's turns (empty elsewhere): where each starts among the traced tokens and the
     /// settings its reply was sampled with (`/set` changes them between turns).
     pub turns: Vec<TraceTurn>,
+    /// The trace is a chat's (`ddl chat --trace`): its `turns` are recorded even when none is
+    /// left (`[]` after `/undo` of every turn; elsewhere no turns are `null`).
+    pub chat: bool,
 }
 
 /// One chat turn of a trace: its line's first token and how its reply was made.
@@ -1743,7 +1796,7 @@ pub fn write_trace_with(
             "min_p": short(c.min_p), "repetition_penalty": short(c.repetition_penalty), "seed": c.seed})
     };
     let sampling = origin.sampling.as_ref().map(sampling_json);
-    let turns = (!origin.turns.is_empty()).then(|| {
+    let turns = (origin.chat || !origin.turns.is_empty()).then(|| {
         serde_json::Value::Array(
             origin
                 .turns
@@ -1768,7 +1821,9 @@ pub fn write_trace_with(
     }
     let bytes = safetensors::serialize(views, Some(meta)).map_err(std::io::Error::other)?;
     crate::train::checkpoint::write_atomic(path, &bytes)?;
-    let mut counts = vec![[0usize; 3]; s];
+    // [identity, projection, reflection] by the thresholds alone (as before: they sum to the
+    // tokens), then how many of those βs lie outside [0, 2].
+    let mut counts = vec![[0usize; 4]; s];
     for tr in traces {
         for (i, b) in tr.beta.iter().enumerate() {
             let r = match regime(*b) {
@@ -1777,6 +1832,7 @@ pub fn write_trace_with(
                 _ => 2,
             };
             counts[i][r] += 1;
+            counts[i][3] += outside_range(*b) as usize;
         }
     }
     let summary = serde_json::json!({
@@ -1786,15 +1842,19 @@ pub fn write_trace_with(
         "prompt": origin.prompt,
         "sampling": sampling,
         "turns": turns,
-        "regime_thresholds": {"identity": "beta < 0.5", "projection": "0.5 <= beta <= 1.5", "reflection": "beta > 1.5"},
+        "regime_thresholds": {"identity": "beta < 0.5", "projection": "0.5 <= beta <= 1.5", "reflection": "beta > 1.5",
+            "outside": "beta < 0 or beta > 2: in none of the three regimes (1 - beta is above 1 or below -1: the write \
+                amplifies along k); such a beta keeps its side's label in `regime` and `regime_counts`, and is flagged \
+                in each token's `outside_range` and counted in `regime_counts`' `outside`"},
         "sublayers": (0..s).map(crate::model::intervene::sublayer_name).collect::<Vec<_>>(),
         "tokens": traces.iter().enumerate().map(|(i, tr)| serde_json::json!({
             "id": tr.token, "text": tr.text, "read": origin.read.get(i).copied().unwrap_or(false),
             "beta": tr.beta, "regime": tr.beta.iter().map(|b| regime(*b)).collect::<Vec<_>>(),
+            "outside_range": tr.beta.iter().map(|b| outside_range(*b)).collect::<Vec<_>>(),
             "logprob": tr.score.as_ref().map(|s| s.logprob), "rank": tr.score.as_ref().map(|s| s.rank),
             "top": tr.score.as_ref().map(|s| &s.top),
         })).collect::<Vec<_>>(),
-        "regime_counts": counts.iter().map(|c| serde_json::json!({"identity": c[0], "projection": c[1], "reflection": c[2]})).collect::<Vec<_>>(),
+        "regime_counts": counts.iter().map(|c| serde_json::json!({"identity": c[0], "projection": c[1], "reflection": c[2], "outside": c[3]})).collect::<Vec<_>>(),
     });
     let json_path = path.with_extension("json");
     crate::train::checkpoint::write_atomic(&json_path, serde_json::to_string_pretty(&summary).unwrap().as_bytes())

@@ -873,7 +873,16 @@ pub(crate) fn generate_cmd(
         }
         if lens {
             let rows = ddl::generate::continuation_lens(&model, &tok, &ids, &g.tokens, opts.beta_maps.as_deref())?;
-            print!("{}", ddl::generate::lens_table(&ddl::generate::lens_states(&model), &g.tokens, &rows, &tok));
+            print!(
+                "{}",
+                ddl::generate::lens_table(
+                    &ddl::generate::lens_states(&model),
+                    ddl::generate::lens_step(model.cfg.variant),
+                    &g.tokens,
+                    &rows,
+                    &tok
+                )
+            );
         }
         traces = g.traces;
     }
@@ -890,6 +899,7 @@ pub(crate) fn generate_cmd(
                 sampling: Some(s.clone()),
                 read: Vec::new(),
                 turns: Vec::new(),
+                chat: false,
             },
         )
         .with_context(|| format!("writing the trace {}", path.display()))?;

@@ -481,15 +481,22 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
                 }
                 // A [model] table is refused by name (before it could be read as contradicting
                 // the checkpoint's variant, which the user did not give as --variant).
+                // (Bar the settings a fine-tune may change, as a fine-tune's own config.toml has
+                // them.)
+                let fixed = |m: &toml::Table| -> Vec<String> {
+                    let mut m = m.clone();
+                    m.retain(|k, _| !ddl::model::ModelConfig::FINE_TUNE_SETTINGS.contains(&k));
+                    model_differences(&m, &cfg)
+                };
                 if let Some(path) = &a.config
                     && let Some(m) = config_model_table(path)
-                    && !model_differences(&m, &cfg).is_empty()
+                    && !fixed(&m).is_empty()
                 {
                     anyhow::bail!(
                         "--config {}: a [model] table changes the model ({}), which --init-from {} gives (its \
                          checkpoint's); drop the [model] settings",
                         path.display(),
-                        model_differences(&m, &cfg).join("; "),
+                        fixed(&m).join("; "),
                         ck.display()
                     );
                 }
@@ -508,7 +515,16 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
                         ck.display()
                     );
                 }
-                run.model = cfg;
+                // The checkpoint's model, with the fine-tune settings the [model] table names.
+                let named = a.config.as_deref().and_then(config_model_table).unwrap_or_default();
+                let mut model = cfg;
+                if named.contains_key("label_smoothing") {
+                    model.label_smoothing = run.model.label_smoothing;
+                }
+                if named.contains_key("max_seq_len") {
+                    model.max_seq_len = run.model.max_seq_len;
+                }
+                run.model = model;
                 run
             }
         },
@@ -532,12 +548,18 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
                  (`ddl tokenizer train --corpus FILE --vocab-size N --out tok.json`, then --tokenizer tok.json)"
             );
         }
+        // A fine-tune keeps the checkpoint's model but the settings that fix no parameter
+        // (`ModelConfig::FINE_TUNE_SETTINGS`); each other one is refused with its reason.
+        let field = key.strip_prefix("model.").unwrap_or(key);
         if let Some(ck) = &a.init_from
             && (key.starts_with("model.") || key == "variant")
+            && let Some(why) = ddl::model::ModelConfig::fixed_on_fine_tune(field)
         {
             anyhow::bail!(
-                "--set {kv}: the model is --init-from {}'s (its parameters fix its shape); drop the model settings",
-                ck.display()
+                "--set {kv}: the model is --init-from {}'s and model.{field} keeps its value ({why}); drop it (on a \
+                 fine-tune --set changes only model.{})",
+                ck.display(),
+                ddl::model::ModelConfig::FINE_TUNE_SETTINGS.join(" and model.")
             );
         }
         if key == "preset" {
@@ -661,15 +683,17 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     if !resume {
         // Every setting is checked before the adapter opens or anything is written.
         run.validate().map_err(|mut e| {
-            // The model is the checkpoint's with --init-from, so --set model.* is refused:
-            // the remedy lowers the windows instead.
+            // The model is the checkpoint's with --init-from, its context too unless --set
+            // model.max_seq_len raises it.
             if let Some(ck) = &a.init_from
                 && e.key == "train.seq_len"
             {
                 e.remedy = format!(
-                    "lower it (--set train.seq_len={}): the context is --init-from {}'s model's",
+                    "lower it (--set train.seq_len={}): the context is --init-from {}'s model's, or raise it (--set \
+                     model.max_seq_len={}; the RoPE table it sizes has no parameters)",
                     run.model.max_seq_len,
-                    ck.display()
+                    ck.display(),
+                    e.value
                 );
             }
             // A value that came from the --config file (not --set, not a flag): the file named.

@@ -2578,6 +2578,24 @@ fn interventions_through_the_cli_generate_record_their_spec_and_refuse_bad_ones(
     assert_eq!(read_st(&trace).1["allow_out_of_range"], "true");
     let top = summary["tokens"].as_array().unwrap().iter().flat_map(|t| t["beta"].as_array().unwrap().clone());
     assert!(top.filter_map(|b| b.as_f64()).fold(0.0, f64::max) > 2.0, "{summary}");
+    // A β past 2 amplifies along k (λ = 1−β < −1): flagged outside [0, 2] and counted apart, its
+    // threshold label kept in `regime` for the summary's readers.
+    let mut outside = 0;
+    for tk in summary["tokens"].as_array().unwrap() {
+        for (s, b) in tk["beta"].as_array().unwrap().iter().enumerate() {
+            let b = b.as_f64().unwrap();
+            let flagged = tk["outside_range"][s].as_bool().unwrap_or_else(|| panic!("no outside_range in {tk}"));
+            assert_eq!(flagged, !(0.0..=2.0).contains(&b), "{tk}");
+            outside += flagged as u64;
+            if b > 2.0 {
+                assert_eq!(tk["regime"][s], "reflection", "{tk}");
+            }
+        }
+    }
+    let counted: u64 =
+        summary["regime_counts"].as_array().unwrap().iter().map(|c| c["outside"].as_u64().unwrap()).sum();
+    assert!(outside > 0 && counted == outside, "{outside} flagged, {counted} counted: {summary}");
+    assert!(summary["regime_thresholds"]["outside"].as_str().unwrap().contains("beta > 2"), "{summary}");
     // The write's terms: the trace holds the write as done (v = 0 written; kᵀX = 0 erased).
     for (spec, array) in [("block0.mlp:v=0", "v"), ("block0.mlp:erase=0", "ktx")] {
         let o = run(&["--intervene", spec, "--trace", trace.to_str().unwrap()]);

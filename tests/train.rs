@@ -1794,6 +1794,7 @@ fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
     for want in ["logit lens", "block1.mlp", "(the model's output)", "no intervals: pass --batches 2 or more"] {
         assert!(line.contains(want), "{want:?} in {line}");
     }
+    assert!(line.contains("after each sublayer's write") && !line.contains("residual addition"), "{line}");
     // Bad requests: said before anything is evaluated, nothing written.
     let base = train_micro("base", "baseline");
     let bad = |ck: &std::path::Path, args: &[&str], want: &[&str]| {
@@ -1810,6 +1811,22 @@ fn eval_under_interventions_and_ablations_pairs_with_the_model_as_trained() {
     let o = eval_of(&base, &["--lens", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!((v["lens"].as_array().unwrap().len(), v["lens"][4]["loss"].clone()), (5, v["loss"].clone()), "{v}");
+    // It has residual additions, no delta writes, and the headers say so (they said "after each
+    // sublayer's write"): eval's and generate's.
+    let o = eval_of(&base, &["--lens", "--batches", "1"]);
+    let line = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(line.contains("after each sublayer's residual addition") && !line.contains("sublayer's write"), "{line}");
+    let o = ddl_cmd(&dir)
+        .args(["generate", "--prompt", "First", "--max-tokens", "3", "--lens", "--checkpoint"])
+        .arg(&base)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success() && shown.contains("--- logit lens:"), "{shown}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        shown.contains("after each sublayer's residual addition") && !shown.contains("sublayer's write"),
+        "{shown}"
+    );
     bad(&base, &["--intervene", "all:write=0"], &["no β or k"]);
     bad(&base, &["--ablate", "erase"], &["--ablate erase", "no delta writes"]);
     bad(&out, &["--ablate", "write", "--plot", dir.join("x.jpg").to_str().unwrap()], &["x.jpg", ".png"]);
@@ -2263,6 +2280,23 @@ fn a_chat_runs_under_interventions_and_undoes_turns() {
     let log = String::from_utf8(log).unwrap();
     assert!(log.contains("(interventions: block0.mlp:beta=3") && log.contains("(interventions: all:beta=-1"), "{log}");
     assert!(!log.contains("outside [0, 2]") && !log.contains("error"), "{log}");
+    // Every turn undone: the trace records no turns as `[]` (it wrote `"turns": null`), in the
+    // summary and the safetensors metadata.
+    let mut input = std::io::Cursor::new(b"First\n/undo\n".to_vec());
+    let mut lines = PlainLines { input: &mut input, log: &mut Vec::new() };
+    let (mut log, mut text) = (Vec::new(), Vec::new());
+    let opts =
+        ChatOptions { trace: Some(&trace), interventions: ddl::model::Interventions::parse(&[], false).unwrap() };
+    let settings = ChatSettings { sampler: greedy.clone(), max_tokens: 3, stop: Vec::new(), logprobs: None };
+    ddl::chat::run(&model, &tok, settings, &mut lines, &mut text, &mut log, &opts).unwrap();
+    let log = String::from_utf8(log).unwrap();
+    assert!(log.contains("(undone: \"First\" and its reply)"), "{log}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(trace.with_extension("json")).unwrap()).unwrap();
+    assert_eq!(summary["turns"], serde_json::json!([]), "{summary}");
+    let bytes = std::fs::read(&trace).unwrap();
+    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    assert_eq!(meta.metadata().as_ref().unwrap()["turns"], "[]");
 }
 
 /// Evaluation during training runs over the training program's activations: the sharing
@@ -2676,6 +2710,7 @@ fn generate_streams_text_writes_a_trace_and_chat_keeps_context() {
     let trows: Vec<&str> = table.lines().skip(2).take_while(|l| !l.starts_with("mean log p")).collect();
     assert_eq!(trows.len(), 12, "{shown}");
     assert!(table.contains("mean log p per state (12 tokens)") && table.contains("block0.mlp"), "{shown}");
+    assert!(shown.contains("after each sublayer's write"), "{shown}");
     let o = ddl_cmd(&dir)
         .args(["generate", "--checkpoint"])
         .arg(&out)
@@ -3993,6 +4028,47 @@ fn a_run_starts_from_a_checkpoints_parameters_with_init_from() {
     assert!(ck_a.params.iter().zip(&ck_b.params).all(|(x, y)| x.to_bits() == y.to_bits()), "parameters moved at lr 0");
     let cfg = std::fs::read_to_string(Path::new(&b).join("config.toml")).unwrap();
     assert!(cfg.contains("init_from = ") && cfg.contains("lr = 0.0"), "{cfg}");
+    // The model settings that fix no parameter may change (they were refused with every
+    // model.* as "its parameters fix its shape"), and the fine-tune uses them: label smoothing
+    // changes the first step's loss on the same batch from the same parameters; a longer context
+    // trains windows past the checkpoint's.
+    let first_loss = |run: &str| -> f64 {
+        let m = std::fs::read_to_string(Path::new(run).join("metrics.jsonl")).unwrap();
+        let line = m.lines().find(|l| l.contains("\"step\":1,") && l.contains("\"loss\"")).unwrap().to_string();
+        serde_json::from_str::<serde_json::Value>(&line).unwrap()["loss"].as_f64().unwrap()
+    };
+    let smooth = dir.join("smooth").display().to_string();
+    let (ok, e) = run(&[
+        &["--init-from", &a, "--corpus", &c, "--steps", "1", "--out", &smooth, "--set", "train.lr=0"][..],
+        &rest,
+        &["--set", "model.label_smoothing=0.1"],
+    ]
+    .concat());
+    assert!(ok, "{e}");
+    let ck_s = ddl::train::checkpoint::load(Path::new(&smooth), false).unwrap();
+    assert_eq!(ck_s.config.label_smoothing, 0.1);
+    assert_eq!(ck_s.config.with_fine_tune_settings_of(&ck_a.config), ck_a.config, "only α changed");
+    assert!(ck_a.params.iter().zip(&ck_s.params).all(|(x, y)| x.to_bits() == y.to_bits()));
+    let (plain, smoothed) = (first_loss(&b), first_loss(&smooth));
+    assert!(smoothed != plain && smoothed.is_finite(), "α 0.1 trained on loss {smoothed}, α 0 on {plain}");
+    let long = dir.join("long").display().to_string();
+    let past = ck_a.config.max_seq_len + 8;
+    let (ok, e) = run(&[
+        &["--init-from", &a, "--corpus", &c, "--steps", "1", "--out", &long][..],
+        &["--set", "train.batch_size=1", "--set", "train.eval_batches=1"],
+        &["--set", format!("train.seq_len={past}").as_str(), "--set", format!("model.max_seq_len={past}").as_str()],
+    ]
+    .concat());
+    assert!(ok, "{e}");
+    let ck_l = ddl::train::checkpoint::load(Path::new(&long), false).unwrap();
+    assert_eq!((ck_l.config.max_seq_len, ck_l.config.label_smoothing), (past, 0.0));
+    let cfg_l = std::fs::read_to_string(Path::new(&long).join("config.toml")).unwrap();
+    assert!(cfg_l.contains(&format!("max_seq_len = {past}")), "{cfg_l}");
+    // Its config.toml given again with the checkpoint it started from (init_from in it): taken,
+    // its context with it.
+    let again = dir.join("again").display().to_string();
+    let (ok, e) = run(&["--config", &format!("{long}/config.toml"), "--steps", "1", "--out", &again, "--dry-run"]);
+    assert!(ok, "{e}");
     // Its own run: it resumes (the source is not read again).
     let (ok, e) = run(&["--resume", &b, "--steps", "2"]);
     assert!(ok, "{e}");
@@ -4000,12 +4076,14 @@ fn a_run_starts_from_a_checkpoints_parameters_with_init_from() {
     // a checkpoint that is not one.
     let c2 = dir.join("c2").display().to_string();
     for (args, needle) in [
-        (vec!["--set", "model.d_model=64"], "the model is --init-from"),
+        (vec!["--set", "model.d_model=64"], "model.d_model keeps its value (it sizes parameters"),
+        (vec!["--set", "model.beta_init=0.5"], "(it only sets how parameters start"),
+        (vec!["--set", "model.rope_base=500"], "(it changes what the parameters compute"),
         (vec!["--variant", "ddl"], "holds a ddl_cc model"),
         (vec!["--corpus", dir.join("odd.txt").to_str().unwrap()], "characters of --init-from"),
         (vec!["--tokenizer", dir.join("tok.json").to_str().unwrap()], "another tokenizer"),
-        // Windows past the checkpoint's context: the remedy lowers them (model.* is refused).
-        (vec!["--set", "train.seq_len=100000"], "the context is --init-from"),
+        // Windows past the checkpoint's context: the remedy lowers them or raises the context.
+        (vec!["--set", "train.seq_len=100000"], "or raise it (--set model.max_seq_len=100000"),
     ] {
         std::fs::write(dir.join("odd.txt"), "zebra ÿ ".repeat(50)).unwrap();
         let tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_corpus("xyz").unwrap());

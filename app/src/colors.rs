@@ -26,12 +26,16 @@ pub fn beta_color(beta: f32) -> Color32 {
     lerp(BETA_STOPS[4].1, BETA_STOPS[4].1, 0.0)
 }
 
-/// The colour of a regime (0 identity, 1 projection, 2 reflection).
+/// The colour of a regime (0 identity, 1 projection, 2 reflection, 3 outside [0, 2]: grey,
+/// none of the β scale's colours).
 pub fn regime_color(r: usize) -> Color32 {
-    beta_color([0.1, 1.0, 1.9][r.min(2)])
+    match r {
+        0..=2 => beta_color([0.1, 1.0, 1.9][r]),
+        _ => Color32::from_gray(150),
+    }
 }
 
-pub const REGIMES: [&str; 3] = ["identity", "projection", "reflection"];
+pub use ddl::generate::REGIMES;
 
 /// A diverging scale for values in [−1, 1]: blue, near-white at 0, red.
 pub fn signed_color(x: f64) -> Color32 {

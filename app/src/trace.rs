@@ -160,9 +160,10 @@ impl TraceData {
         (0..self.len()).filter_map(|t| self.total_write(t)).fold(0.0, f32::max)
     }
 
-    /// Regime counts per sublayer over the whole text: [identity, projection, reflection].
-    pub fn regime_counts(&self) -> Vec<[usize; 3]> {
-        let mut c = vec![[0usize; 3]; self.s()];
+    /// Regime counts per sublayer over the whole text: [identity, projection, reflection,
+    /// outside [0, 2]] (each β in one).
+    pub fn regime_counts(&self) -> Vec<[usize; 4]> {
+        let mut c = vec![[0usize; 4]; self.s()];
         for t in 0..self.len() {
             for (s, c) in c.iter_mut().enumerate() {
                 if let Some(b) = self.beta(t, s) {
@@ -591,13 +592,10 @@ pub fn sublayer_short(s: usize) -> String {
     format!("{}{}", s / 2, if s.is_multiple_of(2) { "a" } else { "m" })
 }
 
-/// 0 = identity, 1 = projection, 2 = reflection (the thresholds of [`ddl::generate::regime`]).
+/// 0 = identity, 1 = projection, 2 = reflection (the thresholds of [`ddl::generate::regime`]),
+/// 3 = outside [0, 2] (β an `--allow-out-of-range` intervention set: none of the three).
 pub fn regime_index(beta: f32) -> usize {
-    match ddl::generate::regime(beta) {
-        "identity" => 0,
-        "projection" => 1,
-        _ => 2,
-    }
+    ddl::generate::regime_index(beta)
 }
 
 pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
@@ -641,12 +639,25 @@ mod tests {
     }
 
     #[test]
+    fn beta_outside_0_2_counts_apart_from_the_three_regimes() {
+        // β an --allow-out-of-range intervention set: −1 is no identity, 3 no reflection.
+        let mut t = TraceData::new(1, 2, 1);
+        t.push(row(vec![0.1, 1.0], vec![1.0, 0.0, 0.0, 1.0]), true);
+        t.push(row(vec![-1.0, 3.0], vec![1.0, 0.0, 0.0, 1.0]), false);
+        assert_eq!(t.regime_counts(), vec![[1, 0, 0, 1], [0, 1, 0, 1]]);
+        assert_eq!((regime_index(-1.0), regime_index(3.0), regime_index(2.0)), (3, 3, 2));
+        assert_eq!(crate::colors::REGIMES[3], "outside [0, 2]");
+        assert_ne!(crate::colors::regime_color(3), crate::colors::regime_color(0));
+        assert_ne!(crate::colors::regime_color(3), crate::colors::regime_color(2));
+    }
+
+    #[test]
     fn regimes_turns_and_pca() {
         let mut t = TraceData::new(1, 2, 1);
         t.push(row(vec![0.1, 1.0], vec![1.0, 0.0, 0.0, 1.0]), true);
         t.push(row(vec![1.9, 1.2], vec![0.0, 1.0, 0.0, -1.0]), false);
         t.push(TokenTrace::default(), false);
-        assert_eq!(t.regime_counts(), vec![[1, 0, 1], [0, 2, 0]]);
+        assert_eq!(t.regime_counts(), vec![[1, 0, 1, 0], [0, 2, 0, 0]]);
         let turn = t.k_turn(0);
         assert_eq!(turn[0], None);
         assert!((turn[1].unwrap() - 90.0).abs() < 1e-9);

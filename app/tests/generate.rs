@@ -310,6 +310,7 @@ fn a_trace_opens_with_its_prompt_and_settings_and_generate_writes_it_again() {
         sampling: Some(sampling.clone()),
         read: Vec::new(),
         turns: Vec::new(),
+        chat: false,
     };
     // Every token the model predicted has its score (the prompt's first has none: nothing came
     // before it), the sampled ones among the likeliest where their rank says so.
@@ -401,6 +402,7 @@ fn a_trace_made_with_beta_out_of_range_compares_with_the_flag() {
             sampling: Some(sampling.clone()),
             read: Vec::new(),
             turns: Vec::new(),
+            chat: false,
         };
         ddl::generate::write_trace_with(&file, &cfg, &rows, &origin).unwrap();
         let opts = Options { checkpoint: Some(ck.clone()), trace: Some(file), ..Default::default() };

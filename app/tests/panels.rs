@@ -489,6 +489,16 @@ fn a_traces_read_tokens_open_as_prompt_tokens() {
     let t = TraceData::load(&file).unwrap();
     assert_eq!(t.rows.iter().map(|r| r.prompt).collect::<Vec<_>>(), read);
     assert!(t.turns.is_empty() && t.turn_of(5).is_none(), "no turns recorded, none shown");
+    // A chat whose every turn was undone records `"turns": []` (it was null); both read as no turns.
+    let chat = ddl::generate::TraceOrigin { read: read.clone(), chat: true, ..Default::default() };
+    ddl::generate::write_trace_with(&file, &cfg, &rows, &chat).unwrap();
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file.with_extension("json")).unwrap()).unwrap();
+    assert_eq!(summary["turns"], serde_json::json!([]));
+    let t = TraceData::load(&file).unwrap();
+    assert!(t.turns.is_empty() && !t.notes.iter().any(|n| n.contains("turns")), "{:?}", t.notes);
+    ddl::generate::write_trace_with(&file, &cfg, &rows, &origin).unwrap();
+    assert!(TraceData::load(&file).unwrap().turns.is_empty(), "null: no turns");
     // Without the summary (tokens shown as ids) nothing is claimed read.
     std::fs::remove_file(file.with_extension("json")).unwrap();
     assert!(TraceData::load(&file).unwrap().rows.iter().all(|r| !r.prompt));

@@ -188,6 +188,36 @@ fn json_err(field: &str, what: impl Into<String>) -> ConfigError {
 }
 
 impl ModelConfig {
+    /// The `model.` settings a fine-tune (`ddl train --init-from`) may change: neither sizes a
+    /// parameter nor is fit into one. α (`label_smoothing`) weighs the training loss's targets;
+    /// `max_seq_len` sizes the RoPE table (computed from the positions, no parameters) and the
+    /// decode caches.
+    pub const FINE_TUNE_SETTINGS: [&'static str; 2] = ["label_smoothing", "max_seq_len"];
+
+    /// Why `model.{field}` keeps the checkpoint's value on a fine-tune (`ddl train --init-from`);
+    /// `None` for [`Self::FINE_TUNE_SETTINGS`] and for names that are no setting (which `--set`
+    /// reports as such).
+    pub fn fixed_on_fine_tune(field: &str) -> Option<&'static str> {
+        match field {
+            "variant" => Some("the variant decides which parameters the model has"),
+            "vocab_size" | "d_model" | "n_layers" | "n_heads" | "head_dim" | "mlp_hidden" | "d_v" | "state_kernel"
+            | "embed_kernel" | "k_mlp_hidden" => Some("it sizes parameters, which the checkpoint holds at its size"),
+            "beta_init" | "embed_init_std" | "init_std_factor" | "k_rezero_scale" => {
+                Some("it only sets how parameters start, and a fine-tune starts from the checkpoint's")
+            }
+            "k_eps" | "norm_eps" | "rope_base" | "v_act" => {
+                Some("it changes what the parameters compute, and they were trained to compute with the checkpoint's")
+            }
+            _ => None,
+        }
+    }
+
+    /// This model with `other`'s [`Self::FINE_TUNE_SETTINGS`]: equal to `other` when the two
+    /// differ in nothing else.
+    pub fn with_fine_tune_settings_of(&self, other: &ModelConfig) -> ModelConfig {
+        ModelConfig { label_smoothing: other.label_smoothing, max_seq_len: other.max_seq_len, ..self.clone() }
+    }
+
     /// Floats per row of the MLP activations (gate, up, ψ and their gradients): `mlp_hidden`
     /// rounded up to a multiple of 4, so the matmuls read them with vec4 loads.
     pub fn mlp_stride(&self) -> usize {
@@ -472,6 +502,31 @@ const GOLDEN_REMEDY: &str = "the file's `config` metadata is not a model this fo
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_fine_tune_may_change_the_settings_that_fix_no_parameter() {
+        use super::{ModelConfig, Variant};
+        let c = ModelConfig::preset("tiny", Variant::Ddl).unwrap();
+        let json = serde_json::to_value(&c).unwrap();
+        let fields: Vec<&String> = json.as_object().unwrap().keys().collect();
+        // Every field has its answer: the two allowed, the others a reason.
+        for f in fields {
+            let allowed = ModelConfig::FINE_TUNE_SETTINGS.contains(&f.as_str());
+            assert_eq!(ModelConfig::fixed_on_fine_tune(f).is_none(), allowed, "model.{f}");
+        }
+        for f in ModelConfig::FINE_TUNE_SETTINGS {
+            let mut other = c.clone();
+            other.label_smoothing = 0.1;
+            other.max_seq_len = 2 * c.max_seq_len;
+            // They size no parameter.
+            assert_eq!(super::super::Layout::new(&other).total, super::super::Layout::new(&c).total, "{f}");
+            assert_eq!(c.with_fine_tune_settings_of(&other), other);
+        }
+        let mut wider = c.clone();
+        wider.d_model += 8;
+        assert_ne!(c.with_fine_tune_settings_of(&wider), wider);
+        assert!(ModelConfig::fixed_on_fine_tune("d_model").unwrap().contains("sizes parameters"));
+        assert!(ModelConfig::fixed_on_fine_tune("beta_init").unwrap().contains("how parameters start"));
+    }
     use super::*;
 
     #[test]

@@ -857,6 +857,19 @@ fn map_file(path: &Path) -> Result<memmap2::Mmap, CheckpointError> {
 /// moments (what [`load`] and `Model::with_params` need).
 #[cfg(feature = "native")]
 pub fn load_to_device(dir: &Path, gpu: std::sync::Arc<Gpu>, with_optim: bool) -> Result<OnDevice, CheckpointError> {
+    load_to_device_as(dir, gpu, with_optim, None)
+}
+
+/// [`load_to_device`], the model built with `model`'s settings that fix no parameter
+/// ([`crate::model::ModelConfig::FINE_TUNE_SETTINGS`]: a fine-tune's label smoothing and
+/// context) in place of the saved ones; every other setting stays the checkpoint's.
+#[cfg(feature = "native")]
+pub fn load_to_device_as(
+    dir: &Path,
+    gpu: std::sync::Arc<Gpu>,
+    with_optim: bool,
+    model: Option<&crate::model::ModelConfig>,
+) -> Result<OnDevice, CheckpointError> {
     if !dir.is_dir() {
         return Err(not_a_folder(dir));
     }
@@ -867,6 +880,10 @@ pub fn load_to_device(dir: &Path, gpu: std::sync::Arc<Gpu>, with_optim: bool) ->
         let layout = Layout::new(&config);
         let st = deserialize(&mp, &map)?;
         let views = check_tensors(&mp, &st, &layout, &[""], Some(&config))?.remove(0);
+        let config = match model {
+            Some(m) => config.with_fine_tune_settings_of(m),
+            None => config,
+        };
         let model = crate::model::Model::zeroed(gpu.clone(), config)
             .map_err(|source| CheckpointError::Device { path: mp.clone(), source: Box::new(source) })?;
         upload_tensors(&mp, &map, &views, &layout, &gpu, &model.params)?;

@@ -209,6 +209,10 @@ pub struct EvalResult {
     /// With `--lens-plot`: the file the lens was drawn to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lens_plot: Option<String>,
+    /// What the lens's states after the embedding follow, for its header ([`crate::generate::lens_step`]:
+    /// a sublayer's write, or the baseline's residual addition).
+    #[serde(skip)]
+    pub lens_step: &'static str,
 }
 
 /// One state of the logit lens ([`EvalResult::lens`]): the model's own head (the readout
@@ -500,6 +504,8 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     let ck = super::checkpoint::load_to_device(dir, gpu.clone(), false)
         .map_err(|e| super::checkpoint::with_kept_for_reading(dir, "--checkpoint", e))?;
     let (model, tok, ck_step) = (ck.model, ck.tokenizer, ck.step);
+    // (What the lens's states follow, for its headers, kept past the model's drop.)
+    let lens_step = crate::generate::lens_step(model.cfg.variant);
     // The interventions against the model, before any window is evaluated.
     let intervened_maps = match &req.intervene {
         None => None,
@@ -979,7 +985,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             dir.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
             short_source(&source),
         );
-        plot_lens(path, &title, &lens)?;
+        plot_lens(path, &title, lens_step, &lens)?;
     }
     if let Some(path) = &req.calibration_plot {
         let title = format!(
@@ -1020,6 +1026,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         calibration_plot: req.calibration_plot.as_ref().map(|p| p.display().to_string()),
         lens,
         lens_plot: req.lens_plot.as_ref().map(|p| p.display().to_string()),
+        lens_step,
     })
 }
 
@@ -1225,7 +1232,7 @@ const CALIBRATION_PLOT_TITLE: &str = "calibration of";
 const LENS_PLOT_TITLE: &str = "logit lens of";
 
 /// `--lens-plot`: loss and top-1 accuracy per state.
-fn plot_lens(path: &Path, title: &str, rows: &[LensRow]) -> Result<(), TrainError> {
+fn plot_lens(path: &Path, title: &str, step: &str, rows: &[LensRow]) -> Result<(), TrainError> {
     let labels: Vec<String> = rows.iter().map(|r| r.state.clone()).collect();
     let loss = super::plot::StatePanel {
         y_label: "loss (nats per token)".into(),
@@ -1235,8 +1242,8 @@ fn plot_lens(path: &Path, title: &str, rows: &[LensRow]) -> Result<(), TrainErro
         y_label: "top-1 accuracy (%)".into(),
         values: rows.iter().map(|r| 100.0 * r.accuracy).collect(),
     };
-    let x = "the state the head reads: after the embedding, after each sublayer's write (last: the model's output)";
-    super::plot::state_plot(path, title, x, &labels, &[loss, acc])
+    let x = format!("the state the head reads: after the embedding, after {step} (last: the model's output)");
+    super::plot::state_plot(path, title, &x, &labels, &[loss, acc])
         .map_err(|e| TrainError::Settings(format!("--lens-plot '{}': {e}", path.display())))
 }
 
@@ -1612,9 +1619,9 @@ impl EvalResult {
             };
             out.push_str(&format!(
                 "\nlogit lens: the model's own head (its readout compressor where it has one, final norm, tied \
-                 embedding) on the state after the embedding and after each sublayer's write; change = this state's \
-                 loss − the one before's, {how}:\n{:<14} {:>8} {:>28} {:>8} {:>8} {:>8}",
-                "state", "loss", "change", "top-1", "top-5", "entropy"
+                 embedding) on the state after the embedding and after {}; change = this state's loss − the one \
+                 before's, {how}:\n{:<14} {:>8} {:>28} {:>8} {:>8} {:>8}",
+                self.lens_step, "state", "loss", "change", "top-1", "top-5", "entropy"
             ));
             for r in &self.lens {
                 let change = match (r.mean_paired_change, r.ci, r.change) {
@@ -1837,6 +1844,7 @@ mod tests {
                 vs: vs(paired(&[(2.5, 2.2), (2.4, 2.1)]), None),
                 p_holm: Some(0.5),
             }],
+            ablate_plot: None,
             per_token: None,
             accuracy: 0.375,
             top5_accuracy: 0.8,
@@ -1846,7 +1854,7 @@ mod tests {
             calibration_plot: None,
             lens: vec![],
             lens_plot: None,
-            ablate_plot: None,
+            lens_step: "each sublayer's write",
         };
         let line = r.line();
         assert!(line.contains("mean +0.1250 [") && line.contains("(95 % t-interval, df 1), p = 0."), "{line}");

@@ -289,7 +289,8 @@ impl<'c> Trainer<'c> {
                     Model::new(gpu.clone(), run.model.clone(), run.train.seed)?
                 }
                 Some(from) => {
-                    let ck = checkpoint::load_to_device(from, gpu.clone(), false)?;
+                    // (With the fine-tune's own settings that fix no parameter: α, the context.)
+                    let ck = checkpoint::load_to_device_as(from, gpu.clone(), false, Some(&run.model))?;
                     if ck.model.cfg != run.model {
                         return Err(TrainError::Settings(format!(
                             "--init-from {}: its model changed since the settings were read from it",

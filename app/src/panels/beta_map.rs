@@ -38,7 +38,7 @@ pub fn legend(ui: &mut egui::Ui) {
         let x = bar.left() + w * b / 2.0;
         painter.line_segment([pos2(x, bar.top()), pos2(x, bar.bottom())], Stroke::new(1.0, Color32::from_gray(20)));
     }
-    resp.on_hover_text("β: 0 keeps the state (identity, λ = 1−β ≈ 1), 1 replaces the k-component by v (projection, λ ≈ 0), 2 reflects it (λ ≈ −1). Marks at 0.5 and 1.5 are the regime thresholds.");
+    resp.on_hover_text("β: 0 keeps the state (identity, λ = 1−β ≈ 1), 1 replaces the k-component by v (projection, λ ≈ 0), 2 reflects it (λ ≈ −1). Marks at 0.5 and 1.5 are the regime thresholds. A β outside [0, 2] (an --allow-out-of-range intervention) amplifies along k (λ beyond ±1), none of the three: it shows in its nearer end's colour and its hover says \"outside [0, 2]\".");
 }
 
 /// The heatmap; clicking a column selects that token.

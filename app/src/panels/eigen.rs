@@ -76,7 +76,9 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
     ui.strong(format!("Regimes over the whole text ({} tokens)", data.len()));
     let counts = data.regime_counts();
     let mut charts: Vec<BarChart> = Vec::new();
-    for r in 0..3 {
+    // (The fourth, β outside [0, 2], only where an --allow-out-of-range intervention put one.)
+    let shown: Vec<usize> = (0..REGIMES.len()).filter(|&r| r < 3 || counts.iter().any(|c| c[r] > 0)).collect();
+    for &r in &shown {
         let bars: Vec<Bar> =
             (0..s).map(|i| Bar::new(i as f64, counts[i][r] as f64).name(sublayer_name(i)).width(0.7)).collect();
         let mut c = BarChart::new(REGIMES[r], bars).color(regime_color(r));
@@ -86,7 +88,8 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
         }
         charts.push(c);
     }
-    let items: Vec<(String, egui::Color32)> = (0..3).map(|r| (REGIMES[r].to_string(), regime_color(r))).collect();
+    let items: Vec<(String, egui::Color32)> =
+        shown.iter().map(|&r| (REGIMES[r].to_string(), regime_color(r))).collect();
     super::legend_row(ui, &items);
     let plot = Plot::new("eigen-counts")
         .height(ui.available_height().max(120.0))

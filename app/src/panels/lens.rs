@@ -25,7 +25,7 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection, can: Resul
         ui.strong("Logit lens");
         ui.weak(
             "p of each token under the model's own head read on the state after the embedding and after each \
-             sublayer's write (the last row: the model's output); teacher-forced over the text, the model as trained",
+             sublayer's write (a baseline model's: its residual addition; the last row: the model's output); teacher-forced over the text, the model as trained",
         );
     });
     if data.len() < 2 {
