@@ -1053,6 +1053,19 @@ pub struct DataPreview {
     pub tokens: Option<(u64, u64)>,
 }
 
+/// The training and validation shards of `--data SPEC` (`shards::find`); where a folder's
+/// meta.json lists a split's shards that are gone, those are named (not "prepare it with
+/// --val-tokens", which the set was).
+fn find_shards(spec: &str, format: super::shards::Format) -> Result<(Vec<PathBuf>, Vec<PathBuf>), DataError> {
+    super::shards::find(spec, format).map_err(|e| {
+        let folder = Path::new(spec);
+        match read_meta(folder) {
+            Ok(Some(m)) if folder.is_dir() => missing_listed_shard(&m, folder).unwrap_or(DataError::from(e)),
+            _ => DataError::from(e),
+        }
+    })
+}
+
 /// The tokenizer and the splits' sizes of `run`'s data as [`open_for_run`] would find them, with
 /// nothing written: shards are counted from their headers, a corpus's cached set is used when
 /// there is a sound one (a damaged one is left as it is, to be made again by the run), else only
@@ -1062,21 +1075,13 @@ pub fn preview(
     run: &crate::train::RunConfig,
     given: Option<&Tokenizer>,
 ) -> Result<DataPreview, crate::train::TrainError> {
-    use super::shards::{Format, Shard, find};
+    use super::shards::{Format, Shard};
     let count = |files: &[PathBuf], format: Format| -> Result<u64, DataError> {
         files.iter().map(|p| Ok(Shard::open(p, format)?.len() as u64)).sum()
     };
     if !run.data.is_empty() {
         let format = Format::parse(&run.data_format).map_err(crate::train::TrainError::Settings)?;
-        let (train, val) = find(&run.data, format).map_err(|e| {
-            // A folder whose meta.json lists the split's shards that are gone: those are named
-            // (not "prepare it with --val-tokens", which the set was).
-            let folder = Path::new(&run.data);
-            match read_meta(folder) {
-                Ok(Some(m)) if folder.is_dir() => missing_listed_shard(&m, folder).unwrap_or(DataError::from(e)),
-                _ => DataError::from(e),
-            }
-        })?;
+        let (train, val) = find_shards(&run.data, format)?;
         let dir = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
         let meta = read_data_meta(&dir)?;
         let tokenizer = shards_tokenizer(run, given, meta.as_ref(), &dir)?;
@@ -1133,15 +1138,7 @@ pub fn open_for_run(
     let mut stale_sets = None;
     let (train, val, tok, key, folder) = if !run.data.is_empty() {
         let format = Format::parse(&run.data_format).map_err(crate::train::TrainError::Settings)?;
-        let (train, val) = find(&run.data, format).map_err(|e| {
-            // A folder whose meta.json lists the split's shards that are gone: those are named
-            // (not "prepare it with --val-tokens", which the set was).
-            let folder = Path::new(&run.data);
-            match read_meta(folder) {
-                Ok(Some(m)) if folder.is_dir() => missing_listed_shard(&m, folder).unwrap_or(DataError::from(e)),
-                _ => DataError::from(e),
-            }
-        })?;
+        let (train, val) = find_shards(&run.data, format)?;
         let dir = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
         let meta = read_data_meta(&dir)?;
         if let Some(m) = &meta
