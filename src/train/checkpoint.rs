@@ -615,28 +615,31 @@ fn tensor_crc(name: &str) -> crc32fast::Hasher {
 }
 
 /// Checks the tensors of a checkpoint file (`bytes`) against the CRC-32 its header records
-/// ([`DATA_CRC`]; a file without one passes), reading each in pieces passed to `done` once
-/// hashed (a memory map lets their pages go). A mismatch is a byte changed since the file was
-/// written: a disk, a copy or an edit damaged it.
+/// ([`DATA_CRC`]; a file without one passes; the device loads hash as they upload, through
+/// [`check_crc_sum`]). A mismatch is a byte changed since the file was written: a disk, a copy
+/// or an edit damaged it.
 #[cfg(feature = "native")]
 fn check_data_crc(
     path: &Path,
     bytes: &[u8],
     views: &[&(String, safetensors::tensor::TensorView<'_>)],
-    done: impl Fn(&[u8]),
 ) -> Result<(), CheckpointError> {
-    let (_, m) = safetensors::SafeTensors::read_metadata(bytes)
-        .map_err(|e| CheckpointError::Corrupt { path: path.to_path_buf(), msg: e.to_string() })?;
-    let Some(want) = m.metadata().as_ref().and_then(|md| md.get(DATA_CRC)).cloned() else { return Ok(()) };
     let mut sum = 0u32;
     for (name, t) in views {
         let mut h = tensor_crc(name);
-        for part in t.data().chunks(1 << 22) {
-            h.update(part);
-            done(part);
-        }
+        h.update(t.data());
         sum = sum.wrapping_add(h.finalize());
     }
+    check_crc_sum(path, bytes, sum)
+}
+
+/// Compares the CRC sum of a file's tensors (`sum`, however it was hashed) with the one its
+/// header records ([`DATA_CRC`]; a file without one passes).
+#[cfg(feature = "native")]
+fn check_crc_sum(path: &Path, bytes: &[u8], sum: u32) -> Result<(), CheckpointError> {
+    let (_, m) = safetensors::SafeTensors::read_metadata(bytes)
+        .map_err(|e| CheckpointError::Corrupt { path: path.to_path_buf(), msg: e.to_string() })?;
+    let Some(want) = m.metadata().as_ref().and_then(|md| md.get(DATA_CRC)).cloned() else { return Ok(()) };
     let got = format!("{sum:08x}");
     if !want.eq_ignore_ascii_case(&got) {
         return Err(CheckpointError::Corrupt {
@@ -701,7 +704,7 @@ fn parse_tensors(
     let mut out = vec![0.0f32; layout.total];
     copy_tensors(path, &views, layout, &mut out)?;
     #[cfg(feature = "native")]
-    check_data_crc(path, bytes, &views.iter().collect::<Vec<_>>(), |_| {})?;
+    check_data_crc(path, bytes, &views.iter().collect::<Vec<_>>())?;
     Ok(out)
 }
 
@@ -716,14 +719,18 @@ fn upload_tensors(
     layout: &Layout,
     gpu: &Gpu,
     dst: &Tensor,
-) -> Result<(), CheckpointError> {
+) -> Result<u32, CheckpointError> {
     let device =
         |source: crate::gpu::GpuError| CheckpointError::Device { path: path.to_path_buf(), source: Box::new(source) };
     let mut piece = vec![0.0f32; PIECE];
     let mut queued = 0usize;
+    // The data's CRC sum ([`DATA_CRC`]), hashed in the same pass as the upload.
+    let mut sum = 0u32;
     for ((name, t), (s, &o)) in views.iter().zip(layout.specs.iter().zip(&layout.offsets)) {
         let data = t.data();
+        let mut crc = tensor_crc(name);
         for (k, chunk) in data.chunks(4 * PIECE).enumerate() {
+            crc.update(chunk);
             let vals = &mut piece[..chunk.len() / 4];
             if let Some(i) = decode_f32(chunk, vals) {
                 return Err(non_finite(path, name, k * PIECE + i, vals[i]));
@@ -738,10 +745,12 @@ fn upload_tensors(
             }
             forget_pages(map, chunk);
         }
+        sum = sum.wrapping_add(crc.finalize());
         debug_assert_eq!(data.len(), 4 * s.len());
     }
     gpu.queue.submit([]);
-    gpu.wait().map_err(device)
+    gpu.wait().map_err(device)?;
+    Ok(sum)
 }
 
 /// Drops the pages of `part` (a slice of `map`) from this process's resident memory.
@@ -886,8 +895,8 @@ pub fn load_to_device_as(
         };
         let model = crate::model::Model::zeroed(gpu.clone(), config)
             .map_err(|source| CheckpointError::Device { path: mp.clone(), source: Box::new(source) })?;
-        upload_tensors(&mp, &map, &views, &layout, &gpu, &model.params)?;
-        check_data_crc(&mp, &map, &views.iter().collect::<Vec<_>>(), |part| forget_pages(&map, part))?;
+        let sum = upload_tensors(&mp, &map, &views, &layout, &gpu, &model.params)?;
+        check_crc_sum(&mp, &map, sum)?;
         (model, tokenizer, step, layout)
     };
     let optim = if with_optim {
@@ -896,9 +905,15 @@ pub fn load_to_device_as(
         let mut both = check_tensors(&op, &st, &layout, &["adam.m.", "adam.v."], None)?;
         let v = both.pop().expect("two prefixes");
         let m = both.pop().expect("two prefixes");
-        upload_tensors(&op, &map, &m, &layout, &gpu, &model.adam_m)?;
-        upload_tensors(&op, &map, &v, &layout, &gpu, &model.adam_v)?;
-        check_data_crc(&op, &map, &m.iter().chain(&v).collect::<Vec<_>>(), |part| forget_pages(&map, part))?;
+        let sum = upload_tensors(&op, &map, &m, &layout, &gpu, &model.adam_m)?.wrapping_add(upload_tensors(
+            &op,
+            &map,
+            &v,
+            &layout,
+            &gpu,
+            &model.adam_v,
+        )?);
+        check_crc_sum(&op, &map, sum)?;
         Some((state, om.get("run_config").cloned().unwrap_or_default()))
     } else {
         None
@@ -1185,7 +1200,7 @@ fn parse_two(path: &Path, bytes: &[u8], layout: &Layout, m: &mut [f32], v: &mut 
     copy_tensors(path, &both[0], layout, m)?;
     copy_tensors(path, &both[1], layout, v)?;
     #[cfg(feature = "native")]
-    check_data_crc(path, bytes, &both.iter().flatten().collect::<Vec<_>>(), |_| {})?;
+    check_data_crc(path, bytes, &both.iter().flatten().collect::<Vec<_>>())?;
     Ok(())
 }
 
