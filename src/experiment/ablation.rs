@@ -160,6 +160,8 @@ struct Row {
     part: Ablate,
     test: Option<stats::Paired>,
     p_holm: Option<f64>,
+    /// The values a row without a test rests on (one seed's, or none): shown, not tested.
+    untested: Vec<f64>,
 }
 
 /// Per variant, sublayer and part: the values over the seeds that hold it, as (seed, value).
@@ -240,6 +242,7 @@ pub(super) fn section(
                         part,
                         test: stats::Paired::of(&pairs),
                         p_holm: None,
+                        untested: pairs.iter().map(|p| p.0 - p.1).collect(),
                     });
                 }
             }
@@ -288,6 +291,7 @@ pub(super) fn section(
                         part,
                         test: stats::Paired::of(&pairs),
                         p_holm: None,
+                        untested: pairs.iter().map(|p| p.0 - p.1).collect(),
                     });
                 }
             }
@@ -324,6 +328,18 @@ pub(super) fn section(
     for &(_, v) in &ddl {
         let own: Vec<&Row> = rows.iter().filter(|r| r.variant == v).collect();
         if own.is_empty() {
+            continue;
+        }
+        // (One seed: nothing was tested, so "significantly in 0 of N sublayers" would read as a
+        // finding.)
+        if own.iter().all(|r| r.test.is_none()) {
+            let n = own.iter().map(|r| r.untested.len()).max().unwrap_or(0);
+            md.push_str(&format!(
+                "**{}** ({n} seed{}): too few seeds to test (a test needs at least 2 seeds); the table gives each \
+                 value, which says nothing of its spread over seeds.\n\n",
+                v.name(),
+                if n == 1 { "" } else { "s" }
+            ));
             continue;
         }
         let mut said = Vec::new();
@@ -382,10 +398,13 @@ pub(super) fn section(
             said.join("; ")
         ));
     }
-    md.push_str(&format!(
-        "Plot: `{PLOT}` (each mean increase with its 95 % interval over seeds; filled red: significant after Holm, \
-         hollow grey: not).\n\n"
-    ));
+    // (No row with an interval: no plot is drawn, so none is named.)
+    if !forest.is_empty() {
+        md.push_str(&format!(
+            "Plot: `{PLOT}` (each mean increase with its 95 % interval over seeds; filled red: significant after \
+             Holm, hollow grey: not).\n\n"
+        ));
+    }
     (md, forest)
 }
 
@@ -423,7 +442,11 @@ fn test_cells(r: &Row, words: impl Fn(bool) -> &'static str) -> String {
                 p_text(ph).trim_start_matches("= ")
             )
         }
-        _ => "< 2 | | | | | | too few seeds to test |".to_string(),
+        // (One seed's value shown as it is: no interval, no test.)
+        _ => match r.untested[..] {
+            [d] => format!("1 | {d:+.4} | | | | | too few seeds to test |"),
+            _ => "< 2 | | | | | | too few seeds to test |".to_string(),
+        },
     }
 }
 
@@ -531,6 +554,12 @@ mod tests {
         assert!(section(&plain, &results, &variants).0.is_empty());
         let (md1, f1) = section(&s, &results[..1], &variants);
         assert!(md1.contains("too few seeds to test") && f1.is_empty(), "{md1}");
+        // One seed: no sentence of "significantly in 0 of 2 sublayers" (nothing was tested), its
+        // values shown, and no plot named (the report writes none without an interval).
+        assert!(!md1.contains("significantly") && !md1.contains("ablations.png"), "{md1}");
+        assert!(md1.contains("**ddl** (1 seed): too few seeds to test"), "{md1}");
+        let w = md1.lines().find(|l| l.starts_with("| ddl | block0.mlp | write=0 |")).unwrap();
+        assert!(w.contains("| 1 | +0.1000 |"), "{w}");
     }
 
     #[test]
