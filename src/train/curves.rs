@@ -248,6 +248,14 @@ fn read_run(
     };
     series.retain(|s| !s.1.is_empty());
     let points = series.iter().map(|s| s.1.len()).sum();
+    // (Points that are not finite numbers are not drawn: with none else, the picture would be
+    // missing, or an earlier one left, after "wrote OUT".)
+    if points > 0 && series.iter().flat_map(|s| &s.1).all(|p| !p.1.is_finite()) {
+        return Ok(Err(format!(
+            "each of its {points} point{} of it is not a finite number (the run diverged), so there is no curve to draw",
+            if points == 1 { "" } else { "s" }
+        )));
+    }
     if points == 0 {
         let last = m.train.last().map_or(0, |r| r.step as usize);
         let eval_every = RunConfig::read_file(run).and_then(Result::ok).map(|c| c.train.eval_every);
@@ -666,5 +674,40 @@ mod tests {
             assert!(!is_plot_title(other), "{other}");
         }
         assert!(Metric::parse("loss").unwrap_err().contains("val, val_accuracy, train"));
+    }
+
+    /// A run whose points of the metric are none of them finite (it diverged) is refused, or left
+    /// out of its experiment's curve, with that reason: `ddl plot` said "wrote OUT" and wrote
+    /// nothing (the drawing skips points that are not finite, and had none left).
+    #[test]
+    fn a_run_without_a_finite_point_is_said_not_drawn_in_silence() {
+        let dir = crate::testing::scratch_dir("plot-diverged");
+        let run = dir.join("run");
+        std::fs::create_dir_all(&run).unwrap();
+        std::fs::write(
+            run.join("metrics.jsonl"),
+            "{\"step\":1,\"loss\":4.0}\n{\"step\":2,\"val_loss\":null,\"val_tokens\":10,\"val_full\":false}\n\
+             {\"step\":2,\"val_loss\":null,\"val_tokens\":99,\"val_full\":true,\"val_subset_loss\":null}\n",
+        )
+        .unwrap();
+        let out = dir.join("val.png");
+        let o =
+            |runs: Vec<PathBuf>| PlotOptions { runs, out: out.clone(), metric: Metric::Val, x: XAxis::Step, smooth: 1 };
+        let e = plot_runs(&o(vec![run.clone()])).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("--metric val") && e.contains("not a finite number") && e.contains("diverged"), "{e}");
+        assert!(!out.exists());
+        // Beside a run with a curve: that one is drawn, and this one named.
+        let good = dir.join("good");
+        std::fs::create_dir_all(&good).unwrap();
+        std::fs::write(
+            good.join("metrics.jsonl"),
+            "{\"step\":2,\"val_loss\":3.0,\"val_tokens\":10,\"val_full\":false}\n",
+        )
+        .unwrap();
+        let e = plot_runs(&o(vec![good.clone(), run.clone()])).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("run: --metric val") && e.contains("leave the run out"), "{e}");
+        plot_runs(&o(vec![good])).unwrap();
+        assert!(out.is_file());
+        std::fs::remove_dir_all(&dir).ok();
     }
 }
