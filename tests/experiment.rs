@@ -447,6 +447,40 @@ fn bad_specs_are_clear_errors() {
     }
 }
 
+/// A run of the grid whose checkpoint does not read (damaged while the grid was stopped): `ddl
+/// info` and the grid say so, and the grid's remedy (move the folder out: the run trains again),
+/// not `ddl train`'s (`--resume KEPT --out NEW` continues it outside the grid), nor nothing at all.
+#[test]
+fn a_run_whose_checkpoint_does_not_read_gets_the_grids_remedy() {
+    let dir = tmpdir("experiment-damaged");
+    let out = dir.join("out");
+    let good = dir.join("good.toml");
+    std::fs::write(&good, "preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = 3\n").unwrap();
+    let run = out.join("runs/ddl-seed1");
+    std::fs::create_dir_all(&run).unwrap();
+    for f in ["model.safetensors", "optim.safetensors"] {
+        std::fs::write(run.join(f), "cut short").unwrap();
+    }
+    let (g, o) = (good.to_str().unwrap(), out.to_str().unwrap());
+    let r = ddl(&dir, &["experiment", "--spec", g, "--out", o, "--dry-run"]);
+    let t = text(&r);
+    assert!(r.status.success() && t.contains("checkpoint does not read"), "{t}");
+    let r = ddl(&dir, &["experiment", "--spec", g, "--out", o]);
+    let t = text(&r);
+    assert!(!r.status.success(), "{t}");
+    assert!(
+        t.contains("run ddl-seed1:")
+            && t.contains("not a valid safetensors file")
+            && t.contains(&format!("move '{}' out of the grid", run.display()))
+            && t.contains("trains the run again from step 0"),
+        "{t}"
+    );
+    assert!(!t.contains("panicked") && !t.contains("--out NEW"), "{t}");
+    let r = ddl(&dir, &["info", "--checkpoint", o]);
+    assert!(text(&r).contains("checkpoint does not read"), "{}", text(&r));
+    assert!(run.join("model.safetensors").is_file(), "the grid removed the damaged run");
+}
+
 #[test]
 fn extra_seeds_give_some_variants_more_runs() {
     // `--dry-run` lists the grid: seeds 1-2 for both variants, 3 and 4 for ddl only, seed-major.

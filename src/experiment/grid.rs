@@ -495,6 +495,11 @@ fn train_run(
     let dir = opts.out.join("runs").join(&name);
     let run_cfg = spec.run_config(v, seed).map_err(|msg| ExperimentError::Run { run: name.clone(), msg })?;
     let resume = dir.join(checkpoint::OPTIM_FILE).exists();
+    // A checkpoint that does not read (damaged while the grid was stopped) is refused with the
+    // grid's remedy before anything is said or opened.
+    if resume && let Err(e) = checkpoint::saved_state(&dir) {
+        return Err(unreadable_checkpoint(&name, &dir, &e.to_string()));
+    }
     if !opts.quiet {
         say(
             bars,
@@ -531,6 +536,16 @@ fn train_run(
         },
     )
     .map_err(|source| match source {
+        // A checkpoint whose tensors do not read (its metadata did): the grid's remedy, not
+        // `ddl train`'s (`--resume KEPT --out NEW` continues it outside the grid).
+        crate::train::TrainError::Checkpoint(
+            e @ (checkpoint::CheckpointError::Corrupt { .. }
+            | checkpoint::CheckpointError::Content { .. }
+            | checkpoint::CheckpointError::MissingFile(_)),
+        ) if resume => unreadable_checkpoint(&name, &dir, &e.to_string()),
+        crate::train::TrainError::Settings(m) if resume && m.starts_with(&format!("--resume {}: ", dir.display())) => {
+            unreadable_checkpoint(&name, &dir, &m[format!("--resume {}: ", dir.display()).len()..])
+        }
         // (The trainer's remedy names `ddl train`'s flag; a grid takes its settings from the spec.)
         crate::train::TrainError::NonFinite { step, what, value } => ExperimentError::Run {
             run: name.clone(),
@@ -563,6 +578,20 @@ fn train_run(
         );
     }
     Ok(true)
+}
+
+/// The error of run `name` of the grid, in `dir`, whose checkpoint does not read (`problem`).
+fn unreadable_checkpoint(name: &str, dir: &Path, problem: &str) -> ExperimentError {
+    // (A kept checkpoint named by the trainer continues the run outside the grid only.)
+    let problem = problem.split("; its kept checkpoint").next().unwrap_or(problem);
+    ExperimentError::Run {
+        run: name.to_string(),
+        msg: format!(
+            "its checkpoint does not read ({problem}), so the grid cannot resume it: move '{}' out of the grid (or \
+             delete it) and run the same command, which trains the run again from step 0",
+            dir.display()
+        ),
+    }
 }
 
 /// Before `--jobs` start: every pending variant's matmul tiles measured on one device of each
@@ -649,9 +678,10 @@ pub fn run_state(spec: &ExperimentSpec, out: &Path, v: Variant, seed: u64) -> St
         return "finished".into();
     }
     if dir.join(checkpoint::OPTIM_FILE).exists() {
-        return match checkpoint::saved_step(&dir) {
+        return match checkpoint::saved_state(&dir).and_then(|_| checkpoint::saved_step(&dir)) {
             Ok(step) => format!("resumes at step {step}"),
-            Err(_) => "resumes from its checkpoint".into(),
+            // (It said "resumes from its checkpoint", and the grid then failed on it.)
+            Err(_) => "checkpoint does not read (move the folder out to train it again)".into(),
         };
     }
     "new".into()
