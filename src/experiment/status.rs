@@ -225,7 +225,11 @@ impl ExperimentInfo {
         }
         if let Some(r) = self.runs.iter().find(|r| r.state.starts_with("training now")) {
             out.push(format!("{} is {}: the experiment is running", r.name, r.state));
-        } else if self.steps.is_some() && finished < self.runs.len() {
+        } else if self.steps.is_some()
+            // (The spec's runs not done: a folder it does not name is none of them, and a run to
+            // ablate is one.)
+            && self.runs.iter().any(|r| r.state != "finished" && r.state != "not in the spec")
+        {
             out.push(format!(
                 "continue it: ddl experiment --spec {} --out {p}",
                 self.path.join("experiment.toml").display()
@@ -233,5 +237,50 @@ impl ExperimentInfo {
         }
         out.push(format!("curves: ddl plot {p} --out curves.png (each variant's mean over its seeds)"));
         out.join("\n") + "\n"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(states: &[&str]) -> ExperimentInfo {
+        ExperimentInfo {
+            path: PathBuf::from("out"),
+            name: Some("x".into()),
+            description: None,
+            preset: Some("tiny".into()),
+            steps: Some(4),
+            spec_problem: None,
+            runs: states
+                .iter()
+                .enumerate()
+                .map(|(i, s)| RunStatus {
+                    name: format!("ddl-seed{i}"),
+                    state: s.to_string(),
+                    step: None,
+                    val_loss: None,
+                    train_loss: None,
+                    val_accuracy: None,
+                })
+                .collect(),
+            variants: Vec::new(),
+            report: None,
+        }
+    }
+
+    /// The command to go on is given while a run of the spec is not done: not for a folder of
+    /// the spec's runs all finished beside one the spec does not name (it was), and for a run
+    /// finished but still to ablate (it was not: "finished, to ablate" counted as done).
+    #[test]
+    fn the_continue_hint_follows_the_specs_runs() {
+        let hint = |states: &[&str]| info(states).text().contains("continue it: ddl experiment");
+        assert!(!hint(&["finished", "finished"]));
+        assert!(!hint(&["finished", "not in the spec"]));
+        assert!(hint(&["finished", "finished, to ablate"]));
+        assert!(hint(&["finished", "new"]));
+        assert!(hint(&["finished", "resumes at step 2"]));
+        let t = info(&["finished", "not in the spec", "new"]).text();
+        assert!(t.contains("1 of 2 runs finished"), "{t}");
     }
 }
