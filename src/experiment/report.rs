@@ -141,10 +141,16 @@ fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> (String, 
     md.push_str("| a − b | seeds | mean difference | 95 % interval | t (df) | p | p (Holm) | verdict |\n");
     md.push_str("|---|---:|---:|---:|---:|---:|---:|---|\n");
     let mut verdicts = Vec::new();
+    // Significant comparisons on 2 seeds (1 degree of freedom): flagged, and said below.
+    let mut on_two = Vec::new();
     for (((a, b, q), t), ph) in family.iter().zip(&tests).zip(&adjusted) {
         match t {
             Some(t) => {
-                let v = verdict(*q, *a, *b, t.diff.mean, *ph);
+                let mut v = verdict(*q, *a, *b, t.diff.mean, *ph);
+                if t.diff.n == 2 && *ph < 0.05 {
+                    v.push_str(" (2 seeds: see the note below)");
+                    on_two.push(format!("{} − {}", a.name(), b.name()));
+                }
                 md.push_str(&format!(
                     "| {} − {} | {} | {:+.4} | {} | {} ({}) | {} | {} | {v} |\n",
                     a.name(),
@@ -175,6 +181,15 @@ fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> (String, 
     }
     md.push('\n');
     md.push_str(&no_spread_notes(&family, &tests, 4, ""));
+    if !on_two.is_empty() {
+        md.push_str(&format!(
+            "**On 2 seeds:** {}: a verdict there rests on 1 degree of freedom. The spread of two differences may be \
+             far smaller (or larger) than the seeds' true spread, and the interval and p lean wholly on that one \
+             estimate (and on the differences being normal); the exact sign test of 2 seeds cannot go below p = \
+             0.5. Run at least 3 seeds per variant (`seeds` in the spec) before taking it as a result.\n\n",
+            on_two.join(", ")
+        ));
+    }
     // The paper's ordering baseline > ddl_v1 > ddl: both adjacent gaps must hold.
     let gap = |a: Variant, b: Variant| verdicts.iter().find(|(k, _)| *k == (a, b)).map(|(_, x)| *x);
     if let (Some(g1), Some(g2)) = (gap(Variant::Baseline, Variant::DdlV1), gap(Variant::DdlV1, Variant::Ddl)) {
@@ -194,8 +209,13 @@ fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> (String, 
                 p_text(g2.1)
             )
         };
+        let few = [(Variant::Baseline, Variant::DdlV1), (Variant::DdlV1, Variant::Ddl)]
+            .iter()
+            .any(|&(a, b)| on_two.contains(&format!("{} − {}", a.name(), b.name())));
         md.push_str(&format!(
-            "The paper's ordering (baseline > ddl_v1 > ddl in validation loss; 2.854 > 2.848 > 2.835 at 124M): {sentence}.\n\n"
+            "The paper's ordering (baseline > ddl_v1 > ddl in validation loss; 2.854 > 2.848 > 2.835 at 124M): \
+             {sentence}{}.\n\n",
+            if few { " (on 2 seeds: see the note above)" } else { "" }
         ));
     }
     if !rows.is_empty() {
@@ -916,6 +936,32 @@ mod tests {
         );
         assert!(md.contains("No spread: baseline − ddl: all 3 differences are +0.1000 (no spread"), "{md}");
         assert!(!md.contains("| inf") && !md.contains("NaN"), "{md}");
+    }
+
+    /// A verdict on 2 seeds (1 degree of freedom) is flagged and its weakness said: two
+    /// differences that happen to be close give a tiny p (t in the thousands), and no sign test
+    /// of 2 seeds goes below 0.5.
+    #[test]
+    fn a_verdict_on_two_seeds_says_how_little_it_rests_on() {
+        let md = report(
+            &["baseline", "ddl"],
+            2,
+            |v, seed| if v == "ddl" { 2.1 - seed as f64 / 1e4 } else { 2.2 },
+            |_| "abc".into(),
+        );
+        let r = row(&md, "baseline − ddl");
+        assert!(r.contains("lower than") || r.contains("reversed") || r.contains("reproduced"), "{r}");
+        assert!(r.contains("2 seeds: see the note below"), "{r}");
+        assert!(md.contains("**On 2 seeds:** baseline − ddl"), "{md}");
+        assert!(md.contains("at least 3 seeds"), "{md}");
+        // Three seeds: no such note.
+        let md = report(
+            &["baseline", "ddl"],
+            3,
+            |v, seed| if v == "ddl" { 2.1 - seed as f64 / 1e4 } else { 2.2 },
+            |_| "abc".into(),
+        );
+        assert!(!md.contains("On 2 seeds") && !md.contains("see the note below"), "{md}");
     }
 
     /// A final evaluation cut by `train.val_max_tokens` is not called the whole validation split.
