@@ -112,7 +112,11 @@ pub(super) fn speed_section(out: &Path) -> String {
     for r in &rows {
         let ci = r["ratio_median_ci95"]
             .as_array()
-            .map(|c| format!("[{:.3}, {:.3}]", f(&c[0]), f(&c[1])))
+            // (Two ends, or none: a file edited or cut short has no interval, not a panic.)
+            .and_then(|c| match &c[..] {
+                [lo, hi] => Some(format!("[{:.3}, {:.3}]", f(lo), f(hi))),
+                _ => None,
+            })
             .unwrap_or_else(|| "n/a".into());
         md.push_str(&format!(
             "| {} | {:.2} | {:.2} | {:.3} | {ci} | {} |\n",
@@ -125,4 +129,26 @@ pub(super) fn speed_section(out: &Path) -> String {
     }
     md.push('\n');
     md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A speed.jsonl edited or cut short (an interval of fewer than two ends, fields missing) is
+    /// reported with what it holds, not a panic (the interval's ends were indexed).
+    #[test]
+    fn a_damaged_speed_file_does_not_panic_the_report() {
+        let dir = crate::testing::scratch_dir("speed-damaged");
+        std::fs::write(
+            dir.join(SPEED_FILE),
+            "{\"variant\":\"ddl\",\"ratio_median_ci95\":[],\"median_step_ms\":2.0}\n\
+             {\"variant\":\"ddl_v1\",\"ratio_median_ci95\":[1.1]}\n",
+        )
+        .unwrap();
+        let md = speed_section(&dir);
+        assert!(md.contains("| ddl | 2.00 |") && md.contains("| ddl_v1 |"), "{md}");
+        assert_eq!(md.matches("| n/a |").count(), 2, "{md}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }
