@@ -530,8 +530,22 @@ pub(super) fn write_report(
         .collect();
     if !ddl_rows.is_empty() {
         md.push_str("## β regimes at the end of training\n\n");
+        // The tokens each run counted (a sublayer's counts add up to them): `beta_batches` is a
+        // cap, which a short validation split does not reach.
+        let counted: BTreeSet<u64> = results
+            .iter()
+            .filter_map(|r| r.regimes.first())
+            .map(|c| c.iter().sum::<u64>())
+            .filter(|&n| n > 0)
+            .collect();
+        let tokens = match (counted.first(), counted.last()) {
+            (Some(a), Some(b)) if a != b => format!("{a} to {b} "),
+            (Some(a), _) => format!("{a} "),
+            _ => String::new(),
+        };
         md.push_str(&format!(
-            "Share of validation tokens ({} batches) whose gate β is identity-like (β < 0.5, λ = 1−β > 0.5), a \
+            "Share of {tokens}validation tokens (the first {} batches of the validation split, or all of it where it \
+             has fewer) whose gate β is identity-like (β < 0.5, λ = 1−β > 0.5), a \
              projection (0.5 ≤ β ≤ 1.5) or reflection-like (β > 1.5), per sublayer (block i: attention `iA`, MLP \
              `iM`), averaged over seeds, with the mean β. Plot: `beta_regimes.png`.\n\n",
             spec.beta_batches
@@ -962,6 +976,27 @@ mod tests {
             |_| "abc".into(),
         );
         assert!(!md.contains("On 2 seeds") && !md.contains("see the note below"), "{md}");
+    }
+
+    /// The β section says how many tokens it counted: `beta_batches` larger than the validation
+    /// split was said as that many batches ("1000 batches") though the split had far fewer.
+    #[test]
+    fn the_beta_section_says_the_tokens_it_counted() {
+        let s = ExperimentSpec { variants: vec!["ddl".into()], beta_batches: 1000, ..spec("").unwrap() };
+        let variants = s.variant_list().unwrap();
+        let results: Vec<RunResult> = (1..=2)
+            .map(|seed| RunResult {
+                regimes: vec![[10, 50, 4], [0, 64, 0]],
+                beta_mean: vec![1.0, 1.0],
+                ..result("ddl", seed, 2.0 + seed as f64 / 100.0, "abc")
+            })
+            .collect();
+        let dir = std::env::temp_dir().join(format!("ddl-beta-tokens-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let md = std::fs::read_to_string(write_report(&dir, &s, &variants, &results, &[]).unwrap()).unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(md.contains("Share of 64 validation tokens (the first 1000 batches"), "{md}");
+        assert!(!md.contains("(1000 batches)"), "{md}");
     }
 
     /// A final evaluation cut by `train.val_max_tokens` is not called the whole validation split.
