@@ -181,15 +181,7 @@ fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> (String, 
     }
     md.push('\n');
     md.push_str(&no_spread_notes(&family, &tests, 4, ""));
-    if !on_two.is_empty() {
-        md.push_str(&format!(
-            "**On 2 seeds:** {}: a verdict there rests on 1 degree of freedom. The spread of two differences may be \
-             far smaller (or larger) than the seeds' true spread, and the interval and p lean wholly on that one \
-             estimate (and on the differences being normal); the exact sign test of 2 seeds cannot go below p = \
-             0.5. Run at least 3 seeds per variant (`seeds` in the spec) before taking it as a result.\n\n",
-            on_two.join(", ")
-        ));
-    }
+    md.push_str(&two_seeds_note(&on_two));
     // The paper's ordering baseline > ddl_v1 > ddl: both adjacent gaps must hold.
     let gap = |a: Variant, b: Variant| verdicts.iter().find(|(k, _)| *k == (a, b)).map(|(_, x)| *x);
     if let (Some(g1), Some(g2)) = (gap(Variant::Baseline, Variant::DdlV1), gap(Variant::DdlV1, Variant::Ddl)) {
@@ -275,17 +267,22 @@ fn accuracy_section(results: &[RunResult], variants: &[Variant]) -> String {
     }
     let ps: Vec<f64> = tests.iter().map(|t| t.map(|t| t.p).unwrap_or(1.0)).collect();
     let adjusted = stats::holm(&ps);
+    let mut on_two = Vec::new();
     md.push_str("| a − b | seeds | mean difference (points) | 95 % interval | p | p (Holm) | verdict |\n");
     md.push_str("|---|---:|---:|---:|---:|---:|---|\n");
     for (((a, b, _), t), ph) in family.iter().zip(&tests).zip(&adjusted) {
         let (a, b) = (a.name(), b.name());
         match t {
             Some(t) => {
-                let verdict = match (*ph < 0.05, t.diff.mean > 0.0) {
+                let mut verdict = match (*ph < 0.05, t.diff.mean > 0.0) {
                     (false, _) => format!("not distinguishable (p {} after Holm)", p_text(*ph)),
                     (true, true) => format!("{a} more accurate (p {} after Holm)", p_text(*ph)),
                     (true, false) => format!("{b} more accurate (p {} after Holm)", p_text(*ph)),
                 };
+                if t.diff.n == 2 && *ph < 0.05 {
+                    verdict.push_str(" (2 seeds: see the note below)");
+                    on_two.push(format!("{a} − {b}"));
+                }
                 let ci = t.diff.ci;
                 let ci = if t.no_spread {
                     "no spread".into()
@@ -307,7 +304,23 @@ fn accuracy_section(results: &[RunResult], variants: &[Variant]) -> String {
     }
     md.push('\n');
     md.push_str(&no_spread_notes(&family, &tests, 2, " points"));
+    md.push_str(&two_seeds_note(&on_two));
     md
+}
+
+/// A paragraph naming the significant comparisons that rest on 2 seeds (`on_two`), and why that
+/// is little; empty when there are none.
+fn two_seeds_note(on_two: &[String]) -> String {
+    if on_two.is_empty() {
+        return String::new();
+    }
+    format!(
+        "**On 2 seeds:** {}: a verdict there rests on 1 degree of freedom. The spread of two differences may be far \
+         smaller (or larger) than the seeds' true spread, and the interval and p lean wholly on that one estimate \
+         (and on the differences being normal); the exact sign test of 2 seeds cannot go below p = 0.5. Run at least \
+         3 seeds per variant (`seeds` in the spec) before taking it as a result.\n\n",
+        on_two.join(", ")
+    )
 }
 
 /// A paragraph naming the comparisons whose seeds all differ by the same amount (no spread: no
@@ -968,6 +981,24 @@ mod tests {
         assert!(r.contains("2 seeds: see the note below"), "{r}");
         assert!(md.contains("**On 2 seeds:** baseline − ddl"), "{md}");
         assert!(md.contains("at least 3 seeds"), "{md}");
+        // The accuracy's comparisons the same way (their own table and note).
+        let acc = |seed: u64, v: &str| if v == "ddl" { 0.40 + seed as f64 / 1e3 } else { 0.30 };
+        let s = ExperimentSpec { seeds: vec![1, 2], ..spec("").unwrap() };
+        let variants = s.variant_list().unwrap();
+        let results: Vec<RunResult> = [("baseline", 1), ("baseline", 2), ("ddl", 1), ("ddl", 2)]
+            .iter()
+            .map(|&(v, seed)| RunResult { final_val_accuracy: Some(acc(seed, v)), ..result(v, seed, 2.0, "abc") })
+            .collect();
+        let dir = std::env::temp_dir().join(format!("ddl-two-seeds-acc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let md = std::fs::read_to_string(write_report(&dir, &s, &variants, &results, &[]).unwrap()).unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+        let accuracy = md.split("## Top-1 accuracy").nth(1).unwrap();
+        assert!(
+            accuracy.contains("ddl more accurate") && accuracy.contains("(2 seeds: see the note below)"),
+            "{accuracy}"
+        );
+        assert!(accuracy.contains("**On 2 seeds:** baseline − ddl"), "{accuracy}");
         // Three seeds: no such note.
         let md = report(
             &["baseline", "ddl"],
