@@ -381,7 +381,8 @@ fn plot_draws_runs_curves_and_tabulates_where_each_ended() {
     // a file ddl plot did not draw (a run's loss.png), a bad metric.
     for (args, want) in [
         (vec![sa, sb, "--out", so, "--metric", "beta"], "no β in its metrics.jsonl"),
-        (vec![sa, dir.to_str().unwrap(), "--out", so], "holds no metrics.jsonl"),
+        // (A folder of runs: named as one, with its runs.)
+        (vec![sa, dir.to_str().unwrap(), "--out", so], "holds run folders (a, base, edited), not a run"),
         (vec![sa, sa, "--out", so], "given twice"),
         (vec![sa, "--out", a.join("loss.png").to_str().unwrap()], "not a plot `ddl plot` drew"),
         (vec![sa, "--out", so, "--metric", "loss"], "unknown metric 'loss'"),

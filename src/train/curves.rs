@@ -205,6 +205,29 @@ fn read_run(
         ));
     }
     let m = Metrics::read(run).map_err(|e| bad(format!("cannot read metrics.jsonl: {e}")))?.ok_or_else(|| {
+        // A folder of runs (an experiment's runs/): its runs, and the experiment's folder.
+        let mut inside: Vec<String> = std::fs::read_dir(run)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.path().join("metrics.jsonl").is_file())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        inside.sort();
+        if let Some(first) = inside.first() {
+            let more = if inside.len() > 5 { format!(" and {} more", inside.len() - 5) } else { String::new() };
+            let experiment = run
+                .parent()
+                .filter(|p| run.file_name().is_some_and(|n| n == "runs") && is_experiment(p))
+                .map(|p| format!(", or the experiment's folder '{}' (one curve per variant)", p.display()))
+                .unwrap_or_default();
+            return bad(format!(
+                "holds run folders ({}{more}), not a run: give them (e.g. '{}'){experiment}",
+                inside.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+                run.join(first).display()
+            ));
+        }
         bad("holds no metrics.jsonl: not a run folder of `ddl train` (a kept checkpoint has none: give its run), or a \
              run stopped before its first step"
             .into())
@@ -674,6 +697,32 @@ mod tests {
             assert!(!is_plot_title(other), "{other}");
         }
         assert!(Metric::parse("loss").unwrap_err().contains("val, val_accuracy, train"));
+    }
+
+    /// A folder of runs given as one (an experiment's `runs/`) names its runs and, for an
+    /// experiment's, the experiment's folder: it was told it is "not a run folder of `ddl train`
+    /// … or a run stopped before its first step".
+    #[test]
+    fn a_folder_of_runs_given_as_a_run_names_them() {
+        let dir = crate::testing::scratch_dir("plot-runs-folder");
+        for name in ["baseline-seed1", "ddl-seed1"] {
+            let run = dir.join("exp/runs").join(name);
+            std::fs::create_dir_all(&run).unwrap();
+            std::fs::write(run.join("metrics.jsonl"), "{\"step\":1,\"loss\":4.0}\n").unwrap();
+        }
+        let runs = dir.join("exp/runs");
+        let o = PlotOptions {
+            runs: vec![runs.clone()],
+            out: dir.join("p.png"),
+            metric: Metric::Train,
+            x: XAxis::Step,
+            smooth: 1,
+        };
+        let e = plot_runs(&o).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("holds run folders (baseline-seed1, ddl-seed1)"), "{e}");
+        assert!(e.contains(&format!("the experiment's folder '{}'", dir.join("exp").display())), "{e}");
+        assert!(!e.contains("stopped before its first step"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     /// A run whose points of the metric are none of them finite (it diverged) is refused, or left
