@@ -590,7 +590,7 @@ pub(super) fn write_report(
              has no variant besides the baseline.\n\n",
         );
     } else if variants.contains(&Variant::Baseline) {
-        md.push_str(&speed_section(out));
+        md.push_str(&speed_section(out, variants));
     } else {
         md.push_str(
             "## Speed\n\nNot measured: the section times each variant's step against the baseline's, and this grid \
