@@ -148,20 +148,29 @@ impl ExperimentSpec {
         let mut seen = std::collections::HashSet::new();
         for s in &self.seeds {
             if !seen.insert(*s) {
-                return Err(format!("seeds: seed {s} appears twice"));
+                return Err(format!(
+                    "seeds: seed {s} appears twice: each seed is one run of every variant; list it once"
+                ));
             }
         }
         for (name, extra) in &self.extra_seeds {
             let v = Variant::parse(name).map_err(|e| format!("extra_seeds: {e}"))?;
             if !self.variants.iter().any(|n| Variant::parse(n).ok() == Some(v)) {
-                return Err(format!("extra_seeds: '{name}' is not one of the spec's variants"));
+                return Err(format!(
+                    "extra_seeds: '{name}' is not one of the spec's variants ({}): add '{name}' to variants, or remove \
+                     its entry from extra_seeds",
+                    self.variants.join(", ")
+                ));
             }
             if let Some(s) = extra.iter().find(|s| self.seeds.contains(s)) {
-                return Err(format!("extra_seeds: seed {s} of '{name}' is already in seeds"));
+                return Err(format!(
+                    "extra_seeds: seed {s} of '{name}' is already in seeds (every variant runs the seeds in `seeds`): \
+                     remove {s} from '{name}' under extra_seeds"
+                ));
             }
             let mut own = std::collections::HashSet::new();
             if let Some(s) = extra.iter().find(|s| !own.insert(**s)) {
-                return Err(format!("extra_seeds: seed {s} appears twice for '{name}'"));
+                return Err(format!("extra_seeds: seed {s} appears twice for '{name}': list it once"));
             }
         }
         // (steps and beta_batches ≥ 1: their deserializer, `at_least_one`.)
@@ -192,7 +201,7 @@ impl ExperimentSpec {
         for name in &self.ablate {
             let p = crate::train::eval::Ablate::parse(name).map_err(|e| format!("ablate: {e}"))?;
             if parts.contains(&p) {
-                return Err(format!("ablate: \"{name}\" appears twice"));
+                return Err(format!("ablate: \"{name}\" appears twice: list each part once"));
             }
             parts.push(p);
         }
@@ -218,7 +227,7 @@ impl ExperimentSpec {
         for name in &self.variants {
             let v = Variant::parse(name).map_err(|e| format!("variants: {e}"))?;
             if out.contains(&v) {
-                return Err(format!("variants: '{name}' appears twice"));
+                return Err(format!("variants: '{name}' appears twice: list each variant once"));
             }
             out.push(v);
         }
@@ -390,6 +399,13 @@ mod tests {
         assert!(spec("extra_seeds = { ddl_cc = [3] }\n").unwrap_err().contains("not one of the spec's variants"));
         assert!(spec("extra_seeds = { ddl = [2] }\n").unwrap_err().contains("already in seeds"));
         assert!(spec("extra_seeds = { ddl = [3, 3] }\n").unwrap_err().contains("appears twice"));
+        // Each with its remedy (they named the problem only).
+        let e = spec("extra_seeds = { ddl_cc = [3] }\n").unwrap_err();
+        assert!(e.contains("add 'ddl_cc' to variants, or remove its entry from extra_seeds"), "{e}");
+        let e = spec("extra_seeds = { ddl = [2] }\n").unwrap_err();
+        assert!(e.contains("every variant runs the seeds in `seeds`") && e.contains("remove 2 from"), "{e}");
+        assert!(spec("extra_seeds = { ddl = [3, 3] }\n").unwrap_err().contains("list it once"));
+        assert!(spec("ablate = [\"v\", \"v\"]\n").unwrap_err().contains("list each part once"));
     }
 
     #[test]
@@ -403,6 +419,10 @@ mod tests {
         let t = "preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1, 1]\nsteps = 5\n";
         let s: ExperimentSpec = toml::from_str(t).unwrap();
         assert!(s.check().unwrap_err().contains("seed 1 appears twice"));
+        assert!(s.check().unwrap_err().contains("list it once"));
+        let t = "preset = \"tiny\"\nvariants = [\"ddl\", \"ddl\"]\nseeds = [1]\nsteps = 5\n";
+        let s: ExperimentSpec = toml::from_str(t).unwrap();
+        assert!(s.variant_list().unwrap_err().contains("'ddl' appears twice: list each variant once"));
         let s = spec("[train]\nseed = 3\n").unwrap();
         assert!(s.run_config(Variant::Ddl, 1).unwrap_err().contains("seeds"));
         let s = spec("[train]\nlr = -1.0\n").unwrap();
