@@ -106,12 +106,25 @@ fn paired_on(
     b: Variant,
     key: impl Fn(&RunResult) -> Option<f64>,
 ) -> Option<stats::Paired> {
+    stats::Paired::of(&pairs_on(results, a, b, key))
+}
+
+/// The pairs `(a, b)` of `key` over the seeds both variants have it for.
+fn pairs_on(results: &[RunResult], a: Variant, b: Variant, key: impl Fn(&RunResult) -> Option<f64>) -> Vec<(f64, f64)> {
     let of = |v: Variant| -> BTreeMap<u64, f64> {
         results.iter().filter(|r| r.variant == v.name()).filter_map(|r| Some((r.seed, key(r)?))).collect()
     };
     let (ra, rb) = (of(a), of(b));
-    let pairs: Vec<(f64, f64)> = ra.iter().filter_map(|(s, x)| rb.get(s).map(|y| (*x, *y))).collect();
-    stats::Paired::of(&pairs)
+    ra.iter().filter_map(|(s, x)| rb.get(s).map(|y| (*x, *y))).collect()
+}
+
+/// The cells "seeds | mean difference" of a comparison too small to test: one seed's difference
+/// shown as it is (a pilot's only number), or "< 2" and a blank without any pair.
+fn untested_cells(pairs: &[(f64, f64)], decimals: usize) -> String {
+    match pairs {
+        [(a, b)] => format!("1 | {:+.*}", decimals, a - b),
+        _ => "< 2 | ".to_string(),
+    }
 }
 
 /// The comparisons section: the family, each paired test, Holm's adjustment and the verdicts,
@@ -173,9 +186,10 @@ fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> (String, 
                 });
             }
             None => md.push_str(&format!(
-                "| {} − {} | < 2 | | | | | | too few paired seeds to test |\n",
+                "| {} − {} | {} | | | | | too few paired seeds to test |\n",
                 a.name(),
-                b.name()
+                b.name(),
+                untested_cells(&pairs_on(results, *a, *b, |r| Some(r.final_val_loss)), 4)
             )),
         }
     }
@@ -270,8 +284,8 @@ fn accuracy_section(results: &[RunResult], variants: &[Variant]) -> String {
     let mut on_two = Vec::new();
     md.push_str("| a − b | seeds | mean difference (points) | 95 % interval | p | p (Holm) | verdict |\n");
     md.push_str("|---|---:|---:|---:|---:|---:|---|\n");
-    for (((a, b, _), t), ph) in family.iter().zip(&tests).zip(&adjusted) {
-        let (a, b) = (a.name(), b.name());
+    for (((va, vb, _), t), ph) in family.iter().zip(&tests).zip(&adjusted) {
+        let (a, b) = (va.name(), vb.name());
         match t {
             Some(t) => {
                 let mut verdict = match (*ph < 0.05, t.diff.mean > 0.0) {
@@ -299,7 +313,10 @@ fn accuracy_section(results: &[RunResult], variants: &[Variant]) -> String {
                     p_text(*ph).trim_start_matches("= ")
                 ));
             }
-            None => md.push_str(&format!("| {a} − {b} | < 2 | | | | | too few paired seeds to test |\n")),
+            None => md.push_str(&format!(
+                "| {a} − {b} | {} | | | | too few paired seeds to test |\n",
+                untested_cells(&pairs_on(results, *va, *vb, |r| r.final_val_accuracy.map(|x| 100.0 * x)), 2)
+            )),
         }
     }
     md.push('\n');
@@ -1007,6 +1024,27 @@ mod tests {
             |_| "abc".into(),
         );
         assert!(!md.contains("On 2 seeds") && !md.contains("see the note below"), "{md}");
+    }
+
+    /// One seed (a pilot): each comparison's one difference is shown, untested (it was "< 2" and
+    /// blank cells, the pilot's only number hidden).
+    #[test]
+    fn a_one_seed_comparison_shows_its_difference_untested() {
+        let s = ExperimentSpec { seeds: vec![1], ..spec("").unwrap() };
+        let variants = s.variant_list().unwrap();
+        let results: Vec<RunResult> = [("baseline", 2.2, 0.30), ("ddl", 2.1, 0.35)]
+            .iter()
+            .map(|&(v, loss, acc)| RunResult { final_val_accuracy: Some(acc), ..result(v, 1, loss, "abc") })
+            .collect();
+        let dir = std::env::temp_dir().join(format!("ddl-one-seed-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let md = std::fs::read_to_string(write_report(&dir, &s, &variants, &results, &[]).unwrap()).unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(md.contains("| baseline − ddl | 1 | +0.1000 | | | | | too few paired seeds to test |"), "{md}");
+        // (The accuracy's table is left out when no pair has two seeds; where another pair has
+        // them, a one-seed row is shown the same way.)
+        assert!(md.contains("No pair of the family has two seeds with an accuracy to compare."), "{md}");
+        assert!(!md.contains("comparisons.png"), "{md}");
     }
 
     /// The β section says how many tokens it counted: `beta_batches` larger than the validation
