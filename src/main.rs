@@ -553,7 +553,7 @@ fn experiment(
             }
         }
         let finished = states.iter().filter(|s| s.starts_with("finished")).count();
-        let new = states.iter().filter(|s| *s == "new").count();
+        let new = states.iter().filter(|s| s.starts_with("new")).count();
         println!(
             "{total} runs of {} steps, preset {} ({} in {}: {finished} finished, {} to resume, {new} new):",
             spec.steps,

@@ -662,7 +662,8 @@ pub fn runs_to_do(spec: &ExperimentSpec, out: &Path) -> Result<usize, String> {
 
 /// What the grid's folder holds of a run: "finished" (or "finished, to ablate": the spec's
 /// ablations are not in its result yet), "resumes at step N" (a checkpoint), or
-/// "new".
+/// "new"; the last two followed by " (its result.json …)" where one is there that the grid will
+/// not use.
 pub fn run_state(spec: &ExperimentSpec, out: &Path, v: Variant, seed: u64) -> String {
     let dir = out.join("runs").join(run_name(v, seed));
     // (A run a live process trains now: not "new", nor one to continue.)
@@ -677,14 +678,16 @@ pub fn run_state(spec: &ExperimentSpec, out: &Path, v: Variant, seed: u64) -> St
         }
         return "finished".into();
     }
+    // (A result.json there that the grid will not use: why, beside the state.)
+    let why = unusable_result(&dir, spec.steps);
     if dir.join(checkpoint::OPTIM_FILE).exists() {
         return match checkpoint::saved_state(&dir).and_then(|_| checkpoint::saved_step(&dir)) {
-            Ok(step) => format!("resumes at step {step}"),
+            Ok(step) => format!("resumes at step {step}{why}"),
             // (It said "resumes from its checkpoint", and the grid then failed on it.)
             Err(_) => "checkpoint does not read (move the folder out to train it again)".into(),
         };
     }
-    "new".into()
+    format!("new{why}")
 }
 
 /// Why a run's `result.json` that is there cannot be used, said as " (its result.json …)"; empty
@@ -803,6 +806,28 @@ pub fn beta_regimes(
 mod tests {
     use super::*;
     use crate::experiment::test_support::spec;
+
+    /// A run whose result.json is there but not usable (of another length, or unreadable) says
+    /// why in its state: `ddl info` and --dry-run called it "new" beside the file, and only the
+    /// grid itself said it trains it again.
+    #[test]
+    fn a_runs_state_names_a_result_it_cannot_use() {
+        let s = spec("").unwrap(); // 20 steps
+        let out = crate::testing::scratch_dir("run-state-result");
+        let dir = out.join("runs").join(run_name(Variant::Ddl, 1));
+        std::fs::create_dir_all(&dir).unwrap();
+        let r = crate::experiment::test_support::result("ddl", 1, 2.0, "abc");
+        let other = RunResult { steps: 99, ..r.clone() };
+        std::fs::write(dir.join("result.json"), serde_json::to_string(&other).unwrap()).unwrap();
+        let state = run_state(&s, &out, Variant::Ddl, 1);
+        assert_eq!(state, "new (its result.json is of 99 steps, the spec's 20)");
+        std::fs::write(dir.join("result.json"), "{").unwrap();
+        assert!(run_state(&s, &out, Variant::Ddl, 1).starts_with("new (its result.json is unreadable: "));
+        std::fs::write(dir.join("result.json"), serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(run_state(&s, &out, Variant::Ddl, 1), "finished");
+        assert_eq!(run_state(&s, &out, Variant::Baseline, 1), "new");
+        std::fs::remove_dir_all(&out).ok();
+    }
 
     /// A folder's runs are compared by what they train, not by how the spec is written: a setting
     /// written out at the value it had is no change (it was refused as one), another value is.

@@ -14,9 +14,10 @@ use crate::train::checkpoint;
 #[derive(Debug, Clone, Serialize)]
 pub struct RunStatus {
     pub name: String,
-    /// `finished`, `finished, to ablate`, `resumes at step N`, `new`, `training now (process P on
-    /// HOST)`, or (a folder the spec does
-    /// not name) `not in the spec`.
+    /// `finished`, `finished, to ablate`, `resumes at step N`, `new` (these two followed by
+    /// ` (its result.json …)` where one is there that the grid will not use), `checkpoint does
+    /// not read (…)`, `training now (process P on HOST)`, or (a folder the spec does not name)
+    /// `not in the spec`.
     pub state: String,
     /// The step its checkpoint holds, where it has one.
     pub step: Option<usize>,
