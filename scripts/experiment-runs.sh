@@ -79,6 +79,9 @@ case "$cmd" in
     ;;
   restore)
     keep=$2 out=$3
+    # A checkpoint being copied aside when a copy fails or Ctrl-C comes is removed on the way out.
+    tmp=""
+    trap '[ -n "$tmp" ] && rm -rf "$tmp"' EXIT
     [ -d "$keep" ] || { echo "$0: $keep: no such folder (nothing saved yet?)" >&2; exit 1; }
     n=0 p=0
     for dir in "$keep"/*/; do
@@ -89,10 +92,16 @@ case "$cmd" in
         run="$out/runs/$(basename "$dir")"
         [ -f "$run/result.json" ] && continue
         [ -f "$run/optim.safetensors" ] && [ ! "$dir/optim.safetensors" -nt "$run/optim.safetensors" ] && continue
+        # Copied aside first (the slow part: a full disk or Ctrl-C there leaves the run's own
+        # checkpoint as it was, not the new model beside the old moments), then moved in.
+        tmp="$out/.restore-$(basename "$dir").tmp"
+        rm -rf "$tmp" && mkdir -p "$tmp"
+        for f in "$dir"/*; do cp -p "$f" "$tmp/"; done
         mkdir -p "$run"
         # An older checkpoint's earlier moments must not stay beside the newer set.
         rm -f "$run/optim.prev.safetensors"
-        for f in "$dir"/*; do cp -p "$f" "$run/"; done
+        for f in "$tmp"/*; do mv -f "$f" "$run/"; done
+        rmdir "$tmp" && tmp=""
         p=$((p + 1))
         continue
       fi

@@ -447,6 +447,45 @@ fn bad_specs_are_clear_errors() {
     }
 }
 
+/// `scripts/experiment-runs.sh restore` of an unfinished run's checkpoint over an older one: a
+/// restore that fails half-way (here at an entry `cp` cannot copy, as a full disk or Ctrl-C would)
+/// leaves the run's checkpoint as it was, not the new model beside the old moments; one that
+/// succeeds puts the whole set in place and leaves nothing aside.
+#[test]
+fn a_failed_restore_of_a_checkpoint_leaves_the_run_as_it_was() {
+    let dir = tmpdir("experiment-restore-partial");
+    let (keep, out) = (dir.join("keep"), dir.join("out"));
+    let (kept, run) = (keep.join("ddl-seed1"), out.join("runs/ddl-seed1"));
+    std::fs::create_dir_all(&run).unwrap();
+    for f in ["config.toml", "metrics.jsonl", "model.safetensors", "optim.safetensors"] {
+        std::fs::write(run.join(f), "old").unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::create_dir_all(&kept).unwrap();
+    for f in ["config.toml", "metrics.jsonl", "model.safetensors", "optim.safetensors"] {
+        std::fs::write(kept.join(f), "new").unwrap();
+    }
+    // (A folder sorts between model.safetensors and optim.safetensors: `cp` fails there.)
+    std::fs::create_dir_all(kept.join("n")).unwrap();
+    let script = ddl::testing::data_path("scripts/experiment-runs.sh");
+    let sh = || Command::new("bash").arg(&script).args([Path::new("restore"), &keep, &out]).output().unwrap();
+    let r = sh();
+    assert!(!r.status.success(), "{}", text(&r));
+    for f in ["config.toml", "metrics.jsonl", "model.safetensors", "optim.safetensors"] {
+        assert_eq!(std::fs::read_to_string(run.join(f)).unwrap(), "old", "{f}: {}", text(&r));
+    }
+    let left: Vec<_> = std::fs::read_dir(&out).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, ["runs"], "the copy aside is removed: {}", text(&r));
+    std::fs::remove_dir(kept.join("n")).unwrap();
+    let r = sh();
+    assert!(r.status.success() && text(&r).contains("1 unfinished run(s) to resume"), "{}", text(&r));
+    for f in ["config.toml", "metrics.jsonl", "model.safetensors", "optim.safetensors"] {
+        assert_eq!(std::fs::read_to_string(run.join(f)).unwrap(), "new", "{f}");
+    }
+    let left: Vec<_> = std::fs::read_dir(&out).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, ["runs"], "nothing left aside in {}", out.display());
+}
+
 /// A run of the grid whose checkpoint does not read (damaged while the grid was stopped): `ddl
 /// info` and the grid say so, and the grid's remedy (move the folder out: the run trains again),
 /// not `ddl train`'s (`--resume KEPT --out NEW` continues it outside the grid), nor nothing at all.
