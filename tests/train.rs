@@ -4051,6 +4051,25 @@ fn a_run_starts_from_a_checkpoints_parameters_with_init_from() {
     assert!(ck_a.params.iter().zip(&ck_s.params).all(|(x, y)| x.to_bits() == y.to_bits()));
     let (plain, smoothed) = (first_loss(&b), first_loss(&smooth));
     assert!(smoothed != plain && smoothed.is_finite(), "α 0.1 trained on loss {smoothed}, α 0 on {plain}");
+    // Another RoPE base (a context-extending fine-tune raises it): taken, recorded, and used (the
+    // same batch from the same parameters scores otherwise); the parameters are the checkpoint's.
+    let base = dir.join("base").display().to_string();
+    let (ok, e) = run(&[
+        &["--init-from", &a, "--corpus", &c, "--steps", "1", "--out", &base, "--set", "train.lr=0"][..],
+        &rest,
+        &["--set", "model.rope_base=40"],
+    ]
+    .concat());
+    assert!(ok, "{e}");
+    let ck_r = ddl::train::checkpoint::load(Path::new(&base), false).unwrap();
+    assert_eq!(ck_r.config.rope_base, 40.0);
+    assert_eq!(ck_r.config.with_fine_tune_settings_of(&ck_a.config), ck_a.config, "only the RoPE base changed");
+    assert!(ck_a.params.iter().zip(&ck_r.params).all(|(x, y)| x.to_bits() == y.to_bits()));
+    let rebased = first_loss(&base);
+    assert!(
+        rebased != plain && rebased.is_finite(),
+        "RoPE base 40 trained on loss {rebased}, the checkpoint's on {plain}"
+    );
     let long = dir.join("long").display().to_string();
     let past = ck_a.config.max_seq_len + 8;
     let (ok, e) = run(&[
@@ -4078,7 +4097,8 @@ fn a_run_starts_from_a_checkpoints_parameters_with_init_from() {
     for (args, needle) in [
         (vec!["--set", "model.d_model=64"], "model.d_model keeps its value (it sizes parameters"),
         (vec!["--set", "model.beta_init=0.5"], "(it only sets how parameters start"),
-        (vec!["--set", "model.rope_base=500"], "(it changes what the parameters compute"),
+        (vec!["--set", "model.norm_eps=1e-3"], "(it changes what the parameters compute"),
+        (vec!["--set", "model.rope_base=0"], "model.rope_base = 0: expected a finite number > 0"),
         (vec!["--variant", "ddl"], "holds a ddl_cc model"),
         (vec!["--corpus", dir.join("odd.txt").to_str().unwrap()], "characters of --init-from"),
         (vec!["--tokenizer", dir.join("tok.json").to_str().unwrap()], "another tokenizer"),
