@@ -4070,6 +4070,16 @@ fn a_run_starts_from_a_checkpoints_parameters_with_init_from() {
         rebased != plain && rebased.is_finite(),
         "RoPE base 40 trained on loss {rebased}, the checkpoint's on {plain}"
     );
+    // `ddl info --checkpoint` says where the parameters came from and what the fine-tune changed.
+    let o = ddl_cmd(&dir).args(["info", "--checkpoint", &base]).output().unwrap();
+    let info = String::from_utf8_lossy(&o.stdout);
+    let src = std::fs::canonicalize(&a).unwrap();
+    let want = format!(
+        "fine-tuned from: the parameters of {} (`--init-from`; that checkpoint is now at step 3)",
+        src.display()
+    );
+    assert!(o.status.success() && info.contains(&want), "{info}");
+    assert!(info.contains(&format!("changed: RoPE base {} → 40", ck_a.config.rope_base)), "{info}");
     let long = dir.join("long").display().to_string();
     let past = ck_a.config.max_seq_len + 8;
     let (ok, e) = run(&[
