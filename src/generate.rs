@@ -66,7 +66,9 @@ impl Sampler {
 
     /// Picks the next token from `logits`, given the tokens so far (for the repetition penalty).
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
-        let mut l: Vec<f64> = logits.iter().map(|&x| x as f64).collect();
+        // (A NaN logit, from activations past float32's range, is never picked: it sorts below
+        // every number, where comparing it as equal to all made no order for the sort.)
+        let mut l: Vec<f64> = logits.iter().map(|&x| if x.is_nan() { f64::NEG_INFINITY } else { x as f64 }).collect();
         if self.cfg.repetition_penalty != 1.0 {
             let p = self.cfg.repetition_penalty as f64;
             let mut seen = std::collections::HashSet::new();
@@ -82,7 +84,7 @@ impl Sampler {
         }
         let t = self.cfg.temperature as f64;
         let mut idx: Vec<usize> = (0..l.len()).collect();
-        idx.sort_by(|&a, &b| l[b].partial_cmp(&l[a]).unwrap_or(std::cmp::Ordering::Equal));
+        idx.sort_by(|&a, &b| l[b].total_cmp(&l[a]));
         if self.cfg.top_k > 0 {
             idx.truncate(self.cfg.top_k.max(1));
         }
@@ -144,6 +146,22 @@ mod tests {
         }
         // The threshold label, which a trace's JSON keeps for its readers, is unchanged.
         assert_eq!((regime(-1.0), regime(3.0)), ("identity", "reflection"));
+    }
+
+    /// Logits with NaN among them (activations past float32's range, e.g. under an intervention
+    /// with --allow-out-of-range) are sampled without a panic and never give the NaN's token.
+    #[test]
+    fn a_nan_logit_is_never_sampled() {
+        let mut l = vec![f32::NAN; 40];
+        l[7] = 0.5;
+        l[21] = 0.4;
+        for (temperature, top_k, top_p) in [(0.0, 0, 1.0), (1.0, 0, 1.0), (0.8, 5, 0.9), (1.0, 0, 0.5)] {
+            let mut s = Sampler::new(SamplerConfig { temperature, top_k, top_p, ..Default::default() });
+            for _ in 0..50 {
+                let t = s.sample(&l, &[3, 7]);
+                assert!(t == 7 || t == 21, "picked {t} (a NaN logit) at T {temperature}, top-k {top_k}, top-p {top_p}");
+            }
+        }
     }
 
     #[test]
