@@ -4061,6 +4061,7 @@ fn a_run_starts_from_a_checkpoints_parameters_with_init_from() {
     ]
     .concat());
     assert!(ok, "{e}");
+    assert!(e.contains(&format!("(step 3); changed: RoPE base {} → 40", ck_a.config.rope_base)), "{e}");
     let ck_r = ddl::train::checkpoint::load(Path::new(&base), false).unwrap();
     assert_eq!(ck_r.config.rope_base, 40.0);
     assert_eq!(ck_r.config.with_fine_tune_settings_of(&ck_a.config), ck_a.config, "only the RoPE base changed");

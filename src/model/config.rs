@@ -225,6 +225,22 @@ impl ModelConfig {
         }
     }
 
+    /// What a fine-tune from this model to `to` changed of [`Self::FINE_TUNE_SETTINGS`], as
+    /// `name from → to` (empty when nothing).
+    pub fn fine_tune_changes(&self, to: &ModelConfig) -> Vec<String> {
+        let mut changed = Vec::new();
+        if self.max_seq_len != to.max_seq_len {
+            changed.push(format!("context {} → {} tokens", self.max_seq_len, to.max_seq_len));
+        }
+        if self.rope_base != to.rope_base {
+            changed.push(format!("RoPE base {} → {}", self.rope_base, to.rope_base));
+        }
+        if self.label_smoothing != to.label_smoothing {
+            changed.push(format!("label smoothing {} → {}", self.label_smoothing, to.label_smoothing));
+        }
+        changed
+    }
+
     /// Floats per row of the MLP activations (gate, up, ψ and their gradients): `mlp_hidden`
     /// rounded up to a multiple of 4, so the matmuls read them with vec4 loads.
     pub fn mlp_stride(&self) -> usize {
@@ -529,6 +545,13 @@ mod tests {
             assert_eq!(super::super::Layout::new(&other).total, super::super::Layout::new(&c).total, "{f}");
             assert_eq!(c.with_fine_tune_settings_of(&other), other);
         }
+        let mut other = c.clone();
+        other.rope_base = 4.0 * c.rope_base;
+        other.max_seq_len = 2 * c.max_seq_len;
+        let said = c.fine_tune_changes(&other);
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(said[1].starts_with("RoPE base ") && said[0].starts_with("context "), "{said:?}");
+        assert!(c.fine_tune_changes(&c).is_empty());
         let mut wider = c.clone();
         wider.d_model += 8;
         assert_ne!(c.with_fine_tune_settings_of(&wider), wider);

@@ -76,18 +76,7 @@ fn init_from_of(settings: Option<&RunConfig>, model: &ModelConfig) -> Option<Ini
     let path = settings.map(|s| s.init_from.clone()).filter(|p| !p.is_empty())?;
     let src = Path::new(&path);
     let step_now = checkpoint::saved_step(src).ok();
-    let mut changed = Vec::new();
-    if let Ok(from) = checkpoint::saved_config(src) {
-        if from.max_seq_len != model.max_seq_len {
-            changed.push(format!("context {} → {} tokens", from.max_seq_len, model.max_seq_len));
-        }
-        if from.rope_base != model.rope_base {
-            changed.push(format!("RoPE base {} → {}", from.rope_base, model.rope_base));
-        }
-        if from.label_smoothing != model.label_smoothing {
-            changed.push(format!("label smoothing {} → {}", from.label_smoothing, model.label_smoothing));
-        }
-    }
+    let changed = checkpoint::saved_config(src).map(|from| from.fine_tune_changes(model)).unwrap_or_default();
     Some(InitFrom { path, step_now, changed })
 }
 
