@@ -602,7 +602,8 @@ pub(crate) struct TrainArgs {
     pub(crate) resume: Option<std::path::PathBuf>,
     /// Start a new run from this checkpoint's parameters (a run folder or one of its kept
     /// checkpoints), with its model and tokenizer: fine-tuning, with fresh AdamW moments, a
-    /// schedule from step 0 and this run's own settings and data.
+    /// schedule from step 0 and this run's own settings and data. Of the model, --set may change
+    /// model.label_smoothing, model.max_seq_len and model.rope_base (a longer context).
     #[arg(long, value_name = "CHECKPOINT", conflicts_with = "resume")]
     pub(crate) init_from: Option<std::path::PathBuf>,
     /// Replace the run that --out holds (its checkpoint, settings and metrics) instead of refusing.
