@@ -264,8 +264,9 @@ pub(crate) enum Cmd {
         /// A run folder (its checkpoint and tokenizer), or one of its kept checkpoints.
         #[arg(long)]
         checkpoint: std::path::PathBuf,
-        /// The prompt; `-` reads it from standard input.
-        #[arg(long)]
+        /// The prompt; `-` reads it from standard input (a prompt may start with `-`: `--prompt
+        /// "- item"`).
+        #[arg(long, allow_hyphen_values = true)]
         prompt: String,
         #[command(flatten)]
         sampling: SamplingArgs,
@@ -474,7 +475,7 @@ pub(crate) enum TokenizerCmd {
         #[arg(long)]
         tokenizer: std::path::PathBuf,
         /// The text to encode, itself (not a file name: `-` reads standard input, e.g. `< file.txt`).
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         text: String,
         /// One token per line: its id, a tab and its text (`\\`, `\t`, `\n`, `\r` escaped, as `ddl
         /// eval --per-token` writes it; a byte-level token that is part of a character shows U+FFFD).
@@ -489,7 +490,7 @@ pub(crate) enum TokenizerCmd {
         #[arg(long)]
         tokenizer: std::path::PathBuf,
         /// The ids, separated by spaces or commas (`-` reads standard input).
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         ids: String,
     },
 }
@@ -522,7 +523,7 @@ pub(crate) struct SamplingArgs {
     /// token's text: a BPE token may hold several characters); repeatable. `\n` is a newline,
     /// `\t` a tab, `\s` a space, `\\` a backslash (as in chat's `/set stop`); any other
     /// backslash is refused.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub(crate) stop: Vec<String>,
 }
 

@@ -1607,6 +1607,35 @@ mod tests {
         assert!(seen > 20, "{seen}");
     }
 
+    /// Free text that starts with `-` is a value, not a flag: a prompt `- item`, a stop text `---`
+    /// (a Markdown rule), a text to encode `-x`, ids `-1` (then refused by the ids' own message,
+    /// not clap's "unexpected argument"). Clap refused them all, naming no remedy.
+    #[test]
+    fn text_values_may_start_with_a_hyphen() {
+        use clap::CommandFactory;
+        let parse = |args: &[&str]| {
+            let mut all = vec!["ddl"];
+            all.extend_from_slice(args);
+            super::Cli::command().try_get_matches_from(&all).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+        };
+        let sub = |m: &clap::ArgMatches, path: &[&str], id: &str| -> Vec<String> {
+            let m = path.iter().fold(m.clone(), |m, p| m.subcommand_matches(p).unwrap().clone());
+            m.get_many::<String>(id).unwrap().cloned().collect()
+        };
+        let m = parse(&["generate", "--checkpoint", "r", "--prompt", "- item", "--stop", "---", "--stop", "-"]);
+        assert_eq!(sub(&m, &["generate"], "prompt"), ["- item"]);
+        assert_eq!(sub(&m, &["generate"], "stop"), ["---", "-"]);
+        let m = parse(&["chat", "--checkpoint", "r", "--stop", "--"]);
+        assert_eq!(sub(&m, &["chat"], "stop"), ["--"]);
+        let m = parse(&["tokenizer", "encode", "--tokenizer", "t", "--text", "-x y"]);
+        assert_eq!(sub(&m, &["tokenizer", "encode"], "text"), ["-x y"]);
+        let m = parse(&["tokenizer", "decode", "--tokenizer", "t", "--ids", "-1 2"]);
+        assert_eq!(sub(&m, &["tokenizer", "decode"], "ids"), ["-1 2"]);
+        // (`-` alone still reads standard input, as before.)
+        let m = parse(&["generate", "--checkpoint", "r", "--prompt", "-"]);
+        assert_eq!(sub(&m, &["generate"], "prompt"), ["-"]);
+    }
+
     #[test]
     fn the_top_level_help_lists_every_command_under_a_task() {
         let mut cmd = super::Cli::command();
