@@ -58,6 +58,8 @@ impl ChatSettings {
     /// is refused), `stop none` clears them.
     pub fn with(&self, name: &str, value: &str) -> Result<ChatSettings, String> {
         let mut next = self.clone();
+        // (Spaces around a value are not part of it, except a stop text's own: `/set stop ab `.)
+        let value = if name == "stop" && value.trim() != "none" { value } else { value.trim() };
         let bad = |want: &str| format!("{name} {value:?}: expected {want}");
         match name {
             "temperature" => next.sampler.temperature = value.parse().map_err(|_| bad("a number ≥ 0 (0 = greedy)"))?,
@@ -760,7 +762,7 @@ pub fn run(
                     writeln!(log, "usage: /save FILE (the conversation since the start or the last /reset)")?
                 }
                 ("save", _) => {
-                    let path = std::path::PathBuf::from(rest);
+                    let path = save_path(rest);
                     match save_text(&path, &session.text(), saved.contains(&path)) {
                         Ok(n) => {
                             writeln!(log, "(saved the conversation, {n} characters, to {})", path.display())?;
@@ -827,6 +829,16 @@ pub fn run(
 
 /// `/save FILE`: the conversation's text into `path` (whole, or not at all). An existing file
 /// is replaced only when `again` (this chat saved it before); returns the characters written.
+/// `/save FILE`'s file as typed: without the spaces after it (a terminal hides them), and `~/`
+/// the home folder, as a shell reads it.
+fn save_path(rest: &str) -> std::path::PathBuf {
+    let rest = rest.trim_end();
+    match (rest.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(under), Some(home)) => std::path::Path::new(&home).join(under),
+        _ => std::path::PathBuf::from(rest),
+    }
+}
+
 fn save_text(path: &std::path::Path, text: &str, again: bool) -> Result<usize, String> {
     let shown = path.display();
     if text.is_empty() {
@@ -894,6 +906,14 @@ mod tests {
         assert!(save_text(&dir.join("d.txt"), "", false).unwrap_err().contains("nothing to save"));
         assert!(!dir.join("d.txt").exists());
         std::fs::remove_dir_all(&dir).unwrap();
+        // The file name as typed: spaces after it are not part of it (a terminal hides them),
+        // and `~/` is the home folder, as in a shell.
+        assert_eq!(save_path("c.txt \t"), std::path::Path::new("c.txt"));
+        assert_eq!(save_path("my chat.txt"), std::path::Path::new("my chat.txt"));
+        if let Some(home) = std::env::var_os("HOME") {
+            assert_eq!(save_path("~/c.txt"), std::path::Path::new(&home).join("c.txt"));
+        }
+        assert_eq!(save_path("~c.txt"), std::path::Path::new("~c.txt"));
     }
 
     fn base() -> ChatSettings {
@@ -943,6 +963,17 @@ mod tests {
         assert!(s.logprobs == Some(3) && s.describe().contains("logprobs 3"));
         assert!(s.with("logprobs", "off").unwrap().logprobs.is_none() && base().describe().contains("logprobs off"));
         assert!(base().with("logprobs", "-1").unwrap_err().contains("or off"));
+        // A value's spaces around it (a line typed `/set top_k 5 `) are not part of it; a stop
+        // text keeps its own, but `none` and `off` are the words.
+        assert_eq!(base().with("top_k", "5 ").unwrap().sampler.top_k, 5);
+        assert_eq!(base().with("temperature", "0.5\t").unwrap().sampler.temperature, 0.5);
+        assert_eq!(base().with("seed", " 7 ").unwrap().sampler.seed, 7);
+        assert_eq!(base().with("logprobs", "2 ").unwrap().logprobs, Some(2));
+        assert!(base().with("logprobs", "3").unwrap().with("logprobs", "off ").unwrap().logprobs.is_none());
+        assert_eq!(base().with("stop", "ab ").unwrap().stop, ["ab "]);
+        assert!(base().with("stop", "x").unwrap().with("stop", "none ").unwrap().stop.is_empty());
+        let e = base().with("top_k", "x ").unwrap_err();
+        assert!(e.starts_with("top_k \"x\": expected"), "{e}");
         // Every name is settable.
         for n in ChatSettings::NAMES {
             let v = match *n {
