@@ -686,6 +686,15 @@ pub fn run(
                             // (`stop TEXT` adds to the list: the list is what holds now.)
                             let stops: Vec<String> = session.settings.stop.iter().map(|x| format!("{x:?}")).collect();
                             writeln!(log, "(stop texts: [{}], and a blank line)", stops.join(", "))?;
+                            // (As `--stop` says of one: a character a char model lacks.)
+                            if let Some(stop) = session.settings.stop.last().filter(|_| value.trim() != "none")
+                                && let Err(e) = tok.encode(stop)
+                            {
+                                writeln!(
+                                    log,
+                                    "note: stop {stop:?} can never be generated ({e}): it will not stop a reply"
+                                )?;
+                            }
                         } else if *key == "seed" {
                             writeln!(log, "(seed = {value}: the next reply's seed, each reply after it one more)")?;
                         } else {
