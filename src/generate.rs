@@ -206,6 +206,23 @@ mod tests {
         }
     }
 
+    /// `--logprobs N` past the vocabulary shows every token: the header says how many there are
+    /// (it said `top 18446744073709551615` over 65 alternatives), and one token is one token.
+    #[test]
+    fn a_scores_table_heads_the_alternatives_it_shows() {
+        let tok = Tokenizer::Char(crate::tokenizer::CharTokenizer::from_chars("abcde".chars().collect()));
+        let logits = [0.5f32, -1.0, 2.0, 0.0, 1.0];
+        let one = [score_token(&logits, 1, usize::MAX, &tok)];
+        assert_eq!(one[0].top.len(), 5);
+        let t = scores_table(&one, usize::MAX, "it reached --max-tokens");
+        assert!(t.contains(" top 5\n") && !t.contains(&usize::MAX.to_string()), "{t}");
+        assert!(t.contains("over 1 token (perplexity"), "{t}");
+        let three = score_token(&logits, 1, 3, &tok);
+        let t = prompt_scores_table(&[three.clone(), three], 3);
+        assert!(t.contains(" top 3\n") && t.contains("over 2 tokens (perplexity"), "{t}");
+        assert!(!scores_table(&one, 0, "x").lines().nth(1).unwrap().contains("top"));
+    }
+
     #[test]
     fn min_p_keeps_the_tokens_near_the_most_likely_one() {
         let l: Vec<f32> = [0.5f64, 0.3, 0.15, 0.05].iter().map(|p| p.ln() as f32).collect();
@@ -1105,6 +1122,8 @@ pub fn prompt_scores_table(scores: &[TokenScore], n: usize) -> String {
 fn table_of_scores(scores: &[TokenScore], n: usize, title: &str, first: usize, stopped: Option<&str>) -> String {
     let shown = |t: &str| format!("{t:?}");
     let cols = if n == 0 { 5 } else { 6 };
+    // (N past the vocabulary shows every token: as many as there are.)
+    let n = scores.iter().map(|s| s.top.len()).max().map_or(n, |most| n.min(most));
     let mut rows: Vec<Vec<String>> =
         vec![vec!["#".into(), "token".into(), "log p".into(), "p".into(), "rank".into(), format!("top {n}")]];
     for (i, s) in scores.iter().enumerate() {
@@ -1127,8 +1146,9 @@ fn table_of_scores(scores: &[TokenScore], n: usize, title: &str, first: usize, s
         (false, _) => {
             let mean = scores.iter().map(|s| s.logprob).sum::<f64>() / scores.len() as f64;
             out.push_str(&format!(
-                "mean log p {mean:.4} over {} tokens (perplexity {:.3})",
+                "mean log p {mean:.4} over {} token{} (perplexity {:.3})",
                 scores.len(),
+                if scores.len() == 1 { "" } else { "s" },
                 (-mean).exp()
             ));
             if let Some(stopped) = stopped {
