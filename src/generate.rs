@@ -19,7 +19,8 @@ pub struct SamplerConfig {
     /// Keep the tokens at least this fraction as likely as the most likely one (0 = all): a cut
     /// that follows the model's confidence (min-p sampling).
     pub min_p: f32,
-    /// Divide positive logits (multiply negative ones) of tokens already seen by this (1 = off).
+    /// Divide positive logits (multiply negative ones) of the tokens in the context by this (1 =
+    /// off): the window the model reads, not tokens a long prompt dropped or a slide let go.
     pub repetition_penalty: f32,
     pub seed: u64,
 }
@@ -64,7 +65,8 @@ impl Sampler {
         Sampler { cfg, rng }
     }
 
-    /// Picks the next token from `logits`, given the tokens so far (for the repetition penalty).
+    /// Picks the next token from `logits`, given the tokens in the context (for the repetition
+    /// penalty).
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         let mut l: Vec<f64> = logits.iter().map(|&x| x as f64).collect();
         if self.cfg.repetition_penalty != 1.0 {
@@ -941,6 +943,12 @@ impl<'a> Generator<'a> {
         &self.history
     }
 
+    /// How many of the history's last tokens the model reads now (its context, after the
+    /// slides): what [`Generator::logits`] predicts from and the repetition penalty covers.
+    pub fn context_len(&self) -> usize {
+        self.cache.pos
+    }
+
     /// The logits the next [`Generator::step`] samples from (the model's prediction after the
     /// history, in the context it has now).
     pub fn logits(&self) -> &[f32] {
@@ -974,7 +982,10 @@ impl<'a> Generator<'a> {
     pub async fn step_with(&mut self, wait: Wait) -> Result<GenStep> {
         let model = self.model;
         let (cap, v) = (model.cfg.max_seq_len, model.cfg.vocab_size);
-        let next = self.sampler.sample(&self.logits, &self.history);
+        // (The repetition penalty covers the context the model reads, not the tokens a long
+        // prompt dropped or a slide let go.)
+        let window = &self.history[self.history.len() - self.cache.pos.min(self.history.len())..];
+        let next = self.sampler.sample(&self.logits, window);
         // Scored once, from the logits it was sampled from, for the trace and the caller.
         let scored =
             self.score_top.max(self.trace.then_some(TRACE_TOP)).map(|n| score_token(&self.logits, next, n, self.tok));
