@@ -72,13 +72,9 @@ fn check_env() -> Result<(), String> {
     Ok(())
 }
 
-/// Standard input as text, refused past `cap` bytes (a pipe from /dev/zero would never end).
-fn read_stdin_capped(what: &str, cap: u64) -> Result<String> {
-    read_stdin_capped_or(what, cap, "give a file instead")
-}
-
-/// [`read_stdin_capped`] whose refusal past `cap` gives `remedy`.
-fn read_stdin_capped_or(what: &str, cap: u64, remedy: &str) -> Result<String> {
+/// Standard input as text, refused past `cap` bytes (a pipe from /dev/zero would never end),
+/// the refusal giving `remedy`.
+fn read_stdin_capped(what: &str, cap: u64, remedy: &str) -> Result<String> {
     use std::io::Read;
     let mut bytes = Vec::new();
     std::io::stdin()
@@ -90,7 +86,8 @@ fn read_stdin_capped_or(what: &str, cap: u64, remedy: &str) -> Result<String> {
     }
     String::from_utf8(bytes).map_err(|e| {
         anyhow::anyhow!(
-            "{what}: standard input is not UTF-8 text (first invalid byte at offset {})",
+            "{what}: standard input is not UTF-8 text (first invalid byte at offset {}): convert it (e.g. `iconv -f \
+             LATIN1 -t UTF-8`)",
             e.utf8_error().valid_up_to()
         )
     })
@@ -358,7 +355,15 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
         }
         TokenizerCmd::Encode { tokenizer, text, pieces } => {
             let tok = tokenizer_for(&tokenizer)?;
-            let text = if text == "-" { read_stdin_capped("--text -", 1 << 30)? } else { text };
+            let text = if text == "-" {
+                read_stdin_capped(
+                    "--text -",
+                    1 << 30,
+                    "encode it in pieces, or tokenize a corpus with `ddl data prepare`, which streams files of any size",
+                )?
+            } else {
+                text
+            };
             let ids = tok.encode(&text).map_err(|e| match e {
                 ddl::tokenizer::TokenizerError::Unknown { .. } => anyhow::anyhow!(
                     "--text: {e}; the tokenizer of {} cannot encode it: leave that character out, or use a \
@@ -381,7 +386,7 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
         TokenizerCmd::Decode { tokenizer, ids } => {
             use std::io::{IsTerminal, Write};
             let tok = tokenizer_for(&tokenizer)?;
-            let ids = if ids == "-" { read_stdin_capped("--ids -", 1 << 30)? } else { ids };
+            let ids = if ids == "-" { read_stdin_capped("--ids -", 1 << 30, "decode the ids in pieces")? } else { ids };
             let ids = parse_ids(&ids, tok.vocab_size()).map_err(|e| anyhow::anyhow!("--ids: {e}"))?;
             let text = tok.decode(&ids).map_err(|e| anyhow::anyhow!("--ids: {e}"))?;
             let mut out = std::io::stdout().lock();
@@ -688,7 +693,7 @@ pub(crate) fn generate_cmd(
     let too_long = "generation reads only the prompt's last max_seq_len tokens (the model's context; `ddl info \
                     --checkpoint DIR` gives it): pipe in its end, e.g. `tail -n 1000 FILE | ddl generate … --prompt -`; \
                     to score a long text, `ddl eval --checkpoint DIR --text FILE --per-token OUT.tsv`";
-    let prompt = if from_stdin { read_stdin_capped_or("--prompt -", 256 << 20, too_long)? } else { prompt.to_string() };
+    let prompt = if from_stdin { read_stdin_capped("--prompt -", 256 << 20, too_long)? } else { prompt.to_string() };
     if prompt.is_empty() {
         if from_stdin {
             anyhow::bail!("--prompt -: standard input was empty: pipe the prompt in (… | ddl generate --prompt -)");
