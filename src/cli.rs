@@ -458,7 +458,7 @@ pub(crate) enum TokenizerCmd {
         #[arg(long)]
         corpus: std::path::PathBuf,
         /// Vocabulary size, byte tokens and <|endoftext|> included (258 to 2,097,152).
-        #[arg(long, allow_negative_numbers = true, value_parser = count)]
+        #[arg(long, allow_negative_numbers = true, value_parser = bpe_vocab_size)]
         vocab_size: usize,
         /// Output file (never one of the corpus's files; an existing file only with --force); a
         /// missing folder is made.
@@ -1125,6 +1125,19 @@ fn peak_tflops(s: &str) -> Result<f64, String> {
         }
         Err(_) => Err(format!("expected a number of TFLOP/s (e.g. 67), got '{s}'")),
     }
+}
+
+/// `tokenizer train --vocab-size`: a whole number, whose message names the sizes the trainer
+/// takes (it refuses those outside them, saying why), not "≥ 0".
+fn bpe_vocab_size(s: &str) -> Result<usize, String> {
+    let (min, max) = (ddl::tokenizer::BPE_BASE_VOCAB + 1, ddl::tokenizer::MAX_BPE_VOCAB);
+    count(s).map_err(|e| {
+        if e.contains("too large") {
+            format!("{s} is too large: a byte-level BPE takes from {min} to {max}")
+        } else {
+            format!("{} (a byte-level BPE takes from {min} to {max})", e.replace(" ≥ 0", ""))
+        }
+    })
 }
 
 /// A count that may be 0 (`--head-chunk 0`: off); a negative one said as such.

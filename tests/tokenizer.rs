@@ -431,6 +431,16 @@ fn the_cli_trains_a_tokenizer_file_that_loads_and_encodes() {
         .unwrap();
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && e.contains("--vocab-size 100 is too small"), "{e}");
+    // A value that is no whole number names the range the trainer takes, not "≥ 0".
+    for v in ["3e2", "-5"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_ddl"))
+            .args(["tokenizer", "train", "--vocab-size", v, "--corpus"])
+            .arg(&corpus)
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && e.contains("from 258 to 2097152") && !e.contains("≥ 0"), "{v}: {e}");
+    }
 }
 
 #[test]
