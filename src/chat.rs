@@ -696,9 +696,10 @@ pub fn run(
                                 )?;
                             }
                         } else if *key == "seed" {
+                            let value = value.trim();
                             writeln!(log, "(seed = {value}: the next reply's seed, each reply after it one more)")?;
                         } else {
-                            writeln!(log, "({key} = {value})")?;
+                            writeln!(log, "({key} = {})", value.trim())?;
                         }
                     }
                     Err(e) => writeln!(log, "error: {e}")?,

@@ -155,7 +155,8 @@ fn a_chat_seed_set_is_the_next_replys_and_a_seed_past_u64_is_refused_at_its_turn
     let run = bpe_run(&dir);
     let trace = dir.join("chat.safetensors");
     let tr = trace.to_str().unwrap();
-    let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr], "A\n/set seed 5\nB\nC\n/settings\n");
+    let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr], "A\n/set seed 5 \nB\nC\n/settings\n");
+    // (The space after the value, which a terminal hides, is not part of it.)
     assert_eq!(turn_seeds(&trace), [0, 5, 6], "{err}");
     assert!(err.contains("(seed = 5: the next reply's seed, each reply after it one more)"), "{err}");
     assert!(err.contains("next reply's seed 7"), "{err}");
