@@ -714,7 +714,8 @@ pub fn run(
                     // given too, so `ddl chat --allow-out-of-range` alone refused /intervene
                     // beta=3, telling to start the chat with the flag it had.)
                     let allow = opts.interventions.allow_out_of_range || session.interventions().allow_out_of_range;
-                    let next = if rest == "none" {
+                    // (`none` with spaces after it is `none`: the specs split at spaces anyway.)
+                    let next = if rest.trim_end() == "none" {
                         Ok(Interventions { list: Vec::new(), allow_out_of_range: allow })
                     } else {
                         Interventions::parse(&intervene_specs(rest), allow).map(|add| {

@@ -173,6 +173,10 @@ fn a_chat_seed_set_is_the_next_replys_and_a_seed_past_u64_is_refused_at_its_turn
     let (_, err) = chat(&dir, &run, &["--max-tokens", "3"], "/set stop \\q\n/set stop a\\\n/settings\n");
     assert!(err.contains("unknown escape \\q") && err.contains("ends in a lone backslash"), "{err}");
     assert!(err.contains("stop []"), "nothing was added: {err}");
+    // `/intervene none` with a space after it (a terminal hides it) is `none`, not a spec.
+    let (_, err) = chat(&dir, &run, &["--max-tokens", "3"], "/intervene all:beta=0\n/intervene none \n/intervene\n");
+    assert!(err.contains("(no interventions: the model as trained; from the next line on)"), "{err}");
+    assert!(!err.contains("expected TARGET:ACTION"), "{err}");
 }
 
 #[test]
