@@ -495,12 +495,11 @@ impl Lines for PlainLines<'_> {
     fn next_line(&mut self, prompt: &str) -> std::io::Result<Option<String>> {
         write!(self.log, "{prompt}")?;
         self.log.flush()?;
-        let mut bytes = Vec::new();
-        if self.input.read_until(b'\n', &mut bytes)? == 0 {
+        let Some(bytes) = read_line_capped(self.input, LINE_CAP)? else {
             // The end of the input: the prompt's line ends (a shell's prompt starts on its own).
             writeln!(self.log)?;
             return Ok(None);
-        }
+        };
         // A line that is not UTF-8 is one bad line, not the end of the chat: its invalid bytes
         // become U+FFFD, which the tokenizer then reports as a character it does not know.
         let line = String::from_utf8(bytes).unwrap_or_else(|e| {
@@ -509,6 +508,32 @@ impl Lines for PlainLines<'_> {
         });
         Ok(Some(line.trim_end_matches(['\n', '\r']).to_string()))
     }
+}
+
+/// The longest line a chat reads from a pipe or file (a pipe from /dev/zero would never end
+/// one), as `ddl generate --prompt -` caps standard input.
+const LINE_CAP: u64 = 256 << 20;
+
+/// One line of `input` (with its newline), `None` at the end; a line of more than `cap` bytes
+/// is an error (the chat ends).
+fn read_line_capped(input: &mut dyn BufRead, cap: u64) -> std::io::Result<Option<Vec<u8>>> {
+    let mut bytes = Vec::new();
+    let mut line = std::io::Read::take(input, cap + 1);
+    if line.read_until(b'\n', &mut bytes)? == 0 {
+        return Ok(None);
+    }
+    if bytes.len() as u64 > cap && bytes.last() != Some(&b'\n') {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "a line of the input is longer than {} MiB: a chat reads it line by line (and the model only the \
+                 last max_seq_len tokens of a line); give shorter lines, or score a long text with `ddl eval \
+                 --checkpoint DIR --text FILE`",
+                cap >> 20
+            ),
+        ));
+    }
+    Ok(Some(bytes))
 }
 
 /// Lines from a terminal through rustyline: editing, history (↑/↓, kept in `history` across
@@ -886,6 +911,21 @@ mod tests {
         assert!(log.contains("not UTF-8"), "{log}");
         // The end of the input ends the last prompt's line.
         assert!(log.ends_with("> \n"), "{log:?}");
+    }
+
+    /// A line from a pipe or file is capped (a pipe from /dev/zero would never end one, and the
+    /// chat grew without bound): past the cap the chat ends with a message, as `generate
+    /// --prompt -` refuses standard input past its cap.
+    #[test]
+    fn a_line_past_the_cap_is_refused_not_read_without_end() {
+        let read = |text: &[u8]| read_line_capped(&mut std::io::Cursor::new(text.to_vec()), 4);
+        assert_eq!(read(b"ab\ncd").unwrap(), Some(b"ab\n".to_vec()));
+        assert_eq!(read(b"abcd\n").unwrap(), Some(b"abcd\n".to_vec()));
+        assert_eq!(read(b"abcd").unwrap(), Some(b"abcd".to_vec()));
+        assert_eq!(read(b"").unwrap(), None);
+        let e = read(b"abcde\n").unwrap_err().to_string();
+        assert!(e.contains("longer than") && e.contains("ddl eval"), "{e}");
+        assert!(LINE_CAP >= 1 << 20);
     }
 
     #[test]
