@@ -712,7 +712,7 @@ pub fn run(
                             let stops: Vec<String> = session.settings.stop.iter().map(|x| format!("{x:?}")).collect();
                             writeln!(log, "(stop texts: [{}], and a blank line)", stops.join(", "))?;
                             // (As `--stop` says of one: a character a char model lacks.)
-                            if let Some(stop) = session.settings.stop.last().filter(|_| value.trim() != "none")
+                            if let Some(stop) = session.settings.stop.last()
                                 && let Err(e) = tok.encode(stop)
                             {
                                 writeln!(
@@ -863,8 +863,6 @@ pub fn run(
     Ok(())
 }
 
-/// `/save FILE`: the conversation's text into `path` (whole, or not at all). An existing file
-/// is replaced only when `again` (this chat saved it before); returns the characters written.
 /// `/save FILE`'s file as typed: without the spaces after it (a terminal hides them), and `~/`
 /// the home folder, as a shell reads it.
 fn save_path(rest: &str) -> std::path::PathBuf {
@@ -875,6 +873,8 @@ fn save_path(rest: &str) -> std::path::PathBuf {
     }
 }
 
+/// `/save FILE`: the conversation's text into `path` (whole, or not at all). An existing file
+/// is replaced only when `again` (this chat saved it before); returns the characters written.
 fn save_text(path: &std::path::Path, text: &str, again: bool) -> Result<usize, String> {
     let shown = path.display();
     if text.is_empty() {
