@@ -799,7 +799,18 @@ pub fn run(
                 }
                 ("save", _) => {
                     let path = save_path(rest);
-                    match save_text(&path, &session.text(), saved.contains(&path)) {
+                    // (Not over this chat's own trace, which it rewrites after every turn.)
+                    let own = trace.and_then(|t| {
+                        if path == t { Some("file") } else { (path == t.with_extension("json")).then_some("summary") }
+                    });
+                    let saving = match own {
+                        Some(what) => Err(format!(
+                            "{} is this chat's --trace {what}, rewritten after every turn: give another name",
+                            path.display()
+                        )),
+                        None => save_text(&path, &session.text(), saved.contains(&path)),
+                    };
+                    match saving {
                         Ok(n) => {
                             writeln!(log, "(saved the conversation, {n} characters, to {})", path.display())?;
                             saved.push(path);

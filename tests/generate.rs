@@ -161,7 +161,14 @@ fn a_chat_seed_set_is_the_next_replys_and_a_seed_past_u64_is_refused_at_its_turn
     assert!(err.contains("(seed = 5: the next reply's seed, each reply after it one more)"), "{err}");
     assert!(err.contains("next reply's seed 7"), "{err}");
     // Set again to the seed it already is: the next reply's again.
-    let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr, "--seed", "4"], "A\nB\n/set seed 4\nC\n");
+    let summary = trace.with_extension("json");
+    let input = format!("A\nB\n/set seed 4\nC\n/save {tr}\n/save {}\n", summary.display());
+    let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr, "--seed", "4"], &input);
+    assert_eq!(turn_seeds(&trace), [4, 5, 4], "{err}");
+    // `/save` over the chat's own trace files is refused naming them (not "this chat did not
+    // write it"), and they stay traces.
+    assert!(err.contains(&format!("{tr} is this chat's --trace file")), "{err}");
+    assert!(err.contains(&format!("{} is this chat's --trace summary", summary.display())), "{err}");
     assert_eq!(turn_seeds(&trace), [4, 5, 4], "{err}");
     // The largest seed: its turn, then the next one's would pass 2^64 − 1: refused, said with the
     // remedy, the conversation as it was; `/set seed` goes on.
