@@ -38,7 +38,11 @@ impl SamplerConfig {
             return Err(format!("--temperature must be a finite number ≥ 0 (0 = greedy), got {}", self.temperature));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(format!("--top-p must be in (0, 1], got {}", self.top_p));
+            return Err(format!(
+                "--top-p must be in (0, 1] (1 = off: every token kept; for the likeliest token alone, --temperature \
+                 0), got {}",
+                self.top_p
+            ));
         }
         if !(self.min_p >= 0.0 && self.min_p <= 1.0) {
             return Err(format!("--min-p must be in [0, 1] (0 = off), got {}", self.min_p));
@@ -157,7 +161,10 @@ mod tests {
         assert_eq!(s.sample(&l, &[]), 1);
         let mut s = Sampler::new(SamplerConfig { temperature: 0.0, repetition_penalty: 10.0, ..Default::default() });
         assert_eq!(s.sample(&l, &[1]), 3, "the penalty demotes a seen token");
-        assert!(SamplerConfig { top_p: 0.0, ..Default::default() }.validate().is_err());
+        // The range and what its end means: 0 keeps nothing; 1 keeps every token, and greedy
+        // decoding is --temperature 0 (a top-p of 0 meant as "the likeliest alone").
+        let e = SamplerConfig { top_p: 0.0, ..Default::default() }.validate().unwrap_err();
+        assert!(e.contains("(0, 1]") && e.contains("1 = off") && e.contains("--temperature 0"), "{e}");
         assert!(SamplerConfig { min_p: 1.5, ..Default::default() }.validate().is_err());
         assert!(SamplerConfig { temperature: -1.0, ..Default::default() }.validate().is_err());
     }
