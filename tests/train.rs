@@ -2063,7 +2063,7 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
         }
     }
     let script = "First Citizen:\n/set top_k 3\n/set  max_tokens   4\n/settings\n/set nope 1\n/set stop \\n\n/set stop ab\n\
-                  /reset now\n/set stop \\\\n\n/set stop none\nSecond\n/reset\nagain\n/quit\n";
+                  /reset now\n/set stop \\\\n\n/set stop ✓\n/set stop none\nSecond\n/reset\nagain\n/quit\n";
     let (mut input, mut log, mut out) = (std::io::Cursor::new(script.as_bytes()), Vec::new(), Writes(Vec::new()));
     let trace = dir.join("chat-trace.safetensors");
     let mut lines = PlainLines { input: &mut input, log: &mut Vec::new() };
@@ -2081,6 +2081,12 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
     // `\\n` typed is a backslash and an n; a command with words after it is not run.
     assert!(log.contains(r#"(stop texts: ["\n", "ab", "\\n"], and a blank line)"#), "{log}");
     assert!(log.contains("/reset takes nothing after it (got 'now')"), "{log}");
+    // A stop text the character tokenizer cannot write is said to stop nothing (as `--stop`'s).
+    assert!(
+        log.contains("note: stop \"✓\" can never be generated (character '✓'")
+            && log.contains("it will not stop a reply"),
+        "{log}"
+    );
     assert_eq!(log.matches("context cleared").count(), 1, "{log}");
     let replies: Vec<&String> = out.0.iter().filter(|w| w.as_str() != "\n").collect();
     assert!(replies.len() >= 6 + 4, "token-by-token writes expected, got {:?}", out.0);
