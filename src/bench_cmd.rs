@@ -277,7 +277,15 @@ pub(crate) fn check_without_adapter(b: &BenchCmd) -> Result<Prepared> {
                 bench_shape(name, *batch, *seq)?;
             }
         }
-        BenchCmd::Kernels { preset, batch, seq, .. } => {
+        BenchCmd::Kernels { preset, batch, seq, filter, .. } => {
+            if filter.iter().any(String::is_empty) {
+                // (Every name contains "": a comma at the end kept every case.)
+                anyhow::bail!(
+                    "--filter '{}': an empty name (a comma at the end, or two together) would keep every case; give \
+                     names separated by single commas, or leave --filter out to time every case",
+                    filter.join(",")
+                );
+            }
             bench_shape(preset, *batch, *seq)?;
         }
         BenchCmd::Train { preset, variant, config, sets, against, against_forms, batch, seq, f16_state, .. } => {
@@ -539,8 +547,25 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                     filter.join(",")
                 )
             };
+            // Every name given keeps a case: a typo among several would leave the others timed alone.
+            let names = ddl::bench::kernel_case_names(&gpu, &shape)?;
+            let unmatched: Vec<String> = filter
+                .iter()
+                .filter(|p| !names.iter().any(|(_, n)| n.contains(p.as_str())))
+                .map(|p| format!("'{p}'"))
+                .collect();
+            if !filter.is_empty() && unmatched.len() == filter.len() {
+                return Err(nothing_kept());
+            }
+            if !unmatched.is_empty() {
+                anyhow::bail!(
+                    "--filter {}: no kernel case's name contains {}, though the other names keep cases: fix or drop \
+                     it (`ddl bench kernels --list` names them all)",
+                    filter.join(","),
+                    unmatched.join(" or ")
+                );
+            }
             if list {
-                let names = ddl::bench::kernel_case_names(&gpu, &shape)?;
                 let names: Vec<_> = names.into_iter().filter(|(_, n)| keep.keeps(n)).collect();
                 if names.is_empty() {
                     return Err(nothing_kept());

@@ -58,6 +58,8 @@ impl ChatSettings {
     /// is refused), `stop none` clears them.
     pub fn with(&self, name: &str, value: &str) -> Result<ChatSettings, String> {
         let mut next = self.clone();
+        // (Spaces around a value are not part of it, except a stop text's own: `/set stop ab `.)
+        let value = if name == "stop" && value.trim() != "none" { value } else { value.trim() };
         let bad = |want: &str| format!("{name} {value:?}: expected {want}");
         match name {
             "temperature" => next.sampler.temperature = value.parse().map_err(|_| bad("a number ≥ 0 (0 = greedy)"))?,
@@ -493,12 +495,11 @@ impl Lines for PlainLines<'_> {
     fn next_line(&mut self, prompt: &str) -> std::io::Result<Option<String>> {
         write!(self.log, "{prompt}")?;
         self.log.flush()?;
-        let mut bytes = Vec::new();
-        if self.input.read_until(b'\n', &mut bytes)? == 0 {
+        let Some(bytes) = read_line_capped(self.input, LINE_CAP)? else {
             // The end of the input: the prompt's line ends (a shell's prompt starts on its own).
             writeln!(self.log)?;
             return Ok(None);
-        }
+        };
         // A line that is not UTF-8 is one bad line, not the end of the chat: its invalid bytes
         // become U+FFFD, which the tokenizer then reports as a character it does not know.
         let line = String::from_utf8(bytes).unwrap_or_else(|e| {
@@ -507,6 +508,32 @@ impl Lines for PlainLines<'_> {
         });
         Ok(Some(line.trim_end_matches(['\n', '\r']).to_string()))
     }
+}
+
+/// The longest line a chat reads from a pipe or file (a pipe from /dev/zero would never end
+/// one), as `ddl generate --prompt -` caps standard input.
+const LINE_CAP: u64 = 256 << 20;
+
+/// One line of `input` (with its newline), `None` at the end; a line of more than `cap` bytes
+/// is an error (the chat ends).
+fn read_line_capped(input: &mut dyn BufRead, cap: u64) -> std::io::Result<Option<Vec<u8>>> {
+    let mut bytes = Vec::new();
+    let mut line = std::io::Read::take(input, cap + 1);
+    if line.read_until(b'\n', &mut bytes)? == 0 {
+        return Ok(None);
+    }
+    if bytes.len() as u64 > cap && bytes.last() != Some(&b'\n') {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "a line of the input is longer than {} MiB: a chat reads it line by line (and the model only the \
+                 last max_seq_len tokens of a line); give shorter lines, or score a long text with `ddl eval \
+                 --checkpoint DIR --text FILE`",
+                cap >> 20
+            ),
+        ));
+    }
+    Ok(Some(bytes))
 }
 
 /// Lines from a terminal through rustyline: editing, history (↑/↓, kept in `history` across
@@ -684,10 +711,20 @@ pub fn run(
                             // (`stop TEXT` adds to the list: the list is what holds now.)
                             let stops: Vec<String> = session.settings.stop.iter().map(|x| format!("{x:?}")).collect();
                             writeln!(log, "(stop texts: [{}], and a blank line)", stops.join(", "))?;
+                            // (As `--stop` says of one: a character a char model lacks.)
+                            if let Some(stop) = session.settings.stop.last()
+                                && let Err(e) = tok.encode(stop)
+                            {
+                                writeln!(
+                                    log,
+                                    "note: stop {stop:?} can never be generated ({e}): it will not stop a reply"
+                                )?;
+                            }
                         } else if *key == "seed" {
+                            let value = value.trim();
                             writeln!(log, "(seed = {value}: the next reply's seed, each reply after it one more)")?;
                         } else {
-                            writeln!(log, "({key} = {value})")?;
+                            writeln!(log, "({key} = {})", value.trim())?;
                         }
                     }
                     Err(e) => writeln!(log, "error: {e}")?,
@@ -702,7 +739,8 @@ pub fn run(
                     // given too, so `ddl chat --allow-out-of-range` alone refused /intervene
                     // beta=3, telling to start the chat with the flag it had.)
                     let allow = opts.interventions.allow_out_of_range || session.interventions().allow_out_of_range;
-                    let next = if rest == "none" {
+                    // (`none` with spaces after it is `none`: the specs split at spaces anyway.)
+                    let next = if rest.trim_end() == "none" {
                         Ok(Interventions { list: Vec::new(), allow_out_of_range: allow })
                     } else {
                         Interventions::parse(&intervene_specs(rest), allow).map(|add| {
@@ -760,8 +798,19 @@ pub fn run(
                     writeln!(log, "usage: /save FILE (the conversation since the start or the last /reset)")?
                 }
                 ("save", _) => {
-                    let path = std::path::PathBuf::from(rest);
-                    match save_text(&path, &session.text(), saved.contains(&path)) {
+                    let path = save_path(rest);
+                    // (Not over this chat's own trace, which it rewrites after every turn.)
+                    let own = trace.and_then(|t| {
+                        if path == t { Some("file") } else { (path == t.with_extension("json")).then_some("summary") }
+                    });
+                    let saving = match own {
+                        Some(what) => Err(format!(
+                            "{} is this chat's --trace {what}, rewritten after every turn: give another name",
+                            path.display()
+                        )),
+                        None => save_text(&path, &session.text(), saved.contains(&path)),
+                    };
+                    match saving {
                         Ok(n) => {
                             writeln!(log, "(saved the conversation, {n} characters, to {})", path.display())?;
                             saved.push(path);
@@ -825,6 +874,16 @@ pub fn run(
     Ok(())
 }
 
+/// `/save FILE`'s file as typed: without the spaces after it (a terminal hides them), and `~/`
+/// the home folder, as a shell reads it.
+fn save_path(rest: &str) -> std::path::PathBuf {
+    let rest = rest.trim_end();
+    match (rest.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(under), Some(home)) => std::path::Path::new(&home).join(under),
+        _ => std::path::PathBuf::from(rest),
+    }
+}
+
 /// `/save FILE`: the conversation's text into `path` (whole, or not at all). An existing file
 /// is replaced only when `again` (this chat saved it before); returns the characters written.
 fn save_text(path: &std::path::Path, text: &str, again: bool) -> Result<usize, String> {
@@ -865,6 +924,21 @@ mod tests {
         assert!(log.ends_with("> \n"), "{log:?}");
     }
 
+    /// A line from a pipe or file is capped (a pipe from /dev/zero would never end one, and the
+    /// chat grew without bound): past the cap the chat ends with a message, as `generate
+    /// --prompt -` refuses standard input past its cap.
+    #[test]
+    fn a_line_past_the_cap_is_refused_not_read_without_end() {
+        let read = |text: &[u8]| read_line_capped(&mut std::io::Cursor::new(text.to_vec()), 4);
+        assert_eq!(read(b"ab\ncd").unwrap(), Some(b"ab\n".to_vec()));
+        assert_eq!(read(b"abcd\n").unwrap(), Some(b"abcd\n".to_vec()));
+        assert_eq!(read(b"abcd").unwrap(), Some(b"abcd".to_vec()));
+        assert_eq!(read(b"").unwrap(), None);
+        let e = read(b"abcde\n").unwrap_err().to_string();
+        assert!(e.contains("longer than") && e.contains("ddl eval"), "{e}");
+        const { assert!(LINE_CAP >= 1 << 20) };
+    }
+
     #[test]
     fn intervene_takes_specs_separated_by_spaces_or_semicolons() {
         let specs = |w: &str| intervene_specs(w);
@@ -894,6 +968,14 @@ mod tests {
         assert!(save_text(&dir.join("d.txt"), "", false).unwrap_err().contains("nothing to save"));
         assert!(!dir.join("d.txt").exists());
         std::fs::remove_dir_all(&dir).unwrap();
+        // The file name as typed: spaces after it are not part of it (a terminal hides them),
+        // and `~/` is the home folder, as in a shell.
+        assert_eq!(save_path("c.txt \t"), std::path::Path::new("c.txt"));
+        assert_eq!(save_path("my chat.txt"), std::path::Path::new("my chat.txt"));
+        if let Some(home) = std::env::var_os("HOME") {
+            assert_eq!(save_path("~/c.txt"), std::path::Path::new(&home).join("c.txt"));
+        }
+        assert_eq!(save_path("~c.txt"), std::path::Path::new("~c.txt"));
     }
 
     fn base() -> ChatSettings {
@@ -943,6 +1025,17 @@ mod tests {
         assert!(s.logprobs == Some(3) && s.describe().contains("logprobs 3"));
         assert!(s.with("logprobs", "off").unwrap().logprobs.is_none() && base().describe().contains("logprobs off"));
         assert!(base().with("logprobs", "-1").unwrap_err().contains("or off"));
+        // A value's spaces around it (a line typed `/set top_k 5 `) are not part of it; a stop
+        // text keeps its own, but `none` and `off` are the words.
+        assert_eq!(base().with("top_k", "5 ").unwrap().sampler.top_k, 5);
+        assert_eq!(base().with("temperature", "0.5\t").unwrap().sampler.temperature, 0.5);
+        assert_eq!(base().with("seed", " 7 ").unwrap().sampler.seed, 7);
+        assert_eq!(base().with("logprobs", "2 ").unwrap().logprobs, Some(2));
+        assert!(base().with("logprobs", "3").unwrap().with("logprobs", "off ").unwrap().logprobs.is_none());
+        assert_eq!(base().with("stop", "ab ").unwrap().stop, ["ab "]);
+        assert!(base().with("stop", "x").unwrap().with("stop", "none ").unwrap().stop.is_empty());
+        let e = base().with("top_k", "x ").unwrap_err();
+        assert!(e.starts_with("top_k \"x\": expected"), "{e}");
         // Every name is settable.
         for n in ChatSettings::NAMES {
             let v = match *n {

@@ -264,8 +264,9 @@ pub(crate) enum Cmd {
         /// A run folder (its checkpoint and tokenizer), or one of its kept checkpoints.
         #[arg(long)]
         checkpoint: std::path::PathBuf,
-        /// The prompt; `-` reads it from standard input.
-        #[arg(long)]
+        /// The prompt; `-` reads it from standard input (a prompt may start with `-`: `--prompt
+        /// "- item"`).
+        #[arg(long, allow_hyphen_values = true)]
         prompt: String,
         #[command(flatten)]
         sampling: SamplingArgs,
@@ -457,7 +458,7 @@ pub(crate) enum TokenizerCmd {
         #[arg(long)]
         corpus: std::path::PathBuf,
         /// Vocabulary size, byte tokens and <|endoftext|> included (258 to 2,097,152).
-        #[arg(long, allow_negative_numbers = true, value_parser = count)]
+        #[arg(long, allow_negative_numbers = true, value_parser = bpe_vocab_size)]
         vocab_size: usize,
         /// Output file (never one of the corpus's files; an existing file only with --force); a
         /// missing folder is made.
@@ -474,7 +475,7 @@ pub(crate) enum TokenizerCmd {
         #[arg(long)]
         tokenizer: std::path::PathBuf,
         /// The text to encode, itself (not a file name: `-` reads standard input, e.g. `< file.txt`).
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         text: String,
         /// One token per line: its id, a tab and its text (`\\`, `\t`, `\n`, `\r` escaped, as `ddl
         /// eval --per-token` writes it; a byte-level token that is part of a character shows U+FFFD).
@@ -489,7 +490,7 @@ pub(crate) enum TokenizerCmd {
         #[arg(long)]
         tokenizer: std::path::PathBuf,
         /// The ids, separated by spaces or commas (`-` reads standard input).
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         ids: String,
     },
 }
@@ -522,7 +523,7 @@ pub(crate) struct SamplingArgs {
     /// token's text: a BPE token may hold several characters); repeatable. `\n` is a newline,
     /// `\t` a tab, `\s` a space, `\\` a backslash (as in chat's `/set stop`); any other
     /// backslash is refused.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub(crate) stop: Vec<String>,
 }
 
@@ -602,7 +603,8 @@ pub(crate) struct TrainArgs {
     pub(crate) resume: Option<std::path::PathBuf>,
     /// Start a new run from this checkpoint's parameters (a run folder or one of its kept
     /// checkpoints), with its model and tokenizer: fine-tuning, with fresh AdamW moments, a
-    /// schedule from step 0 and this run's own settings and data.
+    /// schedule from step 0 and this run's own settings and data. Of the model, --set may change
+    /// model.label_smoothing, model.max_seq_len and model.rope_base (a longer context).
     #[arg(long, value_name = "CHECKPOINT", conflicts_with = "resume")]
     pub(crate) init_from: Option<std::path::PathBuf>,
     /// Replace the run that --out holds (its checkpoint, settings and metrics) instead of refusing.
@@ -1124,6 +1126,19 @@ fn peak_tflops(s: &str) -> Result<f64, String> {
         }
         Err(_) => Err(format!("expected a number of TFLOP/s (e.g. 67), got '{s}'")),
     }
+}
+
+/// `tokenizer train --vocab-size`: a whole number, whose message names the sizes the trainer
+/// takes (it refuses those outside them, saying why), not "≥ 0".
+fn bpe_vocab_size(s: &str) -> Result<usize, String> {
+    let (min, max) = (ddl::tokenizer::BPE_BASE_VOCAB + 1, ddl::tokenizer::MAX_BPE_VOCAB);
+    count(s).map_err(|e| {
+        if e.contains("too large") {
+            format!("{s} is too large: a byte-level BPE takes from {min} to {max}")
+        } else {
+            format!("{} (a byte-level BPE takes from {min} to {max})", e.replace(" ≥ 0", ""))
+        }
+    })
 }
 
 /// A count that may be 0 (`--head-chunk 0`: off); a negative one said as such.

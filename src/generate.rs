@@ -19,7 +19,8 @@ pub struct SamplerConfig {
     /// Keep the tokens at least this fraction as likely as the most likely one (0 = all): a cut
     /// that follows the model's confidence (min-p sampling).
     pub min_p: f32,
-    /// Divide positive logits (multiply negative ones) of tokens already seen by this (1 = off).
+    /// Divide positive logits (multiply negative ones) of the tokens in the context by this (1 =
+    /// off): the window the model reads, not tokens a long prompt dropped or a slide let go.
     pub repetition_penalty: f32,
     pub seed: u64,
 }
@@ -37,7 +38,11 @@ impl SamplerConfig {
             return Err(format!("--temperature must be a finite number ≥ 0 (0 = greedy), got {}", self.temperature));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(format!("--top-p must be in (0, 1], got {}", self.top_p));
+            return Err(format!(
+                "--top-p must be in (0, 1] (1 = off: every token kept; for the likeliest token alone, --temperature \
+                 0), got {}",
+                self.top_p
+            ));
         }
         if !(self.min_p >= 0.0 && self.min_p <= 1.0) {
             return Err(format!("--min-p must be in [0, 1] (0 = off), got {}", self.min_p));
@@ -64,9 +69,12 @@ impl Sampler {
         Sampler { cfg, rng }
     }
 
-    /// Picks the next token from `logits`, given the tokens so far (for the repetition penalty).
+    /// Picks the next token from `logits`, given the tokens in the context (for the repetition
+    /// penalty).
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
-        let mut l: Vec<f64> = logits.iter().map(|&x| x as f64).collect();
+        // (A NaN logit, from activations past float32's range, is never picked: it sorts below
+        // every number, where comparing it as equal to all made no order for the sort.)
+        let mut l: Vec<f64> = logits.iter().map(|&x| if x.is_nan() { f64::NEG_INFINITY } else { x as f64 }).collect();
         if self.cfg.repetition_penalty != 1.0 {
             let p = self.cfg.repetition_penalty as f64;
             let mut seen = std::collections::HashSet::new();
@@ -82,7 +90,7 @@ impl Sampler {
         }
         let t = self.cfg.temperature as f64;
         let mut idx: Vec<usize> = (0..l.len()).collect();
-        idx.sort_by(|&a, &b| l[b].partial_cmp(&l[a]).unwrap_or(std::cmp::Ordering::Equal));
+        idx.sort_by(|&a, &b| l[b].total_cmp(&l[a]));
         if self.cfg.top_k > 0 {
             idx.truncate(self.cfg.top_k.max(1));
         }
@@ -146,6 +154,22 @@ mod tests {
         assert_eq!((regime(-1.0), regime(3.0)), ("identity", "reflection"));
     }
 
+    /// Logits with NaN among them (activations past float32's range, e.g. under an intervention
+    /// with --allow-out-of-range) are sampled without a panic and never give the NaN's token.
+    #[test]
+    fn a_nan_logit_is_never_sampled() {
+        let mut l = vec![f32::NAN; 40];
+        l[7] = 0.5;
+        l[21] = 0.4;
+        for (temperature, top_k, top_p) in [(0.0, 0, 1.0), (1.0, 0, 1.0), (0.8, 5, 0.9), (1.0, 0, 0.5)] {
+            let mut s = Sampler::new(SamplerConfig { temperature, top_k, top_p, ..Default::default() });
+            for _ in 0..50 {
+                let t = s.sample(&l, &[3, 7]);
+                assert!(t == 7 || t == 21, "picked {t} (a NaN logit) at T {temperature}, top-k {top_k}, top-p {top_p}");
+            }
+        }
+    }
+
     #[test]
     fn greedy_picks_the_largest_and_top_k_1_equals_greedy() {
         let l = [0.1, 2.0, -1.0, 1.9];
@@ -155,7 +179,10 @@ mod tests {
         assert_eq!(s.sample(&l, &[]), 1);
         let mut s = Sampler::new(SamplerConfig { temperature: 0.0, repetition_penalty: 10.0, ..Default::default() });
         assert_eq!(s.sample(&l, &[1]), 3, "the penalty demotes a seen token");
-        assert!(SamplerConfig { top_p: 0.0, ..Default::default() }.validate().is_err());
+        // The range and what its end means: 0 keeps nothing; 1 keeps every token, and greedy
+        // decoding is --temperature 0 (a top-p of 0 meant as "the likeliest alone").
+        let e = SamplerConfig { top_p: 0.0, ..Default::default() }.validate().unwrap_err();
+        assert!(e.contains("(0, 1]") && e.contains("1 = off") && e.contains("--temperature 0"), "{e}");
         assert!(SamplerConfig { min_p: 1.5, ..Default::default() }.validate().is_err());
         assert!(SamplerConfig { temperature: -1.0, ..Default::default() }.validate().is_err());
     }
@@ -204,6 +231,23 @@ mod tests {
             let ids: Vec<u32> = score_token(&big, 5, n, &tok300()).top.iter().map(|a| a.id).collect();
             assert_eq!(ids, order[..n], "top {n}");
         }
+    }
+
+    /// `--logprobs N` past the vocabulary shows every token: the header says how many there are
+    /// (it said `top 18446744073709551615` over 65 alternatives), and one token is one token.
+    #[test]
+    fn a_scores_table_heads_the_alternatives_it_shows() {
+        let tok = Tokenizer::Char(crate::tokenizer::CharTokenizer::from_chars("abcde".chars().collect()));
+        let logits = [0.5f32, -1.0, 2.0, 0.0, 1.0];
+        let one = [score_token(&logits, 1, usize::MAX, &tok)];
+        assert_eq!(one[0].top.len(), 5);
+        let t = scores_table(&one, usize::MAX, "it reached --max-tokens");
+        assert!(t.contains(" top 5\n") && !t.contains(&usize::MAX.to_string()), "{t}");
+        assert!(t.contains("over 1 token (perplexity"), "{t}");
+        let three = score_token(&logits, 1, 3, &tok);
+        let t = prompt_scores_table(&[three.clone(), three], 3);
+        assert!(t.contains(" top 3\n") && t.contains("over 2 tokens (perplexity"), "{t}");
+        assert!(!scores_table(&one, 0, "x").lines().nth(1).unwrap().contains("top"));
     }
 
     #[test]
@@ -924,6 +968,12 @@ impl<'a> Generator<'a> {
         &self.history
     }
 
+    /// How many of the history's last tokens the model reads now (its context, after the
+    /// slides): what [`Generator::logits`] predicts from and the repetition penalty covers.
+    pub fn context_len(&self) -> usize {
+        self.cache.pos
+    }
+
     /// The logits the next [`Generator::step`] samples from (the model's prediction after the
     /// history, in the context it has now).
     pub fn logits(&self) -> &[f32] {
@@ -957,7 +1007,10 @@ impl<'a> Generator<'a> {
     pub async fn step_with(&mut self, wait: Wait) -> Result<GenStep> {
         let model = self.model;
         let (cap, v) = (model.cfg.max_seq_len, model.cfg.vocab_size);
-        let next = self.sampler.sample(&self.logits, &self.history);
+        // (The repetition penalty covers the context the model reads, not the tokens a long
+        // prompt dropped or a slide let go.)
+        let window = &self.history[self.history.len() - self.cache.pos.min(self.history.len())..];
+        let next = self.sampler.sample(&self.logits, window);
         // Scored once, from the logits it was sampled from, for the trace and the caller.
         let scored =
             self.score_top.max(self.trace.then_some(TRACE_TOP)).map(|n| score_token(&self.logits, next, n, self.tok));
@@ -1105,6 +1158,8 @@ pub fn prompt_scores_table(scores: &[TokenScore], n: usize) -> String {
 fn table_of_scores(scores: &[TokenScore], n: usize, title: &str, first: usize, stopped: Option<&str>) -> String {
     let shown = |t: &str| format!("{t:?}");
     let cols = if n == 0 { 5 } else { 6 };
+    // (N past the vocabulary shows every token: as many as there are.)
+    let n = scores.iter().map(|s| s.top.len()).max().map_or(n, |most| n.min(most));
     let mut rows: Vec<Vec<String>> =
         vec![vec!["#".into(), "token".into(), "log p".into(), "p".into(), "rank".into(), format!("top {n}")]];
     for (i, s) in scores.iter().enumerate() {
@@ -1127,8 +1182,9 @@ fn table_of_scores(scores: &[TokenScore], n: usize, title: &str, first: usize, s
         (false, _) => {
             let mean = scores.iter().map(|s| s.logprob).sum::<f64>() / scores.len() as f64;
             out.push_str(&format!(
-                "mean log p {mean:.4} over {} tokens (perplexity {:.3})",
+                "mean log p {mean:.4} over {} token{} (perplexity {:.3})",
                 scores.len(),
+                if scores.len() == 1 { "" } else { "s" },
                 (-mean).exp()
             ));
             if let Some(stopped) = stopped {

@@ -72,13 +72,9 @@ fn check_env() -> Result<(), String> {
     Ok(())
 }
 
-/// Standard input as text, refused past `cap` bytes (a pipe from /dev/zero would never end).
-fn read_stdin_capped(what: &str, cap: u64) -> Result<String> {
-    read_stdin_capped_or(what, cap, "give a file instead")
-}
-
-/// [`read_stdin_capped`] whose refusal past `cap` gives `remedy`.
-fn read_stdin_capped_or(what: &str, cap: u64, remedy: &str) -> Result<String> {
+/// Standard input as text, refused past `cap` bytes (a pipe from /dev/zero would never end),
+/// the refusal giving `remedy`.
+fn read_stdin_capped(what: &str, cap: u64, remedy: &str) -> Result<String> {
     use std::io::Read;
     let mut bytes = Vec::new();
     std::io::stdin()
@@ -90,7 +86,8 @@ fn read_stdin_capped_or(what: &str, cap: u64, remedy: &str) -> Result<String> {
     }
     String::from_utf8(bytes).map_err(|e| {
         anyhow::anyhow!(
-            "{what}: standard input is not UTF-8 text (first invalid byte at offset {})",
+            "{what}: standard input is not UTF-8 text (first invalid byte at offset {}): convert it (e.g. `iconv -f \
+             LATIN1 -t UTF-8`)",
             e.utf8_error().valid_up_to()
         )
     })
@@ -358,7 +355,15 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
         }
         TokenizerCmd::Encode { tokenizer, text, pieces } => {
             let tok = tokenizer_for(&tokenizer)?;
-            let text = if text == "-" { read_stdin_capped("--text -", 1 << 30)? } else { text };
+            let text = if text == "-" {
+                read_stdin_capped(
+                    "--text -",
+                    1 << 30,
+                    "encode it in pieces, or tokenize a corpus with `ddl data prepare`, which streams files of any size",
+                )?
+            } else {
+                text
+            };
             let ids = tok.encode(&text).map_err(|e| match e {
                 ddl::tokenizer::TokenizerError::Unknown { .. } => anyhow::anyhow!(
                     "--text: {e}; the tokenizer of {} cannot encode it: leave that character out, or use a \
@@ -381,7 +386,7 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
         TokenizerCmd::Decode { tokenizer, ids } => {
             use std::io::{IsTerminal, Write};
             let tok = tokenizer_for(&tokenizer)?;
-            let ids = if ids == "-" { read_stdin_capped("--ids -", 1 << 30)? } else { ids };
+            let ids = if ids == "-" { read_stdin_capped("--ids -", 1 << 30, "decode the ids in pieces")? } else { ids };
             let ids = parse_ids(&ids, tok.vocab_size()).map_err(|e| anyhow::anyhow!("--ids: {e}"))?;
             let text = tok.decode(&ids).map_err(|e| anyhow::anyhow!("--ids: {e}"))?;
             let mut out = std::io::stdout().lock();
@@ -688,7 +693,7 @@ pub(crate) fn generate_cmd(
     let too_long = "generation reads only the prompt's last max_seq_len tokens (the model's context; `ddl info \
                     --checkpoint DIR` gives it): pipe in its end, e.g. `tail -n 1000 FILE | ddl generate … --prompt -`; \
                     to score a long text, `ddl eval --checkpoint DIR --text FILE --per-token OUT.tsv`";
-    let prompt = if from_stdin { read_stdin_capped_or("--prompt -", 256 << 20, too_long)? } else { prompt.to_string() };
+    let prompt = if from_stdin { read_stdin_capped("--prompt -", 256 << 20, too_long)? } else { prompt.to_string() };
     if prompt.is_empty() {
         if from_stdin {
             anyhow::bail!("--prompt -: standard input was empty: pipe the prompt in (… | ddl generate --prompt -)");
@@ -1605,6 +1610,35 @@ mod tests {
         let mut seen = 0;
         walk(&super::Cli::command(), &mut Vec::new(), &mut seen);
         assert!(seen > 20, "{seen}");
+    }
+
+    /// Free text that starts with `-` is a value, not a flag: a prompt `- item`, a stop text `---`
+    /// (a Markdown rule), a text to encode `-x`, ids `-1` (then refused by the ids' own message,
+    /// not clap's "unexpected argument"). Clap refused them all, naming no remedy.
+    #[test]
+    fn text_values_may_start_with_a_hyphen() {
+        use clap::CommandFactory;
+        let parse = |args: &[&str]| {
+            let mut all = vec!["ddl"];
+            all.extend_from_slice(args);
+            super::Cli::command().try_get_matches_from(&all).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+        };
+        let sub = |m: &clap::ArgMatches, path: &[&str], id: &str| -> Vec<String> {
+            let m = path.iter().fold(m.clone(), |m, p| m.subcommand_matches(p).unwrap().clone());
+            m.get_many::<String>(id).unwrap().cloned().collect()
+        };
+        let m = parse(&["generate", "--checkpoint", "r", "--prompt", "- item", "--stop", "---", "--stop", "-"]);
+        assert_eq!(sub(&m, &["generate"], "prompt"), ["- item"]);
+        assert_eq!(sub(&m, &["generate"], "stop"), ["---", "-"]);
+        let m = parse(&["chat", "--checkpoint", "r", "--stop", "--"]);
+        assert_eq!(sub(&m, &["chat"], "stop"), ["--"]);
+        let m = parse(&["tokenizer", "encode", "--tokenizer", "t", "--text", "-x y"]);
+        assert_eq!(sub(&m, &["tokenizer", "encode"], "text"), ["-x y"]);
+        let m = parse(&["tokenizer", "decode", "--tokenizer", "t", "--ids", "-1 2"]);
+        assert_eq!(sub(&m, &["tokenizer", "decode"], "ids"), ["-1 2"]);
+        // (`-` alone still reads standard input, as before.)
+        let m = parse(&["generate", "--checkpoint", "r", "--prompt", "-"]);
+        assert_eq!(sub(&m, &["generate"], "prompt"), ["-"]);
     }
 
     #[test]

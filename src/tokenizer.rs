@@ -63,7 +63,7 @@ pub enum TokenizerError {
     VocabTooLarge { got: usize, max: usize },
     #[error(
         "the corpus has no pair of tokens that occurs twice, so the BPE learnt no merge (it would be the 256 bytes \
-         and {EOT} alone, as --vocab-size 257 would): give a larger corpus"
+         and {EOT} alone, which --vocab-size refuses below 258): give a larger corpus"
     )]
     NoMerges,
     #[error("tokenizer file '{0}' does not exist (expected a Hugging Face tokenizer.json)")]
@@ -921,10 +921,15 @@ mod tests {
         assert_eq!(tok.decode(&tok.encode(&line).unwrap()).unwrap(), line);
     }
 
-    /// A corpus without a pair that occurs twice teaches no merge: refused, as --vocab-size 257 is.
+    /// A corpus without a pair that occurs twice teaches no merge: refused, as --vocab-size 257 is
+    /// (and the message says so).
     #[test]
     fn a_corpus_that_teaches_no_merge_is_refused() {
-        assert!(matches!(train_bpe("abc", 300), Err(TokenizerError::NoMerges)));
+        let e = train_bpe("abc", 300).unwrap_err();
+        assert!(matches!(e, TokenizerError::NoMerges));
+        // (The message said "as --vocab-size 257 would", a size that is refused itself.)
+        let e = e.to_string();
+        assert!(e.contains("which --vocab-size refuses below 258") && !e.contains("257 would"), "{e}");
         assert!(matches!(train_bpe("abab", 300), Ok(t) if t.vocab_size() > BPE_BASE_VOCAB));
     }
 

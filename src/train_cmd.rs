@@ -524,6 +524,9 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
                 if named.contains_key("max_seq_len") {
                     model.max_seq_len = run.model.max_seq_len;
                 }
+                if named.contains_key("rope_base") {
+                    model.rope_base = run.model.rope_base;
+                }
                 run.model = model;
                 run
             }
@@ -559,7 +562,7 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
                 "--set {kv}: the model is --init-from {}'s and model.{field} keeps its value ({why}); drop it (on a \
                  fine-tune --set changes only model.{})",
                 ck.display(),
-                ddl::model::ModelConfig::FINE_TUNE_SETTINGS.join(" and model.")
+                ddl::model::ModelConfig::FINE_TUNE_SETTINGS.join(", model.")
             );
         }
         if key == "preset" {

@@ -638,3 +638,54 @@ fn cut_model(g: &Golden, cfg: &ddl::model::ModelConfig) -> Model {
     }
     Model::with_params(ddl::testing::gpu(), cfg.clone(), &flat).unwrap()
 }
+
+/// `--repetition-penalty` penalises the tokens in the context, the window the model reads (as
+/// its help says), not every token of the history: a token only in a prompt's dropped part (or
+/// slid out) is not penalised. It penalised the whole history, so a prompt past the context
+/// changed what its window alone gives, and every step walked the whole prompt.
+#[test]
+fn the_repetition_penalty_covers_the_context_not_the_dropped_tokens() {
+    use ddl::generate::{Generator, Sampler, SamplerConfig};
+    let g = Golden::load(&ddl::testing::data_path("tests/golden").join("ddl.safetensors")).unwrap();
+    let mut cfg = g.config.clone();
+    cfg.max_seq_len = 4;
+    let model = model_of(&g, cfg.clone());
+    let tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_chars(
+        (0..cfg.vocab_size as u32).map(|i| char::from_u32(0x4e00 + i).unwrap()).collect(),
+    ));
+    let window: Vec<u32> =
+        g.i32("input.tokens", &[g.batch, g.seq_len]).unwrap()[..4].iter().map(|&x| x as u32).collect();
+    let p = 1e6f64;
+    let sampler =
+        || Sampler::new(SamplerConfig { temperature: 0.0, repetition_penalty: p as f32, ..Default::default() });
+    // The greedy pick over the logits with `seen` penalised, as the sampler documents it.
+    let pick = |logits: &[f32], seen: &[u32]| -> u32 {
+        let l: Vec<f64> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| {
+                let x = x as f64;
+                if seen.contains(&(i as u32)) { if x > 0.0 { x / p } else { x * p } } else { x }
+            })
+            .collect();
+        (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b }) as u32
+    };
+    let mut alone = Generator::new(&model, &tok, &window, sampler(), false).unwrap();
+    let logits = alone.logits().to_vec();
+    let want = pick(&logits, &window);
+    assert_eq!(alone.step().unwrap().token, want);
+    // The same window after a dropped token that is the window's greedy pick: not penalised.
+    let prompt: Vec<u32> = std::iter::once(want).chain(window.iter().copied()).collect();
+    let mut long = Generator::new(&model, &tok, &prompt, sampler(), false).unwrap();
+    assert_eq!(long.logits(), &logits[..], "the same window read");
+    assert_ne!(pick(&logits, &prompt), want, "the dropped token must matter for the test to tell");
+    assert_eq!(long.step().unwrap().token, want, "a dropped prompt token was penalised");
+    // Past the slides too: every step's pick penalises only the window it reads.
+    let mut generator = Generator::new(&model, &tok, &window, sampler(), false).unwrap();
+    for i in 0..12 {
+        let (logits, h) = (generator.logits().to_vec(), generator.history().to_vec());
+        let pos = generator.context_len();
+        let t = generator.step().unwrap().token;
+        assert_eq!(t, pick(&logits, &h[h.len() - pos..]), "step {i}");
+    }
+}

@@ -155,12 +155,20 @@ fn a_chat_seed_set_is_the_next_replys_and_a_seed_past_u64_is_refused_at_its_turn
     let run = bpe_run(&dir);
     let trace = dir.join("chat.safetensors");
     let tr = trace.to_str().unwrap();
-    let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr], "A\n/set seed 5\nB\nC\n/settings\n");
+    let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr], "A\n/set seed 5 \nB\nC\n/settings\n");
+    // (The space after the value, which a terminal hides, is not part of it.)
     assert_eq!(turn_seeds(&trace), [0, 5, 6], "{err}");
     assert!(err.contains("(seed = 5: the next reply's seed, each reply after it one more)"), "{err}");
     assert!(err.contains("next reply's seed 7"), "{err}");
     // Set again to the seed it already is: the next reply's again.
-    let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr, "--seed", "4"], "A\nB\n/set seed 4\nC\n");
+    let summary = trace.with_extension("json");
+    let input = format!("A\nB\n/set seed 4\nC\n/save {tr}\n/save {}\n", summary.display());
+    let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr, "--seed", "4"], &input);
+    assert_eq!(turn_seeds(&trace), [4, 5, 4], "{err}");
+    // `/save` over the chat's own trace files is refused naming them (not "this chat did not
+    // write it"), and they stay traces.
+    assert!(err.contains(&format!("{tr} is this chat's --trace file")), "{err}");
+    assert!(err.contains(&format!("{} is this chat's --trace summary", summary.display())), "{err}");
     assert_eq!(turn_seeds(&trace), [4, 5, 4], "{err}");
     // The largest seed: its turn, then the next one's would pass 2^64 − 1: refused, said with the
     // remedy, the conversation as it was; `/set seed` goes on.
@@ -172,6 +180,10 @@ fn a_chat_seed_set_is_the_next_replys_and_a_seed_past_u64_is_refused_at_its_turn
     let (_, err) = chat(&dir, &run, &["--max-tokens", "3"], "/set stop \\q\n/set stop a\\\n/settings\n");
     assert!(err.contains("unknown escape \\q") && err.contains("ends in a lone backslash"), "{err}");
     assert!(err.contains("stop []"), "nothing was added: {err}");
+    // `/intervene none` with a space after it (a terminal hides it) is `none`, not a spec.
+    let (_, err) = chat(&dir, &run, &["--max-tokens", "3"], "/intervene all:beta=0\n/intervene none \n/intervene\n");
+    assert!(err.contains("(no interventions: the model as trained; from the next line on)"), "{err}");
+    assert!(!err.contains("expected TARGET:ACTION"), "{err}");
 }
 
 #[test]

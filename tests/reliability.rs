@@ -952,6 +952,16 @@ fn bench_problems_are_clear_errors() {
     assert!(!t.contains("\"copy\"") && !t.contains("\"ceiling\""), "floors measured for nothing: {t}");
     assert!(t.contains("bench kernels --list"), "{t}");
     fails(&dir, &["bench", "kernels", "--list", "--filter", "zzzz"], &["--filter zzzz", "no kernel case"]);
+    // One name of several that keeps nothing (a typo) is refused too, not the others timed alone;
+    // an empty name (a comma at the end) kept every case.
+    fails(
+        &dir,
+        &["bench", "kernels", "--list", "--filter", "rmsnorm_,rmsnrom"],
+        &["--filter rmsnorm_,rmsnrom", "no kernel case's name contains 'rmsnrom'", "--list"],
+    );
+    for f in ["rmsnorm_,", "rmsnorm_,,rope", ""] {
+        fails(&dir, &["bench", "kernels", "--list", "--filter", f], &[&format!("--filter '{f}'"), "empty name"]);
+    }
     fails(&dir, &["bench", "kernels", "--list", "--reps", "3"], &["--list", "--reps"]);
     // `--list` names the cases the filter keeps, timing none.
     let o = cmd(&dir)

@@ -401,6 +401,29 @@ fn the_cli_trains_a_tokenizer_file_that_loads_and_encodes() {
     assert!(rows.iter().any(|r| r.1.contains("\\t")), "the tab escaped: {rows:?}");
     assert_eq!(rows.last().unwrap().1, "<|endoftext|>");
 
+    // Standard input that is not UTF-8, or past the cap (a sparse file: nothing written): the
+    // remedies fit a flag that takes text or ids, not a file name.
+    let from = |args: &[&str], stdin: std::process::Stdio| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_ddl"));
+        c.args(args).arg("--tokenizer").arg(&out).stdin(stdin);
+        let o = c.output().unwrap();
+        assert!(!o.status.success(), "{args:?}");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    std::fs::write(dir.join("latin1.txt"), b"caf\xe9").unwrap();
+    let e = from(&["tokenizer", "encode", "--text", "-"], std::fs::File::open(dir.join("latin1.txt")).unwrap().into());
+    assert!(e.contains("--text -: standard input is not UTF-8 text (first invalid byte at offset 3)"), "{e}");
+    assert!(e.contains("iconv -f LATIN1 -t UTF-8"), "{e}");
+    let big = dir.join("big.txt");
+    std::fs::File::create(&big).unwrap().set_len((1 << 30) + 1).unwrap();
+    for (flag, remedy) in [("--text", "ddl data prepare"), ("--ids", "in pieces")] {
+        let cmd = if flag == "--text" { "encode" } else { "decode" };
+        let e = from(&["tokenizer", cmd, flag, "-"], std::fs::File::open(&big).unwrap().into());
+        assert!(e.contains("more than 1024 MiB") && e.contains(remedy), "{e}");
+        assert!(!e.contains("give a file instead"), "{flag} takes no file: {e}");
+    }
+    std::fs::remove_file(&big).unwrap();
+
     let o = Command::new(env!("CARGO_BIN_EXE_ddl"))
         .args(["tokenizer", "train", "--vocab-size", "100", "--corpus"])
         .arg(&corpus)
@@ -408,6 +431,16 @@ fn the_cli_trains_a_tokenizer_file_that_loads_and_encodes() {
         .unwrap();
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && e.contains("--vocab-size 100 is too small"), "{e}");
+    // A value that is no whole number names the range the trainer takes, not "≥ 0".
+    for v in ["3e2", "-5"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_ddl"))
+            .args(["tokenizer", "train", "--vocab-size", v, "--corpus"])
+            .arg(&corpus)
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && e.contains("from 258 to 2097152") && !e.contains("≥ 0"), "{v}: {e}");
+    }
 }
 
 #[test]

@@ -2064,7 +2064,7 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
         }
     }
     let script = "First Citizen:\n/set top_k 3\n/set  max_tokens   4\n/settings\n/set nope 1\n/set stop \\n\n/set stop ab\n\
-                  /reset now\n/set stop \\\\n\n/set stop none\nSecond\n/reset\nagain\n/quit\n";
+                  /reset now\n/set stop \\\\n\n/set stop ✓\n/set stop none\nSecond\n/reset\nagain\n/quit\n";
     let (mut input, mut log, mut out) = (std::io::Cursor::new(script.as_bytes()), Vec::new(), Writes(Vec::new()));
     let trace = dir.join("chat-trace.safetensors");
     let mut lines = PlainLines { input: &mut input, log: &mut Vec::new() };
@@ -2082,6 +2082,12 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
     // `\\n` typed is a backslash and an n; a command with words after it is not run.
     assert!(log.contains(r#"(stop texts: ["\n", "ab", "\\n"], and a blank line)"#), "{log}");
     assert!(log.contains("/reset takes nothing after it (got 'now')"), "{log}");
+    // A stop text the character tokenizer cannot write is said to stop nothing (as `--stop`'s).
+    assert!(
+        log.contains("note: stop \"✓\" can never be generated (character '✓'")
+            && log.contains("it will not stop a reply"),
+        "{log}"
+    );
     assert_eq!(log.matches("context cleared").count(), 1, "{log}");
     let replies: Vec<&String> = out.0.iter().filter(|w| w.as_str() != "\n").collect();
     assert!(replies.len() >= 6 + 4, "token-by-token writes expected, got {:?}", out.0);
@@ -4052,6 +4058,36 @@ fn a_run_starts_from_a_checkpoints_parameters_with_init_from() {
     assert!(ck_a.params.iter().zip(&ck_s.params).all(|(x, y)| x.to_bits() == y.to_bits()));
     let (plain, smoothed) = (first_loss(&b), first_loss(&smooth));
     assert!(smoothed != plain && smoothed.is_finite(), "α 0.1 trained on loss {smoothed}, α 0 on {plain}");
+    // Another RoPE base (a context-extending fine-tune raises it): taken, recorded, and used (the
+    // same batch from the same parameters scores otherwise); the parameters are the checkpoint's.
+    let base = dir.join("base").display().to_string();
+    let (ok, e) = run(&[
+        &["--init-from", &a, "--corpus", &c, "--steps", "1", "--out", &base, "--set", "train.lr=0"][..],
+        &rest,
+        &["--set", "model.rope_base=40"],
+    ]
+    .concat());
+    assert!(ok, "{e}");
+    assert!(e.contains(&format!("(step 3); changed: RoPE base {} → 40", ck_a.config.rope_base)), "{e}");
+    let ck_r = ddl::train::checkpoint::load(Path::new(&base), false).unwrap();
+    assert_eq!(ck_r.config.rope_base, 40.0);
+    assert_eq!(ck_r.config.with_fine_tune_settings_of(&ck_a.config), ck_a.config, "only the RoPE base changed");
+    assert!(ck_a.params.iter().zip(&ck_r.params).all(|(x, y)| x.to_bits() == y.to_bits()));
+    let rebased = first_loss(&base);
+    assert!(
+        rebased != plain && rebased.is_finite(),
+        "RoPE base 40 trained on loss {rebased}, the checkpoint's on {plain}"
+    );
+    // `ddl info --checkpoint` says where the parameters came from and what the fine-tune changed.
+    let o = ddl_cmd(&dir).args(["info", "--checkpoint", &base]).output().unwrap();
+    let info = String::from_utf8_lossy(&o.stdout);
+    let src = std::fs::canonicalize(&a).unwrap();
+    let want = format!(
+        "fine-tuned from: the parameters of {} (`--init-from`; that checkpoint is now at step 3)",
+        src.display()
+    );
+    assert!(o.status.success() && info.contains(&want), "{info}");
+    assert!(info.contains(&format!("changed: RoPE base {} → 40", ck_a.config.rope_base)), "{info}");
     let long = dir.join("long").display().to_string();
     let past = ck_a.config.max_seq_len + 8;
     let (ok, e) = run(&[
@@ -4079,7 +4115,8 @@ fn a_run_starts_from_a_checkpoints_parameters_with_init_from() {
     for (args, needle) in [
         (vec!["--set", "model.d_model=64"], "model.d_model keeps its value (it sizes parameters"),
         (vec!["--set", "model.beta_init=0.5"], "(it only sets how parameters start"),
-        (vec!["--set", "model.rope_base=500"], "(it changes what the parameters compute"),
+        (vec!["--set", "model.norm_eps=1e-3"], "(it changes what the parameters compute"),
+        (vec!["--set", "model.rope_base=0"], "model.rope_base = 0: expected a finite number > 0"),
         (vec!["--variant", "ddl"], "holds a ddl_cc model"),
         (vec!["--corpus", dir.join("odd.txt").to_str().unwrap()], "characters of --init-from"),
         (vec!["--tokenizer", dir.join("tok.json").to_str().unwrap()], "another tokenizer"),

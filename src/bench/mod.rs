@@ -51,7 +51,7 @@ pub fn steady_ms(gpu: &Gpu, ds: &[&crate::gpu::Dispatch], reps: usize) -> Result
     for _ in 0..reps.max(1) {
         t.push(once(k)?);
     }
-    t.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    t.sort_by(f64::total_cmp);
     Ok((t[t.len() / 2], k))
 }
 
@@ -76,7 +76,7 @@ pub fn copy_bandwidth(gpu: &Gpu, mib: usize, reps: usize) -> Result<Row> {
     let a = Tensor::from_f32(gpu, "copy.src", &[n], &Rng::new(5).uniform(n, -1.0, 1.0))?;
     let b = Tensor::zeros(gpu, "copy.dst", &[n], DType::F32)?;
     let median = |mut t: Vec<f64>| {
-        t.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        t.sort_by(f64::total_cmp);
         t[t.len() / 2]
     };
     let mut dma = Vec::new();

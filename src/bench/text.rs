@@ -256,7 +256,7 @@ impl Row {
                 if let Some(split) = v["split_ms"].as_object() {
                     let mut items: Vec<(&String, f64)> =
                         split.iter().map(|(k, x)| (k, x.as_f64().unwrap_or(0.0))).collect();
-                    items.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
+                    items.sort_by(|a, b| b.1.total_cmp(&a.1));
                     // The products' rates where the dispatches carry their FLOPs.
                     let rates = v["split_tflop_per_s"].as_object();
                     for (k, ms) in items {

@@ -188,11 +188,13 @@ fn json_err(field: &str, what: impl Into<String>) -> ConfigError {
 }
 
 impl ModelConfig {
-    /// The `model.` settings a fine-tune (`ddl train --init-from`) may change: neither sizes a
-    /// parameter nor is fit into one. α (`label_smoothing`) weighs the training loss's targets;
-    /// `max_seq_len` sizes the RoPE table (computed from the positions, no parameters) and the
-    /// decode caches.
-    pub const FINE_TUNE_SETTINGS: [&'static str; 2] = ["label_smoothing", "max_seq_len"];
+    /// The `model.` settings a fine-tune (`ddl train --init-from`) may change: none sizes a
+    /// parameter. α (`label_smoothing`) weighs the training loss's targets; `max_seq_len` sizes
+    /// the RoPE table (computed from the positions, no parameters) and the decode caches;
+    /// `rope_base` sets the RoPE frequencies, which the trained queries and keys must adapt to,
+    /// as a context-extending fine-tune does on purpose (raising it with `max_seq_len`, as Code
+    /// Llama did).
+    pub const FINE_TUNE_SETTINGS: [&'static str; 3] = ["label_smoothing", "max_seq_len", "rope_base"];
 
     /// Why `model.{field}` keeps the checkpoint's value on a fine-tune (`ddl train --init-from`);
     /// `None` for [`Self::FINE_TUNE_SETTINGS`] and for names that are no setting (which `--set`
@@ -205,7 +207,7 @@ impl ModelConfig {
             "beta_init" | "embed_init_std" | "init_std_factor" | "k_rezero_scale" => {
                 Some("it only sets how parameters start, and a fine-tune starts from the checkpoint's")
             }
-            "k_eps" | "norm_eps" | "rope_base" | "v_act" => {
+            "k_eps" | "norm_eps" | "v_act" => {
                 Some("it changes what the parameters compute, and they were trained to compute with the checkpoint's")
             }
             _ => None,
@@ -215,7 +217,28 @@ impl ModelConfig {
     /// This model with `other`'s [`Self::FINE_TUNE_SETTINGS`]: equal to `other` when the two
     /// differ in nothing else.
     pub fn with_fine_tune_settings_of(&self, other: &ModelConfig) -> ModelConfig {
-        ModelConfig { label_smoothing: other.label_smoothing, max_seq_len: other.max_seq_len, ..self.clone() }
+        ModelConfig {
+            label_smoothing: other.label_smoothing,
+            max_seq_len: other.max_seq_len,
+            rope_base: other.rope_base,
+            ..self.clone()
+        }
+    }
+
+    /// What a fine-tune from this model to `to` changed of [`Self::FINE_TUNE_SETTINGS`], as
+    /// `name from → to` (empty when nothing).
+    pub fn fine_tune_changes(&self, to: &ModelConfig) -> Vec<String> {
+        let mut changed = Vec::new();
+        if self.max_seq_len != to.max_seq_len {
+            changed.push(format!("context {} → {} tokens", self.max_seq_len, to.max_seq_len));
+        }
+        if self.rope_base != to.rope_base {
+            changed.push(format!("RoPE base {} → {}", self.rope_base, to.rope_base));
+        }
+        if self.label_smoothing != to.label_smoothing {
+            changed.push(format!("label smoothing {} → {}", self.label_smoothing, to.label_smoothing));
+        }
+        changed
     }
 
     /// Floats per row of the MLP activations (gate, up, ψ and their gradients): `mlp_hidden`
@@ -517,10 +540,18 @@ mod tests {
             let mut other = c.clone();
             other.label_smoothing = 0.1;
             other.max_seq_len = 2 * c.max_seq_len;
+            other.rope_base = 4.0 * c.rope_base;
             // They size no parameter.
             assert_eq!(super::super::Layout::new(&other).total, super::super::Layout::new(&c).total, "{f}");
             assert_eq!(c.with_fine_tune_settings_of(&other), other);
         }
+        let mut other = c.clone();
+        other.rope_base = 4.0 * c.rope_base;
+        other.max_seq_len = 2 * c.max_seq_len;
+        let said = c.fine_tune_changes(&other);
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(said[1].starts_with("RoPE base ") && said[0].starts_with("context "), "{said:?}");
+        assert!(c.fine_tune_changes(&c).is_empty());
         let mut wider = c.clone();
         wider.d_model += 8;
         assert_ne!(c.with_fine_tune_settings_of(&wider), wider);

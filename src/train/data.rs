@@ -102,6 +102,15 @@ pub enum DataError {
     Shard(#[from] super::shards::ShardError),
     #[error("{path}: {msg}")]
     Meta { path: PathBuf, msg: String },
+    /// A `--corpus` or `--text` file whose size or modification time changed while it was read
+    /// into the shard cache: its tokens could mix two versions, and the set would be found again
+    /// under the key of the version it started from.
+    #[error(
+        "{0} changed while it was being tokenised into the shard cache (its size or modification time differ from \
+         when it was first read), so its tokens could mix two versions: nothing was cached; run again once the \
+         file no longer changes (copy it elsewhere first if something keeps writing it)"
+    )]
+    ChangedWhileRead(String),
 }
 
 /// The default corpus setting: TinyShakespeare, relative to the repository.
@@ -666,6 +675,8 @@ fn find_or_make_set(
     chunk: usize,
 ) -> Result<(PathBuf, Tokenizer), crate::train::TrainError> {
     let base = corpus_key(corpus, tok_setting, val_fraction)?;
+    // (Before any read, so that a change during the tokenizer's read is caught as well.)
+    let before = corpus_stamp(Path::new(corpus));
     let source = super::prepare::Corpus::open(Path::new(corpus))?;
     // A corpus that is not all regular files (a pipe, `<(…)`) can be read once only: held whole.
     let held = if source.regular() { None } else { Some(read_piped(Path::new(corpus), "--corpus")?) };
@@ -718,7 +729,7 @@ fn find_or_make_set(
     if key != base && cached_set(&dir)?.is_some() {
         return Ok((dir, tok));
     }
-    make_set(root, &key, Input { source: &source, held, flag: "--corpus" }, &tok, val_fraction, chunk)?;
+    make_set(root, &key, Input { source: &source, held, flag: "--corpus", before }, &tok, val_fraction, chunk)?;
     Ok((dir, tok))
 }
 
@@ -763,9 +774,10 @@ fn text_shards_in(
             if found.is_some() {
                 super::cache::remove_set(&dir).map_err(|source| DataError::Cache { path: dir.clone(), source })?;
             }
+            let before = corpus_stamp(path);
             let source = super::prepare::Corpus::open(path)?;
             let held = if source.regular() { None } else { Some(read_piped(path, "--text")?) };
-            make_set(root, &key, Input { source: &source, held, flag: "--text" }, tok, 0.0, chunk)?;
+            make_set(root, &key, Input { source: &source, held, flag: "--text", before }, tok, 0.0, chunk)?;
             read_meta(&dir)?.ok_or_else(|| DataError::Meta { path: dir.clone(), msg: "no meta.json".into() })?
         }
     };
@@ -785,11 +797,20 @@ fn interrupted_making(e: DataError, what: &str) -> DataError {
 }
 
 /// What a set is made of: the corpus (or text) `source`, `held` its text when it could be read
-/// only once, `flag` the setting that named it (`--corpus`, `--text`), for messages.
+/// only once, `flag` the setting that named it (`--corpus`, `--text`), for messages, and
+/// `before` its files' [`corpus_stamp`] before it was first read (a set of a corpus that changed
+/// meanwhile is not kept).
 struct Input<'a> {
     source: &'a super::prepare::Corpus,
     held: Option<String>,
     flag: &'a str,
+    before: Option<String>,
+}
+
+/// What `stat` tells of the corpus at `path` (its files' names, sizes and modification times),
+/// `None` where it is no file or folder (the built-in TinyShakespeare, a pipe read whole).
+fn corpus_stamp(path: &Path) -> Option<String> {
+    key_of(Some(path), "char", 0.0).ok()
 }
 
 /// Makes the shard set `root/key` of `input` with `tok` (read `chunk` bytes at a time unless
@@ -802,7 +823,7 @@ fn make_set(
     val_fraction: f64,
     chunk: usize,
 ) -> Result<(), DataError> {
-    let Input { source, held, flag } = input;
+    let Input { source, held, flag, before } = input;
     let dir = root.join(key);
     // Ctrl-C stops cleanly: nothing half-made is left.
     let _ctrlc = crate::train::CtrlcScope::new();
@@ -829,6 +850,7 @@ fn make_set(
         );
     }
     let shard_tokens = 100_000_000;
+    let held_was_piped = held.is_some();
     let made = match held {
         // Pieces give the whole text's tokens: read in pieces.
         None if tok.cuts_exactly() => source.write_set(&tmp, &what, tok, val_fraction, shard_tokens, chunk, big),
@@ -844,6 +866,16 @@ fn make_set(
             write_shard_set(&tmp, "corpus", tok, &ids, split, shard_tokens, &what)
         })(),
     };
+    // A corpus that changed while it was read: its tokens may mix versions (and its tokenizer,
+    // read before, may lack a character the new version has: said as the change it is).
+    if !held_was_piped
+        && before.is_some()
+        && !matches!(made, Err(DataError::Interrupted))
+        && corpus_stamp(&source.path) != before
+    {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(DataError::ChangedWhileRead(what));
+    }
     made.map_err(|e| {
         let _ = std::fs::remove_dir_all(&tmp);
         match interrupted_making(e, &what) {
@@ -1567,6 +1599,38 @@ mod tests {
     /// without a final newline, an empty one), char and BPE tokenizers, pieces much smaller than
     /// the text, shards split across the validation boundary; a file that is not UTF-8 is named
     /// with the offset in it; and a killed maker's temporary folder is removed.
+    /// A corpus edited while it is tokenised into the cache (its stamp, taken before the first
+    /// read, no longer what `stat` tells once the set is made) is not cached under the key of the
+    /// version it started from (it was: the next run found a set that could mix two versions):
+    /// refused, saying so, with nothing left in the cache; unchanged, the set is made.
+    #[test]
+    fn a_corpus_that_changes_while_it_is_read_is_not_cached() {
+        let dir = crate::testing::scratch_dir("data-corpus-changed");
+        let root = dir.join("cache");
+        let corpus = dir.join("c.txt");
+        std::fs::write(&corpus, &embedded_corpus()[..5000]).unwrap();
+        let tok = corpus_char_tokenizer(&corpus).unwrap();
+        let before = corpus_stamp(&corpus);
+        assert!(before.is_some());
+        // Edited after the stamp (as if while the set was made).
+        std::fs::write(&corpus, &embedded_corpus()[..6000]).unwrap();
+        let source = super::super::prepare::Corpus::open(&corpus).unwrap();
+        let input = Input { source: &source, held: None, flag: "--corpus", before };
+        let e = make_set(&root, "0123456789abcdef01234567", input, &tok, 0.1, 1024).unwrap_err();
+        assert!(matches!(e, DataError::ChangedWhileRead(_)), "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains("c.txt") && msg.contains("changed while") && msg.contains("run again"), "{msg}");
+        let left: Vec<_> = std::fs::read_dir(&root).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(left.is_empty(), "left in the cache: {left:?}");
+        // (Its tokenizer, read before the edit, lacks a character the new version has: the
+        // change is what the error says, not that character.)
+        // Unchanged since its stamp: made and whole.
+        let tok = corpus_char_tokenizer(&corpus).unwrap();
+        let input = Input { source: &source, held: None, flag: "--corpus", before: corpus_stamp(&corpus) };
+        make_set(&root, "0123456789abcdef01234567", input, &tok, 0.1, 1024).unwrap();
+        set_problem(&root.join("0123456789abcdef01234567")).unwrap();
+    }
+
     #[test]
     fn a_corpus_is_made_into_shards_in_pieces_with_the_tokens_of_its_whole_text() {
         use crate::train::prepare::{Corpus, CorpusPart};

@@ -53,6 +53,31 @@ pub struct CheckpointInfo {
     /// Why the folder's `config.toml` does not read as a run's settings, when it is there and
     /// does not (an edit gone wrong; `--resume` writes it again from the saved settings).
     pub config_unreadable: Option<String>,
+    /// The checkpoint a fine-tune started from (`ddl train --init-from`), when its settings name
+    /// one.
+    pub init_from: Option<InitFrom>,
+}
+
+/// Where a fine-tune's parameters came from.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct InitFrom {
+    /// The checkpoint `--init-from` named (as its `config.toml` records it).
+    pub path: String,
+    /// Its step now, where it can still be read (a run folder that trained on since has moved
+    /// on from the parameters the fine-tune took).
+    pub step_now: Option<usize>,
+    /// The model settings the fine-tune changed (`ModelConfig::FINE_TUNE_SETTINGS`), as
+    /// `name: from → to`, where the checkpoint can still be read.
+    pub changed: Vec<String>,
+}
+
+/// The `--init-from` checkpoint of a run with `settings` whose model is `model`.
+fn init_from_of(settings: Option<&RunConfig>, model: &ModelConfig) -> Option<InitFrom> {
+    let path = settings.map(|s| s.init_from.clone()).filter(|p| !p.is_empty())?;
+    let src = Path::new(&path);
+    let step_now = checkpoint::saved_step(src).ok();
+    let changed = checkpoint::saved_config(src).map(|from| from.fine_tune_changes(model)).unwrap_or_default();
+    Some(InitFrom { path, step_now, changed })
 }
 
 /// A run's losses at the end of its last invocation.
@@ -83,6 +108,7 @@ pub fn describe(path: &Path) -> Result<CheckpointInfo, CheckpointError> {
     let has_optim = path.join(checkpoint::OPTIM_FILE).is_file();
     let state = if has_optim { Some(checkpoint::saved_state(path).map_err(read)?) } else { None };
     let settings = settings_of(path, has_optim);
+    let init_from = init_from_of(settings.as_ref(), &model);
     let tokens_per_step = settings.as_ref().map(|s| s.train.batch_size * s.train.seq_len * s.train.grad_accum);
     let plan_bytes = settings.as_ref().map(|s| {
         crate::model::memory_plan_for(&model, s.train.batch_size, s.train.seq_len, s.train.storage(&model)).total()
@@ -113,6 +139,7 @@ pub fn describe(path: &Path) -> Result<CheckpointInfo, CheckpointError> {
         plan_bytes,
         run,
         config_unreadable: RunConfig::read_file(path).and_then(Result::err).map(|e| e.message().trim().to_string()),
+        init_from,
     })
 }
 
@@ -251,6 +278,15 @@ impl CheckpointInfo {
                     super::config::info_command(&s.preset, &self.model, t)
                 ));
             }
+        }
+        if let Some(f) = &self.init_from {
+            let now = match f.step_now {
+                Some(s) => format!("; that checkpoint is now at step {s}"),
+                None => "; that checkpoint does not read there now".to_string(),
+            };
+            let changed =
+                if f.changed.is_empty() { String::new() } else { format!("; changed: {}", f.changed.join(", ")) };
+            out.push(format!("fine-tuned from: the parameters of {} (`--init-from`{now}){changed}", f.path));
         }
         if let Some(d) = &self.data {
             let tokens = |k: &str| d[k].as_u64().map(count).unwrap_or_else(|| "?".into());

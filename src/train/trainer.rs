@@ -382,7 +382,12 @@ impl<'c> Trainer<'c> {
             let from = match (opts.resume, run.init_from.as_str()) {
                 (false, f) if !f.is_empty() => {
                     let step = checkpoint::saved_step(std::path::Path::new(f)).unwrap_or(0);
-                    format!(", starting from the parameters of {f} (step {step})")
+                    let changed = checkpoint::saved_config(std::path::Path::new(f))
+                        .map(|from| from.fine_tune_changes(&run.model))
+                        .unwrap_or_default();
+                    let changed =
+                        if changed.is_empty() { String::new() } else { format!("; changed: {}", changed.join(", ")) };
+                    format!(", starting from the parameters of {f} (step {step}){changed}")
                 }
                 (true, _) => format!(", resuming at step {start} of {}", opts.steps),
                 _ => String::new(),

@@ -126,12 +126,12 @@ pub fn measure(gpu: &Gpu, mm: &Matmul, reps: usize) -> Result<Vec<(&'static str,
                 times.push(time_once()?);
             }
         }
-        times.sort_by(|x, y| x.partial_cmp(y).unwrap());
+        times.sort_by(f64::total_cmp);
         let med = times[times.len() / 2];
         best = best.min(med);
         out.push((v, med));
     }
-    out.sort_by(|x, y| x.1.partial_cmp(&y.1).unwrap());
+    out.sort_by(|x, y| x.1.total_cmp(&y.1));
     Ok(out)
 }
 
