@@ -1009,7 +1009,7 @@ impl<'a> Generator<'a> {
         let (cap, v) = (model.cfg.max_seq_len, model.cfg.vocab_size);
         // (The repetition penalty covers the context the model reads, not the tokens a long
         // prompt dropped or a slide let go.)
-        let window = &self.history[self.history.len() - self.cache.pos.min(self.history.len())..];
+        let window = &self.history[self.history.len() - self.context_len().min(self.history.len())..];
         let next = self.sampler.sample(&self.logits, window);
         // Scored once, from the logits it was sampled from, for the trace and the caller.
         let scored =

@@ -985,6 +985,14 @@ mod tests {
     /// A verdict on 2 seeds (1 degree of freedom) is flagged and its weakness said: two
     /// differences that happen to be close give a tiny p (t in the thousands), and no sign test
     /// of 2 seeds goes below 0.5.
+    /// The report `write_report` writes of `results`, in a scratch folder named `tag`.
+    fn written_report(tag: &str, s: &ExperimentSpec, variants: &[Variant], results: &[RunResult]) -> String {
+        let dir = crate::testing::scratch_dir(tag);
+        let md = std::fs::read_to_string(write_report(&dir, s, variants, results, &[]).unwrap()).unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+        md
+    }
+
     #[test]
     fn a_verdict_on_two_seeds_says_how_little_it_rests_on() {
         let md = report(
@@ -1006,10 +1014,7 @@ mod tests {
             .iter()
             .map(|&(v, seed)| RunResult { final_val_accuracy: Some(acc(seed, v)), ..result(v, seed, 2.0, "abc") })
             .collect();
-        let dir = std::env::temp_dir().join(format!("ddl-two-seeds-acc-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let md = std::fs::read_to_string(write_report(&dir, &s, &variants, &results, &[]).unwrap()).unwrap();
-        std::fs::remove_dir_all(&dir).ok();
+        let md = written_report("ddl-two-seeds-acc", &s, &variants, &results);
         let accuracy = md.split("## Top-1 accuracy").nth(1).unwrap();
         assert!(
             accuracy.contains("ddl more accurate") && accuracy.contains("(2 seeds: see the note below)"),
@@ -1036,10 +1041,7 @@ mod tests {
             .iter()
             .map(|&(v, loss, acc)| RunResult { final_val_accuracy: Some(acc), ..result(v, 1, loss, "abc") })
             .collect();
-        let dir = std::env::temp_dir().join(format!("ddl-one-seed-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let md = std::fs::read_to_string(write_report(&dir, &s, &variants, &results, &[]).unwrap()).unwrap();
-        std::fs::remove_dir_all(&dir).ok();
+        let md = written_report("ddl-one-seed-test", &s, &variants, &results);
         assert!(md.contains("| baseline − ddl | 1 | +0.1000 | | | | | too few paired seeds to test |"), "{md}");
         // (The accuracy's table is left out when no pair has two seeds; where another pair has
         // them, a one-seed row is shown the same way.)
@@ -1060,10 +1062,7 @@ mod tests {
                 ..result("ddl", seed, 2.0 + seed as f64 / 100.0, "abc")
             })
             .collect();
-        let dir = std::env::temp_dir().join(format!("ddl-beta-tokens-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let md = std::fs::read_to_string(write_report(&dir, &s, &variants, &results, &[]).unwrap()).unwrap();
-        std::fs::remove_dir_all(&dir).ok();
+        let md = written_report("ddl-beta-tokens-test", &s, &variants, &results);
         assert!(md.contains("Share of 64 validation tokens (the first 1000 batches"), "{md}");
         assert!(!md.contains("(1000 batches)"), "{md}");
     }

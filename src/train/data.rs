@@ -1593,12 +1593,6 @@ fn unknown_in_input(path: &Path, line: Option<(usize, usize)>, offset: usize, ch
 mod tests {
     use super::*;
 
-    /// `--corpus`'s shard set is made in pieces (it was: the whole corpus read, then its whole
-    /// token list held, gigabytes for a large corpus) with exactly the tokenizer, tokens, split
-    /// and shard files of the whole text: files joined by newlines (a byte-order mark, a file
-    /// without a final newline, an empty one), char and BPE tokenizers, pieces much smaller than
-    /// the text, shards split across the validation boundary; a file that is not UTF-8 is named
-    /// with the offset in it; and a killed maker's temporary folder is removed.
     /// A corpus edited while it is tokenised into the cache (its stamp, taken before the first
     /// read, no longer what `stat` tells once the set is made) is not cached under the key of the
     /// version it started from (it was: the next run found a set that could mix two versions):
@@ -1623,14 +1617,20 @@ mod tests {
         let left: Vec<_> = std::fs::read_dir(&root).unwrap().flatten().map(|e| e.file_name()).collect();
         assert!(left.is_empty(), "left in the cache: {left:?}");
         // (Its tokenizer, read before the edit, lacks a character the new version has: the
-        // change is what the error says, not that character.)
-        // Unchanged since its stamp: made and whole.
+        // change is what the error said, not that character.) Unchanged since its stamp, with
+        // the tokenizer of what it holds now: made and whole.
         let tok = corpus_char_tokenizer(&corpus).unwrap();
         let input = Input { source: &source, held: None, flag: "--corpus", before: corpus_stamp(&corpus) };
         make_set(&root, "0123456789abcdef01234567", input, &tok, 0.1, 1024).unwrap();
         set_problem(&root.join("0123456789abcdef01234567")).unwrap();
     }
 
+    /// `--corpus`'s shard set is made in pieces (it was: the whole corpus read, then its whole
+    /// token list held, gigabytes for a large corpus) with exactly the tokenizer, tokens, split
+    /// and shard files of the whole text: files joined by newlines (a byte-order mark, a file
+    /// without a final newline, an empty one), char and BPE tokenizers, pieces much smaller than
+    /// the text, shards split across the validation boundary; a file that is not UTF-8 is named
+    /// with the offset in it; and a killed maker's temporary folder is removed.
     #[test]
     fn a_corpus_is_made_into_shards_in_pieces_with_the_tokens_of_its_whole_text() {
         use crate::train::prepare::{Corpus, CorpusPart};

@@ -67,7 +67,8 @@ pub struct InitFrom {
     /// on from the parameters the fine-tune took).
     pub step_now: Option<usize>,
     /// The model settings the fine-tune changed (`ModelConfig::FINE_TUNE_SETTINGS`), as
-    /// `name: from → to`, where the checkpoint can still be read.
+    /// `what from → to` ([`ModelConfig::fine_tune_changes`]), where the checkpoint can still be
+    /// read.
     pub changed: Vec<String>,
 }
 
