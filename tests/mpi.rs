@@ -213,6 +213,13 @@ fn two_ranks_match_one_process_keep_identical_parameters_and_resume_exactly() {
     ranks(6, &["--resume", "resumed"]);
     let r = losses(&dir.join("resumed"));
     assert_eq!(r, b, "resumed 2-rank run vs uninterrupted 2-rank run");
+    // Resumed again at its last step: nothing to train, and the report of the steps trained is
+    // kept (it was replaced by one of no step and zero times).
+    let report = || std::fs::read_to_string(dir.join("resumed/distributed.json")).unwrap();
+    let trained = report();
+    let o = ranks(6, &["--resume", "resumed"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("nothing to train"), "{}", show(&o));
+    assert_eq!(report(), trained, "a resume that trained nothing rewrote distributed.json");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1116,7 +1116,9 @@ impl<'c> Trainer<'c> {
         }
         if self.distributed {
             let digests = params_in_sync(&self.model, self.comm, step)?;
-            if self.lead {
+            // (An invocation that trained nothing, a resume at or past --steps, keeps the report of
+            // the one that did: its own would hold no step and zero times.)
+            if self.lead && step > self.start {
                 self.write_distributed_report(&digests)?;
             }
         }
