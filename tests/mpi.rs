@@ -247,6 +247,21 @@ fn ranks_with_different_settings_all_fail_clearly_without_hanging() {
         );
     }
     assert!(err.contains("train.lr = 0.002 here, 0.003 on rank 0"), "the differing setting must be named: {err}");
+    // A refused start does not first say it is training.
+    assert!(!err.contains("training ddl"), "{err}");
+    // A global batch the ranks cannot share: the setting, the rank count and a value that works
+    // are named, and nothing was said to train or left behind.
+    let mut m = mpirun(&dir);
+    m.args(["-n", "2", DDL]).args(train_args(&c, 4));
+    m.args(["--set", "train.grad_accum=3", "--distributed", "mpi", "--out", "odd"]);
+    let (o, in_time) = run_limited(m, Duration::from_secs(120));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(in_time && !o.status.success(), "{}", show(&o));
+    assert!(
+        err.contains("train.grad_accum = 3 is not a multiple of the 2 ranks") && err.contains("train.grad_accum=4"),
+        "{err}"
+    );
+    assert!(!err.contains("training ddl") && !dir.join("odd").exists(), "{err}");
     // The same settings into different run folders: refused too (only rank 0 writes, so rank 1's
     // folder would silently stay empty and its --resume find nothing).
     let mut m = mpirun(&dir);

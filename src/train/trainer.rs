@@ -376,31 +376,6 @@ impl<'c> Trainer<'c> {
         // (Only now, the data checked: a refused resume leaves the cache's older sets alone.)
         data.settle(&run.corpus);
 
-        if lead && matches!(opts.show, super::Show::Bar) {
-            // Once the folder is this run's and its data, model and memory plan are ready (a run
-            // refused before is named without a "training").
-            let from = match (opts.resume, run.init_from.as_str()) {
-                (false, f) if !f.is_empty() => {
-                    let step = checkpoint::saved_step(std::path::Path::new(f)).unwrap_or(0);
-                    let changed = checkpoint::saved_config(std::path::Path::new(f))
-                        .map(|from| from.fine_tune_changes(&run.model))
-                        .unwrap_or_default();
-                    let changed =
-                        if changed.is_empty() { String::new() } else { format!("; changed: {}", changed.join(", ")) };
-                    format!(", starting from the parameters of {f} (step {step}){changed}")
-                }
-                (true, _) => format!(", resuming at step {start} of {}", opts.steps),
-                _ => String::new(),
-            };
-            eprintln!(
-                "training {} ({}) on {} ({:?}) -> {}{from}",
-                run.model.variant,
-                run.preset,
-                gpu.info.name,
-                gpu.info.backend,
-                out.display()
-            );
-        }
         let plan = crate::model::memory_plan_for(&run.model, tr.batch_size, tr.seq_len, storage);
         configure(&mut model, tr, states_f16)?;
         let loss_scale = (tr.precision == crate::model::Precision::F16)
@@ -452,6 +427,32 @@ impl<'c> Trainer<'c> {
                     t.batch_size * t.grad_accum,
                 )));
             }
+        }
+
+        if lead && matches!(opts.show, super::Show::Bar) {
+            // Once the folder is this run's, its data, model and memory plan are ready and a
+            // data-parallel run's ranks agree (a run refused before is named without a "training").
+            let from = match (opts.resume, run.init_from.as_str()) {
+                (false, f) if !f.is_empty() => {
+                    let step = checkpoint::saved_step(std::path::Path::new(f)).unwrap_or(0);
+                    let changed = checkpoint::saved_config(std::path::Path::new(f))
+                        .map(|from| from.fine_tune_changes(&run.model))
+                        .unwrap_or_default();
+                    let changed =
+                        if changed.is_empty() { String::new() } else { format!("; changed: {}", changed.join(", ")) };
+                    format!(", starting from the parameters of {f} (step {step}){changed}")
+                }
+                (true, _) => format!(", resuming at step {start} of {}", opts.steps),
+                _ => String::new(),
+            };
+            eprintln!(
+                "training {} ({}) on {} ({:?}) -> {}{from}",
+                run.model.variant,
+                run.preset,
+                gpu.info.name,
+                gpu.info.backend,
+                out.display()
+            );
         }
 
         let opt0 = adamw_cfg(&t, start);
