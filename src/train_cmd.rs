@@ -719,19 +719,28 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         .as_deref()
         .and_then(|src| ddl::train::resume_data_problem(&run, src, a.corpus.is_some(), a.data.is_some()));
     if a.dry_run {
+        // Under `mpirun -n N … --distributed mpi` every process makes the dry run: the first says
+        // it, and the N ranks are checked as the run checks them (a global batch they cannot share).
+        let say = launched_rank() == 0;
+        let ranks = launched_ranks().filter(|_| a.distributed.is_some());
+        let unshared = ranks.and_then(|n| ddl::train::ranks_share(&run.train, n, resume).err());
         let plan = match (ddl::train::plan::dry_run(&run, steps, &out, from.as_deref(), a.overwrite), resume_refusal) {
             // (Its data unreadable, the plan cannot be made: the reason is the plan.)
             (Err(_), Some(why)) => {
-                println!("dry run (nothing trained, nothing written): it would not start: {why}");
+                if say {
+                    println!("dry run (nothing trained, nothing written): it would not start: {why}");
+                }
                 anyhow::bail!("the run would not start: {why}");
             }
             (plan, why) => {
                 let mut plan = plan?;
-                plan.refused = plan.refused.or(why);
+                plan.refused = plan.refused.or(why).or(unshared);
                 plan
             }
         };
-        print!("{}", plan.text());
+        if say {
+            print!("{}", plan.text());
+        }
         // (A command that would be refused fails its dry run too, for scripts that check first.)
         if let Some(why) = plan.refused {
             anyhow::bail!("the run would not start: {why}");

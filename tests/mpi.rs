@@ -282,6 +282,41 @@ fn ranks_with_different_settings_all_fail_clearly_without_hanging() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--dry-run` under mpirun: every process makes it, the first one prints it, and a global batch
+/// the ranks cannot share is refused there as the run refuses it (the dry run said nothing of the
+/// ranks and exited 0, and printed its plan once per rank).
+#[test]
+fn a_dry_run_under_mpirun_checks_the_rank_count_and_prints_once() {
+    let _serial = serial();
+    if !mpirun_available() {
+        return;
+    }
+    let dir = tmpdir("dry-run");
+    let c = ddl::testing::small_corpus(&dir);
+    let dry = |accum: &str| {
+        let mut m = mpirun(&dir);
+        m.args(["-n", "2", DDL]).args(train_args(&c, 4)).args(["--set", accum]);
+        m.args(["--distributed", "mpi", "--out", "run", "--dry-run"]);
+        let (o, in_time) = run_limited(m, Duration::from_secs(120));
+        assert!(in_time, "{}", show(&o));
+        o
+    };
+    let o = dry("train.grad_accum=2");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.matches("dry run (nothing trained").count() == 1, "{}", show(&o));
+    let o = dry("train.grad_accum=3");
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(!o.status.success(), "{}", show(&o));
+    assert!(
+        out.contains("it would not start: train.grad_accum = 3 is not a multiple of the 2 ranks")
+            && err.contains("--set train.grad_accum=4"),
+        "{}",
+        show(&o)
+    );
+    assert!(!dir.join("run").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn rank_pid(mpirun_pid: u32, rank: usize) -> Option<u32> {
     let children = std::fs::read_to_string(format!("/proc/{mpirun_pid}/task/{mpirun_pid}/children")).ok()?;
     children.split_whitespace().filter_map(|p| p.parse::<u32>().ok()).find(|p| {

@@ -223,6 +223,34 @@ pub(super) fn all_reduces_per_step(model: &Model, prog: &Program, bucket: usize,
     blocks.iter().chain(&rest).map(|&(_, len)| len.div_ceil(b)).sum()
 }
 
+/// Whether `ranks` processes can share the global batch of `t` (`batch_size × grad_accum`
+/// sequences, as one process draws them) by micro-batches, rank r taking micro-batches r, r + N,
+/// …: `train.grad_accum` must be a multiple of the rank count. The error names the setting, the
+/// rank count and what to change (`resume`: the run keeps its saved grad_accum, so the rank count).
+pub fn ranks_share(t: &super::TrainConfig, ranks: usize, resume: bool) -> Result<(), String> {
+    let (accum, size) = (t.grad_accum, ranks.max(1));
+    if accum.is_multiple_of(size) {
+        return Ok(());
+    }
+    // A resumed run keeps its saved grad_accum: the rank counts that divide it.
+    let remedy = if resume {
+        let fit: Vec<String> = (1..=accum).filter(|n| accum.is_multiple_of(*n)).map(|n| n.to_string()).collect();
+        format!(
+            "the run resumes with its saved train.grad_accum, so resume it with a number of ranks that divides {accum} \
+             (mpirun -n {})",
+            fit.join(", -n ")
+        )
+    } else {
+        format!("set --set train.grad_accum={} (or another multiple of {size})", accum.div_ceil(size) * size)
+    };
+    Err(format!(
+        "train.grad_accum = {accum} is not a multiple of the {size} ranks: each global batch (batch_size × grad_accum = \
+         {} sequences, as one process would draw them) is shared out by micro-batches, rank r taking micro-batches r, \
+         r + {size}, …; {remedy}",
+        t.batch_size * accum,
+    ))
+}
+
 /// Compares every rank's values of the settings that must agree (exchanged at start-up), and
 /// names what differs on every rank.
 #[allow(clippy::too_many_arguments)]

@@ -35,7 +35,7 @@ use crate::tokenizer::{CharTokenizer, Tokenizer};
 
 pub use collective::{Collective, Single};
 pub use config::{RunConfig, TrainConfig};
-pub use exchange::{CommTimes, DistOptions};
+pub use exchange::{CommTimes, DistOptions, ranks_share};
 pub use progress::plot_metrics;
 use trainer::Trainer;
 pub use trainer::tune_for;

@@ -402,31 +402,7 @@ impl<'c> Trainer<'c> {
                 digest,
             )
             .map_err(derr)?;
-            if !t.grad_accum.is_multiple_of(size) {
-                // A resumed run keeps its saved grad_accum: the rank counts that divide it.
-                let remedy = if opts.resume {
-                    let fit: Vec<String> =
-                        (1..=t.grad_accum).filter(|n| t.grad_accum.is_multiple_of(*n)).map(|n| n.to_string()).collect();
-                    format!(
-                        "the run resumes with its saved train.grad_accum, so resume it with a number of ranks that \
-                         divides {} (mpirun -n {})",
-                        t.grad_accum,
-                        fit.join(", -n ")
-                    )
-                } else {
-                    format!(
-                        "set --set train.grad_accum={} (or another multiple of {size})",
-                        t.grad_accum.div_ceil(size) * size
-                    )
-                };
-                return Err(derr(format!(
-                    "train.grad_accum = {} is not a multiple of the {size} ranks: each global batch (batch_size × \
-                     grad_accum = {} sequences, as one process would draw them) is shared out by micro-batches, rank r \
-                     taking micro-batches r, r + {size}, …; {remedy}",
-                    t.grad_accum,
-                    t.batch_size * t.grad_accum,
-                )));
-            }
+            super::exchange::ranks_share(&t, size, opts.resume).map_err(derr)?;
         }
 
         if lead && matches!(opts.show, super::Show::Bar) {
