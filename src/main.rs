@@ -539,6 +539,15 @@ fn experiment(
     jobs: usize,
 ) -> Result<()> {
     use ddl::experiment::{ExperimentOptions, ExperimentSpec, run_name};
+    if let Some(n) = train_cmd::launched_ranks().filter(|&n| n > 1) {
+        // N copies of the grid into one folder: all but one were refused as "in use", naming no
+        // cause, and mpirun then stopped the one that trained.
+        anyhow::bail!(
+            "started as one of {n} MPI processes (mpirun -n {n}): `ddl experiment` has no data-parallel mode, and \
+             each process would run the whole grid into the same --out; run it without mpirun (--jobs N trains N of \
+             its runs side by side), or train one run data-parallel with `mpirun -n {n} ddl train … --distributed mpi`"
+        );
+    }
     train_cmd::refuse_inside_kept("--out", out)?;
     let spec = ExperimentSpec::load(spec_path)?;
     let variants = spec.variant_list().map_err(anyhow::Error::msg)?;

@@ -359,7 +359,7 @@ fn init_config(ck: &std::path::Path) -> Result<ddl::model::ModelConfig> {
 
 /// The number of processes an MPI launcher started this one among (Open MPI's
 /// `OMPI_COMM_WORLD_SIZE`, MPICH's and Slurm's `PMI_SIZE`), when it set one.
-fn launched_ranks() -> Option<usize> {
+pub(crate) fn launched_ranks() -> Option<usize> {
     ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"].iter().find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
 }
 

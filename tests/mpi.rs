@@ -279,6 +279,19 @@ fn ranks_with_different_settings_all_fail_clearly_without_hanging() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(in_time && !o.status.success(), "{}", show(&o));
     assert!(err.contains("without --distributed mpi") && !dir.join("plain").exists(), "{err}");
+    // `ddl experiment` under mpirun (it has no data-parallel mode): refused as such, not one
+    // process running the grid while the other says the folder is in use.
+    let spec = dir.join("grid.toml");
+    let text =
+        format!("name = \"g\"\npreset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = 2\ncorpus = {c:?}\n");
+    std::fs::write(&spec, text).unwrap();
+    let mut m = mpirun(&dir);
+    m.args(["-n", "2", DDL, "experiment", "--spec"]).arg(&spec).args(["--out", "grid"]);
+    let (o, in_time) = run_limited(m, Duration::from_secs(120));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(in_time && !o.status.success(), "{}", show(&o));
+    assert!(err.contains("`ddl experiment` has no data-parallel mode") && !err.contains("in use"), "{err}");
+    assert!(!dir.join("grid").exists(), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
