@@ -330,6 +330,28 @@ fn a_dry_run_under_mpirun_checks_the_rank_count_and_prints_once() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Rank 0's report after training (here `--sample`, longer than `--mpi-timeout`) comes once every
+/// rank has finished: the other rank waited for it in a collective, whose watchdog ended the job
+/// as failed and cut the sample off.
+#[test]
+fn a_sample_longer_than_the_mpi_timeout_ends_the_job_as_finished() {
+    let _serial = serial();
+    if !mpirun_available() {
+        return;
+    }
+    let dir = tmpdir("sample");
+    let c = ddl::testing::small_corpus(&dir);
+    let mut m = mpirun(&dir);
+    m.env("DDL_NO_AUTOTUNE", "1");
+    m.args(["-n", "2", DDL]).args(train_args(&c, 2));
+    // (1200 tokens take 4 to 5 s on lavapipe on 2 cores.)
+    m.args(["--distributed", "mpi", "--mpi-timeout", "2", "--out", "run", "--sample", "1200"]);
+    let (o, in_time) = run_limited(m, Duration::from_secs(120));
+    assert!(in_time && o.status.success(), "{}", show(&o));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("made no progress"), "{}", show(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn rank_pid(mpirun_pid: u32, rank: usize) -> Option<u32> {
     let children = std::fs::read_to_string(format!("/proc/{mpirun_pid}/task/{mpirun_pid}/children")).ok()?;
     children.split_whitespace().filter_map(|p| p.parse::<u32>().ok()).find(|p| {

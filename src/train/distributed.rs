@@ -199,11 +199,12 @@ pub struct RankOptions {
 }
 
 /// Runs this process as one rank: starts MPI, opens its adapter, trains, and lets rank 0
-/// `report` the summary. Any error is printed with the rank and host and ends the whole job
-/// (`MPI_Abort`, this function does not return then): the other ranks may be waiting in a
-/// collective. Returns whether an interruption (Ctrl-C, SIGTERM on any rank) stopped the run
-/// (saved: the caller exits as a process that signal stopped), and `Err` only when MPI itself
-/// cannot start.
+/// `report` the summary once every rank has finished (the others do not wait for the report in a
+/// collective: `--sample N` may take longer than `--mpi-timeout`). Any error is printed with the
+/// rank and host and ends the whole job (`MPI_Abort`, this function does not return then): the
+/// other ranks may be waiting in a collective. Returns whether an interruption (Ctrl-C, SIGTERM
+/// on any rank) stopped the run (saved: the caller exits as a process that signal stopped), and
+/// `Err` only when MPI itself cannot start.
 pub fn run_rank(
     opts: RankOptions,
     report: impl FnOnce(&super::Summary) -> Result<(), Box<dyn std::error::Error + Send + Sync>>,
@@ -211,7 +212,7 @@ pub fn run_rank(
     type BoxError = Box<dyn std::error::Error + Send + Sync>;
     let mpi = Mpi::init(opts.timeout).map_err(|e| format!("starting MPI: {e}"))?;
     let tag = format!("rank {}/{} ({})", mpi.rank(), mpi.size(), mpi.host());
-    let result = (|| -> Result<bool, BoxError> {
+    let result = (|| -> Result<super::Summary, BoxError> {
         let adapter = match &opts.adapter {
             Some(sel) => sel.clone(),
             None => crate::gpu::adapter_for_local_rank(opts.backend, mpi.local_rank())
@@ -237,21 +238,27 @@ pub fn run_rank(
             );
         }
         crate::kernels::matmul::autotune::set_enabled(opts.autotune);
-        let summary = super::train_with(gpu, opts.train, &mpi, &opts.dist)?;
-        if mpi.rank() == 0 {
-            report(&summary)?;
-        }
-        Ok(summary.interrupted)
+        Ok(super::train_with(gpu, opts.train, &mpi, &opts.dist)?)
     })();
+    // One write, so that mpirun does not interleave it with other ranks' output.
+    let say = |e: &BoxError| {
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("error: {tag}: {e}\n").as_bytes());
+    };
     match result {
-        Ok(interrupted) => {
-            // Ranks finish together, so a rank that leaves first is not mistaken for a failure.
+        Ok(summary) => {
+            // Ranks finish together, so a rank that leaves first is not mistaken for a failure;
+            // then rank 0 reports (and samples), outside any collective the others wait in.
             mpi.barrier("finish");
-            Ok(interrupted)
+            if mpi.rank() == 0
+                && let Err(e) = report(&summary)
+            {
+                say(&e);
+                mpi.abort(1)
+            }
+            Ok(summary.interrupted)
         }
         Err(e) => {
-            // One write, so that mpirun does not interleave it with other ranks' output.
-            let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("error: {tag}: {e}\n").as_bytes());
+            say(&e);
             if e.downcast_ref::<super::TrainError>().is_some_and(|e| e.on_every_rank()) {
                 // Every rank reports this error: let them all print it before the job ends.
                 mpi.barrier("error report");
