@@ -260,6 +260,23 @@ fn a_bad_file_and_a_browser_without_webgpu_are_messages_in_the_page() {
     assert_eq!(shown.as_str(), Some(error.as_str()), "the page's bar should show the message");
 }
 
+/// The page opened as a file (target/web/index.html double-clicked): browsers load its module only
+/// from a web server, and the bar says to serve the folder — where the failed import stopped the
+/// page's script before anything showed (an empty canvas, no word). Needs Chromium only: the page
+/// of web/static has no module beside it.
+#[test]
+fn a_page_opened_as_a_file_says_to_serve_its_folder() {
+    let page = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("static/index.html");
+    let browser = launch();
+    let tab = open(&browser, &format!("file://{}", page.display()));
+    let error = poll("a message in a page opened as a file", 30, |_| {
+        eval(&tab, "window.ddl ? window.ddl.error : null").as_str().map(str::to_string)
+    });
+    assert!(error.contains("opened as a file") && error.contains("http.server"), "{error}");
+    let shown = eval(&tab, "document.getElementById('msg').textContent");
+    assert_eq!(shown.as_str(), Some(error.as_str()), "the page's bar should show the message");
+}
+
 /// The page's error messages once there are any that mention `needle` (within 180 s).
 fn poll_errors(tab: &headless_chrome::Tab, needle: &str) -> Vec<serde_json::Value> {
     poll(&format!("a message naming {needle} in the page"), 180, |s| {
