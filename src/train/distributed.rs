@@ -247,13 +247,21 @@ pub fn run_rank(
     match result {
         Ok(summary) => {
             // Ranks finish together, so a rank that leaves first is not mistaken for a failure;
-            // then rank 0 reports (and samples), outside any collective the others wait in.
-            mpi.barrier("finish");
+            // then rank 0 reports (and samples), outside any collective the others wait in. An
+            // interrupted run's report (one line) comes before: the others then exit with the
+            // signal's status, which makes mpirun end the job.
+            let report_first = summary.interrupted;
+            if !report_first {
+                mpi.barrier("finish");
+            }
             if mpi.rank() == 0
                 && let Err(e) = report(&summary)
             {
                 say(&e);
                 mpi.abort(1)
+            }
+            if report_first {
+                mpi.barrier("finish");
             }
             Ok(summary.interrupted)
         }
