@@ -262,6 +262,22 @@ fn ranks_with_different_settings_all_fail_clearly_without_hanging() {
         "{err}"
     );
     assert!(!err.contains("training ddl") && !dir.join("odd").exists(), "{err}");
+    // Tile measurements off on rank 0 only (--no-autotune, or DDL_NO_AUTOTUNE in one machine's
+    // environment): refused at start-up, where rank 1 waited for rank 0's measurements until its
+    // watchdog fired (10 × --mpi-timeout, 50 minutes by default) and named no cause.
+    let mut m = mpirun(&dir);
+    m.args(["-n", "1", DDL, "--no-autotune"]).args(train_args(&c, 4));
+    m.args(["--distributed", "mpi", "--mpi-timeout", "2", "--out", "tiles"]);
+    m.args([":", "-n", "1", DDL]).args(train_args(&c, 4));
+    m.args(["--distributed", "mpi", "--mpi-timeout", "2", "--out", "tiles"]);
+    let (o, in_time) = run_limited(m, Duration::from_secs(120));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(in_time && !o.status.success(), "{}", show(&o));
+    assert!(
+        err.contains("the matmul tile measurement (--no-autotune, DDL_NO_AUTOTUNE) differs (rank 0: off, rank 1: on)")
+            && !err.contains("made no progress"),
+        "{err}"
+    );
     // The same settings into different run folders: refused too (only rank 0 writes, so rank 1's
     // folder would silently stay empty and its --resume find nothing).
     let mut m = mpirun(&dir);

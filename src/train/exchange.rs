@@ -265,6 +265,7 @@ pub(super) fn handshake(
     bucket: usize,
     overlap_backward: bool,
     out: &str,
+    autotune: bool,
     params_digest: u64,
 ) -> Result<(), String> {
     let names = [
@@ -277,13 +278,17 @@ pub(super) fn handshake(
         "the gradient bucket (--mpi-bucket-mib, in elements)",
         "the overlap with the backward pass (--mpi-overlap)",
         "the run folder (--out)",
+        "the matmul tile measurement (--no-autotune, DDL_NO_AUTOTUNE)",
         "the initial parameter digest",
     ];
     // How a field's values are shown: digests in hex, the overlap by name; the run folder by
     // each rank itself (only its digest travels).
-    const DIGESTS: [usize; 3] = [0, 3, 9];
+    const DIGESTS: [usize; 3] = [0, 3, 10];
     const OVERLAP: usize = 7;
     const OUT: usize = 8;
+    // (Rank 0 measures and the others take its choices, in a collective only the ranks that
+    // measure enter: one without measurements went on to the first step's.)
+    const AUTOTUNE: usize = 9;
     let mine = [
         collective::digest64(run_toml.as_bytes()),
         params as u64,
@@ -294,6 +299,7 @@ pub(super) fn handshake(
         bucket as u64,
         overlap_backward as u64,
         collective::digest64(out.as_bytes()),
+        autotune as u64,
         params_digest,
     ];
     let k = mine.len();
@@ -325,12 +331,20 @@ pub(super) fn handshake(
                 }
                 let show = |v: u64| match f {
                     OVERLAP => (if v == 1 { "backward" } else { "readback" }).to_string(),
+                    AUTOTUNE => (if v == 1 { "on" } else { "off" }).to_string(),
                     f if DIGESTS.contains(&f) => format!("{v:016x}"),
                     _ => v.to_string(),
                 };
                 let shown: Vec<String> =
                     values.iter().enumerate().map(|(r, &v)| format!("rank {r}: {}", show(v))).collect();
-                problems.push(format!("{name} differs ({})", shown.join(", ")));
+                let remedy = match f {
+                    AUTOTUNE => {
+                        ": give --no-autotune to every rank or to none (DDL_NO_AUTOTUNE set in the environment of \
+                         some machines only does this)"
+                    }
+                    _ => "",
+                };
+                problems.push(format!("{name} differs ({}){remedy}", shown.join(", ")));
             }
         }
     }

@@ -399,6 +399,7 @@ impl<'c> Trainer<'c> {
                 bucket,
                 dist.overlap_backward,
                 &out.display().to_string(),
+                crate::kernels::matmul::autotune::enabled(),
                 digest,
             )
             .map_err(derr)?;
