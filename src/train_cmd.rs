@@ -751,6 +751,11 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         if let Some(why) = resume_refusal {
             anyhow::bail!(why);
         }
+        // A global batch the launcher's ranks cannot share, said before MPI starts, the adapter
+        // opens and the data is read (the run checks it again against MPI's own rank count).
+        if let Some(n) = launched_ranks() {
+            ddl::train::ranks_share(&run.train, n, resume).map_err(anyhow::Error::msg)?;
+        }
         return train_mpi(dev, &a, run, out, resume);
     }
     // Nothing to train (the checkpoint at or past --steps): said, with the run's results, without

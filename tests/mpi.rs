@@ -262,6 +262,8 @@ fn ranks_with_different_settings_all_fail_clearly_without_hanging() {
         "{err}"
     );
     assert!(!err.contains("training ddl") && !dir.join("odd").exists(), "{err}");
+    // (Said before MPI starts: no adapter was opened, no data read, for a setting.)
+    assert!(!err.contains("drives adapter"), "{err}");
     // Tile measurements off on rank 0 only (--no-autotune, or DDL_NO_AUTOTUNE in one machine's
     // environment): refused at start-up, where rank 1 waited for rank 0's measurements until its
     // watchdog fired (10 × --mpi-timeout, 50 minutes by default) and named no cause.
