@@ -215,6 +215,61 @@ fn hovering_the_beta_map_shows_the_cell_and_clicking_selects_its_token() {
     assert_eq!(h.state().sublayer, s, "the click selects the cell's sublayer too (for the Interventions view)");
 }
 
+/// The β map of a model of many blocks (rows at least 10 points high, taller than the panel)
+/// scrolls down to its last sublayer: its rows below the window could not be reached.
+#[test]
+fn the_beta_map_of_many_blocks_scrolls_to_its_last_sublayer() {
+    let blocks = 24;
+    let s = 2 * blocks;
+    let mut data = TraceData::new(blocks, 2, 1);
+    for t in 0..12 {
+        data.push(
+            ddl::generate::TokenTrace {
+                token: t,
+                text: "a".into(),
+                beta: (0..s).map(|i| if i + 1 == s { 1.875 } else { 1.0 }).collect(),
+                k: vec![1.0; 2 * s],
+                v: vec![0.5; s],
+                ktx: vec![0.25; s],
+                write: vec![0.1; s],
+                score: None,
+            },
+            false,
+        );
+    }
+    let size = egui::vec2(900.0, 400.0);
+    let mut h = Harness::builder().with_size(size).build_ui_state(
+        |ui, sel: &mut Selection| {
+            egui::CentralPanel::default().show(ui, |ui| panels::beta_map::show(ui, &data, sel));
+        },
+        Selection::default(),
+    );
+    h.run();
+    let cell0: egui::Rect = h.ctx.data(|d| d.get_temp(panels::beta_map::cell_rect_id())).expect("the map was drawn");
+    let last_row = |cell0: egui::Rect| cell0.center() + egui::vec2(0.0, cell0.height() * (s - 1) as f32);
+    assert!(last_row(cell0).y > size.y, "the test needs a map taller than the window");
+    // The wheel over the map, downwards.
+    h.hover_at(cell0.center());
+    for _ in 0..20 {
+        h.event(egui::Event::MouseWheel {
+            unit: egui::MouseWheelUnit::Point,
+            delta: egui::vec2(0.0, -200.0),
+            phase: egui::TouchPhase::Move,
+            source: egui::MouseWheelSource::Unknown,
+            modifiers: Default::default(),
+        });
+        // (A tooltip over the map keeps repainting: a fixed number of frames.)
+        h.run_steps(8);
+    }
+    let cell0: egui::Rect = h.ctx.data(|d| d.get_temp(panels::beta_map::cell_rect_id())).unwrap();
+    let p = last_row(cell0);
+    assert!(p.y < size.y, "the last sublayer's row is still below the window: at y = {}", p.y);
+    h.hover_at(p);
+    h.run_steps(8);
+    assert!(h.query_by_label_contains("β = 1.8750").is_some(), "the last row's cell is hovered");
+    assert!(h.query_by_label_contains("block 23 MLP").is_some());
+}
+
 #[test]
 fn the_open_dialog_opens_a_trace_and_reports_bad_paths() {
     let mut app = VizApp::without_worker();
