@@ -641,6 +641,36 @@ fn a_chat_traces_turns_open_with_their_sampling() {
     assert!(t.notes.iter().any(|n| n.contains("turns") && n.contains("not readable")), "{:?}", t.notes);
 }
 
+/// A run whose loss was not a finite number at some steps (logged as null, as `ddl train
+/// --skip-nonfinite` writes them) says so in its header: the last loss as not finite and how many
+/// steps are gaps (the header dropped the last loss without a word and the gaps went unexplained).
+#[test]
+fn the_dashboard_names_losses_that_are_not_finite() {
+    let run = common::tmpdir("nan-losses").join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(
+        run.join("metrics.jsonl"),
+        "{\"step\":1,\"loss\":4.0,\"lr\":0.001,\"grad_norm\":1.0,\"skipped\":false}\n\
+         {\"step\":2,\"loss\":null,\"lr\":0.001,\"grad_norm\":null,\"skipped\":true}\n\
+         {\"step\":3,\"loss\":null,\"lr\":0.001,\"grad_norm\":null,\"skipped\":true}\n",
+    )
+    .unwrap();
+    let m = Metrics::open(&run).unwrap();
+    let h = Harness::builder().with_size([1000.0, 500.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::dashboard::show(ui, Some(&m)));
+    });
+    h.get_by_label_contains("3 steps logged, last loss not a finite number");
+    h.get_by_label_contains("2 step(s) with a loss that is not a finite number");
+    // A run whose losses are all finite has neither.
+    std::fs::write(run.join("metrics.jsonl"), "{\"step\":1,\"loss\":4.0}\n").unwrap();
+    let m = Metrics::open(&run).unwrap();
+    let h = Harness::builder().with_size([1000.0, 500.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::dashboard::show(ui, Some(&m)));
+    });
+    h.get_by_label_contains("1 steps logged, last loss 4.0000");
+    assert!(h.query_by_label_contains("not a finite number").is_none());
+}
+
 /// Top-1 accuracies where runs logged them: the dashboard's heading gives the periodic and the
 /// final evaluation's beside their losses; the Experiment table a column of each variant's mean ±
 /// sd over the runs that have one (results made before it was logged: "—"), and none at all

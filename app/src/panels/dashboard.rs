@@ -28,7 +28,12 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
         ui.label(format!(
             "{} steps logged{}{}{}",
             m.train.len(),
-            last.and_then(|r| r.loss).map(|l| format!(", last loss {l:.4}")).unwrap_or_default(),
+            // (A loss that was not a finite number is logged as null: said, not left out.)
+            last.map(|r| match r.loss {
+                Some(l) => format!(", last loss {l:.4}"),
+                None => ", last loss not a finite number".to_string(),
+            })
+            .unwrap_or_default(),
             m.val
                 .last()
                 .map(|v| format!(
@@ -46,6 +51,19 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
                 ))
                 .unwrap_or_default(),
         ));
+        let not_finite = m.train.iter().filter(|r| r.loss.is_none_or(|l| !l.is_finite())).count();
+        if not_finite > 0 {
+            ui.colored_label(
+                Color32::from_rgb(230, 160, 60),
+                format!(
+                    "{not_finite} step(s) with a loss that is not a finite number (NaN or infinite: gaps in the curve)"
+                ),
+            )
+            .on_hover_text(
+                "metrics.jsonl has null for their loss (the loss overflowed; a run with train.skip_nonfinite skips \
+                 such steps, one without stops at the first)",
+            );
+        }
         if m.bad_lines > 0 {
             ui.colored_label(Color32::from_rgb(230, 160, 60), format!("{} unreadable line(s) skipped", m.bad_lines));
         }
