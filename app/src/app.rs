@@ -319,7 +319,7 @@ impl VizApp {
                 } else if kind.trace {
                     self.open_trace(&dir);
                 } else if kind.run {
-                    self.open_run(&dir);
+                    self.open_run_view(&dir);
                 } else {
                     self.error(format!(
                         "{}: not a checkpoint (a folder with model.safetensors, or that file), a run or a trace file",
@@ -344,6 +344,15 @@ impl VizApp {
                 self.metrics_of_checkpoint = false;
             }
             Err(e) => self.error(e),
+        }
+    }
+
+    /// Opens a run as the user asked for it (Open run, a dropped run folder): its dashboard is
+    /// shown, as an experiment opened is (the view stayed where it was, the curves out of sight).
+    fn open_run_view(&mut self, dir: &Path) {
+        self.open_run(dir);
+        if self.metrics.as_ref().is_some_and(|m| m.dir == dir) {
+            self.tab = Tab::Training;
         }
     }
 
@@ -1020,7 +1029,7 @@ impl VizApp {
         });
         match action {
             Some((0, p)) => self.open_checkpoint(&p),
-            Some((1, p)) => self.open_run(&p),
+            Some((1, p)) => self.open_run_view(&p),
             Some((3, p)) => self.open_experiment(&p, false),
             Some((_, p)) => self.open_trace(&p),
             None => {

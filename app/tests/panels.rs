@@ -299,6 +299,30 @@ fn the_open_dialog_opens_a_trace_and_reports_bad_paths() {
     assert!(msgs.len() == 2 && msgs[0].contains("does not exist") && msgs[1].contains("cannot read"), "{msgs:?}");
 }
 
+/// A run opened with the dialog's *Open run* shows its dashboard (the view stayed on the β map,
+/// the curves out of sight, where an experiment opened switches to its view); one that does not
+/// open leaves the view as it was.
+#[test]
+fn opening_a_run_shows_its_dashboard() {
+    let mut app = VizApp::with_trace(trace());
+    app.dialog = Some(ddl_viz::app::OpenDialog { path: common::fixture("run").display().to_string() });
+    let mut h =
+        Harness::builder().with_size([1280.0, 800.0]).build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), app);
+    h.run();
+    assert_eq!(h.state().tab, Tab::BetaMap);
+    h.get_by_label("Open run").click();
+    h.run();
+    assert!(h.state().metrics.is_some());
+    assert_eq!(h.state().tab, Tab::Training);
+    h.get_by_label_contains("steps logged");
+    // A folder that is not a run: the dialog does not offer it, and the view stays.
+    h.state_mut().tab = Tab::Eigen;
+    h.state_mut().dialog = Some(ddl_viz::app::OpenDialog { path: common::fixture("").display().to_string() });
+    h.run();
+    assert!(h.get_by_label("Open run").accesskit_node().is_disabled());
+    assert_eq!(h.state().tab, Tab::Eigen);
+}
+
 /// The Experiment view from an experiment folder of three variants × three seeds (synthetic
 /// curves written as `ddl experiment` lays them out), opened through the app.
 #[test]
