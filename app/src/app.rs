@@ -133,6 +133,9 @@ pub struct VizApp {
     session_prompt: Option<String>,
     /// When the running generation started and how many tokens it has produced.
     gen_started: Option<(web_time::Instant, usize)>,
+    /// A trace file was opened over the running generation (which is stopped): its last tokens,
+    /// still on their way, are not the text shown and are dropped until the next one starts.
+    detached: bool,
     auto: Automation,
     /// What "Open…" does instead of the in-app path dialog (a browser's file picker).
     pub open_hook: Option<Box<dyn Fn()>>,
@@ -220,6 +223,7 @@ impl VizApp {
             seed_text: None,
             session_prompt: None,
             gen_started: None,
+            detached: false,
             auto: Automation::default(),
             open_hook: None,
             incoming: Incoming::default(),
@@ -422,6 +426,15 @@ impl VizApp {
                 self.shown = Some(format!("the trace {}{how}", file.display()));
                 self.trace = t;
                 self.sel = Selection::default();
+                // The text is the file's now: Step one token starts a new session from the
+                // prompt (it continued the last one, onto the file's tokens), and a generation
+                // still running stops, its tokens kept out of the file's (a checkpoint loading
+                // beside the trace, `--checkpoint` with `--trace`, goes on).
+                self.session_prompt = None;
+                if self.busy() && self.gen_started.is_some() {
+                    self.stop();
+                    self.detached = true;
+                }
             }
             Err(e) => self.error(e),
         }
@@ -602,6 +615,7 @@ impl VizApp {
                     }
                 }
                 Event::Started { prompt } => {
+                    self.detached = false;
                     self.gen_started = Some((web_time::Instant::now(), 0));
                     self.shown = None;
                     self.trace.clear();
@@ -609,6 +623,7 @@ impl VizApp {
                         self.trace.push(t, true);
                     }
                 }
+                Event::Token(_) if self.detached => {}
                 Event::Token(s) => {
                     let tr = s.trace.unwrap_or(TokenTrace { token: s.token, text: s.piece, ..Default::default() });
                     self.trace.push(tr, false);
@@ -619,6 +634,7 @@ impl VizApp {
                 }
                 Event::Progress(p) => self.status = p,
                 Event::Note(n) => self.messages.push((Level::Info, n)),
+                Event::Lens(_) if self.detached => {}
                 Event::Lens(l) => {
                     self.trace.lens = Some(l);
                     self.status = "logit lens computed".into();
@@ -630,13 +646,18 @@ impl VizApp {
                     // (Only the comparison the command line asked for, not later ones.)
                     // Otherwise the original continuation, so that the token strip and the other
                     // views show what was compared rather than nothing or an older text.
+                    // (Not over a trace file opened meanwhile: the view keeps the comparison.)
                     let auto_tab =
                         self.auto.started && !self.auto.done && self.auto.tab.is_some_and(|t| t != Tab::Interventions);
-                    self.show_compared(auto_tab);
+                    if !self.detached {
+                        self.show_compared(auto_tab);
+                    }
                 }
                 Event::Done { reason } => {
                     self.gen_started = None;
-                    self.status = if reason.starts_with("compared") {
+                    self.status = if std::mem::take(&mut self.detached) {
+                        format!("{reason}: showing the trace opened ({} tokens)", self.trace.len())
+                    } else if reason.starts_with("compared") {
                         format!("done: {reason} with and without the interventions")
                     } else if reason == crate::worker::COMPARISON_STOPPED {
                         reason.clone()

@@ -279,6 +279,42 @@ fn the_intervention_flow_generates_both_texts_and_measures_the_change() {
     assert!(h.query_by_label_contains("Generate replaces it").is_none());
 }
 
+/// A trace file opened after generating (or while generating) is the text shown: Step one token
+/// starts a new session from the prompt rather than continuing the last one onto the file's
+/// tokens, and a generation still running stops without its tokens joining the file's.
+#[test]
+fn a_trace_opened_is_not_continued_by_the_last_generation() {
+    let (_, _, mut h) = loaded("trace-detached");
+    let file = common::fixture("trace.safetensors");
+    let file_tokens: Vec<u32> =
+        ddl_viz::trace::TraceData::load(&file).unwrap().rows.iter().map(|r| r.trace.token).collect();
+    h.state_mut().max_tokens = 3;
+    h.get_by_label("Generate").click();
+    wait(&mut h, "generation", |a| !a.busy() && a.trace.rows.iter().any(|r| !r.prompt));
+    // (The fixture records no prompt: the prompt on the left stays the one just generated from.)
+    h.state_mut().open_trace(&file);
+    h.run();
+    assert_eq!(h.state().trace.len(), file_tokens.len());
+    h.get_by_label("Step one token").click();
+    wait(&mut h, "one step", |a| !a.busy() && a.status.starts_with("done"));
+    let t = &h.state().trace;
+    let prompt = t.rows.iter().filter(|r| r.prompt).count();
+    assert_eq!(prompt, "First Citizen:".len(), "a new session from the prompt, not the file's tokens continued");
+    assert_eq!(t.len(), prompt + 1);
+    assert!(h.state().shown.is_none(), "{:?}", h.state().shown);
+    // Opened while the model generates: the generation stops, the file's tokens alone are shown.
+    h.state_mut().max_tokens = 500;
+    h.get_by_label("Generate").click();
+    wait(&mut h, "the first tokens", |a| a.trace.rows.iter().filter(|r| !r.prompt).count() >= 2);
+    assert!(h.state().busy());
+    h.state_mut().open_trace(&file);
+    wait(&mut h, "the generation to stop", |a| !a.busy() && a.status.contains("showing the trace opened"));
+    let shown: Vec<u32> = h.state().trace.rows.iter().map(|r| r.trace.token).collect();
+    assert_eq!(shown, file_tokens, "the file's tokens and none of the generation's");
+    assert!(h.state().status.starts_with("stopped"), "{}", h.state().status);
+    assert!(h.state().messages.is_empty(), "{:?}", h.state().messages);
+}
+
 /// A trace written with its prompt and sampling settings opens with them on the left, so that
 /// Generate with the model that wrote it writes the same tokens again.
 #[test]
