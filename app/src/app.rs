@@ -83,6 +83,9 @@ struct Automation {
     tab: Option<Tab>,
     started: bool,
     done: bool,
+    /// The checkpoint given is loading: a picture without `--generate` waits for it (loaded, or
+    /// its error, which is the exit status's), not only for the first frames.
+    loading: bool,
     screenshot: Option<PathBuf>,
     requested: bool,
     frames_after_done: u32,
@@ -170,6 +173,7 @@ impl VizApp {
             app.tab = t;
         }
         if let Some(dir) = &opts.checkpoint {
+            app.auto.loading = true;
             app.open_checkpoint(dir);
         }
         if let Some(dir) = &opts.run {
@@ -595,6 +599,7 @@ impl VizApp {
                         ));
                     }
                     self.model = Some(info);
+                    self.auto.loading = false;
                     if let (Some(_), false) = (self.auto.generate, self.auto.started) {
                         self.auto.started = true;
                         self.max_tokens = self.auto.generate.unwrap_or(self.max_tokens);
@@ -676,6 +681,7 @@ impl VizApp {
                 }
                 Event::Error(e) => {
                     self.status = "error".into();
+                    self.auto.loading = false;
                     self.error(e);
                     if self.auto.screenshot.is_some() {
                         self.auto.done = true;
@@ -691,9 +697,12 @@ impl VizApp {
         ctx.all_styles_mut(|s| s.interaction.tooltip_delay = 1.0e9);
         let timed_out = self.auto.t0.is_some_and(|t| t.elapsed().as_secs() > 300);
         if timed_out && self.auto.failure.is_none() {
-            self.auto.failure = Some("timed out waiting for generation".into());
+            let what = if self.auto.loading { "the checkpoint to load" } else { "generation" };
+            self.auto.failure = Some(format!("timed out waiting for {what}"));
         }
-        let ready = self.auto.done || timed_out || (self.auto.generate.is_none() && self.auto.t0.is_some());
+        let ready = self.auto.done
+            || timed_out
+            || (self.auto.generate.is_none() && self.auto.t0.is_some() && !self.auto.loading);
         if !ready || self.auto.requested {
             if self.auto.requested && self.auto.exit && self.auto.result.lock().unwrap().is_some() {
                 ctx.send_viewport_cmd(egui::ViewportCommand::Close);

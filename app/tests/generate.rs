@@ -599,3 +599,48 @@ fn stopping_a_comparison_compares_nothing() {
     assert!(a.status.contains("nothing compared"), "{}", a.status);
     assert!(a.messages.is_empty(), "{:?}", a.messages);
 }
+
+/// `--checkpoint DIR --screenshot F` without `--generate` takes its picture once the checkpoint
+/// has loaded (it was taken five frames after the window opened, before the model was there),
+/// and a checkpoint that does not open fails the automation (exit status 1) rather than leaving
+/// a picture of "loading…" and success.
+#[test]
+fn a_screenshot_without_generate_waits_for_the_checkpoint() {
+    let dir = common::tmpdir("shot-waits");
+    let ck = common::tiny_checkpoint(&dir);
+    let bad = dir.join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("model.safetensors"), b"garbage").unwrap();
+    for (ck, ok) in [(ck, true), (bad, false)] {
+        let shot = dir.join(format!("shot-{ok}.png"));
+        let opts = Options {
+            checkpoint: Some(ck),
+            screenshot: Some(shot.clone()),
+            exit_after_screenshot: true,
+            ..Default::default()
+        };
+        // (The harness's renderer first: the app's model thread starts loading only then.)
+        let mut h = Harness::builder()
+            .with_size([800.0, 500.0])
+            .wgpu()
+            .build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), VizApp::without_worker());
+        *h.state_mut() = VizApp::new(None, opts);
+        let result = h.state().auto_result();
+        // Frame by frame, as fast as they come (the first ones come long before a model could
+        // load; once saved, the window is asked to close at every frame).
+        let t0 = Instant::now();
+        while result.lock().unwrap().is_none() {
+            assert!(t0.elapsed() < Duration::from_secs(120), "no screenshot; messages {:?}", h.state().messages);
+            h.step();
+        }
+        let r = result.lock().unwrap().clone().unwrap();
+        if ok {
+            assert!(r.is_ok(), "{r:?}");
+            assert!(h.state().model.is_some(), "the picture is of the model loaded");
+            assert!(shot.is_file());
+        } else {
+            let e = r.unwrap_err();
+            assert!(e.contains("cannot open the checkpoint"), "{e}");
+        }
+    }
+}
