@@ -665,6 +665,41 @@ fn a_chat_traces_turns_open_with_their_sampling() {
     assert!(t.notes.iter().any(|n| n.contains("turns") && n.contains("not readable")), "{:?}", t.notes);
 }
 
+/// A run that has logged one step (one that has just started training) draws its values: a line
+/// of one point was a dot of the line's width, so every plot looked empty under "1 steps logged".
+#[test]
+fn a_run_of_one_step_draws_its_values() {
+    let run = common::tmpdir("one-step").join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(
+        run.join("metrics.jsonl"),
+        "{\"step\":1,\"loss\":4.0,\"lr\":0.001,\"grad_norm\":1.5,\"beta_mean\":[0.5,1.0]}\n",
+    )
+    .unwrap();
+    let m = Metrics::open(&run).unwrap();
+    let mut h = Harness::builder().with_size([1000.0, 600.0]).wgpu().build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::dashboard::show(ui, Some(&m)));
+    });
+    h.run();
+    let img = h.render().unwrap();
+    let ppp = h.ctx.pixels_per_point();
+    // Pixels of a series' colour below its legend entry (whose swatch has that colour too).
+    let drawn = |name: &str, c: egui::Color32| {
+        let below = (h.get_by_label(name).rect().bottom() + 4.0) * ppp;
+        let near = |p: &image::Rgba<u8>| (0..3).all(|i| (p.0[i] as i32 - [c.r(), c.g(), c.b()][i] as i32).abs() <= 4);
+        img.enumerate_pixels().filter(|(_, y, p)| *y as f32 > below && near(p)).count()
+    };
+    for (name, c) in [
+        ("train loss", egui::Color32::from_rgb(90, 160, 240)),
+        ("learning rate", egui::Color32::from_rgb(150, 200, 120)),
+        ("grad norm", egui::Color32::from_rgb(200, 120, 220)),
+        ("block 0 attn", ddl_viz::colors::layer_color(0, 2)),
+    ] {
+        let n = drawn(name, c);
+        assert!(n >= 10, "{name}: {n} pixels of its colour in its plot");
+    }
+}
+
 /// A run whose loss was not a finite number at some steps (logged as null, as `ddl train
 /// --skip-nonfinite` writes them) says so in its header: the last loss as not finite and how many
 /// steps are gaps (the header dropped the last loss without a word and the gaps went unexplained).
