@@ -270,6 +270,51 @@ fn the_beta_map_of_many_blocks_scrolls_to_its_last_sublayer() {
     assert!(h.query_by_label_contains("block 23 MLP").is_some());
 }
 
+/// A traced write whose β is not a finite number (a model whose numbers overflow, generating
+/// live) is named as such: the β map's hover said "no trace for this token" and the eigenvalue
+/// table left its row out.
+#[test]
+fn a_beta_that_is_not_finite_is_named_not_called_untraced() {
+    let mut data = TraceData::new(1, 2, 1);
+    for t in 0..3 {
+        data.push(
+            ddl::generate::TokenTrace {
+                token: t,
+                text: "a".into(),
+                beta: vec![if t == 1 { f32::NAN } else { 0.25 }, 1.0],
+                k: vec![1.0, 0.0, 0.0, 1.0],
+                v: vec![0.5; 2],
+                ktx: vec![0.25; 2],
+                write: vec![0.1; 2],
+                score: None,
+            },
+            false,
+        );
+    }
+    assert!(data.has(1) && data.beta(1, 0).is_none());
+    let mut h = Harness::builder().with_size([900.0, 300.0]).build_ui_state(
+        |ui, sel: &mut Selection| {
+            egui::CentralPanel::default().show(ui, |ui| panels::beta_map::show(ui, &data, sel));
+        },
+        Selection::default(),
+    );
+    h.run();
+    let cell0: egui::Rect = h.ctx.data(|d| d.get_temp(panels::beta_map::cell_rect_id())).expect("the map was drawn");
+    h.hover_at(cell0.center() + egui::vec2(cell0.width(), 0.0));
+    h.run_steps(8);
+    assert!(h.query_by_label_contains("β is not a finite number").is_some());
+    assert!(h.query_by_label_contains("no trace for this token").is_none());
+    // The eigenvalue table of that token: its row, marked.
+    let sel = Selection { token: Some(1), sublayer: 0 };
+    let h = Harness::builder().with_size([1000.0, 700.0]).build_ui_state(
+        |ui, sel: &mut Selection| {
+            egui::CentralPanel::default().show(ui, |ui| panels::eigen::show(ui, &data, sel));
+        },
+        sel,
+    );
+    h.get_by_label("not finite");
+}
+
 #[test]
 fn the_open_dialog_opens_a_trace_and_reports_bad_paths() {
     let mut app = VizApp::without_worker();

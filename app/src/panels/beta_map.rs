@@ -130,6 +130,10 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
                         ui.label(format!("β = {b:.4}    1−β = {:.4}", 1.0 - b));
                         ui.label(format!("regime: {}", colors::REGIMES[regime_index(b)]));
                     }
+                    // (A traced write whose β overflowed: the model's numbers, not a missing trace.)
+                    None if data.has(t) => {
+                        ui.label("β is not a finite number (NaN or infinite: the model's numbers overflowed)");
+                    }
                     None => {
                         ui.label("no trace for this token");
                     }
