@@ -710,6 +710,36 @@ fn a_chat_traces_turns_open_with_their_sampling() {
     assert!(t.notes.iter().any(|n| n.contains("turns") && n.contains("not readable")), "{:?}", t.notes);
 }
 
+/// A run that diverged (`ddl experiment` writes its final loss as null) is named and left out
+/// of the Experiment table, as the experiment's report does: it took the run's last periodic
+/// evaluation instead, declared the table's losses "measured differently" and counted that loss.
+#[test]
+fn a_diverged_run_is_left_out_of_the_experiment_table_and_named() {
+    let exp = common::tmpdir("diverged").join("exp");
+    for (seed, loss) in [(1, "1.5"), (2, "1.7"), (3, "null")] {
+        let d = exp.join("runs").join(format!("ddl-seed{seed}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("metrics.jsonl"), "{\"step\":10,\"val_loss\":2.0}\n").unwrap();
+        std::fs::write(
+            d.join("result.json"),
+            format!("{{\"variant\":\"ddl\",\"seed\":{seed},\"final_val_loss\":{loss},\"val_tokens\":100}}"),
+        )
+        .unwrap();
+    }
+    let e = ddl_viz::experiment::Experiment::open(&exp).unwrap();
+    assert_eq!(e.mixed(), None, "every final loss is result.json's");
+    let s = e.summary();
+    assert!(s.len() == 1 && s[0].runs == 2 && (s[0].mean - 1.6).abs() < 1e-12, "{s:?}");
+    let h = Harness::builder().with_size([900.0, 560.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::experiment::show(ui, Some(&e)));
+    });
+    h.get_by_label("1.6000");
+    h.get_by_label_contains(
+        "Left out of the table, diverged (a final validation loss that is not a finite number): ddl-seed3",
+    );
+    assert!(h.query_by_label_contains("Not comparable").is_none());
+}
+
 /// A run that has logged one step (one that has just started training) draws its values: a line
 /// of one point was a dot of the line's width, so every plot looked empty under "1 steps logged".
 #[test]
