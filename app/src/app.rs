@@ -121,6 +121,9 @@ pub struct VizApp {
     /// The curves shown are those of the checkpoint opened (its run's), not of a run opened as
     /// one (`--run`, Open…): the next checkpoint's replace them.
     metrics_of_checkpoint: bool,
+    /// A checkpoint being loaded and its run's folder (if it has one): its curves replace those
+    /// shown once it has loaded (one that fails to load leaves them, as it leaves the model).
+    pending_curves: Option<(PathBuf, Option<PathBuf>)>,
     /// The runs of the Experiment view.
     pub experiment: Option<crate::experiment::Experiment>,
     pub messages: Vec<(Level, String)>,
@@ -218,6 +221,7 @@ impl VizApp {
             tab: Tab::default(),
             metrics: None,
             metrics_of_checkpoint: false,
+            pending_curves: None,
             experiment: None,
             messages: Vec::new(),
             status: String::new(),
@@ -267,8 +271,8 @@ impl VizApp {
             }
             None => self.error("no model thread in this view"),
         }
-        // A run directory is also a checkpoint: show its training curves too (a kept checkpoint,
-        // RUN/checkpoints/NAME, its run's).
+        // A run directory is also a checkpoint: its training curves are shown too, once it has
+        // loaded (a kept checkpoint, RUN/checkpoints/NAME: its run's).
         let run = if dir.join("metrics.jsonl").exists() {
             Some(dir.to_path_buf())
         } else {
@@ -278,7 +282,13 @@ impl VizApp {
                 .filter(|r| r.join("metrics.jsonl").is_file())
                 .map(Path::to_path_buf)
         };
-        // (Curves of a run opened as one stay; those of an earlier checkpoint go.)
+        self.pending_curves = Some((dir.to_path_buf(), run));
+    }
+
+    /// The curves of the checkpoint `dir` just loaded (those of a run opened as one stay; those
+    /// of an earlier checkpoint go).
+    fn show_checkpoint_curves(&mut self, dir: &Path) {
+        let Some((_, run)) = self.pending_curves.take_if(|(d, _)| d == dir) else { return };
         if self.metrics.is_none() || self.metrics_of_checkpoint {
             self.metrics = None;
             if let Some(run) = run {
@@ -556,6 +566,8 @@ impl VizApp {
             match e {
                 Event::Loading(d) => self.status = format!("loading {}…", d.display()),
                 Event::Loaded(info) => {
+                    // (First: the status line says what loaded, not the run's curves followed.)
+                    self.show_checkpoint_curves(&info.dir);
                     let c = &info.config;
                     // A trace opened with --trace stays until the model generates (a model of
                     // another shape says so); otherwise the model starts with an empty one.

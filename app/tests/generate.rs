@@ -205,17 +205,51 @@ fn each_checkpoint_opened_shows_its_own_runs_curves() {
     std::fs::create_dir_all(&lone).unwrap();
     std::fs::copy(b.join("model.safetensors"), lone.join("model.safetensors")).unwrap();
     let mut app = VizApp::new(None, Options { checkpoint: Some(a.clone()), ..Default::default() });
-    let dir = |app: &VizApp| app.metrics.as_ref().map(|m| m.dir.clone());
-    assert_eq!(dir(&app), Some(a.clone()));
+    let dir = |app: &mut VizApp| {
+        settle(app);
+        app.metrics.as_ref().map(|m| m.dir.clone())
+    };
+    assert_eq!(dir(&mut app), Some(a.clone()));
     app.open_checkpoint(&b);
-    assert_eq!(dir(&app), Some(b.clone()), "the second checkpoint's run");
+    assert_eq!(dir(&mut app), Some(b.clone()), "the second checkpoint's run");
     app.open_checkpoint(&lone);
-    assert_eq!(dir(&app), None, "a checkpoint without a run shows no other run's curves");
+    assert_eq!(dir(&mut app), None, "a checkpoint without a run shows no other run's curves");
     app.open_run(&a);
     app.open_checkpoint(&b);
-    assert_eq!(dir(&app), Some(a.clone()), "a run opened as one stays");
-    let app = VizApp::new(None, Options { checkpoint: Some(b), run: Some(a.clone()), ..Default::default() });
-    assert_eq!(dir(&app), Some(a));
+    assert_eq!(dir(&mut app), Some(a.clone()), "a run opened as one stays");
+    let mut app = VizApp::new(None, Options { checkpoint: Some(b), run: Some(a.clone()), ..Default::default() });
+    assert_eq!(dir(&mut app), Some(a));
+}
+
+/// Applies the model thread's events until it is idle.
+fn settle(app: &mut VizApp) {
+    let t0 = Instant::now();
+    while app.busy() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "the model thread stays busy");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    app.poll();
+}
+
+/// A checkpoint that does not load leaves the curves shown as it leaves the model: they were
+/// replaced by those of its run beside the model still open ("… stays open"), a run's curves
+/// under another run's model.
+#[test]
+fn a_checkpoint_that_does_not_load_leaves_the_curves_shown() {
+    let a = common::tiny_checkpoint(Path::new(""));
+    let broken = common::tmpdir("broken-run").join("run");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(broken.join("metrics.jsonl"), "{\"step\":1,\"loss\":4.0}\n").unwrap();
+    std::fs::write(broken.join("model.safetensors"), b"cut short").unwrap();
+    let mut app = VizApp::new(None, Options { checkpoint: Some(a.clone()), ..Default::default() });
+    settle(&mut app);
+    assert_eq!(app.metrics.as_ref().map(|m| m.dir.clone()), Some(a.clone()));
+    app.open_checkpoint(&broken);
+    settle(&mut app);
+    let m = &app.messages;
+    assert!(m.len() == 1 && m[0].1.contains("cannot open the checkpoint") && m[0].1.contains("stays open"), "{m:?}");
+    assert_eq!(app.model.as_ref().map(|m| m.dir.clone()), Some(a.clone()));
+    assert_eq!(app.metrics.as_ref().map(|m| m.dir.clone()), Some(a), "the model's run, not the broken one's");
 }
 
 /// The Interventions view with the model thread: choose identity for one write, Generate both,
