@@ -366,7 +366,19 @@ impl TraceData {
         let (_, ktx) = get("ktx")?;
         let (_, write) = get("write")?;
         let (_, tokens) = get("tokens")?;
-        let bad = || format!("{}: inconsistent tensor shapes", path.display());
+        // (What the shapes are and what they must be: a trace of another writer, or a damaged one.)
+        let bad = || {
+            format!(
+                "{}: the tensors' shapes do not agree (beta {bs:?}, k {ks:?}, v {vs:?}, ktx {} values, write {} \
+                 values, tokens {} values; a trace of T tokens and S sublayers, S even, has beta [T, S], k [T, S, d], \
+                 v [T, S, d_v], ktx T·S·d_v values, write T·S and tokens T): not a trace as `ddl generate --trace` \
+                 writes it; write it again",
+                path.display(),
+                ktx.len(),
+                write.len(),
+                tokens.len()
+            )
+        };
         if bs.len() != 2 || ks.len() != 3 || vs.len() != 3 {
             return Err(bad());
         }

@@ -475,6 +475,31 @@ fn v16(data: &[u8; 16]) -> safetensors::tensor::TensorView<'_> {
     safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4], data).unwrap()
 }
 
+/// A trace whose tensors do not agree (another writer's, or a damaged one: here one token fewer
+/// than the writes) is named with the shapes it has and those a trace has, and what to do: the
+/// message was "inconsistent tensor shapes", with nothing to go on.
+#[test]
+fn a_trace_whose_shapes_disagree_says_what_they_are_and_must_be() {
+    let dir = common::tmpdir("trace-shapes");
+    let bytes = std::fs::read(common::fixture("trace.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let short = vec![0u8; 47 * 4];
+    let tensors: Vec<(String, safetensors::tensor::TensorView)> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, t)| match n.as_str() {
+            "tokens" => (n.to_string(), safetensors::tensor::TensorView::new(t.dtype(), vec![47], &short).unwrap()),
+            _ => (n.to_string(), t),
+        })
+        .collect();
+    let f = dir.join("short.safetensors");
+    std::fs::write(&f, safetensors::serialize(tensors, None).unwrap()).unwrap();
+    let e = TraceData::load(&f).unwrap_err();
+    assert!(e.starts_with(&f.display().to_string()), "{e}");
+    assert!(e.contains("beta [48, 4]") && e.contains("tokens 47 values") && e.contains("tokens T)"), "{e}");
+    assert!(e.contains("write it again"), "{e}");
+}
+
 /// A trace of another format version, a trace's JSON summary and a model's parameters opened as
 /// traces are messages that say what to open instead.
 #[test]
