@@ -352,10 +352,14 @@ impl TraceData {
                 path.display()
             ));
         }
+        // (A trace holds beta, k, v, ktx, write and tokens, all F32: one that does not was written
+        // by something else, or damaged.)
+        const REMEDY: &str = "a trace as `ddl generate --trace` writes it holds beta, k, v, ktx, write and tokens, \
+                              all F32; write it again";
         let get = |name: &str| -> Result<(Vec<usize>, Vec<f32>), String> {
-            let t = st.tensor(name).map_err(|_| format!("{}: tensor '{name}' is missing", path.display()))?;
+            let t = st.tensor(name).map_err(|_| format!("{}: tensor '{name}' is missing: {REMEDY}", path.display()))?;
             if t.dtype() != safetensors::Dtype::F32 {
-                return Err(format!("{}: tensor '{name}' is not F32", path.display()));
+                return Err(format!("{}: tensor '{name}' is {:?}, not F32: {REMEDY}", path.display(), t.dtype()));
             }
             let data = t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
             Ok((t.shape().to_vec(), data))

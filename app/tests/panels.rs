@@ -477,7 +477,8 @@ fn v16(data: &[u8; 16]) -> safetensors::tensor::TensorView<'_> {
 
 /// A trace whose tensors do not agree (another writer's, or a damaged one: here one token fewer
 /// than the writes) is named with the shapes it has and those a trace has, and what to do: the
-/// message was "inconsistent tensor shapes", with nothing to go on.
+/// message was "inconsistent tensor shapes", with nothing to go on. So is one that lacks a tensor
+/// or holds one of another type ("tensor 'k' is missing", "… is not F32", without a remedy).
 #[test]
 fn a_trace_whose_shapes_disagree_says_what_they_are_and_must_be() {
     let dir = common::tmpdir("trace-shapes");
@@ -498,6 +499,25 @@ fn a_trace_whose_shapes_disagree_says_what_they_are_and_must_be() {
     assert!(e.starts_with(&f.display().to_string()), "{e}");
     assert!(e.contains("beta [48, 4]") && e.contains("tokens 47 values") && e.contains("tokens T)"), "{e}");
     assert!(e.contains("write it again"), "{e}");
+    // A tensor missing, or of another type: named, with what a trace holds and what to do.
+    for (name, what) in [("k", "tensor 'k' is missing"), ("write", "tensor 'write' is I32, not F32")] {
+        let tensors: Vec<(String, safetensors::tensor::TensorView)> = st
+            .tensors()
+            .into_iter()
+            .filter(|(n, _)| name != "k" || n != "k")
+            .map(|(n, t)| match n.as_str() {
+                "write" if name == "write" => (
+                    n.to_string(),
+                    safetensors::tensor::TensorView::new(safetensors::Dtype::I32, t.shape().to_vec(), t.data())
+                        .unwrap(),
+                ),
+                _ => (n.to_string(), t),
+            })
+            .collect();
+        std::fs::write(&f, safetensors::serialize(tensors, None).unwrap()).unwrap();
+        let e = TraceData::load(&f).unwrap_err();
+        assert!(e.contains(what) && e.contains("all F32; write it again"), "{e}");
+    }
 }
 
 /// A trace of another format version, a trace's JSON summary and a model's parameters opened as
