@@ -786,7 +786,7 @@ fn a_diverged_run_is_left_out_of_the_experiment_table_and_named() {
 }
 
 /// A run that has logged one step (one that has just started training) draws its values: a line
-/// of one point was a dot of the line's width, so every plot looked empty under "1 steps logged".
+/// of one point was a dot of the line's width, so every plot looked empty under "1 step logged".
 #[test]
 fn a_run_of_one_step_draws_its_values() {
     let run = common::tmpdir("one-step").join("run");
@@ -846,7 +846,7 @@ fn the_dashboard_names_losses_that_are_not_finite() {
     let h = Harness::builder().with_size([1000.0, 500.0]).build_ui(|ui| {
         egui::CentralPanel::default().show(ui, |ui| panels::dashboard::show(ui, Some(&m)));
     });
-    h.get_by_label_contains("1 steps logged, last loss 4.0000");
+    h.get_by_label_contains("1 step logged, last loss 4.0000");
     assert!(h.query_by_label_contains("not a finite number").is_none());
 }
 
