@@ -124,6 +124,9 @@ pub struct VizApp {
     /// A checkpoint being loaded and its run's folder (if it has one): its curves replace those
     /// shown once it has loaded (one that fails to load leaves them, as it leaves the model).
     pending_curves: Option<(PathBuf, Option<PathBuf>)>,
+    /// The tokens whose logit lens the model thread computes: the lens is the text's only while
+    /// the text shown is still those tokens (a trace opened meanwhile is another text).
+    lens_of: Option<Vec<u32>>,
     /// The runs of the Experiment view.
     pub experiment: Option<crate::experiment::Experiment>,
     pub messages: Vec<(Level, String)>,
@@ -222,6 +225,7 @@ impl VizApp {
             metrics: None,
             metrics_of_checkpoint: false,
             pending_curves: None,
+            lens_of: None,
             experiment: None,
             messages: Vec::new(),
             status: String::new(),
@@ -493,6 +497,7 @@ impl VizApp {
         // the lens reads them in the context generation gave them, the prompt first.
         let t = &self.trace;
         let prompt = t.prompt.clone().filter(|p| !p.is_empty() && t.rows.iter().all(|r| !r.prompt));
+        self.lens_of = Some(tokens.clone());
         self.send(Command::Lens { prompt, tokens });
         self.status = "computing the logit lens…".into();
     }
@@ -653,8 +658,12 @@ impl VizApp {
                 Event::Note(n) => self.messages.push((Level::Info, n)),
                 Event::Lens(_) if self.detached => {}
                 Event::Lens(l) => {
-                    self.trace.lens = Some(l);
-                    self.status = "logit lens computed".into();
+                    // (The lens of a text no longer shown is dropped: the button offers this one's.)
+                    let of = self.lens_of.take();
+                    if of.is_some_and(|of| of.iter().eq(self.trace.rows.iter().map(|r| &r.trace.token))) {
+                        self.trace.lens = Some(l);
+                        self.status = "logit lens computed".into();
+                    }
                 }
                 Event::Compared(c) => {
                     self.interventions.comparison = Some(c);

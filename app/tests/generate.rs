@@ -573,6 +573,33 @@ fn the_logit_lens_view_computes_the_texts_lens_on_the_model_thread() {
     assert!(h.state().trace.lens.is_none());
 }
 
+/// A lens that arrives after another text was opened is not that text's: a trace opened while
+/// the lens was computed got it as its own (a text of the same length showed another text's
+/// lens as computed).
+#[test]
+fn a_lens_computed_for_a_text_no_longer_shown_is_not_kept() {
+    let (_dir, _ck, mut h) = loaded("lens-other-text");
+    let file = common::fixture("trace.safetensors");
+    let n = ddl_viz::trace::TraceData::load(&file).unwrap().len();
+    // A text as long as the trace file's: the prompt's 14 characters and the rest generated.
+    h.state_mut().max_tokens = n - "First Citizen:".len();
+    h.get_by_label("Generate").click();
+    wait(&mut h, "generation", |a| !a.busy() && a.status.starts_with("done"));
+    assert_eq!(h.state().trace.len(), n, "the test needs a text of the file's length");
+    // Compute, and open the trace before the lens comes back.
+    h.state_mut().compute_lens();
+    h.state_mut().open_trace(&file);
+    wait(&mut h, "the lens", |a| !a.busy() && a.status.starts_with("done: lens"));
+    assert_eq!(h.state().trace.len(), n);
+    assert!(h.state().trace.lens.is_none(), "the generated text's lens on the file's tokens");
+    h.state_mut().tab = ddl_viz::app::Tab::Lens;
+    h.run();
+    // Computed for the file, it is the file's.
+    h.get_by_label("Compute the lens").click();
+    wait(&mut h, "the file's lens", |a| !a.busy() && a.trace.lens.is_some());
+    assert!(h.state().messages.is_empty(), "{:?}", h.state().messages);
+}
+
 fn lens_len(a: &VizApp) -> usize {
     a.trace.lens.as_ref().map_or(0, |l| l.logprob.len())
 }
