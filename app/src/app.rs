@@ -127,6 +127,8 @@ pub struct VizApp {
     /// The tokens whose logit lens the model thread computes: the lens is the text's only while
     /// the text shown is still those tokens (a trace opened meanwhile is another text).
     lens_of: Option<Vec<u32>>,
+    /// A comparison (*Generate both*) is running: its texts replace the text shown when done.
+    comparing: bool,
     /// The runs of the Experiment view.
     pub experiment: Option<crate::experiment::Experiment>,
     pub messages: Vec<(Level, String)>,
@@ -226,6 +228,7 @@ impl VizApp {
             metrics_of_checkpoint: false,
             pending_curves: None,
             lens_of: None,
+            comparing: false,
             experiment: None,
             messages: Vec::new(),
             status: String::new(),
@@ -446,10 +449,11 @@ impl VizApp {
                 self.sel = Selection::default();
                 // The text is the file's now: Step one token starts a new session from the
                 // prompt (it continued the last one, onto the file's tokens), and a generation
-                // still running stops, its tokens kept out of the file's (a checkpoint loading
-                // beside the trace, `--checkpoint` with `--trace`, goes on).
+                // still running stops, its tokens kept out of the file's, as does a comparison,
+                // whose texts would replace the file's (a checkpoint loading beside the trace,
+                // `--checkpoint` with `--trace`, goes on).
                 self.session_prompt = None;
-                if self.busy() && self.gen_started.is_some() {
+                if self.busy() && (self.gen_started.is_some() || self.comparing) {
                     self.stop();
                     self.detached = true;
                 }
@@ -530,6 +534,7 @@ impl VizApp {
             return;
         }
         self.session_prompt = None;
+        self.comparing = true;
         // (The flag goes with the specs as given: the view's own choices keep β in [0, 2].)
         let allow_out_of_range = self.interventions.allow_out_of_range && specs == self.interventions.given;
         self.send(Command::Compare {
@@ -681,6 +686,7 @@ impl VizApp {
                 }
                 Event::Done { reason } => {
                     self.gen_started = None;
+                    self.comparing = false;
                     self.status = if std::mem::take(&mut self.detached) {
                         format!("{reason}: showing the trace opened ({} tokens)", self.trace.len())
                     } else if reason.starts_with("compared") {

@@ -349,6 +349,26 @@ fn a_trace_opened_is_not_continued_by_the_last_generation() {
     assert!(h.state().messages.is_empty(), "{:?}", h.state().messages);
 }
 
+/// A trace opened while a comparison (*Generate both*) runs stays the text shown: the comparison
+/// stops, and its texts no longer replace the file's when it ends.
+#[test]
+fn a_trace_opened_during_a_comparison_stays_shown() {
+    let (_, _, mut h) = loaded("trace-during-compare");
+    let file = common::fixture("trace.safetensors");
+    let file_tokens: Vec<u32> =
+        ddl_viz::trace::TraceData::load(&file).unwrap().rows.iter().map(|r| r.trace.token).collect();
+    h.state_mut().max_tokens = 300;
+    h.state_mut().compare(vec!["block0.mlp:beta=0".into()]);
+    wait(&mut h, "the comparison to start", |a| a.status.starts_with("comparing:"));
+    h.state_mut().open_trace(&file);
+    wait(&mut h, "the comparison to end", |a| !a.busy() && !a.status.starts_with("comparing:"));
+    let shown: Vec<u32> = h.state().trace.rows.iter().map(|r| r.trace.token).collect();
+    assert_eq!(shown, file_tokens, "the file's tokens, not a comparison's");
+    assert!(h.state().status.contains("showing the trace opened"), "{}", h.state().status);
+    assert!(h.state().shown.as_deref().is_some_and(|s| s.starts_with("the trace")), "{:?}", h.state().shown);
+    assert!(h.state().messages.is_empty(), "{:?}", h.state().messages);
+}
+
 /// A trace written with its prompt and sampling settings opens with them on the left, so that
 /// Generate with the model that wrote it writes the same tokens again.
 #[test]
