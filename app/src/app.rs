@@ -852,6 +852,11 @@ impl VizApp {
                 ui.add(egui::Label::new(m).wrap());
             });
         }
+        // (The latest four are shown: the others are counted, not hidden without a word.)
+        let earlier = self.messages.len().saturating_sub(4);
+        if earlier > 0 {
+            ui.weak(format!("{earlier} earlier message(s): dismiss these (x) to read them"));
+        }
         if let Some(i) = remove {
             self.messages.remove(i);
         }

@@ -368,6 +368,26 @@ fn opening_a_run_shows_its_dashboard() {
     assert_eq!(h.state().tab, Tab::Eigen);
 }
 
+/// The message area shows the latest four messages and counts the others (a fifth error was
+/// hidden without a word until one above it was dismissed).
+#[test]
+fn messages_beyond_the_four_shown_are_counted() {
+    let mut app = VizApp::without_worker();
+    for i in 0..6 {
+        app.error(format!("error number {i}"));
+    }
+    let mut h =
+        Harness::builder().with_size([1280.0, 800.0]).build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), app);
+    h.run();
+    assert!(h.query_by_label("error number 5").is_some() && h.query_by_label("error number 1").is_none());
+    h.get_by_label("2 earlier message(s): dismiss these (x) to read them");
+    // Dismissing the latest shows the one before the four.
+    h.get_all_by_label("x").next().unwrap().click();
+    h.run();
+    assert!(h.query_by_label("error number 5").is_none() && h.query_by_label("error number 1").is_some());
+    h.get_by_label("1 earlier message(s): dismiss these (x) to read them");
+}
+
 /// The Experiment view from an experiment folder of three variants × three seeds (synthetic
 /// curves written as `ddl experiment` lays them out), opened through the app.
 #[test]
