@@ -272,7 +272,7 @@ fn the_beta_map_of_many_blocks_scrolls_to_its_last_sublayer() {
 
 /// A traced write whose β is not a finite number (a model whose numbers overflow, generating
 /// live) is named as such: the β map's hover said "no trace for this token" and the eigenvalue
-/// table left its row out.
+/// and write strength tables left its row out.
 #[test]
 fn a_beta_that_is_not_finite_is_named_not_called_untraced() {
     let mut data = TraceData::new(1, 2, 1);
@@ -309,6 +309,14 @@ fn a_beta_that_is_not_finite_is_named_not_called_untraced() {
     let h = Harness::builder().with_size([1000.0, 700.0]).build_ui_state(
         |ui, sel: &mut Selection| {
             egui::CentralPanel::default().show(ui, |ui| panels::eigen::show(ui, &data, sel));
+        },
+        sel.clone(),
+    );
+    h.get_by_label("not finite");
+    // The write strength table too.
+    let h = Harness::builder().with_size([1000.0, 700.0]).build_ui_state(
+        |ui, sel: &mut Selection| {
+            egui::CentralPanel::default().show(ui, |ui| panels::writes::show(ui, &data, sel));
         },
         sel,
     );
