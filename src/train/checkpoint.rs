@@ -558,6 +558,7 @@ fn not_a_run(dir: &Path) -> String {
         );
     }
     if dir.join("metrics.jsonl").is_file() {
+        #[cfg(feature = "native")]
         if let Some((pid, host)) = super::lock::holder(dir) {
             return format!(
                 "; a run is training in '{shown}' now (process {pid} on {host}) and has saved no checkpoint yet: wait \
