@@ -349,11 +349,16 @@ fn note_edited_config(saved: &ddl::train::RunConfig, dir: &std::path::Path) {
 
 /// The model config of the checkpoint `--init-from` names, or what is wrong with it.
 fn init_config(ck: &std::path::Path) -> Result<ddl::model::ModelConfig> {
-    ddl::train::checkpoint::saved_config(ck).map_err(|e| {
-        anyhow::anyhow!(
+    use ddl::train::checkpoint::{CheckpointError, MODEL_FILE};
+    ddl::train::checkpoint::saved_config(ck).map_err(|e| match e {
+        // (A missing model file's message says what the folder is and what to give.)
+        CheckpointError::MissingFile(ref f) if f.ends_with(MODEL_FILE) => {
+            anyhow::anyhow!("--init-from {}: {e}", ck.display())
+        }
+        e => anyhow::anyhow!(
             "--init-from {}: {e} (give a `ddl train --out` folder or one of its checkpoints/ folders)",
             ck.display()
-        )
+        ),
     })
 }
 

@@ -83,6 +83,9 @@ struct Automation {
     tab: Option<Tab>,
     started: bool,
     done: bool,
+    /// The checkpoint given is loading: a picture without `--generate` waits for it (loaded, or
+    /// its error, which is the exit status's), not only for the first frames.
+    loading: bool,
     screenshot: Option<PathBuf>,
     requested: bool,
     frames_after_done: u32,
@@ -118,6 +121,14 @@ pub struct VizApp {
     /// The curves shown are those of the checkpoint opened (its run's), not of a run opened as
     /// one (`--run`, Open…): the next checkpoint's replace them.
     metrics_of_checkpoint: bool,
+    /// A checkpoint being loaded and its run's folder (if it has one): its curves replace those
+    /// shown once it has loaded (one that fails to load leaves them, as it leaves the model).
+    pending_curves: Option<(PathBuf, Option<PathBuf>)>,
+    /// The tokens whose logit lens the model thread computes: the lens is the text's only while
+    /// the text shown is still those tokens (a trace opened meanwhile is another text).
+    lens_of: Option<Vec<u32>>,
+    /// A comparison (*Generate both*) is running: its texts replace the text shown when done.
+    comparing: bool,
     /// The runs of the Experiment view.
     pub experiment: Option<crate::experiment::Experiment>,
     pub messages: Vec<(Level, String)>,
@@ -133,6 +144,9 @@ pub struct VizApp {
     session_prompt: Option<String>,
     /// When the running generation started and how many tokens it has produced.
     gen_started: Option<(web_time::Instant, usize)>,
+    /// A trace file was opened over the running generation (which is stopped): its last tokens,
+    /// still on their way, are not the text shown and are dropped until the next one starts.
+    detached: bool,
     auto: Automation,
     /// What "Open…" does instead of the in-app path dialog (a browser's file picker).
     pub open_hook: Option<Box<dyn Fn()>>,
@@ -167,6 +181,7 @@ impl VizApp {
             app.tab = t;
         }
         if let Some(dir) = &opts.checkpoint {
+            app.auto.loading = true;
             app.open_checkpoint(dir);
         }
         if let Some(dir) = &opts.run {
@@ -211,6 +226,9 @@ impl VizApp {
             tab: Tab::default(),
             metrics: None,
             metrics_of_checkpoint: false,
+            pending_curves: None,
+            lens_of: None,
+            comparing: false,
             experiment: None,
             messages: Vec::new(),
             status: String::new(),
@@ -220,6 +238,7 @@ impl VizApp {
             seed_text: None,
             session_prompt: None,
             gen_started: None,
+            detached: false,
             auto: Automation::default(),
             open_hook: None,
             incoming: Incoming::default(),
@@ -259,8 +278,8 @@ impl VizApp {
             }
             None => self.error("no model thread in this view"),
         }
-        // A run directory is also a checkpoint: show its training curves too (a kept checkpoint,
-        // RUN/checkpoints/NAME, its run's).
+        // A run directory is also a checkpoint: its training curves are shown too, once it has
+        // loaded (a kept checkpoint, RUN/checkpoints/NAME: its run's).
         let run = if dir.join("metrics.jsonl").exists() {
             Some(dir.to_path_buf())
         } else {
@@ -270,7 +289,13 @@ impl VizApp {
                 .filter(|r| r.join("metrics.jsonl").is_file())
                 .map(Path::to_path_buf)
         };
-        // (Curves of a run opened as one stay; those of an earlier checkpoint go.)
+        self.pending_curves = Some((dir.to_path_buf(), run));
+    }
+
+    /// The curves of the checkpoint `dir` just loaded (those of a run opened as one stay; those
+    /// of an earlier checkpoint go).
+    fn show_checkpoint_curves(&mut self, dir: &Path) {
+        let Some((_, run)) = self.pending_curves.take_if(|(d, _)| d == dir) else { return };
         if self.metrics.is_none() || self.metrics_of_checkpoint {
             self.metrics = None;
             if let Some(run) = run {
@@ -319,7 +344,7 @@ impl VizApp {
                 } else if kind.trace {
                     self.open_trace(&dir);
                 } else if kind.run {
-                    self.open_run(&dir);
+                    self.open_run_view(&dir);
                 } else {
                     self.error(format!(
                         "{}: not a checkpoint (a folder with model.safetensors, or that file), a run or a trace file",
@@ -344,6 +369,15 @@ impl VizApp {
                 self.metrics_of_checkpoint = false;
             }
             Err(e) => self.error(e),
+        }
+    }
+
+    /// Opens a run as the user asked for it (Open run, a dropped run folder): its dashboard is
+    /// shown, as an experiment opened is (the view stayed where it was, the curves out of sight).
+    fn open_run_view(&mut self, dir: &Path) {
+        self.open_run(dir);
+        if self.metrics.as_ref().is_some_and(|m| m.dir == dir) {
+            self.tab = Tab::Training;
         }
     }
 
@@ -413,6 +447,16 @@ impl VizApp {
                 self.shown = Some(format!("the trace {}{how}", file.display()));
                 self.trace = t;
                 self.sel = Selection::default();
+                // The text is the file's now: Step one token starts a new session from the
+                // prompt (it continued the last one, onto the file's tokens), and a generation
+                // still running stops, its tokens kept out of the file's, as does a comparison,
+                // whose texts would replace the file's (a checkpoint loading beside the trace,
+                // `--checkpoint` with `--trace`, goes on).
+                self.session_prompt = None;
+                if self.busy() && (self.gen_started.is_some() || self.comparing) {
+                    self.stop();
+                    self.detached = true;
+                }
             }
             Err(e) => self.error(e),
         }
@@ -457,6 +501,7 @@ impl VizApp {
         // the lens reads them in the context generation gave them, the prompt first.
         let t = &self.trace;
         let prompt = t.prompt.clone().filter(|p| !p.is_empty() && t.rows.iter().all(|r| !r.prompt));
+        self.lens_of = Some(tokens.clone());
         self.send(Command::Lens { prompt, tokens });
         self.status = "computing the logit lens…".into();
     }
@@ -489,6 +534,7 @@ impl VizApp {
             return;
         }
         self.session_prompt = None;
+        self.comparing = true;
         // (The flag goes with the specs as given: the view's own choices keep β in [0, 2].)
         let allow_out_of_range = self.interventions.allow_out_of_range && specs == self.interventions.given;
         self.send(Command::Compare {
@@ -530,6 +576,8 @@ impl VizApp {
             match e {
                 Event::Loading(d) => self.status = format!("loading {}…", d.display()),
                 Event::Loaded(info) => {
+                    // (First: the status line says what loaded, not the run's curves followed.)
+                    self.show_checkpoint_curves(&info.dir);
                     let c = &info.config;
                     // A trace opened with --trace stays until the model generates (a model of
                     // another shape says so); otherwise the model starts with an empty one.
@@ -573,6 +621,7 @@ impl VizApp {
                         ));
                     }
                     self.model = Some(info);
+                    self.auto.loading = false;
                     if let (Some(_), false) = (self.auto.generate, self.auto.started) {
                         self.auto.started = true;
                         self.max_tokens = self.auto.generate.unwrap_or(self.max_tokens);
@@ -593,6 +642,7 @@ impl VizApp {
                     }
                 }
                 Event::Started { prompt } => {
+                    self.detached = false;
                     self.gen_started = Some((web_time::Instant::now(), 0));
                     self.shown = None;
                     self.trace.clear();
@@ -600,6 +650,7 @@ impl VizApp {
                         self.trace.push(t, true);
                     }
                 }
+                Event::Token(_) if self.detached => {}
                 Event::Token(s) => {
                     let tr = s.trace.unwrap_or(TokenTrace { token: s.token, text: s.piece, ..Default::default() });
                     self.trace.push(tr, false);
@@ -610,9 +661,14 @@ impl VizApp {
                 }
                 Event::Progress(p) => self.status = p,
                 Event::Note(n) => self.messages.push((Level::Info, n)),
+                Event::Lens(_) if self.detached => {}
                 Event::Lens(l) => {
-                    self.trace.lens = Some(l);
-                    self.status = "logit lens computed".into();
+                    // (The lens of a text no longer shown is dropped: the button offers this one's.)
+                    let of = self.lens_of.take();
+                    if of.is_some_and(|of| of.iter().eq(self.trace.rows.iter().map(|r| &r.trace.token))) {
+                        self.trace.lens = Some(l);
+                        self.status = "logit lens computed".into();
+                    }
                 }
                 Event::Compared(c) => {
                     self.interventions.comparison = Some(c);
@@ -621,13 +677,19 @@ impl VizApp {
                     // (Only the comparison the command line asked for, not later ones.)
                     // Otherwise the original continuation, so that the token strip and the other
                     // views show what was compared rather than nothing or an older text.
+                    // (Not over a trace file opened meanwhile: the view keeps the comparison.)
                     let auto_tab =
                         self.auto.started && !self.auto.done && self.auto.tab.is_some_and(|t| t != Tab::Interventions);
-                    self.show_compared(auto_tab);
+                    if !self.detached {
+                        self.show_compared(auto_tab);
+                    }
                 }
                 Event::Done { reason } => {
                     self.gen_started = None;
-                    self.status = if reason.starts_with("compared") {
+                    self.comparing = false;
+                    self.status = if std::mem::take(&mut self.detached) {
+                        format!("{reason}: showing the trace opened ({} tokens)", self.trace.len())
+                    } else if reason.starts_with("compared") {
                         format!("done: {reason} with and without the interventions")
                     } else if reason == crate::worker::COMPARISON_STOPPED {
                         reason.clone()
@@ -646,6 +708,7 @@ impl VizApp {
                 }
                 Event::Error(e) => {
                     self.status = "error".into();
+                    self.auto.loading = false;
                     self.error(e);
                     if self.auto.screenshot.is_some() {
                         self.auto.done = true;
@@ -661,9 +724,12 @@ impl VizApp {
         ctx.all_styles_mut(|s| s.interaction.tooltip_delay = 1.0e9);
         let timed_out = self.auto.t0.is_some_and(|t| t.elapsed().as_secs() > 300);
         if timed_out && self.auto.failure.is_none() {
-            self.auto.failure = Some("timed out waiting for generation".into());
+            let what = if self.auto.loading { "the checkpoint to load" } else { "generation" };
+            self.auto.failure = Some(format!("timed out waiting for {what}"));
         }
-        let ready = self.auto.done || timed_out || (self.auto.generate.is_none() && self.auto.t0.is_some());
+        let ready = self.auto.done
+            || timed_out
+            || (self.auto.generate.is_none() && self.auto.t0.is_some() && !self.auto.loading);
         if !ready || self.auto.requested {
             if self.auto.requested && self.auto.exit && self.auto.result.lock().unwrap().is_some() {
                 ctx.send_viewport_cmd(egui::ViewportCommand::Close);
@@ -785,6 +851,11 @@ impl VizApp {
                 // (Wrapped within the window: a long note is read whole, not cut at its edge.)
                 ui.add(egui::Label::new(m).wrap());
             });
+        }
+        // (The latest four are shown: the others are counted, not hidden without a word.)
+        let earlier = self.messages.len().saturating_sub(4);
+        if earlier > 0 {
+            ui.weak(format!("{earlier} earlier message(s): dismiss these (x) to read them"));
         }
         if let Some(i) = remove {
             self.messages.remove(i);
@@ -1020,7 +1091,7 @@ impl VizApp {
         });
         match action {
             Some((0, p)) => self.open_checkpoint(&p),
-            Some((1, p)) => self.open_run(&p),
+            Some((1, p)) => self.open_run_view(&p),
             Some((3, p)) => self.open_experiment(&p, false),
             Some((_, p)) => self.open_trace(&p),
             None => {

@@ -213,7 +213,9 @@ impl Experiment {
             None => (name.clone(), None),
         };
         let r = result.as_ref();
-        let result_final = r.and_then(|r| r["final_val_loss"].as_f64());
+        // (`ddl experiment` writes a diverged run's final loss as null: NaN, the run's final loss
+        // all the same — not a reason to take its last periodic evaluation instead.)
+        let result_final = r.and_then(|r| r.get("final_val_loss")).map(|v| v.as_f64().unwrap_or(f64::NAN));
         let final_accuracy = match result_final {
             Some(_) => r.and_then(|r| r["final_val_accuracy"].as_f64()),
             None => m.full_accuracy,
@@ -328,18 +330,34 @@ impl Experiment {
         (!why.is_empty()).then(|| why.join("; "))
     }
 
-    /// The final validation loss per variant.
+    /// The runs that diverged: a final validation loss that is not a finite number. As in
+    /// `ddl experiment`'s report, they are named and left out of the statistics.
+    pub fn diverged(&self) -> Vec<&RunCurve> {
+        self.runs.iter().filter(|r| r.final_val.is_some_and(|f| !f.is_finite())).collect()
+    }
+
+    /// The final validation loss per variant (over the runs that did not diverge).
     pub fn summary(&self) -> Vec<VariantSummary> {
         self.variants()
             .into_iter()
             .filter_map(|v| {
-                let x: Vec<f64> = self.runs.iter().filter(|r| r.variant == v).filter_map(|r| r.final_val).collect();
+                let x: Vec<f64> = self
+                    .runs
+                    .iter()
+                    .filter(|r| r.variant == v)
+                    .filter_map(|r| r.final_val)
+                    .filter(|f| f.is_finite())
+                    .collect();
                 if x.is_empty() {
                     return None;
                 }
                 let (mean, sd) = mean_sd(&x);
-                let acc: Vec<f64> =
-                    self.runs.iter().filter(|r| r.variant == v).filter_map(|r| r.final_accuracy).collect();
+                let acc: Vec<f64> = self
+                    .runs
+                    .iter()
+                    .filter(|r| r.variant == v && r.final_val.is_some_and(f64::is_finite))
+                    .filter_map(|r| r.final_accuracy)
+                    .collect();
                 let accuracy = (!acc.is_empty()).then(|| {
                     let (m, s) = mean_sd(&acc);
                     (acc.len(), m, s)

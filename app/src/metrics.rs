@@ -37,10 +37,18 @@ impl Metrics {
         }
         let mut m = Metrics { dir: dir.to_path_buf(), ..Default::default() };
         if !m.path().exists() {
+            // (A kept checkpoint, RUN/checkpoints/NAME: its run's curves are two folders up.)
+            let run = dir
+                .parent()
+                .filter(|p| p.file_name().is_some_and(|n| n == "checkpoints"))
+                .and_then(Path::parent)
+                .filter(|r| r.join("metrics.jsonl").is_file());
             let hint = if dir.join("runs").is_dir() || dir.join("experiment.toml").is_file() {
-                " (an experiment folder: open it with --experiment DIR, or Open… in the Experiment view)"
+                " (an experiment folder: open it with --experiment DIR, or Open… in the Experiment view)".to_string()
+            } else if let Some(run) = run {
+                format!(" (a checkpoint the run kept: its run is {}, --run {0})", run.display())
             } else {
-                ""
+                String::new()
             };
             return Err(format!("{} has no metrics.jsonl: not a training run directory{hint}", dir.display()));
         }
@@ -177,6 +185,11 @@ mod tests {
         assert_eq!(m.train.len(), 1);
         assert_eq!(m.train[0].loss, Some(9.0));
         assert!(Metrics::open(&dir.join("nope")).is_err());
+        // A checkpoint the run kept (RUN/checkpoints/NAME) opened as a run: its run is named.
+        let kept = dir.join("checkpoints/step-100");
+        std::fs::create_dir_all(&kept).unwrap();
+        let e = Metrics::open(&kept).unwrap_err();
+        assert!(e.contains(&format!("its run is {}, --run {0}", dir.display())), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

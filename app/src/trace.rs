@@ -352,10 +352,14 @@ impl TraceData {
                 path.display()
             ));
         }
+        // (A trace holds beta, k, v, ktx, write and tokens, all F32: one that does not was written
+        // by something else, or damaged.)
+        const REMEDY: &str = "a trace as `ddl generate --trace` writes it holds beta, k, v, ktx, write and tokens, \
+                              all F32; write it again";
         let get = |name: &str| -> Result<(Vec<usize>, Vec<f32>), String> {
-            let t = st.tensor(name).map_err(|_| format!("{}: tensor '{name}' is missing", path.display()))?;
+            let t = st.tensor(name).map_err(|_| format!("{}: tensor '{name}' is missing: {REMEDY}", path.display()))?;
             if t.dtype() != safetensors::Dtype::F32 {
-                return Err(format!("{}: tensor '{name}' is not F32", path.display()));
+                return Err(format!("{}: tensor '{name}' is {:?}, not F32: {REMEDY}", path.display(), t.dtype()));
             }
             let data = t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
             Ok((t.shape().to_vec(), data))
@@ -366,7 +370,19 @@ impl TraceData {
         let (_, ktx) = get("ktx")?;
         let (_, write) = get("write")?;
         let (_, tokens) = get("tokens")?;
-        let bad = || format!("{}: inconsistent tensor shapes", path.display());
+        // (What the shapes are and what they must be: a trace of another writer, or a damaged one.)
+        let bad = || {
+            format!(
+                "{}: the tensors' shapes do not agree (beta {bs:?}, k {ks:?}, v {vs:?}, ktx {} values, write {} \
+                 values, tokens {} values; a trace of T tokens and S sublayers, S even, has beta [T, S], k [T, S, d], \
+                 v [T, S, d_v], ktx T·S·d_v values, write T·S and tokens T): not a trace as `ddl generate --trace` \
+                 writes it; write it again",
+                path.display(),
+                ktx.len(),
+                write.len(),
+                tokens.len()
+            )
+        };
         if bs.len() != 2 || ks.len() != 3 || vs.len() != 3 {
             return Err(bad());
         }

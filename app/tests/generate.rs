@@ -205,17 +205,51 @@ fn each_checkpoint_opened_shows_its_own_runs_curves() {
     std::fs::create_dir_all(&lone).unwrap();
     std::fs::copy(b.join("model.safetensors"), lone.join("model.safetensors")).unwrap();
     let mut app = VizApp::new(None, Options { checkpoint: Some(a.clone()), ..Default::default() });
-    let dir = |app: &VizApp| app.metrics.as_ref().map(|m| m.dir.clone());
-    assert_eq!(dir(&app), Some(a.clone()));
+    let dir = |app: &mut VizApp| {
+        settle(app);
+        app.metrics.as_ref().map(|m| m.dir.clone())
+    };
+    assert_eq!(dir(&mut app), Some(a.clone()));
     app.open_checkpoint(&b);
-    assert_eq!(dir(&app), Some(b.clone()), "the second checkpoint's run");
+    assert_eq!(dir(&mut app), Some(b.clone()), "the second checkpoint's run");
     app.open_checkpoint(&lone);
-    assert_eq!(dir(&app), None, "a checkpoint without a run shows no other run's curves");
+    assert_eq!(dir(&mut app), None, "a checkpoint without a run shows no other run's curves");
     app.open_run(&a);
     app.open_checkpoint(&b);
-    assert_eq!(dir(&app), Some(a.clone()), "a run opened as one stays");
-    let app = VizApp::new(None, Options { checkpoint: Some(b), run: Some(a.clone()), ..Default::default() });
-    assert_eq!(dir(&app), Some(a));
+    assert_eq!(dir(&mut app), Some(a.clone()), "a run opened as one stays");
+    let mut app = VizApp::new(None, Options { checkpoint: Some(b), run: Some(a.clone()), ..Default::default() });
+    assert_eq!(dir(&mut app), Some(a));
+}
+
+/// Applies the model thread's events until it is idle.
+fn settle(app: &mut VizApp) {
+    let t0 = Instant::now();
+    while app.busy() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "the model thread stays busy");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    app.poll();
+}
+
+/// A checkpoint that does not load leaves the curves shown as it leaves the model: they were
+/// replaced by those of its run beside the model still open ("… stays open"), a run's curves
+/// under another run's model.
+#[test]
+fn a_checkpoint_that_does_not_load_leaves_the_curves_shown() {
+    let a = common::tiny_checkpoint(Path::new(""));
+    let broken = common::tmpdir("broken-run").join("run");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(broken.join("metrics.jsonl"), "{\"step\":1,\"loss\":4.0}\n").unwrap();
+    std::fs::write(broken.join("model.safetensors"), b"cut short").unwrap();
+    let mut app = VizApp::new(None, Options { checkpoint: Some(a.clone()), ..Default::default() });
+    settle(&mut app);
+    assert_eq!(app.metrics.as_ref().map(|m| m.dir.clone()), Some(a.clone()));
+    app.open_checkpoint(&broken);
+    settle(&mut app);
+    let m = &app.messages;
+    assert!(m.len() == 1 && m[0].1.contains("cannot open the checkpoint") && m[0].1.contains("stays open"), "{m:?}");
+    assert_eq!(app.model.as_ref().map(|m| m.dir.clone()), Some(a.clone()));
+    assert_eq!(app.metrics.as_ref().map(|m| m.dir.clone()), Some(a), "the model's run, not the broken one's");
 }
 
 /// The Interventions view with the model thread: choose identity for one write, Generate both,
@@ -277,6 +311,62 @@ fn the_intervention_flow_generates_both_texts_and_measures_the_change() {
     h.get_by_label("Generate").click();
     wait(&mut h, "generation", |a| !a.busy() && a.shown.is_none() && a.trace.rows.iter().any(|r| !r.prompt));
     assert!(h.query_by_label_contains("Generate replaces it").is_none());
+}
+
+/// A trace file opened after generating (or while generating) is the text shown: Step one token
+/// starts a new session from the prompt rather than continuing the last one onto the file's
+/// tokens, and a generation still running stops without its tokens joining the file's.
+#[test]
+fn a_trace_opened_is_not_continued_by_the_last_generation() {
+    let (_, _, mut h) = loaded("trace-detached");
+    let file = common::fixture("trace.safetensors");
+    let file_tokens: Vec<u32> =
+        ddl_viz::trace::TraceData::load(&file).unwrap().rows.iter().map(|r| r.trace.token).collect();
+    h.state_mut().max_tokens = 3;
+    h.get_by_label("Generate").click();
+    wait(&mut h, "generation", |a| !a.busy() && a.trace.rows.iter().any(|r| !r.prompt));
+    // (The fixture records no prompt: the prompt on the left stays the one just generated from.)
+    h.state_mut().open_trace(&file);
+    h.run();
+    assert_eq!(h.state().trace.len(), file_tokens.len());
+    h.get_by_label("Step one token").click();
+    wait(&mut h, "one step", |a| !a.busy() && a.status.starts_with("done"));
+    let t = &h.state().trace;
+    let prompt = t.rows.iter().filter(|r| r.prompt).count();
+    assert_eq!(prompt, "First Citizen:".len(), "a new session from the prompt, not the file's tokens continued");
+    assert_eq!(t.len(), prompt + 1);
+    assert!(h.state().shown.is_none(), "{:?}", h.state().shown);
+    // Opened while the model generates: the generation stops, the file's tokens alone are shown.
+    h.state_mut().max_tokens = 500;
+    h.get_by_label("Generate").click();
+    wait(&mut h, "the first tokens", |a| a.trace.rows.iter().filter(|r| !r.prompt).count() >= 2);
+    assert!(h.state().busy());
+    h.state_mut().open_trace(&file);
+    wait(&mut h, "the generation to stop", |a| !a.busy() && a.status.contains("showing the trace opened"));
+    let shown: Vec<u32> = h.state().trace.rows.iter().map(|r| r.trace.token).collect();
+    assert_eq!(shown, file_tokens, "the file's tokens and none of the generation's");
+    assert!(h.state().status.starts_with("stopped"), "{}", h.state().status);
+    assert!(h.state().messages.is_empty(), "{:?}", h.state().messages);
+}
+
+/// A trace opened while a comparison (*Generate both*) runs stays the text shown: the comparison
+/// stops, and its texts no longer replace the file's when it ends.
+#[test]
+fn a_trace_opened_during_a_comparison_stays_shown() {
+    let (_, _, mut h) = loaded("trace-during-compare");
+    let file = common::fixture("trace.safetensors");
+    let file_tokens: Vec<u32> =
+        ddl_viz::trace::TraceData::load(&file).unwrap().rows.iter().map(|r| r.trace.token).collect();
+    h.state_mut().max_tokens = 300;
+    h.state_mut().compare(vec!["block0.mlp:beta=0".into()]);
+    wait(&mut h, "the comparison to start", |a| a.status.starts_with("comparing:"));
+    h.state_mut().open_trace(&file);
+    wait(&mut h, "the comparison to end", |a| !a.busy() && !a.status.starts_with("comparing:"));
+    let shown: Vec<u32> = h.state().trace.rows.iter().map(|r| r.trace.token).collect();
+    assert_eq!(shown, file_tokens, "the file's tokens, not a comparison's");
+    assert!(h.state().status.contains("showing the trace opened"), "{}", h.state().status);
+    assert!(h.state().shown.as_deref().is_some_and(|s| s.starts_with("the trace")), "{:?}", h.state().shown);
+    assert!(h.state().messages.is_empty(), "{:?}", h.state().messages);
 }
 
 /// A trace written with its prompt and sampling settings opens with them on the left, so that
@@ -503,6 +593,33 @@ fn the_logit_lens_view_computes_the_texts_lens_on_the_model_thread() {
     assert!(h.state().trace.lens.is_none());
 }
 
+/// A lens that arrives after another text was opened is not that text's: a trace opened while
+/// the lens was computed got it as its own (a text of the same length showed another text's
+/// lens as computed).
+#[test]
+fn a_lens_computed_for_a_text_no_longer_shown_is_not_kept() {
+    let (_dir, _ck, mut h) = loaded("lens-other-text");
+    let file = common::fixture("trace.safetensors");
+    let n = ddl_viz::trace::TraceData::load(&file).unwrap().len();
+    // A text as long as the trace file's: the prompt's 14 characters and the rest generated.
+    h.state_mut().max_tokens = n - "First Citizen:".len();
+    h.get_by_label("Generate").click();
+    wait(&mut h, "generation", |a| !a.busy() && a.status.starts_with("done"));
+    assert_eq!(h.state().trace.len(), n, "the test needs a text of the file's length");
+    // Compute, and open the trace before the lens comes back.
+    h.state_mut().compute_lens();
+    h.state_mut().open_trace(&file);
+    wait(&mut h, "the lens", |a| !a.busy() && a.status.starts_with("done: lens"));
+    assert_eq!(h.state().trace.len(), n);
+    assert!(h.state().trace.lens.is_none(), "the generated text's lens on the file's tokens");
+    h.state_mut().tab = ddl_viz::app::Tab::Lens;
+    h.run();
+    // Computed for the file, it is the file's.
+    h.get_by_label("Compute the lens").click();
+    wait(&mut h, "the file's lens", |a| !a.busy() && a.trace.lens.is_some());
+    assert!(h.state().messages.is_empty(), "{:?}", h.state().messages);
+}
+
 fn lens_len(a: &VizApp) -> usize {
     a.trace.lens.as_ref().map_or(0, |l| l.logprob.len())
 }
@@ -562,4 +679,49 @@ fn stopping_a_comparison_compares_nothing() {
     assert!(a.interventions.comparison.is_none(), "a comparison was shown");
     assert!(a.status.contains("nothing compared"), "{}", a.status);
     assert!(a.messages.is_empty(), "{:?}", a.messages);
+}
+
+/// `--checkpoint DIR --screenshot F` without `--generate` takes its picture once the checkpoint
+/// has loaded (it was taken five frames after the window opened, before the model was there),
+/// and a checkpoint that does not open fails the automation (exit status 1) rather than leaving
+/// a picture of "loading…" and success.
+#[test]
+fn a_screenshot_without_generate_waits_for_the_checkpoint() {
+    let dir = common::tmpdir("shot-waits");
+    let ck = common::tiny_checkpoint(&dir);
+    let bad = dir.join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("model.safetensors"), b"garbage").unwrap();
+    for (ck, ok) in [(ck, true), (bad, false)] {
+        let shot = dir.join(format!("shot-{ok}.png"));
+        let opts = Options {
+            checkpoint: Some(ck),
+            screenshot: Some(shot.clone()),
+            exit_after_screenshot: true,
+            ..Default::default()
+        };
+        // (The harness's renderer first: the app's model thread starts loading only then.)
+        let mut h = Harness::builder()
+            .with_size([800.0, 500.0])
+            .wgpu()
+            .build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), VizApp::without_worker());
+        *h.state_mut() = VizApp::new(None, opts);
+        let result = h.state().auto_result();
+        // Frame by frame, as fast as they come (the first ones come long before a model could
+        // load; once saved, the window is asked to close at every frame).
+        let t0 = Instant::now();
+        while result.lock().unwrap().is_none() {
+            assert!(t0.elapsed() < Duration::from_secs(120), "no screenshot; messages {:?}", h.state().messages);
+            h.step();
+        }
+        let r = result.lock().unwrap().clone().unwrap();
+        if ok {
+            assert!(r.is_ok(), "{r:?}");
+            assert!(h.state().model.is_some(), "the picture is of the model loaded");
+            assert!(shot.is_file());
+        } else {
+            let e = r.unwrap_err();
+            assert!(e.contains("cannot open the checkpoint"), "{e}");
+        }
+    }
 }

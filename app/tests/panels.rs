@@ -215,6 +215,114 @@ fn hovering_the_beta_map_shows_the_cell_and_clicking_selects_its_token() {
     assert_eq!(h.state().sublayer, s, "the click selects the cell's sublayer too (for the Interventions view)");
 }
 
+/// The β map of a model of many blocks (rows at least 10 points high, taller than the panel)
+/// scrolls down to its last sublayer: its rows below the window could not be reached.
+#[test]
+fn the_beta_map_of_many_blocks_scrolls_to_its_last_sublayer() {
+    let blocks = 24;
+    let s = 2 * blocks;
+    let mut data = TraceData::new(blocks, 2, 1);
+    for t in 0..12 {
+        data.push(
+            ddl::generate::TokenTrace {
+                token: t,
+                text: "a".into(),
+                beta: (0..s).map(|i| if i + 1 == s { 1.875 } else { 1.0 }).collect(),
+                k: vec![1.0; 2 * s],
+                v: vec![0.5; s],
+                ktx: vec![0.25; s],
+                write: vec![0.1; s],
+                score: None,
+            },
+            false,
+        );
+    }
+    let size = egui::vec2(900.0, 400.0);
+    let mut h = Harness::builder().with_size(size).build_ui_state(
+        |ui, sel: &mut Selection| {
+            egui::CentralPanel::default().show(ui, |ui| panels::beta_map::show(ui, &data, sel));
+        },
+        Selection::default(),
+    );
+    h.run();
+    let cell0: egui::Rect = h.ctx.data(|d| d.get_temp(panels::beta_map::cell_rect_id())).expect("the map was drawn");
+    let last_row = |cell0: egui::Rect| cell0.center() + egui::vec2(0.0, cell0.height() * (s - 1) as f32);
+    assert!(last_row(cell0).y > size.y, "the test needs a map taller than the window");
+    // The wheel over the map, downwards.
+    h.hover_at(cell0.center());
+    for _ in 0..20 {
+        h.event(egui::Event::MouseWheel {
+            unit: egui::MouseWheelUnit::Point,
+            delta: egui::vec2(0.0, -200.0),
+            phase: egui::TouchPhase::Move,
+            source: egui::MouseWheelSource::Unknown,
+            modifiers: Default::default(),
+        });
+        // (A tooltip over the map keeps repainting: a fixed number of frames.)
+        h.run_steps(8);
+    }
+    let cell0: egui::Rect = h.ctx.data(|d| d.get_temp(panels::beta_map::cell_rect_id())).unwrap();
+    let p = last_row(cell0);
+    assert!(p.y < size.y, "the last sublayer's row is still below the window: at y = {}", p.y);
+    h.hover_at(p);
+    h.run_steps(8);
+    assert!(h.query_by_label_contains("β = 1.8750").is_some(), "the last row's cell is hovered");
+    assert!(h.query_by_label_contains("block 23 MLP").is_some());
+}
+
+/// A traced write whose β is not a finite number (a model whose numbers overflow, generating
+/// live) is named as such: the β map's hover said "no trace for this token" and the eigenvalue
+/// and write strength tables left its row out.
+#[test]
+fn a_beta_that_is_not_finite_is_named_not_called_untraced() {
+    let mut data = TraceData::new(1, 2, 1);
+    for t in 0..3 {
+        data.push(
+            ddl::generate::TokenTrace {
+                token: t,
+                text: "a".into(),
+                beta: vec![if t == 1 { f32::NAN } else { 0.25 }, 1.0],
+                k: vec![1.0, 0.0, 0.0, 1.0],
+                v: vec![0.5; 2],
+                ktx: vec![0.25; 2],
+                write: vec![0.1; 2],
+                score: None,
+            },
+            false,
+        );
+    }
+    assert!(data.has(1) && data.beta(1, 0).is_none());
+    let mut h = Harness::builder().with_size([900.0, 300.0]).build_ui_state(
+        |ui, sel: &mut Selection| {
+            egui::CentralPanel::default().show(ui, |ui| panels::beta_map::show(ui, &data, sel));
+        },
+        Selection::default(),
+    );
+    h.run();
+    let cell0: egui::Rect = h.ctx.data(|d| d.get_temp(panels::beta_map::cell_rect_id())).expect("the map was drawn");
+    h.hover_at(cell0.center() + egui::vec2(cell0.width(), 0.0));
+    h.run_steps(8);
+    assert!(h.query_by_label_contains("β is not a finite number").is_some());
+    assert!(h.query_by_label_contains("no trace for this token").is_none());
+    // The eigenvalue table of that token: its row, marked.
+    let sel = Selection { token: Some(1), sublayer: 0 };
+    let h = Harness::builder().with_size([1000.0, 700.0]).build_ui_state(
+        |ui, sel: &mut Selection| {
+            egui::CentralPanel::default().show(ui, |ui| panels::eigen::show(ui, &data, sel));
+        },
+        sel.clone(),
+    );
+    h.get_by_label("not finite");
+    // The write strength table too.
+    let h = Harness::builder().with_size([1000.0, 700.0]).build_ui_state(
+        |ui, sel: &mut Selection| {
+            egui::CentralPanel::default().show(ui, |ui| panels::writes::show(ui, &data, sel));
+        },
+        sel,
+    );
+    h.get_by_label("not finite");
+}
+
 #[test]
 fn the_open_dialog_opens_a_trace_and_reports_bad_paths() {
     let mut app = VizApp::without_worker();
@@ -242,6 +350,50 @@ fn the_open_dialog_opens_a_trace_and_reports_bad_paths() {
     h.run();
     let msgs: Vec<&str> = h.state().messages.iter().map(|m| m.1.as_str()).collect();
     assert!(msgs.len() == 2 && msgs[0].contains("does not exist") && msgs[1].contains("cannot read"), "{msgs:?}");
+}
+
+/// A run opened with the dialog's *Open run* shows its dashboard (the view stayed on the β map,
+/// the curves out of sight, where an experiment opened switches to its view); one that does not
+/// open leaves the view as it was.
+#[test]
+fn opening_a_run_shows_its_dashboard() {
+    let mut app = VizApp::with_trace(trace());
+    app.dialog = Some(ddl_viz::app::OpenDialog { path: common::fixture("run").display().to_string() });
+    let mut h =
+        Harness::builder().with_size([1280.0, 800.0]).build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), app);
+    h.run();
+    assert_eq!(h.state().tab, Tab::BetaMap);
+    h.get_by_label("Open run").click();
+    h.run();
+    assert!(h.state().metrics.is_some());
+    assert_eq!(h.state().tab, Tab::Training);
+    h.get_by_label_contains("steps logged");
+    // A folder that is not a run: the dialog does not offer it, and the view stays.
+    h.state_mut().tab = Tab::Eigen;
+    h.state_mut().dialog = Some(ddl_viz::app::OpenDialog { path: common::fixture("").display().to_string() });
+    h.run();
+    assert!(h.get_by_label("Open run").accesskit_node().is_disabled());
+    assert_eq!(h.state().tab, Tab::Eigen);
+}
+
+/// The message area shows the latest four messages and counts the others (a fifth error was
+/// hidden without a word until one above it was dismissed).
+#[test]
+fn messages_beyond_the_four_shown_are_counted() {
+    let mut app = VizApp::without_worker();
+    for i in 0..6 {
+        app.error(format!("error number {i}"));
+    }
+    let mut h =
+        Harness::builder().with_size([1280.0, 800.0]).build_ui_state(|ui, app: &mut VizApp| app.ui_root(ui), app);
+    h.run();
+    assert!(h.query_by_label("error number 5").is_some() && h.query_by_label("error number 1").is_none());
+    h.get_by_label("2 earlier message(s): dismiss these (x) to read them");
+    // Dismissing the latest shows the one before the four.
+    h.get_all_by_label("x").next().unwrap().click();
+    h.run();
+    assert!(h.query_by_label("error number 5").is_none() && h.query_by_label("error number 1").is_some());
+    h.get_by_label("1 earlier message(s): dismiss these (x) to read them");
 }
 
 /// The Experiment view from an experiment folder of three variants × three seeds (synthetic
@@ -349,6 +501,51 @@ fn given_interventions_are_shown_as_choices_or_kept_as_written() {
 
 fn v16(data: &[u8; 16]) -> safetensors::tensor::TensorView<'_> {
     safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4], data).unwrap()
+}
+
+/// A trace whose tensors do not agree (another writer's, or a damaged one: here one token fewer
+/// than the writes) is named with the shapes it has and those a trace has, and what to do: the
+/// message was "inconsistent tensor shapes", with nothing to go on. So is one that lacks a tensor
+/// or holds one of another type ("tensor 'k' is missing", "… is not F32", without a remedy).
+#[test]
+fn a_trace_whose_shapes_disagree_says_what_they_are_and_must_be() {
+    let dir = common::tmpdir("trace-shapes");
+    let bytes = std::fs::read(common::fixture("trace.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let short = vec![0u8; 47 * 4];
+    let tensors: Vec<(String, safetensors::tensor::TensorView)> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, t)| match n.as_str() {
+            "tokens" => (n.to_string(), safetensors::tensor::TensorView::new(t.dtype(), vec![47], &short).unwrap()),
+            _ => (n.to_string(), t),
+        })
+        .collect();
+    let f = dir.join("short.safetensors");
+    std::fs::write(&f, safetensors::serialize(tensors, None).unwrap()).unwrap();
+    let e = TraceData::load(&f).unwrap_err();
+    assert!(e.starts_with(&f.display().to_string()), "{e}");
+    assert!(e.contains("beta [48, 4]") && e.contains("tokens 47 values") && e.contains("tokens T)"), "{e}");
+    assert!(e.contains("write it again"), "{e}");
+    // A tensor missing, or of another type: named, with what a trace holds and what to do.
+    for (name, what) in [("k", "tensor 'k' is missing"), ("write", "tensor 'write' is I32, not F32")] {
+        let tensors: Vec<(String, safetensors::tensor::TensorView)> = st
+            .tensors()
+            .into_iter()
+            .filter(|(n, _)| name != "k" || n != "k")
+            .map(|(n, t)| match n.as_str() {
+                "write" if name == "write" => (
+                    n.to_string(),
+                    safetensors::tensor::TensorView::new(safetensors::Dtype::I32, t.shape().to_vec(), t.data())
+                        .unwrap(),
+                ),
+                _ => (n.to_string(), t),
+            })
+            .collect();
+        std::fs::write(&f, safetensors::serialize(tensors, None).unwrap()).unwrap();
+        let e = TraceData::load(&f).unwrap_err();
+        assert!(e.contains(what) && e.contains("all F32; write it again"), "{e}");
+    }
 }
 
 /// A trace of another format version, a trace's JSON summary and a model's parameters opened as
@@ -584,6 +781,101 @@ fn a_chat_traces_turns_open_with_their_sampling() {
     let t = TraceData::load(&file).unwrap();
     assert!(t.turns.is_empty());
     assert!(t.notes.iter().any(|n| n.contains("turns") && n.contains("not readable")), "{:?}", t.notes);
+}
+
+/// A run that diverged (`ddl experiment` writes its final loss as null) is named and left out
+/// of the Experiment table, as the experiment's report does: it took the run's last periodic
+/// evaluation instead, declared the table's losses "measured differently" and counted that loss.
+#[test]
+fn a_diverged_run_is_left_out_of_the_experiment_table_and_named() {
+    let exp = common::tmpdir("diverged").join("exp");
+    for (seed, loss) in [(1, "1.5"), (2, "1.7"), (3, "null")] {
+        let d = exp.join("runs").join(format!("ddl-seed{seed}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("metrics.jsonl"), "{\"step\":10,\"val_loss\":2.0}\n").unwrap();
+        std::fs::write(
+            d.join("result.json"),
+            format!("{{\"variant\":\"ddl\",\"seed\":{seed},\"final_val_loss\":{loss},\"val_tokens\":100}}"),
+        )
+        .unwrap();
+    }
+    let e = ddl_viz::experiment::Experiment::open(&exp).unwrap();
+    assert_eq!(e.mixed(), None, "every final loss is result.json's");
+    let s = e.summary();
+    assert!(s.len() == 1 && s[0].runs == 2 && (s[0].mean - 1.6).abs() < 1e-12, "{s:?}");
+    let h = Harness::builder().with_size([900.0, 560.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::experiment::show(ui, Some(&e)));
+    });
+    h.get_by_label("1.6000");
+    h.get_by_label_contains(
+        "Left out of the table, diverged (a final validation loss that is not a finite number): ddl-seed3",
+    );
+    assert!(h.query_by_label_contains("Not comparable").is_none());
+}
+
+/// A run that has logged one step (one that has just started training) draws its values: a line
+/// of one point was a dot of the line's width, so every plot looked empty under "1 step logged".
+#[test]
+fn a_run_of_one_step_draws_its_values() {
+    let run = common::tmpdir("one-step").join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(
+        run.join("metrics.jsonl"),
+        "{\"step\":1,\"loss\":4.0,\"lr\":0.001,\"grad_norm\":1.5,\"beta_mean\":[0.5,1.0]}\n",
+    )
+    .unwrap();
+    let m = Metrics::open(&run).unwrap();
+    let mut h = Harness::builder().with_size([1000.0, 600.0]).wgpu().build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::dashboard::show(ui, Some(&m)));
+    });
+    h.run();
+    let img = h.render().unwrap();
+    let ppp = h.ctx.pixels_per_point();
+    // Pixels of a series' colour below its legend entry (whose swatch has that colour too).
+    let drawn = |name: &str, c: egui::Color32| {
+        let below = (h.get_by_label(name).rect().bottom() + 4.0) * ppp;
+        let near = |p: &image::Rgba<u8>| (0..3).all(|i| (p.0[i] as i32 - [c.r(), c.g(), c.b()][i] as i32).abs() <= 4);
+        img.enumerate_pixels().filter(|(_, y, p)| *y as f32 > below && near(p)).count()
+    };
+    for (name, c) in [
+        ("train loss", egui::Color32::from_rgb(90, 160, 240)),
+        ("learning rate", egui::Color32::from_rgb(150, 200, 120)),
+        ("grad norm", egui::Color32::from_rgb(200, 120, 220)),
+        ("block 0 attn", ddl_viz::colors::layer_color(0, 2)),
+    ] {
+        let n = drawn(name, c);
+        assert!(n >= 10, "{name}: {n} pixels of its colour in its plot");
+    }
+}
+
+/// A run whose loss was not a finite number at some steps (logged as null, as `ddl train
+/// --skip-nonfinite` writes them) says so in its header: the last loss as not finite and how many
+/// steps are gaps (the header dropped the last loss without a word and the gaps went unexplained).
+#[test]
+fn the_dashboard_names_losses_that_are_not_finite() {
+    let run = common::tmpdir("nan-losses").join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(
+        run.join("metrics.jsonl"),
+        "{\"step\":1,\"loss\":4.0,\"lr\":0.001,\"grad_norm\":1.0,\"skipped\":false}\n\
+         {\"step\":2,\"loss\":null,\"lr\":0.001,\"grad_norm\":null,\"skipped\":true}\n\
+         {\"step\":3,\"loss\":null,\"lr\":0.001,\"grad_norm\":null,\"skipped\":true}\n",
+    )
+    .unwrap();
+    let m = Metrics::open(&run).unwrap();
+    let h = Harness::builder().with_size([1000.0, 500.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::dashboard::show(ui, Some(&m)));
+    });
+    h.get_by_label_contains("3 steps logged, last loss not a finite number");
+    h.get_by_label_contains("2 step(s) with a loss that is not a finite number");
+    // A run whose losses are all finite has neither.
+    std::fs::write(run.join("metrics.jsonl"), "{\"step\":1,\"loss\":4.0}\n").unwrap();
+    let m = Metrics::open(&run).unwrap();
+    let h = Harness::builder().with_size([1000.0, 500.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::dashboard::show(ui, Some(&m)));
+    });
+    h.get_by_label_contains("1 step logged, last loss 4.0000");
+    assert!(h.query_by_label_contains("not a finite number").is_none());
 }
 
 /// Top-1 accuracies where runs logged them: the dashboard's heading gives the periodic and the

@@ -528,7 +528,7 @@ fn runs_inside(missing: &Path) -> String {
                 dir.parent().unwrap_or(&dir).display(),
                 dir.join("NAME").display()
             ),
-            false => String::new(),
+            false => not_a_run(&dir),
         };
     }
     runs.sort();
@@ -544,6 +544,41 @@ fn runs_inside(missing: &Path) -> String {
         false => format!("'{}' holds runs in its folders", dir.display()),
     };
     format!("; {holds} ({}{more}): give one of them, e.g. '{}'", runs.join(", "), dir.join(&runs[0]).display())
+}
+
+/// The remedy for a folder that holds no checkpoint and no run with one: what the folder is where
+/// that is plain (token shards, a run that saved nothing, a kept-checkpoints folder), else what to
+/// give instead.
+fn not_a_run(dir: &Path) -> String {
+    let shown = dir.display();
+    if dir.join("meta.json").is_file() {
+        return format!(
+            "; '{shown}' holds token shards (meta.json), not a model: train on them with `ddl train --data {shown}`, or \
+             evaluate a run on them with `ddl eval --checkpoint RUN --data {shown}`"
+        );
+    }
+    if dir.join("metrics.jsonl").is_file() {
+        #[cfg(feature = "native")]
+        if let Some((pid, host)) = super::lock::holder(dir) {
+            return format!(
+                "; a run is training in '{shown}' now (process {pid} on {host}) and has saved no checkpoint yet: wait \
+                 for its first one (train.checkpoint_every steps, or its end; Ctrl-C saves one)"
+            );
+        }
+        return format!(
+            "; '{shown}' is a run that saved no checkpoint (it stopped before its first, train.checkpoint_every \
+             steps): train it again with `ddl train --out {shown} --overwrite`"
+        );
+    }
+    if dir.file_name().is_some_and(|n| n == KEPT_DIR) {
+        return format!(
+            "; '{shown}' is a run's folder of kept checkpoints, and none is in it: give the run's folder ('{}')",
+            dir.parent().unwrap_or(dir).display()
+        );
+    }
+    "; give a run's folder (`ddl train --out`, the one that holds model.safetensors) or one of its kept checkpoints \
+     (checkpoints/step-NNNNNNNN, checkpoints/best)"
+        .into()
 }
 
 fn read_file(path: &Path) -> Result<Vec<u8>, CheckpointError> {
@@ -1329,4 +1364,46 @@ pub fn mark_best(run: &Path, best: &Best) -> Result<(), CheckpointError> {
     let tmp = kept.join(format!(".{BEST_DIR}.tmp-{}", std::process::id()));
     let record = serde_json::to_vec_pretty(best).map_err(|e| io(std::io::Error::other(e)))?;
     snapshot(run, &tmp, &kept.join(BEST_DIR), Some((BEST_FILE, &record))).map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message for a folder without a checkpoint, as `ddl eval/generate/info --checkpoint DIR` print it.
+    fn missing_in(dir: &Path) -> String {
+        CheckpointError::MissingFile(dir.join(MODEL_FILE)).to_string()
+    }
+
+    /// A folder that is not a run gets a remedy that says what it is (token shards, a run that
+    /// saved nothing yet or is training, the kept-checkpoints folder) or what to give instead; the
+    /// message named the missing file alone before.
+    #[test]
+    fn a_folder_without_a_checkpoint_says_what_it_is_and_what_to_give() {
+        let root = crate::testing::scratch_dir("checkpoint-not-a-run");
+        let plain = root.join("notes");
+        std::fs::create_dir_all(&plain).unwrap();
+        let e = missing_in(&plain);
+        assert!(e.contains("is missing; give a run's folder (`ddl train --out`"), "{e}");
+
+        let shards = root.join("shards");
+        std::fs::create_dir_all(&shards).unwrap();
+        std::fs::write(shards.join("meta.json"), "{}").unwrap();
+        let e = missing_in(&shards);
+        assert!(e.contains("holds token shards (meta.json)") && e.contains("ddl train --data"), "{e}");
+
+        let run = root.join("run");
+        std::fs::create_dir_all(run.join(KEPT_DIR)).unwrap();
+        std::fs::write(run.join("metrics.jsonl"), "").unwrap();
+        let e = missing_in(&run);
+        assert!(e.contains("saved no checkpoint") && e.contains("--overwrite"), "{e}");
+        let e = missing_in(&run.join(KEPT_DIR));
+        assert!(e.contains("kept checkpoints, and none is in it") && e.contains(&run.display().to_string()), "{e}");
+
+        // A live process of this host holds the folder (this process's own lock counts as stale).
+        let lock = format!("1 {}\n", super::super::lock::host_name());
+        std::fs::write(run.join(super::super::lock::LOCK_FILE), lock).unwrap();
+        let e = missing_in(&run);
+        assert!(e.contains("a run is training in") && !e.contains("--overwrite"), "{e}");
+    }
 }

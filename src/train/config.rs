@@ -582,6 +582,10 @@ impl RunConfig {
                     ),
                 }
             }
+            // (A missing model file's message says what the folder is and what to give.)
+            CheckpointError::MissingFile(ref f) if f.ends_with(MODEL_FILE) => {
+                format!("--resume {}: {e}", dir.display())
+            }
             CheckpointError::MissingFile(_) => {
                 format!(
                     "--resume {}: {e} (give a `ddl train --out` folder or one of its checkpoints/ folders)",
@@ -946,6 +950,18 @@ impl RunConfig {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// `--resume` of a folder without a checkpoint gives the folder's remedy once (it appended a
+    /// second, general one after the message's own).
+    #[test]
+    fn resuming_a_folder_without_a_checkpoint_gives_one_remedy() {
+        let dir = crate::testing::scratch_dir("resume-no-checkpoint");
+        let e = RunConfig::saved(&dir).unwrap_err();
+        assert_eq!(e.matches("give a").count(), 1, "{e}");
+        assert!(e.contains("give a run's folder"), "{e}");
+    }
+
     #[test]
     fn the_settings_table_in_training_md_names_every_key() {
         // docs/TRAINING.md's "Every setting" lists what config.toml holds: a key added without a
@@ -970,8 +986,6 @@ mod tests {
         }
         assert!(missing.is_empty(), "docs/TRAINING.md's settings table lacks {missing:?}");
     }
-
-    use super::*;
 
     /// train.min_lr is a tenth of train.lr unless given: `--set train.lr=3e-4` on the tiny preset
     /// (lr 3e-3) was refused for the preset's min_lr of 3e-4.

@@ -24,7 +24,8 @@ pub enum DataError {
     BrokenLink(PathBuf),
     #[error(
         "corpus directory '{0}' contains no .txt files (a corpus folder's text files must end in .txt; `ddl data \
-         prepare` also reads .jsonl files and subfolders)"
+         prepare` also reads .jsonl files and subfolders){hint}",
+        hint = not_a_corpus(.0)
     )]
     NoTxt(PathBuf),
     #[error(
@@ -44,8 +45,11 @@ pub enum DataError {
     )]
     Pipe(PathBuf),
     #[error(
-        "'{path}' is not UTF-8 text (first invalid byte at offset {offset}): convert it (e.g. `iconv -f LATIN1 -t \
-         UTF-8`), or leave that file out"
+        "'{path}' is not UTF-8 text (first invalid byte at offset {offset}){}",
+        match not_a_corpus(path) {
+            h if h.is_empty() => ": convert it (e.g. `iconv -f LATIN1 -t UTF-8`), or leave that file out".into(),
+            h => h,
+        }
     )]
     NotUtf8 { path: PathBuf, offset: usize },
     #[error("cannot read '{path}': {source}")]
@@ -122,6 +126,35 @@ const EMBEDDED_CORPUS: &str = include_str!("../../assets/tinyshakespeare.txt");
 /// The built-in corpus (TinyShakespeare), the default `--corpus`.
 pub fn embedded_corpus() -> &'static str {
     EMBEDDED_CORPUS
+}
+
+/// What a corpus path is when it is token shards or a run rather than text (`--corpus` given what
+/// `--data` or `--checkpoint` takes), said as the remedy; empty when it is neither.
+fn not_a_corpus(path: &Path) -> String {
+    let shown = path.display();
+    if path.is_file() {
+        let mut head = [0u8; 4];
+        let read = std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head));
+        let magic = i32::from_le_bytes(head);
+        return match read.is_ok() && [super::shards::MAGIC_U16, super::shards::MAGIC_U32].contains(&magic) {
+            true => ": it is a token shard (llm.c's format), not text: give its folder to `ddl train --data` (or `ddl \
+                     eval --data`)"
+                .into(),
+            false => String::new(),
+        };
+    }
+    if [super::checkpoint::MODEL_FILE, "metrics.jsonl"].iter().any(|f| path.join(f).is_file()) {
+        return format!(
+            "; '{shown}' is a run's folder, not text (`ddl info --checkpoint {shown}` names the data it trained on)"
+        );
+    }
+    let bins = std::fs::read_dir(path)
+        .map(|d| d.flatten().any(|e| e.path().extension().is_some_and(|x| x == "bin")))
+        .unwrap_or(false);
+    match bins || path.join("meta.json").is_file() {
+        true => format!("; '{shown}' holds token shards, not text: give it as --data {shown}"),
+        false => String::new(),
+    }
 }
 
 /// Reads a corpus: one file, or every `.txt` file of a directory (sorted by name, joined by a
@@ -1592,6 +1625,45 @@ fn unknown_in_input(path: &Path, line: Option<(usize, usize)>, offset: usize, ch
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Token shards or a run given where text goes (`--corpus`), and text or a run given where
+    /// shards go (`--data`), say what they are and what to give instead (the messages named the
+    /// missing .txt files, "not UTF-8" with `iconv` as the remedy, or a missing shard alone).
+    #[test]
+    fn shards_text_and_runs_given_for_each_other_are_named() {
+        let root = crate::testing::scratch_dir("data-not-a-corpus");
+        let shards = root.join("shards");
+        std::fs::create_dir_all(&shards).unwrap();
+        let shard = shards.join("data_val_000000.bin");
+        let mut bytes = vec![0u8; 1024 + 8];
+        bytes[..4].copy_from_slice(&super::super::shards::MAGIC_U16.to_le_bytes());
+        bytes[100] = 0xff;
+        std::fs::write(&shard, &bytes).unwrap();
+        let e = read_corpus(&shards).unwrap_err().to_string();
+        assert!(e.contains("holds token shards, not text: give it as --data"), "{e}");
+        let e = read_corpus(&shard).unwrap_err().to_string();
+        assert!(e.contains("not UTF-8") && e.contains("it is a token shard") && !e.contains("iconv"), "{e}");
+        let latin1 = root.join("latin1.txt");
+        std::fs::write(&latin1, b"caf\xe9").unwrap();
+        let e = read_corpus(&latin1).unwrap_err().to_string();
+        assert!(e.contains("iconv") && !e.contains("token shard"), "{e}");
+
+        let run = root.join("run");
+        std::fs::create_dir_all(&run).unwrap();
+        std::fs::write(run.join("metrics.jsonl"), "").unwrap();
+        let e = read_corpus(&run).unwrap_err().to_string();
+        assert!(e.contains("is a run's folder, not text"), "{e}");
+        let fmt = super::super::shards::Format::Llmc;
+        let e = super::super::shards::find(run.to_str().unwrap(), fmt).unwrap_err().to_string();
+        assert!(e.contains("is a run's folder, not token shards"), "{e}");
+
+        let text = root.join("play.txt");
+        std::fs::write(&text, "To be, or not to be").unwrap();
+        for given in [&text, &root] {
+            let e = super::super::shards::find(given.to_str().unwrap(), fmt).unwrap_err().to_string();
+            assert!(e.contains("is text, not token shards: give it as --corpus"), "{given:?}: {e}");
+        }
+    }
 
     /// A corpus edited while it is tokenised into the cache (its stamp, taken before the first
     /// read, no longer what `stat` tells once the set is made) is not cached under the key of the

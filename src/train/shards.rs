@@ -425,16 +425,39 @@ pub fn find(data: &str, format: Format) -> Result<(Vec<PathBuf>, Vec<PathBuf>), 
     if train.is_empty() {
         return Err(layout(format!(
             "--data '{data}' holds no training shards (llm.c's names: NAME_train_000001.bin …; `ddl data prepare` \
-             writes them)"
+             writes them){}",
+            not_shards(data)
         )));
     }
     if val.is_empty() {
         return Err(layout(format!(
             "--data '{data}' holds no validation shard (NAME_val_000000.bin): validation needs one (`ddl data \
-             prepare --val-tokens N` writes it)"
+             prepare --val-tokens N` writes it){}",
+            not_shards(data)
         )));
     }
     Ok((train, val))
+}
+
+/// What `--data` is when it is text or a run rather than token shards, said as the remedy; empty
+/// when it is neither.
+fn not_shards(data: &str) -> String {
+    let path = Path::new(data);
+    if [super::checkpoint::MODEL_FILE, "metrics.jsonl"].iter().any(|f| path.join(f).is_file()) {
+        return format!(
+            "; '{data}' is a run's folder, not token shards (`ddl info --checkpoint {data}` names the data it trained \
+             on)"
+        );
+    }
+    let text = |p: &Path| p.is_file() && p.extension().is_some_and(|e| e == "txt");
+    let has_text = text(path) || std::fs::read_dir(path).map(|d| d.flatten().any(|e| text(&e.path()))).unwrap_or(false);
+    match has_text {
+        true => format!(
+            "; '{data}' is text, not token shards: give it as --corpus {data} (tokenised when the run starts), or \
+             make shards of it with `ddl data prepare {data} --tokenizer T --out DIR`"
+        ),
+        false => String::new(),
+    }
 }
 
 /// The shards `ddl eval --data` reads: a file or a glob as given (whatever their names), or a

@@ -1,5 +1,5 @@
 //! The β map: rows = sublayers, columns = tokens (their text underneath, the index on hover),
-//! colour over (0, 2); it fills its panel.
+//! colour over (0, 2); it fills its panel, and scrolls where the rows or columns do not fit.
 
 use eframe::egui::{self, Align2, Color32, FontId, Rect, Sense, Stroke, StrokeKind, pos2, vec2};
 
@@ -59,7 +59,9 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
     // Columns share the width (at least 5 px: longer texts scroll); rows the height.
     let cw = (avail / t_n as f32).max(5.0);
     let ch = ((ui.available_height() - text_h - 24.0) / s as f32).clamp(10.0, 80.0);
-    egui::ScrollArea::horizontal().id_salt("beta-map-scroll").show(ui, |ui| {
+    // (Both ways: a long text scrolls sideways, a model of many blocks — rows at least 10 points
+    // high — down to its last sublayer.)
+    egui::ScrollArea::both().id_salt("beta-map-scroll").show(ui, |ui| {
         let size = vec2(label_w + cw * t_n as f32 + 4.0, ch * s as f32 + text_h + 4.0);
         let (resp, painter) = ui.allocate_painter(size, Sense::click());
         let origin = resp.rect.min + vec2(label_w, 0.0);
@@ -127,6 +129,10 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
                     Some(b) => {
                         ui.label(format!("β = {b:.4}    1−β = {:.4}", 1.0 - b));
                         ui.label(format!("regime: {}", colors::REGIMES[regime_index(b)]));
+                    }
+                    // (A traced write whose β overflowed: the model's numbers, not a missing trace.)
+                    None if data.has(t) => {
+                        ui.label("β is not a finite number (NaN or infinite: the model's numbers overflowed)");
                     }
                     None => {
                         ui.label("no trace for this token");

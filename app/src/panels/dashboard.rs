@@ -7,6 +7,15 @@ use crate::colors;
 use crate::metrics::Metrics;
 use crate::trace::sublayer_name;
 
+/// A series as a line, with a point where it has one value only: a line of one point is a dot
+/// of its width (a run that has logged one step showed plots that looked empty).
+fn line(p: &mut egui_plot::PlotUi<'_>, name: &str, pts: Vec<[f64; 2]>, c: Color32) {
+    if pts.len() == 1 {
+        p.points(egui_plot::Points::new(name, pts.clone()).radius(3.0).color(c));
+    }
+    p.line(Line::new(name, pts).color(c));
+}
+
 pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
     let Some(m) = m else {
         ui.weak(
@@ -26,9 +35,15 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
             m.val_accuracy.iter().rev().find(|a| a.0 == step).map(|a| format!(", top-1 {:.2} %", 100.0 * a.1))
         };
         ui.label(format!(
-            "{} steps logged{}{}{}",
+            "{} step{} logged{}{}{}",
             m.train.len(),
-            last.and_then(|r| r.loss).map(|l| format!(", last loss {l:.4}")).unwrap_or_default(),
+            if m.train.len() == 1 { "" } else { "s" },
+            // (A loss that was not a finite number is logged as null: said, not left out.)
+            last.map(|r| match r.loss {
+                Some(l) => format!(", last loss {l:.4}"),
+                None => ", last loss not a finite number".to_string(),
+            })
+            .unwrap_or_default(),
             m.val
                 .last()
                 .map(|v| format!(
@@ -46,6 +61,19 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
                 ))
                 .unwrap_or_default(),
         ));
+        let not_finite = m.train.iter().filter(|r| r.loss.is_none_or(|l| !l.is_finite())).count();
+        if not_finite > 0 {
+            ui.colored_label(
+                Color32::from_rgb(230, 160, 60),
+                format!(
+                    "{not_finite} step(s) with a loss that is not a finite number (NaN or infinite: gaps in the curve)"
+                ),
+            )
+            .on_hover_text(
+                "metrics.jsonl has null for their loss (the loss overflowed; a run with train.skip_nonfinite skips \
+                 such steps, one without stops at the first)",
+            );
+        }
         if m.bad_lines > 0 {
             ui.colored_label(Color32::from_rgb(230, 160, 60), format!("{} unreadable line(s) skipped", m.bad_lines));
         }
@@ -73,7 +101,7 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
             .x_axis_label("step")
             .y_axis_label("loss")
             .show(&mut cols[0], |p| {
-                p.line(Line::new("train loss", series(&|r| r.loss)).color(train_c));
+                line(p, "train loss", series(&|r| r.loss), train_c);
                 // (An evaluation that overflowed — NaN — is a gap; the header names it.)
                 let v: Vec<[f64; 2]> = m.val.iter().filter(|p| p.1.is_finite()).map(|&(s, l)| [s, l]).collect();
                 p.line(Line::new("val loss", v.clone()).color(val_c).width(2.0));
@@ -86,7 +114,7 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
             .x_axis_label("step")
             .y_axis_label("learning rate")
             .show(&mut cols[1], |p| {
-                p.line(Line::new("learning rate", series(&|r| r.lr)).color(lr_c));
+                line(p, "learning rate", series(&|r| r.lr), lr_c);
             });
     });
     let s = m.n_sublayers();
@@ -104,7 +132,7 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
             .x_axis_label("step")
             .y_axis_label("|g|")
             .show(&mut cols[0], |p| {
-                p.line(Line::new("grad norm", series(&|r| r.grad_norm)).color(g_c));
+                line(p, "grad norm", series(&|r| r.grad_norm), g_c);
             });
         if s == 0 {
             cols[1].weak("mean β: this run logged none (a baseline model has no delta writes).");
@@ -128,7 +156,7 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
                             r.beta_mean.as_ref().and_then(|b| b.get(i)).filter(|v| v.is_finite()).map(|&v| [r.step, v])
                         })
                         .collect();
-                    p.line(Line::new(sublayer_name(i), pts).color(colors::layer_color(i, s)));
+                    line(p, &sublayer_name(i), pts, colors::layer_color(i, s));
                 }
             });
     });

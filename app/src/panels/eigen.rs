@@ -59,7 +59,13 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
                 }
                 ui.end_row();
                 for i in 0..s {
-                    let Some(b) = data.beta(t, i) else { continue };
+                    let Some(b) = data.beta(t, i) else {
+                        // (A β that overflowed: its row says so rather than missing.)
+                        ui.label(sublayer_name(i));
+                        ui.monospace("not finite");
+                        ui.end_row();
+                        continue;
+                    };
                     let lam = 1.0 - b as f64;
                     ui.label(sublayer_name(i));
                     ui.monospace(format!("{b:.4}"));

@@ -125,6 +125,16 @@ pub fn show(ui: &mut egui::Ui, e: Option<&Experiment>) {
                 ui.end_row();
             }
         });
+        let diverged: Vec<&str> = e.diverged().iter().map(|r| r.name.as_str()).collect();
+        if !diverged.is_empty() {
+            ui.colored_label(
+                Color32::from_rgb(230, 160, 60),
+                format!(
+                    "Left out of the table, diverged (a final validation loss that is not a finite number): {}",
+                    diverged.join(", ")
+                ),
+            );
+        }
         ui.weak("The experiment's report (report.md, `ddl experiment --report-only`) gives the paired statistics.");
     });
 }

@@ -49,15 +49,16 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
                     ui.strong(head);
                 }
                 ui.end_row();
+                // (A β or write that overflowed: its row says so rather than missing.)
+                let num =
+                    |x: Option<f32>, digits: usize| x.map_or("not finite".to_string(), |x| format!("{x:.digits$}"));
                 for i in 0..s {
-                    let (Some(b), Some(w), Some(e), Some(v)) =
-                        (data.beta(t, i), data.write(t, i), data.ktx(t, i), data.v(t, i))
-                    else {
+                    let (Some(e), Some(v)) = (data.ktx(t, i), data.v(t, i)) else {
                         continue;
                     };
                     ui.label(sublayer_name(i));
-                    ui.monospace(format!("{b:.3}"));
-                    ui.monospace(format!("{w:.4}"));
+                    ui.monospace(num(data.beta(t, i), 3));
+                    ui.monospace(num(data.write(t, i), 4));
                     ui.monospace(format!("{:.4}", norm(e)));
                     ui.monospace(format!("{:.4}", norm(v)));
                     ui.end_row();
