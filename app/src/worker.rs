@@ -93,15 +93,22 @@ impl Worker {
             .name("ddl-model".into())
             .spawn(move || {
                 let out = Out { tx: etx, ctx };
-                let inbox = Inbox(crx);
-                // Blocking reads never leave the future pending: run it to its end here.
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    ddl::gpu::now(run(inbox, &out, &s, &b, Wait::Block))
-                }));
-                if r.is_err() {
-                    out.send(Event::Error("the model thread crashed (see stderr); reload the checkpoint".into()));
+                let mut inbox = Inbox(crx);
+                // Blocking reads never leave the future pending: run it to its end here. A crash
+                // (a bug) loses the model, not the thread: the commands after it are served
+                // (they went nowhere, so a reload did nothing and the status said loading).
+                loop {
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        ddl::gpu::now(run(&mut inbox, &out, &s, &b, Wait::Block))
+                    }));
+                    b.store(false, Ordering::SeqCst);
+                    if r.is_ok() {
+                        break;
+                    }
+                    out.send(Event::Error(
+                        "the model thread crashed (see stderr) and lost the model: open the checkpoint again".into(),
+                    ));
                 }
-                b.store(false, Ordering::SeqCst);
             })
             .expect("spawning the model thread");
         Worker { tx: Some(Outbox(tx)), thread: Some(thread), rx, stop, busy }
@@ -116,10 +123,10 @@ impl Worker {
         let stop = Arc::new(AtomicBool::new(false));
         let busy = Arc::new(AtomicBool::new(false));
         let (s, b) = (stop.clone(), busy.clone());
-        let inbox = Inbox(mailbox.clone());
+        let mut inbox = Inbox(mailbox.clone());
         wasm_bindgen_futures::spawn_local(async move {
             let out = Out { tx: etx, ctx };
-            run(inbox, &out, &s, &b, Wait::Await).await;
+            run(&mut inbox, &out, &s, &b, Wait::Await).await;
             b.store(false, Ordering::SeqCst);
         });
         Worker { tx: Some(Outbox(mailbox)), rx, stop, busy }
@@ -321,7 +328,7 @@ struct Open {
     name: PathBuf,
 }
 
-async fn run(mut rx: Inbox, out: &Out, stop: &AtomicBool, busy: &AtomicBool, wait: Wait) {
+async fn run(rx: &mut Inbox, out: &Out, stop: &AtomicBool, busy: &AtomicBool, wait: Wait) {
     let mut gpu = None;
     let mut open: Option<Open> = None;
     let mut next_load: Option<Source> = None;
@@ -344,7 +351,11 @@ async fn run(mut rx: Inbox, out: &Out, stop: &AtomicBool, busy: &AtomicBool, wai
             match rx.recv().await {
                 Some(Command::Load(d)) => next_load = Some(Source::Dir(d)),
                 Some(Command::LoadBytes { name, bytes }) => next_load = Some(Source::Bytes { name, bytes }),
-                Some(_) => {
+                Some(_cmd) => {
+                    #[cfg(test)]
+                    if matches!(&_cmd, Command::Generate { prompt, .. } if prompt == tests::CRASH) {
+                        panic!("the crash a test asked for");
+                    }
                     out.send(Event::Error("no model is loaded: open a checkpoint first".into()));
                     busy.store(false, Ordering::SeqCst);
                 }
@@ -352,7 +363,7 @@ async fn run(mut rx: Inbox, out: &Out, stop: &AtomicBool, busy: &AtomicBool, wai
             }
             continue;
         };
-        next_load = serve(o, &mut rx, out, stop, busy, wait).await;
+        next_load = serve(o, rx, out, stop, busy, wait).await;
         if next_load.is_none() {
             return;
         }
@@ -627,4 +638,38 @@ async fn compare(
         intervened,
         delta_logprob,
     }))
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+
+    /// A prompt that makes the model thread panic (a stand-in for a bug).
+    pub(super) const CRASH: &str = "\u{0}crash for the test";
+
+    /// The next event within a minute.
+    fn next(w: &Worker) -> Event {
+        w.rx.recv_timeout(std::time::Duration::from_secs(60)).expect("an event from the model thread")
+    }
+
+    fn generate(prompt: &str) -> Command {
+        Command::Generate { prompt: prompt.into(), sampling: SamplerConfig::default(), max_tokens: 1 }
+    }
+
+    /// A crash of the model thread is said, and the thread serves the commands after it (it was
+    /// gone: a reload or a generation after it went nowhere, without a word).
+    #[test]
+    fn the_model_thread_serves_commands_after_a_crash() {
+        let w = Worker::spawn(None);
+        w.send(generate(CRASH));
+        match next(&w) {
+            Event::Error(e) => assert!(e.contains("crashed") && e.contains("open the checkpoint again"), "{e}"),
+            e => panic!("expected the crash's message, got {e:?}"),
+        }
+        w.send(generate("a"));
+        match next(&w) {
+            Event::Error(e) => assert!(e.contains("no model is loaded"), "{e}"),
+            e => panic!("expected the thread's answer, got {e:?}"),
+        }
+    }
 }
