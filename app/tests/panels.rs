@@ -16,6 +16,19 @@ fn trace() -> TraceData {
 }
 
 /// Same lavapipe on every machine: the default per-pixel tolerance and a handful of pixels.
+/// The β map of `data` alone in a window of `size`, drawn once, and where its first cell is.
+fn beta_map(data: &TraceData, size: egui::Vec2) -> (Harness<'_, Selection>, egui::Rect) {
+    let mut h = Harness::builder().with_size(size).build_ui_state(
+        move |ui, sel: &mut Selection| {
+            egui::CentralPanel::default().show(ui, |ui| panels::beta_map::show(ui, data, sel));
+        },
+        Selection::default(),
+    );
+    h.run();
+    let cell0 = h.ctx.data(|d| d.get_temp(panels::beta_map::cell_rect_id())).expect("the map was drawn");
+    (h, cell0)
+}
+
 fn opts() -> SnapshotOptions {
     SnapshotOptions::new().threshold(0.6).max_failed_pixels(8)
 }
@@ -181,14 +194,7 @@ fn app_snapshots_and_clicking_a_token_selects_it() {
 #[test]
 fn hovering_the_beta_map_shows_the_cell_and_clicking_selects_its_token() {
     let data = trace();
-    let mut h = Harness::builder().with_size([900.0, 300.0]).build_ui_state(
-        |ui, sel: &mut Selection| {
-            egui::CentralPanel::default().show(ui, |ui| panels::beta_map::show(ui, &data, sel));
-        },
-        Selection::default(),
-    );
-    h.run();
-    let cell0: egui::Rect = h.ctx.data(|d| d.get_temp(panels::beta_map::cell_rect_id())).expect("the map was drawn");
+    let (mut h, cell0) = beta_map(&data, egui::vec2(900.0, 300.0));
     let (t, s) = (9, 3);
     let p = cell0.center() + egui::vec2(cell0.width() * t as f32, cell0.height() * s as f32);
     h.hover_at(p);
@@ -238,14 +244,7 @@ fn the_beta_map_of_many_blocks_scrolls_to_its_last_sublayer() {
         );
     }
     let size = egui::vec2(900.0, 400.0);
-    let mut h = Harness::builder().with_size(size).build_ui_state(
-        |ui, sel: &mut Selection| {
-            egui::CentralPanel::default().show(ui, |ui| panels::beta_map::show(ui, &data, sel));
-        },
-        Selection::default(),
-    );
-    h.run();
-    let cell0: egui::Rect = h.ctx.data(|d| d.get_temp(panels::beta_map::cell_rect_id())).expect("the map was drawn");
+    let (mut h, cell0) = beta_map(&data, size);
     let last_row = |cell0: egui::Rect| cell0.center() + egui::vec2(0.0, cell0.height() * (s - 1) as f32);
     assert!(last_row(cell0).y > size.y, "the test needs a map taller than the window");
     // The wheel over the map, downwards.
@@ -292,14 +291,7 @@ fn a_beta_that_is_not_finite_is_named_not_called_untraced() {
         );
     }
     assert!(data.has(1) && data.beta(1, 0).is_none());
-    let mut h = Harness::builder().with_size([900.0, 300.0]).build_ui_state(
-        |ui, sel: &mut Selection| {
-            egui::CentralPanel::default().show(ui, |ui| panels::beta_map::show(ui, &data, sel));
-        },
-        Selection::default(),
-    );
-    h.run();
-    let cell0: egui::Rect = h.ctx.data(|d| d.get_temp(panels::beta_map::cell_rect_id())).expect("the map was drawn");
+    let (mut h, cell0) = beta_map(&data, egui::vec2(900.0, 300.0));
     h.hover_at(cell0.center() + egui::vec2(cell0.width(), 0.0));
     h.run_steps(8);
     assert!(h.query_by_label_contains("β is not a finite number").is_some());
