@@ -557,14 +557,15 @@ fn not_a_run(dir: &Path) -> String {
              evaluate a run on them with `ddl eval --checkpoint RUN --data {shown}`"
         );
     }
-    if dir.join("metrics.jsonl").is_file() {
-        #[cfg(feature = "native")]
-        if let Some((pid, host)) = super::lock::holder(dir) {
-            return format!(
-                "; a run is training in '{shown}' now (process {pid} on {host}) and has saved no checkpoint yet: wait \
-                 for its first one (train.checkpoint_every steps, or its end; Ctrl-C saves one)"
-            );
-        }
+    // (Before its first log line a run's folder may hold only the lock.)
+    #[cfg(feature = "native")]
+    if let Some((pid, host)) = super::lock::holder(dir) {
+        return format!(
+            "; a run is training in '{shown}' now (process {pid} on {host}) and has saved no checkpoint yet: wait for \
+             its first one (train.checkpoint_every steps, or its end; Ctrl-C saves one)"
+        );
+    }
+    if is_run(dir) {
         return format!(
             "; '{shown}' is a run that saved no checkpoint (it stopped before its first, train.checkpoint_every \
              steps): train it again with `ddl train --out {shown} --overwrite`"
@@ -1017,9 +1018,13 @@ pub fn probe_writable(path: &Path) -> std::io::Result<()> {
 pub fn inside_kept(path: &Path) -> Option<PathBuf> {
     resolved(path)?.ancestors().find_map(|a| {
         let run = a.parent()?;
-        let is_run = ["config.toml", "metrics.jsonl", MODEL_FILE].iter().any(|f| run.join(f).is_file());
-        (a.file_name()? == KEPT_DIR && is_run).then(|| run.to_path_buf())
+        (a.file_name()? == KEPT_DIR && is_run(run)).then(|| run.to_path_buf())
     })
+}
+
+/// Whether `dir` is a run's folder: it holds a run's settings, metrics or checkpoint.
+pub fn is_run(dir: &Path) -> bool {
+    ["config.toml", "metrics.jsonl", MODEL_FILE].iter().any(|f| dir.join(f).is_file())
 }
 
 /// The step of `dir`'s checkpoint, from its model file's metadata.
@@ -1097,21 +1102,8 @@ fn kept_that_reads(run: &Path, suspect: &[&str]) -> Option<(PathBuf, usize)> {
 #[cfg(feature = "native")]
 pub fn with_kept_for_reading(run: &Path, flag: &str, e: CheckpointError) -> CheckpointError {
     let model = |p: &Path| p.file_name().is_some_and(|n| n == MODEL_FILE);
-    // A run that is training in the folder and has saved no checkpoint yet: said so, with when
-    // there will be one.
-    if let CheckpointError::MissingFile(path) = &e
-        && model(path)
-        && let Some((pid, host)) = super::lock::holder(run)
-    {
-        return CheckpointError::Content {
-            path: path.clone(),
-            msg: format!(
-                "the file is missing: a run is training in {} now (process {pid} on {host}) and has saved no \
-                 checkpoint yet; wait for its first one (train.checkpoint_every steps, or its end; Ctrl-C saves one)",
-                run.display()
-            ),
-        };
-    }
+    // (A run training in the folder that has saved no checkpoint yet: the missing file's message
+    // says so, with when there will be one.)
     let Some((kept, step)) = (match &e {
         CheckpointError::Corrupt { path, .. }
         | CheckpointError::Content { path, .. }

@@ -143,7 +143,7 @@ fn not_a_corpus(path: &Path) -> String {
             false => String::new(),
         };
     }
-    if [super::checkpoint::MODEL_FILE, "metrics.jsonl"].iter().any(|f| path.join(f).is_file()) {
+    if super::checkpoint::is_run(path) {
         return format!(
             "; '{shown}' is a run's folder, not text (`ddl info --checkpoint {shown}` names the data it trained on)"
         );

@@ -443,7 +443,7 @@ pub fn find(data: &str, format: Format) -> Result<(Vec<PathBuf>, Vec<PathBuf>), 
 /// when it is neither.
 fn not_shards(data: &str) -> String {
     let path = Path::new(data);
-    if [super::checkpoint::MODEL_FILE, "metrics.jsonl"].iter().any(|f| path.join(f).is_file()) {
+    if super::checkpoint::is_run(path) {
         return format!(
             "; '{data}' is a run's folder, not token shards (`ddl info --checkpoint {data}` names the data it trained \
              on)"
