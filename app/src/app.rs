@@ -661,7 +661,6 @@ impl VizApp {
                 }
                 Event::Progress(p) => self.status = p,
                 Event::Note(n) => self.messages.push((Level::Info, n)),
-                Event::Lens(_) if self.detached => {}
                 Event::Lens(l) => {
                     // (The lens of a text no longer shown is dropped: the button offers this one's.)
                     let of = self.lens_of.take();

@@ -313,15 +313,20 @@ fn the_intervention_flow_generates_both_texts_and_measures_the_change() {
     assert!(h.query_by_label_contains("Generate replaces it").is_none());
 }
 
+/// The trace fixture's file and its tokens.
+fn trace_fixture() -> (std::path::PathBuf, Vec<u32>) {
+    let file = common::fixture("trace.safetensors");
+    let tokens = ddl_viz::trace::TraceData::load(&file).unwrap().rows.iter().map(|r| r.trace.token).collect();
+    (file, tokens)
+}
+
 /// A trace file opened after generating (or while generating) is the text shown: Step one token
 /// starts a new session from the prompt rather than continuing the last one onto the file's
 /// tokens, and a generation still running stops without its tokens joining the file's.
 #[test]
 fn a_trace_opened_is_not_continued_by_the_last_generation() {
     let (_, _, mut h) = loaded("trace-detached");
-    let file = common::fixture("trace.safetensors");
-    let file_tokens: Vec<u32> =
-        ddl_viz::trace::TraceData::load(&file).unwrap().rows.iter().map(|r| r.trace.token).collect();
+    let (file, file_tokens) = trace_fixture();
     h.state_mut().max_tokens = 3;
     h.get_by_label("Generate").click();
     wait(&mut h, "generation", |a| !a.busy() && a.trace.rows.iter().any(|r| !r.prompt));
@@ -354,9 +359,7 @@ fn a_trace_opened_is_not_continued_by_the_last_generation() {
 #[test]
 fn a_trace_opened_during_a_comparison_stays_shown() {
     let (_, _, mut h) = loaded("trace-during-compare");
-    let file = common::fixture("trace.safetensors");
-    let file_tokens: Vec<u32> =
-        ddl_viz::trace::TraceData::load(&file).unwrap().rows.iter().map(|r| r.trace.token).collect();
+    let (file, file_tokens) = trace_fixture();
     h.state_mut().max_tokens = 300;
     h.state_mut().compare(vec!["block0.mlp:beta=0".into()]);
     wait(&mut h, "the comparison to start", |a| a.status.starts_with("comparing:"));
