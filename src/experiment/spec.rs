@@ -264,6 +264,18 @@ impl ExperimentSpec {
         train.insert("seed".into(), toml::Value::Integer(seed as i64));
         // The schedule spans the run unless the spec says otherwise.
         if !train.contains_key("decay_steps") {
+            // A warm-up the spec gives past the run's end: said as its own (it was "`decay_steps =
+            // STEPS` under [train]: at least train.warmup_steps", a key the spec did not write,
+            // with the remedy of raising it past the run).
+            if let Some(w) = train.get("warmup_steps").and_then(|w| w.as_integer())
+                && w > self.steps as i64
+            {
+                return Err(format!(
+                    "`warmup_steps = {w}` under [train]: at most the run's {} steps (`steps`; the schedule spans the \
+                     run unless `decay_steps` under [train] is set); lower `warmup_steps` under [train] to {} or less",
+                    self.steps, self.steps
+                ));
+            }
             train.insert("decay_steps".into(), toml::Value::Integer(self.steps as i64));
             if !train.contains_key("warmup_steps") && run.train.warmup_steps > self.steps / 5 {
                 train.insert("warmup_steps".into(), toml::Value::Integer((self.steps / 10).max(1) as i64));
@@ -346,6 +358,13 @@ mod tests {
         let e = bad("[train]\nseq_len = 100\n", "tiny");
         assert!(e.contains("`seq_len = 64` under [train]") && e.contains("`max_seq_len = 100` under [model]"), "{e}");
         assert!(!e.contains("--set"), "{e}");
+        // A warm-up longer than the run: its own key and the spec's remedy (it named a
+        // `decay_steps = 20` the spec did not write, and to raise it past the run).
+        let e = bad("[train]\nwarmup_steps = 100\n", "tiny");
+        assert!(e.contains("`warmup_steps = 100` under [train]: at most the run's 20 steps"), "{e}");
+        assert!(e.contains("lower `warmup_steps` under [train] to 20 or less") && !e.contains("decay_steps = "), "{e}");
+        let e = bad("[train]\nwarmup_steps = 100\ndecay_steps = 50\n", "tiny");
+        assert!(e.contains("`decay_steps = 50` under [train]"), "{e}");
         let e = bad("", "huge");
         assert!(
             e.contains("`preset = \"huge\"`") && e.contains("`preset = \"NAME\"`") && !e.contains("--preset"),
