@@ -130,7 +130,8 @@ pub(crate) fn set_names(sets: &[String], key: &str) -> bool {
 fn config_gave(path: &std::path::Path, key: &str, value: &str, sets: &[String]) -> bool {
     let same = |v: &toml::Value| match v {
         toml::Value::String(s) => s == value,
-        toml::Value::Float(f) => value.parse::<f64>().is_ok_and(|x| x == *f),
+        // (NaN is no number's equal, its own neither: `lr = nan` was not named as the file's.)
+        toml::Value::Float(f) => value.parse::<f64>().is_ok_and(|x| x == *f || (x.is_nan() && f.is_nan())),
         v => v.to_string() == value,
     };
     config_value(path, key).is_some_and(|v| same(&v)) && !set_names(sets, key)
@@ -144,6 +145,40 @@ fn config_model_table(path: &std::path::Path) -> Option<toml::Table> {
     table.get("model")?.as_table().cloned()
 }
 
+/// The text of the `--config` file `path`: a folder (a run's, whose settings are its
+/// `config.toml`), a path to nothing and bytes that are not UTF-8 are said with what to give
+/// (a folder was "Is a directory (os error 21)", and a resumed run's file not UTF-8 "stream did
+/// not contain valid UTF-8").
+fn read_config(path: &std::path::Path) -> Result<String> {
+    if path.is_dir() {
+        let inside = path.join("config.toml");
+        let hint = if inside.is_file() {
+            format!("; its settings file is {} (a run's folder keeps them there)", inside.display())
+        } else {
+            String::new()
+        };
+        anyhow::bail!(
+            "--config {}: a folder, not a settings file: give a TOML file of [model] and [train] tables{hint}",
+            path.display()
+        );
+    }
+    let bytes = std::fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => anyhow::anyhow!(
+            "--config {}: no such file (a TOML file of [model] and [train] tables, e.g. a run's config.toml; a \
+             relative path is taken from the current directory)",
+            path.display()
+        ),
+        _ => anyhow::anyhow!("--config {}: cannot read it: {e}", path.display()),
+    })?;
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "--config {}: not UTF-8 text (byte {} is not part of a UTF-8 character): save the file as UTF-8",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
 /// A preset's settings for a variant with a `--config` file's tables over them (`ddl train`,
 /// `ddl bench train`). The preset and variant are the flags', else the file's (`preset = …`,
 /// `[model] variant = …`: the defaults are the preset's for that variant), else tiny and ddl;
@@ -155,14 +190,7 @@ pub(crate) fn preset_with_config(
 ) -> Result<ddl::train::RunConfig> {
     let file = config
         .map(|path| {
-            let bytes = std::fs::read(path).with_context(|| format!("reading --config {}", path.display()))?;
-            let text = String::from_utf8(bytes).map_err(|e| {
-                anyhow::anyhow!(
-                    "--config {}: not UTF-8 text (byte {} is not part of a UTF-8 character): save the file as UTF-8",
-                    path.display(),
-                    e.utf8_error().valid_up_to()
-                )
-            })?;
+            let text = read_config(path)?;
             let table: toml::Table = toml::from_str(&text).map_err(|e| {
                 // (The parser calls an integer beyond 64 bits an "invalid type".)
                 let hint = if e.to_string().contains("as i128") {
@@ -463,8 +491,7 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
                         run.model.vocab_size
                     );
                 }
-                let text =
-                    std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
+                let text = read_config(path)?;
                 run.merge_toml(&text, &path.display().to_string()).map_err(anyhow::Error::msg)?;
             }
             run

@@ -407,7 +407,18 @@ fn config_problems_are_clear_errors() {
     t(&["--config", cfg.to_str().unwrap()], &["run.toml", "lr"]);
     std::fs::write(&cfg, "[trian]\nlr = 1.0\n").unwrap();
     t(&["--config", cfg.to_str().unwrap()], &["run.toml", "unknown key 'trian'"]);
-    t(&["--config", dir.join("none.toml").to_str().unwrap()], &["none.toml"]);
+    t(&["--config", dir.join("none.toml").to_str().unwrap()], &["none.toml: no such file", "a TOML file"]);
+    // A folder given as --config (a run's, whose settings file is inside) says so and names the
+    // file (it was "Is a directory (os error 21)").
+    let folder = dir.join("a-run");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("config.toml"), "[train]\nlr = 1e-3\n").unwrap();
+    let inside = folder.join("config.toml").display().to_string();
+    t(&["--config", folder.to_str().unwrap()], &["a folder, not a settings file", &inside]);
+    // A NaN from the file is named with the file, as other values out of range are (NaN equals
+    // nothing, so it was said without the file).
+    std::fs::write(&cfg, "[train]\nlr = nan\n").unwrap();
+    t(&["--config", cfg.to_str().unwrap()], &["run.toml: train.lr = NaN", "finite number"]);
     // The vocabulary in a config file is refused as --set's is (it was silently replaced).
     let voc = dir.join("voc.toml");
     std::fs::write(&voc, "[model]\nvocab_size = 100\n").unwrap();
