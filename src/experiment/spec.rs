@@ -77,7 +77,38 @@ impl ExperimentSpec {
     /// Reads and checks a spec file.
     pub fn load(path: &Path) -> Result<ExperimentSpec, ExperimentError> {
         let err = |msg: String| ExperimentError::Spec { path: path.to_path_buf(), msg };
-        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read the spec: {e}")))?;
+        // A folder (an experiment's, whose spec is its experiment.toml), a path to nothing and
+        // bytes that are not UTF-8, each with what to give (they were the system's words alone:
+        // "Is a directory (os error 21)", "stream did not contain valid UTF-8").
+        if path.is_dir() {
+            let own = path.join("experiment.toml");
+            return Err(err(if own.is_file() {
+                format!(
+                    "a folder, not a spec: it is an experiment's, whose spec is {}; to continue it, give --spec {} \
+                     --out {}",
+                    own.display(),
+                    own.display(),
+                    path.display()
+                )
+            } else {
+                "a folder, not a spec: give a spec file (a TOML file such as experiments/shakespeare.toml)".into()
+            }));
+        }
+        let bytes = std::fs::read(path).map_err(|e| {
+            err(match e.kind() {
+                std::io::ErrorKind::NotFound => "no such file: give a spec file (a TOML file such as \
+                                                 experiments/shakespeare.toml; a relative path is taken from the \
+                                                 current directory)"
+                    .into(),
+                _ => format!("cannot read the spec: {e}"),
+            })
+        })?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            err(format!(
+                "not UTF-8 text (byte {} is not part of a UTF-8 character): save the file as UTF-8",
+                e.utf8_error().valid_up_to()
+            ))
+        })?;
         Self::parse(&text, path)
     }
 
@@ -374,6 +405,26 @@ mod tests {
             spec_words("lower it (--set a.b=1) or --preset X, then"),
             "lower it (`b = 1` under [a]) or `preset = \"X\"`, then"
         );
+    }
+
+    /// A `--spec` that is a folder, nothing, or not UTF-8 says what it is and what to give (the
+    /// system's words alone before: "Is a directory (os error 21)", "stream did not contain valid
+    /// UTF-8").
+    #[test]
+    fn a_spec_path_that_is_no_spec_file_says_what_to_give() {
+        let dir = crate::testing::scratch_dir("spec-path");
+        let e = ExperimentSpec::load(&dir).unwrap_err().to_string();
+        assert!(e.contains("a folder, not a spec") && e.contains("experiments/shakespeare.toml"), "{e}");
+        std::fs::write(dir.join("experiment.toml"), "preset = \"tiny\"\n").unwrap();
+        let e = ExperimentSpec::load(&dir).unwrap_err().to_string();
+        let own = dir.join("experiment.toml").display().to_string();
+        assert!(e.contains(&format!("--spec {own} --out {}", dir.display())), "{e}");
+        let e = ExperimentSpec::load(&dir.join("none.toml")).unwrap_err().to_string();
+        assert!(e.contains("none.toml: no such file: give a spec file"), "{e}");
+        std::fs::write(dir.join("latin1.toml"), b"name = \"caf\xe9\"\n").unwrap();
+        let e = ExperimentSpec::load(&dir.join("latin1.toml")).unwrap_err().to_string();
+        assert!(e.contains("not UTF-8 text (byte 11") && e.contains("save the file as UTF-8"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     /// `steps` and `beta_batches` ask for what they take: a negative one said "≥ 0", and 0 was
