@@ -170,7 +170,7 @@ fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> (String, 
                     b.name(),
                     t.diff.n,
                     t.diff.mean,
-                    if t.no_spread { "no spread".into() } else { interval(t.diff.ci) },
+                    if t.no_spread || t.diff.sd == 0.0 { "no spread".into() } else { interval(t.diff.ci) },
                     if t.no_spread { "—".to_string() } else { format!("{:.2}", t.t) },
                     t.df,
                     p_text(t.p).trim_start_matches("= ").to_string() + if t.no_spread { " (sign test)" } else { "" },
@@ -267,7 +267,7 @@ fn accuracy_section(results: &[RunResult], variants: &[Variant]) -> String {
             continue;
         }
         let a = stats::Sample::of(&acc);
-        let ci = if a.ci.0.is_finite() { format!("[{:.2}, {:.2}]", a.ci.0, a.ci.1) } else { "—".into() };
+        let ci = sample_interval(&a, |ci| format!("[{:.2}, {:.2}]", ci.0, ci.1));
         let sd = if a.sd.is_finite() { format!(" ± {:.2}", a.sd) } else { String::new() };
         md.push_str(&format!("| {} | {} | {:.2}{sd} | {ci} |\n", v.name(), a.n, a.mean));
     }
@@ -298,7 +298,7 @@ fn accuracy_section(results: &[RunResult], variants: &[Variant]) -> String {
                     on_two.push(format!("{a} − {b}"));
                 }
                 let ci = t.diff.ci;
-                let ci = if t.no_spread {
+                let ci = if t.no_spread || t.diff.sd == 0.0 {
                     "no spread".into()
                 } else if ci.0.is_finite() {
                     format!("[{:+.2}, {:+.2}]", ci.0, ci.1)
@@ -389,6 +389,20 @@ fn seeds_text(spec: &ExperimentSpec) -> String {
 /// "= 0.034", or "< 0.001".
 pub(super) fn p_text(p: f64) -> String {
     if p < 0.001 { "< 0.001".into() } else { format!("= {p:.3}") }
+}
+
+/// The 95 % interval cell of a sample's mean: "—" without one (a single seed), "no spread" where
+/// every seed gave the same number (the t-interval [m, m] has no width: it said "[4.0604, 4.0604]"
+/// of two runs that both ended at the uniform distribution's loss, as if the mean were known
+/// exactly), else `shown(ci)`.
+fn sample_interval(s: &stats::Sample, shown: impl Fn((f64, f64)) -> String) -> String {
+    if !(s.ci.0.is_finite() && s.ci.1.is_finite()) {
+        "—".into()
+    } else if s.sd == 0.0 {
+        "no spread".into()
+    } else {
+        shown(s.ci)
+    }
 }
 
 /// `[lo, hi]` of an interval (blank without one).
@@ -520,7 +534,7 @@ pub(super) fn write_report(
             rs.len(),
             pm(t.mean, t.sd),
             pm(val.mean, val.sd),
-            interval(val.ci),
+            sample_interval(&val, |ci| interval(ci)),
             val.mean.exp(),
             paper_val_loss(*v).map(|x| format!("{x:.3}")).unwrap_or_else(|| paper_note(*v).into()),
         ));
@@ -980,6 +994,33 @@ mod tests {
         );
         assert!(md.contains("No spread: baseline − ddl: all 3 differences are +0.1000 (no spread"), "{md}");
         assert!(!md.contains("| inf") && !md.contains("NaN"), "{md}");
+    }
+
+    /// Seeds that all end at the same loss (two runs collapsed to the uniform distribution, both
+    /// variants alike) give no interval: the t-interval [m, m] of no width was shown as if the mean
+    /// were known exactly, for the losses, the accuracies and a difference of zero.
+    #[test]
+    fn identical_losses_claim_no_interval() {
+        let s = ExperimentSpec { seeds: vec![1, 2], ..spec("").unwrap() };
+        let variants = s.variant_list().unwrap();
+        let results: Vec<RunResult> = ["baseline", "ddl"]
+            .iter()
+            .flat_map(|v| (1..=2).map(move |seed| (*v, seed)))
+            .map(|(v, seed)| RunResult { final_val_accuracy: Some(0.0444), ..result(v, seed, 4.0604, "abc") })
+            .collect();
+        let md = written_report("report-identical", &s, &variants, &results);
+        let line = |start: &str| md.lines().find(|l| l.starts_with(start)).unwrap_or_default().to_string();
+        for v in ["baseline", "ddl"] {
+            let r = line(&format!("| {v} | 1000 |"));
+            assert!(r.contains("| 4.0604 ± 0.0000 | no spread |"), "{r}");
+            let r = line(&format!("| {v} | 2 | 4.44 "));
+            assert!(r.contains("| 4.44 ± 0.00 | no spread |"), "{r}");
+        }
+        assert!(line("| baseline − ddl | 2 | +0.0000 |").contains("| no spread |"), "{md}");
+        assert!(line("| baseline − ddl | 2 | +0.00 |").contains("| no spread |"), "{md}");
+        assert!(!md.contains("[4.0604") && !md.contains("[+4.0604") && !md.contains("[4.44"), "{md}");
+        assert!(!md.contains("[+0.0000, +0.0000]") && !md.contains("[+0.00, +0.00]"), "{md}");
+        assert!(line("| baseline − ddl | 2 | +0.0000 |").contains("not distinguishable"), "{md}");
     }
 
     /// A verdict on 2 seeds (1 degree of freedom) is flagged and its weakness said: two
