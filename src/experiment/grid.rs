@@ -569,10 +569,14 @@ fn train_run(
     if !opts.quiet {
         let diverged =
             if result.diverged() { " (diverged: listed in the report, left out of its statistics)" } else { "" };
+        let skipped = match result.skipped_steps {
+            0 => String::new(),
+            n => format!(" ({n} of its {} steps skipped as not finite: the report says so)", result.steps),
+        };
         say(
             bars,
             format!(
-                "[{at}/{of}] {name}: val loss {:.4}{diverged}, train loss {:.4}, {:.0} tok/s",
+                "[{at}/{of}] {name}: val loss {:.4}{diverged}, train loss {:.4}, {:.0} tok/s{skipped}",
                 result.final_val_loss, result.final_train_loss, result.tok_per_s
             ),
         );
@@ -760,6 +764,7 @@ fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &Experime
         dirty: crate::build_commit().1.to_string(),
         adapter: adapter_name(gpu),
         ablations: None,
+        skipped_steps: m.train.iter().filter(|r| r.skipped_nonfinite).count(),
     })
 }
 

@@ -109,6 +109,14 @@ pub struct RunResult {
     /// removed in turn (`None`: not ablated, or a baseline run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ablations: Option<RunAblations>,
+    /// Steps that made no update: their loss or gradient was not finite and `skip_nonfinite =
+    /// true` under [train] skipped them (results made before they were counted: 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped_steps: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl RunResult {
@@ -215,6 +223,7 @@ mod test_support {
             dirty: "clean".to_string(),
             adapter: "llvmpipe (Vulkan)".to_string(),
             ablations: None,
+            skipped_steps: 0,
         }
     }
 }

@@ -516,6 +516,25 @@ pub(super) fn write_report(
             diverged.join(", ")
         ));
     }
+    // Runs that finished with steps skipped (`skip_nonfinite`): fewer updates than the steps the
+    // report names, which nothing said (a run whose every step after the first was skipped stood
+    // in the table as one trained for all of them).
+    let skipped: Vec<String> = all
+        .iter()
+        .filter(|r| r.skipped_steps > 0)
+        .map(|r| {
+            let diverged = if r.diverged() { ", diverged" } else { "" };
+            format!("{}-seed{} ({} of {}{diverged})", r.variant, r.seed, r.skipped_steps, r.steps)
+        })
+        .collect();
+    if !skipped.is_empty() {
+        md.push_str(&format!(
+            "**Runs with skipped steps (a loss or gradient that was not finite, skipped by `skip_nonfinite` under \
+             [train]: no update at those steps; those that did not diverge are in the statistics below, as \
+             trained for fewer updates than the others):** {}. A lower `lr` under [train] (in a new --out) trains them without.\n\n",
+            skipped.join(", ")
+        ));
+    }
     md.push_str("| variant | params | seeds | train loss | val loss (mean ± sd) | 95 % interval | val perplexity | paper val loss (Small 124M) |\n");
     md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for (i, v) in variants.iter().enumerate() {
@@ -1021,6 +1040,31 @@ mod tests {
         assert!(!md.contains("[4.0604") && !md.contains("[+4.0604") && !md.contains("[4.44"), "{md}");
         assert!(!md.contains("[+0.0000, +0.0000]") && !md.contains("[+0.00, +0.00]"), "{md}");
         assert!(line("| baseline − ddl | 2 | +0.0000 |").contains("not distinguishable"), "{md}");
+    }
+
+    /// Runs that finished with steps skipped for a loss or gradient that was not finite
+    /// (`skip_nonfinite`) are named with how many: nothing said that a run had made fewer updates
+    /// than the steps the report names.
+    #[test]
+    fn runs_with_skipped_steps_are_named() {
+        let s = spec("").unwrap();
+        let variants = s.variant_list().unwrap();
+        let mut results: Vec<RunResult> = ["baseline", "ddl"]
+            .iter()
+            .flat_map(|v| (1..=2).map(move |seed| (*v, seed)))
+            .map(|(v, seed)| result(v, seed, 2.0 + seed as f64 / 100.0, "abc"))
+            .collect();
+        let md = written_report("report-unskipped", &s, &variants, &results);
+        assert!(!md.contains("skipped steps"), "{md}");
+        results[0].skipped_steps = 17;
+        let md = written_report("report-skipped", &s, &variants, &results);
+        assert!(md.contains("**Runs with skipped steps (") && md.contains(":** baseline-seed1 (17 of 20)."), "{md}");
+        results[1].skipped_steps = 3;
+        results[1].final_val_loss = f64::NAN;
+        let md = written_report("report-skipped-diverged", &s, &variants, &results);
+        assert!(md.contains(":** baseline-seed1 (17 of 20), baseline-seed2 (3 of 20, diverged)."), "{md}");
+        let back: RunResult = serde_json::from_str(&serde_json::to_string(&results[0]).unwrap()).unwrap();
+        assert_eq!(back.skipped_steps, 17);
     }
 
     /// A verdict on 2 seeds (1 degree of freedom) is flagged and its weakness said: two

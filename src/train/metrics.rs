@@ -66,6 +66,9 @@ pub fn parse_line(line: &str) -> Option<Line> {
         tok_per_s: j["tok_per_s"].as_f64(),
         elapsed: j["elapsed"].as_f64(),
         beta_mean: j["beta_mean"].as_array().map(|a| a.iter().map(|x| x.as_f64().unwrap_or(f64::NAN)).collect()),
+        // (An f16 step skipped for overflowing gradients at its loss scale has a finite loss: the
+        // scale's own business, not this.)
+        skipped_nonfinite: j["skipped"] == true && (j.get("loss_scale").is_none() || !j["loss"].is_f64()),
     }))
 }
 
@@ -81,6 +84,8 @@ pub struct TrainRow {
     pub elapsed: Option<f64>,
     /// Mean β over the step's tokens, per delta write in sublayer order (DDL variants).
     pub beta_mean: Option<Vec<f64>>,
+    /// The step made no update: its loss or gradient norm was not finite (`train.skip_nonfinite`).
+    pub skipped_nonfinite: bool,
 }
 
 /// What `metrics.jsonl` holds.
@@ -192,6 +197,21 @@ mod tests {
         assert_eq!(m.final_train_loss(), Some(2.0));
         assert_eq!(m.elapsed_at(3.0), Some(1.0));
         assert_eq!(m.train[0].beta_mean.as_deref(), Some(&[1.0, 0.5][..]));
+    }
+
+    /// A step skipped for a non-finite loss or gradient (`train.skip_nonfinite`) is told from one
+    /// an f16 run's loss scale skipped (finite loss, the scale logged): the experiment's results
+    /// count the first.
+    #[test]
+    fn steps_skipped_for_a_non_finite_value_are_told_from_the_loss_scales() {
+        let text = "{\"step\":1,\"loss\":4.0,\"grad_norm\":1.0,\"skipped\":false}\n\
+                    {\"step\":2,\"loss\":4.0,\"grad_norm\":null,\"skipped\":true}\n\
+                    {\"step\":3,\"loss\":null,\"grad_norm\":null,\"skipped\":true,\"loss_scale\":1.0}\n\
+                    {\"step\":4,\"loss\":4.0,\"grad_norm\":null,\"skipped\":true,\"loss_scale\":1.0}\n\
+                    {\"step\":5,\"loss\":4.0}\n";
+        let m = Metrics::parse(text);
+        let skipped: Vec<bool> = m.train.iter().map(|r| r.skipped_nonfinite).collect();
+        assert_eq!(skipped, [false, true, true, false, false]);
     }
 
     /// An evaluation whose loss was not a finite number (the trainer writes null) is read as an
