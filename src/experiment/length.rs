@@ -16,7 +16,12 @@ pub(super) fn length_section(spec: &ExperimentSpec, results: &[RunResult], varia
     let core: Vec<_> = family.iter().filter(|f| f.2 == Question::PaperGap).collect();
     let use_: Vec<_> = if core.is_empty() { family.iter().collect() } else { core };
     let tests: Vec<_> = use_.iter().filter_map(|&&(a, b, _)| paired(results, a, b)).collect();
-    let mut sds: Vec<f64> = tests.iter().map(|p| p.diff.sd).filter(|s| s.is_finite()).collect();
+    // (A pair whose seeds all differ by the same amount has no spread to judge by: half of 0, or
+    // of rounding error, called a curve that changed by 0.0000 "more than half the paired
+    // spread (0.0000)", not long enough.)
+    let spreads = |p: &&crate::stats::Paired| !p.no_spread && p.diff.sd > 0.0;
+    let flat = !tests.is_empty() && !tests.iter().any(|p| spreads(&p));
+    let mut sds: Vec<f64> = tests.iter().filter(spreads).map(|p| p.diff.sd).filter(|s| s.is_finite()).collect();
     sds.sort_by(f64::total_cmp);
     let spread = sds.get(sds.len() / 2).copied();
     // The seeds the spread rests on: a standard deviation of 2 seeds (1 degree of freedom) may be
@@ -60,6 +65,13 @@ pub(super) fn length_section(spec: &ExperimentSpec, results: &[RunResult], varia
         table.push_str(&format!("| {} | {a} | {b} | {d:+.4} |\n", v.name()));
     }
     let Some(spread) = spread else {
+        if flat {
+            md.push_str(&format!(
+                "No paired spread to compare with (every compared pair's seeds differ by the same amount: no \
+                 spread), so no verdict. {table}\n"
+            ));
+            return md;
+        }
         // One seed (a pilot): the curves' changes, without a spread to judge them by.
         md.push_str(&format!(
             "No paired spread to compare with (fewer than two seeds of a compared pair), so no verdict. {table}\n"
@@ -262,5 +274,23 @@ mod tests {
         let md = length_section(&s, &one, &variants);
         assert!(md.contains("No paired spread") && md.contains("no verdict"), "{md}");
         assert!(md.contains("| ddl | 16 | 20 | +0.0020 |") && !md.contains("Long enough"), "{md}");
+        // Seeds that differ by the same amount (or not at all, runs collapsed alike): no spread
+        // to judge by, so no verdict (it said a curve changing by 0.0000 changed "more than half
+        // the paired spread (0.0000)", not long enough).
+        for ddl in [2.15, 2.20] {
+            let flat: Vec<RunResult> = [("baseline", 1, 2.20), ("baseline", 2, 2.20), ("ddl", 1, ddl), ("ddl", 2, ddl)]
+                .iter()
+                .map(|&(v, seed, l)| RunResult {
+                    val_curve: vec![(8.0, l), (16.0, l), (20.0, l)],
+                    ..result(v, seed, l, "abc")
+                })
+                .collect();
+            let md = length_section(&s, &flat, &variants);
+            assert!(
+                md.contains("No paired spread to compare with (every compared pair's seeds differ by the same amount"),
+                "{md}"
+            );
+            assert!(!md.contains("Not long enough") && !md.contains("Long enough") && !md.contains("Half the"), "{md}");
+        }
     }
 }
