@@ -115,6 +115,16 @@ impl ExperimentSpec {
     /// Parses and checks the text of a spec (`path` names it in errors).
     pub fn parse(text: &str, path: &Path) -> Result<ExperimentSpec, ExperimentError> {
         let err = |msg: String| ExperimentError::Spec { path: path.to_path_buf(), msg };
+        // `[[train]]` for `[train]` (an array of tables): "invalid type: sequence, expected a map".
+        if let Ok(table) = text.parse::<toml::Table>()
+            && let Some(k) = ["model", "train", "extra_seeds"]
+                .into_iter()
+                .find(|k| table.get(*k).and_then(|v| v.as_array()).is_some_and(|a| a.iter().all(|x| x.is_table())))
+        {
+            return Err(err(format!(
+                "[[{k}]] is an array of tables; the settings go in one table: write [{k}] with single brackets"
+            )));
+        }
         let spec: ExperimentSpec = toml::from_str(text).map_err(|e| {
             let msg = crate::train::config::plain_serde_message(&e.to_string());
             // (A key the spec must have: the four it always names, and an example.)
@@ -440,6 +450,9 @@ mod tests {
             assert!(e.contains("a whole number ≥ 1") && !e.contains("≥ 0"), "{bad}: {e}");
             assert!(e.contains("s.toml"), "{bad}: {e}");
         }
+        // `[[train]]` for `[train]`: said as such (it was "invalid type: sequence, expected a map").
+        let e = parse("steps = 7\n[[train]]\nlr = 1.0\n").unwrap_err().to_string();
+        assert!(e.contains("s.toml: [[train]] is an array of tables") && e.contains("write [train]"), "{e}");
         let e = parse("steps = 2.5").unwrap_err().to_string();
         assert!(e.contains("expected a whole number") && !e.contains("i64"), "{e}");
         let s = parse("steps = 7\nbeta_batches = 2").unwrap();

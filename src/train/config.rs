@@ -769,6 +769,14 @@ impl RunConfig {
                         bt.insert(k2, v2);
                     }
                 }
+                // `[[train]]` (an array of tables) for `[train]`: serde read the array as the
+                // table's fields in order ("invalid type: map, expected a whole number ≥ 0").
+                (Some(toml::Value::Table(_)), toml::Value::Array(a)) if a.iter().all(|x| x.is_table()) => {
+                    return Err(format!(
+                        "{origin}: [[{k}]] is an array of tables; the settings go in one table: write [{k}] with \
+                         single brackets"
+                    ));
+                }
                 (Some(slot), v) => *slot = v,
                 // (Not written while empty: a run's config.toml has it only with --init-from.)
                 (None, v) if k == "init_from" => {
@@ -1113,6 +1121,9 @@ mod tests {
         let e = c.set("train.lr=abc").unwrap_err();
         assert!(e.contains("train.lr takes a number, e.g. its current value 0.0003"), "{e}");
         c.merge_toml("[train]\nsteps_typo = 3\n", "run.toml").unwrap_err();
+        // `[[train]]` for `[train]` is said as such (it read "expected a whole number ≥ 0").
+        let e = c.clone().merge_toml("[[train]]\nlr = 1.0\n", "run.toml").unwrap_err();
+        assert!(e.contains("run.toml: [[train]] is an array of tables") && e.contains("write [train]"), "{e}");
         c.merge_toml("corpus = \"a.txt\"\n[train]\nwarmup_steps = 3\n", "run.toml").unwrap();
         assert_eq!((c.corpus.as_str(), c.train.warmup_steps), ("a.txt", 3));
     }
