@@ -302,6 +302,17 @@ impl ExperimentSpec {
         if train.contains_key("seed") {
             return Err("[train] seed: seeds come from the spec's `seeds` list".into());
         }
+        // (A run stopped early has a result of fewer steps, which the grid never counts as
+        // finished: its report was refused as "no finished runs yet", and training again stops
+        // at the same place.)
+        if let Some(n) = train.get("early_stop").filter(|n| n.as_integer() != Some(0)) {
+            return Err(format!(
+                "`early_stop = {n}` under [train]: every run of a grid trains the spec's {} steps (its comparisons \
+                 pair runs of the same steps and tokens), and a run stopped early would never count as finished; \
+                 remove early_stop (or set it to 0), and choose `steps` by the report's length check",
+                self.steps
+            ));
+        }
         train.insert("seed".into(), toml::Value::Integer(seed as i64));
         // The schedule spans the run unless the spec says otherwise.
         if !train.contains_key("decay_steps") {
@@ -508,6 +519,11 @@ mod tests {
         assert!(s.variant_list().unwrap_err().contains("'ddl' appears twice: list each variant once"));
         let s = spec("[train]\nseed = 3\n").unwrap();
         assert!(s.run_config(Variant::Ddl, 1).unwrap_err().contains("seeds"));
+        // A run stopped early would never count as finished (its result is of fewer steps).
+        let s = spec("[train]\nearly_stop = 2\neval_every = 5\n").unwrap();
+        let e = s.run_config(Variant::Ddl, 1).unwrap_err();
+        assert!(e.contains("`early_stop = 2` under [train]") && e.contains("remove early_stop"), "{e}");
+        assert!(spec("[train]\nearly_stop = 0\n").unwrap().run_config(Variant::Ddl, 1).is_ok());
         let s = spec("[train]\nlr = -1.0\n").unwrap();
         assert!(s.run_config(Variant::Ddl, 1).unwrap_err().contains("lr"));
         let s = spec("[model]\nvocab_size = 99\n").unwrap();
