@@ -553,7 +553,7 @@ pub(super) fn write_report(
             rs.len(),
             pm(t.mean, t.sd),
             pm(val.mean, val.sd),
-            sample_interval(&val, |ci| interval(ci)),
+            sample_interval(&val, interval),
             val.mean.exp(),
             paper_val_loss(*v).map(|x| format!("{x:.3}")).unwrap_or_else(|| paper_note(*v).into()),
         ));
