@@ -430,6 +430,10 @@ fn test_cells(r: &Row, words: impl Fn(bool) -> &'static str) -> String {
             // No spread (every seed's difference the same): no interval nor t, the sign test's p.
             let (ci, tt, sign) = if t.no_spread {
                 ("no spread".to_string(), "—".to_string(), " (sign test)")
+            } else if t.diff.sd == 0.0 {
+                // (No difference at any seed: t = 0 and p = 1, but an interval [0, 0] of no width
+                // would say the mean is known to be exactly 0.)
+                ("no spread".to_string(), format!("{:.2}", t.t), "")
             } else {
                 (format!("[{:+.4}, {:+.4}]", t.diff.ci.0, t.diff.ci.1), format!("{:.2}", t.t), "")
             };
@@ -560,6 +564,20 @@ mod tests {
         assert!(md1.contains("**ddl** (1 seed): too few seeds to test"), "{md1}");
         let w = md1.lines().find(|l| l.starts_with("| ddl | block0.mlp | write=0 |")).unwrap();
         assert!(w.contains("| 1 | +0.1000 |"), "{w}");
+    }
+
+    /// A part whose removal changes nothing at any seed: no interval of no width ("[+0.0000,
+    /// +0.0000]", as if the mean were known exactly), and no verdict.
+    #[test]
+    fn an_ablation_that_changes_nothing_claims_no_interval() {
+        let s = spec("ablate = [\"write\"]\n").unwrap();
+        let variants = s.variant_list().unwrap();
+        let results: Vec<RunResult> =
+            (1..=2).map(|seed| with("ddl", seed, &[("block0.mlp", Ablate::Write, 0.0)])).collect();
+        let (md, _) = section(&s, &results, &variants);
+        let w = md.lines().find(|l| l.starts_with("| ddl | block0.mlp | write=0 |")).unwrap_or_default();
+        assert!(w.contains("| 2 | +0.0000 | no spread |") && w.contains("not distinguishable"), "{w}: {md}");
+        assert!(!md.contains("[+0.0000, +0.0000]"), "{md}");
     }
 
     #[test]
