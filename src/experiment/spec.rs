@@ -115,6 +115,20 @@ impl ExperimentSpec {
     /// Parses and checks the text of a spec (`path` names it in errors).
     pub fn parse(text: &str, path: &Path) -> Result<ExperimentSpec, ExperimentError> {
         let err = |msg: String| ExperimentError::Spec { path: path.to_path_buf(), msg };
+        // A run's settings (`ddl train`'s config.toml) given as a spec: it named `data` or
+        // `data_format` as an unknown field.
+        if let Ok(table) = text.parse::<toml::Table>()
+            && !table.contains_key("variants")
+            && (table.contains_key("data_format")
+                || table.get("model").and_then(|m| m.as_table()).is_some_and(|m| m.contains_key("variant")))
+        {
+            return Err(err(
+                "this is a run's settings (`ddl train`'s config.toml: one variant, no variants or seeds), not an \
+                 experiment spec: give it to `ddl train --config`, or write a spec of preset, variants, seeds and \
+                 steps (e.g. experiments/shakespeare.toml)"
+                    .into(),
+            ));
+        }
         // `[[train]]` for `[train]` (an array of tables): "invalid type: sequence, expected a map".
         if let Ok(table) = text.parse::<toml::Table>()
             && let Some(k) = ["model", "train", "extra_seeds"]
@@ -461,6 +475,10 @@ mod tests {
             assert!(e.contains("a whole number ≥ 1") && !e.contains("≥ 0"), "{bad}: {e}");
             assert!(e.contains("s.toml"), "{bad}: {e}");
         }
+        // A run's config.toml given as a spec is said to be one (it named `data` an unknown field).
+        let run = crate::train::RunConfig::preset("tiny", Variant::Ddl).unwrap().settings_toml().unwrap();
+        let e = ExperimentSpec::parse(&run, Path::new("config.toml")).unwrap_err().to_string();
+        assert!(e.contains("config.toml: this is a run's settings") && e.contains("ddl train --config"), "{e}");
         // `[[train]]` for `[train]`: said as such (it was "invalid type: sequence, expected a map").
         let e = parse("steps = 7\n[[train]]\nlr = 1.0\n").unwrap_err().to_string();
         assert!(e.contains("s.toml: [[train]] is an array of tables") && e.contains("write [train]"), "{e}");

@@ -787,8 +787,16 @@ impl RunConfig {
                     let table = ["train", "model"]
                         .into_iter()
                         .find(|t| base.get(*t).and_then(|b| b.as_table()).is_some_and(|b| b.contains_key(&k)));
-                    let hint =
+                    let mut hint =
                         table.map(|t| format!("; {k} goes under [{t}] (or --set {t}.{k}=…)")).unwrap_or_default();
+                    // An experiment's spec given as a run's settings (it named the first of its
+                    // keys, e.g. beta_batches, as if it were a typo).
+                    if ["variants", "seeds"].iter().all(|s| overlay_copy.contains_key(*s)) {
+                        hint = format!(
+                            "; {origin} is an experiment spec (variants, seeds, steps), not a run's settings: run \
+                             it with `ddl experiment --spec {origin} --out DIR`"
+                        );
+                    }
                     return Err(format!(
                         "{origin}: unknown key '{k}' (expected preset, corpus, tokenizer, data, data_format, [model], \
                          [train]){hint}"
@@ -1121,6 +1129,10 @@ mod tests {
         let e = c.set("train.lr=abc").unwrap_err();
         assert!(e.contains("train.lr takes a number, e.g. its current value 0.0003"), "{e}");
         c.merge_toml("[train]\nsteps_typo = 3\n", "run.toml").unwrap_err();
+        // An experiment's spec is pointed to `ddl experiment` (it said "unknown key 'beta_batches'").
+        let spec = "preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = 5\nbeta_batches = 2\n";
+        let e = c.clone().merge_toml(spec, "exp.toml").unwrap_err();
+        assert!(e.contains("exp.toml is an experiment spec") && e.contains("ddl experiment --spec exp.toml"), "{e}");
         // `[[train]]` for `[train]` is said as such (it read "expected a whole number ≥ 0").
         let e = c.clone().merge_toml("[[train]]\nlr = 1.0\n", "run.toml").unwrap_err();
         assert!(e.contains("run.toml: [[train]] is an array of tables") && e.contains("write [train]"), "{e}");
