@@ -115,6 +115,26 @@ fn config_value(path: &std::path::Path, key: &str) -> Option<toml::Value> {
     }
 }
 
+/// The settings (`table.field`, or a top-level key) whose values differ between two settings
+/// tables: (key, value in `a`, value in `b`).
+fn changed_values(a: &toml::Table, b: &toml::Table) -> Vec<(String, toml::Value, toml::Value)> {
+    let mut out = Vec::new();
+    for (k, va) in a {
+        match (va, b.get(k)) {
+            (toml::Value::Table(ta), Some(toml::Value::Table(tb))) => {
+                for (f, x) in ta {
+                    if let Some(y) = tb.get(f).filter(|y| *y != x) {
+                        out.push((format!("{k}.{f}"), x.clone(), y.clone()));
+                    }
+                }
+            }
+            (x, Some(y)) if x != y => out.push((k.clone(), x.clone(), y.clone())),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Whether one of the `--set`s `sets` names `key` (`table.field`; `--set` takes the bare field
 /// too).
 pub(crate) fn set_names(sets: &[String], key: &str) -> bool {
@@ -603,7 +623,20 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
                  --config), not a setting --set changes"
             );
         }
+        let before = toml::Table::try_from(&run).ok();
         run.set(kv).map_err(anyhow::Error::msg)?;
+        // A --set over a value the --config file gives: the --set wins (it comes after the file),
+        // said once (it replaced the file's value without a word).
+        if let (Some(path), Some(before), Ok(after)) = (&a.config, before, toml::Table::try_from(&run)) {
+            for (key, old, _) in changed_values(&before, &after) {
+                if config_value(path, &key).is_some() {
+                    eprintln!(
+                        "note: --set {kv} replaces {key} = {old} of --config {} (a --set comes after the file)",
+                        path.display()
+                    );
+                }
+            }
+        }
     }
     let without_flags = run.clone();
     if let Some(c) = &a.corpus {

@@ -297,7 +297,21 @@ fn config_problems_are_clear_errors() {
         &["train", "--corpus", &c, "--out", &out, "--config", &four, "--set", "train.batch_size=0"],
         &["train.batch_size = 0"],
     );
-    assert!(!e.contains("four.toml"), "{e}");
+    // (The error is the --set's, not the file's; the note above it says the --set replaced it.)
+    let error = e.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
+    assert!(error.contains("train.batch_size = 0") && !error.contains("four.toml"), "{e}");
+    // A --set over the file's value wins, and says so (it replaced it without a word); a --set of
+    // a key the file does not give, or of its own value, says nothing.
+    let o = cmd(&dir)
+        .args(["train", "--corpus", &c, "--out", &out, "--steps", "1", "--dry-run", "--config", &four])
+        .args(["--set", "train.batch_size=2", "--set", "lr=1e-3", "--set", "train.batch_size=2"])
+        .output()
+        .unwrap();
+    let said = text(&o);
+    assert!(o.status.success(), "{said}");
+    let note = format!("note: --set train.batch_size=2 replaces train.batch_size = 4 of --config {four}");
+    assert_eq!(said.matches(&note).count(), 1, "{said}");
+    assert!(said.contains("batch_size = 2") && !said.contains("replaces train.lr"), "{said}");
     // A flag and a --set or --config that give one setting different values are refused, also
     // when the --set or the file gives the default (the flag won without a word).
     t(&["--precision", "f16", "--set", "train.precision=f32"], &["--precision gives", "--set gives", "drop one"]);
