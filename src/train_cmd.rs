@@ -629,7 +629,8 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         // said once (it replaced the file's value without a word).
         if let (Some(path), Some(before), Ok(after)) = (&a.config, before, toml::Table::try_from(&run)) {
             for (key, old, _) in changed_values(&before, &after) {
-                if config_value(path, &key).is_some() {
+                // (Said once under mpirun, by the first rank.)
+                if config_value(path, &key).is_some() && launched_rank() == 0 {
                     eprintln!(
                         "note: --set {kv} replaces {key} = {old} of --config {} (a --set comes after the file)",
                         path.display()
