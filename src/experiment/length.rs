@@ -12,6 +12,11 @@ use crate::model::Variant;
 /// deviation over seeds of the family's paired differences).
 pub(super) fn length_section(spec: &ExperimentSpec, results: &[RunResult], variants: &[Variant]) -> String {
     let mut md = String::from("## Are the runs long enough?\n\n");
+    // (Every run diverged: it gave the evaluations' spacing as the reason, and advised more.)
+    if results.is_empty() {
+        md.push_str("No verdict: every run diverged, so there is no curve to judge.\n\n");
+        return md;
+    }
     let family = comparison_family(variants);
     let core: Vec<_> = family.iter().filter(|f| f.2 == Question::PaperGap).collect();
     let use_: Vec<_> = if core.is_empty() { family.iter().collect() } else { core };
@@ -274,6 +279,9 @@ mod tests {
         let md = length_section(&s, &one, &variants);
         assert!(md.contains("No paired spread") && md.contains("no verdict"), "{md}");
         assert!(md.contains("| ddl | 16 | 20 | +0.0020 |") && !md.contains("Long enough"), "{md}");
+        // Every run diverged (the report passes only the runs that converged): said as the reason.
+        let md = length_section(&s, &[], &variants);
+        assert!(md.contains("No verdict: every run diverged") && !md.contains("eval_every"), "{md}");
         // Seeds that differ by the same amount (or not at all, runs collapsed alike): no spread
         // to judge by, so no verdict (it said a curve changing by 0.0000 changed "more than half
         // the paired spread (0.0000)", not long enough).
