@@ -27,6 +27,9 @@ pub struct RunStatus {
     pub train_loss: Option<f64>,
     /// Its final validation top-1 accuracy (results made before it was logged: none).
     pub val_accuracy: Option<f64>,
+    /// A finished run's steps skipped for a loss or gradient that was not finite
+    /// (`skip_nonfinite`; `result.json`'s `skipped_steps`).
+    pub skipped_steps: usize,
 }
 
 /// One variant's finished runs: the mean and standard deviation (n − 1) of their final
@@ -103,6 +106,7 @@ pub fn describe(dir: &Path) -> Result<ExperimentInfo, ExperimentError> {
                     val_loss: result.as_ref().map(|r| r.final_val_loss),
                     train_loss: result.as_ref().map(|r| r.final_train_loss),
                     val_accuracy: result.as_ref().and_then(|r| r.final_val_accuracy),
+                    skipped_steps: result.as_ref().map_or(0, |r| r.skipped_steps),
                     name: name.clone(),
                 });
                 named.insert(name);
@@ -147,6 +151,7 @@ pub fn describe(dir: &Path) -> Result<ExperimentInfo, ExperimentError> {
             val_loss: result.as_ref().map(|r| r.final_val_loss),
             train_loss: result.as_ref().map(|r| r.final_train_loss),
             val_accuracy: result.as_ref().and_then(|r| r.final_val_accuracy),
+            skipped_steps: result.as_ref().map_or(0, |r| r.skipped_steps),
         });
     }
     let report = Some(dir.join("report.md")).filter(|p| p.is_file());
@@ -196,6 +201,16 @@ impl ExperimentInfo {
         for r in &self.runs {
             let row = format!("  {:<w$}  {:<sw$}  {:>10}  {:>10}", r.name, r.state, f(r.val_loss), f(r.train_loss));
             out.push(if acc { format!("{row}  {:>9}", pct(r.val_accuracy)) } else { row });
+        }
+        // (The report names them too; nothing here said a finished run had made fewer updates.)
+        let skipped: Vec<String> = self
+            .runs
+            .iter()
+            .filter(|r| r.skipped_steps > 0)
+            .map(|r| format!("{} ({})", r.name, r.skipped_steps))
+            .collect();
+        if !skipped.is_empty() {
+            out.push(format!("steps skipped as not finite (skip_nonfinite: no update there): {}", skipped.join(", ")));
         }
         if !self.variants.is_empty() {
             out.push("final validation loss per variant (its finished runs: mean ± sd):".to_string());
@@ -263,6 +278,7 @@ mod tests {
                     val_loss: None,
                     train_loss: None,
                     val_accuracy: None,
+                    skipped_steps: 0,
                 })
                 .collect(),
             variants: Vec::new(),
@@ -283,5 +299,16 @@ mod tests {
         assert!(hint(&["finished", "resumes at step 2"]));
         let t = info(&["finished", "not in the spec", "new"]).text();
         assert!(t.contains("1 of 2 runs finished"), "{t}");
+    }
+
+    /// Finished runs with steps skipped for a value that was not finite are named with how many
+    /// (nothing said so), and none is said where none was skipped.
+    #[test]
+    fn runs_with_skipped_steps_are_named() {
+        let mut i = info(&["finished", "finished"]);
+        assert!(!i.text().contains("skipped"), "{}", i.text());
+        i.runs[1].skipped_steps = 3;
+        let t = i.text();
+        assert!(t.contains("steps skipped as not finite (skip_nonfinite: no update there): ddl-seed1 (3)\n"), "{t}");
     }
 }
