@@ -1014,9 +1014,14 @@ fn data_cmd(d: DataCmd) -> Result<()> {
         r => r?,
     };
     println!(
-        "{} document{}, {:.1} MB of text -> {} training and {} validation tokens in {:.1} s ({:.1} MB/s, {:.2} M tokens/s)",
+        "{} document{}{}, {:.1} MB of text -> {} training and {} validation tokens in {:.1} s ({:.1} MB/s, {:.2} M tokens/s)",
         p.documents,
         if p.documents == 1 { "" } else { "s" },
+        match p.empty {
+            0 => String::new(),
+            1 => " (1 without text skipped)".to_string(),
+            n => format!(" ({n} without text skipped)"),
+        },
         p.bytes as f64 / 1e6,
         p.train_tokens,
         p.val_tokens,

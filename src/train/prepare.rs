@@ -48,6 +48,8 @@ pub struct Prepared {
     pub train_tokens: usize,
     pub val_tokens: usize,
     pub documents: usize,
+    /// Documents without text (an empty file, a JSON line's `"text": ""`), skipped.
+    pub empty: usize,
     pub bytes: u64,
     pub seconds: f64,
     pub files: Vec<PathBuf>,
@@ -388,7 +390,7 @@ fn text_pieces(
         }
     }
     if first {
-        // An empty file is an empty document.
+        // An empty file is an empty document (which `ddl data prepare` skips: [`Encoder::push`]).
         f(String::new(), true)?;
     }
     Ok(())
@@ -549,7 +551,7 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
         std::fs::rename(&tmp, &opts.out).map_err(write_err(&opts.out))?;
         Ok(written)
     });
-    let (train, val, documents) = match result {
+    let (train, val, documents, empty) = match result {
         Ok(x) => x,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&tmp);
@@ -566,6 +568,7 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
         train_tokens: train,
         val_tokens: val,
         documents,
+        empty,
         bytes,
         seconds: t0.elapsed().as_secs_f64(),
         files: listed,
@@ -669,7 +672,8 @@ fn jsonl_place(path: &Path, offset: usize) -> Option<(usize, usize)> {
     found
 }
 
-type Written = (usize, usize, usize);
+/// Training tokens, validation tokens, documents, empty documents skipped.
+type Written = (usize, usize, usize, usize);
 
 /// `tok`'s ids of `text`, which starts at byte `at` of a longer text: an unknown character's
 /// position is given in that text.
@@ -702,11 +706,13 @@ fn encode_at(tok: &Tokenizer, text: &str, at: u64) -> Result<Vec<u32>, crate::to
 /// Bytes of a piece tokenised between two looks at Ctrl-C ([`encode_at`]).
 const ENCODE_STEP: usize = 1 << 20;
 
-/// What an [`Encoder`] wrote: the shards with their token counts, the tokens, the documents.
+/// What an [`Encoder`] wrote: the shards with their token counts, the tokens, the documents and
+/// the empty ones skipped.
 struct Encoded {
     shards: Vec<(PathBuf, usize)>,
     tokens: usize,
     documents: usize,
+    empty: usize,
 }
 
 /// Text pieces into token shards: pieces are batched, a batch tokenised by all cores at once and
@@ -720,9 +726,10 @@ struct Encoder<'a> {
     /// Pieces: text, whether it starts a document, its first byte's offset in the text pushed.
     batch: Vec<(String, bool, u64)>,
     batch_bytes: usize,
-    /// Tokens written, documents begun, bytes of text read.
+    /// Tokens written, documents begun, empty documents skipped, bytes of text read.
     total: usize,
     documents: usize,
+    empty: usize,
     read: u64,
     bar: Option<indicatif::ProgressBar>,
     bytes: u64,
@@ -750,6 +757,7 @@ impl<'a> Encoder<'a> {
             batch_bytes: 0,
             total: 0,
             documents: 0,
+            empty: 0,
             read: 0,
             bar,
             bytes,
@@ -761,6 +769,13 @@ impl<'a> Encoder<'a> {
     fn push(&mut self, text: String, starts: bool) -> Result<(), DataError> {
         if crate::train::interrupted() {
             return Err(DataError::Interrupted);
+        }
+        // A document without text (an empty file, a JSON line's `"text": ""`) is none: it was
+        // counted, and its separator put two end-of-text tokens in a row into the shards. (Only
+        // a document's first piece can be empty: the others hold the bytes that cut them.)
+        if starts && text.is_empty() {
+            self.empty += 1;
+            return Ok(());
         }
         let len = text.len() as u64;
         self.batch_bytes += text.len();
@@ -833,7 +848,7 @@ impl<'a> Encoder<'a> {
             Some(w) => w.finish()?,
             None => Vec::new(),
         };
-        Ok(Encoded { shards, tokens: self.total, documents: self.documents })
+        Ok(Encoded { shards, tokens: self.total, documents: self.documents, empty: self.empty })
     }
 }
 
@@ -854,7 +869,7 @@ fn write_all(
         starts.push((enc.read as usize, f.clone()));
         pieces(f, |text, starts_doc| enc.push(text, starts_doc)).map_err(|e| placed_input(e, &starts))?;
     }
-    let Encoded { mut shards, tokens: total, documents } = enc.finish().map_err(|e| placed_input(e, &starts))?;
+    let Encoded { mut shards, tokens: total, documents, empty } = enc.finish().map_err(|e| placed_input(e, &starts))?;
     // The validation split: the end of the stream.
     let val_n = match opts.val {
         ValSplit::Tokens(n) => n,
@@ -870,8 +885,9 @@ fn write_all(
     };
     if total < 2 {
         return Err(crate::train::TrainError::Settings(format!(
-            "the inputs ({}) give {total} token(s): too little text to split into training and validation; add text",
-            listed()
+            "the inputs ({}) give {total} token(s){}: too little text to split into training and validation; add text",
+            listed(),
+            if empty > 0 { format!(" ({empty} document(s) without text skipped)") } else { String::new() }
         )));
     }
     if val_n == 0 {
@@ -901,7 +917,7 @@ fn write_all(
     let mut all = shards.clone();
     all.extend(val);
     super::data::finish_meta(dir, tok, all, split, val_n, &source)?;
-    Ok((split, val_n, documents))
+    Ok((split, val_n, documents, empty))
 }
 
 /// A `--corpus` read in pieces: its parts' text joined by newlines, one document — the text
@@ -1147,6 +1163,46 @@ mod tests {
         .unwrap();
         assert_eq!(got, vec!["a".to_string()]);
         assert_eq!((text_fields("[1]"), text_fields("{\"te\\u0078t\": 1, \"text\": 2}")), (0, 2));
+    }
+
+    /// A document without text — a JSON line's `"text": ""`, an empty file, one that holds only
+    /// a byte-order mark — is skipped and said: it was counted as a document, and its separator
+    /// put two in a row into the shards (`"a" "" "b"` gave a, newline, newline, b).
+    #[test]
+    fn documents_without_text_are_skipped_not_counted() {
+        let dir = crate::testing::scratch_dir("prepare-empty-docs");
+        let inputs = dir.join("in");
+        std::fs::create_dir_all(&inputs).unwrap();
+        std::fs::write(inputs.join("a.jsonl"), "{\"text\": \"ab\"}\n{\"text\": \"\"}\n{\"text\": \"cd\"}\n").unwrap();
+        std::fs::write(inputs.join("b.txt"), "").unwrap();
+        std::fs::write(inputs.join("c.txt"), "\u{feff}").unwrap();
+        std::fs::write(inputs.join("d.txt"), "ef").unwrap();
+        let out = dir.join("shards");
+        let opts = PrepareOptions {
+            tokenizer: "char".into(),
+            out: out.clone(),
+            inputs: vec![inputs],
+            val: ValSplit::Tokens(1),
+            shard_tokens: 1000,
+            name: "data".into(),
+            quiet: true,
+        };
+        let p = prepare(&opts).unwrap();
+        assert_eq!((p.documents, p.empty, p.train_tokens + p.val_tokens), (3, 3, 8), "{p:?}");
+        let meta = crate::train::data::read_meta(&out).unwrap().unwrap();
+        let tok = Tokenizer::from_json(&meta.tokenizer).unwrap();
+        let mut ids = Vec::new();
+        for f in &p.files {
+            let shard = crate::train::shards::Shard::open(f, crate::train::shards::Format::Llmc).unwrap();
+            ids.extend((0..shard.len()).map(|i| shard.get(i)));
+        }
+        assert_eq!(tok.decode(&ids).unwrap(), "ab\ncd\nef");
+        // Nothing but empty documents: no text, said so.
+        std::fs::write(dir.join("e.jsonl"), "{\"text\": \"\"}\n{\"text\": \"\"}\n").unwrap();
+        let e = prepare(&PrepareOptions { out: dir.join("none"), inputs: vec![dir.join("e.jsonl")], ..opts })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("give 0 token(s) (2 document(s) without text skipped)"), "{e}");
     }
 
     /// A corpus that is one long line is cut into bounded pieces (it was held whole: a line of
