@@ -495,6 +495,24 @@ fn check_tokenizer_out(corpus: &std::path::Path, out: &std::path::Path, force: b
     if out.exists() && !force {
         anyhow::bail!("--out {shown} exists: pass --force to replace it, or choose another --out");
     }
+    // A folder that takes no file (read-only, a name too long, a file system such as /proc) is
+    // said before the training, not after it: minutes on a large corpus. Where the folder is
+    // still to be made, its nearest existing one is tried.
+    let (probe, made) = match dir.ancestors().find(|a| a.as_os_str().is_empty() || a.is_dir()) {
+        Some(a) if a == dir => (out.to_path_buf(), None),
+        Some(a) => {
+            let a = if a.as_os_str().is_empty() { std::path::Path::new(".") } else { a };
+            (a.join(".ddl-probe"), Some(a))
+        }
+        None => (out.to_path_buf(), None),
+    };
+    if let Err(e) = ddl::train::checkpoint::probe_writable(&probe) {
+        let place = match made {
+            Some(a) => format!("the folder '{}' cannot be made in '{}'", dir.display(), a.display()),
+            None => format!("no file can be written under that name in '{}'", dir.display()),
+        };
+        anyhow::bail!("--out {shown}: {place} ({e}); choose another --out, or make that folder writable");
+    }
     Ok(())
 }
 
@@ -1228,6 +1246,10 @@ fn golden_files(given: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>>
     let mut files = Vec::new();
     for g in given {
         refuse_pipe("golden", g, "a golden file is read whole, by name")?;
+        // (A name mistyped is said before the adapter opens, with the names there.)
+        if !g.exists() {
+            anyhow::bail!("{}", ddl::golden::missing_file(g));
+        }
         if !g.is_dir() {
             files.push(g.clone());
             continue;

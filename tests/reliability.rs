@@ -1191,6 +1191,50 @@ fn bench_problems_are_clear_errors() {
 /// replaces an earlier trace; `tokenizer train` refuses its own corpus and an existing file
 /// without `--force`, makes a missing folder and refuses one under a file; `data prepare` refuses a file as `--out`, a name that is a path, reads a
 /// folder reached again through a symbolic link once, and removes what a killed run left.
+/// The sweep of 2026-12-06: problems `ddl golden`, `ddl bench train` and `ddl tokenizer train`
+/// met late or said without a remedy are said before the work, with what to do.
+#[test]
+fn problems_found_late_are_said_before_the_work() {
+    let dir = tmpdir("late");
+    // A golden file's name mistyped: the closest file of its folder and the files there (it was
+    // "cannot read: No such file or directory (os error 2)").
+    let golden = ddl::testing::data_path("tests/golden");
+    let typo = golden.join("ddll.safetensors");
+    fails(
+        &dir,
+        &["golden", typo.to_str().unwrap()],
+        &["does not exist", &format!("did you mean '{}'", golden.join("ddl.safetensors").display()), "ddl_vmap"],
+    );
+    // A batch past the adapter: the memory plan and the batch that fits (it was the first
+    // buffer too large, "tensor 'e' … needs … bytes", without a remedy).
+    fails(
+        &dir,
+        &["bench", "train", "--preset", "tiny", "--batch", "100000", "--steps", "1"],
+        &["the memory plan of a batch of 100000 × 64 tokens", "To fit: pass --batch", "or less"],
+    );
+    // A tokenizer's --out that cannot be written: said before the corpus is trained on (it was
+    // after: minutes on a large corpus, here the tiny corpus's own error came first).
+    let tiny = dir.join("tiny.txt");
+    std::fs::write(&tiny, "ab").unwrap();
+    let long = dir.join(format!("{}.json", "t".repeat(300)));
+    let t = fails(
+        &dir,
+        &[
+            "tokenizer",
+            "train",
+            "--corpus",
+            tiny.to_str().unwrap(),
+            "--vocab-size",
+            "300",
+            "--out",
+            long.to_str().unwrap(),
+        ],
+        &["--out", "no file can be written under that name", "choose another --out"],
+    );
+    assert!(!t.contains("learnt no merge"), "trained before the --out was checked: {t}");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "the probe left a file");
+}
+
 #[test]
 fn outputs_never_replace_files_they_do_not_own() {
     let dir = tmpdir("outputs");
