@@ -187,9 +187,25 @@ fn jsonl_documents(
             msg: format!("line {}: not JSON ({e})", n + 1),
         })?;
         let Some(text) = v.get("text").and_then(|t| t.as_str()) else {
+            // What the line holds instead: another type of "text" (a number, null), other
+            // fields (a misspelt name), or no object at all.
+            let found = match &v {
+                serde_json::Value::Object(m) => match m.get("text") {
+                    Some(t) => format!("its \"text\" is {}, not a string", json_kind(t)),
+                    None if m.is_empty() => "it is an empty object".to_string(),
+                    None => format!(
+                        "its fields are {}",
+                        m.keys().take(8).map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", ")
+                    ),
+                },
+                other => format!("it is {}, not an object", json_kind(other)),
+            };
             return Err(DataError::Meta {
                 path: path.to_path_buf(),
-                msg: format!("line {}: no string field \"text\" (each line must be {{\"text\": \"…\"}})", n + 1),
+                msg: format!(
+                    "line {}: no string field \"text\" ({found}); each line must be {{\"text\": \"…\"}}",
+                    n + 1
+                ),
             });
         };
         // (A JSON object that gives a field twice reads as its last value: the first document
@@ -209,6 +225,18 @@ fn jsonl_documents(
         }
     }
     Ok(())
+}
+
+/// A JSON value's kind, for messages: "a number", "null", "an array" ….
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
 }
 
 /// How many times a JSON object's line gives the field `text` (at its top level; 0 for a line
@@ -1203,6 +1231,29 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("give 0 token(s) (2 document(s) without text skipped)"), "{e}");
+    }
+
+    /// A JSON line without a string `text` says what it holds instead: the type of its `text`,
+    /// its fields (a misspelt name), or that it is no object (all were "no string field
+    /// \"text\"", the same for a number as for a missing field).
+    #[test]
+    fn a_json_line_without_a_string_text_says_what_it_holds() {
+        let dir = crate::testing::scratch_dir("prepare-jsonl-kinds");
+        let p = dir.join("docs.jsonl");
+        for (line, want) in [
+            ("{\"text\": 5}", "its \"text\" is a number, not a string"),
+            ("{\"text\": null}", "its \"text\" is null"),
+            ("{\"txt\": \"a\", \"id\": 1}", "its fields are \"id\", \"txt\""),
+            ("{}", "an empty object"),
+            ("[\"a\"]", "it is an array, not an object"),
+        ] {
+            std::fs::write(&p, format!("{{\"text\": \"ok\"}}\n{line}\n")).unwrap();
+            let e = pieces_of(&p, 4096, |_, _| Ok(())).unwrap_err().to_string();
+            assert!(
+                e.contains("docs.jsonl") && e.contains("line 2: no string field") && e.contains(want),
+                "{line}: {e}"
+            );
+        }
     }
 
     /// A corpus that is one long line is cut into bounded pieces (it was held whole: a line of
