@@ -326,11 +326,12 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
             let t0 = std::time::Instant::now();
             // JSON lines (a file, or in a folder): their documents' text, as `ddl data prepare`
             // reads them; else the text of the file or the folder's .txt files.
+            // (Each read's progress on a terminal: minutes of a large corpus were silent.)
             let (tok, bytes, n) = if ddl::train::prepare::has_documents(&corpus) {
-                ddl::train::prepare::train_bpe_on_documents(std::slice::from_ref(&corpus), vocab_size)?
+                ddl::train::prepare::train_bpe_on_documents(std::slice::from_ref(&corpus), vocab_size, true)?
             } else {
-                let tok = ddl::train::data::train_corpus_bpe(&corpus, vocab_size)?;
-                let (bytes, n) = ddl::train::data::corpus_token_count(&corpus, &tok)?;
+                let tok = ddl::train::data::train_corpus_bpe(&corpus, vocab_size, true)?;
+                let (bytes, n) = ddl::train::data::corpus_token_count(&corpus, &tok, true)?;
                 (tok, bytes, n)
             };
             let secs = t0.elapsed().as_secs_f64();

@@ -586,13 +586,13 @@ pub fn corpus_char_tokenizer(corpus: &Path) -> Result<Tokenizer, DataError> {
 
 /// A byte-level BPE of `vocab_size` tokens trained on a `--corpus`'s text, read in pieces
 /// (`ddl tokenizer train`).
-pub fn train_corpus_bpe(corpus: &Path, vocab_size: usize) -> Result<Tokenizer, DataError> {
-    super::prepare::Corpus::open(corpus)?.train_bpe(vocab_size, CORPUS_CHUNK)
+pub fn train_corpus_bpe(corpus: &Path, vocab_size: usize, bar: bool) -> Result<Tokenizer, DataError> {
+    super::prepare::Corpus::open(corpus)?.train_bpe(vocab_size, CORPUS_CHUNK, bar)
 }
 
 /// The bytes of a `--corpus`'s text and the tokens `tok` makes of them, read in pieces.
-pub fn corpus_token_count(corpus: &Path, tok: &Tokenizer) -> Result<(u64, usize), DataError> {
-    super::prepare::Corpus::open(corpus)?.count_tokens(tok)
+pub fn corpus_token_count(corpus: &Path, tok: &Tokenizer, bar: bool) -> Result<(u64, usize), DataError> {
+    super::prepare::Corpus::open(corpus)?.count_tokens(tok, bar)
 }
 
 /// A corpus this large (bytes) is said to be tokenised, with a progress bar on a terminal.
@@ -1798,20 +1798,20 @@ mod tests {
         let text = read_corpus(&folder).unwrap();
         let whole = crate::tokenizer::train_bpe(&text, 500).unwrap();
         let corpus = Corpus::open(&folder).unwrap();
-        let pieces = corpus.train_bpe(500, 2048).unwrap();
+        let pieces = corpus.train_bpe(500, 2048, false).unwrap();
         assert_eq!(pieces.to_json(), whole.to_json(), "the same merges as the whole text's");
-        assert_eq!(train_corpus_bpe(&folder, 500).unwrap().to_json(), whole.to_json());
-        let (bytes, n) = corpus_token_count(&folder, &pieces).unwrap();
+        assert_eq!(train_corpus_bpe(&folder, 500, false).unwrap().to_json(), whole.to_json());
+        let (bytes, n) = corpus_token_count(&folder, &pieces, false).unwrap();
         assert_eq!((bytes, n), (text.len() as u64, whole.encode(&text).unwrap().len()));
         // Errors: the whole text's (the file and offset; empty; a vocabulary too small).
         std::fs::write(folder.join("c.txt"), [&shakespeare.as_bytes()[..777], &[0xc3, b'(']].concat()).unwrap();
-        let bad = Corpus::open(&folder).unwrap().train_bpe(500, 2048).unwrap_err().to_string();
+        let bad = Corpus::open(&folder).unwrap().train_bpe(500, 2048, false).unwrap_err().to_string();
         assert_eq!(bad, read_corpus(&folder).unwrap_err().to_string());
         assert!(bad.contains("c.txt") && bad.contains("777"), "{bad}");
         let empty = dir.join("empty.txt");
         std::fs::write(&empty, "").unwrap();
-        assert!(matches!(train_corpus_bpe(&empty, 500), Err(DataError::Empty(p)) if p == empty));
-        let small = train_corpus_bpe(&dir.join("folder/a.txt"), 10).unwrap_err().to_string();
+        assert!(matches!(train_corpus_bpe(&empty, 500, false), Err(DataError::Empty(p)) if p == empty));
+        let small = train_corpus_bpe(&dir.join("folder/a.txt"), 10, false).unwrap_err().to_string();
         assert!(small.contains("10"), "{small}");
     }
 

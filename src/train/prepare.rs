@@ -451,9 +451,15 @@ pub fn has_documents(path: &Path) -> bool {
 /// prepare` reads them (a text file whole, each JSON line's `text` field, a folder's `.txt` and
 /// `.jsonl` files in order), read in pieces on a thread of their own while the trainer counts
 /// them: the text is never held whole. Returns it with the bytes of text read and the tokens it
-/// makes of them (a second read).
-pub fn train_bpe_on_documents(inputs: &[PathBuf], vocab_size: usize) -> Result<(Tokenizer, u64, usize), DataError> {
+/// makes of them (a second read, on every core). `bar`: both reads' progress on a terminal.
+pub fn train_bpe_on_documents(
+    inputs: &[PathBuf],
+    vocab_size: usize,
+    bar: bool,
+) -> Result<(Tokenizer, u64, usize), DataError> {
     let (files, _) = input_files(inputs)?;
+    let file_bytes: u64 = files.iter().map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0)).sum();
+    let shown = TrainingBar::new(bar, file_bytes, vocab_size);
     let (tx, rx) = std::sync::mpsc::sync_channel::<String>(256);
     let (read, trained) = std::thread::scope(|s| {
         let files = &files;
@@ -473,24 +479,77 @@ pub fn train_bpe_on_documents(inputs: &[PathBuf], vocab_size: usize) -> Result<(
             }
             Ok::<u64, DataError>(read)
         });
-        let trained = crate::tokenizer::train_bpe_pieces(rx.into_iter(), vocab_size);
+        let trained = crate::tokenizer::train_bpe_pieces(shown.taken(rx), vocab_size);
         (reader.join().expect("the document reader panicked"), trained)
     });
+    shown.done();
     let tok = match (read, trained) {
         (Ok(0), _) => return Err(DataError::Empty(inputs.first().cloned().unwrap_or_default())),
         (Err(e), Ok(_) | Err(crate::tokenizer::TokenizerError::NoMerges)) => return Err(e),
         (_, Err(e)) => return Err(e.into()),
         (Ok(_), Ok(tok)) => tok,
     };
-    let (mut bytes, mut tokens) = (0u64, 0usize);
+    let mut enc = Encoder::new(&tok, &[], None, file_bytes, bar);
     for f in &files {
-        pieces(f, |t, _| {
-            bytes += t.len() as u64;
-            tokens += tok.encode(&t).map_err(DataError::from)?.len();
-            Ok(())
-        })?;
+        pieces(f, |t, starts| enc.push(t, starts))?;
     }
+    let bytes = enc.read;
+    let tokens = enc.finish()?.tokens;
     Ok((tok, bytes, tokens))
+}
+
+/// `ddl tokenizer train`'s progress on a terminal (nothing elsewhere, and nothing without `on`):
+/// the corpus's bytes as the trainer counts its words, then the merges it learns (minutes of a
+/// large corpus were silent).
+struct TrainingBar(Option<indicatif::ProgressBar>, usize);
+
+impl TrainingBar {
+    fn new(on: bool, bytes: u64, vocab_size: usize) -> TrainingBar {
+        let bar = on.then(|| {
+            let b = indicatif::ProgressBar::new(bytes);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} {msg} eta {eta}",
+                )
+                .expect("a valid template"),
+            );
+            b.set_message("counting the corpus's words");
+            b
+        });
+        TrainingBar(bar, vocab_size)
+    }
+
+    /// The pieces of `rx` as the trainer takes them, counted on the bar; once they end, the
+    /// merges.
+    fn taken(&self, rx: std::sync::mpsc::Receiver<String>) -> impl Iterator<Item = String> + Send + '_ {
+        rx.into_iter()
+            .inspect(|p| {
+                if let Some(b) = &self.0 {
+                    b.inc(p.len() as u64);
+                }
+            })
+            .chain(std::iter::from_fn(|| {
+                self.merging();
+                None
+            }))
+    }
+
+    /// The corpus is read: the merges are learnt, for a time no count measures.
+    fn merging(&self) {
+        if let Some(b) = &self.0 {
+            b.set_style(
+                indicatif::ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("a valid template"),
+            );
+            b.set_message(format!("learning the merges (up to {} tokens)", self.1));
+            b.enable_steady_tick(std::time::Duration::from_millis(250));
+        }
+    }
+
+    fn done(&self) {
+        if let Some(b) = &self.0 {
+            b.finish_and_clear();
+        }
+    }
 }
 
 /// Runs `ddl data prepare`.
@@ -1026,7 +1085,9 @@ impl Corpus {
     /// A byte-level BPE of `vocab_size` tokens trained on its text
     /// ([`crate::tokenizer::train_bpe`] of the whole text), read in pieces on a thread of its own
     /// while the trainer counts them (about `chunk` bytes each): the text is never held whole.
-    pub fn train_bpe(&self, vocab_size: usize, chunk: usize) -> Result<Tokenizer, DataError> {
+    /// `bar`: its progress on a terminal.
+    pub fn train_bpe(&self, vocab_size: usize, chunk: usize, bar: bool) -> Result<Tokenizer, DataError> {
+        let shown = TrainingBar::new(bar, self.bytes(), vocab_size);
         // The trainer's own pieces (64 KB: what it counts on a core at once) of the pieces read.
         let (tx, rx) = std::sync::mpsc::sync_channel::<String>(256);
         let (read, trained) = std::thread::scope(|s| {
@@ -1042,9 +1103,10 @@ impl Corpus {
                 })
                 .map(|()| read)
             });
-            let trained = crate::tokenizer::train_bpe_pieces(rx.into_iter(), vocab_size);
+            let trained = crate::tokenizer::train_bpe_pieces(shown.taken(rx), vocab_size);
             (reader.join().expect("the corpus reader panicked"), trained)
         });
+        shown.done();
         // (An empty corpus is said as such, not as the merges it could not teach; a failed read
         // as the read's error, which left the trainer short of text.)
         match (read, trained) {
@@ -1055,9 +1117,10 @@ impl Corpus {
         }
     }
 
-    /// The bytes of its text and the tokens `tok` makes of them, counted in pieces on every core.
-    pub fn count_tokens(&self, tok: &Tokenizer) -> Result<(u64, usize), DataError> {
-        let mut enc = Encoder::new(tok, &[], None, self.bytes(), false);
+    /// The bytes of its text and the tokens `tok` makes of them, counted in pieces on every core
+    /// (`bar`: on a terminal, the progress).
+    pub fn count_tokens(&self, tok: &Tokenizer, bar: bool) -> Result<(u64, usize), DataError> {
+        let mut enc = Encoder::new(tok, &[], None, self.bytes(), bar);
         text_pieces(&mut CorpusFeed::new(&self.parts), CHUNK, false, |t, starts| enc.push(t, starts))?;
         let read = enc.read;
         Ok((read, enc.finish()?.tokens))
@@ -1254,6 +1317,30 @@ mod tests {
                 "{line}: {e}"
             );
         }
+    }
+
+    /// `tokenizer train`'s bar counts the bytes of the pieces as the trainer takes them, then
+    /// says the merges are being learnt (the command was silent for minutes on a large corpus).
+    #[test]
+    fn the_training_bar_counts_what_the_trainer_takes_then_the_merges() {
+        let shown = TrainingBar(Some(indicatif::ProgressBar::hidden()), 300);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<String>(4);
+        let bar = shown.0.clone().unwrap();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                for p in ["ab", "cde", "fghi"] {
+                    tx.send(p.to_string()).unwrap();
+                }
+            });
+            let mut taken = shown.taken(rx);
+            assert_eq!(taken.next().as_deref(), Some("ab"));
+            assert_eq!((bar.position(), bar.message()), (2, String::new()));
+            assert_eq!(taken.by_ref().count(), 2);
+        });
+        assert_eq!(bar.position(), 9);
+        assert_eq!(bar.message(), "learning the merges (up to 300 tokens)");
+        shown.done();
+        assert!(bar.is_finished());
     }
 
     /// A corpus that is one long line is cut into bounded pieces (it was held whole: a line of
