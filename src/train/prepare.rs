@@ -567,6 +567,14 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
             opts.out.display()
         )));
     }
+    // (A file where a folder above --out would be made was "cannot make 'a.txt' (File exists)".)
+    if let Some(file) = opts.out.parent().and_then(super::data::file_in_the_way) {
+        return Err(TrainError::Settings(format!(
+            "--out '{}': '{}' is a file, so the folder cannot be made there; give a new (or empty) folder's path",
+            opts.out.display(),
+            file.display()
+        )));
+    }
     check_name(&opts.name)?;
     if opts.out.exists() && std::fs::read_dir(&opts.out).map(|mut d| d.next().is_some()).unwrap_or(true) {
         return Err(TrainError::Settings(format!(
@@ -1294,6 +1302,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("give 0 token(s) (2 document(s) without text skipped)"), "{e}");
+    }
+
+    /// An --out below a file (`notes.txt/shards`) says which file is in the way (it was "cannot
+    /// make 'notes.txt' (File exists)", as if it were a folder that could not be written).
+    #[test]
+    fn an_out_below_a_file_names_the_file() {
+        let dir = crate::testing::scratch_dir("prepare-out-below-file");
+        let text = dir.join("notes.txt");
+        std::fs::write(&text, "some text to prepare\n").unwrap();
+        let opts = PrepareOptions {
+            tokenizer: "char".into(),
+            out: text.join("sub/shards"),
+            inputs: vec![text.clone()],
+            val: ValSplit::Tokens(1),
+            shard_tokens: 1000,
+            name: "data".into(),
+            quiet: true,
+        };
+        let e = prepare(&opts).unwrap_err().to_string();
+        assert!(e.contains("notes.txt' is a file, so the folder cannot be made there"), "{e}");
     }
 
     /// A JSON line without a string `text` says what it holds instead: the type of its `text`,
