@@ -721,7 +721,14 @@ pub(crate) fn generate_cmd(
     let too_long = "generation reads only the prompt's last max_seq_len tokens (the model's context; `ddl info \
                     --checkpoint DIR` gives it): pipe in its end, e.g. `tail -n 1000 FILE | ddl generate … --prompt -`; \
                     to score a long text, `ddl eval --checkpoint DIR --text FILE --per-token OUT.tsv`";
-    let prompt = if from_stdin { read_stdin_capped("--prompt -", 256 << 20, too_long)? } else { prompt.to_string() };
+    let prompt = if from_stdin {
+        // A prompt file's byte-order mark (Windows editors write one) is not text, as a corpus's
+        // is not: it was an unknown character to a char model and three tokens to a BPE.
+        let text = read_stdin_capped("--prompt -", 256 << 20, too_long)?;
+        text.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(text)
+    } else {
+        prompt.to_string()
+    };
     if prompt.is_empty() {
         if from_stdin {
             anyhow::bail!("--prompt -: standard input was empty: pipe the prompt in (… | ddl generate --prompt -)");

@@ -827,6 +827,19 @@ fn generation_problems_are_clear_errors() {
         &["generate", "--checkpoint", k, "--prompt", &long, "--max-tokens", "3", "--strict-context"],
         &["--strict-context", "more than the model's context of 64", "shorten it by at least"],
     );
+    // A prompt file that starts with a byte-order mark (as Windows editors save it) is its text:
+    // the mark was a character the char model lacks ("'\u{feff}' … leave that character out",
+    // a character no one sees), and a BPE's three tokens in front of the prompt.
+    let mut child = cmd(&dir)
+        .args(["generate", "--checkpoint", k, "--prompt", "-", "--max-tokens", "2", "--temperature", "0"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), "\u{feff}ROMEO:".as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with("ROMEO:"), "{}", text(&o));
 }
 
 #[test]
