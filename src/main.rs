@@ -1277,6 +1277,20 @@ fn golden_files(given: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>>
         inside.sort();
         files.extend(inside);
     }
+    // A file given twice (by name and through its folder, or two spellings) is checked once, as
+    // `ddl data prepare` reads an input once (it was checked, and reported, again).
+    let mut seen = std::collections::HashSet::new();
+    let mut again = Vec::new();
+    files.retain(|f| {
+        let first = seen.insert(f.canonicalize().unwrap_or_else(|_| f.clone()));
+        if !first {
+            again.push(f.display().to_string());
+        }
+        first
+    });
+    if !again.is_empty() {
+        eprintln!("note: {} given more than once: checked once", again.join(", "));
+    }
     Ok(files)
 }
 
@@ -1605,6 +1619,19 @@ fn info_fit(
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
+
+    /// A golden file given twice — by name and through its folder — is checked once (it was
+    /// checked and reported twice).
+    #[test]
+    fn a_golden_file_given_twice_is_checked_once() {
+        let dir = ddl::testing::scratch_dir("golden-twice");
+        for v in ["a", "b"] {
+            std::fs::write(dir.join(format!("{v}.safetensors")), b"x").unwrap();
+        }
+        let a = dir.join("a.safetensors");
+        let files = super::golden_files(&[a.clone(), dir.clone(), dir.join(".").join("a.safetensors")]).unwrap();
+        assert_eq!(files, vec![a, dir.join("b.safetensors")]);
+    }
 
     #[test]
     fn every_command_and_flag_has_help_text() {
