@@ -1689,6 +1689,19 @@ mod tests {
         let fmt = super::super::shards::Format::Llmc;
         let e = super::super::shards::find(run.to_str().unwrap(), fmt).unwrap_err().to_string();
         assert!(e.contains("is a run's folder, not token shards"), "{e}");
+        // (`ddl data inspect` of a run's folder said only that it holds no shards.)
+        let o = crate::train::inspect::InspectOptions {
+            data: run.to_str().unwrap().to_string(),
+            format: fmt,
+            tokenizer: None,
+            split: crate::train::inspect::Split::Train,
+            at: 0,
+            sample: 0,
+            verify: false,
+            progress: false,
+        };
+        let e = crate::train::inspect::inspect(&o).unwrap_err().to_string();
+        assert!(e.contains("holds no shards") && e.contains("is a run's folder, not token shards"), "{e}");
 
         let text = root.join("play.txt");
         std::fs::write(&text, "To be, or not to be").unwrap();
@@ -1698,10 +1711,6 @@ mod tests {
         }
     }
 
-    /// A corpus edited while it is tokenised into the cache (its stamp, taken before the first
-    /// read, no longer what `stat` tells once the set is made) is not cached under the key of the
-    /// version it started from (it was: the next run found a set that could mix two versions):
-    /// refused, saying so, with nothing left in the cache; unchanged, the set is made.
     /// A set another live process is making (the ranks of one machine under mpirun) is waited
     /// for and taken, not tokenised again by every process; a killed maker's is not waited for.
     #[test]
@@ -1744,6 +1753,10 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
     }
 
+    /// A corpus edited while it is tokenised into the cache (its stamp, taken before the first
+    /// read, no longer what `stat` tells once the set is made) is not cached under the key of the
+    /// version it started from (it was: the next run found a set that could mix two versions):
+    /// refused, saying so, with nothing left in the cache; unchanged, the set is made.
     #[test]
     fn a_corpus_that_changes_while_it_is_read_is_not_cached() {
         let dir = crate::testing::scratch_dir("data-corpus-changed");
