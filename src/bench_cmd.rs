@@ -410,6 +410,38 @@ fn check_adapter(gpu: &ddl::gpu::Gpu, b: &BenchCmd) -> Result<()> {
     }
 }
 
+/// A `bench train` side's memory plan (`cfg` at `batch` × `seq`, stored as `st` with the f16
+/// states its precision implies, as the benchmark's model stores them) against what the adapter
+/// reports, as `ddl train` checks a run's: a plan that does not fit is refused with the largest
+/// batch that does.
+fn check_bench_memory(
+    gpu: &ddl::gpu::Gpu,
+    cfg: &ddl::model::ModelConfig,
+    batch: usize,
+    seq: usize,
+    st: ddl::model::Storage,
+) -> Result<()> {
+    let implied = st.precision == ddl::model::Precision::F16 && cfg.f16_state_support().is_ok();
+    let st = ddl::model::Storage { state_f16: st.state_f16 || implied, ..st }.on(gpu);
+    let limits = ddl::model::Limits::of(gpu);
+    let plan = ddl::model::memory_plan_for(cfg, batch, seq, st);
+    let Some(why) = plan.misfit(&limits) else {
+        return Ok(());
+    };
+    let largest = ddl::model::largest_fitting_batch(cfg, seq, st, &limits);
+    let fix = if largest > 0 {
+        format!("pass --batch {largest} or less (at most {largest} sequences of {seq} tokens fit)")
+    } else {
+        format!("even one sequence does not fit: lower --seq (now {seq}), or make the model smaller (--set model.…)")
+    };
+    anyhow::bail!(
+        "bench train ({}): adapter '{}': the memory plan of a batch of {batch} × {seq} tokens is {}; {why}. To fit: {fix}",
+        cfg.variant.name(),
+        gpu.info.name,
+        plan.summary()
+    )
+}
+
 /// `bench generate`'s model and contexts: `--contexts` (each once, in order), or those of 64 and
 /// 256 the model's context holds, else its context.
 fn generate_contexts(
@@ -653,10 +685,16 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 head_chunk,
                 ..Default::default()
             };
+            // Each side's memory plan against the adapter, before a model is made (a batch past
+            // it failed on the first buffer too large, naming an internal tensor and no remedy).
+            let against_st = ddl::bench::against_storage(st, other.is_some(), all);
+            check_bench_memory(&gpu, &cfg, b, seq, st)?;
+            if let Some(ca) = &against_cfg {
+                check_bench_memory(&gpu, ca, b, seq, against_st)?;
+            }
             match against_cfg {
                 Some(ca) => {
                     let og = other.as_ref().zip(against_forms.as_deref());
-                    let against_st = ddl::bench::against_storage(st, og.is_some(), all);
                     ddl::bench::train_compare_rows(&gpu, og, &cfg, &ca, b, seq, steps, st, against_st, |r| {
                         print_row(&r, json)
                     })?;

@@ -506,7 +506,9 @@ impl Lines for PlainLines<'_> {
             let _ = writeln!(self.log, "(this line is not UTF-8: its invalid bytes are shown as U+FFFD)");
             String::from_utf8_lossy(e.as_bytes()).into_owned()
         });
-        Ok(Some(line.trim_end_matches(['\n', '\r']).to_string()))
+        // (A file saved by a Windows editor starts with a byte-order mark, which is not text: it
+        // was a character the char model lacks, which no one sees in the line.)
+        Ok(Some(line.trim_start_matches('\u{feff}').trim_end_matches(['\n', '\r']).to_string()))
     }
 }
 
@@ -937,6 +939,18 @@ mod tests {
         let e = read(b"abcde\n").unwrap_err().to_string();
         assert!(e.contains("longer than") && e.contains("ddl eval"), "{e}");
         const { assert!(LINE_CAP >= 1 << 20) };
+    }
+
+    /// Lines piped from a file drop a byte-order mark (the first line of a file a Windows editor
+    /// saved), and their line ends.
+    #[test]
+    fn piped_lines_drop_a_byte_order_mark() {
+        let mut input = std::io::Cursor::new("\u{feff}ROMEO:\r\nhi\n".as_bytes().to_vec());
+        let mut log = Vec::new();
+        let mut lines = PlainLines { input: &mut input, log: &mut log };
+        assert_eq!(lines.next_line("> ").unwrap().as_deref(), Some("ROMEO:"));
+        assert_eq!(lines.next_line("> ").unwrap().as_deref(), Some("hi"));
+        assert_eq!(lines.next_line("> ").unwrap(), None);
     }
 
     #[test]

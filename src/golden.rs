@@ -23,6 +23,54 @@ pub enum GoldenError {
     Gpu { path: PathBuf, source: crate::gpu::GpuError },
 }
 
+/// What to say of a golden file given that does not exist: the closest name among the golden
+/// files of its folder (a variant's name mistyped: `ddll.safetensors`) and the files there, or
+/// that the folder itself is missing; what to give instead.
+pub fn missing_file(path: &Path) -> String {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut there: Vec<String> = std::fs::read_dir(parent)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "safetensors"))
+                .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    there.sort();
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut msg = format!("golden file '{}' does not exist", path.display());
+    if !parent.is_dir() {
+        msg.push_str(&format!(
+            ", nor does its folder '{}'; give golden files (e.g. tests/golden/*.safetensors) or a folder of them",
+            parent.display()
+        ));
+        return msg;
+    }
+    if there.is_empty() {
+        msg.push_str(&format!(
+            " (and '{}' holds no .safetensors files); give golden files (e.g. tests/golden/*.safetensors) or a \
+             folder of them",
+            parent.display()
+        ));
+        return msg;
+    }
+    let near = there
+        .iter()
+        .map(|t| (crate::train::config::edit_distance(&stem, t), t))
+        .filter(|(d, _)| *d <= (stem.chars().count() / 3).max(1))
+        .min();
+    if let Some((_, t)) = near {
+        msg.push_str(&format!(" (did you mean '{}'?)", parent.join(format!("{t}.safetensors")).display()));
+    }
+    msg.push_str(&format!(
+        "; the golden files in '{}': {} (give them by name, or the folder for all of them)",
+        parent.display(),
+        there.join(", ")
+    ));
+    msg
+}
+
 /// Tensor data of a golden file.
 #[derive(Debug, Clone)]
 pub enum Data {
@@ -578,4 +626,31 @@ pub fn report(path: &Path, g: &Golden, rows: &[Row], quiet: bool) -> String {
         );
     }
     s + &format!("{}: {} compared, {} failed\n\n", path.display(), rows.len(), fails)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A golden file that does not exist — a variant's name mistyped — names the closest file
+    /// of its folder and the files there (it was "cannot read: No such file or directory (os
+    /// error 2)", after the adapter opened).
+    #[test]
+    fn a_missing_golden_file_names_the_closest_one_and_the_files_there() {
+        let dir = crate::testing::scratch_dir("golden-missing");
+        for v in ["ddl", "ddl_cc", "baseline"] {
+            std::fs::write(dir.join(format!("{v}.safetensors")), b"x").unwrap();
+        }
+        let e = missing_file(&dir.join("ddll.safetensors"));
+        assert!(e.contains("ddll.safetensors' does not exist"), "{e}");
+        assert!(e.contains(&format!("did you mean '{}'", dir.join("ddl.safetensors").display())), "{e}");
+        assert!(e.contains("baseline, ddl, ddl_cc"), "{e}");
+        let e = missing_file(&dir.join("gpt2.safetensors"));
+        assert!(!e.contains("did you mean") && e.contains("baseline, ddl, ddl_cc"), "{e}");
+        let e = missing_file(&dir.join("nowhere/ddl.safetensors"));
+        assert!(e.contains("does not exist, nor does its folder"), "{e}");
+        std::fs::create_dir_all(dir.join("empty")).unwrap();
+        let e = missing_file(&dir.join("empty/ddl.safetensors"));
+        assert!(e.contains("does not exist") && e.contains("holds no .safetensors files"), "{e}");
+    }
 }

@@ -326,11 +326,12 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
             let t0 = std::time::Instant::now();
             // JSON lines (a file, or in a folder): their documents' text, as `ddl data prepare`
             // reads them; else the text of the file or the folder's .txt files.
+            // (Each read's progress on a terminal: minutes of a large corpus were silent.)
             let (tok, bytes, n) = if ddl::train::prepare::has_documents(&corpus) {
-                ddl::train::prepare::train_bpe_on_documents(std::slice::from_ref(&corpus), vocab_size)?
+                ddl::train::prepare::train_bpe_on_documents(std::slice::from_ref(&corpus), vocab_size, true)?
             } else {
-                let tok = ddl::train::data::train_corpus_bpe(&corpus, vocab_size)?;
-                let (bytes, n) = ddl::train::data::corpus_token_count(&corpus, &tok)?;
+                let tok = ddl::train::data::train_corpus_bpe(&corpus, vocab_size, true)?;
+                let (bytes, n) = ddl::train::data::corpus_token_count(&corpus, &tok, true)?;
                 (tok, bytes, n)
             };
             let secs = t0.elapsed().as_secs_f64();
@@ -494,6 +495,24 @@ fn check_tokenizer_out(corpus: &std::path::Path, out: &std::path::Path, force: b
     }
     if out.exists() && !force {
         anyhow::bail!("--out {shown} exists: pass --force to replace it, or choose another --out");
+    }
+    // A folder that takes no file (read-only, a name too long, a file system such as /proc) is
+    // said before the training, not after it: minutes on a large corpus. Where the folder is
+    // still to be made, its nearest existing one is tried.
+    let (probe, made) = match dir.ancestors().find(|a| a.as_os_str().is_empty() || a.is_dir()) {
+        Some(a) if a == dir => (out.to_path_buf(), None),
+        Some(a) => {
+            let a = if a.as_os_str().is_empty() { std::path::Path::new(".") } else { a };
+            (a.join(".ddl-probe"), Some(a))
+        }
+        None => (out.to_path_buf(), None),
+    };
+    if let Err(e) = ddl::train::checkpoint::probe_writable(&probe) {
+        let place = match made {
+            Some(a) => format!("the folder '{}' cannot be made in '{}'", dir.display(), a.display()),
+            None => format!("no file can be written under that name in '{}'", dir.display()),
+        };
+        anyhow::bail!("--out {shown}: {place} ({e}); choose another --out, or make that folder writable");
     }
     Ok(())
 }
@@ -702,7 +721,14 @@ pub(crate) fn generate_cmd(
     let too_long = "generation reads only the prompt's last max_seq_len tokens (the model's context; `ddl info \
                     --checkpoint DIR` gives it): pipe in its end, e.g. `tail -n 1000 FILE | ddl generate … --prompt -`; \
                     to score a long text, `ddl eval --checkpoint DIR --text FILE --per-token OUT.tsv`";
-    let prompt = if from_stdin { read_stdin_capped("--prompt -", 256 << 20, too_long)? } else { prompt.to_string() };
+    let prompt = if from_stdin {
+        // A prompt file's byte-order mark (Windows editors write one) is not text, as a corpus's
+        // is not: it was an unknown character to a char model and three tokens to a BPE.
+        let text = read_stdin_capped("--prompt -", 256 << 20, too_long)?;
+        text.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(text)
+    } else {
+        prompt.to_string()
+    };
     if prompt.is_empty() {
         if from_stdin {
             anyhow::bail!("--prompt -: standard input was empty: pipe the prompt in (… | ddl generate --prompt -)");
@@ -1014,9 +1040,14 @@ fn data_cmd(d: DataCmd) -> Result<()> {
         r => r?,
     };
     println!(
-        "{} document{}, {:.1} MB of text -> {} training and {} validation tokens in {:.1} s ({:.1} MB/s, {:.2} M tokens/s)",
+        "{} document{}{}, {:.1} MB of text -> {} training and {} validation tokens in {:.1} s ({:.1} MB/s, {:.2} M tokens/s)",
         p.documents,
         if p.documents == 1 { "" } else { "s" },
+        match p.empty {
+            0 => String::new(),
+            1 => " (1 without text skipped)".to_string(),
+            n => format!(" ({n} without text skipped)"),
+        },
         p.bytes as f64 / 1e6,
         p.train_tokens,
         p.val_tokens,
@@ -1223,6 +1254,10 @@ fn golden_files(given: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>>
     let mut files = Vec::new();
     for g in given {
         refuse_pipe("golden", g, "a golden file is read whole, by name")?;
+        // (A name mistyped is said before the adapter opens, with the names there.)
+        if !g.exists() {
+            anyhow::bail!("{}", ddl::golden::missing_file(g));
+        }
         if !g.is_dir() {
             files.push(g.clone());
             continue;
@@ -1241,6 +1276,20 @@ fn golden_files(given: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>>
         }
         inside.sort();
         files.extend(inside);
+    }
+    // A file given twice (by name and through its folder, or two spellings) is checked once, as
+    // `ddl data prepare` reads an input once (it was checked, and reported, again).
+    let mut seen = std::collections::HashSet::new();
+    let mut again = Vec::new();
+    files.retain(|f| {
+        let first = seen.insert(f.canonicalize().unwrap_or_else(|_| f.clone()));
+        if !first {
+            again.push(f.display().to_string());
+        }
+        first
+    });
+    if !again.is_empty() {
+        eprintln!("note: {} given more than once: checked once", again.join(", "));
     }
     Ok(files)
 }
@@ -1570,6 +1619,19 @@ fn info_fit(
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
+
+    /// A golden file given twice — by name and through its folder — is checked once (it was
+    /// checked and reported twice).
+    #[test]
+    fn a_golden_file_given_twice_is_checked_once() {
+        let dir = ddl::testing::scratch_dir("golden-twice");
+        for v in ["a", "b"] {
+            std::fs::write(dir.join(format!("{v}.safetensors")), b"x").unwrap();
+        }
+        let a = dir.join("a.safetensors");
+        let files = super::golden_files(&[a.clone(), dir.clone(), dir.join(".").join("a.safetensors")]).unwrap();
+        assert_eq!(files, vec![a, dir.join("b.safetensors")]);
+    }
 
     #[test]
     fn every_command_and_flag_has_help_text() {

@@ -852,6 +852,19 @@ fn generation_problems_are_clear_errors() {
         &["generate", "--checkpoint", k, "--prompt", &long, "--max-tokens", "3", "--strict-context"],
         &["--strict-context", "more than the model's context of 64", "shorten it by at least"],
     );
+    // A prompt file that starts with a byte-order mark (as Windows editors save it) is its text:
+    // the mark was a character the char model lacks ("'\u{feff}' … leave that character out",
+    // a character no one sees), and a BPE's three tokens in front of the prompt.
+    let mut child = cmd(&dir)
+        .args(["generate", "--checkpoint", k, "--prompt", "-", "--max-tokens", "2", "--temperature", "0"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), "\u{feff}ROMEO:".as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with("ROMEO:"), "{}", text(&o));
 }
 
 #[test]
@@ -1216,6 +1229,50 @@ fn bench_problems_are_clear_errors() {
 /// replaces an earlier trace; `tokenizer train` refuses its own corpus and an existing file
 /// without `--force`, makes a missing folder and refuses one under a file; `data prepare` refuses a file as `--out`, a name that is a path, reads a
 /// folder reached again through a symbolic link once, and removes what a killed run left.
+/// The sweep of 2026-12-06: problems `ddl golden`, `ddl bench train` and `ddl tokenizer train`
+/// met late or said without a remedy are said before the work, with what to do.
+#[test]
+fn problems_found_late_are_said_before_the_work() {
+    let dir = tmpdir("late");
+    // A golden file's name mistyped: the closest file of its folder and the files there (it was
+    // "cannot read: No such file or directory (os error 2)").
+    let golden = ddl::testing::data_path("tests/golden");
+    let typo = golden.join("ddll.safetensors");
+    fails(
+        &dir,
+        &["golden", typo.to_str().unwrap()],
+        &["does not exist", &format!("did you mean '{}'", golden.join("ddl.safetensors").display()), "ddl_vmap"],
+    );
+    // A batch past the adapter: the memory plan and the batch that fits (it was the first
+    // buffer too large, "tensor 'e' … needs … bytes", without a remedy).
+    fails(
+        &dir,
+        &["bench", "train", "--preset", "tiny", "--batch", "100000", "--steps", "1"],
+        &["the memory plan of a batch of 100000 × 64 tokens", "To fit: pass --batch", "or less"],
+    );
+    // A tokenizer's --out that cannot be written: said before the corpus is trained on (it was
+    // after: minutes on a large corpus, here the tiny corpus's own error came first).
+    let tiny = dir.join("tiny.txt");
+    std::fs::write(&tiny, "ab").unwrap();
+    let long = dir.join(format!("{}.json", "t".repeat(300)));
+    let t = fails(
+        &dir,
+        &[
+            "tokenizer",
+            "train",
+            "--corpus",
+            tiny.to_str().unwrap(),
+            "--vocab-size",
+            "300",
+            "--out",
+            long.to_str().unwrap(),
+        ],
+        &["--out", "no file can be written under that name", "choose another --out"],
+    );
+    assert!(!t.contains("learnt no merge"), "trained before the --out was checked: {t}");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "the probe left a file");
+}
+
 #[test]
 fn outputs_never_replace_files_they_do_not_own() {
     let dir = tmpdir("outputs");

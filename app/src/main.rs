@@ -73,7 +73,10 @@ fn check_paths(a: &Args) -> Result<(), String> {
             return Err(missing("--checkpoint", d));
         }
         let model = ddl::train::checkpoint::MODEL_FILE;
-        if d.is_dir() && !d.join(model).exists() {
+        if !d.is_dir() {
+            return Err(format!("--checkpoint {}", ddl::train::checkpoint::CheckpointError::NotADir(d.clone())));
+        }
+        if !d.join(model).exists() {
             let hint = if d.join("metrics.jsonl").is_file() {
                 format!(
                     ": a run that has not saved a checkpoint yet? --run {} follows its training curves meanwhile",

@@ -269,6 +269,42 @@ fn the_beta_map_of_many_blocks_scrolls_to_its_last_sublayer() {
     assert!(h.query_by_label_contains("block 23 MLP").is_some());
 }
 
+/// The β map of a model of many blocks labels every n-th row where its rows are shorter than a
+/// line of text (a tick marks them; the hover names every cell): the labels of 10-point rows
+/// overlapped each other. (Names up to "block 119 attn" fit the label column.)
+#[test]
+fn the_beta_map_of_many_blocks_labels_its_rows_without_overlap() {
+    let blocks = 120;
+    let s = 2 * blocks;
+    let mut data = TraceData::new(blocks, 2, 1);
+    for t in 0..12 {
+        data.push(
+            ddl::generate::TokenTrace {
+                token: t,
+                text: "a".into(),
+                beta: vec![1.0; s],
+                k: vec![1.0; 2 * s],
+                v: vec![0.5; s],
+                ktx: vec![0.25; s],
+                write: vec![0.1; s],
+                score: None,
+            },
+            false,
+        );
+    }
+    let (h, cell0) = beta_map(&data, egui::vec2(900.0, 400.0));
+    let labels: Vec<egui::Rect> =
+        h.ctx.data(|d| d.get_temp(panels::row_labels_id("beta"))).expect("the map drew its row labels");
+    assert!(cell0.height() < labels[0].height(), "the test needs rows shorter than their labels");
+    assert!(labels.len() > 1 && labels.len() < s, "every n-th row is labelled: {} of {s}", labels.len());
+    for pair in labels.windows(2) {
+        assert!(!pair[0].intersects(pair[1]), "row labels overlap: {:?} and {:?}", pair[0], pair[1]);
+    }
+    for r in &labels {
+        assert!(r.right() < cell0.left(), "a row label runs into the cells: {r:?}, cells from x = {}", cell0.left());
+    }
+}
+
 /// A traced write whose β is not a finite number (a model whose numbers overflow, generating
 /// live) is named as such: the β map's hover said "no trace for this token" and the eigenvalue
 /// and write strength tables left its row out.

@@ -211,6 +211,14 @@ pub fn fit_advice(
     ))
 }
 
+/// The largest batch of `seq`-token sequences whose training plan, stored as `st` says, fits
+/// `limits` with a tenth of the host's available memory to spare (as [`fit_advice`] advises);
+/// 0 when not even one sequence fits.
+pub fn largest_fitting_batch(c: &ModelConfig, seq: usize, st: Storage, limits: &Limits) -> usize {
+    let margin = Limits { host_available: limits.host_available.map(|a| a / 10 * 9), ..*limits };
+    largest_fitting(|b| memory_plan_for(c, b, seq, st).misfit(&margin).is_none())
+}
+
 /// "lower train.batch_size to `largest` or less …" for a run whose micro-batch must be at most
 /// `largest` sequences and whose global batch is `global`: with the `train.grad_accum` that keeps
 /// it, exactly where a batch not much smaller than `largest` divides it (that batch then named

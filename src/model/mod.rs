@@ -26,7 +26,7 @@ pub use intervene::{Intervention, InterventionError, Interventions};
 pub use layers::Objective;
 pub use memory::{
     HEAD_CHUNK_ADVICE, Limits, MemoryPlan, Storage, batch_advice, fit_advice, host_available_bytes, largest_batch,
-    memory_plan, memory_plan_for, memory_plan_with, parse_bytes,
+    largest_fitting_batch, memory_plan, memory_plan_for, memory_plan_with, parse_bytes,
 };
 pub use model::{Model, Precision};
 pub use params::{Init, Layout, ParamSpec};

@@ -350,7 +350,7 @@ fn unknown_key(full: &str, field: &str, known: &toml::Table) -> String {
 }
 
 /// Levenshtein distance (for suggestions).
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

@@ -200,9 +200,10 @@ fn read_run(
 ) -> Result<Result<RunCurves, String>, TrainError> {
     let bad = |why: String| TrainError::Settings(format!("{}: {why}", run.display()));
     if !run.is_dir() {
-        return Err(bad(
-            "not a folder: give run folders (`ddl train --out`) or experiments' (`ddl experiment --out`)".into()
-        ));
+        let what = if run.exists() { "not a folder" } else { "does not exist" };
+        return Err(bad(format!(
+            "{what}: give run folders (`ddl train --out`) or experiments' (`ddl experiment --out`)"
+        )));
     }
     let m = Metrics::read(run).map_err(|e| bad(format!("cannot read metrics.jsonl: {e}")))?.ok_or_else(|| {
         // A folder of runs (an experiment's runs/): its runs, and the experiment's folder.
@@ -722,6 +723,25 @@ mod tests {
         assert!(e.contains("holds run folders (baseline-seed1, ddl-seed1)"), "{e}");
         assert!(e.contains(&format!("the experiment's folder '{}'", dir.join("exp").display())), "{e}");
         assert!(!e.contains("stopped before its first step"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A run given that does not exist says so: it was called "not a folder", as a file given is.
+    #[test]
+    fn a_run_that_does_not_exist_is_not_called_a_file() {
+        let dir = crate::testing::scratch_dir("plot-missing");
+        std::fs::write(dir.join("notes.txt"), "a file").unwrap();
+        let o = |run: PathBuf| PlotOptions {
+            runs: vec![run],
+            out: dir.join("p.png"),
+            metric: Metric::Train,
+            x: XAxis::Step,
+            smooth: 1,
+        };
+        let e = plot_runs(&o(dir.join("runs/a"))).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("runs/a: does not exist: give run folders"), "{e}");
+        let e = plot_runs(&o(dir.join("notes.txt"))).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("notes.txt: not a folder: give run folders"), "{e}");
         std::fs::remove_dir_all(&dir).ok();
     }
 

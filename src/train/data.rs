@@ -586,13 +586,13 @@ pub fn corpus_char_tokenizer(corpus: &Path) -> Result<Tokenizer, DataError> {
 
 /// A byte-level BPE of `vocab_size` tokens trained on a `--corpus`'s text, read in pieces
 /// (`ddl tokenizer train`).
-pub fn train_corpus_bpe(corpus: &Path, vocab_size: usize) -> Result<Tokenizer, DataError> {
-    super::prepare::Corpus::open(corpus)?.train_bpe(vocab_size, CORPUS_CHUNK)
+pub fn train_corpus_bpe(corpus: &Path, vocab_size: usize, bar: bool) -> Result<Tokenizer, DataError> {
+    super::prepare::Corpus::open(corpus)?.train_bpe(vocab_size, CORPUS_CHUNK, bar)
 }
 
 /// The bytes of a `--corpus`'s text and the tokens `tok` makes of them, read in pieces.
-pub fn corpus_token_count(corpus: &Path, tok: &Tokenizer) -> Result<(u64, usize), DataError> {
-    super::prepare::Corpus::open(corpus)?.count_tokens(tok)
+pub fn corpus_token_count(corpus: &Path, tok: &Tokenizer, bar: bool) -> Result<(u64, usize), DataError> {
+    super::prepare::Corpus::open(corpus)?.count_tokens(tok, bar)
 }
 
 /// A corpus this large (bytes) is said to be tokenised, with a progress bar on a terminal.
@@ -870,6 +870,13 @@ fn make_set(
     static MAKER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let nth = MAKER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     remove_stale_makers(root);
+    // Another process making this very set (the ranks of one machine under mpirun, runs started
+    // together): waited for, and its set taken, rather than every one tokenising the corpus.
+    if wait_for_other_maker(root, key, &what).map_err(|e| interrupted_making(e, &what))?
+        && cached_set(&dir)?.is_some_and(|m| m.tokenizer == tok.to_json())
+    {
+        return Ok(());
+    }
     let tmp = root.join(format!(".{key}{MAKING}{}.{nth}", std::process::id()));
     std::fs::create_dir_all(&tmp).map_err(|source| DataError::Cache { path: root.to_path_buf(), source })?;
     let _scrap = crate::train::Scrap::new(&tmp);
@@ -944,6 +951,32 @@ fn make_set(
 
 /// The part of a maker's temporary folder's name (`.KEY.make-PID.N`) before its process id.
 pub(crate) const MAKING: &str = ".make-";
+
+/// Waits while another live process of this machine makes the set `key` in `root` (its maker's
+/// folder `.KEY.make-PID.N` is there), saying so once; `true` if it waited. Ctrl-C stops the
+/// wait. Threads of this process (`ddl experiment --jobs`) make their own copies, as before.
+fn wait_for_other_maker(root: &Path, key: &str, what: &str) -> Result<bool, DataError> {
+    let prefix = format!(".{key}{MAKING}");
+    let other = || -> Option<u32> {
+        std::fs::read_dir(root).ok()?.flatten().find_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid: u32 = name.strip_prefix(&prefix)?.split('.').next()?.parse().ok()?;
+            (pid != std::process::id() && super::lock::alive(pid) == Some(true)).then_some(pid)
+        })
+    };
+    let Some(pid) = other() else { return Ok(false) };
+    eprintln!(
+        "note: waiting for process {pid}, which is tokenising {what} into the shard cache {} (another run, or          another rank of this machine): its set is then used",
+        root.display()
+    );
+    while other().is_some() {
+        if crate::train::interrupted() {
+            return Err(DataError::Interrupted);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    Ok(true)
+}
 
 /// Removes the temporary folders of makers, of any set, whose process is gone (killed).
 fn remove_stale_makers(root: &Path) {
@@ -1656,6 +1689,19 @@ mod tests {
         let fmt = super::super::shards::Format::Llmc;
         let e = super::super::shards::find(run.to_str().unwrap(), fmt).unwrap_err().to_string();
         assert!(e.contains("is a run's folder, not token shards"), "{e}");
+        // (`ddl data inspect` of a run's folder said only that it holds no shards.)
+        let o = crate::train::inspect::InspectOptions {
+            data: run.to_str().unwrap().to_string(),
+            format: fmt,
+            tokenizer: None,
+            split: crate::train::inspect::Split::Train,
+            at: 0,
+            sample: 0,
+            verify: false,
+            progress: false,
+        };
+        let e = crate::train::inspect::inspect(&o).unwrap_err().to_string();
+        assert!(e.contains("holds no shards") && e.contains("is a run's folder, not token shards"), "{e}");
 
         let text = root.join("play.txt");
         std::fs::write(&text, "To be, or not to be").unwrap();
@@ -1663,6 +1709,48 @@ mod tests {
             let e = super::super::shards::find(given.to_str().unwrap(), fmt).unwrap_err().to_string();
             assert!(e.contains("is text, not token shards: give it as --corpus"), "{given:?}: {e}");
         }
+    }
+
+    /// A set another live process is making (the ranks of one machine under mpirun) is waited
+    /// for and taken, not tokenised again by every process; a killed maker's is not waited for.
+    #[test]
+    fn a_set_another_process_makes_is_waited_for_and_taken() {
+        let dir = crate::testing::scratch_dir("cache-wait");
+        let corpus = dir.join("c.txt");
+        std::fs::write(&corpus, "to be or not to be, that is the question\n".repeat(40)).unwrap();
+        let c = corpus.to_str().unwrap().to_string();
+        let key = corpus_key(&c, "char", 0.1).unwrap();
+        // The other maker's set, made beforehand in another cache, and its live process.
+        let elsewhere = dir.join("elsewhere");
+        let (made, _) = corpus_shards_in(&elsewhere, &c, "char", None, 0.1, CORPUS_CHUNK).unwrap();
+        let mut other = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let root = dir.join("cache");
+        let making = root.join(format!(".{key}{MAKING}{}.0", other.id()));
+        std::fs::create_dir_all(&making).unwrap();
+        let waiter = {
+            let (root, c) = (root.clone(), c.clone());
+            std::thread::spawn(move || corpus_shards_in(&root, &c, "char", None, 0.1, CORPUS_CHUNK).map(|r| r.0))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        let mine = hidden_entries(&root).into_iter().filter(|n| !making.ends_with(n)).collect::<Vec<_>>();
+        assert!(mine.is_empty() && !root.join(&key).exists(), "it made its own set: {mine:?}");
+        // The other finishes: its set in place, its maker's folder gone.
+        std::fs::rename(&made, root.join(&key)).unwrap();
+        std::fs::remove_dir(&making).unwrap();
+        let stamp = |d: &Path| std::fs::metadata(d.join("meta.json")).unwrap().modified().unwrap();
+        let before = stamp(&root.join(&key));
+        assert_eq!(waiter.join().unwrap().unwrap(), root.join(&key));
+        assert_eq!(stamp(&root.join(&key)), before, "the other process's set was made again");
+        // A maker whose process is gone is not waited for: the set is made.
+        other.kill().unwrap();
+        other.wait().unwrap();
+        std::fs::remove_dir_all(root.join(&key)).unwrap();
+        std::fs::create_dir_all(&making).unwrap();
+        let t = std::time::Instant::now();
+        let (d, _) = corpus_shards_in(&root, &c, "char", None, 0.1, CORPUS_CHUNK).unwrap();
+        assert!(d.join("meta.json").is_file() && !making.exists());
+        assert!(t.elapsed() < std::time::Duration::from_secs(20));
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     /// A corpus edited while it is tokenised into the cache (its stamp, taken before the first
@@ -1798,20 +1886,20 @@ mod tests {
         let text = read_corpus(&folder).unwrap();
         let whole = crate::tokenizer::train_bpe(&text, 500).unwrap();
         let corpus = Corpus::open(&folder).unwrap();
-        let pieces = corpus.train_bpe(500, 2048).unwrap();
+        let pieces = corpus.train_bpe(500, 2048, false).unwrap();
         assert_eq!(pieces.to_json(), whole.to_json(), "the same merges as the whole text's");
-        assert_eq!(train_corpus_bpe(&folder, 500).unwrap().to_json(), whole.to_json());
-        let (bytes, n) = corpus_token_count(&folder, &pieces).unwrap();
+        assert_eq!(train_corpus_bpe(&folder, 500, false).unwrap().to_json(), whole.to_json());
+        let (bytes, n) = corpus_token_count(&folder, &pieces, false).unwrap();
         assert_eq!((bytes, n), (text.len() as u64, whole.encode(&text).unwrap().len()));
         // Errors: the whole text's (the file and offset; empty; a vocabulary too small).
         std::fs::write(folder.join("c.txt"), [&shakespeare.as_bytes()[..777], &[0xc3, b'(']].concat()).unwrap();
-        let bad = Corpus::open(&folder).unwrap().train_bpe(500, 2048).unwrap_err().to_string();
+        let bad = Corpus::open(&folder).unwrap().train_bpe(500, 2048, false).unwrap_err().to_string();
         assert_eq!(bad, read_corpus(&folder).unwrap_err().to_string());
         assert!(bad.contains("c.txt") && bad.contains("777"), "{bad}");
         let empty = dir.join("empty.txt");
         std::fs::write(&empty, "").unwrap();
-        assert!(matches!(train_corpus_bpe(&empty, 500), Err(DataError::Empty(p)) if p == empty));
-        let small = train_corpus_bpe(&dir.join("folder/a.txt"), 10).unwrap_err().to_string();
+        assert!(matches!(train_corpus_bpe(&empty, 500, false), Err(DataError::Empty(p)) if p == empty));
+        let small = train_corpus_bpe(&dir.join("folder/a.txt"), 10, false).unwrap_err().to_string();
         assert!(small.contains("10"), "{small}");
     }
 

@@ -368,11 +368,56 @@ pub(super) fn params_in_sync(model: &Model, comm: &dyn Collective, step: usize) 
             rank: comm.rank(),
             size: comm.size(),
             msg: format!(
-                "after step {step} the parameters are no longer identical on all ranks ({}); \
-                 the all-reduce did not give every rank the same sum",
+                "after step {step} the parameters are no longer identical on all ranks ({}): the ranks \
+                 computed the same step differently — ranks on different GPU models or drivers (each rank's \
+                 first line names its adapter; run every rank on the same model and driver), or an all-reduce \
+                 that did not give every rank the same sum (the MPI library or its network)",
                 shown.join(", ")
             ),
         });
     }
     Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two ranks whose parameter digests differ.
+    struct Drifted;
+    impl Collective for Drifted {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn size(&self) -> usize {
+            2
+        }
+        fn all_reduce_sum_f32(&self, send: &[f32], recv: &mut [f32], _what: &str) {
+            recv.copy_from_slice(send)
+        }
+        fn all_reduce_sum_f64(&self, _buf: &mut [f64], _what: &str) {}
+        fn all_gather_u64(&self, values: &[u64], _what: &str) -> Vec<u64> {
+            vec![values[0], values[0] ^ 1]
+        }
+        fn broadcast_bytes(&self, _buf: &mut Vec<u8>, _what: &str) {}
+        fn barrier(&self, _what: &str) {}
+        fn describe(&self) -> String {
+            "2 drifted ranks".into()
+        }
+    }
+
+    /// Ranks whose parameters drift apart name both causes, the likelier first: ranks on
+    /// different GPU models or drivers (float results may differ from the same sums) — it blamed
+    /// the all-reduce alone.
+    #[test]
+    fn parameters_that_drift_apart_name_different_adapters_first() {
+        let mut cfg = crate::model::ModelConfig::preset("tiny", crate::model::Variant::Ddl).unwrap();
+        (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.head_dim, cfg.mlp_hidden) = (32, 1, 2, 16, 85);
+        let model = Model::new(crate::testing::gpu(), cfg, 1).unwrap();
+        let e = params_in_sync(&model, &Drifted, 3).unwrap_err().to_string();
+        assert!(e.contains("after step 3 the parameters are no longer identical"), "{e}");
+        assert!(e.contains("different GPU models or drivers") && e.contains("names its adapter"), "{e}");
+        assert!(e.contains("all-reduce"), "{e}");
+        assert!(params_in_sync(&model, &crate::train::collective::Single, 3).is_ok());
+    }
 }

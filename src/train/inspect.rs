@@ -149,8 +149,9 @@ pub fn inspect(o: &InspectOptions) -> Result<SetInfo, InspectError> {
     if train.is_empty() && val.is_empty() {
         return Err(InspectError::Settings(format!(
             "--data '{}' holds no shards (llm.c's names: NAME_train_000000.bin, NAME_val_000000.bin; headerless \
-             with --data-format raw-u16: train.bin and val.bin; `ddl data prepare` writes a set)",
-            o.data
+             with --data-format raw-u16: train.bin and val.bin; `ddl data prepare` writes a set){}",
+            o.data,
+            shards::not_shards(&o.data)
         )));
     }
     let folder = train.iter().chain(&val).next().and_then(|p| p.parent()).map(Path::to_path_buf).unwrap_or_default();

@@ -48,6 +48,8 @@ pub struct Prepared {
     pub train_tokens: usize,
     pub val_tokens: usize,
     pub documents: usize,
+    /// Documents without text (an empty file, a JSON line's `"text": ""`), skipped.
+    pub empty: usize,
     pub bytes: u64,
     pub seconds: f64,
     pub files: Vec<PathBuf>,
@@ -185,9 +187,25 @@ fn jsonl_documents(
             msg: format!("line {}: not JSON ({e})", n + 1),
         })?;
         let Some(text) = v.get("text").and_then(|t| t.as_str()) else {
+            // What the line holds instead: another type of "text" (a number, null), other
+            // fields (a misspelt name), or no object at all.
+            let found = match &v {
+                serde_json::Value::Object(m) => match m.get("text") {
+                    Some(t) => format!("its \"text\" is {}, not a string", json_kind(t)),
+                    None if m.is_empty() => "it is an empty object".to_string(),
+                    None => format!(
+                        "its fields are {}",
+                        m.keys().take(8).map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", ")
+                    ),
+                },
+                other => format!("it is {}, not an object", json_kind(other)),
+            };
             return Err(DataError::Meta {
                 path: path.to_path_buf(),
-                msg: format!("line {}: no string field \"text\" (each line must be {{\"text\": \"…\"}})", n + 1),
+                msg: format!(
+                    "line {}: no string field \"text\" ({found}); each line must be {{\"text\": \"…\"}}",
+                    n + 1
+                ),
             });
         };
         // (A JSON object that gives a field twice reads as its last value: the first document
@@ -207,6 +225,18 @@ fn jsonl_documents(
         }
     }
     Ok(())
+}
+
+/// A JSON value's kind, for messages: "a number", "null", "an array" ….
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
 }
 
 /// How many times a JSON object's line gives the field `text` (at its top level; 0 for a line
@@ -388,7 +418,7 @@ fn text_pieces(
         }
     }
     if first {
-        // An empty file is an empty document.
+        // An empty file is an empty document (which `ddl data prepare` skips: [`Encoder::push`]).
         f(String::new(), true)?;
     }
     Ok(())
@@ -421,9 +451,15 @@ pub fn has_documents(path: &Path) -> bool {
 /// prepare` reads them (a text file whole, each JSON line's `text` field, a folder's `.txt` and
 /// `.jsonl` files in order), read in pieces on a thread of their own while the trainer counts
 /// them: the text is never held whole. Returns it with the bytes of text read and the tokens it
-/// makes of them (a second read).
-pub fn train_bpe_on_documents(inputs: &[PathBuf], vocab_size: usize) -> Result<(Tokenizer, u64, usize), DataError> {
+/// makes of them (a second read, on every core). `bar`: both reads' progress on a terminal.
+pub fn train_bpe_on_documents(
+    inputs: &[PathBuf],
+    vocab_size: usize,
+    bar: bool,
+) -> Result<(Tokenizer, u64, usize), DataError> {
     let (files, _) = input_files(inputs)?;
+    let file_bytes: u64 = files.iter().map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0)).sum();
+    let shown = TrainingBar::new(bar, file_bytes, vocab_size);
     let (tx, rx) = std::sync::mpsc::sync_channel::<String>(256);
     let (read, trained) = std::thread::scope(|s| {
         let files = &files;
@@ -443,24 +479,77 @@ pub fn train_bpe_on_documents(inputs: &[PathBuf], vocab_size: usize) -> Result<(
             }
             Ok::<u64, DataError>(read)
         });
-        let trained = crate::tokenizer::train_bpe_pieces(rx.into_iter(), vocab_size);
+        let trained = crate::tokenizer::train_bpe_pieces(shown.taken(rx), vocab_size);
         (reader.join().expect("the document reader panicked"), trained)
     });
+    shown.done();
     let tok = match (read, trained) {
         (Ok(0), _) => return Err(DataError::Empty(inputs.first().cloned().unwrap_or_default())),
         (Err(e), Ok(_) | Err(crate::tokenizer::TokenizerError::NoMerges)) => return Err(e),
         (_, Err(e)) => return Err(e.into()),
         (Ok(_), Ok(tok)) => tok,
     };
-    let (mut bytes, mut tokens) = (0u64, 0usize);
+    let mut enc = Encoder::new(&tok, &[], None, file_bytes, bar);
     for f in &files {
-        pieces(f, |t, _| {
-            bytes += t.len() as u64;
-            tokens += tok.encode(&t).map_err(DataError::from)?.len();
-            Ok(())
-        })?;
+        pieces(f, |t, starts| enc.push(t, starts))?;
     }
+    let bytes = enc.read;
+    let tokens = enc.finish()?.tokens;
     Ok((tok, bytes, tokens))
+}
+
+/// `ddl tokenizer train`'s progress on a terminal (nothing elsewhere, and nothing without `on`):
+/// the corpus's bytes as the trainer counts its words, then the merges it learns (minutes of a
+/// large corpus were silent).
+struct TrainingBar(Option<indicatif::ProgressBar>, usize);
+
+impl TrainingBar {
+    fn new(on: bool, bytes: u64, vocab_size: usize) -> TrainingBar {
+        let bar = on.then(|| {
+            let b = indicatif::ProgressBar::new(bytes);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} {msg} eta {eta}",
+                )
+                .expect("a valid template"),
+            );
+            b.set_message("counting the corpus's words");
+            b
+        });
+        TrainingBar(bar, vocab_size)
+    }
+
+    /// The pieces of `rx` as the trainer takes them, counted on the bar; once they end, the
+    /// merges.
+    fn taken(&self, rx: std::sync::mpsc::Receiver<String>) -> impl Iterator<Item = String> + Send + '_ {
+        rx.into_iter()
+            .inspect(|p| {
+                if let Some(b) = &self.0 {
+                    b.inc(p.len() as u64);
+                }
+            })
+            .chain(std::iter::from_fn(|| {
+                self.merging();
+                None
+            }))
+    }
+
+    /// The corpus is read: the merges are learnt, for a time no count measures.
+    fn merging(&self) {
+        if let Some(b) = &self.0 {
+            b.set_style(
+                indicatif::ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("a valid template"),
+            );
+            b.set_message(format!("learning the merges (up to {} tokens)", self.1));
+            b.enable_steady_tick(std::time::Duration::from_millis(250));
+        }
+    }
+
+    fn done(&self) {
+        if let Some(b) = &self.0 {
+            b.finish_and_clear();
+        }
+    }
 }
 
 /// Runs `ddl data prepare`.
@@ -476,6 +565,14 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
         return Err(TrainError::Settings(format!(
             "--out '{}' is a file: the shards go into a folder; give a new (or empty) folder's path",
             opts.out.display()
+        )));
+    }
+    // (A file where a folder above --out would be made was "cannot make 'a.txt' (File exists)".)
+    if let Some(file) = opts.out.parent().and_then(super::data::file_in_the_way) {
+        return Err(TrainError::Settings(format!(
+            "--out '{}': '{}' is a file, so the folder cannot be made there; give a new (or empty) folder's path",
+            opts.out.display(),
+            file.display()
         )));
     }
     check_name(&opts.name)?;
@@ -549,7 +646,7 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
         std::fs::rename(&tmp, &opts.out).map_err(write_err(&opts.out))?;
         Ok(written)
     });
-    let (train, val, documents) = match result {
+    let (train, val, documents, empty) = match result {
         Ok(x) => x,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&tmp);
@@ -566,6 +663,7 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
         train_tokens: train,
         val_tokens: val,
         documents,
+        empty,
         bytes,
         seconds: t0.elapsed().as_secs_f64(),
         files: listed,
@@ -669,7 +767,8 @@ fn jsonl_place(path: &Path, offset: usize) -> Option<(usize, usize)> {
     found
 }
 
-type Written = (usize, usize, usize);
+/// Training tokens, validation tokens, documents, empty documents skipped.
+type Written = (usize, usize, usize, usize);
 
 /// `tok`'s ids of `text`, which starts at byte `at` of a longer text: an unknown character's
 /// position is given in that text.
@@ -702,11 +801,13 @@ fn encode_at(tok: &Tokenizer, text: &str, at: u64) -> Result<Vec<u32>, crate::to
 /// Bytes of a piece tokenised between two looks at Ctrl-C ([`encode_at`]).
 const ENCODE_STEP: usize = 1 << 20;
 
-/// What an [`Encoder`] wrote: the shards with their token counts, the tokens, the documents.
+/// What an [`Encoder`] wrote: the shards with their token counts, the tokens, the documents and
+/// the empty ones skipped.
 struct Encoded {
     shards: Vec<(PathBuf, usize)>,
     tokens: usize,
     documents: usize,
+    empty: usize,
 }
 
 /// Text pieces into token shards: pieces are batched, a batch tokenised by all cores at once and
@@ -720,9 +821,10 @@ struct Encoder<'a> {
     /// Pieces: text, whether it starts a document, its first byte's offset in the text pushed.
     batch: Vec<(String, bool, u64)>,
     batch_bytes: usize,
-    /// Tokens written, documents begun, bytes of text read.
+    /// Tokens written, documents begun, empty documents skipped, bytes of text read.
     total: usize,
     documents: usize,
+    empty: usize,
     read: u64,
     bar: Option<indicatif::ProgressBar>,
     bytes: u64,
@@ -750,6 +852,7 @@ impl<'a> Encoder<'a> {
             batch_bytes: 0,
             total: 0,
             documents: 0,
+            empty: 0,
             read: 0,
             bar,
             bytes,
@@ -761,6 +864,13 @@ impl<'a> Encoder<'a> {
     fn push(&mut self, text: String, starts: bool) -> Result<(), DataError> {
         if crate::train::interrupted() {
             return Err(DataError::Interrupted);
+        }
+        // A document without text (an empty file, a JSON line's `"text": ""`) is none: it was
+        // counted, and its separator put two end-of-text tokens in a row into the shards. (Only
+        // a document's first piece can be empty: the others hold the bytes that cut them.)
+        if starts && text.is_empty() {
+            self.empty += 1;
+            return Ok(());
         }
         let len = text.len() as u64;
         self.batch_bytes += text.len();
@@ -833,7 +943,7 @@ impl<'a> Encoder<'a> {
             Some(w) => w.finish()?,
             None => Vec::new(),
         };
-        Ok(Encoded { shards, tokens: self.total, documents: self.documents })
+        Ok(Encoded { shards, tokens: self.total, documents: self.documents, empty: self.empty })
     }
 }
 
@@ -854,7 +964,7 @@ fn write_all(
         starts.push((enc.read as usize, f.clone()));
         pieces(f, |text, starts_doc| enc.push(text, starts_doc)).map_err(|e| placed_input(e, &starts))?;
     }
-    let Encoded { mut shards, tokens: total, documents } = enc.finish().map_err(|e| placed_input(e, &starts))?;
+    let Encoded { mut shards, tokens: total, documents, empty } = enc.finish().map_err(|e| placed_input(e, &starts))?;
     // The validation split: the end of the stream.
     let val_n = match opts.val {
         ValSplit::Tokens(n) => n,
@@ -870,8 +980,9 @@ fn write_all(
     };
     if total < 2 {
         return Err(crate::train::TrainError::Settings(format!(
-            "the inputs ({}) give {total} token(s): too little text to split into training and validation; add text",
-            listed()
+            "the inputs ({}) give {total} token(s){}: too little text to split into training and validation; add text",
+            listed(),
+            if empty > 0 { format!(" ({empty} document(s) without text skipped)") } else { String::new() }
         )));
     }
     if val_n == 0 {
@@ -901,7 +1012,7 @@ fn write_all(
     let mut all = shards.clone();
     all.extend(val);
     super::data::finish_meta(dir, tok, all, split, val_n, &source)?;
-    Ok((split, val_n, documents))
+    Ok((split, val_n, documents, empty))
 }
 
 /// A `--corpus` read in pieces: its parts' text joined by newlines, one document — the text
@@ -982,7 +1093,9 @@ impl Corpus {
     /// A byte-level BPE of `vocab_size` tokens trained on its text
     /// ([`crate::tokenizer::train_bpe`] of the whole text), read in pieces on a thread of its own
     /// while the trainer counts them (about `chunk` bytes each): the text is never held whole.
-    pub fn train_bpe(&self, vocab_size: usize, chunk: usize) -> Result<Tokenizer, DataError> {
+    /// `bar`: its progress on a terminal.
+    pub fn train_bpe(&self, vocab_size: usize, chunk: usize, bar: bool) -> Result<Tokenizer, DataError> {
+        let shown = TrainingBar::new(bar, self.bytes(), vocab_size);
         // The trainer's own pieces (64 KB: what it counts on a core at once) of the pieces read.
         let (tx, rx) = std::sync::mpsc::sync_channel::<String>(256);
         let (read, trained) = std::thread::scope(|s| {
@@ -998,9 +1111,10 @@ impl Corpus {
                 })
                 .map(|()| read)
             });
-            let trained = crate::tokenizer::train_bpe_pieces(rx.into_iter(), vocab_size);
+            let trained = crate::tokenizer::train_bpe_pieces(shown.taken(rx), vocab_size);
             (reader.join().expect("the corpus reader panicked"), trained)
         });
+        shown.done();
         // (An empty corpus is said as such, not as the merges it could not teach; a failed read
         // as the read's error, which left the trainer short of text.)
         match (read, trained) {
@@ -1011,9 +1125,10 @@ impl Corpus {
         }
     }
 
-    /// The bytes of its text and the tokens `tok` makes of them, counted in pieces on every core.
-    pub fn count_tokens(&self, tok: &Tokenizer) -> Result<(u64, usize), DataError> {
-        let mut enc = Encoder::new(tok, &[], None, self.bytes(), false);
+    /// The bytes of its text and the tokens `tok` makes of them, counted in pieces on every core
+    /// (`bar`: on a terminal, the progress).
+    pub fn count_tokens(&self, tok: &Tokenizer, bar: bool) -> Result<(u64, usize), DataError> {
+        let mut enc = Encoder::new(tok, &[], None, self.bytes(), bar);
         text_pieces(&mut CorpusFeed::new(&self.parts), CHUNK, false, |t, starts| enc.push(t, starts))?;
         let read = enc.read;
         Ok((read, enc.finish()?.tokens))
@@ -1147,6 +1262,113 @@ mod tests {
         .unwrap();
         assert_eq!(got, vec!["a".to_string()]);
         assert_eq!((text_fields("[1]"), text_fields("{\"te\\u0078t\": 1, \"text\": 2}")), (0, 2));
+    }
+
+    /// A document without text — a JSON line's `"text": ""`, an empty file, one that holds only
+    /// a byte-order mark — is skipped and said: it was counted as a document, and its separator
+    /// put two in a row into the shards (`"a" "" "b"` gave a, newline, newline, b).
+    #[test]
+    fn documents_without_text_are_skipped_not_counted() {
+        let dir = crate::testing::scratch_dir("prepare-empty-docs");
+        let inputs = dir.join("in");
+        std::fs::create_dir_all(&inputs).unwrap();
+        std::fs::write(inputs.join("a.jsonl"), "{\"text\": \"ab\"}\n{\"text\": \"\"}\n{\"text\": \"cd\"}\n").unwrap();
+        std::fs::write(inputs.join("b.txt"), "").unwrap();
+        std::fs::write(inputs.join("c.txt"), "\u{feff}").unwrap();
+        std::fs::write(inputs.join("d.txt"), "ef").unwrap();
+        let out = dir.join("shards");
+        let opts = PrepareOptions {
+            tokenizer: "char".into(),
+            out: out.clone(),
+            inputs: vec![inputs],
+            val: ValSplit::Tokens(1),
+            shard_tokens: 1000,
+            name: "data".into(),
+            quiet: true,
+        };
+        let p = prepare(&opts).unwrap();
+        assert_eq!((p.documents, p.empty, p.train_tokens + p.val_tokens), (3, 3, 8), "{p:?}");
+        let meta = crate::train::data::read_meta(&out).unwrap().unwrap();
+        let tok = Tokenizer::from_json(&meta.tokenizer).unwrap();
+        let mut ids = Vec::new();
+        for f in &p.files {
+            let shard = crate::train::shards::Shard::open(f, crate::train::shards::Format::Llmc).unwrap();
+            ids.extend((0..shard.len()).map(|i| shard.get(i)));
+        }
+        assert_eq!(tok.decode(&ids).unwrap(), "ab\ncd\nef");
+        // Nothing but empty documents: no text, said so.
+        std::fs::write(dir.join("e.jsonl"), "{\"text\": \"\"}\n{\"text\": \"\"}\n").unwrap();
+        let e = prepare(&PrepareOptions { out: dir.join("none"), inputs: vec![dir.join("e.jsonl")], ..opts })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("give 0 token(s) (2 document(s) without text skipped)"), "{e}");
+    }
+
+    /// An --out below a file (`notes.txt/shards`) says which file is in the way (it was "cannot
+    /// make 'notes.txt' (File exists)", as if it were a folder that could not be written).
+    #[test]
+    fn an_out_below_a_file_names_the_file() {
+        let dir = crate::testing::scratch_dir("prepare-out-below-file");
+        let text = dir.join("notes.txt");
+        std::fs::write(&text, "some text to prepare\n").unwrap();
+        let opts = PrepareOptions {
+            tokenizer: "char".into(),
+            out: text.join("sub/shards"),
+            inputs: vec![text.clone()],
+            val: ValSplit::Tokens(1),
+            shard_tokens: 1000,
+            name: "data".into(),
+            quiet: true,
+        };
+        let e = prepare(&opts).unwrap_err().to_string();
+        assert!(e.contains("notes.txt' is a file, so the folder cannot be made there"), "{e}");
+    }
+
+    /// A JSON line without a string `text` says what it holds instead: the type of its `text`,
+    /// its fields (a misspelt name), or that it is no object (all were "no string field
+    /// \"text\"", the same for a number as for a missing field).
+    #[test]
+    fn a_json_line_without_a_string_text_says_what_it_holds() {
+        let dir = crate::testing::scratch_dir("prepare-jsonl-kinds");
+        let p = dir.join("docs.jsonl");
+        for (line, want) in [
+            ("{\"text\": 5}", "its \"text\" is a number, not a string"),
+            ("{\"text\": null}", "its \"text\" is null"),
+            ("{\"txt\": \"a\", \"id\": 1}", "its fields are \"id\", \"txt\""),
+            ("{}", "an empty object"),
+            ("[\"a\"]", "it is an array, not an object"),
+        ] {
+            std::fs::write(&p, format!("{{\"text\": \"ok\"}}\n{line}\n")).unwrap();
+            let e = pieces_of(&p, 4096, |_, _| Ok(())).unwrap_err().to_string();
+            assert!(
+                e.contains("docs.jsonl") && e.contains("line 2: no string field") && e.contains(want),
+                "{line}: {e}"
+            );
+        }
+    }
+
+    /// `tokenizer train`'s bar counts the bytes of the pieces as the trainer takes them, then
+    /// says the merges are being learnt (the command was silent for minutes on a large corpus).
+    #[test]
+    fn the_training_bar_counts_what_the_trainer_takes_then_the_merges() {
+        let shown = TrainingBar(Some(indicatif::ProgressBar::hidden()), 300);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<String>(4);
+        let bar = shown.0.clone().unwrap();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                for p in ["ab", "cde", "fghi"] {
+                    tx.send(p.to_string()).unwrap();
+                }
+            });
+            let mut taken = shown.taken(rx);
+            assert_eq!(taken.next().as_deref(), Some("ab"));
+            assert_eq!((bar.position(), bar.message()), (2, String::new()));
+            assert_eq!(taken.by_ref().count(), 2);
+        });
+        assert_eq!(bar.position(), 9);
+        assert_eq!(bar.message(), "learning the merges (up to 300 tokens)");
+        shown.done();
+        assert!(bar.is_finished());
     }
 
     /// A corpus that is one long line is cut into bounded pieces (it was held whole: a line of

@@ -441,7 +441,7 @@ pub fn find(data: &str, format: Format) -> Result<(Vec<PathBuf>, Vec<PathBuf>), 
 
 /// What `--data` is when it is text or a run rather than token shards, said as the remedy; empty
 /// when it is neither.
-fn not_shards(data: &str) -> String {
+pub(crate) fn not_shards(data: &str) -> String {
     let path = Path::new(data);
     if super::checkpoint::is_run(path) {
         return format!(

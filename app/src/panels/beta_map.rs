@@ -53,6 +53,7 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
     }
     let s = data.s();
     let t_n = data.len();
+    let names: Vec<String> = (0..s).map(sublayer_name).collect();
     let label_w = 78.0;
     let text_h = 18.0;
     let avail = (ui.available_width() - label_w - 8.0).max(50.0);
@@ -66,11 +67,8 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
         let (resp, painter) = ui.allocate_painter(size, Sense::click());
         let origin = resp.rect.min + vec2(label_w, 0.0);
         let text = ui.visuals().text_color();
-        let font = FontId::proportional(11.0);
-        for i in 0..s {
-            let y = origin.y + ch * (i as f32 + 0.5);
-            painter.text(pos2(resp.rect.left() + 2.0, y), Align2::LEFT_CENTER, sublayer_name(i), font.clone(), text);
-        }
+        let labels = super::row_labels(ui, &painter, resp.rect.left(), origin, ch, &names);
+        ui.data_mut(|d| d.insert_temp(super::row_labels_id("beta"), labels));
         for t in 0..t_n {
             for i in 0..s {
                 let cell = Rect::from_min_size(origin + vec2(cw * t as f32, ch * i as f32), vec2(cw, ch));

@@ -108,11 +108,9 @@ fn map(ui: &mut egui::Ui, data: &TraceData, lens: &Lens, sel: &mut Selection) {
         let size = vec2(label_w + cw * t_n as f32 + 4.0, ch * rows as f32 + text_h + 4.0);
         let (resp, painter) = ui.allocate_painter(size, Sense::click());
         let origin = resp.rect.min + vec2(label_w, 0.0);
-        let (text, font) = (ui.visuals().text_color(), FontId::proportional(11.0));
-        for (i, name) in lens.states.iter().enumerate() {
-            let y = origin.y + ch * (i as f32 + 0.5);
-            painter.text(pos2(resp.rect.left() + 2.0, y), Align2::LEFT_CENTER, name, font.clone(), text);
-        }
+        let text = ui.visuals().text_color();
+        let labels = super::row_labels(ui, &painter, resp.rect.left(), origin, ch, &lens.states);
+        ui.data_mut(|d| d.insert_temp(super::row_labels_id("lens"), labels));
         for (t, row) in lens.logprob.iter().enumerate() {
             for i in 0..rows {
                 let cell = Rect::from_min_size(origin + vec2(cw * t as f32, ch * i as f32), vec2(cw, ch));

@@ -151,3 +151,42 @@ pub fn token_label(data: &TraceData, t: usize) -> String {
     };
     format!("token {t} “{}”{what}", crate::trace::chip_text(&r.trace.text))
 }
+
+/// A heat map's row labels, from `left` to `origin` (rows `ch` high from `origin.y`): one per
+/// row where the rows are as high as a line of text, else every n-th with a tick (a model of
+/// many blocks: its rows are shorter than the labels; the hover names every cell).
+/// Returns the rectangles of the labels drawn (for tests: they must not overlap).
+pub(crate) fn row_labels(
+    ui: &eframe::egui::Ui,
+    painter: &eframe::egui::Painter,
+    left: f32,
+    origin: eframe::egui::Pos2,
+    ch: f32,
+    names: &[String],
+) -> Vec<eframe::egui::Rect> {
+    use eframe::egui::{Align2, FontId, Stroke, pos2};
+    let font = FontId::proportional(11.0);
+    let text = ui.visuals().text_color();
+    let line_h = ui.fonts_mut(|f| f.row_height(&font));
+    let every = row_label_every(ch, line_h);
+    let mut drawn = Vec::new();
+    for (i, name) in names.iter().enumerate().step_by(every) {
+        let y = origin.y + ch * (i as f32 + 0.5);
+        drawn.push(painter.text(pos2(left + 2.0, y), Align2::LEFT_CENTER, name, font.clone(), text));
+        if every > 1 {
+            // A tick at the labelled row.
+            painter.line_segment([pos2(origin.x - 4.0, y), pos2(origin.x - 1.0, y)], Stroke::new(1.0, text));
+        }
+    }
+    drawn
+}
+
+/// Every how many rows of `ch` points a label of `line_h` points fits without overlapping.
+pub(crate) fn row_label_every(ch: f32, line_h: f32) -> usize {
+    ((line_h / ch.max(1.0)).ceil() as usize).max(1)
+}
+
+/// Where the β map and the lens map keep their drawn row labels' rectangles (for tests).
+pub fn row_labels_id(map: &str) -> eframe::egui::Id {
+    eframe::egui::Id::unique(("ddl-viz-row-labels", map))
+}
