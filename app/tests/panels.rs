@@ -221,11 +221,8 @@ fn hovering_the_beta_map_shows_the_cell_and_clicking_selects_its_token() {
     assert_eq!(h.state().sublayer, s, "the click selects the cell's sublayer too (for the Interventions view)");
 }
 
-/// The β map of a model of many blocks (rows at least 10 points high, taller than the panel)
-/// scrolls down to its last sublayer: its rows below the window could not be reached.
-#[test]
-fn the_beta_map_of_many_blocks_scrolls_to_its_last_sublayer() {
-    let blocks = 24;
+/// A trace of 12 tokens of a model of `blocks` blocks (d 2, d_v 1), β of sublayer i `beta(i)`.
+fn many_blocks(blocks: usize, beta: impl Fn(usize) -> f32) -> TraceData {
     let s = 2 * blocks;
     let mut data = TraceData::new(blocks, 2, 1);
     for t in 0..12 {
@@ -233,7 +230,7 @@ fn the_beta_map_of_many_blocks_scrolls_to_its_last_sublayer() {
             ddl::generate::TokenTrace {
                 token: t,
                 text: "a".into(),
-                beta: (0..s).map(|i| if i + 1 == s { 1.875 } else { 1.0 }).collect(),
+                beta: (0..s).map(&beta).collect(),
                 k: vec![1.0; 2 * s],
                 v: vec![0.5; s],
                 ktx: vec![0.25; s],
@@ -243,6 +240,16 @@ fn the_beta_map_of_many_blocks_scrolls_to_its_last_sublayer() {
             false,
         );
     }
+    data
+}
+
+/// The β map of a model of many blocks (rows at least 10 points high, taller than the panel)
+/// scrolls down to its last sublayer: its rows below the window could not be reached.
+#[test]
+fn the_beta_map_of_many_blocks_scrolls_to_its_last_sublayer() {
+    let blocks = 24;
+    let s = 2 * blocks;
+    let data = many_blocks(blocks, |i| if i + 1 == s { 1.875 } else { 1.0 });
     let size = egui::vec2(900.0, 400.0);
     let (mut h, cell0) = beta_map(&data, size);
     let last_row = |cell0: egui::Rect| cell0.center() + egui::vec2(0.0, cell0.height() * (s - 1) as f32);
@@ -276,22 +283,7 @@ fn the_beta_map_of_many_blocks_scrolls_to_its_last_sublayer() {
 fn the_beta_map_of_many_blocks_labels_its_rows_without_overlap() {
     let blocks = 120;
     let s = 2 * blocks;
-    let mut data = TraceData::new(blocks, 2, 1);
-    for t in 0..12 {
-        data.push(
-            ddl::generate::TokenTrace {
-                token: t,
-                text: "a".into(),
-                beta: vec![1.0; s],
-                k: vec![1.0; 2 * s],
-                v: vec![0.5; s],
-                ktx: vec![0.25; s],
-                write: vec![0.1; s],
-                score: None,
-            },
-            false,
-        );
-    }
+    let data = many_blocks(blocks, |_| 1.0);
     let (h, cell0) = beta_map(&data, egui::vec2(900.0, 400.0));
     let labels: Vec<egui::Rect> =
         h.ctx.data(|d| d.get_temp(panels::row_labels_id("beta"))).expect("the map drew its row labels");
