@@ -515,6 +515,19 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             json,
         } => {
             first_of_each(&mut sizes);
+            // `--tune` is for its stored measurements: a cache it cannot write is said before it
+            // measures (it measured, warned and exited 0, storing nothing).
+            if tune && let Some(path) = ddl::kernels::matmul::autotune::cache_path() {
+                let dir = path.parent().unwrap_or(std::path::Path::new("."));
+                let made = std::fs::create_dir_all(dir);
+                if let Err(e) = made.and_then(|()| ddl::train::checkpoint::probe_writable(&path)) {
+                    anyhow::bail!(
+                        "--tune stores its measurements in {}, which cannot be written ({e}): set DDL_CACHE_DIR to a \
+                         writable folder",
+                        path.display()
+                    );
+                }
+            }
             if !json {
                 println!(
                     "adapter: {} ({:?}), timing: {}",

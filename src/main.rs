@@ -357,11 +357,14 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
         TokenizerCmd::Encode { tokenizer, text, pieces } => {
             let tok = tokenizer_for(&tokenizer)?;
             let text = if text == "-" {
-                read_stdin_capped(
+                // (A byte-order mark is not text: dropped, as `generate --prompt -`, `chat` and a
+                // corpus drop it.)
+                let text = read_stdin_capped(
                     "--text -",
                     1 << 30,
                     "encode it in pieces, or tokenize a corpus with `ddl data prepare`, which streams files of any size",
-                )?
+                )?;
+                text.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(text)
             } else {
                 text
             };

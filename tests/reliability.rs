@@ -732,6 +732,18 @@ fn tokenizer_problems_are_clear_errors() {
     let l = lossy.to_str().unwrap();
     let o = cmd(&dir).args(["tokenizer", "encode", "--tokenizer", l, "--text", "ab ba"]).output().unwrap();
     assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "2 1 0", "{}", text(&o));
+    // Piped text that starts with a byte-order mark is encoded without it, as `generate --prompt
+    // -` and a corpus take it (the mark was refused as a character this tokenizer lacks).
+    let mut child = cmd(&dir)
+        .args(["tokenizer", "encode", "--tokenizer", l, "--text", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), "\u{feff}ab ba".as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "2 1 0", "{}", text(&o));
     fails(
         &dir,
         &["tokenizer", "encode", "--tokenizer", l, "--text", "ab cab"],
@@ -972,6 +984,18 @@ fn bench_problems_are_clear_errors() {
     fails(&dir, &["bench", "matmul", "--preset", "gpt-9"], &["unknown preset 'gpt-9'"]);
     fails(&dir, &["bench", "matmul", "--preset", "tiny", "--sizes", "64"], &["--sizes", "--preset"]);
     fails(&dir, &["bench", "matmul", "--batch", "2"], &["--preset"]);
+    // `--tune` with a cache it cannot write is refused before it measures (it measured, warned
+    // and exited 0, its measurements lost).
+    let file = dir.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let o = cmd(&dir)
+        .args(["bench", "matmul", "--sizes", "8", "--tune"])
+        .env("DDL_CACHE_DIR", file.join("cache"))
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(!o.status.success() && t.contains("--tune stores its measurements in"), "{t}");
+    assert!(t.contains("set DDL_CACHE_DIR to a writable folder") && !t.contains("GFLOP"), "{t}");
     // Sizes past what the adapter can hold (and past usize's arithmetic): refused, not a panic.
     for size in ["4294967296", "18446744073709551615"] {
         fails(&dir, &["bench", "matmul", "--sizes", size], &["--sizes", size, "choose sizes up to"]);
