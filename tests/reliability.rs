@@ -17,6 +17,19 @@ fn cmd(dir: &Path) -> Command {
     c
 }
 
+/// `ddl ARGS` in `dir` with `input` on its standard input.
+fn piped(dir: &Path, args: &[&str], input: &str) -> Output {
+    let mut child = cmd(dir)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
@@ -734,15 +747,7 @@ fn tokenizer_problems_are_clear_errors() {
     assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "2 1 0", "{}", text(&o));
     // Piped text that starts with a byte-order mark is encoded without it, as `generate --prompt
     // -` and a corpus take it (the mark was refused as a character this tokenizer lacks).
-    let mut child = cmd(&dir)
-        .args(["tokenizer", "encode", "--tokenizer", l, "--text", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(&mut child.stdin.take().unwrap(), "\u{feff}ab ba".as_bytes()).unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = piped(&dir, &["tokenizer", "encode", "--tokenizer", l, "--text", "-"], "\u{feff}ab ba");
     assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "2 1 0", "{}", text(&o));
     fails(
         &dir,
@@ -867,15 +872,8 @@ fn generation_problems_are_clear_errors() {
     // A prompt file that starts with a byte-order mark (as Windows editors save it) is its text:
     // the mark was a character the char model lacks ("'\u{feff}' … leave that character out",
     // a character no one sees), and a BPE's three tokens in front of the prompt.
-    let mut child = cmd(&dir)
-        .args(["generate", "--checkpoint", k, "--prompt", "-", "--max-tokens", "2", "--temperature", "0"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(&mut child.stdin.take().unwrap(), "\u{feff}ROMEO:".as_bytes()).unwrap();
-    let o = child.wait_with_output().unwrap();
+    let args = ["generate", "--checkpoint", k, "--prompt", "-", "--max-tokens", "2", "--temperature", "0"];
+    let o = piped(&dir, &args, "\u{feff}ROMEO:");
     assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with("ROMEO:"), "{}", text(&o));
 }
 
