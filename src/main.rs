@@ -84,13 +84,16 @@ fn read_stdin_capped(what: &str, cap: u64, remedy: &str) -> Result<String> {
     if bytes.len() as u64 > cap {
         anyhow::bail!("{what}: standard input gave more than {} MiB; {remedy}", cap >> 20);
     }
-    String::from_utf8(bytes).map_err(|e| {
+    let text = String::from_utf8(bytes).map_err(|e| {
         anyhow::anyhow!(
             "{what}: standard input is not UTF-8 text (first invalid byte at offset {}): convert it (e.g. `iconv -f \
              LATIN1 -t UTF-8`)",
             e.utf8_error().valid_up_to()
         )
-    })
+    })?;
+    // A file's byte-order mark (Windows editors write one) is not text, as a corpus's is not: it
+    // was an unknown character to a char model and three tokens to a BPE.
+    Ok(text.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(text))
 }
 
 /// A command that Ctrl-C stopped after saving its work (exit status 130).
@@ -357,14 +360,11 @@ fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
         TokenizerCmd::Encode { tokenizer, text, pieces } => {
             let tok = tokenizer_for(&tokenizer)?;
             let text = if text == "-" {
-                // (A byte-order mark is not text: dropped, as `generate --prompt -`, `chat` and a
-                // corpus drop it.)
-                let text = read_stdin_capped(
+                read_stdin_capped(
                     "--text -",
                     1 << 30,
                     "encode it in pieces, or tokenize a corpus with `ddl data prepare`, which streams files of any size",
-                )?;
-                text.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(text)
+                )?
             } else {
                 text
             };
@@ -724,14 +724,7 @@ pub(crate) fn generate_cmd(
     let too_long = "generation reads only the prompt's last max_seq_len tokens (the model's context; `ddl info \
                     --checkpoint DIR` gives it): pipe in its end, e.g. `tail -n 1000 FILE | ddl generate … --prompt -`; \
                     to score a long text, `ddl eval --checkpoint DIR --text FILE --per-token OUT.tsv`";
-    let prompt = if from_stdin {
-        // A prompt file's byte-order mark (Windows editors write one) is not text, as a corpus's
-        // is not: it was an unknown character to a char model and three tokens to a BPE.
-        let text = read_stdin_capped("--prompt -", 256 << 20, too_long)?;
-        text.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(text)
-    } else {
-        prompt.to_string()
-    };
+    let prompt = if from_stdin { read_stdin_capped("--prompt -", 256 << 20, too_long)? } else { prompt.to_string() };
     if prompt.is_empty() {
         if from_stdin {
             anyhow::bail!("--prompt -: standard input was empty: pipe the prompt in (… | ddl generate --prompt -)");
