@@ -15,13 +15,24 @@ use crate::testing::compare;
 pub enum GoldenError {
     #[error("{path}: cannot read: {source}")]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("{path}: not a valid safetensors file (truncated, corrupt, or another kind of file): {msg}")]
+    #[error(
+        "{path}: not a valid safetensors file (truncated, corrupt, or another kind of file): {msg}; nothing was \
+         checked (this is not a parity failure): {REMEDY}"
+    )]
     Format { path: PathBuf, msg: String },
+    /// A file that reads but contradicts itself (values a reference never writes, quantities that
+    /// disagree with each other): damaged, not a parity result.
+    #[error("{path}: the file is damaged: {msg}; nothing was checked (this is not a parity failure): {REMEDY}")]
+    Damaged { path: PathBuf, msg: String },
     #[error("{path}: {msg}")]
     Content { path: PathBuf, msg: String },
     #[error("{path}: the GPU failed: {source}")]
     Gpu { path: PathBuf, source: crate::gpu::GpuError },
 }
+
+/// What to do with a damaged golden file.
+const REMEDY: &str = "copy it again from the set it came from (the repository's tests/golden/, or the shared set, \
+                      e.g. ../shared/golden/)";
 
 /// What to say of a golden file given that does not exist: the closest name among the golden
 /// files of its folder (a variant's name mistyped: `ddll.safetensors`) and the files there, or
@@ -119,6 +130,7 @@ impl Golden {
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<Golden, GoldenError> {
         let p = path.to_path_buf();
         let content = |msg: String| GoldenError::Content { path: p.clone(), msg };
+        let damaged = |msg: String| GoldenError::Damaged { path: p.clone(), msg };
         let st = safetensors::SafeTensors::deserialize(bytes)
             .map_err(|e| GoldenError::Format { path: p.clone(), msg: e.to_string() })?;
         let (_, meta) = safetensors::SafeTensors::read_metadata(bytes)
@@ -137,16 +149,16 @@ impl Golden {
             return Err(content(format!("unsupported format '{format}' (this build reads 'ddl-golden-1')")));
         }
         let cfg_json: serde_json::Value = serde_json::from_str(&get("config")?)
-            .map_err(|e| content(format!("metadata 'config' is not JSON: {e}")))?;
+            .map_err(|e| damaged(format!("metadata 'config' is not JSON: {e}")))?;
         let config = ModelConfig::from_golden_json(&cfg_json).map_err(|e| content(e.to_string()))?;
         let batch = cfg_json["batch"].as_u64().ok_or_else(|| content("config field 'batch' missing".into()))? as usize;
         let seq_len =
             cfg_json["seq_len"].as_u64().ok_or_else(|| content("config field 'seq_len' missing".into()))? as usize;
         let opt: GoldenOpt =
-            serde_json::from_str(&get("optimizer")?).map_err(|e| content(format!("metadata 'optimizer': {e}")))?;
-        let steps: usize = get("steps")?.trim().parse().map_err(|e| content(format!("metadata 'steps': {e}")))?;
+            serde_json::from_str(&get("optimizer")?).map_err(|e| damaged(format!("metadata 'optimizer': {e}")))?;
+        let steps: usize = get("steps")?.trim().parse().map_err(|e| damaged(format!("metadata 'steps': {e}")))?;
         let params: Vec<String> =
-            serde_json::from_str(&get("params")?).map_err(|e| content(format!("metadata 'params': {e}")))?;
+            serde_json::from_str(&get("params")?).map_err(|e| damaged(format!("metadata 'params': {e}")))?;
         let mut tensors = HashMap::new();
         for (name, view) in st.tensors() {
             let shape = view.shape().to_vec();
@@ -165,8 +177,8 @@ impl Golden {
             tensors.insert(name, (shape, d));
         }
         let interventions = md.get("interventions").cloned().unwrap_or_default();
-        Ok(Golden {
-            path: p,
+        let g = Golden {
+            path: p.clone(),
             config,
             opt,
             steps,
@@ -176,11 +188,143 @@ impl Golden {
             tensors,
             interventions,
             read: Default::default(),
-        })
+        };
+        g.integrity().map_err(damaged)?;
+        Ok(g)
     }
 
+    /// What the file must hold whatever the engine computes (golden README 3 and 4): finite
+    /// values, tokens and targets in the vocabulary, a parameter's gradient and step-1 value of
+    /// its shape, `train.*[0]` = `out.*`, the gradients' norm = `out.grad_norm`, the loss the
+    /// cross-entropy of the logits, and `step1.param` = one AdamW step from `param` with `grad`.
+    /// A file that breaks one is damaged (a copy cut short, bytes overwritten): said as that, not
+    /// as a parity failure of the engine. (Checks whose tensors are absent are left to the
+    /// comparison, which names what is missing.)
+    fn integrity(&self) -> Result<(), String> {
+        let get = |n: &str| match self.tensors.get(n) {
+            Some((s, Data::F32(v))) => Some((s.as_slice(), v.as_slice())),
+            _ => None,
+        };
+        let mut names: Vec<&String> = self.tensors.keys().collect();
+        names.sort();
+        for name in &names {
+            if let (s, Data::F32(v)) = &self.tensors[*name] {
+                let bad = v.iter().filter(|x| !x.is_finite()).count();
+                if bad > 0 {
+                    return Err(format!(
+                        "tensor '{name}' {s:?} holds {bad} of {} values that are not finite (NaN or ±inf), which \
+                         the reference never writes",
+                        v.len()
+                    ));
+                }
+            }
+        }
+        let v = self.config.vocab_size as i64;
+        for (name, ignore) in [("input.tokens", false), ("input.targets", true)] {
+            if let Some((_, Data::I32(ids))) = self.tensors.get(name)
+                && let Some(bad) = ids.iter().find(|&&t| !((0..v).contains(&(t as i64)) || (ignore && t == -1)))
+            {
+                let also = if ignore { " or -1 (ignored)" } else { "" };
+                return Err(format!(
+                    "tensor '{name}' holds {bad}, not a token id of the vocabulary of {v} (0 to {}){also}",
+                    v - 1
+                ));
+            }
+        }
+        for p in &self.params {
+            let Some((shape, _)) = get(&format!("param.{p}")) else { continue };
+            for other in [format!("grad.{p}"), format!("step1.param.{p}")] {
+                if let Some((s, _)) = get(&other)
+                    && s != shape
+                {
+                    return Err(format!(
+                        "tensor '{other}' has shape {s:?}, but 'param.{p}' has {shape:?}: they must agree"
+                    ));
+                }
+            }
+        }
+        let rel = |a: f64, b: f64| (a - b).abs() / b.abs().max(f64::MIN_POSITIVE);
+        let scalar = |n: &str, i: usize| get(n).and_then(|(_, v)| v.get(i)).map(|&x| x as f64);
+        for (first, out) in [("train.losses", "out.loss"), ("train.grad_norms", "out.grad_norm")] {
+            if let (Some(a), Some(b)) = (scalar(first, 0), scalar(out, 0))
+                && rel(a, b) > 1e-6
+            {
+                return Err(format!("'{first}[0]' is {a}, '{out}' {b}: both are the loss before the first step"));
+            }
+        }
+        // The gradients' global norm.
+        let grads: Option<Vec<&[f32]>> = self.params.iter().map(|p| get(&format!("grad.{p}")).map(|g| g.1)).collect();
+        if let (Some(grads), Some(norm)) = (grads, scalar("out.grad_norm", 0)) {
+            let ours = grads.iter().flat_map(|g| g.iter()).map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+            if rel(ours, norm) > 1e-4 {
+                return Err(format!(
+                    "the norm of its 'grad.*' tensors is {ours:.6e}, but 'out.grad_norm' is {norm:.6e}: one of them was \
+                     changed"
+                ));
+            }
+        }
+        // The loss: the (label-smoothed) cross-entropy of the logits at the targets ≠ -1.
+        if let (Some((_, logits)), Some((_, Data::I32(targets))), Some(loss)) =
+            (get("out.logits"), self.tensors.get("input.targets"), scalar("out.loss", 0))
+            && self.config.vocab_size > 0
+            && logits.len() == targets.len() * self.config.vocab_size
+        {
+            let (vs, alpha) = (self.config.vocab_size, self.config.label_smoothing);
+            let (mut sum, mut n) = (0.0f64, 0usize);
+            for (row, &t) in logits.chunks_exact(vs).zip(targets) {
+                if t < 0 {
+                    continue;
+                }
+                let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
+                let lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+                let mean = row.iter().map(|&x| lse - x as f64).sum::<f64>() / vs as f64;
+                sum += (1.0 - alpha) * (lse - row[t as usize] as f64) + alpha * mean;
+                n += 1;
+            }
+            if n > 0 && rel(sum / n as f64, loss) > 1e-4 {
+                return Err(format!(
+                    "the cross-entropy of its 'out.logits' at 'input.targets' is {:.6}, but 'out.loss' is {loss:.6}: \
+                     one of them was changed",
+                    sum / n as f64
+                ));
+            }
+        }
+        // Step 1 of AdamW (README 4): θ₁ = θ·(1 − lr·wd if decayed) − lr·ĝ/(|ĝ| + eps), ĝ the
+        // clipped gradient (the bias corrections cancel at t = 1).
+        if let Some(norm) = scalar("out.grad_norm", 0) {
+            let o = &self.opt;
+            let clip = (o.grad_clip / (norm + o.clip_norm_eps)).min(1.0);
+            for p in &self.params {
+                let (Some((_, p0)), Some((_, g)), Some((_, p1))) =
+                    (get(&format!("param.{p}")), get(&format!("grad.{p}")), get(&format!("step1.param.{p}")))
+                else {
+                    continue;
+                };
+                let decay = if o.decayed.contains(p) { 1.0 - o.lr * o.weight_decay } else { 1.0 };
+                let (mut err, mut size) = (0.0f64, 0.0f64);
+                for ((&a, &g), &b) in p0.iter().zip(g).zip(p1) {
+                    let gc = g as f64 * clip;
+                    let want = a as f64 * decay - o.lr * gc / (gc.abs() + o.eps);
+                    // (Against the update's size, with a floor of the f32 spacing of θ.)
+                    err += (b as f64 - want).powi(2);
+                    size += (b as f64 - a as f64).powi(2) + (1e-6 * a as f64).powi(2);
+                }
+                if err.sqrt() > 1e-2 * size.sqrt().max(f64::MIN_POSITIVE) {
+                    return Err(format!(
+                        "'step1.param.{p}' is not one AdamW step from 'param.{p}' with 'grad.{p}' and the file's \
+                         optimizer settings (relative error {:.2e} of the update): one of them was changed",
+                        err.sqrt() / size.sqrt().max(f64::MIN_POSITIVE)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A tensor the check needs that is missing, or of another shape or dtype than the file's
+    /// own config gives: the file is damaged (or of another format), not the engine wrong.
     fn err(&self, msg: String) -> GoldenError {
-        GoldenError::Content { path: self.path.clone(), msg }
+        GoldenError::Damaged { path: self.path.clone(), msg }
     }
 
     /// An f32 tensor with its expected shape checked.
@@ -204,7 +348,10 @@ impl Golden {
         self.mark(name);
         match self.tensors.get(name) {
             Some((s, Data::I32(v))) if s == shape => Ok(v),
-            Some((s, _)) => Err(self.err(format!("tensor '{name}' must be I32 {shape:?}, found shape {s:?}"))),
+            Some((s, d)) => {
+                let dtype = if matches!(d, Data::I32(_)) { "I32" } else { "F32" };
+                Err(self.err(format!("tensor '{name}' must be I32 {shape:?}, found {dtype} {s:?}")))
+            }
             None => Err(self.err(format!("tensor '{name}' is missing"))),
         }
     }
@@ -631,6 +778,132 @@ pub fn report(path: &Path, g: &Golden, rows: &[Row], quiet: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every golden file of the repository's sets, at any depth.
+    fn all_golden_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                all_golden_files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "safetensors") {
+                out.push(p);
+            }
+        }
+    }
+
+    /// `bytes` of a safetensors file with each tensor passed through `f` (name, dtype, shape, data).
+    fn rewritten(
+        bytes: &[u8],
+        mut f: impl FnMut(&str, &mut safetensors::Dtype, &mut Vec<usize>, &mut Vec<u8>),
+    ) -> Vec<u8> {
+        let st = safetensors::SafeTensors::deserialize(bytes).unwrap();
+        let (_, meta) = safetensors::SafeTensors::read_metadata(bytes).unwrap();
+        let mut owned: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> =
+            st.tensors().into_iter().map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec())).collect();
+        for (n, d, s, b) in &mut owned {
+            f(n, d, s, b);
+        }
+        let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = owned
+            .iter()
+            .map(|(n, d, s, b)| (n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap()))
+            .collect();
+        safetensors::serialize(views, meta.metadata().clone()).unwrap()
+    }
+
+    /// A damaged golden file — bytes overwritten or zeroed, a shape or dtype changed, a value
+    /// edited, a token out of the vocabulary, the file cut short — is said to be damaged, naming
+    /// the file, the tensor and what to do, before any comparison: it was a table of FAIL rows
+    /// and "golden parity failed", as if the engine were wrong. Every file of the repository's
+    /// sets passes the same checks.
+    #[test]
+    fn a_damaged_golden_file_is_said_to_be_damaged_not_a_parity_failure() {
+        let mut files = Vec::new();
+        all_golden_files(&crate::testing::data_path("tests/golden"), &mut files);
+        assert!(files.len() >= 40, "{files:?}");
+        for f in &files {
+            if let Err(e) = Golden::load(f) {
+                panic!("a golden file of the repository is refused: {e}");
+            }
+        }
+        let path = crate::testing::data_path("tests/golden/ddl.safetensors");
+        let good = std::fs::read(&path).unwrap();
+        let damaged = |bytes: &[u8], needles: &[&str]| {
+            let e = Golden::parse(Path::new("dmg.safetensors"), bytes).err().expect("a damaged file must be refused");
+            let t = e.to_string();
+            assert!(t.starts_with("dmg.safetensors: "), "{t}");
+            assert!(t.contains("copy it again") && t.contains("tests/golden"), "{t}");
+            assert!(t.contains("not a parity failure"), "{t}");
+            for n in needles {
+                assert!(t.contains(n), "expected {n:?} in: {t}");
+            }
+        };
+        let f32s = |b: &mut Vec<u8>, f: &dyn Fn(usize, f32) -> f32| {
+            for (i, c) in b.chunks_exact_mut(4).enumerate() {
+                let x = f(i, f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+                c.copy_from_slice(&x.to_le_bytes());
+            }
+        };
+        // Bytes overwritten (0xff: NaN) in a gradient.
+        let b = rewritten(&good, |n, _, _, b| {
+            if n == "grad.blocks.0.attn.wq" {
+                b[40..80].fill(0xff);
+            }
+        });
+        damaged(&b, &["the file is damaged", "'grad.blocks.0.attn.wq'", "not finite"]);
+        // A parameter zeroed (a copy with a hole): its step-1 value is no AdamW step from it.
+        let b = rewritten(&good, |n, _, _, b| {
+            if n == "param.blocks.1.mlp.w_up" {
+                b.fill(0);
+            }
+        });
+        damaged(&b, &["'step1.param.blocks.1.mlp.w_up' is not one AdamW step"]);
+        // A gradient scaled: its norm is no longer out.grad_norm.
+        let b = rewritten(&good, |n, _, _, b| {
+            if n == "grad.tok_emb" {
+                f32s(b, &|_, x| 2.0 * x);
+            }
+        });
+        damaged(&b, &["'out.grad_norm'"]);
+        // A logit changed: the loss is not their cross-entropy.
+        let b = rewritten(&good, |n, _, _, b| {
+            if n == "out.logits" {
+                f32s(b, &|i, x| if i % 7 == 0 { x + 3.0 } else { x });
+            }
+        });
+        damaged(&b, &["cross-entropy of its 'out.logits'", "'out.loss'"]);
+        // The first recorded loss changed.
+        let b = rewritten(&good, |n, _, _, b| {
+            if n == "train.losses" {
+                f32s(b, &|i, x| if i == 0 { x * 1.01 } else { x });
+            }
+        });
+        damaged(&b, &["'train.losses[0]'", "'out.loss'"]);
+        // A token out of the vocabulary.
+        let b = rewritten(&good, |n, _, _, b| {
+            if n == "input.tokens" {
+                b[..4].copy_from_slice(&1000i32.to_le_bytes());
+            }
+        });
+        damaged(&b, &["'input.tokens' holds 1000", "vocabulary of 67"]);
+        // A parameter's shape transposed in the header.
+        let b = rewritten(&good, |n, _, s, _| {
+            if n == "param.tok_emb" {
+                s.reverse();
+            }
+        });
+        damaged(&b, &["'grad.tok_emb' has shape [67, 32], but 'param.tok_emb' has [32, 67]"]);
+        // The tokens stored as F32.
+        let b = rewritten(&good, |n, d, _, _| {
+            if n == "input.tokens" {
+                *d = safetensors::Dtype::F32;
+            }
+        });
+        let g = Golden::parse(Path::new("dmg.safetensors"), &b).unwrap();
+        let e = g.i32("input.tokens", &[g.batch, g.seq_len]).unwrap_err().to_string();
+        assert!(e.contains("must be I32 [2, 9], found F32 [2, 9]") && e.contains("copy it again"), "{e}");
+        // Cut short.
+        damaged(&good[..good.len() - 1000], &["not a valid safetensors file"]);
+    }
 
     /// A golden file that does not exist — a variant's name mistyped — names the closest file
     /// of its folder and the files there (it was "cannot read: No such file or directory (os

@@ -1295,6 +1295,25 @@ fn problems_found_late_are_said_before_the_work() {
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "the probe left a file");
 }
 
+/// A golden file damaged after it was copied (bytes overwritten, here with NaNs) is said to be
+/// damaged, with the tensor and the remedy, as a file that could not be checked: it was a table
+/// of FAIL rows and "golden parity failed", as if the engine were wrong.
+#[test]
+fn a_damaged_golden_file_is_not_reported_as_a_parity_failure() {
+    let dir = tmpdir("golden-damaged");
+    let mut bytes = std::fs::read(ddl::testing::data_path("tests/golden/ddl.safetensors")).unwrap();
+    let at = bytes.len() - 2000;
+    bytes[at..at + 64].fill(0xff);
+    let f = dir.join("ddl.safetensors");
+    std::fs::write(&f, &bytes).unwrap();
+    let t = fails(
+        &dir,
+        &["golden", f.to_str().unwrap()],
+        &["the file is damaged", "not finite", "not a parity failure", "copy it again", "could not be checked"],
+    );
+    assert!(!t.contains("parity failed") && !t.contains("FAIL"), "{t}");
+}
+
 #[test]
 fn outputs_never_replace_files_they_do_not_own() {
     let dir = tmpdir("outputs");
