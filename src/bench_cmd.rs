@@ -689,8 +689,18 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
             let other = against_forms.as_deref().map(|spec| forms_handle(&gpu, spec)).transpose()?;
             // `--set train.recompute=true` (or `train.head_chunk=R`) holds for both sides,
             // `--recompute` (`--head-chunk R`) for the measured one.
-            let all = ddl::model::Storage { recompute: t.recompute, head_chunk: t.head_chunk, ..Default::default() };
-            let head_chunk = if head_chunk > 0 { head_chunk } else { t.head_chunk };
+            // A slice of all the batch's rows or more is the whole head: said, and recorded and
+            // printed as that (it was recorded as given, a chunk that never sliced anything).
+            let rows = b * seq;
+            let given = if head_chunk > 0 { head_chunk } else { t.head_chunk };
+            if given >= rows {
+                let name = if head_chunk > 0 { "--head-chunk" } else { "train.head_chunk =" };
+                eprintln!("note: {name} {given} covers all {rows} rows of B {b} × T {seq}: the LM head runs whole");
+            }
+            let whole = |r: usize| if r >= rows { 0 } else { r };
+            let all =
+                ddl::model::Storage { recompute: t.recompute, head_chunk: whole(t.head_chunk), ..Default::default() };
+            let head_chunk = whole(given);
             let st = ddl::model::Storage {
                 state_f16: f16_state,
                 precision,

@@ -1295,6 +1295,32 @@ fn problems_found_late_are_said_before_the_work() {
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "the probe left a file");
 }
 
+/// `ddl bench train --head-chunk R` with R at least the batch's rows runs the head whole: said,
+/// and its row records `head_chunk` 0 (it recorded R, and printed "head chunk R", a slicing that
+/// never happened); a chunk below the rows is recorded as given.
+#[test]
+fn bench_train_records_the_head_chunk_it_ran() {
+    let dir = tmpdir("bench-chunk");
+    let bench = |chunk: &str| {
+        let a = ["bench", "train", "--preset", "tiny", "--batch", "1", "--seq", "8", "--steps", "1"];
+        let o = cmd(&dir).args(a).args(["--peak-tflops", "1", "--head-chunk", chunk, "--json"]).output().unwrap();
+        let t = text(&o);
+        assert!(o.status.success(), "{t}");
+        let row = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["bench"] == "train")
+            .unwrap_or_else(|| panic!("no train row in: {t}"));
+        (t, row)
+    };
+    let (t, row) = bench("100");
+    assert!(t.contains("--head-chunk 100 covers all 8 rows of B 1 × T 8: the LM head runs whole"), "{t}");
+    assert_eq!(row["head_chunk"], 0, "{row}");
+    let (t, row) = bench("3");
+    assert!(!t.contains("runs whole"), "{t}");
+    assert_eq!(row["head_chunk"], 3, "{row}");
+}
+
 /// A golden file damaged after it was copied (bytes overwritten, here with NaNs) is said to be
 /// damaged, with the tensor and the remedy, as a file that could not be checked: it was a table
 /// of FAIL rows and "golden parity failed", as if the engine were wrong.
