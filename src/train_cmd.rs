@@ -813,20 +813,14 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         }
         return Ok(());
     }
-    if a.distributed == Some(Distributed::Mpi) {
-        if let Some(why) = resume_refusal {
-            anyhow::bail!(why);
-        }
-        // A global batch the launcher's ranks cannot share, said before MPI starts, the adapter
-        // opens and the data is read (the run checks it again against MPI's own rank count).
-        if let Some(n) = launched_ranks() {
-            ddl::train::ranks_share(&run.train, n, resume).map_err(anyhow::Error::msg)?;
-        }
-        return train_mpi(dev, &a, run, out, resume);
-    }
     // Nothing to train (the checkpoint at or past --steps): said, with the run's results, without
     // opening the device for training and without writing anything (not when the final
-    // evaluation is still to be made up); `--sample N` then samples the run's model.
+    // evaluation is still to be made up); `--sample N` then samples the run's model. Under
+    // `--distributed mpi` too, before MPI starts and the ranks open their adapters (it was said
+    // after); under mpirun the first process says it and samples, the others end quietly.
+    if a.distributed == Some(Distributed::Mpi) {
+        check_mpi_flags(&a)?;
+    }
     if let Some(src) = from.as_deref()
         && let Ok(at) = ddl::train::checkpoint::saved_step(src)
         && at >= steps
@@ -852,6 +846,9 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             })
         };
         if let Some(said) = said {
+            if launched_rank() != 0 {
+                return Ok(());
+            }
             println!("{said}");
             if let Some((summary, from_metrics)) = &done {
                 if *from_metrics {
@@ -864,6 +861,17 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             }
             return print_sample(dev, src, a.sample);
         }
+    }
+    if a.distributed == Some(Distributed::Mpi) {
+        if let Some(why) = resume_refusal {
+            anyhow::bail!(why);
+        }
+        // A global batch the launcher's ranks cannot share, said before MPI starts, the adapter
+        // opens and the data is read (the run checks it again against MPI's own rank count).
+        if let Some(n) = launched_ranks() {
+            ddl::train::ranks_share(&run.train, n, resume).map_err(anyhow::Error::msg)?;
+        }
+        return train_mpi(dev, &a, run, out, resume);
     }
     if let Some(why) = resume_refusal {
         anyhow::bail!(why);
@@ -1072,16 +1080,39 @@ fn print_sample(dev: &DeviceArgs, out: &std::path::Path, n: usize) -> Result<()>
 #[cfg(not(feature = "mpi"))]
 fn train_mpi(
     _dev: &DeviceArgs,
-    _a: &TrainArgs,
+    a: &TrainArgs,
     _run: ddl::train::RunConfig,
     _out: std::path::PathBuf,
     _resume: bool,
 ) -> Result<()> {
+    check_mpi_flags(a)
+}
+
+/// `--distributed mpi`'s own flags, checked before anything else of the run is looked at.
+#[cfg(not(feature = "mpi"))]
+fn check_mpi_flags(_a: &TrainArgs) -> Result<()> {
     anyhow::bail!(
         "--distributed mpi: this ddl was built without MPI support; rebuild with --features mpi \
          (`cargo build --release --features mpi`; needs an MPI library and libclang, on Debian/Ubuntu \
          `apt-get install libopenmpi-dev openmpi-bin libclang-dev`)"
     )
+}
+
+/// `--distributed mpi`'s own flags, checked before the run is looked at (a finished run is said
+/// to be finished only once they are right).
+#[cfg(feature = "mpi")]
+fn check_mpi_flags(a: &TrainArgs) -> Result<()> {
+    if !(a.mpi_timeout > 0.0 && a.mpi_timeout <= MAX_MPI_TIMEOUT) {
+        anyhow::bail!(
+            "--mpi-timeout {}: expected a number of seconds > 0 and at most {MAX_MPI_TIMEOUT} (11.6 days; a hung \
+             peer is found after this long)",
+            a.mpi_timeout
+        );
+    }
+    if !(a.mpi_bucket_mib >= 0.0 && a.mpi_bucket_mib.is_finite()) {
+        anyhow::bail!("--mpi-bucket-mib {}: expected a size in MiB ≥ 0", a.mpi_bucket_mib);
+    }
+    Ok(())
 }
 
 /// The longest `--mpi-timeout`, in seconds (ten times it is the limit before the first step).
@@ -1100,16 +1131,7 @@ fn train_mpi(
 ) -> Result<()> {
     use ddl::train::distributed::{RankOptions, run_rank};
     use ddl::train::{DistOptions, Show, TrainOptions};
-    if !(a.mpi_timeout > 0.0 && a.mpi_timeout <= MAX_MPI_TIMEOUT) {
-        anyhow::bail!(
-            "--mpi-timeout {}: expected a number of seconds > 0 and at most {MAX_MPI_TIMEOUT} (11.6 days; a hung \
-             peer is found after this long)",
-            a.mpi_timeout
-        );
-    }
-    if !(a.mpi_bucket_mib >= 0.0 && a.mpi_bucket_mib.is_finite()) {
-        anyhow::bail!("--mpi-bucket-mib {}: expected a size in MiB ≥ 0", a.mpi_bucket_mib);
-    }
+    check_mpi_flags(a)?;
     let opts = RankOptions {
         timeout: std::time::Duration::from_secs_f64(a.mpi_timeout),
         backend: dev.backend.as_deref().map(BackendChoice::parse).transpose()?,

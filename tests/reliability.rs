@@ -1946,6 +1946,23 @@ fn ctrl_c_during_the_final_evaluation_stops_it_and_keeps_the_last_step() {
         "{t}"
     );
     assert!(!t.contains("no-such-adapter") && !t.contains("training ddl"), "{t}");
+    // So does a data-parallel one (`--distributed mpi`): said before MPI starts and the ranks
+    // open their adapters (it opened them first, and an adapter not there was the error); its own
+    // flags are checked first.
+    let mpi = ["train", "--resume", out.to_str().unwrap(), "--adapter", "no-such-adapter", "--distributed", "mpi"];
+    if cfg!(feature = "mpi") {
+        let o = cmd(&dir).args(mpi).output().unwrap();
+        let t = text(&o);
+        assert!(o.status.success(), "{t}");
+        assert!(t.contains("nothing to train: the run finished at step 2 (--steps 2)"), "{t}");
+        assert!(!t.contains("no-such-adapter") && !t.contains("rank 0"), "{t}");
+        assert_eq!(files(&out), before, "a finished run's folder changed");
+        let mut bad = mpi.to_vec();
+        bad.extend(["--mpi-timeout", "0"]);
+        fails(&dir, &bad, &["--mpi-timeout 0", "expected a number of seconds > 0"]);
+    } else {
+        fails(&dir, &mpi, &["built without MPI support"]);
+    }
     assert_eq!(files(&out), before, "a finished run's folder changed");
     // Below its step, or continued in a copy at its step: said, nothing copied or written.
     let o = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "1"]).output().unwrap();
