@@ -1876,7 +1876,6 @@ pub fn write_trace_with(
         meta.insert("turns".to_string(), t.to_string());
     }
     let bytes = safetensors::serialize(views, Some(meta)).map_err(std::io::Error::other)?;
-    crate::train::checkpoint::write_atomic(path, &bytes)?;
     // [identity, projection, reflection] by the thresholds alone (as before: they sum to the
     // tokens), then how many of those βs lie outside [0, 2].
     let mut counts = vec![[0usize; 4]; s];
@@ -1913,5 +1912,8 @@ pub fn write_trace_with(
         "regime_counts": counts.iter().map(|c| serde_json::json!({"identity": c[0], "projection": c[1], "reflection": c[2], "outside": c[3]})).collect::<Vec<_>>(),
     });
     let json_path = path.with_extension("json");
-    crate::train::checkpoint::write_atomic(&json_path, serde_json::to_string_pretty(&summary).unwrap().as_bytes())
+    // Both or neither: a full disk while the summary was written left the new arrays beside the
+    // earlier trace's summary (or none), a pair that contradicts itself.
+    let json = serde_json::to_string_pretty(&summary).map_err(std::io::Error::other)?;
+    crate::train::checkpoint::write_all_atomic(&[(path, &bytes), (&json_path, json.as_bytes())])
 }

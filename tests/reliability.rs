@@ -815,6 +815,34 @@ fn generation_problems_are_clear_errors() {
         a.extend_from_slice(extra);
         fails(&dir, &a, needles)
     };
+    // A full disk while a trace is written: neither file of an earlier trace there changes (the
+    // new arrays were left beside the earlier trace's summary, a pair that contradicts itself),
+    // and no temporary file stays.
+    let tr = dir.join("pair.safetensors");
+    let traced = |seed: &str, fault: Option<&str>| {
+        let mut a = gen_args(&ck);
+        a.extend(["--seed", seed, "--trace", tr.to_str().unwrap()].map(String::from));
+        let mut c = cmd(&dir);
+        if let Some(n) = fault {
+            c.env("DDL_FAULT_ENOSPC_SAVE", n);
+        }
+        c.args(&a).output().unwrap()
+    };
+    let o = traced("1", None);
+    assert!(o.status.success(), "{}", text(&o));
+    let pair = || (std::fs::read(&tr).unwrap(), std::fs::read(tr.with_extension("json")).unwrap());
+    let before = pair();
+    let o = traced("2", Some("1"));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("writing the trace") && text(&o).contains("No space left"), "{}", text(&o));
+    assert!(pair() == before, "a trace write that failed changed the earlier trace's files");
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp-"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
     g(&["--prompt", ""], &["--prompt is empty"]);
     g(&["--prompt", "-"], &["--prompt -", "standard input was empty"]);
     g(&["--prompt", "ROMEO:\r\n"], &["Windows line ends", "tr -d"]);
@@ -1946,6 +1974,7 @@ fn ctrl_c_during_the_final_evaluation_stops_it_and_keeps_the_last_step() {
         "{t}"
     );
     assert!(!t.contains("no-such-adapter") && !t.contains("training ddl"), "{t}");
+    assert_eq!(files(&out), before, "a finished run's folder changed");
     // So does a data-parallel one (`--distributed mpi`): said before MPI starts and the ranks
     // open their adapters (it opened them first, and an adapter not there was the error); its own
     // flags are checked first.
@@ -1963,7 +1992,6 @@ fn ctrl_c_during_the_final_evaluation_stops_it_and_keeps_the_last_step() {
     } else {
         fails(&dir, &mpi, &["built without MPI support"]);
     }
-    assert_eq!(files(&out), before, "a finished run's folder changed");
     // Below its step, or continued in a copy at its step: said, nothing copied or written.
     let o = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "1"]).output().unwrap();
     assert!(o.status.success() && text(&o).contains("the run is at step 2, past --steps 1"), "{}", text(&o));

@@ -139,6 +139,34 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     commit_tmp(&write_tmp(path, bytes, false)?, path)
 }
 
+/// Writes several files that belong together (a trace and its JSON summary) so that a full disk
+/// or an unwritable name leaves every one as it was: all are written whole to temporary files
+/// first, then renamed into place (a rename takes no space). A failure removes the temporary
+/// files. (`DDL_FAULT_ENOSPC_SAVE=N` fails the writes after the first N of this process.)
+pub fn write_all_atomic(files: &[(&Path, &[u8])]) -> std::io::Result<()> {
+    let mut tmps: Vec<PathBuf> = Vec::new();
+    for (path, bytes) in files {
+        match write_tmp(path, bytes, injected_enospc()) {
+            Ok(t) => tmps.push(t),
+            Err(e) => {
+                for t in &tmps {
+                    let _ = std::fs::remove_file(t);
+                }
+                return Err(e);
+            }
+        }
+    }
+    let mut result = Ok(());
+    for (tmp, (path, _)) in tmps.iter().zip(files) {
+        if result.is_ok() {
+            result = commit_tmp(tmp, path);
+        } else {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+    result
+}
+
 /// [`write_atomic`] that never replaces: the complete temporary file is linked to `path`, which
 /// fails if `path` exists (another process's file made meanwhile stays as it is).
 pub fn write_new_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
