@@ -1592,6 +1592,9 @@ fn info_fit(
     for (name, st) in rows {
         let b = ddl::model::largest_batch(cfg, t, st, bytes);
         let plan = ddl::model::memory_plan_for(cfg, b.max(1), t, st);
+        // A batch of at most --head-chunk rows runs the head whole: said per row, and its chunk
+        // recorded as 0 (the header's "slices of R rows" holds for the larger batches only).
+        let whole = head_chunk > 0 && b.max(1) * t <= head_chunk;
         if json {
             // (The plan of one sequence where none fits: what it would need.)
             out.push(serde_json::json!({
@@ -1599,14 +1602,22 @@ fn info_fit(
                 "precision": st.precision.name(),
                 "f16_state": st.state_f16,
                 "recompute": st.recompute,
+                "head_chunk": if whole { 0 } else { head_chunk },
                 "batch": b,
                 "tokens": b * t,
                 "plan_bytes": plan.total(),
             }));
-        } else if b == 0 {
-            println!("  {name:<30} none (one sequence needs {})", size_words(plan.total()));
         } else {
-            println!("  {name:<30} B {b:>5}  ({} tokens a micro-batch, {})", b * t, size_words(plan.total()));
+            let note = if whole {
+                format!(", the LM head whole: {} rows ≤ --head-chunk", b.max(1) * t)
+            } else {
+                String::new()
+            };
+            if b == 0 {
+                println!("  {name:<30} none (one sequence needs {}{note})", size_words(plan.total()));
+            } else {
+                println!("  {name:<30} B {b:>5}  ({} tokens a micro-batch, {}{note})", b * t, size_words(plan.total()));
+            }
         }
     }
     Ok(serde_json::json!({"memory_bytes": bytes, "seq": t, "head_chunk": head_chunk, "rows": out}))

@@ -986,6 +986,25 @@ fn device_problems_are_clear_errors() {
     fails(&dir, &["info", "--preset", "tiny", "--memory", "80G"], &["G alone is ambiguous", "80GB", "80GiB"]);
     let o = cmd(&dir).args(["info", "--preset", "tiny", "--memory", "50MB"]).output().unwrap();
     assert!(o.status.success() && text(&o).contains("MiB)") && !text(&o).contains("0.0 GiB"), "{}", text(&o));
+    // A --head-chunk of more rows than a row's largest batch has: that row runs the head whole,
+    // said there and recorded as 0 (it was "slices of R rows" alone, and R in the JSON).
+    let fit = |chunk: &str, json: bool| {
+        let mut a = vec!["info", "--preset", "tiny", "--memory", "50MB", "--head-chunk", chunk];
+        if json {
+            a.push("--json");
+        }
+        let o = cmd(&dir).args(&a).output().unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let t = fit("100000000", false);
+    let rows: Vec<&str> = t.lines().filter(|l| l.contains("tokens a micro-batch")).collect();
+    assert!(!rows.is_empty() && rows.iter().all(|l| l.contains("the LM head whole")), "{t}");
+    let v: serde_json::Value = serde_json::from_str(&fit("100000000", true)).unwrap();
+    let rows = v["fit"]["rows"].as_array().unwrap();
+    assert!(!rows.is_empty() && rows.iter().all(|r| r["head_chunk"] == 0), "{v}");
+    let t = fit("1", false);
+    assert!(!t.contains("the LM head whole") && t.contains("slices of 1 rows"), "{t}");
     // No Vulkan driver at all: the message says how to install one.
     let o = cmd(&dir)
         .args(["--backend", "vulkan", "info"])
