@@ -318,6 +318,18 @@ fn check_inputs(run: &ddl::train::RunConfig, a: &TrainArgs) -> Result<()> {
             ),
         }
     }
+    // An empty corpus file: said before the adapter opens (under `--distributed mpi`, before MPI
+    // starts and the ranks open theirs); it was said after, as "corpus '…' is empty" alone.
+    let corpus = Path::new(&run.corpus);
+    if run.data.is_empty() && corpus.is_file() && std::fs::metadata(corpus).is_ok_and(|m| m.len() == 0) {
+        let flag = if a.corpus.is_some() { "--corpus" } else { "corpus =" };
+        anyhow::bail!(
+            "{flag} {}: the file is empty (0 bytes), nothing to train on; give a text file (without --corpus the run \
+             trains on {})",
+            run.corpus,
+            ddl::train::data::DEFAULT_CORPUS
+        );
+    }
     // A folder as the tokenizer: a run's (its tokenizer is in its checkpoint) or any other.
     let tok = Path::new(&run.tokenizer);
     if run.tokenizer != "char" && tok.is_dir() {

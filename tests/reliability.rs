@@ -673,6 +673,17 @@ fn corpus_problems_are_clear_errors() {
     let p = dir.join("empty.txt");
     std::fs::write(&p, "").unwrap();
     t(p.to_str().unwrap(), &["empty.txt", "empty"]);
+    // An empty corpus is said before the adapter opens (an adapter not there is never asked for),
+    // with --distributed mpi too (before MPI starts and the ranks open theirs).
+    let mut a = vec!["train", "--corpus", p.to_str().unwrap(), "--out", &out, "--steps", "1"];
+    a.extend(["--adapter", "no-such-adapter"]);
+    let e = fails(&dir, &a, &["--corpus", "empty.txt: the file is empty (0 bytes)", "give a text file"]);
+    assert!(!e.contains("no-such-adapter"), "{e}");
+    if cfg!(feature = "mpi") {
+        a.extend(["--distributed", "mpi"]);
+        let e = fails(&dir, &a, &["empty.txt: the file is empty (0 bytes)"]);
+        assert!(!e.contains("no-such-adapter") && !e.contains("rank 0"), "{e}");
+    }
     let p = dir.join("short.txt");
     std::fs::write(&p, "To be, or not to be").unwrap();
     t(p.to_str().unwrap(), &["fewer than one sequence", "seq_len"]);
