@@ -1291,10 +1291,20 @@ fn golden_files(given: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>>
 }
 
 fn golden(dev: &DeviceArgs, files: &[std::path::PathBuf], quiet: bool, st: ddl::model::Storage) -> Result<()> {
-    let gpu = dev.open().context("opening the GPU")?;
+    // Every file read and checked first: the adapter opens only where one is to be compared (a
+    // damaged file, or only skipped ones, are said without it).
+    let loaded: Vec<_> = files.iter().map(|f| (f, ddl::golden::Golden::load(f))).collect();
+    let compared = |g: &ddl::golden::Golden| {
+        g.interventions.is_empty() && !(st.state_f16 && g.config.f16_state_support().is_err())
+    };
+    let gpu = if loaded.iter().any(|(_, g)| g.as_ref().is_ok_and(compared)) {
+        Some(dev.open().context("opening the GPU")?)
+    } else {
+        None
+    };
     let (mut failed_files, mut unchecked, mut skipped) = (Vec::new(), Vec::new(), Vec::new());
-    for f in files {
-        let g = match ddl::golden::Golden::load(f) {
+    for (f, g) in loaded {
+        let g = match g {
             Ok(g) => g,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -1311,8 +1321,8 @@ fn golden(dev: &DeviceArgs, files: &[std::path::PathBuf], quiet: bool, st: ddl::
             skipped.push(format!("{} ({why})", f.display()));
             continue;
         }
-        let result = if g.interventions.is_empty() {
-            ddl::golden::check_stored(&gpu, &g, st).map(|rows| (g, rows))
+        let result = if let (true, Some(gpu)) = (g.interventions.is_empty(), &gpu) {
+            ddl::golden::check_stored(gpu, &g, st).map(|rows| (g, rows))
         } else {
             Err(ddl::golden::GoldenError::Content {
                 path: f.clone(),
