@@ -753,8 +753,8 @@ pub(crate) struct EvalArgs {
     /// batch_size, whole, uncounted, split, source, step, accuracy, top5_accuracy, entropy,
     /// calibration_error, calibration (with --betas: betas; with --against: against; with
     /// --intervene: intervened; with --ablate: ablate, ablations, and with --plot ablate_plot;
-    /// with --per-token: per_token;
-    /// with --lens: lens).
+    /// with --per-token: per_token; with --calibration-plot: calibration_plot;
+    /// with --lens: lens, and with --lens-plot lens_plot).
     #[arg(long)]
     pub(crate) json: bool,
 }

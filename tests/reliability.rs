@@ -1379,6 +1379,21 @@ fn bench_train_records_the_head_chunk_it_ran() {
     assert_eq!(row["head_chunk"], 3, "{row}");
 }
 
+/// The keys `ddl eval --json` writes only with some flags are named in docs/TRAINING.md and in
+/// `ddl eval --help` (`ablate_plot` was in neither's list; `calibration_plot` and `lens_plot` were
+/// missing from the help).
+#[test]
+fn the_eval_json_keys_that_flags_add_are_documented() {
+    let dir = tmpdir("eval-keys");
+    let o = cmd(&dir).args(["eval", "--help"]).output().unwrap();
+    let help = text(&o).split_whitespace().collect::<Vec<_>>().join(" ");
+    let docs = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/TRAINING.md")).unwrap();
+    for key in ["ablate_plot", "calibration_plot", "lens_plot", "per_token", "ablations", "intervened", "against"] {
+        assert!(docs.contains(&format!("`{key}`")), "docs/TRAINING.md does not name `{key}`");
+        assert!(help.contains(key), "`ddl eval --help` does not name {key}:\n{help}");
+    }
+}
+
 /// A golden file damaged after it was copied (bytes overwritten, here with NaNs) is said to be
 /// damaged, with the tensor and the remedy, as a file that could not be checked: it was a table
 /// of FAIL rows and "golden parity failed", as if the engine were wrong.
