@@ -26,9 +26,10 @@ pub(super) fn length_section(spec: &ExperimentSpec, results: &[RunResult], varia
     // spread (0.0000)", not long enough.)
     let spreads = |p: &&crate::stats::Paired| !p.no_spread && p.diff.sd > 0.0;
     let flat = !tests.is_empty() && !tests.iter().any(|p| spreads(&p));
+    // (The median of an even count is the mean of the middle two: it took the upper one, the
+    // larger of two pairs' spreads.)
     let mut sds: Vec<f64> = tests.iter().filter(spreads).map(|p| p.diff.sd).filter(|s| s.is_finite()).collect();
-    sds.sort_by(f64::total_cmp);
-    let spread = sds.get(sds.len() / 2).copied();
+    let spread = (!sds.is_empty()).then(|| crate::stats::median(&mut sds));
     // The seeds the spread rests on: a standard deviation of 2 seeds (1 degree of freedom) may be
     // several times too large or too small (its 95 % interval spans a factor of 70), too uncertain
     // to call a run long enough by.
@@ -300,5 +301,35 @@ mod tests {
             );
             assert!(!md.contains("Not long enough") && !md.contains("Long enough") && !md.contains("Half the"), "{md}");
         }
+    }
+
+    /// The paired spread of an even number of compared pairs is the mean of the middle two
+    /// standard deviations: it took the upper one (of two pairs, the larger spread), so a curve
+    /// still falling by more than half the median spread was called long enough.
+    #[test]
+    fn the_spread_of_two_pairs_is_their_median_not_the_larger() {
+        let mut s = spec("").unwrap();
+        s.variants = vec!["baseline".into(), "ddl_ec".into(), "ddl_cc".into()];
+        s.seeds = vec![1, 2, 3];
+        let variants = s.variant_list().unwrap();
+        // No paper gap: the family is ddl_ec − baseline (differences −0.10, −0.08, −0.06: sd 0.02)
+        // and ddl_cc − baseline (−0.10, −0.04, +0.02: sd 0.06); their median 0.04, half 0.02.
+        let mut results = Vec::new();
+        for (seed, ec, cc) in [(1, 2.10, 2.10), (2, 2.12, 2.16), (3, 2.14, 2.22)] {
+            for (v, l) in [("baseline", 2.20), ("ddl_ec", ec), ("ddl_cc", cc)] {
+                results.push(RunResult {
+                    val_curve: vec![(8.0, l + 0.3), (16.0, l + 0.025), (20.0, l)],
+                    ..result(v, seed, l, "abc")
+                });
+            }
+        }
+        let md = length_section(&s, &results, &variants);
+        assert!(
+            md.contains("Half the paired seed spread: 0.0200")
+                && md.contains("seeds of their final differences: 0.0400)"),
+            "{md}"
+        );
+        // Every curve falls 0.025 over the last fifth: more than half the median spread.
+        assert!(md.contains("**Not long enough**: a curve still changes by 0.0250"), "{md}");
     }
 }
