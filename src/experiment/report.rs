@@ -249,10 +249,11 @@ fn accuracy_section(results: &[RunResult], variants: &[Variant]) -> String {
     );
     let without = results.len() - with.len();
     md.push_str(&format!(
-        "The final evaluation's top-1 accuracy: the share of the same validation tokens whose likeliest prediction \
-         came, in percent{}. Per variant: mean ± sample sd over seeds and the 95 % t-interval of the mean; then the \
-         comparisons above on it (a − b in points, paired by seed), with Holm's correction over these comparisons \
-         on their own. The verdicts of the report rest on the loss; these say whether the accuracy moves with it.\n\n",
+        "The final evaluation's top-1 accuracy: the share of the same validation tokens that were the model's likeliest \
+         prediction, in percent{}. Per variant: mean ± sample sd over seeds and the 95 % t-interval of the mean, cut at 0 and \
+         100 % where it passes them (an accuracy lies between; the t-interval of a few seeds near either bound \
+         does not); then the comparisons above on it (a − b in points, paired by seed; intervals cut at ±100), with \
+         Holm's correction over these comparisons on their own. The verdicts of the report rest on the loss; these say whether the accuracy moves with it.\n\n",
         if without > 0 { format!(" ({without} run(s) made before it was logged are left out)") } else { String::new() }
     ));
     md.push_str("| variant | seeds | val accuracy % (mean ± sd) | 95 % interval |\n|---|---:|---:|---:|\n");
@@ -267,7 +268,8 @@ fn accuracy_section(results: &[RunResult], variants: &[Variant]) -> String {
             continue;
         }
         let a = stats::Sample::of(&acc);
-        let ci = sample_interval(&a, |ci| format!("[{:.2}, {:.2}]", ci.0, ci.1));
+        // (An accuracy lies in 0 ..= 100 %: a t-interval past either bound is cut there.)
+        let ci = sample_interval(&a, |ci| format!("[{:.2}, {:.2}]", ci.0.max(0.0), ci.1.min(100.0)));
         let sd = if a.sd.is_finite() { format!(" ± {:.2}", a.sd) } else { String::new() };
         md.push_str(&format!("| {} | {} | {:.2}{sd} | {ci} |\n", v.name(), a.n, a.mean));
     }
@@ -301,7 +303,8 @@ fn accuracy_section(results: &[RunResult], variants: &[Variant]) -> String {
                 let ci = if t.no_spread || t.diff.sd == 0.0 {
                     "no spread".into()
                 } else if ci.0.is_finite() {
-                    format!("[{:+.2}, {:+.2}]", ci.0, ci.1)
+                    // (A difference of two accuracies lies in −100 ..= +100 points.)
+                    format!("[{:+.2}, {:+.2}]", ci.0.max(-100.0), ci.1.min(100.0))
                 } else {
                     "—".into()
                 };
@@ -405,7 +408,7 @@ fn sample_interval(s: &stats::Sample, shown: impl Fn((f64, f64)) -> String) -> S
     }
 }
 
-/// `[lo, hi]` of an interval (blank without one).
+/// `[lo, hi]` of a difference's interval, signed (blank without one).
 fn interval(ci: (f64, f64)) -> String {
     if ci.0.is_finite() && ci.1.is_finite() { format!("[{:+.4}, {:+.4}]", ci.0, ci.1) } else { "—".into() }
 }
@@ -553,7 +556,8 @@ pub(super) fn write_report(
             rs.len(),
             pm(t.mean, t.sd),
             pm(val.mean, val.sd),
-            sample_interval(&val, interval),
+            // (A variant's own mean, not a difference: no sign.)
+            sample_interval(&val, |ci| format!("[{:.4}, {:.4}]", ci.0, ci.1)),
             val.mean.exp(),
             paper_val_loss(*v).map(|x| format!("{x:.3}")).unwrap_or_else(|| paper_note(*v).into()),
         ));
@@ -995,6 +999,51 @@ mod tests {
         assert!(md.contains("No spread: baseline − ddl: all 3 differences are -5.00 points (no spread: no t-test nor interval; exact sign test p = 0.250)."), "{md}");
         // The losses' comparison the same way (the fixture's losses are 2.0 + seed/100 for both).
         assert!(md.contains("| baseline − ddl | 3 | +0.0000 |"), "{md}");
+    }
+
+    /// A variant's own mean has an interval without a sign ("[2.1952, 2.2448]"): it was written as
+    /// a difference's, "[+2.1952, +2.2448]"; the differences keep theirs.
+    #[test]
+    fn a_variants_own_interval_is_not_signed_like_a_difference() {
+        let md = report(
+            &["baseline", "ddl"],
+            3,
+            |v, seed| if v == "ddl" { 2.1 + seed as f64 / 1e3 } else { 2.2 + seed as f64 / 100.0 },
+            |_| "abc".into(),
+        );
+        // baseline 2.21, 2.22, 2.23: mean 2.22, sd 0.01, half-width 4.302653 · 0.01/√3 = 0.024842.
+        assert!(row(&md, "baseline").contains("| 2.2200 ± 0.0100 | [2.1952, 2.2448] |"), "{}", row(&md, "baseline"));
+        assert!(!md.contains("[+2."), "{md}");
+        assert!(row(&md, "baseline − ddl").contains("| [+"), "{}", row(&md, "baseline − ddl"));
+    }
+
+    /// Accuracies near 0 or 100 % over a few seeds: the t-interval passes the bound (it said
+    /// "[-2.99, 5.19]" of accuracies that cannot be below 0); now cut there, and the method says so.
+    #[test]
+    fn accuracy_intervals_stay_within_their_bounds() {
+        let s = ExperimentSpec { seeds: vec![1, 2, 3], ..spec("").unwrap() };
+        let variants = s.variant_list().unwrap();
+        // baseline 0.1, 0.2, 3.0 %: mean 1.1, sd 1.6462, t-interval [-2.99, 5.19]; ddl 99.9, 99.8,
+        // 97.0 %: [94.81, 102.99]; baseline − ddl −99.8, −99.6, −94.0: mean −97.8, [−105.98, −89.62].
+        let results: Vec<RunResult> = [("baseline", [0.001, 0.002, 0.030]), ("ddl", [0.999, 0.998, 0.970])]
+            .iter()
+            .flat_map(|&(v, acc)| {
+                (1..=3u64).map(move |seed| RunResult {
+                    final_val_accuracy: Some(acc[seed as usize - 1]),
+                    ..result(v, seed, 2.0 + seed as f64 / 100.0, "abc")
+                })
+            })
+            .collect();
+        let md = written_report("report-acc-bounds", &s, &variants, &results);
+        let accuracy = md.split("## Top-1 accuracy").nth(1).unwrap();
+        assert!(accuracy.contains("| baseline | 3 | 1.10 ± 1.65 | [0.00, 5.19] |"), "{accuracy}");
+        assert!(accuracy.contains("| ddl | 3 | 98.90 ± 1.65 | [94.81, 100.00] |"), "{accuracy}");
+        assert!(accuracy.contains("| baseline − ddl | 3 | -97.80 | [-100.00, -89.62] |"), "{accuracy}");
+        assert!(accuracy.contains("cut at 0 and 100 %"), "{accuracy}");
+        assert!(
+            !accuracy.contains("[-2.99") && !accuracy.contains("102.99") && !accuracy.contains("-105.98"),
+            "{accuracy}"
+        );
     }
 
     /// Seeds whose losses differ by the same amount: "no spread" and the sign test's p in the
