@@ -330,7 +330,7 @@ fn accuracy_section(results: &[RunResult], variants: &[Variant]) -> String {
 
 /// A paragraph naming the significant comparisons that rest on 2 seeds (`on_two`), and why that
 /// is little; empty when there are none.
-fn two_seeds_note(on_two: &[String]) -> String {
+pub(super) fn two_seeds_note(on_two: &[String]) -> String {
     if on_two.is_empty() {
         return String::new();
     }
