@@ -683,6 +683,18 @@ pub(super) fn write_report(
         if ablation_rows.is_empty() { String::new() } else { format!(", `{}`", super::ablation::PLOT) }
     ));
 
+    // A plot that cannot be written (a folder at its path, a full disk): which file, and what to
+    // do (it said "Is a directory (os error 21)" alone).
+    let plot_error = |name: &str| {
+        let path = out.join(name);
+        move |e: String| {
+            ExperimentError::Report(format!(
+                "cannot write the plot '{}': {e}; report.md was not written either. Move what is at that path \
+                 away (or free disk space), then run the same command with --report-only",
+                path.display()
+            ))
+        }
+    };
     // Validation-loss curves: mean over seeds with a min–max band.
     let mut bands = Vec::new();
     for (i, v) in variants.iter().enumerate() {
@@ -719,7 +731,7 @@ pub(super) fn write_report(
             "cross-entropy (nats)",
             &bands,
         )
-        .map_err(ExperimentError::Report)?;
+        .map_err(plot_error("val_loss.png"))?;
     }
     let panels: Vec<plot::RegimePanel> = ddl_rows
         .iter()
@@ -731,7 +743,7 @@ pub(super) fn write_report(
         .collect();
     if !panels.is_empty() {
         plot::regime_plot(&out.join("beta_regimes.png"), "β regimes per sublayer on validation text", &panels)
-            .map_err(ExperimentError::Report)?;
+            .map_err(plot_error("beta_regimes.png"))?;
     } else {
         // (An earlier report's plot would sit beside a report that has no such section.)
         let _ = std::fs::remove_file(out.join("beta_regimes.png"));
@@ -745,7 +757,7 @@ pub(super) fn write_report(
             "a − b (nats); > 0: b lower",
             &forest,
         )
-        .map_err(ExperimentError::Report)?;
+        .map_err(plot_error("comparisons.png"))?;
     }
     if ablation_rows.is_empty() {
         let _ = std::fs::remove_file(out.join(super::ablation::PLOT));
@@ -756,7 +768,7 @@ pub(super) fn write_report(
             "ablated − as trained (nats per token); > 0: the model used what was removed",
             &ablation_rows,
         )
-        .map_err(ExperimentError::Report)?;
+        .map_err(plot_error(super::ablation::PLOT))?;
     }
     let path = out.join("report.md");
     checkpoint::write_atomic(&path, md.as_bytes())
@@ -999,6 +1011,24 @@ mod tests {
         assert!(md.contains("No spread: baseline − ddl: all 3 differences are -5.00 points (no spread: no t-test nor interval; exact sign test p = 0.250)."), "{md}");
         // The losses' comparison the same way (the fixture's losses are 2.0 + seed/100 for both).
         assert!(md.contains("| baseline − ddl | 3 | +0.0000 |"), "{md}");
+    }
+
+    /// A plot that cannot be written names its file and what to do: a folder at `val_loss.png`
+    /// said "Is a directory (os error 21)" and nothing else.
+    #[test]
+    fn a_plot_that_cannot_be_written_is_named() {
+        let s = spec("").unwrap();
+        let variants = s.variant_list().unwrap();
+        let results: Vec<RunResult> = [("baseline", 1), ("baseline", 2), ("ddl", 1), ("ddl", 2)]
+            .iter()
+            .map(|&(v, seed)| result(v, seed, 2.0 + seed as f64 / 100.0, "abc"))
+            .collect();
+        let dir = crate::testing::scratch_dir("report-plot-in-the-way");
+        std::fs::create_dir_all(dir.join("val_loss.png").join("inside")).unwrap();
+        let e = write_report(&dir, &s, &variants, &results, &[]).unwrap_err().to_string();
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(e.starts_with(&format!("cannot write the plot '{}'", dir.join("val_loss.png").display())), "{e}");
+        assert!(e.contains("report.md was not written either") && e.contains("--report-only"), "{e}");
     }
 
     /// A variant's own mean has an interval without a sign ("[2.1952, 2.2448]"): it was written as
