@@ -32,8 +32,9 @@ pub(super) fn length_section(spec: &ExperimentSpec, results: &[RunResult], varia
     let spread = (!sds.is_empty()).then(|| crate::stats::median(&mut sds));
     // The seeds the spread rests on: a standard deviation of 2 seeds (1 degree of freedom) may be
     // several times too large or too small (its 95 % interval spans a factor of 70), too uncertain
-    // to call a run long enough by.
-    let seeds = tests.iter().map(|p| p.diff.n).min().unwrap_or(0);
+    // to call a run long enough by. (Those of the pairs with a spread: a pair without one, on
+    // fewer seeds, is not in it, and withheld the verdict of a spread of 3 seeds.)
+    let seeds = tests.iter().filter(spreads).map(|p| p.diff.n).min().unwrap_or(0);
     let from = 0.8 * spec.steps as f64;
     let mut rows = Vec::new();
     for &v in variants {
@@ -330,6 +331,33 @@ mod tests {
             );
             assert!(!md.contains("Not long enough") && !md.contains("Long enough") && !md.contains("Half the"), "{md}");
         }
+    }
+
+    /// The seeds the spread rests on are those of the pairs that have a spread: a pair whose 2
+    /// seeds differ by the same amount (no spread, not in the median) withheld the verdict that
+    /// a 3-seed pair's spread supports, as "rests on 2 seeds".
+    #[test]
+    fn the_seeds_of_the_spread_are_those_of_the_pairs_with_one() {
+        let mut s = spec("").unwrap();
+        s.variants = vec!["baseline".into(), "ddl_ec".into(), "ddl_cc".into()];
+        s.seeds = vec![1, 2];
+        s.extra_seeds = [("baseline".to_string(), vec![3]), ("ddl_ec".to_string(), vec![3])].into_iter().collect();
+        let variants = s.variant_list().unwrap();
+        // ddl_ec − baseline: −0.10, −0.08, −0.06 (3 seeds, sd 0.02, half 0.01); ddl_cc − baseline:
+        // −0.05 twice (2 seeds, no spread). Every curve falls 0.002 over the last fifth.
+        let mut results = Vec::new();
+        for (seed, ec, cc) in [(1, 2.10, Some(2.15)), (2, 2.12, Some(2.15)), (3, 2.14, None)] {
+            for (v, l) in [("baseline", Some(2.20)), ("ddl_ec", Some(ec)), ("ddl_cc", cc)] {
+                let Some(l) = l else { continue };
+                results.push(RunResult {
+                    val_curve: vec![(8.0, l + 0.3), (16.0, l + 0.002), (20.0, l)],
+                    ..result(v, seed, l, "abc")
+                });
+            }
+        }
+        let md = length_section(&s, &results, &variants);
+        assert!(md.contains("Half the paired seed spread: 0.0100") && md.contains("**Long enough**"), "{md}");
+        assert!(md.contains("the spread from 3 or more seeds per pair") && !md.contains("rests on 2 seeds"), "{md}");
     }
 
     /// The paired spread of an even number of compared pairs is the mean of the middle two
