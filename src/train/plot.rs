@@ -255,7 +255,7 @@ fn x_span(x0: f64, x1: f64) -> (f64, f64) {
     }
 }
 
-/// Whether every tick of an x axis from `x0` to `x1` is a whole number (10 or more apart, with
+/// Whether every tick of an axis from `x0` to `x1` is a whole number (10 or more apart, with
 /// plotters' ten ticks at most): their labels drop the ".0" ("5" steps, not "5.0").
 fn whole_ticks(x0: f64, x1: f64) -> bool {
     x1 - x0 >= 10.0
@@ -593,6 +593,10 @@ pub fn state_plot(
             };
             let mut mesh = chart.configure_mesh();
             mesh.x_labels(n + 1).x_label_formatter(&name_of).y_desc(p.y_label.clone());
+            // (Accuracy in %: 10, 15, not 10.0, 15.0.)
+            if whole_ticks(lo - pad, hi + pad) {
+                mesh.y_label_formatter(&|y| format!("{y:.0}"));
+            }
             if last {
                 mesh.x_desc(x_label);
             }
