@@ -103,6 +103,18 @@ pub fn sign_test_p(n: usize) -> f64 {
     (2.0 * 0.5f64.powi(n.min(2000) as i32)).min(1.0)
 }
 
+/// The median of `x` (NaN when it is empty, or holds a NaN): the middle value of an odd count,
+/// the mean of the middle two of an even one (not the upper of them, which some measurements
+/// took, a bias upwards of half the middle gap). Sorts `x` (NaNs last).
+pub fn median(x: &mut [f64]) -> f64 {
+    x.sort_by(f64::total_cmp);
+    if x.is_empty() || x.iter().any(|v| v.is_nan()) {
+        return f64::NAN;
+    }
+    let n = x.len();
+    if n % 2 == 1 { x[n / 2] } else { 0.5 * (x[n / 2 - 1] + x[n / 2]) }
+}
+
 /// Holm's step-down adjusted p-values (same order as `p`): the k-th smallest (k from 0) times
 /// (m − k), made non-decreasing in that order and capped at 1. Reject at level α where the
 /// adjusted value is below α; the family-wise error rate is then at most α.
@@ -172,6 +184,15 @@ mod tests {
         assert!(!Paired::of(&[(2.13, 2.10), (2.12, 2.10)]).unwrap().no_spread);
         assert_eq!(sign_test_p(1), 1.0);
         assert!(sign_test_p(100_000) == 0.0 || sign_test_p(100_000) < 1e-300);
+    }
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5, "not the upper middle 3");
+        assert_eq!(median(&mut [5.0]), 5.0);
+        assert_eq!(median(&mut [1.0, 9.0]), 5.0);
+        assert!(median(&mut []).is_nan() && median(&mut [1.0, f64::NAN]).is_nan());
     }
 
     #[test]

@@ -657,7 +657,7 @@ impl VizApp {
                     let (t0, n) = self.gen_started.get_or_insert((web_time::Instant::now(), 0));
                     *n += 1;
                     let rate = *n as f64 / t0.elapsed().as_secs_f64().max(1e-3);
-                    self.status = format!("generating… {n} token(s), {rate:.1} tokens/s");
+                    self.status = format!("generating… {}, {rate:.1} tokens/s", crate::worker::tokens(*n));
                 }
                 Event::Progress(p) => self.status = p,
                 Event::Note(n) => self.messages.push((Level::Info, n)),
@@ -687,13 +687,13 @@ impl VizApp {
                     self.gen_started = None;
                     self.comparing = false;
                     self.status = if std::mem::take(&mut self.detached) {
-                        format!("{reason}: showing the trace opened ({} tokens)", self.trace.len())
+                        format!("{reason}: showing the trace opened ({})", crate::worker::tokens(self.trace.len()))
                     } else if reason.starts_with("compared") {
                         format!("done: {reason} with and without the interventions")
                     } else if reason == crate::worker::COMPARISON_STOPPED {
                         reason.clone()
                     } else {
-                        format!("done: {reason}; {} tokens", self.trace.len())
+                        format!("done: {reason}; the text has {}", crate::worker::tokens(self.trace.len()))
                     };
                     if self.auto.started {
                         // `--tab lens`: the text's lens once it is generated, then the picture.
@@ -885,7 +885,10 @@ impl VizApp {
         if busy {
             // A static label, not a spinner: a spinner redraws every frame, which costs the
             // model its speed where the window is drawn in software (see worker::STREAM_REPAINT).
-            ui.label(format!("working… {} token(s) so far", self.trace.rows.iter().filter(|r| !r.prompt).count()));
+            ui.label(format!(
+                "working… {} so far",
+                crate::worker::tokens(self.trace.rows.iter().filter(|r| !r.prompt).count())
+            ));
         }
         ui.separator();
         ui.strong("Sampling");

@@ -33,6 +33,10 @@ pub struct RunCurve {
     pub steps: Option<u64>,
     /// The model's size from its `config.toml` ("d 128, 4 blocks"), where it has one.
     pub size: Option<String>,
+    /// Steps skipped for a loss or gradient that was not finite (`train.skip_nonfinite`): no
+    /// update at those steps (`result.json`'s `skipped_steps`, else the steps its metrics log
+    /// as skipped).
+    pub skipped_steps: u64,
 }
 
 /// Where a run's final validation loss comes from: losses of different sources are measured
@@ -226,7 +230,11 @@ impl Experiment {
             (None, None, Some(last)) => (Some(last.1), FinalFrom::Periodic),
             (None, None, None) => (None, FinalFrom::None),
         };
+        let skipped_steps = r
+            .and_then(|r| r["skipped_steps"].as_u64())
+            .unwrap_or_else(|| m.train.iter().filter(|t| t.skipped_nonfinite).count() as u64);
         self.runs.push(RunCurve {
+            skipped_steps,
             variant: r
                 .and_then(|r| r["variant"].as_str())
                 .map(String::from)
@@ -334,6 +342,12 @@ impl Experiment {
     /// `ddl experiment`'s report, they are named and left out of the statistics.
     pub fn diverged(&self) -> Vec<&RunCurve> {
         self.runs.iter().filter(|r| r.final_val.is_some_and(|f| !f.is_finite())).collect()
+    }
+
+    /// The runs that skipped steps (`train.skip_nonfinite`): they made fewer updates than the
+    /// steps they name, which the report and `ddl info` say, and so does the view.
+    pub fn with_skipped_steps(&self) -> Vec<&RunCurve> {
+        self.runs.iter().filter(|r| r.skipped_steps > 0).collect()
     }
 
     /// The final validation loss per variant (over the runs that did not diverge).

@@ -340,6 +340,8 @@ fn a_trace_opened_is_not_continued_by_the_last_generation() {
     let prompt = t.rows.iter().filter(|r| r.prompt).count();
     assert_eq!(prompt, "First Citizen:".len(), "a new session from the prompt, not the file's tokens continued");
     assert_eq!(t.len(), prompt + 1);
+    // The status counts in words ("1 token(s); 15 tokens" before).
+    assert_eq!(h.state().status, format!("done: 1 token generated; the text has {} tokens", prompt + 1));
     assert!(h.state().shown.is_none(), "{:?}", h.state().shown);
     // Opened while the model generates: the generation stops, the file's tokens alone are shown.
     h.state_mut().max_tokens = 500;

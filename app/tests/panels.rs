@@ -833,6 +833,57 @@ fn a_diverged_run_is_left_out_of_the_experiment_table_and_named() {
     assert!(h.query_by_label_contains("Not comparable").is_none());
 }
 
+/// Runs that skipped steps (`skip_nonfinite`: `result.json`'s `skipped_steps`, or the steps a run
+/// without one logs as skipped) are named under the Experiment table with how many, as the report
+/// and `ddl info` name them: the view showed them as runs trained for all their steps.
+#[test]
+fn runs_with_skipped_steps_are_named_in_the_experiment_view() {
+    let exp = common::tmpdir("skipped-steps").join("exp");
+    for (seed, loss, skipped) in [(1, "1.5", 0), (2, "1.7", 17), (3, "null", 3)] {
+        let d = exp.join("runs").join(format!("ddl-seed{seed}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("metrics.jsonl"), "{\"step\":10,\"val_loss\":2.0}\n").unwrap();
+        std::fs::write(
+            d.join("result.json"),
+            format!(
+                "{{\"variant\":\"ddl\",\"seed\":{seed},\"steps\":20,\"final_val_loss\":{loss},\"val_tokens\":100,\
+                 \"skipped_steps\":{skipped}}}"
+            ),
+        )
+        .unwrap();
+    }
+    // A run folder without a result: the steps its metrics.jsonl logs as skipped.
+    let d = exp.join("runs").join("baseline-seed1");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(
+        d.join("metrics.jsonl"),
+        "{\"step\":1,\"loss\":4.0}\n{\"step\":2,\"loss\":null,\"grad_norm\":null,\"skipped\":true}\n\
+         {\"step\":3,\"loss\":3.9}\n{\"step\":3,\"val_loss\":3.8}\n",
+    )
+    .unwrap();
+    let e = ddl_viz::experiment::Experiment::open(&exp).unwrap();
+    let named: Vec<(&str, u64)> = e.with_skipped_steps().iter().map(|r| (r.name.as_str(), r.skipped_steps)).collect();
+    assert_eq!(named, [("baseline-seed1", 1), ("ddl-seed2", 17), ("ddl-seed3", 3)]);
+    let h = Harness::builder().with_size([900.0, 560.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::experiment::show(ui, Some(&e)));
+    });
+    h.get_by_label_contains("Runs with skipped steps (a loss or gradient that was not finite");
+    h.get_by_label_contains(": baseline-seed1 (1 of 3), ddl-seed2 (17 of 20), ddl-seed3 (3 of 20, diverged)");
+    // None skipped: no such line.
+    for seed in 2..=3 {
+        let p = exp.join("runs").join(format!("ddl-seed{seed}")).join("result.json");
+        let t = std::fs::read_to_string(&p).unwrap().replace("\"skipped_steps\":17", "\"skipped_steps\":0");
+        std::fs::write(&p, t.replace("\"skipped_steps\":3", "\"skipped_steps\":0")).unwrap();
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+    let e = ddl_viz::experiment::Experiment::open(&exp).unwrap();
+    assert!(e.with_skipped_steps().is_empty());
+    let h = Harness::builder().with_size([900.0, 560.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::experiment::show(ui, Some(&e)));
+    });
+    assert!(h.query_by_label_contains("skipped steps").is_none());
+}
+
 /// A run that has logged one step (one that has just started training) draws its values: a line
 /// of one point was a dot of the line's width, so every plot looked empty under "1 step logged".
 #[test]

@@ -220,7 +220,7 @@ fn time_draws(o: &DataBench, set: &str, shards: &Path, emit: &mut impl FnMut(Row
         std::hint::black_box(x);
     }
     let mean = ms.iter().sum::<f64>() / ms.len() as f64;
-    ms.sort_by(f64::total_cmp);
+    let median = crate::stats::median(&mut ms); // (sorts `ms`)
     emit(Row(json!({
         "bench": "data_draw",
         "set": set,
@@ -229,8 +229,7 @@ fn time_draws(o: &DataBench, set: &str, shards: &Path, emit: &mut impl FnMut(Row
         "batch_tokens": t.batch_size * t.seq_len,
         "draws": ms.len(),
         "draw_ms_mean": mean,
-        // (An even count's median: the mean of the middle two.)
-        "draw_ms_median": (ms[(ms.len() - 1) / 2] + ms[ms.len() / 2]) / 2.0,
+        "draw_ms_median": median,
         "draw_ms_max": ms[ms.len() - 1],
         "peak_rss_added_mib": peak_added_mib(rss0),
     })));

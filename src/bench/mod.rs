@@ -51,8 +51,7 @@ pub fn steady_ms(gpu: &Gpu, ds: &[&crate::gpu::Dispatch], reps: usize) -> Result
     for _ in 0..reps.max(1) {
         t.push(once(k)?);
     }
-    t.sort_by(f64::total_cmp);
-    Ok((t[t.len() / 2], k))
+    Ok((crate::stats::median(&mut t), k))
 }
 
 /// Kernel time a repetition of [`steady_ms`] holds at least (ms).
@@ -75,10 +74,7 @@ pub fn copy_bandwidth(gpu: &Gpu, mib: usize, reps: usize) -> Result<Row> {
     let n = mib * 1024 * 1024 / 4;
     let a = Tensor::from_f32(gpu, "copy.src", &[n], &Rng::new(5).uniform(n, -1.0, 1.0))?;
     let b = Tensor::zeros(gpu, "copy.dst", &[n], DType::F32)?;
-    let median = |mut t: Vec<f64>| {
-        t.sort_by(f64::total_cmp);
-        t[t.len() / 2]
-    };
+    let median = |mut t: Vec<f64>| crate::stats::median(&mut t);
     let mut dma = Vec::new();
     for i in 0..reps.max(1) + 1 {
         let mut r = Recorder::new(gpu);
@@ -505,8 +501,7 @@ pub fn ab_blocks(blocks: usize, mut time: impl FnMut(usize) -> Result<f64>) -> R
         v.sort_by(|x, y| x.total_cmp(y));
         v
     };
-    let median =
-        |v: &[f64]| if v.len() % 2 == 1 { v[v.len() / 2] } else { 0.5 * (v[v.len() / 2 - 1] + v[v.len() / 2]) };
+    let median = |v: &[f64]| crate::stats::median(&mut v.to_vec());
     let (a, b, r) = (sorted(a), sorted(b), sorted(ratios));
     Ok(AbBlocks {
         a_median: median(&a),

@@ -92,8 +92,7 @@ pub fn train_rows(
         times.push(wall);
         cpu_times.extend(cpu);
     }
-    cpu_times.sort_by(f64::total_cmp);
-    let cpu_step_ms = cpu_times.get(cpu_times.len() / 2).copied();
+    let cpu_step_ms = (!cpu_times.is_empty()).then(|| crate::stats::median(&mut cpu_times));
     let allocs_per_step = (gpu.stats.allocations() - allocs0) as f64 / steps.max(1) as f64;
     // Counted by the runtime over the timed steps: queue submits and mapped readbacks.
     let (submits1, maps1) = gpu.stats.submits_and_maps();
@@ -102,8 +101,8 @@ pub fn train_rows(
     // Every tensor alive since the device was opened: model, moments, program, scratch.
     let peak_bytes = gpu.stats.peak();
     let plan = crate::model::memory_plan_for(cfg, batch, seq, st);
-    times.sort_by(f64::total_cmp);
-    let step_ms = times[times.len() / 2];
+    // (`median` sorts `times`: the best is then the first.)
+    let step_ms = crate::stats::median(&mut times);
     let best_ms = times[0];
     // One profiled step for the split (per kernel, summed over dispatches of the same kernel).
     let mut r = Recorder::profiled(gpu);
@@ -324,9 +323,7 @@ pub fn generate_rows(
             prog.logits().read_f32(gpu)?;
             full.push(t0.elapsed().as_secs_f64() * 1e3);
         }
-        cached.sort_by(f64::total_cmp);
-        full.sort_by(f64::total_cmp);
-        let (cm, fm) = (cached[cached.len() / 2], full[full.len() / 2]);
+        let (cm, fm) = (crate::stats::median(&mut cached), crate::stats::median(&mut full));
         // Medians, and the fastest (least disturbed) run of each: on a shared machine a single
         // decoding step (hundreds of small dispatches) varies by 1.5× from run to run.
         emit(Row(json!({

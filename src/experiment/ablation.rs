@@ -322,6 +322,21 @@ pub(super) fn section(
         }
         md.push('\n');
     }
+    // Significant rows that rest on 2 seeds (1 degree of freedom): named, and why that is little.
+    let on_two: Vec<String> = rows
+        .iter()
+        .chain(&versus)
+        .filter(|r| r.test.is_some_and(|t| t.diff.n == 2) && r.p_holm.is_some_and(|p| p < 0.05))
+        .map(|r| {
+            let what = if versus.iter().any(|v| std::ptr::eq(v, r)) {
+                format!("{} − write=0", r.part.action())
+            } else {
+                r.part.action().to_string()
+            };
+            format!("{} {} {what}", r.variant.name(), r.sublayer)
+        })
+        .collect();
+    md.push_str(&super::report::two_seeds_note(&on_two));
     // What the numbers support, in sentences per variant.
     let sig =
         |r: &Row, up: bool| r.p_holm.is_some_and(|p| p < 0.05) && r.test.is_some_and(|t| (t.diff.mean > 0.0) == up);
@@ -422,7 +437,10 @@ fn holm_into(rows: &mut [Row]) {
 fn test_cells(r: &Row, words: impl Fn(bool) -> &'static str) -> String {
     match (r.test, r.p_holm) {
         (Some(t), Some(ph)) => {
-            let verdict = if ph < 0.05 {
+            let verdict = if ph < 0.05 && t.diff.n == 2 {
+                // (1 degree of freedom: flagged, and the note below the tables says why.)
+                format!("{} (p {} after Holm; 2 seeds: see the note below)", words(t.diff.mean > 0.0), p_text(ph))
+            } else if ph < 0.05 {
                 format!("{} (p {} after Holm)", words(t.diff.mean > 0.0), p_text(ph))
             } else {
                 format!("not distinguishable (p {} after Holm)", p_text(ph))
@@ -578,6 +596,38 @@ mod tests {
         let w = md.lines().find(|l| l.starts_with("| ddl | block0.mlp | write=0 |")).unwrap_or_default();
         assert!(w.contains("| 2 | +0.0000 | no spread |") && w.contains("not distinguishable"), "{w}: {md}");
         assert!(!md.contains("[+0.0000, +0.0000]"), "{md}");
+    }
+
+    /// A verdict on 2 seeds (1 degree of freedom) is flagged and its weakness said, as the
+    /// comparisons' are: two increases that happen to be close gave "raises the loss (p < 0.001
+    /// after Holm)" without a word.
+    #[test]
+    fn an_ablation_verdict_on_two_seeds_says_how_little_it_rests_on() {
+        let s = spec("ablate = [\"write\", \"erase\"]\n").unwrap();
+        let variants = s.variant_list().unwrap();
+        // write: 0.1000 and 0.1001 (t ≈ 2001, p ≈ 3e-4); erase − write: +0.1000 and +0.1002.
+        let results: Vec<RunResult> = (1..=2)
+            .map(|seed| {
+                let i = seed as f64 - 1.0;
+                with(
+                    "ddl",
+                    seed,
+                    &[("block0.mlp", Ablate::Write, 0.1 + 1e-4 * i), ("block0.mlp", Ablate::Erase, 0.2 + 3e-4 * i)],
+                )
+            })
+            .collect();
+        let (md, _) = section(&s, &results, &variants);
+        let w = md.lines().find(|l| l.starts_with("| ddl | block0.mlp | write=0 |")).unwrap_or_default();
+        assert!(w.contains("raises the loss (p < 0.001 after Holm; 2 seeds: see the note below) |"), "{w}: {md}");
+        assert!(
+            md.contains("**On 2 seeds:** ddl block0.mlp write=0, ddl block0.mlp erase=0, ddl block0.mlp erase=0 − write=0: a verdict there rests on 1 degree of freedom"),
+            "{md}"
+        );
+        // Three seeds: no such note.
+        let mut three = results.clone();
+        three.push(with("ddl", 3, &[("block0.mlp", Ablate::Write, 0.1002), ("block0.mlp", Ablate::Erase, 0.2006)]));
+        let (md, _) = section(&s, &three, &variants);
+        assert!(!md.contains("On 2 seeds") && !md.contains("see the note below"), "{md}");
     }
 
     #[test]

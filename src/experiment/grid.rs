@@ -735,8 +735,8 @@ fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &Experime
         }
     };
     let final_train_loss = m.final_train_loss().unwrap_or(f64::NAN);
-    tps.sort_by(|a, b| a.total_cmp(b));
-    let tok_per_s = if tps.is_empty() { f64::NAN } else { tps[tps.len() / 2] };
+    // The median over the logged steps (NaN without any).
+    let tok_per_s = crate::stats::median(&mut tps);
 
     let run: RunConfig = {
         let p = dir.join("config.toml");

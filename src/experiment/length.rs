@@ -26,13 +26,15 @@ pub(super) fn length_section(spec: &ExperimentSpec, results: &[RunResult], varia
     // spread (0.0000)", not long enough.)
     let spreads = |p: &&crate::stats::Paired| !p.no_spread && p.diff.sd > 0.0;
     let flat = !tests.is_empty() && !tests.iter().any(|p| spreads(&p));
+    // (The median of an even count is the mean of the middle two: it took the upper one, the
+    // larger of two pairs' spreads.)
     let mut sds: Vec<f64> = tests.iter().filter(spreads).map(|p| p.diff.sd).filter(|s| s.is_finite()).collect();
-    sds.sort_by(f64::total_cmp);
-    let spread = sds.get(sds.len() / 2).copied();
+    let spread = (!sds.is_empty()).then(|| crate::stats::median(&mut sds));
     // The seeds the spread rests on: a standard deviation of 2 seeds (1 degree of freedom) may be
     // several times too large or too small (its 95 % interval spans a factor of 70), too uncertain
-    // to call a run long enough by.
-    let seeds = tests.iter().map(|p| p.diff.n).min().unwrap_or(0);
+    // to call a run long enough by. (Those of the pairs with a spread: a pair without one, on
+    // fewer seeds, is not in it, and withheld the verdict of a spread of 3 seeds.)
+    let seeds = tests.iter().filter(spreads).map(|p| p.diff.n).min().unwrap_or(0);
     let from = 0.8 * spec.steps as f64;
     let mut rows = Vec::new();
     for &v in variants {
@@ -104,11 +106,23 @@ pub(super) fn length_section(spec: &ExperimentSpec, results: &[RunResult], varia
         .filter(|&(a, _, peak)| a < 0.5 * peak);
     md.push_str(&format!(
         "\n{}{}\n\n",
-        if worst < spread / 2.0 && seeds < 3 {
+        if seeds < 3 {
+            // (Either way: a spread of 2 seeds may be far too small, which calls flat curves
+            // "not long enough", as well as far too large, which calls moving ones long enough.)
             format!(
-                "**No verdict**: every curve changes by less than half the paired spread (largest {worst:.4}), but \
-                 that spread rests on {seeds} seeds per pair, too few to estimate it (a standard deviation of 2 \
-                 values may be far too large); run at least 3 seeds per variant for a verdict."
+                "**No verdict**: {}, but that spread rests on {seeds} seeds per pair, too few to estimate it (the \
+                 standard deviation of 2 values may be far too large or far too small: its 95 % interval spans a \
+                 factor of about 70); run at least 3 seeds per variant for a verdict.",
+                if worst < spread / 2.0 {
+                    format!("every curve changes by less than half the paired spread (largest {worst:.4})")
+                } else {
+                    format!(
+                        "the {} curve {} by {worst:.4} over the last 20 %, more than half the paired spread ({:.4})",
+                        worst_variant.name(),
+                        if rising { "rises" } else { "still changes" },
+                        spread / 2.0
+                    )
+                }
             )
         } else if worst < spread / 2.0 {
             format!(
@@ -118,16 +132,17 @@ pub(super) fn length_section(spec: &ExperimentSpec, results: &[RunResult], varia
         } else if rising {
             format!(
                 "**Not settled: overfitting**: the {} curve rises by {worst:.4} over the last 20 %, more than half the \
-                 paired spread ({:.4}): its validation loss went up while it trained, so longer runs would not settle \
-                 it; a length near the curves' lowest point (or more data per parameter) would. Which comparisons \
-                 moved over the last 20 %: below.",
+                 paired spread ({:.4}; the spread from {seeds} or more seeds per pair): its validation loss went up \
+                 while it trained, so longer runs would not settle it; a length near the curves' lowest point (or \
+                 more data per parameter) would. Which comparisons moved over the last 20 %: below.",
                 worst_variant.name(),
                 spread / 2.0
             )
         } else {
             format!(
-                "**Not long enough**: a curve still changes by {worst:.4}, more than half the paired spread ({:.4}); \
-                 longer runs may move the comparisons (which ones moved over the last 20 %: below).",
+                "**Not long enough**: a curve still changes by {worst:.4}, more than half the paired spread ({:.4}; \
+                 the spread from {seeds} or more seeds per pair); longer runs may move the comparisons (which ones \
+                 moved over the last 20 %: below).",
                 spread / 2.0
             )
         },
@@ -141,7 +156,7 @@ pub(super) fn length_section(spec: &ExperimentSpec, results: &[RunResult], varia
             None => String::new(),
         }
     ));
-    md.push_str(&drift_table(results, &family, from, spread / 2.0));
+    md.push_str(&drift_table(results, &family, from, spread / 2.0, seeds));
     md
 }
 
@@ -159,7 +174,13 @@ fn last_fifth(steps: impl Iterator<Item = u64>, from: f64) -> Option<(u64, u64)>
 /// the last one both curves of every paired seed have, against half the paired spread. Where the
 /// curves still fall but fall together, a comparison can be steady though the runs are not long
 /// enough; where it moves, its final verdict may not hold at another length.
-fn drift_table(results: &[RunResult], family: &[(Variant, Variant, Question)], from: f64, half: f64) -> String {
+fn drift_table(
+    results: &[RunResult],
+    family: &[(Variant, Variant, Question)],
+    from: f64,
+    half: f64,
+    seeds: usize,
+) -> String {
     let curve = |v: Variant, seed: u64| -> Option<BTreeMap<u64, f64>> {
         results
             .iter()
@@ -200,8 +221,9 @@ fn drift_table(results: &[RunResult], family: &[(Variant, Variant, Question)], f
     let mut md = format!(
         "Do the comparisons still move? Each comparison's mean paired difference on the evaluation subset \
          (not the whole split of the table above) at the start and the end of the last 20 % of the steps; \
-         \"steady\" when it changed by less than half the paired spread ({half:.4}):\n\n\
-         | a − b | seeds | from step | difference | to step | difference | change | |\n|---|---:|---:|---:|---:|---:|---:|---|\n"
+         \"steady\" when it changed by less than half the paired spread ({half:.4}{}):\n\n\
+         | a − b | seeds | from step | difference | to step | difference | change | |\n|---|---:|---:|---:|---:|---:|---:|---|\n",
+        if seeds < 3 { format!("; a spread of {seeds} seeds per pair, a rough yardstick") } else { String::new() }
     );
     for r in rows {
         md.push_str(&r);
@@ -235,28 +257,34 @@ mod tests {
         assert!(md.contains("rests on 2 seeds") && !md.contains("**Long enough**"), "{md}");
         // A third seed (differences 0.05, 0.07, 0.06: sd 0.01, half 0.005): long enough, with the
         // schedule's part said.
-        let three = |s: &crate::experiment::ExperimentSpec| {
-            let mut rs = mk(0.002);
-            for (v, l) in [("baseline", 2.21), ("ddl", 2.15)] {
-                rs.push(RunResult {
-                    val_curve: vec![(8.0, l + 0.3), (16.0, l + 0.002), (20.0, l)],
-                    ..result(v, 3, l, "abc")
-                });
-            }
-            length_section(s, &rs, &s.variant_list().unwrap())
-        };
         let mut s3 = spec("").unwrap();
         s3.seeds = vec![1, 2, 3];
+        let third = |mut rs: Vec<RunResult>| {
+            for (v, l) in [("baseline", 2.21), ("ddl", 2.15)] {
+                let mut curve = rs.iter().find(|r| r.variant == v).unwrap().val_curve.clone();
+                let shift = l - curve[2].1;
+                curve.iter_mut().for_each(|p| p.1 += shift);
+                rs.push(RunResult { val_curve: curve, ..result(v, 3, l, "abc") });
+            }
+            rs
+        };
+        let three = |s: &crate::experiment::ExperimentSpec| length_section(s, &third(mk(0.002)), &variants);
         let md = three(&s3);
         assert!(md.contains("Half the paired seed spread: 0.0050") && md.contains("**Long enough**"), "{md}");
         assert!(md.contains("below half its peak"), "the cosine schedule's low end is said: {md}");
         assert!(md.contains("| ddl | 16 | 20 | +0.0020 |"), "{md}");
         // Both curves fell by the same 0.002: baseline − ddl is 0.06 at steps 16 and 20.
         assert!(md.contains("| baseline − ddl | 3 | 16 | +0.0600 | 20 | +0.0600 | +0.0000 | steady |"), "{md}");
+        // A curve still falling 0.03 (more than half the spread): on 2 seeds no verdict, the
+        // numbers and why (a spread of 2 seeds may be far too small), on 3 not long enough.
         let md = length_section(&s, &mk(0.03), &variants);
+        assert!(md.contains("curve still changes by 0.0300 over the last 20 %, more than half the paired spread (0.0071), but that spread rests on 2 seeds"), "{md}");
+        assert!(md.contains("**No verdict**: the ") && !md.contains("Not long enough"), "{md}");
+        assert!(md.contains("a spread of 2 seeds per pair, a rough yardstick"), "{md}");
+        let md = length_section(&s3, &third(mk(0.03)), &variants);
         assert!(md.contains("**Not long enough**: a curve still changes by 0.0300"), "{md}");
         // Still falling 0.03, but together: the comparison is steady.
-        assert!(md.contains("| +0.0600 | +0.0000 | steady |"), "{md}");
+        assert!(md.contains("| +0.0600 | +0.0000 | steady |") && !md.contains("rough yardstick"), "{md}");
         // The baseline falls 0.03 over the last fifth, ddl 0.002: the difference moves by −0.028.
         let mut moving = mk(0.002);
         for r in moving.iter_mut().filter(|r| r.variant == "baseline") {
@@ -270,10 +298,13 @@ mod tests {
         for r in rising.iter_mut().filter(|r| r.variant == "ddl") {
             r.val_curve[1].1 -= 0.022;
         }
-        let md = length_section(&s, &rising, &variants);
+        let md = length_section(&s3, &third(rising.clone()), &variants);
         assert!(md.contains("| ddl | 16 | 20 | -0.0200 |"), "{md}");
         assert!(md.contains("**Not settled: overfitting**: the ddl curve rises by 0.0200"), "{md}");
         assert!(!md.contains("Not long enough") && !md.contains("**Long enough**"), "{md}");
+        // (On 2 seeds: the rise, without a verdict.)
+        let md = length_section(&s, &rising, &variants);
+        assert!(md.contains("**No verdict**: the ddl curve rises by 0.0200") && !md.contains("Not settled"), "{md}");
         // One seed: no spread and no verdict, but the curves' changes still.
         let one: Vec<RunResult> = mk(0.002).into_iter().filter(|r| r.seed == 1).collect();
         let md = length_section(&s, &one, &variants);
@@ -300,5 +331,62 @@ mod tests {
             );
             assert!(!md.contains("Not long enough") && !md.contains("Long enough") && !md.contains("Half the"), "{md}");
         }
+    }
+
+    /// The seeds the spread rests on are those of the pairs that have a spread: a pair whose 2
+    /// seeds differ by the same amount (no spread, not in the median) withheld the verdict that
+    /// a 3-seed pair's spread supports, as "rests on 2 seeds".
+    #[test]
+    fn the_seeds_of_the_spread_are_those_of_the_pairs_with_one() {
+        let mut s = spec("").unwrap();
+        s.variants = vec!["baseline".into(), "ddl_ec".into(), "ddl_cc".into()];
+        s.seeds = vec![1, 2];
+        s.extra_seeds = [("baseline".to_string(), vec![3]), ("ddl_ec".to_string(), vec![3])].into_iter().collect();
+        let variants = s.variant_list().unwrap();
+        // ddl_ec − baseline: −0.10, −0.08, −0.06 (3 seeds, sd 0.02, half 0.01); ddl_cc − baseline:
+        // −0.05 twice (2 seeds, no spread). Every curve falls 0.002 over the last fifth.
+        let mut results = Vec::new();
+        for (seed, ec, cc) in [(1, 2.10, Some(2.15)), (2, 2.12, Some(2.15)), (3, 2.14, None)] {
+            for (v, l) in [("baseline", Some(2.20)), ("ddl_ec", Some(ec)), ("ddl_cc", cc)] {
+                let Some(l) = l else { continue };
+                results.push(RunResult {
+                    val_curve: vec![(8.0, l + 0.3), (16.0, l + 0.002), (20.0, l)],
+                    ..result(v, seed, l, "abc")
+                });
+            }
+        }
+        let md = length_section(&s, &results, &variants);
+        assert!(md.contains("Half the paired seed spread: 0.0100") && md.contains("**Long enough**"), "{md}");
+        assert!(md.contains("the spread from 3 or more seeds per pair") && !md.contains("rests on 2 seeds"), "{md}");
+    }
+
+    /// The paired spread of an even number of compared pairs is the mean of the middle two
+    /// standard deviations: it took the upper one (of two pairs, the larger spread), so a curve
+    /// still falling by more than half the median spread was called long enough.
+    #[test]
+    fn the_spread_of_two_pairs_is_their_median_not_the_larger() {
+        let mut s = spec("").unwrap();
+        s.variants = vec!["baseline".into(), "ddl_ec".into(), "ddl_cc".into()];
+        s.seeds = vec![1, 2, 3];
+        let variants = s.variant_list().unwrap();
+        // No paper gap: the family is ddl_ec − baseline (differences −0.10, −0.08, −0.06: sd 0.02)
+        // and ddl_cc − baseline (−0.10, −0.04, +0.02: sd 0.06); their median 0.04, half 0.02.
+        let mut results = Vec::new();
+        for (seed, ec, cc) in [(1, 2.10, 2.10), (2, 2.12, 2.16), (3, 2.14, 2.22)] {
+            for (v, l) in [("baseline", 2.20), ("ddl_ec", ec), ("ddl_cc", cc)] {
+                results.push(RunResult {
+                    val_curve: vec![(8.0, l + 0.3), (16.0, l + 0.025), (20.0, l)],
+                    ..result(v, seed, l, "abc")
+                });
+            }
+        }
+        let md = length_section(&s, &results, &variants);
+        assert!(
+            md.contains("Half the paired seed spread: 0.0200")
+                && md.contains("seeds of their final differences: 0.0400)"),
+            "{md}"
+        );
+        // Every curve falls 0.025 over the last fifth: more than half the median spread.
+        assert!(md.contains("**Not long enough**: a curve still changes by 0.0250"), "{md}");
     }
 }

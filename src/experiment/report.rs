@@ -205,6 +205,22 @@ fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> (String, 
             "**reproduced**: both gaps are significant at p < 0.05 after Holm, in the paper's direction".to_string()
         } else if reversed(g1) || reversed(g2) {
             "**not reproduced**: at least one gap is significantly reversed".to_string()
+        } else if holds(g1) || holds(g2) {
+            // One gap holds, the other is not distinguishable: not the whole ordering.
+            let said = |g: (f64, f64)| {
+                format!(
+                    "{:+.4} ({}, p {} after Holm)",
+                    g.0,
+                    if holds(g) { "holds" } else { "not distinguishable" },
+                    p_text(g.1)
+                )
+            };
+            format!(
+                "**not reproduced in full**: one gap holds, the other is not distinguishable at this size and number \
+                 of seeds: baseline − ddl_v1 {}, ddl_v1 − ddl {}",
+                said(g1),
+                said(g2)
+            )
         } else {
             format!(
                 "**not distinguishable** at this size and number of seeds: baseline − ddl_v1 {:+.4} (p {} after Holm), \
@@ -249,10 +265,11 @@ fn accuracy_section(results: &[RunResult], variants: &[Variant]) -> String {
     );
     let without = results.len() - with.len();
     md.push_str(&format!(
-        "The final evaluation's top-1 accuracy: the share of the same validation tokens whose likeliest prediction \
-         came, in percent{}. Per variant: mean ± sample sd over seeds and the 95 % t-interval of the mean; then the \
-         comparisons above on it (a − b in points, paired by seed), with Holm's correction over these comparisons \
-         on their own. The verdicts of the report rest on the loss; these say whether the accuracy moves with it.\n\n",
+        "The final evaluation's top-1 accuracy: the share of the same validation tokens that were the model's likeliest \
+         prediction, in percent{}. Per variant: mean ± sample sd over seeds and the 95 % t-interval of the mean, cut at 0 and \
+         100 % where it passes them (an accuracy lies between; the t-interval of a few seeds near either bound \
+         does not); then the comparisons above on it (a − b in points, paired by seed; intervals cut at ±100), with \
+         Holm's correction over these comparisons on their own. The verdicts of the report rest on the loss; these say whether the accuracy moves with it.\n\n",
         if without > 0 { format!(" ({without} run(s) made before it was logged are left out)") } else { String::new() }
     ));
     md.push_str("| variant | seeds | val accuracy % (mean ± sd) | 95 % interval |\n|---|---:|---:|---:|\n");
@@ -267,7 +284,8 @@ fn accuracy_section(results: &[RunResult], variants: &[Variant]) -> String {
             continue;
         }
         let a = stats::Sample::of(&acc);
-        let ci = sample_interval(&a, |ci| format!("[{:.2}, {:.2}]", ci.0, ci.1));
+        // (An accuracy lies in 0 ..= 100 %: a t-interval past either bound is cut there.)
+        let ci = sample_interval(&a, |ci| format!("[{:.2}, {:.2}]", ci.0.max(0.0), ci.1.min(100.0)));
         let sd = if a.sd.is_finite() { format!(" ± {:.2}", a.sd) } else { String::new() };
         md.push_str(&format!("| {} | {} | {:.2}{sd} | {ci} |\n", v.name(), a.n, a.mean));
     }
@@ -301,7 +319,8 @@ fn accuracy_section(results: &[RunResult], variants: &[Variant]) -> String {
                 let ci = if t.no_spread || t.diff.sd == 0.0 {
                     "no spread".into()
                 } else if ci.0.is_finite() {
-                    format!("[{:+.2}, {:+.2}]", ci.0, ci.1)
+                    // (A difference of two accuracies lies in −100 ..= +100 points.)
+                    format!("[{:+.2}, {:+.2}]", ci.0.max(-100.0), ci.1.min(100.0))
                 } else {
                     "—".into()
                 };
@@ -327,7 +346,7 @@ fn accuracy_section(results: &[RunResult], variants: &[Variant]) -> String {
 
 /// A paragraph naming the significant comparisons that rest on 2 seeds (`on_two`), and why that
 /// is little; empty when there are none.
-fn two_seeds_note(on_two: &[String]) -> String {
+pub(super) fn two_seeds_note(on_two: &[String]) -> String {
     if on_two.is_empty() {
         return String::new();
     }
@@ -405,7 +424,7 @@ fn sample_interval(s: &stats::Sample, shown: impl Fn((f64, f64)) -> String) -> S
     }
 }
 
-/// `[lo, hi]` of an interval (blank without one).
+/// `[lo, hi]` of a difference's interval, signed (blank without one).
 fn interval(ci: (f64, f64)) -> String {
     if ci.0.is_finite() && ci.1.is_finite() { format!("[{:+.4}, {:+.4}]", ci.0, ci.1) } else { "—".into() }
 }
@@ -553,7 +572,8 @@ pub(super) fn write_report(
             rs.len(),
             pm(t.mean, t.sd),
             pm(val.mean, val.sd),
-            sample_interval(&val, interval),
+            // (A variant's own mean, not a difference: no sign.)
+            sample_interval(&val, |ci| format!("[{:.4}, {:.4}]", ci.0, ci.1)),
             val.mean.exp(),
             paper_val_loss(*v).map(|x| format!("{x:.3}")).unwrap_or_else(|| paper_note(*v).into()),
         ));
@@ -679,6 +699,18 @@ pub(super) fn write_report(
         if ablation_rows.is_empty() { String::new() } else { format!(", `{}`", super::ablation::PLOT) }
     ));
 
+    // A plot that cannot be written (a folder at its path, a full disk): which file, and what to
+    // do (it said "Is a directory (os error 21)" alone).
+    let plot_error = |name: &str| {
+        let path = out.join(name);
+        move |e: String| {
+            ExperimentError::Report(format!(
+                "cannot write the plot '{}': {e}; report.md was not written either. Move what is at that path \
+                 away (or free disk space), then run the same command with --report-only",
+                path.display()
+            ))
+        }
+    };
     // Validation-loss curves: mean over seeds with a min–max band.
     let mut bands = Vec::new();
     for (i, v) in variants.iter().enumerate() {
@@ -715,7 +747,7 @@ pub(super) fn write_report(
             "cross-entropy (nats)",
             &bands,
         )
-        .map_err(ExperimentError::Report)?;
+        .map_err(plot_error("val_loss.png"))?;
     }
     let panels: Vec<plot::RegimePanel> = ddl_rows
         .iter()
@@ -727,7 +759,7 @@ pub(super) fn write_report(
         .collect();
     if !panels.is_empty() {
         plot::regime_plot(&out.join("beta_regimes.png"), "β regimes per sublayer on validation text", &panels)
-            .map_err(ExperimentError::Report)?;
+            .map_err(plot_error("beta_regimes.png"))?;
     } else {
         // (An earlier report's plot would sit beside a report that has no such section.)
         let _ = std::fs::remove_file(out.join("beta_regimes.png"));
@@ -741,7 +773,7 @@ pub(super) fn write_report(
             "a − b (nats); > 0: b lower",
             &forest,
         )
-        .map_err(ExperimentError::Report)?;
+        .map_err(plot_error("comparisons.png"))?;
     }
     if ablation_rows.is_empty() {
         let _ = std::fs::remove_file(out.join(super::ablation::PLOT));
@@ -752,7 +784,7 @@ pub(super) fn write_report(
             "ablated − as trained (nats per token); > 0: the model used what was removed",
             &ablation_rows,
         )
-        .map_err(ExperimentError::Report)?;
+        .map_err(plot_error(super::ablation::PLOT))?;
     }
     let path = out.join("report.md");
     checkpoint::write_atomic(&path, md.as_bytes())
@@ -886,7 +918,17 @@ mod tests {
         assert!(row(&md, "ddl_cc − baseline").contains("not distinguishable"), "{}", row(&md, "ddl_cc − baseline"));
         // baseline − ddl_v1 = +0.05 with sd of the wobble (0.0042): t ≈ 26.5 at df 4.
         assert!(row(&md, "baseline − ddl_v1").contains("| 5 | +0.0500 |"), "{}", row(&md, "baseline − ddl_v1"));
-        assert!(md.contains("The paper's ordering") && md.contains("**not distinguishable** at this size"), "{md}");
+        // One gap holds, the other is not distinguishable: not the whole ordering (it said "not
+        // distinguishable", as of two gaps neither of which holds).
+        assert!(
+            md.contains(
+                "The paper's ordering (baseline > ddl_v1 > ddl in validation loss; 2.854 > 2.848 > 2.835 at 124M): \
+                 **not reproduced in full**: one gap holds, the other is not distinguishable at this size and number of \
+                 seeds: baseline − ddl_v1 +0.0500 (holds, p "
+            ),
+            "{md}"
+        );
+        assert!(md.contains("ddl_v1 − ddl -0.0020 (not distinguishable, p = 1.000 after Holm)."), "{md}");
         assert!(!md.contains("Warning: these runs were made by different builds"));
         assert!(md.contains("Adapter: llvmpipe (Vulkan): 30 runs.") && !md.contains("different adapters"), "{md}");
         // The paper has no Small-scale number for v-Map.
@@ -995,6 +1037,69 @@ mod tests {
         assert!(md.contains("No spread: baseline − ddl: all 3 differences are -5.00 points (no spread: no t-test nor interval; exact sign test p = 0.250)."), "{md}");
         // The losses' comparison the same way (the fixture's losses are 2.0 + seed/100 for both).
         assert!(md.contains("| baseline − ddl | 3 | +0.0000 |"), "{md}");
+    }
+
+    /// A plot that cannot be written names its file and what to do: a folder at `val_loss.png`
+    /// said "Is a directory (os error 21)" and nothing else.
+    #[test]
+    fn a_plot_that_cannot_be_written_is_named() {
+        let s = spec("").unwrap();
+        let variants = s.variant_list().unwrap();
+        let results: Vec<RunResult> = [("baseline", 1), ("baseline", 2), ("ddl", 1), ("ddl", 2)]
+            .iter()
+            .map(|&(v, seed)| result(v, seed, 2.0 + seed as f64 / 100.0, "abc"))
+            .collect();
+        let dir = crate::testing::scratch_dir("report-plot-in-the-way");
+        std::fs::create_dir_all(dir.join("val_loss.png").join("inside")).unwrap();
+        let e = write_report(&dir, &s, &variants, &results, &[]).unwrap_err().to_string();
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(e.starts_with(&format!("cannot write the plot '{}'", dir.join("val_loss.png").display())), "{e}");
+        assert!(e.contains("report.md was not written either") && e.contains("--report-only"), "{e}");
+    }
+
+    /// A variant's own mean has an interval without a sign ("[2.1952, 2.2448]"): it was written as
+    /// a difference's, "[+2.1952, +2.2448]"; the differences keep theirs.
+    #[test]
+    fn a_variants_own_interval_is_not_signed_like_a_difference() {
+        let md = report(
+            &["baseline", "ddl"],
+            3,
+            |v, seed| if v == "ddl" { 2.1 + seed as f64 / 1e3 } else { 2.2 + seed as f64 / 100.0 },
+            |_| "abc".into(),
+        );
+        // baseline 2.21, 2.22, 2.23: mean 2.22, sd 0.01, half-width 4.302653 · 0.01/√3 = 0.024842.
+        assert!(row(&md, "baseline").contains("| 2.2200 ± 0.0100 | [2.1952, 2.2448] |"), "{}", row(&md, "baseline"));
+        assert!(!md.contains("[+2."), "{md}");
+        assert!(row(&md, "baseline − ddl").contains("| [+"), "{}", row(&md, "baseline − ddl"));
+    }
+
+    /// Accuracies near 0 or 100 % over a few seeds: the t-interval passes the bound (it said
+    /// "[-2.99, 5.19]" of accuracies that cannot be below 0); now cut there, and the method says so.
+    #[test]
+    fn accuracy_intervals_stay_within_their_bounds() {
+        let s = ExperimentSpec { seeds: vec![1, 2, 3], ..spec("").unwrap() };
+        let variants = s.variant_list().unwrap();
+        // baseline 0.1, 0.2, 3.0 %: mean 1.1, sd 1.6462, t-interval [-2.99, 5.19]; ddl 99.9, 99.8,
+        // 97.0 %: [94.81, 102.99]; baseline − ddl −99.8, −99.6, −94.0: mean −97.8, [−105.98, −89.62].
+        let results: Vec<RunResult> = [("baseline", [0.001, 0.002, 0.030]), ("ddl", [0.999, 0.998, 0.970])]
+            .iter()
+            .flat_map(|&(v, acc)| {
+                (1..=3u64).map(move |seed| RunResult {
+                    final_val_accuracy: Some(acc[seed as usize - 1]),
+                    ..result(v, seed, 2.0 + seed as f64 / 100.0, "abc")
+                })
+            })
+            .collect();
+        let md = written_report("report-acc-bounds", &s, &variants, &results);
+        let accuracy = md.split("## Top-1 accuracy").nth(1).unwrap();
+        assert!(accuracy.contains("| baseline | 3 | 1.10 ± 1.65 | [0.00, 5.19] |"), "{accuracy}");
+        assert!(accuracy.contains("| ddl | 3 | 98.90 ± 1.65 | [94.81, 100.00] |"), "{accuracy}");
+        assert!(accuracy.contains("| baseline − ddl | 3 | -97.80 | [-100.00, -89.62] |"), "{accuracy}");
+        assert!(accuracy.contains("cut at 0 and 100 %"), "{accuracy}");
+        assert!(
+            !accuracy.contains("[-2.99") && !accuracy.contains("102.99") && !accuracy.contains("-105.98"),
+            "{accuracy}"
+        );
     }
 
     /// Seeds whose losses differ by the same amount: "no spread" and the sign test's p in the

@@ -188,10 +188,18 @@ impl ExperimentSpec {
 
     pub(super) fn check(&self) -> Result<(), String> {
         if self.variants.is_empty() {
-            return Err("variants: expected at least one variant".into());
+            let names: Vec<&str> = Variant::ALL.iter().map(|v| v.name()).collect();
+            return Err(format!(
+                "variants = []: expected at least one variant of {}; e.g. variants = [\"baseline\", \"ddl\"]",
+                names.join(", ")
+            ));
         }
         if self.seeds.is_empty() {
-            return Err("seeds: expected at least one seed".into());
+            return Err(
+                "seeds = []: expected at least one seed (a whole number; each is one run of every variant); e.g. \
+                 seeds = [1, 2, 3] (3 or more for the report's verdicts)"
+                    .into(),
+            );
         }
         if let Some(s) = self.seeds.iter().chain(self.extra_seeds.values().flatten()).find(|&&s| s > i64::MAX as u64) {
             return Err(format!(
@@ -535,6 +543,15 @@ mod tests {
         let t = "preset = \"tiny\"\nvariants = [\"ddl\", \"ddl\"]\nseeds = [1]\nsteps = 5\n";
         let s: ExperimentSpec = toml::from_str(t).unwrap();
         assert!(s.variant_list().unwrap_err().contains("'ddl' appears twice: list each variant once"));
+        // Empty lists: the setting, what it takes and an example (it said "expected at least one
+        // variant", naming none).
+        let t = "preset = \"tiny\"\nvariants = []\nseeds = [1]\nsteps = 5\n";
+        let e = toml::from_str::<ExperimentSpec>(t).unwrap().check().unwrap_err();
+        assert!(e.contains("variants = []: expected at least one variant of baseline, ddl_v1, ddl,"), "{e}");
+        assert!(e.contains("e.g. variants = [\"baseline\", \"ddl\"]"), "{e}");
+        let t = "preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = []\nsteps = 5\n";
+        let e = toml::from_str::<ExperimentSpec>(t).unwrap().check().unwrap_err();
+        assert!(e.contains("seeds = []: expected at least one seed") && e.contains("e.g. seeds = [1, 2, 3]"), "{e}");
         let s = spec("[train]\nseed = 3\n").unwrap();
         assert!(s.run_config(Variant::Ddl, 1).unwrap_err().contains("seeds"));
         // A run stopped early would never count as finished (its result is of fewer steps).

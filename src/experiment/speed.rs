@@ -24,17 +24,7 @@ pub fn measure_speed(gpu: &Arc<Gpu>, spec: &ExperimentSpec, out: &Path, quiet: b
     let _ctrlc = crate::train::CtrlcScope::new();
     let variants =
         spec.variant_list().map_err(|m| ExperimentError::Spec { path: out.join("experiment.toml"), msg: m })?;
-    let saved = |v: Variant| -> Result<RunConfig, ExperimentError> {
-        let seed = spec
-            .seeds_of(v)
-            .into_iter()
-            .find(|&s| result_of(&out.join("runs").join(run_name(v, s)), spec.steps).is_some())
-            .ok_or_else(|| ExperimentError::Report(format!("speed: {} has no finished run to measure", v.name())))?;
-        let path = out.join("runs").join(run_name(v, seed)).join("config.toml");
-        let text =
-            std::fs::read_to_string(&path).map_err(|source| ExperimentError::Io { path: path.clone(), source })?;
-        toml::from_str(&text).map_err(|e| ExperimentError::Report(format!("speed: {}: {e}", path.display())))
-    };
+    let saved = |v: Variant| saved_config(spec, out, v);
     let base = saved(Variant::Baseline)?;
     let (batch, seq) = (base.train.batch_size, base.train.seq_len);
     let (commit, dirty) = crate::build_commit();
@@ -71,6 +61,28 @@ pub fn measure_speed(gpu: &Arc<Gpu>, spec: &ExperimentSpec, out: &Path, quiet: b
     let path = out.join(SPEED_FILE);
     checkpoint::write_atomic(&path, text.as_bytes()).map_err(|source| ExperimentError::Io { path, source })?;
     Ok(true)
+}
+
+/// The settings a finished run of `v` saved (its first seed's that finished): the model and batch
+/// the speed section measures.
+fn saved_config(spec: &ExperimentSpec, out: &Path, v: Variant) -> Result<RunConfig, ExperimentError> {
+    let seeds = spec.seeds_of(v);
+    let seed = seeds.iter().copied().find(|&s| result_of(&out.join("runs").join(run_name(v, s)), spec.steps).is_some());
+    let Some(seed) = seed else {
+        // (It said "speed: ddl has no finished run to measure", not which runs nor what to do.)
+        let runs: Vec<String> = seeds.iter().map(|&s| run_name(v, s)).collect();
+        return Err(ExperimentError::Report(format!(
+            "--speed: {} has no finished run to measure (none of {} has a result.json of {} steps under {}); \
+             run the experiment without --report-only to train them, then measure, or leave out --speed",
+            v.name(),
+            runs.join(", "),
+            spec.steps,
+            out.join("runs").display()
+        )));
+    };
+    let path = out.join("runs").join(run_name(v, seed)).join("config.toml");
+    let text = std::fs::read_to_string(&path).map_err(|source| ExperimentError::Io { path: path.clone(), source })?;
+    toml::from_str(&text).map_err(|e| ExperimentError::Report(format!("speed: {}: {e}", path.display())))
 }
 
 /// The rows of `OUT/speed.jsonl` (none when it is missing).
@@ -138,6 +150,18 @@ pub(super) fn speed_section(out: &Path, variants: &[Variant]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A variant without a finished run names its runs, where they were looked for and what to
+    /// do (it said "speed: ddl has no finished run to measure").
+    #[test]
+    fn a_variant_without_a_finished_run_says_which_runs_and_what_to_do() {
+        let dir = crate::testing::scratch_dir("speed-unfinished");
+        let s = crate::experiment::test_support::spec("").unwrap();
+        let e = saved_config(&s, &dir, Variant::Ddl).unwrap_err().to_string();
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(e.starts_with("--speed: ddl has no finished run to measure (none of ddl-seed1, ddl-seed2"), "{e}");
+        assert!(e.contains("of 20 steps under") && e.contains("without --report-only"), "{e}");
+    }
 
     /// A speed.jsonl edited or cut short (an interval of fewer than two ends, fields missing) is
     /// reported with what it holds, not a panic (the interval's ends were indexed).

@@ -30,6 +30,8 @@ pub struct RunStatus {
     /// A finished run's steps skipped for a loss or gradient that was not finite
     /// (`skip_nonfinite`; `result.json`'s `skipped_steps`).
     pub skipped_steps: usize,
+    /// A finished run's steps (`result.json`'s `steps`, skipped ones counted).
+    pub trained_steps: Option<usize>,
 }
 
 /// One variant's finished runs: the mean and standard deviation (n − 1) of their final
@@ -107,6 +109,7 @@ pub fn describe(dir: &Path) -> Result<ExperimentInfo, ExperimentError> {
                     train_loss: result.as_ref().map(|r| r.final_train_loss),
                     val_accuracy: result.as_ref().and_then(|r| r.final_val_accuracy),
                     skipped_steps: result.as_ref().map_or(0, |r| r.skipped_steps),
+                    trained_steps: result.as_ref().map(|r| r.steps),
                     name: name.clone(),
                 });
                 named.insert(name);
@@ -152,6 +155,7 @@ pub fn describe(dir: &Path) -> Result<ExperimentInfo, ExperimentError> {
             train_loss: result.as_ref().map(|r| r.final_train_loss),
             val_accuracy: result.as_ref().and_then(|r| r.final_val_accuracy),
             skipped_steps: result.as_ref().map_or(0, |r| r.skipped_steps),
+            trained_steps: result.as_ref().map(|r| r.steps),
         });
     }
     let report = Some(dir.join("report.md")).filter(|p| p.is_file());
@@ -207,7 +211,10 @@ impl ExperimentInfo {
             .runs
             .iter()
             .filter(|r| r.skipped_steps > 0)
-            .map(|r| format!("{} ({})", r.name, r.skipped_steps))
+            .map(|r| match r.trained_steps {
+                Some(n) => format!("{} ({} of {n})", r.name, r.skipped_steps),
+                None => format!("{} ({})", r.name, r.skipped_steps),
+            })
             .collect();
         if !skipped.is_empty() {
             out.push(format!("steps skipped as not finite (skip_nonfinite: no update there): {}", skipped.join(", ")));
@@ -279,6 +286,7 @@ mod tests {
                     train_loss: None,
                     val_accuracy: None,
                     skipped_steps: 0,
+                    trained_steps: None,
                 })
                 .collect(),
             variants: Vec::new(),
@@ -310,5 +318,9 @@ mod tests {
         i.runs[1].skipped_steps = 3;
         let t = i.text();
         assert!(t.contains("steps skipped as not finite (skip_nonfinite: no update there): ddl-seed1 (3)\n"), "{t}");
+        // Of how many, where result.json says (as the report and the app do).
+        i.runs[1].trained_steps = Some(20);
+        let t = i.text();
+        assert!(t.contains("no update there): ddl-seed1 (3 of 20)\n"), "{t}");
     }
 }

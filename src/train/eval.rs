@@ -354,6 +354,12 @@ pub struct Versus {
     pub accuracy: Option<AccuracyVersus>,
 }
 
+/// The 95 % t-interval of a paired difference of two accuracies (shares), cut at −1 and +1:
+/// two accuracies differ by at most one share, which the t-interval of a few batches passes.
+fn accuracy_ci(p: &crate::stats::Paired) -> (f64, f64) {
+    (p.diff.ci.0.max(-1.0), p.diff.ci.1.min(1.0))
+}
+
 /// Two top-1 accuracies on the same windows (this − other, in shares of the tokens): the
 /// difference over all the tokens and Student's paired t over the full batches (the units of
 /// the loss's comparison); no interval with fewer than two full batches.
@@ -363,6 +369,8 @@ pub struct AccuracyVersus {
     pub other: f64,
     pub difference: f64,
     pub mean_paired_difference: Option<f64>,
+    /// The 95 % t-interval of the mean paired difference, cut at −1 and +1 (a difference of two
+    /// shares lies between; the t-interval of a few batches may not).
     pub ci: Option<(f64, f64)>,
     pub t: Option<f64>,
     pub p: Option<f64>,
@@ -885,7 +893,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                     other: that,
                     difference: this - that,
                     mean_paired_difference: test.map(|p| p.diff.mean),
-                    ci: test.map(|p| p.diff.ci),
+                    ci: test.as_ref().map(accuracy_ci),
                     t: test.map(|p| p.t),
                     p: test.map(|p| p.p),
                     no_spread: test.is_some_and(|p| p.no_spread),
@@ -1681,11 +1689,12 @@ impl EvalResult {
                     (Some(m), Some((lo, hi)), Some(p)) => {
                         let verdict = verdict(p, m);
                         format!(
-                            ", paired over the same batches: mean {:+.2} [{:+.2}, {:+.2}] points (95 % t-interval), {}: \
-                             {verdict}",
+                            ", paired over the same batches: mean {:+.2} [{:+.2}, {:+.2}] points (95 % t-interval{}), \
+                             {}: {verdict}",
                             100.0 * m,
                             100.0 * lo,
                             100.0 * hi,
+                            if lo <= -1.0 || hi >= 1.0 { ", cut at ±100 points" } else { "" },
                             p_text(p)
                         )
                     }
@@ -1873,6 +1882,22 @@ mod tests {
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["against"]["accuracy"]["no_spread"], true, "{json}");
         assert!(json["against"].get("no_spread").is_none(), "written only when true: {json}");
+        // Two batches 80 and 0 points apart: mean +40, t-interval ±508 points at df 1, past what
+        // two accuracies can differ by: cut at ±100 and said (it printed [-468.25, +548.25]).
+        let wide = AccuracyVersus {
+            no_spread: false,
+            ci: Some(accuracy_ci(&paired(&[(0.9, 0.1), (0.5, 0.5)]))),
+            mean_paired_difference: Some(0.4),
+            p: Some(0.5),
+            ..r.against.as_ref().unwrap().vs.accuracy.clone().unwrap()
+        };
+        let mut r = r;
+        r.against.as_mut().unwrap().vs.accuracy = Some(wide);
+        let line = r.line();
+        assert!(
+            line.contains("mean +40.00 [-100.00, +100.00] points (95 % t-interval, cut at ±100 points), p = 0.500"),
+            "{line}"
+        );
     }
 
     #[test]

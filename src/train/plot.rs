@@ -194,9 +194,9 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
         y0 = y0.min(*y);
         y1 = y1.max(*y);
     }
-    if x1 <= x0 {
-        x1 = x0 + 1.0;
-    }
+    // (Points at one x sit near the right edge of their axis: the legend goes to the left.)
+    let legend_at = if x1 > x0 { SeriesLabelPosition::MiddleRight } else { SeriesLabelPosition::UpperLeft };
+    (x0, x1) = x_span(x0, x1);
     let pad = y_pad(y0, y1);
     // The image encoder picks the format from the extension: keep .png on the temporary name.
     via_tmp(path, title, |tmp| {
@@ -209,7 +209,12 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
             .y_label_area_size(60)
             .build_cartesian_2d(x0..x1, (y0 - pad)..(y1 + pad))
             .map_err(|e| e.to_string())?;
-        chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(|e| e.to_string())?;
+        let mut mesh = chart.configure_mesh();
+        mesh.x_desc(x_label).y_desc(y_label);
+        if whole_ticks(x0, x1) {
+            mesh.x_label_formatter(&|x| format!("{x:.0}"));
+        }
+        mesh.draw().map_err(|e| e.to_string())?;
         for (i, s) in series.iter().enumerate() {
             let color = pick(i);
             let ok: Vec<(f64, f64)> = s.points.iter().copied().filter(|p| p.1.is_finite()).collect();
@@ -225,6 +230,7 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
         }
         chart
             .configure_series_labels()
+            .position(legend_at)
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .draw()
@@ -235,6 +241,26 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
 
 /// The margin above and below a y range `y0..=y1`: 5 % of it, and of a range that is one value
 /// (a run's one evaluation) 5 % of that value, so that the axis' ticks differ.
+/// The x axis (steps or tokens) of points from `x0` to `x1`, as given where they differ. Points
+/// at one x (a run's one evaluation, every run's last step) get an axis from 0 with the point at
+/// 10/11 of it: an axis from x0 to x0 + 1 put them on its left edge, under ticks of tenths of a
+/// step. (At x = 0 or below: one unit centred on the point.)
+fn x_span(x0: f64, x1: f64) -> (f64, f64) {
+    if x1 > x0 {
+        (x0, x1)
+    } else if x0 > 0.0 {
+        (0.0, x0 + x0 / 10.0)
+    } else {
+        (x0 - 0.5, x0 + 0.5)
+    }
+}
+
+/// Whether every tick of an axis from `x0` to `x1` is a whole number (10 or more apart, with
+/// plotters' ten ticks at most): their labels drop the ".0" ("5" steps, not "5.0").
+fn whole_ticks(x0: f64, x1: f64) -> bool {
+    x1 - x0 >= 10.0
+}
+
 fn y_pad(y0: f64, y1: f64) -> f64 {
     if y1 > y0 { ((y1 - y0) * 0.05).max(1e-6) } else { (y0.abs() * 0.05).max(0.05) }
 }
@@ -361,13 +387,12 @@ pub fn band_plot(path: &Path, title: &str, x_label: &str, y_label: &str, bands: 
     if pts.is_empty() {
         return Err(format!("{}: nothing to plot", path.display()));
     }
-    let x0 = pts.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
-    let mut x1 = pts.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+    let (x0, x1) = x_span(
+        pts.iter().map(|p| p.0).fold(f64::INFINITY, f64::min),
+        pts.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max),
+    );
     let y0 = pts.iter().map(|p| p.2).fold(f64::INFINITY, f64::min);
     let y1 = pts.iter().map(|p| p.3).fold(f64::NEG_INFINITY, f64::max);
-    if x1 <= x0 {
-        x1 = x0 + 1.0;
-    }
     let pad = y_pad(y0, y1);
     via_tmp(path, title, |tmp| {
         let root = png(tmp, (960, 600)).into_drawing_area();
@@ -379,7 +404,12 @@ pub fn band_plot(path: &Path, title: &str, x_label: &str, y_label: &str, bands: 
             .y_label_area_size(64)
             .build_cartesian_2d(x0..x1, (y0 - pad)..(y1 + pad))
             .map_err(|e| e.to_string())?;
-        chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(|e| e.to_string())?;
+        let mut mesh = chart.configure_mesh();
+        mesh.x_desc(x_label).y_desc(y_label);
+        if whole_ticks(x0, x1) {
+            mesh.x_label_formatter(&|x| format!("{x:.0}"));
+        }
+        mesh.draw().map_err(|e| e.to_string())?;
         for (i, b) in bands.iter().enumerate() {
             let color = pick(i);
             let ok: Vec<_> =
@@ -563,6 +593,10 @@ pub fn state_plot(
             };
             let mut mesh = chart.configure_mesh();
             mesh.x_labels(n + 1).x_label_formatter(&name_of).y_desc(p.y_label.clone());
+            // (Accuracy in %: 10, 15, not 10.0, 15.0.)
+            if whole_ticks(lo - pad, hi + pad) {
+                mesh.y_label_formatter(&|y| format!("{y:.0}"));
+            }
             if last {
                 mesh.x_desc(x_label);
             }
@@ -829,6 +863,11 @@ mod tests {
         let line = (1..6).map(|i| (i as f64, 4.0, 3.9, 4.1)).collect();
         super::band_plot(&without, "bands", "step", "nats", &[b(line), b(vec![])]).unwrap();
         assert_ne!(std::fs::read(&with).unwrap(), std::fs::read(&without).unwrap(), "the one point was not drawn");
+        // Points at one step: an axis from 0 with the point inside, not on its left edge.
+        assert_eq!(super::x_span(30.0, 30.0), (0.0, 33.0));
+        assert_eq!(super::x_span(0.0, 0.0), (-0.5, 0.5));
+        assert_eq!(super::x_span(2.0, 7.0), (2.0, 7.0));
+        assert!(super::whole_ticks(0.0, 33.0) && !super::whole_ticks(2.0, 7.0));
         assert_eq!(super::y_pad(4.0, 4.0), 0.2);
         assert_eq!(super::y_pad(0.0, 0.0), 0.05);
         assert!((super::y_pad(1.0, 3.0) - 0.1).abs() < 1e-12);

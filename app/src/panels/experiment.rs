@@ -135,6 +135,26 @@ pub fn show(ui: &mut egui::Ui, e: Option<&Experiment>) {
                 ),
             );
         }
+        let skipped: Vec<String> = e
+            .with_skipped_steps()
+            .iter()
+            .map(|r| {
+                let of = r.steps.map(|s| format!(" of {s}")).unwrap_or_default();
+                let diverged = if r.final_val.is_some_and(|f| !f.is_finite()) { ", diverged" } else { "" };
+                format!("{} ({}{of}{diverged})", r.name, r.skipped_steps)
+            })
+            .collect();
+        if !skipped.is_empty() {
+            ui.colored_label(
+                Color32::from_rgb(230, 160, 60),
+                format!(
+                    "Runs with skipped steps (a loss or gradient that was not finite, skipped by `skip_nonfinite`: \
+                     no update at those steps; those that did not diverge are in the table, trained for fewer \
+                     updates than the others): {}",
+                    skipped.join(", ")
+                ),
+            );
+        }
         ui.weak("The experiment's report (report.md, `ddl experiment --report-only`) gives the paired statistics.");
     });
 }

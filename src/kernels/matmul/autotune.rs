@@ -126,8 +126,7 @@ pub fn measure(gpu: &Gpu, mm: &Matmul, reps: usize) -> Result<Vec<(&'static str,
                 times.push(time_once()?);
             }
         }
-        times.sort_by(f64::total_cmp);
-        let med = times[times.len() / 2];
+        let med = crate::stats::median(&mut times);
         best = best.min(med);
         out.push((v, med));
     }
