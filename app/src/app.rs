@@ -401,7 +401,7 @@ impl VizApp {
 
     fn show_experiment(&mut self, e: crate::experiment::Experiment) {
         let n = e.runs.len();
-        self.status = format!("experiment: {n} run{}", if n == 1 { "" } else { "s" });
+        self.status = format!("experiment: {}", crate::plural(n, "run"));
         self.experiment = Some(e);
         self.tab = Tab::Experiment;
     }
@@ -589,11 +589,11 @@ impl VizApp {
                             format!(
                                 "the trace shown was written by another model ({}, d = {}, d_v = {}) than {} \
                                  ({}, d = {}, d_v = {}); generating replaces it",
-                                blocks(t.n_layers),
+                                crate::plural(t.n_layers, "block"),
                                 t.d,
                                 t.m,
                                 info.dir.display(),
-                                blocks(c.n_layers),
+                                crate::plural(c.n_layers, "block"),
                                 c.d_model,
                                 c.m()
                             ),
@@ -657,7 +657,7 @@ impl VizApp {
                     let (t0, n) = self.gen_started.get_or_insert((web_time::Instant::now(), 0));
                     *n += 1;
                     let rate = *n as f64 / t0.elapsed().as_secs_f64().max(1e-3);
-                    self.status = format!("generating… {}, {rate:.1} tokens/s", crate::worker::tokens(*n));
+                    self.status = format!("generating… {}, {rate:.1} tokens/s", crate::plural(*n, "token"));
                 }
                 Event::Progress(p) => self.status = p,
                 Event::Note(n) => self.messages.push((Level::Info, n)),
@@ -687,13 +687,13 @@ impl VizApp {
                     self.gen_started = None;
                     self.comparing = false;
                     self.status = if std::mem::take(&mut self.detached) {
-                        format!("{reason}: showing the trace opened ({})", crate::worker::tokens(self.trace.len()))
+                        format!("{reason}: showing the trace opened ({})", crate::plural(self.trace.len(), "token"))
                     } else if reason.starts_with("compared") {
                         format!("done: {reason} with and without the interventions")
                     } else if reason == crate::worker::COMPARISON_STOPPED {
                         reason.clone()
                     } else {
-                        format!("done: {reason}; the text has {}", crate::worker::tokens(self.trace.len()))
+                        format!("done: {reason}; the text has {}", crate::plural(self.trace.len(), "token"))
                     };
                     if self.auto.started {
                         // `--tab lens`: the text's lens once it is generated, then the picture.
@@ -887,7 +887,7 @@ impl VizApp {
             // model its speed where the window is drawn in software (see worker::STREAM_REPAINT).
             ui.label(format!(
                 "working… {} so far",
-                crate::worker::tokens(self.trace.rows.iter().filter(|r| !r.prompt).count())
+                crate::plural(self.trace.rows.iter().filter(|r| !r.prompt).count(), "token")
             ));
         }
         ui.separator();
@@ -1127,11 +1127,6 @@ fn classify(p: &Path) -> Kind {
             || p.join("runs").is_dir()
             || std::fs::read_dir(p).is_ok_and(|rd| rd.flatten().any(|e| crate::experiment::is_run(&e.path()))),
     }
-}
-
-/// "1 block", "2 blocks".
-fn blocks(n: usize) -> String {
-    format!("{n} block{}", if n == 1 { "" } else { "s" })
 }
 
 /// Writes a screenshot as PNG, atomically (a failed write leaves what was there).

@@ -418,7 +418,7 @@ async fn serve(
                     Ok(Some(c)) => {
                         let n = c.original.len();
                         out.send(Event::Compared(c));
-                        out.send(Event::Done { reason: format!("compared {}", tokens(n)) });
+                        out.send(Event::Done { reason: format!("compared {}", crate::plural(n, "token")) });
                     }
                     Ok(None) => out.send(Event::Done { reason: COMPARISON_STOPPED.into() }),
                     Err(e) => {
@@ -433,7 +433,7 @@ async fn serve(
                 match lens(model, tok, prompt.as_deref(), &tokens, wait) {
                     Ok(l) => {
                         out.send(Event::Lens(l));
-                        out.send(Event::Done { reason: format!("lens of {}", self::tokens(tokens.len())) });
+                        out.send(Event::Done { reason: format!("lens of {}", crate::plural(tokens.len(), "token")) });
                     }
                     Err(e) => {
                         out.send(Event::Error(e));
@@ -483,7 +483,7 @@ async fn serve(
         }
         let g = session.as_mut().unwrap();
         let eot = tok.eot_id();
-        let mut reason = format!("{} generated", tokens(max));
+        let mut reason = format!("{} generated", crate::plural(max, "token"));
         for _ in 0..max {
             if stop.load(Ordering::SeqCst) {
                 reason = "stopped".into();
@@ -638,11 +638,6 @@ async fn compare(
         intervened,
         delta_logprob,
     }))
-}
-
-/// "1 token", "2 tokens".
-pub fn tokens(n: usize) -> String {
-    format!("{n} token{}", if n == 1 { "" } else { "s" })
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]

@@ -6,11 +6,7 @@ use eframe::egui::{self, Color32, RichText};
 use egui_plot::{Line, Plot, Polygon};
 
 use crate::experiment::{Experiment, FinalFrom};
-
-/// "1 run", "3 runs".
-fn plural(n: usize, what: &str) -> String {
-    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
-}
+use crate::plural;
 
 /// A variant's colour (the palette of the sublayers, one hue per variant).
 pub fn variant_color(i: usize, n: usize) -> Color32 {
