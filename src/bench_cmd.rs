@@ -697,10 +697,10 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 let name = if head_chunk > 0 { "--head-chunk" } else { "train.head_chunk =" };
                 eprintln!("note: {name} {given} covers all {rows} rows of B {b} × T {seq}: the LM head runs whole");
             }
-            let whole = |r: usize| if r >= rows { 0 } else { r };
+            let used = |r: usize| ddl::model::head_chunk_used(rows, r);
             let all =
-                ddl::model::Storage { recompute: t.recompute, head_chunk: whole(t.head_chunk), ..Default::default() };
-            let head_chunk = whole(given);
+                ddl::model::Storage { recompute: t.recompute, head_chunk: used(t.head_chunk), ..Default::default() };
+            let head_chunk = used(given);
             let st = ddl::model::Storage {
                 state_f16: f16_state,
                 precision,

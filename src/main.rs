@@ -1604,7 +1604,8 @@ fn info_fit(
         let plan = ddl::model::memory_plan_for(cfg, b.max(1), t, st);
         // A batch of at most --head-chunk rows runs the head whole: said per row, and its chunk
         // recorded as 0 (the header's "slices of R rows" holds for the larger batches only).
-        let whole = head_chunk > 0 && b.max(1) * t <= head_chunk;
+        let used = ddl::model::head_chunk_used(b.max(1) * t, head_chunk);
+        let whole = head_chunk > 0 && used == 0;
         if json {
             // (The plan of one sequence where none fits: what it would need.)
             out.push(serde_json::json!({
@@ -1612,7 +1613,7 @@ fn info_fit(
                 "precision": st.precision.name(),
                 "f16_state": st.state_f16,
                 "recompute": st.recompute,
-                "head_chunk": if whole { 0 } else { head_chunk },
+                "head_chunk": used,
                 "batch": b,
                 "tokens": b * t,
                 "plan_bytes": plan.total(),

@@ -491,3 +491,10 @@ impl Acts {
 pub(crate) fn head_rows(n: usize, chunk: usize) -> usize {
     if chunk > 0 { chunk.min(n) } else { n }
 }
+
+/// The slice a program of `n` tokens runs its LM head in, given `chunk` (0 = all at once): 0
+/// where it runs whole, no chunk or one of `n` rows or more (what `bench train` and `ddl info`
+/// record and say), else `chunk`.
+pub fn head_chunk_used(n: usize, chunk: usize) -> usize {
+    if head_rows(n, chunk) < n { chunk } else { 0 }
+}

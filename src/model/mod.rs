@@ -19,7 +19,7 @@ pub mod model;
 pub mod params;
 pub mod program;
 
-pub use acts::{Acts, Inner, STATS_BETA, Sub, SubKind, WriteSaves};
+pub use acts::{Acts, Inner, STATS_BETA, Sub, SubKind, WriteSaves, head_chunk_used};
 pub use config::{ConfigError, ModelConfig, VActName, Variant};
 pub use decode::{DecodeCache, DecodeProgram};
 pub use intervene::{Intervention, InterventionError, Interventions};
