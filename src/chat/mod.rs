@@ -27,6 +27,9 @@ use crate::kernels::delta::BetaMap;
 use crate::model::{Interventions, Model};
 use crate::tokenizer::Tokenizer;
 
+mod lines;
+pub use lines::{EditedLines, Lines, PlainLines};
+
 /// What a chat samples with.
 #[derive(Debug, Clone)]
 pub struct ChatSettings {
@@ -479,112 +482,6 @@ pub enum ChatTurnError {
     Gpu(#[from] crate::gpu::GpuError),
 }
 
-/// Where a chat's lines come from: a line editor on a terminal, or any reader.
-pub trait Lines {
-    /// The next line without its newline, or `None` at the end of the input.
-    fn next_line(&mut self, prompt: &str) -> std::io::Result<Option<String>>;
-}
-
-/// Lines from a reader (a pipe, a file, a test): the prompt goes to `log`.
-pub struct PlainLines<'a> {
-    pub input: &'a mut dyn BufRead,
-    pub log: &'a mut dyn Write,
-}
-
-impl Lines for PlainLines<'_> {
-    fn next_line(&mut self, prompt: &str) -> std::io::Result<Option<String>> {
-        write!(self.log, "{prompt}")?;
-        self.log.flush()?;
-        let Some(bytes) = read_line_capped(self.input, LINE_CAP)? else {
-            // The end of the input: the prompt's line ends (a shell's prompt starts on its own).
-            writeln!(self.log)?;
-            return Ok(None);
-        };
-        // A line that is not UTF-8 is one bad line, not the end of the chat: its invalid bytes
-        // become U+FFFD, which the tokenizer then reports as a character it does not know.
-        let line = String::from_utf8(bytes).unwrap_or_else(|e| {
-            let _ = writeln!(self.log, "(this line is not UTF-8: its invalid bytes are shown as U+FFFD)");
-            String::from_utf8_lossy(e.as_bytes()).into_owned()
-        });
-        // (A file saved by a Windows editor starts with a byte-order mark, which is not text: it
-        // was a character the char model lacks, which no one sees in the line.)
-        Ok(Some(line.trim_start_matches('\u{feff}').trim_end_matches(['\n', '\r']).to_string()))
-    }
-}
-
-/// The longest line a chat reads from a pipe or file (a pipe from /dev/zero would never end
-/// one), as `ddl generate --prompt -` caps standard input.
-const LINE_CAP: u64 = 256 << 20;
-
-/// One line of `input` (with its newline), `None` at the end; a line of more than `cap` bytes
-/// is an error (the chat ends).
-fn read_line_capped(input: &mut dyn BufRead, cap: u64) -> std::io::Result<Option<Vec<u8>>> {
-    let mut bytes = Vec::new();
-    let mut line = std::io::Read::take(input, cap + 1);
-    if line.read_until(b'\n', &mut bytes)? == 0 {
-        return Ok(None);
-    }
-    if bytes.len() as u64 > cap && bytes.last() != Some(&b'\n') {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "a line of the input is longer than {} MiB: a chat reads it line by line (and the model only the \
-                 last max_seq_len tokens of a line); give shorter lines, or score a long text with `ddl eval \
-                 --checkpoint DIR --text FILE`",
-                cap >> 20
-            ),
-        ));
-    }
-    Ok(Some(bytes))
-}
-
-/// Lines from a terminal through rustyline: editing, history (↑/↓, kept in `history` across
-/// chats when given), Ctrl-C clears the line, Ctrl-D ends the chat.
-pub struct EditedLines {
-    editor: rustyline::DefaultEditor,
-    history: Option<std::path::PathBuf>,
-}
-
-impl EditedLines {
-    pub fn new(history: Option<std::path::PathBuf>) -> Result<Self, String> {
-        let mut editor = rustyline::DefaultEditor::new().map_err(|e| format!("line editor: {e}"))?;
-        if let Some(h) = &history {
-            let _ = editor.load_history(h);
-        }
-        Ok(EditedLines { editor, history })
-    }
-}
-
-impl Lines for EditedLines {
-    fn next_line(&mut self, prompt: &str) -> std::io::Result<Option<String>> {
-        use rustyline::error::ReadlineError;
-        loop {
-            match self.editor.readline(prompt) {
-                Ok(line) => {
-                    if !line.trim().is_empty() {
-                        let _ = self.editor.add_history_entry(line.as_str());
-                        if let Some(h) = &self.history {
-                            if let Some(dir) = h.parent() {
-                                let _ = std::fs::create_dir_all(dir);
-                            }
-                            let _ = self.editor.save_history(h);
-                        }
-                    }
-                    return Ok(Some(line));
-                }
-                Err(ReadlineError::Interrupted) => continue,
-                Err(ReadlineError::Eof) => {
-                    // (Ctrl-D: the prompt's line ends, as a shell's prompt starts on its own.)
-                    println!();
-                    return Ok(None);
-                }
-                Err(ReadlineError::Io(e)) => return Err(e),
-                Err(e) => return Err(std::io::Error::other(e.to_string())),
-            }
-        }
-    }
-}
-
 const HELP: &str = "commands: /reset (forget the conversation), /undo (forget the last turn), /retry (the last \
                     line again, a new reply), /set NAME VALUE (temperature, top_k, top_p, min_p, repetition_penalty, \
                     max_tokens, seed N (the next reply's seed), stop TEXT | stop none; \\n \\t \\s \\\\ in TEXT: newline, \
@@ -911,6 +808,7 @@ fn save_text(path: &std::path::Path, text: &str, again: bool) -> Result<usize, S
 
 #[cfg(test)]
 mod tests {
+    use super::lines::{LINE_CAP, read_line_capped};
     use super::*;
 
     #[test]
