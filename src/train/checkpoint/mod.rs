@@ -17,9 +17,11 @@ mod read;
 use files::*;
 pub use files::{free_bytes, probe_writable, remove_stale_tmp, write_all_atomic, write_atomic, write_new_atomic};
 pub use kept::{
-    BEST_DIR, BEST_FILE, Best, KEPT_DIR, inside_kept, keep_step, kept_refusal, kept_remedy_for, kept_run_of,
-    kept_steps, mark_best, read_best, step_dir_name, with_kept_for_reading,
+    BEST_DIR, BEST_FILE, Best, KEPT_DIR, inside_kept, keep_step, kept_refusal, kept_run_of, kept_steps, mark_best,
+    read_best, step_dir_name,
 };
+#[cfg(feature = "native")]
+pub use kept::{kept_remedy_for, with_kept_for_reading};
 pub use read::parse_model;
 use read::*;
 
