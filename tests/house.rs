@@ -1,0 +1,137 @@
+//! The house plan's checks (issue 28, docs/HOUSE.md), so that they hold after every change, not
+//! only on the day they were made: no source file's code over ~900 lines; the CPU adapter named
+//! only by the forms module; no kernel module reaching into the benchmarks or the model; no WGSL
+//! entry point inside Rust code. A file's code is what comes before its unit tests (`#[cfg(test)]`
+//! at the start of a line); test files and unit tests are not held to the line rule.
+
+use std::path::{Path, PathBuf};
+
+/// The most lines of code a source file may hold.
+const MAX_LINES: usize = 900;
+
+/// Files over [`MAX_LINES`] that are still to be split, each with the lines it may not grow past
+/// (docs/HOUSE.md, "What is left"). A file split below the limit must leave this list.
+const NOT_YET_SPLIT: &[(&str, usize)] = &[];
+
+/// Every `.rs` file under the crates' source folders, relative to the workspace root.
+fn sources() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out = Vec::new();
+    let mut stack: Vec<PathBuf> = ["src", "app/src", "web/src"].iter().map(|d| root.join(d)).collect();
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                out.push(p.strip_prefix(root).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    assert!(out.len() > 100, "the source folders hold {} files: not the workspace's", out.len());
+    out
+}
+
+/// A file's code: its lines before the unit tests.
+fn code(rel: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)).unwrap();
+    text.lines().take_while(|l| !l.starts_with("#[cfg(test)]")).map(str::to_string).collect()
+}
+
+/// The code's lines that are not comments.
+fn code_lines(rel: &Path) -> Vec<(usize, String)> {
+    code(rel)
+        .into_iter()
+        .enumerate()
+        .filter(|(_, l)| !l.trim_start().starts_with("//"))
+        .map(|(i, l)| (i + 1, l))
+        .collect()
+}
+
+fn name(p: &Path) -> String {
+    p.to_string_lossy().replace('\\', "/")
+}
+
+#[test]
+fn no_source_file_holds_more_than_900_lines_of_code() {
+    let mut over = Vec::new();
+    for p in sources() {
+        let n = code(&p).len();
+        let listed = NOT_YET_SPLIT.iter().find(|(f, _)| *f == name(&p));
+        match listed {
+            Some((f, _)) if n <= MAX_LINES => {
+                over.push(format!("{f}: {n} lines, under {MAX_LINES} now: take it off NOT_YET_SPLIT"))
+            }
+            Some((f, most)) if n > *most => over.push(format!(
+                "{f}: {n} lines of code, more than the {most} it held when it was listed as still to be \
+                 split: split it (docs/HOUSE.md) rather than grow it"
+            )),
+            Some(_) => {}
+            None if n > MAX_LINES => over.push(format!(
+                "{}: {n} lines of code (before its unit tests), over {MAX_LINES}: split it by concern into a \
+                 folder (docs/HOUSE.md)",
+                name(&p)
+            )),
+            None => {}
+        }
+    }
+    for (f, _) in NOT_YET_SPLIT {
+        if !sources().iter().any(|p| name(p) == *f) {
+            over.push(format!("{f}: listed in NOT_YET_SPLIT but gone: take it off the list"));
+        }
+    }
+    assert!(over.is_empty(), "{}", over.join("\n"));
+}
+
+#[test]
+fn only_the_forms_module_names_the_cpu_adapter() {
+    let named: Vec<String> = sources()
+        .into_iter()
+        .filter(|p| name(p) != "src/kernels/forms.rs")
+        .flat_map(|p| {
+            code_lines(&p)
+                .into_iter()
+                .filter(|(_, l)| l.contains("DeviceType::Cpu"))
+                .map(move |(i, l)| format!("{}:{i}: {}", name(&p), l.trim()))
+        })
+        .collect();
+    assert!(
+        named.is_empty(),
+        "what a CPU adapter runs is a kernel form, chosen in src/kernels/forms.rs (DDL_FORMS overrides it):\n{}",
+        named.join("\n")
+    );
+}
+
+#[test]
+fn no_kernel_module_reaches_into_the_benchmarks_or_the_model() {
+    let reach: Vec<String> = sources()
+        .into_iter()
+        .filter(|p| name(p).starts_with("src/kernels/"))
+        .flat_map(|p| {
+            code_lines(&p)
+                .into_iter()
+                .filter(|(_, l)| ["crate::bench", "crate::model"].iter().any(|m| l.contains(m)))
+                .map(move |(i, l)| format!("{}:{i}: {}", name(&p), l.trim()))
+        })
+        .collect();
+    assert!(
+        reach.is_empty(),
+        "kernel modules only launch; the model and the benchmarks call them, not the other way:\n{}",
+        reach.join("\n")
+    );
+}
+
+#[test]
+fn no_wgsl_entry_point_lives_in_rust_code() {
+    let inline: Vec<String> = sources()
+        .into_iter()
+        .flat_map(|p| {
+            code_lines(&p)
+                .into_iter()
+                .filter(|(_, l)| l.contains("@compute"))
+                .map(move |(i, l)| format!("{}:{i}: {}", name(&p), l.trim()))
+        })
+        .collect();
+    assert!(inline.is_empty(), "kernels live in shaders/*.wgsl (the kernel triple):\n{}", inline.join("\n"));
+}
