@@ -1016,3 +1016,29 @@ fn accuracies_show_where_runs_logged_them() {
     });
     assert!(h.query_by_label("top-1 accuracy (runs)").is_none());
 }
+
+/// The Training and Experiment views head their folder as "Run: NAME" / "Experiment: NAME":
+/// a run folder named `run` was headed "Run run" (and an experiment folder named `experiment`
+/// "Experiment experiment").
+#[test]
+fn the_training_and_experiment_views_head_their_folder_by_name() {
+    let dir = common::tmpdir("headings");
+    let run = dir.join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("metrics.jsonl"), "{\"step\":1,\"loss\":4.0}\n").unwrap();
+    let m = Metrics::open(&run).unwrap();
+    let h = Harness::builder().with_size([1000.0, 500.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::dashboard::show(ui, Some(&m)));
+    });
+    h.get_by_label("Run: run");
+    assert!(h.query_by_label("Run run").is_none());
+    let exp = dir.join("experiment");
+    let one = exp.join("runs").join("ddl-seed1");
+    std::fs::create_dir_all(&one).unwrap();
+    std::fs::write(one.join("metrics.jsonl"), "{\"step\":1,\"loss\":4.0}\n").unwrap();
+    let e = ddl_viz::experiment::Experiment::open(&exp).unwrap();
+    let h = Harness::builder().with_size([900.0, 560.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::experiment::show(ui, Some(&e)));
+    });
+    h.get_by_label("Experiment: experiment");
+}

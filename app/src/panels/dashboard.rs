@@ -29,7 +29,7 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
         // repository is checked out.
         let name =
             m.dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| m.dir.display().to_string());
-        ui.strong(format!("Run {name}")).on_hover_text(m.dir.display().to_string());
+        ui.strong(format!("Run: {name}")).on_hover_text(m.dir.display().to_string());
         // (The top-1 accuracy beside the losses where the run logged it.)
         let acc_at = |step: f64| {
             m.val_accuracy.iter().rev().find(|a| a.0 == step).map(|a| format!(", top-1 {:.2} %", 100.0 * a.1))
