@@ -1042,3 +1042,34 @@ fn the_training_and_experiment_views_head_their_folder_by_name() {
     });
     h.get_by_label("Experiment: experiment");
 }
+
+/// Every text `shape` paints.
+fn painted_texts(shape: &egui::Shape, out: &mut Vec<String>) {
+    match shape {
+        egui::Shape::Text(t) => out.push(t.galley.text().to_string()),
+        egui::Shape::Vec(v) => v.iter().for_each(|s| painted_texts(s, out)),
+        _ => {}
+    }
+}
+
+/// The k-turn plot's angle axis is labelled in a window of ordinary size: at 900 × 700 it
+/// showed only "0" (its grid of tens was too dense to label, the next, hundreds, past 90°), a
+/// plot in degrees without a scale.
+#[test]
+fn the_k_turn_plot_labels_its_angles_in_a_small_window() {
+    let data = trace();
+    // (Fewer than 60 tokens: a "60" or "90" drawn is the angle axis's, not the token axis's.)
+    assert!(data.len() < 60, "{}", data.len());
+    let mut sel = Selection { token: Some(7), sublayer: 0 };
+    let mut h = Harness::builder().with_size([650.0, 560.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::kdirs::show(ui, &data, &mut sel));
+    });
+    h.run();
+    let mut texts = Vec::new();
+    for s in &h.output().shapes {
+        painted_texts(&s.shape, &mut texts);
+    }
+    for label in ["60", "90", "degrees"] {
+        assert!(texts.iter().any(|t| t == label), "no {label:?} among {texts:?}");
+    }
+}
