@@ -1073,3 +1073,23 @@ fn the_k_turn_plot_labels_its_angles_in_a_small_window() {
         assert!(texts.iter().any(|t| t == label), "no {label:?} among {texts:?}");
     }
 }
+
+/// The tables beside the Eigenvalue regimes and Write strength plots show all their columns in a
+/// window of ordinary size (at 900 × 700 the last column was cut off at the panel's edge — "ide",
+/// "ref", "|v| writt" — the two halves being equal however wide the table).
+#[test]
+fn the_eigen_and_writes_tables_show_their_last_column_in_a_narrow_panel() {
+    let data = trace();
+    let width = 650.0;
+    for (view, last) in [("eigen", "regime"), ("writes", "|v| written")] {
+        let mut sel = Selection { token: Some(7), sublayer: 0 };
+        let h = Harness::builder().with_size([width, 560.0]).build_ui(|ui| {
+            egui::CentralPanel::default().show(ui, |ui| match view {
+                "eigen" => panels::eigen::show(ui, &data, &mut sel),
+                _ => panels::writes::show(ui, &data, &mut sel),
+            });
+        });
+        let r = h.get_by_label(last).rect();
+        assert!(r.right() <= width, "{view}: the column {last:?} ends at {} in a panel {width} wide", r.right());
+    }
+}
