@@ -1093,3 +1093,21 @@ fn the_eigen_and_writes_tables_show_their_last_column_in_a_narrow_panel() {
         assert!(r.right() <= width, "{view}: the column {last:?} ends at {} in a panel {width} wide", r.right());
     }
 }
+
+/// Each of the Training view's four plots labels its step axis in a window of ordinary size
+/// (at 900 × 700 the learning rate's showed only "0": its own "step" labels were left out).
+#[test]
+fn every_training_plot_labels_its_steps_in_a_narrow_panel() {
+    let m = Metrics::open(&common::fixture("run")).unwrap();
+    let mut h = Harness::builder().with_size([650.0, 560.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::dashboard::show(ui, Some(&m)));
+    });
+    h.run();
+    let mut texts = Vec::new();
+    for s in &h.output().shapes {
+        painted_texts(&s.shape, &mut texts);
+    }
+    let n = |label: &str| texts.iter().filter(|t| *t == label).count();
+    assert_eq!(n("step"), 4, "{texts:?}");
+    assert_eq!(n("200"), 4, "every plot's step axis: {texts:?}");
+}
