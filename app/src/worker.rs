@@ -562,11 +562,7 @@ fn lens(
         ddl::generate::continuation_lens(model, tok, &prompt, tokens, None)
             .map_err(|e| format!("the logit lens failed: {e}"))?
     };
-    // The states named as the other views name sublayers ("block 0 attn", not the command line's
-    // "block0.attn"): the lens's rows read as the β map's.
-    let n = ddl::generate::lens_states(model).len();
-    let states = std::iter::once("embedding".to_string()).chain((0..n - 1).map(crate::trace::sublayer_name)).collect();
-    Ok(crate::trace::Lens { states, logprob })
+    Ok(crate::trace::Lens { states: ddl::generate::lens_states(model), logprob })
 }
 
 /// The note for a prompt of `n` tokens longer than the model's context `cap` (which keeps its

@@ -575,8 +575,7 @@ fn the_logit_lens_view_computes_the_texts_lens_on_the_model_thread() {
     wait(&mut h, "the lens", |a| !a.busy() && a.trace.lens.is_some());
     let app = h.state();
     let lens = app.trace.lens.as_ref().unwrap();
-    // (Named as the β map names its rows: they were the command line's "block0.attn".)
-    assert_eq!(lens.states, ["embedding", "block 0 attn", "block 0 MLP", "block 1 attn", "block 1 MLP"]);
+    assert_eq!(lens.states, ["embedding", "block0.attn", "block0.mlp", "block1.attn", "block1.mlp"]);
     assert_eq!(lens.logprob.len(), app.trace.len());
     assert!(lens.logprob[0].is_empty(), "nothing predicted the first token");
     for (t, row) in lens.logprob.iter().enumerate().skip(1) {
