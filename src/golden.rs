@@ -196,8 +196,8 @@ impl Golden {
     /// What the file must hold whatever the engine computes (golden README 3 and 4): finite
     /// values, tokens and targets in the vocabulary, a parameter's gradient and step-1 value of
     /// its shape, `train.*[0]` = `out.*`, the gradients' norm = `out.grad_norm`, the loss the
-    /// cross-entropy of the logits, and `step1.param` = one AdamW step from `param` with `grad`.
-    /// A file that breaks one is damaged (a copy cut short, bytes overwritten): said as that, not
+    /// cross-entropy of the logits, `step1.param` = one AdamW step from `param` with `grad`, and
+    /// the traces' relations ([`Golden::trace_relations`]). A file that breaks one is damaged (a copy cut short, bytes overwritten): said as that, not
     /// as a parity failure of the engine. (Checks whose tensors are absent are left to the
     /// comparison, which names what is missing.)
     fn integrity(&self) -> Result<(), String> {
@@ -314,6 +314,210 @@ impl Golden {
                         "'step1.param.{p}' is not one AdamW step from 'param.{p}' with 'grad.{p}' and the file's \
                          optimizer settings (relative error {:.2e} of the update): one of them was changed",
                         err.sqrt() / size.sqrt().max(f64::MIN_POSITIVE)
+                    ));
+                }
+            }
+        }
+        self.trace_relations()
+    }
+
+    /// The relations the reference's traces obey among themselves and with the parameters and
+    /// logits of the same file (spec 2, 3.2, 4, 14.2–14.4), each computed here in float64 from
+    /// the stored float32 values: k = k̃/√(‖k̃‖² + ε_k²) with k̃ = `h` (k-Map) or `k_raw` (v-Map);
+    /// β = 2σ(w_β·c + b_β) and (v-Map) k̃ = W_k2 silu(W_k1 c), c = RMSNorm(`a`)·γ; v = act(W_v ·
+    /// (`a` for k-Map, `h` for v-Map) + b_v); the MLP's `h` from its `a`; where the state is the
+    /// residual x (`baseline`, `ddl_v1`, `ddl_v1_vmap`) the first `a` = the embedding of the
+    /// tokens, each next `a` = the previous one after its sublayer's write (x + h, or
+    /// x + β(v − k·x)k) and `final.z` the last; and `out.logits` = W_E · RMSNorm(`final.z`)·γ_f.
+    /// Every trace tensor takes part in one, so a trace tensor overwritten with other plausible
+    /// values breaks one and is said to be damaged. (The reference's values, computed in float64
+    /// and rounded once, meet each to about 1e-7; `TRACE_TOL` leaves room, a changed tensor
+    /// misses by orders more. A change that keeps every relation — a row of the k-Map `h`
+    /// scaled by a positive factor, say, whose direction alone counts — is not seen.) The gate
+    /// is not checked in files run with interventions (β overridden there).
+    fn trace_relations(&self) -> Result<(), String> {
+        const TRACE_TOL: f64 = 1e-5;
+        // ‖got − want‖ / ‖want‖.
+        let rel_l2 = |got: &[f32], want: &[f64]| {
+            let (mut num, mut den) = (0.0f64, 0.0f64);
+            for (&g, &w) in got.iter().zip(want) {
+                num += (g as f64 - w).powi(2);
+                den += w * w;
+            }
+            (num / den.max(f64::MIN_POSITIVE)).sqrt()
+        };
+        let cfg = &self.config;
+        let (d, m, n) = (cfg.d_model, cfg.d_v.max(1), self.batch * self.seq_len);
+        let get = |name: &str, len: usize| match self.tensors.get(name) {
+            Some((_, Data::F32(v))) if v.len() == len => Some(v.as_slice()),
+            _ => None,
+        };
+        let check = |name: &str, want: &[f64], what: &str| -> Result<(), String> {
+            let Some(got) = get(name, want.len()) else { return Ok(()) };
+            let rel = rel_l2(got, want);
+            if rel > TRACE_TOL {
+                return Err(format!(
+                    "'{name}' is not {what} (relative L2 difference {rel:.2e}; the reference's own values agree to \
+                     {TRACE_TOL:.0e}): one of them was changed"
+                ));
+            }
+            Ok(())
+        };
+        // RMSNorm rows of x with the gain γ.
+        let norm = |x: &[f32], gain: &[f32]| -> Vec<f64> {
+            let mut out = Vec::with_capacity(x.len());
+            for r in x.chunks_exact(d) {
+                let ms = r.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / d as f64;
+                let s = 1.0 / (ms + cfg.norm_eps).sqrt();
+                out.extend(r.iter().zip(gain).map(|(&v, &g)| v as f64 * s * g as f64));
+            }
+            out
+        };
+        // y = W x per row, W [rows_out, cols] row-major, x rows of `cols`.
+        let matvec = |w: &[f32], x: &[f64], cols: usize| -> Vec<f64> {
+            let out_rows = w.len() / cols;
+            let mut y = Vec::with_capacity(x.len() / cols * out_rows);
+            for r in x.chunks_exact(cols) {
+                y.extend(w.chunks_exact(cols).map(|wr| wr.iter().zip(r).map(|(&a, &b)| a as f64 * b).sum::<f64>()));
+            }
+            y
+        };
+        let silu = |x: f64| x / (1.0 + (-x).exp());
+        let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
+        let f64s = |x: &[f32]| x.iter().map(|&v| v as f64).collect::<Vec<f64>>();
+        let residual = !cfg.variant.expanded();
+        let mut x: Option<Vec<f64>> = None;
+        if residual
+            && let (Some(emb), Some((_, Data::I32(tokens)))) =
+                (get("param.tok_emb", cfg.vocab_size * d), self.tensors.get("input.tokens"))
+            && tokens.iter().all(|&t| (0..cfg.vocab_size as i64).contains(&(t as i64)))
+        {
+            x = Some(tokens.iter().flat_map(|&t| f64s(&emb[t as usize * d..(t as usize + 1) * d])).collect());
+        }
+        let mut x_from = "the embedding of 'input.tokens' (rows of 'param.tok_emb')".to_string();
+        for l in 0..cfg.n_layers {
+            for (s, gain) in [("attn", "attn_norm"), ("mlp", "mlp_norm")] {
+                let pre = format!("trace.blocks.{l}.{s}");
+                let par = |p: &str, len: usize| get(&format!("param.blocks.{l}.{p}"), len);
+                let a = get(&format!("{pre}.a"), n * d);
+                if let (Some(x), Some(_)) = (&x, a) {
+                    check(&format!("{pre}.a"), x, &x_from)?;
+                }
+                let (Some(a), Some(h), Some(gain)) =
+                    (a, get(&format!("{pre}.h"), n * d), par(&format!("{gain}.gain"), d))
+                else {
+                    x = None;
+                    continue;
+                };
+                let c = norm(a, gain);
+                let f = cfg.mlp_hidden;
+                if s == "mlp"
+                    && let (Some(wg), Some(wu), Some(wd)) =
+                        (par("mlp.w_gate", f * d), par("mlp.w_up", f * d), par("mlp.w_down", d * f))
+                {
+                    let hid: Vec<f64> =
+                        matvec(wg, &c, d).iter().zip(matvec(wu, &c, d)).map(|(&g, u)| silu(g) * u).collect();
+                    check(
+                        &format!("{pre}.h"),
+                        &matvec(wd, &hid, f),
+                        &format!("the MLP of RMSNorm('{pre}.a') (W_down(silu(W_gate c) ⊙ W_up c))"),
+                    )?;
+                }
+                if !cfg.variant.is_ddl() {
+                    x = Some(a.iter().zip(h).map(|(&a, &h)| a as f64 + h as f64).collect());
+                    x_from = format!("'{pre}.a' + '{pre}.h' (the residual after that sublayer)");
+                    continue;
+                }
+                let dp = |p: &str, len: usize| par(&format!("{s}_delta.{p}"), len);
+                let kraw_name = if cfg.variant.vmap() { format!("{pre}.k_raw") } else { format!("{pre}.h") };
+                if let Some(kr) = get(&kraw_name, n * d) {
+                    let k: Vec<f64> = kr
+                        .chunks_exact(d)
+                        .flat_map(|r| {
+                            let nrm = (r.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() + cfg.k_eps.powi(2)).sqrt();
+                            r.iter().map(move |&v| v as f64 / nrm)
+                        })
+                        .collect();
+                    check(&format!("{pre}.k"), &k, &format!("'{kraw_name}' / √(‖'{kraw_name}'‖² + ε_k²)"))?;
+                }
+                let hk = cfg.k_mlp_hidden;
+                if cfg.variant.vmap()
+                    && let (Some(w1), Some(w2)) = (dp("w_k1", hk * d), dp("w_k2", d * hk))
+                {
+                    let s1: Vec<f64> = matvec(w1, &c, d).into_iter().map(silu).collect();
+                    check(
+                        &format!("{pre}.k_raw"),
+                        &matvec(w2, &s1, hk),
+                        &format!("W_k2 silu(W_k1 c) of c = RMSNorm('{pre}.a')"),
+                    )?;
+                }
+                if self.interventions.is_empty()
+                    && let (Some(wb), Some(bb)) = (dp("w_beta", d), dp("b_beta", 1))
+                {
+                    let beta: Vec<f64> =
+                        matvec(wb, &c, d).into_iter().map(|z| 2.0 * sigmoid(z + bb[0] as f64)).collect();
+                    check(&format!("{pre}.beta"), &beta, &format!("2σ(w_β·c + b_β) of c = RMSNorm('{pre}.a')"))?;
+                }
+                let (vin, vname) = if cfg.variant.vmap() { (h, "h") } else { (a, "a") };
+                let act = match cfg.v_act {
+                    crate::model::VActName::Sigmoid4 => "sigmoid4",
+                    crate::model::VActName::Sigmoid => "sigmoid",
+                    crate::model::VActName::Linear => "linear",
+                };
+                if let (Some(wv), Some(bv)) = (dp("w_v", m * d), dp("b_v", m)) {
+                    let u = matvec(wv, &f64s(vin), d);
+                    let v: Vec<f64> = u
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &u)| {
+                            let u = u + bv[i % m] as f64;
+                            match cfg.v_act {
+                                crate::model::VActName::Sigmoid4 => 4.0 * sigmoid(u),
+                                crate::model::VActName::Sigmoid => sigmoid(u),
+                                crate::model::VActName::Linear => u,
+                            }
+                        })
+                        .collect();
+                    check(&format!("{pre}.v"), &v, &format!("act(W_v '{pre}.{vname}' + b_v) with act = {act}"))?;
+                }
+                // The residual's write x + β(v − k·x)k (m = 1), with the stored β, k, v.
+                x = match (
+                    residual,
+                    get(&format!("{pre}.beta"), n),
+                    get(&format!("{pre}.k"), n * d),
+                    get(&format!("{pre}.v"), n),
+                ) {
+                    (true, Some(beta), Some(k), Some(v)) => {
+                        let mut out = Vec::with_capacity(n * d);
+                        for (i, (xr, kr)) in a.chunks_exact(d).zip(k.chunks_exact(d)).enumerate() {
+                            let p = xr.iter().zip(kr).map(|(&x, &k)| x as f64 * k as f64).sum::<f64>();
+                            let coef = beta[i] as f64 * (v[i] as f64 - p);
+                            out.extend(xr.iter().zip(kr).map(|(&x, &k)| x as f64 + coef * k as f64));
+                        }
+                        x_from = format!("'{pre}.a' after its delta write x + β(v − k·x)k (with its β, k, v)");
+                        Some(out)
+                    }
+                    _ => None,
+                };
+            }
+        }
+        if let Some(x) = &x
+            && get("trace.final.z", n * d).is_some()
+        {
+            check("trace.final.z", x, &x_from)?;
+        }
+        if let (Some(z), Some(gain), Some(emb)) =
+            (get("trace.final.z", n * d), get("param.final_norm.gain", d), get("param.tok_emb", cfg.vocab_size * d))
+        {
+            let logits = matvec(emb, &norm(z, gain), d);
+            if let Some(stored) = get("out.logits", logits.len()) {
+                // (Said of the trace: the logits agree with the loss, checked above.)
+                let rel = rel_l2(stored, &logits);
+                if rel > TRACE_TOL {
+                    return Err(format!(
+                        "'trace.final.z' does not give 'out.logits' through the final RMSNorm and the tied head \
+                         (W_E · RMSNorm(z)·γ_f; relative L2 difference {rel:.2e}, the reference's own values agree \
+                         to {TRACE_TOL:.0e}): one of them was changed"
                     ));
                 }
             }
@@ -903,6 +1107,81 @@ mod tests {
         assert!(e.contains("must be I32 [2, 9], found F32 [2, 9]") && e.contains("copy it again"), "{e}");
         // Cut short.
         damaged(&good[..good.len() - 1000], &["not a valid safetensors file"]);
+    }
+
+    /// A trace tensor overwritten with other plausible values — finite, of the right shape and
+    /// range (another token's values, another sublayer's gates) — is said to be damaged through
+    /// the relations the traces obey with each other and with the parameters and logits: it
+    /// loaded, and its rows failed as if the engine computed them wrong.
+    #[test]
+    fn a_trace_tensor_overwritten_with_plausible_values_is_said_to_be_damaged() {
+        let load = |variant: &str| {
+            std::fs::read(crate::testing::data_path(&format!("tests/golden/{variant}.safetensors"))).unwrap()
+        };
+        // The file `variant` with tensor `name` turned into `f(tensor's f32s, the other tensors)`.
+        let edited = |variant: &str, name: &str, f: &dyn Fn(Vec<f32>) -> Vec<f32>| {
+            rewritten(&load(variant), |n, _, _, b| {
+                if n == name {
+                    let v: Vec<f32> = b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                    let v = f(v);
+                    *b = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                }
+            })
+        };
+        // Another token's row in each place: the same values, shifted by a row of `width`.
+        let shifted = |width: usize| {
+            move |v: Vec<f32>| {
+                let mut v = v;
+                v.rotate_left(width);
+                v
+            }
+        };
+        let damaged = |bytes: &[u8], needles: &[&str]| {
+            let e = Golden::parse(Path::new("dmg.safetensors"), bytes).err().expect("a damaged file must be refused");
+            let t = e.to_string();
+            assert!(t.contains("the file is damaged") && t.contains("not a parity failure"), "{t}");
+            assert!(t.contains("copy it again"), "{t}");
+            for n in needles {
+                assert!(t.contains(n), "expected {n:?} in: {t}");
+            }
+        };
+        let d = 32;
+        // The gates: another token's β (all in (0, 2)).
+        damaged(
+            &edited("ddl", "trace.blocks.1.attn.beta", &shifted(1)),
+            &["'trace.blocks.1.attn.beta' is not 2σ(w_β·c + b_β) of c = RMSNorm('trace.blocks.1.attn.a')"],
+        );
+        // The direction: another token's unit k.
+        damaged(&edited("ddl", "trace.blocks.0.mlp.k", &shifted(d)), &["'trace.blocks.0.mlp.k' is not"]);
+        // The raw direction k̃ = h of a k-Map file, and the compressed input a.
+        damaged(&edited("ddl", "trace.blocks.0.attn.h", &shifted(d)), &["'trace.blocks.0.attn.h' / √"]);
+        damaged(&edited("ddl_cc", "trace.blocks.1.mlp.a", &shifted(d)), &["RMSNorm('trace.blocks.1.mlp.a')"]);
+        // The values, moved a little (still in (0, 4)).
+        damaged(
+            &edited("ddl", "trace.blocks.0.attn.v", &|v| v.iter().map(|x| x * 0.97 + 0.05).collect()),
+            &["'trace.blocks.0.attn.v' is not act(W_v 'trace.blocks.0.attn.a' + b_v) with act = sigmoid4"],
+        );
+        // v-Map: k_raw (its k and the MLP on c) and h (the value head's input).
+        damaged(&edited("ddl_vmap", "trace.blocks.0.mlp.k_raw", &shifted(d)), &["'trace.blocks.0.mlp.k"]);
+        damaged(&edited("ddl_vmap", "trace.blocks.1.attn.h", &shifted(d)), &["'trace.blocks.1.attn.v' is not act"]);
+        // The baseline's residual: the attention's h, the next a, and the final z.
+        damaged(
+            &edited("baseline", "trace.blocks.0.attn.h", &shifted(d)),
+            &["'trace.blocks.0.mlp.a' is not 'trace.blocks.0.attn.a' + 'trace.blocks.0.attn.h'"],
+        );
+        damaged(
+            &edited("baseline", "trace.blocks.1.mlp.h", &|v| v.iter().map(|x| x * 1.05).collect()),
+            &["'trace.blocks.1.mlp.h' is not the MLP"],
+        );
+        damaged(
+            &edited("ddl_v1", "trace.blocks.1.attn.a", &shifted(d)),
+            &["'trace.blocks.1.attn.a' is not 'trace.blocks.0.mlp.a' after its delta write"],
+        );
+        // The final state: its logits through the final norm and the head.
+        damaged(
+            &edited("ddl_ec", "trace.final.z", &shifted(d)),
+            &["'trace.final.z' does not give 'out.logits' through the final RMSNorm"],
+        );
     }
 
     /// A golden file that does not exist — a variant's name mistyped — names the closest file

@@ -66,7 +66,16 @@ const MAX_GENERATE: usize = 10_000;
 fn check_paths(a: &Args) -> Result<(), String> {
     let missing = |flag: &str, p: &std::path::Path| {
         let what = if std::fs::symlink_metadata(p).is_ok() { "is a link to nothing" } else { "does not exist" };
-        format!("{flag} {}: {what}", p.display())
+        // What the flag takes: what to give instead.
+        let want = match flag {
+            "--checkpoint" => {
+                "give a checkpoint folder (the --out folder of `ddl train`, or one of its checkpoints/ folders)"
+            }
+            "--run" => "give a training run's folder (the --out folder of `ddl train`, with its metrics.jsonl)",
+            "--experiment" => "give an experiment folder (the --out folder of `ddl experiment`) or run folders",
+            _ => "give a trace file written by `ddl generate --trace FILE`",
+        };
+        format!("{flag} {}: {what}; {want}", p.display())
     };
     if let Some(d) = &a.checkpoint {
         if !d.exists() {
@@ -80,6 +89,13 @@ fn check_paths(a: &Args) -> Result<(), String> {
             let hint = if d.join("metrics.jsonl").is_file() {
                 format!(
                     ": a run that has not saved a checkpoint yet? --run {} follows its training curves meanwhile",
+                    d.display()
+                )
+            } else if d.join("runs").is_dir() || d.join("experiment.toml").is_file() {
+                // (The window's loader says the same of an experiment folder opened there.)
+                format!(
+                    ": an experiment folder: open it with --experiment {}, or give one of its runs/ folders as the \
+                     checkpoint",
                     d.display()
                 )
             } else {

@@ -302,9 +302,20 @@ impl Source {
         match self {
             Source::Dir(dir) => ddl::train::checkpoint::load(dir, false)
                 .map_err(|e| {
+                    use ddl::train::checkpoint::CheckpointError;
+                    // A model file that does not read: the run's kept checkpoint that reads, where
+                    // it has one, as `ddl generate` names it; else what to do (it said what was
+                    // wrong and nothing more).
+                    // (Native only: a browser opens no folders.)
+                    #[cfg(not(target_arch = "wasm32"))]
+                    let e = ddl::train::checkpoint::with_kept_for_reading(dir, "--checkpoint", e);
+                    let kept = e.to_string().contains(") reads: give --checkpoint");
                     // An experiment folder given as a checkpoint: say where it goes.
                     let hint = if dir.join("runs").is_dir() || dir.join("experiment.toml").is_file() {
                         " (an experiment folder: open it with --experiment DIR, or one of its runs/ as the checkpoint)"
+                    } else if matches!(e, CheckpointError::Corrupt { .. }) && !kept {
+                        "; the file is damaged: copy the checkpoint again from where it came from, or open another \
+                         (Open…, or --checkpoint DIR)"
                     } else {
                         ""
                     };

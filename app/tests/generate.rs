@@ -89,7 +89,10 @@ fn generate_step_and_errors_with_a_tiny_model() {
     std::fs::write(bad.join("model.safetensors"), b"garbage").unwrap();
     h.state_mut().open_checkpoint(&bad);
     wait(&mut h, "a second error", |a| a.messages.len() >= 2 && !a.busy());
-    assert!(h.state().messages.last().unwrap().1.contains("cannot open the checkpoint"));
+    // (With what to do: it said what was wrong and nothing more.)
+    let e = &h.state().messages.last().unwrap().1;
+    assert!(e.contains("cannot open the checkpoint") && e.contains("not a valid safetensors file"), "{e}");
+    assert!(e.contains("the file is damaged: copy the checkpoint again") && e.contains("or open another"), "{e}");
     // A wrong tokenizer: the checkpoint's tokenizer has more tokens than the model's vocabulary.
     let wrong = dir.join("wrong-tokenizer");
     std::fs::create_dir_all(&wrong).unwrap();

@@ -1016,3 +1016,98 @@ fn accuracies_show_where_runs_logged_them() {
     });
     assert!(h.query_by_label("top-1 accuracy (runs)").is_none());
 }
+
+/// The Training and Experiment views head their folder as "Run: NAME" / "Experiment: NAME":
+/// a run folder named `run` was headed "Run run" (and an experiment folder named `experiment`
+/// "Experiment experiment").
+#[test]
+fn the_training_and_experiment_views_head_their_folder_by_name() {
+    let dir = common::tmpdir("headings");
+    let run = dir.join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("metrics.jsonl"), "{\"step\":1,\"loss\":4.0}\n").unwrap();
+    let m = Metrics::open(&run).unwrap();
+    let h = Harness::builder().with_size([1000.0, 500.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::dashboard::show(ui, Some(&m)));
+    });
+    h.get_by_label("Run: run");
+    assert!(h.query_by_label("Run run").is_none());
+    let exp = dir.join("experiment");
+    let one = exp.join("runs").join("ddl-seed1");
+    std::fs::create_dir_all(&one).unwrap();
+    std::fs::write(one.join("metrics.jsonl"), "{\"step\":1,\"loss\":4.0}\n").unwrap();
+    let e = ddl_viz::experiment::Experiment::open(&exp).unwrap();
+    let h = Harness::builder().with_size([900.0, 560.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::experiment::show(ui, Some(&e)));
+    });
+    h.get_by_label("Experiment: experiment");
+}
+
+/// Every text `shape` paints.
+fn painted_texts(shape: &egui::Shape, out: &mut Vec<String>) {
+    match shape {
+        egui::Shape::Text(t) => out.push(t.galley.text().to_string()),
+        egui::Shape::Vec(v) => v.iter().for_each(|s| painted_texts(s, out)),
+        _ => {}
+    }
+}
+
+/// The k-turn plot's angle axis is labelled in a window of ordinary size: at 900 × 700 it
+/// showed only "0" (its grid of tens was too dense to label, the next, hundreds, past 90°), a
+/// plot in degrees without a scale.
+#[test]
+fn the_k_turn_plot_labels_its_angles_in_a_small_window() {
+    let data = trace();
+    // (Fewer than 60 tokens: a "60" or "90" drawn is the angle axis's, not the token axis's.)
+    assert!(data.len() < 60, "{}", data.len());
+    let mut sel = Selection { token: Some(7), sublayer: 0 };
+    let mut h = Harness::builder().with_size([650.0, 560.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::kdirs::show(ui, &data, &mut sel));
+    });
+    h.run();
+    let mut texts = Vec::new();
+    for s in &h.output().shapes {
+        painted_texts(&s.shape, &mut texts);
+    }
+    for label in ["60", "90", "degrees"] {
+        assert!(texts.iter().any(|t| t == label), "no {label:?} among {texts:?}");
+    }
+}
+
+/// The tables beside the Eigenvalue regimes and Write strength plots show all their columns in a
+/// window of ordinary size (at 900 × 700 the last column was cut off at the panel's edge — "ide",
+/// "ref", "|v| writt" — the two halves being equal however wide the table).
+#[test]
+fn the_eigen_and_writes_tables_show_their_last_column_in_a_narrow_panel() {
+    let data = trace();
+    let width = 650.0;
+    for (view, last) in [("eigen", "regime"), ("writes", "|v| written")] {
+        let mut sel = Selection { token: Some(7), sublayer: 0 };
+        let h = Harness::builder().with_size([width, 560.0]).build_ui(|ui| {
+            egui::CentralPanel::default().show(ui, |ui| match view {
+                "eigen" => panels::eigen::show(ui, &data, &mut sel),
+                _ => panels::writes::show(ui, &data, &mut sel),
+            });
+        });
+        let r = h.get_by_label(last).rect();
+        assert!(r.right() <= width, "{view}: the column {last:?} ends at {} in a panel {width} wide", r.right());
+    }
+}
+
+/// Each of the Training view's four plots labels its step axis in a window of ordinary size
+/// (at 900 × 700 the learning rate's showed only "0": its own "step" labels were left out).
+#[test]
+fn every_training_plot_labels_its_steps_in_a_narrow_panel() {
+    let m = Metrics::open(&common::fixture("run")).unwrap();
+    let mut h = Harness::builder().with_size([650.0, 560.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::dashboard::show(ui, Some(&m)));
+    });
+    h.run();
+    let mut texts = Vec::new();
+    for s in &h.output().shapes {
+        painted_texts(&s.shape, &mut texts);
+    }
+    let n = |label: &str| texts.iter().filter(|t| *t == label).count();
+    assert_eq!(n("step"), 4, "{texts:?}");
+    assert_eq!(n("200"), 4, "every plot's step axis: {texts:?}");
+}

@@ -203,10 +203,16 @@ fn bad_automation_flags_are_refused_before_the_window_opens() {
     // Paths that do not exist, a run that has saved no checkpoint yet, an empty prompt.
     let none = dir.join("no-such");
     let none = none.to_str().unwrap();
-    refused(&["--checkpoint", none], "--checkpoint");
-    refused(&["--trace", none], "does not exist");
-    refused(&["--run", none], "--run");
-    refused(&["--experiment", ck, "--experiment", none], "--experiment");
+    // (Each says what the flag takes: it said "does not exist" alone.)
+    refused(&["--checkpoint", none], "does not exist; give a checkpoint folder (the --out folder of `ddl train`");
+    refused(&["--trace", none], "does not exist; give a trace file written by `ddl generate --trace FILE`");
+    refused(&["--run", none], "does not exist; give a training run's folder");
+    refused(&["--experiment", ck, "--experiment", none], "does not exist; give an experiment folder");
+    // An experiment folder given as the checkpoint: where it goes instead (it said only that the
+    // folder holds no model.safetensors).
+    let exp = dir.join("experiment");
+    std::fs::create_dir_all(exp.join("runs/ddl-seed1")).unwrap();
+    refused(&["--checkpoint", exp.to_str().unwrap()], "an experiment folder: open it with --experiment");
     let training = dir.join("training");
     std::fs::create_dir_all(&training).unwrap();
     std::fs::write(training.join("metrics.jsonl"), "").unwrap();

@@ -16,6 +16,13 @@ fn line(p: &mut egui_plot::PlotUi<'_>, name: &str, pts: Vec<[f64; 2]>, c: Color3
     p.line(Line::new(name, pts).color(c));
 }
 
+/// The step axis of the Training plots: labelled down to 30 points apart (egui_plot's default,
+/// 60, left out every step label but "0" of a plot made narrower by its wider value labels —
+/// the learning rate's "0.01" — at 900 × 700).
+fn step_axis() -> egui_plot::AxisHints<'static> {
+    egui_plot::AxisHints::new_x().label("step").label_spacing(30.0..=60.0)
+}
+
 pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
     let Some(m) = m else {
         ui.weak(
@@ -29,7 +36,7 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
         // repository is checked out.
         let name =
             m.dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| m.dir.display().to_string());
-        ui.strong(format!("Run {name}")).on_hover_text(m.dir.display().to_string());
+        ui.strong(format!("Run: {name}")).on_hover_text(m.dir.display().to_string());
         // (The top-1 accuracy beside the losses where the run logged it.)
         let acc_at = |step: f64| {
             m.val_accuracy.iter().rev().find(|a| a.0 == step).map(|a| format!(", top-1 {:.2} %", 100.0 * a.1))
@@ -98,7 +105,7 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
         Plot::new("dash-loss")
             .height(h)
             .link_axis(group, [true, false])
-            .x_axis_label("step")
+            .custom_x_axes(vec![step_axis()])
             .y_axis_label("loss")
             .show(&mut cols[0], |p| {
                 line(p, "train loss", series(&|r| r.loss), train_c);
@@ -111,7 +118,7 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
             .height(h)
             .link_axis(group, [true, false])
             .include_y(0.0)
-            .x_axis_label("step")
+            .custom_x_axes(vec![step_axis()])
             .y_axis_label("learning rate")
             .show(&mut cols[1], |p| {
                 line(p, "learning rate", series(&|r| r.lr), lr_c);
@@ -129,7 +136,7 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
             .height(h)
             .link_axis(group, [true, false])
             .include_y(0.0)
-            .x_axis_label("step")
+            .custom_x_axes(vec![step_axis()])
             .y_axis_label("|g|")
             .show(&mut cols[0], |p| {
                 line(p, "grad norm", series(&|r| r.grad_norm), g_c);
@@ -143,7 +150,7 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
             .link_axis(group, [true, false])
             .include_y(0.0)
             .include_y(2.0)
-            .x_axis_label("step")
+            .custom_x_axes(vec![step_axis()])
             .y_axis_label("mean β")
             .show(&mut cols[1], |p| {
                 p.hline(HLine::new("regime thresholds", 0.5).color(Color32::from_gray(120)));

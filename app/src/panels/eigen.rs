@@ -24,60 +24,64 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
         data.m
     ));
     let h = (ui.available_height() * 0.5).clamp(140.0, 320.0);
-    ui.columns(2, |cols| {
-        let ui = &mut cols[0];
-        let plot = Plot::new("eigen-lambda")
-            .height(h)
-            .include_x(-1.0)
-            .include_x(1.0)
-            .include_y(-0.5)
-            .include_y(s as f64 - 0.5)
-            .allow_zoom(false)
-            .allow_drag(false)
-            .allow_scroll(false)
-            .x_axis_label("λ = 1 − β");
-        super::sublayer_y_axis(plot, s).show(ui, |p| {
-            for (r, range) in [(2usize, -1.0..=-0.5), (1, -0.5..=0.5), (0, 0.5..=1.0)] {
-                p.span(Span::new(REGIMES[r], range).axis(Axis::X).fill(regime_color(r).gamma_multiply(0.18)));
-            }
-            for i in 0..s {
-                if let Some(b) = data.beta(t, i) {
-                    let lam = 1.0 - b as f64;
-                    p.points(
-                        Points::new(sublayer_name(i), vec![[lam, i as f64]])
-                            .radius(5.0)
-                            .color(regime_color(regime_index(b))),
-                    );
+    super::beside_table(
+        ui,
+        super::TABLE_W,
+        |ui| {
+            let plot = Plot::new("eigen-lambda")
+                .height(h)
+                .include_x(-1.0)
+                .include_x(1.0)
+                .include_y(-0.5)
+                .include_y(s as f64 - 0.5)
+                .allow_zoom(false)
+                .allow_drag(false)
+                .allow_scroll(false)
+                .x_axis_label("λ = 1 − β");
+            super::sublayer_y_axis(plot, s).show(ui, |p| {
+                for (r, range) in [(2usize, -1.0..=-0.5), (1, -0.5..=0.5), (0, 0.5..=1.0)] {
+                    p.span(Span::new(REGIMES[r], range).axis(Axis::X).fill(regime_color(r).gamma_multiply(0.18)));
                 }
-            }
-        });
-        let ui = &mut cols[1];
-        egui::ScrollArea::both().id_salt("eigen-table").max_height(h).show(ui, |ui| {
-            egui::Grid::new("eigen-grid").striped(true).num_columns(5).show(ui, |ui| {
-                for head in ["sublayer", "β", "λ = 1−β", "det on X = λ^d_v", "regime"] {
-                    ui.strong(head);
-                }
-                ui.end_row();
                 for i in 0..s {
-                    let Some(b) = data.beta(t, i) else {
-                        // (A β that overflowed: its row says so rather than missing.)
-                        ui.label(sublayer_name(i));
-                        ui.monospace("not finite");
-                        ui.end_row();
-                        continue;
-                    };
-                    let lam = 1.0 - b as f64;
-                    ui.label(sublayer_name(i));
-                    ui.monospace(format!("{b:.4}"));
-                    ui.monospace(format!("{lam:+.4}"));
-                    ui.monospace(format!("{:+.3e}", lam.powi(data.m as i32)));
-                    let r = regime_index(b);
-                    ui.label(RichText::new(REGIMES[r]).color(regime_color(r)).strong());
-                    ui.end_row();
+                    if let Some(b) = data.beta(t, i) {
+                        let lam = 1.0 - b as f64;
+                        p.points(
+                            Points::new(sublayer_name(i), vec![[lam, i as f64]])
+                                .radius(5.0)
+                                .color(regime_color(regime_index(b))),
+                        );
+                    }
                 }
             });
-        });
-    });
+        },
+        |ui| {
+            egui::ScrollArea::both().id_salt("eigen-table").max_height(h).show(ui, |ui| {
+                egui::Grid::new("eigen-grid").striped(true).num_columns(5).show(ui, |ui| {
+                    for head in ["sublayer", "β", "λ = 1−β", "det on X = λ^d_v", "regime"] {
+                        ui.strong(head);
+                    }
+                    ui.end_row();
+                    for i in 0..s {
+                        let Some(b) = data.beta(t, i) else {
+                            // (A β that overflowed: its row says so rather than missing.)
+                            ui.label(sublayer_name(i));
+                            ui.monospace("not finite");
+                            ui.end_row();
+                            continue;
+                        };
+                        let lam = 1.0 - b as f64;
+                        ui.label(sublayer_name(i));
+                        ui.monospace(format!("{b:.4}"));
+                        ui.monospace(format!("{lam:+.4}"));
+                        ui.monospace(format!("{:+.3e}", lam.powi(data.m as i32)));
+                        let r = regime_index(b);
+                        ui.label(RichText::new(REGIMES[r]).color(regime_color(r)).strong());
+                        ui.end_row();
+                    }
+                });
+            });
+        },
+    );
     ui.separator();
     ui.strong(format!("Regimes over the whole text ({} tokens)", data.len()));
     let counts = data.regime_counts();

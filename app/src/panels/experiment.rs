@@ -25,7 +25,7 @@ pub fn show(ui: &mut egui::Ui, e: Option<&Experiment>) {
     let n = variants.len();
     let name = e.dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     ui.horizontal_wrapped(|ui| {
-        ui.strong(format!("Experiment {name}")).on_hover_text(e.dir.display().to_string());
+        ui.strong(format!("Experiment: {name}")).on_hover_text(e.dir.display().to_string());
         ui.label(format!("{}, {}", plural(e.runs.len(), "run"), plural(n, "variant")));
         if !e.skipped.is_empty() {
             ui.colored_label(Color32::from_rgb(230, 160, 60), format!("{} folder(s) skipped", e.skipped.len()))

@@ -51,6 +51,15 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
             .height(ui.available_height().max(120.0))
             .include_y(0.0)
             .include_y(90.0)
+            // Marks every 10°, 30° and 90° (in tens of that when zoomed far out): the default
+            // grid (tens, then hundreds) left a plot of an ordinary height with its 0 alone
+            // labelled.
+            .y_grid_spacer(egui_plot::uniform_grid_spacer(|g| {
+                let span = (g.bounds.1 - g.bounds.0).abs().max(1.0);
+                let step = 10f64.max(10f64.powf((span / 20.0).log10().ceil()));
+                [step, 3.0 * step, 9.0 * step]
+            }))
+            .y_axis_label("degrees")
             .x_axis_label("token")
             .show(ui, |p| {
                 for i in 0..s {

@@ -190,3 +190,31 @@ pub(crate) fn row_label_every(ch: f32, line_h: f32) -> usize {
 pub fn row_labels_id(map: &str) -> eframe::egui::Id {
     eframe::egui::Id::unique(("ddl-viz-row-labels", map))
 }
+
+/// The width a plot's table beside it needs (the Eigenvalue regimes' and Write strength's five
+/// columns), in points.
+pub(crate) const TABLE_W: f32 = 380.0;
+
+/// A plot (`left`) and its table (`right`) side by side: the table the width it needs,
+/// `table_w` (at most 60 % of the row), the plot the rest. (Two equal columns cut a table wider
+/// than half the row off at the panel's edge.)
+pub(crate) fn beside_table(
+    ui: &mut eframe::egui::Ui,
+    table_w: f32,
+    left: impl FnOnce(&mut eframe::egui::Ui),
+    right: impl FnOnce(&mut eframe::egui::Ui),
+) {
+    let gap = ui.spacing().item_spacing.x;
+    let total = ui.available_width();
+    let plot_w = (total - table_w.min(total * 0.6) - gap).max(0.0);
+    ui.horizontal_top(|ui| {
+        ui.vertical(|ui| {
+            ui.set_width(plot_w);
+            left(ui)
+        });
+        ui.vertical(|ui| {
+            ui.set_width(ui.available_width());
+            right(ui)
+        });
+    });
+}
