@@ -1,6 +1,7 @@
 //! Ctrl-C, SIGTERM and a closed output pipe: the first asks the work to stop at the next safe point
-//! (a training run saves its checkpoint), a second within its grace ends at once and removes
-//! what was half made (`Scrap`, a run that was starting); the exit status that says which.
+//! (a training run saves its checkpoint); a second one (not the first delivered again) ends at
+//! once and removes what was half made (`Scrap`, a run that was starting); the exit status that
+//! says which signal it was.
 
 use super::*;
 

@@ -1,5 +1,6 @@
 //! Opening a run: a new one, or one resumed (settings, tokenizer, model and moments, data,
-//! programs, the ranks' handshake); the tile tuning a run does first.
+//! programs, the ranks' handshake); and [`tune_for`], the tile measurements a run would make,
+//! taken ahead of time (`ddl experiment --jobs`).
 
 use super::*;
 
