@@ -874,6 +874,12 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             return print_sample(dev, src, a.sample);
         }
     }
+    // A new run's corpus is tokenised and cached (CPU work) before the adapter opens, or MPI
+    // starts: one too short for a validation split, or for a sequence, is refused without an
+    // adapter (it was refused after the adapter opened). Ctrl-C meanwhile: as in the run (130).
+    if !resume {
+        ddl::train::check_new_run_data(&run)?;
+    }
     if a.distributed == Some(Distributed::Mpi) {
         if let Some(why) = resume_refusal {
             anyhow::bail!(why);

@@ -691,6 +691,16 @@ fn corpus_problems_are_clear_errors() {
     std::fs::write(&p, "hi\n").unwrap();
     let e = t(p.to_str().unwrap(), &["--corpus", "tiny.txt", "too little text"]);
     assert!(!e.contains("ddl/shards"), "the message names the cache, not the corpus: {e}");
+    // Too short for a split (tokenising is CPU work): said before the adapter opens, as an empty
+    // file is (an adapter not there is never asked for), and --out is not made.
+    for (name, said) in [("tiny.txt", "too little text"), ("short.txt", "fewer than one sequence")] {
+        let f = dir.join(name).display().to_string();
+        let _ = std::fs::remove_dir_all(&out);
+        let mut a = vec!["train", "--corpus", &f, "--out", &out, "--steps", "1", "--adapter", "no-such-adapter"];
+        a.extend_from_slice(SMALL);
+        let e = fails(&dir, &a, &[name, said]);
+        assert!(!e.contains("no-such-adapter") && !Path::new(&out).exists(), "{e}");
+    }
     let p = dir.join("latin1.txt");
     std::fs::write(&p, b"caf\xe9 au lait").unwrap();
     t(p.to_str().unwrap(), &["latin1.txt", "not UTF-8", "offset 3"]);
