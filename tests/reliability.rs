@@ -146,8 +146,17 @@ fn checkpoint_problems_are_clear_errors() {
     let o = cmd(&dir).args(&a).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
 
-    fails_gen(&dir, &dir.join("nope"), &["nope", "does not exist"]);
+    fails_gen(&dir, &dir.join("nope"), &["nope", "does not exist: give a run's folder (`ddl train --out`"]);
     fails_gen(&dir, &ck.join("model.safetensors"), &["model.safetensors", "is a file", "run's folder"]);
+    // As --init-from: the remedy said once (it was said twice, in two parentheses).
+    let small = ddl::testing::small_corpus(&dir);
+    let out = dir.join("init-out").display().to_string();
+    for bad in [dir.join("nope"), ck.join("model.safetensors")] {
+        let bad = bad.display().to_string();
+        let a = ["train", "--init-from", &bad, "--corpus", &small, "--out", &out, "--steps", "1"];
+        let e = fails(&dir, &a, &["--init-from", "give"]);
+        assert_eq!(e.matches("give").count(), 1, "{e}");
+    }
     // Given to `ddl golden`, a checkpoint is said to be one, with the command that takes it.
     let model = ck.join("model.safetensors");
     fails(&dir, &["golden", model.to_str().unwrap()], &["a ddl checkpoint's model file", "ddl eval --checkpoint"]);
