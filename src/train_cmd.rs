@@ -881,9 +881,10 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     // A new run's corpus is tokenised and cached (CPU work) before the adapter opens, or MPI
     // starts: one too short for a validation split, or for a sequence, is refused without an
     // adapter (it was refused after the adapter opened). Ctrl-C meanwhile: as in the run (130).
-    if !resume {
-        ddl::train::check_new_run_data(&run)?;
-    }
+    let check_new_data = |run: &ddl::train::RunConfig| match resume {
+        true => Ok(()),
+        false => ddl::train::check_new_run_data(run),
+    };
     if a.distributed == Some(Distributed::Mpi) {
         if let Some(why) = resume_refusal {
             anyhow::bail!(why);
@@ -893,11 +894,13 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         if let Some(n) = launched_ranks() {
             ddl::train::ranks_share(&run.train, n, resume).map_err(anyhow::Error::msg)?;
         }
+        check_new_data(&run)?;
         return train_mpi(dev, &a, run, out, resume);
     }
     if let Some(why) = resume_refusal {
         anyhow::bail!(why);
     }
+    check_new_data(&run)?;
     let gpu = dev.open().context("opening the GPU")?;
     ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
     // The sample after the run needs the decode caches: refused now, not after the training.

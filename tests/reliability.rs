@@ -709,6 +709,11 @@ fn corpus_problems_are_clear_errors() {
         a.extend_from_slice(SMALL);
         let e = fails(&dir, &a, &[name, said]);
         assert!(!e.contains("no-such-adapter") && !Path::new(&out).exists(), "{e}");
+        if cfg!(feature = "mpi") {
+            a.extend(["--distributed", "mpi"]);
+            let e = fails(&dir, &a, &[name, said]);
+            assert!(!e.contains("no-such-adapter") && !e.contains("rank 0"), "{e}");
+        }
     }
     let p = dir.join("latin1.txt");
     std::fs::write(&p, b"caf\xe9 au lait").unwrap();
