@@ -714,8 +714,8 @@ pub(super) fn result_of(dir: &Path, steps: usize) -> Option<RunResult> {
 /// A file of run `dir` (`metrics.jsonl`, `config.toml`) read right after the run trained: one
 /// that does not read was changed while the grid ran, and the error says what running the
 /// command again does with the run. (Without config.toml the grid resumes the run from its
-/// checkpoint, which writes it again; without metrics.jsonl it would resume too, make up the
-/// final evaluation and report the run without its training loss and speed, so the run is
+/// checkpoint, which writes it again; without metrics.jsonl it resumes too, makes up the final
+/// evaluation alone into a new one and is refused as having no training rows, so the run is
 /// trained again.)
 fn read_after_training(dir: &Path, file: &str) -> Result<String, String> {
     let p = dir.join(file);
@@ -749,6 +749,19 @@ fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &Experime
     // The final evaluation over the whole validation split (its step, loss and tokens).
     let (val_curve, full) = (m.val.clone(), m.full);
     let ck = checkpoint::load(dir, false).map_err(|e| e.to_string())?;
+    // Every step writes a row: none for a trained run means its metrics.jsonl went (resumed, the
+    // run made up its final evaluation into a new one), and the result would have no training
+    // loss or speed (NaN in the report, without a word).
+    if m.train.is_empty() && ck.step > 0 {
+        return Err(format!(
+            "{}: no training step's row, though the run trained {} steps (the file was removed or replaced since): \
+             its training loss and speed are gone; move '{}' out of the grid (or delete it) and run the same \
+             command, which trains the run again from step 0",
+            metrics_path.display(),
+            ck.step,
+            dir.display()
+        ));
+    }
     // The final evaluation of the final step: never a periodic one in its place (an interrupt
     // stops the final evaluation; resuming the run makes it up).
     let (final_val_loss, val_tokens) = match full {
