@@ -253,6 +253,7 @@ fn run(cli: Cli) -> Result<()> {
                 score_prompt,
                 lens,
                 json,
+                stop_cleanly: true,
             };
             generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, how)
         }
@@ -706,6 +707,9 @@ pub(crate) struct GenerateHow<'a> {
     pub(crate) lens: bool,
     /// One JSON line per continuation instead of streamed text.
     pub(crate) json: bool,
+    /// Ctrl-C stops a continuation at the next token, its text kept (`ddl generate`); else it
+    /// ends the process at once (`ddl train --sample`'s sample, whose note says the run was saved).
+    pub(crate) stop_cleanly: bool,
 }
 
 pub(crate) fn generate_cmd(
@@ -716,8 +720,18 @@ pub(crate) fn generate_cmd(
     how: GenerateHow,
 ) -> Result<()> {
     use std::io::Write;
-    let GenerateHow { trace, strict_context, interventions, compare, samples, logprobs, score_prompt, lens, json } =
-        how;
+    let GenerateHow {
+        trace,
+        strict_context,
+        interventions,
+        compare,
+        samples,
+        logprobs,
+        score_prompt,
+        lens,
+        json,
+        stop_cleanly,
+    } = how;
     let s = sa.sampler()?;
     let from_stdin = prompt == "-";
     // (What a prompt that long can mean: generation reads its last context of tokens.)
@@ -862,7 +876,7 @@ pub(crate) fn generate_cmd(
             // token (which `tokens` holds whole).
             let mut text = String::new();
             let g = {
-                let _ctrlc = ddl::train::CtrlcScope::new();
+                let _ctrlc = stop_cleanly.then(ddl::train::CtrlcScope::new);
                 ddl::generate::generate_scored_until(
                     &model,
                     &tok,
@@ -909,7 +923,7 @@ pub(crate) fn generate_cmd(
         // The text ends its line: a newline after it unless it ends in one (`--stop '\n'`).
         let mut at_line_start = prompt.is_empty() || prompt.ends_with('\n');
         let g = {
-            let _ctrlc = ddl::train::CtrlcScope::new();
+            let _ctrlc = stop_cleanly.then(ddl::train::CtrlcScope::new);
             ddl::generate::generate_scored_until(&model, &tok, &ids, &opts, &mut sampler, logprobs, stop_now, |t| {
                 print!("{t}");
                 if !t.is_empty() {

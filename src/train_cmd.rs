@@ -1073,7 +1073,8 @@ fn print_sample(dev: &DeviceArgs, out: &std::path::Path, n: usize) -> Result<()>
     if n == 0 {
         return Ok(());
     }
-    // (The run is saved: Ctrl-C now stops the sample at once, as it stops `ddl generate`.)
+    // (The run is saved: Ctrl-C now stops the sample at once, saying so; `ddl generate` stops
+    // at the next token instead, keeping its text: GenerateHow::stop_cleanly.)
     ddl::train::stop_at_once_from_now("stopped the sample (the run was saved before it)");
     println!("--- sample ---");
     let s = SamplingArgs {
@@ -1096,6 +1097,7 @@ fn print_sample(dev: &DeviceArgs, out: &std::path::Path, n: usize) -> Result<()>
         score_prompt: false,
         lens: false,
         json: false,
+        stop_cleanly: false,
     };
     crate::generate_cmd(dev, out, "\n", &s, how)?;
     println!();
