@@ -1225,6 +1225,8 @@ pub enum Stop {
     StopText,
     /// The model generated the end-of-text token (neither shown nor returned).
     EndOfText,
+    /// The caller asked it to stop ([`generate_scored_until`]: Ctrl-C in `ddl generate`).
+    Interrupted,
 }
 
 /// What [`generate_scored`] generated.
@@ -1263,6 +1265,22 @@ pub fn generate_scored(
     opts: &GenOptions,
     sampler: &mut Sampler,
     top: Option<usize>,
+    on_token: impl FnMut(&str),
+) -> Result<Generated> {
+    generate_scored_until(model, tok, prompt, opts, sampler, top, &|| false, on_token)
+}
+
+/// [`generate_scored`], stopping before the next token once `stop_now` says so ([`Stop::Interrupted`];
+/// what was generated is kept, its last character finished as at any end).
+#[allow(clippy::too_many_arguments)]
+pub fn generate_scored_until(
+    model: &Model,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    opts: &GenOptions,
+    sampler: &mut Sampler,
+    top: Option<usize>,
+    stop_now: &dyn Fn() -> bool,
     mut on_token: impl FnMut(&str),
 ) -> Result<Generated> {
     let owned = std::mem::replace(sampler, Sampler::new(sampler.cfg.clone()));
@@ -1271,6 +1289,10 @@ pub fn generate_scored(
     g.set_scores(top);
     let mut out = Generated { tokens: Vec::new(), traces: Vec::new(), scores: Vec::new(), stop: Stop::Length };
     for _ in 0..opts.max_tokens {
+        if stop_now() {
+            out.stop = Stop::Interrupted;
+            break;
+        }
         let s = g.step()?;
         // The stop token ends the text: it is neither shown nor returned.
         if opts.stop_token == Some(s.token) {

@@ -259,6 +259,7 @@ fn run(cli: Cli) -> Result<()> {
                 score_prompt,
                 lens,
                 json,
+                stop_cleanly: true,
             };
             generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, how)
         }
@@ -479,6 +480,9 @@ pub(crate) struct GenerateHow<'a> {
     pub(crate) lens: bool,
     /// One JSON line per continuation instead of streamed text.
     pub(crate) json: bool,
+    /// Ctrl-C stops a continuation at the next token, its text kept (`ddl generate`); else it
+    /// ends the process at once (`ddl train --sample`'s sample, whose note says the run was saved).
+    pub(crate) stop_cleanly: bool,
 }
 
 pub(crate) fn generate_cmd(
@@ -489,8 +493,18 @@ pub(crate) fn generate_cmd(
     how: GenerateHow,
 ) -> Result<()> {
     use std::io::Write;
-    let GenerateHow { trace, strict_context, interventions, compare, samples, logprobs, score_prompt, lens, json } =
-        how;
+    let GenerateHow {
+        trace,
+        strict_context,
+        interventions,
+        compare,
+        samples,
+        logprobs,
+        score_prompt,
+        lens,
+        json,
+        stop_cleanly,
+    } = how;
     let s = sa.sampler()?;
     let from_stdin = prompt == "-";
     // (What a prompt that long can mean: generation reads its last context of tokens.)
@@ -621,6 +635,10 @@ pub(crate) fn generate_cmd(
         None => None,
     };
     let mut traces = Vec::new();
+    // Ctrl-C (or SIGTERM) while a continuation is generated stops it at the next token, its text
+    // kept (it ended the process at once, without a word): the sample it cut and its tokens.
+    let mut stopped = None;
+    let stop_now: &dyn Fn() -> bool = &ddl::train::interrupted;
     for i in 0..samples as u64 {
         // Each sample is what its seed gives alone (a fresh sampler, the prompt's caches anew).
         let cfg = ddl::generate::SamplerConfig { seed: s.seed + i, ..s.clone() };
@@ -630,9 +648,20 @@ pub(crate) fn generate_cmd(
             // The text as it would be printed: cut right after a stop text, even inside the last
             // token (which `tokens` holds whole).
             let mut text = String::new();
-            let g = ddl::generate::generate_scored(&model, &tok, &ids, &opts, &mut sampler, logprobs, |t| {
-                text.push_str(t)
-            })?;
+            let g = {
+                let _ctrlc = stop_cleanly.then(ddl::train::CtrlcScope::new);
+                ddl::generate::generate_scored_until(
+                    &model,
+                    &tok,
+                    &ids,
+                    &opts,
+                    &mut sampler,
+                    logprobs,
+                    stop_now,
+                    |t| text.push_str(t),
+                )?
+            };
+            let cut = g.stop == ddl::generate::Stop::Interrupted;
             let mut line = serde_json::json!({
                 "sample": i + 1,
                 "seed": seed,
@@ -648,12 +677,16 @@ pub(crate) fn generate_cmd(
             if let Some(p) = &prompt_scores {
                 line["prompt_logprobs"] = serde_json::to_value(p)?;
             }
-            if lens {
+            if lens && !cut {
                 let rows = ddl::generate::continuation_lens(&model, &tok, &ids, &g.tokens, opts.beta_maps.as_deref())?;
                 line["lens"] = serde_json::json!({ "states": ddl::generate::lens_states(&model), "tokens": rows });
             }
             println!("{line}");
             traces = g.traces;
+            if cut {
+                stopped = Some((i, g.tokens.len()));
+                break;
+            }
             continue;
         }
         if samples > 1 {
@@ -662,23 +695,33 @@ pub(crate) fn generate_cmd(
         print!("{prompt}");
         // The text ends its line: a newline after it unless it ends in one (`--stop '\n'`).
         let mut at_line_start = prompt.is_empty() || prompt.ends_with('\n');
-        let g = ddl::generate::generate_scored(&model, &tok, &ids, &opts, &mut sampler, logprobs, |t| {
-            print!("{t}");
-            if !t.is_empty() {
-                at_line_start = t.ends_with('\n');
-            }
-            let _ = std::io::stdout().flush();
-        })?;
+        let g = {
+            let _ctrlc = stop_cleanly.then(ddl::train::CtrlcScope::new);
+            ddl::generate::generate_scored_until(&model, &tok, &ids, &opts, &mut sampler, logprobs, stop_now, |t| {
+                print!("{t}");
+                if !t.is_empty() {
+                    at_line_start = t.ends_with('\n');
+                }
+                let _ = std::io::stdout().flush();
+            })?
+        };
         if !at_line_start {
             println!();
         }
+        let cut = g.stop == ddl::generate::Stop::Interrupted;
         if let Some(n) = logprobs {
             let why = match g.stop {
-                ddl::generate::Stop::Length => "it reached --max-tokens",
-                ddl::generate::Stop::StopText => "it reached a --stop text",
-                ddl::generate::Stop::EndOfText => "the model ended the text (its end-of-text token)",
+                ddl::generate::Stop::Length => "it reached --max-tokens".to_string(),
+                ddl::generate::Stop::StopText => "it reached a --stop text".to_string(),
+                ddl::generate::Stop::EndOfText => "the model ended the text (its end-of-text token)".to_string(),
+                ddl::generate::Stop::Interrupted => format!("{} stopped it", ddl::train::interruption()),
             };
-            print!("{}", ddl::generate::scores_table(&g.scores, n, why));
+            print!("{}", ddl::generate::scores_table(&g.scores, n, &why));
+        }
+        if cut {
+            traces = g.traces;
+            stopped = Some((i, g.tokens.len()));
+            break;
         }
         if lens {
             let rows = ddl::generate::continuation_lens(&model, &tok, &ids, &g.tokens, opts.beta_maps.as_deref())?;
@@ -694,6 +737,22 @@ pub(crate) fn generate_cmd(
             );
         }
         traces = g.traces;
+    }
+    if let Some((i, n)) = stopped {
+        let _ = std::io::stdout().flush();
+        let of = if samples > 1 {
+            format!(" of sample {} of {samples} (the samples after it were not generated)", i + 1)
+        } else {
+            String::new()
+        };
+        // A trace holds a whole generation: none is written (an earlier one there stays).
+        let no_trace = if trace.is_some() { "; no trace written (an earlier one there is left as it was)" } else { "" };
+        eprintln!(
+            "{}: stopped the generation after {n} token{}{of}{no_trace}",
+            ddl::train::interruption(),
+            if n == 1 { "" } else { "s" }
+        );
+        return Err(Interrupted.into());
     }
     if let Some(path) = trace {
         ddl::generate::write_trace_with(

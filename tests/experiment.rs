@@ -520,6 +520,40 @@ fn a_run_whose_checkpoint_does_not_read_gets_the_grids_remedy() {
     assert!(run.join("model.safetensors").is_file(), "the grid removed the damaged run");
 }
 
+/// A run whose metrics.jsonl went while its result was not written yet (the folder changed while
+/// the grid ran, or after it stopped): the grid resumes it from its checkpoint, and the metrics
+/// then hold the made-up final evaluation alone. It was reported without a word, its training
+/// loss and speed NaN; it is refused with the grid's remedy (train it again).
+#[test]
+fn a_run_without_its_training_metrics_is_refused_not_reported_as_nan() {
+    let dir = tmpdir("experiment-no-metrics");
+    let out = dir.join("out");
+    let mut one = std::fs::read_to_string(spec(&dir, 2)).unwrap();
+    one = one
+        .replace("variants = [\"baseline\", \"ddl\"]", "variants = [\"ddl\"]")
+        .replace("seeds = [1, 2]", "seeds = [1]");
+    let s = dir.join("one.toml");
+    std::fs::write(&s, one).unwrap();
+    let (s, o) = (s.to_str().unwrap(), out.to_str().unwrap());
+    let r = ddl(&dir, &["experiment", "--spec", s, "--out", o]);
+    assert!(r.status.success(), "{}", text(&r));
+    let run = out.join("runs/ddl-seed1");
+    for f in ["result.json", "metrics.jsonl"] {
+        std::fs::remove_file(run.join(f)).unwrap();
+    }
+    let r = ddl(&dir, &["experiment", "--spec", s, "--out", o]);
+    let t = text(&r);
+    assert!(!r.status.success(), "{t}");
+    assert!(
+        t.contains("run ddl-seed1:")
+            && t.contains("no training step")
+            && t.contains(&format!("move '{}' out of the grid", run.display()))
+            && t.contains("trains the run again from step 0"),
+        "{t}"
+    );
+    assert!(!run.join("result.json").exists(), "{t}");
+}
+
 #[test]
 fn extra_seeds_give_some_variants_more_runs() {
     // `--dry-run` lists the grid: seeds 1-2 for both variants, 3 and 4 for ddl only, seed-major.

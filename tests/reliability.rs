@@ -146,8 +146,17 @@ fn checkpoint_problems_are_clear_errors() {
     let o = cmd(&dir).args(&a).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
 
-    fails_gen(&dir, &dir.join("nope"), &["nope", "does not exist"]);
+    fails_gen(&dir, &dir.join("nope"), &["nope", "does not exist: give a run's folder (`ddl train --out`"]);
     fails_gen(&dir, &ck.join("model.safetensors"), &["model.safetensors", "is a file", "run's folder"]);
+    // As --init-from: the remedy said once (it was said twice, in two parentheses).
+    let small = ddl::testing::small_corpus(&dir);
+    let out = dir.join("init-out").display().to_string();
+    for bad in [dir.join("nope"), ck.join("model.safetensors")] {
+        let bad = bad.display().to_string();
+        let a = ["train", "--init-from", &bad, "--corpus", &small, "--out", &out, "--steps", "1"];
+        let e = fails(&dir, &a, &["--init-from", "give"]);
+        assert_eq!(e.matches("give").count(), 1, "{e}");
+    }
     // Given to `ddl golden`, a checkpoint is said to be one, with the command that takes it.
     let model = ck.join("model.safetensors");
     fails(&dir, &["golden", model.to_str().unwrap()], &["a ddl checkpoint's model file", "ddl eval --checkpoint"]);
@@ -691,6 +700,21 @@ fn corpus_problems_are_clear_errors() {
     std::fs::write(&p, "hi\n").unwrap();
     let e = t(p.to_str().unwrap(), &["--corpus", "tiny.txt", "too little text"]);
     assert!(!e.contains("ddl/shards"), "the message names the cache, not the corpus: {e}");
+    // Too short for a split (tokenising is CPU work): said before the adapter opens, as an empty
+    // file is (an adapter not there is never asked for), and --out is not made.
+    for (name, said) in [("tiny.txt", "too little text"), ("short.txt", "fewer than one sequence")] {
+        let f = dir.join(name).display().to_string();
+        let _ = std::fs::remove_dir_all(&out);
+        let mut a = vec!["train", "--corpus", &f, "--out", &out, "--steps", "1", "--adapter", "no-such-adapter"];
+        a.extend_from_slice(SMALL);
+        let e = fails(&dir, &a, &[name, said]);
+        assert!(!e.contains("no-such-adapter") && !Path::new(&out).exists(), "{e}");
+        if cfg!(feature = "mpi") {
+            a.extend(["--distributed", "mpi"]);
+            let e = fails(&dir, &a, &[name, said]);
+            assert!(!e.contains("no-such-adapter") && !e.contains("rank 0"), "{e}");
+        }
+    }
     let p = dir.join("latin1.txt");
     std::fs::write(&p, b"caf\xe9 au lait").unwrap();
     t(p.to_str().unwrap(), &["latin1.txt", "not UTF-8", "offset 3"]);

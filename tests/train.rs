@@ -2934,6 +2934,59 @@ fn ctrl_c_during_the_sample_after_training_stops_it_at_once() {
     }
 }
 
+/// Ctrl-C or SIGTERM during `ddl generate` stops it at the next token: the text so far stays
+/// printed, stderr says what stopped it after how many tokens, the status is 130 / 143 (as `ddl
+/// train`'s), and a `--trace` of the cut generation is not written (the process died at once,
+/// without a word).
+#[test]
+fn ctrl_c_during_generate_stops_at_the_next_token_and_says_so() {
+    use std::io::Read;
+    let dir = tmpdir("sigint-generate");
+    let c = ddl::testing::small_corpus(&dir);
+    let ck = micro_run(&dir, "ck", "ddl", &c, 1);
+    for (signal, status, name) in [("-INT", 130, "Ctrl-C"), ("-TERM", 143, "SIGTERM")] {
+        let trace = dir.join(format!("trace{signal}.bin"));
+        let mut child = ddl_cmd(&dir)
+            .args(["generate", "--checkpoint", ck.to_str().unwrap(), "--prompt", "To be", "--max-tokens"])
+            .args(["1000000", "--trace", trace.to_str().unwrap()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Some tokens after the prompt, then the signal.
+        let mut stdout = child.stdout.take().unwrap();
+        let mut got = vec![0u8; 16];
+        stdout.read_exact(&mut got).unwrap();
+        let t0 = std::time::Instant::now();
+        assert!(Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap().success());
+        let rest = std::thread::spawn(move || {
+            let mut rest = Vec::new();
+            stdout.read_to_end(&mut rest).unwrap();
+            rest
+        });
+        let o = child.wait_with_output().unwrap();
+        got.extend(rest.join().unwrap());
+        let (out, err) = (String::from_utf8_lossy(&got), String::from_utf8_lossy(&o.stderr));
+        assert!(t0.elapsed().as_secs() < 30, "the generation went on after {name}: {err}");
+        assert_eq!(o.status.code(), Some(status), "{err}");
+        assert!(out.starts_with("To be") && out.ends_with('\n'), "{out:?}");
+        let said = err.lines().find(|l| l.contains("stopped the generation")).unwrap_or_default();
+        assert!(said.starts_with(&format!("{name}: stopped the generation after ")), "{err}");
+        // The count said is the tokens printed (a char model's: one character each; the line
+        // ended after them unless the last was a newline), at least the 11 read past the prompt.
+        let n: usize = said.split("after ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+        let shown = out["To be".len()..].chars().count();
+        assert!(n >= 11 && (n == shown || n + 1 == shown), "{said}: {shown} characters printed");
+        assert!(said.contains("no trace written"), "{err}");
+        let traces: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(&format!("trace{signal}")))
+            .collect();
+        assert!(traces.is_empty(), "a trace of the cut generation: {traces:?}");
+    }
+}
+
 /// Ctrl-C while `--corpus` is tokenised into the shard cache (a large corpus takes a while; the
 /// process died at once and left the half-made set): exit 130, said so, nothing left in the cache
 /// or in --out. A maker killed outright leaves its folder, which the next maker of any corpus

@@ -711,16 +711,57 @@ pub(super) fn result_of(dir: &Path, steps: usize) -> Option<RunResult> {
     (r.steps == steps).then_some(r)
 }
 
+/// A file of run `dir` (`metrics.jsonl`, `config.toml`) read right after the run trained: one
+/// that does not read was changed while the grid ran, and the error says what running the
+/// command again does with the run. (Without config.toml the grid resumes the run from its
+/// checkpoint, which writes it again; without metrics.jsonl it resumes too, makes up the final
+/// evaluation alone into a new one and is refused as having no training rows, so the run is
+/// trained again.)
+fn read_after_training(dir: &Path, file: &str) -> Result<String, String> {
+    let p = dir.join(file);
+    std::fs::read_to_string(&p).map_err(|e| {
+        let remedy = if file == "config.toml" {
+            "run the same command again: the grid resumes the run from its checkpoint, which writes config.toml \
+             again (without a checkpoint it trains the run again from step 0)"
+                .to_string()
+        } else {
+            format!(
+                "the training's losses and speed are in it: move '{}' out of the grid (or delete it) and run the same \
+                 command, which trains the run again from step 0",
+                dir.display()
+            )
+        };
+        format!(
+            "{}: cannot be read right after the run trained ({e}): the run's folder was changed while the experiment \
+             ran; {remedy}",
+            p.display()
+        )
+    })
+}
+
 /// Reads a finished run's metrics and counts its β regimes on validation text.
 fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &ExperimentSpec) -> Result<RunResult, String> {
     let metrics_path = dir.join("metrics.jsonl");
-    let text = std::fs::read_to_string(&metrics_path).map_err(|e| format!("{}: {e}", metrics_path.display()))?;
+    let text = read_after_training(dir, "metrics.jsonl")?;
     let m = crate::train::metrics::Metrics::parse(&text);
     let mut tps: Vec<f64> = m.train.iter().filter_map(|r| r.tok_per_s).collect();
     let elapsed = m.train.iter().filter_map(|r| r.elapsed).fold(0.0f64, f64::max);
     // The final evaluation over the whole validation split (its step, loss and tokens).
     let (val_curve, full) = (m.val.clone(), m.full);
     let ck = checkpoint::load(dir, false).map_err(|e| e.to_string())?;
+    // Every step writes a row: none for a trained run means its metrics.jsonl went (resumed, the
+    // run made up its final evaluation into a new one), and the result would have no training
+    // loss or speed (NaN in the report, without a word).
+    if m.train.is_empty() && ck.step > 0 {
+        return Err(format!(
+            "{}: no training step's row, though the run trained {} steps (the file was removed or replaced since): \
+             its training loss and speed are gone; move '{}' out of the grid (or delete it) and run the same \
+             command, which trains the run again from step 0",
+            metrics_path.display(),
+            ck.step,
+            dir.display()
+        ));
+    }
     // The final evaluation of the final step: never a periodic one in its place (an interrupt
     // stops the final evaluation; resuming the run makes it up).
     let (final_val_loss, val_tokens) = match full {
@@ -740,7 +781,7 @@ fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &Experime
 
     let run: RunConfig = {
         let p = dir.join("config.toml");
-        let t = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        let t = read_after_training(dir, "config.toml")?;
         toml::from_str(&t).map_err(|e| format!("{}: {e}", p.display()))?
     };
     let t = &run.train;
@@ -811,6 +852,27 @@ pub fn beta_regimes(
 mod tests {
     use super::*;
     use crate::experiment::test_support::spec;
+
+    /// A run's metrics.jsonl or config.toml that does not read right after it trained (its folder
+    /// changed while the grid ran) is named with what happened and what to do, per file: it was
+    /// "PATH: No such file or directory (os error 2)" alone.
+    #[test]
+    fn a_run_file_gone_after_training_gets_a_remedy() {
+        let dir = crate::testing::scratch_dir("run-file-gone").join("runs").join("ddl-seed1");
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = read_after_training(&dir, "metrics.jsonl").unwrap_err();
+        let path = dir.join("metrics.jsonl").display().to_string();
+        assert!(e.starts_with(&format!("{path}: cannot be read right after the run trained (")), "{e}");
+        assert!(e.contains("os error 2") && e.contains("changed while the experiment ran"), "{e}");
+        // (Run again as it is, the grid resumes the run without its training's metrics.)
+        assert!(e.contains(&format!("move '{}' out of the grid", dir.display())), "{e}");
+        assert!(e.contains("trains the run again from step 0"), "{e}");
+        let e = read_after_training(&dir, "config.toml").unwrap_err();
+        assert!(e.contains("changed while the experiment ran"), "{e}");
+        assert!(e.contains("run the same command again") && e.contains("writes config.toml again"), "{e}");
+        std::fs::write(dir.join("config.toml"), "x = 1").unwrap();
+        assert_eq!(read_after_training(&dir, "config.toml").unwrap(), "x = 1");
+    }
 
     /// A run whose result.json is there but not usable (of another length, or unreadable) says
     /// why in its state: `ddl info` and --dry-run called it "new" beside the file, and only the

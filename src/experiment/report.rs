@@ -84,7 +84,7 @@ pub fn verdict(q: Question, a: Variant, b: Variant, diff: f64, p_holm: f64) -> S
     let at = format!("p {} after Holm", p_text(p_holm));
     match (q, sig) {
         (_, false) => format!("not distinguishable ({at})"),
-        (Question::PaperGap, true) if diff > 0.0 => format!("reproduced at p < 0.05 after Holm ({at})"),
+        (Question::PaperGap, true) if diff > 0.0 => format!("reproduced ({at}, below 0.05)"),
         (Question::PaperGap, true) => format!("reversed: {} lower than {} ({at})", a.name(), b.name()),
         (Question::VsBaseline, true) if diff < 0.0 => format!("lower than the baseline ({at})"),
         (Question::VsBaseline, true) => format!("higher than the baseline ({at})"),
@@ -907,10 +907,16 @@ mod tests {
         let md = report(&names, 5, loss, |_| "abc".into());
         // The family: 3 gaps, ddl_v1_vmap, ddl_vmap and ddl_cc against the baseline, 2 k/v pairs.
         assert!(md.contains("(8 comparisons)"), "{md}");
+        // The verdict says the threshold and the p once ("reproduced at p < 0.05 after Holm (p <
+        // 0.001 after Holm)" said it twice).
         assert!(
-            row(&md, "baseline − ddl_v1").contains("reproduced at p < 0.05 after Holm"),
+            row(&md, "baseline − ddl_v1").ends_with("| reproduced (p < 0.001 after Holm, below 0.05) |"),
             "{}",
             row(&md, "baseline − ddl_v1")
+        );
+        assert_eq!(
+            verdict(Question::PaperGap, Variant::DdlV1, Variant::Ddl, 0.1, 0.019),
+            "reproduced (p = 0.019 after Holm, below 0.05)"
         );
         assert!(row(&md, "ddl_v1 − ddl").contains("not distinguishable"), "{}", row(&md, "ddl_v1 − ddl"));
         assert!(row(&md, "ddl_v1_vmap − ddl_v1").contains("k-Map better"), "{}", row(&md, "ddl_v1_vmap − ddl_v1"));

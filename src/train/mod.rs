@@ -836,6 +836,18 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer, crate::tokenizer::Tokeni
     Tokenizer::load(path)
 }
 
+/// A new run's corpus (not `--data` shards) tokenised and cached, and its splits checked, before
+/// the adapter opens: a corpus too short for a validation split, or for one sequence, is refused
+/// without asking for an adapter. (The run opens the cached set again.)
+pub fn check_new_run_data(run: &RunConfig) -> Result<(), TrainError> {
+    if !run.data.is_empty() {
+        return Ok(());
+    }
+    let mut run = run.clone();
+    run.absolute_paths();
+    trainer::open_new_run_data(&run).map(drop)
+}
+
 /// Trains (or resumes) a model and writes everything into `opts.out`.
 pub fn train(gpu: Arc<Gpu>, opts: TrainOptions) -> Result<Summary, TrainError> {
     train_with(gpu, opts, &Single, &DistOptions::default())

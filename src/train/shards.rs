@@ -36,6 +36,11 @@ pub enum ShardError {
          {MAGIC_U32} for uint32); a headerless uint16 file (nanoGPT's train.bin) needs --data-format raw-u16"
     )]
     Magic { path: PathBuf, magic: i32 },
+    #[error(
+        "'{path}' is text, not llm.c token shards: give it as text (`ddl train --corpus`, `ddl eval --text`), or \
+         make shards of it with `ddl data prepare {path} --tokenizer T --out DIR`"
+    )]
+    Text { path: PathBuf },
     #[error("'{path}': magic {magic} with version {version}, expected version {expected}")]
     Version { path: PathBuf, magic: i32, version: i32, expected: i32 },
     #[error(
@@ -124,14 +129,25 @@ impl Shard {
             }
             return Ok(Shard { path: p, map, offset: 0, wide: false, len: (bytes / 2) as usize, anon: false });
         }
+        // (A text file given as shards: its first bytes, UTF-8 without control characters but
+        // line ends and tabs, say so; a character cut by the header's end is still text.)
+        let head = &map[..(bytes as usize).min(HEADER_BYTES)];
+        let head = match std::str::from_utf8(head) {
+            Ok(t) => Some(t),
+            Err(e) if e.error_len().is_none() => std::str::from_utf8(&head[..e.valid_up_to()]).ok(),
+            Err(_) => None,
+        };
+        let text =
+            head.is_some_and(|t| !t.is_empty() && !t.chars().any(|c| c.is_control() && !"\t\n\r\x0c".contains(c)));
         if bytes < HEADER_BYTES as u64 {
-            return Err(ShardError::NoHeader { path: p, len: bytes });
+            return Err(if text { ShardError::Text { path: p } } else { ShardError::NoHeader { path: p, len: bytes } });
         }
         let word = |i: usize| i32::from_le_bytes(map[4 * i..4 * i + 4].try_into().unwrap());
         let (magic, version, count) = (word(0), word(1), word(2) as u32 as u64);
         let (wide, expected) = match magic {
             MAGIC_U16 => (false, VERSION_U16),
             MAGIC_U32 => (true, VERSION_U32),
+            _ if text => return Err(ShardError::Text { path: p }),
             _ => return Err(ShardError::Magic { path: p, magic }),
         };
         if version != expected {
@@ -571,6 +587,27 @@ fn wildcard(p: &str, s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A text file given as shards (`ddl eval --data corpus.txt`, `ddl data inspect corpus.txt`)
+    /// is said to be text, with what takes text and how to make shards of it: it was "starts with
+    /// magic 1936877894" (or "fewer than the 1024-byte header"). Bytes that are not text keep the
+    /// shard errors.
+    #[test]
+    fn a_text_file_given_as_shards_is_said_to_be_text() {
+        let dir = crate::testing::scratch_dir("shards-text");
+        for (name, text) in [("long.txt", "First Citizen: ".repeat(100)), ("short.txt", "To be, or not".into())] {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            let e = Shard::open(&p, Format::Llmc).err().unwrap().to_string();
+            assert!(e.starts_with(&format!("'{}' is text, not llm.c token shards", p.display())), "{e}");
+            assert!(e.contains("ddl eval --text") && e.contains("ddl data prepare"), "{e}");
+        }
+        let p = dir.join("bin");
+        std::fs::write(&p, [7u8; 2048]).unwrap();
+        assert!(matches!(Shard::open(&p, Format::Llmc), Err(ShardError::Magic { .. })));
+        std::fs::write(&p, [0u8, 1, 2]).unwrap();
+        assert!(matches!(Shard::open(&p, Format::Llmc), Err(ShardError::NoHeader { .. })));
+    }
 
     /// A text's tokens in anonymous memory read back after any release (released anonymous
     /// pages would read as zeros: `ddl eval --text` once evaluated zeros past its first batch).

@@ -13,8 +13,8 @@ mod report;
 mod settings;
 use mpi::*;
 use report::*;
-pub(crate) use settings::{preset_with_config, set_names};
 use settings::*;
+pub(crate) use settings::{preset_with_config, set_names};
 
 /// `vocab_size` under `[model]` in `ddl train --config` (a run's own `config.toml` has it): the
 /// tokenizer sizes the vocabulary, so the value is taken only as what the tokenizer must give
@@ -627,6 +627,13 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             return print_sample(dev, src, a.sample);
         }
     }
+    // A new run's corpus is tokenised and cached (CPU work) before the adapter opens, or MPI
+    // starts: one too short for a validation split, or for a sequence, is refused without an
+    // adapter (it was refused after the adapter opened). Ctrl-C meanwhile: as in the run (130).
+    let check_new_data = |run: &ddl::train::RunConfig| match resume {
+        true => Ok(()),
+        false => ddl::train::check_new_run_data(run),
+    };
     if a.distributed == Some(Distributed::Mpi) {
         if let Some(why) = resume_refusal {
             anyhow::bail!(why);
@@ -636,11 +643,13 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         if let Some(n) = launched_ranks() {
             ddl::train::ranks_share(&run.train, n, resume).map_err(anyhow::Error::msg)?;
         }
+        check_new_data(&run)?;
         return train_mpi(dev, &a, run, out, resume);
     }
     if let Some(why) = resume_refusal {
         anyhow::bail!(why);
     }
+    check_new_data(&run)?;
     let gpu = dev.open().context("opening the GPU")?;
     ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
     // The sample after the run needs the decode caches: refused now, not after the training.

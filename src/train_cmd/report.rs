@@ -110,7 +110,8 @@ pub(super) fn print_sample(dev: &DeviceArgs, out: &std::path::Path, n: usize) ->
     if n == 0 {
         return Ok(());
     }
-    // (The run is saved: Ctrl-C now stops the sample at once, as it stops `ddl generate`.)
+    // (The run is saved: Ctrl-C now stops the sample at once, saying so; `ddl generate` stops
+    // at the next token instead, keeping its text: GenerateHow::stop_cleanly.)
     ddl::train::stop_at_once_from_now("stopped the sample (the run was saved before it)");
     println!("--- sample ---");
     let s = SamplingArgs {
@@ -133,6 +134,7 @@ pub(super) fn print_sample(dev: &DeviceArgs, out: &std::path::Path, n: usize) ->
         score_prompt: false,
         lens: false,
         json: false,
+        stop_cleanly: false,
     };
     crate::generate_cmd(dev, out, "\n", &s, how)?;
     println!();

@@ -250,8 +250,12 @@ pub(crate) fn preset_with_config(
 pub(super) fn init_config(ck: &std::path::Path) -> Result<ddl::model::ModelConfig> {
     use ddl::train::checkpoint::{CheckpointError, MODEL_FILE};
     ddl::train::checkpoint::saved_config(ck).map_err(|e| match e {
-        // (A missing model file's message says what the folder is and what to give.)
+        // (A missing model file's message says what the folder is and what to give, as a missing
+        // folder's and a file's do.)
         CheckpointError::MissingFile(ref f) if f.ends_with(MODEL_FILE) => {
+            anyhow::anyhow!("--init-from {}: {e}", ck.display())
+        }
+        CheckpointError::MissingDir(_) | CheckpointError::NotADir(_) => {
             anyhow::anyhow!("--init-from {}: {e}", ck.display())
         }
         e => anyhow::anyhow!(

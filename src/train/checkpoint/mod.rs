@@ -39,7 +39,10 @@ pub const DATA_CRC: &str = "data_crc32";
 /// A checkpoint that cannot be read, naming the file and the problem.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    #[error("checkpoint directory '{0}' does not exist")]
+    #[error(
+        "checkpoint folder '{0}' does not exist: give a run's folder (`ddl train --out`, or one of its checkpoints/ \
+         folders)"
+    )]
     MissingDir(PathBuf),
     #[error("'{0}' is a file, not a checkpoint folder: give the run's folder (the one that holds model.safetensors)")]
     NotADir(PathBuf),

@@ -24,6 +24,7 @@ use crate::tokenizer::Tokenizer;
 use crate::train::Collective;
 
 mod open;
+pub(super) use open::open_new_run_data;
 pub use open::tune_for;
 
 /// One run in progress on one rank.

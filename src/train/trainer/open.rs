@@ -133,27 +133,9 @@ impl<'c> Trainer<'c> {
             // the corpus is read and tokenised.
             run.absolute_paths();
             run.validate()?;
-            // Fine-tuning (`--init-from`): the checkpoint's tokenizer encodes the data.
             let init = (!run.init_from.is_empty()).then(|| PathBuf::from(&run.init_from));
-            let given = init.as_deref().map(checkpoint::saved_tokenizer).transpose()?;
-            if let (Some(from), Some(tok)) = (&init, &given) {
-                // Another tokenizer named (a file, the shards' meta.json) before the data is read
-                // with this one (which met a token id past its vocabulary first).
-                data::check_init_tokenizer(&run, tok, from)?;
-            }
             let td = Instant::now();
-            let (ds, tok) = data::open_for_run(&run, given.as_ref()).map_err(|e| match (e, &init) {
-                (TrainError::Data(data::DataError::UnknownChar { path, offset, ch, vocab }), Some(from)) => {
-                    TrainError::Settings(format!(
-                        "'{}': character {ch:?} at byte {offset} is not among the {vocab} characters of --init-from \
-                         {}'s character tokenizer: a character model knows only its corpus's characters (take them \
-                         out of the text, or start from a model with a byte-level tokenizer)",
-                        path.display(),
-                        from.display()
-                    ))
-                }
-                (e, _) => e,
-            })?;
+            let (ds, tok) = open_new_run_data(&run)?;
             data_open_s = td.elapsed().as_secs_f64();
             let model = match &init {
                 None => {
@@ -602,4 +584,30 @@ pub(super) fn resumed_best(out: &std::path::Path, lead: bool) -> Option<checkpoi
         }
     }
     logged
+}
+
+/// A new run's data and tokenizer (`run`'s paths absolute): its corpus tokenised and cached (or
+/// its shards opened) and the splits checked against `train.seq_len`, all CPU work, which `ddl
+/// train` does before the adapter opens too ([`crate::train::check_new_run_data`]). Fine-tuning
+/// (`--init-from`): the checkpoint's tokenizer encodes the data.
+pub(in crate::train) fn open_new_run_data(run: &RunConfig) -> Result<(data::Dataset, Tokenizer), TrainError> {
+    let init = (!run.init_from.is_empty()).then(|| PathBuf::from(&run.init_from));
+    let given = init.as_deref().map(checkpoint::saved_tokenizer).transpose()?;
+    if let (Some(from), Some(tok)) = (&init, &given) {
+        // Another tokenizer named (a file, the shards' meta.json) before the data is read
+        // with this one (which met a token id past its vocabulary first).
+        data::check_init_tokenizer(run, tok, from)?;
+    }
+    data::open_for_run(run, given.as_ref()).map_err(|e| match (e, &init) {
+        (TrainError::Data(data::DataError::UnknownChar { path, offset, ch, vocab }), Some(from)) => {
+            TrainError::Settings(format!(
+                "'{}': character {ch:?} at byte {offset} is not among the {vocab} characters of --init-from {}'s \
+                 character tokenizer: a character model knows only its corpus's characters (take them out of the \
+                 text, or start from a model with a byte-level tokenizer)",
+                path.display(),
+                from.display()
+            ))
+        }
+        (e, _) => e,
+    })
 }
