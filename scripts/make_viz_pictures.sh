@@ -5,8 +5,10 @@
 #   scripts/make_viz_pictures.sh [RUN_DIR]      (default runs/viz-tiny; trained first if absent)
 #
 # Training: 4000 AdamW steps of 16 × 64 tokens, cosine from 3e-3 to 3e-4 over the whole run
-# (about 25 minutes on lavapipe with 2 cores). The final whole-split validation loss is printed
-# and checked (< 1.60) before any picture is taken. Pictures: ddl-viz in a virtual X display
+# (4.1 M tokens: about 110 minutes on lavapipe with 2 idle cores, at the 630 tok/s the release
+# build ran its first 40 steps at in session 87; the "about 25 minutes" written here before was
+# not reproduced). The final whole-split validation loss is printed and checked (< 1.60) before
+# any picture is taken. Pictures: ddl-viz in a virtual X display
 # (Xvfb), one window per view, written to docs/img/viz-*.png.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
