@@ -590,12 +590,16 @@ fn unreadable_checkpoint(name: &str, dir: &Path, problem: &str) -> ExperimentErr
     let problem = problem.split("; its kept checkpoint").next().unwrap_or(problem);
     ExperimentError::Run {
         run: name.to_string(),
-        msg: format!(
-            "its checkpoint does not read ({problem}), so the grid cannot resume it: move '{}' out of the grid (or \
-             delete it) and run the same command, which trains the run again from step 0",
-            dir.display()
-        ),
+        msg: format!("its checkpoint does not read ({problem}), so the grid cannot resume it: {}", train_again(dir)),
     }
+}
+
+/// What to do with a grid run that cannot be resumed: it is trained again.
+fn train_again(dir: &Path) -> String {
+    format!(
+        "move '{}' out of the grid (or delete it) and run the same command, which trains the run again from step 0",
+        dir.display()
+    )
 }
 
 /// Before `--jobs` start: every pending variant's matmul tiles measured on one device of each
@@ -725,11 +729,7 @@ fn read_after_training(dir: &Path, file: &str) -> Result<String, String> {
              again (without a checkpoint it trains the run again from step 0)"
                 .to_string()
         } else {
-            format!(
-                "the training's losses and speed are in it: move '{}' out of the grid (or delete it) and run the same \
-                 command, which trains the run again from step 0",
-                dir.display()
-            )
+            format!("the training's losses and speed are in it: {}", train_again(dir))
         };
         format!(
             "{}: cannot be read right after the run trained ({e}): the run's folder was changed while the experiment \
@@ -755,11 +755,10 @@ fn finish_run(gpu: &Arc<Gpu>, dir: &Path, v: Variant, seed: u64, spec: &Experime
     if m.train.is_empty() && ck.step > 0 {
         return Err(format!(
             "{}: no training step's row, though the run trained {} steps (the file was removed or replaced since): \
-             its training loss and speed are gone; move '{}' out of the grid (or delete it) and run the same \
-             command, which trains the run again from step 0",
+             its training loss and speed are gone; {}",
             metrics_path.display(),
             ck.step,
-            dir.display()
+            train_again(dir)
         ));
     }
     // The final evaluation of the final step: never a periodic one in its place (an interrupt
