@@ -144,9 +144,10 @@ impl Golden {
     /// Every trace tensor takes part in one, so a trace tensor overwritten with other plausible
     /// values breaks one and is said to be damaged. (The reference's values, computed in float64
     /// and rounded once, meet each to about 1e-7; `TRACE_TOL` leaves room, a changed tensor
-    /// misses by orders more. A change that keeps every relation — a row of the k-Map `h`
-    /// scaled by a positive factor, say, whose direction alone counts — is not seen.) The gate
-    /// is not checked in files run with interventions (β overridden there).
+    /// misses by orders more.) The attention's `h` is checked against the attention of
+    /// RMSNorm(`a`) computed here (spec 3.1: RoPE, QK-RMSNorm, causal softmax, W_o), so a row of
+    /// a k-Map `h` scaled by a positive factor, whose direction alone the write uses, is seen too.
+    /// The gate is not checked in files run with interventions (β overridden there).
     pub(super) fn trace_relations(&self) -> Result<(), String> {
         const TRACE_TOL: f64 = 1e-5;
         // ‖got − want‖ / ‖want‖.
@@ -184,15 +185,6 @@ impl Golden {
                 out.extend(r.iter().zip(gain).map(|(&v, &g)| v as f64 * s * g as f64));
             }
             out
-        };
-        // y = W x per row, W [rows_out, cols] row-major, x rows of `cols`.
-        let matvec = |w: &[f32], x: &[f64], cols: usize| -> Vec<f64> {
-            let out_rows = w.len() / cols;
-            let mut y = Vec::with_capacity(x.len() / cols * out_rows);
-            for r in x.chunks_exact(cols) {
-                y.extend(w.chunks_exact(cols).map(|wr| wr.iter().zip(r).map(|(&a, &b)| a as f64 * b).sum::<f64>()));
-            }
-            y
         };
         let silu = |x: f64| x / (1.0 + (-x).exp());
         let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
@@ -233,6 +225,26 @@ impl Golden {
                         &format!("{pre}.h"),
                         &matvec(wd, &hid, f),
                         &format!("the MLP of RMSNorm('{pre}.a') (W_down(silu(W_gate c) ⊙ W_up c))"),
+                    )?;
+                }
+                let hq = cfg.n_heads * cfg.head_dim;
+                if s == "attn"
+                    && let (Some(wq), Some(wr), Some(wn), Some(wo), Some(gq), Some(gk)) = (
+                        par("attn.wq", hq * d),
+                        par("attn.wk", hq * d),
+                        par("attn.wv", hq * d),
+                        par("attn.wo", d * hq),
+                        par("attn.q_norm.gain", cfg.head_dim),
+                        par("attn.k_norm.gain", cfg.head_dim),
+                    )
+                {
+                    check(
+                        &format!("{pre}.h"),
+                        &attention(cfg, self.seq_len, &c, [wq, wr, wn, wo], [gq, gk]),
+                        &format!(
+                            "the attention of RMSNorm('{pre}.a') (W_o of softmax(q̂·k̂/√h) causal over W_ν c, q̂ and k̂ \
+                             rotated and RMS-normed)"
+                        ),
                     )?;
                 }
                 if !cfg.variant.is_ddl() {
@@ -336,4 +348,67 @@ impl Golden {
         }
         Ok(())
     }
+}
+
+/// y = W x per row, W [rows_out, cols] row-major, x rows of `cols`.
+fn matvec(w: &[f32], x: &[f64], cols: usize) -> Vec<f64> {
+    let out_rows = w.len() / cols;
+    let mut y = Vec::with_capacity(x.len() / cols * out_rows);
+    for r in x.chunks_exact(cols) {
+        y.extend(w.chunks_exact(cols).map(|wr| wr.iter().zip(r).map(|(&a, &b)| a as f64 * b).sum::<f64>()));
+    }
+    y
+}
+
+/// Causal self-attention of spec 3.1 in float64 over rows `c` [B·T, d] (T = `seq`, positions from
+/// 0 in each sequence): q = W_q c, r = W_r c, ν = W_ν c split into heads; RoPE (half-split, base
+/// `rope_base`) on q and r, then RMSNorm per head with the gains γ_q, γ_k; softmax(q̂·k̂/√h) over
+/// τ ≤ t; the heads' outputs concatenated and projected by W_o. `w` = [W_q, W_r, W_ν, W_o].
+fn attention(cfg: &crate::model::ModelConfig, seq: usize, c: &[f64], w: [&[f32]; 4], gain: [&[f32]; 2]) -> Vec<f64> {
+    let (d, heads, hd) = (cfg.d_model, cfg.n_heads, cfg.head_dim);
+    let (width, half) = (heads * hd, hd / 2);
+    let [wq, wr, wn, wo] = w;
+    let (mut q, mut r, nu) = (matvec(wq, c, d), matvec(wr, c, d), matvec(wn, c, d));
+    let theta: Vec<f64> = (0..half).map(|i| cfg.rope_base.powf(-((2 * i) as f64) / hd as f64)).collect();
+    for (x, g) in [(&mut q, gain[0]), (&mut r, gain[1])] {
+        for (row, xr) in x.chunks_exact_mut(width).enumerate() {
+            let t = (row % seq) as f64;
+            for head in xr.chunks_exact_mut(hd) {
+                for (i, &th) in theta.iter().enumerate() {
+                    let (sin, cos) = (t * th).sin_cos();
+                    let (a, b) = (head[i], head[i + half]);
+                    head[i] = a * cos - b * sin;
+                    head[i + half] = a * sin + b * cos;
+                }
+                let ms = head.iter().map(|v| v * v).sum::<f64>() / hd as f64;
+                let s = 1.0 / (ms + cfg.norm_eps).sqrt();
+                for (v, &g) in head.iter_mut().zip(g) {
+                    *v *= s * g as f64;
+                }
+            }
+        }
+    }
+    let scale = 1.0 / (hd as f64).sqrt();
+    let mut o = vec![0.0f64; c.len() / d * width];
+    for start in (0..c.len() / d).step_by(seq) {
+        for e in 0..heads {
+            // Row `row` of the sequence, head e's columns.
+            let at = |row: usize| (start + row) * width + e * hd..(start + row) * width + (e + 1) * hd;
+            for t in 0..seq {
+                let qt = &q[at(t)];
+                let s: Vec<f64> =
+                    (0..=t).map(|u| qt.iter().zip(&r[at(u)]).map(|(a, b)| a * b).sum::<f64>() * scale).collect();
+                let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let p: Vec<f64> = s.iter().map(|v| (v - max).exp()).collect();
+                let sum: f64 = p.iter().sum();
+                let range = at(t);
+                for (u, pu) in p.iter().enumerate() {
+                    for (ov, nv) in o[range.clone()].iter_mut().zip(&nu[at(u)]) {
+                        *ov += pu / sum * nv;
+                    }
+                }
+            }
+        }
+    }
+    matvec(wo, &o, width)
 }

@@ -823,20 +823,39 @@ mod tests {
         );
         // The direction: another token's unit k.
         damaged(&edited("ddl", "trace.blocks.0.mlp.k", &shifted(d)), &["'trace.blocks.0.mlp.k' is not"]);
-        // The raw direction k̃ = h of a k-Map file, and the compressed input a.
-        damaged(&edited("ddl", "trace.blocks.0.attn.h", &shifted(d)), &["'trace.blocks.0.attn.h' / √"]);
+        // The raw direction k̃ = h of a k-Map file (another token's row; one row scaled by 3,
+        // which keeps its k: the attention computed from a says so), and the compressed input a.
+        let attn_h = "'trace.blocks.0.attn.h' is not the attention of RMSNorm('trace.blocks.0.attn.a')";
+        damaged(&edited("ddl", "trace.blocks.0.attn.h", &shifted(d)), &[attn_h]);
+        damaged(
+            &edited("ddl", "trace.blocks.0.attn.h", &|v| {
+                v.iter().enumerate().map(|(i, x)| if (5 * d..6 * d).contains(&i) { 3.0 * x } else { *x }).collect()
+            }),
+            &[attn_h],
+        );
         damaged(&edited("ddl_cc", "trace.blocks.1.mlp.a", &shifted(d)), &["RMSNorm('trace.blocks.1.mlp.a')"]);
         // The values, moved a little (still in (0, 4)).
         damaged(
             &edited("ddl", "trace.blocks.0.attn.v", &|v| v.iter().map(|x| x * 0.97 + 0.05).collect()),
             &["'trace.blocks.0.attn.v' is not act(W_v 'trace.blocks.0.attn.a' + b_v) with act = sigmoid4"],
         );
-        // v-Map: k_raw (its k and the MLP on c) and h (the value head's input).
+        // v-Map: k_raw (its k and the MLP on c), h (the attention) and v (from h).
         damaged(&edited("ddl_vmap", "trace.blocks.0.mlp.k_raw", &shifted(d)), &["'trace.blocks.0.mlp.k"]);
-        damaged(&edited("ddl_vmap", "trace.blocks.1.attn.h", &shifted(d)), &["'trace.blocks.1.attn.v' is not act"]);
+        damaged(
+            &edited("ddl_vmap", "trace.blocks.1.attn.h", &shifted(d)),
+            &["'trace.blocks.1.attn.h' is not the attention"],
+        );
+        damaged(
+            &edited("ddl_vmap", "trace.blocks.1.attn.v", &|v| v.iter().map(|x| x * 0.97 + 0.01).collect()),
+            &["'trace.blocks.1.attn.v' is not act(W_v 'trace.blocks.1.attn.h' + b_v)"],
+        );
         // The baseline's residual: the attention's h, the next a, and the final z.
         damaged(
-            &edited("baseline", "trace.blocks.0.attn.h", &shifted(d)),
+            &edited("baseline", "trace.blocks.1.attn.h", &shifted(d)),
+            &["'trace.blocks.1.attn.h' is not the attention"],
+        );
+        damaged(
+            &edited("baseline", "trace.blocks.0.mlp.a", &shifted(d)),
             &["'trace.blocks.0.mlp.a' is not 'trace.blocks.0.attn.a' + 'trace.blocks.0.attn.h'"],
         );
         damaged(
