@@ -147,7 +147,7 @@ impl Golden {
     /// misses by orders more.) The attention's `h` is checked against the attention of
     /// RMSNorm(`a`) computed here (spec 3.1: RoPE, QK-RMSNorm, causal softmax, W_o), so a row of
     /// a k-Map `h` scaled by a positive factor, whose direction alone the write uses, is seen too.
-    /// The gate is not checked in files run with interventions (β overridden there).
+    /// In files run with interventions the gate is checked as they set it (`BetaMap::apply`).
     pub(super) fn trace_relations(&self) -> Result<(), String> {
         const TRACE_TOL: f64 = 1e-5;
         // ‖got − want‖ / ‖want‖.
@@ -189,6 +189,14 @@ impl Golden {
         let silu = |x: f64| x / (1.0 + (-x).exp());
         let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
         let f64s = |x: &[f32]| x.iter().map(|&v| v as f64).collect::<Vec<f64>>();
+        // The gate after the file's interventions (`beta=V`, `beta*=S`, clamps), one map per
+        // sublayer; none to check where its metadata does not parse as intervention specs.
+        let beta_maps = if self.interventions.is_empty() {
+            Some(vec![crate::kernels::delta::BetaMap::IDENTITY; 2 * cfg.n_layers])
+        } else {
+            let specs: Vec<String> = self.interventions.split(';').map(|s| s.trim().to_string()).collect();
+            crate::model::Interventions::parse(&specs, false).and_then(|iv| iv.maps(cfg)).ok()
+        };
         let residual = !cfg.variant.expanded();
         let mut x: Option<Vec<f64>> = None;
         if residual
@@ -275,12 +283,18 @@ impl Golden {
                         &format!("W_k2 silu(W_k1 c) of c = RMSNorm('{pre}.a')"),
                     )?;
                 }
-                if self.interventions.is_empty()
-                    && let (Some(wb), Some(bb)) = (dp("w_beta", d), dp("b_beta", 1))
-                {
-                    let beta: Vec<f64> =
-                        matvec(wb, &c, d).into_iter().map(|z| 2.0 * sigmoid(z + bb[0] as f64)).collect();
-                    check(&format!("{pre}.beta"), &beta, &format!("2σ(w_β·c + b_β) of c = RMSNorm('{pre}.a')"))?;
+                if let (Some(maps), Some(wb), Some(bb)) = (&beta_maps, dp("w_beta", d), dp("b_beta", 1)) {
+                    let map = maps[2 * l + usize::from(s == "mlp")];
+                    let beta: Vec<f64> = matvec(wb, &c, d)
+                        .into_iter()
+                        .map(|z| map.apply((2.0 * sigmoid(z + bb[0] as f64)) as f32) as f64)
+                        .collect();
+                    let what = if map == crate::kernels::delta::BetaMap::IDENTITY {
+                        format!("2σ(w_β·c + b_β) of c = RMSNorm('{pre}.a')")
+                    } else {
+                        format!("2σ(w_β·c + b_β) of c = RMSNorm('{pre}.a') under the file's interventions")
+                    };
+                    check(&format!("{pre}.beta"), &beta, &what)?;
                 }
                 let (vin, vname) = if cfg.variant.vmap() { (h, "h") } else { (a, "a") };
                 let act = match cfg.v_act {

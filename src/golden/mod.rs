@@ -821,6 +821,15 @@ mod tests {
             &edited("ddl", "trace.blocks.1.attn.beta", &shifted(1)),
             &["'trace.blocks.1.attn.beta' is not 2σ(w_β·c + b_β) of c = RMSNorm('trace.blocks.1.attn.a')"],
         );
+        // A file run with interventions: the gates it left alone, and the one it set (β = 0).
+        let file = "override/ddl_block1mlp_beta0";
+        damaged(&edited(file, "trace.blocks.0.attn.beta", &shifted(1)), &["'trace.blocks.0.attn.beta' is not 2σ"]);
+        damaged(
+            &edited(file, "trace.blocks.1.mlp.beta", &|v| v.iter().map(|_| 0.5).collect()),
+            &[
+                "'trace.blocks.1.mlp.beta' is not 2σ(w_β·c + b_β) of c = RMSNorm('trace.blocks.1.mlp.a') under the file's",
+            ],
+        );
         // The direction: another token's unit k.
         damaged(&edited("ddl", "trace.blocks.0.mlp.k", &shifted(d)), &["'trace.blocks.0.mlp.k' is not"]);
         // The raw direction k̃ = h of a k-Map file (another token's row; one row scaled by 3,
