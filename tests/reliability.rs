@@ -2916,6 +2916,18 @@ fn interventions_through_the_cli_generate_record_their_spec_and_refuse_bad_ones(
     }
     let per = t.lines().find_map(|l| l.strip_prefix("Δ log p per token: ")).unwrap();
     assert_eq!(per.split_whitespace().count(), 2, "one per generated token (--max-tokens 2): {t}");
+    // Tokens are counted from 1, as the --logprobs tables number them: the largest drop (or the
+    // smallest change) is named at its place in that list (it said "at token 0" of the first).
+    let per: Vec<f64> = per.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    let least = per.iter().copied().fold(f64::INFINITY, f64::min);
+    assert!(
+        (0..per.len()).any(|i| per[i] == least && t.contains(&format!(" at generated token {} (", i + 1))),
+        "the least Δ {least} at its place counted from 1: {t}"
+    );
+    if let Some(at) = t.split("first difference at generated token ").nth(1) {
+        let n: usize = at.split(':').next().unwrap().parse().unwrap();
+        assert!((1..=2).contains(&n), "counted from 1, of 2 tokens: {t}");
+    }
     fails(
         &dir,
         &["generate", "--checkpoint", ck.to_str().unwrap(), "--prompt", "To", "--compare"],
