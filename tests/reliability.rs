@@ -170,12 +170,15 @@ fn checkpoint_problems_are_clear_errors() {
     let m = mutated(&ck, "truncated", |_, _| {});
     let b = std::fs::read(m.join("model.safetensors")).unwrap();
     std::fs::write(m.join("model.safetensors"), &b[..b.len() * 2 / 3]).unwrap();
-    fails_gen(&dir, &m, &["model.safetensors", "truncated or corrupt"]);
+    // With no kept checkpoint to give instead, what to do (it said only what was wrong).
+    let remedy = "the file is damaged: copy the checkpoint again from where it came from, or give --checkpoint another";
+    fails_gen(&dir, &m, &["model.safetensors", "truncated or corrupt", remedy]);
+    fails(&dir, &["info", "--checkpoint", m.to_str().unwrap()], &["model.safetensors", "truncated or corrupt", remedy]);
     let m = mutated(&ck, "header", |_, _| {});
     let mut b = std::fs::read(m.join("model.safetensors")).unwrap();
     b[8..40].copy_from_slice(&[b'#'; 32]);
     std::fs::write(m.join("model.safetensors"), &b).unwrap();
-    fails_gen(&dir, &m, &["model.safetensors", "not a valid safetensors"]);
+    fails_gen(&dir, &m, &["model.safetensors", "not a valid safetensors", remedy]);
     let m = mutated(&ck, "shape", |t, _| {
         let e = t.iter_mut().find(|x| x.0 == "final_norm.gain" || x.0.ends_with("norm.gain")).unwrap();
         e.1 = vec![e.2.len() - 1];
