@@ -3107,14 +3107,10 @@ fn the_links_in_the_docs_resolve() {
             let file = if file.is_empty() { page.clone() } else { page.parent().unwrap().join(file) };
             if !file.exists() {
                 broken.push(format!("{}:{line}: {target}: no file {}", page.display(), file.display()));
-            } else if let Some(anchor) = anchor.filter(|_| file.extension().is_some_and(|x| x == "md")) {
-                if !markdown_anchors(&std::fs::read_to_string(&file).unwrap()).contains(anchor) {
-                    broken.push(format!(
-                        "{}:{line}: {target}: no heading #{anchor} in {}",
-                        page.display(),
-                        file.display()
-                    ));
-                }
+            } else if let Some(anchor) = anchor.filter(|_| file.extension().is_some_and(|x| x == "md"))
+                && !markdown_anchors(&std::fs::read_to_string(&file).unwrap()).contains(anchor)
+            {
+                broken.push(format!("{}:{line}: {target}: no heading #{anchor} in {}", page.display(), file.display()));
             }
         }
     }
