@@ -1655,7 +1655,7 @@ pub fn load_for_inference(
 ) -> anyhow::Result<(Model, Tokenizer)> {
     use crate::train::checkpoint;
     let ck = checkpoint::load_to_device(dir, gpu.clone(), false)
-        .map_err(|e| checkpoint::with_kept_for_reading(dir, "--checkpoint", e))?;
+        .map_err(|e| checkpoint::with_remedy_for_reading(dir, "--checkpoint", e))?;
     // (Before anything is printed: a context whose caches this adapter cannot hold.)
     ck.model.check_decode_cache()?;
     Ok((ck.model, ck.tokenizer))

@@ -593,10 +593,12 @@ pub(crate) fn generate_cmd(
         print!("--- original ---\n{}", line(format!("{prompt}{}", c.original_text)));
         print!("--- with {} ---\n{}", interventions.describe(), line(format!("{prompt}{}", c.intervened_text)));
         println!("---");
+        // (Tokens counted from 1, as the `--logprobs` and `--lens` tables number them.)
         match c.first_difference {
             None => println!("the continuations are identical ({} tokens)", c.original.len()),
             Some(i) => println!(
-                "first difference at generated token {i}: {:?} (original) vs {:?} (intervened)",
+                "first difference at generated token {}: {:?} (original) vs {:?} (intervened)",
+                i + 1,
                 c.original.get(i).map(|&t| text(&[t])).unwrap_or_else(|| "(end)".into()),
                 c.intervened.get(i).map(|&t| text(&[t])).unwrap_or_else(|| "(end)".into())
             ),
@@ -607,7 +609,8 @@ pub(crate) fn generate_cmd(
             let (imin, min) =
                 d.iter().enumerate().fold((0, f64::INFINITY), |a, (i, &x)| if x < a.1 { (i, x) } else { a });
             let off = c.original.len() - d.len();
-            let at = format!("at token {} ({:?})", imin + off, text(&c.original[imin + off..imin + off + 1]));
+            let at =
+                format!("at generated token {} ({:?})", imin + off + 1, text(&c.original[imin + off..imin + off + 1]));
             let extreme = if min < 0.0 {
                 format!("largest drop {min:+.4} {at}")
             } else {

@@ -170,12 +170,15 @@ fn checkpoint_problems_are_clear_errors() {
     let m = mutated(&ck, "truncated", |_, _| {});
     let b = std::fs::read(m.join("model.safetensors")).unwrap();
     std::fs::write(m.join("model.safetensors"), &b[..b.len() * 2 / 3]).unwrap();
-    fails_gen(&dir, &m, &["model.safetensors", "truncated or corrupt"]);
+    // With no kept checkpoint to give instead, what to do (it said only what was wrong).
+    let remedy = "the file is damaged: copy the checkpoint again from where it came from, or give --checkpoint another";
+    fails_gen(&dir, &m, &["model.safetensors", "truncated or corrupt", remedy]);
+    fails(&dir, &["info", "--checkpoint", m.to_str().unwrap()], &["model.safetensors", "truncated or corrupt", remedy]);
     let m = mutated(&ck, "header", |_, _| {});
     let mut b = std::fs::read(m.join("model.safetensors")).unwrap();
     b[8..40].copy_from_slice(&[b'#'; 32]);
     std::fs::write(m.join("model.safetensors"), &b).unwrap();
-    fails_gen(&dir, &m, &["model.safetensors", "not a valid safetensors"]);
+    fails_gen(&dir, &m, &["model.safetensors", "not a valid safetensors", remedy]);
     let m = mutated(&ck, "shape", |t, _| {
         let e = t.iter_mut().find(|x| x.0 == "final_norm.gain" || x.0.ends_with("norm.gain")).unwrap();
         e.1 = vec![e.2.len() - 1];
@@ -2916,6 +2919,18 @@ fn interventions_through_the_cli_generate_record_their_spec_and_refuse_bad_ones(
     }
     let per = t.lines().find_map(|l| l.strip_prefix("Δ log p per token: ")).unwrap();
     assert_eq!(per.split_whitespace().count(), 2, "one per generated token (--max-tokens 2): {t}");
+    // Tokens are counted from 1, as the --logprobs tables number them: the largest drop (or the
+    // smallest change) is named at its place in that list (it said "at token 0" of the first).
+    let per: Vec<f64> = per.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    let least = per.iter().copied().fold(f64::INFINITY, f64::min);
+    assert!(
+        (0..per.len()).any(|i| per[i] == least && t.contains(&format!(" at generated token {} (", i + 1))),
+        "the least Δ {least} at its place counted from 1: {t}"
+    );
+    if let Some(at) = t.split("first difference at generated token ").nth(1) {
+        let n: usize = at.split(':').next().unwrap().parse().unwrap();
+        assert!((1..=2).contains(&n), "counted from 1, of 2 tokens: {t}");
+    }
     fails(
         &dir,
         &["generate", "--checkpoint", ck.to_str().unwrap(), "--prompt", "To", "--compare"],
@@ -3058,6 +3073,119 @@ fn the_commands_the_docs_show_are_ones_the_cli_takes() {
         refused.join("\n")
     );
     assert!(checked >= 80, "only {checked} commands found: the pages' shell blocks moved?");
+}
+
+/// Every relative link in README.md and docs/**/*.md names a file that exists, and every
+/// `#anchor` (on a page or on the same page) names a heading or an `<a id>` there, slugged
+/// as GitHub slugs it. A section renamed or a file moved in the house's split broke links
+/// no test saw.
+#[test]
+fn the_links_in_the_docs_resolve() {
+    let root = ddl::testing::data_root();
+    let mut pages = vec![root.join("README.md")];
+    let mut folders = vec![root.join("docs")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|x| x == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    pages.sort();
+    let (mut checked, mut broken) = (0, Vec::new());
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        for (line, target) in markdown_links(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (file, anchor) = target.split_once('#').map_or((target.as_str(), None), |(f, a)| (f, Some(a)));
+            let file = if file.is_empty() { page.clone() } else { page.parent().unwrap().join(file) };
+            if !file.exists() {
+                broken.push(format!("{}:{line}: {target}: no file {}", page.display(), file.display()));
+            } else if let Some(anchor) = anchor.filter(|_| file.extension().is_some_and(|x| x == "md"))
+                && !markdown_anchors(&std::fs::read_to_string(&file).unwrap()).contains(anchor)
+            {
+                broken.push(format!("{}:{line}: {target}: no heading #{anchor} in {}", page.display(), file.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{} of {checked} links in the docs are broken:\n{}", broken.len(), broken.join("\n"));
+    assert!(checked >= 50, "only {checked} relative links found: the link parser missed them?");
+}
+
+/// The markdown lines outside code fences, with their 1-based numbers.
+fn markdown_prose(text: &str) -> Vec<(usize, &str)> {
+    let mut fence = false;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fence = !fence;
+        } else if !fence {
+            out.push((i + 1, line));
+        }
+    }
+    out
+}
+
+/// The targets of `[text](target)` links and `[name]: target` definitions, outside code.
+fn markdown_links(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for (n, line) in markdown_prose(text) {
+        let mut prose = String::new();
+        for (i, part) in line.split('`').enumerate() {
+            if i % 2 == 0 {
+                prose.push_str(part);
+            }
+        }
+        let mut rest = prose.as_str();
+        while let Some(at) = rest.find("](") {
+            rest = &rest[at + 2..];
+            let end = rest.find(')').unwrap_or(rest.len());
+            let target = rest[..end].split_whitespace().next().unwrap_or("");
+            out.push((n, target.trim_matches(['<', '>']).to_string()));
+        }
+        if let Some(def) = prose.trim_start().strip_prefix('[')
+            && let Some((_, target)) = def.split_once("]: ")
+        {
+            out.push((n, target.split_whitespace().next().unwrap_or("").to_string()));
+        }
+    }
+    out.retain(|(_, t)| !t.is_empty());
+    out
+}
+
+/// The anchors a page has: its headings slugged as GitHub slugs them (lower case, punctuation
+/// but `-` and `_` dropped, spaces to `-`, a repeat gets `-1`, `-2`), and its `<a id="...">`.
+fn markdown_anchors(text: &str) -> std::collections::HashSet<String> {
+    let mut anchors = std::collections::HashSet::new();
+    let mut seen = HashMap::<String, usize>::new();
+    for (_, line) in markdown_prose(text) {
+        let hashes = line.len() - line.trim_start_matches('#').len();
+        if (1..=6).contains(&hashes) && line[hashes..].starts_with(' ') {
+            let title = line[hashes..].trim().trim_end_matches('#').trim();
+            let slug: String = title
+                .chars()
+                .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+                .flat_map(char::to_lowercase)
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect();
+            let n = seen.entry(slug.clone()).or_default();
+            anchors.insert(if *n == 0 { slug.clone() } else { format!("{slug}-{n}") });
+            *n += 1;
+        }
+        for attr in ["<a id=\"", "<a name=\""] {
+            for (at, _) in line.match_indices(attr) {
+                let id = &line[at + attr.len()..];
+                anchors.insert(id[..id.find('"').unwrap_or(id.len())].to_string());
+            }
+        }
+    }
+    anchors
 }
 
 /// `line` without its `#` comment (a `#` that starts a word outside quotes).

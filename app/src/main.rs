@@ -11,7 +11,8 @@ use eframe::egui;
 #[derive(Parser, Debug)]
 #[command(name = "ddl-viz", version)]
 struct Args {
-    /// A checkpoint directory (the --out of `ddl train`) to load on the model thread.
+    /// A checkpoint directory (the --out of `ddl train`, or one of its kept checkpoints) to load on
+    /// the model thread.
     #[arg(long)]
     checkpoint: Option<PathBuf>,
     /// A training run directory (with metrics.jsonl) for the dashboard; followed while it trains.
@@ -21,23 +22,26 @@ struct Args {
     /// every run's validation curve, the mean and band per variant, the final table (repeatable).
     #[arg(long, value_name = "DIR")]
     experiment: Vec<PathBuf>,
-    /// A trace file written by `ddl generate --trace FILE`.
+    /// A trace file written by `ddl generate --trace FILE` (or `ddl chat --trace FILE`).
     #[arg(long)]
     trace: Option<PathBuf>,
     /// The initial prompt.
     #[arg(long)]
     prompt: Option<String>,
-    /// Automation: generate this many tokens as soon as the checkpoint is loaded.
+    /// Automation: generate this many tokens as soon as the checkpoint is loaded (at most 10000;
+    /// 0 loads it and generates nothing).
     #[arg(long)]
     generate: Option<usize>,
     /// Automation: with --generate, generate with and without this intervention (repeatable;
-    /// `ddl generate --intervene`'s specs, e.g. block1.mlp:beta=0) and open the Interventions view.
+    /// `ddl generate --intervene`'s specs, e.g. block1.mlp:beta=0) and open the Interventions view
+    /// (with --tab another view: the intervened continuation in that view).
     #[arg(long = "intervene", value_name = "SPEC")]
     intervene: Vec<String>,
     /// With --intervene: allow β outside [0, 2] (as `ddl generate --allow-out-of-range`).
     #[arg(long, requires = "intervene")]
     allow_out_of_range: bool,
-    /// Automation: save a PNG screenshot of the window once generation is done.
+    /// Automation: save a PNG screenshot of the window once generation is done (without
+    /// --generate: once the --checkpoint has loaded, or at once without one).
     #[arg(long)]
     screenshot: Option<PathBuf>,
     /// Automation: close the window after the screenshot (exit status 1 if something failed).
@@ -47,10 +51,10 @@ struct Args {
     /// with --generate, the text's logit lens computed before the screenshot).
     #[arg(long)]
     tab: Option<String>,
-    /// Window width in points.
+    /// Window width in points (200 to 16384).
     #[arg(long, default_value_t = 1280.0)]
     width: f32,
-    /// Window height in points.
+    /// Window height in points (200 to 16384).
     #[arg(long, default_value_t = 820.0)]
     height: f32,
 }

@@ -560,7 +560,7 @@ fn describe_turns(turns: &[ddl::generate::TraceTurn]) -> String {
                 "turn {} from token {}: temperature {}, top_k {}, top_p {}, min_p {}, repetition penalty {}, seed {}, at most {} \
                  tokens{stop}{under}",
                 i + 1,
-                x.from_token,
+                crate::panels::place(x.from_token),
                 s.temperature,
                 s.top_k,
                 s.top_p,

@@ -687,6 +687,66 @@ fn the_delta_strip_says_when_nothing_changed_and_wraps_long_texts() {
     assert!(h.query_by_label_contains("0 in the middle").is_some(), "the colour scale");
 }
 
+/// Wherever the app names a token's position it counts from 1, as `ddl generate`'s tables do,
+/// and names the token: a comparison's first difference (it said "first differ at generated
+/// token 1" of the second token, counted from 0, which a reader takes as the first), its largest
+/// drop, a continuation that ends first, a chip's heading.
+#[test]
+fn token_positions_are_counted_from_1_and_name_the_token() {
+    let data = trace();
+    let rows: Vec<_> = data.rows.iter().map(|r| r.trace.clone()).collect();
+    let original = rows[4..10].to_vec();
+    let mut intervened = original.clone();
+    intervened[1] = rows.iter().find(|r| r.text != original[1].text).expect("another token").clone();
+    let comparison = |intervened: Vec<_>| panels::interventions::Comparison {
+        specs: "all:beta=0".into(),
+        prompt: rows[..4].to_vec(),
+        prompt_intervened: rows[..4].to_vec(),
+        original: original.clone(),
+        intervened,
+        delta_logprob: vec![0.1, -0.5, -2.0, 0.3, 0.0, 0.2],
+    };
+    let text = |t: &ddl::generate::TokenTrace| chip_text(&t.text);
+    let mut st =
+        panels::interventions::Interventions { comparison: Some(comparison(intervened.clone())), ..Default::default() };
+    let mut h = Harness::builder().with_size([900.0, 700.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::interventions::show(ui, &mut st, 4, true, false, 0));
+    });
+    h.run();
+    let first = format!(
+        "The continuations first differ at generated token 2: “{}” in the original, “{}” with the interventions.",
+        text(&original[1]),
+        text(&intervened[1])
+    );
+    assert!(h.query_by_label(&first).is_some(), "wanted {first}");
+    let largest = format!("largest drop -2.000 at generated token 3 “{}”", text(&original[2]));
+    assert!(h.query_by_label_contains(&largest).is_some(), "wanted {largest}");
+    drop(h);
+    // An intervened continuation that ends after its first token differs at the second.
+    let mut st = panels::interventions::Interventions {
+        comparison: Some(comparison(original[..1].to_vec())),
+        ..Default::default()
+    };
+    let mut h = Harness::builder().with_size([900.0, 700.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::interventions::show(ui, &mut st, 4, true, false, 0));
+    });
+    h.run();
+    let first = format!(
+        "The continuations first differ at generated token 2: “{}” in the original, the end of the text with the \
+         interventions.",
+        text(&original[1])
+    );
+    assert!(h.query_by_label(&first).is_some(), "wanted {first}");
+    drop(h);
+    // The headings of the per-token views: the trace's first token is token 1.
+    assert!(
+        panels::token_label(&data, 0).starts_with(&format!("token 1 “{}”", text(&rows[0]))),
+        "{}",
+        panels::token_label(&data, 0)
+    );
+    assert!(panels::token_label(&data, 5).starts_with(&format!("token 6 “{}”", text(&rows[5]))));
+}
+
 /// A chat's trace tells the tokens read from its lines from those the model wrote: opened, the
 /// read ones are shown as a prompt's (italic), the written ones as generated.
 #[test]
@@ -767,7 +827,7 @@ fn a_chat_traces_turns_open_with_their_sampling() {
     assert_eq!((0..10).map(|i| t.turn_of(i)).collect::<Vec<_>>(), [vec![Some(0); 4], vec![Some(1); 6]].concat());
     let note = t.notes.iter().find(|n| n.starts_with("a chat of 2 turns")).expect("the turns described");
     assert!(
-        note.contains("turn 1 from token 0: temperature 0.8")
+        note.contains("turn 1 from token 1: temperature 0.8")
             && note.contains("seed 9, at most 3 tokens, stop [\"END\"], under block0.mlp:beta=0"),
         "{note}"
     );
@@ -780,7 +840,7 @@ fn a_chat_traces_turns_open_with_their_sampling() {
     assert!(app.messages.iter().any(|(_, m)| m.starts_with("a chat of 2 turns")));
     // The headings and tooltips name the token's turn and part.
     let label = |i: usize| panels::token_label(&t, i);
-    assert_eq!(label(1), format!("token 1 “{}” (turn 1, read)", chip_text(&t.rows[1].trace.text)));
+    assert_eq!(label(1), format!("token 2 “{}” (turn 1, read)", chip_text(&t.rows[1].trace.text)));
     assert!(label(3).ends_with("(turn 1, reply)") && label(5).ends_with("(turn 2, read)"));
     assert!(label(8).ends_with("(turn 2, reply)"), "{}", label(8));
     // A trace written before chats had interventions (no `interventions` per turn) still reads.

@@ -206,8 +206,9 @@ pub(crate) enum Cmd {
     /// Train a model (headless): progress bar, metrics.jsonl, loss.png, checkpoints in --out.
     Train(TrainArgs),
     /// Run a grid of training runs (variants × seeds, shared settings) from a spec file, then
-    /// write report.md, val_loss.png, comparisons.png and beta_regimes.png into --out. Resumable: finished runs
-    /// are not re-run, an interrupted one continues from its checkpoint.
+    /// write report.md, val_loss.png, comparisons.png and beta_regimes.png (and ablations.png where the spec
+    /// has `ablate`) into --out. Resumable: finished runs are not re-run, an interrupted one continues from its
+    /// checkpoint.
     Experiment {
         /// The spec (e.g. experiments/shakespeare.toml).
         #[arg(long)]
@@ -318,7 +319,7 @@ pub(crate) enum Cmd {
         #[arg(long, conflicts_with = "compare")]
         lens: bool,
         /// Each continuation as one line of JSON instead of streamed text: prompt, seed, text, token
-        /// ids, why it stopped (length, stop_text, end_of_text) and, with --logprobs, the scores
+        /// ids, why it stopped (length, stop_text, end_of_text, interrupted) and, with --logprobs, the scores
         /// (with --lens, the lens).
         #[arg(long, conflicts_with = "compare")]
         json: bool,

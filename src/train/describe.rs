@@ -102,7 +102,7 @@ pub fn describe(path: &Path) -> Result<CheckpointInfo, CheckpointError> {
         Some(run) => ("kept", run),
         None => ("run", path.to_path_buf()),
     };
-    let read = |e| if kind == "run" { checkpoint::with_kept_for_reading(path, "--checkpoint", e) } else { e };
+    let read = |e| if kind == "run" { checkpoint::with_remedy_for_reading(path, "--checkpoint", e) } else { e };
     let model = checkpoint::saved_config(path).map_err(read)?;
     let tok = checkpoint::saved_tokenizer(path).map_err(read)?;
     let step = checkpoint::saved_step(path).map_err(read)?;

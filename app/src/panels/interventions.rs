@@ -322,7 +322,17 @@ pub fn show(
     let first = c.first_difference();
     ui.label(match first {
         None => format!("The continuations are identical ({} tokens).", c.original.len()),
-        Some(i) => format!("The continuations first differ at generated token {i}."),
+        Some(i) => {
+            let at = |t: &[TokenTrace]| {
+                t.get(i).map_or("the end of the text".to_string(), |t| format!("“{}”", chip_text(&t.text)))
+            };
+            format!(
+                "The continuations first differ at generated token {}: {} in the original, {} with the interventions.",
+                super::place(i),
+                at(&c.original),
+                at(&c.intervened)
+            )
+        }
     });
     ui.columns(2, |cols| {
         for (k, ui) in cols.iter_mut().enumerate() {
@@ -359,7 +369,8 @@ fn text_chips(ui: &mut egui::Ui, tokens: &[TokenTrace], other: &[TokenTrace]) {
                 egui::Label::new(text)
             };
             ui.add(chip).on_hover_text(format!(
-                "generated token {i}{}",
+                "generated token {}{}",
+                super::place(i),
                 if differs { ": differs from the other continuation" } else { "" }
             ));
         }
@@ -381,10 +392,12 @@ fn delta_strip(ui: &mut egui::Ui, c: &Comparison) {
     let mean = d.iter().sum::<f64>() / d.len() as f64;
     let (imin, min) = d.iter().enumerate().fold((0, f64::INFINITY), |a, (i, &x)| if x < a.1 { (i, x) } else { a });
     // (As `ddl generate --compare` says it.)
+    let token = |i: usize| c.original.get(i).map(|t| format!(" “{}”", chip_text(&t.text))).unwrap_or_default();
+    let at = format!("at generated token {}{}", super::place(imin), token(imin));
     let extreme = if min < 0.0 {
-        format!("largest drop {min:+.3} at token {imin}")
+        format!("largest drop {min:+.3} {at}")
     } else {
-        format!("no token's log-probability fell (the smallest change {min:+.3} at token {imin})")
+        format!("no token's log-probability fell (the smallest change {min:+.3} {at})")
     };
     ui.label(format!(
         "Δ log p of the original continuation under the interventions: mean {mean:+.3} nats per token, {extreme}"
@@ -416,8 +429,7 @@ fn delta_strip(ui: &mut egui::Ui, c: &Comparison) {
         let rel = p - resp.rect.min;
         let i = (rel.y / rh) as usize * per_row + ((rel.x / cw) as usize).min(per_row - 1);
         if i < n {
-            let tok = c.original.get(i).map(|t| chip_text(&t.text)).unwrap_or_default();
-            resp.on_hover_text(format!("token {i} “{tok}”: Δ log p = {:+.4}", d[i]));
+            resp.on_hover_text(format!("generated token {}{}: Δ log p = {:+.4}", super::place(i), token(i), d[i]));
         }
     }
     if largest < 5e-4 {

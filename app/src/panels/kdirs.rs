@@ -63,11 +63,15 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
             .x_axis_label("token")
             .show(ui, |p| {
                 for i in 0..s {
-                    let pts: Vec<[f64; 2]> =
-                        data.k_turn(i).iter().enumerate().filter_map(|(tt, a)| a.map(|a| [tt as f64, a])).collect();
+                    let pts: Vec<[f64; 2]> = data
+                        .k_turn(i)
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(tt, a)| a.map(|a| [super::place(tt) as f64, a]))
+                        .collect();
                     p.line(Line::new(sublayer_name(i), pts).color(colors::layer_color(i, s)));
                 }
-                p.vline(egui_plot::VLine::new("selected", t as f64).color(Color32::GRAY));
+                p.vline(egui_plot::VLine::new("selected", super::place(t) as f64).color(Color32::GRAY));
             });
         let ui = &mut cols[1];
         let i = sel.sublayer.min(s.saturating_sub(1));

@@ -140,7 +140,14 @@ pub(crate) fn legend_row(ui: &mut eframe::egui::Ui, items: &[(String, eframe::eg
     });
 }
 
-/// "token 12 'abc'" for headings.
+/// A token's place as a person reads it: counted from 1, the first token being token 1 (as
+/// `ddl generate`'s tables number them); `i` is its index from 0. Every heading, tooltip, note
+/// and plot axis of the app that names a token's position says this.
+pub fn place(i: usize) -> usize {
+    i + 1
+}
+
+/// "token 12 “abc”" for headings: row `t` (from 0) as its [`place`] and its text.
 pub fn token_label(data: &TraceData, t: usize) -> String {
     let r = &data.rows[t];
     let what = match (data.turn_of(t), r.prompt) {
@@ -149,7 +156,7 @@ pub fn token_label(data: &TraceData, t: usize) -> String {
         (None, true) => " (prompt)".to_string(),
         (None, false) => String::new(),
     };
-    format!("token {t} “{}”{what}", crate::trace::chip_text(&r.trace.text))
+    format!("token {} “{}”{what}", place(t), crate::trace::chip_text(&r.trace.text))
 }
 
 /// A heat map's row labels, from `left` to `origin` (rows `ch` high from `origin.y`): one per

@@ -82,11 +82,12 @@ pub fn show(ui: &mut egui::Ui, data: &TraceData, sel: &mut Selection) {
         ui,
         |p| {
             for i in 0..s {
-                let pts: Vec<[f64; 2]> =
-                    (0..data.len()).filter_map(|tt| data.write(tt, i).map(|w| [tt as f64, w as f64])).collect();
+                let pts: Vec<[f64; 2]> = (0..data.len())
+                    .filter_map(|tt| data.write(tt, i).map(|w| [super::place(tt) as f64, w as f64]))
+                    .collect();
                 p.line(Line::new(sublayer_name(i), pts).color(colors::layer_color(i, s)));
             }
-            p.vline(egui_plot::VLine::new("selected", t as f64).color(egui::Color32::GRAY));
+            p.vline(egui_plot::VLine::new("selected", super::place(t) as f64).color(egui::Color32::GRAY));
         },
     );
 }

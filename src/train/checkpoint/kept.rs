@@ -111,6 +111,26 @@ pub fn with_kept_for_reading(run: &Path, flag: &str, e: CheckpointError) -> Chec
     }
 }
 
+/// [`with_kept_for_reading`], and where no kept checkpoint reads, a model file that is not a
+/// safetensors file (cut short, damaged) is said to be damaged, with what to do: copy it again or
+/// give `flag` another checkpoint (`ddl generate`, `ddl eval` and `ddl info --checkpoint` said
+/// what was wrong and nothing more).
+#[cfg(feature = "native")]
+pub fn with_remedy_for_reading(run: &Path, flag: &str, e: CheckpointError) -> CheckpointError {
+    match with_kept_for_reading(run, flag, e) {
+        CheckpointError::Corrupt { path, msg }
+            if path.file_name().is_some_and(|n| n == MODEL_FILE) && !msg.contains(") reads: give ") =>
+        {
+            let msg = format!(
+                "{msg}; the file is damaged: copy the checkpoint again from where it came from, or give {flag} \
+                 another checkpoint"
+            );
+            CheckpointError::Corrupt { path, msg }
+        }
+        e => e,
+    }
+}
+
 /// The folder of a run's kept checkpoints.
 pub const KEPT_DIR: &str = "checkpoints";
 

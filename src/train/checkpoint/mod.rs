@@ -21,7 +21,7 @@ pub use kept::{
     read_best, step_dir_name,
 };
 #[cfg(feature = "native")]
-pub use kept::{kept_remedy_for, with_kept_for_reading};
+pub use kept::{kept_remedy_for, with_kept_for_reading, with_remedy_for_reading};
 pub use read::parse_model;
 use read::*;
 

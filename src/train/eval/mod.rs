@@ -169,7 +169,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
     }
     let rows = req.per_token.is_some();
     let ck = super::checkpoint::load_to_device(dir, gpu.clone(), false)
-        .map_err(|e| super::checkpoint::with_kept_for_reading(dir, "--checkpoint", e))?;
+        .map_err(|e| super::checkpoint::with_remedy_for_reading(dir, "--checkpoint", e))?;
     let (model, tok, ck_step) = (ck.model, ck.tokenizer, ck.step);
     // (What the lens's states follow, for its headers, kept past the model's drop.)
     let lens_step = crate::generate::lens_step(model.cfg.variant);
@@ -615,7 +615,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
         None => None,
         Some(other) => {
             let ck = super::checkpoint::load_to_device(other, gpu.clone(), false)
-                .map_err(|e| super::checkpoint::with_kept_for_reading(other, "--against", e))
+                .map_err(|e| super::checkpoint::with_remedy_for_reading(other, "--against", e))
                 .map_err(|e| TrainError::Settings(format!("--against '{}': {e}", other.display())))?;
             if ck.model.cfg.max_seq_len < seq_len {
                 return Err(TrainError::Settings(format!(
