@@ -6,8 +6,9 @@
 //! property: the reader returns `Ok` or an error, never panics, and what it accepts is sane.
 //!
 //! The test command runs a few hundred cases per target; a fuzzing campaign runs many more:
-//!   DDL_FUZZ_CASES=1000000 cargo test --release --test fuzz -- --test-threads 3
-//! (see docs/FUZZING.md).
+//!   DDL_FUZZ_CASES=1000000 cargo test --test fuzz -- --test-threads 3
+//! (see docs/FUZZING.md; not `--release`, whose profile turns the overflow checks off, and an
+//! overflow is one of the panics a campaign looks for: the golden reader's was one).
 
 use std::path::Path;
 
