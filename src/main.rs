@@ -823,7 +823,9 @@ fn chat(
             Err(e) => eprintln!("({e}; reading plain lines)"),
         }
     }
-    let (mut input, mut log) = (stdin.lock(), stderr.lock());
+    // (Stderr not locked for the whole chat: the Ctrl-C handler's thread writes there, and waited
+    // on the lock, so that neither a reply's Ctrl-C note nor a Ctrl-C at the prompt got through.)
+    let (mut input, mut log) = (stdin.lock(), stderr);
     let mut plain;
     let lines: &mut dyn ddl::chat::Lines = match edited.as_mut() {
         Some(e) => e,
@@ -833,11 +835,17 @@ fn chat(
         }
     };
     let mut errlog = std::io::stderr();
-    ddl::chat::run(&model, &tok, settings, lines, &mut stdout.lock(), &mut errlog, &opts)?;
+    let ran = ddl::chat::run(&model, &tok, settings, lines, &mut stdout.lock(), &mut errlog, &opts);
+    if let Err(e) = &ran
+        && !matches!(e, ddl::chat::ChatError::Interrupted(_))
+    {
+        return ran.map_err(Into::into);
+    }
     if let Some(p) = trace {
         eprintln!("trace written to {} (+ .json summary)", p.display());
     }
-    Ok(())
+    // (SIGTERM during a reply: said, the trace written; 143 as for a process it ended.)
+    ran.map_err(|_| Interrupted.into())
 }
 
 #[cfg(test)]

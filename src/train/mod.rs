@@ -40,8 +40,8 @@ pub use exchange::{CommTimes, DistOptions, ranks_share};
 pub use progress::plot_metrics;
 use signals::*;
 pub use signals::{
-    CtrlcScope, Scrap, install_ctrlc, interrupted, interrupted_status, interruption, stop_at_once_from_now,
-    stop_on_broken_pipe,
+    CtrlcScope, Scrap, clear_interruption, install_ctrlc, interrupted, interrupted_status, interruption,
+    stop_at_once_from_now, stop_on_broken_pipe,
 };
 pub(crate) use signals::{
     NO_STEP, SAVED_STEP, SAVING_STEP, SIGINT, SIGPIPE, SIGTERM, StartingRun, TRAINING, adopt_signal, interrupt_now,
