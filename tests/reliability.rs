@@ -3097,3 +3097,32 @@ fn a_folder_a_run_trains_in_before_its_first_checkpoint_is_said_so() {
         assert!(t.contains("wait for its first one"), "{args:?}: {t}");
     }
 }
+
+/// `--data` shards too short for one sequence (the training split, or the validation split) are
+/// refused before the adapter opens, as a `--corpus` too short is (an adapter not there is never
+/// asked for), with the message the run gave once the adapter had opened; `--out` is not made.
+#[test]
+fn data_shards_too_short_are_refused_before_the_adapter_opens() {
+    let dir = tmpdir("short-shards");
+    let file = dir.join("short.txt");
+    std::fs::write(&file, "To be, or not to be, that is the question\n").unwrap();
+    let shards = dir.join("shards").display().to_string();
+    let o = cmd(&dir).args(["data", "prepare", "--tokenizer", "char", "--out", &shards]).arg(&file).output().unwrap();
+    assert!(o.status.success() && text(&o).contains("38 training and 4 validation tokens"), "{}", text(&o));
+    let out = dir.join("run").display().to_string();
+    for (seq_len, said) in [
+        ("train.seq_len=16", "the validation split has 4 token(s), fewer than one sequence of 17 (seq_len + 1)"),
+        ("train.seq_len=40", "the train split has 38 token(s), fewer than one sequence of 41 (seq_len + 1)"),
+    ] {
+        let mut a = vec!["train", "--data", &shards, "--out", &out, "--steps", "1", "--adapter", "no-such-adapter"];
+        a.extend_from_slice(SMALL);
+        a.extend(["--set", seq_len]);
+        let e = fails(&dir, &a, &[&format!("--data {shards}: {said}")]);
+        assert!(!e.contains("no-such-adapter") && !Path::new(&out).exists(), "{e}");
+        if cfg!(feature = "mpi") {
+            a.extend(["--distributed", "mpi"]);
+            let e = fails(&dir, &a, &[said]);
+            assert!(!e.contains("no-such-adapter") && !e.contains("rank 0"), "{e}");
+        }
+    }
+}

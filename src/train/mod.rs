@@ -836,15 +836,16 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer, crate::tokenizer::Tokeni
     Tokenizer::load(path)
 }
 
-/// A new run's corpus (not `--data` shards) tokenised and cached, and its splits checked, before
-/// the adapter opens: a corpus too short for a validation split, or for one sequence, is refused
-/// without asking for an adapter. (The run opens the cached set again.)
+/// A new run's data checked before the adapter opens: a corpus tokenised and cached, and its
+/// splits checked, or `--data` shards found and their lengths read from their headers (nothing
+/// tokenised); data too short for a validation split, or for one sequence, is refused without
+/// asking for an adapter. (The run opens the data again.)
 pub fn check_new_run_data(run: &RunConfig) -> Result<(), TrainError> {
-    if !run.data.is_empty() {
-        return Ok(());
-    }
     let mut run = run.clone();
     run.absolute_paths();
+    if !run.data.is_empty() {
+        return data::check_run_shards(&run);
+    }
     trainer::open_new_run_data(&run).map(drop)
 }
 
