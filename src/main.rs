@@ -558,9 +558,9 @@ pub(crate) fn generate_cmd(
         if strict_context {
             anyhow::bail!(
                 "--prompt has {} tokens, more than the model's context of {cap} (--strict-context): shorten it by \
-                 at least {cut} token{}, or drop --strict-context to keep its last {cap} tokens",
+                 at least {}, or drop --strict-context to keep its last {cap} tokens",
                 ids.len(),
-                if cut == 1 { "" } else { "s" }
+                ddl::plural(cut, "token")
             );
         }
         let dropped = tok.decode(&ids[..cut]).unwrap_or_default();
@@ -748,9 +748,9 @@ pub(crate) fn generate_cmd(
         // A trace holds a whole generation: none is written (an earlier one there stays).
         let no_trace = if trace.is_some() { "; no trace written (an earlier one there is left as it was)" } else { "" };
         eprintln!(
-            "{}: stopped the generation after {n} token{}{of}{no_trace}",
+            "{}: stopped the generation after {}{of}{no_trace}",
             ddl::train::interruption(),
-            if n == 1 { "" } else { "s" }
+            ddl::plural(n, "token")
         );
         return Err(Interrupted.into());
     }

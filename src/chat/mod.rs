@@ -796,13 +796,12 @@ pub fn run(
                     write!(out, "{}", crate::generate::scores_table(&r.scores, n, &why))?;
                 }
                 if r.interrupted {
-                    let n = r.tokens.len();
                     let next = if ended {
                         "; the chat ends"
                     } else {
                         " (kept in the conversation; Ctrl-D or /quit ends the chat)"
                     };
-                    writeln!(log, "{by}: stopped the reply after {n} token{}{next}", if n == 1 { "" } else { "s" })?;
+                    writeln!(log, "{by}: stopped the reply after {}{next}", crate::plural(r.tokens.len(), "token"))?;
                 }
                 true
             }

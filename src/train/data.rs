@@ -689,10 +689,9 @@ fn say_removed(stale: super::cache::Stale, corpus: &str) {
     if !removed.is_empty() {
         let bytes: u64 = removed.iter().map(|s| s.1).sum();
         eprintln!(
-            "note: removed {} cached shard set{} of an earlier version of --corpus {corpus} or of its tokenizer \
+            "note: removed {} of an earlier version of --corpus {corpus} or of its tokenizer \
              file ({}; `ddl data cache` lists the cache)",
-            removed.len(),
-            if removed.len() == 1 { "" } else { "s" },
+            crate::plural(removed.len(), "cached shard set"),
             super::cache::size(bytes)
         );
     }

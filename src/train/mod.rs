@@ -209,13 +209,12 @@ impl std::fmt::Display for EarlyStop {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "stopped early after step {} of {} (train.early_stop): {} evaluation{} without a validation loss below \
+            "stopped early after step {} of {} (train.early_stop): {} without a validation loss below \
              step {}'s {:.4}; `ddl train --resume` with a larger --steps and --set train.early_stop=0 (or a larger \
              one) trains on",
             self.step,
             self.planned,
-            self.evaluations,
-            if self.evaluations == 1 { "" } else { "s" },
+            crate::plural(self.evaluations, "evaluation"),
             self.best_step,
             self.best_loss
         )
