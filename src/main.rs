@@ -60,8 +60,11 @@ fn check_env() -> Result<(), String> {
             unsafe { std::env::remove_var(var) };
         }
     }
-    // (A flag given wins over its variable, which is then not read.)
-    let flag = |f: &str| std::env::args().any(|a| a == f || a.starts_with(&format!("{f}=")));
+    // (A flag given wins over its variable, which is then not read. The arguments as the system
+    // gives them: `env::args` panicked on one that is not UTF-8, a folder's name in Latin-1, which
+    // a path flag takes and clap refuses for a text flag.)
+    let flag =
+        |f: &str| std::env::args_os().any(|a| a.to_str().is_some_and(|a| a == f || a.starts_with(&format!("{f}="))));
     if let Some(v) = std::env::var_os("DDL_NO_AUTOTUNE").filter(|_| !flag("--no-autotune")) {
         let v = v.to_string_lossy().to_ascii_lowercase();
         if !["1", "0", "true", "false", "yes", "no", "on", "off", "y", "n", "t", "f"].contains(&v.as_str()) {

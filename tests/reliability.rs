@@ -3126,3 +3126,24 @@ fn data_shards_too_short_are_refused_before_the_adapter_opens() {
         }
     }
 }
+
+/// An argument that is not UTF-8 (a folder named in Latin-1) with `DDL_NO_AUTOTUNE` or
+/// `DDL_BACKEND` set: a path flag takes it and a text flag is refused by the parser, as without
+/// the variables; the check of whether a flag overrides its variable panicked ("called
+/// `Result::unwrap()` on an `Err` value") on reading such an argument.
+#[cfg(unix)]
+#[test]
+fn an_argument_that_is_not_utf8_is_no_panic_with_the_flag_variables_set() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tmpdir("not-utf8-arg");
+    let latin1 = dir.join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+    for (k, v) in [("DDL_NO_AUTOTUNE", "1"), ("DDL_BACKEND", "vulkan")] {
+        let o = cmd(&dir).env(k, v).args(["generate", "--prompt", "a", "--checkpoint"]).arg(&latin1).output().unwrap();
+        let t = text(&o);
+        assert!(o.status.code() == Some(1) && t.contains("does not exist") && !t.contains("panicked"), "{k}: {t}");
+        let bad = std::ffi::OsStr::from_bytes(b"caf\xe9");
+        let o = cmd(&dir).env(k, v).args(["generate", "--checkpoint", "x", "--prompt"]).arg(bad).output().unwrap();
+        let t = text(&o);
+        assert!(o.status.code() == Some(2) && t.contains("invalid UTF-8") && !t.contains("panicked"), "{k}: {t}");
+    }
+}
