@@ -552,11 +552,16 @@ fn intervene_specs(words: &str) -> Vec<String> {
 /// A refused intervention as `/intervene` says it (the flag's name and its remedy are the chat's).
 fn in_chat(e: &ChatTurnError) -> String {
     match e {
-        ChatTurnError::Intervention(e) => format!(
-            "/intervene '{}': {}",
-            e.spec,
-            e.msg.replace("pass --allow-out-of-range", "start the chat with --allow-out-of-range")
-        ),
+        ChatTurnError::Intervention(e) => {
+            let msg = match e.msg.split_once("; give each its own --intervene") {
+                // (Several specs go in one line here, each whole: `all:erase=0,v=0` is two.)
+                Some((what, _)) => {
+                    format!("{what}; write each spec whole, separated by `;` (e.g. /intervene all:erase=0; all:v=0)")
+                }
+                None => e.msg.replace("pass --allow-out-of-range", "start the chat with --allow-out-of-range"),
+            };
+            format!("/intervene '{}': {msg}", e.spec)
+        }
         e => e.to_string(),
     }
 }
@@ -885,6 +890,21 @@ mod tests {
         assert_eq!(specs("block1 . mlp:beta=0"), ["block1 . mlp:beta=0"]);
         assert_eq!(specs("block1 . mlp:beta=0; all:k=mean"), ["block1 . mlp:beta=0", "all:k=mean"]);
         assert!(specs(" ; ").is_empty());
+    }
+
+    /// `/intervene`'s refusals give the chat's remedy: several specs in one line, separated by
+    /// `;` (they said to give each its own `--intervene`, a flag of the command line).
+    #[test]
+    fn intervene_refusals_give_the_chats_remedy() {
+        for spec in ["all:erase=0,v=0", "all:beta=0,block0.mlp:v=0", "all:beta=0 block0 . mlp:v=0"] {
+            let e = Interventions::parse(&intervene_specs(spec), false).unwrap_err();
+            let said = in_chat(&ChatTurnError::from(e));
+            assert!(said.starts_with(&format!("/intervene '{spec}': ")), "{said}");
+            assert!(said.contains("separated by `;`") && !said.contains("--intervene"), "{said}");
+        }
+        let msg = "β = 3 is outside [0, 2]; pass --allow-out-of-range to use it anyway".to_string();
+        let e = crate::model::intervene::InterventionError { spec: "all:beta=3".into(), msg };
+        assert!(in_chat(&ChatTurnError::from(e)).contains("; start the chat with --allow-out-of-range"));
     }
 
     #[test]
