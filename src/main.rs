@@ -517,7 +517,11 @@ pub(crate) fn generate_cmd(
     let prompt = if from_stdin { read_stdin_capped("--prompt -", 256 << 20, too_long)? } else { prompt.to_string() };
     if prompt.is_empty() {
         if from_stdin {
-            anyhow::bail!("--prompt -: standard input was empty: pipe the prompt in (… | ddl generate --prompt -)");
+            // (A file of only a byte-order mark, which is not text, is said as such: it was "empty".)
+            anyhow::bail!(
+                "--prompt -: standard input held no text (it was empty, or only a byte-order mark): pipe the prompt \
+                 in (… | ddl generate --prompt -)"
+            );
         }
         anyhow::bail!("--prompt is empty: give at least one token of text");
     }

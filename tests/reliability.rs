@@ -879,7 +879,19 @@ fn generation_problems_are_clear_errors() {
         .collect();
     assert!(left.is_empty(), "temporary files left: {left:?}");
     g(&["--prompt", ""], &["--prompt is empty"]);
-    g(&["--prompt", "-"], &["--prompt -", "standard input was empty"]);
+    g(&["--prompt", "-"], &["--prompt -", "standard input held no text"]);
+    // Only a byte-order mark (dropped: it is not text) was said to be "empty".
+    let mut child = cmd(&dir)
+        .args(["generate", "--checkpoint", k, "--prompt", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), "\u{feff}".as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let t = text(&o);
+    assert!(o.status.code() == Some(1) && t.contains("held no text (it was empty, or only a byte-order mark)"), "{t}");
     g(&["--prompt", "ROMEO:\r\n"], &["Windows line ends", "tr -d"]);
     g(&["--prompt", "hi", "--max-tokens", "0"], &["--max-tokens", "at least 1"]);
     g(&["--prompt", "hi", "--temperature=-0.5"], &["--temperature", "-0.5"]);
