@@ -233,9 +233,8 @@ pub(super) fn data_cmd(d: DataCmd) -> Result<()> {
         r => r?,
     };
     println!(
-        "{} document{}{}, {:.1} MB of text -> {} training and {} validation tokens in {:.1} s ({:.1} MB/s, {:.2} M tokens/s)",
-        p.documents,
-        if p.documents == 1 { "" } else { "s" },
+        "{}{}, {:.1} MB of text -> {} training and {} validation tokens in {:.1} s ({:.1} MB/s, {:.2} M tokens/s)",
+        ddl::plural(p.documents, "document"),
         match p.empty {
             0 => String::new(),
             1 => " (1 without text skipped)".to_string(),
@@ -298,7 +297,6 @@ pub(super) fn cache_cmd(remove: bool, p: ddl::train::cache::Prune, json: bool) -
             root.display()
         )
     };
-    let plural = |n: usize| if n == 1 { "" } else { "s" };
     if remove {
         let out = prune(&root, &p).map_err(unreadable)?;
         if json {
@@ -319,12 +317,10 @@ pub(super) fn cache_cmd(remove: bool, p: ddl::train::cache::Prune, json: bool) -
                 println!("{verb} {}  (left by a process that was killed)", d.display());
             }
             println!(
-                "{} {} set{} and {} leftover{}: {} ({})",
+                "{} {} and {}: {} ({})",
                 if p.dry_run { "would free" } else { "freed" },
-                out.sets.len(),
-                plural(out.sets.len()),
-                out.leftovers.len(),
-                plural(out.leftovers.len()),
+                ddl::plural(out.sets.len(), "set"),
+                ddl::plural(out.leftovers.len(), "leftover"),
                 size(out.bytes),
                 root.display()
             );
@@ -380,29 +376,22 @@ pub(super) fn cache_cmd(remove: bool, p: ddl::train::cache::Prune, json: bool) -
         }
         let stale: Vec<_> = l.sets.iter().filter(|s| s.state.stale()).collect();
         let left: u64 = l.leftovers.iter().map(|l| l.1).sum();
-        println!(
-            "{} set{}, {} in all (val: the validation fraction)",
-            l.sets.len(),
-            plural(l.sets.len()),
-            size(l.bytes)
-        );
+        println!("{}, {} in all (val: the validation fraction)", ddl::plural(l.sets.len(), "set"), size(l.bytes));
         if !stale.is_empty() || !l.leftovers.is_empty() {
             println!(
-                "{} stale set{} ({}) and {} leftover{} of killed processes ({}): `ddl data cache --prune` removes them",
-                stale.len(),
-                plural(stale.len()),
+                "{} ({}) and {} of killed processes ({}): `ddl data cache --prune` removes them",
+                ddl::plural(stale.len(), "stale set"),
                 size(stale.iter().map(|s| s.bytes).sum()),
-                l.leftovers.len(),
-                plural(l.leftovers.len()),
+                ddl::plural(l.leftovers.len(), "leftover"),
                 size(left)
             );
         }
         let unrecorded = l.sets.iter().filter(|s| s.state == State::Unrecorded).count();
         if unrecorded > 0 {
             println!(
-                "{unrecorded} set{} made by an earlier ddl, whose settings are not recorded (a run that uses one \
-                 records it): `ddl data cache --prune --unused-for 30d` removes those unused for 30 days",
-                plural(unrecorded)
+                "{} made by an earlier ddl, whose settings are not recorded (a run that uses one records it): \
+                 `ddl data cache --prune --unused-for 30d` removes those unused for 30 days",
+                ddl::plural(unrecorded, "set")
             );
         }
         let damaged: Vec<_> = l.sets.iter().filter(|s| s.state == State::RecordDamaged).collect();
@@ -410,11 +399,10 @@ pub(super) fn cache_cmd(remove: bool, p: ddl::train::cache::Prune, json: bool) -
             let files: Vec<String> =
                 damaged.iter().map(|s| s.dir.join(ddl::train::cache::RECORD_FILE).display().to_string()).collect();
             println!(
-                "{} set{} whose record does not read (damaged or edited: {}), so their settings are not known: a run \
+                "{} whose record does not read (damaged or edited: {}), so their settings are not known: a run \
                  with their settings finds them and writes the record again; `ddl data cache --prune --unused-for \
                  30d` removes those unused for 30 days, `ddl data cache --clear` every set",
-                damaged.len(),
-                plural(damaged.len()),
+                ddl::plural(damaged.len(), "set"),
                 files.join(", ")
             );
         }

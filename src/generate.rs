@@ -1182,9 +1182,8 @@ fn table_of_scores(scores: &[TokenScore], n: usize, title: &str, first: usize, s
         (false, _) => {
             let mean = scores.iter().map(|s| s.logprob).sum::<f64>() / scores.len() as f64;
             out.push_str(&format!(
-                "mean log p {mean:.4} over {} token{} (perplexity {:.3})",
-                scores.len(),
-                if scores.len() == 1 { "" } else { "s" },
+                "mean log p {mean:.4} over {} (perplexity {:.3})",
+                crate::plural(scores.len(), "token"),
                 (-mean).exp()
             ));
             if let Some(stopped) = stopped {

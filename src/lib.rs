@@ -26,6 +26,11 @@ pub mod train {
     pub mod metrics;
 }
 
+/// A count and its noun, the noun plural where the count is not 1: "1 run", "3 runs", "0 tokens".
+pub fn plural(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
 /// The commit this build of the engine was made from, and whether its tree had uncommitted
 /// changes ("clean", "dirty" or "unknown" without git).
 pub fn build_commit() -> (&'static str, &'static str) {
@@ -47,4 +52,14 @@ pub fn cache_dir() -> std::path::PathBuf {
         .filter(|h| !h.is_empty())
         .map(|h| PathBuf::from(h).join(".cache/ddl"))
         .unwrap_or_else(|| std::env::temp_dir().join("ddl"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn plural_gives_the_count_and_its_noun() {
+        assert_eq!(super::plural(1, "token"), "1 token");
+        assert_eq!(super::plural(0, "token"), "0 tokens");
+        assert_eq!(super::plural(3, "stale set"), "3 stale sets");
+    }
 }

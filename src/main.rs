@@ -60,8 +60,11 @@ fn check_env() -> Result<(), String> {
             unsafe { std::env::remove_var(var) };
         }
     }
-    // (A flag given wins over its variable, which is then not read.)
-    let flag = |f: &str| std::env::args().any(|a| a == f || a.starts_with(&format!("{f}=")));
+    // (A flag given wins over its variable, which is then not read. The arguments as the system
+    // gives them: `env::args` panicked on one that is not UTF-8, a folder's name in Latin-1, which
+    // a path flag takes and clap refuses for a text flag.)
+    let flag =
+        |f: &str| std::env::args_os().any(|a| a.to_str().is_some_and(|a| a == f || a.starts_with(&format!("{f}="))));
     if let Some(v) = std::env::var_os("DDL_NO_AUTOTUNE").filter(|_| !flag("--no-autotune")) {
         let v = v.to_string_lossy().to_ascii_lowercase();
         if !["1", "0", "true", "false", "yes", "no", "on", "off", "y", "n", "t", "f"].contains(&v.as_str()) {
@@ -514,7 +517,11 @@ pub(crate) fn generate_cmd(
     let prompt = if from_stdin { read_stdin_capped("--prompt -", 256 << 20, too_long)? } else { prompt.to_string() };
     if prompt.is_empty() {
         if from_stdin {
-            anyhow::bail!("--prompt -: standard input was empty: pipe the prompt in (… | ddl generate --prompt -)");
+            // (A file of only a byte-order mark, which is not text, is said as such: it was "empty".)
+            anyhow::bail!(
+                "--prompt -: standard input held no text (it was empty, or only a byte-order mark): pipe the prompt \
+                 in (… | ddl generate --prompt -)"
+            );
         }
         anyhow::bail!("--prompt is empty: give at least one token of text");
     }
@@ -558,9 +565,9 @@ pub(crate) fn generate_cmd(
         if strict_context {
             anyhow::bail!(
                 "--prompt has {} tokens, more than the model's context of {cap} (--strict-context): shorten it by \
-                 at least {cut} token{}, or drop --strict-context to keep its last {cap} tokens",
+                 at least {}, or drop --strict-context to keep its last {cap} tokens",
                 ids.len(),
-                if cut == 1 { "" } else { "s" }
+                ddl::plural(cut, "token")
             );
         }
         let dropped = tok.decode(&ids[..cut]).unwrap_or_default();
@@ -751,9 +758,9 @@ pub(crate) fn generate_cmd(
         // A trace holds a whole generation: none is written (an earlier one there stays).
         let no_trace = if trace.is_some() { "; no trace written (an earlier one there is left as it was)" } else { "" };
         eprintln!(
-            "{}: stopped the generation after {n} token{}{of}{no_trace}",
+            "{}: stopped the generation after {}{of}{no_trace}",
             ddl::train::interruption(),
-            if n == 1 { "" } else { "s" }
+            ddl::plural(n, "token")
         );
         return Err(Interrupted.into());
     }
@@ -826,7 +833,9 @@ fn chat(
             Err(e) => eprintln!("({e}; reading plain lines)"),
         }
     }
-    let (mut input, mut log) = (stdin.lock(), stderr.lock());
+    // (Stderr not locked for the whole chat: the Ctrl-C handler's thread writes there, and waited
+    // on the lock, so that neither a reply's Ctrl-C note nor a Ctrl-C at the prompt got through.)
+    let (mut input, mut log) = (stdin.lock(), stderr);
     let mut plain;
     let lines: &mut dyn ddl::chat::Lines = match edited.as_mut() {
         Some(e) => e,
@@ -836,11 +845,17 @@ fn chat(
         }
     };
     let mut errlog = std::io::stderr();
-    ddl::chat::run(&model, &tok, settings, lines, &mut stdout.lock(), &mut errlog, &opts)?;
+    let ran = ddl::chat::run(&model, &tok, settings, lines, &mut stdout.lock(), &mut errlog, &opts);
+    if let Err(e) = &ran
+        && !matches!(e, ddl::chat::ChatError::Interrupted(_))
+    {
+        return ran.map_err(Into::into);
+    }
     if let Some(p) = trace {
         eprintln!("trace written to {} (+ .json summary)", p.display());
     }
-    Ok(())
+    // (SIGTERM during a reply: said, the trace written; 143 as for a process it ended.)
+    ran.map_err(|_| Interrupted.into())
 }
 
 #[cfg(test)]

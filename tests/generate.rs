@@ -1,6 +1,7 @@
 //! `ddl generate` and `ddl chat` through the real CLI: what `--json` says matches what is printed,
 //! stop texts match only text the model wrote, a chat's seeds follow `/set seed`, and bad input
-//! (escapes, counts, a folder that is not a run's, too much standard input) is a clear error.
+//! (escapes, counts, a folder that is not a run's, too much standard input) is a clear error, and
+//! Ctrl-C stops a chat's reply, not the chat.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -44,6 +45,17 @@ fn bpe_run(dir: &Path) -> PathBuf {
     let mut a = vec!["train", "--variant", "ddl", "--corpus", &corpus, "--tokenizer", tok_s, "--steps", "2"];
     a.extend_from_slice(ddl::testing::SMALL_MODEL_FLAGS);
     a.extend_from_slice(&["--set", "train.val_max_tokens=512", "--out", out.to_str().unwrap()]);
+    ok(dir, &a);
+    out
+}
+
+/// A small model with a char tokenizer (one token per character), trained 2 steps.
+fn char_run(dir: &Path) -> PathBuf {
+    let corpus = ddl::testing::small_corpus(dir);
+    let out = dir.join("char-run");
+    let mut a = vec!["train", "--variant", "ddl", "--corpus", &corpus, "--steps", "2"];
+    a.extend_from_slice(ddl::testing::SMALL_MODEL_FLAGS);
+    a.extend_from_slice(&["--out", out.to_str().unwrap()]);
     ok(dir, &a);
     out
 }
@@ -260,4 +272,98 @@ fn bad_generation_input_is_a_clear_error_with_a_remedy_that_works() {
         assert!(t.contains(n), "expected {n:?} in {t}");
     }
     assert!(!t.contains("give a file instead"), "--prompt takes no file: {t}");
+}
+
+/// Ctrl-C while a chat's reply is written stops that reply at the next token (it ended the whole
+/// chat at once, without a word, its trace lost): what was written stays, in the conversation as
+/// on the screen, a line says so, and the chat goes on at its prompt (the next turn replies, the
+/// trace holds both); Ctrl-C at the prompt then ends the chat (130), as it did. SIGTERM during a
+/// reply stops it the same way and ends the chat, its trace written, with 143.
+#[test]
+fn ctrl_c_during_a_chat_reply_stops_the_reply_and_the_chat_goes_on() {
+    use std::io::{BufRead, Read, Write};
+    let dir = ddl::testing::scratch_dir("generate-chat-ctrl-c");
+    let run = char_run(&dir);
+    let signal = |child: &std::process::Child, sig: &str| {
+        assert!(Command::new("kill").args([sig, &child.id().to_string()]).status().unwrap().success());
+    };
+    for (sig, status, name) in [("-INT", 130, "Ctrl-C"), ("-TERM", 143, "SIGTERM")] {
+        let trace = dir.join(format!("chat{sig}.safetensors"));
+        let saved = dir.join(format!("chat{sig}.txt"));
+        let mut child = ddl(&dir)
+            .args(["chat", "--checkpoint", run.to_str().unwrap(), "--max-tokens", "1000000", "--trace"])
+            .arg(&trace)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        // Stderr's lines as they come (the prompts' "> " before them), and all of them at the end.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        let errs = std::thread::spawn(move || {
+            let mut all = String::new();
+            for l in std::io::BufReader::new(stderr).lines() {
+                let l = l.unwrap();
+                all.push_str(&l);
+                all.push('\n');
+                let _ = tx.send(l);
+            }
+            all
+        });
+        let wait_for = |needle: &str| loop {
+            match rx.recv_timeout(std::time::Duration::from_secs(600)) {
+                Ok(l) if l.contains(needle) => return l,
+                Ok(_) => {}
+                Err(e) => panic!("no line with {needle:?} on stderr ({e})"),
+            }
+        };
+        // Some of the reply, then the signal.
+        stdin.write_all(b"To be\n").unwrap();
+        let mut got = vec![0u8; 12];
+        stdout.read_exact(&mut got).unwrap();
+        signal(&child, sig);
+        let said = wait_for("stopped the reply after");
+        assert!(said.starts_with(&format!("{name}: stopped the reply after ")), "{said}");
+        let n: usize = said.split("after ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+        assert!(n >= 12, "{said}: at least the 12 characters read");
+        if name == "Ctrl-C" {
+            assert!(said.contains("kept in the conversation"), "{said}");
+            // The chat goes on: a setting, a turn, the conversation saved; then Ctrl-C at the
+            // prompt ends it.
+            let save = format!("/set max_tokens 3\nHi\n/save {}\n", saved.display());
+            stdin.write_all(save.as_bytes()).unwrap();
+            wait_for("(saved the conversation");
+            signal(&child, sig);
+        } else {
+            assert!(said.ends_with("; the chat ends"), "{said}");
+        }
+        let rest = std::thread::spawn(move || {
+            let mut rest = Vec::new();
+            stdout.read_to_end(&mut rest).unwrap();
+            rest
+        });
+        let o = child.wait().unwrap();
+        drop(stdin);
+        got.extend(rest.join().unwrap());
+        let (out, err) = (String::from_utf8(got).unwrap(), errs.join().unwrap());
+        assert_eq!(o.code(), Some(status), "{out}{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        // The reply as printed: its n characters (a char model's tokens), then a newline unless
+        // it ended in one.
+        let reply: String = out.chars().take(n).collect();
+        let lead = if reply.ends_with('\n') { "" } else { "\n" };
+        assert!(out.starts_with(&format!("{reply}{lead}")), "{out:?}");
+        if name == "Ctrl-C" {
+            // The conversation holds the cut reply as shown, and the next turn after it.
+            let text = std::fs::read_to_string(&saved).unwrap();
+            assert!(text.starts_with(&format!("To be\n{reply}{lead}Hi\n")), "{text:?} vs {out:?}");
+            assert_eq!(turn_seeds(&trace), [0, 1], "{err}");
+        } else {
+            assert!(err.contains("trace written to"), "{err}");
+            assert_eq!(turn_seeds(&trace), [0], "{err}");
+        }
+    }
 }

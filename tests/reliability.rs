@@ -882,7 +882,19 @@ fn generation_problems_are_clear_errors() {
         .collect();
     assert!(left.is_empty(), "temporary files left: {left:?}");
     g(&["--prompt", ""], &["--prompt is empty"]);
-    g(&["--prompt", "-"], &["--prompt -", "standard input was empty"]);
+    g(&["--prompt", "-"], &["--prompt -", "standard input held no text"]);
+    // Only a byte-order mark (dropped: it is not text) was said to be "empty".
+    let mut child = cmd(&dir)
+        .args(["generate", "--checkpoint", k, "--prompt", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), "\u{feff}".as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let t = text(&o);
+    assert!(o.status.code() == Some(1) && t.contains("held no text (it was empty, or only a byte-order mark)"), "{t}");
     g(&["--prompt", "ROMEO:\r\n"], &["Windows line ends", "tr -d"]);
     g(&["--prompt", "hi", "--max-tokens", "0"], &["--max-tokens", "at least 1"]);
     g(&["--prompt", "hi", "--temperature=-0.5"], &["--temperature", "-0.5"]);
@@ -3223,5 +3235,55 @@ fn a_folder_a_run_trains_in_before_its_first_checkpoint_is_said_so() {
     ] {
         let t = fails(&dir, args, &["a run is training in", "process 1 on", "has saved no checkpoint yet"]);
         assert!(t.contains("wait for its first one"), "{args:?}: {t}");
+    }
+}
+
+/// `--data` shards too short for one sequence (the training split, or the validation split) are
+/// refused before the adapter opens, as a `--corpus` too short is (an adapter not there is never
+/// asked for), with the message the run gave once the adapter had opened; `--out` is not made.
+#[test]
+fn data_shards_too_short_are_refused_before_the_adapter_opens() {
+    let dir = tmpdir("short-shards");
+    let file = dir.join("short.txt");
+    std::fs::write(&file, "To be, or not to be, that is the question\n").unwrap();
+    let shards = dir.join("shards").display().to_string();
+    let o = cmd(&dir).args(["data", "prepare", "--tokenizer", "char", "--out", &shards]).arg(&file).output().unwrap();
+    assert!(o.status.success() && text(&o).contains("38 training and 4 validation tokens"), "{}", text(&o));
+    let out = dir.join("run").display().to_string();
+    for (seq_len, said) in [
+        ("train.seq_len=16", "the validation split has 4 token(s), fewer than one sequence of 17 (seq_len + 1)"),
+        ("train.seq_len=40", "the train split has 38 token(s), fewer than one sequence of 41 (seq_len + 1)"),
+    ] {
+        let mut a = vec!["train", "--data", &shards, "--out", &out, "--steps", "1", "--adapter", "no-such-adapter"];
+        a.extend_from_slice(SMALL);
+        a.extend(["--set", seq_len]);
+        let e = fails(&dir, &a, &[&format!("--data {shards}: {said}")]);
+        assert!(!e.contains("no-such-adapter") && !Path::new(&out).exists(), "{e}");
+        if cfg!(feature = "mpi") {
+            a.extend(["--distributed", "mpi"]);
+            let e = fails(&dir, &a, &[said]);
+            assert!(!e.contains("no-such-adapter") && !e.contains("rank 0"), "{e}");
+        }
+    }
+}
+
+/// An argument that is not UTF-8 (a folder named in Latin-1) with `DDL_NO_AUTOTUNE` or
+/// `DDL_BACKEND` set: a path flag takes it and a text flag is refused by the parser, as without
+/// the variables; the check of whether a flag overrides its variable panicked ("called
+/// `Result::unwrap()` on an `Err` value") on reading such an argument.
+#[cfg(unix)]
+#[test]
+fn an_argument_that_is_not_utf8_is_no_panic_with_the_flag_variables_set() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tmpdir("not-utf8-arg");
+    let latin1 = dir.join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+    for (k, v) in [("DDL_NO_AUTOTUNE", "1"), ("DDL_BACKEND", "vulkan")] {
+        let o = cmd(&dir).env(k, v).args(["generate", "--prompt", "a", "--checkpoint"]).arg(&latin1).output().unwrap();
+        let t = text(&o);
+        assert!(o.status.code() == Some(1) && t.contains("does not exist") && !t.contains("panicked"), "{k}: {t}");
+        let bad = std::ffi::OsStr::from_bytes(b"caf\xe9");
+        let o = cmd(&dir).env(k, v).args(["generate", "--checkpoint", "x", "--prompt"]).arg(bad).output().unwrap();
+        let t = text(&o);
+        assert!(o.status.code() == Some(2) && t.contains("invalid UTF-8") && !t.contains("panicked"), "{k}: {t}");
     }
 }

@@ -8,8 +8,3 @@ pub mod metrics;
 pub mod panels;
 pub mod trace;
 pub mod worker;
-
-/// "1 run", "3 runs": a count and its noun, plural where it is not 1.
-pub fn plural(n: usize, what: &str) -> String {
-    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
-}

@@ -575,10 +575,9 @@ fn describe_turns(turns: &[ddl::generate::TraceTurn]) -> String {
         lines.push(format!("… and {} more (all in the trace's summary, its `turns`)", turns.len() - SHOWN));
     }
     format!(
-        "a chat of {} turn{} (`ddl chat --trace`): each line's tokens are shown as read (italic), the replies as \
+        "a chat of {} (`ddl chat --trace`): each line's tokens are shown as read (italic), the replies as \
          written; each reply's sampling:\n{}",
-        turns.len(),
-        if turns.len() == 1 { "" } else { "s" },
+        ddl::plural(turns.len(), "turn"),
         lines.join("\n")
     )
 }

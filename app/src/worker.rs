@@ -429,7 +429,7 @@ async fn serve(
                     Ok(Some(c)) => {
                         let n = c.original.len();
                         out.send(Event::Compared(c));
-                        out.send(Event::Done { reason: format!("compared {}", crate::plural(n, "token")) });
+                        out.send(Event::Done { reason: format!("compared {}", ddl::plural(n, "token")) });
                     }
                     Ok(None) => out.send(Event::Done { reason: COMPARISON_STOPPED.into() }),
                     Err(e) => {
@@ -444,7 +444,7 @@ async fn serve(
                 match lens(model, tok, prompt.as_deref(), &tokens, wait) {
                     Ok(l) => {
                         out.send(Event::Lens(l));
-                        out.send(Event::Done { reason: format!("lens of {}", crate::plural(tokens.len(), "token")) });
+                        out.send(Event::Done { reason: format!("lens of {}", ddl::plural(tokens.len(), "token")) });
                     }
                     Err(e) => {
                         out.send(Event::Error(e));
@@ -494,7 +494,7 @@ async fn serve(
         }
         let g = session.as_mut().unwrap();
         let eot = tok.eot_id();
-        let mut reason = format!("{} generated", crate::plural(max, "token"));
+        let mut reason = format!("{} generated", ddl::plural(max, "token"));
         for _ in 0..max {
             if stop.load(Ordering::SeqCst) {
                 reason = "stopped".into();

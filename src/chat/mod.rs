@@ -19,6 +19,9 @@
 //! A change that concerns what the model has read (an intervention set or ended, a turn undone)
 //! re-reads the conversation in one prefill, its last context of tokens, as the model would read
 //! it had it been under these interventions throughout (the replies stay as they were written).
+//!
+//! Ctrl-C while a reply is written stops it at the next token ([`Session::turn_until`]), its text
+//! kept, and the chat goes on; SIGTERM then ends it ([`ChatError::Interrupted`]).
 
 use std::io::{BufRead, Write};
 
@@ -29,6 +32,8 @@ use crate::tokenizer::Tokenizer;
 
 mod lines;
 pub use lines::{EditedLines, Lines, PlainLines};
+mod save;
+use save::{save_path, save_text};
 
 /// What a chat samples with.
 #[derive(Debug, Clone)]
@@ -141,6 +146,10 @@ pub enum ChatError {
     /// `--intervene` the model cannot take (checked against it as the chat opens).
     #[error("{0}")]
     Intervene(String),
+    /// SIGTERM while a reply was written: the reply stopped, the trace written, the chat ends
+    /// (exit status 143, `crate::train::interrupted_status`).
+    #[error("{0}: the chat ended")]
+    Interrupted(&'static str),
 }
 
 /// One reply of a [`Session`].
@@ -156,6 +165,9 @@ pub struct Reply {
     /// Each reply token's score (`logprobs` on), and why the reply ended.
     pub scores: Vec<crate::generate::TokenScore>,
     pub stopped: &'static str,
+    /// The reply was stopped before its end ([`Session::turn_until`]'s `stop_now`): what it had
+    /// written is kept, in the conversation as on the screen.
+    pub interrupted: bool,
 }
 
 /// A conversation with its caches: turns prefill only their own tokens.
@@ -353,7 +365,19 @@ impl<'a> Session<'a> {
     /// One turn: reads `line` and a newline (after a newline of its own when the last reply
     /// ended without one, as the screen shows it), then generates the reply, handing each piece
     /// of text to `on_piece` as it is sampled. A line the tokenizer cannot encode changes nothing.
-    pub fn turn(&mut self, line: &str, mut on_piece: impl FnMut(&str)) -> Result<Reply, ChatTurnError> {
+    pub fn turn(&mut self, line: &str, on_piece: impl FnMut(&str)) -> Result<Reply, ChatTurnError> {
+        self.turn_until(line, &|| false, on_piece)
+    }
+
+    /// [`Session::turn`], its reply stopping before the next token once `stop_now` says so
+    /// (Ctrl-C): the tokens written so far stay, read by the model, as a reply cut by
+    /// `max_tokens` would ([`Reply::interrupted`]).
+    pub fn turn_until(
+        &mut self,
+        line: &str,
+        stop_now: &dyn Fn() -> bool,
+        mut on_piece: impl FnMut(&str),
+    ) -> Result<Reply, ChatTurnError> {
         let lead = if self.needs_newline && self.generator.is_some() { "\n" } else { "" };
         let ids = self.tok.encode(&format!("{lead}{line}\n")).map_err(|e| ChatTurnError::Encode(e.to_string()))?;
         self.next_seed().map_err(ChatTurnError::Refused)?;
@@ -422,7 +446,12 @@ impl<'a> Session<'a> {
         let mut cut = false;
         let mut scores = Vec::new();
         g.set_scores(self.settings.logprobs);
+        let mut interrupted = false;
         for _ in 0..max_tokens {
+            if stop_now() {
+                interrupted = true;
+                break;
+            }
             let s = g.step()?;
             if stop_token != Some(s.token) {
                 scores.extend(s.score);
@@ -459,11 +488,13 @@ impl<'a> Session<'a> {
             "the model ended the text (its end-of-text token)"
         } else if cut {
             "a blank line or a stop text"
+        } else if interrupted {
+            "it was interrupted"
         } else {
             // (The setting's name in chat: `/set max_tokens N`, `--max-tokens`.)
             "it reached max_tokens"
         };
-        Ok(Reply { tokens, text, prefilled, dropped, scores, stopped })
+        Ok(Reply { tokens, text, prefilled, dropped, scores, stopped, interrupted })
     }
 }
 
@@ -521,11 +552,16 @@ fn intervene_specs(words: &str) -> Vec<String> {
 /// A refused intervention as `/intervene` says it (the flag's name and its remedy are the chat's).
 fn in_chat(e: &ChatTurnError) -> String {
     match e {
-        ChatTurnError::Intervention(e) => format!(
-            "/intervene '{}': {}",
-            e.spec,
-            e.msg.replace("pass --allow-out-of-range", "start the chat with --allow-out-of-range")
-        ),
+        ChatTurnError::Intervention(e) => {
+            let msg = match e.msg.split_once("; give each its own --intervene") {
+                // (Several specs go in one line here, each whole: `all:erase=0,v=0` is two.)
+                Some((what, _)) => {
+                    format!("{what}; write each spec whole, separated by `;` (e.g. /intervene all:erase=0; all:v=0)")
+                }
+                None => e.msg.replace("pass --allow-out-of-range", "start the chat with --allow-out-of-range"),
+            };
+            format!("/intervene '{}': {msg}", e.spec)
+        }
         e => e.to_string(),
     }
 }
@@ -738,20 +774,41 @@ pub fn run(
             )?;
         }
         let mut io = Ok(());
-        let reply = session.turn(&line, |piece| {
-            if io.is_ok() {
-                io = write!(out, "{piece}").and_then(|_| out.flush());
-            }
-        });
+        // Ctrl-C (or SIGTERM) while the reply is written stops it at the next token, its text
+        // kept (it ended the whole chat at once, without a word, its trace lost); at the prompt
+        // no handler listens: Ctrl-C ends the chat there, as it did.
+        let reply = {
+            let _ctrlc = crate::train::CtrlcScope::new();
+            session.turn_until(&line, &crate::train::interrupted, |piece| {
+                if io.is_ok() {
+                    io = write!(out, "{piece}").and_then(|_| out.flush());
+                }
+            })
+        };
+        // A Ctrl-C is forgotten once its reply stopped (the next is a first again); SIGTERM ends
+        // the chat after this turn. (One that came after the reply's last token stopped nothing.)
+        let by = crate::train::interruption();
+        crate::train::clear_interruption();
+        let ended = crate::train::interrupted();
         io?;
-        match reply {
+        let answered = match reply {
             Ok(r) => {
                 if !r.text.ends_with('\n') {
                     writeln!(out)?;
                 }
                 if let Some(n) = session.settings.logprobs {
-                    write!(out, "{}", crate::generate::scores_table(&r.scores, n, r.stopped))?;
+                    let why = if r.interrupted { format!("{by} stopped it") } else { r.stopped.to_string() };
+                    write!(out, "{}", crate::generate::scores_table(&r.scores, n, &why))?;
                 }
+                if r.interrupted {
+                    let next = if ended {
+                        "; the chat ends"
+                    } else {
+                        " (kept in the conversation; Ctrl-D or /quit ends the chat)"
+                    };
+                    writeln!(log, "{by}: stopped the reply after {}{next}", crate::plural(r.tokens.len(), "token"))?;
+                }
+                true
             }
             Err(ChatTurnError::Encode(e)) => {
                 writeln!(
@@ -760,50 +817,22 @@ pub fn run(
                      character (the conversation is as it was)",
                     tok.kind()
                 )?;
-                continue;
+                false
             }
             Err(e @ (ChatTurnError::Refused(_) | ChatTurnError::Intervention(_))) => {
                 writeln!(log, "error: {} (the conversation is as it was)", in_chat(&e))?;
-                continue;
+                false
             }
             Err(ChatTurnError::Gpu(e)) => return Err(e.into()),
+        };
+        if answered {
+            write_trace(&session)?;
         }
-        write_trace(&session)?;
+        if ended {
+            return Err(ChatError::Interrupted(by));
+        }
     }
     Ok(())
-}
-
-/// `/save FILE`'s file as typed: without the spaces after it (a terminal hides them), and `~/`
-/// the home folder, as a shell reads it.
-fn save_path(rest: &str) -> std::path::PathBuf {
-    let rest = rest.trim_end();
-    match (rest.strip_prefix("~/"), std::env::var_os("HOME")) {
-        (Some(under), Some(home)) => std::path::Path::new(&home).join(under),
-        _ => std::path::PathBuf::from(rest),
-    }
-}
-
-/// `/save FILE`: the conversation's text into `path` (whole, or not at all). An existing file
-/// is replaced only when `again` (this chat saved it before); returns the characters written.
-fn save_text(path: &std::path::Path, text: &str, again: bool) -> Result<usize, String> {
-    let shown = path.display();
-    if text.is_empty() {
-        return Err("nothing to save: the conversation is empty (since the start or the last /reset)".into());
-    }
-    if path.is_dir() {
-        return Err(format!("{shown} is a folder: give a file name, e.g. {}", path.join("chat.txt").display()));
-    }
-    if path.exists() && !again {
-        return Err(format!(
-            "{shown} exists and this chat did not write it: give another name, or remove it first (it is not replaced)"
-        ));
-    }
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    if !parent.is_dir() {
-        return Err(format!("{shown}: the folder {} does not exist", parent.display()));
-    }
-    crate::train::checkpoint::write_atomic(path, text.as_bytes()).map_err(|e| format!("writing {shown}: {e}"))?;
-    Ok(text.chars().count())
 }
 
 #[cfg(test)]
@@ -861,6 +890,21 @@ mod tests {
         assert_eq!(specs("block1 . mlp:beta=0"), ["block1 . mlp:beta=0"]);
         assert_eq!(specs("block1 . mlp:beta=0; all:k=mean"), ["block1 . mlp:beta=0", "all:k=mean"]);
         assert!(specs(" ; ").is_empty());
+    }
+
+    /// `/intervene`'s refusals give the chat's remedy: several specs in one line, separated by
+    /// `;` (they said to give each its own `--intervene`, a flag of the command line).
+    #[test]
+    fn intervene_refusals_give_the_chats_remedy() {
+        for spec in ["all:erase=0,v=0", "all:beta=0,block0.mlp:v=0", "all:beta=0 block0 . mlp:v=0"] {
+            let e = Interventions::parse(&intervene_specs(spec), false).unwrap_err();
+            let said = in_chat(&ChatTurnError::from(e));
+            assert!(said.starts_with(&format!("/intervene '{spec}': ")), "{said}");
+            assert!(said.contains("separated by `;`") && !said.contains("--intervene"), "{said}");
+        }
+        let msg = "β = 3 is outside [0, 2]; pass --allow-out-of-range to use it anyway".to_string();
+        let e = crate::model::intervene::InterventionError { spec: "all:beta=3".into(), msg };
+        assert!(in_chat(&ChatTurnError::from(e)).contains("; start the chat with --allow-out-of-range"));
     }
 
     #[test]

@@ -350,10 +350,10 @@ pub(super) fn section(
         if own.iter().all(|r| r.test.is_none()) {
             let n = own.iter().map(|r| r.untested.len()).max().unwrap_or(0);
             md.push_str(&format!(
-                "**{}** ({n} seed{}): too few seeds to test (a test needs at least 2 seeds); the table gives each \
-                 value, which says nothing of its spread over seeds.\n\n",
+                "**{}** ({}): too few seeds to test (a test needs at least 2 seeds); the table gives each value, \
+                 which says nothing of its spread over seeds.\n\n",
                 v.name(),
-                if n == 1 { "" } else { "s" }
+                crate::plural(n, "seed")
             ));
             continue;
         }

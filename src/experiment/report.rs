@@ -143,12 +143,11 @@ fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> (String, 
     let adjusted = stats::holm(&ps);
     let listed: Vec<String> = family.iter().map(|(a, b, _)| format!("{} − {}", a.name(), b.name())).collect();
     md.push_str(&format!(
-        "The family, fixed by the spec's variant list before the runs ({} comparison{}): {}. Each is the \
+        "The family, fixed by the spec's variant list before the runs ({}): {}. Each is the \
          difference of final validation losses paired by seed (the runs of a seed share their batches): \
          its mean, 95 % t-interval (seeds − 1 degrees of freedom), Student's paired t and two-sided p, and \
          p adjusted by Holm's method over the whole family. A verdict needs the adjusted p below 0.05.\n\n",
-        family.len(),
-        if family.len() == 1 { "" } else { "s" },
+        crate::plural(family.len(), "comparison"),
         listed.join(", ")
     ));
     md.push_str("| a − b | seeds | mean difference | 95 % interval | t (df) | p | p (Holm) | verdict |\n");
@@ -517,7 +516,7 @@ pub(super) fn write_report(
         *adapters.entry(if r.adapter.is_empty() { "unrecorded" } else { r.adapter.as_str() }).or_default() += 1;
     }
     let adapter_text: Vec<String> =
-        adapters.iter().map(|(a, n)| format!("{a}: {n} run{}", if *n == 1 { "" } else { "s" })).collect();
+        adapters.iter().map(|(a, n)| format!("{a}: {}", crate::plural(*n, "run"))).collect();
     md.push_str(&format!("Adapter: {}.\n\n", adapter_text.join("; ")));
     if adapters.keys().filter(|a| **a != "unrecorded").count() > 1 {
         md.push_str(

@@ -116,6 +116,18 @@ impl Intervention {
             }
             _ => {}
         }
+        // (Several specs in one: `all:beta=0 block0.mlp:beta=1` read as the value
+        // "0block0.mlp:beta=1", which "is not a number".)
+        if a.contains(':') {
+            let parts: Vec<&str> = s.split([';', ',', ' ', '\t']).filter(|p| !p.is_empty()).collect();
+            let each = if parts.iter().all(|p| p.contains(':')) {
+                let flags: Vec<String> = parts.iter().map(|p| format!("--intervene {p}")).collect();
+                format!(" ({})", flags.join(" "))
+            } else {
+                String::new()
+            };
+            return Err(err(format!("several specs in one; give each its own --intervene{each}")));
+        }
         // (One action a spec: `erase=0;v=0` would read as a malformed value.)
         if compact.contains([';', ',']) {
             return Err(err(format!(
@@ -506,6 +518,14 @@ mod tests {
             ("all:value=0", "unknown action"),
             ("block0.mlp:erase=0;v=0", "one action a spec; give each its own --intervene"),
             ("block0.mlp:erase=0,v=0", "--intervene block0.mlp:v=0"),
+            // Two specs in one flag: each named as its own flag (the second was read as the first's
+            // value, "'0block0.mlp:beta=1' is not a number").
+            (
+                "all:beta=0 block0.mlp:beta=1",
+                "give each its own --intervene (--intervene all:beta=0 --intervene block0.mlp",
+            ),
+            ("all:beta=0;block0.mlp:v=0", "(--intervene all:beta=0 --intervene block0.mlp:v=0)"),
+            ("all:beta=0 block0 . mlp:v=0", "several specs in one; give each its own --intervene"),
         ] {
             let e = Interventions::parse(&[spec.into()], false).unwrap_err().to_string();
             assert!(e.contains(needle) && e.contains(spec), "{spec}: {e}");

@@ -129,7 +129,7 @@ const GROUPED: &str = " by variant: mean over seeds, band min..max";
 
 /// A title `ddl plot` gives, as its PNG text chunk stores it.
 fn stored_title(metric: Metric, runs: usize, grouped: bool) -> String {
-    format!("{}, {runs} run{}{}", metric.title(), if runs == 1 { "" } else { "s" }, if grouped { GROUPED } else { "" })
+    format!("{}, {}{}", metric.title(), crate::plural(runs, "run"), if grouped { GROUPED } else { "" })
 }
 
 /// Whether `title` (a PNG's stored title) is one `ddl plot` gave: it may replace that file.
@@ -276,8 +276,8 @@ fn read_run(
     // missing, or an earlier one left, after "wrote OUT".)
     if points > 0 && series.iter().flat_map(|s| &s.1).all(|p| !p.1.is_finite()) {
         return Ok(Err(format!(
-            "each of its {points} point{} of it is not a finite number (the run diverged), so there is no curve to draw",
-            if points == 1 { "" } else { "s" }
+            "each of its {} of it is not a finite number (the run diverged), so there is no curve to draw",
+            crate::plural(points, "point")
         )));
     }
     if points == 0 {
@@ -666,11 +666,10 @@ pub fn ends_text(ends: &PlotEnds) -> String {
     for (file, lines) in &ends.unreadable {
         let shown: Vec<String> = lines.iter().take(5).map(|n| n.to_string()).collect();
         out.push_str(&format!(
-            "note: {}: skipped {} line{} that {} not read as a step's record (line {}{}): edited or damaged; the \
+            "note: {}: skipped {} that {} not read as a step's record (line {}{}): edited or damaged; the \
              curves and the table lack them\n",
             file.display(),
-            lines.len(),
-            if lines.len() == 1 { "" } else { "s" },
+            crate::plural(lines.len(), "line"),
             if lines.len() == 1 { "does" } else { "do" },
             shown.join(", "),
             if lines.len() > 5 { ", …" } else { "" }

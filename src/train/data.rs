@@ -689,10 +689,9 @@ fn say_removed(stale: super::cache::Stale, corpus: &str) {
     if !removed.is_empty() {
         let bytes: u64 = removed.iter().map(|s| s.1).sum();
         eprintln!(
-            "note: removed {} cached shard set{} of an earlier version of --corpus {corpus} or of its tokenizer \
+            "note: removed {} of an earlier version of --corpus {corpus} or of its tokenizer \
              file ({}; `ddl data cache` lists the cache)",
-            removed.len(),
-            if removed.len() == 1 { "" } else { "s" },
+            crate::plural(removed.len(), "cached shard set"),
             super::cache::size(bytes)
         );
     }
@@ -1224,6 +1223,69 @@ pub fn preview(
     })
 }
 
+/// A `--data` run's shards as found: their format, the two splits' files, their folder and its
+/// `meta.json`.
+struct RunShards {
+    format: super::shards::Format,
+    train: Vec<PathBuf>,
+    val: Vec<PathBuf>,
+    dir: PathBuf,
+    meta: Option<Meta>,
+}
+
+/// `run.data`'s shards found, and checked against the folder's `meta.json` where it has one.
+fn run_shards(run: &crate::train::RunConfig) -> Result<RunShards, crate::train::TrainError> {
+    use super::shards::Format;
+    let format = Format::parse(&run.data_format).map_err(crate::train::TrainError::Settings)?;
+    let (train, val) = find_shards(&run.data, format)?;
+    let dir = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
+    let meta = read_data_meta(&dir)?;
+    if let Some(m) = &meta
+        && format == Format::Llmc
+    {
+        check_meta_counts(m, &dir)?;
+        // A listed shard gone from the folder given: refused now (a stat each), not by the
+        // digests' check beside the first steps, after the run's folder was made.
+        if let Some(e) = missing_listed_shard(m, &dir).filter(|_| Path::new(&run.data).is_dir()) {
+            return Err(e.into());
+        }
+    }
+    Ok(RunShards { format, train, val, dir, meta })
+}
+
+/// A split too short for one sequence, said with the data it is a split of.
+fn too_short(run: &crate::train::RunConfig, e: DataError) -> crate::train::TrainError {
+    match e {
+        DataError::TooShort { .. } => crate::train::TrainError::Settings(format!("{}: {e}", source_flag(run))),
+        e => e.into(),
+    }
+}
+
+/// A new run's `--data` shards checked before the adapter opens: found (against their
+/// `meta.json`), their headers read (memory-mapped: no token is read or tokenised), and each
+/// split refused, as [`open_for_run`] refuses it, when it is shorter than one sequence.
+pub fn check_run_shards(run: &crate::train::RunConfig) -> Result<(), crate::train::TrainError> {
+    use super::shards::Shard;
+    let RunShards { format, train, val, .. } = run_shards(run)?;
+    let tokens = |files: &[PathBuf]| -> Result<usize, DataError> {
+        files.iter().map(|p| Ok(Shard::open(p, format)?.len())).sum()
+    };
+    let (train, val) = (tokens(&train)?, tokens(&val)?);
+    check_split_lengths(train, val, run.train.seq_len).map_err(|e| too_short(run, e))
+}
+
+/// Each split holds at least one sequence of `seq_len + 1` tokens.
+fn check_split_lengths(train: usize, val: usize, seq_len: usize) -> Result<(), DataError> {
+    let need = seq_len + 1;
+    if train < need {
+        return Err(DataError::TooShort { split: "train", have: train, need });
+    }
+    if val < need {
+        return Err(DataError::TooShort { split: "validation", have: val, need });
+    }
+    Ok(())
+}
+
 /// The dataset and tokenizer of a run: `--data` shards (with their `meta.json`'s tokenizer, the
 /// run's `tokenizer` file, or `given`), else the corpus's cached shard set. `given`: the
 /// tokenizer a resumed run was trained with.
@@ -1235,20 +1297,7 @@ pub fn open_for_run(
     let t = &run.train;
     let mut stale_sets = None;
     let (train, val, tok, key, folder) = if !run.data.is_empty() {
-        let format = Format::parse(&run.data_format).map_err(crate::train::TrainError::Settings)?;
-        let (train, val) = find_shards(&run.data, format)?;
-        let dir = train[0].parent().map(Path::to_path_buf).unwrap_or_default();
-        let meta = read_data_meta(&dir)?;
-        if let Some(m) = &meta
-            && format == Format::Llmc
-        {
-            check_meta_counts(m, &dir)?;
-            // A listed shard gone from the folder given: refused now (a stat each), not by the
-            // digests' check beside the first steps, after the run's folder was made.
-            if let Some(e) = missing_listed_shard(m, &dir).filter(|_| Path::new(&run.data).is_dir()) {
-                return Err(e.into());
-            }
-        }
+        let RunShards { format, train, val, dir, meta } = run_shards(run)?;
         let tok = shards_tokenizer(run, given, meta.as_ref(), &dir)?;
         let open = |v: Vec<PathBuf>| -> Result<Stream, DataError> {
             Ok(Stream::new(v.iter().map(|p| Shard::open(p, format)).collect::<Result<Vec<_>, _>>()?))
@@ -1301,11 +1350,7 @@ pub fn open_for_run(
         );
     }
     train.advise_random();
-    let mut ds = Dataset::new(train, val, t.seq_len, tok.vocab_size(), key).map_err(|e| match e {
-        // Say which data is too short.
-        DataError::TooShort { .. } => crate::train::TrainError::Settings(format!("{}: {e}", source_flag(run))),
-        e => e.into(),
-    })?;
+    let mut ds = Dataset::new(train, val, t.seq_len, tok.vocab_size(), key).map_err(|e| too_short(run, e))?;
     ds.folder = Some(folder);
     ds.stale_sets = stale_sets;
     Ok((ds, tok))
@@ -1500,13 +1545,7 @@ impl Dataset {
         vocab: usize,
         key: String,
     ) -> Result<Dataset, DataError> {
-        let need = seq_len + 1;
-        if train.len() < need {
-            return Err(DataError::TooShort { split: "train", have: train.len(), need });
-        }
-        if val.len() < need {
-            return Err(DataError::TooShort { split: "validation", have: val.len(), need });
-        }
+        check_split_lengths(train.len(), val.len(), seq_len)?;
         Ok(Dataset { split: train.len(), train, val, vocab, key, folder: None, stale_sets: None })
     }
 

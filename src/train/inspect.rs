@@ -427,11 +427,10 @@ impl SetInfo {
                 "mixed id widths".into()
             };
             out.push(format!(
-                "{}: {} tokens in {} shard{}, {}, {width}",
+                "{}: {} tokens in {}, {}, {width}",
                 s.split.name(),
                 count(s.tokens as u64),
-                s.shards.len(),
-                if s.shards.len() == 1 { "" } else { "s" },
+                crate::plural(s.shards.len(), "shard"),
                 size(s.bytes)
             ));
             for sh in &s.shards {

@@ -40,8 +40,8 @@ pub use exchange::{CommTimes, DistOptions, ranks_share};
 pub use progress::plot_metrics;
 use signals::*;
 pub use signals::{
-    CtrlcScope, Scrap, install_ctrlc, interrupted, interrupted_status, interruption, stop_at_once_from_now,
-    stop_on_broken_pipe,
+    CtrlcScope, Scrap, clear_interruption, install_ctrlc, interrupted, interrupted_status, interruption,
+    stop_at_once_from_now, stop_on_broken_pipe,
 };
 pub(crate) use signals::{
     NO_STEP, SAVED_STEP, SAVING_STEP, SIGINT, SIGPIPE, SIGTERM, StartingRun, TRAINING, adopt_signal, interrupt_now,
@@ -209,13 +209,12 @@ impl std::fmt::Display for EarlyStop {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "stopped early after step {} of {} (train.early_stop): {} evaluation{} without a validation loss below \
+            "stopped early after step {} of {} (train.early_stop): {} without a validation loss below \
              step {}'s {:.4}; `ddl train --resume` with a larger --steps and --set train.early_stop=0 (or a larger \
              one) trains on",
             self.step,
             self.planned,
-            self.evaluations,
-            if self.evaluations == 1 { "" } else { "s" },
+            crate::plural(self.evaluations, "evaluation"),
             self.best_step,
             self.best_loss
         )
@@ -836,15 +835,16 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer, crate::tokenizer::Tokeni
     Tokenizer::load(path)
 }
 
-/// A new run's corpus (not `--data` shards) tokenised and cached, and its splits checked, before
-/// the adapter opens: a corpus too short for a validation split, or for one sequence, is refused
-/// without asking for an adapter. (The run opens the cached set again.)
+/// A new run's data checked before the adapter opens: a corpus tokenised and cached, and its
+/// splits checked, or `--data` shards found and their lengths read from their headers (nothing
+/// tokenised); data too short for a validation split, or for one sequence, is refused without
+/// asking for an adapter. (The run opens the data again.)
 pub fn check_new_run_data(run: &RunConfig) -> Result<(), TrainError> {
-    if !run.data.is_empty() {
-        return Ok(());
-    }
     let mut run = run.clone();
     run.absolute_paths();
+    if !run.data.is_empty() {
+        return data::check_run_shards(&run);
+    }
     trainer::open_new_run_data(&run).map(drop)
 }
 

@@ -99,12 +99,11 @@ pub(super) fn set_ctrlc_handler() {
                 }
                 std::process::exit(interrupted_status());
             }
-            static FIRST: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
             THIS_IS_TERM.store(TERM_NOW.swap(false, Ordering::SeqCst), Ordering::SeqCst);
             if INTERRUPTED.swap(true, Ordering::SeqCst) {
                 // The same interruption delivered twice (a terminal, or `timeout`, signals the
                 // process and then its group): not a second Ctrl-C.
-                if FIRST.get().is_some_and(|t| t.elapsed() < SECOND_CTRLC_AFTER) {
+                if first().is_some_and(|t| t.elapsed() < SECOND_CTRLC_AFTER) {
                     return;
                 }
                 // Second Ctrl-C: the user insists. What was saved before stays (checkpoints are
@@ -114,8 +113,7 @@ pub(super) fn set_ctrlc_handler() {
                 lock::release_all();
                 std::process::exit(interrupted_status());
             } else {
-                let _ = FIRST.set(std::time::Instant::now());
-                let _ = FIRST_NAME.set(interruption());
+                *FIRST.lock().unwrap_or_else(|e| e.into_inner()) = Some((std::time::Instant::now(), interruption()));
                 eprintln!("\n{}: stopping cleanly (Ctrl-C or SIGTERM again stops at once)", interruption());
             }
         });
@@ -196,8 +194,14 @@ pub(super) fn stop_at_once() -> String {
     stop_at_once_with(&second_label(), &scrapped, training)
 }
 
-/// The first interruption's name ([`interruption`] when it came), for the second's message.
-pub(super) static FIRST_NAME: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+/// When the first interruption came and its name ([`interruption`] then): a delivery within
+/// [`SECOND_CTRLC_AFTER`] of it is the same one, and the second's message names both. `None`
+/// before the first, and again after [`clear_interruption`].
+pub(super) static FIRST: std::sync::Mutex<Option<(std::time::Instant, &'static str)>> = std::sync::Mutex::new(None);
+
+fn first() -> Option<std::time::Instant> {
+    FIRST.lock().unwrap_or_else(|e| e.into_inner()).map(|(t, _)| t)
+}
 
 /// Set by the SIGTERM handler before it raises SIGINT: the delivery the Ctrl-C handler sees next
 /// is a SIGTERM (a plain SIGINT leaves it unset).
@@ -210,7 +214,8 @@ pub(super) static THIS_IS_TERM: AtomicBool = AtomicBool::new(false);
 /// SIGTERM" after a Ctrl-C and a SIGTERM).
 pub(super) fn second_label() -> String {
     let second = if THIS_IS_TERM.load(Ordering::SeqCst) { "SIGTERM" } else { "Ctrl-C" };
-    label_of(FIRST_NAME.get().copied().unwrap_or(second), second)
+    let first = FIRST.lock().unwrap_or_else(|e| e.into_inner()).map(|(_, name)| name);
+    label_of(first.unwrap_or(second), second)
 }
 
 pub(super) fn label_of(first: &str, second: &str) -> String {
@@ -337,7 +342,22 @@ pub(crate) fn interrupt_now() {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
-/// Whether Ctrl-C was pressed since [`install_ctrlc`].
+/// Whether Ctrl-C was pressed since [`install_ctrlc`] (or since [`clear_interruption`]).
 pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// Forgets a Ctrl-C that has been handled by stopping one piece of work, the process going on
+/// (`ddl chat`'s reply, after which the chat returns to its prompt): the next Ctrl-C is a first
+/// one again, stopping cleanly, and a second after it ends the process as before. Only Ctrl-C is
+/// forgotten: after SIGTERM or SIGPIPE the process must end, and this does nothing. Commands
+/// that stop for good on an interruption (training, `ddl generate`) never call it.
+pub fn clear_interruption() {
+    if SIGNAL.load(Ordering::SeqCst) != 0 {
+        return;
+    }
+    // (The time first, so that a Ctrl-C coming once the flag is down is timed afresh.)
+    *FIRST.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    THIS_IS_TERM.store(false, Ordering::SeqCst);
+    INTERRUPTED.store(false, Ordering::SeqCst);
 }

@@ -403,7 +403,7 @@ impl VizApp {
 
     fn show_experiment(&mut self, e: crate::experiment::Experiment) {
         let n = e.runs.len();
-        self.status = format!("experiment: {}", crate::plural(n, "run"));
+        self.status = format!("experiment: {}", ddl::plural(n, "run"));
         self.experiment = Some(e);
         self.tab = Tab::Experiment;
     }
@@ -431,10 +431,9 @@ impl VizApp {
                 // What Generate will and will not do with it.
                 let how = match (&t.sampling, &t.interventions) {
                     (None, _) if !t.turns.is_empty() => format!(
-                        " (a chat of {} turn{}: Generate writes one continuation of the prompt on the left, not the \
+                        " (a chat of {}: Generate writes one continuation of the prompt on the left, not the \
                          chat again)",
-                        t.turns.len(),
-                        if t.turns.len() == 1 { "" } else { "s" }
+                        ddl::plural(t.turns.len(), "turn")
                     ),
                     (None, _) => {
                         " (its prompt and sampling settings are not recorded: Generate does not write it again)"
@@ -591,11 +590,11 @@ impl VizApp {
                             format!(
                                 "the trace shown was written by another model ({}, d = {}, d_v = {}) than {} \
                                  ({}, d = {}, d_v = {}); generating replaces it",
-                                crate::plural(t.n_layers, "block"),
+                                ddl::plural(t.n_layers, "block"),
                                 t.d,
                                 t.m,
                                 info.dir.display(),
-                                crate::plural(c.n_layers, "block"),
+                                ddl::plural(c.n_layers, "block"),
                                 c.d_model,
                                 c.m()
                             ),
@@ -659,7 +658,7 @@ impl VizApp {
                     let (t0, n) = self.gen_started.get_or_insert((web_time::Instant::now(), 0));
                     *n += 1;
                     let rate = *n as f64 / t0.elapsed().as_secs_f64().max(1e-3);
-                    self.status = format!("generating… {}, {rate:.1} tokens/s", crate::plural(*n, "token"));
+                    self.status = format!("generating… {}, {rate:.1} tokens/s", ddl::plural(*n, "token"));
                 }
                 Event::Progress(p) => self.status = p,
                 Event::Note(n) => self.messages.push((Level::Info, n)),
@@ -689,13 +688,13 @@ impl VizApp {
                     self.gen_started = None;
                     self.comparing = false;
                     self.status = if std::mem::take(&mut self.detached) {
-                        format!("{reason}: showing the trace opened ({})", crate::plural(self.trace.len(), "token"))
+                        format!("{reason}: showing the trace opened ({})", ddl::plural(self.trace.len(), "token"))
                     } else if reason.starts_with("compared") {
                         format!("done: {reason} with and without the interventions")
                     } else if reason == crate::worker::COMPARISON_STOPPED {
                         reason.clone()
                     } else {
-                        format!("done: {reason}; the text has {}", crate::plural(self.trace.len(), "token"))
+                        format!("done: {reason}; the text has {}", ddl::plural(self.trace.len(), "token"))
                     };
                     if self.auto.started {
                         // `--tab lens`: the text's lens once it is generated, then the picture.

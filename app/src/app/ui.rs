@@ -136,7 +136,7 @@ impl VizApp {
             // model its speed where the window is drawn in software (see worker::STREAM_REPAINT).
             ui.label(format!(
                 "working… {} so far",
-                crate::plural(self.trace.rows.iter().filter(|r| !r.prompt).count(), "token")
+                ddl::plural(self.trace.rows.iter().filter(|r| !r.prompt).count(), "token")
             ));
         }
         ui.separator();

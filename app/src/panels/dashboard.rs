@@ -42,9 +42,8 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
             m.val_accuracy.iter().rev().find(|a| a.0 == step).map(|a| format!(", top-1 {:.2} %", 100.0 * a.1))
         };
         ui.label(format!(
-            "{} step{} logged{}{}{}",
-            m.train.len(),
-            if m.train.len() == 1 { "" } else { "s" },
+            "{} logged{}{}{}",
+            ddl::plural(m.train.len(), "step"),
             // (A loss that was not a finite number is logged as null: said, not left out.)
             last.map(|r| match r.loss {
                 Some(l) => format!(", last loss {l:.4}"),

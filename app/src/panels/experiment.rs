@@ -6,7 +6,7 @@ use eframe::egui::{self, Color32, RichText};
 use egui_plot::{Line, Plot, Polygon};
 
 use crate::experiment::{Experiment, FinalFrom};
-use crate::plural;
+use ddl::plural;
 
 /// A variant's colour (the palette of the sublayers, one hue per variant).
 pub fn variant_color(i: usize, n: usize) -> Color32 {

@@ -445,9 +445,8 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             "evaluate a longer text (a window needs two tokens: one read, one predicted)".to_string()
         };
         return Err(TrainError::Settings(format!(
-            "{source} has {} token{}, fewer than one window of {} (--seq-len + 1): {remedy}",
-            tokens.len(),
-            if tokens.len() == 1 { "" } else { "s" },
+            "{source} has {}, fewer than one window of {} (--seq-len + 1): {remedy}",
+            crate::plural(tokens.len(), "token"),
             seq_len + 1
         )));
     }

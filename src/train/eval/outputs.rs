@@ -221,12 +221,11 @@ pub(super) fn plot_ablations(path: &Path, parts: &[Ablate], rows: &[Ablation], b
         [one] => format!("{ABLATION_PLOT_TITLE} {}", one.short()),
         _ => format!("{ABLATION_PLOT_TITLE} and part of its write removed"),
     };
-    let s = |n: usize| if n == 1 { "" } else { "s" };
     let x = if pairs >= 2 {
         format!(
-            "ablated − as trained, nats per token (mean over {pairs} batches of {batch} window{}, 95 % t-interval; \
-             filled: p < 0.05 after Holm)",
-            s(batch)
+            "ablated − as trained, nats per token (mean over {pairs} batches of {}, 95 % t-interval; filled: p < \
+             0.05 after Holm)",
+            crate::plural(batch, "window")
         )
     } else {
         "ablated − as trained, nats per token over all the tokens (no intervals: fewer than two full batches)".into()

@@ -47,7 +47,7 @@ impl EvalResult {
 
     /// "N window(s)" of a batch.
     pub(super) fn windows_word(&self) -> String {
-        format!("{} window{}", self.batch_size, if self.batch_size == 1 { "" } else { "s" })
+        crate::plural(self.batch_size, "window")
     }
 
     /// How to get two full batches to pair.
@@ -72,7 +72,6 @@ impl EvalResult {
         };
         let bytes = self.bytes.map(|b| format!(" ({b} bytes)")).unwrap_or_default();
         let span = if self.whole { "all of" } else { "the first windows of" };
-        let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         let left = if self.uncounted > 0 {
             let last = if self.uncounted == 1 { "token".into() } else { format!("{} tokens", self.uncounted) };
             format!(" (the last {last}, too few for a window, not counted)")
@@ -84,8 +83,8 @@ impl EvalResult {
             self.loss,
             self.perplexity,
             self.source,
-            plural(self.tokens, "token", "tokens"),
-            plural(self.windows, "window", "windows"),
+            crate::plural(self.tokens, "token"),
+            crate::plural(self.windows, "window"),
             self.seq_len,
             self.step
         );
