@@ -4190,11 +4190,14 @@ fn a_run_starts_from_a_checkpoints_parameters_with_init_from() {
     }
     // Shards made with another tokenizer: named by their meta.json, with the remedy, before a
     // token id past the model's vocabulary is met.
+    // (Long enough for a sequence in each split: shards too short are refused first, before
+    // the adapter opens, as they would be with the right tokenizer.)
     let shards = dir.join("odd-shards");
+    std::fs::write(dir.join("odd-long.txt"), "zebra ÿ ".repeat(2000)).unwrap();
     let o = ddl_cmd(&dir)
         .args(["data", "prepare", "--tokenizer", "char", "--out"])
         .arg(&shards)
-        .arg(dir.join("odd.txt"))
+        .arg(dir.join("odd-long.txt"))
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
