@@ -91,6 +91,14 @@ impl ChatSettings {
             "stop" if value.is_empty() => {
                 return Err("stop needs a text (`\\s` for a space, or `none` to clear)".into());
             }
+            // A shell's empty string typed here: the chat takes the text as typed, quotes and all.
+            "stop" if value.trim() == "\"\"" || value.trim() == "''" => {
+                return Err(format!(
+                    "stop {}: the chat takes a stop text as typed, without quotes (this would stop at two quote \
+                     marks): give the text itself (`\\s` for a space), or `none` to clear the stop texts",
+                    value.trim()
+                ));
+            }
             "stop" => next.stop.push(crate::generate::unescape_stop(value).map_err(|e| format!("stop {e}"))?),
             "logprobs" if value == "off" => next.logprobs = None,
             "logprobs" => {
@@ -953,6 +961,11 @@ mod tests {
         // A lone space, which the line trims, typed as `\s`.
         assert_eq!(base().with("stop", "\\s").unwrap().stop, [" "]);
         assert!(base().with("stop", "").unwrap_err().contains("\\s"));
+        // A shell's empty string is not a stop text of two quote marks.
+        for q in ["\"\"", "''", " \"\" "] {
+            let e = base().with("stop", q).unwrap_err();
+            assert!(e.contains("without quotes") && e.contains("none"), "{q}: {e}");
+        }
         // Any other escape is refused, naming it and the four there are.
         let e = base().with("stop", "\\q").unwrap_err();
         assert!(e.starts_with("stop '\\q': unknown escape \\q") && e.contains("\\s (a space)"), "{e}");
