@@ -84,31 +84,43 @@ pub(super) fn kept_that_reads(run: &Path, suspect: &[&str]) -> Option<(PathBuf, 
 /// instead (`flag`: `--checkpoint`, `--against`).
 #[cfg(feature = "native")]
 pub fn with_kept_for_reading(run: &Path, flag: &str, e: CheckpointError) -> CheckpointError {
-    let model = |p: &Path| p.file_name().is_some_and(|n| n == MODEL_FILE);
+    with_kept_named(run, flag, e).0
+}
+
+/// `run`'s model file, by its name.
+#[cfg(feature = "native")]
+fn is_model(p: &Path) -> bool {
+    p.file_name().is_some_and(|n| n == MODEL_FILE)
+}
+
+/// [`with_kept_for_reading`]'s error, and whether it names a kept checkpoint that reads.
+#[cfg(feature = "native")]
+fn with_kept_named(run: &Path, flag: &str, e: CheckpointError) -> (CheckpointError, bool) {
     // (A run training in the folder that has saved no checkpoint yet: the missing file's message
     // says so, with when there will be one.)
     let Some((kept, step)) = (match &e {
         CheckpointError::Corrupt { path, .. }
         | CheckpointError::Content { path, .. }
         | CheckpointError::MissingFile(path)
-            if model(path) =>
+            if is_model(path) =>
         {
             kept_that_reads(run, &[MODEL_FILE])
         }
         _ => None,
     }) else {
-        return e;
+        return (e, false);
     };
     let but =
         format!("; but its kept checkpoint {} (step {step}) reads: give {flag} {}", kept.display(), kept.display());
-    match e {
+    let e = match e {
         CheckpointError::Corrupt { path, msg } => CheckpointError::Corrupt { path, msg: msg + &but },
         CheckpointError::Content { path, msg } => CheckpointError::Content { path, msg: msg + &but },
         CheckpointError::MissingFile(path) => {
             CheckpointError::Content { path, msg: format!("the file is missing{but}") }
         }
         e => e,
-    }
+    };
+    (e, true)
 }
 
 /// [`with_kept_for_reading`], and where no kept checkpoint reads, a model file that is not a
@@ -117,17 +129,15 @@ pub fn with_kept_for_reading(run: &Path, flag: &str, e: CheckpointError) -> Chec
 /// what was wrong and nothing more).
 #[cfg(feature = "native")]
 pub fn with_remedy_for_reading(run: &Path, flag: &str, e: CheckpointError) -> CheckpointError {
-    match with_kept_for_reading(run, flag, e) {
-        CheckpointError::Corrupt { path, msg }
-            if path.file_name().is_some_and(|n| n == MODEL_FILE) && !msg.contains(") reads: give ") =>
-        {
+    match with_kept_named(run, flag, e) {
+        (CheckpointError::Corrupt { path, msg }, false) if is_model(&path) => {
             let msg = format!(
                 "{msg}; the file is damaged: copy the checkpoint again from where it came from, or give {flag} \
                  another checkpoint"
             );
             CheckpointError::Corrupt { path, msg }
         }
-        e => e,
+        (e, _) => e,
     }
 }
 
