@@ -196,6 +196,11 @@ fn a_chat_seed_set_is_the_next_replys_and_a_seed_past_u64_is_refused_at_its_turn
     let (_, err) = chat(&dir, &run, &["--max-tokens", "3"], "/intervene all:beta=0\n/intervene none \n/intervene\n");
     assert!(err.contains("(no interventions: the model as trained; from the next line on)"), "{err}");
     assert!(!err.contains("expected TARGET:ACTION"), "{err}");
+    // An empty line (or one of spaces) sends nothing (it was a turn of one newline); command
+    // names are taken in any case: `/SETTINGS` lists, `/QUIT` ends the chat before `B`.
+    let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr], "A\n\n   \n/SETTINGS\n/QUIT\nB\n");
+    assert_eq!(turn_seeds(&trace), [0], "{err}");
+    assert!(err.contains("next reply's seed 1") && !err.contains("unknown command"), "{err}");
 }
 
 #[test]

@@ -527,7 +527,8 @@ const HELP: &str = "commands: /reset (forget the conversation), /undo (forget th
                     tab, space, backslash; logprobs N | logprobs off: a table of each reply's tokens under the \
                     model), /settings, \
                     /intervene SPEC (e.g. block1.mlp:beta=0; several separated by spaces or `;`; /intervene none \
-                    ends them, /intervene alone lists them), /save FILE (the conversation as text), /help, /quit";
+                    ends them, /intervene alone lists them), /save FILE (the conversation as text), /help, /quit; an empty line sends \
+                    nothing";
 
 /// How a chat runs besides its sampling: the trace file, the interventions it starts under.
 #[derive(Debug, Clone, Default)]
@@ -618,6 +619,11 @@ pub fn run(
     // The files `/save` wrote: saved again without a question (others are not replaced).
     let mut saved: Vec<std::path::PathBuf> = Vec::new();
     while let Some(line) = lines.next_line("> ")? {
+        // An empty line (or only spaces) sends nothing: the prompt again, as a shell does. (It
+        // was a turn of one newline, which a stray Enter sent; a reply ends at a blank line.)
+        if line.trim().is_empty() {
+            continue;
+        }
         let mut say = None;
         if let Some(cmd) = line.strip_prefix('/') {
             // (Extra spaces between the words are not part of them; a stop text keeps its own.)
@@ -629,7 +635,9 @@ pub fn run(
                 None if rest.is_empty() => vec![],
                 None => vec![rest],
             };
-            match (name.trim(), parts.as_slice()) {
+            // (Command names in any case: `/QUIT` is `/quit`.)
+            let name = name.trim().to_ascii_lowercase();
+            match (name.as_str(), parts.as_slice()) {
                 (bare @ ("quit" | "exit" | "reset" | "settings" | "help" | "undo" | "retry"), [_, ..]) => {
                     // (Not run with the words after it ignored: `/reset now` may mean something else.)
                     writeln!(log, "/{bare} takes nothing after it (got '{rest}'): type /{bare} alone")?
