@@ -5,9 +5,10 @@
 #   scripts/make_viz_pictures.sh [RUN_DIR]      (default runs/viz-tiny; trained first if absent)
 #
 # Training: 4000 AdamW steps of 16 × 64 tokens, cosine from 3e-3 to 3e-4 over the whole run
-# (4.1 M tokens: about 110 minutes on lavapipe with 2 idle cores, at the 630 tok/s the release
-# build ran its first 40 steps at in session 87; the "about 25 minutes" written here before was
-# not reproduced). The final whole-split validation loss is printed and checked (< 1.60) before
+# (4.1 M tokens: 48 minutes on lavapipe on 2 cores on 2026-12-07, with release and debug builds
+# running beside it, 1300–3000 tok/s after the matmul autotune's first minutes; the 110 minutes
+# written here before came from the 630 tok/s of the first 40 steps). That run's final loss was
+# 1.5361, as before. The final whole-split validation loss is printed and checked (< 1.60) before
 # any picture is taken. Pictures: ddl-viz in a virtual X display
 # (Xvfb), one window per view, written to docs/img/viz-*.png.
 set -euo pipefail
