@@ -323,7 +323,11 @@ impl TraceData {
                     declared_len(&bytes).map(|n| n.to_string()).unwrap_or_else(|| "tensor".into())
                 )
             } else {
-                format!("{} is not a trace (safetensors): {e}", path.display())
+                format!(
+                    "{} is not a trace (safetensors): {e}; a trace is the .safetensors file `ddl generate --trace FILE` \
+                     (or `ddl chat --trace FILE`) writes",
+                    path.display()
+                )
             }
         })?;
         // A trace of another format version is refused (older traces without the name load).

@@ -63,7 +63,8 @@ fn fixture_trace_loads_with_texts_and_all_sublayers() {
     let dir = common::tmpdir("badtrace");
     let bad = dir.join("bad.safetensors");
     std::fs::write(&bad, b"not a trace").unwrap();
-    assert!(TraceData::load(&bad).unwrap_err().contains("not a trace"));
+    let e = TraceData::load(&bad).unwrap_err();
+    assert!(e.contains("not a trace") && e.contains("`ddl generate --trace FILE`"), "the remedy: {e}");
     assert!(TraceData::load(&dir.join("missing.safetensors")).is_err());
     // A trace cut short (a write that stopped, a partial copy) is called damaged, with its length.
     let whole = std::fs::read(common::fixture("trace.safetensors")).unwrap();
