@@ -344,10 +344,13 @@ pub(crate) fn check_without_adapter(b: &BenchCmd) -> Result<Prepared> {
     Ok(p)
 }
 
-/// `bench precision`'s folders, before the adapter opens: its runs go into --out's subfolders
-/// (not inside a run's kept checkpoints, which are pruned; not into a run's own folder), and
-/// train on --corpus, which must be there.
+/// `bench data`'s --dir ([`ddl::bench::data::check_dir`]) and `bench precision`'s folders, before
+/// the adapter opens: its runs go into --out's subfolders (not inside a run's kept checkpoints,
+/// which are pruned; not into a run's own folder), and train on --corpus, which must be there.
 fn check_paths(b: &BenchCmd) -> Result<()> {
+    if let BenchCmd::Data { dir: Some(dir), .. } = b {
+        return ddl::bench::data::check_dir(dir);
+    }
     let BenchCmd::Precision { out, corpus, .. } = b else {
         return Ok(());
     };

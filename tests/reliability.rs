@@ -1300,13 +1300,23 @@ fn bench_problems_are_clear_errors() {
     let t =
         fails(&dir, &["bench", "data", "--mib", "1048576", "--dir", made.to_str().unwrap()], &["--dir", "MiB free"]);
     assert!(!made.exists(), "the folder it made is removed: {t}");
-    // Sets an earlier --keep run left in a --dir are not this run's to remove when it fails.
+    // Sets an earlier --keep run left in a --dir, and files of the user's named as the benchmark
+    // names its own, are refused before the adapter opens (a run replaced, then removed them).
     let kept = dir.join("bench-kept/small-shards");
     std::fs::create_dir_all(&kept).unwrap();
     std::fs::write(kept.join("marker"), "earlier").unwrap();
     let bench_kept = dir.join("bench-kept");
-    fails(&dir, &["bench", "data", "--mib", "1048576", "--dir", bench_kept.to_str().unwrap()], &["MiB free"]);
+    std::fs::write(bench_kept.join("large.txt"), "my notes").unwrap();
+    let t = fails(
+        &dir,
+        &["bench", "data", "--mib", "1", "--small-mib", "1", "--dir", bench_kept.to_str().unwrap()],
+        &["--dir", "already holds small-shards, large.txt", "move or remove them, or give another --dir"],
+    );
+    assert!(!t.contains("kernel forms"), "refused before the adapter opens: {t}");
     assert!(kept.join("marker").exists(), "an earlier run's set was removed");
+    assert_eq!(std::fs::read_to_string(bench_kept.join("large.txt")).unwrap(), "my notes");
+    let file = bench_kept.join("large.txt");
+    fails(&dir, &["bench", "data", "--dir", file.to_str().unwrap()], &["large.txt: is a file, not a folder"]);
     let t = fails(&dir, &["bench", "train", "--config", "no-such.toml"], &["--config", "no-such.toml"]);
     assert!(!t.contains("kernel forms"), "a bad setting is refused before the adapter opens: {t}");
     let args = ["--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "train.batch_size=3", "--seq", "16"];
