@@ -1353,6 +1353,22 @@ fn bench_problems_are_clear_errors() {
     fails(&dir, &["bench", "copy", "--reps", "100000"], &["at most 10000 repetitions"]);
 }
 
+#[test]
+fn bench_precision_trains_on_the_built_in_corpus_outside_the_repository() {
+    // Its default --corpus, assets/tinyshakespeare.txt, is also in the binary (as `ddl train`'s):
+    // from a folder without it the runs train on that copy (it was refused as missing).
+    let dir = tmpdir("bench-prec-default");
+    assert!(!dir.join(ddl::train::data::DEFAULT_CORPUS).exists());
+    let mut args = vec!["bench", "precision", "--steps", "1", "--seeds", "1,2", "--out", "prec", "--json"];
+    args.extend(SMALL);
+    args.extend(["--set", "train.val_max_tokens=64"]);
+    let o = cmd(&dir).args(&args).output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert_eq!(t.matches(r#""bench":"precision_run""#).count(), 4, "{t}");
+    assert!(t.contains(r#""bench":"precision","#), "{t}");
+}
+
 /// Outputs never replace files they do not own: a trace refuses a path (or its `.json`
 /// sibling) that holds something else, a folder that does not exist, a name ending in .json, and
 /// replaces an earlier trace; `tokenizer train` refuses its own corpus and an existing file
