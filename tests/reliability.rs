@@ -768,6 +768,21 @@ fn tokenizer_problems_are_clear_errors() {
         &["tokenizer", "encode", "--tokenizer", dup.to_str().unwrap(), "--text", "a"],
         &["dup.json", "'a' twice"],
     );
+    // A folder that is no run (a downloaded model's, say) is said as such, with the tokenizer.json
+    // it holds as the remedy (it was "Is a directory (os error 21)"), by every command taking one.
+    let folder = dir.join("downloaded");
+    std::fs::create_dir_all(&folder).unwrap();
+    let f = folder.to_str().unwrap();
+    let shards = dir.join("folder-shards");
+    let remedy = &["downloaded' is a folder", "no model.safetensors", "give a tokenizer.json", "or a run folder"];
+    fails(&dir, &["tokenizer", "encode", "--tokenizer", f, "--text", "x"], remedy);
+    fails(&dir, &["tokenizer", "decode", "--tokenizer", f, "--ids", "1"], remedy);
+    fails(&dir, &["data", "prepare", "--tokenizer", f, "--out", shards.to_str().unwrap(), &c], remedy);
+    assert!(!shards.exists(), "data prepare left its --out");
+    std::fs::copy(&dup, folder.join("tokenizer.json")).unwrap();
+    let t =
+        fails(&dir, &["tokenizer", "encode", "--tokenizer", f, "--text", "x"], &["give the tokenizer.json it holds"]);
+    assert!(t.contains(&folder.join("tokenizer.json").display().to_string()) && !t.contains("os error"), "{t}");
     // A BPE without an unknown token or byte fallback drops what it has no token for: refused
     // naming the character (and the file, for data prepare), nothing written.
     let lossy = dir.join("lossy.json");
