@@ -110,13 +110,15 @@ pub fn check_dir(dir: &Path) -> anyhow::Result<()> {
 }
 
 /// Runs the benchmark, one row per measurement. The sets it makes in `o.dir` (their text,
-/// shards and runs, and the folder when it made it) are removed afterwards unless `o.keep`, and
-/// whenever it stops early (an error, Ctrl-C: [`crate::train::interrupted`]); a `--dir` that
-/// already holds a name it makes is refused first ([`check_dir`]).
+/// shards and runs, and the folder and those above it when it made them) are removed afterwards
+/// unless `o.keep`, and whenever it stops early (an error, Ctrl-C: [`crate::train::interrupted`]);
+/// a `--dir` that already holds a name it makes is refused first ([`check_dir`]).
 pub fn data_rows(gpu: &Arc<Gpu>, o: &DataBench, mut emit: impl FnMut(Row)) -> anyhow::Result<()> {
     use anyhow::Context;
     check_dir(&o.dir)?;
-    let made_dir = !o.dir.exists();
+    // The folder and those above it that this run makes, deepest first.
+    let made_dirs: Vec<PathBuf> =
+        o.dir.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).map(Path::to_path_buf).collect();
     std::fs::create_dir_all(&o.dir).with_context(|| format!("creating --dir {}", o.dir.display()))?;
     let sets = [("small", o.small_mib), ("large", o.mib)];
     let remove_made = |set: &str| {
@@ -155,8 +157,10 @@ pub fn data_rows(gpu: &Arc<Gpu>, o: &DataBench, mut emit: impl FnMut(Row)) -> an
             remove_made(set);
         }
     }
-    if made_dir && (!o.keep || stopped) {
-        let _ = std::fs::remove_dir(&o.dir);
+    if !o.keep || stopped {
+        for d in &made_dirs {
+            let _ = std::fs::remove_dir(d);
+        }
     }
     result
 }
