@@ -447,6 +447,14 @@ fn config_problems_are_clear_errors() {
     std::fs::write(&cfg, "[trian]\nlr = 1.0\n").unwrap();
     t(&["--config", cfg.to_str().unwrap()], &["run.toml", "unknown key 'trian'"]);
     t(&["--config", dir.join("none.toml").to_str().unwrap()], &["none.toml: no such file", "a TOML file"]);
+    // Not TOML (a text file given by mistake): the parser's place and words, and what to give.
+    std::fs::write(&cfg, "First Citizen:\nBefore we proceed\n").unwrap();
+    t(&["--config", cfg.to_str().unwrap()], &["run.toml: TOML parse error at line 1", "a TOML file of [model] and"]);
+    fails(
+        &dir,
+        &["bench", "train", "--config", cfg.to_str().unwrap()],
+        &["run.toml: TOML parse error", "mend the line shown, or give such a file"],
+    );
     // A folder given as --config (a run's, whose settings file is inside) says so and names the
     // file (it was "Is a directory (os error 21)").
     let folder = dir.join("a-run");
