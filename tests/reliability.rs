@@ -1257,7 +1257,11 @@ fn bench_problems_are_clear_errors() {
     let mut args = vec!["bench", "precision", "--steps", "1", "--seeds", "1,2", "--corpus", empty.to_str().unwrap()];
     args.extend(["--out", nested.to_str().unwrap()]);
     args.extend(SMALL);
-    fails(&dir, &args, &["is empty"]);
+    fails(&dir, &args, &["empty.txt' is empty", "give a text file, or a folder of .txt files, that holds some"]);
+    // As tokenizer train says it (it said "corpus '…' is empty" alone).
+    let args = ["tokenizer", "train", "--corpus", empty.to_str().unwrap(), "--vocab-size", "300", "--out", "t.json"];
+    fails(&dir, &args, &["empty.txt' is empty", "give a text file"]);
+    assert!(!dir.join("t.json").exists());
     assert!(!dir.join("made").exists(), "an empty --out made by the benchmark is left");
     // f16 needs SHADER_F16, which OpenGL (llvmpipe) lacks: said as the adapter opens, before a run
     // (bench precision trained its f32 run first, and said to use --precision, which it has
