@@ -647,6 +647,17 @@ fn corpus_problems_are_clear_errors() {
         fails(&dir, &a, needles)
     };
     t("/nonexistent/x.txt", &["/nonexistent/x.txt", "does not exist"]);
+    // A shard's header counts its tokens in 32 bits: a larger --shard-tokens wrapped the count of
+    // a shard past 2^31 tokens (now refused as the flag is read; 2^31 − 1 is taken).
+    let args = ["data", "prepare", "--tokenizer", "char", "--out", &out, "--shard-tokens", "2147483648", "x.txt"];
+    fails(&dir, &args, &["--shard-tokens", "2147483648: at most 2147483647 tokens per shard", "32 bits"]);
+    let corpus = ddl::testing::small_corpus(&dir);
+    let o = cmd(&dir)
+        .args(["data", "prepare", "--tokenizer", "char", "--out", &out, "--shard-tokens", "2147483647", &corpus])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    std::fs::remove_dir_all(&out).unwrap();
     // A device never ends (/dev/zero would fill memory): refused before the adapter opens.
     if Path::new("/dev/zero").exists() {
         let e = t("/dev/zero", &["/dev/zero", "a device"]);

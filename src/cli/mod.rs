@@ -386,8 +386,8 @@ pub(crate) enum DataCmd {
         /// train.val_fraction].
         #[arg(long, allow_negative_numbers = true)]
         val_fraction: Option<f64>,
-        /// Tokens per training shard.
-        #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 100_000_000)]
+        /// Tokens per training shard (at most 2147483647, the count an llm.c header holds).
+        #[arg(long, allow_negative_numbers = true, value_parser = shard_tokens, default_value_t = 100_000_000)]
         shard_tokens: usize,
         /// Shard name prefix (NAME_train_000000.bin).
         #[arg(long, default_value = "data")]
