@@ -278,6 +278,11 @@ fn documents_from_folders_and_json_lines_are_separated_by_the_end_of_text_token(
     let o = inspect(&[raw.to_str().unwrap(), "--data-format", "raw-u16", "--tokenizer", bpe.to_str().unwrap()]);
     let t = text(&o);
     assert!(!o.status.success() && t.contains("token 2 of the train split is 60000, outside the tokenizer's"), "{t}");
+    // A val.bin of no token is said as no use for training (it was listed as "0 tokens" alone).
+    std::fs::write(raw.join("val.bin"), b"").unwrap();
+    let o = inspect(&[raw.to_str().unwrap(), "--data-format", "raw-u16", "--sample", "0"]);
+    let t = text(&o);
+    assert!(o.status.success() && t.contains("the val split's shards hold no token"), "{t}");
     // A JSON line without a text field names the file and line.
     std::fs::write(inputs.join("c.jsonl"), "{\"text\": \"one\"}\n{\"body\": \"two\"}\n").unwrap();
     let o = ddl(&dir)
