@@ -383,6 +383,13 @@ fn documents_from_folders_and_json_lines_are_separated_by_the_end_of_text_token(
     assert!(from_docs == from_text && from_folder == from_docs, "the documents' text, not their JSON");
     let bytes: usize = paragraphs.iter().map(|p| p.len()).sum();
     assert!(said.contains(&format!("({bytes} bytes -> ")), "{said}");
+    // A folder's subfolders are read too, as `data prepare` reads them (their text was left out).
+    std::fs::create_dir_all(dir.join("nested/sub")).unwrap();
+    std::fs::write(dir.join("nested/top.txt"), paragraphs[0]).unwrap();
+    std::fs::copy(&plain, dir.join("nested/sub/more.txt")).unwrap();
+    let (said, _) = bpe(&dir.join("nested"), "t-nested.json");
+    let both = paragraphs[0].len() + std::fs::metadata(&plain).unwrap().len() as usize;
+    assert!(said.contains(&format!("({both} bytes -> ")), "{said}");
     let upper = dir.join("UPPER.JSONL");
     std::fs::copy(&lines, &upper).unwrap();
     let o = ddl(&dir)

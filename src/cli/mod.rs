@@ -460,7 +460,8 @@ pub(crate) enum TokenizerCmd {
     /// Train a byte-level BPE (with <|endoftext|>) and write it as a Hugging Face tokenizer.json.
     Train {
         /// A UTF-8 text file or a directory of .txt files; a JSON-lines file (or a directory that
-        /// holds one) is read as `ddl data prepare` reads it: each line's `text` a document.
+        /// holds one, or text files in subfolders) is read as `ddl data prepare` reads it: each
+        /// line's `text` a document, subfolders included.
         #[arg(long)]
         corpus: std::path::PathBuf,
         /// Vocabulary size, byte tokens and <|endoftext|> included (258 to 2,097,152).
