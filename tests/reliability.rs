@@ -1154,6 +1154,10 @@ fn bench_problems_are_clear_errors() {
         fails(&dir, &["bench", "kernels", "--list", "--filter", f], &[&format!("--filter '{f}'"), "empty name"]);
     }
     fails(&dir, &["bench", "kernels", "--list", "--reps", "3"], &["--list", "--reps"]);
+    // Spaces after the commas are not part of the names (" rope" matched no case).
+    let o = cmd(&dir).args(["bench", "kernels", "--preset", "tiny", "--list", "--filter", "rmsnorm_, rope "]).output();
+    let t = text(&o.unwrap());
+    assert!(t.contains("rmsnorm_forward") && t.contains("rope_forward") && !t.contains("error"), "{t}");
     // `--list` names the cases the filter keeps, timing none.
     let o = cmd(&dir)
         .args(["bench", "kernels", "--preset", "tiny", "--list", "--filter", "rmsnorm_", "--json"])

@@ -53,7 +53,7 @@ pub(crate) enum BenchCmd {
     /// Every kernel at a preset's shapes: time, GFLOP/s, GB/s against the copy floor.
     Kernels {
         /// Only kernels whose name contains one of these (comma-separated).
-        #[arg(long, value_delimiter = ',')]
+        #[arg(long, value_delimiter = ',', value_parser = filter_name)]
         filter: Vec<String>,
         /// Name the cases (those --filter keeps) at these shapes, without building or timing any.
         #[arg(long, conflicts_with_all = ["reps", "peak_tflops"])]

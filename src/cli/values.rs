@@ -124,6 +124,12 @@ pub(super) fn shard_tokens(s: &str) -> Result<usize, String> {
     })
 }
 
+/// `bench kernels --filter`'s names, without the spaces around them (`rope, swiglu` was refused:
+/// no case's name contains " swiglu").
+pub(super) fn filter_name(s: &str) -> Result<String, String> {
+    Ok(s.trim().to_string())
+}
+
 /// A model variant's name (`--variant`, `--against`), checked where clap names the flag.
 pub(super) fn variant_name(s: &str) -> Result<String, String> {
     ddl::model::Variant::parse(s.trim()).map(|v| v.name().to_string())
