@@ -344,10 +344,14 @@ pub(crate) fn check_without_adapter(b: &BenchCmd) -> Result<Prepared> {
     Ok(p)
 }
 
-/// `bench precision`'s folders, before the adapter opens: its runs go into --out's subfolders
-/// (not inside a run's kept checkpoints, which are pruned; not into a run's own folder), and
-/// train on --corpus, which must be there.
+/// `bench data`'s --dir ([`ddl::bench::data::check_dir`]) and `bench precision`'s folders, before
+/// the adapter opens: its runs go into --out's subfolders (not inside a run's kept checkpoints,
+/// which are pruned; not into a run's own folder), and train on --corpus, which must be there (the
+/// default's copy in the binary stands in for it outside the repository).
 fn check_paths(b: &BenchCmd) -> Result<()> {
+    if let BenchCmd::Data { dir: Some(dir), .. } = b {
+        return ddl::bench::data::check_dir(dir);
+    }
     let BenchCmd::Precision { out, corpus, .. } = b else {
         return Ok(());
     };
@@ -365,6 +369,8 @@ fn check_paths(b: &BenchCmd) -> Result<()> {
     let path = std::path::PathBuf::from(corpus);
     let problem = match path_problem(&path) {
         None => return Ok(()),
+        // The default corpus, not in this folder: the runs read the copy built into the binary.
+        Some(PathProblem::Missing) if corpus == ddl::train::data::DEFAULT_CORPUS => return Ok(()),
         Some(PathProblem::Missing) => DataError::Missing(path),
         Some(PathProblem::BrokenLink) => DataError::BrokenLink(path),
         Some(PathProblem::Device) => DataError::Device(path),

@@ -70,6 +70,9 @@ pub enum TokenizerError {
     Missing(PathBuf),
     #[error("cannot read tokenizer file '{path}': {source}")]
     Read { path: PathBuf, source: std::io::Error },
+    /// A folder that is no run (it holds no model file), given where a tokenizer is read.
+    #[error("'{path}' is a folder, neither a tokenizer file nor a run's (it holds no model.safetensors): {remedy}")]
+    Folder { path: PathBuf, remedy: String },
     #[error("cannot write tokenizer file '{path}': {source}")]
     Write { path: PathBuf, source: std::io::Error },
     #[error("'{path}' is not a valid tokenizer file (expected a Hugging Face tokenizer.json): {msg}")]

@@ -278,6 +278,11 @@ fn documents_from_folders_and_json_lines_are_separated_by_the_end_of_text_token(
     let o = inspect(&[raw.to_str().unwrap(), "--data-format", "raw-u16", "--tokenizer", bpe.to_str().unwrap()]);
     let t = text(&o);
     assert!(!o.status.success() && t.contains("token 2 of the train split is 60000, outside the tokenizer's"), "{t}");
+    // A val.bin of no token is said as no use for training (it was listed as "0 tokens" alone).
+    std::fs::write(raw.join("val.bin"), b"").unwrap();
+    let o = inspect(&[raw.to_str().unwrap(), "--data-format", "raw-u16", "--sample", "0"]);
+    let t = text(&o);
+    assert!(o.status.success() && t.contains("the val split's shards hold no token"), "{t}");
     // A JSON line without a text field names the file and line.
     std::fs::write(inputs.join("c.jsonl"), "{\"text\": \"one\"}\n{\"body\": \"two\"}\n").unwrap();
     let o = ddl(&dir)
@@ -378,6 +383,13 @@ fn documents_from_folders_and_json_lines_are_separated_by_the_end_of_text_token(
     assert!(from_docs == from_text && from_folder == from_docs, "the documents' text, not their JSON");
     let bytes: usize = paragraphs.iter().map(|p| p.len()).sum();
     assert!(said.contains(&format!("({bytes} bytes -> ")), "{said}");
+    // A folder's subfolders are read too, as `data prepare` reads them (their text was left out).
+    std::fs::create_dir_all(dir.join("nested/sub")).unwrap();
+    std::fs::write(dir.join("nested/top.txt"), paragraphs[0]).unwrap();
+    std::fs::copy(&plain, dir.join("nested/sub/more.txt")).unwrap();
+    let (said, _) = bpe(&dir.join("nested"), "t-nested.json");
+    let both = paragraphs[0].len() + std::fs::metadata(&plain).unwrap().len() as usize;
+    assert!(said.contains(&format!("({both} bytes -> ")), "{said}");
     let upper = dir.join("UPPER.JSONL");
     std::fs::copy(&lines, &upper).unwrap();
     let o = ddl(&dir)

@@ -447,6 +447,14 @@ fn config_problems_are_clear_errors() {
     std::fs::write(&cfg, "[trian]\nlr = 1.0\n").unwrap();
     t(&["--config", cfg.to_str().unwrap()], &["run.toml", "unknown key 'trian'"]);
     t(&["--config", dir.join("none.toml").to_str().unwrap()], &["none.toml: no such file", "a TOML file"]);
+    // Not TOML (a text file given by mistake): the parser's place and words, and what to give.
+    std::fs::write(&cfg, "First Citizen:\nBefore we proceed\n").unwrap();
+    t(&["--config", cfg.to_str().unwrap()], &["run.toml: TOML parse error at line 1", "a TOML file of [model] and"]);
+    fails(
+        &dir,
+        &["bench", "train", "--config", cfg.to_str().unwrap()],
+        &["run.toml: TOML parse error", "mend the line shown, or give such a file"],
+    );
     // A folder given as --config (a run's, whose settings file is inside) says so and names the
     // file (it was "Is a directory (os error 21)").
     let folder = dir.join("a-run");
@@ -639,6 +647,17 @@ fn corpus_problems_are_clear_errors() {
         fails(&dir, &a, needles)
     };
     t("/nonexistent/x.txt", &["/nonexistent/x.txt", "does not exist"]);
+    // A shard's header counts its tokens in 32 bits: a larger --shard-tokens wrapped the count of
+    // a shard past 2^31 tokens (now refused as the flag is read; 2^31 − 1 is taken).
+    let args = ["data", "prepare", "--tokenizer", "char", "--out", &out, "--shard-tokens", "2147483648", "x.txt"];
+    fails(&dir, &args, &["--shard-tokens", "2147483648: at most 2147483647 tokens per shard", "32 bits"]);
+    let corpus = ddl::testing::small_corpus(&dir);
+    let o = cmd(&dir)
+        .args(["data", "prepare", "--tokenizer", "char", "--out", &out, "--shard-tokens", "2147483647", &corpus])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    std::fs::remove_dir_all(&out).unwrap();
     // A device never ends (/dev/zero would fill memory): refused before the adapter opens.
     if Path::new("/dev/zero").exists() {
         let e = t("/dev/zero", &["/dev/zero", "a device"]);
@@ -768,6 +787,21 @@ fn tokenizer_problems_are_clear_errors() {
         &["tokenizer", "encode", "--tokenizer", dup.to_str().unwrap(), "--text", "a"],
         &["dup.json", "'a' twice"],
     );
+    // A folder that is no run (a downloaded model's, say) is said as such, with the tokenizer.json
+    // it holds as the remedy (it was "Is a directory (os error 21)"), by every command taking one.
+    let folder = dir.join("downloaded");
+    std::fs::create_dir_all(&folder).unwrap();
+    let f = folder.to_str().unwrap();
+    let shards = dir.join("folder-shards");
+    let remedy = &["downloaded' is a folder", "no model.safetensors", "give a tokenizer.json", "or a run folder"];
+    fails(&dir, &["tokenizer", "encode", "--tokenizer", f, "--text", "x"], remedy);
+    fails(&dir, &["tokenizer", "decode", "--tokenizer", f, "--ids", "1"], remedy);
+    fails(&dir, &["data", "prepare", "--tokenizer", f, "--out", shards.to_str().unwrap(), &c], remedy);
+    assert!(!shards.exists(), "data prepare left its --out");
+    std::fs::copy(&dup, folder.join("tokenizer.json")).unwrap();
+    let t =
+        fails(&dir, &["tokenizer", "encode", "--tokenizer", f, "--text", "x"], &["give the tokenizer.json it holds"]);
+    assert!(t.contains(&folder.join("tokenizer.json").display().to_string()) && !t.contains("os error"), "{t}");
     // A BPE without an unknown token or byte fallback drops what it has no token for: refused
     // naming the character (and the file, for data prepare), nothing written.
     let lossy = dir.join("lossy.json");
@@ -1120,6 +1154,10 @@ fn bench_problems_are_clear_errors() {
         fails(&dir, &["bench", "kernels", "--list", "--filter", f], &[&format!("--filter '{f}'"), "empty name"]);
     }
     fails(&dir, &["bench", "kernels", "--list", "--reps", "3"], &["--list", "--reps"]);
+    // Spaces after the commas are not part of the names (" rope" matched no case).
+    let o = cmd(&dir).args(["bench", "kernels", "--preset", "tiny", "--list", "--filter", "rmsnorm_, rope "]).output();
+    let t = text(&o.unwrap());
+    assert!(t.contains("rmsnorm_forward") && t.contains("rope_forward") && !t.contains("error"), "{t}");
     // `--list` names the cases the filter keeps, timing none.
     let o = cmd(&dir)
         .args(["bench", "kernels", "--preset", "tiny", "--list", "--filter", "rmsnorm_", "--json"])
@@ -1234,7 +1272,11 @@ fn bench_problems_are_clear_errors() {
     let mut args = vec!["bench", "precision", "--steps", "1", "--seeds", "1,2", "--corpus", empty.to_str().unwrap()];
     args.extend(["--out", nested.to_str().unwrap()]);
     args.extend(SMALL);
-    fails(&dir, &args, &["is empty"]);
+    fails(&dir, &args, &["empty.txt' is empty", "give a text file, or a folder of .txt files, that holds some"]);
+    // As tokenizer train says it (it said "corpus '…' is empty" alone).
+    let args = ["tokenizer", "train", "--corpus", empty.to_str().unwrap(), "--vocab-size", "300", "--out", "t.json"];
+    fails(&dir, &args, &["empty.txt' is empty", "give a text file"]);
+    assert!(!dir.join("t.json").exists());
     assert!(!dir.join("made").exists(), "an empty --out made by the benchmark is left");
     // f16 needs SHADER_F16, which OpenGL (llvmpipe) lacks: said as the adapter opens, before a run
     // (bench precision trained its f32 run first, and said to use --precision, which it has
@@ -1296,17 +1338,27 @@ fn bench_problems_are_clear_errors() {
         &["attention: could not run at these shapes", "rope: could not", "could not run at these shapes (above)"],
     );
     assert!(!t.contains("memory allocation") && !t.contains("backtrace"), "{t}");
-    let made = dir.join("bench-data");
+    let made = dir.join("bench-data/deeper");
     let t =
         fails(&dir, &["bench", "data", "--mib", "1048576", "--dir", made.to_str().unwrap()], &["--dir", "MiB free"]);
-    assert!(!made.exists(), "the folder it made is removed: {t}");
-    // Sets an earlier --keep run left in a --dir are not this run's to remove when it fails.
+    assert!(!dir.join("bench-data").exists(), "the folders it made are removed: {t}");
+    // Sets an earlier --keep run left in a --dir, and files of the user's named as the benchmark
+    // names its own, are refused before the adapter opens (a run replaced, then removed them).
     let kept = dir.join("bench-kept/small-shards");
     std::fs::create_dir_all(&kept).unwrap();
     std::fs::write(kept.join("marker"), "earlier").unwrap();
     let bench_kept = dir.join("bench-kept");
-    fails(&dir, &["bench", "data", "--mib", "1048576", "--dir", bench_kept.to_str().unwrap()], &["MiB free"]);
+    std::fs::write(bench_kept.join("large.txt"), "my notes").unwrap();
+    let t = fails(
+        &dir,
+        &["bench", "data", "--mib", "1", "--small-mib", "1", "--dir", bench_kept.to_str().unwrap()],
+        &["--dir", "already holds small-shards, large.txt", "move or remove them, or give another --dir"],
+    );
+    assert!(!t.contains("kernel forms"), "refused before the adapter opens: {t}");
     assert!(kept.join("marker").exists(), "an earlier run's set was removed");
+    assert_eq!(std::fs::read_to_string(bench_kept.join("large.txt")).unwrap(), "my notes");
+    let file = bench_kept.join("large.txt");
+    fails(&dir, &["bench", "data", "--dir", file.to_str().unwrap()], &["large.txt: is a file, not a folder"]);
     let t = fails(&dir, &["bench", "train", "--config", "no-such.toml"], &["--config", "no-such.toml"]);
     assert!(!t.contains("kernel forms"), "a bad setting is refused before the adapter opens: {t}");
     let args = ["--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "train.batch_size=3", "--seq", "16"];
@@ -1341,6 +1393,22 @@ fn bench_problems_are_clear_errors() {
     assert_eq!((first[0]["bench"].as_str(), first[1]["bench"].as_str()), (Some("adapter"), Some("forms")), "{t}");
     assert!(first[0]["name"].as_str().is_some_and(|n| !n.is_empty()), "{t}");
     fails(&dir, &["bench", "copy", "--reps", "100000"], &["at most 10000 repetitions"]);
+}
+
+#[test]
+fn bench_precision_trains_on_the_built_in_corpus_outside_the_repository() {
+    // Its default --corpus, assets/tinyshakespeare.txt, is also in the binary (as `ddl train`'s):
+    // from a folder without it the runs train on that copy (it was refused as missing).
+    let dir = tmpdir("bench-prec-default");
+    assert!(!dir.join(ddl::train::data::DEFAULT_CORPUS).exists());
+    let mut args = vec!["bench", "precision", "--steps", "1", "--seeds", "1,2", "--out", "prec", "--json"];
+    args.extend(SMALL);
+    args.extend(["--set", "train.val_max_tokens=64"]);
+    let o = cmd(&dir).args(&args).output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert_eq!(t.matches(r#""bench":"precision_run""#).count(), 4, "{t}");
+    assert!(t.contains(r#""bench":"precision","#), "{t}");
 }
 
 /// Outputs never replace files they do not own: a trace refuses a path (or its `.json`

@@ -3463,9 +3463,10 @@ fn token_ids_outside_the_vocabulary_are_refused_before_the_gpu_sees_them() {
 #[test]
 fn the_data_benchmark_prepares_draws_and_trains_each_set_and_cleans_up() {
     // At a few MiB (the real one makes ≥ 1 GB): every row is there with finite numbers, each
-    // training run wrote its summary.json (read for start-up and memory), and the folder is gone.
+    // training run wrote its summary.json (read for start-up and memory), and the folder is gone,
+    // with the one above it that it made too (`made` was left).
     let dir = tmpdir("benchdata");
-    let work = dir.join("sets");
+    let work = dir.join("made/sets");
     let o = ddl_cmd(&dir)
         .args(["bench", "data", "--mib", "3", "--small-mib", "1", "--steps", "2", "--draws", "5", "--json", "--dir"])
         .arg(&work)
@@ -3494,7 +3495,7 @@ fn the_data_benchmark_prepares_draws_and_trains_each_set_and_cleans_up() {
     let large = rows.iter().find(|r| r["bench"] == "data_prepare" && r["set"] == "large").unwrap();
     assert!(large["shard_mb"].as_f64().unwrap() > 3.0, "{large}");
     assert_eq!(rows.iter().find(|r| r["bench"] == "data_train").unwrap()["steps"], 2);
-    assert!(!work.exists(), "the benchmark's folder was left behind");
+    assert!(!dir.join("made").exists(), "the benchmark's folder was left behind");
 }
 
 #[test]

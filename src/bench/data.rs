@@ -86,13 +86,39 @@ pub fn disk_needed(o: &DataBench) -> anyhow::Result<u64> {
     Ok(set(small).max(kept.saturating_add(set(large))).saturating_add(64 << 20))
 }
 
+/// What the benchmark makes in its folder: each set's text, shards and run.
+const MADE: [&str; 6] = ["small.txt", "small-shards", "small-run", "large.txt", "large-shards", "large-run"];
+
+/// Refuses a `--dir` that is not a folder, or that already holds one of the names the benchmark
+/// makes there (and replaces, then removes): an earlier `--keep` run's sets, or files of the
+/// user's that happen to share a name.
+pub fn check_dir(dir: &Path) -> anyhow::Result<()> {
+    if dir.exists() && !dir.is_dir() {
+        anyhow::bail!("--dir {}: is a file, not a folder; give a folder (new, or one of yours)", dir.display());
+    }
+    let there: Vec<&str> = MADE.iter().copied().filter(|m| dir.join(m).symlink_metadata().is_ok()).collect();
+    if !there.is_empty() {
+        anyhow::bail!(
+            "--dir {}: already holds {} (an earlier `ddl bench data --keep` leaves its sets there), which the \
+             benchmark would replace and then remove; move or remove {}, or give another --dir",
+            dir.display(),
+            there.join(", "),
+            if there.len() == 1 { "it" } else { "them" }
+        );
+    }
+    Ok(())
+}
+
 /// Runs the benchmark, one row per measurement. The sets it makes in `o.dir` (their text,
-/// shards and runs, and the folder when it made it) are removed afterwards unless `o.keep`, and
-/// whenever it stops early (an error, Ctrl-C: [`crate::train::interrupted`]); sets an earlier
-/// run left there are removed only when this one makes that set again.
+/// shards and runs, and the folder and those above it when it made them) are removed afterwards
+/// unless `o.keep`, and whenever it stops early (an error, Ctrl-C: [`crate::train::interrupted`]);
+/// a `--dir` that already holds a name it makes is refused first ([`check_dir`]).
 pub fn data_rows(gpu: &Arc<Gpu>, o: &DataBench, mut emit: impl FnMut(Row)) -> anyhow::Result<()> {
     use anyhow::Context;
-    let made_dir = !o.dir.exists();
+    check_dir(&o.dir)?;
+    // The folder and those above it that this run makes, deepest first.
+    let made_dirs: Vec<PathBuf> =
+        o.dir.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).map(Path::to_path_buf).collect();
     std::fs::create_dir_all(&o.dir).with_context(|| format!("creating --dir {}", o.dir.display()))?;
     let sets = [("small", o.small_mib), ("large", o.mib)];
     let remove_made = |set: &str| {
@@ -131,8 +157,10 @@ pub fn data_rows(gpu: &Arc<Gpu>, o: &DataBench, mut emit: impl FnMut(Row)) -> an
             remove_made(set);
         }
     }
-    if made_dir && (!o.keep || stopped) {
-        let _ = std::fs::remove_dir(&o.dir);
+    if !o.keep || stopped {
+        for d in &made_dirs {
+            let _ = std::fs::remove_dir(d);
+        }
     }
     result
 }

@@ -53,7 +53,7 @@ pub(crate) enum BenchCmd {
     /// Every kernel at a preset's shapes: time, GFLOP/s, GB/s against the copy floor.
     Kernels {
         /// Only kernels whose name contains one of these (comma-separated).
-        #[arg(long, value_delimiter = ',')]
+        #[arg(long, value_delimiter = ',', value_parser = filter_name)]
         filter: Vec<String>,
         /// Name the cases (those --filter keeps) at these shapes, without building or timing any.
         #[arg(long, conflicts_with_all = ["reps", "peak_tflops"])]
@@ -175,7 +175,8 @@ pub(crate) enum BenchCmd {
         /// Seeds (comma-separated, at least two different ones).
         #[arg(long, allow_negative_numbers = true, value_delimiter = ',', value_parser = run_seed, default_value = "1,2,3")]
         seeds: Vec<u64>,
-        /// The text to train on.
+        /// The text to train on (the default is also built into the binary: it works from any
+        /// folder).
         #[arg(long, default_value = "assets/tinyshakespeare.txt")]
         corpus: String,
         /// Where the runs go (one `ddl train` folder each).

@@ -386,8 +386,8 @@ pub(crate) enum DataCmd {
         /// train.val_fraction].
         #[arg(long, allow_negative_numbers = true)]
         val_fraction: Option<f64>,
-        /// Tokens per training shard.
-        #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 100_000_000)]
+        /// Tokens per training shard (at most 2147483647, the count an llm.c header holds).
+        #[arg(long, allow_negative_numbers = true, value_parser = shard_tokens, default_value_t = 100_000_000)]
         shard_tokens: usize,
         /// Shard name prefix (NAME_train_000000.bin).
         #[arg(long, default_value = "data")]
@@ -460,7 +460,8 @@ pub(crate) enum TokenizerCmd {
     /// Train a byte-level BPE (with <|endoftext|>) and write it as a Hugging Face tokenizer.json.
     Train {
         /// A UTF-8 text file or a directory of .txt files; a JSON-lines file (or a directory that
-        /// holds one) is read as `ddl data prepare` reads it: each line's `text` a document.
+        /// holds one, or text files in subfolders) is read as `ddl data prepare` reads it: each
+        /// line's `text` a document, subfolders included.
         #[arg(long)]
         corpus: std::path::PathBuf,
         /// Vocabulary size, byte tokens and <|endoftext|> included (258 to 2,097,152).

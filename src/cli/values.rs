@@ -116,6 +116,20 @@ pub(super) fn shard_mib(s: &str) -> Result<usize, String> {
     positive_at_most(s, 1 << 20, |v| format!("{v}: at most 1048576 MiB (1 TiB) of shards"))
 }
 
+/// `data prepare --shard-tokens`: 1 to 2^31 − 1, what an llm.c shard's header (a signed 32-bit
+/// count) can say; a shard past it had its count wrapped.
+pub(super) fn shard_tokens(s: &str) -> Result<usize, String> {
+    positive_at_most(s, i32::MAX as usize, |v| {
+        format!("{v}: at most 2147483647 tokens per shard (an llm.c shard's header counts them in 32 bits)")
+    })
+}
+
+/// `bench kernels --filter`'s names, without the spaces around them (`rope, swiglu` was refused:
+/// no case's name contains " swiglu").
+pub(super) fn filter_name(s: &str) -> Result<String, String> {
+    Ok(s.trim().to_string())
+}
+
 /// A model variant's name (`--variant`, `--against`), checked where clap names the flag.
 pub(super) fn variant_name(s: &str) -> Result<String, String> {
     ddl::model::Variant::parse(s.trim()).map(|v| v.name().to_string())

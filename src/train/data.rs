@@ -34,7 +34,9 @@ pub enum DataError {
     MissingInput(PathBuf),
     #[error("input folder '{0}' holds no .txt or .jsonl files")]
     NoInputFiles(PathBuf),
-    #[error("corpus '{0}' is empty")]
+    #[error(
+        "corpus '{0}' is empty: there is no text to learn from; give a text file, or a folder of .txt files, that holds some"
+    )]
     Empty(PathBuf),
     #[error("'{0}' is a device, not a text file (a device such as /dev/zero never ends); give a file or a folder")]
     Device(PathBuf),

@@ -186,6 +186,13 @@ pub fn inspect(o: &InspectOptions) -> Result<SetInfo, InspectError> {
                                writes it)"
                     .to_string(),
             });
+        } else if s.is_empty() {
+            // (Shards of no token, a headerless val.bin of 0 bytes: listed as "0 tokens" alone.)
+            notes.push(format!(
+                "the {} split's shards hold no token: `ddl train --data` needs at least one sequence there; prepare \
+                 the data again",
+                split.name()
+            ));
         }
     }
     let splits = streams

@@ -832,6 +832,18 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer, crate::tokenizer::Tokeni
             msg: e.to_string(),
         });
     }
+    if path.is_dir() {
+        let inside = path.join("tokenizer.json");
+        let remedy = match inside.is_file() {
+            true => format!("give the tokenizer.json it holds, '{}'", inside.display()),
+            false => {
+                "give a tokenizer.json (Hugging Face format), or a run folder (`ddl train --out`) for its model's \
+                      tokenizer"
+                    .into()
+            }
+        };
+        return Err(crate::tokenizer::TokenizerError::Folder { path: path.to_path_buf(), remedy });
+    }
     Tokenizer::load(path)
 }
 

@@ -403,7 +403,11 @@ impl Writer {
         let mut header = [0u8; 12];
         header[..4].copy_from_slice(&magic.to_le_bytes());
         header[4..8].copy_from_slice(&version.to_le_bytes());
-        header[8..].copy_from_slice(&(n as i32).to_le_bytes());
+        // (The header's count is 32 bits: a larger shard would read as another length.)
+        let count = i32::try_from(n).map_err(|_| {
+            ShardError::Layout(format!("{n} tokens in one shard: an llm.c header counts at most {}", i32::MAX))
+        })?;
+        header[8..].copy_from_slice(&count.to_le_bytes());
         f.seek(SeekFrom::Start(0)).map_err(write_err(&tmp))?;
         f.write_all(&header).map_err(write_err(&tmp))?;
         f.sync_all().map_err(write_err(&tmp))?;

@@ -199,7 +199,9 @@ pub(crate) fn preset_with_config(
                 let hint = if e.to_string().contains("as i128") {
                     "; TOML integers are at most 9223372036854775807 (and each setting's own range is smaller)"
                 } else {
-                    ""
+                    // (A text file given by mistake read "key with no value, expected `=`" alone.)
+                    "\n--config takes a TOML file of [model] and [train] tables (a run's config.toml, say): mend the \
+                     line shown, or give such a file"
                 };
                 anyhow::anyhow!("{}: {}{hint}", path.display(), e.to_string().trim_end())
             })?;

@@ -154,6 +154,9 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
         let (out, made) = (opts.out.clone(), made.to_path_buf());
         move |source| DataError::OutFolder { out, made, source }
     };
+    // The folders above --out that this run makes, deepest first: removed again if it fails.
+    let made_above: Vec<PathBuf> =
+        parent.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).map(Path::to_path_buf).collect();
     std::fs::create_dir_all(parent).map_err(out_folder(parent))?;
     let stem =
         format!(".{}.prepare-", opts.out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
@@ -177,6 +180,9 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
         Ok(x) => x,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&tmp);
+            for d in &made_above {
+                let _ = std::fs::remove_dir(d);
+            }
             return Err(e);
         }
     };
@@ -798,6 +804,30 @@ mod tests {
         };
         let e = prepare(&opts).unwrap_err().to_string();
         assert!(e.contains("notes.txt' is a file, so the folder cannot be made there"), "{e}");
+    }
+
+    /// A run that fails leaves no folder behind: not --out, nor the folders above it that it made
+    /// (an empty `a/b` was left when `a/b/shards` failed), while a folder that was there stays.
+    #[test]
+    fn a_failed_prepare_removes_the_folders_it_made_above_out() {
+        let dir = crate::testing::scratch_dir("prepare-made-above");
+        let empty = dir.join("empty.txt");
+        std::fs::write(&empty, "").unwrap();
+        let opts = PrepareOptions {
+            tokenizer: "char".into(),
+            out: dir.join("a/b/shards"),
+            inputs: vec![empty],
+            val: ValSplit::Tokens(1),
+            shard_tokens: 1000,
+            name: "data".into(),
+            quiet: true,
+        };
+        let e = prepare(&opts).unwrap_err().to_string();
+        assert!(e.contains("give 0 token(s)"), "{e}");
+        assert!(!dir.join("a").exists(), "a folder it made above --out is left");
+        std::fs::create_dir_all(dir.join("a")).unwrap();
+        prepare(&opts).unwrap_err();
+        assert!(dir.join("a").is_dir() && !dir.join("a/b").exists(), "one of the user's was removed, or a/b left");
     }
 
     /// A JSON line without a string `text` says what it holds instead: the type of its `text`,

@@ -17,13 +17,16 @@ pub(super) fn char_tokenizer(files: &[PathBuf]) -> Result<Tokenizer, DataError> 
     Ok(Tokenizer::Char(CharTokenizer::from_chars(set.chars())))
 }
 
-/// Whether `path` is a JSON-lines file, or a folder that holds one (at any depth): text that
-/// `ddl tokenizer train` reads as `ddl data prepare` does, document by document.
+/// Whether `path` is a JSON-lines file, or a folder that holds one or text files in subfolders
+/// (at any depth): text that `ddl tokenizer train` reads as `ddl data prepare` does, document by
+/// document. (A `--corpus` folder is its own .txt files: the subfolders' were left out without a
+/// word, and the shards `data prepare` made of the same folder held text the tokenizer never saw.)
 pub fn has_documents(path: &Path) -> bool {
     if !path.is_dir() {
         return is_jsonl(path);
     }
-    input_files(&[path.to_path_buf()]).is_ok_and(|(files, _)| files.iter().any(|f| is_jsonl(f)))
+    input_files(&[path.to_path_buf()])
+        .is_ok_and(|(files, _)| files.iter().any(|f| is_jsonl(f) || f.parent() != Some(path)))
 }
 
 /// A byte-level BPE of `vocab_size` tokens trained on the documents of `inputs` as `ddl data
