@@ -1404,10 +1404,12 @@ fn bench_precision_trains_on_the_built_in_corpus_outside_the_repository() {
     let mut args = vec!["bench", "precision", "--steps", "1", "--seeds", "1,2", "--out", "prec", "--json"];
     args.extend(SMALL);
     args.extend(["--set", "train.val_max_tokens=64"]);
-    let o = cmd(&dir).args(&args).output().unwrap();
+    // (Run in that folder: the test's own working directory is the repository, which has the file.)
+    let o = cmd(&dir).current_dir(&dir).args(&args).output().unwrap();
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert_eq!(t.matches(r#""bench":"precision_run""#).count(), 4, "{t}");
+    assert!(dir.join("prec/ddl-f16-seed2/model.safetensors").is_file(), "the runs are in the folder: {t}");
     assert!(t.contains(r#""bench":"precision","#), "{t}");
 }
 
