@@ -356,6 +356,15 @@ fn check_paths(b: &BenchCmd) -> Result<()> {
         return Ok(());
     };
     crate::train_cmd::refuse_inside_kept("--out", out)?;
+    // A file where the runs' folder (or one above it) would be made: said before the adapter
+    // opens, as the first run's folder would say it after.
+    if let Some(file) = out.ancestors().find(|a| a.exists()).filter(|a| !a.is_dir()) {
+        anyhow::bail!(
+            "--out '{}': '{}' is a file, so the runs' folder cannot be made there; choose another --out",
+            out.display(),
+            file.display()
+        );
+    }
     let trained = ddl::train::trained_files(out);
     if !trained.is_empty() {
         anyhow::bail!(

@@ -1314,6 +1314,12 @@ fn bench_problems_are_clear_errors() {
     let kept = run.join("checkpoints/mine").display().to_string();
     fails(&dir, &["bench", "precision", "--steps", "1", "--out", &kept], &["inside the kept checkpoints"]);
     assert_eq!(names(&run), ["metrics.jsonl"]);
+    // A file as --out, or above it: refused before the adapter opens (it was after the forms).
+    let m = run.join("metrics.jsonl").display().to_string();
+    for out in [m.clone(), format!("{m}/deeper")] {
+        let t = fails(&dir, &["bench", "precision", "--steps", "1", "--out", &out], &[&format!("'{m}' is a file")]);
+        assert!(!t.contains("kernel forms"), "{t}");
+    }
     fails(&dir, &["bench", "matmul", "--sizes", "32", "--against-forms", ","], &["no form given"]);
     fails(&dir, &["bench", "matmul", "--sizes", "32", "--batch", "4"], &["--batch / --seq size a preset's"]);
     fails(&dir, &["bench", "matmul", "--preset", "tiny", "--cases", "nn"], &["--cases nn: with --preset tiny"]);

@@ -116,7 +116,11 @@ pub(super) fn jsonl_documents(
         }
         let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| DataError::Meta {
             path: path.to_path_buf(),
-            msg: format!("line {}: not JSON ({e})", n + 1),
+            msg: format!(
+                "line {}: not JSON ({e}); a JSON Lines file holds one object per line, {{\"text\": \"…\"}}: mend that \
+                 line, or give plain text as a .txt file",
+                n + 1
+            ),
         })?;
         let Some(text) = v.get("text").and_then(|t| t.as_str()) else {
             // What the line holds instead: another type of "text" (a number, null), other

@@ -851,6 +851,10 @@ mod tests {
                 "{line}: {e}"
             );
         }
+        // A line that is not JSON says what the file should hold (it gave the parser's words alone).
+        std::fs::write(&p, "{\"text\": \"ok\"}\n{\"text\": \"cut\n").unwrap();
+        let e = pieces_of(&p, 4096, |_, _| Ok(())).unwrap_err().to_string();
+        assert!(e.contains("line 2: not JSON") && e.contains("one object per line") && e.contains(".txt file"), "{e}");
     }
 
     /// `tokenizer train`'s bar counts the bytes of the pieces as the trainer takes them, then
