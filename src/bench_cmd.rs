@@ -358,7 +358,7 @@ fn check_paths(b: &BenchCmd) -> Result<()> {
     crate::train_cmd::refuse_inside_kept("--out", out)?;
     // A file where the runs' folder (or one above it) would be made: said before the adapter
     // opens, as the first run's folder would say it after.
-    if let Some(file) = out.ancestors().find(|a| a.exists()).filter(|a| !a.is_dir()) {
+    if let Some(file) = ddl::train::data::file_in_the_way(out) {
         anyhow::bail!(
             "--out '{}': '{}' is a file, so the runs' folder cannot be made there; choose another --out",
             out.display(),

@@ -117,8 +117,7 @@ pub fn data_rows(gpu: &Arc<Gpu>, o: &DataBench, mut emit: impl FnMut(Row)) -> an
     use anyhow::Context;
     check_dir(&o.dir)?;
     // The folder and those above it that this run makes, deepest first.
-    let made_dirs: Vec<PathBuf> =
-        o.dir.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).map(Path::to_path_buf).collect();
+    let made_dirs = crate::train::data::missing_folders(&o.dir);
     std::fs::create_dir_all(&o.dir).with_context(|| format!("creating --dir {}", o.dir.display()))?;
     let sets = [("small", o.small_mib), ("large", o.mib)];
     let remove_made = |set: &str| {

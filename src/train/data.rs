@@ -1422,6 +1422,12 @@ pub fn file_in_the_way(path: &Path) -> Option<&Path> {
     path.ancestors().find(|a| !a.as_os_str().is_empty() && a.exists() && !a.is_dir())
 }
 
+/// The folders that making `path` would create (it and those above it that do not exist),
+/// deepest first: what a run that fails removes again.
+pub fn missing_folders(path: &Path) -> Vec<PathBuf> {
+    path.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).map(Path::to_path_buf).collect()
+}
+
 /// A run's data as the flag that gives it: `--corpus PATH` or `--data PATH`.
 pub fn source_flag(run: &crate::train::RunConfig) -> String {
     if run.data.is_empty() { format!("--corpus {}", run.corpus) } else { format!("--data {}", run.data) }

@@ -155,8 +155,7 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Prepared, crate::train::TrainErr
         move |source| DataError::OutFolder { out, made, source }
     };
     // The folders above --out that this run makes, deepest first: removed again if it fails.
-    let made_above: Vec<PathBuf> =
-        parent.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).map(Path::to_path_buf).collect();
+    let made_above = crate::train::data::missing_folders(parent);
     std::fs::create_dir_all(parent).map_err(out_folder(parent))?;
     let stem =
         format!(".{}.prepare-", opts.out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
@@ -704,6 +703,19 @@ fn carve(
 mod tests {
     use super::*;
 
+    /// Options of a char-level set of `input` in `out` (one validation token, 1000 a shard).
+    fn char_opts(out: PathBuf, input: PathBuf) -> PrepareOptions {
+        PrepareOptions {
+            tokenizer: "char".into(),
+            out,
+            inputs: vec![input],
+            val: ValSplit::Tokens(1),
+            shard_tokens: 1000,
+            name: "data".into(),
+            quiet: true,
+        }
+    }
+
     /// The ids of the whole text from the Hugging Face tokenizer itself (no cutting of ours).
     fn whole_ids(tok: &Tokenizer, text: &str) -> Vec<u32> {
         let Tokenizer::Bpe(t) = tok else { unreachable!("a BPE") };
@@ -759,15 +771,7 @@ mod tests {
         std::fs::write(inputs.join("c.txt"), "\u{feff}").unwrap();
         std::fs::write(inputs.join("d.txt"), "ef").unwrap();
         let out = dir.join("shards");
-        let opts = PrepareOptions {
-            tokenizer: "char".into(),
-            out: out.clone(),
-            inputs: vec![inputs],
-            val: ValSplit::Tokens(1),
-            shard_tokens: 1000,
-            name: "data".into(),
-            quiet: true,
-        };
+        let opts = char_opts(out.clone(), inputs);
         let p = prepare(&opts).unwrap();
         assert_eq!((p.documents, p.empty, p.train_tokens + p.val_tokens), (3, 3, 8), "{p:?}");
         let meta = crate::train::data::read_meta(&out).unwrap().unwrap();
@@ -793,15 +797,7 @@ mod tests {
         let dir = crate::testing::scratch_dir("prepare-out-below-file");
         let text = dir.join("notes.txt");
         std::fs::write(&text, "some text to prepare\n").unwrap();
-        let opts = PrepareOptions {
-            tokenizer: "char".into(),
-            out: text.join("sub/shards"),
-            inputs: vec![text.clone()],
-            val: ValSplit::Tokens(1),
-            shard_tokens: 1000,
-            name: "data".into(),
-            quiet: true,
-        };
+        let opts = char_opts(text.join("sub/shards"), text.clone());
         let e = prepare(&opts).unwrap_err().to_string();
         assert!(e.contains("notes.txt' is a file, so the folder cannot be made there"), "{e}");
     }
@@ -813,15 +809,7 @@ mod tests {
         let dir = crate::testing::scratch_dir("prepare-made-above");
         let empty = dir.join("empty.txt");
         std::fs::write(&empty, "").unwrap();
-        let opts = PrepareOptions {
-            tokenizer: "char".into(),
-            out: dir.join("a/b/shards"),
-            inputs: vec![empty],
-            val: ValSplit::Tokens(1),
-            shard_tokens: 1000,
-            name: "data".into(),
-            quiet: true,
-        };
+        let opts = char_opts(dir.join("a/b/shards"), empty);
         let e = prepare(&opts).unwrap_err().to_string();
         assert!(e.contains("give 0 token(s)"), "{e}");
         assert!(!dir.join("a").exists(), "a folder it made above --out is left");
