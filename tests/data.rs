@@ -274,7 +274,10 @@ fn documents_from_folders_and_json_lines_are_separated_by_the_end_of_text_token(
     let o =
         inspect(&[raw.to_str().unwrap(), "--data-format", "raw-u16", "--verify", "--tokenizer", bpe.to_str().unwrap()]);
     let t = text(&o);
-    assert!(!o.status.success() && t.contains("train.bin': token 2 is 60000, outside the model's vocabulary"), "{t}");
+    assert!(
+        !o.status.success() && t.contains("train.bin': token 2 is 60000, outside the tokenizer's vocabulary"),
+        "{t}"
+    );
     let o = inspect(&[raw.to_str().unwrap(), "--data-format", "raw-u16", "--tokenizer", bpe.to_str().unwrap()]);
     let t = text(&o);
     assert!(!o.status.success() && t.contains("token 2 of the train split is 60000, outside the tokenizer's"), "{t}");

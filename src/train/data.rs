@@ -1341,7 +1341,7 @@ pub fn open_for_run(
         (open(train)?, open(val)?, tok, key, dir)
     };
     // The validation split is read whole by evaluation: check its ids once here.
-    val.check_vocab(tok.vocab_size()).map_err(DataError::from)?;
+    val.check_vocab(tok.vocab_size(), "the tokenizer's").map_err(DataError::from)?;
     if let Some(p) = train.narrow_for(tok.vocab_size()).or(val.narrow_for(tok.vocab_size())) {
         eprintln!(
             "note: {} stores token ids in 16 bits, but the tokenizer has {} tokens: ids from 65536 up cannot be in \
@@ -1631,7 +1631,7 @@ impl Dataset {
         }
         if let Some(i) = x.iter().chain(&y).position(|&id| id as usize >= self.vocab) {
             // Rare: find the shard for the message.
-            self.train.check_vocab(self.vocab)?;
+            self.train.check_vocab(self.vocab, "the model's")?;
             return Err(DataError::Meta {
                 path: PathBuf::from("training shards"),
                 msg: format!("token {} outside the vocabulary of {}", x.iter().chain(&y).nth(i).unwrap(), self.vocab),

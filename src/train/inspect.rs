@@ -385,7 +385,7 @@ fn verify(
                 bar.finish_and_clear();
             }
             // Names the shard and place of the first such id, and why.
-            s.check_vocab(t.vocab_size())?;
+            s.check_vocab(t.vocab_size(), "the tokenizer's")?;
         }
         out.push(SplitStats {
             split: *split,

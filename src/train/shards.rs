@@ -50,8 +50,8 @@ pub enum ShardError {
     Truncated { path: PathBuf, header: u64, have: u64 },
     #[error("'{path}': a raw uint16 file must have an even size, got {len} bytes")]
     OddRaw { path: PathBuf, len: u64 },
-    #[error("'{path}': token {index} is {id}, outside the model's vocabulary of {vocab} ({why})")]
-    OutOfVocab { path: PathBuf, index: usize, id: u32, vocab: usize, why: String },
+    #[error("'{path}': token {index} is {id}, outside {whose} vocabulary of {vocab} ({why})")]
+    OutOfVocab { path: PathBuf, index: usize, id: u32, vocab: usize, whose: &'static str, why: String },
     #[error("{0}")]
     Layout(String),
 }
@@ -297,8 +297,9 @@ impl Stream {
         (vocab > 1 << 16).then(|| self.shards.iter().find(|s| !s.wide).map(|s| s.path.as_path())).flatten()
     }
 
-    /// Fails naming the shard and position of the first token id ≥ `vocab`.
-    pub fn check_vocab(&self, vocab: usize) -> Result<(), ShardError> {
+    /// Fails naming the shard and position of the first token id ≥ `vocab`; `whose` names the
+    /// vocabulary in the message ("the model's", "the tokenizer's").
+    pub fn check_vocab(&self, vocab: usize, whose: &'static str) -> Result<(), ShardError> {
         for s in &self.shards {
             if let Some((index, id)) = s.max_id()
                 && id as usize >= vocab
@@ -316,7 +317,14 @@ impl Stream {
                           prepare them again"
                         .into(),
                 };
-                return Err(ShardError::OutOfVocab { path: s.path.clone(), index, id: s.get(index), vocab, why });
+                return Err(ShardError::OutOfVocab {
+                    path: s.path.clone(),
+                    index,
+                    id: s.get(index),
+                    vocab,
+                    whose,
+                    why,
+                });
             }
         }
         Ok(())
@@ -642,8 +650,8 @@ mod tests {
             let s = Stream::new(shards.iter().map(|(p, _)| Shard::open(p, Format::Llmc).unwrap()).collect());
             assert_eq!(s.len(), 30);
             assert_eq!((0..30).map(|i| s.get(i)).collect::<Vec<_>>(), ids);
-            assert!(s.check_vocab(200_000).is_ok());
-            let e = s.check_vocab(if wide { 70_050 } else { 50 }).unwrap_err().to_string();
+            assert!(s.check_vocab(200_000, "the model's").is_ok());
+            let e = s.check_vocab(if wide { 70_050 } else { 50 }, "the model's").unwrap_err().to_string();
             assert!(e.contains("outside the model's vocabulary") && e.contains(&format!("{name}_train_0000")), "{e}");
             // 16-bit shards cannot hold a vocabulary past 65,536: named; 32-bit ones can.
             assert_eq!(s.narrow_for(70_000).is_some(), !wide);
@@ -685,13 +693,13 @@ mod tests {
         // error says to read it as llm.c's; a headerless file's own out-of-vocabulary token does not.
         let llmc = write("llmc.bin", &[MAGIC_U16, 1, 4], 4);
         let as_raw = Stream::new(vec![Shard::open(&llmc, Format::RawU16).unwrap()]);
-        let e = as_raw.check_vocab(50257).unwrap_err().to_string();
+        let e = as_raw.check_vocab(50257, "the model's").unwrap_err().to_string();
         assert!(
             e.contains("llmc.bin") && e.contains("llm.c shard's header") && e.contains("--data-format llmc"),
             "{e}"
         );
-        Stream::new(vec![Shard::open(&llmc, Format::Llmc).unwrap()]).check_vocab(50257).unwrap();
-        let e = Stream::new(vec![r]).check_vocab(2).unwrap_err().to_string();
+        Stream::new(vec![Shard::open(&llmc, Format::Llmc).unwrap()]).check_vocab(50257, "the model's").unwrap();
+        let e = Stream::new(vec![r]).check_vocab(2, "the model's").unwrap_err().to_string();
         assert!(e.contains("token 1 is 2") && e.contains("another tokenizer") && !e.contains("llmc"), "{e}");
     }
 

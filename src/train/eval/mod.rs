@@ -426,7 +426,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             }
             let shards = files.iter().map(|p| Shard::open(p, format)).collect::<Result<Vec<_>, _>>();
             let stream = Stream::new(shards.map_err(data::DataError::from)?);
-            stream.check_vocab(vocab).map_err(data::DataError::from)?;
+            stream.check_vocab(vocab, "the model's").map_err(data::DataError::from)?;
             let key = data::fingerprint(&files)?;
             let what = if files.len() == 1 {
                 format!("'{}'", files[0].display())
