@@ -38,7 +38,10 @@ pub(crate) enum BenchCmd {
         /// `--precision f16`). Accumulation is f32 in every form.
         #[arg(long, default_value = "f32", value_parser = ["f32", "r16", "f16", "rh"])]
         operands: String,
-        /// Measure the best variant for each size and store it in the autotune cache.
+        /// First measure the best variant for each size, as training's first use of a shape
+        /// does (among every variant the adapter runs, whatever --variants says), store it in the
+        /// autotune cache and print it; then time --variants as without --tune (`auto` is then
+        /// the variant just stored).
         #[arg(long)]
         tune: bool,
         /// Also time each variant with these kernel forms changed (`DDL_FORMS` syntax, e.g.
