@@ -2546,7 +2546,7 @@ fn first_use_is_quiet_about_the_driver_and_says_when_it_tunes() {
     let c = ddl::testing::small_corpus(&dir);
     let a = dir.join("a");
     let o = tuning(&dir)
-        .args(train_args(&c, a.to_str().unwrap(), "1", &[]))
+        .args(train_args(&c, a.to_str().unwrap(), "1", &["--sample", "4"]))
         .env_remove("XDG_RUNTIME_DIR")
         .output()
         .unwrap();
@@ -2557,6 +2557,21 @@ fn first_use_is_quiet_about_the_driver_and_says_when_it_tunes() {
     // ... and when it is done, with what it took.
     assert_eq!(t.matches("tuned the matmul tiles of ").count(), 1, "{t}");
     assert!(!t.contains("XDG_RUNTIME_DIR"), "{t}");
+    // --sample's decode measures no tiles (as `ddl generate`, which never tunes): the cache holds
+    // the training's shapes alone, those of the same run without --sample (it held the decode's
+    // too, tuned after "--- sample ---").
+    let keys = |d: &Path| {
+        let j: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join("cache").join("matmul-autotune.json")).unwrap())
+                .unwrap();
+        j.as_object().unwrap().keys().cloned().collect::<Vec<_>>()
+    };
+    let plain = tmpdir("firstuse-nosample");
+    let o = tuning(&plain).args(train_args(&c, plain.join("p").to_str().unwrap(), "1", &[])).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let (with, without) = (keys(&dir), keys(&plain));
+    let extra: Vec<_> = with.iter().filter(|k| !without.contains(k)).collect();
+    assert!(extra.is_empty() && with.len() == without.len(), "--sample tuned {extra:?}");
     let fresh = tmpdir("firstuse-notune");
     let b = fresh.join("b");
     // (The flag wins over DDL_NO_AUTOTUNE=0.)

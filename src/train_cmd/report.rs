@@ -113,6 +113,10 @@ pub(super) fn print_sample(dev: &DeviceArgs, out: &std::path::Path, n: usize) ->
     // (The run is saved: Ctrl-C now stops the sample at once, saying so; `ddl generate` stops
     // at the next token instead, keeping its text: GenerateHow::stop_cleanly.)
     ddl::train::stop_at_once_from_now("stopped the sample (the run was saved before it)");
+    // The sample runs as `ddl generate` would: on the tiles measured so far and the heuristic,
+    // measuring none (training turned measuring on; the decode's shapes would be tuned here,
+    // seconds of notes after "--- sample ---" on a fresh cache).
+    ddl::kernels::matmul::autotune::set_enabled(false);
     println!("--- sample ---");
     let s = SamplingArgs {
         max_tokens: n,
