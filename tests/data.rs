@@ -778,3 +778,31 @@ fn the_corpus_cache_is_listed_and_pruned_from_the_command_line() {
         assert!(!ok && out.contains(says), "{args:?}: {out}");
     }
 }
+
+/// `ddl data prepare` reads files only: outside a checkout, the built-in corpus's name (which
+/// `ddl train --corpus`, `ddl eval --text` and `ddl tokenizer train` take there) is a missing
+/// input whose message says so and what to give; another missing input says to check its path.
+#[test]
+fn a_missing_input_named_as_the_built_in_corpus_says_where_that_name_is_read() {
+    let dir = tmpdir("missing-input");
+    let prepare = |input: &str| {
+        let o = ddl(&dir)
+            .current_dir(&dir)
+            .args(["data", "prepare", "--tokenizer", "char", "--out", "d", input])
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{}", text(&o));
+        text(&o)
+    };
+    let e = prepare("assets/tinyshakespeare.txt");
+    assert!(
+        e.contains("input 'assets/tinyshakespeare.txt' does not exist")
+            && e.contains("built-in TinyShakespeare")
+            && e.contains("ddl train --corpus")
+            && e.contains("give the file's path"),
+        "{e}"
+    );
+    let e = prepare("nothing.txt");
+    assert!(e.contains("check the path, relative to the current folder") && !e.contains("built-in"), "{e}");
+    assert!(!dir.join("d").exists(), "nothing made");
+}

@@ -66,6 +66,9 @@ impl ChatSettings {
     /// is refused), `stop none` clears them.
     pub fn with(&self, name: &str, value: &str) -> Result<ChatSettings, String> {
         let mut next = self.clone();
+        // (Setting names in any case, as the commands': `/set TOP_K 5` is `/set top_k 5`.)
+        let name = name.to_ascii_lowercase();
+        let name = name.as_str();
         // (Spaces around a value are not part of it, except a stop text's own: `/set stop ab `.)
         let value = if name == "stop" && value.trim() != "none" { value } else { value.trim() };
         let bad = |want: &str| format!("{name} {value:?}: expected {want}");
@@ -979,6 +982,9 @@ mod tests {
         assert!(e.starts_with("stop '\\q': unknown escape \\q") && e.contains("\\s (a space)"), "{e}");
         assert!(base().with("stop", "a\\").unwrap_err().contains("lone backslash"));
         assert!(s.describe().contains("\"###\"") && s.describe().contains("max_tokens 20"));
+        // Setting names in any case, as the commands' names (`/SET TOP_K 5`).
+        assert_eq!(base().with("TOP_K", "5").unwrap().sampler.top_k, 5);
+        assert_eq!(base().with("Stop", "\\s").unwrap().stop, [" "]);
         let e = base().with("colour", "red").unwrap_err();
         assert!(e.contains("unknown setting 'colour'") && e.contains("repetition_penalty"), "{e}");
         let e = base().with("top_p", "often").unwrap_err();

@@ -29,7 +29,9 @@ pub enum DataError {
     )]
     NoTxt(PathBuf),
     #[error(
-        "input '{0}' does not exist (ddl data prepare takes text files, folders of .txt / .jsonl files and .jsonl files)"
+        "input '{0}' does not exist (ddl data prepare takes text files, folders of .txt / .jsonl files and .jsonl \
+         files): check the path, relative to the current folder{hint}",
+        hint = built_in_elsewhere(.0)
     )]
     MissingInput(PathBuf),
     #[error("input folder '{0}' holds no .txt or .jsonl files")]
@@ -132,6 +134,17 @@ pub fn embedded_corpus() -> &'static str {
 
 /// What a corpus path is when it is token shards or a run rather than text (`--corpus` given what
 /// `--data` or `--checkpoint` takes), said as the remedy; empty when it is neither.
+/// For a missing input named as the built-in corpus: where that name is read without the file.
+fn built_in_elsewhere(path: &Path) -> String {
+    match path == Path::new(DEFAULT_CORPUS) {
+        true => format!(
+            "; the built-in TinyShakespeare is read by this name only by `ddl train --corpus`, `ddl eval --text` and \
+             `ddl tokenizer train`: here give the file's path (a checkout's {DEFAULT_CORPUS})"
+        ),
+        false => String::new(),
+    }
+}
+
 fn not_a_corpus(path: &Path) -> String {
     let shown = path.display();
     if path.is_file() {
