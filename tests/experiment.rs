@@ -904,6 +904,26 @@ fn ablations_are_added_to_a_finished_grid_from_its_checkpoints() {
             && md.contains("the validation split's first batch ("),
         "{md}"
     );
+    // A part the run does not hold (here its erase rows taken out of its result) is ablated
+    // alone: the rows it holds stay as they are, the new ones are the same numbers as before.
+    let whole = result("ddl-seed1");
+    let mut partial = whole.clone();
+    partial["ablations"]["rows"].as_array_mut().unwrap().retain(|r| r["part"] != "erase");
+    let path = out.join("runs/ddl-seed1/result.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&partial).unwrap()).unwrap();
+    let r = ddl(&dir, &["experiment", "--spec", sp, "--out", o]);
+    let t = text(&r);
+    assert!(r.status.success(), "{t}");
+    assert!(t.contains("ddl-seed1: each sublayer's write without its erase in turn"), "{t}");
+    assert_eq!(result("ddl-seed1")["ablations"], whole["ablations"], "{t}");
+    // Rows held against another loss of the model as trained (results restored from another
+    // adapter) are not mixed with new ones: every part is measured again.
+    partial["ablations"]["loss"] = serde_json::json!(whole["ablations"]["loss"].as_f64().unwrap() + 0.5);
+    partial["ablations"]["rows"].as_array_mut().unwrap().iter_mut().for_each(|r| r["difference"] = 9.0.into());
+    std::fs::write(&path, serde_json::to_string_pretty(&partial).unwrap()).unwrap();
+    let r = ddl(&dir, &["experiment", "--spec", sp, "--out", o]);
+    assert!(r.status.success(), "{}", text(&r));
+    assert_eq!(result("ddl-seed1")["ablations"], whole["ablations"], "{}", text(&r));
     // Without `ablate`: no section, no plot left behind.
     let none = std::fs::read_to_string(&s)
         .unwrap()

@@ -52,7 +52,6 @@ pub(super) fn ablate_runs(
             }
         }
     }
-    let names: Vec<&str> = parts.iter().map(|p| p.name()).collect();
     let n = todo.len();
     for (i, (name, dir, mut r)) in todo.into_iter().enumerate() {
         if crate::train::interrupted() {
@@ -68,11 +67,21 @@ pub(super) fn ablate_runs(
             );
             continue;
         }
+        // A part added to a spec whose other parts this run holds over the same batches: only
+        // the new part is evaluated (the parts held are the same numbers again).
+        let held: Vec<RunAblation> = r
+            .ablations
+            .as_ref()
+            .filter(|a| a.batches == spec.ablate_batches)
+            .map(|a| a.rows.clone())
+            .unwrap_or_default();
+        let ask: Vec<Ablate> = parts.iter().copied().filter(|p| !held.iter().any(|h| h.part == *p)).collect();
         if !quiet {
+            let asked: Vec<&str> = ask.iter().map(|p| p.name()).collect();
             eprintln!(
                 "[{}/{n}] {name}: each sublayer's write without its {} in turn, over {}",
                 i + 1,
-                names.join(" / "),
+                asked.join(" / "),
                 match spec.ablate_batches {
                     0 => "the whole validation split".to_string(),
                     1 => "the first validation batch".to_string(),
@@ -90,7 +99,7 @@ pub(super) fn ablate_runs(
             against: None,
             head_chunk: None,
             intervene: None,
-            ablate: parts.clone(),
+            ablate: ask.clone(),
             plot: None,
             per_token: None,
             calibration_plot: None,
@@ -123,7 +132,7 @@ pub(super) fn ablate_runs(
                 ),
             });
         }
-        let rows: Vec<RunAblation> = e
+        let new: Vec<RunAblation> = e
             .ablations
             .iter()
             .map(|a| RunAblation {
@@ -133,6 +142,29 @@ pub(super) fn ablate_runs(
                 difference: a.vs.difference,
             })
             .collect();
+        // The rows held join the new ones when they were measured against the same loss (the
+        // same model over the same tokens); otherwise (results restored from another adapter)
+        // every part is evaluated again.
+        let same_base = r.ablations.as_ref().is_some_and(|a| a.loss == e.loss && a.tokens == e.tokens);
+        let rows = if held.is_empty() || same_base {
+            merge_rows(held, new)
+        } else {
+            let all = EvalRequest { ablate: parts.clone(), ..req };
+            let e = match crate::train::eval::evaluate_checkpoint(gpu, &dir, &all) {
+                Ok(e) => e,
+                Err(crate::train::TrainError::Interrupted { .. }) => return Ok(false),
+                Err(source) => return Err(ExperimentError::Train { run: name, source: Box::new(source) }),
+            };
+            e.ablations
+                .iter()
+                .map(|a| RunAblation {
+                    sublayer: a.sublayer.clone(),
+                    part: a.part,
+                    loss: a.vs.loss,
+                    difference: a.vs.difference,
+                })
+                .collect()
+        };
         let top = rows.iter().max_by(|a, b| a.difference.total_cmp(&b.difference)).cloned();
         r.ablations = Some(RunAblations { batches: spec.ablate_batches, tokens: e.tokens, loss: e.loss, rows });
         let path = dir.join("result.json");
@@ -151,6 +183,20 @@ pub(super) fn ablate_runs(
         }
     }
     Ok(true)
+}
+
+/// The rows a run held and those just measured, in the order `ddl eval --ablate` gives them: by
+/// sublayer (in the model's order, as measured), then by part.
+fn merge_rows(held: Vec<RunAblation>, new: Vec<RunAblation>) -> Vec<RunAblation> {
+    let mut order: Vec<String> = Vec::new();
+    for r in new.iter().chain(&held) {
+        if !order.contains(&r.sublayer) {
+            order.push(r.sublayer.clone());
+        }
+    }
+    let mut rows: Vec<RunAblation> = held.into_iter().chain(new).collect();
+    rows.sort_by_key(|r| (order.iter().position(|s| *s == r.sublayer), r.part));
+    rows
 }
 
 /// One tested row: its label, the test over seeds and the Holm-adjusted p.
