@@ -540,6 +540,7 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         })?;
         check_inputs(&run, &a)?;
         refuse_char_for_bpe_shards(&run, &a)?;
+        check_init_tokenizer(&run, &a)?;
         if let (Some(given), Some(path), None) = (config_vocab, &a.config, &a.init_from) {
             check_config_vocab(&run, path, given)?;
         }

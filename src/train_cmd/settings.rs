@@ -266,3 +266,24 @@ pub(super) fn init_config(ck: &std::path::Path) -> Result<ddl::model::ModelConfi
         ),
     })
 }
+
+/// A fine-tune (`--init-from CK`) trains with the checkpoint's tokenizer: a tokenizer file or
+/// `--data` shards of another one are refused with the settings, so that `--dry-run` refuses
+/// what the run refuses (the run's data check made it, after a dry run had planned the run), and
+/// `--tokenizer char` given for a checkpoint of a BPE is refused too (it was ignored without a
+/// word, and config.toml said `char`).
+pub(super) fn check_init_tokenizer(run: &ddl::train::RunConfig, a: &TrainArgs) -> Result<()> {
+    let Some(ck) = &a.init_from else { return Ok(()) };
+    let tok = ddl::train::checkpoint::saved_tokenizer(ck)?;
+    if a.tokenizer.as_deref() == Some("char") && tok.kind() != "char" {
+        anyhow::bail!(
+            "--tokenizer char: --init-from {}'s model reads a {} tokenizer of {} tokens (saved with it), whose token \
+             ids its parameters were trained on, and the fine-tune trains with it; drop --tokenizer",
+            ck.display(),
+            tok.kind(),
+            tok.vocab_size()
+        );
+    }
+    ddl::train::data::check_init_tokenizer(run, &tok, ck)?;
+    Ok(())
+}
