@@ -756,6 +756,21 @@ fn corpus_problems_are_clear_errors() {
     std::fs::write(sub.join("t.toml"), "tokenizer = \"tok.json\"\n").unwrap();
     let config = sub.join("t.toml").display().to_string();
     fails(&dir, &["train", "--config", &config, "--out", &out], &["tokenizer = \"tok.json\"", "does not exist"]);
+    // `init_from` too (it was said as `--init-from ../run`, a flag not given, without the file).
+    std::fs::create_dir_all(dir.join("run")).unwrap();
+    std::fs::write(sub.join("i.toml"), "init_from = \"../run\"\n").unwrap();
+    std::fs::write(dir.join("i.toml"), "init_from = \"no-such-run\"\n").unwrap();
+    for (config, needles) in [
+        (
+            "sub/i.toml",
+            ["--config sub/i.toml: init_from = \"../run\" does not exist", "write init_from = \"sub/../run\""],
+        ),
+        ("i.toml", ["--config i.toml: init_from = \"no-such-run\": no such checkpoint folder", "drop the line"]),
+    ] {
+        let o = cmd(&dir).current_dir(&dir).args(["train", "--config", config, "--out", "o", "--dry-run"]).output();
+        let e = text(&o.unwrap());
+        assert!(needles.iter().all(|n| e.contains(n)) && !e.contains("--init-from"), "{config}: {e}");
+    }
     // None of these runs started: they left no --out folder behind.
     assert!(!dir.join("o").exists(), "a run that never started left {:?}", names(&dir.join("o")));
 }
