@@ -2857,6 +2857,13 @@ fn ctrl_c_sigterm_and_a_closed_pipe_save_a_checkpoint_and_exit_cleanly_and_the_r
     assert_eq!(status.code(), Some(130), "Ctrl-C must save and exit with 130, got {status:?}: {err}");
     assert!(!err.contains("second Ctrl-C"), "{err}");
     assert!(err.contains("interrupted (Ctrl-C) at step"), "{err}");
+    // With the command that continues it (it said where the checkpoint was only).
+    let go_on = format!(
+        "checkpoint saved in {}; `ddl train --resume {}` continues it to step 100000",
+        out.display(),
+        out.display()
+    );
+    assert!(err.contains(&go_on), "{err}");
     assert!(!out.join(".ddl-lock").exists(), "the lock goes with the process");
     let ck = ddl::train::checkpoint::load(&out, true).unwrap();
     assert!(ck.step >= 3, "checkpoint at step {}", ck.step);
