@@ -756,6 +756,13 @@ fn corpus_problems_are_clear_errors() {
     std::fs::write(sub.join("t.toml"), "tokenizer = \"tok.json\"\n").unwrap();
     let config = sub.join("t.toml").display().to_string();
     fails(&dir, &["train", "--config", &config, "--out", &out], &["tokenizer = \"tok.json\"", "does not exist"]);
+    // A misspelt top-level key: its closest named, and init_from among those listed (a table's
+    // key got its closest; these got none, and the list left init_from out).
+    std::fs::write(sub.join("typo.toml"), "crpus = \"text.txt\"\n").unwrap();
+    let config = sub.join("typo.toml").display().to_string();
+    let e =
+        fails(&dir, &["train", "--config", &config, "--out", &out], &["unknown key 'crpus' (did you mean 'corpus'?)"]);
+    assert!(e.contains("data_format, init_from, [model], [train]"), "{e}");
     // `init_from` too (it was said as `--init-from ../run`, a flag not given, without the file).
     std::fs::create_dir_all(dir.join("run")).unwrap();
     std::fs::write(sub.join("i.toml"), "init_from = \"../run\"\n").unwrap();
