@@ -756,6 +756,33 @@ fn corpus_problems_are_clear_errors() {
     std::fs::write(sub.join("t.toml"), "tokenizer = \"tok.json\"\n").unwrap();
     let config = sub.join("t.toml").display().to_string();
     fails(&dir, &["train", "--config", &config, "--out", &out], &["tokenizer = \"tok.json\"", "does not exist"]);
+    // A misspelt top-level key: its closest named, and init_from among those listed (a table's
+    // key got its closest; these got none, and the list left init_from out).
+    std::fs::write(sub.join("typo.toml"), "crpus = \"text.txt\"\n").unwrap();
+    let config = sub.join("typo.toml").display().to_string();
+    let e =
+        fails(&dir, &["train", "--config", &config, "--out", &out], &["unknown key 'crpus' (did you mean 'corpus'?)"]);
+    assert!(e.contains("data_format, init_from, [model], [train]"), "{e}");
+    // `--set init_from=…` and `--set preset=…` name the flag that gives them (init_from was an
+    // unknown key, though config.toml and --config hold it).
+    for (kv, flag) in [("init_from=run", "--init-from DIR"), ("preset=tiny", "--preset NAME")] {
+        fails(&dir, &["train", "--set", kv, "--out", &out, "--dry-run"], &[&format!("--set {kv}: "), flag]);
+    }
+    // `init_from` too (it was said as `--init-from ../run`, a flag not given, without the file).
+    std::fs::create_dir_all(dir.join("run")).unwrap();
+    std::fs::write(sub.join("i.toml"), "init_from = \"../run\"\n").unwrap();
+    std::fs::write(dir.join("i.toml"), "init_from = \"no-such-run\"\n").unwrap();
+    for (config, needles) in [
+        (
+            "sub/i.toml",
+            ["--config sub/i.toml: init_from = \"../run\" does not exist", "write init_from = \"sub/../run\""],
+        ),
+        ("i.toml", ["--config i.toml: init_from = \"no-such-run\": no such checkpoint folder", "drop the line"]),
+    ] {
+        let o = cmd(&dir).current_dir(&dir).args(["train", "--config", config, "--out", "o", "--dry-run"]).output();
+        let e = text(&o.unwrap());
+        assert!(needles.iter().all(|n| e.contains(n)) && !e.contains("--init-from"), "{config}: {e}");
+    }
     // None of these runs started: they left no --out folder behind.
     assert!(!dir.join("o").exists(), "a run that never started left {:?}", names(&dir.join("o")));
 }
@@ -2087,6 +2114,9 @@ fn ctrl_c_during_the_final_evaluation_stops_it_and_keeps_the_last_step() {
     let a = train_args(&c, out.to_str().unwrap(), "2", &["--set", "train.eval_every=0"]);
     let o = cmd(&dir).args(&a).env("DDL_FAULT_INTERRUPT_FINAL_EVAL", "1").output().unwrap();
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    // The message says how the evaluation is made up (it said where the checkpoint was only).
+    let made_up = format!("the final evaluation was not made: `ddl train --resume {}` makes it up", out.display());
+    assert!(text(&o).contains(&made_up), "{}", text(&o));
     assert_eq!(ddl::train::checkpoint::load(&out, false).unwrap().step, 2);
     let m = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
     assert!(!m.contains("val_loss"), "a stopped evaluation was logged:\n{m}");

@@ -2857,6 +2857,13 @@ fn ctrl_c_sigterm_and_a_closed_pipe_save_a_checkpoint_and_exit_cleanly_and_the_r
     assert_eq!(status.code(), Some(130), "Ctrl-C must save and exit with 130, got {status:?}: {err}");
     assert!(!err.contains("second Ctrl-C"), "{err}");
     assert!(err.contains("interrupted (Ctrl-C) at step"), "{err}");
+    // With the command that continues it (it said where the checkpoint was only).
+    let go_on = format!(
+        "checkpoint saved in {}; `ddl train --resume {}` continues it to step 100000",
+        out.display(),
+        out.display()
+    );
+    assert!(err.contains(&go_on), "{err}");
     assert!(!out.join(".ddl-lock").exists(), "the lock goes with the process");
     let ck = ddl::train::checkpoint::load(&out, true).unwrap();
     assert!(ck.step >= 3, "checkpoint at step {}", ck.step);
@@ -4220,5 +4227,58 @@ fn a_run_starts_from_a_checkpoints_parameters_with_init_from() {
     let (ok, e) =
         run(&[&["--init-from", only.to_str().unwrap(), "--corpus", &c, "--steps", "1", "--out", &d][..], &rest]
             .concat());
+    assert!(ok, "{e}");
+}
+
+/// A fine-tune's tokenizer is the checkpoint's: another tokenizer file, shards made with another
+/// one and `--tokenizer char` for a checkpoint of a BPE are refused by `--dry-run` as by the run
+/// (the dry run planned them, and `--tokenizer char` was ignored by both, config.toml saying
+/// `char`); the checkpoint's own tokenizer given again is taken.
+#[test]
+fn a_dry_run_refuses_another_tokenizer_than_the_init_from_checkpoints() {
+    let dir = tmpdir("init-from-tokenizer");
+    let c = ddl::testing::small_corpus(&dir);
+    let tok = dir.join("bpe.json").display().to_string();
+    let o = ddl_cmd(&dir).args(["tokenizer", "train", "--corpus", &c, "--vocab-size", "300", "--out", &tok]).output();
+    let o = o.unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let run = |args: &[&str]| {
+        let o = ddl_cmd(&dir).arg("train").args(args).output().unwrap();
+        (o.status.success(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let a = dir.join("a").display().to_string();
+    let (ok, e) = run(&[&["--corpus", &c, "--tokenizer", &tok, "--steps", "1", "--out", &a][..], SMALL].concat());
+    assert!(ok, "{e}");
+    let char_tok = ddl::tokenizer::Tokenizer::Char(ddl::tokenizer::CharTokenizer::from_corpus("xyz").unwrap());
+    std::fs::write(dir.join("char.json"), char_tok.to_json()).unwrap();
+    let shards = dir.join("char-shards");
+    let o = ddl_cmd(&dir).args(["data", "prepare", "--tokenizer", "char", "--out"]).arg(&shards).arg(&c).output();
+    assert!(o.unwrap().status.success());
+    let b = dir.join("b").display().to_string();
+    let other = dir.join("char.json").display().to_string();
+    let shards = shards.display().to_string();
+    for (given, needle) in [
+        (["--tokenizer", other.as_str()], "another tokenizer (vocabulary 3) than --init-from"),
+        (["--data", shards.as_str()], "meta.json name another tokenizer"),
+        (["--tokenizer", "char"], "--tokenizer char: --init-from"),
+    ] {
+        for dry in [true, false] {
+            let mut args = vec!["--init-from", &a, "--steps", "1", "--out", &b];
+            args.extend(given);
+            if given[0] != "--data" {
+                args.extend(["--corpus", &c]);
+            }
+            if dry {
+                args.push("--dry-run");
+            }
+            let (ok, e) = run(&args);
+            assert!(
+                !ok && e.contains(needle) && e.contains("drop --tokenizer") == (given[0] != "--data"),
+                "{args:?}: {e}"
+            );
+            assert!(!e.contains("dry run (nothing trained") && !Path::new(&b).exists(), "{args:?}: {e}");
+        }
+    }
+    let (ok, e) = run(&["--init-from", &a, "--corpus", &c, "--tokenizer", &tok, "--out", &b, "--dry-run"]);
     assert!(ok, "{e}");
 }

@@ -388,6 +388,13 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
                  --config), not a setting --set changes"
             );
         }
+        // (It was "unknown key 'init_from'", a key config.toml and --config take, without the flag.)
+        if key == "init_from" {
+            anyhow::bail!(
+                "--set {kv}: the checkpoint a run starts from is given with --init-from DIR (or `init_from = \"DIR\"` \
+                 in --config), not with --set"
+            );
+        }
         let before = toml::Table::try_from(&run).ok();
         run.set(kv).map_err(anyhow::Error::msg)?;
         // A --set over a value the --config file gives: the --set wins (it comes after the file),
@@ -540,6 +547,7 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         })?;
         check_inputs(&run, &a)?;
         refuse_char_for_bpe_shards(&run, &a)?;
+        check_init_tokenizer(&run, &a)?;
         if let (Some(given), Some(path), None) = (config_vocab, &a.config, &a.init_from) {
             check_config_vocab(&run, path, given)?;
         }

@@ -41,8 +41,19 @@ pub(super) fn report_training(
     summary: &ddl::train::Summary,
 ) -> Result<()> {
     if summary.interrupted {
+        // With the command that goes on (it said where the checkpoint was, not how to continue);
+        // at the last step the final evaluation was stopped (or not begun), which it makes up.
+        let resume = match a.distributed {
+            Some(_) => format!("`mpirun -n N ddl train --resume {} --distributed mpi`", out.display()),
+            None => format!("`ddl train --resume {}`", out.display()),
+        };
+        let then = if summary.step >= summary.target {
+            format!("the final evaluation was not made: {resume} makes it up")
+        } else {
+            format!("{resume} continues it to step {}", summary.target)
+        };
         eprintln!(
-            "interrupted ({}) at step {}: checkpoint saved in {}",
+            "interrupted ({}) at step {}: checkpoint saved in {}; {then}",
             ddl::train::interruption(),
             summary.step,
             out.display()

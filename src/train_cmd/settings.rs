@@ -53,6 +53,34 @@ pub(super) fn config_init_from(
         return Ok(None);
     }
     let dir = std::path::PathBuf::from(dir);
+    // Missing: said as the file's line, as a corpus's is (it was said as `--init-from DIR`, a
+    // flag not given), with the folder where it exists only beside the file.
+    if flag.is_none() && !dir.exists() {
+        let here = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| ".".into());
+        let beside = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty() && dir.is_relative())
+            .map(|p| p.join(&dir))
+            .filter(|p| p.exists());
+        match beside {
+            Some(b) => anyhow::bail!(
+                "--config {}: init_from = \"{}\" does not exist from the current directory {here}; '{}' exists beside \
+                 the --config file, but a relative path in it is taken from the current directory: write init_from = \
+                 \"{}\" (or an absolute path), or run from the --config file's folder",
+                path.display(),
+                dir.display(),
+                b.display(),
+                b.display()
+            ),
+            None => anyhow::bail!(
+                "--config {}: init_from = \"{}\": no such checkpoint folder (looked for from {here}; a relative path is \
+                 taken from the current directory); give a run's folder or one of its checkpoints/ folders, or drop \
+                 the line to start a new model",
+                path.display(),
+                dir.display()
+            ),
+        }
+    }
     if let Some(f) = flag {
         let same = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
         if same(f) != same(&dir) {
@@ -265,4 +293,25 @@ pub(super) fn init_config(ck: &std::path::Path) -> Result<ddl::model::ModelConfi
             ck.display()
         ),
     })
+}
+
+/// A fine-tune (`--init-from CK`) trains with the checkpoint's tokenizer: a tokenizer file or
+/// `--data` shards of another one are refused with the settings, so that `--dry-run` refuses
+/// what the run refuses (the run's data check made it, after a dry run had planned the run), and
+/// `--tokenizer char` given for a checkpoint of a BPE is refused too (it was ignored without a
+/// word, and config.toml said `char`).
+pub(super) fn check_init_tokenizer(run: &ddl::train::RunConfig, a: &TrainArgs) -> Result<()> {
+    let Some(ck) = &a.init_from else { return Ok(()) };
+    let tok = ddl::train::checkpoint::saved_tokenizer(ck)?;
+    if a.tokenizer.as_deref() == Some("char") && tok.kind() != "char" {
+        anyhow::bail!(
+            "--tokenizer char: --init-from {}'s model reads a {} tokenizer of {} tokens (saved with it), whose token \
+             ids its parameters were trained on, and the fine-tune trains with it; drop --tokenizer",
+            ck.display(),
+            tok.kind(),
+            tok.vocab_size()
+        );
+    }
+    ddl::train::data::check_init_tokenizer(run, &tok, ck)?;
+    Ok(())
 }

@@ -70,9 +70,19 @@ impl RunConfig {
                              it with `ddl experiment --spec {origin} --out DIR`"
                         );
                     }
+                    // The closest top-level key, as a table's unknown key gets its closest (it got
+                    // none, and the list left out init_from).
+                    const TOP: [&str; 6] = ["preset", "corpus", "tokenizer", "data", "data_format", "init_from"];
+                    let near = TOP
+                        .iter()
+                        .map(|t| (edit_distance(&k, t), *t))
+                        .filter(|(d, _)| *d <= (k.len() / 3).max(1))
+                        .min()
+                        .map(|(_, t)| format!(" (did you mean '{t}'?)"))
+                        .unwrap_or_default();
                     return Err(format!(
-                        "{origin}: unknown key '{k}' (expected preset, corpus, tokenizer, data, data_format, [model], \
-                         [train]){hint}"
+                        "{origin}: unknown key '{k}'{near}; expected {}, [model], [train]{hint}",
+                        TOP.join(", ")
                     ));
                 }
             }
