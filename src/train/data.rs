@@ -132,19 +132,19 @@ pub fn embedded_corpus() -> &'static str {
     EMBEDDED_CORPUS
 }
 
-/// What a corpus path is when it is token shards or a run rather than text (`--corpus` given what
-/// `--data` or `--checkpoint` takes), said as the remedy; empty when it is neither.
 /// For a missing input named as the built-in corpus: where that name is read without the file.
 fn built_in_elsewhere(path: &Path) -> String {
-    match path == Path::new(DEFAULT_CORPUS) {
-        true => format!(
-            "; the built-in TinyShakespeare is read by this name only by `ddl train --corpus`, `ddl eval --text` and \
-             `ddl tokenizer train`: here give the file's path (a checkout's {DEFAULT_CORPUS})"
-        ),
-        false => String::new(),
+    if path != Path::new(DEFAULT_CORPUS) {
+        return String::new();
     }
+    format!(
+        "; the built-in TinyShakespeare is read by this name only by `ddl train --corpus`, `ddl eval --text` and \
+         `ddl tokenizer train`: here give the file's path (a checkout's {DEFAULT_CORPUS})"
+    )
 }
 
+/// What a corpus path is when it is token shards or a run rather than text (`--corpus` given what
+/// `--data` or `--checkpoint` takes), said as the remedy; empty when it is neither.
 fn not_a_corpus(path: &Path) -> String {
     let shown = path.display();
     if path.is_file() {
