@@ -182,7 +182,7 @@ fn bad_automation_flags_are_refused_before_the_window_opens() {
     refused(&["--screenshot", notes.to_str().unwrap()], "not a PNG image");
     assert_eq!(std::fs::read(&photo).unwrap(), b"not mine");
     assert_eq!(std::fs::read(&notes).unwrap(), b"not an image");
-    refused(&["--screenshot", dir.join("no/such/x.png").to_str().unwrap()], "does not exist");
+    refused(&["--screenshot", dir.join("no/such/x.png").to_str().unwrap()], "does not exist; create the folder first");
     refused(&["--width", "0"], "--width 0");
     refused(&["--height", "NaN"], "--height NaN");
     refused(&["--checkpoint", dir.to_str().unwrap(), "--generate", "100000000"], "at most");
