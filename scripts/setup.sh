@@ -29,7 +29,9 @@ say() { printf 'setup: %s\n' "$*"; }
 target="${1:-test}"
 case "$target" in
   demo|bundle|test) ;;
-  *) say "unknown target '$target': expected demo, bundle or test (scripts/setup.sh TARGET)"; exit 2 ;;
+  # The usage: this file's opening comment.
+  -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p;}' "$0"; exit 0 ;;
+  *) say "unknown target '$target': expected demo, bundle or test (scripts/setup.sh TARGET; DDL_SETUP_DRY_RUN=1 in the environment shows what it would install without installing it; scripts/setup.sh --help lists the settings)"; exit 2 ;;
 esac
 missing() { case ",${DDL_SETUP_PRETEND_MISSING:-}," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 

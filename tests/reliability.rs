@@ -2656,6 +2656,27 @@ fn the_setup_script_refuses_a_rust_older_than_the_crate_needs_and_says_how_to_up
     assert!(new.status.success(), "{}", text(&new));
 }
 
+/// `scripts/setup.sh --help` prints its usage (the targets and the settings) and installs
+/// nothing; a flag it does not take, as `--dry-run`, is refused with the variable that does it.
+#[test]
+fn the_setup_script_answers_help_and_points_a_wrong_flag_to_its_settings() {
+    let setup = ddl::testing::data_path("scripts/setup.sh");
+    let o = Command::new("bash").arg(&setup).arg("--help").env("DDL_SETUP_DRY_RUN", "1").output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    for want in ["scripts/setup.sh demo", "scripts/setup.sh test", "DDL_SETUP_DRY_RUN=1", "DDL_SETUP_MPI=0"] {
+        assert!(t.contains(want), "--help lacks {want}: {t}");
+    }
+    assert!(!t.contains("setup: ") && !t.contains("set -euo"), "{t}");
+    let o = Command::new("bash").arg(&setup).arg("--dry-run").output().unwrap();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(
+        t.contains("unknown target '--dry-run'") && t.contains("DDL_SETUP_DRY_RUN=1") && t.contains("--help"),
+        "{t}"
+    );
+}
+
 #[test]
 fn training_and_evaluation_work_from_any_directory() {
     let dir = tmpdir("anywhere");

@@ -109,12 +109,16 @@ pub struct Experiment {
     pub skipped: Vec<String>,
 }
 
+/// What the Experiment view opens, for the errors of a path that is not one.
+const EXPERIMENT_REMEDY: &str =
+    "give an experiment folder (the --out folder of `ddl experiment`), a folder of run folders or a run's folder";
+
 impl Experiment {
     /// Opens an experiment folder (with `runs/`), a folder of run folders, or one run folder.
     pub fn open(dir: &Path) -> Result<Experiment, String> {
         if !dir.is_dir() {
             let what = if dir.exists() { "is a file, not a folder" } else { "does not exist" };
-            return Err(format!("the experiment folder {} {what}", dir.display()));
+            return Err(format!("the experiment folder {} {what}; {EXPERIMENT_REMEDY}", dir.display()));
         }
         let base = if dir.join("runs").is_dir() { dir.join("runs") } else { dir.to_path_buf() };
         let mut ignored = Vec::new();
@@ -140,7 +144,8 @@ impl Experiment {
         folders.sort();
         if folders.is_empty() {
             return Err(format!(
-                "{} holds no training runs (folders with metrics.jsonl or result.json, or an experiment's runs/ folder)",
+                "{} holds no training runs (folders with metrics.jsonl or result.json, or an experiment's runs/ \
+                 folder); {EXPERIMENT_REMEDY}",
                 dir.display()
             ));
         }
@@ -438,6 +443,11 @@ mod tests {
         assert_eq!(Experiment::open(&dir.join("runs/ddl-seed1")).unwrap().runs.len(), 1);
         assert!(Experiment::open(&dir.join("runs/not-a-run")).unwrap_err().contains("no training runs"));
         assert!(Experiment::open(&dir.join("missing")).unwrap_err().contains("does not exist"));
+        // A file, and a folder without runs: each says what to give instead.
+        let e = Experiment::open(&dir.join("runs/ddl-seed1/metrics.jsonl")).unwrap_err();
+        assert!(e.contains("is a file, not a folder; give an experiment folder (the --out folder"), "{e}");
+        let e = Experiment::open(&dir.join("runs/not-a-run")).unwrap_err();
+        assert!(e.contains("runs/ folder); give an experiment folder"), "{e}");
         // A run folder named otherwise: its config.toml's variant and seed, not its name.
         write_run(&dir, "my-run", &[(50, 2.3)], None);
         std::fs::write(

@@ -241,11 +241,20 @@ fn main() -> std::process::ExitCode {
     if let Err(e) = run {
         let e = e.to_string();
         // (winit's message names its own source file; the remedy is what a user needs.)
-        if e.contains("DISPLAY") {
+        let set = |v: &str| std::env::var(v).ok().filter(|s| !s.is_empty()).map(|s| format!("{v}={s}"));
+        let displays: Vec<String> = ["DISPLAY", "WAYLAND_DISPLAY"].into_iter().filter_map(set).collect();
+        let why = if e.contains("DISPLAY") {
+            Some("no display (neither DISPLAY nor WAYLAND_DISPLAY is set)".to_string())
+        } else if e.contains("X server") || e.to_lowercase().contains("wayland") {
+            // A display named that does not answer: a stale DISPLAY, an ssh session without X.
+            Some(format!("the display ({}) does not answer", displays.join(", ")))
+        } else {
+            None
+        };
+        if let Some(why) = why {
             eprintln!(
-                "error: the window could not be opened: no display (neither DISPLAY nor WAYLAND_DISPLAY is set). Run \
-                 ddl-viz in a desktop session, or under a virtual display for screenshots: xvfb-run -a ddl-viz … \
-                 (winit: {e})"
+                "error: the window could not be opened: {why}. Run ddl-viz in a desktop session, or under a \
+                 virtual display for screenshots: xvfb-run -a ddl-viz … (winit: {e})"
             );
         } else {
             eprintln!("error: the window could not be opened: {e}");

@@ -28,12 +28,16 @@ pub struct Metrics {
     last_poll: Option<web_time::Instant>,
 }
 
+/// What a run folder is, for the errors of a folder that is not one.
+const RUN_REMEDY: &str = "give a training run's folder (the --out folder of `ddl train`, which writes its \
+                          metrics.jsonl from the first step), or a checkpoint with --checkpoint";
+
 impl Metrics {
     /// Opens a run directory (it must hold `metrics.jsonl`).
     pub fn open(dir: &Path) -> Result<Metrics, String> {
         if !dir.is_dir() {
             let what = if dir.exists() { "is a file, not a folder" } else { "does not exist" };
-            return Err(format!("the run directory {} {what}", dir.display()));
+            return Err(format!("the run directory {} {what}; {RUN_REMEDY}", dir.display()));
         }
         let mut m = Metrics { dir: dir.to_path_buf(), ..Default::default() };
         if !m.path().exists() {
@@ -48,7 +52,7 @@ impl Metrics {
             } else if let Some(run) = run {
                 format!(" (a checkpoint the run kept: its run is {}, --run {0})", run.display())
             } else {
-                String::new()
+                format!("; {RUN_REMEDY}")
             };
             return Err(format!("{} has no metrics.jsonl: not a training run directory{hint}", dir.display()));
         }
@@ -185,6 +189,13 @@ mod tests {
         assert_eq!(m.train.len(), 1);
         assert_eq!(m.train[0].loss, Some(9.0));
         assert!(Metrics::open(&dir.join("nope")).is_err());
+        // A file, and a folder that is not a run's: each says what to give instead.
+        let e = Metrics::open(&p).unwrap_err();
+        assert!(e.contains("is a file, not a folder; give a training run's folder (the --out folder"), "{e}");
+        let other = dir.join("other");
+        std::fs::create_dir_all(&other).unwrap();
+        let e = Metrics::open(&other).unwrap_err();
+        assert!(e.contains("not a training run directory; give a training run's folder"), "{e}");
         // A checkpoint the run kept (RUN/checkpoints/NAME) opened as a run: its run is named.
         let kept = dir.join("checkpoints/step-100");
         std::fs::create_dir_all(&kept).unwrap();

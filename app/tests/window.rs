@@ -157,6 +157,32 @@ fn screenshot(ck: &Path, extra: &[&str], shot: &Path, display: &str, xdg: &Path)
     image::open(shot).unwrap_or_else(|e| panic!("no screenshot at {}: {e}; {stderr}", shot.display())).to_rgba8()
 }
 
+/// Without a display, or with one named that does not answer (a stale DISPLAY), the window
+/// cannot open: exit status 1, and the message says so and how to run under a virtual display.
+#[test]
+fn without_a_display_the_error_says_to_run_under_one() {
+    let dir = common::tmpdir("window-no-display");
+    let run = |display: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_ddl-viz"));
+        c.current_dir(&dir).env_remove("WAYLAND_DISPLAY").env_remove("DISPLAY");
+        if let Some(d) = display {
+            c.env("DISPLAY", d);
+        }
+        let out = c.output().expect("starting ddl-viz");
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(1), "{display:?}: {stderr}");
+        assert!(
+            stderr.contains("Run ddl-viz in a desktop session") && stderr.contains("xvfb-run -a ddl-viz"),
+            "{stderr}"
+        );
+        stderr
+    };
+    assert!(run(None).contains("neither DISPLAY nor WAYLAND_DISPLAY is set"));
+    // A display number no X server listens on (a test's Xvfb takes one of :120 to :259).
+    let e = run(Some(":8997"));
+    assert!(e.contains("the display (DISPLAY=:8997) does not answer"), "{e}");
+}
+
 /// Automation flags that cannot work are refused before a window opens (exit status 2, a message
 /// naming the flag), and a screenshot never replaces a file that is not an earlier screenshot.
 #[test]
@@ -182,7 +208,7 @@ fn bad_automation_flags_are_refused_before_the_window_opens() {
     refused(&["--screenshot", notes.to_str().unwrap()], "not a PNG image");
     assert_eq!(std::fs::read(&photo).unwrap(), b"not mine");
     assert_eq!(std::fs::read(&notes).unwrap(), b"not an image");
-    refused(&["--screenshot", dir.join("no/such/x.png").to_str().unwrap()], "does not exist");
+    refused(&["--screenshot", dir.join("no/such/x.png").to_str().unwrap()], "does not exist; create the folder first");
     refused(&["--width", "0"], "--width 0");
     refused(&["--height", "NaN"], "--height NaN");
     refused(&["--checkpoint", dir.to_str().unwrap(), "--generate", "100000000"], "at most");

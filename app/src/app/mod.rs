@@ -809,7 +809,11 @@ pub fn check_screenshot_path(path: &Path) -> Result<(), String> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if !dir.is_dir() {
         let what = if dir.exists() { "is a file, not a folder" } else { "does not exist" };
-        return Err(format!("--screenshot {}: {} {what}", path.display(), dir.display()));
+        return Err(format!(
+            "--screenshot {}: {} {what}; create the folder first, or name a .png in an existing one",
+            path.display(),
+            dir.display()
+        ));
     }
     if path.is_dir() {
         return Err(format!("--screenshot {}: a folder; give a file name ending in .png", path.display()));
