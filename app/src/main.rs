@@ -121,6 +121,20 @@ fn check_paths(a: &Args) -> Result<(), String> {
     Ok(())
 }
 
+/// winit's words without the place in its own source it names ("os error at
+/// /root/.cargo/registry/…/mod.rs:788: Failed to open connection to X server" → "os error:
+/// Failed to open connection to X server"): a path on the machine that built ddl-viz.
+fn without_source_place(e: &str) -> String {
+    let Some(at) = e.find(" at ") else { return e.to_string() };
+    let rest = &e[at + 4..];
+    let Some(rs) = rest.find(".rs:") else { return e.to_string() };
+    let after = rest[rs + 4..].trim_start_matches(|c: char| c.is_ascii_digit());
+    match after.strip_prefix(": ") {
+        Some(words) => format!("{}: {words}", &e[..at]),
+        None => e.to_string(),
+    }
+}
+
 fn main() -> std::process::ExitCode {
     // Before any thread or wgpu call: no "XDG_RUNTIME_DIR is invalid" lines from the driver.
     ddl::gpu::use_private_runtime_dir();
@@ -254,7 +268,8 @@ fn main() -> std::process::ExitCode {
         if let Some(why) = why {
             eprintln!(
                 "error: the window could not be opened: {why}. Run ddl-viz in a desktop session, or under a \
-                 virtual display for screenshots: xvfb-run -a ddl-viz … (winit: {e})"
+                 virtual display for screenshots: xvfb-run -a ddl-viz … (winit: {})",
+                without_source_place(&e)
             );
         } else {
             eprintln!("error: the window could not be opened: {e}");

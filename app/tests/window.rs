@@ -181,6 +181,8 @@ fn without_a_display_the_error_says_to_run_under_one() {
     // A display number no X server listens on (a test's Xvfb takes one of :120 to :259).
     let e = run(Some(":8997"));
     assert!(e.contains("the display (DISPLAY=:8997) does not answer"), "{e}");
+    // winit's words without the place in its sources it names (a path on the building machine).
+    assert!(e.contains("(winit: ") && !e.contains(".rs:") && !e.contains("registry"), "{e}");
 }
 
 /// Automation flags that cannot work are refused before a window opens (exit status 2, a message
