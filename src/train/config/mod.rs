@@ -451,7 +451,17 @@ impl RunConfig {
         if !run.data.is_empty() {
             run.corpus.clear();
         }
-        toml::to_string(&run)
+        let text = toml::to_string(&run)?;
+        // With `data`, `char` (the default) means the shards' own tokenizer: said beside it (a
+        // run on BPE shards read `tokenizer = "char"` in its config.toml, though it trains a BPE).
+        if !run.data.is_empty() && run.tokenizer == "char" {
+            return Ok(text.replacen(
+                "tokenizer = \"char\"\n",
+                "tokenizer = \"char\" # with `data`: the shards' own (their meta.json's), which the checkpoint holds\n",
+                1,
+            ));
+        }
+        Ok(text)
     }
 
     /// `dir/config.toml` as settings: `None` when there is no such file (or it cannot be read),
@@ -923,6 +933,14 @@ mod tests {
         assert_eq!(c.tokenizer, "runs/tok/tokenizer.json");
         c.merge_toml("tokenizer = \"char\"\n", "run.toml").unwrap();
         assert_eq!(c.tokenizer, "char");
+        // With --data, config.toml says beside `char` that it means the shards' own tokenizer,
+        // and reads back the same; a corpus run's says nothing more.
+        assert!(!c.settings_toml().unwrap().contains('#'));
+        c.data = "shards".into();
+        let text = c.settings_toml().unwrap();
+        assert!(text.contains("tokenizer = \"char\" # with `data`: the shards' own"), "{text}");
+        let back: RunConfig = toml::from_str(&text).unwrap();
+        assert_eq!(back, RunConfig { corpus: String::new(), ..c });
     }
 
     #[test]
