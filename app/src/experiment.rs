@@ -69,6 +69,33 @@ pub fn is_run(p: &Path) -> bool {
     p.join("metrics.jsonl").is_file() || p.join("result.json").is_file()
 }
 
+/// What to do with an experiment folder `dir` given as a checkpoint: open it with
+/// `--experiment`, or give one of its runs that keeps a model (named), or, where none does (runs
+/// saved without their checkpoints, as `scripts/experiment-runs.sh save` keeps them), that none
+/// opens as a checkpoint.
+pub fn experiment_as_checkpoint(dir: &Path) -> String {
+    let runs = if dir.join("runs").is_dir() { dir.join("runs") } else { dir.to_path_buf() };
+    let mut with_model: Vec<PathBuf> = std::fs::read_dir(&runs)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.join("model.safetensors").is_file()).collect()
+        })
+        .unwrap_or_default();
+    with_model.sort();
+    match with_model.first() {
+        Some(run) => format!(
+            "an experiment folder: open it with --experiment {}, or give one of its runs as the checkpoint (e.g. \
+             --checkpoint {})",
+            dir.display(),
+            run.display()
+        ),
+        None => format!(
+            "an experiment folder: open it with --experiment {}; none of its runs keeps a model.safetensors (runs kept \
+             without their checkpoints), so none opens as a checkpoint",
+            dir.display()
+        ),
+    }
+}
+
 /// `key`'s value under `[table]` of a run's `config.toml` (a string's without its quotes): the
 /// two settings the view needs, read without a TOML parser (the browser build has none).
 fn setting(config: &str, table: &str, key: &str) -> Option<String> {

@@ -97,11 +97,7 @@ fn check_paths(a: &Args) -> Result<(), String> {
                 )
             } else if d.join("runs").is_dir() || d.join("experiment.toml").is_file() {
                 // (The window's loader says the same of an experiment folder opened there.)
-                format!(
-                    ": an experiment folder: open it with --experiment {}, or give one of its runs/ folders as the \
-                     checkpoint",
-                    d.display()
-                )
+                format!(": {}", ddl_viz::experiment::experiment_as_checkpoint(d))
             } else {
                 " (a checkpoint is the --out folder of `ddl train`, or one of its checkpoints/ folders)".to_string()
             };

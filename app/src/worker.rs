@@ -312,12 +312,13 @@ impl Source {
                     let kept = e.to_string().contains(") reads: give --checkpoint");
                     // An experiment folder given as a checkpoint: say where it goes.
                     let hint = if dir.join("runs").is_dir() || dir.join("experiment.toml").is_file() {
-                        " (an experiment folder: open it with --experiment DIR, or one of its runs/ as the checkpoint)"
+                        format!(" ({})", crate::experiment::experiment_as_checkpoint(dir))
                     } else if matches!(e, CheckpointError::Corrupt { .. }) && !kept {
                         "; the file is damaged: copy the checkpoint again from where it came from, or open another \
                          (Open…, or --checkpoint DIR)"
+                            .to_string()
                     } else {
-                        ""
+                        String::new()
                     };
                     format!("{e}{hint}")
                 })

@@ -240,7 +240,14 @@ fn bad_automation_flags_are_refused_before_the_window_opens() {
     // folder holds no model.safetensors).
     let exp = dir.join("experiment");
     std::fs::create_dir_all(exp.join("runs/ddl-seed1")).unwrap();
+    // Its runs keep no model (saved without their checkpoints): said, not advised as checkpoints.
     refused(&["--checkpoint", exp.to_str().unwrap()], "an experiment folder: open it with --experiment");
+    refused(&["--checkpoint", exp.to_str().unwrap()], "none of its runs keeps a model.safetensors");
+    // A run that keeps one is named as the checkpoint to give.
+    let kept = exp.join("runs/ddl-seed2");
+    std::fs::create_dir_all(&kept).unwrap();
+    std::fs::copy(std::path::Path::new(ck).join("model.safetensors"), kept.join("model.safetensors")).unwrap();
+    refused(&["--checkpoint", exp.to_str().unwrap()], &format!("(e.g. --checkpoint {})", kept.display()));
     let training = dir.join("training");
     std::fs::create_dir_all(&training).unwrap();
     std::fs::write(training.join("metrics.jsonl"), "").unwrap();
