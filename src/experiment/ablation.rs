@@ -110,21 +110,22 @@ pub(super) fn ablate_runs(
             // Fault injection for the tests: Ctrl-C as this run's ablations start.
             crate::train::interrupt_now();
         }
-        let e = match crate::train::eval::evaluate_checkpoint(gpu, &dir, &req) {
-            Ok(e) => e,
-            // Ctrl-C within the run's passes: they stop at the batch they are on (its result.json
-            // is as it was; the same command ablates it again).
+        // `None`: Ctrl-C within the run's passes, which stop at the batch they are on (its
+        // result.json is as it was; the same command ablates it again).
+        let evaluate = |req: &EvalRequest| match crate::train::eval::evaluate_checkpoint(gpu, &dir, req) {
+            Ok(e) => Ok(Some(e)),
             Err(crate::train::TrainError::Interrupted { .. }) => {
                 if !quiet {
                     eprintln!("{name}: its ablations were stopped before their end; nothing of them was kept");
                 }
-                return Ok(false);
+                Ok(None)
             }
-            Err(source) => return Err(ExperimentError::Train { run: name, source: Box::new(source) }),
+            Err(source) => Err(ExperimentError::Train { run: name.clone(), source: Box::new(source) }),
         };
+        let Some(e) = evaluate(&req)? else { return Ok(false) };
         if e.step != r.steps {
             return Err(ExperimentError::Run {
-                run: name,
+                run: name.clone(),
                 msg: format!(
                     "its checkpoint is of step {}, its result.json of step {}: the ablations would not be of the \
                      model the result describes; train the run again (delete its folder) to ablate it",
@@ -132,38 +133,15 @@ pub(super) fn ablate_runs(
                 ),
             });
         }
-        let new: Vec<RunAblation> = e
-            .ablations
-            .iter()
-            .map(|a| RunAblation {
-                sublayer: a.sublayer.clone(),
-                part: a.part,
-                loss: a.vs.loss,
-                difference: a.vs.difference,
-            })
-            .collect();
         // The rows held join the new ones when they were measured against the same loss (the
         // same model over the same tokens); otherwise (results restored from another adapter)
         // every part is evaluated again.
         let same_base = r.ablations.as_ref().is_some_and(|a| a.loss == e.loss && a.tokens == e.tokens);
         let rows = if held.is_empty() || same_base {
-            merge_rows(held, new)
+            merge_rows(held, rows_of(&e))
         } else {
-            let all = EvalRequest { ablate: parts.clone(), ..req };
-            let e = match crate::train::eval::evaluate_checkpoint(gpu, &dir, &all) {
-                Ok(e) => e,
-                Err(crate::train::TrainError::Interrupted { .. }) => return Ok(false),
-                Err(source) => return Err(ExperimentError::Train { run: name, source: Box::new(source) }),
-            };
-            e.ablations
-                .iter()
-                .map(|a| RunAblation {
-                    sublayer: a.sublayer.clone(),
-                    part: a.part,
-                    loss: a.vs.loss,
-                    difference: a.vs.difference,
-                })
-                .collect()
+            let Some(all) = evaluate(&EvalRequest { ablate: parts.clone(), ..req })? else { return Ok(false) };
+            rows_of(&all)
         };
         let top = rows.iter().max_by(|a, b| a.difference.total_cmp(&b.difference)).cloned();
         r.ablations = Some(RunAblations { batches: spec.ablate_batches, tokens: e.tokens, loss: e.loss, rows });
@@ -183,6 +161,19 @@ pub(super) fn ablate_runs(
         }
     }
     Ok(true)
+}
+
+/// An evaluation's ablations as a result's rows.
+fn rows_of(e: &crate::train::eval::EvalResult) -> Vec<RunAblation> {
+    e.ablations
+        .iter()
+        .map(|a| RunAblation {
+            sublayer: a.sublayer.clone(),
+            part: a.part,
+            loss: a.vs.loss,
+            difference: a.vs.difference,
+        })
+        .collect()
 }
 
 /// The rows a run held and those just measured, in the order `ddl eval --ablate` gives them: by

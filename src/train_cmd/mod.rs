@@ -65,21 +65,8 @@ fn check_inputs(run: &ddl::train::RunConfig, a: &TrainArgs) -> Result<()> {
         if by_flag {
             anyhow::bail!("{flag} {value}: {key} '{value}' does not exist (looked for from {here})");
         }
-        let beside = a
-            .config
-            .as_deref()
-            .and_then(Path::parent)
-            .filter(|dir| !dir.as_os_str().is_empty() && !path.is_absolute())
-            .map(|dir| dir.join(path))
-            .filter(|p| p.exists());
-        match beside {
-            Some(b) => anyhow::bail!(
-                "{key} = \"{value}\" does not exist from the current directory {here}; '{}' exists beside the \
-                 --config file, but a relative path in it is taken from the current directory: write {key} = \"{}\" \
-                 (or an absolute path), or run from the --config file's folder",
-                b.display(),
-                b.display()
-            ),
+        match found_beside_config(key, path, a.config.as_deref(), &here) {
+            Some(msg) => anyhow::bail!(msg),
             None => anyhow::bail!(
                 "{key} = \"{value}\" (from --config or --set) does not exist (looked for from {here}; \
                  a relative path is taken from the current directory); fix the setting or pass {flag} PATH"

@@ -57,21 +57,8 @@ pub(super) fn config_init_from(
     // flag not given), with the folder where it exists only beside the file.
     if flag.is_none() && !dir.exists() {
         let here = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| ".".into());
-        let beside = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty() && dir.is_relative())
-            .map(|p| p.join(&dir))
-            .filter(|p| p.exists());
-        match beside {
-            Some(b) => anyhow::bail!(
-                "--config {}: init_from = \"{}\" does not exist from the current directory {here}; '{}' exists beside \
-                 the --config file, but a relative path in it is taken from the current directory: write init_from = \
-                 \"{}\" (or an absolute path), or run from the --config file's folder",
-                path.display(),
-                dir.display(),
-                b.display(),
-                b.display()
-            ),
+        match found_beside_config("init_from", &dir, Some(path), &here) {
+            Some(msg) => anyhow::bail!("--config {}: {msg}", path.display()),
             None => anyhow::bail!(
                 "--config {}: init_from = \"{}\": no such checkpoint folder (looked for from {here}; a relative path is \
                  taken from the current directory); give a run's folder or one of its checkpoints/ folders, or drop \
@@ -293,6 +280,29 @@ pub(super) fn init_config(ck: &std::path::Path) -> Result<ddl::model::ModelConfi
             ck.display()
         ),
     })
+}
+
+/// A relative path of a `--config` file's `key` that does not exist from the current directory
+/// `here` but does beside the file: the error saying so and what to write instead.
+pub(super) fn found_beside_config(
+    key: &str,
+    value: &std::path::Path,
+    config: Option<&std::path::Path>,
+    here: &str,
+) -> Option<String> {
+    let b = config
+        .and_then(std::path::Path::parent)
+        .filter(|dir| !dir.as_os_str().is_empty() && value.is_relative())
+        .map(|dir| dir.join(value))
+        .filter(|p| p.exists())?;
+    Some(format!(
+        "{key} = \"{}\" does not exist from the current directory {here}; '{}' exists beside the --config file, but a \
+         relative path in it is taken from the current directory: write {key} = \"{}\" (or an absolute path), or run \
+         from the --config file's folder",
+        value.display(),
+        b.display(),
+        b.display()
+    ))
 }
 
 /// A fine-tune (`--init-from CK`) trains with the checkpoint's tokenizer: a tokenizer file or

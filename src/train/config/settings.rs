@@ -73,13 +73,8 @@ impl RunConfig {
                     // The closest top-level key, as a table's unknown key gets its closest (it got
                     // none, and the list left out init_from).
                     const TOP: [&str; 6] = ["preset", "corpus", "tokenizer", "data", "data_format", "init_from"];
-                    let near = TOP
-                        .iter()
-                        .map(|t| (edit_distance(&k, t), *t))
-                        .filter(|(d, _)| *d <= (k.len() / 3).max(1))
-                        .min()
-                        .map(|(_, t)| format!(" (did you mean '{t}'?)"))
-                        .unwrap_or_default();
+                    let near =
+                        closest(&k, TOP.into_iter()).map(|t| format!(" (did you mean '{t}'?)")).unwrap_or_default();
                     return Err(format!(
                         "{origin}: unknown key '{k}'{near}; expected {}, [model], [train]{hint}",
                         TOP.join(", ")
@@ -242,16 +237,7 @@ impl RunConfig {
 pub(super) fn unknown_key(full: &str, field: &str, known: &toml::Table) -> String {
     let mut msg = format!("unknown key '{full}'");
     let steps = field == "steps" || field == "max_steps";
-    // (Compared by their last part: `--set` lists keys with their table, `train.lr`.)
-    let near = known
-        .keys()
-        .filter(|_| !steps)
-        .map(|k| (k.rsplit('.').next().unwrap_or(k), k))
-        .map(|(last, k)| (edit_distance(field, last), k, last))
-        .filter(|(dist, _, last)| *dist <= (field.len() / 3).max(1) || last.contains(field) || field.contains(last))
-        .map(|(dist, k, _)| (dist, k))
-        .min();
-    if let Some((_, k)) = near {
+    if let Some(k) = closest(field, known.keys().map(|k| k.as_str()).filter(|_| !steps)) {
         msg.push_str(&format!(" (did you mean '{}'?)", full.replace(field, k)));
     }
     if steps {
@@ -261,6 +247,18 @@ pub(super) fn unknown_key(full: &str, field: &str, known: &toml::Table) -> Strin
     keys.sort_unstable();
     msg.push_str(&format!("; known keys here: {}", keys.join(", ")));
     msg
+}
+
+/// The known key closest to `field`, if one is near enough to suggest (compared by its last
+/// part: `--set` lists keys with their table, `train.lr`).
+pub(super) fn closest<'a>(field: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    known
+        .map(|k| (k.rsplit('.').next().unwrap_or(k), k))
+        .map(|(last, k)| (edit_distance(field, last), k, last))
+        .filter(|(dist, _, last)| *dist <= (field.len() / 3).max(1) || last.contains(field) || field.contains(last))
+        .map(|(dist, k, _)| (dist, k))
+        .min()
+        .map(|(_, k)| k)
 }
 
 /// Levenshtein distance (for suggestions).
