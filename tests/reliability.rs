@@ -765,7 +765,11 @@ fn corpus_problems_are_clear_errors() {
     assert!(e.contains("data_format, init_from, [model], [train]"), "{e}");
     // `--set init_from=…` and `--set preset=…` name the flag that gives them (init_from was an
     // unknown key, though config.toml and --config hold it).
-    for (kv, flag) in [("init_from=run", "--init-from DIR"), ("preset=tiny", "--preset NAME")] {
+    for (kv, flag) in [
+        ("init_from=run", "--init-from DIR"),
+        ("preset=tiny", "--preset NAME"),
+        ("init_from_step=3", "what a fine-tune records"),
+    ] {
         fails(&dir, &["train", "--set", kv, "--out", &out, "--dry-run"], &[&format!("--set {kv}: "), flag]);
     }
     // `init_from` too (it was said as `--init-from ../run`, a flag not given, without the file).

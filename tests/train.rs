@@ -4139,16 +4139,24 @@ fn a_run_starts_from_a_checkpoints_parameters_with_init_from() {
         rebased != plain && rebased.is_finite(),
         "RoPE base 40 trained on loss {rebased}, the checkpoint's on {plain}"
     );
-    // `ddl info --checkpoint` says where the parameters came from and what the fine-tune changed.
-    let o = ddl_cmd(&dir).args(["info", "--checkpoint", &base]).output().unwrap();
-    let info = String::from_utf8_lossy(&o.stdout);
-    let src = std::fs::canonicalize(&a).unwrap();
-    let want = format!(
-        "fine-tuned from: the parameters of {} (`--init-from`; that checkpoint is now at step 3)",
-        src.display()
-    );
-    assert!(o.status.success() && info.contains(&want), "{info}");
-    assert!(info.contains(&format!("changed: RoPE base {} → 40", ck_a.config.rope_base)), "{info}");
+    // `ddl info --checkpoint` says where the parameters came from, at which step, and what the
+    // fine-tune changed; once the source has trained on, its step now too (it said only the step
+    // now, which read as the step the fine-tune started from).
+    let info = |run: &str| {
+        let o = ddl_cmd(&dir).args(["info", "--checkpoint", run]).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let src = std::fs::canonicalize(&a).unwrap().display().to_string();
+    let now = info(&base);
+    assert!(now.contains(&format!("fine-tuned from: the parameters of {src} at step 3 (`--init-from`)")), "{now}");
+    assert!(now.contains(&format!("changed: RoPE base {} → 40", ck_a.config.rope_base)), "{now}");
+    assert!(std::fs::read_to_string(Path::new(&base).join("config.toml")).unwrap().contains("init_from_step = 3"));
+    let (ok, e) = run(&["--resume", &a, "--steps", "4"]);
+    assert!(ok, "{e}");
+    let later = info(&base);
+    let want = format!("the parameters of {src} at step 3 (`--init-from`; that checkpoint is now at step 4)");
+    assert!(later.contains(&want), "{later}");
     let long = dir.join("long").display().to_string();
     let past = ck_a.config.max_seq_len + 8;
     let (ok, e) = run(&[

@@ -95,6 +95,7 @@ fn run_config(b: &PrecisionBench, precision: Precision, seed: u64) -> anyhow::Re
     run.corpus = b.corpus.clone();
     run.data.clear();
     run.init_from.clear();
+    run.init_from_step = None;
     for kv in [
         format!("train.precision={}", precision.name()),
         // f32 runs in f32 throughout (f16 precision implies f16 states where the variant has them).

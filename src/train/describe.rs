@@ -63,6 +63,9 @@ pub struct CheckpointInfo {
 pub struct InitFrom {
     /// The checkpoint `--init-from` named (as its `config.toml` records it).
     pub path: String,
+    /// Its step when the fine-tune took its parameters (`init_from_step` of `config.toml`; not
+    /// recorded by a ddl before 2026-12-07).
+    pub step_then: Option<usize>,
     /// Its step now, where it can still be read (a run folder that trained on since has moved
     /// on from the parameters the fine-tune took).
     pub step_now: Option<usize>,
@@ -74,11 +77,12 @@ pub struct InitFrom {
 
 /// The `--init-from` checkpoint of a run with `settings` whose model is `model`.
 fn init_from_of(settings: Option<&RunConfig>, model: &ModelConfig) -> Option<InitFrom> {
-    let path = settings.map(|s| s.init_from.clone()).filter(|p| !p.is_empty())?;
+    let settings = settings?;
+    let path = Some(settings.init_from.clone()).filter(|p| !p.is_empty())?;
     let src = Path::new(&path);
     let step_now = checkpoint::saved_step(src).ok();
     let changed = checkpoint::saved_config(src).map(|from| from.fine_tune_changes(model)).unwrap_or_default();
-    Some(InitFrom { path, step_now, changed })
+    Some(InitFrom { path, step_then: settings.init_from_step, step_now, changed })
 }
 
 /// A run's losses at the end of its last invocation.
@@ -281,13 +285,16 @@ impl CheckpointInfo {
             }
         }
         if let Some(f) = &self.init_from {
+            let then = f.step_then.map(|s| format!(" at step {s}")).unwrap_or_default();
             let now = match f.step_now {
+                // (It may have trained on, or been trained again, since.)
+                Some(s) if f.step_then == Some(s) => String::new(),
                 Some(s) => format!("; that checkpoint is now at step {s}"),
                 None => "; that checkpoint does not read there now".to_string(),
             };
             let changed =
                 if f.changed.is_empty() { String::new() } else { format!("; changed: {}", f.changed.join(", ")) };
-            out.push(format!("fine-tuned from: the parameters of {} (`--init-from`{now}){changed}", f.path));
+            out.push(format!("fine-tuned from: the parameters of {}{then} (`--init-from`{now}){changed}", f.path));
         }
         if let Some(d) = &self.data {
             let tokens = |k: &str| d[k].as_u64().map(count).unwrap_or_else(|| "?".into());

@@ -90,6 +90,8 @@ pub fn dry_run(
             };
             let init = (!run.init_from.is_empty()).then(|| PathBuf::from(&run.init_from));
             let tok = init.as_deref().map(checkpoint::saved_tokenizer).transpose()?;
+            // (The config.toml shown is the one the run would write.)
+            run.init_from_step = init.as_deref().and_then(|p| checkpoint::saved_step(p).ok());
             (action, 0, tok)
         }
     };

@@ -357,6 +357,11 @@ pub struct RunConfig {
     /// with its model and tokenizer, instead of the spec's initialisation; empty = the spec's.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub init_from: String,
+    /// The step `init_from`'s checkpoint was at when the run took its parameters (recorded by
+    /// the run, not a setting: that folder may train on since); `None` = no `init_from`, or a run
+    /// of a ddl that did not record it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_from_step: Option<usize>,
     pub model: ModelConfig,
     pub train: TrainConfig,
 }
@@ -678,6 +683,7 @@ impl RunConfig {
             data: String::new(),
             data_format: default_data_format(),
             init_from: String::new(),
+            init_from_step: None,
             model: ModelConfig::preset(preset, variant)?,
             train: TrainConfig::preset(preset),
         })
@@ -716,6 +722,7 @@ mod tests {
         let table = table.split("\n\n").next().unwrap_or("");
         let mut run = RunConfig::preset("tiny", crate::model::Variant::Ddl).unwrap();
         run.init_from = "x".into();
+        run.init_from_step = Some(3);
         let t = toml::Table::try_from(&run).unwrap();
         let mut missing = Vec::new();
         for (k, v) in &t {

@@ -52,7 +52,7 @@ impl RunConfig {
                 }
                 (Some(slot), v) => *slot = v,
                 // (Not written while empty: a run's config.toml has it only with --init-from.)
-                (None, v) if k == "init_from" => {
+                (None, v) if k == "init_from" || k == "init_from_step" => {
                     base.insert(k, v);
                 }
                 (None, _) => {

@@ -140,6 +140,8 @@ impl<'c> Trainer<'c> {
             let model = match &init {
                 None => {
                     run.model.vocab_size = tok.vocab_size();
+                    // (A --config copied from a fine-tune's config.toml may carry one.)
+                    run.init_from_step = None;
                     run.validate()?;
                     Model::new(gpu.clone(), run.model.clone(), run.train.seed)?
                 }
@@ -153,6 +155,8 @@ impl<'c> Trainer<'c> {
                         )));
                     }
                     run.validate()?;
+                    // (Recorded: the folder may train on, and `ddl info` says from which step.)
+                    run.init_from_step = Some(ck.step);
                     ck.model
                 }
             };
