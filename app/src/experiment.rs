@@ -140,13 +140,20 @@ pub struct Experiment {
 const EXPERIMENT_REMEDY: &str =
     "give an experiment folder (the --out folder of `ddl experiment`), a folder of run folders or a run's folder";
 
+/// `dir` is a folder, as the Experiment view opens folders (`ddl-viz --experiment` checks this
+/// before its window opens; [`Experiment::open`] too): else what to give.
+pub fn check_experiment_path(dir: &Path) -> Result<(), String> {
+    if !dir.is_dir() {
+        let what = if dir.exists() { "is a file, not a folder" } else { "does not exist" };
+        return Err(format!("the experiment folder {} {what}; {EXPERIMENT_REMEDY}", dir.display()));
+    }
+    Ok(())
+}
+
 impl Experiment {
     /// Opens an experiment folder (with `runs/`), a folder of run folders, or one run folder.
     pub fn open(dir: &Path) -> Result<Experiment, String> {
-        if !dir.is_dir() {
-            let what = if dir.exists() { "is a file, not a folder" } else { "does not exist" };
-            return Err(format!("the experiment folder {} {what}; {EXPERIMENT_REMEDY}", dir.display()));
-        }
+        check_experiment_path(dir)?;
         let base = if dir.join("runs").is_dir() { dir.join("runs") } else { dir.to_path_buf() };
         let mut ignored = Vec::new();
         let mut folders: Vec<PathBuf> = if is_run(&base) {

@@ -66,7 +66,8 @@ const MAX_SIDE: f32 = 16384.0;
 const MAX_GENERATE: usize = 10_000;
 
 /// The paths given exist and are of the kind their flag takes (before the window opens: a
-/// typo is a usage error, not a window with a message). A corrupt file is the window's to report.
+/// typo is a usage error, not a window with a message; a wrong kind was said in the window). A
+/// corrupt file is the window's to report.
 fn check_paths(a: &Args) -> Result<(), String> {
     let missing = |flag: &str, p: &std::path::Path| {
         let what = if std::fs::symlink_metadata(p).is_ok() { "is a link to nothing" } else { "does not exist" };
@@ -113,6 +114,18 @@ fn check_paths(a: &Args) -> Result<(), String> {
     }
     if let Some(e) = a.experiment.iter().find(|e| !e.exists()) {
         return Err(missing("--experiment", e));
+    }
+    // Of the wrong kind (a folder as the trace, a file or a folder without curves as the run, a
+    // file as an experiment), said as the window would have said it once open.
+    let kind = |flag: &str, r: Result<(), String>| r.map_err(|e| format!("{flag}: {e}"));
+    if let Some(t) = &a.trace {
+        kind("--trace", ddl_viz::trace::check_trace_path(t))?;
+    }
+    if let Some(r) = &a.run {
+        kind("--run", ddl_viz::metrics::check_run_dir(r))?;
+    }
+    for e in &a.experiment {
+        kind("--experiment", ddl_viz::experiment::check_experiment_path(e))?;
     }
     Ok(())
 }

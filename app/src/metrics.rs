@@ -32,30 +32,51 @@ pub struct Metrics {
 const RUN_REMEDY: &str = "give a training run's folder (the --out folder of `ddl train`, which writes its \
                           metrics.jsonl from the first step), or a checkpoint with --checkpoint";
 
+/// `dir` holds a run that has started (its training lock) and may have logged no step yet (the
+/// first step's compilation and tile tuning take a while): the dashboard waits for its rows.
+fn starting(dir: &Path) -> bool {
+    #[cfg(not(target_arch = "wasm32"))]
+    return dir.join(ddl::train::lock::LOCK_FILE).is_file();
+    // (The browser's engine has no training, and a page reads no run folder.)
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = dir;
+        false
+    }
+}
+
+/// `dir` is a training run's folder, one that holds `metrics.jsonl` or a run that is starting:
+/// else what it is instead and what to give (`ddl-viz --run` checks this before its window
+/// opens; [`Metrics::open`] too).
+pub fn check_run_dir(dir: &Path) -> Result<(), String> {
+    if !dir.is_dir() {
+        let what = if dir.exists() { "is a file, not a folder" } else { "does not exist" };
+        return Err(format!("the run directory {} {what}; {RUN_REMEDY}", dir.display()));
+    }
+    if !dir.join("metrics.jsonl").exists() && !starting(dir) {
+        // (A kept checkpoint, RUN/checkpoints/NAME: its run's curves are two folders up.)
+        let run = dir
+            .parent()
+            .filter(|p| p.file_name().is_some_and(|n| n == "checkpoints"))
+            .and_then(Path::parent)
+            .filter(|r| r.join("metrics.jsonl").is_file());
+        let hint = if dir.join("runs").is_dir() || dir.join("experiment.toml").is_file() {
+            " (an experiment folder: open it with --experiment DIR, or Open… in the Experiment view)".to_string()
+        } else if let Some(run) = run {
+            format!(" (a checkpoint the run kept: its run is {}, --run {0})", run.display())
+        } else {
+            format!("; {RUN_REMEDY}")
+        };
+        return Err(format!("{} has no metrics.jsonl: not a training run directory{hint}", dir.display()));
+    }
+    Ok(())
+}
+
 impl Metrics {
     /// Opens a run directory (it must hold `metrics.jsonl`).
     pub fn open(dir: &Path) -> Result<Metrics, String> {
-        if !dir.is_dir() {
-            let what = if dir.exists() { "is a file, not a folder" } else { "does not exist" };
-            return Err(format!("the run directory {} {what}; {RUN_REMEDY}", dir.display()));
-        }
+        check_run_dir(dir)?;
         let mut m = Metrics { dir: dir.to_path_buf(), ..Default::default() };
-        if !m.path().exists() {
-            // (A kept checkpoint, RUN/checkpoints/NAME: its run's curves are two folders up.)
-            let run = dir
-                .parent()
-                .filter(|p| p.file_name().is_some_and(|n| n == "checkpoints"))
-                .and_then(Path::parent)
-                .filter(|r| r.join("metrics.jsonl").is_file());
-            let hint = if dir.join("runs").is_dir() || dir.join("experiment.toml").is_file() {
-                " (an experiment folder: open it with --experiment DIR, or Open… in the Experiment view)".to_string()
-            } else if let Some(run) = run {
-                format!(" (a checkpoint the run kept: its run is {}, --run {0})", run.display())
-            } else {
-                format!("; {RUN_REMEDY}")
-            };
-            return Err(format!("{} has no metrics.jsonl: not a training run directory{hint}", dir.display()));
-        }
         m.poll()?;
         Ok(m)
     }
@@ -81,8 +102,16 @@ impl Metrics {
     pub fn poll(&mut self) -> Result<bool, String> {
         self.last_poll = Some(web_time::Instant::now());
         let path = self.path();
-        let mut f = std::fs::File::open(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let len = f.metadata().map_err(|e| e.to_string())?.len();
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => Some(f),
+            // A run starting: no step logged yet (or, with --overwrite, the old run's file removed).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && starting(&self.dir) => None,
+            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        };
+        let len = match &file {
+            Some(f) => f.metadata().map_err(|e| e.to_string())?.len(),
+            None => 0,
+        };
         if len < self.offset {
             // The file was rewritten (a new run in the same directory): start over.
             self.train.clear();
@@ -96,6 +125,7 @@ impl Metrics {
         if len == self.offset {
             return Ok(false);
         }
+        let mut f = file.expect("a length above the offset read from the file");
         f.seek(SeekFrom::Start(self.offset)).map_err(|e| e.to_string())?;
         let mut buf = Vec::new();
         f.take(len - self.offset).read_to_end(&mut buf).map_err(|e| e.to_string())?;
@@ -201,6 +231,31 @@ mod tests {
         std::fs::create_dir_all(&kept).unwrap();
         let e = Metrics::open(&kept).unwrap_err();
         assert!(e.contains(&format!("its run is {}, --run {0}", dir.display())), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A run that has started and logged no step (its lock there, no metrics.jsonl) is followed
+    /// until its rows come (it was refused as "not a training run directory", the dashboard
+    /// opened with `ddl train … & ddl-viz --run DIR` closed at once); without the lock it is not.
+    #[test]
+    fn a_starting_run_is_followed_until_its_first_rows() {
+        let dir = std::env::temp_dir().join(format!("ddl-viz-starting-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(check_run_dir(&dir).unwrap_err().contains("no metrics.jsonl"));
+        std::fs::write(dir.join(ddl::train::lock::LOCK_FILE), "1 host").unwrap();
+        let mut m = Metrics::open(&dir).unwrap();
+        assert!(m.train.is_empty() && !m.poll().unwrap());
+        std::fs::write(dir.join("metrics.jsonl"), "{\"step\":1,\"loss\":4.0}\n").unwrap();
+        assert!(m.poll().unwrap());
+        assert_eq!(m.train.len(), 1);
+        // --overwrite's new run removed the file: started over, waiting again.
+        std::fs::remove_file(dir.join("metrics.jsonl")).unwrap();
+        assert!(!m.poll().unwrap());
+        assert!(m.train.is_empty());
+        // The run gone (its lock removed) without a metrics.jsonl: an error, as before.
+        std::fs::remove_file(dir.join(ddl::train::lock::LOCK_FILE)).unwrap();
+        assert!(m.poll().unwrap_err().contains("cannot read"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

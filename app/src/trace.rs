@@ -62,6 +62,19 @@ pub struct TraceData {
     pca: RefCell<Option<(usize, web_time::Instant, Pca)>>,
 }
 
+/// `path` is not a folder, as a trace is a file (`ddl-viz --trace` checks this before its window
+/// opens; [`TraceData::load`] too): else what to give.
+pub fn check_trace_path(path: &Path) -> Result<(), String> {
+    if path.is_dir() {
+        return Err(format!(
+            "{} is a folder: a trace is the .safetensors file `ddl generate --trace FILE` wrote (a run folder \
+             opens as a checkpoint: --checkpoint DIR, or Open…)",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
 impl TraceData {
     pub fn new(n_layers: usize, d: usize, m: usize) -> Self {
         TraceData { n_layers, d, m, ..Default::default() }
@@ -301,13 +314,7 @@ impl TraceData {
     /// Reads a trace written by `ddl generate --trace FILE` (FILE and its `.json` summary, which
     /// holds the token texts; without it tokens show as their ids).
     pub fn load(path: &Path) -> Result<TraceData, String> {
-        if path.is_dir() {
-            return Err(format!(
-                "{} is a folder: a trace is the .safetensors file `ddl generate --trace FILE` wrote (a run folder \
-                 opens as a checkpoint: --checkpoint DIR, or Open…)",
-                path.display()
-            ));
-        }
+        check_trace_path(path)?;
         let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
             // `ddl generate --trace F.safetensors` writes F.json beside it: the summary, not the trace.

@@ -236,6 +236,16 @@ fn bad_automation_flags_are_refused_before_the_window_opens() {
     refused(&["--trace", none], "does not exist; give a trace file written by `ddl generate --trace FILE`");
     refused(&["--run", none], "does not exist; give a training run's folder");
     refused(&["--experiment", ck, "--experiment", none], "does not exist; give an experiment folder");
+    // Of the wrong kind: said before the window (they were said in it, exit status 1 with
+    // --exit-after-screenshot), as the window would say them.
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let model = std::path::Path::new(ck).join("model.safetensors");
+    refused(&["--trace", ck], "--trace: ");
+    refused(&["--trace", ck], "is a folder: a trace is the .safetensors file");
+    refused(&["--run", model.to_str().unwrap()], "is a file, not a folder; give a training run's folder");
+    refused(&["--run", empty.to_str().unwrap()], "has no metrics.jsonl: not a training run directory");
+    refused(&["--experiment", ck, "--experiment", model.to_str().unwrap()], "is a file, not a folder; give an");
     // An experiment folder given as the checkpoint: where it goes instead (it said only that the
     // folder holds no model.safetensors).
     let exp = dir.join("experiment");
