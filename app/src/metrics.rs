@@ -32,11 +32,12 @@ pub struct Metrics {
 const RUN_REMEDY: &str = "give a training run's folder (the --out folder of `ddl train`, which writes its \
                           metrics.jsonl from the first step), or a checkpoint with --checkpoint";
 
-/// `dir` holds a run that has started (its training lock) and may have logged no step yet (the
+/// `dir` holds a run that has started (its training lock, held by a live process: a killed run's
+/// stale lock is not one) and may have logged no step yet (the
 /// first step's compilation and tile tuning take a while): the dashboard waits for its rows.
 fn starting(dir: &Path) -> bool {
     #[cfg(not(target_arch = "wasm32"))]
-    return dir.join(ddl::train::lock::LOCK_FILE).is_file();
+    return ddl::train::lock::holder(dir).is_some();
     // (The browser's engine has no training, and a page reads no run folder.)
     #[cfg(target_arch = "wasm32")]
     {
@@ -243,7 +244,10 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         assert!(check_run_dir(&dir).unwrap_err().contains("no metrics.jsonl"));
-        std::fs::write(dir.join(ddl::train::lock::LOCK_FILE), "1 host").unwrap();
+        // (A live process of this host: this test's own is taken for a stale lock, as a second
+        // run of the process that locked it may take it over.)
+        let lock = dir.join(ddl::train::lock::LOCK_FILE);
+        std::fs::write(&lock, "1 another-host").unwrap();
         let mut m = Metrics::open(&dir).unwrap();
         assert!(m.train.is_empty() && !m.poll().unwrap());
         std::fs::write(dir.join("metrics.jsonl"), "{\"step\":1,\"loss\":4.0}\n").unwrap();
@@ -254,8 +258,11 @@ mod tests {
         assert!(!m.poll().unwrap());
         assert!(m.train.is_empty());
         // The run gone (its lock removed) without a metrics.jsonl: an error, as before.
-        std::fs::remove_file(dir.join(ddl::train::lock::LOCK_FILE)).unwrap();
+        std::fs::remove_file(&lock).unwrap();
         assert!(m.poll().unwrap_err().contains("cannot read"));
+        // A killed run's stale lock (a process of this host that is gone) is no run starting.
+        std::fs::write(&lock, format!("{} {}", u32::MAX - 1, ddl::train::lock::host_name())).unwrap();
+        assert!(check_run_dir(&dir).unwrap_err().contains("no metrics.jsonl"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
