@@ -23,6 +23,8 @@ pub struct Metrics {
     pub full_accuracy: Option<f64>,
     /// Lines that were not valid JSON (reported, skipped).
     pub bad_lines: usize,
+    /// What the run is doing, where its folder says (read at each poll).
+    pub state: Option<RunState>,
     offset: u64,
     partial: String,
     last_poll: Option<web_time::Instant>,
@@ -31,6 +33,67 @@ pub struct Metrics {
 /// What a run folder is, for the errors of a folder that is not one.
 const RUN_REMEDY: &str = "give a training run's folder (the --out folder of `ddl train`, which writes its \
                           metrics.jsonl from the first step), or a checkpoint with --checkpoint";
+
+/// What a run's folder says the run is doing: a live process holds its lock, or its last
+/// invocation's `summary.json` says how that ended (at or after the last step logged: a run
+/// killed after it resumed left an older one, which says nothing of it).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunState {
+    Training,
+    Finished {
+        step: usize,
+    },
+    StoppedEarly {
+        step: usize,
+        planned: usize,
+    },
+    /// Ctrl-C or SIGTERM: the checkpoint of `step` saved, `target` the step it was to reach.
+    Interrupted {
+        step: usize,
+        target: usize,
+    },
+}
+
+impl RunState {
+    /// Read from `dir` (`last_step`: the last step `metrics.jsonl` logged); `None` where neither
+    /// the lock nor the summary says (a run killed, one that stopped on an error, an older ddl's).
+    pub fn read(dir: &Path, last_step: Option<f64>) -> Option<RunState> {
+        if starting(dir) {
+            return Some(RunState::Training);
+        }
+        let text = std::fs::read_to_string(dir.join("summary.json")).ok()?;
+        let j: serde_json::Value = serde_json::from_str(&text).ok()?;
+        let step = j["step"].as_u64()? as usize;
+        if last_step.is_some_and(|s| s > step as f64) {
+            return None;
+        }
+        let target = j["steps_target"].as_u64().map_or(step, |t| t as usize);
+        Some(match (j["interrupted"].as_bool(), j["stopped_early"]["planned"].as_u64()) {
+            (Some(true), _) => RunState::Interrupted { step, target },
+            (_, Some(planned)) => RunState::StoppedEarly { step, planned: planned as usize },
+            _ => RunState::Finished { step },
+        })
+    }
+
+    /// The dashboard's words for it (`dir`: the run, named in the command that goes on).
+    pub fn describe(&self, dir: &Path) -> String {
+        match *self {
+            RunState::Training => "training now".into(),
+            RunState::Finished { step } => format!("finished at step {step}"),
+            RunState::StoppedEarly { step, planned } => {
+                format!("stopped early at step {step} of {planned} (train.early_stop)")
+            }
+            // (At its last step: stopped during the final evaluation, which a resume makes up.)
+            RunState::Interrupted { step, target } if step >= target => format!(
+                "stopped during the final evaluation of step {step}: `ddl train --resume {}` makes it up",
+                dir.display()
+            ),
+            RunState::Interrupted { step, target } => {
+                format!("stopped at step {step} of {target}: `ddl train --resume {}` goes on", dir.display())
+            }
+        }
+    }
+}
 
 /// `dir` holds a run that has started (its training lock, held by a live process: a killed run's
 /// stale lock is not one) and may have logged no step yet (the
@@ -99,9 +162,18 @@ impl Metrics {
         self.poll()
     }
 
-    /// Reads the lines appended since the last call; returns whether new rows arrived.
+    /// Reads the lines appended since the last call, and the run's state; returns whether new
+    /// rows arrived.
     pub fn poll(&mut self) -> Result<bool, String> {
         self.last_poll = Some(web_time::Instant::now());
+        let arrived = self.read_rows()?;
+        // (After the rows: a summary of a step before the last row is an earlier invocation's.)
+        self.state = RunState::read(&self.dir, self.train.last().map(|r| r.step));
+        Ok(arrived)
+    }
+
+    /// Reads the lines appended since the last call; returns whether new rows arrived.
+    fn read_rows(&mut self) -> Result<bool, String> {
         let path = self.path();
         let file = match std::fs::File::open(&path) {
             Ok(f) => Some(f),
@@ -261,8 +333,51 @@ mod tests {
         std::fs::remove_file(&lock).unwrap();
         assert!(m.poll().unwrap_err().contains("cannot read"));
         // A killed run's stale lock (a process of this host that is gone) is no run starting.
+        // (Nor does the state say anything of it.)
         std::fs::write(&lock, format!("{} {}", u32::MAX - 1, ddl::train::lock::host_name())).unwrap();
         assert!(check_run_dir(&dir).unwrap_err().contains("no metrics.jsonl"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The run's state: training while a live process holds its lock; else how its last
+    /// invocation ended, from summary.json, where that is at or after the last step logged.
+    #[test]
+    fn the_state_is_read_from_the_lock_and_the_summary() {
+        let dir = std::env::temp_dir().join(format!("ddl-viz-state-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("metrics.jsonl"), "{\"step\":1,\"loss\":4.0}\n{\"step\":7,\"loss\":3.0}\n").unwrap();
+        let mut m = Metrics::open(&dir).unwrap();
+        assert_eq!(m.state, None, "neither a lock nor a summary");
+        let lock = dir.join(ddl::train::lock::LOCK_FILE);
+        std::fs::write(&lock, "1 another-host").unwrap();
+        m.poll().unwrap();
+        assert_eq!(m.state, Some(RunState::Training));
+        std::fs::remove_file(&lock).unwrap();
+        let summary = |step: u64, target: u64, interrupted: bool, early: &str| {
+            let text = format!(
+                "{{\"step\":{step},\"steps_target\":{target},\"interrupted\":{interrupted},\"stopped_early\":{early}}}"
+            );
+            std::fs::write(dir.join("summary.json"), text).unwrap();
+        };
+        summary(7, 30, true, "null");
+        m.poll().unwrap();
+        assert_eq!(m.state, Some(RunState::Interrupted { step: 7, target: 30 }));
+        let words = m.state.as_ref().unwrap().describe(&dir);
+        assert!(words.contains("stopped at step 7 of 30") && words.contains("ddl train --resume"), "{words}");
+        summary(7, 7, true, "null");
+        m.poll().unwrap();
+        assert!(m.state.as_ref().unwrap().describe(&dir).contains("during the final evaluation"));
+        summary(7, 7, false, "null");
+        m.poll().unwrap();
+        assert_eq!(m.state.as_ref().unwrap().describe(&dir), "finished at step 7");
+        summary(7, 50, false, "{\"step\":7,\"planned\":50}");
+        m.poll().unwrap();
+        assert_eq!(m.state, Some(RunState::StoppedEarly { step: 7, planned: 50 }));
+        // A summary of an earlier invocation (a resumed run logged past it, then was killed).
+        summary(1, 1, false, "null");
+        m.poll().unwrap();
+        assert_eq!(m.state, None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

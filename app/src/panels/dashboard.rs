@@ -67,6 +67,17 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
                 ))
                 .unwrap_or_default(),
         ));
+        // (Nothing where the folder does not say: a run killed, one that stopped on an error.)
+        if let Some(state) = &m.state {
+            let words = state.describe(&m.dir);
+            match state {
+                crate::metrics::RunState::Training => ui.colored_label(Color32::from_rgb(120, 200, 120), words),
+                crate::metrics::RunState::Interrupted { .. } => {
+                    ui.colored_label(Color32::from_rgb(230, 160, 60), words)
+                }
+                _ => ui.label(words),
+            };
+        }
         let not_finite = m.train.iter().filter(|r| r.loss.is_none_or(|l| !l.is_finite())).count();
         if not_finite > 0 {
             ui.colored_label(
