@@ -4157,6 +4157,17 @@ fn a_run_starts_from_a_checkpoints_parameters_with_init_from() {
     let later = info(&base);
     let want = format!("the parameters of {src} at step 3 (`--init-from`; that checkpoint is now at step 4)");
     assert!(later.contains(&want), "{later}");
+    assert!(!later.contains("training now"), "{later}");
+    // A run that a live process trains (its lock; one of another host is never taken for stale):
+    // said, with the steps logged past the checkpoint described.
+    let lock = Path::new(&base).join(".ddl-lock");
+    std::fs::write(&lock, "1 another-host").unwrap();
+    let busy = info(&base);
+    std::fs::remove_file(&lock).unwrap();
+    assert!(
+        busy.contains("training now: process 1 on another-host; its metrics.jsonl has logged 0 steps past this"),
+        "{busy}"
+    );
     let long = dir.join("long").display().to_string();
     let past = ck_a.config.max_seq_len + 8;
     let (ok, e) = run(&[

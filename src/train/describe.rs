@@ -56,6 +56,9 @@ pub struct CheckpointInfo {
     /// The checkpoint a fine-tune started from (`ddl train --init-from`), when its settings name
     /// one.
     pub init_from: Option<InitFrom>,
+    /// The process training the run now (PID, host), when a live one holds its lock, and the
+    /// steps its `metrics.jsonl` has logged past this checkpoint.
+    pub training_now: Option<(u32, String, usize)>,
 }
 
 /// Where a fine-tune's parameters came from.
@@ -142,6 +145,7 @@ pub fn describe(path: &Path) -> Result<CheckpointInfo, CheckpointError> {
         kept: checkpoint::kept_steps(&run),
         files,
         plan_bytes,
+        training_now: super::lock::holder(&run).map(|(pid, host)| (pid, host, super::logged_steps_after(&run, step))),
         run,
         config_unreadable: RunConfig::read_file(path).and_then(Result::err).map(|e| e.message().trim().to_string()),
         init_from,
@@ -227,6 +231,13 @@ impl CheckpointInfo {
             c.max_seq_len,
             count(self.parameters as u64)
         ));
+        // (A run still training moves on from what is described here.)
+        if let Some((pid, host, past)) = &self.training_now {
+            out.push(format!(
+                "training now: process {pid} on {host}; its metrics.jsonl has logged {} past this checkpoint",
+                crate::plural(*past, "step")
+            ));
+        }
         out.push(format!("tokenizer: {}, {} tokens (saved with the model)", self.tokenizer, self.vocab_size));
         match (&self.state, self.tokens_per_step) {
             (Some(st), tokens) => {
