@@ -134,6 +134,9 @@ pub struct Experiment {
     pub runs: Vec<RunCurve>,
     /// Run folders that could not be read, with why.
     pub skipped: Vec<String>,
+    /// The folders opened (each as [`Experiment::open`] took it): what [`Experiment::reload`]
+    /// reads again.
+    pub sources: Vec<PathBuf>,
 }
 
 /// What the Experiment view opens, for the errors of a path that is not one.
@@ -183,7 +186,7 @@ impl Experiment {
                 dir.display()
             ));
         }
-        let mut e = Experiment { dir: dir.to_path_buf(), ..Default::default() };
+        let mut e = Experiment { dir: dir.to_path_buf(), sources: vec![dir.to_path_buf()], ..Default::default() };
         for f in folders {
             e.add_run(&f);
         }
@@ -227,6 +230,32 @@ impl Experiment {
         let seen: Vec<PathBuf> = self.runs.iter().map(|r| canonical(&r.dir)).collect();
         self.runs.extend(other.runs.into_iter().filter(|r| !seen.contains(&canonical(&r.dir))));
         self.skipped.extend(other.skipped);
+        for s in other.sources {
+            if !self.sources.contains(&s) {
+                self.sources.push(s);
+            }
+        }
+    }
+
+    /// Whether a live process trains in one of the folders opened or one of their runs (`ddl
+    /// experiment` holds its folder's lock while the grid runs; `ddl train` its run's): the view
+    /// then reads them again as they grow ([`Experiment::reload`]).
+    pub fn live(&self) -> bool {
+        #[cfg(not(target_arch = "wasm32"))]
+        return self
+            .sources
+            .iter()
+            .chain(self.runs.iter().map(|r| &r.dir))
+            .any(|d| ddl::train::lock::holder(d).is_some());
+        // (A page reads no run folder.)
+        #[cfg(target_arch = "wasm32")]
+        false
+    }
+
+    /// The folders opened, read again: new runs, new points, new results (`None` when none of
+    /// them reads now: the view keeps what it shows).
+    pub fn reload(&self) -> Option<Experiment> {
+        Experiment::open_all(&self.sources).ok()
     }
 
     /// Adds one run folder (a message in `skipped` when it cannot be read).

@@ -1172,3 +1172,45 @@ fn every_training_plot_labels_its_steps_in_a_narrow_panel() {
     assert_eq!(n("step"), 4, "{texts:?}");
     assert_eq!(n("200"), 4, "every plot's step axis: {texts:?}");
 }
+
+/// An experiment that a live process runs (`ddl experiment` holds its folder's lock) is read
+/// again as it grows: a new run, a run's new points and its result appear (the view kept what it
+/// read when opened); once the process has ended, it is read once more, then left alone.
+#[test]
+fn the_experiment_view_follows_a_grid_that_is_running() {
+    let exp = common::tmpdir("follow").join("exp");
+    let run = |name: &str, lines: &str| {
+        let d = exp.join("runs").join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("metrics.jsonl"), lines).unwrap();
+        d
+    };
+    run("ddl-seed1", "{\"step\":10,\"val_loss\":2.0}\n");
+    let mut app = VizApp::with_trace(trace());
+    app.open_experiment(&exp, false);
+    assert_eq!(app.experiment.as_ref().unwrap().runs.len(), 1);
+    // At rest: nothing read again.
+    assert!(!app.follow_experiment());
+    // Running (a lock of another host is never taken for a stale one): the second run and the
+    // first one's new point are read.
+    let lock = exp.join(ddl::train::lock::LOCK_FILE);
+    std::fs::write(&lock, "1 another-host").unwrap();
+    run("baseline-seed1", "{\"step\":10,\"val_loss\":2.2}\n");
+    run("ddl-seed1", "{\"step\":10,\"val_loss\":2.0}\n{\"step\":20,\"val_loss\":1.8}\n");
+    assert!(app.follow_experiment());
+    let e = app.experiment.as_ref().unwrap();
+    assert_eq!(e.runs.len(), 2);
+    let first = e.runs.iter().find(|r| r.name == "ddl-seed1").unwrap();
+    assert_eq!(first.val.last(), Some(&(20.0, 1.8)));
+    // Ended: read once more (the last result), then not again.
+    std::fs::remove_file(&lock).unwrap();
+    std::fs::write(
+        exp.join("runs/ddl-seed1/result.json"),
+        "{\"variant\":\"ddl\",\"seed\":1,\"final_val_loss\":1.75,\"val_tokens\":100}",
+    )
+    .unwrap();
+    assert!(app.follow_experiment());
+    let first = app.experiment.as_ref().unwrap().runs.iter().find(|r| r.name == "ddl-seed1").unwrap().clone();
+    assert_eq!(first.final_val, Some(1.75));
+    assert!(!app.follow_experiment());
+}

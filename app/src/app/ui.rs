@@ -30,6 +30,12 @@ impl VizApp {
             }
             ctx.request_repaint_after(std::time::Duration::from_secs(1));
         }
+        if self.experiment.is_some() {
+            if self.experiment_checked.is_none_or(|c| c.0.elapsed() >= EXPERIMENT_EVERY) {
+                self.follow_experiment();
+            }
+            ctx.request_repaint_after(EXPERIMENT_EVERY);
+        }
         if self.busy() {
             // The worker's events redraw the window; this only notices a quiet worker finishing.
             ctx.request_repaint_after(std::time::Duration::from_millis(500));
