@@ -4163,7 +4163,10 @@ fn a_run_starts_from_a_checkpoints_parameters_with_init_from() {
     let lock = Path::new(&base).join(".ddl-lock");
     std::fs::write(&lock, "1 another-host").unwrap();
     let busy = info(&base);
+    let o = ddl_cmd(&dir).args(["info", "--checkpoint", &base, "--json"]).output().unwrap();
     std::fs::remove_file(&lock).unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["training_now"], serde_json::json!({"pid": 1, "host": "another-host", "steps_past": 0}));
     assert!(
         busy.contains("training now: process 1 on another-host; its metrics.jsonl has logged 0 steps past this"),
         "{busy}"

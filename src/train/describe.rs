@@ -56,9 +56,17 @@ pub struct CheckpointInfo {
     /// The checkpoint a fine-tune started from (`ddl train --init-from`), when its settings name
     /// one.
     pub init_from: Option<InitFrom>,
-    /// The process training the run now (PID, host), when a live one holds its lock, and the
-    /// steps its `metrics.jsonl` has logged past this checkpoint.
-    pub training_now: Option<(u32, String, usize)>,
+    /// The process training the run now, when a live one holds its lock.
+    pub training_now: Option<TrainingNow>,
+}
+
+/// The process that trains a run now, and how far it has gone past the checkpoint described.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TrainingNow {
+    pub pid: u32,
+    pub host: String,
+    /// The steps its `metrics.jsonl` has logged past this checkpoint.
+    pub steps_past: usize,
 }
 
 /// Where a fine-tune's parameters came from.
@@ -145,7 +153,11 @@ pub fn describe(path: &Path) -> Result<CheckpointInfo, CheckpointError> {
         kept: checkpoint::kept_steps(&run),
         files,
         plan_bytes,
-        training_now: super::lock::holder(&run).map(|(pid, host)| (pid, host, super::logged_steps_after(&run, step))),
+        training_now: super::lock::holder(&run).map(|(pid, host)| TrainingNow {
+            pid,
+            host,
+            steps_past: super::logged_steps_after(&run, step),
+        }),
         run,
         config_unreadable: RunConfig::read_file(path).and_then(Result::err).map(|e| e.message().trim().to_string()),
         init_from,
@@ -232,10 +244,12 @@ impl CheckpointInfo {
             count(self.parameters as u64)
         ));
         // (A run still training moves on from what is described here.)
-        if let Some((pid, host, past)) = &self.training_now {
+        if let Some(t) = &self.training_now {
             out.push(format!(
-                "training now: process {pid} on {host}; its metrics.jsonl has logged {} past this checkpoint",
-                crate::plural(*past, "step")
+                "training now: process {} on {}; its metrics.jsonl has logged {} past this checkpoint",
+                t.pid,
+                t.host,
+                crate::plural(t.steps_past, "step")
             ));
         }
         out.push(format!("tokenizer: {}, {} tokens (saved with the model)", self.tokenizer, self.vocab_size));
