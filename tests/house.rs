@@ -1,8 +1,9 @@
 //! The house plan's checks (issue 28, docs/HOUSE.md), so that they hold after every change, not
 //! only on the day they were made: no source file's code over ~900 lines; the CPU adapter named
 //! only by the forms module; no kernel module reaching into the benchmarks or the model; no WGSL
-//! entry point inside Rust code. A file's code is what comes before its unit tests (`#[cfg(test)]`
-//! at the start of a line); test files and unit tests are not held to the line rule.
+//! entry point inside Rust code; no test the docs name (`FILE.rs::NAME`) missing. A file's code
+//! is what comes before its unit tests (`#[cfg(test)]` at the start of a line); test files and
+//! unit tests are not held to the line rule.
 
 use std::path::{Path, PathBuf};
 
@@ -134,4 +135,66 @@ fn no_wgsl_entry_point_lives_in_rust_code() {
         })
         .collect();
     assert!(inline.is_empty(), "kernels live in shaders/*.wgsl (the kernel triple):\n{}", inline.join("\n"));
+}
+
+/// Every `.rs` file and every Markdown page under `dirs` (relative to the workspace root, those
+/// that exist), with its text.
+fn files_under(dirs: &[&str], ext: &str) -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out = Vec::new();
+    let mut stack: Vec<PathBuf> = dirs.iter().map(|d| root.join(d)).filter(|d| d.is_dir()).collect();
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == ext) {
+                let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                out.push((name(p.strip_prefix(root).unwrap()), text));
+            }
+        }
+    }
+    out
+}
+
+/// The tests and functions the docs name as `FILE.rs::NAME` (`reliability.rs::checkpoint_problems_…`,
+/// a name cut short with `…` standing for its start) exist: a file whose path ends in `FILE.rs` has
+/// `fn NAME` (or `mod NAME`). A renamed or removed test left the docs pointing at nothing.
+#[test]
+fn the_tests_the_docs_name_exist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = files_under(&["docs"], "md");
+    pages.push(("README.md".into(), std::fs::read_to_string(root.join("README.md")).unwrap()));
+    let code =
+        files_under(&["src", "tests", "app/src", "app/tests", "web/src", "web/tests", "web/benches", "benches"], "rs");
+    let is_path = |c: char| c.is_ascii_alphanumeric() || "_/.-".contains(c);
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let (mut named, mut missing) = (0, Vec::new());
+    for (page, text) in &pages {
+        for (at, _) in text.match_indices(".rs::") {
+            let file_start = text[..at].rfind(|c: char| !is_path(c)).map_or(0, |i| i + 1);
+            let file = &text[file_start..at + 3];
+            let after = &text[at + 5..];
+            let ident: String = after.chars().take_while(|&c| is_ident(c)).collect();
+            if ident.is_empty() {
+                continue;
+            }
+            let prefix = after[ident.len()..].starts_with('…');
+            named += 1;
+            let defines = |src: &str| {
+                ["fn ", "mod "].iter().any(|kw| {
+                    src.match_indices(&format!("{kw}{ident}")).any(|(i, m)| {
+                        let next = src[i + m.len()..].chars().next();
+                        prefix || !next.is_some_and(is_ident)
+                    })
+                })
+            };
+            let found = code.iter().any(|(p, src)| (p == file || p.ends_with(&format!("/{file}"))) && defines(src));
+            if !found {
+                missing.push(format!("{page}: {file}::{ident}{}", if prefix { "…" } else { "" }));
+            }
+        }
+    }
+    assert!(named > 50, "the docs name {named} tests: the walk found too few");
+    assert!(missing.is_empty(), "the docs name tests or functions that no file defines:\n{}", missing.join("\n"));
 }
