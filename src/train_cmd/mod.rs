@@ -375,13 +375,13 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
                  --config), not a setting --set changes"
             );
         }
-        // (It was "unknown key 'init_from'", a key config.toml and --config take, without the flag.)
         if key == "init_from_step" {
             anyhow::bail!(
                 "--set {kv}: init_from_step is what a fine-tune records (the step of the --init-from checkpoint \
                  it started from), not a setting; drop it"
             );
         }
+        // (It was "unknown key 'init_from'", a key config.toml and --config take, without the flag.)
         if key == "init_from" {
             anyhow::bail!(
                 "--set {kv}: the checkpoint a run starts from is given with --init-from DIR (or `init_from = \"DIR\"` \
