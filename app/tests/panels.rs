@@ -1214,3 +1214,25 @@ fn the_experiment_view_follows_a_grid_that_is_running() {
     assert_eq!(first.final_val, Some(1.75));
     assert!(!app.follow_experiment());
 }
+
+/// The Training view's heading gives the last step's speed and the training time so far (from
+/// the run's own log), and what the run is doing where its folder says: here, stopped by Ctrl-C
+/// with the command that goes on (summary.json at the last step logged).
+#[test]
+fn the_training_heading_gives_speed_time_and_state() {
+    let run = common::tmpdir("speed").join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(
+        run.join("metrics.jsonl"),
+        "{\"step\":1,\"loss\":4.0,\"tok_per_s\":900.4,\"elapsed\":1.0}\n\
+         {\"step\":2,\"loss\":3.9,\"tok_per_s\":1118.4,\"elapsed\":252.4}\n",
+    )
+    .unwrap();
+    std::fs::write(run.join("summary.json"), "{\"step\":2,\"steps_target\":30,\"interrupted\":true}").unwrap();
+    let m = Metrics::open(&run).unwrap();
+    let h = Harness::builder().with_size([1200.0, 500.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::dashboard::show(ui, Some(&m)));
+    });
+    h.get_by_label_contains("last loss 3.9000, 1118 tok/s, 4 min 12 s of training");
+    h.get_by_label_contains("stopped at step 2 of 30: `ddl train --resume");
+}

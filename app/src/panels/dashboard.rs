@@ -23,6 +23,16 @@ fn step_axis() -> egui_plot::AxisHints<'static> {
     egui_plot::AxisHints::new_x().label("step").label_spacing(30.0..=60.0)
 }
 
+/// Seconds as the heading gives them: "48 s", "4 min 12 s", "2 h 05 min".
+fn span(secs: f64) -> String {
+    let s = secs.round() as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {:02} s", s / 60, s % 60),
+        _ => format!("{} h {:02} min", s / 3600, s % 3600 / 60),
+    }
+}
+
 pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
     let Some(m) = m else {
         ui.weak(
@@ -42,12 +52,21 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
             m.val_accuracy.iter().rev().find(|a| a.0 == step).map(|a| format!(", top-1 {:.2} %", 100.0 * a.1))
         };
         ui.label(format!(
-            "{} logged{}{}{}",
+            "{} logged{}{}{}{}",
             ddl::plural(m.train.len(), "step"),
             // (A loss that was not a finite number is logged as null: said, not left out.)
             last.map(|r| match r.loss {
                 Some(l) => format!(", last loss {l:.4}"),
                 None => ", last loss not a finite number".to_string(),
+            })
+            .unwrap_or_default(),
+            // The last step's speed and the training time so far (over every invocation: a resumed
+            // run goes on from its checkpoint's).
+            last.map(|r| {
+                let speed =
+                    r.tok_per_s.filter(|t| t.is_finite()).map(|t| format!(", {t:.0} tok/s")).unwrap_or_default();
+                let time = r.elapsed.filter(|e| e.is_finite()).map(|e| format!(", {} of training", span(e)));
+                speed + &time.unwrap_or_default()
             })
             .unwrap_or_default(),
             m.val
