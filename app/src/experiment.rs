@@ -137,6 +137,8 @@ pub struct Experiment {
     /// The folders opened (each as [`Experiment::open`] took it): what [`Experiment::reload`]
     /// reads again.
     pub sources: Vec<PathBuf>,
+    /// A live process trained there when the folders were last read (the view says so).
+    pub following: bool,
 }
 
 /// What the Experiment view opens, for the errors of a path that is not one.

@@ -1202,6 +1202,13 @@ fn the_experiment_view_follows_a_grid_that_is_running() {
     assert_eq!(e.runs.len(), 2);
     let first = e.runs.iter().find(|r| r.name == "ddl-seed1").unwrap();
     assert_eq!(first.val.last(), Some(&(20.0, 1.8)));
+    // The view says it follows a running grid.
+    assert!(e.following);
+    let shown = e.clone();
+    let h = Harness::builder().with_size([900.0, 560.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::experiment::show(ui, Some(&shown)));
+    });
+    h.get_by_label("running now: read again every 5 s");
     // Ended: read once more (the last result), then not again.
     std::fs::remove_file(&lock).unwrap();
     std::fs::write(
@@ -1212,6 +1219,7 @@ fn the_experiment_view_follows_a_grid_that_is_running() {
     assert!(app.follow_experiment());
     let first = app.experiment.as_ref().unwrap().runs.iter().find(|r| r.name == "ddl-seed1").unwrap().clone();
     assert_eq!(first.final_val, Some(1.75));
+    assert!(!app.experiment.as_ref().unwrap().following);
     assert!(!app.follow_experiment());
 }
 

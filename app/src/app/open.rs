@@ -145,13 +145,15 @@ impl VizApp {
         if !(live || was) {
             return false;
         }
-        match e.reload() {
-            Some(again) => {
-                self.experiment = Some(again);
-                true
-            }
-            None => false,
+        let again = e.reload();
+        let read = again.is_some();
+        if let Some(again) = again {
+            self.experiment = Some(again);
         }
+        if let Some(e) = &mut self.experiment {
+            e.following = live;
+        }
+        read
     }
 
     pub(super) fn show_experiment(&mut self, e: crate::experiment::Experiment) {

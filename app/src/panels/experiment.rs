@@ -27,6 +27,10 @@ pub fn show(ui: &mut egui::Ui, e: Option<&Experiment>) {
     ui.horizontal_wrapped(|ui| {
         ui.strong(format!("Experiment: {name}")).on_hover_text(e.dir.display().to_string());
         ui.label(format!("{}, {}", plural(e.runs.len(), "run"), plural(n, "variant")));
+        if e.following {
+            let every = crate::app::EXPERIMENT_EVERY.as_secs();
+            ui.colored_label(Color32::from_rgb(120, 200, 120), format!("running now: read again every {every} s"));
+        }
         if !e.skipped.is_empty() {
             ui.colored_label(Color32::from_rgb(230, 160, 60), format!("{} folder(s) skipped", e.skipped.len()))
                 .on_hover_text(e.skipped.join("\n"));
