@@ -1091,6 +1091,18 @@ fn device_problems_are_clear_errors() {
     assert!(v["plan"]["bytes"]["total"].as_u64().unwrap() > 0 && v.get("fit").is_none(), "{v}");
     // MPI's options without --distributed, and info's in its own words.
     fails(&dir, &["train", "--preset", "tiny", "--mpi-timeout", "5", "--out", "x"], &["--distributed"]);
+    // Their values in their own words (they were Rust's "invalid float literal"), and a dry run
+    // refuses what the run would (it planned a `--mpi-bucket-mib -1` run the run then refused).
+    let mpi = ["train", "--preset", "tiny", "--out", "x", "--distributed", "mpi"];
+    fails(&dir, &[&mpi[..], &["--mpi-bucket-mib", "abc"]].concat(), &["--mpi-bucket-mib", "expected a size in MiB"]);
+    fails(&dir, &[&mpi[..], &["--mpi-timeout", "5s"]].concat(), &["--mpi-timeout", "expected a number of seconds"]);
+    let dry = [&mpi[..], &["--dry-run", "--mpi-bucket-mib", "-1"]].concat();
+    if cfg!(feature = "mpi") {
+        fails(&dir, &dry, &["--mpi-bucket-mib -1: expected a size in MiB ≥ 0"]);
+    } else {
+        fails(&dir, &dry, &["built without MPI support"]);
+    }
+    assert!(!dir.join("x").exists());
     fails(&dir, &["info", "--preset", "tiny", "--seq", "100000"], &["--seq 100000", "at most 64"]);
     fails(&dir, &["info", "--preset", "tiny", "--memory", "0.4"], &["at least 1 MiB"]);
     fails(&dir, &["info", "--preset", "tiny", "--memory", "80"], &["80 bytes", "write the unit, e.g. 80GB or 80GiB"]);
