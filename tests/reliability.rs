@@ -2668,6 +2668,39 @@ fn the_setup_script_refuses_a_rust_older_than_the_crate_needs_and_says_how_to_up
     assert!(new.status.success(), "{}", text(&new));
 }
 
+/// docs/HOUSE.md's scripts say why they stop: a binary that is a folder, a PAIRS that is not a
+/// count, and a ddl command that fails (its own message shown). They stopped with no word (a
+/// failing `ddl train` in house-digests.sh), ran a folder, or printed a ratio of 0 over "1
+/// pairs" and exited 0.
+#[test]
+fn the_house_scripts_name_a_bad_binary_a_bad_count_and_a_failing_command() {
+    let dir = tmpdir("house-scripts");
+    let ddl = env!("CARGO_BIN_EXE_ddl");
+    let script = |name: &str, args: &[&str], env: &[(&str, &str)]| {
+        let mut c = Command::new("bash");
+        c.arg(ddl::testing::data_path(&format!("scripts/{name}"))).args(args).current_dir(&dir);
+        c.env("DDL_CACHE_DIR", dir.join("cache")).env("XDG_RUNTIME_DIR", &dir);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        assert!(!o.status.success(), "{name} {args:?} succeeded: {}", text(&o));
+        text(&o)
+    };
+    let folder = dir.display().to_string();
+    let t = script("ab-train.sh", &[&folder, &folder, "tiny"], &[]);
+    assert!(t.contains(&format!("ab-train: {folder} is not an executable file")), "{t}");
+    let t = script("ab-train.sh", &[ddl, ddl, "tiny", "0"], &[]);
+    assert!(t.contains("PAIRS '0': expected a whole number ≥ 1"), "{t}");
+    let t = script("ab-train.sh", &[ddl, ddl, "no-such-preset", "2"], &[]);
+    assert!(t.contains("gave no step time") && t.contains("unknown preset 'no-such-preset'"), "{t}");
+    let t = script("house-digests.sh", &[&folder], &[]);
+    assert!(t.contains(&format!("house-digests: {folder} is not an executable file")), "{t}");
+    let t = script("house-digests.sh", &[ddl], &[("VARIANTS", "no_such_variant")]);
+    assert!(t.contains("train --preset tiny --variant no_such_variant") && t.contains("failed:"), "{t}");
+    assert!(t.contains("unknown variant 'no_such_variant'"), "{t}");
+}
+
 /// `scripts/setup.sh --help` prints its usage (the targets and the settings) and installs
 /// nothing; a flag it does not take, as `--dry-run`, is refused with the variable that does it.
 #[test]
