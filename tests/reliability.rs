@@ -1234,7 +1234,19 @@ fn bench_problems_are_clear_errors() {
     // Settings bench train does not use are refused, not ignored (it timed as if they were not
     // there); seeds given twice, a small set above the large one, contexts past the model's,
     // shapes past the adapter (an abort while drawing host data before) and a disk too small.
-    fails(&dir, &["bench", "train", "--set", "train.lr=0"], &["--set train.lr=0", "would be ignored"]);
+    fails(
+        &dir,
+        &["bench", "train", "--set", "train.lr=0"],
+        &["--set train.lr=0", "would be ignored", "drop that --set"],
+    );
+    // A run's config.toml (its corpus, its optimizer settings): refused with what to give instead.
+    let run_config = dir.join("run-config.toml");
+    std::fs::write(&run_config, "corpus = \"c.txt\"\n[model]\nd_model = 64\n[train]\nlr = 0.01\n").unwrap();
+    fails(
+        &dir,
+        &["bench", "train", "--config", run_config.to_str().unwrap()],
+        &["train.lr", "corpus would be ignored", "leave the others out of the file", "[model] table"],
+    );
     fails(&dir, &["bench", "train", "--set", "train.precision=f16"], &["train.precision", "give --precision"]);
     // Named, even at the value it has: `--precision f16 --set train.precision=f32` ran f16.
     fails(&dir, &["bench", "train", "--set", "train.precision=f32"], &["train.precision", "give --precision"]);
