@@ -687,7 +687,13 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 return Err(nothing_kept());
             }
             if !failed.is_empty() {
-                anyhow::bail!("the benchmarks of {} could not run at these shapes (above)", failed.join(", "));
+                anyhow::bail!(
+                    "the benchmarks of {} could not run at these shapes (above): give a smaller --batch or --seq \
+                     (now B {} × T {}), or leave them out with --filter",
+                    failed.join(", "),
+                    shape.b,
+                    shape.t
+                );
             }
         }
         BenchCmd::Train {

@@ -1392,7 +1392,11 @@ fn bench_problems_are_clear_errors() {
     let t = fails(
         &dir,
         &["bench", "kernels", "--filter", "attention_decode,rope", "--batch", "4096", "--seq", "4096", "--reps", "1"],
-        &["attention: could not run at these shapes", "rope: could not", "could not run at these shapes (above)"],
+        &[
+            "attention: could not run at these shapes",
+            "rope: could not",
+            "could not run at these shapes (above): give a smaller --batch or --seq (now B 4096 × T 4096)",
+        ],
     );
     assert!(!t.contains("memory allocation") && !t.contains("backtrace"), "{t}");
     let made = dir.join("bench-data/deeper");
