@@ -326,7 +326,8 @@ pub fn matmul_rows(
 /// `DDL_FORMS`-style text that made it: `ddl bench matmul --against-forms`) each variant also on
 /// that handle, the two alternated in `reps` blocks A B B A (A = `against`) as
 /// [`train_compare_rows`] does: the rows add `against_ms` (median), `ratio_median_block` (this
-/// handle's time over the other's; below 1: these forms are faster) and its 95 % interval.
+/// handle's time over the other's; below 1: these forms are faster) and its 95 % interval. A
+/// variant the other handle's forms do not run gets a row with `"skipped"` saying so.
 pub fn matmul_rows_against(
     gpu: &Gpu,
     against: Option<(&Gpu, &str)>,
