@@ -1382,6 +1382,17 @@ fn bench_problems_are_clear_errors() {
     let huge = "99999999999999999999999";
     fails(&dir, &["bench", "copy", "--reps", huge], &["--reps", &format!("{huge}: at most 10000 repetitions")]);
     fails(&dir, &["bench", "train", "--steps", huge], &["--steps", "at most 10000 timed steps"]);
+    // A negative count in the flag's words (clap said "unexpected argument '-1' found").
+    fails(
+        &dir,
+        &["bench", "train", "--steps", "-1"],
+        &["--steps", "-1: a whole number ≥ 1 is expected, not a negative one"],
+    );
+    fails(
+        &dir,
+        &["bench", "kernels", "--reps", "-2"],
+        &["--reps", "-2: a whole number ≥ 1 is expected, not a negative one"],
+    );
     let t = fails(&dir, &["bench", "train", "--batch", huge], &["--batch", "at most 2^24"]);
     assert!(!t.contains("18446744073709551615"), "{t}");
     fails(
