@@ -7,14 +7,28 @@
 set -euo pipefail
 [ $# -ge 3 ] || { echo "usage: scripts/ab-train.sh OLD_DDL NEW_DDL PRESET [PAIRS] [VARIANT] [STEPS]" >&2; exit 2; }
 old="$1" new="$2" preset="$3" pairs="${4:-6}" variant="${5:-ddl}" steps="${6:-5}"
-for b in "$old" "$new"; do [ -x "$b" ] || { echo "ab-train: $b is not an executable" >&2; exit 2; }; done
+[[ "$pairs" =~ ^[1-9][0-9]*$ ]] || { echo "ab-train: PAIRS '$pairs': expected a whole number ≥ 1 (≥ 2 for the interval), e.g. 6" >&2; exit 2; }
+for b in "$old" "$new"; do
+  [ -f "$b" ] && [ -x "$b" ] || { echo "ab-train: $b is not an executable file (give two ddl binaries, e.g. target/release/ddl)" >&2; exit 2; }
+done
 export DDL_CACHE_DIR="${DDL_CACHE_DIR:-$(mktemp -d)}" XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp/ddl-xdg}"
 mkdir -p "$XDG_RUNTIME_DIR"; chmod 700 "$XDG_RUNTIME_DIR"
-step_ms() { "$1" bench train --preset "$preset" --variant "$variant" --steps "$steps" --json 2>/dev/null \
-  | grep '"bench":"train"' | grep -o '"step_ms":[0-9.e+-]*' | cut -d: -f2; }
+# The median step time of one run; a run that fails or prints no train row stops the script with
+# the command and its last lines (it stopped with no word).
+step_ms() {
+  local out ms
+  out=$("$1" bench train --preset "$preset" --variant "$variant" --steps "$steps" --json 2>&1) || true
+  ms=$(grep '"bench":"train"' <<<"$out" | grep -o '"step_ms":[0-9.e+-]*' | cut -d: -f2) || true
+  if [ -z "$ms" ]; then
+    echo "ab-train: \`$1 bench train --preset $preset --variant $variant --steps $steps --json\` gave no step time:" >&2
+    tail -n 5 <<<"$out" >&2
+    exit 1
+  fi
+  echo "$ms"
+}
 ratios=()
 for i in $(seq "$pairs"); do
-  a=$(step_ms "$old"); b=$(step_ms "$new")
+  a=$(step_ms "$old") || exit 1; b=$(step_ms "$new") || exit 1
   r=$(awk -v a="$a" -v b="$b" 'BEGIN { printf("%.4f", b / a) }')
   ratios+=("$r")
   echo "pair $i: old $a ms, new $b ms, new/old $r"

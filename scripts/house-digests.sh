@@ -6,10 +6,18 @@
 # outputs with diff.
 #   scripts/house-digests.sh [DDL_BINARY] > digests.txt
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# A binary given by a relative path is taken from the current directory (before the cd below).
 DDL="${1:-target/release/ddl}"
-[ -x "$DDL" ] || { echo "house-digests: $DDL is not an executable (build with cargo build --release)" >&2; exit 1; }
+[ $# -ge 1 ] && [ "${DDL#/}" = "$DDL" ] && DDL="$PWD/$DDL"
+cd "$(dirname "$0")/.."
+[ -f "$DDL" ] && [ -x "$DDL" ] || { echo "house-digests: $DDL is not an executable file (build with cargo build --release)" >&2; exit 1; }
 W="$(mktemp -d)"; trap 'rm -rf "$W"' EXIT
+# `ddl_to FILE ARGS…`: ddl ARGS with its standard output in FILE and its messages in $W/log; a
+# failure stops the script with the command and the messages' last lines (it stopped with no word).
+ddl_to() {
+  local out="$1"; shift
+  "$DDL" "$@" >"$out" 2>"$W/log" || { echo "house-digests: \`$DDL $*\` failed:" >&2; tail -n 5 "$W/log" >&2; exit 1; }
+}
 export DDL_CACHE_DIR="${DDL_CACHE_DIR:-$W/cache}" XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$W/xdg}"
 mkdir -p "$XDG_RUNTIME_DIR"; chmod 700 "$XDG_RUNTIME_DIR"
 losses() { grep -o '"loss":[^,}]*' "$1/metrics.jsonl" | tr '\n' ' '; }
@@ -34,18 +42,18 @@ case "${VARIANTS:-}" in
   all) VARIANTS="baseline ddl_v1 ddl ddl_ec ddl_cc ddl_ccec ddl_v1_vmap ddl_vmap" ;;
 esac
 for v in $VARIANTS; do
-  "$DDL" train --preset tiny --variant "$v" --steps 20 --seed 7 --out "$W/$v" >/dev/null 2>&1
+  ddl_to /dev/null train --preset tiny --variant "$v" --steps 20 --seed 7 --out "$W/$v"
   echo "$v losses: $(losses "$W/$v")"
   echo "$v params: $(params "$W/$v")"
 done
-"$DDL" train --preset tiny --variant ddl --steps 10 --seed 7 --out "$W/resumed" >/dev/null 2>&1
-"$DDL" train --resume "$W/resumed" --steps 20 >/dev/null 2>&1
+ddl_to /dev/null train --preset tiny --variant ddl --steps 10 --seed 7 --out "$W/resumed"
+ddl_to /dev/null train --resume "$W/resumed" --steps 20
 echo "ddl resumed 10 -> 20 params: $(params "$W/resumed")"
-"$DDL" generate --checkpoint "$W/ddl" --prompt "ROMEO:" --max-tokens 40 --temperature 0 --trace "$W/trace.safetensors" > "$W/gen.txt" 2>/dev/null
+ddl_to "$W/gen.txt" generate --checkpoint "$W/ddl" --prompt "ROMEO:" --max-tokens 40 --temperature 0 --trace "$W/trace.safetensors"
 echo "generate text: $(sha256sum < "$W/gen.txt" | cut -c1-16)"
 echo "generate trace: $(tensors "$W/trace.safetensors")"
 if [ -d "$W/ddl_ccec" ] && [ "${VARIANTS}" != "ddl ddl_ccec" ]; then
-  "$DDL" generate --checkpoint "$W/ddl_ccec" --prompt "ROMEO:" --max-tokens 24 --temperature 0 --trace "$W/trace2.safetensors" > "$W/gen2.txt" 2>/dev/null
+  ddl_to "$W/gen2.txt" generate --checkpoint "$W/ddl_ccec" --prompt "ROMEO:" --max-tokens 24 --temperature 0 --trace "$W/trace2.safetensors"
   echo "generate ddl_ccec text: $(sha256sum < "$W/gen2.txt" | cut -c1-16)"
   echo "generate ddl_ccec trace: $(tensors "$W/trace2.safetensors")"
 fi

@@ -144,9 +144,16 @@ fn unused_settings(keys: &[String], what: &str) -> Result<()> {
         "train.state_f16" => " (give --f16-state for f16 states)",
         _ => "",
     };
+    // What to do: a --set is dropped; a file is cut down (a run's config.toml names its corpus and
+    // optimizer settings, so it was refused with no way out said).
+    let remedy = if what.starts_with("--config") {
+        "; leave the others out of the file (to time a run's model: a file with its config.toml's [model] table)"
+    } else {
+        "; drop that --set"
+    };
     anyhow::bail!(
         "{what}: bench train times steps on random tokens with its own optimizer settings, so {} would be \
-         ignored{flag}; it takes the model's settings and train.{} (--batch, --seq, --recompute, --head-chunk)",
+         ignored{flag}; it takes the model's settings and train.{} (--batch, --seq, --recompute, --head-chunk){remedy}",
         changed.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", "),
         BENCH_TRAIN_KEYS.join(", train.")
     )
@@ -680,7 +687,13 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 return Err(nothing_kept());
             }
             if !failed.is_empty() {
-                anyhow::bail!("the benchmarks of {} could not run at these shapes (above)", failed.join(", "));
+                anyhow::bail!(
+                    "the benchmarks of {} could not run at these shapes (above): give a smaller --batch or --seq \
+                     (now B {} × T {}), or leave them out with --filter",
+                    failed.join(", "),
+                    shape.b,
+                    shape.t
+                );
             }
         }
         BenchCmd::Train {

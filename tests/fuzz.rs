@@ -19,8 +19,35 @@ use ddl::model::{Layout, ModelConfig, Variant};
 use ddl::tokenizer::{CharTokenizer, Tokenizer};
 use ddl::train::{RunConfig, checkpoint};
 
+/// The cases per target: `DDL_FUZZ_CASES` where set, else `default`. A value that is not a
+/// count stops the test with a message ("1e6" or "1_000_000" ran the few hundred default cases
+/// as if it were a campaign).
 fn cases(default: u32) -> u32 {
-    std::env::var("DDL_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    let set = std::env::var("DDL_FUZZ_CASES").ok();
+    cases_from(set.as_deref(), default).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`cases`] from the variable's value (`None`: not set).
+fn cases_from(set: Option<&str>, default: u32) -> Result<u32, String> {
+    match set.map(|v| (v, v.trim().parse::<u32>())) {
+        None => Ok(default),
+        Some((_, Ok(n))) if n > 0 => Ok(n),
+        Some((v, _)) => Err(format!(
+            "DDL_FUZZ_CASES={v}: expected a whole number of cases per target from 1 to {} (digits only, \
+             e.g. DDL_FUZZ_CASES=1000000), or unset it for this target's default {default}",
+            u32::MAX
+        )),
+    }
+}
+
+#[test]
+fn a_case_count_that_is_not_a_count_is_refused() {
+    assert_eq!(cases_from(None, 400), Ok(400));
+    assert_eq!(cases_from(Some("1000000"), 400), Ok(1_000_000));
+    for bad in ["1e6", "1_000_000", "0", "-5", "", "lots", "5000000000"] {
+        let e = cases_from(Some(bad), 400).unwrap_err();
+        assert!(e.contains(&format!("DDL_FUZZ_CASES={bad}:")) && e.contains("e.g. DDL_FUZZ_CASES=1000000"), "{e}");
+    }
 }
 
 fn runner(default: u32) -> TestRunner {

@@ -2,8 +2,8 @@
 //! only on the day they were made: no source file's code over ~900 lines; the CPU adapter named
 //! only by the forms module; no kernel module reaching into the benchmarks or the model; no WGSL
 //! entry point inside Rust code; no test the docs name (`FILE.rs::NAME`) missing. A file's code
-//! is what comes before its unit tests (`#[cfg(test)]` at the start of a line); test files and
-//! unit tests are not held to the line rule.
+//! is what comes before its unit tests (the `mod` a `#[cfg(test)]` at the start of a line opens);
+//! test files and unit tests are not held to the line rule.
 
 use std::path::{Path, PathBuf};
 
@@ -12,7 +12,7 @@ const MAX_LINES: usize = 900;
 
 /// Files over [`MAX_LINES`] that are still to be split, each with the lines it may not grow past
 /// (docs/HOUSE.md, "What is left"). A file split below the limit must leave this list.
-const NOT_YET_SPLIT: &[(&str, usize)] = &[];
+const NOT_YET_SPLIT: &[(&str, usize)] = &[("src/train/data.rs", 1723)];
 
 /// Every `.rs` file under the crates' source folders, relative to the workspace root.
 fn sources() -> Vec<PathBuf> {
@@ -34,10 +34,14 @@ fn sources() -> Vec<PathBuf> {
     out
 }
 
-/// A file's code: its lines before the unit tests.
+/// A file's code: its lines before the unit tests, the `mod` that a `#[cfg(test)]` at the start
+/// of a line opens. (A `#[cfg(test)]` on a lone helper ended the count there and hid the rest of
+/// the file: `src/train/data.rs` counted 668 lines of its 1,723.)
 fn code(rel: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)).unwrap();
-    text.lines().take_while(|l| !l.starts_with("#[cfg(test)]")).map(str::to_string).collect()
+    let lines: Vec<&str> = text.lines().collect();
+    let tests = lines.windows(2).position(|w| w[0].starts_with("#[cfg(test)]") && w[1].starts_with("mod "));
+    lines[..tests.unwrap_or(lines.len())].iter().map(|l| l.to_string()).collect()
 }
 
 /// The code's lines that are not comments.

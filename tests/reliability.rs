@@ -1095,6 +1095,18 @@ fn device_problems_are_clear_errors() {
     assert!(v["plan"]["bytes"]["total"].as_u64().unwrap() > 0 && v.get("fit").is_none(), "{v}");
     // MPI's options without --distributed, and info's in its own words.
     fails(&dir, &["train", "--preset", "tiny", "--mpi-timeout", "5", "--out", "x"], &["--distributed"]);
+    // Their values in their own words (they were Rust's "invalid float literal"), and a dry run
+    // refuses what the run would (it planned a `--mpi-bucket-mib -1` run the run then refused).
+    let mpi = ["train", "--preset", "tiny", "--out", "x", "--distributed", "mpi"];
+    fails(&dir, &[&mpi[..], &["--mpi-bucket-mib", "abc"]].concat(), &["--mpi-bucket-mib", "expected a size in MiB"]);
+    fails(&dir, &[&mpi[..], &["--mpi-timeout", "5s"]].concat(), &["--mpi-timeout", "expected a number of seconds"]);
+    let dry = [&mpi[..], &["--dry-run", "--mpi-bucket-mib", "-1"]].concat();
+    if cfg!(feature = "mpi") {
+        fails(&dir, &dry, &["--mpi-bucket-mib -1: expected a size in MiB ≥ 0"]);
+    } else {
+        fails(&dir, &dry, &["built without MPI support"]);
+    }
+    assert!(!dir.join("x").exists());
     fails(&dir, &["info", "--preset", "tiny", "--seq", "100000"], &["--seq 100000", "at most 64"]);
     fails(&dir, &["info", "--preset", "tiny", "--memory", "0.4"], &["at least 1 MiB"]);
     fails(&dir, &["info", "--preset", "tiny", "--memory", "80"], &["80 bytes", "write the unit, e.g. 80GB or 80GiB"]);
@@ -1226,7 +1238,19 @@ fn bench_problems_are_clear_errors() {
     // Settings bench train does not use are refused, not ignored (it timed as if they were not
     // there); seeds given twice, a small set above the large one, contexts past the model's,
     // shapes past the adapter (an abort while drawing host data before) and a disk too small.
-    fails(&dir, &["bench", "train", "--set", "train.lr=0"], &["--set train.lr=0", "would be ignored"]);
+    fails(
+        &dir,
+        &["bench", "train", "--set", "train.lr=0"],
+        &["--set train.lr=0", "would be ignored", "drop that --set"],
+    );
+    // A run's config.toml (its corpus, its optimizer settings): refused with what to give instead.
+    let run_config = dir.join("run-config.toml");
+    std::fs::write(&run_config, "corpus = \"c.txt\"\n[model]\nd_model = 64\n[train]\nlr = 0.01\n").unwrap();
+    fails(
+        &dir,
+        &["bench", "train", "--config", run_config.to_str().unwrap()],
+        &["train.lr", "corpus would be ignored", "leave the others out of the file", "[model] table"],
+    );
     fails(&dir, &["bench", "train", "--set", "train.precision=f16"], &["train.precision", "give --precision"]);
     // Named, even at the value it has: `--precision f16 --set train.precision=f32` ran f16.
     fails(&dir, &["bench", "train", "--set", "train.precision=f32"], &["train.precision", "give --precision"]);
@@ -1362,6 +1386,17 @@ fn bench_problems_are_clear_errors() {
     let huge = "99999999999999999999999";
     fails(&dir, &["bench", "copy", "--reps", huge], &["--reps", &format!("{huge}: at most 10000 repetitions")]);
     fails(&dir, &["bench", "train", "--steps", huge], &["--steps", "at most 10000 timed steps"]);
+    // A negative count in the flag's words (clap said "unexpected argument '-1' found").
+    fails(
+        &dir,
+        &["bench", "train", "--steps", "-1"],
+        &["--steps", "-1: a whole number ≥ 1 is expected, not a negative one"],
+    );
+    fails(
+        &dir,
+        &["bench", "kernels", "--reps", "-2"],
+        &["--reps", "-2: a whole number ≥ 1 is expected, not a negative one"],
+    );
     let t = fails(&dir, &["bench", "train", "--batch", huge], &["--batch", "at most 2^24"]);
     assert!(!t.contains("18446744073709551615"), "{t}");
     fails(
@@ -1372,7 +1407,11 @@ fn bench_problems_are_clear_errors() {
     let t = fails(
         &dir,
         &["bench", "kernels", "--filter", "attention_decode,rope", "--batch", "4096", "--seq", "4096", "--reps", "1"],
-        &["attention: could not run at these shapes", "rope: could not", "could not run at these shapes (above)"],
+        &[
+            "attention: could not run at these shapes",
+            "rope: could not",
+            "could not run at these shapes (above): give a smaller --batch or --seq (now B 4096 × T 4096)",
+        ],
     );
     assert!(!t.contains("memory allocation") && !t.contains("backtrace"), "{t}");
     let made = dir.join("bench-data/deeper");
@@ -2658,6 +2697,39 @@ fn the_setup_script_refuses_a_rust_older_than_the_crate_needs_and_says_how_to_up
     assert!(t.contains(&format!("needs Rust {need} or newer")), "{t}");
     let new = run("99.0.0");
     assert!(new.status.success(), "{}", text(&new));
+}
+
+/// docs/HOUSE.md's scripts say why they stop: a binary that is a folder, a PAIRS that is not a
+/// count, and a ddl command that fails (its own message shown). They stopped with no word (a
+/// failing `ddl train` in house-digests.sh), ran a folder, or printed a ratio of 0 over "1
+/// pairs" and exited 0.
+#[test]
+fn the_house_scripts_name_a_bad_binary_a_bad_count_and_a_failing_command() {
+    let dir = tmpdir("house-scripts");
+    let ddl = env!("CARGO_BIN_EXE_ddl");
+    let script = |name: &str, args: &[&str], env: &[(&str, &str)]| {
+        let mut c = Command::new("bash");
+        c.arg(ddl::testing::data_path(&format!("scripts/{name}"))).args(args).current_dir(&dir);
+        c.env("DDL_CACHE_DIR", dir.join("cache")).env("XDG_RUNTIME_DIR", &dir);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        assert!(!o.status.success(), "{name} {args:?} succeeded: {}", text(&o));
+        text(&o)
+    };
+    let folder = dir.display().to_string();
+    let t = script("ab-train.sh", &[&folder, &folder, "tiny"], &[]);
+    assert!(t.contains(&format!("ab-train: {folder} is not an executable file")), "{t}");
+    let t = script("ab-train.sh", &[ddl, ddl, "tiny", "0"], &[]);
+    assert!(t.contains("PAIRS '0': expected a whole number ≥ 1"), "{t}");
+    let t = script("ab-train.sh", &[ddl, ddl, "no-such-preset", "2"], &[]);
+    assert!(t.contains("gave no step time") && t.contains("unknown preset 'no-such-preset'"), "{t}");
+    let t = script("house-digests.sh", &[&folder], &[]);
+    assert!(t.contains(&format!("house-digests: {folder} is not an executable file")), "{t}");
+    let t = script("house-digests.sh", &[ddl], &[("VARIANTS", "no_such_variant")]);
+    assert!(t.contains("train --preset tiny --variant no_such_variant") && t.contains("failed:"), "{t}");
+    assert!(t.contains("unknown variant 'no_such_variant'"), "{t}");
 }
 
 /// `scripts/setup.sh --help` prints its usage (the targets and the settings) and installs

@@ -3289,6 +3289,22 @@ fn the_matmul_benchmark_times_a_models_products_marks_the_engines_pick_and_times
     assert_eq!((r["against_forms"].as_str(), r["blocks"].as_u64()), (Some("x"), Some(2)), "{r}");
     assert!(r["against_ms"].as_f64().unwrap() > 0.0 && r["ratio_median_block"].as_f64().unwrap() > 0.0, "{r}");
     assert!(r["ratio_median_ci95"].is_null(), "no interval from 2 blocks: {r}");
+    // A variant the other side's forms do not run (`--against-forms matmul_subgroup=0` and a
+    // `…g` variant): a row that says so, not the binding's error about the adapter's subgroups.
+    if let Some(g) = variants.iter().find(|v| v.ends_with('g')) {
+        let other = gpu.with_forms(|f| f.matmul_subgroup = false);
+        let named = VariantSet::Named(vec![g.to_string(), variants[0].to_string()]);
+        let mut rows = Vec::new();
+        ddl::bench::matmul_rows_against(&gpu, Some((&other, "matmul_subgroup=0")), &products[..1], &named, 1, |r| {
+            rows.push(r.0)
+        })
+        .unwrap();
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        let skipped = rows.iter().find(|r| r["variant"] == *g).unwrap();
+        let why = skipped["skipped"].as_str().unwrap_or_default();
+        assert!(why.contains("--against-forms matmul_subgroup=0") && why.contains("--variants"), "{skipped}");
+        assert!(rows.iter().any(|r| r["variant"] == variants[0] && r["against_ms"].as_f64().is_some()), "{rows:?}");
+    }
     // Only the pick, and a named list.
     let mut rows = Vec::new();
     ddl::bench::matmul_rows(&gpu, &products, &VariantSet::Auto, 1, |r| rows.push(r.0)).unwrap();

@@ -326,7 +326,8 @@ pub fn matmul_rows(
 /// `DDL_FORMS`-style text that made it: `ddl bench matmul --against-forms`) each variant also on
 /// that handle, the two alternated in `reps` blocks A B B A (A = `against`) as
 /// [`train_compare_rows`] does: the rows add `against_ms` (median), `ratio_median_block` (this
-/// handle's time over the other's; below 1: these forms are faster) and its 95 % interval.
+/// handle's time over the other's; below 1: these forms are faster) and its 95 % interval. A
+/// variant the other handle's forms do not run gets a row with `"skipped"` saying so.
 pub fn matmul_rows_against(
     gpu: &Gpu,
     against: Option<(&Gpu, &str)>,
@@ -382,28 +383,31 @@ pub fn matmul_rows_against(
             continue;
         }
         let auto = matmul::pick(gpu, mm);
-        // The cooperative-matrix variants time f16 products where the device has them.
-        let mut all = matmul::variants_for(gpu);
-        // (The diagnostic halves of the cooperative-matrix kernel only when named.)
-        let coop_here = mm.is_half() && matmul::coop::usable(gpu);
-        if mm.is_half() {
-            // (coop128d only for products it can run: both operands f16-stored, aligned.)
-            let direct = matmul::coop::direct_fits(mm).is_none();
-            all.extend(
-                matmul::coop::variants_here(gpu).into_iter().filter(|v| direct || *v != matmul::coop::VARIANT128D),
-            );
-        }
+        let (all, diagnostic) = product_variants(gpu, mm);
         let chosen: Vec<&str> = match variants {
             VariantSet::All => all,
             VariantSet::Auto => vec![auto],
-            VariantSet::Named(v) => all
-                .into_iter()
-                .chain(matmul::coop::DIAGNOSTIC.into_iter().filter(|_| coop_here))
-                .chain(matmul::staged_diagnostics_for(gpu))
-                .filter(|x| v.iter().any(|y| y == x))
-                .collect(),
+            VariantSet::Named(v) => all.into_iter().chain(diagnostic).filter(|x| v.iter().any(|y| y == x)).collect(),
         };
+        // What the other side's forms run (`--against-forms matmul_subgroup=0` leaves out the
+        // `…g` variants this side runs): the others get a row that says so.
+        let other_runs = against.map(|(o, spec)| {
+            let (all, diagnostic) = product_variants(o, mm);
+            (spec, all.into_iter().chain(diagnostic).collect::<Vec<_>>())
+        });
         for v in chosen {
+            if let Some((spec, runs)) = &other_runs
+                && !runs.contains(&v)
+            {
+                let mut r = base.clone();
+                r["variant"] = json!(v);
+                r["skipped"] = json!(format!(
+                    "the other side's forms (--against-forms {spec}) do not run this variant; leave it out of \
+                     --variants, or compare forms that both run it"
+                ));
+                emit(Row(r));
+                continue;
+            }
             if let Some(why) = mm.diagnostic_unfit(v)? {
                 let mut r = base.clone();
                 r["variant"] = json!(v);
@@ -438,6 +442,21 @@ pub fn matmul_rows_against(
         }
     }
     Ok(())
+}
+
+/// The tile variants `gpu` runs for `mm`: those `--variants all` times (the cooperative-matrix
+/// ones for f16 products where the device has them, `coop128d` only for products it can run),
+/// and the diagnostic halves, timed only when named.
+fn product_variants(gpu: &Gpu, mm: &Matmul) -> (Vec<&'static str>, Vec<&'static str>) {
+    let mut all = matmul::variants_for(gpu);
+    if mm.is_half() {
+        let direct = matmul::coop::direct_fits(mm).is_none();
+        all.extend(matmul::coop::variants_here(gpu).into_iter().filter(|v| direct || *v != matmul::coop::VARIANT128D));
+    }
+    let coop_here = mm.is_half() && matmul::coop::usable(gpu);
+    let diagnostic =
+        matmul::coop::DIAGNOSTIC.into_iter().filter(|_| coop_here).chain(matmul::staged_diagnostics_for(gpu));
+    (all, diagnostic.collect())
 }
 
 /// The time of `ds` on `gpu` ([`time_dispatches`]), or with `against` (another handle to the

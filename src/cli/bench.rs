@@ -31,7 +31,7 @@ pub(crate) enum BenchCmd {
         #[arg(long, default_value = "all")]
         variants: String,
         /// Timed repetitions per measurement (median reported).
-        #[arg(long, value_parser = repetitions, default_value_t = 5)]
+        #[arg(long, allow_negative_numbers = true, value_parser = repetitions, default_value_t = 5)]
         reps: usize,
         /// How A and B are read: f32; r16 (f32 storage rounded to f16 as read, the activations of
         /// `--precision f16`); f16 (f16 storage, its weights); rh (A r16, B f16: a linear layer of
@@ -71,7 +71,7 @@ pub(crate) enum BenchCmd {
         #[arg(long, allow_negative_numbers = true, value_parser = sizes_up_to_2_24)]
         seq: Option<usize>,
         /// Timed repetitions per kernel (median reported).
-        #[arg(long, value_parser = repetitions, default_value_t = 5)]
+        #[arg(long, allow_negative_numbers = true, value_parser = repetitions, default_value_t = 5)]
         reps: usize,
         /// The FLOP rate to divide by for the kernels' FLOP floors, in TFLOP/s: the card's datasheet peak for the
         /// precision timed (e.g. 67 for an H100 SXM's f32 FMA rate), fixed across runs and as other
@@ -100,7 +100,7 @@ pub(crate) enum BenchCmd {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
         /// Timed steps (median reported); with --against or --against-forms, blocks of A B B A.
-        #[arg(long, value_parser = timed_steps, default_value_t = 5)]
+        #[arg(long, allow_negative_numbers = true, value_parser = timed_steps, default_value_t = 5)]
         steps: usize,
         /// Batch size (default: the preset's, or train.batch_size from --config / --set; one that
         /// differs from theirs is refused: drop one of them).
@@ -202,7 +202,7 @@ pub(crate) enum BenchCmd {
         #[arg(long, allow_negative_numbers = true, value_parser = context_length, value_delimiter = ',')]
         contexts: Option<Vec<usize>>,
         /// Timed tokens per context (median reported).
-        #[arg(long, value_parser = repetitions, default_value_t = 3)]
+        #[arg(long, allow_negative_numbers = true, value_parser = repetitions, default_value_t = 3)]
         reps: usize,
         /// One JSON object per line.
         #[arg(long)]
@@ -249,7 +249,7 @@ pub(crate) enum BenchCmd {
         #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 64)]
         mib: usize,
         /// Timed copies (median reported).
-        #[arg(long, value_parser = repetitions, default_value_t = 5)]
+        #[arg(long, allow_negative_numbers = true, value_parser = repetitions, default_value_t = 5)]
         reps: usize,
         /// One JSON object per line.
         #[arg(long)]

@@ -662,11 +662,11 @@ pub(crate) struct TrainArgs {
     pub(crate) distributed: Option<Distributed>,
     /// With --distributed: a rank waiting this many seconds in one collective (a dead or hung
     /// peer) reports it and exits, which ends the job (10× as long until the first step is done).
-    #[arg(long, requires = "distributed", allow_negative_numbers = true, default_value_t = 300.0)]
+    #[arg(long, requires = "distributed", allow_negative_numbers = true, value_parser = seconds, default_value_t = 300.0)]
     pub(crate) mpi_timeout: f64,
     /// With --distributed: gradients are all-reduced in buckets of this many MiB, overlapping the
     /// readback of the next bucket; 0 = one bucket (no overlap).
-    #[arg(long, requires = "distributed", allow_negative_numbers = true, default_value_t = 1.0)]
+    #[arg(long, requires = "distributed", allow_negative_numbers = true, value_parser = bucket_mib, default_value_t = 1.0)]
     pub(crate) mpi_bucket_mib: f64,
     /// With --distributed: what the gradient all-reduce overlaps. `readback`: after the
     /// backward, each bucket's all-reduce overlaps the readback of the next; `backward`: the last

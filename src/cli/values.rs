@@ -42,6 +42,22 @@ pub(super) fn peak_tflops(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `--mpi-timeout`: a number of seconds (its range is checked with the other MPI flags).
+pub(super) fn seconds(s: &str) -> Result<f64, String> {
+    number(s, "a number of seconds (e.g. 300)")
+}
+
+/// `--mpi-bucket-mib`: a size in MiB, 0 for one bucket (its range is checked with the other MPI
+/// flags).
+pub(super) fn bucket_mib(s: &str) -> Result<f64, String> {
+    number(s, "a size in MiB (e.g. 1, or 0 for one bucket)")
+}
+
+/// A number, or what the flag `expected` (not Rust's "invalid float literal").
+fn number(s: &str, expected: &str) -> Result<f64, String> {
+    s.trim().parse::<f64>().map_err(|_| format!("expected {expected}, got '{s}'"))
+}
+
 /// `tokenizer train --vocab-size`: a whole number, whose message names the sizes the trainer
 /// takes (it refuses those outside them, saying why), not "≥ 0".
 pub(super) fn bpe_vocab_size(s: &str) -> Result<usize, String> {

@@ -385,7 +385,11 @@ impl Forms {
                 Some((k, v)) => (k.trim(), v.trim()),
                 None => (item, "1"),
             };
+            // The key alone is on, for the on/off forms only: a form that takes a value, given
+            // alone, is refused below (`conv_fwd_chunk` alone set a chunk of 1 token).
+            let took_flag = std::cell::Cell::new(false);
             let flag = || -> Result<bool, String> {
+                took_flag.set(true);
                 match value.to_ascii_lowercase().as_str() {
                     "1" | "on" | "true" | "yes" => Ok(true),
                     "0" | "off" | "false" | "no" => Ok(false),
@@ -525,6 +529,12 @@ impl Forms {
                         Self::KEYS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
                     ));
                 }
+            }
+            if !item.contains('=') && !took_flag.get() {
+                return Err(format!(
+                    "{key} alone: this form takes a value, not on or off; give {key}=VALUE (`ddl info` lists the \
+                     forms with their current values)"
+                ));
             }
         }
         Ok(())
@@ -885,5 +895,18 @@ mod tests {
         assert!(e.contains("no subgroup operations"), "{e}");
         let e = f.apply("bogus", sg).unwrap_err();
         assert!(e.contains("conv_quads") && e.contains("attention"), "the keys are listed: {e}");
+        // The key alone is on for an on/off form; a form that takes a value is refused alone
+        // (`conv_fwd_chunk` alone was a chunk of 1 token, `split_k_tiles` alone 1 tile).
+        let mut g = Forms::defaults(false, (32, 32), sg);
+        g.apply("conv_quads=0", sg).unwrap();
+        g.apply("conv_quads", sg).unwrap();
+        assert!(g.conv_quads);
+        for key in ["conv_fwd_chunk", "split_k_tiles", "col_sum_seq", "norm_team", "delta_seg", "ce_tpr", "attn_team"] {
+            let e = g.apply(key, sg).unwrap_err();
+            assert!(
+                e.contains(&format!("{key} alone: this form takes a value")) && e.contains(&format!("{key}=VALUE")),
+                "{e}"
+            );
+        }
     }
 }

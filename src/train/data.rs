@@ -979,10 +979,7 @@ fn wait_for_other_maker(root: &Path, key: &str, what: &str) -> Result<bool, Data
         })
     };
     let Some(pid) = other() else { return Ok(false) };
-    eprintln!(
-        "note: waiting for process {pid}, which is tokenising {what} into the shard cache {} (another run, or          another rank of this machine): its set is then used",
-        root.display()
-    );
+    eprintln!("{}", waiting_note(pid, what, root));
     while other().is_some() {
         if crate::train::interrupted() {
             return Err(DataError::Interrupted);
@@ -990,6 +987,15 @@ fn wait_for_other_maker(root: &Path, key: &str, what: &str) -> Result<bool, Data
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     Ok(true)
+}
+
+/// What [`wait_for_other_maker`] says while process `pid` makes the set of `what` in `root`.
+fn waiting_note(pid: u32, what: &str, root: &Path) -> String {
+    format!(
+        "note: waiting for process {pid}, which is tokenising {what} into the shard cache {} (another run, or \
+         another rank of this machine): its set is then used",
+        root.display()
+    )
 }
 
 /// Removes the temporary folders of makers, of any set, whose process is gone (killed).
@@ -1718,6 +1724,15 @@ fn unknown_in_input(path: &Path, line: Option<(usize, usize)>, offset: usize, ch
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The note of a wait for another maker reads as one sentence (it had ten spaces in the
+    /// middle: "another run, or          another rank").
+    #[test]
+    fn the_note_of_a_wait_for_another_maker_has_no_run_of_spaces() {
+        let note = waiting_note(7, "--corpus c.txt", Path::new("/cache/shards"));
+        assert!(note.contains("(another run, or another rank of this machine)"), "{note}");
+        assert!(!note.contains("  "), "{note}");
+    }
 
     /// Token shards or a run given where text goes (`--corpus`), and text or a run given where
     /// shards go (`--data`), say what they are and what to give instead (the messages named the

@@ -550,6 +550,11 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     let resume_refusal = from
         .as_deref()
         .and_then(|src| ddl::train::resume_data_problem(&run, src, a.corpus.is_some(), a.data.is_some()));
+    // `--distributed mpi`'s own flags: a dry run refuses what the run would (it said nothing of
+    // a `--mpi-bucket-mib -1` the run then refused).
+    if a.distributed == Some(Distributed::Mpi) {
+        check_mpi_flags(&a)?;
+    }
     if a.dry_run {
         // Under `mpirun -n N … --distributed mpi` every process makes the dry run: the first says
         // it, and the N ranks are checked as the run checks them (a global batch they cannot share).
@@ -584,9 +589,6 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     // evaluation is still to be made up); `--sample N` then samples the run's model. Under
     // `--distributed mpi` too, before MPI starts and the ranks open their adapters (it was said
     // after); under mpirun the first process says it and samples, the others end quietly.
-    if a.distributed == Some(Distributed::Mpi) {
-        check_mpi_flags(&a)?;
-    }
     if let Some(src) = from.as_deref()
         && let Ok(at) = ddl::train::checkpoint::saved_step(src)
         && at >= steps

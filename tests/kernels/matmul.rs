@@ -464,6 +464,14 @@ fn subgroup_variants_exist_exactly_where_subgroups_fit_in_one_row_of_eight() {
         let c = upload(&gpu, "c", &[0.0; 16]);
         let e = Matmul::nn(4, 4, 4).bind_variant(&gpu, "r128g", a.view(), a.view(), c.view()).unwrap_err();
         assert!(e.to_string().contains("needs subgroups"), "{e}");
+    } else {
+        // Where they fit but the forms leave them out, the message names the form, not the
+        // adapter's subgroups (which fit).
+        let off = gpu.with_forms(|f| f.matmul_subgroup = false);
+        let a = upload(&off, "a", &[1.0; 16]);
+        let c = upload(&off, "c", &[0.0; 16]);
+        let e = Matmul::nn(4, 4, 4).bind_variant(&off, "r128g", a.view(), a.view(), c.view()).unwrap_err();
+        assert!(e.to_string().contains("matmul_subgroup=off"), "{e}");
     }
 }
 

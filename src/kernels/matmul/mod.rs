@@ -415,14 +415,21 @@ impl Matmul {
         if subgroup_variant(variant) && !subgroup_variants(gpu) {
             return Err(GpuError::Shader {
                 shader: "matmul".into(),
-                reason: format!(
-                    "variant '{variant}' needs subgroups of at most 8 invocations of one fixed size; this adapter has {}",
-                    if gpu.features.contains(wgpu::Features::SUBGROUP) {
-                        format!("{}..{}", gpu.info.subgroup_min_size, gpu.info.subgroup_max_size)
-                    } else {
-                        "none".to_string()
-                    }
-                ),
+                reason: if gpu.forms.matmul_subgroup {
+                    format!(
+                        "variant '{variant}' needs subgroups of at most 8 invocations of one fixed size; this adapter has {}",
+                        if gpu.features.contains(wgpu::Features::SUBGROUP) {
+                            format!("{}..{}", gpu.info.subgroup_min_size, gpu.info.subgroup_max_size)
+                        } else {
+                            "none".to_string()
+                        }
+                    )
+                } else {
+                    format!(
+                        "variant '{variant}' is one of the …g variants, which these kernel forms leave out \
+                         (matmul_subgroup=off): choose another variant, or leave matmul_subgroup on"
+                    )
+                },
             });
         }
         let mut entry = self.entry_point(variant)?;
