@@ -12,7 +12,7 @@ const MAX_LINES: usize = 900;
 
 /// Files over [`MAX_LINES`] that are still to be split, each with the lines it may not grow past
 /// (docs/HOUSE.md, "What is left"). A file split below the limit must leave this list.
-const NOT_YET_SPLIT: &[(&str, usize)] = &[("src/train/data.rs", 1723)];
+const NOT_YET_SPLIT: &[(&str, usize)] = &[];
 
 /// Every `.rs` file under the crates' source folders, relative to the workspace root.
 fn sources() -> Vec<PathBuf> {
