@@ -2677,6 +2677,28 @@ fn the_setup_script_answers_help_and_points_a_wrong_flag_to_its_settings() {
     );
 }
 
+/// The GPU check's `run.sh` refuses a flag given without its value, naming what it takes (it
+/// stopped on bash's "$2: unbound variable"), and, run from `scripts/gpu-check/` instead of a
+/// bundle, says to build the bundle (it stopped on xz's "bin/*.xz: No such file").
+#[test]
+fn the_gpu_check_script_names_a_flag_without_its_value_and_runs_only_from_a_bundle() {
+    let script = ddl::testing::data_path("scripts/gpu-check/run.sh");
+    let run = |args: &[&str]| Command::new("bash").arg(&script).args(args).output().unwrap();
+    for (flag, want) in [("--budget", "a number of seconds"), ("--stages", "info, golden"), ("--forms", "DDL_FORMS")] {
+        let o = run(&["--local", flag]);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{t}");
+        assert!(t.contains(&format!("run.sh: {flag} needs a value")) && t.contains(want), "{t}");
+        assert!(!t.contains("unbound variable"), "{t}");
+    }
+    let out = tmpdir("gpu-check-outside-a-bundle");
+    let o = run(&["--local", "--stages", "info", "--out", out.join("o").to_str().unwrap()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("no bin/ddl.xz beside this script") && t.contains("make gpu-bundle"), "{t}");
+    assert!(!out.join("o").exists(), "nothing is written before the refusal");
+}
+
 #[test]
 fn training_and_evaluation_work_from_any_directory() {
     let dir = tmpdir("anywhere");

@@ -53,20 +53,34 @@ SPEC="experiments/shakespeare.toml"
 FORMS=""
 FORMS_SET=0
 ROOT="$PWD"
+# A flag's value: a flag given last, without its value, is refused naming what it takes.
+need() { # FLAG ARGS-AFTER-IT...
+  [ $# -ge 2 ] && return 0
+  local what
+  case "$1" in
+    --stages) what="a comma-separated list of info, golden, kernels, bench, torch, experiment (e.g. --stages info,golden)" ;;
+    --only) what="command names or shell patterns, comma-separated (e.g. --only test-kernels,bench-matmul-*)" ;;
+    --budget) what="a number of seconds (e.g. --budget 285)" ;;
+    --out) what="a folder for summary.md and results.tar.gz (e.g. --out \$OUT)" ;;
+    --spec) what="an experiment spec (e.g. --spec experiments/shakespeare.toml)" ;;
+    --forms) what="kernel forms in DDL_FORMS syntax (e.g. --forms measured=H200)" ;;
+  esac
+  echo "run.sh: $1 needs a value: $what" >&2; exit 2
+}
 while [ $# -gt 0 ]; do
   case "$1" in
     --local) LOCAL=1 ;;
-    --stages) STAGES="$2"; shift ;;
+    --stages) need "$@"; STAGES="$2"; shift ;;
     --stages=*) STAGES="${1#*=}" ;;
-    --only) ONLY="$2"; shift ;;
+    --only) need "$@"; ONLY="$2"; shift ;;
     --only=*) ONLY="${1#*=}" ;;
-    --budget) BUDGET="$2"; shift ;;
+    --budget) need "$@"; BUDGET="$2"; shift ;;
     --budget=*) BUDGET="${1#*=}" ;;
-    --out) OUTDIR="$2"; shift ;;
+    --out) need "$@"; OUTDIR="$2"; shift ;;
     --out=*) OUTDIR="${1#*=}" ;;
-    --spec) SPEC="$2"; shift ;;
+    --spec) need "$@"; SPEC="$2"; shift ;;
     --spec=*) SPEC="${1#*=}" ;;
-    --forms) FORMS="$2"; FORMS_SET=1; shift ;;
+    --forms) need "$@"; FORMS="$2"; FORMS_SET=1; shift ;;
     --forms=*) FORMS="${1#*=}"; FORMS_SET=1 ;;
     -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (expected --local, --stages LIST, --only NAMES, --budget SECONDS, --out DIR, --spec FILE, --forms SPEC)" >&2; exit 2 ;;
@@ -97,6 +111,11 @@ if [ -n "$ONLY" ]; then
 fi
 if [ -z "$BUDGET" ]; then BUDGET=$([ $LOCAL = 1 ] && echo 3000 || echo 285); fi
 case "$BUDGET" in ''|*[!0-9]*) echo "run.sh: --budget '$BUDGET' is not a number of seconds" >&2; exit 2 ;; esac
+# The binaries come from the bundle beside this script: scripts/gpu-check/run.sh itself has none.
+if ! ls "$BUNDLE"/bin/ddl.xz >/dev/null 2>&1; then
+  echo "run.sh: no bin/ddl.xz beside this script ($BUNDLE): run.sh runs from a bundle. Build one with \`make gpu-bundle\` (scripts/gpu-check.sh bundle) and run \`bash gpu-bundle/run.sh\` from the repository root; \`make gpu-check-local\` builds it and runs --local here" >&2
+  exit 2
+fi
 if [ -z "$OUTDIR" ]; then OUTDIR="$BUNDLE/out-$([ $LOCAL = 1 ] && echo local || echo gpu)"; fi
 mkdir -p "$OUTDIR" || { echo "run.sh: cannot create --out $OUTDIR" >&2; exit 2; }
 OUTDIR="$(cd "$OUTDIR" && pwd)"
