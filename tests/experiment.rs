@@ -934,3 +934,30 @@ fn ablations_are_added_to_a_finished_grid_from_its_checkpoints() {
     assert!(r.status.success(), "{}", text(&r));
     assert!(!report().contains("ablation") && !out.join("ablations.png").exists(), "{}", report());
 }
+
+/// `experiments/length_extrapolation.py` (the grid README's length arithmetic) refuses a
+/// `--check` that is not a folder of runs (it printed the fit without the check, as if the path
+/// held no run of these variants), says when a checked folder lacks one of the variants, and
+/// names the runs a folder holds when `--variants` or `--seed` names none of them.
+#[test]
+fn the_length_extrapolation_names_a_check_folder_that_holds_no_runs() {
+    let script = ddl::testing::data_path("experiments/length_extrapolation.py");
+    let py = |args: &[&str]| Command::new("python3").arg(&script).args(args).output().expect("running python3");
+    let dir = tmpdir("length-extrapolation");
+    std::fs::create_dir_all(&dir).unwrap();
+    let missing = dir.join("no-such-runs");
+    let o = py(&["--check", missing.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(t.contains(&format!("--check {}: not a folder", missing.display())), "{t}");
+    let k32 = ddl::testing::data_path("docs/experiments/shakespeare-32k-lavapipe/runs");
+    let o = py(&["--check", k32.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("baseline: predicted +0.0112 over the last fifth at 32000 steps, measured +0.0154"), "{t}");
+    assert!(t.contains("ddl: no finished run ddl-seed1 in --check"), "{t}");
+    let o = py(&["--variants", "baseline", "--seed", "9"]);
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(t.contains("no finished run 'baseline-seed9' there") && t.contains("baseline-seed5, ddl-seed1"), "{t}");
+}
