@@ -3185,23 +3185,34 @@ fn check_args_validates_a_command_without_running_it() {
     }
 }
 
-/// Every `ddl …` command the README and docs/ show in a shell block (```sh, or one without a
+/// README.md and every page under docs/ (docs/experiments/*/README.md among them), sorted.
+fn doc_pages() -> Vec<PathBuf> {
+    let root = ddl::testing::data_root();
+    let mut pages = vec![root.join("README.md")];
+    let mut folders = vec![root.join("docs")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|x| x == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    pages.sort();
+    pages
+}
+
+/// Every `ddl …` command the README and docs/ (its subfolders too: an experiment's README shows
+/// the command that regenerates its report) show in a shell block (```sh, or one without a
 /// language) is one the CLI takes: parsed, its kernel forms and `bench train` settings checked,
 /// nothing run (`DDL_CHECK_ARGS`). A flag renamed or dropped since a page was written fails here
 /// with the page and line. Lines continued with `\` are joined; a `#` comment, a redirection or
 /// a pipe ends the command; lines with `...` placeholders are left out.
 #[test]
 fn the_commands_the_docs_show_are_ones_the_cli_takes() {
-    let root = ddl::testing::data_root();
-    let mut pages = vec![root.join("README.md")];
-    let mut docs: Vec<_> = std::fs::read_dir(root.join("docs"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "md"))
-        .collect();
-    docs.sort();
-    pages.extend(docs);
+    let pages = doc_pages();
     let dir = tmpdir("doc-commands");
     let (mut checked, mut refused) = (0, Vec::new());
     for page in &pages {
@@ -3257,20 +3268,7 @@ fn the_commands_the_docs_show_are_ones_the_cli_takes() {
 /// no test saw.
 #[test]
 fn the_links_in_the_docs_resolve() {
-    let root = ddl::testing::data_root();
-    let mut pages = vec![root.join("README.md")];
-    let mut folders = vec![root.join("docs")];
-    while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(&folder).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                folders.push(path);
-            } else if path.extension().is_some_and(|x| x == "md") {
-                pages.push(path);
-            }
-        }
-    }
-    pages.sort();
+    let pages = doc_pages();
     let (mut checked, mut broken) = (0, Vec::new());
     for page in &pages {
         let text = std::fs::read_to_string(page).unwrap();
