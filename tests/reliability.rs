@@ -2699,6 +2699,39 @@ fn the_gpu_check_script_names_a_flag_without_its_value_and_runs_only_from_a_bund
     assert!(!out.join("o").exists(), "nothing is written before the refusal");
 }
 
+/// The GPU check's summary of a `--only` selection on lavapipe (a bundle of this build's `ddl`
+/// and run.sh): the bench stage's row says every selected command ran (it listed
+/// "bench-gpu-args: not selected;" as the stage's only detail, and that under Numbers), and the
+/// generate line ends with its numbers (it ended in "; ").
+#[test]
+fn the_gpu_check_summary_leaves_out_what_only_did_not_select() {
+    let dir = tmpdir("gpu-check-summary");
+    let bundle = dir.join("bundle");
+    std::fs::create_dir_all(bundle.join("bin")).unwrap();
+    std::fs::copy(ddl::testing::data_path("scripts/gpu-check/run.sh"), bundle.join("run.sh")).unwrap();
+    let xz = Command::new("xz")
+        .args(["-0", "-c", env!("CARGO_BIN_EXE_ddl")])
+        .stdout(std::fs::File::create(bundle.join("bin/ddl.xz")).unwrap())
+        .status()
+        .expect("running xz (scripts/setup.sh bundle installs it)");
+    assert!(xz.success());
+    let out = dir.join("out");
+    let o = Command::new("bash")
+        .arg(bundle.join("run.sh"))
+        .args(["--local", "--stages", "bench", "--only", "bench-copy,bench-generate", "--out"])
+        .arg(&out)
+        .current_dir(ddl::testing::data_root())
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap();
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap_or_default();
+    assert!(o.status.success(), "{}\n{summary}", text(&o));
+    assert!(summary.contains(" | every command selected ran; numbers below |"), "{summary}");
+    assert!(!summary.contains("bench-gpu-args") && !summary.contains("not selected"), "{summary}");
+    let generate = summary.lines().find(|l| l.starts_with("- generate: context 8: ")).unwrap_or_default();
+    assert!(generate.ends_with(" recomputed"), "{summary}");
+}
+
 #[test]
 fn training_and_evaluation_work_from_any_directory() {
     let dir = tmpdir("anywhere");

@@ -456,7 +456,7 @@ bench_line() { # raw name -> one markdown line of its headline
       fi ;;
     bench-kernels) echo "- kernels: $(grep -c '"bench":"kernel"' "$f") cases (per-kernel ms, GFLOP/s, GB/s and share of the floor in results.tar.gz); the five furthest from their floor: $(grep '"bench":"kernel"' "$f" | while read -r l; do echo "$(jget of_floor <<<"$l") $(jget name <<<"$l" | tr ' ' '_')"; done | sort -g | head -5 | awk '{ printf("%s (%.0f %%) ", $2, 100*$1) }')" ;;
     bench-attention-*|bench-state-*) echo "- $1 (ms): $(grep '"bench":"kernel"' "$f" | while read -r l; do echo -n "$(jget name <<<"$l" | cut -d' ' -f1) $(fmt "$(jget ms <<<"$l")" 3); "; done)" ;;
-    bench-generate) echo "- generate: $(grep '"bench":"generate"' "$f" | while read -r l; do echo -n "context $(jget context <<<"$l"): $(fmt "$(jget cached_ms_per_token <<<"$l")" 2) ms/token cached, $(fmt "$(jget recompute_ms_per_token <<<"$l")" 2) recomputed; "; done)" ;;
+    bench-generate) echo "- generate: $(grep '"bench":"generate"' "$f" | while read -r l; do echo -n "context $(jget context <<<"$l"): $(fmt "$(jget cached_ms_per_token <<<"$l")" 2) ms/token cached, $(fmt "$(jget recompute_ms_per_token <<<"$l")" 2) recomputed; "; done | sed 's/; $//')" ;;
     *) echo "- $1: $(wc -l < "$f") JSON lines" ;;
   esac
 }
@@ -589,9 +589,12 @@ stage_bench() {
     gpu_bench_cmds
     printf '%s\n' "${GPU_CMDS[@]}" > "$WORK/gpu-cmds.txt"
     step bench-gpu-args 120 bash -c "$CHECK_ARGS" check-args "$DDL" "$WORK/gpu-cmds.txt"; rc=$?
-    rcs="$rcs $rc"
-    [ $rc = 0 ] || details="$details bench-gpu-args: $(why $rc);"
-    note "- bench-gpu-args: $(tail -1 "$RAW/bench-gpu-args.log")"
+    # (Not selected by --only: neither a problem of the stage nor a number.)
+    if [ $rc != 126 ]; then
+      rcs="$rcs $rc"
+      [ $rc = 0 ] || details="$details bench-gpu-args: $(why $rc);"
+      note "- bench-gpu-args: $(tail -1 "$RAW/bench-gpu-args.log")"
+    fi
   else
     gpu_bench_cmds
     cmds=("${GPU_CMDS[@]}")
@@ -613,7 +616,8 @@ stage_bench() {
     write_summary
   done
   st=$(settle $rcs)
-  stage_row bench "$st" $(( $(date +%s) - t0 )) "${details:- every command selected ran; numbers below}"
+  details="${details# }"
+  stage_row bench "$st" $(( $(date +%s) - t0 )) "${details:-every command selected ran; numbers below}"
 }
 
 # ---------------------------------------------------------------------------- torch
