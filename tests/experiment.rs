@@ -274,6 +274,12 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
     // A grid folder given where the kept runs go: the hint, not "restored 0".
     let r = sh(&[Path::new("restore"), &out, &dir.join("fresh2")]);
     assert!(!r.status.success() && text(&r).contains("did you mean") && text(&r).contains("/runs"), "{}", text(&r));
+    // So is the folder the GPU check's grid.tar.gz unpacked into (its runs in grid-runs/).
+    let unpacked = dir.join("unpacked");
+    std::fs::create_dir_all(unpacked.join("grid-runs")).unwrap();
+    let r = sh(&[Path::new("restore"), &unpacked, &dir.join("fresh3")]);
+    let want = format!("did you mean: {} restore {}", script.display(), unpacked.join("grid-runs").display());
+    assert!(!r.status.success() && text(&r).contains(&want), "{}", text(&r));
     // An unfinished checkpoint of a run KEEP holds finished (another grid folder, not restored
     // first) never replaces its result; `save` of a finished run removes a checkpoint kept of it.
     let other = dir.join("other-grid/runs/ddl-seed1");

@@ -2679,7 +2679,9 @@ fn the_setup_script_answers_help_and_points_a_wrong_flag_to_its_settings() {
 
 /// The GPU check's `run.sh` refuses a flag given without its value, naming what it takes (it
 /// stopped on bash's "$2: unbound variable"), and, run from `scripts/gpu-check/` instead of a
-/// bundle, says to build the bundle (it stopped on xz's "bin/*.xz: No such file").
+/// bundle, says to build the bundle (it stopped on xz's "bin/*.xz: No such file"); a
+/// GRID_RUNS or GRID_PARTIAL that is no folder, or a GRID_JOBS that is no count, is refused
+/// before anything runs.
 #[test]
 fn the_gpu_check_script_names_a_flag_without_its_value_and_runs_only_from_a_bundle() {
     let script = ddl::testing::data_path("scripts/gpu-check/run.sh");
@@ -2690,6 +2692,23 @@ fn the_gpu_check_script_names_a_flag_without_its_value_and_runs_only_from_a_bund
         assert_eq!(o.status.code(), Some(2), "{t}");
         assert!(t.contains(&format!("run.sh: {flag} needs a value")) && t.contains(want), "{t}");
         assert!(!t.contains("unbound variable"), "{t}");
+    }
+    // The experiment stage's folders and job count, before anything runs (a misnamed GRID_RUNS
+    // trained the grid from step 0 and passed).
+    for (var, value, want) in [
+        ("GRID_RUNS", "/no/such/grid-runs", "GRID_RUNS=/no/such/grid-runs: no such folder"),
+        ("GRID_PARTIAL", "/no/such/grid-partial", "e.g. GRID_PARTIAL=gpu-bundle/grid/grid-partial"),
+        ("GRID_JOBS", "eight", "GRID_JOBS=eight is not a number of runs"),
+    ] {
+        let o = Command::new("bash")
+            .arg(&script)
+            .args(["--local", "--stages", "info,experiment"])
+            .env(var, value)
+            .output()
+            .unwrap();
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{t}");
+        assert!(t.contains(want), "{t}");
     }
     let out = tmpdir("gpu-check-outside-a-bundle");
     let o = run(&["--local", "--stages", "info", "--out", out.join("o").to_str().unwrap()]);

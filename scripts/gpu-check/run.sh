@@ -95,6 +95,19 @@ done
 if [[ ",$STAGES," == *",experiment,"* ]] && [ ! -f "$ROOT/$SPEC" ] && [ ! -f "$SPEC" ]; then
   echo "run.sh: --spec $SPEC: no such file (run.sh runs from the repository root; the default is experiments/shakespeare.toml)" >&2; exit 2
 fi
+# The experiment stage's GRID_RUNS, GRID_PARTIAL and GRID_JOBS: a folder misnamed there let the
+# stage train the grid from step 0 (the restore's error went to its log alone) and spend the call.
+if [[ ",$STAGES," == *",experiment,"* ]]; then
+  for v in GRID_RUNS GRID_PARTIAL; do
+    if [ -n "${!v:-}" ] && [ ! -d "${!v}" ]; then
+      echo "run.sh: $v=${!v}: no such folder (the $([ $v = GRID_RUNS ] && echo grid-runs || echo grid-partial)/ of an earlier call's $([ $v = GRID_RUNS ] && echo grid.tar.gz || echo grid-partial.tar.gz), unpacked: e.g. $v=gpu-bundle/grid/$([ $v = GRID_RUNS ] && echo grid-runs || echo grid-partial); a relative path is taken from the current directory)" >&2
+      exit 2
+    fi
+  done
+  case "${GRID_JOBS:-1}" in *[!0-9]*|0*)
+    echo "run.sh: GRID_JOBS=$GRID_JOBS is not a number of runs to train at once (a whole number, 1 or more; default 8 on the card, 1 with --local)" >&2; exit 2 ;;
+  esac
+fi
 # Every --only name (or pattern) must name a command of the check: a typo would otherwise select
 # nothing and spend a device call on the info stage alone. The names: the quoted command lines'
 # first fields, and the info, golden, kernels and experiment stages' own.
@@ -719,12 +732,16 @@ stage_experiment() {
   local t0=$(date +%s) g="$WORK/grid" keep="$WORK/grid-runs" part="$WORK/grid-partial" rc secs n p jobs note=""
   jobs="${GRID_JOBS:-$([ $LOCAL = 1 ] && echo 1 || echo 8)}"
   : > "$RAW/experiment.log"
-  if [ -n "${GRID_RUNS:-}" ]; then
-    bash "$ROOT/scripts/experiment-runs.sh" restore "$GRID_RUNS" "$g" >> "$RAW/experiment.log" 2>&1
-  fi
-  if [ -n "${GRID_PARTIAL:-}" ]; then
-    bash "$ROOT/scripts/experiment-runs.sh" restore "$GRID_PARTIAL" "$g" >> "$RAW/experiment.log" 2>&1
-  fi
+  local v said
+  for v in GRID_RUNS GRID_PARTIAL; do
+    [ -n "${!v:-}" ] || continue
+    if ! said="$(bash "$ROOT/scripts/experiment-runs.sh" restore "${!v}" "$g" 2>&1)"; then
+      echo "$said" >> "$RAW/experiment.log"
+      stage_row experiment fail $(( $(date +%s) - t0 )) "$v=${!v} did not restore, nothing trained: $(tail -1 <<<"$said")"
+      return
+    fi
+    echo "$said" >> "$RAW/experiment.log"
+  done
   secs=$(left)
   log "experiment (timeout ${secs}s): ddl experiment --spec $SPEC --out $g --no-autotune --jobs $jobs"
   # SIGINT at the limit: every run saves its checkpoint and the grid stops; KILL 20 s later.
