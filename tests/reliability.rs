@@ -2718,6 +2718,31 @@ fn the_gpu_check_script_names_a_flag_without_its_value_and_runs_only_from_a_bund
     assert!(!out.join("o").exists(), "nothing is written before the refusal");
 }
 
+/// The scripts that read a GPU check's results (docs/GPU.md) answer a missing file or one that is
+/// no archive with its name and what they expect, in one line, never a traceback (roofline.py and
+/// step_budget.py raised FileNotFoundError; a README given for an archive got tarfile's line per
+/// compression it tried).
+#[test]
+fn the_gpu_results_scripts_name_a_file_that_is_not_a_results_archive() {
+    let readme = ddl::testing::data_path("README.md");
+    for script in ["verdicts.py", "roofline.py", "step_budget.py", "state_split.py", "products.py"] {
+        let path = ddl::testing::data_path(&format!("scripts/gpu-check/{script}"));
+        for (arg, why) in [("/no/such/results.tar.gz", "No such file"), (readme.to_str().unwrap(), "not a tar archive")]
+        {
+            let o = Command::new("python3").arg(&path).arg(arg).output().expect("running python3");
+            let t = text(&o);
+            assert!(!o.status.success(), "{script} {arg}: {t}");
+            assert!(!t.contains("Traceback") && !t.contains("- method"), "{script} {arg}: {t}");
+            assert!(
+                t.contains(&format!("{script}: cannot read {arg}: "))
+                    && t.contains(why)
+                    && t.contains("results*.tar.gz"),
+                "{script} {arg}: {t}"
+            );
+        }
+    }
+}
+
 /// The GPU check's summary of a `--only` selection on lavapipe (a bundle of this build's `ddl`
 /// and run.sh): the bench stage's row says every selected command ran (it listed
 /// "bench-gpu-args: not selected;" as the stage's only detail, and that under Numbers), and the

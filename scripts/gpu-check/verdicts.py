@@ -308,14 +308,22 @@ PREDICTIONS = [
 ]
 
 
+def open_results(path):
+    """The archive at PATH (a results*.tar.gz of run.sh), or an exit that names it, the reason and
+    what was expected (the scripts of this folder read their archives through it)."""
+    try:
+        return tarfile.open(path)
+    except (OSError, tarfile.TarError) as e:
+        # (tarfile's own words for a file of another kind are a line per compression it tried.)
+        why = "not a tar archive" if isinstance(e, tarfile.ReadError) else e
+        sys.exit(f"{os.path.basename(sys.argv[0])}: cannot read {path}: {why} (expected a results*.tar.gz that run.sh wrote)")
+
+
 def load(paths):
     """stage name -> list of JSON objects; plus the status rows (stage -> (status, details))."""
     lines, status = {}, {}
     for path in paths:
-        try:
-            tar = tarfile.open(path)
-        except (OSError, tarfile.TarError) as e:
-            sys.exit(f"{os.path.basename(sys.argv[0])}: cannot read {path}: {e} (expected a results*.tar.gz that run.sh wrote)")
+        tar = open_results(path)
         this = {}
         for m in tar.getmembers():
             base = m.name.rsplit("/", 1)[-1]
