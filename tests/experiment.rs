@@ -391,6 +391,12 @@ fn bad_specs_are_clear_errors() {
     let r =
         ddl(&dir, &["experiment", "--spec", good.to_str().unwrap(), "--out", out.to_str().unwrap(), "--report-only"]);
     assert!(!r.status.success() && text(&r).contains("holds no experiment"), "{}", text(&r));
+    // --dry-run beside --report-only or --speed listed the runs and did neither: refused.
+    for other in ["--report-only", "--speed"] {
+        let r = ddl(&dir, &["experiment", "--spec", good.to_str().unwrap(), "--out", "o", "--dry-run", other]);
+        let t = text(&r);
+        assert!(!r.status.success() && t.contains(&format!("'--dry-run' cannot be used with '{other}'")), "{t}");
+    }
     let r = ddl(&dir, &["experiment", "--spec", dir.join("missing.toml").to_str().unwrap(), "--out", "x"]);
     assert!(!r.status.success() && text(&r).contains("missing.toml"), "{}", text(&r));
     assert!(!out.exists(), "a bad spec must not create the output directory");
