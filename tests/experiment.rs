@@ -391,6 +391,9 @@ fn bad_specs_are_clear_errors() {
     let r =
         ddl(&dir, &["experiment", "--spec", good.to_str().unwrap(), "--out", out.to_str().unwrap(), "--report-only"]);
     assert!(!r.status.success() && text(&r).contains("holds no experiment"), "{}", text(&r));
+    // One run of the spec is "1 run", not "1 runs".
+    let r = ddl(&dir, &["experiment", "--spec", good.to_str().unwrap(), "--out", "o", "--dry-run"]);
+    assert!(r.status.success() && text(&r).contains("1 run of 3 steps, preset tiny"), "{}", text(&r));
     // --dry-run beside --report-only or --speed listed the runs and did neither: refused.
     for other in ["--report-only", "--speed"] {
         let r = ddl(&dir, &["experiment", "--spec", good.to_str().unwrap(), "--out", "o", "--dry-run", other]);
