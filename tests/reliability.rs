@@ -2721,7 +2721,8 @@ fn the_gpu_check_script_names_a_flag_without_its_value_and_runs_only_from_a_bund
 /// The scripts that read a GPU check's results (docs/GPU.md) answer a missing file or one that is
 /// no archive with its name and what they expect, in one line, never a traceback (roofline.py and
 /// step_budget.py raised FileNotFoundError; a README given for an archive got tarfile's line per
-/// compression it tried).
+/// compression it tried); verdicts.py names an option it does not take and a run it has no
+/// predictions for.
 #[test]
 fn the_gpu_results_scripts_name_a_file_that_is_not_a_results_archive() {
     let readme = ddl::testing::data_path("README.md");
@@ -2741,6 +2742,23 @@ fn the_gpu_results_scripts_name_a_file_that_is_not_a_results_archive() {
             );
         }
     }
+    // verdicts.py: a misspelt option was dropped without a word, and a run without predictions
+    // printed an empty table ("0 of 0 predictions of run 9 shown").
+    let verdicts = ddl::testing::data_path("scripts/gpu-check/verdicts.py");
+    let results = ddl::testing::data_path("docs/gpu-runs/2026-11-28-h200-d/results-1.tar.gz");
+    for (flags, want) in [
+        (&["--al"][..], "verdicts.py: unknown option '--al' (expected --run N, --all"),
+        (
+            &["--run", "9"][..],
+            "verdicts.py: --run 9: no prediction of this page is for run 9 (runs with predictions: 4,",
+        ),
+    ] {
+        let o = Command::new("python3").arg(&verdicts).arg(&results).args(flags).output().expect("running python3");
+        let t = text(&o);
+        assert!(!o.status.success() && t.contains(want) && !t.contains("Traceback"), "{flags:?}: {t}");
+    }
+    let o = Command::new("python3").arg(&verdicts).arg(&results).args(["--run", "4"]).output().unwrap();
+    assert!(o.status.success() && text(&o).contains("predictions of run 4 shown"), "{}", text(&o));
 }
 
 /// The GPU check's summary of a `--only` selection on lavapipe (a bundle of this build's `ddl`

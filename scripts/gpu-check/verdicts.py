@@ -447,6 +447,10 @@ def verdict(p, m):
 
 def main(argv):
     args = [a for a in argv if not a.startswith("--")]
+    # (A misspelt option was dropped without a word: `--al` listed only the runs that ran.)
+    for a in argv:
+        if a.startswith("--") and a not in ("--run", "--all"):
+            sys.exit(f"verdicts.py: unknown option '{a}' (expected --run N, --all, and results*.tar.gz files)")
     run = 6
     if "--run" in argv:
         i = argv.index("--run")
@@ -454,6 +458,10 @@ def main(argv):
             sys.exit("verdicts.py: --run takes a run number, e.g. --run 4")
         run = int(argv[i + 1])
         args = [a for a in args if a != argv[i + 1]]
+        runs = sorted({p["run"] for p in PREDICTIONS})
+        if run not in runs:
+            sys.exit(f"verdicts.py: --run {run}: no prediction of this page is for run {run} "
+                     f"(runs with predictions: {', '.join(map(str, runs))})")
     if not args:
         sys.exit(__doc__)
     lines, status = load(args)
