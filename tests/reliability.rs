@@ -2764,7 +2764,8 @@ fn the_gpu_results_scripts_name_a_file_that_is_not_a_results_archive() {
 /// The GPU check's summary of a `--only` selection on lavapipe (a bundle of this build's `ddl`
 /// and run.sh): the bench stage's row says every selected command ran (it listed
 /// "bench-gpu-args: not selected;" as the stage's only detail, and that under Numbers), and the
-/// generate line ends with its numbers (it ended in "; ").
+/// generate line ends with its numbers (it ended in "; "), the info row's plan without ddl
+/// info's indent.
 #[test]
 fn the_gpu_check_summary_leaves_out_what_only_did_not_select() {
     let dir = tmpdir("gpu-check-summary");
@@ -2780,7 +2781,7 @@ fn the_gpu_check_summary_leaves_out_what_only_did_not_select() {
     let out = dir.join("out");
     let o = Command::new("bash")
         .arg(bundle.join("run.sh"))
-        .args(["--local", "--stages", "bench", "--only", "bench-copy,bench-generate", "--out"])
+        .args(["--local", "--stages", "info,bench", "--only", "bench-copy,bench-generate", "--out"])
         .arg(&out)
         .current_dir(ddl::testing::data_root())
         .env_remove("XDG_RUNTIME_DIR")
@@ -2790,6 +2791,8 @@ fn the_gpu_check_summary_leaves_out_what_only_did_not_select() {
     assert!(o.status.success(), "{}\n{summary}", text(&o));
     assert!(summary.contains(" | every command selected ran; numbers below |"), "{summary}");
     assert!(!summary.contains("bench-gpu-args") && !summary.contains("not selected"), "{summary}");
+    // (The plan's total was written "plan:  total": ddl info's indent kept.)
+    assert!(summary.contains("; plan: total "), "{summary}");
     let generate = summary.lines().find(|l| l.starts_with("- generate: context 8: ")).unwrap_or_default();
     assert!(generate.ends_with(" recomputed"), "{summary}");
 }

@@ -346,7 +346,7 @@ stage_info() {
   else
     step info-plan 20 "$DDL" info --preset tiny --variant ddl
   fi
-  plan="$(grep -m1 -i 'total' "$RAW/info-plan.log" | sed 's/  */ /g')"
+  plan="$(grep -m1 -i 'total' "$RAW/info-plan.log" | sed 's/  */ /g; s/^ //')"
   # The kernel forms this adapter gets (src/kernels/forms.rs): what the GPU runs by default.
   local forms
   forms="$(sed -n '/^kernel forms/,$p' "$RAW/info.log" | tail -n +2 | awk '$1 != "measured" { printf("%s%s=%s", n++ ? ", " : "", $1, $2) }')"
