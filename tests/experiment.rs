@@ -976,3 +976,23 @@ fn the_length_extrapolation_names_a_check_folder_that_holds_no_runs() {
     assert!(!o.status.success(), "{t}");
     assert!(t.contains("no finished run 'baseline-seed9' there") && t.contains("baseline-seed5, ddl-seed1"), "{t}");
 }
+
+/// A grid whose runs were kept as `scripts/experiment-runs.sh save` keeps them (result.json and
+/// config.toml: docs/experiments/'s): `ddl plot` says that is why it has no curve and where the
+/// curves are (it said "no metrics.jsonl yet (not started)" of finished runs and advised another
+/// metric, which could not help), and `ddl info --checkpoint` no longer advises `ddl plot` there.
+#[test]
+fn a_grid_kept_without_its_metrics_is_not_said_to_be_unstarted() {
+    let dir = tmpdir("experiment-kept-plot");
+    let kept = ddl::testing::data_path("docs/experiments/shakespeare-32k-lavapipe");
+    let png = dir.join("curves.png");
+    let r = ddl(&dir, &["plot", kept.to_str().unwrap(), "--out", png.to_str().unwrap()]);
+    let t = text(&r);
+    assert!(!r.status.success() && !png.exists(), "{t}");
+    assert!(t.contains("kept without its metrics.jsonl") && t.contains("report has its curves (val_loss.png)"), "{t}");
+    assert!(!t.contains("not started") && !t.contains("choose another metric"), "{t}");
+    let r = ddl(&dir, &["info", "--checkpoint", kept.to_str().unwrap()]);
+    let t = text(&r);
+    assert!(r.status.success(), "{t}");
+    assert!(t.contains("curves: the report's val_loss.png") && !t.contains("--out curves.png"), "{t}");
+}
