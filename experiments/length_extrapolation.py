@@ -24,14 +24,21 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def last_fifth(run_dir):
-    """(steps, change of the validation curve over the last fifth of the steps) of one run."""
+def last_fifth(run_dir, flag):
+    """(steps, change of the validation curve over the last fifth of the steps) of one run, a
+    folder of the runs that FLAG (--short, --long, --check) names."""
     path = os.path.join(run_dir, "result.json")
+    if not os.path.isfile(path):
+        folder, run = os.path.split(run_dir)
+        runs = sorted(d for d in os.listdir(folder) if os.path.isfile(os.path.join(folder, d, "result.json")))
+        there = ", ".join(runs) if runs else "none (no VARIANT-seedS/result.json: not a folder of runs?)"
+        sys.exit(f"length_extrapolation: {flag} {folder}: no finished run '{run}' there; --variants and "
+                 f"--seed name the runs (VARIANT-seedS). Its finished runs: {there}")
     try:
         with open(path) as f:
             r = json.load(f)
-    except OSError as e:
-        sys.exit(f"length_extrapolation: cannot read {path}: {e} (run from the repository root?)")
+    except (OSError, ValueError) as e:
+        sys.exit(f"length_extrapolation: cannot read {path}: {e}")
     curve = {int(s): v for s, v in r["val_curve"]}
     n = r["steps"]
     start = n * 4 // 5
@@ -55,6 +62,10 @@ def main():
                    help="seconds a grid step takes alone on lavapipe (about 5 minutes a 2000-step run)")
     p.add_argument("--gpu-step-ms", default="2,4", help="predicted ms a micro step takes on the GPU (not measured)")
     a = p.parse_args()
+    for flag, folder in [("--short", a.short), ("--long", a.long), ("--check", a.check)]:
+        if folder is not None and not os.path.isdir(folder):
+            sys.exit(f"length_extrapolation: {flag} {folder}: not a folder; give a folder of an experiment's "
+                     "runs (its runs/, as docs/experiments/shakespeare-32k-lavapipe/runs)")
 
     print(f"| variant (seed {a.seed}) | change over the last fifth, short | long | exponent a | "
           f"predicted at {a.pilot_steps} steps | steps to reach {a.threshold} |")
@@ -62,8 +73,8 @@ def main():
     need = []
     checks = []
     for v in a.variants.split(","):
-        n1, c1 = last_fifth(os.path.join(a.short, f"{v}-seed{a.seed}"))
-        n2, c2 = last_fifth(os.path.join(a.long, f"{v}-seed{a.seed}"))
+        n1, c1 = last_fifth(os.path.join(a.short, f"{v}-seed{a.seed}"), "--short")
+        n2, c2 = last_fifth(os.path.join(a.long, f"{v}-seed{a.seed}"), "--long")
         if c1 <= 0 or c2 <= 0 or c2 >= c1:
             print(f"| {v} | {c1:+.4f} at {n1} | {c2:+.4f} at {n2} | no power law through these | | |")
             continue
@@ -75,9 +86,12 @@ def main():
               f"{steps:,.0f} ({steps / n1:.0f}× {n1}) |")
         run3 = os.path.join(a.check, f"{v}-seed{a.seed}") if a.check else None
         if run3 and os.path.exists(os.path.join(run3, "result.json")):
-            n3, c3 = last_fifth(run3)
+            n3, c3 = last_fifth(run3, "--check")
             pred = c2 * (n3 / n2) ** -exp
             checks.append(f"{v}: predicted {pred:+.4f} over the last fifth at {n3} steps, measured {c3:+.4f}")
+        elif run3:
+            checks.append(f"{v}: no finished run {v}-seed{a.seed} in --check {a.check}, so nothing to check "
+                          "(--variants names the variants to read)")
     for c in checks:
         print()
         print(c)

@@ -120,6 +120,12 @@ case "$cmd" in
       echo "$0: $keep holds no saved run, but $keep/runs does: $keep looks like a grid's --out folder; did you mean: $0 restore $keep/runs $out" >&2
       exit 1
     fi
+    if [ $n -eq 0 ] && [ $p -eq 0 ] && { [ -d "$keep/grid-runs" ] || [ -d "$keep/grid-partial" ]; }; then
+      # The folder the GPU check's grid.tar.gz and grid-partial.tar.gz were unpacked into: the
+      # runs are in grid-runs/ and grid-partial/ (restored one after the other).
+      echo "$0: $keep holds no saved run but grid-runs/ or grid-partial/, as the GPU check's grid.tar.gz and grid-partial.tar.gz unpack; did you mean: $0 restore $keep/grid-runs $out (and then $keep/grid-partial, its unfinished runs)" >&2
+      exit 1
+    fi
     echo "restored $n finished run(s)$([ $p -gt 0 ] && echo " and $p unfinished run(s) to resume") from $keep into $out/runs"
     ;;
   *) usage ;;

@@ -368,8 +368,9 @@ fn experiment(
         let finished = states.iter().filter(|s| s.starts_with("finished")).count();
         let new = states.iter().filter(|s| s.starts_with("new")).count();
         println!(
-            "{total} runs of {} steps, preset {} ({} in {}: {finished} finished, {} to resume, {new} new):",
-            spec.steps,
+            "{} of {}, preset {} ({} in {}: {finished} finished, {} to resume, {new} new):",
+            ddl::plural(total, "run"),
+            ddl::plural(spec.steps, "step"),
             spec.preset,
             // (Runs restored into a folder without the spec are an experiment's too.)
             if out.join("experiment.toml").exists() || out.join("runs").is_dir() {

@@ -274,6 +274,12 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
     // A grid folder given where the kept runs go: the hint, not "restored 0".
     let r = sh(&[Path::new("restore"), &out, &dir.join("fresh2")]);
     assert!(!r.status.success() && text(&r).contains("did you mean") && text(&r).contains("/runs"), "{}", text(&r));
+    // So is the folder the GPU check's grid.tar.gz unpacked into (its runs in grid-runs/).
+    let unpacked = dir.join("unpacked");
+    std::fs::create_dir_all(unpacked.join("grid-runs")).unwrap();
+    let r = sh(&[Path::new("restore"), &unpacked, &dir.join("fresh3")]);
+    let want = format!("did you mean: {} restore {}", script.display(), unpacked.join("grid-runs").display());
+    assert!(!r.status.success() && text(&r).contains(&want), "{}", text(&r));
     // An unfinished checkpoint of a run KEEP holds finished (another grid folder, not restored
     // first) never replaces its result; `save` of a finished run removes a checkpoint kept of it.
     let other = dir.join("other-grid/runs/ddl-seed1");
@@ -385,6 +391,15 @@ fn bad_specs_are_clear_errors() {
     let r =
         ddl(&dir, &["experiment", "--spec", good.to_str().unwrap(), "--out", out.to_str().unwrap(), "--report-only"]);
     assert!(!r.status.success() && text(&r).contains("holds no experiment"), "{}", text(&r));
+    // One run of the spec is "1 run", not "1 runs".
+    let r = ddl(&dir, &["experiment", "--spec", good.to_str().unwrap(), "--out", "o", "--dry-run"]);
+    assert!(r.status.success() && text(&r).contains("1 run of 3 steps, preset tiny"), "{}", text(&r));
+    // --dry-run beside --report-only or --speed listed the runs and did neither: refused.
+    for other in ["--report-only", "--speed"] {
+        let r = ddl(&dir, &["experiment", "--spec", good.to_str().unwrap(), "--out", "o", "--dry-run", other]);
+        let t = text(&r);
+        assert!(!r.status.success() && t.contains(&format!("'--dry-run' cannot be used with '{other}'")), "{t}");
+    }
     let r = ddl(&dir, &["experiment", "--spec", dir.join("missing.toml").to_str().unwrap(), "--out", "x"]);
     assert!(!r.status.success() && text(&r).contains("missing.toml"), "{}", text(&r));
     assert!(!out.exists(), "a bad spec must not create the output directory");
@@ -933,4 +948,51 @@ fn ablations_are_added_to_a_finished_grid_from_its_checkpoints() {
     let r = ddl(&dir, &["experiment", "--spec", sp, "--out", o, "--report-only"]);
     assert!(r.status.success(), "{}", text(&r));
     assert!(!report().contains("ablation") && !out.join("ablations.png").exists(), "{}", report());
+}
+
+/// `experiments/length_extrapolation.py` (the grid README's length arithmetic) refuses a
+/// `--check` that is not a folder of runs (it printed the fit without the check, as if the path
+/// held no run of these variants), says when a checked folder lacks one of the variants, and
+/// names the runs a folder holds when `--variants` or `--seed` names none of them.
+#[test]
+fn the_length_extrapolation_names_a_check_folder_that_holds_no_runs() {
+    let script = ddl::testing::data_path("experiments/length_extrapolation.py");
+    let py = |args: &[&str]| Command::new("python3").arg(&script).args(args).output().expect("running python3");
+    let dir = tmpdir("length-extrapolation");
+    std::fs::create_dir_all(&dir).unwrap();
+    let missing = dir.join("no-such-runs");
+    let o = py(&["--check", missing.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(t.contains(&format!("--check {}: not a folder", missing.display())), "{t}");
+    let k32 = ddl::testing::data_path("docs/experiments/shakespeare-32k-lavapipe/runs");
+    let o = py(&["--check", k32.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("baseline: predicted +0.0112 over the last fifth at 32000 steps, measured +0.0154"), "{t}");
+    assert!(t.contains("ddl: no finished run ddl-seed1 in --check"), "{t}");
+    let o = py(&["--variants", "baseline", "--seed", "9"]);
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(t.contains("no finished run 'baseline-seed9' there") && t.contains("baseline-seed5, ddl-seed1"), "{t}");
+}
+
+/// A grid whose runs were kept as `scripts/experiment-runs.sh save` keeps them (result.json and
+/// config.toml: docs/experiments/'s): `ddl plot` says that is why it has no curve and where the
+/// curves are (it said "no metrics.jsonl yet (not started)" of finished runs and advised another
+/// metric, which could not help), and `ddl info --checkpoint` no longer advises `ddl plot` there.
+#[test]
+fn a_grid_kept_without_its_metrics_is_not_said_to_be_unstarted() {
+    let dir = tmpdir("experiment-kept-plot");
+    let kept = ddl::testing::data_path("docs/experiments/shakespeare-32k-lavapipe");
+    let png = dir.join("curves.png");
+    let r = ddl(&dir, &["plot", kept.to_str().unwrap(), "--out", png.to_str().unwrap()]);
+    let t = text(&r);
+    assert!(!r.status.success() && !png.exists(), "{t}");
+    assert!(t.contains("kept without its metrics.jsonl") && t.contains("report has its curves (val_loss.png)"), "{t}");
+    assert!(!t.contains("not started") && !t.contains("choose another metric"), "{t}");
+    let r = ddl(&dir, &["info", "--checkpoint", kept.to_str().unwrap()]);
+    let t = text(&r);
+    assert!(r.status.success(), "{t}");
+    assert!(t.contains("curves: the report's val_loss.png") && !t.contains("--out curves.png"), "{t}");
 }

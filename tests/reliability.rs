@@ -2753,6 +2753,126 @@ fn the_setup_script_answers_help_and_points_a_wrong_flag_to_its_settings() {
     );
 }
 
+/// The GPU check's `run.sh` refuses a flag given without its value, naming what it takes (it
+/// stopped on bash's "$2: unbound variable"), and, run from `scripts/gpu-check/` instead of a
+/// bundle, says to build the bundle (it stopped on xz's "bin/*.xz: No such file"); a
+/// GRID_RUNS or GRID_PARTIAL that is no folder, or a GRID_JOBS that is no count, is refused
+/// before anything runs.
+#[test]
+fn the_gpu_check_script_names_a_flag_without_its_value_and_runs_only_from_a_bundle() {
+    let script = ddl::testing::data_path("scripts/gpu-check/run.sh");
+    let run = |args: &[&str]| Command::new("bash").arg(&script).args(args).output().unwrap();
+    for (flag, want) in [("--budget", "a number of seconds"), ("--stages", "info, golden"), ("--forms", "DDL_FORMS")] {
+        let o = run(&["--local", flag]);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{t}");
+        assert!(t.contains(&format!("run.sh: {flag} needs a value")) && t.contains(want), "{t}");
+        assert!(!t.contains("unbound variable"), "{t}");
+    }
+    // The experiment stage's folders and job count, before anything runs (a misnamed GRID_RUNS
+    // trained the grid from step 0 and passed).
+    for (var, value, want) in [
+        ("GRID_RUNS", "/no/such/grid-runs", "GRID_RUNS=/no/such/grid-runs: no such folder"),
+        ("GRID_PARTIAL", "/no/such/grid-partial", "e.g. GRID_PARTIAL=gpu-bundle/grid/grid-partial"),
+        ("GRID_JOBS", "eight", "GRID_JOBS=eight is not a number of runs"),
+    ] {
+        let o = Command::new("bash")
+            .arg(&script)
+            .args(["--local", "--stages", "info,experiment"])
+            .env(var, value)
+            .output()
+            .unwrap();
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{t}");
+        assert!(t.contains(want), "{t}");
+    }
+    let out = tmpdir("gpu-check-outside-a-bundle");
+    let o = run(&["--local", "--stages", "info", "--out", out.join("o").to_str().unwrap()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("no bin/ddl.xz beside this script") && t.contains("make gpu-bundle"), "{t}");
+    assert!(!out.join("o").exists(), "nothing is written before the refusal");
+}
+
+/// The scripts that read a GPU check's results (docs/GPU.md) answer a missing file or one that is
+/// no archive with its name and what they expect, in one line, never a traceback (roofline.py and
+/// step_budget.py raised FileNotFoundError; a README given for an archive got tarfile's line per
+/// compression it tried); verdicts.py names an option it does not take and a run it has no
+/// predictions for.
+#[test]
+fn the_gpu_results_scripts_name_a_file_that_is_not_a_results_archive() {
+    let readme = ddl::testing::data_path("README.md");
+    for script in ["verdicts.py", "roofline.py", "step_budget.py", "state_split.py", "products.py"] {
+        let path = ddl::testing::data_path(&format!("scripts/gpu-check/{script}"));
+        for (arg, why) in [("/no/such/results.tar.gz", "No such file"), (readme.to_str().unwrap(), "not a tar archive")]
+        {
+            let o = Command::new("python3").arg(&path).arg(arg).output().expect("running python3");
+            let t = text(&o);
+            assert!(!o.status.success(), "{script} {arg}: {t}");
+            assert!(!t.contains("Traceback") && !t.contains("- method"), "{script} {arg}: {t}");
+            assert!(
+                t.contains(&format!("{script}: cannot read {arg}: "))
+                    && t.contains(why)
+                    && t.contains("results*.tar.gz"),
+                "{script} {arg}: {t}"
+            );
+        }
+    }
+    // verdicts.py: a misspelt option was dropped without a word, and a run without predictions
+    // printed an empty table ("0 of 0 predictions of run 9 shown").
+    let verdicts = ddl::testing::data_path("scripts/gpu-check/verdicts.py");
+    let results = ddl::testing::data_path("docs/gpu-runs/2026-11-28-h200-d/results-1.tar.gz");
+    for (flags, want) in [
+        (&["--al"][..], "verdicts.py: unknown option '--al' (expected --run N, --all"),
+        (
+            &["--run", "9"][..],
+            "verdicts.py: --run 9: no prediction of this page is for run 9 (runs with predictions: 4,",
+        ),
+    ] {
+        let o = Command::new("python3").arg(&verdicts).arg(&results).args(flags).output().expect("running python3");
+        let t = text(&o);
+        assert!(!o.status.success() && t.contains(want) && !t.contains("Traceback"), "{flags:?}: {t}");
+    }
+    let o = Command::new("python3").arg(&verdicts).arg(&results).args(["--run", "4"]).output().unwrap();
+    assert!(o.status.success() && text(&o).contains("predictions of run 4 shown"), "{}", text(&o));
+}
+
+/// The GPU check's summary of a `--only` selection on lavapipe (a bundle of this build's `ddl`
+/// and run.sh): the bench stage's row says every selected command ran (it listed
+/// "bench-gpu-args: not selected;" as the stage's only detail, and that under Numbers), and the
+/// generate line ends with its numbers (it ended in "; "), the info row's plan without ddl
+/// info's indent.
+#[test]
+fn the_gpu_check_summary_leaves_out_what_only_did_not_select() {
+    let dir = tmpdir("gpu-check-summary");
+    let bundle = dir.join("bundle");
+    std::fs::create_dir_all(bundle.join("bin")).unwrap();
+    std::fs::copy(ddl::testing::data_path("scripts/gpu-check/run.sh"), bundle.join("run.sh")).unwrap();
+    let xz = Command::new("xz")
+        .args(["-0", "-c", env!("CARGO_BIN_EXE_ddl")])
+        .stdout(std::fs::File::create(bundle.join("bin/ddl.xz")).unwrap())
+        .status()
+        .expect("running xz (scripts/setup.sh bundle installs it)");
+    assert!(xz.success());
+    let out = dir.join("out");
+    let o = Command::new("bash")
+        .arg(bundle.join("run.sh"))
+        .args(["--local", "--stages", "info,bench", "--only", "bench-copy,bench-generate", "--out"])
+        .arg(&out)
+        .current_dir(ddl::testing::data_root())
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap();
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap_or_default();
+    assert!(o.status.success(), "{}\n{summary}", text(&o));
+    assert!(summary.contains(" | every command selected ran; numbers below |"), "{summary}");
+    assert!(!summary.contains("bench-gpu-args") && !summary.contains("not selected"), "{summary}");
+    // (The plan's total was written "plan:  total": ddl info's indent kept.)
+    assert!(summary.contains("; plan: total "), "{summary}");
+    let generate = summary.lines().find(|l| l.starts_with("- generate: context 8: ")).unwrap_or_default();
+    assert!(generate.ends_with(" recomputed"), "{summary}");
+}
+
 #[test]
 fn training_and_evaluation_work_from_any_directory() {
     let dir = tmpdir("anywhere");
@@ -3239,23 +3359,34 @@ fn check_args_validates_a_command_without_running_it() {
     }
 }
 
-/// Every `ddl …` command the README and docs/ show in a shell block (```sh, or one without a
+/// README.md and every page under docs/ (docs/experiments/*/README.md among them), sorted.
+fn doc_pages() -> Vec<PathBuf> {
+    let root = ddl::testing::data_root();
+    let mut pages = vec![root.join("README.md")];
+    let mut folders = vec![root.join("docs")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|x| x == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    pages.sort();
+    pages
+}
+
+/// Every `ddl …` command the README and docs/ (its subfolders too: an experiment's README shows
+/// the command that regenerates its report) show in a shell block (```sh, or one without a
 /// language) is one the CLI takes: parsed, its kernel forms and `bench train` settings checked,
 /// nothing run (`DDL_CHECK_ARGS`). A flag renamed or dropped since a page was written fails here
 /// with the page and line. Lines continued with `\` are joined; a `#` comment, a redirection or
 /// a pipe ends the command; lines with `...` placeholders are left out.
 #[test]
 fn the_commands_the_docs_show_are_ones_the_cli_takes() {
-    let root = ddl::testing::data_root();
-    let mut pages = vec![root.join("README.md")];
-    let mut docs: Vec<_> = std::fs::read_dir(root.join("docs"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "md"))
-        .collect();
-    docs.sort();
-    pages.extend(docs);
+    let pages = doc_pages();
     let dir = tmpdir("doc-commands");
     let (mut checked, mut refused) = (0, Vec::new());
     for page in &pages {
@@ -3311,20 +3442,7 @@ fn the_commands_the_docs_show_are_ones_the_cli_takes() {
 /// no test saw.
 #[test]
 fn the_links_in_the_docs_resolve() {
-    let root = ddl::testing::data_root();
-    let mut pages = vec![root.join("README.md")];
-    let mut folders = vec![root.join("docs")];
-    while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(&folder).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                folders.push(path);
-            } else if path.extension().is_some_and(|x| x == "md") {
-                pages.push(path);
-            }
-        }
-    }
-    pages.sort();
+    let pages = doc_pages();
     let (mut checked, mut broken) = (0, Vec::new());
     for page in &pages {
         let text = std::fs::read_to_string(page).unwrap();

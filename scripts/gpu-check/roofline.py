@@ -10,14 +10,18 @@ time, largest first. Only the standard library.
 """
 import json
 import sys
-import tarfile
+
+from verdicts import open_results
 
 
 def rows(path):
     if path.endswith(".jsonl"):
-        with open(path, encoding="utf-8") as f:
-            return [json.loads(l) for l in f if l.startswith("{")]
-    with tarfile.open(path) as t:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return [json.loads(l) for l in f if l.startswith("{")]
+        except OSError as e:
+            sys.exit(f"roofline.py: cannot read {path}: {e} (expected bench-kernels.jsonl or a results*.tar.gz)")
+    with open_results(path) as t:
         for m in t.getmembers():
             if m.name.endswith("raw/bench-kernels.jsonl"):
                 return [json.loads(l) for l in t.extractfile(m).read().decode().splitlines() if l.startswith("{")]

@@ -53,20 +53,34 @@ SPEC="experiments/shakespeare.toml"
 FORMS=""
 FORMS_SET=0
 ROOT="$PWD"
+# A flag's value: a flag given last, without its value, is refused naming what it takes.
+need() { # FLAG ARGS-AFTER-IT...
+  [ $# -ge 2 ] && return 0
+  local what
+  case "$1" in
+    --stages) what="a comma-separated list of info, golden, kernels, bench, torch, experiment (e.g. --stages info,golden)" ;;
+    --only) what="command names or shell patterns, comma-separated (e.g. --only test-kernels,bench-matmul-*)" ;;
+    --budget) what="a number of seconds (e.g. --budget 285)" ;;
+    --out) what="a folder for summary.md and results.tar.gz (e.g. --out \$OUT)" ;;
+    --spec) what="an experiment spec (e.g. --spec experiments/shakespeare.toml)" ;;
+    --forms) what="kernel forms in DDL_FORMS syntax (e.g. --forms measured=H200)" ;;
+  esac
+  echo "run.sh: $1 needs a value: $what" >&2; exit 2
+}
 while [ $# -gt 0 ]; do
   case "$1" in
     --local) LOCAL=1 ;;
-    --stages) STAGES="$2"; shift ;;
+    --stages) need "$@"; STAGES="$2"; shift ;;
     --stages=*) STAGES="${1#*=}" ;;
-    --only) ONLY="$2"; shift ;;
+    --only) need "$@"; ONLY="$2"; shift ;;
     --only=*) ONLY="${1#*=}" ;;
-    --budget) BUDGET="$2"; shift ;;
+    --budget) need "$@"; BUDGET="$2"; shift ;;
     --budget=*) BUDGET="${1#*=}" ;;
-    --out) OUTDIR="$2"; shift ;;
+    --out) need "$@"; OUTDIR="$2"; shift ;;
     --out=*) OUTDIR="${1#*=}" ;;
-    --spec) SPEC="$2"; shift ;;
+    --spec) need "$@"; SPEC="$2"; shift ;;
     --spec=*) SPEC="${1#*=}" ;;
-    --forms) FORMS="$2"; FORMS_SET=1; shift ;;
+    --forms) need "$@"; FORMS="$2"; FORMS_SET=1; shift ;;
     --forms=*) FORMS="${1#*=}"; FORMS_SET=1 ;;
     -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (expected --local, --stages LIST, --only NAMES, --budget SECONDS, --out DIR, --spec FILE, --forms SPEC)" >&2; exit 2 ;;
@@ -80,6 +94,19 @@ for s in ${STAGES//,/ }; do
 done
 if [[ ",$STAGES," == *",experiment,"* ]] && [ ! -f "$ROOT/$SPEC" ] && [ ! -f "$SPEC" ]; then
   echo "run.sh: --spec $SPEC: no such file (run.sh runs from the repository root; the default is experiments/shakespeare.toml)" >&2; exit 2
+fi
+# The experiment stage's GRID_RUNS, GRID_PARTIAL and GRID_JOBS: a folder misnamed there let the
+# stage train the grid from step 0 (the restore's error went to its log alone) and spend the call.
+if [[ ",$STAGES," == *",experiment,"* ]]; then
+  for v in GRID_RUNS GRID_PARTIAL; do
+    if [ -n "${!v:-}" ] && [ ! -d "${!v}" ]; then
+      echo "run.sh: $v=${!v}: no such folder (the $([ $v = GRID_RUNS ] && echo grid-runs || echo grid-partial)/ of an earlier call's $([ $v = GRID_RUNS ] && echo grid.tar.gz || echo grid-partial.tar.gz), unpacked: e.g. $v=gpu-bundle/grid/$([ $v = GRID_RUNS ] && echo grid-runs || echo grid-partial); a relative path is taken from the current directory)" >&2
+      exit 2
+    fi
+  done
+  case "${GRID_JOBS:-1}" in *[!0-9]*|0*)
+    echo "run.sh: GRID_JOBS=$GRID_JOBS is not a number of runs to train at once (a whole number, 1 or more; default 8 on the card, 1 with --local)" >&2; exit 2 ;;
+  esac
 fi
 # Every --only name (or pattern) must name a command of the check: a typo would otherwise select
 # nothing and spend a device call on the info stage alone. The names: the quoted command lines'
@@ -97,6 +124,11 @@ if [ -n "$ONLY" ]; then
 fi
 if [ -z "$BUDGET" ]; then BUDGET=$([ $LOCAL = 1 ] && echo 3000 || echo 285); fi
 case "$BUDGET" in ''|*[!0-9]*) echo "run.sh: --budget '$BUDGET' is not a number of seconds" >&2; exit 2 ;; esac
+# The binaries come from the bundle beside this script: scripts/gpu-check/run.sh itself has none.
+if ! ls "$BUNDLE"/bin/ddl.xz >/dev/null 2>&1; then
+  echo "run.sh: no bin/ddl.xz beside this script ($BUNDLE): run.sh runs from a bundle. Build one with \`make gpu-bundle\` (scripts/gpu-check.sh bundle) and run \`bash gpu-bundle/run.sh\` from the repository root; \`make gpu-check-local\` builds it and runs --local here" >&2
+  exit 2
+fi
 if [ -z "$OUTDIR" ]; then OUTDIR="$BUNDLE/out-$([ $LOCAL = 1 ] && echo local || echo gpu)"; fi
 mkdir -p "$OUTDIR" || { echo "run.sh: cannot create --out $OUTDIR" >&2; exit 2; }
 OUTDIR="$(cd "$OUTDIR" && pwd)"
@@ -314,7 +346,7 @@ stage_info() {
   else
     step info-plan 20 "$DDL" info --preset tiny --variant ddl
   fi
-  plan="$(grep -m1 -i 'total' "$RAW/info-plan.log" | sed 's/  */ /g')"
+  plan="$(grep -m1 -i 'total' "$RAW/info-plan.log" | sed 's/  */ /g; s/^ //')"
   # The kernel forms this adapter gets (src/kernels/forms.rs): what the GPU runs by default.
   local forms
   forms="$(sed -n '/^kernel forms/,$p' "$RAW/info.log" | tail -n +2 | awk '$1 != "measured" { printf("%s%s=%s", n++ ? ", " : "", $1, $2) }')"
@@ -437,7 +469,7 @@ bench_line() { # raw name -> one markdown line of its headline
       fi ;;
     bench-kernels) echo "- kernels: $(grep -c '"bench":"kernel"' "$f") cases (per-kernel ms, GFLOP/s, GB/s and share of the floor in results.tar.gz); the five furthest from their floor: $(grep '"bench":"kernel"' "$f" | while read -r l; do echo "$(jget of_floor <<<"$l") $(jget name <<<"$l" | tr ' ' '_')"; done | sort -g | head -5 | awk '{ printf("%s (%.0f %%) ", $2, 100*$1) }')" ;;
     bench-attention-*|bench-state-*) echo "- $1 (ms): $(grep '"bench":"kernel"' "$f" | while read -r l; do echo -n "$(jget name <<<"$l" | cut -d' ' -f1) $(fmt "$(jget ms <<<"$l")" 3); "; done)" ;;
-    bench-generate) echo "- generate: $(grep '"bench":"generate"' "$f" | while read -r l; do echo -n "context $(jget context <<<"$l"): $(fmt "$(jget cached_ms_per_token <<<"$l")" 2) ms/token cached, $(fmt "$(jget recompute_ms_per_token <<<"$l")" 2) recomputed; "; done)" ;;
+    bench-generate) echo "- generate: $(grep '"bench":"generate"' "$f" | while read -r l; do echo -n "context $(jget context <<<"$l"): $(fmt "$(jget cached_ms_per_token <<<"$l")" 2) ms/token cached, $(fmt "$(jget recompute_ms_per_token <<<"$l")" 2) recomputed; "; done | sed 's/; $//')" ;;
     *) echo "- $1: $(wc -l < "$f") JSON lines" ;;
   esac
 }
@@ -570,9 +602,12 @@ stage_bench() {
     gpu_bench_cmds
     printf '%s\n' "${GPU_CMDS[@]}" > "$WORK/gpu-cmds.txt"
     step bench-gpu-args 120 bash -c "$CHECK_ARGS" check-args "$DDL" "$WORK/gpu-cmds.txt"; rc=$?
-    rcs="$rcs $rc"
-    [ $rc = 0 ] || details="$details bench-gpu-args: $(why $rc);"
-    note "- bench-gpu-args: $(tail -1 "$RAW/bench-gpu-args.log")"
+    # (Not selected by --only: neither a problem of the stage nor a number.)
+    if [ $rc != 126 ]; then
+      rcs="$rcs $rc"
+      [ $rc = 0 ] || details="$details bench-gpu-args: $(why $rc);"
+      note "- bench-gpu-args: $(tail -1 "$RAW/bench-gpu-args.log")"
+    fi
   else
     gpu_bench_cmds
     cmds=("${GPU_CMDS[@]}")
@@ -594,7 +629,8 @@ stage_bench() {
     write_summary
   done
   st=$(settle $rcs)
-  stage_row bench "$st" $(( $(date +%s) - t0 )) "${details:- every command selected ran; numbers below}"
+  details="${details# }"
+  stage_row bench "$st" $(( $(date +%s) - t0 )) "${details:-every command selected ran; numbers below}"
 }
 
 # ---------------------------------------------------------------------------- torch
@@ -696,12 +732,16 @@ stage_experiment() {
   local t0=$(date +%s) g="$WORK/grid" keep="$WORK/grid-runs" part="$WORK/grid-partial" rc secs n p jobs note=""
   jobs="${GRID_JOBS:-$([ $LOCAL = 1 ] && echo 1 || echo 8)}"
   : > "$RAW/experiment.log"
-  if [ -n "${GRID_RUNS:-}" ]; then
-    bash "$ROOT/scripts/experiment-runs.sh" restore "$GRID_RUNS" "$g" >> "$RAW/experiment.log" 2>&1
-  fi
-  if [ -n "${GRID_PARTIAL:-}" ]; then
-    bash "$ROOT/scripts/experiment-runs.sh" restore "$GRID_PARTIAL" "$g" >> "$RAW/experiment.log" 2>&1
-  fi
+  local v said
+  for v in GRID_RUNS GRID_PARTIAL; do
+    [ -n "${!v:-}" ] || continue
+    if ! said="$(bash "$ROOT/scripts/experiment-runs.sh" restore "${!v}" "$g" 2>&1)"; then
+      echo "$said" >> "$RAW/experiment.log"
+      stage_row experiment fail $(( $(date +%s) - t0 )) "$v=${!v} did not restore, nothing trained: $(tail -1 <<<"$said")"
+      return
+    fi
+    echo "$said" >> "$RAW/experiment.log"
+  done
   secs=$(left)
   log "experiment (timeout ${secs}s): ddl experiment --spec $SPEC --out $g --no-autotune --jobs $jobs"
   # SIGINT at the limit: every run saves its checkpoint and the grid stops; KILL 20 s later.

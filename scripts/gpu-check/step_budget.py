@@ -18,7 +18,8 @@ import argparse
 import json
 import os
 import sys
-import tarfile
+
+from verdicts import open_results
 
 
 def jsonl_lines(src, name):
@@ -29,7 +30,7 @@ def jsonl_lines(src, name):
                 with open(os.path.join(root, name)) as f:
                     return [json.loads(l) for l in f if l.strip()]
         return []
-    with tarfile.open(src) as t:
+    with open_results(src) as t:
         for m in t.getmembers():
             if m.name.endswith("/" + name) or m.name == name:
                 data = t.extractfile(m).read().decode()

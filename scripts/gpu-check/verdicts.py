@@ -308,14 +308,22 @@ PREDICTIONS = [
 ]
 
 
+def open_results(path):
+    """The archive at PATH (a results*.tar.gz of run.sh), or an exit that names it, the reason and
+    what was expected (the scripts of this folder read their archives through it)."""
+    try:
+        return tarfile.open(path)
+    except (OSError, tarfile.TarError) as e:
+        # (tarfile's own words for a file of another kind are a line per compression it tried.)
+        why = "not a tar archive" if isinstance(e, tarfile.ReadError) else e
+        sys.exit(f"{os.path.basename(sys.argv[0])}: cannot read {path}: {why} (expected a results*.tar.gz that run.sh wrote)")
+
+
 def load(paths):
     """stage name -> list of JSON objects; plus the status rows (stage -> (status, details))."""
     lines, status = {}, {}
     for path in paths:
-        try:
-            tar = tarfile.open(path)
-        except (OSError, tarfile.TarError) as e:
-            sys.exit(f"{os.path.basename(sys.argv[0])}: cannot read {path}: {e} (expected a results*.tar.gz that run.sh wrote)")
+        tar = open_results(path)
         this = {}
         for m in tar.getmembers():
             base = m.name.rsplit("/", 1)[-1]
@@ -439,6 +447,10 @@ def verdict(p, m):
 
 def main(argv):
     args = [a for a in argv if not a.startswith("--")]
+    # (A misspelt option was dropped without a word: `--al` listed only the runs that ran.)
+    for a in argv:
+        if a.startswith("--") and a not in ("--run", "--all"):
+            sys.exit(f"verdicts.py: unknown option '{a}' (expected --run N, --all, and results*.tar.gz files)")
     run = 6
     if "--run" in argv:
         i = argv.index("--run")
@@ -446,6 +458,10 @@ def main(argv):
             sys.exit("verdicts.py: --run takes a run number, e.g. --run 4")
         run = int(argv[i + 1])
         args = [a for a in args if a != argv[i + 1]]
+        runs = sorted({p["run"] for p in PREDICTIONS})
+        if run not in runs:
+            sys.exit(f"verdicts.py: --run {run}: no prediction of this page is for run {run} "
+                     f"(runs with predictions: {', '.join(map(str, runs))})")
     if not args:
         sys.exit(__doc__)
     lines, status = load(args)

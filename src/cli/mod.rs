@@ -224,8 +224,9 @@ pub(crate) enum Cmd {
         /// without it, it is measured once, when the last run finishes.
         #[arg(long)]
         speed: bool,
-        /// List the runs and their parameter counts, train nothing.
-        #[arg(long)]
+        /// List the runs and their parameter counts, train nothing (neither a report nor a
+        /// speed measurement: refused beside --report-only and --speed, which it would skip).
+        #[arg(long, conflicts_with_all = ["report_only", "speed"])]
         dry_run: bool,
         /// Runs to train at once, each on its own device (another instance of the same adapter):
         /// for a machine one run leaves partly idle (a small model on a GPU, a CPU adapter's

@@ -79,10 +79,15 @@ pub(super) fn length_section(spec: &ExperimentSpec, results: &[RunResult], varia
             ));
             return md;
         }
-        // One seed (a pilot): the curves' changes, without a spread to judge them by.
-        md.push_str(&format!(
-            "No paired spread to compare with (fewer than two seeds of a compared pair), so no verdict. {table}\n"
-        ));
+        // One seed (a pilot): the curves' changes, without a spread to judge them by; or no pair
+        // to compare at all (it said "fewer than two seeds of a compared pair" to 5 seeds of one
+        // variant).
+        let why = if family.is_empty() {
+            "the grid holds no compared pair: see Comparisons"
+        } else {
+            "fewer than two seeds of a compared pair"
+        };
+        md.push_str(&format!("No paired spread to compare with ({why}), so no verdict. {table}\n"));
         return md;
     };
     // The curve that changes most; a rise (the validation loss going up while the training
@@ -309,6 +314,14 @@ mod tests {
         let one: Vec<RunResult> = mk(0.002).into_iter().filter(|r| r.seed == 1).collect();
         let md = length_section(&s, &one, &variants);
         assert!(md.contains("No paired spread") && md.contains("no verdict"), "{md}");
+        assert!(md.contains("(fewer than two seeds of a compared pair)"), "{md}");
+        // Seeds of one variant, no pair to compare: that is why, not the seeds.
+        let alone: Vec<RunResult> = mk(0.002).into_iter().filter(|r| r.variant == "ddl").collect();
+        let md = length_section(&s, &alone, &[Variant::Ddl]);
+        assert!(
+            md.contains("No paired spread to compare with (the grid holds no compared pair: see Comparisons)"),
+            "{md}"
+        );
         assert!(md.contains("| ddl | 16 | 20 | +0.0020 |") && !md.contains("Long enough"), "{md}");
         // Every run diverged (the report passes only the runs that converged): said as the reason.
         let md = length_section(&s, &[], &variants);

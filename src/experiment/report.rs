@@ -135,7 +135,14 @@ fn comparisons_section(results: &[RunResult], variants: &[Variant]) -> (String, 
     let mut md = String::from("## Comparisons\n\n");
     let mut rows = Vec::new();
     if family.is_empty() {
-        md.push_str("The grid holds no pair of the report's family (it needs the baseline or a k-Map/v-Map pair).\n\n");
+        // (It said "it needs the baseline or a k-Map/v-Map pair" to a grid of the baseline alone.)
+        let names: Vec<&str> = variants.iter().map(|v| v.name()).collect();
+        md.push_str(&format!(
+            "The grid holds no pair of the report's family, which compares the baseline with each other variant, \
+             ddl_v1 with ddl, and each k-Map variant with its v-Map (ddl_v1 with ddl_v1_vmap, ddl with ddl_vmap); \
+             this grid's variants: {}.\n\n",
+            names.join(", ")
+        ));
         return (md, rows);
     }
     let tests: Vec<Option<stats::Paired>> = family.iter().map(|&(a, b, _)| paired(results, a, b)).collect();
@@ -824,6 +831,13 @@ mod tests {
         // The baseline alone: no β regimes and no comparisons, so neither plot is named.
         let md = report(&["baseline"], 2, |_, seed| 2.2 + seed as f64 / 100.0, |_| "abc".into());
         assert!(md.contains("Plots: `val_loss.png`.\n"), "{md}");
+        // Why there are no comparisons, in this grid's terms (a grid of the baseline alone was
+        // told it "needs the baseline").
+        assert!(
+            md.contains("compares the baseline with each other variant")
+                && md.contains("this grid's variants: baseline."),
+            "{md}"
+        );
         let md = report(
             &["baseline", "ddl"],
             2,

@@ -258,7 +258,16 @@ impl ExperimentInfo {
                 self.path.join("experiment.toml").display()
             ));
         }
-        out.push(format!("curves: ddl plot {p} --out curves.png (each variant's mean over its seeds)"));
+        // (Runs kept as scripts/experiment-runs.sh saves them have no metrics.jsonl: `ddl plot`
+        // has nothing to draw, and was advised all the same.)
+        if self.runs.iter().any(|r| self.path.join("runs").join(&r.name).join("metrics.jsonl").is_file()) {
+            out.push(format!("curves: ddl plot {p} --out curves.png (each variant's mean over its seeds)"));
+        } else if self.runs.iter().any(|r| r.state == "finished") {
+            out.push(
+                "curves: the report's val_loss.png (its runs were kept without metrics.jsonl: `ddl plot` has none to draw)"
+                    .into(),
+            );
+        }
         out.join("\n") + "\n"
     }
 }

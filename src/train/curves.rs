@@ -392,6 +392,17 @@ pub struct PlotEnds {
     pub unreadable: Vec<(PathBuf, Vec<usize>)>,
 }
 
+/// Why a run of an experiment has no metrics.jsonl, as `ddl plot` leaves it out.
+const KEPT_WITHOUT_METRICS: &str = "kept without its metrics.jsonl (a finished run saved as scripts/experiment-runs.sh save \
+     keeps it: result.json and config.toml)";
+
+/// Why a run folder without metrics.jsonl has no curve: a finished run kept without it (its
+/// result.json is there: docs/experiments' runs), or one not started. It said "not started" of
+/// the committed grids' finished runs.
+fn no_metrics_reason(run: &Path) -> &'static str {
+    if run.join("result.json").is_file() { KEPT_WITHOUT_METRICS } else { "no metrics.jsonl yet (not started)" }
+}
+
 /// Draws `o.metric` of every run of `o.runs` into `o.out` and returns where each ended. A run
 /// folder is one curve; an experiment's folder (`ddl experiment --out`) is one curve per variant,
 /// the mean over its seeds at the steps every seed has logged, with a min..max band. The output
@@ -462,7 +473,7 @@ pub fn plot_runs(o: &PlotOptions) -> Result<PlotEnds, TrainError> {
             let mut curves = Vec::new();
             for run in runs {
                 if !run.join("metrics.jsonl").exists() {
-                    ends.left_out.push((run.clone(), "no metrics.jsonl yet (not started)".into()));
+                    ends.left_out.push((run.clone(), no_metrics_reason(run).into()));
                     continue;
                 }
                 match read_run(run, o, false, &name, &mut ends.unreadable)? {
@@ -522,8 +533,15 @@ pub fn plot_runs(o: &PlotOptions) -> Result<PlotEnds, TrainError> {
     }
     if bands.is_empty() {
         let why = ends.left_out.first().map_or(String::new(), |(r, w)| format!(" ({}: {w})", r.display()));
+        // (Runs kept without their metrics have no curve of any metric: "choose another metric"
+        // could not help.)
+        let remedy = if !ends.left_out.is_empty() && ends.left_out.iter().all(|(_, w)| w == KEPT_WITHOUT_METRICS) {
+            "no metric can be drawn from these runs; the experiment's report has its curves (val_loss.png)"
+        } else {
+            "choose another metric"
+        };
         return Err(TrainError::Settings(format!(
-            "--metric {}: no run of the experiments given has a point of it{why}; choose another metric",
+            "--metric {}: no run of the experiments given has a point of it{why}; {remedy}",
             o.metric.name()
         )));
     }
