@@ -273,6 +273,14 @@ pub const MEASURED: &[Measured] = &[
     },
 ];
 
+/// Whether an adapter's subgroups (their sizes, its features) let the matmul `…g` variants run:
+/// one fixed size dividing 8, so that a row of DX = 8 invocations holds each subgroup (what
+/// `matmul_subgroup` defaults to, and what a bound `…g` variant's error names when it is off).
+pub fn subgroups_fit_matmul(subgroup_sizes: (u32, u32), features: wgpu::Features) -> bool {
+    let (lo, hi) = subgroup_sizes;
+    features.contains(wgpu::Features::SUBGROUP) && lo == hi && hi >= 1 && 8 % hi == 0
+}
+
 impl Forms {
     /// The forms for an adapter, before `DDL_FORMS`: the defaults of its kind, then what the GPU
     /// check measured better on a device of its name ([`MEASURED`]).
@@ -304,7 +312,6 @@ impl Forms {
     /// features.
     pub fn defaults(cpu: bool, subgroup_sizes: (u32, u32), features: wgpu::Features) -> Forms {
         let subgroups = features.contains(wgpu::Features::SUBGROUP);
-        let (lo, hi) = subgroup_sizes;
         Forms {
             cpu,
             cpu_threads: cpu_threads(),
@@ -345,7 +352,7 @@ impl Forms {
             rope_vec4: true,
             swiglu_vec4: true,
             adamw_vec4: true,
-            matmul_subgroup: subgroups && lo == hi && hi >= 1 && 8 % hi == 0,
+            matmul_subgroup: subgroups_fit_matmul(subgroup_sizes, features),
             matmul_f16_weights: true,
             f16_acts: true,
             attn_p16: true,

@@ -415,7 +415,12 @@ impl Matmul {
         if subgroup_variant(variant) && !subgroup_variants(gpu) {
             return Err(GpuError::Shader {
                 shader: "matmul".into(),
-                reason: if gpu.forms.matmul_subgroup {
+                // (The forms' word only where the adapter's subgroups would fit: where they do
+                // not, the forms leave the variants out for that reason.)
+                reason: if !crate::kernels::forms::subgroups_fit_matmul(
+                    (gpu.info.subgroup_min_size, gpu.info.subgroup_max_size),
+                    gpu.features,
+                ) {
                     format!(
                         "variant '{variant}' needs subgroups of at most 8 invocations of one fixed size; this adapter has {}",
                         if gpu.features.contains(wgpu::Features::SUBGROUP) {
