@@ -651,6 +651,9 @@ fn corpus_problems_are_clear_errors() {
     // a shard past 2^31 tokens (now refused as the flag is read; 2^31 − 1 is taken).
     let args = ["data", "prepare", "--tokenizer", "char", "--out", &out, "--shard-tokens", "2147483648", "x.txt"];
     fails(&dir, &args, &["--shard-tokens", "2147483648: at most 2147483647 tokens per shard", "32 bits"]);
+    // Not a number: what --val-fraction takes (it was Rust's "invalid float literal").
+    let args = ["data", "prepare", "--tokenizer", "char", "--out", &out, "--val-fraction", "tenth", "x.txt"];
+    fails(&dir, &args, &["--val-fraction", "expected a fraction of the tokens (e.g. 0.1), got 'tenth'"]);
     let corpus = ddl::testing::small_corpus(&dir);
     let o = cmd(&dir)
         .args(["data", "prepare", "--tokenizer", "char", "--out", &out, "--shard-tokens", "2147483647", &corpus])
@@ -966,6 +969,10 @@ fn generation_problems_are_clear_errors() {
     // A negative number after a space is the flag's value (clap would call it an unknown flag).
     g(&["--prompt", "hi", "--temperature", "-1"], &["--temperature must be a finite number ≥ 0", "got -1"]);
     g(&["--prompt", "hi", "--temperature", "inf"], &["--temperature must be a finite number ≥ 0", "got inf"]);
+    // Not a number: what the flag takes (it was Rust's "invalid float literal").
+    for flag in ["--temperature", "--top-p", "--min-p", "--repetition-penalty"] {
+        g(&["--prompt", "hi", flag, "warm"], &[flag, "expected a number (e.g. 0.8), got 'warm'"]);
+    }
     g(
         &["--prompt", "hi", "--repetition-penalty", "-2"],
         &["--repetition-penalty must be a finite number > 0", "got -2"],

@@ -385,7 +385,7 @@ pub(crate) enum DataCmd {
         val_tokens: Option<usize>,
         /// Validation fraction of the token stream, taken from its end [default: 0.1, as
         /// train.val_fraction].
-        #[arg(long, allow_negative_numbers = true)]
+        #[arg(long, allow_negative_numbers = true, value_parser = fraction)]
         val_fraction: Option<f64>,
         /// Tokens per training shard (at most 2147483647, the count an llm.c header holds).
         #[arg(long, allow_negative_numbers = true, value_parser = shard_tokens, default_value_t = 100_000_000)]
@@ -509,20 +509,20 @@ pub(crate) struct SamplingArgs {
     #[arg(long, allow_negative_numbers = true, value_parser = positive, default_value_t = 200)]
     pub(crate) max_tokens: usize,
     /// 0 = greedy.
-    #[arg(long, allow_negative_numbers = true, default_value_t = 0.8)]
+    #[arg(long, allow_negative_numbers = true, value_parser = sampling_number, default_value_t = 0.8)]
     pub(crate) temperature: f32,
     /// Keep the k most likely tokens (0 = all).
     #[arg(long, allow_negative_numbers = true, value_parser = count, default_value_t = 0)]
     pub(crate) top_k: usize,
     /// Nucleus sampling: keep the most likely tokens up to this probability mass.
-    #[arg(long, allow_negative_numbers = true, default_value_t = 1.0)]
+    #[arg(long, allow_negative_numbers = true, value_parser = sampling_number, default_value_t = 1.0)]
     pub(crate) top_p: f32,
     /// Min-p sampling: keep the tokens at least this fraction as likely as the most likely one
     /// (0 = off; applied after --top-k and the temperature, before --top-p).
-    #[arg(long, allow_negative_numbers = true, default_value_t = 0.0)]
+    #[arg(long, allow_negative_numbers = true, value_parser = sampling_number, default_value_t = 0.0)]
     pub(crate) min_p: f32,
     /// Penalise tokens already in the context (1 = off).
-    #[arg(long, allow_negative_numbers = true, default_value_t = 1.0)]
+    #[arg(long, allow_negative_numbers = true, value_parser = sampling_number, default_value_t = 1.0)]
     pub(crate) repetition_penalty: f32,
     /// Seed of the sampler: the same seed, settings and prompt give the same text.
     #[arg(long, allow_negative_numbers = true, value_parser = whole_u64, default_value_t = 0)]

@@ -53,6 +53,17 @@ pub(super) fn bucket_mib(s: &str) -> Result<f64, String> {
     number(s, "a size in MiB (e.g. 1, or 0 for one bucket)")
 }
 
+/// The sampling's numbers (`--temperature`, `--top-p`, `--min-p`, `--repetition-penalty`; their
+/// ranges are checked with the sampling's other settings).
+pub(super) fn sampling_number(s: &str) -> Result<f32, String> {
+    number(s, "a number (e.g. 0.8)").map(|v| v as f32)
+}
+
+/// `data prepare --val-fraction`: a share of the tokens (its range is checked by the command).
+pub(super) fn fraction(s: &str) -> Result<f64, String> {
+    number(s, "a fraction of the tokens (e.g. 0.1)")
+}
+
 /// A number, or what the flag `expected` (not Rust's "invalid float literal").
 fn number(s: &str, expected: &str) -> Result<f64, String> {
     s.trim().parse::<f64>().map_err(|_| format!("expected {expected}, got '{s}'"))
