@@ -182,8 +182,8 @@ impl ExperimentInfo {
             (Some(name), Some(steps), Some(preset)) => {
                 let title = if name.is_empty() { String::new() } else { format!(" \"{name}\"") };
                 out.push(format!(
-                    "{p}: the experiment{title}, preset {preset}, {steps} steps a run; {finished} of {} runs finished",
-                    self.runs.iter().filter(|r| r.state != "not in the spec").count()
+                    "{p}: the experiment{title}, preset {preset}, {steps} steps a run; {finished} of {} finished",
+                    crate::plural(self.runs.iter().filter(|r| r.state != "not in the spec").count(), "run")
                 ));
                 if let Some(d) = self.description.as_ref().filter(|d| !d.trim().is_empty()) {
                     out.push(format!("  {}", d.trim()));
@@ -237,8 +237,10 @@ impl ExperimentInfo {
                     n => format!(", {n} diverged (val loss not finite; not in the mean)"),
                 };
                 out.push(format!(
-                    "  {:<12} {value}{accuracy}  ({} of {} runs finished{diverged})",
-                    v.variant, v.finished, v.runs
+                    "  {:<12} {value}{accuracy}  ({} of {} finished{diverged})",
+                    v.variant,
+                    v.finished,
+                    crate::plural(v.runs, "run")
                 ));
             }
         }
@@ -316,6 +318,9 @@ mod tests {
         assert!(hint(&["finished", "resumes at step 2"]));
         let t = info(&["finished", "not in the spec", "new"]).text();
         assert!(t.contains("1 of 2 runs finished"), "{t}");
+        // One run: "1 of 1 run finished" (it said "1 of 1 runs").
+        let t = info(&["finished"]).text();
+        assert!(t.contains("1 of 1 run finished"), "{t}");
     }
 
     /// Finished runs with steps skipped for a value that was not finite are named with how many
