@@ -52,11 +52,17 @@ struct Args {
     #[arg(long)]
     tab: Option<String>,
     /// Window width in points (200 to 16384).
-    #[arg(long, default_value_t = 1280.0)]
+    #[arg(long, allow_negative_numbers = true, value_parser = points, default_value_t = 1280.0)]
     width: f32,
     /// Window height in points (200 to 16384).
-    #[arg(long, default_value_t = 820.0)]
+    #[arg(long, allow_negative_numbers = true, value_parser = points, default_value_t = 820.0)]
     height: f32,
+}
+
+/// `--width`, `--height`: a number of points (their range is checked with the other flags), or
+/// what they take (not Rust's "invalid float literal").
+fn points(s: &str) -> Result<f32, String> {
+    s.trim().parse::<f32>().map_err(|_| format!("expected a window size in points (e.g. 1280), got '{s}'"))
 }
 
 /// The window's sides in points (`--width`, `--height`).

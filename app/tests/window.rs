@@ -213,6 +213,10 @@ fn bad_automation_flags_are_refused_before_the_window_opens() {
     refused(&["--screenshot", dir.join("no/such/x.png").to_str().unwrap()], "does not exist; create the folder first");
     refused(&["--width", "0"], "--width 0");
     refused(&["--height", "NaN"], "--height NaN");
+    // Not a number, or a negative one after a space: what the flag takes (they were Rust's
+    // "invalid float literal" and clap's "unexpected argument '-5'").
+    refused(&["--width", "wide"], "expected a window size in points (e.g. 1280), got 'wide'");
+    refused(&["--width", "-5"], "--width -5: expected a window size in points from 200");
     refused(&["--checkpoint", dir.to_str().unwrap(), "--generate", "100000000"], "at most");
     // Interventions: a spec of no form, and (with a checkpoint whose metadata reads) a block the
     // model does not have.
