@@ -243,15 +243,7 @@ impl Experiment {
     /// experiment` holds its folder's lock while the grid runs; `ddl train` its run's): the view
     /// then reads them again as they grow ([`Experiment::reload`]).
     pub fn live(&self) -> bool {
-        #[cfg(not(target_arch = "wasm32"))]
-        return self
-            .sources
-            .iter()
-            .chain(self.runs.iter().map(|r| &r.dir))
-            .any(|d| ddl::train::lock::holder(d).is_some());
-        // (A page reads no run folder.)
-        #[cfg(target_arch = "wasm32")]
-        false
+        self.sources.iter().chain(self.runs.iter().map(|r| &r.dir)).any(|d| crate::metrics::training_now(d))
     }
 
     /// The folders opened, read again: new runs, new points, new results (`None` when none of

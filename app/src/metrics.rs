@@ -58,7 +58,7 @@ impl RunState {
     /// Read from `dir` (`last_step`: the last step `metrics.jsonl` logged); `None` where neither
     /// the lock nor the summary says (a run killed, one that stopped on an error, an older ddl's).
     pub fn read(dir: &Path, last_step: Option<f64>) -> Option<RunState> {
-        if starting(dir) {
+        if training_now(dir) {
             return Some(RunState::Training);
         }
         let text = std::fs::read_to_string(dir.join("summary.json")).ok()?;
@@ -95,10 +95,11 @@ impl RunState {
     }
 }
 
-/// `dir` holds a run that has started (its training lock, held by a live process: a killed run's
-/// stale lock is not one) and may have logged no step yet (the
-/// first step's compilation and tile tuning take a while): the dashboard waits for its rows.
-fn starting(dir: &Path) -> bool {
+/// A live process trains in `dir` now (`ddl train` or `ddl experiment` holds its lock: a killed
+/// run's stale lock is not one). A run that has logged no step yet (the first step's compilation
+/// and tile tuning take a while) is one: the dashboard waits for its rows; the Experiment view
+/// reads its folders again while one trains there.
+pub fn training_now(dir: &Path) -> bool {
     #[cfg(not(target_arch = "wasm32"))]
     return ddl::train::lock::holder(dir).is_some();
     // (The browser's engine has no training, and a page reads no run folder.)
@@ -117,7 +118,7 @@ pub fn check_run_dir(dir: &Path) -> Result<(), String> {
         let what = if dir.exists() { "is a file, not a folder" } else { "does not exist" };
         return Err(format!("the run directory {} {what}; {RUN_REMEDY}", dir.display()));
     }
-    if !dir.join("metrics.jsonl").exists() && !starting(dir) {
+    if !dir.join("metrics.jsonl").exists() && !training_now(dir) {
         // (A kept checkpoint, RUN/checkpoints/NAME: its run's curves are two folders up.)
         let run = dir
             .parent()
@@ -178,7 +179,7 @@ impl Metrics {
         let file = match std::fs::File::open(&path) {
             Ok(f) => Some(f),
             // A run starting: no step logged yet (or, with --overwrite, the old run's file removed).
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && starting(&self.dir) => None,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && training_now(&self.dir) => None,
             Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
         };
         let len = match &file {
@@ -251,9 +252,7 @@ mod tests {
 
     #[test]
     fn follows_a_growing_file_and_skips_partial_and_bad_lines() {
-        let dir = std::env::temp_dir().join(format!("ddl-viz-metrics-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = ddl::testing::scratch_dir("ddl-viz-metrics");
         let p = dir.join("metrics.jsonl");
         std::fs::write(
             &p,
@@ -304,7 +303,6 @@ mod tests {
         std::fs::create_dir_all(&kept).unwrap();
         let e = Metrics::open(&kept).unwrap_err();
         assert!(e.contains(&format!("its run is {}, --run {0}", dir.display())), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A run that has started and logged no step (its lock there, no metrics.jsonl) is followed
@@ -312,9 +310,7 @@ mod tests {
     /// opened with `ddl train … & ddl-viz --run DIR` closed at once); without the lock it is not.
     #[test]
     fn a_starting_run_is_followed_until_its_first_rows() {
-        let dir = std::env::temp_dir().join(format!("ddl-viz-starting-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = ddl::testing::scratch_dir("ddl-viz-starting");
         assert!(check_run_dir(&dir).unwrap_err().contains("no metrics.jsonl"));
         // (A live process of this host: this test's own is taken for a stale lock, as a second
         // run of the process that locked it may take it over.)
@@ -336,16 +332,13 @@ mod tests {
         // (Nor does the state say anything of it.)
         std::fs::write(&lock, format!("{} {}", u32::MAX - 1, ddl::train::lock::host_name())).unwrap();
         assert!(check_run_dir(&dir).unwrap_err().contains("no metrics.jsonl"));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// The run's state: training while a live process holds its lock; else how its last
     /// invocation ended, from summary.json, where that is at or after the last step logged.
     #[test]
     fn the_state_is_read_from_the_lock_and_the_summary() {
-        let dir = std::env::temp_dir().join(format!("ddl-viz-state-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = ddl::testing::scratch_dir("ddl-viz-state");
         std::fs::write(dir.join("metrics.jsonl"), "{\"step\":1,\"loss\":4.0}\n{\"step\":7,\"loss\":3.0}\n").unwrap();
         let mut m = Metrics::open(&dir).unwrap();
         assert_eq!(m.state, None, "neither a lock nor a summary");
@@ -378,6 +371,5 @@ mod tests {
         summary(1, 1, false, "null");
         m.poll().unwrap();
         assert_eq!(m.state, None);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -138,9 +138,9 @@ pub struct VizApp {
     comparing: bool,
     /// The runs of the Experiment view.
     pub experiment: Option<crate::experiment::Experiment>,
-    /// When the Experiment view's folders were last checked for a live process, and whether one
-    /// trained there then (one more reading after it ends: its last results).
-    experiment_checked: Option<(web_time::Instant, bool)>,
+    /// When the Experiment view's folders were last checked for a live process (whether one
+    /// trained there then is the experiment's `following`: one more reading after it ends).
+    experiment_checked: Option<web_time::Instant>,
     pub messages: Vec<(Level, String)>,
     pub status: String,
     pub dialog: Option<OpenDialog>,

@@ -140,8 +140,8 @@ impl VizApp {
     pub fn follow_experiment(&mut self) -> bool {
         let Some(e) = &self.experiment else { return false };
         let live = e.live();
-        let was = self.experiment_checked.is_some_and(|c| c.1);
-        self.experiment_checked = Some((web_time::Instant::now(), live));
+        let was = e.following;
+        self.experiment_checked = Some(web_time::Instant::now());
         if !(live || was) {
             return false;
         }

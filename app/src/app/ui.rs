@@ -31,7 +31,7 @@ impl VizApp {
             ctx.request_repaint_after(std::time::Duration::from_secs(1));
         }
         if self.experiment.is_some() {
-            if self.experiment_checked.is_none_or(|c| c.0.elapsed() >= EXPERIMENT_EVERY) {
+            if self.experiment_checked.is_none_or(|t| t.elapsed() >= EXPERIMENT_EVERY) {
                 self.follow_experiment();
             }
             ctx.request_repaint_after(EXPERIMENT_EVERY);
