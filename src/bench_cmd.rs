@@ -49,10 +49,12 @@ fn checked_settings(
     for kv in sets {
         let before = run.clone();
         run.set(kv).map_err(anyhow::Error::msg)?;
-        let mut keys = changed_settings(&before, &run)?;
-        if let Some(k) = set_key(&before, kv).filter(|k| !keys.contains(k)) {
-            keys.push(k);
-        }
+        // The setting a --set names is the one said: those that follow it (train.min_lr follows
+        // train.lr) were listed beside it, as if given too; a model setting's changes are checked.
+        let keys = match set_key(&before, kv) {
+            Some(k) => vec![k],
+            None => changed_settings(&before, &run)?,
+        };
         check(&keys, &format!("--set {kv}"))?;
     }
     if run.model.variant != v {
@@ -544,9 +546,10 @@ pub(crate) fn bench(dev: &DeviceArgs, b: BenchCmd) -> Result<()> {
                 let made = std::fs::create_dir_all(dir);
                 if let Err(e) = made.and_then(|()| ddl::train::checkpoint::probe_writable(&path)) {
                     anyhow::bail!(
-                        "--tune stores its measurements in {}, which cannot be written ({e}): set DDL_CACHE_DIR to a \
+                        "--tune stores its measurements in {}, which cannot be written ({}): set DDL_CACHE_DIR to a \
                          writable folder",
-                        path.display()
+                        path.display(),
+                        ddl::why_not_written(&path, &e)
                     );
                 }
             }

@@ -292,9 +292,10 @@ pub(super) fn cache_cmd(remove: bool, p: ddl::train::cache::Prune, json: bool) -
     let root = ddl::cache_dir().join("shards");
     let unreadable = |e: std::io::Error| {
         anyhow::anyhow!(
-            "the shard cache '{}' cannot be listed ({e}): it is DDL_CACHE_DIR's (else $XDG_CACHE_HOME/ddl's or \
+            "the shard cache '{}' cannot be listed ({}): it is DDL_CACHE_DIR's (else $XDG_CACHE_HOME/ddl's or \
              ~/.cache/ddl's) folder shards/; point DDL_CACHE_DIR at a folder",
-            root.display()
+            root.display(),
+            ddl::why_not_written(&root, &e)
         )
     };
     if remove {

@@ -54,6 +54,17 @@ pub fn cache_dir() -> std::path::PathBuf {
         .unwrap_or_else(|| std::env::temp_dir().join("ddl"))
 }
 
+/// Why `path` could not be made or written, in words: where one of the folders above it is a
+/// file ("'/x/cache' is a file, not a folder": what `DDL_CACHE_DIR` at a file gives), that; else
+/// the error itself (the OS's "File exists" or "Not a directory" named neither).
+pub fn why_not_written(path: &std::path::Path, e: &std::io::Error) -> String {
+    let file = path.ancestors().skip(1).find(|a| !a.as_os_str().is_empty() && a.exists() && !a.is_dir());
+    match file {
+        Some(f) => format!("'{}' is a file, not a folder", f.display()),
+        None => e.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -61,5 +72,20 @@ mod tests {
         assert_eq!(super::plural(1, "token"), "1 token");
         assert_eq!(super::plural(0, "token"), "0 tokens");
         assert_eq!(super::plural(3, "stale set"), "3 stale sets");
+    }
+
+    /// `DDL_CACHE_DIR` at a file: the file is named (the OS said "File exists" or "Not a
+    /// directory", naming neither); any other error is said as it is.
+    #[test]
+    fn why_not_written_names_the_file_in_the_way() {
+        let dir = crate::testing::scratch_dir("why-not-written");
+        let file = dir.join("cache");
+        std::fs::write(&file, b"x").unwrap();
+        let path = file.join("shards/set");
+        let e = std::fs::create_dir_all(&path).unwrap_err();
+        let why = super::why_not_written(&path, &e);
+        assert_eq!(why, format!("'{}' is a file, not a folder", file.display()));
+        let other = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        assert_eq!(super::why_not_written(&dir.join("a/b"), &other), other.to_string());
     }
 }

@@ -692,6 +692,11 @@ fn corpus_problems_are_clear_errors() {
     a.extend_from_slice(SMALL);
     let o = cmd(&dir).args(&a).env("DDL_CACHE_DIR", &not_a_dir).output().unwrap();
     assert!(!o.status.success() && text(&o).contains("set DDL_CACHE_DIR to a writable folder"), "{}", text(&o));
+    // ... naming the file in the way (the OS's "Not a directory" named none).
+    let in_the_way = format!("'{}' is a file, not a folder", not_a_dir.display());
+    assert!(text(&o).contains(&in_the_way) && !text(&o).contains("os error"), "{}", text(&o));
+    let o = cmd(&dir).args(["data", "cache"]).env("DDL_CACHE_DIR", &not_a_dir).output().unwrap();
+    assert!(!o.status.success() && text(&o).contains(&in_the_way), "{}", text(&o));
     // A file reached twice (given twice, a link beside its target) is read once.
     let twice = dir.join("twice");
     std::fs::create_dir_all(&twice).unwrap();
@@ -1175,6 +1180,7 @@ fn bench_problems_are_clear_errors() {
     let t = text(&o);
     assert!(!o.status.success() && t.contains("--tune stores its measurements in"), "{t}");
     assert!(t.contains("set DDL_CACHE_DIR to a writable folder") && !t.contains("GFLOP"), "{t}");
+    assert!(t.contains(&format!("'{}' is a file, not a folder", file.display())) && !t.contains("os error"), "{t}");
     // Sizes past what the adapter can hold (and past usize's arithmetic): refused, not a panic.
     for size in ["4294967296", "18446744073709551615"] {
         fails(&dir, &["bench", "matmul", "--sizes", size], &["--sizes", size, "choose sizes up to"]);
@@ -1250,6 +1256,8 @@ fn bench_problems_are_clear_errors() {
         &["bench", "train", "--set", "train.lr=0"],
         &["--set train.lr=0", "would be ignored", "drop that --set"],
     );
+    // ... naming the setting given, not those that follow it (train.min_lr follows train.lr).
+    fails(&dir, &["bench", "train", "--set", "train.lr=0.01"], &["so train.lr would be ignored"]);
     // A run's config.toml (its corpus, its optimizer settings): refused with what to give instead.
     let run_config = dir.join("run-config.toml");
     std::fs::write(&run_config, "corpus = \"c.txt\"\n[model]\nd_model = 64\n[train]\nlr = 0.01\n").unwrap();

@@ -69,9 +69,10 @@ pub(super) fn save() {
         static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
             eprintln!(
-                "warning: cannot write the matmul tile measurements to {}: {e}; later runs will measure again \
+                "warning: cannot write the matmul tile measurements to {}: {}; later runs will measure again \
                  (set DDL_CACHE_DIR to a writable folder, or pass --no-autotune)",
-                path.display()
+                path.display(),
+                crate::why_not_written(&path, &e)
             );
         }
     }

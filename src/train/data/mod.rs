@@ -89,11 +89,13 @@ pub enum DataError {
     )]
     OutFolder { out: PathBuf, made: PathBuf, source: std::io::Error },
     #[error(
-        "cannot write the shard cache in '{path}': {source}; the corpus is tokenised into the cache once \
+        "cannot write the shard cache in '{path}': {}; the corpus is tokenised into the cache once \
          (DDL_CACHE_DIR, else $XDG_CACHE_HOME/ddl or ~/.cache/ddl): set DDL_CACHE_DIR to a writable folder with \
-         room for the shards (2 bytes a token, 4 above 65,536 token ids)"
+         room for the shards (2 bytes a token, 4 above 65,536 token ids)",
+        crate::why_not_written(path, error)
     )]
-    Cache { path: PathBuf, source: std::io::Error },
+    // `error`, not `source`: its text is in the message already, or the file in the way instead.
+    Cache { path: PathBuf, error: std::io::Error },
     #[error(
         "interrupted ({how}) while tokenising {0} into the shard cache: a set not finished is not kept (the next \
          use tokenises it again)",

@@ -217,8 +217,7 @@ pub(super) fn text_shards_in(
             made = true;
             // (A set of this key with another tokenizer: a fingerprint's collision, replaced.)
             if found.is_some() {
-                crate::train::cache::remove_set(&dir)
-                    .map_err(|source| DataError::Cache { path: dir.clone(), source })?;
+                crate::train::cache::remove_set(&dir).map_err(|error| DataError::Cache { path: dir.clone(), error })?;
             }
             let before = corpus_stamp(path);
             let source = crate::train::prepare::Corpus::open(path)?;
@@ -291,7 +290,7 @@ pub(super) fn make_set(
         return Ok(());
     }
     let tmp = root.join(format!(".{key}{MAKING}{}.{nth}", std::process::id()));
-    std::fs::create_dir_all(&tmp).map_err(|source| DataError::Cache { path: root.to_path_buf(), source })?;
+    std::fs::create_dir_all(&tmp).map_err(|error| DataError::Cache { path: root.to_path_buf(), error })?;
     let _scrap = crate::train::Scrap::new(&tmp);
     let bytes = source.bytes();
     let big = bytes >= BIG_CORPUS;
@@ -334,10 +333,10 @@ pub(super) fn make_set(
         match interrupted_making(e, &what) {
             DataError::Write { source, .. }
             | DataError::Shard(crate::train::shards::ShardError::Write { source, .. }) => {
-                DataError::Cache { path: root.to_path_buf(), source }
+                DataError::Cache { path: root.to_path_buf(), error: source }
             }
             DataError::Io { path, source } if path.starts_with(&tmp) => {
-                DataError::Cache { path: root.to_path_buf(), source }
+                DataError::Cache { path: root.to_path_buf(), error: source }
             }
             e => e,
         }
