@@ -10,6 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf 'web: %s\n' "$*"; }
+# Errors go to stderr (a caller reading the site's path from stdout sees none of them).
+die() { printf 'web: %s\n' "$*" >&2; exit 1; }
 
 target_dir="${CARGO_TARGET_DIR:-target}"
 out="${DDL_WEB_OUT:-$target_dir/web}"
@@ -18,22 +20,21 @@ out="${DDL_WEB_OUT:-$target_dir/web}"
 profile="${DDL_WEB_PROFILE:-web}"
 case "$profile" in
   web|web-test) ;;
-  *) say "DDL_WEB_PROFILE=$profile: expected web (the default) or web-test (Cargo.toml's profiles for the site)"; exit 1 ;;
+  *) die "DDL_WEB_PROFILE=$profile: expected web (the default) or web-test (Cargo.toml's profiles for the site)" ;;
 esac
 want="$(sed -n 's/^wasm-bindgen = "=\([0-9.]*\)".*/\1/p' web/Cargo.toml)"
-[ -n "$want" ] || { say "web/Cargo.toml pins no wasm-bindgen version (wasm-bindgen = \"=X.Y.Z\")"; exit 1; }
+[ -n "$want" ] || { die "web/Cargo.toml pins no wasm-bindgen version (wasm-bindgen = \"=X.Y.Z\")"; }
 
 installed="$(rustup target list --installed 2>/dev/null || true)"
 case "$installed" in
   *wasm32-unknown-unknown*) ;;
-  *) say "the Rust target wasm32-unknown-unknown is missing: rustup target add wasm32-unknown-unknown (make setup adds it)"; exit 1 ;;
+  *) die "the Rust target wasm32-unknown-unknown is missing: rustup target add wasm32-unknown-unknown (make setup adds it)" ;;
 esac
 
 have="$(wasm-bindgen --version 2>/dev/null | awk '{print $2}' || true)"
 if [ "$have" != "$want" ]; then
   if [ "${DDL_WEB_NO_INSTALL:-0}" = 1 ]; then
-    say "wasm-bindgen ${have:-is not installed}; this build needs $want: cargo install wasm-bindgen-cli --version $want"
-    exit 1
+    die "wasm-bindgen ${have:-is not installed}; this build needs $want: cargo install wasm-bindgen-cli --version $want"
   fi
   say "installing wasm-bindgen-cli $want (had: ${have:-none}); a few minutes, once"
   cargo install -q wasm-bindgen-cli --version "$want"

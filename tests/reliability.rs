@@ -2768,6 +2768,17 @@ fn the_setup_script_answers_help_and_points_a_wrong_flag_to_its_settings() {
     );
 }
 
+/// `scripts/web.sh` says why it stops on stderr, nothing on stdout (it printed its errors to
+/// stdout, where a caller reads the site's path).
+#[test]
+fn the_web_script_says_its_errors_on_stderr() {
+    let script = ddl::testing::data_path("scripts/web.sh");
+    let o = Command::new("bash").arg(&script).env("DDL_WEB_PROFILE", "fast").output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(o.stdout.is_empty() && err.contains("DDL_WEB_PROFILE=fast: expected web"), "{}", text(&o));
+}
+
 /// The GPU check's `run.sh` refuses a flag given without its value, naming what it takes (it
 /// stopped on bash's "$2: unbound variable"), and, run from `scripts/gpu-check/` instead of a
 /// bundle, says to build the bundle (it stopped on xz's "bin/*.xz: No such file"); a
