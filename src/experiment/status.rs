@@ -65,6 +65,13 @@ pub struct ExperimentInfo {
     pub runs: Vec<RunStatus>,
     pub variants: Vec<VariantSummary>,
     pub report: Option<PathBuf>,
+    /// The comparisons the report makes of the spec's variants (its family: the baseline with
+    /// each other variant, the k-Map/v-Map pairs); `None` without a readable spec.
+    pub comparisons: Option<usize>,
+    /// The parts of each write the spec's `ablate` removes (`write`, `erase`, `v`), and the runs
+    /// whose result holds those ablations.
+    pub ablate: Vec<String>,
+    pub ablated: usize,
 }
 
 /// Describes the experiment in `dir` (`ddl experiment --out`).
@@ -86,8 +93,10 @@ pub fn describe(dir: &Path) -> Result<ExperimentInfo, ExperimentError> {
     let mut runs = Vec::new();
     let mut variants = Vec::new();
     let mut named = std::collections::BTreeSet::new();
+    let (mut comparisons, mut ablated) = (None, 0);
     if let Some(s) = &spec {
         let list = s.variant_list().map_err(|msg| ExperimentError::Spec { path: spec_path.clone(), msg })?;
+        comparisons = Some(super::report::comparison_family(&list).len());
         for &v in &list {
             let (mut vals, mut accs, mut finished, mut diverged) = (Vec::new(), Vec::new(), 0, 0);
             let seeds = s.seeds_of(v);
@@ -98,6 +107,7 @@ pub fn describe(dir: &Path) -> Result<ExperimentInfo, ExperimentError> {
                 // (A run that diverged is listed with its NaN, not averaged.)
                 finished += result.is_some() as usize;
                 diverged += result.as_ref().is_some_and(|r| r.diverged()) as usize;
+                ablated += result.as_ref().is_some_and(|r| r.ablations.is_some()) as usize;
                 if let Some(r) = result.as_ref().filter(|r| !r.diverged()) {
                     vals.push(r.final_val_loss);
                     accs.extend(r.final_val_accuracy);
@@ -169,6 +179,9 @@ pub fn describe(dir: &Path) -> Result<ExperimentInfo, ExperimentError> {
         runs,
         variants,
         report,
+        comparisons,
+        ablate: spec.as_ref().map(|s| s.ablate.clone()).unwrap_or_default(),
+        ablated,
     })
 }
 
@@ -244,8 +257,24 @@ impl ExperimentInfo {
                 ));
             }
         }
+        // (It said "its comparisons with their intervals and tests" of a grid that has none.)
+        let ablations = if self.ablate.is_empty() {
+            String::new()
+        } else {
+            let to_ablate = self.runs.iter().filter(|r| r.state == "finished, to ablate").count();
+            let more = if to_ablate > 0 { format!(", {to_ablate} to ablate") } else { String::new() };
+            format!("; ablations ({}): {} done{more}", self.ablate.join(", "), crate::plural(self.ablated, "run"))
+        };
+        let what = match self.comparisons {
+            Some(0) => "each variant's mean; no comparison: the report compares the baseline with each other variant \
+                        and k-Map with v-Map, and this grid holds no such pair"
+                .to_string(),
+            Some(1) => "1 comparison with its interval and test".to_string(),
+            Some(n) => format!("{n} comparisons with their intervals and tests"),
+            None => "as it was written".to_string(),
+        };
         match &self.report {
-            Some(r) => out.push(format!("report: {} (its comparisons with their intervals and tests)", r.display())),
+            Some(r) => out.push(format!("report: {} ({what}{ablations})", r.display())),
             None => out.push("no report yet: `ddl experiment` writes report.md when its runs finish".into()),
         }
         if let Some(r) = self.runs.iter().find(|r| r.state.starts_with("training now")) {
@@ -302,7 +331,32 @@ mod tests {
                 .collect(),
             variants: Vec::new(),
             report: None,
+            comparisons: Some(1),
+            ablate: Vec::new(),
+            ablated: 0,
         }
+    }
+
+    /// The report line says what the report holds: its comparisons (a grid without a pair to
+    /// compare was told "its comparisons with their intervals and tests"), and the ablations
+    /// done and to do (not said before).
+    #[test]
+    fn the_report_line_says_what_the_report_holds() {
+        let mut i = info(&["finished", "finished"]);
+        i.report = Some(PathBuf::from("out/report.md"));
+        assert!(i.text().contains("report: out/report.md (1 comparison with its interval and test)"), "{}", i.text());
+        i.comparisons = Some(0);
+        assert!(i.text().contains("(each variant's mean; no comparison: the report compares"), "{}", i.text());
+        let mut i = info(&["finished", "finished, to ablate"]);
+        i.report = Some(PathBuf::from("out/report.md"));
+        (i.comparisons, i.ablate, i.ablated) = (Some(3), vec!["write".into(), "erase".into()], 1);
+        assert!(
+            i.text().contains(
+                "(3 comparisons with their intervals and tests; ablations (write, erase): 1 run done, 1 to ablate)"
+            ),
+            "{}",
+            i.text()
+        );
     }
 
     /// The command to go on is given while a run of the spec is not done: not for a folder of
