@@ -137,7 +137,42 @@ pub fn check_run_dir(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// How far a run that is training has come: its last step logged, the step it trains to, and
+/// the seconds left at the pace of its last steps (their evaluations and checkpoints included),
+/// where two rows of this invocation give a pace.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    pub step: f64,
+    pub target: f64,
+    pub left_s: Option<f64>,
+}
+
 impl Metrics {
+    /// The progress of a run training now (`None`: not training, or its rows name no target —
+    /// an older ddl's — or none logged yet).
+    pub fn progress(&self) -> Option<Progress> {
+        if self.state != Some(RunState::Training) {
+            return None;
+        }
+        let last = self.train.last()?;
+        let target = last.steps_target?;
+        // The pace over the last 50 steps of this invocation (the same target: a resumed run's
+        // earlier rows went to another one, and its clock restarted from its checkpoint's).
+        let first = self
+            .train
+            .iter()
+            .rev()
+            .take(50)
+            .take_while(|r| r.steps_target == Some(target))
+            .last()
+            .filter(|r| r.step < last.step);
+        let pace = match first.map(|f| (f.step, f.elapsed, last.elapsed)) {
+            Some((s, Some(a), Some(b))) if b > a => Some((b - a) / (last.step - s)),
+            _ => None,
+        };
+        Some(Progress { step: last.step, target, left_s: pace.map(|p| p * (target - last.step).max(0.0)) })
+    }
+
     /// Opens a run directory (it must hold `metrics.jsonl`).
     pub fn open(dir: &Path) -> Result<Metrics, String> {
         check_run_dir(dir)?;
@@ -332,6 +367,37 @@ mod tests {
         // (Nor does the state say anything of it.)
         std::fs::write(&lock, format!("{} {}", u32::MAX - 1, ddl::train::lock::host_name())).unwrap();
         assert!(check_run_dir(&dir).unwrap_err().contains("no metrics.jsonl"));
+    }
+
+    /// A run training now says how far it has come and the time left at its last steps' pace
+    /// (the Training view could not before its first checkpoint: the target was on disk only
+    /// there and in the summary of its end); rows of an earlier invocation (another target)
+    /// give no pace, and rows without a target (an older ddl's) no progress.
+    #[test]
+    fn a_training_run_says_its_progress_and_the_time_left() {
+        let dir = ddl::testing::scratch_dir("ddl-viz-progress");
+        let row = |step: u32, elapsed: f64, target: u32| {
+            format!("{{\"step\":{step},\"loss\":4.0,\"elapsed\":{elapsed},\"steps_target\":{target}}}\n")
+        };
+        // An earlier invocation to 10 at 1 s a step, then this one to 40 at 2 s a step.
+        let mut text: String = (1..=10).map(|s| row(s, s as f64, 10)).collect();
+        std::fs::write(dir.join("metrics.jsonl"), &text).unwrap();
+        let mut m = Metrics::open(&dir).unwrap();
+        assert_eq!(m.progress(), None, "not training");
+        std::fs::write(dir.join(ddl::train::lock::LOCK_FILE), "1 another-host").unwrap();
+        m.poll().unwrap();
+        assert_eq!(m.progress(), Some(Progress { step: 10.0, target: 10.0, left_s: Some(0.0) }));
+        text.push_str(&row(11, 12.0, 40));
+        std::fs::write(dir.join("metrics.jsonl"), &text).unwrap();
+        m.poll().unwrap();
+        assert_eq!(m.progress(), Some(Progress { step: 11.0, target: 40.0, left_s: None }), "one row of this one");
+        text.extend((12..=20).map(|s| row(s, 12.0 + 2.0 * (s - 11) as f64, 40)));
+        std::fs::write(dir.join("metrics.jsonl"), &text).unwrap();
+        m.poll().unwrap();
+        assert_eq!(m.progress(), Some(Progress { step: 20.0, target: 40.0, left_s: Some(40.0) }));
+        std::fs::write(dir.join("metrics.jsonl"), "{\"step\":1,\"loss\":4.0,\"elapsed\":1}\n").unwrap();
+        m.poll().unwrap();
+        assert_eq!(m.progress(), None, "no target logged");
     }
 
     /// The run's state: training while a live process holds its lock; else how its last

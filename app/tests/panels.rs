@@ -1243,4 +1243,19 @@ fn the_training_heading_gives_speed_time_and_state() {
     });
     h.get_by_label_contains("last loss 3.9000, 1118 tok/s, 4 min 12 s of training");
     h.get_by_label_contains("stopped at step 2 of 30: `ddl train --resume");
+    // Training now (a live process's lock): how far and the time left at its pace, from the
+    // rows' target (it was on disk only from the first checkpoint).
+    std::fs::remove_file(run.join("summary.json")).unwrap();
+    std::fs::write(
+        run.join("metrics.jsonl"),
+        "{\"step\":1,\"loss\":4.0,\"elapsed\":1.0,\"steps_target\":300}\n\
+         {\"step\":11,\"loss\":3.9,\"elapsed\":21.0,\"steps_target\":300}\n",
+    )
+    .unwrap();
+    std::fs::write(run.join(ddl::train::lock::LOCK_FILE), "1 another-host").unwrap();
+    let m = Metrics::open(&run).unwrap();
+    let h = Harness::builder().with_size([1200.0, 500.0]).build_ui(|ui| {
+        egui::CentralPanel::default().show(ui, |ui| panels::dashboard::show(ui, Some(&m)));
+    });
+    h.get_by_label_contains("training now: step 11 of 300, about 9 min 38 s left");
 }

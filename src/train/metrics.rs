@@ -69,6 +69,7 @@ pub fn parse_line(line: &str) -> Option<Line> {
         // (An f16 step skipped for overflowing gradients at its loss scale has a finite loss: the
         // scale's own business, not this.)
         skipped_nonfinite: j["skipped"] == true && (j.get("loss_scale").is_none() || !j["loss"].is_f64()),
+        steps_target: j["steps_target"].as_f64(),
     }))
 }
 
@@ -86,6 +87,9 @@ pub struct TrainRow {
     pub beta_mean: Option<Vec<f64>>,
     /// The step made no update: its loss or gradient norm was not finite (`train.skip_nonfinite`).
     pub skipped_nonfinite: bool,
+    /// The step the invocation that logged it trains to (`--steps`; lines of runs before it was
+    /// logged: none): how far a run that is training has to go.
+    pub steps_target: Option<f64>,
 }
 
 /// What `metrics.jsonl` holds.

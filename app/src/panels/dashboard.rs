@@ -88,7 +88,15 @@ pub fn show(ui: &mut egui::Ui, m: Option<&Metrics>) {
         ));
         // (Nothing where the folder does not say: a run killed, one that stopped on an error.)
         if let Some(state) = &m.state {
-            let words = state.describe(&m.dir);
+            let mut words = state.describe(&m.dir);
+            // (How far, while it trains: the step it goes to was on disk only from its first
+            // checkpoint.)
+            if let Some(p) = m.progress() {
+                words += &format!(": step {} of {}", p.step, p.target);
+                if let Some(left) = p.left_s.filter(|l| l.is_finite() && *l > 0.0) {
+                    words += &format!(", about {} left", span(left));
+                }
+            }
             match state {
                 crate::metrics::RunState::Training => ui.colored_label(Color32::from_rgb(120, 200, 120), words),
                 crate::metrics::RunState::Interrupted { .. } => {

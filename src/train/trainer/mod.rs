@@ -361,6 +361,7 @@ impl<'c> Trainer<'c> {
         let mut line = json!({
             "step": step, "lr": s.lr, "loss": s.loss, "grad_norm": s.gnorm, "tok_per_s": tok_s,
             "elapsed": self.elapsed(), "skipped": !s.finite, "data_ms": s.data_s * 1e3,
+            "steps_target": self.end,
         });
         if let Some(scale) = s.loss_scale {
             line["loss_scale"] = json!(scale);
