@@ -1028,6 +1028,8 @@ fn the_cli_trains_evaluates_and_samples() {
     for line in metrics.lines().filter(|l| l.contains("\"loss\"")) {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         assert!(v["data_ms"].as_f64().is_some_and(|d| d >= 0.0), "{line}");
+        // ... and the step it trains to (ddl-viz's "step N of M" while it trains).
+        assert_eq!(v["steps_target"].as_u64(), Some(3), "{line}");
     }
     // Every step's line has the mean β of each sublayer (1 layer: attention and MLP), in (0, 2).
     for line in metrics.lines().filter(|l| l.contains("\"loss\"")) {
