@@ -4184,9 +4184,13 @@ fn a_run_starts_from_a_checkpoints_parameters_with_init_from() {
     let o = ddl_cmd(&dir).args(["info", "--checkpoint", &base, "--json"]).output().unwrap();
     std::fs::remove_file(&lock).unwrap();
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(j["training_now"], serde_json::json!({"pid": 1, "host": "another-host", "steps_past": 0}));
+    let now =
+        serde_json::json!({"pid": 1, "host": "another-host", "steps_past": 0, "logged_step": 1, "steps_target": 1});
+    assert_eq!(j["training_now"], now);
     assert!(
-        busy.contains("training now: process 1 on another-host; its metrics.jsonl has logged 0 steps past this"),
+        busy.contains(
+            "training now: process 1 on another-host, at step 1 of 1; its metrics.jsonl has logged 0 steps past this"
+        ),
         "{busy}"
     );
     let long = dir.join("long").display().to_string();

@@ -67,6 +67,11 @@ pub struct TrainingNow {
     pub host: String,
     /// The steps its `metrics.jsonl` has logged past this checkpoint.
     pub steps_past: usize,
+    /// The last step it logged, and the step it trains to (rows of an older ddl: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logged_step: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps_target: Option<usize>,
 }
 
 /// Where a fine-tune's parameters came from.
@@ -153,10 +158,9 @@ pub fn describe(path: &Path) -> Result<CheckpointInfo, CheckpointError> {
         kept: checkpoint::kept_steps(&run),
         files,
         plan_bytes,
-        training_now: super::lock::holder(&run).map(|(pid, host)| TrainingNow {
-            pid,
-            host,
-            steps_past: super::logged_steps_after(&run, step),
+        training_now: super::lock::holder(&run).map(|(pid, host)| {
+            let (steps_past, logged_step, steps_target) = super::logged_after(&run, step);
+            TrainingNow { pid, host, steps_past, logged_step, steps_target }
         }),
         run,
         config_unreadable: RunConfig::read_file(path).and_then(Result::err).map(|e| e.message().trim().to_string()),
@@ -245,8 +249,15 @@ impl CheckpointInfo {
         ));
         // (A run still training moves on from what is described here.)
         if let Some(t) = &self.training_now {
+            // (How far it has gone, where its rows say: the target was on disk only at its first
+            // checkpoint.)
+            let at = match (t.logged_step, t.steps_target) {
+                (Some(s), Some(target)) => format!(", at step {s} of {target}"),
+                (Some(s), None) => format!(", at step {s}"),
+                _ => String::new(),
+            };
             out.push(format!(
-                "training now: process {} on {}; its metrics.jsonl has logged {} past this checkpoint",
+                "training now: process {} on {}{at}; its metrics.jsonl has logged {} past this checkpoint",
                 t.pid,
                 t.host,
                 crate::plural(t.steps_past, "step")

@@ -193,12 +193,23 @@ pub fn branch_run(src: &Path, dst: &Path) -> Result<usize, TrainError> {
 
 /// Lines of `dir/metrics.jsonl` logged for steps after `step` (0 without the file).
 pub fn logged_steps_after(dir: &Path, step: usize) -> usize {
-    std::fs::read_to_string(dir.join("metrics.jsonl")).map_or(0, |t| {
-        t.lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["step"].as_u64())
-            .filter(|&s| s as usize > step)
-            .count()
-    })
+    logged_after(dir, step).0
+}
+
+/// What `metrics.jsonl` in `dir` has logged past `step`: the number of step rows, the last step
+/// row's step and the step its invocation trains to (`steps_target`; rows of an older ddl: none).
+pub fn logged_after(dir: &Path, step: usize) -> (usize, Option<usize>, Option<usize>) {
+    let Ok(text) = std::fs::read_to_string(dir.join("metrics.jsonl")) else { return (0, None, None) };
+    let (mut past, mut last, mut target) = (0, None, None);
+    for v in text.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
+        let Some(s) = v["step"].as_u64().map(|s| s as usize) else { continue };
+        past += (s > step) as usize;
+        // (Step rows only: a validation row has no loss.)
+        if v.get("loss").is_some() {
+            (last, target) = (Some(s), v["steps_target"].as_u64().map(|t| t as usize));
+        }
+    }
+    (past, last, target)
 }
 
 /// Removes the files of the run in `dir` (`--overwrite`, after [`claim_for_new_run`]) and its

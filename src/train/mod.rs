@@ -40,7 +40,8 @@ pub use config::{RunConfig, TrainConfig};
 pub use exchange::{CommTimes, DistOptions, ranks_share};
 use folder::*;
 pub use folder::{
-    branch_run, logged_steps_after, out_problem, resume_data_problem, resumed_corpus_missing, trained_files,
+    branch_run, logged_after, logged_steps_after, out_problem, resume_data_problem, resumed_corpus_missing,
+    trained_files,
 };
 pub use progress::plot_metrics;
 use signals::*;
