@@ -57,6 +57,13 @@ fn a_miniature_grid_runs_resumes_and_writes_the_report() {
     let (s, o) = (s.to_str().unwrap(), out.to_str().unwrap());
     let r = ddl(&dir, &["experiment", "--spec", s, "--out", o]);
     assert!(r.status.success(), "{}", text(&r));
+    // After each run, the time the others will take at the pace so far (none after the last).
+    let t = text(&r);
+    assert!(
+        t.contains("grid: 3 runs of 4 to train, about ") && t.contains(" more at the pace of the 1 run trained"),
+        "{t}"
+    );
+    assert!(t.contains("grid: 1 run of 4 to train, about ") && !t.contains("grid: 0 runs"), "{t}");
     for f in ["report.md", "val_loss.png", "comparisons.png", "beta_regimes.png", "experiment.toml"] {
         let p = out.join(f);
         assert!(p.is_file(), "{} missing:\n{}", p.display(), text(&r));

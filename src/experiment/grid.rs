@@ -334,6 +334,10 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
             bar.set_position((total - pending.len()) as u64);
             bar
         });
+        // The time the runs still to train will take, at the pace of those trained so far by this
+        // invocation (on every device together): said after each, as the grid has hours to go.
+        let (started, trained) = (std::time::Instant::now(), std::sync::atomic::AtomicUsize::new(0));
+        let already = total - pending.len();
         let queue = std::sync::Mutex::new(pending);
         let failed = std::sync::Mutex::new(None::<ExperimentError>);
         let interrupted = std::sync::atomic::AtomicBool::new(false);
@@ -347,6 +351,20 @@ pub fn run(gpu: Arc<Gpu>, spec: &ExperimentSpec, opts: &ExperimentOptions) -> Re
                     Ok(true) => {
                         if let Some(b) = &grid_bar {
                             b.inc(1);
+                        }
+                        let here = trained.fetch_add(1, SeqCst) + 1;
+                        let left = total - already - here;
+                        if left > 0 && !opts.quiet {
+                            let pace = started.elapsed().as_secs_f64() / here as f64;
+                            say(
+                                bars.as_ref(),
+                                format!(
+                                    "grid: {} of {total} to train, about {} more at the pace of the {} trained so far",
+                                    crate::plural(left, "run"),
+                                    crate::train::cache::age(std::time::Duration::from_secs_f64(pace * left as f64)),
+                                    crate::plural(here, "run")
+                                ),
+                            );
                         }
                     }
                     Ok(false) => interrupted.store(true, SeqCst),
