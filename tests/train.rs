@@ -566,6 +566,17 @@ fn a_dry_run_says_what_training_would_do_and_writes_nothing() {
         "{plan}"
     );
     assert!(plan.contains("evaluations: every 2 steps over 1 batches"), "{plan}");
+    // --tokens instead of --steps: the step where the run has seen them (200 ÷ 32, rounded up).
+    let (code, plan, all) = train(&["--tokens", "0.2k", "--dry-run"]);
+    assert_eq!(code, Some(0), "{all}");
+    assert!(plan.contains("7 to train") && plan.contains("32 tokens a step: 224 tokens"), "{plan}");
+    assert!(all.contains("--tokens 200: 7 steps of 32 tokens (batch_size 2 × seq_len 16 × grad_accum 1)"), "{all}");
+    for (bad, says) in [("5Q", "expected a token count such as"), ("0", "at least 1 token"), ("-5", "at least 1")] {
+        let (code, _, all) = train(&["--tokens", bad, "--dry-run"]);
+        assert!(code == Some(2) && all.contains(says), "{bad}: {all}");
+    }
+    let (code, _, all) = train(&["--tokens", "1k", "--steps", "3", "--dry-run"]);
+    assert!(code == Some(2) && all.contains("'--tokens <TOKENS>' cannot be used with '--steps <STEPS>'"), "{all}");
     // The settings as config.toml will hold them: they read back as the run's.
     let toml_text = plan.split_once("settings (config.toml):\n").unwrap().1;
     let cfg: ddl::train::RunConfig = toml::from_str(toml_text).unwrap();

@@ -574,6 +574,12 @@ pub(crate) struct TrainArgs {
     /// --resume, the --steps the run was last given].
     #[arg(long, allow_negative_numbers = true, value_parser = positive)]
     pub(crate) steps: Option<usize>,
+    /// Train until the run has seen this many tokens, instead of --steps: the step where it has
+    /// (tokens ÷ the global batch's tokens, batch_size × seq_len × grad_accum, rounded up); 5M,
+    /// 2.5B (k, M, G or B: powers of 1000), 1e9. Counted from step 0, as --steps (`--dry-run`
+    /// shows the step).
+    #[arg(long, allow_negative_numbers = true, value_parser = token_count, conflicts_with = "steps")]
+    pub(crate) tokens: Option<u64>,
     /// Seed of the initialisation and the batch order (0 to 2^63 − 1) [default: 1337,
     /// `train.seed`].
     #[arg(long, allow_negative_numbers = true, value_parser = run_seed)]

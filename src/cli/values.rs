@@ -103,6 +103,35 @@ pub(super) fn whole_u64(s: &str) -> Result<u64, String> {
     }
 }
 
+/// `train --tokens`: a token count ≥ 1 as people write one: `5000000`, `5M`, `2.5B` (k, M, G or B,
+/// T: powers of 1000), `1e9`.
+pub(super) fn token_count(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, scale) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() && !t[..i].ends_with(['e', 'E']) => {
+            let scale = match c {
+                'k' | 'K' => 1e3,
+                'M' => 1e6,
+                'G' | 'B' => 1e9,
+                'T' => 1e12,
+                _ => {
+                    return Err(format!(
+                        "'{s}': expected a token count such as 5000000, 5M, 2.5B or 1e9 (k, M, G or B, T)"
+                    ));
+                }
+            };
+            (&t[..i], scale)
+        }
+        _ => (t, 1.0),
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v * scale >= 1.0 && v * scale <= 1e18 => Ok((v * scale).round() as u64),
+        Ok(v) if v.is_finite() && v * scale > 1e18 => Err(format!("{s}: at most 1e18 tokens")),
+        Ok(_) => Err(format!("{s}: at least 1 token")),
+        Err(_) => Err(format!("'{s}': expected a token count such as 5000000, 5M, 2.5B or 1e9 (k, M, G or B, T)")),
+    }
+}
+
 /// `bench generate --contexts`: a context to time one token at holds it and one before (≥ 2).
 pub(super) fn context_length(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {

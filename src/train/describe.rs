@@ -212,7 +212,7 @@ fn losses_at(run: &Path, step: usize) -> Option<Losses> {
 }
 
 /// A count with thousands apart: 811 068 (exact, where `cache::count` rounds to k, M, G).
-pub(crate) fn count(n: u64) -> String {
+pub fn count(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {

@@ -223,6 +223,8 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     // --steps: given, or a resumed run's last target (what it was interrupted on the way to).
     let steps = match (a.steps, &from) {
         (Some(n), _) => n,
+        // (--tokens: the step is resolved once the run's batch is known, below.)
+        (None, _) if a.tokens.is_some() => 0,
         (None, Some(src)) => ddl::train::saved_target(src).ok_or_else(|| {
             anyhow::anyhow!(
                 "--resume {}: the checkpoint does not record the --steps it was trained towards (it was saved \
@@ -550,6 +552,28 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     let resume_refusal = from
         .as_deref()
         .and_then(|src| ddl::train::resume_data_problem(&run, src, a.corpus.is_some(), a.data.is_some()));
+    // --tokens: the step where the run has seen that many (its global batch's tokens a step).
+    let (steps, a) = match a.tokens {
+        Some(tokens) => {
+            let per_step = run.train.batch_size as u64 * run.train.seq_len as u64 * run.train.grad_accum as u64;
+            let steps = usize::try_from(tokens.div_ceil(per_step)).unwrap_or(usize::MAX);
+            if launched_rank() == 0 {
+                use ddl::train::describe::count;
+                eprintln!(
+                    "--tokens {}: {} steps of {} tokens (batch_size {} × seq_len {} × grad_accum {}), {} tokens in all",
+                    count(tokens),
+                    count(steps as u64),
+                    count(per_step),
+                    run.train.batch_size,
+                    run.train.seq_len,
+                    run.train.grad_accum,
+                    count((steps as u64).saturating_mul(per_step))
+                );
+            }
+            (steps, TrainArgs { steps: Some(steps), ..a })
+        }
+        None => (steps, a),
+    };
     // `--distributed mpi`'s own flags: a dry run refuses what the run would (it said nothing of
     // a `--mpi-bucket-mib -1` the run then refused).
     if a.distributed == Some(Distributed::Mpi) {
