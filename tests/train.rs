@@ -594,6 +594,11 @@ fn a_dry_run_says_what_training_would_do_and_writes_nothing() {
     let plan = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(o.status.success(), "{plan}{}", String::from_utf8_lossy(&o.stderr));
     assert!(plan.contains("resumes the run in") && plan.contains("at step 2") && plan.contains("3 to train"), "{plan}");
+    // --tokens that the run has seen already: said as given, with the step it came to.
+    let o = ddl_cmd(&dir).args(["train", "--resume"]).arg(&out).args(["--tokens", "32"]).output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success() && said.contains("at step 2, past --tokens 32: step 1"), "{said}");
+    assert!(said.contains("--tokens 32: 1 step of 32 tokens"), "{said}");
     let data: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("data.json")).unwrap()).unwrap();
     let train_tokens = data["train_tokens"].as_u64().unwrap();

@@ -560,9 +560,10 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             if launched_rank() == 0 {
                 use ddl::train::describe::count;
                 eprintln!(
-                    "--tokens {}: {} steps of {} tokens (batch_size {} × seq_len {} × grad_accum {}), {} tokens in all",
+                    "--tokens {}: {} {} of {} tokens (batch_size {} × seq_len {} × grad_accum {}), {} tokens in all",
                     count(tokens),
                     count(steps as u64),
+                    if steps == 1 { "step" } else { "steps" },
                     count(per_step),
                     run.train.batch_size,
                     run.train.seq_len,
@@ -618,21 +619,26 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         && at >= steps
     {
         let done = ddl::train::finished_summary(src, at);
+        // (--tokens said as given, with the step it came to.)
+        let given = match a.tokens {
+            Some(t) => format!("--tokens {}: step {steps}", ddl::train::describe::count(t)),
+            None => format!("--steps {steps}"),
+        };
         let said = if branch.is_some() {
             Some(format!(
-                "nothing to train: {} is at step {at} (--steps {steps}); nothing was copied to {}: pass --steps above \
+                "nothing to train: {} is at step {at} ({given}); nothing was copied to {}: pass --steps above \
                  {at} to continue it there",
                 src.display(),
                 out.display()
             ))
         } else if at > steps {
             Some(format!(
-                "nothing to train: the run is at step {at}, past --steps {steps}; pass --steps above {at} to continue it"
+                "nothing to train: the run is at step {at}, past {given}; pass --steps above {at} to continue it"
             ))
         } else {
             done.as_ref().map(|_| {
                 format!(
-                    "nothing to train: the run finished at step {at} (--steps {steps}), its final evaluation \
+                    "nothing to train: the run finished at step {at} ({given}), its final evaluation \
                      included; pass a larger --steps to continue it"
                 )
             })
