@@ -84,12 +84,19 @@ fn check_env() -> Result<(), String> {
 /// Standard input as text, refused past `cap` bytes (a pipe from /dev/zero would never end),
 /// the refusal giving `remedy`.
 fn read_stdin_capped(what: &str, cap: u64, remedy: &str) -> Result<String> {
-    use std::io::Read;
+    use std::io::{IsTerminal, Read};
+    // (On a terminal it waited for the end of input without a word, as if it hung.)
+    if std::io::stdin().is_terminal() {
+        eprintln!("{what}: reading standard input: type the text, then Ctrl-D on a line of its own to end it");
+    }
     let mut bytes = Vec::new();
-    std::io::stdin()
-        .take(cap + 1)
-        .read_to_end(&mut bytes)
-        .with_context(|| format!("{what}: reading standard input"))?;
+    std::io::stdin().take(cap + 1).read_to_end(&mut bytes).map_err(|e| match e.kind() {
+        // (`< DIR`: it was "Is a directory (os error 21)" alone.)
+        std::io::ErrorKind::IsADirectory => anyhow::anyhow!(
+            "{what}: standard input is a folder, not text: redirect a file (`< FILE`) or pipe the text in"
+        ),
+        _ => anyhow::Error::new(e).context(format!("{what}: reading standard input")),
+    })?;
     if bytes.len() as u64 > cap {
         anyhow::bail!("{what}: standard input gave more than {} MiB; {remedy}", cap >> 20);
     }

@@ -1,6 +1,7 @@
 //! `ddl generate` and `ddl chat` through the real CLI: what `--json` says matches what is printed,
 //! stop texts match only text the model wrote, a chat's seeds follow `/set seed`, and bad input
-//! (escapes, counts, a folder that is not a run's, too much standard input) is a clear error, and
+//! (escapes, counts, a folder that is not a run's, too much standard input, a folder as standard
+//! input, characters no one sees) is a clear error, a chat command after spaces is a command, and
 //! Ctrl-C stops a chat's reply, not the chat.
 
 use std::path::{Path, PathBuf};
@@ -371,4 +372,96 @@ fn ctrl_c_during_a_chat_reply_stops_the_reply_and_the_chat_goes_on() {
             assert_eq!(turn_seeds(&trace), [0], "{err}");
         }
     }
+}
+
+/// A chat command after spaces or a tab (a paste's indent) is a command, in any case: `  /quit`
+/// was sent to the model as a line (a char model refused its '/'), the chat going on.
+#[test]
+fn a_chat_command_after_spaces_or_a_tab_is_a_command() {
+    let dir = ddl::testing::scratch_dir("generate-chat-indented");
+    let run = char_run(&dir);
+    let trace = dir.join("chat.safetensors");
+    let tr = trace.to_str().unwrap();
+    let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr], "A\n  /SETTINGS \n\t/quit\nB\n");
+    assert_eq!(turn_seeds(&trace), [0], "{err}");
+    assert!(err.contains("next reply's seed 1") && !err.contains("not in the tokenizer's vocabulary"), "{err}");
+}
+
+/// A folder as standard input (`< DIR`) is said with what to give (it was the system's "Is a
+/// directory (os error 21)" alone), and `--prompt -` or `--text -` on a terminal says it waits
+/// for the text and how to end it (it waited without a word, as if it hung).
+#[test]
+fn standard_input_that_is_a_folder_or_a_terminal_is_said() {
+    let dir = ddl::testing::scratch_dir("generate-stdin-kinds");
+    let run = char_run(&dir);
+    let r = run.to_str().unwrap();
+    let mut wrong = Vec::new();
+    for (args, want) in [
+        (vec!["generate", "--checkpoint", r, "--prompt", "-"], "--prompt -: standard input is a folder, not text"),
+        (vec!["chat", "--checkpoint", r], "standard input is a folder, not lines of text"),
+    ] {
+        let o = ddl(&dir).args(&args).stdin(std::fs::File::open(&dir).unwrap()).output().unwrap();
+        let t = text(&o);
+        if o.status.code() != Some(1) || !t.contains(want) || !t.contains("redirect a file (`< FILE`)") {
+            wrong.push(t);
+        }
+    }
+    #[cfg(unix)]
+    {
+        use std::io::{BufRead, Write};
+        use std::os::fd::FromRawFd;
+        use std::ptr::{null, null_mut};
+        let (mut master, mut slave) = (0, 0);
+        // SAFETY: openpty writes two new file descriptors, each then owned by one File.
+        assert_eq!(unsafe { libc::openpty(&mut master, &mut slave, null_mut(), null(), null()) }, 0);
+        let (mut master, slave) = unsafe { (std::fs::File::from_raw_fd(master), std::fs::File::from_raw_fd(slave)) };
+        let mut child = ddl(&dir)
+            .args(["tokenizer", "encode", "--tokenizer", r, "--text", "-"])
+            .stdin(slave)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // (A line and Ctrl-D, typed at once: the terminal holds them until they are read.)
+        master.write_all(b"AB\n\x04").unwrap();
+        let (mut said, mut stderr) = (String::new(), std::io::BufReader::new(child.stderr.take().unwrap()));
+        stderr.read_line(&mut said).unwrap();
+        if !said.contains("--text -: reading standard input: type the text, then Ctrl-D") {
+            wrong.push(said);
+        }
+        let o = child.wait_with_output().unwrap();
+        drop((stderr, master));
+        assert!(o.status.success() && !o.stdout.is_empty(), "{}", text(&o));
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// `ddl eval --text` of a text whose characters a char model lacks names Windows line ends and
+/// a byte-order mark, which no one sees in the text, with a command that removes them, and
+/// `--text -` points to `/dev/stdin` (it said "'-' does not exist").
+#[test]
+fn eval_text_names_characters_no_one_sees_and_standard_input() {
+    let dir = ddl::testing::scratch_dir("generate-eval-unseen");
+    let run = char_run(&dir);
+    let corpus = std::fs::read_to_string(ddl::testing::small_corpus(&dir)).unwrap();
+    let crlf = dir.join("crlf.txt");
+    std::fs::write(&crlf, corpus[..2000].replace('\n', "\r\n")).unwrap();
+    let bom = dir.join("bom.txt");
+    std::fs::write(&bom, format!("\u{feff}{}", &corpus[..2000])).unwrap();
+    let mut wrong = Vec::new();
+    for (text_path, needles) in [
+        (crlf.to_str().unwrap(), &["character '\\r'", "Windows line ends", "tr -d '\\r'"][..]),
+        (
+            bom.to_str().unwrap(),
+            &["character '\\u{feff}' at byte 0", "a byte-order mark", "sed -i '1s/^\\xEF\\xBB\\xBF//'"],
+        ),
+        ("-", &["does not read standard input", "--text /dev/stdin"]),
+    ] {
+        let o = ddl(&dir).args(["eval", "--checkpoint", run.to_str().unwrap(), "--text", text_path]).output().unwrap();
+        let t = text(&o);
+        if o.status.code() != Some(1) || t.contains("panicked") || !needles.iter().all(|n| t.contains(n)) {
+            wrong.push(t);
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }

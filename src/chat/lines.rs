@@ -45,7 +45,15 @@ pub(super) const LINE_CAP: u64 = 256 << 20;
 pub(super) fn read_line_capped(input: &mut dyn BufRead, cap: u64) -> std::io::Result<Option<Vec<u8>>> {
     let mut bytes = Vec::new();
     let mut line = std::io::Read::take(input, cap + 1);
-    if line.read_until(b'\n', &mut bytes)? == 0 {
+    // (`ddl chat < DIR` was "chat input/output: Is a directory (os error 21)" alone.)
+    let folder = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::IsADirectory => std::io::Error::new(
+            e.kind(),
+            "standard input is a folder, not lines of text: redirect a file (`< FILE`) or pipe the lines in",
+        ),
+        _ => e,
+    };
+    if line.read_until(b'\n', &mut bytes).map_err(folder)? == 0 {
         return Ok(None);
     }
     if bytes.len() as u64 > cap && bytes.last() != Some(&b'\n') {

@@ -628,7 +628,9 @@ pub fn run(
             continue;
         }
         let mut say = None;
-        if let Some(cmd) = line.strip_prefix('/') {
+        // (A command after spaces, a tab or a pasted indent is a command: `  /quit` was sent to the
+        // model as a line, the chat going on.)
+        if let Some(cmd) = line.trim_start().strip_prefix('/') {
             // (Extra spaces between the words are not part of them; a stop text keeps its own.)
             let cmd = cmd.trim_start();
             let (name, rest) = cmd.split_once(char::is_whitespace).unwrap_or((cmd, ""));
