@@ -387,6 +387,21 @@ fn a_chat_command_after_spaces_or_a_tab_is_a_command() {
     assert!(err.contains("next reply's seed 1") && !err.contains("not in the tokenizer's vocabulary"), "{err}");
 }
 
+/// A setting named in capitals is that setting in everything it does: `/set SEED 5` made the next
+/// reply's seed 5 plus the turns before it (the seed's rule compared the name as typed), and
+/// `/set STOP X` said "(STOP = X)", not the stop texts now in force.
+#[test]
+fn a_setting_named_in_capitals_is_that_setting() {
+    let dir = ddl::testing::scratch_dir("generate-chat-capitals");
+    let run = char_run(&dir);
+    let trace = dir.join("chat.safetensors");
+    let tr = trace.to_str().unwrap();
+    let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr], "A\nB\n/set SEED 5\nC\n/Set Stop NONE\n");
+    assert_eq!(turn_seeds(&trace), [0, 1, 5], "{err}");
+    assert!(err.contains("(seed = 5: the next reply's seed"), "{err}");
+    assert!(err.contains("(stop texts: [\"NONE\"], and a blank line)"), "{err}");
+}
+
 /// A folder as standard input (`< DIR`) is said with what to give (it was the system's "Is a
 /// directory (os error 21)" alone), and `--prompt -` or `--text -` on a terminal says it waits
 /// for the text and how to end it (it waited without a word, as if it hung).

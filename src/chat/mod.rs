@@ -346,7 +346,8 @@ impl<'a> Session<'a> {
     /// following ones' the seed plus 1, 2, … Nothing changes when the value is refused.
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
         self.settings = self.settings.with(name, value)?;
-        if name == "seed" {
+        // (In any case, as `with` takes it: `/set SEED 5` drew the next reply with 5 + the turns.)
+        if name.eq_ignore_ascii_case("seed") {
             self.seed_turn = self.turn;
         }
         Ok(())
@@ -663,7 +664,8 @@ pub fn run(
                 ("help", _) => writeln!(log, "{HELP}")?,
                 ("set", [key, value]) => match session.set(key, value) {
                     Ok(()) => {
-                        if *key == "stop" {
+                        let key = key.to_ascii_lowercase();
+                        if key == "stop" {
                             // (`stop TEXT` adds to the list: the list is what holds now.)
                             let stops: Vec<String> = session.settings.stop.iter().map(|x| format!("{x:?}")).collect();
                             writeln!(log, "(stop texts: [{}], and a blank line)", stops.join(", "))?;
@@ -676,7 +678,7 @@ pub fn run(
                                     "note: stop {stop:?} can never be generated ({e}): it will not stop a reply"
                                 )?;
                             }
-                        } else if *key == "seed" {
+                        } else if key == "seed" {
                             let value = value.trim();
                             writeln!(log, "(seed = {value}: the next reply's seed, each reply after it one more)")?;
                         } else {
