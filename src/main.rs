@@ -556,6 +556,15 @@ pub(crate) fn generate_cmd(
             model.cfg.variant
         );
     }
+    // (`--stop` reads `\n` as a newline, `--prompt` takes its text as typed: a prompt of two
+    // lines typed so was read as one, a backslash and an n in it, without a word.)
+    if !from_stdin && prompt.contains("\\n") && !prompt.contains('\n') {
+        eprintln!(
+            "note: --prompt holds `\\n` as a backslash and an n, not a newline (a prompt is taken as typed, unlike \
+             --stop's text): type the newline itself, e.g. in bash --prompt $'ROMEO:\\nJULIET:', or give the prompt \
+             on standard input (--prompt - < FILE)"
+        );
+    }
     let ids = tok.encode(&prompt).map_err(|e| {
         let crlf = if prompt.contains('\r') && tok.kind() == "char" {
             " (the prompt has Windows line ends, \\r\\n: convert them, e.g. `tr -d '\\r'`)"

@@ -402,6 +402,19 @@ fn a_setting_named_in_capitals_is_that_setting() {
     assert!(err.contains("(stop texts: [\"NONE\"], and a blank line)"), "{err}");
 }
 
+/// `--prompt 'A\nB'` is said to hold a backslash and an n, not a newline, as `--stop '\n'` would
+/// read it (the prompt was read as typed without a word; a char model then refused the `\`).
+#[test]
+fn a_prompt_with_a_typed_backslash_n_is_said_to_hold_no_newline() {
+    let dir = ddl::testing::scratch_dir("generate-backslash-n");
+    let run = char_run(&dir);
+    let r = run.to_str().unwrap();
+    let said = "note: --prompt holds `\\n` as a backslash and an n, not a newline";
+    fails(&dir, &["generate", "--checkpoint", r, "--prompt", "A\\nB"], &[said, "--prompt $'ROMEO:\\nJULIET:'"]);
+    let o = ok(&dir, &["generate", "--checkpoint", r, "--prompt", "A\nB", "--max-tokens", "2"]);
+    assert!(!text(&o).contains(said), "{}", text(&o));
+}
+
 /// A folder as standard input (`< DIR`) is said with what to give (it was the system's "Is a
 /// directory (os error 21)" alone), and `--prompt -` or `--text -` on a terminal says it waits
 /// for the text and how to end it (it waited without a word, as if it hung).
