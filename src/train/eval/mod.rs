@@ -820,6 +820,9 @@ mod tests {
             line.contains("mean +40.00 [-100.00, +100.00] points (95 % t-interval, cut at ±100 points), p = 0.500"),
             "{line}"
         );
+        // A text of two bytes at --seq-len 1: "1 token (1 byte)", not "(1 bytes)".
+        let r = EvalResult { tokens: 1, bytes: Some(1), windows: 1, seq_len: 1, against: None, ablations: vec![], ..r };
+        assert!(r.line().contains(": 1 token (1 byte) in 1 window of 1,"), "{}", r.line());
     }
 
     #[test]
