@@ -493,3 +493,35 @@ fn eval_text_names_characters_no_one_sees_and_standard_input() {
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// UTF-16 text (a file Windows' Notepad saved as "Unicode", PowerShell's `>`) is said to be
+/// UTF-16 with `iconv -f UTF-16` as the remedy, by `eval --text`, `generate --prompt -` and a chat
+/// reading it: the remedy was `iconv -f LATIN1`, which makes it a text of NUL characters, and a
+/// chat sent every line after the first (valid UTF-8, NULs between the letters) to the model.
+#[test]
+fn utf16_text_is_said_to_be_utf16_with_its_conversion() {
+    let dir = ddl::testing::scratch_dir("generate-utf16");
+    let run = char_run(&dir);
+    let r = run.to_str().unwrap();
+    let mut utf16 = vec![0xff, 0xfe];
+    utf16.extend("ROMEO:\nJULIET:\n".encode_utf16().flat_map(|u| u.to_le_bytes()));
+    let file = dir.join("notepad.txt");
+    std::fs::write(&file, &utf16).unwrap();
+    let mut wrong = Vec::new();
+    for args in [
+        vec!["eval", "--checkpoint", r, "--text", file.to_str().unwrap()],
+        vec!["generate", "--checkpoint", r, "--prompt", "-"],
+        vec!["chat", "--checkpoint", r],
+    ] {
+        let o = ddl(&dir).args(&args).stdin(std::fs::File::open(&file).unwrap()).output().unwrap();
+        let t = text(&o);
+        if o.status.code() != Some(1)
+            || !t.contains("it is UTF-16 text")
+            || !t.contains("iconv -f UTF-16 -t UTF-8")
+            || t.contains("LATIN1")
+        {
+            wrong.push(t);
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}

@@ -24,6 +24,16 @@ impl Lines for PlainLines<'_> {
             writeln!(self.log)?;
             return Ok(None);
         };
+        // (UTF-16, Notepad's "Unicode": every line after the first was NUL characters, sent as text.)
+        if crate::train::data::is_utf16(&bytes) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "standard input: {}, e.g. `iconv -f UTF-16 -t UTF-8 FILE | ddl chat …`",
+                    crate::train::data::UTF16
+                ),
+            ));
+        }
         // A line that is not UTF-8 is one bad line, not the end of the chat: its invalid bytes
         // become U+FFFD, which the tokenizer then reports as a character it does not know.
         let line = String::from_utf8(bytes).unwrap_or_else(|e| {

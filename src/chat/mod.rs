@@ -865,7 +865,7 @@ mod tests {
 
     #[test]
     fn a_line_that_is_not_utf8_is_one_bad_line_not_the_end_of_the_input() {
-        let mut input = std::io::Cursor::new(b"first\n\xff\xfe bad\nnext\n".to_vec());
+        let mut input = std::io::Cursor::new(b"first\n\xff\xff bad\nnext\n".to_vec());
         let mut log = Vec::new();
         let mut lines = PlainLines { input: &mut input, log: &mut log };
         let got: Vec<String> = std::iter::from_fn(|| lines.next_line("> ").unwrap()).collect();
@@ -889,6 +889,18 @@ mod tests {
         let e = read(b"abcde\n").unwrap_err().to_string();
         assert!(e.contains("longer than") && e.contains("ddl eval"), "{e}");
         const { assert!(LINE_CAP >= 1 << 20) };
+    }
+
+    /// UTF-16 lines (a file Notepad saved as "Unicode") end the chat saying what they are and how
+    /// to convert them: the first line was "not UTF-8", the next ones (NUL characters between the
+    /// letters: valid UTF-8) were sent to the model as they were.
+    #[test]
+    fn utf16_input_is_said_not_read_as_lines() {
+        let mut input = std::io::Cursor::new(b"\xff\xfeh\0i\0\n\0h\0o\0\n\0".to_vec());
+        let mut log = Vec::new();
+        let mut lines = PlainLines { input: &mut input, log: &mut log };
+        let e = lines.next_line("> ").unwrap_err().to_string();
+        assert!(e.contains("it is UTF-16 text") && e.contains("iconv -f UTF-16 -t UTF-8"), "{e}");
     }
 
     /// Lines piped from a file drop a byte-order mark (the first line of a file a Windows editor
