@@ -967,6 +967,11 @@ mod tests {
             assert_eq!(save_path("~/c.txt"), std::path::Path::new(&home).join("c.txt"));
         }
         assert_eq!(save_path("~c.txt"), std::path::Path::new("~c.txt"));
+        // Quotes around it are taken off, as a shell takes them (the file's name held them).
+        assert_eq!(save_path("\"my chat.txt\" "), std::path::Path::new("my chat.txt"));
+        assert_eq!(save_path("'c.txt'"), std::path::Path::new("c.txt"));
+        assert_eq!(save_path("\"~/c.txt\""), std::path::Path::new("~/c.txt"));
+        assert_eq!(save_path("\"c.txt'"), std::path::Path::new("\"c.txt'"));
     }
 
     fn base() -> ChatSettings {
